@@ -1,0 +1,149 @@
+"""Predict published training runs (schema: shared/calibration/README.md) and score the model.
+
+Each row becomes an Instance + Plan and is simulated like any user plan; nothing here is fitted
+per row. Unknown fields get these documented defaults:
+
+    micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
+    recompute unknown        -> full (the setting of the published large-model Megatron runs)
+    virtual_stages null      -> 1 (no interleaving)
+    sequence_parallel null   -> false
+    zero null                -> 0
+    inter_node_Gbps null     -> the NIC of the vendor's reference node for that GPU
+                                (DEFAULT_NIC_GBIT_PER_S below)
+    latencies                -> 5 us inside a node, 10 us between nodes (NCCL-typical)
+    attention kernel         -> flash (FlashAttention / cuDNN fused attention), except rows
+                                from before fused attention existed (source year < 2022)
+                                which use standard attention
+
+A row that cannot be modelled (e.g. global batch not divisible into micro-batches) is
+reported with its reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import yaml
+
+from cost import units
+from cost.comm import NetEfficiency
+from cost.errors import ConfigError
+from cost.loader import default_layer_split, load_catalogue
+from cost.simulate import simulate
+from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+                        Plan, Precision, Recompute)
+
+# Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per
+# GPU as Megatron's V100 cluster had), DGX A100 (8x 200 Gb/s HDR ConnectX-6), DGX H100/H200
+# (8x 400 Gb/s NDR ConnectX-7). Source: NVIDIA DGX-1 / DGX A100 / DGX H100 datasheets.
+DEFAULT_NIC_GBIT_PER_S = {
+    "V100-SXM-32GB": 100, "A100-SXM4-40GB": 200, "A100-SXM4-80GB": 200,
+    "H100-SXM5-80GB": 400, "H100-SXM5-96GB": 400, "H200-SXM-141GB": 400,
+}
+INTRA_LATENCY_US = 5.0
+INTER_LATENCY_US = 10.0
+FIRST_FUSED_ATTENTION_YEAR = 2022  # FlashAttention, Dao et al., NeurIPS 2022
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    gpu: str
+    source: str
+    measured_iter_time_s: float
+    predicted_iter_time_s: float | None
+    reason: str | None = None  # why the row could not be modelled
+    fits_memory: bool | None = None
+
+    @property
+    def error(self) -> float | None:
+        """Signed relative error (predicted - measured) / measured."""
+        if self.predicted_iter_time_s is None:
+            return None
+        return (self.predicted_iter_time_s - self.measured_iter_time_s) / self.measured_iter_time_s
+
+
+def _source_year(source: str) -> int | None:
+    years = [int(y) for y in re.findall(r"(?<!\d)(20[12]\d)(?!\d)", source)]
+    return min(years) if years else None
+
+
+def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Instance, Plan]:
+    md, cl, cf = row["model"], row["cluster"], row["config"]
+    model = ModelSpec(name=row["id"], layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
+                      kv_heads=md.get("kv_heads") or md["heads"], ffn=md["ffn"], vocab=md["vocab"],
+                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]))
+    gpu_name = cl["gpu"]
+    if gpu_name not in catalogue:
+        raise ConfigError(f"GPU type {gpu_name!r} is not in the catalogue")
+    # a run on part of one node (1 or 4 GPUs of an 8-GPU server) is a one-node cluster
+    gpn = min(cl["gpus_per_node"], cl["num_gpus"])
+    if cl["num_gpus"] % gpn:
+        raise ConfigError("num_gpus is not a multiple of gpus_per_node")
+    nic = cl.get("inter_node_Gbps_per_gpu") or DEFAULT_NIC_GBIT_PER_S.get(gpu_name)
+    if nic is None:
+        raise ConfigError("inter_node_Gbps_per_gpu is unknown and the GPU has no default NIC")
+    cluster = ClusterSpec(
+        gpu=catalogue[gpu_name], nodes=cl["num_gpus"] // gpn, gpus_per_node=gpn,
+        intra_node=Link(bw_bytes_per_s=units.gbytes_per_s_to_bytes_per_s(cl["intra_node_GBps_per_gpu"]) / 2,
+                        latency_s=units.us_to_s(INTRA_LATENCY_US)),
+        inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(nic),
+                        latency_s=units.us_to_s(INTER_LATENCY_US)))
+    year = _source_year(row.get("source", ""))
+    attention = Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR else Attention.FLASH
+    job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
+                  attention=attention)
+    inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
+
+    mb = cf.get("micro_batch") or 1
+    dp = cf["dp"]
+    if cf["global_batch"] % (dp * mb):
+        raise ConfigError(f"global_batch {cf['global_batch']} is not a multiple of dp*micro_batch = {dp * mb}")
+    rc = cf.get("recompute") or "unknown"
+    rc = "full" if rc == "unknown" else rc
+    pp, v = cf["pp"], cf.get("virtual_stages") or 1
+    split = default_layer_split(model.layers, pp, v)
+    plan = Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
+                num_micro_batches=cf["global_batch"] // (dp * mb),
+                sequence_parallel=bool(cf.get("sequence_parallel")),
+                recompute=Recompute.SELECTIVE if rc == "selective" else Recompute.NONE,
+                zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
+                full_recompute_layers=split if rc == "full" else (0,) * pp)
+    return inst, plan
+
+
+def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
+                 net: NetEfficiency | None = None) -> list[RowResult]:
+    catalogue = catalogue if catalogue is not None else load_catalogue()
+    net = net if net is not None else NetEfficiency()
+    out = []
+    for row in rows:
+        measured = float(row["measured"]["iter_time_s"])
+        base = dict(id=row["id"], gpu=row["cluster"]["gpu"], source=row.get("source", ""),
+                    measured_iter_time_s=measured)
+        try:
+            inst, plan = row_to_instance_plan(row, catalogue)
+            bd = simulate(inst, plan, net)
+        except (ConfigError, KeyError, ValueError) as e:
+            out.append(RowResult(**base, predicted_iter_time_s=None, reason=str(e)))
+            continue
+        out.append(RowResult(**base, predicted_iter_time_s=bd.iter_time_s, fits_memory=bd.fits))
+    return out
+
+
+def mape(results: list[RowResult]) -> float:
+    errs = [abs(r.error) for r in results if r.error is not None]
+    return sum(errs) / len(errs) if errs else float("nan")
+
+
+def load_rows(path: str) -> list[dict]:
+    with open(path) as fh:
+        rows = yaml.safe_load(fh)
+    if not isinstance(rows, list):
+        raise ConfigError(f"{path}: expected a list of rows")
+    return rows
+
+
+def with_gpu_params(catalogue: dict[str, GpuSpec], **changes) -> dict[str, GpuSpec]:
+    return {k: replace(g, **changes) for k, g in catalogue.items()}

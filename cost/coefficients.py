@@ -1,0 +1,262 @@
+"""Per-stage linear coefficients of one outer configuration: the simulator's contract with the
+formulations and with exhaustive search.
+
+For an `Outer` (degrees, micro-batching, modes), every quantity of an iteration is linear in
+the per-stage layer counts n_s and full-recompute counts r_s, apart from two maxima:
+
+    T_s   = stage_time_s[s] + n_s*layer_time_s[s] + r_s*recompute_time_s[s]
+            (one micro-batch, forward + backward, on stage s, exposed communication included)
+    D_s   = stage_sync_time_s[s] + n_s*layer_sync_time_s[s]
+            (after the last backward: exposed gradient sync, parameter gather, optimizer step)
+    M_s   = stage_mem_bytes[s] + n_s*(layer_state_bytes[s] + layer_act_bytes[s])
+            - r_s*(layer_act_bytes[s] - layer_ckpt_bytes[s])           <= capacity_bytes[s]
+    iteration_time = (m - 1/v) * max_s T_s + sum_s T_s / v + max_s D_s
+
+(see cost/schedule.py for the schedule term). Shapes are (pp,). Per-layer parts are kept by
+name so a breakdown can be reported without re-deriving anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost import comm, memory
+from cost.comm import NetEfficiency
+from cost.flops import BF16_BYTES, layer_elementwise_bytes, layer_matmuls, layer_params, logits_flops
+from cost.flops import embedding_params, output_params
+from cost.specs import Attention, Instance, Outer, Recompute
+
+# Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
+BACKWARD_LINEAR_FACTOR = 2.0
+# FlashAttention backward: recomputes QK^T, then dV, dP, dQ, dK: 5 matmuls vs 2 forward.
+BACKWARD_FLASH_FACTOR = 2.5
+# Elementwise kernels: backward reads the saved input and the output gradient and writes the
+# input gradient: about twice the forward traffic.
+BACKWARD_ELEMENTWISE_FACTOR = 2.0
+# Adam step traffic per parameter shard: read+write fp32 master, m, v (24), read fp32 grad (4),
+# write bf16 weight (2).
+ADAM_STEP_BYTES_PER_PARAM = 30
+# Unfused attention: softmax, mask and dropout each read and write the b*a*s*s score tensor.
+STANDARD_ATTENTION_SCORE_PASSES = 4
+# Gradient reduction precision: Megatron-LM accumulates and all-reduces fp32 gradients (ZeRO
+# 0-2); FSDP full-shard (ZeRO-3) reduce-scatters in the bf16 compute precision.
+GRAD_REDUCE_BYTES = {0: 4, 1: 4, 2: 4, 3: 2}
+
+
+@dataclass(frozen=True)
+class StageCoefficients:
+    outer: Outer
+    layers: int
+    layer_time_s: np.ndarray
+    recompute_time_s: np.ndarray
+    stage_time_s: np.ndarray
+    layer_sync_time_s: np.ndarray
+    stage_sync_time_s: np.ndarray
+    layer_state_bytes: np.ndarray
+    layer_act_bytes: np.ndarray
+    layer_ckpt_bytes: np.ndarray
+    stage_mem_bytes: np.ndarray
+    capacity_bytes: np.ndarray
+    # named parts, per micro-batch (layer_parts sum to layer_time_s, etc.), for breakdowns
+    layer_parts: dict[str, float] = field(default_factory=dict)
+    recompute_parts: dict[str, float] = field(default_factory=dict)
+    stage_parts: list[dict[str, float]] = field(default_factory=list)
+    overlapped_per_layer_s: dict[str, float] = field(default_factory=dict)
+    in_flight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def pp(self) -> int:
+        return self.outer.pp
+
+
+def in_flight_micro_batches(pp: int, m: int, v: int) -> np.ndarray:
+    """Micro-batches whose activations stage s holds at its peak, in units of a whole stage.
+
+    1F1B: stage s runs pp-s forwards before its first backward (Narayanan et al. SC'21, Sec 2.2).
+    Interleaved: Megatron-LM warms up 2*(pp-s-1) + (v-1)*pp chunks, then holds one more; each
+    chunk is 1/v of the stage's layers.
+    """
+    s = np.arange(pp)
+    if v == 1:
+        return np.minimum(pp - s, m).astype(float)
+    chunks = np.minimum(2 * (pp - s - 1) + (v - 1) * pp + 1, m * v)
+    return chunks / v
+
+
+def _mm_time_s(flops: float, gpu) -> float:
+    """Achieved-efficiency model: eff(F) = eff_max * F / (F + F_half), i.e. a fixed per-call
+    cost of F_half FLOPs at full speed. Small matmuls (small h, tp-split, short sequences) run
+    less efficiently; large ones approach eff_max."""
+    return (flops + gpu.matmul_half_flops) / (gpu.peak_flops_per_s * gpu.matmul_eff_max)
+
+
+def _mem_time_s(n_bytes: float, gpu) -> float:
+    return n_bytes / (gpu.hbm_bw_bytes_per_s * gpu.memory_eff)
+
+
+def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
+          reserve_bytes: float = 0.0) -> StageCoefficients:
+    m, cl, gpu = inst.model, inst.cluster, inst.cluster.gpu
+    o = outer
+    tp, cp, pp, dp, b = o.tp, o.cp, o.pp, o.dp, o.micro_batch
+    sp, v, mb = o.sequence_parallel, o.virtual_stages, o.num_micro_batches
+    flash = inst.job.attention is Attention.FLASH
+    tokens = b * m.seq_len / cp
+
+    tp_link, tp_inter = comm.group_link(cl, tp, 1)
+    cp_link, cp_inter = comm.group_link(cl, cp, tp)
+    dp_n = dp * cp  # gradients and ZeRO shards span data and context parallel ranks
+    dp_link, dp_inter = comm.group_link(cl, dp_n, tp)
+    pp_link, pp_inter = comm.group_link(cl, 2, tp * cp * dp) if pp > 1 else (cl.intra_node, False)
+
+    # --- one layer, one micro-batch: compute
+    mms = layer_matmuls(m, b, tp, cp)
+    lin_f = sum(_mm_time_s(f, gpu) for f in mms.linear_calls)
+    attn_f = mms.attention_core / (gpu.peak_flops_per_s * gpu.attention_eff)
+    if flash:
+        attn_b = BACKWARD_FLASH_FACTOR * attn_f
+    else:
+        attn_f = 2 * _mm_time_s(mms.attention_core / 2, gpu)
+        score_bytes = STANDARD_ATTENTION_SCORE_PASSES * BF16_BYTES * b * m.heads / tp * tokens * m.seq_len
+        attn_f += _mem_time_s(score_bytes, gpu)
+        attn_b = BACKWARD_LINEAR_FACTOR * attn_f
+    elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
+    compute_f = lin_f + attn_f + elem_f
+    compute_b = BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f
+
+    # tensor parallel: 2 all-reduces forward, 2 backward (with sp: all-gather + reduce-scatter
+    # pairs of the same ring volume); on the critical path (Megatron-LM default, no TP overlap)
+    act_bytes = tokens * m.hidden * BF16_BYTES
+    tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net)
+    tp_b = tp_f
+
+    # context parallel: ring exchange of K,V blocks (cp-1 steps), backward also returns dK,dV;
+    # overlapped with the attention core (Liu et al. 2023, Ring Attention)
+    kv_bytes = 2 * tokens * m.kv_hidden / min(tp, m.kv_heads) * BF16_BYTES
+    cp_f = (cp - 1) * comm.p2p_time_s(kv_bytes, cp_link, cp_inter, net) if cp > 1 else 0.0
+    cp_b = 2 * cp_f
+    cp_exp_f, cp_exp_b = max(0.0, cp_f - attn_f), max(0.0, cp_b - attn_b)
+
+    fwd = compute_f + tp_f + cp_exp_f
+    bwd = compute_b + tp_b + cp_exp_b
+    selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
+    bwd += selective_extra
+    rc_fwd = fwd - selective_extra  # full recompute replays the whole forward
+
+    # ZeRO-3: gather this layer's weights before forward and backward, reduce-scatter grads
+    # after backward, each prefetched behind the neighbouring layer's compute (FSDP)
+    lp = layer_params(m) / tp
+    z3_f = z3_b = z3_b_rc = 0.0
+    if o.zero == 3 and dp_n > 1:
+        ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+        rs = comm.all_gather_time_s(lp * GRAD_REDUCE_BYTES[3], dp_n, dp_link, dp_inter, net)
+        z3_f = max(0.0, ag - fwd)
+        z3_b = max(0.0, ag + rs - bwd)
+        z3_b_rc = max(0.0, ag + rs - bwd - rc_fwd)
+        zero3_total = 2 * ag + rs
+    else:
+        zero3_total = 0.0
+
+    layer_time = fwd + bwd + z3_f + z3_b
+    recompute_time = rc_fwd + z3_b_rc - z3_b
+    layer_parts = {
+        "compute": compute_f + compute_b + selective_extra,
+        "tp_comm": tp_f + tp_b,
+        "cp_comm_exposed": cp_exp_f + cp_exp_b,
+        "zero3_comm_exposed": z3_f + z3_b,
+    }
+    overlapped = {
+        "cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b,
+        "zero3_comm": zero3_total - z3_f - z3_b,
+    }
+
+    # --- per layer, once per iteration: gradient sync and optimizer step
+    shard = dp_n if o.zero >= 1 else 1
+    step_s = _mem_time_s(lp / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
+    if o.zero == 3:
+        g_sync, g_exposed, ag_after = 0.0, 0.0, 0.0
+    else:
+        gb = lp * GRAD_REDUCE_BYTES[o.zero]
+        if o.zero == 0:
+            g_sync = comm.all_reduce_time_s(gb, dp_n, dp_link, dp_inter, net)
+            ag_after = 0.0
+        else:  # distributed optimizer: reduce-scatter grads, all-gather updated bf16 weights
+            g_sync = comm.all_gather_time_s(gb, dp_n, dp_link, dp_inter, net)
+            ag_after = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+        # a layer's reduction overlaps the last micro-batch's backward of the layers below it
+        g_exposed = max(0.0, g_sync - bwd)
+    overlapped["dp_grad_sync"] = g_sync - g_exposed
+    layer_sync = g_exposed + ag_after + step_s
+
+    # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
+    stage_time = np.zeros(pp)
+    stage_sync = np.zeros(pp)
+    stage_parts: list[dict[str, float]] = [dict() for _ in range(pp)]
+    emb_io = tokens * m.hidden * BF16_BYTES
+    emb_f = _mem_time_s(2 * emb_io, gpu) + comm.all_reduce_time_s(emb_io, tp, tp_link, tp_inter, net)
+    emb_b = _mem_time_s(3 * emb_io, gpu)
+    stage_parts[0]["embedding"] = emb_f + emb_b
+    logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gpu)
+    ce_bytes = tokens * m.vocab / tp * (BF16_BYTES + 4)
+    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + 2 * _mem_time_s(ce_bytes, gpu)
+    head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gpu)  # final norm fwd + bwd
+    stage_parts[-1]["output_layer"] = head
+    if pp > 1:
+        p2p_bytes = emb_io / (tp if sp else 1)
+        p2p = 2 * v * comm.p2p_time_s(p2p_bytes, pp_link, pp_inter, net)
+        for s in range(pp):
+            stage_parts[s]["pp_p2p"] = p2p
+    for s in range(pp):
+        stage_time[s] = sum(stage_parts[s].values())
+
+    emb_state_params = [0.0] * pp
+    emb_state_params[0] += embedding_params(m) / tp
+    emb_state_params[-1] += (output_params(m) if (pp == 1 or not m.tied_embeddings)
+                             else embedding_params(m) + m.hidden) / tp
+    for s in range(pp):
+        p = emb_state_params[s]
+        step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
+        if o.zero == 3:
+            sync = comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[3], dp_n, dp_link, dp_inter, net)
+        elif o.zero == 0:
+            sync = comm.all_reduce_time_s(p * GRAD_REDUCE_BYTES[0], dp_n, dp_link, dp_inter, net)
+        else:
+            sync = (comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[o.zero], dp_n, dp_link, dp_inter, net)
+                    + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
+        # the last bucket of layer gradients cannot hide behind any remaining backward
+        stage_sync[s] = sync + step + (g_sync - g_exposed)
+    if pp > 1 and m.tied_embeddings:
+        tie = comm.all_reduce_time_s(embedding_params(m) / tp * GRAD_REDUCE_BYTES[0], 2, pp_link, pp_inter, net)
+        stage_sync[0] += tie
+        stage_sync[-1] += tie
+
+    # --- memory
+    inflight = in_flight_micro_batches(pp, mb, v)
+    act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash)
+            if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp))
+    ckpt1 = memory.checkpoint_activation_bytes(m, b, tp, cp, sp)
+    state = memory.layer_state_bytes(m, tp, o.zero, dp_n)
+    stage_mem = np.zeros(pp)
+    for s in range(pp):
+        stage_mem[s] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, s == 0, s == pp - 1)
+        # backward workspace: gradients of one layer's activations for one micro-batch
+        stage_mem[s] += memory.layer_activation_bytes(m, b, tp, cp, sp, flash)
+        stage_mem[s] += memory.RUNTIME_ALLOWANCE_BYTES
+        if o.zero == 3:  # the gathered layer and the one being prefetched
+            stage_mem[s] += 2 * layer_params(m) / tp * BF16_BYTES
+    stage_mem[-1] += memory.logits_activation_bytes(m, b, tp, cp)
+
+    def col(x: float) -> np.ndarray:
+        return np.full(pp, float(x))
+
+    return StageCoefficients(
+        outer=o, layers=m.layers,
+        layer_time_s=col(layer_time), recompute_time_s=col(recompute_time), stage_time_s=stage_time,
+        layer_sync_time_s=col(layer_sync), stage_sync_time_s=stage_sync,
+        layer_state_bytes=col(state), layer_act_bytes=act1 * inflight, layer_ckpt_bytes=ckpt1 * inflight,
+        stage_mem_bytes=stage_mem, capacity_bytes=col(gpu.hbm_bytes - reserve_bytes),
+        layer_parts=layer_parts, recompute_parts={"recompute": recompute_time},
+        stage_parts=stage_parts, overlapped_per_layer_s=overlapped, in_flight=inflight,
+    )

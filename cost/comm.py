@@ -1,0 +1,63 @@
+"""Alpha-beta times of the collectives that parallel training issues.
+
+Ring algorithms (Thakur, Rabenseifner & Gropp 2005; NCCL's ring): for n ranks and a payload of
+B bytes (the *full* tensor), all-reduce moves 2(n-1)/n * B per rank in 2(n-1) steps; all-gather
+and reduce-scatter move (n-1)/n * B in n-1 steps. Each step pays the link latency alpha.
+Bandwidth is the one-direction bandwidth of the slowest link the group spans, scaled by an
+achieved-efficiency factor (NCCL bus bandwidth vs. wire speed).
+
+Rank layout follows Megatron-LM's default order: tp varies fastest, then cp, then dp, then pp.
+A group whose members lie `stride` ranks apart and span `size * stride` consecutive ranks stays
+inside one node iff `size * stride <= gpus_per_node`.
+
+A group that spans nodes with g members in each node runs g rings (NCCL channels) side by side,
+one through each member's NIC, so its per-rank bandwidth is min(NVLink, g * NIC): a tp=8, dp=N
+gradient all-reduce (g = 1) is NIC-bound, an FSDP group over whole 8-GPU nodes (g = 8) gets the
+node's aggregate NIC bandwidth (as nccl-tests' bus bandwidth on multi-node DGX systems shows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost.specs import ClusterSpec, Link
+
+
+@dataclass(frozen=True, slots=True)
+class NetEfficiency:
+    """Achieved fraction of wire bandwidth (fitted; see cost/calibration.py)."""
+
+    intra_node: float = 0.8
+    inter_node: float = 0.8
+
+
+def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool]:
+    """The effective link of a group of `size` ranks `stride` apart, and whether it is inter-node."""
+    if size * stride <= cluster.gpus_per_node:
+        return cluster.intra_node, False
+    per_node = max(1, min(size, cluster.gpus_per_node // stride))
+    bw = min(cluster.intra_node.bw_bytes_per_s, per_node * cluster.inter_node.bw_bytes_per_s)
+    return Link(bw_bytes_per_s=bw, latency_s=cluster.inter_node.latency_s), True
+
+
+def _bw(link: Link, inter: bool, eff: NetEfficiency) -> float:
+    return link.bw_bytes_per_s * (eff.inter_node if inter else eff.intra_node)
+
+
+def all_reduce_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency) -> float:
+    if n <= 1 or n_bytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * n_bytes / _bw(link, inter, eff) + 2 * (n - 1) * link.latency_s
+
+
+def all_gather_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency) -> float:
+    """Also the time of a reduce-scatter of the same full-tensor size."""
+    if n <= 1 or n_bytes <= 0:
+        return 0.0
+    return (n - 1) / n * n_bytes / _bw(link, inter, eff) + (n - 1) * link.latency_s
+
+
+def p2p_time_s(n_bytes: float, link: Link, inter: bool, eff: NetEfficiency) -> float:
+    if n_bytes <= 0:
+        return 0.0
+    return n_bytes / _bw(link, inter, eff) + link.latency_s

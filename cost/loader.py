@@ -1,0 +1,566 @@
+"""The one place YAML is read: GPU catalogue, planning instances and plans.
+
+Every number is converted to internal units (cost/units.py) here, once; every problem raises
+`InstanceError(path, field, problem, fix)` naming the file and the dotted field.
+
+Instance file (units in the key names; "required" unless a default is given)::
+
+    name: llama3-70b-512xH100        # string
+    model:
+      name: llama3-70b               # default: the instance name
+      layers: 80                     # integer, at most 10**6
+      hidden: 8192                   # divisible by heads
+      heads: 64                      # divisible by kv_heads
+      kv_heads: 8                    # default: heads (multi-head attention)
+      ffn: 28672
+      vocab: 128256
+      seq_len: 8192                  # tokens per sequence
+      mlp: swiglu                    # gelu | swiglu
+      tied_embeddings: false         # default false
+    cluster:
+      gpu: H100-SXM5-80GB            # a cost/gpus.yaml name or one defined under gpu_types
+      nodes: 64
+      gpus_per_node: 8
+      intra_node_link: nvlink        # nvlink | pcie, default nvlink
+      intra_node_gbytes_per_s: 900   # GB/s per GPU, bidirectional aggregate as vendors quote it
+      intra_node_latency_us: 5       # microseconds, default 5
+      nic_gbit_per_s: 400            # Gbit/s per GPU, one direction
+      inter_node_latency_us: 10      # microseconds, default 10
+    job:
+      global_batch: 1024             # sequences per optimizer step
+      precision: bf16                # bf16 | fp16, default bf16
+      optimizer: adam                # adam, default adam
+    gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
+      MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
+    search: {}                       # optional mapping for the planner: load_search_section()
+
+Links are stored one direction per GPU: the NVLink figure is halved (900 GB/s -> 450e9 bytes/s)
+and the NIC figure is only converted (400 Gbit/s -> 50e9 bytes/s).
+
+Plan file, at top level or under a `plan:` key::
+
+    tp: 8
+    pp: 4
+    dp: 2
+    cp: 1                            # default 1
+    micro_batch: 1                   # sequences per micro-batch
+    num_micro_batches: 64            # default global_batch / (dp * micro_batch), must divide
+    sequence_parallel: true          # default false
+    recompute: selective             # none | selective | full, default none
+    zero: 1                          # 0..3, default 0
+    virtual_stages: 1                # default 1
+    layers_per_stage: [20, 20, 20, 20]   # default: default_layer_split()
+    full_recompute_layers: [0, 0, 0, 0]  # default all 0, or layers_per_stage for recompute: full
+
+`recompute: full` becomes `Recompute.NONE` with every layer in `full_recompute_layers` (unless
+that list is given); `plan_to_mapping` writes it back the same way.
+
+Typed strictly: a bool or 8.0 is not an integer, "400" is not a number, NaN/inf are refused.
+Integers above 10**9 (and layers above 10**6) are refused as typos before anything is sized by
+them. Unknown keys are errors with a "did you mean" hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from cost import units
+from cost.errors import ConfigError, InstanceError
+from cost.specs import (ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+                        Optimizer, Plan, Precision, Recompute)
+
+CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
+
+_MAX_INT = 10**9
+_MAX_LAYERS = 10**6  # bounds the per-stage lists a default split allocates (pp <= layers)
+_MAX_NUMBER = 1e9  # in the key's own unit; anything larger is a unit mistake, not hardware
+_GFLOP_FLOPS = 1e9  # belongs in cost/units.py, which has no GFLOP helper yet
+
+_TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
+_MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
+               "tied_embeddings")
+_CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
+                 "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
+_JOB_KEYS = ("global_batch", "precision", "optimizer")
+_GPU_KEYS = ("peak_tflops_bf16", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
+             "matmul_half_gflops", "memory_eff")
+_PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
+              "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers")
+_LINK_KINDS = ("nvlink", "pcie")
+_RECOMPUTE_FULL = "full"
+
+_REQUIRED = object()
+
+
+# --- reading files -------------------------------------------------------------------------
+
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, which PyYAML would silently let the last win."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # '<<' merges may legitimately repeat keys they override
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _DuplicateKeyError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _read_yaml(path: str | Path) -> Any:
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InstanceError(name, "<file>", "file not found", "check the path") from None
+    except IsADirectoryError:
+        raise InstanceError(name, "<file>", "is a directory",
+                            "give the path of a .yaml file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InstanceError(name, "<file>", f"cannot be read ({e})",
+                            "check its permissions and that it is UTF-8 text") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKeyError as e:
+        raise InstanceError(name, _where(e), str(e.problem),
+                            "keep only one of the two entries") from None
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InstanceError(name, _where(e), f"malformed YAML: {problem}",
+                            "fix the YAML syntax there; indentation, a missing ':' or an unclosed"
+                            " quote are the usual causes") from None
+    if data is None:
+        raise InstanceError(name, "<file>", "file is empty",
+                            "write the mapping described in cost/loader.py's docstring")
+    return data
+
+
+def _where(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
+
+
+# --- typed access to one mapping -----------------------------------------------------------
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _looks_numeric(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+class _Section:
+    """One YAML mapping being read; knows its file and dotted prefix so errors can name both."""
+
+    def __init__(self, raw: Any, path: str, prefix: str, allowed: tuple[str, ...] | None):
+        self.path, self.prefix = path, prefix
+        if not isinstance(raw, dict):
+            raise InstanceError(path, prefix or "<top level>",
+                                f"expected a mapping, got {_describe(raw)}",
+                                "write indented 'key: value' lines there")
+        for key in raw:
+            if not isinstance(key, str) or not key:
+                raise InstanceError(path, self.field(str(key)), f"key {key!r} is not a name",
+                                    "use a non-empty string as the key")
+            if allowed is not None and key not in allowed:
+                raise InstanceError(path, self.field(key), f"unknown key '{key}'",
+                                    _suggest(key, allowed))
+        self.raw = raw
+
+    def field(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def error(self, key: str, problem: str, fix: str) -> InstanceError:
+        return InstanceError(self.path, self.field(key), problem, fix)
+
+    def has(self, key: str) -> bool:
+        return key in self.raw
+
+    def _get(self, key: str, default: Any, what: str) -> Any:
+        if key not in self.raw:
+            if default is _REQUIRED:
+                where = f" under '{self.prefix}'" if self.prefix else ""
+                raise self.error(key, f"missing required key '{key}'",
+                                 f"add '{key}: <{what}>'{where}")
+            return default
+        return self.raw[key]
+
+    def section(self, key: str, allowed: tuple[str, ...] | None) -> _Section:
+        return _Section(self._get(key, _REQUIRED, "mapping"), self.path, self.field(key), allowed)
+
+    def integer(self, key: str, default: Any = _REQUIRED, *, lo: int = 1,
+                hi: int = _MAX_INT) -> int:
+        value = self._get(key, default, "integer")
+        return value if value is default else _check_int(value, self.path, self.field(key), lo, hi)
+
+    def number(self, key: str, default: Any = _REQUIRED, *, positive: bool = True,
+               hi: float = _MAX_NUMBER) -> float:
+        value = self._get(key, default, "number")
+        if value is default:
+            return value
+        if not _is_number(value):
+            raise self.error(key, f"expected a number, got {_describe(value)}", _number_fix(value))
+        if not math.isfinite(value):
+            raise self.error(key, f"{value} is not a finite number", "give a finite value")
+        if positive and value <= 0:
+            raise self.error(key, f"must be > 0, got {value}", "give a positive value")
+        if value < 0:
+            raise self.error(key, f"must be >= 0, got {value}", "give zero or a positive value")
+        if value > hi:
+            fix = "check the unit in the key's name" if hi == _MAX_NUMBER else f"give at most {hi:g}"
+            raise self.error(key, f"{value} is larger than {hi:g}", fix)
+        return float(value)
+
+    def string(self, key: str, default: Any = _REQUIRED) -> str:
+        value = self._get(key, default, "string")
+        if value is default:
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"expected a non-empty string, got {_describe(value)}",
+                             "write a name (quote it if YAML reads it as a number)")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key, default, "true|false")
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {_describe(value)}",
+                             "write true or false")
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: Any = _REQUIRED) -> str:
+        value = self._get(key, default, " | ".join(allowed))
+        if not isinstance(value, str) or value not in allowed:
+            shown = repr(value) if isinstance(value, str) else _describe(value)
+            raise self.error(key, f"unknown value {shown}", "use one of: " + ", ".join(allowed))
+        return value
+
+    def int_list(self, key: str, length: int, *, lo: int) -> tuple[int, ...] | None:
+        """The list under `key`, or None when the key is absent."""
+        if key not in self.raw:
+            return None
+        value = self.raw[key]
+        if not isinstance(value, list):
+            raise self.error(key, f"expected a list of integers, got {_describe(value)}",
+                             f"write a list like [{', '.join(['1'] * min(length, 4))}]")
+        if len(value) != length:
+            raise self.error(key, f"has {len(value)} entries but pp = {length}",
+                             "give one entry per pipeline stage")
+        return tuple(_check_int(v, self.path, f"{self.field(key)}[{i}]", lo, _MAX_INT)
+                     for i, v in enumerate(value))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number_fix(value: Any, *, integer: bool = False) -> str:
+    if isinstance(value, bool):
+        return "write a number, not true/false"
+    if isinstance(value, str) and _looks_numeric(value):
+        if "e" in value.lower() and "." not in value:
+            # YAML 1.1, which PyYAML follows, only reads exponents with a '.' as floats.
+            if integer:
+                return f"YAML reads {value} as text; write {float(value):.0f}"
+            return f"YAML reads {value} as text; write {value.lower().replace('e', '.0e', 1)}"
+        return "remove the quotes"
+    return "write a whole number" if integer else "write a plain number"
+
+
+def _check_int(value: Any, path: str, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            fix = f"write {int(value)} without the decimal point"
+        else:
+            fix = _number_fix(value, integer=True)
+        raise InstanceError(path, field, f"expected an integer, got {_describe(value)}", fix)
+    if value < lo:
+        raise InstanceError(path, field, f"must be >= {lo}, got {value}",
+                            "give a positive integer" if lo == 1 else f"give at least {lo}")
+    if value > hi:
+        if hi >= _MAX_LAYERS:  # a typo guard rather than a real limit
+            raise InstanceError(path, field, f"{value} is absurdly large (more than {hi:,})",
+                                "check for a typo: extra digits, or a size where a count belongs")
+        raise InstanceError(path, field, f"must be <= {hi}, got {value}", f"give at most {hi}")
+    return value
+
+
+def _suggest(key: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return "remove it; allowed keys are " + ", ".join(allowed)
+
+
+def _values(enum: type[Enum]) -> tuple[str, ...]:
+    return tuple(member.value for member in enum)
+
+
+@contextmanager
+def _config_errors_as(path: str, field: str, fix: str) -> Iterator[None]:
+    """Re-raise the records' own ConfigError as a file-level InstanceError."""
+    try:
+        yield
+    except ConfigError as e:
+        raise InstanceError(path, field, str(e), fix) from None
+
+
+# --- GPU catalogue -------------------------------------------------------------------------
+
+def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> GpuSpec:
+    """One GPU type from its YAML mapping (catalogue entry or user `gpu_types` entry)."""
+    sec = _Section(mapping, str(path), field_prefix, _GPU_KEYS)
+    optional = {}  # absent efficiency keys fall back to GpuSpec's defaults
+    if sec.has("matmul_eff_max"):
+        optional["matmul_eff_max"] = sec.number("matmul_eff_max", hi=1.0)
+    if sec.has("matmul_half_gflops"):
+        half_gflops = sec.number("matmul_half_gflops", positive=False)
+        optional["matmul_half_flops"] = half_gflops * _GFLOP_FLOPS
+    if sec.has("memory_eff"):
+        optional["memory_eff"] = sec.number("memory_eff", hi=1.0)
+    with _config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
+        return GpuSpec(
+            name=name,
+            peak_flops_per_s=units.tflops_to_flops_per_s(sec.number("peak_tflops_bf16")),
+            hbm_bytes=units.gib_to_bytes(sec.number("hbm_gib")),
+            hbm_bw_bytes_per_s=units.gbytes_per_s_to_bytes_per_s(sec.number("hbm_gbytes_per_s")),
+            **optional,
+        )
+
+
+def _gpu_types(raw: Any, path: str, prefix: str) -> dict[str, GpuSpec]:
+    sec = _Section(raw, path, prefix, None)
+    return {name: gpu_from_mapping(name, spec, path, sec.field(name))
+            for name, spec in sec.raw.items()}
+
+
+def load_catalogue(path: str | Path | None = None) -> dict[str, GpuSpec]:
+    """GPU types by name, from `path` or the bundled cost/gpus.yaml."""
+    path = CATALOGUE_PATH if path is None else path
+    return _gpu_types(_read_yaml(path), str(path), "")
+
+
+# --- instances -----------------------------------------------------------------------------
+
+def load_instance(path: str | Path) -> Instance:
+    path = str(path)
+    top = _Section(_read_yaml(path), path, "", _TOP_KEYS)
+    name = top.string("name")
+    gpus = load_catalogue()
+    if top.has("gpu_types"):
+        user = _gpu_types(top.raw["gpu_types"], path, "gpu_types")
+        clashes = sorted(user.keys() & gpus.keys())
+        if clashes:
+            raise InstanceError(path, f"gpu_types.{clashes[0]}",
+                                "name clashes with the bundled catalogue",
+                                f"rename it, e.g. to '{clashes[0]}-custom', or drop it to use"
+                                " the catalogue entry")
+        gpus.update(user)
+    if top.has("search"):
+        top.section("search", None)
+    return Instance(
+        name=name,
+        model=_model(top.section("model", _MODEL_KEYS), name),
+        cluster=_cluster(top.section("cluster", _CLUSTER_KEYS), gpus),
+        job=_job(top.section("job", _JOB_KEYS)),
+        source=path,
+    )
+
+
+def load_search_section(path: str | Path) -> dict:
+    """The instance's raw `search:` mapping ({} when absent); the planner validates its keys."""
+    path = str(path)
+    top = _Section(_read_yaml(path), path, "", _TOP_KEYS)
+    return dict(top.section("search", None).raw) if top.has("search") else {}
+
+
+def _model(sec: _Section, instance_name: str) -> ModelSpec:
+    heads = sec.integer("heads")
+    kv_heads = sec.integer("kv_heads", heads)
+    hidden = sec.integer("hidden")
+    if hidden % heads:
+        raise sec.error("heads", f"hidden={hidden} is not divisible by heads={heads}",
+                        "choose heads so that the head dimension hidden / heads is an integer")
+    if heads % kv_heads:
+        raise sec.error("kv_heads", f"heads={heads} is not divisible by kv_heads={kv_heads}",
+                        "kv_heads must divide heads: each key/value head serves"
+                        " heads / kv_heads query heads")
+    with _config_errors_as(sec.path, sec.prefix, "correct the model's sizes"):
+        return ModelSpec(
+            name=sec.string("name", instance_name),
+            layers=sec.integer("layers", hi=_MAX_LAYERS),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            ffn=sec.integer("ffn"),
+            vocab=sec.integer("vocab"),
+            seq_len=sec.integer("seq_len"),
+            mlp=Mlp(sec.choice("mlp", _values(Mlp))),
+            tied_embeddings=sec.boolean("tied_embeddings", False),
+        )
+
+
+def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
+    gpu_name = sec.string("gpu")
+    if gpu_name not in gpus:
+        close = difflib.get_close_matches(gpu_name, gpus, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise sec.error("gpu", f"unknown GPU type '{gpu_name}'",
+                        f"{hint}known types: {', '.join(sorted(gpus))};"
+                        " or define it under gpu_types")
+    # Vendors quote NVLink as the sum of both directions; a transfer sees one direction.
+    intra_gbytes_per_s = sec.number("intra_node_gbytes_per_s")
+    intra_bw_bytes_per_s = units.gbytes_per_s_to_bytes_per_s(intra_gbytes_per_s) / 2
+    with _config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
+        return ClusterSpec(
+            gpu=gpus[gpu_name],
+            nodes=sec.integer("nodes"),
+            gpus_per_node=sec.integer("gpus_per_node"),
+            intra_node=Link(
+                bw_bytes_per_s=intra_bw_bytes_per_s,
+                latency_s=units.us_to_s(sec.number("intra_node_latency_us", 5.0, positive=False)),
+            ),
+            inter_node=Link(
+                bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(sec.number("nic_gbit_per_s")),
+                latency_s=units.us_to_s(sec.number("inter_node_latency_us", 10.0, positive=False)),
+            ),
+            intra_node_kind=sec.choice("intra_node_link", _LINK_KINDS, "nvlink"),
+        )
+
+
+def _job(sec: _Section) -> JobSpec:
+    with _config_errors_as(sec.path, sec.prefix, "correct the job description"):
+        return JobSpec(
+            global_batch=sec.integer("global_batch"),
+            precision=Precision(sec.choice("precision", _values(Precision), Precision.BF16.value)),
+            optimizer=Optimizer(sec.choice("optimizer", _values(Optimizer), Optimizer.ADAM.value)),
+        )
+
+
+# --- plans ---------------------------------------------------------------------------------
+
+def default_layer_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
+    """Layers per pipeline stage when the plan gives none: as even as possible.
+
+    The split is done in chunks of `virtual_stages` layers, so every stage stays divisible by
+    it. Leftover chunks go one each to the middle stages 1..pp-2, because the first and last
+    stages also carry the embedding and the output layer. Only when the leftover is pp-1 does
+    one more go to stage 0: the embedding lookup is nearly free, while the last stage's output
+    projection and loss cost about a layer of compute. E.g. 10 layers on 4 stages: [2, 3, 3, 2];
+    7 layers on 4 stages: [2, 2, 2, 1].
+    """
+    assert layers % virtual_stages == 0 and layers // virtual_stages >= pp >= 1
+    chunks, leftover = divmod(layers // virtual_stages, pp)
+    counts = [chunks] * pp
+    for stage in [*range(1, pp - 1), 0][:leftover]:
+        counts[stage] += 1
+    return tuple(c * virtual_stages for c in counts)
+
+
+def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> Plan:
+    """A Plan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
+    path = str(path)
+    if isinstance(mapping, dict) and list(mapping) == ["plan"]:
+        mapping = mapping["plan"]
+    sec = _Section(mapping, path, "plan", _PLAN_KEYS)
+    tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
+    micro_batch = sec.integer("micro_batch")
+    virtual_stages = sec.integer("virtual_stages", 1)
+    recompute = sec.choice("recompute", (*_values(Recompute), _RECOMPUTE_FULL),
+                           Recompute.NONE.value)
+
+    layers_per_stage = sec.int_list("layers_per_stage", pp, lo=1)
+    if layers_per_stage is None:
+        layers = inst.model.layers
+        if layers % virtual_stages:
+            raise sec.error("virtual_stages", f"the model's {layers} layers do not divide into"
+                            f" chunks of virtual_stages={virtual_stages}",
+                            "choose virtual_stages dividing the layer count")
+        if layers // virtual_stages < pp:
+            raise sec.error("pp", f"pp={pp} stages x virtual_stages={virtual_stages} exceed the"
+                            f" model's {layers} layers", "use fewer pipeline stages")
+        layers_per_stage = default_layer_split(layers, pp, virtual_stages)
+
+    full = sec.int_list("full_recompute_layers", pp, lo=0)
+    if full is None:
+        full = layers_per_stage if recompute == _RECOMPUTE_FULL else (0,) * pp
+
+    if sec.has("num_micro_batches"):
+        num_micro_batches = sec.integer("num_micro_batches")
+    else:
+        batch = inst.job.global_batch
+        if batch % (dp * micro_batch):
+            raise sec.error("num_micro_batches", f"cannot be derived: global_batch={batch} is not"
+                            f" divisible by dp*micro_batch={dp * micro_batch}",
+                            "choose dp and micro_batch whose product divides global_batch")
+        num_micro_batches = batch // (dp * micro_batch)
+
+    m = inst.model
+    agree = (f"make the plan agree with instance '{inst.name}': {inst.cluster.num_gpus} GPUs,"
+             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads,"
+             f" {m.kv_heads} kv_heads, seq_len {m.seq_len}")
+    with _config_errors_as(path, "plan", agree):
+        plan = Plan(
+            tp=tp, pp=pp, dp=dp, cp=sec.integer("cp", 1),
+            micro_batch=micro_batch,
+            num_micro_batches=num_micro_batches,
+            sequence_parallel=sec.boolean("sequence_parallel", False),
+            recompute=Recompute.NONE if recompute == _RECOMPUTE_FULL else Recompute(recompute),
+            zero=sec.integer("zero", 0, lo=0, hi=3),
+            virtual_stages=virtual_stages,
+            layers_per_stage=layers_per_stage,
+            full_recompute_layers=full,
+        )
+        plan.check_against(inst)
+    return plan
+
+
+def load_plan(path: str | Path, inst: Instance) -> Plan:
+    return plan_from_mapping(_read_yaml(path), inst, str(path))
+
+
+def plan_to_mapping(plan: Plan) -> dict:
+    """Plain YAML-safe mapping that plan_from_mapping / load_plan turn back into `plan`."""
+    out = {
+        "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp,
+        "micro_batch": plan.micro_batch,
+        "num_micro_batches": plan.num_micro_batches,
+        "sequence_parallel": plan.sequence_parallel,
+        "recompute": plan.recompute.value,
+        "zero": plan.zero,
+        "virtual_stages": plan.virtual_stages,
+        "layers_per_stage": list(plan.layers_per_stage),
+        "full_recompute_layers": list(plan.full_recompute_layers),
+    }
+    # Only with NONE does `full` read back as the same Plan (full maps to NONE).
+    if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
+        out["recompute"] = _RECOMPUTE_FULL
+        del out["full_recompute_layers"]
+    return out

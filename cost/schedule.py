@@ -1,0 +1,48 @@
+"""Iteration time and peak memory of layer splits, vectorised over many splits at once.
+
+Pipeline schedule term (1F1B, Narayanan et al. SC'21 Sec. 2.2; bubble (p-1)/m of the ideal
+time): with per-micro-batch stage times T_s and m micro-batches, the steady state is paced by
+the slowest stage and the fill/drain passes once through every other stage,
+
+    pipeline_time = m * max_s T_s + (sum_s T_s - max_s T_s) / v
+
+which is (m + p - 1) * T for uniform 1F1B and m*T + (p-1)*T/v for the interleaved schedule
+(Sec. 2.2.2: the bubble shrinks by the number of model chunks v). Gradient sync and the
+optimizer step follow the last backward: iteration_time = pipeline_time + max_s D_s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost.coefficients import StageCoefficients
+
+
+def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """T_s for splits n (..., pp) layers and r (..., pp) fully recomputed layers."""
+    return c.stage_time_s + n * c.layer_time_s + r * c.recompute_time_s
+
+
+def sync_times_s(c: StageCoefficients, n: np.ndarray) -> np.ndarray:
+    return c.stage_sync_time_s + n * c.layer_sync_time_s
+
+
+def stage_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    return (c.stage_mem_bytes + n * (c.layer_state_bytes + c.layer_act_bytes)
+            - r * (c.layer_act_bytes - c.layer_ckpt_bytes))
+
+
+def pipeline_time_s(t: np.ndarray, m: int, v: int) -> np.ndarray:
+    t_max = t.max(axis=-1)
+    return m * t_max + (t.sum(axis=-1) - t_max) / v
+
+
+def iteration_time_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    n, r = np.asarray(n, float), np.asarray(r, float)
+    t = stage_times_s(c, n, r)
+    return (pipeline_time_s(t, c.outer.num_micro_batches, c.outer.virtual_stages)
+            + sync_times_s(c, n).max(axis=-1))
+
+
+def fits(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    return (stage_mem_bytes(c, np.asarray(n, float), np.asarray(r, float)) <= c.capacity_bytes).all(axis=-1)

@@ -1,0 +1,241 @@
+"""Frozen records for everything the simulator reads: model, GPU, cluster, job, plan.
+
+All numbers are in internal units (seconds, bytes, FLOP/s, bytes/s); the loader converts the
+YAML's unit-carrying keys before building these. Records validate their own invariants in
+`__post_init__` with `ConfigError`; file-level messages (which file, which key) are the
+loader's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from cost.errors import ConfigError
+
+
+class Mlp(str, Enum):
+    GELU = "gelu"  # two matmuls: hidden -> ffn -> hidden
+    SWIGLU = "swiglu"  # three matmuls: gate and up (hidden -> ffn), down (ffn -> hidden)
+
+
+class Recompute(str, Enum):
+    """Activation recomputation of the layers that are *not* fully recomputed.
+
+    Full recomputation is a per-stage layer count (`Plan.full_recompute_layers`), as in
+    Megatron-LM's `--recompute-method block --recompute-num-layers N`.
+    """
+
+    NONE = "none"
+    SELECTIVE = "selective"  # Korthikanti et al. 2022: recompute only the attention core
+
+
+class Precision(str, Enum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+class Attention(str, Enum):
+    FLASH = "flash"  # fused kernel: no s x s score matrix stored, scores recomputed in backward
+    STANDARD = "standard"  # unfused softmax(QK^T)V: scores stored (Korthikanti's 5as/h term)
+
+
+class Optimizer(str, Enum):
+    ADAM = "adam"  # Adam with mixed precision: fp32 master weights, two fp32 moments
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    mlp: Mlp = Mlp.GELU
+    tied_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be >= 1")
+        if self.hidden % self.heads:
+            raise ConfigError("model.hidden must be divisible by model.heads")
+        if self.heads % self.kv_heads:
+            raise ConfigError("model.heads must be divisible by model.kv_heads")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the K (or V) projection: kv_heads * head_dim (GQA; == hidden for MHA)."""
+        return self.kv_heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """One GPU type: datasheet numbers plus the fitted achieved-efficiency parameters.
+
+    Efficiency model (cost/efficiency.py): a matmul of F FLOPs runs at
+    `peak_flops_per_s * matmul_eff_max * F / (F + matmul_half_flops)`.
+    """
+
+    name: str
+    peak_flops_per_s: float  # dense bf16/fp16 tensor-core peak
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    matmul_eff_max: float = 0.75
+    matmul_half_flops: float = 2e9
+    memory_eff: float = 0.7  # achieved fraction of HBM bandwidth in elementwise kernels
+    attention_eff: float = 0.4  # achieved fraction of peak in the fused attention core
+
+    def __post_init__(self) -> None:
+        if min(self.peak_flops_per_s, self.hbm_bytes, self.hbm_bw_bytes_per_s) <= 0:
+            raise ConfigError(f"gpu {self.name}: peak FLOP/s, HBM size and bandwidth must be > 0")
+        if not all(0 < e <= 1 for e in (self.matmul_eff_max, self.memory_eff, self.attention_eff)):
+            raise ConfigError(f"gpu {self.name}: efficiencies must lie in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Link:
+    """A point-to-point path as seen by one GPU: unidirectional bandwidth and per-message latency."""
+
+    bw_bytes_per_s: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        if self.bw_bytes_per_s <= 0 or self.latency_s < 0:
+            raise ConfigError("link bandwidth must be > 0 and latency >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    intra_node: Link  # NVLink/NVSwitch or PCIe, per GPU, one direction
+    inter_node: Link  # NIC share of one GPU, one direction
+    intra_node_kind: str = "nvlink"
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ConfigError("cluster.nodes and cluster.gpus_per_node must be >= 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    global_batch: int  # sequences per optimizer step
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAM
+    attention: Attention = Attention.FLASH
+
+    def __post_init__(self) -> None:
+        if self.global_batch < 1:
+            raise ConfigError("job.global_batch must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Instance:
+    name: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    source: str = "<memory>"  # file the instance came from, for messages
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outer:
+    """The part of a plan fixed before the layer split: degrees, batching and modes.
+
+    The simulator turns one Outer into per-stage coefficients; the layer split and the
+    per-stage full-recompute counts are then chosen over those coefficients.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int = 1
+    micro_batch: int
+    num_micro_batches: int
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero: int = 0
+    virtual_stages: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """One parallel configuration, complete enough to simulate.
+
+    `layers_per_stage[s]` transformer layers sit on pipeline stage s (non-uniform allowed; the
+    embedding lives on stage 0 and the output layer on stage pp-1). Of those,
+    `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int = 1
+    micro_batch: int
+    num_micro_batches: int
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero: int = 0  # 0 none, 1 optimizer states (Megatron distributed optimizer), 2 +grads, 3 +params
+    virtual_stages: int = 1  # interleaved 1F1B model chunks per stage
+    layers_per_stage: tuple[int, ...] = field(default=())
+    full_recompute_layers: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"plan.{name} must be >= 1")
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        if len(self.layers_per_stage) != self.pp:
+            raise ConfigError(f"plan.layers_per_stage needs {self.pp} entries (one per stage)")
+        if len(self.full_recompute_layers) != self.pp:
+            raise ConfigError(f"plan.full_recompute_layers needs {self.pp} entries")
+        for n, r in zip(self.layers_per_stage, self.full_recompute_layers):
+            if n < 1 or not 0 <= r <= n:
+                raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
+            if n % self.virtual_stages:
+                raise ConfigError("each stage's layer count must be divisible by virtual_stages")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ConfigError("virtual_stages > 1 needs pp > 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def outer(self) -> "Outer":
+        return Outer(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, micro_batch=self.micro_batch,
+                     num_micro_batches=self.num_micro_batches,
+                     sequence_parallel=self.sequence_parallel, recompute=self.recompute,
+                     zero=self.zero, virtual_stages=self.virtual_stages)
+
+    def check_against(self, inst: Instance) -> None:
+        """Raise ConfigError unless this plan is a valid way to run `inst`."""
+        m, c = inst.model, inst.cluster
+        if self.num_gpus != c.num_gpus:
+            raise ConfigError(f"tp*pp*dp*cp = {self.num_gpus} but the cluster has {c.num_gpus} GPUs")
+        if sum(self.layers_per_stage) != m.layers:
+            raise ConfigError(f"layers_per_stage sums to {sum(self.layers_per_stage)}, model has {m.layers}")
+        if self.dp * self.micro_batch * self.num_micro_batches != inst.job.global_batch:
+            raise ConfigError(
+                f"dp*micro_batch*num_micro_batches = {self.dp * self.micro_batch * self.num_micro_batches}"
+                f" but global_batch = {inst.job.global_batch}")
+        if m.heads % self.tp or m.kv_heads % self.tp and self.tp % m.kv_heads:
+            raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
+        if m.seq_len % (self.cp * (self.tp if self.sequence_parallel else 1)):
+            raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
+        if self.sequence_parallel and self.tp == 1:
+            raise ConfigError("sequence_parallel needs tp > 1")

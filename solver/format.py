@@ -1,0 +1,62 @@
+"""Human output: aligned tables and human units (ms, s, GiB, TFLOP/s)."""
+
+from __future__ import annotations
+
+from cost.simulate import Breakdown
+from cost.units import bytes_to_gib
+
+
+def seconds(t_s: float) -> str:
+    if t_s < 1e-3:
+        return f"{t_s * 1e6:.1f} us"
+    if t_s < 1:
+        return f"{t_s * 1e3:.1f} ms"
+    return f"{t_s:.3f} s"
+
+
+def gib(n_bytes: float) -> str:
+    return f"{bytes_to_gib(n_bytes):.1f} GiB"
+
+
+def table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    """Columns right-aligned except where `align` has 'l' at that position."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w)
+                         for c, w, a in zip(cells, widths, align)).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def breakdown_text(bd: Breakdown) -> str:
+    total = bd.iter_time_s
+    rows = [[name, seconds(val), f"{100 * val / total:.1f}%"]
+            for name, val in bd.exposed_s.items() if val > 0]
+    parts = [table(["time on the critical path", "time", "share"], rows),
+             f"iteration time {seconds(total)}   tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}%"
+             f"   (bottleneck stage {bd.bottleneck_stage})"]
+    hidden = [[name, seconds(val)] for name, val in bd.overlapped_s.items() if val > 0]
+    if hidden:
+        parts.append(table(["overlapped (hidden) communication", "time"], hidden))
+    mem_rows = [[str(s.stage), str(s.layers), str(s.full_recompute_layers),
+                 seconds(s.time_per_micro_batch_s), gib(s.mem_bytes), gib(s.capacity_bytes),
+                 "yes" if s.mem_bytes <= s.capacity_bytes else "NO"] for s in bd.stages]
+    parts.append(table(["stage", "layers", "full recompute", "time/micro-batch", "memory",
+                        "capacity", "fits"], mem_rows))
+    return "\n\n".join(parts)
+
+
+def breakdown_json(bd: Breakdown) -> dict:
+    return {
+        "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
+        "fits_memory": bd.fits, "bottleneck_stage": bd.bottleneck_stage,
+        "exposed_s": bd.exposed_s, "overlapped_s": bd.overlapped_s,
+        "stages": [{"stage": s.stage, "layers": s.layers,
+                    "full_recompute_layers": s.full_recompute_layers,
+                    "time_per_micro_batch_s": s.time_per_micro_batch_s, "sync_time_s": s.sync_time_s,
+                    "mem_bytes": s.mem_bytes, "capacity_bytes": s.capacity_bytes} for s in bd.stages],
+    }
