@@ -41,8 +41,14 @@ def _loss(rows, catalogue, p) -> float:
     return sum(abs(math.log(r.predicted_iter_time_s / r.measured_iter_time_s)) for r in res) / len(res)
 
 
+MIN_ROWS_PER_DIE = 5  # fewer rows than this leave a die at its catalogue values
+
+
 def fit(rows: list[dict], catalogue: dict[str, GpuSpec], sweeps: int = 4, log=print) -> dict:
-    dies = sorted({die(r["cluster"]["gpu"]) for r in rows})
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[die(r["cluster"]["gpu"])] = counts.get(die(r["cluster"]["gpu"]), 0) + 1
+    dies = sorted(d for d, k in counts.items() if k >= MIN_ROWS_PER_DIE)
     g0 = next(iter(catalogue.values()))
     p: dict = {"matmul_half_flops": g0.matmul_half_flops, "intra_node": 0.8, "inter_node": 0.8}
     for d in dies:

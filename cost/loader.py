@@ -30,6 +30,7 @@ Instance file (units in the key names; "required" unless a default is given)::
       global_batch: 1024             # sequences per optimizer step
       precision: bf16                # bf16 | fp16, default bf16
       optimizer: adam                # adam, default adam
+      attention: flash               # flash | standard (stores the s x s scores), default flash
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search: {}                       # optional mapping for the planner: load_search_section()
@@ -73,7 +74,7 @@ import yaml
 
 from cost import units
 from cost.errors import ConfigError, InstanceError
-from cost.specs import (ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Optimizer, Plan, Precision, Recompute)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
@@ -81,16 +82,15 @@ CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 _MAX_INT = 10**9
 _MAX_LAYERS = 10**6  # bounds the per-stage lists a default split allocates (pp <= layers)
 _MAX_NUMBER = 1e9  # in the key's own unit; anything larger is a unit mistake, not hardware
-_GFLOP_FLOPS = 1e9  # belongs in cost/units.py, which has no GFLOP helper yet
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
 _MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
                "tied_embeddings")
 _CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
-_JOB_KEYS = ("global_batch", "precision", "optimizer")
+_JOB_KEYS = ("global_batch", "precision", "optimizer", "attention")
 _GPU_KEYS = ("peak_tflops_bf16", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
-             "matmul_half_gflops", "memory_eff")
+             "matmul_half_gflops", "memory_eff", "attention_eff")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers")
 _LINK_KINDS = ("nvlink", "pcie")
@@ -342,9 +342,11 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["matmul_eff_max"] = sec.number("matmul_eff_max", hi=1.0)
     if sec.has("matmul_half_gflops"):
         half_gflops = sec.number("matmul_half_gflops", positive=False)
-        optional["matmul_half_flops"] = half_gflops * _GFLOP_FLOPS
+        optional["matmul_half_flops"] = units.gflop_to_flops(half_gflops)
     if sec.has("memory_eff"):
         optional["memory_eff"] = sec.number("memory_eff", hi=1.0)
+    if sec.has("attention_eff"):
+        optional["attention_eff"] = sec.number("attention_eff", hi=1.0)
     with _config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
         return GpuSpec(
             name=name,
@@ -461,6 +463,7 @@ def _job(sec: _Section) -> JobSpec:
             global_batch=sec.integer("global_batch"),
             precision=Precision(sec.choice("precision", _values(Precision), Precision.BF16.value)),
             optimizer=Optimizer(sec.choice("optimizer", _values(Optimizer), Optimizer.ADAM.value)),
+            attention=Attention(sec.choice("attention", _values(Attention), Attention.FLASH.value)),
         )
 
 

@@ -8,6 +8,7 @@ GIB_BYTES = 1024**3
 GBYTE_BYTES = 1e9
 GBIT_BYTES = 1e9 / 8
 TFLOPS_FLOPS = 1e12
+GFLOP_FLOPS = 1e9
 US_S = 1e-6
 MS_S = 1e-3
 
@@ -34,3 +35,7 @@ def tflops_to_flops_per_s(tflops: float) -> float:
 
 def us_to_s(us: float) -> float:
     return us * US_S
+
+
+def gflop_to_flops(gflop: float) -> float:
+    return gflop * GFLOP_FLOPS
