@@ -33,7 +33,19 @@ Instance file (units in the key names; "required" unless a default is given)::
       attention: flash               # flash | standard (stores the s x s scores), default flash
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
-    search: {}                       # optional mapping for the planner: load_search_section()
+    search:                          # optional: narrows the planner's space (solver/space.py)
+      tp: [1, 2, 4, 8]               # default: powers of two dividing heads, within one node
+      pp: [1, 2, 4]                  # default: every divisor, up to max_pp (128)
+      cp: [1, 2]                     # default: powers of two up to max_cp (8) dividing seq_len
+      micro_batch: [1, 2]            # default: divisors of the per-replica batch <= max_micro_batch (16)
+      sequence_parallel: [false, true]
+      zero: [0, 1, 2, 3]             # ZeRO-2/3 are only combined with pp = 1
+      virtual_stages: [1, 2, 4]
+      recompute: [none, selective]   # mode of the layers not fully recomputed
+      full_recompute: true           # search per-stage counts of fully recomputed layers
+      uniform_split: false           # true: only the even layer split
+      tp_across_nodes: false
+      memory_reserve_gib: 0          # kept free on every GPU
 
 Links are stored one direction per GPU: the NVLink figure is halved (900 GB/s -> 450e9 bytes/s)
 and the NIC figure is only converted (400 Gbit/s -> 50e9 bytes/s).
@@ -75,7 +87,7 @@ import yaml
 from cost import units
 from cost.errors import ConfigError, InstanceError
 from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
-                        Optimizer, Plan, Precision, Recompute)
+                        Optimizer, Plan, Precision, Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -93,6 +105,9 @@ _GPU_KEYS = ("peak_tflops_bf16", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max"
              "matmul_half_gflops", "memory_eff", "attention_eff")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers")
+_SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
+                "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
+                "uniform_split", "tp_across_nodes", "memory_reserve_gib")
 _LINK_KINDS = ("nvlink", "pcie")
 _RECOMPUTE_FULL = "full"
 
@@ -262,6 +277,16 @@ class _Section:
             raise self.error(key, f"unknown value {shown}", "use one of: " + ", ".join(allowed))
         return value
 
+    def list_of(self, key: str, check, what: str) -> tuple:
+        """A non-empty list under `key`, each item passed through check(value, field)."""
+        value = self.raw[key]
+        if not isinstance(value, list) or not value:
+            raise self.error(key, f"expected a non-empty list of {what}, got {_describe(value)}",
+                             "write a list like [1, 2, 4]")
+        if len(value) > 4096:
+            raise self.error(key, f"has {len(value)} entries", "list at most 4096 values")
+        return tuple(check(v, f"{self.field(key)}[{i}]") for i, v in enumerate(value))
+
     def int_list(self, key: str, length: int, *, lo: int) -> tuple[int, ...] | None:
         """The list under `key`, or None when the key is absent."""
         if key not in self.raw:
@@ -385,22 +410,59 @@ def load_instance(path: str | Path) -> Instance:
                                 f"rename it, e.g. to '{clashes[0]}-custom', or drop it to use"
                                 " the catalogue entry")
         gpus.update(user)
-    if top.has("search"):
-        top.section("search", None)
+    search = _search(top.section("search", _SEARCH_KEYS)) if top.has("search") else SearchSpace()
     return Instance(
         name=name,
         model=_model(top.section("model", _MODEL_KEYS), name),
         cluster=_cluster(top.section("cluster", _CLUSTER_KEYS), gpus),
         job=_job(top.section("job", _JOB_KEYS)),
+        search=search,
         source=path,
     )
 
 
-def load_search_section(path: str | Path) -> dict:
-    """The instance's raw `search:` mapping ({} when absent); the planner validates its keys."""
-    path = str(path)
-    top = _Section(_read_yaml(path), path, "", _TOP_KEYS)
-    return dict(top.section("search", None).raw) if top.has("search") else {}
+def _search(sec: _Section) -> SearchSpace:
+    """The planner's declared space; absent keys keep SearchSpace's documented defaults."""
+    kw: dict[str, Any] = {}
+    for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero"):
+        if sec.has(key):
+            kw[key] = sec.list_of(key, lambda v, f: _check_int(v, sec.path, f, 0 if key == "zero" else 1, _MAX_INT),
+                                  "integers")
+    if sec.has("sequence_parallel"):
+        kw["sequence_parallel"] = sec.list_of("sequence_parallel", _check_bool(sec), "true/false values")
+    if sec.has("recompute"):
+        allowed = _values(Recompute)
+        kw["recompute"] = tuple(Recompute(v) for v in sec.list_of(
+            "recompute", _check_choice(sec, allowed), " | ".join(allowed)))
+    for key in ("max_micro_batch", "max_pp", "max_cp"):
+        if sec.has(key):
+            kw[key] = sec.integer(key)
+    for key in ("full_recompute", "uniform_split", "tp_across_nodes"):
+        if sec.has(key):
+            kw[key] = sec.boolean(key, False)
+    if sec.has("memory_reserve_gib"):
+        kw["memory_reserve_bytes"] = units.gib_to_bytes(
+            sec.number("memory_reserve_gib", positive=False))
+    with _config_errors_as(sec.path, sec.prefix, "narrow the search space to valid values"):
+        return SearchSpace(**kw)
+
+
+def _check_bool(sec: _Section):
+    def check(value: Any, field: str) -> bool:
+        if not isinstance(value, bool):
+            raise InstanceError(sec.path, field, f"expected true or false, got {_describe(value)}",
+                                "write true or false")
+        return value
+    return check
+
+
+def _check_choice(sec: _Section, allowed: tuple[str, ...]):
+    def check(value: Any, field: str) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise InstanceError(sec.path, field, f"unknown value {value!r}",
+                                "use one of: " + ", ".join(allowed))
+        return value
+    return check
 
 
 def _model(sec: _Section, instance_name: str) -> ModelSpec:

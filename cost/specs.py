@@ -143,11 +143,50 @@ class JobSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """The declared plan space. CP-SAT, MILP and exhaustive search all optimise over exactly
+    this set (enumerated in solver/space.py), so "optimal" always means optimal over it.
+
+    A field left as None means "every value the instance admits" (e.g. tp: powers of two that
+    divide the heads and fit in a node).
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    max_micro_batch: int = 16
+    max_pp: int = 128
+    max_cp: int = 8
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    virtual_stages: tuple[int, ...] = (1, 2, 4)
+    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE)
+    full_recompute: bool = True  # per-stage counts of fully recomputed layers are searched
+    uniform_split: bool = False  # True: only the even layer split (for comparisons)
+    tp_across_nodes: bool = False
+    memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages"):
+            vals = getattr(self, name)
+            if vals is not None and (not vals or min(vals) < 1):
+                raise ConfigError(f"search.{name} needs a non-empty list of integers >= 1")
+        if not set(self.zero) <= {0, 1, 2, 3} or not self.zero:
+            raise ConfigError("search.zero must list stages among 0, 1, 2, 3")
+        if self.max_micro_batch < 1 or self.max_pp < 1 or self.max_cp < 1:
+            raise ConfigError("search.max_* limits must be >= 1")
+        if self.memory_reserve_bytes < 0:
+            raise ConfigError("search.memory_reserve_gib must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Instance:
     name: str
     model: ModelSpec
     cluster: ClusterSpec
     job: JobSpec
+    search: SearchSpace = field(default_factory=SearchSpace)
     source: str = "<memory>"  # file the instance came from, for messages
 
 

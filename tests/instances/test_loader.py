@@ -11,7 +11,7 @@ import yaml
 import instances
 from cost.errors import InstanceError
 from cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
-                         load_instance, load_plan, load_search_section, plan_from_mapping,
+                         load_instance, load_plan, plan_from_mapping,
                          plan_to_mapping)
 from cost.specs import GpuSpec, Plan, Recompute
 
@@ -23,7 +23,7 @@ CATALOGUE_NAMES = {"V100-SXM-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SX
                    "H100-SXM5-96GB", "H200-SXM-141GB", "MI300X", "L40S"}
 
 # fixture in tests/instances/bad -> (the dotted field the error must name, a word of the problem).
-# Files named plan_* are loaded as plans for TINY; search_* through load_search_section.
+# Files named plan_* are loaded as plans for TINY; the rest as instances.
 BAD_FIXTURES = {
     "malformed_yaml": ("line 6, column 10", "malformed YAML"),
     "empty": ("<file>", "empty"),
@@ -70,8 +70,6 @@ BAD_FIXTURES = {
 def _load_fixture(path: Path) -> None:
     if path.name.startswith("plan_"):
         load_plan(path, load_instance(TINY))
-    elif path.name.startswith("search_"):
-        load_search_section(path)
     else:
         load_instance(path)
 
@@ -125,7 +123,6 @@ def test_bundled_instance_loads(path):
     inst = load_instance(path)
     assert inst.name == path.stem
     assert inst.source == str(path)
-    assert load_search_section(path) == {}
 
 
 def test_bundled_instances_are_the_documented_set():
@@ -210,10 +207,20 @@ def test_gpu_from_mapping_names_its_prefix():
     assert info.value.field == "gpu_types.X.hbm_gbytes_per_s"
 
 
-def test_search_section_is_returned_raw(tmp_path):
-    path = _instance_with(tmp_path, {"search": {"backend": "cp-sat", "time_limit_s": 60}})
-    assert load_search_section(path) == {"backend": "cp-sat", "time_limit_s": 60}
-    load_instance(path)  # accepted, not interpreted
+def test_search_section_is_parsed_and_validated(tmp_path):
+    path = _instance_with(tmp_path, {"search": {"tp": [2, 4], "zero": [0, 1], "recompute": ["none"],
+                                                "memory_reserve_gib": 2, "full_recompute": False}})
+    space = load_instance(path).search
+    assert space.tp == (2, 4) and space.zero == (0, 1) and not space.full_recompute
+    assert space.memory_reserve_bytes == 2 * 2**30
+    bad = _instance_with(tmp_path, {"search": {"backend": "cp-sat"}})
+    with pytest.raises(InstanceError) as info:
+        load_instance(bad)
+    assert info.value.field == "search.backend"
+    bad = _instance_with(tmp_path, {"search": {"zero": [0, 5]}})
+    with pytest.raises(InstanceError) as info:
+        load_instance(bad)
+    assert "search" in info.value.field
 
 
 @pytest.mark.parametrize("layers, pp, virtual_stages, expected", [

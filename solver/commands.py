@@ -1,0 +1,213 @@
+"""Planner sub-commands: plan, exhaustive, verify, bench, calibrate."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import yaml
+
+from cost.errors import InstanceError
+from solver.format import breakdown_json, breakdown_text, seconds, table
+
+EXIT_DISAGREE = 1
+
+
+def _progress_enabled(args) -> bool:
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+def _plan_line(p) -> str:
+    rc = ",".join(str(x) for x in p.full_recompute_layers)
+    split = ",".join(str(x) for x in p.layers_per_stage)
+    return (f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} micro_batch={p.micro_batch}"
+            f" micro_batches={p.num_micro_batches} sp={'on' if p.sequence_parallel else 'off'}"
+            f" zero={p.zero} virtual_stages={p.virtual_stages} recompute={p.recompute.value}"
+            f" layers/stage=[{split}] full-recompute/stage=[{rc}]")
+
+
+def result_json(res) -> dict:
+    from cost.loader import plan_to_mapping
+    return {
+        "status": res.status, "iter_time_s": res.iter_time_s, "bound_s": res.bound_s,
+        "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
+        "tolerance_s": res.tolerance_s,
+        "space": {"outer_configs": res.outer_configs, "candidates": res.space_size,
+                  "solved": res.solved, "pruned_by_bound": res.pruned_by_bound,
+                  "pruned_by_memory": res.pruned_by_memory, "inner_infeasible": res.inner_infeasible,
+                  "unresolved": res.unresolved},
+        "reason": res.reason or None,
+        "plan": plan_to_mapping(res.plan) if res.plan else None,
+        "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
+    }
+
+
+def _evidence_text(res) -> str:
+    claim = {"optimal": "OPTIMAL (proved over the declared space)",
+             "feasible": "FEASIBLE (not proved optimal: time limit)",
+             "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
+             "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
+    lines = [f"status      {claim}"]
+    if res.iter_time_s is not None:
+        lines.append(f"objective   {seconds(res.iter_time_s)} per iteration")
+    if res.bound_s is not None:
+        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%")
+    lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
+    lines.append(f"space       {res.outer_configs:,} outer configs, {res.space_size:.3g} plans in all;"
+                 f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
+                 f" pruned by lower bound, {res.solved:,} solved exactly"
+                 f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
+    if res.reason:
+        lines.append(f"reason      {res.reason}")
+    return "\n".join(lines)
+
+
+def _load(path):
+    from cost.loader import load_instance
+    return load_instance(path)
+
+
+def cmd_plan(args) -> int:
+    from cost.loader import plan_to_mapping
+    from solver.planner import plan
+
+    inst = _load(args.instance)
+    log = (lambda msg: print(f"  {msg}", file=sys.stderr)) if _progress_enabled(args) else None
+    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
+               progress=log)
+    if args.output and res.plan is not None:
+        header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
+                  f" bound {res.bound_s:.6g} s, backend {res.backend}\n")
+        with open(args.output, "w") as fh:
+            fh.write(header)
+            yaml.safe_dump({"plan": plan_to_mapping(res.plan)}, fh, sort_keys=False)
+    if args.json:
+        json.dump(result_json(res), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
+              f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
+        print(_evidence_text(res))
+        if res.plan is not None:
+            print(f"plan        {_plan_line(res.plan)}\n")
+            print(breakdown_text(res.breakdown))
+    return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+
+
+def cmd_exhaustive(args) -> int:
+    from cost.loader import plan_to_mapping
+    from solver.exhaustive import SpaceTooLarge, exhaustive
+
+    inst = _load(args.instance)
+    try:
+        res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args))
+    except SpaceTooLarge as e:
+        raise InstanceError(args.instance, "search", str(e),
+                            "narrow the space under 'search:' or raise --max-candidates")
+    if args.json:
+        json.dump({"iter_time_s": res.iter_time_s, "candidates": res.candidates,
+                   "feasible": res.feasible, "outer_configs": res.outer_configs,
+                   "wall_time_s": res.wall_time_s,
+                   "plan": plan_to_mapping(res.plan) if res.plan else None}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
+              f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
+        if res.plan is None:
+            print("no plan fits memory")
+        else:
+            print(f"best        {seconds(res.iter_time_s)} per iteration\nplan        {_plan_line(res.plan)}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from solver.exhaustive import SpaceTooLarge, exhaustive
+    from solver.planner import REL_TOL, plan
+
+    inst = _load(args.instance)
+    rows, values = [], {}
+    for backend in ("cpsat", "milp"):
+        res = plan(inst, backend=backend, time_limit_s=args.time_limit_s)
+        values[backend] = res.iter_time_s
+        tol = res.tolerance_s
+        rows.append([backend, res.status, "-" if res.iter_time_s is None else f"{res.iter_time_s:.9g}",
+                     f"{res.solve_time_s:.2f} s"])
+        if res.status not in ("optimal", "infeasible"):
+            print(f"{backend} did not prove optimality ({res.status})", file=sys.stderr)
+            return EXIT_DISAGREE
+    try:
+        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args))
+        values["exhaustive"] = ex.iter_time_s
+        rows.append(["exhaustive", "optimal" if ex.plan else "infeasible",
+                     "-" if ex.iter_time_s is None else f"{ex.iter_time_s:.9g}", f"{ex.wall_time_s:.2f} s"])
+    except SpaceTooLarge as e:
+        rows.append(["exhaustive", "skipped", "-", str(e)])
+    print(table(["method", "status", "iteration time (s)", "time"], rows, align="llrl"))
+    vals = [v for v in values.values()]
+    if any(v is None for v in vals):
+        agree = all(v is None for v in vals)
+    else:
+        ref = vals[0]
+        agree = all(abs(v - ref) <= tol + REL_TOL * ref for v in vals)
+    print("AGREE" if agree else "DISAGREE")
+    return 0 if agree else EXIT_DISAGREE
+
+
+def cmd_bench(args) -> int:
+    from solver.bench import run_bench
+    return run_bench(args)
+
+
+def cmd_calibrate(args) -> int:
+    from cost.calibration import load_rows, mape, predict_rows
+    from cost.fit import _apply, fit
+    from cost.loader import load_catalogue
+
+    rows = load_rows(args.file)
+    cat = load_catalogue()
+    params = fit(rows, cat, sweeps=args.sweeps, log=lambda m: print(m, file=sys.stderr))
+    fitted_cat, net = _apply(cat, params)
+    print(table(["parameter", "value"], [[str(k), f"{v:.4g}"] for k, v in params.items()]))
+    print(f"MAPE with these parameters: {100 * mape(predict_rows(rows, fitted_cat, net)):.2f}%"
+          " (copy them into cost/gpus.yaml and cost/comm.py to adopt them)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="find the provably fastest plan in the declared space")
+    p.add_argument("instance")
+    p.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    p.add_argument("--time-limit-s", type=float, default=60.0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    e = sub.add_parser("exhaustive", help="brute-force the same declared space")
+    e.add_argument("instance")
+    e.add_argument("--max-candidates", type=int, default=20_000_000)
+    e.add_argument("--json", action="store_true")
+    e.add_argument("--quiet", action="store_true")
+    e.set_defaults(func=cmd_exhaustive)
+
+    v = sub.add_parser("verify", help="CP-SAT, MILP and exhaustive search must agree")
+    v.add_argument("instance")
+    v.add_argument("--time-limit-s", type=float, default=120.0)
+    v.add_argument("--max-candidates", type=int, default=20_000_000)
+    v.add_argument("--quiet", action="store_true")
+    v.set_defaults(func=cmd_verify)
+
+    b = sub.add_parser("bench", help="solver vs exhaustive on a ladder of growing instances")
+    b.add_argument("--max-exhaustive-s", type=float, default=600.0,
+                   help="skip exhaustive search on rungs estimated to take longer")
+    b.add_argument("--csv", help="also write the results as CSV")
+    b.add_argument("--json", help="also write the results as JSON")
+    b.add_argument("--quick", action="store_true", help="small ladder only (CI smoke run)")
+    b.add_argument("--quiet", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    c = sub.add_parser("calibrate", help="re-fit the efficiency parameters to published runs")
+    c.add_argument("file")
+    c.add_argument("--sweeps", type=int, default=7)
+    c.set_defaults(func=cmd_calibrate)

@@ -1,0 +1,122 @@
+"""Exhaustive search over the declared space: every outer configuration, every layer split
+(non-uniform, in multiples of the virtual stages) and every per-stage count of fully
+recomputed layers, evaluated with the vectorised simulator (cost/schedule.py) in numpy
+batches. It shares solver/space.py with the solvers, so its optimum is the one they must match.
+
+No pruning of any kind: it is the brute-force check of the solvers' optimality proofs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cost import schedule
+from cost.coefficients import build
+from cost.specs import Instance, Plan
+from solver.space import outer_configs, summarize
+
+DEFAULT_MAX_CANDIDATES = 20_000_000
+# measured on the 2-core reference machine: candidates evaluated per second (for estimates)
+ESTIMATED_RATE_PER_S = 2_000_000
+
+
+class SpaceTooLarge(ValueError):
+    pass
+
+
+@dataclass
+class ExhaustiveResult:
+    plan: Plan | None
+    iter_time_s: float | None
+    candidates: int
+    feasible: int
+    outer_configs: int
+    wall_time_s: float
+
+
+@lru_cache(maxsize=256)
+def compositions(layers: int, pp: int, v: int) -> np.ndarray:
+    """All splits of `layers` into pp positive multiples of v, shape (K, pp), lexicographic."""
+    chunks = layers // v
+    rows = [tuple(v * (b - a) for a, b in zip((0,) + cut, cut + (chunks,)))
+            for cut in itertools.combinations(range(1, chunks), pp - 1)]
+    return np.array(rows, float).reshape(-1, pp)
+
+
+def _recompute_grid(n: np.ndarray) -> np.ndarray:
+    """All r with 0 <= r_s <= n_s, shape (prod(n_s+1), pp)."""
+    axes = [np.arange(int(k) + 1, dtype=float) for k in n]
+    return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(n))
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.t0, self.last = total, enabled, time.perf_counter(), 0.0
+
+    def update(self, done: int) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (now - self.last < 0.5 and done < self.total):
+            return
+        self.last = now
+        frac = done / self.total if self.total else 1.0
+        elapsed = now - self.t0
+        eta = elapsed / frac - elapsed if frac > 0 else float("inf")
+        bar = "#" * int(30 * frac)
+        sys.stderr.write(f"\r[{bar:<30}] {100 * frac:5.1f}%  {done:,}/{self.total:,}"
+                         f"  elapsed {elapsed:6.1f} s  eta {eta:6.1f} s")
+        if done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
+               progress: bool = False) -> ExhaustiveResult:
+    t0 = time.perf_counter()
+    s = inst.search
+    outers = outer_configs(inst)
+    total = summarize(inst, outers).splits_total
+    if total > max_candidates:
+        est_s = total / ESTIMATED_RATE_PER_S
+        raise SpaceTooLarge(
+            f"the declared space has {total:.3g} candidates (limit {max_candidates:,});"
+            f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{est_s:.3g} s")
+    bar = _Progress(total, progress)
+    done = feasible = 0
+    best_val, best = float("inf"), None
+    from cost.loader import default_layer_split
+    for o in outers:
+        c = build(inst, o, reserve_bytes=s.memory_reserve_bytes)
+        v = o.virtual_stages
+        if s.uniform_split:
+            splits = np.array([default_layer_split(inst.model.layers, o.pp, v)], float)
+        else:
+            splits = compositions(inst.model.layers, o.pp, v)
+        for n in splits:
+            r = _recompute_grid(n) if s.full_recompute else np.zeros((1, o.pp))
+            nn = np.broadcast_to(n, r.shape)
+            ok = schedule.fits(c, nn, r)
+            done += len(r)
+            if ok.any():
+                t = schedule.iteration_time_s(c, nn[ok], r[ok])
+                feasible += int(ok.sum())
+                k = int(np.argmin(t))
+                if t[k] < best_val * (1 - 1e-9):
+                    best_val = float(t[k])
+                    best = Plan(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, micro_batch=o.micro_batch,
+                                num_micro_batches=o.num_micro_batches,
+                                sequence_parallel=o.sequence_parallel, recompute=o.recompute,
+                                zero=o.zero, virtual_stages=v,
+                                layers_per_stage=tuple(int(x) for x in n),
+                                full_recompute_layers=tuple(int(x) for x in r[ok][k]))
+            bar.update(done)
+    bar.update(total)
+    assert done == total, f"enumerated {done} candidates but the space has {total}"
+    return ExhaustiveResult(plan=best, iter_time_s=None if best is None else best_val,
+                            candidates=done, feasible=feasible, outer_configs=len(outers),
+                            wall_time_s=time.perf_counter() - t0)
