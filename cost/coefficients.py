@@ -241,8 +241,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_mem = np.zeros(pp)
     for s in range(pp):
         stage_mem[s] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, s == 0, s == pp - 1)
-        # backward workspace: gradients of one layer's activations for one micro-batch
-        stage_mem[s] += memory.layer_activation_bytes(m, b, tp, cp, sp, flash)
+        stage_mem[s] += memory.backward_workspace_bytes(m, b, tp, cp)
         stage_mem[s] += memory.RUNTIME_ALLOWANCE_BYTES
         if o.zero == 3:  # the gathered layer and the one being prefetched
             stage_mem[s] += 2 * layer_params(m) / tp * BF16_BYTES

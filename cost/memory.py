@@ -28,10 +28,9 @@ WEIGHT_BYTES = 2
 GRAD_BYTES = 4
 OPTIMIZER_BYTES = 12
 
-# Allowance for what the formulas above do not count: CUDA context and NCCL buffers
-# (~0.5-1 GiB each on Hopper), allocator fragmentation and temporary workspaces. Kept as one
-# documented constant instead of a per-row fudge.
-RUNTIME_ALLOWANCE_BYTES = 2 * 1024**3
+# Allowance for what the formulas above do not count: CUDA context (~0.5 GiB), NCCL buffers
+# and allocator fragmentation. One documented constant, not a per-row fudge.
+RUNTIME_ALLOWANCE_BYTES = 1 * 1024**3
 
 
 def state_bytes_per_param(zero: int, shard: int) -> float:
@@ -85,3 +84,11 @@ def checkpoint_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool
 def logits_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     """Last stage: bf16 logits plus the fp32 softmax copy the cross-entropy keeps for backward."""
     return b * m.seq_len / cp * m.vocab / tp * (BF16_BYTES + 4)
+
+
+def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
+    """Transient gradient buffers while one layer runs backward: the widest intermediate
+    (the MLP's ffn-wide activation, or the QKV output) and its gradient, in bf16."""
+    t = b * m.seq_len / cp
+    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), m.hidden + 2 * m.kv_hidden) / tp
+    return 2 * BF16_BYTES * t * widest

@@ -1,0 +1,120 @@
+"""`paraplan bench`: CP-SAT, MILP and exhaustive search on a ladder of growing instances, timed
+in one run, with the ratio exhaustive / solver. Rungs whose exhaustive search is estimated to
+exceed --max-exhaustive-s are solved by the solvers only (the estimate is printed).
+
+The ladder scales a GPT-style model and an A100 cluster together; the bundled production
+instances (GPT-3 175B on 1,024 A100, Llama-3 70B on 512 H100, Llama-3.1 405B on 16,384 H100)
+close the run as solver-only rungs, since their spaces hold 10^40+ plans.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from cost import units
+from cost.loader import load_instance
+from cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
+from solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
+from solver.format import table
+from solver.planner import plan
+from solver.space import outer_configs, summarize
+
+INSTANCES = Path(__file__).resolve().parent.parent / "instances"
+# (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
+LADDER = [(8, 8), (16, 8), (16, 12), (32, 12), (32, 16), (64, 16), (64, 24), (128, 24), (128, 32)]
+QUICK_LADDER = LADDER[:3]
+BUNDLED = ["gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100"]
+
+
+@dataclass
+class Rung:
+    name: str
+    gpus: int
+    layers: int
+    outer_configs: int
+    candidates: float
+    cpsat_s: float
+    cpsat_status: str
+    milp_s: float | None
+    milp_status: str
+    exhaustive_s: float | None
+    optimum_s: float | None
+    agree: bool | None
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.exhaustive_s is None else self.exhaustive_s / self.cpsat_s
+
+
+def ladder_instance(gpus: int, layers: int) -> Instance:
+    from cost.loader import load_catalogue
+    gpu = load_catalogue()["A100-SXM4-80GB"]
+    model = ModelSpec(name=f"gpt-{layers}L-2048h", layers=layers, hidden=2048, heads=16, kv_heads=16,
+                      ffn=8192, vocab=51200, seq_len=2048, mlp=Mlp.GELU)
+    cluster = ClusterSpec(
+        gpu=gpu, nodes=max(1, gpus // 8), gpus_per_node=min(8, gpus),
+        intra_node=Link(bw_bytes_per_s=units.gbytes_per_s_to_bytes_per_s(600) / 2, latency_s=units.us_to_s(5)),
+        inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(200), latency_s=units.us_to_s(10)))
+    # a space small enough to enumerate: the structure of the full one, fewer batch choices
+    space = SearchSpace(micro_batch=(1, 2), cp=(1,), virtual_stages=(1, 2), zero=(0, 1, 3))
+    return Instance(name=f"ladder-{gpus}gpu-{layers}L", model=model, cluster=cluster,
+                    job=JobSpec(global_batch=4 * gpus), search=space)
+
+
+def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
+    outers = outer_configs(inst)
+    total = summarize(inst, outers).splits_total
+    t = time.perf_counter()
+    rc = plan(inst, backend="cpsat", time_limit_s=600)
+    cpsat_s = time.perf_counter() - t
+    milp_s, milp_status, rm = None, "skipped", None
+    if total < 1e30:  # the big production rungs: CP-SAT only, to keep the run short
+        t = time.perf_counter()
+        rm = plan(inst, backend="milp", time_limit_s=600)
+        milp_s, milp_status = time.perf_counter() - t, rm.status
+    ex_s = agree = None
+    if total / ESTIMATED_RATE_PER_S <= max_exhaustive_s:
+        log(f"{inst.name}: exhaustive over {total:,} candidates")
+        ex = exhaustive(inst, max_candidates=int(total) + 1, progress=sys.stderr.isatty())
+        ex_s = ex.wall_time_s
+        vals = [rc.iter_time_s, ex.iter_time_s] + ([rm.iter_time_s] if rm else [])
+        ref = ex.iter_time_s
+        agree = all((v is None) == (ref is None) and (v is None or abs(v - ref) <= 1e-6 * ref) for v in vals)
+    return Rung(name=inst.name, gpus=inst.cluster.num_gpus, layers=inst.model.layers,
+                outer_configs=len(outers), candidates=float(total), cpsat_s=cpsat_s,
+                cpsat_status=rc.status, milp_s=milp_s, milp_status=milp_status,
+                exhaustive_s=ex_s, optimum_s=rc.iter_time_s, agree=agree)
+
+
+def run_bench(args) -> int:
+    log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    rungs: list[Rung] = []
+    for gpus, layers in (QUICK_LADDER if args.quick else LADDER):
+        rungs.append(_run(ladder_instance(gpus, layers), args.max_exhaustive_s, log))
+        log(f"  {rungs[-1].name}: cpsat {rungs[-1].cpsat_s:.2f} s, exhaustive {rungs[-1].exhaustive_s}")
+    if not args.quick:
+        for name in BUNDLED:
+            rungs.append(_run(load_instance(INSTANCES / f"{name}.yaml"), 0.0, log))
+    rows = [[r.name, str(r.gpus), str(r.layers), f"{r.outer_configs:,}", f"{r.candidates:.3g}",
+             f"{r.cpsat_s:.2f} ({r.cpsat_status})",
+             "-" if r.milp_s is None else f"{r.milp_s:.2f} ({r.milp_status})",
+             "-" if r.exhaustive_s is None else f"{r.exhaustive_s:.2f}",
+             "-" if r.ratio is None else f"{r.ratio:.0f}x",
+             "-" if r.agree is None else ("yes" if r.agree else "NO")] for r in rungs]
+    print(table(["instance", "GPUs", "layers", "outer", "plans", "CP-SAT s", "MILP s",
+                 "exhaustive s", "exh/CP-SAT", "same optimum"], rows))
+    records = [dict(asdict(r), ratio=r.ratio) for r in rungs]
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(records[0]))
+            w.writeheader()
+            w.writerows(records)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(records, fh, indent=2)
+    return 0 if all(r.agree is not False for r in rungs) else 1
