@@ -109,7 +109,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     cp_link, cp_inter = comm.group_link(cl, cp, tp)
     dp_n = dp * cp  # gradients and ZeRO shards span data and context parallel ranks
     dp_link, dp_inter = comm.group_link(cl, dp_n, tp)
-    pp_link, pp_inter = comm.group_link(cl, 2, tp * cp * dp) if pp > 1 else (cl.intra_node, False)
+    block = tp * cp * dp  # consecutive ranks of one pipeline stage
 
     # --- one layer, one micro-batch: compute
     mms = layer_matmuls(m, b, tp, cp)
@@ -204,10 +204,15 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gpu)  # final norm fwd + bwd
     stage_parts[-1]["output_layer"] = head
     if pp > 1:
+        # each stage sends activations forward and receives gradients back over every edge
+        # it touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
         p2p_bytes = emb_io / (tp if sp else 1)
-        p2p = 2 * v * comm.p2p_time_s(p2p_bytes, pp_link, pp_inter, net)
-        for s in range(pp):
-            stage_parts[s]["pp_p2p"] = p2p
+        edges = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if v > 1 else [])
+        for a, z in edges:
+            link, inter = comm.pair_link(cl, a * block, block, (z - a) * block)
+            t_edge = v * comm.p2p_time_s(p2p_bytes, link, inter, net)
+            for s in (a, z):
+                stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
     for s in range(pp):
         stage_time[s] = sum(stage_parts[s].values())
 
@@ -228,7 +233,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # the last bucket of layer gradients cannot hide behind any remaining backward
         stage_sync[s] = sync + step + (g_sync - g_exposed)
     if pp > 1 and m.tied_embeddings:
-        tie = comm.all_reduce_time_s(embedding_params(m) / tp * GRAD_REDUCE_BYTES[0], 2, pp_link, pp_inter, net)
+        link, inter = comm.pair_link(cl, 0, block, (pp - 1) * block)
+        tie = comm.all_reduce_time_s(embedding_params(m) / tp * GRAD_REDUCE_BYTES[0], 2, link, inter, net)
         stage_sync[0] += tie
         stage_sync[-1] += tie
 

@@ -44,6 +44,17 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool
     return Link(bw_bytes_per_s=bw, latency_s=cluster.inter_node.latency_s), True
 
 
+def pair_link(cluster: ClusterSpec, first_rank: int, count: int, offset: int) -> tuple[Link, bool]:
+    """Link of the point-to-point transfers rank r -> r + offset for the `count` consecutive
+    ranks starting at `first_rank` (e.g. one pipeline stage sending to the next). They run in
+    parallel, so the slowest pair sets the pace: the NIC if any pair crosses a node boundary."""
+    gpn = cluster.gpus_per_node
+    r = first_rank
+    # some pair crosses iff a node boundary lies strictly inside the span of one pair
+    crosses = any((x // gpn) != ((x + offset) // gpn) for x in range(r, r + min(count, gpn)))
+    return (cluster.inter_node, True) if crosses else (cluster.intra_node, False)
+
+
 def _bw(link: Link, inter: bool, eff: NetEfficiency) -> float:
     return link.bw_bytes_per_s * (eff.inter_node if inter else eff.intra_node)
 
