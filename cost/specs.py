@@ -8,7 +8,7 @@ loader's job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from cost.errors import ConfigError
@@ -206,31 +206,8 @@ class Outer:
     num_micro_batches: int
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
-    zero: int = 0
-    virtual_stages: int = 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    """One parallel configuration, complete enough to simulate.
-
-    `layers_per_stage[s]` transformer layers sit on pipeline stage s (non-uniform allowed; the
-    embedding lives on stage 0 and the output layer on stage pp-1). Of those,
-    `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`.
-    """
-
-    tp: int
-    pp: int
-    dp: int
-    cp: int = 1
-    micro_batch: int
-    num_micro_batches: int
-    sequence_parallel: bool = False
-    recompute: Recompute = Recompute.NONE
     zero: int = 0  # 0 none, 1 optimizer states (Megatron distributed optimizer), 2 +grads, 3 +params
     virtual_stages: int = 1  # interleaved 1F1B model chunks per stage
-    layers_per_stage: tuple[int, ...] = field(default=())
-    full_recompute_layers: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages"):
@@ -238,6 +215,24 @@ class Plan:
                 raise ConfigError(f"plan.{name} must be >= 1")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ConfigError("virtual_stages > 1 needs pp > 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan(Outer):
+    """One parallel configuration, complete enough to simulate: an Outer plus the split.
+
+    `layers_per_stage[s]` transformer layers sit on pipeline stage s (non-uniform allowed; the
+    embedding lives on stage 0 and the output layer on stage pp-1). Of those,
+    `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`.
+    """
+
+    layers_per_stage: tuple[int, ...] = field(default=())
+    full_recompute_layers: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        Outer.__post_init__(self)
         if len(self.layers_per_stage) != self.pp:
             raise ConfigError(f"plan.layers_per_stage needs {self.pp} entries (one per stage)")
         if len(self.full_recompute_layers) != self.pp:
@@ -247,19 +242,20 @@ class Plan:
                 raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
             if n % self.virtual_stages:
                 raise ConfigError("each stage's layer count must be divisible by virtual_stages")
-        if self.virtual_stages > 1 and self.pp == 1:
-            raise ConfigError("virtual_stages > 1 needs pp > 1")
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
     @property
-    def outer(self) -> "Outer":
-        return Outer(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, micro_batch=self.micro_batch,
-                     num_micro_batches=self.num_micro_batches,
-                     sequence_parallel=self.sequence_parallel, recompute=self.recompute,
-                     zero=self.zero, virtual_stages=self.virtual_stages)
+    def outer(self) -> Outer:
+        return Outer(**{f.name: getattr(self, f.name) for f in fields(Outer)})
+
+    @classmethod
+    def of(cls, outer: Outer, layers_per_stage, full_recompute_layers) -> "Plan":
+        return cls(**{f.name: getattr(outer, f.name) for f in fields(Outer)},
+                   layers_per_stage=tuple(int(x) for x in layers_per_stage),
+                   full_recompute_layers=tuple(int(x) for x in full_recompute_layers))
 
     def check_against(self, inst: Instance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""

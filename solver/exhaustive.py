@@ -108,12 +108,7 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                 k = int(np.argmin(t))
                 if t[k] < best_val * (1 - 1e-9):
                     best_val = float(t[k])
-                    best = Plan(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, micro_batch=o.micro_batch,
-                                num_micro_batches=o.num_micro_batches,
-                                sequence_parallel=o.sequence_parallel, recompute=o.recompute,
-                                zero=o.zero, virtual_stages=v,
-                                layers_per_stage=tuple(int(x) for x in n),
-                                full_recompute_layers=tuple(int(x) for x in r[ok][k]))
+                    best = Plan.of(o, n, r[ok][k])
             bar.update(done)
     bar.update(total)
     assert done == total, f"enumerated {done} candidates but the space has {total}"

@@ -75,14 +75,6 @@ def _inner_solver(backend: str):
     raise ValueError(f"unknown backend {backend!r}: use cpsat or milp")
 
 
-def _plan_of(o: Outer, n, r) -> Plan:
-    return Plan(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, micro_batch=o.micro_batch,
-                num_micro_batches=o.num_micro_batches, sequence_parallel=o.sequence_parallel,
-                recompute=o.recompute, zero=o.zero, virtual_stages=o.virtual_stages,
-                layers_per_stage=tuple(int(x) for x in n),
-                full_recompute_layers=tuple(int(x) for x in r))
-
-
 def coefficient_table(inst: Instance) -> list[StageCoefficients]:
     reserve = inst.search.memory_reserve_bytes
     return [build(inst, o, reserve_bytes=reserve) for o in outer_configs(inst)]
@@ -171,7 +163,7 @@ def plan(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0, thr
         return res
 
     c, n, r = best
-    res.plan = _plan_of(c.outer, n, r)
+    res.plan = Plan.of(c.outer, n, r)
     res.iter_time_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
