@@ -47,6 +47,12 @@ Instance file (units in the key names; "required" unless a default is given)::
       tp_across_nodes: false
       memory_reserve_gib: 0          # kept free on every GPU
 
+Split files (`load_instance_parts`): a cluster file holds the `cluster:` section and optionally
+`gpu_types:`; a job file holds `job:` and optionally `search:`; the model may come from a
+Hugging Face config.json instead of `model:` (cost/hf_config.py). Each replaces the matching
+section of an instance file, or, with no instance file, the three together make one. Examples:
+instances/clusters/ and instances/jobs/.
+
 Links are stored one direction per GPU: the NVLink figure is halved (900 GB/s -> 450e9 bytes/s)
 and the NIC figure is only converted (400 Gbit/s -> 50e9 bytes/s).
 
@@ -78,6 +84,7 @@ from __future__ import annotations
 import difflib
 import math
 from contextlib import contextmanager
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
@@ -86,6 +93,7 @@ import yaml
 
 from cost import units
 from cost.errors import ConfigError, InstanceError
+from cost.hf_config import model_from_hf_config
 from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Optimizer, Plan, Precision, Recompute, SearchSpace)
 
@@ -96,6 +104,8 @@ _MAX_LAYERS = 10**6  # bounds the per-stage lists a default split allocates (pp 
 _MAX_NUMBER = 1e9  # in the key's own unit; anything larger is a unit mistake, not hardware
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
+_CLUSTER_FILE_KEYS = ("cluster", "gpu_types")
+_JOB_FILE_KEYS = ("job", "search")
 _MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
                "tied_embeddings")
 _CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
@@ -397,28 +407,97 @@ def load_catalogue(path: str | Path | None = None) -> dict[str, GpuSpec]:
 # --- instances -----------------------------------------------------------------------------
 
 def load_instance(path: str | Path) -> Instance:
-    path = str(path)
-    top = _Section(_read_yaml(path), path, "", _TOP_KEYS)
-    name = top.string("name")
+    return load_instance_parts(path, hf_config=None, cluster=None, job=None)
+
+
+def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | None,
+                        cluster: str | Path | None, job: str | Path | None,
+                        seq_len: int | None = None) -> Instance:
+    """An instance assembled from an instance file and/or separate part files.
+
+    - `instance`: an instance YAML (module docstring). Its `model:`, `cluster:` and `job:`
+      sections may be left out when the matching part below is given.
+    - `hf_config`: a Hugging Face config.json (or its directory): replaces `model:`
+      (cost/hf_config.py).
+    - `cluster`: a cluster YAML with `cluster:` and optionally `gpu_types:`; it is
+      self-contained, so its GPU is looked up in the catalogue plus its own `gpu_types:` only.
+    - `job`: a job YAML with `job:` and optionally `search:`; a `search:` there replaces the
+      instance file's, otherwise the instance file's (or the default space) is kept.
+    - `seq_len`: replaces the model's sequence length, wherever the model comes from.
+
+    Without `instance`, all three parts are required and the instance is named
+    `<model>-<GPUs>x<GPU type>`. Every file is checked in full, sections that a part replaces
+    included, and every error names the file it comes from.
+    """
+    if instance is None:
+        absent = [key for key, value in (("hf_config", hf_config), ("cluster", cluster),
+                                         ("job", job)) if value is None]
+        if absent:
+            raise InstanceError("<arguments>", ", ".join(absent),
+                                "no instance file, and the parts are incomplete",
+                                "give an instance YAML, or all of a Hugging Face config, a"
+                                " cluster file and a job file")
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                or not 1 <= seq_len <= _MAX_INT):
+        raise InstanceError("<arguments>", "seq_len",
+                            f"expected a positive integer, got {_describe(seq_len)}",
+                            "give the training sequence length in tokens")
+
+    name = model_spec = cluster_spec = job_spec = None
+    search = SearchSpace()
+    sources = []
+    if instance is not None:
+        path = str(instance)
+        sources.append(path)
+        top = _Section(_read_yaml(path), path, "", _TOP_KEYS)
+        name = top.string("name")
+        gpus = _catalogue_with_gpu_types(top)
+        if top.has("search"):
+            search = _search(top.section("search", _SEARCH_KEYS))
+        if top.has("model") or hf_config is None:
+            model_spec = _model(top.section("model", _MODEL_KEYS), name)
+        if top.has("cluster") or cluster is None:
+            cluster_spec = _cluster(top.section("cluster", _CLUSTER_KEYS), gpus)
+        if top.has("job") or job is None:
+            job_spec = _job(top.section("job", _JOB_KEYS))
+    if hf_config is not None:
+        sources.append(str(hf_config))
+        model_spec = model_from_hf_config(hf_config, seq_len)
+    elif seq_len is not None:
+        model_spec = replace(model_spec, seq_len=seq_len)
+    if cluster is not None:
+        path = str(cluster)
+        sources.append(path)
+        top = _Section(_read_yaml(path), path, "", _CLUSTER_FILE_KEYS)
+        cluster_spec = _cluster(top.section("cluster", _CLUSTER_KEYS),
+                                _catalogue_with_gpu_types(top))
+    if job is not None:
+        path = str(job)
+        sources.append(path)
+        top = _Section(_read_yaml(path), path, "", _JOB_FILE_KEYS)
+        job_spec = _job(top.section("job", _JOB_KEYS))
+        if top.has("search"):
+            search = _search(top.section("search", _SEARCH_KEYS))
+    assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
+    if name is None:
+        name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
+    return Instance(name=name, model=model_spec, cluster=cluster_spec, job=job_spec,
+                    search=search, source=" + ".join(sources))
+
+
+def _catalogue_with_gpu_types(top: _Section) -> dict[str, GpuSpec]:
+    """The bundled catalogue plus the file's own `gpu_types:`, which may not shadow it."""
     gpus = load_catalogue()
     if top.has("gpu_types"):
-        user = _gpu_types(top.raw["gpu_types"], path, "gpu_types")
+        user = _gpu_types(top.raw["gpu_types"], top.path, "gpu_types")
         clashes = sorted(user.keys() & gpus.keys())
         if clashes:
-            raise InstanceError(path, f"gpu_types.{clashes[0]}",
+            raise InstanceError(top.path, f"gpu_types.{clashes[0]}",
                                 "name clashes with the bundled catalogue",
                                 f"rename it, e.g. to '{clashes[0]}-custom', or drop it to use"
                                 " the catalogue entry")
         gpus.update(user)
-    search = _search(top.section("search", _SEARCH_KEYS)) if top.has("search") else SearchSpace()
-    return Instance(
-        name=name,
-        model=_model(top.section("model", _MODEL_KEYS), name),
-        cluster=_cluster(top.section("cluster", _CLUSTER_KEYS), gpus),
-        job=_job(top.section("job", _JOB_KEYS)),
-        search=search,
-        source=path,
-    )
+    return gpus
 
 
 def _search(sec: _Section) -> SearchSpace:

@@ -9,6 +9,7 @@ import sys
 from collections import defaultdict
 
 from cost.errors import ConfigError, InstanceError
+from solver.inputs import add_instance_args, load_from_args
 
 EXIT_BAD_INPUT = 2
 
@@ -19,11 +20,11 @@ def _emit_json(obj) -> None:
 
 
 def cmd_simulate(args) -> int:
-    from cost.loader import load_instance, load_plan
+    from cost.loader import load_plan
     from cost.simulate import simulate
     from solver.format import breakdown_json, breakdown_text
 
-    inst = load_instance(args.instance)
+    inst = load_from_args(args)
     plan = load_plan(args.plan, inst)
     try:
         bd = simulate(inst, plan)
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("simulate", help="predict one iteration of a given plan")
-    s.add_argument("instance")
+    add_instance_args(s)
     s.add_argument("--plan", required=True, help="plan YAML (as written by `paraplan plan -o`)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_simulate)

@@ -9,6 +9,7 @@ import yaml
 
 from cost.errors import InstanceError
 from solver.format import breakdown_json, breakdown_text, seconds, table
+from solver.inputs import add_instance_args, load_from_args
 
 EXIT_DISAGREE = 1
 
@@ -62,16 +63,11 @@ def _evidence_text(res) -> str:
     return "\n".join(lines)
 
 
-def _load(path):
-    from cost.loader import load_instance
-    return load_instance(path)
-
-
 def cmd_plan(args) -> int:
     from cost.loader import plan_to_mapping
     from solver.planner import plan
 
-    inst = _load(args.instance)
+    inst = load_from_args(args)
     log = (lambda msg: print(f"  {msg}", file=sys.stderr)) if _progress_enabled(args) else None
     res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
                progress=log)
@@ -98,11 +94,11 @@ def cmd_exhaustive(args) -> int:
     from cost.loader import plan_to_mapping
     from solver.exhaustive import SpaceTooLarge, exhaustive
 
-    inst = _load(args.instance)
+    inst = load_from_args(args)
     try:
         res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args))
     except SpaceTooLarge as e:
-        raise InstanceError(args.instance, "search", str(e),
+        raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     if args.json:
         json.dump({"iter_time_s": res.iter_time_s, "candidates": res.candidates,
@@ -124,7 +120,7 @@ def cmd_verify(args) -> int:
     from solver.exhaustive import SpaceTooLarge, exhaustive
     from solver.planner import REL_TOL, plan
 
-    inst = _load(args.instance)
+    inst = load_from_args(args)
     rows, values = [], {}
     for backend in ("cpsat", "milp"):
         res = plan(inst, backend=backend, time_limit_s=args.time_limit_s)
@@ -175,7 +171,7 @@ def cmd_calibrate(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="find the provably fastest plan in the declared space")
-    p.add_argument("instance")
+    add_instance_args(p)
     p.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
     p.add_argument("--time-limit-s", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
@@ -185,14 +181,14 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_plan)
 
     e = sub.add_parser("exhaustive", help="brute-force the same declared space")
-    e.add_argument("instance")
+    add_instance_args(e)
     e.add_argument("--max-candidates", type=int, default=20_000_000)
     e.add_argument("--json", action="store_true")
     e.add_argument("--quiet", action="store_true")
     e.set_defaults(func=cmd_exhaustive)
 
     v = sub.add_parser("verify", help="CP-SAT, MILP and exhaustive search must agree")
-    v.add_argument("instance")
+    add_instance_args(v)
     v.add_argument("--time-limit-s", type=float, default=120.0)
     v.add_argument("--max-candidates", type=int, default=20_000_000)
     v.add_argument("--quiet", action="store_true")

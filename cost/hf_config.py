@@ -1,0 +1,341 @@
+"""A `ModelSpec` from a Hugging Face `config.json`, so a model need not be retyped as YAML.
+
+Supported (by the first `architectures` entry, else by `model_type`):
+
+=========================  ===========================================================  ======
+architecture               where each ModelSpec field comes from                        MLP
+=========================  ===========================================================  ======
+LlamaForCausalLM (2 / 3)   num_hidden_layers, hidden_size, num_attention_heads,         swiglu
+                           num_key_value_heads (default: heads), intermediate_size,
+                           vocab_size, max_position_embeddings
+MistralForCausalLM         as Llama; num_key_value_heads required                       swiglu
+Qwen2ForCausalLM           as Llama; num_key_value_heads required                       swiglu
+GPT2LMHeadModel            n_layer, n_embd, n_head, n_inner (null: 4 x n_embd),         gelu
+                           vocab_size, n_positions
+GPTNeoXForCausalLM         as Llama without kv heads; intermediate_size                 gelu
+OPTForCausalLM             num_hidden_layers, hidden_size, num_attention_heads,         gelu
+                           ffn_dim, vocab_size, max_position_embeddings
+BloomForCausalLM           n_layer, hidden_size, n_head; ffn 4 x hidden; ALiBi, so      gelu
+                           the sequence length must be given
+FalconForCausalLM          num_hidden_layers, hidden_size, num_attention_heads, kv      gelu
+                           heads from multi_query / new_decoder_architecture /
+                           num_kv_heads; ffn_hidden_size (default 4 x hidden); the
+                           sequence length must be given unless max_position_embeddings
+=========================  ===========================================================  ======
+
+`seq_len`, when given, replaces the config's maximum position count (the context a model
+supports is not the length it is trained at); models with learned absolute positions (GPT-2,
+OPT) cannot go beyond theirs. `tie_word_embeddings` is read where present; otherwise each
+architecture's Hugging Face default applies (tied for GPT-2, OPT, BLOOM and Falcon).
+
+MLP shape, which is all the cost model needs: Llama, Mistral, Qwen2 (and Mixtral) use a gated
+MLP with three matmuls (gate_proj, up_proj, down_proj), modelled as `Mlp.SWIGLU` whatever the
+`hidden_act` (SiLU in every released config; a GELU-gated variant costs the same matmuls). The
+others use two matmuls, modelled as `Mlp.GELU`. OPT's ReLU MLP is mapped to `Mlp.GELU` too:
+the two matmuls are identical and the element-wise activation differs only in a few FLOPs per
+element, far below the matmuls' cost.
+
+Not modelled, and refused with an error rather than approximated: mixture-of-experts models
+(`num_local_experts`: Mixtral) and OPT's input/output projections when `word_embed_proj_dim`
+differs from `hidden_size` (OPT-350m). Mistral's sliding-window attention is priced as full
+causal attention (an over-estimate beyond the 4,096-token window).
+
+Every problem raises one `InstanceError(path, field, problem, fix)`, the field being the JSON
+key (or "line L, column C" for malformed JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cost.errors import ConfigError, InstanceError
+from cost.specs import Mlp, ModelSpec
+
+_MAX_INT = 10**9
+_DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
+_SEQ_LEN_FIX = "give the training sequence length, e.g. paraplan --seq-len 2048"
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """Where one architecture keeps each size; each tuple lists accepted keys, preferred first."""
+
+    label: str
+    layers: tuple[str, ...]
+    hidden: tuple[str, ...]
+    heads: tuple[str, ...]
+    ffn: tuple[str, ...]  # empty: always 4 x hidden
+    ffn_default_4h: bool  # the ffn key may be absent or null, meaning 4 x hidden
+    positions: tuple[str, ...]  # empty: no maximum length in the config (ALiBi)
+    learned_positions: bool  # absolute position embeddings: seq_len cannot exceed them
+    gated: bool  # three-matmul gated MLP (Mlp.SWIGLU)
+    tied_default: bool
+    kv: str  # "default_heads" | "required" | "none" | "falcon"
+
+
+_LLAMA_KEYS = dict(layers=("num_hidden_layers",), hidden=("hidden_size",),
+                   heads=("num_attention_heads",), ffn=("intermediate_size",),
+                   ffn_default_4h=False, positions=("max_position_embeddings",),
+                   learned_positions=False, gated=True, tied_default=False)
+
+_FAMILIES = {
+    "llama": _Family("Llama", **_LLAMA_KEYS, kv="default_heads"),
+    # MistralConfig and Qwen2Config default num_key_value_heads to 8 and 32, not to the head
+    # count, so a config without the key is ambiguous and refused.
+    "mistral": _Family("Mistral", **_LLAMA_KEYS, kv="required"),
+    "qwen2": _Family("Qwen2", **_LLAMA_KEYS, kv="required"),
+    "mixtral": _Family("Mixtral", **_LLAMA_KEYS, kv="required"),
+    "gpt2": _Family("GPT-2", layers=("n_layer",), hidden=("n_embd",), heads=("n_head",),
+                    ffn=("n_inner",), ffn_default_4h=True, positions=("n_positions", "n_ctx"),
+                    learned_positions=True, gated=False, tied_default=True, kv="none"),
+    "gpt_neox": _Family("GPT-NeoX", layers=("num_hidden_layers",), hidden=("hidden_size",),
+                        heads=("num_attention_heads",), ffn=("intermediate_size",),
+                        ffn_default_4h=False, positions=("max_position_embeddings",),
+                        learned_positions=False, gated=False, tied_default=False, kv="none"),
+    "opt": _Family("OPT", layers=("num_hidden_layers",), hidden=("hidden_size",),
+                   heads=("num_attention_heads",), ffn=("ffn_dim",), ffn_default_4h=False,
+                   positions=("max_position_embeddings",), learned_positions=True, gated=False,
+                   tied_default=True, kv="none"),
+    # BloomMLP is hidden -> 4 x hidden -> hidden whatever n_inner says.
+    "bloom": _Family("BLOOM", layers=("n_layer", "num_hidden_layers"),
+                     hidden=("hidden_size", "n_embed"), heads=("n_head", "num_attention_heads"),
+                     ffn=(), ffn_default_4h=True, positions=(), learned_positions=False,
+                     gated=False, tied_default=True, kv="none"),
+    "falcon": _Family("Falcon", layers=("num_hidden_layers", "n_layer"),
+                      hidden=("hidden_size", "n_embed"), heads=("num_attention_heads", "n_head"),
+                      ffn=("ffn_hidden_size",), ffn_default_4h=True,
+                      positions=("max_position_embeddings",), learned_positions=False,
+                      gated=False, tied_default=True, kv="falcon"),
+}
+
+_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox",
+    "OPTForCausalLM": "opt",
+    "BloomForCausalLM": "bloom",
+    "FalconForCausalLM": "falcon",
+    "RWForCausalLM": "falcon",  # Falcon's configs before its transformers integration
+}
+
+_MODEL_TYPES = {
+    "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2",
+    "gpt2": "gpt2", "gpt_neox": "gpt_neox", "opt": "opt", "bloom": "bloom", "falcon": "falcon",
+    "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
+}
+
+
+def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelSpec:
+    """The model described by a Hugging Face `config.json` (or a directory holding one).
+
+    `seq_len` is the training sequence length; without it the config's maximum position count
+    is used (max_position_embeddings, or n_positions for GPT-2). The model is named after the
+    directory holding `config.json` (else after the file).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    name = str(path)
+    raw = _read_json(name)
+    family_key = _family_key(raw, name)
+    fam = _FAMILIES[family_key]
+
+    if "num_local_experts" in raw or family_key == "mixtral":
+        experts = raw.get("num_local_experts")
+        per_token = raw.get("num_experts_per_tok")
+        shown = (f" ({experts} experts, {per_token} per token)"
+                 if experts is not None and per_token is not None else "")
+        raise InstanceError(name, "num_local_experts",
+                            f"{fam.label} is a mixture-of-experts model{shown}; MoE is not"
+                            " modelled yet",
+                            "plan a dense model, or describe a dense stand-in under 'model:'"
+                            " in the instance YAML")
+
+    cfg = _Config(raw, name, fam.label)
+    layers = cfg.integer(fam.layers)
+    hidden = cfg.integer(fam.hidden)
+    heads = cfg.integer(fam.heads)
+    vocab = cfg.integer(("vocab_size",))
+    ffn = cfg.integer(fam.ffn, optional=fam.ffn_default_4h) if fam.ffn else None
+    kv_heads = _kv_heads(cfg, fam, raw)
+    cfg.raise_missing()
+
+    if hidden % heads:
+        raise InstanceError(name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
+                            f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
+    kv_heads = heads if kv_heads is None else kv_heads
+    if heads % kv_heads:
+        raise InstanceError(name, cfg.used_key(("num_key_value_heads", "num_kv_heads",
+                                                "n_head_kv")),
+                            f"{heads} attention heads are not divisible by {kv_heads} kv heads",
+                            "correct the key/value head count; it must divide the head count")
+    if family_key == "opt":
+        proj = cfg.integer(("word_embed_proj_dim",), optional=True)
+        if proj is not None and proj != hidden:
+            raise InstanceError(name, "word_embed_proj_dim",
+                                f"{proj} differs from hidden_size={hidden}; OPT's project_in /"
+                                " project_out layers are not modelled",
+                                "describe the model under 'model:' in the instance YAML")
+
+    seq = _seq_len(cfg, fam, seq_len)
+    tied = cfg.boolean("tie_word_embeddings", fam.tied_default)
+    try:
+        return ModelSpec(
+            name=path.parent.name if path.name == "config.json" and path.parent.name else path.stem,
+            layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+            ffn=4 * hidden if ffn is None else ffn,
+            vocab=vocab, seq_len=seq,
+            mlp=Mlp.SWIGLU if fam.gated else Mlp.GELU,
+            tied_embeddings=tied,
+        )
+    except ConfigError as e:  # every invariant is checked above; kept as a safety net
+        raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
+
+
+# --- reading -------------------------------------------------------------------------------
+
+def _read_json(name: str) -> dict:
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InstanceError(name, "<file>", "file not found",
+                            "check the path; give a config.json or the directory holding it"
+                            ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InstanceError(name, "<file>", f"cannot be read ({e})",
+                            "check its permissions and that it is UTF-8 text") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates(name))
+    except json.JSONDecodeError as e:
+        raise InstanceError(name, f"line {e.lineno}, column {e.colno}", f"malformed JSON: {e.msg}",
+                            "fix the JSON syntax there; a trailing comma or a missing quote are"
+                            " the usual causes") from None
+    if not isinstance(data, dict):
+        raise InstanceError(name, "<top level>", "expected a JSON object",
+                            "give a Hugging Face config.json")
+    return data
+
+
+def _no_duplicates(name: str):
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        out: dict = {}
+        for key, value in pairs:
+            if key in out:
+                raise InstanceError(name, key, f"duplicate key '{key}'",
+                                    "keep only one of the two entries")
+            out[key] = value
+        return out
+    return hook
+
+
+def _family_key(raw: dict, name: str) -> str:
+    archs = raw.get("architectures")
+    if archs is not None and not (isinstance(archs, list)
+                                  and all(isinstance(a, str) for a in archs)):
+        raise InstanceError(name, "architectures", "expected a list of class names",
+                            'write e.g. ["LlamaForCausalLM"]')
+    model_type = raw.get("model_type")
+    for arch in archs or ():
+        if arch in _ARCHITECTURES:
+            return _ARCHITECTURES[arch]
+    if isinstance(model_type, str) and model_type in _MODEL_TYPES:
+        return _MODEL_TYPES[model_type]
+    supported = ", ".join(_ARCHITECTURES)
+    if not archs and model_type is None:
+        raise InstanceError(name, "architectures", "missing 'architectures' and 'model_type'",
+                            f"add one naming a supported architecture ({supported})"
+                            f" {_DESCRIBE_IN_YAML}")
+    shown = ", ".join(archs or ()) or "none"
+    raise InstanceError(name, "architectures" if archs else "model_type",
+                        f"unsupported architecture {shown} (model_type {model_type!r})",
+                        f"supported: {supported}; {_DESCRIBE_IN_YAML}")
+
+
+class _Config:
+    """Typed access to the config's keys; missing required keys are collected, then reported
+    together by raise_missing()."""
+
+    def __init__(self, raw: dict, name: str, label: str):
+        self.raw, self.name, self.label = raw, name, label
+        self.missing: list[str] = []
+
+    def used_key(self, keys: tuple[str, ...]) -> str:
+        """The first of `keys` present with a value (null counts as absent), else the first."""
+        return next((k for k in keys if self.raw.get(k) is not None), keys[0])
+
+    def integer(self, keys: tuple[str, ...], *, optional: bool = False) -> int | None:
+        key = self.used_key(keys)
+        value = self.raw.get(key)
+        if value is None:
+            if not optional:
+                self.missing.append(key)
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InstanceError(self.name, key, f"expected an integer, got {value!r}",
+                                "write a whole number")
+        if not 1 <= value <= _MAX_INT:
+            raise InstanceError(self.name, key, f"must be between 1 and {_MAX_INT:,}, got {value}",
+                                "correct the size")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InstanceError(self.name, key, f"expected true or false, got {value!r}",
+                                "write true or false")
+        return value
+
+    def raise_missing(self) -> None:
+        if not self.missing:
+            return
+        quoted = [f"'{k}'" for k in self.missing]
+        listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+        raise InstanceError(self.name, ", ".join(self.missing),
+                            f"missing {listed}, needed for {self.label}",
+                            f"add {listed} {_DESCRIBE_IN_YAML}")
+
+
+def _kv_heads(cfg: _Config, fam: _Family, raw: dict) -> int | None:
+    """Key/value heads, or None for "as many as query heads" (multi-head attention)."""
+    if fam.kv == "none":
+        return None
+    if fam.kv in ("default_heads", "required"):
+        return cfg.integer(("num_key_value_heads",), optional=fam.kv == "default_heads")
+    # Falcon (transformers' FalconAttention): the new decoder architecture (40B, 180B) uses
+    # num_kv_heads; otherwise multi_query (the default, Falcon-7B) means one kv head, and
+    # without it every head has its own.
+    new_decoder = cfg.boolean("new_decoder_architecture", raw.get("model_type") == "RefinedWeb")
+    if new_decoder or not cfg.boolean("multi_query", True):
+        return cfg.integer(("num_kv_heads", "n_head_kv"), optional=True)
+    return 1
+
+
+def _seq_len(cfg: _Config, fam: _Family, seq_len: int | None) -> int:
+    limit_key = cfg.used_key(fam.positions) if fam.positions else None
+    limit = cfg.integer(fam.positions, optional=True) if fam.positions else None
+    if seq_len is None:
+        if limit is not None:
+            return limit
+        if not fam.positions:
+            problem = (f"{fam.label} uses ALiBi position biases, so config.json has no maximum"
+                       " sequence length")
+        else:
+            problem = (f"{fam.label}'s config.json has no '{limit_key}', so the sequence"
+                       " length is unknown")
+        raise InstanceError(cfg.name, limit_key or "seq_len", problem, _SEQ_LEN_FIX)
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise InstanceError(cfg.name, "seq_len", f"requested sequence length {seq_len!r} is not"
+                            " a positive integer", "give a whole number of tokens >= 1")
+    if fam.learned_positions and limit is not None and seq_len > limit:
+        raise InstanceError(cfg.name, limit_key, f"{fam.label} has {limit} learned position"
+                            f" embeddings, fewer than the requested sequence length {seq_len}",
+                            f"train at most {limit} tokens per sequence")
+    return seq_len

@@ -1,0 +1,75 @@
+"""How a sub-command names its instance: one instance YAML, separate parts, or both.
+
+    paraplan plan instances/llama3-8b-64xH100.yaml
+    paraplan plan --hf-config path/to/Meta-Llama-3-8B --cluster instances/clusters/h200-16nodes.yaml \\
+                  --job instances/jobs/pretrain-4m-tokens.yaml
+    paraplan plan instances/llama3-8b-64xH100.yaml --cluster instances/clusters/dgx-h100-32nodes.yaml
+
+A part replaces the matching section of the instance file (cost/loader.py,
+`load_instance_parts`); without an instance file all three parts are needed. Bad input raises
+`InstanceError`, which the CLI prints as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cost.errors import InstanceError
+from cost.specs import Instance
+
+_PARTS = (("hf_config", "--hf-config"), ("cluster", "--cluster"), ("job", "--job"))
+
+
+def add_instance_args(parser: argparse.ArgumentParser) -> None:
+    """Add the optional positional INSTANCE and --hf-config/--cluster/--job/--seq-len."""
+    parser.add_argument("instance", nargs="?", metavar="INSTANCE",
+                        help="instance YAML; optional when --hf-config, --cluster and --job"
+                             " are all given")
+    parts = parser.add_argument_group(
+        "instance parts", "each replaces the matching section of INSTANCE; without INSTANCE"
+                          " all three are needed")
+    parts.add_argument("--hf-config", metavar="PATH",
+                       help="Hugging Face config.json (or its directory) for the model")
+    parts.add_argument("--cluster", metavar="PATH",
+                       help="cluster YAML: 'cluster:' and optionally 'gpu_types:'"
+                            " (see instances/clusters/)")
+    parts.add_argument("--job", metavar="PATH",
+                       help="job YAML: 'job:' and optionally 'search:' (see instances/jobs/)")
+    parts.add_argument("--seq-len", metavar="N",
+                       help="training sequence length in tokens; replaces the model's (needed"
+                            " for configs without a maximum length, e.g. BLOOM)")
+
+
+def load_from_args(args: argparse.Namespace) -> Instance:
+    """The instance the arguments added by add_instance_args describe."""
+    from cost.loader import load_instance_parts
+
+    instance = getattr(args, "instance", None)
+    absent = [flag for dest, flag in _PARTS if getattr(args, dest, None) is None]
+    if instance is None and absent:
+        given = len(_PARTS) - len(absent)
+        problem = ("no instance given" if not given
+                   else f"no INSTANCE, and {', '.join(absent)} missing")
+        raise InstanceError("<arguments>", "INSTANCE" if not given else ", ".join(absent),
+                            problem, "give an instance YAML, or all of --hf-config, --cluster"
+                                     " and --job")
+    return load_instance_parts(instance, hf_config=getattr(args, "hf_config", None),
+                               cluster=getattr(args, "cluster", None),
+                               job=getattr(args, "job", None),
+                               seq_len=_seq_len(getattr(args, "seq_len", None)))
+
+
+def _seq_len(text: str | int | None) -> int | None:
+    """--seq-len as an integer; parsed here rather than by argparse so that a bad value is one
+    `InstanceError` line like every other input error."""
+    if text is None or isinstance(text, int):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise InstanceError("<arguments>", "--seq-len", f"expected an integer, got {text!r}",
+                            "give the sequence length in tokens, e.g. --seq-len 8192") from None
+    if value < 1:
+        raise InstanceError("<arguments>", "--seq-len", f"must be >= 1, got {value}",
+                            "give the sequence length in tokens, e.g. --seq-len 8192")
+    return value

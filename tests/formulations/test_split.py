@@ -1,0 +1,354 @@
+"""Layer-split formulations: hand-derived optima, agreement with brute force, rounding bounds,
+time limits and determinism.
+
+Iteration time (cost/schedule.py): Z = (m - 1/v) max_s T_s + (1/v) sum_s T_s + max_s D_s with
+T_s = a_s + n_s t_s + r_s u_s, D_s = e_s + n_s g_s; memory
+M_s = b_s + n_s (state_s + act_s) - r_s (act_s - ckpt_s) <= K_s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from cost.coefficients import StageCoefficients, in_flight_micro_batches
+from cost.schedule import fits, iteration_time_s, stage_mem_bytes
+from cost.specs import Outer
+from formulations.cpsat import quantize, solve_split_cpsat
+from formulations.milp import optimal_gap_tolerance_s, solve_split_milp
+from formulations.result import STATUSES, SplitResult
+
+MIB = 2**20
+BACKENDS = ("cpsat", "cbc", "scip", "highs")
+
+
+def coefficients(*, pp: int, L: int, m: int = 4, v: int = 1, layer_time=1.0, recompute_time=0.5,
+                 stage_time=0.0, layer_sync=0.0, stage_sync=0.0, state=0.0, act=0.0, ckpt=0.0,
+                 stage_mem=0.0, capacity=1e15) -> StageCoefficients:
+    """Hand-built coefficients; scalars broadcast to all pp stages."""
+
+    def col(x) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, float), (pp,)).copy()
+
+    return StageCoefficients(
+        outer=Outer(tp=1, pp=pp, dp=1, micro_batch=1, num_micro_batches=m, virtual_stages=v),
+        layers=L, layer_time_s=col(layer_time), recompute_time_s=col(recompute_time),
+        stage_time_s=col(stage_time), layer_sync_time_s=col(layer_sync),
+        stage_sync_time_s=col(stage_sync), layer_state_bytes=col(state), layer_act_bytes=col(act),
+        layer_ckpt_bytes=col(ckpt), stage_mem_bytes=col(stage_mem), capacity_bytes=col(capacity))
+
+
+def solve(backend: str, c: StageCoefficients, allow_full_recompute: bool = True, **kw) -> SplitResult:
+    if backend == "cpsat":
+        return solve_split_cpsat(c, allow_full_recompute, **kw)
+    return solve_split_milp(c, allow_full_recompute, backend=backend, **kw)
+
+
+def tolerance_s(result: SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> float:
+    """The documented bound on how far an "optimal" objective_s may sit above the true optimum,
+    and on objective_s - bound_s: 2E for CP-SAT (cpsat.py), 2 eps + print error for the MILPs."""
+    if result.backend == "cpsat":
+        return 2 * quantize(c, allow_full_recompute).objective_error_s
+    return optimal_gap_tolerance_s(c, result.objective_s, allow_full_recompute)
+
+
+def brute_force(c: StageCoefficients, allow_full_recompute: bool = True) -> float | None:
+    """Optimal iteration time over every (n, r), or None when no split fits."""
+    pp, L, v = c.pp, c.layers, c.outer.virtual_stages
+    rows_n, rows_r = [], []
+    for n in itertools.product(range(v, L + 1, v), repeat=pp):
+        if sum(n) != L:
+            continue
+        for r in itertools.product(*((range(x + 1) if allow_full_recompute else (0,)) for x in n)):
+            rows_n.append(n)
+            rows_r.append(r)
+    if not rows_n:
+        return None
+    n, r = np.array(rows_n), np.array(rows_r)
+    ok = fits(c, n, r)
+    return float(iteration_time_s(c, n[ok], r[ok]).min()) if ok.any() else None
+
+
+def check_consistent(result: SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> None:
+    """Invariants of every result: split re-evaluates, fits, bound below objective."""
+    assert result.status in STATUSES
+    if result.status in ("optimal", "feasible"):
+        n, r = np.array(result.layers_per_stage), np.array(result.full_recompute_layers)
+        assert n.sum() == c.layers and np.all(n % c.outer.virtual_stages == 0) and np.all(n >= 1)
+        assert np.all(r >= 0) and np.all(r <= n) and (allow_full_recompute or not r.any())
+        assert fits(c, n, r)
+        assert result.objective_s == float(iteration_time_s(c, n, r))
+        if result.bound_s is not None:
+            assert result.bound_s <= result.objective_s
+    if result.status == "optimal":
+        assert result.objective_s - result.bound_s <= tolerance_s(result, c, allow_full_recompute)
+    if result.status == "infeasible":
+        assert result.bound_s == math.inf
+    if result.status in ("infeasible", "timeout"):
+        assert result.layers_per_stage is None and result.objective_s is None
+
+
+# ---------------------------------------------------------------- (a) hand-derived optima
+
+# In-flight micro-batches under 1F1B with pp = 2: stage 0 holds 2, stage 1 holds 1
+# (in_flight_micro_batches(2, 4, 1) == [2, 1]); per micro-batch a layer stores 10 MiB of
+# activations, or a 1 MiB checkpoint when fully recomputed.
+ACT_2F1B = np.array([20.0, 10.0]) * MIB
+CKPT_2F1B = np.array([2.0, 1.0]) * MIB
+
+HAND_CASES = {
+    # pp=2, L=4, m=4, t=1: Z = 3 max(n) + 4 (r = 0, since recompute only adds time);
+    # (2,2) -> 3*2 + 4 = 10; (1,3) -> 13.
+    "equal_stages": (coefficients(pp=2, L=4), True, (2, 2), (0, 0), 10.0),
+    # stage 1 carries a = 2 (output layer): T = (n0, 2 + n1), Z = 3 max T + sum T;
+    # (4,2): T=(4,4) -> 12 + 8 = 20; (3,3): T=(3,5) -> 15 + 8 = 23; (5,1): T=(5,3) -> 23.
+    "heavy_last_stage": (coefficients(pp=2, L=6, stage_time=[0.0, 2.0]), True, (4, 2), (0, 0), 20.0),
+    # memory per stored layer (20, 10) MiB, capacity 35.25 MiB, recompute saves (18, 9) MiB:
+    # (2,2): M0 = 40 > 35.25 -> r0 = 1: M0 = 22, T = (2.5, 2) -> 3*2.5 + 4.5 = 12;
+    # (1,3) without recompute: M = (20, 30) fits, T = (1, 3) -> 9 + 4 = 13;
+    # (3,1): M0 = 60 needs r0 = 2, T = (4, 1) -> 12 + 5 = 17. Optimum (2,2), r = (1,0), 12.
+    "memory_forces_recompute_stage0": (coefficients(pp=2, L=4, act=ACT_2F1B, ckpt=CKPT_2F1B,
+                                                    capacity=35.25 * MIB), True, (2, 2), (1, 0), 12.0),
+    # the same without full recompute: (1,3) at 13.
+    "memory_without_recompute": (coefficients(pp=2, L=4, act=ACT_2F1B, ckpt=CKPT_2F1B,
+                                              capacity=35.25 * MIB), False, (1, 3), (0, 0), 13.0),
+    # capacity 19.25 MiB: (2,2) needs r0 >= 2 (40-36=4) and r1 >= 1 (20-9=11): T=(3, 2.5) -> 14.5;
+    # (1,3): r0 >= 1, r1 >= 2: T=(1.5, 4) -> 17.5; (3,1): r0 >= 3: T=(4.5, 1) -> 19.
+    "tight_memory_recompute_both": (coefficients(pp=2, L=4, act=ACT_2F1B, ckpt=CKPT_2F1B,
+                                                 capacity=19.25 * MIB), True, (2, 2), (2, 1), 14.5),
+    # interleaved, v=2, L=8: n in {2,4,6}; Z = 3.5 max T + sum T / 2;
+    # (4,4) -> 14 + 4 = 18; (2,6) -> 21 + 4 = 25.
+    "interleaved_v2": (coefficients(pp=2, L=8, v=2), True, (4, 4), (0, 0), 18.0),
+    # m=1, v=1: the max T term has weight 0; Z = sum T + max D = 4 + max(n0, 3 n1);
+    # (3,1) -> 4 + 3 = 7; (2,2) -> 4 + 6 = 10.
+    "sync_dominates": (coefficients(pp=2, L=4, m=1, layer_sync=[1.0, 3.0]), True, (3, 1), (0, 0), 7.0),
+    # single stage: everything on it, Z = (4-1)*5 + 5 + 0 = 20.
+    "single_stage": (coefficients(pp=1, L=5), True, (5,), (0,), 20.0),
+}
+
+INFEASIBLE_CASES = {
+    # the same memory with capacity 19.25 MiB and no recompute: (1,3) M1=30, (2,2) M0=40, (3,1) M0=60
+    "memory_without_recompute": (coefficients(pp=2, L=4, act=ACT_2F1B, ckpt=CKPT_2F1B,
+                                              capacity=19.25 * MIB), False),
+    # stage 1's fixed memory (16 MiB) exceeds its 15.25 MiB on its own
+    "fixed_memory_over_capacity": (coefficients(pp=2, L=4, stage_mem=[0.0, 16 * MIB],
+                                                capacity=15.25 * MIB), True),
+    # v=2 needs an even L
+    "layers_not_multiple_of_v": (coefficients(pp=2, L=5, v=2), True),
+    # v=2, pp=4 needs at least 8 layers
+    "too_few_layers_for_chunks": (coefficients(pp=4, L=4, v=2), True),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(HAND_CASES))
+def test_hand_derived_optimum(backend, case):
+    c, allow, n, r, objective_s = HAND_CASES[case]
+    assert brute_force(c, allow) == pytest.approx(objective_s, rel=1e-12)
+    result = solve(backend, c, allow, time_limit_s=10.0)
+    check_consistent(result, c, allow)
+    assert result.status == "optimal"
+    assert result.backend == backend
+    assert (result.layers_per_stage, result.full_recompute_layers) == (n, r)
+    assert result.objective_s == pytest.approx(objective_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(INFEASIBLE_CASES))
+def test_hand_derived_infeasible(backend, case):
+    c, allow = INFEASIBLE_CASES[case]
+    assert brute_force(c, allow) is None
+    result = solve(backend, c, allow, time_limit_s=10.0)
+    check_consistent(result, c, allow)
+    assert result.status == "infeasible"
+
+
+# ---------------------------------------------------------------- (b) random sets vs brute force
+
+def random_coefficients(seed: int) -> tuple[StageCoefficients, bool]:
+    """Small random instance. Times are arbitrary floats (so CP-SAT's rounding is exercised);
+    memory sits on a 1/2 MiB grid and capacities on a 1/4 MiB offset, so no split lies exactly
+    at a capacity and the solvers' conservative memory margins cannot change the answer."""
+    rng = np.random.default_rng(seed)
+    pp = int(rng.integers(1, 5))
+    v = int(rng.choice([1, 2])) if pp > 1 else 1  # interleaving needs pp > 1
+    L = v * int(rng.integers(pp, 12 // v + 1))
+    m = int(rng.integers(1, 9)) if v == 1 else pp * int(rng.integers(1, 3))  # Megatron: pp | m
+    inflight = in_flight_micro_batches(pp, m, v)  # multiples of 1/2
+    act = rng.integers(50, 1000, pp) * inflight * MIB
+    ckpt = np.floor(act / MIB * rng.uniform(0.05, 0.3, pp)) * MIB
+    layer_time = rng.uniform(0.01, 0.1, pp)
+    c = coefficients(
+        pp=pp, L=L, m=m, v=v, layer_time=layer_time,
+        recompute_time=layer_time * rng.uniform(0.2, 0.5, pp), stage_time=rng.uniform(0, 0.1, pp),
+        layer_sync=rng.uniform(0, 0.05, pp), stage_sync=rng.uniform(0, 0.05, pp),
+        state=rng.integers(1, 300, pp) * MIB, act=act, ckpt=ckpt,
+        stage_mem=rng.integers(0, 2000, pp) * MIB)
+    uniform = stage_mem_bytes(c, np.full(pp, L / pp), np.zeros(pp))
+    capacity = (np.floor(uniform.max() * rng.uniform(0.3, 1.3) / MIB) + 0.25) * MIB
+    allow = bool(rng.random() < 0.75)
+    return dataclasses.replace(c, capacity_bytes=np.full(pp, capacity)), allow
+
+
+@pytest.mark.parametrize("seed", range(36))
+def test_random_instances_agree_with_brute_force(seed):
+    c, allow = random_coefficients(seed)
+    best = brute_force(c, allow)
+    cp = solve_split_cpsat(c, allow, time_limit_s=10.0)
+    milp = solve_split_milp(c, allow, time_limit_s=10.0)
+    for result in (cp, milp):
+        check_consistent(result, c, allow)
+    if best is None:
+        assert cp.status == milp.status == "infeasible"
+        return
+    assert cp.status == milp.status == "optimal"
+    for result in (cp, milp):
+        assert best - 1e-12 * best <= result.objective_s <= best + tolerance_s(result, c, allow)
+        assert result.bound_s <= best * (1 + 1e-12)
+    assert abs(cp.objective_s - milp.objective_s) <= tolerance_s(cp, c, allow) + tolerance_s(milp, c, allow)
+
+
+def test_random_instances_cover_the_interesting_cases():
+    """The seeds above include infeasible sets, v = 2, recompute in the optimum, and pp = 1..4."""
+    infeasible = interleaved = recomputed = 0
+    pps = set()
+    for seed in range(36):
+        c, allow = random_coefficients(seed)
+        pps.add(c.pp)
+        interleaved += c.outer.virtual_stages == 2
+        if brute_force(c, allow) is None:
+            infeasible += 1
+        elif any(solve_split_milp(c, allow).full_recompute_layers):
+            recomputed += 1
+    assert pps == {1, 2, 3, 4}
+    assert infeasible >= 3 and interleaved >= 5 and recomputed >= 5
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_quantization_error_is_bounded(seed):
+    """|q Ẑ(x)/v - Z(x)| <= E for every split x; quantized memory use >= real, capacity <= real."""
+    c, allow = random_coefficients(100 + seed)
+    rng = np.random.default_rng(seed)
+    c = dataclasses.replace(c, layer_act_bytes=c.layer_act_bytes + rng.uniform(0, 1000, c.pp),
+                            capacity_bytes=c.capacity_bytes + rng.uniform(0, 1000, c.pp))
+    Q = quantize(c, allow)
+    v, m, L = c.outer.virtual_stages, c.outer.num_micro_batches, c.layers
+    for _ in range(200):
+        cuts = np.sort(rng.choice(np.arange(1, L // v), c.pp - 1, replace=False)) if c.pp > 1 else []
+        n = v * np.diff(np.r_[0, cuts, L // v])
+        r = rng.integers(0, n + 1) if allow else np.zeros(c.pp, int)
+        t = Q.stage_time_q + n * Q.layer_time_q + r * Q.recompute_time_q
+        d = Q.stage_sync_q + n * Q.layer_sync_q
+        z_q = (v * m - 1) * t.max() + t.sum() + v * d.max()
+        assert abs(Q.time_quantum_s * z_q / v - iteration_time_s(c, n, r)) <= Q.objective_error_s
+        mem_q = Q.stage_mem_q + n * Q.layer_mem_q - r * Q.recompute_saving_q
+        assert np.all(mem_q * Q.mem_quantum_bytes >= stage_mem_bytes(c, n, r))
+    assert np.all(Q.capacity_q * Q.mem_quantum_bytes <= c.capacity_bytes)
+
+
+def test_quantum_grows_to_keep_the_objective_below_2_to_40():
+    c = coefficients(pp=4, L=64, m=4096, layer_time=10.0, recompute_time=5.0)
+    Q = quantize(c)
+    assert Q.time_quantum_s > 1e-9
+    t_ub = np.abs(c.stage_time_s) + c.layers * (np.abs(c.layer_time_s) + np.abs(c.recompute_time_s))
+    assert (4096 - 1 + c.pp) * t_ub.max() / Q.time_quantum_s <= 2**40
+    result = solve_split_cpsat(c)
+    assert result.quantum_s == Q.time_quantum_s
+    assert result.status == "optimal" and result.layers_per_stage == (16, 16, 16, 16)
+
+
+# ---------------------------------------------------------------- (c) time limits, determinism, hints
+
+def big_instance(seed: int = 1) -> StageCoefficients:
+    """pp=16, L=128, v=2, m=64, GPT-3-like per-stage times, memory at 45% of what a uniform
+    split without recompute needs: forces recompute on the early stages."""
+    pp, L, m, v = 16, 128, 64, 2
+    rng = np.random.default_rng(seed)
+    act = rng.uniform(300, 400, pp) * MIB * in_flight_micro_batches(pp, m, v)
+    c = coefficients(
+        pp=pp, L=L, m=m, v=v, layer_time=rng.uniform(0.015, 0.018, pp),
+        recompute_time=rng.uniform(0.005, 0.006, pp),
+        stage_time=np.r_[0.02, rng.uniform(0.003, 0.004, pp - 2), 0.06],
+        layer_sync=rng.uniform(0.01, 0.02, pp), stage_sync=rng.uniform(0.01, 0.04, pp),
+        state=rng.uniform(900, 1000, pp) * MIB, act=act, ckpt=0.1 * act,
+        stage_mem=rng.uniform(2000, 4000, pp) * MIB)
+    uniform = stage_mem_bytes(c, np.full(pp, L / pp), np.zeros(pp))
+    return dataclasses.replace(c, capacity_bytes=np.full(pp, 0.45 * uniform.max()))
+
+
+@pytest.fixture(scope="module")
+def big():
+    c = big_instance()
+    reference = solve_split_cpsat(c, time_limit_s=30.0)
+    assert reference.status == "optimal"
+    return c, reference
+
+
+def test_big_instance_all_backends_agree(big):
+    c, reference = big
+    check_consistent(reference, c)
+    for backend in ("cbc", "scip", "highs"):
+        result = solve(backend, c, time_limit_s=30.0)
+        check_consistent(result, c)
+        assert result.status == "optimal"
+        assert abs(result.objective_s - reference.objective_s) <= (tolerance_s(result, c)
+                                                                   + tolerance_s(reference, c))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpsat_deterministic_time_limit_is_reproducible(big, threads):
+    """A deterministic-time limit far below what the proof needs: whatever comes back is
+    honest (never 'optimal' without the proof's tolerance), its bound is below the true
+    optimum, and a repeat gives the same answer."""
+    c, reference = big
+    runs = [solve_split_cpsat(c, time_limit_s=1e-3, threads=threads, seed=3) for _ in range(2)]
+    for result in runs:
+        check_consistent(result, c)
+        assert result.bound_s is None or result.bound_s <= reference.objective_s
+    key = [(x.status, x.layers_per_stage, x.full_recompute_layers, x.objective_s, x.bound_s) for x in runs]
+    assert key[0] == key[1]
+
+
+@pytest.mark.parametrize("backend", ["cbc", "scip", "highs"])
+def test_milp_time_limit_never_claims_unproved_optimality(big, backend):
+    """Wall-clock limits are not reproducible, so only honesty is checked: no false
+    "infeasible" (CBC 2.10.3's preprocessing gave one at 1 ms), "optimal" only with the proof's
+    tolerance, and bounds below the true optimum."""
+    c, reference = big
+    for limit_s in (0.0005, 0.001, 0.002, 0.01):
+        result = solve(backend, c, time_limit_s=limit_s)
+        check_consistent(result, c)
+        assert result.status != "infeasible"
+        assert result.bound_s is None or result.bound_s <= reference.objective_s
+
+
+def test_cpsat_hint_is_used_under_a_tiny_limit(big):
+    c, reference = big
+    hint = (reference.layers_per_stage, reference.full_recompute_layers)
+    result = solve_split_cpsat(c, time_limit_s=1e-3, hint=hint)
+    check_consistent(result, c)
+    assert result.status in ("optimal", "feasible")
+    assert result.objective_s <= reference.objective_s + tolerance_s(reference, c)
+
+
+def test_cpsat_rejects_a_malformed_hint():
+    with pytest.raises(ValueError, match="hint"):
+        solve_split_cpsat(coefficients(pp=2, L=8, v=2), hint=((3, 5), (0, 0)))
+
+
+def test_milp_rejects_an_unknown_backend():
+    with pytest.raises(ValueError, match="backend"):
+        solve_split_milp(coefficients(pp=2, L=4), backend="gurobi")
+
+
+def test_split_result_validates_itself():
+    with pytest.raises(ValueError, match="status"):
+        SplitResult(status="done", layers_per_stage=None, full_recompute_layers=None, objective_s=None,
+                    bound_s=None, wall_time_s=0.0, backend="cpsat", quantum_s=1e-9)
+    with pytest.raises(ValueError, match="split"):
+        SplitResult(status="optimal", layers_per_stage=None, full_recompute_layers=None,
+                    objective_s=None, bound_s=None, wall_time_s=0.0, backend="cpsat", quantum_s=1e-9)
