@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from solver import commands
+    from solver import commands, export_cmd
     commands.register(sub)
+    export_cmd.register(sub)
     return p
 
 
