@@ -26,7 +26,7 @@ from solver.space import outer_configs, summarize
 
 INSTANCES = Path(__file__).resolve().parent.parent / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
-LADDER = [(8, 8), (16, 8), (16, 12), (32, 12), (32, 16), (64, 16), (64, 24), (128, 24), (128, 32)]
+LADDER = [(8, 8), (16, 8), (16, 12), (32, 12), (32, 16), (64, 16), (64, 17), (64, 24), (128, 32)]
 QUICK_LADDER = LADDER[:3]
 BUNDLED = ["gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100"]
 
