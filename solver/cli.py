@@ -9,9 +9,11 @@ import sys
 from collections import defaultdict
 
 from cost.errors import ConfigError, InstanceError
+from formulations.result import SolverError
 from solver.inputs import add_instance_args, load_from_args
 
 EXIT_BAD_INPUT = 2
+EXIT_SOLVER = 3  # a solver backend is missing or crashed
 
 
 def _emit_json(obj) -> None:
@@ -112,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     except InstanceError as e:
         print(f"paraplan: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except SolverError as e:
+        other = "milp" if getattr(args, "backend", "cpsat") == "cpsat" else "cpsat"
+        print(f"paraplan: solver error: {e} (try --backend {other})".replace("\n", " "), file=sys.stderr)
+        return EXIT_SOLVER
     except KeyboardInterrupt:
         print("paraplan: interrupted", file=sys.stderr)
         return 130

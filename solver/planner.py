@@ -5,9 +5,11 @@
 2. Drop the configurations proved infeasible by memory (solver/bounds.py), compute a valid
    lower bound for the rest, and an incumbent from the even split with minimal recompute.
 3. Visit configurations in ascending bound order (ties: the space's enumeration order). A
-   configuration whose bound is not below the incumbent is pruned; its best plan cannot beat
-   the incumbent. Otherwise its inner problem (layer split + per-stage recompute counts) is
-   solved to optimality by CP-SAT or MILP (formulations/).
+   configuration whose bound is above the incumbent (or equal to it, with a later key) is
+   pruned: its best plan cannot win. Otherwise its inner problem (layer split + per-stage
+   recompute counts) is solved to optimality by CP-SAT or MILP (formulations/), single-threaded
+   and seeded; `threads` > 1 solves that many configurations at once, which changes the time
+   to the answer but not the answer.
 4. When every configuration is solved or pruned, the incumbent is optimal over the space.
    With a time limit, the best bound is min(incumbent, bounds of the unresolved ones).
 
@@ -18,6 +20,7 @@ quantisation tolerance raises `ResimulationMismatch`: it would be a bug, never a
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,51 +108,84 @@ def plan(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0, thr
                      backend=backend, outer_configs=summary.outer_configs,
                      space_size=summary.splits_total)
 
-    live: list[tuple[float, int, StageCoefficients]] = []
-    best_val, best = float("inf"), None
+    # A candidate's key is (lower bound, enumeration index). Tie rule (documented in the README):
+    # among plans whose times agree within REL_TOL, the one whose outer configuration has the
+    # smallest key wins. Every candidate that could still win under this rule is solved, so the
+    # answer does not depend on the order solves finish in, nor on --threads.
+    live: list[tuple[tuple[float, int], StageCoefficients]] = []
+    best_val, best_key, best = float("inf"), (float("inf"), 0), None
+
+    def better(val: float, key) -> bool:
+        if val < best_val * (1 - REL_TOL):
+            return True
+        return val <= best_val * (1 + REL_TOL) and key < best_key
+
     for i, c in enumerate(coeffs):
         if bounds.memory_infeasible(c):
             res.pruned_by_memory += 1
             continue
-        live.append((bounds.lower_bound_s(c), i, c))
+        key = (bounds.lower_bound_s(c), i)
+        live.append((key, c))
         inc = bounds.incumbent(c, allow_rc)
-        if inc is not None and inc[0] < best_val * (1 - REL_TOL):
-            best_val, best = inc[0], (c, inc[1], inc[2])
-    live.sort(key=lambda x: (x[0], x[1]))
+        if inc is not None and better(inc[0], key):
+            best_val, best_key, best = inc[0], key, (c, inc[1], inc[2])
+    live.sort(key=lambda x: x[0])
     res.log.append(f"{len(coeffs)} outer configs, {res.pruned_by_memory} infeasible by memory,"
                    f" incumbent {best_val:.6g} s from even splits")
 
-    open_bounds: list[float] = []
-    for k, (lb, _, c) in enumerate(live):
-        if lb >= best_val * (1 - REL_TOL):
-            res.pruned_by_bound += len(live) - k
-            break
-        remaining = time_limit_s - (time.perf_counter() - t0)
-        if remaining <= 0:
-            open_bounds.extend(x[0] for x in live[k:])
-            res.unresolved += len(live) - k
-            break
+    def solve(c: StageCoefficients, remaining_s: float):
         if inst.search.uniform_split:
             inc = bounds.incumbent(c, allow_rc)  # exact for a fixed split (monotone in r)
-            sub_status, val = (OPTIMAL, inc[0]) if inc else (INFEASIBLE, None)
-            n, r, sub_bound = (inc[1], inc[2], inc[0]) if inc else (None, None, None)
-        else:
-            sr = solve_inner(c, allow_full_recompute=allow_rc, time_limit_s=remaining, threads=threads)
-            sub_status, val, sub_bound = sr.status, sr.objective_s, sr.bound_s
-            n = None if sr.layers_per_stage is None else np.array(sr.layers_per_stage, float)
-            r = None if sr.full_recompute_layers is None else np.array(sr.full_recompute_layers, float)
-            res.tolerance_s = max(res.tolerance_s, getattr(sr, "tolerance_s", 0.0))
-        res.solved += 1
-        if sub_status == INFEASIBLE:
-            res.inner_infeasible += 1
-            continue
-        if sub_status != OPTIMAL:
-            res.unresolved += 1
-            open_bounds.append(sub_bound if sub_bound is not None else lb)
-        if val is not None and val < best_val * (1 - REL_TOL):
-            best_val, best = val, (c, n, r)
-            if progress:
-                progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+            return (OPTIMAL, inc[0], inc[0], inc[1], inc[2], 0.0) if inc else (INFEASIBLE, None, None, None, None, 0.0)
+        sr = solve_inner(c, allow_full_recompute=allow_rc, time_limit_s=remaining_s, threads=1)
+        n = None if sr.layers_per_stage is None else np.array(sr.layers_per_stage, float)
+        r = None if sr.full_recompute_layers is None else np.array(sr.full_recompute_layers, float)
+        # an "optimal" inner result is optimal up to its quantisation: objective - bound
+        tol = sr.gap_s if sr.status == OPTIMAL and sr.gap_s is not None else 0.0
+        return sr.status, sr.objective_s, sr.bound_s, n, r, max(0.0, tol)
+
+    def can_win(key) -> bool:
+        lb = key[0]
+        return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
+
+    open_bounds: list[float] = []
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    k = 0
+    try:
+        while k < len(live):
+            if not can_win(live[k][0]):
+                res.pruned_by_bound += len(live) - k  # sorted by bound: none after can win either
+                break
+            remaining = time_limit_s - (time.perf_counter() - t0)
+            if remaining <= 0:
+                open_bounds.extend(key[0] for key, _ in live[k:])
+                res.unresolved += len(live) - k
+                break
+            batch = [live[k]]
+            while pool and len(batch) < threads and k + len(batch) < len(live) \
+                    and can_win(live[k + len(batch)][0]):
+                batch.append(live[k + len(batch)])
+            k += len(batch)
+            if pool:
+                outcomes = list(pool.map(lambda kc: solve(kc[1], remaining), batch))
+            else:
+                outcomes = [solve(batch[0][1], remaining)]
+            for (key, c), (status, val, sub_bound, n, r, tol) in zip(batch, outcomes):
+                res.solved += 1
+                res.tolerance_s = max(res.tolerance_s, tol)
+                if status == INFEASIBLE:
+                    res.inner_infeasible += 1
+                    continue
+                if status != OPTIMAL:
+                    res.unresolved += 1
+                    open_bounds.append(sub_bound if sub_bound is not None else key[0])
+                if val is not None and better(val, key):
+                    best_val, best_key, best = val, key, (c, n, r)
+                    if progress:
+                        progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+    finally:
+        if pool:
+            pool.shutdown()
 
     res.solve_time_s = time.perf_counter() - t0
     if best is None:
