@@ -54,15 +54,25 @@ time Z(x) of the same split x by at most
 valid lower bound on min Z, and an "optimal" split is within 2E of the true optimum
 (objective_s - bound_s <= 2E), over the splits that fit with the memory rounding above.
 
-Determinism. `random_seed` and `num_workers` are fixed; the stop is `max_deterministic_time`
-(CP-SAT's work units, about one second each), and with threads > 1 `interleave_search` makes
-the parallel search a function of the input. A wall-clock backstop (WALL_BACKSTOP_FACTOR *
-time_limit_s + WALL_BACKSTOP_S) only guards against a work-unit estimate far off the clock; a
-run stopped by it is the only kind that can differ between repeats.
+Determinism (threads == 1, the default). `random_seed` and `num_workers` are fixed and the stop
+is `max_deterministic_time` (CP-SAT's work units, about one second each), so the same input
+gives the same answer. A wall-clock backstop (WALL_BACKSTOP_FACTOR * time_limit_s +
+WALL_BACKSTOP_S) only guards against a work-unit estimate far off the clock; a run stopped by it
+is the only kind that can differ between repeats.
 
-Search. The model has 4 pp + 1 constraints, so all of them enter CP-SAT's LP relaxation up front
-(`add_lp_constraints_lazily = False`) instead of as lazy cuts: on pp = 16, L = 128 instances with
-tight memory this took single-thread proofs at a 1 ns quantum from up to 7 s to under 1 s.
+Search. One worker runs with `use_objective_lb_search`. With CP-SAT's default single-worker
+search, the objective's lower bound can climb one quantum per conflict (10^9 steps at 1 ns): a
+pp = 4, L = 12 model stalled without a solution, and the walk barely advances deterministic
+time, so only the backstop ended it. With the objective lower-bound search, 2,600 small random
+models and 320 pp = 16, L = 128 models with tight memory were all proved optimal or infeasible,
+the slowest in about 1 s.
+
+threads > 1 runs CP-SAT's parallel portfolio, which is not reproducible: a proved optimum's
+objective repeats (within 2E) but the split among equally fast ones, and any time-limited
+answer, may not. OR-Tools' deterministic parallel mode (`interleave_search`) was measured worse
+than one worker on these models (2 threads, pp = 16: 22 of 32 unproved after 10 work units;
+with other subsolver sets, stalls on 1% of small models), so it is not used; parallelise across
+outer configurations instead.
 """
 
 from __future__ import annotations
@@ -156,6 +166,7 @@ def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
     """Best layer split (n_s, r_s) of `c` by CP-SAT; see the module docstring for the model.
 
     time_limit_s is CP-SAT deterministic time (about seconds); hint = (n, r) is a warm start.
+    threads == 1 is reproducible; threads > 1 is CP-SAT's (non-reproducible) parallel portfolio.
     """
     start = time.perf_counter()
     pp, L, m, v = c.pp, c.layers, c.outer.num_micro_batches, c.outer.virtual_stages
@@ -205,9 +216,7 @@ def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
     p.num_workers = threads
     p.max_deterministic_time = time_limit_s
     p.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
-    p.add_lp_constraints_lazily = False
-    if threads > 1:
-        p.interleave_search = True
+    p.use_objective_lb_search = threads == 1  # the parallel portfolio has its own lb-search worker
     code = solver.solve(model)
     if code not in _STATUS:
         raise SolverError(f"CP-SAT returned {solver.status_name(code)} for the layer split "

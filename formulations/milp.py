@@ -250,7 +250,9 @@ def _solve_linear_solver(c: StageCoefficients, allow_full_recompute: bool, time_
         specific = "limits/gap = 0\nlimits/absgap = 0"
     else:  # OR-Tools' HiGHS wrapper ignores MPSolverParameters; the string is passed to HiGHS
         specific = f"mip_rel_gap=0\nmip_abs_gap=0\nthreads={threads}\noutput_flag=false"
-    solver.SetSolverSpecificParametersAsString(specific)
+    accepted = solver.SetSolverSpecificParametersAsString(specific)
+    if backend == "scip" and not accepted:  # the HiGHS wrapper always answers False (see above)
+        raise SolverError(f"backend 'scip' rejected the parameters {specific!r}")
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(params.RELATIVE_MIP_GAP, 0.0)
     code = solver.Solve(params)
