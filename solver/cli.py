@@ -101,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from solver import commands, export_cmd
+    from solver import commands, export_cmd, sweep
     commands.register(sub)
     export_cmd.register(sub)
+    sweep.register(sub)
     return p
 
 
@@ -121,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("paraplan: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (e.g. `paraplan plan --json | head`)
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
