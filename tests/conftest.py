@@ -1,0 +1,1 @@
+"""Puts tests/ on sys.path (pytest prepend mode) so test files share tests/randinst.py."""

@@ -1,0 +1,46 @@
+"""Seeded random small planning instances shared by the cross-check tests.
+
+Small models on 1-2 nodes of a GPU whose memory is small enough that memory binds (capacity is
+drawn around the model-state size), so recompute counts, non-uniform splits and infeasibility
+all occur. `variant` also varies the declared space (uniform split only, no full recompute).
+"""
+
+from __future__ import annotations
+
+import random
+
+from cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
+
+
+def random_instance(seed: int, variant: bool = False) -> Instance:
+    """Small models on 1-2 nodes of a GPU whose memory is small enough that memory binds:
+    capacity is drawn around the model-state size, so recompute and splits matter."""
+    rng = random.Random(seed)
+    heads = rng.choice([4, 8])
+    hidden = heads * rng.choice([32, 64])
+    layers = rng.randint(2, 8)
+    seq = rng.choice([128, 256, 512])
+    model = ModelSpec(name=f"rand{seed}", layers=layers, hidden=hidden, heads=heads,
+                      kv_heads=rng.choice([heads, heads // 2]), ffn=4 * hidden,
+                      vocab=rng.choice([1000, 8000]), seq_len=seq,
+                      mlp=rng.choice([Mlp.GELU, Mlp.SWIGLU]), tied_embeddings=rng.random() < 0.3)
+    gpu = GpuSpec(name="toy", peak_flops_per_s=rng.choice([50e12, 300e12]),
+                  hbm_bytes=rng.choice([1.05, 1.2, 1.5, 3.0]) * 2**30,
+                  hbm_bw_bytes_per_s=1e12)
+    gpn = rng.choice([2, 4])
+    nodes = rng.choice([1, 2])
+    cluster = ClusterSpec(gpu=gpu, nodes=nodes, gpus_per_node=gpn,
+                          intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                          inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
+    gb = gpn * nodes * rng.choice([1, 2, 4])
+    space = SearchSpace(micro_batch=(1, 2), virtual_stages=(1, 2), cp=(1, 2),
+                        memory_reserve_bytes=0.0)
+    if variant:
+        space = SearchSpace(micro_batch=(1, 2), virtual_stages=(1,), cp=(1,),
+                            uniform_split=rng.random() < 0.3, full_recompute=rng.random() < 0.7,
+                            zero=tuple(sorted(rng.sample([0, 1, 2, 3], 2))),
+                            memory_reserve_bytes=rng.choice([0.0, 2**26]))
+    return Instance(name=f"rand{seed}", model=model, cluster=cluster,
+                    job=JobSpec(global_batch=gb), search=space)
+
+
