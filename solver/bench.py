@@ -91,6 +91,48 @@ def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
                 exhaustive_s=ex_s, optimum_s=rc.iter_time_s, agree=agree)
 
 
+# Scale rungs (issue "Trustworthy under load"): each runs `paraplan plan` in a child process so
+# its peak resident memory can be read from the OS (RUSAGE_CHILDREN), under a time limit.
+SCALE = {
+    "scale-100k-gpus": ("{layers: 126, hidden: 16384, heads: 128, kv_heads: 8, ffn: 53248,"
+                        " vocab: 128256, seq_len: 8192, mlp: swiglu}", 12500, 16000),
+    "scale-1000-layers": ("{layers: 1000, hidden: 8192, heads: 64, kv_heads: 8, ffn: 28672,"
+                          " vocab: 128256, seq_len: 4096, mlp: swiglu}", 128, 1024),
+}
+SCALE_TIME_LIMIT_S = 60.0
+
+
+def run_scale(log) -> list[list[str]]:
+    import resource
+    import subprocess
+    import tempfile
+
+    rows = []
+    for name, (model, nodes, batch) in SCALE.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"{name}.yaml"
+            path.write_text(f"name: {name}\nmodel: {model}\ncluster: {{gpu: H100-SXM5-80GB, nodes: {nodes},"
+                            f" gpus_per_node: 8, intra_node_gbytes_per_s: 900, nic_gbit_per_s: 400}}\n"
+                            f"job: {{global_batch: {batch}}}\n")
+            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            t = time.perf_counter()
+            out = subprocess.run([sys.executable, "-m", "solver.cli", "plan", str(path), "--json",
+                                  "--time-limit-s", str(SCALE_TIME_LIMIT_S)],
+                                 capture_output=True, text=True)
+            wall = time.perf_counter() - t
+            peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        if out.returncode not in (0, 3):
+            rows.append([name, "error", "-", f"{wall:.1f}", "-", out.stderr.strip()[-120:]])
+            continue
+        res = json.loads(out.stdout)
+        gap = "-" if res["gap"] is None else f"{100 * res['gap']:.2f}%"
+        # ru_maxrss of children is the largest child so far; report it only if this one raised it
+        rss = f"{peak_kib / 1024:.0f} MiB" if peak_kib > before else f"<= {peak_kib / 1024:.0f} MiB"
+        rows.append([name, res["status"], gap, f"{wall:.1f}", rss, f"{res['space']['outer_configs']:,} outer"])
+        log(f"  {name}: {res['status']} in {wall:.1f} s, peak RSS {rss}")
+    return rows
+
+
 def run_bench(args) -> int:
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
     rungs: list[Rung] = []
@@ -108,6 +150,9 @@ def run_bench(args) -> int:
              "-" if r.agree is None else ("yes" if r.agree else "NO")] for r in rungs]
     print(table(["instance", "GPUs", "layers", "outer", "plans", "CP-SAT s", "MILP s",
                  "exhaustive s", "exh/CP-SAT", "same optimum"], rows))
+    if not args.quick:
+        print()
+        print(table(["scale case", "status", "gap", "wall s", "peak RSS", "space"], run_scale(log)))
     records = [dict(asdict(r), ratio=r.ratio) for r in rungs]
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
