@@ -138,14 +138,20 @@ def cmd_verify(args) -> int:
                      "-" if ex.iter_time_s is None else f"{ex.iter_time_s:.9g}", f"{ex.wall_time_s:.2f} s"])
     except SpaceTooLarge as e:
         rows.append(["exhaustive", "skipped", "-", str(e)])
-    print(table(["method", "status", "iteration time (s)", "time"], rows, align="llrl"))
     vals = [v for v in values.values()]
     if any(v is None for v in vals):
         agree = all(v is None for v in vals)
     else:
         ref = vals[0]
         agree = all(abs(v - ref) <= tol + REL_TOL * ref for v in vals)
-    print("AGREE" if agree else "DISAGREE")
+    if args.json:
+        json.dump({"agree": agree, "iter_time_s": values,
+                   "methods": [dict(zip(("method", "status", "iter_time_s", "time"), r)) for r in rows]},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(table(["method", "status", "iteration time (s)", "time"], rows, align="llrl"))
+        print("AGREE" if agree else "DISAGREE")
     return 0 if agree else EXIT_DISAGREE
 
 
@@ -191,6 +197,7 @@ def register(sub) -> None:
     add_instance_args(v)
     v.add_argument("--time-limit-s", type=float, default=120.0)
     v.add_argument("--max-candidates", type=int, default=20_000_000)
+    v.add_argument("--json", action="store_true")
     v.add_argument("--quiet", action="store_true")
     v.set_defaults(func=cmd_verify)
 
