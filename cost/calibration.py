@@ -24,12 +24,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-import yaml
-
 from cost import units
 from cost.comm import NetEfficiency
-from cost.errors import ConfigError
-from cost.loader import default_layer_split, load_catalogue
+from cost.errors import ConfigError, InstanceError
+from cost.loader import _read_yaml, _Section, default_layer_split, load_catalogue
 from cost.simulate import simulate
 from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Plan, Precision, Recompute)
@@ -138,11 +136,67 @@ def mape(results: list[RowResult]) -> float:
 
 
 def load_rows(path: str) -> list[dict]:
-    with open(path) as fh:
-        rows = yaml.safe_load(fh)
-    if not isinstance(rows, list):
-        raise ConfigError(f"{path}: expected a list of rows")
+    """The rows of a calibration file, each checked against the schema of
+    shared/calibration/README.md, so that predict_rows meets only rows it can model or explain.
+
+    Every problem raises one InstanceError naming the row's field, e.g. `[3].config.pp`; the
+    file's limits are cost/loader.py's for calibration files (64 MiB, 200,000 nodes). Fields
+    the schema does not list are kept and ignored, and null means "not published" where the
+    schema allows it.
+    """
+    rows = _read_yaml(path, calibration=True)
+    if not isinstance(rows, list) or not rows:
+        raise InstanceError(path, "<top level>", "expected a non-empty list of rows",
+                            "write one '- id: ...' entry per published run")
+    for i, row in enumerate(rows):
+        _check_row(_Section(row, path, f"[{i}]", None))
     return rows
+
+
+def _check_row(row: _Section) -> None:
+    row.string("id")
+    if row.has("source"):
+        row.string("source")
+    row.choice("precision", tuple(p.value for p in Precision), Precision.BF16.value)
+
+    model = row.section("model", None)
+    layers = model.integer("layers", hi=10**6)  # as in an instance (cost/loader.py)
+    for key in ("hidden", "heads", "ffn", "vocab", "seq_len"):
+        model.integer(key)
+    if model.has_value("kv_heads"):
+        model.integer("kv_heads")
+    model.choice("mlp", tuple(m.value for m in Mlp))
+
+    cluster = row.section("cluster", None)
+    cluster.string("gpu")
+    cluster.integer("num_gpus")
+    cluster.integer("gpus_per_node")
+    cluster.number("intra_node_GBps_per_gpu")
+    if cluster.has_value("inter_node_Gbps_per_gpu"):
+        cluster.number("inter_node_Gbps_per_gpu")
+
+    config = row.section("config", None)
+    for key in ("tp", "dp", "global_batch"):
+        config.integer(key)
+    pp = config.integer("pp")
+    for key in ("cp", "micro_batch"):
+        if config.has_value(key):
+            config.integer(key)
+    virtual_stages = config.integer("virtual_stages") if config.has_value("virtual_stages") else 1
+    if config.has_value("recompute"):
+        config.choice("recompute", ("none", "selective", "full", "unknown"))
+    if config.has_value("sequence_parallel"):
+        config.boolean("sequence_parallel", False)
+    if config.has_value("zero"):
+        config.integer("zero", lo=0, hi=3)
+    if layers % virtual_stages:
+        raise config.error("virtual_stages", f"{virtual_stages} chunks per stage do not divide"
+                           f" the {layers} layers", "give the interleaving the run used")
+    if layers // virtual_stages < pp:
+        raise config.error("pp", f"{pp} x {virtual_stages} chunks: more pipeline stages than the"
+                           f" {layers} layers", "give the pipeline degree the run used")
+
+    row.section("measured", None).number("iter_time_s")
 
 
 def with_gpu_params(catalogue: dict[str, GpuSpec], **changes) -> dict[str, GpuSpec]:

@@ -41,12 +41,16 @@ differs from `hidden_size` (OPT-350m). Mistral's sliding-window attention is pri
 causal attention (an over-estimate beyond the 4,096-token window).
 
 Every problem raises one `InstanceError(path, field, problem, fix)`, the field being the JSON
-key (or "line L, column C" for malformed JSON).
+key (or "line L, column C" for malformed JSON). A config.json larger than MAX_HF_CONFIG_BYTES
+(16 MiB; released ones are a few KiB) is refused before it is read, and one nested more than
+MAX_JSON_DEPTH (100) levels deep is refused after parsing.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +58,10 @@ from typing import Any
 from cost.errors import ConfigError, InstanceError
 from cost.specs import Mlp, ModelSpec
 
+MAX_HF_CONFIG_BYTES = 16 * 2**20
+MAX_JSON_DEPTH = 100
 _MAX_INT = 10**9
+_MAX_LAYERS = 10**6  # as in an instance YAML (cost/loader.py)
 _DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 _SEQ_LEN_FIX = "give the training sequence length, e.g. paraplan --seq-len 2048"
 
@@ -149,16 +156,16 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     if "num_local_experts" in raw or family_key == "mixtral":
         experts = raw.get("num_local_experts")
         per_token = raw.get("num_experts_per_tok")
-        shown = (f" ({experts} experts, {per_token} per token)"
-                 if experts is not None and per_token is not None else "")
+        counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
+                  if experts is not None and per_token is not None else "")
         raise InstanceError(name, "num_local_experts",
-                            f"{fam.label} is a mixture-of-experts model{shown}; MoE is not"
+                            f"{fam.label} is a mixture-of-experts model{counts}; MoE is not"
                             " modelled yet",
                             "plan a dense model, or describe a dense stand-in under 'model:'"
                             " in the instance YAML")
 
     cfg = _Config(raw, name, fam.label)
-    layers = cfg.integer(fam.layers)
+    layers = cfg.integer(fam.layers, hi=_MAX_LAYERS)
     hidden = cfg.integer(fam.hidden)
     heads = cfg.integer(fam.heads)
     vocab = cfg.integer(("vocab_size",))
@@ -200,26 +207,92 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
 
 # --- reading -------------------------------------------------------------------------------
 
-def _read_json(name: str) -> dict:
+def read_text_file(path: str | Path, max_bytes: int) -> str:
+    """The UTF-8 text of `path`, refusing files over `max_bytes` before reading them.
+
+    Shared by every user-file reader (cost/loader.py, cost/calibration.py). The size is checked
+    twice: from the file system before reading, and by reading at most one byte more than the
+    limit, which also bounds files whose size the system does not know (/dev/zero, pipes).
+    """
+    name = str(path)
+    limit = f"{max_bytes / 2**20:g} MiB"
+    too_large = (f"file is larger than the {limit} limit for this kind of file",
+                 "check the path; real ones are far smaller")
     try:
-        text = Path(name).read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > max_bytes:
+                raise InstanceError(name, "<file>", *too_large)
+            data = fh.read(max_bytes + 1)
     except FileNotFoundError:
-        raise InstanceError(name, "<file>", "file not found",
-                            "check the path; give a config.json or the directory holding it"
+        raise InstanceError(name, "<file>", "file not found", "check the path") from None
+    except IsADirectoryError:
+        raise InstanceError(name, "<file>", "is a directory",
+                            "give the path of a file, not of a directory") from None
+    except OSError as e:
+        raise InstanceError(name, "<file>", f"cannot be read ({e.strerror or e})",
+                            "check its permissions") from None
+    if len(data) > max_bytes:
+        raise InstanceError(name, "<file>", *too_large)
+    try:
+        return data.decode("utf-8-sig")  # a leading byte-order mark is dropped
+    except UnicodeDecodeError as e:
+        raise InstanceError(name, "<file>",
+                            f"is not UTF-8 text (byte {e.start} is {data[e.start]:#04x})",
+                            "save it as UTF-8 text; a binary or UTF-16 file cannot be read"
                             ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InstanceError(name, "<file>", f"cannot be read ({e})",
-                            "check its permissions and that it is UTF-8 text") from None
+
+
+def shown(value: Any, max_chars: int = 60) -> str:
+    """`value` for a one-line message: a short repr of a scalar (control and line-break
+    characters escaped), only the kind of a container, whose repr may be huge or nested."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**max_chars:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+
+
+def _read_json(name: str) -> dict:
+    text = read_text_file(name, MAX_HF_CONFIG_BYTES)
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates(name))
     except json.JSONDecodeError as e:
         raise InstanceError(name, f"line {e.lineno}, column {e.colno}", f"malformed JSON: {e.msg}",
                             "fix the JSON syntax there; a trailing comma or a missing quote are"
                             " the usual causes") from None
+    except InstanceError:  # a duplicate key, from the hook
+        raise
+    except RecursionError:
+        raise InstanceError(name, "<file>", f"nested more than {MAX_JSON_DEPTH} levels deep",
+                            "give a Hugging Face config.json") from None
+    except ValueError as e:  # an integer with more digits than Python converts (4,300)
+        raise InstanceError(name, "<file>", f"malformed JSON: {str(e).split(';')[0]}",
+                            "give the sizes as ordinary integers") from None
     if not isinstance(data, dict):
         raise InstanceError(name, "<top level>", "expected a JSON object",
                             "give a Hugging Face config.json")
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise InstanceError(name, "<file>", f"nested more than {MAX_JSON_DEPTH} levels deep",
+                            "give a Hugging Face config.json")
     return data
+
+
+def _depth(data: Any) -> int:
+    """Nesting depth of parsed JSON (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = (value.values() if isinstance(value, dict)
+                    else value if isinstance(value, list) else None)
+        if children is not None:
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                break
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _no_duplicates(name: str):
@@ -227,11 +300,16 @@ def _no_duplicates(name: str):
         out: dict = {}
         for key, value in pairs:
             if key in out:
-                raise InstanceError(name, key, f"duplicate key '{key}'",
+                raise InstanceError(name, _key_text(key), f"duplicate key {shown(key)}",
                                     "keep only one of the two entries")
             out[key] = value
         return out
     return hook
+
+
+def _key_text(key: str) -> str:
+    """A key as a message's field: itself when printable, else its repr."""
+    return key if key.isprintable() and len(key) <= 60 else shown(key)
 
 
 def _family_key(raw: dict, name: str) -> str:
@@ -251,9 +329,10 @@ def _family_key(raw: dict, name: str) -> str:
         raise InstanceError(name, "architectures", "missing 'architectures' and 'model_type'",
                             f"add one naming a supported architecture ({supported})"
                             f" {_DESCRIBE_IN_YAML}")
-    shown = ", ".join(archs or ()) or "none"
+    listed = ", ".join(_key_text(a) for a in (archs or [])[:3]) or "none"
+    listed += ", ..." if len(archs or ()) > 3 else ""
     raise InstanceError(name, "architectures" if archs else "model_type",
-                        f"unsupported architecture {shown} (model_type {model_type!r})",
+                        f"unsupported architecture {listed} (model_type {shown(model_type)})",
                         f"supported: {supported}; {_DESCRIBE_IN_YAML}")
 
 
@@ -269,7 +348,8 @@ class _Config:
         """The first of `keys` present with a value (null counts as absent), else the first."""
         return next((k for k in keys if self.raw.get(k) is not None), keys[0])
 
-    def integer(self, keys: tuple[str, ...], *, optional: bool = False) -> int | None:
+    def integer(self, keys: tuple[str, ...], *, optional: bool = False,
+                hi: int = _MAX_INT) -> int | None:
         key = self.used_key(keys)
         value = self.raw.get(key)
         if value is None:
@@ -277,10 +357,11 @@ class _Config:
                 self.missing.append(key)
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InstanceError(self.name, key, f"expected an integer, got {value!r}",
+            raise InstanceError(self.name, key, f"expected an integer, got {shown(value)}",
                                 "write a whole number")
-        if not 1 <= value <= _MAX_INT:
-            raise InstanceError(self.name, key, f"must be between 1 and {_MAX_INT:,}, got {value}",
+        if not 1 <= value <= hi:
+            raise InstanceError(self.name, key,
+                                f"must be between 1 and {hi:,}, got {shown(value)}",
                                 "correct the size")
         return value
 
@@ -289,7 +370,7 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise InstanceError(self.name, key, f"expected true or false, got {value!r}",
+            raise InstanceError(self.name, key, f"expected true or false, got {shown(value)}",
                                 "write true or false")
         return value
 

@@ -77,12 +77,22 @@ that list is given); `plan_to_mapping` writes it back the same way.
 Typed strictly: a bool or 8.0 is not an integer, "400" is not a number, NaN/inf are refused.
 Integers above 10**9 (and layers above 10**6) are refused as typos before anything is sized by
 them. Unknown keys are errors with a "did you mean" hint.
+
+Limits, each refused with one `InstanceError` before it can cost time or memory: a file over
+MAX_FILE_BYTES (16 MiB; 64 MiB for calibration rows) is refused before it is read; a YAML
+document nested more than MAX_YAML_DEPTH (100) levels, or holding more than MAX_YAML_NODES
+(100,000; 200,000 for calibration rows) nodes once aliases and '<<' merges are expanded
+("billion laughs"), while it is parsed; so are cyclic aliases, duplicate keys and integer
+literals over 100 digits. Keys must be printable one-line strings, so every message stays on
+one line.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
+from collections.abc import Hashable
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
@@ -93,11 +103,20 @@ import yaml
 
 from cost import units
 from cost.errors import ConfigError, InstanceError
-from cost.hf_config import model_from_hf_config
+from cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Optimizer, Plan, Precision, Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
+
+# Input limits (module docstring, "Limits"): far beyond any real file, small enough that a
+# hostile or mistaken one is refused in well under a second and a few tens of MiB of memory.
+MAX_FILE_BYTES = 16 * 2**20  # instances, part files, plans, the GPU catalogue
+MAX_CALIBRATION_BYTES = 64 * 2**20  # calibration rows (cost/calibration.py, load_rows)
+MAX_YAML_NODES = 100_000  # a large instance has about 150
+MAX_CALIBRATION_NODES = 200_000  # the 214 published rows have about 15,000
+MAX_YAML_DEPTH = 100  # instances nest 4 levels
+_MAX_INT_DIGITS = 100  # longer integers are typos, and Python refuses to print > 4,300 digits
 
 _MAX_INT = 10**9
 _MAX_LAYERS = 10**6  # bounds the per-stage lists a default split allocates (pp <= layers)
@@ -130,43 +149,140 @@ class _DuplicateKeyError(yaml.constructor.ConstructorError):
     pass
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, which PyYAML would silently let the last win."""
+class _LimitError(yaml.MarkedYAMLError):
+    """The document is deeper, or expands to more nodes, than a planning file ever needs."""
+
+    def __init__(self, problem: str, mark, *, whole_file: bool = False):
+        super().__init__(problem=problem, problem_mark=mark)
+        self.whole_file = whole_file
+
+
+class _BoundedComposer(yaml.composer.Composer):
+    """PyYAML's composer, refusing documents nested deeper than MAX_YAML_DEPTH or holding more
+    than `max_nodes` nodes once aliases are expanded.
+
+    Every alias counts as the whole node it names, which is what a consumer walking the data
+    sees: a "billion laughs" file of ten short lines names 10**9 nodes, and '<<' merges copy
+    the merged entries for real. Such documents are refused while being composed, before
+    they cost memory; an alias inside the node it names (a cycle) is refused too.
+    """
+
+    max_nodes = MAX_YAML_NODES
+
+    def __init__(self):
+        yaml.composer.Composer.__init__(self)
+        self._depth = 0
+        self._nodes = 0
+        self._nodes_under_anchor: dict[str, int] = {}
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self.anchors:  # else the base class reports the undefined alias
+                nodes = self._nodes_under_anchor.get(event.anchor)
+                if nodes is None:
+                    raise _LimitError(f"alias *{event.anchor} is inside the node it refers to"
+                                      " (a cycle)", event.start_mark)
+                self._count(nodes, event)
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise _LimitError(f"nested more than {MAX_YAML_DEPTH} levels deep",
+                              event.start_mark)
+        before = self._nodes
+        self._count(1, event)
+        self._depth += 1
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if event.anchor is not None:
+            self._nodes_under_anchor[event.anchor] = self._nodes - before
+        return node
+
+    def _count(self, nodes: int, event) -> None:
+        self._nodes += nodes
+        if self._nodes > self.max_nodes:
+            raise _LimitError(f"more than {self.max_nodes:,} nodes once aliases are expanded",
+                              event.start_mark, whole_file=True)
+
+
+# libyaml's parser (C) where PyYAML was built with it: the pure-Python one reads ~1 MiB/s.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BoundedComposer, _SAFE_LOADER):
+    """A bounded SafeLoader that also refuses duplicate keys (PyYAML silently lets the last
+    win) and integers too long to be a size, and reports where a tagged value
+    (`!!timestamp 2024-13-45`) cannot be constructed."""
+
+    def __init__(self, stream):
+        _SAFE_LOADER.__init__(self, stream)
+        _BoundedComposer.__init__(self)
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            # PyYAML's scalar constructors fail so on a mistyped explicit tag: `!!int abc`
+            value = _shown(node.value) if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {value} as {node.tag.rsplit(':', 1)[-1]}"
+                f" ({type(e).__name__})", node.start_mark) from None
 
     def construct_mapping(self, node, deep=False):
+        if not isinstance(node, yaml.MappingNode):  # `!!set 0`: the base class says so
+            return super().construct_mapping(node, deep)
         seen = set()
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
                 continue  # '<<' merges may legitimately repeat keys they override
             key = self.construct_object(key_node)
+            if not isinstance(key, Hashable):  # `!!set : 1`: the base class reports it
+                continue
             if key in seen:
-                raise _DuplicateKeyError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise _DuplicateKeyError(None, None, f"duplicate key {_shown(key)}",
+                                         key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        if len(node.value) > _MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(node.value):,} digits", node.start_mark)
+        return super().construct_yaml_int(node)
 
-def _read_yaml(path: str | Path) -> Any:
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
+
+class _CalibrationLoader(_StrictLoader):
+    max_nodes = MAX_CALIBRATION_NODES
+
+
+def _read_yaml(path: str | Path, *, calibration: bool = False) -> Any:
+    """The data in the YAML file `path`, within the documented limits (module docstring);
+    `calibration`: a calibration file, whose limits are larger."""
     name = str(path)
+    text = read_text_file(path, MAX_CALIBRATION_BYTES if calibration else MAX_FILE_BYTES)
+    loader = _CalibrationLoader if calibration else _StrictLoader
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InstanceError(name, "<file>", "file not found", "check the path") from None
-    except IsADirectoryError:
-        raise InstanceError(name, "<file>", "is a directory",
-                            "give the path of a .yaml file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InstanceError(name, "<file>", f"cannot be read ({e})",
-                            "check its permissions and that it is UTF-8 text") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(text, Loader=loader)
     except _DuplicateKeyError as e:
         raise InstanceError(name, _where(e), str(e.problem),
                             "keep only one of the two entries") from None
+    except _LimitError as e:
+        raise InstanceError(name, "<file>" if e.whole_file else _where(e), e.problem,
+                            "give an ordinary planning file; it needs no deep nesting and few"
+                            " aliases") from None
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise InstanceError(name, _where(e), f"malformed YAML: {problem}",
                             "fix the YAML syntax there; indentation, a missing ':' or an unclosed"
                             " quote are the usual causes") from None
+    except RecursionError:  # PyYAML flattens chains of '<<' merges recursively; the node
+        # limit keeps chains short, this is for a caller that is itself deep in recursion
+        raise InstanceError(name, "<file>", "'<<' merges nested too deeply",
+                            "merge fewer levels of mappings") from None
     if data is None:
         raise InstanceError(name, "<file>", "file is empty",
                             "write the mapping described in cost/loader.py's docstring")
@@ -190,20 +306,44 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
-        return f"the string {value!r}"
-    return f"{type(value).__name__} {value!r}"
+        return f"the string {_shown(value)}"
+    if isinstance(value, int) and abs(value) >= 10**60:
+        return _shown(value)  # "an integer of about N digits"
+    return f"{type(value).__name__} {_shown(value)}"
+
+
+def _shown_value(value: Any) -> str:
+    """A value for "unknown value ..." messages: a string quoted, anything else described."""
+    return _shown(value) if isinstance(value, str) else _describe(value)
+
+
+def _key_text(key: Any) -> str:
+    """A mapping key as part of a dotted field: itself when a short printable string."""
+    return key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else _shown(key)
 
 
 def _looks_numeric(value: str) -> bool:
+    """Text that is a finite number in plain ASCII, as a user may have meant it."""
+    text = value.strip()
+    if not text.isascii() or len(text) > 40:
+        return False
     try:
-        float(value)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
+
+
+# YAML 1.1, which PyYAML follows, reads an exponent only with a '.' in the mantissa and a sign
+# in the exponent: 6.0e+2 is a number, 6e2 and 6.0e2 are text.
+_YAML_EXPONENT_FLOAT = re.compile(r"[-+]?([0-9][0-9_]*)?\.[0-9_]*[eE][-+][0-9]+")
 
 
 class _Section:
-    """One YAML mapping being read; knows its file and dotted prefix so errors can name both."""
+    """One YAML mapping being read; knows its file and dotted prefix so errors can name both.
+
+    `allowed`: the keys it may hold, or None for any (printable) key. Also reads calibration
+    rows (cost/calibration.py, load_rows).
+    """
 
     def __init__(self, raw: Any, path: str, prefix: str, allowed: tuple[str, ...] | None):
         self.path, self.prefix = path, prefix
@@ -212,12 +352,14 @@ class _Section:
                                 f"expected a mapping, got {_describe(raw)}",
                                 "write indented 'key: value' lines there")
         for key in raw:
-            if not isinstance(key, str) or not key:
-                raise InstanceError(path, self.field(str(key)), f"key {key!r} is not a name",
-                                    "use a non-empty string as the key")
+            if not isinstance(key, str) or not key or not key.isprintable():
+                raise InstanceError(path, self.field(_key_text(key)),
+                                    f"key {_shown(key)} is not a name",
+                                    "use a non-empty string on one line, without control"
+                                    " characters, as the key")
             if allowed is not None and key not in allowed:
-                raise InstanceError(path, self.field(key), f"unknown key '{key}'",
-                                    _suggest(key, allowed))
+                raise InstanceError(path, self.field(_key_text(key)),
+                                    f"unknown key {_shown(key)}", _suggest(key, allowed))
         self.raw = raw
 
     def field(self, key: str) -> str:
@@ -228,6 +370,10 @@ class _Section:
 
     def has(self, key: str) -> bool:
         return key in self.raw
+
+    def has_value(self, key: str) -> bool:
+        """The key is present and not null."""
+        return self.raw.get(key) is not None
 
     def _get(self, key: str, default: Any, what: str) -> Any:
         if key not in self.raw:
@@ -268,9 +414,10 @@ class _Section:
         value = self._get(key, default, "string")
         if value is default:
             return value
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str) or not value.strip() or not value.isprintable():
             raise self.error(key, f"expected a non-empty string, got {_describe(value)}",
-                             "write a name (quote it if YAML reads it as a number)")
+                             "write a name on one line, without control characters (quote it"
+                             " if YAML reads it as a number)")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -283,8 +430,8 @@ class _Section:
     def choice(self, key: str, allowed: tuple[str, ...], default: Any = _REQUIRED) -> str:
         value = self._get(key, default, " | ".join(allowed))
         if not isinstance(value, str) or value not in allowed:
-            shown = repr(value) if isinstance(value, str) else _describe(value)
-            raise self.error(key, f"unknown value {shown}", "use one of: " + ", ".join(allowed))
+            raise self.error(key, f"unknown value {_shown_value(value)}",
+                             "use one of: " + ", ".join(allowed))
         return value
 
     def list_of(self, key: str, check, what: str) -> tuple:
@@ -320,17 +467,27 @@ def _number_fix(value: Any, *, integer: bool = False) -> str:
     if isinstance(value, bool):
         return "write a number, not true/false"
     if isinstance(value, str) and _looks_numeric(value):
-        if "e" in value.lower() and "." not in value:
-            # YAML 1.1, which PyYAML follows, only reads exponents with a '.' as floats.
+        text = value.strip()
+        if "e" in text.lower() and not _YAML_EXPONENT_FLOAT.fullmatch(text):
+            number = float(text)
+            if abs(number) > (_MAX_INT if integer else _MAX_NUMBER):
+                return (f"YAML reads {text} as text, and as a number it would be absurdly"
+                        " large: check for a typo or the unit")
             if integer:
-                return f"YAML reads {value} as text; write {float(value):.0f}"
-            return f"YAML reads {value} as text; write {value.lower().replace('e', '.0e', 1)}"
+                return f"YAML reads {text} as text; write {number:.0f}"
+            mantissa, exponent = re.split("[eE]", text.lower())
+            mantissa += "" if "." in mantissa else ".0"
+            exponent = exponent if exponent[0] in "+-" else "+" + exponent
+            return f"YAML reads {text} as text; write {mantissa}e{exponent}"
         return "remove the quotes"
     return "write a whole number" if integer else "write a plain number"
 
 
 def _check_int(value: Any, path: str, field: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and math.isfinite(value) and value > hi >= _MAX_LAYERS:
+            raise InstanceError(path, field, f"{value:g} is absurdly large (more than {hi:,})",
+                                "check for a typo: extra digits, or a size where a count belongs")
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             fix = f"write {int(value)} without the decimal point"
         else:
@@ -348,7 +505,7 @@ def _check_int(value: Any, path: str, field: str, lo: int, hi: int) -> int:
 
 
 def _suggest(key: str, allowed: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1)
+    close = difflib.get_close_matches(key, allowed, n=1) if len(key) < 100 else []
     if close:
         return f"did you mean '{close[0]}'?"
     return "remove it; allowed keys are " + ", ".join(allowed)
@@ -538,7 +695,7 @@ def _check_bool(sec: _Section):
 def _check_choice(sec: _Section, allowed: tuple[str, ...]):
     def check(value: Any, field: str) -> str:
         if not isinstance(value, str) or value not in allowed:
-            raise InstanceError(sec.path, field, f"unknown value {value!r}",
+            raise InstanceError(sec.path, field, f"unknown value {_shown_value(value)}",
                                 "use one of: " + ", ".join(allowed))
         return value
     return check
@@ -573,9 +730,9 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
 def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
     gpu_name = sec.string("gpu")
     if gpu_name not in gpus:
-        close = difflib.get_close_matches(gpu_name, gpus, n=1)
+        close = difflib.get_close_matches(gpu_name, gpus, n=1) if len(gpu_name) < 100 else []
         hint = f"did you mean '{close[0]}'? " if close else ""
-        raise sec.error("gpu", f"unknown GPU type '{gpu_name}'",
+        raise sec.error("gpu", f"unknown GPU type {_shown(gpu_name)}",
                         f"{hint}known types: {', '.join(sorted(gpus))};"
                         " or define it under gpu_types")
     # Vendors quote NVLink as the sum of both directions; a transfer sees one direction.

@@ -22,6 +22,7 @@ Rules (each one a property of the frameworks we export to, or an identity of the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from cost.specs import Attention, Instance, Outer
@@ -116,17 +117,18 @@ def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bo
         for n in split:
             total *= n + 1
         return total
-    # ways[k] = number of weighted ways to place k chunks on the stages so far
-    ways = [1] + [0] * chunks
-    for _ in range(pp):
-        nxt = [0] * (chunks + 1)
-        for used, w in enumerate(ways):
-            if not w:
-                continue
-            for k in range(1, chunks - used + 1):
-                nxt[used + k] += w * ((k * v + 1) if full_recompute else 1)
-        ways = nxt
-    return ways[chunks]
+    if not full_recompute:
+        return math.comb(chunks - 1, pp - 1)  # compositions of `chunks` into pp positive parts
+    # Weighted compositions: stage s with k_s chunks has v*k_s + 1 recompute counts. Per stage
+    # sum_{k>=1} (v k + 1) x^k = x (1 + v - x) / (1 - x)^2, so the count is the coefficient of
+    # x^chunks in x^pp (1 + v - x)^pp (1 - x)^(-2 pp):
+    #   sum_j C(pp, j) (1+v)^(pp-j) (-1)^j C(chunks - pp - j + 2pp - 1, 2pp - 1)
+    # O(pp) big-integer terms instead of an O(pp * chunks^2) dynamic programme.
+    total = 0
+    for j in range(min(pp, chunks - pp) + 1):
+        rest = chunks - pp - j
+        total += (-1) ** j * math.comb(pp, j) * (1 + v) ** (pp - j) * math.comb(rest + 2 * pp - 1, 2 * pp - 1)
+    return total
 
 
 def summarize(inst: Instance, outers: list[Outer]) -> SpaceSummary:

@@ -36,7 +36,7 @@ BAD_FIXTURES = {
     "bool_as_int": ("model.layers", "expected an integer, got the boolean true"),
     "float_as_int": ("cluster.gpus_per_node", "without the decimal point"),
     "string_as_number": ("cluster.nic_gbit_per_s", "remove the quotes"),
-    "exponent_string": ("cluster.intra_node_gbytes_per_s", "write 6.0e2"),
+    "exponent_string": ("cluster.intra_node_gbytes_per_s", "write 6.0e+2"),  # PyYAML needs the sign
     "null_value": ("cluster.nodes", "expected an integer, got nothing"),
     "nan": ("cluster.intra_node_gbytes_per_s", "not a finite number"),
     "inf": ("cluster.nic_gbit_per_s", "not a finite number"),
