@@ -20,7 +20,7 @@ from cost import units
 from cost.loader import load_instance
 from cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
-from solver.format import table
+from solver.format import count, table
 from solver.planner import plan
 from solver.space import outer_configs, summarize
 
@@ -37,7 +37,7 @@ class Rung:
     gpus: int
     layers: int
     outer_configs: int
-    candidates: float
+    candidates: int
     cpsat_s: float
     cpsat_status: str
     milp_s: float | None
@@ -78,7 +78,7 @@ def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
         rm = plan(inst, backend="milp", time_limit_s=600)
         milp_s, milp_status = time.perf_counter() - t, rm.status
     ex_s = agree = None
-    if total / ESTIMATED_RATE_PER_S <= max_exhaustive_s:
+    if total <= max_exhaustive_s * ESTIMATED_RATE_PER_S:
         log(f"{inst.name}: exhaustive over {total:,} candidates")
         ex = exhaustive(inst, max_candidates=int(total) + 1, progress=sys.stderr.isatty())
         ex_s = ex.wall_time_s
@@ -86,7 +86,7 @@ def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
         ref = ex.iter_time_s
         agree = all((v is None) == (ref is None) and (v is None or abs(v - ref) <= 1e-6 * ref) for v in vals)
     return Rung(name=inst.name, gpus=inst.cluster.num_gpus, layers=inst.model.layers,
-                outer_configs=len(outers), candidates=float(total), cpsat_s=cpsat_s,
+                outer_configs=len(outers), candidates=int(total), cpsat_s=cpsat_s,
                 cpsat_status=rc.status, milp_s=milp_s, milp_status=milp_status,
                 exhaustive_s=ex_s, optimum_s=rc.iter_time_s, agree=agree)
 
@@ -142,7 +142,7 @@ def run_bench(args) -> int:
     if not args.quick:
         for name in BUNDLED:
             rungs.append(_run(load_instance(INSTANCES / f"{name}.yaml"), 0.0, log))
-    rows = [[r.name, str(r.gpus), str(r.layers), f"{r.outer_configs:,}", f"{r.candidates:.3g}",
+    rows = [[r.name, str(r.gpus), str(r.layers), f"{r.outer_configs:,}", count(r.candidates),
              f"{r.cpsat_s:.2f} ({r.cpsat_status})",
              "-" if r.milp_s is None else f"{r.milp_s:.2f} ({r.milp_status})",
              "-" if r.exhaustive_s is None else f"{r.exhaustive_s:.2f}",

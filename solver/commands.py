@@ -8,7 +8,7 @@ import sys
 import yaml
 
 from cost.errors import InstanceError
-from solver.format import breakdown_json, breakdown_text, seconds, table
+from solver.format import breakdown_json, breakdown_text, count, seconds, table
 from solver.inputs import add_instance_args, load_from_args
 
 EXIT_DISAGREE = 1
@@ -54,7 +54,7 @@ def _evidence_text(res) -> str:
     if res.bound_s is not None:
         lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%")
     lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
-    lines.append(f"space       {res.outer_configs:,} outer configs, {res.space_size:.3g} plans in all;"
+    lines.append(f"space       {res.outer_configs:,} outer configs, {count(res.space_size)} plans in all;"
                  f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
                  f" pruned by lower bound, {res.solved:,} solved exactly"
                  f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")

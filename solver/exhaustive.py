@@ -82,10 +82,11 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
     outers = outer_configs(inst)
     total = summarize(inst, outers).splits_total
     if total > max_candidates:
-        est_s = total / ESTIMATED_RATE_PER_S
+        from solver.format import count
+        est_s = count(total // ESTIMATED_RATE_PER_S)
         raise SpaceTooLarge(
-            f"the declared space has {total:.3g} candidates (limit {max_candidates:,});"
-            f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{est_s:.3g} s")
+            f"the declared space has {count(total)} candidates (limit {max_candidates:,});"
+            f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{est_s} s")
     bar = _Progress(total, progress)
     done = feasible = 0
     best_val, best = float("inf"), None

@@ -14,6 +14,14 @@ def seconds(t_s: float) -> str:
     return f"{t_s:.3f} s"
 
 
+def count(n: int) -> str:
+    """An exact integer of any size, short: 12,345 or 1.34e+52 (floats overflow past 1e308)."""
+    if n < 10**7:
+        return f"{n:,}"
+    digits = str(n)
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1:02d}"
+
+
 def gib(n_bytes: float) -> str:
     return f"{bytes_to_gib(n_bytes):.1f} GiB"
 

@@ -24,7 +24,7 @@ from cost.errors import InstanceError
 from cost.specs import Instance, Outer, Plan
 from cost.units import MS_S, bytes_to_gib
 from solver import bounds
-from solver.format import seconds
+from solver.format import count, seconds
 
 KIND_COLOURS = {
     timeline.EventKind.FORWARD: "#4c72b0",
@@ -404,7 +404,7 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
              ["global batch", f"{inst.job.global_batch} sequences"],
              ["status", result.status + (f": {result.reason}" if result.reason else "")],
              ["backend", f"{result.backend}, {result.solve_time_s:.2f} s"],
-             ["space", f"{result.outer_configs:,} outer configs, {result.space_size:.3g} plans"]]
+             ["space", f"{result.outer_configs:,} outer configs, {count(result.space_size)} plans"]]
     p, bd = result.plan, result.breakdown
     if p is not None and bd is not None:
         facts += [["iteration time", seconds(result.iter_time_s)],

@@ -148,10 +148,6 @@ PLAUSIBLE = st.one_of(
                                                   max_size=3, unique=True),
     st.sampled_from(["nvlink", "pcie", "bf16", "fp16", "gelu", "swiglu", "flash", "standard",
                      "adam", "none", "selective", "H100-SXM5-80GB", "MI300X", "L40S"]))
-# As PLAUSIBLE, but without thousands of layers, whose astronomical plan counts the planner
-# cannot yet print (test_planner_reports_an_astronomical_space).
-PLAN_SIZES = st.one_of(st.integers(1, 64), st.sampled_from([32000, 10**9]), st.floats(1e-3, 1e9),
-                       st.booleans())
 KEYS = st.one_of(st.text(min_size=1, max_size=10),
                  st.sampled_from(["ünïcödé", "层数", "🚀", "nodes ", "Nodes", "hbm_gb", "\t",
                                   "a\nb", "plan", "<<"]))
@@ -350,7 +346,7 @@ def test_mutated_hf_config_simulates_or_fails_in_one_line(capsys, tmp_path, llam
 
 
 @settings(FUZZ, max_examples=20)
-@given(config=mutations(LLAMA_TREE, st.one_of(PLAN_SIZES, HF_VALUES), max_edits=1))
+@given(config=mutations(LLAMA_TREE, st.one_of(PLAUSIBLE, HF_VALUES), max_edits=1))
 def test_mutated_hf_config_plans_or_fails_in_one_line(capsys, tmp_path, config):
     hf = write_json(tmp_path / "config.json", config)
     run_cli(capsys, ["plan", "--hf-config", hf, "--cluster", CLUSTER, "--job", JOB,
@@ -387,10 +383,8 @@ def test_planner_keeps_its_time_limit_with_many_layers(tmp_path):
     assert done.returncode in (0, 3) and "Traceback" not in done.stderr, done.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="solver/commands.py _evidence_text"
-                   " formats the plan count with :.3g, and 4,096 layers on 128 GPUs give more"
-                   " than 1e308 plans")
 def test_planner_reports_an_astronomical_space(capsys, tmp_path):
+    # Found by the fuzzer: more than 1e308 plans could not be formatted as a float.
     config = dict(LLAMA_TREE, num_hidden_layers=4096)
     run_cli(capsys, ["plan", "--hf-config", write_json(tmp_path / "config.json", config),
                      "--cluster", CLUSTER, "--job", JOB, "--time-limit-s", "5"], ok=(0, 3))

@@ -30,3 +30,12 @@ def test_hand_counted_case():
     # 4 layers on 2 stages, v=1: splits (1,3), (2,2), (3,1) with (n1+1)(n2+1) recompute
     # choices each: 2*4 + 3*3 + 4*2 = 25
     assert count_splits(4, 2, 1, True, False) == 25
+
+
+def test_counts_beyond_float_range_print():
+    # 4,096 layers on 128 stages: far more than 1e308 plans; must print, not overflow
+    from solver.format import count
+    n = count_splits(4096, 128, 1, True, False)
+    assert n > 10**308
+    assert count(n).startswith(str(n)[0] + ".") and count(n).endswith(f"e+{len(str(n)) - 1}")
+    assert count(1234) == "1,234"
