@@ -22,7 +22,7 @@ reported with its reason, never dropped.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cost import units
 from cost.comm import NetEfficiency
@@ -197,7 +197,3 @@ def _check_row(row: _Section) -> None:
                            f" {layers} layers", "give the pipeline degree the run used")
 
     row.section("measured", None).number("iter_time_s")
-
-
-def with_gpu_params(catalogue: dict[str, GpuSpec], **changes) -> dict[str, GpuSpec]:
-    return {k: replace(g, **changes) for k, g in catalogue.items()}

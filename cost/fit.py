@@ -26,7 +26,7 @@ def die(name: str) -> str:
     return name.split("-")[0]
 
 
-def _apply(catalogue: dict[str, GpuSpec], p: dict) -> tuple[dict[str, GpuSpec], NetEfficiency]:
+def apply_params(catalogue: dict[str, GpuSpec], p: dict) -> tuple[dict[str, GpuSpec], NetEfficiency]:
     cat = {}
     for name, g in catalogue.items():
         changes = {k: p[(die(name), k)] for k in GPU_PARAMS if (die(name), k) in p}
@@ -36,7 +36,7 @@ def _apply(catalogue: dict[str, GpuSpec], p: dict) -> tuple[dict[str, GpuSpec], 
 
 
 def _loss(rows, catalogue, p) -> float:
-    cat, net = _apply(catalogue, p)
+    cat, net = apply_params(catalogue, p)
     res = [r for r in predict_rows(rows, cat, net) if r.predicted_iter_time_s]
     return sum(abs(math.log(r.predicted_iter_time_s / r.measured_iter_time_s)) for r in res) / len(res)
 

@@ -162,13 +162,13 @@ def cmd_bench(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from cost.calibration import load_rows, mape, predict_rows
-    from cost.fit import _apply, fit
+    from cost.fit import apply_params, fit
     from cost.loader import load_catalogue
 
     rows = load_rows(args.file)
     cat = load_catalogue()
     params = fit(rows, cat, sweeps=args.sweeps, log=lambda m: print(m, file=sys.stderr))
-    fitted_cat, net = _apply(cat, params)
+    fitted_cat, net = apply_params(cat, params)
     print(table(["parameter", "value"], [[str(k), f"{v:.4g}"] for k, v in params.items()]))
     print(f"MAPE with these parameters: {100 * mape(predict_rows(rows, fitted_cat, net)):.2f}%"
           " (copy them into cost/gpus.yaml and cost/comm.py to adopt them)")
