@@ -26,7 +26,7 @@ from cost import comm, memory
 from cost.comm import NetEfficiency
 from cost.flops import BF16_BYTES, layer_elementwise_bytes, layer_matmuls, layer_params, logits_flops
 from cost.flops import embedding_params, output_params
-from cost.specs import Attention, Instance, Outer, Recompute
+from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Recompute
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -96,22 +96,79 @@ def _mem_time_s(n_bytes: float, gpu) -> float:
     return n_bytes / (gpu.hbm_bw_bytes_per_s * gpu.memory_eff)
 
 
-def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
-          reserve_bytes: float = 0.0) -> StageCoefficients:
-    m, cl, gpu = inst.model, inst.cluster, inst.cluster.gpu
-    o = outer
-    tp, cp, pp, dp, b = o.tp, o.cp, o.pp, o.dp, o.micro_batch
-    sp, v, mb = o.sequence_parallel, o.virtual_stages, o.num_micro_batches
+# public names for other cost modules that price kernels the same way
+matmul_time_s = _mm_time_s
+memory_time_s = _mem_time_s
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where one pipeline stage runs: its GPU type and the links its groups use.
+
+    Each link comes with whether it is inter-node (which network efficiency applies)."""
+
+    gpu: GpuSpec
+    tp_link: tuple[Link, bool]
+    cp_link: tuple[Link, bool]
+    dp_link: tuple[Link, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Per-stage sites and per-edge pipeline links of one outer configuration.
+
+    `edges[i]` is the link of the hand-off between the stages of `edge_pairs[i]`; `tie` the
+    link between first and last stage (tied embeddings); `dp_ranks` the size of the gradient
+    ring, which spans every replica of the stage (dp*cp on a homogeneous cluster)."""
+
+    sites: tuple[Site, ...]
+    edge_pairs: tuple[tuple[int, int], ...]
+    edges: tuple[tuple[Link, bool], ...]
+    tie: tuple[Link, bool]
+    dp_ranks: int
+
+
+def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
+    block = o.tp * o.cp * o.dp  # consecutive ranks of one pipeline stage
+    site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
+                cp_link=comm.group_link(cl, o.cp, o.tp),
+                dp_link=comm.group_link(cl, o.dp * o.cp, o.tp))
+    pp = o.pp
+    pairs = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if o.virtual_stages > 1 and pp > 1 else [])
+    edges = tuple(comm.pair_link(cl, a * block, block, (z - a) * block) for a, z in pairs)
+    return Placement(sites=(site,) * pp, edge_pairs=tuple(pairs), edges=edges,
+                     tie=comm.pair_link(cl, 0, block, (pp - 1) * block), dp_ranks=o.dp * o.cp)
+
+
+@dataclass(frozen=True)
+class LayerTerms:
+    """One transformer layer, one micro-batch, on one GPU of a stage: the costs that depend on
+    how the layer's operators are partitioned over the tensor-parallel group.
+
+    `fwd_s`/`bwd_s` include the exposed tensor/context-parallel communication; `parts` split
+    fwd+bwd by name (they sum to fwd_s + bwd_s); `rc_fwd_s` is the forward a full recompute
+    replays. Memory: `act_bytes` stashed for backward, `ckpt_bytes` kept when fully recomputed,
+    `workspace_bytes` transient while the layer runs (backward buffers, double buffers)."""
+
+    fwd_s: float
+    bwd_s: float
+    rc_fwd_s: float
+    parts: dict[str, float]
+    overlapped: dict[str, float]
+    act_bytes: float
+    ckpt_bytes: float
+    workspace_bytes: float
+
+
+def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
+    """Megatron-LM 1-D tensor parallelism (column-then-row splits, optional sequence parallel)."""
+    m, gpu = inst.model, site.gpu
+    tp, cp, b, sp = o.tp, o.cp, o.micro_batch, o.sequence_parallel
     flash = inst.job.attention is Attention.FLASH
     tokens = b * m.seq_len / cp
+    tp_link, tp_inter = site.tp_link
+    cp_link, cp_inter = site.cp_link
 
-    tp_link, tp_inter = comm.group_link(cl, tp, 1)
-    cp_link, cp_inter = comm.group_link(cl, cp, tp)
-    dp_n = dp * cp  # gradients and ZeRO shards span data and context parallel ranks
-    dp_link, dp_inter = comm.group_link(cl, dp_n, tp)
-    block = tp * cp * dp  # consecutive ranks of one pipeline stage
-
-    # --- one layer, one micro-batch: compute
     mms = layer_matmuls(m, b, tp, cp)
     lin_f = sum(_mm_time_s(f, gpu) for f in mms.linear_calls)
     attn_f = mms.attention_core / (gpu.peak_flops_per_s * gpu.attention_eff)
@@ -139,16 +196,45 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     cp_b = 2 * cp_f
     cp_exp_f, cp_exp_b = max(0.0, cp_f - attn_f), max(0.0, cp_b - attn_b)
 
-    fwd = compute_f + tp_f + cp_exp_f
-    bwd = compute_b + tp_b + cp_exp_b
     selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
-    bwd += selective_extra
-    rc_fwd = fwd - selective_extra  # full recompute replays the whole forward
+    fwd = compute_f + tp_f + cp_exp_f
+    bwd = compute_b + tp_b + cp_exp_b + selective_extra
+    act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash)
+            if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp))
+    return LayerTerms(
+        fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - selective_extra,
+        parts={"compute": compute_f + compute_b + selective_extra, "tp_comm": tp_f + tp_b,
+               "cp_comm_exposed": cp_exp_f + cp_exp_b},
+        overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b},
+        act_bytes=act1, ckpt_bytes=memory.checkpoint_activation_bytes(m, b, tp, cp, sp),
+        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp))
+
+
+@dataclass(frozen=True)
+class _LayerCosts:
+    """A site's per-layer coefficients, derived from its LayerTerms plus ZeRO and dp sync."""
+
+    layer_time: float
+    recompute_time: float
+    layer_sync: float
+    grad_tail: float  # the last gradient bucket, exposed after the final backward
+    parts: dict[str, float]
+    overlapped: dict[str, float]
+    terms: LayerTerms
+
+
+def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
+                 layer_fn) -> _LayerCosts:
+    m, gpu = inst.model, site.gpu
+    dp_link, dp_inter = site.dp_link
+    lt = layer_fn(inst, o, site, net)
+    fwd, bwd, rc_fwd = lt.fwd_s, lt.bwd_s, lt.rc_fwd_s
 
     # ZeRO-3: gather this layer's weights before forward and backward, reduce-scatter grads
     # after backward, each prefetched behind the neighbouring layer's compute (FSDP)
-    lp = layer_params(m) / tp
+    lp = layer_params(m) / o.tp
     z3_f = z3_b = z3_b_rc = 0.0
+    zero3_total = 0.0
     if o.zero == 3 and dp_n > 1:
         ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net)
         rs = comm.all_gather_time_s(lp * GRAD_REDUCE_BYTES[3], dp_n, dp_link, dp_inter, net)
@@ -156,23 +242,13 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         z3_b = max(0.0, ag + rs - bwd)
         z3_b_rc = max(0.0, ag + rs - bwd - rc_fwd)
         zero3_total = 2 * ag + rs
-    else:
-        zero3_total = 0.0
 
-    layer_time = fwd + bwd + z3_f + z3_b
-    recompute_time = rc_fwd + z3_b_rc - z3_b
-    layer_parts = {
-        "compute": compute_f + compute_b + selective_extra,
-        "tp_comm": tp_f + tp_b,
-        "cp_comm_exposed": cp_exp_f + cp_exp_b,
-        "zero3_comm_exposed": z3_f + z3_b,
-    }
-    overlapped = {
-        "cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b,
-        "zero3_comm": zero3_total - z3_f - z3_b,
-    }
+    parts = dict(lt.parts)
+    parts["zero3_comm_exposed"] = z3_f + z3_b
+    overlapped = dict(lt.overlapped)
+    overlapped["zero3_comm"] = zero3_total - z3_f - z3_b
 
-    # --- per layer, once per iteration: gradient sync and optimizer step
+    # per layer, once per iteration: gradient sync and optimizer step
     shard = dp_n if o.zero >= 1 else 1
     step_s = _mem_time_s(lp / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
     if o.zero == 3:
@@ -188,40 +264,62 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it
         g_exposed = max(0.0, g_sync - bwd)
     overlapped["dp_grad_sync"] = g_sync - g_exposed
-    layer_sync = g_exposed + ag_after + step_s
+    return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b, recompute_time=rc_fwd + z3_b_rc - z3_b,
+                       layer_sync=g_exposed + ag_after + step_s, grad_tail=g_sync - g_exposed,
+                       parts=parts, overlapped=overlapped, terms=lt)
+
+
+def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
+          reserve_bytes: float = 0.0, placement: Placement | None = None,
+          layer_fn=megatron_layer) -> StageCoefficients:
+    """Coefficients of `outer` on `inst`. `placement` (default: the homogeneous cluster in
+    Megatron-LM rank order) says which GPU and links each stage uses; `layer_fn` prices one
+    layer on one site (default: Megatron 1-D tensor parallelism)."""
+    m = inst.model
+    o = outer
+    tp, cp, pp = o.tp, o.cp, o.pp
+    b, sp, v, mb = o.micro_batch, o.sequence_parallel, o.virtual_stages, o.num_micro_batches
+    pl = placement if placement is not None else homogeneous_placement(inst.cluster, o)
+    dp_n = pl.dp_ranks
+    tokens = b * m.seq_len / cp
+    shard = dp_n if o.zero >= 1 else 1
+
+    cache: dict[Site, _LayerCosts] = {}
+    per_stage = []
+    for site in pl.sites:
+        if site not in cache:
+            cache[site] = _layer_costs(inst, o, site, dp_n, net, layer_fn)
+        per_stage.append(cache[site])
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
-    stage_time = np.zeros(pp)
-    stage_sync = np.zeros(pp)
     stage_parts: list[dict[str, float]] = [dict() for _ in range(pp)]
     emb_io = tokens * m.hidden * BF16_BYTES
-    emb_f = _mem_time_s(2 * emb_io, gpu) + comm.all_reduce_time_s(emb_io, tp, tp_link, tp_inter, net)
-    emb_b = _mem_time_s(3 * emb_io, gpu)
-    stage_parts[0]["embedding"] = emb_f + emb_b
-    logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gpu)
+    g0, tp0 = pl.sites[0].gpu, pl.sites[0].tp_link
+    emb_f = _mem_time_s(2 * emb_io, g0) + comm.all_reduce_time_s(emb_io, tp, tp0[0], tp0[1], net)
+    stage_parts[0]["embedding"] = emb_f + _mem_time_s(3 * emb_io, g0)
+    gl = pl.sites[-1].gpu
+    logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gl)
     ce_bytes = tokens * m.vocab / tp * (BF16_BYTES + 4)
-    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + 2 * _mem_time_s(ce_bytes, gpu)
-    head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gpu)  # final norm fwd + bwd
+    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + 2 * _mem_time_s(ce_bytes, gl)
+    head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gl)  # final norm fwd + bwd
     stage_parts[-1]["output_layer"] = head
-    if pp > 1:
-        # each stage sends activations forward and receives gradients back over every edge
-        # it touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
-        p2p_bytes = emb_io / (tp if sp else 1)
-        edges = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if v > 1 else [])
-        for a, z in edges:
-            link, inter = comm.pair_link(cl, a * block, block, (z - a) * block)
-            t_edge = v * comm.p2p_time_s(p2p_bytes, link, inter, net)
-            for s in (a, z):
-                stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
-    for s in range(pp):
-        stage_time[s] = sum(stage_parts[s].values())
+    # each stage sends activations forward and receives gradients back over every edge it
+    # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
+    p2p_bytes = emb_io / (tp if sp else 1)
+    for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
+        t_edge = v * comm.p2p_time_s(p2p_bytes, link, inter, net)
+        for s in (a, z):
+            stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
+    stage_time = np.array([sum(p.values()) for p in stage_parts], float)
 
     emb_state_params = [0.0] * pp
     emb_state_params[0] += embedding_params(m) / tp
     emb_state_params[-1] += (output_params(m) if (pp == 1 or not m.tied_embeddings)
                              else embedding_params(m) + m.hidden) / tp
+    stage_sync = np.zeros(pp)
     for s in range(pp):
-        p = emb_state_params[s]
+        p, gpu = emb_state_params[s], pl.sites[s].gpu
+        dp_link, dp_inter = pl.sites[s].dp_link
         step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
         if o.zero == 3:
             sync = comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[3], dp_n, dp_link, dp_inter, net)
@@ -231,37 +329,39 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
             sync = (comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[o.zero], dp_n, dp_link, dp_inter, net)
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
         # the last bucket of layer gradients cannot hide behind any remaining backward
-        stage_sync[s] = sync + step + (g_sync - g_exposed)
+        stage_sync[s] = sync + step + per_stage[s].grad_tail
     if pp > 1 and m.tied_embeddings:
-        link, inter = comm.pair_link(cl, 0, block, (pp - 1) * block)
+        link, inter = pl.tie
         tie = comm.all_reduce_time_s(embedding_params(m) / tp * GRAD_REDUCE_BYTES[0], 2, link, inter, net)
         stage_sync[0] += tie
         stage_sync[-1] += tie
 
     # --- memory
     inflight = in_flight_micro_batches(pp, mb, v)
-    act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash)
-            if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp))
-    ckpt1 = memory.checkpoint_activation_bytes(m, b, tp, cp, sp)
     state = memory.layer_state_bytes(m, tp, o.zero, dp_n)
     stage_mem = np.zeros(pp)
     for s in range(pp):
         stage_mem[s] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, s == 0, s == pp - 1)
-        stage_mem[s] += memory.backward_workspace_bytes(m, b, tp, cp)
+        stage_mem[s] += per_stage[s].terms.workspace_bytes
         stage_mem[s] += memory.RUNTIME_ALLOWANCE_BYTES
         if o.zero == 3:  # the gathered layer and the one being prefetched
             stage_mem[s] += 2 * layer_params(m) / tp * BF16_BYTES
     stage_mem[-1] += memory.logits_activation_bytes(m, b, tp, cp)
 
-    def col(x: float) -> np.ndarray:
-        return np.full(pp, float(x))
+    def col(attr: str) -> np.ndarray:
+        return np.array([getattr(x, attr) for x in per_stage], float)
 
+    act = np.array([x.terms.act_bytes for x in per_stage]) * inflight
+    ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight
+    # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
+    first = per_stage[0]
     return StageCoefficients(
         outer=o, layers=m.layers,
-        layer_time_s=col(layer_time), recompute_time_s=col(recompute_time), stage_time_s=stage_time,
-        layer_sync_time_s=col(layer_sync), stage_sync_time_s=stage_sync,
-        layer_state_bytes=col(state), layer_act_bytes=act1 * inflight, layer_ckpt_bytes=ckpt1 * inflight,
-        stage_mem_bytes=stage_mem, capacity_bytes=col(gpu.hbm_bytes - reserve_bytes),
-        layer_parts=layer_parts, recompute_parts={"recompute": recompute_time},
-        stage_parts=stage_parts, overlapped_per_layer_s=overlapped, in_flight=inflight,
+        layer_time_s=col("layer_time"), recompute_time_s=col("recompute_time"), stage_time_s=stage_time,
+        layer_sync_time_s=col("layer_sync"), stage_sync_time_s=stage_sync,
+        layer_state_bytes=np.full(pp, float(state)), layer_act_bytes=act, layer_ckpt_bytes=ckpt,
+        stage_mem_bytes=stage_mem,
+        capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in pl.sites], float),
+        layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
+        stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
     )
