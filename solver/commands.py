@@ -65,10 +65,14 @@ def _evidence_text(res) -> str:
 
 def cmd_plan(args) -> int:
     from cost.loader import plan_to_mapping
+    from solver import hetero_commands
     from solver.planner import plan
 
-    inst = load_from_args(args)
     log = (lambda msg: print(f"  {msg}", file=sys.stderr)) if _progress_enabled(args) else None
+    if hetero_commands.is_hetero(args):
+        return hetero_commands.cmd_plan(args, progress=log)
+    _no_scenarios(args)
+    inst = load_from_args(args)
     res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
                progress=log)
     if args.output and res.plan is not None:
@@ -90,10 +94,23 @@ def cmd_plan(args) -> int:
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 
 
+def _no_scenarios(args) -> None:
+    from solver.hetero_commands import objective_of
+    objective = objective_of(args)
+    if objective != "nominal":
+        raise InstanceError(args.instance or "<arguments>", "scenarios",
+                            f"--{objective} needs network scenarios, which only the group format has",
+                            "write the cluster as `groups:` with `scenarios:` (see instances/hetero/)")
+
+
 def cmd_exhaustive(args) -> int:
     from cost.loader import plan_to_mapping
+    from solver import hetero_commands
     from solver.exhaustive import SpaceTooLarge, exhaustive
 
+    if hetero_commands.is_hetero(args):
+        return hetero_commands.cmd_exhaustive(args)
+    _no_scenarios(args)
     inst = load_from_args(args)
     try:
         res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args))
@@ -117,9 +134,13 @@ def cmd_exhaustive(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from solver import hetero_commands
     from solver.exhaustive import SpaceTooLarge, exhaustive
     from solver.planner import REL_TOL, plan
 
+    if hetero_commands.is_hetero(args):
+        return hetero_commands.cmd_verify(args)
+    _no_scenarios(args)
     inst = load_from_args(args)
     rows, values = [], {}
     for backend in ("cpsat", "milp"):
@@ -156,6 +177,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.hetero:
+        from solver.hetero_bench import run_hetero_bench
+        return run_hetero_bench(args)
     from solver.bench import run_bench
     return run_bench(args)
 
@@ -175,8 +199,18 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def _add_objective_args(parser) -> None:
+    """--robust / --expected: optimise over the instance's network scenarios."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--robust", action="store_true",
+                   help="minimise the worst-case iteration time over the network scenarios")
+    g.add_argument("--expected", action="store_true",
+                   help="minimise the probability-weighted iteration time over the scenarios")
+
+
 def register(sub) -> None:
     p = sub.add_parser("plan", help="find the provably fastest plan in the declared space")
+    _add_objective_args(p)
     add_instance_args(p)
     p.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
     p.add_argument("--time-limit-s", type=float, default=60.0)
@@ -189,6 +223,7 @@ def register(sub) -> None:
     e = sub.add_parser("exhaustive", help="brute-force the same declared space")
     add_instance_args(e)
     e.add_argument("--max-candidates", type=int, default=20_000_000)
+    _add_objective_args(e)
     e.add_argument("--json", action="store_true")
     e.add_argument("--quiet", action="store_true")
     e.set_defaults(func=cmd_exhaustive)
@@ -197,6 +232,7 @@ def register(sub) -> None:
     add_instance_args(v)
     v.add_argument("--time-limit-s", type=float, default=120.0)
     v.add_argument("--max-candidates", type=int, default=20_000_000)
+    _add_objective_args(v)
     v.add_argument("--json", action="store_true")
     v.add_argument("--quiet", action="store_true")
     v.set_defaults(func=cmd_verify)
@@ -207,6 +243,8 @@ def register(sub) -> None:
     b.add_argument("--csv", help="also write the results as CSV")
     b.add_argument("--json", help="also write the results as JSON")
     b.add_argument("--quick", action="store_true", help="small ladder only (CI smoke run)")
+    b.add_argument("--hetero", action="store_true",
+                   help="mixed-cluster instances: optimum vs largest group alone vs uniform split")
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=cmd_bench)
 
@@ -214,3 +252,6 @@ def register(sub) -> None:
     c.add_argument("file")
     c.add_argument("--sweeps", type=int, default=7)
     c.set_defaults(func=cmd_calibrate)
+
+    from solver import hetero_commands
+    hetero_commands.register(sub)

@@ -44,3 +44,44 @@ def random_instance(seed: int, variant: bool = False) -> Instance:
                     job=JobSpec(global_batch=gb), search=space)
 
 
+
+
+def random_hetero_instance(seed: int):
+    """Two node groups of different toy GPUs (speed, memory, links drawn per group), a group
+    link, and a degraded-network scenario with a probability: small enough for exhaustive search
+    of the heterogeneous space (solver/hetero_exhaustive.py)."""
+    from cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup, Scenario
+
+    rng = random.Random(10_000 + seed)
+    base = random_instance(seed)
+    model = ModelSpec(name=f"hrand{seed}", layers=rng.randint(2, 4), hidden=base.model.hidden,
+                      heads=base.model.heads, kv_heads=base.model.kv_heads, ffn=base.model.ffn,
+                      vocab=base.model.vocab, seq_len=base.model.seq_len, mlp=base.model.mlp,
+                      tied_embeddings=base.model.tied_embeddings)
+    groups = []
+    for g in range(2):
+        gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
+                      hbm_bytes=rng.choice([1.02, 1.04, 1.08, 1.5]) * 2**30,
+                      hbm_bw_bytes_per_s=rng.choice([0.5e12, 1e12]))
+        gpn = rng.choice([1, 2])
+        cl = ClusterSpec(gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=gpn,
+                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                         inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
+        groups.append(NodeGroup(name=f"g{g}", site=f"s{g}", cluster=cl))
+    link = Link(bw_bytes_per_s=rng.choice([1e9, 5e9, 12.5e9]), latency_s=rng.choice([1e-5, 1e-3]))
+    slow = Link(bw_bytes_per_s=link.bw_bytes_per_s * rng.choice([0.05, 0.25]), latency_s=2 * link.latency_s)
+
+    def cluster(between: Link) -> HeteroCluster:
+        return HeteroCluster(groups=tuple(groups), between=(
+            (groups[0].cluster.inter_node, between), (between, groups[1].cluster.inter_node)))
+
+    p = rng.choice([0.1, 0.3, 0.5])
+    nominal = cluster(link)
+    gpus = sum(g.num_gpus for g in groups)
+    space = SearchSpace(micro_batch=(1, 2), full_recompute=rng.random() < 0.8,
+                        zero=(0, 1), memory_reserve_bytes=rng.choice([0.0, 2**26]))
+    return HeteroInstance(
+        name=f"hrand{seed}", model=model, cluster=nominal,
+        job=JobSpec(global_batch=rng.choice([2, 4]) * gpus), search=space,
+        scenarios=(Scenario(name="nominal", cluster=nominal, probability=1 - p),
+                   Scenario(name="degraded", cluster=cluster(slow), probability=p)))

@@ -1,0 +1,105 @@
+"""Per-stage coefficients of a heterogeneous plan: one `StageCoefficients` per replica class.
+
+A class's stage s runs on GPUs of group `stage_groups[s]`, so its compute, memory capacity and
+tensor-parallel link are that group's (cost/coefficients.py prices a layer per `Site`). Where
+a class's GPUs sit inside a group follows Megatron-LM's rank order there: tp fastest, then the
+class's replicas, then its stages on that group, classes one after another.
+
+Links:
+- pipeline hand-off between two stages on one group: the group's NVLink or NIC (comm.pair_link);
+  between groups: the group link `between[a][b]` (per GPU, one direction);
+- gradient ring of a stage: with one class, every replica's copy of the stage is on the same
+  group, so the ring stays there (comm.group_link). With several classes, the replicas holding
+  a layer sit on several groups, so each ring crosses them: its bandwidth is the slowest of the
+  groups' own rings and the group links between them, its latency the largest;
+- every replica synchronises with every other: the ring has `replicas` members in all.
+
+Each replica of class k runs `num_micro_batches` >= its stage count, so 1F1B's in-flight count
+of stage s is pp_k - s whatever the micro-batch count (cost/coefficients.in_flight_micro_batches):
+memory does not depend on how the batch is split between classes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost import comm, schedule
+from cost.coefficients import Placement, Site, StageCoefficients, build
+from cost.comm import NetEfficiency
+from cost.hetero_specs import HeteroCluster, HeteroOuter
+from cost.specs import Link, Outer
+
+
+def class_outer(ho: HeteroOuter, k: int) -> Outer:
+    """The homogeneous Outer that prices class k; num_micro_batches = pp only fixes 1F1B's
+    in-flight counts (the class's real count is a decision of the inner problem)."""
+    c = ho.classes[k]
+    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, micro_batch=ho.micro_batch, num_micro_batches=c.pp,
+                 sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero)
+
+
+def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int) -> tuple[Link, bool]:
+    G = len(hc.groups)
+    members = [0] * G
+    for c in ho.classes:
+        for g in set(c.stage_groups):
+            members[g] += c.replicas
+    if len(ho.classes) == 1:
+        cl = hc.groups[stage_group].cluster
+        return comm.group_link(cl, ho.classes[0].replicas, ho.tp)
+    used = [g for g in range(G) if members[g]]
+    links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp) for g in used]
+    links += [(hc.between[a][b], True) for a in used for b in used if a != b]
+    bw = min(link.bw_bytes_per_s for link, _ in links)
+    latency = max(link.latency_s for link, _ in links)
+    return Link(bw_bytes_per_s=bw, latency_s=latency), len(used) > 1 or any(i for _, i in links)
+
+
+def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
+    c = ho.classes[k]
+    tp, block = ho.tp, c.replicas * ho.tp
+    # first GPU of this class inside each group: after the classes listed before it
+    base = [0] * len(hc.groups)
+    for earlier in ho.classes[:k]:
+        for g in earlier.stage_groups:
+            base[g] += earlier.replicas * tp
+    local = []  # (group, first rank of the stage inside the group)
+    seen = [0] * len(hc.groups)
+    for g in c.stage_groups:
+        local.append((g, base[g] + seen[g] * block))
+        seen[g] += 1
+
+    def hand_off(s: int, z: int) -> tuple[Link, bool]:
+        (ga, ra), (gz, rz) = local[s], local[z]
+        if ga != gz:
+            return hc.between[ga][gz], True
+        return comm.pair_link(hc.groups[ga].cluster, ra, block, rz - ra)
+
+    site_of: dict[int, Site] = {}
+    for g in set(c.stage_groups):
+        cl = hc.groups[g].cluster
+        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, tp, 1),
+                          cp_link=(cl.intra_node, False), dp_link=_ring_link(hc, ho, g))
+    sites = [site_of[g] for g in c.stage_groups]
+    pairs = tuple((s, s + 1) for s in range(c.pp - 1))
+    return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
+                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas)
+
+
+def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficiency = NetEfficiency(),
+                       reserve_bytes: float = 0.0) -> list[StageCoefficients]:
+    """One StageCoefficients per class of `ho` on network `hc` (`inst`: model and job)."""
+    return [build(inst, class_outer(ho, k), net, reserve_bytes, placement=class_placement(hc, ho, k))
+            for k in range(len(ho.classes))]
+
+
+def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray) -> float:
+    """One replica's pipeline time: 1F1B over its stages with m micro-batches."""
+    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, 1))
+
+
+def iteration_time_s(coeffs: list[StageCoefficients], m: list[int], n: list[np.ndarray],
+                     r: list[np.ndarray]) -> float:
+    """Slowest replica's pipeline plus the slowest stage's post-backward sync and step."""
+    return (max(replica_time_s(c, mk, nk, rk) for c, mk, nk, rk in zip(coeffs, m, n, r))
+            + max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(coeffs, n)))

@@ -1,0 +1,634 @@
+"""Heterogeneous instances, network events and heterogeneous plans, read from YAML.
+
+The same rules as cost/loader.py, whose readers this module reuses: units in the key names,
+converted once here; every problem is one `InstanceError(path, field, problem, fix)` naming the
+file and the dotted field; typed strictly; unknown keys are errors with a "did you mean" hint.
+
+Which loader? `is_hetero_mapping(data)` (or `is_hetero_file(path)`): a file is heterogeneous
+when its `cluster:` mapping holds a `groups:` key. The CLI reads the file once with
+`cost.loader._read_yaml`, asks `is_hetero_mapping`, and calls `hetero_instance_from_mapping`
+or the homogeneous loader.
+
+Instance file (required unless a default is given)::
+
+    name: llama3-70b-32xA100-32xH100
+    model: {...}                     # exactly as in cost/loader.py
+    job: {...}                       # exactly as in cost/loader.py
+    gpu_types: {...}                 # optional, as in cost/loader.py
+    search: {...}                    # optional, the keys of cost/loader.py's `search:`
+    cluster:
+      groups:                        # one or more node groups, each homogeneous
+        - name: h100                 # unique among the groups
+          site: east                 # default: the group's own name
+          gpu: H100-SXM5-80GB        # then exactly the homogeneous cluster keys: gpu, nodes,
+          nodes: 4                   #   gpus_per_node, intra_node_link, intra_node_gbytes_per_s,
+          gpus_per_node: 8           #   intra_node_latency_us, nic_gbit_per_s,
+          intra_node_gbytes_per_s: 900   # inter_node_latency_us (same units and defaults)
+          nic_gbit_per_s: 400
+      links:                         # optional
+        - between: [east, west]      # two group or site names
+          gbit_per_s: 100            # per GPU, one direction
+          latency_us: 2000           # default: the larger inter_node latency of the two groups
+    scenarios:                       # optional; the declared network as it is is "nominal"
+      - name: inter-site-25pct       # unique, not "nominal"
+        probability: 0.2             # optional, in [0, 1]; all scenarios give one or none does
+        window_h: [18, 24]           # optional, hours of the day in [0, 24], informational
+        changes:                     # non-empty list; syntax under "Changes" below
+          - between: [east, west]
+            scale: 0.25
+    timeline:                        # optional; periods in order
+      - scenario: nominal            # "nominal" or a declared scenario's name
+        duration_h: 8                # hours, > 0
+    switching:                       # optional; defaults as in cost/hetero_specs.Switching
+      storage_gbytes_per_s: 10       # aggregate checkpoint-storage bandwidth, GB/s
+      restart_s: 120                 # seconds to stop and relaunch the job
+
+Names in `between` (links and changes): a group's name means that group; otherwise a site's
+name means every group on that site. A site may share its name with a group only when that
+group is the site's only one (the default `site:`), so a name never means two different sets.
+`between: [x, y]` covers every pair of distinct groups (a, b), a in x and b in y; `[east, east]`
+covers the pairs inside site east. A pair covered by no pair at all is an error.
+
+Links between groups (`HeteroCluster.between`, symmetric, per GPU and one direction):
+
+- not given: the slower of the two groups' NICs, and the larger of their inter-node latencies;
+- given between sites: applies to every pair of groups across them;
+- a more specific link overrides a less specific one: one naming two groups overrides one
+  naming a group and a site, which overrides one naming two sites. Two links of the same
+  specificity covering the same pair are an error;
+- the diagonal repeats each group's own NIC link (`cluster.inter_node`).
+
+Probabilities (`--expected`): either no scenario gives `probability:` (every `Scenario.
+probability` is None), or every one does; the nominal scenario then gets 1 minus their sum,
+which must not be negative (a sum above 1 is an error).
+
+Changes (scenarios and events), applied to the nominal cluster in two steps:
+
+1. group changes, in order. `group: NAME` or `site: NAME` (every group on the site), then at
+   least one of: `nic_gbit_per_s: X` (set) or `nic_scale: f` (multiply), and
+   `intra_node_gbytes_per_s: X` (set; bidirectional as vendors quote it, halved as in
+   cost/loader.py) or `intra_scale: f`. The changed NIC also changes the group's diagonal
+   entry and every *default* link derived from it (they are rebuilt from the changed NICs);
+   links given explicitly under `cluster.links` keep their nominal figures, since they
+   describe a path of their own (an inter-site fibre), not the group's NIC. To throttle such
+   a link too, add a `between` change.
+2. link changes, in order. `between: [x, y]` then at most one of `scale: f` (multiply the
+   current bandwidth) or `gbit_per_s: X` (set it), and/or `latency_us: X` (set); at least
+   one of the three.
+Scales are > 0 (above 1 is an upgrade).
+
+Event file (`paraplan replan --event EVENT.yaml`, `load_event`)::
+
+    event:
+      name: inter-site-degraded      # default: the file's stem
+      changes: [...]                 # as above, applied to the instance's nominal cluster
+      remaining_hours: 200           # exactly one of remaining_hours (> 0) and
+      remaining_iterations: 5000     #   remaining_iterations (integer >= 1)
+
+An event sees only the loaded instance, not its file: a link between two groups that differs
+from the default derived from their NICs counts as explicitly given (kept under a NIC change);
+one given explicitly but equal to that default is rebuilt like a default link.
+
+Plan file, at top level or under a `plan:` key::
+
+    tp: 8                            # tensor parallelism, inside a node, all classes
+    micro_batch: 1
+    sequence_parallel: false         # default false
+    recompute: selective             # none | selective | full, default none (full as in
+                                     #   cost/loader.py: every layer fully recomputed)
+    zero: 1                          # 0 | 1, default 0
+    family: stage                    # stage | replica, default stage
+    classes:                         # non-empty list of replica classes
+      - replicas: 2
+        stages: [h100, h100, a100]   # the group name hosting each pipeline stage
+        num_micro_batches: 32        # per replica and iteration
+        layers_per_stage: [30, 30, 20]   # default: cost/loader.default_layer_split
+        full_recompute_layers: [0, 0, 0] # default all 0, or layers_per_stage for full
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cost import units
+from cost.errors import ConfigError, InstanceError
+from cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
+                               ReplicaClass, Scenario, Switching)
+from cost.loader import (_CLUSTER_KEYS, _JOB_KEYS, _MODEL_KEYS, _RECOMPUTE_FULL, _SEARCH_KEYS,
+                         _catalogue_with_gpu_types, _cluster, _config_errors_as, _describe,
+                         _job, _model, _read_yaml, _search, _Section, _shown, _values,
+                         default_layer_split)
+from cost.specs import GpuSpec, Instance, Link, Recompute
+
+# Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
+_HOUR_S = 3600.0
+NOMINAL = "nominal"  # the name of the scenario that is the cluster as declared
+FAMILIES = ("stage", "replica")  # cost/hetero_specs.HeteroPlan.family
+
+_TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
+             "switching")
+_HETERO_CLUSTER_KEYS = ("groups", "links")
+_GROUP_KEYS = ("name", "site", *_CLUSTER_KEYS)
+_LINK_KEYS = ("between", "gbit_per_s", "latency_us")
+_SCENARIO_KEYS = ("name", "probability", "window_h", "changes")
+_PERIOD_KEYS = ("scenario", "duration_h")
+_SWITCHING_KEYS = ("storage_gbytes_per_s", "restart_s")
+_LINK_CHANGE_KEYS = ("between", "scale", "gbit_per_s", "latency_us")
+_GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_node_gbytes_per_s",
+                      "intra_scale")
+_EVENT_FILE_KEYS = ("event",)
+_EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
+_PLAN_KEYS = ("tp", "micro_batch", "sequence_parallel", "recompute", "zero", "family", "classes")
+_CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
+               "full_recompute_layers")
+_ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
+_MAX_ITEMS = 4096  # groups, links, scenarios, periods, changes, classes
+_PROBABILITY_SLACK = 1e-9  # 0.7 + 0.2 + 0.1 may sum to 1.0000000000000002
+
+
+# --- which loader --------------------------------------------------------------------------
+
+def is_hetero_mapping(data: Any) -> bool:
+    """True when `data` (a whole instance file, as read) describes node groups."""
+    return (isinstance(data, dict) and isinstance(data.get("cluster"), dict)
+            and "groups" in data["cluster"])
+
+
+def is_hetero_file(path: str | Path) -> bool:
+    """True when the instance file at `path` is heterogeneous (reads it; InstanceError when it
+    is not valid YAML)."""
+    return is_hetero_mapping(_read_yaml(path))
+
+
+# --- instances -----------------------------------------------------------------------------
+
+def load_hetero_instance(path: str | Path) -> HeteroInstance:
+    return hetero_instance_from_mapping(_read_yaml(path), path)
+
+
+def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> HeteroInstance:
+    """The instance described by `data`, a whole heterogeneous instance file as read."""
+    path = str(path)
+    top = _Section(data, path, "", _TOP_KEYS)
+    name = top.string("name")
+    gpus = _catalogue_with_gpu_types(top)
+    model = _model(top.section("model", _MODEL_KEYS), name)
+    job = _job(top.section("job", _JOB_KEYS))
+    search = _search(top.section("search", _SEARCH_KEYS)) if top.has("search") else None
+
+    net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
+    nominal = net.cluster()
+    scenarios = [Scenario(name=NOMINAL, cluster=nominal)]
+    if top.has("scenarios"):
+        scenarios = _scenarios(top, net, nominal)
+    timeline = _timeline(top, scenarios) if top.has("timeline") else ()
+    switching = _switching(top.section("switching", _SWITCHING_KEYS)) \
+        if top.has("switching") else Switching()
+    kw = {} if search is None else {"search": search}
+    return HeteroInstance(name=name, model=model, cluster=nominal, job=job,
+                          scenarios=tuple(scenarios), timeline=timeline, switching=switching,
+                          source=path, **kw)
+
+
+def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:
+    """`inst` as a one-group heterogeneous instance (group and site named after the GPU)."""
+    c = inst.cluster
+    group = NodeGroup(name=c.gpu.name, site=c.gpu.name, cluster=c)
+    return HeteroInstance(name=inst.name, model=inst.model,
+                          cluster=HeteroCluster(groups=(group,), between=((c.inter_node,),)),
+                          job=inst.job, search=inst.search, source=inst.source)
+
+
+def group_instance(inst: HeteroInstance, g: int) -> Instance:
+    """The homogeneous instance of group `g` of the nominal cluster alone, same model, job and
+    search, named `<instance>-<group>`."""
+    group = inst.cluster.groups[g]
+    return Instance(name=f"{inst.name}-{group.name}", model=inst.model, cluster=group.cluster,
+                    job=inst.job, search=inst.search, source=inst.source)
+
+
+# --- groups, sites and links ---------------------------------------------------------------
+
+class _Network:
+    """The nominal groups and the explicitly given links, from which every scenario's
+    HeteroCluster is built (module docstring, "Changes")."""
+
+    def __init__(self, path: str, groups: list[NodeGroup],
+                 explicit: dict[tuple[int, int], Link]):
+        self.path, self.groups, self.explicit = path, groups, explicit
+        self.by_name = {x.name: i for i, x in enumerate(groups)}
+        self.sites: dict[str, list[int]] = {}
+        for i, x in enumerate(groups):
+            self.sites.setdefault(x.site, []).append(i)
+
+    def resolve(self, sec: _Section, key: str, value: Any) -> tuple[set[int], bool]:
+        """The groups a group or site name stands for, and whether it named a group."""
+        field = sec.field(key)
+        if not isinstance(value, str) or not value:
+            raise InstanceError(self.path, field, f"expected a group or site name, got"
+                                f" {_describe(value)}", "write the name of a node group or site")
+        if value in self.by_name:
+            return {self.by_name[value]}, True
+        if value in self.sites:
+            return set(self.sites[value]), False
+        known = sorted({*self.by_name, *self.sites})
+        raise InstanceError(self.path, field, f"no group or site named {_shown(value)}",
+                            _did_you_mean(value, known, "groups and sites"))
+
+    def pairs(self, sec: _Section) -> tuple[list[tuple[int, int]], int]:
+        """The ordered pairs (a, b), a < b, that `between:` covers, and its specificity (the
+        number of its two names that are group names)."""
+        if not sec.has("between"):
+            raise sec.error("between", "missing required key 'between'",
+                            "add 'between: [x, y]' with two group or site names")
+        raw = sec.raw["between"]
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise sec.error("between", f"expected a list of two names, got {_describe(raw)}",
+                            "write [group-or-site, group-or-site], e.g. [east, west]")
+        (xs, gx), (ys, gy) = (self.resolve(sec, f"between[{i}]", v) for i, v in enumerate(raw))
+        pairs = sorted({(min(a, b), max(a, b)) for a in xs for b in ys if a != b})
+        if not pairs:
+            raise sec.error("between", f"{_shown(raw[0])} and {_shown(raw[1])} cover no two"
+                            " distinct groups", "name two different groups, or sites holding"
+                            " different groups")
+        return pairs, gx + gy
+
+    def default_link(self, a: int, b: int, groups: list[NodeGroup]) -> Link:
+        x, y = groups[a].cluster.inter_node, groups[b].cluster.inter_node
+        return Link(bw_bytes_per_s=min(x.bw_bytes_per_s, y.bw_bytes_per_s),
+                    latency_s=max(x.latency_s, y.latency_s))
+
+    def matrix(self, groups: list[NodeGroup]) -> list[list[Link]]:
+        n = len(groups)
+        return [[groups[a].cluster.inter_node if a == b else
+                 self.explicit.get((min(a, b), max(a, b))) or self.default_link(a, b, groups)
+                 for b in range(n)] for a in range(n)]
+
+    def cluster(self, groups: list[NodeGroup] | None = None,
+                between: list[list[Link]] | None = None) -> HeteroCluster:
+        groups = self.groups if groups is None else groups
+        between = self.matrix(groups) if between is None else between
+        with _config_errors_as(self.path, "cluster", "correct the cluster description"):
+            return HeteroCluster(groups=tuple(groups),
+                                 between=tuple(tuple(row) for row in between))
+
+
+def _did_you_mean(name: str, known, what: str) -> str:
+    """A fix for an unknown name: the closest known one, else the list of them."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1) if len(name) < 100 else []
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return f"the {what} are: " + ", ".join(known)
+
+
+def _items(sec: _Section, key: str, *, each: str) -> list[tuple[str, Any]]:
+    """(dotted field, raw item) for each entry of the non-empty list under `key`; `each`
+    names one entry for the messages."""
+    if not sec.has(key):
+        raise sec.error(key, f"missing required key '{key}'",
+                        f"add '{key}:' with one '- ...' entry per {each}")
+    value = sec.raw[key]
+    if not isinstance(value, list) or not value:
+        got = "an empty list" if value == [] else _describe(value)
+        raise sec.error(key, f"expected a non-empty list, got {got}",
+                        f"write one '- ...' entry per {each}")
+    if len(value) > _MAX_ITEMS:
+        raise sec.error(key, f"has {len(value)} entries", f"list at most {_MAX_ITEMS}")
+    return [(f"{sec.field(key)}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _network(sec: _Section, gpus: dict[str, GpuSpec]) -> _Network:
+    path = sec.path
+    groups: list[NodeGroup] = []
+    for field, raw in _items(sec, "groups", each="group"):
+        item = _Section(raw, path, field, _GROUP_KEYS)
+        name = item.string("name")
+        if any(x.name == name for x in groups):
+            raise item.error("name", f"a second group named {_shown(name)}",
+                             "give every node group its own name")
+        groups.append(NodeGroup(name=name, site=item.string("site", name),
+                                cluster=_cluster(item, gpus)))
+    by_name = {x.name: x for x in groups}
+    for i, x in enumerate(groups):
+        owner = by_name.get(x.site)
+        if owner is not None and owner is not x:
+            raise InstanceError(path, f"cluster.groups[{i}].site",
+                                f"site {_shown(x.site)} is also the name of group"
+                                f" {_shown(owner.name)}, so `between:` could not tell them"
+                                " apart", "name sites differently from groups (a site may"
+                                " share its name only with its one group)")
+
+    net = _Network(path, groups, {})
+    if sec.has("links"):
+        given: dict[tuple[int, int], tuple[int, str]] = {}  # pair -> (specificity, field)
+        for field, raw in _items(sec, "links", each="link"):
+            item = _Section(raw, path, field, _LINK_KEYS)
+            pairs, specificity = net.pairs(item)
+            bw = units.gbit_per_s_to_bytes_per_s(item.number("gbit_per_s"))
+            latency_us = _optional_number(item, "latency_us", positive=False)
+            for a, b in pairs:
+                before = given.get((a, b))
+                if before is not None and before[0] == specificity:
+                    raise item.error("between", f"sets the link between {_shown(groups[a].name)}"
+                                     f" and {_shown(groups[b].name)}, as {before[1]} already"
+                                     " does", "keep one of the two links")
+                if before is not None and before[0] > specificity:
+                    continue
+                given[(a, b)] = (specificity, field)
+                latency_s = net.default_link(a, b, groups).latency_s if latency_us is None \
+                    else units.us_to_s(latency_us)
+                net.explicit[(a, b)] = Link(bw_bytes_per_s=bw, latency_s=latency_s)
+    return net
+
+
+# --- scenarios, timeline, switching --------------------------------------------------------
+
+def _apply_changes(net: _Network, sec: _Section, key: str) -> HeteroCluster:
+    """The nominal cluster with the change list under `sec[key]` applied (module docstring)."""
+    path = sec.path
+    group_changes, link_changes = [], []
+    for field, raw in _items(sec, key, each="change"):
+        if isinstance(raw, dict) and "between" in raw:
+            link_changes.append(_Section(raw, path, field, _LINK_CHANGE_KEYS))
+        elif isinstance(raw, dict) and ("group" in raw or "site" in raw):
+            group_changes.append(_Section(raw, path, field, _GROUP_CHANGE_KEYS))
+        else:
+            raise InstanceError(path, field, "a change names no `between:`, `group:` or `site:`"
+                                if isinstance(raw, dict) else
+                                f"expected a mapping, got {_describe(raw)}",
+                                "write '- between: [x, y]' with scale or gbit_per_s, or"
+                                " '- group: NAME' with nic_gbit_per_s, nic_scale,"
+                                " intra_node_gbytes_per_s or intra_scale")
+
+    groups = list(net.groups)
+    for ch in group_changes:
+        if ch.has("group") and ch.has("site"):
+            raise ch.error("site", "a change names both a group and a site",
+                           "keep one of `group:` and `site:`")
+        target = "group" if ch.has("group") else "site"
+        name = ch.string(target)
+        if target == "group" and name not in net.by_name or \
+                target == "site" and name not in net.sites:
+            known = tuple(net.by_name if target == "group" else net.sites)
+            raise ch.error(target, f"no {target} named {_shown(name)}",
+                           _did_you_mean(name, known, f"{target}s"))
+        members = [net.by_name[name]] if target == "group" else net.sites[name]
+        nic = _set_or_scale(ch, "nic_gbit_per_s", "nic_scale")
+        intra = _set_or_scale(ch, "intra_node_gbytes_per_s", "intra_scale")
+        if nic is None and intra is None:
+            raise ch.error(target, "the change changes nothing",
+                           "add nic_gbit_per_s, nic_scale, intra_node_gbytes_per_s or"
+                           " intra_scale")
+        for g in members:
+            c = groups[g].cluster
+            inter, intra_link = c.inter_node, c.intra_node
+            if nic is not None:
+                bw = units.gbit_per_s_to_bytes_per_s(nic[1]) if nic[0] == "set" \
+                    else inter.bw_bytes_per_s * nic[1]
+                inter = replace(inter, bw_bytes_per_s=bw)
+            if intra is not None:
+                # Bidirectional figure, halved as cost/loader.py does for the nominal one.
+                bw = units.gbytes_per_s_to_bytes_per_s(intra[1]) / 2 if intra[0] == "set" \
+                    else intra_link.bw_bytes_per_s * intra[1]
+                intra_link = replace(intra_link, bw_bytes_per_s=bw)
+            groups[g] = replace(groups[g], cluster=replace(c, inter_node=inter,
+                                                           intra_node=intra_link))
+
+    between = net.matrix(groups)
+    for ch in link_changes:
+        pairs, _ = net.pairs(ch)
+        bw = _set_or_scale(ch, "gbit_per_s", "scale")
+        latency_us = _optional_number(ch, "latency_us", positive=False)
+        if bw is None and latency_us is None:
+            raise ch.error("between", "the change changes nothing",
+                           "add `scale: f` (multiply) or `gbit_per_s: X` (set the bandwidth),"
+                           " and/or `latency_us: X`")
+        for a, b in pairs:
+            link = between[a][b]
+            new_bw = link.bw_bytes_per_s if bw is None else \
+                units.gbit_per_s_to_bytes_per_s(bw[1]) if bw[0] == "set" \
+                else link.bw_bytes_per_s * bw[1]
+            latency_s = link.latency_s if latency_us is None else units.us_to_s(latency_us)
+            between[a][b] = between[b][a] = Link(bw_bytes_per_s=new_bw, latency_s=latency_s)
+    return net.cluster(groups, between)
+
+
+def _optional_number(sec: _Section, key: str, **checks) -> float | None:
+    """The number under `key`, or None when the key is absent (a null is refused)."""
+    value = sec.number(key, _ABSENT, **checks)
+    return None if value is _ABSENT else value
+
+
+def _set_or_scale(sec: _Section, set_key: str, scale_key: str) -> tuple[str, float] | None:
+    """("set", value in the key's unit) or ("scale", factor), or None when neither is given."""
+    if sec.has(set_key) and sec.has(scale_key):
+        raise sec.error(scale_key, f"both {set_key} and {scale_key} are given",
+                        f"keep one: {set_key} sets the figure, {scale_key} multiplies it")
+    if sec.has(set_key):
+        return "set", sec.number(set_key)
+    if sec.has(scale_key):
+        return "scale", sec.number(scale_key)
+    return None
+
+
+def _scenarios(top: _Section, net: _Network, nominal: HeteroCluster) -> list[Scenario]:
+    path = top.path
+    out: list[Scenario] = []
+    probabilities: list[tuple[str, float | None]] = []
+    for field, raw in _items(top, "scenarios", each="scenario"):
+        sec = _Section(raw, path, field, _SCENARIO_KEYS)
+        name = sec.string("name")
+        if name == NOMINAL:
+            raise sec.error("name", f"'{NOMINAL}' is the declared network itself",
+                            "give the scenario another name; the timeline may refer to"
+                            f" '{NOMINAL}' without declaring it")
+        if any(s.name == name for s in out):
+            raise sec.error("name", f"a second scenario named {_shown(name)}",
+                            "give every scenario its own name")
+        probability = _optional_number(sec, "probability", positive=False, hi=1.0)
+        probabilities.append((field, probability))
+        window = None
+        if sec.has("window_h"):
+            window = sec.list_of("window_h", lambda v, f: _hour_of_day(path, v, f),
+                                 "hours of the day")
+            if len(window) != 2 or window[0] == window[1]:
+                raise sec.error("window_h", f"expected two different hours, got {list(window)}",
+                                "write [start, end], e.g. [18, 24]")
+        out.append(Scenario(name=name, cluster=_apply_changes(net, sec, "changes"),
+                            probability=probability, window_h=window))
+
+    given = [p for _, p in probabilities if p is not None]
+    nominal_probability = None
+    if given:
+        missing = [f for f, p in probabilities if p is None]
+        if missing:
+            raise InstanceError(path, f"{missing[0]}.probability", "some scenarios give a"
+                                " probability and this one does not",
+                                "give every scenario a probability, or none")
+        total = sum(given)
+        if total > 1 + _PROBABILITY_SLACK:
+            raise InstanceError(path, "scenarios", f"the probabilities sum to {total:g}, above 1",
+                                "lower them; the nominal network gets 1 minus their sum")
+        nominal_probability = max(0.0, 1.0 - total)
+    return [Scenario(name=NOMINAL, cluster=nominal, probability=nominal_probability), *out]
+
+
+def _hour_of_day(path: str, value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 24:
+        raise InstanceError(path, field, f"expected an hour of the day in [0, 24], got"
+                            f" {_describe(value)}", "write a number from 0 to 24")
+    return float(value)
+
+
+def _timeline(top: _Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
+    names = [s.name for s in scenarios]
+    periods = []
+    for field, raw in _items(top, "timeline", each="period"):
+        sec = _Section(raw, top.path, field, _PERIOD_KEYS)
+        name = sec.string("scenario")
+        if name not in names:
+            raise sec.error("scenario", f"no scenario named {_shown(name)}",
+                            _did_you_mean(name, names, "scenarios"))
+        duration_s = sec.number("duration_h") * _HOUR_S
+        periods.append(Period(scenario=names.index(name), duration_s=duration_s))
+    return tuple(periods)
+
+
+def _switching(sec: _Section) -> Switching:
+    defaults = Switching()
+    bw = _optional_number(sec, "storage_gbytes_per_s")
+    restart_s = sec.number("restart_s", defaults.restart_s, positive=False)
+    with _config_errors_as(sec.path, sec.prefix, "correct the switching costs"):
+        return Switching(storage_bw_bytes_per_s=defaults.storage_bw_bytes_per_s if bw is None
+                         else units.gbytes_per_s_to_bytes_per_s(bw),
+                         restart_s=restart_s)
+
+
+# --- events --------------------------------------------------------------------------------
+
+def load_event(path: str | Path,
+               inst: HeteroInstance) -> tuple[Scenario, float | None, int | None]:
+    """The network event in `path` (module docstring) applied to `inst`'s nominal cluster:
+    (the scenario it makes, remaining seconds or None, remaining iterations or None); exactly
+    one of the two is given."""
+    return event_from_mapping(_read_yaml(path), inst, path)
+
+
+def event_from_mapping(data: Any, inst: HeteroInstance,
+                       path: str | Path = "<memory>") -> tuple[Scenario, float | None, int | None]:
+    path = str(path)
+    sec = _Section(data, path, "", _EVENT_FILE_KEYS).section("event", _EVENT_KEYS)
+    name = sec.string("name", Path(path).stem)
+    has_hours, has_iterations = sec.has("remaining_hours"), sec.has("remaining_iterations")
+    if has_hours == has_iterations:
+        raise sec.error("remaining_hours", "both remaining_hours and remaining_iterations are"
+                        " given" if has_hours else "neither remaining_hours nor"
+                        " remaining_iterations is given",
+                        "give exactly one: how long the changed network lasts")
+    remaining_s = sec.number("remaining_hours") * _HOUR_S if has_hours else None
+    remaining_iterations = sec.integer("remaining_iterations") if has_iterations else None
+    net = _network_of(inst, path)
+    return (Scenario(name=name, cluster=_apply_changes(net, sec, "changes")), remaining_s,
+            remaining_iterations)
+
+
+def _network_of(inst: HeteroInstance, path: str) -> _Network:
+    """The instance's nominal cluster as a _Network: every link that differs from the default
+    derived from the groups' NICs counts as explicitly given."""
+    groups = list(inst.cluster.groups)
+    net = _Network(path, groups, {})
+    n = len(groups)
+    for a in range(n):
+        for b in range(a + 1, n):
+            link = inst.cluster.between[a][b]
+            if link != net.default_link(a, b, groups):
+                net.explicit[(a, b)] = link
+    return net
+
+
+# --- plans ---------------------------------------------------------------------------------
+
+def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
+                             path: str | Path = "<memory>") -> HeteroPlan:
+    """A HeteroPlan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
+    path = str(path)
+    if isinstance(mapping, dict) and list(mapping) == ["plan"]:
+        mapping = mapping["plan"]
+    sec = _Section(mapping, path, "plan", _PLAN_KEYS)
+    tp, micro_batch = sec.integer("tp"), sec.integer("micro_batch")
+    recompute = sec.choice("recompute", (*_values(Recompute), _RECOMPUTE_FULL),
+                           Recompute.NONE.value)
+    names = tuple(x.name for x in inst.cluster.groups)
+    classes = []
+    for field, raw in _items(sec, "classes", each="class"):
+        c = _Section(raw, path, field, _CLASS_KEYS)
+        if not c.has("stages"):
+            raise c.error("stages", "missing required key 'stages'",
+                          "add 'stages: [GROUP, ...]', the group hosting each pipeline stage")
+        stages = c.list_of("stages", lambda v, f: _group_index(path, names, v, f),
+                           "group names")
+        pp = len(stages)
+        layers = c.int_list("layers_per_stage", pp, lo=1)
+        if layers is None:
+            if inst.model.layers < pp:
+                raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
+                              " layers", "use fewer pipeline stages")
+            layers = default_layer_split(inst.model.layers, pp)
+        full = c.int_list("full_recompute_layers", pp, lo=0)
+        if full is None:
+            full = layers if recompute == _RECOMPUTE_FULL else (0,) * pp
+        with _config_errors_as(path, field, "correct the replica class"):
+            classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
+                                        num_micro_batches=c.integer("num_micro_batches"),
+                                        layers_per_stage=layers, full_recompute_layers=full))
+
+    m = inst.model
+    agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
+             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
+    with _config_errors_as(path, "plan", agree):
+        plan = HeteroPlan(
+            tp=tp, micro_batch=micro_batch,
+            sequence_parallel=sec.boolean("sequence_parallel", False),
+            recompute=Recompute.NONE if recompute == _RECOMPUTE_FULL else Recompute(recompute),
+            zero=sec.integer("zero", 0, lo=0, hi=1),
+            classes=tuple(classes),
+            family=sec.choice("family", FAMILIES, FAMILIES[0]),
+        )
+        plan.check_against(inst)
+    return plan
+
+
+def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> int:
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    shown = _shown(value) if isinstance(value, str) else _describe(value)
+    raise InstanceError(path, field, f"no group named {shown}",
+                        _did_you_mean(value if isinstance(value, str) else "", names, "groups"))
+
+
+def load_hetero_plan(path: str | Path, inst: HeteroInstance) -> HeteroPlan:
+    return hetero_plan_from_mapping(_read_yaml(path), inst, str(path))
+
+
+def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
+    """Plain YAML-safe mapping that hetero_plan_from_mapping turns back into `plan`."""
+    names = [x.name for x in inst.cluster.groups]
+    all_full = plan.recompute is Recompute.NONE and all(
+        c.full_recompute_layers == c.layers_per_stage for c in plan.classes)
+    classes = []
+    for c in plan.classes:
+        item = {"replicas": c.replicas, "stages": [names[g] for g in c.stage_groups],
+                "num_micro_batches": c.num_micro_batches,
+                "layers_per_stage": list(c.layers_per_stage)}
+        if not all_full:
+            item["full_recompute_layers"] = list(c.full_recompute_layers)
+        classes.append(item)
+    return {"tp": plan.tp, "micro_batch": plan.micro_batch,
+            "sequence_parallel": plan.sequence_parallel,
+            # Only with NONE does `full` read back as the same plan (full maps to NONE).
+            "recompute": _RECOMPUTE_FULL if all_full else plan.recompute.value,
+            "zero": plan.zero, "family": plan.family, "classes": classes}

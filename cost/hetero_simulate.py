@@ -1,0 +1,72 @@
+"""Simulate one iteration of a heterogeneous plan on one network: per-class pipeline times,
+the slowest replica, sync, memory per stage, throughput.
+
+Computed from the same class coefficients the inner formulations optimise over
+(cost/hetero_coefficients.py), so a solver's objective and this re-simulation agree up to the
+solvers' stated tolerances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost import schedule
+from cost.comm import NetEfficiency
+from cost.flops import model_flops_per_token
+from cost.hetero_coefficients import class_coefficients, replica_time_s
+from cost.hetero_specs import HeteroCluster, HeteroInstance, HeteroPlan
+
+
+@dataclass(frozen=True)
+class ClassReport:
+    replicas: int
+    stage_groups: tuple[str, ...]
+    num_micro_batches: int
+    pipeline_time_s: float  # one replica, 1F1B, all its micro-batches
+    stage_time_s: tuple[float, ...]  # per micro-batch
+    mem_bytes: tuple[float, ...]
+    capacity_bytes: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class HeteroBreakdown:
+    iter_time_s: float
+    pipeline_s: float  # slowest replica
+    sync_s: float  # slowest stage's exposed gradient sync + optimizer step
+    tokens_per_s: float
+    mfu: float  # against the peak of every GPU in the cluster, used or not
+    classes: tuple[ClassReport, ...]
+    idle_gpus: int
+
+    @property
+    def fits(self) -> bool:
+        return all(m <= c for k in self.classes for m, c in zip(k.mem_bytes, k.capacity_bytes))
+
+
+def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroCluster | None = None,
+                    net: NetEfficiency = NetEfficiency()) -> HeteroBreakdown:
+    plan.check_against(inst)
+    hc = cluster if cluster is not None else inst.cluster
+    coeffs = class_coefficients(inst, hc, plan.outer, net, inst.search.memory_reserve_bytes)
+    reports, pipes, syncs = [], [], []
+    for c, k in zip(coeffs, plan.classes):
+        n = np.array(k.layers_per_stage, float)
+        r = np.array(k.full_recompute_layers, float)
+        pipes.append(replica_time_s(c, k.num_micro_batches, n, r))
+        syncs.append(float(schedule.sync_times_s(c, n).max()))
+        reports.append(ClassReport(
+            replicas=k.replicas, stage_groups=tuple(hc.groups[g].name for g in k.stage_groups),
+            num_micro_batches=k.num_micro_batches, pipeline_time_s=pipes[-1],
+            stage_time_s=tuple(float(x) for x in schedule.stage_times_s(c, n, r)),
+            mem_bytes=tuple(float(x) for x in schedule.stage_mem_bytes(c, n, r)),
+            capacity_bytes=tuple(float(x) for x in c.capacity_bytes)))
+    iter_time = max(pipes) + max(syncs)
+    tokens_per_s = inst.job.global_batch * inst.model.seq_len / iter_time
+    peak = sum(g.num_gpus * g.cluster.gpu.peak_flops_per_s for g in hc.groups)
+    used = sum(plan.outer.gpus_per_group(len(hc.groups)))
+    return HeteroBreakdown(iter_time_s=iter_time, pipeline_s=max(pipes), sync_s=max(syncs),
+                           tokens_per_s=tokens_per_s,
+                           mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,
+                           classes=tuple(reports), idle_gpus=hc.num_gpus - used)

@@ -1,0 +1,229 @@
+"""Frozen records for heterogeneous clusters, changing networks and heterogeneous plans.
+
+A heterogeneous cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
+type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
+network scenario is a whole cluster as it is while the scenario holds: the loader applies a
+scenario's changes once (cost/hetero_loader.py), so nothing downstream edits links.
+
+Heterogeneous plan (the declared space is in solver/hetero_space.py):
+
+- every replica runs 1F1B over its own pipeline; tensor parallelism (`tp`) stays inside a node;
+- a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
+  each of its pipeline stages (`stage_groups`), how many micro-batches each replica runs per
+  iteration (`num_micro_batches`, at least its stage count), and its layer split;
+- stage-wise heterogeneity is one class whose stages sit on different groups; replica-wise
+  heterogeneity is several classes, e.g. one per group, with different micro-batch counts.
+All replicas synchronise gradients every iteration; the iteration ends with the slowest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cost.errors import ConfigError
+from cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroup:
+    name: str
+    site: str  # racks / data centres: groups on one site share its links to other sites
+    cluster: ClusterSpec  # the group alone: GPU type, nodes, NVLink, NIC
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeteroCluster:
+    """`between[a][b]`: the path one GPU of group a sees to a GPU of group b (a != b), per GPU
+    and one direction; the diagonal repeats the group's own NIC and is not used."""
+
+    groups: tuple[NodeGroup, ...]
+    between: tuple[tuple[Link, ...], ...]
+
+    def __post_init__(self) -> None:
+        g = len(self.groups)
+        if g < 1:
+            raise ConfigError("cluster.groups needs at least one group")
+        if len({x.name for x in self.groups}) != g:
+            raise ConfigError("cluster.groups names must be unique")
+        if len(self.between) != g or any(len(row) != g for row in self.between):
+            raise ConfigError(f"the group link matrix must be {g} x {g}")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(x.num_gpus for x in self.groups)
+
+    def index(self, name: str) -> int:
+        for i, x in enumerate(self.groups):
+            if x.name == name:
+                return i
+        raise ConfigError(f"no node group named {name!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """A network state: its cluster (links changed), and how likely or when it holds."""
+
+    name: str
+    cluster: HeteroCluster
+    probability: float | None = None
+    window_h: tuple[float, float] | None = None  # hours of the day, informational
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Period:
+    scenario: int  # index into HeteroInstance.scenarios
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0:
+            raise ConfigError("timeline period durations must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switching:
+    """What a change of plan costs: save the checkpoint, restart, load and reshard it.
+
+    `storage_bw_bytes_per_s` is the aggregate checkpoint-storage bandwidth of the cluster (each
+    of save and load moves the whole model state once); `restart_s` is the fixed cost of
+    stopping and relaunching the job."""
+
+    storage_bw_bytes_per_s: float = 10e9
+    restart_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.storage_bw_bytes_per_s <= 0 or self.restart_s < 0:
+            raise ConfigError("switching: storage bandwidth must be > 0 and restart time >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeteroInstance:
+    """`scenarios[0]` is the nominal network (`cluster`); the rest are the declared changes."""
+
+    name: str
+    model: ModelSpec
+    cluster: HeteroCluster
+    job: JobSpec
+    search: SearchSpace = field(default_factory=SearchSpace)
+    scenarios: tuple[Scenario, ...] = ()
+    timeline: tuple[Period, ...] = ()
+    switching: Switching = field(default_factory=Switching)
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        if not self.scenarios:
+            object.__setattr__(self, "scenarios", (Scenario(name="nominal", cluster=self.cluster),))
+
+    def with_cluster(self, cluster: HeteroCluster) -> "HeteroInstance":
+        """The same job on another network (scenarios dropped: the cluster is the nominal one)."""
+        return HeteroInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,
+                              search=self.search, switching=self.switching, source=self.source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassShape:
+    """The structural part of a replica class, fixed before the split is solved."""
+
+    replicas: int
+    stage_groups: tuple[int, ...]
+
+    @property
+    def pp(self) -> int:
+        return len(self.stage_groups)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeteroOuter:
+    tp: int
+    micro_batch: int
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero: int = 0
+    classes: tuple[ClassShape, ...]
+    family: str = "stage"  # "stage": one class across groups; "replica": one class per group
+
+    @property
+    def replicas(self) -> int:
+        return sum(c.replicas for c in self.classes)
+
+    def gpus_per_group(self, num_groups: int) -> list[int]:
+        used = [0] * num_groups
+        for c in self.classes:
+            for g in c.stage_groups:
+                used[g] += c.replicas * self.tp
+        return used
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaClass:
+    replicas: int
+    stage_groups: tuple[int, ...]
+    num_micro_batches: int
+    layers_per_stage: tuple[int, ...]
+    full_recompute_layers: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        pp = len(self.stage_groups)
+        if self.replicas < 1 or pp < 1:
+            raise ConfigError("a replica class needs >= 1 replica and >= 1 stage")
+        if len(self.layers_per_stage) != pp or len(self.full_recompute_layers) != pp:
+            raise ConfigError(f"a replica class with {pp} stages needs {pp} layer and recompute counts")
+        if self.num_micro_batches < pp:
+            raise ConfigError(f"a replica class with {pp} stages needs >= {pp} micro-batches (1F1B)")
+        for n, r in zip(self.layers_per_stage, self.full_recompute_layers):
+            if n < 1 or not 0 <= r <= n:
+                raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
+
+    @property
+    def shape(self) -> ClassShape:
+        return ClassShape(replicas=self.replicas, stage_groups=self.stage_groups)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeteroPlan:
+    tp: int
+    micro_batch: int
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero: int = 0
+    classes: tuple[ReplicaClass, ...]
+    family: str = "stage"
+
+    @property
+    def outer(self) -> HeteroOuter:
+        return HeteroOuter(tp=self.tp, micro_batch=self.micro_batch,
+                           sequence_parallel=self.sequence_parallel, recompute=self.recompute,
+                           zero=self.zero, classes=tuple(c.shape for c in self.classes),
+                           family=self.family)
+
+    def check_against(self, inst: HeteroInstance) -> None:
+        """Raise ConfigError unless this plan is a valid way to run `inst`."""
+        hc, m = inst.cluster, inst.model
+        G = len(hc.groups)
+        for c in self.classes:
+            if any(not 0 <= g < G for g in c.stage_groups):
+                raise ConfigError(f"stage_groups {c.stage_groups} names a group outside 0..{G - 1}")
+            if sum(c.layers_per_stage) != m.layers:
+                raise ConfigError(f"a class's layers_per_stage sums to {sum(c.layers_per_stage)},"
+                                  f" the model has {m.layers}")
+        used = self.outer.gpus_per_group(G)
+        for g, grp in enumerate(hc.groups):
+            if used[g] > grp.num_gpus:
+                raise ConfigError(f"the plan uses {used[g]} GPUs of group {grp.name!r}, which has"
+                                  f" {grp.num_gpus}")
+            if used[g] and grp.cluster.gpus_per_node % self.tp:
+                raise ConfigError(f"tp={self.tp} must divide group {grp.name!r}'s"
+                                  f" {grp.cluster.gpus_per_node} GPUs per node")
+        seqs = sum(c.replicas * c.num_micro_batches for c in self.classes) * self.micro_batch
+        if seqs != inst.job.global_batch:
+            raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
+                              f" global_batch = {inst.job.global_batch}")
+        if m.heads % self.tp or m.kv_heads % self.tp and self.tp % m.kv_heads:
+            raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
+        if self.sequence_parallel and (self.tp == 1 or m.seq_len % self.tp):
+            raise ConfigError("sequence_parallel needs tp > 1 dividing seq_len")
+        if self.zero not in (0, 1):
+            raise ConfigError("heterogeneous plans use zero 0 or 1")

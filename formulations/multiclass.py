@@ -1,0 +1,250 @@
+"""The inner problem of a heterogeneous plan: micro-batch counts and layer splits of several
+replica classes, optionally over several network scenarios. Shared definition + CP-SAT model.
+
+Sets
+    K       replica classes (k), each with x_k replicas and pp_k stages (s)
+    Sigma   network scenarios (sigma); memory does not depend on them
+
+Parameters (per scenario and class, a `StageCoefficients` c[sigma][k] with arrays over s)
+    a, t, u, e, g, b, w, h, K as in formulations/cpsat.py (memory from sigma = 0)
+    M       total micro-batches: global_batch / micro_batch
+    omega   scenario weights ("weighted": expected time) or none ("max": worst case)
+
+Variables
+    n_ks in 1..L, r_ks in 0..R          layers and fully recomputed layers of stage s of class k
+    m_k  in pp_k..m_max_k              micro-batches per replica of class k
+    T_sk >= a + t n_ks + u r_ks           slowest stage of class k in scenario sigma (T_max)
+    P_sk  = (m_k - 1) T_sk + sum_s (a + t n_ks + u r_ks)      one replica's 1F1B pipeline
+    Z_s  >= P_sk for all k;  D_s >= e + g n_ks for all k, s   iteration_sigma = Z_s + D_s
+
+Constraints
+    sum_s n_ks = L;  r_ks <= n_ks;  b + w n_ks - h r_ks <= K (per stage, memory);
+    sum_k x_k m_k = M
+Objective
+    "max":      minimise max_sigma (Z_s + D_s)      (robust; one scenario = plain minimum)
+    "weighted": minimise sum_sigma omega_sigma (Z_s + D_s)
+
+CP-SAT keeps the product (m_k - 1) T_sk exact with `add_multiplication_equality`. Times are
+quantised as in formulations/cpsat.py (nearest multiple of q = 1 ns * 2^j, objective kept below
+2^40 quanta), memory conservatively (use rounded up, capacity down, 1 KiB). Weights are
+rounded to multiples of 2^-16. The returned objective is always re-evaluated exactly
+(`evaluate`); the bound is the solver's minus the quantisation error
+
+    E = q * [ max_k ((m_max_k - 1)(1 + L + R) + pp_k + L + R) + 1 + L ] * sum_sigma omega^_sigma
+        + sum_sigma |omega_sigma - omega^_sigma| * (upper bound of iteration_sigma)
+
+so "optimal" means optimal within `tolerance_s` = 2E.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from cost.coefficients import StageCoefficients
+from cost.hetero_coefficients import iteration_time_s
+from cost.schedule import fits
+from formulations.cpsat import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
+from formulations.cpsat import WALL_BACKSTOP_FACTOR, WALL_BACKSTOP_S
+from formulations.result import SolverError
+
+WEIGHT_SCALE = 2**16
+_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+           cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}
+
+
+@dataclass(frozen=True)
+class MultiClassProblem:
+    coeffs: tuple[tuple[StageCoefficients, ...], ...]  # [scenario][class]
+    replicas: tuple[int, ...]
+    total_micro_batches: int
+    objective: str = "max"  # "max" | "weighted"
+    weights: tuple[float, ...] = ()
+    allow_full_recompute: bool = True
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("max", "weighted"):
+            raise ValueError(f"objective must be 'max' or 'weighted', got {self.objective!r}")
+        if self.objective == "weighted" and len(self.weights) != len(self.coeffs):
+            raise ValueError("one weight per scenario is needed for the weighted objective")
+
+    @property
+    def classes(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def layers(self) -> int:
+        return self.coeffs[0][0].layers
+
+    def pp(self, k: int) -> int:
+        return self.coeffs[0][k].pp
+
+    def max_micro_batches(self, k: int) -> int:
+        spare = self.total_micro_batches - sum(x * self.pp(j) for j, x in enumerate(self.replicas))
+        return self.pp(k) + max(0, spare) // self.replicas[k]
+
+    def aggregate(self, per_scenario: list[float]) -> float:
+        if self.objective == "max":
+            return max(per_scenario)
+        return float(sum(w * v for w, v in zip(self.weights, per_scenario)))
+
+    def evaluate(self, m, n, r) -> tuple[float, list[float]]:
+        """Exact objective and per-scenario iteration times of a solution."""
+        n = [np.asarray(x, float) for x in n]
+        r = [np.asarray(x, float) for x in r]
+        per = [iteration_time_s(list(cs), list(m), n, r) for cs in self.coeffs]
+        return self.aggregate(per), per
+
+    def fits(self, n, r) -> bool:
+        return all(bool(fits(c, np.asarray(nk, float), np.asarray(rk, float)))
+                   for c, nk, rk in zip(self.coeffs[0], n, r))
+
+
+@dataclass(frozen=True)
+class MultiClassResult:
+    status: str
+    micro_batches: tuple[int, ...] | None
+    layers_per_stage: tuple[tuple[int, ...], ...] | None
+    full_recompute_layers: tuple[tuple[int, ...], ...] | None
+    objective_s: float | None
+    per_scenario_s: tuple[float, ...] | None
+    bound_s: float | None
+    wall_time_s: float
+    backend: str
+    tolerance_s: float  # an "optimal" objective is within this of the true optimum
+
+
+def _upper_bounds(p: MultiClassProblem, R: int) -> list[float]:
+    """Per scenario, an upper bound of the iteration time of any solution."""
+    L = p.layers
+    out = []
+    for cs in p.coeffs:
+        worst_p = max((p.max_micro_batches(k) - 1 + c.pp) * float(
+            (np.abs(c.stage_time_s) + L * np.abs(c.layer_time_s) + R * np.abs(c.recompute_time_s)).max())
+            for k, c in enumerate(cs))
+        worst_d = max(float((np.abs(c.stage_sync_time_s) + L * np.abs(c.layer_sync_time_s)).max()) for c in cs)
+        out.append(worst_p + worst_d)
+    return out
+
+
+def _done(p: MultiClassProblem, status, backend, start, bound, tol, m=None, n=None, r=None) -> MultiClassResult:
+    if m is None:
+        return MultiClassResult(status=status, micro_batches=None, layers_per_stage=None,
+                                full_recompute_layers=None, objective_s=None, per_scenario_s=None,
+                                bound_s=bound, wall_time_s=time.perf_counter() - start, backend=backend,
+                                tolerance_s=tol)
+    if not p.fits(n, r):
+        raise SolverError(f"{backend}: solution n={n}, r={r} does not fit memory when re-checked")
+    if sum(x * mk for x, mk in zip(p.replicas, m)) != p.total_micro_batches:
+        raise SolverError(f"{backend}: micro-batch counts {m} do not add up to {p.total_micro_batches}")
+    obj, per = p.evaluate(m, n, r)
+    return MultiClassResult(status=status, micro_batches=tuple(m), layers_per_stage=tuple(map(tuple, n)),
+                            full_recompute_layers=tuple(map(tuple, r)), objective_s=obj,
+                            per_scenario_s=tuple(per), bound_s=bound,
+                            wall_time_s=time.perf_counter() - start, backend=backend, tolerance_s=tol)
+
+
+def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, seed: int = 0,
+                           hint: tuple | None = None) -> MultiClassResult:
+    """Optimal micro-batch counts and splits of `p` by CP-SAT (one worker, reproducible);
+    hint = (m, n, r) warm-starts it."""
+    start = time.perf_counter()
+    L, Kc = p.layers, p.classes
+    R = L if p.allow_full_recompute else 0
+    ub = _upper_bounds(p, R)
+    q = TIME_QUANTUM_S
+    while max(ub) / q > OBJECTIVE_LIMIT_QUANTA:
+        q *= 2
+    if p.objective == "weighted":
+        w_hat = [round(w * WEIGHT_SCALE) for w in p.weights]
+        weight_err = sum(abs(w - wh / WEIGHT_SCALE) * u for w, wh, u in zip(p.weights, w_hat, ub))
+        w_sum = sum(w_hat) / WEIGHT_SCALE
+    else:
+        w_hat, weight_err, w_sum = [1] * len(p.coeffs), 0.0, 1.0
+    mult = max((p.max_micro_batches(k) - 1) * (1 + L + R) + p.pp(k) + L + R for k in range(Kc)) + 1 + L
+    E = q * mult * w_sum + weight_err
+
+    def qt(x) -> list[int]:
+        return np.rint(np.asarray(x, float) / q).astype(np.int64).tolist()
+
+    mu = MEM_QUANTUM_BYTES
+    model = cp_model.CpModel()
+    n, r, m = [], [], []
+    for k in range(Kc):
+        c, pp = p.coeffs[0][k], p.pp(k)
+        n.append([model.new_int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
+        r.append([model.new_int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
+        m.append(model.new_int_var(pp, p.max_micro_batches(k), f"m_k{k}"))
+        model.add(sum(n[k]) == L)
+        b = np.ceil(c.stage_mem_bytes / mu).astype(np.int64).tolist()
+        wq = np.ceil((c.layer_state_bytes + c.layer_act_bytes) / mu).astype(np.int64).tolist()
+        h = np.floor((c.layer_act_bytes - c.layer_ckpt_bytes) / mu).astype(np.int64).tolist()
+        cap = np.floor(c.capacity_bytes / mu).astype(np.int64).tolist()
+        for s in range(pp):
+            model.add(r[k][s] <= n[k][s])
+            model.add(b[s] + wq[s] * n[k][s] - h[s] * r[k][s] <= cap[s])
+    model.add(sum(x * mk for x, mk in zip(p.replicas, m)) == p.total_micro_batches)
+
+    iters = []
+    for si, cs in enumerate(p.coeffs):
+        top = int(math.ceil(ub[si] / q)) + 1
+        Z = model.new_int_var(0, top, f"Z_sc{si}")
+        D = model.new_int_var(-top, top, f"D_sc{si}")
+        for k, c in enumerate(cs):
+            a, t, u = qt(c.stage_time_s), qt(c.layer_time_s), qt(c.recompute_time_s)
+            e, g = qt(c.stage_sync_time_s), qt(c.layer_sync_time_s)
+            T = [a[s] + t[s] * n[k][s] + u[s] * r[k][s] for s in range(c.pp)]
+            T_max = model.new_int_var(0, top, f"T_sc{si}_k{k}")
+            for s in range(c.pp):
+                model.add(T_max >= T[s])
+                model.add(D >= e[s] + g[s] * n[k][s])
+            m_less = model.new_int_var(p.pp(k) - 1, p.max_micro_batches(k) - 1, f"m1_sc{si}_k{k}")
+            model.add(m_less == m[k] - 1)
+            prod = model.new_int_var(0, p.max_micro_batches(k) * top, f"mT_sc{si}_k{k}")
+            model.add_multiplication_equality(prod, [m_less, T_max])
+            model.add(Z >= prod + sum(T))
+        iters.append(Z + D)
+    if p.objective == "max":
+        top = max(int(math.ceil(u / q)) + 1 for u in ub)
+        W = model.new_int_var(-top, 2 * top, "worst")
+        for it in iters:
+            model.add(W >= it)
+        model.minimize(W)
+    else:
+        model.minimize(sum(wh * it for wh, it in zip(w_hat, iters)))
+    scale = q / (WEIGHT_SCALE if p.objective == "weighted" else 1)
+
+    if hint is not None:
+        hm, hn, hr = hint
+        for k in range(Kc):
+            model.add_hint(m[k], int(hm[k]))
+            for s in range(p.pp(k)):
+                model.add_hint(n[k][s], int(hn[k][s]))
+                model.add_hint(r[k][s], int(hr[k][s]))
+
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.random_seed = seed
+    prm.num_workers = 1
+    prm.max_deterministic_time = time_limit_s
+    prm.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
+    prm.use_objective_lb_search = True
+    code = solver.solve(model)
+    if code not in _STATUS:
+        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a heterogeneous split: "
+                          f"{model.validate() or 'no validation message'}")
+    status = _STATUS[code]
+    raw = solver.best_objective_bound
+    bound = raw * scale - E if math.isfinite(raw) else None
+    if status == "infeasible":
+        return _done(p, status, "cpsat", start, math.inf, 2 * E)
+    if status == "timeout":
+        return _done(p, status, "cpsat", start, bound, 2 * E)
+    mv = [solver.value(x) for x in m]
+    nv = [[solver.value(x) for x in row] for row in n]
+    rv = [[solver.value(x) for x in row] for row in r]
+    return _done(p, status, "cpsat", start, bound, 2 * E, mv, nv, rv)

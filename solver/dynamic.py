@@ -1,0 +1,180 @@
+"""Changing networks: regret of robust/expected plans, re-planning after an event, and plans
+for a known bandwidth timeline.
+
+Regret. A plan chosen for several scenarios is compared, scenario by scenario, with the optimum
+for that scenario alone (each one proved by solver/hetero_planner.py).
+
+Re-planning. After an event (a network change) the running plan keeps working, at its new
+speed t_cur. The new optimum t_new (warm-started from the running plan, which is a feasible
+incumbent) is worth switching to iff  S + N * t_new < N * t_cur, with S the switching time
+(cost/switching.py) and N the remaining iterations: given, or the remaining hours divided by
+t_cur (the hours left if training goes on with the running plan). Break-even: N* = S/(t_cur - t_new).
+
+Timeline. The periods' plans are chosen by the multi-period MILP of formulations/timeline.py
+over a candidate set: the optimum of every scenario of the timeline, and for every run of
+consecutive periods the plan minimising their duration-weighted mean iteration time (the
+"expected" objective with weights H_p), i.e. the plan one would keep through that run. The
+choice is optimal over those candidates; its quality over the whole space is bounded by
+    U = sum_p H_p / t*_sigma(p)
+(every period at its scenario's optimum, no switching: no choice of plans can do more
+iterations), and the gap to U is reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from cost.hetero_simulate import simulate_hetero
+from cost.hetero_specs import HeteroInstance, HeteroPlan, Scenario
+from cost.switching import switch_time_s
+from formulations.timeline import TimelineChoice, choose_plans
+from solver.hetero_planner import HeteroResult, plan_hetero
+
+
+@dataclass(frozen=True)
+class Regret:
+    scenario: str
+    plan_time_s: float
+    optimum_s: float
+    optimum_status: str
+
+    @property
+    def regret(self) -> float:
+        return self.plan_time_s / self.optimum_s - 1
+
+
+def scenario_optima(inst: HeteroInstance, backend: str, time_limit_s: float) -> list[HeteroResult]:
+    return [plan_hetero(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
+
+
+def regrets(inst: HeteroInstance, plan: HeteroPlan, optima: list[HeteroResult]) -> list[Regret]:
+    out = []
+    for sc, opt in zip(inst.scenarios, optima):
+        t = simulate_hetero(inst, plan, sc.cluster).iter_time_s
+        out.append(Regret(scenario=sc.name, plan_time_s=t,
+                          optimum_s=opt.objective_s if opt.objective_s is not None else float("nan"),
+                          optimum_status=opt.status))
+    return out
+
+
+@dataclass
+class ReplanResult:
+    event: str
+    current_time_s: float  # the running plan on the changed network
+    before_time_s: float  # the running plan before the change
+    new: HeteroResult
+    switch_s: float
+    remaining_iterations: float
+    stay_s: float
+    switch_total_s: float
+    solve_time_s: float
+
+    @property
+    def pays_off(self) -> bool:
+        return self.new.objective_s is not None and self.switch_total_s < self.stay_s
+
+    @property
+    def break_even_iterations(self) -> float | None:
+        if self.new.objective_s is None or self.new.objective_s >= self.current_time_s:
+            return None
+        return self.switch_s / (self.current_time_s - self.new.objective_s)
+
+
+def replan(inst: HeteroInstance, current: HeteroPlan, event: Scenario, remaining_s: float | None,
+           remaining_iterations: int | None, backend: str = "cpsat",
+           time_limit_s: float = 60.0) -> ReplanResult:
+    t0 = time.perf_counter()
+    changed = inst.with_cluster(event.cluster)
+    before = simulate_hetero(inst, current).iter_time_s
+    t_cur = simulate_hetero(changed, current).iter_time_s
+    new = plan_hetero(changed, backend, time_limit_s, warm_plan=current)
+    n = float(remaining_iterations) if remaining_iterations is not None else remaining_s / t_cur
+    sw = switch_time_s(inst.model, inst.switching)
+    t_new = new.objective_s if new.objective_s is not None else float("inf")
+    return ReplanResult(event=event.name, current_time_s=t_cur, before_time_s=before, new=new,
+                        switch_s=sw, remaining_iterations=n, stay_s=n * t_cur,
+                        switch_total_s=sw + n * t_new, solve_time_s=time.perf_counter() - t0)
+
+
+@dataclass
+class TimelineResult:
+    choice: TimelineChoice
+    candidates: list[HeteroPlan]
+    candidate_labels: list[str]
+    times_s: list[list[float]]  # [candidate][scenario]
+    upper_bound_iterations: float
+    static_iterations: float  # the best single candidate kept through the whole timeline
+    static_candidate: int
+    follow_iterations: float  # switch to each period's scenario optimum, paying every change
+    switch_s: float
+    solve_time_s: float
+
+    @property
+    def gap(self) -> float:
+        return 1 - self.choice.iterations / self.upper_bound_iterations
+
+
+def _weighted(inst: HeteroInstance, weights: dict[int, float]) -> HeteroInstance:
+    scen = tuple(dataclasses.replace(inst.scenarios[i], probability=w) for i, w in sorted(weights.items()))
+    return dataclasses.replace(inst, scenarios=scen, timeline=())
+
+
+def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                  progress=None) -> TimelineResult:
+    from formulations.timeline import timeline_iterations
+
+    t0 = time.perf_counter()
+    if not inst.timeline:
+        raise ValueError("the instance has no timeline: add a `timeline:` section")
+    periods = [(p.scenario, p.duration_s) for p in inst.timeline]
+    used = sorted({s for s, _ in periods})
+    cands: list[HeteroPlan] = []
+    labels: list[str] = []
+
+    def add(plan: HeteroPlan | None, label: str) -> int | None:
+        if plan is None:
+            return None
+        if plan in cands:
+            return cands.index(plan)
+        cands.append(plan)
+        labels.append(label)
+        return len(cands) - 1
+
+    optimum: dict[int, HeteroResult] = {}
+    for s in used:
+        optimum[s] = plan_hetero(inst.with_cluster(inst.scenarios[s].cluster), backend, time_limit_s)
+        add(optimum[s].plan, f"optimum of {inst.scenarios[s].name}")
+        if progress:
+            progress(f"scenario {inst.scenarios[s].name}: {optimum[s].status} {optimum[s].objective_s}")
+    seen = set()
+    for i in range(len(periods)):
+        for j in range(i, len(periods)):
+            w: dict[int, float] = {}
+            for s, dur in periods[i:j + 1]:
+                w[s] = w.get(s, 0.0) + dur
+            if len(w) < 2:
+                continue
+            total = sum(w.values())
+            key = tuple(sorted((s, round(x / total, 12)) for s, x in w.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            res = plan_hetero(_weighted(inst, {s: x / total for s, x in w.items()}), backend,
+                              time_limit_s, objective="expected")
+            add(res.plan, f"kept through periods {i + 1}-{j + 1}")
+    n_scen = len(inst.scenarios)
+    times = [[simulate_hetero(inst, c, inst.scenarios[s].cluster).iter_time_s if s in used else float("inf")
+              for s in range(n_scen)] for c in cands]
+    sw = switch_time_s(inst.model, inst.switching)
+    choice = choose_plans(times, periods, sw)
+    # valid for any choice: each period at most H_p / (a lower bound of its scenario's optimum)
+    upper = sum(dur / optimum[s].bound_s for s, dur in periods)
+    static = [timeline_iterations(times, periods, sw, [j] * len(periods)) for j in range(len(cands))]
+    follow_plan = [cands.index(optimum[s].plan) for s, _ in periods]
+    return TimelineResult(choice=choice, candidates=cands, candidate_labels=labels, times_s=times,
+                          upper_bound_iterations=upper, static_iterations=max(static),
+                          static_candidate=max(range(len(cands)), key=lambda j: static[j]),
+                          follow_iterations=timeline_iterations(times, periods, sw, follow_plan),
+                          switch_s=sw, solve_time_s=time.perf_counter() - t0)

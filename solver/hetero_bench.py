@@ -1,0 +1,113 @@
+"""`paraplan bench --hetero`: the optimal heterogeneous plan of each bundled mixed-cluster
+instance against the two plans a user would otherwise pick, measured in one run:
+
+(a) the best plan on the largest homogeneous group alone (the homogeneous planner, full space:
+    cp, interleaving, ZeRO-2/3 included), the rest of the cluster idle;
+(b) the best plan with a uniform split over all GPUs: every group used, even layer splits and
+    the same number of micro-batches on every replica (solver/hetero_space.py, uniform=True).
+
+Throughput is tokens per second of the predicted iteration time. For instances with network
+scenarios it also reports the robust and expected plans' worst regret, a `replan` answer time
+for every scenario as the event, and the timeline plan against its upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cost.hetero_loader import group_instance, load_hetero_instance
+from solver.format import table
+from solver.hetero_planner import plan_hetero
+from solver.planner import plan
+
+HETERO_DIR = Path(__file__).resolve().parent.parent / "instances" / "hetero"
+INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]
+
+
+@dataclass
+class HeteroRow:
+    instance: str
+    gpus: int
+    optimum_status: str
+    optimum_tokens_per_s: float | None
+    solve_s: float
+    largest_group: str
+    largest_status: str
+    largest_tokens_per_s: float | None
+    uniform_status: str
+    uniform_tokens_per_s: float | None
+    robust_worst_regret: float | None = None
+    expected_worst_regret: float | None = None
+    replan_max_s: float | None = None
+    timeline_gap: float | None = None
+
+    def ratio(self, other: float | None) -> float | None:
+        if self.optimum_tokens_per_s is None or not other:
+            return None
+        return self.optimum_tokens_per_s / other
+
+
+def _tokens_per_s(inst, t_s: float | None) -> float | None:
+    return None if t_s is None else inst.job.global_batch * inst.model.seq_len / t_s
+
+
+def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroRow:
+    inst = load_hetero_instance(HETERO_DIR / f"{name}.yaml")
+    t0 = time.perf_counter()
+    opt = plan_hetero(inst, time_limit_s=time_limit_s)
+    solve_s = time.perf_counter() - t0
+    log(f"{name}: optimum {opt.status} {opt.objective_s} s in {solve_s:.2f} s")
+    g = max(range(len(inst.cluster.groups)), key=lambda i: (inst.cluster.groups[i].num_gpus, -i))
+    homo = plan(group_instance(inst, g), time_limit_s=time_limit_s)
+    log(f"{name}: largest group {inst.cluster.groups[g].name} {homo.status} {homo.iter_time_s} s")
+    uni = plan_hetero(inst, time_limit_s=time_limit_s, uniform=True)
+    log(f"{name}: uniform {uni.status} {uni.objective_s} s")
+    row = HeteroRow(instance=name, gpus=inst.cluster.num_gpus, optimum_status=opt.status,
+                    optimum_tokens_per_s=_tokens_per_s(inst, opt.objective_s), solve_s=solve_s,
+                    largest_group=f"{inst.cluster.groups[g].num_gpus} x {inst.cluster.groups[g].cluster.gpu.name}",
+                    largest_status=homo.status, largest_tokens_per_s=_tokens_per_s(inst, homo.iter_time_s),
+                    uniform_status=uni.status, uniform_tokens_per_s=_tokens_per_s(inst, uni.objective_s))
+    if len(inst.scenarios) > 1:
+        from solver.dynamic import plan_timeline, regrets, replan, scenario_optima
+        optima = scenario_optima(inst, "cpsat", time_limit_s)
+        for objective in ("robust", "expected"):
+            res = plan_hetero(inst, time_limit_s=time_limit_s, objective=objective)
+            worst = max(r.regret for r in regrets(inst, res.plan, optima))
+            setattr(row, f"{objective}_worst_regret", worst)
+        answer_s = []
+        for sc in inst.scenarios[1:]:
+            r = replan(inst, opt.plan, sc, 200 * 3600.0, None, time_limit_s=time_limit_s)
+            answer_s.append(r.solve_time_s)
+        row.replan_max_s = max(answer_s)
+        if inst.timeline:
+            row.timeline_gap = plan_timeline(inst, time_limit_s=time_limit_s).gap
+    return row
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def run_hetero_bench(args) -> int:
+    rows = [bench_instance(n, log=(lambda m: None) if args.quiet else print) for n in INSTANCES]
+    text = table(
+        ["instance", "GPUs", "optimum tok/s", "solve", "largest group", "tok/s", "x", "uniform tok/s", "x"],
+        [[r.instance, str(r.gpus), _fmt(r.optimum_tokens_per_s, ",.0f"), f"{r.solve_s:.2f} s",
+          r.largest_group, _fmt(r.largest_tokens_per_s, ",.0f"), _fmt(r.ratio(r.largest_tokens_per_s), ".2f"),
+          _fmt(r.uniform_tokens_per_s, ",.0f"), _fmt(r.ratio(r.uniform_tokens_per_s), ".2f")] for r in rows],
+        align="lrrrlrrrr")
+    dyn = [[r.instance, _fmt(r.robust_worst_regret and 100 * r.robust_worst_regret, ".2f") + "%",
+            _fmt(r.expected_worst_regret and 100 * r.expected_worst_regret, ".2f") + "%",
+            _fmt(r.replan_max_s, ".2f") + " s", _fmt(r.timeline_gap and 100 * r.timeline_gap, ".3f") + "%"]
+           for r in rows if r.replan_max_s is not None]
+    if dyn:
+        text += "\n\n" + table(["instance", "robust worst regret", "expected worst regret",
+                                "slowest replan", "timeline gap to bound"], dyn, align="lrrrr")
+    print(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([asdict(r) for r in rows], fh, indent=2)
+    return 0

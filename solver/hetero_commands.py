@@ -1,0 +1,341 @@
+"""Sub-commands for heterogeneous clusters and changing networks.
+
+`paraplan plan|exhaustive|verify` hand a heterogeneous instance (a `cluster:` with `groups:`,
+cost/hetero_loader.py) to the functions here; `replan` and `timeline` are their own commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import yaml
+
+from cost.errors import ConfigError, InstanceError
+from cost.units import bytes_to_gib
+from solver.format import count, seconds, table
+
+
+def is_hetero(args) -> bool:
+    """The arguments name one heterogeneous instance file (and no --cluster/--job/--hf-config)."""
+    from cost.hetero_loader import is_hetero_file
+    inst = getattr(args, "instance", None)
+    if inst is None or any(getattr(args, k, None) is not None for k in ("hf_config", "cluster", "job")):
+        return False
+    return is_hetero_file(inst)
+
+
+def _load(args):
+    from cost.hetero_loader import load_hetero_instance
+    return load_hetero_instance(args.instance)
+
+
+def objective_of(args) -> str:
+    return "robust" if getattr(args, "robust", False) else (
+        "expected" if getattr(args, "expected", False) else "nominal")
+
+
+def _check_objective(inst, objective: str) -> None:
+    if objective == "nominal":
+        return
+    if len(inst.scenarios) < 2:
+        raise InstanceError(inst.source, "scenarios", f"--{objective} needs network scenarios",
+                            "add a `scenarios:` section (see instances/hetero/llama3-8b-dynamic.yaml)")
+    if objective == "expected" and any(s.probability is None for s in inst.scenarios):
+        raise InstanceError(inst.source, "scenarios", "--expected needs a probability on every scenario",
+                            "give each scenario a `probability:` (nominal gets the rest)")
+
+
+def describe_cluster(inst) -> str:
+    parts = [f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})" for g in inst.cluster.groups]
+    return (f"{inst.name}: {inst.model.name} on " + " + ".join(parts)
+            + f", global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
+
+
+def plan_lines(plan, inst) -> list[str]:
+    names = [g.name for g in inst.cluster.groups]
+    lines = [f"tp={plan.tp} micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
+             f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
+    for i, c in enumerate(plan.classes):
+        lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"
+                     f" stages on [{','.join(names[g] for g in c.stage_groups)}];"
+                     f" layers/stage [{','.join(map(str, c.layers_per_stage))}];"
+                     f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")
+    return lines
+
+
+def evidence_text(res) -> str:
+    claim = {"optimal": "OPTIMAL (proved over the declared heterogeneous space)",
+             "feasible": "FEASIBLE (not proved optimal: time limit)",
+             "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
+             "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
+    what = {"nominal": "per iteration on the nominal network",
+            "robust": f"worst case over {len(res.scenario_names)} scenarios",
+            "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
+    lines = [f"status      {claim}"]
+    if res.objective_s is not None:
+        lines.append(f"objective   {seconds(res.objective_s)} {what}")
+    if res.bound_s is not None:
+        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%"
+                     f"   (tolerance {res.tolerance_s:.2g} s)")
+    lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
+    lines.append(f"space       {res.outer_configs:,} outer configs, {count(res.plans_total)} plans in all;"
+                 f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
+                 f" pruned by lower bound, {res.solved:,} solved exactly"
+                 f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
+    if res.reason:
+        lines.append(f"reason      {res.reason}")
+    return "\n".join(lines)
+
+
+def breakdown_text(bd, inst) -> str:
+    rows = []
+    for i, c in enumerate(bd.classes):
+        for s, (g, t, mem, cap) in enumerate(zip(c.stage_groups, c.stage_time_s, c.mem_bytes, c.capacity_bytes)):
+            rows.append([str(i + 1), str(s), g, seconds(t), f"{bytes_to_gib(mem):.1f} GiB",
+                         f"{bytes_to_gib(cap):.1f} GiB", "yes" if mem <= cap else "NO"])
+    pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
+    return "\n".join([
+        f"iteration {seconds(bd.iter_time_s)} = slowest pipeline {seconds(bd.pipeline_s)} ({pipes})"
+        f" + sync/optimizer {seconds(bd.sync_s)}",
+        f"tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}% of all GPUs' peak   idle GPUs {bd.idle_gpus}",
+        "", table(["class", "stage", "group", "time/micro-batch", "memory", "capacity", "fits"], rows)])
+
+
+def regret_rows(regs) -> list[list[str]]:
+    return [[r.scenario, seconds(r.plan_time_s), seconds(r.optimum_s), r.optimum_status,
+             f"{100 * r.regret:+.2f}%"] for r in regs]
+
+
+def result_json(res, inst, regs=None) -> dict:
+    from cost.hetero_loader import hetero_plan_to_mapping
+    return {
+        "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
+        "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
+        "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
+        "solve_time_s": res.solve_time_s, "backend": res.backend,
+        "space": {"outer_configs": res.outer_configs, "plans": res.plans_total, "solved": res.solved,
+                  "pruned_by_bound": res.pruned_by_bound, "pruned_by_memory": res.pruned_by_memory,
+                  "inner_infeasible": res.inner_infeasible, "unresolved": res.unresolved},
+        "reason": res.reason or None,
+        "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
+        "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
+        "regret": None if regs is None else [
+            {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
+             "regret": r.regret} for r in regs],
+    }
+
+
+def _write_plan(path: str, plan, inst, header: str) -> None:
+    from cost.hetero_loader import hetero_plan_to_mapping
+    with open(path, "w") as fh:
+        fh.write(header)
+        yaml.safe_dump({"plan": hetero_plan_to_mapping(plan, inst)}, fh, sort_keys=False)
+
+
+def cmd_plan(args, progress=None) -> int:
+    from solver.dynamic import regrets, scenario_optima
+    from solver.hetero_planner import plan_hetero
+
+    inst = _load(args)
+    objective = objective_of(args)
+    _check_objective(inst, objective)
+    backend = "cpsat" if args.backend == "cpsat" else "milp"
+    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
+    regs = None
+    if objective != "nominal" and res.plan is not None:
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+    if args.output and res.plan is not None:
+        _write_plan(args.output, res.plan, inst,
+                    f"# paraplan plan for {inst.name}: {res.status}, {objective} objective"
+                    f" {res.objective_s:.6g} s, bound {res.bound_s:.6g} s, backend {res.backend}\n")
+    if args.json:
+        json.dump(result_json(res, inst, regs), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0 if res.status != "timeout" else 3
+    print(describe_cluster(inst))
+    print(evidence_text(res))
+    if res.plan is not None:
+        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)) + "\n")
+        print(breakdown_text(res.breakdown, inst))
+    if regs:
+        print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
+                           regret_rows(regs), align="lrrlr"))
+    return 0 if res.status != "timeout" else 3
+
+
+def cmd_exhaustive(args) -> int:
+    from solver.exhaustive import SpaceTooLarge
+    from solver.hetero_exhaustive import hetero_exhaustive
+
+    inst = _load(args)
+    objective = objective_of(args)
+    _check_objective(inst, objective)
+    try:
+        res = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates)
+    except SpaceTooLarge as e:
+        raise InstanceError(inst.source, "search", str(e),
+                            "narrow the space under 'search:' or raise --max-candidates")
+    if args.json:
+        from cost.hetero_loader import hetero_plan_to_mapping
+        json.dump({"objective_s": res.objective_s, "candidates": res.candidates,
+                   "outer_configs": res.outer_configs, "wall_time_s": res.wall_time_s,
+                   "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
+    if res.plan is None:
+        print("no plan fits memory")
+    else:
+        print(f"best        {seconds(res.objective_s)} ({objective})")
+        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from solver.exhaustive import SpaceTooLarge
+    from solver.hetero_exhaustive import hetero_exhaustive
+    from solver.hetero_planner import REL_TOL, plan_hetero
+
+    inst = _load(args)
+    objective = objective_of(args)
+    _check_objective(inst, objective)
+    rows, values, tol = [], [], 0.0
+    for backend in ("cpsat", "milp"):
+        res = plan_hetero(inst, backend, args.time_limit_s, objective=objective)
+        tol = max(tol, res.tolerance_s)
+        values.append(res.objective_s)
+        rows.append([backend, res.status, "-" if res.objective_s is None else f"{res.objective_s:.9g}",
+                     f"{res.solve_time_s:.2f} s"])
+        if res.status not in ("optimal", "infeasible"):
+            print(f"{backend} did not prove optimality ({res.status})", file=sys.stderr)
+            return 1
+    try:
+        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates)
+        values.append(ex.objective_s)
+        rows.append(["exhaustive", "optimal" if ex.plan else "infeasible",
+                     "-" if ex.objective_s is None else f"{ex.objective_s:.9g}", f"{ex.wall_time_s:.2f} s"])
+    except SpaceTooLarge as e:
+        rows.append(["exhaustive", "skipped", "-", str(e)])
+    if any(v is None for v in values):
+        agree = all(v is None for v in values)
+    else:
+        agree = all(abs(v - values[0]) <= tol + REL_TOL * values[0] for v in values)
+    if args.json:
+        json.dump({"agree": agree, "objective": objective, "values_s": values,
+                   "methods": [dict(zip(("method", "status", "objective_s", "time"), r)) for r in rows]},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(table(["method", "status", f"{objective} objective (s)", "time"], rows, align="llrl"))
+        print("AGREE" if agree else "DISAGREE")
+    return 0 if agree else 1
+
+
+def cmd_replan(args) -> int:
+    from cost.hetero_loader import hetero_plan_to_mapping, load_event, load_hetero_plan
+    from solver.dynamic import replan
+
+    if not is_hetero(args):
+        raise InstanceError(args.instance, "cluster", "replan needs a heterogeneous-format instance",
+                            "write the cluster as `groups:` (one group is fine; see instances/hetero/)")
+    inst = _load(args)
+    current = load_hetero_plan(args.plan, inst)
+    event, remaining_s, remaining_it = load_event(args.event, inst)
+    backend = "cpsat" if args.backend == "cpsat" else "milp"
+    r = replan(inst, current, event, remaining_s, remaining_it, backend, args.time_limit_s)
+    if args.output and r.new.plan is not None:
+        _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster),
+                    f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
+                    f" {r.new.objective_s:.6g} s per iteration\n")
+    if args.json:
+        json.dump({"event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
+                   "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
+                   "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
+                   "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,
+                   "break_even_iterations": r.break_even_iterations, "solve_time_s": r.solve_time_s,
+                   "new_plan": hetero_plan_to_mapping(r.new.plan, inst) if r.new.plan else None},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(describe_cluster(inst))
+    print(f"event       {r.event}")
+    print(f"running     {seconds(r.before_time_s)} per iteration before, {seconds(r.current_time_s)} after the event")
+    print(evidence_text(r.new))
+    if r.new.plan is not None:
+        print("new plan    " + "\n            ".join(plan_lines(r.new.plan, inst)))
+    print(f"switching   {seconds(r.switch_s)} (restart + checkpoint save and resharded load)")
+    print(f"remaining   {r.remaining_iterations:,.0f} iterations: stay {r.stay_s / 3600:.2f} h,"
+          f" switch {r.switch_total_s / 3600:.2f} h")
+    be = r.break_even_iterations
+    verdict = "SWITCH: it pays off" if r.pays_off else "STAY: switching does not pay off"
+    print(f"verdict     {verdict}" + (f" (break-even after {be:,.0f} iterations)" if be else
+                                      " (the running plan is already optimal on the new network)"))
+    print(f"answered in {r.solve_time_s:.2f} s")
+    return 0
+
+
+def cmd_timeline(args) -> int:
+    from solver.dynamic import plan_timeline
+
+    if not is_hetero(args):
+        raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
+                            "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
+    inst = _load(args)
+    if not inst.timeline:
+        raise InstanceError(inst.source, "timeline", "the instance has no timeline",
+                            "add a `timeline:` list of {scenario, duration_h} periods")
+    backend = "cpsat" if args.backend == "cpsat" else "milp"
+    log = (lambda m: print(f"  {m}", file=sys.stderr)) if not args.quiet and sys.stderr.isatty() else None
+    try:
+        r = plan_timeline(inst, backend, args.time_limit_s, progress=log)
+    except ConfigError as e:
+        raise InstanceError(inst.source, "timeline", str(e), "check the timeline's scenarios")
+    ch = r.choice
+    periods = [[str(i + 1), inst.scenarios[p.scenario].name, f"{p.duration_s / 3600:.1f} h",
+                f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
+                seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
+    if args.json:
+        from cost.hetero_loader import hetero_plan_to_mapping
+        json.dump({"status": ch.status, "iterations": ch.iterations, "upper_bound_iterations":
+                   r.upper_bound_iterations, "gap": r.gap, "static_iterations": r.static_iterations,
+                   "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
+                   "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
+                   "candidates": [{"label": lab, "plan": hetero_plan_to_mapping(c, inst)}
+                                  for lab, c in zip(r.candidate_labels, r.candidates)],
+                   "solve_time_s": r.solve_time_s}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(describe_cluster(inst))
+    print(f"status      {ch.status.upper()} over {len(r.candidates)} candidate plans (multi-period MILP);"
+          f" {r.solve_time_s:.2f} s wall")
+    print(f"iterations  {ch.iterations:,.1f} over the timeline; upper bound over the whole space"
+          f" {r.upper_bound_iterations:,.1f} (gap {100 * r.gap:.3f}%)")
+    print(f"baselines   best single plan {r.static_iterations:,.1f}; always switch to the scenario's"
+          f" optimum {r.follow_iterations:,.1f}; switching costs {seconds(r.switch_s)}")
+    print()
+    print(table(["period", "scenario", "duration", "plan", "switch", "iteration"], periods, align="lllrlr"))
+    for i, (lab, c) in enumerate(zip(r.candidate_labels, r.candidates)):
+        print(f"\nplan #{i + 1} ({lab}):\n  " + "\n  ".join(plan_lines(c, inst)))
+    return 0
+
+
+def register(sub) -> None:
+    r = sub.add_parser("replan", help="re-plan after a network event; say whether switching pays off")
+    r.add_argument("instance", metavar="INSTANCE")
+    r.add_argument("--plan", required=True, help="the running plan (YAML, as written by plan -o)")
+    r.add_argument("--event", required=True, help="event YAML (see instances/hetero/events/)")
+    r.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    r.add_argument("--time-limit-s", type=float, default=60.0)
+    r.add_argument("--json", action="store_true")
+    r.add_argument("-o", "--output", help="write the new plan as YAML")
+    r.set_defaults(func=cmd_replan)
+
+    t = sub.add_parser("timeline", help="choose a plan per period of a bandwidth timeline")
+    t.add_argument("instance", metavar="INSTANCE")
+    t.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    t.add_argument("--time-limit-s", type=float, default=60.0)
+    t.add_argument("--json", action="store_true")
+    t.add_argument("--quiet", action="store_true")
+    t.set_defaults(func=cmd_timeline)

@@ -1,0 +1,310 @@
+"""Exact planner for heterogeneous clusters and network scenarios.
+
+The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py):
+
+1. Enumerate the outer configurations; build each one's class coefficients on every network
+   scenario the objective looks at (cost/hetero_coefficients.py).
+2. Drop those a memory argument proves infeasible (solver/bounds.memory_infeasible, per class).
+   Lower bound: per scenario and class, the homogeneous bounds of solver/bounds.py give
+   A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
+       LB = min over micro-batch vectors m of  agg_sigma [ max_k ((m_k - 1) A_k + S_k) + D ]
+   (exact minimum over the enumerated vectors, so valid for every split). Incumbent: the even
+   split with the fewest fully recomputed layers that fit, and the best m for it.
+3. Visit configurations by (bound, index); solve those that can still win with CP-SAT or MILP
+   (formulations/multiclass*.py), prune the rest. Tie rule as in the homogeneous planner.
+
+Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
+worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
+on every scenario (cost/hetero_simulate.py); a mismatch beyond the tolerance is a bug and raises
+`ResimulationMismatch`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost import schedule
+from cost.hetero_coefficients import class_coefficients
+from cost.hetero_simulate import HeteroBreakdown, simulate_hetero
+from cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
+from formulations.multiclass import MultiClassProblem
+from solver import bounds
+from solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
+from solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
+
+OBJECTIVES = ("nominal", "robust", "expected")
+
+
+@dataclass
+class HeteroResult:
+    status: str
+    plan: HeteroPlan | None
+    objective: str
+    objective_s: float | None  # the aggregated objective: nominal, worst or expected time
+    per_scenario_s: tuple[float, ...] | None
+    scenario_names: tuple[str, ...]
+    bound_s: float | None
+    solve_time_s: float
+    backend: str
+    outer_configs: int
+    plans_total: int
+    solved: int = 0
+    pruned_by_bound: int = 0
+    pruned_by_memory: int = 0
+    inner_infeasible: int = 0
+    unresolved: int = 0
+    tolerance_s: float = 0.0
+    reason: str = ""
+    breakdown: HeteroBreakdown | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective_s is None or self.bound_s is None:
+            return None
+        return max(0.0, (self.objective_s - self.bound_s) / self.objective_s)
+
+
+def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
+    """(scenario indices, aggregation, weights) for an objective."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective == "nominal":
+        return [0], "max", ()
+    idx = list(range(len(inst.scenarios)))
+    if objective == "robust":
+        return idx, "max", ()
+    probs = [sc.probability for sc in inst.scenarios]
+    if any(p is None for p in probs):
+        raise ValueError("--expected needs a probability on every scenario (see the instance's scenarios:)")
+    return idx, "weighted", tuple(float(p) for p in probs)
+
+
+@dataclass
+class _Candidate:
+    outer: HeteroOuter
+    problem: MultiClassProblem
+    mvecs: np.ndarray
+    key: tuple[float, int]
+
+
+def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
+    """values (scenarios, V) -> (V,)"""
+    return values.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), values, 1)
+
+
+def _over_m(p: MultiClassProblem, mvecs: np.ndarray, A, S, D) -> np.ndarray:
+    """agg over scenarios of max_k ((m_k - 1) A[sc][k] + S[sc][k]) + D[sc], for every m vector."""
+    vals = np.stack([((mvecs - 1) * np.asarray(A[i]) + np.asarray(S[i])).max(axis=1) + D[i]
+                     for i in range(len(A))])
+    return _aggregate(vals, p.objective, p.weights)
+
+
+def balanced_split(a: np.ndarray, t: np.ndarray, layers: int) -> np.ndarray:
+    """The split minimising max_s (a_s + n_s t_s) over n_s >= 1, sum n_s = layers (t_s > 0):
+    adding each layer where it raises the maximum least is optimal for this min-max problem."""
+    n = np.ones(len(a))
+    heap = [(a[s] + 2 * t[s], s) for s in range(len(a))]
+    heapq.heapify(heap)
+    for _ in range(layers - len(a)):
+        _, s = heapq.heappop(heap)
+        n[s] += 1
+        heapq.heappush(heap, (a[s] + (n[s] + 1) * t[s], s))
+    return n
+
+
+def lower_bound_s(p: MultiClassProblem, mvecs: np.ndarray) -> float:
+    """With r = 0 and memory ignored (both only add time or remove splits):
+    max_s T_s >= min over splits of max_s (a_s + n_s t_s)  (balanced_split, exact);
+    sum_s T_s >= sum_s a_s + L min_s t_s;  sync: as solver/bounds.py."""
+    A, S, D = [], [], []
+    L = p.layers
+    for cs in p.coeffs:
+        a_row, s_row, d_row = [], [], []
+        for c in cs:
+            a, t, d, g = c.stage_time_s, c.layer_time_s, c.stage_sync_time_s, c.layer_sync_time_s
+            a_row.append(float((a + balanced_split(a, t, L) * t).max()))
+            s_row.append(a.sum() + L * t.min())
+            d_row.append(max((d.sum() + L * g.min()) / c.pp, float((d + g).max())))
+        A.append(a_row), S.append(s_row), D.append(max(d_row))
+    return float(_over_m(p, mvecs, A, S, D).min())
+
+
+def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
+    r = []
+    for c, nk in zip(p.coeffs[0], n):
+        rk = bounds.min_recompute(c, nk) if p.allow_full_recompute else (
+            np.zeros_like(nk) if schedule.fits(c, nk, np.zeros_like(nk)) else None)
+        if rk is None:
+            return None
+        r.append(rk)
+    A = [[float(schedule.stage_times_s(c, nk, rk).max()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
+    S = [[float(schedule.stage_times_s(c, nk, rk).sum()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
+    D = [max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(cs, n)) for cs in p.coeffs]
+    vals = _over_m(p, mvecs, A, S, D)
+    i = int(np.argmin(vals))
+    m = tuple(int(x) for x in mvecs[i])
+    value, _ = p.evaluate(m, n, r)
+    return value, m, n, r
+
+
+def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
+    """The better of the even split and the nominal-balanced split (balanced_split), each with
+    the fewest fully recomputed layers that fit and its best m: (value, m, n, r) or None."""
+    even = [bounds.even_split(c.layers, c.pp, 1) for c in p.coeffs[0]]
+    found = [_incumbent_for(p, mvecs, even)]
+    if not uniform:
+        bal = [balanced_split(c.stage_time_s, c.layer_time_s, c.layers) for c in p.coeffs[0]]
+        found.append(_incumbent_for(p, mvecs, bal))
+    found = [f for f in found if f is not None]
+    return min(found, key=lambda f: f[0]) if found else None
+
+
+def _plan_of(o: HeteroOuter, m, n, r) -> HeteroPlan:
+    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, sequence_parallel=o.sequence_parallel,
+                      recompute=o.recompute, zero=o.zero, family=o.family,
+                      classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
+                                                 num_micro_batches=int(mk),
+                                                 layers_per_stage=tuple(int(x) for x in nk),
+                                                 full_recompute_layers=tuple(int(x) for x in rk))
+                                    for c, mk, nk, rk in zip(o.classes, m, n, r)))
+
+
+def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str) -> MultiClassProblem:
+    idx, agg, weights = scenario_weights(inst, objective)
+    reserve = inst.search.memory_reserve_bytes
+    coeffs = tuple(tuple(class_coefficients(inst, inst.scenarios[i].cluster, o, reserve_bytes=reserve))
+                   for i in idx)
+    return MultiClassProblem(coeffs=coeffs, replicas=tuple(c.replicas for c in o.classes),
+                             total_micro_batches=inst.job.global_batch // o.micro_batch,
+                             objective=agg, weights=weights,
+                             allow_full_recompute=inst.search.full_recompute)
+
+
+def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):
+    if backend == "cpsat":
+        from formulations.multiclass import solve_multiclass_cpsat
+        return solve_multiclass_cpsat(p, time_limit_s=time_limit_s, hint=hint)
+    if backend in ("milp", "scip", "highs"):
+        from formulations.multiclass_milp import solve_multiclass_milp
+        return solve_multiclass_milp(p, time_limit_s=time_limit_s,
+                                     backend="scip" if backend == "milp" else backend)
+    raise ValueError(f"unknown backend {backend!r}: use cpsat or milp")
+
+
+def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
+                groups: tuple[int, ...] | None = None, uniform: bool = False,
+                warm_plan: HeteroPlan | None = None, progress=None) -> HeteroResult:
+    t0 = time.perf_counter()
+    idx, _, _ = scenario_weights(inst, objective)
+    outers = hetero_outers(inst, families, groups, uniform)
+    summary = summarize(inst, outers, uniform)
+    res = HeteroResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
+                       per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
+                       bound_s=None, solve_time_s=0.0, backend=backend,
+                       outer_configs=summary.outer_configs, plans_total=summary.plans_total)
+    best_val, best_key, best = float("inf"), (float("inf"), 0), None
+
+    def better(val: float, key) -> bool:
+        return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
+
+    live: list[_Candidate] = []
+    warm_outer = warm_plan.outer if warm_plan is not None else None
+    for i, o in enumerate(outers):
+        p = problem_for(inst, o, objective)
+        if any(bounds.memory_infeasible(c) for c in p.coeffs[0]):
+            res.pruned_by_memory += 1
+            continue
+        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform)
+        key = (lower_bound_s(p, mvecs), i)
+        live.append(_Candidate(o, p, mvecs, key))
+        if o == warm_outer:  # replanning: the running plan is a feasible incumbent
+            wm = [k.num_micro_batches for k in warm_plan.classes]
+            wn = [k.layers_per_stage for k in warm_plan.classes]
+            wr = [k.full_recompute_layers for k in warm_plan.classes]
+            if p.fits(wn, wr):
+                val, _ = p.evaluate(wm, wn, wr)
+                if better(val, key):
+                    best_val, best_key, best = val, key, (o, wm, wn, wr)
+        inc = incumbent(p, mvecs, uniform)
+        if inc is not None and better(inc[0], key):
+            best_val, best_key, best = inc[0], key, (o, *inc[1:])
+    live.sort(key=lambda x: x.key)
+    res.log.append(f"{len(outers)} outer configs, {res.pruned_by_memory} infeasible by memory,"
+                   f" incumbent {best_val:.6g} s; setup {time.perf_counter() - t0:.2f} s")
+
+    def can_win(key) -> bool:
+        lb = key[0]
+        return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
+
+    open_bounds: list[float] = []
+    for j, cand in enumerate(live):
+        if not can_win(cand.key):
+            res.pruned_by_bound += len(live) - j
+            break
+        remaining = time_limit_s - (time.perf_counter() - t0)
+        if remaining <= 0:
+            open_bounds.extend(c.key[0] for c in live[j:])
+            res.unresolved += len(live) - j
+            break
+        if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
+            res.solved += 1
+            continue
+        hint = None
+        inc = incumbent(cand.problem, cand.mvecs, uniform)
+        if inc is not None:
+            hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
+        sr = _solve_inner(cand.problem, backend, remaining, hint)
+        res.solved += 1
+        res.tolerance_s = max(res.tolerance_s, sr.tolerance_s if sr.status == OPTIMAL else 0.0)
+        if sr.status == INFEASIBLE:
+            res.inner_infeasible += 1
+            continue
+        if sr.status != OPTIMAL:
+            res.unresolved += 1
+            open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
+        if sr.objective_s is not None and better(sr.objective_s, cand.key):
+            best_val, best_key = sr.objective_s, cand.key
+            best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers)
+            if progress:
+                progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+
+    res.solve_time_s = time.perf_counter() - t0
+    if best is None:
+        if res.unresolved:
+            res.status, res.reason = TIMEOUT, "time limit reached before any plan was found"
+            res.bound_s = min(open_bounds) if open_bounds else None
+        else:
+            res.status = INFEASIBLE
+            res.reason = ("the declared heterogeneous space is empty" if not outers else
+                          "no heterogeneous plan fits memory (every configuration is infeasible"
+                          " even with every layer fully recomputed, or its split problem is)")
+        return res
+    o, m, n, r = best
+    res.plan = _plan_of(o, m, n, r)
+    res.objective_s = best_val
+    res.bound_s = min([best_val] + open_bounds)
+    res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
+    res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
+                                                           res.tolerance_s)
+    return res
+
+
+def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,
+                       tolerance_s: float) -> tuple[tuple[float, ...], HeteroBreakdown]:
+    idx, agg, weights = scenario_weights(inst, objective)
+    bds = [simulate_hetero(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    per = [bd.iter_time_s for bd in bds]
+    value = max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
+    tol = tolerance_s + REL_TOL * max(1.0, objective_s)
+    if abs(value - objective_s) > tol:
+        raise ResimulationMismatch(f"heterogeneous plan re-simulates to {value!r} s but the solver's"
+                                   f" objective is {objective_s!r} s (tolerance {tol:.3g} s)")
+    if not all(bd.fits for bd in bds):
+        raise ResimulationMismatch("the solver's heterogeneous plan does not fit memory when re-simulated")
+    return tuple(per), bds[0]

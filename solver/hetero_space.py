@@ -1,0 +1,167 @@
+"""The declared space of heterogeneous plans (cost/hetero_specs.py), enumerated once.
+
+A plan = an outer configuration (`HeteroOuter`: tp, micro-batch size, sequence parallel, base
+recompute mode, ZeRO stage, and the replica classes' shapes) + per class its micro-batch count,
+layer split and per-stage full-recompute counts (the inner problem, formulations/multiclass.py).
+
+Two families of class shapes, over every non-empty subset U of the node groups:
+
+- "stage" (stage-wise heterogeneity): one class of dp identical replicas whose pipeline passes
+  through the groups of U in some order, c_g consecutive stages on group g, with
+  dp * tp * c_g = GPUs of g (every GPU of a used group works); pp = sum c_g. Every order of U
+  is a separate configuration (the first stage holds the embedding, the last the output layer).
+- "replica" (replica-wise heterogeneity, |U| >= 2): one class per group g of U, x_g replicas of
+  pp_g stages all on g, x_g * tp * pp_g = GPUs of g; classes take different micro-batch counts.
+
+Rules shared with the homogeneous space (solver/space.py): tp a power of two dividing the heads
+(or a multiple of the KV heads) and the GPUs per node of every used group (tensor parallelism
+stays in a node); pp_g <= layers and within search.pp / max_pp; sequence parallel only with
+tp > 1; selective recompute only with standard attention. Specific to heterogeneous plans:
+ZeRO 0 or 1 only (search.zero is intersected with {0, 1}), no context parallelism, no
+interleaving, and every replica runs at least as many micro-batches as it has stages (1F1B
+steady state; memory then does not depend on the batch split). The micro-batch counts satisfy
+micro_batch * sum_k replicas_k * m_k = global_batch.
+
+`uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
+same micro-batch count on every replica.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
+from cost.specs import Attention
+from solver.space import _divisors, _powers_of_two, count_splits
+
+FAMILIES = ("stage", "replica")
+# Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
+MAX_MICRO_BATCH_VECTORS = 5_000_000
+
+
+def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
+    m, s = inst.model, inst.search
+    limit = min(inst.cluster.groups[g].cluster.gpus_per_node for g in used)
+    vals = s.tp if s.tp is not None else _powers_of_two(limit)
+    return [t for t in vals
+            if all(inst.cluster.groups[g].cluster.gpus_per_node % t == 0 for g in used)
+            and m.heads % t == 0 and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
+
+
+def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
+    s = inst.search
+    return 1 <= pp <= min(inst.model.layers, s.max_pp) and (s.pp is None or pp in s.pp)
+
+
+def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: str):
+    """(family, shapes) for the groups `used`, in a fixed order."""
+    gpus = [inst.cluster.groups[g].num_gpus for g in used]
+    if family == "stage":
+        for dp in _divisors(math.gcd(*gpus) // tp if all(x % tp == 0 for x in gpus) else 0):
+            counts = [x // (dp * tp) for x in gpus]
+            if not _pp_ok(inst, sum(counts)):
+                continue
+            for order in itertools.permutations(range(len(used))):
+                groups = tuple(g for i in order for g in [used[i]] * counts[i])
+                yield (ClassShape(replicas=dp, stage_groups=groups),)
+    elif len(used) >= 2:
+        options = []
+        for g, x in zip(used, gpus):
+            opts = [pp for pp in _divisors(x // tp) if x % tp == 0 and _pp_ok(inst, pp)]
+            options.append([ClassShape(replicas=x // (tp * pp), stage_groups=(g,) * pp) for pp in opts])
+        yield from itertools.product(*options)
+
+
+def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
+                  groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
+    """Every outer configuration, in a fixed order (families, group subsets by size then index,
+    tp, shapes, micro_batch, sp, zero, recompute) that also breaks ties. `groups`: only plans
+    using exactly these groups; `uniform`: only plans using every group."""
+    m, s, gb = inst.model, inst.search, inst.job.global_batch
+    G = len(inst.cluster.groups)
+    if groups is not None:
+        subsets = [tuple(sorted(groups))]
+    elif uniform:
+        subsets = [tuple(range(G))]
+    else:
+        subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
+    flash = inst.job.attention is Attention.FLASH
+    modes = list(s.recompute[:1] if flash else s.recompute)
+    zeros = [z for z in s.zero if z in (0, 1)]
+    out: list[HeteroOuter] = []
+    for family in families:
+        for used in subsets:
+            for tp in tp_values(inst, used):
+                for shapes in class_shapes(inst, tp, used, family):
+                    replicas = sum(c.replicas for c in shapes)
+                    mbs = s.micro_batch if s.micro_batch is not None else [
+                        d for d in _divisors(gb) if d <= s.max_micro_batch]
+                    for mb in mbs:
+                        if gb % mb or not micro_batch_vectors(shapes, gb // mb, uniform).size:
+                            continue
+                        for sp in s.sequence_parallel:
+                            if sp and (tp == 1 or m.seq_len % tp):
+                                continue
+                            for zero in zeros:
+                                if zero and replicas == 1:
+                                    continue
+                                for rc in modes:
+                                    out.append(HeteroOuter(tp=tp, micro_batch=mb, sequence_parallel=sp,
+                                                           recompute=rc, zero=zero, classes=shapes,
+                                                           family=family))
+    return out
+
+
+def micro_batch_vectors(shapes, total: int, uniform: bool = False) -> np.ndarray:
+    """All (m_1, ..., m_K) with m_k >= pp_k and sum_k replicas_k * m_k = total, shape (V, K)."""
+    return _vectors(tuple(c.replicas for c in shapes), tuple(c.pp for c in shapes), total, uniform)
+
+
+@lru_cache(maxsize=4096)
+def _vectors(x: tuple[int, ...], lo: tuple[int, ...], total: int, uniform: bool) -> np.ndarray:
+    K = len(x)
+    if uniform:
+        R = sum(x)
+        if total % R or total // R < max(lo):
+            return np.zeros((0, K), np.int64)
+        return np.full((1, K), total // R, np.int64)
+    if K == 1:
+        return (np.array([[total // x[0]]], np.int64) if total % x[0] == 0 and total // x[0] >= lo[0]
+                else np.zeros((0, 1), np.int64))
+    # free choice of the first K-1 counts; the last is then fixed
+    rest = total - sum(xk * lk for xk, lk in zip(x, lo))
+    if rest < 0:
+        return np.zeros((0, K), np.int64)
+    ranges = [np.arange(lo[k], lo[k] + rest // x[k] + 1) for k in range(K - 1)]
+    size = math.prod(len(r) for r in ranges)
+    if size > MAX_MICRO_BATCH_VECTORS:
+        raise ValueError(f"{size} micro-batch splits between {K} replica classes: narrow the space")
+    grid = np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, K - 1)
+    last = total - grid @ np.array(x[:-1])
+    ok = (last % x[-1] == 0) & (last // x[-1] >= lo[-1])
+    out = np.concatenate([grid[ok], (last[ok] // x[-1])[:, None]], axis=1)
+    out.setflags(write=False)  # shared through the cache
+    return out
+
+
+@dataclass(frozen=True)
+class HeteroSpaceSummary:
+    outer_configs: int
+    plans_total: int  # outer configs x micro-batch splits x per-class layer splits and recompute
+
+
+def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = False) -> HeteroSpaceSummary:
+    L, rc = inst.model.layers, inst.search.full_recompute
+    total = 0
+    for o in outers:
+        n_m = len(micro_batch_vectors(o.classes, inst.job.global_batch // o.micro_batch, uniform))
+        per = n_m
+        for c in o.classes:
+            per *= count_splits(L, c.pp, 1, rc, uniform)
+        total += per
+    return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)

@@ -1,0 +1,79 @@
+"""The heterogeneous commands through main(argv): plan (nominal, --robust, --expected, -o),
+exhaustive, verify, replan and timeline, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cost.hetero_loader import load_hetero_instance, load_hetero_plan
+from solver.cli import EXIT_BAD_INPUT, main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY2 = str(ROOT / "instances/hetero/tiny-2types.yaml")
+DYNAMIC = str(ROOT / "instances/hetero/llama3-8b-dynamic.yaml")
+EVENT = str(ROOT / "instances/hetero/events/inter-site-degraded.yaml")
+HOMOGENEOUS = str(ROOT / "instances/tiny-gpt-8xA100.yaml")
+
+
+def test_plan_writes_a_plan_that_loads_back(tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", DYNAMIC, "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "OPTIMAL (proved over the declared heterogeneous space)" in text
+    inst = load_hetero_instance(DYNAMIC)
+    plan = load_hetero_plan(out, inst)
+    assert sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch == 256
+
+
+def test_robust_reports_regret_per_scenario(capsys):
+    assert main(["plan", DYNAMIC, "--robust", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["objective"] == "robust" and res["status"] == "optimal"
+    per = res["per_scenario_s"]
+    assert set(per) == {"nominal", "inter-site-5pct", "west-nic-50g"}
+    assert res["objective_s"] == pytest.approx(max(per.values()))
+    # each scenario's optimum is a lower bound of the robust plan's time there
+    for r in res["regret"]:
+        assert r["plan_time_s"] >= r["optimum_s"] * (1 - 1e-9)
+        assert r["regret"] >= -1e-9
+
+
+def test_expected_needs_probabilities_and_scenarios(capsys):
+    assert main(["plan", TINY2, "--expected"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "scenarios" in err
+    assert main(["plan", HOMOGENEOUS, "--robust"]) == EXIT_BAD_INPUT
+    assert "groups" in capsys.readouterr().err
+
+
+def test_verify_agrees_on_the_tiny_mixed_instance(capsys):
+    assert main(["verify", TINY2, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["agree"] and len(res["values_s"]) == 3
+
+
+def test_replan_and_timeline(tmp_path, capsys):
+    current = tmp_path / "current.yaml"
+    assert main(["plan", DYNAMIC, "-o", str(current)]) == 0
+    capsys.readouterr()
+    assert main(["replan", DYNAMIC, "--plan", str(current), "--event", EVENT, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["new_status"] == "optimal"
+    assert r["current_after_event_s"] >= r["new_s"] * (1 - 1e-9)
+    assert r["pays_off"] == (r["switch_total_s"] < r["stay_total_s"])
+    assert main(["timeline", DYNAMIC, "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert t["iterations"] <= t["upper_bound_iterations"] * (1 + 1e-9)
+    assert t["iterations"] >= max(t["static_iterations"], t["follow_iterations"]) * (1 - 1e-9)
+
+
+def test_replan_with_a_plan_for_another_cluster_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("plan:\n  tp: 1\n  micro_batch: 1\n  classes:\n    - replicas: 1\n"
+                   "      stages: [nowhere]\n      num_micro_batches: 256\n")
+    assert main(["replan", DYNAMIC, "--plan", str(bad), "--event", EVENT]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err

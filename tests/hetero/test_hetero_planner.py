@@ -1,0 +1,132 @@
+"""Heterogeneous planner pieces checked against numbers derived by hand or by the homogeneous
+planner, plus the switching cost, re-planning and the multi-period timeline choice."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from randinst import random_instance
+
+from cost.coefficients import build
+from cost.hetero_coefficients import class_coefficients
+from cost.hetero_loader import homogeneous_as_hetero, load_event, load_hetero_instance
+from cost.hetero_specs import ClassShape, HeteroOuter
+from cost.loader import load_instance
+from cost.switching import switch_time_s
+from cost.specs import Outer, SearchSpace
+from formulations.timeline import choose_plans, timeline_iterations
+from solver.dynamic import replan
+from solver.hetero_planner import balanced_split, plan_hetero
+from solver.hetero_space import micro_batch_vectors
+from solver.planner import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY2 = ROOT / "instances/hetero/tiny-2types.yaml"
+DYNAMIC = ROOT / "instances/hetero/llama3-8b-dynamic.yaml"
+EVENT = ROOT / "instances/hetero/events/inter-site-degraded.yaml"
+
+
+def test_micro_batch_vectors_by_hand():
+    # x = (2, 1) replicas, pp = (1, 2), total 8: 2 m1 + m2 = 8, m1 >= 1, m2 >= 2
+    # -> m1 = 1, 2, 3 with m2 = 6, 4, 2
+    shapes = (ClassShape(replicas=2, stage_groups=(0,)), ClassShape(replicas=1, stage_groups=(1, 1)))
+    assert micro_batch_vectors(shapes, 8).tolist() == [[1, 6], [2, 4], [3, 2]]
+    # uniform: the same count on all 3 replicas needs 3 | total and >= the largest pp (2)
+    assert micro_batch_vectors(shapes, 9, uniform=True).tolist() == [[3, 3]]
+    assert micro_batch_vectors(shapes, 8, uniform=True).size == 0
+
+
+def test_balanced_split_is_the_min_max_split():
+    # a = (0, 1), t = (1, 3), 8 layers: enumerate n0 = 1..7 by hand, max(n0, 1 + 3 (8 - n0)):
+    # n0 = 6 -> max(6, 7) = 7; n0 = 7 -> max(7, 4) = 7; n0 = 5 -> max(5, 10). Best value 7.
+    a, t = np.array([0.0, 1.0]), np.array([1.0, 3.0])
+    n = balanced_split(a, t, 8)
+    assert n.sum() == 8 and (a + n * t).max() == 7
+
+
+def test_cross_group_hand_off_uses_the_group_link():
+    inst = load_hetero_instance(TINY2)
+    o = HeteroOuter(tp=1, micro_batch=1, classes=(ClassShape(replicas=8, stage_groups=(0, 1)),))
+    c = class_coefficients(inst, inst.cluster, o)[0]
+    # tiny-gpt: seq 1024 x hidden 1024 x 2 bytes = 2,097,152 bytes per micro-batch, tp = 1;
+    # one GPU of group 0 to one of group 1 on one site: the slower NIC, 200 Gbit/s = 25e9 B/s,
+    # latency the larger inter-node one, 10 us: 2,097,152 / 25e9 + 1e-5 = 93.886 us
+    link = inst.cluster.between[0][1]
+    assert link.bw_bytes_per_s == pytest.approx(25e9) and link.latency_s == pytest.approx(1e-5)
+    assert c.stage_parts[0]["pp_p2p"] == pytest.approx(2_097_152 / 25e9 + 1e-5)
+    assert c.stage_parts[1]["pp_p2p"] == pytest.approx(2_097_152 / 25e9 + 1e-5)
+    # stage 1 runs on the H100 group: its capacity is the H100's 80 GiB, stage 0's the A100's
+    assert c.capacity_bytes.tolist() == [g.cluster.gpu.hbm_bytes for g in inst.cluster.groups]
+
+
+def test_one_group_class_prices_like_the_homogeneous_model():
+    inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
+    het = homogeneous_as_hetero(inst)
+    for tp, pp, dp in [(2, 2, 2), (1, 4, 2), (4, 1, 2), (8, 1, 1)]:
+        m = inst.job.global_batch // dp
+        o = Outer(tp=tp, pp=pp, dp=dp, micro_batch=1, num_micro_batches=m, zero=1 if dp > 1 else 0)
+        ho = HeteroOuter(tp=tp, micro_batch=1, zero=o.zero,
+                         classes=(ClassShape(replicas=dp, stage_groups=(0,) * pp),))
+        a, b = build(inst, o), class_coefficients(het, het.cluster, ho)[0]
+        for name in ("layer_time_s", "stage_time_s", "layer_sync_time_s", "stage_sync_time_s",
+                     "layer_state_bytes", "layer_act_bytes", "stage_mem_bytes", "capacity_bytes"):
+            assert np.allclose(getattr(a, name), getattr(b, name), rtol=1e-12), (tp, pp, dp, name)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_group_optimum_matches_the_homogeneous_planner(seed):
+    """Same space on both sides (no cp, no interleaving, ZeRO 0/1): the homogeneous planner's
+    optimum is the reference. The heterogeneous space also needs >= pp micro-batches, so it can
+    only be slower, and equal whenever the homogeneous optimum has m >= pp."""
+    inst = random_instance(seed)
+    inst = dataclasses.replace(inst, search=SearchSpace(micro_batch=(1, 2), cp=(1,), virtual_stages=(1,),
+                                                        zero=(0, 1)))
+    homo = plan(inst)
+    het = plan_hetero(homogeneous_as_hetero(inst))
+    if homo.plan is None:
+        assert het.plan is None
+        return
+    if het.objective_s is not None:
+        assert het.objective_s >= homo.iter_time_s * (1 - 1e-9) - het.tolerance_s
+    if homo.plan.num_micro_batches >= homo.plan.pp:
+        assert het.objective_s == pytest.approx(homo.iter_time_s, rel=1e-9, abs=het.tolerance_s + homo.tolerance_s)
+
+
+def test_switch_time_by_hand():
+    inst = load_hetero_instance(DYNAMIC)
+    # Llama 3 8B: 8,030,261,248 parameters (the released model's count); checkpoint 14 bytes
+    # each, written and read once at 20 GB/s, plus the 180 s restart of the instance file
+    expected = 180 + 2 * 8_030_261_248 * 14 / 20e9
+    assert switch_time_s(inst.model, inst.switching) == pytest.approx(expected)
+
+
+def test_replan_warm_start_gives_the_cold_optimum():
+    inst = load_hetero_instance(DYNAMIC)
+    current = plan_hetero(inst).plan
+    event, remaining_s, _ = load_event(EVENT, inst)
+    r = replan(inst, current, event, remaining_s, None)
+    cold = plan_hetero(inst.with_cluster(event.cluster))
+    assert r.new.status == "optimal"
+    assert r.new.objective_s == pytest.approx(cold.objective_s, rel=1e-9)
+    assert r.current_time_s >= r.new.objective_s * (1 - 1e-9)  # the running plan is in the space
+    assert r.remaining_iterations == pytest.approx(remaining_s / r.current_time_s)
+    assert r.pays_off == (r.switch_s + r.remaining_iterations * r.new.objective_s < remaining_s)
+
+
+def test_timeline_choice_by_hand():
+    # candidate 0 takes 1 s in scenario 0 and 4 s in scenario 1; candidate 1 takes 2 s in both.
+    # Two periods of 100 s, scenario 0 then 1. Iterations of each choice with S = 10 s:
+    #   (0,0) 100 + 25 = 125   (1,1) 50 + 50 = 100   (0,1) 100 + 90/2 = 145   (1,0) 50 + 90 = 140
+    times = [[1.0, 4.0], [2.0, 2.0]]
+    periods = [(0, 100.0), (1, 100.0)]
+    ch = choose_plans(times, periods, 10.0)
+    assert ch.plan_per_period == (0, 1) and ch.switches == (1,)
+    assert ch.iterations == pytest.approx(145)
+    # S = 60 s: (0,1) gives 100 + 40/2 = 120 < 125, so keeping candidate 0 wins
+    ch = choose_plans(times, periods, 60.0)
+    assert ch.plan_per_period == (0, 0) and ch.iterations == pytest.approx(125)
+    # (1,0): 100/2 in period 1, then candidate 0 at 4 s for the 40 s left after the change
+    assert timeline_iterations(times, periods, 60.0, (1, 0)) == pytest.approx(50 + 40 / 4)
