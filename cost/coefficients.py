@@ -65,6 +65,9 @@ class StageCoefficients:
     stage_parts: list[dict[str, float]] = field(default_factory=list)
     overlapped_per_layer_s: dict[str, float] = field(default_factory=dict)
     in_flight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per-operator tensor partitions the layer terms were priced with (cost/partition.py);
+    # empty: Megatron 1-D (megatron_layer)
+    partitions: tuple[tuple[str, str], ...] = ()
 
     @property
     def pp(self) -> int:
@@ -284,12 +287,14 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     tokens = b * m.seq_len / cp
     shard = dp_n if o.zero >= 1 else 1
 
-    cache: dict[Site, _LayerCosts] = {}
+    # sites repeat (one object per group): price each distinct one once; keyed by identity,
+    # since hashing the nested frozen records per stage costs more than the pricing
+    cache: dict[int, _LayerCosts] = {}
     per_stage = []
     for site in pl.sites:
-        if site not in cache:
-            cache[site] = _layer_costs(inst, o, site, dp_n, net, layer_fn)
-        per_stage.append(cache[site])
+        if id(site) not in cache:
+            cache[id(site)] = _layer_costs(inst, o, site, dp_n, net, layer_fn)
+        per_stage.append(cache[id(site)])
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
     stage_parts: list[dict[str, float]] = [dict() for _ in range(pp)]
@@ -316,8 +321,10 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     emb_state_params[0] += embedding_params(m) / tp
     emb_state_params[-1] += (output_params(m) if (pp == 1 or not m.tied_embeddings)
                              else embedding_params(m) + m.hidden) / tp
-    stage_sync = np.zeros(pp)
-    for s in range(pp):
+    # the last bucket of layer gradients cannot hide behind any remaining backward; only the
+    # first and last stages hold embedding parameters to sync and step on top of it
+    stage_sync = np.array([x.grad_tail for x in per_stage], float)
+    for s in sorted({0, pp - 1}):
         p, gpu = emb_state_params[s], pl.sites[s].gpu
         dp_link, dp_inter = pl.sites[s].dp_link
         step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
@@ -328,7 +335,6 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         else:
             sync = (comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[o.zero], dp_n, dp_link, dp_inter, net)
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
-        # the last bucket of layer gradients cannot hide behind any remaining backward
         stage_sync[s] = sync + step + per_stage[s].grad_tail
     if pp > 1 and m.tied_embeddings:
         link, inter = pl.tie
@@ -340,12 +346,13 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     inflight = in_flight_micro_batches(pp, mb, v)
     state = memory.layer_state_bytes(m, tp, o.zero, dp_n)
     stage_mem = np.zeros(pp)
-    for s in range(pp):
-        stage_mem[s] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, s == 0, s == pp - 1)
-        stage_mem[s] += per_stage[s].terms.workspace_bytes
-        stage_mem[s] += memory.RUNTIME_ALLOWANCE_BYTES
-        if o.zero == 3:  # the gathered layer and the one being prefetched
-            stage_mem[s] += 2 * layer_params(m) / tp * BF16_BYTES
+    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1)
+    if pp > 1:
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True)
+    stage_mem += np.array([x.terms.workspace_bytes for x in per_stage], float)
+    stage_mem += memory.RUNTIME_ALLOWANCE_BYTES
+    if o.zero == 3:  # the gathered layer and the one being prefetched
+        stage_mem += 2 * layer_params(m) / tp * BF16_BYTES
     stage_mem[-1] += memory.logits_activation_bytes(m, b, tp, cp)
 
     def col(attr: str) -> np.ndarray:

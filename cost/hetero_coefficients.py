@@ -69,11 +69,17 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         local.append((g, base[g] + seen[g] * block))
         seen[g] += 1
 
+    memo: dict[tuple[int, int, int], tuple[Link, bool]] = {}
+
     def hand_off(s: int, z: int) -> tuple[Link, bool]:
         (ga, ra), (gz, rz) = local[s], local[z]
         if ga != gz:
             return hc.between[ga][gz], True
-        return comm.pair_link(hc.groups[ga].cluster, ra, block, rz - ra)
+        gpn = hc.groups[ga].cluster.gpus_per_node
+        key = (ga, ra % gpn, rz - ra)  # whether a hand-off crosses a node repeats with the node
+        if key not in memo:
+            memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, block, rz - ra)
+        return memo[key]
 
     site_of: dict[int, Site] = {}
     for g in set(c.stage_groups):

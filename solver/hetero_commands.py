@@ -64,12 +64,12 @@ def plan_lines(plan, inst) -> list[str]:
     return lines
 
 
-def evidence_text(res) -> str:
+def evidence_text(res, network: str = "the nominal network") -> str:
     claim = {"optimal": "OPTIMAL (proved over the declared heterogeneous space)",
              "feasible": "FEASIBLE (not proved optimal: time limit)",
              "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
              "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
-    what = {"nominal": "per iteration on the nominal network",
+    what = {"nominal": f"per iteration on {network}",
             "robust": f"worst case over {len(res.scenario_names)} scenarios",
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
     lines = [f"status      {claim}"]
@@ -262,7 +262,7 @@ def cmd_replan(args) -> int:
     print(describe_cluster(inst))
     print(f"event       {r.event}")
     print(f"running     {seconds(r.before_time_s)} per iteration before, {seconds(r.current_time_s)} after the event")
-    print(evidence_text(r.new))
+    print(evidence_text(r.new, network=f"the network after {r.event}"))
     if r.new.plan is not None:
         print("new plan    " + "\n            ".join(plan_lines(r.new.plan, inst)))
     print(f"switching   {seconds(r.switch_s)} (restart + checkpoint save and resharded load)")

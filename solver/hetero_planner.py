@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost import schedule
-from cost.hetero_coefficients import class_coefficients
+from cost.coefficients import build
+from cost.hetero_coefficients import class_coefficients, class_outer, class_placement
 from cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
 from formulations.multiclass import MultiClassProblem
@@ -37,6 +38,9 @@ from solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, su
 from solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
 
 OBJECTIVES = ("nominal", "robust", "expected")
+# Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
+# exact solves start; beyond these, each exact solve is its own incumbent.
+INCUMBENT_PROBES = 64
 
 
 @dataclass
@@ -88,8 +92,12 @@ def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], s
 class _Candidate:
     outer: HeteroOuter
     problem: MultiClassProblem
-    mvecs: np.ndarray
     key: tuple[float, int]
+    uniform: bool = False
+
+    @property
+    def mvecs(self) -> np.ndarray:
+        return micro_batch_vectors(self.outer.classes, self.problem.total_micro_batches, self.uniform)
 
 
 def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
@@ -117,10 +125,31 @@ def balanced_split(a: np.ndarray, t: np.ndarray, layers: int) -> np.ndarray:
     return n
 
 
-def lower_bound_s(p: MultiClassProblem, mvecs: np.ndarray) -> float:
+def _min_max_relaxed(p: MultiClassProblem, A, S, D, uniform: bool) -> float:
+    """A lower bound of min over m of max_sigma [max_k ((m_k - 1) A + S) + D] subject to
+    sum_k x_k m_k = M and m_k >= pp_k. Any feasible m within time Z has, in every scenario,
+    m_k <= (Z - D - S_k)/A_k + 1, so M <= sum_k x_k ((Z - D - S_k)/A_k + 1), i.e.
+        Z >= (M - sum_k x_k + sum_k x_k (D + S_k)/A_k) / sum_k (x_k / A_k);
+    and Z >= (pp_k - 1) A_k + S_k + D for every k. With one class both are exact."""
+    A, S, D = np.asarray(A), np.asarray(S), np.asarray(D)[:, None]
+    x = np.array(p.replicas, float)
+    pp = np.array([p.pp(k) for k in range(p.classes)])
+    M = p.total_micro_batches
+    if uniform:
+        return float((((M // int(x.sum())) - 1) * A + S + D).max())
+    floor_z = float(((pp - 1) * A + S + D).max())
+    if (A <= 0).any():  # degenerate stage times: keep the floor only
+        return floor_z
+    cont = (M - x.sum() + (x * (D + S) / A).sum(axis=1)) / (x / A).sum(axis=1)
+    return max(floor_z, float(cont.max()))
+
+
+def lower_bound_s(p: MultiClassProblem, mvecs_of, uniform: bool = False) -> float:
     """With r = 0 and memory ignored (both only add time or remove splits):
     max_s T_s >= min over splits of max_s (a_s + n_s t_s)  (balanced_split, exact);
-    sum_s T_s >= sum_s a_s + L min_s t_s;  sync: as solver/bounds.py."""
+    sum_s T_s >= sum_s a_s + L min_s t_s;  sync: as solver/bounds.py. Then over micro-batch
+    vectors: for a worst-case ("max") objective the relaxed bisection (_min_max_relaxed), for a
+    weighted one the exact minimum over every vector (`mvecs_of()`)."""
     A, S, D = [], [], []
     L = p.layers
     for cs in p.coeffs:
@@ -131,7 +160,9 @@ def lower_bound_s(p: MultiClassProblem, mvecs: np.ndarray) -> float:
             s_row.append(a.sum() + L * t.min())
             d_row.append(max((d.sum() + L * g.min()) / c.pp, float((d + g).max())))
         A.append(a_row), S.append(s_row), D.append(max(d_row))
-    return float(_over_m(p, mvecs, A, S, D).min())
+    if p.objective == "max":
+        return _min_max_relaxed(p, A, S, D, uniform)
+    return float(_over_m(p, mvecs_of(), A, S, D).min())
 
 
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
@@ -174,11 +205,22 @@ def _plan_of(o: HeteroOuter, m, n, r) -> HeteroPlan:
                                     for c, mk, nk, rk in zip(o.classes, m, n, r)))
 
 
-def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str) -> MultiClassProblem:
+def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
+                skip_infeasible: bool = False) -> MultiClassProblem | None:
+    """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
+    infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
+    other classes and scenarios are priced."""
     idx, agg, weights = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
-    coeffs = tuple(tuple(class_coefficients(inst, inst.scenarios[i].cluster, o, reserve_bytes=reserve))
-                   for i in idx)
+    first = []
+    for k in range(len(o.classes)):
+        c = build(inst, class_outer(o, k), reserve_bytes=reserve,
+                  placement=class_placement(inst.scenarios[idx[0]].cluster, o, k))
+        if skip_infeasible and bounds.memory_infeasible(c):
+            return None
+        first.append(c)
+    coeffs = (tuple(first),) + tuple(
+        tuple(class_coefficients(inst, inst.scenarios[i].cluster, o, reserve_bytes=reserve)) for i in idx[1:])
     return MultiClassProblem(coeffs=coeffs, replicas=tuple(c.replicas for c in o.classes),
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
                              objective=agg, weights=weights,
@@ -216,25 +258,29 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     live: list[_Candidate] = []
     warm_outer = warm_plan.outer if warm_plan is not None else None
     for i, o in enumerate(outers):
-        p = problem_for(inst, o, objective)
-        if any(bounds.memory_infeasible(c) for c in p.coeffs[0]):
+        p = problem_for(inst, o, objective, skip_infeasible=True)
+        if p is None:
             res.pruned_by_memory += 1
             continue
-        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform)
-        key = (lower_bound_s(p, mvecs), i)
-        live.append(_Candidate(o, p, mvecs, key))
+        cand = _Candidate(o, p, (0.0, i), uniform)
+        cand.key = (lower_bound_s(p, lambda: cand.mvecs, uniform), i)
+        live.append(cand)
         if o == warm_outer:  # replanning: the running plan is a feasible incumbent
             wm = [k.num_micro_batches for k in warm_plan.classes]
             wn = [k.layers_per_stage for k in warm_plan.classes]
             wr = [k.full_recompute_layers for k in warm_plan.classes]
             if p.fits(wn, wr):
                 val, _ = p.evaluate(wm, wn, wr)
-                if better(val, key):
-                    best_val, best_key, best = val, key, (o, wm, wn, wr)
-        inc = incumbent(p, mvecs, uniform)
-        if inc is not None and better(inc[0], key):
-            best_val, best_key, best = inc[0], key, (o, *inc[1:])
+                if better(val, cand.key):
+                    best_val, best_key, best = val, cand.key, (o, wm, wn, wr)
     live.sort(key=lambda x: x.key)
+    # Quick incumbents, in bound order, only where they could still win: they prune the rest.
+    for cand in live[:INCUMBENT_PROBES]:
+        if cand.key[0] >= best_val:
+            break
+        inc = incumbent(cand.problem, cand.mvecs, uniform)
+        if inc is not None and better(inc[0], cand.key):
+            best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:])
     res.log.append(f"{len(outers)} outer configs, {res.pruned_by_memory} infeasible by memory,"
                    f" incumbent {best_val:.6g} s; setup {time.perf_counter() - t0:.2f} s")
 
@@ -254,6 +300,11 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             break
         if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
             res.solved += 1
+            inc = incumbent(cand.problem, cand.mvecs, uniform)
+            if inc is None:
+                res.inner_infeasible += 1
+            elif better(inc[0], cand.key):
+                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:])
             continue
         hint = None
         inc = incumbent(cand.problem, cand.mvecs, uniform)

@@ -102,7 +102,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                     mbs = s.micro_batch if s.micro_batch is not None else [
                         d for d in _divisors(gb) if d <= s.max_micro_batch]
                     for mb in mbs:
-                        if gb % mb or not micro_batch_vectors(shapes, gb // mb, uniform).size:
+                        if gb % mb or not has_micro_batch_split(shapes, gb // mb, uniform):
                             continue
                         for sp in s.sequence_parallel:
                             if sp and (tp == 1 or m.seq_len % tp):
@@ -115,6 +115,46 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                                            recompute=rc, zero=zero, classes=shapes,
                                                            family=family))
     return out
+
+
+def has_micro_batch_split(shapes, total: int, uniform: bool = False) -> bool:
+    """Whether micro_batch_vectors(shapes, total, uniform) is non-empty, without listing it."""
+    x = tuple(c.replicas for c in shapes)
+    rest = total - sum(c.replicas * c.pp for c in shapes)
+    if uniform:
+        return total % sum(x) == 0 and total // sum(x) >= max(c.pp for c in shapes)
+    return rest >= 0 and _representable(x, rest)
+
+
+def count_micro_batch_splits(shapes, total: int, uniform: bool = False) -> int:
+    """len(micro_batch_vectors(shapes, total, uniform)), by counting, not listing."""
+    if uniform:
+        return int(has_micro_batch_split(shapes, total, True))
+    rest = total - sum(c.replicas * c.pp for c in shapes)
+    return _ways(tuple(c.replicas for c in shapes), rest) if rest >= 0 else 0
+
+
+@lru_cache(maxsize=65536)
+def _ways(x: tuple[int, ...], rest: int) -> int:
+    """Number of (j_1..j_K) >= 0 with sum_k x_k j_k = rest (coin-change count)."""
+    ways = [1] + [0] * rest
+    for xk in x:
+        for v in range(xk, rest + 1):
+            ways[v] += ways[v - xk]
+    return ways[rest]
+
+
+@lru_cache(maxsize=65536)
+def _representable(x: tuple[int, ...], rest: int) -> bool:
+    """rest = sum_k x_k j_k for some integers j_k >= 0 (bit i of `reach`: i is reachable)."""
+    reach = 1
+    for xk in x:
+        while True:
+            grown = (reach | (reach << xk)) & ((1 << (rest + 1)) - 1)
+            if grown == reach:
+                break
+            reach = grown
+    return bool(reach >> rest & 1)
 
 
 def micro_batch_vectors(shapes, total: int, uniform: bool = False) -> np.ndarray:
@@ -159,7 +199,7 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     L, rc = inst.model.layers, inst.search.full_recompute
     total = 0
     for o in outers:
-        n_m = len(micro_batch_vectors(o.classes, inst.job.global_batch // o.micro_batch, uniform))
+        n_m = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform)
         per = n_m
         for c in o.classes:
             per *= count_splits(L, c.pp, 1, rc, uniform)

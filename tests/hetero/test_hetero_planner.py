@@ -20,7 +20,7 @@ from cost.specs import Outer, SearchSpace
 from formulations.timeline import choose_plans, timeline_iterations
 from solver.dynamic import replan
 from solver.hetero_planner import balanced_split, plan_hetero
-from solver.hetero_space import micro_batch_vectors
+from solver.hetero_space import count_micro_batch_splits, has_micro_batch_split, micro_batch_vectors
 from solver.planner import plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,3 +130,15 @@ def test_timeline_choice_by_hand():
     assert ch.plan_per_period == (0, 0) and ch.iterations == pytest.approx(125)
     # (1,0): 100/2 in period 1, then candidate 0 at 4 s for the 40 s left after the change
     assert timeline_iterations(times, periods, 60.0, (1, 0)) == pytest.approx(50 + 40 / 4)
+
+
+@pytest.mark.parametrize("x", [(1,), (2,), (3, 5), (4, 6), (2, 3, 7), (6, 10, 15)])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_split_existence_matches_the_listing(x, pp):
+    shapes = tuple(ClassShape(replicas=xk, stage_groups=(0,) * pp) for xk in x)
+    for total in range(0, 60):
+        for uniform in (False, True):
+            listed = micro_batch_vectors(shapes, total, uniform)
+            assert has_micro_batch_split(shapes, total, uniform) == bool(listed.size), (total, uniform)
+            assert count_micro_batch_splits(shapes, total, uniform) == len(listed)
+            assert all(sum(a * b for a, b in zip(x, row)) == total and min(row) >= pp for row in listed)
