@@ -136,14 +136,20 @@ class ClassShape:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroOuter:
+class _Modes:
+    """What every replica class of a heterogeneous plan shares."""
+
     tp: int
     micro_batch: int
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     zero: int = 0
-    classes: tuple[ClassShape, ...]
     family: str = "stage"  # "stage": one class across groups; "replica": one class per group
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeteroOuter(_Modes):
+    classes: tuple[ClassShape, ...]
 
     @property
     def replicas(self) -> int:
@@ -183,14 +189,8 @@ class ReplicaClass:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroPlan:
-    tp: int
-    micro_batch: int
-    sequence_parallel: bool = False
-    recompute: Recompute = Recompute.NONE
-    zero: int = 0
+class HeteroPlan(_Modes):
     classes: tuple[ReplicaClass, ...]
-    family: str = "stage"
 
     @property
     def outer(self) -> HeteroOuter:
