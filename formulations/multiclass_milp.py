@@ -15,10 +15,13 @@ up to iota * U_sk below beta T, and every other row may be violated by its feasi
 tolerance phi. The returned solution is rounded and re-evaluated exactly (`evaluate`); the
 reported bound subtracts
 
-    eps = iota * (m_max * U_max * (2 + pp_max) + L * g_max) + phi * (m_max + 3)
+    eps = iota * ([K > 1] m_max U_max (2 + pp_max) + (m_max + pp_max) (t + u)_max + g_max)
+          + phi * (m_max + 3)
 
-per scenario (weighted by the scenario weights' sum, 1 for "max"), with m_max, U_max, pp_max,
-g_max the largest over classes and scenarios. "optimal" then means optimal within 2 eps.
+per scenario (weighted by the scenario weights' sum, 1 for "max"), with m_max, U_max, pp_max
+and the per-layer coefficients the largest over classes and scenarios: the bits' term where
+there are bits, and an integer variable off by iota moving T_s by iota (t + u) and the sync by
+iota g. "optimal" then means optimal within 2 eps.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
         if fixed * p.replicas[0] != p.total_micro_batches or fixed < p.pp(0):
             return _done(p, "infeasible", backend, start, math.inf, 0.0)
 
-    iters, U_max, g_max = [], 0.0, 0.0
+    iters, U_max, g_max, tu_max = [], 0.0, 0.0, 0.0
     for si, cs in enumerate(p.coeffs):
         Z = solver.NumVar(-inf, inf, f"Z_sc{si}")
         D = solver.NumVar(-inf, inf, f"D_sc{si}")
@@ -88,6 +91,7 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
             T = [a[s] + t[s] * n[k][s] + u[s] * r[k][s] for s in range(c.pp)]
             U = float((np.abs(a) + L * np.abs(t) + R * np.abs(u)).max())
             U_max, g_max = max(U_max, U), max(g_max, float(np.abs(c.layer_sync_time_s).max()))
+            tu_max = max(tu_max, float((np.abs(t) + np.abs(u)).max()))
             T_max = solver.NumVar(-inf, inf, f"T_sc{si}_k{k}")
             for s in range(c.pp):
                 solver.Add(T_max >= T[s])
@@ -113,7 +117,8 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
         w_sum = float(sum(p.weights))
     m_max = max(p.max_micro_batches(k) for k in range(Kc))
     pp_max = max(p.pp(k) for k in range(Kc))
-    eps = w_sum * (INTEGRALITY_TOL * (m_max * U_max * (2 + pp_max) + L * g_max)
+    bits_term = m_max * U_max * (2 + pp_max) if Kc > 1 else 0.0
+    eps = w_sum * (INTEGRALITY_TOL * (bits_term + (m_max + pp_max) * tu_max + g_max)
                    + FEASIBILITY_TOL * (m_max + 3))
 
     solver.SetTimeLimit(max(1, math.ceil(time_limit_s * 1000)))
