@@ -133,10 +133,11 @@ _JOB_KEYS = ("global_batch", "precision", "optimizer", "attention")
 _GPU_KEYS = ("peak_tflops_bf16", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
-              "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers")
+              "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
+              "partitions")
 _SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
-                "uniform_split", "tp_across_nodes", "memory_reserve_gib")
+                "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions")
 _LINK_KINDS = ("nvlink", "pcie")
 _RECOMPUTE_FULL = "full"
 
@@ -679,6 +680,10 @@ def _search(sec: _Section) -> SearchSpace:
     if sec.has("memory_reserve_gib"):
         kw["memory_reserve_bytes"] = units.gib_to_bytes(
             sec.number("memory_reserve_gib", positive=False))
+    if sec.has("tensor_partitions"):
+        allowed = ("megatron", "spatial_temporal")
+        kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
+                                              " | ".join(allowed))
     with _config_errors_as(sec.path, sec.prefix, "narrow the search space to valid values"):
         return SearchSpace(**kw)
 
@@ -838,9 +843,22 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             virtual_stages=virtual_stages,
             layers_per_stage=layers_per_stage,
             full_recompute_layers=full,
+            partitions=_plan_partitions(sec),
         )
         plan.check_against(inst)
     return plan
+
+
+def _plan_partitions(sec: _Section) -> tuple[tuple[str, str], ...]:
+    """`partitions: {qkv: K, attn_core: heads, ...}` (cost/partition.py); absent: Megatron."""
+    if not sec.has("partitions"):
+        return ()
+    from cost.partition import OPS
+    sub = sec.section("partitions", OPS)
+    out = []
+    for op in OPS:
+        out.append((op, sub.string(op)))
+    return tuple(out)
 
 
 def load_plan(path: str | Path, inst: Instance) -> Plan:
@@ -860,6 +878,8 @@ def plan_to_mapping(plan: Plan) -> dict:
         "layers_per_stage": list(plan.layers_per_stage),
         "full_recompute_layers": list(plan.full_recompute_layers),
     }
+    if plan.partitions:
+        out["partitions"] = dict(plan.partitions)
     # Only with NONE does `full` read back as the same Plan (full maps to NONE).
     if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
         out["recompute"] = _RECOMPUTE_FULL

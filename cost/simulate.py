@@ -15,6 +15,7 @@ from cost import schedule
 from cost.coefficients import StageCoefficients, build
 from cost.comm import NetEfficiency
 from cost.flops import model_flops_per_token
+from cost.partition import plan_layer_fn
 from cost.specs import Instance, Plan
 
 
@@ -53,7 +54,8 @@ class Breakdown:
 def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
              reserve_bytes: float = 0.0, coeffs: StageCoefficients | None = None) -> Breakdown:
     plan.check_against(inst)
-    c = coeffs if coeffs is not None else build(inst, plan.outer, net, reserve_bytes)
+    c = coeffs if coeffs is not None else build(inst, plan.outer, net, reserve_bytes,
+                                                layer_fn=plan_layer_fn(plan.partitions))
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
     m, v = plan.num_micro_batches, plan.virtual_stages

@@ -166,6 +166,9 @@ class SearchSpace:
     uniform_split: bool = False  # True: only the even layer split (for comparisons)
     tp_across_nodes: bool = False
     memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
+    # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
+    # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
+    tensor_partitions: tuple[str, ...] = ("megatron",)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages"):
@@ -178,6 +181,8 @@ class SearchSpace:
             raise ConfigError("search.max_* limits must be >= 1")
         if self.memory_reserve_bytes < 0:
             raise ConfigError("search.memory_reserve_gib must be >= 0")
+        if not self.tensor_partitions or not set(self.tensor_partitions) <= {"megatron", "spatial_temporal"}:
+            raise ConfigError("search.tensor_partitions must list megatron and/or spatial_temporal")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,6 +235,9 @@ class Plan(Outer):
 
     layers_per_stage: tuple[int, ...] = field(default=())
     full_recompute_layers: tuple[int, ...] = field(default=())
+    # per-operator tensor partitions, ((operator, partition), ...) as in cost/partition.py;
+    # empty: Megatron 1-D tensor parallelism (the default)
+    partitions: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
         Outer.__post_init__(self)
@@ -242,6 +250,9 @@ class Plan(Outer):
                 raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
             if n % self.virtual_stages:
                 raise ConfigError("each stage's layer count must be divisible by virtual_stages")
+        if self.partitions:
+            from cost.partition import check_partitions  # cost.partition imports this module
+            check_partitions(self)
 
     @property
     def num_gpus(self) -> int:
@@ -252,10 +263,11 @@ class Plan(Outer):
         return Outer(**{f.name: getattr(self, f.name) for f in fields(Outer)})
 
     @classmethod
-    def of(cls, outer: Outer, layers_per_stage, full_recompute_layers) -> "Plan":
+    def of(cls, outer: Outer, layers_per_stage, full_recompute_layers, partitions=()) -> "Plan":
         return cls(**{f.name: getattr(outer, f.name) for f in fields(Outer)},
                    layers_per_stage=tuple(int(x) for x in layers_per_stage),
-                   full_recompute_layers=tuple(int(x) for x in full_recompute_layers))
+                   full_recompute_layers=tuple(int(x) for x in full_recompute_layers),
+                   partitions=tuple(partitions))
 
     def check_against(self, inst: Instance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""

@@ -6,6 +6,13 @@ model for one solver family and returns a `formulations.result.SplitResult`:
     cpsat.py  CP-SAT (OR-Tools), integer model with explicit, conservative quantisation
     milp.py   MILP through PuLP/CBC, or SCIP / HiGHS through OR-Tools' linear solver wrapper
 
+The per-layer problem of per-operator tensor partitions (one partition per operator,
+resharding between neighbours, memory caps) has two exact methods over the same arrays
+(`formulations.partition.PartitionProblem`, built from cost/partition.py's LayerTable):
+
+    partition.py     MILP (SCIP) with linearised resharding products, epsilon-constraint front
+    partition_dp.py  PrimePar's segmented dynamic programme, exact Pareto labels
+
 Formulations never import model or hardware specs: they consume the coefficient arrays only,
 so the backends (and exhaustive search) are interchangeable and must agree.
 """

@@ -101,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from solver import commands, export_cmd, report, sweep
+    from solver import commands, export_cmd, partition_cmd, report, sweep
     commands.register(sub)
     export_cmd.register(sub)
+    partition_cmd.register(sub)
     report.register(sub)
     sweep.register(sub)
     return p

@@ -36,6 +36,7 @@ def result_json(res) -> dict:
         "space": {"outer_configs": res.outer_configs, "candidates": res.space_size,
                   "solved": res.solved, "pruned_by_bound": res.pruned_by_bound,
                   "pruned_by_memory": res.pruned_by_memory, "inner_infeasible": res.inner_infeasible,
+                  "pruned_by_dominance": getattr(res, "pruned_by_dominance", 0),
                   "unresolved": res.unresolved},
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan) if res.plan else None,
@@ -58,6 +59,9 @@ def _evidence_text(res) -> str:
                  f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
                  f" pruned by lower bound, {res.solved:,} solved exactly"
                  f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
+    if getattr(res, "pruned_by_dominance", 0):  # per-operator tensor partitions only
+        lines.append(f"            {res.pruned_by_dominance:,} (outer, layer plan) pairs dominated by"
+                     " another layer plan of the same outer configuration")
     if res.reason:
         lines.append(f"reason      {res.reason}")
     return "\n".join(lines)
@@ -89,7 +93,11 @@ def cmd_plan(args) -> int:
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
         print(_evidence_text(res))
         if res.plan is not None:
-            print(f"plan        {_plan_line(res.plan)}\n")
+            print(f"plan        {_plan_line(res.plan)}")
+            from solver.partition_cmd import describe_partitions
+            for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
+                print(f"            {line}")
+            print()
             print(breakdown_text(res.breakdown))
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 

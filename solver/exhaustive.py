@@ -17,8 +17,8 @@ from functools import lru_cache
 import numpy as np
 
 from cost import schedule
-from cost.coefficients import build
 from cost.specs import Instance, Plan
+from solver.partition_plans import all_plan_coefficients, plans_per_outer
 from solver.space import outer_configs, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
@@ -80,7 +80,8 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
     t0 = time.perf_counter()
     s = inst.search
     outers = outer_configs(inst)
-    total = summarize(inst, outers).splits_total
+    # with per-operator tensor partitions, every layer plan of every outer (no dominance)
+    total = summarize(inst, [o for o in outers for _ in range(plans_per_outer(inst, o))]).splits_total
     if total > max_candidates:
         from solver.format import count
         est_s = count(total // ESTIMATED_RATE_PER_S)
@@ -91,8 +92,7 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
     done = feasible = 0
     best_val, best = float("inf"), None
     from cost.loader import default_layer_split
-    for o in outers:
-        c = build(inst, o, reserve_bytes=s.memory_reserve_bytes)
+    for o, c in ((o, c) for o in outers for c in all_plan_coefficients(inst, o)):
         v = o.virtual_stages
         if s.uniform_split:
             splits = np.array([default_layer_split(inst.model.layers, o.pp, v)], float)
@@ -109,7 +109,7 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                 k = int(np.argmin(t))
                 if t[k] < best_val * (1 - 1e-9):
                     best_val = float(t[k])
-                    best = Plan.of(o, n, r[ok][k])
+                    best = Plan.of(o, n, r[ok][k], c.partitions)
             bar.update(done)
     bar.update(total)
     assert done == total, f"enumerated {done} candidates but the space has {total}"

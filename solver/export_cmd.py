@@ -33,6 +33,13 @@ def cmd_export(args) -> int:
     plan = load_plan(args.plan, inst)  # InstanceError names the file when plan and instance disagree
     exporter, _ = FORMATS[args.to]
     result = exporter(inst, plan)
+    if plan.partitions:  # no framework we export to has PrimePar's per-operator partitions
+        from solver.partition_cmd import describe_partitions
+        lines = describe_partitions(plan, inst)
+        if lines:
+            result.unsupported.append(
+                "the per-operator tensor partitions (" + "; ".join(lines) + "): the export uses"
+                f" Megatron 1-D tensor parallelism over tp={plan.tp} instead")
     text = render(result, args.to)
     if args.output:
         try:

@@ -29,7 +29,7 @@ from cost.coefficients import StageCoefficients, build
 from cost.simulate import Breakdown, simulate
 from cost.specs import Instance, Outer, Plan
 from cost.units import bytes_to_gib
-from solver import bounds
+from solver import bounds, partition_plans
 from solver.space import outer_configs, summarize
 
 OPTIMAL, FEASIBLE, INFEASIBLE, TIMEOUT = "optimal", "feasible", "infeasible", "timeout"
@@ -54,6 +54,7 @@ class PlanResult:
     solved: int = 0
     pruned_by_bound: int = 0
     pruned_by_memory: int = 0
+    pruned_by_dominance: int = 0  # (outer, layer plan) pairs dominated by a candidate pair
     inner_infeasible: int = 0
     unresolved: int = 0
     tolerance_s: float = 0.0
@@ -80,6 +81,8 @@ def _inner_solver(backend: str):
 
 def coefficient_table(inst: Instance) -> list[StageCoefficients]:
     reserve = inst.search.memory_reserve_bytes
+    if partition_plans.enabled(inst):  # one entry per (outer, non-dominated layer plan)
+        return partition_plans.partition_coefficients(inst, outer_configs(inst), reserve)
     return [build(inst, o, reserve_bytes=reserve) for o in outer_configs(inst)]
 
 
@@ -103,7 +106,11 @@ def plan(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0, thr
     solve_inner = _inner_solver(backend)
     allow_rc = inst.search.full_recompute
     coeffs = coefficient_table(inst)
-    summary = summarize(inst, [c.outer for c in coeffs])
+    if partition_plans.enabled(inst):  # the space: every outer x every per-operator layer plan
+        summary = summarize(inst, [o for o in outer_configs(inst)
+                                   for _ in range(partition_plans.plans_per_outer(inst, o))])
+    else:
+        summary = summarize(inst, [c.outer for c in coeffs])
     res = PlanResult(status=TIMEOUT, plan=None, iter_time_s=None, bound_s=None, solve_time_s=0.0,
                      backend=backend, outer_configs=summary.outer_configs,
                      space_size=summary.splits_total)
@@ -130,6 +137,10 @@ def plan(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0, thr
         if inc is not None and better(inc[0], key):
             best_val, best_key, best = inc[0], key, (c, inc[1], inc[2])
     live.sort(key=lambda x: x[0])
+    # candidates the tensor-partition pre-pass settled (solver/partition_plans.py)
+    res.pruned_by_bound += getattr(coeffs, "pruned_by_bound", 0)
+    res.pruned_by_memory += getattr(coeffs, "pruned_by_memory", 0)
+    res.pruned_by_dominance = getattr(coeffs, "pruned_by_dominance", 0)
     res.log.append(f"{len(coeffs)} outer configs, {res.pruned_by_memory} infeasible by memory,"
                    f" incumbent {best_val:.6g} s from even splits")
 
@@ -199,7 +210,7 @@ def plan(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0, thr
         return res
 
     c, n, r = best
-    res.plan = Plan.of(c.outer, n, r)
+    res.plan = Plan.of(c.outer, n, r, c.partitions)
     res.iter_time_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE

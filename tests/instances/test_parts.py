@@ -37,7 +37,7 @@ def write_yaml(path: Path, data) -> Path:
 
 def test_bundled_part_files_are_the_documented_set():
     assert {p.name for p in CLUSTERS.glob("*.yaml")} == {
-        "dgx-a100-16nodes.yaml", "dgx-h100-32nodes.yaml", "h200-16nodes.yaml"}
+        "dgx-a100-16nodes.yaml", "dgx-h100-32nodes.yaml", "h200-16nodes.yaml", "v100-8x4.yaml"}
     assert {p.name for p in JOBS.glob("*.yaml")} == {
         "pretrain-4m-tokens.yaml", "pretrain-16m-tokens.yaml", "gpt3-3m-tokens.yaml"}
 

@@ -1,0 +1,235 @@
+"""PrimePar's evaluation setting (ASPLOS 2024, Sec. 6) reproduced with paraplan's cost model.
+
+For OPT-175B, Llama2-70B and BLOOM-176B on 4-32 V100-SXM2-32GB (4 per node, NVLink inside,
+100 Gbit/s InfiniBand per node; instances/primepar/), paraplan plans each case twice over the
+same declared space (data x tensor parallel, no pipeline, as the paper's Megatron baseline),
+once with Megatron 1-D tensor parallelism only and once with per-operator partitions
+(search.tensor_partitions: [megatron, spatial_temporal]), both proved optimal, and reports
+the predicted speedup and peak-memory ratio next to the paper's Fig. 7/8 numbers. Then the
+32-GPU 3D-parallel case (pipeline allowed, Fig. 10), the DP-vs-MILP cross-check of the
+per-layer partition problem on every case, and the joint solve time of Llama-3 70B on 512 H100s.
+
+Nothing here is fitted to the paper: V100 efficiencies are the catalogue's unfitted defaults.
+
+    python bench/primepar.py [--quick] [-o bench/results/primepar.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cost import partition as P  # noqa: E402
+from cost.coefficients import homogeneous_placement  # noqa: E402
+from cost.comm import NetEfficiency  # noqa: E402
+from cost.loader import load_instance  # noqa: E402
+from cost.simulate import simulate  # noqa: E402
+from formulations.partition import solve_partition_milp  # noqa: E402
+from formulations.partition_dp import min_time, pareto_front  # noqa: E402
+from solver import partition_plans  # noqa: E402
+from solver.partition_cmd import describe_partitions  # noqa: E402
+from solver.planner import plan  # noqa: E402
+
+MODELS = ("opt-175b", "llama2-70b", "bloom-176b")
+GPUS = (4, 8, 16, 32)
+# PrimePar Fig. 7 (throughput / Megatron) and Fig. 8 (peak memory / Megatron, %)
+PAPER_SPEEDUP = {"opt-175b": (1.11, 1.35, 1.38, 1.39), "llama2-70b": (1.15, 1.21, 1.24, 1.26),
+                 "bloom-176b": (1.11, 1.43, 1.68, 1.60)}
+PAPER_MEM_PCT = {"opt-175b": (92, 80, 80, 79), "llama2-70b": (91, 88, 91, 89),
+                 "bloom-176b": (92, 78, 69, 68)}
+PAPER_3D = {"opt-175b": 1.46, "llama2-70b": 1.27, "bloom-176b": 1.40}  # Fig. 10, 32 GPUs
+MEGATRON_ONLY = ("megatron",)
+DISCUSSION = """## Why the predictions differ from the paper (no parameter was tuned to close the gap)
+
+- **What crosses the nodes.** PrimePar's largest wins come from plans that stop sending weight
+  gradients between nodes (its Fig. 9: Megatron's inter-node weight-gradient all-reduces take
+  364 + 377 ms, fully exposed). paraplan's Megatron baseline overlaps the data-parallel
+  gradient reduction with the backward pass (Megatron-LM's overlapped gradient reduce), so
+  that cost is mostly hidden already and the best Megatron plan is a better baseline.
+- **Ring collectives across nodes.** cost/comm.py runs a tensor-parallel ring that spans nodes
+  over all NICs of a node (one channel per GPU). A `K/N@nodes, P2x2@node` composite reduces
+  1/4-size blocks, but as four independent rings, one per NIC: its inter-node time falls
+  by ((t-1)/t) / ((J-1)/J) for t GPUs and J nodes: 1.25x (t = 16, J = 4) to 1.75x
+  (t = 8, J = 2), not 4x. A P grid that itself spans nodes
+  (P4x4 on 4-GPU nodes) shifts whole blocks over one NIC per step; no case above picks it.
+- **Replicated residual stream.** paraplan keeps the residual stream (norms, dropout, residual
+  adds) replicated, as Megatron does, so every P operator gathers its output back onto all
+  GPUs (an all-gather over NVLink, half an all-reduce). PrimePar also partitions the norms
+  and element-wise operators and avoids that. Modelling partitioned residual layouts is the
+  largest missing piece (README, "Per-operator tensor partitions", not modelled).
+- **Precision and kernel overheads.** The paper's kernel times point to FP32 GEMMs (about
+  15 TFLOP/s per V100); paraplan uses the fp16 tensor-core peak (125 TFLOP/s) with the
+  catalogue's unfitted V100 efficiencies, so compute per step is several times shorter and the
+  neighbour shifts of W blocks are harder to hide; each of P's q GEMM calls per phase also pays
+  the per-call overhead of the efficiency model.
+- **Memory.** Both optimisers fill the GPUs, so the ratio of the two optimal plans' peaks
+  mixes plan choices; the same-outer column (the spatial-temporal plan against Megatron's
+  partitions at the same tp, dp and micro-batch) is the like-for-like one. paraplan's Megatron
+  already stores most activations as 1/tp shards (Korthikanti et al.), so P saves only the
+  replicated inputs of the column-parallel operators, and its double buffers (one W block of
+  each moving operator) add back part of it.
+- **Layer counts and batch.** Not stated in the paper; the truncated models and batch 16 here
+  are our choice (instances/primepar/).
+"""
+NET = NetEfficiency()
+
+
+def _case(model: str, gpus: int, layers: int, **search):
+    base = load_instance(ROOT / "instances" / "primepar" / f"primepar-{model}-32xV100.yaml")
+    inst = dataclasses.replace(
+        base, name=f"{model}-{gpus}xV100",
+        cluster=dataclasses.replace(base.cluster, nodes=gpus // base.cluster.gpus_per_node),
+        model=dataclasses.replace(base.model, layers=layers))
+    return dataclasses.replace(inst, search=dataclasses.replace(inst.search, **search))
+
+
+def _pair(inst):
+    meg_inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tensor_partitions=MEGATRON_ONLY))
+    t0 = time.perf_counter()
+    meg = plan(meg_inst)
+    t1 = time.perf_counter()
+    st = plan(inst)
+    t2 = time.perf_counter()
+    return meg, st, t1 - t0, t2 - t1
+
+
+def _plan_text(res, inst) -> str:
+    if res.plan is None:
+        return res.status
+    p = res.plan
+    s = f"tp={p.tp} dp={p.dp} pp={p.pp} mb={p.micro_batch}"
+    if any(p.full_recompute_layers):
+        s += f" rc={list(p.full_recompute_layers)}"
+    lines = describe_partitions(p, inst)
+    return s + ("; " + "; ".join(lines) if lines else "; Megatron 1-D")
+
+
+def _same_outer_mem_ratio(inst, st) -> float | None:
+    """Peak memory of the spatial-temporal plan over the same outer plan with Megatron's
+    partitions (like-for-like: same tp, dp, micro-batch), when that Megatron plan fits."""
+    if st.plan is None or not st.plan.partitions:
+        return None
+    meg_plan = dataclasses.replace(st.plan, partitions=())
+    bd = simulate(inst, meg_plan)
+    return st.breakdown.peak_mem_bytes / bd.peak_mem_bytes
+
+
+def _cross_check(inst, res) -> tuple[int, int]:
+    """DP vs MILP on the per-layer problem of the chosen plan's outer configuration: at every
+    point of the DP's Pareto front, the MILP under the same caps must find the same time."""
+    if res.plan is None or not P.spatial_temporal_allowed(res.plan.outer):
+        return 0, 0
+    o = res.plan.outer
+    site = homogeneous_placement(inst.cluster, o).sites[0]
+    pb = partition_plans.problem_from_table(P.table_for(inst, o, site, NET))
+    agree = total = 0
+    for t, a, w, _ in pareto_front(pb):
+        m = solve_partition_milp(pb, act_cap_bytes=a, ws_cap_bytes=w)
+        d = min_time(pb, act_cap_bytes=a, ws_cap_bytes=w)
+        total += 1
+        agree += int(m.status == d.status == "optimal" and math.isclose(m.time_s, d.time_s, rel_tol=1e-9))
+    return agree, total
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 and 16 GPUs only, no 512-GPU solve")
+    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "primepar.md"))
+    args = ap.parse_args(argv)
+    gpus_list = (8, 16) if args.quick else GPUS
+    out = ["# PrimePar setting: spatial-temporal vs Megatron 1-D, predicted by paraplan", "",
+           "Generated by `python bench/primepar.py`. Both columns are proved optimal over the same",
+           "declared space (instances/primepar/: data x tensor parallel, no pipeline, no ZeRO,",
+           "no sequence/context parallelism; the tensor-parallel group may span nodes); the",
+           "right one also chooses a partition per operator. Models are truncated to gpus/4",
+           "layers (the full models' Adam state cannot fit 4-32 V100-32GB; the paper does not",
+           "state its layer counts). Global batch 16 sequences.", "",
+           "| model | GPUs | Megatron s/iter | spatial-temporal s/iter | speedup | paper | peak mem ratio | same-outer mem ratio | paper mem | solve s (meg / st) | best spatial-temporal plan |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    checks = [0, 0]
+    speedups = {}
+    for model in MODELS:
+        for k, gpus in enumerate(GPUS):
+            if gpus not in gpus_list:
+                continue
+            inst = _case(model, gpus, layers=max(1, gpus // 4))
+            meg, st, t_meg, t_st = _pair(inst)
+            for res in (meg, st):
+                a, n = _cross_check(inst, res)
+                checks[0] += a
+                checks[1] += n
+            if meg.iter_time_s and st.iter_time_s:
+                sp = meg.iter_time_s / st.iter_time_s
+                speedups.setdefault(gpus, []).append(sp)
+                mem = st.breakdown.peak_mem_bytes / meg.breakdown.peak_mem_bytes
+                same = _same_outer_mem_ratio(inst, st)
+                row = [model, gpus, f"{meg.iter_time_s:.3f}", f"{st.iter_time_s:.3f}", f"{sp:.2f}x",
+                       f"{PAPER_SPEEDUP[model][k]:.2f}x", f"{100 * mem:.0f}%",
+                       "-" if same is None else f"{100 * same:.0f}%", f"{PAPER_MEM_PCT[model][k]}%",
+                       f"{t_meg:.1f} / {t_st:.1f}", _plan_text(st, inst)]
+            else:
+                row = [model, gpus, meg.status, st.status, "-", f"{PAPER_SPEEDUP[model][k]:.2f}x",
+                       "-", "-", f"{PAPER_MEM_PCT[model][k]}%", f"{t_meg:.1f} / {t_st:.1f}", "-"]
+            out.append("| " + " | ".join(str(x) for x in row) + " |")
+            print(out[-1], flush=True)
+    def geo(vals):
+        return math.exp(sum(math.log(v) for v in vals) / len(vals))
+    out.append("")
+    for gpus, vals in sorted(speedups.items()):
+        k = GPUS.index(gpus)
+        paper = geo([PAPER_SPEEDUP[m][k] for m in MODELS])
+        out.append(f"- geometric-mean speedup at {gpus} GPUs: predicted {geo(vals):.2f}x over"
+                   f" {len(vals)} models; paper {paper:.2f}x over the same three"
+                   + (" (1.30x over its six models)" if gpus == 32 else ""))
+
+    if not args.quick:
+        out += ["", "## 3D parallelism, 32 GPUs (paper Fig. 10)", "",
+                "Pipeline allowed (pp in 1, 2, 4, 8), 16-layer truncated models, global batch 16;",
+                "otherwise the same spaces as above.", "",
+                "| model | Megatron s/iter | plan | spatial-temporal s/iter | plan | speedup | paper |",
+                "|---|---|---|---|---|---|---|"]
+        for model in MODELS:
+            inst = _case(model, 32, layers=16, pp=(1, 2, 4, 8))
+            meg, st, _, _ = _pair(inst)
+            sp = meg.iter_time_s / st.iter_time_s if meg.iter_time_s and st.iter_time_s else float("nan")
+            for res in (meg, st):
+                a, n = _cross_check(inst, res)
+                checks[0] += a
+                checks[1] += n
+            out.append(f"| {model} | {meg.iter_time_s or float('nan'):.3f} | {_plan_text(meg, inst)} |"
+                       f" {st.iter_time_s or float('nan'):.3f} | {_plan_text(st, inst)} | {sp:.2f}x |"
+                       f" {PAPER_3D[model]:.2f}x |")
+            print(out[-1], flush=True)
+
+    out += ["", f"DP vs MILP on the per-layer partition problem of every chosen outer configuration:"
+            f" {checks[0]} of {checks[1]} Pareto-front points agree."]
+
+    if not args.quick:
+        inst = load_instance(ROOT / "instances" / "llama3-70b-512xH100.yaml")
+        inst = dataclasses.replace(inst, search=dataclasses.replace(
+            inst.search, tensor_partitions=("megatron", "spatial_temporal")))
+        t0 = time.perf_counter()
+        res = plan(inst)
+        wall = time.perf_counter() - t0
+        out += ["", "## Joint solve time, Llama-3 70B on 512 H100 (instances/llama3-70b-512xH100.yaml"
+                " + tensor_partitions)", "",
+                f"status {res.status}, {wall:.1f} s wall (single-threaded inner solves),"
+                f" {res.outer_configs:,} (outer, layer plan) pairs: {res.pruned_by_dominance:,} dominated,"
+                f" {res.pruned_by_memory:,} infeasible by memory, {res.pruned_by_bound:,} pruned by bound,"
+                f" {res.solved:,} solved; iteration {res.iter_time_s:.4f} s; plan {_plan_text(res, inst)}"]
+        print(out[-1], flush=True)
+    out += ["", DISCUSSION]
+    Path(args.output).write_text("\n".join(out) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

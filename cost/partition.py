@@ -1,0 +1,649 @@
+"""Per-operator tensor partitions of one transformer layer over its tensor-parallel group:
+Megatron 1-D splits and PrimePar's spatial-temporal primitive P(q x q), alone or composed.
+
+Source: H. Wang et al., "PrimePar: Efficient Spatial-temporal Tensor Partitioning for Large
+Transformer Model Training", ASPLOS 2024, Sec. 3 (Eqs. 4-6, Table 1, Alg. 1). The index rules
+are checked by tests/partition/test_primitive_rules.py on a numpy simulation; the Gradient
+rule (Eq. 6) gives dW = I^T dY exactly only together with Table 1's last-step transfer of the
+partial dW from GPU (r, c+1): the last step's block differs from the first q-1 steps'.
+
+Operators of one layer, in order (GEMM widths for tokens T, hidden h, ffn f):
+    qkv        [T,h] x [h, h+2*kv_hidden]   its output feeds the attention core
+    attn_core  QK^T, softmax, PV: always split by heads over the whole group (PrimePar leaves
+               P on the batched matmuls open; we do not use it). Its candidates are only the
+               head-to-GPU assignments (which GPU holds which head chunk), see `core_candidates`.
+    attn_out   [T,h] x [h,h]                into the residual stream
+    mlp_in     [T,h] x [h,f] (SwiGLU: two such GEMMs, gate and up)
+    mlp_out    [T,f] x [f,h]                into the residual stream
+
+A linear operator's partition (`OpPartition`) over a group of t = J * q^2 GPUs (rank
+rho = w*q^2 + r*q + c; the fast-varying q^2 ranks form the P grid, so it stays in a node when
+it fits): the weight's K columns ("K", column parallel) or N rows ("N", row parallel) are split
+J ways over w (the slow ranks, e.g. across nodes), then P(q x q) runs inside each grid (q = 1:
+no grid, i.e. Megatron 1-D over all t ranks). Written like PrimePar's Alg. 1 sequences:
+`K` / `N` (1-D over the whole group), `P2x2`, `K2*P2x2` (K split in two, P(2x2) inside).
+
+Declared-space rules (documented limits of this model):
+- The residual stream between sub-blocks is replicated over the group (Megatron without
+  sequence parallelism); with sequence parallelism only the all-Megatron plan is offered.
+- Batch and sequence splits inside the group are not candidates: they would replicate the
+  weights, which is what the outer data/context parallel degrees already do.
+- Every layer uses the same partition plan (layers are identical).
+
+Costs of one layer, one micro-batch, one GPU (all exact functions of the instance):
+- compute: Megatron ops as in cost/coefficients.megatron_layer (one GEMM call per matmul);
+  P(q x q): each phase (forward; backward = input-gradient and weight-gradient phases) is q
+  steps of a GEMM of 1/q the op's per-GPU FLOPs, and a step takes max(GEMM, neighbour shift)
+  (PrimePar Eq. 7; double-buffered, Fig. 4). The shift volumes per step are PrimePar Table 1.
+- resharding between consecutive operators (PrimePar Eqs. 8-9): partial sums are all-reduced
+  over the ranks that hold them, then every GPU fetches the cells of its next block that it
+  lacks; time = the largest per-GPU volume / link bandwidth + one latency per distinct source
+  set, on the smallest aligned rank block that contains the sources. On Megatron's layouts this
+  is exactly the ring all-reduce / all-gather of cost/comm.py. Reshards are on the critical path
+  (as Megatron's tensor-parallel collectives are in megatron_layer).
+- memory: each op stashes its own input block for the weight gradient; P ops need a double
+  buffer for the blocks in flight (transient, added to the layer's workspace).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cost import comm
+from cost.coefficients import (BACKWARD_LINEAR_FACTOR, LayerTerms, Site, matmul_time_s,
+                               megatron_layer)
+from cost.comm import NetEfficiency
+from cost.flops import BF16_BYTES
+from cost.specs import Instance, Link, Mlp, Outer
+
+LINEAR_OPS = ("qkv", "attn_out", "mlp_in", "mlp_out")
+OPS = ("qkv", "attn_core", "attn_out", "mlp_in", "mlp_out")
+DISPLAY_NAMES = {"qkv": "attn.qkv", "attn_core": "attn.core", "attn_out": "attn.out",
+                 "mlp_in": "mlp.fc1", "mlp_out": "mlp.fc2"}
+# the pairs of operators whose layouts meet directly (the others meet the residual stream)
+EDGES = (("qkv", "attn_core"), ("attn_core", "attn_out"), ("mlp_in", "mlp_out"))
+# weight-gradient partial sums travel in the fp32 accumulation precision (Megatron main_grad)
+GRAD_ACCUM_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class OpPartition:
+    """Split the weight's `outer` dimension ("K" columns or "N" rows) over `outer_parts` slow
+    ranks, then run P(q x q) on the fast ranks; `outer` is "P" for a bare grid (one part)."""
+
+    outer: str
+    outer_parts: int
+    q: int
+
+    def spec(self) -> str:
+        if self.q == 1:
+            return self.outer
+        grid = f"P{self.q}x{self.q}"
+        return grid if self.outer_parts == 1 else f"{self.outer}{self.outer_parts}*{grid}"
+
+    def describe(self, group_link_names: tuple[str, str]) -> str:
+        """Readable form, e.g. `K@nodes, P2x2@node` (where each part's ranks live)."""
+        outer_where, inner_where = group_link_names
+        if self.q == 1:
+            return f"{self.outer}@{outer_where}"
+        grid = f"P{self.q}x{self.q}@{inner_where}"
+        return grid if self.outer_parts == 1 else f"{self.outer}@{outer_where}, {grid}"
+
+
+# Head-to-GPU assignments of the attention core (every GPU holds t-th of the heads):
+#   "heads"       GPU rho holds head chunk rho (Megatron)
+#   "heads@P{q}"  GPU (w, r, c) holds chunk (w*q + c)*q + r: a sub-chunk of the column block a
+#                 K-split P(q x q) producer leaves on it
+#   "heads@P{q}s" GPU (w, r, c) holds chunk (w*q + (r+c) mod q)*q + r: a sub-chunk of the
+#                 skewed input block an N-split P(q x q) consumer needs
+
+
+def powers_of_two_squares(t: int) -> list[int]:
+    """Grid sides q >= 2 with q^2 dividing t (t a power of two)."""
+    out, q = [], 2
+    while q * q <= t:
+        if t % (q * q) == 0:
+            out.append(q)
+        q *= 2
+    return out
+
+
+def op_candidates(t: int, spatial_temporal: bool) -> list[OpPartition]:
+    """Candidate partitions of a linear operator over t ranks, in a fixed order (Megatron first)."""
+    if t == 1:
+        return [OpPartition("K", 1, 1)]
+    out = [OpPartition("K", t, 1), OpPartition("N", t, 1)]
+    if spatial_temporal:
+        for q in powers_of_two_squares(t):
+            j = t // (q * q)
+            out += [OpPartition("P", 1, q)] if j == 1 else [OpPartition("K", j, q), OpPartition("N", j, q)]
+    return out
+
+
+def core_candidates(t: int, spatial_temporal: bool) -> list[str]:
+    out = ["heads"]
+    if spatial_temporal:
+        for q in powers_of_two_squares(t):
+            out += [f"heads@P{q}", f"heads@P{q}s"]
+    return out
+
+
+MEGATRON_DEFAULT = {"qkv": "K", "attn_core": "heads", "attn_out": "N", "mlp_in": "K", "mlp_out": "N"}
+
+
+def parse_op(spec: str, t: int) -> OpPartition:
+    """Inverse of OpPartition.spec for a group of t ranks; ValueError when not a candidate."""
+    for cand in op_candidates(t, True):
+        if cand.spec() == spec:
+            return cand
+    raise ValueError(f"unknown partition {spec!r} for a group of {t} GPUs; candidates: "
+                     + ", ".join(c.spec() for c in op_candidates(t, True)))
+
+
+# ---------------------------------------------------------------- layouts on a cell grid
+# A [rows, cols] activation is cut into t x t cells; a layout says which cells each of the t
+# GPUs holds (bool array [t, t, t]) and whether they are partial sums over the J slow ranks.
+
+
+def _block_mask(t: int, rows, cols) -> np.ndarray:
+    """rows(rho), cols(rho) -> (part index, parts) of each dimension held by GPU rho."""
+    mask = np.zeros((t, t, t), bool)
+    for rho in range(t):
+        ri, rn = rows(rho)
+        ci, cn = cols(rho)
+        mask[rho, ri * t // rn:(ri + 1) * t // rn, ci * t // cn:(ci + 1) * t // cn] = True
+    return mask
+
+
+def _grid(rho: int, q: int) -> tuple[int, int, int]:
+    return rho // (q * q), (rho // q) % q, rho % q
+
+
+@lru_cache(maxsize=None)
+def op_layout(p: OpPartition, t: int, role: str) -> tuple[np.ndarray, int]:
+    """(cells, partial_over) of one tensor of a linear op at a phase boundary.
+
+    role: "in" (input at forward step 0), "out" (output after forward), "dy" (output gradient
+    at backward step 0), "dx" (input gradient after backward). PrimePar Eqs. 4-5 with t = 0 /
+    the last step: in (M=r, N=r+c), out and dy (M=r, K=c), dx (M=r, N=r+c-1)."""
+    q, J = p.q, p.outer_parts
+    skew = {"in": 0, "dx": -1}.get(role, None)
+    rows = lambda rho: (_grid(rho, q)[1], q)  # noqa: E731
+
+    def cols(rho):
+        w, r, c = _grid(rho, q)
+        inner = c if skew is None else (r + c + skew) % q
+        n_dim_split = role in ("in", "dx")  # the N dimension of the weight
+        split_outer = (p.outer == "N") == n_dim_split and p.outer != "P"
+        return (w * q + inner, J * q) if split_outer else (inner, q)
+
+    partial = 1
+    if p.outer == "K" and role == "dx" or p.outer == "N" and role == "out":
+        partial = J  # contraction over the outer split: partial sums over the slow ranks
+    return _block_mask(t, rows, cols), partial
+
+
+@lru_cache(maxsize=None)
+def core_layout(name: str, t: int) -> np.ndarray:
+    if name == "heads":
+        return _block_mask(t, lambda rho: (0, 1), lambda rho: (rho, t))
+    q = int(name.split("P")[1].rstrip("s"))
+
+    def cols(rho):
+        w, r, c = _grid(rho, q)
+        inner = (r + c) % q if name.endswith("s") else c
+        return ((w * q + inner) * q + r, t)
+    return _block_mask(t, lambda rho: (0, 1), cols)
+
+
+@lru_cache(maxsize=None)
+def replicated_layout(t: int) -> np.ndarray:
+    return np.ones((t, t, t), bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Links of the tensor-parallel group's aligned rank blocks: `block[k]` for 2^k ranks."""
+
+    block: tuple[tuple[Link, bool], ...]
+
+    def for_size(self, size: int) -> tuple[Link, bool]:
+        return self.block[max(0, size.bit_length() - 1)]
+
+
+def group_links(inst: Instance, o: Outer, site: Site) -> Links:
+    """Whole group: the site's tp link (as megatron_layer uses it). Sub-blocks of a group that
+    lies in one node use the same link; of a group spanning nodes, cost/comm.group_link."""
+    out, size = [], 1
+    while size <= o.tp:
+        if size == o.tp or not site.tp_link[1]:
+            out.append(site.tp_link)
+        else:
+            out.append(comm.group_link(inst.cluster, size, 1))
+        size *= 2
+    return Links(tuple(out))
+
+
+def _strided_link(inst: Instance, o: Outer, site: Site, size: int, stride: int) -> tuple[Link, bool]:
+    """Link of `size` ranks `stride` apart inside the tp group: the site's tp link for the
+    whole group (or any part of a group inside one node), else cost/comm.group_link (one NIC
+    share per member when the members sit in different nodes)."""
+    if (size == o.tp and stride == 1) or not site.tp_link[1]:
+        return site.tp_link
+    return comm.group_link(inst.cluster, size, stride)
+
+
+def reshard_time_s(src: np.ndarray, dst: np.ndarray, cell_bytes: float, links: Links,
+                   net: NetEfficiency) -> float:
+    """Every GPU fetches the cells of `dst` it lacks in `src` (both non-partial)."""
+    return _reshard(src, dst, cell_bytes, links, net)[0]
+
+
+def _reshard(src, dst, cell_bytes, links, net) -> tuple[float, bool]:
+    """reshard_time_s and whether the link it runs on is inter-node."""
+    t = src.shape[0]
+    missing = dst & ~src
+    if not missing.any():
+        return 0.0, False
+    # owners of each cell as a bitmask of GPUs; one message per distinct owner set
+    assert t <= MAX_SPATIAL_TEMPORAL_GROUP  # owner sets as int64 bit masks
+    weights = np.int64(1) << np.arange(t, dtype=np.int64)
+    owners = np.tensordot(weights, src.astype(np.int64), axes=(0, 0))
+    worst_bytes, worst_msgs, span = 0.0, 0, 1
+    for rho in range(t):
+        cells = missing[rho]
+        n = int(cells.sum())
+        if not n:
+            continue
+        sets = np.unique(owners[cells])
+        worst_bytes = max(worst_bytes, n * cell_bytes)
+        worst_msgs = max(worst_msgs, len(sets))
+        # smallest aligned rank block around rho holding an owner of every missing cell
+        size = 1
+        for s in sets:
+            members = [k for k in range(t) if (int(s) >> k) & 1]
+            nearest = min(((k ^ rho).bit_length() for k in members))
+            size = max(size, 1 << nearest)
+        span = max(span, size)
+    link, inter = links.for_size(span)
+    bw = link.bw_bytes_per_s * (net.inter_node if inter else net.intra_node)
+    return worst_bytes / bw + worst_msgs * link.latency_s, inter
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """Everything the per-operator prices of one (instance, outer, site) depend on."""
+
+    inst: Instance
+    outer: Outer
+    site: Site
+    net: NetEfficiency
+
+    @property
+    def tokens(self) -> float:
+        return self.outer.micro_batch * self.inst.model.seq_len / self.outer.cp
+
+
+def op_dims(inst: Instance) -> dict[str, tuple[int, int, int]]:
+    """(N in, K out, GEMM calls) of each linear op; SwiGLU's gate and up are two calls."""
+    m = inst.model
+    h, f = m.hidden, m.ffn
+    calls_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    return {"qkv": (h, h + 2 * m.kv_hidden, 1), "attn_out": (h, h, 1),
+            "mlp_in": (h, f * calls_in, calls_in), "mlp_out": (f, h, 1)}
+
+
+def _p2p_s(n_bytes: float, link: tuple[Link, bool], net: NetEfficiency) -> float:
+    return comm.p2p_time_s(n_bytes, link[0], link[1], net)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    fwd_s: float
+    bwd_s: float
+    compute_s: float  # GEMM time, forward + backward
+    ring_overlapped_s: float
+    stash_bytes: float  # input block kept for the weight gradient
+    buffer_bytes: float  # double buffer of the blocks in flight
+    ring_inter_node: bool = False  # the P grid's ring crosses nodes
+
+    @property
+    def ring_exposed_s(self) -> float:
+        return self.fwd_s + self.bwd_s - self.compute_s
+
+
+def linear_op_cost(ctx: LayerContext, name: str, p: OpPartition) -> OpCost:
+    """GEMM and neighbour-shift time of one linear op, excluding its reshards."""
+    gpu, t, T = ctx.site.gpu, ctx.outer.tp, ctx.tokens
+    N, K, calls = op_dims(ctx.inst)[name]
+    flops = 2 * T * N * K / t / calls  # per GEMM call, per phase
+    n_loc = N / p.outer_parts if p.outer == "N" else N
+    k_loc = K / p.outer_parts if p.outer == "K" else K
+    stash = BF16_BYTES * T * n_loc / p.q ** 2
+    if p.q == 1:
+        f = calls * matmul_time_s(flops, gpu)
+        return OpCost(f, BACKWARD_LINEAR_FACTOR * f, (1 + BACKWARD_LINEAR_FACTOR) * f, 0.0, stash, 0.0)
+    q = p.q
+    link = _ring_link(ctx, q)
+    i_b = BF16_BYTES * T * n_loc / q ** 2
+    w_b = BF16_BYTES * n_loc * k_loc / q ** 2
+    o_b = BF16_BYTES * T * k_loc / q ** 2
+    dw_b = GRAD_ACCUM_BYTES * n_loc * k_loc / q ** 2
+    step_mm = calls * matmul_time_s(flops / q, gpu)
+    # bytes received per step (PrimePar Table 1): forward, backward (input grad), gradient
+    fwd_steps = [i_b + w_b] * (q - 1) + [0.0]
+    bwd_steps = [o_b + w_b] * (q - 1) + [w_b]
+    grad_steps = [i_b + o_b] * (q - 1) + [dw_b]
+
+    def phase(steps):
+        comm_s = [_p2p_s(x, link, ctx.net) for x in steps]
+        return sum(max(step_mm, x) for x in comm_s), sum(min(step_mm, x) for x in comm_s)
+
+    f, f_ov = phase(fwd_steps)
+    b1, b1_ov = phase(bwd_steps)
+    b2, b2_ov = phase(grad_steps)
+    return OpCost(f, b1 + b2, 3 * q * step_mm, f_ov + b1_ov + b2_ov, stash,
+                  max(fwd_steps + bwd_steps + grad_steps), link[1])
+
+
+def _ring_link(ctx: LayerContext, q: int) -> tuple[Link, bool]:
+    """Link of P(q x q)'s neighbour shifts. Every GPU of the grid sends a block at the same
+    time, so a grid that spans nodes gets one NIC share per GPU (cluster.inter_node), not the
+    multi-channel bandwidth of a ring collective (cost/comm.group_link)."""
+    if not ctx.site.tp_link[1] or q * q <= ctx.inst.cluster.gpus_per_node:
+        return _strided_link(ctx.inst, ctx.outer, ctx.site, q * q, 1)
+    return ctx.inst.cluster.inter_node, True
+
+
+def _reduce_time_s(ctx: LayerContext, p: OpPartition, block_bytes: float) -> tuple[float, bool]:
+    """All-reduce of partial sums held by the J slow ranks (stride q^2), and whether it
+    crosses nodes."""
+    if p.outer_parts <= 1:
+        return 0.0, False
+    link = _strided_link(ctx.inst, ctx.outer, ctx.site, p.outer_parts, p.q * p.q)
+    return comm.all_reduce_time_s(block_bytes, p.outer_parts, link[0], link[1], ctx.net), link[1]
+
+
+def _move(ctx: LayerContext, links: Links, src_p: OpPartition | None, src, dst, rows_cols) -> float:
+    """Reduce `src`'s partial sums (if any), then fetch the missing cells of `dst`."""
+    return _move_split(ctx, links, src_p, src, dst, rows_cols)[0]
+
+
+def _move_split(ctx, links, src_p, src, dst, rows_cols) -> tuple[float, float]:
+    """_move's time and the part of it spent on inter-node links."""
+    t = ctx.outer.tp
+    rows, cols = rows_cols
+    cell = BF16_BYTES * rows * cols / (t * t)
+    mask, partial = src
+    red, red_inter = 0.0, False
+    if partial > 1:
+        red, red_inter = _reduce_time_s(ctx, src_p, BF16_BYTES * rows * cols * mask[0].sum() / (t * t))
+    fetch, fetch_inter = _reshard(mask, dst, cell, links, ctx.net)
+    return red + fetch, red * red_inter + fetch * fetch_inter
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """Per-operator costs of one layer as arrays (the formulations' input).
+
+    `unary[op]`: array [candidates, 4] of (fwd_s, bwd_s, act_bytes, buffer_bytes) for choosing
+    that candidate, reshards to/from the residual stream included; `pair[(a, b)]`: array
+    [cands(a), cands(b), 2] of (fwd_s, bwd_s) of the reshard between a and b.
+    Layer totals: time = base + sum(unary) + sum(pair); act = base_act + sum; the workspace is
+    base_ws + max over ops of buffer_bytes."""
+
+    candidates: dict[str, tuple]  # OpPartition per linear op, head-assignment name for the core
+    unary: dict[str, np.ndarray]
+    pair: dict[tuple[str, str], np.ndarray]
+    base: LayerTerms  # megatron_layer's terms minus its linear GEMMs and tp collectives
+    ring_overlapped: dict[str, np.ndarray]  # [candidates] neighbour shifts hidden behind GEMMs
+    compute: dict[str, np.ndarray]  # [candidates] GEMM time, forward + backward
+    inter_node: dict[str, np.ndarray]  # [candidates] exposed time on inter-node links
+    pair_inter_node: dict[tuple[str, str], np.ndarray]  # [cands(a), cands(b)] the same, per edge
+
+
+# P(q x q) needs q^2 >= 4 ranks; above 32 ranks the cell grids (t^3 cells) grow large and no
+# single-node or paper setting needs them: such groups keep the Megatron plan.
+MAX_SPATIAL_TEMPORAL_GROUP = 32
+
+
+def spatial_temporal_allowed(o: Outer) -> bool:
+    """Whether per-operator plans beyond Megatron's are offered for this outer configuration."""
+    return not o.sequence_parallel and 4 <= o.tp <= MAX_SPATIAL_TEMPORAL_GROUP
+
+
+def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
+                spatial_temporal: bool = True) -> LayerTable:
+    ctx = LayerContext(inst, o, site, net)
+    t, T, h = o.tp, ctx.tokens, inst.model.hidden
+    st = spatial_temporal and spatial_temporal_allowed(o)
+    links = group_links(inst, o, site)
+    dims = op_dims(inst)
+    cands = {op: tuple(op_candidates(t, st)) for op in LINEAR_OPS}
+    cands["attn_core"] = tuple(core_candidates(t, st))
+    R = replicated_layout(t)
+
+    unary, ring, compute, inter = {}, {}, {}, {}
+    for op in LINEAR_OPS:
+        N, K, _ = dims[op]
+        rows = np.zeros((len(cands[op]), 4))
+        ring[op], compute[op], inter[op] = (np.zeros(len(cands[op])) for _ in range(3))
+        for i, p in enumerate(cands[op]):
+            c = linear_op_cost(ctx, op, p)
+            fwd, bwd = c.fwd_s, c.bwd_s
+            inter_s = c.ring_exposed_s if c.ring_inter_node else 0.0
+            if op in ("qkv", "mlp_in"):  # input from the replicated residual stream
+                moved, moved_inter = _move_split(ctx, links, p, op_layout(p, t, "dx"), R, (T, N))
+                bwd, inter_s = bwd + moved, inter_s + moved_inter
+            if op in ("attn_out", "mlp_out"):  # output into the residual stream
+                moved, moved_inter = _move_split(ctx, links, p, op_layout(p, t, "out"), R, (T, K))
+                fwd, inter_s = fwd + moved, inter_s + moved_inter
+            rows[i] = (fwd, bwd, c.stash_bytes, c.buffer_bytes)
+            ring[op][i], compute[op][i], inter[op][i] = c.ring_overlapped_s, c.compute_s, inter_s
+        unary[op] = rows
+    unary["attn_core"] = np.zeros((len(cands["attn_core"]), 4))
+    inter["attn_core"] = np.zeros(len(cands["attn_core"]))
+
+    pair, pair_inter = {}, {}
+    qkv_w, mlp_w = dims["qkv"][1], dims["mlp_out"][0]
+    for a, b in EDGES:
+        arr = np.zeros((len(cands[a]), len(cands[b]), 2))
+        arr_inter = np.zeros((len(cands[a]), len(cands[b])))
+        for i, pa in enumerate(cands[a]):
+            for k, pb in enumerate(cands[b]):
+                if (a, b) == ("qkv", "attn_core"):
+                    core = core_layout(pb, t)
+                    f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), core, (T, qkv_w))
+                    bk = _move_split(ctx, links, None, (core, 1), op_layout(pa, t, "dy")[0], (T, qkv_w))
+                elif (a, b) == ("attn_core", "attn_out"):
+                    core = core_layout(pa, t)
+                    f = _move_split(ctx, links, None, (core, 1), op_layout(pb, t, "in")[0], (T, h))
+                    bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), core, (T, h))
+                else:  # mlp_in output -> activation function -> mlp_out input ([T, f])
+                    f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), op_layout(pb, t, "in")[0], (T, mlp_w))
+                    bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), op_layout(pa, t, "dy")[0], (T, mlp_w))
+                arr[i, k] = (f[0], bk[0])
+                arr_inter[i, k] = f[1] + bk[1]
+        pair[(a, b)], pair_inter[(a, b)] = arr, arr_inter
+
+    # the rest of the layer (attention core, elementwise, context parallel) as megatron_layer
+    # prices it: subtract its linear GEMMs, tp collectives and linear-input stashes
+    mt = megatron_layer(inst, o, site, net)
+    lin_f = sum(linear_op_cost(ctx, op, OpPartition("K", t, 1)).fwd_s for op in LINEAR_OPS)
+    tp_link, tp_inter = site.tp_link
+    tp_f = 2 * comm.all_reduce_time_s(T * h * BF16_BYTES, t, tp_link, tp_inter, net)
+    mt_stash = sum(unary[op][_index(cands[op], MEGATRON_DEFAULT[op])][2] for op in LINEAR_OPS)
+    base = LayerTerms(
+        fwd_s=mt.fwd_s - lin_f - tp_f, bwd_s=mt.bwd_s - BACKWARD_LINEAR_FACTOR * lin_f - tp_f,
+        rc_fwd_s=mt.rc_fwd_s - lin_f - tp_f,
+        parts={"compute": mt.parts["compute"] - (1 + BACKWARD_LINEAR_FACTOR) * lin_f,
+               "cp_comm_exposed": mt.parts["cp_comm_exposed"]},
+        overlapped=dict(mt.overlapped), act_bytes=mt.act_bytes - mt_stash,
+        ckpt_bytes=mt.ckpt_bytes, workspace_bytes=mt.workspace_bytes)
+    return LayerTable(candidates=cands, unary=unary, pair=pair, base=base,
+                      ring_overlapped=ring, compute=compute, inter_node=inter,
+                      pair_inter_node=pair_inter)
+
+
+def _index(cands: tuple, spec: str) -> int:
+    for i, c in enumerate(cands):
+        if (c if isinstance(c, str) else c.spec()) == spec:
+            return i
+    raise ValueError(f"{spec!r} is not among the candidates")
+
+
+def spec_of(c) -> str:
+    return c if isinstance(c, str) else c.spec()
+
+
+def plan_indices(table: LayerTable, plan: dict[str, str]) -> dict[str, int]:
+    return {op: _index(table.candidates[op], plan[op]) for op in OPS}
+
+
+def layer_vector(table: LayerTable, idx: dict[str, int]) -> tuple[float, float, float, float]:
+    """(fwd_s, bwd_s, act_bytes, workspace_bytes) of one layer under the chosen candidates."""
+    fwd, bwd, act = table.base.fwd_s, table.base.bwd_s, table.base.act_bytes
+    buf = 0.0
+    for op in OPS:
+        u = table.unary[op][idx[op]]
+        fwd, bwd, act, buf = fwd + u[0], bwd + u[1], act + u[2], max(buf, u[3])
+    for a, b in EDGES:
+        e = table.pair[(a, b)][idx[a], idx[b]]
+        fwd, bwd = fwd + e[0], bwd + e[1]
+    return fwd, bwd, act, table.base.workspace_bytes + buf
+
+
+def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
+    """LayerTerms of one per-operator plan (exposed tensor-parallel time in `tp_comm`)."""
+    idx = plan_indices(table, plan)
+    fwd, bwd, act, ws = layer_vector(table, idx)
+    b = table.base
+    compute = b.parts["compute"] + sum(table.compute[op][idx[op]] for op in LINEAR_OPS)
+    ring = sum(table.ring_overlapped[op][idx[op]] for op in LINEAR_OPS)
+    tp_exposed = fwd + bwd - compute - b.parts["cp_comm_exposed"]
+    tp_inter = (sum(table.inter_node[op][idx[op]] for op in OPS)
+                + sum(table.pair_inter_node[e][idx[e[0]], idx[e[1]]] for e in EDGES))
+    overlapped = dict(b.overlapped)
+    overlapped["tp_ring"] = ring
+    # exposed tensor-parallel time by link type: intra-node (NVLink/PCIe) and inter-node (NIC)
+    return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - (b.fwd_s - b.rc_fwd_s),
+                      parts={"compute": compute, "tp_comm_intra_node": tp_exposed - tp_inter,
+                             "tp_comm_inter_node": tp_inter,
+                             "cp_comm_exposed": b.parts["cp_comm_exposed"]},
+                      overlapped=overlapped, act_bytes=act, ckpt_bytes=b.ckpt_bytes,
+                      workspace_bytes=ws)
+
+
+def all_plans(table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
+    """Every per-operator plan of the table: (indices [n, 5] in OPS order, vectors [n, 4])
+    of (fwd_s, bwd_s, act_bytes, workspace_bytes), vectorised over the product of candidates."""
+    sizes = [len(table.candidates[op]) for op in OPS]
+    idx = np.array(list(itertools.product(*[range(s) for s in sizes])), dtype=np.int64).reshape(-1, len(OPS))
+    pos = {op: k for k, op in enumerate(OPS)}
+    fwd = np.full(len(idx), table.base.fwd_s)
+    bwd = np.full(len(idx), table.base.bwd_s)
+    act = np.full(len(idx), table.base.act_bytes)
+    buf = np.zeros(len(idx))
+    for op in OPS:
+        u = table.unary[op][idx[:, pos[op]]]
+        fwd += u[:, 0]
+        bwd += u[:, 1]
+        act += u[:, 2]
+        buf = np.maximum(buf, u[:, 3])
+    for a, b in EDGES:
+        e = table.pair[(a, b)][idx[:, pos[a]], idx[:, pos[b]]]
+        fwd += e[:, 0]
+        bwd += e[:, 1]
+    return idx, np.stack([fwd, bwd, act, table.base.workspace_bytes + buf], axis=1)
+
+
+def plan_from_indices(table: LayerTable, row) -> dict[str, str]:
+    return {op: spec_of(table.candidates[op][int(k)]) for op, k in zip(OPS, row)}
+
+
+def partition_layer_fn(plan: dict[str, str]):
+    """A `layer_fn` for cost.coefficients.build that prices `plan` on every site."""
+    frozen = tuple(sorted(plan.items()))
+
+    def layer_fn(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
+        return _terms(inst, o, site, net, frozen)
+    return layer_fn
+
+
+@lru_cache(maxsize=1024)
+def _cached_table(inst: Instance, key: tuple, site: Site, net: NetEfficiency) -> LayerTable:
+    return layer_table(inst, key[0], site, net)
+
+
+def _table_key(o: Outer) -> Outer:
+    """The table depends on tp, cp, micro-batch, sp and recompute only."""
+    return Outer(tp=o.tp, pp=1, dp=1, cp=o.cp, micro_batch=o.micro_batch, num_micro_batches=1,
+                 sequence_parallel=o.sequence_parallel, recompute=o.recompute)
+
+
+def table_for(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTable:
+    return _cached_table(inst, (_table_key(o),), site, net)
+
+
+def is_megatron(plan: dict[str, str]) -> bool:
+    return all(plan.get(op) == MEGATRON_DEFAULT[op] for op in OPS)
+
+
+def _terms(inst, o, site, net, frozen) -> LayerTerms:
+    plan = dict(frozen)
+    if is_megatron(plan):  # priced by megatron_layer itself (the table reproduces it: tested)
+        return megatron_layer(inst, o, site, net)
+    if not spatial_temporal_allowed(o):
+        raise ValueError(f"per-operator partitions need sequence parallelism off and"
+                         f" 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
+    return layer_terms(table_for(inst, o, site, net), plan)
+
+
+def plan_layer_fn(partitions: tuple[tuple[str, str], ...]):
+    """The `layer_fn` of a plan's recorded partitions (empty: Megatron's megatron_layer)."""
+    if not partitions or is_megatron(dict(partitions)):
+        return megatron_layer
+    return partition_layer_fn(dict(partitions))
+
+
+def grad_sync_threshold_s(inst: Instance, o: Outer, site: Site, dp_ranks: int,
+                          net: NetEfficiency) -> float:
+    """g: the per-layer gradient sync time that a layer's backward can hide (0 with ZeRO-3 or
+    one replica). cost/coefficients exposes max(0, g - bwd_s) per layer, the only coefficient
+    that *falls* as a layer gets slower; read off `_layer_costs` itself (bwd 0 vs unbounded)
+    so it can never drift from the coefficients."""
+    from cost.coefficients import _layer_costs
+
+    def terms(bwd_s):
+        lt = LayerTerms(fwd_s=0.0, bwd_s=bwd_s, rc_fwd_s=0.0, parts={}, overlapped={},
+                        act_bytes=0.0, ckpt_bytes=0.0, workspace_bytes=0.0)
+        return lambda *_: lt
+
+    lo = _layer_costs(inst, o, site, dp_ranks, net, terms(0.0)).layer_sync
+    hi = _layer_costs(inst, o, site, dp_ranks, net, terms(float("inf"))).layer_sync
+    return max(0.0, lo - hi)
+
+
+def check_partitions(plan) -> None:
+    """ConfigError unless `plan.partitions` names every operator once with a candidate of its
+    tensor-parallel group (called by Plan's own validation)."""
+    from cost.errors import ConfigError
+
+    ops = [op for op, _ in plan.partitions]
+    if sorted(ops) != sorted(OPS):
+        raise ConfigError("plan.partitions must name each of " + ", ".join(OPS) + " once")
+    if is_megatron(dict(plan.partitions)):
+        return
+    if plan.sequence_parallel or not 4 <= plan.tp <= MAX_SPATIAL_TEMPORAL_GROUP:
+        raise ConfigError("per-operator partitions need sequence_parallel off and"
+                          f" 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
+    for op, spec in plan.partitions:
+        allowed = ([spec_of(c) for c in core_candidates(plan.tp, True)] if op == "attn_core"
+                   else [c.spec() for c in op_candidates(plan.tp, True)])
+        if spec not in allowed:
+            raise ConfigError(f"plan.partitions.{op}: {spec!r} is not a partition of tp={plan.tp};"
+                              " use one of " + ", ".join(allowed))

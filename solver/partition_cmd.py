@@ -1,0 +1,103 @@
+"""Readable per-operator partitions of a plan, for `paraplan plan` (cost/partition.py)."""
+
+from __future__ import annotations
+
+from cost import partition as P
+from cost.specs import Instance, Plan
+
+
+def _where(ranks_span: int, gpus_per_node: int) -> str:
+    """'node' when a group of consecutive-rank span `ranks_span` fits in one node."""
+    return "node" if ranks_span <= gpus_per_node else "nodes"
+
+
+def describe_partitions(plan: Plan, inst: Instance) -> list[str]:
+    """One line per operator, e.g. `mlp.fc1: K@nodes, P2x2@node`; [] for a Megatron plan."""
+    if not plan.partitions or P.is_megatron(dict(plan.partitions)):
+        return []
+    gpn = inst.cluster.gpus_per_node
+    out = []
+    for op, spec in plan.partitions:
+        if op == "attn_core":
+            line = f"{P.DISPLAY_NAMES[op]}: heads@{_where(plan.tp, gpn)}"
+            if spec != "heads":
+                q = spec.split("P")[1].rstrip("s")
+                what = "skewed input" if spec.endswith("s") else "output"
+                line += f" (chunks aligned to the P{q}x{q} {what})"
+            out.append(line)
+            continue
+        p = P.parse_op(spec, plan.tp)
+        inner = _where(p.q * p.q, gpn)
+        # the outer split's ranks are q^2 apart and span the whole group
+        outer = _where(plan.tp, gpn)
+        out.append(f"{P.DISPLAY_NAMES[op]}: {p.describe((outer, inner))}")
+    return out
+
+
+def cmd_partition(args) -> int:
+    """`paraplan partition INSTANCE --tp T`: the per-layer partition problem of one tensor-parallel
+    group, solved by the segmented DP (its whole Pareto front) and checked point by point by the
+    MILP; exit 1 if they disagree."""
+    import json
+    import math
+    import sys
+
+    from cost.coefficients import homogeneous_placement
+    from cost.comm import NetEfficiency
+    from cost.errors import InstanceError
+    from cost.specs import Outer
+    from formulations.partition import solve_partition_milp
+    from formulations.partition_dp import min_time, pareto_front
+    from solver.format import gib, seconds, table
+    from solver.inputs import load_from_args
+    from solver.partition_plans import problem_from_table
+
+    inst = load_from_args(args)
+    t, m = args.tp, inst.model
+    if t < 4 or t > P.MAX_SPATIAL_TEMPORAL_GROUP or t & (t - 1) or inst.cluster.num_gpus % t \
+            or m.heads % t or (m.kv_heads % t and t % m.kv_heads):
+        raise InstanceError(inst.source, "--tp", f"tp={t} cannot carry per-operator partitions",
+                            f"use a power of two from 4 to {P.MAX_SPATIAL_TEMPORAL_GROUP} that divides"
+                            " the GPUs and the attention heads")
+    if m.seq_len % args.cp:
+        raise InstanceError(inst.source, "--cp", f"cp={args.cp} does not divide seq_len {m.seq_len}",
+                            "use a divisor of the sequence length")
+    o = Outer(tp=t, pp=1, dp=1, cp=args.cp, micro_batch=args.micro_batch, num_micro_batches=1)
+    site = homogeneous_placement(inst.cluster, o).sites[0]
+    table_ = P.table_for(inst, o, site, NetEfficiency())
+    pb = problem_from_table(table_)
+    rows, agree = [], True
+    for time_s, act, ws, choice in pareto_front(pb):
+        mi = solve_partition_milp(pb, act_cap_bytes=act, ws_cap_bytes=ws)
+        ok = mi.status == "optimal" and math.isclose(mi.time_s, time_s, rel_tol=1e-9)
+        agree &= ok
+        plan = {op: pb.labels[op][k] for op, k in choice.items()}
+        rows.append({"time_s": time_s, "act_bytes": act, "workspace_bytes": ws, "plan": plan,
+                     "milp_time_s": mi.time_s, "agree": ok})
+    if args.json:
+        json.dump({"tp": t, "micro_batch": args.micro_batch, "cp": args.cp, "front": rows,
+                   "agree": agree}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{inst.name}: one layer, micro-batch {args.micro_batch}, tp={t}, cp={args.cp}:"
+              f" {len(rows)} Pareto-optimal per-operator plans (segmented DP), each re-solved by"
+              " the MILP under the same memory caps")
+        body = [[seconds(r["time_s"]), gib(r["act_bytes"]), gib(r["workspace_bytes"]),
+                 "yes" if r["agree"] else "NO",
+                 ", ".join(f"{P.DISPLAY_NAMES[op]}={s}" for op, s in r["plan"].items())] for r in rows]
+        print(table(["layer time", "activations", "workspace", "MILP agrees", "plan"], body))
+        print("AGREE" if agree else "DISAGREE")
+    return 0 if agree else 1
+
+
+def register(sub) -> None:
+    from solver.inputs import add_instance_args
+
+    p = sub.add_parser("partition", help="per-layer Pareto front of per-operator tensor partitions"
+                       " (segmented DP, checked by the MILP)")
+    add_instance_args(p)
+    p.add_argument("--tp", type=int, required=True, help="tensor-parallel group size (4 to 32)")
+    p.add_argument("--micro-batch", type=int, default=1, dest="micro_batch")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel degree (default 1)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_partition)
