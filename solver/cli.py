@@ -24,8 +24,11 @@ def _emit_json(obj) -> None:
 def cmd_simulate(args) -> int:
     from cost.loader import load_plan
     from cost.simulate import simulate
+    from solver import hetero_commands
     from solver.format import breakdown_json, breakdown_text
 
+    if hetero_commands.is_hetero(args):
+        return hetero_commands.cmd_simulate(args)
     inst = load_from_args(args)
     plan = load_plan(args.plan, inst)
     try:

@@ -164,6 +164,34 @@ def cmd_plan(args, progress=None) -> int:
     return 0 if res.status != "timeout" else 3
 
 
+def cmd_simulate(args) -> int:
+    """`paraplan simulate HETERO.yaml --plan PLAN.yaml`: the plan on every network scenario."""
+    from cost.hetero_loader import load_hetero_plan
+    from cost.hetero_simulate import simulate_hetero
+
+    inst = _load(args)
+    plan = load_hetero_plan(args.plan, inst)
+    bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
+    if args.json:
+        json.dump({name: {"iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
+                          "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
+                          "idle_gpus": bd.idle_gpus,
+                          "classes": [{"pipeline_time_s": c.pipeline_time_s, "stage_time_s": c.stage_time_s,
+                                       "mem_bytes": c.mem_bytes, "capacity_bytes": c.capacity_bytes}
+                                      for c in bd.classes]} for name, bd in bds},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(describe_cluster(inst))
+    print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
+    print(breakdown_text(bds[0][1], inst))
+    if len(bds) > 1:
+        print("\n" + table(["scenario", "iteration", "tokens/s"],
+                           [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],
+                           align="lrr"))
+    return 0
+
+
 def cmd_exhaustive(args) -> int:
     from solver.exhaustive import SpaceTooLarge
     from solver.hetero_exhaustive import hetero_exhaustive

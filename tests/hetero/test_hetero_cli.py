@@ -77,3 +77,15 @@ def test_replan_with_a_plan_for_another_cluster_is_one_line(tmp_path, capsys):
     assert main(["replan", DYNAMIC, "--plan", str(bad), "--event", EVENT]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err
+
+
+def test_simulate_a_plan_on_every_scenario(tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", DYNAMIC, "--json", "-o", str(out)]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert main(["simulate", DYNAMIC, "--plan", str(out), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert set(sim) == {"nominal", "inter-site-5pct", "west-nic-50g"}
+    # the plan was optimised for the nominal network: simulating it again gives its objective
+    assert sim["nominal"]["iter_time_s"] == pytest.approx(planned["objective_s"], rel=1e-12)
+    assert all(s["fits_memory"] for s in sim.values())
