@@ -63,7 +63,16 @@ DISCUSSION = """## Why the predictions differ from the paper (no parameter was t
   adds) replicated, as Megatron does, so every P operator gathers its output back onto all
   GPUs (an all-gather over NVLink, half an all-reduce). PrimePar also partitions the norms
   and element-wise operators and avoids that. Modelling partitioned residual layouts is the
-  largest missing piece (README, "Per-operator tensor partitions", not modelled).
+  largest missing piece (README, "Per-operator tensor partitions", not modelled); only
+  Megatron's sequence-split stream is modelled, and these instances keep sequence
+  parallelism off, as the paper's Megatron baseline does.
+- **Token splits.** Every linear operator may also split by tokens (`T`: the whole weight on
+  every GPU of the group, no activation traffic, one fp32 weight-gradient all-reduce over the
+  group per iteration). No case here picks it: one OPT-175B MLP matrix (12288 x 49152 =
+  604 M parameters) replicated with its gradient and Adam state is 10.9 GB per layer per GPU,
+  and its gradient all-reduce moves 2.4 GB over the group per iteration. It pays off for
+  narrow models with long sequences (tests/partition: a 512-wide model, 4k tokens, tp = 8
+  across nodes splits its MLP, or with sequence parallelism every linear op, by tokens).
 - **Precision and kernel overheads.** The paper's kernel times point to FP32 GEMMs (about
   15 TFLOP/s per V100); paraplan uses the fp16 tensor-core peak (125 TFLOP/s) with the
   catalogue's unfitted V100 efficiencies, so compute per step is several times shorter and the
@@ -130,9 +139,9 @@ def _cross_check(inst, res) -> tuple[int, int]:
     site = homogeneous_placement(inst.cluster, o).sites[0]
     pb = partition_plans.problem_from_table(P.table_for(inst, o, site, NET))
     agree = total = 0
-    for t, a, w, _ in pareto_front(pb):
-        m = solve_partition_milp(pb, act_cap_bytes=a, ws_cap_bytes=w)
-        d = min_time(pb, act_cap_bytes=a, ws_cap_bytes=w)
+    for t, a, w, r, g, _ in pareto_front(pb):
+        m = solve_partition_milp(pb, act_cap_bytes=a, ws_cap_bytes=w, params_cap=r, sync_cap_s=g)
+        d = min_time(pb, act_cap_bytes=a, ws_cap_bytes=w, params_cap=r, sync_cap_s=g)
         total += 1
         agree += int(m.status == d.status == "optimal" and math.isclose(m.time_s, d.time_s, rel_tol=1e-9))
     return agree, total

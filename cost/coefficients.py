@@ -151,7 +151,12 @@ class LayerTerms:
     `fwd_s`/`bwd_s` include the exposed tensor/context-parallel communication; `parts` split
     fwd+bwd by name (they sum to fwd_s + bwd_s); `rc_fwd_s` is the forward a full recompute
     replays. Memory: `act_bytes` stashed for backward, `ckpt_bytes` kept when fully recomputed,
-    `workspace_bytes` transient while the layer runs (backward buffers, double buffers)."""
+    `workspace_bytes` transient while the layer runs (backward buffers, double buffers).
+    Per iteration: `replicated_params` weight parameters a GPU holds beyond its 1/tp share
+    (operators split by tokens, cost/partition.py: their weights, gradients and optimizer state
+    are replicated over the group, and they join the layer's data-parallel gradient sync and
+    optimizer step), `grad_sync_s` the all-reduce of those weights' gradients over the group,
+    which precedes the data-parallel sync (0 for Megatron's splits)."""
 
     fwd_s: float
     bwd_s: float
@@ -161,6 +166,8 @@ class LayerTerms:
     act_bytes: float
     ckpt_bytes: float
     workspace_bytes: float
+    replicated_params: float = 0.0
+    grad_sync_s: float = 0.0
 
 
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
@@ -235,7 +242,9 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
 
     # ZeRO-3: gather this layer's weights before forward and backward, reduce-scatter grads
     # after backward, each prefetched behind the neighbouring layer's compute (FSDP)
-    lp = layer_params(m) / o.tp
+    # lp: the parameters one GPU holds, its 1/tp share plus any replicated over the group
+    assert not (o.zero == 3 and lt.replicated_params), "token splits are not priced with ZeRO-3"
+    lp = layer_params(m) / o.tp + lt.replicated_params
     z3_f = z3_b = z3_b_rc = 0.0
     zero3_total = 0.0
     if o.zero == 3 and dp_n > 1:
@@ -264,9 +273,12 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         else:  # distributed optimizer: reduce-scatter grads, all-gather updated bf16 weights
             g_sync = comm.all_gather_time_s(gb, dp_n, dp_link, dp_inter, net)
             ag_after = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+        # the group's weight-gradient all-reduce of token-split ops comes first (the same
+        # gradients, then reduced over the data-parallel ranks); once per iteration
+        g_sync += lt.grad_sync_s
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it
         g_exposed = max(0.0, g_sync - bwd)
-    overlapped["dp_grad_sync"] = g_sync - g_exposed
+    overlapped["dp_grad_sync"] = g_sync - g_exposed  # token-split ops' group all-reduce included
     return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b, recompute_time=rc_fwd + z3_b_rc - z3_b,
                        layer_sync=g_exposed + ag_after + step_s, grad_tail=g_sync - g_exposed,
                        parts=parts, overlapped=overlapped, terms=lt)
@@ -344,7 +356,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
 
     # --- memory
     inflight = in_flight_micro_batches(pp, mb, v)
-    state = memory.layer_state_bytes(m, tp, o.zero, dp_n)
+    # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate
+    state = [memory.layer_state_bytes(m, tp, o.zero, dp_n)
+             + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n) for x in per_stage]
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1)
     if pp > 1:
@@ -366,7 +380,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         outer=o, layers=m.layers,
         layer_time_s=col("layer_time"), recompute_time_s=col("recompute_time"), stage_time_s=stage_time,
         layer_sync_time_s=col("layer_sync"), stage_sync_time_s=stage_sync,
-        layer_state_bytes=np.full(pp, float(state)), layer_act_bytes=act, layer_ckpt_bytes=ckpt,
+        layer_state_bytes=np.array(state, float), layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
         capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in pl.sites], float),
         layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},

@@ -23,11 +23,32 @@ J ways over w (the slow ranks, e.g. across nodes), then P(q x q) runs inside eac
 no grid, i.e. Megatron 1-D over all t ranks). Written like PrimePar's Alg. 1 sequences:
 `K` / `N` (1-D over the whole group), `P2x2`, `K2*P2x2` (K split in two, P(2x2) inside).
 
+Token split "T": the op's input rows (tokens) are split t ways and every GPU holds the whole
+weight (data parallelism over the tp group for this one operator). A linear op's GEMM is
+row-separable, O[m, :] = I[m, :] W, so splitting the batch or the sequence dimension is the
+same operator partition: both cut the M = b*s rows of [b*s, N] x [N, K] into t blocks, with
+the same GEMM, stash, layout sizes and weight-gradient sum; one candidate "T" covers both
+(its rows are those of the GPU's token slice, in any fixed order). Costs: no activation
+communication inside the op; its input and output layouts are token blocks (reshards to the
+replicated residual stream and to the head-split attention core go through the same cell
+machinery); the weight, its gradient and its optimizer state are replicated on all t GPUs
+(`replicated_params`, counted in the layer's state bytes by cost/coefficients.build), and the
+weight gradient, accumulated locally over the micro-batches, is summed by one ring all-reduce
+over the group per iteration (`grad_sync_s`, fp32), which runs before and like the
+data-parallel gradient sync (cost/coefficients._layer_costs: overlapped with the last
+micro-batch's backward, once per iteration). The attention core is not a linear op: it keeps
+its head split.
+
 Declared-space rules (documented limits of this model):
 - The residual stream between sub-blocks is replicated over the group (Megatron without
-  sequence parallelism); with sequence parallelism only the all-Megatron plan is offered.
-- Batch and sequence splits inside the group are not candidates: they would replicate the
-  weights, which is what the outer data/context parallel degrees already do.
+  sequence parallelism) or, with sequence parallelism, split by tokens: GPU rho holds token
+  block rho, which is exactly a T op's layout. Every op then reshards from/to that layout
+  (partial sums reduce-scattered onto it when each holder needs its own share: Megatron's
+  sequence-parallel reduce-scatter), so P, T and Megatron's splits all combine with
+  sequence parallelism; Megatron's column-parallel ops stash their sequence-parallel input
+  shard (re-gathered in backward, hidden, as megatron_layer assumes).
+- T is not offered with ZeRO-3: FSDP would gather and reduce-scatter the replicated weight
+  over the data-parallel group every micro-batch, a different gradient path than the one priced.
 - Every layer uses the same partition plan (layers are identical).
 
 Costs of one layer, one micro-batch, one GPU (all exact functions of the instance):
@@ -38,11 +59,14 @@ Costs of one layer, one micro-batch, one GPU (all exact functions of the instanc
 - resharding between consecutive operators (PrimePar Eqs. 8-9): partial sums are all-reduced
   over the ranks that hold them, then every GPU fetches the cells of its next block that it
   lacks; time = the largest per-GPU volume / link bandwidth + one latency per distinct source
-  set, on the smallest aligned rank block that contains the sources. On Megatron's layouts this
-  is exactly the ring all-reduce / all-gather of cost/comm.py. Reshards are on the critical path
+  set, on the smallest aligned rank block that contains the sources. When every holder of a
+  partial block needs its own equal share of it, a reduce-scatter onto those shares is priced
+  instead if faster. On Megatron's layouts this is exactly the ring all-reduce / all-gather /
+  reduce-scatter of cost/comm.py. Reshards are on the critical path
   (as Megatron's tensor-parallel collectives are in megatron_layer).
 - memory: each op stashes its own input block for the weight gradient; P ops need a double
-  buffer for the blocks in flight (transient, added to the layer's workspace).
+  buffer for the blocks in flight (transient, added to the layer's workspace); T ops hold
+  (1 - 1/t) of their weight more than a split op (state, per layer, not transient).
 """
 
 from __future__ import annotations
@@ -73,7 +97,8 @@ GRAD_ACCUM_BYTES = 4
 @dataclass(frozen=True, slots=True)
 class OpPartition:
     """Split the weight's `outer` dimension ("K" columns or "N" rows) over `outer_parts` slow
-    ranks, then run P(q x q) on the fast ranks; `outer` is "P" for a bare grid (one part)."""
+    ranks, then run P(q x q) on the fast ranks; `outer` is "P" for a bare grid (one part),
+    "T" for a token split over all ranks (weights replicated, q = 1)."""
 
     outer: str
     outer_parts: int
@@ -121,7 +146,21 @@ def op_candidates(t: int, spatial_temporal: bool) -> list[OpPartition]:
         for q in powers_of_two_squares(t):
             j = t // (q * q)
             out += [OpPartition("P", 1, q)] if j == 1 else [OpPartition("K", j, q), OpPartition("N", j, q)]
+        out.append(OpPartition("T", t, 1))
     return out
+
+
+def is_token_split(spec: str) -> bool:
+    return spec == "T"
+
+
+def token_split_allowed(o: Outer) -> bool:
+    """T is not offered with ZeRO-3 (module docstring)."""
+    return o.zero < 3
+
+
+def plan_allowed(plan: dict[str, str], o: Outer) -> bool:
+    return token_split_allowed(o) or not any(is_token_split(plan[op]) for op in LINEAR_OPS)
 
 
 def core_candidates(t: int, spatial_temporal: bool) -> list[str]:
@@ -170,6 +209,8 @@ def op_layout(p: OpPartition, t: int, role: str) -> tuple[np.ndarray, int]:
     role: "in" (input at forward step 0), "out" (output after forward), "dy" (output gradient
     at backward step 0), "dx" (input gradient after backward). PrimePar Eqs. 4-5 with t = 0 /
     the last step: in (M=r, N=r+c), out and dy (M=r, K=c), dx (M=r, N=r+c-1)."""
+    if p.outer == "T":  # every tensor is a block of token rows with whole columns
+        return _block_mask(t, lambda rho: (rho, t), lambda rho: (0, 1)), 1
     q, J = p.q, p.outer_parts
     skew = {"in": 0, "dx": -1}.get(role, None)
     rows = lambda rho: (_grid(rho, q)[1], q)  # noqa: E731
@@ -310,6 +351,8 @@ class OpCost:
     stash_bytes: float  # input block kept for the weight gradient
     buffer_bytes: float  # double buffer of the blocks in flight
     ring_inter_node: bool = False  # the P grid's ring crosses nodes
+    replicated_params: float = 0.0  # weight parameters held beyond a 1/t share (T ops)
+    grad_sync_s: float = 0.0  # per iteration: weight-gradient all-reduce over the group (T ops)
 
     @property
     def ring_exposed_s(self) -> float:
@@ -321,6 +364,15 @@ def linear_op_cost(ctx: LayerContext, name: str, p: OpPartition) -> OpCost:
     gpu, t, T = ctx.site.gpu, ctx.outer.tp, ctx.tokens
     N, K, calls = op_dims(ctx.inst)[name]
     flops = 2 * T * N * K / t / calls  # per GEMM call, per phase
+    if p.outer == "T":
+        # the GEMMs of a 1/t token block with the whole weight: the FLOPs of a K or N split;
+        # the whole weight's fp32 gradient is ring-all-reduced over the group once per iteration
+        f = calls * matmul_time_s(flops, gpu)
+        link, inter = ctx.site.tp_link
+        sync = comm.all_reduce_time_s(GRAD_ACCUM_BYTES * N * K, t, link, inter, ctx.net)
+        return OpCost(f, BACKWARD_LINEAR_FACTOR * f, (1 + BACKWARD_LINEAR_FACTOR) * f, 0.0,
+                      BF16_BYTES * T * N / t, 0.0, replicated_params=N * K * (1 - 1 / t),
+                      grad_sync_s=sync)
     n_loc = N / p.outer_parts if p.outer == "N" else N
     k_loc = K / p.outer_parts if p.outer == "K" else K
     stash = BF16_BYTES * T * n_loc / p.q ** 2
@@ -359,13 +411,34 @@ def _ring_link(ctx: LayerContext, q: int) -> tuple[Link, bool]:
     return ctx.inst.cluster.inter_node, True
 
 
-def _reduce_time_s(ctx: LayerContext, p: OpPartition, block_bytes: float) -> tuple[float, bool]:
-    """All-reduce of partial sums held by the J slow ranks (stride q^2), and whether it
-    crosses nodes."""
+def _reduce_time_s(ctx: LayerContext, p: OpPartition, block_bytes: float,
+                   scatter: bool = False) -> tuple[float, bool]:
+    """All-reduce (or, with `scatter`, reduce-scatter) of partial sums held by the J slow
+    ranks (stride q^2), and whether it crosses nodes."""
     if p.outer_parts <= 1:
         return 0.0, False
     link = _strided_link(ctx.inst, ctx.outer, ctx.site, p.outer_parts, p.q * p.q)
-    return comm.all_reduce_time_s(block_bytes, p.outer_parts, link[0], link[1], ctx.net), link[1]
+    collective = comm.all_gather_time_s if scatter else comm.all_reduce_time_s
+    return collective(block_bytes, p.outer_parts, link[0], link[1], ctx.net), link[1]
+
+
+def _scattered(mask: np.ndarray, dst: np.ndarray, J: int, stride: int) -> np.ndarray | None:
+    """The layout after a reduce-scatter inside every group of J ranks `stride` apart that
+    hold the same partial cells, when each member keeps the cells of the group's block it
+    needs in `dst`; None unless those needs split the block into J equal disjoint parts (then
+    only the all-reduce is offered)."""
+    out = np.zeros_like(mask)
+    for first in range(stride):
+        members = [first + w * stride for w in range(J)]
+        block = mask[members[0]]
+        need = [dst[m] & block for m in members]
+        covered = np.zeros_like(block)
+        for m, cells in zip(members, need):
+            if cells.sum() * J != block.sum() or (covered & cells).any():
+                return None
+            covered |= cells
+            out[m] = cells
+    return out
 
 
 def _move(ctx: LayerContext, links: Links, src_p: OpPartition | None, src, dst, rows_cols) -> float:
@@ -374,16 +447,31 @@ def _move(ctx: LayerContext, links: Links, src_p: OpPartition | None, src, dst, 
 
 
 def _move_split(ctx, links, src_p, src, dst, rows_cols) -> tuple[float, float]:
-    """_move's time and the part of it spent on inter-node links."""
+    """_move's time and the part of it spent on inter-node links.
+
+    Partial sums are all-reduced over the ranks that hold them, then the missing cells are
+    fetched; or, when every holder needs a distinct equal share of the block in `dst` (e.g.
+    Megatron's row-parallel output onto the sequence-parallel stream), reduce-scattered onto
+    those shares first (half the all-reduce's ring volume), then the rest is fetched. Both are
+    schedules that deliver `dst`; the faster one is priced."""
     t = ctx.outer.tp
     rows, cols = rows_cols
     cell = BF16_BYTES * rows * cols / (t * t)
     mask, partial = src
+    block_bytes = BF16_BYTES * rows * cols * mask[0].sum() / (t * t)
     red, red_inter = 0.0, False
     if partial > 1:
-        red, red_inter = _reduce_time_s(ctx, src_p, BF16_BYTES * rows * cols * mask[0].sum() / (t * t))
+        red, red_inter = _reduce_time_s(ctx, src_p, block_bytes)
     fetch, fetch_inter = _reshard(mask, dst, cell, links, ctx.net)
-    return red + fetch, red * red_inter + fetch * fetch_inter
+    best = (red + fetch, red * red_inter + fetch * fetch_inter)
+    if partial > 1:
+        kept = _scattered(mask, dst, partial, src_p.q * src_p.q)
+        if kept is not None:
+            red, red_inter = _reduce_time_s(ctx, src_p, block_bytes, scatter=True)
+            fetch, fetch_inter = _reshard(kept, dst, cell, links, ctx.net)
+            if red + fetch < best[0]:
+                best = (red + fetch, red * red_inter + fetch * fetch_inter)
+    return best
 
 
 @dataclass(frozen=True)
@@ -394,7 +482,9 @@ class LayerTable:
     that candidate, reshards to/from the residual stream included; `pair[(a, b)]`: array
     [cands(a), cands(b), 2] of (fwd_s, bwd_s) of the reshard between a and b.
     Layer totals: time = base + sum(unary) + sum(pair); act = base_act + sum; the workspace is
-    base_ws + max over ops of buffer_bytes."""
+    base_ws + max over ops of buffer_bytes; replicated parameters and the per-iteration
+    weight-gradient sync over the group (T ops only, zero for the others and the core) are
+    sums over ops."""
 
     candidates: dict[str, tuple]  # OpPartition per linear op, head-assignment name for the core
     unary: dict[str, np.ndarray]
@@ -404,6 +494,8 @@ class LayerTable:
     compute: dict[str, np.ndarray]  # [candidates] GEMM time, forward + backward
     inter_node: dict[str, np.ndarray]  # [candidates] exposed time on inter-node links
     pair_inter_node: dict[tuple[str, str], np.ndarray]  # [cands(a), cands(b)] the same, per edge
+    replicated_params: dict[str, np.ndarray]  # [candidates] parameters beyond a 1/t share
+    grad_sync_s: dict[str, np.ndarray]  # [candidates] per iteration, weight-grad all-reduce
 
 
 # P(q x q) needs q^2 >= 4 ranks; above 32 ranks the cell grids (t^3 cells) grow large and no
@@ -413,7 +505,7 @@ MAX_SPATIAL_TEMPORAL_GROUP = 32
 
 def spatial_temporal_allowed(o: Outer) -> bool:
     """Whether per-operator plans beyond Megatron's are offered for this outer configuration."""
-    return not o.sequence_parallel and 4 <= o.tp <= MAX_SPATIAL_TEMPORAL_GROUP
+    return 4 <= o.tp <= MAX_SPATIAL_TEMPORAL_GROUP
 
 
 def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
@@ -425,9 +517,14 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
     dims = op_dims(inst)
     cands = {op: tuple(op_candidates(t, st)) for op in LINEAR_OPS}
     cands["attn_core"] = tuple(core_candidates(t, st))
-    R = replicated_layout(t)
+    # the residual stream: replicated, or with sequence parallelism split by tokens (GPU rho
+    # holds token block rho: the layout of a T op, so T ops meet it without moving anything)
+    sp = o.sequence_parallel
+    R = op_layout(OpPartition("T", t, 1), t, "in")[0] if sp else replicated_layout(t)
 
-    unary, ring, compute, inter = {}, {}, {}, {}
+    unary, ring, compute, inter, rep, sync = {}, {}, {}, {}, {}, {}
+    for op in OPS:
+        rep[op], sync[op] = np.zeros(len(cands[op])), np.zeros(len(cands[op]))
     for op in LINEAR_OPS:
         N, K, _ = dims[op]
         rows = np.zeros((len(cands[op]), 4))
@@ -436,14 +533,29 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
             c = linear_op_cost(ctx, op, p)
             fwd, bwd = c.fwd_s, c.bwd_s
             inter_s = c.ring_exposed_s if c.ring_inter_node else 0.0
-            if op in ("qkv", "mlp_in"):  # input from the replicated residual stream
+            stash = c.stash_bytes
+            if op in ("qkv", "mlp_in"):  # input from the residual stream, gradient back to it
                 moved, moved_inter = _move_split(ctx, links, p, op_layout(p, t, "dx"), R, (T, N))
                 bwd, inter_s = bwd + moved, inter_s + moved_inter
-            if op in ("attn_out", "mlp_out"):  # output into the residual stream
+                if sp:  # e.g. Megatron's all-gather of the sequence-parallel input
+                    moved, moved_inter = _move_split(ctx, links, None, (R, 1),
+                                                     op_layout(p, t, "in")[0], (T, N))
+                    fwd, inter_s = fwd + moved, inter_s + moved_inter
+                if sp and p.outer == "K" and p.q == 1:
+                    # Megatron-LM stashes the sequence-parallel shard of a column-parallel
+                    # input and all-gathers it again in backward, overlapped with the
+                    # input-gradient GEMM (as megatron_layer prices it: not exposed)
+                    stash = BF16_BYTES * T * N / t
+            if op in ("attn_out", "mlp_out"):  # output into the residual stream, gradient back
                 moved, moved_inter = _move_split(ctx, links, p, op_layout(p, t, "out"), R, (T, K))
                 fwd, inter_s = fwd + moved, inter_s + moved_inter
-            rows[i] = (fwd, bwd, c.stash_bytes, c.buffer_bytes)
+                if sp:  # e.g. Megatron's all-gather of the sequence-parallel output gradient
+                    moved, moved_inter = _move_split(ctx, links, None, (R, 1),
+                                                     op_layout(p, t, "dy")[0], (T, K))
+                    bwd, inter_s = bwd + moved, inter_s + moved_inter
+            rows[i] = (fwd, bwd, stash, c.buffer_bytes)
             ring[op][i], compute[op][i], inter[op][i] = c.ring_overlapped_s, c.compute_s, inter_s
+            rep[op][i], sync[op][i] = c.replicated_params, c.grad_sync_s
         unary[op] = rows
     unary["attn_core"] = np.zeros((len(cands["attn_core"]), 4))
     inter["attn_core"] = np.zeros(len(cands["attn_core"]))
@@ -486,7 +598,7 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
         ckpt_bytes=mt.ckpt_bytes, workspace_bytes=mt.workspace_bytes)
     return LayerTable(candidates=cands, unary=unary, pair=pair, base=base,
                       ring_overlapped=ring, compute=compute, inter_node=inter,
-                      pair_inter_node=pair_inter)
+                      pair_inter_node=pair_inter, replicated_params=rep, grad_sync_s=sync)
 
 
 def _index(cands: tuple, spec: str) -> int:
@@ -504,23 +616,30 @@ def plan_indices(table: LayerTable, plan: dict[str, str]) -> dict[str, int]:
     return {op: _index(table.candidates[op], plan[op]) for op in OPS}
 
 
-def layer_vector(table: LayerTable, idx: dict[str, int]) -> tuple[float, float, float, float]:
-    """(fwd_s, bwd_s, act_bytes, workspace_bytes) of one layer under the chosen candidates."""
+# columns of a layer plan's vector (layer_vector, all_plans)
+VECTOR = ("fwd_s", "bwd_s", "act_bytes", "workspace_bytes", "replicated_params", "grad_sync_s")
+
+
+def layer_vector(table: LayerTable, idx: dict[str, int]) -> tuple[float, ...]:
+    """One layer under the chosen candidates, in VECTOR's order: (fwd_s, bwd_s, act_bytes,
+    workspace_bytes) per micro-batch, (replicated_params, grad_sync_s) per iteration."""
     fwd, bwd, act = table.base.fwd_s, table.base.bwd_s, table.base.act_bytes
-    buf = 0.0
+    buf = rep = sync = 0.0
     for op in OPS:
         u = table.unary[op][idx[op]]
         fwd, bwd, act, buf = fwd + u[0], bwd + u[1], act + u[2], max(buf, u[3])
+        rep += table.replicated_params[op][idx[op]]
+        sync += table.grad_sync_s[op][idx[op]]
     for a, b in EDGES:
         e = table.pair[(a, b)][idx[a], idx[b]]
         fwd, bwd = fwd + e[0], bwd + e[1]
-    return fwd, bwd, act, table.base.workspace_bytes + buf
+    return fwd, bwd, act, table.base.workspace_bytes + buf, rep, sync
 
 
 def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
     """LayerTerms of one per-operator plan (exposed tensor-parallel time in `tp_comm`)."""
     idx = plan_indices(table, plan)
-    fwd, bwd, act, ws = layer_vector(table, idx)
+    fwd, bwd, act, ws, rep, sync = layer_vector(table, idx)
     b = table.base
     compute = b.parts["compute"] + sum(table.compute[op][idx[op]] for op in LINEAR_OPS)
     ring = sum(table.ring_overlapped[op][idx[op]] for op in LINEAR_OPS)
@@ -535,30 +654,32 @@ def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
                              "tp_comm_inter_node": tp_inter,
                              "cp_comm_exposed": b.parts["cp_comm_exposed"]},
                       overlapped=overlapped, act_bytes=act, ckpt_bytes=b.ckpt_bytes,
-                      workspace_bytes=ws)
+                      workspace_bytes=ws, replicated_params=rep, grad_sync_s=sync)
 
 
 def all_plans(table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
-    """Every per-operator plan of the table: (indices [n, 5] in OPS order, vectors [n, 4])
-    of (fwd_s, bwd_s, act_bytes, workspace_bytes), vectorised over the product of candidates."""
+    """Every per-operator plan of the table: (indices [n, 5] in OPS order, vectors [n, 6] in
+    VECTOR's order), vectorised over the product of candidates."""
     sizes = [len(table.candidates[op]) for op in OPS]
     idx = np.array(list(itertools.product(*[range(s) for s in sizes])), dtype=np.int64).reshape(-1, len(OPS))
     pos = {op: k for k, op in enumerate(OPS)}
     fwd = np.full(len(idx), table.base.fwd_s)
     bwd = np.full(len(idx), table.base.bwd_s)
     act = np.full(len(idx), table.base.act_bytes)
-    buf = np.zeros(len(idx))
+    buf, rep, sync = np.zeros(len(idx)), np.zeros(len(idx)), np.zeros(len(idx))
     for op in OPS:
         u = table.unary[op][idx[:, pos[op]]]
         fwd += u[:, 0]
         bwd += u[:, 1]
         act += u[:, 2]
         buf = np.maximum(buf, u[:, 3])
+        rep += table.replicated_params[op][idx[:, pos[op]]]
+        sync += table.grad_sync_s[op][idx[:, pos[op]]]
     for a, b in EDGES:
         e = table.pair[(a, b)][idx[:, pos[a]], idx[:, pos[b]]]
         fwd += e[:, 0]
         bwd += e[:, 1]
-    return idx, np.stack([fwd, bwd, act, table.base.workspace_bytes + buf], axis=1)
+    return idx, np.stack([fwd, bwd, act, table.base.workspace_bytes + buf, rep, sync], axis=1)
 
 
 def plan_from_indices(table: LayerTable, row) -> dict[str, str]:
@@ -598,8 +719,9 @@ def _terms(inst, o, site, net, frozen) -> LayerTerms:
     if is_megatron(plan):  # priced by megatron_layer itself (the table reproduces it: tested)
         return megatron_layer(inst, o, site, net)
     if not spatial_temporal_allowed(o):
-        raise ValueError(f"per-operator partitions need sequence parallelism off and"
-                         f" 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
+        raise ValueError(f"per-operator partitions need 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
+    if not plan_allowed(plan, o):
+        raise ValueError("token splits (T) are not offered with ZeRO-3")
     return layer_terms(table_for(inst, o, site, net), plan)
 
 
@@ -611,16 +733,19 @@ def plan_layer_fn(partitions: tuple[tuple[str, str], ...]):
 
 
 def grad_sync_threshold_s(inst: Instance, o: Outer, site: Site, dp_ranks: int,
-                          net: NetEfficiency) -> float:
-    """g: the per-layer gradient sync time that a layer's backward can hide (0 with ZeRO-3 or
-    one replica). cost/coefficients exposes max(0, g - bwd_s) per layer, the only coefficient
-    that *falls* as a layer gets slower; read off `_layer_costs` itself (bwd 0 vs unbounded)
-    so it can never drift from the coefficients."""
+                          net: NetEfficiency, replicated_params: float = 0.0,
+                          grad_sync_s: float = 0.0) -> float:
+    """g: the per-layer gradient sync time (the group's weight-gradient all-reduce of T ops,
+    then the data-parallel sync) that a layer's backward can hide (0 with ZeRO-3 or one
+    replica and no T op). cost/coefficients exposes max(0, g - bwd_s) per layer, the only
+    coefficient that *falls* as a layer gets slower; read off `_layer_costs` itself (bwd 0 vs
+    unbounded) so it can never drift from the coefficients."""
     from cost.coefficients import _layer_costs
 
     def terms(bwd_s):
         lt = LayerTerms(fwd_s=0.0, bwd_s=bwd_s, rc_fwd_s=0.0, parts={}, overlapped={},
-                        act_bytes=0.0, ckpt_bytes=0.0, workspace_bytes=0.0)
+                        act_bytes=0.0, ckpt_bytes=0.0, workspace_bytes=0.0,
+                        replicated_params=replicated_params, grad_sync_s=grad_sync_s)
         return lambda *_: lt
 
     lo = _layer_costs(inst, o, site, dp_ranks, net, terms(0.0)).layer_sync
@@ -638,9 +763,11 @@ def check_partitions(plan) -> None:
         raise ConfigError("plan.partitions must name each of " + ", ".join(OPS) + " once")
     if is_megatron(dict(plan.partitions)):
         return
-    if plan.sequence_parallel or not 4 <= plan.tp <= MAX_SPATIAL_TEMPORAL_GROUP:
-        raise ConfigError("per-operator partitions need sequence_parallel off and"
-                          f" 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
+    if not 4 <= plan.tp <= MAX_SPATIAL_TEMPORAL_GROUP:
+        raise ConfigError(f"per-operator partitions need 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
+    if not plan_allowed(dict(plan.partitions), plan):
+        raise ConfigError("plan.partitions: token splits (T) are not offered with zero: 3;"
+                          " use zero 0, 1 or 2 or another partition")
     for op, spec in plan.partitions:
         allowed = ([spec_of(c) for c in core_candidates(plan.tp, True)] if op == "attn_core"
                    else [c.spec() for c in op_candidates(plan.tp, True)])

@@ -11,9 +11,14 @@ Parameters (`PartitionProblem`, built from cost/partition.py's LayerTable; no co
                                           from fixed layouts (the residual stream) included
     a_op  [bytes]   act_bytes[o][p]       activations o stashes for backward under p
     w_op  [bytes]   buffer_bytes[o][p]    transient double buffer of o under p
+    r_op  [params]  replicated_params[o][p]  weight parameters o holds beyond a 1/t share
+                                          (token splits replicate the weight; per layer)
+    g_op  [s]       grad_sync_s[o][p]     per iteration: o's weight-gradient all-reduce over
+                                          the group (token splits)
     e_ab  [s]       edge_time_s[(a,b)][p,p']   reshard of a's output to b's input (both passes)
     c0, a0, w0      the layer's time, activations and workspace that no choice changes
     A, B  [bytes]   caps on the layer's activations and workspace (epsilon-constraints)
+    R, G            caps on the replicated parameters and the per-iteration sync
 
 Variables
     x_op ∈ {0,1}                  o uses partition p
@@ -28,6 +33,13 @@ Constraints
     C3_col_{a}_{b}_{p'}     Σ_p y_abpp' = x_bp'      } (the marginals of a 0/1 outer product)
     C4_act                  a0 + Σ_o Σ_p a_op x_op <= A
     C5_buffer_{o}_{p}       w0 + w_op x_op <= B         (the workspace is a max over operators)
+    C6_params               Σ_o Σ_p r_op x_op <= R
+    C7_sync                 Σ_o Σ_p g_op x_op <= G
+
+The objective is the time of one micro-batch; the replicated parameters and the
+per-iteration sync are further criteria (their price depends on ZeRO, the data-parallel group
+and the micro-batch count, which the joint planner knows), so the per-layer answer is the
+Pareto set over (time, act, workspace, params, sync) and each point is this problem at its caps.
 
 The returned choice is re-evaluated in floating point (`PartitionProblem.evaluate`), so the
 reported time is the model's, not the backend's; "optimal" means SCIP proved optimality with
@@ -62,17 +74,22 @@ class PartitionProblem:
     base_time_s: float
     base_act_bytes: float
     base_ws_bytes: float
+    replicated_params: dict[str, np.ndarray]
+    grad_sync_s: dict[str, np.ndarray]
 
-    def evaluate(self, choice: dict[str, int]) -> tuple[float, float, float]:
-        """(time_s, act_bytes, workspace_bytes) of one choice, summed in a fixed order."""
-        t, a, w = self.base_time_s, self.base_act_bytes, 0.0
+    def evaluate(self, choice: dict[str, int]) -> tuple[float, float, float, float, float]:
+        """(time_s, act_bytes, workspace_bytes, replicated_params, grad_sync_s) of one choice,
+        summed in a fixed order."""
+        t, a, w, r, g = self.base_time_s, self.base_act_bytes, 0.0, 0.0, 0.0
         for o in self.ops:
             t += float(self.time_s[o][choice[o]])
             a += float(self.act_bytes[o][choice[o]])
             w = max(w, float(self.buffer_bytes[o][choice[o]]))
+            r += float(self.replicated_params[o][choice[o]])
+            g += float(self.grad_sync_s[o][choice[o]])
         for e in self.edges:
             t += float(self.edge_time_s[e][choice[e[0]], choice[e[1]]])
-        return t, a, self.base_ws_bytes + w
+        return t, a, self.base_ws_bytes + w, r, g
 
 
 @dataclass(frozen=True)
@@ -82,10 +99,13 @@ class PartitionResult:
     time_s: float | None
     act_bytes: float | None
     ws_bytes: float | None
+    params: float | None = None
+    sync_s: float | None = None
 
 
 def solve_partition_milp(pb: PartitionProblem, act_cap_bytes: float = float("inf"),
-                         ws_cap_bytes: float = float("inf")) -> PartitionResult:
+                         ws_cap_bytes: float = float("inf"), params_cap: float = float("inf"),
+                         sync_cap_s: float = float("inf")) -> PartitionResult:
     from ortools.linear_solver import pywraplp
 
     s = pywraplp.Solver.CreateSolver("SCIP")
@@ -111,6 +131,7 @@ def solve_partition_milp(pb: PartitionProblem, act_cap_bytes: float = float("inf
         room = (act_cap_bytes - pb.base_act_bytes) / MEM_UNIT_BYTES
         s.Add(sum(float(pb.act_bytes[o][p]) / MEM_UNIT_BYTES * v
                   for o in pb.ops for p, v in enumerate(x[o])) <= room, "C4_act")
+    _per_iteration_caps(s, pb, x, params_cap, sync_cap_s)
     obj.SetMinimization()
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(params.RELATIVE_MIP_GAP, 0.0)
@@ -120,8 +141,24 @@ def solve_partition_milp(pb: PartitionProblem, act_cap_bytes: float = float("inf
     if status != pywraplp.Solver.OPTIMAL:
         raise RuntimeError(f"SCIP returned status {status} on the partition MILP")
     choice = {o: int(np.argmax([v.solution_value() for v in x[o]])) for o in pb.ops}
-    t, a, w = pb.evaluate(choice)
-    return PartitionResult("optimal", choice, t, a, w)
+    return PartitionResult("optimal", choice, *pb.evaluate(choice))
+
+
+# the caps of C6/C7 are met with this slack (relative): they are set to a front point's own
+# value, a float sum the backend may recompute a few ulps higher; distinct plans differ by
+# whole weight matrices (>= millions of parameters) and whole all-reduces (>= microseconds)
+CAP_SLACK = 1e-9
+
+
+def _per_iteration_caps(s, pb: PartitionProblem, x, params_cap: float, sync_cap_s: float) -> None:
+    if np.isfinite(params_cap):
+        s.Add(sum(float(pb.replicated_params[o][p]) / MEM_UNIT_BYTES * v for o in pb.ops
+                  for p, v in enumerate(x[o])) <= params_cap * (1 + CAP_SLACK) / MEM_UNIT_BYTES,
+              "C6_params")
+    if np.isfinite(sync_cap_s):
+        s.Add(sum(float(pb.grad_sync_s[o][p]) / TIME_UNIT_S * v for o in pb.ops
+                  for p, v in enumerate(x[o])) <= sync_cap_s * (1 + CAP_SLACK) / TIME_UNIT_S,
+              "C7_sync")
 
 
 def pareto_front_milp(pb: PartitionProblem, rel_tol: float = 1e-9) -> list[tuple[float, float]]:

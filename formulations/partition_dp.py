@@ -5,31 +5,33 @@ The operators of a layer form chains cut at the residual stream (PrimePar cuts i
 block at the residual branch points; with the residual layout fixed, the attention chain
 qkv -> attn_core -> attn_out and the MLP chain mlp_in -> mlp_out share no edge). Inside a
 segment, Bellman's recursion over the chain (Eq. 11) runs on *labels* instead of scalars:
-a label is (time_s, act_bytes, buffer_bytes, choice) and, per state (the last operator's
-partition), only labels not dominated in all three are kept. Time and activations add along
-the chain and the buffer is a running max; all three are monotone, so a dominated prefix can
-never complete into a non-dominated plan and the kept labels are exactly the Pareto set.
+a label is (time_s, act_bytes, buffer_bytes, replicated_params, grad_sync_s, choice) and, per
+state (the last operator's partition), only labels not dominated in all five are kept. Time,
+activations, replicated parameters and sync add along the chain and the buffer is a running
+max; all five are monotone, so a dominated prefix can never complete into a non-dominated plan
+and the kept labels are exactly the Pareto set.
 Segments are then merged (Eqs. 13-14: min-plus over the cut point, here a sum because the cut
 is the fixed residual layout) and the union filtered again.
 
-`pareto_front` returns the exact Pareto set of (time, activations, workspace);
-`min_time` the optimum under caps, i.e. the MILP's epsilon-constraint problem.
+`pareto_front` returns the exact Pareto set of (time, activations, workspace, replicated
+parameters, sync); `min_time` the optimum under caps, i.e. the MILP's epsilon-constraint problem.
 """
 
 from __future__ import annotations
 
 from formulations.partition import PartitionProblem, PartitionResult
 
-Label = tuple[float, float, float, tuple[int, ...]]
+Label = tuple[float, float, float, float, float, tuple[int, ...]]
+_DIMS = 5  # the criteria of a label, before its choice
 
 
 def _dominates(a: Label, b: Label) -> bool:
-    return a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2]
+    return all(a[k] <= b[k] for k in range(_DIMS))
 
 
 def _prune(labels: list[Label]) -> list[Label]:
     """Keep the non-dominated labels; among equal vectors the first (enumeration order)."""
-    labels = sorted(labels, key=lambda x: (x[0], x[1], x[2]))
+    labels = sorted(labels, key=lambda x: x[:_DIMS])
     kept: list[Label] = []
     for lab in labels:
         if not any(_dominates(k, lab) for k in kept):
@@ -55,41 +57,44 @@ def segments(pb: PartitionProblem) -> list[list[str]]:
 def _segment_front(pb: PartitionProblem, seg: list[str]) -> list[Label]:
     first = seg[0]
     states = {p: [(float(pb.time_s[first][p]), float(pb.act_bytes[first][p]),
-                   float(pb.buffer_bytes[first][p]), (p,))] for p in range(len(pb.time_s[first]))}
+                   float(pb.buffer_bytes[first][p]), float(pb.replicated_params[first][p]),
+                   float(pb.grad_sync_s[first][p]), (p,))] for p in range(len(pb.time_s[first]))}
     for prev, o in zip(seg, seg[1:]):
         e = pb.edge_time_s[(prev, o)]
         new = {}
         for k in range(len(pb.time_s[o])):
             cand = [(t + float(e[p, k]) + float(pb.time_s[o][k]), a + float(pb.act_bytes[o][k]),
-                     max(w, float(pb.buffer_bytes[o][k])), ch + (k,))
-                    for p, labs in states.items() for (t, a, w, ch) in labs]
+                     max(w, float(pb.buffer_bytes[o][k])), r + float(pb.replicated_params[o][k]),
+                     g + float(pb.grad_sync_s[o][k]), ch + (k,))
+                    for p, labs in states.items() for (t, a, w, r, g, ch) in labs]
             new[k] = _prune(cand)
         states = new
     return _prune([lab for labs in states.values() for lab in labs])
 
 
-def pareto_front(pb: PartitionProblem) -> list[tuple[float, float, float, dict[str, int]]]:
-    """Exact Pareto set of (time_s, act_bytes, ws_bytes) over all per-operator plans."""
+def pareto_front(pb: PartitionProblem) -> list[tuple]:
+    """Exact Pareto set over all per-operator plans: (time_s, act_bytes, ws_bytes,
+    replicated_params, grad_sync_s, choice) rows, sorted."""
     segs = segments(pb)
-    front: list[Label] = [(pb.base_time_s, pb.base_act_bytes, 0.0, ())]
+    front: list[Label] = [(pb.base_time_s, pb.base_act_bytes, 0.0, 0.0, 0.0, ())]
     for seg in segs:
         part = _segment_front(pb, seg)
-        front = _prune([(t1 + t2, a1 + a2, max(w1, w2), c1 + c2)
-                        for (t1, a1, w1, c1) in front for (t2, a2, w2, c2) in part])
+        front = _prune([(t1 + t2, a1 + a2, max(w1, w2), r1 + r2, g1 + g2, c1 + c2)
+                        for (t1, a1, w1, r1, g1, c1) in front for (t2, a2, w2, r2, g2, c2) in part])
     out = []
     order = [o for seg in segs for o in seg]
-    for t, a, w, ch in front:
-        choice = dict(zip(order, ch))
+    for lab in front:
+        choice = dict(zip(order, lab[-1]))
         # re-evaluate in the problem's fixed order so DP and MILP report identical floats
-        t, a, ws = pb.evaluate(choice)
-        out.append((t, a, ws, choice))
-    return sorted(out, key=lambda x: (x[0], x[1], x[2]))
+        out.append((*pb.evaluate(choice), choice))
+    return sorted(out, key=lambda x: x[:_DIMS])
 
 
 def min_time(pb: PartitionProblem, act_cap_bytes: float = float("inf"),
-             ws_cap_bytes: float = float("inf")) -> PartitionResult:
+             ws_cap_bytes: float = float("inf"), params_cap: float = float("inf"),
+             sync_cap_s: float = float("inf")) -> PartitionResult:
     """The MILP's problem, solved from the Pareto set: the fastest plan within the caps."""
-    for t, a, w, choice in pareto_front(pb):  # sorted by time
-        if a <= act_cap_bytes and w <= ws_cap_bytes:
-            return PartitionResult("optimal", choice, t, a, w)
+    for t, a, w, r, g, choice in pareto_front(pb):  # sorted by time
+        if a <= act_cap_bytes and w <= ws_cap_bytes and r <= params_cap and g <= sync_cap_s:
+            return PartitionResult("optimal", choice, t, a, w, r, g)
     return PartitionResult("infeasible", None, None, None, None)

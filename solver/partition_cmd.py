@@ -12,7 +12,8 @@ def _where(ranks_span: int, gpus_per_node: int) -> str:
 
 
 def describe_partitions(plan: Plan, inst: Instance) -> list[str]:
-    """One line per operator, e.g. `mlp.fc1: K@nodes, P2x2@node`; [] for a Megatron plan."""
+    """One line per operator, e.g. `mlp.fc1: K@nodes, P2x2@node` or `mlp.fc2: T@node` (token
+    split, weights replicated on the group); [] for a Megatron plan."""
     if not plan.partitions or P.is_megatron(dict(plan.partitions)):
         return []
     gpn = inst.cluster.gpus_per_node
@@ -67,12 +68,14 @@ def cmd_partition(args) -> int:
     table_ = P.table_for(inst, o, site, NetEfficiency())
     pb = problem_from_table(table_)
     rows, agree = [], True
-    for time_s, act, ws, choice in pareto_front(pb):
-        mi = solve_partition_milp(pb, act_cap_bytes=act, ws_cap_bytes=ws)
+    for time_s, act, ws, params, sync_s, choice in pareto_front(pb):
+        mi = solve_partition_milp(pb, act_cap_bytes=act, ws_cap_bytes=ws, params_cap=params,
+                                  sync_cap_s=sync_s)
         ok = mi.status == "optimal" and math.isclose(mi.time_s, time_s, rel_tol=1e-9)
         agree &= ok
         plan = {op: pb.labels[op][k] for op, k in choice.items()}
-        rows.append({"time_s": time_s, "act_bytes": act, "workspace_bytes": ws, "plan": plan,
+        rows.append({"time_s": time_s, "act_bytes": act, "workspace_bytes": ws,
+                     "replicated_params": params, "grad_sync_s": sync_s, "plan": plan,
                      "milp_time_s": mi.time_s, "agree": ok})
     if args.json:
         json.dump({"tp": t, "micro_batch": args.micro_batch, "cp": args.cp, "front": rows,
@@ -83,9 +86,13 @@ def cmd_partition(args) -> int:
               f" {len(rows)} Pareto-optimal per-operator plans (segmented DP), each re-solved by"
               " the MILP under the same memory caps")
         body = [[seconds(r["time_s"]), gib(r["act_bytes"]), gib(r["workspace_bytes"]),
+                 f"{r['replicated_params'] / 1e6:.1f} M", seconds(r["grad_sync_s"]),
                  "yes" if r["agree"] else "NO",
                  ", ".join(f"{P.DISPLAY_NAMES[op]}={s}" for op, s in r["plan"].items())] for r in rows]
-        print(table(["layer time", "activations", "workspace", "MILP agrees", "plan"], body))
+        print("(replicated params: weights that token-split (T) operators hold on every GPU of the"
+              " group; grad sync: their weight-gradient all-reduce over the group, per iteration)")
+        print(table(["layer time", "activations", "workspace", "replicated params", "grad sync",
+                     "MILP agrees", "plan"], body))
         print("AGREE" if agree else "DISAGREE")
     return 0 if agree else 1
 

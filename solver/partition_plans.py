@@ -3,21 +3,31 @@
 Exactness argument. Every layer uses the same per-operator plan (declared-space rule, see
 cost/partition.py). For a fixed outer configuration, a layer plan enters the pipeline problem
 only through the per-layer coefficients of cost/coefficients.py, which are functions of the
-plan's LayerTerms vector (fwd_s, bwd_s, act_bytes, workspace_bytes; rc_fwd_s = fwd_s minus a
-plan-independent constant, ckpt_bytes and state bytes are plan-independent):
+plan's vector (cost/partition.VECTOR: fwd_s, bwd_s, act_bytes, workspace_bytes per
+micro-batch; replicated_params, grad_sync_s per iteration; rc_fwd_s = fwd_s minus a
+plan-independent constant, ckpt_bytes is plan-independent). With p = replicated_params
+(weights of token-split ops held beyond a 1/tp share) and g = the layer's hideable gradient
+sync (grad_sync_threshold_s: the group's weight-gradient all-reduce grad_sync_s, then the
+data-parallel sync of the layer's 1/tp share plus p):
     layer_time      = max(fwd, ag) + max(bwd, ag + rs)   (ag = rs = 0 unless ZeRO-3)
     recompute_time  non-decreasing in fwd and bwd
-    layer_sync      = max(0, g - bwd) + const            (g: grad_sync_threshold_s)
+    layer_sync      = max(0, g - bwd) + c(p)             (c: parameter all-gather and optimizer
+                                                          step of the 1/tp share plus p, non-decreasing)
     grad_tail       = min(g, bwd)
+    state bytes     = (1/tp share + p) * bytes per parameter
     act, workspace  the plan's own
-and the iteration time is non-decreasing in each coefficient while memory feasibility is
-monotone in act and workspace. So if plan A has fwd, bwd, act, workspace <= plan B's and
-min(bwd_A, g) >= min(bwd_B, g), every (split, recompute) feasible for B is feasible for A and
-no slower. Keeping the plans that no other plan dominates in the vector
-(fwd, bwd, act, workspace, -min(bwd, g)) therefore loses no optimum. The candidates of an outer
-configuration are those plans, computed from all per-operator plans (at most 6^4 x 5 = 6,480 per
-group of 32), and the branch-and-bound of solver/planner.py treats every (outer, layer plan)
-pair as one outer candidate: bounds, memory proofs and inner solves are unchanged, so
+(token splits are not offered with ZeRO-3, so ag and rs are plan-independent), and the
+iteration time is non-decreasing in each coefficient while memory feasibility is monotone in
+act, workspace and state. So if plan A has fwd, bwd, act, workspace, p, g <= plan B's and
+max(0, g_A - bwd_A) <= max(0, g_B - bwd_B), every (split, recompute) feasible for B is feasible
+for A and no slower. Keeping the plans that no other plan dominates in the vector
+(fwd, bwd, act, workspace, p, g, max(0, g - bwd)) therefore loses no optimum. When g <= bwd for
+every plan the last entry is 0 for all of them, and since g is non-decreasing in
+(p, grad_sync_s), the plan-only vector (fwd, bwd, act, workspace, p, grad_sync_s) is a
+(weaker, still exact) dominance that can be cached per layer table. The candidates of an outer
+configuration are those plans, computed from all per-operator plans (at most 7^4 x 5 = 12,005
+per group of 32), and the branch-and-bound of solver/planner.py treats every (outer, layer
+plan) pair as one outer candidate: bounds, memory proofs and inner solves are unchanged, so
 "optimal" is proved over outer x per-operator plans x splits x recompute. (The monotonicity
 holds in real arithmetic; in floating point ZeRO-3's recompute term, a difference of maxima,
 can round to +-1e-19 s, far below the planner's REL_TOL.)
@@ -61,21 +71,26 @@ def problem_from_table(table: P.LayerTable) -> PartitionProblem:
         buffer_bytes={o: table.unary[o][:, 3] for o in P.OPS},
         edge_time_s={e: table.pair[e][..., 0] + table.pair[e][..., 1] for e in P.EDGES},
         base_time_s=table.base.fwd_s + table.base.bwd_s, base_act_bytes=table.base.act_bytes,
-        base_ws_bytes=table.base.workspace_bytes)
+        base_ws_bytes=table.base.workspace_bytes,
+        replicated_params={o: table.replicated_params[o] for o in P.OPS},
+        grad_sync_s={o: table.grad_sync_s[o] for o in P.OPS})
 
 
 def pareto_mask(v: np.ndarray) -> np.ndarray:
     """Rows of v (to minimise) that no other row dominates; of equal rows, the first.
 
-    A dominating row precedes the row it dominates in lexicographic order, so one pass over
-    the rows in that order, comparing each with the rows kept so far, is exact."""
+    A dominating row precedes the row it dominates in lexicographic order, so the first
+    remaining row in that order is dominated by no remaining row, nor by a removed one (that
+    one's own dominator would have removed it too): keep it, remove every row it dominates
+    (itself and its duplicates included), repeat. One vectorised pass per kept row."""
     order = np.lexsort(v.T[::-1])  # stable: equal rows keep their index order
+    w = v[order]
     keep = np.zeros(len(v), bool)
-    kept = np.empty((0, v.shape[1]))
-    for i in order:
-        if not len(kept) or not (kept <= v[i]).all(1).any():
-            keep[i] = True
-            kept = np.vstack([kept, v[i]])
+    rem = np.arange(len(v))
+    while rem.size:
+        i = rem[0]
+        keep[order[i]] = True
+        rem = rem[~(w[i] <= w[rem]).all(1)]
     return keep
 
 
@@ -91,20 +106,58 @@ def candidate_plans(inst: Instance, o: Outer, site, dp_ranks: int,
     return _candidates(inst, o, site, dp_ranks, net)[0]
 
 
+_PLANS: dict = {}
+_PLANS_MAX = 256
+
+
+def _plans_of(table: P.LayerTable, allowed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """P.all_plans of a table (cached), without the token-split plans unless `allowed`."""
+    key = (id(table), allowed)
+    if key not in _PLANS or _PLANS[key][0] is not table:
+        if len(_PLANS) >= _PLANS_MAX:  # each holds up to 12,005 x 6 floats
+            _PLANS.clear()
+        idx, vec = P.all_plans(table)
+        if not allowed:  # ZeRO-3: drop the plans with a token split
+            mask = np.ones(len(idx), bool)
+            for k, op in enumerate(P.OPS):
+                if op in P.LINEAR_OPS:
+                    mask &= ~np.isin(idx[:, k], [i for i, c in enumerate(table.candidates[op])
+                                                 if P.is_token_split(P.spec_of(c))])
+            idx, vec = idx[mask], vec[mask]
+        _PLANS[key] = (table, idx, vec)
+    return _PLANS[key][1], _PLANS[key][2]
+
+
 def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.ndarray]:
-    """candidate_plans and their (fwd_s, bwd_s, act_bytes, workspace_bytes) rows."""
+    """candidate_plans and their rows (cost/partition.VECTOR)."""
     if not P.spatial_temporal_allowed(o):
-        return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, 4))
+        return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, len(P.VECTOR)))
     table = P.table_for(inst, o, site, net)
-    idx, vec = P.all_plans(table)
-    g = P.grad_sync_threshold_s(inst, o, site, dp_ranks, net)
-    # with g at or below every plan's backward, -min(bwd, g) is the same for all plans and the
-    # 4-dimensional front (cached per table) is the exact one
-    key = (id(table), None if g <= vec[:, 1].min() else g)
+    allowed = P.token_split_allowed(o)
+    idx, vec = _plans_of(table, allowed)
+    rep, sync = P.VECTOR.index("replicated_params"), P.VECTOR.index("grad_sync_s")
+
+    def g_of(r, y):
+        return P.grad_sync_threshold_s(inst, o, site, dp_ranks, net, float(r), float(y))
+    # g is non-decreasing in (p, grad_sync_s): the plan with both largest has the largest g;
+    # at or below every plan's backward, max(0, g - bwd) = 0 for all plans and the plan-only
+    # front (cached per table) is exact (module docstring)
+    top = np.argmax(vec[:, rep] + vec[:, sync])
+    assert (vec[:, rep] <= vec[top, rep]).all() and (vec[:, sync] <= vec[top, sync]).all()
+    if g_of(vec[top, rep], vec[top, sync]) <= vec[:, 1].min():
+        key = (id(table), allowed, None)
+    else:  # g per distinct (p, grad_sync_s), i.e. per set of token-split ops (at most 16)
+        combos, inv = np.unique(vec[:, [rep, sync]], axis=0, return_inverse=True)
+        g_combo = np.array([g_of(r, y) for r, y in combos])
+        g = g_combo[inv.reshape(-1)]
+        key = (id(table), allowed, tuple(g_combo))
     if key not in _FRONTS or _FRONTS[key][0] is not table:
         if len(_FRONTS) >= _FRONTS_MAX:  # bounded memory across many instances (sweeps)
             _FRONTS.clear()
-        dims = vec if key[1] is None else np.column_stack([vec, -np.minimum(vec[:, 1], g)])
+        if key[2] is None:
+            dims = vec
+        else:
+            dims = np.column_stack([vec[:, :4], vec[:, rep], g, np.maximum(0.0, g - vec[:, 1])])
         keep = pareto_mask(dims)
         plans = [P.plan_from_indices(table, row) for row in idx[keep]]
         first = sorted(range(len(plans)), key=lambda k: not P.is_megatron(plans[k]))
@@ -134,12 +187,12 @@ def _plan_coefficients(inst, o, pl, plan, reserve_bytes, net) -> StageCoefficien
 
 
 def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -> StageCoefficients:
-    """Coefficients no larger than those of any plan whose (fwd_s, bwd_s, act_bytes,
-    workspace_bytes) is a row of `rows`: every coefficient is monotone in the LayerTerms
-    (module docstring), all increasing except layer_sync, which falls with bwd_s; so the
-    elementwise minimum of two builds, one with every term at its minimum over the plans and
-    one with bwd_s at its maximum, bounds every plan's from below. rc_fwd_s = fwd_s minus the
-    plan-independent selective-recompute term (cost/partition.layer_terms)."""
+    """Coefficients no larger than those of any plan whose vector (cost/partition.VECTOR) is a
+    row of `rows`: every coefficient is monotone in the LayerTerms (module docstring), all
+    non-decreasing except layer_sync, which falls with bwd_s; so the elementwise minimum of two
+    builds, one with every term at its minimum over the plans and one with bwd_s at its
+    maximum, bounds every plan's from below. rc_fwd_s = fwd_s minus the plan-independent
+    selective-recompute term (cost/partition.layer_terms)."""
     table = P.table_for(inst, o, pl.sites[0], net)
     lo_v = rows.min(axis=0)
     rc_gap = table.base.fwd_s - table.base.rc_fwd_s
@@ -147,7 +200,7 @@ def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -
     def lt(bwd_s):
         return P.LayerTerms(fwd_s=lo_v[0], bwd_s=bwd_s, rc_fwd_s=lo_v[0] - rc_gap, parts={},
                             overlapped={}, act_bytes=lo_v[2], ckpt_bytes=table.base.ckpt_bytes,
-                            workspace_bytes=lo_v[3])
+                            workspace_bytes=lo_v[3], replicated_params=lo_v[4], grad_sync_s=lo_v[5])
     lo = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: lt(lo_v[1]))
     hi = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: lt(rows[:, 1].max()))
     return dataclasses.replace(lo, **{f: np.minimum(getattr(lo, f), getattr(hi, f)) for f in _ARRAYS})
@@ -201,7 +254,7 @@ def plans_per_outer(inst: Instance, o: Outer) -> int:
     """Number of per-operator plans of the declared space for one outer configuration."""
     if not enabled(inst) or not P.spatial_temporal_allowed(o):
         return 1
-    n_lin = len(P.op_candidates(o.tp, True))
+    n_lin = len(P.op_candidates(o.tp, True)) - (0 if P.token_split_allowed(o) else 1)
     return n_lin ** len(P.LINEAR_OPS) * len(P.core_candidates(o.tp, True))
 
 
@@ -217,5 +270,5 @@ def all_plan_coefficients(inst: Instance, o: Outer, net: NetEfficiency = NetEffi
     idx, _ = P.all_plans(table)
     for row in idx:
         plan = P.plan_from_indices(table, row)
-        if not P.is_megatron(plan):
+        if not P.is_megatron(plan) and P.plan_allowed(plan, o):
             yield _plan_coefficients(inst, o, pl, plan, reserve, net)

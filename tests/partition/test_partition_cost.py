@@ -33,7 +33,10 @@ def _site(inst, o):
 def test_megatron_plan_reproduces_megatron_layer(case):
     kw = dict(CASES[case])
     inst, o, site = instance_and_site(**kw)
-    for outer in (o, dataclasses.replace(o, micro_batch=2, num_micro_batches=o.num_micro_batches // 2)):
+    # also with sequence parallelism: the stream split by tokens, all-gathers into the column-
+    # parallel ops and reduce-scatters out of the row-parallel ones, sharded input stashes
+    for outer in (o, dataclasses.replace(o, micro_batch=2, num_micro_batches=o.num_micro_batches // 2),
+                  dataclasses.replace(o, sequence_parallel=True)):
         table = P.layer_table(inst, outer, site, NET)
         got = P.layer_terms(table, P.MEGATRON_DEFAULT)
         want = megatron_layer(inst, outer, site, NET)
@@ -103,11 +106,12 @@ def test_p_keeps_fewer_activations_than_megatron_column_input():
 
 
 def test_candidates_per_group_size():
-    assert [c.spec() for c in P.op_candidates(4, True)] == ["K", "N", "P2x2"]
-    assert [c.spec() for c in P.op_candidates(8, True)] == ["K", "N", "K2*P2x2", "N2*P2x2"]
-    assert [c.spec() for c in P.op_candidates(16, True)] == ["K", "N", "K4*P2x2", "N4*P2x2", "P4x4"]
+    assert [c.spec() for c in P.op_candidates(4, True)] == ["K", "N", "P2x2", "T"]
+    assert [c.spec() for c in P.op_candidates(8, True)] == ["K", "N", "K2*P2x2", "N2*P2x2", "T"]
+    assert [c.spec() for c in P.op_candidates(16, True)] == ["K", "N", "K4*P2x2", "N4*P2x2", "P4x4", "T"]
     assert [c.spec() for c in P.op_candidates(8, False)] == ["K", "N"]
     assert P.OpPartition("K", 2, 2).describe(("nodes", "node")) == "K@nodes, P2x2@node"
+    assert P.parse_op("T", 8).describe(("node", "node")) == "T@node"
 
 
 def test_composite_splits_time_by_link_type():
@@ -147,9 +151,12 @@ def test_plan_layer_fn_and_validation():
     with pytest.raises(ConfigError, match="not a partition of tp=8"):
         Plan(tp=8, pp=1, dp=1, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
              full_recompute_layers=(0,), partitions=parts)
-    with pytest.raises(ConfigError, match="sequence_parallel off"):
-        Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
-             full_recompute_layers=(0,), partitions=parts, sequence_parallel=True)
+    Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+         full_recompute_layers=(0,), partitions=parts, sequence_parallel=True)
+    with pytest.raises(ConfigError, match="need 4 <= tp <= 32"):
+        Plan(tp=2, pp=1, dp=4, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+             full_recompute_layers=(0,), partitions=tuple((op, "T" if op in P.LINEAR_OPS else "heads")
+                                                          for op in P.OPS))
 
 
 def test_all_plans_vectors_match_layer_terms():
@@ -159,7 +166,7 @@ def test_all_plans_vectors_match_layer_terms():
     rng = np.random.default_rng(1)
     for k in rng.choice(len(idx), 20, replace=False):
         lt = P.layer_terms(table, P.plan_from_indices(table, idx[k]))
-        assert np.allclose(vec[k], [lt.fwd_s, lt.bwd_s, lt.act_bytes, lt.workspace_bytes], rtol=1e-12)
+        assert np.allclose(vec[k], [getattr(lt, f) for f in P.VECTOR], rtol=1e-12)
 
 
 def test_grid_spanning_nodes_shifts_over_one_nic_share():
@@ -174,3 +181,112 @@ def test_grid_spanning_nodes_shifts_over_one_nic_share():
     assert shift > gemm  # so the forward is 3 exposed shifts and one GEMM
     assert c.fwd_s == pytest.approx(3 * shift + gemm, rel=1e-12)
     assert c.ring_inter_node
+
+
+def test_token_split_mlp_out_by_hand():
+    """T on mlp_out ([T,f] x [f,h], T = 1024 tokens, f = 4096, h = 1024) over 4 GPUs of one
+    node (150 GB/s, 5 us). Each GPU multiplies its [256, 4096] token block by the whole weight:
+    Megatron's FLOPs per GPU, so the same GEMM time; forward adds the all-gather of the [256, h]
+    output blocks onto every GPU (3 blocks from 3 owners: 3/4 * 2*T*h B / bw + 3 latencies);
+    backward (dy from the replicated stream) moves nothing. Per iteration: the fp32 weight
+    gradient, 4*f*h = 16 MiB, is ring-all-reduced over the 4 GPUs:
+    2*(3/4)*16,777,216 B / 150e9 B/s + 2*3*5 us = 167.77 us + 30 us = 197.77 us.
+    Replicated: the whole f*h = 4,194,304 weight instead of a quarter: 3,145,728 more params."""
+    inst, o, site = instance_and_site(tp=4, nodes=1)
+    table = P.layer_table(inst, o, site, NET)
+    k = [P.spec_of(c) for c in table.candidates["mlp_out"]].index("T")
+    T, h, f, gpu = 1024, 1024, 4096, inst.cluster.gpu
+    gemm = matmul_time_s(2 * T * f * h / 4, gpu)
+    gather = 0.75 * 2 * T * h / 150e9 + 3 * 5e-6
+    fwd, bwd, act, buf = table.unary["mlp_out"][k]
+    assert fwd == pytest.approx(gemm + gather, rel=1e-12)
+    assert bwd == pytest.approx(2 * gemm, rel=1e-12)
+    assert act == 2 * T * f / 4 and buf == 0  # its own token block of the input, bf16
+    assert table.grad_sync_s["mlp_out"][k] == pytest.approx(197.77216e-6, rel=1e-9)
+    assert table.replicated_params["mlp_out"][k] == 3_145_728
+    # mlp_in T -> mlp_out T: the token blocks line up, nothing moves either way
+    kin = [P.spec_of(c) for c in table.candidates["mlp_in"]].index("T")
+    assert (table.pair[("mlp_in", "mlp_out")][kin, k] == 0).all()
+    # every other candidate replicates nothing and syncs nothing over the group
+    others = [i for i in range(len(table.candidates["mlp_out"])) if i != k]
+    assert not table.replicated_params["mlp_out"][others].any()
+    assert not table.grad_sync_s["mlp_out"][others].any()
+
+
+def test_token_split_qkv_reshards():
+    """T on qkv (tp = 4, one node, h = 1024, width 3h = 3072): backward gathers the [T/4, h]
+    input-gradient blocks back onto the replicated stream (= cost/comm.py's ring all-gather of
+    2*T*h bytes); forward into the head-split core is an all-to-all: each GPU fetches its head
+    columns [T/4, 3h/4] from the 3 others (3 cells of 2*T*3h/16 bytes, 3 latencies)."""
+    inst, o, site = instance_and_site(tp=4, nodes=1)
+    table = P.layer_table(inst, o, site, NET)
+    k = [P.spec_of(c) for c in table.candidates["qkv"]].index("T")
+    T, h = 1024, 1024
+    gemm = matmul_time_s(2 * T * h * 3 * h / 4, inst.cluster.gpu)
+    link, inter = site.tp_link
+    assert table.unary["qkv"][k, 1] == pytest.approx(
+        2 * gemm + comm.all_gather_time_s(2 * T * h, 4, link, inter, NET), rel=1e-12)
+    a2a = 3 * 2 * T * 3 * h / 16 / 150e9 + 3 * 5e-6
+    assert table.pair[("qkv", "attn_core")][k, 0, 0] == pytest.approx(a2a, rel=1e-12)
+    assert table.pair[("qkv", "attn_core")][k, 0, 1] == pytest.approx(a2a, rel=1e-12)
+
+
+def test_token_split_state_and_sync_enter_the_coefficients():
+    """A plan with mlp_out = T on tp = 4, dp = 1, ZeRO 0: per layer, state grows by the
+    3,145,728 replicated params x 18 B (bf16 weight 2 + fp32 grad 4 + Adam 12) = 56,623,104 B;
+    the sync of one layer grows by the group all-reduce (197.77 us; dp = 1 has no dp sync, so
+    it is all of g) plus the Adam step over the replicated params (30 B each at 900 GB/s HBM):
+    the exposed part max(0, g - bwd) per layer and the hidden part min(g, bwd) in the tail."""
+    from cost.coefficients import build, memory_time_s
+    inst, o, site = instance_and_site(tp=4, nodes=1)
+    assert o.dp == 1 and o.zero == 0
+    plan = dict(P.MEGATRON_DEFAULT, mlp_out="T")
+    meg = build(inst, o, NET)
+    tsp = build(inst, o, NET, layer_fn=P.partition_layer_fn(plan))
+    assert tsp.layer_state_bytes[0] - meg.layer_state_bytes[0] == 3_145_728 * 18 == 56_623_104
+    g = 197.77216e-6
+    step = memory_time_s(3_145_728 * 30, inst.cluster.gpu)
+    lt = P.partition_layer_fn(plan)(inst, o, site, NET)
+    assert lt.grad_sync_s == pytest.approx(g, rel=1e-9)
+    assert tsp.layer_sync_time_s[0] - meg.layer_sync_time_s[0] == pytest.approx(
+        max(0.0, g - lt.bwd_s) + step, rel=1e-9)
+    assert tsp.stage_sync_time_s[0] - meg.stage_sync_time_s[0] == pytest.approx(min(g, lt.bwd_s), rel=1e-9)
+    assert P.grad_sync_threshold_s(inst, o, site, 1, NET, lt.replicated_params, lt.grad_sync_s) \
+        == pytest.approx(g, rel=1e-9)
+
+
+def test_token_split_is_not_offered_with_zero3():
+    from cost.errors import ConfigError
+    from cost.specs import Plan
+    parts = tuple((op, dict(P.MEGATRON_DEFAULT, mlp_in="T")[op]) for op in P.OPS)
+    Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+         full_recompute_layers=(0,), partitions=parts, zero=1)
+    with pytest.raises(ConfigError, match="not offered with zero: 3"):
+        Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+             full_recompute_layers=(0,), partitions=parts, zero=3)
+
+
+def test_sequence_parallel_stream_by_hand():
+    """tp = 4 in one node, sequence parallelism: the stream is split by tokens (GPU k holds
+    tokens [256k, 256k+256)). A T op on mlp_in/mlp_out meets it with no communication at all
+    (forward = its GEMM, backward = two). Megatron's column-parallel mlp_in all-gathers the
+    stream (cost/comm.py's ring all-gather of 2*T*h bytes: 3/4 * 2 MiB / 150 GB/s + 3 x 5 us),
+    stashes only its 1/4 shard, and in backward reduce-scatters its partial input gradient
+    (the same ring volume as the all-gather, half an all-reduce)."""
+    inst, o, site = instance_and_site(tp=4, nodes=1)
+    o = dataclasses.replace(o, sequence_parallel=True)
+    table = P.layer_table(inst, o, site, NET)
+    T, h, f, gpu = 1024, 1024, 4096, inst.cluster.gpu
+    link, inter = site.tp_link
+    ag = comm.all_gather_time_s(2 * T * h, 4, link, inter, NET)
+    assert ag == pytest.approx(0.75 * 2 * T * h / 150e9 + 3 * 5e-6, rel=1e-12)
+    gemm = matmul_time_s(2 * T * h * f / 4, gpu)
+    specs = [P.spec_of(c) for c in table.candidates["mlp_in"]]
+    for op in ("mlp_in", "mlp_out"):
+        k = [P.spec_of(c) for c in table.candidates[op]].index("T")
+        assert table.unary[op][k, 0] == pytest.approx(gemm, rel=1e-12)
+        assert table.unary[op][k, 1] == pytest.approx(2 * gemm, rel=1e-12)
+    kk = specs.index("K")
+    assert table.unary["mlp_in"][kk, 0] == pytest.approx(gemm + ag, rel=1e-12)
+    assert table.unary["mlp_in"][kk, 1] == pytest.approx(2 * gemm + ag, rel=1e-12)
+    assert table.unary["mlp_in"][kk, 2] == 2 * T * h / 4

@@ -35,7 +35,7 @@ def test_partitions_round_trip_and_simulate():
 @pytest.mark.parametrize("change,match", [
     ({"partitions": {**P2, "mlp_out": "P9x9"}}, "not a partition of tp=16"),
     ({"partitions": {**P2, "mlp_ouT": "K"}}, "unknown key"),
-    ({"sequence_parallel": True}, "sequence_parallel off"),
+    ({"partitions": {**P2, "mlp_in": "T"}, "zero": 3}, "not offered with zero: 3"),
 ])
 def test_bad_partitions_are_one_line_errors(change, match):
     inst = load_instance(OPT)

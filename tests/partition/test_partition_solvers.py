@@ -18,18 +18,21 @@ from solver import partition_plans as PP
 
 NET = NetEfficiency()
 
-# (tp, nodes, model overrides, micro_batch): inside a node, across nodes, a 4x4 grid, SwiGLU+GQA
+# (tp, nodes, model overrides, micro_batch, sequence parallel): inside a node, across nodes,
+# a 4x4 grid, SwiGLU+GQA, the sequence-parallel stream
 TABLES = [
-    (4, 1, {}, 1),
-    (8, 2, {}, 2),
-    (16, 4, {}, 1),
-    (8, 2, dict(mlp=Mlp.SWIGLU, kv_heads=4, ffn=2816), 4),
+    (4, 1, {}, 1, False),
+    (8, 2, {}, 2, False),
+    (16, 4, {}, 1, False),
+    (8, 2, dict(mlp=Mlp.SWIGLU, kv_heads=4, ffn=2816), 4, False),
+    (8, 2, {}, 2, True),  # sequence-parallel stream
 ]
 
 
-def _problem(tp, nodes, kw, mb):
+def _problem(tp, nodes, kw, mb, sp):
     inst, o, site = instance_and_site(tp=tp, nodes=nodes, **kw)
-    o = dataclasses.replace(o, micro_batch=mb, num_micro_batches=o.num_micro_batches // mb)
+    o = dataclasses.replace(o, micro_batch=mb, num_micro_batches=o.num_micro_batches // mb,
+                            sequence_parallel=sp)
     return PP.problem_from_table(P.layer_table(inst, o, site, NET))
 
 
@@ -42,13 +45,10 @@ def _brute_force(pb):
 
 
 def _front(points):
-    """Pareto set (to minimise every coordinate) of a list of tuples, by brute force."""
-    out = []
-    for p in points:
-        if not any(all(x <= y for x, y in zip(q, p)) and q != p for q in points):
-            if p not in out:
-                out.append(p)
-    return sorted(out)
+    """Pareto set (to minimise every coordinate) of a list of tuples: the distinct rows that no
+    other row dominates (PP.pareto_mask keeps the first of equal rows)."""
+    v = np.array(sorted(set(points)))
+    return [tuple(r) for r in v[PP.pareto_mask(v)]]
 
 
 AGREEMENT = {"front_points": 0, "milp_eps_solves": 0}
@@ -59,19 +59,21 @@ def test_dp_milp_and_brute_force_agree(case):
     pb = _problem(*TABLES[case])
     brute = _brute_force(pb)
     dp = pareto_front(pb)
-    # 1. the DP's front is exactly the brute-force Pareto set of (time, act, workspace)
-    want = _front([r[:3] for r in brute])
+    # 1. the DP's front is exactly the brute-force Pareto set of (time, act, workspace,
+    #    replicated params, sync), and token splits are on it (they are real candidates)
+    want = _front([r[:5] for r in brute])
     assert len(dp) == len(want)
-    assert np.allclose(sorted(r[:3] for r in dp), want, rtol=1e-12, atol=0)
+    assert np.allclose(sorted(r[:5] for r in dp), sorted(want), rtol=1e-12, atol=0)
+    assert any(pb.labels[o][k] == "T" for *_, ch in dp for o, k in ch.items())
     # 2. at every front point's caps, the MILP's optimum equals the DP's (the epsilon problem)
-    for t, a, w, _ in dp:
-        m = solve_partition_milp(pb, act_cap_bytes=a, ws_cap_bytes=w)
-        d = min_time(pb, act_cap_bytes=a, ws_cap_bytes=w)
+    for t, a, w, r, g, _ in dp:
+        m = solve_partition_milp(pb, act_cap_bytes=a, ws_cap_bytes=w, params_cap=r, sync_cap_s=g)
+        d = min_time(pb, act_cap_bytes=a, ws_cap_bytes=w, params_cap=r, sync_cap_s=g)
         assert m.status == d.status == "optimal"
         assert m.time_s == pytest.approx(d.time_s, rel=1e-9) == t
         AGREEMENT["milp_eps_solves"] += 1
     # 3. the MILP's own epsilon-constraint front (time vs activations) = the DP front's projection
-    proj = _front([(t, a) for t, a, _, _ in dp])
+    proj = _front([(t, a) for t, a, *_ in dp])
     milp_front = pareto_front_milp(pb)
     assert len(milp_front) == len(proj)
     assert np.allclose(milp_front, proj, rtol=1e-9, atol=0)
@@ -90,33 +92,52 @@ def test_dp_segments_follow_the_residual_cuts():
 
 def _derived(c):
     return np.concatenate([c.layer_time_s, c.recompute_time_s, c.layer_sync_time_s,
-                           c.stage_sync_time_s, c.layer_act_bytes, c.layer_ckpt_bytes,
-                           c.stage_mem_bytes])
+                           c.stage_sync_time_s, c.layer_state_bytes, c.layer_act_bytes,
+                           c.layer_ckpt_bytes, c.stage_mem_bytes])
 
 
-@pytest.mark.parametrize("zero,dp_nodes", [(0, 4), (1, 4), (3, 4), (0, 1)])
-def test_every_plan_is_dominated_by_a_candidate(zero, dp_nodes):
+# (ZeRO, nodes of 4 GPUs = dp, sequence parallel, sequence length): the last case has one
+# replica and long sequences, so every plan's backward hides its sync (g <= bwd) and the
+# cached plan-only front is used; the others use the front with g and max(0, g - bwd)
+@pytest.mark.parametrize("zero,dp_nodes,sp,seq_len", [(0, 4, False, 1024), (1, 4, False, 1024),
+                                                      (3, 4, False, 1024), (0, 1, False, 1024),
+                                                      (1, 4, True, 1024), (0, 1, False, 4096)])
+def test_every_plan_is_dominated_by_a_candidate(zero, dp_nodes, sp, seq_len):
     """The module docstring's claim, checked on the built coefficients: every per-operator plan
     of an outer configuration has a candidate whose coefficients are all <= its own (so no
     split/recompute does better with it); also the optimistic coefficients bound all plans."""
-    inst = small_instance(nodes=dp_nodes, gpus_per_node=4)
+    inst = small_instance(nodes=dp_nodes, gpus_per_node=4, seq_len=seq_len)
     n = inst.cluster.num_gpus
-    o = dataclasses.replace(instance_and_site(tp=4, nodes=dp_nodes)[1], zero=zero)
+    o = dataclasses.replace(instance_and_site(tp=4, nodes=dp_nodes)[1], zero=zero, sequence_parallel=sp)
     pl = homogeneous_placement(inst.cluster, o)
+    PP._FRONTS.clear()
     cands, cand_rows = PP._candidates(inst, o, pl.sites[0], pl.dp_ranks, NET)
+    plan_only = [k[2] is None for k in PP._FRONTS]
+    assert plan_only == [seq_len == 4096 or zero == 3]
     cand_c = [_derived(build(inst, o, placement=pl, layer_fn=P.partition_layer_fn(p))) for p in cands]
     table = P.table_for(inst, o, pl.sites[0], NET)
     idx, rows = P.all_plans(table)
     opt = _derived(PP.optimistic_coefficients(inst, o, pl, cand_rows, 0.0, NET))
     assert len(cands) < len(idx)  # the filter does something
+    checked = 0
     for row in idx:
-        c = _derived(build(inst, o, placement=pl, layer_fn=P.partition_layer_fn(P.plan_from_indices(table, row))))
+        plan = P.plan_from_indices(table, row)
+        if not P.plan_allowed(plan, o):  # token splits are not offered with ZeRO-3
+            continue
+        checked += 1
+        c = _derived(build(inst, o, placement=pl, layer_fn=P.partition_layer_fn(plan)))
         # relative 1e-12, and 1e-15 s absolute: ZeRO-3's recompute term is a difference of
         # maxima that rounds to +-4e-19 s instead of 0
         tol = 1e-12 * np.abs(c) + 1e-15
         assert any((cc <= c + tol).all() for cc in cand_c)
         assert (opt <= c + tol).all()
     assert n == o.tp * o.dp
+    # every plan of the declared space was checked (4 linear candidates with T, 3 without)
+    on = dataclasses.replace(inst, search=dataclasses.replace(
+        inst.search, tensor_partitions=("megatron", "spatial_temporal")))
+    assert checked == PP.plans_per_outer(on, o) == (4 if zero < 3 else 3) ** 4 * 3
+    if zero < 3:  # some candidate replicates a weight (T), so the state column matters
+        assert any(p[op] == "T" for p in cands for op in P.LINEAR_OPS)
 
 
 def _cross_node_instance(**search):
@@ -206,3 +227,56 @@ def test_same_answer_for_any_threads_and_backend():
     a, b, c = plan(inst), plan(inst, threads=2), plan(inst, backend="milp")
     assert a.plan == b.plan == c.plan and a.plan.partitions
     assert a.iter_time_s == b.iter_time_s == pytest.approx(c.iter_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("sp", [(False,), (False, True)])
+def test_planner_equals_exhaustive_when_token_splits_win(sp):
+    """Long sequences, a narrow model and a tp = 8 group across the 3.125 GB/s NIC: the MLP's
+    activations (T*h*2 B = 4 MiB per collective, four per layer and micro-batch) outweigh its
+    weight-gradient all-reduce (4 B x h*f = 4 MiB, once per iteration, overlapped with the
+    backward), so the optimum splits the MLP by tokens (weights replicated on the group).
+    With sequence parallelism allowed, the stream itself is split by tokens and every linear
+    op splits by tokens, with all-to-alls into and out of the head-split attention core.
+    plan() equals brute force over every layer plan, and its state bytes include the
+    replicated weights."""
+    from cost import memory
+    from cost.flops import layer_params
+    from solver.exhaustive import exhaustive
+    from solver.planner import plan
+    inst = small_instance(nodes=2, gpus_per_node=4, layers=2, hidden=512, heads=16, ffn=2048,
+                          seq_len=4096, global_batch=8,
+                          search=SearchSpace(tp=(8,), pp=(1,), micro_batch=(1, 2), zero=(0,), cp=(1,),
+                                             virtual_stages=(1,), tp_across_nodes=True,
+                                             sequence_parallel=sp,
+                                             tensor_partitions=("megatron", "spatial_temporal")))
+    r, e = plan(inst), exhaustive(inst)
+    assert r.status == "optimal"
+    assert r.iter_time_s == pytest.approx(e.iter_time_s, rel=1e-9)
+    parts = dict(r.plan.partitions)
+    c = build(inst, r.plan.outer, layer_fn=P.plan_layer_fn(r.plan.partitions))
+    base = memory.layer_state_bytes(inst.model, 8, 0, 1)
+    from solver.partition_cmd import describe_partitions
+    assert "mlp.fc2: T@nodes" in describe_partitions(r.plan, inst)  # the group spans 2 nodes
+    if sp == (False,):
+        assert parts["mlp_in"] == parts["mlp_out"] == "T"
+        # two MLP weights (h x f each), replicated instead of 1/8 each: 2 * 7/8 * 512*2048 params
+        assert c.layer_state_bytes[0] - base == 2 * 7 / 8 * 512 * 2048 * 18
+    else:
+        assert r.plan.sequence_parallel
+        assert all(parts[op] == "T" for op in P.LINEAR_OPS)
+        # every linear weight replicated: 7/8 of the layer's matrices (norm scales excluded)
+        assert c.layer_state_bytes[0] - base == pytest.approx(
+            7 / 8 * (layer_params(inst.model) - 2 * 512) * 18, rel=1e-12)
+
+
+def test_planner_equals_exhaustive_with_sequence_parallel():
+    """Per-operator plans on the sequence-parallel stream (2 x 4 GPUs): the optimum mixes
+    token splits (attention) and P(2x2) composites (MLP), and equals brute force."""
+    from solver.exhaustive import exhaustive
+    from solver.planner import plan
+    inst = _cross_node_instance(sequence_parallel=(True,))
+    r, e = plan(inst), exhaustive(inst)
+    assert r.status == "optimal" and r.plan.sequence_parallel
+    assert r.iter_time_s == pytest.approx(e.iter_time_s, rel=1e-9)
+    specs = {spec for _, spec in r.plan.partitions}
+    assert "T" in specs and any("P2x2" in x for x in specs)
