@@ -568,6 +568,18 @@ def load_instance(path: str | Path) -> Instance:
     return load_instance_parts(path, hf_config=None, cluster=None, job=None)
 
 
+def _no_groups(data: Any, path: str) -> Any:
+    """A heterogeneous cluster (cost/hetero_loader.py) here would fail on its first unknown
+    key; say what it is and where it can go instead."""
+    if isinstance(data, dict) and isinstance(data.get("cluster"), dict) and "groups" in data["cluster"]:
+        raise InstanceError(path, "cluster.groups",
+                            "node groups (a heterogeneous cluster) are not supported here",
+                            "pass the heterogeneous instance file alone (no --cluster/--job/"
+                            "--hf-config parts) to plan, exhaustive, verify, simulate, replan or"
+                            " timeline; report, export and sweep take one GPU type")
+    return data
+
+
 def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | None,
                         cluster: str | Path | None, job: str | Path | None,
                         seq_len: int | None = None) -> Instance:
@@ -607,7 +619,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if instance is not None:
         path = str(instance)
         sources.append(path)
-        top = _Section(_read_yaml(path), path, "", _TOP_KEYS)
+        top = _Section(_no_groups(_read_yaml(path), path), path, "", _TOP_KEYS)
         name = top.string("name")
         gpus = _catalogue_with_gpu_types(top)
         if top.has("search"):
@@ -626,7 +638,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if cluster is not None:
         path = str(cluster)
         sources.append(path)
-        top = _Section(_read_yaml(path), path, "", _CLUSTER_FILE_KEYS)
+        top = _Section(_no_groups(_read_yaml(path), path), path, "", _CLUSTER_FILE_KEYS)
         cluster_spec = _cluster(top.section("cluster", _CLUSTER_KEYS),
                                 _catalogue_with_gpu_types(top))
     if job is not None:

@@ -89,3 +89,11 @@ def test_simulate_a_plan_on_every_scenario(tmp_path, capsys):
     # the plan was optimised for the nominal network: simulating it again gives its objective
     assert sim["nominal"]["iter_time_s"] == pytest.approx(planned["objective_s"], rel=1e-12)
     assert all(s["fits_memory"] for s in sim.values())
+
+
+def test_single_type_commands_name_the_groups_key(tmp_path, capsys):
+    assert main(["report", TINY2, "-o", str(tmp_path / "r.html")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{TINY2}: cluster.groups: " in err
+    assert main(["plan", HOMOGENEOUS, "--cluster", TINY2]) == EXIT_BAD_INPUT
+    assert f"{TINY2}: cluster.groups: " in capsys.readouterr().err
