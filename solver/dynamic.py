@@ -12,9 +12,13 @@ t_cur (the hours left if training goes on with the running plan). Break-even: N*
 
 Timeline. The periods' plans are chosen by the multi-period MILP of formulations/timeline.py
 over a candidate set: the optimum of every scenario of the timeline, and for every run of
-consecutive periods the plan minimising their duration-weighted mean iteration time (the
-"expected" objective with weights H_p), i.e. the plan one would keep through that run. The
-choice is optimal over those candidates; its quality over the whole space is bounded by
+consecutive periods the plans one would keep through that run. A plan kept through a run does
+sum_s W_s / t_s(plan) iterations (W_s: the run's time in scenario s), a convex, decreasing
+function of the plan's times, so the best such plan minimises sum_s lambda_s t_s with
+lambda_s = W_s / t_s^2 at its own times (the supporting-hyperplane condition of a maximum of a
+convex function over a finite set). The candidates start from lambda = W (the duration-weighted
+mean time, the "expected" objective) and follow that condition for up to REFINEMENTS steps.
+The choice is optimal over those candidates; its quality over the whole space is bounded by
     U = sum_p H_p / t*_sigma(p)
 (every period at its scenario's optimum, no switching: no choice of plans can do more
 iterations), and the gap to U is reported.
@@ -31,6 +35,10 @@ from cost.hetero_specs import HeteroInstance, HeteroPlan, Scenario
 from cost.switching import switch_time_s
 from formulations.timeline import TimelineChoice, choose_plans
 from solver.hetero_planner import HeteroResult, plan_hetero
+
+
+# Re-weightings per run of periods (module docstring, "Timeline").
+REFINEMENTS = 3
 
 
 @dataclass(frozen=True)
@@ -161,9 +169,20 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
             if key in seen:
                 continue
             seen.add(key)
-            res = plan_hetero(_weighted(inst, {s: x / total for s, x in w.items()}), backend,
-                              time_limit_s, objective="expected")
-            add(res.plan, f"kept through periods {i + 1}-{j + 1}")
+            lam = {s: x / total for s, x in w.items()}
+            for _ in range(REFINEMENTS + 1):
+                res = plan_hetero(_weighted(inst, lam), backend, time_limit_s, objective="expected")
+                if res.plan is None or add(res.plan, f"kept through periods {i + 1}-{j + 1}") is None:
+                    break
+                # first-order condition of max sum_s W_s / t_s: the best plan kept through the
+                # run minimises sum_s (W_s / t_s^2) t_s at its own times (module docstring)
+                t = {s: simulate_hetero(inst, res.plan, inst.scenarios[s].cluster).iter_time_s for s in w}
+                nxt = {s: w[s] / t[s] ** 2 for s in w}
+                norm = sum(nxt.values())
+                nxt = {s: x / norm for s, x in nxt.items()}
+                if all(abs(nxt[s] - lam[s]) <= 1e-6 for s in w):
+                    break
+                lam = nxt
     n_scen = len(inst.scenarios)
     times = [[simulate_hetero(inst, c, inst.scenarios[s].cluster).iter_time_s if s in used else float("inf")
               for s in range(n_scen)] for c in cands]
