@@ -3,9 +3,13 @@
 For OPT-175B, Llama2-70B and BLOOM-176B on 4-32 V100-SXM2-32GB (4 per node, NVLink inside,
 100 Gbit/s InfiniBand per node; instances/primepar/), paraplan plans each case twice over the
 same declared space (data x tensor parallel, no pipeline, as the paper's Megatron baseline),
-once with Megatron 1-D tensor parallelism only and once with per-operator partitions
-(search.tensor_partitions: [megatron, spatial_temporal]), both proved optimal, and reports
-the predicted speedup and peak-memory ratio next to the paper's Fig. 7/8 numbers. Then the
+once with Megatron 1-D tensor parallelism only (no sequence parallelism, the paper's
+baseline) and once with per-operator partitions (search.tensor_partitions: [megatron,
+spatial_temporal]) whose residual stream may also be split (sequence_parallel: [false, true]:
+replicated, Megatron's sequence split, or PrimePar's partitioned norms, the block layouts),
+both proved optimal, and reports the predicted speedup and peak-memory ratio next to the
+paper's Fig. 7/8 numbers, plus Megatron with sequence parallelism allowed, so that the
+sequence split's own share of the gain can be read off. Then the
 32-GPU 3D-parallel case (pipeline allowed, Fig. 10), the DP-vs-MILP cross-check of the
 per-layer partition problem on every case, and the joint solve time of Llama-3 70B on 512 H100s.
 
@@ -46,6 +50,7 @@ PAPER_MEM_PCT = {"opt-175b": (92, 80, 80, 79), "llama2-70b": (91, 88, 91, 89),
                  "bloom-176b": (92, 78, 69, 68)}
 PAPER_3D = {"opt-175b": 1.46, "llama2-70b": 1.27, "bloom-176b": 1.40}  # Fig. 10, 32 GPUs
 MEGATRON_ONLY = ("megatron",)
+SPLIT_STREAM = (False, True)  # the spatial-temporal space may split the residual stream
 DISCUSSION = """## Why the predictions differ from the paper (no parameter was tuned to close the gap)
 
 - **What crosses the nodes.** PrimePar's largest wins come from plans that stop sending weight
@@ -59,13 +64,21 @@ DISCUSSION = """## Why the predictions differ from the paper (no parameter was t
   by ((t-1)/t) / ((J-1)/J) for t GPUs and J nodes: 1.25x (t = 16, J = 4) to 1.75x
   (t = 8, J = 2), not 4x. A P grid that itself spans nodes
   (P4x4 on 4-GPU nodes) shifts whole blocks over one NIC per step; no case above picks it.
-- **Replicated residual stream.** paraplan keeps the residual stream (norms, dropout, residual
-  adds) replicated, as Megatron does, so every P operator gathers its output back onto all
-  GPUs (an all-gather over NVLink, half an all-reduce). PrimePar also partitions the norms
-  and element-wise operators and avoids that. Modelling partitioned residual layouts is the
-  largest missing piece (README, "Per-operator tensor partitions", not modelled); only
-  Megatron's sequence-split stream is modelled, and these instances keep sequence
-  parallelism off, as the paper's Megatron baseline does.
+- **Partitioned residual stream, and what it brings.** The spatial-temporal column may keep
+  the residual stream (norms, dropouts, residual adds) split between layers: Megatron's
+  sequence split or PrimePar's block layout `B{q}x{q}` (token rows x hidden columns, the P
+  grid's output block, so P outputs land on it without the all-gather a replicated stream
+  needs; LayerNorm all-reduces 2 fp32 statistics per token over the q GPUs sharing the rows,
+  forward and backward). Most chosen plans use `B2x2`. Part of the gain over the paper's
+  Megatron baseline (no sequence parallelism) is the split stream itself, which Megatron gets
+  from sequence parallelism too: the Megatron+SP column isolates it. Over Megatron+SP the
+  predicted speedups are 1.00-1.22x (3D: 1.00-1.12x); over the paper's baseline they are
+  1.02-1.45x. Before the stream was a choice (stream replicated, sp off) the speedups were
+  OPT-175B 1.17/1.09/1.17x, Llama2-70B 1.00/1.13/1.09x, BLOOM-176B 1.12/1.08/1.05x at
+  8/16/32 GPUs and 1.00/1.00/1.11x in 3D. Still missing against the paper's setting: the
+  final norm's statistics and the embedding output are priced as with Megatron's split stream
+  (cost/coefficients.build), P on the attention batched matmuls, and a choice of stream per
+  sub-block (PrimePar may lay the two residual branches out differently).
 - **Token splits.** Every linear operator may also split by tokens (`T`: the whole weight on
   every GPU of the group, no activation traffic, one fp32 weight-gradient all-reduce over the
   group per iteration). No case here picks it: one OPT-175B MLP matrix (12288 x 49152 =
@@ -79,11 +92,15 @@ DISCUSSION = """## Why the predictions differ from the paper (no parameter was t
   neighbour shifts of W blocks are harder to hide; each of P's q GEMM calls per phase also pays
   the per-call overhead of the efficiency model.
 - **Memory.** Both optimisers fill the GPUs, so the ratio of the two optimal plans' peaks
-  mixes plan choices; the same-outer column (the spatial-temporal plan against Megatron's
-  partitions at the same tp, dp and micro-batch) is the like-for-like one. paraplan's Megatron
-  already stores most activations as 1/tp shards (Korthikanti et al.), so P saves only the
-  replicated inputs of the column-parallel operators, and its double buffers (one W block of
-  each moving operator) add back part of it.
+  mixes plan choices (60-109% here, with the split stream); the same-outer column (the
+  spatial-temporal plan against Megatron's partitions at the same tp, dp, micro-batch and
+  sequence-parallel flag, i.e. against Megatron+SP when the stream is split) is the
+  like-for-like one: 101-111%. With the stream split, Megatron already stores every
+  activation as a 1/tp shard (Korthikanti et al.: its column-parallel inputs as
+  sequence-parallel shards, re-gathered in backward), while a P(q x q) operator stashes a
+  1/q^2 block of its input and adds double buffers (one W block of each moving operator); so
+  P costs memory against Megatron+SP, and the split stream's saving (the norm inputs and
+  dropout masks, 6 x tokens x h bytes, shrink to 1/tp) is shared by both.
 - **Layer counts and batch.** Not stated in the paper; the truncated models and batch 16 here
   are our choice (instances/primepar/).
 """
@@ -100,20 +117,24 @@ def _case(model: str, gpus: int, layers: int, **search):
 
 
 def _pair(inst):
+    """(Megatron, spatial-temporal, Megatron with sequence parallelism allowed, solve times)."""
     meg_inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tensor_partitions=MEGATRON_ONLY))
+    st_inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, sequence_parallel=SPLIT_STREAM))
     t0 = time.perf_counter()
     meg = plan(meg_inst)
     t1 = time.perf_counter()
-    st = plan(inst)
+    st = plan(st_inst)
     t2 = time.perf_counter()
-    return meg, st, t1 - t0, t2 - t1
+    meg_sp = plan(dataclasses.replace(meg_inst, search=dataclasses.replace(
+        meg_inst.search, sequence_parallel=SPLIT_STREAM)))
+    return meg, st, meg_sp, t1 - t0, t2 - t1, st_inst
 
 
 def _plan_text(res, inst) -> str:
     if res.plan is None:
         return res.status
     p = res.plan
-    s = f"tp={p.tp} dp={p.dp} pp={p.pp} mb={p.micro_batch}"
+    s = f"tp={p.tp} dp={p.dp} pp={p.pp} mb={p.micro_batch}" + (" sp" if p.sequence_parallel else "")
     if any(p.full_recompute_layers):
         s += f" rc={list(p.full_recompute_layers)}"
     lines = describe_partitions(p, inst)
@@ -156,12 +177,15 @@ def main(argv=None) -> int:
     out = ["# PrimePar setting: spatial-temporal vs Megatron 1-D, predicted by paraplan", "",
            "Generated by `python bench/primepar.py`. Both columns are proved optimal over the same",
            "declared space (instances/primepar/: data x tensor parallel, no pipeline, no ZeRO,",
-           "no sequence/context parallelism; the tensor-parallel group may span nodes); the",
-           "right one also chooses a partition per operator. Models are truncated to gpus/4",
+           "no context parallelism; the tensor-parallel group may span nodes), except that the",
+           "spatial-temporal one also chooses a partition per operator and may split the residual",
+           "stream (Megatron's sequence split, `sp`, or PrimePar's partitioned norms, `stream:",
+           "B2x2`); the Megatron+SP column is Megatron with that sequence split allowed, to",
+           "separate its share of the gain. Models are truncated to gpus/4",
            "layers (the full models' Adam state cannot fit 4-32 V100-32GB; the paper does not",
            "state its layer counts). Global batch 16 sequences.", "",
-           "| model | GPUs | Megatron s/iter | spatial-temporal s/iter | speedup | paper | peak mem ratio | same-outer mem ratio | paper mem | solve s (meg / st) | best spatial-temporal plan |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| model | GPUs | Megatron s/iter | Megatron+SP s/iter | spatial-temporal s/iter | speedup | over Megatron+SP | paper | peak mem ratio | same-outer mem ratio | paper mem | solve s (meg / st) | best spatial-temporal plan |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     checks = [0, 0]
     speedups = {}
     for model in MODELS:
@@ -169,22 +193,24 @@ def main(argv=None) -> int:
             if gpus not in gpus_list:
                 continue
             inst = _case(model, gpus, layers=max(1, gpus // 4))
-            meg, st, t_meg, t_st = _pair(inst)
+            meg, st, meg_sp, t_meg, t_st, st_inst = _pair(inst)
             for res in (meg, st):
-                a, n = _cross_check(inst, res)
+                a, n = _cross_check(st_inst, res)
                 checks[0] += a
                 checks[1] += n
             if meg.iter_time_s and st.iter_time_s:
                 sp = meg.iter_time_s / st.iter_time_s
                 speedups.setdefault(gpus, []).append(sp)
                 mem = st.breakdown.peak_mem_bytes / meg.breakdown.peak_mem_bytes
-                same = _same_outer_mem_ratio(inst, st)
-                row = [model, gpus, f"{meg.iter_time_s:.3f}", f"{st.iter_time_s:.3f}", f"{sp:.2f}x",
+                same = _same_outer_mem_ratio(st_inst, st)
+                row = [model, gpus, f"{meg.iter_time_s:.3f}", f"{meg_sp.iter_time_s:.3f}",
+                       f"{st.iter_time_s:.3f}", f"{sp:.2f}x", f"{meg_sp.iter_time_s / st.iter_time_s:.2f}x",
                        f"{PAPER_SPEEDUP[model][k]:.2f}x", f"{100 * mem:.0f}%",
                        "-" if same is None else f"{100 * same:.0f}%", f"{PAPER_MEM_PCT[model][k]}%",
                        f"{t_meg:.1f} / {t_st:.1f}", _plan_text(st, inst)]
             else:
-                row = [model, gpus, meg.status, st.status, "-", f"{PAPER_SPEEDUP[model][k]:.2f}x",
+                row = [model, gpus, meg.status, meg_sp.status, st.status, "-", "-",
+                       f"{PAPER_SPEEDUP[model][k]:.2f}x",
                        "-", "-", f"{PAPER_MEM_PCT[model][k]}%", f"{t_meg:.1f} / {t_st:.1f}", "-"]
             out.append("| " + " | ".join(str(x) for x in row) + " |")
             print(out[-1], flush=True)
@@ -202,19 +228,21 @@ def main(argv=None) -> int:
         out += ["", "## 3D parallelism, 32 GPUs (paper Fig. 10)", "",
                 "Pipeline allowed (pp in 1, 2, 4, 8), 16-layer truncated models, global batch 16;",
                 "otherwise the same spaces as above.", "",
-                "| model | Megatron s/iter | plan | spatial-temporal s/iter | plan | speedup | paper |",
-                "|---|---|---|---|---|---|---|"]
+                "| model | Megatron s/iter | plan | Megatron+SP s/iter | spatial-temporal s/iter | plan | speedup | over Megatron+SP | paper |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for model in MODELS:
             inst = _case(model, 32, layers=16, pp=(1, 2, 4, 8))
-            meg, st, _, _ = _pair(inst)
+            meg, st, meg_sp, _, _, st_inst = _pair(inst)
             sp = meg.iter_time_s / st.iter_time_s if meg.iter_time_s and st.iter_time_s else float("nan")
+            sp_sp = meg_sp.iter_time_s / st.iter_time_s if meg_sp.iter_time_s and st.iter_time_s else float("nan")
             for res in (meg, st):
-                a, n = _cross_check(inst, res)
+                a, n = _cross_check(st_inst, res)
                 checks[0] += a
                 checks[1] += n
             out.append(f"| {model} | {meg.iter_time_s or float('nan'):.3f} | {_plan_text(meg, inst)} |"
+                       f" {meg_sp.iter_time_s or float('nan'):.3f} |"
                        f" {st.iter_time_s or float('nan'):.3f} | {_plan_text(st, inst)} | {sp:.2f}x |"
-                       f" {PAPER_3D[model]:.2f}x |")
+                       f" {sp_sp:.2f}x | {PAPER_3D[model]:.2f}x |")
             print(out[-1], flush=True)
 
     out += ["", f"DP vs MILP on the per-layer partition problem of every chosen outer configuration:"

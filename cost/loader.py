@@ -862,14 +862,18 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
 
 
 def _plan_partitions(sec: _Section) -> tuple[tuple[str, str], ...]:
-    """`partitions: {qkv: K, attn_core: heads, ...}` (cost/partition.py); absent: Megatron."""
+    """`partitions: {qkv: K, attn_core: heads, ..., stream: B2x2}` (cost/partition.py; the
+    stream is optional: absent, Megatron's layout of the plan's sequence_parallel flag);
+    absent: Megatron."""
     if not sec.has("partitions"):
         return ()
-    from cost.partition import OPS
-    sub = sec.section("partitions", OPS)
+    from cost.partition import OPS, PLAN_OPS, STREAM
+    sub = sec.section("partitions", PLAN_OPS)
     out = []
     for op in OPS:
         out.append((op, sub.string(op)))
+    if sub.has(STREAM):
+        out.append((STREAM, sub.string(STREAM)))
     return tuple(out)
 
 

@@ -39,14 +39,33 @@ data-parallel gradient sync (cost/coefficients._layer_costs: overlapped with the
 micro-batch's backward, once per iteration). The attention core is not a linear op: it keeps
 its head split.
 
+The residual stream (layer input and output, the two norms, dropouts and residual adds) is
+one more choice of the layer plan, `stream` (`stream_candidates`), met by qkv and mlp_in (input
+from it, input gradient back) and by attn_out and mlp_out (output into it, output gradient
+from it): the edges ("stream", op) of `EDGES`. Its layouts:
+    replicated  every GPU holds the whole stream (Megatron without sequence parallelism)
+    seq         GPU rho holds token block rho of t, all hidden columns (Megatron's sequence
+                parallelism; exactly a T op's layout)
+    B{q}x{q}    PrimePar's partitioned norms and element-wise operators: GPU (w, r, c) holds
+                token rows r*J + w of J*q and hidden columns c of q (t = J*q^2): a sub-block
+                of the P(q x q) output block (r, c), so a P op's output lands on it with no
+                move and the partial sums of a composite are reduce-scattered onto it. The
+                norms need per-token statistics over the hidden dimension: LayerNorm's mean and
+                variance forward (2 fp32 per token) and its two per-token sums backward (2 fp32
+                per token), each a ring all-reduce over the q GPUs that share the token rows
+                (consecutive ranks), two norms per layer (`stream_cost`).
+Every op reshards from/to the chosen layout with the same cell machinery (partial sums
+reduce-scattered onto it when each holder needs its own share: Megatron's sequence-parallel
+reduce-scatter), so P, T and Megatron's splits all combine with every stream layout.
+
 Declared-space rules (documented limits of this model):
-- The residual stream between sub-blocks is replicated over the group (Megatron without
-  sequence parallelism) or, with sequence parallelism, split by tokens: GPU rho holds token
-  block rho, which is exactly a T op's layout. Every op then reshards from/to that layout
-  (partial sums reduce-scattered onto it when each holder needs its own share: Megatron's
-  sequence-parallel reduce-scatter), so P, T and Megatron's splits all combine with
-  sequence parallelism; Megatron's column-parallel ops stash their sequence-parallel input
-  shard (re-gathered in backward, hidden, as megatron_layer assumes).
+- The stream layout between layers is what the outer configuration's sequence_parallel flag
+  prices at stage boundaries, checkpoints and the final norm (cost/coefficients.build): a
+  whole copy without it (stream `replicated`, the only choice), a 1/t share with it (stream
+  `seq` or, with spatial-temporal partitions, `B{q}x{q}`: both hold 1/t of the stream, so
+  their elementwise time and norm/dropout stashes are megatron_layer's sequence-parallel ones).
+- Megatron's column-parallel ops stash their input shard when the stream is split (re-gathered
+  in backward, hidden, as megatron_layer assumes for sequence parallelism).
 - T is not offered with ZeRO-3: FSDP would gather and reduce-scatter the replicated weight
   over the data-parallel group every micro-batch, a different gradient path than the one priced.
 - Every layer uses the same partition plan (layers are identical).
@@ -86,10 +105,20 @@ from cost.specs import Instance, Link, Mlp, Outer
 
 LINEAR_OPS = ("qkv", "attn_out", "mlp_in", "mlp_out")
 OPS = ("qkv", "attn_core", "attn_out", "mlp_in", "mlp_out")
+# the residual stream's layout: one more choice of a layer plan (module docstring)
+STREAM = "stream"
+PLAN_OPS = OPS + (STREAM,)
 DISPLAY_NAMES = {"qkv": "attn.qkv", "attn_core": "attn.core", "attn_out": "attn.out",
-                 "mlp_in": "mlp.fc1", "mlp_out": "mlp.fc2"}
-# the pairs of operators whose layouts meet directly (the others meet the residual stream)
-EDGES = (("qkv", "attn_core"), ("attn_core", "attn_out"), ("mlp_in", "mlp_out"))
+                 "mlp_in": "mlp.fc1", "mlp_out": "mlp.fc2", STREAM: "stream"}
+# the operators whose layouts meet directly, in chain order; the stream meets the four linear
+# ops at the ends of the two chains (the stream is the chains' common cut point)
+CHAIN_EDGES = (("qkv", "attn_core"), ("attn_core", "attn_out"), ("mlp_in", "mlp_out"))
+STREAM_EDGES = ((STREAM, "qkv"), (STREAM, "attn_out"), (STREAM, "mlp_in"), (STREAM, "mlp_out"))
+EDGES = CHAIN_EDGES + STREAM_EDGES
+# LayerNorm's per-token statistics: mean and variance forward, sum(g*dy) and sum(g*dy*xhat)
+# backward, fp32 each; two norms per layer
+NORM_STAT_BYTES_PER_TOKEN = 2 * 4
+NORMS_PER_LAYER = 2
 # weight-gradient partial sums travel in the fp32 accumulation precision (Megatron main_grad)
 GRAD_ACCUM_BYTES = 4
 
@@ -172,6 +201,29 @@ def core_candidates(t: int, spatial_temporal: bool) -> list[str]:
 
 
 MEGATRON_DEFAULT = {"qkv": "K", "attn_core": "heads", "attn_out": "N", "mlp_in": "K", "mlp_out": "N"}
+# Megatron's stream layouts (without / with sequence parallelism); a plan that names no stream
+# uses the one of its sequence_parallel flag
+MEGATRON_STREAMS = ("replicated", "seq")
+
+
+def stream_candidates(t: int, sequence_parallel: bool, spatial_temporal: bool) -> list[str]:
+    """Stream layouts of a group of t (module docstring): Megatron's first; the block layouts
+    only with a split stream (sequence_parallel) and spatial-temporal partitions."""
+    if not sequence_parallel:
+        return ["replicated"]
+    out = ["seq"]
+    if spatial_temporal:
+        out += [f"B{q}x{q}" for q in powers_of_two_squares(t)]
+    return out
+
+
+def default_stream(sequence_parallel: bool) -> str:
+    return "seq" if sequence_parallel else "replicated"
+
+
+def stream_grid(name: str) -> int:
+    """q of a block stream B{q}x{q}; 0 for Megatron's layouts."""
+    return 0 if name in MEGATRON_STREAMS else int(name[1:].split("x")[0])
 
 
 def parse_op(spec: str, t: int) -> OpPartition:
@@ -244,6 +296,22 @@ def core_layout(name: str, t: int) -> np.ndarray:
 @lru_cache(maxsize=None)
 def replicated_layout(t: int) -> np.ndarray:
     return np.ones((t, t, t), bool)
+
+
+@lru_cache(maxsize=None)
+def stream_layout(name: str, t: int) -> np.ndarray:
+    """Cells of the [tokens, hidden] stream each GPU holds (module docstring)."""
+    if name == "replicated":
+        return replicated_layout(t)
+    if name == "seq":
+        return op_layout(OpPartition("T", t, 1), t, "in")[0]
+    q = stream_grid(name)
+    j = t // (q * q)
+
+    def rows(rho):
+        w, r, _ = _grid(rho, q)
+        return r * j + w, j * q
+    return _block_mask(t, rows, lambda rho: (_grid(rho, q)[2], q))
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,14 +547,16 @@ class LayerTable:
     """Per-operator costs of one layer as arrays (the formulations' input).
 
     `unary[op]`: array [candidates, 4] of (fwd_s, bwd_s, act_bytes, buffer_bytes) for choosing
-    that candidate, reshards to/from the residual stream included; `pair[(a, b)]`: array
-    [cands(a), cands(b), 2] of (fwd_s, bwd_s) of the reshard between a and b.
+    that candidate (op in PLAN_OPS; the stream's row is its norm statistics); `pair[(a, b)]`:
+    array [cands(a), cands(b), 2] of (fwd_s, bwd_s) of the reshard between a and b (EDGES: the
+    chain edges and the stream's edges to the ops that read from or write into it).
     Layer totals: time = base + sum(unary) + sum(pair); act = base_act + sum; the workspace is
     base_ws + max over ops of buffer_bytes; replicated parameters and the per-iteration
     weight-gradient sync over the group (T ops only, zero for the others and the core) are
     sums over ops."""
 
-    candidates: dict[str, tuple]  # OpPartition per linear op, head-assignment name for the core
+    candidates: dict[str, tuple]  # OpPartition per linear op, head-assignment name for the
+    # core, layout name for the stream
     unary: dict[str, np.ndarray]
     pair: dict[tuple[str, str], np.ndarray]
     base: LayerTerms  # megatron_layer's terms minus its linear GEMMs and tp collectives
@@ -517,52 +587,57 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
     dims = op_dims(inst)
     cands = {op: tuple(op_candidates(t, st)) for op in LINEAR_OPS}
     cands["attn_core"] = tuple(core_candidates(t, st))
-    # the residual stream: replicated, or with sequence parallelism split by tokens (GPU rho
-    # holds token block rho: the layout of a T op, so T ops meet it without moving anything)
     sp = o.sequence_parallel
-    R = op_layout(OpPartition("T", t, 1), t, "in")[0] if sp else replicated_layout(t)
+    cands[STREAM] = tuple(stream_candidates(t, sp, st))
 
     unary, ring, compute, inter, rep, sync = {}, {}, {}, {}, {}, {}
-    for op in OPS:
+    for op in PLAN_OPS:
         rep[op], sync[op] = np.zeros(len(cands[op])), np.zeros(len(cands[op]))
     for op in LINEAR_OPS:
-        N, K, _ = dims[op]
         rows = np.zeros((len(cands[op]), 4))
         ring[op], compute[op], inter[op] = (np.zeros(len(cands[op])) for _ in range(3))
         for i, p in enumerate(cands[op]):
             c = linear_op_cost(ctx, op, p)
-            fwd, bwd = c.fwd_s, c.bwd_s
-            inter_s = c.ring_exposed_s if c.ring_inter_node else 0.0
             stash = c.stash_bytes
-            if op in ("qkv", "mlp_in"):  # input from the residual stream, gradient back to it
-                moved, moved_inter = _move_split(ctx, links, p, op_layout(p, t, "dx"), R, (T, N))
-                bwd, inter_s = bwd + moved, inter_s + moved_inter
-                if sp:  # e.g. Megatron's all-gather of the sequence-parallel input
-                    moved, moved_inter = _move_split(ctx, links, None, (R, 1),
-                                                     op_layout(p, t, "in")[0], (T, N))
-                    fwd, inter_s = fwd + moved, inter_s + moved_inter
-                if sp and p.outer == "K" and p.q == 1:
-                    # Megatron-LM stashes the sequence-parallel shard of a column-parallel
-                    # input and all-gathers it again in backward, overlapped with the
-                    # input-gradient GEMM (as megatron_layer prices it: not exposed)
-                    stash = BF16_BYTES * T * N / t
-            if op in ("attn_out", "mlp_out"):  # output into the residual stream, gradient back
-                moved, moved_inter = _move_split(ctx, links, p, op_layout(p, t, "out"), R, (T, K))
-                fwd, inter_s = fwd + moved, inter_s + moved_inter
-                if sp:  # e.g. Megatron's all-gather of the sequence-parallel output gradient
-                    moved, moved_inter = _move_split(ctx, links, None, (R, 1),
-                                                     op_layout(p, t, "dy")[0], (T, K))
-                    bwd, inter_s = bwd + moved, inter_s + moved_inter
-            rows[i] = (fwd, bwd, stash, c.buffer_bytes)
-            ring[op][i], compute[op][i], inter[op][i] = c.ring_overlapped_s, c.compute_s, inter_s
+            if sp and op in ("qkv", "mlp_in") and p.outer == "K" and p.q == 1:
+                # Megatron-LM stashes the sequence-parallel shard of a column-parallel input
+                # and all-gathers it again in backward, overlapped with the input-gradient
+                # GEMM (as megatron_layer prices it: not exposed); a block stream's shard alike
+                stash = BF16_BYTES * T * dims[op][0] / t
+            rows[i] = (c.fwd_s, c.bwd_s, stash, c.buffer_bytes)
+            ring[op][i], compute[op][i] = c.ring_overlapped_s, c.compute_s
+            inter[op][i] = c.ring_exposed_s if c.ring_inter_node else 0.0
             rep[op][i], sync[op][i] = c.replicated_params, c.grad_sync_s
         unary[op] = rows
     unary["attn_core"] = np.zeros((len(cands["attn_core"]), 4))
     inter["attn_core"] = np.zeros(len(cands["attn_core"]))
+    unary[STREAM] = np.zeros((len(cands[STREAM]), 4))
+    inter[STREAM] = np.zeros(len(cands[STREAM]))
+    for i, name in enumerate(cands[STREAM]):
+        fwd, bwd, inter_s = stream_cost(ctx, name)
+        unary[STREAM][i, :2] = (fwd, bwd)
+        inter[STREAM][i] = inter_s
 
     pair, pair_inter = {}, {}
     qkv_w, mlp_w = dims["qkv"][1], dims["mlp_out"][0]
-    for a, b in EDGES:
+    for a, b in STREAM_EDGES:  # the stream meets the first and last op of each chain
+        N, K, _ = dims[b]
+        arr = np.zeros((len(cands[a]), len(cands[b]), 2))
+        arr_inter = np.zeros((len(cands[a]), len(cands[b])))
+        for i, name in enumerate(cands[a]):
+            R = stream_layout(name, t)
+            for k, p in enumerate(cands[b]):
+                if b in ("qkv", "mlp_in"):  # input from the stream, gradient back to it
+                    # e.g. Megatron's sequence-parallel all-gather forward, reduce-scatter back
+                    f = _move_split(ctx, links, None, (R, 1), op_layout(p, t, "in")[0], (T, N))
+                    bk = _move_split(ctx, links, p, op_layout(p, t, "dx"), R, (T, N))
+                else:  # output into the stream, output gradient from it
+                    f = _move_split(ctx, links, p, op_layout(p, t, "out"), R, (T, K))
+                    bk = _move_split(ctx, links, None, (R, 1), op_layout(p, t, "dy")[0], (T, K))
+                arr[i, k] = (f[0], bk[0])
+                arr_inter[i, k] = f[1] + bk[1]
+        pair[(a, b)], pair_inter[(a, b)] = arr, arr_inter
+    for a, b in CHAIN_EDGES:
         arr = np.zeros((len(cands[a]), len(cands[b]), 2))
         arr_inter = np.zeros((len(cands[a]), len(cands[b])))
         for i, pa in enumerate(cands[a]):
@@ -601,6 +676,23 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
                       pair_inter_node=pair_inter, replicated_params=rep, grad_sync_s=sync)
 
 
+def stream_cost(ctx: LayerContext, name: str) -> tuple[float, float, float]:
+    """(fwd_s, bwd_s, inter-node part) of a stream layout's own communication: a block stream's
+    norm statistics (module docstring), NORMS_PER_LAYER ring all-reduces of
+    NORM_STAT_BYTES_PER_TOKEN per token of a GPU's token rows (tokens / (J*q)) over the q
+    consecutive ranks that share those rows, forward and again backward. Its elementwise work
+    and stashes are the sequence-parallel ones, already in the layer's base (1/t each)."""
+    q = stream_grid(name)
+    if q == 0:
+        return 0.0, 0.0, 0.0
+    inst, o = ctx.inst, ctx.outer
+    link, inter = _strided_link(inst, o, ctx.site, q, 1)
+    rows = ctx.tokens * q / o.tp  # tokens / (J*q), J = t / q^2
+    one = comm.all_reduce_time_s(NORM_STAT_BYTES_PER_TOKEN * rows, q, link, inter, ctx.net)
+    f = NORMS_PER_LAYER * one
+    return f, f, 2 * f if inter else 0.0
+
+
 def _index(cands: tuple, spec: str) -> int:
     for i, c in enumerate(cands):
         if (c if isinstance(c, str) else c.spec()) == spec:
@@ -613,7 +705,11 @@ def spec_of(c) -> str:
 
 
 def plan_indices(table: LayerTable, plan: dict[str, str]) -> dict[str, int]:
-    return {op: _index(table.candidates[op], plan[op]) for op in OPS}
+    """Candidate index per PLAN_OPS entry; a plan without a stream uses the table's first
+    (Megatron's layout for its sequence_parallel flag)."""
+    idx = {op: _index(table.candidates[op], plan[op]) for op in OPS}
+    idx[STREAM] = _index(table.candidates[STREAM], plan.get(STREAM, spec_of(table.candidates[STREAM][0])))
+    return idx
 
 
 # columns of a layer plan's vector (layer_vector, all_plans)
@@ -625,7 +721,7 @@ def layer_vector(table: LayerTable, idx: dict[str, int]) -> tuple[float, ...]:
     workspace_bytes) per micro-batch, (replicated_params, grad_sync_s) per iteration."""
     fwd, bwd, act = table.base.fwd_s, table.base.bwd_s, table.base.act_bytes
     buf = rep = sync = 0.0
-    for op in OPS:
+    for op in PLAN_OPS:
         u = table.unary[op][idx[op]]
         fwd, bwd, act, buf = fwd + u[0], bwd + u[1], act + u[2], max(buf, u[3])
         rep += table.replicated_params[op][idx[op]]
@@ -644,7 +740,7 @@ def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
     compute = b.parts["compute"] + sum(table.compute[op][idx[op]] for op in LINEAR_OPS)
     ring = sum(table.ring_overlapped[op][idx[op]] for op in LINEAR_OPS)
     tp_exposed = fwd + bwd - compute - b.parts["cp_comm_exposed"]
-    tp_inter = (sum(table.inter_node[op][idx[op]] for op in OPS)
+    tp_inter = (sum(table.inter_node[op][idx[op]] for op in PLAN_OPS)
                 + sum(table.pair_inter_node[e][idx[e[0]], idx[e[1]]] for e in EDGES))
     overlapped = dict(b.overlapped)
     overlapped["tp_ring"] = ring
@@ -658,16 +754,16 @@ def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
 
 
 def all_plans(table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
-    """Every per-operator plan of the table: (indices [n, 5] in OPS order, vectors [n, 6] in
-    VECTOR's order), vectorised over the product of candidates."""
-    sizes = [len(table.candidates[op]) for op in OPS]
-    idx = np.array(list(itertools.product(*[range(s) for s in sizes])), dtype=np.int64).reshape(-1, len(OPS))
-    pos = {op: k for k, op in enumerate(OPS)}
+    """Every per-operator plan of the table: (indices [n, 6] in PLAN_OPS order, vectors [n, 6]
+    in VECTOR's order), vectorised over the product of candidates."""
+    sizes = [len(table.candidates[op]) for op in PLAN_OPS]
+    idx = np.array(list(itertools.product(*[range(s) for s in sizes])), dtype=np.int64).reshape(-1, len(PLAN_OPS))
+    pos = {op: k for k, op in enumerate(PLAN_OPS)}
     fwd = np.full(len(idx), table.base.fwd_s)
     bwd = np.full(len(idx), table.base.bwd_s)
     act = np.full(len(idx), table.base.act_bytes)
     buf, rep, sync = np.zeros(len(idx)), np.zeros(len(idx)), np.zeros(len(idx))
-    for op in OPS:
+    for op in PLAN_OPS:
         u = table.unary[op][idx[:, pos[op]]]
         fwd += u[:, 0]
         bwd += u[:, 1]
@@ -683,7 +779,12 @@ def all_plans(table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plan_from_indices(table: LayerTable, row) -> dict[str, str]:
-    return {op: spec_of(table.candidates[op][int(k)]) for op, k in zip(OPS, row)}
+    """The plan of one all_plans row; Megatron's stream layout is left implicit (so Megatron
+    plans and recorded partitions read as before)."""
+    plan = {op: spec_of(table.candidates[op][int(k)]) for op, k in zip(PLAN_OPS, row)}
+    if plan[STREAM] in MEGATRON_STREAMS:
+        del plan[STREAM]
+    return plan
 
 
 def partition_layer_fn(plan: dict[str, str]):
@@ -711,7 +812,16 @@ def table_for(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
 
 
 def is_megatron(plan: dict[str, str]) -> bool:
-    return all(plan.get(op) == MEGATRON_DEFAULT[op] for op in OPS)
+    return (all(plan.get(op) == MEGATRON_DEFAULT[op] for op in OPS)
+            and plan.get(STREAM, "seq") in MEGATRON_STREAMS)
+
+
+def stream_allowed(plan: dict[str, str], o) -> bool:
+    """A block stream needs a split stream between layers (sequence_parallel); Megatron's
+    stream must be the one of the flag."""
+    s = plan.get(STREAM)
+    return s is None or s == default_stream(o.sequence_parallel) or (
+        o.sequence_parallel and s not in MEGATRON_STREAMS)
 
 
 def _terms(inst, o, site, net, frozen) -> LayerTerms:
@@ -722,6 +832,9 @@ def _terms(inst, o, site, net, frozen) -> LayerTerms:
         raise ValueError(f"per-operator partitions need 4 <= tp <= {MAX_SPATIAL_TEMPORAL_GROUP}")
     if not plan_allowed(plan, o):
         raise ValueError("token splits (T) are not offered with ZeRO-3")
+    if not stream_allowed(plan, o):
+        raise ValueError(f"stream {plan[STREAM]!r} needs sequence_parallel: the block stream"
+                         " holds 1/tp of the stream between layers")
     return layer_terms(table_for(inst, o, site, net), plan)
 
 
@@ -758,9 +871,14 @@ def check_partitions(plan) -> None:
     tensor-parallel group (called by Plan's own validation)."""
     from cost.errors import ConfigError
 
-    ops = [op for op, _ in plan.partitions]
-    if sorted(ops) != sorted(OPS):
-        raise ConfigError("plan.partitions must name each of " + ", ".join(OPS) + " once")
+    ops = [op for op, _ in plan.partitions if op != STREAM]
+    if sorted(ops) != sorted(OPS) or len(plan.partitions) - len(ops) > 1:
+        raise ConfigError("plan.partitions must name each of " + ", ".join(OPS)
+                          + f" once (and optionally {STREAM})")
+    if not stream_allowed(dict(plan.partitions), plan):
+        raise ConfigError(f"plan.partitions.{STREAM}: {dict(plan.partitions)[STREAM]!r} needs"
+                          " sequence_parallel: true (a block stream holds 1/tp of the stream"
+                          " between layers; Megatron's layout is the flag's own)")
     if is_megatron(dict(plan.partitions)):
         return
     if not 4 <= plan.tp <= MAX_SPATIAL_TEMPORAL_GROUP:
@@ -769,8 +887,12 @@ def check_partitions(plan) -> None:
         raise ConfigError("plan.partitions: token splits (T) are not offered with zero: 3;"
                           " use zero 0, 1 or 2 or another partition")
     for op, spec in plan.partitions:
-        allowed = ([spec_of(c) for c in core_candidates(plan.tp, True)] if op == "attn_core"
-                   else [c.spec() for c in op_candidates(plan.tp, True)])
+        if op == STREAM:
+            allowed = stream_candidates(plan.tp, plan.sequence_parallel, True)
+        elif op == "attn_core":
+            allowed = [spec_of(c) for c in core_candidates(plan.tp, True)]
+        else:
+            allowed = [c.spec() for c in op_candidates(plan.tp, True)]
         if spec not in allowed:
             raise ConfigError(f"plan.partitions.{op}: {spec!r} is not a partition of tp={plan.tp};"
                               " use one of " + ", ".join(allowed))

@@ -2,13 +2,15 @@
 consecutive operators (Alpa-style linearised products), a memory epsilon-constraint.
 
 Sets
-    O                 operators of a layer, in order (e.g. qkv, attn_core, attn_out, mlp_in, mlp_out)
+    O                 operators of a layer, in order (e.g. qkv, attn_core, attn_out, mlp_in, mlp_out,
+                      and the residual stream, whose candidates are its layouts)
     P_o               candidate partitions of operator o
-    E ⊆ O x O         pairs of operators whose layouts meet (resharding edges)
+    E ⊆ O x O         pairs of operators whose layouts meet (resharding edges; the stream meets
+                      qkv, attn_out, mlp_in and mlp_out)
 
 Parameters (`PartitionProblem`, built from cost/partition.py's LayerTable; no cost arithmetic)
-    c_op  [s]       time_s[o][p]          forward + backward of o under p, its reshards to and
-                                          from fixed layouts (the residual stream) included
+    c_op  [s]       time_s[o][p]          forward + backward of o under p (the stream: its
+                                          norm-statistics all-reduces)
     a_op  [bytes]   act_bytes[o][p]       activations o stashes for backward under p
     w_op  [bytes]   buffer_bytes[o][p]    transient double buffer of o under p
     r_op  [params]  replicated_params[o][p]  weight parameters o holds beyond a 1/t share

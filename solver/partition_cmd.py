@@ -19,6 +19,11 @@ def describe_partitions(plan: Plan, inst: Instance) -> list[str]:
     gpn = inst.cluster.gpus_per_node
     out = []
     for op, spec in plan.partitions:
+        if op == P.STREAM:  # a block stream (Megatron's layouts are not recorded)
+            q = P.stream_grid(spec)
+            out.append(f"{P.DISPLAY_NAMES[op]}: {spec}@{_where(q, gpn)} (token rows x hidden"
+                       f" columns, norm statistics all-reduced over {q} GPUs)")
+            continue
         if op == "attn_core":
             line = f"{P.DISPLAY_NAMES[op]}: heads@{_where(plan.tp, gpn)}"
             if spec != "heads":
@@ -63,7 +68,8 @@ def cmd_partition(args) -> int:
     if m.seq_len % args.cp:
         raise InstanceError(inst.source, "--cp", f"cp={args.cp} does not divide seq_len {m.seq_len}",
                             "use a divisor of the sequence length")
-    o = Outer(tp=t, pp=1, dp=1, cp=args.cp, micro_batch=args.micro_batch, num_micro_batches=1)
+    o = Outer(tp=t, pp=1, dp=1, cp=args.cp, micro_batch=args.micro_batch, num_micro_batches=1,
+              sequence_parallel=args.sequence_parallel)
     site = homogeneous_placement(inst.cluster, o).sites[0]
     table_ = P.table_for(inst, o, site, NetEfficiency())
     pb = problem_from_table(table_)
@@ -106,5 +112,7 @@ def register(sub) -> None:
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel group size (4 to 32)")
     p.add_argument("--micro-batch", type=int, default=1, dest="micro_batch")
     p.add_argument("--cp", type=int, default=1, help="context-parallel degree (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true", dest="sequence_parallel",
+                   help="split residual stream: Megatron's sequence split or block layouts")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_partition)

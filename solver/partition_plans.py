@@ -1,7 +1,13 @@
 """Joint search over per-operator tensor partitions and everything else (search.tensor_partitions).
 
 Exactness argument. Every layer uses the same per-operator plan (declared-space rule, see
-cost/partition.py). For a fixed outer configuration, a layer plan enters the pipeline problem
+cost/partition.py); a layer plan is one candidate per operator plus the residual stream's
+layout (cost/partition.PLAN_OPS: with sequence parallelism Megatron's sequence split or a
+block layout; whether the stream is split between layers at all is the outer configuration's
+sequence_parallel flag, so stage boundaries, checkpoints and the final norm stay outer terms).
+The stream choice changes only the plan's fwd_s, bwd_s (its reshards and norm statistics,
+replayed by a full recompute like the rest of the forward) and nothing else, so it adds no
+column to the vector below. For a fixed outer configuration, a layer plan enters the pipeline problem
 only through the per-layer coefficients of cost/coefficients.py, which are functions of the
 plan's vector (cost/partition.VECTOR: fwd_s, bwd_s, act_bytes, workspace_bytes per
 micro-batch; replicated_params, grad_sync_s per iteration; rc_fwd_s = fwd_s minus a
@@ -25,9 +31,10 @@ for A and no slower. Keeping the plans that no other plan dominates in the vecto
 every plan the last entry is 0 for all of them, and since g is non-decreasing in
 (p, grad_sync_s), the plan-only vector (fwd, bwd, act, workspace, p, grad_sync_s) is a
 (weaker, still exact) dominance that can be cached per layer table. The candidates of an outer
-configuration are those plans, computed from all per-operator plans (at most 7^4 x 5 = 12,005
-per group of 32), and the branch-and-bound of solver/planner.py treats every (outer, layer
-plan) pair as one outer candidate: bounds, memory proofs and inner solves are unchanged, so
+configuration are those plans, computed from all per-operator plans (at most 7^4 x 5 x 3 =
+36,015 per group of 32: three stream layouts with sequence parallelism), and the
+branch-and-bound of solver/planner.py treats every (outer, layer plan) pair as one outer
+candidate: bounds, memory proofs and inner solves are unchanged, so
 "optimal" is proved over outer x per-operator plans x splits x recompute. (The monotonicity
 holds in real arithmetic; in floating point ZeRO-3's recompute term, a difference of maxima,
 can round to +-1e-19 s, far below the planner's REL_TOL.)
@@ -64,16 +71,16 @@ def enabled(inst: Instance) -> bool:
 def problem_from_table(table: P.LayerTable) -> PartitionProblem:
     """The formulations' arrays of one LayerTable (time = forward + backward)."""
     return PartitionProblem(
-        ops=P.OPS, edges=P.EDGES,
-        labels={o: tuple(P.spec_of(c) for c in table.candidates[o]) for o in P.OPS},
-        time_s={o: table.unary[o][:, 0] + table.unary[o][:, 1] for o in P.OPS},
-        act_bytes={o: table.unary[o][:, 2] for o in P.OPS},
-        buffer_bytes={o: table.unary[o][:, 3] for o in P.OPS},
+        ops=P.PLAN_OPS, edges=P.EDGES,
+        labels={o: tuple(P.spec_of(c) for c in table.candidates[o]) for o in P.PLAN_OPS},
+        time_s={o: table.unary[o][:, 0] + table.unary[o][:, 1] for o in P.PLAN_OPS},
+        act_bytes={o: table.unary[o][:, 2] for o in P.PLAN_OPS},
+        buffer_bytes={o: table.unary[o][:, 3] for o in P.PLAN_OPS},
         edge_time_s={e: table.pair[e][..., 0] + table.pair[e][..., 1] for e in P.EDGES},
         base_time_s=table.base.fwd_s + table.base.bwd_s, base_act_bytes=table.base.act_bytes,
         base_ws_bytes=table.base.workspace_bytes,
-        replicated_params={o: table.replicated_params[o] for o in P.OPS},
-        grad_sync_s={o: table.grad_sync_s[o] for o in P.OPS})
+        replicated_params={o: table.replicated_params[o] for o in P.PLAN_OPS},
+        grad_sync_s={o: table.grad_sync_s[o] for o in P.PLAN_OPS})
 
 
 def pareto_mask(v: np.ndarray) -> np.ndarray:
@@ -114,12 +121,12 @@ def _plans_of(table: P.LayerTable, allowed: bool) -> tuple[np.ndarray, np.ndarra
     """P.all_plans of a table (cached), without the token-split plans unless `allowed`."""
     key = (id(table), allowed)
     if key not in _PLANS or _PLANS[key][0] is not table:
-        if len(_PLANS) >= _PLANS_MAX:  # each holds up to 12,005 x 6 floats
+        if len(_PLANS) >= _PLANS_MAX:  # each holds up to 36,015 x 6 floats
             _PLANS.clear()
         idx, vec = P.all_plans(table)
         if not allowed:  # ZeRO-3: drop the plans with a token split
             mask = np.ones(len(idx), bool)
-            for k, op in enumerate(P.OPS):
+            for k, op in enumerate(P.PLAN_OPS):
                 if op in P.LINEAR_OPS:
                     mask &= ~np.isin(idx[:, k], [i for i, c in enumerate(table.candidates[op])
                                                  if P.is_token_split(P.spec_of(c))])
@@ -183,7 +190,7 @@ def _plan_coefficients(inst, o, pl, plan, reserve_bytes, net) -> StageCoefficien
     if P.is_megatron(plan):
         return build(inst, o, net, reserve_bytes, placement=pl)
     c = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=P.partition_layer_fn(plan))
-    return dataclasses.replace(c, partitions=tuple((op, plan[op]) for op in P.OPS))
+    return dataclasses.replace(c, partitions=tuple((op, plan[op]) for op in P.PLAN_OPS if op in plan))
 
 
 def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -> StageCoefficients:
@@ -255,7 +262,8 @@ def plans_per_outer(inst: Instance, o: Outer) -> int:
     if not enabled(inst) or not P.spatial_temporal_allowed(o):
         return 1
     n_lin = len(P.op_candidates(o.tp, True)) - (0 if P.token_split_allowed(o) else 1)
-    return n_lin ** len(P.LINEAR_OPS) * len(P.core_candidates(o.tp, True))
+    return (n_lin ** len(P.LINEAR_OPS) * len(P.core_candidates(o.tp, True))
+            * len(P.stream_candidates(o.tp, o.sequence_parallel, True)))
 
 
 def all_plan_coefficients(inst: Instance, o: Outer, net: NetEfficiency = NetEfficiency()):

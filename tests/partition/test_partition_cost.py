@@ -25,6 +25,18 @@ CASES = {
 }
 
 
+def _with_stream(table, op, stream=0):
+    """An op's (fwd_s, bwd_s, act, buffer) rows with its reshards to/from the stream layout
+    `stream` (index; Megatron's by default) added."""
+    u = table.unary[op].copy()
+    u[:, :2] += table.pair[(P.STREAM, op)][stream]
+    return u
+
+
+def _inter_with_stream(table, op, stream=0):
+    return table.inter_node[op] + table.pair_inter_node[(P.STREAM, op)][stream]
+
+
 def _site(inst, o):
     return homogeneous_placement(inst.cluster, o).sites[0]
 
@@ -91,9 +103,9 @@ def test_p2x2_attn_out_forward_by_hand():
     gemm = matmul_time_s(2 * T * h * h / 4 / 2, gpu)
     shift = (2 * T * h / 4 + 2 * h * h / 4) / bw + lat
     gather = 0.75 * 2 * T * h / bw + 3 * lat
-    assert table.unary["attn_out"][k, 0] == pytest.approx(max(gemm, shift) + gemm + gather, rel=1e-12)
+    assert _with_stream(table, "attn_out")[k, 0] == pytest.approx(max(gemm, shift) + gemm + gather, rel=1e-12)
     # stashed input: one [T/2, h/2] bf16 block (Megatron's row-parallel input: [T, h/4], same size)
-    assert table.unary["attn_out"][k, 2] == 2 * T * h / 4
+    assert _with_stream(table, "attn_out")[k, 2] == 2 * T * h / 4
 
 
 def test_p_keeps_fewer_activations_than_megatron_column_input():
@@ -101,7 +113,7 @@ def test_p_keeps_fewer_activations_than_megatron_column_input():
     inst, o, site = instance_and_site(tp=4, nodes=1)
     table = P.layer_table(inst, o, site, NET)
     specs = [P.spec_of(c) for c in table.candidates["qkv"]]
-    act = table.unary["qkv"][:, 2]
+    act = _with_stream(table, "qkv")[:, 2]
     assert act[specs.index("K")] == 4 * act[specs.index("P2x2")] == 2 * 1024 * 1024
 
 
@@ -125,9 +137,9 @@ def test_composite_splits_time_by_link_type():
     block = 2 * T * h / 4
     ar = 2 * (2 - 1) / 2 * block / 3.125e9 + 2 * (2 - 1) * 10e-6
     gather = 3 * block / 150e9 + 3 * 5e-6
-    assert table.inter_node["mlp_out"][k] == pytest.approx(ar, rel=1e-12)
+    assert _inter_with_stream(table, "mlp_out")[k] == pytest.approx(ar, rel=1e-12)
     c = P.linear_op_cost(P.LayerContext(inst, o, site, NET), "mlp_out", P.OpPartition("N", 2, 2))
-    assert table.unary["mlp_out"][k, 0] == pytest.approx(c.fwd_s + ar + gather, rel=1e-12)
+    assert _with_stream(table, "mlp_out")[k, 0] == pytest.approx(c.fwd_s + ar + gather, rel=1e-12)
 
 
 def test_chained_p_ops_pay_only_the_skew():
@@ -198,7 +210,7 @@ def test_token_split_mlp_out_by_hand():
     T, h, f, gpu = 1024, 1024, 4096, inst.cluster.gpu
     gemm = matmul_time_s(2 * T * f * h / 4, gpu)
     gather = 0.75 * 2 * T * h / 150e9 + 3 * 5e-6
-    fwd, bwd, act, buf = table.unary["mlp_out"][k]
+    fwd, bwd, act, buf = _with_stream(table, "mlp_out")[k]
     assert fwd == pytest.approx(gemm + gather, rel=1e-12)
     assert bwd == pytest.approx(2 * gemm, rel=1e-12)
     assert act == 2 * T * f / 4 and buf == 0  # its own token block of the input, bf16
@@ -224,7 +236,7 @@ def test_token_split_qkv_reshards():
     T, h = 1024, 1024
     gemm = matmul_time_s(2 * T * h * 3 * h / 4, inst.cluster.gpu)
     link, inter = site.tp_link
-    assert table.unary["qkv"][k, 1] == pytest.approx(
+    assert _with_stream(table, "qkv")[k, 1] == pytest.approx(
         2 * gemm + comm.all_gather_time_s(2 * T * h, 4, link, inter, NET), rel=1e-12)
     a2a = 3 * 2 * T * 3 * h / 16 / 150e9 + 3 * 5e-6
     assert table.pair[("qkv", "attn_core")][k, 0, 0] == pytest.approx(a2a, rel=1e-12)
@@ -287,6 +299,6 @@ def test_sequence_parallel_stream_by_hand():
         assert table.unary[op][k, 0] == pytest.approx(gemm, rel=1e-12)
         assert table.unary[op][k, 1] == pytest.approx(2 * gemm, rel=1e-12)
     kk = specs.index("K")
-    assert table.unary["mlp_in"][kk, 0] == pytest.approx(gemm + ag, rel=1e-12)
-    assert table.unary["mlp_in"][kk, 1] == pytest.approx(2 * gemm + ag, rel=1e-12)
-    assert table.unary["mlp_in"][kk, 2] == 2 * T * h / 4
+    assert _with_stream(table, "mlp_in")[kk, 0] == pytest.approx(gemm + ag, rel=1e-12)
+    assert _with_stream(table, "mlp_in")[kk, 1] == pytest.approx(2 * gemm + ag, rel=1e-12)
+    assert _with_stream(table, "mlp_in")[kk, 2] == 2 * T * h / 4

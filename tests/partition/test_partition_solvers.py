@@ -19,13 +19,14 @@ from solver import partition_plans as PP
 NET = NetEfficiency()
 
 # (tp, nodes, model overrides, micro_batch, sequence parallel): inside a node, across nodes,
-# a 4x4 grid, SwiGLU+GQA, the sequence-parallel stream
+# a 4x4 grid, SwiGLU+GQA, the split stream (seq or B2x2; with tp = 16 also B4x4)
 TABLES = [
     (4, 1, {}, 1, False),
     (8, 2, {}, 2, False),
     (16, 4, {}, 1, False),
     (8, 2, dict(mlp=Mlp.SWIGLU, kv_heads=4, ffn=2816), 4, False),
-    (8, 2, {}, 2, True),  # sequence-parallel stream
+    (8, 2, {}, 2, True),  # split stream: seq or B2x2
+    (16, 4, {}, 1, True),  # seq, B2x2 or B4x4
 ]
 
 
@@ -65,6 +66,8 @@ def test_dp_milp_and_brute_force_agree(case):
     assert len(dp) == len(want)
     assert np.allclose(sorted(r[:5] for r in dp), sorted(want), rtol=1e-12, atol=0)
     assert any(pb.labels[o][k] == "T" for *_, ch in dp for o, k in ch.items())
+    if TABLES[case][4]:  # block streams are on the front too
+        assert any(pb.labels[P.STREAM][ch[P.STREAM]].startswith("B") for *_, ch in dp)
     # 2. at every front point's caps, the MILP's optimum equals the DP's (the epsilon problem)
     for t, a, w, r, g, _ in dp:
         m = solve_partition_milp(pb, act_cap_bytes=a, ws_cap_bytes=w, params_cap=r, sync_cap_s=g)
@@ -132,10 +135,11 @@ def test_every_plan_is_dominated_by_a_candidate(zero, dp_nodes, sp, seq_len):
         assert any((cc <= c + tol).all() for cc in cand_c)
         assert (opt <= c + tol).all()
     assert n == o.tp * o.dp
-    # every plan of the declared space was checked (4 linear candidates with T, 3 without)
+    # every plan of the declared space was checked (4 linear candidates with T, 3 without;
+    # with sequence parallelism two stream layouts, seq and B2x2)
     on = dataclasses.replace(inst, search=dataclasses.replace(
         inst.search, tensor_partitions=("megatron", "spatial_temporal")))
-    assert checked == PP.plans_per_outer(on, o) == (4 if zero < 3 else 3) ** 4 * 3
+    assert checked == PP.plans_per_outer(on, o) == (4 if zero < 3 else 3) ** 4 * 3 * (2 if sp else 1)
     if zero < 3:  # some candidate replicates a weight (T), so the state column matters
         assert any(p[op] == "T" for p in cands for op in P.LINEAR_OPS)
 
@@ -270,8 +274,10 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
 
 
 def test_planner_equals_exhaustive_with_sequence_parallel():
-    """Per-operator plans on the sequence-parallel stream (2 x 4 GPUs): the optimum mixes
-    token splits (attention) and P(2x2) composites (MLP), and equals brute force."""
+    """Per-operator plans on a split stream (2 x 4 GPUs): the optimum mixes token splits
+    (attention) and P(2x2) composites, keeps the stream in PrimePar's B2x2 block layout (the
+    composites' partial sums reduce-scatter onto it, LayerNorm all-reduces its per-token
+    statistics over GPU pairs), and equals brute force over every layer plan, stream included."""
     from solver.exhaustive import exhaustive
     from solver.planner import plan
     inst = _cross_node_instance(sequence_parallel=(True,))
@@ -280,3 +286,5 @@ def test_planner_equals_exhaustive_with_sequence_parallel():
     assert r.iter_time_s == pytest.approx(e.iter_time_s, rel=1e-9)
     specs = {spec for _, spec in r.plan.partitions}
     assert "T" in specs and any("P2x2" in x for x in specs)
+    assert dict(r.plan.partitions)[P.STREAM] == "B2x2"
+
