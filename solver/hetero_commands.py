@@ -27,7 +27,13 @@ def is_hetero(args) -> bool:
 
 def _load(args):
     from cost.hetero_loader import load_hetero_instance
-    return load_hetero_instance(args.instance)
+    inst = load_hetero_instance(args.instance)
+    if "spatial_temporal" in inst.search.tensor_partitions:
+        raise InstanceError(inst.source, "search.tensor_partitions",
+                            "per-operator partitions are not planned on heterogeneous clusters",
+                            "remove spatial_temporal (heterogeneous plans use Megatron 1-D tensor"
+                            " parallelism); plan one group alone to use partitions")
+    return inst
 
 
 def objective_of(args) -> str:

@@ -243,6 +243,8 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
                 warm_plan: HeteroPlan | None = None, progress=None) -> HeteroResult:
     t0 = time.perf_counter()
+    if "spatial_temporal" in inst.search.tensor_partitions:
+        raise ValueError("per-operator partitions are not planned on heterogeneous clusters")
     idx, _, _ = scenario_weights(inst, objective)
     outers = hetero_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)

@@ -97,3 +97,14 @@ def test_single_type_commands_name_the_groups_key(tmp_path, capsys):
     assert err.count("\n") == 1 and f"{TINY2}: cluster.groups: " in err
     assert main(["plan", HOMOGENEOUS, "--cluster", TINY2]) == EXIT_BAD_INPUT
     assert f"{TINY2}: cluster.groups: " in capsys.readouterr().err
+
+
+def test_partitions_on_a_heterogeneous_cluster_are_refused_not_ignored(tmp_path, capsys):
+    import yaml
+    tree = yaml.safe_load(Path(TINY2).read_text())
+    tree["search"]["tensor_partitions"] = ["megatron", "spatial_temporal"]
+    path = tmp_path / "parts.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    assert main(["plan", str(path)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "search.tensor_partitions" in err
