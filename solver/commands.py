@@ -144,7 +144,7 @@ def cmd_exhaustive(args) -> int:
 def cmd_verify(args) -> int:
     from solver import hetero_commands
     from solver.exhaustive import SpaceTooLarge, exhaustive
-    from solver.planner import REL_TOL, plan
+    from solver.planner import plan
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_verify(args)
@@ -167,12 +167,7 @@ def cmd_verify(args) -> int:
                      "-" if ex.iter_time_s is None else f"{ex.iter_time_s:.9g}", f"{ex.wall_time_s:.2f} s"])
     except SpaceTooLarge as e:
         rows.append(["exhaustive", "skipped", "-", str(e)])
-    vals = [v for v in values.values()]
-    if any(v is None for v in vals):
-        agree = all(v is None for v in vals)
-    else:
-        ref = vals[0]
-        agree = all(abs(v - ref) <= tol + REL_TOL * ref for v in vals)
+    agree = methods_agree(list(values.values()), tol)
     if args.json:
         json.dump({"agree": agree, "iter_time_s": values,
                    "methods": [dict(zip(("method", "status", "iter_time_s", "time"), r)) for r in rows]},
@@ -182,6 +177,15 @@ def cmd_verify(args) -> int:
         print(table(["method", "status", "iteration time (s)", "time"], rows, align="llrl"))
         print("AGREE" if agree else "DISAGREE")
     return 0 if agree else EXIT_DISAGREE
+
+
+def methods_agree(values: list[float | None], tol_s: float) -> bool:
+    """verify's verdict: all found no plan, or all found the same optimum within the solvers'
+    stated tolerance plus REL_TOL."""
+    from solver.planner import REL_TOL
+    if any(v is None for v in values):
+        return all(v is None for v in values)
+    return all(abs(v - values[0]) <= tol_s + REL_TOL * values[0] for v in values)
 
 
 def cmd_bench(args) -> int:

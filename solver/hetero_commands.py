@@ -230,7 +230,7 @@ def cmd_exhaustive(args) -> int:
 def cmd_verify(args) -> int:
     from solver.exhaustive import SpaceTooLarge
     from solver.hetero_exhaustive import hetero_exhaustive
-    from solver.hetero_planner import REL_TOL, plan_hetero
+    from solver.hetero_planner import plan_hetero
 
     inst = _load(args)
     objective = objective_of(args)
@@ -252,10 +252,8 @@ def cmd_verify(args) -> int:
                      "-" if ex.objective_s is None else f"{ex.objective_s:.9g}", f"{ex.wall_time_s:.2f} s"])
     except SpaceTooLarge as e:
         rows.append(["exhaustive", "skipped", "-", str(e)])
-    if any(v is None for v in values):
-        agree = all(v is None for v in values)
-    else:
-        agree = all(abs(v - values[0]) <= tol + REL_TOL * values[0] for v in values)
+    from solver.commands import methods_agree
+    agree = methods_agree(values, tol)
     if args.json:
         json.dump({"agree": agree, "objective": objective, "values_s": values,
                    "methods": [dict(zip(("method", "status", "objective_s", "time"), r)) for r in rows]},
