@@ -14,6 +14,8 @@ per row. Unknown fields get these documented defaults:
     attention kernel         -> flash (FlashAttention / cuDNN fused attention), except rows
                                 from before fused attention existed (source year < 2022)
                                 which use standard attention
+    framework, dropout       -> from the row's source family (SOURCE_FAMILIES below): what the
+                                source's code base runs and the dropout its configs train with
 
 A row that cannot be modelled (e.g. global batch not divisible into micro-batches) is
 reported with its reason, never dropped.
@@ -29,7 +31,7 @@ from cost.comm import NetEfficiency
 from cost.errors import ConfigError, InstanceError
 from cost.loader import _read_yaml, _Section, default_layer_split, load_catalogue
 from cost.simulate import simulate
-from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Plan, Precision, Recompute)
 
 # Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per
@@ -39,6 +41,45 @@ DEFAULT_NIC_GBIT_PER_S = {
     "V100-SXM-32GB": 100, "A100-SXM4-40GB": 200, "A100-SXM4-80GB": 200,
     "H100-SXM5-80GB": 400, "H100-SXM5-96GB": 400, "H200-SXM-141GB": 400,
 }
+@dataclass(frozen=True, slots=True)
+class SourceFamily:
+    """What a published source runs: its framework and the dropout of its model configs."""
+
+    name: str
+    prefix: str  # the row's `source` starts with this
+    framework: Framework
+    dropout: float
+
+
+# Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
+# GPT-3 configs (conf/training/gpt3/*.yaml) use 0.1 attention and hidden dropout; MPT
+# (llm-foundry yamls: attn_pdrop 0, resid_pdrop 0), Llama-family NeMo configs and torchtitan
+# train without dropout. The Narayanan ZeRO-3 baseline ran DeepSpeed (SC'21 Sec. 5.2).
+SOURCE_FAMILIES = (
+    SourceFamily("narayanan21-zero3", "Narayanan et al., SC'21", Framework.DEEPSPEED, 0.1),
+    SourceFamily("narayanan21", "Narayanan et al., SC'21", Framework.MEGATRON, 0.1),
+    SourceFamily("korthikanti22", "Korthikanti et al. 2022", Framework.MEGATRON, 0.1),
+    SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
+    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0),
+    SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
+    SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
+    SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1),
+)
+
+
+def source_family(row: dict) -> SourceFamily:
+    """The family of a calibration row, from its source (and ZeRO-3 for Narayanan's Table 2)."""
+    source = row.get("source", "")
+    for fam in SOURCE_FAMILIES:
+        if not source.startswith(fam.prefix):
+            continue
+        if fam.name == "narayanan21-zero3" and (row["config"].get("zero") or 0) != 3:
+            continue
+        return fam
+    raise ConfigError(f"source {source[:60]!r} belongs to no known family: add it to"
+                      " cost/calibration.py SOURCE_FAMILIES with its framework and dropout")
+
+
 INTRA_LATENCY_US = 5.0
 INTER_LATENCY_US = 10.0
 FIRST_FUSED_ATTENTION_YEAR = 2022  # FlashAttention, Dao et al., NeurIPS 2022
@@ -69,9 +110,10 @@ def _source_year(source: str) -> int | None:
 
 def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Instance, Plan]:
     md, cl, cf = row["model"], row["cluster"], row["config"]
+    family = source_family(row)
     model = ModelSpec(name=row["id"], layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
                       kv_heads=md.get("kv_heads") or md["heads"], ffn=md["ffn"], vocab=md["vocab"],
-                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]))
+                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]), dropout=family.dropout)
     gpu_name = cl["gpu"]
     if gpu_name not in catalogue:
         raise ConfigError(f"GPU type {gpu_name!r} is not in the catalogue")
@@ -91,7 +133,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     year = _source_year(row.get("source", ""))
     attention = Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR else Attention.FLASH
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
-                  attention=attention)
+                  attention=attention, framework=family.framework)
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
 
     mb = cf.get("micro_batch") or 1

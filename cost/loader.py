@@ -17,6 +17,7 @@ Instance file (units in the key names; "required" unless a default is given)::
       seq_len: 8192                  # tokens per sequence
       mlp: swiglu                    # gelu | swiglu
       tied_embeddings: false         # default false
+      dropout: 0.0                   # attention/hidden dropout probability, default 0
     cluster:
       gpu: H100-SXM5-80GB            # a cost/gpus.yaml name or one defined under gpu_types
       nodes: 64
@@ -28,7 +29,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       inter_node_latency_us: 10      # microseconds, default 10
     job:
       global_batch: 1024             # sequences per optimizer step
-      precision: bf16                # bf16 | fp16, default bf16
+      precision: bf16                # bf16 | fp16 | fp8 (FP8 linears), default bf16
+      framework: megatron            # megatron | torchtitan | deepspeed | composer, default megatron
       optimizer: adam                # adam, default adam
       attention: flash               # flash | standard (stores the s x s scores), default flash
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
@@ -104,8 +106,8 @@ import yaml
 from cost import units
 from cost.errors import ConfigError, InstanceError
 from cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
-from cost.specs import (Attention, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
-                        Optimizer, Plan, Precision, Recompute, SearchSpace)
+from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
+                        ModelSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -126,11 +128,11 @@ _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
 _CLUSTER_FILE_KEYS = ("cluster", "gpu_types")
 _JOB_FILE_KEYS = ("job", "search")
 _MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
-               "tied_embeddings")
+               "tied_embeddings", "dropout")
 _CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
-_JOB_KEYS = ("global_batch", "precision", "optimizer", "attention")
-_GPU_KEYS = ("peak_tflops_bf16", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
+_JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
+_GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
@@ -540,6 +542,8 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["memory_eff"] = sec.number("memory_eff", hi=1.0)
     if sec.has("attention_eff"):
         optional["attention_eff"] = sec.number("attention_eff", hi=1.0)
+    if sec.has("peak_tflops_fp8"):
+        optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
     with _config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
         return GpuSpec(
             name=name,
@@ -741,6 +745,7 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
             seq_len=sec.integer("seq_len"),
             mlp=Mlp(sec.choice("mlp", _values(Mlp))),
             tied_embeddings=sec.boolean("tied_embeddings", False),
+            dropout=sec.number("dropout", 0.0, positive=False, hi=0.99),
         )
 
 
@@ -779,6 +784,7 @@ def _job(sec: _Section) -> JobSpec:
             precision=Precision(sec.choice("precision", _values(Precision), Precision.BF16.value)),
             optimizer=Optimizer(sec.choice("optimizer", _values(Optimizer), Optimizer.ADAM.value)),
             attention=Attention(sec.choice("attention", _values(Attention), Attention.FLASH.value)),
+            framework=Framework(sec.choice("framework", _values(Framework), Framework.MEGATRON.value)),
         )
 
 

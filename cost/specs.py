@@ -33,6 +33,19 @@ class Recompute(str, Enum):
 class Precision(str, Enum):
     BF16 = "bf16"
     FP16 = "fp16"
+    # FP8 linears (Transformer Engine / torchao float8: per-tensor scaled e4m3 forward, e5m2
+    # gradients); attention, norms and the optimizer stay in bf16/fp32
+    FP8 = "fp8"
+
+
+class Framework(str, Enum):
+    """The training framework that runs the plan: it decides what can run (solver/space.py)
+    and how ZeRO/FSDP, overlap and context parallelism behave (cost/framework.py)."""
+
+    MEGATRON = "megatron"  # Megatron-LM / Megatron-core / NeMo
+    TORCHTITAN = "torchtitan"  # PyTorch FSDP2 + DTensor TP, PP, CP
+    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO (with Megatron-DeepSpeed for tp/pp)
+    COMPOSER = "composer"  # MosaicML Composer / llm-foundry: PyTorch FSDP1 data parallel only
 
 
 class Attention(str, Enum):
@@ -56,11 +69,16 @@ class ModelSpec:
     seq_len: int
     mlp: Mlp = Mlp.GELU
     tied_embeddings: bool = False
+    # dropout probability of the attention and hidden dropouts; modern LLMs train with 0, which
+    # stores no dropout masks (GPT-3-era models used 0.1)
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("model.dropout must lie in [0, 1)")
         if self.hidden % self.heads:
             raise ConfigError("model.hidden must be divisible by model.heads")
         if self.heads % self.kv_heads:
@@ -92,6 +110,8 @@ class GpuSpec:
     matmul_half_flops: float = 2e9
     memory_eff: float = 0.7  # achieved fraction of HBM bandwidth in elementwise kernels
     attention_eff: float = 0.4  # achieved fraction of peak in the fused attention core
+    # dense FP8 tensor-core peak; None: the GPU has no FP8 tensor cores (V100, A100)
+    peak_fp8_flops_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.peak_flops_per_s, self.hbm_bytes, self.hbm_bw_bytes_per_s) <= 0:
@@ -136,6 +156,7 @@ class JobSpec:
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
     attention: Attention = Attention.FLASH
+    framework: Framework = Framework.MEGATRON
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
