@@ -4,7 +4,8 @@ Each row becomes an Instance + Plan and is simulated like any user plan; nothing
 per row. Unknown fields get these documented defaults:
 
     micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
-    recompute unknown        -> full (the setting of the published large-model Megatron runs)
+    recompute unknown        -> the source family's launcher default (SOURCE_FAMILIES below;
+                                full where nothing else is known)
     virtual_stages null      -> 1 (no interleaving)
     sequence_parallel null   -> false
     zero null                -> 0
@@ -43,12 +44,14 @@ DEFAULT_NIC_GBIT_PER_S = {
 }
 @dataclass(frozen=True, slots=True)
 class SourceFamily:
-    """What a published source runs: its framework and the dropout of its model configs."""
+    """What a published source runs: its framework, the dropout of its model configs and the
+    recomputation its launcher uses when a row says `recompute: unknown`."""
 
     name: str
     prefix: str  # the row's `source` starts with this
     framework: Framework
     dropout: float
+    default_recompute: str = "full"
 
 
 # Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
@@ -60,7 +63,10 @@ SOURCE_FAMILIES = (
     SourceFamily("narayanan21", "Narayanan et al., SC'21", Framework.MEGATRON, 0.1),
     SourceFamily("korthikanti22", "Korthikanti et al. 2022", Framework.MEGATRON, 0.1),
     SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
-    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0),
+    # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
+    # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
+    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here)
+    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none"),
     SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
     SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
     SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1),
@@ -141,7 +147,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     if cf["global_batch"] % (dp * mb):
         raise ConfigError(f"global_batch {cf['global_batch']} is not a multiple of dp*micro_batch = {dp * mb}")
     rc = cf.get("recompute") or "unknown"
-    rc = "full" if rc == "unknown" else rc
+    rc = family.default_recompute if rc == "unknown" else rc
     pp, v = cf["pp"], cf.get("virtual_stages") or 1
     split = default_layer_split(model.layers, pp, v)
     plan = Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,

@@ -24,9 +24,12 @@ import numpy as np
 
 from cost import comm, memory
 from cost.comm import NetEfficiency
-from cost.flops import BF16_BYTES, layer_elementwise_bytes, layer_matmuls, layer_params, logits_flops
+from cost.framework import behaviour, bucket_calls, gather_calls
+from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
+                        layer_param_tensors, layer_params, logits_flops)
 from cost.flops import embedding_params, output_params
-from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Recompute
+from cost.errors import ConfigError
+from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -38,11 +41,11 @@ BACKWARD_ELEMENTWISE_FACTOR = 2.0
 # Adam step traffic per parameter shard: read+write fp32 master, m, v (24), read fp32 grad (4),
 # write bf16 weight (2).
 ADAM_STEP_BYTES_PER_PARAM = 30
+# Transformer Engine's fused cast-transpose: read a bf16 element, write it as FP8 twice (the
+# row-major copy and the transpose the weight-gradient GEMM needs): 2 + 1 + 1 bytes.
+FP8_CAST_BYTES_PER_ELEMENT = 4
 # Unfused attention: softmax, mask and dropout each read and write the b*a*s*s score tensor.
 STANDARD_ATTENTION_SCORE_PASSES = 4
-# Gradient reduction precision: Megatron-LM accumulates and all-reduces fp32 gradients (ZeRO
-# 0-2); FSDP full-shard (ZeRO-3) reduce-scatters in the bf16 compute precision.
-GRAD_REDUCE_BYTES = {0: 4, 1: 4, 2: 4, 3: 2}
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,14 @@ def _mm_time_s(flops: float, gpu) -> float:
     cost of F_half FLOPs at full speed. Small matmuls (small h, tp-split, short sequences) run
     less efficiently; large ones approach eff_max."""
     return (flops + gpu.matmul_half_flops) / (gpu.peak_flops_per_s * gpu.matmul_eff_max)
+
+
+def fp8_matmul_time_s(flops: float, gpu) -> float:
+    """An FP8 GEMM (Transformer Engine / torchao float8 linears): the same size model against
+    the FP8 tensor-core peak and its own achieved efficiency."""
+    if gpu.peak_fp8_flops_per_s is None:
+        raise ConfigError(f"{gpu.name} has no FP8 tensor cores: train it in bf16")
+    return (flops + gpu.matmul_half_flops) / (gpu.peak_fp8_flops_per_s * gpu.fp8_matmul_eff_max)
 
 
 def _mem_time_s(n_bytes: float, gpu) -> float:
@@ -180,7 +191,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     cp_link, cp_inter = site.cp_link
 
     mms = layer_matmuls(m, b, tp, cp)
-    lin_f = sum(_mm_time_s(f, gpu) for f in mms.linear_calls)
+    fp8 = inst.job.precision is Precision.FP8
+    lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls)
     attn_f = mms.attention_core / (gpu.peak_flops_per_s * gpu.attention_eff)
     if flash:
         attn_b = BACKWARD_FLASH_FACTOR * attn_f
@@ -190,6 +202,10 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         attn_f += _mem_time_s(score_bytes, gpu)
         attn_b = BACKWARD_LINEAR_FACTOR * attn_f
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
+    if fp8:
+        # casts to FP8 with the transposes the weight-gradient GEMM reads, on every linear
+        # input (forward) and output gradient (backward, counted by the backward factor)
+        elem_f += _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * fp8_cast_elements(m, b, tp, cp), gpu)
     compute_f = lin_f + attn_f + elem_f
     compute_b = BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f
 
@@ -231,34 +247,62 @@ class _LayerCosts:
     parts: dict[str, float]
     overlapped: dict[str, float]
     terms: LayerTerms
+    gather_s: float = 0.0  # ZeRO-3: one layer's parameter all-gather
+    scatter_s: float = 0.0  # ZeRO-3: one layer's gradient reduce-scatter
+
+
+def hidden_window(comm_s: float, prefetchable_s: float, compute_s: float) -> tuple[float, float]:
+    """Exposed and hidden seconds of `comm_s` communication issued beside `compute_s` seconds
+    of compute, of which only `prefetchable_s` can be issued ahead of the compute that needs
+    it (the rest waits for its consumer: a bounded prefetch). Collectives on one link run one
+    after the other, so their times add before they are set against the compute."""
+    exposed = max(comm_s - compute_s, comm_s - prefetchable_s, 0.0)
+    return exposed, comm_s - exposed
 
 
 def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                  layer_fn) -> _LayerCosts:
     m, gpu = inst.model, site.gpu
+    fw = behaviour(inst.job.framework)
     dp_link, dp_inter = site.dp_link
     lt = layer_fn(inst, o, site, net)
     fwd, bwd, rc_fwd = lt.fwd_s, lt.bwd_s, lt.rc_fwd_s
+    kappa = net.overlap_slowdown
 
-    # ZeRO-3: gather this layer's weights before forward and backward, reduce-scatter grads
-    # after backward, each prefetched behind the neighbouring layer's compute (FSDP)
     # lp: the parameters one GPU holds, its 1/tp share plus any replicated over the group
     assert not (o.zero == 3 and lt.replicated_params), "token splits are not priced with ZeRO-3"
     lp = layer_params(m) / o.tp + lt.replicated_params
-    z3_f = z3_b = z3_b_rc = 0.0
-    zero3_total = 0.0
-    if o.zero == 3 and dp_n > 1:
-        ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-        rs = comm.all_gather_time_s(lp * GRAD_REDUCE_BYTES[3], dp_n, dp_link, dp_inter, net)
-        z3_f = max(0.0, ag - fwd)
-        z3_b = max(0.0, ag + rs - bwd)
-        z3_b_rc = max(0.0, ag + rs - bwd - rc_fwd)
-        zero3_total = 2 * ag + rs
-
     parts = dict(lt.parts)
-    parts["zero3_comm_exposed"] = z3_f + z3_b
     overlapped = dict(lt.overlapped)
-    overlapped["zero3_comm"] = zero3_total - z3_f - z3_b
+    # communication the layer terms already hide behind compute (the cp ring, P(q x q) shifts)
+    # slows that compute too
+    slow_terms = kappa * sum(lt.overlapped.values())
+
+    # ZeRO-3 / FSDP, once per micro-batch: gather the layer's weights before forward and again
+    # before backward (and, where the framework re-fetches, for the recompute pass), then
+    # reduce-scatter its gradients; gathers are prefetched behind the neighbouring layer's
+    # compute as far as the framework looks ahead (cost/framework.py)
+    ag = rs = 0.0
+    z3 = {"f": (0.0, 0.0), "b": (0.0, 0.0), "b_rc": (0.0, 0.0)}
+    if o.zero == 3 and dp_n > 1:
+        ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net,
+                                    gather_calls(fw, layer_param_tensors(m)))
+        rs = comm.all_gather_time_s(lp * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net,
+                                    bucket_calls(fw.scatter_bucket_params, lp))
+        ahead = 1.0 if fw.prefetch_params is None else min(1.0, fw.prefetch_params / lp)
+        gathers_rc = ag * (2 if fw.regather_for_recompute else 1)
+        z3["f"] = hidden_window(ag, ahead * ag, fwd)
+        z3["b"] = hidden_window(ag + rs, ahead * ag + rs, bwd)
+        z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * gathers_rc + rs, bwd + rc_fwd)
+    exp_f, hid_f = z3["f"]
+    exp_b, hid_b = z3["b"]
+    exp_rc, hid_rc = z3["b_rc"]
+    z3_f = exp_f + kappa * hid_f
+    z3_b = exp_b + kappa * hid_b
+    z3_b_rc = exp_rc + kappa * hid_rc
+    parts["zero3_comm_exposed"] = exp_f + exp_b
+    parts["overlap_slowdown"] = kappa * (hid_f + hid_b) + slow_terms
+    overlapped["zero3_comm"] = hid_f + hid_b
 
     # per layer, once per iteration: gradient sync and optimizer step
     shard = dp_n if o.zero >= 1 else 1
@@ -266,22 +310,26 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     if o.zero == 3:
         g_sync, g_exposed, ag_after = 0.0, 0.0, 0.0
     else:
-        gb = lp * GRAD_REDUCE_BYTES[o.zero]
+        gb = lp * fw.grad_reduce_bytes
+        calls = bucket_calls(fw.grad_bucket_params_zero2 if o.zero == 2 else fw.grad_bucket_params, lp)
         if o.zero == 0:
-            g_sync = comm.all_reduce_time_s(gb, dp_n, dp_link, dp_inter, net)
+            g_sync = comm.all_reduce_time_s(gb, dp_n, dp_link, dp_inter, net, calls)
             ag_after = 0.0
         else:  # distributed optimizer: reduce-scatter grads, all-gather updated bf16 weights
-            g_sync = comm.all_gather_time_s(gb, dp_n, dp_link, dp_inter, net)
-            ag_after = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+            g_sync = comm.all_gather_time_s(gb, dp_n, dp_link, dp_inter, net, calls)
+            ag_after = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net, calls)
         # the group's weight-gradient all-reduce of token-split ops comes first (the same
         # gradients, then reduced over the data-parallel ranks); once per iteration
         g_sync += lt.grad_sync_s
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it
         g_exposed = max(0.0, g_sync - bwd)
-    overlapped["dp_grad_sync"] = g_sync - g_exposed  # token-split ops' group all-reduce included
-    return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b, recompute_time=rc_fwd + z3_b_rc - z3_b,
-                       layer_sync=g_exposed + ag_after + step_s, grad_tail=g_sync - g_exposed,
-                       parts=parts, overlapped=overlapped, terms=lt)
+    g_hidden = g_sync - g_exposed
+    overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
+    return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b + slow_terms,
+                       recompute_time=rc_fwd + z3_b_rc - z3_b,
+                       layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s,
+                       grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
+                       gather_s=ag, scatter_s=rs)
 
 
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
@@ -327,30 +375,43 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         t_edge = v * comm.p2p_time_s(p2p_bytes, link, inter, net)
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
-    stage_time = np.array([sum(p.values()) for p in stage_parts], float)
 
     emb_state_params = [0.0] * pp
     emb_state_params[0] += embedding_params(m) / tp
     emb_state_params[-1] += (output_params(m) if (pp == 1 or not m.tied_embeddings)
                              else embedding_params(m) + m.hidden) / tp
+    fw = behaviour(inst.job.framework)
+    if o.zero == 3 and dp_n > 1:
+        # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
+        # before it) and the embedding / output-layer weights, gathered and reduce-scattered
+        # by the stages that hold them (FSDP's root unit)
+        for s in range(pp):
+            dp_link, dp_inter = pl.sites[s].dp_link
+            p = emb_state_params[s]
+            stage_parts[s]["zero3_unhidden"] = (
+                per_stage[s].gather_s
+                + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+                + comm.all_gather_time_s(p * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net))
+    stage_time = np.array([sum(p.values()) for p in stage_parts], float)
+
     # the last bucket of layer gradients cannot hide behind any remaining backward; only the
     # first and last stages hold embedding parameters to sync and step on top of it
-    stage_sync = np.array([x.grad_tail for x in per_stage], float)
+    stage_sync = np.array([x.grad_tail + x.scatter_s for x in per_stage], float)
     for s in sorted({0, pp - 1}):
         p, gpu = emb_state_params[s], pl.sites[s].gpu
         dp_link, dp_inter = pl.sites[s].dp_link
         step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
         if o.zero == 3:
-            sync = comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[3], dp_n, dp_link, dp_inter, net)
+            sync = 0.0  # reduce-scattered every micro-batch (stage time above)
         elif o.zero == 0:
-            sync = comm.all_reduce_time_s(p * GRAD_REDUCE_BYTES[0], dp_n, dp_link, dp_inter, net)
+            sync = comm.all_reduce_time_s(p * fw.grad_reduce_bytes, dp_n, dp_link, dp_inter, net)
         else:
-            sync = (comm.all_gather_time_s(p * GRAD_REDUCE_BYTES[o.zero], dp_n, dp_link, dp_inter, net)
+            sync = (comm.all_gather_time_s(p * fw.grad_reduce_bytes, dp_n, dp_link, dp_inter, net)
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
-        stage_sync[s] = sync + step + per_stage[s].grad_tail
+        stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
     if pp > 1 and m.tied_embeddings:
         link, inter = pl.tie
-        tie = comm.all_reduce_time_s(embedding_params(m) / tp * GRAD_REDUCE_BYTES[0], 2, link, inter, net)
+        tie = comm.all_reduce_time_s(embedding_params(m) / tp * fw.grad_reduce_bytes, 2, link, inter, net)
         stage_sync[0] += tie
         stage_sync[-1] += tie
 

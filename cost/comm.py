@@ -1,10 +1,21 @@
-"""Alpha-beta times of the collectives that parallel training issues.
+"""Alpha-beta times of the collectives that parallel training issues, as NCCL runs them.
 
 Ring algorithms (Thakur, Rabenseifner & Gropp 2005; NCCL's ring): for n ranks and a payload of
 B bytes (the *full* tensor), all-reduce moves 2(n-1)/n * B per rank in 2(n-1) steps; all-gather
-and reduce-scatter move (n-1)/n * B in n-1 steps. Each step pays the link latency alpha.
-Bandwidth is the one-direction bandwidth of the slowest link the group spans, scaled by an
-achieved-efficiency factor (NCCL bus bandwidth vs. wire speed).
+and reduce-scatter move (n-1)/n * B in n-1 steps. Every step pays one hop's latency, so a call
+over n ranks costs
+
+    t = calls * (alpha_call + steps * alpha_hop) + bytes_per_rank / (bw * efficiency)
+
+where `calls` is how many separate collectives the payload is issued as (a framework's bucket
+or per-module granularity: cost/framework.py), alpha_call NCCL's fixed launch latency per
+call, alpha_hop the mean latency of one ring hop (NVLink hops inside a node, network hops
+between nodes: a ring over N nodes of g ranks each crosses the network N-1 times in its n-1
+steps), and `efficiency` the achieved bus bandwidth as a fraction of wire speed.
+
+All-reduce over many nodes: NCCL also offers a double binary tree whose latency grows with
+log2(nodes) instead of n (Sanders, Speck & Traeff 2009; NCCL 2.4's tree all-reduce) and picks
+the faster of the two for each size; `all_reduce_time_s` does the same, min(ring, tree).
 
 Rank layout follows Megatron-LM's default order: tp varies fastest, then cp, then dp, then pp.
 A group whose members lie `stride` ranks apart and span `size * stride` consecutive ranks stays
@@ -18,21 +29,56 @@ node's aggregate NIC bandwidth (as nccl-tests' bus bandwidth on multi-node DGX s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from cost.specs import ClusterSpec, Link
 
+# NCCL's fixed latency of one collective call (kernel launch, proxy hand-off), the ring
+# "baseLatencies" entry of NCCL's own performance model (NVIDIA/nccl src/graph/tuning.cc,
+# v2.23-v2.30, Simple protocol, which NCCL selects for the multi-megabyte payloads of training).
+NCCL_CALL_LATENCY_S = 8.4e-6
+
 
 @dataclass(frozen=True, slots=True)
 class NetEfficiency:
-    """Achieved fraction of wire bandwidth, fitted by cost/fit.py to the published runs.
+    """The communication parameters of the cost model, each measured in public:
 
-    Both came out at the search's upper bound 1.0 (0.99 for NVLink): the published runs hide
-    more communication than this model credits (e.g. partial TP overlap), and the fit pays it
-    back here. Kept at 1.0 rather than letting an efficiency exceed the wire speed."""
+    intra_node: achieved bus bandwidth / one direction's NVLink wire speed. NVIDIA's NCCL
+        maintainers quote ~370 of 450 GB/s on H100 NVLink (0.82, NVIDIA/nccl-tests#212) and
+        ~160 of 200 GB/s on A800 (0.80, NVIDIA/nccl#412).
+    inter_node: the same on the network: 192 GB/s all-reduce bus bandwidth on DGX A100 with
+        8 x 200 Gbit/s HDR (0.96, NVIDIA/nccl#812); 46-48 GB/s per 400 Gbit/s NDR NIC
+        (0.92-0.96, NVIDIA/nccl-tests#290).
+    overlap_slowdown: compute seconds lost per second of communication that runs behind it.
+        NCCL's kernels occupy one SM per channel and stream through HBM, so a kernel beside them
+        runs slower: 18.9% on average (up to 40%) over GPT and Llama workloads on A100 and H100
+        (Lee et al. 2025, arXiv 2507.03114, "Characterizing compute-communication overlap").
+    call_latency_s: NCCL's fixed latency per collective call (tuning.cc, ring, Simple: 8.4 us).
+    """
 
-    intra_node: float = 1.0
-    inter_node: float = 1.0
+    intra_node: float = 0.80
+    inter_node: float = 0.95
+    overlap_slowdown: float = 0.19
+    call_latency_s: float = NCCL_CALL_LATENCY_S
+
+
+def _ring_hop_latency_s(cluster: ClusterSpec, ranks: int, nodes: int) -> float:
+    """Mean latency of one hop of a ring of `ranks` ranks over `nodes` nodes: n - N hops on
+    NVLink, N - 1 (of the n - 1 an all-gather makes) across the network."""
+    if ranks <= 1:
+        return cluster.inter_node.latency_s
+    inter_hops = nodes - 1
+    intra_hops = ranks - 1 - inter_hops
+    return (intra_hops * cluster.intra_node.latency_s
+            + inter_hops * cluster.inter_node.latency_s) / (ranks - 1)
+
+
+def _tree_depth_latency_s(cluster: ClusterSpec, per_node: int, nodes: int) -> float:
+    """One pass (reduce or broadcast) of NCCL's tree: a chain through the node's ranks, then
+    ceil(log2(nodes)) network hops."""
+    return ((per_node - 1) * cluster.intra_node.latency_s
+            + math.ceil(math.log2(nodes)) * cluster.inter_node.latency_s)
 
 
 def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool]:
@@ -40,8 +86,10 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool
     if size * stride <= cluster.gpus_per_node:
         return cluster.intra_node, False
     per_node = max(1, min(size, cluster.gpus_per_node // stride))
+    nodes = max(2, -(-size // per_node))
     bw = min(cluster.intra_node.bw_bytes_per_s, per_node * cluster.inter_node.bw_bytes_per_s)
-    return Link(bw_bytes_per_s=bw, latency_s=cluster.inter_node.latency_s), True
+    return Link(bw_bytes_per_s=bw, latency_s=_ring_hop_latency_s(cluster, size, nodes),
+                tree_latency_s=_tree_depth_latency_s(cluster, per_node, nodes)), True
 
 
 def pair_link(cluster: ClusterSpec, first_rank: int, count: int, offset: int) -> tuple[Link, bool]:
@@ -59,17 +107,28 @@ def _bw(link: Link, inter: bool, eff: NetEfficiency) -> float:
     return link.bw_bytes_per_s * (eff.inter_node if inter else eff.intra_node)
 
 
-def all_reduce_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency) -> float:
+def all_reduce_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency,
+                      calls: float = 1.0) -> float:
+    """Ring all-reduce, or NCCL's tree where the group spans nodes and the tree is faster."""
     if n <= 1 or n_bytes <= 0:
         return 0.0
-    return 2 * (n - 1) / n * n_bytes / _bw(link, inter, eff) + 2 * (n - 1) * link.latency_s
+    ring = (calls * (eff.call_latency_s + 2 * (n - 1) * link.latency_s)
+            + 2 * (n - 1) / n * n_bytes / _bw(link, inter, eff))
+    if link.tree_latency_s is None:
+        return ring
+    # reduce up the tree, broadcast down: 2 passes of the tree's depth; each rank sends and
+    # receives the whole payload once per pass (pipelined), the ring's 2(n-1)/n * B for large n
+    tree = calls * (eff.call_latency_s + 2 * link.tree_latency_s) + 2 * n_bytes / _bw(link, inter, eff)
+    return min(ring, tree)
 
 
-def all_gather_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency) -> float:
-    """Also the time of a reduce-scatter of the same full-tensor size."""
+def all_gather_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency,
+                      calls: float = 1.0) -> float:
+    """Also the time of a reduce-scatter of the same full-tensor size (NCCL runs both as rings)."""
     if n <= 1 or n_bytes <= 0:
         return 0.0
-    return (n - 1) / n * n_bytes / _bw(link, inter, eff) + (n - 1) * link.latency_s
+    return (calls * (eff.call_latency_s + (n - 1) * link.latency_s)
+            + (n - 1) / n * n_bytes / _bw(link, inter, eff))
 
 
 def p2p_time_s(n_bytes: float, link: Link, inter: bool, eff: NetEfficiency) -> float:

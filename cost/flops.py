@@ -75,6 +75,25 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     return rep + act + qk
 
 
+def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int) -> float:
+    """Elements cast to FP8 in one layer's forward on one GPU: the input of each linear layer
+    (QKV and MLP-in read the full hidden width, attention-out and MLP-out their 1/tp share)
+    and the layer's weights (1/tp share); the backward casts the output gradients, the same
+    count again (its factor lives with the other backward factors)."""
+    t = b * m.seq_len / cp
+    h, f = m.hidden, m.ffn
+    inputs = t * h + t * h / tp + t * h + t * f / tp
+    return inputs + layer_params(m) / tp
+
+
+def layer_param_tensors(m: ModelSpec) -> int:
+    """Parameter tensors of one layer, as a per-parameter gather sees them. GPT-style (gelu)
+    layers: fused QKV, attention-out, fc1, fc2, each with a bias, and two LayerNorms with
+    weight and bias (12); Llama-style (swiglu) layers: q, k, v, o, gate, up, down and two
+    RMSNorm weights, no biases (9)."""
+    return 12 if m.mlp is Mlp.GELU else 9
+
+
 def layer_params(m: ModelSpec) -> int:
     """Parameters of one transformer layer (weights, biases ignored; two norm scales)."""
     h, f = m.hidden, m.ffn

@@ -133,7 +133,7 @@ _CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
 _JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
-             "matmul_half_gflops", "memory_eff", "attention_eff")
+             "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions")
@@ -542,6 +542,8 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["memory_eff"] = sec.number("memory_eff", hi=1.0)
     if sec.has("attention_eff"):
         optional["attention_eff"] = sec.number("attention_eff", hi=1.0)
+    if sec.has("fp8_matmul_eff_max"):
+        optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max", hi=1.0)
     if sec.has("peak_tflops_fp8"):
         optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
     with _config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):

@@ -112,20 +112,27 @@ class GpuSpec:
     attention_eff: float = 0.4  # achieved fraction of peak in the fused attention core
     # dense FP8 tensor-core peak; None: the GPU has no FP8 tensor cores (V100, A100)
     peak_fp8_flops_per_s: float | None = None
+    fp8_matmul_eff_max: float = 0.6  # as matmul_eff_max, for FP8 GEMMs against the FP8 peak
 
     def __post_init__(self) -> None:
         if min(self.peak_flops_per_s, self.hbm_bytes, self.hbm_bw_bytes_per_s) <= 0:
             raise ConfigError(f"gpu {self.name}: peak FLOP/s, HBM size and bandwidth must be > 0")
-        if not all(0 < e <= 1 for e in (self.matmul_eff_max, self.memory_eff, self.attention_eff)):
+        if not all(0 < e <= 1 for e in (self.matmul_eff_max, self.memory_eff, self.attention_eff,
+                                        self.fp8_matmul_eff_max)):
             raise ConfigError(f"gpu {self.name}: efficiencies must lie in (0, 1]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Link:
-    """A point-to-point path as seen by one GPU: unidirectional bandwidth and per-message latency."""
+    """A point-to-point path as seen by one GPU: unidirectional bandwidth and per-message latency.
+
+    For a group's effective link (cost/comm.group_link) `latency_s` is the mean latency of one
+    ring hop and `tree_latency_s` the depth latency of NCCL's tree over the group's nodes (None:
+    no tree, the group sits in one node)."""
 
     bw_bytes_per_s: float
     latency_s: float
+    tree_latency_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.bw_bytes_per_s <= 0 or self.latency_s < 0:

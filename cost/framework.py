@@ -1,0 +1,93 @@
+"""How each training framework runs the parts of a plan that the cost model prices differently:
+ZeRO/FSDP parameter gathers and gradient reductions, their granularity and overlap.
+
+One record per framework (`behaviour(framework)`); cost/coefficients.py reads only these
+fields, so a new framework is a new row, not a new code path. Defaults are each framework's
+own defaults (sources inline); what a framework cannot run at all is solver/space.py's job.
+
+Granularity matters because every collective call pays NCCL's latency (cost/comm.py): a
+layer's parameters gathered as k separate calls over n ranks pay k * (n - 1) ring hops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost.specs import Framework
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    framework: Framework
+    # --- ZeRO-3 / FSDP full sharding
+    # parameter all-gathers per transformer layer: FSDP wraps each transformer block as one
+    # unit (one flat all-gather, per_tensor False); DeepSpeed ZeRO-3 fetches parameter by
+    # parameter (cost/flops.layer_param_tensors calls per layer)
+    gather_per_tensor: bool
+    # how far ahead parameters are prefetched, in parameters: FSDP prefetches the whole next
+    # block (None: unlimited); DeepSpeed prefetches up to stage3_prefetch_bucket_size
+    prefetch_params: float | None
+    # parameters are gathered once more for the recompute pass of a fully recomputed layer, on
+    # top of the pre-backward gather (no framework we price does: DeepSpeed's checkpointed
+    # forward re-fetches them, and the backward right after reuses that fetch
+    # (stage3_max_reuse_distance 1e9, partitioned_param_coordinator.py); FSDP runs the
+    # recompute inside the block's backward, after its one pre-backward gather)
+    regather_for_recompute: bool
+    # bytes per element of the gradient reduction (reduce-scatter or all-reduce)
+    grad_reduce_bytes_zero3: int
+    grad_reduce_bytes: int  # ZeRO 0-2
+    # reduce-scatter of ZeRO-3 gradients: bucket size in parameters (one call each); None:
+    # one call per FSDP unit (transformer block)
+    scatter_bucket_params: float | None
+    # --- data-parallel gradient sync of ZeRO 0-2: bucket size in parameters (one call each);
+    # None: one call per FSDP unit (FSDP's SHARD_GRAD_OP / reshard_after_forward=False)
+    grad_bucket_params: float | None
+    grad_bucket_params_zero2: float | None
+
+
+_TABLE = {
+    # Megatron-core DDP: fp32 gradient buffers reduced in fp32 for bf16 training
+    # (accumulate_allreduce_grads_in_fp32), buckets of max(40M, 1M x dp) parameters
+    # (--ddp-bucket-size), overlapped with backward (--overlap-grad-reduce, set by NeMo);
+    # Megatron-FSDP gathers per transformer block like torch FSDP.
+    Framework.MEGATRON: Behaviour(Framework.MEGATRON, gather_per_tensor=False, prefetch_params=None,
+                                  regather_for_recompute=False, grad_reduce_bytes_zero3=4,
+                                  grad_reduce_bytes=4, scatter_bucket_params=None,
+                                  grad_bucket_params=40e6, grad_bucket_params_zero2=40e6),
+    # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
+    # (training.mixed_precision_reduce = float32); DDP (dp_replicate) buckets of 25 MB (torch
+    # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients.
+    Framework.TORCHTITAN: Behaviour(Framework.TORCHTITAN, gather_per_tensor=False, prefetch_params=None,
+                                    regather_for_recompute=False, grad_reduce_bytes_zero3=4,
+                                    grad_reduce_bytes=4, scatter_bucket_params=None,
+                                    grad_bucket_params=25e6 / 4, grad_bucket_params_zero2=None),
+    # DeepSpeed ZeRO-3: stage3_prefetch_bucket_size 5e7 parameters, one all-gather per
+    # parameter tensor ("ZeRO3 launches too many all_gathers", deepspeedai/DeepSpeed#5047;
+    # gathers dominating the forward even on NVLink, #1174), gradients reduced in the
+    # training precision, reduce_bucket_size 5e8 elements.
+    Framework.DEEPSPEED: Behaviour(Framework.DEEPSPEED, gather_per_tensor=True, prefetch_params=5e7,
+                                   regather_for_recompute=False, grad_reduce_bytes_zero3=2,
+                                   grad_reduce_bytes=2, scatter_bucket_params=5e8,
+                                   grad_bucket_params=5e8, grad_bucket_params_zero2=5e8),
+    # Composer (llm-foundry): torch FSDP1, one unit per block, BACKWARD_PRE prefetch; the MPT
+    # recipes train with mixed_precision PURE, i.e. bf16 reduce.
+    Framework.COMPOSER: Behaviour(Framework.COMPOSER, gather_per_tensor=False, prefetch_params=None,
+                                  regather_for_recompute=False, grad_reduce_bytes_zero3=2,
+                                  grad_reduce_bytes=2, scatter_bucket_params=None,
+                                  grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None),
+}
+
+
+def behaviour(framework: Framework) -> Behaviour:
+    return _TABLE[framework]
+
+
+def gather_calls(b: Behaviour, layer_tensors: int) -> int:
+    """All-gather calls for one layer's parameters."""
+    return layer_tensors if b.gather_per_tensor else 1
+
+
+def bucket_calls(bucket_params: float | None, params: float) -> float:
+    """Collective calls for `params` parameters reduced in buckets of `bucket_params` (a layer's
+    share of the calls when buckets span layers); one per FSDP unit when None."""
+    return 1.0 if bucket_params is None else params / bucket_params
