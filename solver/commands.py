@@ -197,17 +197,29 @@ def cmd_bench(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from cost.calibration import load_rows, mape, predict_rows
-    from cost.fit import apply_params, fit
+    from cost.calibration import predict_rows
+    from cost.fit import apply_params, family_weights, fit
     from cost.loader import load_catalogue
+    from solver.cli import read_calibration_files
 
-    rows = load_rows(args.file)
+    rows, _ = read_calibration_files(args.file)
     cat = load_catalogue()
-    params = fit(rows, cat, sweeps=args.sweeps, log=lambda m: print(m, file=sys.stderr))
-    fitted_cat, net = apply_params(cat, params)
-    print(table(["parameter", "value"], [[str(k), f"{v:.4g}"] for k, v in params.items()]))
-    print(f"MAPE with these parameters: {100 * mape(predict_rows(rows, fitted_cat, net)):.2f}%"
-          " (copy them into cost/gpus.yaml and cost/comm.py to adopt them)")
+    result = fit(rows, cat, sweeps=args.sweeps, log=lambda m: print(m, file=sys.stderr))
+    bounds = result.on_bound()
+    print(table(["parameter", "start", "fitted", "physical range", "note"],
+                [[p.name, f"{result.start[p.name]:.4g}", f"{result.values[p.name]:.4g}",
+                  f"{p.lo:.4g} - {p.hi:.4g}",
+                  f"on its {bounds[p.name]} bound: the model is missing something" if p.name in bounds else ""]
+                 for p in result.params], align="lrrrl"))
+    fitted_cat, net = apply_params(cat, result.values, result.params)
+    preds = predict_rows(rows, fitted_cat, net)
+    errs = [(w, abs(r.error)) for w, r in zip(family_weights(rows), preds) if r.error is not None]
+    plain = sum(e for _, e in errs) / len(errs) if errs else float("nan")
+    weighted = sum(w * e for w, e in errs) / sum(w for w, _ in errs) if errs else float("nan")
+    print(f"family-weighted mean |log error| {result.start_loss:.4f} -> {result.loss:.4f};"
+          f" with the fitted values MAPE {100 * plain:.2f}% over {len(errs)} rows,"
+          f" family-weighted MAPE {100 * weighted:.2f}%")
+    print("(copy them into cost/gpus.yaml and cost/comm.py to adopt them)")
     return 0
 
 
@@ -260,9 +272,10 @@ def register(sub) -> None:
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=cmd_bench)
 
-    c = sub.add_parser("calibrate", help="re-fit the efficiency parameters to published runs")
-    c.add_argument("file")
-    c.add_argument("--sweeps", type=int, default=7)
+    c = sub.add_parser("calibrate", help="re-fit the efficiency parameters to published runs, each"
+                       " source family weighted equally; flags values on their physical bound")
+    c.add_argument("file", nargs="*", help="calibration rows (default: both bundled files, cost/published/)")
+    c.add_argument("--sweeps", type=int, default=5)
     c.set_defaults(func=cmd_calibrate)
 
     from solver import hetero_commands
