@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from cost import units
 from cost.comm import NetEfficiency
@@ -84,6 +85,20 @@ def source_family(row: dict) -> SourceFamily:
         return fam
     raise ConfigError(f"source {source[:60]!r} belongs to no known family: add it to"
                       " cost/calibration.py SOURCE_FAMILIES with its framework and dropout")
+
+
+# The published rows, shipped with the package (cost/published/README.md names the sources):
+# verbatim copies of shared/calibration/published.yaml and published-fp8.yaml.
+PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
+BUNDLED_FILES = (PUBLISHED_DIR / "published.yaml", PUBLISHED_DIR / "published-fp8.yaml")
+
+
+def load_published(paths: list[str] | None = None) -> list[dict]:
+    """The rows of `paths` (each checked by load_rows), or of both bundled files when None."""
+    rows: list[dict] = []
+    for path in paths or [str(p) for p in BUNDLED_FILES]:
+        rows.extend(load_rows(path))
+    return rows
 
 
 INTRA_LATENCY_US = 5.0

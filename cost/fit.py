@@ -1,24 +1,39 @@
 """Fit the simulator's few physical parameters to published runs (run once; results are
 stored in cost/gpus.yaml and cost/comm.py, never applied per row).
 
-Parameters: per GPU die (A100 40/80 GB share one) the achieved matmul, attention and memory
-efficiencies; globally the matmul half-efficiency size and the NVLink / NIC efficiencies.
-Objective: mean absolute log error of iteration time, which treats over- and under-prediction
-alike. Method: cyclic coordinate search on a multiplicative grid; deterministic, numpy only.
+Objective: sum over rows of w_row * |ln(predicted / measured)| with w_row = 1 / (rows of the
+row's source family) / (number of families), so that each source family counts equally: the 181
+MosaicML rows cannot outvote the 6 DeepSpeed ZeRO-3 rows and hide a bias there. |log| treats
+over- and under-prediction alike. Method: cyclic coordinate search on a multiplicative grid,
+each value clamped to its physical range; deterministic, numpy only. Only the rows a parameter
+affects are re-simulated when it moves (a per-die parameter touches only that die's rows).
+
+The parameter table (PARAMETERS, built per die by `parameter_table`) is generic: each entry has
+a name, a getter and a setter on (catalogue, NetEfficiency), a physical range and a relative
+uncertainty used by `paraplan plan --sensitivity`. A fitted value on its range's bound means
+the model is missing something the parameter is absorbing.
+
+| parameter | range | uncertainty | source of the range |
+|---|---|---|---|
+| <die>.matmul_eff_max | 0.50-0.90 | +-10% | largest achieved fraction of bf16 peak in large GEMMs: 85.9% on A100 SXM, 83.0% on GH200 (S. Bekman, ml-engineering, compute/accelerator "Maximum Achievable Matmul FLOPS comparison table", mamf-finder.py); training kernels at odd shapes reach less |
+| <die>.attention_eff | 0.25-0.75 | +-15% | fused attention: FlashAttention-2 reaches 50-73% of A100 peak forward, less backward (Dao 2023, arXiv 2307.08691); FlashAttention-3 75% of H100 peak (Shah et al. 2024, arXiv 2407.08608) |
+| <die>.memory_eff | 0.60-0.95 | +-10% | elementwise kernels reach 60-90% of datasheet HBM bandwidth; stream-copy benchmarks about 90% |
+| matmul_half_flops | 1e8-1e11 FLOP | +-50% | the GEMM size at half the large-GEMM efficiency: MAMF sweeps reach their peak only above ~1e10-1e11 FLOP shapes (same source as matmul_eff_max) |
+| intra_node | 0.60-0.95 | +-15% | NCCL all-reduce bus bandwidth over NVLink: ~200-210 GB/s of 300 GB/s per direction on 8x A100 SXM (NVIDIA/nccl-tests issues 149, 178) |
+| inter_node | 0.60-0.95 | +-15% | NCCL all-reduce bus bandwidth over InfiniBand: 85-96 GB/s of 100 GB/s on 4x HDR per 8 GPUs (NVIDIA/nccl-tests issues 100, 119) |
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
-from cost.calibration import predict_rows
+from cost.calibration import predict_rows, source_family
 from cost.comm import NetEfficiency
 from cost.specs import GpuSpec
 
-GPU_PARAMS = ("matmul_eff_max", "attention_eff", "memory_eff")
-BOUNDS = {"matmul_eff_max": (0.2, 1.0), "attention_eff": (0.05, 1.0), "memory_eff": (0.1, 1.0),
-          "matmul_half_flops": (1e7, 1e11), "intra_node": (0.2, 1.0), "inter_node": (0.2, 1.0)}
+Catalogue = dict[str, GpuSpec]
 
 
 def die(name: str) -> str:
@@ -26,49 +41,154 @@ def die(name: str) -> str:
     return name.split("-")[0]
 
 
-def apply_params(catalogue: dict[str, GpuSpec], p: dict) -> tuple[dict[str, GpuSpec], NetEfficiency]:
-    cat = {}
-    for name, g in catalogue.items():
-        changes = {k: p[(die(name), k)] for k in GPU_PARAMS if (die(name), k) in p}
-        changes["matmul_half_flops"] = p["matmul_half_flops"]
-        cat[name] = replace(g, **changes)
-    return cat, NetEfficiency(intra_node=p["intra_node"], inter_node=p["inter_node"])
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Param:
+    name: str
+    lo: float  # physical range (module docstring table)
+    hi: float
+    uncertainty_rel: float  # plan --sensitivity moves the value by this fraction each way
+    get: Callable[[Catalogue, NetEfficiency], float]
+    set: Callable[[Catalogue, NetEfficiency, float], tuple[Catalogue, NetEfficiency]]
+    affects: Callable[[str], bool]  # whether a row on this GPU type depends on the parameter
+    is_efficiency: bool = True  # a fraction of a datasheet figure: never above 1
+
+    def on_bound(self, value: float, rel_tol: float = 1e-6) -> str | None:
+        if value <= self.lo * (1 + rel_tol):
+            return "lower"
+        if value >= self.hi * (1 - rel_tol):
+            return "upper"
+        return None
 
 
-def _loss(rows, catalogue, p) -> float:
-    cat, net = apply_params(catalogue, p)
-    res = [r for r in predict_rows(rows, cat, net) if r.predicted_iter_time_s]
-    return sum(abs(math.log(r.predicted_iter_time_s / r.measured_iter_time_s)) for r in res) / len(res)
+def _gpu_param(d: str, field: str, lo: float, hi: float, unc: float) -> Param:
+    def get(cat, net):
+        return getattr(next(g for n, g in sorted(cat.items()) if die(n) == d), field)
+
+    def set_(cat, net, value):
+        return {n: replace(g, **{field: value}) if die(n) == d else g for n, g in cat.items()}, net
+    return Param(name=f"{d}.{field}", lo=lo, hi=hi, uncertainty_rel=unc, get=get, set=set_,
+                 affects=lambda gpu: die(gpu) == d)
 
 
+def _global_gpu_param(field: str, lo: float, hi: float, unc: float, is_efficiency: bool) -> Param:
+    def get(cat, net):
+        return getattr(cat[sorted(cat)[0]], field)
+
+    def set_(cat, net, value):
+        return {n: replace(g, **{field: value}) for n, g in cat.items()}, net
+    return Param(name=field, lo=lo, hi=hi, uncertainty_rel=unc, get=get, set=set_,
+                 affects=lambda gpu: True, is_efficiency=is_efficiency)
+
+
+def _net_param(field: str, lo: float, hi: float, unc: float) -> Param:
+    return Param(name=field, lo=lo, hi=hi, uncertainty_rel=unc,
+                 get=lambda cat, net: getattr(net, field),
+                 set=lambda cat, net, value: (cat, replace(net, **{field: value})),
+                 affects=lambda gpu: True)
+
+
+# per-die: (field, lo, hi, uncertainty); ranges and sources: the module docstring's table
+DIE_PARAMETERS = (("matmul_eff_max", 0.50, 0.90, 0.10), ("attention_eff", 0.25, 0.75, 0.15),
+                  ("memory_eff", 0.60, 0.95, 0.10))
+GLOBAL_PARAMETERS = (_global_gpu_param("matmul_half_flops", 1e8, 1e11, 0.50, is_efficiency=False),
+                     _net_param("intra_node", 0.60, 0.95, 0.15), _net_param("inter_node", 0.60, 0.95, 0.15))
 MIN_ROWS_PER_DIE = 5  # fewer rows than this leave a die at its catalogue values
 
 
-def fit(rows: list[dict], catalogue: dict[str, GpuSpec], sweeps: int = 4, log=print) -> dict:
+def parameter_table(gpus: Sequence[str]) -> list[Param]:
+    """The fitted parameters for rows on these GPU types: per die with at least
+    MIN_ROWS_PER_DIE rows, then the global ones."""
+    counts: dict[str, int] = {}
+    for g in gpus:
+        counts[die(g)] = counts.get(die(g), 0) + 1
+    dies = sorted(d for d, k in counts.items() if k >= MIN_ROWS_PER_DIE)
+    return [_gpu_param(d, *spec) for d in dies for spec in DIE_PARAMETERS] + list(GLOBAL_PARAMETERS)
+
+
+def apply_params(catalogue: Catalogue, values: dict[str, float], params: Sequence[Param],
+                 net: NetEfficiency | None = None) -> tuple[Catalogue, NetEfficiency]:
+    cat, net = dict(catalogue), net if net is not None else NetEfficiency()
+    for p in params:
+        if p.name in values:
+            cat, net = p.set(cat, net, values[p.name])
+    return cat, net
+
+
+def family_weights(rows: Sequence[dict]) -> list[float]:
+    """1 / (rows of the family) / (families): each source family weighs 1 / families."""
     counts: dict[str, int] = {}
     for r in rows:
-        counts[die(r["cluster"]["gpu"])] = counts.get(die(r["cluster"]["gpu"]), 0) + 1
-    dies = sorted(d for d, k in counts.items() if k >= MIN_ROWS_PER_DIE)
-    g0 = next(iter(catalogue.values()))
-    p: dict = {"matmul_half_flops": g0.matmul_half_flops, "intra_node": 0.8, "inter_node": 0.8}
-    for d in dies:
-        ref = next(g for n, g in catalogue.items() if die(n) == d)
-        for k in GPU_PARAMS:
-            p[(d, k)] = getattr(ref, k)
-    best = _loss(rows, catalogue, p)
+        counts[source_family(r).name] = counts.get(source_family(r).name, 0) + 1
+    return [1.0 / counts[source_family(r).name] / len(counts) for r in rows]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitResult:
+    params: tuple[Param, ...]
+    values: dict[str, float]
+    start: dict[str, float]
+    loss: float  # family-weighted mean |log error|
+    start_loss: float
+
+    def on_bound(self) -> dict[str, str]:
+        """name -> 'lower' | 'upper' for each fitted value that sits on its physical bound."""
+        return {p.name: side for p in self.params if (side := p.on_bound(self.values[p.name]))}
+
+
+class _Objective:
+    """The weighted loss, re-simulating only the rows a changed parameter affects."""
+
+    def __init__(self, rows, catalogue, params):
+        self.rows, self.catalogue, self.params = list(rows), catalogue, params
+        self.weights = family_weights(self.rows)
+        self.gpus = [r["cluster"]["gpu"] for r in self.rows]
+        self.terms: list[float] = []
+
+    def _terms(self, values, idx) -> dict[int, float]:
+        cat, net = apply_params(self.catalogue, values, self.params)
+        preds = predict_rows([self.rows[i] for i in idx], cat, net)
+        return {i: (abs(math.log(r.predicted_iter_time_s / r.measured_iter_time_s))
+                    if r.predicted_iter_time_s else 0.0) for i, r in zip(idx, preds)}
+
+    def reset(self, values) -> float:
+        t = self._terms(values, range(len(self.rows)))
+        self.terms = [t[i] for i in range(len(self.rows))]
+        return self.total(self.terms)
+
+    def total(self, terms) -> float:
+        return sum(w * t for w, t in zip(self.weights, terms))
+
+    def trial(self, values, param) -> tuple[float, list[float]]:
+        idx = [i for i, g in enumerate(self.gpus) if param.affects(g)]
+        terms = list(self.terms)
+        for i, t in self._terms(values, idx).items():
+            terms[i] = t
+        return self.total(terms), terms
+
+
+def fit(rows: list[dict], catalogue: Catalogue, sweeps: int = 4, log=print,
+        params: Sequence[Param] | None = None) -> FitResult:
+    params = tuple(params if params is not None else parameter_table([r["cluster"]["gpu"] for r in rows]))
+    base_net = NetEfficiency()
+    start = {p.name: p.get(catalogue, base_net) for p in params}
+    values = {n: min(p.hi, max(p.lo, start[n])) for n, p in zip(start, params)}
+    obj = _Objective(rows, catalogue, params)
+    start_loss = obj.reset(start)
+    best = obj.reset(values)
     for sweep in range(sweeps):
         step = 1.25 ** (0.5 ** sweep)
-        for key in list(p):
-            lo, hi = BOUNDS[key if isinstance(key, str) else key[1]]
+        for p in params:
             improved = True
             while improved:
                 improved = False
                 for f in (step, 1 / step):
-                    trial = dict(p)
-                    trial[key] = min(hi, max(lo, p[key] * f))
-                    val = _loss(rows, catalogue, trial)
+                    trial = dict(values)
+                    trial[p.name] = min(p.hi, max(p.lo, values[p.name] * f))
+                    if trial[p.name] == values[p.name]:
+                        continue
+                    val, terms = obj.trial(trial, p)
                     if val < best - 1e-6:
-                        p, best, improved = trial, val, True
+                        values, best, improved, obj.terms = trial, val, True, terms
                         break
-        log(f"sweep {sweep + 1}: mean |log error| = {best:.4f}")
-    return p
+        log(f"sweep {sweep + 1}: family-weighted mean |log error| = {best:.4f}")
+    return FitResult(params=params, values=values, start=start, loss=best, start_loss=start_loss)

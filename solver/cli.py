@@ -43,34 +43,65 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN: an undefined statistic is null."""
+    return None if x is None or x != x else x
+
+
+def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
+    """The rows of `files` (both bundled published files when none are given) and a label for
+    messages; a bad file raises one InstanceError naming it."""
+    from cost.calibration import BUNDLED_FILES, load_rows
+
+    paths = files or [str(p) for p in BUNDLED_FILES]
+    rows: list[dict] = []
+    for path in paths:
+        try:
+            rows.extend(load_rows(path))
+        except (OSError, ConfigError) as e:
+            raise InstanceError(path, "<file>", str(e), "pass a file in the calibration schema")
+        except Exception as e:  # malformed YAML and the like: still one line, exit 2
+            raise InstanceError(path, "<file>", f"cannot read: {e}".splitlines()[0],
+                                "pass a file in the calibration schema")
+    return rows, ", ".join(paths)
+
+
 def cmd_accuracy(args) -> int:
-    from cost.calibration import load_rows, mape, predict_rows
+    from cost.calibration import mape, predict_rows
+    from cost.trust import accuracy_tables, group_stats, ranking_pairs, residuals
     from solver.format import table
 
-    try:
-        rows = load_rows(args.file)
-    except (OSError, ConfigError) as e:
-        raise InstanceError(args.file, "<file>", str(e), "pass a file in the calibration schema")
-    except Exception as e:  # malformed YAML and the like: still one line, exit 2
-        raise InstanceError(args.file, "<file>", f"cannot read: {e}".splitlines()[0],
-                            "pass a file in the calibration schema")
+    rows, label = read_calibration_files(args.file)
     try:
         results = predict_rows(rows)
+        res = residuals(rows, results)
+        pairs = ranking_pairs(rows, results)
     except (KeyError, TypeError) as e:
-        raise InstanceError(args.file, f"row field {e}", "missing or of the wrong type",
+        raise InstanceError(label, f"row field {e}", "missing or of the wrong type",
                             "follow shared/calibration/README.md's schema")
     modelled = [r for r in results if r.error is not None]
     skipped = [r for r in results if r.error is None]
     by_gpu = defaultdict(list)
     for r in modelled:
         by_gpu[r.gpu].append(r)
+    tables = accuracy_tables(res)
+    overall = group_stats(res) if res else None
+    wrong = [p for p in pairs if not p.right]
     if args.json:
         _emit_json({
+            "files": label.split(", "),
             "rows": [{"id": r.id, "predicted_iter_time_s": r.predicted_iter_time_s,
                       "measured_iter_time_s": r.measured_iter_time_s, "error": r.error,
                       "fits_memory": r.fits_memory} for r in modelled],
-            "mape": mape(results),
-            "mape_by_gpu": {g: mape(rs) for g, rs in sorted(by_gpu.items())},
+            "mape": _finite(mape(results)),
+            "bias": overall.bias if overall else None,
+            "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(by_gpu.items())},
+            "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
+                                 for g, s in groups.items()} for cut, groups in tables.items()},
+            "ranking": {"right": len(pairs) - len(wrong), "total": len(pairs),
+                        "wrong": [{"faster_measured": p.first, "slower_measured": p.second,
+                                   "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
+                                  for p in wrong]},
             "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped],
         })
         return 0
@@ -78,13 +109,21 @@ def cmd_accuracy(args) -> int:
                 [[r.id, r.gpu, f"{r.predicted_iter_time_s:.3f} s", f"{r.measured_iter_time_s:.3f} s",
                   f"{100 * r.error:+.1f}%", "yes" if r.fits_memory else "NO (model says OOM)"]
                  for r in modelled], align="llrrrl"))
-    print()
-    print(table(["gpu", "rows", "MAPE"], [[g, str(len(rs)), f"{100 * mape(rs):.1f}%"]
-                                          for g, rs in sorted(by_gpu.items())]))
+    for cut, groups in tables.items():
+        print()
+        print(table([cut, "rows", "MAPE", "bias"],
+                    [[g, str(s.rows), f"{100 * s.mape:.1f}%", f"{100 * s.bias:+.1f}%"]
+                     for g, s in groups.items()]))
+    print(f"\nranking: {len(pairs) - len(wrong)} / {len(pairs)} pairs of the same workload (measured"
+          " times more than 5% apart) ordered right")
+    for p in wrong:
+        print(f"  wrong: {p.first} measured {p.measured_s[0]:.3f} s < {p.second} {p.measured_s[1]:.3f} s,"
+              f" predicted {p.predicted_s[0]:.3f} s vs {p.predicted_s[1]:.3f} s")
     for r in skipped:
         print(f"not modelled: {r.id}: {r.reason}")
     oom = sum(1 for r in modelled if not r.fits_memory)
-    print(f"\nMAPE {100 * mape(results):.2f}% over {len(modelled)} rows"
+    bias = f", bias {100 * overall.bias:+.2f}%" if overall else ""
+    print(f"\nMAPE {100 * mape(results):.2f}%{bias} over {len(modelled)} rows"
           f" ({len(skipped)} not modelled; {oom} predicted not to fit memory although they ran)")
     return 0
 
@@ -99,8 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_simulate)
 
-    a = sub.add_parser("accuracy", help="predict published runs and report the error (MAPE)")
-    a.add_argument("file", help="rows in the schema of shared/calibration/README.md")
+    a = sub.add_parser("accuracy", help="predict published runs: MAPE, bias per source family and"
+                       " feature, ranking of plans of one workload")
+    a.add_argument("file", nargs="*", help="rows in the schema of shared/calibration/README.md"
+                   " (default: both bundled files, cost/published/)")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 

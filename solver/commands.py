@@ -85,8 +85,17 @@ def cmd_plan(args) -> int:
         with open(args.output, "w") as fh:
             fh.write(header)
             yaml.safe_dump({"plan": plan_to_mapping(res.plan)}, fh, sort_keys=False)
+    trust = None
+    if res.plan is not None:
+        from cost.trust import plan_trust
+        trust = plan_trust(inst, res.plan, res.iter_time_s)
+    sens = sensitivity(inst, res, args) if getattr(args, "sensitivity", False) and res.plan else None
     if args.json:
-        json.dump(result_json(res), sys.stdout, indent=2)
+        out = result_json(res)
+        out["trust"] = trust_json(trust)
+        if sens is not None:
+            out["sensitivity"] = sens
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
@@ -97,9 +106,95 @@ def cmd_plan(args) -> int:
             from solver.partition_cmd import describe_partitions
             for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
                 print(f"            {line}")
+            for line in trust_lines(trust):
+                print(line)
             print()
             print(breakdown_text(res.breakdown))
+        if sens is not None:
+            print()
+            print(sensitivity_text(sens))
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+
+
+def trust_json(trust) -> dict | None:
+    if trust is None:
+        return None
+    return {"interval_s": list(trust.interval_s) if trust.interval_s else None, "group": trust.group,
+            "rows": trust.rows, "warnings": list(trust.warnings)}
+
+
+def trust_lines(trust) -> list[str]:
+    if trust.interval_s is None:
+        lines = ["trust       no published row to compare with: the prediction is unvalidated"]
+    else:
+        lo, hi = trust.interval_s
+        lines = [f"trust       measured time likely in {seconds(lo)} .. {seconds(hi)} (10th-90th percentile"
+                 f" of the errors of {trust.rows} published rows: {trust.group})"]
+    lines += [f"warning     {w}" for w in trust.warnings]
+    return lines
+
+
+def _instance_with(inst, cat, net):
+    """The instance priced with the catalogue's entry for its GPU and, because the planner prices
+    links at NetEfficiency()'s efficiencies, link bandwidths scaled by net / NetEfficiency()."""
+    from dataclasses import replace
+
+    from cost.comm import NetEfficiency
+    base = NetEfficiency()
+    cl = inst.cluster
+    cluster = replace(cl, gpu=cat[cl.gpu.name],
+                      intra_node=replace(cl.intra_node, bw_bytes_per_s=cl.intra_node.bw_bytes_per_s
+                                         * net.intra_node / base.intra_node),
+                      inter_node=replace(cl.inter_node, bw_bytes_per_s=cl.inter_node.bw_bytes_per_s
+                                         * net.inter_node / base.inter_node))
+    return replace(inst, cluster=cluster)
+
+
+def sensitivity(inst, res, args) -> dict:
+    """Re-solve with each fitted parameter at either end of its uncertainty range (one at a time,
+    cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1) and say whether the
+    optimum stays optimal."""
+    from cost.comm import NetEfficiency
+    from cost.fit import MIN_ROWS_PER_DIE, parameter_table
+    from cost.simulate import simulate
+    from solver.planner import plan
+
+    net0 = NetEfficiency()
+    cat0 = {inst.cluster.gpu.name: inst.cluster.gpu}
+    cases = []
+    for p in parameter_table([inst.cluster.gpu.name] * MIN_ROWS_PER_DIE):
+        if not p.affects(inst.cluster.gpu.name):
+            continue
+        v0 = p.get(cat0, net0)
+        for end, v in (("low", v0 * (1 - p.uncertainty_rel)), ("high", v0 * (1 + p.uncertainty_rel))):
+            v = min(v, 1.0) if p.is_efficiency else v
+            if v == v0:
+                continue
+            cat, net = p.set(cat0, net0, v)
+            moved = _instance_with(inst, cat, net)
+            alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
+            ours = simulate(moved, res.plan)
+            ours_s = ours.iter_time_s if ours.fits else None
+            stays = (alt.plan == res.plan or (ours_s is not None and alt.iter_time_s is not None
+                                              and ours_s <= alt.iter_time_s * (1 + 1e-9) + alt.tolerance_s))
+            cases.append({"parameter": p.name, "end": end, "value": v, "stays_optimal": stays,
+                          "plan_iter_time_s": ours_s, "best_iter_time_s": alt.iter_time_s,
+                          "best_plan": None if stays or alt.plan is None else _plan_line(alt.plan)})
+    return {"robust": all(c["stays_optimal"] for c in cases), "cases": cases}
+
+
+def sensitivity_text(sens: dict) -> str:
+    lines = ["sensitivity (each fitted parameter at the ends of its uncertainty range, cost/fit.py):"]
+    for c in sens["cases"]:
+        head = f"  {c['parameter']} {c['end']} ({c['value']:.4g}): "
+        if c["stays_optimal"]:
+            lines.append(head + "the plan stays optimal")
+        else:
+            ours = "does not fit" if c["plan_iter_time_s"] is None else seconds(c["plan_iter_time_s"])
+            lines.append(head + f"{c['best_plan']} wins ({seconds(c['best_iter_time_s'])} vs this plan's {ours})")
+    lines.append("the optimum is robust to the fitted parameters" if sens["robust"]
+                 else "the optimum depends on the fitted parameters (see above)")
+    return "\n".join(lines)
 
 
 def _no_scenarios(args) -> None:
@@ -197,17 +292,29 @@ def cmd_bench(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from cost.calibration import load_rows, mape, predict_rows
-    from cost.fit import apply_params, fit
+    from cost.calibration import predict_rows
+    from cost.fit import apply_params, family_weights, fit
     from cost.loader import load_catalogue
+    from solver.cli import read_calibration_files
 
-    rows = load_rows(args.file)
+    rows, _ = read_calibration_files(args.file)
     cat = load_catalogue()
-    params = fit(rows, cat, sweeps=args.sweeps, log=lambda m: print(m, file=sys.stderr))
-    fitted_cat, net = apply_params(cat, params)
-    print(table(["parameter", "value"], [[str(k), f"{v:.4g}"] for k, v in params.items()]))
-    print(f"MAPE with these parameters: {100 * mape(predict_rows(rows, fitted_cat, net)):.2f}%"
-          " (copy them into cost/gpus.yaml and cost/comm.py to adopt them)")
+    result = fit(rows, cat, sweeps=args.sweeps, log=lambda m: print(m, file=sys.stderr))
+    bounds = result.on_bound()
+    print(table(["parameter", "start", "fitted", "physical range", "note"],
+                [[p.name, f"{result.start[p.name]:.4g}", f"{result.values[p.name]:.4g}",
+                  f"{p.lo:.4g} - {p.hi:.4g}",
+                  f"on its {bounds[p.name]} bound: the model is missing something" if p.name in bounds else ""]
+                 for p in result.params], align="lrrrl"))
+    fitted_cat, net = apply_params(cat, result.values, result.params)
+    preds = predict_rows(rows, fitted_cat, net)
+    errs = [(w, abs(r.error)) for w, r in zip(family_weights(rows), preds) if r.error is not None]
+    plain = sum(e for _, e in errs) / len(errs) if errs else float("nan")
+    weighted = sum(w * e for w, e in errs) / sum(w for w, _ in errs) if errs else float("nan")
+    print(f"family-weighted mean |log error| {result.start_loss:.4f} -> {result.loss:.4f};"
+          f" with the fitted values MAPE {100 * plain:.2f}% over {len(errs)} rows,"
+          f" family-weighted MAPE {100 * weighted:.2f}%")
+    print("(copy them into cost/gpus.yaml and cost/comm.py to adopt them)")
     return 0
 
 
@@ -230,6 +337,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan)")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="re-solve with each fitted efficiency at the ends of its uncertainty range")
     p.set_defaults(func=cmd_plan)
 
     e = sub.add_parser("exhaustive", help="brute-force the same declared space")
@@ -260,9 +369,10 @@ def register(sub) -> None:
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=cmd_bench)
 
-    c = sub.add_parser("calibrate", help="re-fit the efficiency parameters to published runs")
-    c.add_argument("file")
-    c.add_argument("--sweeps", type=int, default=7)
+    c = sub.add_parser("calibrate", help="re-fit the efficiency parameters to published runs, each"
+                       " source family weighted equally; flags values on their physical bound")
+    c.add_argument("file", nargs="*", help="calibration rows (default: both bundled files, cost/published/)")
+    c.add_argument("--sweeps", type=int, default=5)
     c.set_defaults(func=cmd_calibrate)
 
     from solver import hetero_commands

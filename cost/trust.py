@@ -1,0 +1,272 @@
+"""How far to trust a prediction: the calibration residuals, cut by what a plan uses.
+
+A *residual* is one published row's prediction error. The signed relative error is
+e = (predicted - measured) / measured and the log error is r = ln(predicted / measured) = ln(1 + e).
+
+Accuracy tables (`paraplan accuracy`): MAPE = mean |e| and bias = mean e per group, for each
+cut in FEATURE_CUTS (source family, GPU, ZeRO stage, cp > 1, pp > 1, precision, framework,
+scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
+
+Ranking score: two rows of the same workload (same model shape, GPU, num_gpus, global batch,
+precision) whose measured iteration times differ by more than RANK_MIN_REL_DIFF form a pair; the
+model ranks the pair right when it predicts the faster row faster. That is what the planner needs.
+
+Prediction interval of a plan (`trust`): the residuals of the first group in PLAN_GROUPS with at
+least MIN_GROUP_ROWS rows; with r_10, r_90 their 10th and 90th percentiles (linear interpolation
+between order statistics, numpy's default), measured = predicted / exp(r), so
+
+    interval_s = [predicted_s * exp(-r_90), predicted_s * exp(-r_10)].
+
+Validation warnings: each feature the plan uses (ZeRO stage > 0, cp > 1, pp > 1, FP8) that fewer
+than MIN_VALIDATING_ROWS published rows exercise in the plan's scale band gets one line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cost.calibration import RowResult, source_family
+from cost.specs import Instance, Plan
+
+# (lowest, highest or None, label): the scale bands of the accuracy tables, in GPUs
+SCALE_BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 255, "65-255"), (256, 1023, "256-1023"),
+               (1024, None, ">= 1024"))
+RANK_MIN_REL_DIFF = 0.05  # measured times must differ by more than 5% to form a ranking pair
+MIN_GROUP_ROWS = 5  # a comparable group smaller than this falls back to a broader one
+MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
+INTERVAL_QUANTILES = (0.10, 0.90)
+
+
+def scale_band(num_gpus: int) -> str:
+    for lo, hi, label in SCALE_BANDS:
+        if num_gpus >= lo and (hi is None or num_gpus <= hi):
+            return label
+    raise ValueError(f"num_gpus {num_gpus} < 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Features:
+    """What a row (or a plan) uses, as far as the accuracy tables cut by it."""
+
+    family: str  # source family (cost/calibration.py SOURCE_FAMILIES); "" for a plan
+    framework: str
+    gpu: str
+    num_gpus: int
+    zero: int
+    cp: int
+    pp: int
+    precision: str
+
+    @property
+    def band(self) -> str:
+        return scale_band(self.num_gpus)
+
+
+def row_features(row: dict) -> Features:
+    cf = row["config"]
+    fam = source_family(row)
+    return Features(family=fam.name, framework=fam.framework.value, gpu=row["cluster"]["gpu"],
+                    num_gpus=row["cluster"]["num_gpus"], zero=cf.get("zero") or 0, cp=cf.get("cp") or 1,
+                    pp=cf["pp"], precision=row.get("precision", "bf16"))
+
+
+def plan_features(inst: Instance, plan: Plan) -> Features:
+    return Features(family="", framework=inst.job.framework.value, gpu=inst.cluster.gpu.name,
+                    num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp, pp=plan.pp,
+                    precision=inst.job.precision.value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Residual:
+    id: str
+    features: Features
+    error: float  # (predicted - measured) / measured
+
+    @property
+    def log_error(self) -> float:
+        return math.log1p(self.error)
+
+
+def residuals(rows: Sequence[dict], results: Sequence[RowResult]) -> list[Residual]:
+    """One residual per modelled row (rows without a prediction have none)."""
+    return [Residual(id=r.id, features=row_features(row), error=r.error)
+            for row, r in zip(rows, results, strict=True) if r.error is not None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStats:
+    rows: int
+    mape: float
+    bias: float  # mean signed relative error: > 0 over-predicts the iteration time
+
+
+def group_stats(res: Sequence[Residual]) -> GroupStats:
+    assert res, "group_stats of an empty group"
+    return GroupStats(rows=len(res), mape=sum(abs(r.error) for r in res) / len(res),
+                      bias=sum(r.error for r in res) / len(res))
+
+
+# name -> the group a row's features fall in, for the accuracy tables
+FEATURE_CUTS: dict[str, Callable[[Features], str]] = {
+    "source family": lambda f: f.family,
+    "gpu": lambda f: f.gpu,
+    "zero": lambda f: f"zero={f.zero}",
+    "cp": lambda f: "cp > 1" if f.cp > 1 else "cp = 1",
+    "pp": lambda f: "pp > 1" if f.pp > 1 else "pp = 1",
+    "precision": lambda f: f.precision,
+    "framework": lambda f: f.framework,
+    "scale band": lambda f: f"{f.band} GPUs",
+}
+
+
+_BAND_ORDER = {f"{label} GPUs": i for i, (_, _, label) in enumerate(SCALE_BANDS)}
+
+
+def accuracy_tables(res: Sequence[Residual]) -> dict[str, dict[str, GroupStats]]:
+    """For each cut of FEATURE_CUTS, the stats of every non-empty group (groups sorted)."""
+    out: dict[str, dict[str, GroupStats]] = {}
+    for cut, key in FEATURE_CUTS.items():
+        groups: dict[str, list[Residual]] = {}
+        for r in res:
+            groups.setdefault(key(r.features), []).append(r)
+        order = (lambda g: _BAND_ORDER.get(g, len(_BAND_ORDER))) if cut == "scale band" else (lambda g: 0)
+        out[cut] = {g: group_stats(groups[g]) for g in sorted(groups, key=lambda g: (order(g), g))}
+    return out
+
+
+# --- ranking ---------------------------------------------------------------------------------
+
+def workload_key(row: dict) -> tuple:
+    """Rows with equal keys train the same thing on the same hardware: only the plan differs."""
+    md, cl = row["model"], row["cluster"]
+    shape = tuple(md.get(k) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len", "mlp"))
+    return (shape, md.get("kv_heads") or md["heads"], cl["gpu"], cl["num_gpus"],
+            row["config"]["global_batch"], row.get("precision", "bf16"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankPair:
+    first: str  # the row measured faster
+    second: str
+    measured_s: tuple[float, float]
+    predicted_s: tuple[float, float]
+
+    @property
+    def right(self) -> bool:
+        """The prediction orders the pair as the measurements do (a predicted tie is wrong)."""
+        return self.predicted_s[0] < self.predicted_s[1]
+
+
+def ranking_pairs(rows: Sequence[dict], results: Sequence[RowResult],
+                  min_rel_diff: float = RANK_MIN_REL_DIFF) -> list[RankPair]:
+    """Every pair of modelled rows of one workload whose measured times differ by more than
+    min_rel_diff (slower / faster - 1 > min_rel_diff), in file order, the faster row first."""
+    by_key: dict[tuple, list[tuple[dict, RowResult]]] = {}
+    for row, r in zip(rows, results, strict=True):
+        if r.predicted_iter_time_s is not None:
+            by_key.setdefault(workload_key(row), []).append((row, r))
+    pairs = []
+    for members in by_key.values():
+        for i, (_, a) in enumerate(members):
+            for _, b in members[i + 1:]:
+                fast, slow = (a, b) if a.measured_iter_time_s <= b.measured_iter_time_s else (b, a)
+                if slow.measured_iter_time_s / fast.measured_iter_time_s - 1 <= min_rel_diff:
+                    continue
+                pairs.append(RankPair(first=fast.id, second=slow.id,
+                                      measured_s=(fast.measured_iter_time_s, slow.measured_iter_time_s),
+                                      predicted_s=(fast.predicted_iter_time_s, slow.predicted_iter_time_s)))
+    return pairs
+
+
+# --- a plan's interval and warnings ----------------------------------------------------------
+
+def _zero(f: Features) -> str:
+    return f"zero={f.zero}"
+
+
+# From the narrowest to the broadest comparable group: (description, key of a row's features)
+PLAN_GROUPS: tuple[tuple[str, Callable[[Features], tuple]], ...] = (
+    ("framework, zero, cp, pp, precision, scale band",
+     lambda f: (f.framework, f.zero, f.cp > 1, f.pp > 1, f.precision, f.band)),
+    ("framework, zero, cp, pp, precision", lambda f: (f.framework, f.zero, f.cp > 1, f.pp > 1, f.precision)),
+    ("framework, precision", lambda f: (f.framework, f.precision)),
+    ("framework", lambda f: (f.framework,)),
+    ("all rows", lambda f: ()),
+)
+
+
+def _describe(f: Features, level: str) -> str:
+    parts = {"framework": f"framework={f.framework}", "zero": _zero(f),
+             "cp": "cp > 1" if f.cp > 1 else "cp = 1", "pp": "pp > 1" if f.pp > 1 else "pp = 1",
+             "precision": f"precision={f.precision}", "scale band": f"{f.band} GPUs"}
+    if level == "all rows":
+        return "all rows"
+    return ", ".join(parts[name] for name in level.split(", "))
+
+
+def log_quantile_interval(predicted_s: float, log_errors: Sequence[float],
+                          quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> tuple[float, float]:
+    """[predicted / exp(r_hi), predicted / exp(r_lo)] for the quantiles r_lo, r_hi of the log
+    errors: where the measured time lies if this prediction errs like the rows did."""
+    r_lo, r_hi = np.quantile(np.asarray(log_errors, dtype=float), quantiles)
+    return predicted_s * math.exp(-r_hi), predicted_s * math.exp(-r_lo)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trust:
+    interval_s: tuple[float, float] | None  # None: no published row to compare with
+    group: str  # which rows the interval comes from
+    rows: int
+    warnings: tuple[str, ...]
+
+
+def validation_warnings(f: Features, res: Sequence[Residual],
+                        min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
+    """One line per feature of `f` that fewer than min_rows residuals exercise in f's band."""
+    uses = []
+    if f.zero > 0:
+        uses.append((f"zero={f.zero}", f"ZeRO-{f.zero}", lambda g: g.zero == f.zero))
+    if f.cp > 1:
+        uses.append((f"cp={f.cp}", "cp > 1", lambda g: g.cp > 1))
+    if f.pp > 1:
+        uses.append((f"pp={f.pp}", "pp > 1", lambda g: g.pp > 1))
+    if f.precision == "fp8":
+        uses.append(("precision=fp8", "FP8", lambda g: g.precision == "fp8"))
+    lines = []
+    for used, name, has in uses:
+        n = sum(1 for r in res if has(r.features) and r.features.band == f.band)
+        if n < min_rows:
+            lines.append(f"{used} on {f.num_gpus} GPUs: {n} published row{'' if n == 1 else 's'}"
+                         f" validate{'s' if n == 1 else ''} {name} at {f.band} GPUs")
+    return lines
+
+
+def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
+              min_group_rows: int = MIN_GROUP_ROWS) -> Trust:
+    """The prediction interval from the narrowest comparable group with enough rows."""
+    warnings = tuple(validation_warnings(f, res))
+    for level, key in PLAN_GROUPS:
+        target = key(f)
+        group = [r.log_error for r in res if key(r.features) == target]
+        if len(group) >= min_group_rows or (level == "all rows" and group):
+            return Trust(interval_s=log_quantile_interval(predicted_s, group), group=_describe(f, level),
+                         rows=len(group), warnings=warnings)
+    return Trust(interval_s=None, group="no published rows", rows=0, warnings=warnings)
+
+
+@lru_cache(maxsize=1)
+def published_residuals() -> tuple[Residual, ...]:
+    """The residuals of both bundled published files under the current cost model (computed
+    once per process, about a second)."""
+    from cost.calibration import load_published, predict_rows
+    rows = load_published()
+    return tuple(residuals(rows, predict_rows(rows)))
+
+
+def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
+    return trust_for(plan_features(inst, plan), predicted_s, published_residuals())

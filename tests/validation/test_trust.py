@@ -1,0 +1,163 @@
+"""cost/trust.py and `paraplan accuracy`: the accuracy tables, the ranking score, a plan's
+prediction interval and its validation warnings.
+
+The expected values are derived by hand in the comments from the hand-made inputs, never by
+running the code under test.
+"""
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cost.calibration import BUNDLED_FILES, RowResult, load_rows
+from cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
+                        trust_for, validation_warnings)
+from solver.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED = REPO_ROOT.parent / "shared" / "calibration"
+TINY = REPO_ROOT / "instances" / "tiny-gpt-8xA100.yaml"
+
+
+def _no_nan(token):
+    raise AssertionError(f"JSON carries {token}")
+
+
+# --- the bundled data --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", BUNDLED_FILES, ids=lambda p: p.name)
+def test_bundled_copies_equal_the_shared_files(path):
+    shared = SHARED / path.name
+    if not shared.is_file():
+        pytest.skip(f"{shared} is absent (a clone without ../shared): the bundled copy is used")
+    assert path.read_bytes() == shared.read_bytes()
+
+
+def test_bundled_files_have_the_published_rows():
+    # shared/calibration/README.md: 214 bf16/fp16 rows and 25 FP8 rows
+    assert [len(load_rows(str(p))) for p in BUNDLED_FILES] == [214, 25]
+
+
+# --- paraplan accuracy -------------------------------------------------------------------------
+
+def test_accuracy_json_without_file_reads_both_bundled_files(capsys):
+    assert main(["accuracy", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out, parse_constant=_no_nan)
+    assert len(report["rows"]) + len(report["not_modelled"]) == 214 + 25
+    assert set(report["by_feature"]) == set(FEATURE_CUTS)
+    # every source family of the bundled rows has its line, and the per-family rows add up
+    families = report["by_feature"]["source family"]
+    assert {"mosaicml", "narayanan21", "narayanan21-zero3", "korthikanti22", "nemo", "nemo-launcher",
+            "torchtitan", "megatron-v1"} == set(families)
+    for cut, groups in report["by_feature"].items():
+        assert sum(g["rows"] for g in groups.values()) == len(report["rows"]), cut
+        for g in groups.values():
+            assert g["mape"] >= abs(g["bias"]) - 1e-12  # |mean e| <= mean |e|
+    assert set(report["by_feature"]["scale band"]) <= {f"{b} GPUs" for b in
+                                                      ("1-8", "9-64", "65-255", "256-1023", ">= 1024")}
+    rk = report["ranking"]
+    assert 0 <= rk["right"] <= rk["total"] and len(rk["wrong"]) == rk["total"] - rk["right"]
+
+
+def test_accuracy_json_has_no_nan_when_nothing_is_modelled(capsys, tmp_path):
+    # one row whose global batch 3 does not divide into dp 2 x micro-batch 1: not modelled, so
+    # MAPE is undefined and must be null, not NaN
+    row = copy.deepcopy(load_rows(str(BUNDLED_FILES[0]))[0])
+    row["config"].update(global_batch=3, dp=2, tp=1, pp=1, cp=1, micro_batch=1)
+    row["cluster"].update(num_gpus=2, gpus_per_node=2)
+    path = tmp_path / "rows.yaml"
+    path.write_text(yaml.safe_dump([row]))
+    assert main(["accuracy", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out, parse_constant=_no_nan)
+    assert report["mape"] is None and report["bias"] is None and len(report["not_modelled"]) == 1
+
+
+# --- ranking -----------------------------------------------------------------------------------
+
+def _row(id_, tp, pp, dp, measured_s, batch=8):
+    return {"id": id_, "source": "mosaicml/llm-foundry test", "precision": "bf16",
+            "model": {"layers": 4, "hidden": 64, "heads": 8, "ffn": 256, "vocab": 128, "seq_len": 32,
+                      "mlp": "gelu"},
+            "cluster": {"gpu": "A100-SXM4-80GB", "num_gpus": 8, "gpus_per_node": 8,
+                        "intra_node_GBps_per_gpu": 600},
+            "config": {"tp": tp, "pp": pp, "dp": dp, "global_batch": batch},
+            "measured": {"iter_time_s": measured_s}}
+
+
+def test_ranking_pairs_on_three_rows():
+    # Rows a, b, c train one workload (same model, GPU, 8 GPUs, batch 8, bf16); d differs in
+    # global batch, so it pairs with nobody. Measured: a 1.00 s, b 1.03 s, c 2.00 s.
+    #   (a, b): 1.03 / 1.00 - 1 = 3% <= 5%  -> no pair
+    #   (a, c): 2.00 / 1.00 - 1 = 100%      -> pair, a faster; predicted a 1.1 < c 1.5: right
+    #   (b, c): 2.00 / 1.03 - 1 = 94%       -> pair, b faster; predicted b 1.6 > c 1.5: wrong
+    # so 2 pairs, 1 right, and the wrong one is (b, c).
+    rows = [_row("a", 8, 1, 1, 1.00), _row("b", 1, 1, 8, 1.03), _row("c", 2, 4, 1, 2.00),
+            _row("d", 1, 1, 8, 9.0, batch=16)]
+    predicted = {"a": 1.1, "b": 1.6, "c": 1.5, "d": 9.0}
+    results = [RowResult(id=r["id"], gpu="A100-SXM4-80GB", source=r["source"],
+                         measured_iter_time_s=r["measured"]["iter_time_s"],
+                         predicted_iter_time_s=predicted[r["id"]]) for r in rows]
+    pairs = ranking_pairs(rows, results)
+    assert [(p.first, p.second, p.right) for p in pairs] == [("a", "c", True), ("b", "c", False)]
+
+
+def test_ranking_through_the_cli(capsys, tmp_path):
+    rows = [_row("a", 8, 1, 1, 1.00), _row("b", 1, 1, 8, 1.03), _row("c", 2, 4, 1, 2.00)]
+    path = tmp_path / "rows.yaml"
+    path.write_text(yaml.safe_dump(rows))
+    assert main(["accuracy", str(path), "--json"]) == 0
+    rk = json.loads(capsys.readouterr().out)["ranking"]
+    assert rk["total"] == 2  # (a, c) and (b, c), as derived above; the model's order may vary
+
+
+# --- a plan's interval and warnings ------------------------------------------------------------
+
+def _features(**kw):
+    base = dict(family="", framework="megatron", gpu="H100-SXM5-80GB", num_gpus=64, zero=1, cp=1, pp=2,
+                precision="bf16")
+    return Features(**{**base, **kw})
+
+
+def test_log_quantile_interval_on_hand_made_residuals():
+    # log errors 0.0, 0.1, 0.2, 0.3, 0.4, 0.5 (n = 6). numpy's linear quantile sits at position
+    # q*(n-1): q=0.1 -> 0.5, between 0.0 and 0.1 -> 0.05; q=0.9 -> 4.5, between 0.4 and 0.5 -> 0.45.
+    # measured = predicted / exp(r): interval [10 / e^0.45, 10 / e^0.05] = [6.3763, 9.5123] s
+    lo, hi = log_quantile_interval(10.0, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    assert lo == pytest.approx(10 / math.exp(0.45)) and lo == pytest.approx(6.3763, abs=1e-4)
+    assert hi == pytest.approx(10 / math.exp(0.05)) and hi == pytest.approx(9.5123, abs=1e-4)
+
+
+def test_trust_falls_back_to_a_broader_group():
+    # 5 rows exactly like the plan except the scale band (256 GPUs, not 64): the narrowest group
+    # (with the band) has 0 rows < 5, the next one (without the band) has 5, all with error +10%
+    # (log error ln 1.1): interval [10 / 1.1, 10 / 1.1].
+    same_but_band = [Residual(id=f"r{i}", features=_features(family="nemo", num_gpus=256), error=0.1)
+                     for i in range(5)]
+    t = trust_for(_features(), 10.0, same_but_band)
+    assert t.rows == 5 and "GPUs" not in t.group and "zero=1" in t.group
+    assert t.interval_s == pytest.approx((10 / 1.1, 10 / 1.1))
+
+
+def test_warning_when_fewer_than_three_rows_validate_a_feature_at_the_plan_scale():
+    # Plan: zero=3, pp=2 on 1024 GPUs (band ">= 1024"). Residuals: two ZeRO-3 rows at 1536 GPUs
+    # (2 < 3: warn) and three pp > 1 rows at 2048 GPUs (3: no warning), plus ZeRO-3 rows at 64 GPUs
+    # that are in another band and do not count.
+    res = ([Residual(id=f"z{i}", features=_features(zero=3, pp=1, num_gpus=1536), error=0.0) for i in range(2)]
+           + [Residual(id=f"p{i}", features=_features(zero=0, pp=4, num_gpus=2048), error=0.0) for i in range(3)]
+           + [Residual(id=f"s{i}", features=_features(zero=3, num_gpus=64), error=0.0) for i in range(9)])
+    assert validation_warnings(_features(zero=3, pp=2, num_gpus=1024), res) == [
+        "zero=3 on 1024 GPUs: 2 published rows validate ZeRO-3 at >= 1024 GPUs"]
+    assert scale_band(1023) == "256-1023" and scale_band(1024) == ">= 1024"
+
+
+def test_plan_json_carries_trust(capsys):
+    assert main(["plan", str(TINY), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_constant=_no_nan)
+    trust = out["trust"]
+    assert {"interval_s", "group", "rows", "warnings"} <= trust.keys()
+    lo, hi = trust["interval_s"]
+    assert 0 < lo <= hi and trust["rows"] >= 5 and isinstance(trust["warnings"], list)
