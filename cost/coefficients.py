@@ -225,8 +225,9 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
     fwd = compute_f + tp_f + cp_exp_f
     bwd = compute_b + tp_b + cp_exp_b + selective_extra
-    act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash)
-            if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp))
+    fw, prec = inst.job.framework, inst.job.precision
+    act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash, fw, prec)
+            if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp, fw, prec))
     return LayerTerms(
         fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - selective_extra,
         parts={"compute": compute_f + compute_b + selective_extra, "tp_comm": tp_f + tp_b,
@@ -415,26 +416,31 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_sync[0] += tie
         stage_sync[-1] += tie
 
-    # --- memory
+    # --- memory (cost/memory.py: what each framework allocates)
+    fw = inst.job.framework
     inflight = in_flight_micro_batches(pp, mb, v)
-    # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate
-    state = [memory.layer_state_bytes(m, tp, o.zero, dp_n)
-             + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n) for x in per_stage]
+    # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
+    # Transformer Engine's cached fp8 weight copies
+    state = [memory.layer_state_bytes(m, tp, o.zero, dp_n, fw)
+             + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw)
+             + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw) for x in per_stage]
     stage_mem = np.zeros(pp)
-    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1)
+    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw)
     if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True)
-    stage_mem += np.array([x.terms.workspace_bytes for x in per_stage], float)
-    stage_mem += memory.RUNTIME_ALLOWANCE_BYTES
-    if o.zero == 3:  # the gathered layer and the one being prefetched
-        stage_mem += 2 * layer_params(m) / tp * BF16_BYTES
-    stage_mem[-1] += memory.logits_activation_bytes(m, b, tp, cp)
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw)
+    transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
+    if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
+        transient += [memory.zero3_gathered_bytes(m, tp, fw, s == 0, s == pp - 1) for s in range(pp)]
+    transient[-1] += memory.logits_activation_bytes(m, b, tp, cp, fw)
+    stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
+    stage_mem += memory.runtime_bytes(tp, cp, o.dp, pp)
 
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(x, attr) for x in per_stage], float)
 
-    act = np.array([x.terms.act_bytes for x in per_stage]) * inflight
-    ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight
+    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
+    act = np.array([x.terms.act_bytes for x in per_stage]) * inflight * frag
+    ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight * frag
     # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
     first = per_stage[0]
     return StageCoefficients(

@@ -1,79 +1,242 @@
-"""Peak memory per GPU: model state (weights, gradients, optimizer) and stashed activations.
+"""Peak memory per GPU as the training frameworks allocate it.
 
-Model state, Adam with mixed precision (Rajbhandari et al. 2020, ZeRO, Sec. 3.1, with
-Megatron-LM's fp32 gradient buffer): per parameter 2 bytes bf16 weight + 4 bytes fp32 gradient
-+ 12 bytes optimizer (fp32 master weight, momentum, variance). ZeRO stage k shards, over the
-data-parallel group (dp*cp ranks, as Megatron's distributed optimizer does): 1 the optimizer
-state, 2 also the gradients, 3 also the weights. ZeRO-3 keeps one gathered layer (and one being
-prefetched) unsharded.
+Model state, Adam with mixed precision (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: K = 12 bytes of
+optimizer state per parameter), per framework (`STATE_BYTES`):
+    Megatron-LM   2 bf16 weight + 4 fp32 main gradient (its --accumulate-allreduce-grads-in-fp32
+                  buffer) + 12 (fp32 master weight, momentum, variance)              = 18
+    DeepSpeed     2 fp16/bf16 weight + 2 gradient + 12 (ZeRO paper's accounting)    = 16
+    PyTorch FSDP  (torchtitan FSDP2, Composer FSDP1): the sharded parameter *is* the fp32 master
+                  (MixedPrecisionPolicy param_dtype=bf16 only for the gathered copy), fp32
+                  gradients (reduce_dtype=float32: torchtitan config_manager.py
+                  --training.mixed_precision_reduce, Composer's DEFAULT mixed precision),
+                  8 bytes of Adam moments                                          = 4 + 4 + 8 = 16
+ZeRO stage k shards over the data-parallel group (dp*cp ranks): 1 the optimizer state, 2 also the
+gradients, 3 also the weights.
+
+ZeRO-3 / FSDP keeps some units unsharded at the peak (`zero3_gathered_bytes`):
+    FSDP (torchtitan, Composer, Megatron-core FSDP): one unit per transformer block; the block
+        being computed and the one prefetched (FSDP2 prefetches one block ahead; FSDP1
+        limit_all_gathers allows two in flight), bf16; plus the root unit (embedding, output
+        layer, final norm: torchtitan parallelize_llama.apply_fsdp wraps the model with
+        reshard_after_forward=not pp), which stays gathered from the start of backward until its
+        gradients are reduced at the end; and the reduce-scatter of one block's gradients: the
+        unsharded bf16 gradients plus their fp32 reduce_dtype copy.
+    DeepSpeed ZeRO-3: the current layer plus the prefetch bucket (stage3_prefetch_bucket_size,
+        default 5e7 parameters) in 16 bits; gradients reduced in buckets of reduce_bucket_size
+        (default 5e8 elements) 16-bit values. Source: DeepSpeed config-json docs (zero_optimization).
 
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models", Sec. 4, Table 2): per layer and micro-batch
-    s*b*h*(34 + 5*a*s/h)                       no parallelism, standard attention
+Transformer Models", Sec. 4, Table 2), written tensor by tensor (`_stashed_tensors`) so that each
+framework's choices can be priced: per layer and micro-batch
+    s*b*h*(34 + 5*a*s/h)                       no parallelism, standard attention, dropout > 0
     s*b*h*(10 + 24/t + 5*a*s/(h*t))            tensor parallel t
     s*b*h/t*(34 + 5*a*s/h)                     tensor + sequence parallel
-    s*b*h/t*34                                 + selective recomputation
-    2*s*b*h (/t with sp)                       full recomputation: the layer input only
-generalised here term by term to GQA (K, V of kv_hidden width), any ffn width and SwiGLU,
-and to context parallelism (s -> s/cp). With FlashAttention (the default), no s x s score
-matrix is stored, so the 5*a*s/h term vanishes and selective equals none in memory.
+generalised to GQA (K, V of kv_hidden width), any ffn width and SwiGLU, and to context
+parallelism (s -> s/cp). The three dropout masks (1 byte per element: residual dropouts after the
+attention and MLP blocks, 2*s*b*h, and the attention-probability dropout, a*s*s*b) and the dropout
+output (2*a*s*s*b) exist only when the model trains with dropout > 0; without it the attention
+multiplies V by the stored softmax output. FlashAttention (Dao et al. 2022, Sec. 3.1) stores no
+s x s matrix (it regenerates its dropout mask from the RNG state), only its output and the
+log-sum-exp statistics (fp32, one per head and token).
+
+FP8 linears: Transformer Engine (Megatron-LM, Composer amp_fp8) stores each linear's input cast
+to fp8 for the weight gradient (TE Linear/LayerNormLinear save the fp8 input), 1 byte instead of
+2, and keeps an fp8 copy of every GEMM weight and of its transpose across micro-batches
+(`fp8_weight_bytes`). torchao float8 (torchtitan) saves the high-precision input and weight
+(`matmul_with_hp_or_float8_args.forward`: ctx.save_for_backward(input_hp, weight_hp_t)) and casts
+to fp8 inside each matmul: no extra stored bytes.
+
+Selective recomputation per framework (`Recompute.SELECTIVE`):
+    Megatron-LM / DeepSpeed: the attention core is recomputed (Korthikanti Sec. 4.2): no s x s
+        tensors and no flash statistics are stored.
+    torchtitan `op` selective AC (parallelize_llama._apply_ac_to_transformer_block, the default
+        of its llama3 configs): inside each block, outputs of every other aten.mm (the 1st, 3rd,
+        ...), of scaled-dot-product attention and of reduce-scatters are saved, the block input
+        is kept, everything else is recomputed in backward.
+    Composer has no selective mode (its activation checkpointing is full recompute per block);
+        a selective plan is priced as Megatron's.
+
+Loss over the logits, bytes per logit at the start of backward (`LOGITS_BYTES`), per framework:
+    Megatron-LM (tensor_parallel/cross_entropy.py): the bf16 logits cast to fp32, softmax computed
+        in place and saved (4); backward turns it into the gradient in place, then casts to a bf16
+        gradient (2): 6.
+    torchtitan (train.py loss_fn: cross_entropy(pred.float(), labels)): log_softmax saves its fp32
+        output (4); in backward nll_loss's fp32 gradient (4) and log_softmax's fp32 input gradient
+        (4) are alive at once: 12.
+    Composer / llm-foundry (MPT default loss_fn 'fused_crossentropy', flash-attn's Triton cross
+        entropy): saves the bf16 logits (2) and writes a bf16 gradient (2): 4.
+
+Runtime outside the tensors above (`runtime_bytes`): the CUDA context and NCCL's buffers are
+allocated outside PyTorch's caching allocator; the allocator's fragmentation grows with the
+dynamic (activation) memory it recycles (`ALLOCATOR_FRAGMENTATION`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cost.flops import BF16_BYTES, embedding_params, layer_params, output_params
-from cost.specs import Mlp, ModelSpec
+from cost.specs import Framework, Mlp, ModelSpec, Precision
 
-WEIGHT_BYTES = 2
-GRAD_BYTES = 4
-OPTIMIZER_BYTES = 12
-
-# Allowance for what the formulas above do not count: CUDA context (~0.5 GiB), NCCL buffers
-# and allocator fragmentation. One documented constant, not a per-row fudge.
-RUNTIME_ALLOWANCE_BYTES = 1 * 1024**3
+FP32_BYTES = 4
+FP8_BYTES = 1
+MASK_BYTES = 1  # a dropout mask stores one byte per element (torch.bool / uint8)
 
 
-def state_bytes_per_param(zero: int, shard: int) -> float:
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state before any sharding."""
+
+    weight: float
+    grad: float
+    optimizer: float
+
+
+STATE_BYTES = {
+    Framework.MEGATRON: StateBytes(weight=2, grad=4, optimizer=12),
+    Framework.DEEPSPEED: StateBytes(weight=2, grad=2, optimizer=12),
+    Framework.TORCHTITAN: StateBytes(weight=4, grad=4, optimizer=8),
+    Framework.COMPOSER: StateBytes(weight=4, grad=4, optimizer=8),
+}
+
+LOGITS_BYTES = {
+    Framework.MEGATRON: FP32_BYTES + BF16_BYTES,
+    Framework.DEEPSPEED: FP32_BYTES + BF16_BYTES,  # Megatron-DeepSpeed keeps Megatron's loss
+    Framework.TORCHTITAN: 3 * FP32_BYTES,
+    Framework.COMPOSER: 2 * BF16_BYTES,
+}
+
+# DeepSpeed ZeRO-3 defaults (deepspeed.ai/docs/config-json, zero_optimization):
+DEEPSPEED_PREFETCH_BUCKET_PARAMS = 5e7  # stage3_prefetch_bucket_size
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8  # reduce_bucket_size
+
+# CUDA context with the CUDA libraries' kernels loaded (cuBLAS, cuDNN, NCCL): about 0.5 GiB on
+# current GPUs with lazy module loading (CUDA_MODULE_LOADING=LAZY, CUDA >= 11.7); not counted in
+# torch.cuda.memory_reserved().
+CUDA_CONTEXT_BYTES = 0.5 * 1024**3
+# NCCL: per communicator, channels x peers x NCCL_BUFFSIZE (default 4 MiB, NCCL environment
+# variable docs) for the SIMPLE protocol plus the smaller LL/LL128 buffers; with 16 channels and
+# two ring peers about 2 * 16 * 4 MiB = 128 MiB per communicator with more than one rank.
+NCCL_BYTES_PER_COMMUNICATOR = 2 * 16 * 4 * 1024**2
+# Caching-allocator fragmentation (PyTorch CUDACachingAllocator: blocks rounded to 512 B / 2 MiB,
+# split blocks of varying size reused across layers): an allowance of 5% of the activation and
+# transient bytes, an assumption of this model, not a published figure.
+ALLOCATOR_FRAGMENTATION = 0.05
+
+
+def state_bytes_per_param(zero: int, shard: int, framework: Framework = Framework.MEGATRON) -> float:
     """Bytes per parameter on one GPU for weights + gradients + optimizer state."""
-    w = WEIGHT_BYTES / (shard if zero >= 3 else 1)
-    g = GRAD_BYTES / (shard if zero >= 2 else 1)
-    o = OPTIMIZER_BYTES / (shard if zero >= 1 else 1)
+    sb = STATE_BYTES[framework]
+    w = sb.weight / (shard if zero >= 3 else 1)
+    g = sb.grad / (shard if zero >= 2 else 1)
+    o = sb.optimizer / (shard if zero >= 1 else 1)
     return w + g + o
 
 
-def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int) -> float:
-    return layer_params(m) / tp * state_bytes_per_param(zero, shard)
+def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int,
+                      framework: Framework = Framework.MEGATRON) -> float:
+    return layer_params(m) / tp * state_bytes_per_param(zero, shard, framework)
 
 
-def embedding_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int, first: bool, last: bool) -> float:
-    """Input embedding on the first stage, output layer on the last (a copy of a tied embedding
-    lives on the last stage too when they differ, as in Megatron-LM)."""
+def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
+    """Parameters of the input embedding (first stage) and output layer (last stage); a copy of
+    a tied embedding lives on the last stage too when they differ, as in Megatron-LM."""
     n = 0
     if first:
         n += embedding_params(m)
     if last:
         n += output_params(m) if (first or not m.tied_embeddings) else embedding_params(m) + m.hidden
-    return n / tp * state_bytes_per_param(zero, shard)
+    return n
 
 
-def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, flash: bool) -> float:
-    """Stashed activations of one layer for one micro-batch, no full recomputation."""
+def embedding_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int, first: bool, last: bool,
+                          framework: Framework = Framework.MEGATRON) -> float:
+    return embedding_stage_params(m, first, last) / tp * state_bytes_per_param(zero, shard, framework)
+
+
+def linear_weight_params(m: ModelSpec) -> int:
+    """GEMM weights of one layer (layer_params without the two norm scales)."""
+    return layer_params(m) - 2 * m.hidden
+
+
+def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Framework) -> float:
+    """Transformer Engine's cached fp8 weight and its transpose, per layer: 2 bytes per GEMM
+    weight parameter; torchao float8 casts weights inside each matmul and caches nothing."""
+    if precision is not Precision.FP8 or framework is Framework.TORCHTITAN:
+        return 0.0
+    return 2 * FP8_BYTES * linear_weight_params(m) / tp
+
+
+def _te_fp8(precision: Precision, framework: Framework) -> bool:
+    return precision is Precision.FP8 and framework is not Framework.TORCHTITAN
+
+
+def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, flash: bool,
+                           framework: Framework = Framework.MEGATRON,
+                           precision: Precision = Precision.BF16) -> float:
+    """Stashed activations of one layer for one micro-batch, nothing recomputed.
+
+    Tensor by tensor (t tokens of the micro-batch on this rank, r = tp with sequence parallel
+    else 1; Korthikanti Sec. 4.1): two norm inputs 2*2th/r; QKV and MLP linear inputs 2*2th/r
+    (1 byte each with Transformer Engine fp8); two residual dropout masks 2*th/r if dropout;
+    Q, K, V 2t(h + 2hk)/tp; attention output 2th/tp (+ its fp8 copy for the output projection
+    with TE); MLP activation-function input 2t*f(x2 SwiGLU)/tp and output 2tf/tp (fp8 with TE);
+    standard attention: softmax output 2*a*s*t/tp (+ mask a*s*t/tp and dropout output 2*a*s*t/tp
+    if dropout); flash: log-sum-exp 4*a*t/tp."""
     t = b * m.seq_len / cp
     h, hk, f = m.hidden, m.kv_hidden, m.ffn
-    # norm inputs (2x2th), QKV and MLP inputs (2x2th), two dropout masks (2x th): Korthikanti's "10"
-    replicated = 10 * t * h
-    # Q and K (QK^T operands), V, attention-output-projection input
-    split = BF16_BYTES * t * ((h + hk) + hk + h)
-    split += BF16_BYTES * t * f * (3 if m.mlp is Mlp.SWIGLU else 2)
-    total = replicated / (tp if sp else 1) + split / tp
-    if not flash:
-        total += 5 * m.heads * m.seq_len * t / tp  # softmax output, dropout mask and output
+    r = tp if sp else 1
+    lin_in = FP8_BYTES if _te_fp8(precision, framework) else BF16_BYTES
+    dropout = m.dropout > 0
+    replicated = 2 * BF16_BYTES * t * h + 2 * lin_in * t * h
+    if dropout:
+        replicated += 2 * MASK_BYTES * t * h
+    split = BF16_BYTES * t * (h + 2 * hk) + BF16_BYTES * t * h
+    if _te_fp8(precision, framework):
+        split += FP8_BYTES * t * h  # output projection's fp8 input beside the attention output
+    split += BF16_BYTES * t * f * (2 if m.mlp is Mlp.SWIGLU else 1) + lin_in * t * f
+    total = replicated / r + split / tp
+    total += _attention_core_bytes(m, t, tp, flash)
     return total
 
 
-def selective_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) -> float:
-    """As `layer_activation_bytes` with the attention core recomputed: no score matrix."""
-    return layer_activation_bytes(m, b, tp, cp, sp, flash=True)
+def _attention_core_bytes(m: ModelSpec, t: float, tp: int, flash: bool) -> float:
+    """What the attention core itself stores beyond Q, K, V and its output."""
+    if flash:
+        return FP32_BYTES * m.heads * t / tp
+    per_score = BF16_BYTES + (MASK_BYTES + BF16_BYTES if m.dropout > 0 else 0)
+    return per_score * m.heads * m.seq_len * t / tp
+
+
+def selective_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool,
+                               framework: Framework = Framework.MEGATRON,
+                               precision: Precision = Precision.BF16) -> float:
+    """Stashed activations of one layer under the framework's selective recomputation."""
+    if framework is Framework.TORCHTITAN:
+        return torchtitan_op_sac_bytes(m, b, tp, cp, sp)
+    t = b * m.seq_len / cp
+    # Megatron: the attention core is recomputed from Q, K, V: nothing of its own is stored
+    return (layer_activation_bytes(m, b, tp, cp, sp, True, framework, precision)
+            - _attention_core_bytes(m, t, tp, flash=True))
+
+
+def torchtitan_op_sac_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) -> float:
+    """torchtitan's op-level selective AC: block input, every other mm output (1st, 3rd, ...
+    in call order wq, wk, wv, wo, w1, [w3,] w2), the SDPA output and log-sum-exp, and with tensor
+    parallelism the reduce-scatter outputs. Row-parallel mm outputs (wo, w2) are full-width
+    partial sums on every rank. Float8 linears still dispatch aten.mm (on Float8Tensor
+    arguments, under the checkpoint's dispatch mode), so the policy is the same for fp8."""
+    t = b * m.seq_len / cp
+    h, hk, f = m.hidden, m.kv_hidden, m.ffn
+    r = tp if sp else 1
+    widths = [h / tp, hk / tp, hk / tp, h, f / tp] + ([f / tp] if m.mlp is Mlp.SWIGLU else []) + [h]
+    saved_mm = sum(w for i, w in enumerate(widths) if i % 2 == 0)
+    total = BF16_BYTES * t * h / r  # block input
+    total += BF16_BYTES * t * saved_mm
+    total += BF16_BYTES * t * h / tp + FP32_BYTES * m.heads * t / tp  # SDPA output + lse
+    if tp > 1:
+        total += 2 * BF16_BYTES * t * h / tp  # reduce-scatter outputs after wo and w2
+    return total
 
 
 def checkpoint_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) -> float:
@@ -81,9 +244,10 @@ def checkpoint_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool
     return BF16_BYTES * b * m.seq_len / cp * m.hidden / (tp if sp else 1)
 
 
-def logits_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
-    """Last stage: bf16 logits plus the fp32 softmax copy the cross-entropy keeps for backward."""
-    return b * m.seq_len / cp * m.vocab / tp * (BF16_BYTES + 4)
+def logits_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int,
+                            framework: Framework = Framework.MEGATRON) -> float:
+    """Last stage: the logits' bytes alive at the start of backward (LOGITS_BYTES)."""
+    return b * m.seq_len / cp * m.vocab / tp * LOGITS_BYTES[framework]
 
 
 def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
@@ -92,3 +256,26 @@ def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     t = b * m.seq_len / cp
     widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), m.hidden + 2 * m.kv_hidden) / tp
     return 2 * BF16_BYTES * t * widest
+
+
+def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, first: bool, last: bool) -> float:
+    """ZeRO-3 / FSDP: unsharded parameters and gradients alive at a stage's peak (module
+    docstring). `first`/`last`: the stage holds the embedding / output layer."""
+    block = layer_params(m) / tp
+    if framework is Framework.DEEPSPEED:
+        params = block + DEEPSPEED_PREFETCH_BUCKET_PARAMS
+        grads = min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, m.layers * block)
+        return BF16_BYTES * params + STATE_BYTES[framework].grad * grads
+    root = embedding_stage_params(m, first, last) / tp
+    reduce_bytes = STATE_BYTES[framework].grad  # fp32 reduce_dtype copy (Megatron: main grads)
+    return BF16_BYTES * (2 * block + root) + (BF16_BYTES + reduce_bytes) * block
+
+
+def communicators(tp: int, cp: int, dp: int, pp: int) -> int:
+    """Process groups with more than one rank that a GPU joins (tp, cp, dp*cp, pp)."""
+    return sum(1 for d in (tp, cp, dp * cp, pp) if d > 1)
+
+
+def runtime_bytes(tp: int, cp: int, dp: int, pp: int) -> float:
+    """Memory outside the caching allocator: CUDA context and NCCL buffers."""
+    return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * communicators(tp, cp, dp, pp)
