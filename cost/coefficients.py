@@ -202,17 +202,18 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         attn_f += _mem_time_s(score_bytes, gpu)
         attn_b = BACKWARD_LINEAR_FACTOR * attn_f
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
-    if fp8:
-        # casts to FP8 with the transposes the weight-gradient GEMM reads, on every linear
-        # input (forward) and output gradient (backward, counted by the backward factor)
-        elem_f += _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * fp8_cast_elements(m, b, tp, cp), gpu)
-    compute_f = lin_f + attn_f + elem_f
-    compute_b = BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f
+    cast_f = cast_b = 0.0
+    if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
+        cast_elems_f, cast_elems_b = fp8_cast_elements(m, b, tp, cp)
+        cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
+        cast_b = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_b, gpu)
+    compute_f = lin_f + attn_f + elem_f + cast_f
+    compute_b = BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f + cast_b
 
     # tensor parallel: 2 all-reduces forward, 2 backward (with sp: all-gather + reduce-scatter
     # pairs of the same ring volume); on the critical path (Megatron-LM default, no TP overlap)
     act_bytes = tokens * m.hidden * BF16_BYTES
-    tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net)
+    tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
 
     # context parallel: ring exchange of K,V blocks (cp-1 steps), backward also returns dK,dV;

@@ -9,9 +9,9 @@ over n ranks costs
 
 where `calls` is how many separate collectives the payload is issued as (a framework's bucket
 or per-module granularity: cost/framework.py), alpha_call NCCL's fixed launch latency per
-call, alpha_hop the mean latency of one ring hop (NVLink hops inside a node, network hops
-between nodes: a ring over N nodes of g ranks each crosses the network N-1 times in its n-1
-steps), and `efficiency` the achieved bus bandwidth as a fraction of wire speed.
+call, alpha_hop the latency of one ring step (all ranks send at once, so a step lasts as long
+as its slowest hop: the network hop when the ring crosses nodes), and `efficiency` the
+achieved bus bandwidth as a fraction of wire speed.
 
 All-reduce over many nodes: NCCL also offers a double binary tree whose latency grows with
 log2(nodes) instead of n (Sanders, Speck & Traeff 2009; NCCL 2.4's tree all-reduce) and picks
@@ -63,17 +63,6 @@ class NetEfficiency:
     call_latency_s: float = NCCL_CALL_LATENCY_S
 
 
-def _ring_hop_latency_s(cluster: ClusterSpec, ranks: int, nodes: int) -> float:
-    """Mean latency of one hop of a ring of `ranks` ranks over `nodes` nodes: n - N hops on
-    NVLink, N - 1 (of the n - 1 an all-gather makes) across the network."""
-    if ranks <= 1:
-        return cluster.inter_node.latency_s
-    inter_hops = nodes - 1
-    intra_hops = ranks - 1 - inter_hops
-    return (intra_hops * cluster.intra_node.latency_s
-            + inter_hops * cluster.inter_node.latency_s) / (ranks - 1)
-
-
 def _tree_depth_latency_s(cluster: ClusterSpec, per_node: int, nodes: int) -> float:
     """One pass (reduce or broadcast) of NCCL's tree: a chain through the node's ranks, then
     ceil(log2(nodes)) network hops."""
@@ -88,7 +77,9 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool
     per_node = max(1, min(size, cluster.gpus_per_node // stride))
     nodes = max(2, -(-size // per_node))
     bw = min(cluster.intra_node.bw_bytes_per_s, per_node * cluster.inter_node.bw_bytes_per_s)
-    return Link(bw_bytes_per_s=bw, latency_s=_ring_hop_latency_s(cluster, size, nodes),
+    # every rank sends at once in a ring step, so a step lasts as long as its slowest hop: the
+    # network hop of the ranks that cross nodes
+    return Link(bw_bytes_per_s=bw, latency_s=cluster.inter_node.latency_s,
                 tree_latency_s=_tree_depth_latency_s(cluster, per_node, nodes)), True
 
 
@@ -108,13 +99,16 @@ def _bw(link: Link, inter: bool, eff: NetEfficiency) -> float:
 
 
 def all_reduce_time_s(n_bytes: float, n: int, link: Link, inter: bool, eff: NetEfficiency,
-                      calls: float = 1.0) -> float:
-    """Ring all-reduce, or NCCL's tree where the group spans nodes and the tree is faster."""
+                      calls: float = 1.0, tree: bool = True) -> float:
+    """Ring all-reduce, or NCCL's tree where the group spans nodes and the tree is faster.
+
+    `tree=False` prices the ring alone: tensor-parallel groups, whose per-operator resharding
+    (cost/partition.py) is priced as rings and must reproduce Megatron's all-reduces exactly."""
     if n <= 1 or n_bytes <= 0:
         return 0.0
     ring = (calls * (eff.call_latency_s + 2 * (n - 1) * link.latency_s)
             + 2 * (n - 1) / n * n_bytes / _bw(link, inter, eff))
-    if link.tree_latency_s is None:
+    if link.tree_latency_s is None or not tree:
         return ring
     # reduce up the tree, broadcast down: 2 passes of the tree's depth; each rank sends and
     # receives the whole payload once per pass (pipelined), the ring's 2(n-1)/n * B for large n

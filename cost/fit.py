@@ -19,8 +19,11 @@ the model is missing something the parameter is absorbing.
 | <die>.attention_eff | 0.25-0.75 | +-15% | fused attention: FlashAttention-2 reaches 50-73% of A100 peak forward, less backward (Dao 2023, arXiv 2307.08691); FlashAttention-3 75% of H100 peak (Shah et al. 2024, arXiv 2407.08608) |
 | <die>.memory_eff | 0.60-0.95 | +-10% | elementwise kernels reach 60-90% of datasheet HBM bandwidth; stream-copy benchmarks about 90% |
 | matmul_half_flops | 1e8-1e11 FLOP | +-50% | the GEMM size at half the large-GEMM efficiency: MAMF sweeps reach their peak only above ~1e10-1e11 FLOP shapes (same source as matmul_eff_max) |
-| intra_node | 0.60-0.95 | +-15% | NCCL all-reduce bus bandwidth over NVLink: ~200-210 GB/s of 300 GB/s per direction on 8x A100 SXM (NVIDIA/nccl-tests issues 149, 178) |
-| inter_node | 0.60-0.95 | +-15% | NCCL all-reduce bus bandwidth over InfiniBand: 85-96 GB/s of 100 GB/s on 4x HDR per 8 GPUs (NVIDIA/nccl-tests issues 100, 119) |
+| <die>.fp8_matmul_eff_max | 0.50-0.90 | +-10% | FP8 GEMMs against the FP8 peak: torchao's roofline assumes 78% achievable (torchao/testing/training/roofline_utils.py); DeepGEMM reports up to 1,550 of 1,979 TFLOP/s (78%) on H800 |
+| overlap_slowdown | 0.10-0.40 | +-25% | compute slowdown per second of overlapped communication: 18.9% on average, up to 40%, on A100/H100 (Lee et al. 2025, arXiv 2507.03114); NCCL takes one SM per channel |
+
+Not fitted (measured, cost/comm.py): the NVLink and network bus-bandwidth efficiencies and NCCL's
+per-call and per-hop latencies.
 """
 
 from __future__ import annotations
@@ -90,19 +93,27 @@ def _net_param(field: str, lo: float, hi: float, unc: float) -> Param:
 # per-die: (field, lo, hi, uncertainty); ranges and sources: the module docstring's table
 DIE_PARAMETERS = (("matmul_eff_max", 0.50, 0.90, 0.10), ("attention_eff", 0.25, 0.75, 0.15),
                   ("memory_eff", 0.60, 0.95, 0.10))
+# only for dies with FP8 tensor cores and FP8 rows
+FP8_DIE_PARAMETERS = (("fp8_matmul_eff_max", 0.50, 0.90, 0.10),)
+# the network efficiencies and NCCL latencies are measured (cost/comm.py), not fitted
 GLOBAL_PARAMETERS = (_global_gpu_param("matmul_half_flops", 1e8, 1e11, 0.50, is_efficiency=False),
-                     _net_param("intra_node", 0.60, 0.95, 0.15), _net_param("inter_node", 0.60, 0.95, 0.15))
+                     )
+# overlap_slowdown (cost/comm.py) is measured too: fitted, it runs to its 0.40 bound to absorb
+# the DeepSpeed ZeRO-3 rows, the sign of a missing effect rather than a slower overlap
 MIN_ROWS_PER_DIE = 5  # fewer rows than this leave a die at its catalogue values
 
 
-def parameter_table(gpus: Sequence[str]) -> list[Param]:
+def parameter_table(gpus: Sequence[str], fp8_gpus: Sequence[str] = ()) -> list[Param]:
     """The fitted parameters for rows on these GPU types: per die with at least
-    MIN_ROWS_PER_DIE rows, then the global ones."""
-    counts: dict[str, int] = {}
-    for g in gpus:
-        counts[die(g)] = counts.get(die(g), 0) + 1
-    dies = sorted(d for d, k in counts.items() if k >= MIN_ROWS_PER_DIE)
-    return [_gpu_param(d, *spec) for d in dies for spec in DIE_PARAMETERS] + list(GLOBAL_PARAMETERS)
+    MIN_ROWS_PER_DIE rows (and, for FP8 GEMMs, as many FP8 rows), then the global ones."""
+    def dies_of(names):
+        counts: dict[str, int] = {}
+        for g in names:
+            counts[die(g)] = counts.get(die(g), 0) + 1
+        return sorted(d for d, k in counts.items() if k >= MIN_ROWS_PER_DIE)
+    return ([_gpu_param(d, *spec) for d in dies_of(gpus) for spec in DIE_PARAMETERS]
+            + [_gpu_param(d, *spec) for d in dies_of(fp8_gpus) for spec in FP8_DIE_PARAMETERS]
+            + list(GLOBAL_PARAMETERS))
 
 
 def apply_params(catalogue: Catalogue, values: dict[str, float], params: Sequence[Param],
@@ -168,7 +179,9 @@ class _Objective:
 
 def fit(rows: list[dict], catalogue: Catalogue, sweeps: int = 4, log=print,
         params: Sequence[Param] | None = None) -> FitResult:
-    params = tuple(params if params is not None else parameter_table([r["cluster"]["gpu"] for r in rows]))
+    params = tuple(params if params is not None else parameter_table(
+        [r["cluster"]["gpu"] for r in rows],
+        [r["cluster"]["gpu"] for r in rows if r.get("precision") == "fp8"]))
     base_net = NetEfficiency()
     start = {p.name: p.get(catalogue, base_net) for p in params}
     values = {n: min(p.hi, max(p.lo, start[n])) for n, p in zip(start, params)}

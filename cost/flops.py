@@ -75,15 +75,22 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     return rep + act + qk
 
 
-def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int) -> float:
-    """Elements cast to FP8 in one layer's forward on one GPU: the input of each linear layer
-    (QKV and MLP-in read the full hidden width, attention-out and MLP-out their 1/tp share)
-    and the layer's weights (1/tp share); the backward casts the output gradients, the same
-    count again (its factor lives with the other backward factors)."""
+def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, float]:
+    """Elements one GPU casts to FP8 in a stand-alone kernel for one layer: (forward, backward).
+
+    Transformer Engine fuses the cast into the kernel that produces a linear layer's input
+    where one exists (LayerNormLinear and LayerNormMLP: the norm writes FP8 for QKV and MLP-in,
+    the activation writes FP8 for MLP-out; torch.compile does the same for torchao float8), so
+    the forward casts stand-alone only the attention output (the input of attention-out) and
+    the weights (1/tp share). The backward casts every linear layer's output gradient, which
+    comes from the layer above in bf16.
+    """
     t = b * m.seq_len / cp
     h, f = m.hidden, m.ffn
-    inputs = t * h + t * h / tp + t * h + t * f / tp
-    return inputs + layer_params(m) / tp
+    forward = t * h / tp + layer_params(m) / tp
+    mlp_in = (2 if m.mlp is Mlp.SWIGLU else 1) * f
+    backward = t * (h + 2 * m.kv_hidden) / tp + t * h + t * mlp_in / tp + t * h
+    return forward, backward
 
 
 def layer_param_tensors(m: ModelSpec) -> int:

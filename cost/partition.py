@@ -437,7 +437,7 @@ def linear_op_cost(ctx: LayerContext, name: str, p: OpPartition) -> OpCost:
         # the whole weight's fp32 gradient is ring-all-reduced over the group once per iteration
         f = calls * matmul_time_s(flops, gpu)
         link, inter = ctx.site.tp_link
-        sync = comm.all_reduce_time_s(GRAD_ACCUM_BYTES * N * K, t, link, inter, ctx.net)
+        sync = comm.all_reduce_time_s(GRAD_ACCUM_BYTES * N * K, t, link, inter, ctx.net, tree=False)
         return OpCost(f, BACKWARD_LINEAR_FACTOR * f, (1 + BACKWARD_LINEAR_FACTOR) * f, 0.0,
                       BF16_BYTES * T * N / t, 0.0, replicated_params=N * K * (1 - 1 / t),
                       grad_sync_s=sync)
@@ -486,8 +486,9 @@ def _reduce_time_s(ctx: LayerContext, p: OpPartition, block_bytes: float,
     if p.outer_parts <= 1:
         return 0.0, False
     link = _strided_link(ctx.inst, ctx.outer, ctx.site, p.outer_parts, p.q * p.q)
-    collective = comm.all_gather_time_s if scatter else comm.all_reduce_time_s
-    return collective(block_bytes, p.outer_parts, link[0], link[1], ctx.net), link[1]
+    if scatter:
+        return comm.all_gather_time_s(block_bytes, p.outer_parts, link[0], link[1], ctx.net), link[1]
+    return comm.all_reduce_time_s(block_bytes, p.outer_parts, link[0], link[1], ctx.net, tree=False), link[1]
 
 
 def _scattered(mask: np.ndarray, dst: np.ndarray, J: int, stride: int) -> np.ndarray | None:
@@ -662,7 +663,7 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
     mt = megatron_layer(inst, o, site, net)
     lin_f = sum(linear_op_cost(ctx, op, OpPartition("K", t, 1)).fwd_s for op in LINEAR_OPS)
     tp_link, tp_inter = site.tp_link
-    tp_f = 2 * comm.all_reduce_time_s(T * h * BF16_BYTES, t, tp_link, tp_inter, net)
+    tp_f = 2 * comm.all_reduce_time_s(T * h * BF16_BYTES, t, tp_link, tp_inter, net, tree=False)
     mt_stash = sum(unary[op][_index(cands[op], MEGATRON_DEFAULT[op])][2] for op in LINEAR_OPS)
     base = LayerTerms(
         fwd_s=mt.fwd_s - lin_f - tp_f, bwd_s=mt.bwd_s - BACKWARD_LINEAR_FACTOR * lin_f - tp_f,
@@ -688,7 +689,7 @@ def stream_cost(ctx: LayerContext, name: str) -> tuple[float, float, float]:
     inst, o = ctx.inst, ctx.outer
     link, inter = _strided_link(inst, o, ctx.site, q, 1)
     rows = ctx.tokens * q / o.tp  # tokens / (J*q), J = t / q^2
-    one = comm.all_reduce_time_s(NORM_STAT_BYTES_PER_TOKEN * rows, q, link, inter, ctx.net)
+    one = comm.all_reduce_time_s(NORM_STAT_BYTES_PER_TOKEN * rows, q, link, inter, ctx.net, tree=False)
     f = NORMS_PER_LAYER * one
     return f, f, 2 * f if inter else 0.0
 

@@ -25,7 +25,7 @@ def random_instance(seed: int, variant: bool = False) -> Instance:
                       vocab=rng.choice([1000, 8000]), seq_len=seq,
                       mlp=rng.choice([Mlp.GELU, Mlp.SWIGLU]), tied_embeddings=rng.random() < 0.3)
     gpu = GpuSpec(name="toy", peak_flops_per_s=rng.choice([50e12, 300e12]),
-                  hbm_bytes=rng.choice([1.05, 1.2, 1.5, 3.0]) * 2**30,
+                  hbm_bytes=rng.choice([0.72, 0.95, 1.25, 2.75]) * 2**30,
                   hbm_bw_bytes_per_s=1e12)
     gpn = rng.choice([2, 4])
     nodes = rng.choice([1, 2])
@@ -61,7 +61,7 @@ def random_hetero_instance(seed: int):
     groups = []
     for g in range(2):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
-                      hbm_bytes=rng.choice([1.02, 1.04, 1.08, 1.5]) * 2**30,
+                      hbm_bytes=rng.choice([0.77, 0.79, 0.83, 1.25]) * 2**30,
                       hbm_bw_bytes_per_s=rng.choice([0.5e12, 1e12]))
         gpn = rng.choice([1, 2])
         cl = ClusterSpec(gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=gpn,

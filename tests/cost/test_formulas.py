@@ -136,18 +136,29 @@ def test_llama3_70b_parameter_count():
 LINK = Link(bw_bytes_per_s=100e9, latency_s=5e-6)
 
 
+IDEAL = NetEfficiency(intra_node=1.0, inter_node=1.0, overlap_slowdown=0.0, call_latency_s=0.0)
+
+
 def test_ring_all_reduce_time():
     # [T05] ring all-reduce: 2(n-1)/n * B / bw + 2(n-1) * alpha.
     # n=8, B=1 GB, bw=100 GB/s, alpha=5 us: 2*7/8*1e9/1e11 + 14*5e-6 = 0.0175 + 7e-5 = 0.01757 s.
-    t = comm.all_reduce_time_s(1e9, 8, LINK, False, NetEfficiency())
+    t = comm.all_reduce_time_s(1e9, 8, LINK, False, IDEAL)
     assert t == pytest.approx(0.01757, **EXACT)
+    # the measured defaults: NVLink at 80% of wire speed and NCCL's 8.4 us per call:
+    # 0.0175/0.8 + 7e-5 + 8.4e-6 = 0.021875 + 7.84e-5 = 0.0219534 s
+    t = comm.all_reduce_time_s(1e9, 8, LINK, False, NetEfficiency())
+    assert t == pytest.approx(0.0219534, **EXACT)
 
 
 def test_ring_all_gather_time():
     # [T05] ring all-gather (and reduce-scatter) of a full tensor of B bytes:
     # (n-1)/n * B / bw + (n-1) * alpha = 7/8 * 0.01 + 7*5e-6 = 0.00875 + 3.5e-5 = 0.008785 s.
-    t = comm.all_gather_time_s(1e9, 8, LINK, False, NetEfficiency())
+    t = comm.all_gather_time_s(1e9, 8, LINK, False, IDEAL)
     assert t == pytest.approx(0.008785, **EXACT)
+    # issued as 10 calls (a framework's buckets): 10 * (8.4 us + 7 * 5 us) + 0.00875 / 0.8
+    # = 4.34e-4 + 0.0109375 = 0.0113715 s
+    t = comm.all_gather_time_s(1e9, 8, LINK, False, NetEfficiency(), calls=10)
+    assert t == pytest.approx(0.0113715, **EXACT)
 
 
 def test_collectives_trivial_groups_and_efficiency():
@@ -155,9 +166,26 @@ def test_collectives_trivial_groups_and_efficiency():
     # n=4, B=4e8, bw=100e9*0.5: 2*3/4*4e8/5e10 + 6*5e-6 = 0.012 + 3e-5 = 0.01203 s.
     assert comm.all_reduce_time_s(1e9, 1, LINK, False, NetEfficiency()) == 0.0
     assert comm.all_gather_time_s(1e9, 1, LINK, True, NetEfficiency()) == 0.0
-    half = NetEfficiency(intra_node=1.0, inter_node=0.5)
+    half = NetEfficiency(intra_node=1.0, inter_node=0.5, call_latency_s=0.0)
     assert comm.all_reduce_time_s(4e8, 4, LINK, True, half) == pytest.approx(0.01203, **EXACT)
     assert comm.all_reduce_time_s(4e8, 4, LINK, False, half) == pytest.approx(0.00603, **EXACT)
+
+
+def test_tree_all_reduce_wins_on_many_nodes_with_small_payloads():
+    # 64 nodes x 8 GPUs, a 1 MB all-reduce over all 512 ranks at 400 GB/s per rank (8 NICs):
+    # ring: 2*511 hops * 10 us = 10.22 ms of latency; NCCL's tree: a chain of 7 NVLink hops
+    # (5 us) + log2(64) = 6 network hops (10 us) per pass, 2 passes: 2 * (35 + 60) us = 0.19 ms,
+    # plus 2 * 1e6 / 4e11 = 5 us of bandwidth: 0.195 ms (ideal network, no call latency)
+    from cost.specs import ClusterSpec, GpuSpec
+    gpu = GpuSpec(name="g", peak_flops_per_s=1e15, hbm_bytes=8e10, hbm_bw_bytes_per_s=3e12)
+    cl = ClusterSpec(gpu=gpu, nodes=64, gpus_per_node=8,
+                     intra_node=Link(bw_bytes_per_s=450e9, latency_s=5e-6),
+                     inter_node=Link(bw_bytes_per_s=50e9, latency_s=10e-6))
+    link, inter = comm.group_link(cl, 512, 1)
+    assert inter and link.bw_bytes_per_s == 400e9
+    assert comm.all_reduce_time_s(1e6, 512, link, inter, IDEAL) == pytest.approx(1.95e-4, **EXACT)
+    ring = comm.all_reduce_time_s(1e6, 512, link, inter, IDEAL, tree=False)
+    assert ring == pytest.approx(2 * 511 * 10e-6 + 2 * 511 / 512 * 1e6 / 400e9, **EXACT)
 
 
 NVLINK = Link(bw_bytes_per_s=300e9, latency_s=5e-6)  # DGX A100: 600 GB/s both directions / 2

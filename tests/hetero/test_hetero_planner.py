@@ -53,11 +53,12 @@ def test_cross_group_hand_off_uses_the_group_link():
     c = class_coefficients(inst, inst.cluster, o)[0]
     # tiny-gpt: seq 1024 x hidden 1024 x 2 bytes = 2,097,152 bytes per micro-batch, tp = 1;
     # one GPU of group 0 to one of group 1 on one site: the slower NIC, 200 Gbit/s = 25e9 B/s,
-    # latency the larger inter-node one, 10 us: 2,097,152 / 25e9 + 1e-5 = 93.886 us
+    # latency the larger inter-node one, 10 us, at the measured 95% of wire speed (cost/comm.py):
+    # 2,097,152 / (25e9 * 0.95) + 1e-5 = 98.301 us
     link = inst.cluster.between[0][1]
     assert link.bw_bytes_per_s == pytest.approx(25e9) and link.latency_s == pytest.approx(1e-5)
-    assert c.stage_parts[0]["pp_p2p"] == pytest.approx(2_097_152 / 25e9 + 1e-5)
-    assert c.stage_parts[1]["pp_p2p"] == pytest.approx(2_097_152 / 25e9 + 1e-5)
+    assert c.stage_parts[0]["pp_p2p"] == pytest.approx(2_097_152 / (25e9 * 0.95) + 1e-5)
+    assert c.stage_parts[1]["pp_p2p"] == pytest.approx(2_097_152 / (25e9 * 0.95) + 1e-5)
     # stage 1 runs on the H100 group: its capacity is the H100's 80 GiB, stage 0's the A100's
     assert c.capacity_bytes.tolist() == [g.cluster.gpu.hbm_bytes for g in inst.cluster.groups]
 

@@ -47,7 +47,7 @@ BAD_FIXTURES = {
     "hidden_not_divisible": ("model.heads", "hidden=1000 is not divisible by heads=16"),
     "unknown_gpu": ("cluster.gpu", "did you mean 'A100-SXM4-80GB'?"),
     "unknown_enum": ("model.mlp", "unknown value 'relu' (fix: use one of: gelu, swiglu)"),
-    "unknown_precision": ("job.precision", "use one of: bf16, fp16"),
+    "unknown_precision": ("job.precision", "use one of: bf16, fp16, fp8"),
     "gpu_type_clash": ("gpu_types.A100-SXM4-80GB", "clashes with the bundled catalogue"),
     "efficiency_above_one": ("gpu_types.MyGPU.memory_eff", "larger than 1"),
     "absurd_layers": ("model.layers", "absurdly large"),
@@ -148,7 +148,7 @@ def test_catalogue_conversions_from_datasheet_units():
     assert h100.peak_flops_per_s == pytest.approx(989e12)
     assert h100.hbm_bytes == 80 * 2**30
     assert h100.hbm_bw_bytes_per_s == pytest.approx(3.35e12)
-    assert h100.matmul_half_flops == pytest.approx(22.6e9)  # matmul_half_gflops: 22.6
+    assert h100.matmul_half_flops == pytest.approx(0.1e9)  # matmul_half_gflops: 0.1
     assert gpus["A100-SXM4-40GB"].hbm_bw_bytes_per_s == pytest.approx(1555e9)
     assert gpus["A100-SXM4-80GB"].hbm_bw_bytes_per_s == pytest.approx(2039e9)
     assert gpus["MI300X"].peak_flops_per_s == pytest.approx(1307.4e12)

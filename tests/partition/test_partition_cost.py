@@ -13,7 +13,9 @@ from cost.coefficients import homogeneous_placement, matmul_time_s, megatron_lay
 from cost.comm import NetEfficiency
 from cost.specs import Attention, JobSpec, Mlp, Outer, Recompute
 
-NET = NetEfficiency()
+# the hand derivations below assume an ideal network: wire speed, no per-call latency and
+# no overlap slowdown (the measured defaults of cost/comm.py are checked in tests/cost)
+NET = NetEfficiency(intra_node=1.0, inter_node=1.0, overlap_slowdown=0.0, call_latency_s=0.0)
 
 CASES = {
     # tp inside one node (4 GPUs/node), GELU, flash attention
