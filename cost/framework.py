@@ -3,7 +3,7 @@ ZeRO/FSDP parameter gathers and gradient reductions, their granularity and overl
 
 One record per framework (`behaviour(framework)`); cost/coefficients.py reads only these
 fields, so a new framework is a new row, not a new code path. Defaults are each framework's
-own defaults (sources inline); what a framework cannot run at all is solver/space.py's job.
+own defaults (sources inline); what a framework cannot run at all is cost/framework_rules.py.
 
 Granularity matters because every collective call pays NCCL's latency (cost/comm.py): a
 layer's parameters gathered as k separate calls over n ranks pay k * (n - 1) ring hops.

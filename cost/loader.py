@@ -37,17 +37,27 @@ Instance file (units in the key names; "required" unless a default is given)::
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
       tp: [1, 2, 4, 8]               # default: powers of two dividing heads, within one node
-      pp: [1, 2, 4]                  # default: every divisor, up to max_pp (128)
-      cp: [1, 2]                     # default: powers of two up to max_cp (8) dividing seq_len
-      micro_batch: [1, 2]            # default: divisors of the per-replica batch <= max_micro_batch (16)
+      pp: [1, 2, 4]                  # default: every divisor of GPUs/(tp*cp) up to the layers
+      cp: [1, 2]                     # default: powers of two dividing seq_len and GPUs/tp
+      micro_batch: [1, 2]            # default: divisors of the per-replica batch whose memory
+                                     #   lower bound fits the GPU (solver/space.py)
+      max_micro_batch: 16            # optional caps on top of the defaults; default: no cap
+      max_pp: 64
+      max_cp: 8
       sequence_parallel: [false, true]
-      zero: [0, 1, 2, 3]             # ZeRO-2/3 are only combined with pp = 1
-      virtual_stages: [1, 2, 4]
+      zero: [0, 1, 2, 3]             # which stages combine with pp > 1: the framework's rule
+      virtual_stages: [1, 2, 4]      # default: every v dividing the layers with v*pp <= layers
       recompute: [none, selective]   # mode of the layers not fully recomputed
       full_recompute: true           # search per-stage counts of fully recomputed layers
       uniform_split: false           # true: only the even layer split
       tp_across_nodes: false
       memory_reserve_gib: 0          # kept free on every GPU
+
+A `search:` value that `job.framework` can never run (cost/framework_rules.py: e.g.
+`cp: [2]` under deepspeed, `zero: [3]` with `pp: [2, 4]` under megatron or deepspeed, `zero: [1]`
+under torchtitan or composer) is refused with one InstanceError naming the search key and the
+framework; combinations the defaults bring in are filtered, not refused. With part files the
+check uses the final job, wherever its `search:` came from.
 
 Split files (`load_instance_parts`): a cluster file holds the `cluster:` section and optionally
 `gpu_types:`; a job file holds `job:` and optionally `search:`; the model may come from a
@@ -105,6 +115,7 @@ import yaml
 
 from cost import units
 from cost.errors import ConfigError, InstanceError
+from cost.framework_rules import framework_refusal
 from cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         ModelSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
@@ -620,7 +631,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             "give the training sequence length in tokens")
 
     name = model_spec = cluster_spec = job_spec = None
-    search = SearchSpace()
+    search_sec: _Section | None = None  # parsed once the job (and its framework) is known
     sources = []
     if instance is not None:
         path = str(instance)
@@ -629,7 +640,8 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         name = top.string("name")
         gpus = _catalogue_with_gpu_types(top)
         if top.has("search"):
-            search = _search(top.section("search", _SEARCH_KEYS))
+            search_sec = top.section("search", _SEARCH_KEYS)
+            _search(search_sec)  # check its own values now, in file order
         if top.has("model") or hf_config is None:
             model_spec = _model(top.section("model", _MODEL_KEYS), name)
         if top.has("cluster") or cluster is None:
@@ -653,8 +665,9 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         top = _Section(_read_yaml(path), path, "", _JOB_FILE_KEYS)
         job_spec = _job(top.section("job", _JOB_KEYS))
         if top.has("search"):
-            search = _search(top.section("search", _SEARCH_KEYS))
+            search_sec = top.section("search", _SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
+    search = SearchSpace() if search_sec is None else _search(search_sec, job_spec.framework)
     if name is None:
         name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
     return Instance(name=name, model=model_spec, cluster=cluster_spec, job=job_spec,
@@ -676,8 +689,9 @@ def _catalogue_with_gpu_types(top: _Section) -> dict[str, GpuSpec]:
     return gpus
 
 
-def _search(sec: _Section) -> SearchSpace:
-    """The planner's declared space; absent keys keep SearchSpace's documented defaults."""
+def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
+    """The planner's declared space; absent keys keep SearchSpace's documented defaults. With
+    `framework`, a listed value that framework can never run is refused (module docstring)."""
     kw: dict[str, Any] = {}
     for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero"):
         if sec.has(key):
@@ -703,7 +717,13 @@ def _search(sec: _Section) -> SearchSpace:
         kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
                                               " | ".join(allowed))
     with _config_errors_as(sec.path, sec.prefix, "narrow the search space to valid values"):
-        return SearchSpace(**kw)
+        space = SearchSpace(**kw)
+    if framework is not None:
+        refusal = framework_refusal(space, framework, frozenset(kw))
+        if refusal is not None:
+            raise sec.error(refusal.key, f"{refusal.problem} (job.framework: {framework.value})",
+                            refusal.fix)
+    return space
 
 
 def _check_bool(sec: _Section):

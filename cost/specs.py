@@ -175,20 +175,23 @@ class SearchSpace:
     """The declared plan space. CP-SAT, MILP and exhaustive search all optimise over exactly
     this set (enumerated in solver/space.py), so "optimal" always means optimal over it.
 
-    A field left as None means "every value the instance admits" (e.g. tp: powers of two that
-    divide the heads and fit in a node).
+    A field left as None means "every value the instance and its framework admit" (e.g. tp:
+    powers of two that divide the heads and fit in a node; micro_batch: the divisors of the
+    per-replica batch whose memory lower bound fits the GPU; virtual_stages: every v that
+    splits each stage's layers evenly). The `max_*` limits are optional narrowing on top of
+    that (None: no cap); none of them is needed to keep the space finite.
     """
 
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
     micro_batch: tuple[int, ...] | None = None
-    max_micro_batch: int = 16
-    max_pp: int = 128
-    max_cp: int = 8
+    max_micro_batch: int | None = None
+    max_pp: int | None = None
+    max_cp: int | None = None
     sequence_parallel: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = (0, 1, 2, 3)
-    virtual_stages: tuple[int, ...] = (1, 2, 4)
+    virtual_stages: tuple[int, ...] | None = None
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE)
     full_recompute: bool = True  # per-stage counts of fully recomputed layers are searched
     uniform_split: bool = False  # True: only the even layer split (for comparisons)
@@ -205,8 +208,9 @@ class SearchSpace:
                 raise ConfigError(f"search.{name} needs a non-empty list of integers >= 1")
         if not set(self.zero) <= {0, 1, 2, 3} or not self.zero:
             raise ConfigError("search.zero must list stages among 0, 1, 2, 3")
-        if self.max_micro_batch < 1 or self.max_pp < 1 or self.max_cp < 1:
-            raise ConfigError("search.max_* limits must be >= 1")
+        for name in ("max_micro_batch", "max_pp", "max_cp"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"search.{name} must be >= 1 (or left out: no cap)")
         if self.memory_reserve_bytes < 0:
             raise ConfigError("search.memory_reserve_gib must be >= 0")
         if not self.tensor_partitions or not set(self.tensor_partitions) <= {"megatron", "spatial_temporal"}:

@@ -40,6 +40,10 @@ from cost.specs import Attention
 from solver.space import _divisors, _powers_of_two, count_splits
 
 FAMILIES = ("stage", "replica")
+# Mixed clusters keep the fixed caps the homogeneous space had before it derived its micro-batch
+# cap from memory (solver/space.py); search.max_micro_batch / max_pp, when given, replace them.
+HETERO_MAX_MICRO_BATCH = 16
+HETERO_MAX_PP = 128
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
 MAX_MICRO_BATCH_VECTORS = 5_000_000
 
@@ -55,7 +59,8 @@ def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
 
 def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
     s = inst.search
-    return 1 <= pp <= min(inst.model.layers, s.max_pp) and (s.pp is None or pp in s.pp)
+    max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP
+    return 1 <= pp <= min(inst.model.layers, max_pp) and (s.pp is None or pp in s.pp)
 
 
 def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: str):
@@ -99,8 +104,9 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
             for tp in tp_values(inst, used):
                 for shapes in class_shapes(inst, tp, used, family):
                     replicas = sum(c.replicas for c in shapes)
+                    max_mb = s.max_micro_batch if s.max_micro_batch is not None else HETERO_MAX_MICRO_BATCH
                     mbs = s.micro_batch if s.micro_batch is not None else [
-                        d for d in _divisors(gb) if d <= s.max_micro_batch]
+                        d for d in _divisors(gb) if d <= max_mb]
                     for mb in mbs:
                         if gb % mb or not has_micro_batch_split(shapes, gb // mb, uniform):
                             continue

@@ -8,16 +8,40 @@ variables of formulations/ (and the loops of solver/exhaustive.py).
 Rules (each one a property of the frameworks we export to, or an identity of the cost model):
 - tp*pp*dp*cp = GPUs; tp a power of two dividing the heads (and the kv heads, or a multiple of
   them: KV heads are then replicated), inside one node unless `tp_across_nodes`.
-- cp a power of two dividing seq_len (and seq_len/(tp*cp) integral with sequence parallel).
-- pp <= layers; dp divides the global batch; micro_batch divides global_batch/dp.
+- cp a power of two dividing seq_len and GPUs/tp (and seq_len/(tp*cp) integral with sequence
+  parallel); `search.max_cp`, when given, narrows it.
+- pp <= layers (and <= `search.max_pp` when given); dp divides the global batch.
+- micro_batch divides global_batch/dp, and its memory lower bound fits (below); `search.max_micro_batch`,
+  when given, narrows it.
 - sequence parallel only with tp > 1.
-- ZeRO-2/3 only with pp = 1 (DeepSpeed and Megatron-LM do not pipeline them); ZeRO > 0 only
-  when there is more than one data-parallel rank to shard over (else it equals ZeRO-0).
+- ZeRO > 0 only when there is more than one data-parallel rank to shard over (else it equals
+  ZeRO-0); which stages combine with a pipeline is the framework's rule (cost/framework_rules.py).
 - virtual stages v > 1 only with pp > 1, micro-batches a multiple of pp (Megatron-LM's
   interleaved schedule), layers >= v*pp and layers a multiple of v (each stage's layers
-  split evenly into its v chunks).
+  split evenly into its v chunks). Default: every such v.
 - base recompute `selective` only with standard attention: with FlashAttention the score
   matrix is never stored, so selective and none cost the same and one of them suffices.
+- the framework (`job.framework`) runs the outer: cost/framework_rules.py, one reason per rule.
+
+Micro-batch cap from memory (no fixed cap). A micro-batch b is kept iff this lower bound on
+some stage's peak memory fits the GPU (`hbm - memory_reserve`), for the most favourable
+sequence-parallel flag and ZeRO stage the framework admits with (tp, cp, pp, dp):
+    LB(b) = runtime + f * workspace(b)
+            + max( f * logits(b) + state + f * ckpt(b),      the last stage: >= 1 layer + logits
+                   ceil(L/pp) * (state + f * ckpt(b)) )      the stage holding the most layers
+where state = layer_state_bytes at that ZeRO stage (plus cached fp8 weights), ckpt(b) =
+checkpoint_activation_bytes, runtime = runtime_bytes and f = 1 + ALLOCATOR_FRAGMENTATION, all
+as cost/memory.py and cost/coefficients.py price them. Why it is a lower bound on every plan with this outer: every stage holds
+>= 1 layer and some stage holds >= ceil(L/pp); a layer costs at least its state plus, when fully
+recomputed, its input checkpoint times the stage's in-flight micro-batches, which is >= 1 for
+every stage and schedule (cost/coefficients.in_flight_micro_batches: min(pp-s, m) >= 1 for
+1F1B; (2(pp-s-1) + (v-1)pp + 1)/v >= 1 and m*v/v >= 1 interleaved), and full recomputation
+(act >= ckpt) is the least a layer can keep; the runtime allowance and the backward workspace
+are on every stage, the logits on the last; every other term (embeddings, the ZeRO-3 gathered
+layers, replicated weights of token-split partitions) is >= 0 and left out. LB is increasing in
+b, so the kept values are the divisors up to a cap. The smallest divisor is always kept, so an
+instance that fits nowhere is reported by its memory need (solver/planner.infeasible_reason)
+rather than as an empty space.
 """
 
 from __future__ import annotations
@@ -25,6 +49,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cost import memory
+from cost.framework_rules import FRAMEWORK_RULES
 from cost.specs import Attention, Instance, Outer
 
 
@@ -55,44 +81,96 @@ def tp_values(inst: Instance) -> list[int]:
             and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
 
 
+def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
+                                  micro_batch: int, sp: bool, zero: int) -> float:
+    """LB(b) of the module docstring: no plan with these degrees fits in less, per GPU."""
+    m, b, fw = inst.model, micro_batch, inst.job.framework
+    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
+    state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw)
+             + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
+    ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
+    every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
+                   + memory.backward_workspace_bytes(m, b, tp, cp) * frag)
+    last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
+    fullest_stage = -(-m.layers // pp) * (state + ckpt)
+    return every_stage + max(last_stage, fullest_stage)
+
+
+def micro_batch_values(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
+                       sps: list[bool], zeros: list[int]) -> list[int]:
+    """Micro-batches of the space for these degrees: the user's list, or the divisors of the
+    per-replica batch (within max_micro_batch) whose memory lower bound fits for the most
+    favourable admitted sp flag and ZeRO stage; the smallest divisor is always kept."""
+    s = inst.search
+    per_replica = inst.job.global_batch // dp
+    if s.micro_batch is not None:
+        return [b for b in s.micro_batch if per_replica % b == 0]
+    divs = [d for d in _divisors(per_replica) if s.max_micro_batch is None or d <= s.max_micro_batch]
+    if not divs or not sps or not zeros:
+        return divs[:1]
+    capacity = inst.cluster.gpu.hbm_bytes - s.memory_reserve_bytes
+    kept = divs[:1]
+    for b in divs[1:]:
+        need = min(micro_batch_lower_bound_bytes(inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b,
+                                                  sp=sp, zero=z) for sp in sps for z in zeros)
+        if need > capacity:
+            break  # LB grows with b: no larger divisor fits either
+        kept.append(b)
+    return kept
+
+
+def virtual_stage_values(inst: Instance, pp: int) -> list[int]:
+    """The user's list, or every v whose chunks split the layers: v | layers and v*pp <= layers
+    (v = 1 only without a pipeline)."""
+    s, layers = inst.search, inst.model.layers
+    if s.virtual_stages is not None:
+        return list(s.virtual_stages)
+    return [1] if pp == 1 else [v for v in _divisors(layers) if v * pp <= layers]
+
+
 def outer_configs(inst: Instance) -> list[Outer]:
     """Every outer configuration of the declared space, in a fixed, documented order
     (tp, cp, pp, micro_batch, sp, zero, v, recompute ascending) that also breaks ties."""
     m, c, s, gb = inst.model, inst.cluster, inst.search, inst.job.global_batch
+    rules = FRAMEWORK_RULES[inst.job.framework]
     n_gpus = c.num_gpus
     out: list[Outer] = []
     # with FlashAttention every base mode costs the same: keep the first one listed
     flash = inst.job.attention is Attention.FLASH
     recompute_modes = list(s.recompute[:1] if flash else s.recompute)
     for tp in tp_values(inst):
-        cps = s.cp if s.cp is not None else _powers_of_two(s.max_cp)
+        cps = s.cp if s.cp is not None else _powers_of_two(n_gpus // tp)
         for cp in cps:
-            if cp > s.max_cp or m.seq_len % cp or (n_gpus // tp) % cp:
+            if s.max_cp is not None and cp > s.max_cp or m.seq_len % cp or (n_gpus // tp) % cp:
                 continue
             rest = n_gpus // (tp * cp)
             pps = s.pp if s.pp is not None else _divisors(rest)
             for pp in pps:
-                if rest % pp or pp > m.layers or pp > s.max_pp:
+                if rest % pp or pp > m.layers or s.max_pp is not None and pp > s.max_pp:
                     continue
                 dp = rest // pp
                 if gb % dp:
                     continue
                 per_replica = gb // dp
-                mbs = s.micro_batch if s.micro_batch is not None else [
-                    d for d in _divisors(per_replica) if d <= s.max_micro_batch]
-                for mb in mbs:
-                    if per_replica % mb:
-                        continue
+                sps = [sp for sp in s.sequence_parallel
+                       if not (sp and (tp == 1 or m.seq_len % (cp * tp)))]
+                zeros = [z for z in s.zero if not (z > 0 and dp * cp == 1)]
+                vs = virtual_stage_values(inst, pp)
+
+                def admitted(sp: bool, zero: int, v: int) -> bool:
+                    return rules.admits(tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, zero=zero, v=v)
+
+                sps = [sp for sp in sps if any(admitted(sp, z, v) for z in zeros for v in vs)]
+                zeros = [z for z in zeros if any(admitted(sp, z, v) for sp in sps for v in vs)]
+                for mb in micro_batch_values(inst, tp=tp, cp=cp, pp=pp, dp=dp, sps=sps, zeros=zeros):
                     n_mb = per_replica // mb
-                    for sp in s.sequence_parallel:
-                        if sp and (tp == 1 or m.seq_len % (cp * tp)):
-                            continue
-                        for zero in s.zero:
-                            if zero >= 2 and pp > 1 or zero > 0 and dp * cp == 1:
-                                continue
-                            for v in s.virtual_stages:
+                    for sp in sps:
+                        for zero in zeros:
+                            for v in vs:
                                 if v > 1 and (pp == 1 or n_mb % pp or m.layers < v * pp
                                               or m.layers % v):
+                                    continue
+                                if not admitted(sp, zero, v):
                                     continue
                                 for rc in recompute_modes:
                                     out.append(Outer(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,

@@ -1,0 +1,128 @@
+"""What each training framework can run at all, as the declared space and the loader see it.
+
+cost/framework.py says how a framework runs what it runs (and so what it costs); this module
+says which plans it can run: solver/space.py filters outer configurations through
+`FRAMEWORK_RULES`, and the loader refuses a `search:` value a framework can never run
+(`framework_refusal`). Both live in cost/ so that the loader never imports solver/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost.specs import Framework, SearchSpace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkRules:
+    """What one training framework can run, as the space sees it."""
+
+    zero_stages: tuple[int, ...]  # ZeRO stages it has at all
+    zero_with_pipeline: tuple[int, ...]  # of those, the ones it (or our cost model) runs with pp > 1
+    tensor_parallel: bool
+    pipeline: bool
+    context_parallel: bool
+    interleaving: bool
+    sequence_parallel_optional: bool  # False: with tp > 1 the sequence is always sharded
+    # True: plain (ZeRO-0) data parallelism only when it is the sole parallelism
+    replicate_only_alone: bool = False
+
+    def admits(self, *, tp: int, pp: int, cp: int, dp: int, sp: bool, zero: int, v: int) -> bool:
+        if zero not in self.zero_stages or pp > 1 and zero not in self.zero_with_pipeline:
+            return False
+        if tp > 1 and not self.tensor_parallel or pp > 1 and not self.pipeline:
+            return False
+        if cp > 1 and not self.context_parallel or v > 1 and not self.interleaving:
+            return False
+        if tp > 1 and not sp and not self.sequence_parallel_optional:
+            return False
+        if (self.replicate_only_alone and zero == 0 and dp * cp > 1
+                and (tp > 1 or pp > 1 or cp > 1)):
+            return False
+        return True
+
+
+# One reason per rule; what was checked is cited (read-only, public code and docs).
+FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
+    # Megatron-LM / Megatron-core / NeMo. ZeRO-1 is the distributed optimizer
+    # (--use-distributed-optimizer), which runs with any pp; ZeRO-2/3 are the FSDP paths
+    # (--use-torch-fsdp2, Megatron-FSDP), and megatron/training/arguments.py asserts
+    # "--use-torch-fsdp2 is not supported with pipeline parallelism". tp with optional
+    # --sequence-parallel, --context-parallel-size (ring attention) and
+    # --num-layers-per-virtual-pipeline-stage (interleaved 1F1B) are all available.
+    Framework.MEGATRON: FrameworkRules(
+        zero_stages=(0, 1, 2, 3), zero_with_pipeline=(0, 1), tensor_parallel=True, pipeline=True,
+        context_parallel=True, interleaving=True, sequence_parallel_optional=True),
+    # DeepSpeed ZeRO 0-3, tp/pp through Megatron-DeepSpeed. deepspeed/runtime/pipe/engine.py:
+    # PipelineEngine asserts zero_optimization_stage() < 2 ("ZeRO-2 and ZeRO-3 are incompatible
+    # with pipeline parallelism"). Its pipeline runs DeepSpeed's own 1F1B TrainSchedule (no
+    # interleaving). Its sequence parallelism is Ulysses (all-to-all over heads), not the ring
+    # context parallelism cost/ prices, so cp = 1. Megatron-DeepSpeed keeps Megatron's
+    # optional --sequence-parallel for tp.
+    Framework.DEEPSPEED: FrameworkRules(
+        zero_stages=(0, 1, 2, 3), zero_with_pipeline=(0, 1), tensor_parallel=True, pipeline=True,
+        context_parallel=False, interleaving=False, sequence_parallel_optional=True),
+    # torchtitan: FSDP2 fully_shard (ZeRO-3; reshard_after_forward=False is ZeRO-2), DDP
+    # (dp_replicate, ZeRO-0) but no ZeRO-1. Its parallelize functions raise "DDP has not
+    # supported > 1D parallelism" when DDP meets tp, pp or cp (with cp, FSDP shards over the
+    # dp_shard_cp mesh instead). torchtitan does run FSDP inside a pipeline, but cost/ does not
+    # price FSDP with pp > 1 yet, so ZeRO-2/3 stay with pp = 1 here. Its TP plan shards the
+    # sequence for norms and dropout (SequenceParallel on the norms), so sp is always on with
+    # tp > 1. Context parallelism and the interleaved schedules (Interleaved1F1B) are available.
+    Framework.TORCHTITAN: FrameworkRules(
+        zero_stages=(0, 2, 3), zero_with_pipeline=(0,), tensor_parallel=True, pipeline=True,
+        context_parallel=True, interleaving=True, sequence_parallel_optional=False,
+        replicate_only_alone=True),
+    # MosaicML Composer / llm-foundry: PyTorch FSDP data parallelism, sharding_strategy
+    # NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2), FULL_SHARD (ZeRO-3); the published MPT
+    # configurations use no tensor, pipeline or context parallelism, so tp = pp = cp = 1.
+    Framework.COMPOSER: FrameworkRules(
+        zero_stages=(0, 2, 3), zero_with_pipeline=(), tensor_parallel=False, pipeline=False,
+        context_parallel=False, interleaving=False, sequence_parallel_optional=True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A `search:` value the framework can never run: the search key, the problem, the fix."""
+
+    key: str
+    problem: str
+    fix: str
+
+
+def framework_refusal(space: SearchSpace, framework: Framework,
+                      given: frozenset[str]) -> Refusal | None:
+    """The first value of a `search:` key the user listed (`given`) that `framework` cannot
+    run in any combination the space allows; None when every listed value can run. Values the
+    defaults bring in are filtered by `outer_configs`, never refused."""
+    rules, name = FRAMEWORK_RULES[framework], framework.value
+    pp_forced = "pp" in given and space.pp is not None and min(space.pp) > 1
+    if "zero" in given:
+        for z in space.zero:
+            if z not in rules.zero_stages:
+                return Refusal("zero", f"{name} has no ZeRO-{z}",
+                               "use one of: " + ", ".join(map(str, rules.zero_stages)))
+            if pp_forced and z not in rules.zero_with_pipeline:
+                return Refusal("zero", f"{name} runs ZeRO-{z} only with pp = 1, but search.pp"
+                               f" lists only pp > 1", "add 1 to search.pp or drop"
+                               f" ZeRO-{z} from search.zero")
+    if "tp" in given and space.tp is not None and not rules.tensor_parallel and max(space.tp) > 1:
+        return Refusal("tp", f"{name} has no tensor parallelism", "use tp: [1]")
+    if "pp" in given and space.pp is not None and not rules.pipeline and max(space.pp) > 1:
+        return Refusal("pp", f"{name} has no pipeline parallelism", "use pp: [1]")
+    if "cp" in given and space.cp is not None and not rules.context_parallel and max(space.cp) > 1:
+        return Refusal("cp", f"{name} has no ring context parallelism", "use cp: [1]")
+    if ("virtual_stages" in given and space.virtual_stages is not None and not rules.interleaving
+            and max(space.virtual_stages) > 1):
+        return Refusal("virtual_stages", f"{name} has no interleaved pipeline schedule",
+                       "use virtual_stages: [1]")
+    if "sequence_parallel" in given:
+        if True in space.sequence_parallel and not rules.tensor_parallel:
+            return Refusal("sequence_parallel", f"{name} has no tensor parallelism to shard the"
+                           " sequence over", "use sequence_parallel: [false]")
+        tp_forced = "tp" in given and space.tp is not None and min(space.tp) > 1
+        if False in space.sequence_parallel and tp_forced and not rules.sequence_parallel_optional:
+            return Refusal("sequence_parallel", f"{name} always shards the sequence with tp > 1,"
+                           " and search.tp lists only tp > 1", "use sequence_parallel: [true]")
+    return None

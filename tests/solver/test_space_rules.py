@@ -1,0 +1,196 @@
+"""The declared space (solver/space.py): it holds every published configuration, its
+micro-batch cap comes from a memory lower bound, and it follows each framework's rules."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cost.calibration import load_rows, row_to_instance_plan
+from cost.errors import InstanceError
+from cost.loader import load_catalogue, load_instance, load_instance_parts
+from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
+                        ModelSpec, Recompute, SearchSpace)
+from solver.space import micro_batch_values, outer_configs
+
+CALIBRATION = Path(__file__).resolve().parents[3] / "shared" / "calibration"
+FILES = ("published.yaml", "published-fp8.yaml")
+
+
+def _rows():
+    if not CALIBRATION.is_dir():
+        return [pytest.param(None, marks=pytest.mark.skip(
+            reason=f"{CALIBRATION} is absent: the published rows live outside this repository"))]
+    catalogue = load_catalogue()
+    out = []
+    for name in FILES:
+        for row in load_rows(str(CALIBRATION / name)):
+            out.append(pytest.param(row_to_instance_plan(row, catalogue), id=row["id"]))
+    return out
+
+
+def _modulo_flash(inst: Instance, outer):
+    # With FlashAttention no score matrix is stored, so the base modes `none` and `selective`
+    # cost exactly the same and the space keeps only the first one listed (solver/space.py);
+    # row_to_instance_plan maps a published 'selective' to Recompute.SELECTIVE. The two are one
+    # configuration to the cost model, so outers are compared with that field identified.
+    if inst.job.attention is Attention.FLASH:
+        return dataclasses.replace(outer, recompute=Recompute.NONE)
+    return outer
+
+
+@pytest.mark.parametrize("inst_plan", _rows())
+def test_published_outer_is_in_the_default_space(inst_plan):
+    inst, plan = inst_plan
+    assert inst.search == SearchSpace()  # the default space, no narrowing
+    space = {_modulo_flash(inst, o) for o in outer_configs(inst)}
+    assert _modulo_flash(inst, plan.outer) in space
+
+
+# --- the micro-batch cap from memory ---------------------------------------------------------
+
+def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance:
+    model = ModelSpec(name="m", layers=2, hidden=1024, heads=8, kv_heads=8, ffn=4096, vocab=1000,
+                      seq_len=1024)
+    gpu = GpuSpec(name="toy", peak_flops_per_s=1e14, hbm_bytes=hbm_mib * 2**20,
+                  hbm_bw_bytes_per_s=1e12)
+    link = Link(bw_bytes_per_s=1e11, latency_s=1e-6)
+    cluster = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=1, intra_node=link, inter_node=link)
+    return Instance(name="one-gpu", model=model, cluster=cluster,
+                    job=JobSpec(global_batch=8, framework=framework), search=SearchSpace(**search))
+
+
+# Hand derivation, 1 GPU (tp = pp = dp = cp = 1, so ZeRO-0 and no sequence parallel), s = 1024,
+# h = 1024, ffn 4096 (GELU), vocab 1000, 2 layers; MiB = 2**20 bytes:
+#   layer params = h(h + 2h) + h^2 + 2hf + 2h = 12,584,960; state 18 B/param = 216.035 MiB
+#   ckpt(b)      = 2 b s h              = 2 b MiB
+#   workspace(b) = 2 * 2 b s max(f, 3h) = 16 b MiB
+#   logits(b)    = b s V (2 + 4)        = 5.859 b MiB
+#   runtime      = 512 MiB CUDA context, no NCCL communicator (every degree is 1)
+#   f            = 1.05 (allocator fragmentation on transient and activation bytes)
+#   LB(b) = 512 + 1.05*16b + max(1.05*5.859b + 216.035 + 1.05*2b,  2 (216.035 + 1.05*2b))
+#         = 944.07 + 21 b MiB for b <= 53 (the fullest stage, both layers, dominates)
+#   b = 1: 965.07, 2: 986.07, 4: 1028.07, 8: 1112.07 MiB.
+# With 1100 MiB of HBM the divisors 1, 2, 4 of the batch 8 stay and 8 goes.
+def test_micro_batch_cap_from_memory_lower_bound():
+    inst = _one_gpu(1100)
+    assert micro_batch_values(inst, tp=1, cp=1, pp=1, dp=1, sps=[False], zeros=[0]) == [1, 2, 4]
+    assert sorted({o.micro_batch for o in outer_configs(inst)}) == [1, 2, 4]
+    assert sorted({o.micro_batch for o in outer_configs(_one_gpu(1120))}) == [1, 2, 4, 8]
+
+
+def test_max_micro_batch_narrows_and_the_smallest_always_stays():
+    assert sorted({o.micro_batch for o in outer_configs(_one_gpu(1600, max_micro_batch=2))}) == [1, 2]
+    # 900 MiB is below LB(1) = 965 MiB: no plan fits, but micro-batch 1 is kept so that the
+    # planner reports the memory need rather than an empty space
+    assert sorted({o.micro_batch for o in outer_configs(_one_gpu(900))}) == [1]
+
+
+def test_no_fixed_caps_by_default():
+    s = SearchSpace()
+    assert (s.max_micro_batch, s.max_pp, s.max_cp, s.virtual_stages) == (None, None, None, None)
+
+
+# --- framework rules ------------------------------------------------------------------------
+
+def _eight_gpus(framework: Framework) -> Instance:
+    """tiny-gpt (8 layers, 16 heads, seq 1024) on one 8-GPU node, batch 32."""
+    inst = load_instance(Path(__file__).resolve().parents[2] / "instances" / "tiny-gpt-8xA100.yaml")
+    return dataclasses.replace(inst, job=dataclasses.replace(inst.job, framework=framework),
+                               search=SearchSpace(micro_batch=(1,)))
+
+
+def test_megatron_rules():
+    outs = outer_configs(_eight_gpus(Framework.MEGATRON))
+    assert all(o.pp == 1 for o in outs if o.zero >= 2)  # FSDP2 path: no pipeline
+    assert {o.zero for o in outs if o.pp > 1} == {0, 1}  # distributed optimizer with any pp
+    assert any(o.cp > 1 for o in outs) and any(o.virtual_stages > 1 for o in outs)
+    assert {o.sequence_parallel for o in outs if o.tp > 1} == {False, True}
+
+
+def test_deepspeed_rules():
+    outs = outer_configs(_eight_gpus(Framework.DEEPSPEED))
+    assert {o.zero for o in outs if o.pp == 1} == {0, 1, 2, 3}
+    assert {o.zero for o in outs if o.pp > 1} == {0, 1}  # PipelineEngine: ZeRO < 2
+    assert all(o.cp == 1 and o.virtual_stages == 1 for o in outs)
+
+
+def test_torchtitan_rules():
+    outs = outer_configs(_eight_gpus(Framework.TORCHTITAN))
+    assert 1 not in {o.zero for o in outs}
+    assert all(o.pp == 1 for o in outs if o.zero >= 2)
+    assert all(o.sequence_parallel for o in outs if o.tp > 1)
+    # DDP (ZeRO-0 over several ranks) only as the sole parallelism
+    assert all(o.tp == o.pp == o.cp == 1 for o in outs if o.zero == 0 and o.dp * o.cp > 1)
+    assert any(o.cp > 1 for o in outs) and any(o.virtual_stages > 1 for o in outs)
+
+
+def test_composer_rules():
+    outs = outer_configs(_eight_gpus(Framework.COMPOSER))
+    # data parallel only: 8 GPUs -> dp = 8; FSDP NO_SHARD / SHARD_GRAD_OP / FULL_SHARD
+    assert {(o.tp, o.pp, o.cp, o.dp, o.virtual_stages, o.sequence_parallel) for o in outs} == \
+        {(1, 1, 1, 8, 1, False)}
+    assert sorted(o.zero for o in outs) == [0, 2, 3]
+
+
+def test_default_virtual_stages_are_every_even_chunking():
+    # 8 layers, pp = 2, 16 micro-batches (batch 32 / dp, micro-batch 1; a multiple of pp):
+    # v | 8 and 2v <= 8 -> v in {1, 2, 4}
+    outs = outer_configs(_eight_gpus(Framework.MEGATRON))
+    assert {o.virtual_stages for o in outs if o.pp == 2 and o.dp == 1} == {1, 2, 4}
+    # pp = 8: 8 layers -> one layer per stage, v = 1 only
+    assert {o.virtual_stages for o in outs if o.pp == 8} == {1}
+
+
+# --- load-time refusals ---------------------------------------------------------------------
+
+TINY = yaml.safe_load((Path(__file__).resolve().parents[2] / "instances" / "tiny-gpt-8xA100.yaml").read_text())
+
+
+def _write(tmp_path, framework: str, search: dict) -> Path:
+    data = dict(TINY, job=dict(TINY["job"], framework=framework), search=search)
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("framework, search, field", [
+    ("deepspeed", {"cp": [1, 2]}, "search.cp"),
+    ("deepspeed", {"zero": [3], "pp": [2, 4]}, "search.zero"),
+    ("megatron", {"zero": [0, 2], "pp": [2]}, "search.zero"),
+    ("deepspeed", {"virtual_stages": [1, 2]}, "search.virtual_stages"),
+    ("torchtitan", {"zero": [1]}, "search.zero"),
+    ("torchtitan", {"tp": [2, 4], "sequence_parallel": [False]}, "search.sequence_parallel"),
+    ("composer", {"tp": [1, 2]}, "search.tp"),
+    ("composer", {"pp": [2]}, "search.pp"),
+    ("composer", {"sequence_parallel": [True]}, "search.sequence_parallel"),
+])
+def test_unrunnable_search_value_is_refused(tmp_path, framework, search, field):
+    path = _write(tmp_path, framework, search)
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == field and framework in info.value.problem
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("framework, search", [
+    ("deepspeed", {"zero": [3], "pp": [1, 2]}),  # ZeRO-3 runs with pp = 1: filtered, not refused
+    ("torchtitan", {"sequence_parallel": [False]}),  # fine with tp = 1
+    ("composer", {"zero": [0, 2, 3]}),
+])
+def test_runnable_search_values_load(tmp_path, framework, search):
+    inst = load_instance(_write(tmp_path, framework, search))
+    assert outer_configs(inst)
+
+
+def test_refusal_uses_the_framework_of_the_job_file(tmp_path):
+    # the instance's search lists cp 2 (fine under its default megatron); a job file that
+    # switches to deepspeed makes it unrunnable, and the error names the instance file
+    inst_path = _write(tmp_path, "megatron", {"cp": [1, 2]})
+    load_instance(inst_path)
+    job_path = tmp_path / "job.yaml"
+    job_path.write_text(yaml.safe_dump({"job": dict(TINY["job"], framework="deepspeed")}))
+    with pytest.raises(InstanceError) as info:
+        load_instance_parts(inst_path, hf_config=None, cluster=None, job=job_path)
+    assert info.value.path == str(inst_path) and info.value.field == "search.cp"
