@@ -27,7 +27,7 @@ from cost.comm import NetEfficiency
 from cost.framework import behaviour, bucket_calls, gather_calls
 from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, logits_flops)
-from cost.flops import embedding_params, output_params
+from cost.flops import embedding_params
 from cost.errors import ConfigError
 from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
 
@@ -378,10 +378,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
 
-    emb_state_params = [0.0] * pp
-    emb_state_params[0] += embedding_params(m) / tp
-    emb_state_params[-1] += (output_params(m) if (pp == 1 or not m.tied_embeddings)
-                             else embedding_params(m) + m.hidden) / tp
+    emb_state_params = [memory.embedding_stage_params(m, s == 0, s == pp - 1) / tp for s in range(pp)]
     fw = behaviour(inst.job.framework)
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
