@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from cost.errors import ConfigError, InstanceError
+from cost.hf_layout import read_layout, unread_keys_note
 from cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
@@ -95,6 +96,8 @@ _FAMILIES = {
     "mistral": _Family("Mistral", **_LLAMA_KEYS, kv="required"),
     "qwen2": _Family("Qwen2", **_LLAMA_KEYS, kv="required"),
     "mixtral": _Family("Mixtral", **_LLAMA_KEYS, kv="required"),
+    # Gemma2Config ties the embeddings by default; its MLP is gated (GELU-tanh gate)
+    "gemma2": _Family("Gemma-2", **{**_LLAMA_KEYS, "tied_default": True}, kv="required"),
     "gpt2": _Family("GPT-2", layers=("n_layer",), hidden=("n_embd",), heads=("n_head",),
                     ffn=("n_inner",), ffn_default_4h=True, positions=("n_positions", "n_ctx"),
                     learned_positions=True, gated=False, tied_default=True, kv="none"),
@@ -123,6 +126,7 @@ _ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2",
+    "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
@@ -132,7 +136,7 @@ _ARCHITECTURES = {
 }
 
 _MODEL_TYPES = {
-    "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2",
+    "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2", "gemma2": "gemma2",
     "gpt2": "gpt2", "gpt_neox": "gpt_neox", "opt": "opt", "bloom": "bloom", "falcon": "falcon",
     "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
 }
@@ -165,6 +169,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                             " in the instance YAML")
 
     cfg = _Config(raw, name, fam.label)
+    cfg.mark_read("num_local_experts", "num_experts_per_tok")
     layers = cfg.integer(fam.layers, hi=_MAX_LAYERS)
     hidden = cfg.integer(fam.hidden)
     heads = cfg.integer(fam.heads)
@@ -173,7 +178,10 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     kv_heads = _kv_heads(cfg, fam, raw)
     cfg.raise_missing()
 
-    if hidden % heads:
+    layout, notes = read_layout(cfg, family_key, layers)
+    if layout.get("head_dim") is not None and layout["head_dim"] * heads == hidden:
+        layout["head_dim"] = None  # the default width: one spelling of one model
+    if layout.get("head_dim") is None and hidden % heads:
         raise InstanceError(name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
                             f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
     kv_heads = heads if kv_heads is None else kv_heads
@@ -191,6 +199,11 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                                 "describe the model under 'model:' in the instance YAML")
 
     seq = _seq_len(cfg, fam, seq_len)
+    if fam.learned_positions:
+        # OPTLearnedPositionalEmbedding keeps 2 rows beyond max_position_embeddings (an offset
+        # from fairseq); GPT-2's wpe has n_positions rows
+        limit = cfg.integer(fam.positions, optional=True) or seq
+        layout["position_embeddings"] = limit + (2 if family_key == "opt" else 0)
     tied = cfg.boolean("tie_word_embeddings", fam.tied_default)
     try:
         return ModelSpec(
@@ -200,6 +213,8 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
             vocab=vocab, seq_len=seq,
             mlp=Mlp.SWIGLU if fam.gated else Mlp.GELU,
             tied_embeddings=tied,
+            unmodelled=tuple(notes + unread_keys_note(cfg)),
+            **layout,
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
         raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
@@ -338,14 +353,23 @@ def _family_key(raw: dict, name: str) -> str:
 
 class _Config:
     """Typed access to the config's keys; missing required keys are collected, then reported
-    together by raise_missing()."""
+    together by raise_missing(). Every key looked at is recorded, so that the keys never read
+    can be named (cost/hf_layout.py)."""
 
     def __init__(self, raw: dict, name: str, label: str):
         self.raw, self.name, self.label = raw, name, label
         self.missing: list[str] = []
+        self.read: set[str] = set()
+
+    def mark_read(self, *keys: str) -> None:
+        self.read.update(keys)
+
+    def unread(self) -> list[str]:
+        return [_key_text(k) for k in self.raw if k not in self.read]
 
     def used_key(self, keys: tuple[str, ...]) -> str:
         """The first of `keys` present with a value (null counts as absent), else the first."""
+        self.read.update(keys)
         return next((k for k in keys if self.raw.get(k) is not None), keys[0])
 
     def integer(self, keys: tuple[str, ...], *, optional: bool = False,
@@ -366,6 +390,7 @@ class _Config:
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
+        self.read.add(key)
         value = self.raw.get(key)
         if value is None:
             return default
@@ -373,6 +398,53 @@ class _Config:
             raise InstanceError(self.name, key, f"expected true or false, got {shown(value)}",
                                 "write true or false")
         return value
+
+    def fraction(self, key: str) -> float | None:
+        """A probability or other number >= 0 (dropout, softcapping); None when absent or null."""
+        self.read.add(key)
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0):
+            raise InstanceError(self.name, key, f"expected a number >= 0, got {shown(value)}",
+                                "write a number such as 0.0")
+        if key.endswith(("dropout", "pdrop", "layerdrop")) and value >= 1:
+            raise InstanceError(self.name, key, f"a dropout probability must be below 1, got"
+                                f" {shown(value)}", "write a probability such as 0.1")
+        return float(value)
+
+    def window(self, key: str, default: int | None) -> int | None:
+        """A sliding-window length in tokens: `default` when absent, None when null."""
+        self.read.add(key)
+        if key not in self.raw:
+            return default
+        value = self.raw[key]
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_INT:
+            raise InstanceError(self.name, key, f"expected a window length in tokens or null,"
+                                f" got {shown(value)}", "write a whole number of tokens, or null")
+        return value
+
+    def layer_types(self, layers: int) -> tuple[str, ...] | None:
+        """`layer_types`: each layer's attention, "full_attention" or "sliding_attention"."""
+        self.read.add("layer_types")
+        value = self.raw.get("layer_types")
+        if value is None:
+            return None
+        allowed = ("full_attention", "sliding_attention")
+        if not isinstance(value, list) or len(value) != layers:
+            raise InstanceError(self.name, "layer_types", f"expected a list of {layers} entries"
+                                f" (one per layer), got {shown(value)}"
+                                + (f" with {len(value)}" if isinstance(value, list) else ""),
+                                "list each layer's attention: " + " or ".join(allowed))
+        for entry in value:
+            if entry not in allowed:
+                raise InstanceError(self.name, "layer_types", f"attention kind {shown(entry)} is"
+                                    " not modelled", "use " + " or ".join(allowed)
+                                    + f", {_DESCRIBE_IN_YAML}")
+        return tuple(value)
 
     def raise_missing(self) -> None:
         if not self.missing:

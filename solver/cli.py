@@ -35,10 +35,14 @@ def cmd_simulate(args) -> int:
         bd = simulate(inst, plan)
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
+    from cost.model_notes import model_warnings
+    notes = model_warnings(inst, plan)
     if args.json:
-        _emit_json(breakdown_json(bd))
+        _emit_json({**breakdown_json(bd), "model_warnings": notes})
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
+        for line in notes:
+            print(f"warning     model: {line}")
         print(breakdown_text(bd))
     return 0
 
