@@ -10,6 +10,7 @@ LlamaForCausalLM (2 / 3)   num_hidden_layers, hidden_size, num_attention_heads, 
                            vocab_size, max_position_embeddings
 MistralForCausalLM         as Llama; num_key_value_heads required                       swiglu
 Qwen2ForCausalLM           as Llama; num_key_value_heads required                       swiglu
+Gemma2ForCausalLM          as Llama; num_key_value_heads required                       swiglu
 GPT2LMHeadModel            n_layer, n_embd, n_head, n_inner (null: 4 x n_embd),         gelu
                            vocab_size, n_positions
 GPTNeoXForCausalLM         as Llama without kv heads; intermediate_size                 gelu
@@ -28,7 +29,12 @@ supports is not the length it is trained at); models with learned absolute posit
 OPT) cannot go beyond theirs. `tie_word_embeddings` is read where present; otherwise each
 architecture's Hugging Face default applies (tied for GPT-2, OPT, BLOOM and Falcon).
 
-MLP shape, which is all the cost model needs: Llama, Mistral, Qwen2 (and Mixtral) use a gated
+Head width, biases, norms, parallel blocks, learned positions, sliding-window attention and
+dropout are read per architecture by cost/hf_layout.py (its table); what a config declares that
+is not priced, and any key neither read nor known to be cost-free, becomes one line of
+`ModelSpec.unmodelled`, shown with every plan (cost/model_notes.py).
+
+MLP shape: Llama, Mistral, Qwen2, Gemma-2 (and Mixtral) use a gated
 MLP with three matmuls (gate_proj, up_proj, down_proj), modelled as `Mlp.SWIGLU` whatever the
 `hidden_act` (SiLU in every released config; a GELU-gated variant costs the same matmuls). The
 others use two matmuls, modelled as `Mlp.GELU`. OPT's ReLU MLP is mapped to `Mlp.GELU` too:
@@ -36,9 +42,8 @@ the two matmuls are identical and the element-wise activation differs only in a 
 element, far below the matmuls' cost.
 
 Not modelled, and refused with an error rather than approximated: mixture-of-experts models
-(`num_local_experts`: Mixtral) and OPT's input/output projections when `word_embed_proj_dim`
-differs from `hidden_size` (OPT-350m). Mistral's sliding-window attention is priced as full
-causal attention (an over-estimate beyond the 4,096-token window).
+(any of `MOE_KEYS` above 1: Mixtral's `num_local_experts`; MoE has its own issue) and OPT's
+input/output projections when `word_embed_proj_dim` differs from `hidden_size` (OPT-350m).
 
 Every problem raises one `InstanceError(path, field, problem, fix)`, the field being the JSON
 key (or "line L, column C" for malformed JSON). A config.json larger than MAX_HF_CONFIG_BYTES
@@ -60,6 +65,9 @@ from cost.hf_layout import read_layout, unread_keys_note
 from cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
+# expert counts of the mixture-of-experts configs (Mixtral; Qwen-MoE and OLMoE; DeepSeek;
+# Hunyuan-style): any above 1 refuses the config
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MAX_JSON_DEPTH = 100
 _MAX_INT = 10**9
 _MAX_LAYERS = 10**6  # as in an instance YAML (cost/loader.py)
@@ -157,19 +165,21 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     family_key = _family_key(raw, name)
     fam = _FAMILIES[family_key]
 
-    if "num_local_experts" in raw or family_key == "mixtral":
-        experts = raw.get("num_local_experts")
+    moe_key = next((k for k in MOE_KEYS if _more_than_one(raw.get(k))), None)
+    if moe_key is not None or family_key == "mixtral":
+        moe_key = moe_key or MOE_KEYS[0]
+        experts = raw.get(moe_key)
         per_token = raw.get("num_experts_per_tok")
         counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
                   if experts is not None and per_token is not None else "")
-        raise InstanceError(name, "num_local_experts",
+        raise InstanceError(name, moe_key,
                             f"{fam.label} is a mixture-of-experts model{counts}; MoE is not"
                             " modelled yet",
                             "plan a dense model, or describe a dense stand-in under 'model:'"
                             " in the instance YAML")
 
     cfg = _Config(raw, name, fam.label)
-    cfg.mark_read("num_local_experts", "num_experts_per_tok")
+    cfg.mark_read(*MOE_KEYS, "num_experts_per_tok")
     layers = cfg.integer(fam.layers, hi=_MAX_LAYERS)
     hidden = cfg.integer(fam.hidden)
     heads = cfg.integer(fam.heads)
@@ -218,6 +228,10 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
         raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
+
+
+def _more_than_one(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1
 
 
 # --- reading -------------------------------------------------------------------------------

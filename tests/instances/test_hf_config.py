@@ -446,3 +446,12 @@ def test_head_dim_lifts_the_divisibility_rule(tmp_path):
     model = model_from_hf_config(write(tmp_path, llama(hidden_size=3000, num_attention_heads=16,
                                                        num_key_value_heads=16, head_dim=256)))
     assert model.q_hidden == 4096 and model.hidden == 3000
+
+
+def test_any_expert_count_is_refused_as_moe(tmp_path):
+    # a Qwen-MoE-style key on an otherwise dense config: refused, not read as dense
+    err = refusal(write(tmp_path, llama(num_experts=64, num_experts_per_tok=8)))
+    assert err.field == "num_experts" and "MoE is not modelled yet" in err.problem
+    assert "64 experts, 8 per token" in err.problem
+    # one expert (or none) is a dense model
+    assert model_from_hf_config(write(tmp_path, llama(num_experts=1))).unmodelled == ()
