@@ -26,6 +26,10 @@ def model_warnings(inst: Instance, plan: Plan | None = None) -> list[str]:
                      f" window ({share:.0%} of full causal attention's scores): every layer is"
                      " priced as their mean, exact for the model, not for a pipeline stage"
                      " holding more or fewer windowed layers than its share")
+    if n and plan is not None and plan.cp > 1:
+        lines.append(f"context parallel cp={plan.cp} with a sliding window: the K/V ring is priced"
+                     " as passing every block (cp - 1 steps), as for full attention, although a"
+                     " windowed query needs only the blocks its window reaches")
     if m.parallel_blocks and (plan is None or plan.tp > 1):
         lines.append("parallel attention/MLP blocks: tensor-parallel all-reduces are priced as"
                      " two per direction, as Megatron-LM issues them (GPT-NeoX sums the two"

@@ -214,6 +214,10 @@ def test_model_warnings_name_what_is_priced_approximately():
     # 256 of 1,024 tokens: fraction 1/4 - 1/32 = 0.21875 of s^2, 44% of causal's 0.5
     assert "(44% of full causal attention's scores)" in lines[1]
     assert "two per direction" in lines[2]
+    with_cp = Plan(tp=1, pp=1, dp=4, cp=2, micro_batch=1, num_micro_batches=8,
+                   layers_per_stage=(8,), full_recompute_layers=(0,))
+    assert [line.split(":")[0] for line in model_warnings(inst, with_cp)[1:]] == [
+        "context parallel cp=2 with a sliding window"]
 
 
 def test_standard_attention_keeps_the_whole_score_matrix():
