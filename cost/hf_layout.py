@@ -176,8 +176,8 @@ def _windows(cfg: ConfigReader, family: str, layers: int) -> dict[str, Any]:
         return {}
     cfg.mark_read("use_sliding_window", "max_window_layers", "sliding_window")
     types = cfg.layer_types(layers) if family in ("qwen2", "gemma2") else None
-    if family == "qwen2" and types is None and not cfg.boolean("use_sliding_window", False):
-        return {}
+    if family == "qwen2" and not cfg.boolean("use_sliding_window", False):
+        return {}  # Qwen2Config: sliding_window = None unless use_sliding_window
     window = cfg.window("sliding_window", 4096)
     if window is None:
         return {}

@@ -225,3 +225,11 @@ def test_standard_attention_keeps_the_whole_score_matrix():
     # heads x s x t = 2 x 4 x 16 x 16 = 2,048 (no dropout), with or without a window
     t_bytes = memory.layer_activation_bytes(tiny(sliding_window_tokens=4), 1, 1, 1, False, False)
     assert t_bytes == 45_312 - 256 + 2_048
+
+
+def test_tensor_parallel_splits_heads_not_hidden(tmp_path):
+    # hidden 1,000 with 16 heads of 64: tp splits the 16 heads (Q 1,024 wide), so every power
+    # of two up to the node's 8 GPUs divides the attention; hidden itself need not divide
+    from solver.space import tp_values
+    inst = load_instance(_instance_with_model(tmp_path, hidden=1000, head_dim=64))
+    assert tp_values(inst) == [1, 2, 4, 8]
