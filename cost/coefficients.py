@@ -24,9 +24,9 @@ import numpy as np
 
 from cost import comm, memory
 from cost.comm import NetEfficiency
-from cost.framework import behaviour, bucket_calls, gather_calls
+from cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
 from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
-                        layer_param_tensors, layer_params, logits_flops)
+                        layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
 from cost.flops import embedding_params, output_params
 from cost.errors import ConfigError
 from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
@@ -292,7 +292,10 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         rs = comm.all_gather_time_s(lp * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net,
                                     bucket_calls(fw.scatter_bucket_params, lp))
         ahead = 1.0 if fw.prefetch_params is None else min(1.0, fw.prefetch_params / lp)
-        gathers_rc = ag * (2 if fw.regather_for_recompute else 1)
+        # the recompute pass gathers the layer; the weights the framework releases before
+        # backward are gathered once more (a share of the layer's calls and bytes)
+        sizes = tuple(w / o.tp for w in layer_weight_sizes(m))
+        gathers_rc = ag * (1 + recompute_regather_params(fw, sizes) / sum(sizes))
         z3["f"] = hidden_window(ag, ahead * ag, fwd)
         z3["b"] = hidden_window(ag + rs, ahead * ag + rs, bwd)
         z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * gathers_rc + rs, bwd + rc_fwd)
@@ -372,9 +375,17 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_parts[-1]["output_layer"] = head
     # each stage sends activations forward and receives gradients back over every edge it
     # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
-    p2p_bytes = emb_io / (tp if sp else 1)
+    # Without sequence parallelism the activation is replicated on the tp ranks; each sends
+    # only its 1/tp slice and the receivers all-gather it over the tp group (Narayanan et al.
+    # SC'21, Sec. 4.1 "scatter/gather" optimisation; Megatron-LM's
+    # scatter_gather_tensors_in_pipeline, DeepSpeed's partitioned pipe activations). With
+    # sequence parallelism the slice is the whole message.
+    p2p_bytes = emb_io / tp
+    regather = 0.0
+    if tp > 1 and not sp:
+        regather = comm.all_gather_time_s(emb_io, tp, pl.sites[0].tp_link[0], pl.sites[0].tp_link[1], net)
     for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
-        t_edge = v * comm.p2p_time_s(p2p_bytes, link, inter, net)
+        t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + regather)
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
 
