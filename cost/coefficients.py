@@ -46,6 +46,13 @@ ADAM_STEP_BYTES_PER_PARAM = 30
 FP8_CAST_BYTES_PER_ELEMENT = 4
 # Unfused attention: softmax, mask and dropout each read and write the b*a*s*s score tensor.
 STANDARD_ATTENTION_SCORE_PASSES = 4
+# Ring attention (context parallelism) merges each step's partial result into the running one:
+# forward, out = out * exp(lse - lse') + out_step * exp(lse_step - lse') on an fp32 accumulator
+# (read 4 + write 4) from the step's bf16 output (read 2) per output element; backward adds each
+# step's dQ into an fp32 accumulator (read 4 + write 4 + read 2 of the step's bf16 dQ) and dK,
+# dV into the block that travels on (the same bytes). Transformer Engine's
+# AttnFuncWithCPAndKVP2P and torch's _templated_ring_attention both merge per step this way.
+CP_MERGE_BYTES_PER_ELEMENT = 10
 
 
 @dataclass(frozen=True)
@@ -216,12 +223,27 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
 
-    # context parallel: ring exchange of K,V blocks (cp-1 steps), backward also returns dK,dV;
-    # overlapped with the attention core (Liu et al. 2023, Ring Attention)
+    # context parallel: a ring of cp - 1 steps (Liu et al. 2023, Ring Attention; Megatron-core
+    # / Transformer Engine and torch context_parallel). Causal load balance (each rank holds
+    # sequence chunks i and 2cp-1-i) gives every step 1/cp of the attention core. Each step
+    # computes on the block in hand while the next K,V block arrives (double buffering: one
+    # block ahead, no more), so a step's transfer hides only behind that step's attention;
+    # backward also sends dK, dV on. Merging each step's partial output (forward) and
+    # accumulating dQ, dK, dV (backward) are memory-bound passes (CP_MERGE_BYTES_PER_ELEMENT).
     kv_bytes = 2 * tokens * m.kv_hidden / min(tp, m.kv_heads) * BF16_BYTES
-    cp_f = (cp - 1) * comm.p2p_time_s(kv_bytes, cp_link, cp_inter, net) if cp > 1 else 0.0
-    cp_b = 2 * cp_f
-    cp_exp_f, cp_exp_b = max(0.0, cp_f - attn_f), max(0.0, cp_b - attn_b)
+    cp_f = cp_b = cp_exp_f = cp_exp_b = 0.0
+    if cp > 1:
+        steps = cp - 1
+        step_f = comm.p2p_time_s(kv_bytes, cp_link, cp_inter, net)
+        step_b = 2 * step_f
+        cp_f, cp_b = steps * step_f, steps * step_b
+        cp_exp_f = steps * max(0.0, step_f - attn_f / cp)
+        cp_exp_b = steps * max(0.0, step_b - attn_b / cp)
+        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * m.hidden / tp, gpu)
+        merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens
+                              * (m.hidden + 2 * m.kv_hidden) / tp, gpu)
+        compute_f += merge_f
+        compute_b += merge_b
 
     selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
     fwd = compute_f + tp_f + cp_exp_f

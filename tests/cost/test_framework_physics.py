@@ -67,3 +67,31 @@ def test_pipeline_sends_a_tp_slice_and_regathers_it_without_sequence_parallelism
     # the breakdown reports the first stage's p2p: one edge (to stage 1), every micro-batch
     diff = no_sp.exposed_s["pp_p2p"] - sp.exposed_s["pp_p2p"]
     assert diff == pytest.approx(mb * gather, rel=1e-9)
+
+
+def test_context_parallel_step_hides_only_behind_its_own_attention_block():
+    # Ring attention with causal load balance: cp - 1 steps, each computing 1/cp of the
+    # attention core while the next K,V block (2 x tokens x kv_hidden x 2 bytes) arrives;
+    # backward sends K,V and dK,dV (twice the bytes). With NVLink slowed so that a transfer
+    # outlasts its step's attention, per layer and micro-batch:
+    #   exposed = (cp-1) * (p - a_f/cp) + (cp-1) * (2p - a_b/cp)
+    # with p one block's p2p time, a_f the attention core forward (FlashAttention: causal
+    # FLOPs / (peak * attention_eff)) and a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
+    # breakdown sums it over the layers and micro-batches of the first stage.
+    from cost.coefficients import BACKWARD_FLASH_FACTOR
+    from cost.flops import layer_matmuls
+    inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
+    slow = replace(inst.cluster.intra_node, bw_bytes_per_s=1e9)
+    inst = replace(inst, cluster=replace(inst.cluster, intra_node=slow))
+    plan = plan_from_mapping(dict(tp=1, pp=1, dp=4, cp=4, micro_batch=1), inst)
+    bd = simulate(inst, plan)
+    m, gpu, cp = inst.model, inst.cluster.gpu, 4
+    tokens = m.seq_len / cp
+    link, inter = comm.group_link(inst.cluster, cp, 1)
+    p = comm.p2p_time_s(2 * tokens * m.kv_hidden * 2, link, inter, NetEfficiency())
+    a_f = layer_matmuls(m, 1, 1, cp).attention_core / (gpu.peak_flops_per_s * gpu.attention_eff)
+    a_b = BACKWARD_FLASH_FACTOR * a_f
+    assert p > a_b / cp  # the regime under test: every step is transfer-bound
+    per_layer = (cp - 1) * (p - a_f / cp) + (cp - 1) * (2 * p - a_b / cp)
+    n_mb = inst.job.global_batch // 4
+    assert bd.exposed_s["cp_comm_exposed"] == pytest.approx(m.layers * n_mb * per_layer, rel=1e-9)
