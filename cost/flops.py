@@ -157,6 +157,16 @@ def linear_weight_params(m: ModelSpec) -> int:
     return h * (m.q_hidden + 2 * m.kv_hidden) + m.q_hidden * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
 
 
+def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
+    """A layer's weight matrices in the order its forward uses them (parameters each; biases
+    and norm scales left out): GPT-style fused QKV, attention-out, fc1, fc2; Llama-style q, k,
+    v, o, gate, up, down (the module layout a per-parameter ZeRO-3 gather walks)."""
+    h, q, hk, f = m.hidden, m.q_hidden, m.kv_hidden, m.ffn
+    if m.mlp is Mlp.SWIGLU:
+        return (h * q, h * hk, h * hk, q * h, h * f, h * f, f * h)
+    return (h * (q + 2 * hk), q * h, h * f, f * h)
+
+
 def layer_params(m: ModelSpec) -> int:
     """Parameters of one transformer layer: GEMM weights, biases and norms."""
     h, f = m.hidden, m.ffn
