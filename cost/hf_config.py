@@ -27,7 +27,7 @@ FalconForCausalLM          num_hidden_layers, hidden_size, num_attention_heads, 
 `seq_len`, when given, replaces the config's maximum position count (the context a model
 supports is not the length it is trained at); models with learned absolute positions (GPT-2,
 OPT) cannot go beyond theirs. `tie_word_embeddings` is read where present; otherwise each
-architecture's Hugging Face default applies (tied for GPT-2, OPT, BLOOM and Falcon).
+architecture's Hugging Face default applies (tied for GPT-2, OPT, BLOOM, Falcon and Gemma-2).
 
 Head width, biases, norms, parallel blocks, learned positions, sliding-window attention and
 dropout are read per architecture by cost/hf_layout.py (its table); what a config declares that
@@ -42,8 +42,9 @@ the two matmuls are identical and the element-wise activation differs only in a 
 element, far below the matmuls' cost.
 
 Not modelled, and refused with an error rather than approximated: mixture-of-experts models
-(any of `MOE_KEYS` above 1: Mixtral's `num_local_experts`; MoE has its own issue) and OPT's
-input/output projections when `word_embed_proj_dim` differs from `hidden_size` (OPT-350m).
+(any of `MOE_KEYS` other than null, 0 or 1, e.g. Mixtral's `num_local_experts`; MoE has its
+own issue) and OPT's input/output projections when `word_embed_proj_dim` differs from
+`hidden_size` (OPT-350m).
 
 Every problem raises one `InstanceError(path, field, problem, fix)`, the field being the JSON
 key (or "line L, column C" for malformed JSON). A config.json larger than MAX_HF_CONFIG_BYTES
@@ -66,7 +67,7 @@ from cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
 # expert counts of the mixture-of-experts configs (Mixtral; Qwen-MoE and OLMoE; DeepSeek;
-# Hunyuan-style): any above 1 refuses the config
+# Hunyuan-style): any other than null, 0 or 1 refuses the config
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MAX_JSON_DEPTH = 100
 _MAX_INT = 10**9
@@ -165,7 +166,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     family_key = _family_key(raw, name)
     fam = _FAMILIES[family_key]
 
-    moe_key = next((k for k in MOE_KEYS if _more_than_one(raw.get(k))), None)
+    moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
     if moe_key is not None or family_key == "mixtral":
         moe_key = moe_key or MOE_KEYS[0]
         experts = raw.get(moe_key)
@@ -230,8 +231,11 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
 
 
-def _more_than_one(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 1
+def _declares_experts(value: Any) -> bool:
+    """An expert count that is not plainly dense: anything but null, 0 or 1 (a malformed value
+    is refused as MoE too, rather than read as dense)."""
+    return value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and value <= 1)
 
 
 # --- reading -------------------------------------------------------------------------------
