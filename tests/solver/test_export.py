@@ -582,3 +582,180 @@ def test_exporters_refuse_a_plan_for_another_instance():
         to_megatron(SMALL, UNIFORM)
 
 
+# --- the CLI sub-command -------------------------------------------------------------------
+
+def write_plan_file(path: Path, inst, plan) -> Path:
+    """A plan file as `paraplan plan -o` writes it: the plan and its instance."""
+    path.write_text(f"# paraplan plan for {inst.name}: optimal\n"
+                    + yaml.safe_dump(plan_file_mapping(inst, plan), sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def plan_file(tmp_path) -> Path:
+    return write_plan_file(tmp_path / "plan.yaml", TINY, UNIFORM)
+
+
+def test_cli_exact_export_needs_no_instance(plan_file, tmp_path, capsys):
+    target = tmp_path / "megatron.sh"
+    assert cli_main(["export", str(plan_file), "--to", "megatron", "--strict",
+                     "-o", str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""  # exact in Megatron-LM, the plan's own framework: silent
+    assert target.read_text() == to_megatron(TINY, UNIFORM).text
+
+
+def test_cli_strict_refuses_a_lossy_export_with_one_line(tmp_path, capsys):
+    path = write_plan_file(tmp_path / "plan.yaml", TINY_SW, UNIFORM)
+    assert cli_main(["export", str(path), "--to", "torchtitan", "--strict"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert "--strict" in err and "ZeRO-1" in err and "1 more" in err
+
+
+def test_cli_lossy_export_prints_both_predictions(tmp_path, capsys):
+    path = write_plan_file(tmp_path / "plan.yaml", TINY_SW, UNIFORM)
+    assert cli_main(["export", str(path), "--to", "torchtitan", "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["exact"] is False and doc["target"] == "torchtitan"
+    assert doc["plan_framework"] == "megatron" and len(doc["deviations"]) == 2
+    tomllib.loads(doc["config"])  # the deviation comments keep it valid TOML
+    # the emitted configuration written out by hand: torchtitan, ZeRO-2, no selective recompute
+    by_hand = replace(UNIFORM, zero=2, recompute=Recompute.NONE)
+    bd = simulate(with_framework(TINY_SW, Framework.TORCHTITAN), by_hand)
+    assert doc["emitted"]["iter_time_s"] == pytest.approx(bd.iter_time_s, rel=1e-12)
+    assert doc["emitted"]["peak_mem_bytes"] == pytest.approx(bd.peak_mem_bytes, rel=1e-12)
+    assert doc["emitted"]["plan"] == plan_to_mapping(by_hand)
+    planned = simulate(TINY_SW, UNIFORM)
+    assert doc["plan"]["iter_time_s"] == pytest.approx(planned.iter_time_s, rel=1e-12)
+    assert "the plan as planned (megatron)" in err and "the emitted configuration (torchtitan)" in err
+
+
+def test_cli_deepspeed_output_stays_json(plan_file, capsys):
+    assert cli_main(["export", str(plan_file), "--to", "deepspeed"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["train_batch_size"] == 32
+    assert "--tensor-model-parallel-size 2" in err  # a note on stderr
+    assert "the emitted configuration (deepspeed)" in err  # another framework: both priced
+
+
+def test_cli_refusal_is_one_line(plan_file, capsys):
+    assert cli_main(["export", str(plan_file), "--to", "torchtitan"]) == 2  # tiny-gpt is GELU
+    _, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and "GELU" in err
+
+
+def test_cli_plan_from_part_files_exports_without_an_instance_file(tmp_path, capsys):
+    # plan from a Hugging Face config, a cluster file and a job file, then export the plan file
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"cluster": {
+        "gpu": "H100-SXM5-80GB", "nodes": 2, "gpus_per_node": 8,
+        "intra_node_gbytes_per_s": 900, "nic_gbit_per_s": 400}}))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"job": {"global_batch": 64}, "search": {
+        "tp": [2, 4], "pp": [1, 2], "cp": [1], "micro_batch": [1], "virtual_stages": [1]}}))
+    plan_path = tmp_path / "plan.yaml"
+    assert cli_main(["plan", "--hf-config", str(ROOT / "tests/data/hf/llama-2-7b"),
+                     "--cluster", str(cluster), "--job", str(job), "--seq-len", "4096",
+                     "--quiet", "-o", str(plan_path)]) == 0
+    capsys.readouterr()
+    assert cli_main(["export", str(plan_path), "--to", "megatron", "--strict"]) == 0
+    out, _ = capsys.readouterr()
+    assert "--num-layers 32" in out and "--seq-length 4096" in out and "--hidden-size 4096" in out
+
+
+def test_cli_plan_file_without_instance_needs_one(tmp_path, capsys):
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"plan": plan_to_mapping(UNIFORM)}))
+    assert cli_main(["export", str(path), "--to", "megatron"]) == 2
+    _, err = capsys.readouterr()
+    assert "carries no instance" in err and "--instance" in err
+    assert cli_main(["export", str(path), "--to", "megatron", "--instance", str(TINY_PATH)]) == 0
+
+
+def run_export(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="paraplan")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["export", *argv])
+    return args.func(args)
+
+
+def test_cli_missing_plan_file(tmp_path):
+    with pytest.raises(InstanceError, match="file not found"):
+        run_export(str(tmp_path / "nope.yaml"), "--to", "megatron", "--instance", str(TINY_PATH))
+
+
+def test_cli_plan_inconsistent_with_instance(tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"tp": 2, "pp": 2, "dp": 4, "micro_batch": 1}))
+    with pytest.raises(InstanceError, match="GPUs"):  # 2 * 2 * 4 = 16, the cluster has 8
+        run_export(str(path), "--to", "megatron", "--instance", str(TINY_PATH))
+
+
+def test_cli_unwritable_output(plan_file, tmp_path):
+    with pytest.raises(InstanceError, match="cannot be written"):
+        run_export(str(plan_file), "--to", "megatron", "-o", str(tmp_path / "missing" / "out.sh"))
+
+
+def test_cli_unknown_format(plan_file):
+    with pytest.raises(SystemExit) as exc:
+        run_export(str(plan_file), "--to", "nemo")
+    assert exc.value.code == 2
+
+
+def test_render_appends_deviations_as_comments():
+    res = to_torchtitan(TINY_SW, UNIFORM)
+    text = render(res, "torchtitan")
+    assert text.count("# paraplan: deviation: ") == 2
+    assert render(to_deepspeed(TINY, UNIFORM), "deepspeed") == to_deepspeed(TINY, UNIFORM).text
+
+
+# --- precision, attention, fp8 -------------------------------------------------------------
+
+def test_fp8_flags():
+    inst = replace(LLAMA8B, job=replace(LLAMA8B.job, precision=Precision.FP8))
+    plan = make_plan(tp=8, dp=8, micro_batch=1, num_micro_batches=64, sequence_parallel=True,
+                     zero=1, layers=[32])
+    args, _, unsupported = megatron_args(inst, plan)
+    assert (args["--fp8-format"], args["--fp8-recipe"], args["--bf16"]) == ("hybrid", "delayed", True)
+    assert unsupported == []
+    cfg, _ = torchtitan_config(inst, replace(plan, zero=3))
+    assert cfg["model"]["converters"] == ["quantize.linear.float8"]
+    assert cfg["quantize.linear.float8"]["recipe_name"] == "tensorwise"
+    assert cfg["model"]["flavor"] == "8B"  # the shape of torchtitan's llama3 8B flavor
+    assert cfg["model"]["flavor"] in TORCHTITAN_V0_2_0_LLAMA3_FLAVORS
+    _, ds_unsupported, _ = deepspeed_config(inst, plan)
+    assert mentions(ds_unsupported, "fp8")
+
+
+def test_standard_attention():
+    inst = replace(TINY, job=replace(TINY.job, attention=Attention.STANDARD))
+    args, _, _ = megatron_args(inst, UNIFORM)
+    assert args["--attention-backend"] == "unfused"
+    _, unsupported = torchtitan_config(swiglu(inst), UNIFORM)
+    assert mentions(unsupported, "standard")
+
+
+def test_torchtitan_custom_flavor_reproduces_the_ffn_width():
+    # tiny-gpt as SwiGLU: dim 1024, ffn 4096 >= int(8 * 1024 / 3) = 2730, so multiple_of 4096
+    # rounds 2730 up to 4096 (torchtitan llama3 FeedForward)
+    from solver.export.torchtitan import llama3_ffn
+    res = to_torchtitan(TINY_SW, replace(UNIFORM, zero=2, recompute=Recompute.NONE))
+    assert 'flavor = "paraplan"' in res.text
+    assert "ffn_dim_multiplier=None, multiple_of=4096" in res.text
+    assert llama3_ffn(1024, None, 4096) == 4096
+    assert llama3_ffn(4096, 1.3, 1024) == 14336  # torchtitan's own 8B flavor
+
+
+def test_deepspeed_folds_context_parallelism_into_data_parallelism():
+    # cp 2 x dp 4 = 8 GPUs -> dp 8; 32 = 8 * micro 1 * 4 micro-batches
+    plan = make_plan(tp=1, dp=4, cp=2, micro_batch=1, num_micro_batches=8, layers=[8], zero=1)
+    cfg, unsupported, _ = deepspeed_config(TINY, plan)
+    assert cfg["gradient_accumulation_steps"] == 4
+    assert mentions(unsupported, "cp = 2", "dp = 8")
+
+
+def test_exporters_refuse_a_plan_for_another_instance():
+    with pytest.raises(ValueError, match="GPUs"):
+        to_megatron(SMALL, UNIFORM)
