@@ -8,9 +8,9 @@ deepspeed/runtime/config.py (batch keys, bf16/fp16, communication_data_type). Ev
 cost/framework.py prices is written out rather than left to a default:
 - reduce_bucket_size = allgather_bucket_size = 5e8 elements: gradient reduction and the ZeRO-1/2
   weight all-gather in buckets of that many parameters (grad_bucket_params);
-- stage3_prefetch_bucket_size = 5e7 parameters (prefetch_params), stage3_max_reuse_distance =
-  1e9 (a fetched parameter is reused by the backward right after a recompute, so the recompute
-  pass fetches nothing more: regather_for_recompute False);
+- stage3_prefetch_bucket_size = 5e7 parameters (prefetch_params) and stage3_max_reuse_distance
+  = 1e9 parameters (DeepSpeed's default: how far ahead a parameter gathered for a recompute pass
+  stays gathered for the backward after it, the distance cost/framework.py prices);
 - overlap_comm true: gradient reduction hidden behind backward (DeepSpeed's default is true only
   for stage 3);
 - communication_data_type in the training precision: the 2-byte gradient reduction priced.
