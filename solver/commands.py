@@ -68,7 +68,7 @@ def _evidence_text(res) -> str:
 
 
 def cmd_plan(args) -> int:
-    from cost.loader import plan_to_mapping
+    from cost.loader import plan_file_mapping
     from solver import hetero_commands
     from solver.planner import plan
 
@@ -84,7 +84,8 @@ def cmd_plan(args) -> int:
                   f" bound {res.bound_s:.6g} s, backend {res.backend}\n")
         with open(args.output, "w") as fh:
             fh.write(header)
-            yaml.safe_dump({"plan": plan_to_mapping(res.plan)}, fh, sort_keys=False)
+            # the instance rides along, so that export and simulate need no instance file
+            yaml.safe_dump(plan_file_mapping(inst, res.plan), fh, sort_keys=False)
     trust = None
     if res.plan is not None:
         from cost.trust import plan_trust
