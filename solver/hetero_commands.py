@@ -147,12 +147,13 @@ def result_json(res, inst, regs=None) -> dict:
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
         "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
         "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "space": {"outer_configs": res.outer_configs, "plans": res.plans_total, "solved": res.solved,
+        "space": {"outer_configs": res.outer_configs, "candidates": res.plans_total, "solved": res.solved,
                   "pruned_by_bound": res.pruned_by_bound, "pruned_by_memory": res.pruned_by_memory,
                   "inner_infeasible": res.inner_infeasible, "unresolved": res.unresolved},
         "reason": res.reason or None,
         "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
+        "trust": None,  # cost/trust.py compares homogeneous published runs only
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
              "regret": r.regret} for r in regs],

@@ -28,6 +28,8 @@ from solver import bounds, report_svg
 from solver.format import count, seconds
 
 DPI = 110
+# The replay "ends at the objective" when the two agree to this relative precision.
+SAME_TIME_REL = 1e-6
 # The frontier plot draws the capacity line only when it lies within this factor of the
 # largest peak memory plotted.
 CAPACITY_SHOWN_BEYOND_DATA = 1.5
@@ -213,6 +215,8 @@ th:first-child, td:first-child { text-align: left; }
 figure { margin: 1em 0; } img { max-width: 100%; }
 figcaption { font-size: 0.88em; color: #444; max-width: 900px; }
 code { background: #f3f3f3; padding: 0 0.2em; }
+table.facts th { text-align: left; font-weight: 600; white-space: nowrap; vertical-align: top; }
+table.facts td { text-align: left; }
 """
 
 
@@ -222,6 +226,10 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _table(headers: list[str] | None, rows: list[list[str]]) -> str:
+    if headers is None:  # a fact sheet: label and text, both left-aligned
+        body = "".join(f"<tr><th>{html.escape(str(r[0]))}</th><td>{html.escape(str(r[1]))}</td></tr>"
+                       for r in rows)
+        return f'<table class="facts"><tbody>{body}</tbody></table>'
     head = ("" if headers is None else
             "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead>")
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>"
@@ -264,6 +272,7 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
     replay_s = timeline.makespan_s(events)
     t = schedule.stage_times_s(c, n, r)
     uniform = bool(np.ptp(t) <= 1e-12 * t.max())
+    same = abs(replay_s - analytic_s) <= SAME_TIME_REL * analytic_s
     rel = (replay_s - analytic_s) / analytic_s
     fig, cut = gantt_figure(events, p.pp, p.num_micro_batches, p.virtual_stages, analytic_s,
                             "One iteration of the plan, one row per pipeline stage")
@@ -283,7 +292,9 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
         " (m &minus; 1/v)&middot;max T<sub>s</sub> + &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>."
         + _cut_text(cut, p.virtual_stages, p.pp)
         + (" All stages take the same time, so the replay ends exactly at the objective."
-           if uniform else
+           if uniform else " The stages differ a little, yet the replay ends at the objective"
+           " (to 1e-6): the formula is exact here, as it is whenever the slowest stage is the"
+           " last one (README, Cost model: Pipeline)." if same else
            f" The stages differ, so the replay ends {html.escape(seconds(abs(replay_s - analytic_s)))}"
            f" ({100 * rel:+.2g}%) {'before' if rel < 0 else 'after'} the objective: the formula"
            " charges the slowest stage m times and every other stage once in full, an upper"

@@ -16,6 +16,7 @@ and the time axis keeps real times on both sides.
 
 from __future__ import annotations
 
+import bisect
 import html
 import math
 from dataclasses import dataclass
@@ -34,8 +35,6 @@ KIND_COLOURS = {
 # at least MIN_OMITTED of them: below that the whole iteration is readable at 1000 px.
 COMPACT_FROM_MICRO_BATCHES = 24
 MIN_OMITTED_MICRO_BATCHES = 8
-# Micro-batches kept on each side of the cut, in units of the pipeline depth.
-KEPT_DEPTHS = 2
 # Geometry (px).
 WIDTH_PX, LEFT_PX, RIGHT_PX, ROW_PX, TOP_PX, AXIS_PX = 1000, 78, 16, 24, 14, 42
 BREAK_PX = 34
@@ -57,36 +56,53 @@ def _key(e: timeline.Event) -> tuple:
 
 
 def compact_steady_state(events: list[timeline.Event], pp: int, m: int, v: int) -> Cut | None:
-    """The longest verified periodic window to omit, or None (few micro-batches, or no
-    periodicity found: then the chart draws everything)."""
+    """The longest verified periodic window around the middle of the iteration, or None (few
+    micro-batches, or no periodicity: then the chart draws everything).
+
+    P = the time between stage 0's forwards of micro-batches mid and mid + d. Periods are
+    counted from that forward; period j is *repeating* when every event starting in it has a
+    twin (same stage, kind, chunk, direction and length) starting exactly P earlier. Over a run
+    of repeating periods j1..j2 the schedule is periodic, so the window [start of j1 + 1,
+    start of j2) can be cut: what follows it is what followed its start, K = j2 - j1 - 1
+    periods later."""
     if m < COMPACT_FROM_MICRO_BATCHES:
         return None
     d = 1 if v == 1 else pp  # micro-batch index shift of one period
     starts = {(e.micro_batch, e.chunk): e.start_s for e in events
               if e.stage == 0 and e.kind is timeline.EventKind.FORWARD}
-    keep = max(d, -(-KEPT_DEPTHS * pp // d) * d)  # whole periods, at least KEPT_DEPTHS * pp
-    a, b = keep, m - keep - d  # first omitted and last reference micro-batch index on stage 0
-    if (a, 0) not in starts or (a + d, 0) not in starts or b <= a:
+    mid = (m // 2) // d * d
+    if (mid, 0) not in starts or (mid + d, 0) not in starts:
         return None
-    period = starts[(a + d, 0)] - starts[(a, 0)]
-    periods = (b - a) // d
-    if period <= 0 or periods * d < MIN_OMITTED_MICRO_BATCHES:
+    t0, period = starts[(mid, 0)], starts[(mid + d, 0)] - starts[(mid, 0)]
+    if period <= 0:
         return None
-    t_a = starts[(a, 0)]
-    t_b = t_a + periods * period
-    span = max(e.end_s for e in events)
-    tol = REL_TOL * span
-    # verify: every event starting in [t_a, t_b + period) has a twin one period earlier
+    tol = REL_TOL * max(e.end_s for e in events)
     index: dict[tuple, list[tuple[float, float]]] = {}
     for e in events:
         index.setdefault(_key(e), []).append((e.start_s, e.duration_s))
+    for twins in index.values():
+        twins.sort()
+    bad, lo, hi = set(), 0, 0
     for e in events:
-        if t_a - tol <= e.start_s < t_b + period:
-            twins = index[_key(e)]
-            if not any(abs(s - (e.start_s - period)) <= tol and abs(dur - e.duration_s) <= tol
-                       for s, dur in twins):
-                return None
-    return Cut(start_s=t_a, omitted_s=t_b - t_a, micro_batches=periods * d, period_s=period)
+        j = math.floor((e.start_s - t0) / period + 1e-9)
+        lo, hi = min(lo, j), max(hi, j)
+        twins = index[_key(e)]
+        k = bisect.bisect_left(twins, (e.start_s - period - tol,))
+        if not any(abs(s - (e.start_s - period)) <= tol and abs(dur - e.duration_s) <= tol
+                   for s, dur in twins[k:k + 2]):
+            bad.add(j)
+    if 0 in bad:
+        return None
+    j1 = j2 = 0
+    while j1 - 1 >= lo and j1 - 1 not in bad:
+        j1 -= 1
+    while j2 + 1 <= hi and j2 + 1 not in bad:
+        j2 += 1
+    omitted = j2 - j1 - 1
+    if omitted * d < MIN_OMITTED_MICRO_BATCHES:
+        return None
+    return Cut(start_s=t0 + (j1 + 1) * period, omitted_s=omitted * period,
+               micro_batches=omitted * d, period_s=period)
 
 
 class _Axis:
@@ -133,7 +149,7 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     ax = _Axis(span, cut)
     height = TOP_PX + pp * ROW_PX + AXIS_PX
     labels = row_labels or [f"stage {s}" for s in range(pp)]
-    out = [f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH_PX} {height}"'
+    out = [f'<svg class="gantt" viewBox="0 0 {WIDTH_PX} {height}"'
            f' width="{WIDTH_PX}" height="{height}" role="img"><title>{html.escape(title)}</title>',
            '<rect width="100%" height="100%" fill="white"/>']
     for s in range(pp):
