@@ -1029,3 +1029,21 @@ def plan_file_instance(path: str | Path) -> Instance | None:
 def plan_file_mapping(inst: Instance, plan: Plan) -> dict:
     """What `paraplan plan -o` writes: the plan and the instance it was made for."""
     return {"plan": plan_to_mapping(plan), PLAN_FILE_INSTANCE_KEY: instance_to_mapping(inst)}
+
+
+# YAML search keys whose SearchSpace field has another name (the unit is converted at load)
+_SEARCH_FIELDS = {"memory_reserve_gib": "memory_reserve_bytes"}
+SEARCH_LIST_KEYS = ("tp", "pp", "cp", "micro_batch", "sequence_parallel", "zero", "virtual_stages",
+                    "recompute", "tensor_partitions")
+SEARCH_KEYS = _SEARCH_KEYS
+
+
+def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--search>") -> Instance:
+    """`inst` with the search keys in `raw` (YAML values, e.g. {"tp": [1, 2], "zero": [1]})
+    replacing its own; every key and value is checked exactly as in a `search:` section
+    (framework rules included), and errors name `source`."""
+    parsed = _search(_Section(raw, source, "search", _SEARCH_KEYS), inst.job.framework)
+    fields = {_SEARCH_FIELDS.get(k, k): getattr(parsed, _SEARCH_FIELDS.get(k, k)) for k in raw}
+    with _config_errors_as(source, "search", "narrow the search space to valid values"):
+        space = replace(inst.search, **fields)
+    return replace(inst, search=space)
