@@ -12,11 +12,13 @@ model's source declares is dropped silently. The lines come from two places:
 from __future__ import annotations
 
 from cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
+from cost.hetero_specs import HeteroInstance
 from cost.specs import Instance, Plan
 
 
-def model_warnings(inst: Instance, plan: Plan | None = None) -> list[str]:
-    """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space)."""
+def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) -> list[str]:
+    """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space, and
+    a mixed-cluster plan, whose classes differ)."""
     m = inst.model
     lines = list(m.unmodelled)
     n = m.windowed_layers
