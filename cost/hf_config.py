@@ -190,9 +190,9 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     cfg.raise_missing()
 
     layout, notes = read_layout(cfg, family_key, layers)
-    if layout.get("head_dim") is not None and layout["head_dim"] * heads == hidden:
-        layout["head_dim"] = None  # the default width: one spelling of one model
-    if layout.get("head_dim") is None and hidden % heads:
+    if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
+        layout["attention_head_dim"] = None  # the default width: one spelling of one model
+    if layout.get("attention_head_dim") is None and hidden % heads:
         raise InstanceError(name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
                             f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
     kv_heads = heads if kv_heads is None else kv_heads

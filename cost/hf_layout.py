@@ -119,7 +119,7 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
     if family in ("llama", "mistral", "gemma2"):
         # LlamaConfig and MistralConfig default to hidden // heads, Gemma2Config to 256
         head_dim = cfg.integer(("head_dim",), optional=True)
-        spec["head_dim"] = 256 if head_dim is None and family == "gemma2" else head_dim
+        spec["attention_head_dim"] = 256 if head_dim is None and family == "gemma2" else head_dim
     if family in ("llama", "gemma2"):
         bias = cfg.boolean("attention_bias", False)
         spec.update(qkv_bias=bias, attn_out_bias=bias)

@@ -27,6 +27,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       embedding_norm: false          # a norm after the token embedding (BLOOM)
       sliding_window_tokens: 4096    # causal attention to the last N keys; default: none
       sliding_window_layers: 32      # how many layers use it; default: all
+      unmodelled: []                 # one line each about what the model's source declares and
+                                     #   paraplan does not price; shown with every plan
     cluster:
       gpu: H100-SXM5-80GB            # a cost/gpus.yaml name or one defined under gpu_types
       nodes: 64
@@ -152,7 +154,9 @@ _JOB_FILE_KEYS = ("job", "search")
 _MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
                "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
                "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
-               "embedding_norm", "sliding_window_tokens", "sliding_window_layers")
+               "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled")
+# ModelSpec fields whose YAML key differs from the field's name
+_MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 _CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
 _JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
@@ -795,7 +799,7 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
             mlp=Mlp(sec.choice("mlp", _values(Mlp))),
             tied_embeddings=sec.boolean("tied_embeddings", False),
             dropout=sec.number("dropout", 0.0, positive=False, hi=0.99),
-            head_dim=head_dim,
+            attention_head_dim=head_dim,
             qkv_bias=sec.boolean("qkv_bias", False),
             attn_out_bias=sec.boolean("attn_out_bias", False),
             mlp_bias=sec.boolean("mlp_bias", False),
@@ -806,7 +810,19 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
             embedding_norm=sec.boolean("embedding_norm", False),
             sliding_window_tokens=window,
             sliding_window_layers=window_layers,
+            unmodelled=_lines(sec, "unmodelled"),
         )
+
+
+def _lines(sec: _Section, key: str) -> tuple[str, ...]:
+    """An optional list of one-line strings (the model's unmodelled notes)."""
+    value = sec.raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() and v.isprintable()
+                                              for v in value):
+        raise sec.error(key, f"expected a list of one-line strings, got {_describe(value)}",
+                        "write one line per thing the cost model does not price, or leave the"
+                        " key out")
+    return tuple(value)
 
 
 def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
@@ -985,7 +1001,11 @@ def instance_to_mapping(inst: Instance) -> dict:
     model = {}
     for f in fields(inst.model):
         value = getattr(inst.model, f.name)
-        model[f.name] = value.value if isinstance(value, Enum) else value
+        if value is None or value == ():  # an optional key left out: its default
+            continue
+        key = _MODEL_FIELD_KEYS.get(f.name, f.name)
+        model[key] = (value.value if isinstance(value, Enum)
+                      else list(value) if isinstance(value, tuple) else value)
     cl = inst.cluster
     cluster = {
         "gpu": cl.gpu.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,

@@ -81,9 +81,10 @@ class ModelSpec:
     # dropout probability of the attention and hidden dropouts; modern LLMs train with 0, which
     # stores no dropout masks (GPT-3-era models used 0.1)
     dropout: float = 0.0
-    # width of one attention head; None: hidden // heads. Mistral-NeMo (5,120 wide, 32 heads of
-    # 128) and Gemma (3,584 wide, 16 heads of 256) project to heads * head_dim != hidden.
-    head_dim: int | None = None
+    # width of one attention head as the model declares it; None: hidden // heads (read it as
+    # the `head_dim` property). Mistral-NeMo (5,120 wide, 32 heads of 128) and Gemma-2 (3,584
+    # wide, 16 heads of 256) project to heads * head_dim != hidden.
+    attention_head_dim: int | None = None
     qkv_bias: bool = False  # biases on the Q, K and V projections (Qwen2, GPT-2, OPT, BLOOM)
     attn_out_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on every MLP projection
@@ -109,9 +110,9 @@ class ModelSpec:
                 raise ConfigError(f"model.{name} must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("model.dropout must lie in [0, 1)")
-        if self.head_dim is None and self.hidden % self.heads:
+        if self.attention_head_dim is None and self.hidden % self.heads:
             raise ConfigError("model.hidden must be divisible by model.heads (or give model.head_dim)")
-        if self.head_dim is not None and self.head_dim < 1:
+        if self.attention_head_dim is not None and self.attention_head_dim < 1:
             raise ConfigError("model.head_dim must be >= 1")
         if self.heads % self.kv_heads:
             raise ConfigError("model.heads must be divisible by model.kv_heads")
@@ -126,19 +127,19 @@ class ModelSpec:
                 raise ConfigError("model.sliding_window_layers must lie in [0, layers]")
 
     @property
-    def dim_per_head(self) -> int:
-        """Width of one attention head: `head_dim`, else hidden // heads."""
-        return self.hidden // self.heads if self.head_dim is None else self.head_dim
+    def head_dim(self) -> int:
+        """Width of one attention head: `attention_head_dim`, else hidden // heads."""
+        return self.hidden // self.heads if self.attention_head_dim is None else self.attention_head_dim
 
     @property
     def q_hidden(self) -> int:
         """Width of the Q projection and of the attention output: heads * head_dim."""
-        return self.heads * self.dim_per_head
+        return self.heads * self.head_dim
 
     @property
     def kv_hidden(self) -> int:
         """Width of the K (or V) projection: kv_heads * head_dim (GQA; == hidden for MHA)."""
-        return self.kv_heads * self.dim_per_head
+        return self.kv_heads * self.head_dim
 
     @property
     def windowed_layers(self) -> int:

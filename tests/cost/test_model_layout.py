@@ -28,7 +28,7 @@ EXACT = dict(rel=1e-12)
 
 def tiny(**changes) -> ModelSpec:
     base = ModelSpec(name="tiny", layers=4, hidden=64, heads=4, kv_heads=2, ffn=256, vocab=1000,
-                     seq_len=16, mlp=Mlp.SWIGLU, head_dim=32)
+                     seq_len=16, mlp=Mlp.SWIGLU, attention_head_dim=32)
     return replace(base, **changes)
 
 
@@ -135,7 +135,7 @@ def test_activations_of_block_layouts():
 def test_backward_workspace_uses_the_qkv_width():
     # widest: max(2f, q + 2k) = max(512, 256); with head_dim 64 instead (q = 256, k = 128):
     # q + 2k = 512 ties, with ffn 128 (2f = 256) it wins: 2 x 2 bytes x t x 512 = 32,768
-    assert memory.backward_workspace_bytes(tiny(head_dim=64, ffn=128), 1, 1, 1) == 32_768
+    assert memory.backward_workspace_bytes(tiny(attention_head_dim=64, ffn=128), 1, 1, 1) == 32_768
 
 
 # --- the whole layer, priced -------------------------------------------------------------
@@ -187,6 +187,7 @@ def test_yaml_model_takes_the_layout_keys(tmp_path):
     (dict(sliding_window_tokens=256, sliding_window_layers=9), "model.sliding_window_layers"),
     (dict(position_embeddings=512), "model.position_embeddings"),  # fewer than seq_len 1024
     (dict(head_dim=0), "model.head_dim"),
+    (dict(unmodelled="not a list"), "model.unmodelled"),
 ])
 def test_yaml_model_layout_errors(tmp_path, keys, field):
     with pytest.raises(InstanceError) as info:

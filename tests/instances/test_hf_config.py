@@ -332,8 +332,9 @@ def test_bloom_and_falcon_parameter_counts():
 
 def test_head_dim_sets_the_attention_width():
     nemo = load("mistral-nemo-12b")
-    assert (nemo.dim_per_head, nemo.q_hidden, nemo.kv_hidden) == (128, 4096, 1024)
-    assert load("llama-3-8b").head_dim is None  # hidden / heads: no head_dim key
+    assert (nemo.head_dim, nemo.q_hidden, nemo.kv_hidden) == (128, 4096, 1024)
+    llama3 = load("llama-3-8b")  # no head_dim key: hidden / heads
+    assert llama3.attention_head_dim is None and llama3.head_dim == 128
 
 
 def test_gemma2_head_dim_defaults_to_256(tmp_path):
@@ -455,3 +456,19 @@ def test_any_expert_count_is_refused_as_moe(tmp_path):
     assert "64 experts, 8 per token" in err.problem
     # one expert (or none) is a dense model
     assert model_from_hf_config(write(tmp_path, llama(num_experts=1))).unmodelled == ()
+
+
+@pytest.mark.parametrize("stem", ["gemma-2-9b", "mistral-nemo-12b", "gpt2", "opt-1.3b", "qwen2-7b"])
+def test_imported_model_survives_a_plan_file(stem):
+    # `plan -o` writes the instance into the plan file (cost/loader.py instance_to_mapping): the
+    # layout fields and the unpriced lines come back unchanged
+    from dataclasses import replace as _replace
+
+    import yaml as _yaml
+
+    from cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+    from instances import __file__ as instances_init
+    base = load_instance(Path(instances_init).parent / "tiny-gpt-8xA100.yaml")
+    inst = _replace(base, model=load(stem, seq_len=1024))
+    text = _yaml.safe_dump(instance_to_mapping(inst))
+    assert instance_from_mapping(_yaml.safe_load(text), "plan.yaml").model == inst.model
