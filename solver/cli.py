@@ -17,8 +17,8 @@ EXIT_SOLVER = 3  # a solver backend is missing or crashed
 
 
 def _emit_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    from solver.jsonout import emit_json
+    emit_json(obj)
 
 
 def cmd_simulate(args) -> int:
@@ -58,6 +58,8 @@ def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
     for path in paths:
         try:
             rows.extend(load_rows(path))
+        except InstanceError:
+            raise  # names the file and the row's field already: never wrapped a second time
         except (OSError, ConfigError) as e:
             raise InstanceError(path, "<file>", str(e), "pass a file in the calibration schema")
         except Exception as e:  # malformed YAML and the like: still one line, exit 2

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import yaml
 
 from cost.errors import InstanceError
 from solver.format import breakdown_json, breakdown_text, count, seconds, table
+from solver.jsonout import emit_json as _emit_json
+from solver.outputs import check_output_path, write_text
 from solver.inputs import add_instance_args, load_from_args
 
 EXIT_DISAGREE = 1
@@ -73,18 +74,13 @@ def cmd_plan(args) -> int:
     from solver.planner import plan
 
     log = (lambda msg: print(f"  {msg}", file=sys.stderr)) if _progress_enabled(args) else None
+    check_output_path(args.output, "-o/--output")  # before anything is solved
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_plan(args, progress=log)
     _no_scenarios(args)
     inst = load_from_args(args)
     res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
                progress=log)
-    if args.output and res.plan is not None:
-        header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
-                  f" bound {res.bound_s:.6g} s, backend {res.backend}\n")
-        with open(args.output, "w") as fh:
-            fh.write(header)
-            yaml.safe_dump({"plan": plan_to_mapping(res.plan)}, fh, sort_keys=False)
     trust = None
     if res.plan is not None:
         from cost.trust import plan_trust
@@ -95,8 +91,7 @@ def cmd_plan(args) -> int:
         out["trust"] = trust_json(trust)
         if sens is not None:
             out["sensitivity"] = sens
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _emit_json(out)
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
@@ -113,6 +108,13 @@ def cmd_plan(args) -> int:
         if sens is not None:
             print()
             print(sensitivity_text(sens))
+    if args.output and res.plan is not None:  # after the result is shown: a full disk loses nothing
+        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
+        header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
+                  f" bound {bound}, backend {res.backend}\n")
+        sys.stdout.flush()
+        write_text(args.output, header + yaml.safe_dump({"plan": plan_to_mapping(res.plan)},
+                                                        sort_keys=False), "-o/--output")
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 
 
@@ -220,20 +222,28 @@ def cmd_exhaustive(args) -> int:
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
+    reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
-        json.dump({"iter_time_s": res.iter_time_s, "candidates": res.candidates,
-                   "feasible": res.feasible, "outer_configs": res.outer_configs,
-                   "wall_time_s": res.wall_time_s,
-                   "plan": plan_to_mapping(res.plan) if res.plan else None}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _emit_json({"iter_time_s": res.iter_time_s, "candidates": res.candidates,
+                    "feasible": res.feasible, "outer_configs": res.outer_configs,
+                    "wall_time_s": res.wall_time_s, "reason": reason,
+                    "plan": plan_to_mapping(res.plan) if res.plan else None})
     else:
         print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
               f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
         if res.plan is None:
-            print("no plan fits memory")
+            print(reason)
         else:
             print(f"best        {seconds(res.iter_time_s)} per iteration\nplan        {_plan_line(res.plan)}")
     return 0
+
+
+def exhaustive_reason(inst, outer_configs: int) -> str:
+    """Why exhaustive search found no plan: an empty space (the planner's wording), or memory."""
+    if outer_configs == 0:
+        from solver.planner import infeasible_reason
+        return infeasible_reason(inst, [])
+    return "no plan fits memory"
 
 
 def cmd_verify(args) -> int:
@@ -264,10 +274,8 @@ def cmd_verify(args) -> int:
         rows.append(["exhaustive", "skipped", "-", str(e)])
     agree = methods_agree(list(values.values()), tol)
     if args.json:
-        json.dump({"agree": agree, "iter_time_s": values,
-                   "methods": [dict(zip(("method", "status", "iter_time_s", "time"), r)) for r in rows]},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _emit_json({"agree": agree, "iter_time_s": values,
+                   "methods": [dict(zip(("method", "status", "iter_time_s", "time"), r)) for r in rows]})
     else:
         print(table(["method", "status", "iteration time (s)", "time"], rows, align="llrl"))
         print("AGREE" if agree else "DISAGREE")
@@ -284,6 +292,8 @@ def methods_agree(values: list[float | None], tol_s: float) -> bool:
 
 
 def cmd_bench(args) -> int:
+    check_output_path(getattr(args, "csv", None), "--csv")
+    check_output_path(getattr(args, "json", None), "--json")
     if args.hetero:
         from solver.hetero_bench import run_hetero_bench
         return run_hetero_bench(args)

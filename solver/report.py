@@ -430,6 +430,8 @@ def cmd_report(args) -> int:
     from cost.loader import load_instance
     from solver.planner import plan
 
+    from solver.outputs import check_output_path
+    check_output_path(args.output, "-o/--output")  # before anything is solved
     inst = load_instance(args.instance)
     res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s)
     page = build_report(inst, res)
