@@ -103,7 +103,10 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
                           for t in tps for c in cps for p in pps
                           if n % (t * c * p) == 0
                           and job.global_batch % (n // (t * c * p)) == 0}, reverse=True)
-    if "micro_batch" in given and space.micro_batch is not None and per_replica:
+    if "micro_batch" in given and space.micro_batch is not None:
+        # with no factorisation at all (the planner reports the empty space), at least the
+        # global batch itself must be divisible
+        per_replica = per_replica or [job.global_batch]
         for b in space.micro_batch:
             if not any(r % b == 0 for r in per_replica):
                 shown = ", ".join(map(str, per_replica[:6])) + (", ..." if len(per_replica) > 6 else "")
