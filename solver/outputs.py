@@ -1,9 +1,10 @@
 """Output files: checked before any work starts, written without tracebacks.
 
-Every command that writes a file (plan -o, replan -o, report -o, export -o, sweep -o/--json,
+Every command that solves and writes a file (plan -o, replan -o, report -o, sweep -o/--json,
 bench --csv/--json) calls `check_output_path` before it loads, solves or sweeps anything, so a
 missing or unwritable directory costs no solve: the command exits 2 with one line naming the
-flag and the path. What can only fail while writing (a full disk, a quota) is caught by
+flag and the path (export solves nothing and reports its own write error in one line). What
+can only fail while writing (a full disk, a quota) is caught by
 `write_text` and reported the same way.
 """
 

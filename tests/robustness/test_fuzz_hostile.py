@@ -427,7 +427,7 @@ BAD_OUTPUTS = st.sampled_from(["missing-dir/plan.yaml", "a-file/plan.yaml", "a-d
 
 @fuzz(30)
 @given(where=BAD_OUTPUTS, command=st.sampled_from(["plan", "plan-hetero", "report", "replan",
-                                                   "export", "sweep", "sweep-json"]))
+                                                   "sweep", "sweep-json"]))
 def test_bad_output_path_fails_before_solving(capsys, monkeypatch, tmp_path, where, command):
     _no_solve(monkeypatch)
     (tmp_path / "a-file").write_text("x", encoding="utf-8")
@@ -439,7 +439,6 @@ def test_bad_output_path_fails_before_solving(capsys, monkeypatch, tmp_path, whe
             "report": ["report", TINY, "-o", out],
             "replan": ["replan", hetero, "--plan", plan, "--event",
                        INSTANCES / "hetero" / "events" / "inter-site-degraded.yaml", "-o", out],
-            "export": ["export", plan, "--to", "megatron", "--instance", TINY, "-o", out],
             "sweep": ["sweep", INSTANCES / "sweeps" / "example.yaml", "-o", out],
             "sweep-json": ["sweep", INSTANCES / "sweeps" / "example.yaml", "-o",
                            tmp_path / "ok.csv", "--json", out]}[command]
