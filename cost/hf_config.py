@@ -63,6 +63,7 @@ from typing import Any
 
 from cost.errors import ConfigError, InstanceError
 from cost.hf_layout import read_layout, unread_keys_note
+from cost.ranges import RANGES, out_of_range, range_text
 from cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
@@ -70,8 +71,6 @@ MAX_HF_CONFIG_BYTES = 16 * 2**20
 # Hunyuan-style): any other than null, 0 or 1 refuses the config
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MAX_JSON_DEPTH = 100
-_MAX_INT = 10**9
-_MAX_LAYERS = 10**6  # as in an instance YAML (cost/loader.py)
 _DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 _SEQ_LEN_FIX = "give the training sequence length, e.g. paraplan --seq-len 2048"
 
@@ -181,11 +180,11 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
 
     cfg = _Config(raw, name, fam.label)
     cfg.mark_read(*MOE_KEYS, "num_experts_per_tok")
-    layers = cfg.integer(fam.layers, hi=_MAX_LAYERS)
-    hidden = cfg.integer(fam.hidden)
-    heads = cfg.integer(fam.heads)
-    vocab = cfg.integer(("vocab_size",))
-    ffn = cfg.integer(fam.ffn, optional=fam.ffn_default_4h) if fam.ffn else None
+    layers = cfg.integer(fam.layers, "layers")
+    hidden = cfg.integer(fam.hidden, "hidden")
+    heads = cfg.integer(fam.heads, "heads")
+    vocab = cfg.integer(("vocab_size",), "vocab")
+    ffn = cfg.integer(fam.ffn, "ffn", optional=fam.ffn_default_4h) if fam.ffn else None
     kv_heads = _kv_heads(cfg, fam, raw)
     cfg.raise_missing()
 
@@ -202,7 +201,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                             f"{heads} attention heads are not divisible by {kv_heads} kv heads",
                             "correct the key/value head count; it must divide the head count")
     if family_key == "opt":
-        proj = cfg.integer(("word_embed_proj_dim",), optional=True)
+        proj = cfg.integer(("word_embed_proj_dim",), "hidden", optional=True)
         if proj is not None and proj != hidden:
             raise InstanceError(name, "word_embed_proj_dim",
                                 f"{proj} differs from hidden_size={hidden}; OPT's project_in /"
@@ -213,7 +212,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     if fam.learned_positions:
         # OPTLearnedPositionalEmbedding keeps 2 rows beyond max_position_embeddings (an offset
         # from fairseq); GPT-2's wpe has n_positions rows
-        limit = cfg.integer(fam.positions, optional=True) or seq
+        limit = cfg.integer(fam.positions, "seq_len", optional=True) or seq
         layout["position_embeddings"] = limit + (2 if family_key == "opt" else 0)
     tied = cfg.boolean("tie_word_embeddings", fam.tied_default)
     try:
@@ -390,8 +389,10 @@ class _Config:
         self.read.update(keys)
         return next((k for k in keys if self.raw.get(k) is not None), keys[0])
 
-    def integer(self, keys: tuple[str, ...], *, optional: bool = False,
-                hi: int = _MAX_INT) -> int | None:
+    def integer(self, keys: tuple[str, ...], quantity: str, *,
+                optional: bool = False) -> int | None:
+        """The integer under the first of `keys` present, within the physical range of
+        `quantity` (cost/ranges.py, the table every loader uses)."""
         key = self.used_key(keys)
         value = self.raw.get(key)
         if value is None:
@@ -401,10 +402,11 @@ class _Config:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InstanceError(self.name, key, f"expected an integer, got {shown(value)}",
                                 "write a whole number")
-        if not 1 <= value <= hi:
+        r = RANGES[quantity]
+        if not r.lo <= value <= r.hi:
             raise InstanceError(self.name, key,
-                                f"must be between 1 and {hi:,}, got {shown(value)}",
-                                "correct the size")
+                                f"must be between {r.lo:,} and {r.hi:,}, got {shown(value)}"
+                                f" ({range_text(quantity)})", "correct the size")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -417,19 +419,19 @@ class _Config:
                                 "write true or false")
         return value
 
-    def fraction(self, key: str) -> float | None:
-        """A probability or other number >= 0 (dropout, softcapping); None when absent or null."""
+    def number(self, key: str, quantity: str) -> float | None:
+        """The number under `key` within the physical range of `quantity` (a dropout
+        probability, a soft-capping value); None when absent or null."""
         self.read.add(key)
         value = self.raw.get(key)
         if value is None:
             return None
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value < 0):
-            raise InstanceError(self.name, key, f"expected a number >= 0, got {shown(value)}",
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InstanceError(self.name, key, f"expected a number, got {shown(value)}",
                                 "write a number such as 0.0")
-        if key.endswith(("dropout", "pdrop", "layerdrop")) and value >= 1:
-            raise InstanceError(self.name, key, f"a dropout probability must be below 1, got"
-                                f" {shown(value)}", "write a probability such as 0.1")
+        problem = out_of_range(quantity, value)
+        if problem is not None:
+            raise InstanceError(self.name, key, problem, "correct the value")
         return float(value)
 
     def window(self, key: str, default: int | None) -> int | None:
@@ -440,9 +442,11 @@ class _Config:
         value = self.raw[key]
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_INT:
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or out_of_range("sliding_window_tokens", value) is not None):
             raise InstanceError(self.name, key, f"expected a window length in tokens or null,"
-                                f" got {shown(value)}", "write a whole number of tokens, or null")
+                                f" got {shown(value)} ({range_text('sliding_window_tokens')})",
+                                "write a whole number of tokens, or null")
         return value
 
     def layer_types(self, layers: int) -> tuple[str, ...] | None:
@@ -479,19 +483,20 @@ def _kv_heads(cfg: _Config, fam: _Family, raw: dict) -> int | None:
     if fam.kv == "none":
         return None
     if fam.kv in ("default_heads", "required"):
-        return cfg.integer(("num_key_value_heads",), optional=fam.kv == "default_heads")
+        return cfg.integer(("num_key_value_heads",), "kv_heads",
+                           optional=fam.kv == "default_heads")
     # Falcon (transformers' FalconAttention): the new decoder architecture (40B, 180B) uses
     # num_kv_heads; otherwise multi_query (the default, Falcon-7B) means one kv head, and
     # without it every head has its own.
     new_decoder = cfg.boolean("new_decoder_architecture", raw.get("model_type") == "RefinedWeb")
     if new_decoder or not cfg.boolean("multi_query", True):
-        return cfg.integer(("num_kv_heads", "n_head_kv"), optional=True)
+        return cfg.integer(("num_kv_heads", "n_head_kv"), "kv_heads", optional=True)
     return 1
 
 
 def _seq_len(cfg: _Config, fam: _Family, seq_len: int | None) -> int:
     limit_key = cfg.used_key(fam.positions) if fam.positions else None
-    limit = cfg.integer(fam.positions, optional=True) if fam.positions else None
+    limit = cfg.integer(fam.positions, "seq_len", optional=True) if fam.positions else None
     if seq_len is None:
         if limit is not None:
             return limit
@@ -502,9 +507,11 @@ def _seq_len(cfg: _Config, fam: _Family, seq_len: int | None) -> int:
             problem = (f"{fam.label}'s config.json has no '{limit_key}', so the sequence"
                        " length is unknown")
         raise InstanceError(cfg.name, limit_key or "seq_len", problem, _SEQ_LEN_FIX)
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) \
+            or out_of_range("seq_len", seq_len) is not None:
         raise InstanceError(cfg.name, "seq_len", f"requested sequence length {seq_len!r} is not"
-                            " a positive integer", "give a whole number of tokens >= 1")
+                            f" an integer in the {range_text('seq_len')}",
+                            "give a whole number of tokens >= 1")
     if fam.learned_positions and limit is not None and seq_len > limit:
         raise InstanceError(cfg.name, limit_key, f"{fam.label} has {limit} learned position"
                             f" embeddings, fewer than the requested sequence length {seq_len}",

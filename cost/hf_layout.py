@@ -96,12 +96,12 @@ class ConfigReader(Protocol):
     label: str
     raw: dict
 
-    def integer(self, keys: tuple[str, ...], *, optional: bool = False,
-                hi: int = ...) -> int | None: ...
+    def integer(self, keys: tuple[str, ...], quantity: str, *,
+                optional: bool = False) -> int | None: ...
 
     def boolean(self, key: str, default: bool) -> bool: ...
 
-    def fraction(self, key: str) -> float | None: ...
+    def number(self, key: str, quantity: str) -> float | None: ...
 
     def window(self, key: str, default: int | None) -> int | None: ...
 
@@ -118,7 +118,7 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
     notes: list[str] = []
     if family in ("llama", "mistral", "gemma2"):
         # LlamaConfig and MistralConfig default to hidden // heads, Gemma2Config to 256
-        head_dim = cfg.integer(("head_dim",), optional=True)
+        head_dim = cfg.integer(("head_dim",), "head_dim", optional=True)
         spec["attention_head_dim"] = 256 if head_dim is None and family == "gemma2" else head_dim
     if family in ("llama", "gemma2"):
         bias = cfg.boolean("attention_bias", False)
@@ -131,7 +131,7 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
         spec["norms_per_layer"] = 4
         for key, what in (("attn_logit_softcapping", "the tanh capping every attention score"),
                           ("final_logit_softcapping", "the tanh capping every logit")):
-            cap = cfg.fraction(key)
+            cap = cfg.number(key, "logit_softcapping")
             if cap:  # null or 0: no capping
                 notes.append(f"{key} {cap:g}: {what} is not priced (a few element-wise FLOPs"
                              " each)")
@@ -150,7 +150,7 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
         if cfg.boolean("_remove_final_layer_norm", False):
             notes.append("_remove_final_layer_norm true: the final norm is counted although"
                          " the model has none")
-        layerdrop = cfg.fraction("layerdrop")
+        layerdrop = cfg.number("layerdrop", "dropout")
         if layerdrop:
             notes.append(f"layerdrop {layerdrop:g}: every layer is priced as run in every step")
     if family == "bloom":
@@ -160,7 +160,7 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
         bias = cfg.boolean("bias", False)
         parallel = cfg.boolean("parallel_attn", True)
         new_decoder = cfg.boolean("new_decoder_architecture", cfg.raw.get("model_type") == "RefinedWeb")
-        norms = cfg.integer(("num_ln_in_parallel_attn",), optional=True, hi=2)
+        norms = cfg.integer(("num_ln_in_parallel_attn",), "norms_per_layer", optional=True)
         if norms is None:
             norms = 2 if new_decoder or not parallel else 1
         spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True,
@@ -186,7 +186,7 @@ def _windows(cfg: ConfigReader, family: str, layers: int) -> dict[str, Any]:
     elif family == "mistral":
         windowed = layers
     elif family == "qwen2":  # Qwen2Attention: layer_idx >= max_window_layers slides
-        full = cfg.integer(("max_window_layers",), optional=True, hi=10**6)
+        full = cfg.integer(("max_window_layers",), "sliding_window_layers", optional=True)
         windowed = layers - min(layers, 28 if full is None else full)
     else:  # Gemma2Attention: even layers slide
         windowed = (layers + 1) // 2
@@ -206,10 +206,10 @@ _ATTENTION_ONLY = ((), ("attention_dropout",), ())  # Llama, Mistral, Qwen2, Gem
 
 def _dropout(cfg: ConfigReader, family: str, notes: list[str]) -> float:
     hidden_keys, attention_keys, unpriced = _DROPOUT_KEYS.get(family, _ATTENTION_ONLY)
-    hidden = max((cfg.fraction(k) or 0.0 for k in hidden_keys), default=0.0)
-    attention = max((cfg.fraction(k) or 0.0 for k in attention_keys), default=0.0)
+    hidden = max((cfg.number(k, "dropout") or 0.0 for k in hidden_keys), default=0.0)
+    attention = max((cfg.number(k, "dropout") or 0.0 for k in attention_keys), default=0.0)
     for key in unpriced:
-        p = cfg.fraction(key)
+        p = cfg.number(key, "dropout")
         if p:
             notes.append(f"{key} {p:g}: this dropout's mask (1 byte per element) is not counted")
     if hidden != attention:
