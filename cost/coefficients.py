@@ -27,7 +27,7 @@ from cost.comm import NetEfficiency
 from cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
 from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
-from cost.flops import embedding_params, output_params
+from cost.flops import embedding_params
 from cost.errors import ConfigError
 from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
 
@@ -239,9 +239,9 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         cp_f, cp_b = steps * step_f, steps * step_b
         cp_exp_f = steps * max(0.0, step_f - attn_f / cp)
         cp_exp_b = steps * max(0.0, step_b - attn_b / cp)
-        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * m.hidden / tp, gpu)
+        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * m.q_hidden / tp, gpu)
         merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens
-                              * (m.hidden + 2 * m.kv_hidden) / tp, gpu)
+                              * (m.q_hidden + 2 * m.kv_hidden) / tp, gpu)
         compute_f += merge_f
         compute_b += merge_b
 
@@ -411,10 +411,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
 
-    emb_state_params = [0.0] * pp
-    emb_state_params[0] += embedding_params(m) / tp
-    emb_state_params[-1] += (output_params(m) if (pp == 1 or not m.tied_embeddings)
-                             else embedding_params(m) + m.hidden) / tp
+    emb_state_params = [memory.embedding_stage_params(m, s == 0, s == pp - 1) / tp for s in range(pp)]
     fw = behaviour(inst.job.framework)
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs

@@ -6,7 +6,11 @@ backward factors live in cost/coefficients.py.
 
 Sources: matmul FLOPs = 2*m*n*k (Narayanan et al., SC'21, Sec. 5.1 / Appendix: 24*b*s*h^2 +
 4*b*s^2*h per GPT layer forward); GQA shrinks K and V to kv_heads*head_dim columns;
-SwiGLU has three hidden x ffn matrices (Shazeer 2020).
+SwiGLU has three hidden x ffn matrices (Shazeer 2020). Q and the attention output are
+heads*head_dim wide (`ModelSpec.q_hidden`), which differs from hidden when a config sets
+head_dim (Mistral-NeMo, Gemma). A bias adds one FLOP per output element of its projection
+(fused into the GEMM's epilogue, so it is counted with the GEMM). Sliding-window layers compute
+a band of the causal score matrix (`causal_score_fraction`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,37 @@ from cost.specs import Mlp, ModelSpec
 CAUSAL_ATTENTION_FRACTION = 0.5
 
 BF16_BYTES = 2
+
+
+def causal_score_fraction(seq_len: int, window_tokens: int | None) -> float:
+    """Fraction of the s x s score matrix a causal kernel computes when each query sees at most
+    the last w keys (FlashAttention-2's window_size, which skips the tiles outside the band).
+
+    Query i attends to min(i + 1, w) keys: summed over i that is s*w - w^2/2 scores (to within
+    w/2), against s^2/2 for full causal attention, so the fraction is w/s - w^2/(2 s^2); at
+    w = s it is CAUSAL_ATTENTION_FRACTION, and a window at least as long as the sequence is
+    plain causal attention."""
+    if window_tokens is None or window_tokens >= seq_len:
+        return CAUSAL_ATTENTION_FRACTION
+    ratio = window_tokens / seq_len
+    return ratio - ratio * ratio / 2
+
+
+def attention_score_fraction(m: ModelSpec) -> float:
+    """Mean over the layers of `causal_score_fraction`: every layer is priced alike, so a model
+    whose windowed layers are only some of them is priced as its average layer (cost/model_notes.py
+    says so in one line when the split between stages makes that inexact)."""
+    window = causal_score_fraction(m.seq_len, m.sliding_window_tokens)
+    n = m.windowed_layers
+    return (n * window + (m.layers - n) * CAUSAL_ATTENTION_FRACTION) / m.layers
+
+
+def attended_keys(m: ModelSpec) -> float:
+    """Keys each query attends to, averaged over the layers, counted without the causal mask
+    as PaLM's MFU does (s in a full layer, min(w, s) in a windowed one)."""
+    n = m.windowed_layers
+    w = m.sliding_window_tokens if n else m.seq_len
+    return (n * min(w, m.seq_len) + (m.layers - n) * m.seq_len) / m.layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +77,15 @@ class LayerMatmuls:
 
 def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int) -> LayerMatmuls:
     tokens = b * m.seq_len / cp
-    h, f = m.hidden, m.ffn
-    qkv = 2 * tokens * h * (h + 2 * m.kv_hidden) / tp
-    attn_out = 2 * tokens * h * h / tp
+    h, f, q, kv = m.hidden, m.ffn, m.q_hidden, m.kv_hidden
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
-    mlp = (2 * tokens * h * f / tp,) * n_in + (2 * tokens * f * h / tp,)
-    # every local query attends to keys of the whole sequence: 2 matmuls of 2*t*s*h each
-    core = 2 * (2 * tokens * m.seq_len * h / tp) * CAUSAL_ATTENTION_FRACTION
+    # 2*t*N*K per GEMM, plus t*K for a bias added to its K outputs
+    qkv = tokens * (2 * h + m.qkv_bias) * (q + 2 * kv) / tp
+    attn_out = tokens * (2 * q + m.attn_out_bias) * h / tp
+    mlp = (tokens * (2 * h + m.mlp_bias) * f / tp,) * n_in + (tokens * (2 * f + m.mlp_bias) * h / tp,)
+    # every local query attends to keys of the whole sequence: QK^T and PV, 2*t*s*q each,
+    # of which a causal (or banded) kernel computes the fraction below
+    core = 2 * (2 * tokens * m.seq_len * q / tp) * attention_score_fraction(m)
     return LayerMatmuls(qkv=qkv, attn_out=attn_out, mlp=mlp, attention_core=core)
 
 
@@ -60,18 +97,22 @@ def logits_flops(m: ModelSpec, b: int, tp: int, cp: int) -> float:
 def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) -> float:
     """HBM bytes read+written by the memory-bound kernels of one layer's forward pass.
 
-    Counted per kernel (bf16 tensors, each read once and written once): two layer norms
-    (2 x (read + write) of t*h), two bias+dropout+residual adds (read 2, write 1, mask 1 byte),
-    the activation function (gelu: read f, write f; swiglu: read 2f, write f) and the rotary /
-    softmax-statistics traffic folded into one read+write of Q and K. Norm and residual work is
-    replicated over tp unless sequence parallelism splits it.
+    Counted per kernel (bf16 tensors, each read once and written once): the layer's norms
+    (norms_per_layer x (read + write) of t*h), the bias+dropout+residual adds (sequential
+    blocks: two, each read 2, write 1, mask 1 byte; parallel blocks: one add of both branches to
+    the residual, read 3, write 1, two masks), the activation function (gelu: read f, write f;
+    swiglu: read 2f, write f) and the rotary / softmax-statistics traffic folded into one
+    read+write of Q and K. Norm and residual work is replicated over tp unless sequence
+    parallelism splits it.
     """
     t = b * m.seq_len / cp
-    h, f = m.hidden, m.ffn
-    rep = (2 * 2 * t * h * BF16_BYTES) + 2 * (3 * t * h * BF16_BYTES + t * h)
-    rep /= tp if sp else 1
+    f = m.ffn
+    th = t * m.hidden
+    norms = m.norms_per_layer * 2 * th * BF16_BYTES
+    adds = (4 * th * BF16_BYTES + 2 * th) if m.parallel_blocks else 2 * (3 * th * BF16_BYTES + th)
+    rep = (norms + adds) / (tp if sp else 1)
     act = (3 if m.mlp is Mlp.SWIGLU else 2) * t * f * BF16_BYTES / tp
-    qk = 2 * t * (h + m.kv_hidden) * BF16_BYTES / tp
+    qk = 2 * t * (m.q_hidden + m.kv_hidden) * BF16_BYTES / tp
     return rep + act + qk
 
 
@@ -87,9 +128,9 @@ def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, fl
     """
     t = b * m.seq_len / cp
     h, f = m.hidden, m.ffn
-    forward = t * h / tp + layer_params(m) / tp
+    forward = t * m.q_hidden / tp + layer_params(m) / tp
     mlp_in = (2 if m.mlp is Mlp.SWIGLU else 1) * f
-    backward = t * (h + 2 * m.kv_hidden) / tp + t * h + t * mlp_in / tp + t * h
+    backward = t * (m.q_hidden + 2 * m.kv_hidden) / tp + t * h + t * mlp_in / tp + t * h
     return forward, backward
 
 
@@ -97,46 +138,70 @@ def layer_param_tensors(m: ModelSpec) -> int:
     """Parameter tensors of one layer, as a per-parameter gather sees them. GPT-style (gelu)
     layers: fused QKV, attention-out, fc1, fc2, each with a bias, and two LayerNorms with
     weight and bias (12); Llama-style (swiglu) layers: q, k, v, o, gate, up, down and two
-    RMSNorm weights, no biases (9)."""
-    return 12 if m.mlp is Mlp.GELU else 9
+    RMSNorm weights (9), plus the biases and norms their spec adds."""
+    if m.mlp is Mlp.GELU:
+        return 12
+    norm_tensors = 2 if m.norm_bias else 1
+    return (7 + 3 * m.qkv_bias + m.attn_out_bias + 3 * m.mlp_bias
+            + m.norms_per_layer * norm_tensors)
+
+
+def norm_params(m: ModelSpec) -> int:
+    """Parameters of one norm: a scale per channel, and a bias per channel for LayerNorm."""
+    return m.hidden * (2 if m.norm_bias else 1)
+
+
+def linear_weight_params(m: ModelSpec) -> int:
+    """GEMM weights of one layer (no biases, no norms): what FP8 GEMMs cast and cache."""
+    h, f = m.hidden, m.ffn
+    return h * (m.q_hidden + 2 * m.kv_hidden) + m.q_hidden * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
 
 
 def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
     """A layer's weight matrices in the order its forward uses them (parameters each; biases
     and norm scales left out): GPT-style fused QKV, attention-out, fc1, fc2; Llama-style q, k,
     v, o, gate, up, down (the module layout a per-parameter ZeRO-3 gather walks)."""
-    h, hk, f = m.hidden, m.kv_hidden, m.ffn
+    h, q, hk, f = m.hidden, m.q_hidden, m.kv_hidden, m.ffn
     if m.mlp is Mlp.SWIGLU:
-        return (h * h, h * hk, h * hk, h * h, h * f, h * f, f * h)
-    return (h * (h + 2 * hk), h * h, h * f, f * h)
+        return (h * q, h * hk, h * hk, q * h, h * f, h * f, f * h)
+    return (h * (q + 2 * hk), q * h, h * f, f * h)
 
 
 def layer_params(m: ModelSpec) -> int:
-    """Parameters of one transformer layer (weights, biases ignored; two norm scales)."""
+    """Parameters of one transformer layer: GEMM weights, biases and norms."""
     h, f = m.hidden, m.ffn
-    attn = h * (h + 2 * m.kv_hidden) + h * h
-    mlp = (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
-    return attn + mlp + 2 * h
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    biases = ((m.q_hidden + 2 * m.kv_hidden) * m.qkv_bias + h * m.attn_out_bias
+              + (n_in * f + h) * m.mlp_bias)
+    return linear_weight_params(m) + biases + m.norms_per_layer * norm_params(m)
 
 
 def embedding_params(m: ModelSpec) -> int:
+    """The token embedding table (what a tied output layer shares)."""
     return m.vocab * m.hidden
+
+
+def input_extra_params(m: ModelSpec) -> int:
+    """Parameters of the first stage beside the token table: a learned position table (GPT-2,
+    OPT) and a norm after the embedding (BLOOM)."""
+    return m.position_embeddings * m.hidden + (norm_params(m) if m.embedding_norm else 0)
 
 
 def output_params(m: ModelSpec) -> int:
     """Output projection plus final norm; zero extra matrix when tied to the embedding."""
-    return (0 if m.tied_embeddings else m.vocab * m.hidden) + m.hidden
+    return (0 if m.tied_embeddings else m.vocab * m.hidden) + norm_params(m)
 
 
 def model_params(m: ModelSpec) -> int:
-    return m.layers * layer_params(m) + embedding_params(m) + output_params(m)
+    return m.layers * layer_params(m) + embedding_params(m) + input_extra_params(m) + output_params(m)
 
 
 def model_flops_per_token(m: ModelSpec) -> float:
     """Training FLOPs per token without recomputation (3x forward), for MFU reporting.
 
-    Uses the full (non-causal) attention count 12*layers*s*h, as PaLM's MFU definition
-    (Chowdhery et al. 2022, Appendix B) does, so MFU figures compare with published ones.
+    Uses the full (non-causal) attention count 12*layers*s*(heads*head_dim), as PaLM's MFU
+    definition (Chowdhery et al. 2022, Appendix B: 12*L*H*Q*T) does, so MFU figures compare with
+    published ones; a windowed layer counts the min(w, s) keys it attends to.
     """
     dense = 6 * (m.layers * layer_params(m) + m.vocab * m.hidden)
-    return dense + 12 * m.layers * m.seq_len * m.hidden
+    return dense + 12 * m.layers * attended_keys(m) * m.q_hidden

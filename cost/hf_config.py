@@ -10,6 +10,7 @@ LlamaForCausalLM (2 / 3)   num_hidden_layers, hidden_size, num_attention_heads, 
                            vocab_size, max_position_embeddings
 MistralForCausalLM         as Llama; num_key_value_heads required                       swiglu
 Qwen2ForCausalLM           as Llama; num_key_value_heads required                       swiglu
+Gemma2ForCausalLM          as Llama; num_key_value_heads required                       swiglu
 GPT2LMHeadModel            n_layer, n_embd, n_head, n_inner (null: 4 x n_embd),         gelu
                            vocab_size, n_positions
 GPTNeoXForCausalLM         as Llama without kv heads; intermediate_size                 gelu
@@ -26,9 +27,14 @@ FalconForCausalLM          num_hidden_layers, hidden_size, num_attention_heads, 
 `seq_len`, when given, replaces the config's maximum position count (the context a model
 supports is not the length it is trained at); models with learned absolute positions (GPT-2,
 OPT) cannot go beyond theirs. `tie_word_embeddings` is read where present; otherwise each
-architecture's Hugging Face default applies (tied for GPT-2, OPT, BLOOM and Falcon).
+architecture's Hugging Face default applies (tied for GPT-2, OPT, BLOOM, Falcon and Gemma-2).
 
-MLP shape, which is all the cost model needs: Llama, Mistral, Qwen2 (and Mixtral) use a gated
+Head width, biases, norms, parallel blocks, learned positions, sliding-window attention and
+dropout are read per architecture by cost/hf_layout.py (its table); what a config declares that
+is not priced, and any key neither read nor known to be cost-free, becomes one line of
+`ModelSpec.unmodelled`, shown with every plan (cost/model_notes.py).
+
+MLP shape: Llama, Mistral, Qwen2, Gemma-2 (and Mixtral) use a gated
 MLP with three matmuls (gate_proj, up_proj, down_proj), modelled as `Mlp.SWIGLU` whatever the
 `hidden_act` (SiLU in every released config; a GELU-gated variant costs the same matmuls). The
 others use two matmuls, modelled as `Mlp.GELU`. OPT's ReLU MLP is mapped to `Mlp.GELU` too:
@@ -36,9 +42,9 @@ the two matmuls are identical and the element-wise activation differs only in a 
 element, far below the matmuls' cost.
 
 Not modelled, and refused with an error rather than approximated: mixture-of-experts models
-(`num_local_experts`: Mixtral) and OPT's input/output projections when `word_embed_proj_dim`
-differs from `hidden_size` (OPT-350m). Mistral's sliding-window attention is priced as full
-causal attention (an over-estimate beyond the 4,096-token window).
+(any of `MOE_KEYS` other than null, 0 or 1, e.g. Mixtral's `num_local_experts`; MoE has its
+own issue) and OPT's input/output projections when `word_embed_proj_dim` differs from
+`hidden_size` (OPT-350m).
 
 Every problem raises one `InstanceError(path, field, problem, fix)`, the field being the JSON
 key (or "line L, column C" for malformed JSON). A config.json larger than MAX_HF_CONFIG_BYTES
@@ -56,10 +62,14 @@ from pathlib import Path
 from typing import Any
 
 from cost.errors import ConfigError, InstanceError
+from cost.hf_layout import read_layout, unread_keys_note
 from cost.ranges import RANGES, out_of_range, range_text
 from cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
+# expert counts of the mixture-of-experts configs (Mixtral; Qwen-MoE and OLMoE; DeepSeek;
+# Hunyuan-style): any other than null, 0 or 1 refuses the config
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MAX_JSON_DEPTH = 100
 _DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 _SEQ_LEN_FIX = "give the training sequence length, e.g. paraplan --seq-len 2048"
@@ -94,6 +104,8 @@ _FAMILIES = {
     "mistral": _Family("Mistral", **_LLAMA_KEYS, kv="required"),
     "qwen2": _Family("Qwen2", **_LLAMA_KEYS, kv="required"),
     "mixtral": _Family("Mixtral", **_LLAMA_KEYS, kv="required"),
+    # Gemma2Config ties the embeddings by default; its MLP is gated (GELU-tanh gate)
+    "gemma2": _Family("Gemma-2", **{**_LLAMA_KEYS, "tied_default": True}, kv="required"),
     "gpt2": _Family("GPT-2", layers=("n_layer",), hidden=("n_embd",), heads=("n_head",),
                     ffn=("n_inner",), ffn_default_4h=True, positions=("n_positions", "n_ctx"),
                     learned_positions=True, gated=False, tied_default=True, kv="none"),
@@ -122,6 +134,7 @@ _ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2",
+    "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
@@ -131,7 +144,7 @@ _ARCHITECTURES = {
 }
 
 _MODEL_TYPES = {
-    "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2",
+    "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2", "gemma2": "gemma2",
     "gpt2": "gpt2", "gpt_neox": "gpt_neox", "opt": "opt", "bloom": "bloom", "falcon": "falcon",
     "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
 }
@@ -152,18 +165,21 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     family_key = _family_key(raw, name)
     fam = _FAMILIES[family_key]
 
-    if "num_local_experts" in raw or family_key == "mixtral":
-        experts = raw.get("num_local_experts")
+    moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
+    if moe_key is not None or family_key == "mixtral":
+        moe_key = moe_key or MOE_KEYS[0]
+        experts = raw.get(moe_key)
         per_token = raw.get("num_experts_per_tok")
         counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
                   if experts is not None and per_token is not None else "")
-        raise InstanceError(name, "num_local_experts",
+        raise InstanceError(name, moe_key,
                             f"{fam.label} is a mixture-of-experts model{counts}; MoE is not"
                             " modelled yet",
                             "plan a dense model, or describe a dense stand-in under 'model:'"
                             " in the instance YAML")
 
     cfg = _Config(raw, name, fam.label)
+    cfg.mark_read(*MOE_KEYS, "num_experts_per_tok")
     layers = cfg.integer(fam.layers, "layers")
     hidden = cfg.integer(fam.hidden, "hidden")
     heads = cfg.integer(fam.heads, "heads")
@@ -172,7 +188,10 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     kv_heads = _kv_heads(cfg, fam, raw)
     cfg.raise_missing()
 
-    if hidden % heads:
+    layout, notes = read_layout(cfg, family_key, layers)
+    if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
+        layout["attention_head_dim"] = None  # the default width: one spelling of one model
+    if layout.get("attention_head_dim") is None and hidden % heads:
         raise InstanceError(name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
                             f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
     kv_heads = heads if kv_heads is None else kv_heads
@@ -190,6 +209,11 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                                 "describe the model under 'model:' in the instance YAML")
 
     seq = _seq_len(cfg, fam, seq_len)
+    if fam.learned_positions:
+        # OPTLearnedPositionalEmbedding keeps 2 rows beyond max_position_embeddings (an offset
+        # from fairseq); GPT-2's wpe has n_positions rows
+        limit = cfg.integer(fam.positions, "seq_len", optional=True) or seq
+        layout["position_embeddings"] = limit + (2 if family_key == "opt" else 0)
     tied = cfg.boolean("tie_word_embeddings", fam.tied_default)
     try:
         return ModelSpec(
@@ -199,9 +223,18 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
             vocab=vocab, seq_len=seq,
             mlp=Mlp.SWIGLU if fam.gated else Mlp.GELU,
             tied_embeddings=tied,
+            unmodelled=tuple(notes + unread_keys_note(cfg)),
+            **layout,
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
         raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
+
+
+def _declares_experts(value: Any) -> bool:
+    """An expert count that is not plainly dense: anything but null, 0 or 1 (a malformed value
+    is refused as MoE too, rather than read as dense)."""
+    return value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and value <= 1)
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -337,14 +370,23 @@ def _family_key(raw: dict, name: str) -> str:
 
 class _Config:
     """Typed access to the config's keys; missing required keys are collected, then reported
-    together by raise_missing()."""
+    together by raise_missing(). Every key looked at is recorded, so that the keys never read
+    can be named (cost/hf_layout.py)."""
 
     def __init__(self, raw: dict, name: str, label: str):
         self.raw, self.name, self.label = raw, name, label
         self.missing: list[str] = []
+        self.read: set[str] = set()
+
+    def mark_read(self, *keys: str) -> None:
+        self.read.update(keys)
+
+    def unread(self) -> list[str]:
+        return [_key_text(k) for k in self.raw if k not in self.read]
 
     def used_key(self, keys: tuple[str, ...]) -> str:
         """The first of `keys` present with a value (null counts as absent), else the first."""
+        self.read.update(keys)
         return next((k for k in keys if self.raw.get(k) is not None), keys[0])
 
     def integer(self, keys: tuple[str, ...], quantity: str, *,
@@ -368,6 +410,7 @@ class _Config:
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
+        self.read.add(key)
         value = self.raw.get(key)
         if value is None:
             return default
@@ -375,6 +418,55 @@ class _Config:
             raise InstanceError(self.name, key, f"expected true or false, got {shown(value)}",
                                 "write true or false")
         return value
+
+    def number(self, key: str, quantity: str) -> float | None:
+        """The number under `key` within the physical range of `quantity` (a dropout
+        probability, a soft-capping value); None when absent or null."""
+        self.read.add(key)
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InstanceError(self.name, key, f"expected a number, got {shown(value)}",
+                                "write a number such as 0.0")
+        problem = out_of_range(quantity, value)
+        if problem is not None:
+            raise InstanceError(self.name, key, problem, "correct the value")
+        return float(value)
+
+    def window(self, key: str, default: int | None) -> int | None:
+        """A sliding-window length in tokens: `default` when absent, None when null."""
+        self.read.add(key)
+        if key not in self.raw:
+            return default
+        value = self.raw[key]
+        if value is None:
+            return None
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or out_of_range("sliding_window_tokens", value) is not None):
+            raise InstanceError(self.name, key, f"expected a window length in tokens or null,"
+                                f" got {shown(value)} ({range_text('sliding_window_tokens')})",
+                                "write a whole number of tokens, or null")
+        return value
+
+    def layer_types(self, layers: int) -> tuple[str, ...] | None:
+        """`layer_types`: each layer's attention, "full_attention" or "sliding_attention"."""
+        self.read.add("layer_types")
+        value = self.raw.get("layer_types")
+        if value is None:
+            return None
+        allowed = ("full_attention", "sliding_attention")
+        if not isinstance(value, list) or len(value) != layers:
+            raise InstanceError(self.name, "layer_types", f"expected a list of {layers} entries"
+                                f" (one per layer), got {shown(value)}"
+                                + (f" with {len(value)}" if isinstance(value, list) else ""),
+                                "list each layer's attention: " + " or ".join(allowed))
+        for entry in value:
+            if entry not in allowed:
+                raise InstanceError(self.name, "layer_types", f"attention kind {shown(entry)} is"
+                                    " not modelled", "use " + " or ".join(allowed)
+                                    + f", {_DESCRIBE_IN_YAML}")
+        return tuple(value)
 
     def raise_missing(self) -> None:
         if not self.missing:

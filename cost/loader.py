@@ -18,6 +18,17 @@ Instance file (units in the key names; "required" unless a default is given)::
       mlp: swiglu                    # gelu | swiglu
       tied_embeddings: false         # default false
       dropout: 0.0                   # attention/hidden dropout probability, default 0
+      head_dim: 128                  # width of one head, default hidden / heads
+      qkv_bias: false                # biases on Q, K, V; default false (also attn_out_bias,
+      mlp_bias: false                #   mlp_bias: every MLP projection; norm_bias: LayerNorm)
+      norms_per_layer: 2             # default 2 (1: one shared norm, 4: Gemma-2 pre+post)
+      parallel_blocks: false         # attention and MLP side by side (GPT-J, NeoX, Falcon)
+      position_embeddings: 0         # rows of a learned position table, >= seq_len; default 0
+      embedding_norm: false          # a norm after the token embedding (BLOOM)
+      sliding_window_tokens: 4096    # causal attention to the last N keys; default: none
+      sliding_window_layers: 32      # how many layers use it; default: all
+      unmodelled: []                 # one line each about what the model's source declares and
+                                     #   paraplan does not price; shown with every plan
     cluster:
       gpu: H100-SXM5-80GB            # a cost/gpus.yaml name or one defined under gpu_types
       nodes: 64
@@ -147,7 +158,11 @@ _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
 _CLUSTER_FILE_KEYS = ("cluster", "gpu_types")
 _JOB_FILE_KEYS = ("job", "search")
 _MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
-               "tied_embeddings", "dropout")
+               "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
+               "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
+               "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled")
+# ModelSpec fields whose YAML key differs from the field's name
+_MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 _CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
 _JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
@@ -762,12 +777,15 @@ def _check_choice(sec: _Section, allowed: tuple[str, ...]):
     return check
 
 
-def check_head_shape(sec: _Section, hidden: int, heads: int, kv_heads: int) -> None:
+def check_head_shape(sec: _Section, hidden: int, heads: int, kv_heads: int,
+                     head_dim: int | None = None) -> None:
     """The attention shape every model needs, in one wording for instances and calibration
-    rows: heads divide the hidden size, kv_heads divide the heads."""
-    if hidden % heads:
+    rows: heads divide the hidden size (unless the head width is given), kv_heads divide the
+    heads."""
+    if head_dim is None and hidden % heads:
         raise sec.error("heads", f"hidden={hidden} is not divisible by heads={heads}",
-                        "choose heads so that the head dimension hidden / heads is an integer")
+                        "choose heads so that the head dimension hidden / heads is an integer,"
+                        " or give head_dim")
     if heads % kv_heads:
         raise sec.error("kv_heads", f"heads={heads} is not divisible by kv_heads={kv_heads}",
                         "kv_heads must divide heads: each key/value head serves"
@@ -778,21 +796,60 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
     heads = sec.integer("heads")
     kv_heads = sec.integer("kv_heads", heads)
     hidden = sec.integer("hidden")
-    check_head_shape(sec, hidden, heads, kv_heads)
+    head_dim = sec.integer("head_dim", None)
+    check_head_shape(sec, hidden, heads, kv_heads, head_dim)
+    layers = sec.integer("layers")
+    seq_len = sec.integer("seq_len")
+    positions = sec.integer("position_embeddings", 0)
+    if 0 < positions < seq_len:
+        raise sec.error("position_embeddings", f"{positions} learned positions are fewer than"
+                        f" seq_len={seq_len}", "train at most that many tokens per sequence,"
+                        " or give 0 for rotary/ALiBi positions")
+    window = sec.integer("sliding_window_tokens", None)
+    window_layers = sec.integer("sliding_window_layers", None)
+    if window_layers is not None and window is None:
+        raise sec.error("sliding_window_layers", "given without sliding_window_tokens",
+                        "add sliding_window_tokens, or remove sliding_window_layers")
+    if window_layers is not None and window_layers > layers:
+        raise sec.error("sliding_window_layers", f"{window_layers} is more than the model's"
+                        f" {layers} layers", "give at most layers")
     with _config_errors_as(sec.path, sec.prefix, "correct the model's sizes"):
         return ModelSpec(
             name=sec.string("name", instance_name),
-            layers=sec.integer("layers"),
+            layers=layers,
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
             ffn=sec.integer("ffn"),
             vocab=sec.integer("vocab"),
-            seq_len=sec.integer("seq_len"),
+            seq_len=seq_len,
             mlp=Mlp(sec.choice("mlp", _values(Mlp))),
             tied_embeddings=sec.boolean("tied_embeddings", False),
             dropout=sec.number("dropout", 0.0),
+            attention_head_dim=head_dim,
+            qkv_bias=sec.boolean("qkv_bias", False),
+            attn_out_bias=sec.boolean("attn_out_bias", False),
+            mlp_bias=sec.boolean("mlp_bias", False),
+            norm_bias=sec.boolean("norm_bias", False),
+            norms_per_layer=sec.integer("norms_per_layer", 2),
+            parallel_blocks=sec.boolean("parallel_blocks", False),
+            position_embeddings=positions,
+            embedding_norm=sec.boolean("embedding_norm", False),
+            sliding_window_tokens=window,
+            sliding_window_layers=window_layers,
+            unmodelled=_lines(sec, "unmodelled"),
         )
+
+
+def _lines(sec: _Section, key: str) -> tuple[str, ...]:
+    """An optional list of one-line strings (the model's unmodelled notes)."""
+    value = sec.raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() and v.isprintable()
+                                              for v in value):
+        raise sec.error(key, f"expected a list of one-line strings, got {_describe(value)}",
+                        "write one line per thing the cost model does not price, or leave the"
+                        " key out")
+    return tuple(value)
 
 
 def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
@@ -976,7 +1033,11 @@ def instance_to_mapping(inst: Instance) -> dict:
     model = {}
     for f in fields(inst.model):
         value = getattr(inst.model, f.name)
-        model[f.name] = value.value if isinstance(value, Enum) else value
+        if value is None or value == ():  # an optional key left out: its default
+            continue
+        key = _MODEL_FIELD_KEYS.get(f.name, f.name)
+        model[key] = (value.value if isinstance(value, Enum)
+                      else list(value) if isinstance(value, tuple) else value)
     cl = inst.cluster
     cluster = {
         "gpu": cl.gpu.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,

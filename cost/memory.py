@@ -75,7 +75,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost.flops import BF16_BYTES, embedding_params, layer_params, output_params
+from cost.flops import (BF16_BYTES, embedding_params, input_extra_params, layer_params,
+                        linear_weight_params, norm_params, output_params)
 from cost.specs import Framework, Mlp, ModelSpec, Precision
 
 FP32_BYTES = 4
@@ -139,24 +140,20 @@ def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int,
 
 
 def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
-    """Parameters of the input embedding (first stage) and output layer (last stage); a copy of
-    a tied embedding lives on the last stage too when they differ, as in Megatron-LM."""
+    """Parameters of the input embedding (first stage: the token table, a learned position
+    table, an embedding norm) and output layer (last stage); a copy of a tied embedding lives
+    on the last stage too when they differ, as in Megatron-LM."""
     n = 0
     if first:
-        n += embedding_params(m)
+        n += embedding_params(m) + input_extra_params(m)
     if last:
-        n += output_params(m) if (first or not m.tied_embeddings) else embedding_params(m) + m.hidden
+        n += output_params(m) if (first or not m.tied_embeddings) else embedding_params(m) + norm_params(m)
     return n
 
 
 def embedding_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int, first: bool, last: bool,
                           framework: Framework = Framework.MEGATRON) -> float:
     return embedding_stage_params(m, first, last) / tp * state_bytes_per_param(zero, shard, framework)
-
-
-def linear_weight_params(m: ModelSpec) -> int:
-    """GEMM weights of one layer (layer_params without the two norm scales)."""
-    return layer_params(m) - 2 * m.hidden
 
 
 def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Framework) -> float:
@@ -177,23 +174,28 @@ def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, fla
     """Stashed activations of one layer for one micro-batch, nothing recomputed.
 
     Tensor by tensor (t tokens of the micro-batch on this rank, r = tp with sequence parallel
-    else 1; Korthikanti Sec. 4.1): two norm inputs 2*2th/r; QKV and MLP linear inputs 2*2th/r
-    (1 byte each with Transformer Engine fp8); two residual dropout masks 2*th/r if dropout;
-    Q, K, V 2t(h + 2hk)/tp; attention output 2th/tp (+ its fp8 copy for the output projection
-    with TE); MLP activation-function input 2t*f(x2 SwiGLU)/tp and output 2tf/tp (fp8 with TE);
-    standard attention: softmax output 2*a*s*t/tp (+ mask a*s*t/tp and dropout output 2*a*s*t/tp
-    if dropout); flash: log-sum-exp 4*a*t/tp."""
+    else 1, q = heads*head_dim; Korthikanti Sec. 4.1): the norms' inputs 2*th/r each (two in a
+    sequential block; one, the layer input, shared by every norm of a parallel block); QKV and
+    MLP linear inputs 2*2th/r (one shared tensor when a parallel block has a single norm; 1 byte
+    each with Transformer Engine fp8); two residual dropout masks 2*th/r if dropout; Q, K, V
+    2t(q + 2hk)/tp; attention output 2tq/tp (+ its fp8 copy for the output projection with TE);
+    MLP activation-function input 2t*f(x2 SwiGLU)/tp and output 2tf/tp (fp8 with TE); standard
+    attention: softmax output 2*a*s*t/tp (+ mask a*s*t/tp and dropout output 2*a*s*t/tp if
+    dropout); flash: log-sum-exp 4*a*t/tp. A sliding window stores nothing less: flash keeps no
+    score matrix at all, and the unfused kernel materialises the whole masked s x s one."""
     t = b * m.seq_len / cp
-    h, hk, f = m.hidden, m.kv_hidden, m.ffn
+    h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
     r = tp if sp else 1
     lin_in = FP8_BYTES if _te_fp8(precision, framework) else BF16_BYTES
     dropout = m.dropout > 0
-    replicated = 2 * BF16_BYTES * t * h + 2 * lin_in * t * h
+    norm_inputs = 1 if m.parallel_blocks else m.norms_per_layer
+    linear_inputs = 1 if (m.parallel_blocks and m.norms_per_layer == 1) else 2
+    replicated = norm_inputs * BF16_BYTES * t * h + linear_inputs * lin_in * t * h
     if dropout:
         replicated += 2 * MASK_BYTES * t * h
-    split = BF16_BYTES * t * (h + 2 * hk) + BF16_BYTES * t * h
+    split = BF16_BYTES * t * (q + 2 * hk) + BF16_BYTES * t * q
     if _te_fp8(precision, framework):
-        split += FP8_BYTES * t * h  # output projection's fp8 input beside the attention output
+        split += FP8_BYTES * t * q  # output projection's fp8 input beside the attention output
     split += BF16_BYTES * t * f * (2 if m.mlp is Mlp.SWIGLU else 1) + lin_in * t * f
     total = replicated / r + split / tp
     total += _attention_core_bytes(m, t, tp, flash)
@@ -227,13 +229,13 @@ def torchtitan_op_sac_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     partial sums on every rank. Float8 linears still dispatch aten.mm (on Float8Tensor
     arguments, under the checkpoint's dispatch mode), so the policy is the same for fp8."""
     t = b * m.seq_len / cp
-    h, hk, f = m.hidden, m.kv_hidden, m.ffn
+    h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
     r = tp if sp else 1
-    widths = [h / tp, hk / tp, hk / tp, h, f / tp] + ([f / tp] if m.mlp is Mlp.SWIGLU else []) + [h]
+    widths = [q / tp, hk / tp, hk / tp, h, f / tp] + ([f / tp] if m.mlp is Mlp.SWIGLU else []) + [h]
     saved_mm = sum(w for i, w in enumerate(widths) if i % 2 == 0)
     total = BF16_BYTES * t * h / r  # block input
     total += BF16_BYTES * t * saved_mm
-    total += BF16_BYTES * t * h / tp + FP32_BYTES * m.heads * t / tp  # SDPA output + lse
+    total += BF16_BYTES * t * q / tp + FP32_BYTES * m.heads * t / tp  # SDPA output + lse
     if tp > 1:
         total += 2 * BF16_BYTES * t * h / tp  # reduce-scatter outputs after wo and w2
     return total
@@ -254,7 +256,7 @@ def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     """Transient gradient buffers while one layer runs backward: the widest intermediate
     (the MLP's ffn-wide activation, or the QKV output) and its gradient, in bf16."""
     t = b * m.seq_len / cp
-    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), m.hidden + 2 * m.kv_hidden) / tp
+    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), m.q_hidden + 2 * m.kv_hidden) / tp
     return 2 * BF16_BYTES * t * widest
 
 

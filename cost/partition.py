@@ -8,11 +8,11 @@ rule (Eq. 6) gives dW = I^T dY exactly only together with Table 1's last-step tr
 partial dW from GPU (r, c+1): the last step's block differs from the first q-1 steps'.
 
 Operators of one layer, in order (GEMM widths for tokens T, hidden h, ffn f):
-    qkv        [T,h] x [h, h+2*kv_hidden]   its output feeds the attention core
+    qkv        [T,h] x [h, q+2*kv_hidden]   its output feeds the attention core (q = heads*head_dim)
     attn_core  QK^T, softmax, PV: always split by heads over the whole group (PrimePar leaves
                P on the batched matmuls open; we do not use it). Its candidates are only the
                head-to-GPU assignments (which GPU holds which head chunk), see `core_candidates`.
-    attn_out   [T,h] x [h,h]                into the residual stream
+    attn_out   [T,q] x [q,h]                into the residual stream
     mlp_in     [T,h] x [h,f] (SwiGLU: two such GEMMs, gate and up)
     mlp_out    [T,f] x [f,h]                into the residual stream
 
@@ -116,9 +116,8 @@ CHAIN_EDGES = (("qkv", "attn_core"), ("attn_core", "attn_out"), ("mlp_in", "mlp_
 STREAM_EDGES = ((STREAM, "qkv"), (STREAM, "attn_out"), (STREAM, "mlp_in"), (STREAM, "mlp_out"))
 EDGES = CHAIN_EDGES + STREAM_EDGES
 # LayerNorm's per-token statistics: mean and variance forward, sum(g*dy) and sum(g*dy*xhat)
-# backward, fp32 each; two norms per layer
+# backward, fp32 each; once per norm of the layer (ModelSpec.norms_per_layer)
 NORM_STAT_BYTES_PER_TOKEN = 2 * 4
-NORMS_PER_LAYER = 2
 # weight-gradient partial sums travel in the fp32 accumulation precision (Megatron main_grad)
 GRAD_ACCUM_BYTES = 4
 
@@ -402,7 +401,7 @@ def op_dims(inst: Instance) -> dict[str, tuple[int, int, int]]:
     m = inst.model
     h, f = m.hidden, m.ffn
     calls_in = 2 if m.mlp is Mlp.SWIGLU else 1
-    return {"qkv": (h, h + 2 * m.kv_hidden, 1), "attn_out": (h, h, 1),
+    return {"qkv": (h, m.q_hidden + 2 * m.kv_hidden, 1), "attn_out": (m.q_hidden, h, 1),
             "mlp_in": (h, f * calls_in, calls_in), "mlp_out": (f, h, 1)}
 
 
@@ -620,7 +619,7 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
         inter[STREAM][i] = inter_s
 
     pair, pair_inter = {}, {}
-    qkv_w, mlp_w = dims["qkv"][1], dims["mlp_out"][0]
+    qkv_w, core_w, mlp_w = dims["qkv"][1], dims["attn_out"][0], dims["mlp_out"][0]
     for a, b in STREAM_EDGES:  # the stream meets the first and last op of each chain
         N, K, _ = dims[b]
         arr = np.zeros((len(cands[a]), len(cands[b]), 2))
@@ -649,8 +648,8 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
                     bk = _move_split(ctx, links, None, (core, 1), op_layout(pa, t, "dy")[0], (T, qkv_w))
                 elif (a, b) == ("attn_core", "attn_out"):
                     core = core_layout(pa, t)
-                    f = _move_split(ctx, links, None, (core, 1), op_layout(pb, t, "in")[0], (T, h))
-                    bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), core, (T, h))
+                    f = _move_split(ctx, links, None, (core, 1), op_layout(pb, t, "in")[0], (T, core_w))
+                    bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), core, (T, core_w))
                 else:  # mlp_in output -> activation function -> mlp_out input ([T, f])
                     f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), op_layout(pb, t, "in")[0], (T, mlp_w))
                     bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), op_layout(pa, t, "dy")[0], (T, mlp_w))
@@ -679,7 +678,7 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
 
 def stream_cost(ctx: LayerContext, name: str) -> tuple[float, float, float]:
     """(fwd_s, bwd_s, inter-node part) of a stream layout's own communication: a block stream's
-    norm statistics (module docstring), NORMS_PER_LAYER ring all-reduces of
+    norm statistics (module docstring), one ring all-reduce per norm of the layer of
     NORM_STAT_BYTES_PER_TOKEN per token of a GPU's token rows (tokens / (J*q)) over the q
     consecutive ranks that share those rows, forward and again backward. Its elementwise work
     and stashes are the sequence-parallel ones, already in the layer's base (1/t each)."""
@@ -690,7 +689,7 @@ def stream_cost(ctx: LayerContext, name: str) -> tuple[float, float, float]:
     link, inter = _strided_link(inst, o, ctx.site, q, 1)
     rows = ctx.tokens * q / o.tp  # tokens / (J*q), J = t / q^2
     one = comm.all_reduce_time_s(NORM_STAT_BYTES_PER_TOKEN * rows, q, link, inter, ctx.net, tree=False)
-    f = NORMS_PER_LAYER * one
+    f = inst.model.norms_per_layer * one
     return f, f, 2 * f if inter else 0.0
 
 

@@ -56,6 +56,19 @@ RANGES: dict[str, Range] = {
     "seq_len": Range(1, 16_777_216, "", "2**24 tokens, 16x the longest published training"
                      " contexts (1M tokens)", integer=True),
     "dropout": Range(0, 0.99, "", "a probability; 1 would drop every activation"),
+    "head_dim": Range(1, 65_536, "", "2**16, 256x the widest published attention heads"
+                      " (Gemma: 256)", integer=True),
+    "norms_per_layer": Range(1, 4, "", "one shared norm (GPT-J, Falcon-7B) to four (Gemma-2's"
+                             " pre and post norms around attention and MLP)", integer=True),
+    "position_embeddings": Range(0, 16_777_216, "", "rows of a learned position table: 0 for"
+                                 " rotary/ALiBi, at most the sequence length's range (GPT-2:"
+                                 " 1,024; OPT: 2,050)", integer=True),
+    "sliding_window_tokens": Range(1, 16_777_216, "", "at most the sequence length's range"
+                                   " (Mistral 7B and Gemma 2: 4,096)", integer=True),
+    "sliding_window_layers": Range(0, 1_000_000, "", "at most the layers' range",
+                                   integer=True),
+    "logit_softcapping": Range(0, 1_000_000, "", "a cap on logits; Gemma 2 caps attention"
+                               " scores at 50 and final logits at 30"),
     # --- cluster (instance `cluster:`, part files, node groups, calibration rows) ------------
     "nodes": Range(1, 1_000_000, "", "10x the nodes of the largest clusters announced",
                    integer=True),

@@ -59,6 +59,15 @@ class Optimizer(str, Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
+    """A dense decoder-only transformer, as far as its shape changes time and memory.
+
+    The fields after `dropout` describe variations of the Llama/GPT layer that Hugging Face
+    configs carry (cost/hf_config.py reads them); their defaults are the plain layer the
+    published calibration rows describe: head dimension hidden / heads, no biases, two norms
+    with a scale only, sequential attention then MLP, rotary or ALiBi positions (no learned
+    position table), full causal attention in every layer.
+    """
+
     name: str
     layers: int
     hidden: int
@@ -72,26 +81,72 @@ class ModelSpec:
     # dropout probability of the attention and hidden dropouts; modern LLMs train with 0, which
     # stores no dropout masks (GPT-3-era models used 0.1)
     dropout: float = 0.0
+    # width of one attention head as the model declares it; None: hidden // heads (read it as
+    # the `head_dim` property). Mistral-NeMo (5,120 wide, 32 heads of 128) and Gemma-2 (3,584
+    # wide, 16 heads of 256) project to heads * head_dim != hidden.
+    attention_head_dim: int | None = None
+    qkv_bias: bool = False  # biases on the Q, K and V projections (Qwen2, GPT-2, OPT, BLOOM)
+    attn_out_bias: bool = False  # bias on the attention output projection
+    mlp_bias: bool = False  # biases on every MLP projection
+    norm_bias: bool = False  # LayerNorm with a bias: 2 parameters per channel, not 1 (RMSNorm)
+    norms_per_layer: int = 2  # 1: GPT-J/Falcon-7B's shared norm; 4: Gemma-2's pre and post norms
+    # attention and MLP read the same input and their outputs are added (GPT-J, GPT-NeoX
+    # use_parallel_residual, Falcon parallel_attn), instead of the MLP reading attention's output
+    parallel_blocks: bool = False
+    position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2, OPT); 0: none
+    embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
+    # causal attention limited to the last `sliding_window_tokens` keys (Mistral, Gemma-2, Qwen2
+    # use_sliding_window) in `sliding_window_layers` of the layers (None: in every layer)
+    sliding_window_tokens: int | None = None
+    sliding_window_layers: int | None = None
+    # what the model's source declares that the cost model does not price, one line each; shown
+    # with every plan (cost/model_notes.py), never dropped
+    unmodelled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len"):
+        for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
+                     "norms_per_layer"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("model.dropout must lie in [0, 1)")
-        if self.hidden % self.heads:
-            raise ConfigError("model.hidden must be divisible by model.heads")
+        if self.attention_head_dim is None and self.hidden % self.heads:
+            raise ConfigError("model.hidden must be divisible by model.heads (or give model.head_dim)")
+        if self.attention_head_dim is not None and self.attention_head_dim < 1:
+            raise ConfigError("model.head_dim must be >= 1")
         if self.heads % self.kv_heads:
             raise ConfigError("model.heads must be divisible by model.kv_heads")
+        if self.position_embeddings < 0:
+            raise ConfigError("model.position_embeddings must be >= 0")
+        if self.sliding_window_tokens is not None and self.sliding_window_tokens < 1:
+            raise ConfigError("model.sliding_window_tokens must be >= 1")
+        if self.sliding_window_layers is not None:
+            if self.sliding_window_tokens is None:
+                raise ConfigError("model.sliding_window_layers needs model.sliding_window_tokens")
+            if not 0 <= self.sliding_window_layers <= self.layers:
+                raise ConfigError("model.sliding_window_layers must lie in [0, layers]")
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Width of one attention head: `attention_head_dim`, else hidden // heads."""
+        return self.hidden // self.heads if self.attention_head_dim is None else self.attention_head_dim
+
+    @property
+    def q_hidden(self) -> int:
+        """Width of the Q projection and of the attention output: heads * head_dim."""
+        return self.heads * self.head_dim
 
     @property
     def kv_hidden(self) -> int:
         """Width of the K (or V) projection: kv_heads * head_dim (GQA; == hidden for MHA)."""
         return self.kv_heads * self.head_dim
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention is limited to a sliding window shorter than the sequence."""
+        if self.sliding_window_tokens is None or self.sliding_window_tokens >= self.seq_len:
+            return 0
+        return self.layers if self.sliding_window_layers is None else self.sliding_window_layers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

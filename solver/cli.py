@@ -36,11 +36,15 @@ def cmd_simulate(args) -> int:
         bd = simulate(inst, plan)
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
+    from cost.model_notes import model_warnings
+    notes = model_warnings(inst, plan)
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
-                    "breakdown": breakdown_json(bd)})
+                    "breakdown": breakdown_json(bd), "model_warnings": notes})
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
+        for line in notes:
+            print(f"warning     model: {line}")
         print(breakdown_text(bd))
     if not bd.fits:  # the numbers above are still shown: they say by how much
         over = [s for s in bd.stages if s.mem_bytes > s.capacity_bytes]

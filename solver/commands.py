@@ -115,9 +115,12 @@ def cmd_plan(args) -> int:
         from cost.trust import plan_trust
         trust = plan_trust(inst, res.plan, res.iter_time_s)
     sens = sensitivity(inst, res, args) if getattr(args, "sensitivity", False) and res.plan else None
+    from cost.model_notes import model_warnings
+    notes = model_warnings(inst, res.plan)
     if args.json:
         out = result_json(res)
         out["trust"] = trust_json(trust)
+        out["model_warnings"] = notes
         if sens is not None:
             out["sensitivity"] = sens
         _emit_json(out)
@@ -125,6 +128,8 @@ def cmd_plan(args) -> int:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
         print(_evidence_text(res))
+        for line in notes:
+            print(f"warning     model: {line}")
         if res.plan is not None:
             print(f"plan        {_plan_line(res.plan)}")
             from solver.partition_cmd import describe_partitions

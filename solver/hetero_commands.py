@@ -140,12 +140,14 @@ def breakdown_json(bd) -> dict:
 
 def result_json(res, inst, regs=None) -> dict:
     from cost.hetero_loader import hetero_plan_to_mapping
+    from cost.model_notes import model_warnings
     bd = res.breakdown
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
         "iter_time_s": bd.iter_time_s if bd else None,
         "breakdown": breakdown_json(bd) if bd else None,
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
+        "model_warnings": model_warnings(inst),
         "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
         "solve_time_s": res.solve_time_s, "backend": res.backend,
         "space": {"outer_configs": res.outer_configs, "candidates": res.plans_total, "solved": res.solved,
@@ -205,6 +207,8 @@ def cmd_simulate(args) -> int:
     from cost.hetero_loader import load_hetero_plan
     from cost.hetero_simulate import simulate_hetero
 
+    from cost.model_notes import model_warnings
+
     inst = _load(args)
     plan = load_hetero_plan(args.plan, inst)
     bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
@@ -212,6 +216,7 @@ def cmd_simulate(args) -> int:
         nominal = bds[0][1]
         emit_json({"status": "fits" if nominal.fits else "out_of_memory",
                    "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
+                   "model_warnings": model_warnings(inst),
                    "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
                                   "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
                                  for name, bd in bds]})

@@ -47,11 +47,11 @@ MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "wor
 
 SCHEMAS: dict[str, dict] = {
     "plan": {**EVIDENCE, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
-             "trust": (dict, "null")},
+             "trust": (dict, "null"), "model_warnings": [STR]},
     "plan --top": {"status": STR, "solve_time_s": NUM, "solved": INT,
                    "plans": [{"rank": INT, "iter_time_s": NUM, "vs_best": NUM, "plan": dict,
                               "breakdown": BREAKDOWN}]},
-    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN},
+    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR]},
     "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
     "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},

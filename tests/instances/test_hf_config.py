@@ -45,6 +45,14 @@ EXPECTED = {
     # OPT-1.3B (Zhang et al. 2022, Table 1): 24 layers, 32 heads, width 2,048, FFN 8,192 (ReLU,
     # mapped to the 2-matmul GELU shape), vocabulary 50,272, 2,048 learned positions, tied.
     "opt-1.3b": (24, 2048, 32, 32, 8192, 50272, 2048, GELU, True),
+    # Mistral-NeMo 12B (mistralai/Mistral-Nemo-Base-2407 card): 40 layers, dim 5,120, 32 heads
+    # of head_dim 128 (so Q is 4,096 wide, not 5,120), 8 kv heads, hidden_dim 14,336,
+    # vocabulary 2^17 = 131,072, 128k context.
+    "mistral-nemo-12b": (40, 5120, 32, 8, 14336, 131072, 128000, SWIGLU, False),
+    # Gemma 2 9B (Gemma Team 2024, "Gemma 2", Table 1): 42 layers, d_model 3,584, 16 heads of
+    # 256, 8 kv heads, feedforward 14,336 (GeGLU: gated, three matmuls), vocabulary 256,000,
+    # tied; context 8,192.
+    "gemma-2-9b": (42, 3584, 16, 8, 14336, 256000, 8192, SWIGLU, True),
 }
 
 
@@ -252,3 +260,215 @@ def test_not_an_object_and_missing_file(tmp_path):
 
 def test_bad_seq_len(tmp_path):
     assert refusal(HF / "llama-3-8b" / "config.json", seq_len=0).field == "seq_len"
+
+
+# --- every field that changes cost (cost/hf_layout.py) -----------------------------------
+
+# Parameter counts, derived by hand from each architecture's modules (transformers' modelling
+# code) and equal to the published totals cited. Notation: V vocabulary, h hidden, q = heads x
+# head_dim, k = kv_heads x head_dim, f ffn, L layers.
+PARAMS = {
+    # Llama 2 7B: 2Vh (untied) + L(h(q+2k) + qh + 3hf + 2h) + h
+    # = 2*131,072,000 + 32*(50,331,648 + 16,777,216 + 135,266,304 + 8,192) + 4,096
+    # = 6,738,415,616 (the Hub's safetensors total; "7B" in Touvron et al. 2023, Table 1)
+    "llama-2-7b": 6_738_415_616,
+    # Llama 3 8B: 2*525,336,576 + 32*(4096*6144 + 4096^2 + 3*4096*14336 + 8,192) + 4,096
+    # = 8,030,261,248 (8.03 B on the Meta-Llama-3-8B card)
+    "llama-3-8b": 8_030_261_248,
+    # Llama 3 70B: 2*1,050,673,152 + 80*(8192*10240 + 8192^2 + 3*8192*28672 + 16,384) + 8,192
+    # = 70,553,706,496 (70.6 B)
+    "llama-3-70b": 70_553_706_496,
+    # Mistral 7B: 2*32000*4096 + 32*218,112,000 + 4,096 = 7,241,732,096 (7.24 B, Jiang et al.)
+    "mistral-7b": 7_241_732_096,
+    # Mistral-NeMo 12B with q = 32*128 = 4,096, k = 8*128 = 1,024: per layer
+    # 5120*6144 + 4096*5120 + 3*5120*14336 + 2*5120 = 272,640,000; 40 layers 10,905,600,000,
+    # plus 2*131072*5120 = 1,342,177,280 and the final norm 5,120: 12,247,782,400 (12.2 B on
+    # the card). With head_dim ignored (q = k*4 = 5,120) it would be 12.77 B.
+    "mistral-nemo-12b": 12_247_782_400,
+    # Qwen2 7B: q, k, v carry biases (q + 2k = 3,584 + 1,024 = 4,608 per layer): per layer
+    # 3584*4608 + 4,608 + 3584^2 + 3*3584*18944 + 2*3584 = 233,057,792; x 28 = 6,525,618,176,
+    # plus 2*152064*3584 = 1,089,994,752 and 3,584: 7,615,616,512 (7.62 B on the Qwen2-7B card)
+    "qwen2-7b": 7_615_616_512,
+    # GPT-2 small: tied wte 50257*768 = 38,597,376, learned wpe 1024*768 = 786,432; per layer
+    # c_attn 768*2304 + 2304, c_proj 768^2 + 768, c_fc 768*3072 + 3072, mlp c_proj 3072*768 +
+    # 768, two LayerNorms 4*768: 7,087,872; x 12 = 85,054,464; ln_f 1,536: 124,439,808 (124 M)
+    "gpt2": 124_439_808,
+    # GPT-NeoX-20B: untied 2*50432*6144 = 619,708,416; per layer qkv 6144*18432 + 18432, dense
+    # 6144^2 + 6144, MLP 2*6144*24576 + 24576 + 6144, two LayerNorms 4*6144: 453,064,704; x 44 =
+    # 19,934,846,976; final LayerNorm 12,288: 20,554,567,680 (Black et al. 2022, Table 1)
+    "gpt-neox-20b": 20_554_567_680,
+    # OPT-1.3B: tied 50272*2048 = 102,957,056, learned positions (2048 + 2)*2048 = 4,198,400;
+    # per layer 4*(2048^2 + 2048) + 2048*8192 + 8192 + 8192*2048 + 2048 + 4*2048 = 50,358,272;
+    # x 24 = 1,208,598,528; final LayerNorm 4,096: 1,315,758,080 (1.3 B, Zhang et al. 2022)
+    "opt-1.3b": 1_315_758_080,
+    # Gemma 2 9B: tied 256000*3584 = 917,504,000; per layer q 3584*4096, k and v 3584*2048
+    # each, o 4096*3584, MLP 3*3584*14336, four RMSNorms 4*3584: 198,195,200; x 42 =
+    # 8,324,198,400; final norm 3,584: 9,241,705,984 (Gemma 2 report, Table 2: 917,504,000
+    # embedding and 8,324,201,984 non-embedding parameters)
+    "gemma-2-9b": 9_241_705_984,
+}
+
+
+@pytest.mark.parametrize("stem", sorted(PARAMS))
+def test_parameter_count_matches_the_real_model(stem):
+    from cost.flops import model_params
+    assert model_params(load(stem)) == PARAMS[stem]
+
+
+def test_bloom_and_falcon_parameter_counts():
+    from cost.flops import model_params
+    # BLOOM-560m: tied 250880*1024 = 256,901,120, embedding LayerNorm 2,048; per layer qkv
+    # 1024*3072 + 3072, dense 1024^2 + 1024, MLP 1024*4096 + 4096 + 4096*1024 + 1024, two
+    # LayerNorms 4,096: 12,596,224; x 24 = 302,309,376; ln_f 2,048: 559,214,592 (the
+    # bigscience/bloom-560m card's 559,214,592)
+    assert model_params(load("bloom-560m", seq_len=2048)) == 559_214_592
+    # Falcon-7B: tied 65024*4544 = 295,469,056; per layer (parallel attention, one LayerNorm,
+    # no biases) qkv 4544*(4544 + 2*64), dense 4544^2, MLP 2*4544*18176, LayerNorm 9,088:
+    # 207,070,080; x 32 = 6,626,242,560; ln_f 9,088: 6,921,720,704 (6.92 B)
+    falcon = load("falcon-7b", seq_len=2048)
+    assert model_params(falcon) == 6_921_720_704
+    assert falcon.parallel_blocks and falcon.norms_per_layer == 1 and not falcon.qkv_bias
+
+
+def test_head_dim_sets_the_attention_width():
+    nemo = load("mistral-nemo-12b")
+    assert (nemo.head_dim, nemo.q_hidden, nemo.kv_hidden) == (128, 4096, 1024)
+    llama3 = load("llama-3-8b")  # no head_dim key: hidden / heads
+    assert llama3.attention_head_dim is None and llama3.head_dim == 128
+
+
+def test_gemma2_head_dim_defaults_to_256(tmp_path):
+    raw = json.loads((HF / "gemma-2-9b" / "config.json").read_text())
+    del raw["head_dim"]  # Gemma2Config's default is 256, not 3584 / 16 = 224
+    assert model_from_hf_config(write(tmp_path, raw)).q_hidden == 16 * 256
+
+
+def test_sliding_windows():
+    # Mistral 7B v0.1: sliding_window 4096 in every layer
+    mistral = load("mistral-7b")
+    assert (mistral.sliding_window_tokens, mistral.windowed_layers) == (4096, 32)
+    assert load("mistral-7b", seq_len=4096).windowed_layers == 0  # a window >= s: plain causal
+    assert load("mistral-nemo-12b").windowed_layers == 0  # sliding_window null
+    # Gemma 2: Gemma2Attention slides in the even layers 0, 2, ..., 40: 21 of 42
+    gemma = load("gemma-2-9b")
+    assert (gemma.sliding_window_tokens, gemma.windowed_layers) == (4096, 21)
+    # Qwen2 7B: use_sliding_window false
+    assert load("qwen2-7b").windowed_layers == 0
+
+
+def test_qwen2_sliding_window_layers(tmp_path):
+    raw = json.loads((HF / "qwen2-7b" / "config.json").read_text())
+    raw.update(use_sliding_window=True, sliding_window=4096, max_window_layers=20)
+    # Qwen2Attention: layers with index >= max_window_layers slide: 28 - 20 = 8
+    model = model_from_hf_config(write(tmp_path, raw), seq_len=32768)
+    assert (model.sliding_window_tokens, model.windowed_layers) == (4096, 8)
+
+
+def test_layer_types_replace_the_pattern(tmp_path):
+    raw = json.loads((HF / "gemma-2-9b" / "config.json").read_text())
+    raw["layer_types"] = ["sliding_attention"] * 5 + ["full_attention"] * 37
+    assert model_from_hf_config(write(tmp_path, raw)).windowed_layers == 5
+    raw["layer_types"] = ["sliding_attention"] * 41
+    assert refusal(write(tmp_path, raw)).field == "layer_types"
+    raw["layer_types"] = ["chunked_attention"] * 42
+    err = refusal(write(tmp_path, raw))
+    assert err.field == "layer_types" and "not modelled" in err.problem
+
+
+def test_biases_norms_and_blocks():
+    qwen = load("qwen2-7b")
+    assert (qwen.qkv_bias, qwen.attn_out_bias, qwen.mlp_bias, qwen.norm_bias) == (True, False, False, False)
+    neox = load("gpt-neox-20b")
+    assert neox.parallel_blocks and neox.norms_per_layer == 2 and neox.qkv_bias and neox.mlp_bias
+    assert neox.norm_bias and neox.position_embeddings == 0
+    gpt2 = load("gpt2")
+    assert gpt2.position_embeddings == 1024 and gpt2.qkv_bias and not gpt2.parallel_blocks
+    assert load("opt-1.3b").position_embeddings == 2050  # OPT's learned table has 2 extra rows
+    bloom = load("bloom-560m", seq_len=2048)
+    assert bloom.embedding_norm and bloom.norm_bias and bloom.mlp_bias
+    gemma = load("gemma-2-9b")
+    assert gemma.norms_per_layer == 4 and not gemma.qkv_bias
+
+
+def test_falcon_40b_layout(tmp_path):
+    # new decoder architecture: parallel attention with two LayerNorms (ln_attn, ln_mlp)
+    raw = json.loads((HF / "falcon-7b" / "config.json").read_text())
+    raw.update(new_decoder_architecture=True, num_kv_heads=8, num_hidden_layers=60,
+               hidden_size=8192, num_attention_heads=128)
+    model = model_from_hf_config(write(tmp_path, raw), seq_len=2048)
+    assert model.parallel_blocks and model.norms_per_layer == 2
+    raw.update(parallel_attn=False, bias=True)
+    model = model_from_hf_config(write(tmp_path, raw), seq_len=2048)
+    assert not model.parallel_blocks and model.norms_per_layer == 2 and model.mlp_bias
+
+
+def test_llama_attention_and_mlp_bias(tmp_path):
+    plain = load("llama-3-8b")
+    model = model_from_hf_config(write(tmp_path, llama(attention_bias=True, mlp_bias=True)))
+    from cost.flops import layer_params
+    # q, k, v, o biases 4096 + 2*1024 + 4096 and gate, up, down biases 2*14336 + 4096
+    assert layer_params(model) - layer_params(plain) == 4096 + 2048 + 4096 + 2 * 14336 + 4096
+
+
+def test_dropout_is_read():
+    assert load("gpt2").dropout == 0.1  # resid_pdrop = attn_pdrop = 0.1
+    opt = load("opt-1.3b")  # dropout 0.1, attention_dropout 0.0
+    assert opt.dropout == 0.1
+    assert any(line.startswith("dropout: hidden 0.1, attention 0") for line in opt.unmodelled)
+    assert load("llama-3-8b").dropout == 0.0
+
+
+def test_what_is_not_priced_is_one_line_each(tmp_path):
+    assert load("llama-3-8b").unmodelled == ()
+    assert load("qwen2-7b").unmodelled == ()
+    gemma = load("gemma-2-9b").unmodelled
+    assert len(gemma) == 2 and all("softcapping" in line for line in gemma)
+    # GPT-2's embedding dropout has no mask in the memory model
+    assert load("gpt2").unmodelled == ("embd_pdrop 0.1: this dropout's mask (1 byte per"
+                                       " element) is not counted",)
+    model = model_from_hf_config(write(tmp_path, llama(quantization_config={"bits": 4},
+                                                       rope_scaling={"type": "linear"})))
+    assert model.unmodelled == ("config keys not read, priced as if absent: quantization_config",)
+    assert all("\n" not in line for line in model.unmodelled)
+
+
+def test_bad_layout_values_are_refused(tmp_path):
+    assert refusal(write(tmp_path, llama(head_dim=0))).field == "head_dim"
+    raw = json.loads((HF / "mistral-7b" / "config.json").read_text())
+    raw["sliding_window"] = "4k"
+    assert refusal(write(tmp_path, raw)).field == "sliding_window"
+    raw = json.loads((HF / "gpt2" / "config.json").read_text())
+    raw["resid_pdrop"] = 1.5
+    assert refusal(write(tmp_path, raw)).field == "resid_pdrop"
+
+
+def test_head_dim_lifts_the_divisibility_rule(tmp_path):
+    # Gemma 7B's shape: 3,072 wide, 16 heads of 256 (3072 / 16 = 192 is not the head width)
+    model = model_from_hf_config(write(tmp_path, llama(hidden_size=3000, num_attention_heads=16,
+                                                       num_key_value_heads=16, head_dim=256)))
+    assert model.q_hidden == 4096 and model.hidden == 3000
+
+
+def test_any_expert_count_is_refused_as_moe(tmp_path):
+    # a Qwen-MoE-style key on an otherwise dense config: refused, not read as dense
+    err = refusal(write(tmp_path, llama(num_experts=64, num_experts_per_tok=8)))
+    assert err.field == "num_experts" and "MoE is not modelled yet" in err.problem
+    assert "64 experts, 8 per token" in err.problem
+    # one expert (or none) is a dense model
+    assert model_from_hf_config(write(tmp_path, llama(num_experts=1))).unmodelled == ()
+
+
+@pytest.mark.parametrize("stem", ["gemma-2-9b", "mistral-nemo-12b", "gpt2", "opt-1.3b", "qwen2-7b"])
+def test_imported_model_survives_a_plan_file(stem):
+    # `plan -o` writes the instance into the plan file (cost/loader.py instance_to_mapping): the
+    # layout fields and the unpriced lines come back unchanged
+    from dataclasses import replace as _replace
+
+    import yaml as _yaml
+
+    from cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+    from instances import __file__ as instances_init
+    base = load_instance(Path(instances_init).parent / "tiny-gpt-8xA100.yaml")
+    inst = _replace(base, model=load(stem, seq_len=1024))
+    text = _yaml.safe_dump(instance_to_mapping(inst))
+    assert instance_from_mapping(_yaml.safe_load(text), "plan.yaml").model == inst.model

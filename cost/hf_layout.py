@@ -1,0 +1,228 @@
+"""What each Hugging Face architecture adds to the plain transformer layer, read from its
+config.json: head width, biases, norms, parallel blocks, learned positions, sliding-window
+attention and dropout, as `ModelSpec` keyword arguments, plus one line for everything the
+config declares that the cost model does not price (`ModelSpec.unmodelled`).
+
+The layouts below were read from transformers 4.46's modelling code (the `__init__` of each
+architecture's attention, MLP and decoder layer) and configuration defaults:
+
+========  ==========  ==================================  ==================  ================
+family    head_dim    biases                              norms (per layer)   other
+========  ==========  ==================================  ==================  ================
+Llama     head_dim    attention_bias: q,k,v,o (false);    2 RMSNorm
+                      mlp_bias: gate,up,down (false)
+Mistral   head_dim    none                                2 RMSNorm           sliding_window
+                                                                              (4096; null: none)
+                                                                              in every layer
+Qwen2     -           q,k,v always; o and MLP never       2 RMSNorm           use_sliding_window
+                                                                              (false):
+                                                                              sliding_window in
+                                                                              layers i >=
+                                                                              max_window_layers
+Gemma-2   head_dim    attention_bias: q,k,v,o (false)     4 RMSNorm (pre and  sliding_window
+                                                          post attention and  (4096) in the even
+                                                          MLP)                layers i = 0, 2, ..
+GPT-2     -           every projection                    2 LayerNorm         n_positions learned
+GPT-NeoX  -           attention_bias: qkv, dense (true);  2 LayerNorm         use_parallel_residual
+                      MLP always                                              (true)
+OPT       -           enable_bias: all (true)             2 LayerNorm         max_position_
+                                                                              embeddings + 2
+                                                                              learned rows
+BLOOM     -           every projection                    2 LayerNorm + one   ALiBi
+                                                          after the embedding
+Falcon    -           bias: all (false)                   LayerNorm: 2         parallel_attn
+                                                          sequential; in       (true)
+                                                          parallel blocks
+                                                          num_ln_in_parallel_
+                                                          attn (new decoder
+                                                          architecture: 2,
+                                                          else 1)
+========  ==========  ==================================  ==================  ================
+
+A `layer_types` list (newer Qwen2 and Gemma configs) names each layer's attention and replaces
+the pattern rules above. Every family's final norm matches its layer norms (LayerNorm has a
+bias: `ModelSpec.norm_bias`).
+
+Dropout: `ModelSpec.dropout` stores masks for the residual dropouts and, with standard
+attention, the attention-probability dropout; it is the larger of the config's hidden and
+attention dropouts, with a line when they differ.
+
+Keys that change nothing the cost model prices are listed in `COST_FREE_KEYS` with the reason;
+a key that is neither read nor listed there gets one line naming it, so an unfamiliar field is
+never dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+# Keys that leave time and memory unchanged, grouped by why.
+COST_FREE_KEYS = frozenset({
+    # identity, bookkeeping and tokenizer ids
+    "architectures", "model_type", "_name_or_path", "transformers_version", "torch_dtype",
+    "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
+    "decoder_start_token_id", "prefix", "task_specific_params", "id2label", "label2id",
+    "return_dict", "output_attentions", "output_hidden_states", "torchscript", "is_decoder",
+    "use_return_dict", "tokenizer_class",
+    # initialisation and numerical epsilons
+    "initializer_range", "init_std", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
+    # position encodings without parameters: rotary frequencies and scaling, ALiBi (a bias added
+    # inside the attention kernel), NeoX's rotary on part of each head
+    "rope_theta", "rope_scaling", "rotary_emb_base", "rotary_pct", "partial_rotary_factor",
+    "rope_type", "alibi", "offset_alibi", "n_ctx",
+    # inference-time behaviour: KV cache, HF's emulation of Megatron's tp slicing
+    "use_cache", "cache_implementation", "pretraining_tp", "slow_but_exact",
+    "sliding_window_size",
+    # element-wise choices at the same cost: activation function (the gated or plain MLP shape
+    # is the family's), softmax upcast, attention scaling, pre- or post-norm order, fused-kernel
+    # flags of the original Megatron training
+    "hidden_act", "hidden_activation", "activation_function", "attention_softmax_in_fp32",
+    "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+    "query_pre_attn_scalar", "do_layer_norm_before", "apply_residual_connection_post_layernorm",
+    "bias_dropout_fusion", "masked_softmax_fusion", "skip_bias_add", "skip_bias_add_qkv",
+    # heads other than the language-model head, which causal-LM training does not run
+    "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    "summary_first_dropout", "classifier_dropout",
+    # an old flag of some configs; recomputation is the planner's choice
+    "gradient_checkpointing",
+})
+
+
+class ConfigReader(Protocol):
+    """Typed access to a config's keys (cost/hf_config.py's reader); every access records the
+    key as read."""
+
+    name: str
+    label: str
+    raw: dict
+
+    def integer(self, keys: tuple[str, ...], quantity: str, *,
+                optional: bool = False) -> int | None: ...
+
+    def boolean(self, key: str, default: bool) -> bool: ...
+
+    def number(self, key: str, quantity: str) -> float | None: ...
+
+    def window(self, key: str, default: int | None) -> int | None: ...
+
+    def layer_types(self, layers: int) -> tuple[str, ...] | None: ...
+
+    def mark_read(self, *keys: str) -> None: ...
+
+    def unread(self) -> list[str]: ...
+
+
+def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, Any], list[str]]:
+    """(ModelSpec keyword arguments, lines for what is not priced) of `family`'s layout."""
+    spec: dict[str, Any] = {}
+    notes: list[str] = []
+    if family in ("llama", "mistral", "gemma2"):
+        # LlamaConfig and MistralConfig default to hidden // heads, Gemma2Config to 256
+        head_dim = cfg.integer(("head_dim",), "head_dim", optional=True)
+        spec["attention_head_dim"] = 256 if head_dim is None and family == "gemma2" else head_dim
+    if family in ("llama", "gemma2"):
+        bias = cfg.boolean("attention_bias", False)
+        spec.update(qkv_bias=bias, attn_out_bias=bias)
+    if family == "llama":
+        spec["mlp_bias"] = cfg.boolean("mlp_bias", False)
+    if family == "qwen2":
+        spec["qkv_bias"] = True
+    if family == "gemma2":
+        spec["norms_per_layer"] = 4
+        for key, what in (("attn_logit_softcapping", "the tanh capping every attention score"),
+                          ("final_logit_softcapping", "the tanh capping every logit")):
+            cap = cfg.number(key, "logit_softcapping")
+            if cap:  # null or 0: no capping
+                notes.append(f"{key} {cap:g}: {what} is not priced (a few element-wise FLOPs"
+                             " each)")
+    if family in ("gpt2", "bloom"):
+        spec.update(qkv_bias=True, attn_out_bias=True, mlp_bias=True, norm_bias=True)
+    if family == "gpt_neox":
+        bias = cfg.boolean("attention_bias", True)
+        spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=True, norm_bias=True,
+                    parallel_blocks=cfg.boolean("use_parallel_residual", True))
+    if family == "opt":
+        bias = cfg.boolean("enable_bias", True)
+        spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True)
+        if not cfg.boolean("layer_norm_elementwise_affine", True):
+            notes.append("layer_norm_elementwise_affine false: the norms have no parameters,"
+                         " but their scale and bias are counted (2 x hidden per norm)")
+        if cfg.boolean("_remove_final_layer_norm", False):
+            notes.append("_remove_final_layer_norm true: the final norm is counted although"
+                         " the model has none")
+        layerdrop = cfg.number("layerdrop", "dropout")
+        if layerdrop:
+            notes.append(f"layerdrop {layerdrop:g}: every layer is priced as run in every step")
+    if family == "bloom":
+        spec["embedding_norm"] = True
+        cfg.mark_read("n_inner")  # BloomMLP is hidden -> 4 x hidden whatever n_inner says
+    if family == "falcon":
+        bias = cfg.boolean("bias", False)
+        parallel = cfg.boolean("parallel_attn", True)
+        new_decoder = cfg.boolean("new_decoder_architecture", cfg.raw.get("model_type") == "RefinedWeb")
+        norms = cfg.integer(("num_ln_in_parallel_attn",), "norms_per_layer", optional=True)
+        if norms is None:
+            norms = 2 if new_decoder or not parallel else 1
+        spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True,
+                    parallel_blocks=parallel, norms_per_layer=2 if not parallel else norms)
+    spec.update(_windows(cfg, family, layers))
+    spec["dropout"] = _dropout(cfg, family, notes)
+    return spec, notes
+
+
+def _windows(cfg: ConfigReader, family: str, layers: int) -> dict[str, Any]:
+    """sliding_window_tokens and sliding_window_layers (module docstring's table)."""
+    if family not in ("mistral", "qwen2", "gemma2"):
+        return {}
+    cfg.mark_read("use_sliding_window", "max_window_layers", "sliding_window")
+    types = cfg.layer_types(layers) if family in ("qwen2", "gemma2") else None
+    if family == "qwen2" and not cfg.boolean("use_sliding_window", False):
+        return {}  # Qwen2Config: sliding_window = None unless use_sliding_window
+    window = cfg.window("sliding_window", 4096)
+    if window is None:
+        return {}
+    if types is not None:
+        windowed = sum(t == "sliding_attention" for t in types)
+    elif family == "mistral":
+        windowed = layers
+    elif family == "qwen2":  # Qwen2Attention: layer_idx >= max_window_layers slides
+        full = cfg.integer(("max_window_layers",), "sliding_window_layers", optional=True)
+        windowed = layers - min(layers, 28 if full is None else full)
+    else:  # Gemma2Attention: even layers slide
+        windowed = (layers + 1) // 2
+    return {"sliding_window_tokens": window, "sliding_window_layers": windowed}
+
+
+# (hidden dropout keys, attention dropout keys, dropouts the memory model has no mask for)
+_DROPOUT_KEYS = {
+    "gpt2": (("resid_pdrop",), ("attn_pdrop",), ("embd_pdrop",)),
+    "opt": (("dropout",), ("attention_dropout",), ("activation_dropout",)),
+    "gpt_neox": (("hidden_dropout",), ("attention_dropout",), ()),
+    "bloom": (("hidden_dropout",), ("attention_dropout",), ()),
+    "falcon": (("hidden_dropout",), ("attention_dropout",), ()),
+}
+_ATTENTION_ONLY = ((), ("attention_dropout",), ())  # Llama, Mistral, Qwen2, Gemma-2
+
+
+def _dropout(cfg: ConfigReader, family: str, notes: list[str]) -> float:
+    hidden_keys, attention_keys, unpriced = _DROPOUT_KEYS.get(family, _ATTENTION_ONLY)
+    hidden = max((cfg.number(k, "dropout") or 0.0 for k in hidden_keys), default=0.0)
+    attention = max((cfg.number(k, "dropout") or 0.0 for k in attention_keys), default=0.0)
+    for key in unpriced:
+        p = cfg.number(key, "dropout")
+        if p:
+            notes.append(f"{key} {p:g}: this dropout's mask (1 byte per element) is not counted")
+    if hidden != attention:
+        notes.append(f"dropout: hidden {hidden:g}, attention {attention:g}, priced as"
+                     f" {max(hidden, attention):g} for both (residual masks; the attention"
+                     " mask only with standard attention)")
+    return max(hidden, attention)
+
+
+def unread_keys_note(cfg: ConfigReader) -> list[str]:
+    """One line naming the keys neither read nor known to be cost-free, if any."""
+    keys = [k for k in cfg.unread() if k not in COST_FREE_KEYS]
+    if not keys:
+        return []
+    shown = ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    return [f"config keys not read, priced as if absent: {shown}"]

@@ -1,0 +1,43 @@
+"""One line per thing about a model that its plan's time or memory does not price exactly.
+
+Shown with every plan (`paraplan plan` and `simulate`, text and --json), so that nothing a
+model's source declares is dropped silently. The lines come from two places:
+
+- `ModelSpec.unmodelled`: what the model's source declares and the cost model does not price
+  (cost/hf_layout.py: e.g. Gemma-2's logit soft-capping, a config key it does not know);
+- the plan: features priced exactly for the model as a whole but not per pipeline stage or not
+  under every tensor-parallel layout (below).
+"""
+
+from __future__ import annotations
+
+from cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
+from cost.hetero_specs import HeteroInstance
+from cost.specs import Instance, Plan
+
+
+def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) -> list[str]:
+    """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space, and
+    a mixed-cluster plan, whose classes differ)."""
+    m = inst.model
+    lines = list(m.unmodelled)
+    n = m.windowed_layers
+    if 0 < n < m.layers and (plan is None or plan.pp > 1):
+        share = causal_score_fraction(m.seq_len, m.sliding_window_tokens) / CAUSAL_ATTENTION_FRACTION
+        lines.append(f"{n} of {m.layers} layers attend to a {m.sliding_window_tokens}-token"
+                     f" window ({share:.0%} of full causal attention's scores): every layer is"
+                     " priced as their mean, exact for the model, not for a pipeline stage"
+                     " holding more or fewer windowed layers than its share")
+    if n and plan is not None and plan.cp > 1:
+        lines.append(f"context parallel cp={plan.cp} with a sliding window: the K/V ring is priced"
+                     " as passing every block (cp - 1 steps), as for full attention, although a"
+                     " windowed query needs only the blocks its window reaches")
+    if m.parallel_blocks and (plan is None or plan.tp > 1):
+        lines.append("parallel attention/MLP blocks: tensor-parallel all-reduces are priced as"
+                     " two per direction, as Megatron-LM issues them (GPT-NeoX sums the two"
+                     " branches before one forward all-reduce)")
+    if m.parallel_blocks and (plan is None and "spatial_temporal" in inst.search.tensor_partitions
+                              or plan is not None and plan.partitions):
+        lines.append("per-operator partitions price a parallel block's MLP as reading the"
+                     " attention output's layout, as in a sequential block")
+    return lines
