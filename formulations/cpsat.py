@@ -57,7 +57,8 @@ valid lower bound on min Z, and an "optimal" split is within 2E of the true opti
 Determinism (threads == 1, the default). `random_seed` and `num_workers` are fixed and the stop
 is `max_deterministic_time` (CP-SAT's work units, about one second each), so the same input
 gives the same answer. A wall-clock backstop (WALL_BACKSTOP_FACTOR * time_limit_s +
-WALL_BACKSTOP_S) only guards against a work-unit estimate far off the clock; a run stopped by it
+WALL_BACKSTOP_S), lowered to the caller's `max_wall_s` when one is given (the planner's
+overall deadline), guards against a work-unit estimate far off the clock; a run stopped by it
 is the only kind that can differ between repeats.
 
 Search. One worker runs with `use_objective_lb_search`. With CP-SAT's default single-worker
@@ -162,10 +163,12 @@ def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> Quantiz
 
 def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
                       time_limit_s: float = 10.0, threads: int = 1, seed: int = 0,
-                      hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> SplitResult:
+                      hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+                      max_wall_s: float | None = None) -> SplitResult:
     """Best layer split (n_s, r_s) of `c` by CP-SAT; see the module docstring for the model.
 
-    time_limit_s is CP-SAT deterministic time (about seconds); hint = (n, r) is a warm start.
+    time_limit_s is CP-SAT deterministic time (about seconds); hint = (n, r) is a warm start;
+    max_wall_s, when given, caps the wall-clock backstop (a caller's overall deadline).
     threads == 1 is reproducible; threads > 1 is CP-SAT's (non-reproducible) parallel portfolio.
     """
     start = time.perf_counter()
@@ -216,6 +219,8 @@ def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
     p.num_workers = threads
     p.max_deterministic_time = time_limit_s
     p.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
+    if max_wall_s is not None:
+        p.max_time_in_seconds = max(1e-3, min(p.max_time_in_seconds, max_wall_s))
     p.use_objective_lb_search = threads == 1  # the parallel portfolio has its own lb-search worker
     code = solver.solve(model)
     if code not in _STATUS:
