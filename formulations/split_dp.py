@@ -2,7 +2,7 @@
 bottleneck values, and a dynamic programme over the stages for each pair.
 
 It solves the integer model of formulations/cpsat.py on the same quantised coefficients
-(`formulations.cpsat.quantize`), so its optimal objective is bit-identical to CP-SAT's.
+(`formulations.quantize.quantize`, cpsat.py's rounding), so its optimal objective is bit-identical to CP-SAT's.
 
 Sets
     S = {0, ..., pp-1}        pipeline stages
@@ -91,7 +91,7 @@ import numpy as np
 
 from cost.coefficients import StageCoefficients
 from cost.schedule import fits, iteration_time_s
-from formulations.cpsat import QuantizedCoefficients, quantize
+from formulations.quantize import QuantizedCoefficients, quantize
 from formulations.result import SolverError, SplitResult
 
 INF = 1 << 61  # "no allocation"; two of them still add up inside int64
