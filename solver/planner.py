@@ -91,11 +91,33 @@ def _inner_solver(backend: str):
 CLOCK_EVERY = 64
 
 
+# the last complete tables, by instance: `verify`, `--sensitivity`'s unchanged runs and repeated
+# plans of one instance price it once (StageCoefficients are frozen, and nobody writes into
+# their arrays)
+TABLE_CACHE_SIZE = 2
+_TABLES: dict[Instance, list[StageCoefficients]] = {}
+
+
+def clear_table_cache() -> None:
+    _TABLES.clear()
+
+
 def coefficient_table(inst: Instance, deadline: float | None = None,
                       outers: list[Outer] | None = None) -> list[StageCoefficients]:
     """Per-stage coefficients of every outer configuration (or (outer, layer plan) pair). With a
     deadline (time.perf_counter() value) the building stops there: the list is then a prefix,
-    and `complete(table)` says whether it is whole."""
+    and `complete(table)` says whether it is whole. Complete tables are cached per instance."""
+    if inst in _TABLES:
+        return _TABLES[inst]
+    table = _build_table(inst, deadline, outers)
+    if complete(table):
+        if len(_TABLES) >= TABLE_CACHE_SIZE:
+            _TABLES.pop(next(iter(_TABLES)))
+        _TABLES[inst] = table
+    return table
+
+
+def _build_table(inst: Instance, deadline: float | None, outers: list[Outer] | None) -> list[StageCoefficients]:
     reserve = inst.search.memory_reserve_bytes
     outers = outer_configs(inst) if outers is None else outers
     if partition_plans.enabled(inst):  # one entry per (outer, non-dominated layer plan)
@@ -181,14 +203,23 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
         if bounds.memory_infeasible(c):
             res.pruned_by_memory += 1
             continue
-        key = (bounds.lower_bound_s(c), i)
-        inc = bounds.incumbent(c, allow_rc)
-        live.append((key, c, inc))
-        if inc is not None and better(inc[0], key):
-            best_val, best_key, best = inc[0], key, (c, inc[1], inc[2])
+        live.append(((bounds.lower_bound_s(c), i), c, None))
     unbounded += getattr(coeffs, "expected", len(coeffs)) - len(coeffs)
     all_built = all_built and unbounded == 0
     live.sort(key=lambda x: x[0])
+
+    def can_win(lb: float, key) -> bool:
+        return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
+
+    # incumbents (even split, least recompute) in bound order, while a configuration can still
+    # win: one whose bound cannot beat the incumbent has no incumbent that could either
+    for idx, (key, c, _) in enumerate(live):
+        if not can_win(key[0], key) or (idx % CLOCK_EVERY == 0 and time.perf_counter() > deadline):
+            break
+        inc = bounds.incumbent(c, allow_rc)
+        live[idx] = (key, c, inc)
+        if inc is not None and better(inc[0], key):
+            best_val, best_key, best = inc[0], key, (c, inc[1], inc[2])
     # candidates the tensor-partition pre-pass settled (solver/partition_plans.py)
     res.pruned_by_bound += getattr(coeffs, "pruned_by_bound", 0)
     res.pruned_by_memory += getattr(coeffs, "pruned_by_memory", 0)
@@ -196,12 +227,10 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     res.log.append(f"{len(coeffs)} outer configs, {res.pruned_by_memory} infeasible by memory,"
                    f" incumbent {best_val:.6g} s from even splits")
 
-    def can_win(lb: float, key) -> bool:
-        return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
-
     def solve(c: StageCoefficients, key, inc, remaining_s: float):
         """(status, objective_s, bound_s, n, r, tolerance_s) of one configuration's inner problem."""
         if inst.search.uniform_split:  # exact for a fixed split (monotone in r)
+            inc = bounds.incumbent(c, allow_rc)
             return (OPTIMAL, inc[0], inc[0], inc[1], inc[2], 0.0) if inc else (INFEASIBLE, None, math.inf, None, None, 0.0)
         if backend == "dp":
             # only a split that could still win matters: a cutoff lets the exact search stop early
