@@ -1,5 +1,5 @@
-"""Agreement property over a few hundred seeded random small instances: CP-SAT, MILP and
-exhaustive search (no pruning) find the same optimal time; every returned plan re-simulates to
+"""Agreement property over a few hundred seeded random small instances: the exact DP (the
+default backend), CP-SAT, MILP and exhaustive search (no pruning) find the same optimal time; every returned plan re-simulates to
 its objective and fits memory; infeasible instances are infeasible for all three.
 
 The count below is quoted in the README ("What paraplan guarantees")."""
@@ -34,7 +34,7 @@ SEEDS = _seeds()
 def test_all_methods_agree(seed):
     inst = random_instance(seed, variant=True)
     ex = exhaustive(inst)
-    results = [plan(inst, backend="cpsat"), plan(inst, backend="milp")]
+    results = [plan(inst, backend="dp"), plan(inst, backend="cpsat"), plan(inst, backend="milp")]
     for res in results:
         if ex.plan is None:
             assert res.status == INFEASIBLE and res.plan is None
