@@ -146,7 +146,7 @@ def cmd_plan(args, progress=None) -> int:
     inst = _load(args)
     objective = objective_of(args)
     _check_objective(inst, objective)
-    backend = "cpsat" if args.backend == "cpsat" else "milp"
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     regs = None
     if objective != "nominal" and res.plan is not None:
@@ -235,9 +235,11 @@ def cmd_verify(args) -> int:
     inst = _load(args)
     objective = objective_of(args)
     _check_objective(inst, objective)
-    rows, values, tol = [], [], 0.0
+    from solver.limits import Deadline
+    deadline = Deadline(args.time_limit_s)
+    rows, values, tol, skipped = [], [], 0.0, {}
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, args.time_limit_s, objective=objective)
+        res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         values.append(res.objective_s)
         rows.append([backend, res.status, "-" if res.objective_s is None else f"{res.objective_s:.9g}",
@@ -252,17 +254,26 @@ def cmd_verify(args) -> int:
                      "-" if ex.objective_s is None else f"{ex.objective_s:.9g}", f"{ex.wall_time_s:.2f} s"])
     except SpaceTooLarge as e:
         rows.append(["exhaustive", "skipped", "-", str(e)])
+        skipped["exhaustive"] = str(e)
     from solver.commands import methods_agree
     agree = methods_agree(values, tol)
+    compared = ["cpsat", "milp"] + ([] if skipped else ["exhaustive"])
     if args.json:
-        json.dump({"agree": agree, "objective": objective, "values_s": values,
+        json.dump({"agree": agree, "verified": agree and not skipped, "compared": compared,
+                   "skipped": skipped, "objective": objective, "values_s": values,
                    "methods": [dict(zip(("method", "status", "objective_s", "time"), r)) for r in rows]},
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(table(["method", "status", f"{objective} objective (s)", "time"], rows, align="llrl"))
-        print("AGREE" if agree else "DISAGREE")
-    return 0 if agree else 1
+        if agree and not skipped:
+            print("AGREE: " + ", ".join(compared) + " found the same optimum")
+        elif agree:
+            print("NOT VERIFIED: " + ", ".join(compared) + " agree; not compared: "
+                  + "; ".join(f"{k} ({why})" for k, why in skipped.items()))
+        else:
+            print("DISAGREE")
+    return 0 if agree and not skipped else 1
 
 
 def cmd_replan(args) -> int:
@@ -275,7 +286,7 @@ def cmd_replan(args) -> int:
     inst = _load(args)
     current = load_hetero_plan(args.plan, inst)
     event, remaining_s, remaining_it = load_event(args.event, inst)
-    backend = "cpsat" if args.backend == "cpsat" else "milp"
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     r = replan(inst, current, event, remaining_s, remaining_it, backend, args.time_limit_s)
     if args.output and r.new.plan is not None:
         _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster),
@@ -318,7 +329,7 @@ def cmd_timeline(args) -> int:
     if not inst.timeline:
         raise InstanceError(inst.source, "timeline", "the instance has no timeline",
                             "add a `timeline:` list of {scenario, duration_h} periods")
-    backend = "cpsat" if args.backend == "cpsat" else "milp"
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     log = (lambda m: print(f"  {m}", file=sys.stderr)) if not args.quiet and sys.stderr.isatty() else None
     try:
         r = plan_timeline(inst, backend, args.time_limit_s, progress=log)
@@ -330,8 +341,8 @@ def cmd_timeline(args) -> int:
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
         from cost.hetero_loader import hetero_plan_to_mapping
-        json.dump({"status": ch.status, "iterations": ch.iterations, "upper_bound_iterations":
-                   r.upper_bound_iterations, "gap": r.gap, "static_iterations": r.static_iterations,
+        json.dump({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
+                   r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap, "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
                    "candidates": [{"label": lab, "plan": hetero_plan_to_mapping(c, inst)}
@@ -340,10 +351,12 @@ def cmd_timeline(args) -> int:
         sys.stdout.write("\n")
         return 0
     print(describe_cluster(inst))
-    print(f"status      {ch.status.upper()} over {len(r.candidates)} candidate plans (multi-period MILP);"
-          f" {r.solve_time_s:.2f} s wall")
-    print(f"iterations  {ch.iterations:,.1f} over the timeline; upper bound over the whole space"
-          f" {r.upper_bound_iterations:,.1f} (gap {100 * r.gap:.3f}%)")
+    limited = "" if r.complete else " (time limit: not every scenario optimum or candidate was proved)"
+    print(f"status      {r.status.upper()} over {len(r.candidates)} candidate plans (multi-period MILP);"
+          f" {r.solve_time_s:.2f} s wall{limited}")
+    bound = ("no upper bound (a scenario optimum has no bound within the limit)" if r.gap is None else
+             f"upper bound over the whole space {r.upper_bound_iterations:,.1f} (gap {100 * r.gap:.3f}%)")
+    print(f"iterations  {ch.iterations:,.1f} over the timeline; {bound}")
     print(f"baselines   best single plan {r.static_iterations:,.1f}; always switch to the scenario's"
           f" optimum {r.follow_iterations:,.1f}; switching costs {seconds(r.switch_s)}")
     print()

@@ -449,6 +449,6 @@ def register(sub) -> None:
                                       " memory, throughput-memory frontier)")
     r.add_argument("instance")
     r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
-    r.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    r.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
     r.add_argument("--time-limit-s", type=float, default=60.0)
     r.set_defaults(func=cmd_report)
