@@ -2,16 +2,26 @@
 
 1. Enumerate the declared space's outer configurations (solver/space.py) and build each one's
    per-stage coefficients (cost/coefficients.py).
-2. Drop the configurations proved infeasible by memory (solver/bounds.py), compute a valid
-   lower bound for the rest, and an incumbent from the even split with minimal recompute.
+2. Drop the configurations proved infeasible by memory and give the rest the memory-free
+   lower bound (solver/bounds.py). In bound order, while a configuration can still win, its
+   even split with minimal recompute is an incumbent.
 3. Visit configurations in ascending bound order (ties: the space's enumeration order). A
    configuration whose bound is above the incumbent (or equal to it, with a later key) is
-   pruned: its best plan cannot win. Otherwise its inner problem (layer split + per-stage
-   recompute counts) is solved to optimality by CP-SAT or MILP (formulations/), single-threaded
-   and seeded; `threads` > 1 solves that many configurations at once, which changes the time
-   to the answer but not the answer.
+   pruned: its best plan cannot win. Otherwise its tight bound (memory and forced recompute)
+   is tried, and if that cannot prune it either, its inner problem (layer split + per-stage
+   recompute counts) is solved to optimality: by default by the exact dynamic programme of
+   formulations/split_dp.py, given the incumbent as a cutoff (it may prove that nothing beats
+   it, which also prunes), or by CP-SAT or MILP (formulations/), all single-threaded;
+   `threads` > 1 solves that many configurations at once, which changes the time to the
+   answer but not the answer.
 4. When every configuration is solved or pruned, the incumbent is optimal over the space.
-   With a time limit, the best bound is min(incumbent, bounds of the unresolved ones).
+   With a time limit, the bound is min(incumbent, the best proven bound of every unresolved
+   configuration), never below the planner's own bounds and never negative; none when the
+   limit stopped the pricing of some configuration (step 1).
+
+The time limit is wall-clock for the whole call, steps 1-2 included. Complete coefficient
+tables are cached per instance (TABLE_CACHE_SIZE), so `verify` and repeated plans of one
+instance price it once.
 
 The returned plan is re-simulated by cost/simulate.py; a mismatch with the objective beyond the
 quantisation tolerance raises `ResimulationMismatch`: it would be a bug, never a user error.
@@ -121,7 +131,7 @@ def _build_table(inst: Instance, deadline: float | None, outers: list[Outer] | N
     reserve = inst.search.memory_reserve_bytes
     outers = outer_configs(inst) if outers is None else outers
     if partition_plans.enabled(inst):  # one entry per (outer, non-dominated layer plan)
-        return partition_plans.partition_coefficients(inst, outers, reserve)
+        return partition_plans.partition_coefficients(inst, outers, reserve, deadline=deadline)
     table = _Table()
     table.expected = len(outers)
     # configurations differing only in micro-batching, modes or ZeRO share their placement
@@ -174,11 +184,9 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     outers = outer_configs(inst)
     coeffs = coefficient_table(inst, deadline, outers)
     all_built = complete(coeffs)
+    summary = summarize(inst, outers)
     if partition_plans.enabled(inst):  # the space: every outer x every per-operator layer plan
-        summary = summarize(inst, [o for o in outers
-                                   for _ in range(partition_plans.plans_per_outer(inst, o))])
-    else:
-        summary = summarize(inst, outers)
+        summary = _summarize_with_plans(inst, outers)
     res = PlanResult(status=TIMEOUT, plan=None, iter_time_s=None, bound_s=None, solve_time_s=0.0,
                      backend=backend, outer_configs=summary.outer_configs,
                      space_size=summary.splits_total)
@@ -314,8 +322,8 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
             res.status = TIMEOUT
             res.bound_s = None if bound is None or not math.isfinite(bound) else max(0.0, bound)
             res.reason = ("time limit reached before any plan was found" if all_built else
-                          f"time limit reached while pricing the configurations ({unbounded:,} of"
-                          f" {unbounded + len(live) + res.pruned_by_memory:,} not priced): no bound")
+                          "time limit reached while pricing the configurations (some not priced):"
+                          " no bound")
         else:
             res.status = INFEASIBLE
             res.reason = infeasible_reason(inst, coeffs)
@@ -328,10 +336,25 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
     if res.status == FEASIBLE:
         res.reason = ("time limit reached: not every configuration was solved or pruned" if all_built
-                      else f"time limit reached while pricing the configurations ({unbounded:,} not"
-                      " priced): the bound is unknown")
+                      else "time limit reached while pricing the configurations (some not priced):"
+                      " the bound is unknown")
     res.breakdown = check_resimulation(inst, res.plan, best_val, res.tolerance_s, c)
     return res
+
+
+def _summarize_with_plans(inst: Instance, outers: list[Outer]):
+    """summarize() of every (outer, per-operator layer plan) pair, without listing the pairs
+    (millions on large instances): each outer counts once per plan."""
+    pairs, splits = 0, 0
+    per_shape: dict[tuple[int, int], int] = {}  # splits depend on (pp, v) only
+    for o in outers:
+        k = partition_plans.plans_per_outer(inst, o)
+        shape = (o.pp, o.virtual_stages)
+        if shape not in per_shape:
+            per_shape[shape] = summarize(inst, [o]).splits_total
+        pairs += k
+        splits += k * per_shape[shape]
+    return type(summarize(inst, []))(outer_configs=pairs, splits_total=splits)
 
 
 def check_resimulation(inst: Instance, p: Plan, objective_s: float, tolerance_s: float,
