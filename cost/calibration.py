@@ -45,24 +45,36 @@ DEFAULT_NIC_GBIT_PER_S = {
 }
 @dataclass(frozen=True, slots=True)
 class SourceFamily:
-    """What a published source runs: its framework, the dropout of its model configs and the
-    recomputation its launcher uses when a row says `recompute: unknown`."""
+    """What a published source runs: its framework, the dropout of its model configs, the
+    recomputation its launcher uses when a row says `recompute: unknown`, and its attention
+    kernel when the source predates fused (flash) attention in its framework (None: by the
+    source's year, FIRST_FUSED_ATTENTION_YEAR)."""
 
     name: str
     prefix: str  # the row's `source` starts with this
     framework: Framework
     dropout: float
     default_recompute: str = "full"
+    attention: Attention | None = None
 
 
 # Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
 # GPT-3 configs (conf/training/gpt3/*.yaml) use 0.1 attention and hidden dropout; MPT
 # (llm-foundry yamls: attn_pdrop 0, resid_pdrop 0), Llama-family NeMo configs and torchtitan
 # train without dropout. The Narayanan ZeRO-3 baseline ran DeepSpeed (SC'21 Sec. 5.2).
+# Attention kernels: Megatron-LM before 2023 ran the attention core as two batched GEMMs around
+# its fused scale-mask-softmax kernel and a dropout, storing the s x s scores (FlashAttention,
+# Dao et al., arXiv 2205.14135, came out in May 2022; Megatron-LM added --use-flash-attn in
+# 2023). Korthikanti et al.'s selective recomputation exists precisely to avoid storing those
+# scores (their Sec. 4.2), and the SC'21 and Megatron v1 runs predate it; DeepSpeed's 2021
+# ZeRO-3 baseline ran the same Megatron model code.
 SOURCE_FAMILIES = (
-    SourceFamily("narayanan21-zero3", "Narayanan et al., SC'21", Framework.DEEPSPEED, 0.1),
-    SourceFamily("narayanan21", "Narayanan et al., SC'21", Framework.MEGATRON, 0.1),
-    SourceFamily("korthikanti22", "Korthikanti et al. 2022", Framework.MEGATRON, 0.1),
+    SourceFamily("narayanan21-zero3", "Narayanan et al., SC'21", Framework.DEEPSPEED, 0.1,
+                 attention=Attention.STANDARD),
+    SourceFamily("narayanan21", "Narayanan et al., SC'21", Framework.MEGATRON, 0.1,
+                 attention=Attention.STANDARD),
+    SourceFamily("korthikanti22", "Korthikanti et al. 2022", Framework.MEGATRON, 0.1,
+                 attention=Attention.STANDARD),
     SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
     # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
     # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
@@ -70,7 +82,8 @@ SOURCE_FAMILIES = (
     SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none"),
     SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
     SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
-    SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1),
+    SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1,
+                 attention=Attention.STANDARD),
 )
 
 
@@ -152,7 +165,8 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
         inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(nic),
                         latency_s=units.us_to_s(INTER_LATENCY_US)))
     year = _source_year(row.get("source", ""))
-    attention = Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR else Attention.FLASH
+    attention = family.attention or (Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR
+                                     else Attention.FLASH)
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
                   attention=attention, framework=family.framework)
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")

@@ -24,9 +24,9 @@ import numpy as np
 
 from cost import comm, memory
 from cost.comm import NetEfficiency
-from cost.framework import behaviour, bucket_calls, gather_calls
+from cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
 from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
-                        layer_param_tensors, layer_params, logits_flops)
+                        layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
 from cost.flops import embedding_params, output_params
 from cost.errors import ConfigError
 from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
@@ -46,6 +46,13 @@ ADAM_STEP_BYTES_PER_PARAM = 30
 FP8_CAST_BYTES_PER_ELEMENT = 4
 # Unfused attention: softmax, mask and dropout each read and write the b*a*s*s score tensor.
 STANDARD_ATTENTION_SCORE_PASSES = 4
+# Ring attention (context parallelism) merges each step's partial result into the running one:
+# forward, out = out * exp(lse - lse') + out_step * exp(lse_step - lse') on an fp32 accumulator
+# (read 4 + write 4) from the step's bf16 output (read 2) per output element; backward adds each
+# step's dQ into an fp32 accumulator (read 4 + write 4 + read 2 of the step's bf16 dQ) and dK,
+# dV into the block that travels on (the same bytes). Transformer Engine's
+# AttnFuncWithCPAndKVP2P and torch's _templated_ring_attention both merge per step this way.
+CP_MERGE_BYTES_PER_ELEMENT = 10
 
 
 @dataclass(frozen=True)
@@ -216,12 +223,27 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
 
-    # context parallel: ring exchange of K,V blocks (cp-1 steps), backward also returns dK,dV;
-    # overlapped with the attention core (Liu et al. 2023, Ring Attention)
+    # context parallel: a ring of cp - 1 steps (Liu et al. 2023, Ring Attention; Megatron-core
+    # / Transformer Engine and torch context_parallel). Causal load balance (each rank holds
+    # sequence chunks i and 2cp-1-i) gives every step 1/cp of the attention core. Each step
+    # computes on the block in hand while the next K,V block arrives (double buffering: one
+    # block ahead, no more), so a step's transfer hides only behind that step's attention;
+    # backward also sends dK, dV on. Merging each step's partial output (forward) and
+    # accumulating dQ, dK, dV (backward) are memory-bound passes (CP_MERGE_BYTES_PER_ELEMENT).
     kv_bytes = 2 * tokens * m.kv_hidden / min(tp, m.kv_heads) * BF16_BYTES
-    cp_f = (cp - 1) * comm.p2p_time_s(kv_bytes, cp_link, cp_inter, net) if cp > 1 else 0.0
-    cp_b = 2 * cp_f
-    cp_exp_f, cp_exp_b = max(0.0, cp_f - attn_f), max(0.0, cp_b - attn_b)
+    cp_f = cp_b = cp_exp_f = cp_exp_b = 0.0
+    if cp > 1:
+        steps = cp - 1
+        step_f = comm.p2p_time_s(kv_bytes, cp_link, cp_inter, net)
+        step_b = 2 * step_f
+        cp_f, cp_b = steps * step_f, steps * step_b
+        cp_exp_f = steps * max(0.0, step_f - attn_f / cp)
+        cp_exp_b = steps * max(0.0, step_b - attn_b / cp)
+        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * m.hidden / tp, gpu)
+        merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens
+                              * (m.hidden + 2 * m.kv_hidden) / tp, gpu)
+        compute_f += merge_f
+        compute_b += merge_b
 
     selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
     fwd = compute_f + tp_f + cp_exp_f
@@ -292,7 +314,10 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         rs = comm.all_gather_time_s(lp * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net,
                                     bucket_calls(fw.scatter_bucket_params, lp))
         ahead = 1.0 if fw.prefetch_params is None else min(1.0, fw.prefetch_params / lp)
-        gathers_rc = ag * (2 if fw.regather_for_recompute else 1)
+        # the recompute pass gathers the layer; the weights the framework releases before
+        # backward are gathered once more (a share of the layer's calls and bytes)
+        sizes = tuple(w / o.tp for w in layer_weight_sizes(m))
+        gathers_rc = ag * (1 + recompute_regather_params(fw, sizes) / sum(sizes))
         z3["f"] = hidden_window(ag, ahead * ag, fwd)
         z3["b"] = hidden_window(ag + rs, ahead * ag + rs, bwd)
         z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * gathers_rc + rs, bwd + rc_fwd)
@@ -372,9 +397,17 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_parts[-1]["output_layer"] = head
     # each stage sends activations forward and receives gradients back over every edge it
     # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
-    p2p_bytes = emb_io / (tp if sp else 1)
+    # Without sequence parallelism the activation is replicated on the tp ranks; each sends
+    # only its 1/tp slice and the receivers all-gather it over the tp group (Narayanan et al.
+    # SC'21, Sec. 4.1 "scatter/gather" optimisation; Megatron-LM's
+    # scatter_gather_tensors_in_pipeline, DeepSpeed's partitioned pipe activations). With
+    # sequence parallelism the slice is the whole message.
+    p2p_bytes = emb_io / tp
+    regather = 0.0
+    if tp > 1 and not sp:
+        regather = comm.all_gather_time_s(emb_io, tp, pl.sites[0].tp_link[0], pl.sites[0].tp_link[1], net)
     for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
-        t_edge = v * comm.p2p_time_s(p2p_bytes, link, inter, net)
+        t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + regather)
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
 

@@ -16,7 +16,7 @@ the model is missing something the parameter is absorbing.
 | parameter | range | uncertainty | source of the range |
 |---|---|---|---|
 | <die>.matmul_eff_max | 0.50-0.90 | +-10% | largest achieved fraction of bf16 peak in large GEMMs: 85.9% on A100 SXM, 83.0% on GH200 (S. Bekman, ml-engineering, compute/accelerator "Maximum Achievable Matmul FLOPS comparison table", mamf-finder.py); training kernels at odd shapes reach less |
-| <die>.attention_eff | 0.25-0.75 | +-15% | fused attention: FlashAttention-2 reaches 50-73% of A100 peak forward, less backward (Dao 2023, arXiv 2307.08691); FlashAttention-3 75% of H100 peak (Shah et al. 2024, arXiv 2407.08608) |
+| <die>.attention_eff | 0.10-0.75 | +-15% | fused attention, forward + backward: FlashAttention-2 reaches 50-73% of A100 peak forward, less backward (Dao 2023, arXiv 2307.08691); on H100 FlashAttention-2 reaches only about 10-35% of the bf16 peak (100-350 TFLOP/s of 989 over head dims 64-128 and sequence lengths 512-16k, causal, forward and backward: Shah et al. 2024, arXiv 2407.08608, Figs. 5-6), FlashAttention-3 up to 75% forward |
 | <die>.memory_eff | 0.60-0.95 | +-10% | elementwise kernels reach 60-90% of datasheet HBM bandwidth; stream-copy benchmarks about 90% |
 | matmul_half_flops | 1e8-1e11 FLOP | +-50% | the GEMM size at half the large-GEMM efficiency: MAMF sweeps reach their peak only above ~1e10-1e11 FLOP shapes (same source as matmul_eff_max) |
 | <die>.fp8_matmul_eff_max | 0.50-0.90 | +-10% | FP8 GEMMs against the FP8 peak: torchao's roofline assumes 78% achievable (torchao/testing/training/roofline_utils.py); DeepGEMM reports up to 1,550 of 1,979 TFLOP/s (78%) on H800 |
@@ -91,7 +91,7 @@ def _net_param(field: str, lo: float, hi: float, unc: float) -> Param:
 
 
 # per-die: (field, lo, hi, uncertainty); ranges and sources: the module docstring's table
-DIE_PARAMETERS = (("matmul_eff_max", 0.50, 0.90, 0.10), ("attention_eff", 0.25, 0.75, 0.15),
+DIE_PARAMETERS = (("matmul_eff_max", 0.50, 0.90, 0.10), ("attention_eff", 0.10, 0.75, 0.15),
                   ("memory_eff", 0.60, 0.95, 0.10))
 # only for dies with FP8 tensor cores and FP8 rows
 FP8_DIE_PARAMETERS = (("fp8_matmul_eff_max", 0.50, 0.90, 0.10),)

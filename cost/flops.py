@@ -101,6 +101,16 @@ def layer_param_tensors(m: ModelSpec) -> int:
     return 12 if m.mlp is Mlp.GELU else 9
 
 
+def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
+    """A layer's weight matrices in the order its forward uses them (parameters each; biases
+    and norm scales left out): GPT-style fused QKV, attention-out, fc1, fc2; Llama-style q, k,
+    v, o, gate, up, down (the module layout a per-parameter ZeRO-3 gather walks)."""
+    h, hk, f = m.hidden, m.kv_hidden, m.ffn
+    if m.mlp is Mlp.SWIGLU:
+        return (h * h, h * hk, h * hk, h * h, h * f, h * f, f * h)
+    return (h * (h + 2 * hk), h * h, h * f, f * h)
+
+
 def layer_params(m: ModelSpec) -> int:
     """Parameters of one transformer layer (weights, biases ignored; two norm scales)."""
     h, f = m.hidden, m.ffn

@@ -27,12 +27,15 @@ class Behaviour:
     # how far ahead parameters are prefetched, in parameters: FSDP prefetches the whole next
     # block (None: unlimited); DeepSpeed prefetches up to stage3_prefetch_bucket_size
     prefetch_params: float | None
-    # parameters are gathered once more for the recompute pass of a fully recomputed layer, on
-    # top of the pre-backward gather (no framework we price does: DeepSpeed's checkpointed
-    # forward re-fetches them, and the backward right after reuses that fetch
-    # (stage3_max_reuse_distance 1e9, partitioned_param_coordinator.py); FSDP runs the
-    # recompute inside the block's backward, after its one pre-backward gather)
-    regather_for_recompute: bool
+    # parameters gathered for the recompute pass of a fully recomputed layer stay gathered for
+    # the backward right after it only if their next use is near: DeepSpeed keeps a parameter
+    # whose next use lies within stage3_max_reuse_distance parameters of traversal (default
+    # 1e9; partitioned_param_coordinator.__params_to_release walks the trace from the next
+    # module and keeps the parameters of modules it reaches before 1e9 parameters are
+    # traversed) and re-gathers the rest (`recompute_regather_params`). FSDP runs the
+    # recompute inside the block's backward, after its one pre-backward gather (None: always
+    # reused)
+    max_reuse_distance_params: float | None
     # bytes per element of the gradient reduction (reduce-scatter or all-reduce)
     grad_reduce_bytes_zero3: int
     grad_reduce_bytes: int  # ZeRO 0-2
@@ -51,14 +54,14 @@ _TABLE = {
     # (--ddp-bucket-size), overlapped with backward (--overlap-grad-reduce, set by NeMo);
     # Megatron-FSDP gathers per transformer block like torch FSDP.
     Framework.MEGATRON: Behaviour(Framework.MEGATRON, gather_per_tensor=False, prefetch_params=None,
-                                  regather_for_recompute=False, grad_reduce_bytes_zero3=4,
+                                  max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                   grad_reduce_bytes=4, scatter_bucket_params=None,
                                   grad_bucket_params=40e6, grad_bucket_params_zero2=40e6),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
     # (training.mixed_precision_reduce = float32); DDP (dp_replicate) buckets of 25 MB (torch
     # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients.
     Framework.TORCHTITAN: Behaviour(Framework.TORCHTITAN, gather_per_tensor=False, prefetch_params=None,
-                                    regather_for_recompute=False, grad_reduce_bytes_zero3=4,
+                                    max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                     grad_reduce_bytes=4, scatter_bucket_params=None,
                                     grad_bucket_params=25e6 / 4, grad_bucket_params_zero2=None),
     # DeepSpeed ZeRO-3: stage3_prefetch_bucket_size 5e7 parameters, one all-gather per
@@ -66,13 +69,13 @@ _TABLE = {
     # gathers dominating the forward even on NVLink, #1174), gradients reduced in the
     # training precision, reduce_bucket_size 5e8 elements.
     Framework.DEEPSPEED: Behaviour(Framework.DEEPSPEED, gather_per_tensor=True, prefetch_params=5e7,
-                                   regather_for_recompute=False, grad_reduce_bytes_zero3=2,
+                                   max_reuse_distance_params=1e9, grad_reduce_bytes_zero3=2,
                                    grad_reduce_bytes=2, scatter_bucket_params=5e8,
                                    grad_bucket_params=5e8, grad_bucket_params_zero2=5e8),
     # Composer (llm-foundry): torch FSDP1, one unit per block, BACKWARD_PRE prefetch; the MPT
     # recipes train with mixed_precision PURE, i.e. bf16 reduce.
     Framework.COMPOSER: Behaviour(Framework.COMPOSER, gather_per_tensor=False, prefetch_params=None,
-                                  regather_for_recompute=False, grad_reduce_bytes_zero3=2,
+                                  max_reuse_distance_params=None, grad_reduce_bytes_zero3=2,
                                   grad_reduce_bytes=2, scatter_bucket_params=None,
                                   grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None),
 }
@@ -91,3 +94,22 @@ def bucket_calls(bucket_params: float | None, params: float) -> float:
     """Collective calls for `params` parameters reduced in buckets of `bucket_params` (a layer's
     share of the calls when buckets span layers); one per FSDP unit when None."""
     return 1.0 if bucket_params is None else params / bucket_params
+
+
+def recompute_regather_params(b: Behaviour, weight_sizes: tuple[float, ...]) -> float:
+    """Parameters of one fully recomputed layer gathered a second time for its backward.
+
+    The recompute forward uses the weights w_1..w_k in order; the backward then uses them in
+    reverse. After w_j's recompute use, the modules up to its backward use carry
+    2 * (w_{j+1} + ... + w_k) parameters, so w_j is released (and re-gathered) when that reaches
+    the reuse distance D. GPT-3 175B (h = 12288): QKV, out and fc1 (1.21e9 of 1.81e9
+    parameters) are re-gathered at D = 1e9; a 1.3B model's layers (5e7) keep everything.
+    """
+    if b.max_reuse_distance_params is None:
+        return 0.0
+    total, after = 0.0, 0.0
+    for w in reversed(weight_sizes):
+        if 2 * after >= b.max_reuse_distance_params:
+            total += w
+        after += w
+    return total

@@ -68,7 +68,9 @@ instances/clusters/ and instances/jobs/.
 Links are stored one direction per GPU: the NVLink figure is halved (900 GB/s -> 450e9 bytes/s)
 and the NIC figure is only converted (400 Gbit/s -> 50e9 bytes/s).
 
-Plan file, at top level or under a `plan:` key::
+Plan file, at top level or under a `plan:` key (`paraplan plan -o` also writes the instance it
+was made for beside it, under `instance:`, in the instance schema above; see
+`plan_file_instance`)::
 
     tp: 8
     pp: 4
@@ -833,8 +835,8 @@ def default_layer_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[
 def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> Plan:
     """A Plan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
     path = str(path)
-    if isinstance(mapping, dict) and list(mapping) == ["plan"]:
-        mapping = mapping["plan"]
+    if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
+        mapping = mapping["plan"]  # a plan file; its instance is read by plan_file_instance
     sec = _Section(mapping, path, "plan", _PLAN_KEYS)
     tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
     micro_batch = sec.integer("micro_batch")
@@ -929,3 +931,119 @@ def plan_to_mapping(plan: Plan) -> dict:
         out["recompute"] = _RECOMPUTE_FULL
         del out["full_recompute_layers"]
     return out
+
+
+# --- the instance a plan file carries ------------------------------------------------------
+# `paraplan plan -o` writes the instance beside the plan, so that a plan made from part files
+# (--hf-config --cluster --job) can be exported or simulated without an instance file.
+
+PLAN_FILE_INSTANCE_KEY = "instance"
+
+
+def instance_to_mapping(inst: Instance) -> dict:
+    """`inst` in the instance-file schema (module docstring), such that `instance_from_mapping`
+    rebuilds an equal Instance: units converted back, defaults of the search space left out
+    (writing them out would make the framework refusal check see them as user choices)."""
+    from dataclasses import fields
+
+    model = {}
+    for f in fields(inst.model):
+        value = getattr(inst.model, f.name)
+        model[f.name] = value.value if isinstance(value, Enum) else value
+    cl = inst.cluster
+    cluster = {
+        "gpu": cl.gpu.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
+        "intra_node_link": cl.intra_node_kind,
+        # the loader halves the vendors' bidirectional NVLink figure
+        "intra_node_gbytes_per_s": 2 * cl.intra_node.bw_bytes_per_s / units.GBYTE_BYTES,
+        "intra_node_latency_us": cl.intra_node.latency_s / units.US_S,
+        "nic_gbit_per_s": cl.inter_node.bw_bytes_per_s / units.GBIT_BYTES,
+        "inter_node_latency_us": cl.inter_node.latency_s / units.US_S,
+    }
+    job = {"global_batch": inst.job.global_batch, "precision": inst.job.precision.value,
+           "optimizer": inst.job.optimizer.value, "attention": inst.job.attention.value,
+           "framework": inst.job.framework.value}
+    out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
+    if load_catalogue().get(cl.gpu.name) != cl.gpu:
+        out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
+    search = _search_to_mapping(inst.search)
+    if search:
+        out["search"] = search
+    return out
+
+
+def _gpu_to_mapping(gpu: GpuSpec) -> dict:
+    out = {"peak_tflops_bf16": gpu.peak_flops_per_s / units.TFLOPS_FLOPS,
+           "hbm_gib": units.bytes_to_gib(gpu.hbm_bytes),
+           "hbm_gbytes_per_s": gpu.hbm_bw_bytes_per_s / units.GBYTE_BYTES,
+           "matmul_eff_max": gpu.matmul_eff_max,
+           "matmul_half_gflops": gpu.matmul_half_flops / units.GFLOP_FLOPS,
+           "memory_eff": gpu.memory_eff, "attention_eff": gpu.attention_eff,
+           "fp8_matmul_eff_max": gpu.fp8_matmul_eff_max}
+    if gpu.peak_fp8_flops_per_s is not None:
+        out["peak_tflops_fp8"] = gpu.peak_fp8_flops_per_s / units.TFLOPS_FLOPS
+    return out
+
+
+def _search_to_mapping(space: SearchSpace) -> dict:
+    from dataclasses import fields
+
+    default = SearchSpace()
+    out: dict[str, Any] = {}
+    for f in fields(space):
+        value = getattr(space, f.name)
+        if value == getattr(default, f.name):
+            continue
+        if f.name == "memory_reserve_bytes":
+            out["memory_reserve_gib"] = units.bytes_to_gib(value)
+        elif isinstance(value, tuple):
+            out[f.name] = [v.value if isinstance(v, Enum) else v for v in value]
+        else:
+            out[f.name] = value
+    return out
+
+
+def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE_KEY) -> Instance:
+    """An instance written inside another file (a plan file's `instance:`), checked like an
+    instance file; errors name `path` and the field under `prefix`."""
+    top = _Section(_no_groups(data, path), path, prefix, _TOP_KEYS)
+    name = top.string("name")
+    gpus = _catalogue_with_gpu_types(top)
+    model = _model(top.section("model", _MODEL_KEYS), name)
+    cluster = _cluster(top.section("cluster", _CLUSTER_KEYS), gpus)
+    job = _job(top.section("job", _JOB_KEYS))
+    search = (_search(top.section("search", _SEARCH_KEYS), job.framework) if top.has("search")
+              else SearchSpace())
+    return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
+
+
+def plan_file_instance(path: str | Path) -> Instance | None:
+    """The instance a plan file carries under `instance:`; None when it carries none (plan
+    files written before paraplan wrote it, or written by hand)."""
+    data = _read_yaml(path)
+    if not isinstance(data, dict) or PLAN_FILE_INSTANCE_KEY not in data:
+        return None
+    return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], str(path))
+
+
+def plan_file_mapping(inst: Instance, plan: Plan) -> dict:
+    """What `paraplan plan -o` writes: the plan and the instance it was made for."""
+    return {"plan": plan_to_mapping(plan), PLAN_FILE_INSTANCE_KEY: instance_to_mapping(inst)}
+
+
+# YAML search keys whose SearchSpace field has another name (the unit is converted at load)
+_SEARCH_FIELDS = {"memory_reserve_gib": "memory_reserve_bytes"}
+SEARCH_LIST_KEYS = ("tp", "pp", "cp", "micro_batch", "sequence_parallel", "zero", "virtual_stages",
+                    "recompute", "tensor_partitions")
+SEARCH_KEYS = _SEARCH_KEYS
+
+
+def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--search>") -> Instance:
+    """`inst` with the search keys in `raw` (YAML values, e.g. {"tp": [1, 2], "zero": [1]})
+    replacing its own; every key and value is checked exactly as in a `search:` section
+    (framework rules included), and errors name `source`."""
+    parsed = _search(_Section(raw, source, "search", _SEARCH_KEYS), inst.job.framework)
+    fields = {_SEARCH_FIELDS.get(k, k): getattr(parsed, _SEARCH_FIELDS.get(k, k)) for k in raw}
+    with _config_errors_as(source, "search", "narrow the search space to valid values"):
+        space = replace(inst.search, **fields)
+    return replace(inst, search=space)

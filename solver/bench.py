@@ -133,6 +133,13 @@ def run_scale(log) -> list[list[str]]:
     return rows
 
 
+def ratio_text(ratio: float) -> str:
+    """exhaustive / CP-SAT time: whole numbers when the solver wins by 10x or more, else three
+    significant digits, so that an exhaustive search faster than the solver shows as 0.42x,
+    never 0x."""
+    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.3g}x"
+
+
 def run_bench(args) -> int:
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
     rungs: list[Rung] = []
@@ -146,7 +153,7 @@ def run_bench(args) -> int:
              f"{r.cpsat_s:.2f} ({r.cpsat_status})",
              "-" if r.milp_s is None else f"{r.milp_s:.2f} ({r.milp_status})",
              "-" if r.exhaustive_s is None else f"{r.exhaustive_s:.2f}",
-             "-" if r.ratio is None else f"{r.ratio:.0f}x",
+             "-" if r.ratio is None else ratio_text(r.ratio),
              "-" if r.agree is None else ("yes" if r.agree else "NO")] for r in rungs]
     print(table(["instance", "GPUs", "layers", "outer", "plans", "CP-SAT s", "MILP s",
                  "exhaustive s", "exh/CP-SAT", "same optimum"], rows))
@@ -161,5 +168,6 @@ def run_bench(args) -> int:
             w.writerows(records)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(records, fh, indent=2)
+            json.dump({"status": "agree" if all(r.agree is not False for r in rungs) else "disagree",
+                       "rungs": records}, fh, indent=2)
     return 0 if all(r.agree is not False for r in rungs) else 1

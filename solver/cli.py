@@ -14,6 +14,7 @@ from solver.inputs import add_instance_args, load_from_args
 
 EXIT_BAD_INPUT = 2
 EXIT_SOLVER = 3  # a solver backend is missing or crashed
+EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def _emit_json(obj) -> None:
@@ -25,7 +26,7 @@ def cmd_simulate(args) -> int:
     from cost.loader import load_plan
     from cost.simulate import simulate
     from solver import hetero_commands
-    from solver.format import breakdown_json, breakdown_text
+    from solver.format import breakdown_json, breakdown_text, gib
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_simulate(args)
@@ -36,10 +37,17 @@ def cmd_simulate(args) -> int:
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
     if args.json:
-        _emit_json(breakdown_json(bd))
+        _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
+                    "breakdown": breakdown_json(bd)})
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
         print(breakdown_text(bd))
+    if not bd.fits:  # the numbers above are still shown: they say by how much
+        over = [s for s in bd.stages if s.mem_bytes > s.capacity_bytes]
+        print("paraplan: the plan does not fit memory: " + "; ".join(
+            f"stage {s.stage} needs {gib(s.mem_bytes)} of {gib(s.capacity_bytes)} usable"
+            for s in over), file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
     return 0
 
 
@@ -58,6 +66,8 @@ def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
     for path in paths:
         try:
             rows.extend(load_rows(path))
+        except InstanceError:  # already one line naming the file, the field and the fix
+            raise
         except (OSError, ConfigError) as e:
             raise InstanceError(path, "<file>", str(e), "pass a file in the calibration schema")
         except Exception as e:  # malformed YAML and the like: still one line, exit 2
@@ -103,6 +113,7 @@ def cmd_accuracy(args) -> int:
                                    "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
                                   for p in wrong]},
             "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped],
+            "status": "ok" if modelled else "no_rows",
         })
         return 0
     print(table(["row", "gpu", "predicted", "measured", "error", "fits memory"],
@@ -128,8 +139,18 @@ def cmd_accuracy(args) -> int:
     return 0
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml), without importing anything heavy."""
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+    try:
+        return dist_version("paraplan")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="paraplan", description="Provably optimal parallel training plans.")
+    p.add_argument("--version", action="version", version=f"paraplan {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("simulate", help="predict one iteration of a given plan")
@@ -145,8 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from solver import commands, export_cmd, partition_cmd, report, sweep
+    from solver import commands, export_cmd, extra_commands, partition_cmd, report, sweep
     commands.register(sub)
+    extra_commands.register(sub)
     export_cmd.register(sub)
     partition_cmd.register(sub)
     report.register(sub)

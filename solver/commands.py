@@ -15,7 +15,22 @@ EXIT_DISAGREE = 1
 
 
 def _progress_enabled(args) -> bool:
-    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+    if getattr(args, "quiet", False):
+        return False
+    return getattr(args, "progress", False) or sys.stderr.isatty()
+
+
+def progress_printer(args):
+    """A solver/progress.Printer on stderr when stderr is a terminal or --progress was given
+    (never with --quiet), else None."""
+    from solver.progress import Printer
+    return Printer() if _progress_enabled(args) else None
+
+
+def add_progress_arg(parser) -> None:
+    parser.add_argument("--progress", action="store_true",
+                        help="show search progress on stderr even when it is not a terminal")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _plan_line(p) -> str:
@@ -68,23 +83,38 @@ def _evidence_text(res) -> str:
 
 
 def cmd_plan(args) -> int:
-    from cost.loader import plan_to_mapping
+    from cost.loader import plan_file_mapping
     from solver import hetero_commands
     from solver.planner import plan
 
-    log = (lambda msg: print(f"  {msg}", file=sys.stderr)) if _progress_enabled(args) else None
+    log = progress_printer(args)
     if hetero_commands.is_hetero(args):
-        return hetero_commands.cmd_plan(args, progress=log)
+        if args.top is not None:
+            raise InstanceError(args.instance, "--top", "not offered on mixed clusters",
+                                "plan without --top (or plan one group alone)")
+        try:
+            return hetero_commands.cmd_plan(args, progress=log)
+        finally:
+            if log:
+                log.done()
     _no_scenarios(args)
     inst = load_from_args(args)
+    if args.top is not None:
+        return cmd_plan_top(args, inst)
+    if args.within is not None:
+        raise InstanceError("<arguments>", "--within", "needs --top K",
+                            "add --top K, e.g. --top 5 --within 3")
     res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
                progress=log)
+    if log:
+        log.done()
     if args.output and res.plan is not None:
         header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
                   f" bound {res.bound_s:.6g} s, backend {res.backend}\n")
         with open(args.output, "w") as fh:
             fh.write(header)
-            yaml.safe_dump({"plan": plan_to_mapping(res.plan)}, fh, sort_keys=False)
+            # the instance rides along, so that export and simulate need no instance file
+            yaml.safe_dump(plan_file_mapping(inst, res.plan), fh, sort_keys=False)
     trust = None
     if res.plan is not None:
         from cost.trust import plan_trust
@@ -114,6 +144,35 @@ def cmd_plan(args) -> int:
             print()
             print(sensitivity_text(sens))
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+
+
+def cmd_plan_top(args, inst) -> int:
+    from cost.loader import plan_to_mapping
+    from solver.top_k import top_k
+
+    res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
+    best = res.plans[0].iter_time_s if res.plans else None
+    if args.json:
+        from solver.schema import top_k_json
+        _dump(top_k_json(res, plan_to_mapping))
+        return 0
+    within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
+    claim = ("proved: no other outer configuration's best plan belongs in this list"
+             if res.status == "optimal" else "NOT proved (time limit): the list may be incomplete")
+    print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
+          f" ({res.solved:,} of {res.visited_of:,} configurations solved exactly,"
+          f" {res.solve_time_s:.2f} s; {claim})")
+    rows = [[str(i + 1), seconds(r.iter_time_s), f"{100 * (r.iter_time_s / best - 1):+.2f}%",
+             f"{r.breakdown.tokens_per_s:,.0f}", _plan_line(r.plan)] for i, r in enumerate(res.plans)]
+    print(table(["#", "iteration", "vs best", "tokens/s", "plan"], rows, align="lrrrl"))
+    if not res.plans:
+        print("no plan fits memory")
+    return 0
+
+
+def _dump(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")
 
 
 def trust_json(trust) -> dict | None:
@@ -222,11 +281,11 @@ def cmd_exhaustive(args) -> int:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     if args.json:
-        json.dump({"complete": res.complete, "iter_time_s": res.iter_time_s, "candidates": res.candidates,
-                   "feasible": res.feasible, "outer_configs": res.outer_configs,
-                   "wall_time_s": res.wall_time_s,
-                   "plan": plan_to_mapping(res.plan) if res.plan else None}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _dump({"status": ("optimal" if res.plan else "infeasible") if res.complete else "timeout",
+               "complete": res.complete, "iter_time_s": res.iter_time_s,
+               "candidates": res.candidates, "feasible": res.feasible,
+               "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
+               "plan": plan_to_mapping(res.plan) if res.plan else None})
     else:
         print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
               f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
@@ -255,21 +314,15 @@ def cmd_verify(args) -> int:
     _no_scenarios(args)
     inst = load_from_args(args)
     deadline = Deadline(args.time_limit_s)
-    rows, values, skipped = [], {}, {}
+    methods = []  # (method, status, iteration time or None, solve time or None, note)
     tol = 0.0
     for backend in ("dp", "cpsat", "milp"):
         if deadline.expired():
-            skipped[backend] = "time limit reached before it started"
-            rows.append([backend, "skipped", "-", skipped[backend]])
+            methods.append((backend, "skipped", None, None, "time limit reached before it started"))
             continue
         res = plan(inst, backend=backend, time_limit_s=deadline.remaining_s())
         tol = max(tol, res.tolerance_s)
-        rows.append([backend, res.status, "-" if res.iter_time_s is None else f"{res.iter_time_s:.9g}",
-                     f"{res.solve_time_s:.2f} s"])
-        if res.status in ("optimal", "infeasible"):
-            values[backend] = res.iter_time_s
-        else:
-            skipped[backend] = f"did not prove optimality ({res.status})"
+        methods.append((backend, res.status, res.iter_time_s, res.solve_time_s, ""))
     try:
         if deadline.expired():
             raise TimeoutError("time limit reached before it started")
@@ -277,31 +330,46 @@ def cmd_verify(args) -> int:
                         time_limit_s=deadline.remaining_s())
         if not ex.complete:
             raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} candidates")
-        values["exhaustive"] = ex.iter_time_s
-        rows.append(["exhaustive", "optimal" if ex.plan else "infeasible",
-                     "-" if ex.iter_time_s is None else f"{ex.iter_time_s:.9g}", f"{ex.wall_time_s:.2f} s"])
+        methods.append(("exhaustive", "optimal" if ex.plan else "infeasible", ex.iter_time_s,
+                        ex.wall_time_s, ""))
     except (SpaceTooLarge, TimeoutError) as e:
-        skipped["exhaustive"] = str(e)
-        rows.append(["exhaustive", "skipped", "-", str(e)])
-    compared = list(values)
-    agree = methods_agree(list(values.values()), tol) if values else False
-    verified = agree and not skipped
+        methods.append(("exhaustive", "skipped", None, None, str(e)))
+    return report_verify(args, methods, tol)
+
+
+def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None) -> int:
+    """verify's verdict and output, for homogeneous and mixed clusters alike. Only methods that
+    proved their answer ("optimal" or "infeasible") are compared; the verdict names them and
+    every method left out (skipped, or stopped without a proof). Exit 0 only when every method
+    was compared and all agree."""
+    proved = [m for m in methods if m[1] in ("optimal", "infeasible")]
+    left_out = [m for m in methods if m[1] not in ("optimal", "infeasible")]
+    values = [m[2] for m in proved]
+    agree = bool(proved) and methods_agree(values, tol_s)
+    verified = agree and not left_out
+    names = ", ".join(m[0] for m in proved)
+    why = "; ".join(f"{m[0]} ({m[4] or 'did not prove optimality: ' + m[1]})" for m in left_out)
     if verified:
-        verdict = "AGREE: " + ", ".join(compared) + " found the same optimum"
-    elif not agree:
-        verdict = "DISAGREE: " + ", ".join(f"{k} {v}" for k, v in values.items())
+        verdict = f"AGREE: {names} found the same optimum"
+    elif not agree and len(proved) > 1:
+        verdict = f"DISAGREE: {names}" + (f"; not compared: {why}" if left_out else "")
     else:
-        verdict = ("NOT VERIFIED: " + (", ".join(compared) + " agree" if len(compared) > 1 else
-                                       (compared[0] + " alone" if compared else "nothing compared"))
-                   + "; not compared: " + "; ".join(f"{k} ({why})" for k, why in skipped.items()))
+        verdict = f"NOT VERIFIED: {names + (' agree' if len(proved) > 1 else ' alone') if proved else 'nothing compared'}; not compared: {why}"
     if args.json:
-        json.dump({"agree": agree, "verified": verified, "compared": compared, "skipped": skipped,
-                   "iter_time_s": values,
-                   "methods": [dict(zip(("method", "status", "iter_time_s", "time"), r)) for r in rows]},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
+               "agree": agree, "verified": verified,
+               "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
+               "iter_time_s": values[0] if agree else None,
+               "methods": [{"method": m, "status": st, "iter_time_s": v, "solve_time_s": t, "note": note}
+                           for m, st, v, t, note in methods]}
+        if objective is not None:
+            out["objective"] = objective
+        _dump(out)
     else:
-        print(table(["method", "status", "iteration time (s)", "time"], rows, align="llrl"))
+        what = "iteration time (s)" if objective in (None, "nominal") else f"{objective} objective (s)"
+        print(table(["method", "status", what, "time"],
+                    [[m, st, "-" if v is None else f"{v:.9g}", note if t is None else f"{t:.2f} s"]
+                     for m, st, v, t, note in methods], align="llrl"))
         print(verdict)
     return 0 if verified else EXIT_DISAGREE
 
@@ -369,7 +437,11 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan)")
-    p.add_argument("--quiet", action="store_true")
+    add_progress_arg(p)
+    p.add_argument("--top", type=int, metavar="K",
+                   help="list the K best plans with distinct outer configurations (solver/top_k.py)")
+    p.add_argument("--within", type=float, metavar="PCT",
+                   help="with --top: only plans within PCT percent of the optimum")
     p.add_argument("--sensitivity", action="store_true",
                    help="re-solve with each fitted efficiency at the ends of its uncertainty range")
     p.set_defaults(func=cmd_plan)

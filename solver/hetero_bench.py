@@ -119,5 +119,5 @@ def run_hetero_bench(args) -> int:
     print(text)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump([asdict(r) for r in rows], fh, indent=2)
+            json.dump({"status": "ok", "rows": [asdict(r) for r in rows]}, fh, indent=2)
     return 0

@@ -27,7 +27,12 @@ def is_hetero(args) -> bool:
 
 def _load(args):
     from cost.hetero_loader import load_hetero_instance
+    from cost.loader import override_search
+    from solver.inputs import SEARCH_SOURCE, search_overrides
     inst = load_hetero_instance(args.instance)
+    overrides = search_overrides(getattr(args, "search", None))
+    if overrides:  # checked like the file's own `search:`
+        inst = override_search(inst, overrides, SEARCH_SOURCE)
     if "spatial_temporal" in inst.search.tensor_partitions:
         raise InstanceError(inst.source, "search.tensor_partitions",
                             "per-operator partitions are not planned on heterogeneous clusters",
@@ -113,19 +118,42 @@ def regret_rows(regs) -> list[list[str]]:
              f"{100 * r.regret:+.2f}%"] for r in regs]
 
 
+def breakdown_json(bd) -> dict:
+    """A mixed-cluster breakdown with the homogeneous one's core fields (solver/schema.py):
+    the critical path is the slowest replica's pipeline, then the slowest sync + step."""
+    return {
+        "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
+        "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
+        "idle_gpus": bd.idle_gpus,
+        "exposed_s": {"pipeline": bd.pipeline_s, "grad_sync_and_optimizer": bd.sync_s},
+        "stages": [{"class": i + 1, "stage": s, "group": g, "time_per_micro_batch_s": t,
+                    "mem_bytes": mem, "capacity_bytes": cap}
+                   for i, c in enumerate(bd.classes)
+                   for s, (g, t, mem, cap) in enumerate(zip(c.stage_groups, c.stage_time_s,
+                                                            c.mem_bytes, c.capacity_bytes))],
+        "classes": [{"replicas": c.replicas, "num_micro_batches": c.num_micro_batches,
+                     "pipeline_time_s": c.pipeline_time_s, "stage_groups": list(c.stage_groups)}
+                    for c in bd.classes],
+    }
+
+
 def result_json(res, inst, regs=None) -> dict:
     from cost.hetero_loader import hetero_plan_to_mapping
+    bd = res.breakdown
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
+        "iter_time_s": bd.iter_time_s if bd else None,
+        "breakdown": breakdown_json(bd) if bd else None,
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
         "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
         "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "space": {"outer_configs": res.outer_configs, "plans": res.plans_total, "solved": res.solved,
+        "space": {"outer_configs": res.outer_configs, "candidates": res.plans_total, "solved": res.solved,
                   "pruned_by_bound": res.pruned_by_bound, "pruned_by_memory": res.pruned_by_memory,
                   "inner_infeasible": res.inner_infeasible, "unresolved": res.unresolved},
         "reason": res.reason or None,
         "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
+        "trust": None,  # cost/trust.py compares homogeneous published runs only
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
              "regret": r.regret} for r in regs],
@@ -179,15 +207,15 @@ def cmd_simulate(args) -> int:
     plan = load_hetero_plan(args.plan, inst)
     bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
     if args.json:
-        json.dump({name: {"iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
-                          "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
-                          "idle_gpus": bd.idle_gpus,
-                          "classes": [{"pipeline_time_s": c.pipeline_time_s, "stage_time_s": c.stage_time_s,
-                                       "mem_bytes": c.mem_bytes, "capacity_bytes": c.capacity_bytes}
-                                      for c in bd.classes]} for name, bd in bds},
+        nominal = bds[0][1]
+        json.dump({"status": "fits" if nominal.fits else "out_of_memory",
+                   "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
+                   "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
+                                  "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
+                                 for name, bd in bds]},
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return 0 if nominal.fits else 1
     print(describe_cluster(inst))
     print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
     print(breakdown_text(bds[0][1], inst))
@@ -195,7 +223,17 @@ def cmd_simulate(args) -> int:
         print("\n" + table(["scenario", "iteration", "tokens/s"],
                            [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],
                            align="lrr"))
+    if not bds[0][1].fits:
+        print("paraplan: the plan does not fit memory: " + _no_fit_reason(bds[0][1]), file=sys.stderr)
+        return 1
     return 0
+
+
+def _no_fit_reason(bd) -> str:
+    over = [(i + 1, s, g, mem, cap) for i, c in enumerate(bd.classes)
+            for s, (g, mem, cap) in enumerate(zip(c.stage_groups, c.mem_bytes, c.capacity_bytes)) if mem > cap]
+    return "; ".join(f"class {i} stage {s} on {g} needs {bytes_to_gib(mem):.1f} GiB of"
+                     f" {bytes_to_gib(cap):.1f} GiB usable" for i, s, g, mem, cap in over)
 
 
 def cmd_exhaustive(args) -> int:
@@ -212,8 +250,12 @@ def cmd_exhaustive(args) -> int:
                             "narrow the space under 'search:' or raise --max-candidates")
     if args.json:
         from cost.hetero_loader import hetero_plan_to_mapping
-        json.dump({"objective_s": res.objective_s, "candidates": res.candidates,
-                   "outer_configs": res.outer_configs, "wall_time_s": res.wall_time_s,
+        from cost.hetero_simulate import simulate_hetero
+        json.dump({"status": "optimal" if res.plan else "infeasible", "objective": objective,
+                   "objective_s": res.objective_s,
+                   "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
+                   "candidates": res.candidates, "outer_configs": res.outer_configs,
+                   "solve_time_s": res.wall_time_s,
                    "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None},
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -237,43 +279,19 @@ def cmd_verify(args) -> int:
     _check_objective(inst, objective)
     from solver.limits import Deadline
     deadline = Deadline(args.time_limit_s)
-    rows, values, tol, skipped = [], [], 0.0, {}
+    methods, tol = [], 0.0
     for backend in ("cpsat", "milp"):
         res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
-        values.append(res.objective_s)
-        rows.append([backend, res.status, "-" if res.objective_s is None else f"{res.objective_s:.9g}",
-                     f"{res.solve_time_s:.2f} s"])
-        if res.status not in ("optimal", "infeasible"):
-            print(f"{backend} did not prove optimality ({res.status})", file=sys.stderr)
-            return 1
+        methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
     try:
         ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates)
-        values.append(ex.objective_s)
-        rows.append(["exhaustive", "optimal" if ex.plan else "infeasible",
-                     "-" if ex.objective_s is None else f"{ex.objective_s:.9g}", f"{ex.wall_time_s:.2f} s"])
+        methods.append(("exhaustive", "optimal" if ex.plan else "infeasible", ex.objective_s,
+                        ex.wall_time_s, ""))
     except SpaceTooLarge as e:
-        rows.append(["exhaustive", "skipped", "-", str(e)])
-        skipped["exhaustive"] = str(e)
-    from solver.commands import methods_agree
-    agree = methods_agree(values, tol)
-    compared = ["cpsat", "milp"] + ([] if skipped else ["exhaustive"])
-    if args.json:
-        json.dump({"agree": agree, "verified": agree and not skipped, "compared": compared,
-                   "skipped": skipped, "objective": objective, "values_s": values,
-                   "methods": [dict(zip(("method", "status", "objective_s", "time"), r)) for r in rows]},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(table(["method", "status", f"{objective} objective (s)", "time"], rows, align="llrl"))
-        if agree and not skipped:
-            print("AGREE: " + ", ".join(compared) + " found the same optimum")
-        elif agree:
-            print("NOT VERIFIED: " + ", ".join(compared) + " agree; not compared: "
-                  + "; ".join(f"{k} ({why})" for k, why in skipped.items()))
-        else:
-            print("DISAGREE")
-    return 0 if agree and not skipped else 1
+        methods.append(("exhaustive", "skipped", None, None, str(e)))
+    from solver.commands import report_verify
+    return report_verify(args, methods, tol, objective)
 
 
 def cmd_replan(args) -> int:
@@ -293,7 +311,7 @@ def cmd_replan(args) -> int:
                     f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                     f" {r.new.objective_s:.6g} s per iteration\n")
     if args.json:
-        json.dump({"event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
+        json.dump({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
                    "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,

@@ -35,6 +35,7 @@ from cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaCl
 from formulations.multiclass import MultiClassProblem
 from solver import bounds
 from solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
+from solver.progress import search_status
 from solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
 
 OBJECTIVES = ("nominal", "robust", "expected")
@@ -292,6 +293,8 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
 
     open_bounds: list[float] = []
     for j, cand in enumerate(live):
+        if progress:
+            progress(search_status(j, len(live), res, best_val, [cand.key[0], *open_bounds]))
         if not can_win(cand.key):
             res.pruned_by_bound += len(live) - j
             break

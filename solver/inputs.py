@@ -35,6 +35,10 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
                             " (see instances/clusters/)")
     parts.add_argument("--job", metavar="PATH",
                        help="job YAML: 'job:' and optionally 'search:' (see instances/jobs/)")
+    parts.add_argument("--search", metavar="KEY=V[,V...]", action="append", default=None,
+                       help="replace one key of the search space, e.g. --search tp=1,2,4"
+                            " --search zero=1 (keys and values as under `search:` in the YAML);"
+                            " repeatable")
     parts.add_argument("--seq-len", metavar="N",
                        help="training sequence length in tokens; replaces the model's (needed"
                             " for configs without a maximum length, e.g. BLOOM)")
@@ -53,10 +57,55 @@ def load_from_args(args: argparse.Namespace) -> Instance:
         raise InstanceError("<arguments>", "INSTANCE" if not given else ", ".join(absent),
                             problem, "give an instance YAML, or all of --hf-config, --cluster"
                                      " and --job")
-    return load_instance_parts(instance, hf_config=getattr(args, "hf_config", None),
+    overrides = search_overrides(getattr(args, "search", None))
+    inst = load_instance_parts(instance, hf_config=getattr(args, "hf_config", None),
                                cluster=getattr(args, "cluster", None),
                                job=getattr(args, "job", None),
                                seq_len=_seq_len(getattr(args, "seq_len", None)))
+    if overrides:
+        from cost.loader import override_search
+        inst = override_search(inst, overrides, SEARCH_SOURCE)
+    return inst
+
+
+SEARCH_SOURCE = "<--search>"
+
+
+def search_overrides(items: list[str] | None) -> dict:
+    """--search KEY=V[,V...] options as a `search:` mapping of YAML values: list keys get a
+    list (`tp=1,2,4` -> [1, 2, 4], `zero=1` -> [1]), the others one value (`max_pp=8`,
+    `full_recompute=false`). Values are read as YAML scalars, so they are checked afterwards
+    exactly like the file's (cost/loader.override_search)."""
+    from cost.loader import SEARCH_KEYS, SEARCH_LIST_KEYS
+
+    out: dict = {}
+    for item in items or []:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key or not text.strip():
+            raise InstanceError(SEARCH_SOURCE, "--search", f"expected KEY=VALUE[,VALUE...], got {item!r}",
+                                "write e.g. --search tp=1,2,4 or --search zero=1")
+        if key in out:
+            raise InstanceError(SEARCH_SOURCE, f"search.{key}", "given twice",
+                                "give each key once, listing all its values: --search tp=1,2,4")
+        tokens = [_scalar(t) for t in text.split(",")]
+        if key in SEARCH_LIST_KEYS or key not in SEARCH_KEYS:  # unknown keys: the loader names them
+            out[key] = tokens
+        elif len(tokens) != 1:
+            raise InstanceError(SEARCH_SOURCE, f"search.{key}", f"takes one value, got {text!r}",
+                                f"write --search {key}=VALUE")
+        else:
+            out[key] = tokens[0]
+    return out
+
+
+def _scalar(text: str):
+    import yaml
+    try:
+        value = yaml.safe_load(text.strip())
+    except yaml.YAMLError:
+        return text.strip()
+    return value if isinstance(value, (bool, int, float, str)) else text.strip()
 
 
 def _seq_len(text: str | int | None) -> int | None:

@@ -84,7 +84,7 @@ def cmd_partition(args) -> int:
                      "replicated_params": params, "grad_sync_s": sync_s, "plan": plan,
                      "milp_time_s": mi.time_s, "agree": ok})
     if args.json:
-        json.dump({"tp": t, "micro_batch": args.micro_batch, "cp": args.cp, "front": rows,
+        json.dump({"status": "agree" if agree else "disagree", "tp": t, "micro_batch": args.micro_batch, "cp": args.cp, "front": rows,
                    "agree": agree}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

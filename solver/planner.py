@@ -41,6 +41,7 @@ from cost.simulate import Breakdown, simulate
 from cost.specs import Instance, Outer, Plan
 from cost.units import bytes_to_gib
 from solver import bounds, partition_plans
+from solver.progress import search_status
 from solver.space import outer_configs, summarize
 
 OPTIMAL, FEASIBLE, INFEASIBLE, TIMEOUT = "optimal", "feasible", "infeasible", "timeout"
@@ -262,6 +263,8 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     k = 0
     try:
         while k < len(live):
+            if progress:
+                progress(search_status(k, len(live), res, best_val, [live[k][0][0], *open_bounds]))
             if not can_win(live[k][0][0], live[k][0]):
                 res.pruned_by_bound += len(live) - k  # sorted by bound: none after can win either
                 break

@@ -23,27 +23,19 @@ from cost.coefficients import StageCoefficients, build
 from cost.errors import InstanceError
 from cost.specs import Instance, Outer, Plan
 from cost.units import MS_S, bytes_to_gib
-from solver import bounds
+from cost.partition import plan_layer_fn
+from solver import bounds, report_svg
 from solver.format import count, seconds
 
-KIND_COLOURS = {
-    timeline.EventKind.FORWARD: "#4c72b0",
-    timeline.EventKind.BACKWARD: "#55a868",
-    timeline.EventKind.RECOMPUTE: "#dd8452",
-    timeline.EventKind.SEND_RECV: "#8172b3",
-    timeline.EventKind.GRAD_SYNC_OPTIMIZER: "#937860",
-}
-# Micro-batch numbers are written inside boxes at least this share of the time axis wide.
-LABEL_MIN_WIDTH_SHARE = 0.012
-# Boxes get white outlines when the narrowest pass is at least this share of the time axis.
-OUTLINE_MIN_WIDTH_SHARE = 0.004
 DPI = 110
+# The replay "ends at the objective" when the two agree to this relative precision.
+SAME_TIME_REL = 1e-6
 # The frontier plot draws the capacity line only when it lies within this factor of the
 # largest peak memory plotted.
 CAPACITY_SHOWN_BEYOND_DATA = 1.5
 
-SECTIONS = ("Pipeline timeline", "Time breakdown", "Memory per stage",
-            "Throughput vs memory frontier")
+SECTIONS = ("Optimality evidence", "Pipeline timeline", "Time breakdown", "Memory per stage",
+            "Throughput vs memory frontier", "Your plan vs the optimum")
 
 
 @dataclass(frozen=True)
@@ -71,60 +63,6 @@ def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return buf.getvalue()
-
-
-# --- section 1: timeline ---------------------------------------------------------------------
-
-def timeline_figure(events: list[timeline.Event], pp: int, v: int, analytic_s: float) -> bytes:
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
-    from matplotlib.lines import Line2D
-
-    replay_s = timeline.makespan_s(events)
-    span = max(replay_s, analytic_s)
-    div, unit = _time_unit(span)
-    fig = Figure(figsize=(11, 2.2 + 0.42 * pp), layout="constrained")
-    ax = fig.add_subplot()
-    # white box outlines only where boxes are wide enough for them not to swamp the colour
-    pass_s = min((e.duration_s for e in events if e.kind is not timeline.EventKind.SEND_RECV),
-                 default=span)
-    edge = 0.4 if pass_s >= OUTLINE_MIN_WIDTH_SHARE * span else 0.0
-    groups: dict[tuple, list[tuple[float, float]]] = {}
-    for e in events:
-        groups.setdefault((e.stage, e.kind, e.chunk), []).append((e.start_s / div, e.duration_s / div))
-    for (s, kind, chunk), boxes in groups.items():
-        # odd model chunks are drawn lighter so interleaved chunks stay apart
-        ax.broken_barh(boxes, (s - 0.4, 0.8), facecolors=KIND_COLOURS[kind],
-                       alpha=1.0 if chunk % 2 == 0 else 0.6, edgecolor="white", linewidth=edge)
-    kinds = [k for k in KIND_COLOURS if any(key[1] is k for key in groups)]
-    for e in events:
-        if (e.kind in (timeline.EventKind.FORWARD, timeline.EventKind.BACKWARD)
-                and e.duration_s >= LABEL_MIN_WIDTH_SHARE * span):
-            ax.text((e.start_s + e.end_s) / 2 / div, e.stage, str(e.micro_batch), ha="center",
-                    va="center", fontsize=7, color="white")
-    ax.axvline(analytic_s / div, color="black", linestyle="--", linewidth=1.2)
-    same = abs(replay_s - analytic_s) <= 1e-9 * max(analytic_s, 1.0)
-    if not same:
-        ax.axvline(replay_s / div, color="crimson", linestyle=":", linewidth=1.4)
-    ax.set_ylim(pp - 0.5, -0.5)
-    ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
-    ax.set_xlim(0, span / div * 1.01)
-    ax.set_xlabel(f"time since the start of the iteration ({unit})")
-    ax.set_ylabel("pipeline stage")
-    ax.grid(axis="x", alpha=0.3)
-    handles = [Patch(color=KIND_COLOURS[k], label=k.value) for k in kinds]
-    handles.append(Line2D([], [], color="black", linestyle="--",
-                          label=f"analytic iteration time {seconds(analytic_s)}"
-                                + (" = replay" if same else "")))
-    if not same:
-        rel = (replay_s - analytic_s) / analytic_s
-        handles.append(Line2D([], [], color="crimson", linestyle=":",
-                              label=f"event replay {seconds(replay_s)} ({100 * rel:+.2g}%)"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
-               frameon=False)
-    ax.set_title("One iteration, " + ("1F1B" if v == 1 else f"interleaved 1F1B, v={v} chunks")
-                 + " (numbers: micro-batch; empty space: pipeline bubble)", fontsize=10)
-    return _png(fig)
 
 
 # --- section 2: breakdown --------------------------------------------------------------------
@@ -277,6 +215,8 @@ th:first-child, td:first-child { text-align: left; }
 figure { margin: 1em 0; } img { max-width: 100%; }
 figcaption { font-size: 0.88em; color: #444; max-width: 900px; }
 code { background: #f3f3f3; padding: 0 0.2em; }
+table.facts th { text-align: left; font-weight: 600; white-space: nowrap; vertical-align: top; }
+table.facts td { text-align: left; }
 """
 
 
@@ -286,6 +226,10 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _table(headers: list[str] | None, rows: list[list[str]]) -> str:
+    if headers is None:  # a fact sheet: label and text, both left-aligned
+        body = "".join(f"<tr><th>{html.escape(str(r[0]))}</th><td>{html.escape(str(r[1]))}</td></tr>"
+                       for r in rows)
+        return f'<table class="facts"><tbody>{body}</tbody></table>'
     head = ("" if headers is None else
             "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead>")
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>"
@@ -297,38 +241,69 @@ def _section(k: int, anchor: str, body: str) -> str:
     return f'<section id="{anchor}"><h2>{k}. {SECTIONS[k - 1]}</h2>{body}</section>'
 
 
+def plan_coefficients(inst: Instance, p: Plan) -> StageCoefficients:
+    """The coefficients the plan was priced with: its own per-operator partitions included
+    (cost/partition.py), so that the chart ends where the planner's objective does."""
+    return build(inst, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
+                 layer_fn=plan_layer_fn(p.partitions))
+
+
+def gantt_figure(events, pp: int, m: int, v: int, objective_s: float, title: str,
+                 row_labels: list[str] | None = None) -> tuple[str, report_svg.Cut | None]:
+    svg, cut = report_svg.gantt_svg(events, pp, m, v, objective_s, title, row_labels)
+    fig = (f'<figure class="gantt-fig"><div class="gantt-wrap">{svg}</div>'
+           + report_svg.legend_html(report_svg.kinds_present(events), objective_s))
+    return fig, cut
+
+
+def _cut_text(cut, v: int, pp: int) -> str:
+    if cut is None:
+        return ""
+    return (f" The hatched band stands for {cut.micro_batches} micro-batches of the steady state"
+            f" ({html.escape(seconds(cut.omitted_s))}): there every stage repeats the same"
+            f" {'forward/backward pair' if v == 1 else f'{pp} forward/backward pairs'} every"
+            f" {html.escape(seconds(cut.period_s))}, checked on the replayed events before"
+            " cutting; the axis shows real times on both sides.")
+
+
 def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
     n, r = np.array(p.layers_per_stage, float), np.array(p.full_recompute_layers, float)
     events = timeline.one_f_one_b_events(c, n, r)
     replay_s = timeline.makespan_s(events)
     t = schedule.stage_times_s(c, n, r)
     uniform = bool(np.ptp(t) <= 1e-12 * t.max())
+    same = abs(replay_s - analytic_s) <= SAME_TIME_REL * analytic_s
     rel = (replay_s - analytic_s) / analytic_s
+    fig, cut = gantt_figure(events, p.pp, p.num_micro_batches, p.virtual_stages, analytic_s,
+                            "One iteration of the plan, one row per pipeline stage")
     caption = (
-        f"Gantt chart of one iteration, one row per pipeline stage, from the event replay in"
-        f" <code>cost/timeline.py</code>: {p.num_micro_batches} micro-batches on {p.pp} stage(s)"
-        + (f", {p.virtual_stages} model chunks per stage (odd chunks drawn lighter)"
-           if p.virtual_stages > 1 else "")
-        + ". Per micro-batch, each stage's time T<sub>s</sub> (cost/coefficients.py) is split"
-        " into forward = 1/3 and backward = 2/3 of its compute (the linear layers' ratio; the"
-        " coefficients keep the two summed, so this split is an approximation), full recompute"
-        " just before the backward, and the stage's pipeline send/recv time half after each"
-        " pass. Gradient sync + optimizer step follows each stage's last backward; white space"
-        " is the pipeline bubble. The dashed line is the analytic iteration time of"
-        " <code>cost/schedule.py</code>, (m &minus; 1/v)&middot;max T<sub>s</sub> +"
-        " &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>: that formula is what the planner"
-        f" optimises. The replay ends at {html.escape(seconds(replay_s))}"
-        f" ({100 * rel:+.2g}% from the formula); the two coincide when all stages take equal"
-        " time (checked in tests/solver/test_report.py)"
-        + ("" if uniform else "; here the stages differ, and the formula charges the slowest"
-           " stage once per micro-batch and every other stage once, where the replay resolves"
-           " the actual waits")
-        + ".")
-    png = timeline_figure(events, p.pp, p.virtual_stages, analytic_s)
-    rows = [["analytic (planner's objective)", seconds(analytic_s)],
+        f"One iteration, {p.num_micro_batches} micro-batches on {p.pp} stage(s),"
+        + (" 1F1B" if p.virtual_stages == 1 else
+           f" interleaved 1F1B with {p.virtual_stages} model chunks per stage (odd chunks lighter)")
+        + ", from the event replay in <code>cost/timeline.py</code>, priced with the plan's own"
+        " coefficients" + (" (its per-operator tensor partitions included)" if p.partitions else "")
+        + ". Hover a box for its times (its micro-batch lights up on every stage); click a legend"
+        " entry to hide that kind. Per micro-batch, each stage's time T<sub>s</sub> is split into"
+        " forward = 1/3 and backward = 2/3 of its compute (the linear layers' ratio: the"
+        " coefficients keep the two summed, so the split is an approximation), full recompute"
+        " just before the backward, and the pipeline send/recv half after each pass. Gradient"
+        " sync + optimizer step follows each stage's last backward; white space is the pipeline"
+        " bubble. The dashed line is the planner's objective, <code>cost/schedule.py</code>'s"
+        " (m &minus; 1/v)&middot;max T<sub>s</sub> + &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>."
+        + _cut_text(cut, p.virtual_stages, p.pp)
+        + (" All stages take the same time, so the replay ends exactly at the objective."
+           if uniform else " The stages differ a little, yet the replay ends at the objective"
+           " (to 1e-6): the formula is exact here, as it is whenever the slowest stage is the"
+           " last one (README, Cost model: Pipeline)." if same else
+           f" The stages differ, so the replay ends {html.escape(seconds(abs(replay_s - analytic_s)))}"
+           f" ({100 * rel:+.2g}%) {'before' if rel < 0 else 'after'} the objective: the formula"
+           " charges the slowest stage m times and every other stage once in full, an upper"
+           " bound; the replay overlaps a lighter stage's round trip with the slowest stage's"
+           " warm-up and cool-down (README, Cost model: Pipeline)."))
+    rows = [["planner's objective (formula)", seconds(analytic_s)],
             ["event replay makespan", seconds(replay_s)],
             ["difference", f"{100 * rel:+.2g}%"]]
-    return (f"<figure>{_img(png, 'pipeline timeline')}<figcaption>{caption}</figcaption></figure>"
+    return (f"{fig}<figcaption>{caption}</figcaption></figure>"
             + _table(["iteration time", "value"], rows))
 
 
@@ -389,9 +364,108 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
                       "peak memory"], rows))
 
 
-def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None = None) -> str:
+def evidence_rows(result, trust) -> list[list[str]]:
+    """Optimality evidence of a (homogeneous or heterogeneous) planner result, and how far to
+    trust its time (cost/trust.py)."""
+    claim = {"optimal": "OPTIMAL: proved over the declared space",
+             "feasible": "FEASIBLE: not proved optimal (time limit)",
+             "infeasible": "INFEASIBLE: proved, no plan in the space fits",
+             "timeout": "TIMEOUT: no plan found within the time limit"}[result.status]
+    objective = getattr(result, "objective_s", None)
+    objective = result.iter_time_s if objective is None and hasattr(result, "iter_time_s") else objective
+    rows = [["status", claim]]
+    if objective is not None:
+        rows.append(["objective", seconds(objective)])
+    if result.bound_s is not None:
+        rows.append(["best lower bound", seconds(result.bound_s)])
+        rows.append(["gap", f"{100 * (result.gap or 0):.4f}%"])
+    rows.append(["quantisation tolerance", f"{result.tolerance_s:.3g} s"])
+    rows.append(["solve time", f"{result.solve_time_s:.2f} s ({result.backend})"])
+    total = getattr(result, "space_size", None) or getattr(result, "plans_total", 0)
+    rows.append(["declared space", f"{result.outer_configs:,} outer configurations, {count(total)} plans"])
+    rows.append(["accounted for", f"{result.solved:,} solved exactly ({result.inner_infeasible:,}"
+                 f" infeasible), {result.pruned_by_bound:,} pruned by a lower bound,"
+                 f" {result.pruned_by_memory:,} proved infeasible by memory,"
+                 f" {result.unresolved:,} unresolved"])
+    if getattr(result, "pruned_by_dominance", 0):
+        rows.append(["dominated layer plans", f"{result.pruned_by_dominance:,} (outer, layer plan) pairs"])
+    if result.reason:
+        rows.append(["reason", result.reason])
+    if trust is not None:
+        if trust.interval_s is None:
+            rows.append(["trust", "no published run compares: the time is unvalidated"])
+        else:
+            lo, hi = trust.interval_s
+            rows.append(["trust", f"measured time likely in {seconds(lo)} .. {seconds(hi)}"
+                                  f" (10th-90th percentile of the errors of {trust.rows} published"
+                                  f" runs: {trust.group})"])
+        rows += [["warning", w] for w in trust.warnings]
+    return rows
+
+
+def _evidence_section(result, trust) -> str:
+    caption = ("<p>\"optimal\" is printed only when every outer configuration was solved to"
+               " optimality, proved infeasible by memory, or pruned by a valid lower bound"
+               " (<code>solver/bounds.py</code>); the gap is (objective &minus; bound) /"
+               " objective. The trust interval comes from the errors of comparable published"
+               " runs (<code>cost/trust.py</code>).</p>")
+    return _table(None, evidence_rows(result, trust)) + caption
+
+
+def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> str:
+    from cost.simulate import simulate
+    from solver.compare import compare
+
+    ours = simulate(inst, user_plan, reserve_bytes=inst.search.memory_reserve_bytes)
+    best = result.breakdown
+    if best is None:
+        return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
+    cmp = compare(ours, best, ("your plan", "the optimum"))
+    side = [["plan", plan_text(user_plan), plan_text(result.plan)],
+            ["iteration time", seconds(ours.iter_time_s), seconds(best.iter_time_s)],
+            ["tokens/s", f"{ours.tokens_per_s:,.0f}", f"{best.tokens_per_s:,.0f}"],
+            ["MFU", f"{100 * ours.mfu:.1f}%", f"{100 * best.mfu:.1f}%"],
+            ["peak memory", f"{bytes_to_gib(ours.peak_mem_bytes):.1f} GiB",
+             f"{bytes_to_gib(best.peak_mem_bytes):.1f} GiB"],
+            ["fits memory", "yes" if ours.fits else "NO", "yes" if best.fits else "NO"]]
+    parts = [[d.part.replace("_", " "), seconds(d.a_s), seconds(d.b_s), f"{'+' if d.diff_s >= 0 else '-'}"
+              f"{seconds(abs(d.diff_s))}"] for d in cmp.parts]
+    if cmp.faster is None:
+        verdict = "Your plan is as fast as the optimum."
+    elif cmp.faster == "b":
+        verdict = f"The optimum is {cmp.speedup:.3f}x faster than your plan ({html.escape(label)})."
+    else:  # only possible when the user's plan is outside the declared space
+        verdict = (f"Your plan is {cmp.speedup:.3f}x faster: it lies outside the declared space"
+                   " (widen <code>search:</code> to let the planner consider it).")
+    why = "".join(f"<li>{html.escape(r)}</li>" for r in cmp.reasons)
+    if not ours.fits:
+        verdict += " Your plan does not fit memory."
+    return (f"<p>{verdict}</p>" + (f"<p>Why (the parts of the critical path that differ, largest"
+                                    f" first):</p><ul>{why}</ul>" if why else "")
+            + _table(["", "your plan", "optimum"], side)
+            + _table(["part of the critical path", "your plan", "optimum", "optimum - yours"], parts))
+
+
+def plan_text(p: Plan) -> str:
+    out = (outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
+           f" full recompute/stage {list(p.full_recompute_layers)}")
+    if p.partitions:
+        out += ", partitions " + ", ".join(f"{op}={spec}" for op, spec in p.partitions)
+    return out
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(title)}</title><style>{CSS}{report_svg.CSS}</style></head>\n"
+            f"<body>{body}<script>{report_svg.SCRIPT}</script></body></html>\n")
+
+
+def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None = None,
+                 trust=None, user_plan: Plan | None = None, user_plan_label: str = "") -> str:
     """The report as one HTML string. `result` is a solver.planner.PlanResult; `coeffs` the
-    instance's coefficient table when the caller has it (else it is built)."""
+    instance's coefficient table when the caller has it (else it is built); `trust` the
+    cost/trust.py interval of the plan; `user_plan` a plan to compare with the optimum."""
+    from solver.partition_cmd import describe_partitions
     from solver.planner import coefficient_table
 
     if coeffs is None:
@@ -402,17 +476,16 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
              ["model", f"{m.name}: {m.layers} layers, hidden {m.hidden}, seq_len {m.seq_len}"],
              ["cluster", f"{cl.num_gpus} x {cl.gpu.name} ({cl.nodes} nodes)"],
              ["global batch", f"{inst.job.global_batch} sequences"],
-             ["status", result.status + (f": {result.reason}" if result.reason else "")],
-             ["backend", f"{result.backend}, {result.solve_time_s:.2f} s"],
-             ["space", f"{result.outer_configs:,} outer configs, {count(result.space_size)} plans"]]
+             ["status", result.status + (f": {result.reason}" if result.reason else "")]]
     p, bd = result.plan, result.breakdown
     if p is not None and bd is not None:
         facts += [["iteration time", seconds(result.iter_time_s)],
-                  ["best bound", f"{seconds(result.bound_s)} (gap {100 * (result.gap or 0):.4f}%)"],
                   ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%"],
                   ["plan", outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
                                             f" full recompute/stage {list(p.full_recompute_layers)}"]]
-        c = build(inst, p.outer, reserve_bytes=inst.search.memory_reserve_bytes)
+        facts += [["partition" if i == 0 else "", line]
+                  for i, line in enumerate(describe_partitions(p, inst))]
+        c = plan_coefficients(inst, p)
         s1 = _timeline_section(c, p, result.iter_time_s)
         s2 = _breakdown_section(bd)
         s3 = _memory_section(c, p, bd)
@@ -420,35 +493,157 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
         none = f"<p>No plan to show ({html.escape(result.status)}).</p>"
         s1 = s2 = s3 = none
     body = (f"<h1>{html.escape(title)}</h1>" + _table(None, facts)
-            + _section(1, "timeline", s1) + _section(2, "breakdown", s2)
-            + _section(3, "memory", s3) + _section(4, "frontier", _frontier_section(inst, coeffs, result)))
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>{body}</body></html>\n")
+            + _section(1, "evidence", _evidence_section(result, trust))
+            + _section(2, "timeline", s1) + _section(3, "breakdown", s2)
+            + _section(4, "memory", s3) + _section(5, "frontier", _frontier_section(inst, coeffs, result)))
+    if user_plan is not None:
+        body += _section(6, "comparison", _comparison_section(inst, result, user_plan, user_plan_label))
+    return _page(title, body)
+
+
+# --- heterogeneous clusters ------------------------------------------------------------------
+
+def build_hetero_report(inst, result, regrets=None) -> str:
+    """A mixed-cluster plan: evidence, one Gantt per replica class (its stages on their node
+    groups), per-stage time and memory, and the plan on every network scenario (with its regret
+    against each scenario's own optimum when `regrets` is given)."""
+    from dataclasses import replace
+
+    from cost.hetero_coefficients import class_coefficients
+    from cost.hetero_simulate import simulate_hetero
+    from solver.hetero_commands import plan_lines
+
+    title = f"paraplan report: {inst.name}"
+    groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
+                        for g in inst.cluster.groups)
+    facts = [["instance", inst.name], ["model", f"{inst.model.name}: {inst.model.layers} layers"],
+             ["cluster", groups], ["global batch", f"{inst.job.global_batch} sequences"],
+             ["objective", result.objective]]
+    p, bd = result.plan, result.breakdown
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    if p is None or bd is None:
+        body.append(_table(None, facts))
+        body.append(_section(1, "evidence", _evidence_section(result, None)))
+        body.append(f"<p>No plan to show ({html.escape(result.status)}).</p>")
+        return _page(title, "".join(body))
+    facts += [["iteration time", f"{seconds(bd.iter_time_s)} on the nominal network"],
+              ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}% of all GPUs'"
+                             f" peak, {bd.idle_gpus} idle GPUs"]]
+    facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
+    body.append(_table(None, facts))
+    body.append(_section(1, "evidence", _evidence_section(result, None)))
+    coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes)
+    figs = []
+    for i, (c, k) in enumerate(zip(coeffs, p.classes)):
+        c = replace(c, outer=replace(c.outer, num_micro_batches=k.num_micro_batches))
+        n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)
+        events = timeline.one_f_one_b_events(c, n, r)
+        names = [inst.cluster.groups[g].name for g in k.stage_groups]
+        fig, cut = gantt_figure(events, len(n), k.num_micro_batches, 1, bd.iter_time_s,
+                                f"class {i + 1}", [f"{s}: {g}" for s, g in enumerate(names)])
+        replay_s = timeline.makespan_s(events)
+        figs.append(f"<h3>class {i + 1}: {k.replicas} replica(s), {k.num_micro_batches} micro-batches"
+                    f" each</h3>{fig}<figcaption>One replica of class {i + 1} (rows: stage: node"
+                    f" group). Its replay ends at {html.escape(seconds(replay_s))}; the dashed line"
+                    " is the plan's iteration time (the slowest replica's 1F1B formula time plus"
+                    " the slowest gradient sync + optimizer step)."
+                    + _cut_text(cut, 1, len(n)) + "</figcaption></figure>")
+    body.append(_section(2, "timeline", "".join(figs)))
+    rows = []
+    for i, ck in enumerate(bd.classes):
+        for s, (g, t, mem, cap) in enumerate(zip(ck.stage_groups, ck.stage_time_s, ck.mem_bytes,
+                                                 ck.capacity_bytes)):
+            rows.append([f"{i + 1}", str(s), g, seconds(t), f"{bytes_to_gib(mem):.2f} GiB",
+                         f"{bytes_to_gib(cap):.2f} GiB", f"{100 * mem / cap:.0f}%"])
+    body.append(_section(3, "breakdown",
+                         f"<p>iteration {html.escape(seconds(bd.iter_time_s))} = slowest pipeline"
+                         f" {html.escape(seconds(bd.pipeline_s))} + gradient sync/optimizer"
+                         f" {html.escape(seconds(bd.sync_s))}</p>"))
+    body.append(_section(4, "memory", _table(["class", "stage", "group", "time/micro-batch",
+                                              "memory", "capacity", "used"], rows)))
+    sc_rows = []
+    by_name = {r.scenario: r for r in (regrets or [])}
+    for sc in inst.scenarios:
+        t = simulate_hetero(inst, p, sc.cluster).iter_time_s
+        reg = by_name.get(sc.name)
+        sc_rows.append([sc.name, "-" if sc.probability is None else f"{sc.probability:g}", seconds(t),
+                        "-" if reg is None else seconds(reg.optimum_s),
+                        "-" if reg is None else f"{100 * reg.regret:+.2f}%"])
+    body.append(_section(5, "frontier", _table(["scenario", "probability", "this plan",
+                                                "scenario's optimum", "regret"], sc_rows)
+                         + "<p>The plan re-simulated on every declared network scenario"
+                           " (<code>cost/hetero_simulate.py</code>); regret = this plan's time /"
+                           " the scenario's own optimum &minus; 1.</p>"))
+    return _page(title, "".join(body)).replace(
+        f"<h2>5. {SECTIONS[4]}</h2>", "<h2>5. Network scenarios and regret</h2>")
 
 
 def cmd_report(args) -> int:
-    from cost.loader import load_instance
+    from cost.loader import load_plan
+    from cost.trust import plan_trust
+    from solver import hetero_commands
+    from solver.commands import progress_printer
+    from solver.inputs import load_from_args
     from solver.planner import plan
 
-    inst = load_instance(args.instance)
-    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s)
-    page = build_report(inst, res)
-    try:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(page)
-    except OSError as e:
-        raise InstanceError(args.output, "-o/--output", f"cannot write: {e.strerror}",
-                            "pass a writable path")
+    progress = progress_printer(args)
+    if hetero_commands.is_hetero(args):
+        return _cmd_report_hetero(args, progress)
+    inst = load_from_args(args)
+    user_plan = load_plan(args.plan, inst) if args.plan else None
+    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
+    if progress:
+        progress.done()
+    trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
+    page = build_report(inst, res, trust=trust, user_plan=user_plan, user_plan_label=args.plan or "")
+    _write(args.output, page)
     what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 
 
+def _cmd_report_hetero(args, progress) -> int:
+    from solver.dynamic import regrets, scenario_optima
+    from solver.hetero_commands import _check_objective, _load, objective_of
+    from solver.hetero_planner import plan_hetero
+
+    if args.plan:
+        raise InstanceError(args.plan, "--plan", "comparing a plan is not offered on mixed clusters",
+                            "run `paraplan simulate HETERO.yaml --plan PLAN.yaml` for that plan")
+    inst = _load(args)
+    objective = objective_of(args)
+    _check_objective(inst, objective)
+    res = plan_hetero(inst, args.backend, args.time_limit_s, objective=objective, progress=progress)
+    if progress:
+        progress.done()
+    regs = None
+    if res.plan is not None and len(inst.scenarios) > 1:
+        regs = regrets(inst, res.plan, scenario_optima(inst, args.backend, args.time_limit_s))
+    _write(args.output, build_hetero_report(inst, res, regs))
+    what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
+    print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
+    return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+
+
+def _write(path: str, page: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(page)
+    except OSError as e:
+        raise InstanceError(path, "-o/--output", f"cannot write: {e.strerror}", "pass a writable path")
+
+
 def register(sub) -> None:
-    r = sub.add_parser("report", help="HTML report of the optimal plan (timeline, breakdown,"
-                                      " memory, throughput-memory frontier)")
-    r.add_argument("instance")
+    from solver.commands import add_progress_arg, _add_objective_args
+    from solver.inputs import add_instance_args
+
+    r = sub.add_parser("report", help="HTML report of the optimal plan (evidence, timeline,"
+                                      " breakdown, memory, frontier; mixed clusters: scenarios)")
+    add_instance_args(r)
     r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    r.add_argument("--plan", help="your own plan YAML, compared with the optimum")
     r.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
     r.add_argument("--time-limit-s", type=float, default=60.0)
+    _add_objective_args(r)
+    add_progress_arg(r)
     r.set_defaults(func=cmd_report)

@@ -2,7 +2,7 @@
 
     paraplan sweep instances/sweeps/example.yaml -o results.csv
     paraplan sweep study.yaml --workers 8 --json results.jsonl
-    paraplan sweep study.yaml --cluster tcp://scheduler-host:8786 -o results.csv --resume
+    paraplan sweep study.yaml --dask-scheduler tcp://scheduler-host:8786 -o results.csv --resume
 
 Sweep file (paths relative to the sweep file; "required" unless a default is given)::
 
@@ -62,7 +62,7 @@ second; `LocalCluster` runs a real scheduler and worker processes on a laptop or
 box; and any machine with paraplan installed joins with `dask worker ADDRESS`. Ray brings a
 large native wheel, a per-node raylet and object store sized for GPU clusters, and more start
 time and memory than paraplan's CPU-bound, kilobyte-sized tasks need. Dask is imported only for
---cluster, so paraplan works without it (`pip install 'paraplan[cluster]'` adds it).
+--dask-scheduler, so paraplan works without it (`pip install 'paraplan[cluster]'` adds it).
 
 Test hook: when the environment variable PARAPLAN_TEST_CRASH holds a job's instance name, the
 worker solving that job exits at once via os._exit(TEST_CRASH_EXIT_CODE), as a killed worker
@@ -71,6 +71,7 @@ would; tests/robustness/test_sweep.py uses it. Nothing else reads the variable.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import itertools
@@ -322,17 +323,17 @@ class _DaskCluster:
         try:
             from distributed import Client, KilledWorker, as_completed
         except ImportError:
-            raise InstanceError("<arguments>", "--cluster", "needs dask.distributed, which is not"
+            raise InstanceError("<arguments>", "--dask-scheduler", "needs dask.distributed, which is not"
                                 " installed", "pip install 'paraplan[cluster]'") from None
         if address.endswith(_YAML_SUFFIXES) or os.path.isfile(address):
-            raise InstanceError("<arguments>", "--cluster", f"{address!r} is a file; sweep's"
-                                " --cluster is a Dask scheduler address",
+            raise InstanceError("<arguments>", "--dask-scheduler", f"{address!r} is a file;"
+                                " sweep's --dask-scheduler is a Dask scheduler address",
                                 "give e.g. tcp://host:8786; list cluster files under 'clusters:'"
                                 " in the sweep file")
         try:
             self._client = Client(address, set_as_default=False)
         except (OSError, TimeoutError, ValueError, TypeError) as e:
-            raise InstanceError("<arguments>", "--cluster", f"cannot reach a Dask scheduler at"
+            raise InstanceError("<arguments>", "--dask-scheduler", f"cannot reach a Dask scheduler at"
                                 f" {address!r} ({_one_line(e)})",
                                 "start one with `dask scheduler` and workers with `dask worker"
                                 " ADDRESS`, or check the address") from None
@@ -571,14 +572,14 @@ def _positive_workers(text: str | None) -> int | None:
 
 def cmd_sweep(args) -> int:
     workers = _positive_workers(args.workers)
-    if workers is not None and args.cluster is not None:
+    if workers is not None and args.dask_scheduler is not None:
         raise InstanceError("<arguments>", "--workers", "applies to the local process pool only",
-                            "drop it; with --cluster the Dask workers set the parallelism")
+                            "drop it; with --dask-scheduler the Dask workers set the parallelism")
     sweep = load_sweep(args.sweep)
     csv_path = args.output or f"{sweep.name}.csv"
     show = not args.quiet and sys.stderr.isatty()
     outcome = run_sweep(sweep, csv_path=csv_path, jsonl_path=args.json, workers=workers,
-                        cluster=args.cluster, resume=args.resume,
+                        cluster=args.dask_scheduler, resume=args.resume,
                         progress=_progress_line if show else None)
     if show and outcome.total > outcome.skipped:
         sys.stderr.write("\n")
@@ -591,6 +592,15 @@ def cmd_sweep(args) -> int:
     return 1 if outcome.failed else 0
 
 
+class _DeprecatedCluster(argparse.Action):
+    """`sweep --cluster ADDRESS`: still accepted, with one deprecation line on stderr."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("paraplan: warning: `sweep --cluster` is deprecated (elsewhere --cluster is a cluster"
+              " YAML); use --dask-scheduler ADDRESS", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def register(sub) -> None:
     s = sub.add_parser("sweep", help="plan every job of a sweep file, in parallel",
                        description="Plan every job of SWEEP (see solver/sweep.py for the file),"
@@ -600,8 +610,11 @@ def register(sub) -> None:
     s.add_argument("--workers", metavar="N",
                    help="local worker processes (default: the CPU count divided by the"
                         " sweep's solver threads)")
-    s.add_argument("--cluster", metavar="ADDRESS",
+    s.add_argument("--dask-scheduler", metavar="ADDRESS", dest="dask_scheduler",
                    help="run on this dask.distributed scheduler, e.g. tcp://host:8786")
+    # the old spelling, deprecated: `--cluster` names a cluster YAML in every other command
+    s.add_argument("--cluster", metavar="ADDRESS", dest="dask_scheduler", action=_DeprecatedCluster,
+                   help=argparse.SUPPRESS)
     s.add_argument("-o", "--output", metavar="CSV", help="results CSV (default: <name>.csv)")
     s.add_argument("--json", metavar="JSONL", help="also write one JSON object per job")
     s.add_argument("--resume", action="store_true",

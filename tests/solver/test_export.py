@@ -1,66 +1,55 @@
-"""solver/export.py and `paraplan export`: plans written as Megatron-LM, torchtitan and
-DeepSpeed settings.
+"""solver/export/ and `paraplan export`: plans written as Megatron-LM arguments, torchtitan 0.2.x
+TOML and DeepSpeed JSON.
 
-The names each export may use are listed here from the frameworks' own documentation, not from
-solver/export.py, so a misspelt or invented flag fails:
-- Megatron-LM: argparse flags of megatron/training/arguments.py.
-- torchtitan v0.2.0: dataclass fields of torchtitan/config/job_config.py (Training,
-  Parallelism, ActivationCheckpoint).
-- DeepSpeed: the "DeepSpeed Configuration JSON" docs page.
-Expected values are worked out by hand from the plan (noted beside each case).
+Every emitted name and value is checked against the fact tables of tests/solver/export_facts.py,
+read from the frameworks' own parsers (tests/solver/test_export_frameworks.py runs those parsers
+where the frameworks are installed). Expected values are worked out by hand from the plan
+(noted beside each case); the predicted time of an emitted configuration is checked against
+cost/simulate.py run on the configuration written out by hand.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from cost.errors import InstanceError
-from cost.loader import load_instance, plan_to_mapping
-from cost.specs import Plan, Precision, Recompute
-from solver.export import to_deepspeed, to_megatron, to_torchtitan
+from cost.loader import load_instance, plan_file_mapping, plan_to_mapping
+from cost.simulate import simulate
+from cost.specs import Attention, Framework, Mlp, Plan, Precision, Recompute
+from solver.cli import main as cli_main
+from solver.export import ExportRefused, to_deepspeed, to_megatron, to_torchtitan
 from solver.export_cmd import register, render
+from tests.solver.export_facts import (DEEPSPEED_V0_19, MEGATRON_EXCLUSIVE, MEGATRON_MAIN_D98E8A6,
+                                       TORCHTITAN_SCHEDULES, TORCHTITAN_V0_2_0,
+                                       TORCHTITAN_V0_2_0_CONVERTERS,
+                                       TORCHTITAN_V0_2_0_LLAMA3_FLAVORS, check_value)
 
 tomllib = pytest.importorskip("tomllib")  # standard library from Python 3.11
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY_PATH = ROOT / "instances" / "tiny-gpt-8xA100.yaml"  # 8 GPUs, 8 layers, batch 32, seq 1024
+TINY_PATH = ROOT / "instances" / "tiny-gpt-8xA100.yaml"  # 8 GPUs, 8 layers, batch 32, seq 1024, gelu
 TINY = load_instance(TINY_PATH)
 SMALL = load_instance(ROOT / "instances" / "small-gpt-16xA100.yaml")  # 16 GPUs, 12 layers, batch 64
 LLAMA8B = load_instance(ROOT / "instances" / "llama3-8b-64xH100.yaml")  # 64 GPUs, 32 layers, batch 512
 
-MEGATRON_FLAGS = {  # megatron/training/arguments.py
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--sequence-parallel", "--micro-batch-size", "--global-batch-size", "--num-layers",
-    "--seq-length", "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers", "--recompute-granularity", "--recompute-method",
-    "--recompute-num-layers", "--use-distributed-optimizer", "--bf16", "--fp16",
-}
-MEGATRON_VALUELESS = {"--sequence-parallel", "--use-distributed-optimizer", "--bf16", "--fp16"}
 
-TORCHTITAN_V0_2_0 = {  # torchtitan v0.2.0 torchtitan/config/job_config.py
-    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
-                    "tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree",
-                    "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
-                    "module_fqns_per_model_part"},
-    "activation_checkpoint": {"mode", "selective_ac_option"},
-}
-TORCHTITAN_AC_MODES = {"selective", "full", "memory_budget", "none"}
+def swiglu(inst):
+    """The same instance with a SwiGLU model (torchtitan has no GELU model)."""
+    return replace(inst, model=replace(inst.model, mlp=Mlp.SWIGLU))
 
-DEEPSPEED_KEYS = {  # "DeepSpeed Configuration JSON"
-    "train_batch_size": None, "train_micro_batch_size_per_gpu": None,
-    "gradient_accumulation_steps": None, "zero_optimization": {"stage"},
-    "bf16": {"enabled"}, "fp16": {"enabled"},
-    "activation_checkpointing": {"partition_activations", "cpu_checkpointing",
-                                 "contiguous_memory_optimization", "number_checkpoints",
-                                 "synchronize_checkpoint_boundary", "profile"},
-}
+
+def with_framework(inst, framework: Framework):
+    return replace(inst, job=replace(inst.job, framework=framework))
+
+
+TINY_SW, SMALL_SW = swiglu(TINY), swiglu(SMALL)
 
 
 def make_plan(*, layers, full=None, **kw) -> Plan:
@@ -68,20 +57,40 @@ def make_plan(*, layers, full=None, **kw) -> Plan:
                 full_recompute_layers=tuple(full or [0] * len(layers)), **kw)
 
 
-# --- parsing what the exporters write ------------------------------------------------------
+# --- parsing what the exporters write, against the fact tables -----------------------------
 
-def megatron_args(inst, plan) -> tuple[dict, list[str]]:
+def megatron_args(inst, plan) -> tuple[dict, list[str], list[str]]:
+    """(flags, environment lines, deviations); every flag in the fact table, given once, with
+    a value of the listed type or choice."""
     res = to_megatron(inst, plan)
-    args = {}
-    for line in res.text.splitlines():
-        if line.startswith("#"):
+    lines = res.text.splitlines()
+    start = lines.index("MEGATRON_ARGS=(")
+    assert lines[-1] == ")"
+    env = [line for line in lines[:start] if not line.startswith("#")]
+    args: dict = {}
+    for line in lines[start + 1:-1]:
+        words = shlex.split(line, comments=True)
+        if not words:
             continue
-        flag, *value = line.split()
-        assert flag in MEGATRON_FLAGS, f"undocumented Megatron-LM flag {flag}"
+        flag, *value = words
+        assert flag in MEGATRON_MAIN_D98E8A6, f"{flag} is not a Megatron-LM flag"
         assert flag not in args, f"{flag} given twice"
-        assert len(value) == (0 if flag in MEGATRON_VALUELESS else 1), line
+        kind = MEGATRON_MAIN_D98E8A6[flag]
+        assert len(value) == (0 if kind is None else 1), line
+        if kind is not None:
+            typed = {int: int, float: float}.get(kind, str)(value[0])
+            check_value(kind if kind not in (int, float) else kind, typed, flag)
         args[flag] = value[0] if value else True
-    return args, res.unsupported
+    assert sum(f in args for f in MEGATRON_EXCLUSIVE) <= 1
+    if "--overlap-param-gather" in args:  # validate_args
+        assert "--overlap-grad-reduce" in args
+        assert "--use-distributed-optimizer" in args or "--use-megatron-fsdp" in args
+    if "--use-megatron-fsdp" in args:
+        assert args["--ckpt-format"] == "fsdp_dtensor"
+        assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in " ".join(env)
+    elif int(args["--tensor-model-parallel-size"]) > 1 or int(args["--context-parallel-size"]) > 1:
+        assert any(e.startswith("export CUDA_DEVICE_MAX_CONNECTIONS=1") for e in env)
+    return args, env, res.unsupported
 
 
 def megatron_split(args: dict, layers: int, pp: int) -> list[int]:
@@ -96,50 +105,118 @@ def megatron_split(args: dict, layers: int, pp: int) -> list[int]:
     return ([first] if first else []) + even + ([last] if last else [])
 
 
+def toml_sections(cfg: dict, prefix: str = "") -> dict:
+    """Flatten nested TOML tables into {'quantize.linear.float8': {...}, ...}."""
+    out = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name not in TORCHTITAN_V0_2_0:
+            out.update(toml_sections(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
 def torchtitan_config(inst, plan) -> tuple[dict, list[str]]:
     res = to_torchtitan(inst, plan)
-    cfg = tomllib.loads(res.text)
-    assert set(cfg) <= set(TORCHTITAN_V0_2_0), set(cfg)
+    cfg = toml_sections(tomllib.loads(res.text))
     for section, keys in cfg.items():
-        assert set(keys) <= TORCHTITAN_V0_2_0[section], (section, set(keys))
-    assert cfg["activation_checkpoint"]["mode"] in TORCHTITAN_AC_MODES
+        assert section in TORCHTITAN_V0_2_0, section
+        for key, value in keys.items():
+            assert key in TORCHTITAN_V0_2_0[section], (section, key)
+            check_value(TORCHTITAN_V0_2_0[section][key], value, f"{section}.{key}")
+    assert cfg["model"]["name"] == "llama3"
+    assert set(cfg["model"].get("converters", [])) <= set(TORCHTITAN_V0_2_0_CONVERTERS)
     # torchtitan's batch arithmetic (train.py, v0.2.0): dp = replicate * shard ranks each take
     # local_batch_size per step; grad accumulation = global / (local * dp); with pp the local
     # batch is split into local / microbatch_size pipeline micro-batches.
     t, p = cfg["training"], cfg["parallelism"]
+    e = res.emitted.plan
     dp = p["data_parallel_replicate_degree"] * p["data_parallel_shard_degree"]
-    assert dp == plan.dp
+    assert dp == e.dp
     assert dp * p["tensor_parallel_degree"] * p["pipeline_parallel_degree"] \
         * p["context_parallel_degree"] == inst.cluster.num_gpus
     accumulation = t["global_batch_size"] // (t["local_batch_size"] * dp)
     assert accumulation * t["local_batch_size"] * dp == t["global_batch_size"] == inst.job.global_batch
-    per_step = (t["local_batch_size"] // p["pipeline_parallel_microbatch_size"]
-                if plan.pp > 1 else 1)
-    micro = p["pipeline_parallel_microbatch_size"] if plan.pp > 1 else t["local_batch_size"]
-    assert micro == plan.micro_batch
-    assert accumulation * per_step == plan.num_micro_batches
+    if e.pp > 1:
+        assert p["pipeline_parallel_schedule"] in TORCHTITAN_SCHEDULES
+        per_step = t["local_batch_size"] // p["pipeline_parallel_microbatch_size"]
+        micro = p["pipeline_parallel_microbatch_size"]
+    else:
+        per_step, micro = 1, t["local_batch_size"]
+    assert micro == e.micro_batch
+    assert accumulation * per_step == e.num_micro_batches
     assert t["seq_len"] == inst.model.seq_len
     return cfg, res.unsupported
 
 
-def deepspeed_config(inst, plan) -> tuple[dict, list[str]]:
+def deepspeed_config(inst, plan) -> tuple[dict, list[str], list[str]]:
     res = to_deepspeed(inst, plan)
     cfg = json.loads(res.text)
     for key, value in cfg.items():
-        assert key in DEEPSPEED_KEYS, key
-        if DEEPSPEED_KEYS[key] is not None:
-            assert set(value) <= DEEPSPEED_KEYS[key], (key, set(value))
+        assert key in DEEPSPEED_V0_19, key
+        kind = DEEPSPEED_V0_19[key]
+        if isinstance(kind, dict):
+            for sub, v in value.items():
+                assert sub in kind, (key, sub)
+                check_value(kind[sub], v, f"{key}.{sub}")
+        else:
+            check_value(kind, value, key)
+    e = res.emitted.plan
     assert cfg["train_batch_size"] == (cfg["train_micro_batch_size_per_gpu"]
-                                       * cfg["gradient_accumulation_steps"] * plan.dp)
-    return cfg, res.unsupported
+                                       * cfg["gradient_accumulation_steps"] * e.dp)
+    return cfg, res.unsupported, list(res.emitted.notes)
 
 
 def layers_of(part: list[str]) -> list[int]:
     return [int(name.split(".")[1]) for name in part if name.startswith("layers.")]
 
 
-def mentions(unsupported: list[str], *needles: str) -> bool:
-    return any(all(n in item for n in needles) for item in unsupported)
+def mentions(lines: list[str], *needles: str) -> bool:
+    return any(all(n in item for n in needles) for item in lines)
+
+
+# --- model shape ---------------------------------------------------------------------------
+
+def test_megatron_writes_the_whole_model_shape():
+    # Llama-3 8B: 32 layers, hidden 4096, ffn 14336, 32 heads of 128, 8 KV groups, vocab 128256,
+    # SwiGLU, untied; Megatron's defaults (dropout 0.1, biases, tied, GELU, MHA) all overridden.
+    plan = make_plan(tp=8, dp=8, micro_batch=1, num_micro_batches=64, sequence_parallel=True,
+                     zero=1, layers=[32])
+    args, env, unsupported = megatron_args(LLAMA8B, plan)
+    expected = {
+        "--num-layers": "32", "--hidden-size": "4096", "--ffn-hidden-size": "14336",
+        "--num-attention-heads": "32", "--kv-channels": "128", "--group-query-attention": True,
+        "--num-query-groups": "8", "--seq-length": "8192", "--max-position-embeddings": "8192",
+        "--swiglu": True, "--untie-embeddings-and-output-weights": True,
+        "--normalization": "RMSNorm", "--position-embedding-type": "rope",
+        "--disable-bias-linear": True, "--hidden-dropout": "0.0", "--attention-dropout": "0.0",
+        "--vocab-size": "128256",
+        # 128256 = 2^8 * 501: divisible by 32 * tp 8 = 256 but not by 64 * 8 = 512
+        "--make-vocab-size-divisible-by": "32",
+    }
+    assert {k: args[k] for k in expected} == expected
+    assert unsupported == []
+
+
+def test_megatron_gelu_model_and_padded_vocabulary():
+    # tiny-gpt: GELU, MHA (no query-group flags), tied embeddings (no untie flag), vocab 32000
+    # = 2^8 * 125: with tp 2 the largest divisor d <= 128 with 32000 % (2 d) == 0 is 128.
+    plan = make_plan(tp=2, dp=4, micro_batch=1, num_micro_batches=8, layers=[8])
+    args, _, unsupported = megatron_args(TINY, plan)
+    assert "--swiglu" not in args and "--group-query-attention" not in args
+    assert args["--normalization"] == "LayerNorm" and args["--make-vocab-size-divisible-by"] == "128"
+    assert ("--untie-embeddings-and-output-weights" in args) is (not TINY.model.tied_embeddings)
+    assert unsupported == []
+
+
+def test_megatron_vocabulary_that_tp_does_not_divide_is_padded_and_priced():
+    # vocab 50257 (odd) with tp 2: Megatron pads to a multiple of 128 * 2 = 256: 50432.
+    inst = replace(TINY, model=replace(TINY.model, vocab=50257))
+    plan = make_plan(tp=2, dp=4, micro_batch=1, num_micro_batches=8, layers=[8])
+    res = to_megatron(inst, plan)
+    assert res.unsupported == [] and res.emitted.inst.model.vocab == 50432
+    assert mentions(list(res.emitted.notes), "50432")
 
 
 # --- uniform split -------------------------------------------------------------------------
@@ -150,40 +227,63 @@ UNIFORM = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, sequence_par
 
 
 def test_megatron_uniform_is_exact():
-    args, unsupported = megatron_args(TINY, UNIFORM)
-    assert args == {
+    args, env, unsupported = megatron_args(TINY, UNIFORM)
+    expected = {
         "--tensor-model-parallel-size": "2", "--pipeline-model-parallel-size": "2",
         "--context-parallel-size": "1", "--sequence-parallel": True, "--micro-batch-size": "2",
         "--global-batch-size": "32", "--num-layers": "8", "--seq-length": "1024", "--bf16": True,
         "--recompute-granularity": "selective", "--use-distributed-optimizer": True,
+        # the cost model hides the gradient reduce-scatter behind backward, in 40M buckets,
+        # and prices the distributed optimizer's weight all-gather as exposed: no param overlap
+        "--overlap-grad-reduce": True, "--ddp-bucket-size": "40000000",
+        "--attention-backend": "flash",
     }
+    assert {k: args.get(k) for k in expected} == expected
+    assert "--overlap-param-gather" not in args
+    assert env == ["export CUDA_DEVICE_MAX_CONNECTIONS=1  # validate_args: tensor/context"
+                   " parallelism before Blackwell, so communication is issued in order"]
     assert unsupported == []
 
 
-def test_torchtitan_uniform():
-    cfg, unsupported = torchtitan_config(TINY, UNIFORM)
+def test_torchtitan_uniform_from_a_megatron_plan():
+    cfg, unsupported = torchtitan_config(TINY_SW, UNIFORM)
     assert cfg["training"] == {"local_batch_size": 16, "global_batch_size": 32, "seq_len": 1024,
-                               "mixed_precision_param": "bfloat16"}
+                               "mixed_precision_param": "bfloat16",
+                               "mixed_precision_reduce": "float32"}
     p = cfg["parallelism"]
+    # ZeRO-1 does not exist in torchtitan: FSDP without resharding after forward (ZeRO-2)
     assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (1, 2)
+    assert p["fsdp_reshard_after_forward"] == "never"
     assert p["pipeline_parallel_schedule"] == "1F1B"
     assert p["module_fqns_per_model_part"] == [
         ["tok_embeddings", "layers.0", "layers.1", "layers.2", "layers.3"],
         ["layers.4", "layers.5", "layers.6", "layers.7", "norm", "output"]]
-    # flash attention already recomputes the attention core: selective maps to no checkpointing
+    # Megatron's selective (attention core) is not torchtitan's op-level selective: none
     assert cfg["activation_checkpoint"] == {"mode": "none"}
-    assert len(unsupported) == 1 and mentions(unsupported, "ZeRO-1", "data_parallel_shard_degree = 2")
+    assert len(unsupported) == 2 and mentions(unsupported, "ZeRO-1", "ZeRO-2")
+    assert mentions(unsupported, "selective recompute of the attention core")
+
+
+def test_torchtitan_refuses_gelu_models():
+    with pytest.raises(ExportRefused, match="GELU"):
+        to_torchtitan(TINY, UNIFORM)
 
 
 def test_deepspeed_uniform():
-    cfg, unsupported = deepspeed_config(TINY, UNIFORM)
+    cfg, unsupported, notes = deepspeed_config(TINY, UNIFORM)
     assert cfg == {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
-                   "gradient_accumulation_steps": 8, "zero_optimization": {"stage": 1},
-                   "bf16": {"enabled": True}, "fp16": {"enabled": False}}
-    assert mentions(unsupported, "--tensor-model-parallel-size 2")
-    assert mentions(unsupported, "--pipeline-model-parallel-size 2", "[4, 4]")
-    assert mentions(unsupported, "--sequence-parallel")
-    assert mentions(unsupported, "selective")
+                   "gradient_accumulation_steps": 8,
+                   # cost/framework.py's DeepSpeed row: 5e8-parameter buckets, overlapped
+                   "zero_optimization": {"stage": 1, "overlap_comm": True,
+                                         "contiguous_gradients": True, "reduce_scatter": True,
+                                         "reduce_bucket_size": 500000000,
+                                         "allgather_bucket_size": 500000000},
+                   "bf16": {"enabled": True}, "fp16": {"enabled": False},
+                   "communication_data_type": "bf16"}
+    assert unsupported == []  # degrees are launcher flags, not deviations
+    assert mentions(notes, "--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2",
+                    "--sequence-parallel", "[4, 4]")
+    assert mentions(notes, "selective")
 
 
 # --- uneven first / last stage -------------------------------------------------------------
@@ -204,7 +304,7 @@ def small_plan(layers, **kw) -> Plan:
     ([2, 2, 2, 6], {"--decoder-last-pipeline-num-layers": "6"}),
 ])
 def test_megatron_uneven_first_last(split, flags):
-    args, unsupported = megatron_args(SMALL, small_plan(split))
+    args, _, unsupported = megatron_args(SMALL, small_plan(split))
     assert {k: v for k, v in args.items() if k.startswith("--decoder-")} == flags
     assert megatron_split(args, 12, 4) == split
     assert unsupported == []
@@ -213,7 +313,7 @@ def test_megatron_uneven_first_last(split, flags):
 def test_megatron_uneven_two_stages_gives_the_first_count():
     # pp = 2: no middle stages, the first count fixes the split 3 + 5.
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[3, 5])
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--decoder-first-pipeline-num-layers"] == "3"
     assert "--decoder-last-pipeline-num-layers" not in args
     assert megatron_split(args, 8, 2) == [3, 5]
@@ -222,7 +322,7 @@ def test_megatron_uneven_two_stages_gives_the_first_count():
 
 def test_megatron_uneven_interleaved_uses_virtual_stages_per_rank():
     # arguments.py refuses --num-layers-per-virtual-pipeline-stage with uneven stages.
-    args, unsupported = megatron_args(SMALL, small_plan([2, 4, 4, 2], virtual_stages=2))
+    args, _, unsupported = megatron_args(SMALL, small_plan([2, 4, 4, 2], virtual_stages=2))
     assert args["--num-virtual-stages-per-pipeline-rank"] == "2"
     assert "--num-layers-per-virtual-pipeline-stage" not in args
     assert megatron_split(args, 12, 4) == [2, 4, 4, 2]
@@ -234,16 +334,26 @@ def test_megatron_uneven_interleaved_uses_virtual_stages_per_rank():
 NON_UNIFORM = small_plan([2, 3, 4, 3], zero=3)
 
 
-def test_megatron_non_uniform_split_is_reported_with_the_exact_split():
-    args, unsupported = megatron_args(SMALL, NON_UNIFORM)
+def test_megatron_non_uniform_split_uses_the_layout():
+    args, _, unsupported = megatron_args(SMALL, replace(NON_UNIFORM, zero=1))
     assert not any(k.startswith("--decoder-") for k in args)
-    assert mentions(unsupported, "[2, 3, 4, 3]", "[3, 4]")
-    # the layout string of Megatron-core's experimental --pipeline-model-parallel-layout
-    assert mentions(unsupported, '"E,t*2|t*3|t*4|t*3,L"')
+    # one '|'-separated entry per stage: embedding, 2 layers | 3 | 4 | 3 layers, loss
+    assert args["--pipeline-model-parallel-layout"] == "E,t*2|t*3|t*4|t*3,L"
+    assert unsupported == []
+
+
+def test_megatron_layout_with_virtual_stages():
+    # pp 4, v 2, split [2, 4, 2, 4] (middle stages 4 and 2 differ): chunks k = c*pp + s of
+    # n_s / 2 layers each: 1, 2, 1, 2 for c = 0 and again for c = 1
+    plan = small_plan([2, 4, 2, 4], virtual_stages=2)
+    args, _, unsupported = megatron_args(SMALL, plan)
+    assert args["--pipeline-model-parallel-layout"] == "E,t|t*2|t|t*2|t|t*2|t|t*2,L"
+    assert "--num-virtual-stages-per-pipeline-rank" not in args  # the layout fixes v
+    assert unsupported == []
 
 
 def test_torchtitan_non_uniform_split_is_exact():
-    cfg, unsupported = torchtitan_config(SMALL, NON_UNIFORM)
+    cfg, unsupported = torchtitan_config(SMALL_SW, NON_UNIFORM)
     parts = cfg["parallelism"]["module_fqns_per_model_part"]
     assert [layers_of(p) for p in parts] == [[0, 1], [2, 3, 4], [5, 6, 7, 8], [9, 10, 11]]
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
@@ -256,15 +366,33 @@ def test_torchtitan_non_uniform_split_is_exact():
 ZERO3 = make_plan(tp=1, dp=8, micro_batch=1, num_micro_batches=4, zero=3, layers=[8])
 
 
-def test_megatron_zero3_is_reported():
-    args, unsupported = megatron_args(TINY, ZERO3)
-    assert args["--use-distributed-optimizer"] is True  # the closest Megatron-LM has
-    assert len(unsupported) == 1
-    assert mentions(unsupported, "ZeRO-3", "--to torchtitan", "--to deepspeed")
+def test_megatron_zero3_is_megatron_fsdp():
+    args, env, unsupported = megatron_args(TINY, ZERO3)
+    assert args["--use-megatron-fsdp"] is True
+    assert args["--data-parallel-sharding-strategy"] == "optim_grads_params"
+    # ZeRO-3 weight gathers are prefetched behind compute in the cost model: both overlaps
+    assert args["--overlap-grad-reduce"] is True and args["--overlap-param-gather"] is True
+    assert "--ddp-bucket-size" not in args
+    assert unsupported == []
+
+
+def test_megatron_zero2_is_fsdp_optim_grads():
+    plan = make_plan(tp=1, dp=8, micro_batch=1, num_micro_batches=4, zero=2, layers=[8])
+    args, _, unsupported = megatron_args(TINY, plan)
+    assert args["--data-parallel-sharding-strategy"] == "optim_grads"
+    assert "--overlap-param-gather" not in args and unsupported == []
+
+
+def test_megatron_zero3_with_pipeline_falls_back_to_zero1():
+    # a hand-written plan Megatron cannot run: FSDP refuses pp > 1
+    plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, zero=3, layers=[4, 4])
+    args, _, unsupported = megatron_args(TINY, plan)
+    assert args["--use-distributed-optimizer"] is True and "--use-megatron-fsdp" not in args
+    assert mentions(unsupported, "ZeRO-3", "ZeRO-1")
 
 
 def test_torchtitan_zero3_is_fsdp_over_dp():
-    cfg, unsupported = torchtitan_config(TINY, ZERO3)
+    cfg, unsupported = torchtitan_config(TINY_SW, ZERO3)
     p = cfg["parallelism"]
     assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (1, 8)
     assert "pipeline_parallel_schedule" not in p
@@ -273,14 +401,17 @@ def test_torchtitan_zero3_is_fsdp_over_dp():
 
 
 def test_deepspeed_zero3_is_exact():
-    cfg, unsupported = deepspeed_config(TINY, ZERO3)
-    assert cfg["zero_optimization"] == {"stage": 3}
+    cfg, unsupported, _ = deepspeed_config(TINY, ZERO3)
+    assert cfg["zero_optimization"]["stage"] == 3
+    # cost/framework.py: prefetch 5e7 parameters, no re-fetch for the recompute pass
+    assert cfg["zero_optimization"]["stage3_prefetch_bucket_size"] == 50000000
+    assert cfg["zero_optimization"]["stage3_max_reuse_distance"] == 1000000000
     assert cfg["gradient_accumulation_steps"] == 4
     assert unsupported == []
 
 
 def test_torchtitan_zero0_alone_is_ddp():
-    cfg, unsupported = torchtitan_config(TINY, make_plan(tp=1, dp=8, micro_batch=1,
+    cfg, unsupported = torchtitan_config(TINY_SW, make_plan(tp=1, dp=8, micro_batch=1,
                                                          num_micro_batches=4, layers=[8]))
     p = cfg["parallelism"]
     assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (8, 1)
@@ -289,7 +420,7 @@ def test_torchtitan_zero0_alone_is_ddp():
 
 def test_torchtitan_zero0_with_tp_falls_back_to_fsdp():
     # torchtitan's DDP is one-dimensional; with tp the closest runnable setting is FSDP.
-    cfg, unsupported = torchtitan_config(TINY, make_plan(tp=2, dp=4, micro_batch=1,
+    cfg, unsupported = torchtitan_config(TINY_SW, make_plan(tp=2, dp=4, micro_batch=1,
                                                          num_micro_batches=8, layers=[8],
                                                          sequence_parallel=True))
     p = cfg["parallelism"]
@@ -297,16 +428,19 @@ def test_torchtitan_zero0_with_tp_falls_back_to_fsdp():
     assert mentions(unsupported, "ZeRO-0", "DDP")
 
 
-def test_torchtitan_zero0_with_cp_is_hsdp_over_cp():
-    cfg, unsupported = torchtitan_config(TINY, make_plan(tp=1, dp=4, cp=2, micro_batch=1,
-                                                         num_micro_batches=8, layers=[8]))
+def test_torchtitan_zero0_with_cp_is_fsdp_over_dp_and_cp():
+    cfg, unsupported = torchtitan_config(TINY_SW, make_plan(tp=1, dp=4, cp=2, micro_batch=1,
+                                                            num_micro_batches=8, layers=[8]))
     p = cfg["parallelism"]
-    assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (4, 1)
-    assert mentions(unsupported, "ZeRO-0", "context parallel")
+    assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (1, 4)
+    assert p["fsdp_reshard_after_forward"] == "never"
+    # the K/V ring cost/ prices is torch's _AllToAllRotater (permute to the next rank)
+    assert p["context_parallel_rotate_method"] == "alltoall"
+    assert mentions(unsupported, "ZeRO-0", "DDP")
 
 
 def test_deepspeed_zero2_with_pipeline_is_reported():
-    _, unsupported = deepspeed_config(TINY, make_plan(tp=2, dp=2, micro_batch=2,
+    _, unsupported, _ = deepspeed_config(TINY, make_plan(tp=2, dp=2, micro_batch=2,
                                                       num_micro_batches=8, zero=2, layers=[4, 4]))
     assert mentions(unsupported, "ZeRO-2", "pipeline")
 
@@ -319,7 +453,7 @@ INTERLEAVED = make_plan(tp=2, dp=8, micro_batch=1, num_micro_batches=64, virtual
 
 
 def test_megatron_interleaved_uniform():
-    args, unsupported = megatron_args(LLAMA8B, INTERLEAVED)
+    args, _, unsupported = megatron_args(LLAMA8B, INTERLEAVED)
     assert args["--num-layers-per-virtual-pipeline-stage"] == "4"  # 8 layers per stage / v 2
     assert "--num-virtual-stages-per-pipeline-rank" not in args
     assert unsupported == []
@@ -341,14 +475,14 @@ def test_interleaved_uneven_chunks():
     # pp 2, v 2, split 2 + 6: chunks (stage 0, 1 layer), (stage 1, 3), (stage 0, 1), (stage 1, 3)
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, virtual_stages=2,
                      layers=[2, 6])
-    cfg, _ = torchtitan_config(TINY, plan)
+    cfg, _ = torchtitan_config(TINY_SW, plan)
     parts = cfg["parallelism"]["module_fqns_per_model_part"]
     assert [layers_of(p) for p in parts] == [[0], [1, 2, 3], [4], [5, 6, 7]]
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--decoder-first-pipeline-num-layers"] == "2"
     assert args["--num-virtual-stages-per-pipeline-rank"] == "2"
     assert unsupported == []
-    _, ds_unsupported = deepspeed_config(TINY, plan)
+    _, ds_unsupported, _ = deepspeed_config(TINY, plan)
     assert mentions(ds_unsupported, "virtual_stages = 2")
 
 
@@ -356,28 +490,28 @@ def test_interleaved_uneven_chunks():
 
 def test_megatron_differing_recompute_counts_emit_the_max_and_report_them():
     plan = small_plan([3, 3, 3, 3], full=[3, 2, 1, 0])
-    args, unsupported = megatron_args(SMALL, plan)
+    args, _, unsupported = megatron_args(SMALL, plan)
     assert (args["--recompute-granularity"], args["--recompute-method"],
             args["--recompute-num-layers"]) == ("full", "block", "3")
     assert mentions(unsupported, "[3, 2, 1, 0]", "[3, 3, 3, 3]")
 
 
 def test_torchtitan_differing_recompute_counts_fall_back_to_full():
-    cfg, unsupported = torchtitan_config(SMALL, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0], zero=3))
+    cfg, unsupported = torchtitan_config(SMALL_SW, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0], zero=3))
     assert cfg["activation_checkpoint"] == {"mode": "full"}
     assert mentions(unsupported, "[3, 2, 1, 0]")
 
 
-def test_deepspeed_recompute_section_and_report():
-    cfg, unsupported = deepspeed_config(SMALL, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0]))
+def test_deepspeed_recompute_section_and_note():
+    cfg, unsupported, notes = deepspeed_config(SMALL, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0]))
     assert cfg["activation_checkpointing"]["partition_activations"] is False  # no sequence parallel
-    assert mentions(unsupported, "[3, 2, 1, 0]")
+    assert unsupported == [] and mentions(notes, "[3, 2, 1, 0]")
 
 
 def test_megatron_counts_that_differ_only_where_a_stage_is_short_are_exact():
     # N = 3 on split 2 + 6 recomputes min(3, 2) = 2 and 3 layers: the plan's counts exactly.
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[2, 6], full=[2, 3])
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--recompute-num-layers"] == "3"
     assert unsupported == []
 
@@ -385,9 +519,9 @@ def test_megatron_counts_that_differ_only_where_a_stage_is_short_are_exact():
 def test_every_kth_layer_recompute():
     # 2 of 4 layers on each stage: Megatron N = 2; torchtitan every 2nd layer (4 // 2 = 2).
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[4, 4], full=[2, 2])
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--recompute-num-layers"] == "2" and unsupported == []
-    cfg, _ = torchtitan_config(TINY, plan)
+    cfg, _ = torchtitan_config(TINY_SW, plan)
     assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
 
 
@@ -397,7 +531,7 @@ def test_megatron_recompute_count_is_per_model_chunk(full, per_chunk, exact):
     # v = 2, 4 layers per stage = 2 chunks of 2: N per chunk recomputes 2 * min(N, 2) per stage.
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, virtual_stages=2,
                      layers=[4, 4], full=full)
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--recompute-num-layers"] == per_chunk
     assert (unsupported == []) is exact
     if not exact:
@@ -407,7 +541,7 @@ def test_megatron_recompute_count_is_per_model_chunk(full, per_chunk, exact):
 def test_selective_with_full_layers_is_reported():
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[4, 4], full=[1, 1],
                      recompute=Recompute.SELECTIVE)
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--recompute-granularity"] == "full"
     assert mentions(unsupported, "selective recompute")
 
@@ -415,12 +549,12 @@ def test_selective_with_full_layers_is_reported():
 def test_all_layers_recomputed():
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[4, 4], full=[4, 4],
                      sequence_parallel=True)
-    args, unsupported = megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan)
     assert args["--recompute-num-layers"] == "4" and unsupported == []
-    cfg, unsupported = torchtitan_config(TINY, plan)
+    cfg, unsupported = torchtitan_config(TINY_SW, plan)
     assert cfg["activation_checkpoint"] == {"mode": "full"}
     assert not mentions(unsupported, "recompute")
-    ds, _ = deepspeed_config(TINY, plan)
+    ds, _, _ = deepspeed_config(TINY, plan)
     assert ds["activation_checkpointing"]["partition_activations"] is True
 
 
@@ -429,17 +563,17 @@ def test_all_layers_recomputed():
 def test_fp16_job():
     from dataclasses import replace
     inst = replace(TINY, job=replace(TINY.job, precision=Precision.FP16))
-    args, _ = megatron_args(inst, UNIFORM)
+    args, _, _ = megatron_args(inst, UNIFORM)
     assert args["--fp16"] is True and "--bf16" not in args
-    ds, _ = deepspeed_config(inst, UNIFORM)
+    ds, _, _ = deepspeed_config(inst, UNIFORM)
     assert ds["fp16"] == {"enabled": True} and ds["bf16"] == {"enabled": False}
-    _, unsupported = torchtitan_config(inst, UNIFORM)
+    _, unsupported = torchtitan_config(swiglu(inst), UNIFORM)
     assert mentions(unsupported, "fp16")
 
 
 def test_torchtitan_tp_without_sequence_parallel_is_reported():
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[4, 4], zero=3)
-    _, unsupported = torchtitan_config(TINY, plan)
+    _, unsupported = torchtitan_config(TINY_SW, plan)
     assert mentions(unsupported, "sequence parallel")
 
 
@@ -450,47 +584,101 @@ def test_exporters_refuse_a_plan_for_another_instance():
 
 # --- the CLI sub-command -------------------------------------------------------------------
 
+def write_plan_file(path: Path, inst, plan) -> Path:
+    """A plan file as `paraplan plan -o` writes it: the plan and its instance."""
+    path.write_text(f"# paraplan plan for {inst.name}: optimal\n"
+                    + yaml.safe_dump(plan_file_mapping(inst, plan), sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def plan_file(tmp_path) -> Path:
+    return write_plan_file(tmp_path / "plan.yaml", TINY, UNIFORM)
+
+
+def test_cli_exact_export_needs_no_instance(plan_file, tmp_path, capsys):
+    target = tmp_path / "megatron.sh"
+    assert cli_main(["export", str(plan_file), "--to", "megatron", "--strict",
+                     "-o", str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""  # exact in Megatron-LM, the plan's own framework: silent
+    assert target.read_text() == to_megatron(TINY, UNIFORM).text
+
+
+def test_cli_strict_refuses_a_lossy_export_with_one_line(tmp_path, capsys):
+    path = write_plan_file(tmp_path / "plan.yaml", TINY_SW, UNIFORM)
+    assert cli_main(["export", str(path), "--to", "torchtitan", "--strict"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert "--strict" in err and "ZeRO-1" in err and "1 more" in err
+
+
+def test_cli_lossy_export_prints_both_predictions(tmp_path, capsys):
+    path = write_plan_file(tmp_path / "plan.yaml", TINY_SW, UNIFORM)
+    assert cli_main(["export", str(path), "--to", "torchtitan", "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["exact"] is False and doc["target"] == "torchtitan"
+    assert doc["plan_framework"] == "megatron" and len(doc["deviations"]) == 2
+    tomllib.loads(doc["config"])  # the deviation comments keep it valid TOML
+    # the emitted configuration written out by hand: torchtitan, ZeRO-2, no selective recompute
+    by_hand = replace(UNIFORM, zero=2, recompute=Recompute.NONE)
+    bd = simulate(with_framework(TINY_SW, Framework.TORCHTITAN), by_hand)
+    assert doc["emitted"]["iter_time_s"] == pytest.approx(bd.iter_time_s, rel=1e-12)
+    assert doc["emitted"]["peak_mem_bytes"] == pytest.approx(bd.peak_mem_bytes, rel=1e-12)
+    assert doc["emitted"]["plan"] == plan_to_mapping(by_hand)
+    planned = simulate(TINY_SW, UNIFORM)
+    assert doc["plan"]["iter_time_s"] == pytest.approx(planned.iter_time_s, rel=1e-12)
+    assert "the plan as planned (megatron)" in err and "the emitted configuration (torchtitan)" in err
+
+
+def test_cli_deepspeed_output_stays_json(plan_file, capsys):
+    assert cli_main(["export", str(plan_file), "--to", "deepspeed"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["train_batch_size"] == 32
+    assert "--tensor-model-parallel-size 2" in err  # a note on stderr
+    assert "the emitted configuration (deepspeed)" in err  # another framework: both priced
+
+
+def test_cli_refusal_is_one_line(plan_file, capsys):
+    assert cli_main(["export", str(plan_file), "--to", "torchtitan"]) == 2  # tiny-gpt is GELU
+    _, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and "GELU" in err
+
+
+def test_cli_plan_from_part_files_exports_without_an_instance_file(tmp_path, capsys):
+    # plan from a Hugging Face config, a cluster file and a job file, then export the plan file
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"cluster": {
+        "gpu": "H100-SXM5-80GB", "nodes": 2, "gpus_per_node": 8,
+        "intra_node_gbytes_per_s": 900, "nic_gbit_per_s": 400}}))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"job": {"global_batch": 64}, "search": {
+        "tp": [2, 4], "pp": [1, 2], "cp": [1], "micro_batch": [1], "virtual_stages": [1]}}))
+    plan_path = tmp_path / "plan.yaml"
+    assert cli_main(["plan", "--hf-config", str(ROOT / "tests/data/hf/llama-2-7b"),
+                     "--cluster", str(cluster), "--job", str(job), "--seq-len", "4096",
+                     "--quiet", "-o", str(plan_path)]) == 0
+    capsys.readouterr()
+    assert cli_main(["export", str(plan_path), "--to", "megatron", "--strict"]) == 0
+    out, _ = capsys.readouterr()
+    assert "--num-layers 32" in out and "--seq-length 4096" in out and "--hidden-size 4096" in out
+
+
+def test_cli_plan_file_without_instance_needs_one(tmp_path, capsys):
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"plan": plan_to_mapping(UNIFORM)}))
+    assert cli_main(["export", str(path), "--to", "megatron"]) == 2
+    _, err = capsys.readouterr()
+    assert "carries no instance" in err and "--instance" in err
+    assert cli_main(["export", str(path), "--to", "megatron", "--instance", str(TINY_PATH)]) == 0
+
+
 def run_export(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="paraplan")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["export", *argv])
     return args.func(args)
-
-
-@pytest.fixture
-def plan_file(tmp_path) -> Path:
-    """UNIFORM as `paraplan plan -o` writes it: a comment line, then a `plan:` mapping."""
-    path = tmp_path / "plan.yaml"
-    path.write_text("# paraplan plan for tiny-gpt-8xA100: optimal\n"
-                    + yaml.safe_dump({"plan": plan_to_mapping(UNIFORM)}, sort_keys=False))
-    return path
-
-
-def test_cli_prints_config_then_comments_and_stderr(plan_file, capsys):
-    assert run_export(str(plan_file), "--to", "torchtitan", "--instance", str(TINY_PATH)) == 0
-    out, err = capsys.readouterr()
-    assert out == render(to_torchtitan(TINY, UNIFORM), "torchtitan")
-    comments = [line for line in out.splitlines() if line.startswith("# paraplan: cannot express")]
-    assert len(comments) == 1 and "ZeRO-1" in comments[0]
-    tomllib.loads(out)  # the comment lines keep it valid TOML
-    assert err.splitlines() == ["paraplan: cannot express " + item
-                                for item in to_torchtitan(TINY, UNIFORM).unsupported]
-
-
-def test_cli_deepspeed_output_stays_json(plan_file, capsys):
-    assert run_export(str(plan_file), "--to", "deepspeed", "--instance", str(TINY_PATH)) == 0
-    out, err = capsys.readouterr()
-    assert json.loads(out)["train_batch_size"] == 32
-    assert "--tensor-model-parallel-size 2" in err
-
-
-def test_cli_writes_output_file(plan_file, tmp_path, capsys):
-    target = tmp_path / "megatron.args"
-    assert run_export(str(plan_file), "--to", "megatron", "--instance", str(TINY_PATH),
-                      "-o", str(target)) == 0
-    out, err = capsys.readouterr()
-    assert out == "" and err == ""  # the uniform plan is exact in Megatron-LM
-    assert target.read_text() == to_megatron(TINY, UNIFORM).text
 
 
 def test_cli_missing_plan_file(tmp_path):
@@ -507,11 +695,67 @@ def test_cli_plan_inconsistent_with_instance(tmp_path):
 
 def test_cli_unwritable_output(plan_file, tmp_path):
     with pytest.raises(InstanceError, match="cannot be written"):
-        run_export(str(plan_file), "--to", "megatron", "--instance", str(TINY_PATH),
-                   "-o", str(tmp_path / "missing-dir" / "out.args"))
+        run_export(str(plan_file), "--to", "megatron", "-o", str(tmp_path / "missing" / "out.sh"))
 
 
 def test_cli_unknown_format(plan_file):
     with pytest.raises(SystemExit) as exc:
-        run_export(str(plan_file), "--to", "nemo", "--instance", str(TINY_PATH))
+        run_export(str(plan_file), "--to", "nemo")
     assert exc.value.code == 2
+
+
+def test_render_appends_deviations_as_comments():
+    res = to_torchtitan(TINY_SW, UNIFORM)
+    text = render(res, "torchtitan")
+    assert text.count("# paraplan: deviation: ") == 2
+    assert render(to_deepspeed(TINY, UNIFORM), "deepspeed") == to_deepspeed(TINY, UNIFORM).text
+
+
+# --- precision, attention, fp8 -------------------------------------------------------------
+
+def test_fp8_flags():
+    inst = replace(LLAMA8B, job=replace(LLAMA8B.job, precision=Precision.FP8))
+    plan = make_plan(tp=8, dp=8, micro_batch=1, num_micro_batches=64, sequence_parallel=True,
+                     zero=1, layers=[32])
+    args, _, unsupported = megatron_args(inst, plan)
+    assert (args["--fp8-format"], args["--fp8-recipe"], args["--bf16"]) == ("hybrid", "delayed", True)
+    assert unsupported == []
+    cfg, _ = torchtitan_config(inst, replace(plan, zero=3))
+    assert cfg["model"]["converters"] == ["quantize.linear.float8"]
+    assert cfg["quantize.linear.float8"]["recipe_name"] == "tensorwise"
+    assert cfg["model"]["flavor"] == "8B"  # the shape of torchtitan's llama3 8B flavor
+    assert cfg["model"]["flavor"] in TORCHTITAN_V0_2_0_LLAMA3_FLAVORS
+    _, ds_unsupported, _ = deepspeed_config(inst, plan)
+    assert mentions(ds_unsupported, "fp8")
+
+
+def test_standard_attention():
+    inst = replace(TINY, job=replace(TINY.job, attention=Attention.STANDARD))
+    args, _, _ = megatron_args(inst, UNIFORM)
+    assert args["--attention-backend"] == "unfused"
+    _, unsupported = torchtitan_config(swiglu(inst), UNIFORM)
+    assert mentions(unsupported, "standard")
+
+
+def test_torchtitan_custom_flavor_reproduces_the_ffn_width():
+    # tiny-gpt as SwiGLU: dim 1024, ffn 4096 >= int(8 * 1024 / 3) = 2730, so multiple_of 4096
+    # rounds 2730 up to 4096 (torchtitan llama3 FeedForward)
+    from solver.export.torchtitan import llama3_ffn
+    res = to_torchtitan(TINY_SW, replace(UNIFORM, zero=2, recompute=Recompute.NONE))
+    assert 'flavor = "paraplan"' in res.text
+    assert "ffn_dim_multiplier=None, multiple_of=4096" in res.text
+    assert llama3_ffn(1024, None, 4096) == 4096
+    assert llama3_ffn(4096, 1.3, 1024) == 14336  # torchtitan's own 8B flavor
+
+
+def test_deepspeed_folds_context_parallelism_into_data_parallelism():
+    # cp 2 x dp 4 = 8 GPUs -> dp 8; 32 = 8 * micro 1 * 4 micro-batches
+    plan = make_plan(tp=1, dp=4, cp=2, micro_batch=1, num_micro_batches=8, layers=[8], zero=1)
+    cfg, unsupported, _ = deepspeed_config(TINY, plan)
+    assert cfg["gradient_accumulation_steps"] == 4
+    assert mentions(unsupported, "cp = 2", "dp = 8")
+
+
+def test_exporters_refuse_a_plan_for_another_instance():
+    with pytest.raises(ValueError, match="GPUs"):
+        to_megatron(SMALL, UNIFORM)

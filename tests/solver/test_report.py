@@ -193,17 +193,20 @@ def tiny_report() -> str:
     return report.build_report(inst, res)
 
 
-def test_report_has_four_sections_and_embedded_images(tiny_report):
+def test_report_has_its_sections_and_embedded_images(tiny_report):
+    # the evidence section came first and the Gantt chart became inline SVG (interactive)
     page = tiny_report
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    for k, (anchor, title) in enumerate(zip(("timeline", "breakdown", "memory", "frontier"),
+    for k, (anchor, title) in enumerate(zip(("evidence", "timeline", "breakdown", "memory", "frontier"),
                                             report.SECTIONS), start=1):
         assert f'<section id="{anchor}"><h2>{k}. {title}</h2>' in page
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', page)
-    assert len(images) == 4
+    assert len(images) == 3  # breakdown, memory, frontier
     assert all(base64.b64decode(b).startswith(PNG_MAGIC) for b in images)
+    assert page.count('<svg class="gantt"') == 1 and "<script>" in page
     assert "http://" not in page and "https://" not in page  # self-contained
     assert "tokens/s" in page and "GiB" in page and "event replay makespan" in page
+    assert "OPTIMAL: proved over the declared space" in page and "best lower bound" in page
 
 
 def test_report_subcommand_writes_the_file(tmp_path, capsys):
@@ -213,7 +216,7 @@ def test_report_subcommand_writes_the_file(tmp_path, capsys):
     args = parser.parse_args(["report", str(TINY), "-o", str(out), "--backend", "milp",
                               "--time-limit-s", "30"])
     assert args.func(args) == 0
-    assert out.read_text(encoding="utf-8").count("data:image/png;base64,") == 4
+    assert out.read_text(encoding="utf-8").count("data:image/png;base64,") == 3
     assert "wrote" in capsys.readouterr().out
 
 
@@ -226,3 +229,134 @@ def test_report_of_an_infeasible_instance(tmp_path):
     assert res.status == INFEASIBLE
     page = report.build_report(inst, res)
     assert page.count("No plan to show") == 3 and '<section id="frontier">' in page
+
+
+# --- the pipeline formula against the event replay (README, Cost model: Pipeline) ---------------
+
+def _stage_table(times_s, m: int, v: int = 1) -> StageCoefficients:
+    """Stages with the given per-micro-batch times T_s, no p2p, recompute or sync."""
+    p = len(times_s)
+    z = np.zeros(p)
+    outer = Outer(tp=1, pp=p, dp=1, micro_batch=1, num_micro_batches=m, virtual_stages=v)
+    return StageCoefficients(
+        outer=outer, layers=p * v, layer_time_s=z, recompute_time_s=z,
+        stage_time_s=np.array(times_s, float), layer_sync_time_s=z, stage_sync_time_s=z,
+        layer_state_bytes=z, layer_act_bytes=z, layer_ckpt_bytes=z, stage_mem_bytes=z,
+        capacity_bytes=z + 1, stage_parts=[{} for _ in range(p)])
+
+
+def test_formula_is_an_upper_bound_of_the_replay():
+    # The replay is the exact makespan of the (interleaved) 1F1B schedule: every pass starts
+    # when its stage and its dependency are free (a longest path). The formula charges the
+    # slowest stage m times and every other stage once in full; on 400 random stage times it is
+    # never below the replay.
+    rng = random.Random(7)
+    for _ in range(400):
+        p, v = rng.choice([2, 3, 4, 6]), rng.choice([1, 1, 2])
+        m = p * rng.randint(1, 4)
+        c = _stage_table([rng.uniform(0.5, 1.5) for _ in range(p)], m, v)
+        n = r = np.zeros(p)
+        replay = makespan_s(one_f_one_b_events(c, n, r))
+        assert replay <= float(schedule.iteration_time_s(c, n, r)) * (1 + REL)
+
+
+def test_formula_is_exact_when_the_last_stage_is_slowest():
+    # Slowest stage last: stage p-1 starts after sum_{s<p-1} F_s, then runs all m forward and
+    # backward passes back to back (nothing downstream delays its backwards), then the last
+    # backward drains through sum_{s<p-1} B_s: m T_{p-1} + sum_{s<p-1} T_s, the formula.
+    c = _stage_table([0.6, 0.9, 0.7, 1.0], 8)
+    n = r = np.zeros(4)
+    assert makespan_s(one_f_one_b_events(c, n, r)) == pytest.approx(8 * 1.0 + 0.6 + 0.9 + 0.7, rel=REL)
+
+
+def test_a_lighter_stage_after_the_slowest_costs_less_than_the_formula_says():
+    # Stages T = (1, 2, 2, 1.5), forward = T/3, backward = 2T/3, m = 8; the slowest is stage 1
+    # (stage 2 ties; the path is the same). Stage 2 waits for stage 3's round trip at the start
+    # (T_3 - F_2 = 1.5 - 2/3) and at the end (T_3 - B_2 = 1.5 - 4/3) instead of the whole T_3
+    # the formula charges, so the replay is shorter by T_2 - T_3 = 0.5:
+    #   formula 8*2 + 1 + 2 + 1.5 = 20.5, replay 20.0.
+    c = _stage_table([1.0, 2.0, 2.0, 1.5], 8)
+    n = r = np.zeros(4)
+    assert float(schedule.iteration_time_s(c, n, r)) == pytest.approx(20.5, rel=REL)
+    assert makespan_s(one_f_one_b_events(c, n, r)) == pytest.approx(20.0, rel=REL)
+
+
+def test_small_gpt_split_2_4_4_2_replay_is_shorter_by_the_tail_difference():
+    # The README's case: small-gpt, pp=4, split [2,4,4,2], 4 micro-batches. Stages 1 and 2 are
+    # the slowest, stage 3 (2 layers + the output layer) is lighter: by the derivation above
+    # the replay ends T_2 - T_3 earlier than the formula, up to the p2p halves and the per-stage
+    # sync times the replay adds after each stage's own last backward.
+    inst = load_instance(Path(instances.__file__).parent / "small-gpt-16xA100.yaml")
+    o = Outer(tp=1, pp=4, dp=4, micro_batch=4, num_micro_batches=4, recompute=Recompute.SELECTIVE)
+    c = build(inst, o)
+    n, r = np.array([2, 4, 4, 2], float), np.zeros(4)
+    t = schedule.stage_times_s(c, n, r)
+    formula = float(schedule.iteration_time_s(c, n, r))
+    replay = makespan_s(one_f_one_b_events(c, n, r))
+    assert formula - replay == pytest.approx(t[2] - t[3], rel=0.02)
+    assert (replay - formula) / formula < -0.02
+
+
+# --- the report's own features ----------------------------------------------------------------
+
+def test_steady_state_cut_at_many_micro_batches():
+    # Uniform 1F1B: in the steady state every stage does one forward and one backward per
+    # micro-batch, so the period is T; below COMPACT_FROM_MICRO_BATCHES nothing is cut.
+    from solver import report_svg
+    c = _stage_table([0.3] * 4, 128)
+    n = r = np.zeros(4)
+    events = one_f_one_b_events(c, n, r)
+    cut = report_svg.compact_steady_state(events, 4, 128, 1)
+    assert cut is not None and cut.period_s == pytest.approx(0.3, rel=REL)
+    assert cut.omitted_s == pytest.approx(cut.micro_batches * 0.3, rel=REL)
+    assert 100 <= cut.micro_batches <= 128 - 4
+    small = one_f_one_b_events(_stage_table([0.3] * 4, 8), n, r)
+    assert report_svg.compact_steady_state(small, 4, 8, 1) is None
+    svg, drawn = report_svg.gantt_svg(events, 4, 128, 1, 0.3 * (128 + 3), "t")
+    assert drawn == cut and f"&#215;{cut.micro_batches}" in svg
+    # the interleaved schedule is cut too (its later stages reach their steady state later)
+    ev2 = one_f_one_b_events(_stage_table([0.3] * 4, 64, 2), n, r)
+    cut2 = report_svg.compact_steady_state(ev2, 4, 64, 2)
+    assert cut2 is not None and cut2.micro_batches % 4 == 0
+    assert cut2.period_s == pytest.approx(4 * 0.3, rel=REL)  # pp micro-batches of T each
+
+
+def test_partitioned_plan_is_drawn_with_its_own_coefficients():
+    # A per-operator plan (here token splits) has its own layer times: the chart must end at
+    # the planner's objective (pp = 1: formula and replay coincide), not at the Megatron plan's.
+    from cost.loader import override_search
+    inst = override_search(load_instance(TINY), {
+        "tp": [4], "pp": [1], "zero": [0], "recompute": ["none"], "micro_batch": [4],
+        "tensor_partitions": ["megatron", "spatial_temporal"]})
+    res = plan(inst, time_limit_s=30)
+    assert res.status == OPTIMAL and res.plan.partitions
+    c = report.plan_coefficients(inst, res.plan)
+    n = np.array(res.plan.layers_per_stage, float)
+    r = np.array(res.plan.full_recompute_layers, float)
+    assert makespan_s(one_f_one_b_events(c, n, r)) == pytest.approx(res.iter_time_s, rel=1e-6)
+    megatron = build(inst, res.plan.outer)
+    assert abs(makespan_s(one_f_one_b_events(megatron, n, r)) - res.iter_time_s) > 1e-6 * res.iter_time_s
+    page = report.build_report(inst, res)
+    assert "<th>partition</th>" in page
+
+
+def test_report_compares_a_users_plan(tiny_report):
+    from cost.loader import plan_from_mapping
+    inst = load_instance(TINY)
+    res = plan(inst, time_limit_s=30)
+    mine = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "recompute": "selective",
+                              "sequence_parallel": True}, inst)
+    page = report.build_report(inst, res, user_plan=mine, user_plan_label="mine.yaml")
+    assert '<section id="comparison"><h2>6. Your plan vs the optimum</h2>' in page
+    assert "The optimum is" in page and "faster than your plan" in page
+
+
+def test_mixed_cluster_report():
+    from cost.hetero_loader import load_hetero_instance
+    from solver.hetero_planner import plan_hetero
+    inst = load_hetero_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
+    res = plan_hetero(inst, "cpsat", 30)
+    assert res.status == OPTIMAL
+    page = report.build_hetero_report(inst, res)
+    assert page.count('<svg class="gantt"') == len(res.plan.classes)
+    assert "Network scenarios and regret" in page and "OPTIMAL: proved" in page

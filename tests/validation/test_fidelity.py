@@ -49,18 +49,13 @@ def test_zero3_loses_to_3d_parallelism_at_scale(rows, results):
         assert pred[f"narayanan21-t2-ptdp-{ptdp}"] < pred[f"narayanan21-t2-zero3-{zero3}"], ptdp
 
 
-def test_ranking_score_does_not_regress(rows, results):
-    # 14 published pairs; before the NCCL/framework model 7 were ranked right, now 12 (the two
-    # left: ZeRO-3 vs PTD-P at 384 GPUs, measured 6% apart, and Korthikanti's 530B full
-    # recompute vs Narayanan's 530B run, two sources with different software stacks)
+def test_every_published_head_to_head_is_ranked_right(rows, results):
+    # 14 published pairs; before the NCCL/framework model 7 were ranked right, then 12, then
+    # 13 (Megatron's pipeline scatter/gather, DeepSpeed's re-gather after recompute); the last
+    # one, ZeRO-3 vs PTD-P at 384 GPUs (measured 6% apart), once the 2021-22 Megatron and
+    # DeepSpeed rows are priced with the attention kernel they ran (scores stored, no flash).
     pairs = ranking_pairs(rows, results)
     assert len(pairs) == 14
-    assert sum(p.right for p in pairs) >= 12
-
-
-@pytest.mark.xfail(strict=True, reason="open: 2 of 14 published head-to-heads still mis-ranked")
-def test_every_published_head_to_head_is_ranked_right(rows, results):
-    pairs = ranking_pairs(rows, results)
     assert all(p.right for p in pairs), [p for p in pairs if not p.right]
 
 
@@ -72,14 +67,15 @@ def test_nemo_fp8_family_within_10_percent(rows, results):
     assert abs(sum(errs) / len(errs)) <= 0.10
 
 
-def test_megatron_families_within_10_percent(rows, results):
+def test_families_within_10_percent(rows, results):
+    # every family of 3 or more rows but one: the DeepSpeed ZeRO-3 rows (-12.5%), the xfail below
     fam = _by_family(rows, results)
-    for name in ("narayanan21", "korthikanti22", "nemo-launcher", "mosaicml"):
+    for name in ("narayanan21", "korthikanti22", "mosaicml", "nemo", "nemo-launcher", "torchtitan"):
         errs = fam[name]
         assert abs(sum(errs) / len(errs)) <= 0.10, name
 
 
-@pytest.mark.xfail(strict=True, reason="open: DeepSpeed ZeRO-3 (-37%) and torchtitan (-24%) families")
+@pytest.mark.xfail(strict=True, reason="open: DeepSpeed ZeRO-3 rows at -12.5%")
 def test_every_family_within_10_percent(rows, results):
     for name, errs in _by_family(rows, results).items():
         if len(errs) >= 3:

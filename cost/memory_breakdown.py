@@ -1,0 +1,67 @@
+"""Peak memory of one GPU of each pipeline stage by category, for `paraplan memory`.
+
+The categories (the split `accelerate estimate-memory` reports, plus what training adds):
+
+    weights      bf16/fp32 weights as the framework keeps them (cost/memory.STATE_BYTES),
+                 sharded by ZeRO-3, plus Transformer Engine's cached fp8 weight copies
+    grads        gradients (the fp32 main-gradient buffer in Megatron-LM), sharded by ZeRO-2/3
+    optimizer    Adam state (fp32 master weight, momentum, variance), sharded by ZeRO-1/2/3
+    activations  stashed activations of the micro-batches in flight, checkpoints of fully
+                 recomputed layers (cost/memory.py, Korthikanti et al. 2022)
+    logits       the loss's logits buffers on the last stage (cost/memory.LOGITS_BYTES)
+    workspace    one layer's backward workspace, and with ZeRO-3 the gathered units and the
+                 gradients being reduce-scattered
+    runtime      CUDA context and NCCL buffers (cost/memory.runtime_bytes)
+
+Everything but `runtime` includes the allocator-fragmentation allowance where
+cost/coefficients.py applies it (activations and transient bytes). The state terms are all
+(parameters x bytes per parameter), so they split exactly by the sharded per-parameter bytes
+of weights, gradients and optimizer state. `workspace` is what remains of the stage's fixed
+term after the embedding state, logits and runtime, so the categories sum to
+cost/schedule.stage_mem_bytes exactly; tests check each category against its own formula.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost import memory, schedule
+from cost.coefficients import StageCoefficients, homogeneous_placement
+from cost.specs import Instance, Plan
+
+CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
+
+
+def _state_shares(zero: int, shard: int, framework) -> tuple[float, float, float]:
+    """Bytes per parameter of (weights, grads, optimizer) on one GPU after ZeRO sharding."""
+    sb = memory.STATE_BYTES[framework]
+    return (sb.weight / (shard if zero >= 3 else 1), sb.grad / (shard if zero >= 2 else 1),
+            sb.optimizer / (shard if zero >= 1 else 1))
+
+
+def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> list[dict[str, float]]:
+    """Per stage, bytes per category (CATEGORIES); they sum to schedule.stage_mem_bytes."""
+    m, o, fw = inst.model, plan.outer, inst.job.framework
+    pp, tp, cp = o.pp, o.tp, o.cp
+    shard = homogeneous_placement(inst.cluster, o).dp_ranks
+    w, g, opt = _state_shares(o.zero, shard, fw)
+    spp = w + g + opt
+    n = np.array(plan.layers_per_stage, float)
+    r = np.array(plan.full_recompute_layers, float)
+    total = schedule.stage_mem_bytes(c, n, r)
+    fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
+    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
+    runtime = memory.runtime_bytes(tp, cp, o.dp, pp)
+    out = []
+    for s in range(pp):
+        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw)
+        param_state = n[s] * (c.layer_state_bytes[s] - fp8) + embed  # (parameters x spp) terms
+        logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
+        acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s])
+        workspace = c.stage_mem_bytes[s] - embed - logits - runtime
+        cats = {"weights": param_state * w / spp + n[s] * fp8, "grads": param_state * g / spp,
+                "optimizer": param_state * opt / spp, "activations": float(acts), "logits": logits,
+                "workspace": float(workspace), "runtime": runtime}
+        assert abs(sum(cats.values()) - total[s]) <= 1e-6 * total[s], "categories must sum to the total"
+        out.append({k: float(v) for k, v in cats.items()})
+    return out

@@ -1,0 +1,70 @@
+"""Two plans of one instance side by side, and why one is faster.
+
+Both plans are priced by cost/simulate.py. Its breakdown splits each iteration time into the
+exposed parts of the bottleneck stage (`Breakdown.exposed_s`, which sum to the iteration
+time), so the difference of two iteration times is exactly the sum of the part-by-part
+differences: "why B is faster" is the list of parts that differ, largest first. Used by
+`paraplan compare` and by the report's "your plan vs the optimum" section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost.simulate import Breakdown
+from solver.format import seconds
+
+# A part whose difference is below this share of the faster plan's time is not named as a
+# reason (it is still in the table).
+REASON_MIN_SHARE = 0.005
+
+
+@dataclass(frozen=True)
+class PartDiff:
+    part: str
+    a_s: float
+    b_s: float
+
+    @property
+    def diff_s(self) -> float:
+        return self.b_s - self.a_s
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a_s: float  # iteration times; inf for a plan that does not fit memory
+    b_s: float
+    parts: tuple[PartDiff, ...]  # every exposed part of either plan, largest |difference| first
+    faster: str | None  # "a", "b", or None when equal
+    speedup: float  # slower / faster iteration time (1.0 when equal)
+    reasons: tuple[str, ...]  # one line per part that explains the difference
+
+
+def compare(a: Breakdown, b: Breakdown, names: tuple[str, str] = ("A", "B")) -> Comparison:
+    keys = list(dict.fromkeys([*a.exposed_s, *b.exposed_s]))
+    parts = sorted((PartDiff(k, a.exposed_s.get(k, 0.0), b.exposed_s.get(k, 0.0)) for k in keys),
+                   key=lambda d: -abs(d.diff_s))
+    parts = tuple(d for d in parts if d.a_s or d.b_s)
+    ta, tb = a.iter_time_s, b.iter_time_s
+    if abs(ta - tb) <= 1e-12 * max(ta, tb):
+        return Comparison(ta, tb, parts, None, 1.0, ())
+    faster = "a" if ta < tb else "b"
+    fast_s, slow_s = min(ta, tb), max(ta, tb)
+    sign = 1.0 if faster == "b" else -1.0  # positive: the faster plan spends less on the part
+    reasons = []
+    for d in parts:
+        saved = sign * -d.diff_s  # time the faster plan saves on this part
+        if abs(saved) < REASON_MIN_SHARE * fast_s:
+            continue
+        name = d.part.replace("_", " ")
+        verb = "saves" if saved > 0 else "spends"
+        reasons.append(f"{name}: {names[0]} {seconds(d.a_s)}, {names[1]} {seconds(d.b_s)}"
+                       f" ({names[0 if faster == 'a' else 1]} {verb} {seconds(abs(saved))})")
+    return Comparison(ta, tb, parts, faster, slow_s / fast_s, tuple(reasons))
+
+
+def comparison_json(c: Comparison, names: tuple[str, str]) -> dict:
+    return {"faster": None if c.faster is None else names[0 if c.faster == "a" else 1],
+            "speedup": c.speedup,
+            "parts": [{"part": d.part, "a_s": d.a_s, "b_s": d.b_s, "diff_s": d.diff_s} for d in c.parts],
+            "reasons": list(c.reasons)}

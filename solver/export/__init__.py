@@ -1,0 +1,24 @@
+"""A plan as the launch settings of Megatron-LM, torchtitan or DeepSpeed: one module per
+framework (megatron.py, torchtitan.py, deepspeed.py), the shared steps in common.py.
+
+Each `to_<framework>(inst, plan)` returns `ExportResult(text, emitted)`: `text` is the
+configuration in the framework's own syntax; `emitted` the configuration it describes, as an
+(instance, plan) pair cost/ can price, with one line per deviation from the plan (none: exact)
+and notes."""
+
+from solver.export.common import (Comparison, Emitted, ExportRefused, ExportResult, Prediction,
+                                  compare)
+from solver.export.deepspeed import DEEPSPEED_VERSION, to_deepspeed
+from solver.export.megatron import MEGATRON_VERSION, to_megatron
+from solver.export.torchtitan import TORCHTITAN_VERSION, to_torchtitan
+
+# Format name -> (exporter, comment prefix for the deviation lines, or None where the syntax
+# has no comments: JSON; the framework version it targets)
+FORMATS = {
+    "megatron": (to_megatron, "#", MEGATRON_VERSION),
+    "torchtitan": (to_torchtitan, "#", TORCHTITAN_VERSION),
+    "deepspeed": (to_deepspeed, None, DEEPSPEED_VERSION),
+}
+
+__all__ = ["FORMATS", "Comparison", "Emitted", "ExportRefused", "ExportResult", "Prediction",
+           "compare", "to_deepspeed", "to_megatron", "to_torchtitan"]

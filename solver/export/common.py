@@ -1,0 +1,189 @@
+"""What every exporter shares: the emitted configuration, deviations, and its re-simulation.
+
+An export has two steps. `runnable` (one per framework) maps the plan onto what the target
+framework can run and express: the closest configuration, as an (instance, plan) pair that
+cost/ can price, plus one line per deviation from the plan. `render` writes that configuration
+in the framework's own syntax, exactly: every setting the plan and the cost model assume
+(parallel degrees, batch arithmetic, layer split, recompute, ZeRO/FSDP mode, overlap, bucket
+sizes, precision, attention kernel, model shape) is written out, none left to a default.
+
+A plan is made for the framework of its instance's `job.framework`, and the planner searches
+only what that framework can run (cost/framework_rules.py), so an export to the same framework
+is exact unless the plan uses something the framework's configuration cannot express (per-stage
+recompute counts, per-operator tensor partitions). An export to another framework is checked
+against that framework's rules; the emitted configuration is then priced again by cost/ under
+the target framework (`compare`), so the user sees the time and memory of what will run.
+
+Stage layout, shared by all: stage s holds `layers_per_stage[s]` consecutive layers, the
+embedding on stage 0 and the output layer on stage pp-1. With v virtual stages each stage holds
+v chunks of `layers_per_stage[s] / v` layers, and model chunk k = c*pp + s (chunk c of stage s)
+takes the next layers in order: the interleaving of Megatron-LM and of torchtitan's looped
+schedules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cost.errors import ConfigError
+from cost.framework_rules import FRAMEWORK_RULES
+from cost.specs import Framework, Instance, Plan
+
+
+class ExportRefused(Exception):
+    """The target framework cannot run this model at all (not a plan setting that has a
+    closest runnable value): one line saying why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """The configuration an export writes, as cost/ can price it.
+
+    `inst` is the plan's instance with `job.framework` set to the target (and any model or job
+    setting the target cannot express replaced by what it will run); `plan` the plan it will
+    run. `deviations`: one line per difference from the plan (empty: the export is exact;
+    `--strict` refuses otherwise). `notes`: what the user must know or do that changes
+    nothing in the plan (launcher flags that are not part of the file, settings the instance
+    does not fix and the export had to choose)."""
+
+    inst: Instance
+    plan: Plan
+    deviations: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def exact(self) -> bool:
+        return not self.deviations
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    text: str  # the configuration, newline-terminated
+    emitted: Emitted
+
+    @property
+    def unsupported(self) -> list[str]:
+        """The deviations from the plan, one line each; empty when the export is exact."""
+        return list(self.emitted.deviations)
+
+
+class Deviations:
+    """Collects deviations and notes while `runnable` adjusts the instance and plan."""
+
+    def __init__(self, inst: Instance, plan: Plan, target: Framework):
+        self.source_framework = inst.job.framework
+        self.source_inst = inst
+        self.target = target
+        self.inst = replace(inst, job=replace(inst.job, framework=target))
+        self.plan = plan
+        self.deviations: list[str] = []
+        self.notes: list[str] = []
+
+    def deviate(self, line: str, **plan_changes) -> None:
+        self.deviations.append(line)
+        if plan_changes:
+            self.plan = replace(self.plan, **plan_changes)
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
+
+    def set_job(self, **changes) -> None:
+        self.inst = replace(self.inst, job=replace(self.inst.job, **changes))
+
+    def set_model(self, **changes) -> None:
+        self.inst = replace(self.inst, model=replace(self.inst.model, **changes))
+
+    def done(self) -> Emitted:
+        p, name = self.plan, self.target.value
+        try:
+            p.check_against(self.inst)
+        except ConfigError as e:  # an adjustment broke the plan: a bug in an exporter
+            raise AssertionError(f"emitted {name} plan is invalid: {e}") from None
+        if not FRAMEWORK_RULES[self.target].admits(tp=p.tp, pp=p.pp, cp=p.cp, dp=p.dp,
+                                                   sp=p.sequence_parallel, zero=p.zero,
+                                                   v=p.virtual_stages):
+            self.notes.append(
+                f"{name} runs this configuration, but it lies outside the space paraplan"
+                f" searches for {name} (cost/framework_rules.py), so its predicted time is not"
+                " validated against published runs")
+        return Emitted(self.inst, self.plan, tuple(self.deviations), tuple(self.notes))
+
+
+def drop_partitions(d: Deviations) -> None:
+    """Per-operator tensor partitions (PrimePar) exist in no framework we export to."""
+    if d.plan.partitions:
+        from solver.partition_cmd import describe_partitions
+        lines = describe_partitions(d.plan, d.source_inst) or [str(dict(d.plan.partitions))]
+        d.deviate("the per-operator tensor partitions (" + "; ".join(lines) + "): no framework"
+                  f" runs them; emitted Megatron 1-D tensor parallelism over tp={d.plan.tp}",
+                  partitions=())
+
+
+def fold_cp_into_dp(d: Deviations, why: str) -> None:
+    """A target without ring context parallelism: the cp ranks become data-parallel replicas
+    (the closest use of the same GPUs), with the micro-batch count shrunk to keep the global
+    batch; refused when the batch does not split that way."""
+    p = d.plan
+    if p.cp == 1:
+        return
+    dp = p.dp * p.cp
+    batch = d.inst.job.global_batch
+    for micro in sorted({p.micro_batch, 1}, reverse=True):
+        if batch % (dp * micro) == 0:
+            d.deviate(f"context parallelism cp = {p.cp}: {why}; emitted its {p.cp} ranks as data"
+                      f" parallel replicas (dp = {dp}, micro_batch = {micro},"
+                      f" {batch // (dp * micro)} micro-batches)",
+                      cp=1, dp=dp, micro_batch=micro, num_micro_batches=batch // (dp * micro))
+            return
+    raise ExportRefused(f"context parallelism cp = {p.cp}: {why}, and the global batch {batch}"
+                        f" does not split over dp * cp = {dp} replicas; plan for"
+                        f" {d.target.value} instead (job.framework: {d.target.value})")
+
+
+def cross_framework_note(d: Deviations) -> None:
+    if d.source_framework is not d.target:
+        d.note(f"the plan was made for {d.source_framework.value} (its instance's"
+               f" job.framework); {d.target.value} gathers, reduces and stores differently"
+               " (cost/framework.py, cost/memory.py), so the emitted configuration is priced"
+               f" again as {d.target.value} runs it")
+
+
+def model_chunks(plan: Plan) -> list[tuple[int, int, int]]:
+    """(stage, first layer, layer count) of each model chunk, in chunk order k = c*pp + s."""
+    n, v, pp = plan.layers_per_stage, plan.virtual_stages, plan.pp
+    chunks, first = [], 0
+    for c in range(v):
+        for s in range(pp):
+            k = n[s] // v
+            chunks.append((s, first, k))
+            first += k
+    return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One configuration priced by cost/simulate.py."""
+
+    iter_time_s: float
+    peak_mem_bytes: float
+    capacity_bytes: float
+    fits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    plan: Prediction
+    emitted: Prediction
+
+
+def predict(inst: Instance, plan: Plan) -> Prediction:
+    from cost.simulate import simulate
+
+    bd = simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)
+    worst = max(bd.stages, key=lambda s: s.mem_bytes / s.capacity_bytes)
+    return Prediction(bd.iter_time_s, worst.mem_bytes, worst.capacity_bytes, bd.fits)
+
+
+def compare(inst: Instance, plan: Plan, emitted: Emitted) -> Comparison:
+    """The plan as planned (its own framework) and the emitted configuration (the target's)."""
+    return Comparison(predict(inst, plan), predict(emitted.inst, emitted.plan))

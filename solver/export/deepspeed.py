@@ -1,0 +1,109 @@
+"""A plan as a DeepSpeed JSON config (plus, as notes, the Megatron-DeepSpeed launcher flags
+for the model-parallel degrees, which are not DeepSpeed config keys).
+
+Keys and defaults: deepspeedai/DeepSpeed v0.19 (`DEEPSPEED_VERSION`),
+deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig: stage, overlap_comm, reduce_scatter,
+contiguous_gradients, reduce_bucket_size, allgather_bucket_size, and the stage3_* aliases) and
+deepspeed/runtime/config.py (batch keys, bf16/fp16, communication_data_type). Every value that
+cost/framework.py prices is written out rather than left to a default:
+- reduce_bucket_size = allgather_bucket_size = 5e8 elements: gradient reduction and the ZeRO-1/2
+  weight all-gather in buckets of that many parameters (grad_bucket_params);
+- stage3_prefetch_bucket_size = 5e7 parameters (prefetch_params) and stage3_max_reuse_distance
+  = 1e9 parameters (DeepSpeed's default: how far ahead a parameter gathered for a recompute pass
+  stays gathered for the backward after it, the distance cost/framework.py prices);
+- overlap_comm true: gradient reduction hidden behind backward (DeepSpeed's default is true only
+  for stage 3);
+- communication_data_type in the training precision: the 2-byte gradient reduction priced.
+DeepSpeed's PipelineEngine accepts ZeRO stages 0 and 1 only (deepspeed/runtime/pipe/engine.py)
+and runs one model chunk per stage; its sequence parallelism is Ulysses (all-to-all over heads),
+not the K/V ring that cost/ prices.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cost.framework import behaviour
+from cost.specs import Framework, Instance, Plan, Precision, Recompute
+from solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
+                                  drop_partitions, fold_cp_into_dp)
+
+DEEPSPEED_VERSION = "0.19"
+_B = behaviour(Framework.DEEPSPEED)
+
+
+def runnable(inst: Instance, plan: Plan) -> Emitted:
+    d = Deviations(inst, plan, Framework.DEEPSPEED)
+    cross_framework_note(d)
+    drop_partitions(d)
+    fold_cp_into_dp(d, "DeepSpeed has no ring context parallelism (its Ulysses sequence"
+                       " parallelism is an all-to-all over heads)")
+    p = d.plan
+    if p.virtual_stages > 1:
+        d.deviate(f"interleaved 1F1B with virtual_stages = {p.virtual_stages}: DeepSpeed's"
+                  " pipeline engine runs one model chunk per stage; emitted 1 (a larger bubble)",
+                  virtual_stages=1)
+    if p.zero >= 2 and p.pp > 1 and p.dp > 1:
+        d.deviate(f"ZeRO-{p.zero} with pipeline parallelism: DeepSpeed's PipelineEngine accepts"
+                  " ZeRO stages 0 and 1 only; emitted ZeRO-1 (more memory than planned)", zero=1)
+    if d.inst.job.precision is Precision.FP8:
+        d.deviate("fp8 precision: DeepSpeed's config has no FP8 training mode; emitted bf16")
+        d.set_job(precision=Precision.BF16)
+    p = d.plan
+    if p.tp > 1 or p.pp > 1:
+        flags = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}"]
+        if p.sequence_parallel:
+            flags.append("--sequence-parallel")
+        d.note("model parallel degrees are launcher arguments, not DeepSpeed config keys: pass "
+               + " ".join(flags) + f" to Megatron-DeepSpeed (layers per stage {list(p.layers_per_stage)};"
+               f" or build deepspeed.pipe.PipelineModule(num_stages={p.pp}) partitioned that way)")
+    if any(p.full_recompute_layers) or p.recompute is Recompute.SELECTIVE:
+        d.note(f"which layers are recomputed ({list(p.full_recompute_layers)} of"
+               f" {list(p.layers_per_stage)} per stage fully, recompute mode of the others:"
+               f" {p.recompute.value}) is the training script's choice: the"
+               " activation_checkpointing section only configures deepspeed.checkpointing")
+    if p.zero == 0 and p.dp > 1:
+        d.note("ZeRO-0: DeepSpeed all-reduces gradients after backward (engine.allreduce_gradients),"
+               " while cost/ hides the reduction behind backward: expect it slower than predicted"
+               " by up to the exposed all-reduce")
+    return d.done()
+
+
+def render(inst: Instance, e: Emitted) -> str:
+    p, job = e.plan, e.inst.job
+    bf16 = job.precision is Precision.BF16
+    zero: dict[str, object] = {"stage": p.zero}
+    if p.zero >= 1:
+        zero.update({"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True,
+                     "reduce_bucket_size": int(_B.grad_bucket_params),
+                     "allgather_bucket_size": int(_B.grad_bucket_params)})
+    if p.zero == 3:
+        zero.update({"stage3_prefetch_bucket_size": int(_B.prefetch_params),
+                     "stage3_max_reuse_distance": int(1e9)})
+    config: dict[str, object] = {
+        # train_batch_size = micro * gradient_accumulation_steps * data-parallel size (dp)
+        "train_batch_size": job.global_batch,
+        "train_micro_batch_size_per_gpu": p.micro_batch,
+        "gradient_accumulation_steps": p.num_micro_batches,
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        "fp16": {"enabled": not bf16},
+        "communication_data_type": "bf16" if bf16 else "fp16",
+    }
+    if any(p.full_recompute_layers):
+        config["activation_checkpointing"] = {
+            # Partitioning the saved layer inputs across the tensor-parallel ranks is what
+            # sequence parallelism gives the plan's fully recomputed layers.
+            "partition_activations": p.sequence_parallel,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    return json.dumps(config, indent=2) + "\n"
+
+
+def to_deepspeed(inst: Instance, plan: Plan) -> ExportResult:
+    plan.check_against(inst)
+    e = runnable(inst, plan)
+    return ExportResult(render(inst, e), e)

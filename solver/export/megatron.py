@@ -1,0 +1,272 @@
+"""A plan as Megatron-LM arguments: a bash snippet with the environment the arguments need and
+a `MEGATRON_ARGS=(...)` array, one flag per line, for `pretrain_gpt.py "${MEGATRON_ARGS[@]}"`.
+
+Flag names, values and the constraints `validate_args` enforces were read from NVIDIA/Megatron-LM
+main, megatron/training/arguments.py (and the TransformerConfig / ModelParallelConfig fields it
+turns into flags) at commit d98e8a64ddf3 (2026-08-22): `MEGATRON_VERSION`. The ones this module
+relies on:
+- `--num-layers-per-virtual-pipeline-stage`, `--num-virtual-stages-per-pipeline-rank` and
+  `--pipeline-model-parallel-layout` are mutually exclusive; uneven first/last stages with
+  interleaving need `--num-virtual-stages-per-pipeline-rank`.
+- `--overlap-param-gather` needs `--overlap-grad-reduce` and the distributed optimizer or
+  Megatron-FSDP.
+- Megatron-FSDP (`--use-megatron-fsdp`, version 1) runs with the distributed optimizer, needs
+  `--ckpt-format fsdp_dtensor` and CUDA_DEVICE_MAX_CONNECTIONS unset or > 1; without FSDP,
+  tensor or context parallelism before Blackwell needs CUDA_DEVICE_MAX_CONNECTIONS=1.
+- `--data-parallel-sharding-strategy`: optim (ZeRO-1), optim_grads (ZeRO-2), optim_grads_params
+  (ZeRO-3). `--use-torch-fsdp2` refuses pipeline parallelism, as Megatron-FSDP is used here.
+- seq_length must be a multiple of 2 * context-parallel-size (load-balanced causal chunks).
+- Megatron's defaults that differ from what paraplan prices, and so are always written out:
+  hidden/attention dropout 0.1, biases on every linear, learned absolute positions, LayerNorm,
+  tied embeddings, GELU, full attention (num_query_groups = heads), DDP buckets of
+  max(40M, 1M x dp) parameters, vocabulary padded to a multiple of 128 x tp.
+"""
+
+from __future__ import annotations
+
+from cost.framework import behaviour
+from cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
+                                  cross_framework_note, drop_partitions, model_chunks)
+
+MEGATRON_VERSION = "Megatron-LM main, commit d98e8a64ddf3 (2026-08-22)"
+# cost/framework.py prices Megatron's gradient buckets at this many parameters
+_DDP_BUCKET_PARAMS = int(behaviour(Framework.MEGATRON).grad_bucket_params)
+_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def runnable(inst: Instance, plan: Plan) -> Emitted:
+    """The closest configuration Megatron-LM runs (module docstring of common.py)."""
+    d = Deviations(inst, plan, Framework.MEGATRON)
+    cross_framework_note(d)
+    drop_partitions(d)
+    p = d.plan
+    if p.zero >= 2 and p.pp > 1 and p.dp * p.cp > 1:
+        d.deviate(f"ZeRO-{p.zero} with pipeline parallelism: Megatron-LM runs ZeRO-2/3 only as"
+                  " FSDP, which refuses pp > 1 (arguments.py); emitted ZeRO-1, the distributed"
+                  " optimizer (more memory than planned)", zero=1)
+    if p.cp > 1 and d.inst.model.seq_len % (2 * p.cp):
+        raise ExportRefused(f"seq_len {d.inst.model.seq_len} with context parallel degree {p.cp}:"
+                            " Megatron-LM needs seq_len divisible by 2 * cp (validate_args)")
+    _recompute(d)
+    _vocab(d)
+    if d.inst.job.precision is Precision.FP8:
+        d.note("FP8 runs through Transformer Engine (--fp8-format hybrid, delayed per-tensor"
+               " scaling): install it with Megatron-LM")
+    return d.done()
+
+
+def _recompute(d: Deviations) -> None:
+    p = d.plan
+    n, r, v = p.layers_per_stage, p.full_recompute_layers, p.virtual_stages
+    if not any(r):
+        return
+    # --recompute-method block recomputes the first N layers of every model chunk (one chunk
+    # per stage, v with interleaving), so stage s gets v * min(N, n_s / v) layers. The largest
+    # per-chunk need recomputes at least the planned count on every stage, and exactly it when
+    # the stages that need fewer have no more layers than that.
+    per_chunk = max(-(-x // v) for x in r)
+    got = tuple(v * min(per_chunk, x // v) for x in n)
+    if got != r:
+        where = "per model chunk on every pipeline stage" if v > 1 else "to every pipeline stage"
+        d.deviate(f"the per-stage full-recompute counts {list(r)}: Megatron-LM applies one"
+                  f" --recompute-num-layers {where}; emitted {per_chunk}, which fully recomputes"
+                  f" {list(got)} layers per stage (slower than planned, not more memory)",
+                  full_recompute_layers=got)
+    if p.recompute is Recompute.SELECTIVE and got != n:
+        d.deviate("selective recompute of the layers not fully recomputed: Megatron-LM's"
+                  " --recompute-granularity takes one value and full was emitted, so those"
+                  " layers keep all their activations", recompute=Recompute.NONE)
+
+
+def vocab_divisor(vocab: int, tp: int) -> int | None:
+    """The largest --make-vocab-size-divisible-by (a power of two up to Megatron's default 128)
+    for which Megatron pads `vocab` to itself: vocab divisible by divisor * tp. None if none."""
+    for d in (128, 64, 32, 16, 8, 4, 2, 1):
+        if vocab % (d * tp) == 0:
+            return d
+    return None
+
+
+def _vocab(d: Deviations) -> None:
+    m, tp = d.inst.model, d.plan.tp
+    if vocab_divisor(m.vocab, tp) is None:
+        multiple = 128 * tp
+        padded = -(-m.vocab // multiple) * multiple
+        d.note(f"Megatron-LM pads the {m.vocab}-token vocabulary to a multiple of"
+               f" --make-vocab-size-divisible-by x tp; {m.vocab} is not divisible by tp = {tp},"
+               f" so it becomes {padded} (the default 128 x {tp}); priced with {padded}")
+        d.set_model(vocab=padded)
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def render(inst: Instance, e: Emitted) -> str:
+    m, p, job = e.inst.model, e.plan, e.inst.job
+    fsdp = p.zero >= 2 and p.dp * p.cp > 1
+    sections: list[tuple[str, list[tuple[str, object, str | None]]]] = []
+
+    model: list[tuple[str, object, str | None]] = [
+        ("--num-layers", m.layers, None), ("--hidden-size", m.hidden, None),
+        ("--ffn-hidden-size", m.ffn, None), ("--num-attention-heads", m.heads, None),
+        ("--kv-channels", m.head_dim, "head dimension"),
+    ]
+    if m.kv_heads != m.heads:
+        model += [("--group-query-attention", None, None), ("--num-query-groups", m.kv_heads, None)]
+    model += [("--seq-length", m.seq_len, None), ("--max-position-embeddings", m.seq_len, None)]
+    if m.mlp is Mlp.SWIGLU:
+        model.append(("--swiglu", None, None))
+    if not m.tied_embeddings:
+        model.append(("--untie-embeddings-and-output-weights", None, None))
+    model += [
+        ("--normalization", "RMSNorm" if m.mlp is Mlp.SWIGLU else "LayerNorm",
+         "not in the instance: RMSNorm for SwiGLU models, LayerNorm for GELU ones; match your checkpoint"),
+        ("--position-embedding-type", "rope", "paraplan prices no position-embedding weights"),
+        ("--disable-bias-linear", None, "paraplan prices no linear biases"),
+        ("--hidden-dropout", m.dropout, "Megatron's default is 0.1"),
+        ("--attention-dropout", m.dropout, None),
+        ("--vocab-size", m.vocab, "your tokenizer's vocabulary"),
+    ]
+    divisor = vocab_divisor(m.vocab, p.tp)
+    model.append(("--make-vocab-size-divisible-by", divisor or 128,
+                  f"padded vocabulary: {m.vocab} with tp = {p.tp}"))
+    sections.append(("model", model))
+
+    par: list[tuple[str, object, str | None]] = [
+        ("--tensor-model-parallel-size", p.tp, None),
+        ("--pipeline-model-parallel-size", p.pp, None),
+        ("--context-parallel-size", p.cp, None),
+    ]
+    if p.cp > 1:
+        par.append(("--cp-comm-type", "p2p", "ring exchange of K/V blocks, as paraplan prices it"))
+    if p.sequence_parallel:
+        par.append(("--sequence-parallel", None, None))
+    par += _split_flags(p)
+    sections.append(("parallelism (data parallel size = world size / (tp * pp * cp) ="
+                     f" {p.dp})", par))
+
+    sections.append(("batch", [("--micro-batch-size", p.micro_batch, None),
+                               ("--global-batch-size", job.global_batch,
+                                f"{p.num_micro_batches} micro-batches per step")]))
+    rec = _recompute_flags(p)
+    if rec:
+        sections.append(("activation recompute", rec))
+    sections.append((_zero_title(p), _zero_flags(p, fsdp)))
+
+    prec: list[tuple[str, object, str | None]] = []
+    if job.precision is Precision.FP16:
+        prec.append(("--fp16", None, None))
+    else:
+        prec.append(("--bf16", None, None))
+    if job.precision is Precision.FP8:
+        prec += [("--fp8-format", "hybrid", "e4m3 forward, e5m2 gradients"),
+                 ("--fp8-recipe", "delayed", "per-tensor scaling (Transformer Engine)")]
+    prec.append(("--attention-backend", "flash" if job.attention is Attention.FLASH else "unfused",
+                 None if job.attention is Attention.FLASH else "job.attention: standard stores the s x s scores"))
+    sections.append(("precision and kernels", prec))
+
+    lines = [f"# Megatron-LM arguments for {inst.name} (paraplan export; plan made for"
+             f" {inst.job.framework.value}).",
+             f"# Flags and constraints as in megatron/training/arguments.py of {MEGATRON_VERSION}.",
+             '# Run: torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" plus your data, tokenizer,'
+             " optimizer and learning-rate arguments."]
+    if fsdp:
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP needs it unset or > 1"
+                     " (validate_args)")
+    elif p.tp > 1 or p.cp > 1:
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # validate_args: tensor/context"
+                     " parallelism before Blackwell, so communication is issued in order")
+    lines.append("MEGATRON_ARGS=(")
+    for title, flags in sections:
+        lines.append(f"  # {title}")
+        for flag, value, comment in flags:
+            text = flag if value is None else f"{flag} {value}"
+            lines.append(f"  {text}" + (f"  # {comment}" if comment else ""))
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def _split_flags(p: Plan) -> list[tuple[str, object, str | None]]:
+    n, v = p.layers_per_stage, p.virtual_stages
+    if len(set(n)) == 1:
+        return [("--num-layers-per-virtual-pipeline-stage", n[0] // v, None)] if v > 1 else []
+    middle = n[1:-1]
+    if len(set(middle)) > 1:
+        # only the layout expresses unequal middle stages; it also fixes the virtual stages
+        return [("--pipeline-model-parallel-layout", f'"{megatron_layout(p)}"',
+                 f"layers per stage {list(n)}")]
+    flags: list[tuple[str, object, str | None]] = []
+    # Megatron-core gives the remaining layers evenly to the stages between the first and the
+    # last; with pp = 2 there are none, so the first stage's count fixes the split.
+    if not middle or n[0] != middle[0]:
+        flags.append(("--decoder-first-pipeline-num-layers", n[0], None))
+    if middle and n[-1] != middle[0]:
+        flags.append(("--decoder-last-pipeline-num-layers", n[-1], None))
+    if v > 1:
+        flags.append(("--num-virtual-stages-per-pipeline-rank", v, None))
+    return flags
+
+
+def megatron_layout(plan: Plan) -> str:
+    """The split as a --pipeline-model-parallel-layout string: one '|'-separated entry per
+    model chunk in the order k = c*pp + s; E = embedding, t = transformer layer, L = loss."""
+    chunks = model_chunks(plan)
+    out = []
+    for k, (_, _, count) in enumerate(chunks):
+        parts = ["E"] if k == 0 else []
+        parts.append("t" if count == 1 else f"t*{count}")
+        if k == len(chunks) - 1:
+            parts.append("L")
+        out.append(",".join(parts))
+    return "|".join(out)
+
+
+def _recompute_flags(p: Plan) -> list[tuple[str, object, str | None]]:
+    r, v = p.full_recompute_layers, p.virtual_stages
+    if not any(r):
+        if p.recompute is Recompute.SELECTIVE:
+            return [("--recompute-granularity", "selective", "the attention core (core_attn)")]
+        return []
+    per_chunk = max(-(-x // v) for x in r)
+    return [("--recompute-granularity", "full", None), ("--recompute-method", "block", None),
+            ("--recompute-num-layers", per_chunk,
+             f"fully recomputed layers per stage: {list(r)}")]
+
+
+def _zero_title(p: Plan) -> str:
+    if p.dp * p.cp == 1:
+        return "data parallel: none (dp * cp = 1), so no optimizer sharding"
+    return {0: "data parallel: DDP (ZeRO-0)", 1: "data parallel: distributed optimizer (ZeRO-1)",
+            2: "data parallel: Megatron-FSDP, gradients and optimizer sharded (ZeRO-2)",
+            3: "data parallel: Megatron-FSDP, weights, gradients and optimizer sharded (ZeRO-3)"}[p.zero]
+
+
+def _zero_flags(p: Plan, fsdp: bool) -> list[tuple[str, object, str | None]]:
+    """ZeRO mode and the overlap cost/coefficients.py assumes: the data-parallel gradient
+    reduction hides behind backward (--overlap-grad-reduce); ZeRO-3 weight gathers are
+    prefetched behind compute (--overlap-param-gather); the distributed optimizer's all-gather
+    of updated weights is priced as exposed after the step, so it is not overlapped."""
+    if p.dp * p.cp == 1:
+        return [("--accumulate-allreduce-grads-in-fp32", None, "fp32 main gradients, as priced")]
+    flags: list[tuple[str, object, str | None]] = []
+    if fsdp:
+        flags += [("--use-megatron-fsdp", None, None),
+                  ("--data-parallel-sharding-strategy", _FSDP_STRATEGY[p.zero], None),
+                  ("--use-distributed-optimizer", None, "Megatron-FSDP version 1 runs on it"),
+                  ("--ckpt-format", "fsdp_dtensor", "required by Megatron-FSDP")]
+    elif p.zero == 1:
+        flags.append(("--use-distributed-optimizer", None, None))
+    flags.append(("--accumulate-allreduce-grads-in-fp32", None, "fp32 gradient reduction, as priced"))
+    flags.append(("--overlap-grad-reduce", None, "gradient reduction hidden behind backward"))
+    if p.zero == 3:
+        flags.append(("--overlap-param-gather", None, "weight gathers prefetched behind compute"))
+    if not fsdp:
+        flags.append(("--ddp-bucket-size", _DDP_BUCKET_PARAMS,
+                      "parameters per gradient bucket, as priced (default max(40M, 1M x dp))"))
+    return flags
+
+
+def to_megatron(inst: Instance, plan: Plan) -> ExportResult:
+    plan.check_against(inst)
+    e = runnable(inst, plan)
+    return ExportResult(render(inst, e), e)

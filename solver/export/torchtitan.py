@@ -1,0 +1,274 @@
+"""A plan as a torchtitan 0.2.x TOML job config.
+
+Section and key names: torchtitan v0.2.0, torchtitan/config/job_config.py (`TORCHTITAN_VERSION`);
+behaviour cited from the same release:
+- torchtitan/distributed/parallel_dims.py: FSDP over the dp_shard x cp ranks whenever
+  dp_shard > 1 or cp > 1; DDP only for replicate-only data parallelism, and its DDP refuses a
+  mesh of more than one dimension ("DDP has not supported > 1D parallelism"); seq_len must be
+  divisible by tp * 2 * cp.
+- `parallelism.fsdp_reshard_after_forward`: "always" reshards each block's weights after
+  forward (ZeRO-3), "never" keeps them gathered until backward (ZeRO-2); "default" picks by
+  pipeline parallelism, so it is always written explicitly.
+- `parallelism.context_parallel_rotate_method`: "alltoall" passes each K/V shard to the next
+  rank (torch's _AllToAllRotater: permute_tensor to rank + 1), the ring cost/ prices;
+  "allgather" (the default) gathers every shard at once.
+- `training.mixed_precision_reduce = "float32"`: the fp32 reduction cost/framework.py prices.
+- `model.converters = ["quantize.linear.float8"]` with `[quantize.linear.float8]`
+  recipe_name "tensorwise": torchao's per-tensor scaled float8 linears; FSDP all-gathers stay
+  in bf16 (enable_fsdp_float8_all_gather false), as cost/ prices them.
+- torchtitan's dense models are llama3 and qwen3, both SwiGLU with RMSNorm: a GELU model has no
+  torchtitan model and is refused. Module names (`module_fqns_per_model_part`) are llama3's:
+  tok_embeddings, layers.<i>, norm, output.
+- `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
+  `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
+  floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
+  prices as torchtitan's selective recompute.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
+                                  cross_framework_note, drop_partitions, model_chunks)
+
+TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
+
+# llama3 flavors of torchtitan v0.2.0 (torchtitan/models/llama3/__init__.py), with the ffn width
+# its FeedForward derives: int(2 * 4 * dim / 3), times ffn_dim_multiplier, rounded up to
+# multiple_of.
+_LLAMA3_FLAVORS = {
+    "8B": dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn=14336, vocab=128256),
+    "70B": dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn=28672, vocab=128256),
+    "405B": dict(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn=53248, vocab=128256),
+}
+
+
+def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> int:
+    """torchtitan llama3 FeedForward's hidden width (models/llama3/model/model.py)."""
+    hidden = int(2 * 4 * dim / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def runnable(inst: Instance, plan: Plan) -> Emitted:
+    if inst.model.mlp is not Mlp.SWIGLU:
+        raise ExportRefused(
+            f"model {inst.model.name} uses a GELU MLP, and torchtitan {TORCHTITAN_VERSION} has no"
+            " GELU model (its dense models, llama3 and qwen3, use SwiGLU); export it to megatron"
+            " or deepspeed instead")
+    d = Deviations(inst, plan, Framework.TORCHTITAN)
+    cross_framework_note(d)
+    drop_partitions(d)
+    job, m = d.inst.job, d.inst.model
+    if job.precision is Precision.FP16:
+        d.deviate("fp16 precision: torchtitan's training.mixed_precision_param is bfloat16 or"
+                  " float32; emitted bfloat16")
+        d.set_job(precision=Precision.BF16)
+    if job.attention is Attention.STANDARD:
+        d.deviate("job.attention = standard (s x s scores stored): torchtitan's models use fused"
+                  " scaled-dot-product attention; emitted that (less memory than planned)")
+        d.set_job(attention=Attention.FLASH)
+    if m.tied_embeddings:
+        d.deviate("tied input and output embeddings: torchtitan's llama3 model has a separate"
+                  " output layer; emitted untied (more weights than planned)")
+        d.set_model(tied_embeddings=False)
+    p = d.plan
+    if p.tp > 1 and not p.sequence_parallel:
+        d.deviate("tensor parallelism without sequence parallelism: torchtitan's TP plan always"
+                  " shards the norms along the sequence (SequenceParallel in"
+                  " models/llama3/infra/parallelize.py); emitted sequence parallelism on",
+                  sequence_parallel=True)
+    _data_parallel(d)
+    _activation_checkpoint(d)
+    divisor = 2 * d.plan.tp * d.plan.cp
+    if m.seq_len % divisor:
+        raise ExportRefused(f"seq_len {m.seq_len}: torchtitan requires it divisible by tp * 2 * cp"
+                            f" = {divisor} (ParallelDims.seq_len_divisor)")
+    if d.plan.pp > 1 and d.plan.virtual_stages == 1 and d.plan.num_micro_batches < d.plan.pp:
+        d.note("torchtitan's 1F1B schedule wants at least as many micro-batches as stages")
+    flavor = _flavor(m)
+    if flavor is None:
+        d.note(f"model shape: torchtitan builds models from named flavors; register the"
+               f" TransformerModelArgs written in the file as llama3 flavor \"{_CUSTOM}\""
+               " (torchtitan/models/llama3/__init__.py, llama3_args)")
+    if d.inst.job.precision is Precision.FP8:
+        d.note("float8 linears need torchao installed beside torchtitan")
+    return d.done()
+
+
+_CUSTOM = "paraplan"
+
+
+def _flavor(m) -> str | None:
+    for name, f in _LLAMA3_FLAVORS.items():
+        if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["ffn"], f["vocab"]) == (
+                m.hidden, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab):
+            return name
+    return None
+
+
+def _data_parallel(d: Deviations) -> None:
+    """torchtitan's data parallelism: DDP (ZeRO-0) alone, or FSDP2 with weights resharded after
+    forward (ZeRO-3) or kept until backward (ZeRO-2); it has no ZeRO-1."""
+    p = d.plan
+    if p.dp * p.cp == 1:
+        return  # no data-parallel group: the ZeRO stage shards nothing
+    if p.zero == 1:
+        d.deviate("ZeRO-1: torchtitan has no optimizer-only sharding; emitted FSDP with"
+                  " fsdp_reshard_after_forward = \"never\" (ZeRO-2: gradients sharded too, less"
+                  " memory than planned)", zero=2)
+    elif p.zero == 0 and (p.tp > 1 or p.pp > 1 or p.cp > 1):
+        d.deviate("ZeRO-0 (plain data parallelism) with tensor, pipeline or context parallelism:"
+                  " torchtitan's DDP is one-dimensional only, and with cp > 1 it shards over the"
+                  " cp ranks anyway; emitted FSDP with fsdp_reshard_after_forward = \"never\""
+                  " (ZeRO-2: less memory than planned)", zero=2)
+
+
+def _activation_checkpoint(d: Deviations) -> None:
+    p = d.plan
+    n, r = p.layers_per_stage, p.full_recompute_layers
+    selective = p.recompute is Recompute.SELECTIVE
+    if selective and d.source_framework is not Framework.TORCHTITAN:
+        # paraplan's selective recompute is the framework's own: for Megatron-LM and DeepSpeed
+        # the attention core alone, for torchtitan its op-level policy (cost/memory.py)
+        d.deviate("selective recompute of the attention core alone (Korthikanti et al. 2022):"
+                  " torchtitan's selective modes recompute more (every second matmul, or whole"
+                  " blocks); emitted no selective recompute (fused attention already recomputes"
+                  " its scores)", recompute=Recompute.NONE)
+        selective = False
+    if not any(r) or r == n:
+        return
+    for k in range(2, max(n) + 1):
+        if all(x // k == y for x, y in zip(n, r)):
+            if selective:
+                d.deviate(f"op-level selective recompute beside every {k}-th block fully"
+                          " recomputed: torchtitan applies one activation-checkpoint mode;"
+                          " emitted the block-wise one", recompute=Recompute.NONE)
+            return
+    d.deviate(f"the per-stage full-recompute counts {list(r)} of {list(n)} layers: torchtitan"
+              " checkpoints every block (mode = \"full\") or every k-th block of each rank, and"
+              " no k gives these counts; emitted mode = \"full\" (slower than planned, not more"
+              " memory)", full_recompute_layers=n, recompute=Recompute.NONE)
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def render(inst: Instance, e: Emitted) -> str:
+    m, p, job = e.inst.model, e.plan, e.inst.job
+    flavor = _flavor(m)
+    model: list[tuple[str | None, object]] = [("name", "llama3"), ("flavor", flavor or _CUSTOM)]
+    if job.precision is Precision.FP8:
+        model.append(("converters", ["quantize.linear.float8"]))
+
+    # local_batch_size is what one data-parallel rank takes per step. With pp > 1 it is split
+    # into pipeline micro-batches (local / pipeline_parallel_microbatch_size of them); with
+    # pp = 1 it is one micro-batch and global_batch_size / (local * dp) gives the gradient
+    # accumulation steps. Either way num_micro_batches micro-batches per optimizer step.
+    local = p.micro_batch * (p.num_micro_batches if p.pp > 1 else 1)
+    training = [("local_batch_size", local), ("global_batch_size", job.global_batch),
+                ("seq_len", m.seq_len), ("mixed_precision_param", "bfloat16"),
+                ("mixed_precision_reduce", "float32")]
+
+    replicate, shard = _degrees(p)
+    parallelism: list[tuple[str | None, object]] = [
+        ("data_parallel_replicate_degree", replicate),
+        ("data_parallel_shard_degree", shard),
+        (None, "ZeRO-3: reshard after forward; ZeRO-2: keep gathered until backward"),
+        ("fsdp_reshard_after_forward", "always" if p.zero == 3 else "never"),
+        ("tensor_parallel_degree", p.tp),
+        ("context_parallel_degree", p.cp),
+    ]
+    if p.cp > 1:
+        parallelism += [(None, "pass K/V shards round the ring (permute to the next rank), as"
+                               " paraplan prices context parallelism"),
+                        ("context_parallel_rotate_method", "alltoall")]
+    parallelism.append(("pipeline_parallel_degree", p.pp))
+    if p.pp > 1:
+        parts = []
+        for k, (_, first, count) in enumerate(model_chunks(p)):
+            names = [f"layers.{i}" for i in range(first, first + count)]
+            parts.append((["tok_embeddings"] if k == 0 else []) + names)
+        parts[-1] += ["norm", "output"]
+        parallelism += [
+            ("pipeline_parallel_schedule", "Interleaved1F1B" if p.virtual_stages > 1 else "1F1B"),
+            ("pipeline_parallel_microbatch_size", p.micro_batch),
+            (None, "one list per model chunk; rank s runs chunks s, s+pp, ..."),
+            ("module_fqns_per_model_part", parts),
+        ]
+    ac = _ac_keys(p)
+
+    lines = [
+        f"# torchtitan {TORCHTITAN_VERSION} job config for {inst.name} (paraplan export; plan made"
+        f" for {inst.job.framework.value}).",
+        "# Targets torchtitan 0.2.x: section and key names as in torchtitan/config/job_config.py"
+        " of v0.2.0; other releases spell some of them differently.",
+        "# Add optimizer, lr_scheduler, data and checkpoint settings yourself.",
+    ]
+    if flavor is None:
+        ffn_mult = None if m.ffn >= int(8 * m.hidden / 3) else m.ffn / int(8 * m.hidden / 3)
+        assert llama3_ffn(m.hidden, ffn_mult, m.ffn) == m.ffn
+        lines += ["#", f"# Register this flavor in torchtitan/models/llama3/__init__.py (llama3_args):",
+                  f'#   "{_CUSTOM}": TransformerModelArgs(dim={m.hidden}, n_layers={m.layers},'
+                  f" n_heads={m.heads}, n_kv_heads={m.kv_heads}, vocab_size={m.vocab},"
+                  f" ffn_dim_multiplier={ffn_mult!r}, multiple_of={m.ffn}),"
+                  f"  # ffn width {m.ffn}"]
+    lines += ["", "[model]", *_toml_lines(model), "", "[training]", *_toml_lines(training), "",
+              "[parallelism]", *_toml_lines(parallelism), "", "[activation_checkpoint]",
+              *_toml_lines(ac)]
+    if job.precision is Precision.FP8:
+        lines += ["", "[quantize.linear.float8]",
+                  *_toml_lines([("recipe_name", "tensorwise"),
+                                (None, "paraplan prices bf16 FSDP all-gathers"),
+                                ("enable_fsdp_float8_all_gather", False),
+                                ("precompute_float8_dynamic_scale_for_fsdp", False)])]
+    return "\n".join(lines) + "\n"
+
+
+def _degrees(p: Plan) -> tuple[int, int]:
+    """(data_parallel_replicate_degree, data_parallel_shard_degree)."""
+    if p.dp * p.cp == 1:
+        return 1, 1
+    if p.zero == 0:
+        return p.dp, 1  # DDP, alone (runnable() moved every other ZeRO-0 case to FSDP)
+    return 1, p.dp  # FSDP over dp (x cp: torchtitan shards over the dp_shard x cp mesh)
+
+
+def _ac_keys(p: Plan) -> list[tuple[str | None, object]]:
+    n, r = p.layers_per_stage, p.full_recompute_layers
+    if r == n:
+        return [("mode", "full")]
+    if any(r):
+        k = next(k for k in range(2, max(n) + 1) if all(x // k == y for x, y in zip(n, r)))
+        return [(None, f"full recompute of every {k}-th block: {list(r)} of {list(n)} layers"),
+                ("mode", "selective"), ("selective_ac_option", str(k))]
+    if p.recompute is Recompute.SELECTIVE:
+        return [("mode", "selective"), ("selective_ac_option", "op")]
+    return [("mode", "none")]
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string for these plain ASCII values
+    assert isinstance(value, list), value
+    if value and isinstance(value[0], list):
+        return "[\n" + "".join(f"  {_toml_value(v)},\n" for v in value) + "]"
+    return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+
+
+def _toml_lines(pairs: list[tuple[str | None, object]]) -> list[str]:
+    """`key = value` lines; a None key makes the value a comment line."""
+    return [f"# {value}" if key is None else f"{key} = {_toml_value(value)}"
+            for key, value in pairs]
+
+
+def to_torchtitan(inst: Instance, plan: Plan) -> ExportResult:
+    plan.check_against(inst)
+    e = runnable(inst, plan)
+    return ExportResult(render(inst, e), e)

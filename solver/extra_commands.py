@@ -1,0 +1,131 @@
+"""`paraplan compare` (two plans side by side, and why one is faster) and `paraplan memory`
+(peak memory per GPU by category, as `accelerate estimate-memory` reports it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from cost.errors import InstanceError
+from solver.format import breakdown_json, gib, seconds, table
+
+
+def _dump(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def _homogeneous(args, what: str):
+    from solver import hetero_commands
+    from solver.inputs import load_from_args
+
+    if hetero_commands.is_hetero(args):
+        raise InstanceError(args.instance, "cluster", f"{what} is offered on single-group clusters",
+                            "for a mixed cluster use `paraplan simulate HETERO.yaml --plan PLAN.yaml`")
+    return load_from_args(args)
+
+
+def cmd_compare(args) -> int:
+    from cost.loader import load_plan, plan_to_mapping
+    from cost.simulate import simulate
+    from solver.commands import _plan_line
+    from solver.compare import compare, comparison_json
+
+    inst = _homogeneous(args, "compare")
+    names = (args.plan_a, args.plan_b)
+    plans = [load_plan(p, inst) for p in names]
+    bds = [simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes) for p in plans]
+    cmp = compare(bds[0], bds[1], ("A", "B"))
+    if args.json:
+        out = {"status": "equal" if cmp.faster is None else f"{cmp.faster}_faster",
+               "plans": [{"file": f, "plan": plan_to_mapping(p), "iter_time_s": bd.iter_time_s,
+                          "breakdown": breakdown_json(bd)} for f, p, bd in zip(names, plans, bds)],
+               **comparison_json(cmp, names)}
+        _dump(out)
+        return 0
+    print(f"{inst.name}: A = {names[0]}, B = {names[1]}")
+    for tag, p in zip("AB", plans):
+        print(f"{tag}  {_plan_line(p)}")
+    side = [["iteration time", seconds(bds[0].iter_time_s), seconds(bds[1].iter_time_s)],
+            ["tokens/s", f"{bds[0].tokens_per_s:,.0f}", f"{bds[1].tokens_per_s:,.0f}"],
+            ["MFU", f"{100 * bds[0].mfu:.1f}%", f"{100 * bds[1].mfu:.1f}%"],
+            ["peak memory", gib(bds[0].peak_mem_bytes), gib(bds[1].peak_mem_bytes)],
+            ["fits memory", "yes" if bds[0].fits else "NO", "yes" if bds[1].fits else "NO"]]
+    print()
+    print(table(["", "A", "B"], side))
+    print()
+    print(table(["critical path part", "A", "B", "B - A"],
+                [[d.part.replace("_", " "), seconds(d.a_s), seconds(d.b_s),
+                  ("+" if d.diff_s >= 0 else "-") + seconds(abs(d.diff_s))] for d in cmp.parts]))
+    print()
+    if cmp.faster is None:
+        print("A and B take the same time")
+    else:
+        print(f"{'A' if cmp.faster == 'a' else 'B'} is {cmp.speedup:.3f}x faster; why (parts of the"
+              " critical path that differ, largest first):")
+        for line in cmp.reasons:
+            print(f"  {line}")
+    for tag, bd in zip("AB", bds):
+        if not bd.fits:
+            print(f"warning: {tag} does not fit memory")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    from cost.loader import load_plan, plan_to_mapping
+    from cost.memory_breakdown import CATEGORIES, stage_categories_bytes
+    from cost.simulate import simulate
+    from solver.commands import _plan_line
+    from solver.report import plan_coefficients
+
+    inst = _homogeneous(args, "memory")
+    if args.plan:
+        plan, where = load_plan(args.plan, inst), args.plan
+    else:
+        from solver.planner import plan as solve
+        res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s)
+        if res.plan is None:
+            raise InstanceError(inst.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",
+                                "pass a plan with --plan")
+        plan, where = res.plan, f"the optimal plan ({res.status})"
+    c = plan_coefficients(inst, plan)
+    cats = stage_categories_bytes(inst, plan, c)
+    bd = simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes, coeffs=c)
+    cap = float(c.capacity_bytes.min())
+    if args.json:
+        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": plan_to_mapping(plan),
+               "capacity_bytes": cap, "peak_mem_bytes": bd.peak_mem_bytes, "fits_memory": bd.fits,
+               "stages": [{"stage": s, "total_bytes": sum(cs.values()), "categories_bytes": cs}
+                          for s, cs in enumerate(cats)]})
+        return 0 if bd.fits else 1
+    print(f"{inst.name}: memory per GPU of {where}")
+    print(f"plan  {_plan_line(plan)}")
+    print()
+    rows = [[k] + [gib(cs[k]) for cs in cats] for k in CATEGORIES]
+    rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])
+    rows.append(["usable capacity"] + [gib(x) for x in c.capacity_bytes])
+    print(table(["per GPU"] + [f"stage {s}" for s in range(len(cats))], rows))
+    print()
+    print(f"peak {gib(bd.peak_mem_bytes)} of {gib(cap)} usable: "
+          + ("fits" if bd.fits else "DOES NOT FIT"))
+    return 0 if bd.fits else 1
+
+
+def register(sub) -> None:
+    from solver.inputs import add_instance_args
+
+    c = sub.add_parser("compare", help="two plans of one instance side by side, and why one is faster")
+    c.add_argument("plan_a", metavar="PLAN_A", help="plan YAML (as written by `paraplan plan -o`)")
+    c.add_argument("plan_b", metavar="PLAN_B", help="plan YAML")
+    c.add_argument("--instance", required=True, metavar="INSTANCE", help="instance YAML")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compare)
+
+    m = sub.add_parser("memory", help="peak memory per GPU by category (weights, grads, optimizer,"
+                                      " activations, logits, workspace, runtime)")
+    add_instance_args(m)
+    m.add_argument("--plan", help="plan YAML (default: solve for the optimal plan)")
+    m.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
+    m.add_argument("--time-limit-s", type=float, default=60.0)
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_memory)

@@ -1,0 +1,175 @@
+"""The JSON every `paraplan ... --json` prints: one documented schema per command.
+
+Conventions, the same for every command:
+- the output is one JSON object (bench: written to the --json file) with a string `status`;
+- times are numbers of seconds whose names end in `_s`; memory is bytes (`_bytes`);
+  rates say their unit (`tokens_per_s`); shares are fractions (`gap`, `mfu`, `regret`);
+- a value that does not exist is null, never a string such as "-";
+- commands that produce a plan give `iter_time_s` (null without a plan) and `breakdown`, with
+  the same core fields on homogeneous and mixed clusters (BREAKDOWN).
+
+A schema is a Python value: a type name ("number", "integer", "string", "boolean", "any"),
+a tuple of alternatives (("number", "null")), a list [item] (every item matches), a dict of
+required fields (extra fields are allowed: they are documented where they are built), or
+`MapOf(value)` (any string keys). `validate(obj, command)` returns the list of violations,
+empty when `obj` conforms; tests/cli/test_json_schema.py runs every command and checks it.
+`python -m solver.schema` prints the schemas.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+NUM, INT, STR, BOOL, ANY = "number", "integer", "string", "boolean", "any"
+NUM_OR_NULL = (NUM, "null")
+
+
+@dataclass(frozen=True)
+class MapOf:
+    value: Any
+
+
+PLAN_STATUS = ("optimal", "feasible", "infeasible", "timeout")
+
+STAGE = {"stage": INT, "mem_bytes": NUM, "capacity_bytes": NUM, "time_per_micro_batch_s": NUM}
+BREAKDOWN = {"iter_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM, "fits_memory": BOOL,
+             "exposed_s": MapOf(NUM), "stages": [STAGE]}
+SPACE = {"outer_configs": INT, "candidates": INT, "solved": INT, "pruned_by_bound": INT,
+         "pruned_by_memory": INT, "inner_infeasible": INT, "unresolved": INT}
+EVIDENCE = {"status": STR, "iter_time_s": NUM_OR_NULL, "bound_s": NUM_OR_NULL, "gap": NUM_OR_NULL,
+            "solve_time_s": NUM, "backend": STR, "tolerance_s": NUM, "space": SPACE,
+            "reason": (STR, "null")}
+SCENARIO = {"scenario": STR, "iter_time_s": NUM, "tokens_per_s": NUM, "fits_memory": BOOL}
+METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "solve_time_s": NUM_OR_NULL}
+MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
+
+SCHEMAS: dict[str, dict] = {
+    "plan": {**EVIDENCE, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
+             "trust": (dict, "null")},
+    "plan --top": {"status": STR, "solve_time_s": NUM, "solved": INT,
+                   "plans": [{"rank": INT, "iter_time_s": NUM, "vs_best": NUM, "plan": dict,
+                              "breakdown": BREAKDOWN}]},
+    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN},
+    "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
+                   "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
+    "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
+    "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
+                 "rows": [{"id": STR, "predicted_iter_time_s": NUM, "measured_iter_time_s": NUM,
+                           "error": NUM, "fits_memory": BOOL}]},
+    "timeline": {"status": STR, "iterations": NUM, "upper_bound_iterations": NUM, "gap": NUM,
+                 "switch_s": NUM, "solve_time_s": NUM, "plan_per_period": [INT]},
+    "replan": {"status": STR, "event": STR, "before_s": NUM, "current_after_event_s": NUM,
+               "new_s": NUM_OR_NULL, "switch_s": NUM, "pays_off": BOOL, "solve_time_s": NUM},
+    "partition": {"status": STR, "agree": BOOL, "tp": INT,
+                  "front": [{"time_s": NUM, "act_bytes": NUM, "workspace_bytes": NUM,
+                             "grad_sync_s": NUM, "milp_time_s": NUM_OR_NULL, "agree": BOOL}]},
+    "bench": {"status": STR, "rungs": [{"name": STR, "cpsat_s": NUM, "exhaustive_s": NUM_OR_NULL,
+                                        "ratio": NUM_OR_NULL}]},
+    "bench --hetero": {"status": STR, "rows": [dict]},
+    "memory": {"status": STR, "plan": dict, "capacity_bytes": NUM, "peak_mem_bytes": NUM,
+               "fits_memory": BOOL,
+               "stages": [{"stage": INT, "total_bytes": NUM,
+                           "categories_bytes": {k: NUM for k in MEM_CATEGORIES}}]},
+    "compare": {"status": STR, "faster": (STR, "null"), "speedup": NUM,
+                "plans": [{"file": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN}],
+                "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
+}
+# mixed clusters: the same core plus their own fields
+SCHEMAS["plan (mixed cluster)"] = {**SCHEMAS["plan"], "objective": STR, "objective_s": NUM_OR_NULL,
+                                   "per_scenario_s": MapOf(NUM)}
+SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
+SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
+SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
+
+
+def _type_ok(value: Any, name: str) -> bool:
+    if name == ANY:
+        return True
+    if name == "null":
+        return value is None
+    if name == NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == STR:
+        return isinstance(value, str)
+    if name == BOOL:
+        return isinstance(value, bool)
+    raise ValueError(f"unknown schema type {name!r}")
+
+
+def _check(value: Any, spec: Any, path: str) -> list[str]:
+    if isinstance(spec, tuple):  # alternatives
+        for alt in spec:
+            if not _check(value, alt, path):
+                return []
+        return [f"{path}: {json.dumps(value)[:60]} matches none of {spec!r}"]
+    if spec is dict:
+        return [] if isinstance(value, dict) else [f"{path}: expected an object"]
+    if isinstance(spec, MapOf):
+        if not isinstance(value, dict):
+            return [f"{path}: expected an object"]
+        return [e for k, v in value.items() for e in _check(v, spec.value, f"{path}.{k}")]
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return [f"{path}: expected an object, got {type(value).__name__}"]
+        errs = [f"{path}.{k}: missing" for k in spec if k not in value]
+        return errs + [e for k, s in spec.items() if k in value for e in _check(value[k], s, f"{path}.{k}")]
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return [f"{path}: expected a list, got {type(value).__name__}"]
+        return [e for i, v in enumerate(value) for e in _check(v, spec[0], f"{path}[{i}]")]
+    return [] if _type_ok(value, spec) else [f"{path}: expected {spec}, got {json.dumps(value)[:60]}"]
+
+
+def validate(obj: Any, command: str) -> list[str]:
+    """Violations of SCHEMAS[command] by `obj` (empty: it conforms); also: no NaN or infinity,
+    and every `*_s` field is a number or null."""
+    errs = _check(obj, SCHEMAS[command], command)
+
+    def walk(v, path):
+        if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
+            errs.append(f"{path}: {v} is not valid JSON")
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if isinstance(k, str) and k.endswith("_s") and not (x is None or _type_ok(x, NUM)
+                                                                    or isinstance(x, (dict, list))):
+                    errs.append(f"{path}.{k}: a time must be a number of seconds, got {json.dumps(x)}")
+                walk(x, f"{path}.{k}")
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(x, f"{path}[{i}]")
+    walk(obj, command)
+    return errs
+
+
+def top_k_json(res, plan_to_mapping) -> dict:
+    from solver.format import breakdown_json
+    best = res.plans[0].iter_time_s if res.plans else None
+    return {"status": res.status, "solve_time_s": res.solve_time_s, "solved": res.solved,
+            "plans": [{"rank": i + 1, "iter_time_s": r.iter_time_s, "vs_best": r.iter_time_s / best - 1,
+                       "plan": plan_to_mapping(r.plan), "breakdown": breakdown_json(r.breakdown)}
+                      for i, r in enumerate(res.plans)]}
+
+
+def _describe(spec: Any, indent: int = 0) -> str:
+    pad = "  " * indent
+    if isinstance(spec, dict):
+        return "\n".join(f"{pad}{k}: " + (("\n" + _describe(v, indent + 1)) if isinstance(v, (dict, list))
+                                          and v and not isinstance(v, MapOf) else _describe(v))
+                         for k, v in spec.items())
+    if isinstance(spec, list):
+        return f"{pad}- list of:\n" + _describe(spec[0], indent + 1)
+    if isinstance(spec, MapOf):
+        return f"object of {_describe(spec.value)}"
+    if isinstance(spec, tuple):
+        return " | ".join("object" if a is dict else (_describe(a).strip().replace("\n", "; ")
+                                                       if isinstance(a, dict) else str(a)) for a in spec)
+    return "object" if spec is dict else str(spec)
+
+
+if __name__ == "__main__":
+    for name, spec in SCHEMAS.items():
+        print(f"## {name}\n{_describe(spec)}\n")

@@ -1,0 +1,151 @@
+"""Every command's --json output against the one schema of solver/schema.py: the real commands
+run in-process on small instances, and their output must conform (status present, times as
+numbers of seconds, iter_time_s and breakdown on mixed clusters too)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import instances
+from solver.cli import main
+from solver.schema import SCHEMAS, validate
+
+INSTANCES = Path(instances.__file__).parent
+TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")
+MIXED = str(INSTANCES / "hetero" / "tiny-2types.yaml")
+DYNAMIC = str(INSTANCES / "hetero" / "llama3-8b-dynamic.yaml")
+EVENT = str(INSTANCES / "hetero" / "events" / "inter-site-degraded.yaml")
+NARROW = ["--search", "tp=1,2", "--search", "pp=1,2", "--search", "zero=0,1",
+          "--search", "recompute=selective", "--search", "micro_batch=2"]
+
+
+def run_json(capsys, argv, code=0):
+    assert main(argv) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def check(obj, command):
+    errors = validate(obj, command)
+    assert not errors, "\n".join(errors)
+    assert isinstance(obj["status"], str)
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plans") / "plan.yaml"
+    assert main(["plan", TINY, "-o", str(path), "--quiet"]) == 0
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def mixed_plan_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plans") / "mixed.yaml"
+    assert main(["plan", MIXED, "-o", str(path), "--quiet"]) == 0
+    return str(path)
+
+
+def test_plan(capsys):
+    check(run_json(capsys, ["plan", TINY, "--json", "--quiet"]), "plan")
+
+
+def test_plan_top(capsys):
+    out = run_json(capsys, ["plan", TINY, "--top", "3", "--json"])
+    check(out, "plan --top")
+    assert [p["rank"] for p in out["plans"]] == [1, 2, 3]
+
+
+def test_plan_mixed_cluster_has_iter_time_and_breakdown(capsys):
+    out = run_json(capsys, ["plan", MIXED, "--json", "--quiet"])
+    check(out, "plan (mixed cluster)")
+    # the nominal objective is the plan's iteration time
+    assert out["iter_time_s"] == pytest.approx(out["objective_s"], rel=1e-6)
+    assert out["breakdown"]["iter_time_s"] == out["iter_time_s"]
+
+
+def test_simulate(capsys, plan_file):
+    check(run_json(capsys, ["simulate", TINY, "--plan", plan_file, "--json"]), "simulate")
+
+
+def test_simulate_mixed_cluster(capsys, mixed_plan_file):
+    out = run_json(capsys, ["simulate", MIXED, "--plan", mixed_plan_file, "--json"])
+    check(out, "simulate (mixed cluster)")
+    assert out["scenarios"][0]["scenario"] == "nominal"
+
+
+def test_exhaustive(capsys):
+    out = run_json(capsys, ["exhaustive", TINY, "--json", "--quiet", *NARROW])
+    check(out, "exhaustive")
+    assert out["status"] == "optimal"
+
+
+def test_exhaustive_mixed_cluster(capsys):
+    check(run_json(capsys, ["exhaustive", MIXED, "--json", "--quiet"]), "exhaustive (mixed cluster)")
+
+
+def test_verify(capsys):
+    out = run_json(capsys, ["verify", TINY, "--json", "--quiet", *NARROW])
+    check(out, "verify")
+    assert out["status"] == "agree" and len(out["methods"]) == 3
+
+
+def test_verify_mixed_cluster(capsys):
+    check(run_json(capsys, ["verify", MIXED, "--json", "--quiet"]), "verify (mixed cluster)")
+
+
+def test_accuracy(capsys):
+    check(run_json(capsys, ["accuracy", "--json"]), "accuracy")
+
+
+def test_timeline(capsys):
+    check(run_json(capsys, ["timeline", DYNAMIC, "--json", "--quiet"]), "timeline")
+
+
+def test_replan(capsys, tmp_path):
+    current = tmp_path / "current.yaml"
+    assert main(["plan", DYNAMIC, "-o", str(current), "--quiet"]) == 0
+    capsys.readouterr()
+    check(run_json(capsys, ["replan", DYNAMIC, "--plan", str(current), "--event", EVENT, "--json"]),
+          "replan")
+
+
+def test_partition(capsys):
+    check(run_json(capsys, ["partition", TINY, "--tp", "4", "--json"]), "partition")
+
+
+def test_memory(capsys, plan_file):
+    check(run_json(capsys, ["memory", TINY, "--plan", plan_file, "--json"]), "memory")
+
+
+def test_compare(capsys, plan_file, tmp_path):
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"plan": {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2,
+                                              "recompute": "selective"}}), encoding="utf-8")
+    check(run_json(capsys, ["compare", plan_file, str(other), "--instance", TINY, "--json"]), "compare")
+
+
+def test_bench_quick(capsys, tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--quiet", "--json", str(out)]) == 0
+    check(json.loads(out.read_text()), "bench")
+
+
+def test_bench_hetero(capsys, tmp_path, monkeypatch):
+    # the bundled mixed clusters take about 2 minutes; the smallest one shows the shape
+    from solver import hetero_bench
+    monkeypatch.setattr(hetero_bench, "INSTANCES", ["tiny-2types"])
+    out = tmp_path / "hb.json"
+    assert main(["bench", "--hetero", "--quiet", "--json", str(out)]) == 0
+    check(json.loads(out.read_text()), "bench --hetero")
+
+
+def test_validator_catches_what_the_issue_reported():
+    # the three inconsistencies of issue 14 each fail the schema
+    assert validate({"agree": True, "iter_time_s": {"cpsat": 1.0},  # verify's old shape
+                     "methods": [{"method": "cpsat", "status": "optimal", "iter_time_s": "1.0",
+                                  "time": "0.12 s"}]}, "verify")
+    assert validate({"iter_time_s": 1.0, "candidates": 1, "outer_configs": 1, "solve_time_s": 1.0,
+                     "plan": None}, "exhaustive")  # no status
+    old_mixed = {k: None for k in SCHEMAS["plan (mixed cluster)"] if k != "iter_time_s"}
+    assert any("iter_time_s: missing" in e for e in validate(old_mixed, "plan (mixed cluster)"))

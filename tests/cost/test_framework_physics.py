@@ -1,0 +1,97 @@
+"""cost/framework.py and the pipeline sends: behaviours taken from the frameworks' own code,
+each expected value derived by hand in the comment above it.
+
+Sources:
+  [DS]   deepspeedai/DeepSpeed, deepspeed/runtime/zero/partitioned_param_coordinator.py
+         (__params_to_release: parameters reached within stage3_max_reuse_distance = 1e9
+         parameters of trace traversal stay gathered) and the ZeRO config defaults.
+  [N21]  Narayanan et al., SC'21 (arXiv 2104.04473), Sec. 4.1, scatter/gather optimisation.
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import instances
+from cost import comm
+from cost.comm import NetEfficiency
+from cost.framework import behaviour, recompute_regather_params
+from cost.flops import layer_weight_sizes
+from cost.loader import load_instance, plan_from_mapping
+from cost.simulate import simulate
+from cost.specs import Framework, Mlp, ModelSpec
+
+INSTANCES = Path(instances.__file__).parent
+
+
+def _gpt(hidden: int, layers: int = 2) -> ModelSpec:
+    return ModelSpec(name="t", layers=layers, hidden=hidden, heads=hidden // 128,
+                     kv_heads=hidden // 128, ffn=4 * hidden, vocab=51200, seq_len=2048, mlp=Mlp.GELU)
+
+
+def test_deepspeed_regathers_what_lies_beyond_the_reuse_distance():
+    # GPT-3 175B, h = 12288, tp 1. Forward order: QKV 12288 x 36864 = 452,984,832;
+    # out 12288^2 = 150,994,944; fc1 = fc2 = 12288 x 49152 = 603,979,776. After its recompute
+    # use, a weight's backward use lies 2 x (weights after it) parameters of traversal away:
+    #   fc2: 0 (kept); fc1: 2 x 603,979,776 = 1.21e9 >= 1e9 (released); out, QKV: further.
+    # Re-gathered: 452,984,832 + 150,994,944 + 603,979,776 = 1,207,959,552.
+    sizes = layer_weight_sizes(_gpt(12288))
+    assert sizes == (452_984_832, 150_994_944, 603_979_776, 603_979_776)
+    assert recompute_regather_params(behaviour(Framework.DEEPSPEED), sizes) == 1_207_959_552
+
+
+def test_small_layers_and_fsdp_reuse_every_gathered_weight():
+    # h = 2048: fc2 = fc1 = 2048 x 8192 = 16,777,216; 2 x (fc1 + fc2) = 6.7e7 < 1e9, so
+    # DeepSpeed keeps the whole layer; FSDP gathers once before backward whatever the size.
+    assert recompute_regather_params(behaviour(Framework.DEEPSPEED), layer_weight_sizes(_gpt(2048))) == 0
+    for fw in (Framework.MEGATRON, Framework.TORCHTITAN, Framework.COMPOSER):
+        assert recompute_regather_params(behaviour(fw), layer_weight_sizes(_gpt(12288))) == 0
+
+
+def test_pipeline_sends_a_tp_slice_and_regathers_it_without_sequence_parallelism():
+    # [N21] Sec. 4.1: without sequence parallelism each of the tp ranks sends 1/tp of the
+    # replicated activation and the receiver all-gathers it over NVLink; with sequence
+    # parallelism the slice is already the whole message. So with tp = 2, the same plan with
+    # and without sp differs in its per-edge p2p time by exactly one tp all-gather of the
+    # full activation (b s h x 2 bytes), per edge and micro-batch.
+    inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
+    base = dict(tp=2, pp=4, dp=2, micro_batch=1)
+    no_sp = simulate(inst, plan_from_mapping(base, inst))
+    sp = simulate(inst, plan_from_mapping(dict(base, sequence_parallel=True), inst))
+    m = inst.model
+    emb_io = 1 * m.seq_len * m.hidden * 2
+    link, inter = comm.group_link(inst.cluster, 2, 1)
+    gather = comm.all_gather_time_s(emb_io, 2, link, inter, NetEfficiency())
+    mb = inst.job.global_batch // 2  # micro-batches per replica
+    # the breakdown reports the first stage's p2p: one edge (to stage 1), every micro-batch
+    diff = no_sp.exposed_s["pp_p2p"] - sp.exposed_s["pp_p2p"]
+    assert diff == pytest.approx(mb * gather, rel=1e-9)
+
+
+def test_context_parallel_step_hides_only_behind_its_own_attention_block():
+    # Ring attention with causal load balance: cp - 1 steps, each computing 1/cp of the
+    # attention core while the next K,V block (2 x tokens x kv_hidden x 2 bytes) arrives;
+    # backward sends K,V and dK,dV (twice the bytes). With NVLink slowed so that a transfer
+    # outlasts its step's attention, per layer and micro-batch:
+    #   exposed = (cp-1) * (p - a_f/cp) + (cp-1) * (2p - a_b/cp)
+    # with p one block's p2p time, a_f the attention core forward (FlashAttention: causal
+    # FLOPs / (peak * attention_eff)) and a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
+    # breakdown sums it over the layers and micro-batches of the first stage.
+    from cost.coefficients import BACKWARD_FLASH_FACTOR
+    from cost.flops import layer_matmuls
+    inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
+    slow = replace(inst.cluster.intra_node, bw_bytes_per_s=1e9)
+    inst = replace(inst, cluster=replace(inst.cluster, intra_node=slow))
+    plan = plan_from_mapping(dict(tp=1, pp=1, dp=4, cp=4, micro_batch=1), inst)
+    bd = simulate(inst, plan)
+    m, gpu, cp = inst.model, inst.cluster.gpu, 4
+    tokens = m.seq_len / cp
+    link, inter = comm.group_link(inst.cluster, cp, 1)
+    p = comm.p2p_time_s(2 * tokens * m.kv_hidden * 2, link, inter, NetEfficiency())
+    a_f = layer_matmuls(m, 1, 1, cp).attention_core / (gpu.peak_flops_per_s * gpu.attention_eff)
+    a_b = BACKWARD_FLASH_FACTOR * a_f
+    assert p > a_b / cp  # the regime under test: every step is transfer-bound
+    per_layer = (cp - 1) * (p - a_f / cp) + (cp - 1) * (2 * p - a_b / cp)
+    n_mb = inst.job.global_batch // 4
+    assert bd.exposed_s["cp_comm_exposed"] == pytest.approx(m.layers * n_mb * per_layer, rel=1e-9)
