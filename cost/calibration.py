@@ -31,7 +31,8 @@ from pathlib import Path
 from cost import units
 from cost.comm import NetEfficiency
 from cost.errors import ConfigError, InstanceError
-from cost.loader import _read_yaml, _Section, default_layer_split, load_catalogue
+from cost.loader import (_read_yaml, _Section, check_head_shape, default_layer_split,
+                         load_catalogue)
 from cost.simulate import simulate
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Plan, Precision, Recompute)
@@ -237,11 +238,12 @@ def _check_row(row: _Section) -> None:
     row.choice("precision", tuple(p.value for p in Precision), Precision.BF16.value)
 
     model = row.section("model", None)
-    layers = model.integer("layers", hi=10**6)  # as in an instance (cost/loader.py)
-    for key in ("hidden", "heads", "ffn", "vocab", "seq_len"):
+    layers = model.integer("layers")  # ranges as in an instance (cost/ranges.py)
+    for key in ("ffn", "vocab", "seq_len"):
         model.integer(key)
-    if model.has_value("kv_heads"):
-        model.integer("kv_heads")
+    heads = model.integer("heads")
+    kv_heads = model.integer("kv_heads") if model.has_value("kv_heads") else heads
+    check_head_shape(model, model.integer("hidden"), heads, kv_heads)  # as the instance loader
     model.choice("mlp", tuple(m.value for m in Mlp))
 
     cluster = row.section("cluster", None)
@@ -265,7 +267,7 @@ def _check_row(row: _Section) -> None:
     if config.has_value("sequence_parallel"):
         config.boolean("sequence_parallel", False)
     if config.has_value("zero"):
-        config.integer("zero", lo=0, hi=3)
+        config.integer("zero")
     if layers % virtual_stages:
         raise config.error("virtual_stages", f"{virtual_stages} chunks per stage do not divide"
                            f" the {layers} layers", "give the interleaving the run used")

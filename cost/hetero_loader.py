@@ -118,9 +118,12 @@ from cost.errors import ConfigError, InstanceError
 from cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
 from cost.loader import (_CLUSTER_KEYS, _JOB_KEYS, _MODEL_KEYS, _RECOMPUTE_FULL, _SEARCH_KEYS,
-                         _catalogue_with_gpu_types, _cluster, _config_errors_as, _describe,
+                         _catalogue_with_gpu_types, _check_number, _cluster, _config_errors_as,
+                         _describe,
                          _job, _model, _read_yaml, _search, _Section, _shown, _values,
                          default_layer_split)
+from cost.ranges import out_of_range, range_text
+from cost.space_rules import hetero_search_refusal
 from cost.specs import GpuSpec, Instance, Link, Recompute
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
@@ -180,6 +183,11 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     search = _search(top.section("search", _SEARCH_KEYS)) if top.has("search") else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
+    if search is not None:  # listed values no plan on these groups can use
+        refusal = hetero_search_refusal(search, model, [g.cluster for g in net.groups],
+                                        frozenset(top.raw["search"]))
+        if refusal is not None:
+            raise InstanceError(path, f"search.{refusal.key}", refusal.problem, refusal.fix)
     nominal = net.cluster()
     scenarios = [Scenario(name=NOMINAL, cluster=nominal)]
     if top.has("scenarios"):
@@ -329,7 +337,7 @@ def _network(sec: _Section, gpus: dict[str, GpuSpec]) -> _Network:
             item = _Section(raw, path, field, _LINK_KEYS)
             pairs, specificity = net.pairs(item)
             bw = units.gbit_per_s_to_bytes_per_s(item.number("gbit_per_s"))
-            latency_us = _optional_number(item, "latency_us", positive=False)
+            latency_us = _optional_number(item, "latency_us")
             for a, b in pairs:
                 before = given.get((a, b))
                 if before is not None and before[0] == specificity:
@@ -389,11 +397,15 @@ def _apply_changes(net: _Network, sec: _Section, key: str) -> HeteroCluster:
             if nic is not None:
                 bw = units.gbit_per_s_to_bytes_per_s(nic[1]) if nic[0] == "set" \
                     else inter.bw_bytes_per_s * nic[1]
+                _check_scaled(ch, "nic_scale", "nic_gbit_per_s", groups[g].name,
+                              bw / units.gbit_per_s_to_bytes_per_s(1))
                 inter = replace(inter, bw_bytes_per_s=bw)
             if intra is not None:
                 # Bidirectional figure, halved as cost/loader.py does for the nominal one.
                 bw = units.gbytes_per_s_to_bytes_per_s(intra[1]) / 2 if intra[0] == "set" \
                     else intra_link.bw_bytes_per_s * intra[1]
+                _check_scaled(ch, "intra_scale", "intra_node_gbytes_per_s", groups[g].name,
+                              2 * bw / units.gbytes_per_s_to_bytes_per_s(1))
                 intra_link = replace(intra_link, bw_bytes_per_s=bw)
             groups[g] = replace(groups[g], cluster=replace(c, inter_node=inter,
                                                            intra_node=intra_link))
@@ -402,7 +414,7 @@ def _apply_changes(net: _Network, sec: _Section, key: str) -> HeteroCluster:
     for ch in link_changes:
         pairs, _ = net.pairs(ch)
         bw = _set_or_scale(ch, "gbit_per_s", "scale")
-        latency_us = _optional_number(ch, "latency_us", positive=False)
+        latency_us = _optional_number(ch, "latency_us")
         if bw is None and latency_us is None:
             raise ch.error("between", "the change changes nothing",
                            "add `scale: f` (multiply) or `gbit_per_s: X` (set the bandwidth),"
@@ -412,14 +424,25 @@ def _apply_changes(net: _Network, sec: _Section, key: str) -> HeteroCluster:
             new_bw = link.bw_bytes_per_s if bw is None else \
                 units.gbit_per_s_to_bytes_per_s(bw[1]) if bw[0] == "set" \
                 else link.bw_bytes_per_s * bw[1]
+            _check_scaled(ch, "scale", "gbit_per_s",
+                          f"{net.groups[a].name}-{net.groups[b].name}",
+                          new_bw / units.gbit_per_s_to_bytes_per_s(1))
             latency_s = link.latency_s if latency_us is None else units.us_to_s(latency_us)
             between[a][b] = between[b][a] = Link(bw_bytes_per_s=new_bw, latency_s=latency_s)
     return net.cluster(groups, between)
 
 
-def _optional_number(sec: _Section, key: str, **checks) -> float | None:
+def _check_scaled(sec: _Section, key: str, quantity: str, what: str, value: float) -> None:
+    """A bandwidth after a change (scales compound) stays in its quantity's physical range."""
+    if sec.has(key) and out_of_range(quantity, value) is not None:
+        raise sec.error(key, f"scales the {quantity} of {_shown(what)} to {value:.6g}, outside"
+                        f" its {range_text(quantity)}", "give a scale that keeps the bandwidth"
+                        " in its range, or set the figure itself")
+
+
+def _optional_number(sec: _Section, key: str) -> float | None:
     """The number under `key`, or None when the key is absent (a null is refused)."""
-    value = sec.number(key, _ABSENT, **checks)
+    value = sec.number(key, _ABSENT)
     return None if value is _ABSENT else value
 
 
@@ -449,7 +472,7 @@ def _scenarios(top: _Section, net: _Network, nominal: HeteroCluster) -> list[Sce
         if any(s.name == name for s in out):
             raise sec.error("name", f"a second scenario named {_shown(name)}",
                             "give every scenario its own name")
-        probability = _optional_number(sec, "probability", positive=False, hi=1.0)
+        probability = _optional_number(sec, "probability")
         probabilities.append((field, probability))
         window = None
         if sec.has("window_h"):
@@ -478,10 +501,7 @@ def _scenarios(top: _Section, net: _Network, nominal: HeteroCluster) -> list[Sce
 
 
 def _hour_of_day(path: str, value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 24:
-        raise InstanceError(path, field, f"expected an hour of the day in [0, 24], got"
-                            f" {_describe(value)}", "write a number from 0 to 24")
-    return float(value)
+    return _check_number(value, path, field, "window_h")
 
 
 def _timeline(top: _Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
@@ -501,7 +521,7 @@ def _timeline(top: _Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
 def _switching(sec: _Section) -> Switching:
     defaults = Switching()
     bw = _optional_number(sec, "storage_gbytes_per_s")
-    restart_s = sec.number("restart_s", defaults.restart_s, positive=False)
+    restart_s = sec.number("restart_s", defaults.restart_s)
     with _config_errors_as(sec.path, sec.prefix, "correct the switching costs"):
         return Switching(storage_bw_bytes_per_s=defaults.storage_bw_bytes_per_s if bw is None
                          else units.gbytes_per_s_to_bytes_per_s(bw),
@@ -560,6 +580,10 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
         mapping = mapping["plan"]
     sec = _Section(mapping, path, "plan", _PLAN_KEYS)
     tp, micro_batch = sec.integer("tp"), sec.integer("micro_batch")
+    zero = sec.integer("zero", 0)
+    if zero > 1:  # in ZeRO's range, but not in this space (module docstring)
+        raise sec.error("zero", f"must be <= 1, got {zero}: heterogeneous plans use ZeRO 0 or 1",
+                        "use zero: 0 or zero: 1")
     recompute = sec.choice("recompute", (*_values(Recompute), _RECOMPUTE_FULL),
                            Recompute.NONE.value)
     names = tuple(x.name for x in inst.cluster.groups)
@@ -572,13 +596,13 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
         stages = c.list_of("stages", lambda v, f: _group_index(path, names, v, f),
                            "group names")
         pp = len(stages)
-        layers = c.int_list("layers_per_stage", pp, lo=1)
+        layers = c.int_list("layers_per_stage", pp)
         if layers is None:
             if inst.model.layers < pp:
                 raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
                               " layers", "use fewer pipeline stages")
             layers = default_layer_split(inst.model.layers, pp)
-        full = c.int_list("full_recompute_layers", pp, lo=0)
+        full = c.int_list("full_recompute_layers", pp)
         if full is None:
             full = layers if recompute == _RECOMPUTE_FULL else (0,) * pp
         with _config_errors_as(path, field, "correct the replica class"):
@@ -594,7 +618,7 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
             tp=tp, micro_batch=micro_batch,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == _RECOMPUTE_FULL else Recompute(recompute),
-            zero=sec.integer("zero", 0, lo=0, hi=1),
+            zero=zero,
             classes=tuple(classes),
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
         )

@@ -56,12 +56,11 @@ from pathlib import Path
 from typing import Any
 
 from cost.errors import ConfigError, InstanceError
+from cost.ranges import RANGES, out_of_range, range_text
 from cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
 MAX_JSON_DEPTH = 100
-_MAX_INT = 10**9
-_MAX_LAYERS = 10**6  # as in an instance YAML (cost/loader.py)
 _DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 _SEQ_LEN_FIX = "give the training sequence length, e.g. paraplan --seq-len 2048"
 
@@ -165,11 +164,11 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                             " in the instance YAML")
 
     cfg = _Config(raw, name, fam.label)
-    layers = cfg.integer(fam.layers, hi=_MAX_LAYERS)
-    hidden = cfg.integer(fam.hidden)
-    heads = cfg.integer(fam.heads)
-    vocab = cfg.integer(("vocab_size",))
-    ffn = cfg.integer(fam.ffn, optional=fam.ffn_default_4h) if fam.ffn else None
+    layers = cfg.integer(fam.layers, "layers")
+    hidden = cfg.integer(fam.hidden, "hidden")
+    heads = cfg.integer(fam.heads, "heads")
+    vocab = cfg.integer(("vocab_size",), "vocab")
+    ffn = cfg.integer(fam.ffn, "ffn", optional=fam.ffn_default_4h) if fam.ffn else None
     kv_heads = _kv_heads(cfg, fam, raw)
     cfg.raise_missing()
 
@@ -183,7 +182,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                             f"{heads} attention heads are not divisible by {kv_heads} kv heads",
                             "correct the key/value head count; it must divide the head count")
     if family_key == "opt":
-        proj = cfg.integer(("word_embed_proj_dim",), optional=True)
+        proj = cfg.integer(("word_embed_proj_dim",), "hidden", optional=True)
         if proj is not None and proj != hidden:
             raise InstanceError(name, "word_embed_proj_dim",
                                 f"{proj} differs from hidden_size={hidden}; OPT's project_in /"
@@ -348,8 +347,10 @@ class _Config:
         """The first of `keys` present with a value (null counts as absent), else the first."""
         return next((k for k in keys if self.raw.get(k) is not None), keys[0])
 
-    def integer(self, keys: tuple[str, ...], *, optional: bool = False,
-                hi: int = _MAX_INT) -> int | None:
+    def integer(self, keys: tuple[str, ...], quantity: str, *,
+                optional: bool = False) -> int | None:
+        """The integer under the first of `keys` present, within the physical range of
+        `quantity` (cost/ranges.py, the table every loader uses)."""
         key = self.used_key(keys)
         value = self.raw.get(key)
         if value is None:
@@ -359,10 +360,11 @@ class _Config:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InstanceError(self.name, key, f"expected an integer, got {shown(value)}",
                                 "write a whole number")
-        if not 1 <= value <= hi:
+        r = RANGES[quantity]
+        if not r.lo <= value <= r.hi:
             raise InstanceError(self.name, key,
-                                f"must be between 1 and {hi:,}, got {shown(value)}",
-                                "correct the size")
+                                f"must be between {r.lo:,} and {r.hi:,}, got {shown(value)}"
+                                f" ({range_text(quantity)})", "correct the size")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -389,19 +391,20 @@ def _kv_heads(cfg: _Config, fam: _Family, raw: dict) -> int | None:
     if fam.kv == "none":
         return None
     if fam.kv in ("default_heads", "required"):
-        return cfg.integer(("num_key_value_heads",), optional=fam.kv == "default_heads")
+        return cfg.integer(("num_key_value_heads",), "kv_heads",
+                           optional=fam.kv == "default_heads")
     # Falcon (transformers' FalconAttention): the new decoder architecture (40B, 180B) uses
     # num_kv_heads; otherwise multi_query (the default, Falcon-7B) means one kv head, and
     # without it every head has its own.
     new_decoder = cfg.boolean("new_decoder_architecture", raw.get("model_type") == "RefinedWeb")
     if new_decoder or not cfg.boolean("multi_query", True):
-        return cfg.integer(("num_kv_heads", "n_head_kv"), optional=True)
+        return cfg.integer(("num_kv_heads", "n_head_kv"), "kv_heads", optional=True)
     return 1
 
 
 def _seq_len(cfg: _Config, fam: _Family, seq_len: int | None) -> int:
     limit_key = cfg.used_key(fam.positions) if fam.positions else None
-    limit = cfg.integer(fam.positions, optional=True) if fam.positions else None
+    limit = cfg.integer(fam.positions, "seq_len", optional=True) if fam.positions else None
     if seq_len is None:
         if limit is not None:
             return limit
@@ -412,9 +415,11 @@ def _seq_len(cfg: _Config, fam: _Family, seq_len: int | None) -> int:
             problem = (f"{fam.label}'s config.json has no '{limit_key}', so the sequence"
                        " length is unknown")
         raise InstanceError(cfg.name, limit_key or "seq_len", problem, _SEQ_LEN_FIX)
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) \
+            or out_of_range("seq_len", seq_len) is not None:
         raise InstanceError(cfg.name, "seq_len", f"requested sequence length {seq_len!r} is not"
-                            " a positive integer", "give a whole number of tokens >= 1")
+                            f" an integer in the {range_text('seq_len')}",
+                            "give a whole number of tokens >= 1")
     if fam.learned_positions and limit is not None and seq_len > limit:
         raise InstanceError(cfg.name, limit_key, f"{fam.label} has {limit} learned position"
                             f" embeddings, fewer than the requested sequence length {seq_len}",

@@ -53,7 +53,10 @@ Instance file (units in the key names; "required" unless a default is given)::
       tp_across_nodes: false
       memory_reserve_gib: 0          # kept free on every GPU
 
-A `search:` value that `job.framework` can never run (cost/framework_rules.py: e.g.
+A `search:` value that the instance's shape can never run (cost/space_rules.py: tp=3 with 16
+heads, tp beyond a node without tp_across_nodes, pp above the layers, a cp that does not divide
+seq_len, a micro_batch dividing no per-replica batch, a memory reserve as large as the GPU) is
+refused the same way, naming the value and why. A `search:` value that `job.framework` can never run (cost/framework_rules.py: e.g.
 `cp: [2]` under deepspeed, `zero: [3]` with `pp: [2, 4]` under megatron or deepspeed, `zero: [1]`
 under torchtitan or composer) is refused with one InstanceError naming the search key and the
 framework; combinations the defaults bring in are filtered, not refused. With part files the
@@ -89,8 +92,11 @@ was made for beside it, under `instance:`, in the instance schema above; see
 that list is given); `plan_to_mapping` writes it back the same way.
 
 Typed strictly: a bool or 8.0 is not an integer, "400" is not a number, NaN/inf are refused.
-Integers above 10**9 (and layers above 10**6) are refused as typos before anything is sized by
-them. Unknown keys are errors with a "did you mean" hint.
+Every number must lie in its documented physical range (cost/ranges.py, one table for every
+loader: e.g. nic_gbit_per_s 1 to 10,000, hbm_gib 1 to 10,000, efficiencies 0.01 to 1, latencies
+0 to 1,000 us, gpus_per_node 1 to 1,024, layers 1 to 10**6); a value outside it is refused with
+one line naming the range, before anything is sized by it. So is a cluster of more than 2**24
+GPUs. Unknown keys are errors with a "did you mean" hint.
 
 Limits, each refused with one `InstanceError` before it can cost time or memory: a file over
 MAX_FILE_BYTES (16 MiB; 64 MiB for calibration rows) is refused before it is read; a YAML
@@ -119,6 +125,8 @@ from cost import units
 from cost.errors import ConfigError, InstanceError
 from cost.framework_rules import framework_refusal
 from cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
+from cost.ranges import RANGES, out_of_range, range_fix, range_text
+from cost.space_rules import search_refusal
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         ModelSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
 
@@ -133,9 +141,7 @@ MAX_CALIBRATION_NODES = 200_000  # the 214 published rows have about 15,000
 MAX_YAML_DEPTH = 100  # instances nest 4 levels
 _MAX_INT_DIGITS = 100  # longer integers are typos, and Python refuses to print > 4,300 digits
 
-_MAX_INT = 10**9
-_MAX_LAYERS = 10**6  # bounds the per-stage lists a default split allocates (pp <= layers)
-_MAX_NUMBER = 1e9  # in the key's own unit; anything larger is a unit mistake, not hardware
+_MAX_INT = 10**9  # integers beyond are typos whatever their range (cost/ranges.py)
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
 _CLUSTER_FILE_KEYS = ("cluster", "gpu_types")
@@ -403,28 +409,17 @@ class _Section:
     def section(self, key: str, allowed: tuple[str, ...] | None) -> _Section:
         return _Section(self._get(key, _REQUIRED, "mapping"), self.path, self.field(key), allowed)
 
-    def integer(self, key: str, default: Any = _REQUIRED, *, lo: int = 1,
-                hi: int = _MAX_INT) -> int:
+    def integer(self, key: str, default: Any = _REQUIRED) -> int:
+        """The integer under `key`, within its physical range (cost/ranges.py)."""
         value = self._get(key, default, "integer")
-        return value if value is default else _check_int(value, self.path, self.field(key), lo, hi)
+        return value if value is default else _check_int(value, self.path, self.field(key), key)
 
-    def number(self, key: str, default: Any = _REQUIRED, *, positive: bool = True,
-               hi: float = _MAX_NUMBER) -> float:
+    def number(self, key: str, default: Any = _REQUIRED) -> float:
+        """The finite number under `key`, within its physical range (cost/ranges.py)."""
         value = self._get(key, default, "number")
         if value is default:
             return value
-        if not _is_number(value):
-            raise self.error(key, f"expected a number, got {_describe(value)}", _number_fix(value))
-        if not math.isfinite(value):
-            raise self.error(key, f"{value} is not a finite number", "give a finite value")
-        if positive and value <= 0:
-            raise self.error(key, f"must be > 0, got {value}", "give a positive value")
-        if value < 0:
-            raise self.error(key, f"must be >= 0, got {value}", "give zero or a positive value")
-        if value > hi:
-            fix = "check the unit in the key's name" if hi == _MAX_NUMBER else f"give at most {hi:g}"
-            raise self.error(key, f"{value} is larger than {hi:g}", fix)
-        return float(value)
+        return _check_number(value, self.path, self.field(key), key)
 
     def string(self, key: str, default: Any = _REQUIRED) -> str:
         value = self._get(key, default, "string")
@@ -460,7 +455,7 @@ class _Section:
             raise self.error(key, f"has {len(value)} entries", "list at most 4096 values")
         return tuple(check(v, f"{self.field(key)}[{i}]") for i, v in enumerate(value))
 
-    def int_list(self, key: str, length: int, *, lo: int) -> tuple[int, ...] | None:
+    def int_list(self, key: str, length: int) -> tuple[int, ...] | None:
         """The list under `key`, or None when the key is absent."""
         if key not in self.raw:
             return None
@@ -471,7 +466,7 @@ class _Section:
         if len(value) != length:
             raise self.error(key, f"has {len(value)} entries but pp = {length}",
                              "give one entry per pipeline stage")
-        return tuple(_check_int(v, self.path, f"{self.field(key)}[{i}]", lo, _MAX_INT)
+        return tuple(_check_int(v, self.path, f"{self.field(key)}[{i}]", key)
                      for i, v in enumerate(value))
 
 
@@ -486,7 +481,7 @@ def _number_fix(value: Any, *, integer: bool = False) -> str:
         text = value.strip()
         if "e" in text.lower() and not _YAML_EXPONENT_FLOAT.fullmatch(text):
             number = float(text)
-            if abs(number) > (_MAX_INT if integer else _MAX_NUMBER):
+            if abs(number) > _MAX_INT:
                 return (f"YAML reads {text} as text, and as a number it would be absurdly"
                         " large: check for a typo or the unit")
             if integer:
@@ -499,9 +494,11 @@ def _number_fix(value: Any, *, integer: bool = False) -> str:
     return "write a whole number" if integer else "write a plain number"
 
 
-def _check_int(value: Any, path: str, field: str, lo: int, hi: int) -> int:
+def _check_int(value: Any, path: str, field: str, quantity: str) -> int:
+    """`value` as an integer of `quantity`, within its range (cost/ranges.py)."""
+    hi = RANGES[quantity].hi
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and math.isfinite(value) and value > hi >= _MAX_LAYERS:
+        if isinstance(value, float) and math.isfinite(value) and value > max(hi, _MAX_INT):
             raise InstanceError(path, field, f"{value:g} is absurdly large (more than {hi:,})",
                                 "check for a typo: extra digits, or a size where a count belongs")
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -509,15 +506,29 @@ def _check_int(value: Any, path: str, field: str, lo: int, hi: int) -> int:
         else:
             fix = _number_fix(value, integer=True)
         raise InstanceError(path, field, f"expected an integer, got {_describe(value)}", fix)
-    if value < lo:
-        raise InstanceError(path, field, f"must be >= {lo}, got {value}",
-                            "give a positive integer" if lo == 1 else f"give at least {lo}")
-    if value > hi:
-        if hi >= _MAX_LAYERS:  # a typo guard rather than a real limit
-            raise InstanceError(path, field, f"{value} is absurdly large (more than {hi:,})",
-                                "check for a typo: extra digits, or a size where a count belongs")
-        raise InstanceError(path, field, f"must be <= {hi}, got {value}", f"give at most {hi}")
+    if value > _MAX_INT:  # a typo guard, before the range: the value may be hundreds of digits
+        raise InstanceError(path, field, f"{_shown(value)} is absurdly large (more than"
+                            f" {hi:,}; {range_text(quantity)})",
+                            "check for a typo: extra digits, or a size where a count belongs")
+    problem = out_of_range(quantity, value)
+    if problem is not None:
+        raise InstanceError(path, field, problem, range_fix(quantity))
     return value
+
+
+def _check_number(value: Any, path: str, field: str, quantity: str) -> float:
+    """`value` as a finite number of `quantity`, within its range (cost/ranges.py)."""
+    if not _is_number(value):
+        raise InstanceError(path, field, f"expected a number, got {_describe(value)}",
+                            _number_fix(value))
+    if not math.isfinite(value):
+        raise InstanceError(path, field, f"{value} is not a finite number", "give a finite value")
+    if isinstance(value, int) and abs(value) > 10**60:
+        value = math.copysign(math.inf, value)  # compared, never printed in full
+    problem = out_of_range(quantity, value)
+    if problem is not None:
+        raise InstanceError(path, field, problem, range_fix(quantity))
+    return float(value)
 
 
 def _suggest(key: str, allowed: tuple[str, ...]) -> str:
@@ -547,16 +558,16 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
     sec = _Section(mapping, str(path), field_prefix, _GPU_KEYS)
     optional = {}  # absent efficiency keys fall back to GpuSpec's defaults
     if sec.has("matmul_eff_max"):
-        optional["matmul_eff_max"] = sec.number("matmul_eff_max", hi=1.0)
+        optional["matmul_eff_max"] = sec.number("matmul_eff_max")
     if sec.has("matmul_half_gflops"):
-        half_gflops = sec.number("matmul_half_gflops", positive=False)
+        half_gflops = sec.number("matmul_half_gflops")
         optional["matmul_half_flops"] = units.gflop_to_flops(half_gflops)
     if sec.has("memory_eff"):
-        optional["memory_eff"] = sec.number("memory_eff", hi=1.0)
+        optional["memory_eff"] = sec.number("memory_eff")
     if sec.has("attention_eff"):
-        optional["attention_eff"] = sec.number("attention_eff", hi=1.0)
+        optional["attention_eff"] = sec.number("attention_eff")
     if sec.has("fp8_matmul_eff_max"):
-        optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max", hi=1.0)
+        optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max")
     if sec.has("peak_tflops_fp8"):
         optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
     with _config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
@@ -627,9 +638,9 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                                 "give an instance YAML, or all of a Hugging Face config, a"
                                 " cluster file and a job file")
     if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
-                                or not 1 <= seq_len <= _MAX_INT):
+                                or out_of_range("seq_len", seq_len) is not None):
         raise InstanceError("<arguments>", "seq_len",
-                            f"expected a positive integer, got {_describe(seq_len)}",
+                            f"expected an integer, got {_describe(seq_len)} ({range_text('seq_len')})",
                             "give the training sequence length in tokens")
 
     name = model_spec = cluster_spec = job_spec = None
@@ -670,6 +681,11 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
             search_sec = top.section("search", _SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
     search = SearchSpace() if search_sec is None else _search(search_sec, job_spec.framework)
+    if search_sec is not None:  # listed values the instance's shape can never run
+        refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
+                                 frozenset(search_sec.raw))
+        if refusal is not None:
+            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
     if name is None:
         name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
     return Instance(name=name, model=model_spec, cluster=cluster_spec, job=job_spec,
@@ -697,7 +713,7 @@ def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
     kw: dict[str, Any] = {}
     for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero"):
         if sec.has(key):
-            kw[key] = sec.list_of(key, lambda v, f: _check_int(v, sec.path, f, 0 if key == "zero" else 1, _MAX_INT),
+            kw[key] = sec.list_of(key, lambda v, f, key=key: _check_int(v, sec.path, f, key),
                                   "integers")
     if sec.has("sequence_parallel"):
         kw["sequence_parallel"] = sec.list_of("sequence_parallel", _check_bool(sec), "true/false values")
@@ -713,7 +729,7 @@ def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
             kw[key] = sec.boolean(key, False)
     if sec.has("memory_reserve_gib"):
         kw["memory_reserve_bytes"] = units.gib_to_bytes(
-            sec.number("memory_reserve_gib", positive=False))
+            sec.number("memory_reserve_gib"))
     if sec.has("tensor_partitions"):
         allowed = ("megatron", "spatial_temporal")
         kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
@@ -746,10 +762,9 @@ def _check_choice(sec: _Section, allowed: tuple[str, ...]):
     return check
 
 
-def _model(sec: _Section, instance_name: str) -> ModelSpec:
-    heads = sec.integer("heads")
-    kv_heads = sec.integer("kv_heads", heads)
-    hidden = sec.integer("hidden")
+def check_head_shape(sec: _Section, hidden: int, heads: int, kv_heads: int) -> None:
+    """The attention shape every model needs, in one wording for instances and calibration
+    rows: heads divide the hidden size, kv_heads divide the heads."""
     if hidden % heads:
         raise sec.error("heads", f"hidden={hidden} is not divisible by heads={heads}",
                         "choose heads so that the head dimension hidden / heads is an integer")
@@ -757,10 +772,17 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
         raise sec.error("kv_heads", f"heads={heads} is not divisible by kv_heads={kv_heads}",
                         "kv_heads must divide heads: each key/value head serves"
                         " heads / kv_heads query heads")
+
+
+def _model(sec: _Section, instance_name: str) -> ModelSpec:
+    heads = sec.integer("heads")
+    kv_heads = sec.integer("kv_heads", heads)
+    hidden = sec.integer("hidden")
+    check_head_shape(sec, hidden, heads, kv_heads)
     with _config_errors_as(sec.path, sec.prefix, "correct the model's sizes"):
         return ModelSpec(
             name=sec.string("name", instance_name),
-            layers=sec.integer("layers", hi=_MAX_LAYERS),
+            layers=sec.integer("layers"),
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
@@ -769,7 +791,7 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
             seq_len=sec.integer("seq_len"),
             mlp=Mlp(sec.choice("mlp", _values(Mlp))),
             tied_embeddings=sec.boolean("tied_embeddings", False),
-            dropout=sec.number("dropout", 0.0, positive=False, hi=0.99),
+            dropout=sec.number("dropout", 0.0),
         )
 
 
@@ -784,18 +806,23 @@ def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
     # Vendors quote NVLink as the sum of both directions; a transfer sees one direction.
     intra_gbytes_per_s = sec.number("intra_node_gbytes_per_s")
     intra_bw_bytes_per_s = units.gbytes_per_s_to_bytes_per_s(intra_gbytes_per_s) / 2
+    nodes, gpus_per_node = sec.integer("nodes"), sec.integer("gpus_per_node")
+    problem = out_of_range("num_gpus", nodes * gpus_per_node)
+    if problem is not None:
+        raise sec.error("nodes", f"nodes x gpus_per_node = {nodes * gpus_per_node:,} GPUs: {problem}",
+                        "check nodes and gpus_per_node")
     with _config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
         return ClusterSpec(
             gpu=gpus[gpu_name],
-            nodes=sec.integer("nodes"),
-            gpus_per_node=sec.integer("gpus_per_node"),
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
             intra_node=Link(
                 bw_bytes_per_s=intra_bw_bytes_per_s,
-                latency_s=units.us_to_s(sec.number("intra_node_latency_us", 5.0, positive=False)),
+                latency_s=units.us_to_s(sec.number("intra_node_latency_us", 5.0)),
             ),
             inter_node=Link(
                 bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(sec.number("nic_gbit_per_s")),
-                latency_s=units.us_to_s(sec.number("inter_node_latency_us", 10.0, positive=False)),
+                latency_s=units.us_to_s(sec.number("inter_node_latency_us", 10.0)),
             ),
             intra_node_kind=sec.choice("intra_node_link", _LINK_KINDS, "nvlink"),
         )
@@ -844,7 +871,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     recompute = sec.choice("recompute", (*_values(Recompute), _RECOMPUTE_FULL),
                            Recompute.NONE.value)
 
-    layers_per_stage = sec.int_list("layers_per_stage", pp, lo=1)
+    layers_per_stage = sec.int_list("layers_per_stage", pp)
     if layers_per_stage is None:
         layers = inst.model.layers
         if layers % virtual_stages:
@@ -856,7 +883,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
                             f" model's {layers} layers", "use fewer pipeline stages")
         layers_per_stage = default_layer_split(layers, pp, virtual_stages)
 
-    full = sec.int_list("full_recompute_layers", pp, lo=0)
+    full = sec.int_list("full_recompute_layers", pp)
     if full is None:
         full = layers_per_stage if recompute == _RECOMPUTE_FULL else (0,) * pp
 
@@ -881,7 +908,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             num_micro_batches=num_micro_batches,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == _RECOMPUTE_FULL else Recompute(recompute),
-            zero=sec.integer("zero", 0, lo=0, hi=3),
+            zero=sec.integer("zero", 0),
             virtual_stages=virtual_stages,
             layers_per_stage=layers_per_stage,
             full_recompute_layers=full,

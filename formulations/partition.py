@@ -55,6 +55,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formulations.result import SolverError
+
 # numerics: the backend sees microseconds and MiB, so coefficients are O(1)..O(1e4)
 TIME_UNIT_S = 1e-6
 MEM_UNIT_BYTES = 2**20
@@ -141,7 +143,7 @@ def solve_partition_milp(pb: PartitionProblem, act_cap_bytes: float = float("inf
     if status == pywraplp.Solver.INFEASIBLE:
         return PartitionResult("infeasible", None, None, None, None)
     if status != pywraplp.Solver.OPTIMAL:
-        raise RuntimeError(f"SCIP returned status {status} on the partition MILP")
+        raise SolverError(f"SCIP returned status {status} on the partition MILP")
     choice = {o: int(np.argmax([v.solution_value() for v in x[o]])) for o in pb.ops}
     return PartitionResult("optimal", choice, *pb.evaluate(choice))
 

@@ -18,8 +18,8 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def _emit_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    from solver.jsonout import emit_json
+    emit_json(obj)
 
 
 def cmd_simulate(args) -> int:
@@ -66,8 +66,8 @@ def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
     for path in paths:
         try:
             rows.extend(load_rows(path))
-        except InstanceError:  # already one line naming the file, the field and the fix
-            raise
+        except InstanceError:
+            raise  # names the file and the row's field already: never wrapped a second time
         except (OSError, ConfigError) as e:
             raise InstanceError(path, "<file>", str(e), "pass a file in the calibration schema")
         except Exception as e:  # malformed YAML and the like: still one line, exit 2

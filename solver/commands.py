@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import yaml
 
 from cost.errors import InstanceError
 from solver.format import breakdown_json, breakdown_text, count, seconds, table
+from solver.jsonout import emit_json as _emit_json
+from solver.outputs import check_output_path, write_text
 from solver.inputs import add_instance_args, load_from_args
 
 EXIT_DISAGREE = 1
@@ -88,6 +89,7 @@ def cmd_plan(args) -> int:
     from solver.planner import plan
 
     log = progress_printer(args)
+    check_output_path(args.output, "-o/--output")  # before anything is solved
     if hetero_commands.is_hetero(args):
         if args.top is not None:
             raise InstanceError(args.instance, "--top", "not offered on mixed clusters",
@@ -108,13 +110,6 @@ def cmd_plan(args) -> int:
                progress=log)
     if log:
         log.done()
-    if args.output and res.plan is not None:
-        header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
-                  f" bound {res.bound_s:.6g} s, backend {res.backend}\n")
-        with open(args.output, "w") as fh:
-            fh.write(header)
-            # the instance rides along, so that export and simulate need no instance file
-            yaml.safe_dump(plan_file_mapping(inst, res.plan), fh, sort_keys=False)
     trust = None
     if res.plan is not None:
         from cost.trust import plan_trust
@@ -125,8 +120,7 @@ def cmd_plan(args) -> int:
         out["trust"] = trust_json(trust)
         if sens is not None:
             out["sensitivity"] = sens
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _emit_json(out)
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
@@ -143,6 +137,14 @@ def cmd_plan(args) -> int:
         if sens is not None:
             print()
             print(sensitivity_text(sens))
+    if args.output and res.plan is not None:  # after the result is shown: a full disk loses nothing
+        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
+        header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
+                  f" bound {bound}, backend {res.backend}\n")
+        sys.stdout.flush()
+        # the instance rides along, so that export and simulate need no instance file
+        write_text(args.output, header + yaml.safe_dump(plan_file_mapping(inst, res.plan),
+                                                        sort_keys=False), "-o/--output")
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 
 
@@ -154,7 +156,7 @@ def cmd_plan_top(args, inst) -> int:
     best = res.plans[0].iter_time_s if res.plans else None
     if args.json:
         from solver.schema import top_k_json
-        _dump(top_k_json(res, plan_to_mapping))
+        _emit_json(top_k_json(res, plan_to_mapping))
         return 0
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
     claim = ("proved: no other outer configuration's best plan belongs in this list"
@@ -168,11 +170,6 @@ def cmd_plan_top(args, inst) -> int:
     if not res.plans:
         print("no plan fits memory")
     return 0
-
-
-def _dump(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
 
 
 def trust_json(trust) -> dict | None:
@@ -280,12 +277,14 @@ def cmd_exhaustive(args) -> int:
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
+    reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
-        _dump({"status": ("optimal" if res.plan else "infeasible") if res.complete else "timeout",
-               "complete": res.complete, "iter_time_s": res.iter_time_s,
-               "candidates": res.candidates, "feasible": res.feasible,
-               "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
-               "plan": plan_to_mapping(res.plan) if res.plan else None})
+        _emit_json({"status": ("optimal" if res.plan else "infeasible") if res.complete else "timeout",
+                    "complete": res.complete, "iter_time_s": res.iter_time_s,
+                    "candidates": res.candidates, "feasible": res.feasible,
+                    "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
+                    "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
+                    "plan": plan_to_mapping(res.plan) if res.plan else None})
     else:
         print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
               f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
@@ -295,10 +294,18 @@ def cmd_exhaustive(args) -> int:
         if res.plan is None and not res.complete:
             print("no plan seen yet")
         elif res.plan is None:
-            print("no plan fits memory")
+            print(reason)
         else:
             print(f"best        {seconds(res.iter_time_s)} per iteration\nplan        {_plan_line(res.plan)}")
     return 0 if res.complete else 3
+
+
+def exhaustive_reason(inst, outer_configs: int) -> str:
+    """Why exhaustive search found no plan: an empty space (the planner's wording), or memory."""
+    if outer_configs == 0:
+        from solver.planner import infeasible_reason
+        return infeasible_reason(inst, [])
+    return "no plan fits memory"
 
 
 def cmd_verify(args) -> int:
@@ -364,7 +371,7 @@ def report_verify(args, methods: list[tuple], tol_s: float, objective: str | Non
                            for m, st, v, t, note in methods]}
         if objective is not None:
             out["objective"] = objective
-        _dump(out)
+        _emit_json(out)
     else:
         what = "iteration time (s)" if objective in (None, "nominal") else f"{objective} objective (s)"
         print(table(["method", "status", what, "time"],
@@ -384,6 +391,8 @@ def methods_agree(values: list[float | None], tol_s: float) -> bool:
 
 
 def cmd_bench(args) -> int:
+    check_output_path(getattr(args, "csv", None), "--csv")
+    check_output_path(getattr(args, "json", None), "--json")
     if args.hetero:
         from solver.hetero_bench import run_hetero_bench
         return run_hetero_bench(args)

@@ -3,16 +3,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
 
 from cost.errors import InstanceError
 from solver.format import breakdown_json, gib, seconds, table
-
-
-def _dump(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+from solver.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 
 
 def _homogeneous(args, what: str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from cost.simulate import Breakdown
 from cost.units import bytes_to_gib
 
@@ -15,11 +17,19 @@ def seconds(t_s: float) -> str:
 
 
 def count(n: int) -> str:
-    """An exact integer of any size, short: 12,345 or 1.34e+52 (floats overflow past 1e308)."""
+    """An exact integer of any size, short: 12,345 or 1.34e+52 (leading digits truncated).
+
+    Integer arithmetic only: floats overflow past 1e308, and str() refuses integers of more
+    than 4,300 digits (Python's int -> str limit), which a valid instance's plan count can have."""
     if n < 10**7:
         return f"{n:,}"
-    digits = str(n)
-    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1:02d}"
+    exp = int(math.log10(n))  # a float estimate; corrected exactly below
+    while 10**exp > n:
+        exp -= 1
+    while 10**(exp + 1) <= n:
+        exp += 1
+    lead = n // 10**(exp - 2)  # the three leading digits
+    return f"{lead // 100}.{lead % 100:02d}e+{exp:02d}"
 
 
 def gib(n_bytes: float) -> str:

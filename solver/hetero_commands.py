@@ -6,7 +6,6 @@ cost/hetero_loader.py) to the functions here; `replan` and `timeline` are their 
 
 from __future__ import annotations
 
-import json
 import sys
 
 import yaml
@@ -14,6 +13,8 @@ import yaml
 from cost.errors import ConfigError, InstanceError
 from cost.units import bytes_to_gib
 from solver.format import count, seconds, table
+from solver.jsonout import emit_json
+from solver.outputs import check_output_path, write_text
 
 
 def is_hetero(args) -> bool:
@@ -161,10 +162,11 @@ def result_json(res, inst, regs=None) -> dict:
 
 
 def _write_plan(path: str, plan, inst, header: str) -> None:
+    """Written after the result is shown, so that a full disk loses nothing (solver/outputs.py)."""
     from cost.hetero_loader import hetero_plan_to_mapping
-    with open(path, "w") as fh:
-        fh.write(header)
-        yaml.safe_dump({"plan": hetero_plan_to_mapping(plan, inst)}, fh, sort_keys=False)
+    sys.stdout.flush()
+    write_text(path, header + yaml.safe_dump({"plan": hetero_plan_to_mapping(plan, inst)},
+                                             sort_keys=False), "-o/--output")
 
 
 def cmd_plan(args, progress=None) -> int:
@@ -179,22 +181,22 @@ def cmd_plan(args, progress=None) -> int:
     regs = None
     if objective != "nominal" and res.plan is not None:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+    if args.json:
+        emit_json(result_json(res, inst, regs))
+    else:
+        print(describe_cluster(inst))
+        print(evidence_text(res))
+        if res.plan is not None:
+            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)) + "\n")
+            print(breakdown_text(res.breakdown, inst))
+        if regs:
+            print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
+                               regret_rows(regs), align="lrrlr"))
     if args.output and res.plan is not None:
+        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         _write_plan(args.output, res.plan, inst,
                     f"# paraplan plan for {inst.name}: {res.status}, {objective} objective"
-                    f" {res.objective_s:.6g} s, bound {res.bound_s:.6g} s, backend {res.backend}\n")
-    if args.json:
-        json.dump(result_json(res, inst, regs), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0 if res.status != "timeout" else 3
-    print(describe_cluster(inst))
-    print(evidence_text(res))
-    if res.plan is not None:
-        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)) + "\n")
-        print(breakdown_text(res.breakdown, inst))
-    if regs:
-        print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
-                           regret_rows(regs), align="lrrlr"))
+                    f" {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n")
     return 0 if res.status != "timeout" else 3
 
 
@@ -208,13 +210,11 @@ def cmd_simulate(args) -> int:
     bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
     if args.json:
         nominal = bds[0][1]
-        json.dump({"status": "fits" if nominal.fits else "out_of_memory",
+        emit_json({"status": "fits" if nominal.fits else "out_of_memory",
                    "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
                    "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
                                   "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
-                                 for name, bd in bds]},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+                                 for name, bd in bds]})
         return 0 if nominal.fits else 1
     print(describe_cluster(inst))
     print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
@@ -251,18 +251,18 @@ def cmd_exhaustive(args) -> int:
     if args.json:
         from cost.hetero_loader import hetero_plan_to_mapping
         from cost.hetero_simulate import simulate_hetero
-        json.dump({"status": "optimal" if res.plan else "infeasible", "objective": objective,
+        emit_json({"status": "optimal" if res.plan else "infeasible", "objective": objective,
                    "objective_s": res.objective_s,
                    "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
                    "candidates": res.candidates, "outer_configs": res.outer_configs,
                    "solve_time_s": res.wall_time_s,
-                   "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+                   "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None})
         return 0
     print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
     if res.plan is None:
-        print("no plan fits memory")
+        print("the declared heterogeneous space is empty: no group subset, tp and pipeline shape"
+              " satisfies the search constraints" if res.outer_configs == 0 else
+              "no plan fits memory")
     else:
         print(f"best        {seconds(res.objective_s)} ({objective})")
         print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
@@ -298,6 +298,7 @@ def cmd_replan(args) -> int:
     from cost.hetero_loader import hetero_plan_to_mapping, load_event, load_hetero_plan
     from solver.dynamic import replan
 
+    check_output_path(args.output, "-o/--output")  # before anything is solved
     if not is_hetero(args):
         raise InstanceError(args.instance, "cluster", "replan needs a heterogeneous-format instance",
                             "write the cluster as `groups:` (one group is fine; see instances/hetero/)")
@@ -306,19 +307,23 @@ def cmd_replan(args) -> int:
     event, remaining_s, remaining_it = load_event(args.event, inst)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     r = replan(inst, current, event, remaining_s, remaining_it, backend, args.time_limit_s)
-    if args.output and r.new.plan is not None:
-        _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster),
-                    f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
-                    f" {r.new.objective_s:.6g} s per iteration\n")
+    try:
+        return _show_replan(args, inst, r, hetero_plan_to_mapping)
+    finally:  # after the result is shown: a full disk loses nothing
+        if args.output and r.new.plan is not None:
+            _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster),
+                        f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
+                        f" {r.new.objective_s:.6g} s per iteration\n")
+
+
+def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
     if args.json:
-        json.dump({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
+        emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
                    "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,
                    "break_even_iterations": r.break_even_iterations, "solve_time_s": r.solve_time_s,
-                   "new_plan": hetero_plan_to_mapping(r.new.plan, inst) if r.new.plan else None},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+                   "new_plan": hetero_plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
         return 0
     print(describe_cluster(inst))
     print(f"event       {r.event}")
@@ -359,14 +364,14 @@ def cmd_timeline(args) -> int:
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
         from cost.hetero_loader import hetero_plan_to_mapping
-        json.dump({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
-                   r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap, "static_iterations": r.static_iterations,
+        emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
+                   r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
+                   "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
                    "candidates": [{"label": lab, "plan": hetero_plan_to_mapping(c, inst)}
                                   for lab, c in zip(r.candidate_labels, r.candidates)],
-                   "solve_time_s": r.solve_time_s}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+                   "solve_time_s": r.solve_time_s})
         return 0
     print(describe_cluster(inst))
     limited = "" if r.complete else " (time limit: not every scenario optimum or candidate was proved)"

@@ -44,21 +44,26 @@ def cmd_partition(args) -> int:
     """`paraplan partition INSTANCE --tp T`: the per-layer partition problem of one tensor-parallel
     group, solved by the segmented DP (its whole Pareto front) and checked point by point by the
     MILP; exit 1 if they disagree."""
-    import json
     import math
-    import sys
 
     from cost.coefficients import homogeneous_placement
     from cost.comm import NetEfficiency
     from cost.errors import InstanceError
     from cost.specs import Outer
     from formulations.partition import solve_partition_milp
+    from formulations.result import SolverError
     from formulations.partition_dp import min_time, pareto_front
     from solver.format import gib, seconds, table
+    from solver.jsonout import emit_json
     from solver.inputs import load_from_args
     from solver.partition_plans import problem_from_table
 
     inst = load_from_args(args)
+    for flag, value in (("--micro-batch", args.micro_batch), ("--cp", args.cp)):
+        if value < 1 or value > inst.job.global_batch and flag == "--micro-batch":
+            raise InstanceError("<arguments>", flag, f"must be from 1 to the global batch"
+                                f" ({inst.job.global_batch}), got {value}" if flag == "--micro-batch"
+                                else f"must be >= 1, got {value}", "give a positive integer")
     t, m = args.tp, inst.model
     if t < 4 or t > P.MAX_SPATIAL_TEMPORAL_GROUP or t & (t - 1) or inst.cluster.num_gpus % t \
             or m.heads % t or (m.kv_heads % t and t % m.kv_heads):
@@ -75,8 +80,13 @@ def cmd_partition(args) -> int:
     pb = problem_from_table(table_)
     rows, agree = [], True
     for time_s, act, ws, params, sync_s, choice in pareto_front(pb):
-        mi = solve_partition_milp(pb, act_cap_bytes=act, ws_cap_bytes=ws, params_cap=params,
-                                  sync_cap_s=sync_s)
+        try:
+            mi = solve_partition_milp(pb, act_cap_bytes=act, ws_cap_bytes=ws, params_cap=params,
+                                      sync_cap_s=sync_s)
+        except SolverError as e:  # numerically hopeless coefficients: say which input, one line
+            raise InstanceError(inst.source, "cluster.gpu", f"the partition MILP cannot be solved"
+                                f" with these figures ({e})", "check the GPU's and the links'"
+                                " numbers against their datasheets") from None
         ok = mi.status == "optimal" and math.isclose(mi.time_s, time_s, rel_tol=1e-9)
         agree &= ok
         plan = {op: pb.labels[op][k] for op, k in choice.items()}
@@ -84,9 +94,8 @@ def cmd_partition(args) -> int:
                      "replicated_params": params, "grad_sync_s": sync_s, "plan": plan,
                      "milp_time_s": mi.time_s, "agree": ok})
     if args.json:
-        json.dump({"status": "agree" if agree else "disagree", "tp": t, "micro_batch": args.micro_batch, "cp": args.cp, "front": rows,
-                   "agree": agree}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        emit_json({"status": "agree" if agree else "disagree", "tp": t, "micro_batch": args.micro_batch,
+                   "cp": args.cp, "front": rows, "agree": agree})
     else:
         print(f"{inst.name}: one layer, micro-batch {args.micro_batch}, tp={t}, cp={args.cp}:"
               f" {len(rows)} Pareto-optimal per-operator plans (segmented DP), each re-solved by"

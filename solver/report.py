@@ -586,6 +586,8 @@ def cmd_report(args) -> int:
     from solver.inputs import load_from_args
     from solver.planner import plan
 
+    from solver.outputs import check_output_path
+    check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
     if hetero_commands.is_hetero(args):
         return _cmd_report_hetero(args, progress)

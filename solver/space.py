@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from cost import memory
 from cost.framework_rules import FRAMEWORK_RULES
+from cost.space_rules import tp_problem
 from cost.specs import Attention, Instance, Outer
 
 
@@ -77,8 +78,9 @@ def tp_values(inst: Instance) -> list[int]:
     m, c, s = inst.model, inst.cluster, inst.search
     limit = c.num_gpus if s.tp_across_nodes else c.gpus_per_node
     vals = s.tp if s.tp is not None else _powers_of_two(limit)
-    return [t for t in vals if t <= limit and c.num_gpus % t == 0 and m.heads % t == 0
-            and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
+    # the loader refuses a listed value with a problem (cost/space_rules.py): same rule
+    return [t for t in vals
+            if tp_problem(t, m, c.num_gpus, c.gpus_per_node, s.tp_across_nodes) is None]
 
 
 def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,

@@ -39,13 +39,19 @@ new job; a job's display `name` does not count. paraplan's own catalogue and cos
 hashed: after upgrading paraplan, start a new CSV rather than --resume an old one.
 
 Results: one row per job, appended to the CSV as each job finishes and flushed at once; the
-columns are `COLUMNS`, floats written at full precision, absent values empty. status is the
-planner's (optimal | feasible | infeasible | timeout; `paraplan plan` explains each) or failed,
-with the error in `error`. --json also appends one JSON object per job: job_id, instance,
-inputs, attempts, status, error, and result (`solver.commands.result_json`, null if failed).
-Without --resume an existing output file is an error, not overwritten: a sweep may hold hours
-of results. With --resume the CSV's (and JSON lines') done rows are kept, its failed rows are
-dropped, and every job without a done row runs again.
+columns are `COLUMNS`: the solve's status, time, bound and gap, then the plan's degrees (tp, pp,
+dp, cp, micro_batch, zero), tokens_per_s, mfu and peak_mem_gib (the most loaded stage's memory
+per GPU), floats at full precision, absent values empty. status is the planner's (optimal |
+feasible | infeasible | timeout; `paraplan plan` explains each) or failed, with the error in
+`error`. --json also appends one JSON object per job: job_id, instance, inputs, attempts,
+status, error, and result (`solver.commands.result_json`, with the whole plan; null if failed).
+Both outputs must be regular files or absent; their directory is checked before anything is
+solved. Without --resume an existing output file is an error, not overwritten: a sweep may hold
+hours of results. With --resume the done rows are kept, failed rows are dropped, and every job
+without a done row runs again; with --json, a job counts as done only when both files record it
+(after a full disk one of them may have lost its last record), and both are rewritten to the
+same jobs. A JSON lines file that does not exist yet is started afresh. A write that fails (a
+full disk) stops the sweep with one line (exit 2); run the same command with --resume.
 
 Failures. A job whose solve raises, or whose worker process dies (os._exit, a signal, the OOM
 killer), is retried once, then recorded as failed; the other jobs are not affected. Locally each
@@ -78,6 +84,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import stat
 import sys
 import uuid
 from collections import Counter, deque
@@ -89,12 +96,19 @@ from pathlib import Path
 from cost.errors import InstanceError
 from cost.loader import _read_yaml, _Section, load_instance_parts
 from cost.specs import Instance
+from cost.units import bytes_to_gib
+from solver.jsonout import json_safe
+from solver.outputs import check_output_path
 
 BACKENDS = ("cpsat", "milp")
 DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
 FAILED = "failed"
 COLUMNS = ("job_id", "instance", "inputs", "status", "iter_time_s", "bound_s", "gap",
-           "solve_time_s", "backend", "plan", "reason", "attempts", "error")
+           "solve_time_s", "backend", "tp", "pp", "dp", "cp", "micro_batch", "zero",
+           "tokens_per_s", "mfu", "peak_mem_gib", "reason", "attempts", "error")
+# the plan's own columns, from result_json's plan and breakdown (empty without a plan)
+_PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "micro_batch", "zero")
+MAX_LINE_BYTES = 2**20  # a JSON-lines record is a few KiB; longer lines are not paraplan's
 MAX_ATTEMPTS = 2  # the first try and one retry
 MAX_JOBS = 100_000
 TEST_CRASH_ENV = "PARAPLAN_TEST_CRASH"
@@ -145,7 +159,7 @@ def load_sweep(path: str | Path) -> Sweep:
     name = top.string("name")
     backend = top.choice("backend", BACKENDS, "cpsat")
     time_limit_s = top.number("time_limit_s", 60.0)
-    threads = top.integer("threads", 1, hi=1024)
+    threads = top.integer("threads", 1)
     base = Path(source).parent
 
     def inputs(key: str, role: str) -> tuple[_Input, ...]:
@@ -261,15 +275,46 @@ def job_id_of(parts, seq_len: int | None, settings: dict) -> str:
 # --- the worker ------------------------------------------------------------------------------
 
 def run_job(job: SweepJob) -> dict:
-    """Solve one job (in a worker process): `result_json` of the plan, and its one-line plan."""
+    """Solve one job (in a worker process): `result_json` of the plan."""
     if os.environ.get(TEST_CRASH_ENV) == job.name:
         os._exit(TEST_CRASH_EXIT_CODE)
-    from solver.commands import _plan_line, result_json
+    from solver.commands import result_json
     from solver.planner import plan
 
     res = plan(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
                threads=job.threads)
-    return {"result": result_json(res), "plan": _plan_line(res.plan) if res.plan else ""}
+    return {"result": result_json(res)}
+
+
+# Linux prctl(2): PR_SET_PDEATHSIG asks the kernel to send a signal when the parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: the worker gets SIGKILL when the sweep process dies, even by
+    SIGKILL (which runs no cleanup), so no orphan keeps solving; once the workers are gone, the
+    multiprocessing resource tracker sees its pipe close and exits too. Linux only (prctl via
+    ctypes); elsewhere a thread polls the parent's pid once a second instead."""
+    import signal
+    import threading
+    import time
+
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        armed = False
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    if armed:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 # --- executors -------------------------------------------------------------------------------
@@ -283,7 +328,8 @@ class _LocalLanes:
         self._busy: dict = {}  # future -> its lane
 
     def _lane(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=1, mp_context=self._context)
+        return ProcessPoolExecutor(max_workers=1, mp_context=self._context,
+                                   initializer=_die_with_parent, initargs=(os.getpid(),))
 
     def has_room(self) -> bool:
         return bool(self._idle)
@@ -376,86 +422,142 @@ def _one_line(error: BaseException) -> str:
 # --- results ---------------------------------------------------------------------------------
 
 class _Results:
-    """The CSV and the optional JSON lines file, one record per finished job."""
+    """The CSV and the optional JSON lines file, one record per finished job.
+
+    Both outputs must be regular files (or absent): a sweep re-reads them on --resume, and a
+    device such as /dev/zero would never end (or, replaced on resume, be overwritten). A write
+    that fails (a full disk, a quota) is one InstanceError line; what was written before stays,
+    and --resume then keeps exactly the jobs that both files record as done, so the CSV and the
+    JSON lines agree again."""
 
     def __init__(self, csv_path: str, jsonl_path: str | None, resume: bool):
         self.done_ids: set[str] = set()
         for path in filter(None, (csv_path, jsonl_path)):
             flag = "--json" if path == jsonl_path else "-o"
-            if not resume and os.path.exists(path):
+            if not resume and os.path.lexists(path):
                 raise InstanceError("<arguments>", flag, f"{path} already exists",
                                     "pass --resume to continue that sweep, or remove the file")
-            if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-                raise InstanceError("<arguments>", flag, f"the directory of {path} does not exist",
-                                    "create it, or give another path")
+            check_output_path(path, flag, regular_only=True)
         if resume:
-            self.done_ids = _keep_done_csv(csv_path)
-            if jsonl_path:
-                _keep_done_jsonl(jsonl_path, self.done_ids)
+            csv_rows = _done_csv_rows(csv_path)
+            done = set(csv_rows)
+            records = None
+            if jsonl_path and os.path.exists(jsonl_path):
+                records = _done_jsonl_records(jsonl_path)
+                done &= set(records)  # a record one file lost (a full disk) runs again
+            self.done_ids = done
+            self._rewrite(csv_path, "-o", lambda fh: _write_rows(
+                fh, [r for i, r in csv_rows.items() if i in done]), newline="",
+                exists=os.path.exists(csv_path))
+            if records is not None:
+                self._rewrite(jsonl_path, "--json", lambda fh: fh.writelines(
+                    line for i, line in records.items() if i in done), exists=True)
         self._csv_path, self._jsonl_path = csv_path, jsonl_path
         self._csv_file = self._jsonl = None
+
+    @staticmethod
+    def _rewrite(path: str, flag: str, write, newline: str | None = None, *,
+                 exists: bool) -> None:
+        if exists:
+            _guard(flag, path, lambda: _replace_file(path, write, newline))
 
     def open(self) -> None:
         """Open the files for appending; the CSV gets its header if it is new."""
         csv_path, jsonl_path = self._csv_path, self._jsonl_path
-        new_csv = not os.path.exists(csv_path)
-        self._csv_file = open(csv_path, "a", newline="", encoding="utf-8")
-        self._csv = csv.writer(self._csv_file)
-        if new_csv:
-            self._csv.writerow(COLUMNS)
-            self._csv_file.flush()
-        self._jsonl = open(jsonl_path, "a", encoding="utf-8") if jsonl_path else None
+
+        def opened():
+            new_csv = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
+            self._csv_file = open(csv_path, "a", newline="", encoding="utf-8")
+            self._csv = csv.writer(self._csv_file)
+            if new_csv:
+                self._csv.writerow(COLUMNS)
+                self._csv_file.flush()
+        _guard("-o", csv_path, opened)
+        if jsonl_path:
+            self._jsonl = _guard("--json", jsonl_path,
+                                 lambda: open(jsonl_path, "a", encoding="utf-8"))
 
     def write(self, job: SweepJob, attempts: int, outcome: dict | None, error: str) -> dict:
         result = outcome["result"] if outcome else None
-        row = {"job_id": job.job_id, "instance": job.name, "inputs": job.inputs,
-               "status": result["status"] if result else FAILED,
-               "iter_time_s": None, "bound_s": None, "gap": None, "solve_time_s": None,
-               "backend": job.backend, "plan": outcome["plan"] if outcome else "",
-               "reason": None, "attempts": attempts, "error": error}
+        row = {c: None for c in COLUMNS}
+        row.update({"job_id": job.job_id, "instance": job.name, "inputs": job.inputs,
+                    "status": result["status"] if result else FAILED, "backend": job.backend,
+                    "attempts": attempts, "error": error})
         if result:
             row.update({k: result[k] for k in ("iter_time_s", "bound_s", "gap", "solve_time_s",
                                                "reason")})
-        self._csv.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
-        self._csv_file.flush()
+            if result.get("plan"):
+                row.update({k: result["plan"].get(k) for k in _PLAN_COLUMNS})
+            bd = result.get("breakdown")
+            if bd:
+                row.update({"tokens_per_s": bd["tokens_per_s"], "mfu": bd["mfu"],
+                            "peak_mem_gib": bytes_to_gib(max(s["mem_bytes"]
+                                                             for s in bd["stages"]))})
+        line = ["" if row[c] is None else row[c] for c in COLUMNS]
+
+        def csv_row():
+            self._csv.writerow(line)
+            self._csv_file.flush()
+        _guard("-o", self._csv_path, csv_row)
         if self._jsonl:
             record = {"job_id": job.job_id, "instance": job.name, "inputs": job.inputs,
                       "attempts": attempts, "status": row["status"], "error": error or None,
                       "result": result}
-            self._jsonl.write(json.dumps(record) + "\n")
-            self._jsonl.flush()
+            text = json.dumps(json_safe(record), allow_nan=False) + "\n"
+
+            def jsonl_row():
+                self._jsonl.write(text)
+                self._jsonl.flush()
+            _guard("--json", self._jsonl_path, jsonl_row)
         return row
 
     def close(self) -> None:
+        """Close both files; after a failed write the buffered rest is dropped quietly (the
+        error has been reported, and --resume recovers)."""
         for fh in (self._csv_file, self._jsonl):
             if fh is not None:
-                fh.close()
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+
+
+def _guard(flag: str, path: str, action):
+    """action(), an OSError (full disk, no permission) as one InstanceError line."""
+    try:
+        return action()
+    except OSError as e:
+        raise InstanceError("<arguments>", flag, f"cannot write {path}"
+                            f" ({e.strerror or type(e).__name__})", "free some space or fix the"
+                            " permissions, then run the same command with --resume: done jobs"
+                            " are kept") from None
 
 
 def read_csv(path: str) -> list[dict]:
     """The rows of a sweep CSV as dicts of strings; raises `InstanceError` if it is not one."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            lines = list(csv.reader(fh))
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise InstanceError(path, "<file>", "is not a regular file",
+                                    "give the CSV file the sweep wrote")
+            lines = list(csv.reader(fh))  # csv's field size limit bounds each line
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InstanceError(path, "<file>", f"cannot be read as CSV ({_one_line(e)})",
                             "resume with the CSV the sweep wrote, or give another -o") from None
     if not lines:
         return []
     if tuple(lines[0]) != COLUMNS:
-        raise InstanceError(path, "header", "is not a paraplan sweep CSV's",
+        raise InstanceError(path, "header", "is not this paraplan version's sweep CSV",
                             "resume with the CSV the sweep wrote, or give another -o")
     # a row cut short by a kill mid-write has too few fields: that job runs again
     return [dict(zip(COLUMNS, r)) for r in lines[1:] if len(r) == len(COLUMNS)]
 
 
-def _keep_done_csv(path: str) -> set[str]:
-    """Rewrite the CSV with its done rows only (the last one per job); their job ids."""
+def _done_csv_rows(path: str) -> dict[str, dict]:
+    """The CSV's done rows (the last one per job), by job id; {} when there is no CSV."""
     if not os.path.exists(path):
-        return set()
-    rows = {r["job_id"]: r for r in read_csv(path) if r["status"] in DONE_STATUSES}
-    _replace_file(path, lambda fh: _write_rows(fh, rows.values()), newline="")
-    return set(rows)
+        return {}
+    return {r["job_id"]: r for r in read_csv(path) if r["status"] in DONE_STATUSES}
 
 
 def _write_rows(fh, rows) -> None:
@@ -464,27 +566,48 @@ def _write_rows(fh, rows) -> None:
     writer.writerows([r[c] for c in COLUMNS] for r in rows)
 
 
-def _keep_done_jsonl(path: str, done_ids: set[str]) -> None:
-    if not os.path.exists(path):
-        return
+def _capped_lines(fh):
+    """The lines of a text file, each read with a cap: a line longer than MAX_LINE_BYTES is
+    skipped in chunks, so a file without newlines costs no more memory than the cap."""
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_LINE_BYTES:
+            yield line
+            continue
+        while line and not line.endswith("\n"):
+            line = fh.readline(MAX_LINE_BYTES)
+
+
+def _done_jsonl_records(path: str) -> dict[str, str]:
+    """The JSON lines file's done records (the last one per job), as lines, by job id."""
     kept: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-            if isinstance(record, dict) and record.get("job_id") in done_ids \
-                    and record.get("status") in DONE_STATUSES:
-                kept[record["job_id"]] = line if line.endswith("\n") else line + "\n"
-    _replace_file(path, lambda fh: fh.writelines(kept.values()))
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in _capped_lines(fh):
+                try:
+                    record = json.loads(line)
+                except (json.JSONDecodeError, RecursionError, ValueError):
+                    continue  # a line cut short by a kill or a full disk
+                if isinstance(record, dict) and isinstance(record.get("job_id"), str) \
+                        and record.get("status") in DONE_STATUSES:
+                    kept[record["job_id"]] = line if line.endswith("\n") else line + "\n"
+    except OSError as e:
+        raise InstanceError(path, "<file>", f"cannot be read ({e.strerror})",
+                            "resume with the JSON lines file the sweep wrote") from None
+    return kept
 
 
 def _replace_file(path: str, write, newline: str | None = None) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", newline=newline, encoding="utf-8") as fh:
-        write(fh)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline=newline, encoding="utf-8") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 # --- driving ---------------------------------------------------------------------------------

@@ -695,9 +695,9 @@ def test_bad_calibration_row_names_the_field(capsys, tmp_path, rows, field, need
         load_rows(str(path))
     assert (err.value.field, err.value.path) == (field, str(path))
     assert needle in err.value.problem, err.value
-    # issue 14: accuracy prints the loader's own line, the file and the fix once each
+    # issue 13: the loader's message as it is, the file and the fix named once, not wrapped
     line = expect_error(capsys, ["accuracy", path], field, needle)
-    assert line.count(str(path)) == 1 and line.count("(fix:") == 1
+    assert line.count(str(path)) == 1 and line.count("(fix: ") == 1, line
     expect_error(capsys, ["calibrate", path], field, needle)
 
 

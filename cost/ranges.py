@@ -1,0 +1,180 @@
+"""The physical range of every number a user file may hold: one table, used by every loader.
+
+Every numeric key of an instance, cluster or job part file, mixed-cluster file, GPU catalogue
+entry or `gpu_types:` entry, event, plan, calibration row and sweep file, and every Hugging Face
+config field paraplan reads, is checked against its row of `RANGES` when it is read
+(cost/loader.py's `_Section.number` / `_Section.integer`, which cost/hetero_loader.py,
+cost/calibration.py and solver/sweep.py use; cost/hf_config.py maps its JSON keys to these
+quantities). A value outside its range is refused with one `InstanceError` line naming the file,
+the field, the range and why it is the range: values far outside what any hardware, model or
+run has are unit mistakes or typos, and planning with them would "prove" absurd answers (a NIC
+of 1e-300 Gbit/s gives 1e299-second iterations). The ranges are wide on purpose: the bounds lie
+one to three orders of magnitude beyond the largest (or smallest) real figure cited, so no real
+input is refused.
+
+Values derived from others are checked against the same rows: a scaled link or NIC after a
+network change (cost/hetero_loader.py), the GPU count of a cluster (`num_gpus`). Keys and
+quantities share names; a Hugging Face key names its quantity in cost/hf_config.py.
+
+The table is `RANGES` below: one row per quantity with its bounds, its unit and the reason (the
+real figures the bounds lie beyond). `paraplan`'s loaders never check a number any other way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The closed interval [lo, hi] in the key's own unit, and why."""
+
+    lo: float
+    hi: float
+    unit: str  # as the key's name spells it ("" for counts and fractions)
+    why: str   # the reason for the bounds, with the real figures they lie beyond
+    integer: bool = False
+
+
+_GPUS = 16_777_216  # 2**24: ~100x the largest clusters announced (about 10**5 GPUs, 2024)
+_COUNT_WHY = "at most 2**24, about 100x the GPUs of the largest clusters announced"
+
+RANGES: dict[str, Range] = {
+    # --- model (instance `model:`, calibration rows, Hugging Face configs) ------------------
+    "layers": Range(1, 1_000_000, "", "DeepNet trained 1,000 layers; 10**6 also bounds the"
+                    " per-stage lists a layer split allocates", integer=True),
+    "hidden": Range(1, 1_048_576, "", "2**20, 40x the widest published dense models"
+                    " (GPT-3: 12,288; PaLM 540B: 18,432)", integer=True),
+    "heads": Range(1, 65_536, "", "2**16, 500x the most attention heads published (PaLM 540B:"
+                   " 48; Llama 3.1 405B: 128)", integer=True),
+    "kv_heads": Range(1, 65_536, "", "at most the attention heads' range", integer=True),
+    "ffn": Range(1, 4_194_304, "", "2**22, 50x the widest published MLPs (PaLM 540B: 73,728)",
+                 integer=True),
+    "vocab": Range(1, 16_777_216, "", "2**24, 64x the largest published vocabularies"
+                   " (Gemma: 256,000)", integer=True),
+    "seq_len": Range(1, 16_777_216, "", "2**24 tokens, 16x the longest published training"
+                     " contexts (1M tokens)", integer=True),
+    "dropout": Range(0, 0.99, "", "a probability; 1 would drop every activation"),
+    # --- cluster (instance `cluster:`, part files, node groups, calibration rows) ------------
+    "nodes": Range(1, 1_000_000, "", "10x the nodes of the largest clusters announced",
+                   integer=True),
+    "gpus_per_node": Range(1, 1_024, "", "8 in a DGX server; one NVLink domain holds 72 (GB200"
+                           " NVL72) to 576 (NVL576) GPUs", integer=True),
+    "num_gpus": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "intra_node_gbytes_per_s": Range(1, 100_000, "GB/s", "PCIe 3.0 x4 moves 8 GB/s, NVLink 5"
+                                     " 1,800 GB/s per GPU"),
+    "intra_node_GBps_per_gpu": Range(1, 100_000, "GB/s", "as intra_node_gbytes_per_s"),
+    "nic_gbit_per_s": Range(1, 10_000, "Gbit/s", "1 Gigabit Ethernet to 10 Tbit/s; the fastest"
+                            " NIC ports today carry 800 Gbit/s"),
+    "inter_node_Gbps_per_gpu": Range(1, 10_000, "Gbit/s", "as nic_gbit_per_s"),
+    "intra_node_latency_us": Range(0, 1_000, "us", "NVLink and PCIe take about 1-10 us per"
+                                   " message; 1 ms is a wide-area network, not a node"),
+    "inter_node_latency_us": Range(0, 1_000, "us", "InfiniBand and RoCE take about 1-10 us per"
+                                   " message; 1 ms is a wide-area network, not a cluster"),
+    # --- links between node groups and sites (mixed-cluster files, changes) -----------------
+    "gbit_per_s": Range(0.01, 10_000, "Gbit/s", "per GPU: a 10 Gbit/s wide-area link shared by"
+                        " 1,000 GPUs still gives 0.01; no NIC carries more than 10 Tbit/s"),
+    "latency_us": Range(0, 500_000, "us", "half a second: light in fibre halfway round the"
+                        " Earth takes about 100 ms, a geostationary satellite hop 270 ms"),
+    "scale": Range(0.001, 1_000, "", "a link degraded to 0.1% or upgraded 1,000-fold"),
+    "nic_scale": Range(0.001, 1_000, "", "a NIC degraded to 0.1% or upgraded 1,000-fold"),
+    "intra_scale": Range(0.001, 1_000, "", "a node link degraded to 0.1% or upgraded"
+                         " 1,000-fold"),
+    "probability": Range(0, 1, "", "a probability"),
+    "window_h": Range(0, 24, "h", "an hour of the day"),
+    "duration_h": Range(0.01, 87_600, "h", "from 36 seconds (shorter than one training"
+                        " iteration plus a restart) to 10 years"),
+    "storage_gbytes_per_s": Range(0.1, 100_000, "GB/s", "one NFS server moves about 1 GB/s,"
+                                  " the largest parallel file systems about 10,000 GB/s"),
+    "restart_s": Range(0, 86_400, "s", "a restart longer than a day is an outage"),
+    "remaining_hours": Range(0.01, 87_600, "h", "from 36 seconds to 10 years"),
+    "remaining_iterations": Range(1, 1_000_000_000, "", "10**9 iterations: 1,000x a long"
+                                  " pre-training run", integer=True),
+    # --- GPU types (cost/gpus.yaml, `gpu_types:`) -------------------------------------------
+    "peak_tflops_bf16": Range(1, 100_000, "TFLOP/s", "V100: 125, B200: 2,250 dense; 1"
+                              " TFLOP/s is a laptop GPU"),
+    "peak_tflops_fp8": Range(1, 100_000, "TFLOP/s", "H100: 1,979, B200: 4,500 dense"),
+    "hbm_gib": Range(1, 10_000, "GiB", "V100: 32, H200: 141, MI325X: 256"),
+    "hbm_gbytes_per_s": Range(1, 100_000, "GB/s", "V100: 900, B200: 8,000"),
+    "matmul_eff_max": Range(0.01, 1, "", "a fraction of the peak; no tuned kernel reaches"
+                            " less than 1%"),
+    "fp8_matmul_eff_max": Range(0.01, 1, "", "a fraction of the FP8 peak; no tuned kernel"
+                                " reaches less than 1%"),
+    "memory_eff": Range(0.01, 1, "", "a fraction of the memory bandwidth; no tuned kernel"
+                        " reaches less than 1%"),
+    "attention_eff": Range(0.01, 1, "", "a fraction of the peak; no tuned kernel reaches less"
+                           " than 1%"),
+    "matmul_half_gflops": Range(0, 10_000, "GFLOP", "the fitted value is 0.1; a 10 TFLOP"
+                                " matmul saturates any GPU"),
+    # --- job --------------------------------------------------------------------------------
+    "global_batch": Range(1, _GPUS, "", "2**24 sequences, 1,000x the largest published batches"
+                          " (GPT-3: 3.2M tokens in 1,536 sequences)", integer=True),
+    # --- search and plans: degrees and counts (checked against the instance too) ------------
+    "tp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "pp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "dp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "cp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "replicas": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "micro_batch": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
+    "num_micro_batches": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
+    "virtual_stages": Range(1, 1_000_000, "", "at most the layers' range", integer=True),
+    "max_micro_batch": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
+    "max_pp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "max_cp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "zero": Range(0, 3, "", "ZeRO has stages 0 (none) to 3 (parameters sharded)", integer=True),
+    "layers_per_stage": Range(1, 1_000_000, "", "every stage holds at least one layer, at most"
+                              " the layers' range", integer=True),
+    "full_recompute_layers": Range(0, 1_000_000, "", "at most the layers' range",
+                                   integer=True),
+    "memory_reserve_gib": Range(0, 10_000, "GiB", "at most the HBM range (and less than the"
+                                " GPU's own memory)"),
+    # --- calibration rows ---------------------------------------------------------------------
+    "iter_time_s": Range(1e-4, 100_000, "s", "published iterations take 0.05 to 100 s"),
+    # --- sweep files --------------------------------------------------------------------------
+    "time_limit_s": Range(0.01, 604_800, "s", "10 ms to a week per solve"),
+    "threads": Range(1, 1_024, "", "solver threads of one machine", integer=True),
+}
+
+
+def fmt(x: float) -> str:
+    """A bound or value for a message: 1,000,000 / 0.01 / 1e-300."""
+    if isinstance(x, int) or (math.isfinite(x) and float(x).is_integer() and abs(x) < 1e15):
+        return f"{int(x):,}"
+    return f"{x:.6g}"
+
+
+def range_text(quantity: str) -> str:
+    """`physical range 1 to 10,000 Gbit/s: why`, for messages."""
+    r = RANGES[quantity]
+    unit = f" {r.unit}" if r.unit else ""
+    return f"physical range {fmt(r.lo)} to {fmt(r.hi)}{unit}: {r.why}"
+
+
+def out_of_range(quantity: str, value: float) -> str | None:
+    """Why `value` is outside `quantity`'s range (one line, the range named), or None.
+
+    `value` is a finite number; its type has been checked by the caller."""
+    r = RANGES[quantity]
+    if r.lo <= value <= r.hi:
+        return None
+    shown = fmt(value)
+    if value < r.lo:
+        if r.integer:
+            what = f"must be >= {fmt(r.lo)}, got {shown}"
+        elif value <= 0 < r.lo:
+            what = f"must be > 0, got {shown}"
+        elif value < 0:
+            what = f"must be >= 0, got {shown}"
+        else:
+            what = f"{shown} is smaller than {fmt(r.lo)}"
+    else:
+        what = f"must be <= {fmt(r.hi)}, got {shown}" if r.integer else \
+            f"{shown} is larger than {fmt(r.hi)}"
+    return f"{what} ({range_text(quantity)})"
+
+
+def range_fix(quantity: str) -> str:
+    r = RANGES[quantity]
+    unit = f" {r.unit}" if r.unit else ""
+    return f"give a value from {fmt(r.lo)} to {fmt(r.hi)}{unit}; check the unit in the key's name"

@@ -1,0 +1,174 @@
+"""Which `search:` values an instance's shape can never run: refused at load time, like the
+framework's (cost/framework_rules.py, whose `Refusal` this module returns).
+
+A value the user lists under `search:` that no plan of the instance can use is an input error,
+never a silent filter that ends in "infeasible": tp=3 with 16 heads, tp=16 on 8-GPU nodes
+without `tp_across_nodes`, pp=64 with 32 layers, cp=3, a cp that does not divide seq_len, a
+micro-batch that divides no per-replica batch, a memory reserve as large as the GPU. Each rule
+below is one of solver/space.py's (which uses `tp_problem`, `cp_problem` and `pp_problem` to
+filter the defaults, so the two cannot drift apart); each value is judged on its own, against the
+instance and the other keys' admissible values. Values the defaults bring in are filtered by the
+space, never refused; a space that is empty only through a combination of individually possible
+values is reported by the planner and by exhaustive search as empty, with the reason.
+
+Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no context parallelism, no
+interleaving and ZeRO 0 or 1 only: listing cp > 1, virtual_stages > 1 or ZeRO 2/3 there is
+refused instead of dropped.
+"""
+
+from __future__ import annotations
+
+from cost.framework_rules import Refusal
+from cost.specs import ClusterSpec, JobSpec, ModelSpec, SearchSpace
+from cost.units import bytes_to_gib
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [1 << k for k in range(max(limit, 1).bit_length()) if 1 << k <= limit]
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def tp_problem(t: int, model: ModelSpec, gpus: int, gpus_per_node: int,
+               across_nodes: bool) -> str | None:
+    """Why tensor-parallel degree `t` cannot run, or None."""
+    if not across_nodes and t > gpus_per_node:
+        return (f"tp={t} spans more than the {gpus_per_node} GPUs of a node, and"
+                " search.tp_across_nodes is false")
+    if gpus % t:
+        return f"tp={t} does not divide the cluster's {gpus} GPUs"
+    if model.heads % t:
+        return f"tp={t} does not divide the model's {model.heads} attention heads"
+    if model.kv_heads % t and t % model.kv_heads:
+        return (f"tp={t} neither divides the model's {model.kv_heads} key/value heads nor is a"
+                " multiple of them")
+    return None
+
+
+def cp_problem(c: int, model: ModelSpec, gpus: int, max_cp: int | None) -> str | None:
+    if model.seq_len % c:
+        return f"cp={c} does not divide the sequence length {model.seq_len}"
+    if gpus % c:
+        return f"cp={c} does not divide the cluster's {gpus} GPUs"
+    if max_cp is not None and c > max_cp:
+        return f"cp={c} exceeds search.max_cp={max_cp}"
+    return None
+
+
+def pp_problem(p: int, model: ModelSpec, gpus: int, max_pp: int | None) -> str | None:
+    if p > model.layers:
+        return f"pp={p} stages exceed the model's {model.layers} layers (a stage holds >= 1)"
+    if gpus % p:
+        return f"pp={p} does not divide the cluster's {gpus} GPUs"
+    if max_pp is not None and p > max_pp:
+        return f"pp={p} exceeds search.max_pp={max_pp}"
+    return None
+
+
+def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                   given: frozenset[str]) -> Refusal | None:
+    """The first listed `search:` value (keys in `given`) that the instance can never run."""
+    n, gpn = cluster.num_gpus, cluster.gpus_per_node
+    drop = "drop it from the list"
+    tps, cps, pps = [], [], []
+    for t in (space.tp if space.tp is not None else _powers_of_two(n)):
+        problem = tp_problem(t, model, n, gpn, space.tp_across_nodes)
+        if problem is None:
+            tps.append(t)
+        elif "tp" in given:
+            fix = ("set search.tp_across_nodes: true, or " + drop if "node" in problem
+                   else f"use a divisor of the heads and of the GPUs; {drop}")
+            return Refusal("tp", problem, fix)
+    for c in (space.cp if space.cp is not None else _powers_of_two(n)):
+        problem = cp_problem(c, model, n, space.max_cp)
+        if problem is None:
+            if any((n // t) % c == 0 for t in tps):
+                cps.append(c)
+            elif "cp" in given and tps:
+                return Refusal("cp", f"cp={c} divides none of the GPU counts left by tp"
+                               f" ({', '.join(str(n // t) for t in tps)})", drop)
+        elif "cp" in given:
+            return Refusal("cp", problem, f"use a divisor of the sequence length and of the"
+                           f" GPUs; {drop}")
+    for p in (space.pp if space.pp is not None else _divisors(n)):
+        problem = pp_problem(p, model, n, space.max_pp)
+        if problem is None:
+            pps.append(p)
+        elif "pp" in given:
+            return Refusal("pp", problem, drop)
+    per_replica = sorted({job.global_batch // (n // (t * c * p))
+                          for t in tps for c in cps for p in pps
+                          if n % (t * c * p) == 0
+                          and job.global_batch % (n // (t * c * p)) == 0}, reverse=True)
+    if "micro_batch" in given and space.micro_batch is not None:
+        # with no factorisation at all (the planner reports the empty space), at least the
+        # global batch itself must be divisible
+        per_replica = per_replica or [job.global_batch]
+        for b in space.micro_batch:
+            if not any(r % b == 0 for r in per_replica):
+                shown = ", ".join(map(str, per_replica[:6])) + (", ..." if len(per_replica) > 6 else "")
+                return Refusal("micro_batch", f"micro_batch={b} divides none of the per-replica"
+                               f" batches (global_batch / dp: {shown})",
+                               f"use a divisor of one of them; {drop}")
+    if "virtual_stages" in given and space.virtual_stages is not None:
+        for v in space.virtual_stages:
+            if v > 1 and model.layers % v:
+                return Refusal("virtual_stages", f"virtual_stages={v} does not divide the"
+                               f" model's {model.layers} layers", drop)
+            if v > 1 and not any(p > 1 and v * p <= model.layers for p in pps):
+                return Refusal("virtual_stages", f"virtual_stages={v} needs pp > 1 with"
+                               f" {v} x pp <= {model.layers} layers, and no admissible pp has it",
+                               drop)
+    if "sequence_parallel" in given and False not in space.sequence_parallel \
+            and not any(t > 1 for t in tps):
+        return Refusal("sequence_parallel", "sequence parallelism needs tp > 1, and no"
+                       " admissible tp is", "add false to search.sequence_parallel")
+    if "zero" in given and 0 not in space.zero and n == 1:
+        return Refusal("zero", f"ZeRO-{min(space.zero)} shards over data-parallel ranks, and"
+                       " the cluster has one GPU", "use zero: [0]")
+    return reserve_refusal(space, cluster)
+
+
+def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
+    hbm = cluster.gpu.hbm_bytes
+    if space.memory_reserve_bytes >= hbm:
+        return Refusal("memory_reserve_gib", f"a reserve of"
+                       f" {bytes_to_gib(space.memory_reserve_bytes):g} GiB leaves nothing of the"
+                       f" {cluster.gpu.name}'s {bytes_to_gib(hbm):g} GiB",
+                       "give a reserve smaller than the GPU's memory")
+    return None
+
+
+def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
+                          given: frozenset[str]) -> Refusal | None:
+    """The first listed `search:` value a mixed cluster's plans can never use."""
+    if "cp" in given and space.cp is not None and max(space.cp) > 1:
+        return Refusal("cp", f"cp={max(space.cp)}: plans on mixed clusters have no context"
+                       " parallelism", "use cp: [1], or plan one group alone")
+    if "virtual_stages" in given and space.virtual_stages is not None \
+            and max(space.virtual_stages) > 1:
+        return Refusal("virtual_stages", f"virtual_stages={max(space.virtual_stages)}: plans"
+                       " on mixed clusters have no interleaving", "use virtual_stages: [1]")
+    if "zero" in given and not set(space.zero) & {0, 1}:
+        return Refusal("zero", f"ZeRO-{min(space.zero)}: plans on mixed clusters use ZeRO 0"
+                       " or 1", "list 0 or 1")
+    if "tp" in given and space.tp is not None:
+        for t in space.tp:
+            problems = [tp_problem(t, model, c.gpus_per_node, c.gpus_per_node, False)
+                        for c in clusters]
+            if all(problems):
+                return Refusal("tp", problems[0] + " (tensor parallelism stays inside a node"
+                               " of one group)", "drop it from the list")
+    if "pp" in given and space.pp is not None:
+        for p in space.pp:
+            if p > model.layers:
+                return Refusal("pp", f"pp={p} stages exceed the model's {model.layers} layers",
+                               "drop it from the list")
+    for c in clusters:
+        refusal = reserve_refusal(space, c)
+        if refusal is not None:
+            return refusal
+    return None
