@@ -452,9 +452,13 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     inflight = in_flight_micro_batches(pp, mb, v)
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
-    state = [memory.layer_state_bytes(m, tp, o.zero, dp_n, fw)
-             + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw)
-             + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw) for x in per_stage]
+    state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
+    for x in per_stage:
+        if id(x) not in state_of:
+            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw)
+                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw)
+                               + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
+    state = [state_of[id(x)] for x in per_stage]
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw)
     if pp > 1:

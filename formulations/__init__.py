@@ -3,8 +3,11 @@
 Each module turns `cost.coefficients.StageCoefficients` (per-stage arrays, shape (pp,)) into a
 model for one solver family and returns a `formulations.result.SplitResult`:
 
-    cpsat.py  CP-SAT (OR-Tools), integer model with explicit, conservative quantisation
-    milp.py   MILP through PuLP/CBC, or SCIP / HiGHS through OR-Tools' linear solver wrapper
+    cpsat.py     CP-SAT (OR-Tools), integer model with explicit, conservative quantisation
+    quantize.py  that rounding, shared with split_dp.py
+    split_dp.py  the same integer model solved exactly without a solver: bottleneck
+                 enumeration + dynamic programme over the stages (polynomial)
+    milp.py      MILP through PuLP/CBC, or SCIP / HiGHS through OR-Tools' linear solver wrapper
 
 The per-layer problem of per-operator tensor partitions (one partition per operator,
 resharding between neighbours, memory caps) has two exact methods over the same arrays

@@ -57,7 +57,8 @@ valid lower bound on min Z, and an "optimal" split is within 2E of the true opti
 Determinism (threads == 1, the default). `random_seed` and `num_workers` are fixed and the stop
 is `max_deterministic_time` (CP-SAT's work units, about one second each), so the same input
 gives the same answer. A wall-clock backstop (WALL_BACKSTOP_FACTOR * time_limit_s +
-WALL_BACKSTOP_S) only guards against a work-unit estimate far off the clock; a run stopped by it
+WALL_BACKSTOP_S), lowered to the caller's `max_wall_s` when one is given (the planner's
+overall deadline), guards against a work-unit estimate far off the clock; a run stopped by it
 is the only kind that can differ between repeats.
 
 Search. One worker runs with `use_objective_lb_search`. With CP-SAT's default single-worker
@@ -86,17 +87,13 @@ from ortools.sat.python import cp_model
 
 from cost.coefficients import StageCoefficients
 from cost.schedule import fits, iteration_time_s
+from formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA,  # noqa: F401
+                                   TIME_QUANTUM_S, QuantizedCoefficients, quantize)
 from formulations.result import SolverError, SplitResult
 
-TIME_QUANTUM_S = 1e-9  # finest time quantum: 1 ns
-OBJECTIVE_LIMIT_QUANTA = 2**40  # scaled objective stays well inside int64 and exact in a double
-MEM_QUANTUM_BYTES = 2**10  # 1 KiB
 WALL_BACKSTOP_FACTOR = 4.0
 WALL_BACKSTOP_S = 5.0
 
-_ARRAYS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s",
-           "stage_sync_time_s", "layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
-           "stage_mem_bytes", "capacity_bytes")
 _STATUS = {
     cp_model.OPTIMAL: "optimal",
     cp_model.FEASIBLE: "feasible",
@@ -105,67 +102,14 @@ _STATUS = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QuantizedCoefficients:
-    """The integer parameters of the model (int64 arrays of shape (pp,)) and their quanta."""
-
-    time_quantum_s: float
-    mem_quantum_bytes: int
-    max_recompute: int  # R
-    stage_time_q: np.ndarray  # â
-    layer_time_q: np.ndarray  # t̂
-    recompute_time_q: np.ndarray  # û
-    stage_sync_q: np.ndarray  # ê
-    layer_sync_q: np.ndarray  # ĝ
-    stage_mem_q: np.ndarray  # b̂, rounded up
-    layer_mem_q: np.ndarray  # ŵ, rounded up
-    recompute_saving_q: np.ndarray  # ĥ, rounded down
-    capacity_q: np.ndarray  # K̂, rounded down
-    objective_error_s: float  # E: max |q Ẑ(x)/v - Z(x)| over all splits x
-
-
-def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> QuantizedCoefficients:
-    """Round the coefficients to integers: times to nearest, memory use up, capacity down."""
-    pp, L, m, v = c.pp, c.layers, c.outer.num_micro_batches, c.outer.virtual_stages
-    R = L if allow_full_recompute else 0
-    for name in _ARRAYS:
-        if not np.all(np.isfinite(getattr(c, name))):
-            raise ValueError(f"StageCoefficients.{name} has a non-finite entry: {getattr(c, name)}")
-
-    t_stage_ub = np.abs(c.stage_time_s) + L * np.abs(c.layer_time_s) + R * np.abs(c.recompute_time_s)
-    d_stage_ub = np.abs(c.stage_sync_time_s) + L * np.abs(c.layer_sync_time_s)
-    objective_ub_s = (v * m - 1 + pp) * t_stage_ub.max() + v * d_stage_ub.max()
-    q = TIME_QUANTUM_S
-    while objective_ub_s / q > OBJECTIVE_LIMIT_QUANTA:
-        q *= 2
-
-    mu = MEM_QUANTUM_BYTES
-    layer_mem = c.layer_state_bytes + c.layer_act_bytes
-    saving = c.layer_act_bytes - c.layer_ckpt_bytes
-
-    def nearest(x: np.ndarray) -> np.ndarray:
-        return np.rint(np.asarray(x, float) / q).astype(np.int64)
-
-    multipliers = (v * m - 1) * (1 + L + R) + (pp + L + R) + v * (1 + L)
-    return QuantizedCoefficients(
-        time_quantum_s=q, mem_quantum_bytes=mu, max_recompute=R,
-        stage_time_q=nearest(c.stage_time_s), layer_time_q=nearest(c.layer_time_s),
-        recompute_time_q=nearest(c.recompute_time_s),
-        stage_sync_q=nearest(c.stage_sync_time_s), layer_sync_q=nearest(c.layer_sync_time_s),
-        stage_mem_q=np.ceil(c.stage_mem_bytes / mu).astype(np.int64),
-        layer_mem_q=np.ceil(layer_mem / mu).astype(np.int64),
-        recompute_saving_q=np.floor(saving / mu).astype(np.int64),
-        capacity_q=np.floor(c.capacity_bytes / mu).astype(np.int64),
-        objective_error_s=q * multipliers / v,
-    )
-
-
 def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
                       time_limit_s: float = 10.0, threads: int = 1, seed: int = 0,
-                      hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> SplitResult:
+                      hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+                      max_wall_s: float | None = None) -> SplitResult:
     """Best layer split (n_s, r_s) of `c` by CP-SAT; see the module docstring for the model.
 
-    time_limit_s is CP-SAT deterministic time (about seconds); hint = (n, r) is a warm start.
+    time_limit_s is CP-SAT deterministic time (about seconds); hint = (n, r) is a warm start;
+    max_wall_s, when given, caps the wall-clock backstop (a caller's overall deadline).
     threads == 1 is reproducible; threads > 1 is CP-SAT's (non-reproducible) parallel portfolio.
     """
     start = time.perf_counter()
@@ -216,6 +160,8 @@ def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
     p.num_workers = threads
     p.max_deterministic_time = time_limit_s
     p.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
+    if max_wall_s is not None:
+        p.max_time_in_seconds = max(1e-3, min(p.max_time_in_seconds, max_wall_s))
     p.use_objective_lb_search = threads == 1  # the parallel portfolio has its own lb-search worker
     code = solver.solve(model)
     if code not in _STATUS:

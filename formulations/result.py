@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-STATUSES = ("optimal", "feasible", "infeasible", "timeout")
+STATUSES = ("optimal", "feasible", "infeasible", "timeout", "cutoff")
 
 
 class SolverError(RuntimeError):
@@ -25,7 +25,9 @@ class SplitResult:
                      quantisation tolerance that "proved" carries);
         "feasible"   a split was found, optimality not proved;
         "infeasible" the solver proved that no split fits in memory (bound_s = inf);
-        "timeout"    nothing found within the limit.
+        "timeout"    nothing found within the limit;
+        "cutoff"     asked for splits faster than a cutoff, the solver proved there is none
+                     (bound_s > the cutoff; formulations/split_dp.py only).
     layers_per_stage, full_recompute_layers
         the split (n_s, r_s), shape (pp,), or None when no split was found.
     objective_s

@@ -183,12 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from solver.limits import check_args
+        check_args(args)
         return args.func(args)
     except InstanceError as e:
         print(f"paraplan: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except SolverError as e:
-        other = "milp" if getattr(args, "backend", "cpsat") == "cpsat" else "cpsat"
+        other = "milp" if getattr(args, "backend", "dp") in ("cpsat", "dp") else "cpsat"
         print(f"paraplan: solver error: {e} (try --backend {other})".replace("\n", " "), file=sys.stderr)
         return EXIT_SOLVER
     except KeyboardInterrupt:

@@ -277,24 +277,32 @@ def cmd_exhaustive(args) -> int:
     _no_scenarios(args)
     inst = load_from_args(args)
     try:
-        res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args))
+        res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args),
+                         time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
-        _emit_json({"status": "optimal" if res.plan else "infeasible", "iter_time_s": res.iter_time_s,
+        _emit_json({"status": ("optimal" if res.plan else "infeasible") if res.complete else "timeout",
+                    "complete": res.complete, "iter_time_s": res.iter_time_s,
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
-                    "reason": reason, "plan": plan_to_mapping(res.plan) if res.plan else None})
+                    "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
+                    "plan": plan_to_mapping(res.plan) if res.plan else None})
     else:
         print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
               f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
-        if res.plan is None:
+        if not res.complete:
+            print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,}"
+                  " candidates: nothing is proved; the best seen is shown")
+        if res.plan is None and not res.complete:
+            print("no plan seen yet")
+        elif res.plan is None:
             print(reason)
         else:
             print(f"best        {seconds(res.iter_time_s)} per iteration\nplan        {_plan_line(res.plan)}")
-    return 0
+    return 0 if res.complete else 3
 
 
 def exhaustive_reason(inst, outer_configs: int) -> str:
@@ -306,38 +314,63 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 
 
 def cmd_verify(args) -> int:
+    """The exact DP, CP-SAT, MILP and exhaustive search on one instance, sharing one time limit;
+    prints what was compared. Exit 0 only when all four ran to a proof and agree."""
     from solver import hetero_commands
     from solver.exhaustive import SpaceTooLarge, exhaustive
+    from solver.limits import Deadline
     from solver.planner import plan
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_verify(args)
     _no_scenarios(args)
     inst = load_from_args(args)
+    deadline = Deadline(args.time_limit_s)
     methods = []  # (method, status, iteration time or None, solve time or None, note)
     tol = 0.0
-    for backend in ("cpsat", "milp"):
-        res = plan(inst, backend=backend, time_limit_s=args.time_limit_s)
+    for backend in ("dp", "cpsat", "milp"):
+        if deadline.expired():
+            methods.append((backend, "skipped", None, None, "time limit reached before it started"))
+            continue
+        res = plan(inst, backend=backend, time_limit_s=deadline.remaining_s())
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.iter_time_s, res.solve_time_s, ""))
-        if res.status not in ("optimal", "infeasible"):
-            print(f"{backend} did not prove optimality ({res.status})", file=sys.stderr)
-            return EXIT_DISAGREE
     try:
-        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args))
+        if deadline.expired():
+            raise TimeoutError("time limit reached before it started")
+        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args),
+                        time_limit_s=deadline.remaining_s())
+        if not ex.complete:
+            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} candidates")
         methods.append(("exhaustive", "optimal" if ex.plan else "infeasible", ex.iter_time_s,
                         ex.wall_time_s, ""))
-    except SpaceTooLarge as e:
+    except (SpaceTooLarge, TimeoutError) as e:
         methods.append(("exhaustive", "skipped", None, None, str(e)))
     return report_verify(args, methods, tol)
 
 
 def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None) -> int:
-    """verify's verdict and output, for homogeneous and mixed clusters alike."""
-    values = [m[2] for m in methods if m[1] != "skipped"]
-    agree = methods_agree(values, tol_s)
+    """verify's verdict and output, for homogeneous and mixed clusters alike. Only methods that
+    proved their answer ("optimal" or "infeasible") are compared; the verdict names them and
+    every method left out (skipped, or stopped without a proof). Exit 0 only when every method
+    was compared and all agree."""
+    proved = [m for m in methods if m[1] in ("optimal", "infeasible")]
+    left_out = [m for m in methods if m[1] not in ("optimal", "infeasible")]
+    values = [m[2] for m in proved]
+    agree = bool(proved) and methods_agree(values, tol_s)
+    verified = agree and not left_out
+    names = ", ".join(m[0] for m in proved)
+    why = "; ".join(f"{m[0]} ({m[4] or 'did not prove optimality: ' + m[1]})" for m in left_out)
+    if verified:
+        verdict = f"AGREE: {names} found the same optimum"
+    elif not agree and len(proved) > 1:
+        verdict = f"DISAGREE: {names}" + (f"; not compared: {why}" if left_out else "")
+    else:
+        verdict = f"NOT VERIFIED: {names + (' agree' if len(proved) > 1 else ' alone') if proved else 'nothing compared'}; not compared: {why}"
     if args.json:
-        out = {"status": "agree" if agree else "disagree", "agree": agree,
+        out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
+               "agree": agree, "verified": verified,
+               "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
                "iter_time_s": values[0] if agree else None,
                "methods": [{"method": m, "status": st, "iter_time_s": v, "solve_time_s": t, "note": note}
                            for m, st, v, t, note in methods]}
@@ -349,8 +382,8 @@ def report_verify(args, methods: list[tuple], tol_s: float, objective: str | Non
         print(table(["method", "status", what, "time"],
                     [[m, st, "-" if v is None else f"{v:.9g}", note if t is None else f"{t:.2f} s"]
                      for m, st, v, t, note in methods], align="llrl"))
-        print("AGREE" if agree else "DISAGREE")
-    return 0 if agree else EXIT_DISAGREE
+        print(verdict)
+    return 0 if verified else EXIT_DISAGREE
 
 
 def methods_agree(values: list[float | None], tol_s: float) -> bool:
@@ -412,7 +445,8 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="find the provably fastest plan in the declared space")
     _add_objective_args(p)
     add_instance_args(p)
-    p.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    p.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp",
+                   help="inner solver: dp (exact dynamic programme, default), cpsat or milp")
     p.add_argument("--time-limit-s", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
@@ -429,12 +463,14 @@ def register(sub) -> None:
     e = sub.add_parser("exhaustive", help="brute-force the same declared space")
     add_instance_args(e)
     e.add_argument("--max-candidates", type=int, default=20_000_000)
+    e.add_argument("--time-limit-s", type=float, default=None,
+                   help="stop after this many wall-clock seconds (then nothing is proved)")
     _add_objective_args(e)
     e.add_argument("--json", action="store_true")
     e.add_argument("--quiet", action="store_true")
     e.set_defaults(func=cmd_exhaustive)
 
-    v = sub.add_parser("verify", help="CP-SAT, MILP and exhaustive search must agree")
+    v = sub.add_parser("verify", help="the DP, CP-SAT, MILP and exhaustive search must agree")
     add_instance_args(v)
     v.add_argument("--time-limit-s", type=float, default=120.0)
     v.add_argument("--max-candidates", type=int, default=20_000_000)

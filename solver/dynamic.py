@@ -118,10 +118,21 @@ class TimelineResult:
     follow_iterations: float  # switch to each period's scenario optimum, paying every change
     switch_s: float
     solve_time_s: float
+    # every scenario optimum proved and every candidate generated within the time limit: only
+    # then do the candidates and the upper bound mean what the module docstring says
+    complete: bool = True
 
     @property
-    def gap(self) -> float:
+    def gap(self) -> float | None:
+        if not self.upper_bound_iterations or self.upper_bound_iterations == float("inf"):
+            return None
         return 1 - self.choice.iterations / self.upper_bound_iterations
+
+    @property
+    def status(self) -> str:
+        """"optimal" (over the candidates, with the documented bound) only when complete and
+        the selection MILP proved its choice; "feasible" otherwise."""
+        return self.choice.status if self.complete else "feasible"
 
 
 def _weighted(inst: HeteroInstance, weights: dict[int, float]) -> HeteroInstance:
@@ -134,6 +145,18 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
     from formulations.timeline import timeline_iterations
 
     t0 = time.perf_counter()
+    deadline = t0 + time_limit_s  # one limit for every solve below (solver/limits.py)
+    complete = True
+
+    def remaining() -> float | None:
+        """Seconds left for the next solve, or None (and the result incomplete) when spent."""
+        nonlocal complete
+        left = deadline - time.perf_counter()
+        if left < 1e-3:
+            complete = False
+            return None
+        return left
+
     if not inst.timeline:
         raise ValueError("the instance has no timeline: add a `timeline:` section")
     periods = [(p.scenario, p.duration_s) for p in inst.timeline]
@@ -152,7 +175,10 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
 
     optimum: dict[int, HeteroResult] = {}
     for s in used:
-        optimum[s] = plan_hetero(inst.with_cluster(inst.scenarios[s].cluster), backend, time_limit_s)
+        # every scenario needs its optimum (or a bound): each keeps at least a slice of the limit
+        left = max(deadline - time.perf_counter(), 1e-3) / (len(used) - used.index(s))
+        optimum[s] = plan_hetero(inst.with_cluster(inst.scenarios[s].cluster), backend, left)
+        complete = complete and optimum[s].status == "optimal"
         add(optimum[s].plan, f"optimum of {inst.scenarios[s].name}")
         if progress:
             progress(f"scenario {inst.scenarios[s].name}: {optimum[s].status} {optimum[s].objective_s}")
@@ -171,7 +197,11 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
             seen.add(key)
             lam = {s: x / total for s, x in w.items()}
             for _ in range(REFINEMENTS + 1):
-                res = plan_hetero(_weighted(inst, lam), backend, time_limit_s, objective="expected")
+                left = remaining()
+                if left is None:
+                    break
+                res = plan_hetero(_weighted(inst, lam), backend, left, objective="expected")
+                complete = complete and res.status == "optimal"
                 if res.plan is None or add(res.plan, f"kept through periods {i + 1}-{j + 1}") is None:
                     break
                 # first-order condition of max sum_s W_s / t_s: the best plan kept through the
@@ -188,12 +218,15 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
               for s in range(n_scen)] for c in cands]
     sw = switch_time_s(inst.model, inst.switching)
     choice = choose_plans(times, periods, sw)
-    # valid for any choice: each period at most H_p / (a lower bound of its scenario's optimum)
-    upper = sum(dur / optimum[s].bound_s for s, dur in periods)
+    # valid for any choice: each period at most H_p / (a lower bound of its scenario's optimum);
+    # none without a positive bound for every period's scenario (a limit that bound nothing)
+    bounds_s = [optimum[s].bound_s for s, _ in periods]
+    upper = (sum(dur / b for (_, dur), b in zip(periods, bounds_s))
+             if all(b is not None and b > 0 for b in bounds_s) else float("inf"))
     static = [timeline_iterations(times, periods, sw, [j] * len(periods)) for j in range(len(cands))]
     follow_plan = [cands.index(optimum[s].plan) for s, _ in periods]
     return TimelineResult(choice=choice, candidates=cands, candidate_labels=labels, times_s=times,
                           upper_bound_iterations=upper, static_iterations=max(static),
                           static_candidate=max(range(len(cands)), key=lambda j: static[j]),
                           follow_iterations=timeline_iterations(times, periods, sw, follow_plan),
-                          switch_s=sw, solve_time_s=time.perf_counter() - t0)
+                          switch_s=sw, solve_time_s=time.perf_counter() - t0, complete=complete)

@@ -38,6 +38,7 @@ class ExhaustiveResult:
     feasible: int
     outer_configs: int
     wall_time_s: float
+    complete: bool = True  # False: the time limit stopped it; the plan is only the best seen
 
 
 @lru_cache(maxsize=256)
@@ -76,8 +77,11 @@ class _Progress:
 
 
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
-               progress: bool = False) -> ExhaustiveResult:
+               progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
+    """Brute force over the declared space. With time_limit_s (wall clock), it stops when the
+    limit passes (checked per split) and returns complete=False: then nothing is proved."""
     t0 = time.perf_counter()
+    deadline = None if time_limit_s is None else t0 + time_limit_s
     s = inst.search
     outers = outer_configs(inst)
     # with per-operator tensor partitions, every layer plan of every outer (no dominance)
@@ -99,6 +103,10 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
         else:
             splits = compositions(inst.model.layers, o.pp, v)
         for n in splits:
+            if deadline is not None and time.perf_counter() > deadline:
+                return ExhaustiveResult(plan=best, iter_time_s=None if best is None else best_val,
+                                        candidates=done, feasible=feasible, outer_configs=len(outers),
+                                        wall_time_s=time.perf_counter() - t0, complete=False)
             r = _recompute_grid(n) if s.full_recompute else np.zeros((1, o.pp))
             nn = np.broadcast_to(n, r.shape)
             ok = schedule.fits(c, nn, r)

@@ -119,7 +119,7 @@ def register(sub) -> None:
                                       " activations, logits, workspace, runtime)")
     add_instance_args(m)
     m.add_argument("--plan", help="plan YAML (default: solve for the optimal plan)")
-    m.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    m.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
     m.add_argument("--time-limit-s", type=float, default=60.0)
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_memory)

@@ -214,19 +214,32 @@ def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -
 
 
 def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: float,
-                           net: NetEfficiency = NetEfficiency(), rel_tol: float = 1e-9) -> CandidateTable:
+                           net: NetEfficiency = NetEfficiency(), rel_tol: float = 1e-9,
+                           deadline: float | None = None) -> CandidateTable:
     """Planner candidates: (outer, layer plan) pairs in (outer, plan) order.
 
     A pre-pass keeps the number of full builds small without losing exactness: U = the best
     incumbent (solver/bounds.py) over every outer's Megatron plan and fastest-layer plan; an
     outer whose optimistic coefficients are memory-infeasible or bound above U cannot hold a
     plan that beats U, so only its Megatron plan is listed (the planner then prunes or solves
-    it) and its other plans are counted as pruned. The others list every candidate plan."""
+    it) and its other plans are counted as pruned. The others list every candidate plan.
+
+    deadline (a time.perf_counter() value): past it the table stops growing and carries
+    `expected` > its length, which the planner reads as "not every candidate priced"."""
+    import time
+
     from solver import bounds
+
+    def late(i: int) -> bool:
+        return deadline is not None and i % 64 == 0 and time.perf_counter() > deadline
 
     allow_rc = inst.search.full_recompute
     prepared, best_u = [], float("inf")
-    for o in outers:
+    for i, o in enumerate(outers):
+        if late(i):
+            out = CandidateTable()
+            out.expected = len(outers) + 1
+            return out
         pl = homogeneous_placement(inst.cluster, o)
         plans, rows = _candidates(inst, o, pl.sites[0], pl.dp_ranks, net)
         meg = _plan_coefficients(inst, o, pl, dict(P.MEGATRON_DEFAULT), reserve_bytes, net)
@@ -241,7 +254,10 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
         prepared.append((o, pl, plans, rows, meg))
 
     out = CandidateTable()
-    for o, pl, plans, rows, meg in prepared:
+    for i, (o, pl, plans, rows, meg) in enumerate(prepared):
+        if late(i):
+            out.expected = len(out) + 1
+            return out
         others = [p for p in plans if not P.is_megatron(p)]
         out.append(meg)
         out.pruned_by_dominance += plans_per_outer(inst, o) - 1 - len(others)

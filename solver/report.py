@@ -615,12 +615,13 @@ def _cmd_report_hetero(args, progress) -> int:
     inst = _load(args)
     objective = objective_of(args)
     _check_objective(inst, objective)
-    res = plan_hetero(inst, args.backend, args.time_limit_s, objective=objective, progress=progress)
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
+    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     if progress:
         progress.done()
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
-        regs = regrets(inst, res.plan, scenario_optima(inst, args.backend, args.time_limit_s))
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
     _write(args.output, build_hetero_report(inst, res, regs))
     what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
@@ -644,7 +645,7 @@ def register(sub) -> None:
     add_instance_args(r)
     r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     r.add_argument("--plan", help="your own plan YAML, compared with the optimum")
-    r.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
+    r.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
     r.add_argument("--time-limit-s", type=float, default=60.0)
     _add_objective_args(r)
     add_progress_arg(r)

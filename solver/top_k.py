@@ -54,6 +54,9 @@ class TopK:
 
 
 def _solver(backend: str):
+    if backend == "dp":
+        from formulations.split_dp import solve_split_dp
+        return solve_split_dp
     if backend == "cpsat":
         from formulations.cpsat import solve_split_cpsat
         return solve_split_cpsat

@@ -23,9 +23,10 @@ from cost.specs import Outer
 from formulations.cpsat import quantize, solve_split_cpsat
 from formulations.milp import optimal_gap_tolerance_s, solve_split_milp
 from formulations.result import STATUSES, SplitResult
+from formulations.split_dp import solve_split_dp
 
 MIB = 2**20
-BACKENDS = ("cpsat", "cbc", "scip", "highs")
+BACKENDS = ("dp", "cpsat", "cbc", "scip", "highs")
 
 
 def coefficients(*, pp: int, L: int, m: int = 4, v: int = 1, layer_time=1.0, recompute_time=0.5,
@@ -47,13 +48,16 @@ def coefficients(*, pp: int, L: int, m: int = 4, v: int = 1, layer_time=1.0, rec
 def solve(backend: str, c: StageCoefficients, allow_full_recompute: bool = True, **kw) -> SplitResult:
     if backend == "cpsat":
         return solve_split_cpsat(c, allow_full_recompute, **kw)
+    if backend == "dp":
+        return solve_split_dp(c, allow_full_recompute, **kw)
     return solve_split_milp(c, allow_full_recompute, backend=backend, **kw)
 
 
 def tolerance_s(result: SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> float:
     """The documented bound on how far an "optimal" objective_s may sit above the true optimum,
-    and on objective_s - bound_s: 2E for CP-SAT (cpsat.py), 2 eps + print error for the MILPs."""
-    if result.backend == "cpsat":
+    and on objective_s - bound_s: 2E for CP-SAT (cpsat.py) and the DP on the same integers
+    (split_dp.py), 2 eps + print error for the MILPs."""
+    if result.backend in ("cpsat", "dp"):
         return 2 * quantize(c, allow_full_recompute).objective_error_s
     return optimal_gap_tolerance_s(c, result.objective_s, allow_full_recompute)
 
@@ -202,13 +206,16 @@ def test_random_instances_agree_with_brute_force(seed):
     best = brute_force(c, allow)
     cp = solve_split_cpsat(c, allow, time_limit_s=10.0)
     milp = solve_split_milp(c, allow, time_limit_s=10.0)
-    for result in (cp, milp):
+    dp = solve_split_dp(c, allow, time_limit_s=10.0)
+    for result in (cp, milp, dp):
         check_consistent(result, c, allow)
     if best is None:
-        assert cp.status == milp.status == "infeasible"
+        assert cp.status == milp.status == dp.status == "infeasible"
         return
-    assert cp.status == milp.status == "optimal"
-    for result in (cp, milp):
+    assert cp.status == milp.status == dp.status == "optimal"
+    # the same integer model: the same optimal scaled objective, hence the same bound, bit for bit
+    assert dp.bound_s == cp.bound_s
+    for result in (cp, milp, dp):
         assert best - 1e-12 * best <= result.objective_s <= best + tolerance_s(result, c, allow)
         assert result.bound_s <= best * (1 + 1e-12)
     assert abs(cp.objective_s - milp.objective_s) <= tolerance_s(cp, c, allow) + tolerance_s(milp, c, allow)

@@ -1,0 +1,520 @@
+"""Exact layer split of one outer configuration without a MIP solver: enumeration of the two
+bottleneck values, and a dynamic programme over the stages for each pair.
+
+It solves the integer model of formulations/cpsat.py on the same quantised coefficients
+(`formulations.quantize.quantize`, cpsat.py's rounding), so its optimal objective is bit-identical to CP-SAT's.
+
+Sets
+    S = {0, ..., pp-1}        pipeline stages
+    J = {1, ..., N}           chunk counts of one stage, N = L / v (no split exists unless v | L
+                              and N >= pp: every stage holds at least one chunk)
+
+Parameters (integers; cpsat.py's docstring, marked ^ there)
+    â_s, t̂_s, û_s, ê_s, ĝ_s   [time quanta]   per-stage time coefficients
+    b̂_s, ŵ_s, ĥ_s, K̂_s       [memory quanta] fixed memory, one layer, saved by recomputing one, capacity
+    R, m, v                     as in cpsat.py;  alpha = v m - 1 >= 0,  beta = v >= 1
+
+Per-stage tables (the exact per-stage choice of the recompute count)
+    For stage s holding k chunks (n = v k layers) the feasible recompute counts are the integers
+        r in [0, min(n, R)]  with  b̂_s + n ŵ_s - r ĥ_s <= K̂_s,
+    an interval (one linear inequality in r). r enters only T_s = â_s + n t̂_s + r û_s (not D_s,
+    not the other stages), and the objective is non-decreasing in every T_s (alpha >= 0), so the
+    best r is the interval's lower end when û_s >= 0 and its upper end otherwise. That gives, for
+    every (s, k), feasible_s(k), T_s(k) and D_s(k) = ê_s + n ĝ_s  (arrays of shape (pp, N)).
+
+Problem (equivalent to cpsat.py's model after eliminating r)
+    minimise  F(k) = alpha max_s T_s(k_s) + Σ_s T_s(k_s) + beta max_s D_s(k_s)
+    over k in J^pp with Σ_s k_s = N and feasible_s(k_s) for every s.
+
+Recurrence. For thresholds tau in 𝒯 = {T_s(k)} and delta in 𝒟 = {D_s(k)} (over feasible (s, k))
+let A_s(tau, delta) = {k feasible : T_s(k) <= tau, D_s(k) <= delta} and
+    f_0(j) = T_0(j) if j in A_0 else inf,
+    f_s(j) = min_{k in A_s} f_{s-1}(j - k) + T_s(k)          (s = 1, ..., pp-1),
+    Sum(tau, delta) = f_{pp-1}(N),                            the min-sum allocation under the caps,
+    OPT = min_{tau, delta} alpha tau + beta delta + Sum(tau, delta).
+The recurrence is the textbook DP of a separable allocation problem (every stage's cost depends
+only on its own k, and the stages interact only through Σ k_s = N), so f_{pp-1}(N) is exactly
+Sum. OPT equals min F: the optimal k* is admissible for tau = max T_s(k*_s), delta =
+max D_s(k*_s), which bounds the minimum by F(k*); conversely the DP's allocation for any pair
+keeps max T <= tau and max D <= delta, so its F is at most alpha tau + beta delta + Sum.
+(alpha = 0 makes tau irrelevant: 𝒯 is then its largest element only.)
+
+Search (which pairs are evaluated): branch and bound over intervals of thresholds.
+Sum(tau, delta) is non-increasing in both thresholds and bounded below by
+    Lsum = max over integer lambda of  lambda N + Σ_s min_{k feasible} (T_s(k) - lambda k)
+and, for all tau' <= tau and delta' <= delta, by SumLB(tau, delta): when the tables are monotone
+(feasible k form a prefix and T_s, D_s do not decrease on it, which is what cost/ produces, so
+A_s = {1, ..., cap_s}), Σ_s T_s(1) plus the N - pp smallest steps of the lower convex hulls of
+the T_s, at most cap_s - 1 of them from stage s (floored to integers: the continuous convex
+relaxation of the allocation); otherwise the Lagrangian bound above restricted to A_s.
+    1. F_best: the hint's F, or the cutoff (below), then the pair (tau_0, max 𝒟), with tau_0
+       the smallest tau passing the necessary test (every A_s non-empty and Σ_s min A_s <= N
+       <= Σ_s max A_s, monotone in tau, found by bisection) with no sync cap.
+    2. Rows delta in [delta_a, delta_b] (indices into sorted 𝒟) are bounded by
+           beta delta_a + alpha tau_min(delta_b) + SumLB(tau_w, delta_b),
+       where tau_min(delta) is the smallest tau passing the necessary test (it does not grow
+       with delta) and tau_w the largest tau with alpha tau + beta delta_a + Lsum < F_best (no
+       larger tau can win); an interval whose bound reaches F_best is dropped, others are
+       halved down to single rows.
+    3. In a row, the same on intervals [tau_a, tau_b] of 𝒯 from tau_min(delta):
+       alpha tau_a + beta delta + SumLB(tau_b, delta); single pairs are solved by the DP.
+    4. A pair whose admissible sets equal an evaluated pair's is skipped: the DP would return
+       the same allocation, whose true F is already recorded.
+Every dropped interval holds no pair that could beat F_best, so when the recursion ends the
+incumbent is optimal (infeasible when no pair had a split). Each DP only visits the j that can
+still complete: after stage s, j lies in [max(Σ_{s'<=s} lo_s', N - Σ_{s'>s} hi_s'),
+min(Σ_{s'<=s} hi_s', N - Σ_{s'>s} lo_s')] with lo_s, hi_s = min, max A_s, a window of at most
+Σ hi - N + 1 values.
+
+Complexity. Tables, hulls and Lsum: O(pp N log(pp N)). One pair's DP: O(pp W^2), W <= N the
+window width; one SumLB: O(pp log N log(range)). Pairs: at most |𝒯| |𝒟| <= (pp N)^2, and
+the interval recursion adds a factor O(log(pp N)), so O(pp^3 N^4 log(pp N)) in the worst case:
+polynomial in pp and L, unlike the integer models. In practice the first pair is within a few
+layer-times of the optimum, the bounds drop all but a few rows, and W is a few chunks
+(measured: 1,000 layers on 16 and 64 stages with recompute forced, 0.4 s and 5 s; 10,000
+layers on 8 and 16 stages, 0.2 s and 2.4 s; tests/formulations/test_split_dp.py).
+
+Time limit (wall clock). When the limit stops the loops, the answer is "feasible" (a split was
+found) or "timeout", with the valid bound min(F_best, the smallest pair bound not yet evaluated).
+
+Tolerance. As cpsat.py: bound_s = q (bound in quanta) / v - E, and an optimal split's
+objective_s - bound_s <= 2E.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost.coefficients import StageCoefficients
+from cost.schedule import fits, iteration_time_s
+from formulations.quantize import QuantizedCoefficients, quantize
+from formulations.result import SolverError, SplitResult
+
+INF = 1 << 61  # "no allocation"; two of them still add up inside int64
+# Largest (j window) x (k range) block the DP takes at once: bounds the temporary arrays.
+DP_BLOCK_CELLS = 1 << 22
+
+
+@dataclass(frozen=True, slots=True)
+class StageTables:
+    """Per-stage choices of `k` chunks, arrays of shape (pp, N) indexed [s, k - 1]."""
+
+    feasible: np.ndarray  # bool
+    recompute: np.ndarray  # best r_s for that k (int64; meaningless where infeasible)
+    stage_q: np.ndarray  # T_s(k) in time quanta (INF where infeasible)
+    sync_q: np.ndarray  # D_s(k) in time quanta (INF where infeasible)
+    monotone: bool  # feasible k form a prefix and T, D are non-decreasing on it, every stage
+
+
+def stage_tables(Q: QuantizedCoefficients, pp: int, layers: int, v: int) -> StageTables:
+    """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring."""
+    N = layers // v
+    n = v * np.arange(1, N + 1, dtype=np.int64)[None, :]  # (1, N)
+
+    def col(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, np.int64).reshape(pp, 1)
+
+    a, t, u = col(Q.stage_time_q), col(Q.layer_time_q), col(Q.recompute_time_q)
+    e, g = col(Q.stage_sync_q), col(Q.layer_sync_q)
+    b, w, h, K = col(Q.stage_mem_q), col(Q.layer_mem_q), col(Q.recompute_saving_q), col(Q.capacity_q)
+    r_cap = np.minimum(n, Q.max_recompute)
+    need = b + n * w - K  # memory over capacity with r = 0: r h >= need must hold
+    safe_h = np.where(h == 0, 1, np.abs(h))
+    lo = np.where(h > 0, np.maximum(0, -((-need) // safe_h)), 0)
+    lo = np.where((h == 0) & (need > 0), r_cap + 1, lo)  # recompute saves nothing: no r fits
+    hi = np.where(h < 0, np.minimum(r_cap, (-need) // safe_h), r_cap)  # recompute costs memory
+    feasible = lo <= hi
+    r = np.where(u >= 0, lo, hi)
+    stage = np.where(feasible, a + n * t + r * u, INF)
+    sync = np.where(feasible, e + n * g + np.zeros_like(r), INF)
+    prefix = bool((np.diff(feasible.astype(np.int8), axis=1) <= 0).all())
+    monotone = prefix and bool((np.diff(stage, axis=1) >= 0).all() and (np.diff(sync, axis=1) >= 0).all())
+    return StageTables(feasible=feasible, recompute=np.where(feasible, r, 0), stage_q=stage,
+                       sync_q=sync, monotone=monotone)
+
+
+def lagrangian_sum_bound(T: np.ndarray, feasible: np.ndarray, N: int,
+                         start: int | None = None) -> tuple[int, int]:
+    """(Lsum, lambda): a lower bound on Σ_s T_s(k_s) over k with Σ k_s = N and feasible_s(k_s)
+    (docstring), in exact integers, and the multiplier that attains it; INF when a stage has
+    no feasible k.
+
+    phi(lam) = lam N + Σ_s min_k (T_s(k) - lam k) is concave in lam, so "phi(lam + 1) <=
+    phi(lam)" is false below its maximiser and true from it on: found by galloping from
+    `start` (a nearby multiplier, e.g. the previous threshold's) and then bisection."""
+    if not feasible.any(axis=1).all():
+        return INF, 0
+    k = np.arange(1, T.shape[1] + 1, dtype=np.int64)[None, :]
+    finite = T[feasible]
+    span = int(finite.max() - finite.min()) + 1
+
+    def phi(lam: int) -> int:
+        vals = np.where(feasible, T - lam * k, INF)
+        return lam * N + int(vals.min(axis=1).sum())
+
+    def past_max(lam: int) -> bool:
+        return phi(lam + 1) <= phi(lam)
+
+    lo, hi = -span, span  # the maximiser lies in [-span, span]: slopes are within span
+    x = 0 if start is None else min(max(start, lo), hi)
+    step = 1
+    if past_max(x):
+        hi = x
+        while x - step > lo and past_max(x - step):
+            hi = x - step
+            step *= 2
+        lo = max(lo, x - step)
+    else:
+        lo = x + 1
+        while x + step < hi and not past_max(x + step):
+            lo = x + step + 1
+            step *= 2
+        hi = min(hi, x + step)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if past_max(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return phi(lo), lo
+
+
+class _Search:
+    """Admissible sets A_s(tau, delta) and the DP of the docstring for one configuration."""
+
+    def __init__(self, tab: StageTables, N: int):
+        self.tab, self.N = tab, N
+        self.pp = tab.stage_q.shape[0]
+        self.fast = tab.monotone
+        if self.fast:  # A_s = {1, ..., cap_s}: caps by one vectorised binary search per threshold
+            self.flat_t, self.off_t = self._flatten(tab.stage_q)
+            self.flat_d, self.off_d = self._flatten(tab.sync_q)
+            self.f_count = tab.feasible.sum(axis=1)
+            self.fast = self.flat_t is not None and self.flat_d is not None
+            if self.fast:
+                self._hull_marginals()
+                self.fast = self.flat_steps is not None
+
+    def _hull_marginals(self) -> None:
+        """Per stage, the steps H_s(k+1) - H_s(k) (floored to integers) of the lower convex hull
+        H_s of T_s over its feasible k: non-decreasing, and summing to at most T_s(k) - T_s(1)
+        along any prefix, so Σ_s T_s(1) + the N - pp smallest steps (at most cap_s - 1 from
+        stage s) bounds Sum from below (the allocation's continuous convex relaxation)."""
+        T, f = self.tab.stage_q, self.f_count
+        N = T.shape[1]
+        steps = np.zeros((self.pp, max(N - 1, 1)), np.int64)
+        for s in range(self.pp):
+            y = T[s, :f[s]].tolist()
+            hull = [0]  # monotone chain over the points (k, T_s(k)), k = index + 1
+            for x in range(1, len(y)):
+                while len(hull) >= 2:
+                    a, b = hull[-2], hull[-1]
+                    if (y[b] - y[a]) * (x - a) >= (y[x] - y[a]) * (b - a):
+                        hull.pop()
+                    else:
+                        break
+                hull.append(x)
+            row = []
+            for a, b in zip(hull, hull[1:]):
+                q, rem = divmod(y[b] - y[a], b - a)
+                row.extend([q] * (b - a))  # floor of the hull's slope on [a, b]
+            row.extend([row[-1] if row else 0] * (N - 1 - len(row)))  # beyond f_s: never used
+            steps[s, :N - 1] = row[:N - 1]
+        self.steps = steps
+        self.step_prefix = np.concatenate([np.zeros((self.pp, 1), np.int64), np.cumsum(steps, axis=1)], axis=1)
+        self.flat_steps, self.off_steps = self._flatten(steps, full=True)
+
+    def sum_bound(self, tau: int, delta: int) -> int:
+        """A lower bound on Sum(tau', delta') for every tau' <= tau, delta' <= delta (INF when
+        no split is admissible at (tau, delta))."""
+        if not self.fast:
+            return lagrangian_sum_bound(self.tab.stage_q, self.mask(tau, delta), self.N)[0]
+        cap = self.caps(tau, delta)
+        if (cap < 1).any() or cap.sum() < self.N:
+            return INF
+        need = self.N - self.pp  # steps beyond one chunk per stage
+        base = int(self.tab.stage_q[:, 0].sum())
+        if need == 0:
+            return base
+        room = cap - 1
+
+        def taken(level: int) -> np.ndarray:
+            return np.minimum(room, self._count(self.flat_steps, self.off_steps, level, self.steps.shape[1]))
+
+        lo, hi = int(self.steps.min()), int(self.steps.max())
+        while lo < hi:  # the smallest level at which `need` steps are <= level
+            mid = (lo + hi) // 2
+            if taken(mid).sum() >= need:
+                hi = mid
+            else:
+                lo = mid + 1
+        below = taken(lo - 1)
+        rows = np.arange(self.pp)
+        return base + int(self.step_prefix[rows, below].sum()) + (need - int(below.sum())) * lo
+
+    def caps(self, tau: int, delta: int) -> np.ndarray:
+        """cap_s = max A_s(tau, delta) (monotone tables: A_s = {1, ..., cap_s})."""
+        return np.minimum(np.minimum(self.f_count, self._count(self.flat_t, self.off_t, tau)),
+                          self._count(self.flat_d, self.off_d, delta)).astype(np.int64)
+
+    def _flatten(self, x: np.ndarray, full: bool = False):
+        """Rows of x (non-decreasing where feasible, or everywhere with `full`) shifted into
+        disjoint ranges and joined, so one searchsorted counts, in every row at once, the
+        entries <= a threshold."""
+        feas = np.ones(x.shape, bool) if full else self.tab.feasible
+        lo, hi = int(x[feas].min()), int(x[feas].max())
+        width = hi - lo + 2  # infeasible entries sit at hi + 1 - lo, above every threshold
+        if width * self.pp >= 1 << 62:
+            return None, None
+        off = np.arange(self.pp, dtype=np.int64) * width
+        flat = (np.where(feas, x - lo, hi + 1 - lo) + off[:, None]).ravel()
+        return flat, off - lo
+
+    def _count(self, flat: np.ndarray, off: np.ndarray, level: int, width: int | None = None) -> np.ndarray:
+        width = self.tab.stage_q.shape[1] if width is None else width
+        return np.searchsorted(flat, level + off, side="right") - np.arange(self.pp) * width
+
+    def mask(self, tau: int, delta: int) -> np.ndarray:
+        return self.tab.feasible & (self.tab.stage_q <= tau) & (self.tab.sync_q <= delta)
+
+    def limits(self, tau: int, delta: int):
+        """(lo, hi, key): min and max of every A_s (1-based; hi = 0 when empty) and a hashable
+        key that identifies the admissible sets; None when the necessary test fails."""
+        if self.fast:
+            hi = self.caps(tau, delta)
+            if (hi < 1).any() or hi.sum() < self.N:
+                return None
+            return np.ones(self.pp, np.int64), hi, hi.tobytes()
+        mk = self.mask(tau, delta)
+        if not mk.any(axis=1).all():
+            return None
+        lo = mk.argmax(axis=1) + 1
+        hi = mk.shape[1] - mk[:, ::-1].argmax(axis=1)
+        if lo.sum() > self.N or hi.sum() < self.N:
+            return None
+        return lo.astype(np.int64), hi.astype(np.int64), np.packbits(mk).tobytes()
+
+    def min_sum(self, tau: int, delta: int, lo: np.ndarray, hi: np.ndarray):
+        """Sum(tau, delta) and its allocation k (1-based chunk counts), or (INF, None)."""
+        N, pp, T = self.N, self.pp, self.tab.stage_q
+        cost = T if self.fast else np.where(self.mask(tau, delta), T, INF)
+        lo_pre, hi_pre = np.cumsum(lo), np.cumsum(hi)
+        lo_suf = lo_pre[-1] - lo_pre  # Σ_{s'>s} lo
+        hi_suf = hi_pre[-1] - hi_pre
+        j_lo = np.maximum(lo_pre, N - hi_suf)
+        j_hi = np.minimum(hi_pre, N - lo_suf)
+        if (j_lo > j_hi).any():
+            return INF, None
+        f = cost[0, j_lo[0] - 1:j_hi[0]].copy()  # f_0(j) = T_0(j), j in the window
+        choice = [None]
+        for s in range(1, pp):
+            ks = np.arange(lo[s], hi[s] + 1)
+            js = np.arange(j_lo[s], j_hi[s] + 1)
+            best = np.full(js.size, INF, np.int64)
+            arg = np.zeros(js.size, np.int64)
+            step = max(1, DP_BLOCK_CELLS // max(1, js.size))
+            for c0 in range(0, ks.size, step):
+                kk = ks[c0:c0 + step]
+                prev = js[:, None] - kk[None, :] - j_lo[s - 1]  # index into f
+                ok = (prev >= 0) & (prev < f.size)
+                vals = np.where(ok, f[np.clip(prev, 0, f.size - 1)], INF) + cost[s, kk - 1][None, :]
+                i = vals.argmin(axis=1)
+                v = vals[np.arange(js.size), i]
+                better = v < best
+                best = np.where(better, v, best)
+                arg = np.where(better, kk[i], arg)
+            f = np.minimum(best, INF)
+            choice.append(arg)
+        total = int(f[-1])
+        if total >= INF:
+            return INF, None
+        k = np.zeros(pp, np.int64)
+        j = N
+        for s in range(pp - 1, 0, -1):
+            k[s] = choice[s][j - j_lo[s]]
+            j -= k[s]
+        k[0] = j
+        return total, k
+
+
+def _value(tab: StageTables, k: np.ndarray, alpha: int, beta: int) -> int:
+    """F(k) in quanta (exact integers)."""
+    idx = (np.arange(k.size), k - 1)
+    T, D = tab.stage_q[idx], tab.sync_q[idx]
+    return int(alpha * int(T.max()) + int(T.sum()) + beta * int(D.max()))
+
+
+def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
+                   time_limit_s: float = 10.0, threads: int = 1,
+                   hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+                   cutoff_s: float | None = None) -> SplitResult:
+    """Best layer split (n_s, r_s) of `c` by the exact bottleneck enumeration + DP of the module
+    docstring. time_limit_s is wall-clock; threads is accepted for the backends' common
+    signature (the algorithm is sequential); hint (n, r) seeds the incumbent.
+
+    cutoff_s: only splits whose iteration time could be <= cutoff_s are of interest. The search
+    starts with F_best = C = floor((cutoff_s + E) v / q) + 1 quanta: every split x with true
+    time Z(x) <= cutoff_s has F(x) <= (Z(x) + E) v / q < C, so the optimum is still found when it
+    is below C; when no split is, the status is "cutoff" (every Z(x) >= q C / v - E > cutoff_s)."""
+    start = time.perf_counter()
+    if threads < 1 or not time_limit_s > 0:
+        raise ValueError(f"threads must be >= 1 and time_limit_s > 0, got {threads}, {time_limit_s}")
+    deadline = start + time_limit_s
+    pp, L, m, v = c.pp, c.layers, c.outer.num_micro_batches, c.outer.virtual_stages
+    Q = quantize(c, allow_full_recompute)
+    alpha, beta = v * m - 1, v
+
+    def result(status: str, k: np.ndarray | None, bound_q: float | None) -> SplitResult:
+        bound = (math.inf if status == "infeasible" else
+                 None if bound_q is None else bound_q * Q.time_quantum_s / v - Q.objective_error_s)
+        if k is None:
+            return SplitResult(status=status, layers_per_stage=None, full_recompute_layers=None,
+                               objective_s=None, bound_s=bound, wall_time_s=time.perf_counter() - start,
+                               backend="dp", quantum_s=Q.time_quantum_s)
+        n = v * k
+        r = tab.recompute[np.arange(pp), k - 1]
+        if not fits(c, n, r):
+            raise SolverError(f"dp split n={tuple(n)}, r={tuple(r)} does not fit after re-checking with "
+                              f"cost.schedule.fits: the conservative memory rounding is broken")
+        return SplitResult(status=status, layers_per_stage=tuple(int(x) for x in n),
+                           full_recompute_layers=tuple(int(x) for x in r),
+                           objective_s=float(iteration_time_s(c, n, r)), bound_s=bound,
+                           wall_time_s=time.perf_counter() - start, backend="dp",
+                           quantum_s=Q.time_quantum_s)
+
+    if L % v or L // v < pp:
+        tab = None
+        return result("infeasible", None, None)
+    N = L // v
+    tab = stage_tables(Q, pp, L, v)
+    if not tab.feasible.any(axis=1).all():
+        return result("infeasible", None, None)
+    search = _Search(tab, N)
+    feas = tab.feasible
+    taus = np.unique(tab.stage_q[feas])
+    deltas = np.unique(tab.sync_q[feas])
+    if alpha == 0:
+        taus = taus[-1:]
+    lsum = lagrangian_sum_bound(tab.stage_q, feas, N)[0]
+    best_f, best_k = INF, None
+    if cutoff_s is not None:
+        best_f = min(INF, math.floor((cutoff_s + Q.objective_error_s) * v / Q.time_quantum_s) + 1)
+    cut_f = best_f
+    if hint is not None:
+        hn, hr = np.asarray(hint[0], np.int64), np.asarray(hint[1], np.int64)
+        if hn.shape == (pp,) and not (hn % v).any() and hn.sum() == L and (hn >= v).all():
+            hk = hn // v
+            if feas[np.arange(pp), hk - 1].all():  # the table's r is at least as good as hr
+                val = _value(tab, hk, alpha, beta)
+                if val < best_f:
+                    best_f, best_k = val, hk
+
+    def first_feasible_tau(delta: int, i_lo: int, i_hi: int) -> int | None:
+        """Smallest index i in [i_lo, i_hi] with taus[i] passing the necessary test."""
+        if search.limits(int(taus[i_hi]), delta) is None:
+            return None
+        while i_lo < i_hi:
+            mid = (i_lo + i_hi) // 2
+            if search.limits(int(taus[mid]), delta) is None:
+                i_lo = mid + 1
+            else:
+                i_hi = mid
+        return i_lo
+
+    top = len(taus) - 1
+    i0 = first_feasible_tau(int(deltas[-1]), 0, top)
+    if i0 is None:
+        return result("infeasible", None, None)
+    # first row: the smallest delta with any admissible split
+    d_lo, d_hi = 0, len(deltas) - 1
+    while d_lo < d_hi:
+        mid = (d_lo + d_hi) // 2
+        if search.limits(int(taus[-1]), int(deltas[mid])) is None:
+            d_lo = mid + 1
+        else:
+            d_hi = mid
+
+    seen: set[bytes] = set()
+    open_bounds: list[int] = []  # bounds of the regions the time limit left unexplored
+
+    def window_end(delta: int) -> int:
+        """One past the last tau index whose pair bound with the global Lsum is below best_f."""
+        if alpha == 0:
+            return len(taus) if beta * delta + lsum < best_f else 0
+        need = best_f - beta * delta - lsum  # alpha tau < need
+        return int(np.searchsorted(taus, -((-need) // alpha), side="left"))
+
+    def evaluate(i: int, d: int) -> None:
+        nonlocal best_f, best_k
+        tau, delta = int(taus[i]), int(deltas[d])
+        lim = search.limits(tau, delta)
+        if lim is None or lim[2] in seen:
+            return
+        seen.add(lim[2])
+        total, k = search.min_sum(tau, delta, lim[0], lim[1])
+        if k is not None:
+            val = _value(tab, k, alpha, beta)
+            if val < best_f:
+                best_f, best_k = val, k
+
+    def out_of_time(bound: int) -> bool:
+        if time.perf_counter() > deadline:
+            open_bounds.append(bound)
+            return True
+        return False
+
+    def columns(d: int, ia: int, ib: int) -> None:
+        """Pairs (taus[ia..ib], deltas[d]): bounded by alpha taus[ia] + beta delta + the sum
+        bound at the largest caps, split in halves until single pairs are solved."""
+        delta = int(deltas[d])
+        lb = alpha * int(taus[ia]) + beta * delta + search.sum_bound(int(taus[ib]), delta)
+        if lb >= best_f or out_of_time(lb):
+            return
+        if ia == ib:
+            evaluate(ia, d)
+            return
+        mid = (ia + ib) // 2
+        columns(d, ia, mid)
+        columns(d, mid + 1, ib)
+
+    tau_min: dict[int, int | None] = {}
+
+    def tau_min_at(d: int) -> int | None:
+        """first_feasible_tau over every tau for deltas[d] (cached per row)."""
+        if d not in tau_min:
+            tau_min[d] = first_feasible_tau(int(deltas[d]), i0, top)
+        return tau_min[d]
+
+    def rows(da: int, db: int) -> None:
+        """Rows deltas[da..db]: every pair has tau >= tau_min(deltas[db]) and, to beat best_f,
+        tau < taus[window_end(deltas[da])]; bounded with the sum bound at the largest caps."""
+        j = window_end(int(deltas[da]))
+        i_b = tau_min_at(db)
+        if i_b is None or j <= i_b:
+            return
+        lb = (beta * int(deltas[da]) + alpha * int(taus[i_b])
+              + search.sum_bound(int(taus[j - 1]), int(deltas[db])))
+        if lb >= best_f or out_of_time(lb):
+            return
+        if da == db:
+            columns(da, tau_min_at(da), j - 1)
+            return
+        mid = (da + db) // 2
+        rows(da, mid)
+        rows(mid + 1, db)
+
+    evaluate(i0, len(deltas) - 1)  # a good first incumbent: the fastest pace, no sync cap
+    rows(d_lo, len(deltas) - 1)
+    open_bound = min(open_bounds) if open_bounds else None
+    if open_bound is not None:
+        bound_q = min(best_f, open_bound)
+        return result("feasible" if best_k is not None else "timeout", best_k, bound_q)
+    if best_k is None:
+        if cut_f < INF:  # every pair's bound reached the cutoff, or none had a split
+            return result("cutoff", None, cut_f)
+        return result("infeasible", None, None)
+    return result("optimal", best_k, best_f)
