@@ -1,0 +1,85 @@
+"""Plausibility where the optimum lands: re-plan every published workload on 256 or more GPUs
+(same model, GPUs, network, global batch, precision and framework; only the parallel
+configuration free, over the default declared space) and check that no optimum predicts a
+model FLOPs utilisation more than 5 points above the best MFU ever published for that GPU die
+at 256 or more GPUs in the same precision (an FP8 run is compared with FP8 runs: its MFU is
+still counted against the bf16 peak, as the published FP8 numbers are).
+
+The reference is measured, not modelled: each published row's MFU is its measured tokens per
+second times the model FLOPs per token (cost/flops.model_flops_per_token, the definition every
+plan's MFU uses) over the GPUs' bf16 peak. A planner that exploits an optimistic error of the
+cost model lands above that line first.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cost.calibration import load_published, row_to_instance_plan
+from cost.flops import model_flops_per_token
+from cost.loader import load_catalogue
+from cost.trust import workload_key
+from solver.planner import OPTIMAL, plan
+
+MIN_GPUS = 256
+MARGIN = 0.05  # 5 MFU points
+# Open: these re-planned optima drop the full recomputation their published runs used (the
+# model predicts each published configuration within 10%: +4.1%, +0.2%, +9.1%), and so gain
+# MFU, not hardware utilisation: 50.2% / 49.2% MFU on H100 at 44.1% published (whose runs ran
+# at 58.8% hardware FLOPs utilisation counting the recompute), 62.5% on A100 at 56.3%
+# published. Whether a recompute-free plan at that scale reaches it is unmeasured.
+OPEN = {"mpt-h100bf16-large-13b-s2048-g512", "mpt-h100bf16-large-30b-s2048-g256",
+        "nemo-launcher-a100-gpt3-5B-256gpu"}
+
+
+def _class(row: dict) -> tuple[str, str]:
+    """(GPU die, precision): A100-SXM4-40GB and -80GB share a die."""
+    return row["cluster"]["gpu"].split("-")[0], row.get("precision", "bf16")
+
+
+def _published_mfu(row: dict, inst) -> float:
+    tokens = inst.job.global_batch * inst.model.seq_len
+    tokens_per_s = tokens / float(row["measured"]["iter_time_s"])
+    peak = inst.cluster.num_gpus * inst.cluster.gpu.peak_flops_per_s
+    return tokens_per_s * model_flops_per_token(inst.model) / peak
+
+
+def _workloads():
+    cat = load_catalogue()
+    best: dict[tuple[str, str], float] = {}
+    firsts: dict[tuple, tuple] = {}
+    for row in load_published():
+        if row["cluster"]["num_gpus"] < MIN_GPUS:
+            continue
+        inst, _ = row_to_instance_plan(row, cat)
+        cls = _class(row)
+        best[cls] = max(best.get(cls, 0.0), _published_mfu(row, inst))
+        firsts.setdefault(workload_key(row), (row["id"], inst, cls))
+    return best, list(firsts.values())
+
+
+BEST, WORKLOADS = _workloads()
+
+
+def test_reference_mfu_is_the_published_record():
+    # A100: Narayanan et al. SC'21 Table 1 reports 163 TFLOP/s per GPU (52% of 312) for the
+    # 1T model on 3,072 A100s, counting the recomputed forward; in model FLOPs that run is the
+    # best A100 row at 256+ GPUs, about 56%. H100 bf16: MosaicML's 256-512 GPU runs, 30-45%.
+    assert 0.40 < BEST["A100", "bf16"] < 0.60
+    assert 0.25 < BEST["H100", "bf16"] < 0.60
+
+
+def _param(wl):
+    marks = [pytest.mark.xfail(strict=True, reason="open: optimum without the published recompute")] \
+        if wl[0] in OPEN else []
+    return pytest.param(wl, id=wl[0], marks=marks)
+
+
+# about 100 s for all 24 workloads on 2 cores (the exact DP and the tight bound)
+@pytest.mark.slow
+@pytest.mark.parametrize("wl", [_param(w) for w in WORKLOADS])
+def test_replanned_optimum_is_plausible(wl):
+    row_id, inst, cls = wl
+    res = plan(inst, time_limit_s=600)
+    assert res.status == OPTIMAL, (row_id, res.status)
+    assert res.breakdown.mfu <= BEST[cls] + MARGIN, (row_id, res.plan, res.breakdown.mfu, BEST[cls])
