@@ -76,9 +76,10 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     # outlasts its step's attention, per layer and micro-batch:
     #   exposed = (cp-1) * (p - a_f/cp) + (cp-1) * (2p - a_b/cp)
     # with p one block's p2p time, a_f the attention core forward (FlashAttention: causal
-    # FLOPs / (peak * attention_eff)) and a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
+    # FLOPs / (peak * attention_eff * n / (n + 300)), n = seq_len / cp keys per call) and
+    # a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
     # breakdown sums it over the layers and micro-batches of the first stage.
-    from cost.coefficients import BACKWARD_FLASH_FACTOR
+    from cost.coefficients import ATTENTION_HALF_KEYS, BACKWARD_FLASH_FACTOR
     from cost.flops import layer_matmuls
     inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
     slow = replace(inst.cluster.intra_node, bw_bytes_per_s=1e9)
@@ -89,9 +90,25 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     tokens = m.seq_len / cp
     link, inter = comm.group_link(inst.cluster, cp, 1)
     p = comm.p2p_time_s(2 * tokens * m.kv_hidden * 2, link, inter, NetEfficiency())
-    a_f = layer_matmuls(m, 1, 1, cp).attention_core / (gpu.peak_flops_per_s * gpu.attention_eff)
+    keys = m.seq_len / cp
+    eff = gpu.attention_eff * keys / (keys + ATTENTION_HALF_KEYS)
+    a_f = layer_matmuls(m, 1, 1, cp).attention_core / (gpu.peak_flops_per_s * eff)
     a_b = BACKWARD_FLASH_FACTOR * a_f
     assert p > a_b / cp  # the regime under test: every step is transfer-bound
     per_layer = (cp - 1) * (p - a_f / cp) + (cp - 1) * (2 * p - a_b / cp)
     n_mb = inst.job.global_batch // 4
     assert bd.exposed_s["cp_comm_exposed"] == pytest.approx(m.layers * n_mb * per_layer, rel=1e-9)
+
+
+def test_attention_efficiency_follows_the_key_length_of_a_call():
+    # FlashAttention-2 (Dao 2023, Fig. 4, A100, causal, head dim 128, fwd+bwd): about 110, 140,
+    # 160, 175 TFLOP/s at 512, 1k, 2k, 8k keys, i.e. 0.63, 0.80, 0.91, 1.0 of the long-sequence
+    # rate. The model's n / (n + 300) gives 0.63, 0.77, 0.87, 0.96: within 5% of each. A ring
+    # step of cp = 4 over 2,048 tokens calls the kernel on 512 keys, so its attention core runs
+    # at (512/812) / (2048/2348) = 0.723 of the cp = 1 rate: the attention time per layer of
+    # the whole sequence is 1/0.723 = 1.383x longer with cp = 4 than with cp = 1 (same FLOPs).
+    from cost.coefficients import ATTENTION_HALF_KEYS
+    for keys, published in ((512, 0.63), (1024, 0.80), (2048, 0.91)):
+        assert keys / (keys + ATTENTION_HALF_KEYS) == pytest.approx(published, abs=0.05)
+    ratio = (2048 / (2048 + ATTENTION_HALF_KEYS)) / (512 / (512 + ATTENTION_HALF_KEYS))
+    assert ratio == pytest.approx(1.383, abs=1e-3)
