@@ -272,21 +272,28 @@ def test_quantum_grows_to_keep_the_objective_below_2_to_40():
 
 # ---------------------------------------------------------------- (c) time limits, determinism, hints
 
-def big_instance(seed: int = 1) -> StageCoefficients:
-    """pp=16, L=128, v=2, m=64, GPT-3-like per-stage times, memory at 45% of what a uniform
-    split without recompute needs: forces recompute on the early stages."""
-    pp, L, m, v = 16, 128, 64, 2
+def memory_tight_instance(*, pp: int, L: int, m: int, v: int, seed: int,
+                          per_layer_scale: float = 1.0) -> StageCoefficients:
+    """GPT-3-like per-stage times, memory at 45% of what a uniform split without recompute
+    needs: forces recompute on the early stages. `per_layer_scale` shrinks every per-layer
+    time and byte (a deeper model of thinner layers), not the per-stage ones."""
+    k = per_layer_scale
     rng = np.random.default_rng(seed)
-    act = rng.uniform(300, 400, pp) * MIB * in_flight_micro_batches(pp, m, v)
+    act = k * rng.uniform(300, 400, pp) * MIB * in_flight_micro_batches(pp, m, v)
     c = coefficients(
-        pp=pp, L=L, m=m, v=v, layer_time=rng.uniform(0.015, 0.018, pp),
-        recompute_time=rng.uniform(0.005, 0.006, pp),
+        pp=pp, L=L, m=m, v=v, layer_time=k * rng.uniform(0.015, 0.018, pp),
+        recompute_time=k * rng.uniform(0.005, 0.006, pp),
         stage_time=np.r_[0.02, rng.uniform(0.003, 0.004, pp - 2), 0.06],
-        layer_sync=rng.uniform(0.01, 0.02, pp), stage_sync=rng.uniform(0.01, 0.04, pp),
-        state=rng.uniform(900, 1000, pp) * MIB, act=act, ckpt=0.1 * act,
+        layer_sync=k * rng.uniform(0.01, 0.02, pp), stage_sync=rng.uniform(0.01, 0.04, pp),
+        state=k * rng.uniform(900, 1000, pp) * MIB, act=act, ckpt=0.1 * act,
         stage_mem=rng.uniform(2000, 4000, pp) * MIB)
     uniform = stage_mem_bytes(c, np.full(pp, L / pp), np.zeros(pp))
     return dataclasses.replace(c, capacity_bytes=np.full(pp, 0.45 * uniform.max()))
+
+
+def big_instance(seed: int = 1) -> StageCoefficients:
+    """pp=16, L=128, v=2, m=64 (memory_tight_instance)."""
+    return memory_tight_instance(pp=16, L=128, m=64, v=2, seed=seed)
 
 
 @pytest.fixture(scope="module")

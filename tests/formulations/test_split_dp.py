@@ -19,12 +19,13 @@ import time
 import numpy as np
 import pytest
 
-from cost.coefficients import StageCoefficients, in_flight_micro_batches
-from cost.schedule import iteration_time_s, stage_mem_bytes
+from cost.coefficients import StageCoefficients
+from cost.schedule import iteration_time_s
 from formulations.cpsat import quantize, solve_split_cpsat
 from formulations.split_dp import solve_split_dp
 from solver.bounds import tight_lower_bound_s
-from test_split import MIB, big_instance, check_consistent, coefficients, random_coefficients
+from test_split import (MIB, big_instance, check_consistent, coefficients, memory_tight_instance,
+                        random_coefficients)
 
 
 def integer_brute_force(c: StageCoefficients, allow: bool) -> int | None:
@@ -162,19 +163,9 @@ def test_time_limit_gives_a_valid_bound_and_never_optimal():
 
 
 def deep_instance(L: int, pp: int = 16, m: int = 256, v: int = 1, seed: int = 3) -> StageCoefficients:
-    """big_instance's per-stage times on a deep model: memory for about 45% of an even split
-    without recompute, so the early stages recompute."""
-    rng = np.random.default_rng(seed)
-    act = rng.uniform(30, 40, pp) * MIB * in_flight_micro_batches(pp, m, v)
-    c = coefficients(
-        pp=pp, L=L, m=m, v=v, layer_time=rng.uniform(0.0015, 0.0018, pp),
-        recompute_time=rng.uniform(0.0005, 0.0006, pp),
-        stage_time=np.r_[0.02, rng.uniform(0.003, 0.004, pp - 2), 0.06],
-        layer_sync=rng.uniform(0.001, 0.002, pp), stage_sync=rng.uniform(0.01, 0.04, pp),
-        state=rng.uniform(90, 100, pp) * MIB, act=act, ckpt=0.1 * act,
-        stage_mem=rng.uniform(2000, 4000, pp) * MIB)
-    uniform = stage_mem_bytes(c, np.full(pp, L / pp), np.zeros(pp))
-    return dataclasses.replace(c, capacity_bytes=np.full(pp, 0.45 * uniform.max()))
+    """big_instance's per-stage times on a deep model of layers a tenth as heavy: memory for
+    about 45% of an even split without recompute, so the early stages recompute."""
+    return memory_tight_instance(pp=pp, L=L, m=m, v=v, seed=seed, per_layer_scale=0.1)
 
 
 @pytest.mark.parametrize("L,pp", [(1000, 16), (2000, 32), (10_000, 8)])
