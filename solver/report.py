@@ -26,6 +26,7 @@ from cost.units import MS_S, bytes_to_gib
 from cost.partition import plan_layer_fn
 from solver import bounds, report_svg
 from solver.format import count, seconds
+from solver.outputs import check_output_path, write_text
 
 DPI = 110
 # The replay "ends at the objective" when the two agree to this relative precision.
@@ -586,7 +587,6 @@ def cmd_report(args) -> int:
     from solver.inputs import load_from_args
     from solver.planner import plan
 
-    from solver.outputs import check_output_path
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
     if hetero_commands.is_hetero(args):
@@ -598,7 +598,7 @@ def cmd_report(args) -> int:
         progress.done()
     trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
     page = build_report(inst, res, trust=trust, user_plan=user_plan, user_plan_label=args.plan or "")
-    _write(args.output, page)
+    write_text(args.output, page, "-o/--output")
     what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
@@ -622,18 +622,10 @@ def _cmd_report_hetero(args, progress) -> int:
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
-    _write(args.output, build_hetero_report(inst, res, regs))
+    write_text(args.output, build_hetero_report(inst, res, regs), "-o/--output")
     what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
-
-
-def _write(path: str, page: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(page)
-    except OSError as e:
-        raise InstanceError(path, "-o/--output", f"cannot write: {e.strerror}", "pass a writable path")
 
 
 def register(sub) -> None:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from cost import memory
 from cost.framework_rules import FRAMEWORK_RULES
-from cost.space_rules import tp_problem
+from cost.space_rules import cp_problem, pp_problem, tp_problem
 from cost.specs import Attention, Instance, Outer
 
 
@@ -143,12 +143,12 @@ def outer_configs(inst: Instance) -> list[Outer]:
     for tp in tp_values(inst):
         cps = s.cp if s.cp is not None else _powers_of_two(n_gpus // tp)
         for cp in cps:
-            if s.max_cp is not None and cp > s.max_cp or m.seq_len % cp or (n_gpus // tp) % cp:
+            if cp_problem(cp, m, n_gpus // tp, s.max_cp) is not None:  # the loader's rule
                 continue
             rest = n_gpus // (tp * cp)
             pps = s.pp if s.pp is not None else _divisors(rest)
             for pp in pps:
-                if rest % pp or pp > m.layers or s.max_pp is not None and pp > s.max_pp:
+                if pp_problem(pp, m, rest, s.max_pp) is not None:  # the loader's rule
                     continue
                 dp = rest // pp
                 if gb % dp:
