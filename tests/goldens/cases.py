@@ -1,0 +1,132 @@
+"""The golden cases: every bundled instance and the random agreement instances, re-planned.
+
+`python tests/goldens/cases.py` re-freezes tests/goldens/*.json from the current code; do it only
+when the declared space grew (then every changed optimum must be faster: test_goldens.py checks
+the new answers against the old files before they are replaced, see `--check-only`).
+
+A golden records, per case: the status, the optimal objective (seconds), the quantisation
+tolerance, the size of the declared space (outer configurations and complete plans) and the plan
+as its plan file writes it. The space size tells test_goldens.py whether the space grew (a
+faster optimum is then allowed) or not (the same optimum and the same plan are required).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run as a script: randinst lives in tests/
+    sys.path.insert(0, str(HERE.parent))
+
+# Bundled instances, and how long each takes to plan on one core of the 2-core test machine
+# (measured on main at e2c133f); the ones above ~2 s are marked slow in test_goldens.py.
+BUNDLED = {
+    "instances/tiny-gpt-8xA100.yaml": 0.1,
+    "instances/small-gpt-16xA100.yaml": 0.2,
+    "instances/llama3-8b-64xH100.yaml": 1.0,
+    "instances/llama3-8b-128xH200.yaml": 1.6,
+    "instances/llama3-70b-512xH100.yaml": 2.7,
+    "instances/llama3-405b-16384xH100.yaml": 3.0,
+    "instances/gpt3-175b-256xH100.yaml": 4.4,
+    "instances/gpt3-175b-1024xA100.yaml": 4.7,
+    "instances/primepar/primepar-bloom-176b-32xV100.yaml": 2.4,
+    "instances/primepar/primepar-opt-175b-32xV100.yaml": 7.4,
+    "instances/primepar/primepar-llama2-70b-32xV100.yaml": 10.0,
+    "instances/hetero/tiny-2types.yaml": 0.1,
+    "instances/hetero/llama3-8b-dynamic.yaml": 0.4,
+    "instances/hetero/llama3-70b-32xA100-32xH100.yaml": 1.2,
+    "instances/hetero/llama3-70b-3types-2sites.yaml": 7.9,
+}
+# Random agreement instances: tests/robustness/test_agreement.py's seeds (homogeneous) and
+# tests/hetero/test_hetero_agreement.py's (mixed clusters, every objective).
+HETERO_OBJECTIVES = ("nominal", "robust", "expected")
+HETERO_SEEDS = range(40)
+
+
+def _homogeneous_record(inst) -> dict:
+    from cost.loader import plan_to_mapping
+    from solver.planner import plan
+
+    res = plan(inst)
+    return {"status": res.status, "objective_s": res.iter_time_s, "tolerance_s": res.tolerance_s,
+            "outer_configs": res.outer_configs, "plans": res.space_size,
+            "plan": None if res.plan is None else plan_to_mapping(res.plan)}
+
+
+def _hetero_record(inst, objective: str) -> dict:
+    from cost.hetero_loader import hetero_plan_to_mapping
+    from solver.hetero_planner import plan_hetero
+
+    res = plan_hetero(inst, objective=objective)
+    return {"status": res.status, "objective_s": res.objective_s, "tolerance_s": res.tolerance_s,
+            "outer_configs": res.outer_configs, "plans": res.plans_total,
+            "plan": None if res.plan is None else hetero_plan_to_mapping(res.plan, inst)}
+
+
+def bundled_cases() -> list[tuple[str, str]]:
+    """(instance file, objective) of every bundled golden; mixed clusters with scenarios are
+    planned for every objective their scenarios allow."""
+    from cost.hetero_loader import is_hetero_file, load_hetero_instance
+
+    out = []
+    for rel in BUNDLED:
+        if not is_hetero_file(ROOT / rel):
+            out.append((rel, "nominal"))
+            continue
+        inst = load_hetero_instance(ROOT / rel)
+        out.append((rel, "nominal"))
+        if len(inst.scenarios) > 1:
+            out.append((rel, "robust"))
+            if all(s.probability is not None for s in inst.scenarios):
+                out.append((rel, "expected"))
+    return out
+
+
+def plan_bundled(rel: str, objective: str) -> dict:
+    from cost.hetero_loader import is_hetero_file, load_hetero_instance
+    from cost.loader import load_instance
+
+    if is_hetero_file(ROOT / rel):
+        return _hetero_record(load_hetero_instance(ROOT / rel), objective)
+    return _homogeneous_record(load_instance(ROOT / rel))
+
+
+def homogeneous_seeds() -> list[int]:
+    from robustness.test_agreement import SEEDS
+    return list(SEEDS)
+
+
+def plan_random_homogeneous(seed: int) -> dict:
+    from randinst import random_instance
+    return _homogeneous_record(random_instance(seed, variant=True))
+
+
+def plan_random_hetero(seed: int, objective: str) -> dict:
+    from randinst import random_hetero_instance
+    return _hetero_record(random_hetero_instance(seed), objective)
+
+
+def compute_all() -> dict[str, dict[str, dict]]:
+    return {
+        "bundled": {f"{rel}:{obj}": plan_bundled(rel, obj) for rel, obj in bundled_cases()},
+        "random_homogeneous": {str(s): plan_random_homogeneous(s) for s in homogeneous_seeds()},
+        "random_hetero": {f"{s}:{obj}": plan_random_hetero(s, obj)
+                          for s in HETERO_SEEDS for obj in HETERO_OBJECTIVES},
+    }
+
+
+def golden_path(name: str) -> Path:
+    return HERE / f"{name}.json"
+
+
+def load_golden(name: str) -> dict[str, dict]:
+    return json.loads(golden_path(name).read_text())
+
+
+if __name__ == "__main__":
+    for name, records in compute_all().items():
+        golden_path(name).write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {golden_path(name)} ({len(records)} cases)")
