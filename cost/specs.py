@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from cost.errors import ConfigError
+from cost.partition_names import check_partitions
 
 
 class Mlp(str, Enum):
@@ -338,7 +339,6 @@ class Plan(Outer):
             if n % self.virtual_stages:
                 raise ConfigError("each stage's layer count must be divisible by virtual_stages")
         if self.partitions:
-            from cost.partition import check_partitions  # cost.partition imports this module
             check_partitions(self)
 
     @property

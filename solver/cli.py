@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from cost.errors import ConfigError, InstanceError
 from formulations.result import SolverError
-from solver.inputs import add_instance_args, load_from_args
+from solver.inputs import add_instance_args, load_from_args, read_calibration_files
 
 EXIT_BAD_INPUT = 2
 EXIT_SOLVER = 3  # a solver backend is missing or crashed
@@ -58,26 +58,6 @@ def cmd_simulate(args) -> int:
 def _finite(x: float | None) -> float | None:
     """JSON has no NaN: an undefined statistic is null."""
     return None if x is None or x != x else x
-
-
-def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
-    """The rows of `files` (both bundled published files when none are given) and a label for
-    messages; a bad file raises one InstanceError naming it."""
-    from cost.calibration import BUNDLED_FILES, load_rows
-
-    paths = files or [str(p) for p in BUNDLED_FILES]
-    rows: list[dict] = []
-    for path in paths:
-        try:
-            rows.extend(load_rows(path))
-        except InstanceError:
-            raise  # names the file and the row's field already: never wrapped a second time
-        except (OSError, ConfigError) as e:
-            raise InstanceError(path, "<file>", str(e), "pass a file in the calibration schema")
-        except Exception as e:  # malformed YAML and the like: still one line, exit 2
-            raise InstanceError(path, "<file>", f"cannot read: {e}".splitlines()[0],
-                                "pass a file in the calibration schema")
-    return rows, ", ".join(paths)
 
 
 def cmd_accuracy(args) -> int:

@@ -10,10 +10,8 @@ from cost.errors import InstanceError
 from solver.format import breakdown_json, breakdown_text, count, seconds, table
 from solver.jsonout import emit_json as _emit_json
 from solver.outputs import check_output_path, write_text
-from solver.inputs import add_instance_args, load_from_args
-
-EXIT_DISAGREE = 1
-
+from solver.inputs import add_instance_args, load_from_args, read_calibration_files
+from solver.verdict import report_verify
 
 def _progress_enabled(args) -> bool:
     if getattr(args, "quiet", False):
@@ -349,52 +347,6 @@ def cmd_verify(args) -> int:
     return report_verify(args, methods, tol)
 
 
-def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None) -> int:
-    """verify's verdict and output, for homogeneous and mixed clusters alike. Only methods that
-    proved their answer ("optimal" or "infeasible") are compared; the verdict names them and
-    every method left out (skipped, or stopped without a proof). Exit 0 only when every method
-    was compared and all agree."""
-    proved = [m for m in methods if m[1] in ("optimal", "infeasible")]
-    left_out = [m for m in methods if m[1] not in ("optimal", "infeasible")]
-    values = [m[2] for m in proved]
-    agree = bool(proved) and methods_agree(values, tol_s)
-    verified = agree and not left_out
-    names = ", ".join(m[0] for m in proved)
-    why = "; ".join(f"{m[0]} ({m[4] or 'did not prove optimality: ' + m[1]})" for m in left_out)
-    if verified:
-        verdict = f"AGREE: {names} found the same optimum"
-    elif not agree and len(proved) > 1:
-        verdict = f"DISAGREE: {names}" + (f"; not compared: {why}" if left_out else "")
-    else:
-        verdict = f"NOT VERIFIED: {names + (' agree' if len(proved) > 1 else ' alone') if proved else 'nothing compared'}; not compared: {why}"
-    if args.json:
-        out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
-               "agree": agree, "verified": verified,
-               "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
-               "iter_time_s": values[0] if agree else None,
-               "methods": [{"method": m, "status": st, "iter_time_s": v, "solve_time_s": t, "note": note}
-                           for m, st, v, t, note in methods]}
-        if objective is not None:
-            out["objective"] = objective
-        _emit_json(out)
-    else:
-        what = "iteration time (s)" if objective in (None, "nominal") else f"{objective} objective (s)"
-        print(table(["method", "status", what, "time"],
-                    [[m, st, "-" if v is None else f"{v:.9g}", note if t is None else f"{t:.2f} s"]
-                     for m, st, v, t, note in methods], align="llrl"))
-        print(verdict)
-    return 0 if verified else EXIT_DISAGREE
-
-
-def methods_agree(values: list[float | None], tol_s: float) -> bool:
-    """verify's verdict: all found no plan, or all found the same optimum within the solvers'
-    stated tolerance plus REL_TOL."""
-    from solver.planner import REL_TOL
-    if any(v is None for v in values):
-        return all(v is None for v in values)
-    return all(abs(v - values[0]) <= tol_s + REL_TOL * values[0] for v in values)
-
-
 def cmd_bench(args) -> int:
     check_output_path(getattr(args, "csv", None), "--csv")
     check_output_path(getattr(args, "json", None), "--json")
@@ -409,7 +361,6 @@ def cmd_calibrate(args) -> int:
     from cost.calibration import predict_rows
     from cost.fit import apply_params, family_weights, fit
     from cost.loader import load_catalogue
-    from solver.cli import read_calibration_files
 
     rows, _ = read_calibration_files(args.file)
     cat = load_catalogue()

@@ -295,7 +295,7 @@ def cmd_verify(args) -> int:
                         ex.wall_time_s, ""))
     except SpaceTooLarge as e:
         methods.append(("exhaustive", "skipped", None, None, str(e)))
-    from solver.commands import report_verify
+    from solver.verdict import report_verify
     return report_verify(args, methods, tol, objective)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from cost.errors import InstanceError
+from cost.errors import ConfigError, InstanceError
 from cost.specs import Instance
 
 _PARTS = (("hf_config", "--hf-config"), ("cluster", "--cluster"), ("job", "--job"))
@@ -122,3 +122,23 @@ def _seq_len(text: str | int | None) -> int | None:
         raise InstanceError("<arguments>", "--seq-len", f"must be >= 1, got {value}",
                             "give the sequence length in tokens, e.g. --seq-len 8192")
     return value
+
+
+def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
+    """The rows of `files` (both bundled published files when none are given) and a label for
+    messages; a bad file raises one InstanceError naming it."""
+    from cost.calibration import BUNDLED_FILES, load_rows
+
+    paths = files or [str(p) for p in BUNDLED_FILES]
+    rows: list[dict] = []
+    for path in paths:
+        try:
+            rows.extend(load_rows(path))
+        except InstanceError:
+            raise  # names the file and the row's field already: never wrapped a second time
+        except (OSError, ConfigError) as e:
+            raise InstanceError(path, "<file>", str(e), "pass a file in the calibration schema")
+        except Exception as e:  # malformed YAML and the like: still one line, exit 2
+            raise InstanceError(path, "<file>", f"cannot read: {e}".splitlines()[0],
+                                "pass a file in the calibration schema")
+    return rows, ", ".join(paths)

@@ -1,0 +1,73 @@
+"""The code's layers (README, developers' guide): data flows one way, cost -> formulations ->
+solver, and no module imports itself back through others. Imports inside functions count: a
+deferred import hides a cycle from Python, not from the design."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("cost", "formulations", "solver")
+LAYER = {"cost": 0, "formulations": 1, "solver": 2}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {f"{pkg}.{f.stem}" for pkg in PACKAGES for f in (ROOT / pkg).glob("*.py")}
+    graph = {}
+    for mod in modules:
+        pkg, name = mod.split(".")
+        deps = set()
+        for node in ast.walk(ast.parse((ROOT / pkg / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module in PACKAGES:  # from cost import partition
+                    deps |= {f"{node.module}.{a.name}" for a in node.names}
+                else:
+                    deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+        graph[mod] = {d for d in deps if d in modules and d != mod}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, or None (depth-first search, colouring nodes)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph[n]):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state:
+                found = visit(d)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_data_flows_one_way():
+    upward = sorted(f"{m} imports {d}" for m, deps in _graph().items() for d in deps
+                    if LAYER[d.split(".")[0]] > LAYER[m.split(".")[0]])
+    assert not upward, upward
