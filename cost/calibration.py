@@ -31,7 +31,7 @@ from pathlib import Path
 from cost import units
 from cost.comm import NetEfficiency
 from cost.errors import ConfigError, InstanceError
-from cost.loader import (_read_yaml, _Section, check_head_shape, default_layer_split,
+from cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
 from cost.simulate import simulate
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
@@ -222,16 +222,16 @@ def load_rows(path: str) -> list[dict]:
     the schema does not list are kept and ignored, and null means "not published" where the
     schema allows it.
     """
-    rows = _read_yaml(path, calibration=True)
+    rows = read_yaml(path, calibration=True)
     if not isinstance(rows, list) or not rows:
         raise InstanceError(path, "<top level>", "expected a non-empty list of rows",
                             "write one '- id: ...' entry per published run")
     for i, row in enumerate(rows):
-        _check_row(_Section(row, path, f"[{i}]", None))
+        _check_row(Section(row, path, f"[{i}]", None))
     return rows
 
 
-def _check_row(row: _Section) -> None:
+def _check_row(row: Section) -> None:
     row.string("id")
     if row.has("source"):
         row.string("source")

@@ -6,7 +6,7 @@ file and the dotted field; typed strictly; unknown keys are errors with a "did y
 
 Which loader? `is_hetero_mapping(data)` (or `is_hetero_file(path)`): a file is heterogeneous
 when its `cluster:` mapping holds a `groups:` key. The CLI reads the file once with
-`cost.loader._read_yaml`, asks `is_hetero_mapping`, and calls `hetero_instance_from_mapping`
+`cost.loader.read_yaml`, asks `is_hetero_mapping`, and calls `hetero_instance_from_mapping`
 or the homogeneous loader.
 
 Instance file (required unless a default is given)::
@@ -117,11 +117,11 @@ from cost import units
 from cost.errors import ConfigError, InstanceError
 from cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
-from cost.loader import (_CLUSTER_KEYS, _JOB_KEYS, _MODEL_KEYS, _RECOMPUTE_FULL, _SEARCH_KEYS,
-                         _catalogue_with_gpu_types, _check_number, _cluster, _config_errors_as,
-                         _describe,
-                         _job, _model, _read_yaml, _search, _Section, _shown, _values,
-                         default_layer_split)
+from cost.hf_config import shown as _shown
+from cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
+                         catalogue_with_gpu_types, check_number, cluster_from_section,
+                         config_errors_as, default_layer_split, describe, enum_values,
+                         job_from_section, model_from_section, read_yaml, search_from_section)
 from cost.ranges import out_of_range, range_text
 from cost.space_rules import hetero_search_refusal
 from cost.specs import GpuSpec, Instance, Link, Recompute
@@ -134,7 +134,7 @@ FAMILIES = ("stage", "replica")  # cost/hetero_specs.HeteroPlan.family
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
              "switching")
 _HETERO_CLUSTER_KEYS = ("groups", "links")
-_GROUP_KEYS = ("name", "site", *_CLUSTER_KEYS)
+_GROUP_KEYS = ("name", "site", *CLUSTER_KEYS)
 _LINK_KEYS = ("between", "gbit_per_s", "latency_us")
 _SCENARIO_KEYS = ("name", "probability", "window_h", "changes")
 _PERIOD_KEYS = ("scenario", "duration_h")
@@ -163,24 +163,24 @@ def is_hetero_mapping(data: Any) -> bool:
 def is_hetero_file(path: str | Path) -> bool:
     """True when the instance file at `path` is heterogeneous (reads it; InstanceError when it
     is not valid YAML)."""
-    return is_hetero_mapping(_read_yaml(path))
+    return is_hetero_mapping(read_yaml(path))
 
 
 # --- instances -----------------------------------------------------------------------------
 
 def load_hetero_instance(path: str | Path) -> HeteroInstance:
-    return hetero_instance_from_mapping(_read_yaml(path), path)
+    return hetero_instance_from_mapping(read_yaml(path), path)
 
 
 def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> HeteroInstance:
     """The instance described by `data`, a whole heterogeneous instance file as read."""
     path = str(path)
-    top = _Section(data, path, "", _TOP_KEYS)
+    top = Section(data, path, "", _TOP_KEYS)
     name = top.string("name")
-    gpus = _catalogue_with_gpu_types(top)
-    model = _model(top.section("model", _MODEL_KEYS), name)
-    job = _job(top.section("job", _JOB_KEYS))
-    search = _search(top.section("search", _SEARCH_KEYS)) if top.has("search") else None
+    gpus = catalogue_with_gpu_types(top)
+    model = model_from_section(top.section("model", MODEL_KEYS), name)
+    job = job_from_section(top.section("job", JOB_KEYS))
+    search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
     if search is not None:  # listed values no plan on these groups can use
@@ -232,12 +232,12 @@ class _Network:
         for i, x in enumerate(groups):
             self.sites.setdefault(x.site, []).append(i)
 
-    def resolve(self, sec: _Section, key: str, value: Any) -> tuple[set[int], bool]:
+    def resolve(self, sec: Section, key: str, value: Any) -> tuple[set[int], bool]:
         """The groups a group or site name stands for, and whether it named a group."""
         field = sec.field(key)
         if not isinstance(value, str) or not value:
             raise InstanceError(self.path, field, f"expected a group or site name, got"
-                                f" {_describe(value)}", "write the name of a node group or site")
+                                f" {describe(value)}", "write the name of a node group or site")
         if value in self.by_name:
             return {self.by_name[value]}, True
         if value in self.sites:
@@ -246,7 +246,7 @@ class _Network:
         raise InstanceError(self.path, field, f"no group or site named {_shown(value)}",
                             _did_you_mean(value, known, "groups and sites"))
 
-    def pairs(self, sec: _Section) -> tuple[list[tuple[int, int]], int]:
+    def pairs(self, sec: Section) -> tuple[list[tuple[int, int]], int]:
         """The ordered pairs (a, b), a < b, that `between:` covers, and its specificity (the
         number of its two names that are group names)."""
         if not sec.has("between"):
@@ -254,7 +254,7 @@ class _Network:
                             "add 'between: [x, y]' with two group or site names")
         raw = sec.raw["between"]
         if not isinstance(raw, list) or len(raw) != 2:
-            raise sec.error("between", f"expected a list of two names, got {_describe(raw)}",
+            raise sec.error("between", f"expected a list of two names, got {describe(raw)}",
                             "write [group-or-site, group-or-site], e.g. [east, west]")
         (xs, gx), (ys, gy) = (self.resolve(sec, f"between[{i}]", v) for i, v in enumerate(raw))
         pairs = sorted({(min(a, b), max(a, b)) for a in xs for b in ys if a != b})
@@ -279,7 +279,7 @@ class _Network:
                 between: list[list[Link]] | None = None) -> HeteroCluster:
         groups = self.groups if groups is None else groups
         between = self.matrix(groups) if between is None else between
-        with _config_errors_as(self.path, "cluster", "correct the cluster description"):
+        with config_errors_as(self.path, "cluster", "correct the cluster description"):
             return HeteroCluster(groups=tuple(groups),
                                  between=tuple(tuple(row) for row in between))
 
@@ -293,7 +293,7 @@ def _did_you_mean(name: str, known, what: str) -> str:
     return f"the {what} are: " + ", ".join(known)
 
 
-def _items(sec: _Section, key: str, *, each: str) -> list[tuple[str, Any]]:
+def _items(sec: Section, key: str, *, each: str) -> list[tuple[str, Any]]:
     """(dotted field, raw item) for each entry of the non-empty list under `key`; `each`
     names one entry for the messages."""
     if not sec.has(key):
@@ -301,7 +301,7 @@ def _items(sec: _Section, key: str, *, each: str) -> list[tuple[str, Any]]:
                         f"add '{key}:' with one '- ...' entry per {each}")
     value = sec.raw[key]
     if not isinstance(value, list) or not value:
-        got = "an empty list" if value == [] else _describe(value)
+        got = "an empty list" if value == [] else describe(value)
         raise sec.error(key, f"expected a non-empty list, got {got}",
                         f"write one '- ...' entry per {each}")
     if len(value) > _MAX_ITEMS:
@@ -309,17 +309,17 @@ def _items(sec: _Section, key: str, *, each: str) -> list[tuple[str, Any]]:
     return [(f"{sec.field(key)}[{i}]", item) for i, item in enumerate(value)]
 
 
-def _network(sec: _Section, gpus: dict[str, GpuSpec]) -> _Network:
+def _network(sec: Section, gpus: dict[str, GpuSpec]) -> _Network:
     path = sec.path
     groups: list[NodeGroup] = []
     for field, raw in _items(sec, "groups", each="group"):
-        item = _Section(raw, path, field, _GROUP_KEYS)
+        item = Section(raw, path, field, _GROUP_KEYS)
         name = item.string("name")
         if any(x.name == name for x in groups):
             raise item.error("name", f"a second group named {_shown(name)}",
                              "give every node group its own name")
         groups.append(NodeGroup(name=name, site=item.string("site", name),
-                                cluster=_cluster(item, gpus)))
+                                cluster=cluster_from_section(item, gpus)))
     by_name = {x.name: x for x in groups}
     for i, x in enumerate(groups):
         owner = by_name.get(x.site)
@@ -334,7 +334,7 @@ def _network(sec: _Section, gpus: dict[str, GpuSpec]) -> _Network:
     if sec.has("links"):
         given: dict[tuple[int, int], tuple[int, str]] = {}  # pair -> (specificity, field)
         for field, raw in _items(sec, "links", each="link"):
-            item = _Section(raw, path, field, _LINK_KEYS)
+            item = Section(raw, path, field, _LINK_KEYS)
             pairs, specificity = net.pairs(item)
             bw = units.gbit_per_s_to_bytes_per_s(item.number("gbit_per_s"))
             latency_us = _optional_number(item, "latency_us")
@@ -355,19 +355,19 @@ def _network(sec: _Section, gpus: dict[str, GpuSpec]) -> _Network:
 
 # --- scenarios, timeline, switching --------------------------------------------------------
 
-def _apply_changes(net: _Network, sec: _Section, key: str) -> HeteroCluster:
+def _apply_changes(net: _Network, sec: Section, key: str) -> HeteroCluster:
     """The nominal cluster with the change list under `sec[key]` applied (module docstring)."""
     path = sec.path
     group_changes, link_changes = [], []
     for field, raw in _items(sec, key, each="change"):
         if isinstance(raw, dict) and "between" in raw:
-            link_changes.append(_Section(raw, path, field, _LINK_CHANGE_KEYS))
+            link_changes.append(Section(raw, path, field, _LINK_CHANGE_KEYS))
         elif isinstance(raw, dict) and ("group" in raw or "site" in raw):
-            group_changes.append(_Section(raw, path, field, _GROUP_CHANGE_KEYS))
+            group_changes.append(Section(raw, path, field, _GROUP_CHANGE_KEYS))
         else:
             raise InstanceError(path, field, "a change names no `between:`, `group:` or `site:`"
                                 if isinstance(raw, dict) else
-                                f"expected a mapping, got {_describe(raw)}",
+                                f"expected a mapping, got {describe(raw)}",
                                 "write '- between: [x, y]' with scale or gbit_per_s, or"
                                 " '- group: NAME' with nic_gbit_per_s, nic_scale,"
                                 " intra_node_gbytes_per_s or intra_scale")
@@ -432,7 +432,7 @@ def _apply_changes(net: _Network, sec: _Section, key: str) -> HeteroCluster:
     return net.cluster(groups, between)
 
 
-def _check_scaled(sec: _Section, key: str, quantity: str, what: str, value: float) -> None:
+def _check_scaled(sec: Section, key: str, quantity: str, what: str, value: float) -> None:
     """A bandwidth after a change (scales compound) stays in its quantity's physical range."""
     if sec.has(key) and out_of_range(quantity, value) is not None:
         raise sec.error(key, f"scales the {quantity} of {_shown(what)} to {value:.6g}, outside"
@@ -440,13 +440,13 @@ def _check_scaled(sec: _Section, key: str, quantity: str, what: str, value: floa
                         " in its range, or set the figure itself")
 
 
-def _optional_number(sec: _Section, key: str) -> float | None:
+def _optional_number(sec: Section, key: str) -> float | None:
     """The number under `key`, or None when the key is absent (a null is refused)."""
     value = sec.number(key, _ABSENT)
     return None if value is _ABSENT else value
 
 
-def _set_or_scale(sec: _Section, set_key: str, scale_key: str) -> tuple[str, float] | None:
+def _set_or_scale(sec: Section, set_key: str, scale_key: str) -> tuple[str, float] | None:
     """("set", value in the key's unit) or ("scale", factor), or None when neither is given."""
     if sec.has(set_key) and sec.has(scale_key):
         raise sec.error(scale_key, f"both {set_key} and {scale_key} are given",
@@ -458,12 +458,12 @@ def _set_or_scale(sec: _Section, set_key: str, scale_key: str) -> tuple[str, flo
     return None
 
 
-def _scenarios(top: _Section, net: _Network, nominal: HeteroCluster) -> list[Scenario]:
+def _scenarios(top: Section, net: _Network, nominal: HeteroCluster) -> list[Scenario]:
     path = top.path
     out: list[Scenario] = []
     probabilities: list[tuple[str, float | None]] = []
     for field, raw in _items(top, "scenarios", each="scenario"):
-        sec = _Section(raw, path, field, _SCENARIO_KEYS)
+        sec = Section(raw, path, field, _SCENARIO_KEYS)
         name = sec.string("name")
         if name == NOMINAL:
             raise sec.error("name", f"'{NOMINAL}' is the declared network itself",
@@ -501,14 +501,14 @@ def _scenarios(top: _Section, net: _Network, nominal: HeteroCluster) -> list[Sce
 
 
 def _hour_of_day(path: str, value: Any, field: str) -> float:
-    return _check_number(value, path, field, "window_h")
+    return check_number(value, path, field, "window_h")
 
 
-def _timeline(top: _Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
+def _timeline(top: Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
     names = [s.name for s in scenarios]
     periods = []
     for field, raw in _items(top, "timeline", each="period"):
-        sec = _Section(raw, top.path, field, _PERIOD_KEYS)
+        sec = Section(raw, top.path, field, _PERIOD_KEYS)
         name = sec.string("scenario")
         if name not in names:
             raise sec.error("scenario", f"no scenario named {_shown(name)}",
@@ -518,11 +518,11 @@ def _timeline(top: _Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
     return tuple(periods)
 
 
-def _switching(sec: _Section) -> Switching:
+def _switching(sec: Section) -> Switching:
     defaults = Switching()
     bw = _optional_number(sec, "storage_gbytes_per_s")
     restart_s = sec.number("restart_s", defaults.restart_s)
-    with _config_errors_as(sec.path, sec.prefix, "correct the switching costs"):
+    with config_errors_as(sec.path, sec.prefix, "correct the switching costs"):
         return Switching(storage_bw_bytes_per_s=defaults.storage_bw_bytes_per_s if bw is None
                          else units.gbytes_per_s_to_bytes_per_s(bw),
                          restart_s=restart_s)
@@ -535,13 +535,13 @@ def load_event(path: str | Path,
     """The network event in `path` (module docstring) applied to `inst`'s nominal cluster:
     (the scenario it makes, remaining seconds or None, remaining iterations or None); exactly
     one of the two is given."""
-    return event_from_mapping(_read_yaml(path), inst, path)
+    return event_from_mapping(read_yaml(path), inst, path)
 
 
 def event_from_mapping(data: Any, inst: HeteroInstance,
                        path: str | Path = "<memory>") -> tuple[Scenario, float | None, int | None]:
     path = str(path)
-    sec = _Section(data, path, "", _EVENT_FILE_KEYS).section("event", _EVENT_KEYS)
+    sec = Section(data, path, "", _EVENT_FILE_KEYS).section("event", _EVENT_KEYS)
     name = sec.string("name", Path(path).stem)
     has_hours, has_iterations = sec.has("remaining_hours"), sec.has("remaining_iterations")
     if has_hours == has_iterations:
@@ -578,18 +578,18 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
     path = str(path)
     if isinstance(mapping, dict) and list(mapping) == ["plan"]:
         mapping = mapping["plan"]
-    sec = _Section(mapping, path, "plan", _PLAN_KEYS)
+    sec = Section(mapping, path, "plan", _PLAN_KEYS)
     tp, micro_batch = sec.integer("tp"), sec.integer("micro_batch")
     zero = sec.integer("zero", 0)
     if zero > 1:  # in ZeRO's range, but not in this space (module docstring)
         raise sec.error("zero", f"must be <= 1, got {zero}: heterogeneous plans use ZeRO 0 or 1",
                         "use zero: 0 or zero: 1")
-    recompute = sec.choice("recompute", (*_values(Recompute), _RECOMPUTE_FULL),
+    recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
     names = tuple(x.name for x in inst.cluster.groups)
     classes = []
     for field, raw in _items(sec, "classes", each="class"):
-        c = _Section(raw, path, field, _CLASS_KEYS)
+        c = Section(raw, path, field, _CLASS_KEYS)
         if not c.has("stages"):
             raise c.error("stages", "missing required key 'stages'",
                           "add 'stages: [GROUP, ...]', the group hosting each pipeline stage")
@@ -604,8 +604,8 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
             layers = default_layer_split(inst.model.layers, pp)
         full = c.int_list("full_recompute_layers", pp)
         if full is None:
-            full = layers if recompute == _RECOMPUTE_FULL else (0,) * pp
-        with _config_errors_as(path, field, "correct the replica class"):
+            full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
+        with config_errors_as(path, field, "correct the replica class"):
             classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
                                         num_micro_batches=c.integer("num_micro_batches"),
                                         layers_per_stage=layers, full_recompute_layers=full))
@@ -613,11 +613,11 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
     m = inst.model
     agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
              f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
-    with _config_errors_as(path, "plan", agree):
+    with config_errors_as(path, "plan", agree):
         plan = HeteroPlan(
             tp=tp, micro_batch=micro_batch,
             sequence_parallel=sec.boolean("sequence_parallel", False),
-            recompute=Recompute.NONE if recompute == _RECOMPUTE_FULL else Recompute(recompute),
+            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
             zero=zero,
             classes=tuple(classes),
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
@@ -629,13 +629,13 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
 def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> int:
     if isinstance(value, str) and value in names:
         return names.index(value)
-    shown = _shown(value) if isinstance(value, str) else _describe(value)
+    shown = _shown(value) if isinstance(value, str) else describe(value)
     raise InstanceError(path, field, f"no group named {shown}",
                         _did_you_mean(value if isinstance(value, str) else "", names, "groups"))
 
 
 def load_hetero_plan(path: str | Path, inst: HeteroInstance) -> HeteroPlan:
-    return hetero_plan_from_mapping(_read_yaml(path), inst, str(path))
+    return hetero_plan_from_mapping(read_yaml(path), inst, str(path))
 
 
 def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
@@ -654,5 +654,5 @@ def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
     return {"tp": plan.tp, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
-            "recompute": _RECOMPUTE_FULL if all_full else plan.recompute.value,
+            "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,
             "zero": plan.zero, "family": plan.family, "classes": classes}

@@ -157,25 +157,25 @@ _MAX_INT = 10**9  # integers beyond are typos whatever their range (cost/ranges.
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
 _CLUSTER_FILE_KEYS = ("cluster", "gpu_types")
 _JOB_FILE_KEYS = ("job", "search")
-_MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
+MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
                "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
                "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
                "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled")
 # ModelSpec fields whose YAML key differs from the field's name
 _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
-_CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
+CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
-_JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
+JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions")
-_SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
+SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions")
 _LINK_KINDS = ("nvlink", "pcie")
-_RECOMPUTE_FULL = "full"
+RECOMPUTE_FULL = "full"
 
 _REQUIRED = object()
 
@@ -296,7 +296,7 @@ class _CalibrationLoader(_StrictLoader):
     max_nodes = MAX_CALIBRATION_NODES
 
 
-def _read_yaml(path: str | Path, *, calibration: bool = False) -> Any:
+def read_yaml(path: str | Path, *, calibration: bool = False) -> Any:
     """The data in the YAML file `path`, within the documented limits (module docstring);
     `calibration`: a calibration file, whose limits are larger."""
     name = str(path)
@@ -333,7 +333,7 @@ def _where(e: yaml.YAMLError) -> str:
 
 # --- typed access to one mapping -----------------------------------------------------------
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
     if value is None:
         return "nothing (null)"
     if isinstance(value, bool):
@@ -351,7 +351,7 @@ def _describe(value: Any) -> str:
 
 def _shown_value(value: Any) -> str:
     """A value for "unknown value ..." messages: a string quoted, anything else described."""
-    return _shown(value) if isinstance(value, str) else _describe(value)
+    return _shown(value) if isinstance(value, str) else describe(value)
 
 
 def _key_text(key: Any) -> str:
@@ -375,7 +375,7 @@ def _looks_numeric(value: str) -> bool:
 _YAML_EXPONENT_FLOAT = re.compile(r"[-+]?([0-9][0-9_]*)?\.[0-9_]*[eE][-+][0-9]+")
 
 
-class _Section:
+class Section:
     """One YAML mapping being read; knows its file and dotted prefix so errors can name both.
 
     `allowed`: the keys it may hold, or None for any (printable) key. Also reads calibration
@@ -386,7 +386,7 @@ class _Section:
         self.path, self.prefix = path, prefix
         if not isinstance(raw, dict):
             raise InstanceError(path, prefix or "<top level>",
-                                f"expected a mapping, got {_describe(raw)}",
+                                f"expected a mapping, got {describe(raw)}",
                                 "write indented 'key: value' lines there")
         for key in raw:
             if not isinstance(key, str) or not key or not key.isprintable():
@@ -421,8 +421,8 @@ class _Section:
             return default
         return self.raw[key]
 
-    def section(self, key: str, allowed: tuple[str, ...] | None) -> _Section:
-        return _Section(self._get(key, _REQUIRED, "mapping"), self.path, self.field(key), allowed)
+    def section(self, key: str, allowed: tuple[str, ...] | None) -> Section:
+        return Section(self._get(key, _REQUIRED, "mapping"), self.path, self.field(key), allowed)
 
     def integer(self, key: str, default: Any = _REQUIRED) -> int:
         """The integer under `key`, within its physical range (cost/ranges.py)."""
@@ -434,14 +434,14 @@ class _Section:
         value = self._get(key, default, "number")
         if value is default:
             return value
-        return _check_number(value, self.path, self.field(key), key)
+        return check_number(value, self.path, self.field(key), key)
 
     def string(self, key: str, default: Any = _REQUIRED) -> str:
         value = self._get(key, default, "string")
         if value is default:
             return value
         if not isinstance(value, str) or not value.strip() or not value.isprintable():
-            raise self.error(key, f"expected a non-empty string, got {_describe(value)}",
+            raise self.error(key, f"expected a non-empty string, got {describe(value)}",
                              "write a name on one line, without control characters (quote it"
                              " if YAML reads it as a number)")
         return value
@@ -449,7 +449,7 @@ class _Section:
     def boolean(self, key: str, default: bool) -> bool:
         value = self._get(key, default, "true|false")
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {_describe(value)}",
+            raise self.error(key, f"expected true or false, got {describe(value)}",
                              "write true or false")
         return value
 
@@ -464,7 +464,7 @@ class _Section:
         """A non-empty list under `key`, each item passed through check(value, field)."""
         value = self.raw[key]
         if not isinstance(value, list) or not value:
-            raise self.error(key, f"expected a non-empty list of {what}, got {_describe(value)}",
+            raise self.error(key, f"expected a non-empty list of {what}, got {describe(value)}",
                              "write a list like [1, 2, 4]")
         if len(value) > 4096:
             raise self.error(key, f"has {len(value)} entries", "list at most 4096 values")
@@ -476,7 +476,7 @@ class _Section:
             return None
         value = self.raw[key]
         if not isinstance(value, list):
-            raise self.error(key, f"expected a list of integers, got {_describe(value)}",
+            raise self.error(key, f"expected a list of integers, got {describe(value)}",
                              f"write a list like [{', '.join(['1'] * min(length, 4))}]")
         if len(value) != length:
             raise self.error(key, f"has {len(value)} entries but pp = {length}",
@@ -520,7 +520,7 @@ def _check_int(value: Any, path: str, field: str, quantity: str) -> int:
             fix = f"write {int(value)} without the decimal point"
         else:
             fix = _number_fix(value, integer=True)
-        raise InstanceError(path, field, f"expected an integer, got {_describe(value)}", fix)
+        raise InstanceError(path, field, f"expected an integer, got {describe(value)}", fix)
     if value > _MAX_INT:  # a typo guard, before the range: the value may be hundreds of digits
         raise InstanceError(path, field, f"{_shown(value)} is absurdly large (more than"
                             f" {hi:,}; {range_text(quantity)})",
@@ -531,10 +531,10 @@ def _check_int(value: Any, path: str, field: str, quantity: str) -> int:
     return value
 
 
-def _check_number(value: Any, path: str, field: str, quantity: str) -> float:
+def check_number(value: Any, path: str, field: str, quantity: str) -> float:
     """`value` as a finite number of `quantity`, within its range (cost/ranges.py)."""
     if not _is_number(value):
-        raise InstanceError(path, field, f"expected a number, got {_describe(value)}",
+        raise InstanceError(path, field, f"expected a number, got {describe(value)}",
                             _number_fix(value))
     if not math.isfinite(value):
         raise InstanceError(path, field, f"{value} is not a finite number", "give a finite value")
@@ -553,12 +553,12 @@ def _suggest(key: str, allowed: tuple[str, ...]) -> str:
     return "remove it; allowed keys are " + ", ".join(allowed)
 
 
-def _values(enum: type[Enum]) -> tuple[str, ...]:
+def enum_values(enum: type[Enum]) -> tuple[str, ...]:
     return tuple(member.value for member in enum)
 
 
 @contextmanager
-def _config_errors_as(path: str, field: str, fix: str) -> Iterator[None]:
+def config_errors_as(path: str, field: str, fix: str) -> Iterator[None]:
     """Re-raise the records' own ConfigError as a file-level InstanceError."""
     try:
         yield
@@ -570,7 +570,7 @@ def _config_errors_as(path: str, field: str, fix: str) -> Iterator[None]:
 
 def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> GpuSpec:
     """One GPU type from its YAML mapping (catalogue entry or user `gpu_types` entry)."""
-    sec = _Section(mapping, str(path), field_prefix, _GPU_KEYS)
+    sec = Section(mapping, str(path), field_prefix, _GPU_KEYS)
     optional = {}  # absent efficiency keys fall back to GpuSpec's defaults
     if sec.has("matmul_eff_max"):
         optional["matmul_eff_max"] = sec.number("matmul_eff_max")
@@ -585,7 +585,7 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max")
     if sec.has("peak_tflops_fp8"):
         optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
-    with _config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
+    with config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
         return GpuSpec(
             name=name,
             peak_flops_per_s=units.tflops_to_flops_per_s(sec.number("peak_tflops_bf16")),
@@ -596,7 +596,7 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
 
 
 def _gpu_types(raw: Any, path: str, prefix: str) -> dict[str, GpuSpec]:
-    sec = _Section(raw, path, prefix, None)
+    sec = Section(raw, path, prefix, None)
     return {name: gpu_from_mapping(name, spec, path, sec.field(name))
             for name, spec in sec.raw.items()}
 
@@ -604,7 +604,7 @@ def _gpu_types(raw: Any, path: str, prefix: str) -> dict[str, GpuSpec]:
 def load_catalogue(path: str | Path | None = None) -> dict[str, GpuSpec]:
     """GPU types by name, from `path` or the bundled cost/gpus.yaml."""
     path = CATALOGUE_PATH if path is None else path
-    return _gpu_types(_read_yaml(path), str(path), "")
+    return _gpu_types(read_yaml(path), str(path), "")
 
 
 # --- instances -----------------------------------------------------------------------------
@@ -655,27 +655,27 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
                                 or out_of_range("seq_len", seq_len) is not None):
         raise InstanceError("<arguments>", "seq_len",
-                            f"expected an integer, got {_describe(seq_len)} ({range_text('seq_len')})",
+                            f"expected an integer, got {describe(seq_len)} ({range_text('seq_len')})",
                             "give the training sequence length in tokens")
 
     name = model_spec = cluster_spec = job_spec = None
-    search_sec: _Section | None = None  # parsed once the job (and its framework) is known
+    search_sec: Section | None = None  # parsed once the job (and its framework) is known
     sources = []
     if instance is not None:
         path = str(instance)
         sources.append(path)
-        top = _Section(_no_groups(_read_yaml(path), path), path, "", _TOP_KEYS)
+        top = Section(_no_groups(read_yaml(path), path), path, "", _TOP_KEYS)
         name = top.string("name")
-        gpus = _catalogue_with_gpu_types(top)
+        gpus = catalogue_with_gpu_types(top)
         if top.has("search"):
-            search_sec = top.section("search", _SEARCH_KEYS)
-            _search(search_sec)  # check its own values now, in file order
+            search_sec = top.section("search", SEARCH_KEYS)
+            search_from_section(search_sec)  # check its own values now, in file order
         if top.has("model") or hf_config is None:
-            model_spec = _model(top.section("model", _MODEL_KEYS), name)
+            model_spec = model_from_section(top.section("model", MODEL_KEYS), name)
         if top.has("cluster") or cluster is None:
-            cluster_spec = _cluster(top.section("cluster", _CLUSTER_KEYS), gpus)
+            cluster_spec = cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus)
         if top.has("job") or job is None:
-            job_spec = _job(top.section("job", _JOB_KEYS))
+            job_spec = job_from_section(top.section("job", JOB_KEYS))
     if hf_config is not None:
         sources.append(str(hf_config))
         model_spec = model_from_hf_config(hf_config, seq_len)
@@ -684,18 +684,18 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if cluster is not None:
         path = str(cluster)
         sources.append(path)
-        top = _Section(_no_groups(_read_yaml(path), path), path, "", _CLUSTER_FILE_KEYS)
-        cluster_spec = _cluster(top.section("cluster", _CLUSTER_KEYS),
-                                _catalogue_with_gpu_types(top))
+        top = Section(_no_groups(read_yaml(path), path), path, "", _CLUSTER_FILE_KEYS)
+        cluster_spec = cluster_from_section(top.section("cluster", CLUSTER_KEYS),
+                                catalogue_with_gpu_types(top))
     if job is not None:
         path = str(job)
         sources.append(path)
-        top = _Section(_read_yaml(path), path, "", _JOB_FILE_KEYS)
-        job_spec = _job(top.section("job", _JOB_KEYS))
+        top = Section(read_yaml(path), path, "", _JOB_FILE_KEYS)
+        job_spec = job_from_section(top.section("job", JOB_KEYS))
         if top.has("search"):
-            search_sec = top.section("search", _SEARCH_KEYS)
+            search_sec = top.section("search", SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
-    search = SearchSpace() if search_sec is None else _search(search_sec, job_spec.framework)
+    search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
                                  frozenset(search_sec.raw))
@@ -707,7 +707,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                     search=search, source=" + ".join(sources))
 
 
-def _catalogue_with_gpu_types(top: _Section) -> dict[str, GpuSpec]:
+def catalogue_with_gpu_types(top: Section) -> dict[str, GpuSpec]:
     """The bundled catalogue plus the file's own `gpu_types:`, which may not shadow it."""
     gpus = load_catalogue()
     if top.has("gpu_types"):
@@ -722,7 +722,7 @@ def _catalogue_with_gpu_types(top: _Section) -> dict[str, GpuSpec]:
     return gpus
 
 
-def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
+def search_from_section(sec: Section, framework: Framework | None = None) -> SearchSpace:
     """The planner's declared space; absent keys keep SearchSpace's documented defaults. With
     `framework`, a listed value that framework can never run is refused (module docstring)."""
     kw: dict[str, Any] = {}
@@ -733,7 +733,7 @@ def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
     if sec.has("sequence_parallel"):
         kw["sequence_parallel"] = sec.list_of("sequence_parallel", _check_bool(sec), "true/false values")
     if sec.has("recompute"):
-        allowed = _values(Recompute)
+        allowed = enum_values(Recompute)
         kw["recompute"] = tuple(Recompute(v) for v in sec.list_of(
             "recompute", _check_choice(sec, allowed), " | ".join(allowed)))
     for key in ("max_micro_batch", "max_pp", "max_cp"):
@@ -749,7 +749,7 @@ def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
         allowed = ("megatron", "spatial_temporal")
         kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
                                               " | ".join(allowed))
-    with _config_errors_as(sec.path, sec.prefix, "narrow the search space to valid values"):
+    with config_errors_as(sec.path, sec.prefix, "narrow the search space to valid values"):
         space = SearchSpace(**kw)
     if framework is not None:
         refusal = framework_refusal(space, framework, frozenset(kw))
@@ -759,16 +759,16 @@ def _search(sec: _Section, framework: Framework | None = None) -> SearchSpace:
     return space
 
 
-def _check_bool(sec: _Section):
+def _check_bool(sec: Section):
     def check(value: Any, field: str) -> bool:
         if not isinstance(value, bool):
-            raise InstanceError(sec.path, field, f"expected true or false, got {_describe(value)}",
+            raise InstanceError(sec.path, field, f"expected true or false, got {describe(value)}",
                                 "write true or false")
         return value
     return check
 
 
-def _check_choice(sec: _Section, allowed: tuple[str, ...]):
+def _check_choice(sec: Section, allowed: tuple[str, ...]):
     def check(value: Any, field: str) -> str:
         if not isinstance(value, str) or value not in allowed:
             raise InstanceError(sec.path, field, f"unknown value {_shown_value(value)}",
@@ -777,7 +777,7 @@ def _check_choice(sec: _Section, allowed: tuple[str, ...]):
     return check
 
 
-def check_head_shape(sec: _Section, hidden: int, heads: int, kv_heads: int,
+def check_head_shape(sec: Section, hidden: int, heads: int, kv_heads: int,
                      head_dim: int | None = None) -> None:
     """The attention shape every model needs, in one wording for instances and calibration
     rows: heads divide the hidden size (unless the head width is given), kv_heads divide the
@@ -792,7 +792,7 @@ def check_head_shape(sec: _Section, hidden: int, heads: int, kv_heads: int,
                         " heads / kv_heads query heads")
 
 
-def _model(sec: _Section, instance_name: str) -> ModelSpec:
+def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
     heads = sec.integer("heads")
     kv_heads = sec.integer("kv_heads", heads)
     hidden = sec.integer("hidden")
@@ -813,7 +813,7 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
     if window_layers is not None and window_layers > layers:
         raise sec.error("sliding_window_layers", f"{window_layers} is more than the model's"
                         f" {layers} layers", "give at most layers")
-    with _config_errors_as(sec.path, sec.prefix, "correct the model's sizes"):
+    with config_errors_as(sec.path, sec.prefix, "correct the model's sizes"):
         return ModelSpec(
             name=sec.string("name", instance_name),
             layers=layers,
@@ -823,7 +823,7 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
             ffn=sec.integer("ffn"),
             vocab=sec.integer("vocab"),
             seq_len=seq_len,
-            mlp=Mlp(sec.choice("mlp", _values(Mlp))),
+            mlp=Mlp(sec.choice("mlp", enum_values(Mlp))),
             tied_embeddings=sec.boolean("tied_embeddings", False),
             dropout=sec.number("dropout", 0.0),
             attention_head_dim=head_dim,
@@ -841,18 +841,18 @@ def _model(sec: _Section, instance_name: str) -> ModelSpec:
         )
 
 
-def _lines(sec: _Section, key: str) -> tuple[str, ...]:
+def _lines(sec: Section, key: str) -> tuple[str, ...]:
     """An optional list of one-line strings (the model's unmodelled notes)."""
     value = sec.raw.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() and v.isprintable()
                                               for v in value):
-        raise sec.error(key, f"expected a list of one-line strings, got {_describe(value)}",
+        raise sec.error(key, f"expected a list of one-line strings, got {describe(value)}",
                         "write one line per thing the cost model does not price, or leave the"
                         " key out")
     return tuple(value)
 
 
-def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
+def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
     gpu_name = sec.string("gpu")
     if gpu_name not in gpus:
         close = difflib.get_close_matches(gpu_name, gpus, n=1) if len(gpu_name) < 100 else []
@@ -868,7 +868,7 @@ def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
     if problem is not None:
         raise sec.error("nodes", f"nodes x gpus_per_node = {nodes * gpus_per_node:,} GPUs: {problem}",
                         "check nodes and gpus_per_node")
-    with _config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
+    with config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
         return ClusterSpec(
             gpu=gpus[gpu_name],
             nodes=nodes,
@@ -885,14 +885,14 @@ def _cluster(sec: _Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
         )
 
 
-def _job(sec: _Section) -> JobSpec:
-    with _config_errors_as(sec.path, sec.prefix, "correct the job description"):
+def job_from_section(sec: Section) -> JobSpec:
+    with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
-            precision=Precision(sec.choice("precision", _values(Precision), Precision.BF16.value)),
-            optimizer=Optimizer(sec.choice("optimizer", _values(Optimizer), Optimizer.ADAM.value)),
-            attention=Attention(sec.choice("attention", _values(Attention), Attention.FLASH.value)),
-            framework=Framework(sec.choice("framework", _values(Framework), Framework.MEGATRON.value)),
+            precision=Precision(sec.choice("precision", enum_values(Precision), Precision.BF16.value)),
+            optimizer=Optimizer(sec.choice("optimizer", enum_values(Optimizer), Optimizer.ADAM.value)),
+            attention=Attention(sec.choice("attention", enum_values(Attention), Attention.FLASH.value)),
+            framework=Framework(sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)),
         )
 
 
@@ -921,11 +921,11 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     path = str(path)
     if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
         mapping = mapping["plan"]  # a plan file; its instance is read by plan_file_instance
-    sec = _Section(mapping, path, "plan", _PLAN_KEYS)
+    sec = Section(mapping, path, "plan", _PLAN_KEYS)
     tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
     micro_batch = sec.integer("micro_batch")
     virtual_stages = sec.integer("virtual_stages", 1)
-    recompute = sec.choice("recompute", (*_values(Recompute), _RECOMPUTE_FULL),
+    recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
 
     layers_per_stage = sec.int_list("layers_per_stage", pp)
@@ -942,7 +942,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
 
     full = sec.int_list("full_recompute_layers", pp)
     if full is None:
-        full = layers_per_stage if recompute == _RECOMPUTE_FULL else (0,) * pp
+        full = layers_per_stage if recompute == RECOMPUTE_FULL else (0,) * pp
 
     if sec.has("num_micro_batches"):
         num_micro_batches = sec.integer("num_micro_batches")
@@ -958,13 +958,13 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     agree = (f"make the plan agree with instance '{inst.name}': {inst.cluster.num_gpus} GPUs,"
              f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads,"
              f" {m.kv_heads} kv_heads, seq_len {m.seq_len}")
-    with _config_errors_as(path, "plan", agree):
+    with config_errors_as(path, "plan", agree):
         plan = Plan(
             tp=tp, pp=pp, dp=dp, cp=sec.integer("cp", 1),
             micro_batch=micro_batch,
             num_micro_batches=num_micro_batches,
             sequence_parallel=sec.boolean("sequence_parallel", False),
-            recompute=Recompute.NONE if recompute == _RECOMPUTE_FULL else Recompute(recompute),
+            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
             zero=sec.integer("zero", 0),
             virtual_stages=virtual_stages,
             layers_per_stage=layers_per_stage,
@@ -975,7 +975,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     return plan
 
 
-def _plan_partitions(sec: _Section) -> tuple[tuple[str, str], ...]:
+def _plan_partitions(sec: Section) -> tuple[tuple[str, str], ...]:
     """`partitions: {qkv: K, attn_core: heads, ..., stream: B2x2}` (cost/partition.py; the
     stream is optional: absent, Megatron's layout of the plan's sequence_parallel flag);
     absent: Megatron."""
@@ -992,7 +992,7 @@ def _plan_partitions(sec: _Section) -> tuple[tuple[str, str], ...]:
 
 
 def load_plan(path: str | Path, inst: Instance) -> Plan:
-    return plan_from_mapping(_read_yaml(path), inst, str(path))
+    return plan_from_mapping(read_yaml(path), inst, str(path))
 
 
 def plan_to_mapping(plan: Plan) -> dict:
@@ -1012,7 +1012,7 @@ def plan_to_mapping(plan: Plan) -> dict:
         out["partitions"] = dict(plan.partitions)
     # Only with NONE does `full` read back as the same Plan (full maps to NONE).
     if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
-        out["recompute"] = _RECOMPUTE_FULL
+        out["recompute"] = RECOMPUTE_FULL
         del out["full_recompute_layers"]
     return out
 
@@ -1094,13 +1094,13 @@ def _search_to_mapping(space: SearchSpace) -> dict:
 def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE_KEY) -> Instance:
     """An instance written inside another file (a plan file's `instance:`), checked like an
     instance file; errors name `path` and the field under `prefix`."""
-    top = _Section(_no_groups(data, path), path, prefix, _TOP_KEYS)
+    top = Section(_no_groups(data, path), path, prefix, _TOP_KEYS)
     name = top.string("name")
-    gpus = _catalogue_with_gpu_types(top)
-    model = _model(top.section("model", _MODEL_KEYS), name)
-    cluster = _cluster(top.section("cluster", _CLUSTER_KEYS), gpus)
-    job = _job(top.section("job", _JOB_KEYS))
-    search = (_search(top.section("search", _SEARCH_KEYS), job.framework) if top.has("search")
+    gpus = catalogue_with_gpu_types(top)
+    model = model_from_section(top.section("model", MODEL_KEYS), name)
+    cluster = cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus)
+    job = job_from_section(top.section("job", JOB_KEYS))
+    search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
 
@@ -1108,7 +1108,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
 def plan_file_instance(path: str | Path) -> Instance | None:
     """The instance a plan file carries under `instance:`; None when it carries none (plan
     files written before paraplan wrote it, or written by hand)."""
-    data = _read_yaml(path)
+    data = read_yaml(path)
     if not isinstance(data, dict) or PLAN_FILE_INSTANCE_KEY not in data:
         return None
     return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], str(path))
@@ -1123,15 +1123,14 @@ def plan_file_mapping(inst: Instance, plan: Plan) -> dict:
 _SEARCH_FIELDS = {"memory_reserve_gib": "memory_reserve_bytes"}
 SEARCH_LIST_KEYS = ("tp", "pp", "cp", "micro_batch", "sequence_parallel", "zero", "virtual_stages",
                     "recompute", "tensor_partitions")
-SEARCH_KEYS = _SEARCH_KEYS
 
 
 def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--search>") -> Instance:
     """`inst` with the search keys in `raw` (YAML values, e.g. {"tp": [1, 2], "zero": [1]})
     replacing its own; every key and value is checked exactly as in a `search:` section
     (framework rules included), and errors name `source`."""
-    parsed = _search(_Section(raw, source, "search", _SEARCH_KEYS), inst.job.framework)
+    parsed = search_from_section(Section(raw, source, "search", SEARCH_KEYS), inst.job.framework)
     fields = {_SEARCH_FIELDS.get(k, k): getattr(parsed, _SEARCH_FIELDS.get(k, k)) for k in raw}
-    with _config_errors_as(source, "search", "narrow the search space to valid values"):
+    with config_errors_as(source, "search", "narrow the search space to valid values"):
         space = replace(inst.search, **fields)
     return replace(inst, search=space)

@@ -94,7 +94,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cost.errors import InstanceError
-from cost.loader import _read_yaml, _Section, load_instance_parts
+from cost.loader import Section, load_instance_parts, read_yaml
 from cost.specs import Instance
 from cost.units import bytes_to_gib
 from solver.jsonout import json_safe
@@ -155,7 +155,7 @@ class _Input:
 def load_sweep(path: str | Path) -> Sweep:
     """The sweep `path` describes, every instance loaded; raises `InstanceError`."""
     source = str(path)
-    top = _Section(_read_yaml(source), source, "", _SWEEP_KEYS)
+    top = Section(read_yaml(source), source, "", _SWEEP_KEYS)
     name = top.string("name")
     backend = top.choice("backend", BACKENDS, "cpsat")
     time_limit_s = top.number("time_limit_s", 60.0)
@@ -248,7 +248,7 @@ def _input(value, field: str, role: str, base: Path, source: str) -> _Input:
 
 
 def _run(raw, field: str, base: Path, source: str):
-    sec = _Section(raw, source, field, _RUN_KEYS)
+    sec = Section(raw, source, field, _RUN_KEYS)
     parts = tuple(_input(sec.raw[role], sec.field(role), role, base, source)
                   for role in ("instance", "model", "cluster", "job") if sec.has(role))
     roles = {p.role: p for p in parts}

@@ -713,11 +713,11 @@ def test_pure_python_yaml_parser_keeps_the_limits(tmp_path):
 import yaml
 del yaml.CSafeLoader
 from cost.errors import InstanceError
-from cost.loader import _read_yaml, load_instance
+from cost.loader import read_yaml, load_instance
 assert load_instance({str(TINY)!r}).cluster.num_gpus == 8
 for name in {sorted(cases)!r}:
     try:
-        _read_yaml({str(tmp_path)!r} + "/" + name)
+        read_yaml({str(tmp_path)!r} + "/" + name)
     except InstanceError as e:
         print(e.field, "|", e.problem)
 """
