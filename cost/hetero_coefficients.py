@@ -30,11 +30,21 @@ from cost.hetero_specs import HeteroCluster, HeteroOuter
 from cost.specs import Link, Outer
 
 
-def class_outer(ho: HeteroOuter, k: int) -> Outer:
-    """The homogeneous Outer that prices class k; num_micro_batches = pp only fixes 1F1B's
-    in-flight counts (the class's real count is a decision of the inner problem)."""
+def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -> Outer:
+    """The homogeneous Outer that prices class k, each replica running `num_micro_batches`.
+
+    Before the split is solved a class's count is a decision of the inner problem, not known:
+    None then prices the class for every count m >= its stage count at once (1F1B holds
+    min(pp - s, m) = pp - s micro-batches on stage s, cost/coefficients.in_flight_micro_batches,
+    so no coefficient depends on m), and records m = pp, the smallest count the space allows.
+    Such coefficients give a pipeline time only through `replica_time_s(c, m, ...)`; a plan's
+    own coefficients (simulate, report) carry its real counts, so that
+    `schedule.iteration_time_s` on them is the class's time."""
     c = ho.classes[k]
-    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, micro_batch=ho.micro_batch, num_micro_batches=c.pp,
+    m = c.pp if num_micro_batches is None else num_micro_batches
+    if m < c.pp:
+        raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; 1F1B needs >= {c.pp}")
+    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, micro_batch=ho.micro_batch, num_micro_batches=m,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero)
 
 
@@ -93,9 +103,13 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
 
 
 def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficiency = NetEfficiency(),
-                       reserve_bytes: float = 0.0) -> list[StageCoefficients]:
-    """One StageCoefficients per class of `ho` on network `hc` (`inst`: model and job)."""
-    return [build(inst, class_outer(ho, k), net, reserve_bytes, placement=class_placement(hc, ho, k))
+                       reserve_bytes: float = 0.0,
+                       num_micro_batches: tuple[int, ...] | None = None) -> list[StageCoefficients]:
+    """One StageCoefficients per class of `ho` on network `hc` (`inst`: model and job), each
+    class running `num_micro_batches[k]` per replica (None: not yet chosen, see class_outer)."""
+    counts = (None,) * len(ho.classes) if num_micro_batches is None else num_micro_batches
+    return [build(inst, class_outer(ho, k, counts[k]), net, reserve_bytes,
+                  placement=class_placement(hc, ho, k))
             for k in range(len(ho.classes))]
 
 

@@ -508,8 +508,6 @@ def build_hetero_report(inst, result, regrets=None) -> str:
     """A mixed-cluster plan: evidence, one Gantt per replica class (its stages on their node
     groups), per-stage time and memory, and the plan on every network scenario (with its regret
     against each scenario's own optimum when `regrets` is given)."""
-    from dataclasses import replace
-
     from cost.hetero_coefficients import class_coefficients
     from cost.hetero_simulate import simulate_hetero
     from solver.hetero_commands import plan_lines
@@ -533,10 +531,10 @@ def build_hetero_report(inst, result, regrets=None) -> str:
     facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
     body.append(_table(None, facts))
     body.append(_section(1, "evidence", _evidence_section(result, None)))
-    coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes)
+    coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
+                                num_micro_batches=tuple(k.num_micro_batches for k in p.classes))
     figs = []
     for i, (c, k) in enumerate(zip(coeffs, p.classes)):
-        c = replace(c, outer=replace(c.outer, num_micro_batches=k.num_micro_batches))
         n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)
         events = timeline.one_f_one_b_events(c, n, r)
         names = [inst.cluster.groups[g].name for g in k.stage_groups]

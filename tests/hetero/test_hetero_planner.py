@@ -143,3 +143,23 @@ def test_split_existence_matches_the_listing(x, pp):
             assert has_micro_batch_split(shapes, total, uniform) == bool(listed.size), (total, uniform)
             assert count_micro_batch_splits(shapes, total, uniform) == len(listed)
             assert all(sum(a * b for a, b in zip(x, row)) == total and min(row) >= pp for row in listed)
+
+
+def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
+    """simulate's class coefficients are built with the plan's own micro-batch counts, so the
+    homogeneous schedule.iteration_time_s on them is the class's time: 1F1B over its stages,
+    m * max_s t_s + sum_s t_s - max_s t_s (Narayanan et al. SC'21), plus its slowest sync."""
+    from cost import schedule
+
+    inst = load_hetero_instance(ROOT / "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    p = plan_hetero(inst).plan
+    counts = tuple(k.num_micro_batches for k in p.classes)
+    assert any(m > len(k.stage_groups) for m, k in zip(counts, p.classes))  # not the stage count
+    coeffs = class_coefficients(inst, inst.cluster, p.outer, num_micro_batches=counts)
+    for c, k in zip(coeffs, p.classes):
+        n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)
+        t = schedule.stage_times_s(c, n, r)
+        by_hand = k.num_micro_batches * t.max() + t.sum() - t.max() + schedule.sync_times_s(c, n).max()
+        assert float(schedule.iteration_time_s(c, n, r)) == pytest.approx(by_hand, rel=1e-12)
+    with pytest.raises(ValueError, match="1F1B needs"):
+        class_coefficients(inst, inst.cluster, p.outer, num_micro_batches=(1,) * len(p.classes))
