@@ -137,7 +137,7 @@ from cost.errors import ConfigError, InstanceError
 from cost.framework_rules import framework_refusal
 from cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from cost.ranges import RANGES, out_of_range, range_fix, range_text
-from cost.space_rules import search_refusal
+from cost.space_rules import hetero_search_refusal, search_refusal
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         ModelSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
 
@@ -1133,4 +1133,10 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     fields = {_SEARCH_FIELDS.get(k, k): getattr(parsed, _SEARCH_FIELDS.get(k, k)) for k in raw}
     with config_errors_as(source, "search", "narrow the search space to valid values"):
         space = replace(inst.search, **fields)
+    given = frozenset(raw)
+    groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/hetero_specs.py)
+    refusal = (search_refusal(space, inst.model, inst.cluster, inst.job, given) if groups is None
+               else hetero_search_refusal(space, inst.model, [g.cluster for g in groups], given))
+    if refusal is not None:
+        raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     return replace(inst, search=space)

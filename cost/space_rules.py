@@ -144,17 +144,37 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
 
 def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
                           given: frozenset[str]) -> Refusal | None:
-    """The first listed `search:` value a mixed cluster's plans can never use."""
+    """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
+
+    Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
+    refused, never dropped: a listed ZeRO stage above 1 (even beside 0 or 1), cp or max_cp
+    above 1, interleaving, uniform_split, tp_across_nodes and per-operator partitions."""
     if "cp" in given and space.cp is not None and max(space.cp) > 1:
         return Refusal("cp", f"cp={max(space.cp)}: plans on mixed clusters have no context"
                        " parallelism", "use cp: [1], or plan one group alone")
+    if "max_cp" in given and space.max_cp is not None and space.max_cp > 1:
+        return Refusal("max_cp", f"max_cp={space.max_cp}: plans on mixed clusters have no"
+                       " context parallelism", "remove max_cp, or plan one group alone")
     if "virtual_stages" in given and space.virtual_stages is not None \
             and max(space.virtual_stages) > 1:
         return Refusal("virtual_stages", f"virtual_stages={max(space.virtual_stages)}: plans"
                        " on mixed clusters have no interleaving", "use virtual_stages: [1]")
-    if "zero" in given and not set(space.zero) & {0, 1}:
-        return Refusal("zero", f"ZeRO-{min(space.zero)}: plans on mixed clusters use ZeRO 0"
-                       " or 1", "list 0 or 1")
+    if "zero" in given and max(space.zero) > 1:
+        kept = sorted(z for z in space.zero if z <= 1)
+        return Refusal("zero", f"ZeRO-{max(space.zero)}: plans on mixed clusters use ZeRO 0"
+                       " or 1", f"use zero: {kept}" if kept else "list 0 or 1")
+    if "uniform_split" in given and space.uniform_split:
+        return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
+                       " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
+                       " reports the uniform-split baseline)")
+    if "tp_across_nodes" in given and space.tp_across_nodes:
+        return Refusal("tp_across_nodes", "plans on mixed clusters keep tensor parallelism"
+                       " inside a node", "remove tp_across_nodes, or plan one group alone")
+    if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
+        return Refusal("tensor_partitions", "per-operator partitions are not planned on"
+                       " heterogeneous clusters", "remove spatial_temporal (heterogeneous plans"
+                       " use Megatron 1-D tensor parallelism); plan one group alone to use"
+                       " partitions")
     if "tp" in given and space.tp is not None:
         for t in space.tp:
             problems = [tp_problem(t, model, c.gpus_per_node, c.gpus_per_node, False)

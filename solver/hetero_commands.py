@@ -34,12 +34,7 @@ def _load(args):
     overrides = search_overrides(getattr(args, "search", None))
     if overrides:  # checked like the file's own `search:`
         inst = override_search(inst, overrides, SEARCH_SOURCE)
-    if "spatial_temporal" in inst.search.tensor_partitions:
-        raise InstanceError(inst.source, "search.tensor_partitions",
-                            "per-operator partitions are not planned on heterogeneous clusters",
-                            "remove spatial_temporal (heterogeneous plans use Megatron 1-D tensor"
-                            " parallelism); plan one group alone to use partitions")
-    return inst
+    return inst  # search keys a mixed cluster cannot honour were refused while loading
 
 
 def objective_of(args) -> str:
@@ -265,9 +260,9 @@ def cmd_exhaustive(args) -> int:
         return 0
     print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
     if res.plan is None:
-        print("the declared heterogeneous space is empty: no group subset, tp and pipeline shape"
-              " satisfies the search constraints" if res.outer_configs == 0 else
-              "no plan fits memory")
+        from solver.hetero_space import empty_space_reason
+        print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
+              if res.outer_configs == 0 else "no plan fits memory")
     else:
         print(f"best        {seconds(res.objective_s)} ({objective})")
         print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))

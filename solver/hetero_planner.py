@@ -34,7 +34,8 @@ from cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
 from formulations.multiclass import MultiClassProblem
 from solver import bounds
-from solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
+from solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
+                                 summarize)
 from solver.progress import search_status
 from solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
 
@@ -337,7 +338,8 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             res.bound_s = min(open_bounds) if open_bounds else None
         else:
             res.status = INFEASIBLE
-            res.reason = ("the declared heterogeneous space is empty" if not outers else
+            res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(inst)
+                          if not outers else
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res

@@ -123,6 +123,40 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     return out
 
 
+def empty_space_reason(inst: HeteroInstance) -> str:
+    """Why `hetero_outers(inst)` is empty: the first rule, in enumeration order, that leaves no
+    configuration (an empty space is never reported without its cause)."""
+    s, m, gb = inst.search, inst.model, inst.job.global_batch
+    G = len(inst.cluster.groups)
+    subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
+    if not any(z in (0, 1) for z in s.zero):
+        return f"search.zero lists {list(s.zero)}; mixed-cluster plans use ZeRO 0 or 1"
+    with_tp = [(u, t) for u in subsets for t in tp_values(inst, u)]
+    if not with_tp:
+        listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
+        return (f"{listed} divides the {m.heads} heads and the GPUs per node of a group"
+                " (tensor parallelism stays inside a node)")
+    shapes = [(t, sh) for u, t in with_tp for fam in FAMILIES for sh in class_shapes(inst, t, u, fam)]
+    if not shapes:
+        max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP
+        return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x"
+                f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
+                f" and the model's {m.layers} layers")
+    max_mb = s.max_micro_batch if s.max_micro_batch is not None else HETERO_MAX_MICRO_BATCH
+    mbs = s.micro_batch if s.micro_batch is not None else [d for d in _divisors(gb) if d <= max_mb]
+    if not any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, sh in shapes for mb in mbs):
+        return (f"no micro-batch size in {list(mbs)} gives every replica at least as many"
+                f" micro-batches as it has stages (global batch {gb} = micro_batch x sum of"
+                " replicas x micro-batches)")
+    if True not in s.sequence_parallel and False not in s.sequence_parallel:
+        return "search.sequence_parallel lists no value"
+    if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % t == 0 for t, _ in shapes):
+        return "search.sequence_parallel: [true] needs tp > 1 dividing seq_len, and no admissible tp is"
+    if 0 not in s.zero and all(sum(c.replicas for c in sh) == 1 for _, sh in shapes):
+        return "search.zero: [1] shards over replicas, and every pipeline shape has one replica"
+    return "no combination of the declared values is a valid plan"
+
+
 def has_micro_batch_split(shapes, total: int, uniform: bool = False) -> bool:
     """Whether micro_batch_vectors(shapes, total, uniform) is non-empty, without listing it."""
     x = tuple(c.replicas for c in shapes)

@@ -453,3 +453,39 @@ def test_bad_plan_names_the_field(change, field, words):
     err = error(hetero_plan_from_mapping, data, inst, "p.yaml")
     assert err.field == field, str(err)
     assert words in str(err)
+
+
+# A search key the mixed-cluster space cannot honour is refused, naming it, in the file and on
+# the command line (--search, override_search); never dropped while "optimal" is printed.
+UNHONOURED_SEARCH = [
+    ("cp", [1, 2], "no context parallelism"),
+    ("max_cp", 4, "no context parallelism"),
+    ("virtual_stages", [1, 2], "no interleaving"),
+    ("zero", [1, 3], "use ZeRO 0 or 1"),  # 3 beside 1 was dropped silently before
+    ("zero", [3], "use ZeRO 0 or 1"),
+    ("uniform_split", True, "even layer splits"),
+    ("tp_across_nodes", True, "inside a node"),
+    ("tensor_partitions", ["megatron", "spatial_temporal"], "per-operator partitions"),
+]
+
+
+@pytest.mark.parametrize("key, value, words", UNHONOURED_SEARCH)
+def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words):
+    from cost.loader import override_search
+
+    data = bad_base()
+    data["search"] = {key: value}
+    err = error(hetero_instance_from_mapping, data, "bad.yaml")
+    assert err.field == f"search.{key}" and words in str(err), str(err)
+    inst = hetero_instance_from_mapping(bad_base(), "bad.yaml")
+    err = error(override_search, inst, {key: value}, "<--search>")
+    assert err.path == "<--search>" and err.field == f"search.{key}" and words in str(err), str(err)
+
+
+def test_search_keys_a_mixed_cluster_honours_are_kept():
+    from cost.loader import override_search
+
+    inst = hetero_instance_from_mapping(bad_base(), "bad.yaml")
+    for key, value in [("zero", [0, 1]), ("cp", [1]), ("virtual_stages", [1]), ("uniform_split", False),
+                       ("tensor_partitions", ["megatron"])]:
+        override_search(inst, {key: value})

@@ -163,3 +163,20 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
         assert float(schedule.iteration_time_s(c, n, r)) == pytest.approx(by_hand, rel=1e-12)
     with pytest.raises(ValueError, match="1F1B needs"):
         class_coefficients(inst, inst.cluster, p.outer, num_micro_batches=(1,) * len(p.classes))
+
+
+@pytest.mark.parametrize("search, words", [
+    ({"zero": (2, 3)}, "search.zero lists [2, 3]; mixed-cluster plans use ZeRO 0 or 1"),
+    # tiny-2types: 16 heads, 8 GPUs per node in both groups
+    ({"tp": (16,)}, "no value of search.tp [16] divides the 16 heads and the GPUs per node"),
+    # 8 A100 + 8 H100, tp 4 or 8: a group holds 8 / (dp x tp) in {1, 2} stages of a class, so
+    # a pipeline has 1, 2 or 4 stages (one group or both), never 7
+    ({"pp": (7,)}, "no pipeline shape fits"),
+])
+def test_an_empty_mixed_cluster_space_says_why(search, words):
+    """The API path (no loader refusal): the planner's reason names the rule that empties it."""
+    inst = load_hetero_instance(TINY2)
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **search))
+    res = plan_hetero(inst)
+    assert res.status == "infeasible" and res.outer_configs == 0
+    assert res.reason.startswith("the declared heterogeneous space is empty: ") and words in res.reason, res.reason

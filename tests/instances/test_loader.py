@@ -306,3 +306,16 @@ def test_plan_error_names_the_file(tmp_path):
     with pytest.raises(InstanceError) as info:
         load_plan(path, load_instance(TINY))
     assert info.value.path == str(path) and info.value.field == "plan.micro_batch"
+
+
+def test_search_override_is_checked_like_the_files_search():
+    """--search tp=3 on 8 GPUs was planned as an empty space ("no plan fits"); it is refused
+    naming the value, as `search: {tp: [3]}` in the file is."""
+    from cost.errors import InstanceError
+    from cost.loader import override_search
+
+    inst = load_instance(TINY)
+    with pytest.raises(InstanceError) as e:
+        override_search(inst, {"tp": [3]}, "<--search>")
+    assert e.value.field == "search.tp" and "tp=3" in str(e.value)
+    assert override_search(inst, {"tp": [1, 2]}).search.tp == (1, 2)
