@@ -122,11 +122,14 @@ class _PulpModel:
     def int_var(self, lb: int, ub: int, name: str):
         return self.prob.add_variable(name, lb, ub, cat=self.pulp.LpInteger)
 
-    def real_var(self, name: str):
-        return self.prob.add_variable(name)
+    def real_var(self, name: str, lb: float | None = None):
+        return self.prob.add_variable(name, lb)
 
     def add(self, constraint, name: str) -> None:
         self.prob += constraint, name
+
+    def value(self, x) -> float | None:
+        return x.value()
 
     def minimise(self, objective) -> None:
         self.prob.setObjective(objective)
@@ -147,11 +150,15 @@ class _LinearSolverModel:
     def int_var(self, lb: int, ub: int, name: str):
         return self.solver.IntVar(lb, ub, name)
 
-    def real_var(self, name: str):
-        return self.solver.NumVar(-self.solver.infinity(), self.solver.infinity(), name)
+    def real_var(self, name: str, lb: float | None = None):
+        inf = self.solver.infinity()
+        return self.solver.NumVar(-inf if lb is None else lb, inf, name)
 
     def add(self, constraint, name: str) -> None:
         self.solver.Add(constraint, name)
+
+    def value(self, x) -> float:
+        return x.solution_value()
 
     def minimise(self, objective) -> None:
         self.solver.Minimize(objective)
@@ -185,12 +192,36 @@ def _formulate(api, c: StageCoefficients, allow_full_recompute: bool):
     return k, r
 
 
+def new_model(backend: str):
+    """An empty model with the modelling calls the formulations use (int_var, real_var, add,
+    minimise, value), for `backend`: "cbc" (PuLP), "scip" or "highs" (pywraplp)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return _PulpModel() if backend == "cbc" else _LinearSolverModel(backend)
+
+
+def run_model(api, backend: str, time_limit_s: float, threads: int = 1, what: str = "the model"):
+    """Solve a model built on new_model(backend). Returns (status, backend objective, backend
+    bound, error of the bound as read), seconds; objective and bound are None where the backend
+    gave none, the bound math.inf when infeasible. `what` names the model in errors."""
+    if backend == "cbc":
+        return _run_cbc(api, time_limit_s, threads)
+    return _run_linear_solver(api, backend, time_limit_s, threads, what)
+
+
 def _solve_cbc(c: StageCoefficients, allow_full_recompute: bool, time_limit_s: float, threads: int):
     """Returns (status, k values, r values, backend objective, backend bound, error of the
     bound as read), seconds; the values are None where the backend gave none."""
     api = _PulpModel()
-    pulp = api.pulp
     k, r = _formulate(api, c, allow_full_recompute)
+    status, objective, bound, read_error = _run_cbc(api, time_limit_s, threads)
+    if status not in ("optimal", "feasible"):
+        return status, None, None, None, bound, read_error
+    return status, [x.value() for x in k], [x.value() for x in r], objective, bound, read_error
+
+
+def _run_cbc(api: _PulpModel, time_limit_s: float, threads: int):
+    pulp = api.pulp
     tmp = tempfile.mkdtemp(prefix="paraplan-cbc-")
     try:
         log_path = os.path.join(tmp, "cbc.log")
@@ -220,19 +251,18 @@ def _solve_cbc(c: StageCoefficients, allow_full_recompute: bool, time_limit_s: f
         return float(found.group(1)) + api.prob.objective.constant if found else None
 
     status, solution = api.prob.status, api.prob.sol_status
-    k_val, r_val = [x.value() for x in k], [x.value() for x in r]
     if "Result - Optimal solution found" in log and solution == pulp.LpSolutionOptimal:
         objective = logged("Objective value")
         if objective is None:
             raise SolverError(f"backend 'cbc': no objective in the log of an optimal run: {log[-300:]!r}")
-        return "optimal", k_val, r_val, objective, objective, CBC_OBJECTIVE_PRINT_ERROR_S
+        return "optimal", objective, objective, CBC_OBJECTIVE_PRINT_ERROR_S
     bound = logged("Lower bound")
     if solution == pulp.LpSolutionIntegerFeasible:
-        return "feasible", k_val, r_val, logged("Objective value"), bound, CBC_BOUND_PRINT_ERROR_S
+        return "feasible", logged("Objective value"), bound, CBC_BOUND_PRINT_ERROR_S
     if status == pulp.LpStatusInfeasible:
-        return "infeasible", None, None, None, math.inf, 0.0
+        return "infeasible", None, math.inf, 0.0
     if status == pulp.LpStatusNotSolved and "No feasible solution found" in log:
-        return "timeout", None, None, None, bound, CBC_BOUND_PRINT_ERROR_S
+        return "timeout", None, bound, CBC_BOUND_PRINT_ERROR_S
     raise SolverError(f"backend 'cbc': unexpected outcome status={pulp.LpStatus[status]}, "
                       f"solution={pulp.LpSolution[solution]}; log tail: {log[-300:]!r}")
 
@@ -242,6 +272,16 @@ def _solve_linear_solver(c: StageCoefficients, allow_full_recompute: bool, time_
     """The same as _solve_cbc, through pywraplp (SCIP or HiGHS)."""
     api = _LinearSolverModel(backend)
     k, r = _formulate(api, c, allow_full_recompute)
+    status, objective, bound, read_error = _run_linear_solver(
+        api, backend, time_limit_s, threads, f"the layer split (pp={c.pp}, L={c.layers})")
+    if status not in ("optimal", "feasible"):
+        return status, None, None, None, bound, read_error
+    return (status, [x.solution_value() for x in k], [x.solution_value() for x in r], objective,
+            bound, read_error)
+
+
+def _run_linear_solver(api: _LinearSolverModel, backend: str, time_limit_s: float, threads: int,
+                       what: str):
     solver, pywraplp = api.solver, api.pywraplp
     solver.SetTimeLimit(max(1, math.ceil(time_limit_s * 1000)))
     if not solver.SetNumThreads(threads):
@@ -263,15 +303,14 @@ def _solve_linear_solver(c: StageCoefficients, allow_full_recompute: bool, time_
         if code == pywraplp.Solver.FEASIBLE and backend == "highs":
             bound = math.nan  # the wrapper reports the objective as the bound
         status = "optimal" if code == pywraplp.Solver.OPTIMAL else "feasible"
-        return (status, [x.solution_value() for x in k], [x.solution_value() for x in r], objective,
-                bound if math.isfinite(bound) else None, 0.0)
+        return status, objective, bound if math.isfinite(bound) else None, 0.0
     if code == pywraplp.Solver.INFEASIBLE:
-        return "infeasible", None, None, None, math.inf, 0.0
+        return "infeasible", None, math.inf, 0.0
     if code in (pywraplp.Solver.NOT_SOLVED, MPSOLVER_UNKNOWN_STATUS) and ran_to_limit:
-        return "timeout", None, None, None, None, 0.0
+        return "timeout", None, None, 0.0
     raise SolverError(f"backend {backend!r} returned MPSolver status {code} after {solver.WallTime()} ms "
                       f"of a {time_limit_s} s limit (not optimal, feasible, infeasible or timed out) "
-                      f"for the layer split (pp={c.pp}, L={c.layers})")
+                      f"for {what}")
 
 
 def solve_split_milp(c: StageCoefficients, allow_full_recompute: bool = True,

@@ -233,10 +233,10 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):
     if backend == "cpsat":
         from formulations.multiclass import solve_multiclass_cpsat
         return solve_multiclass_cpsat(p, time_limit_s=time_limit_s, hint=hint)
-    if backend in ("milp", "scip", "highs"):
+    if backend in ("milp", "scip", "highs"):  # milp: CBC, as on a homogeneous cluster
         from formulations.multiclass_milp import solve_multiclass_milp
         return solve_multiclass_milp(p, time_limit_s=time_limit_s,
-                                     backend="scip" if backend == "milp" else backend)
+                                     backend="cbc" if backend == "milp" else backend)
     raise ValueError(f"unknown backend {backend!r}: use cpsat or milp")
 
 

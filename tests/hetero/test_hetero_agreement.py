@@ -54,3 +54,34 @@ def test_random_instances_exercise_the_space():
         seen["recompute"] += any(any(c.full_recompute_layers) for c in ex.plan.classes)
         seen["two_groups"] += len({g for c in ex.plan.classes for g in c.stage_groups}) == 2
     assert all(v > 0 for v in seen.values()), seen
+
+
+def test_one_solver_per_backend_name():
+    """`--backend milp` is CBC on every kind of instance (it was SCIP on mixed clusters), and
+    the multi-class MILP gives the same optimum on CBC, SCIP and HiGHS (CP-SAT as reference)."""
+    import inspect
+
+    from formulations.milp import solve_split_milp
+    from formulations.multiclass_milp import solve_multiclass_milp
+    from solver.hetero_planner import _solve_inner, problem_for
+    from solver.hetero_space import hetero_outers
+    from solver.planner import _inner_solver
+
+    assert _inner_solver("milp") is solve_split_milp
+    assert inspect.signature(solve_split_milp).parameters["backend"].default == "cbc"
+    compared = 0
+    for seed in range(1, 8):
+        inst = random_hetero_instance(seed)
+        for o in hetero_outers(inst)[:6]:
+            p = problem_for(inst, o, "nominal")
+            ref = _solve_inner(p, "cpsat", 30, None)
+            if ref.status != "optimal":
+                continue
+            assert _solve_inner(p, "milp", 30, None).backend == "cbc"
+            for backend in ("cbc", "scip", "highs"):
+                res = solve_multiclass_milp(p, 30, backend)
+                assert res.status == "optimal", (seed, backend, res.status)
+                assert _close(res.objective_s, ref.objective_s, res.tolerance_s + ref.tolerance_s), (
+                    seed, backend, res.objective_s, ref.objective_s)
+            compared += 1
+    assert compared >= 10
