@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cost.errors import ConfigError
+from cost.framework_rules import FRAMEWORK_RULES
 from cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
 
 
@@ -225,5 +226,14 @@ class HeteroPlan(_Modes):
             raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
         if self.sequence_parallel and (self.tp == 1 or m.seq_len % self.tp):
             raise ConfigError("sequence_parallel needs tp > 1 dividing seq_len")
-        if self.zero not in (0, 1):
-            raise ConfigError("heterogeneous plans use zero 0 or 1")
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        if self.zero and self.outer.replicas == 1:
+            raise ConfigError(f"ZeRO-{self.zero} shards over replicas, and the plan has one")
+        rules = FRAMEWORK_RULES[inst.job.framework]
+        for c in self.classes:
+            if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=1, dp=self.outer.replicas,
+                                sp=self.sequence_parallel, zero=self.zero, v=1):
+                raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{self.zero} with"
+                                  f" tp={self.tp}, sequence_parallel={self.sequence_parallel} and"
+                                  f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")

@@ -12,8 +12,8 @@ space, never refused; a space that is empty only through a combination of indivi
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
 Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no context parallelism, no
-interleaving and ZeRO 0 or 1 only: listing cp > 1, virtual_stages > 1 or ZeRO 2/3 there is
-refused instead of dropped.
+interleaving, no uniform_split and no tp across nodes yet: listing them there is refused
+instead of dropped.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
-    refused, never dropped: a listed ZeRO stage above 1 (even beside 0 or 1), cp or max_cp
-    above 1, interleaving, uniform_split, tp_across_nodes and per-operator partitions."""
+    refused, never dropped: cp or max_cp above 1, interleaving, uniform_split, tp_across_nodes
+    and per-operator partitions."""
     if "cp" in given and space.cp is not None and max(space.cp) > 1:
         return Refusal("cp", f"cp={max(space.cp)}: plans on mixed clusters have no context"
                        " parallelism", "use cp: [1], or plan one group alone")
@@ -159,10 +159,6 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
             and max(space.virtual_stages) > 1:
         return Refusal("virtual_stages", f"virtual_stages={max(space.virtual_stages)}: plans"
                        " on mixed clusters have no interleaving", "use virtual_stages: [1]")
-    if "zero" in given and max(space.zero) > 1:
-        kept = sorted(z for z in space.zero if z <= 1)
-        return Refusal("zero", f"ZeRO-{max(space.zero)}: plans on mixed clusters use ZeRO 0"
-                       " or 1", f"use zero: {kept}" if kept else "list 0 or 1")
     if "uniform_split" in given and space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"

@@ -16,9 +16,14 @@ Two families of class shapes, over every non-empty subset U of the node groups:
 Rules shared with the homogeneous space (solver/space.py): tp a power of two dividing the heads
 (or a multiple of the KV heads) and the GPUs per node of every used group (tensor parallelism
 stays in a node); pp_g <= layers and within search.pp / max_pp; sequence parallel only with
-tp > 1; selective recompute only with standard attention. Specific to heterogeneous plans:
-ZeRO 0 or 1 only (search.zero is intersected with {0, 1}), no context parallelism, no
-interleaving, and every replica runs at least as many micro-batches as it has stages (1F1B
+tp > 1; selective recompute only with standard attention; ZeRO 0-3 where the job's framework
+runs it (cost/framework_rules.py, checked for every class: its tp, its stage count, its
+replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so a mixed
+cluster gets them on single-stage classes only). ZeRO shards over every replica of the plan,
+as the gradient ring spans them. Specific to heterogeneous plans, until the two spaces are
+one (issue 12; the loader refuses these keys instead of dropping them): no context
+parallelism, no interleaving, no uniform_split, tensor parallelism inside a node and one tp for
+every group; and every replica runs at least as many micro-batches as it has stages (1F1B
 steady state; memory then does not depend on the batch split). The micro-batch counts satisfy
 micro_batch * sum_k replicas_k * m_k = global_batch.
 
@@ -35,6 +40,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from cost.framework_rules import FRAMEWORK_RULES
 from cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
 from cost.specs import Attention
 from solver.space import _divisors, _powers_of_two, count_splits
@@ -97,7 +103,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
         subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
     flash = inst.job.attention is Attention.FLASH
     modes = list(s.recompute[:1] if flash else s.recompute)
-    zeros = [z for z in s.zero if z in (0, 1)]
+    rules = FRAMEWORK_RULES[inst.job.framework]
     out: list[HeteroOuter] = []
     for family in families:
         for used in subsets:
@@ -113,8 +119,11 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                         for sp in s.sequence_parallel:
                             if sp and (tp == 1 or m.seq_len % tp):
                                 continue
-                            for zero in zeros:
+                            for zero in s.zero:
                                 if zero and replicas == 1:
+                                    continue
+                                if not all(rules.admits(tp=tp, pp=c.pp, cp=1, dp=replicas, sp=sp,
+                                                        zero=zero, v=1) for c in shapes):
                                     continue
                                 for rc in modes:
                                     out.append(HeteroOuter(tp=tp, micro_batch=mb, sequence_parallel=sp,
@@ -129,8 +138,6 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     s, m, gb = inst.search, inst.model, inst.job.global_batch
     G = len(inst.cluster.groups)
     subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
-    if not any(z in (0, 1) for z in s.zero):
-        return f"search.zero lists {list(s.zero)}; mixed-cluster plans use ZeRO 0 or 1"
     with_tp = [(u, t) for u in subsets for t in tp_values(inst, u)]
     if not with_tp:
         listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
@@ -153,7 +160,14 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % t == 0 for t, _ in shapes):
         return "search.sequence_parallel: [true] needs tp > 1 dividing seq_len, and no admissible tp is"
     if 0 not in s.zero and all(sum(c.replicas for c in sh) == 1 for _, sh in shapes):
-        return "search.zero: [1] shards over replicas, and every pipeline shape has one replica"
+        return (f"search.zero {list(s.zero)} shards over replicas, and every pipeline shape has"
+                " one replica")
+    rules = FRAMEWORK_RULES[inst.job.framework]
+    if not any(rules.admits(tp=t, pp=c.pp, cp=1, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
+               for t, sh in shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
+        return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
+                f" {list(s.zero)} and tp / sequence-parallel modes on these pipeline shapes"
+                " (cost/framework_rules.py)")
     return "no combination of the declared values is a valid plan"
 
 

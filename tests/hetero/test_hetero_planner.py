@@ -166,7 +166,6 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
 
 
 @pytest.mark.parametrize("search, words", [
-    ({"zero": (2, 3)}, "search.zero lists [2, 3]; mixed-cluster plans use ZeRO 0 or 1"),
     # tiny-2types: 16 heads, 8 GPUs per node in both groups
     ({"tp": (16,)}, "no value of search.tp [16] divides the 16 heads and the GPUs per node"),
     # 8 A100 + 8 H100, tp 4 or 8: a group holds 8 / (dp x tp) in {1, 2} stages of a class, so
