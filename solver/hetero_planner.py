@@ -208,21 +208,33 @@ def _plan_of(o: HeteroOuter, m, n, r) -> HeteroPlan:
 
 
 def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
-                skip_infeasible: bool = False) -> MultiClassProblem | None:
+                skip_infeasible: bool = False, placements: dict | None = None) -> MultiClassProblem | None:
     """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
     infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
-    other classes and scenarios are priced."""
+    other classes and scenarios are priced. `placements`: a dict the caller keeps across the
+    configurations of one instance; a class's placement depends only on the scenario, tp and
+    the class shapes (cost/hetero_coefficients.class_placement), so configurations differing in
+    micro-batch size, modes or ZeRO share it."""
     idx, agg, weights = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
+    placements = {} if placements is None else placements
+
+    def placed(i: int, k: int):
+        key = (i, o.tp, o.classes, k)
+        if key not in placements:
+            placements[key] = class_placement(inst.scenarios[i].cluster, o, k)
+        return placements[key]
+
+    def priced(i: int, k: int):
+        return build(inst, class_outer(o, k), reserve_bytes=reserve, placement=placed(i, k))
+
     first = []
     for k in range(len(o.classes)):
-        c = build(inst, class_outer(o, k), reserve_bytes=reserve,
-                  placement=class_placement(inst.scenarios[idx[0]].cluster, o, k))
+        c = priced(idx[0], k)
         if skip_infeasible and bounds.memory_infeasible(c):
             return None
         first.append(c)
-    coeffs = (tuple(first),) + tuple(
-        tuple(class_coefficients(inst, inst.scenarios[i].cluster, o, reserve_bytes=reserve)) for i in idx[1:])
+    coeffs = (tuple(first),) + tuple(tuple(priced(i, k) for k in range(len(o.classes))) for i in idx[1:])
     return MultiClassProblem(coeffs=coeffs, replicas=tuple(c.replicas for c in o.classes),
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
                              objective=agg, weights=weights,
@@ -261,8 +273,9 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
 
     live: list[_Candidate] = []
     warm_outer = warm_plan.outer if warm_plan is not None else None
+    placements: dict = {}  # shared by the configurations (problem_for)
     for i, o in enumerate(outers):
-        p = problem_for(inst, o, objective, skip_infeasible=True)
+        p = problem_for(inst, o, objective, skip_infeasible=True, placements=placements)
         if p is None:
             res.pruned_by_memory += 1
             continue
