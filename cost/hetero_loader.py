@@ -91,7 +91,7 @@ one given explicitly but equal to that default is rebuilt like a default link.
 
 Plan file, at top level or under a `plan:` key::
 
-    tp: 8                            # tensor parallelism, inside a node, all classes
+    tp: 8                            # tensor parallelism, all classes: inside a node or whole nodes
     micro_batch: 1
     sequence_parallel: false         # default false
     recompute: selective             # none | selective | full, default none (full as in

@@ -7,7 +7,8 @@ scenario's changes once (cost/hetero_loader.py), so nothing downstream edits lin
 
 Heterogeneous plan (the declared space is in solver/hetero_space.py):
 
-- every replica runs 1F1B over its own pipeline; tensor parallelism (`tp`) stays inside a node;
+- every replica runs 1F1B over its own pipeline; tensor parallelism (`tp`) inside a node, or
+  over whole nodes of a group (search.tp_across_nodes);
 - a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
   each of its pipeline stages (`stage_groups`), how many micro-batches each replica runs per
   iteration (`num_micro_batches`, at least its stage count), and its layer split;
@@ -215,9 +216,10 @@ class HeteroPlan(_Modes):
             if used[g] > grp.num_gpus:
                 raise ConfigError(f"the plan uses {used[g]} GPUs of group {grp.name!r}, which has"
                                   f" {grp.num_gpus}")
-            if used[g] and grp.cluster.gpus_per_node % self.tp:
-                raise ConfigError(f"tp={self.tp} must divide group {grp.name!r}'s"
-                                  f" {grp.cluster.gpus_per_node} GPUs per node")
+            gpn = grp.cluster.gpus_per_node
+            if used[g] and (gpn % self.tp if self.tp <= gpn else self.tp % gpn or grp.num_gpus % self.tp):
+                raise ConfigError(f"tp={self.tp} must divide group {grp.name!r}'s {gpn} GPUs per"
+                                  " node, or take whole nodes of it")
         seqs = sum(c.replicas * c.num_micro_batches for c in self.classes) * self.micro_batch
         if seqs != inst.job.global_batch:
             raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"

@@ -12,8 +12,7 @@ space, never refused; a space that is empty only through a combination of indivi
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
 Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no context parallelism, no
-interleaving, no uniform_split and no tp across nodes yet: listing them there is refused
-instead of dropped.
+interleaving and no uniform_split yet: listing them there is refused instead of dropped.
 """
 
 from __future__ import annotations
@@ -46,6 +45,16 @@ def tp_problem(t: int, model: ModelSpec, gpus: int, gpus_per_node: int,
         return (f"tp={t} neither divides the model's {model.kv_heads} key/value heads nor is a"
                 " multiple of them")
     return None
+
+
+def group_tp_problem(t: int, model: ModelSpec, cluster: ClusterSpec, across_nodes: bool) -> str | None:
+    """Why tensor-parallel degree `t` cannot run on one node group of a mixed cluster, or None:
+    the homogeneous rule (tp_problem) on the group's GPUs, and a tp group across nodes takes
+    whole nodes (the group's classes are laid out in blocks of tp GPUs from its first GPU)."""
+    problem = tp_problem(t, model, cluster.num_gpus, cluster.gpus_per_node, across_nodes)
+    if problem is None and t > cluster.gpus_per_node and t % cluster.gpus_per_node:
+        problem = f"tp={t} spans part of a node of {cluster.gpus_per_node} GPUs"
+    return problem
 
 
 def cp_problem(c: int, model: ModelSpec, gpus: int, max_cp: int | None) -> str | None:
@@ -147,8 +156,8 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
-    refused, never dropped: cp or max_cp above 1, interleaving, uniform_split, tp_across_nodes
-    and per-operator partitions."""
+    refused, never dropped: cp or max_cp above 1, interleaving, uniform_split and per-operator
+    partitions."""
     if "cp" in given and space.cp is not None and max(space.cp) > 1:
         return Refusal("cp", f"cp={max(space.cp)}: plans on mixed clusters have no context"
                        " parallelism", "use cp: [1], or plan one group alone")
@@ -163,9 +172,6 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
                        " reports the uniform-split baseline)")
-    if "tp_across_nodes" in given and space.tp_across_nodes:
-        return Refusal("tp_across_nodes", "plans on mixed clusters keep tensor parallelism"
-                       " inside a node", "remove tp_across_nodes, or plan one group alone")
     if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
         return Refusal("tensor_partitions", "per-operator partitions are not planned on"
                        " heterogeneous clusters", "remove spatial_temporal (heterogeneous plans"
@@ -173,11 +179,11 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
                        " partitions")
     if "tp" in given and space.tp is not None:
         for t in space.tp:
-            problems = [tp_problem(t, model, c.gpus_per_node, c.gpus_per_node, False)
-                        for c in clusters]
+            problems = [group_tp_problem(t, model, c, space.tp_across_nodes) for c in clusters]
             if all(problems):
-                return Refusal("tp", problems[0] + " (tensor parallelism stays inside a node"
-                               " of one group)", "drop it from the list")
+                fix = ("set search.tp_across_nodes: true, or drop it from the list"
+                       if "node" in problems[0] and not space.tp_across_nodes else "drop it from the list")
+                return Refusal("tp", problems[0] + " (on every group)", fix)
     if "pp" in given and space.pp is not None:
         for p in space.pp:
             if p > model.layers:

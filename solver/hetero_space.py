@@ -14,16 +14,15 @@ Two families of class shapes, over every non-empty subset U of the node groups:
   pp_g stages all on g, x_g * tp * pp_g = GPUs of g; classes take different micro-batch counts.
 
 Rules shared with the homogeneous space (solver/space.py): tp a power of two dividing the heads
-(or a multiple of the KV heads) and the GPUs per node of every used group (tensor parallelism
-stays in a node); pp_g <= layers and within search.pp / max_pp; sequence parallel only with
+(or a multiple of the KV heads) and the GPUs per node of every used group, or with
+search.tp_across_nodes its GPUs in whole nodes (cost/space_rules.group_tp_problem); pp_g <= layers and within search.pp / max_pp; sequence parallel only with
 tp > 1; selective recompute only with standard attention; ZeRO 0-3 where the job's framework
 runs it (cost/framework_rules.py, checked for every class: its tp, its stage count, its
 replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so a mixed
 cluster gets them on single-stage classes only). ZeRO shards over every replica of the plan,
 as the gradient ring spans them. Specific to heterogeneous plans, until the two spaces are
 one (issue 12; the loader refuses these keys instead of dropping them): no context
-parallelism, no interleaving, no uniform_split, tensor parallelism inside a node and one tp for
-every group; and every replica runs at least as many micro-batches as it has stages (1F1B
+parallelism, no interleaving, no uniform_split, and one tp for every group; and every replica runs at least as many micro-batches as it has stages (1F1B
 steady state; memory then does not depend on the batch split). The micro-batch counts satisfy
 micro_batch * sum_k replicas_k * m_k = global_batch.
 
@@ -42,6 +41,7 @@ import numpy as np
 
 from cost.framework_rules import FRAMEWORK_RULES
 from cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
+from cost.space_rules import group_tp_problem
 from cost.specs import Attention
 from solver.space import _divisors, _powers_of_two, count_splits
 
@@ -55,12 +55,14 @@ MAX_MICRO_BATCH_VECTORS = 5_000_000
 
 
 def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
+    """One tp for every group used: each group's rule (cost/space_rules.group_tp_problem, the
+    homogeneous one plus whole nodes across nodes) on each of them."""
     m, s = inst.model, inst.search
-    limit = min(inst.cluster.groups[g].cluster.gpus_per_node for g in used)
+    clusters = [inst.cluster.groups[g].cluster for g in used]
+    limit = min(c.num_gpus if s.tp_across_nodes else c.gpus_per_node for c in clusters)
     vals = s.tp if s.tp is not None else _powers_of_two(limit)
     return [t for t in vals
-            if all(inst.cluster.groups[g].cluster.gpus_per_node % t == 0 for g in used)
-            and m.heads % t == 0 and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
+            if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
 
 
 def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
@@ -141,8 +143,9 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     with_tp = [(u, t) for u in subsets for t in tp_values(inst, u)]
     if not with_tp:
         listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
-        return (f"{listed} divides the {m.heads} heads and the GPUs per node of a group"
-                " (tensor parallelism stays inside a node)")
+        where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
+        return (f"{listed} divides the {m.heads} heads and the {where} of a group"
+                + ("" if s.tp_across_nodes else " (search.tp_across_nodes is false)"))
     shapes = [(t, sh) for u, t in with_tp for fam in FAMILIES for sh in class_shapes(inst, t, u, fam)]
     if not shapes:
         max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP

@@ -464,7 +464,6 @@ UNHONOURED_SEARCH = [
     ("max_cp", 4, "no context parallelism"),
     ("virtual_stages", [1, 2], "no interleaving"),
     ("uniform_split", True, "even layer splits"),
-    ("tp_across_nodes", True, "inside a node"),
     ("tensor_partitions", ["megatron", "spatial_temporal"], "per-operator partitions"),
 ]
 
@@ -487,5 +486,6 @@ def test_search_keys_a_mixed_cluster_honours_are_kept():
 
     inst = hetero_instance_from_mapping(bad_base(), "bad.yaml")
     for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("virtual_stages", [1]), ("uniform_split", False),
+                       ("tp_across_nodes", True),
                        ("tensor_partitions", ["megatron"])]:
         override_search(inst, {key: value})
