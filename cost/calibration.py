@@ -17,6 +17,8 @@ per row. Unknown fields get these documented defaults:
                                 which use standard attention
     framework, dropout       -> from the row's source family (SOURCE_FAMILIES below): what the
                                 source's code base runs and the dropout its configs train with
+    optimizer                -> the source family's (SOURCE_FAMILIES), except where a model's
+                                own config says otherwise (OPTIMIZER_BY_ROW_PREFIX)
 
 A row that cannot be modelled (e.g. global batch not divisible into micro-batches) is
 reported with its reason, never dropped.
@@ -35,7 +37,7 @@ from cost.loader import (_read_yaml, _Section, check_head_shape, default_layer_s
                          load_catalogue)
 from cost.simulate import simulate
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
-                        Plan, Precision, Recompute)
+                        Optimizer, Plan, Precision, Recompute)
 
 # Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per
 # GPU as Megatron's V100 cluster had), DGX A100 (8x 200 Gb/s HDR ConnectX-6), DGX H100/H200
@@ -57,6 +59,7 @@ class SourceFamily:
     dropout: float
     default_recompute: str = "full"
     attention: Attention | None = None
+    optimizer: Optimizer = Optimizer.ADAM
 
 
 # Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
@@ -80,12 +83,28 @@ SOURCE_FAMILIES = (
     # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
     # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
     # (none), selective only for Nemotron-340B (equal to none under FlashAttention here)
-    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none"),
+    # Optimizer: every 24.07 training config has optim.name distributed_fused_adam, and every
+    # launcher training example (examples/training/*/*/*.sh) adds optim.grad_sync_dtype=bf16
+    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none",
+                 optimizer=Optimizer.APEX_DISTRIBUTED_ADAM),
     SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
     SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
     SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1,
                  attention=Attention.STANDARD),
 )
+
+
+# Rows whose model's config names another optimizer than its family's: NeMo-Framework-Launcher
+# 24.07 conf/training/nemotron/nemotron_340b.yaml sets optim.dtype: bf16 (the only 24.07 training
+# config that does)
+OPTIMIZER_BY_ROW_PREFIX = {"nemo2407-Nemotron-340B-": Optimizer.APEX_DISTRIBUTED_ADAM_BF16}
+
+
+def row_optimizer(row: dict, family: SourceFamily) -> Optimizer:
+    for prefix, optimizer in OPTIMIZER_BY_ROW_PREFIX.items():
+        if row["id"].startswith(prefix):
+            return optimizer
+    return family.optimizer
 
 
 def source_family(row: dict) -> SourceFamily:
@@ -169,7 +188,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     attention = family.attention or (Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR
                                      else Attention.FLASH)
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
-                  attention=attention, framework=family.framework)
+                  optimizer=row_optimizer(row, family), attention=attention, framework=family.framework)
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
 
     mb = cf.get("micro_batch") or 1

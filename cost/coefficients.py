@@ -457,21 +457,21 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_sync[-1] += tie
 
     # --- memory (cost/memory.py: what each framework allocates)
-    fw = inst.job.framework
+    fw, opt = inst.job.framework, inst.job.optimizer
     inflight = in_flight_micro_batches(pp, mb, v)
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
     state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
     for x in per_stage:
         if id(x) not in state_of:
-            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw)
-                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw)
+            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw, opt)
+                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                                + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     state = [state_of[id(x)] for x in per_stage]
     stage_mem = np.zeros(pp)
-    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw)
+    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
     if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw)
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw, opt)
     transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
         transient += [memory.zero3_gathered_bytes(m, tp, fw, s == 0, s == pp - 1) for s in range(pp)]

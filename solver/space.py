@@ -88,7 +88,7 @@ def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, 
     """LB(b) of the module docstring: no plan with these degrees fits in less, per GPU."""
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw)
+    state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw, inst.job.optimizer)
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
