@@ -42,7 +42,7 @@ Instance file (units in the key names; "required" unless a default is given)::
       global_batch: 1024             # sequences per optimizer step
       precision: bf16                # bf16 | fp16 | fp8 (FP8 linears), default bf16
       framework: megatron            # megatron | torchtitan | deepspeed | composer, default megatron
-      optimizer: adam                # adam, default adam
+      optimizer: adam                # adam | apex_distributed_adam | apex_distributed_adam_bf16 (NeMo), default adam
       attention: flash               # flash | standard (stores the s x s scores), default flash
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}

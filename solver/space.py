@@ -50,7 +50,7 @@ import math
 from dataclasses import dataclass
 
 from cost import memory
-from cost.framework_rules import FRAMEWORK_RULES
+from cost.framework_rules import rules_for
 from cost.space_rules import cp_problem, pp_problem, tp_problem
 from cost.specs import Attention, Instance, Outer
 
@@ -134,7 +134,7 @@ def outer_configs(inst: Instance) -> list[Outer]:
     """Every outer configuration of the declared space, in a fixed, documented order
     (tp, cp, pp, micro_batch, sp, zero, v, recompute ascending) that also breaks ties."""
     m, c, s, gb = inst.model, inst.cluster, inst.search, inst.job.global_batch
-    rules = FRAMEWORK_RULES[inst.job.framework]
+    rules = rules_for(inst.job.framework, inst.job.optimizer)
     n_gpus = c.num_gpus
     out: list[Outer] = []
     # with FlashAttention every base mode costs the same: keep the first one listed

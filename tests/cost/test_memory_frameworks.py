@@ -1,5 +1,7 @@
 """Memory as the frameworks allocate it (cost/memory.py) against the published rows."""
 
+from pathlib import Path
+
 import pytest
 
 from cost import memory
@@ -18,7 +20,10 @@ FILES = {f.name: f for f in BUNDLED_FILES}
 # announces) examples/pretrain_gpt2.sh line 35 and examples/pretrain_gpt2_distributed.sh line 43
 # pass --checkpoint-activations (batch size 8, as in the blog's Table 1), as does the README's
 # OUTPUT_ARGS (line 141). The blog itself (nv-adlr.github.io _projects/megatron-lm-v1.md) does not
-# say. A data question for the calibration file (recompute should read full), not a modelling rule.
+# say, but its numbers agree: 62.4 TFLOP/s x 1.288 s per iteration / (8 x 1024 tokens x 1.21e9
+# parameters) = 8.1 FLOPs per parameter and token, the 6 of training plus the 2 of a recomputed
+# forward pass. Priced with full recompute the rows need 25.8 and 21.8 GiB (of 32). A data
+# question for the calibration file (recompute should read full), not a modelling rule.
 ROW_SAYS_NO_RECOMPUTE = {"megatron-v1blog-1.2B-tp1", "megatron-v1blog-4.2B-tp4"}
 
 @pytest.mark.parametrize("name", sorted(FILES))
@@ -70,3 +75,16 @@ def test_nemo_fp8_rows_price_nemo_optimizer():
 def test_apex_optimizer_only_with_megatron():
     with pytest.raises(ConfigError, match="framework megatron"):
         JobSpec(global_batch=8, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM, framework=Framework.TORCHTITAN)
+
+
+def test_apex_optimizer_space_is_zero1():
+    # Apex DistributedFusedAdam always shards its state over the data-parallel group and keeps a
+    # full gradient buffer: ZeRO-1 only (cost/framework_rules.OPTIMIZER_ZERO_STAGES); the same
+    # instance with Adam keeps Megatron's four stages
+    import dataclasses
+    from cost.loader import load_instance
+    from solver.space import outer_configs
+    inst = load_instance(str(Path(__file__).resolve().parents[2] / "instances" / "tiny-gpt-8xA100.yaml"))
+    apex = dataclasses.replace(inst, job=dataclasses.replace(inst.job, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM))
+    assert sorted({o.zero for o in outer_configs(inst)}) == [0, 1, 2, 3]
+    assert sorted({o.zero for o in outer_configs(apex)}) == [1]
