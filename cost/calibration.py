@@ -57,6 +57,7 @@ class SourceFamily:
     dropout: float
     default_recompute: str = "full"
     attention: Attention | None = None
+    tp_comm_overlap: bool = False  # the source's recipes run Transformer Engine's tp overlap
 
 
 # Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
@@ -79,8 +80,11 @@ SOURCE_FAMILIES = (
     SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
     # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
     # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
-    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here)
-    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none"),
+    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here). The
+    # same configs set ub_tp_comm_overlap: true beside sequence_parallel: true (e.g.
+    # launcher_scripts/conf/training/llama/llama3_70b.yaml, gpt3/175b.yaml).
+    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none",
+                 tp_comm_overlap=True),
     SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
     SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
     SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1,
@@ -169,7 +173,8 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     attention = family.attention or (Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR
                                      else Attention.FLASH)
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
-                  attention=attention, framework=family.framework)
+                  attention=attention, framework=family.framework,
+                  tp_comm_overlap=family.tp_comm_overlap)
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
 
     mb = cf.get("micro_batch") or 1

@@ -89,6 +89,26 @@ def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int) -> LayerMatmuls:
     return LayerMatmuls(qkv=qkv, attn_out=attn_out, mlp=mlp, attention_core=core)
 
 
+def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, float]:
+    """Elements one GPU's linear-layer GEMMs write for one layer: (forward, backward).
+
+    A tiled GEMM writes each output tile once its K-loop ends, and that store does not overlap
+    the tile's own multiply-adds, so it adds about out_bytes / HBM bandwidth to the FLOP time
+    (CUTLASS's epilogue; relative to the FLOP time it is peak / (bandwidth x K), ~15% at K = 768
+    on an A100, ~1% at K = 12288, which is why small-hidden models reach a lower MFU at the same
+    FLOPs per call). Forward: QKV, attention-out (the full h before the row-parallel
+    reduction), MLP-in and MLP-out. Backward: the input gradients (the same shapes reversed);
+    the weight gradients' outputs are weight-sized and negligible beside them. Every
+    per-operator partition writes each output element once too, so the count is the same.
+    """
+    t = b * m.seq_len / cp
+    h, f, q, kv = m.hidden, m.ffn, m.q_hidden, m.kv_hidden
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    fwd = t * (q + 2 * kv) / tp + t * h + n_in * t * f / tp + t * h
+    bwd = t * h + t * q / tp + n_in * t * h + t * f / tp
+    return fwd, bwd
+
+
 def logits_flops(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     """Output projection hidden -> vocab (vocab-parallel over tp)."""
     return 2 * b * m.seq_len / cp * m.hidden * m.vocab / tp
