@@ -56,3 +56,31 @@ def test_narayanan_145b_row_within_25_percent(results):
     assert row.measured_iter_time_s == pytest.approx(24.8, abs=0.05)
     assert row.predicted_iter_time_s is not None, row.reason
     assert abs(row.error) <= 0.25
+
+
+def test_rows_on_unfitted_dies_stay_out_of_the_fit():
+    # cost/fit.fitted_rows: a die with fewer than MIN_ROWS_PER_DIE (5) rows keeps its catalogue
+    # defaults, so its rows must not move the global parameters. The bf16 file has exactly two
+    # V100 rows (Megatron v1 blog, Table 1); every other die has 5 or more.
+    from cost.calibration import load_published
+    from cost.fit import MIN_ROWS_PER_DIE, fitted_rows
+    rows = load_published()
+    kept = fitted_rows(rows)
+    dropped = [r["id"] for r in rows if r not in kept]
+    assert MIN_ROWS_PER_DIE == 5
+    assert sorted(dropped) == ["megatron-v1blog-1.2B-tp1", "megatron-v1blog-4.2B-tp4"]
+
+
+def test_mape_over_bf16_and_fp8_rows_within_8_percent():
+    # Both files together (239 rows): 8.03% before the GEMM output stores, the standard
+    # attention's b x heads x s x s score tensor (it had grown as b^2) and its two GEMM passes,
+    # and NeMo's tp overlap were priced; 6.72% after the refit. 8% is the held-out target.
+    from cost.calibration import load_published
+    assert mape(predict_rows(load_published())) <= 0.08
+
+
+@pytest.mark.xfail(strict=True, reason="open: 6.72% (MosaicML small models, FP8 outside "
+                   "Megatron, DeepSpeed ZeRO-3 rows)")
+def test_mape_over_bf16_and_fp8_rows_within_5_percent():
+    from cost.calibration import load_published
+    assert mape(predict_rows(load_published())) <= 0.05
