@@ -27,9 +27,10 @@ from cost.comm import NetEfficiency
 from cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
 from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
-from cost.flops import embedding_params, gemm_output_elements
+from cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
 from cost.errors import ConfigError
-from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
+from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, Outer, Precision,
+                        Recompute)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -234,7 +235,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
     cast_f = cast_b = 0.0
     if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
-        cast_elems_f, cast_elems_b = fp8_cast_elements(m, b, tp, cp)
+        cast_elems_f, cast_elems_b = fp8_cast_elements(
+            m, b, tp, cp, behaviour(inst.job.framework).fp8_dynamic_scaling)
         cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
         cast_b = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_b, gpu)
     epi_f, epi_b = gemm_output_elements(m, b, tp, cp)  # GEMM output stores (its docstring)
@@ -282,7 +284,15 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         compute_f += merge_f
         compute_b += merge_b
 
-    selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
+    selective_extra = 0.0
+    if o.recompute is Recompute.SELECTIVE:
+        if inst.job.framework is Framework.TORCHTITAN:
+            # op-level selective AC: every other mm and every op outside its save list (the
+            # norms, rotary, activation, residual adds) run again before backward
+            selective_extra = elem_f + sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu)
+                                           for f in torchtitan_sac_recomputed_flops(m, b, tp, cp))
+        elif not flash:  # Megatron: the attention core is recomputed (Korthikanti et al.)
+            selective_extra = attn_f
     fwd = compute_f + tp_f + cp_exp_f
     bwd = compute_b + tp_b + cp_exp_b + selective_extra
     fw, prec = inst.job.framework, inst.job.precision

@@ -189,3 +189,33 @@ def test_gemm_output_store_is_priced_once_per_output_element():
     from cost.flops import gemm_output_elements
     m = replace(_gpt(4096), seq_len=2048)
     assert gemm_output_elements(m, 1, 2, 1) == (46_137_344, 37_748_736)
+
+
+def test_torchtitan_selective_ac_recomputes_every_other_mm():
+    # torchtitan's op-level SAC saves the outputs of the 1st, 3rd, ... aten.mm of a block and
+    # recomputes the others (parallelize_llama._apply_ac_to_transformer_block). Llama order
+    # wq, wk, wv, wo, w1, w3, w2: recomputed wk (h x kv), wo (q x h), w3 (h x f). Llama-3 8B
+    # (h 4096, kv 1024, f 14336), tp 1, one sequence of 8192 tokens:
+    #   2 x 8192 x (4096 x 1024 + 4096 x 4096 + 4096 x 14336) = 1,305,670,057,984 FLOPs.
+    from cost.flops import torchtitan_block_mms, torchtitan_sac_recomputed_flops
+    m = ModelSpec(name="l8", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                  vocab=128256, seq_len=8192, mlp=Mlp.SWIGLU)
+    assert len(torchtitan_block_mms(m, 1)) == 7
+    assert sum(torchtitan_sac_recomputed_flops(m, 1, 1, 1)) == 1_305_670_057_984
+
+
+def test_torchao_dynamic_scaling_casts_every_gemm_input_and_weights_twice():
+    # cost/flops.fp8_cast_elements. Transformer Engine (delayed scaling) fuses the casts of the
+    # norms' and the activation's outputs into those kernels: forward casts the attention
+    # output t x q and the weights P once. torchao's dynamic tensorwise scaling adds the two
+    # norm outputs (2 t h), the MLP-out input (t f) and a second weight pass (P).
+    # GPT h = 4096 (f = 16384, q = h), tp 1, t = 2048, P = 12 h^2 + 13 h (norms and biases of
+    # layer_params) -> TE forward 2048 x 4096 + P; torchao adds 2 x 2048 x 4096 + 2048 x 16384 + P.
+    from cost.flops import fp8_cast_elements, layer_params
+    m = replace(_gpt(4096), seq_len=2048)
+    p = layer_params(m)
+    te_f, te_b = fp8_cast_elements(m, 1, 1, 1)
+    ao_f, ao_b = fp8_cast_elements(m, 1, 1, 1, dynamic_scaling=True)
+    assert te_f == 2048 * 4096 + p
+    assert ao_f - te_f == 2 * 2048 * 4096 + 2048 * 16384 + p
+    assert ao_b == te_b
