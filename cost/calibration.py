@@ -4,8 +4,9 @@ Each row becomes an Instance + Plan and is simulated like any user plan; nothing
 per row. Unknown fields get these documented defaults:
 
     micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
-    recompute unknown        -> the source family's launcher default (SOURCE_FAMILIES below;
-                                full where nothing else is known)
+    recompute unknown        -> the source family's launcher default (SOURCE_FAMILIES below);
+                                for a source of no known family, the least recomputation under
+                                which the run fits memory (OTHER_FAMILY)
     virtual_stages null      -> 1 (no interleaving)
     sequence_parallel null   -> false
     zero null                -> 0
@@ -16,7 +17,8 @@ per row. Unknown fields get these documented defaults:
                                 from before fused attention existed (source year < 2022)
                                 which use standard attention
     framework, dropout       -> from the row's source family (SOURCE_FAMILIES below): what the
-                                source's code base runs and the dropout its configs train with
+                                source's code base runs and the dropout its configs train with;
+                                a source of no known family gets Megatron-LM and no dropout
 
 A row that cannot be modelled (e.g. global batch not divisible into micro-batches) is
 reported with its reason, never dropped.
@@ -101,8 +103,15 @@ def source_family(row: dict) -> SourceFamily:
         if fam.name == "narayanan21-zero3" and (row["config"].get("zero") or 0) != 3:
             continue
         return fam
-    raise ConfigError(f"source {source[:60]!r} belongs to no known family: add it to"
-                      " cost/calibration.py SOURCE_FAMILIES with its framework and dropout")
+    return OTHER_FAMILY
+
+
+# A source none of the families above names (a paper, a vendor table) is priced with the
+# documented defaults of a modern Megatron-style stack rather than dropped: Megatron-LM's
+# framework behaviour, no dropout (as current LLM recipes), FlashAttention from 2022 on, and,
+# where the row's recompute is unknown, the least recomputation under which the run fits
+# memory ("fit": none, then selective, then full), since every published run did fit.
+OTHER_FAMILY = SourceFamily("other", "", Framework.MEGATRON, 0.0, default_recompute="fit")
 
 
 # The published rows, shipped with the package (cost/published/README.md names the sources):
@@ -185,13 +194,20 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     rc = family.default_recompute if rc == "unknown" else rc
     pp, v = cf["pp"], cf.get("virtual_stages") or 1
     split = default_layer_split(model.layers, pp, v)
-    plan = Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
-                num_micro_batches=cf["global_batch"] // (dp * mb),
-                sequence_parallel=bool(cf.get("sequence_parallel")),
-                recompute=Recompute.SELECTIVE if rc == "selective" else Recompute.NONE,
-                zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
-                full_recompute_layers=split if rc == "full" else (0,) * pp)
-    return inst, plan
+
+    def plan_with(mode: str) -> Plan:
+        return Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
+                    num_micro_batches=cf["global_batch"] // (dp * mb),
+                    sequence_parallel=bool(cf.get("sequence_parallel")),
+                    recompute=Recompute.SELECTIVE if mode == "selective" else Recompute.NONE,
+                    zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
+                    full_recompute_layers=split if mode == "full" else (0,) * pp)
+    if rc != "fit":
+        return inst, plan_with(rc)
+    for mode in ("none", "selective", "full"):
+        if simulate(inst, plan_with(mode)).fits:
+            return inst, plan_with(mode)
+    return inst, plan_with("full")
 
 
 def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,

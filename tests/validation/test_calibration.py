@@ -84,3 +84,40 @@ def test_mape_over_bf16_and_fp8_rows_within_8_percent():
 def test_mape_over_bf16_and_fp8_rows_within_5_percent():
     from cost.calibration import load_published
     assert mape(predict_rows(load_published())) <= 0.05
+
+
+def _unknown_source_row(recompute: str) -> dict:
+    # Llama 3 405B as Meta trained it on 16,384 H100 (Llama Team 2024, arXiv 2407.21783,
+    # Table 4: tp 8, cp 1, pp 16, dp 128, 8,192 tokens, 16M tokens per batch); a source that
+    # none of SOURCE_FAMILIES names
+    return {"id": "llama3-405b-16k", "source": "Llama Team, The Llama 3 Herd of Models, Table 4",
+            "precision": "bf16",
+            "model": dict(layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                          vocab=128256, seq_len=8192, mlp="swiglu"),
+            "cluster": dict(gpu="H100-SXM5-80GB", num_gpus=16384, gpus_per_node=8,
+                            intra_node_GBps_per_gpu=900, inter_node_Gbps_per_gpu=400),
+            "config": dict(tp=8, pp=16, dp=128, cp=1, micro_batch=1, global_batch=2048,
+                           recompute=recompute, virtual_stages=None, sequence_parallel=True, zero=1),
+            "measured": dict(iter_time_s=8.0, iter_time_kind="derived")}
+
+
+def test_a_source_of_no_known_family_is_priced_not_dropped():
+    # cost/calibration.OTHER_FAMILY: Megatron-LM behaviour, no dropout; with recompute
+    # unknown, the least recomputation that fits. Without recomputation this row's first
+    # stage holds 8 layers x 16 in-flight micro-batches of activations: over 80 GiB (the
+    # simulator says 82 GiB); selective recomputation drops nothing under FlashAttention; so
+    # full recomputation is what the run must have used, and the row is predicted.
+    from cost.calibration import OTHER_FAMILY, row_to_instance_plan, source_family
+    from cost.loader import load_catalogue
+    from cost.simulate import simulate
+    from cost.specs import Framework
+    row = _unknown_source_row("unknown")
+    assert source_family(row) is OTHER_FAMILY and OTHER_FAMILY.framework is Framework.MEGATRON
+    cat = load_catalogue()
+    inst, plan = row_to_instance_plan(row, cat)
+    assert plan.full_recompute_layers == plan.layers_per_stage
+    assert simulate(inst, plan).fits
+    inst_none, plan_none = row_to_instance_plan(_unknown_source_row("none"), cat)
+    assert not simulate(inst_none, plan_none).fits
+    (res,) = predict_rows([row])
+    assert res.predicted_iter_time_s is not None and res.reason is None
