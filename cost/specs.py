@@ -229,6 +229,11 @@ class JobSpec:
     optimizer: Optimizer = Optimizer.ADAM
     attention: Attention = Attention.FLASH
     framework: Framework = Framework.MEGATRON
+    # Transformer Engine userbuffers: tensor-parallel all-gathers / reduce-scatters pipelined
+    # with the GEMMs beside them (Megatron-LM --tp-comm-overlap, NeMo ub_tp_comm_overlap).
+    # Applies where the plan has tp > 1 inside one node with sequence parallelism, the only case
+    # Transformer Engine runs it (cost/coefficients.tp_overlap_exposed).
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -236,6 +241,10 @@ class JobSpec:
         if self.optimizer is not Optimizer.ADAM and self.framework is not Framework.MEGATRON:
             raise ConfigError(f"job.optimizer {self.optimizer.value} is NeMo's Apex optimizer and runs only"
                               f" with framework megatron, not {self.framework.value}: use optimizer adam")
+        if self.tp_comm_overlap and self.framework is not Framework.MEGATRON:
+            raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
+                              f" only framework megatron runs (job.framework: {self.framework.value});"
+                              f" remove tp_comm_overlap or set framework: megatron")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
