@@ -519,6 +519,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     transient[-1] += memory.logits_activation_bytes(m, b, tp, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
     stage_mem += memory.runtime_bytes(tp, cp, o.dp, pp)
+    if inst.job.tp_comm_overlap and o.sequence_parallel and tp > 1:  # TE allocates them at start-up
+        stage_mem += memory.userbuffers_bytes(m, b, cp, inst.job.precision)
 
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(x, attr) for x in per_stage], float)

@@ -91,6 +91,8 @@ Loss over the logits, bytes per logit at the start of backward (`LOGITS_BYTES`),
     Composer / llm-foundry (MPT default loss_fn 'fused_crossentropy', flash-attn's Triton cross
         entropy): saves the bf16 logits (2) and writes a bf16 gradient (2): 4.
 
+Transformer Engine's tp comm-overlap userbuffers (`userbuffers_bytes`), with job.tp_comm_overlap.
+
 Runtime outside the tensors above (`runtime_bytes`): the CUDA context and NCCL's buffers are
 allocated outside PyTorch's caching allocator; the allocator's fragmentation grows with the
 dynamic (activation) memory it recycles (`ALLOCATOR_FRAGMENTATION`).
@@ -312,6 +314,26 @@ def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, first: boo
     root = embedding_stage_params(m, first, last) / tp
     reduce_bytes = STATE_BYTES[framework].grad  # fp32 reduce_dtype copy (Megatron: main grads)
     return BF16_BYTES * (2 * block + root) + (BF16_BYTES + reduce_bytes) * block
+
+
+# Transformer Engine's tp-overlap userbuffers (TE 1.8, module/base.py initialize_ub): one buffer
+# per overlapped GEMM of a layer type, of the sample shape its caller passes (NeMo r2.0.0rc1
+# megatron_gpt_model.py initialize_ub_func: [seq_length * micro_batch / cp, hidden]). The six
+# all-gather overlaps (qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop, fc1_dgrad, fc2_dgrad) hold
+# fp8 (uint8) under an fp8 recipe, bf16 otherwise; the four reduce-scatter ones (proj_fprop,
+# fc2_fprop, qkv_wgrad, fc1_wgrad) hold bf16. With the default methods (those of the NeMo 24.07
+# launcher's tp_overlap configs) each buffer is exactly the sample's bytes
+# (csrc/comm_gemm_overlap.h: UbufCommOverlap and, for all-gathers, UbufP2PCommOverlap register
+# sample.numel() * element_size()); registered outside PyTorch's caching allocator.
+UB_ALL_GATHER_BUFFERS = 6
+UB_REDUCE_SCATTER_BUFFERS = 4
+
+
+def userbuffers_bytes(m: ModelSpec, b: int, cp: int, precision: Precision) -> float:
+    """Bytes of Transformer Engine's tp comm-overlap buffers on every GPU (job.tp_comm_overlap)."""
+    sample = b * m.seq_len / cp * m.hidden
+    ag_bytes = FP8_BYTES if precision is Precision.FP8 else BF16_BYTES
+    return sample * (UB_ALL_GATHER_BUFFERS * ag_bytes + UB_REDUCE_SCATTER_BUFFERS * BF16_BYTES)
 
 
 def communicators(tp: int, cp: int, dp: int, pp: int) -> int:

@@ -10,7 +10,7 @@ The categories (the split `accelerate estimate-memory` reports, plus what traini
                  recomputed layers (cost/memory.py, Korthikanti et al. 2022)
     logits       the loss's logits buffers on the last stage (cost/memory.LOGITS_BYTES)
     workspace    one layer's backward workspace, and with ZeRO-3 the gathered units and the
-                 gradients being reduce-scattered
+                 gradients being reduce-scattered; Transformer Engine's tp-overlap userbuffers
     runtime      CUDA context and NCCL buffers (cost/memory.runtime_bytes)
 
 Everything but `runtime` includes the allocator-fragmentation allowance where

@@ -88,3 +88,18 @@ def test_apex_optimizer_space_is_zero1():
     apex = dataclasses.replace(inst, job=dataclasses.replace(inst.job, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM))
     assert sorted({o.zero for o in outer_configs(inst)}) == [0, 1, 2, 3]
     assert sorted({o.zero for o in outer_configs(apex)}) == [1]
+
+
+def test_userbuffers_priced_for_tp_comm_overlap():
+    # GPT-3 20B as NeMo 24.07 runs it (tp 2, sp, micro-batch 2, seq 2048, hidden 6144, fp8): TE 1.8
+    # initialize_ub registers 6 all-gather buffers in fp8 (1 byte) and 4 reduce-scatter buffers in
+    # bf16 (2 bytes) of 2048 * 2 * 6144 = 25,165,824 elements: 25,165,824 * (6 + 8) = 352,321,536
+    import dataclasses
+    cat = load_catalogue()
+    row = next(r for r in load_rows(str(FILES["published-fp8.yaml"])) if r["id"] == "nemo2407-GPT3-20B-64gpu")
+    inst, plan = row_to_instance_plan(row, cat)
+    assert inst.job.tp_comm_overlap and plan.sequence_parallel
+    assert memory.userbuffers_bytes(inst.model, 2, 1, inst.job.precision) == 352_321_536
+    off = dataclasses.replace(inst, job=dataclasses.replace(inst.job, tp_comm_overlap=False))
+    got = simulate(inst, plan).peak_mem_bytes - simulate(off, plan).peak_mem_bytes
+    assert got == pytest.approx(352_321_536)
