@@ -8,7 +8,8 @@ per row. Unknown fields get these documented defaults:
                                 for a source of no known family, the least recomputation under
                                 which the run fits memory (OTHER_FAMILY)
     virtual_stages null      -> 1 (no interleaving)
-    sequence_parallel null   -> false
+    sequence_parallel null   -> false (and true with tp 1 -> false, as Megatron-LM's
+                                validate_args sets it)
     zero null                -> 0
     inter_node_Gbps null     -> the NIC of the vendor's reference node for that GPU
                                 (DEFAULT_NIC_GBIT_PER_S below)
@@ -217,7 +218,8 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     def plan_with(mode: str) -> Plan:
         return Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
                     num_micro_batches=cf["global_batch"] // (dp * mb),
-                    sequence_parallel=bool(cf.get("sequence_parallel")),
+                    # Megatron-LM's validate_args turns sequence parallelism off at tp 1
+                    sequence_parallel=bool(cf.get("sequence_parallel")) and cf["tp"] > 1,
                     recompute=Recompute.SELECTIVE if mode == "selective" else Recompute.NONE,
                     zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
                     full_recompute_layers=split if mode == "full" else (0,) * pp)

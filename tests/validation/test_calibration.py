@@ -121,3 +121,21 @@ def test_a_source_of_no_known_family_is_priced_not_dropped():
     assert not simulate(inst_none, plan_none).fits
     (res,) = predict_rows([row])
     assert res.predicted_iter_time_s is not None and res.reason is None
+
+
+def test_sequence_parallel_with_tp_1_is_ignored_as_megatron_does():
+    # Megatron-LM's validate_args: "Disabling sequence parallelism because tensor model
+    # parallelism is disabled". A row that says sequence_parallel: true at tp 1 (NeMo's configs
+    # keep the key on) is priced without it, not refused.
+    from cost.calibration import row_to_instance_plan
+    from cost.loader import load_catalogue
+    row = _unknown_source_row("none")
+    row["model"] = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                        seq_len=8192, mlp="swiglu")
+    row["cluster"]["num_gpus"] = 64
+    row["config"] = dict(tp=1, pp=1, dp=64, cp=1, micro_batch=1, global_batch=128,
+                         recompute="none", virtual_stages=None, sequence_parallel=True, zero=3)
+    _, plan = row_to_instance_plan(row, load_catalogue())
+    assert plan.sequence_parallel is False
+    (res,) = predict_rows([row])
+    assert res.reason is None
