@@ -86,9 +86,13 @@ SOURCE_FAMILIES = (
     SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
     # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
     # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
-    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here). The
-    # same configs set ub_tp_comm_overlap: true beside sequence_parallel: true (e.g.
-    # launcher_scripts/conf/training/llama/llama3_70b.yaml, gpt3/175b.yaml).
+    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here).
+    # TP overlap: the rows' parallel layouts are NeMo 2.0's recipes (GPT-3 175B at tp 4, pp 8,
+    # vp 6: nemo/collections/llm/recipes/gpt3_175b.py; the 24.07 launcher's gpt3/175b*.yaml
+    # use vp 12), whose performance mode adds MegatronCommOverlapCallback(tp_comm_overlap=True)
+    # with the userbuffers configs of recipes/tp_overlap_configs/userbuffers.py; the launcher's
+    # own 24.07 configs agree for Llama 2/3 70B, GPT-3 20B and Nemotron 8B/22B
+    # (ub_tp_comm_overlap: true) but set it false for gpt3/175b and nemotron_340b.
     # Optimizer: every 24.07 training config has optim.name distributed_fused_adam, and every
     # launcher training example (examples/training/*/*/*.sh) adds optim.grad_sync_dtype=bf16
     SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none",
