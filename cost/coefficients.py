@@ -366,8 +366,13 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         sizes = tuple(w / o.tp for w in layer_weight_sizes(m))
         gathers_rc = ag * (1 + recompute_regather_params(fw, sizes) / sum(sizes))
         z3["f"] = hidden_window(ag, ahead * ag, fwd)
-        z3["b"] = hidden_window(ag + rs, ahead * ag + rs, bwd)
-        z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * gathers_rc + rs, bwd + rc_fwd)
+        # backward: layer i's reduce-scatter is issued when its backward ends, on the same
+        # data-parallel communicator as layer i-1's gather (NCCL runs a communicator's
+        # collectives in issue order). A gather prefetched during layer i's backward is done
+        # by then, and the reduce-scatter hides behind layer i-1; a gather issued only when
+        # layer i-1 starts (no prefetch) queues behind the reduce-scatter, so both show.
+        z3["b"] = hidden_window(ag + rs, ahead * (ag + rs), bwd)
+        z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * (gathers_rc + rs), bwd + rc_fwd)
     exp_f, hid_f = z3["f"]
     exp_b, hid_b = z3["b"]
     exp_rc, hid_rc = z3["b_rc"]
