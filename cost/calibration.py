@@ -4,10 +4,12 @@ Each row becomes an Instance + Plan and is simulated like any user plan; nothing
 per row. Unknown fields get these documented defaults:
 
     micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
-    recompute unknown        -> the source family's launcher default (SOURCE_FAMILIES below;
-                                full where nothing else is known)
+    recompute unknown        -> the source family's launcher default (SOURCE_FAMILIES below);
+                                for a source of no known family, the least recomputation under
+                                which the run fits memory (OTHER_FAMILY)
     virtual_stages null      -> 1 (no interleaving)
-    sequence_parallel null   -> false
+    sequence_parallel null   -> false (and true with tp 1 -> false, as Megatron-LM's
+                                validate_args sets it)
     zero null                -> 0
     inter_node_Gbps null     -> the NIC of the vendor's reference node for that GPU
                                 (DEFAULT_NIC_GBIT_PER_S below)
@@ -16,7 +18,10 @@ per row. Unknown fields get these documented defaults:
                                 from before fused attention existed (source year < 2022)
                                 which use standard attention
     framework, dropout       -> from the row's source family (SOURCE_FAMILIES below): what the
-                                source's code base runs and the dropout its configs train with
+                                source's code base runs and the dropout its configs train with;
+                                a source of no known family gets Megatron-LM and no dropout
+    optimizer                -> the source family's (SOURCE_FAMILIES), except where a model's
+                                own config says otherwise (OPTIMIZER_BY_ROW_PREFIX)
 
 A row that cannot be modelled (e.g. global batch not divisible into micro-batches) is
 reported with its reason, never dropped.
@@ -35,7 +40,7 @@ from cost.loader import (Section, check_head_shape, default_layer_split, read_ya
                          load_catalogue)
 from cost.simulate import simulate
 from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
-                        Plan, Precision, Recompute)
+                        Optimizer, Plan, Precision, Recompute)
 
 # Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per
 # GPU as Megatron's V100 cluster had), DGX A100 (8x 200 Gb/s HDR ConnectX-6), DGX H100/H200
@@ -57,6 +62,8 @@ class SourceFamily:
     dropout: float
     default_recompute: str = "full"
     attention: Attention | None = None
+    optimizer: Optimizer = Optimizer.ADAM
+    tp_comm_overlap: bool = False  # the source's recipes run Transformer Engine's tp overlap
 
 
 # Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
@@ -79,13 +86,35 @@ SOURCE_FAMILIES = (
     SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
     # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
     # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
-    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here)
-    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none"),
+    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here).
+    # TP overlap: the rows' parallel layouts are NeMo 2.0's recipes (GPT-3 175B at tp 4, pp 8,
+    # vp 6: nemo/collections/llm/recipes/gpt3_175b.py; the 24.07 launcher's gpt3/175b*.yaml
+    # use vp 12), whose performance mode adds MegatronCommOverlapCallback(tp_comm_overlap=True)
+    # with the userbuffers configs of recipes/tp_overlap_configs/userbuffers.py; the launcher's
+    # own 24.07 configs agree for Llama 2/3 70B, GPT-3 20B and Nemotron 8B/22B
+    # (ub_tp_comm_overlap: true) but set it false for gpt3/175b and nemotron_340b.
+    # Optimizer: every 24.07 training config has optim.name distributed_fused_adam, and every
+    # launcher training example (examples/training/*/*/*.sh) adds optim.grad_sync_dtype=bf16
+    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none",
+                 tp_comm_overlap=True, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM),
     SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
     SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
     SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1,
                  attention=Attention.STANDARD),
 )
+
+
+# Rows whose model's config names another optimizer than its family's: NeMo-Framework-Launcher
+# 24.07 conf/training/nemotron/nemotron_340b.yaml sets optim.dtype: bf16 (the only 24.07 training
+# config that does)
+OPTIMIZER_BY_ROW_PREFIX = {"nemo2407-Nemotron-340B-": Optimizer.APEX_DISTRIBUTED_ADAM_BF16}
+
+
+def row_optimizer(row: dict, family: SourceFamily) -> Optimizer:
+    for prefix, optimizer in OPTIMIZER_BY_ROW_PREFIX.items():
+        if row["id"].startswith(prefix):
+            return optimizer
+    return family.optimizer
 
 
 def source_family(row: dict) -> SourceFamily:
@@ -97,8 +126,15 @@ def source_family(row: dict) -> SourceFamily:
         if fam.name == "narayanan21-zero3" and (row["config"].get("zero") or 0) != 3:
             continue
         return fam
-    raise ConfigError(f"source {source[:60]!r} belongs to no known family: add it to"
-                      " cost/calibration.py SOURCE_FAMILIES with its framework and dropout")
+    return OTHER_FAMILY
+
+
+# A source none of the families above names (a paper, a vendor table) is priced with the
+# documented defaults of a modern Megatron-style stack rather than dropped: Megatron-LM's
+# framework behaviour, no dropout (as current LLM recipes), FlashAttention from 2022 on, and,
+# where the row's recompute is unknown, the least recomputation under which the run fits
+# memory ("fit": none, then selective, then full), since every published run did fit.
+OTHER_FAMILY = SourceFamily("other", "", Framework.MEGATRON, 0.0, default_recompute="fit")
 
 
 # The published rows, shipped with the package (cost/published/README.md names the sources):
@@ -169,7 +205,9 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     attention = family.attention or (Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR
                                      else Attention.FLASH)
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
-                  attention=attention, framework=family.framework)
+                  optimizer=row_optimizer(row, family), attention=attention,
+                  framework=family.framework,
+                  tp_comm_overlap=family.tp_comm_overlap)
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
 
     mb = cf.get("micro_batch") or 1
@@ -180,13 +218,21 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     rc = family.default_recompute if rc == "unknown" else rc
     pp, v = cf["pp"], cf.get("virtual_stages") or 1
     split = default_layer_split(model.layers, pp, v)
-    plan = Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
-                num_micro_batches=cf["global_batch"] // (dp * mb),
-                sequence_parallel=bool(cf.get("sequence_parallel")),
-                recompute=Recompute.SELECTIVE if rc == "selective" else Recompute.NONE,
-                zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
-                full_recompute_layers=split if rc == "full" else (0,) * pp)
-    return inst, plan
+
+    def plan_with(mode: str) -> Plan:
+        return Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
+                    num_micro_batches=cf["global_batch"] // (dp * mb),
+                    # Megatron-LM's validate_args turns sequence parallelism off at tp 1
+                    sequence_parallel=bool(cf.get("sequence_parallel")) and cf["tp"] > 1,
+                    recompute=Recompute.SELECTIVE if mode == "selective" else Recompute.NONE,
+                    zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
+                    full_recompute_layers=split if mode == "full" else (0,) * pp)
+    if rc != "fit":
+        return inst, plan_with(rc)
+    for mode in ("none", "selective", "full"):
+        if simulate(inst, plan_with(mode)).fits:
+            return inst, plan_with(mode)
+    return inst, plan_with("full")
 
 
 def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,

@@ -27,9 +27,10 @@ from cost.comm import NetEfficiency
 from cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
 from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
-from cost.flops import embedding_params
+from cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
 from cost.errors import ConfigError
-from cost.specs import Attention, ClusterSpec, GpuSpec, Instance, Link, Outer, Precision, Recompute
+from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, Outer, Precision,
+                        Recompute)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -44,8 +45,11 @@ ADAM_STEP_BYTES_PER_PARAM = 30
 # Transformer Engine's fused cast-transpose: read a bf16 element, write it as FP8 twice (the
 # row-major copy and the transpose the weight-gradient GEMM needs): 2 + 1 + 1 bytes.
 FP8_CAST_BYTES_PER_ELEMENT = 4
-# Unfused attention: softmax, mask and dropout each read and write the b*a*s*s score tensor.
-STANDARD_ATTENTION_SCORE_PASSES = 4
+# Unfused attention moves the b*a*s*s score tensor through HBM six times forward: the QK^T GEMM
+# writes it, the fused scale-mask-softmax reads and writes it, dropout reads and writes it, and
+# the PV GEMM reads it (both GEMMs have K = head dim, so that traffic is not hidden by their
+# FLOPs); backward twice that (BACKWARD_LINEAR_FACTOR).
+STANDARD_ATTENTION_SCORE_PASSES = 6
 # FlashAttention's throughput grows with the key length of a call: a kernel launch and the
 # pipeline fill of each tile are fixed costs (FlashAttention-2 on A100, causal, head dim 128,
 # forward + backward: about 110 TFLOP/s at 512 tokens, 140 at 1k, 160 at 2k, 175 at 8k-16k;
@@ -156,6 +160,16 @@ class Placement:
     dp_ranks: int
 
 
+def tp_overlap_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
+    """Exposed seconds of one tensor-parallel collective that Transformer Engine's userbuffers
+    pipeline with the GEMM beside it: the GEMM and the collective are split into tp chunks and
+    chunk i's transfer runs under chunk i+-1's GEMM (Wang et al., ASPLOS'23, "Overlap
+    communication with dependent computation via decomposition"; TE's split all-gather and
+    reduce-scatter overlap). The chunk at the end of the pipeline has nothing to hide behind,
+    and a transfer longer than the GEMM shows the rest."""
+    return max(comm_s - gemm_s, comm_s / tp)
+
+
 def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     block = o.tp * o.cp * o.dp  # consecutive ranks of one pipeline stage
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
@@ -214,23 +228,39 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         attn_b = BACKWARD_FLASH_FACTOR * attn_f
     else:
         attn_f = 2 * _mm_time_s(mms.attention_core / 2, gpu)
-        score_bytes = STANDARD_ATTENTION_SCORE_PASSES * BF16_BYTES * b * m.heads / tp * tokens * m.seq_len
+        # the b x heads x s x s scores: tokens (= b * s / cp local queries) x s keys per head
+        score_bytes = STANDARD_ATTENTION_SCORE_PASSES * BF16_BYTES * m.heads / tp * tokens * m.seq_len
         attn_f += _mem_time_s(score_bytes, gpu)
         attn_b = BACKWARD_LINEAR_FACTOR * attn_f
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
     cast_f = cast_b = 0.0
     if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
-        cast_elems_f, cast_elems_b = fp8_cast_elements(m, b, tp, cp)
+        cast_elems_f, cast_elems_b = fp8_cast_elements(
+            m, b, tp, cp, behaviour(inst.job.framework).fp8_dynamic_scaling)
         cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
         cast_b = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_b, gpu)
-    compute_f = lin_f + attn_f + elem_f + cast_f
-    compute_b = BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f + cast_b
+    epi_f, epi_b = gemm_output_elements(m, b, tp, cp)  # GEMM output stores (its docstring)
+    compute_f = lin_f + attn_f + elem_f + cast_f + _mem_time_s(BF16_BYTES * epi_f, gpu)
+    compute_b = (BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f + cast_b
+                 + _mem_time_s(BF16_BYTES * epi_b, gpu))
 
     # tensor parallel: 2 all-reduces forward, 2 backward (with sp: all-gather + reduce-scatter
     # pairs of the same ring volume); on the critical path (Megatron-LM default, no TP overlap)
     act_bytes = tokens * m.hidden * BF16_BYTES
     tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
+    tp_hid_f = tp_hid_b = 0.0
+    if inst.job.tp_comm_overlap and sp and tp > 1 and not tp_inter:
+        # with sequence parallelism the 2 all-reduces are 4 collectives of equal time (all-gather
+        # before QKV and MLP-in, reduce-scatter after attention-out and MLP-out), each pipelined
+        # with the GEMM beside it; backward pairs them with the dgrad + wgrad GEMMs
+        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls]
+        beside = (gemm[0], gemm[1], sum(gemm[2:-1]), gemm[-1])
+        one = tp_f / len(beside)
+        exp_f = sum(tp_overlap_exposed(one, g, tp) for g in beside)
+        exp_b = sum(tp_overlap_exposed(one, BACKWARD_LINEAR_FACTOR * g, tp) for g in beside)
+        tp_hid_f, tp_hid_b = tp_f - exp_f, tp_b - exp_b
+        tp_f, tp_b = exp_f, exp_b
 
     # context parallel: a ring of cp - 1 steps (Liu et al. 2023, Ring Attention; Megatron-core
     # / Transformer Engine and torch context_parallel). Causal load balance (each rank holds
@@ -254,7 +284,15 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         compute_f += merge_f
         compute_b += merge_b
 
-    selective_extra = attn_f if (o.recompute is Recompute.SELECTIVE and not flash) else 0.0
+    selective_extra = 0.0
+    if o.recompute is Recompute.SELECTIVE:
+        if inst.job.framework is Framework.TORCHTITAN:
+            # op-level selective AC: every other mm and every op outside its save list (the
+            # norms, rotary, activation, residual adds) run again before backward
+            selective_extra = elem_f + sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu)
+                                           for f in torchtitan_sac_recomputed_flops(m, b, tp, cp))
+        elif not flash:  # Megatron: the attention core is recomputed (Korthikanti et al.)
+            selective_extra = attn_f
     fwd = compute_f + tp_f + cp_exp_f
     bwd = compute_b + tp_b + cp_exp_b + selective_extra
     fw, prec = inst.job.framework, inst.job.precision
@@ -264,7 +302,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - selective_extra,
         parts={"compute": compute_f + compute_b + selective_extra, "tp_comm": tp_f + tp_b,
                "cp_comm_exposed": cp_exp_f + cp_exp_b},
-        overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b},
+        overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b, "tp_comm": tp_hid_f + tp_hid_b},
         act_bytes=act1, ckpt_bytes=memory.checkpoint_activation_bytes(m, b, tp, cp, sp),
         workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp))
 
@@ -328,8 +366,13 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         sizes = tuple(w / o.tp for w in layer_weight_sizes(m))
         gathers_rc = ag * (1 + recompute_regather_params(fw, sizes) / sum(sizes))
         z3["f"] = hidden_window(ag, ahead * ag, fwd)
-        z3["b"] = hidden_window(ag + rs, ahead * ag + rs, bwd)
-        z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * gathers_rc + rs, bwd + rc_fwd)
+        # backward: layer i's reduce-scatter is issued when its backward ends, on the same
+        # data-parallel communicator as layer i-1's gather (NCCL runs a communicator's
+        # collectives in issue order). A gather prefetched during layer i's backward is done
+        # by then, and the reduce-scatter hides behind layer i-1; a gather issued only when
+        # layer i-1 starts (no prefetch) queues behind the reduce-scatter, so both show.
+        z3["b"] = hidden_window(ag + rs, ahead * (ag + rs), bwd)
+        z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * (gathers_rc + rs), bwd + rc_fwd)
     exp_f, hid_f = z3["f"]
     exp_b, hid_b = z3["b"]
     exp_rc, hid_rc = z3["b_rc"]
@@ -402,6 +445,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gl)
     ce_bytes = tokens * m.vocab / tp * (BF16_BYTES + 4)
     head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + 2 * _mem_time_s(ce_bytes, gl)
+    # the logits GEMM's output store (forward) and its input gradient's (backward), as
+    # flops.gemm_output_elements prices the layers' GEMMs
+    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp + m.hidden), gl)
     head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gl)  # final norm fwd + bwd
     stage_parts[-1]["output_layer"] = head
     # each stage sends activations forward and receives gradients back over every edge it
@@ -457,27 +503,29 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_sync[-1] += tie
 
     # --- memory (cost/memory.py: what each framework allocates)
-    fw = inst.job.framework
+    fw, opt = inst.job.framework, inst.job.optimizer
     inflight = in_flight_micro_batches(pp, mb, v)
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
     state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
     for x in per_stage:
         if id(x) not in state_of:
-            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw)
-                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw)
+            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw, opt)
+                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                                + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     state = [state_of[id(x)] for x in per_stage]
     stage_mem = np.zeros(pp)
-    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw)
+    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
     if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw)
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw, opt)
     transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
         transient += [memory.zero3_gathered_bytes(m, tp, fw, s == 0, s == pp - 1) for s in range(pp)]
     transient[-1] += memory.logits_activation_bytes(m, b, tp, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
     stage_mem += memory.runtime_bytes(tp, cp, o.dp, pp)
+    if inst.job.tp_comm_overlap and o.sequence_parallel and tp > 1:  # TE allocates them at start-up
+        stage_mem += memory.userbuffers_bytes(m, b, cp, inst.job.precision)
 
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(x, attr) for x in per_stage], float)

@@ -89,6 +89,44 @@ def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int) -> LayerMatmuls:
     return LayerMatmuls(qkv=qkv, attn_out=attn_out, mlp=mlp, attention_core=core)
 
 
+def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, float]:
+    """Elements one GPU's linear-layer GEMMs write for one layer: (forward, backward).
+
+    A tiled GEMM writes each output tile once its K-loop ends, and that store does not overlap
+    the tile's own multiply-adds, so it adds about out_bytes / HBM bandwidth to the FLOP time
+    (CUTLASS's epilogue; relative to the FLOP time it is peak / (bandwidth x K), ~15% at K = 768
+    on an A100, ~1% at K = 12288, which is why small-hidden models reach a lower MFU at the same
+    FLOPs per call). Forward: QKV, attention-out (the full h before the row-parallel
+    reduction), MLP-in and MLP-out. Backward: the input gradients (the same shapes reversed);
+    the weight gradients' outputs are weight-sized and negligible beside them. Every
+    per-operator partition writes each output element once too, so the count is the same.
+    """
+    t = b * m.seq_len / cp
+    h, f, q, kv = m.hidden, m.ffn, m.q_hidden, m.kv_hidden
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    fwd = t * (q + 2 * kv) / tp + t * h + n_in * t * f / tp + t * h
+    bwd = t * h + t * q / tp + n_in * t * h + t * f / tp
+    return fwd, bwd
+
+
+def torchtitan_block_mms(m: ModelSpec, tp: int) -> tuple[tuple[float, float], ...]:
+    """torchtitan's aten.mm calls of one transformer block in call order, as (in, out)
+    features per GPU: wq, wk, wv, wo, w1, [w3,] w2 (models/llama3 Attention and FeedForward;
+    row-parallel wo and w2 produce full-width partial sums). Its op-level selective
+    activation checkpointing saves the outputs of every other one (the 1st, 3rd, ...) and
+    recomputes the rest in backward (parallelize_llama._apply_ac_to_transformer_block)."""
+    h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
+    mlp_in = ((h, f / tp),) * (2 if m.mlp is Mlp.SWIGLU else 1)
+    return ((h, q / tp), (h, hk / tp), (h, hk / tp), (q / tp, h), *mlp_in, (f / tp, h))
+
+
+def torchtitan_sac_recomputed_flops(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, ...]:
+    """Forward FLOPs of the mm calls torchtitan's op-level selective AC recomputes (the 2nd,
+    4th, ... of torchtitan_block_mms), per GPU per micro-batch."""
+    t = b * m.seq_len / cp
+    return tuple(2 * t * k * n for i, (k, n) in enumerate(torchtitan_block_mms(m, tp)) if i % 2 == 1)
+
+
 def logits_flops(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     """Output projection hidden -> vocab (vocab-parallel over tp)."""
     return 2 * b * m.seq_len / cp * m.hidden * m.vocab / tp
@@ -116,19 +154,30 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     return rep + act + qk
 
 
-def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, float]:
-    """Elements one GPU casts to FP8 in a stand-alone kernel for one layer: (forward, backward).
+def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int,
+                      dynamic_scaling: bool = False) -> tuple[float, float]:
+    """Elements one GPU casts to FP8 in a stand-alone kernel for one layer: (forward, backward),
+    each cast reading bf16 and writing FP8 twice (row-major and transposed).
 
-    Transformer Engine fuses the cast into the kernel that produces a linear layer's input
-    where one exists (LayerNormLinear and LayerNormMLP: the norm writes FP8 for QKV and MLP-in,
-    the activation writes FP8 for MLP-out; torch.compile does the same for torchao float8), so
-    the forward casts stand-alone only the attention output (the input of attention-out) and
-    the weights (1/tp share). The backward casts every linear layer's output gradient, which
-    comes from the layer above in bf16.
+    Transformer Engine (delayed scaling: the scale comes from the amax history) fuses the cast
+    into the kernel that produces a linear layer's input where one exists (LayerNormLinear and
+    LayerNormMLP: the norm writes FP8 for QKV and MLP-in, the activation writes FP8 for
+    MLP-out), so the forward casts stand-alone only the attention output (the input of
+    attention-out) and the weights (1/tp share). The backward casts every linear layer's
+    output gradient, which comes from the layer above in bf16.
+
+    torchao float8 with dynamic tensorwise scaling (torchtitan's float8 converter) needs the
+    tensor's amax before it can scale, so even under torch.compile every GEMM input is cast in
+    a kernel of its own after the one that produced it, and a weight is read once more for its
+    amax and cast separately for forward and backward: twice a cast's traffic
+    (torchao/testing/training/roofline_utils.py, get_tensor_memory_traffic_ovhd_s: kernels 1-4
+    for weights; the activations' amax fused with their producer, as it assumes with fusion).
     """
     t = b * m.seq_len / cp
     h, f = m.hidden, m.ffn
     forward = t * m.q_hidden / tp + layer_params(m) / tp
+    if dynamic_scaling:  # the norms' outputs (QKV and MLP-in inputs), the MLP-out input, weights
+        forward += 2 * t * h + t * f / tp + layer_params(m) / tp
     mlp_in = (2 if m.mlp is Mlp.SWIGLU else 1) * f
     backward = t * (m.q_hidden + 2 * m.kv_hidden) / tp + t * h + t * mlp_in / tp + t * h
     return forward, backward

@@ -46,6 +46,9 @@ class Behaviour:
     # None: one call per FSDP unit (FSDP's SHARD_GRAD_OP / reshard_after_forward=False)
     grad_bucket_params: float | None
     grad_bucket_params_zero2: float | None
+    # --- FP8: scales from the tensor's own amax (torchao dynamic tensorwise) rather than from
+    # an amax history (Transformer Engine's delayed scaling): cost/flops.fp8_cast_elements
+    fp8_dynamic_scaling: bool = False
 
 
 _TABLE = {
@@ -59,11 +62,13 @@ _TABLE = {
                                   grad_bucket_params=40e6, grad_bucket_params_zero2=40e6),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
     # (training.mixed_precision_reduce = float32); DDP (dp_replicate) buckets of 25 MB (torch
-    # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients.
+    # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients. Float8 linears are
+    # torchao's Float8Linear with its default dynamic tensorwise recipe.
     Framework.TORCHTITAN: Behaviour(Framework.TORCHTITAN, gather_per_tensor=False, prefetch_params=None,
                                     max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                     grad_reduce_bytes=4, scatter_bucket_params=None,
-                                    grad_bucket_params=25e6 / 4, grad_bucket_params_zero2=None),
+                                    grad_bucket_params=25e6 / 4, grad_bucket_params_zero2=None,
+                                    fp8_dynamic_scaling=True),
     # DeepSpeed ZeRO-3: stage3_prefetch_bucket_size 5e7 parameters, one all-gather per
     # parameter tensor ("ZeRO3 launches too many all_gathers", deepspeedai/DeepSpeed#5047;
     # gathers dominating the forward even on NVLink, #1174), gradients reduced in the

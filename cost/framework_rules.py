@@ -8,9 +8,9 @@ says which plans it can run: solver/space.py filters outer configurations throug
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from cost.specs import Framework, SearchSpace
+from cost.specs import Framework, Optimizer, SearchSpace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +80,26 @@ FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
         zero_stages=(0, 2, 3), zero_with_pipeline=(), tensor_parallel=False, pipeline=False,
         context_parallel=False, interleaving=False, sequence_parallel_optional=True),
 }
+
+
+# Optimizers that fix the ZeRO stage. NeMo's distributed_fused_adam (Apex DistributedFusedAdam)
+# always shards its state and the reduced gradient shard over the data-parallel group and keeps
+# a full gradient buffer (cost/memory.py): ZeRO-1, with any pp. Its unsharded mode
+# (disable_distributed_parameters) is not priced.
+OPTIMIZER_ZERO_STAGES: dict[Optimizer, tuple[int, ...]] = {
+    Optimizer.APEX_DISTRIBUTED_ADAM: (1,),
+    Optimizer.APEX_DISTRIBUTED_ADAM_BF16: (1,),
+}
+
+
+def rules_for(framework: Framework, optimizer: Optimizer = Optimizer.ADAM) -> FrameworkRules:
+    """The framework's rules, narrowed to the ZeRO stages its optimizer runs."""
+    rules = FRAMEWORK_RULES[framework]
+    stages = OPTIMIZER_ZERO_STAGES.get(optimizer)
+    if stages is None:
+        return rules
+    return replace(rules, zero_stages=tuple(z for z in rules.zero_stages if z in stages),
+                   zero_with_pipeline=tuple(z for z in rules.zero_with_pipeline if z in stages))
 
 
 @dataclass(frozen=True, slots=True)

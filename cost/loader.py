@@ -42,8 +42,10 @@ Instance file (units in the key names; "required" unless a default is given)::
       global_batch: 1024             # sequences per optimizer step
       precision: bf16                # bf16 | fp16 | fp8 (FP8 linears), default bf16
       framework: megatron            # megatron | torchtitan | deepspeed | composer, default megatron
-      optimizer: adam                # adam, default adam
+      optimizer: adam                # adam | apex_distributed_adam | apex_distributed_adam_bf16 (NeMo), default adam
       attention: flash               # flash | standard (stores the s x s scores), default flash
+      tp_comm_overlap: false         # Transformer Engine's tp comm/GEMM overlap (megatron only;
+                                     # used where tp > 1 inside a node with sequence parallel)
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -165,7 +167,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "
 _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
-JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework")
+JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -893,6 +895,7 @@ def job_from_section(sec: Section) -> JobSpec:
             optimizer=Optimizer(sec.choice("optimizer", enum_values(Optimizer), Optimizer.ADAM.value)),
             attention=Attention(sec.choice("attention", enum_values(Attention), Attention.FLASH.value)),
             framework=Framework(sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)),
+            tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
         )
 
 
@@ -1051,6 +1054,8 @@ def instance_to_mapping(inst: Instance) -> dict:
     job = {"global_batch": inst.job.global_batch, "precision": inst.job.precision.value,
            "optimizer": inst.job.optimizer.value, "attention": inst.job.attention.value,
            "framework": inst.job.framework.value}
+    if inst.job.tp_comm_overlap:
+        job["tp_comm_overlap"] = True
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}

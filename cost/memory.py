@@ -13,6 +13,23 @@ optimizer state per parameter), per framework (`STATE_BYTES`):
 ZeRO stage k shards over the data-parallel group (dp*cp ranks): 1 the optimizer state, 2 also the
 gradients, 3 also the weights.
 
+NeMo's `distributed_fused_adam` (job.optimizer apex_distributed_adam[_bf16]; `OPTIMIZER_STATE_BYTES`)
+replaces Megatron's layout. NeMo 24.07 (r2.0.0rc1, whose Dockerfile pins Apex 810ffae) builds it in
+megatron_base_model.py MegatronBaseModel.setup_optimization: param_sync_dtype = the bf16 model dtype
+(megatron_amp_O2), store_params False and store_param_remainders True when optim.dtype is fp32, and
+store_params False when optim.dtype equals the model dtype (bf16). In Apex
+contrib/optimizers/distributed_fused_adam.py:
+    weights   2  the bf16 model parameters, views into the contiguous param buffer of
+                 param_sync_dtype (init_param_buffer); not sharded
+    gradients 2  _init_grad_buffer: one contiguous buffer over all local parameters in
+                 grad_sync_dtype (bf16 as the launcher's examples run it); not sharded
+    sharded   StateBucket.__init__: param_remainders_shard (int16, 2) with fp32 state, exp_avg_shard
+              and exp_avg_sq_shard (optim.dtype: 4 + 4, or 2 + 2 in bf16); and the reduce-scattered
+              gradient shard that _finish_bucket_grad_sync keeps in grads_shard until the step
+              (grad_sync_dtype, 2): 12 (fp32 state) or 6 (bf16 state) bytes per parameter over the
+              data-parallel group (the optimizer's process group is the dp group with context
+              parallel ranks, NeMo distributed_adam.py MegatronDistributedFusedAdam.__init__).
+
 ZeRO-3 / FSDP keeps some units unsharded at the peak (`zero3_gathered_bytes`):
     FSDP (torchtitan, Composer, Megatron-core FSDP): one unit per transformer block; the block
         being computed and the one prefetched (FSDP2 prefetches one block ahead; FSDP1
@@ -42,7 +59,15 @@ log-sum-exp statistics (fp32, one per head and token).
 FP8 linears: Transformer Engine (Megatron-LM, Composer amp_fp8) stores each linear's input cast
 to fp8 for the weight gradient (TE Linear/LayerNormLinear save the fp8 input), 1 byte instead of
 2, and keeps an fp8 copy of every GEMM weight and of its transpose across micro-batches
-(`fp8_weight_bytes`). torchao float8 (torchtitan) saves the high-precision input and weight
+(`fp8_weight_bytes`): TE 1.8 (7d576ed, the TE_TAG of NeMo r2.0.0rc1's Dockerfile)
+module/linear.py Linear.forward casts a bf16 weight through get_fp8_workspace(cache_name="weight",
+with_transpose=torch.is_grad_enabled()) whenever is_first_microbatch is not None, and
+module/base.py get_fp8_workspace keeps that Float8Tensor (data and transpose) in
+self._fp8_workspaces for the module's lifetime; Megatron-core (338af51, NeMo's MCORE_TAG)
+custom_layers/transformer_engine.py TELinear.forward passes is_first_microbatch unless
+config.disable_parameter_transpose_cache (default False). With fp8_params (TE fp8_model_init)
+the parameter itself would be the fp8 tensor; none of the NeMo 24.07 launcher configs of the
+published FP8 runs sets it (conf/training/{gpt3,llama,nemotron}/*.yaml at tag 24.07). torchao float8 (torchtitan) saves the high-precision input and weight
 (`matmul_with_hp_or_float8_args.forward`: ctx.save_for_backward(input_hp, weight_hp_t)) and casts
 to fp8 inside each matmul: no extra stored bytes.
 
@@ -66,6 +91,8 @@ Loss over the logits, bytes per logit at the start of backward (`LOGITS_BYTES`),
     Composer / llm-foundry (MPT default loss_fn 'fused_crossentropy', flash-attn's Triton cross
         entropy): saves the bf16 logits (2) and writes a bf16 gradient (2): 4.
 
+Transformer Engine's tp comm-overlap userbuffers (`userbuffers_bytes`), with job.tp_comm_overlap.
+
 Runtime outside the tensors above (`runtime_bytes`): the CUDA context and NCCL's buffers are
 allocated outside PyTorch's caching allocator; the allocator's fragmentation grows with the
 dynamic (activation) memory it recycles (`ALLOCATOR_FRAGMENTATION`).
@@ -77,7 +104,7 @@ from dataclasses import dataclass
 
 from cost.flops import (BF16_BYTES, embedding_params, input_extra_params, layer_params,
                         linear_weight_params, norm_params, output_params)
-from cost.specs import Framework, Mlp, ModelSpec, Precision
+from cost.specs import Framework, Mlp, ModelSpec, Optimizer, Precision
 
 FP32_BYTES = 4
 FP8_BYTES = 1
@@ -99,6 +126,18 @@ STATE_BYTES = {
     Framework.TORCHTITAN: StateBytes(weight=4, grad=4, optimizer=8),
     Framework.COMPOSER: StateBytes(weight=4, grad=4, optimizer=8),
 }
+
+# Optimizers whose layout is their own, whatever the framework (module docstring)
+OPTIMIZER_STATE_BYTES = {
+    Optimizer.APEX_DISTRIBUTED_ADAM: StateBytes(weight=2, grad=2, optimizer=2 + 4 + 4 + 2),
+    Optimizer.APEX_DISTRIBUTED_ADAM_BF16: StateBytes(weight=2, grad=2, optimizer=2 + 2 + 2),
+}
+
+
+def state_layout(framework: Framework, optimizer: Optimizer = Optimizer.ADAM) -> StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state, before sharding."""
+    return OPTIMIZER_STATE_BYTES.get(optimizer) or STATE_BYTES[framework]
+
 
 LOGITS_BYTES = {
     Framework.MEGATRON: FP32_BYTES + BF16_BYTES,
@@ -125,9 +164,10 @@ NCCL_BYTES_PER_COMMUNICATOR = 2 * 16 * 4 * 1024**2
 ALLOCATOR_FRAGMENTATION = 0.05
 
 
-def state_bytes_per_param(zero: int, shard: int, framework: Framework = Framework.MEGATRON) -> float:
+def state_bytes_per_param(zero: int, shard: int, framework: Framework = Framework.MEGATRON,
+                          optimizer: Optimizer = Optimizer.ADAM) -> float:
     """Bytes per parameter on one GPU for weights + gradients + optimizer state."""
-    sb = STATE_BYTES[framework]
+    sb = state_layout(framework, optimizer)
     w = sb.weight / (shard if zero >= 3 else 1)
     g = sb.grad / (shard if zero >= 2 else 1)
     o = sb.optimizer / (shard if zero >= 1 else 1)
@@ -135,8 +175,9 @@ def state_bytes_per_param(zero: int, shard: int, framework: Framework = Framewor
 
 
 def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int,
-                      framework: Framework = Framework.MEGATRON) -> float:
-    return layer_params(m) / tp * state_bytes_per_param(zero, shard, framework)
+                      framework: Framework = Framework.MEGATRON,
+                      optimizer: Optimizer = Optimizer.ADAM) -> float:
+    return layer_params(m) / tp * state_bytes_per_param(zero, shard, framework, optimizer)
 
 
 def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
@@ -152,8 +193,10 @@ def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
 
 
 def embedding_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int, first: bool, last: bool,
-                          framework: Framework = Framework.MEGATRON) -> float:
-    return embedding_stage_params(m, first, last) / tp * state_bytes_per_param(zero, shard, framework)
+                          framework: Framework = Framework.MEGATRON,
+                          optimizer: Optimizer = Optimizer.ADAM) -> float:
+    return (embedding_stage_params(m, first, last) / tp
+            * state_bytes_per_param(zero, shard, framework, optimizer))
 
 
 def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Framework) -> float:
@@ -271,6 +314,26 @@ def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, first: boo
     root = embedding_stage_params(m, first, last) / tp
     reduce_bytes = STATE_BYTES[framework].grad  # fp32 reduce_dtype copy (Megatron: main grads)
     return BF16_BYTES * (2 * block + root) + (BF16_BYTES + reduce_bytes) * block
+
+
+# Transformer Engine's tp-overlap userbuffers (TE 1.8, module/base.py initialize_ub): one buffer
+# per overlapped GEMM of a layer type, of the sample shape its caller passes (NeMo r2.0.0rc1
+# megatron_gpt_model.py initialize_ub_func: [seq_length * micro_batch / cp, hidden]). The six
+# all-gather overlaps (qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop, fc1_dgrad, fc2_dgrad) hold
+# fp8 (uint8) under an fp8 recipe, bf16 otherwise; the four reduce-scatter ones (proj_fprop,
+# fc2_fprop, qkv_wgrad, fc1_wgrad) hold bf16. With the default methods (those of the NeMo 24.07
+# launcher's tp_overlap configs) each buffer is exactly the sample's bytes
+# (csrc/comm_gemm_overlap.h: UbufCommOverlap and, for all-gathers, UbufP2PCommOverlap register
+# sample.numel() * element_size()); registered outside PyTorch's caching allocator.
+UB_ALL_GATHER_BUFFERS = 6
+UB_REDUCE_SCATTER_BUFFERS = 4
+
+
+def userbuffers_bytes(m: ModelSpec, b: int, cp: int, precision: Precision) -> float:
+    """Bytes of Transformer Engine's tp comm-overlap buffers on every GPU (job.tp_comm_overlap)."""
+    sample = b * m.seq_len / cp * m.hidden
+    ag_bytes = FP8_BYTES if precision is Precision.FP8 else BF16_BYTES
+    return sample * (UB_ALL_GATHER_BUFFERS * ag_bytes + UB_REDUCE_SCATTER_BUFFERS * BF16_BYTES)
 
 
 def communicators(tp: int, cp: int, dp: int, pp: int) -> int:

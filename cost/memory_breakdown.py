@@ -2,7 +2,7 @@
 
 The categories (the split `accelerate estimate-memory` reports, plus what training adds):
 
-    weights      bf16/fp32 weights as the framework keeps them (cost/memory.STATE_BYTES),
+    weights      bf16/fp32 weights as the framework keeps them (cost/memory.state_layout),
                  sharded by ZeRO-3, plus Transformer Engine's cached fp8 weight copies
     grads        gradients (the fp32 main-gradient buffer in Megatron-LM), sharded by ZeRO-2/3
     optimizer    Adam state (fp32 master weight, momentum, variance), sharded by ZeRO-1/2/3
@@ -10,7 +10,7 @@ The categories (the split `accelerate estimate-memory` reports, plus what traini
                  recomputed layers (cost/memory.py, Korthikanti et al. 2022)
     logits       the loss's logits buffers on the last stage (cost/memory.LOGITS_BYTES)
     workspace    one layer's backward workspace, and with ZeRO-3 the gathered units and the
-                 gradients being reduce-scattered
+                 gradients being reduce-scattered; Transformer Engine's tp-overlap userbuffers
     runtime      CUDA context and NCCL buffers (cost/memory.runtime_bytes)
 
 Everything but `runtime` includes the allocator-fragmentation allowance where
@@ -32,9 +32,9 @@ from cost.specs import Instance, Plan
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
 
-def _state_shares(zero: int, shard: int, framework) -> tuple[float, float, float]:
+def _state_shares(zero: int, shard: int, framework, optimizer) -> tuple[float, float, float]:
     """Bytes per parameter of (weights, grads, optimizer) on one GPU after ZeRO sharding."""
-    sb = memory.STATE_BYTES[framework]
+    sb = memory.state_layout(framework, optimizer)
     return (sb.weight / (shard if zero >= 3 else 1), sb.grad / (shard if zero >= 2 else 1),
             sb.optimizer / (shard if zero >= 1 else 1))
 
@@ -44,7 +44,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     m, o, fw = inst.model, plan.outer, inst.job.framework
     pp, tp, cp = o.pp, o.tp, o.cp
     shard = homogeneous_placement(inst.cluster, o).dp_ranks
-    w, g, opt = _state_shares(o.zero, shard, fw)
+    w, g, opt = _state_shares(o.zero, shard, fw, inst.job.optimizer)
     spp = w + g + opt
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
@@ -54,7 +54,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     runtime = memory.runtime_bytes(tp, cp, o.dp, pp)
     out = []
     for s in range(pp):
-        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw)
+        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw, inst.job.optimizer)
         param_state = n[s] * (c.layer_state_bytes[s] - fp8) + embed  # (parameters x spp) terms
         logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
         acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s])

@@ -55,7 +55,17 @@ class Attention(str, Enum):
 
 
 class Optimizer(str, Enum):
-    ADAM = "adam"  # Adam with mixed precision: fp32 master weights, two fp32 moments
+    """The optimizer and how its state is laid out in memory (cost/memory.state_layout)."""
+
+    ADAM = "adam"  # Adam with mixed precision as the framework runs it: fp32 master weights, two fp32 moments
+    # NeMo's `distributed_fused_adam` (Apex DistributedFusedAdam) as NeMo 24.07 sets it up for
+    # bf16 O2 training with optim.grad_sync_dtype=bf16 (every NeMo-Framework-Launcher 24.07
+    # training example passes it): bf16 gradient buffer, fp32 moments, int16 remainders of the
+    # fp32 master weight. Megatron-core models (framework megatron) only.
+    APEX_DISTRIBUTED_ADAM = "apex_distributed_adam"
+    # the same with optim.dtype=bf16 (NeMo-Framework-Launcher 24.07 nemotron_340b.yaml): bf16
+    # moments and no master weight at all
+    APEX_DISTRIBUTED_ADAM_BF16 = "apex_distributed_adam_bf16"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,10 +230,22 @@ class JobSpec:
     optimizer: Optimizer = Optimizer.ADAM
     attention: Attention = Attention.FLASH
     framework: Framework = Framework.MEGATRON
+    # Transformer Engine userbuffers: tensor-parallel all-gathers / reduce-scatters pipelined
+    # with the GEMMs beside them (Megatron-LM --tp-comm-overlap, NeMo ub_tp_comm_overlap).
+    # Applies where the plan has tp > 1 inside one node with sequence parallelism, the only case
+    # Transformer Engine runs it (cost/coefficients.tp_overlap_exposed).
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
             raise ConfigError("job.global_batch must be >= 1")
+        if self.optimizer is not Optimizer.ADAM and self.framework is not Framework.MEGATRON:
+            raise ConfigError(f"job.optimizer {self.optimizer.value} is NeMo's Apex optimizer and runs only"
+                              f" with framework megatron, not {self.framework.value}: use optimizer adam")
+        if self.tp_comm_overlap and self.framework is not Framework.MEGATRON:
+            raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
+                              f" only framework megatron runs (job.framework: {self.framework.value});"
+                              f" remove tp_comm_overlap or set framework: megatron")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

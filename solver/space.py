@@ -50,7 +50,7 @@ import math
 from dataclasses import dataclass
 
 from cost import memory
-from cost.framework_rules import FRAMEWORK_RULES
+from cost.framework_rules import rules_for
 from cost.space_rules import cp_problem, pp_problem, tp_problem
 from cost.specs import Attention, Instance, Outer
 
@@ -88,7 +88,7 @@ def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, 
     """LB(b) of the module docstring: no plan with these degrees fits in less, per GPU."""
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw)
+    state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw, inst.job.optimizer)
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
@@ -134,7 +134,7 @@ def outer_configs(inst: Instance) -> list[Outer]:
     """Every outer configuration of the declared space, in a fixed, documented order
     (tp, cp, pp, micro_batch, sp, zero, v, recompute ascending) that also breaks ties."""
     m, c, s, gb = inst.model, inst.cluster, inst.search, inst.job.global_batch
-    rules = FRAMEWORK_RULES[inst.job.framework]
+    rules = rules_for(inst.job.framework, inst.job.optimizer)
     n_gpus = c.num_gpus
     out: list[Outer] = []
     # with FlashAttention every base mode costs the same: keep the first one listed

@@ -141,6 +141,9 @@ def render(inst: Instance, e: Emitted) -> str:
         par.append(("--cp-comm-type", "p2p", "ring exchange of K/V blocks, as paraplan prices it"))
     if p.sequence_parallel:
         par.append(("--sequence-parallel", None, None))
+        if job.tp_comm_overlap and p.tp > 1:
+            par.append(("--tp-comm-overlap", None, "job.tp_comm_overlap: Transformer Engine"
+                        " userbuffers pipeline the tp collectives with the GEMMs, as priced"))
     par += _split_flags(p)
     sections.append(("parallelism (data parallel size = world size / (tp * pp * cp) ="
                      f" {p.dp})", par))

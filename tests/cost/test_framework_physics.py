@@ -112,3 +112,110 @@ def test_attention_efficiency_follows_the_key_length_of_a_call():
         assert keys / (keys + ATTENTION_HALF_KEYS) == pytest.approx(published, abs=0.05)
     ratio = (2048 / (2048 + ATTENTION_HALF_KEYS)) / (512 / (512 + ATTENTION_HALF_KEYS))
     assert ratio == pytest.approx(1.383, abs=1e-3)
+
+
+def test_standard_attention_score_traffic_is_linear_in_the_micro_batch():
+    # The unfused attention's score tensor is b x heads x s x s: doubling the micro-batch
+    # doubles it (it once grew as b^2, which made Megatron v1's micro-batch 8 rows 8x too slow
+    # in their score passes). Each of its STANDARD_ATTENTION_SCORE_PASSES traversals is 2 bytes
+    # per element at memory_eff x HBM bandwidth; forward, per layer, tp = 1:
+    #   score_s(b) = 6 x 2 x b x heads x s^2 / (bw x memory_eff)
+    # and the forward compute of one layer is linear in b apart from matmul_half_flops' fixed
+    # cost per call, so f(2) - 2 f(1) = -(calls x half_flops / (peak x eff_max)) exactly.
+    from cost.coefficients import STANDARD_ATTENTION_SCORE_PASSES, homogeneous_placement, megatron_layer
+    from cost.loader import plan_from_mapping
+    from cost.specs import Attention
+    inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
+    inst = replace(inst, job=replace(inst.job, attention=Attention.STANDARD))
+    m, gpu = inst.model, inst.cluster.gpu
+
+    def fwd_compute(b):
+        plan = plan_from_mapping(dict(tp=1, pp=1, dp=16, micro_batch=b), inst)
+        o = plan.outer
+        site = homogeneous_placement(inst.cluster, o).sites[0]
+        return megatron_layer(inst, o, site, NetEfficiency()).fwd_s
+
+    assert STANDARD_ATTENTION_SCORE_PASSES == 6
+    score_1 = 6 * 2 * 1 * m.heads * m.seq_len ** 2 / (gpu.hbm_bw_bytes_per_s * gpu.memory_eff)
+    assert score_1 > 0.05 * fwd_compute(1)  # the score passes matter at this size
+    # calls with a fixed cost: 4 linear GEMMs (gelu MLP) + the two attention-core GEMMs
+    fixed = 6 * gpu.matmul_half_flops / (gpu.peak_flops_per_s * gpu.matmul_eff_max)
+    assert fwd_compute(2) - 2 * fwd_compute(1) == pytest.approx(-fixed, rel=1e-6)
+
+
+def test_tp_overlap_hides_all_but_one_chunk_or_what_the_gemm_cannot_cover():
+    # Transformer Engine's userbuffers split each tp collective and the GEMM beside it into
+    # tp chunks; the chunk at the end of the pipeline shows, and so does a transfer longer than
+    # the GEMM: exposed = max(comm - gemm, comm / tp).
+    from cost.coefficients import tp_overlap_exposed
+    assert tp_overlap_exposed(1.0, 2.0, 4) == pytest.approx(0.25)   # GEMM covers: one chunk of 4
+    assert tp_overlap_exposed(3.0, 1.0, 4) == pytest.approx(2.0)    # transfer-bound: 3 - 1
+    assert tp_overlap_exposed(1.0, 0.9, 8) == pytest.approx(0.125)  # one chunk of 8 > 1 - 0.9
+
+
+def test_tp_overlap_applies_only_with_sequence_parallelism_inside_a_node():
+    # Llama-3 70B on 512 H100 (tp 8 inside a node). With tp_comm_overlap on, the plan with
+    # sequence parallelism exposes less tp time than without (each of the four collectives
+    # per direction shows at most max(comm - gemm, comm/8)), and the hidden part appears as
+    # overlapped tp_comm; without sequence parallelism nothing changes (TE refuses the overlap).
+    inst = load_instance(INSTANCES / "llama3-70b-512xH100.yaml")
+    on = replace(inst, job=replace(inst.job, tp_comm_overlap=True))
+    base = dict(tp=8, pp=4, dp=16, micro_batch=1)
+    for sp in (False, True):
+        plan = plan_from_mapping(dict(base, sequence_parallel=sp), inst)
+        off_bd, on_bd = simulate(inst, plan), simulate(on, plan)
+        if not sp:
+            assert on_bd.iter_time_s == off_bd.iter_time_s
+            continue
+        assert on_bd.exposed_s["tp_comm"] < 0.5 * off_bd.exposed_s["tp_comm"]
+        assert on_bd.overlapped_s["tp_comm"] == pytest.approx(
+            off_bd.exposed_s["tp_comm"] - on_bd.exposed_s["tp_comm"], rel=1e-9)
+        assert on_bd.iter_time_s < off_bd.iter_time_s
+
+
+def test_tp_overlap_is_refused_outside_megatron():
+    from cost.errors import ConfigError
+    from cost.specs import JobSpec
+    with pytest.raises(ConfigError, match="tp_comm_overlap"):
+        JobSpec(global_batch=8, framework=Framework.TORCHTITAN, tp_comm_overlap=True)
+
+
+def test_gemm_output_store_is_priced_once_per_output_element():
+    # flops.gemm_output_elements: forward writes QKV (t x 3h / tp), attention-out (t x h),
+    # MLP-in (t x 4h / tp) and MLP-out (t x h); backward the input gradients t x h (QKV),
+    # t x h / tp (attention-out), t x h (MLP-in), t x 4h / tp (MLP-out). GPT, h = 4096, tp = 2,
+    # t = 2048: forward 2048 x (6144 + 4096 + 8192 + 4096) = 46,137,344 elements; backward
+    # 2048 x (4096 + 2048 + 4096 + 8192) = 37,748,736.
+    from cost.flops import gemm_output_elements
+    m = replace(_gpt(4096), seq_len=2048)
+    assert gemm_output_elements(m, 1, 2, 1) == (46_137_344, 37_748_736)
+
+
+def test_torchtitan_selective_ac_recomputes_every_other_mm():
+    # torchtitan's op-level SAC saves the outputs of the 1st, 3rd, ... aten.mm of a block and
+    # recomputes the others (parallelize_llama._apply_ac_to_transformer_block). Llama order
+    # wq, wk, wv, wo, w1, w3, w2: recomputed wk (h x kv), wo (q x h), w3 (h x f). Llama-3 8B
+    # (h 4096, kv 1024, f 14336), tp 1, one sequence of 8192 tokens:
+    #   2 x 8192 x (4096 x 1024 + 4096 x 4096 + 4096 x 14336) = 1,305,670,057,984 FLOPs.
+    from cost.flops import torchtitan_block_mms, torchtitan_sac_recomputed_flops
+    m = ModelSpec(name="l8", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                  vocab=128256, seq_len=8192, mlp=Mlp.SWIGLU)
+    assert len(torchtitan_block_mms(m, 1)) == 7
+    assert sum(torchtitan_sac_recomputed_flops(m, 1, 1, 1)) == 1_305_670_057_984
+
+
+def test_torchao_dynamic_scaling_casts_every_gemm_input_and_weights_twice():
+    # cost/flops.fp8_cast_elements. Transformer Engine (delayed scaling) fuses the casts of the
+    # norms' and the activation's outputs into those kernels: forward casts the attention
+    # output t x q and the weights P once. torchao's dynamic tensorwise scaling adds the two
+    # norm outputs (2 t h), the MLP-out input (t f) and a second weight pass (P).
+    # GPT h = 4096 (f = 16384, q = h), tp 1, t = 2048, P = 12 h^2 + 13 h (norms and biases of
+    # layer_params) -> TE forward 2048 x 4096 + P; torchao adds 2 x 2048 x 4096 + 2048 x 16384 + P.
+    from cost.flops import fp8_cast_elements, layer_params
+    m = replace(_gpt(4096), seq_len=2048)
+    p = layer_params(m)
+    te_f, te_b = fp8_cast_elements(m, 1, 1, 1)
+    ao_f, ao_b = fp8_cast_elements(m, 1, 1, 1, dynamic_scaling=True)
+    assert te_f == 2048 * 4096 + p
+    assert ao_f - te_f == 2 * 2048 * 4096 + 2048 * 16384 + p
+    assert ao_b == te_b

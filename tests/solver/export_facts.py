@@ -27,6 +27,7 @@ MEGATRON_MAIN_D98E8A6 = {
     "--tensor-model-parallel-size": int, "--pipeline-model-parallel-size": int,
     "--context-parallel-size": int, "--cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p"),
     "--sequence-parallel": None,
+    "--tp-comm-overlap": None,  # _add_training_args (store_true); needs --sequence-parallel
     "--num-layers-per-virtual-pipeline-stage": int, "--num-virtual-stages-per-pipeline-rank": int,
     "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
     "--pipeline-model-parallel-layout": str,

@@ -85,6 +85,8 @@ def megatron_args(inst, plan) -> tuple[dict, list[str], list[str]]:
     if "--overlap-param-gather" in args:  # validate_args
         assert "--overlap-grad-reduce" in args
         assert "--use-distributed-optimizer" in args or "--use-megatron-fsdp" in args
+    if "--tp-comm-overlap" in args:  # validate_args: TP overlap needs sequence parallelism
+        assert "--sequence-parallel" in args
     if "--use-megatron-fsdp" in args:
         assert args["--ckpt-format"] == "fsdp_dtensor"
         assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in " ".join(env)
@@ -759,3 +761,17 @@ def test_deepspeed_folds_context_parallelism_into_data_parallelism():
 def test_exporters_refuse_a_plan_for_another_instance():
     with pytest.raises(ValueError, match="GPUs"):
         to_megatron(SMALL, UNIFORM)
+
+
+def test_megatron_tp_comm_overlap_only_where_it_is_priced():
+    # job.tp_comm_overlap is priced only for tp > 1 with sequence parallelism (cost/coefficients.
+    # megatron_layer), which is also the only case Megatron-LM accepts --tp-comm-overlap.
+    inst = replace(SMALL, job=replace(SMALL.job, tp_comm_overlap=True))
+    with_sp = make_plan(layers=[12], tp=2, dp=8, micro_batch=1, num_micro_batches=8,
+                        sequence_parallel=True)
+    args, _, _ = megatron_args(inst, with_sp)
+    assert "--tp-comm-overlap" in args
+    args, _, _ = megatron_args(inst, replace(with_sp, sequence_parallel=False))
+    assert "--tp-comm-overlap" not in args
+    args, _, _ = megatron_args(SMALL, with_sp)
+    assert "--tp-comm-overlap" not in args

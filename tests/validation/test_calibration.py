@@ -56,3 +56,86 @@ def test_narayanan_145b_row_within_25_percent(results):
     assert row.measured_iter_time_s == pytest.approx(24.8, abs=0.05)
     assert row.predicted_iter_time_s is not None, row.reason
     assert abs(row.error) <= 0.25
+
+
+def test_rows_on_unfitted_dies_stay_out_of_the_fit():
+    # cost/fit.fitted_rows: a die with fewer than MIN_ROWS_PER_DIE (5) rows keeps its catalogue
+    # defaults, so its rows must not move the global parameters. The bf16 file has exactly two
+    # V100 rows (Megatron v1 blog, Table 1); every other die has 5 or more.
+    from cost.calibration import load_published
+    from cost.fit import MIN_ROWS_PER_DIE, fitted_rows
+    rows = load_published()
+    kept = fitted_rows(rows)
+    dropped = [r["id"] for r in rows if r not in kept]
+    assert MIN_ROWS_PER_DIE == 5
+    assert sorted(dropped) == ["megatron-v1blog-1.2B-tp1", "megatron-v1blog-4.2B-tp4"]
+
+
+def test_mape_over_bf16_and_fp8_rows_within_8_percent():
+    # Both files together (239 rows): 8.03% before the GEMM output stores, the standard
+    # attention's b x heads x s x s score tensor (it had grown as b^2) and its two GEMM passes,
+    # and NeMo's tp overlap were priced; 6.72% after the refit. 8% is the held-out target.
+    from cost.calibration import load_published
+    assert mape(predict_rows(load_published())) <= 0.08
+
+
+@pytest.mark.xfail(strict=True, reason="open: 6.72% (MosaicML small models, FP8 outside "
+                   "Megatron, DeepSpeed ZeRO-3 rows)")
+def test_mape_over_bf16_and_fp8_rows_within_5_percent():
+    from cost.calibration import load_published
+    assert mape(predict_rows(load_published())) <= 0.05
+
+
+def _unknown_source_row(recompute: str) -> dict:
+    # Llama 3 405B as Meta trained it on 16,384 H100 (Llama Team 2024, arXiv 2407.21783,
+    # Table 4: tp 8, cp 1, pp 16, dp 128, 8,192 tokens, 16M tokens per batch); a source that
+    # none of SOURCE_FAMILIES names
+    return {"id": "llama3-405b-16k", "source": "Llama Team, The Llama 3 Herd of Models, Table 4",
+            "precision": "bf16",
+            "model": dict(layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                          vocab=128256, seq_len=8192, mlp="swiglu"),
+            "cluster": dict(gpu="H100-SXM5-80GB", num_gpus=16384, gpus_per_node=8,
+                            intra_node_GBps_per_gpu=900, inter_node_Gbps_per_gpu=400),
+            "config": dict(tp=8, pp=16, dp=128, cp=1, micro_batch=1, global_batch=2048,
+                           recompute=recompute, virtual_stages=None, sequence_parallel=True, zero=1),
+            "measured": dict(iter_time_s=8.0, iter_time_kind="derived")}
+
+
+def test_a_source_of_no_known_family_is_priced_not_dropped():
+    # cost/calibration.OTHER_FAMILY: Megatron-LM behaviour, no dropout; with recompute
+    # unknown, the least recomputation that fits. Without recomputation this row's first
+    # stage holds 8 layers x 16 in-flight micro-batches of activations: over 80 GiB (the
+    # simulator says 82 GiB); selective recomputation drops nothing under FlashAttention; so
+    # full recomputation is what the run must have used, and the row is predicted.
+    from cost.calibration import OTHER_FAMILY, row_to_instance_plan, source_family
+    from cost.loader import load_catalogue
+    from cost.simulate import simulate
+    from cost.specs import Framework
+    row = _unknown_source_row("unknown")
+    assert source_family(row) is OTHER_FAMILY and OTHER_FAMILY.framework is Framework.MEGATRON
+    cat = load_catalogue()
+    inst, plan = row_to_instance_plan(row, cat)
+    assert plan.full_recompute_layers == plan.layers_per_stage
+    assert simulate(inst, plan).fits
+    inst_none, plan_none = row_to_instance_plan(_unknown_source_row("none"), cat)
+    assert not simulate(inst_none, plan_none).fits
+    (res,) = predict_rows([row])
+    assert res.predicted_iter_time_s is not None and res.reason is None
+
+
+def test_sequence_parallel_with_tp_1_is_ignored_as_megatron_does():
+    # Megatron-LM's validate_args: "Disabling sequence parallelism because tensor model
+    # parallelism is disabled". A row that says sequence_parallel: true at tp 1 (NeMo's configs
+    # keep the key on) is priced without it, not refused.
+    from cost.calibration import row_to_instance_plan
+    from cost.loader import load_catalogue
+    row = _unknown_source_row("none")
+    row["model"] = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                        seq_len=8192, mlp="swiglu")
+    row["cluster"]["num_gpus"] = 64
+    row["config"] = dict(tp=1, pp=1, dp=64, cp=1, micro_batch=1, global_batch=128,
+                         recompute="none", virtual_stages=None, sequence_parallel=True, zero=3)
+    _, plan = row_to_instance_plan(row, load_catalogue())
+    assert plan.sequence_parallel is False
+    (res,) = predict_rows([row])
+    assert res.reason is None

@@ -67,19 +67,17 @@ def test_nemo_fp8_family_within_10_percent(rows, results):
     assert abs(sum(errs) / len(errs)) <= 0.10
 
 
-def test_families_within_10_percent(rows, results):
-    # every family of 3 or more rows but one: the DeepSpeed ZeRO-3 rows (-12.5%), the xfail below
+def test_every_family_within_10_percent(rows, results):
+    # every family of 3 or more rows. The DeepSpeed ZeRO-3 rows were the last one off: -16.0%
+    # until a backward gather that is not prefetched (DeepSpeed's 5e7-parameter prefetch bucket
+    # against 4.5e8-6e8-parameter GPT-3 weights) was priced as queuing behind the previous
+    # layer's reduce-scatter on the same communicator; -9.1% after.
     fam = _by_family(rows, results)
-    for name in ("narayanan21", "korthikanti22", "mosaicml", "nemo", "nemo-launcher", "torchtitan"):
+    checked = [name for name, errs in fam.items() if len(errs) >= 3]
+    assert "narayanan21-zero3" in checked and "mosaicml" in checked
+    for name in checked:
         errs = fam[name]
         assert abs(sum(errs) / len(errs)) <= 0.10, name
-
-
-@pytest.mark.xfail(strict=True, reason="open: DeepSpeed ZeRO-3 rows at -12.5%")
-def test_every_family_within_10_percent(rows, results):
-    for name, errs in _by_family(rows, results).items():
-        if len(errs) >= 3:
-            assert abs(sum(errs) / len(errs)) <= 0.10, name
 
 
 def test_overlap_is_not_free():

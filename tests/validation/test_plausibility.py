@@ -29,6 +29,12 @@ MARGIN = 0.05  # 5 MFU points
 # utilisation counting the recompute), 61.7% on A100 against 56.3% published. Whether a
 # recompute-free plan at that scale reaches it is unmeasured.
 OPEN = {"mpt-h100bf16-large-13b-s2048-g512", "nemo-launcher-a100-gpt3-5B-256gpu"}
+# Open: the model predicts this row's own published configuration (tp 4, pp 8, v 6, micro-batch
+# 2) at 9.905 s against 10.476 s measured (-5.5%), MFU 0.900 against 0.851, and the optimum
+# (9.845 s, MFU 0.906) is 0.6% faster than that: a time-model error on this row, at the bar by
+# half a point. It showed once cost/memory priced NeMo's distributed_fused_adam; before, the
+# published configuration was predicted out of memory (82.9 GiB) and no plan near it fitted.
+OPEN_TIME = {"nemo2407-GPT3-175B-512gpu"}
 
 
 def _class(row: dict) -> tuple[str, str]:
@@ -71,6 +77,8 @@ def test_reference_mfu_is_the_published_record():
 def _param(wl):
     marks = [pytest.mark.xfail(strict=True, reason="open: optimum without the published recompute")] \
         if wl[0] in OPEN else []
+    if wl[0] in OPEN_TIME:
+        marks = [pytest.mark.xfail(strict=True, reason="open: the published plan itself is predicted 5.5% fast")]
     return pytest.param(wl, id=wl[0], marks=marks)
 
 
