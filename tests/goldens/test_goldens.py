@@ -1,5 +1,6 @@
 """Every bundled instance and every random agreement instance re-planned against its frozen
-optimum (tests/goldens/*.json, written by tests/goldens/cases.py from main at e2c133f).
+optimum (tests/goldens/*.json, written by tests/goldens/cases.py from main at 52886f2, before
+the planners' merge).
 
 The goldens guard the merge of the homogeneous and heterogeneous planners (issue 12): an answer
 may change only where the declared space grew, and then only to a faster plan. So, per case:
@@ -8,6 +9,9 @@ may change only where the declared space grew, and then only to a faster plan. S
   plan are the frozen ones;
 - where it grew, the optimum is at most the frozen one (within the tolerance), and a case that
   was feasible stays feasible.
+A change of the cost model (cost/) moves optima for another reason: the commit that makes it
+re-freezes the goldens from the code before the change with the new cost model, i.e. runs
+`python tests/goldens/cases.py` on that commit, and says so.
 """
 
 from __future__ import annotations
