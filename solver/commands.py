@@ -157,8 +157,12 @@ def cmd_plan_top(args, inst) -> int:
     from cost.loader import plan_to_mapping
     from solver.top_k import top_k
 
+    if getattr(args, "sensitivity", False):
+        raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
+                            "run --sensitivity without --top, on the plan you pick")
     res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].iter_time_s if res.plans else None
+    written = _write_top_plans(args, inst, res) if args.output else []
     if args.json:
         from solver.schema import top_k_json
         _emit_json(top_k_json(res, plan_to_mapping))
@@ -174,7 +178,27 @@ def cmd_plan_top(args, inst) -> int:
     print(table(["#", "iteration", "vs best", "tokens/s", "plan"], rows, align="lrrrl"))
     if not res.plans:
         print("no plan fits memory")
+    for path in written:
+        print(f"wrote {path}")
     return 0
+
+
+def _write_top_plans(args, inst, res) -> list[str]:
+    """-o FILE with --top K: plan k goes to FILE's stem + '-k' (plans-1.yaml, plans-2.yaml, ...),
+    each a plan file with its instance, like plan -o writes."""
+    from pathlib import Path
+
+    from cost.loader import plan_file_mapping
+    out = Path(args.output)
+    paths = []
+    for k, r in enumerate(res.plans, start=1):
+        path = str(out.with_name(f"{out.stem}-{k}{out.suffix}"))
+        header = (f"# paraplan plan {k} of the {len(res.plans)} best for {inst.name}:"
+                  f" iteration {r.iter_time_s:.6g} s\n")
+        write_text(path, header + yaml.safe_dump(plan_file_mapping(inst, r.plan), sort_keys=False),
+                   "-o/--output")
+        paths.append(path)
+    return paths
 
 
 def trust_json(trust) -> dict | None:
@@ -450,7 +474,8 @@ def register(sub) -> None:
     p.add_argument("--time-limit-s", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
-    p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan)")
+    p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan);"
+                   " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
     p.add_argument("--top", type=int, metavar="K",
                    help="list the K best plans with distinct outer configurations (solver/top_k.py)")

@@ -203,3 +203,21 @@ def test_progress_line_and_printer():
     pr("first")
     pr.done()
     assert buf.getvalue().startswith("\r[") and buf.getvalue().endswith("\r")
+
+
+def test_top_k_writes_each_plan_with_output(tmp_path, capsys):
+    # -o with --top K was silently ignored; it now writes plan k to <stem>-k<suffix>, each a
+    # plan file with its instance, as plan -o writes one
+    out = tmp_path / "plans.yaml"
+    assert main(["plan", str(INSTANCES / "small-gpt-16xA100.yaml"), "--top", "2", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    for k in (1, 2):
+        path = tmp_path / f"plans-{k}.yaml"
+        assert path.is_file() and f"wrote {path}" in text
+        written = yaml.safe_load(path.read_text())
+        assert written["instance"]["name"] == "small-gpt-16xA100" and written["plan"]["dp"] >= 1
+
+
+def test_top_k_refuses_sensitivity(capsys):
+    assert main(["plan", TINY, "--top", "2", "--sensitivity"]) == EXIT_BAD_INPUT
+    assert "--sensitivity" in capsys.readouterr().err
