@@ -113,18 +113,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cost import units
-from cost.errors import ConfigError, InstanceError
-from cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
+from paraplan.cost import units
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
-from cost.loader import (_CLUSTER_KEYS, _JOB_KEYS, _MODEL_KEYS, _RECOMPUTE_FULL, _SEARCH_KEYS,
+from paraplan.cost.loader import (_CLUSTER_KEYS, _JOB_KEYS, _MODEL_KEYS, _RECOMPUTE_FULL, _SEARCH_KEYS,
                          _catalogue_with_gpu_types, _check_number, _cluster, _config_errors_as,
                          _describe,
                          _job, _model, _read_yaml, _search, _Section, _shown, _values,
                          default_layer_split)
-from cost.ranges import out_of_range, range_text
-from cost.space_rules import hetero_search_refusal
-from cost.specs import GpuSpec, Instance, Link, Recompute
+from paraplan.cost.ranges import out_of_range, range_text
+from paraplan.cost.space_rules import hetero_search_refusal
+from paraplan.cost.specs import GpuSpec, Instance, Link, Recompute
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0

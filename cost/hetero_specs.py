@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cost.errors import ConfigError
-from cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

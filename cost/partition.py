@@ -96,12 +96,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost import comm
-from cost.coefficients import (BACKWARD_LINEAR_FACTOR, LayerTerms, Site, matmul_time_s,
+from paraplan.cost import comm
+from paraplan.cost.coefficients import (BACKWARD_LINEAR_FACTOR, LayerTerms, Site, matmul_time_s,
                                megatron_layer)
-from cost.comm import NetEfficiency
-from cost.flops import BF16_BYTES
-from cost.specs import Instance, Link, Mlp, Outer
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.flops import BF16_BYTES
+from paraplan.cost.specs import Instance, Link, Mlp, Outer
 
 LINEAR_OPS = ("qkv", "attn_out", "mlp_in", "mlp_out")
 OPS = ("qkv", "attn_core", "attn_out", "mlp_in", "mlp_out")
@@ -853,7 +853,7 @@ def grad_sync_threshold_s(inst: Instance, o: Outer, site: Site, dp_ranks: int,
     replica and no T op). cost/coefficients exposes max(0, g - bwd_s) per layer, the only
     coefficient that *falls* as a layer gets slower; read off `_layer_costs` itself (bwd 0 vs
     unbounded) so it can never drift from the coefficients."""
-    from cost.coefficients import _layer_costs
+    from paraplan.cost.coefficients import _layer_costs
 
     def terms(bwd_s):
         lt = LayerTerms(fwd_s=0.0, bwd_s=bwd_s, rc_fwd_s=0.0, parts={}, overlapped={},
@@ -869,7 +869,7 @@ def grad_sync_threshold_s(inst: Instance, o: Outer, site: Site, dp_ranks: int,
 def check_partitions(plan) -> None:
     """ConfigError unless `plan.partitions` names every operator once with a candidate of its
     tensor-parallel group (called by Plan's own validation)."""
-    from cost.errors import ConfigError
+    from paraplan.cost.errors import ConfigError
 
     ops = [op for op, _ in plan.partitions if op != STREAM]
     if sorted(ops) != sorted(OPS) or len(plan.partitions) - len(ops) > 1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import Enum
 
-from cost.errors import ConfigError
+from paraplan.cost.errors import ConfigError
 
 
 class Mlp(str, Enum):
@@ -360,7 +360,7 @@ class Plan(Outer):
             if n % self.virtual_stages:
                 raise ConfigError("each stage's layer count must be divisible by virtual_stages")
         if self.partitions:
-            from cost.partition import check_partitions  # cost.partition imports this module
+            from paraplan.cost.partition import check_partitions  # cost.partition imports this module
             check_partitions(self)
 
     @property

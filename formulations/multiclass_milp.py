@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from formulations.multiclass import MultiClassProblem, MultiClassResult, _done, _upper_bounds
-from formulations.result import SolverError
+from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done, _upper_bounds
+from paraplan.formulations.result import SolverError
 
 INTEGRALITY_TOL = 1e-6
 FEASIBILITY_TOL = 1e-6

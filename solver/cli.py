@@ -8,9 +8,9 @@ import json
 import sys
 from collections import defaultdict
 
-from cost.errors import ConfigError, InstanceError
-from formulations.result import SolverError
-from solver.inputs import add_instance_args, load_from_args
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.formulations.result import SolverError
+from paraplan.solver.inputs import add_instance_args, load_from_args
 
 EXIT_BAD_INPUT = 2
 EXIT_SOLVER = 3  # a solver backend is missing or crashed
@@ -18,15 +18,15 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def _emit_json(obj) -> None:
-    from solver.jsonout import emit_json
+    from paraplan.solver.jsonout import emit_json
     emit_json(obj)
 
 
 def cmd_simulate(args) -> int:
-    from cost.loader import load_plan
-    from cost.simulate import simulate
-    from solver import hetero_commands
-    from solver.format import breakdown_json, breakdown_text, gib
+    from paraplan.cost.loader import load_plan
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_simulate(args)
@@ -36,7 +36,7 @@ def cmd_simulate(args) -> int:
         bd = simulate(inst, plan)
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
-    from cost.model_notes import model_warnings
+    from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, plan)
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
@@ -63,7 +63,7 @@ def _finite(x: float | None) -> float | None:
 def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
     """The rows of `files` (both bundled published files when none are given) and a label for
     messages; a bad file raises one InstanceError naming it."""
-    from cost.calibration import BUNDLED_FILES, load_rows
+    from paraplan.cost.calibration import BUNDLED_FILES, load_rows
 
     paths = files or [str(p) for p in BUNDLED_FILES]
     rows: list[dict] = []
@@ -81,9 +81,9 @@ def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
 
 
 def cmd_accuracy(args) -> int:
-    from cost.calibration import mape, predict_rows
-    from cost.trust import accuracy_tables, group_stats, ranking_pairs, residuals
-    from solver.format import table
+    from paraplan.cost.calibration import mape, predict_rows
+    from paraplan.cost.trust import accuracy_tables, group_stats, ranking_pairs, residuals
+    from paraplan.solver.format import table
 
     rows, label = read_calibration_files(args.file)
     try:
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from solver import commands, export_cmd, extra_commands, partition_cmd, report, sweep
+    from paraplan.solver import commands, export_cmd, extra_commands, partition_cmd, report, sweep
     commands.register(sub)
     extra_commands.register(sub)
     export_cmd.register(sub)
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from solver.limits import check_args
+        from paraplan.solver.limits import check_args
         check_args(args)
         return args.func(args)
     except InstanceError as e:

@@ -35,9 +35,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
-from cost.specs import Attention
-from solver.space import _divisors, _powers_of_two, count_splits
+from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
+from paraplan.cost.specs import Attention
+from paraplan.solver.space import _divisors, _powers_of_two, count_splits
 
 FAMILIES = ("stage", "replica")
 # Mixed clusters keep the fixed caps the homogeneous space had before it derived its micro-batch

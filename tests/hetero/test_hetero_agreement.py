@@ -9,8 +9,8 @@ import math
 import pytest
 from randinst import random_hetero_instance
 
-from solver.hetero_exhaustive import hetero_exhaustive
-from solver.hetero_planner import plan_hetero
+from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+from paraplan.solver.hetero_planner import plan_hetero
 
 SEEDS = range(40)
 

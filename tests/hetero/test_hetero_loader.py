@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost.errors import InstanceError
-from cost.hetero_loader import (event_from_mapping, group_instance, hetero_instance_from_mapping,
+from paraplan import instances
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import (event_from_mapping, group_instance, hetero_instance_from_mapping,
                                 hetero_plan_from_mapping, hetero_plan_to_mapping,
                                 homogeneous_as_hetero, is_hetero_file, is_hetero_mapping,
                                 load_event, load_hetero_instance, load_hetero_plan)
-from cost.hetero_specs import HeteroInstance, HeteroPlan, ReplicaClass
-from cost.loader import load_instance
-from cost.specs import Recompute
+from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan, ReplicaClass
+from paraplan.cost.loader import load_instance
+from paraplan.cost.specs import Recompute
 
 INSTANCES = Path(instances.__file__).parent
 HETERO = INSTANCES / "hetero"

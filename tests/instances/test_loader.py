@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost.errors import InstanceError
-from cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
+from paraplan import instances
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
                          load_instance, load_plan, plan_from_mapping,
                          plan_to_mapping)
-from cost.specs import GpuSpec, Plan, Recompute
+from paraplan.cost.specs import GpuSpec, Plan, Recompute
 
 INSTANCES = Path(instances.__file__).parent
 BAD = Path(__file__).parent / "bad"
