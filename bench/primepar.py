@@ -30,16 +30,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cost import partition as P  # noqa: E402
-from cost.coefficients import homogeneous_placement  # noqa: E402
-from cost.comm import NetEfficiency  # noqa: E402
-from cost.loader import load_instance  # noqa: E402
-from cost.simulate import simulate  # noqa: E402
-from formulations.partition import solve_partition_milp  # noqa: E402
-from formulations.partition_dp import min_time, pareto_front  # noqa: E402
-from solver import partition_plans  # noqa: E402
-from solver.partition_cmd import describe_partitions  # noqa: E402
-from solver.planner import plan  # noqa: E402
+from paraplan.cost import partition as P  # noqa: E402
+from paraplan.cost.coefficients import homogeneous_placement  # noqa: E402
+from paraplan.cost.comm import NetEfficiency  # noqa: E402
+from paraplan.cost.loader import load_instance  # noqa: E402
+from paraplan.cost.simulate import simulate  # noqa: E402
+from paraplan.formulations.partition import solve_partition_milp  # noqa: E402
+from paraplan.formulations.partition_dp import min_time, pareto_front  # noqa: E402
+from paraplan.solver import partition_plans  # noqa: E402
+from paraplan.solver.partition_cmd import describe_partitions  # noqa: E402
+from paraplan.solver.planner import plan  # noqa: E402
 
 MODELS = ("opt-175b", "llama2-70b", "bloom-176b")
 GPUS = (4, 8, 16, 32)

@@ -33,13 +33,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost import units
-from cost.comm import NetEfficiency
-from cost.errors import ConfigError, InstanceError
-from cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
+from paraplan.cost import units
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
-from cost.simulate import simulate
-from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Optimizer, Plan, Precision, Recompute)
 
 # Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per

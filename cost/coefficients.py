@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost import comm, memory
-from cost.comm import NetEfficiency
-from cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
-from cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
+from paraplan.cost import comm, memory
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
+from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
-from cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
-from cost.errors import ConfigError
-from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, Outer, Precision,
+from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, Outer, Precision,
                         Recompute)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost.specs import ClusterSpec, Link
+from paraplan.cost.specs import ClusterSpec, Link
 
 # NCCL's fixed latency of one collective call (kernel launch, proxy hand-off), the ring
 # "baseLatencies" entry of NCCL's own performance model (NVIDIA/nccl src/graph/tuning.cc,

@@ -34,9 +34,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from cost.calibration import predict_rows, source_family
-from cost.comm import NetEfficiency
-from cost.specs import GpuSpec
+from paraplan.cost.calibration import predict_rows, source_family
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.specs import GpuSpec
 
 Catalogue = dict[str, GpuSpec]
 

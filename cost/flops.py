@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost.specs import Mlp, ModelSpec
+from paraplan.cost.specs import Mlp, ModelSpec
 
 # FlashAttention-style kernels skip the fully-masked tiles of a causal mask: about half of
 # the s x s score work is done (Dao 2023, FlashAttention-2, Sec. 3.1 "causal masking").

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost.specs import Framework
+from paraplan.cost.specs import Framework
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cost.specs import Framework, Optimizer, SearchSpace
+from paraplan.cost.specs import Framework, Optimizer, SearchSpace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost import comm, schedule
-from cost.coefficients import Placement, Site, StageCoefficients, build
-from cost.comm import NetEfficiency
-from cost.hetero_specs import HeteroCluster, HeteroOuter
-from cost.specs import Link, Outer
+from paraplan.cost import comm, schedule
+from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.hetero_specs import HeteroCluster, HeteroOuter
+from paraplan.cost.specs import Link, Outer
 
 
 def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -> Outer:

@@ -113,18 +113,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cost import units
-from cost.errors import ConfigError, InstanceError
-from cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
+from paraplan.cost import units
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
-from cost.hf_config import shown as _shown
-from cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
+from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_number, cluster_from_section,
                          config_errors_as, default_layer_split, describe, enum_values,
                          job_from_section, model_from_section, read_yaml, search_from_section)
-from cost.ranges import out_of_range, range_text
-from cost.space_rules import hetero_search_refusal
-from cost.specs import GpuSpec, Instance, Link, Recompute
+from paraplan.cost.ranges import out_of_range, range_text
+from paraplan.cost.space_rules import hetero_search_refusal
+from paraplan.cost.specs import GpuSpec, Instance, Link, Recompute
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0

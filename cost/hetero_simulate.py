@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost import schedule
-from cost.comm import NetEfficiency
-from cost.flops import model_flops_per_token
-from cost.hetero_coefficients import class_coefficients, replica_time_s
-from cost.hetero_specs import HeteroCluster, HeteroInstance, HeteroPlan
+from paraplan.cost import schedule
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.hetero_coefficients import class_coefficients, replica_time_s
+from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, HeteroPlan
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cost.errors import ConfigError
-from cost.framework_rules import FRAMEWORK_RULES
-from cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

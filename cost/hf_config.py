@@ -61,10 +61,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cost.errors import ConfigError, InstanceError
-from cost.hf_layout import read_layout, unread_keys_note
-from cost.ranges import RANGES, out_of_range, range_text
-from cost.specs import Mlp, ModelSpec
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.hf_layout import read_layout, unread_keys_note
+from paraplan.cost.ranges import RANGES, out_of_range, range_text
+from paraplan.cost.specs import Mlp, ModelSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
 # expert counts of the mixture-of-experts configs (Mixtral; Qwen-MoE and OLMoE; DeepSeek;

@@ -134,13 +134,13 @@ from typing import Any, Iterator
 
 import yaml
 
-from cost import units
-from cost.errors import ConfigError, InstanceError
-from cost.framework_rules import framework_refusal
-from cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
-from cost.ranges import RANGES, out_of_range, range_fix, range_text
-from cost.space_rules import hetero_search_refusal, search_refusal
-from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
+from paraplan.cost import units
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.framework_rules import framework_refusal
+from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
+from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
+from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         ModelSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
@@ -984,7 +984,7 @@ def _plan_partitions(sec: Section) -> tuple[tuple[str, str], ...]:
     absent: Megatron."""
     if not sec.has("partitions"):
         return ()
-    from cost.partition import OPS, PLAN_OPS, STREAM
+    from paraplan.cost.partition import OPS, PLAN_OPS, STREAM
     sub = sec.section("partitions", PLAN_OPS)
     out = []
     for op in OPS:

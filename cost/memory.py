@@ -102,9 +102,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost.flops import (BF16_BYTES, embedding_params, input_extra_params, layer_params,
+from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, layer_params,
                         linear_weight_params, norm_params, output_params)
-from cost.specs import Framework, Mlp, ModelSpec, Optimizer, Precision
+from paraplan.cost.specs import Framework, Mlp, ModelSpec, Optimizer, Precision
 
 FP32_BYTES = 4
 FP8_BYTES = 1

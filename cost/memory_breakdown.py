@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost import memory, schedule
-from cost.coefficients import StageCoefficients, homogeneous_placement
-from cost.specs import Instance, Plan
+from paraplan.cost import memory, schedule
+from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
+from paraplan.cost.specs import Instance, Plan
 
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 

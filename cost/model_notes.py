@@ -11,9 +11,9 @@ model's source declares is dropped silently. The lines come from two places:
 
 from __future__ import annotations
 
-from cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
-from cost.hetero_specs import HeteroInstance
-from cost.specs import Instance, Plan
+from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
+from paraplan.cost.hetero_specs import HeteroInstance
+from paraplan.cost.specs import Instance, Plan
 
 
 def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) -> list[str]:

@@ -96,16 +96,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost import comm
-from cost.coefficients import (BACKWARD_LINEAR_FACTOR, LayerTerms, Site, matmul_time_s,
+from paraplan.cost import comm
+from paraplan.cost.coefficients import (BACKWARD_LINEAR_FACTOR, LayerTerms, Site, matmul_time_s,
                                megatron_layer)
-from cost.comm import NetEfficiency
-from cost.flops import BF16_BYTES
-from cost.specs import Instance, Link, Mlp, Outer
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.flops import BF16_BYTES
+from paraplan.cost.specs import Instance, Link, Mlp, Outer
 # the closed set of partitions and a plan's rules (split out so that cost/specs.py's Plan can
 # check its partitions without importing this module); is_token_split, parse_op and
 # token_split_allowed are used through this module by solver/ and tests
-from cost.partition_names import (LINEAR_OPS, MAX_SPATIAL_TEMPORAL_GROUP, MEGATRON_DEFAULT,
+from paraplan.cost.partition_names import (LINEAR_OPS, MAX_SPATIAL_TEMPORAL_GROUP, MEGATRON_DEFAULT,
                                   MEGATRON_STREAMS, OPS, PLAN_OPS, STREAM, OpPartition,
                                   core_candidates, is_megatron, is_token_split, op_candidates,
                                   parse_op, plan_allowed, spatial_temporal_allowed, spec_of,
@@ -718,7 +718,7 @@ def grad_sync_threshold_s(inst: Instance, o: Outer, site: Site, dp_ranks: int,
     replica and no T op). cost/coefficients exposes max(0, g - bwd_s) per layer, the only
     coefficient that *falls* as a layer gets slower; read off `_layer_costs` itself (bwd 0 vs
     unbounded) so it can never drift from the coefficients."""
-    from cost.coefficients import _layer_costs
+    from paraplan.cost.coefficients import _layer_costs
 
     def terms(bwd_s):
         lt = LayerTerms(fwd_s=0.0, bwd_s=bwd_s, rc_fwd_s=0.0, parts={}, overlapped={},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost.errors import ConfigError
+from paraplan.cost.errors import ConfigError
 
 LINEAR_OPS = ("qkv", "attn_out", "mlp_in", "mlp_out")
 OPS = ("qkv", "attn_core", "attn_out", "mlp_in", "mlp_out")

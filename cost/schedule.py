@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost.coefficients import StageCoefficients
+from paraplan.cost.coefficients import StageCoefficients
 
 
 def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost import schedule
-from cost.coefficients import StageCoefficients, build
-from cost.comm import NetEfficiency
-from cost.flops import model_flops_per_token
-from cost.partition import plan_layer_fn
-from cost.specs import Instance, Plan
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import StageCoefficients, build
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.partition import plan_layer_fn
+from paraplan.cost.specs import Instance, Plan
 
 
 @dataclass(frozen=True)

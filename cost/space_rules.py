@@ -17,9 +17,9 @@ interleaving and no uniform_split yet: listing them there is refused instead of 
 
 from __future__ import annotations
 
-from cost.framework_rules import Refusal
-from cost.specs import ClusterSpec, JobSpec, ModelSpec, SearchSpace
-from cost.units import bytes_to_gib
+from paraplan.cost.framework_rules import Refusal
+from paraplan.cost.specs import ClusterSpec, JobSpec, ModelSpec, SearchSpace
+from paraplan.cost.units import bytes_to_gib
 
 
 def _powers_of_two(limit: int) -> list[int]:

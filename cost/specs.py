@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import Enum
 
-from cost.errors import ConfigError
-from cost.partition_names import check_partitions
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.partition_names import check_partitions
 
 
 class Mlp(str, Enum):

@@ -10,9 +10,9 @@ rescheduling and initialising the job.
 
 from __future__ import annotations
 
-from cost.flops import model_params
-from cost.hetero_specs import Switching
-from cost.specs import ModelSpec
+from paraplan.cost.flops import model_params
+from paraplan.cost.hetero_specs import Switching
+from paraplan.cost.specs import ModelSpec
 
 CHECKPOINT_BYTES_PER_PARAM = 14
 

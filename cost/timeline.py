@@ -42,8 +42,8 @@ from enum import Enum
 
 import numpy as np
 
-from cost import schedule
-from cost.coefficients import BACKWARD_LINEAR_FACTOR, StageCoefficients
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import BACKWARD_LINEAR_FACTOR, StageCoefficients
 
 FORWARD_SHARE = 1.0 / (1.0 + BACKWARD_LINEAR_FACTOR)
 

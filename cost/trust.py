@@ -30,8 +30,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost.calibration import RowResult, source_family
-from cost.specs import Instance, Plan
+from paraplan.cost.calibration import RowResult, source_family
+from paraplan.cost.specs import Instance, Plan
 
 # (lowest, highest or None, label): the scale bands of the accuracy tables, in GPUs
 SCALE_BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 255, "65-255"), (256, 1023, "256-1023"),
@@ -263,7 +263,7 @@ def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
 def published_residuals() -> tuple[Residual, ...]:
     """The residuals of both bundled published files under the current cost model (computed
     once per process, about a second)."""
-    from cost.calibration import load_published, predict_rows
+    from paraplan.cost.calibration import load_published, predict_rows
     rows = load_published()
     return tuple(residuals(rows, predict_rows(rows)))
 

@@ -85,11 +85,11 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from cost.coefficients import StageCoefficients
-from cost.schedule import fits, iteration_time_s
-from formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA,  # noqa: F401
+from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.schedule import fits, iteration_time_s
+from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA,  # noqa: F401
                                    TIME_QUANTUM_S, QuantizedCoefficients, quantize)
-from formulations.result import SolverError, SplitResult
+from paraplan.formulations.result import SolverError, SplitResult
 
 WALL_BACKSTOP_FACTOR = 4.0
 WALL_BACKSTOP_S = 5.0

@@ -74,9 +74,9 @@ import warnings
 
 import numpy as np
 
-from cost.coefficients import StageCoefficients
-from cost.schedule import fits, iteration_time_s
-from formulations.result import SolverError, SplitResult
+from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.schedule import fits, iteration_time_s
+from paraplan.formulations.result import SolverError, SplitResult
 
 MEM_UNIT_BYTES = 2**20  # MiB: the MILP's memory unit
 MEM_MARGIN_MIB = 2**-10  # 1 KiB below each capacity

@@ -45,12 +45,12 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from cost.coefficients import StageCoefficients
-from cost.hetero_coefficients import iteration_time_s
-from cost.schedule import fits
-from formulations.cpsat import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
-from formulations.cpsat import WALL_BACKSTOP_FACTOR, WALL_BACKSTOP_S
-from formulations.result import SolverError
+from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.hetero_coefficients import iteration_time_s
+from paraplan.cost.schedule import fits
+from paraplan.formulations.cpsat import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
+from paraplan.formulations.cpsat import WALL_BACKSTOP_FACTOR, WALL_BACKSTOP_S
+from paraplan.formulations.result import SolverError
 
 WEIGHT_SCALE = 2**16
 _STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",

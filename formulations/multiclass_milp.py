@@ -34,10 +34,10 @@ import time
 
 import numpy as np
 
-from formulations.milp import (CBC_INFEASIBLE_RECHECK_S, MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model,
+from paraplan.formulations.milp import (CBC_INFEASIBLE_RECHECK_S, MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model,
                                run_model)
-from formulations.multiclass import MultiClassProblem, MultiClassResult, _done, _upper_bounds
-from formulations.result import SolverError
+from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done, _upper_bounds
+from paraplan.formulations.result import SolverError
 
 INTEGRALITY_TOL = 1e-6
 FEASIBILITY_TOL = 1e-6

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.result import SolverError
+from paraplan.formulations.result import SolverError
 
 # numerics: the backend sees microseconds and MiB, so coefficients are O(1)..O(1e4)
 TIME_UNIT_S = 1e-6

@@ -24,7 +24,7 @@ parameters, sync); `min_time` the optimum under caps, i.e. the MILP's epsilon-co
 
 from __future__ import annotations
 
-from formulations.partition import PartitionProblem, PartitionResult
+from paraplan.formulations.partition import PartitionProblem, PartitionResult
 
 Label = tuple[float, float, float, float, float, tuple[int, ...]]
 _DIMS = 5  # the criteria of a label, before its choice

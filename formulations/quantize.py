@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost.coefficients import StageCoefficients
+from paraplan.cost.coefficients import StageCoefficients
 
 TIME_QUANTUM_S = 1e-9  # finest time quantum: 1 ns
 OBJECTIVE_LIMIT_QUANTA = 2**40  # scaled objective stays well inside int64 and exact in a double

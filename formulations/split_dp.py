@@ -89,10 +89,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost.coefficients import StageCoefficients
-from cost.schedule import fits, iteration_time_s
-from formulations.quantize import QuantizedCoefficients, quantize
-from formulations.result import SolverError, SplitResult
+from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.schedule import fits, iteration_time_s
+from paraplan.formulations.quantize import QuantizedCoefficients, quantize
+from paraplan.formulations.result import SolverError, SplitResult
 
 INF = 1 << 61  # "no allocation"; two of them still add up inside int64
 # Largest (j window) x (k range) block the DP takes at once: bounds the temporary arrays.

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from formulations.result import SolverError
+from paraplan.formulations.result import SolverError
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """paraplan's Python API: the functions the commands are built from, in one place.
 
-    from solver import api
+    from paraplan.solver import api
     inst = api.load_instance("instances/llama3-8b-64xH100.yaml")
     inst = api.override_search(inst, {"tp": [1, 2, 4], "zero": [1]})   # like --search
     res = api.plan(inst)                    # PlanResult: status, plan, iter_time_s, bound_s, gap
@@ -15,16 +15,16 @@ cost.errors.InstanceError (one message naming the file, the field and the fix).
 
 from __future__ import annotations
 
-from cost.hetero_loader import load_hetero_instance
-from cost.loader import load_instance, load_instance_parts, load_plan, override_search, plan_from_mapping
-from cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
-from cost.simulate import simulate
-from solver.compare import compare
-from solver.hetero_planner import plan_hetero
-from solver.planner import plan
-from solver.report import build_hetero_report, build_report
-from solver.schema import validate as validate_json
-from solver.top_k import top_k
+from paraplan.cost.hetero_loader import load_hetero_instance
+from paraplan.cost.loader import load_instance, load_instance_parts, load_plan, override_search, plan_from_mapping
+from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
+from paraplan.cost.simulate import simulate
+from paraplan.solver.compare import compare
+from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.planner import plan
+from paraplan.solver.report import build_hetero_report, build_report
+from paraplan.solver.schema import validate as validate_json
+from paraplan.solver.top_k import top_k
 
 __all__ = ["load_instance", "load_instance_parts", "load_hetero_instance", "load_plan",
            "plan_from_mapping", "override_search", "plan", "plan_hetero", "simulate", "top_k",
@@ -34,6 +34,6 @@ __all__ = ["load_instance", "load_instance_parts", "load_hetero_instance", "load
 
 def memory_by_category(inst, p) -> list[dict[str, float]]:
     """Per pipeline stage, bytes per GPU in each of MEMORY_CATEGORIES (`paraplan memory`)."""
-    from cost.memory_breakdown import stage_categories_bytes
-    from solver.report import plan_coefficients
+    from paraplan.cost.memory_breakdown import stage_categories_bytes
+    from paraplan.solver.report import plan_coefficients
     return stage_categories_bytes(inst, p, plan_coefficients(inst, p))

@@ -16,13 +16,13 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from cost import units
-from cost.loader import load_instance
-from cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
-from solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
-from solver.format import count, table
-from solver.planner import plan
-from solver.space import outer_configs, summarize
+from paraplan.cost import units
+from paraplan.cost.loader import load_instance
+from paraplan.cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
+from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
+from paraplan.solver.format import count, table
+from paraplan.solver.planner import plan
+from paraplan.solver.space import outer_configs, summarize
 
 INSTANCES = Path(__file__).resolve().parent.parent / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
@@ -52,7 +52,7 @@ class Rung:
 
 
 def ladder_instance(gpus: int, layers: int) -> Instance:
-    from cost.loader import load_catalogue
+    from paraplan.cost.loader import load_catalogue
     gpu = load_catalogue()["A100-SXM4-80GB"]
     model = ModelSpec(name=f"gpt-{layers}L-2048h", layers=layers, hidden=2048, heads=16, kv_heads=16,
                       ffn=8192, vocab=51200, seq_len=2048, mlp=Mlp.GELU)
@@ -116,7 +116,7 @@ def run_scale(log) -> list[list[str]]:
                             f"job: {{global_batch: {batch}}}\n")
             before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
             t = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "solver.cli", "plan", str(path), "--json",
+            out = subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "plan", str(path), "--json",
                                   "--time-limit-s", str(SCALE_TIME_LIMIT_S)],
                                  capture_output=True, text=True)
             wall = time.perf_counter() - t

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost import schedule
-from cost.coefficients import StageCoefficients
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import StageCoefficients
 
 
 def lower_bound_s(c: StageCoefficients) -> float:
@@ -204,7 +204,7 @@ def min_recompute(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
 
 
 def even_split(layers: int, pp: int, v: int) -> np.ndarray:
-    from cost.loader import default_layer_split
+    from paraplan.cost.loader import default_layer_split
     return np.array(default_layer_split(layers, pp, v), float)
 
 

@@ -8,9 +8,9 @@ import json
 import sys
 from collections import defaultdict
 
-from cost.errors import ConfigError, InstanceError
-from formulations.result import SolverError
-from solver.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.formulations.result import SolverError
+from paraplan.solver.inputs import add_instance_args, load_from_args, read_calibration_files
 
 EXIT_BAD_INPUT = 2
 EXIT_SOLVER = 3  # a solver backend is missing or crashed
@@ -18,15 +18,15 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def _emit_json(obj) -> None:
-    from solver.jsonout import emit_json
+    from paraplan.solver.jsonout import emit_json
     emit_json(obj)
 
 
 def cmd_simulate(args) -> int:
-    from cost.loader import load_plan
-    from cost.simulate import simulate
-    from solver import hetero_commands
-    from solver.format import breakdown_json, breakdown_text, gib
+    from paraplan.cost.loader import load_plan
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_simulate(args)
@@ -36,7 +36,7 @@ def cmd_simulate(args) -> int:
         bd = simulate(inst, plan)
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
-    from cost.model_notes import model_warnings
+    from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, plan)
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
@@ -61,9 +61,9 @@ def _finite(x: float | None) -> float | None:
 
 
 def cmd_accuracy(args) -> int:
-    from cost.calibration import mape, predict_rows
-    from cost.trust import accuracy_tables, group_stats, ranking_pairs, residuals
-    from solver.format import table
+    from paraplan.cost.calibration import mape, predict_rows
+    from paraplan.cost.trust import accuracy_tables, group_stats, ranking_pairs, residuals
+    from paraplan.solver.format import table
 
     rows, label = read_calibration_files(args.file)
     try:
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from solver import commands, export_cmd, extra_commands, partition_cmd, report, sweep
+    from paraplan.solver import commands, export_cmd, extra_commands, partition_cmd, report, sweep
     commands.register(sub)
     extra_commands.register(sub)
     export_cmd.register(sub)
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from solver.limits import check_args
+        from paraplan.solver.limits import check_args
         check_args(args)
         return args.func(args)
     except InstanceError as e:

@@ -6,12 +6,12 @@ import sys
 
 import yaml
 
-from cost.errors import InstanceError
-from solver.format import breakdown_json, breakdown_text, count, seconds, table
-from solver.jsonout import emit_json as _emit_json
-from solver.outputs import check_output_path, write_text
-from solver.inputs import add_instance_args, load_from_args, read_calibration_files
-from solver.verdict import report_verify
+from paraplan.cost.errors import InstanceError
+from paraplan.solver.format import breakdown_json, breakdown_text, count, seconds, table
+from paraplan.solver.jsonout import emit_json as _emit_json
+from paraplan.solver.outputs import check_output_path, write_text
+from paraplan.solver.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.solver.verdict import report_verify
 
 def _progress_enabled(args) -> bool:
     if getattr(args, "quiet", False):
@@ -22,7 +22,7 @@ def _progress_enabled(args) -> bool:
 def progress_printer(args):
     """A solver/progress.Printer on stderr when stderr is a terminal or --progress was given
     (never with --quiet), else None."""
-    from solver.progress import Printer
+    from paraplan.solver.progress import Printer
     return Printer() if _progress_enabled(args) else None
 
 
@@ -42,7 +42,7 @@ def _plan_line(p) -> str:
 
 
 def result_json(res) -> dict:
-    from cost.loader import plan_to_mapping
+    from paraplan.cost.loader import plan_to_mapping
     return {
         "status": res.status, "iter_time_s": res.iter_time_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
@@ -82,9 +82,9 @@ def _evidence_text(res) -> str:
 
 
 def cmd_plan(args) -> int:
-    from cost.loader import plan_file_mapping
-    from solver import hetero_commands
-    from solver.planner import plan
+    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.planner import plan
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
@@ -110,10 +110,10 @@ def cmd_plan(args) -> int:
         log.done()
     trust = None
     if res.plan is not None:
-        from cost.trust import plan_trust
+        from paraplan.cost.trust import plan_trust
         trust = plan_trust(inst, res.plan, res.iter_time_s)
     sens = sensitivity(inst, res, args) if getattr(args, "sensitivity", False) and res.plan else None
-    from cost.model_notes import model_warnings
+    from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
         out = result_json(res)
@@ -130,7 +130,7 @@ def cmd_plan(args) -> int:
             print(f"warning     model: {line}")
         if res.plan is not None:
             print(f"plan        {_plan_line(res.plan)}")
-            from solver.partition_cmd import describe_partitions
+            from paraplan.solver.partition_cmd import describe_partitions
             for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
                 print(f"            {line}")
             for line in trust_lines(trust):
@@ -152,13 +152,17 @@ def cmd_plan(args) -> int:
 
 
 def cmd_plan_top(args, inst) -> int:
-    from cost.loader import plan_to_mapping
-    from solver.top_k import top_k
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.solver.top_k import top_k
 
+    if getattr(args, "sensitivity", False):
+        raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
+                            "run --sensitivity without --top, on the plan you pick")
     res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].iter_time_s if res.plans else None
+    written = _write_top_plans(args, inst, res) if args.output else []
     if args.json:
-        from solver.schema import top_k_json
+        from paraplan.solver.schema import top_k_json
         _emit_json(top_k_json(res, plan_to_mapping))
         return 0
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
@@ -172,7 +176,27 @@ def cmd_plan_top(args, inst) -> int:
     print(table(["#", "iteration", "vs best", "tokens/s", "plan"], rows, align="lrrrl"))
     if not res.plans:
         print("no plan fits memory")
+    for path in written:
+        print(f"wrote {path}")
     return 0
+
+
+def _write_top_plans(args, inst, res) -> list[str]:
+    """-o FILE with --top K: plan k goes to FILE's stem + '-k' (plans-1.yaml, plans-2.yaml, ...),
+    each a plan file with its instance, like plan -o writes."""
+    from pathlib import Path
+
+    from paraplan.cost.loader import plan_file_mapping
+    out = Path(args.output)
+    paths = []
+    for k, r in enumerate(res.plans, start=1):
+        path = str(out.with_name(f"{out.stem}-{k}{out.suffix}"))
+        header = (f"# paraplan plan {k} of the {len(res.plans)} best for {inst.name}:"
+                  f" iteration {r.iter_time_s:.6g} s\n")
+        write_text(path, header + yaml.safe_dump(plan_file_mapping(inst, r.plan), sort_keys=False),
+                   "-o/--output")
+        paths.append(path)
+    return paths
 
 
 def trust_json(trust) -> dict | None:
@@ -198,7 +222,7 @@ def _instance_with(inst, cat, net):
     links at NetEfficiency()'s efficiencies, link bandwidths scaled by net / NetEfficiency()."""
     from dataclasses import replace
 
-    from cost.comm import NetEfficiency
+    from paraplan.cost.comm import NetEfficiency
     base = NetEfficiency()
     cl = inst.cluster
     cluster = replace(cl, gpu=cat[cl.gpu.name],
@@ -213,10 +237,10 @@ def sensitivity(inst, res, args) -> dict:
     """Re-solve with each fitted parameter at either end of its uncertainty range (one at a time,
     cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1) and say whether the
     optimum stays optimal."""
-    from cost.comm import NetEfficiency
-    from cost.fit import MIN_ROWS_PER_DIE, parameter_table
-    from cost.simulate import simulate
-    from solver.planner import plan
+    from paraplan.cost.comm import NetEfficiency
+    from paraplan.cost.fit import MIN_ROWS_PER_DIE, parameter_table
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.planner import plan
 
     net0 = NetEfficiency()
     cat0 = {inst.cluster.gpu.name: inst.cluster.gpu}
@@ -257,7 +281,7 @@ def sensitivity_text(sens: dict) -> str:
 
 
 def _no_scenarios(args) -> None:
-    from solver.hetero_commands import objective_of
+    from paraplan.solver.hetero_commands import objective_of
     objective = objective_of(args)
     if objective != "nominal":
         raise InstanceError(args.instance or "<arguments>", "scenarios",
@@ -266,9 +290,9 @@ def _no_scenarios(args) -> None:
 
 
 def cmd_exhaustive(args) -> int:
-    from cost.loader import plan_to_mapping
-    from solver import hetero_commands
-    from solver.exhaustive import SpaceTooLarge, exhaustive
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_exhaustive(args)
@@ -306,7 +330,7 @@ def cmd_exhaustive(args) -> int:
 def exhaustive_reason(inst, outer_configs: int) -> str:
     """Why exhaustive search found no plan: an empty space (the planner's wording), or memory."""
     if outer_configs == 0:
-        from solver.planner import infeasible_reason
+        from paraplan.solver.planner import infeasible_reason
         return infeasible_reason(inst, [])
     return "no plan fits memory"
 
@@ -314,10 +338,10 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP, CP-SAT, MILP and exhaustive search on one instance, sharing one time limit;
     prints what was compared. Exit 0 only when all four ran to a proof and agree."""
-    from solver import hetero_commands
-    from solver.exhaustive import SpaceTooLarge, exhaustive
-    from solver.limits import Deadline
-    from solver.planner import plan
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
+    from paraplan.solver.limits import Deadline
+    from paraplan.solver.planner import plan
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_verify(args)
@@ -351,16 +375,16 @@ def cmd_bench(args) -> int:
     check_output_path(getattr(args, "csv", None), "--csv")
     check_output_path(getattr(args, "json", None), "--json")
     if args.hetero:
-        from solver.hetero_bench import run_hetero_bench
+        from paraplan.solver.hetero_bench import run_hetero_bench
         return run_hetero_bench(args)
-    from solver.bench import run_bench
+    from paraplan.solver.bench import run_bench
     return run_bench(args)
 
 
 def cmd_calibrate(args) -> int:
-    from cost.calibration import predict_rows
-    from cost.fit import apply_params, family_weights, fit
-    from cost.loader import load_catalogue
+    from paraplan.cost.calibration import predict_rows
+    from paraplan.cost.fit import apply_params, family_weights, fit
+    from paraplan.cost.loader import load_catalogue
 
     rows, _ = read_calibration_files(args.file)
     cat = load_catalogue()
@@ -401,7 +425,8 @@ def register(sub) -> None:
     p.add_argument("--time-limit-s", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
-    p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan)")
+    p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan);"
+                   " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
     p.add_argument("--top", type=int, metavar="K",
                    help="list the K best plans with distinct outer configurations (solver/top_k.py)")
@@ -447,5 +472,5 @@ def register(sub) -> None:
     c.add_argument("--sweeps", type=int, default=5)
     c.set_defaults(func=cmd_calibrate)
 
-    from solver import hetero_commands
+    from paraplan.solver import hetero_commands
     hetero_commands.register(sub)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost.simulate import Breakdown
-from solver.format import seconds
+from paraplan.cost.simulate import Breakdown
+from paraplan.solver.format import seconds
 
 # A part whose difference is below this share of the faster plan's time is not named as a
 # reason (it is still in the table).

@@ -30,11 +30,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from cost.hetero_simulate import simulate_hetero
-from cost.hetero_specs import HeteroInstance, HeteroPlan, Scenario
-from cost.switching import switch_time_s
-from formulations.timeline import TimelineChoice, choose_plans
-from solver.hetero_planner import HeteroResult, plan_hetero
+from paraplan.cost.hetero_simulate import simulate_hetero
+from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan, Scenario
+from paraplan.cost.switching import switch_time_s
+from paraplan.formulations.timeline import TimelineChoice, choose_plans
+from paraplan.solver.hetero_planner import HeteroResult, plan_hetero
 
 
 # Re-weightings per run of periods (module docstring, "Timeline").
@@ -142,7 +142,7 @@ def _weighted(inst: HeteroInstance, weights: dict[int, float]) -> HeteroInstance
 
 def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                   progress=None) -> TimelineResult:
-    from formulations.timeline import timeline_iterations
+    from paraplan.formulations.timeline import timeline_iterations
 
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s  # one limit for every solve below (solver/limits.py)

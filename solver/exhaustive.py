@@ -16,10 +16,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost import schedule
-from cost.specs import Instance, Plan
-from solver.partition_plans import all_plan_coefficients, plans_per_outer
-from solver.space import outer_configs, summarize
+from paraplan.cost import schedule
+from paraplan.cost.specs import Instance, Plan
+from paraplan.solver.partition_plans import all_plan_coefficients, plans_per_outer
+from paraplan.solver.space import outer_configs, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # measured on the 2-core reference machine: candidates evaluated per second (for estimates)
@@ -87,7 +87,7 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
     # with per-operator tensor partitions, every layer plan of every outer (no dominance)
     total = summarize(inst, [o for o in outers for _ in range(plans_per_outer(inst, o))]).splits_total
     if total > max_candidates:
-        from solver.format import count
+        from paraplan.solver.format import count
         est_s = count(total // ESTIMATED_RATE_PER_S)
         raise SpaceTooLarge(
             f"the declared space has {count(total)} candidates (limit {max_candidates:,});"
@@ -95,7 +95,7 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
     bar = _Progress(total, progress)
     done = feasible = 0
     best_val, best = float("inf"), None
-    from cost.loader import default_layer_split
+    from paraplan.cost.loader import default_layer_split
     for o, c in ((o, c) for o in outers for c in all_plan_coefficients(inst, o)):
         v = o.virtual_stages
         if s.uniform_split:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import sys
 
-from cost.errors import InstanceError
-from solver.export import FORMATS, ExportRefused, ExportResult, compare
+from paraplan.cost.errors import InstanceError
+from paraplan.solver.export import FORMATS, ExportRefused, ExportResult, compare
 
 
 def render(result: ExportResult, to: str) -> str:
@@ -43,7 +43,7 @@ def render(result: ExportResult, to: str) -> str:
 
 
 def _gib(n_bytes: float) -> str:
-    from cost.units import bytes_to_gib
+    from paraplan.cost.units import bytes_to_gib
     return f"{bytes_to_gib(n_bytes):.1f} GiB"
 
 
@@ -54,7 +54,7 @@ def _prediction_line(label: str, framework: str, pred) -> str:
 
 
 def _load(args):
-    from cost.loader import load_instance, load_plan, plan_file_instance
+    from paraplan.cost.loader import load_instance, load_plan, plan_file_instance
 
     if args.instance:
         inst = load_instance(args.instance)
@@ -94,7 +94,7 @@ def cmd_export(args) -> int:
     differs = e.inst != inst or e.plan != plan
     cmp = compare(inst, plan, e) if differs or args.json else None
     if args.json:
-        from cost.loader import plan_to_mapping
+        from paraplan.cost.loader import plan_to_mapping
 
         def pred(p, framework):
             return {"framework": framework, "iter_time_s": p.iter_time_s,

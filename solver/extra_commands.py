@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 
-from cost.errors import InstanceError
-from solver.format import breakdown_json, gib, seconds, table
-from solver.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
+from paraplan.cost.errors import InstanceError
+from paraplan.solver.format import breakdown_json, gib, seconds, table
+from paraplan.solver.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 
 
 def _homogeneous(args, what: str):
-    from solver import hetero_commands
-    from solver.inputs import load_from_args
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.inputs import load_from_args
 
     if hetero_commands.is_hetero(args):
         raise InstanceError(args.instance, "cluster", f"{what} is offered on single-group clusters",
@@ -20,10 +20,10 @@ def _homogeneous(args, what: str):
 
 
 def cmd_compare(args) -> int:
-    from cost.loader import load_plan, plan_to_mapping
-    from cost.simulate import simulate
-    from solver.commands import _plan_line
-    from solver.compare import compare, comparison_json
+    from paraplan.cost.loader import load_plan, plan_to_mapping
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands import _plan_line
+    from paraplan.solver.compare import compare, comparison_json
 
     inst = _homogeneous(args, "compare")
     names = (args.plan_a, args.plan_b)
@@ -66,17 +66,17 @@ def cmd_compare(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    from cost.loader import load_plan, plan_to_mapping
-    from cost.memory_breakdown import CATEGORIES, stage_categories_bytes
-    from cost.simulate import simulate
-    from solver.commands import _plan_line
-    from solver.report import plan_coefficients
+    from paraplan.cost.loader import load_plan, plan_to_mapping
+    from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands import _plan_line
+    from paraplan.solver.report import plan_coefficients
 
     inst = _homogeneous(args, "memory")
     if args.plan:
         plan, where = load_plan(args.plan, inst), args.plan
     else:
-        from solver.planner import plan as solve
+        from paraplan.solver.planner import plan as solve
         res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s)
         if res.plan is None:
             raise InstanceError(inst.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",
@@ -106,7 +106,7 @@ def cmd_memory(args) -> int:
 
 
 def register(sub) -> None:
-    from solver.inputs import add_instance_args
+    from paraplan.solver.inputs import add_instance_args
 
     c = sub.add_parser("compare", help="two plans of one instance side by side, and why one is faster")
     c.add_argument("plan_a", metavar="PLAN_A", help="plan YAML (as written by `paraplan plan -o`)")

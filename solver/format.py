@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from cost.simulate import Breakdown
-from cost.units import bytes_to_gib
+from paraplan.cost.simulate import Breakdown
+from paraplan.cost.units import bytes_to_gib
 
 
 def seconds(t_s: float) -> str:

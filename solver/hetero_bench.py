@@ -18,12 +18,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cost.errors import InstanceError
-from cost.hetero_loader import group_instance, load_event, load_hetero_instance
-from solver.dynamic import replan
-from solver.format import table
-from solver.hetero_planner import plan_hetero
-from solver.planner import plan
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import group_instance, load_event, load_hetero_instance
+from paraplan.solver.dynamic import replan
+from paraplan.solver.format import table
+from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.planner import plan
 
 HETERO_DIR = Path(__file__).resolve().parent.parent / "instances" / "hetero"
 INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]
@@ -74,7 +74,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroR
                     largest_status=homo.status, largest_tokens_per_s=_tokens_per_s(inst, homo.iter_time_s),
                     uniform_status=uni.status, uniform_tokens_per_s=_tokens_per_s(inst, uni.objective_s))
     if len(inst.scenarios) > 1:
-        from solver.dynamic import plan_timeline, regrets, scenario_optima
+        from paraplan.solver.dynamic import plan_timeline, regrets, scenario_optima
         optima = scenario_optima(inst, "cpsat", time_limit_s)
         for objective in ("robust", "expected"):
             res = plan_hetero(inst, time_limit_s=time_limit_s, objective=objective)

@@ -10,16 +10,16 @@ import sys
 
 import yaml
 
-from cost.errors import ConfigError, InstanceError
-from cost.units import bytes_to_gib
-from solver.format import count, seconds, table
-from solver.jsonout import emit_json
-from solver.outputs import check_output_path, write_text
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.units import bytes_to_gib
+from paraplan.solver.format import count, seconds, table
+from paraplan.solver.jsonout import emit_json
+from paraplan.solver.outputs import check_output_path, write_text
 
 
 def is_hetero(args) -> bool:
     """The arguments name one heterogeneous instance file (and no --cluster/--job/--hf-config)."""
-    from cost.hetero_loader import is_hetero_file
+    from paraplan.cost.hetero_loader import is_hetero_file
     inst = getattr(args, "instance", None)
     if inst is None or any(getattr(args, k, None) is not None for k in ("hf_config", "cluster", "job")):
         return False
@@ -27,9 +27,9 @@ def is_hetero(args) -> bool:
 
 
 def _load(args):
-    from cost.hetero_loader import load_hetero_instance
-    from cost.loader import override_search
-    from solver.inputs import SEARCH_SOURCE, search_overrides
+    from paraplan.cost.hetero_loader import load_hetero_instance
+    from paraplan.cost.loader import override_search
+    from paraplan.solver.inputs import SEARCH_SOURCE, search_overrides
     inst = load_hetero_instance(args.instance)
     overrides = search_overrides(getattr(args, "search", None))
     if overrides:  # checked like the file's own `search:`
@@ -134,8 +134,8 @@ def breakdown_json(bd) -> dict:
 
 
 def result_json(res, inst, regs=None) -> dict:
-    from cost.hetero_loader import hetero_plan_to_mapping
-    from cost.model_notes import model_warnings
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+    from paraplan.cost.model_notes import model_warnings
     bd = res.breakdown
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
@@ -160,15 +160,15 @@ def result_json(res, inst, regs=None) -> dict:
 
 def _write_plan(path: str, plan, inst, header: str) -> None:
     """Written after the result is shown, so that a full disk loses nothing (solver/outputs.py)."""
-    from cost.hetero_loader import hetero_plan_to_mapping
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
     sys.stdout.flush()
     write_text(path, header + yaml.safe_dump({"plan": hetero_plan_to_mapping(plan, inst)},
                                              sort_keys=False), "-o/--output")
 
 
 def cmd_plan(args, progress=None) -> int:
-    from solver.dynamic import regrets, scenario_optima
-    from solver.hetero_planner import plan_hetero
+    from paraplan.solver.dynamic import regrets, scenario_optima
+    from paraplan.solver.hetero_planner import plan_hetero
 
     inst = _load(args)
     objective = objective_of(args)
@@ -199,10 +199,10 @@ def cmd_plan(args, progress=None) -> int:
 
 def cmd_simulate(args) -> int:
     """`paraplan simulate HETERO.yaml --plan PLAN.yaml`: the plan on every network scenario."""
-    from cost.hetero_loader import load_hetero_plan
-    from cost.hetero_simulate import simulate_hetero
+    from paraplan.cost.hetero_loader import load_hetero_plan
+    from paraplan.cost.hetero_simulate import simulate_hetero
 
-    from cost.model_notes import model_warnings
+    from paraplan.cost.model_notes import model_warnings
 
     inst = _load(args)
     plan = load_hetero_plan(args.plan, inst)
@@ -237,8 +237,8 @@ def _no_fit_reason(bd) -> str:
 
 
 def cmd_exhaustive(args) -> int:
-    from solver.exhaustive import SpaceTooLarge
-    from solver.hetero_exhaustive import hetero_exhaustive
+    from paraplan.solver.exhaustive import SpaceTooLarge
+    from paraplan.solver.hetero_exhaustive import hetero_exhaustive
 
     inst = _load(args)
     objective = objective_of(args)
@@ -249,8 +249,8 @@ def cmd_exhaustive(args) -> int:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     if args.json:
-        from cost.hetero_loader import hetero_plan_to_mapping
-        from cost.hetero_simulate import simulate_hetero
+        from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+        from paraplan.cost.hetero_simulate import simulate_hetero
         emit_json({"status": "optimal" if res.plan else "infeasible", "objective": objective,
                    "objective_s": res.objective_s,
                    "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
@@ -260,7 +260,7 @@ def cmd_exhaustive(args) -> int:
         return 0
     print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
     if res.plan is None:
-        from solver.hetero_space import empty_space_reason
+        from paraplan.solver.hetero_space import empty_space_reason
         print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
               if res.outer_configs == 0 else "no plan fits memory")
     else:
@@ -270,14 +270,14 @@ def cmd_exhaustive(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from solver.exhaustive import SpaceTooLarge
-    from solver.hetero_exhaustive import hetero_exhaustive
-    from solver.hetero_planner import plan_hetero
+    from paraplan.solver.exhaustive import SpaceTooLarge
+    from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+    from paraplan.solver.hetero_planner import plan_hetero
 
     inst = _load(args)
     objective = objective_of(args)
     _check_objective(inst, objective)
-    from solver.limits import Deadline
+    from paraplan.solver.limits import Deadline
     deadline = Deadline(args.time_limit_s)
     methods, tol = [], 0.0
     for backend in ("cpsat", "milp"):
@@ -290,13 +290,13 @@ def cmd_verify(args) -> int:
                         ex.wall_time_s, ""))
     except SpaceTooLarge as e:
         methods.append(("exhaustive", "skipped", None, None, str(e)))
-    from solver.verdict import report_verify
+    from paraplan.solver.verdict import report_verify
     return report_verify(args, methods, tol, objective)
 
 
 def cmd_replan(args) -> int:
-    from cost.hetero_loader import hetero_plan_to_mapping, load_event, load_hetero_plan
-    from solver.dynamic import replan
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, load_event, load_hetero_plan
+    from paraplan.solver.dynamic import replan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     if not is_hetero(args):
@@ -343,7 +343,7 @@ def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
 
 
 def cmd_timeline(args) -> int:
-    from solver.dynamic import plan_timeline
+    from paraplan.solver.dynamic import plan_timeline
 
     if not is_hetero(args):
         raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
@@ -363,7 +363,7 @@ def cmd_timeline(args) -> int:
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
-        from cost.hetero_loader import hetero_plan_to_mapping
+        from paraplan.cost.hetero_loader import hetero_plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
                    r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
                    "static_iterations": r.static_iterations,

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost import schedule
-from cost.hetero_specs import HeteroInstance, HeteroPlan
-from solver.exhaustive import SpaceTooLarge, _recompute_grid, compositions
-from solver.hetero_planner import _plan_of, problem_for, scenario_weights
-from solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
+from paraplan.cost import schedule
+from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
+from paraplan.solver.exhaustive import SpaceTooLarge, _recompute_grid, compositions
+from paraplan.solver.hetero_planner import _plan_of, problem_for, scenario_weights
+from paraplan.solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 5_000_000
 
@@ -37,7 +37,7 @@ def _class_rows(p, k: int, uniform: bool):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit."""
     c0 = p.coeffs[0][k]
     if uniform:
-        from cost.loader import default_layer_split
+        from paraplan.cost.loader import default_layer_split
         splits = np.array([default_layer_split(p.layers, c0.pp, 1)], float)
     else:
         splits = compositions(p.layers, c0.pp, 1)

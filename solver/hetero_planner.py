@@ -27,17 +27,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost import schedule
-from cost.coefficients import build
-from cost.hetero_coefficients import class_coefficients, class_outer, class_placement
-from cost.hetero_simulate import HeteroBreakdown, simulate_hetero
-from cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
-from formulations.multiclass import MultiClassProblem
-from solver import bounds
-from solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import build
+from paraplan.cost.hetero_coefficients import class_coefficients, class_outer, class_placement
+from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
+from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
+from paraplan.formulations.multiclass import MultiClassProblem
+from paraplan.solver import bounds
+from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
                                  summarize)
-from solver.progress import search_status
-from solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
+from paraplan.solver.progress import search_status
+from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -243,10 +243,10 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
 
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):
     if backend == "cpsat":
-        from formulations.multiclass import solve_multiclass_cpsat
+        from paraplan.formulations.multiclass import solve_multiclass_cpsat
         return solve_multiclass_cpsat(p, time_limit_s=time_limit_s, hint=hint)
     if backend in ("milp", "scip", "highs"):  # milp: CBC, as on a homogeneous cluster
-        from formulations.multiclass_milp import solve_multiclass_milp
+        from paraplan.formulations.multiclass_milp import solve_multiclass_milp
         return solve_multiclass_milp(p, time_limit_s=time_limit_s,
                                      backend="cbc" if backend == "milp" else backend)
     raise ValueError(f"unknown backend {backend!r}: use cpsat or milp")

@@ -39,11 +39,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost.framework_rules import FRAMEWORK_RULES
-from cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
-from cost.space_rules import group_tp_problem
-from cost.specs import Attention
-from solver.space import _divisors, _powers_of_two, count_splits
+from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
+from paraplan.cost.space_rules import group_tp_problem
+from paraplan.cost.specs import Attention
+from paraplan.solver.space import _divisors, _powers_of_two, count_splits
 
 FAMILIES = ("stage", "replica")
 # Mixed clusters keep the fixed caps the homogeneous space had before it derived its micro-batch

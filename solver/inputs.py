@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from cost.errors import ConfigError, InstanceError
-from cost.specs import Instance
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.specs import Instance
 
 _PARTS = (("hf_config", "--hf-config"), ("cluster", "--cluster"), ("job", "--job"))
 
@@ -46,7 +46,7 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
 
 def load_from_args(args: argparse.Namespace) -> Instance:
     """The instance the arguments added by add_instance_args describe."""
-    from cost.loader import load_instance_parts
+    from paraplan.cost.loader import load_instance_parts
 
     instance = getattr(args, "instance", None)
     absent = [flag for dest, flag in _PARTS if getattr(args, dest, None) is None]
@@ -63,7 +63,7 @@ def load_from_args(args: argparse.Namespace) -> Instance:
                                job=getattr(args, "job", None),
                                seq_len=_seq_len(getattr(args, "seq_len", None)))
     if overrides:
-        from cost.loader import override_search
+        from paraplan.cost.loader import override_search
         inst = override_search(inst, overrides, SEARCH_SOURCE)
     return inst
 
@@ -76,7 +76,7 @@ def search_overrides(items: list[str] | None) -> dict:
     list (`tp=1,2,4` -> [1, 2, 4], `zero=1` -> [1]), the others one value (`max_pp=8`,
     `full_recompute=false`). Values are read as YAML scalars, so they are checked afterwards
     exactly like the file's (cost/loader.override_search)."""
-    from cost.loader import SEARCH_KEYS, SEARCH_LIST_KEYS
+    from paraplan.cost.loader import SEARCH_KEYS, SEARCH_LIST_KEYS
 
     out: dict = {}
     for item in items or []:
@@ -127,7 +127,7 @@ def _seq_len(text: str | int | None) -> int | None:
 def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
     """The rows of `files` (both bundled published files when none are given) and a label for
     messages; a bad file raises one InstanceError naming it."""
-    from cost.calibration import BUNDLED_FILES, load_rows
+    from paraplan.cost.calibration import BUNDLED_FILES, load_rows
 
     paths = files or [str(p) for p in BUNDLED_FILES]
     rows: list[dict] = []

@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from solver.format import count
+from paraplan.solver.format import count
 
 _MAX_INT_DIGITS = 4000  # below Python's default int -> str limit (4,300 digits)
 

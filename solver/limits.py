@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 
-from cost.errors import InstanceError
+from paraplan.cost.errors import InstanceError
 
 # the smallest slice of the limit a solve is started with: below it the solve is skipped and
 # its configurations stay unresolved

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 
-from cost.errors import InstanceError
+from paraplan.cost.errors import InstanceError
 
 
 def check_output_path(path: str | None, flag: str, *, regular_only: bool = False) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cost import partition as P
-from cost.specs import Instance, Plan
+from paraplan.cost import partition as P
+from paraplan.cost.specs import Instance, Plan
 
 
 def _where(ranks_span: int, gpus_per_node: int) -> str:
@@ -46,17 +46,17 @@ def cmd_partition(args) -> int:
     MILP; exit 1 if they disagree."""
     import math
 
-    from cost.coefficients import homogeneous_placement
-    from cost.comm import NetEfficiency
-    from cost.errors import InstanceError
-    from cost.specs import Outer
-    from formulations.partition import solve_partition_milp
-    from formulations.result import SolverError
-    from formulations.partition_dp import min_time, pareto_front
-    from solver.format import gib, seconds, table
-    from solver.jsonout import emit_json
-    from solver.inputs import load_from_args
-    from solver.partition_plans import problem_from_table
+    from paraplan.cost.coefficients import homogeneous_placement
+    from paraplan.cost.comm import NetEfficiency
+    from paraplan.cost.errors import InstanceError
+    from paraplan.cost.specs import Outer
+    from paraplan.formulations.partition import solve_partition_milp
+    from paraplan.formulations.result import SolverError
+    from paraplan.formulations.partition_dp import min_time, pareto_front
+    from paraplan.solver.format import gib, seconds, table
+    from paraplan.solver.jsonout import emit_json
+    from paraplan.solver.inputs import load_from_args
+    from paraplan.solver.partition_plans import problem_from_table
 
     inst = load_from_args(args)
     for flag, value in (("--micro-batch", args.micro_batch), ("--cp", args.cp)):
@@ -113,7 +113,7 @@ def cmd_partition(args) -> int:
 
 
 def register(sub) -> None:
-    from solver.inputs import add_instance_args
+    from paraplan.solver.inputs import add_instance_args
 
     p = sub.add_parser("partition", help="per-layer Pareto front of per-operator tensor partitions"
                        " (segmented DP, checked by the MILP)")

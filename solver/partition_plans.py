@@ -55,11 +55,11 @@ import dataclasses
 
 import numpy as np
 
-from cost import partition as P
-from cost.coefficients import StageCoefficients, build, homogeneous_placement
-from cost.comm import NetEfficiency
-from cost.specs import Instance, Outer
-from formulations.partition import PartitionProblem
+from paraplan.cost import partition as P
+from paraplan.cost.coefficients import StageCoefficients, build, homogeneous_placement
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.specs import Instance, Outer
+from paraplan.formulations.partition import PartitionProblem
 
 SPATIAL_TEMPORAL = "spatial_temporal"  # the search.tensor_partitions value that opts in
 
@@ -228,7 +228,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     `expected` > its length, which the planner reads as "not every candidate priced"."""
     import time
 
-    from solver import bounds
+    from paraplan.solver import bounds
 
     def late(i: int) -> bool:
         return deadline is not None and i % 64 == 0 and time.perf_counter() > deadline

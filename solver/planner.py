@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
-from cost.simulate import Breakdown, simulate
-from cost.specs import Instance, Outer, Plan
-from cost.units import bytes_to_gib
-from solver import bounds, partition_plans
-from solver.progress import search_status
-from solver.space import outer_configs, summarize
+from paraplan.cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
+from paraplan.cost.simulate import Breakdown, simulate
+from paraplan.cost.specs import Instance, Outer, Plan
+from paraplan.cost.units import bytes_to_gib
+from paraplan.solver import bounds, partition_plans
+from paraplan.solver.progress import search_status
+from paraplan.solver.space import outer_configs, summarize
 
 OPTIMAL, FEASIBLE, INFEASIBLE, TIMEOUT = "optimal", "feasible", "infeasible", "timeout"
 CUTOFF = "cutoff"  # an inner result: no split beats the cutoff (formulations/result.py)
@@ -87,13 +87,13 @@ BACKENDS = ("dp", "cpsat", "milp")
 
 def _inner_solver(backend: str):
     if backend == "dp":
-        from formulations.split_dp import solve_split_dp
+        from paraplan.formulations.split_dp import solve_split_dp
         return solve_split_dp
     if backend == "cpsat":
-        from formulations.cpsat import solve_split_cpsat
+        from paraplan.formulations.cpsat import solve_split_cpsat
         return solve_split_cpsat
     if backend == "milp":
-        from formulations.milp import solve_split_milp
+        from paraplan.formulations.milp import solve_split_milp
         return solve_split_milp
     raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import time
 
-from solver.format import seconds
+from paraplan.solver.format import seconds
 
 REFRESH_S = 0.1
 LOG_EVERY_S = 1.0

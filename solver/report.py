@@ -18,15 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost import schedule, timeline
-from cost.coefficients import StageCoefficients, build
-from cost.errors import InstanceError
-from cost.specs import Instance, Outer, Plan
-from cost.units import MS_S, bytes_to_gib
-from cost.partition import plan_layer_fn
-from solver import bounds, report_svg
-from solver.format import count, seconds
-from solver.outputs import check_output_path, write_text
+from paraplan.cost import schedule, timeline
+from paraplan.cost.coefficients import StageCoefficients, build
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.specs import Instance, Outer, Plan
+from paraplan.cost.units import MS_S, bytes_to_gib
+from paraplan.cost.partition import plan_layer_fn
+from paraplan.solver import bounds, report_svg
+from paraplan.solver.format import count, seconds
+from paraplan.solver.outputs import check_output_path, write_text
 
 DPI = 110
 # The replay "ends at the objective" when the two agree to this relative precision.
@@ -414,8 +414,8 @@ def _evidence_section(result, trust) -> str:
 
 
 def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> str:
-    from cost.simulate import simulate
-    from solver.compare import compare
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.compare import compare
 
     ours = simulate(inst, user_plan, reserve_bytes=inst.search.memory_reserve_bytes)
     best = result.breakdown
@@ -466,8 +466,8 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
     """The report as one HTML string. `result` is a solver.planner.PlanResult; `coeffs` the
     instance's coefficient table when the caller has it (else it is built); `trust` the
     cost/trust.py interval of the plan; `user_plan` a plan to compare with the optimum."""
-    from solver.partition_cmd import describe_partitions
-    from solver.planner import coefficient_table
+    from paraplan.solver.partition_cmd import describe_partitions
+    from paraplan.solver.planner import coefficient_table
 
     if coeffs is None:
         coeffs = coefficient_table(inst)
@@ -508,9 +508,9 @@ def build_hetero_report(inst, result, regrets=None) -> str:
     """A mixed-cluster plan: evidence, one Gantt per replica class (its stages on their node
     groups), per-stage time and memory, and the plan on every network scenario (with its regret
     against each scenario's own optimum when `regrets` is given)."""
-    from cost.hetero_coefficients import class_coefficients
-    from cost.hetero_simulate import simulate_hetero
-    from solver.hetero_commands import plan_lines
+    from paraplan.cost.hetero_coefficients import class_coefficients
+    from paraplan.cost.hetero_simulate import simulate_hetero
+    from paraplan.solver.hetero_commands import plan_lines
 
     title = f"paraplan report: {inst.name}"
     groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
@@ -578,12 +578,12 @@ def build_hetero_report(inst, result, regrets=None) -> str:
 
 
 def cmd_report(args) -> int:
-    from cost.loader import load_plan
-    from cost.trust import plan_trust
-    from solver import hetero_commands
-    from solver.commands import progress_printer
-    from solver.inputs import load_from_args
-    from solver.planner import plan
+    from paraplan.cost.loader import load_plan
+    from paraplan.cost.trust import plan_trust
+    from paraplan.solver import hetero_commands
+    from paraplan.solver.commands import progress_printer
+    from paraplan.solver.inputs import load_from_args
+    from paraplan.solver.planner import plan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
@@ -603,9 +603,9 @@ def cmd_report(args) -> int:
 
 
 def _cmd_report_hetero(args, progress) -> int:
-    from solver.dynamic import regrets, scenario_optima
-    from solver.hetero_commands import _check_objective, _load, objective_of
-    from solver.hetero_planner import plan_hetero
+    from paraplan.solver.dynamic import regrets, scenario_optima
+    from paraplan.solver.hetero_commands import _check_objective, _load, objective_of
+    from paraplan.solver.hetero_planner import plan_hetero
 
     if args.plan:
         raise InstanceError(args.plan, "--plan", "comparing a plan is not offered on mixed clusters",
@@ -627,8 +627,8 @@ def _cmd_report_hetero(args, progress) -> int:
 
 
 def register(sub) -> None:
-    from solver.commands import add_progress_arg, _add_objective_args
-    from solver.inputs import add_instance_args
+    from paraplan.solver.commands import add_progress_arg, _add_objective_args
+    from paraplan.solver.inputs import add_instance_args
 
     r = sub.add_parser("report", help="HTML report of the optimal plan (evidence, timeline,"
                                       " breakdown, memory, frontier; mixed clusters: scenarios)")

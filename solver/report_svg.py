@@ -21,8 +21,8 @@ import html
 import math
 from dataclasses import dataclass
 
-from cost import timeline
-from solver.format import seconds
+from paraplan.cost import timeline
+from paraplan.solver.format import seconds
 
 KIND_COLOURS = {
     timeline.EventKind.FORWARD: "#4c72b0",

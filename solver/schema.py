@@ -146,7 +146,7 @@ def validate(obj: Any, command: str) -> list[str]:
 
 
 def top_k_json(res, plan_to_mapping) -> dict:
-    from solver.format import breakdown_json
+    from paraplan.solver.format import breakdown_json
     best = res.plans[0].iter_time_s if res.plans else None
     return {"status": res.status, "solve_time_s": res.solve_time_s, "solved": res.solved,
             "plans": [{"rank": i + 1, "iter_time_s": r.iter_time_s, "vs_best": r.iter_time_s / best - 1,

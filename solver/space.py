@@ -49,10 +49,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost import memory
-from cost.framework_rules import rules_for
-from cost.space_rules import cp_problem, pp_problem, tp_problem
-from cost.specs import Attention, Instance, Outer
+from paraplan.cost import memory
+from paraplan.cost.framework_rules import rules_for
+from paraplan.cost.space_rules import cp_problem, pp_problem, tp_problem
+from paraplan.cost.specs import Attention, Instance, Outer
 
 
 def _divisors(n: int) -> list[int]:
@@ -189,7 +189,7 @@ def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bo
         return 0
     chunks = layers // v
     if uniform:
-        from cost.loader import default_layer_split
+        from paraplan.cost.loader import default_layer_split
         split = default_layer_split(layers, pp, v)
         if not full_recompute:
             return 1

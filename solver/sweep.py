@@ -93,12 +93,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cost.errors import InstanceError
-from cost.loader import Section, load_instance_parts, read_yaml
-from cost.specs import Instance
-from cost.units import bytes_to_gib
-from solver.jsonout import json_safe
-from solver.outputs import check_output_path
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import Section, load_instance_parts, read_yaml
+from paraplan.cost.specs import Instance
+from paraplan.cost.units import bytes_to_gib
+from paraplan.solver.jsonout import json_safe
+from paraplan.solver.outputs import check_output_path
 
 BACKENDS = ("cpsat", "milp")
 DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
@@ -278,8 +278,8 @@ def run_job(job: SweepJob) -> dict:
     """Solve one job (in a worker process): `result_json` of the plan."""
     if os.environ.get(TEST_CRASH_ENV) == job.name:
         os._exit(TEST_CRASH_EXIT_CODE)
-    from solver.commands import result_json
-    from solver.planner import plan
+    from paraplan.solver.commands import result_json
+    from paraplan.solver.planner import plan
 
     res = plan(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
                threads=job.threads)

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost.errors import InstanceError
-from cost.simulate import Breakdown
-from cost.specs import Instance, Plan
-from solver import bounds, partition_plans
-from solver.planner import FEASIBLE, OPTIMAL, REL_TOL, check_resimulation, coefficient_table
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.simulate import Breakdown
+from paraplan.cost.specs import Instance, Plan
+from paraplan.solver import bounds, partition_plans
+from paraplan.solver.planner import FEASIBLE, OPTIMAL, REL_TOL, check_resimulation, coefficient_table
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ class TopK:
 
 def _solver(backend: str):
     if backend == "dp":
-        from formulations.split_dp import solve_split_dp
+        from paraplan.formulations.split_dp import solve_split_dp
         return solve_split_dp
     if backend == "cpsat":
-        from formulations.cpsat import solve_split_cpsat
+        from paraplan.formulations.cpsat import solve_split_cpsat
         return solve_split_cpsat
-    from formulations.milp import solve_split_milp
+    from paraplan.formulations.milp import solve_split_milp
     return solve_split_milp
 
 

@@ -3,8 +3,8 @@ for homogeneous and mixed clusters (solver/commands.py and solver/hetero_command
 
 from __future__ import annotations
 
-from solver.format import table
-from solver.jsonout import emit_json
+from paraplan.solver.format import table
+from paraplan.solver.jsonout import emit_json
 
 EXIT_DISAGREE = 1
 
@@ -49,7 +49,7 @@ def report_verify(args, methods: list[tuple], tol_s: float, objective: str | Non
 def methods_agree(values: list[float | None], tol_s: float) -> bool:
     """verify's verdict: all found no plan, or all found the same optimum within the solvers'
     stated tolerance plus REL_TOL."""
-    from solver.planner import REL_TOL
+    from paraplan.solver.planner import REL_TOL
     if any(v is None for v in values):
         return all(v is None for v in values)
     return all(abs(v - values[0]) <= tol_s + REL_TOL * values[0] for v in values)

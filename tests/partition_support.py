@@ -1,7 +1,7 @@
 """Small instances and sites shared by tests/partition/ (tests/ is on sys.path)."""
 
-from cost.coefficients import homogeneous_placement
-from cost.specs import (ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, Outer,
+from paraplan.cost.coefficients import homogeneous_placement
+from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, Outer,
                         SearchSpace)
 
 

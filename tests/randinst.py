@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
+from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
 
 
 def random_instance(seed: int, variant: bool = False) -> Instance:
@@ -50,7 +50,7 @@ def random_hetero_instance(seed: int):
     """Two node groups of different toy GPUs (speed, memory, links drawn per group), a group
     link, and a degraded-network scenario with a probability: small enough for exhaustive search
     of the heterogeneous space (solver/hetero_exhaustive.py)."""
-    from cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup, Scenario
+    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup, Scenario
 
     rng = random.Random(10_000 + seed)
     base = random_instance(seed)

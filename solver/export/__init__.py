@@ -6,11 +6,11 @@ configuration in the framework's own syntax; `emitted` the configuration it desc
 (instance, plan) pair cost/ can price, with one line per deviation from the plan (none: exact)
 and notes."""
 
-from solver.export.common import (Comparison, Emitted, ExportRefused, ExportResult, Prediction,
+from paraplan.solver.export.common import (Comparison, Emitted, ExportRefused, ExportResult, Prediction,
                                   compare)
-from solver.export.deepspeed import DEEPSPEED_VERSION, to_deepspeed
-from solver.export.megatron import MEGATRON_VERSION, to_megatron
-from solver.export.torchtitan import TORCHTITAN_VERSION, to_torchtitan
+from paraplan.solver.export.deepspeed import DEEPSPEED_VERSION, to_deepspeed
+from paraplan.solver.export.megatron import MEGATRON_VERSION, to_megatron
+from paraplan.solver.export.torchtitan import TORCHTITAN_VERSION, to_torchtitan
 
 # Format name -> (exporter, comment prefix for the deviation lines, or None where the syntax
 # has no comments: JSON; the framework version it targets)

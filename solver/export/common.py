@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cost.errors import ConfigError
-from cost.framework_rules import FRAMEWORK_RULES
-from cost.specs import Framework, Instance, Plan
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.specs import Framework, Instance, Plan
 
 
 class ExportRefused(Exception):
@@ -112,7 +112,7 @@ class Deviations:
 def drop_partitions(d: Deviations) -> None:
     """Per-operator tensor partitions (PrimePar) exist in no framework we export to."""
     if d.plan.partitions:
-        from solver.partition_cmd import describe_partitions
+        from paraplan.solver.partition_cmd import describe_partitions
         lines = describe_partitions(d.plan, d.source_inst) or [str(dict(d.plan.partitions))]
         d.deviate("the per-operator tensor partitions (" + "; ".join(lines) + "): no framework"
                   f" runs them; emitted Megatron 1-D tensor parallelism over tp={d.plan.tp}",
@@ -177,7 +177,7 @@ class Comparison:
 
 
 def predict(inst: Instance, plan: Plan) -> Prediction:
-    from cost.simulate import simulate
+    from paraplan.cost.simulate import simulate
 
     bd = simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)
     worst = max(bd.stages, key=lambda s: s.mem_bytes / s.capacity_bytes)

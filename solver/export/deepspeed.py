@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 
-from cost.framework import behaviour
-from cost.specs import Framework, Instance, Plan, Precision, Recompute
-from solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
+from paraplan.cost.framework import behaviour
+from paraplan.cost.specs import Framework, Instance, Plan, Precision, Recompute
+from paraplan.solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
                                   drop_partitions, fold_cp_into_dp)
 
 DEEPSPEED_VERSION = "0.19"

@@ -24,9 +24,9 @@ relies on:
 
 from __future__ import annotations
 
-from cost.framework import behaviour
-from cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
-from solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
+from paraplan.cost.framework import behaviour
+from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks)
 
 MEGATRON_VERSION = "Megatron-LM main, commit d98e8a64ddf3 (2026-08-22)"

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 
-from cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
-from solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
+from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from solver.cli import EXIT_BAD_INPUT, main
+from paraplan import instances
+from paraplan.solver.cli import EXIT_BAD_INPUT, main
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 x A100 in one node, 8 layers, global batch 32

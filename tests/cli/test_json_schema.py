@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from solver.cli import main
-from solver.schema import SCHEMAS, validate
+from paraplan import instances
+from paraplan.solver.cli import main
+from paraplan.solver.schema import SCHEMAS, validate
 
 INSTANCES = Path(instances.__file__).parent
 TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")
@@ -133,7 +133,7 @@ def test_bench_quick(capsys, tmp_path):
 
 def test_bench_hetero(capsys, tmp_path, monkeypatch):
     # the bundled mixed clusters take about 2 minutes; the smallest one shows the shape
-    from solver import hetero_bench
+    from paraplan.solver import hetero_bench
     monkeypatch.setattr(hetero_bench, "INSTANCES", ["tiny-2types"])
     out = tmp_path / "hb.json"
     assert main(["bench", "--hetero", "--quiet", "--json", str(out)]) == 0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-import instances
-from solver.cli import main
+from paraplan import instances
+from paraplan.solver.cli import main
 
 INSTANCES = Path(instances.__file__).parent
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import yaml
 
-import instances
-from cost import memory, schedule
-from cost.loader import load_instance, override_search, plan_from_mapping
-from cost.memory_breakdown import CATEGORIES, stage_categories_bytes
-from solver import bounds
-from solver.cli import EXIT_BAD_INPUT, main
-from solver.planner import coefficient_table, plan
-from solver.report import plan_coefficients
-from solver.top_k import top_k
+from paraplan import instances
+from paraplan.cost import memory, schedule
+from paraplan.cost.loader import load_instance, override_search, plan_from_mapping
+from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
+from paraplan.solver import bounds
+from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.planner import coefficient_table, plan
+from paraplan.solver.report import plan_coefficients
+from paraplan.solver.top_k import top_k
 
 INSTANCES = Path(instances.__file__).parent
 TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")
@@ -128,8 +128,8 @@ def test_compare_explains_the_difference(capsys, tmp_path):
 def test_comparison_parts_sum_to_the_time_difference():
     # exposed parts sum to each iteration time (cost/simulate.py), so their differences sum to
     # the difference of the two times
-    from cost.simulate import simulate
-    from solver.compare import compare
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.compare import compare
     inst = load_instance(TINY)
     pa = plan_from_mapping({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4, "recompute": "none"}, inst)
     pb = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "recompute": "selective"}, inst)
@@ -178,7 +178,7 @@ def test_version(capsys):
 
 
 def test_sweep_cluster_spelling_is_deprecated(capsys):
-    from solver.cli import build_parser
+    from paraplan.solver.cli import build_parser
     args = build_parser().parse_args(["sweep", "s.yaml", "--cluster", "tcp://h:1"])
     assert args.dask_scheduler == "tcp://h:1" and "deprecated" in capsys.readouterr().err
     args = build_parser().parse_args(["sweep", "s.yaml", "--dask-scheduler", "tcp://h:1"])
@@ -186,12 +186,12 @@ def test_sweep_cluster_spelling_is_deprecated(capsys):
 
 
 def test_bench_ratio_is_never_0x():
-    from solver.bench import ratio_text
+    from paraplan.solver.bench import ratio_text
     assert ratio_text(0.42) == "0.42x" and ratio_text(3603.2) == "3,603x" and ratio_text(1.5) == "1.5x"
 
 
 def test_progress_line_and_printer():
-    from solver.progress import Printer, search_status
+    from paraplan.solver.progress import Printer, search_status
 
     class Res:
         solved, pruned_by_memory = 3, 2
@@ -203,3 +203,21 @@ def test_progress_line_and_printer():
     pr("first")
     pr.done()
     assert buf.getvalue().startswith("\r[") and buf.getvalue().endswith("\r")
+
+
+def test_top_k_writes_each_plan_with_output(tmp_path, capsys):
+    # -o with --top K was silently ignored; it now writes plan k to <stem>-k<suffix>, each a
+    # plan file with its instance, as plan -o writes one
+    out = tmp_path / "plans.yaml"
+    assert main(["plan", str(INSTANCES / "small-gpt-16xA100.yaml"), "--top", "2", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    for k in (1, 2):
+        path = tmp_path / f"plans-{k}.yaml"
+        assert path.is_file() and f"wrote {path}" in text
+        written = yaml.safe_load(path.read_text())
+        assert written["instance"]["name"] == "small-gpt-16xA100" and written["plan"]["dp"] >= 1
+
+
+def test_top_k_refuses_sensitivity(capsys):
+    assert main(["plan", TINY, "--top", "2", "--sensitivity"]) == EXIT_BAD_INPUT
+    assert "--sensitivity" in capsys.readouterr().err

@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import instances
-from cost import comm, memory, schedule
-from cost.coefficients import in_flight_micro_batches
-from cost.comm import NetEfficiency
-from cost.flops import (CAUSAL_ATTENTION_FRACTION, layer_matmuls, layer_params, logits_flops,
+from paraplan import instances
+from paraplan.cost import comm, memory, schedule
+from paraplan.cost.coefficients import in_flight_micro_batches
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.flops import (CAUSAL_ATTENTION_FRACTION, layer_matmuls, layer_params, logits_flops,
                         model_params)
-from cost.loader import load_catalogue, load_instance, plan_from_mapping
-from cost.simulate import simulate
-from cost.specs import ClusterSpec, Link, Mlp, ModelSpec
+from paraplan.cost.loader import load_catalogue, load_instance, plan_from_mapping
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import ClusterSpec, Link, Mlp, ModelSpec
 
 INSTANCES = Path(instances.__file__).parent
 EXACT = dict(rel=1e-12)  # the formulas are exact; only float rounding separates the two sides
@@ -176,7 +176,7 @@ def test_tree_all_reduce_wins_on_many_nodes_with_small_payloads():
     # ring: 2*511 hops * 10 us = 10.22 ms of latency; NCCL's tree: a chain of 7 NVLink hops
     # (5 us) + log2(64) = 6 network hops (10 us) per pass, 2 passes: 2 * (35 + 60) us = 0.19 ms,
     # plus 2 * 1e6 / 4e11 = 5 us of bandwidth: 0.195 ms (ideal network, no call latency)
-    from cost.specs import ClusterSpec, GpuSpec
+    from paraplan.cost.specs import ClusterSpec, GpuSpec
     gpu = GpuSpec(name="g", peak_flops_per_s=1e15, hbm_bytes=8e10, hbm_bw_bytes_per_s=3e12)
     cl = ClusterSpec(gpu=gpu, nodes=64, gpus_per_node=8,
                      intra_node=Link(bw_bytes_per_s=450e9, latency_s=5e-6),

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import instances
-from cost import comm
-from cost.comm import NetEfficiency
-from cost.framework import behaviour, recompute_regather_params
-from cost.flops import layer_weight_sizes
-from cost.loader import load_instance, plan_from_mapping
-from cost.simulate import simulate
-from cost.specs import Framework, Mlp, ModelSpec
+from paraplan import instances
+from paraplan.cost import comm
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.framework import behaviour, recompute_regather_params
+from paraplan.cost.flops import layer_weight_sizes
+from paraplan.cost.loader import load_instance, plan_from_mapping
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import Framework, Mlp, ModelSpec
 
 INSTANCES = Path(instances.__file__).parent
 
@@ -79,8 +79,8 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     # FLOPs / (peak * attention_eff * n / (n + 300)), n = seq_len / cp keys per call) and
     # a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
     # breakdown sums it over the layers and micro-batches of the first stage.
-    from cost.coefficients import ATTENTION_HALF_KEYS, BACKWARD_FLASH_FACTOR
-    from cost.flops import layer_matmuls
+    from paraplan.cost.coefficients import ATTENTION_HALF_KEYS, BACKWARD_FLASH_FACTOR
+    from paraplan.cost.flops import layer_matmuls
     inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
     slow = replace(inst.cluster.intra_node, bw_bytes_per_s=1e9)
     inst = replace(inst, cluster=replace(inst.cluster, intra_node=slow))
@@ -107,7 +107,7 @@ def test_attention_efficiency_follows_the_key_length_of_a_call():
     # step of cp = 4 over 2,048 tokens calls the kernel on 512 keys, so its attention core runs
     # at (512/812) / (2048/2348) = 0.723 of the cp = 1 rate: the attention time per layer of
     # the whole sequence is 1/0.723 = 1.383x longer with cp = 4 than with cp = 1 (same FLOPs).
-    from cost.coefficients import ATTENTION_HALF_KEYS
+    from paraplan.cost.coefficients import ATTENTION_HALF_KEYS
     for keys, published in ((512, 0.63), (1024, 0.80), (2048, 0.91)):
         assert keys / (keys + ATTENTION_HALF_KEYS) == pytest.approx(published, abs=0.05)
     ratio = (2048 / (2048 + ATTENTION_HALF_KEYS)) / (512 / (512 + ATTENTION_HALF_KEYS))
@@ -122,9 +122,9 @@ def test_standard_attention_score_traffic_is_linear_in_the_micro_batch():
     #   score_s(b) = 6 x 2 x b x heads x s^2 / (bw x memory_eff)
     # and the forward compute of one layer is linear in b apart from matmul_half_flops' fixed
     # cost per call, so f(2) - 2 f(1) = -(calls x half_flops / (peak x eff_max)) exactly.
-    from cost.coefficients import STANDARD_ATTENTION_SCORE_PASSES, homogeneous_placement, megatron_layer
-    from cost.loader import plan_from_mapping
-    from cost.specs import Attention
+    from paraplan.cost.coefficients import STANDARD_ATTENTION_SCORE_PASSES, homogeneous_placement, megatron_layer
+    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.specs import Attention
     inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
     inst = replace(inst, job=replace(inst.job, attention=Attention.STANDARD))
     m, gpu = inst.model, inst.cluster.gpu
@@ -147,7 +147,7 @@ def test_tp_overlap_hides_all_but_one_chunk_or_what_the_gemm_cannot_cover():
     # Transformer Engine's userbuffers split each tp collective and the GEMM beside it into
     # tp chunks; the chunk at the end of the pipeline shows, and so does a transfer longer than
     # the GEMM: exposed = max(comm - gemm, comm / tp).
-    from cost.coefficients import tp_overlap_exposed
+    from paraplan.cost.coefficients import tp_overlap_exposed
     assert tp_overlap_exposed(1.0, 2.0, 4) == pytest.approx(0.25)   # GEMM covers: one chunk of 4
     assert tp_overlap_exposed(3.0, 1.0, 4) == pytest.approx(2.0)    # transfer-bound: 3 - 1
     assert tp_overlap_exposed(1.0, 0.9, 8) == pytest.approx(0.125)  # one chunk of 8 > 1 - 0.9
@@ -174,8 +174,8 @@ def test_tp_overlap_applies_only_with_sequence_parallelism_inside_a_node():
 
 
 def test_tp_overlap_is_refused_outside_megatron():
-    from cost.errors import ConfigError
-    from cost.specs import JobSpec
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.specs import JobSpec
     with pytest.raises(ConfigError, match="tp_comm_overlap"):
         JobSpec(global_batch=8, framework=Framework.TORCHTITAN, tp_comm_overlap=True)
 
@@ -186,7 +186,7 @@ def test_gemm_output_store_is_priced_once_per_output_element():
     # t x h / tp (attention-out), t x h (MLP-in), t x 4h / tp (MLP-out). GPT, h = 4096, tp = 2,
     # t = 2048: forward 2048 x (6144 + 4096 + 8192 + 4096) = 46,137,344 elements; backward
     # 2048 x (4096 + 2048 + 4096 + 8192) = 37,748,736.
-    from cost.flops import gemm_output_elements
+    from paraplan.cost.flops import gemm_output_elements
     m = replace(_gpt(4096), seq_len=2048)
     assert gemm_output_elements(m, 1, 2, 1) == (46_137_344, 37_748_736)
 
@@ -197,7 +197,7 @@ def test_torchtitan_selective_ac_recomputes_every_other_mm():
     # wq, wk, wv, wo, w1, w3, w2: recomputed wk (h x kv), wo (q x h), w3 (h x f). Llama-3 8B
     # (h 4096, kv 1024, f 14336), tp 1, one sequence of 8192 tokens:
     #   2 x 8192 x (4096 x 1024 + 4096 x 4096 + 4096 x 14336) = 1,305,670,057,984 FLOPs.
-    from cost.flops import torchtitan_block_mms, torchtitan_sac_recomputed_flops
+    from paraplan.cost.flops import torchtitan_block_mms, torchtitan_sac_recomputed_flops
     m = ModelSpec(name="l8", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
                   vocab=128256, seq_len=8192, mlp=Mlp.SWIGLU)
     assert len(torchtitan_block_mms(m, 1)) == 7
@@ -211,7 +211,7 @@ def test_torchao_dynamic_scaling_casts_every_gemm_input_and_weights_twice():
     # norm outputs (2 t h), the MLP-out input (t f) and a second weight pass (P).
     # GPT h = 4096 (f = 16384, q = h), tp 1, t = 2048, P = 12 h^2 + 13 h (norms and biases of
     # layer_params) -> TE forward 2048 x 4096 + P; torchao adds 2 x 2048 x 4096 + 2048 x 16384 + P.
-    from cost.flops import fp8_cast_elements, layer_params
+    from paraplan.cost.flops import fp8_cast_elements, layer_params
     m = replace(_gpt(4096), seq_len=2048)
     p = layer_params(m)
     te_f, te_b = fp8_cast_elements(m, 1, 1, 1)

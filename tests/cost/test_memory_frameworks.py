@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from cost import memory
-from cost.calibration import BUNDLED_FILES, load_rows, predict_rows, row_to_instance_plan
-from cost.errors import ConfigError
-from cost.loader import load_catalogue
-from cost.simulate import simulate
-from cost.specs import Framework, JobSpec, Optimizer
+from paraplan.cost import memory
+from paraplan.cost.calibration import BUNDLED_FILES, load_rows, predict_rows, row_to_instance_plan
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.loader import load_catalogue
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import Framework, JobSpec, Optimizer
 
 # the published rows as shipped with the package (cost/published/), so a fresh clone runs these
 FILES = {f.name: f for f in BUNDLED_FILES}
@@ -82,8 +82,8 @@ def test_apex_optimizer_space_is_zero1():
     # full gradient buffer: ZeRO-1 only (cost/framework_rules.OPTIMIZER_ZERO_STAGES); the same
     # instance with Adam keeps Megatron's four stages
     import dataclasses
-    from cost.loader import load_instance
-    from solver.space import outer_configs
+    from paraplan.cost.loader import load_instance
+    from paraplan.solver.space import outer_configs
     inst = load_instance(str(Path(__file__).resolve().parents[2] / "instances" / "tiny-gpt-8xA100.yaml"))
     apex = dataclasses.replace(inst, job=dataclasses.replace(inst.job, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM))
     assert sorted({o.zero for o in outer_configs(inst)}) == [0, 1, 2, 3]

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost import memory
-from cost.coefficients import build
-from cost.errors import InstanceError
-from cost.flops import (attended_keys, causal_score_fraction, layer_matmuls, layer_params,
+from paraplan import instances
+from paraplan.cost import memory
+from paraplan.cost.coefficients import build
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.flops import (attended_keys, causal_score_fraction, layer_matmuls, layer_params,
                         model_flops_per_token, model_params)
-from cost.loader import load_instance
-from cost.model_notes import model_warnings
-from cost.specs import Mlp, ModelSpec, Outer, Plan
+from paraplan.cost.loader import load_instance
+from paraplan.cost.model_notes import model_warnings
+from paraplan.cost.specs import Mlp, ModelSpec, Outer, Plan
 
 INSTANCES = Path(instances.__file__).parent
 EXACT = dict(rel=1e-12)
@@ -233,6 +233,6 @@ def test_standard_attention_keeps_the_whole_score_matrix():
 def test_tensor_parallel_splits_heads_not_hidden(tmp_path):
     # hidden 1,000 with 16 heads of 64: tp splits the 16 heads (Q 1,024 wide), so every power
     # of two up to the node's 8 GPUs divides the attention; hidden itself need not divide
-    from solver.space import tp_values
+    from paraplan.solver.space import tp_values
     inst = load_instance(_instance_with_model(tmp_path, hidden=1000, head_dim=64))
     assert tp_values(inst) == [1, 2, 4, 8]

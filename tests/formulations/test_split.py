@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from cost.coefficients import StageCoefficients, in_flight_micro_batches
-from cost.schedule import fits, iteration_time_s, stage_mem_bytes
-from cost.specs import Outer
-from formulations.cpsat import quantize, solve_split_cpsat
-from formulations.milp import optimal_gap_tolerance_s, solve_split_milp
-from formulations.result import STATUSES, SplitResult
-from formulations.split_dp import solve_split_dp
+from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
+from paraplan.cost.schedule import fits, iteration_time_s, stage_mem_bytes
+from paraplan.cost.specs import Outer
+from paraplan.formulations.cpsat import quantize, solve_split_cpsat
+from paraplan.formulations.milp import optimal_gap_tolerance_s, solve_split_milp
+from paraplan.formulations.result import STATUSES, SplitResult
+from paraplan.formulations.split_dp import solve_split_dp
 
 MIB = 2**20
 BACKENDS = ("dp", "cpsat", "cbc", "scip", "highs")

@@ -19,11 +19,11 @@ import time
 import numpy as np
 import pytest
 
-from cost.coefficients import StageCoefficients
-from cost.schedule import iteration_time_s
-from formulations.cpsat import quantize, solve_split_cpsat
-from formulations.split_dp import solve_split_dp
-from solver.bounds import tight_lower_bound_s
+from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.schedule import iteration_time_s
+from paraplan.formulations.cpsat import quantize, solve_split_cpsat
+from paraplan.formulations.split_dp import solve_split_dp
+from paraplan.solver.bounds import tight_lower_bound_s
 from test_split import (MIB, big_instance, check_consistent, coefficients, memory_tight_instance,
                         random_coefficients)
 
@@ -97,7 +97,7 @@ def test_dp_equals_integer_brute_force_and_cpsat(seed):
 
 def test_odd_coefficients_reach_the_general_path():
     """At least some of the odd sets are not monotone (the DP's masked path) and still agree."""
-    from formulations.split_dp import stage_tables
+    from paraplan.formulations.split_dp import stage_tables
     general = 0
     for seed in range(24, 48):
         c, allow = odd_coefficients(seed)
@@ -185,7 +185,7 @@ def test_deep_models_are_proved_optimal_in_seconds(L, pp):
     n, r = np.array(res.layers_per_stage), np.array(res.full_recompute_layers)
     E = quantize(c).objective_error_s
     # moving one layer from stage i to stage j, with the least recompute that fits, is no better
-    from solver.bounds import min_recompute
+    from paraplan.solver.bounds import min_recompute
     for i, j in itertools.permutations(range(pp), 2):
         if n[i] == 1:
             continue

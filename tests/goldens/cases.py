@@ -47,8 +47,8 @@ HETERO_SEEDS = range(40)
 
 
 def _homogeneous_record(inst) -> dict:
-    from cost.loader import plan_to_mapping
-    from solver.planner import plan
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.solver.planner import plan
 
     res = plan(inst)
     return {"status": res.status, "objective_s": res.iter_time_s, "tolerance_s": res.tolerance_s,
@@ -57,8 +57,8 @@ def _homogeneous_record(inst) -> dict:
 
 
 def _hetero_record(inst, objective: str) -> dict:
-    from cost.hetero_loader import hetero_plan_to_mapping
-    from solver.hetero_planner import plan_hetero
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+    from paraplan.solver.hetero_planner import plan_hetero
 
     res = plan_hetero(inst, objective=objective)
     return {"status": res.status, "objective_s": res.objective_s, "tolerance_s": res.tolerance_s,
@@ -69,7 +69,7 @@ def _hetero_record(inst, objective: str) -> dict:
 def bundled_cases() -> list[tuple[str, str]]:
     """(instance file, objective) of every bundled golden; mixed clusters with scenarios are
     planned for every objective their scenarios allow."""
-    from cost.hetero_loader import is_hetero_file, load_hetero_instance
+    from paraplan.cost.hetero_loader import is_hetero_file, load_hetero_instance
 
     out = []
     for rel in BUNDLED:
@@ -86,8 +86,8 @@ def bundled_cases() -> list[tuple[str, str]]:
 
 
 def plan_bundled(rel: str, objective: str) -> dict:
-    from cost.hetero_loader import is_hetero_file, load_hetero_instance
-    from cost.loader import load_instance
+    from paraplan.cost.hetero_loader import is_hetero_file, load_hetero_instance
+    from paraplan.cost.loader import load_instance
 
     if is_hetero_file(ROOT / rel):
         return _hetero_record(load_hetero_instance(ROOT / rel), objective)

@@ -9,8 +9,8 @@ import math
 import pytest
 from randinst import random_hetero_instance
 
-from solver.hetero_exhaustive import hetero_exhaustive
-from solver.hetero_planner import plan_hetero
+from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+from paraplan.solver.hetero_planner import plan_hetero
 
 SEEDS = range(40)
 
@@ -61,11 +61,11 @@ def test_one_solver_per_backend_name():
     the multi-class MILP gives the same optimum on CBC, SCIP and HiGHS (CP-SAT as reference)."""
     import inspect
 
-    from formulations.milp import solve_split_milp
-    from formulations.multiclass_milp import solve_multiclass_milp
-    from solver.hetero_planner import _solve_inner, problem_for
-    from solver.hetero_space import hetero_outers
-    from solver.planner import _inner_solver
+    from paraplan.formulations.milp import solve_split_milp
+    from paraplan.formulations.multiclass_milp import solve_multiclass_milp
+    from paraplan.solver.hetero_planner import _solve_inner, problem_for
+    from paraplan.solver.hetero_space import hetero_outers
+    from paraplan.solver.planner import _inner_solver
 
     assert _inner_solver("milp") is solve_split_milp
     assert inspect.signature(solve_split_milp).parameters["backend"].default == "cbc"

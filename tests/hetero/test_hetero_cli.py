@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cost.hetero_loader import load_hetero_instance, load_hetero_plan
-from solver.cli import EXIT_BAD_INPUT, main
+from paraplan.cost.hetero_loader import load_hetero_instance, load_hetero_plan
+from paraplan.solver.cli import EXIT_BAD_INPUT, main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY2 = str(ROOT / "instances/hetero/tiny-2types.yaml")

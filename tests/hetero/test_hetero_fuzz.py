@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.cli import EXIT_BAD_INPUT, main
 
 GROUP = {"gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 4, "intra_node_gbytes_per_s": 600,
          "nic_gbit_per_s": 200}

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost.errors import InstanceError
-from cost.hetero_loader import (event_from_mapping, group_instance, hetero_instance_from_mapping,
+from paraplan import instances
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import (event_from_mapping, group_instance, hetero_instance_from_mapping,
                                 hetero_plan_from_mapping, hetero_plan_to_mapping,
                                 homogeneous_as_hetero, is_hetero_file, is_hetero_mapping,
                                 load_event, load_hetero_instance, load_hetero_plan)
-from cost.hetero_specs import HeteroInstance, HeteroPlan, ReplicaClass
-from cost.loader import load_instance
-from cost.specs import Recompute
+from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan, ReplicaClass
+from paraplan.cost.loader import load_instance
+from paraplan.cost.specs import Recompute
 
 INSTANCES = Path(instances.__file__).parent
 HETERO = INSTANCES / "hetero"
@@ -470,7 +470,7 @@ UNHONOURED_SEARCH = [
 
 @pytest.mark.parametrize("key, value, words", UNHONOURED_SEARCH)
 def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words):
-    from cost.loader import override_search
+    from paraplan.cost.loader import override_search
 
     data = bad_base()
     data["search"] = {key: value}
@@ -482,7 +482,7 @@ def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words
 
 
 def test_search_keys_a_mixed_cluster_honours_are_kept():
-    from cost.loader import override_search
+    from paraplan.cost.loader import override_search
 
     inst = hetero_instance_from_mapping(bad_base(), "bad.yaml")
     for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("virtual_stages", [1]), ("uniform_split", False),

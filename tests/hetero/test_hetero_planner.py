@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 from randinst import random_instance
 
-from cost.coefficients import build
-from cost.hetero_coefficients import class_coefficients
-from cost.hetero_loader import homogeneous_as_hetero, load_event, load_hetero_instance
-from cost.hetero_specs import ClassShape, HeteroOuter
-from cost.loader import load_instance
-from cost.switching import switch_time_s
-from cost.specs import Outer, SearchSpace
-from formulations.timeline import choose_plans, timeline_iterations
-from solver.dynamic import replan
-from solver.hetero_planner import balanced_split, plan_hetero
-from solver.hetero_space import count_micro_batch_splits, has_micro_batch_split, micro_batch_vectors
-from solver.planner import plan
+from paraplan.cost.coefficients import build
+from paraplan.cost.hetero_coefficients import class_coefficients
+from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_event, load_hetero_instance
+from paraplan.cost.hetero_specs import ClassShape, HeteroOuter
+from paraplan.cost.loader import load_instance
+from paraplan.cost.switching import switch_time_s
+from paraplan.cost.specs import Outer, SearchSpace
+from paraplan.formulations.timeline import choose_plans, timeline_iterations
+from paraplan.solver.dynamic import replan
+from paraplan.solver.hetero_planner import balanced_split, plan_hetero
+from paraplan.solver.hetero_space import count_micro_batch_splits, has_micro_batch_split, micro_batch_vectors
+from paraplan.solver.planner import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY2 = ROOT / "instances/hetero/tiny-2types.yaml"
@@ -149,7 +149,7 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
     """simulate's class coefficients are built with the plan's own micro-batch counts, so the
     homogeneous schedule.iteration_time_s on them is the class's time: 1F1B over its stages,
     m * max_s t_s + sum_s t_s - max_s t_s (Narayanan et al. SC'21), plus its slowest sync."""
-    from cost import schedule
+    from paraplan.cost import schedule
 
     inst = load_hetero_instance(ROOT / "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
     p = plan_hetero(inst).plan

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cost.errors import InstanceError
-from cost.hf_config import model_from_hf_config
-from cost.specs import Mlp
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hf_config import model_from_hf_config
+from paraplan.cost.specs import Mlp
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
@@ -311,12 +311,12 @@ PARAMS = {
 
 @pytest.mark.parametrize("stem", sorted(PARAMS))
 def test_parameter_count_matches_the_real_model(stem):
-    from cost.flops import model_params
+    from paraplan.cost.flops import model_params
     assert model_params(load(stem)) == PARAMS[stem]
 
 
 def test_bloom_and_falcon_parameter_counts():
-    from cost.flops import model_params
+    from paraplan.cost.flops import model_params
     # BLOOM-560m: tied 250880*1024 = 256,901,120, embedding LayerNorm 2,048; per layer qkv
     # 1024*3072 + 3072, dense 1024^2 + 1024, MLP 1024*4096 + 4096 + 4096*1024 + 1024, two
     # LayerNorms 4,096: 12,596,224; x 24 = 302,309,376; ln_f 2,048: 559,214,592 (the
@@ -405,7 +405,7 @@ def test_falcon_40b_layout(tmp_path):
 def test_llama_attention_and_mlp_bias(tmp_path):
     plain = load("llama-3-8b")
     model = model_from_hf_config(write(tmp_path, llama(attention_bias=True, mlp_bias=True)))
-    from cost.flops import layer_params
+    from paraplan.cost.flops import layer_params
     # q, k, v, o biases 4096 + 2*1024 + 4096 and gate, up, down biases 2*14336 + 4096
     assert layer_params(model) - layer_params(plain) == 4096 + 2048 + 4096 + 2 * 14336 + 4096
 
@@ -466,8 +466,8 @@ def test_imported_model_survives_a_plan_file(stem):
 
     import yaml as _yaml
 
-    from cost.loader import instance_from_mapping, instance_to_mapping, load_instance
-    from instances import __file__ as instances_init
+    from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+    from paraplan.instances import __file__ as instances_init
     base = load_instance(Path(instances_init).parent / "tiny-gpt-8xA100.yaml")
     inst = _replace(base, model=load(stem, seq_len=1024))
     text = _yaml.safe_dump(instance_to_mapping(inst))

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost.errors import InstanceError
-from cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
+from paraplan import instances
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
                          load_instance, load_plan, plan_from_mapping,
                          plan_to_mapping)
-from cost.specs import GpuSpec, Plan, Recompute
+from paraplan.cost.specs import GpuSpec, Plan, Recompute
 
 INSTANCES = Path(instances.__file__).parent
 BAD = Path(__file__).parent / "bad"
@@ -311,8 +311,8 @@ def test_plan_error_names_the_file(tmp_path):
 def test_search_override_is_checked_like_the_files_search():
     """--search tp=3 on 8 GPUs was planned as an empty space ("no plan fits"); it is refused
     naming the value, as `search: {tp: [3]}` in the file is."""
-    from cost.errors import InstanceError
-    from cost.loader import override_search
+    from paraplan.cost.errors import InstanceError
+    from paraplan.cost.loader import override_search
 
     inst = load_instance(TINY)
     with pytest.raises(InstanceError) as e:

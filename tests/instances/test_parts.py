@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost.errors import InstanceError
-from cost.loader import load_instance, load_instance_parts
-from cost.specs import SearchSpace
-from solver.inputs import add_instance_args, load_from_args
+from paraplan import instances
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import load_instance, load_instance_parts
+from paraplan.cost.specs import SearchSpace
+from paraplan.solver.inputs import add_instance_args, load_from_args
 
 INSTANCES = Path(instances.__file__).parent
 CLUSTERS = INSTANCES / "clusters"

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from partition_support import instance_and_site, small_instance
 
-from cost import comm
-from cost import partition as P
-from cost.coefficients import homogeneous_placement, matmul_time_s, megatron_layer
-from cost.comm import NetEfficiency
-from cost.specs import Attention, JobSpec, Mlp, Outer, Recompute
+from paraplan.cost import comm
+from paraplan.cost import partition as P
+from paraplan.cost.coefficients import homogeneous_placement, matmul_time_s, megatron_layer
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.specs import Attention, JobSpec, Mlp, Outer, Recompute
 
 # the hand derivations below assume an ideal network: wire speed, no per-call latency and
 # no overlap slowdown (the measured defaults of cost/comm.py are checked in tests/cost)
@@ -156,8 +156,8 @@ def test_chained_p_ops_pay_only_the_skew():
 
 
 def test_plan_layer_fn_and_validation():
-    from cost.errors import ConfigError
-    from cost.specs import Plan
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.specs import Plan
     assert P.plan_layer_fn(()) is megatron_layer
     parts = tuple((op, "P2x2" if op in P.LINEAR_OPS else "heads") for op in P.OPS)
     Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
@@ -251,7 +251,7 @@ def test_token_split_state_and_sync_enter_the_coefficients():
     the sync of one layer grows by the group all-reduce (197.77 us; dp = 1 has no dp sync, so
     it is all of g) plus the Adam step over the replicated params (30 B each at 900 GB/s HBM):
     the exposed part max(0, g - bwd) per layer and the hidden part min(g, bwd) in the tail."""
-    from cost.coefficients import build, memory_time_s
+    from paraplan.cost.coefficients import build, memory_time_s
     inst, o, site = instance_and_site(tp=4, nodes=1)
     assert o.dp == 1 and o.zero == 0
     plan = dict(P.MEGATRON_DEFAULT, mlp_out="T")
@@ -270,8 +270,8 @@ def test_token_split_state_and_sync_enter_the_coefficients():
 
 
 def test_token_split_is_not_offered_with_zero3():
-    from cost.errors import ConfigError
-    from cost.specs import Plan
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.specs import Plan
     parts = tuple((op, dict(P.MEGATRON_DEFAULT, mlp_in="T")[op]) for op in P.OPS)
     Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
          full_recompute_layers=(0,), partitions=parts, zero=1)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cost.errors import InstanceError
-from cost.loader import load_instance, load_plan, plan_from_mapping, plan_to_mapping
-from cost.simulate import simulate
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import load_instance, load_plan, plan_from_mapping, plan_to_mapping
+from paraplan.cost.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT = ROOT / "instances" / "primepar" / "primepar-opt-175b-32xV100.yaml"
@@ -54,7 +54,7 @@ def test_search_tensor_partitions_key(tmp_path):
 
 def test_cli_plan_shows_per_operator_partitions(tmp_path):
     out = tmp_path / "plan.yaml"
-    proc = subprocess.run([sys.executable, "-m", "solver.cli", "plan", str(OPT), "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "plan", str(OPT), "-o", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "mlp.fc1: K@nodes, P2x2@node" in proc.stdout
@@ -69,7 +69,7 @@ def test_cli_plan_shows_per_operator_partitions(tmp_path):
 def test_cli_partition_front_agrees(capsys):
     import json
 
-    from solver.cli import main
+    from paraplan.solver.cli import main
     assert main(["partition", str(OPT), "--tp", "4", "--micro-batch", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["agree"] and len(out["front"]) >= 2

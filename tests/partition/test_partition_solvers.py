@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from partition_support import instance_and_site, small_instance
 
-from cost import partition as P
-from cost.comm import NetEfficiency
-from cost.coefficients import build, homogeneous_placement
-from cost.specs import Link, Mlp, SearchSpace
-from formulations.partition import pareto_front_milp, solve_partition_milp
-from formulations.partition_dp import min_time, pareto_front
-from solver import partition_plans as PP
+from paraplan.cost import partition as P
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.coefficients import build, homogeneous_placement
+from paraplan.cost.specs import Link, Mlp, SearchSpace
+from paraplan.formulations.partition import pareto_front_milp, solve_partition_milp
+from paraplan.formulations.partition_dp import min_time, pareto_front
+from paraplan.solver import partition_plans as PP
 
 # the hand derivations below assume an ideal network: wire speed, no per-call latency and
 # no overlap slowdown (the measured defaults of cost/comm.py are checked in tests/cost)
@@ -90,7 +90,7 @@ def test_dp_milp_and_brute_force_agree(case):
 
 
 def test_dp_segments_follow_the_residual_cuts():
-    from formulations.partition_dp import segments
+    from paraplan.formulations.partition_dp import segments
     pb = _problem(*TABLES[0])
     assert segments(pb) == [["qkv", "attn_core", "attn_out"], ["mlp_in", "mlp_out"]]
 
@@ -160,8 +160,8 @@ def test_planner_equals_exhaustive_with_partitions():
     """plan() (candidates + pre-pass + branch-and-bound) vs brute force over every per-operator
     plan of every outer configuration, 2-layer model on 2 x 4 GPUs: same optimum, and it uses
     the spatial-temporal primitive (so the check is not about Megatron only)."""
-    from solver.exhaustive import exhaustive
-    from solver.planner import plan
+    from paraplan.solver.exhaustive import exhaustive
+    from paraplan.solver.planner import plan
     inst = _cross_node_instance()
     r, e = plan(inst), exhaustive(inst)
     assert r.status == "optimal"
@@ -174,7 +174,7 @@ def test_planner_equals_exhaustive_with_partitions():
 
 
 def test_default_space_is_megatron_only():
-    from solver.planner import coefficient_table
+    from paraplan.solver.planner import coefficient_table
     inst = _cross_node_instance()
     off = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tensor_partitions=("megatron",)))
     assert all(not c.partitions for c in coefficient_table(off))
@@ -183,7 +183,7 @@ def test_default_space_is_megatron_only():
 
 def test_every_pair_is_accounted_for():
     """solved + pruned (memory, bound, dominance) + unresolved = every (outer, layer plan) pair."""
-    from solver.planner import plan
+    from paraplan.solver.planner import plan
     r = plan(_cross_node_instance())
     assert r.pruned_by_dominance > 0
     assert (r.solved + r.pruned_by_bound + r.pruned_by_memory + r.pruned_by_dominance
@@ -212,8 +212,8 @@ def _random_instance(seed):
 def test_planner_and_exhaustive_agree_on_random_instances():
     """Seeded random instances (model width, GPUs, link speed, memory, ZeRO): the optimum of
     plan() with per-operator partitions equals brute force over every layer plan."""
-    from solver.exhaustive import exhaustive
-    from solver.planner import plan
+    from paraplan.solver.exhaustive import exhaustive
+    from paraplan.solver.planner import plan
     used_p = 0
     for seed in range(8):
         inst = _random_instance(seed)
@@ -228,7 +228,7 @@ def test_planner_and_exhaustive_agree_on_random_instances():
 
 
 def test_same_answer_for_any_threads_and_backend():
-    from solver.planner import plan
+    from paraplan.solver.planner import plan
     inst = _cross_node_instance()
     a, b, c = plan(inst), plan(inst, threads=2), plan(inst, backend="milp")
     assert a.plan == b.plan == c.plan and a.plan.partitions
@@ -245,10 +245,10 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
     op splits by tokens, with all-to-alls into and out of the head-split attention core.
     plan() equals brute force over every layer plan, and its state bytes include the
     replicated weights."""
-    from cost import memory
-    from cost.flops import layer_params
-    from solver.exhaustive import exhaustive
-    from solver.planner import plan
+    from paraplan.cost import memory
+    from paraplan.cost.flops import layer_params
+    from paraplan.solver.exhaustive import exhaustive
+    from paraplan.solver.planner import plan
     inst = small_instance(nodes=2, gpus_per_node=4, layers=2, hidden=512, heads=16, ffn=2048,
                           seq_len=4096, global_batch=8,
                           search=SearchSpace(tp=(8,), pp=(1,), micro_batch=(1, 2), zero=(0,), cp=(1,),
@@ -261,7 +261,7 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
     parts = dict(r.plan.partitions)
     c = build(inst, r.plan.outer, layer_fn=P.plan_layer_fn(r.plan.partitions))
     base = memory.layer_state_bytes(inst.model, 8, 0, 1)
-    from solver.partition_cmd import describe_partitions
+    from paraplan.solver.partition_cmd import describe_partitions
     assert "mlp.fc2: T@nodes" in describe_partitions(r.plan, inst)  # the group spans 2 nodes
     if sp == (False,):
         assert parts["mlp_in"] == parts["mlp_out"] == "T"
@@ -280,8 +280,8 @@ def test_planner_equals_exhaustive_with_sequence_parallel():
     (attention) and P(2x2) composites, keeps the stream in PrimePar's B2x2 block layout (the
     composites' partial sums reduce-scatter onto it, LayerNorm all-reduces its per-token
     statistics over GPU pairs), and equals brute force over every layer plan, stream included."""
-    from solver.exhaustive import exhaustive
-    from solver.planner import plan
+    from paraplan.solver.exhaustive import exhaustive
+    from paraplan.solver.planner import plan
     inst = _cross_node_instance(sequence_parallel=(True,))
     r, e = plan(inst), exhaustive(inst)
     assert r.status == "optimal" and r.plan.sequence_parallel

@@ -118,8 +118,8 @@ def test_shift_volumes_match_the_cost_model():
     """Per-GPU blocks received per phase (Table 1) = the step lists of cost.partition."""
     from partition_support import instance_and_site
 
-    from cost.comm import NetEfficiency
-    from cost.partition import LayerContext, OpPartition, linear_op_cost
+    from paraplan.cost.comm import NetEfficiency
+    from paraplan.cost.partition import LayerContext, OpPartition, linear_op_cost
     inst, o, site = instance_and_site(tp=4)
     ctx = LayerContext(inst, o, site, NetEfficiency())
     c = linear_op_cost(ctx, "attn_out", OpPartition("P", 1, 2))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from partition_support import instance_and_site
 
-from cost import partition as P
-from cost.comm import NetEfficiency
-from cost.errors import ConfigError
-from cost.specs import Plan
+from paraplan.cost import partition as P
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.specs import Plan
 
 # the hand derivations below assume an ideal network: wire speed, no per-call latency and
 # no overlap slowdown (the measured defaults of cost/comm.py are checked in tests/cost)
@@ -149,9 +149,9 @@ def test_block_stream_round_trips_and_simulates():
     stream without sequence parallelism is a one-line error naming the key."""
     from pathlib import Path
 
-    from cost.errors import InstanceError
-    from cost.loader import load_instance, plan_from_mapping, plan_to_mapping
-    from cost.simulate import simulate
+    from paraplan.cost.errors import InstanceError
+    from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping
+    from paraplan.cost.simulate import simulate
     inst = load_instance(Path(__file__).resolve().parents[2] / "instances" / "primepar"
                          / "primepar-opt-175b-32xV100.yaml")
     parts = {"qkv": "K4*P2x2", "attn_core": "heads@P2", "attn_out": "N4*P2x2",

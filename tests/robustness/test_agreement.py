@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from cost.simulate import simulate
+from paraplan.cost.simulate import simulate
 from randinst import random_instance
-from solver.exhaustive import exhaustive
-from solver.planner import INFEASIBLE, OPTIMAL, plan
-from solver.space import outer_configs, summarize
+from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.solver.space import outer_configs, summarize
 
 N_INSTANCES = 240
 
@@ -70,7 +70,7 @@ def test_inner_solvers_agree_without_the_tight_bound(seed, monkeypatch):
     here. With only the memory-free bound they solve more (11 inner solves over these 60), and
     all three still give exhaustive search's optimum and the default run's answer. The inner
     solvers' main cross-check is tests/formulations/ (DP == CP-SAT == MILP == brute force)."""
-    from solver import planner
+    from paraplan.solver import planner
     inst = random_instance(seed, variant=True)
     ex = exhaustive(inst)
     default = plan(inst, backend="dp")

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
-from solver.exhaustive import exhaustive
-from solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
 
 A100 = GpuSpec(name="A100-like", peak_flops_per_s=312e12, hbm_bytes=80 * 2**30,
                hbm_bw_bytes_per_s=2.0e12)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cost.loader import load_instance
-from formulations.result import SolverError
-from solver import cli, planner
+from paraplan.cost.loader import load_instance
+from paraplan.formulations.result import SolverError
+from paraplan.solver import cli, planner
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ["tiny-gpt-8xA100", "small-gpt-16xA100", "llama3-70b-512xH100"]

@@ -30,12 +30,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import instances
-from cost.calibration import load_rows
-from cost.errors import InstanceError
-from cost.hf_config import MAX_HF_CONFIG_BYTES
-from cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH, load_instance
-from solver.cli import EXIT_BAD_INPUT, main
+from paraplan import instances
+from paraplan.cost.calibration import load_rows
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hf_config import MAX_HF_CONFIG_BYTES
+from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH, load_instance
+from paraplan.solver.cli import EXIT_BAD_INPUT, main
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 x A100 in one node, 8 layers, global batch 32
@@ -375,7 +375,7 @@ def test_planner_keeps_its_time_limit_with_many_layers(tmp_path):
     inst.write_text(with_line(TINY.read_text(encoding="utf-8"), "  layers: 8\n",
                               "  layers: 1000000\n"), encoding="utf-8")
     try:  # in a subprocess, so that a regression fails rather than hangs
-        done = subprocess.run([sys.executable, "-m", "solver.cli", "plan", str(inst),
+        done = subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "plan", str(inst),
                                "--time-limit-s", "5"], capture_output=True, text=True, timeout=30,
                               cwd=Path(__file__).parents[2])
     except subprocess.TimeoutExpired:
@@ -413,7 +413,7 @@ def test_100_mb_file_is_refused_before_it_is_read(capsys, tmp_path):
     # Peak memory, in a fresh process whose high-water mark is only its imports'.
     script = f"""
 import contextlib, io, resource
-from solver.cli import main
+from paraplan.solver.cli import main
 with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
     main(["simulate", {str(TINY)!r}, "--plan", {str(roles[0][-1])!r}])  # imports everything
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -712,8 +712,8 @@ def test_pure_python_yaml_parser_keeps_the_limits(tmp_path):
     script = f"""
 import yaml
 del yaml.CSafeLoader
-from cost.errors import InstanceError
-from cost.loader import read_yaml, load_instance
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import read_yaml, load_instance
 assert load_instance({str(TINY)!r}).cluster.num_gpus == 8
 for name in {sorted(cases)!r}:
     try:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-import formulations.cpsat  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s)
-import formulations.milp  # noqa: F401
-from cost.coefficients import build
+import paraplan.formulations.cpsat  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s)
+import paraplan.formulations.milp  # noqa: F401
+from paraplan.cost.coefficients import build
 from randinst import random_instance
-from solver import bounds, cli
-from solver.exhaustive import exhaustive
-from solver.planner import OPTIMAL, plan
-from solver.space import outer_configs, summarize
+from paraplan.solver import bounds, cli
+from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver.planner import OPTIMAL, plan
+from paraplan.solver.space import outer_configs, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
@@ -135,7 +135,7 @@ def test_deep_models_are_proved_optimal(layers, nodes, seed):
     """tiny-gpt made deep (hundreds to thousands of layers) on 8 or 16 A100s: proved optimal
     within the default limit, the plan re-simulates (the planner checks it), and the bound is
     the optimum."""
-    from cost.loader import load_instance
+    from paraplan.cost.loader import load_instance
     inst = load_instance(TINY)
     rng = random.Random(seed)
     model = dataclasses.replace(inst.model, layers=layers, seq_len=rng.choice([512, 1024, 2048]))

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import instances
-from cost.errors import InstanceError
-from cost.loader import load_instance
-from solver import sweep
-from solver.planner import plan
+from paraplan import instances
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import load_instance
+from paraplan.solver import sweep
+from paraplan.solver.planner import plan
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"

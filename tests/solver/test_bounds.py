@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost import schedule
-from cost.coefficients import build
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import build
 from randinst import random_instance
-from solver import bounds
-from solver.exhaustive import _recompute_grid, compositions
-from solver.space import outer_configs, summarize
+from paraplan.solver import bounds
+from paraplan.solver.exhaustive import _recompute_grid, compositions
+from paraplan.solver.space import outer_configs, summarize
 
 
 def config_optimum(c, allow_rc: bool) -> float | None:

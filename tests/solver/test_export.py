@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cost.errors import InstanceError
-from cost.loader import load_instance, plan_file_mapping, plan_to_mapping
-from cost.simulate import simulate
-from cost.specs import Attention, Framework, Mlp, Plan, Precision, Recompute
-from solver.cli import main as cli_main
-from solver.export import ExportRefused, to_deepspeed, to_megatron, to_torchtitan
-from solver.export_cmd import register, render
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import load_instance, plan_file_mapping, plan_to_mapping
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import Attention, Framework, Mlp, Plan, Precision, Recompute
+from paraplan.solver.cli import main as cli_main
+from paraplan.solver.export import ExportRefused, to_deepspeed, to_megatron, to_torchtitan
+from paraplan.solver.export_cmd import register, render
 from tests.solver.export_facts import (DEEPSPEED_V0_19, MEGATRON_EXCLUSIVE, MEGATRON_MAIN_D98E8A6,
                                        TORCHTITAN_SCHEDULES, TORCHTITAN_V0_2_0,
                                        TORCHTITAN_V0_2_0_CONVERTERS,
@@ -742,7 +742,7 @@ def test_standard_attention():
 def test_torchtitan_custom_flavor_reproduces_the_ffn_width():
     # tiny-gpt as SwiGLU: dim 1024, ffn 4096 >= int(8 * 1024 / 3) = 2730, so multiple_of 4096
     # rounds 2730 up to 4096 (torchtitan llama3 FeedForward)
-    from solver.export.torchtitan import llama3_ffn
+    from paraplan.solver.export.torchtitan import llama3_ffn
     res = to_torchtitan(TINY_SW, replace(UNIFORM, zero=2, recompute=Recompute.NONE))
     assert 'flavor = "paraplan"' in res.text
     assert "ffn_dim_multiplier=None, multiple_of=4096" in res.text

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from cost.loader import load_instance
-from cost.specs import Mlp, Plan, Precision, Recompute
-from solver.export import to_deepspeed, to_megatron, to_torchtitan
+from paraplan.cost.loader import load_instance
+from paraplan.cost.specs import Mlp, Plan, Precision, Recompute
+from paraplan.solver.export import to_deepspeed, to_megatron, to_torchtitan
 
 pytestmark = pytest.mark.framework
 

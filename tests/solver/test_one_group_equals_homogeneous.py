@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from cost.hetero_loader import homogeneous_as_hetero
-from cost.loader import load_instance
-from solver.hetero_planner import plan_hetero
-from solver.planner import plan
+from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.loader import load_instance
+from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.planner import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = sorted(str(p.relative_to(ROOT)) for d in ("instances", "instances/primepar")

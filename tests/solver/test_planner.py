@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from cost import units
-from cost.loader import load_instance
-from cost.simulate import simulate
-from cost.specs import GpuSpec, Instance
-from solver.exhaustive import exhaustive
-from solver.planner import INFEASIBLE, OPTIMAL, plan
-from solver.space import outer_configs, summarize
+from paraplan.cost import units
+from paraplan.cost.loader import load_instance
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import GpuSpec, Instance
+from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.solver.space import outer_configs, summarize
 from randinst import random_instance
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import instances
-from cost import schedule
-from cost.coefficients import StageCoefficients, build, in_flight_micro_batches
-from cost.loader import load_instance
-from cost.specs import Outer, Recompute
-from cost.timeline import EventKind, makespan_s, one_f_one_b_events
-from solver import report
-from solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan import instances
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import StageCoefficients, build, in_flight_micro_batches
+from paraplan.cost.loader import load_instance
+from paraplan.cost.specs import Outer, Recompute
+from paraplan.cost.timeline import EventKind, makespan_s, one_f_one_b_events
+from paraplan.solver import report
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
 
 TINY = Path(instances.__file__).parent / "tiny-gpt-8xA100.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -302,7 +302,7 @@ def test_small_gpt_split_2_4_4_2_replay_is_shorter_by_the_tail_difference():
 def test_steady_state_cut_at_many_micro_batches():
     # Uniform 1F1B: in the steady state every stage does one forward and one backward per
     # micro-batch, so the period is T; below COMPACT_FROM_MICRO_BATCHES nothing is cut.
-    from solver import report_svg
+    from paraplan.solver import report_svg
     c = _stage_table([0.3] * 4, 128)
     n = r = np.zeros(4)
     events = one_f_one_b_events(c, n, r)
@@ -324,7 +324,7 @@ def test_steady_state_cut_at_many_micro_batches():
 def test_partitioned_plan_is_drawn_with_its_own_coefficients():
     # A per-operator plan (here token splits) has its own layer times: the chart must end at
     # the planner's objective (pp = 1: formula and replay coincide), not at the Megatron plan's.
-    from cost.loader import override_search
+    from paraplan.cost.loader import override_search
     inst = override_search(load_instance(TINY), {
         "tp": [4], "pp": [1], "zero": [0], "recompute": ["none"], "micro_batch": [4],
         "tensor_partitions": ["megatron", "spatial_temporal"]})
@@ -341,7 +341,7 @@ def test_partitioned_plan_is_drawn_with_its_own_coefficients():
 
 
 def test_report_compares_a_users_plan(tiny_report):
-    from cost.loader import plan_from_mapping
+    from paraplan.cost.loader import plan_from_mapping
     inst = load_instance(TINY)
     res = plan(inst, time_limit_s=30)
     mine = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "recompute": "selective",
@@ -352,8 +352,8 @@ def test_report_compares_a_users_plan(tiny_report):
 
 
 def test_mixed_cluster_report():
-    from cost.hetero_loader import load_hetero_instance
-    from solver.hetero_planner import plan_hetero
+    from paraplan.cost.hetero_loader import load_hetero_instance
+    from paraplan.solver.hetero_planner import plan_hetero
     inst = load_hetero_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
     res = plan_hetero(inst, "cpsat", 30)
     assert res.status == OPTIMAL

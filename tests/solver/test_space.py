@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from solver.space import count_splits
+from paraplan.solver.space import count_splits
 
 
 def brute_force(layers, pp, v, full_recompute):
@@ -34,7 +34,7 @@ def test_hand_counted_case():
 
 def test_counts_beyond_float_range_print():
     # 4,096 layers on 128 stages: far more than 1e308 plans; must print, not overflow
-    from solver.format import count
+    from paraplan.solver.format import count
     n = count_splits(4096, 128, 1, True, False)
     assert n > 10**308
     assert count(n).startswith(str(n)[0] + ".") and count(n).endswith(f"e+{len(str(n)) - 1}")

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cost.calibration import load_rows, row_to_instance_plan
-from cost.errors import InstanceError
-from cost.loader import load_catalogue, load_instance, load_instance_parts
-from cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
+from paraplan.cost.calibration import load_rows, row_to_instance_plan
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.loader import load_catalogue, load_instance, load_instance_parts
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
                         ModelSpec, Recompute, SearchSpace)
-from solver.space import micro_batch_values, outer_configs
+from paraplan.solver.space import micro_batch_values, outer_configs
 
 CALIBRATION = Path(__file__).resolve().parents[3] / "shared" / "calibration"
 FILES = ("published.yaml", "published-fp8.yaml")

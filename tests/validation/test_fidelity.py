@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from cost.calibration import BUNDLED_FILES, load_rows, predict_rows, row_to_instance_plan, source_family
-from cost.comm import NetEfficiency
-from cost.loader import load_catalogue
-from cost.simulate import simulate
-from cost.trust import ranking_pairs
+from paraplan.cost.calibration import BUNDLED_FILES, load_rows, predict_rows, row_to_instance_plan, source_family
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.loader import load_catalogue
+from paraplan.cost.simulate import simulate
+from paraplan.cost.trust import ranking_pairs
 
 
 @pytest.fixture(scope="module")

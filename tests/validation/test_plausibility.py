@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-from cost.calibration import load_published, row_to_instance_plan
-from cost.flops import model_flops_per_token
-from cost.loader import load_catalogue
-from cost.trust import workload_key
-from solver.planner import OPTIMAL, plan
+from paraplan.cost.calibration import load_published, row_to_instance_plan
+from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.loader import load_catalogue
+from paraplan.cost.trust import workload_key
+from paraplan.solver.planner import OPTIMAL, plan
 
 MIN_GPUS = 256
 MARGIN = 0.05  # 5 MFU points

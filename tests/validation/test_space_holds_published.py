@@ -16,11 +16,11 @@ import dataclasses
 
 import pytest
 
-from cost.calibration import load_published, row_to_instance_plan
-from cost.loader import load_catalogue
-from cost.simulate import simulate
-from cost.specs import SearchSpace
-from solver.planner import OPTIMAL, plan
+from paraplan.cost.calibration import load_published, row_to_instance_plan
+from paraplan.cost.loader import load_catalogue
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import SearchSpace
+from paraplan.solver.planner import OPTIMAL, plan
 
 MAX_OUT_OF_MEMORY = 6  # cost/memory.py's open rows: 4 NeMo FP8, 2 Megatron v1
 

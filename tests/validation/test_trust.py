@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cost.calibration import BUNDLED_FILES, RowResult, load_rows
-from cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
+from paraplan.cost.calibration import BUNDLED_FILES, RowResult, load_rows
+from paraplan.cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
                         trust_for, validation_warnings)
-from solver.cli import main
+from paraplan.solver.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = REPO_ROOT.parent / "shared" / "calibration"
