@@ -219,3 +219,32 @@ def test_torchao_dynamic_scaling_casts_every_gemm_input_and_weights_twice():
     assert te_f == 2048 * 4096 + p
     assert ao_f - te_f == 2 * 2048 * 4096 + 2048 * 16384 + p
     assert ao_b == te_b
+
+
+def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
+    # ZeRO-3 backward, per layer and micro-batch: layer i's reduce-scatter (rs) is issued when
+    # its backward ends, on the same data-parallel communicator as layer i-1's gather (ag); NCCL
+    # runs a communicator's collectives in issue order. DeepSpeed prefetches only
+    # stage3_prefetch_bucket_size = 5e7 parameters ahead, a share a = 5e7 / P of a GPT-3 175B
+    # layer's P = 1.81e9 parameters, so all but a of (ag + rs) waits in front of layer i-1:
+    #   exposed_b = max(ag + rs - bwd, (1 - a) (ag + rs))
+    # FSDP prefetches the whole next block (a = 1): exposed_b = max(ag + rs - bwd, 0).
+    # Checked on the SC'21 ZeRO-3 row at 384 GPUs (tp 1, micro-batch 4), DeepSpeed and, for the
+    # same plan, torchtitan's FSDP.
+    from paraplan.cost.calibration import load_published, row_to_instance_plan
+    from paraplan.cost.coefficients import _layer_costs, homogeneous_placement, megatron_layer
+    from paraplan.cost.flops import layer_params
+    from paraplan.cost.loader import load_catalogue
+    row = next(r for r in load_published() if r["id"] == "narayanan21-t2-zero3-174.6B-384gpu")
+    inst, plan = row_to_instance_plan(row, load_catalogue())
+    assert inst.job.framework is Framework.DEEPSPEED
+    for fw, ahead in ((Framework.DEEPSPEED, 5e7 / layer_params(inst.model)), (Framework.TORCHTITAN, 1.0)):
+        i = replace(inst, job=replace(inst.job, framework=fw))
+        o = plan.outer
+        site = homogeneous_placement(i.cluster, o).sites[0]
+        lc = _layer_costs(i, o, site, o.dp, NetEfficiency(), megatron_layer)
+        ag, rs, fwd, bwd = lc.gather_s, lc.scatter_s, lc.terms.fwd_s, lc.terms.bwd_s
+        exp_f = max(ag - fwd, (1 - ahead) * ag, 0.0)
+        exp_b = max(ag + rs - bwd, (1 - ahead) * (ag + rs), 0.0)
+        assert lc.parts["zero3_comm_exposed"] == pytest.approx(exp_f + exp_b, rel=1e-9), fw
+    assert 5e7 / layer_params(inst.model) < 0.03  # DeepSpeed: almost nothing prefetched
