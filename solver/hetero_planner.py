@@ -198,7 +198,7 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
 
 
 def _plan_of(o: HeteroOuter, m, n, r) -> HeteroPlan:
-    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, sequence_parallel=o.sequence_parallel,
+    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
@@ -212,7 +212,7 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
     """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
     infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
     other classes and scenarios are priced. `placements`: a dict the caller keeps across the
-    configurations of one instance; a class's placement depends only on the scenario, tp and
+    configurations of one instance; a class's placement depends only on the scenario, tp, cp and
     the class shapes (cost/hetero_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
     idx, agg, weights = scenario_weights(inst, objective)
@@ -220,7 +220,7 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
     placements = {} if placements is None else placements
 
     def placed(i: int, k: int):
-        key = (i, o.tp, o.classes, k)
+        key = (i, o.tp, o.cp, o.classes, k)
         if key not in placements:
             placements[key] = class_placement(inst.scenarios[i].cluster, o, k)
         return placements[key]
