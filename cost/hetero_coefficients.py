@@ -41,13 +41,19 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
     so no coefficient depends on m), and records m = pp, the smallest count the space allows.
     Such coefficients give a pipeline time only through `replica_time_s(c, m, ...)`; a plan's
     own coefficients (simulate, report) carry its real counts, so that
-    `schedule.iteration_time_s` on them is the class's time."""
+    `schedule.iteration_time_s` on them is the class's time.
+
+    With interleaving (v > 1) stage s holds min(2 (pp - s - 1) + (v - 1) pp + 1, m v) chunks,
+    the uncapped count for every m >= 2 pp: None then records m = 2 pp, exact for every
+    m >= 2 pp and an over-estimate of memory at m = pp (a class of several, whose count is a
+    decision, runs at least 2 pp, solver/hetero_space.py; a lone class is priced at its count)."""
     c = ho.classes[k]
-    m = c.pp if num_micro_batches is None else num_micro_batches
+    v = ho.virtual_stages
+    m = (c.pp if v == 1 else 2 * c.pp) if num_micro_batches is None else num_micro_batches
     if m < c.pp:
         raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; 1F1B needs >= {c.pp}")
     return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
-                 num_micro_batches=m,
+                 num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero)
 
 
@@ -101,7 +107,9 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, ho.tp, 1),
                           cp_link=comm.group_link(cl, ho.cp, ho.tp), dp_link=_ring_link(hc, ho, g))
     sites = [site_of[g] for g in c.stage_groups]
-    pairs = tuple((s, s + 1) for s in range(c.pp - 1))
+    # interleaving: the last stage hands each chunk back to the first (as on one group)
+    wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
+    pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
 
@@ -117,13 +125,13 @@ def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficie
             for k in range(len(ho.classes))]
 
 
-def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray) -> float:
-    """One replica's pipeline time: 1F1B over its stages with m micro-batches."""
-    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, 1))
+def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v: int = 1) -> float:
+    """One replica's pipeline time: 1F1B (interleaved with v > 1) over its stages, m micro-batches."""
+    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, v))
 
 
 def iteration_time_s(coeffs: list[StageCoefficients], m: list[int], n: list[np.ndarray],
-                     r: list[np.ndarray]) -> float:
+                     r: list[np.ndarray], v: int = 1) -> float:
     """Slowest replica's pipeline plus the slowest stage's post-backward sync and step."""
-    return (max(replica_time_s(c, mk, nk, rk) for c, mk, nk, rk in zip(coeffs, m, n, r))
+    return (max(replica_time_s(c, mk, nk, rk, v) for c, mk, nk, rk in zip(coeffs, m, n, r))
             + max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(coeffs, n)))

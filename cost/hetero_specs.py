@@ -145,6 +145,7 @@ class _Modes:
     tp: int
     micro_batch: int
     cp: int = 1
+    virtual_stages: int = 1  # interleaved 1F1B model chunks per stage, the same for every class
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     zero: int = 0
@@ -199,6 +200,7 @@ class HeteroPlan(_Modes):
     @property
     def outer(self) -> HeteroOuter:
         return HeteroOuter(tp=self.tp, micro_batch=self.micro_batch, cp=self.cp,
+                           virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
                            family=self.family)
@@ -232,6 +234,17 @@ class HeteroPlan(_Modes):
             raise ConfigError(f"cp={self.cp} must be >= 1 and divide seq_len {m.seq_len}")
         if self.sequence_parallel and (self.tp == 1 or m.seq_len % (self.tp * self.cp)):
             raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len")
+        v = self.virtual_stages
+        if v > 1:
+            for c in self.classes:
+                pp = len(c.stage_groups)
+                if pp == 1 or c.num_micro_batches % pp or any(n % v for n in c.layers_per_stage):
+                    raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1, a"
+                                      " micro-batch count that is a multiple of pp and layer"
+                                      " counts that are multiples of virtual_stages")
+                if len(self.classes) > 1 and c.num_micro_batches < 2 * pp:
+                    raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
+                                      " micro-batches per replica (solver/hetero_space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
         if self.zero and self.outer.replicas * self.cp == 1:
@@ -240,7 +253,7 @@ class HeteroPlan(_Modes):
         rules = FRAMEWORK_RULES[inst.job.framework]
         for c in self.classes:
             if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
-                                sp=self.sequence_parallel, zero=self.zero, v=1):
+                                sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):
                 raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{self.zero} with"
-                                  f" tp={self.tp}, cp={self.cp}, sequence_parallel={self.sequence_parallel} and"
+                                  f" tp={self.tp}, cp={self.cp}, virtual_stages={self.virtual_stages}, sequence_parallel={self.sequence_parallel} and"
                                   f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")

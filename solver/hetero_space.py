@@ -26,8 +26,11 @@ replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines
 cluster gets them on single-stage classes only). ZeRO shards over every replica and
 context-parallel rank of the plan, as the gradient ring spans them (so it needs
 replicas * cp > 1). Specific to heterogeneous plans, until the two spaces are
-one (issue 12; the loader refuses these keys instead of dropping them): no interleaving,
-no uniform_split, and one tp for every group; and every replica runs at least as many micro-batches as it has stages (1F1B
+one (issue 12; the loader refuses these keys instead of dropping them): no uniform_split,
+and one tp, cp and v for every group; with interleaving (v > 1, every class pipelined, the
+homogeneous rules on each class) each replica's count is a multiple of its stage count and,
+with several classes, at least twice it (memory would otherwise depend on the count,
+cost/hetero_coefficients.class_outer; a lone class is exactly the homogeneous case); and every replica runs at least as many micro-batches as it has stages (1F1B
 steady state; memory then does not depend on the batch split). The micro-batch counts satisfy
 micro_batch * sum_k replicas_k * m_k = global_batch.
 
@@ -109,7 +112,7 @@ def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: s
 def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
-    tp, cp, shapes, micro_batch, sp, zero, recompute) that also breaks ties. `groups`: only plans
+    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
@@ -140,14 +143,28 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                             for zero in s.zero:
                                 if zero and replicas * cp == 1:
                                     continue
-                                if not all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp,
-                                                        zero=zero, v=1) for c in shapes):
-                                    continue
-                                for rc in modes:
-                                    out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb, sequence_parallel=sp,
-                                                           recompute=rc, zero=zero, classes=shapes,
-                                                           family=family))
+                                for v in virtual_stage_values(inst, shapes):
+                                    if v > 1 and not has_micro_batch_split(shapes, gb // mb, uniform, v):
+                                        continue
+                                    if not all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp,
+                                                            zero=zero, v=v) for c in shapes):
+                                        continue
+                                    for rc in modes:
+                                        out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
+                                                               sequence_parallel=sp, recompute=rc,
+                                                               zero=zero, virtual_stages=v,
+                                                               classes=shapes, family=family))
     return out
+
+
+def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
+    """search.virtual_stages, or every v dividing the layers with v * pp_k <= layers for every
+    class (the homogeneous rule, solver/space.virtual_stage_values, on each class); v > 1 only
+    where every class has a pipeline."""
+    s, layers = inst.search, inst.model.layers
+    vals = s.virtual_stages if s.virtual_stages is not None else _divisors(layers)
+    return [v for v in vals if v == 1 or (layers % v == 0 and all(1 < c.pp and v * c.pp <= layers
+                                                                  for c in shapes))]
 
 
 def empty_space_reason(inst: HeteroInstance) -> str:
@@ -198,21 +215,44 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     return "no combination of the declared values is a valid plan"
 
 
-def has_micro_batch_split(shapes, total: int, uniform: bool = False) -> bool:
-    """Whether micro_batch_vectors(shapes, total, uniform) is non-empty, without listing it."""
-    x = tuple(c.replicas for c in shapes)
-    rest = total - sum(c.replicas * c.pp for c in shapes)
+def _count_form(shapes, v: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(x, lo, step) with m_k = step_k * j_k, j_k >= lo_k and sum_k x_k j_k = total: plain
+    1F1B takes m_k >= pp_k (step 1); interleaving (v > 1) takes m_k a multiple of pp_k (Megatron-LM's
+    interleaved schedule), and with several classes m_k >= 2 pp_k, where memory no longer depends on
+    m_k (cost/hetero_coefficients.class_outer); a lone class's count is fixed by the batch."""
+    if v == 1:
+        return tuple(c.replicas for c in shapes), tuple(c.pp for c in shapes), (1,) * len(shapes)
+    lo = 1 if len(shapes) == 1 else 2
+    return (tuple(c.replicas * c.pp for c in shapes), (lo,) * len(shapes),
+            tuple(c.pp for c in shapes))
+
+
+def _uniform_count(shapes, total: int, v: int) -> int | None:
+    """The one count every replica runs in the uniform baseline, or None."""
+    R = sum(c.replicas for c in shapes)
+    x, lo, step = _count_form(shapes, v)
+    m = total // R
+    if total % R or any(m % st or m < st * lk for st, lk in zip(step, lo)):
+        return None
+    return m
+
+
+def has_micro_batch_split(shapes, total: int, uniform: bool = False, v: int = 1) -> bool:
+    """Whether micro_batch_vectors(shapes, total, uniform, v) is non-empty, without listing it."""
     if uniform:
-        return total % sum(x) == 0 and total // sum(x) >= max(c.pp for c in shapes)
+        return _uniform_count(shapes, total, v) is not None
+    x, lo, _ = _count_form(shapes, v)
+    rest = total - sum(xk * lk for xk, lk in zip(x, lo))
     return rest >= 0 and _representable(x, rest)
 
 
-def count_micro_batch_splits(shapes, total: int, uniform: bool = False) -> int:
-    """len(micro_batch_vectors(shapes, total, uniform)), by counting, not listing."""
+def count_micro_batch_splits(shapes, total: int, uniform: bool = False, v: int = 1) -> int:
+    """len(micro_batch_vectors(shapes, total, uniform, v)), by counting, not listing."""
     if uniform:
-        return int(has_micro_batch_split(shapes, total, True))
-    rest = total - sum(c.replicas * c.pp for c in shapes)
-    return _ways(tuple(c.replicas for c in shapes), rest) if rest >= 0 else 0
+        return int(has_micro_batch_split(shapes, total, True, v))
+    x, lo, _ = _count_form(shapes, v)
+    rest = total - sum(xk * lk for xk, lk in zip(x, lo))
+    return _ways(x, rest) if rest >= 0 else 0
 
 
 @lru_cache(maxsize=65536)
@@ -238,9 +278,16 @@ def _representable(x: tuple[int, ...], rest: int) -> bool:
     return bool(reach >> rest & 1)
 
 
-def micro_batch_vectors(shapes, total: int, uniform: bool = False) -> np.ndarray:
-    """All (m_1, ..., m_K) with m_k >= pp_k and sum_k replicas_k * m_k = total, shape (V, K)."""
-    return _vectors(tuple(c.replicas for c in shapes), tuple(c.pp for c in shapes), total, uniform)
+def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1) -> np.ndarray:
+    """All (m_1, ..., m_K) with sum_k replicas_k * m_k = total, m_k >= pp_k (with v > 1: the
+    multiples of pp_k of _count_form), shape (V, K)."""
+    if uniform:
+        m = _uniform_count(shapes, total, v)
+        return (np.zeros((0, len(shapes)), np.int64) if m is None
+                else np.full((1, len(shapes)), m, np.int64))
+    x, lo, step = _count_form(shapes, v)
+    out = _vectors(x, lo, total, False)
+    return out if v == 1 else out * np.array(step, np.int64)
 
 
 @lru_cache(maxsize=4096)
@@ -280,9 +327,9 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     L, rc = inst.model.layers, inst.search.full_recompute
     total = 0
     for o in outers:
-        n_m = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform)
-        per = n_m
+        v = o.virtual_stages
+        per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
         for c in o.classes:
-            per *= count_splits(L, c.pp, 1, rc, uniform)
+            per *= count_splits(L, c.pp, v, rc, uniform)
         total += per
     return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)

@@ -7,9 +7,10 @@ search and the goldens). At e2c133f the mixed-cluster space lacked ZeRO-2/3, con
 parallelism, interleaving and tp across nodes, and refused per-operator partitions, so every
 instance was slower there (0.9% on tiny-gpt-8xA100 to 64.9% on llama3-405b-16384xH100). With
 ZeRO 0-3 on mixed clusters the four instances whose optimum needs none of the rest pass; the
-others are strict xfails naming what is still missing (STILL_DIFFERENT). Context parallelism
-is merged: the three instances whose optimum needs cp and interleaving give the same optimum
-and plan once both spaces are held to v = 1 (test_context_parallel_one_group_...).
+others are strict xfails naming what is still missing (STILL_DIFFERENT). With context
+parallelism and interleaving on mixed clusters, the four whose optimum uses them pass too
+(gpt3-175b-1024xA100: v = 6; gpt3-175b-256xH100: cp = 2, v = 2; llama3-70b-512xH100: cp = 4,
+v = 4; llama3-405b-16384xH100: cp = 8, v = 2).
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ SLOW_S = 2.0  # instances whose homogeneous plan takes longer (tests/goldens/cas
 # What the mixed-cluster space still lacks for each instance whose homogeneous optimum uses it
 # (strict xfails: each must start passing when its feature is merged, issue 12).
 STILL_DIFFERENT = {
-    "instances/gpt3-175b-1024xA100.yaml": "interleaving (v = 6)",
-    "instances/gpt3-175b-256xH100.yaml": "interleaving (v = 2)",
-    "instances/llama3-405b-16384xH100.yaml": "interleaving (v = 2)",
-    "instances/llama3-70b-512xH100.yaml": "interleaving (v = 4)",
     "instances/primepar/primepar-bloom-176b-32xV100.yaml": "per-operator partitions",
     "instances/primepar/primepar-llama2-70b-32xV100.yaml": "per-operator partitions",
     "instances/primepar/primepar-opt-175b-32xV100.yaml": "per-operator partitions",
@@ -77,25 +74,3 @@ def test_one_group_gives_the_homogeneous_optimum_and_plan(rel):
     assert het.objective_s == pytest.approx(homo.iter_time_s, abs=tol)
     assert _configuration(het.plan) == _configuration(homo.plan)
 
-
-# Instances whose homogeneous optimum uses context parallelism (cp > 1) with interleaving held
-# off on both sides; the homogeneous planner is the reference, and the assertion that its plan
-# has cp > 1 keeps the test from passing vacuously on a cp = 1 optimum (at v = 1 they are
-# cp = 2, 4 and 16; about 1.5 s each on either side).
-CONTEXT_PARALLEL = ["instances/gpt3-175b-256xH100.yaml", "instances/llama3-70b-512xH100.yaml",
-                    "instances/llama3-405b-16384xH100.yaml"]
-
-
-@pytest.mark.parametrize("rel", CONTEXT_PARALLEL)
-def test_context_parallel_one_group_gives_the_homogeneous_optimum_and_plan(rel):
-    import dataclasses
-
-    inst = load_instance(ROOT / rel)
-    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, virtual_stages=(1,)))
-    homo = plan(inst)
-    het = plan_hetero(homogeneous_as_hetero(inst))
-    assert homo.status == "optimal" and het.status == "optimal"
-    assert homo.plan.cp > 1, "the reference optimum no longer uses cp: pick another instance"
-    tol = homo.tolerance_s + het.tolerance_s + 1e-9 * homo.iter_time_s
-    assert het.objective_s == pytest.approx(homo.iter_time_s, abs=tol)
-    assert _configuration(het.plan) == _configuration(homo.plan)
