@@ -124,7 +124,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          job_from_section, model_from_section, read_yaml, search_from_section)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
-from paraplan.cost.specs import GpuSpec, Instance, Link, Recompute
+from paraplan.cost.specs import GpuSpec, Instance, Link, Plan, Recompute
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
@@ -208,6 +208,31 @@ def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:
     return HeteroInstance(name=inst.name, model=inst.model,
                           cluster=HeteroCluster(groups=(group,), between=((c.inter_node,),)),
                           job=inst.job, search=inst.search, source=inst.source)
+
+
+def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan:
+    """`plan` as the one-class plan of homogeneous_as_hetero's instance: dp replicas whose pp
+    stages all sit on group 0. Per-operator partitions have no heterogeneous form yet: refused."""
+    if plan.partitions:
+        raise InstanceError(path, "plan.partitions", "per-operator partitions are not planned on"
+                            " node groups yet (issue 12)", "re-plan without spatial_temporal")
+    return HeteroPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
+                      micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
+                      recompute=plan.recompute, zero=plan.zero, family="stage",
+                      classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
+                                            num_micro_batches=plan.num_micro_batches,
+                                            layers_per_stage=plan.layers_per_stage,
+                                            full_recompute_layers=plan.full_recompute_layers),))
+
+
+def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
+    """The inverse of homogeneous_plan_as_hetero (one class on group 0)."""
+    (c,) = plan.classes
+    return Plan(tp=plan.tp, pp=len(c.stage_groups), dp=c.replicas, cp=plan.cp,
+                micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
+                sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
+                zero=plan.zero, virtual_stages=plan.virtual_stages,
+                layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers)
 
 
 def group_instance(inst: HeteroInstance, g: int) -> Instance:
