@@ -197,6 +197,10 @@ def empty_space_reason(inst: HeteroInstance) -> str:
         return (f"no micro-batch size in {list(mbs)} gives every replica at least as many"
                 f" micro-batches as it has stages (global batch {gb} = micro_batch x sum of"
                 " replicas x micro-batches)")
+    if not any(virtual_stage_values(inst, sh) for _, _, sh in shapes):
+        return (f"no value of search.virtual_stages {list(s.virtual_stages or ())} fits a pipeline"
+                f" shape: v > 1 needs every class pipelined with v x stages <= the model's"
+                f" {m.layers} layers, v dividing them")
     if True not in s.sequence_parallel and False not in s.sequence_parallel:
         return "search.sequence_parallel lists no value"
     if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % (t * c) == 0
