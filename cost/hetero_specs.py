@@ -7,7 +7,8 @@ scenario's changes once (cost/hetero_loader.py), so nothing downstream edits lin
 
 Heterogeneous plan (the declared space is in solver/hetero_space.py):
 
-- every replica runs 1F1B over its own pipeline; tensor parallelism (`tp`) inside a node, or
+- every replica runs 1F1B over its own pipeline (interleaved with `virtual_stages` v > 1 model
+  chunks per stage, the same v for every class); tensor parallelism (`tp`) inside a node, or
   over whole nodes of a group (search.tp_across_nodes); context parallelism (`cp`): each stage
   of a replica is tp * cp GPUs of its group, ranked tp fastest then cp, as on one group;
 - a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
@@ -255,5 +256,6 @@ class HeteroPlan(_Modes):
             if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
                                 sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):
                 raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{self.zero} with"
-                                  f" tp={self.tp}, cp={self.cp}, virtual_stages={self.virtual_stages}, sequence_parallel={self.sequence_parallel} and"
+                                  f" tp={self.tp}, cp={self.cp}, virtual_stages={self.virtual_stages},"
+                                  f" sequence_parallel={self.sequence_parallel} and"
                                   f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")

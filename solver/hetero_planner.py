@@ -1,6 +1,7 @@
 """Exact planner for heterogeneous clusters and network scenarios.
 
-The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py):
+The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py;
+with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations; build each one's class coefficients on every network
    scenario the objective looks at (cost/hetero_coefficients.py).
