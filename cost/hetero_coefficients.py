@@ -2,8 +2,9 @@
 
 A class's stage s runs on GPUs of group `stage_groups[s]`, so its compute, memory capacity and
 tensor-parallel link are that group's (cost/coefficients.py prices a layer per `Site`). Where
-a class's GPUs sit inside a group follows Megatron-LM's rank order there: tp fastest, then the
-class's replicas, then its stages on that group, classes one after another.
+a class's GPUs sit inside a group follows Megatron-LM's rank order there: tp fastest, then cp,
+then the class's replicas, then its stages on that group, classes one after another (with one
+class on one group, the homogeneous placement: coefficients.homogeneous_placement).
 
 Links:
 - pipeline hand-off between two stages on one group: the group's NVLink or NIC (comm.pair_link);
@@ -12,7 +13,8 @@ Links:
   group, so the ring stays there (comm.group_link). With several classes, the replicas holding
   a layer sit on several groups, so each ring crosses them: its bandwidth is the slowest of the
   groups' own rings and the group links between them, its latency the largest;
-- every replica synchronises with every other: the ring has `replicas` members in all.
+- every replica synchronises with every other: the ring has `replicas` * cp members in all
+  (each context-parallel rank holds the whole stage's weights, as on one group).
 
 Each replica of class k runs `num_micro_batches` >= its stage count, so 1F1B's in-flight count
 of stage s is pp_k - s whatever the micro-batch count (cost/coefficients.in_flight_micro_batches):
@@ -39,12 +41,19 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
     so no coefficient depends on m), and records m = pp, the smallest count the space allows.
     Such coefficients give a pipeline time only through `replica_time_s(c, m, ...)`; a plan's
     own coefficients (simulate, report) carry its real counts, so that
-    `schedule.iteration_time_s` on them is the class's time."""
+    `schedule.iteration_time_s` on them is the class's time.
+
+    With interleaving (v > 1) stage s holds min(2 (pp - s - 1) + (v - 1) pp + 1, m v) chunks,
+    the uncapped count for every m >= 2 pp: None then records m = 2 pp, exact for every
+    m >= 2 pp and an over-estimate of memory at m = pp (a class of several, whose count is a
+    decision, runs at least 2 pp, solver/hetero_space.py; a lone class is priced at its count)."""
     c = ho.classes[k]
-    m = c.pp if num_micro_batches is None else num_micro_batches
+    v = ho.virtual_stages
+    m = (c.pp if v == 1 else 2 * c.pp) if num_micro_batches is None else num_micro_batches
     if m < c.pp:
         raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; 1F1B needs >= {c.pp}")
-    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, micro_batch=ho.micro_batch, num_micro_batches=m,
+    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
+                 num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero)
 
 
@@ -53,10 +62,10 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int) -> tuple[Li
     members = [0] * G
     for c in ho.classes:
         for g in set(c.stage_groups):
-            members[g] += c.replicas
+            members[g] += c.replicas * ho.cp
     if len(ho.classes) == 1:
         cl = hc.groups[stage_group].cluster
-        return comm.group_link(cl, ho.classes[0].replicas, ho.tp)
+        return comm.group_link(cl, ho.classes[0].replicas * ho.cp, ho.tp)
     used = [g for g in range(G) if members[g]]
     links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp) for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
@@ -67,12 +76,13 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int) -> tuple[Li
 
 def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
     c = ho.classes[k]
-    tp, block = ho.tp, c.replicas * ho.tp
+    unit = ho.tp * ho.cp  # GPUs of one stage of one replica
+    block = c.replicas * unit
     # first GPU of this class inside each group: after the classes listed before it
     base = [0] * len(hc.groups)
     for earlier in ho.classes[:k]:
         for g in earlier.stage_groups:
-            base[g] += earlier.replicas * tp
+            base[g] += earlier.replicas * unit
     local = []  # (group, first rank of the stage inside the group)
     seen = [0] * len(hc.groups)
     for g in c.stage_groups:
@@ -94,12 +104,14 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
     site_of: dict[int, Site] = {}
     for g in set(c.stage_groups):
         cl = hc.groups[g].cluster
-        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, tp, 1),
-                          cp_link=(cl.intra_node, False), dp_link=_ring_link(hc, ho, g))
+        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, ho.tp, 1),
+                          cp_link=comm.group_link(cl, ho.cp, ho.tp), dp_link=_ring_link(hc, ho, g))
     sites = [site_of[g] for g in c.stage_groups]
-    pairs = tuple((s, s + 1) for s in range(c.pp - 1))
+    # interleaving: the last stage hands each chunk back to the first (as on one group)
+    wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
+    pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
-                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas)
+                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
 
 
 def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficiency = NetEfficiency(),
@@ -113,13 +125,13 @@ def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficie
             for k in range(len(ho.classes))]
 
 
-def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray) -> float:
-    """One replica's pipeline time: 1F1B over its stages with m micro-batches."""
-    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, 1))
+def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v: int = 1) -> float:
+    """One replica's pipeline time: 1F1B (interleaved with v > 1) over its stages, m micro-batches."""
+    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, v))
 
 
 def iteration_time_s(coeffs: list[StageCoefficients], m: list[int], n: list[np.ndarray],
-                     r: list[np.ndarray]) -> float:
+                     r: list[np.ndarray], v: int = 1) -> float:
     """Slowest replica's pipeline plus the slowest stage's post-backward sync and step."""
-    return (max(replica_time_s(c, mk, nk, rk) for c, mk, nk, rk in zip(coeffs, m, n, r))
+    return (max(replica_time_s(c, mk, nk, rk, v) for c, mk, nk, rk in zip(coeffs, m, n, r))
             + max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(coeffs, n)))

@@ -124,7 +124,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          job_from_section, model_from_section, read_yaml, search_from_section)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
-from paraplan.cost.specs import GpuSpec, Instance, Link, Recompute
+from paraplan.cost.specs import GpuSpec, Instance, Link, Plan, Recompute
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
@@ -144,7 +144,7 @@ _GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_nod
                       "intra_scale")
 _EVENT_FILE_KEYS = ("event",)
 _EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
-_PLAN_KEYS = ("tp", "micro_batch", "sequence_parallel", "recompute", "zero", "family", "classes")
+_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
                "full_recompute_layers")
 _ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
@@ -208,6 +208,31 @@ def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:
     return HeteroInstance(name=inst.name, model=inst.model,
                           cluster=HeteroCluster(groups=(group,), between=((c.inter_node,),)),
                           job=inst.job, search=inst.search, source=inst.source)
+
+
+def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan:
+    """`plan` as the one-class plan of homogeneous_as_hetero's instance: dp replicas whose pp
+    stages all sit on group 0. Per-operator partitions have no heterogeneous form yet: refused."""
+    if plan.partitions:
+        raise InstanceError(path, "plan.partitions", "per-operator partitions are not planned on"
+                            " node groups yet (issue 12)", "re-plan without spatial_temporal")
+    return HeteroPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
+                      micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
+                      recompute=plan.recompute, zero=plan.zero, family="stage",
+                      classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
+                                            num_micro_batches=plan.num_micro_batches,
+                                            layers_per_stage=plan.layers_per_stage,
+                                            full_recompute_layers=plan.full_recompute_layers),))
+
+
+def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
+    """The inverse of homogeneous_plan_as_hetero (one class on group 0)."""
+    (c,) = plan.classes
+    return Plan(tp=plan.tp, pp=len(c.stage_groups), dp=c.replicas, cp=plan.cp,
+                micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
+                sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
+                zero=plan.zero, virtual_stages=plan.virtual_stages,
+                layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers)
 
 
 def group_instance(inst: HeteroInstance, g: int) -> Instance:
@@ -580,7 +605,7 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
         mapping = mapping["plan"]
     sec = Section(mapping, path, "plan", _PLAN_KEYS)
     tp, micro_batch = sec.integer("tp"), sec.integer("micro_batch")
-    zero = sec.integer("zero", 0)
+    zero, cp, v = sec.integer("zero", 0), sec.integer("cp", 1), sec.integer("virtual_stages", 1)
     recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
     names = tuple(x.name for x in inst.cluster.groups)
@@ -598,7 +623,10 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
             if inst.model.layers < pp:
                 raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
                               " layers", "use fewer pipeline stages")
-            layers = default_layer_split(inst.model.layers, pp)
+            if inst.model.layers % v or inst.model.layers < v * pp:
+                raise c.error("stages", f"{pp} stages of {v} chunks do not split the model's"
+                              f" {inst.model.layers} layers", "give layers_per_stage")
+            layers = default_layer_split(inst.model.layers, pp, v)
         full = c.int_list("full_recompute_layers", pp)
         if full is None:
             full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
@@ -612,7 +640,7 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
              f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
     with config_errors_as(path, "plan", agree):
         plan = HeteroPlan(
-            tp=tp, micro_batch=micro_batch,
+            tp=tp, micro_batch=micro_batch, cp=cp, virtual_stages=v,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
             zero=zero,
@@ -648,7 +676,10 @@ def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
         if not all_full:
             item["full_recompute_layers"] = list(c.full_recompute_layers)
         classes.append(item)
-    return {"tp": plan.tp, "micro_batch": plan.micro_batch,
+    # written only where used: plans without cp or interleaving read as before
+    cp = {"cp": plan.cp} if plan.cp > 1 else {}
+    v = {"virtual_stages": plan.virtual_stages} if plan.virtual_stages > 1 else {}
+    return {"tp": plan.tp, **cp, **v, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
             "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,

@@ -55,7 +55,7 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
     for c, k in zip(coeffs, plan.classes):
         n = np.array(k.layers_per_stage, float)
         r = np.array(k.full_recompute_layers, float)
-        pipes.append(replica_time_s(c, k.num_micro_batches, n, r))
+        pipes.append(replica_time_s(c, k.num_micro_batches, n, r, plan.virtual_stages))
         syncs.append(float(schedule.sync_times_s(c, n).max()))
         reports.append(ClassReport(
             replicas=k.replicas, stage_groups=tuple(hc.groups[g].name for g in k.stage_groups),

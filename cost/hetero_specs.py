@@ -7,8 +7,10 @@ scenario's changes once (cost/hetero_loader.py), so nothing downstream edits lin
 
 Heterogeneous plan (the declared space is in solver/hetero_space.py):
 
-- every replica runs 1F1B over its own pipeline; tensor parallelism (`tp`) inside a node, or
-  over whole nodes of a group (search.tp_across_nodes);
+- every replica runs 1F1B over its own pipeline (interleaved with `virtual_stages` v > 1 model
+  chunks per stage, the same v for every class); tensor parallelism (`tp`) inside a node, or
+  over whole nodes of a group (search.tp_across_nodes); context parallelism (`cp`): each stage
+  of a replica is tp * cp GPUs of its group, ranked tp fastest then cp, as on one group;
 - a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
   each of its pipeline stages (`stage_groups`), how many micro-batches each replica runs per
   iteration (`num_micro_batches`, at least its stage count), and its layer split;
@@ -143,6 +145,8 @@ class _Modes:
 
     tp: int
     micro_batch: int
+    cp: int = 1
+    virtual_stages: int = 1  # interleaved 1F1B model chunks per stage, the same for every class
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     zero: int = 0
@@ -161,7 +165,7 @@ class HeteroOuter(_Modes):
         used = [0] * num_groups
         for c in self.classes:
             for g in c.stage_groups:
-                used[g] += c.replicas * self.tp
+                used[g] += c.replicas * self.tp * self.cp
         return used
 
 
@@ -196,7 +200,8 @@ class HeteroPlan(_Modes):
 
     @property
     def outer(self) -> HeteroOuter:
-        return HeteroOuter(tp=self.tp, micro_batch=self.micro_batch,
+        return HeteroOuter(tp=self.tp, micro_batch=self.micro_batch, cp=self.cp,
+                           virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
                            family=self.family)
@@ -226,16 +231,31 @@ class HeteroPlan(_Modes):
                               f" global_batch = {inst.job.global_batch}")
         if m.heads % self.tp or m.kv_heads % self.tp and self.tp % m.kv_heads:
             raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
-        if self.sequence_parallel and (self.tp == 1 or m.seq_len % self.tp):
-            raise ConfigError("sequence_parallel needs tp > 1 dividing seq_len")
+        if self.cp < 1 or m.seq_len % self.cp:
+            raise ConfigError(f"cp={self.cp} must be >= 1 and divide seq_len {m.seq_len}")
+        if self.sequence_parallel and (self.tp == 1 or m.seq_len % (self.tp * self.cp)):
+            raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len")
+        v = self.virtual_stages
+        if v > 1:
+            for c in self.classes:
+                pp = len(c.stage_groups)
+                if pp == 1 or c.num_micro_batches % pp or any(n % v for n in c.layers_per_stage):
+                    raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1, a"
+                                      " micro-batch count that is a multiple of pp and layer"
+                                      " counts that are multiples of virtual_stages")
+                if len(self.classes) > 1 and c.num_micro_batches < 2 * pp:
+                    raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
+                                      " micro-batches per replica (solver/hetero_space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
-        if self.zero and self.outer.replicas == 1:
-            raise ConfigError(f"ZeRO-{self.zero} shards over replicas, and the plan has one")
+        if self.zero and self.outer.replicas * self.cp == 1:
+            raise ConfigError(f"ZeRO-{self.zero} shards over replicas and context-parallel ranks,"
+                              " and the plan has one of each")
         rules = FRAMEWORK_RULES[inst.job.framework]
         for c in self.classes:
-            if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=1, dp=self.outer.replicas,
-                                sp=self.sequence_parallel, zero=self.zero, v=1):
+            if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
+                                sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):
                 raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{self.zero} with"
-                                  f" tp={self.tp}, sequence_parallel={self.sequence_parallel} and"
+                                  f" tp={self.tp}, cp={self.cp}, virtual_stages={self.virtual_stages},"
+                                  f" sequence_parallel={self.sequence_parallel} and"
                                   f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")

@@ -156,18 +156,19 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
-    refused, never dropped: cp or max_cp above 1, interleaving, uniform_split and per-operator
-    partitions."""
-    if "cp" in given and space.cp is not None and max(space.cp) > 1:
-        return Refusal("cp", f"cp={max(space.cp)}: plans on mixed clusters have no context"
-                       " parallelism", "use cp: [1], or plan one group alone")
-    if "max_cp" in given and space.max_cp is not None and space.max_cp > 1:
-        return Refusal("max_cp", f"max_cp={space.max_cp}: plans on mixed clusters have no"
-                       " context parallelism", "remove max_cp, or plan one group alone")
-    if "virtual_stages" in given and space.virtual_stages is not None \
-            and max(space.virtual_stages) > 1:
-        return Refusal("virtual_stages", f"virtual_stages={max(space.virtual_stages)}: plans"
-                       " on mixed clusters have no interleaving", "use virtual_stages: [1]")
+    refused, never dropped: uniform_split and per-operator partitions; and a tp, cp or
+    virtual_stages value that no plan can use."""
+    if "cp" in given and space.cp is not None:
+        for c in space.cp:
+            problems = [cp_problem(c, model, cl.num_gpus, space.max_cp) for cl in clusters]
+            if all(problems):
+                return Refusal("cp", problems[0] + " (on every group)", "drop it from the list")
+    if "virtual_stages" in given and space.virtual_stages is not None:
+        for v in space.virtual_stages:
+            if model.layers % v or model.layers < 2 * v:
+                return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
+                               f" {model.layers} layers into chunks of two stages or more",
+                               "drop it from the list")
     if "uniform_split" in given and space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"

@@ -8,13 +8,19 @@ Sets
 Parameters (per scenario and class, a `StageCoefficients` c[sigma][k] with arrays over s)
     a, t, u, e, g, b, w, h, K as in formulations/cpsat.py (memory from sigma = 0)
     M       total micro-batches: global_batch / micro_batch
+    v       virtual stages (model chunks per stage, interleaved 1F1B; 1: plain 1F1B), shared
+    lo_k    fewest micro-batches per replica: pp_k; with v > 1 and several classes 2 pp_k, so
+            that memory does not depend on m_k (cost/coefficients.in_flight_micro_batches)
+    st_k    step of the count: pp_k with v > 1 (Megatron-LM's interleaved schedule needs
+            m_k a multiple of pp_k), else 1
     omega   scenario weights ("weighted": expected time) or none ("max": worst case)
 
 Variables
-    n_ks in 1..L, r_ks in 0..R          layers and fully recomputed layers of stage s of class k
-    m_k  in pp_k..m_max_k              micro-batches per replica of class k
+    n_ks in v..L, multiples of v; r_ks in 0..R   layers and fully recomputed layers of stage s of class k
+    m_k  in lo_k..m_max_k, lo_k + st_k j_k       micro-batches per replica of class k
     T_sk >= a + t n_ks + u r_ks           slowest stage of class k in scenario sigma (T_max)
-    P_sk  = (m_k - 1) T_sk + sum_s (a + t n_ks + u r_ks)      one replica's 1F1B pipeline
+    P_sk  = (m_k - 1/v) T_sk + sum_s (a + t n_ks + u r_ks) / v     one replica's pipeline
+            (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) T + sum T, 1F1B)
     Z_s  >= P_sk for all k;  D_s >= e + g n_ks for all k, s   iteration_sigma = Z_s + D_s
 
 Constraints
@@ -24,13 +30,14 @@ Objective
     "max":      minimise max_sigma (Z_s + D_s)      (robust; one scenario = plain minimum)
     "weighted": minimise sum_sigma omega_sigma (Z_s + D_s)
 
-CP-SAT keeps the product (m_k - 1) T_sk exact with `add_multiplication_equality`. Times are
+CP-SAT keeps the product (v m_k - 1) T_sk exact with `add_multiplication_equality`, on
+v P_sk (so Z_s is kept in units of q / v). Times are
 quantised as in formulations/cpsat.py (nearest multiple of q = 1 ns * 2^j, objective kept below
 2^40 quanta), memory conservatively (use rounded up, capacity down, 1 KiB). Weights are
 rounded to multiples of 2^-16. The returned objective is always re-evaluated exactly
 (`evaluate`); the bound is the solver's minus the quantisation error
 
-    E = q * [ max_k ((m_max_k - 1)(1 + L + R) + pp_k + L + R) + 1 + L ] * sum_sigma omega^_sigma
+    E = q * [ max_k ((v m_max_k - 1)(1 + L + R) + pp_k + L + R) / v + 1 + L ] * sum_sigma omega^_sigma
         + sum_sigma |omega_sigma - omega^_sigma| * (upper bound of iteration_sigma)
 
 so "optimal" means optimal within `tolerance_s` = 2E.
@@ -65,6 +72,7 @@ class MultiClassProblem:
     objective: str = "max"  # "max" | "weighted"
     weights: tuple[float, ...] = ()
     allow_full_recompute: bool = True
+    virtual_stages: int = 1
 
     def __post_init__(self) -> None:
         if self.objective not in ("max", "weighted"):
@@ -83,9 +91,19 @@ class MultiClassProblem:
     def pp(self, k: int) -> int:
         return self.coeffs[0][k].pp
 
+    def min_micro_batches(self, k: int) -> int:
+        """lo_k of the module docstring."""
+        return 2 * self.pp(k) if self.virtual_stages > 1 and self.classes > 1 else self.pp(k)
+
+    def micro_batch_step(self, k: int) -> int:
+        """st_k of the module docstring."""
+        return self.pp(k) if self.virtual_stages > 1 else 1
+
     def max_micro_batches(self, k: int) -> int:
-        spare = self.total_micro_batches - sum(x * self.pp(j) for j, x in enumerate(self.replicas))
-        return self.pp(k) + max(0, spare) // self.replicas[k]
+        lo, st = self.min_micro_batches(k), self.micro_batch_step(k)
+        spare = self.total_micro_batches - sum(x * self.min_micro_batches(j)
+                                               for j, x in enumerate(self.replicas))
+        return lo + st * (max(0, spare) // (self.replicas[k] * st))
 
     def aggregate(self, per_scenario: list[float]) -> float:
         if self.objective == "max":
@@ -96,7 +114,7 @@ class MultiClassProblem:
         """Exact objective and per-scenario iteration times of a solution."""
         n = [np.asarray(x, float) for x in n]
         r = [np.asarray(x, float) for x in r]
-        per = [iteration_time_s(list(cs), list(m), n, r) for cs in self.coeffs]
+        per = [iteration_time_s(list(cs), list(m), n, r, self.virtual_stages) for cs in self.coeffs]
         return self.aggregate(per), per
 
     def fits(self, n, r) -> bool:
@@ -165,7 +183,9 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
         w_sum = sum(w_hat) / WEIGHT_SCALE
     else:
         w_hat, weight_err, w_sum = [1] * len(p.coeffs), 0.0, 1.0
-    mult = max((p.max_micro_batches(k) - 1) * (1 + L + R) + p.pp(k) + L + R for k in range(Kc)) + 1 + L
+    v = p.virtual_stages
+    mult = max((v * p.max_micro_batches(k) - 1) * (1 + L + R) + p.pp(k) + L + R
+               for k in range(Kc)) / v + 1 + L
     E = q * mult * w_sum + weight_err
 
     def qt(x) -> list[int]:
@@ -178,7 +198,15 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
         c, pp = p.coeffs[0][k], p.pp(k)
         n.append([model.new_int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
         r.append([model.new_int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
-        m.append(model.new_int_var(pp, p.max_micro_batches(k), f"m_k{k}"))
+        lo, hi, st = p.min_micro_batches(k), p.max_micro_batches(k), p.micro_batch_step(k)
+        m.append(model.new_int_var(lo, hi, f"m_k{k}"))
+        if st > 1:  # m_k = lo_k + st_k j_k
+            j = model.new_int_var(0, (hi - lo) // st, f"j_k{k}")
+            model.add(m[k] == lo + st * j)
+        if v > 1:  # whole chunks of v layers per stage
+            for s in range(pp):
+                chunks = model.new_int_var(1, L // v, f"chunks_k{k}_s{s}")
+                model.add(n[k][s] == v * chunks)
         model.add(sum(n[k]) == L)
         b = np.ceil(c.stage_mem_bytes / mu).astype(np.int64).tolist()
         wq = np.ceil((c.layer_state_bytes + c.layer_act_bytes) / mu).astype(np.int64).tolist()
@@ -192,7 +220,7 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
     iters = []
     for si, cs in enumerate(p.coeffs):
         top = int(math.ceil(ub[si] / q)) + 1
-        Z = model.new_int_var(0, top, f"Z_sc{si}")
+        Z = model.new_int_var(0, v * top, f"Z_sc{si}")
         D = model.new_int_var(-top, top, f"D_sc{si}")
         for k, c in enumerate(cs):
             a, t, u = qt(c.stage_time_s), qt(c.layer_time_s), qt(c.recompute_time_s)
@@ -202,21 +230,22 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
             for s in range(c.pp):
                 model.add(T_max >= T[s])
                 model.add(D >= e[s] + g[s] * n[k][s])
-            m_less = model.new_int_var(p.pp(k) - 1, p.max_micro_batches(k) - 1, f"m1_sc{si}_k{k}")
-            model.add(m_less == m[k] - 1)
-            prod = model.new_int_var(0, p.max_micro_batches(k) * top, f"mT_sc{si}_k{k}")
+            m_less = model.new_int_var(v * p.min_micro_batches(k) - 1, v * p.max_micro_batches(k) - 1,
+                                       f"m1_sc{si}_k{k}")
+            model.add(m_less == v * m[k] - 1)
+            prod = model.new_int_var(0, v * p.max_micro_batches(k) * top, f"mT_sc{si}_k{k}")
             model.add_multiplication_equality(prod, [m_less, T_max])
-            model.add(Z >= prod + sum(T))
-        iters.append(Z + D)
+            model.add(Z >= prod + sum(T))  # v times the pipeline time
+        iters.append(Z + v * D)
     if p.objective == "max":
         top = max(int(math.ceil(u / q)) + 1 for u in ub)
-        W = model.new_int_var(-top, 2 * top, "worst")
+        W = model.new_int_var(-v * top, 2 * v * top, "worst")
         for it in iters:
             model.add(W >= it)
         model.minimize(W)
     else:
         model.minimize(sum(wh * it for wh, it in zip(w_hat, iters)))
-    scale = q / (WEIGHT_SCALE if p.objective == "weighted" else 1)
+    scale = q / v / (WEIGHT_SCALE if p.objective == "weighted" else 1)
 
     if hint is not None:
         hm, hn, hr = hint

@@ -3,13 +3,15 @@ the notation), built on formulations/milp.py's modelling calls and solved by the
 CBC through PuLP (backend "cbc", the planners' `milp`, as for one outer configuration of a
 homogeneous cluster), SCIP or HiGHS through OR-Tools' pywraplp.
 
-The product (m_k - 1) T_sk is linearised exactly with a binary expansion of the micro-batch
-count: m_k = pp_k + sum_j 2^j beta_kj (beta binary, j < J_k, m_k <= m_max_k), and for every
+The product m_k T_sk is linearised exactly with a binary expansion of the micro-batch
+count: m_k = lo_k + st_k sum_j 2^j beta_kj (beta binary, j < J_k, m_k <= m_max_k), and for every
 scenario and bit a variable y_skj >= 0 with
 
     y_skj >= T_sk - U_sk (1 - beta_kj)           (U_sk: an upper bound of T_sk)
 
-so at an optimum y_skj = beta_kj T_sk and P_sk = (pp_k - 1) T_sk + sum_j 2^j y_skj + sum_s T.
+so at an optimum y_skj = beta_kj T_sk and
+P_sk = (lo_k - 1/v) T_sk + st_k sum_j 2^j y_skj + sum_s T / v. With v > 1 a stage's layers are
+v times an integer chunk count.
 With one class the count is fixed by sum_k x_k m_k = M and no expansion is needed.
 
 Tolerance. A backend accepts beta within its integrality tolerance iota of 0/1, so y may sit
@@ -52,7 +54,8 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
     Kc = p.classes
     if Kc == 1:  # one class: its count is fixed by the batch, or nothing is feasible
         fixed = p.total_micro_batches // p.replicas[0]
-        if fixed * p.replicas[0] != p.total_micro_batches or fixed < p.pp(0):
+        if (fixed * p.replicas[0] != p.total_micro_batches or fixed < p.min_micro_batches(0)
+                or fixed % p.micro_batch_step(0)):
             return _done(p, "infeasible", backend, start, math.inf, 0.0)
     api, bits, n, r, eps = _formulate(p, backend)
     status, objective, bound, read_error = run_model(api, backend, time_limit_s, 1,
@@ -77,8 +80,8 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
             raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} solution")
         return int(round(v))
 
-    mv = [p.pp(k) + sum(2**j * val(b) for j, b in enumerate(bits[k])) if Kc > 1 else fixed
-          for k in range(Kc)]
+    mv = [p.min_micro_batches(k) + p.micro_batch_step(k) * sum(2**j * val(b) for j, b in enumerate(bits[k]))
+          if Kc > 1 else fixed for k in range(Kc)]
     nv = [[val(x) for x in row] for row in n]
     rv = [[val(x) for x in row] for row in r]
     return _done(p, status, backend, start, bound, tol, mv, nv, rv)
@@ -87,7 +90,7 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
 def _formulate(p: MultiClassProblem, backend: str):
     """The model of the module docstring on a new `backend` model: (model, bits, n, r, eps)."""
     api = new_model(backend)
-    L, Kc = p.layers, p.classes
+    L, Kc, v = p.layers, p.classes, p.virtual_stages
     R = L if p.allow_full_recompute else 0
     n, r, m_expr, bits = [], [], [], []
     for k in range(Kc):
@@ -95,6 +98,10 @@ def _formulate(p: MultiClassProblem, backend: str):
         n.append([api.int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
         r.append([api.int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
         api.add(sum(n[k]) == L, f"C1_layers_k{k}")
+        if v > 1:  # whole chunks of v layers per stage
+            for s in range(pp):
+                chunks = api.int_var(1, L // v, f"chunks_k{k}_s{s}")
+                api.add(n[k][s] == v * chunks, f"C1_chunks_k{k}_s{s}")
         b = (c.stage_mem_bytes / MEM_UNIT_BYTES).tolist()
         w = ((c.layer_state_bytes + c.layer_act_bytes) / MEM_UNIT_BYTES).tolist()
         h = ((c.layer_act_bytes - c.layer_ckpt_bytes) / MEM_UNIT_BYTES).tolist()
@@ -102,10 +109,11 @@ def _formulate(p: MultiClassProblem, backend: str):
         for s in range(pp):
             api.add(r[k][s] <= n[k][s], f"C2_recompute_k{k}_s{s}")
             api.add(b[s] + w[s] * n[k][s] - h[s] * r[k][s] <= cap[s], f"C3_mem_k{k}_s{s}")
-        span = p.max_micro_batches(k) - pp
+        lo, st = p.min_micro_batches(k), p.micro_batch_step(k)
+        span = (p.max_micro_batches(k) - lo) // st
         J = span.bit_length() if Kc > 1 else 0
         bits.append([api.int_var(0, 1, f"beta_k{k}_j{j}") for j in range(J)])
-        m_expr.append(pp + sum(2**j * bits[k][j] for j in range(J)))
+        m_expr.append(lo + st * sum(2**j * bits[k][j] for j in range(J)))
         if J:
             api.add(m_expr[k] <= p.max_micro_batches(k), f"C4_count_k{k}")
     if Kc > 1:
@@ -130,14 +138,15 @@ def _formulate(p: MultiClassProblem, backend: str):
                 api.add(T_max >= T[s], f"C6_pace_sc{si}_k{k}_s{s}")
                 api.add(D >= e[s] + g[s] * n[k][s], f"C7_sync_sc{si}_k{k}_s{s}")
             if Kc == 1:
-                api.add(Z >= (fixed - 1) * T_max + sum(T), f"C8_pipeline_sc{si}_k{k}")
+                api.add(Z >= (fixed - 1 / v) * T_max + sum(T) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
                 continue
             ys = []
             for j, beta in enumerate(bits[k]):
                 y = api.real_var(f"y_sc{si}_k{k}_j{j}", lb=0.0)
                 api.add(y >= T_max - U * (1 - beta), f"C9_product_sc{si}_k{k}_j{j}")
-                ys.append(2**j * y)
-            api.add(Z >= (c.pp - 1) * T_max + sum(ys) + sum(T), f"C8_pipeline_sc{si}_k{k}")
+                ys.append(2**j * p.micro_batch_step(k) * y)
+            api.add(Z >= (p.min_micro_batches(k) - 1 / v) * T_max + sum(ys) + sum(T) * (1 / v),
+                    f"C8_pipeline_sc{si}_k{k}")
         iters.append(Z + D)
     if p.objective == "max":
         W = api.real_var("worst")

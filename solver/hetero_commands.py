@@ -61,7 +61,8 @@ def describe_cluster(inst) -> str:
 
 def plan_lines(plan, inst) -> list[str]:
     names = [g.name for g in inst.cluster.groups]
-    lines = [f"tp={plan.tp} micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
+    lines = [f"tp={plan.tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
+             f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''} micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
              f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
     for i, c in enumerate(plan.classes):
         lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"
@@ -299,11 +300,16 @@ def cmd_replan(args) -> int:
     from paraplan.solver.dynamic import replan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    if not is_hetero(args):
-        raise InstanceError(args.instance, "cluster", "replan needs a heterogeneous-format instance",
-                            "write the cluster as `groups:` (one group is fine; see instances/hetero/)")
-    inst = _load(args)
-    current = load_hetero_plan(args.plan, inst)
+    homo = None
+    if is_hetero(args):
+        inst = _load(args)
+        current = load_hetero_plan(args.plan, inst)
+    else:  # a homogeneous cluster is the one-group case: its group is named after its GPU
+        from paraplan.cost.hetero_loader import homogeneous_as_hetero, homogeneous_plan_as_hetero
+        from paraplan.cost.loader import load_instance, load_plan
+        homo = load_instance(args.instance)
+        inst = homogeneous_as_hetero(homo)
+        current = homogeneous_plan_as_hetero(load_plan(args.plan, homo), args.plan)
     event, remaining_s, remaining_it = load_event(args.event, inst)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     r = replan(inst, current, event, remaining_s, remaining_it, backend, args.time_limit_s)
@@ -311,9 +317,17 @@ def cmd_replan(args) -> int:
         return _show_replan(args, inst, r, hetero_plan_to_mapping)
     finally:  # after the result is shown: a full disk loses nothing
         if args.output and r.new.plan is not None:
-            _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster),
-                        f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
-                        f" {r.new.objective_s:.6g} s per iteration\n")
+            header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
+                      f" {r.new.objective_s:.6g} s per iteration\n")
+            if homo is None:
+                _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster), header)
+            else:  # the plan file a homogeneous instance reads (simulate --plan, export)
+                from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous
+                from paraplan.cost.loader import plan_to_mapping
+                sys.stdout.flush()
+                write_text(args.output, header + yaml.safe_dump(
+                    {"plan": plan_to_mapping(hetero_plan_as_homogeneous(r.new.plan))},
+                    sort_keys=False), "-o/--output")
 
 
 def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:

@@ -35,12 +35,12 @@ class HeteroExhaustiveResult:
 
 def _class_rows(p, k: int, uniform: bool):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit."""
-    c0 = p.coeffs[0][k]
+    c0, v = p.coeffs[0][k], p.virtual_stages
     if uniform:
         from paraplan.cost.loader import default_layer_split
-        splits = np.array([default_layer_split(p.layers, c0.pp, 1)], float)
+        splits = np.array([default_layer_split(p.layers, c0.pp, v)], float)
     else:
-        splits = compositions(p.layers, c0.pp, 1)
+        splits = compositions(p.layers, c0.pp, v)
     ns, rs = [], []
     for n in splits:
         r = _recompute_grid(n) if p.allow_full_recompute else np.zeros((1, c0.pp))
@@ -69,7 +69,8 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
     done = 0
     for o in outers:
         p = problem_for(inst, o, objective)
-        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform)
+        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
+        v = o.virtual_stages
         rows = [_class_rows(p, k, uniform) for k in range(p.classes)]
         done += len(mvecs) * math.prod(x[5] for x in rows)
         if any(len(x[0]) == 0 for x in rows):
@@ -81,7 +82,7 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             for k, (_, _, A, S, Dk, _) in enumerate(rows):
                 shape = [A.shape[0]] + [1] * K
                 shape[k + 1] = A.shape[1]
-                pk = ((mv[k] - 1) * A + S).reshape(shape)
+                pk = ((mv[k] - 1 / v) * A + S / v).reshape(shape)  # cost/schedule.pipeline_time_s
                 dk = Dk.reshape(shape)
                 P = pk if P is None else np.maximum(P, pk)
                 D = dk if D is None else np.maximum(D, dk)

@@ -1,6 +1,7 @@
 """Exact planner for heterogeneous clusters and network scenarios.
 
-The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py):
+The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py;
+with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations; build each one's class coefficients on every network
    scenario the objective looks at (cost/hetero_coefficients.py).
@@ -99,7 +100,8 @@ class _Candidate:
 
     @property
     def mvecs(self) -> np.ndarray:
-        return micro_batch_vectors(self.outer.classes, self.problem.total_micro_batches, self.uniform)
+        return micro_batch_vectors(self.outer.classes, self.problem.total_micro_batches, self.uniform,
+                                   self.outer.virtual_stages)
 
 
 def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
@@ -108,15 +110,20 @@ def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
 
 
 def _over_m(p: MultiClassProblem, mvecs: np.ndarray, A, S, D) -> np.ndarray:
-    """agg over scenarios of max_k ((m_k - 1) A[sc][k] + S[sc][k]) + D[sc], for every m vector."""
-    vals = np.stack([((mvecs - 1) * np.asarray(A[i]) + np.asarray(S[i])).max(axis=1) + D[i]
+    """agg over scenarios of max_k ((m_k - 1/v) A[sc][k] + S[sc][k] / v) + D[sc], for every m
+    vector (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) A + S)."""
+    v = p.virtual_stages
+    vals = np.stack([((mvecs - 1 / v) * np.asarray(A[i]) + np.asarray(S[i]) / v).max(axis=1) + D[i]
                      for i in range(len(A))])
     return _aggregate(vals, p.objective, p.weights)
 
 
-def balanced_split(a: np.ndarray, t: np.ndarray, layers: int) -> np.ndarray:
+def balanced_split(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np.ndarray:
     """The split minimising max_s (a_s + n_s t_s) over n_s >= 1, sum n_s = layers (t_s > 0):
-    adding each layer where it raises the maximum least is optimal for this min-max problem."""
+    adding each layer where it raises the maximum least is optimal for this min-max problem.
+    With v > 1, the same over chunks of v layers (n_s multiples of v)."""
+    if v > 1:
+        return v * balanced_split(a, v * t, layers // v)
     n = np.ones(len(a))
     heap = [(a[s] + 2 * t[s], s) for s in range(len(a))]
     heapq.heapify(heap)
@@ -128,28 +135,31 @@ def balanced_split(a: np.ndarray, t: np.ndarray, layers: int) -> np.ndarray:
 
 
 def _min_max_relaxed(p: MultiClassProblem, A, S, D, uniform: bool) -> float:
-    """A lower bound of min over m of max_sigma [max_k ((m_k - 1) A + S) + D] subject to
-    sum_k x_k m_k = M and m_k >= pp_k. Any feasible m within time Z has, in every scenario,
-    m_k <= (Z - D - S_k)/A_k + 1, so M <= sum_k x_k ((Z - D - S_k)/A_k + 1), i.e.
-        Z >= (M - sum_k x_k + sum_k x_k (D + S_k)/A_k) / sum_k (x_k / A_k);
-    and Z >= (pp_k - 1) A_k + S_k + D for every k. With one class both are exact."""
+    """A lower bound of min over m of max_sigma [max_k ((m_k - 1/v) A + S/v) + D] subject to
+    sum_k x_k m_k = M and m_k >= lo_k (divisibility relaxed). Any feasible m within time Z has,
+    in every scenario, m_k <= (Z - D - S_k/v)/A_k + 1/v, so
+    M <= sum_k x_k ((Z - D - S_k/v)/A_k + 1/v), i.e.
+        Z >= (M - sum_k x_k / v + sum_k x_k (D + S_k/v)/A_k) / sum_k (x_k / A_k);
+    and Z >= (lo_k - 1/v) A_k + S_k/v + D for every k. With one class both are exact."""
     A, S, D = np.asarray(A), np.asarray(S), np.asarray(D)[:, None]
+    v = p.virtual_stages
     x = np.array(p.replicas, float)
-    pp = np.array([p.pp(k) for k in range(p.classes)])
+    lo = np.array([p.min_micro_batches(k) for k in range(p.classes)])
     M = p.total_micro_batches
     if uniform:
-        return float((((M // int(x.sum())) - 1) * A + S + D).max())
-    floor_z = float(((pp - 1) * A + S + D).max())
+        return float((((M // int(x.sum())) - 1 / v) * A + S / v + D).max())
+    floor_z = float(((lo - 1 / v) * A + S / v + D).max())
     if (A <= 0).any():  # degenerate stage times: keep the floor only
         return floor_z
-    cont = (M - x.sum() + (x * (D + S) / A).sum(axis=1)) / (x / A).sum(axis=1)
+    cont = (M - x.sum() / v + (x * (D + S / v) / A).sum(axis=1)) / (x / A).sum(axis=1)
     return max(floor_z, float(cont.max()))
 
 
 def lower_bound_s(p: MultiClassProblem, mvecs_of, uniform: bool = False) -> float:
     """With r = 0 and memory ignored (both only add time or remove splits):
     max_s T_s >= min over splits of max_s (a_s + n_s t_s)  (balanced_split, exact);
-    sum_s T_s >= sum_s a_s + L min_s t_s;  sync: as solver/bounds.py. Then over micro-batch
+    sum_s T_s >= sum_s a_s + L min_s t_s;  sync: as solver/bounds.py; the pipeline time grows
+    with both (m_k >= 1 > 1/v). Then over micro-batch
     vectors: for a worst-case ("max") objective the relaxed bisection (_min_max_relaxed), for a
     weighted one the exact minimum over every vector (`mvecs_of()`)."""
     A, S, D = [], [], []
@@ -158,7 +168,7 @@ def lower_bound_s(p: MultiClassProblem, mvecs_of, uniform: bool = False) -> floa
         a_row, s_row, d_row = [], [], []
         for c in cs:
             a, t, d, g = c.stage_time_s, c.layer_time_s, c.stage_sync_time_s, c.layer_sync_time_s
-            a_row.append(float((a + balanced_split(a, t, L) * t).max()))
+            a_row.append(float((a + balanced_split(a, t, L, p.virtual_stages) * t).max()))
             s_row.append(a.sum() + L * t.min())
             d_row.append(max((d.sum() + L * g.min()) / c.pp, float((d + g).max())))
         A.append(a_row), S.append(s_row), D.append(max(d_row))
@@ -188,17 +198,19 @@ def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray])
 def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     """The better of the even split and the nominal-balanced split (balanced_split), each with
     the fewest fully recomputed layers that fit and its best m: (value, m, n, r) or None."""
-    even = [bounds.even_split(c.layers, c.pp, 1) for c in p.coeffs[0]]
+    v = p.virtual_stages
+    even = [bounds.even_split(c.layers, c.pp, v) for c in p.coeffs[0]]
     found = [_incumbent_for(p, mvecs, even)]
     if not uniform:
-        bal = [balanced_split(c.stage_time_s, c.layer_time_s, c.layers) for c in p.coeffs[0]]
+        bal = [balanced_split(c.stage_time_s, c.layer_time_s, c.layers, v) for c in p.coeffs[0]]
         found.append(_incumbent_for(p, mvecs, bal))
     found = [f for f in found if f is not None]
     return min(found, key=lambda f: f[0]) if found else None
 
 
 def _plan_of(o: HeteroOuter, m, n, r) -> HeteroPlan:
-    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, sequence_parallel=o.sequence_parallel,
+    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
+                      sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
@@ -212,21 +224,26 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
     """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
     infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
     other classes and scenarios are priced. `placements`: a dict the caller keeps across the
-    configurations of one instance; a class's placement depends only on the scenario, tp and
-    the class shapes (cost/hetero_coefficients.class_placement), so configurations differing in
+    configurations of one instance; a class's placement depends only on the scenario, tp, cp, v
+    and the class shapes (cost/hetero_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
     idx, agg, weights = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placements = {} if placements is None else placements
 
     def placed(i: int, k: int):
-        key = (i, o.tp, o.classes, k)
+        key = (i, o.tp, o.cp, o.virtual_stages, o.classes, k)
         if key not in placements:
             placements[key] = class_placement(inst.scenarios[i].cluster, o, k)
         return placements[key]
 
+    total = inst.job.global_batch // o.micro_batch
+    # a lone class's count is fixed by the batch: priced at it (with interleaving its memory
+    # depends on it at m = pp); several classes' counts are decisions (class_outer)
+    lone = total // o.classes[0].replicas if len(o.classes) == 1 else None
+
     def priced(i: int, k: int):
-        return build(inst, class_outer(o, k), reserve_bytes=reserve, placement=placed(i, k))
+        return build(inst, class_outer(o, k, lone), reserve_bytes=reserve, placement=placed(i, k))
 
     first = []
     for k in range(len(o.classes)):
@@ -238,7 +255,8 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
     return MultiClassProblem(coeffs=coeffs, replicas=tuple(c.replicas for c in o.classes),
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
                              objective=agg, weights=weights,
-                             allow_full_recompute=inst.search.full_recompute)
+                             allow_full_recompute=inst.search.full_recompute,
+                             virtual_stages=o.virtual_stages)
 
 
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):

@@ -1,6 +1,6 @@
 """The declared space of heterogeneous plans (cost/hetero_specs.py), enumerated once.
 
-A plan = an outer configuration (`HeteroOuter`: tp, micro-batch size, sequence parallel, base
+A plan = an outer configuration (`HeteroOuter`: tp, cp, micro-batch size, sequence parallel, base
 recompute mode, ZeRO stage, and the replica classes' shapes) + per class its micro-batch count,
 layer split and per-stage full-recompute counts (the inner problem, formulations/multiclass.py).
 
@@ -8,21 +8,29 @@ Two families of class shapes, over every non-empty subset U of the node groups:
 
 - "stage" (stage-wise heterogeneity): one class of dp identical replicas whose pipeline passes
   through the groups of U in some order, c_g consecutive stages on group g, with
-  dp * tp * c_g = GPUs of g (every GPU of a used group works); pp = sum c_g. Every order of U
+  dp * tp * cp * c_g = GPUs of g (every GPU of a used group works); pp = sum c_g. Every order of U
   is a separate configuration (the first stage holds the embedding, the last the output layer).
 - "replica" (replica-wise heterogeneity, |U| >= 2): one class per group g of U, x_g replicas of
-  pp_g stages all on g, x_g * tp * pp_g = GPUs of g; classes take different micro-batch counts.
+  pp_g stages all on g, x_g * tp * cp * pp_g = GPUs of g; classes take different micro-batch
+  counts.
 
 Rules shared with the homogeneous space (solver/space.py): tp a power of two dividing the heads
 (or a multiple of the KV heads) and the GPUs per node of every used group, or with
-search.tp_across_nodes its GPUs in whole nodes (cost/space_rules.group_tp_problem); pp_g <= layers and within search.pp / max_pp; sequence parallel only with
-tp > 1; selective recompute only with standard attention; ZeRO 0-3 where the job's framework
+search.tp_across_nodes its GPUs in whole nodes (cost/space_rules.group_tp_problem); cp a
+power of two (or search.cp's values) dividing seq_len and, with tp, every used group's GPUs
+(cost/space_rules.cp_problem, within search.max_cp), one cp for every group as one tp;
+pp_g <= layers and within search.pp / max_pp; sequence parallel only with tp > 1 and tp * cp
+dividing seq_len; selective recompute only with standard attention; ZeRO 0-3 where the job's framework
 runs it (cost/framework_rules.py, checked for every class: its tp, its stage count, its
 replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so a mixed
-cluster gets them on single-stage classes only). ZeRO shards over every replica of the plan,
-as the gradient ring spans them. Specific to heterogeneous plans, until the two spaces are
-one (issue 12; the loader refuses these keys instead of dropping them): no context
-parallelism, no interleaving, no uniform_split, and one tp for every group; and every replica runs at least as many micro-batches as it has stages (1F1B
+cluster gets them on single-stage classes only). ZeRO shards over every replica and
+context-parallel rank of the plan, as the gradient ring spans them (so it needs
+replicas * cp > 1). Specific to heterogeneous plans, until the two spaces are
+one (issue 12; the loader refuses these keys instead of dropping them): no uniform_split,
+and one tp, cp and v for every group; with interleaving (v > 1, every class pipelined, the
+homogeneous rules on each class) each replica's count is a multiple of its stage count and,
+with several classes, at least twice it (memory would otherwise depend on the count,
+cost/hetero_coefficients.class_outer; a lone class is exactly the homogeneous case); and every replica runs at least as many micro-batches as it has stages (1F1B
 steady state; memory then does not depend on the batch split). The micro-batch counts satisfy
 micro_batch * sum_k replicas_k * m_k = global_batch.
 
@@ -41,7 +49,7 @@ import numpy as np
 
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
 from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
-from paraplan.cost.space_rules import group_tp_problem
+from paraplan.cost.space_rules import cp_problem, group_tp_problem
 from paraplan.cost.specs import Attention
 from paraplan.solver.space import _divisors, _powers_of_two, count_splits
 
@@ -65,15 +73,26 @@ def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
             if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
 
 
+def cp_values(inst: HeteroInstance, used: tuple[int, ...], tp: int) -> list[int]:
+    """One cp for every group used: search.cp's values, or powers of two, each dividing seq_len
+    and every used group's GPUs left by tp (cost/space_rules.cp_problem, the homogeneous rule)."""
+    s = inst.search
+    gpus = [inst.cluster.groups[g].num_gpus // tp for g in used]
+    vals = s.cp if s.cp is not None else _powers_of_two(max(min(gpus), 1))
+    return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp) is None for n in gpus)]
+
+
 def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
     s = inst.search
     max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP
     return 1 <= pp <= min(inst.model.layers, max_pp) and (s.pp is None or pp in s.pp)
 
 
-def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: str):
-    """(family, shapes) for the groups `used`, in a fixed order."""
+def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: str, cp: int = 1):
+    """(family, shapes) for the groups `used`, in a fixed order; a stage of a replica is
+    tp * cp GPUs (the name `tp` below stands for that unit)."""
     gpus = [inst.cluster.groups[g].num_gpus for g in used]
+    tp = tp * cp
     if family == "stage":
         for dp in _divisors(math.gcd(*gpus) // tp if all(x % tp == 0 for x in gpus) else 0):
             counts = [x // (dp * tp) for x in gpus]
@@ -93,7 +112,7 @@ def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: s
 def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
-    tp, shapes, micro_batch, sp, zero, recompute) that also breaks ties. `groups`: only plans
+    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
@@ -109,8 +128,8 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     out: list[HeteroOuter] = []
     for family in families:
         for used in subsets:
-            for tp in tp_values(inst, used):
-                for shapes in class_shapes(inst, tp, used, family):
+            for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
+                for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
                     max_mb = s.max_micro_batch if s.max_micro_batch is not None else HETERO_MAX_MICRO_BATCH
                     mbs = s.micro_batch if s.micro_batch is not None else [
@@ -119,19 +138,33 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                         if gb % mb or not has_micro_batch_split(shapes, gb // mb, uniform):
                             continue
                         for sp in s.sequence_parallel:
-                            if sp and (tp == 1 or m.seq_len % tp):
+                            if sp and (tp == 1 or m.seq_len % (tp * cp)):
                                 continue
                             for zero in s.zero:
-                                if zero and replicas == 1:
+                                if zero and replicas * cp == 1:
                                     continue
-                                if not all(rules.admits(tp=tp, pp=c.pp, cp=1, dp=replicas, sp=sp,
-                                                        zero=zero, v=1) for c in shapes):
-                                    continue
-                                for rc in modes:
-                                    out.append(HeteroOuter(tp=tp, micro_batch=mb, sequence_parallel=sp,
-                                                           recompute=rc, zero=zero, classes=shapes,
-                                                           family=family))
+                                for v in virtual_stage_values(inst, shapes):
+                                    if v > 1 and not has_micro_batch_split(shapes, gb // mb, uniform, v):
+                                        continue
+                                    if not all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp,
+                                                            zero=zero, v=v) for c in shapes):
+                                        continue
+                                    for rc in modes:
+                                        out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
+                                                               sequence_parallel=sp, recompute=rc,
+                                                               zero=zero, virtual_stages=v,
+                                                               classes=shapes, family=family))
     return out
+
+
+def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
+    """search.virtual_stages, or every v dividing the layers with v * pp_k <= layers for every
+    class (the homogeneous rule, solver/space.virtual_stage_values, on each class); v > 1 only
+    where every class has a pipeline."""
+    s, layers = inst.search, inst.model.layers
+    vals = s.virtual_stages if s.virtual_stages is not None else _divisors(layers)
+    return [v for v in vals if v == 1 or (layers % v == 0 and all(1 < c.pp and v * c.pp <= layers
+                                                                  for c in shapes))]
 
 
 def empty_space_reason(inst: HeteroInstance) -> str:
@@ -146,49 +179,84 @@ def empty_space_reason(inst: HeteroInstance) -> str:
         where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
         return (f"{listed} divides the {m.heads} heads and the {where} of a group"
                 + ("" if s.tp_across_nodes else " (search.tp_across_nodes is false)"))
-    shapes = [(t, sh) for u, t in with_tp for fam in FAMILIES for sh in class_shapes(inst, t, u, fam)]
+    with_cp = [(u, t, c) for u, t in with_tp for c in cp_values(inst, u, t)]
+    if not with_cp:
+        listed = f"no value of search.cp {list(s.cp)}" if s.cp is not None else "no power of two"
+        return (f"{listed} divides the sequence length {m.seq_len} and a used group's GPUs left"
+                " by tp" + (f", within search.max_cp {s.max_cp}" if s.max_cp is not None else ""))
+    shapes = [(t, c, sh) for u, t, c in with_cp for fam in FAMILIES
+              for sh in class_shapes(inst, t, u, fam, c)]
     if not shapes:
         max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP
-        return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x"
+        return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
                 f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
                 f" and the model's {m.layers} layers")
     max_mb = s.max_micro_batch if s.max_micro_batch is not None else HETERO_MAX_MICRO_BATCH
     mbs = s.micro_batch if s.micro_batch is not None else [d for d in _divisors(gb) if d <= max_mb]
-    if not any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, sh in shapes for mb in mbs):
+    if not any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, _, sh in shapes for mb in mbs):
         return (f"no micro-batch size in {list(mbs)} gives every replica at least as many"
                 f" micro-batches as it has stages (global batch {gb} = micro_batch x sum of"
                 " replicas x micro-batches)")
+    if not any(virtual_stage_values(inst, sh) for _, _, sh in shapes):
+        return (f"no value of search.virtual_stages {list(s.virtual_stages or ())} fits a pipeline"
+                f" shape: v > 1 needs every class pipelined with v x stages <= the model's"
+                f" {m.layers} layers, v dividing them")
     if True not in s.sequence_parallel and False not in s.sequence_parallel:
         return "search.sequence_parallel lists no value"
-    if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % t == 0 for t, _ in shapes):
-        return "search.sequence_parallel: [true] needs tp > 1 dividing seq_len, and no admissible tp is"
-    if 0 not in s.zero and all(sum(c.replicas for c in sh) == 1 for _, sh in shapes):
-        return (f"search.zero {list(s.zero)} shards over replicas, and every pipeline shape has"
-                " one replica")
+    if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % (t * c) == 0
+                                                    for t, c, _ in shapes):
+        return ("search.sequence_parallel: [true] needs tp > 1 with tp * cp dividing seq_len,"
+                " and no admissible tp is")
+    if 0 not in s.zero and all(c * sum(x.replicas for x in sh) == 1 for _, c, sh in shapes):
+        return (f"search.zero {list(s.zero)} shards over replicas and context-parallel ranks,"
+                " and every pipeline shape has one of each")
     rules = FRAMEWORK_RULES[inst.job.framework]
-    if not any(rules.admits(tp=t, pp=c.pp, cp=1, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
-               for t, sh in shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
+    if not any(rules.admits(tp=t, pp=c.pp, cp=cp, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
+               for t, cp, sh in shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
         return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
                 f" {list(s.zero)} and tp / sequence-parallel modes on these pipeline shapes"
                 " (cost/framework_rules.py)")
     return "no combination of the declared values is a valid plan"
 
 
-def has_micro_batch_split(shapes, total: int, uniform: bool = False) -> bool:
-    """Whether micro_batch_vectors(shapes, total, uniform) is non-empty, without listing it."""
-    x = tuple(c.replicas for c in shapes)
-    rest = total - sum(c.replicas * c.pp for c in shapes)
+def _count_form(shapes, v: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(x, lo, step) with m_k = step_k * j_k, j_k >= lo_k and sum_k x_k j_k = total: plain
+    1F1B takes m_k >= pp_k (step 1); interleaving (v > 1) takes m_k a multiple of pp_k (Megatron-LM's
+    interleaved schedule), and with several classes m_k >= 2 pp_k, where memory no longer depends on
+    m_k (cost/hetero_coefficients.class_outer); a lone class's count is fixed by the batch."""
+    if v == 1:
+        return tuple(c.replicas for c in shapes), tuple(c.pp for c in shapes), (1,) * len(shapes)
+    lo = 1 if len(shapes) == 1 else 2
+    return (tuple(c.replicas * c.pp for c in shapes), (lo,) * len(shapes),
+            tuple(c.pp for c in shapes))
+
+
+def _uniform_count(shapes, total: int, v: int) -> int | None:
+    """The one count every replica runs in the uniform baseline, or None."""
+    R = sum(c.replicas for c in shapes)
+    x, lo, step = _count_form(shapes, v)
+    m = total // R
+    if total % R or any(m % st or m < st * lk for st, lk in zip(step, lo)):
+        return None
+    return m
+
+
+def has_micro_batch_split(shapes, total: int, uniform: bool = False, v: int = 1) -> bool:
+    """Whether micro_batch_vectors(shapes, total, uniform, v) is non-empty, without listing it."""
     if uniform:
-        return total % sum(x) == 0 and total // sum(x) >= max(c.pp for c in shapes)
+        return _uniform_count(shapes, total, v) is not None
+    x, lo, _ = _count_form(shapes, v)
+    rest = total - sum(xk * lk for xk, lk in zip(x, lo))
     return rest >= 0 and _representable(x, rest)
 
 
-def count_micro_batch_splits(shapes, total: int, uniform: bool = False) -> int:
-    """len(micro_batch_vectors(shapes, total, uniform)), by counting, not listing."""
+def count_micro_batch_splits(shapes, total: int, uniform: bool = False, v: int = 1) -> int:
+    """len(micro_batch_vectors(shapes, total, uniform, v)), by counting, not listing."""
     if uniform:
-        return int(has_micro_batch_split(shapes, total, True))
-    rest = total - sum(c.replicas * c.pp for c in shapes)
-    return _ways(tuple(c.replicas for c in shapes), rest) if rest >= 0 else 0
+        return int(has_micro_batch_split(shapes, total, True, v))
+    x, lo, _ = _count_form(shapes, v)
+    rest = total - sum(xk * lk for xk, lk in zip(x, lo))
+    return _ways(x, rest) if rest >= 0 else 0
 
 
 @lru_cache(maxsize=65536)
@@ -214,9 +282,16 @@ def _representable(x: tuple[int, ...], rest: int) -> bool:
     return bool(reach >> rest & 1)
 
 
-def micro_batch_vectors(shapes, total: int, uniform: bool = False) -> np.ndarray:
-    """All (m_1, ..., m_K) with m_k >= pp_k and sum_k replicas_k * m_k = total, shape (V, K)."""
-    return _vectors(tuple(c.replicas for c in shapes), tuple(c.pp for c in shapes), total, uniform)
+def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1) -> np.ndarray:
+    """All (m_1, ..., m_K) with sum_k replicas_k * m_k = total, m_k >= pp_k (with v > 1: the
+    multiples of pp_k of _count_form), shape (V, K)."""
+    if uniform:
+        m = _uniform_count(shapes, total, v)
+        return (np.zeros((0, len(shapes)), np.int64) if m is None
+                else np.full((1, len(shapes)), m, np.int64))
+    x, lo, step = _count_form(shapes, v)
+    out = _vectors(x, lo, total, False)
+    return out if v == 1 else out * np.array(step, np.int64)
 
 
 @lru_cache(maxsize=4096)
@@ -256,9 +331,9 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     L, rc = inst.model.layers, inst.search.full_recompute
     total = 0
     for o in outers:
-        n_m = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform)
-        per = n_m
+        v = o.virtual_stages
+        per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
         for c in o.classes:
-            per *= count_splits(L, c.pp, 1, rc, uniform)
+            per *= count_splits(L, c.pp, v, rc, uniform)
         total += per
     return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)

@@ -538,7 +538,7 @@ def build_hetero_report(inst, result, regrets=None) -> str:
         n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)
         events = timeline.one_f_one_b_events(c, n, r)
         names = [inst.cluster.groups[g].name for g in k.stage_groups]
-        fig, cut = gantt_figure(events, len(n), k.num_micro_batches, 1, bd.iter_time_s,
+        fig, cut = gantt_figure(events, len(n), k.num_micro_batches, p.virtual_stages, bd.iter_time_s,
                                 f"class {i + 1}", [f"{s}: {g}" for s, g in enumerate(names)])
         replay_s = timeline.makespan_s(events)
         figs.append(f"<h3>class {i + 1}: {k.replicas} replica(s), {k.num_micro_batches} micro-batches"

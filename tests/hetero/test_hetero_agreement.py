@@ -135,3 +135,54 @@ def test_the_grown_options_win_on_some_random_mixed_clusters():
             assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (seed, backend)
         across.append(seed)
     assert len(zero) >= 3 and len(across) >= 3, (zero, across)
+
+
+def test_solvers_match_exhaustive_with_context_parallelism_forced():
+    """Context parallelism on mixed clusters (one cp for every group, priced by
+    cost/coefficients.py as on one group: the ring over cp ranks, ZeRO and the gradient ring over
+    replicas x cp). The random spaces search cp by default (cp: null), but on these toy networks
+    no optimum uses it, so cp = 2 is forced: wherever that space is not empty, CP-SAT = MILP =
+    exhaustive, on the robust objective (both scenarios priced)."""
+    import dataclasses
+
+    checked = []
+    for seed in SEEDS:
+        inst = random_hetero_instance(seed)
+        forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, cp=(2,)))
+        ex = hetero_exhaustive(forced, "robust")
+        if ex.plan is None:
+            continue
+        assert ex.plan.cp == 2
+        for backend in ("cpsat", "milp"):
+            res = plan_hetero(forced, backend, time_limit_s=30, objective="robust")
+            assert res.status == "optimal", (seed, backend, res.status)
+            assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (seed, backend)
+            assert res.plan.cp == 2
+        checked.append(seed)
+    assert len(checked) >= 10, checked
+
+
+def test_solvers_match_exhaustive_with_interleaving_forced():
+    """Interleaving on mixed clusters (one v for every class: pipeline (m - 1/v) T_max + sum T / v,
+    stages in chunks of v layers, m_k a multiple of pp_k and, with several classes, >= 2 pp_k;
+    solver/hetero_space.py). v = 2 is forced where the random model's layers allow it: wherever
+    that space is not empty, CP-SAT = MILP = exhaustive on the robust objective."""
+    import dataclasses
+
+    checked, several = [], 0
+    for seed in SEEDS:
+        inst = random_hetero_instance(seed)
+        if inst.model.layers % 2 or inst.model.layers < 4:
+            continue
+        forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, virtual_stages=(2,)))
+        ex = hetero_exhaustive(forced, "robust")
+        if ex.plan is None:
+            continue
+        assert ex.plan.virtual_stages == 2
+        for backend in ("cpsat", "milp"):
+            res = plan_hetero(forced, backend, time_limit_s=30, objective="robust")
+            assert res.status == "optimal", (seed, backend, res.status)
+            assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (seed, backend)
+        checked.append(seed)
+        several += len(ex.plan.classes) > 1
+    assert len(checked) >= 5 and several >= 1, (checked, several)

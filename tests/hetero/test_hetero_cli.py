@@ -111,3 +111,43 @@ def test_partitions_on_a_heterogeneous_cluster_are_refused_not_ignored(tmp_path,
     assert main(["plan", str(path)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "search.tensor_partitions" in err
+
+
+def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
+    """replan takes a homogeneous instance and the plan file `plan -o` wrote for it: the cluster
+    is the one-group case (its group named after its GPU). Reference, derived independently: the
+    homogeneous planner on the same instance with the NVLink bandwidth scaled by the event's 0.1
+    gives the new optimum, and the running plan re-simulated there gives its time after it."""
+    import dataclasses
+
+    import yaml
+
+    from paraplan.cost.loader import load_instance, load_plan
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.planner import plan
+
+    tiny = str(ROOT / "instances/tiny-gpt-8xA100.yaml")
+    current = tmp_path / "current.yaml"
+    assert main(["plan", tiny, "-o", str(current)]) == 0
+    event = tmp_path / "event.yaml"
+    event.write_text(yaml.safe_dump({"event": {"name": "nvlink-slow", "remaining_hours": 100,
+                                               "changes": [{"group": "A100-SXM4-80GB",
+                                                            "intra_scale": 0.1}]}}))
+    new = tmp_path / "new.yaml"
+    capsys.readouterr()
+    assert main(["replan", tiny, "--plan", str(current), "--event", str(event), "--json",
+                 "-o", str(new)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    inst = load_instance(tiny)
+    cl = inst.cluster
+    slow = dataclasses.replace(inst, cluster=dataclasses.replace(cl, intra_node=dataclasses.replace(
+        cl.intra_node, bw_bytes_per_s=cl.intra_node.bw_bytes_per_s * 0.1)))
+    ref = plan(slow)
+    assert r["new_status"] == "optimal"
+    assert r["new_s"] == pytest.approx(ref.iter_time_s, rel=1e-9, abs=ref.tolerance_s + 1e-12)
+    running = load_plan(current, inst)
+    assert r["before_s"] == pytest.approx(simulate(inst, running).iter_time_s, rel=1e-9)
+    assert r["current_after_event_s"] == pytest.approx(simulate(slow, running).iter_time_s, rel=1e-9)
+    assert r["current_after_event_s"] > r["before_s"] * 1.01  # the event matters
+    # -o writes a homogeneous plan file, which the homogeneous instance reads back
+    assert simulate(slow, load_plan(new, inst)).iter_time_s == pytest.approx(r["new_s"], rel=1e-9)

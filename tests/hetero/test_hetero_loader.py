@@ -460,9 +460,9 @@ def test_bad_plan_names_the_field(change, field, words):
 # A search key the mixed-cluster space cannot honour is refused, naming it, in the file and on
 # the command line (--search, override_search); never dropped while "optimal" is printed.
 UNHONOURED_SEARCH = [
-    ("cp", [1, 2], "no context parallelism"),
-    ("max_cp", 4, "no context parallelism"),
-    ("virtual_stages", [1, 2], "no interleaving"),
+    # bad_base's model has seq_len 1024, which cp=3 does not divide
+    ("cp", [1, 3], "cp=3 does not divide the sequence length"),
+    ("virtual_stages", [1, 3], "does not split the model's 8 layers"),
     ("uniform_split", True, "even layer splits"),
     ("tensor_partitions", ["megatron", "spatial_temporal"], "per-operator partitions"),
 ]
@@ -485,7 +485,8 @@ def test_search_keys_a_mixed_cluster_honours_are_kept():
     from paraplan.cost.loader import override_search
 
     inst = hetero_instance_from_mapping(bad_base(), "bad.yaml")
-    for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("virtual_stages", [1]), ("uniform_split", False),
+    for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("cp", [1, 2]), ("max_cp", 4),
+                       ("virtual_stages", [1]), ("virtual_stages", [1, 2, 4]), ("uniform_split", False),
                        ("tp_across_nodes", True),
                        ("tensor_partitions", ["megatron"])]:
         override_search(inst, {key: value})

@@ -79,12 +79,12 @@ def test_one_group_class_prices_like_the_homogeneous_model():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_one_group_optimum_matches_the_homogeneous_planner(seed):
-    """Same space on both sides (no cp, no interleaving, ZeRO 0/1): the homogeneous planner's
+    """Same space on both sides (cp 1-2, interleaving 1-2, ZeRO 0-3): the homogeneous planner's
     optimum is the reference. The heterogeneous space also needs >= pp micro-batches, so it can
     only be slower, and equal whenever the homogeneous optimum has m >= pp."""
     inst = random_instance(seed)
-    inst = dataclasses.replace(inst, search=SearchSpace(micro_batch=(1, 2), cp=(1,), virtual_stages=(1,),
-                                                        zero=(0, 1)))
+    inst = dataclasses.replace(inst, search=SearchSpace(micro_batch=(1, 2), cp=(1, 2), virtual_stages=(1, 2),
+                                                        zero=(0, 1, 2, 3)))
     homo = plan(inst)
     het = plan_hetero(homogeneous_as_hetero(inst))
     if homo.plan is None:
@@ -179,3 +179,21 @@ def test_an_empty_mixed_cluster_space_says_why(search, words):
     res = plan_hetero(inst)
     assert res.status == "infeasible" and res.outer_configs == 0
     assert res.reason.startswith("the declared heterogeneous space is empty: ") and words in res.reason, res.reason
+
+
+def test_interleaving_micro_batch_vectors_and_an_empty_space_say_why():
+    """With v > 1 a class's count is a multiple of its stage count and, with several classes,
+    at least twice it. By hand for two classes of (replicas, stages) = (2, 2) and (1, 4) and 24
+    micro-batches: m_1 in {4, 6, ...}, m_2 in {8, 12, ...} with 2 m_1 + m_2 = 24 gives
+    (8, 8) and (4, 16), and (6, 12) -- three vectors; at v = 1 (m_1 >= 2, m_2 >= 4) there are
+    m_1 = 2..10, nine. A v no shape can take empties the space, and the reason names the key."""
+    shapes = (ClassShape(replicas=2, stage_groups=(0, 0)), ClassShape(replicas=1, stage_groups=(1,) * 4))
+    got = sorted(map(tuple, micro_batch_vectors(shapes, 24, v=2).tolist()))
+    assert got == [(4, 16), (6, 12), (8, 8)]
+    assert count_micro_batch_splits(shapes, 24, v=2) == 3 and has_micro_batch_split(shapes, 24, v=2)
+    assert count_micro_batch_splits(shapes, 24) == 9
+    from paraplan.solver.hetero_space import empty_space_reason, hetero_outers
+    inst = load_hetero_instance(TINY2)
+    narrow = dataclasses.replace(inst, search=dataclasses.replace(inst.search, virtual_stages=(64,)))
+    assert hetero_outers(narrow) == []
+    assert "search.virtual_stages [64]" in empty_space_reason(narrow)

@@ -7,7 +7,10 @@ search and the goldens). At e2c133f the mixed-cluster space lacked ZeRO-2/3, con
 parallelism, interleaving and tp across nodes, and refused per-operator partitions, so every
 instance was slower there (0.9% on tiny-gpt-8xA100 to 64.9% on llama3-405b-16384xH100). With
 ZeRO 0-3 on mixed clusters the four instances whose optimum needs none of the rest pass; the
-others are strict xfails naming what is still missing (STILL_DIFFERENT).
+others are strict xfails naming what is still missing (STILL_DIFFERENT). With context
+parallelism and interleaving on mixed clusters, the four whose optimum uses them pass too
+(gpt3-175b-1024xA100: v = 6; gpt3-175b-256xH100: cp = 2, v = 2; llama3-70b-512xH100: cp = 4,
+v = 4; llama3-405b-16384xH100: cp = 8, v = 2).
 """
 
 from __future__ import annotations
@@ -30,10 +33,6 @@ SLOW_S = 2.0  # instances whose homogeneous plan takes longer (tests/goldens/cas
 # What the mixed-cluster space still lacks for each instance whose homogeneous optimum uses it
 # (strict xfails: each must start passing when its feature is merged, issue 12).
 STILL_DIFFERENT = {
-    "instances/gpt3-175b-1024xA100.yaml": "interleaving (v = 6)",
-    "instances/gpt3-175b-256xH100.yaml": "context parallelism (cp = 2) and interleaving (v = 2)",
-    "instances/llama3-405b-16384xH100.yaml": "context parallelism (cp = 8) and interleaving (v = 2)",
-    "instances/llama3-70b-512xH100.yaml": "context parallelism (cp = 4) and interleaving (v = 4)",
     "instances/primepar/primepar-bloom-176b-32xV100.yaml": "per-operator partitions",
     "instances/primepar/primepar-llama2-70b-32xV100.yaml": "per-operator partitions",
     "instances/primepar/primepar-opt-175b-32xV100.yaml": "per-operator partitions",
@@ -74,3 +73,4 @@ def test_one_group_gives_the_homogeneous_optimum_and_plan(rel):
     tol = homo.tolerance_s + het.tolerance_s + 1e-9 * homo.iter_time_s
     assert het.objective_s == pytest.approx(homo.iter_time_s, abs=tol)
     assert _configuration(het.plan) == _configuration(homo.plan)
+
