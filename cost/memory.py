@@ -103,7 +103,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, layer_params,
-                        linear_weight_params, norm_params, output_params)
+                        linear_weight_params, norm_params, output_params, torchtitan_block_mms)
 from paraplan.cost.specs import Framework, Mlp, ModelSpec, Optimizer, Precision
 
 FP32_BYTES = 4
@@ -272,10 +272,10 @@ def torchtitan_op_sac_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     partial sums on every rank. Float8 linears still dispatch aten.mm (on Float8Tensor
     arguments, under the checkpoint's dispatch mode), so the policy is the same for fp8."""
     t = b * m.seq_len / cp
-    h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
+    h, q = m.hidden, m.q_hidden
     r = tp if sp else 1
-    widths = [q / tp, hk / tp, hk / tp, h, f / tp] + ([f / tp] if m.mlp is Mlp.SWIGLU else []) + [h]
-    saved_mm = sum(w for i, w in enumerate(widths) if i % 2 == 0)
+    # the saved mm outputs: the calls cost/flops.torchtitan_sac_recomputed_flops does not rerun
+    saved_mm = sum(n for i, (_, n) in enumerate(torchtitan_block_mms(m, tp)) if i % 2 == 0)
     total = BF16_BYTES * t * h / r  # block input
     total += BF16_BYTES * t * saved_mm
     total += BF16_BYTES * t * q / tp + FP32_BYTES * m.heads * t / tp  # SDPA output + lse
