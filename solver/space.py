@@ -50,6 +50,7 @@ import math
 from dataclasses import dataclass
 
 from paraplan.cost import memory
+from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.space_rules import cp_problem, pp_problem, tp_problem
 from paraplan.cost.specs import Attention, Instance, Outer
@@ -91,8 +92,10 @@ def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, 
     state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw, inst.job.optimizer)
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
+    # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
+    view = moe_attention_view(m) if m.moe is not None else m
     every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
-                   + memory.backward_workspace_bytes(m, b, tp, cp) * frag)
+                   + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
     last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
     fullest_stage = -(-m.layers // pp) * (state + ckpt)
     return every_stage + max(last_stage, fullest_stage)
