@@ -337,9 +337,12 @@ class SearchSpace:
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
     tensor_partitions: tuple[str, ...] = ("megatron",)
+    # expert parallel degrees (MoE models; cost/space_rules.ep_values): None, every divisor of
+    # the experts that divides dp x cp; dense models run ep = 1 only
+    ep: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages"):
+        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "ep"):
             vals = getattr(self, name)
             if vals is not None and (not vals or min(vals) < 1):
                 raise ConfigError(f"search.{name} needs a non-empty list of integers >= 1")

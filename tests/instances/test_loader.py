@@ -20,7 +20,8 @@ BAD = Path(__file__).parent / "bad"
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"
 
 CATALOGUE_NAMES = {"V100-SXM-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB",
-                   "H100-SXM5-96GB", "H200-SXM-141GB", "MI300X", "L40S"}
+                   "H100-SXM5-96GB", "H200-SXM-141GB", "MI300X", "L40S", "B200-SXM-180GB",
+                   "GB200-186GB"}
 
 # fixture in tests/instances/bad -> (the dotted field the error must name, a word of the problem).
 # Files named plan_* are loaded as plans for TINY; the rest as instances.
