@@ -43,10 +43,11 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, Link, Mlp, Outer
 
-# Busiest expert-parallel rank's routed tokens over the mean, with a load-balancing loss in
-# training (the routing that Mixtral, Qwen3-MoE and DeepSeek-V3 train with): 1.1. Source and
-# derivation in cost/published/moe.yaml (imbalance_default), with the plan's sensitivity to it
-# (tests/cost/test_moe.py re-prices a plan at 1.0 and 1.5).
+# Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
+# arXiv 2408.15664), for routing trained with load balancing (Mixtral, Qwen3-MoE, DeepSeek-V3):
+# 1.1. An assumption, not a transcribed measurement (cost/published/moe.yaml, imbalance_default,
+# says so); set model.moe.imbalance to override. tests/cost/test_moe.py prices a plan at 1.0,
+# 1.1 and 1.5.
 DEFAULT_IMBALANCE = 1.1
 # Router logits and probabilities are fp32 in Megatron-core (--moe-router-dtype fp32 for
 # stability; DeepSeek-V3 computes its gate in fp32 too): 4 bytes per token x expert, written by
