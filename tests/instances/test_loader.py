@@ -130,7 +130,8 @@ def test_bundled_instances_are_the_documented_set():
     assert {p.stem for p in INSTANCES.glob("*.yaml")} == {
         "gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100",
         "llama3-8b-64xH100", "tiny-gpt-8xA100", "small-gpt-16xA100", "llama3-8b-128xH200",
-        "gpt3-175b-256xH100"}
+        "gpt3-175b-256xH100", "mixtral-8x7b-64xH100", "qwen3-235b-a22b-256xH100",
+        "deepseek-v3-shaped-2048xH800", "deepseek-v3-shaped-1152xGB200"}
 
 
 def test_catalogue_has_all_types_with_positive_numbers():
