@@ -233,3 +233,24 @@ def test_plan_file_round_trips_ep(tmp_path):
     assert load_plan(path, inst) == p
     bd = simulate(inst, p)
     assert bd.fits and bd.exposed_s["ep_a2a"] > 0
+
+
+def test_memory_categories_split_expert_state_by_the_expert_data_parallel_group():
+    # the Mixtral plan of test_expert_weights_are_sharded...: per layer, experts 176,160,768
+    # parameters with Adam state over 8 ranks (12 / 8 bytes), the rest 41,984,000 over 64
+    # (12 / 64): optimizer bytes of the 32 layers = 32 * (176,160,768 * 1.5 + 41,984,000 *
+    # 0.1875) = 32 * 272,113,152 = 8,707,620,864, plus the embedding stage's share (its own formula)
+    from paraplan.cost import memory
+    from paraplan.cost.memory_breakdown import stage_categories_bytes
+    from paraplan.cost.specs import Plan
+    inst = mixtral()
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    p = Plan.of(o, (32,), (0,))
+    c = coefficients.build(inst, o)
+    (cats,) = stage_categories_bytes(inst, p, c)
+    emb = memory.embedding_state_bytes(inst.model, 1, 1, 64, True, True, inst.job.framework,
+                                       inst.job.optimizer)
+    emb_opt = emb * (12 / 64) / (6 + 12 / 64)
+    assert cats["optimizer"] == pytest.approx(8_707_620_864 + emb_opt, rel=1e-9)
+    assert cats["grads"] == pytest.approx(32 * (176_160_768 + 41_984_000) * 4 + emb * 4 / 6.1875,
+                                          rel=1e-9)
