@@ -197,7 +197,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
                   if experts is not None and per_token is not None else "")
         raise InstanceError(name, moe_key,
-                            f"{fam.label} declares experts{counts}, and MoE is read only from"
+                            f"{fam.label} declares mixture-of-experts layers{counts}, and MoE is read only from"
                             " Mixtral, Qwen2-MoE and Qwen3-MoE configs",
                             "describe the model (with its moe: section) under 'model:' in the"
                             " instance YAML")

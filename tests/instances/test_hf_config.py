@@ -486,7 +486,7 @@ def test_head_dim_lifts_the_divisibility_rule(tmp_path):
 def test_any_expert_count_is_refused_as_moe(tmp_path):
     # a Qwen-MoE-style key on an otherwise dense config: refused, not read as dense
     err = refusal(write(tmp_path, llama(num_experts=64, num_experts_per_tok=8)))
-    assert err.field == "num_experts" and "declares experts" in err.problem
+    assert err.field == "num_experts" and "declares mixture-of-experts" in err.problem
     assert "64 experts, 8 per token" in err.problem
     # one expert (or none) is a dense model
     assert model_from_hf_config(write(tmp_path, llama(num_experts=1))).unmodelled == ()
