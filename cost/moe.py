@@ -26,8 +26,10 @@ same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
 
 Load imbalance: routing is never perfectly even, and the busiest ep rank sets the pace of
 every collective and GEMM above. `imbalance` (busiest rank's routed tokens / mean) multiplies
-the routed tokens of the expert GEMMs, the permutation and the all-to-all; a capacity factor
-caps it (tokens beyond an expert's capacity are dropped). Default DEFAULT_IMBALANCE below.
+the routed tokens of the expert GEMMs, the permutation and the all-to-all when ep > 1; a
+capacity factor caps it (tokens beyond an expert's capacity are dropped). With ep = 1 every
+rank runs every expert on its own tokens' top_k copies, exactly k x its tokens however they
+are routed, so no factor applies. Default DEFAULT_IMBALANCE below.
 
 The all-to-all's traffic to peers inside the NVLink domain (cluster.domain_gpus) goes over
 NVLink, the rest over the GPU's own NIC; the two run at once, so the slower sets the time.
@@ -120,17 +122,17 @@ class ExpertTerms:
     params: float  # expert weight parameters one GPU holds
 
 
-def routed_tokens(m, b: int, cp: int) -> float:
+def routed_tokens(m, b: int, cp: int, ep: int) -> float:
     """Routed token copies the busiest ep rank's experts process per micro-batch (the whole tp
-    group's): imbalance x top_k x the tokens of one replica's cp shard. Balanced, every rank
-    receives what it sends: its tokens' top_k copies."""
-    return imbalance(m) * m.moe.top_k * b * m.seq_len / cp
+    group's): imbalance (ep > 1) x top_k x the tokens of one replica's cp shard. Balanced,
+    every rank receives what it sends: its tokens' top_k copies."""
+    return (imbalance(m) if ep > 1 else 1.0) * m.moe.top_k * b * m.seq_len / cp
 
 
-def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool) -> float:
+def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int) -> float:
     """Bytes one rank puts into one dispatch (or combine) all-to-all: its routed copies, bf16,
     of its 1/tp sequence-parallel share of the tokens (tp = 1: all of them)."""
-    return routed_tokens(m, b, cp) * m.hidden * BF16_BYTES / (tp if sp else 1)
+    return routed_tokens(m, b, cp, ep) * m.hidden * BF16_BYTES / (tp if sp else 1)
 
 
 def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bool],
@@ -146,7 +148,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     split = tp if sp else 1  # tokens held per rank before dispatch: 1/tp with sequence parallel
     tokens = b * m.seq_len / cp
-    routed = routed_tokens(m, b, cp)
+    routed = routed_tokens(m, b, cp, o.ep)
     local = moe.experts // o.ep
     per_expert = routed / local
 
@@ -164,7 +166,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
     compute_b = 2 * (router + gemms) + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
 
-    a2a = 2 * all_to_all_time_s(a2a_bytes(m, b, tp, cp, sp), o.ep, links, net)  # dispatch + combine
+    a2a = 2 * all_to_all_time_s(a2a_bytes(m, b, tp, cp, sp, o.ep), o.ep, links, net)  # dispatch + combine
     link, inter = tp_link
     tp_pair = 2 * comm.all_gather_time_s(routed * h * BF16_BYTES, tp, link, inter, net)
 

@@ -46,7 +46,7 @@ def test_all_to_all_bytes_and_time_by_hand():
     inst = mixtral()
     m = replace(inst.model, hidden=1024, heads=8, kv_heads=8, seq_len=1024,
                 moe=MoeSpec(experts=8, top_k=2, expert_ffn=2048, imbalance=1.0))
-    v = moe.a2a_bytes(m, b=1, tp=2, cp=1, sp=True)
+    v = moe.a2a_bytes(m, b=1, tp=2, cp=1, sp=True, ep=4)
     assert v == 2_097_152
     net = NetEfficiency()
     cl = inst.cluster  # 8 GPUs per node: NVLink 450 GB/s per direction (900 both), NIC 400 Gbit/s
@@ -84,12 +84,14 @@ def test_expert_weights_are_sharded_over_ep_and_their_state_over_the_expert_data
 
 
 def test_experts_per_rank_pay_the_per_gemm_cost():
-    # ep = 1 against ep = 8 on Mixtral: each rank receives the same routed copies (t * top_k *
-    # imbalance, balanced all-to-all) and runs the same GEMM FLOPs, but as 8 experts' GEMMs of
-    # 1/8 the size instead of one expert's. The matmul curve charges matmul_half_flops /
-    # (peak * eff_max) per call, so ep = 1 pays 7 experts x 3 GEMMs more per forward and twice
-    # that in backward: 63 calls. Router, permutation and activation passes are the same.
+    # ep = 1 against ep = 8 on Mixtral with perfectly balanced routing (imbalance 1): each rank
+    # receives the same routed copies (t * top_k) and runs the same GEMM FLOPs, but as 8
+    # experts' GEMMs of 1/8 the size instead of one expert's. The matmul curve charges
+    # matmul_half_flops / (peak * eff_max) per call, so ep = 1 pays 7 experts x 3 GEMMs more
+    # per forward and twice that in backward: 63 calls. Router, permutation and activation
+    # passes are the same.
     inst = mixtral()
+    inst = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, imbalance=1.0)))
     gpu = inst.cluster.gpu
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
     one = coefficients.build(inst, replace(o, ep=1))
@@ -110,6 +112,12 @@ def test_imbalance_slows_the_plan_and_a_capacity_factor_caps_it():
     capped = replace(inst.model, moe=replace(inst.model.moe, imbalance=1.5, capacity_factor=1.1))
     assert coefficients.build(replace(inst, model=capped), o).layer_time_s[0] == pytest.approx(times[1])
     assert moe.DEFAULT_IMBALANCE == 1.1 and inst.model.moe.imbalance is None
+    # ep = 1: every rank runs all experts on its own tokens, k copies each whatever the routing
+    one = []
+    for x in (1.0, 1.5):
+        model = replace(inst.model, moe=replace(inst.model.moe, imbalance=x))
+        one.append(coefficients.build(replace(inst, model=model), replace(o, ep=1)).layer_time_s[0])
+    assert one[0] == one[1]
 
 
 def test_nvlink_domain_prices_groups_beyond_a_tray_on_nvlink():
