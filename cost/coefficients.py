@@ -215,6 +215,7 @@ class LayerTerms:
     workspace_bytes: float
     replicated_params: float = 0.0
     grad_sync_s: float = 0.0
+    per_iteration_s: float = 0.0  # compute once per iteration (FP8 weight casts a framework caches)
     # MoE: routed-expert weight parameters a GPU holds (its experts / ep, each 1/tp), whose
     # gradients are reduced over the expert-data-parallel group (cost/moe.py)
     expert_params: float = 0.0
@@ -242,7 +243,7 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=lt.rc_fwd_s + fwd - lt.fwd_s, parts=parts,
                       overlapped=lt.overlapped, act_bytes=lt.act_bytes + x.act_bytes,
                       ckpt_bytes=lt.ckpt_bytes, workspace_bytes=lt.workspace_bytes,
-                      expert_params=x.params)
+                      per_iteration_s=lt.per_iteration_s, expert_params=x.params)
 
 
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
@@ -271,12 +272,16 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         attn_f += _mem_time_s(score_bytes, gpu)
         attn_b = BACKWARD_LINEAR_FACTOR * attn_f
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
-    cast_f = cast_b = 0.0
+    cast_f = cast_b = weight_cast = 0.0
     if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
-        cast_elems_f, cast_elems_b = fp8_cast_elements(
-            m, b, tp, cp, behaviour(inst.job.framework).fp8_dynamic_scaling)
+        fwb = behaviour(inst.job.framework)
+        cast_elems_f, cast_elems_b, cast_elems_w = fp8_cast_elements(
+            m, b, tp, cp, fwb.fp8_dynamic_scaling, fwb.fp8_fused_input_casts)
         cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
         cast_b = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_b, gpu)
+        weight_cast = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_w, gpu)
+        if not fwb.fp8_weight_cache:  # cast again by every micro-batch's forward
+            cast_f, weight_cast = cast_f + weight_cast, 0.0
     epi_f, epi_b = gemm_output_elements(m, b, tp, cp)  # GEMM output stores (its docstring)
     compute_f = lin_f + attn_f + elem_f + cast_f + _mem_time_s(BF16_BYTES * epi_f, gpu)
     compute_b = (BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f + cast_b
@@ -342,7 +347,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
                "cp_comm_exposed": cp_exp_f + cp_exp_b},
         overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b, "tp_comm": tp_hid_f + tp_hid_b},
         act_bytes=act1, ckpt_bytes=memory.checkpoint_activation_bytes(m, b, tp, cp, sp),
-        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp))
+        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp), per_iteration_s=weight_cast)
 
 
 @dataclass(frozen=True)
@@ -449,7 +454,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
     return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b + slow_terms,
                        recompute_time=rc_fwd + z3_b_rc - z3_b,
-                       layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s,
+                       layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s + lt.per_iteration_s,
                        grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
                        gather_s=ag, scatter_s=rs)
 

@@ -46,5 +46,5 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
                      " them exactly)")
     if m.moe is not None and inst.job.precision.value == "fp8":
         lines.append("FP8: Transformer Engine's cached FP8 copies of the routed experts' weights"
-                     " are not counted in memory")
+                     " are not counted in memory, nor their cast once per iteration")
     return lines

@@ -205,20 +205,52 @@ def test_torchtitan_selective_ac_recomputes_every_other_mm():
 
 
 def test_torchao_dynamic_scaling_casts_every_gemm_input_and_weights_twice():
-    # cost/flops.fp8_cast_elements. Transformer Engine (delayed scaling) fuses the casts of the
-    # norms' and the activation's outputs into those kernels: forward casts the attention
-    # output t x q and the weights P once. torchao's dynamic tensorwise scaling adds the two
-    # norm outputs (2 t h), the MLP-out input (t f) and a second weight pass (P).
+    # cost/flops.fp8_cast_elements. Transformer Engine's fused modules (delayed scaling) write
+    # the FP8 inputs of QKV, MLP-in and MLP-out from the norm and activation kernels: the
+    # forward casts the attention output t x q alone, and the weights P once per pass.
+    # torchao's dynamic tensorwise scaling adds the two norm outputs (2 t h), the MLP-out input
+    # (t f) and a second weight pass (2 P).
     # GPT h = 4096 (f = 16384, q = h), tp 1, t = 2048, P = 12 h^2 + 13 h (norms and biases of
-    # layer_params) -> TE forward 2048 x 4096 + P; torchao adds 2 x 2048 x 4096 + 2048 x 16384 + P.
+    # layer_params) -> TE forward 2048 x 4096; torchao adds 2 x 2048 x 4096 + 2048 x 16384.
     from paraplan.cost.flops import fp8_cast_elements, layer_params
     m = replace(_gpt(4096), seq_len=2048)
     p = layer_params(m)
-    te_f, te_b = fp8_cast_elements(m, 1, 1, 1)
-    ao_f, ao_b = fp8_cast_elements(m, 1, 1, 1, dynamic_scaling=True)
-    assert te_f == 2048 * 4096 + p
-    assert ao_f - te_f == 2 * 2048 * 4096 + 2048 * 16384 + p
+    te_f, te_b, te_w = fp8_cast_elements(m, 1, 1, 1)
+    ao_f, ao_b, ao_w = fp8_cast_elements(m, 1, 1, 1, dynamic_scaling=True)
+    assert te_f == 2048 * 4096 and te_w == p
+    assert ao_f - te_f == 2 * 2048 * 4096 + 2048 * 16384 and ao_w == 2 * p
     assert ao_b == te_b
+    # plain te.Linear (llm-foundry's fc_type: te) casts the same inputs as torchao, weights once
+    un_f, _, un_w = fp8_cast_elements(m, 1, 1, 1, fused_input_casts=False)
+    assert un_f == ao_f and un_w == p
+
+
+def test_fp8_weight_casts_once_per_iteration_where_megatron_caches_them():
+    # Megatron-core passes is_first_microbatch to its TE modules: the FP8 weight (and its
+    # transpose) is cast on the first micro-batch and reused, so the cast is a per-iteration
+    # term, not a per-micro-batch one. Composer's te.Linear casts every micro-batch. Same
+    # model, GPU and plan: the per-micro-batch forward differs by the weight cast plus the
+    # three input casts Composer does not fuse (QKV and MLP-in inputs t x h each, MLP-out
+    # input t x f),
+    #   4 bytes x (P + 2 t h + t f) / (HBM bandwidth x memory_eff),
+    # and Megatron's per-iteration term is 4 bytes x P / (HBM bandwidth x memory_eff).
+    from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
+    from paraplan.cost.flops import layer_params
+    from paraplan.cost.specs import Precision
+    base = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
+    m, gpu = base.model, base.cluster.gpu
+    t, h, f, p = m.seq_len, m.hidden, m.ffn, layer_params(m)
+    bw = gpu.hbm_bw_bytes_per_s * gpu.memory_eff
+    terms = {}
+    for fw in (Framework.MEGATRON, Framework.COMPOSER):
+        inst = replace(base, job=replace(base.job, framework=fw, precision=Precision.FP8))
+        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).outer
+        site = homogeneous_placement(inst.cluster, o).sites[0]
+        terms[fw] = megatron_layer(inst, o, site, NetEfficiency())
+    meg, com = terms[Framework.MEGATRON], terms[Framework.COMPOSER]
+    assert com.fwd_s - meg.fwd_s == pytest.approx(4 * (p + 2 * t * h + t * f) / bw, rel=1e-9)
+    assert meg.per_iteration_s == pytest.approx(4 * p / bw, rel=1e-9)
+    assert com.per_iteration_s == 0 and com.bwd_s == pytest.approx(meg.bwd_s, rel=1e-12)
 
 
 def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
