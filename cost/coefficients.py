@@ -175,6 +175,30 @@ def tp_overlap_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
     return max(comm_s - gemm_s, comm_s / tp)
 
 
+def tp_backward_exposed(tp_f: float, qkv_gemm_s: float, mlp_in_gemm_s: float,
+                        sp: bool) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one layer's backward tensor-parallel communication where the
+    framework overlaps it as Megatron-LM's column-parallel linears do
+    (tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication; on by default,
+    --no-async-tensor-model-parallel-allreduce turns it off). `tp_f` is the forward's time
+    (2 all-reduces, or with sequence parallelism 4 collectives of a quarter each).
+
+    Without sequence parallelism the row-parallel linears (attention-out, MLP-out) need no
+    backward communication and each column-parallel one (QKV, MLP-in) all-reduces its input
+    gradient while its weight-gradient GEMM runs (as long as the forward GEMM). With sequence
+    parallelism the gradients of the row-parallel outputs are all-gathered before their backward
+    GEMMs can start (exposed); each column-parallel linear all-gathers its saved input shard
+    again behind its input-gradient GEMM and reduce-scatters the input gradient behind its
+    weight-gradient GEMM: 6 collectives against the forward's 4."""
+    if sp:
+        one = tp_f / 4
+        exposed = 2 * one + sum(2 * max(0.0, one - g) for g in (qkv_gemm_s, mlp_in_gemm_s))
+        return exposed, 6 * one - exposed
+    one = tp_f / 2
+    exposed = sum(max(0.0, one - g) for g in (qkv_gemm_s, mlp_in_gemm_s))
+    return exposed, 2 * one - exposed
+
+
 def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     block = o.tp * o.cp * o.dp  # consecutive ranks of one pipeline stage
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
@@ -224,8 +248,10 @@ class LayerTerms:
 def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
     """One MoE layer under Megatron 1-D tensor parallelism: its attention view (attention and
     shared MLP, cost/flops.moe_attention_view) as a dense layer, plus cost/moe.py's router,
-    experts, permutation, all-to-all and the routed tokens' tp collectives. Without a shared
-    MLP the view's second tp collective pair (the MLP's) is the routed tokens' pair instead."""
+    experts, permutation, all-to-all and the routed tokens' tp collectives (all exposed: the
+    token dispatcher's collectives are not overlapped). Without a shared MLP, the MLP's half of
+    the view's exposed tp communication is replaced by the routed tokens' pair (an
+    approximation in backward, where the view overlaps its collectives unevenly)."""
     m = inst.model
     lt = megatron_layer(replace(inst, model=moe_attention_view(m)), o, site, net)
     mm = fp8_matmul_time_s if inst.job.precision is Precision.FP8 else _mm_time_s
@@ -288,11 +314,16 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
                  + _mem_time_s(BF16_BYTES * epi_b, gpu))
 
     # tensor parallel: 2 all-reduces forward, 2 backward (with sp: all-gather + reduce-scatter
-    # pairs of the same ring volume); on the critical path (Megatron-LM default, no TP overlap)
+    # pairs of the same ring volume); the forward's are on the critical path (Megatron-LM's
+    # default, no TP overlap); the backward's as the framework runs them (tp_backward_exposed)
     act_bytes = tokens * m.hidden * BF16_BYTES
     tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
     tp_hid_f = tp_hid_b = 0.0
+    fwb = behaviour(inst.job.framework)
+    if tp > 1 and fwb.tp_backward_async and not (inst.job.tp_comm_overlap and sp and not tp_inter):
+        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
+        tp_b, tp_hid_b = tp_backward_exposed(tp_f, gemm[0], sum(gemm[2:-1]), sp)
     if inst.job.tp_comm_overlap and sp and tp > 1 and not tp_inter:
         # with sequence parallelism the 2 all-reduces are 4 collectives of equal time (all-gather
         # before QKV and MLP-in, reduce-scatter after attention-out and MLP-out), each pipelined

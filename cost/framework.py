@@ -55,6 +55,11 @@ class Behaviour:
     # FP8 weight copies cast once per iteration and reused by every micro-batch (Megatron-core
     # passes is_first_microbatch to its TE modules) rather than cast again each micro-batch
     fp8_weight_cache: bool = False
+    # tensor parallelism's backward collectives overlapped with the weight/input-gradient GEMMs
+    # (Megatron-LM's async tensor-model-parallel all-reduce: cost/coefficients.tp_backward_exposed);
+    # False: every backward collective on the critical path (torchtitan's DTensor TP without
+    # its compile-only async TP)
+    tp_backward_async: bool = False
 
 
 _TABLE = {
@@ -66,7 +71,7 @@ _TABLE = {
                                   max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                   grad_reduce_bytes=4, scatter_bucket_params=None,
                                   grad_bucket_params=40e6, grad_bucket_params_zero2=40e6,
-                                  fp8_weight_cache=True),
+                                  fp8_weight_cache=True, tp_backward_async=True),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
     # (training.mixed_precision_reduce = float32); DDP (dp_replicate) buckets of 25 MB (torch
     # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients. Float8 linears are
