@@ -18,16 +18,17 @@ name so a breakdown can be reported without re-deriving anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from paraplan.cost import comm, memory
+from paraplan.cost import comm, memory, moe
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
 from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
 from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
+from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, Outer, Precision,
                         Recompute)
@@ -143,6 +144,10 @@ class Site:
     tp_link: tuple[Link, bool]
     cp_link: tuple[Link, bool]
     dp_link: tuple[Link, bool]
+    # MoE plans with ep > 1 (cost/moe.py): the expert-parallel all-to-all's links and the
+    # expert-data-parallel group's link; None: the site's dp_link stands for both
+    ep_links: moe.EpLinks | None = None
+    edp_link: tuple[Link, bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +204,9 @@ def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
                 cp_link=comm.group_link(cl, o.cp, o.tp),
                 dp_link=comm.group_link(cl, o.dp * o.cp, o.tp))
+    if o.ep > 1:  # expert ranks: ep of them tp apart, expert-data-parallel ones tp*ep apart
+        site = replace(site, ep_links=moe.ep_links(cl, o.ep, o.tp),
+                       edp_link=comm.group_link(cl, o.dp * o.cp // o.ep, o.tp * o.ep))
     pp = o.pp
     pairs = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if o.virtual_stages > 1 and pp > 1 else [])
     edges = tuple(comm.pair_link(cl, a * block, block, (z - a) * block) for a, z in pairs)
@@ -232,10 +240,42 @@ class LayerTerms:
     replicated_params: float = 0.0
     grad_sync_s: float = 0.0
     per_iteration_s: float = 0.0  # compute once per iteration (FP8 weight casts a framework caches)
+    # MoE: routed-expert weight parameters a GPU holds (its experts / ep, each 1/tp), whose
+    # gradients are reduced over the expert-data-parallel group (cost/moe.py)
+    expert_params: float = 0.0
+
+
+def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
+    """One MoE layer under Megatron 1-D tensor parallelism: its attention view (attention and
+    shared MLP, cost/flops.moe_attention_view) as a dense layer, plus cost/moe.py's router,
+    experts, permutation, all-to-all and the routed tokens' tp collectives (all exposed: the
+    token dispatcher's collectives are not overlapped). Without a shared MLP, the MLP's half of
+    the view's exposed tp communication is replaced by the routed tokens' pair (an
+    approximation in backward, where the view overlaps its collectives unevenly)."""
+    m = inst.model
+    lt = megatron_layer(replace(inst, model=moe_attention_view(m)), o, site, net)
+    mm = fp8_matmul_time_s if inst.job.precision is Precision.FP8 else _mm_time_s
+    x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
+                         mm, _mem_time_s)
+    view_mlp_tp = 0.0 if m.moe.shared_ffn else lt.parts["tp_comm"] / 2
+    tp_f = x.tp_f_s - view_mlp_tp / 2
+    tp_b = x.tp_b_s - view_mlp_tp / 2
+    fwd = lt.fwd_s + x.compute_f_s + x.a2a_f_s + tp_f
+    bwd = lt.bwd_s + x.compute_b_s + x.a2a_b_s + tp_b
+    parts = dict(lt.parts)
+    parts["compute"] += x.compute_f_s + x.compute_b_s
+    parts["tp_comm"] += tp_f + tp_b
+    parts["ep_a2a"] = x.a2a_f_s + x.a2a_b_s
+    return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=lt.rc_fwd_s + fwd - lt.fwd_s, parts=parts,
+                      overlapped=lt.overlapped, act_bytes=lt.act_bytes + x.act_bytes,
+                      ckpt_bytes=lt.ckpt_bytes, workspace_bytes=lt.workspace_bytes,
+                      per_iteration_s=lt.per_iteration_s, expert_params=x.params)
 
 
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
     """Megatron-LM 1-D tensor parallelism (column-then-row splits, optional sequence parallel)."""
+    if inst.model.moe is not None:
+        return moe_layer(inst, o, site, net)
     m, gpu = inst.model, site.gpu
     tp, cp, b, sp = o.tp, o.cp, o.micro_batch, o.sequence_parallel
     flash = inst.job.attention is Attention.FLASH
@@ -245,7 +285,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
 
     mms = layer_matmuls(m, b, tp, cp)
     fp8 = inst.job.precision is Precision.FP8
-    lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls)
+    lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls if f)
     keys = m.seq_len / cp  # keys per kernel call (one ring step with cp > 1)
     attn_eff = gpu.attention_eff * keys / (keys + ATTENTION_HALF_KEYS)
     attn_f = mms.attention_core / (gpu.peak_flops_per_s * attn_eff)
@@ -282,13 +322,13 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     tp_hid_f = tp_hid_b = 0.0
     fwb = behaviour(inst.job.framework)
     if tp > 1 and fwb.tp_backward_async and not (inst.job.tp_comm_overlap and sp and not tp_inter):
-        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls]
+        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
         tp_b, tp_hid_b = tp_backward_exposed(tp_f, gemm[0], sum(gemm[2:-1]), sp)
     if inst.job.tp_comm_overlap and sp and tp > 1 and not tp_inter:
         # with sequence parallelism the 2 all-reduces are 4 collectives of equal time (all-gather
         # before QKV and MLP-in, reduce-scatter after attention-out and MLP-out), each pipelined
         # with the GEMM beside it; backward pairs them with the dgrad + wgrad GEMMs
-        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls]
+        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
         beside = (gemm[0], gemm[1], sum(gemm[2:-1]), gemm[-1])
         one = tp_f / len(beside)
         exp_f = sum(tp_overlap_exposed(one, g, tp) for g in beside)
@@ -376,6 +416,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
 
     # lp: the parameters one GPU holds, its 1/tp share plus any replicated over the group
     assert not (o.zero == 3 and lt.replicated_params), "token splits are not priced with ZeRO-3"
+    assert not (o.zero == 3 and lt.expert_params), "MoE is not priced with ZeRO-3 (space_rules)"
     lp = layer_params(m) / o.tp + lt.replicated_params
     parts = dict(lt.parts)
     overlapped = dict(lt.overlapped)
@@ -434,6 +475,10 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         # the group's weight-gradient all-reduce of token-split ops comes first (the same
         # gradients, then reduced over the data-parallel ranks); once per iteration
         g_sync += lt.grad_sync_s
+        if lt.expert_params:  # MoE: expert gradients over the expert-data-parallel group
+            e_sync, e_ag, e_step = _expert_sync(lt.expert_params, dp_n // o.ep,
+                                                site.edp_link or site.dp_link, o.zero, fw, gpu, net)
+            g_sync, ag_after, step_s = g_sync + e_sync, ag_after + e_ag, step_s + e_step
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it
         g_exposed = max(0.0, g_sync - bwd)
     g_hidden = g_sync - g_exposed
@@ -443,6 +488,22 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
                        layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s + lt.per_iteration_s,
                        grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
                        gather_s=ag, scatter_s=rs)
+
+
+def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, fw, gpu,
+                 net: NetEfficiency) -> tuple[float, float, float]:
+    """Once per iteration, a GPU's expert weights over the expert-data-parallel group (ZeRO 0:
+    all-reduce; 1 and 2: the distributed optimizer's reduce-scatter and all-gather, the state
+    sharded over that group, as Megatron-core's distributed optimizer shards expert
+    parameters): (gradient reduction, weight all-gather, optimizer step) seconds."""
+    lk, inter = link
+    gb = params * fw.grad_reduce_bytes
+    calls = bucket_calls(fw.grad_bucket_params_zero2 if zero == 2 else fw.grad_bucket_params, params)
+    step = _mem_time_s(params / (ranks if zero >= 1 else 1) * ADAM_STEP_BYTES_PER_PARAM, gpu)
+    if zero == 0:
+        return comm.all_reduce_time_s(gb, ranks, lk, inter, net, calls), 0.0, step
+    return (comm.all_gather_time_s(gb, ranks, lk, inter, net, calls),
+            comm.all_gather_time_s(params * BF16_BYTES, ranks, lk, inter, net, calls), step)
 
 
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
@@ -547,6 +608,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
             state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw, opt)
                                + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                                + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
+            if x.terms.expert_params:  # sharded over the expert-data-parallel group
+                state_of[id(x)] += x.terms.expert_params * memory.state_bytes_per_param(
+                    o.zero, dp_n // o.ep, fw, opt)
     state = [state_of[id(x)] for x in per_stage]
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)

@@ -19,7 +19,8 @@ the faster of the two for each size; `all_reduce_time_s` does the same, min(ring
 
 Rank layout follows Megatron-LM's default order: tp varies fastest, then cp, then dp, then pp.
 A group whose members lie `stride` ranks apart and span `size * stride` consecutive ranks stays
-inside one node iff `size * stride <= gpus_per_node`.
+inside one node iff `size * stride <= gpus_per_node`; "node" here is the NVLink domain
+(`ClusterSpec.domain_gpus`: the node, or a rack-scale domain such as GB200 NVL72's 72 GPUs).
 
 A group that spans nodes with g members in each node runs g rings (NCCL channels) side by side,
 one through each member's NIC, so its per-rank bandwidth is min(NVLink, g * NIC): a tp=8, dp=N
@@ -72,9 +73,9 @@ def _tree_depth_latency_s(cluster: ClusterSpec, per_node: int, nodes: int) -> fl
 
 def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool]:
     """The effective link of a group of `size` ranks `stride` apart, and whether it is inter-node."""
-    if size * stride <= cluster.gpus_per_node:
+    if size * stride <= cluster.domain_gpus:
         return cluster.intra_node, False
-    per_node = max(1, min(size, cluster.gpus_per_node // stride))
+    per_node = max(1, min(size, cluster.domain_gpus // stride))
     nodes = max(2, -(-size // per_node))
     bw = min(cluster.intra_node.bw_bytes_per_s, per_node * cluster.inter_node.bw_bytes_per_s)
     # every rank sends at once in a ring step, so a step lasts as long as its slowest hop: the
@@ -87,7 +88,7 @@ def pair_link(cluster: ClusterSpec, first_rank: int, count: int, offset: int) ->
     """Link of the point-to-point transfers rank r -> r + offset for the `count` consecutive
     ranks starting at `first_rank` (e.g. one pipeline stage sending to the next). They run in
     parallel, so the slowest pair sets the pace: the NIC if any pair crosses a node boundary."""
-    gpn = cluster.gpus_per_node
+    gpn = cluster.domain_gpus
     r = first_rank
     # some pair crosses iff a node boundary lies strictly inside the span of one pair
     crosses = any((x // gpn) != ((x + offset) // gpn) for x in range(r, r + min(count, gpn)))

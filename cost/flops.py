@@ -15,7 +15,7 @@ a band of the causal score matrix (`causal_score_fraction`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.specs import Mlp, ModelSpec
 
@@ -206,7 +206,10 @@ def norm_params(m: ModelSpec) -> int:
 
 
 def linear_weight_params(m: ModelSpec) -> int:
-    """GEMM weights of one layer (no biases, no norms): what FP8 GEMMs cast and cache."""
+    """GEMM weights of one layer (no biases, no norms): what FP8 GEMMs cast and cache. For an
+    MoE model, of its attention view (the routed experts are cost/moe.py's)."""
+    if m.moe is not None:
+        return linear_weight_params(moe_attention_view(m))
     h, f = m.hidden, m.ffn
     return h * (m.q_hidden + 2 * m.kv_hidden) + m.q_hidden * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
 
@@ -222,7 +225,12 @@ def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
 
 
 def layer_params(m: ModelSpec) -> int:
-    """Parameters of one transformer layer: GEMM weights, biases and norms."""
+    """Parameters of one transformer layer: GEMM weights, biases and norms. For a
+    mixture-of-experts model, of one MoE layer without its routed experts (attention, norms,
+    router, shared MLP): what every rank of the data-parallel group holds 1/tp of; the experts
+    are `expert_layer_params`."""
+    if m.moe is not None:
+        return layer_params(moe_attention_view(m)) + router_params(m)
     h, f = m.hidden, m.ffn
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     biases = ((m.q_hidden + 2 * m.kv_hidden) * m.qkv_bias + h * m.attn_out_bias
@@ -247,7 +255,21 @@ def output_params(m: ModelSpec) -> int:
 
 
 def model_params(m: ModelSpec) -> int:
-    return m.layers * layer_params(m) + embedding_params(m) + input_extra_params(m) + output_params(m)
+    """Every parameter of the model (for an MoE model: all experts, `active_params` for the
+    ones a token uses)."""
+    rest = embedding_params(m) + input_extra_params(m) + output_params(m)
+    if m.moe is not None:
+        return _moe_body_params(m, m.moe.experts) + rest
+    return m.layers * layer_params(m) + rest
+
+
+def active_params(m: ModelSpec) -> int:
+    """Parameters one token's forward pass uses: every dense parameter, and of each MoE layer's
+    routed experts only its top_k (what MoE papers call active parameters)."""
+    rest = embedding_params(m) + input_extra_params(m) + output_params(m)
+    if m.moe is not None:
+        return _moe_body_params(m, m.moe.top_k) + rest
+    return model_params(m)
 
 
 def model_flops_per_token(m: ModelSpec) -> float:
@@ -255,7 +277,52 @@ def model_flops_per_token(m: ModelSpec) -> float:
 
     Uses the full (non-causal) attention count 12*layers*s*(heads*head_dim), as PaLM's MFU
     definition (Chowdhery et al. 2022, Appendix B: 12*L*H*Q*T) does, so MFU figures compare with
-    published ones; a windowed layer counts the min(w, s) keys it attends to.
+    published ones; a windowed layer counts the min(w, s) keys it attends to. An MoE model counts
+    its active parameters (top_k routed experts per MoE layer), as published MoE MFU figures do
+    (DeepSeek-V3's and Megatron-core's MoE reports count active FLOPs).
     """
-    dense = 6 * (m.layers * layer_params(m) + m.vocab * m.hidden)
+    if m.moe is not None:
+        body = _moe_body_params(m, m.moe.top_k)
+    else:
+        body = m.layers * layer_params(m)
+    dense = 6 * (body + m.vocab * m.hidden)
     return dense + 12 * m.layers * attended_keys(m) * m.q_hidden
+
+
+# --- mixture of experts (ModelSpec.moe) ------------------------------------------------------
+
+def moe_attention_view(m: ModelSpec) -> ModelSpec:
+    """An MoE layer without its router and routed experts, as a dense layer whose MLP is the
+    shared MLP (ffn = shared_ffn; 0: no MLP at all): what cost/coefficients.megatron_layer
+    prices beside cost/moe.py's expert terms."""
+    assert m.moe is not None
+    return replace(m, moe=None, ffn=m.moe.shared_ffn)
+
+
+def router_params(m: ModelSpec) -> int:
+    """The router's hidden x experts gate weight (Mixtral, Qwen-MoE; DeepSeek-V3 adds a
+    per-expert bias, counted too)."""
+    assert m.moe is not None
+    return m.hidden * m.moe.experts
+
+
+def expert_params(m: ModelSpec) -> int:
+    """One routed expert: an MLP of the model's kind and width expert_ffn (no biases)."""
+    assert m.moe is not None
+    return (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * m.moe.expert_ffn
+
+
+def expert_layer_params(m: ModelSpec) -> int:
+    """Every routed expert of one MoE layer."""
+    assert m.moe is not None
+    return m.moe.experts * expert_params(m)
+
+
+def _moe_body_params(m: ModelSpec, experts_used: int) -> int:
+    """The transformer layers of an MoE model, with `experts_used` routed experts per MoE layer:
+    dense layers (the model's ffn) first, then MoE layers."""
+    assert m.moe is not None
+    moe_layers = m.layers - m.moe.dense_layers
+    dense_layer = layer_params(replace(m, moe=None))
+    return (m.moe.dense_layers * dense_layer
+            + moe_layers * (layer_params(m) + experts_used * expert_params(m)))

@@ -41,10 +41,28 @@ others use two matmuls, modelled as `Mlp.GELU`. OPT's ReLU MLP is mapped to `Mlp
 the two matmuls are identical and the element-wise activation differs only in a few FLOPs per
 element, far below the matmuls' cost.
 
-Not modelled, and refused with an error rather than approximated: mixture-of-experts models
-(any of `MOE_KEYS` other than null, 0 or 1, e.g. Mixtral's `num_local_experts`; MoE has its
-own issue) and OPT's input/output projections when `word_embed_proj_dim` differs from
-`hidden_size` (OPT-350m).
+Mixture-of-experts configs (`ModelSpec.moe`, priced by cost/moe.py):
+
+=========================  ===========================================================
+architecture               MoE fields (model fields as Mixtral: Mistral's; Qwen2-MoE: Qwen2's;
+                           Qwen3-MoE: Llama's with head_dim and a per-head q/k RMSNorm)
+=========================  ===========================================================
+MixtralForCausalLM         num_local_experts, num_experts_per_tok; intermediate_size is
+                           each expert's width
+Qwen2MoeForCausalLM        num_experts, num_experts_per_tok, moe_intermediate_size,
+                           shared_expert_intermediate_size; mlp_only_layers (dense layers,
+                           width intermediate_size) must be the first layers, and
+                           decoder_sparse_step 1
+Qwen3MoeForCausalLM        as Qwen2-MoE without a shared expert
+=========================  ===========================================================
+
+DeepSeek-V3 (and V2) configs are refused in one line: their multi-head latent attention
+(q_lora_rank, kv_lora_rank) is not priced; a DeepSeek-V3-shaped model with grouped-query
+attention is described in YAML instead (instances/deepseek-v3-shaped-*.yaml).
+
+Not modelled, and refused with an error rather than approximated: an expert count (any of
+`MOE_KEYS` other than null, 0 or 1) on an architecture not listed above as MoE, and OPT's
+input/output projections when `word_embed_proj_dim` differs from `hidden_size` (OPT-350m).
 
 Every problem raises one `InstanceError(path, field, problem, fix)`, the field being the JSON
 key (or "line L, column C" for malformed JSON). A config.json larger than MAX_HF_CONFIG_BYTES
@@ -64,7 +82,7 @@ from typing import Any
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.hf_layout import read_layout, unread_keys_note
 from paraplan.cost.ranges import RANGES, out_of_range, range_text
-from paraplan.cost.specs import Mlp, ModelSpec
+from paraplan.cost.specs import Mlp, ModelSpec, MoeSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
 # expert counts of the mixture-of-experts configs (Mixtral; Qwen-MoE and OLMoE; DeepSeek;
@@ -104,6 +122,8 @@ _FAMILIES = {
     "mistral": _Family("Mistral", **_LLAMA_KEYS, kv="required"),
     "qwen2": _Family("Qwen2", **_LLAMA_KEYS, kv="required"),
     "mixtral": _Family("Mixtral", **_LLAMA_KEYS, kv="required"),
+    "qwen2_moe": _Family("Qwen2-MoE", **_LLAMA_KEYS, kv="required"),
+    "qwen3_moe": _Family("Qwen3-MoE", **_LLAMA_KEYS, kv="required"),
     # Gemma2Config ties the embeddings by default; its MLP is gated (GELU-tanh gate)
     "gemma2": _Family("Gemma-2", **{**_LLAMA_KEYS, "tied_default": True}, kv="required"),
     "gpt2": _Family("GPT-2", layers=("n_layer",), hidden=("n_embd",), heads=("n_head",),
@@ -133,6 +153,8 @@ _ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2ForCausalLM": "qwen2",
     "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",
@@ -145,6 +167,7 @@ _ARCHITECTURES = {
 
 _MODEL_TYPES = {
     "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2", "gemma2": "gemma2",
+    "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe",
     "gpt2": "gpt2", "gpt_neox": "gpt_neox", "opt": "opt", "bloom": "bloom", "falcon": "falcon",
     "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
 }
@@ -162,25 +185,27 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         path = path / "config.json"
     name = str(path)
     raw = _read_json(name)
+    _refuse_latent_attention(raw, name)
     family_key = _family_key(raw, name)
     fam = _FAMILIES[family_key]
 
     moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
-    if moe_key is not None or family_key == "mixtral":
+    if moe_key is not None and family_key not in MOE_FAMILIES:
         moe_key = moe_key or MOE_KEYS[0]
         experts = raw.get(moe_key)
         per_token = raw.get("num_experts_per_tok")
         counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
                   if experts is not None and per_token is not None else "")
         raise InstanceError(name, moe_key,
-                            f"{fam.label} is a mixture-of-experts model{counts}; MoE is not"
-                            " modelled yet",
-                            "plan a dense model, or describe a dense stand-in under 'model:'"
-                            " in the instance YAML")
+                            f"{fam.label} declares mixture-of-experts layers{counts}, and MoE is read only from"
+                            " Mixtral, Qwen2-MoE and Qwen3-MoE configs",
+                            "describe the model (with its moe: section) under 'model:' in the"
+                            " instance YAML")
 
     cfg = _Config(raw, name, fam.label)
     cfg.mark_read(*MOE_KEYS, "num_experts_per_tok")
     layers = cfg.integer(fam.layers, "layers")
+    moe = _moe(cfg, family_key, layers) if family_key in MOE_FAMILIES else None
     hidden = cfg.integer(fam.hidden, "hidden")
     heads = cfg.integer(fam.heads, "heads")
     vocab = cfg.integer(("vocab_size",), "vocab")
@@ -188,7 +213,10 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     kv_heads = _kv_heads(cfg, fam, raw)
     cfg.raise_missing()
 
-    layout, notes = read_layout(cfg, family_key, layers)
+    layout, notes = read_layout(cfg, MOE_FAMILIES.get(family_key, family_key), layers)
+    if family_key == "qwen3_moe":
+        notes.append("q_norm, k_norm: Qwen3's per-head RMSNorm of queries and keys is not priced"
+                     " (2 x head_dim parameters, one element-wise pass over Q and K)")
     if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
         layout["attention_head_dim"] = None  # the default width: one spelling of one model
     if layout.get("attention_head_dim") is None and hidden % heads:
@@ -224,10 +252,68 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
             mlp=Mlp.SWIGLU if fam.gated else Mlp.GELU,
             tied_embeddings=tied,
             unmodelled=tuple(notes + unread_keys_note(cfg)),
+            moe=moe,
             **layout,
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
         raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
+
+
+# MoE architectures, with the dense family whose attention layout (cost/hf_layout.py) they share
+MOE_FAMILIES = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "llama"}
+# keys of the router's training loss and routing options: element-wise work on the router's
+# experts-wide output, or inference-only
+_ROUTER_KEYS = ("router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
+                "norm_topk_prob", "shared_expert_gate")
+
+
+def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
+    """The MoE fields of a Mixtral / Qwen2-MoE / Qwen3-MoE config (module docstring)."""
+    cfg.mark_read(*_ROUTER_KEYS)
+    experts_key = ("num_local_experts",) if family == "mixtral" else ("num_experts",)
+    experts = cfg.integer(experts_key, "experts")
+    top_k = cfg.integer(("num_experts_per_tok",), "top_k")
+    ffn_key = ("intermediate_size",) if family == "mixtral" else ("moe_intermediate_size",)
+    expert_ffn = cfg.integer(ffn_key, "expert_ffn")
+    shared = 0
+    if family == "qwen2_moe":
+        shared = cfg.integer(("shared_expert_intermediate_size",), "shared_ffn", optional=True) or 0
+    if family == "qwen3_moe" and not cfg.boolean("use_sliding_window", False):
+        cfg.mark_read("sliding_window", "max_window_layers")  # Qwen3MoeConfig: unused then
+    dense = 0
+    if family != "mixtral":
+        step = cfg.integer(("decoder_sparse_step",), "dense_layers", optional=True)
+        if step not in (None, 1):
+            raise InstanceError(cfg.name, "decoder_sparse_step", f"{step}: MoE layers alternate"
+                                " with dense ones, which is not priced (every layer after the"
+                                " dense prefix is an MoE layer)", "describe the model under"
+                                " 'model:' in the instance YAML")
+        cfg.read.add("mlp_only_layers")
+        only = cfg.raw.get("mlp_only_layers") or []
+        if not isinstance(only, list) or sorted(only) != list(range(len(only))):
+            raise InstanceError(cfg.name, "mlp_only_layers", f"{shown(only)}: only dense layers"
+                                " before the first MoE layer are priced", "describe the model"
+                                " under 'model:' in the instance YAML")
+        dense = len(only)
+    cfg.raise_missing()
+    if top_k > experts:
+        raise InstanceError(cfg.name, "num_experts_per_tok", f"{top_k} experts per token but"
+                            f" only {experts} experts", "correct the expert counts")
+    if dense >= layers:
+        raise InstanceError(cfg.name, "mlp_only_layers", "every layer is dense",
+                            "plan it as a dense model")
+    return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared,
+                   dense_layers=dense)
+
+
+def _refuse_latent_attention(raw: dict, name: str) -> None:
+    """DeepSeek-V2/V3's multi-head latent attention: one line, before anything else."""
+    key = next((k for k in ("kv_lora_rank", "q_lora_rank") if raw.get(k) is not None), None)
+    if key is not None:
+        raise InstanceError(name, key, "multi-head latent attention (DeepSeek-V2/V3's"
+                            " low-rank compressed Q and KV) is not priced",
+                            "describe a grouped-query stand-in under 'model:' in the instance"
+                            " YAML (e.g. instances/deepseek-v3-shaped-2048xH800.yaml)")
 
 
 def _declares_experts(value: Any) -> bool:

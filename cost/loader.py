@@ -141,7 +141,7 @@ from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown 
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
-                        ModelSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
+                        ModelSpec, MoeSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -162,20 +162,24 @@ _JOB_FILE_KEYS = ("job", "search")
 MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mlp",
                "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
                "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
-               "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled")
+               "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled",
+               "moe")
+MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "capacity_factor",
+            "imbalance")
 # ModelSpec fields whose YAML key differs from the field's name
 _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
-                 "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us")
+                 "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
+                 "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
-              "partitions")
+              "partitions", "ep")
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
-                "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions")
+                "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions", "ep")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
 
@@ -697,6 +701,11 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         if top.has("search"):
             search_sec = top.section("search", SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
+    if model_spec.moe is not None and job_spec.framework is not Framework.MEGATRON:
+        raise InstanceError(" + ".join(sources), "job.framework",
+                            f"{model_spec.name} is a mixture-of-experts model, and paraplan prices"
+                            f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
+                            "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
@@ -728,7 +737,7 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     """The planner's declared space; absent keys keep SearchSpace's documented defaults. With
     `framework`, a listed value that framework can never run is refused (module docstring)."""
     kw: dict[str, Any] = {}
-    for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero"):
+    for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero", "ep"):
         if sec.has(key):
             kw[key] = sec.list_of(key, lambda v, f, key=key: _check_int(v, sec.path, f, key),
                                   "integers")
@@ -840,7 +849,26 @@ def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
             sliding_window_tokens=window,
             sliding_window_layers=window_layers,
             unmodelled=_lines(sec, "unmodelled"),
+            moe=moe_from_section(sec.section("moe", MOE_KEYS), layers) if sec.has("moe") else None,
         )
+
+
+def moe_from_section(sec: Section, layers: int) -> MoeSpec:
+    """`model.moe:` (cost/specs.MoeSpec): experts, top_k and expert_ffn required."""
+    experts, top_k = sec.integer("experts"), sec.integer("top_k")
+    if top_k > experts:
+        raise sec.error("top_k", f"{top_k} experts per token but only {experts} experts",
+                        "give top_k <= experts")
+    dense = sec.integer("dense_layers", 0)
+    if dense >= layers:
+        raise sec.error("dense_layers", f"{dense} dense layers leave none of the model's {layers}"
+                        " layers for experts", "give fewer dense_layers than layers, or drop moe"
+                        " for a dense model")
+    cap = sec.number("capacity_factor", None) if sec.has_value("capacity_factor") else None
+    with config_errors_as(sec.path, sec.prefix, "correct the MoE description"):
+        return MoeSpec(experts=experts, top_k=top_k, expert_ffn=sec.integer("expert_ffn"),
+                       shared_ffn=sec.integer("shared_ffn", 0), dense_layers=dense,
+                       capacity_factor=cap, imbalance=sec.number("imbalance", None))
 
 
 def _lines(sec: Section, key: str) -> tuple[str, ...]:
@@ -870,6 +898,14 @@ def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
     if problem is not None:
         raise sec.error("nodes", f"nodes x gpus_per_node = {nodes * gpus_per_node:,} GPUs: {problem}",
                         "check nodes and gpus_per_node")
+    domain = sec.integer("nvlink_domain_gpus", None)
+    if domain is not None and (domain % gpus_per_node or (nodes * gpus_per_node) % domain):
+        raise sec.error("nvlink_domain_gpus", f"{domain} GPUs per NVLink domain is not a whole"
+                        f" number of {gpus_per_node}-GPU nodes dividing the cluster's"
+                        f" {nodes * gpus_per_node} GPUs",
+                        "give a multiple of gpus_per_node that divides nodes x gpus_per_node"
+                        " (GB200 NVL72: gpus_per_node 4, nvlink_domain_gpus 72), or leave it out"
+                        " when NVLink ends at the node")
     with config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
         return ClusterSpec(
             gpu=gpus[gpu_name],
@@ -884,6 +920,7 @@ def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
                 latency_s=units.us_to_s(sec.number("inter_node_latency_us", 10.0)),
             ),
             intra_node_kind=sec.choice("intra_node_link", _LINK_KINDS, "nvlink"),
+            nvlink_domain_gpus=domain,
         )
 
 
@@ -973,6 +1010,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             layers_per_stage=layers_per_stage,
             full_recompute_layers=full,
             partitions=_plan_partitions(sec),
+            ep=sec.integer("ep", 1),
         )
         plan.check_against(inst)
     return plan
@@ -1013,6 +1051,8 @@ def plan_to_mapping(plan: Plan) -> dict:
     }
     if plan.partitions:
         out["partitions"] = dict(plan.partitions)
+    if plan.ep > 1:  # absent: 1 (dense plan files stay as they were)
+        out["ep"] = plan.ep
     # Only with NONE does `full` read back as the same Plan (full maps to NONE).
     if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
         out["recompute"] = RECOMPUTE_FULL
@@ -1039,6 +1079,10 @@ def instance_to_mapping(inst: Instance) -> dict:
         if value is None or value == ():  # an optional key left out: its default
             continue
         key = _MODEL_FIELD_KEYS.get(f.name, f.name)
+        if f.name == "moe":
+            model[key] = {g.name: getattr(value, g.name) for g in fields(value)
+                          if getattr(value, g.name) is not None}
+            continue
         model[key] = (value.value if isinstance(value, Enum)
                       else list(value) if isinstance(value, tuple) else value)
     cl = inst.cluster
@@ -1051,6 +1095,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         "nic_gbit_per_s": cl.inter_node.bw_bytes_per_s / units.GBIT_BYTES,
         "inter_node_latency_us": cl.inter_node.latency_s / units.US_S,
     }
+    if cl.nvlink_domain_gpus is not None:
+        cluster["nvlink_domain_gpus"] = cl.nvlink_domain_gpus
     job = {"global_batch": inst.job.global_batch, "precision": inst.job.precision.value,
            "optimizer": inst.job.optimizer.value, "attention": inst.job.attention.value,
            "framework": inst.job.framework.value}

@@ -27,6 +27,7 @@ import numpy as np
 
 from paraplan.cost import memory, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
+from paraplan.cost.flops import expert_params
 from paraplan.cost.specs import Instance, Plan
 
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
@@ -52,15 +53,21 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     runtime = memory.runtime_bytes(tp, cp, o.dp, pp)
+    # MoE: a GPU's experts (experts / ep, each 1/tp) are sharded over the expert-data-parallel
+    # group (shard / ep ranks), so their state splits by that group's shares (cost/moe.py)
+    ex = (m.moe.experts // o.ep) * expert_params(m) / tp if m.moe is not None else 0.0
+    ew, eg, eo = _state_shares(o.zero, shard // o.ep, fw, inst.job.optimizer)
     out = []
     for s in range(pp):
         embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw, inst.job.optimizer)
-        param_state = n[s] * (c.layer_state_bytes[s] - fp8) + embed  # (parameters x spp) terms
+        # (parameters x spp) terms
+        param_state = n[s] * (c.layer_state_bytes[s] - fp8 - ex * (ew + eg + eo)) + embed
         logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
         acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s])
         workspace = c.stage_mem_bytes[s] - embed - logits - runtime
-        cats = {"weights": param_state * w / spp + n[s] * fp8, "grads": param_state * g / spp,
-                "optimizer": param_state * opt / spp, "activations": float(acts), "logits": logits,
+        cats = {"weights": param_state * w / spp + n[s] * (fp8 + ex * ew),
+                "grads": param_state * g / spp + n[s] * ex * eg,
+                "optimizer": param_state * opt / spp + n[s] * ex * eo, "activations": float(acts), "logits": logits,
                 "workspace": float(workspace), "runtime": runtime}
         assert abs(sum(cats.values()) - total[s]) <= 1e-6 * total[s], "categories must sum to the total"
         out.append({k: float(v) for k, v in cats.items()})

@@ -69,12 +69,30 @@ RANGES: dict[str, Range] = {
                                    integer=True),
     "logit_softcapping": Range(0, 1_000_000, "", "a cap on logits; Gemma 2 caps attention"
                                " scores at 50 and final logits at 30"),
+    # --- mixture of experts (instance `model.moe:`, Hugging Face MoE configs) --------------
+    "experts": Range(2, 65_536, "", "routed experts per MoE layer: Mixtral 8, Qwen3-MoE 128,"
+                     " DeepSeek-V3 256", integer=True),
+    "top_k": Range(1, 65_536, "", "experts per token: Mixtral 2, Qwen3-MoE and DeepSeek-V3 8;"
+                   " at most the experts", integer=True),
+    "expert_ffn": Range(1, 4_194_304, "", "as ffn: one expert's MLP width (DeepSeek-V3: 2,048,"
+                        " Mixtral: 14,336)", integer=True),
+    "shared_ffn": Range(0, 4_194_304, "", "as ffn; 0: no shared expert (Mixtral, Qwen3-MoE)",
+                        integer=True),
+    "dense_layers": Range(0, 1_000_000, "", "dense layers before the first MoE layer"
+                          " (DeepSeek-V3: 3); fewer than the layers", integer=True),
+    "capacity_factor": Range(1, 64, "", "tokens an expert may take over its mean share: GShard"
+                             " and Switch train with 1 to 2; 64 is beyond any published"),
+    "imbalance": Range(1, 64, "", "busiest expert-parallel rank's routed tokens over the mean:"
+                       " 1 is perfect balance; 64 is beyond any published routing statistic"),
+    "ep": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     # --- cluster (instance `cluster:`, part files, node groups, calibration rows) ------------
     "nodes": Range(1, 1_000_000, "", "10x the nodes of the largest clusters announced",
                    integer=True),
     "gpus_per_node": Range(1, 1_024, "", "8 in a DGX server; one NVLink domain holds 72 (GB200"
                            " NVL72) to 576 (NVL576) GPUs", integer=True),
     "num_gpus": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "nvlink_domain_gpus": Range(1, 1_024, "", "as gpus_per_node: GB200 NVL72 joins 72 GPUs of 18"
+                                " trays in one NVLink domain, NVL576 576", integer=True),
     "intra_node_gbytes_per_s": Range(1, 100_000, "GB/s", "PCIe 3.0 x4 moves 8 GB/s, NVLink 5"
                                      " 1,800 GB/s per GPU"),
     "intra_node_GBps_per_gpu": Range(1, 100_000, "GB/s", "as intra_node_gbytes_per_s"),

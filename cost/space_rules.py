@@ -84,10 +84,61 @@ def pp_problem(p: int, model: ModelSpec, gpus: int, max_pp: int | None) -> str |
     return None
 
 
+def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int,
+              mixed_cluster: bool = False) -> list[int]:
+    """The expert-parallel degrees of the space for a plan whose data-parallel x context-parallel
+    group has `ranks` GPUs: the listed values (default: every divisor of the expert count) that
+    divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py). A
+    dense model runs ep = 1 only; so does an MoE model on a mixed cluster until its planner
+    places expert groups (each replica then holds every expert). The one rule solver/space.py
+    and solver/hetero_space.py both use."""
+    if model.moe is None or mixed_cluster:
+        return [1]
+    vals = listed if listed is not None else _divisors(model.moe.experts)
+    return [e for e in vals if model.moe.experts % e == 0 and ranks % e == 0]
+
+
+def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:
+    """Why an outer configuration cannot run an MoE model, or None (always None when dense)."""
+    if model.moe is None:
+        return None
+    if tp > 1 and not sp:
+        return ("Megatron-core runs MoE layers with tp > 1 only with sequence parallelism"
+                " (its MoE README)")
+    if zero == 3:
+        return "ZeRO-3 of expert weights is not priced yet (cost/moe.py)"
+    return None
+
+
+def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> Refusal | None:
+    """A listed `search:` value, or a framework, that the model's experts can never use."""
+    if model.moe is None:
+        if "ep" in given and space.ep is not None and max(space.ep) > 1:
+            return Refusal("ep", f"ep={max(space.ep)} needs a mixture-of-experts model, and"
+                           f" {model.name} is dense (no model.moe)", "use ep: [1] or drop the key")
+        return None
+    if "ep" in given and space.ep is not None:
+        for e in space.ep:
+            if model.moe.experts % e:
+                return Refusal("ep", f"ep={e} does not divide the model's {model.moe.experts}"
+                               " experts", "use a divisor of the expert count; drop it from the list")
+    if "zero" in given and set(space.zero) == {3}:
+        return Refusal("zero", "ZeRO-3 of expert weights is not priced yet (cost/moe.py)",
+                       "use zero 0, 1 or 2 (1 and 2 shard expert optimizer state over the"
+                       " expert-data-parallel group)")
+    if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
+        return Refusal("tensor_partitions", "per-operator partitions are not priced for MoE"
+                       " layers", "remove spatial_temporal")
+    return None
+
+
 def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    given: frozenset[str]) -> Refusal | None:
     """The first listed `search:` value (keys in `given`) that the instance can never run."""
-    n, gpn = cluster.num_gpus, cluster.gpus_per_node
+    refusal = moe_refusal(space, model, given)
+    if refusal is not None:
+        return refusal
+    n, gpn = cluster.num_gpus, cluster.domain_gpus
     drop = "drop it from the list"
     tps, cps, pps = [], [], []
     for t in (space.tp if space.tp is not None else _powers_of_two(n)):
@@ -179,6 +230,12 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
                 return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
                                f" {model.layers} layers into chunks of two stages or more",
                                "drop it from the list")
+    refusal = moe_refusal(space, model, given)
+    if refusal is not None:
+        return refusal
+    if "ep" in given and space.ep is not None and max(space.ep) > 1:
+        return Refusal("ep", "expert parallelism is not planned on mixed clusters yet (each"
+                       " replica holds every expert)", "use ep: [1], or plan one group alone")
     if "uniform_split" in given and space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"

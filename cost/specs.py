@@ -69,6 +69,45 @@ class Optimizer(str, Enum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MoeSpec:
+    """The mixture-of-experts layers of a model (Shazeer et al. 2017; Fedus et al. 2022, Switch;
+    Jiang et al. 2024, Mixtral; DeepSeek-AI 2024, DeepSeek-V3): the MLP of every layer after the
+    first `dense_layers` is replaced by a router (a hidden x experts linear, softmax / top-k),
+    `experts` routed experts of width `expert_ffn` of which each token visits `top_k`, and an
+    optional always-on shared MLP of total width `shared_ffn` (Qwen2-MoE's shared expert,
+    DeepSeek's n_shared_experts x moe_intermediate_size). Every expert has the model's MLP kind
+    (`ModelSpec.mlp`). The dense layers keep the model's `ffn`.
+
+    `capacity_factor` None is dropless routing (Megatron-core's default, what Mixtral, Qwen3-MoE
+    and DeepSeek-V3 train with); a number caps each expert at capacity_factor x its mean load
+    (GShard, Switch), so the busiest expert never processes more than that.
+
+    `imbalance` is the busiest expert-parallel rank's routed tokens over the mean, applied to
+    the expert GEMMs and the all-to-all (cost/moe.py gives its default and the source).
+    """
+
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int = 0
+    dense_layers: int = 0
+    capacity_factor: float | None = None
+    imbalance: float | None = None  # None: cost/moe.DEFAULT_IMBALANCE
+
+    def __post_init__(self) -> None:
+        if self.experts < 2:
+            raise ConfigError("model.moe.experts must be >= 2 (one expert is a dense MLP)")
+        if not 1 <= self.top_k <= self.experts:
+            raise ConfigError("model.moe.top_k must lie in [1, experts]")
+        if self.expert_ffn < 1 or self.shared_ffn < 0 or self.dense_layers < 0:
+            raise ConfigError("model.moe.expert_ffn must be >= 1, shared_ffn and dense_layers >= 0")
+        if self.capacity_factor is not None and self.capacity_factor < 1.0:
+            raise ConfigError("model.moe.capacity_factor must be >= 1 (or left out: dropless)")
+        if self.imbalance is not None and self.imbalance < 1.0:
+            raise ConfigError("model.moe.imbalance must be >= 1 (the busiest rank over the mean)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A dense decoder-only transformer, as far as its shape changes time and memory.
 
@@ -113,12 +152,20 @@ class ModelSpec:
     # what the model's source declares that the cost model does not price, one line each; shown
     # with every plan (cost/model_notes.py), never dropped
     unmodelled: tuple[str, ...] = ()
+    # mixture-of-experts layers (None: a dense model); `ffn` is then the dense layers' width
+    moe: MoeSpec | None = None
 
     def __post_init__(self) -> None:
-        for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
+        for name in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len",
                      "norms_per_layer"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1")
+        # ffn 0 is a layer without an MLP: only the attention part of an MoE layer, which
+        # cost/moe.py prices beside its experts (the loader's range refuses it in a file)
+        if self.ffn < 0 or self.ffn == 0 and self.moe is not None:
+            raise ConfigError("model.ffn must be >= 1")
+        if self.moe is not None and self.moe.dense_layers >= self.layers:
+            raise ConfigError("model.moe.dense_layers must be fewer than the model's layers")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("model.dropout must lie in [0, 1)")
         if self.attention_head_dim is None and self.hidden % self.heads:
@@ -213,10 +260,22 @@ class ClusterSpec:
     intra_node: Link  # NVLink/NVSwitch or PCIe, per GPU, one direction
     inter_node: Link  # NIC share of one GPU, one direction
     intra_node_kind: str = "nvlink"
+    # GPUs that share one NVLink domain, when it spans several nodes (GB200 NVL72: 72 GPUs on
+    # 18 trays of 4); None: the node. Groups inside it use the intra_node link (cost/comm.py).
+    nvlink_domain_gpus: int | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ConfigError("cluster.nodes and cluster.gpus_per_node must be >= 1")
+        d = self.nvlink_domain_gpus
+        if d is not None and (d % self.gpus_per_node or self.num_gpus % d):
+            raise ConfigError(f"cluster.nvlink_domain_gpus={d} must be a multiple of gpus_per_node"
+                              f" ({self.gpus_per_node}) that divides the {self.num_gpus} GPUs")
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs reachable over NVLink from any GPU: the NVLink domain, by default the node."""
+        return self.gpus_per_node if self.nvlink_domain_gpus is None else self.nvlink_domain_gpus
 
     @property
     def num_gpus(self) -> int:
@@ -278,9 +337,12 @@ class SearchSpace:
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
     tensor_partitions: tuple[str, ...] = ("megatron",)
+    # expert parallel degrees (MoE models; cost/space_rules.ep_values): None, every divisor of
+    # the experts that divides dp x cp; dense models run ep = 1 only
+    ep: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages"):
+        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "ep"):
             vals = getattr(self, name)
             if vals is not None and (not vals or min(vals) < 1):
                 raise ConfigError(f"search.{name} needs a non-empty list of integers >= 1")
@@ -323,9 +385,13 @@ class Outer:
     recompute: Recompute = Recompute.NONE
     zero: int = 0  # 0 none, 1 optimizer states (Megatron distributed optimizer), 2 +grads, 3 +params
     virtual_stages: int = 1  # interleaved 1F1B model chunks per stage
+    # expert parallel degree (MoE models): the experts are sharded over ep ranks of the dp x cp
+    # group, expert tensor parallel = tp (Megatron-core's default); 1 for dense models
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages"):
+        for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages",
+                     "ep"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"plan.{name} must be >= 1")
         if self.zero not in (0, 1, 2, 3):
@@ -395,3 +461,9 @@ class Plan(Outer):
             raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError("sequence_parallel needs tp > 1")
+        if self.ep > 1:
+            if m.moe is None:
+                raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model (model.moe)")
+            if m.moe.experts % self.ep or (self.dp * self.cp) % self.ep:
+                raise ConfigError(f"ep={self.ep} must divide the {m.moe.experts} experts and"
+                                  f" dp*cp = {self.dp * self.cp}")

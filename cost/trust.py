@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -269,4 +269,24 @@ def published_residuals() -> tuple[Residual, ...]:
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
-    return trust_for(plan_features(inst, plan), predicted_s, published_residuals())
+    res = published_residuals()
+    trust = trust_for(plan_features(inst, plan), predicted_s, res)
+    extra = tuple(unvalidated_warnings(inst, plan, res))
+    return replace(trust, warnings=trust.warnings + extra) if extra else trust
+
+
+def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) -> list[str]:
+    """Lines for what no published row calibrates at all: a GPU type without rows (its
+    efficiencies are the catalogue defaults, cost/gpus.yaml: e.g. B200 and GB200) and a
+    mixture-of-experts model (cost/published/moe.yaml's anchors are reported beside the
+    prediction, never fitted)."""
+    lines = []
+    gpu = inst.cluster.gpu.name
+    if not any(r.features.gpu == gpu for r in res):
+        lines.append(f"{gpu}: no published row calibrates this GPU; its efficiencies are the"
+                     " catalogue defaults (cost/gpus.yaml), not fitted")
+    if inst.model.moe is not None:
+        lines.append(f"mixture of experts (ep={plan.ep}): no published MoE row is fitted; the"
+                     " expert, all-to-all and imbalance terms are unvalidated (anchors:"
+                     " cost/published/moe.yaml)")
+    return lines

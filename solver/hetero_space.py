@@ -49,7 +49,7 @@ import numpy as np
 
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
 from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
-from paraplan.cost.space_rules import cp_problem, group_tp_problem
+from paraplan.cost.space_rules import cp_problem, ep_values, group_tp_problem, moe_problem
 from paraplan.cost.specs import Attention
 from paraplan.solver.space import _divisors, _powers_of_two, count_splits
 
@@ -126,6 +126,9 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     flash = inst.job.attention is Attention.FLASH
     modes = list(s.recompute[:1] if flash else s.recompute)
     rules = FRAMEWORK_RULES[inst.job.framework]
+    # the shared expert-parallel rule: on mixed clusters ep = 1 (every replica holds every
+    # expert; the loader refuses a listed ep > 1), which HeteroOuter's Outer(ep=1) prices
+    assert ep_values(m, s.ep, 1, mixed_cluster=True) == [1]
     out: list[HeteroOuter] = []
     for family in families:
         for used in subsets:
@@ -139,10 +142,10 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                         if gb % mb or not has_micro_batch_split(shapes, gb // mb, uniform):
                             continue
                         for sp in s.sequence_parallel:
-                            if sp and (tp == 1 or m.seq_len % (tp * cp)):
+                            if sp and (tp == 1 or m.seq_len % (tp * cp)) or moe_problem(m, tp, sp, 0):
                                 continue
                             for zero in s.zero:
-                                if zero and replicas * cp == 1:
+                                if zero and replicas * cp == 1 or moe_problem(m, tp, sp, zero):
                                     continue
                                 for v in virtual_stage_values(inst, shapes):
                                     if v > 1 and not has_micro_batch_split(shapes, gb // mb, uniform, v):

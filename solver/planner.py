@@ -136,12 +136,13 @@ def _build_table(inst: Instance, deadline: float | None, outers: list[Outer] | N
     table = _Table()
     table.expected = len(outers)
     # configurations differing only in micro-batching, modes or ZeRO share their placement
-    # (homogeneous_placement reads only the degrees and whether the pipeline wraps around)
+    # (homogeneous_placement reads only the degrees, ep included, and whether the pipeline
+    # wraps around)
     placements: dict[tuple, Placement] = {}
     for i, o in enumerate(outers):
         if deadline is not None and i % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
             break
-        where = (o.tp, o.pp, o.dp, o.cp, o.virtual_stages > 1)
+        where = (o.tp, o.pp, o.dp, o.cp, o.virtual_stages > 1, o.ep)
         if where not in placements:
             placements[where] = homogeneous_placement(inst.cluster, o)
         table.append(build(inst, o, reserve_bytes=reserve, placement=placements[where]))

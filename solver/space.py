@@ -14,6 +14,8 @@ Rules (each one a property of the frameworks we export to, or an identity of the
 - micro_batch divides global_batch/dp, and its memory lower bound fits (below); `search.max_micro_batch`,
   when given, narrows it.
 - sequence parallel only with tp > 1.
+- MoE models (cost/space_rules.ep_values, moe_problem): ep divides the experts and dp*cp (default:
+  every such divisor; dense models ep = 1); tp > 1 only with sequence parallelism; ZeRO 0-2.
 - ZeRO > 0 only when there is more than one data-parallel rank to shard over (else it equals
   ZeRO-0); which stages combine with a pipeline is the framework's rule (cost/framework_rules.py).
 - virtual stages v > 1 only with pp > 1, micro-batches a multiple of pp (Megatron-LM's
@@ -50,8 +52,9 @@ import math
 from dataclasses import dataclass
 
 from paraplan.cost import memory
+from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.framework_rules import rules_for
-from paraplan.cost.space_rules import cp_problem, pp_problem, tp_problem
+from paraplan.cost.space_rules import cp_problem, ep_values, moe_problem, pp_problem, tp_problem
 from paraplan.cost.specs import Attention, Instance, Outer
 
 
@@ -76,11 +79,11 @@ class SpaceSummary:
 
 def tp_values(inst: Instance) -> list[int]:
     m, c, s = inst.model, inst.cluster, inst.search
-    limit = c.num_gpus if s.tp_across_nodes else c.gpus_per_node
+    limit = c.num_gpus if s.tp_across_nodes else c.domain_gpus
     vals = s.tp if s.tp is not None else _powers_of_two(limit)
     # the loader refuses a listed value with a problem (cost/space_rules.py): same rule
     return [t for t in vals
-            if tp_problem(t, m, c.num_gpus, c.gpus_per_node, s.tp_across_nodes) is None]
+            if tp_problem(t, m, c.num_gpus, c.domain_gpus, s.tp_across_nodes) is None]
 
 
 def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
@@ -91,8 +94,10 @@ def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, 
     state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw, inst.job.optimizer)
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
+    # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
+    view = moe_attention_view(m) if m.moe is not None else m
     every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
-                   + memory.backward_workspace_bytes(m, b, tp, cp) * frag)
+                   + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
     last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
     fullest_stage = -(-m.layers // pp) * (state + ckpt)
     return every_stage + max(last_stage, fullest_stage)
@@ -132,7 +137,7 @@ def virtual_stage_values(inst: Instance, pp: int) -> list[int]:
 
 def outer_configs(inst: Instance) -> list[Outer]:
     """Every outer configuration of the declared space, in a fixed, documented order
-    (tp, cp, pp, micro_batch, sp, zero, v, recompute ascending) that also breaks ties."""
+    (tp, cp, pp, micro_batch, sp, zero, v, recompute, ep ascending) that also breaks ties."""
     m, c, s, gb = inst.model, inst.cluster, inst.search, inst.job.global_batch
     rules = rules_for(inst.job.framework, inst.job.optimizer)
     n_gpus = c.num_gpus
@@ -155,8 +160,11 @@ def outer_configs(inst: Instance) -> list[Outer]:
                     continue
                 per_replica = gb // dp
                 sps = [sp for sp in s.sequence_parallel
-                       if not (sp and (tp == 1 or m.seq_len % (cp * tp)))]
-                zeros = [z for z in s.zero if not (z > 0 and dp * cp == 1)]
+                       if not (sp and (tp == 1 or m.seq_len % (cp * tp)))
+                       and moe_problem(m, tp, sp, 0) is None]
+                zeros = [z for z in s.zero if not (z > 0 and dp * cp == 1)
+                         and moe_problem(m, tp, tp > 1, z) is None]
+                eps = ep_values(m, s.ep, dp * cp)
                 vs = virtual_stage_values(inst, pp)
 
                 def admitted(sp: bool, zero: int, v: int) -> bool:
@@ -175,9 +183,11 @@ def outer_configs(inst: Instance) -> list[Outer]:
                                 if not admitted(sp, zero, v):
                                     continue
                                 for rc in recompute_modes:
-                                    out.append(Outer(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
-                                                     num_micro_batches=n_mb, sequence_parallel=sp,
-                                                     recompute=rc, zero=zero, virtual_stages=v))
+                                    for ep in eps:
+                                        out.append(Outer(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
+                                                         num_micro_batches=n_mb, sequence_parallel=sp,
+                                                         recompute=rc, zero=zero, virtual_stages=v,
+                                                         ep=ep))
     return out
 
 

@@ -33,6 +33,10 @@ _B = behaviour(Framework.DEEPSPEED)
 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
+    if inst.model.moe is not None:
+        raise ExportRefused(
+            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
+            " prices MoE layers as Megatron-core runs them and exports them only to megatron")
     d = Deviations(inst, plan, Framework.DEEPSPEED)
     cross_framework_note(d)
     drop_partitions(d)

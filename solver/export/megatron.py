@@ -131,6 +131,8 @@ def render(inst: Instance, e: Emitted) -> str:
     model.append(("--make-vocab-size-divisible-by", divisor or 128,
                   f"padded vocabulary: {m.vocab} with tp = {p.tp}"))
     sections.append(("model", model))
+    if m.moe is not None:
+        sections.append(("mixture of experts", _moe_flags(m)))
 
     par: list[tuple[str, object, str | None]] = [
         ("--tensor-model-parallel-size", p.tp, None),
@@ -139,6 +141,9 @@ def render(inst: Instance, e: Emitted) -> str:
     ]
     if p.cp > 1:
         par.append(("--cp-comm-type", "p2p", "ring exchange of K/V blocks, as paraplan prices it"))
+    if m.moe is not None:
+        par += [("--expert-model-parallel-size", p.ep, "experts sharded over ep ranks of dp x cp"),
+                ("--expert-tensor-parallel-size", p.tp, "each expert split like a dense MLP, as priced")]
     if p.sequence_parallel:
         par.append(("--sequence-parallel", None, None))
         if job.tp_comm_overlap and p.tp > 1:
@@ -187,6 +192,28 @@ def render(inst: Instance, e: Emitted) -> str:
             lines.append(f"  {text}" + (f"  # {comment}" if comment else ""))
     lines.append(")")
     return "\n".join(lines) + "\n"
+
+
+def _moe_flags(m) -> list[tuple[str, object, str | None]]:
+    """The MoE layers as cost/moe.py prices them: Megatron-core's all-to-all token dispatcher,
+    dropless unless a capacity factor is given, the local experts as one grouped GEMM (priced
+    per expert on the size-dependent matmul curve, an upper bound on its time)."""
+    moe = m.moe
+    flags: list[tuple[str, object, str | None]] = [
+        ("--num-experts", moe.experts, None), ("--moe-router-topk", moe.top_k, None),
+        ("--moe-ffn-hidden-size", moe.expert_ffn, None)]
+    if moe.shared_ffn:
+        flags.append(("--moe-shared-expert-intermediate-size", moe.shared_ffn, None))
+    if moe.dense_layers:
+        flags.append(("--moe-layer-freq", f"'([0]*{moe.dense_layers}+[1]*{m.layers - moe.dense_layers})'",
+                      "dense layers first"))
+    flags += [("--moe-token-dispatcher-type", "alltoall", "the all-to-all paraplan prices"),
+              ("--moe-grouped-gemm", None, None),
+              ("--moe-router-dtype", "fp32", "fp32 router probabilities, as priced"),
+              ("--moe-router-load-balancing-type", "aux_loss", None)]
+    if moe.capacity_factor is not None:
+        flags.append(("--moe-expert-capacity-factor", moe.capacity_factor, None))
+    return flags
 
 
 def _split_flags(p: Plan) -> list[tuple[str, object, str | None]]:

@@ -54,6 +54,10 @@ def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> 
 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
+    if inst.model.moe is not None:
+        raise ExportRefused(
+            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
+            " prices MoE layers as Megatron-core runs them and exports them only to megatron")
     if inst.model.mlp is not Mlp.SWIGLU:
         raise ExportRefused(
             f"model {inst.model.name} uses a GELU MLP, and torchtitan {TORCHTITAN_VERSION} has no"

@@ -39,6 +39,11 @@ BUNDLED = {
     "instances/hetero/llama3-8b-dynamic.yaml": 0.4,
     "instances/hetero/llama3-70b-32xA100-32xH100.yaml": 1.2,
     "instances/hetero/llama3-70b-3types-2sites.yaml": 7.9,
+    # mixture-of-experts instances (issue 15), measured on moe at their first commit
+    "instances/mixtral-8x7b-64xH100.yaml": 7.1,
+    "instances/qwen3-235b-a22b-256xH100.yaml": 8.7,
+    "instances/deepseek-v3-shaped-2048xH800.yaml": 7.0,
+    "instances/deepseek-v3-shaped-1152xGB200.yaml": 3.6,
 }
 # Random agreement instances: tests/robustness/test_agreement.py's seeds (homogeneous) and
 # tests/hetero/test_hetero_agreement.py's (mixed clusters, every objective).

@@ -66,7 +66,8 @@ def shape(m):
 
 
 def test_every_bundled_config_has_a_test():
-    tested = set(EXPECTED) | {"bloom-560m", "falcon-7b", "mixtral-8x7b"}
+    tested = set(EXPECTED) | {"bloom-560m", "falcon-7b", "mixtral-8x7b", "qwen3-235b-a22b",
+                              "deepseek-v3"}
     assert {p.name for p in HF.iterdir() if p.is_dir()} == tested
 
 
@@ -112,13 +113,46 @@ def test_falcon_new_decoder_architecture_reads_num_kv_heads(tmp_path):
     assert model_from_hf_config(write(tmp_path, raw), seq_len=2048).kv_heads == 128
 
 
-def test_mixtral_is_refused_as_moe():
+def test_mixtral_reads_as_moe():
+    # Mixtral 8x7B (config.json): 32 layers of 8 experts, 2 per token, each expert a SwiGLU MLP
+    # of 14,336 (intermediate_size); no shared expert, no dense layer
+    m = load("mixtral-8x7b", seq_len=4096)
+    assert (m.moe.experts, m.moe.top_k, m.moe.expert_ffn, m.moe.shared_ffn,
+            m.moe.dense_layers) == (8, 2, 14336, 0, 0)
+    assert m.mlp is Mlp.SWIGLU and m.kv_heads == 8 and m.unmodelled == ()
+
+
+def test_qwen3_moe_reads_as_moe():
+    # Qwen3-235B-A22B (config.json): 94 layers, 128 experts of 1,536, 8 per token, 64 query
+    # heads of 128 (q_hidden 8,192 != hidden 4,096), 4 kv heads. Its name says 235B total,
+    # 22B active: per layer attention 4096*8192 + 2*4096*512 + 8192*4096 = 71.3M, one expert
+    # 3*4096*1536 = 18.87M, router 4096*128; 94 layers and 2 * 151,936 * 4,096 of embeddings:
+    # total 94*(71.3M + 128*18.87M + 0.5M) + 1.24B = 235.1B, active with 8 experts 22.2B
+    from paraplan.cost.flops import active_params, model_params
+    m = load("qwen3-235b-a22b", seq_len=4096)
+    assert (m.moe.experts, m.moe.top_k, m.moe.expert_ffn, m.moe.shared_ffn) == (128, 8, 1536, 0)
+    assert m.q_hidden == 8192 and m.kv_heads == 4
+    assert model_params(m) / 1e9 == pytest.approx(235.1, abs=0.1)
+    assert active_params(m) / 1e9 == pytest.approx(22.2, abs=0.1)
+    assert len(m.unmodelled) == 1 and "q_norm" in m.unmodelled[0]
+
+
+def test_deepseek_v3_latent_attention_is_refused_in_one_line():
     with pytest.raises(InstanceError) as info:
-        load("mixtral-8x7b")
+        load("deepseek-v3")
     err = info.value
-    assert err.field == "num_local_experts"
-    assert "MoE is not modelled yet" in str(err) and "8 experts, 2 per token" in str(err)
+    assert err.field == "kv_lora_rank" and "latent attention" in err.problem
     assert "\n" not in str(err)
+
+
+def test_qwen_moe_dense_prefix_and_sparse_step(tmp_path):
+    raw = json.loads((HF / "qwen3-235b-a22b" / "config.json").read_text())
+    raw.update(mlp_only_layers=[0, 1, 2])
+    assert model_from_hf_config(write(tmp_path, raw)).moe.dense_layers == 3
+    raw.update(mlp_only_layers=[5])  # a dense layer in the middle: not priced, refused
+    assert refusal(write(tmp_path, raw)).field == "mlp_only_layers"
+    raw.update(mlp_only_layers=[], decoder_sparse_step=2)
+    assert refusal(write(tmp_path, raw)).field == "decoder_sparse_step"
 
 
 def test_seq_len_replaces_the_maximum():
@@ -452,7 +486,7 @@ def test_head_dim_lifts_the_divisibility_rule(tmp_path):
 def test_any_expert_count_is_refused_as_moe(tmp_path):
     # a Qwen-MoE-style key on an otherwise dense config: refused, not read as dense
     err = refusal(write(tmp_path, llama(num_experts=64, num_experts_per_tok=8)))
-    assert err.field == "num_experts" and "MoE is not modelled yet" in err.problem
+    assert err.field == "num_experts" and "declares mixture-of-experts" in err.problem
     assert "64 experts, 8 per token" in err.problem
     # one expert (or none) is a dense model
     assert model_from_hf_config(write(tmp_path, llama(num_experts=1))).unmodelled == ()

@@ -20,7 +20,8 @@ BAD = Path(__file__).parent / "bad"
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"
 
 CATALOGUE_NAMES = {"V100-SXM-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB",
-                   "H100-SXM5-96GB", "H200-SXM-141GB", "MI300X", "L40S"}
+                   "H100-SXM5-96GB", "H200-SXM-141GB", "MI300X", "L40S", "B200-SXM-180GB",
+                   "GB200-186GB"}
 
 # fixture in tests/instances/bad -> (the dotted field the error must name, a word of the problem).
 # Files named plan_* are loaded as plans for TINY; the rest as instances.
@@ -129,7 +130,8 @@ def test_bundled_instances_are_the_documented_set():
     assert {p.stem for p in INSTANCES.glob("*.yaml")} == {
         "gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100",
         "llama3-8b-64xH100", "tiny-gpt-8xA100", "small-gpt-16xA100", "llama3-8b-128xH200",
-        "gpt3-175b-256xH100"}
+        "gpt3-175b-256xH100", "mixtral-8x7b-64xH100", "qwen3-235b-a22b-256xH100",
+        "deepseek-v3-shaped-2048xH800", "deepseek-v3-shaped-1152xGB200"}
 
 
 def test_catalogue_has_all_types_with_positive_numbers():

@@ -1,0 +1,181 @@
+"""Mixture-of-experts layers with expert parallelism: what one MoE layer adds to its attention
+part (priced as a dense layer whose MLP is the shared MLP: cost/flops.moe_attention_view).
+
+Layout (Megatron-core's, the framework paraplan exports MoE plans to): expert tensor parallel =
+tp (Megatron-core's default when --expert-tensor-parallel-size is not given), and the `ep`
+expert-parallel ranks of a group are consecutive data-parallel x context-parallel ranks, tp
+apart (its expert rank order tp-ep-dp-pp). Each ep rank holds experts / ep whole experts, each
+split over the tp group as a dense MLP is; the expert-data-parallel group over which expert
+gradients are reduced (and sharded by the distributed optimizer) is dp*cp / ep ranks, tp*ep
+apart. With tp > 1 Megatron-core requires sequence parallelism (cost/space_rules.moe_problem).
+
+Per layer, one micro-batch, forward (backward: twice the GEMMs and elementwise passes, and the
+same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
+    router       a hidden x experts GEMM on each rank's tokens, softmax and top-k
+    dispatch     each rank sends its tokens' top_k copies to the ranks holding their experts:
+                 an all-to-all over the ep group, then an all-gather over tp (the expert's
+                 GEMMs are tp-split, so every tp rank needs every routed token)
+    experts      experts / ep separate expert MLPs per rank, each on its share of the routed
+                 tokens, each GEMM priced by the size-dependent matmul efficiency
+                 (cost/coefficients.matmul_time_s: a small per-expert GEMM pays the fixed
+                 per-call cost, which is what makes fine-grained experts slow)
+    combine      reduce-scatter over tp, then the all-to-all back, and the probability-weighted
+                 sum of each token's top_k outputs
+    permutation  gathering routed copies into expert order and scattering them back: two
+                 memory-bound passes that each read and write every routed copy
+
+Load imbalance: routing is never perfectly even, and the busiest ep rank sets the pace of
+every collective and GEMM above. `imbalance` (busiest rank's routed tokens / mean) multiplies
+the routed tokens of the expert GEMMs, the permutation and the all-to-all when ep > 1; a
+capacity factor caps it (tokens beyond an expert's capacity are dropped). With ep = 1 every
+rank runs every expert on its own tokens' top_k copies, exactly k x its tokens however they
+are routed, so no factor applies. Default DEFAULT_IMBALANCE below.
+
+The all-to-all's traffic to peers inside the NVLink domain (cluster.domain_gpus) goes over
+NVLink, the rest over the GPU's own NIC; the two run at once, so the slower sets the time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from paraplan.cost import comm
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.flops import BF16_BYTES
+from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, Link, Mlp, Outer
+
+# Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
+# arXiv 2408.15664), for routing trained with load balancing (Mixtral, Qwen3-MoE, DeepSeek-V3):
+# 1.1. An assumption, not a transcribed measurement (cost/published/moe.yaml, imbalance_default,
+# says so); set model.moe.imbalance to override. tests/cost/test_moe.py prices a plan at 1.0,
+# 1.1 and 1.5.
+DEFAULT_IMBALANCE = 1.1
+# Router logits and probabilities are fp32 in Megatron-core (--moe-router-dtype fp32 for
+# stability; DeepSeek-V3 computes its gate in fp32 too): 4 bytes per token x expert, written by
+# the router GEMM, read and written by softmax / top-k.
+ROUTER_LOGIT_BYTES = 4
+# Permute and unpermute: each reads and writes every routed copy's hidden vector once.
+PERMUTE_PASSES = 2
+
+
+def imbalance(m) -> float:
+    """The factor applied to the busiest rank's routed tokens: the model's imbalance (default
+    DEFAULT_IMBALANCE), capped by its capacity factor."""
+    x = m.moe.imbalance if m.moe.imbalance is not None else DEFAULT_IMBALANCE
+    cap = m.moe.capacity_factor
+    return x if cap is None else min(x, cap)
+
+
+@dataclass(frozen=True, slots=True)
+class EpLinks:
+    """What an expert-parallel all-to-all sees from one rank: the NVLink link to the
+    `per_domain - 1` peers in its NVLink domain and the NIC to the others."""
+
+    intra: Link
+    inter: Link
+    per_domain: int
+
+
+def ep_links(cluster: ClusterSpec, ep: int, tp: int) -> EpLinks:
+    """The links of an ep group whose ranks lie tp apart (module docstring)."""
+    per_domain = max(1, min(ep, cluster.domain_gpus // tp)) if tp <= cluster.domain_gpus else 1
+    return EpLinks(intra=cluster.intra_node, inter=cluster.inter_node, per_domain=per_domain)
+
+
+def all_to_all_time_s(n_bytes: float, ep: int, links: EpLinks | tuple[Link, bool],
+                      net: NetEfficiency) -> float:
+    """One all-to-all in which each of `ep` ranks holds `n_bytes` and keeps 1/ep of it: NCCL's
+    send/recv pairs to every peer, issued together. Traffic to the peers inside the NVLink
+    domain and to those beyond it flow at once on their own links; one call latency plus one
+    hop's. Given a plain (link, inter-node) pair instead (a site that states only its
+    data-parallel link, e.g. a node group of a mixed cluster), all peers use that link."""
+    if ep <= 1 or n_bytes <= 0:
+        return 0.0
+    if not isinstance(links, EpLinks):
+        link, inter = links
+        eff = net.inter_node if inter else net.intra_node
+        return (net.call_latency_s + link.latency_s
+                + (ep - 1) / ep * n_bytes / (link.bw_bytes_per_s * eff))
+    g = links.per_domain
+    t_intra = (g - 1) / ep * n_bytes / (links.intra.bw_bytes_per_s * net.intra_node)
+    t_inter = (ep - g) / ep * n_bytes / (links.inter.bw_bytes_per_s * net.inter_node)
+    hop = links.inter.latency_s if ep > g else links.intra.latency_s
+    return net.call_latency_s + hop + max(t_intra, t_inter)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertTerms:
+    """What an MoE layer adds to its attention view, one micro-batch on the busiest rank:
+    compute (router, expert GEMMs, permutation, activation), the ep all-to-all and the
+    routed tokens' tp all-gather + reduce-scatter, all on the critical path (Megatron-core
+    overlaps the all-to-all only with --overlap-moe-expert-parallel-comm, which paraplan does
+    not export); stashed activations; expert parameters per GPU."""
+
+    compute_f_s: float
+    compute_b_s: float
+    a2a_f_s: float
+    a2a_b_s: float
+    tp_f_s: float
+    tp_b_s: float
+    act_bytes: float
+    params: float  # expert weight parameters one GPU holds
+
+
+def routed_tokens(m, b: int, cp: int, ep: int) -> float:
+    """Routed token copies the busiest ep rank's experts process per micro-batch (the whole tp
+    group's): imbalance (ep > 1) x top_k x the tokens of one replica's cp shard. Balanced,
+    every rank receives what it sends: its tokens' top_k copies."""
+    return (imbalance(m) if ep > 1 else 1.0) * m.moe.top_k * b * m.seq_len / cp
+
+
+def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int) -> float:
+    """Bytes one rank puts into one dispatch (or combine) all-to-all: its routed copies, bf16,
+    of its 1/tp sequence-parallel share of the tokens (tp = 1: all of them)."""
+    return routed_tokens(m, b, cp, ep) * m.hidden * BF16_BYTES / (tp if sp else 1)
+
+
+def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bool],
+                 links: EpLinks | tuple[Link, bool], net: NetEfficiency,
+                 matmul_time_s: Callable[[float, GpuSpec], float],
+                 memory_time_s: Callable[[float, GpuSpec], float]) -> ExpertTerms:
+    """The expert part of one MoE layer (module docstring). `matmul_time_s` / `memory_time_s`
+    price one GEMM and one memory-bound pass as cost/coefficients does for the dense layer."""
+    m = inst.model
+    moe = m.moe
+    tp, cp, b, sp = o.tp, o.cp, o.micro_batch, o.sequence_parallel
+    h, fe = m.hidden, moe.expert_ffn
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    split = tp if sp else 1  # tokens held per rank before dispatch: 1/tp with sequence parallel
+    tokens = b * m.seq_len / cp
+    routed = routed_tokens(m, b, cp, o.ep)
+    local = moe.experts // o.ep
+    per_expert = routed / local
+
+    router = matmul_time_s(2 * tokens / split * h * moe.experts, gpu)
+    gemms = local * (n_in * matmul_time_s(2 * per_expert * h * fe / tp, gpu)
+                     + matmul_time_s(2 * per_expert * fe * h / tp, gpu))
+    permute = PERMUTE_PASSES * 2 * routed / split * h * BF16_BYTES
+    activation = (n_in + 1) * routed * fe / tp * BF16_BYTES
+    router_elem = 3 * tokens / split * moe.experts * ROUTER_LOGIT_BYTES
+    # GEMM output stores (cost/flops.gemm_output_elements): forward MLP-in and MLP-out
+    # outputs, backward the input gradients
+    out_f = routed * (n_in * fe / tp + h)
+    out_b = routed * (n_in * h + fe / tp)
+    elem = memory_time_s(permute + activation + router_elem, gpu)
+    compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
+    compute_b = 2 * (router + gemms) + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
+
+    a2a = 2 * all_to_all_time_s(a2a_bytes(m, b, tp, cp, sp, o.ep), o.ep, links, net)  # dispatch + combine
+    link, inter = tp_link
+    tp_pair = 2 * comm.all_gather_time_s(routed * h * BF16_BYTES, tp, link, inter, net)
+
+    # stashed for backward: each expert's input (all routed copies, full width, on every tp
+    # rank: the wgrad of MLP-in reads it), MLP-in outputs and the activation's output (tp
+    # shares), the combine's expert outputs (its 1/tp share after the reduce-scatter), and the
+    # router's fp32 probabilities
+    act = (routed * h * BF16_BYTES + (n_in + 1) * routed * fe / tp * BF16_BYTES
+           + routed * h * BF16_BYTES / tp + tokens / split * moe.experts * ROUTER_LOGIT_BYTES)
+    params = local * (n_in + 1) * h * fe / tp
+    return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a, a2a_b_s=a2a,
+                       tp_f_s=tp_pair, tp_b_s=tp_pair, act_bytes=act, params=params)

@@ -1,0 +1,264 @@
+"""Mixture-of-experts pricing (cost/moe.py, cost/flops.py's MoE counts): numbers derived by
+hand in the comments, from the published model shapes and the formulas' sources."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from paraplan.cost import coefficients, moe
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.flops import active_params, model_flops_per_token, model_params
+from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import Link, MoeSpec, Outer
+
+INSTANCES = Path(__file__).resolve().parents[2] / "instances"
+MIXTRAL = INSTANCES / "mixtral-8x7b-64xH100.yaml"
+
+
+def mixtral():
+    return load_instance(MIXTRAL)
+
+
+def test_mixtral_total_and_active_parameters():
+    # Mixtral 8x7B (Jiang et al. 2024: 46.7B parameters, 12.9B active). Per layer: attention
+    # 4096 * (4096 + 2 * 1024) + 4096 * 4096 = 41,943,040; two RMSNorms 8,192; router 4096 * 8 =
+    # 32,768: 41,984,000 outside the experts. One SwiGLU expert 3 * 4096 * 14336 = 176,160,768.
+    # Embedding and untied output 2 * 32000 * 4096 + final norm 4096 = 262,148,096.
+    # total  = 32 * (41,984,000 + 8 * 176,160,768) + 262,148,096 = 46,702,792,704
+    # active = 32 * (41,984,000 + 2 * 176,160,768) + 262,148,096 = 12,879,925,248
+    m = mixtral().model
+    assert model_params(m) == 46_702_792_704
+    assert active_params(m) == 12_879_925_248
+    # MFU counts active FLOPs: 6 * (active body + output projection) + 12 * L * s * q
+    # = 6 * (12,617,777,152 + 131,072,000) + 12 * 32 * 4096 * 4096 = 82,935,545,856
+    assert model_flops_per_token(m) == 82_935_545_856
+
+
+def test_all_to_all_bytes_and_time_by_hand():
+    # hidden 1024, seq 1024, top-2 of 8 experts, imbalance 1, micro-batch 1, tp 2 with
+    # sequence parallelism: each tp rank dispatches its 512 tokens' 2 copies of 1024 bf16
+    # values: 512 * 2 * 1024 * 2 = 2,097,152 bytes
+    inst = mixtral()
+    m = replace(inst.model, hidden=1024, heads=8, kv_heads=8, seq_len=1024,
+                moe=MoeSpec(experts=8, top_k=2, expert_ffn=2048, imbalance=1.0))
+    v = moe.a2a_bytes(m, b=1, tp=2, cp=1, sp=True, ep=4)
+    assert v == 2_097_152
+    net = NetEfficiency()
+    cl = inst.cluster  # 8 GPUs per node: NVLink 450 GB/s per direction (900 both), NIC 400 Gbit/s
+    # ep = 4 ranks, 2 apart, all in one node: 3/4 of the bytes over NVLink at 0.8 x 450 GB/s,
+    # plus NCCL's call latency (8.4 us) and one NVLink hop (5 us):
+    # 8.4e-6 + 5e-6 + 1,572,864 / 360e9 = 17.769e-6 s
+    t = moe.all_to_all_time_s(v, 4, moe.ep_links(cl, 4, 2), net)
+    assert t == pytest.approx(8.4e-6 + 5e-6 + 1_572_864 / 360e9, rel=1e-12)
+    # ep = 8 ranks, 2 apart: 4 per node. 3/8 of the bytes to the node's 3 other members over
+    # NVLink, 4/8 over the GPU's NIC at 0.95 x 50 GB/s, both at once; the NIC's share sets the
+    # time: 8.4e-6 + 10e-6 (network hop) + 1,048,576 / 47.5e9 = 40.475e-6 s
+    t = moe.all_to_all_time_s(v, 8, moe.ep_links(cl, 8, 2), net)
+    assert t == pytest.approx(8.4e-6 + 10e-6 + 1_048_576 / 47.5e9, rel=1e-12)
+    # the same group inside a 72-GPU NVLink domain (GB200 NVL72: trays of 4): all NVLink,
+    # 7/8 of the bytes: 8.4e-6 + 5e-6 + 1,835,008 / 360e9
+    nvl = replace(cl, nodes=18, gpus_per_node=4, nvlink_domain_gpus=72)
+    t = moe.all_to_all_time_s(v, 8, moe.ep_links(nvl, 8, 2), net)
+    assert t == pytest.approx(8.4e-6 + 5e-6 + 1_835_008 / 360e9, rel=1e-12)
+
+
+def test_expert_weights_are_sharded_over_ep_and_their_state_over_the_expert_data_parallel_group():
+    # Mixtral, tp 1, dp 64, ep 8, ZeRO-1 (Megatron's distributed optimizer). Per layer and GPU:
+    # experts 8/8 * 176,160,768 parameters at 2 (bf16 weight) + 4 (fp32 grad) + 12 / 8 (Adam
+    # state over the expert-data-parallel group of 64 / 8 = 8) = 7.5 bytes: 1,321,205,760;
+    # the rest 41,984,000 at 2 + 4 + 12 / 64 = 6.1875 bytes: 259,776,000. Sum 1,580,981,760.
+    inst = mixtral()
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    c = coefficients.build(inst, o)
+    assert c.layer_state_bytes[0] == pytest.approx(1_580_981_760, rel=1e-12)
+    # ep = 1: every GPU holds all 8 experts, their state sharded over all 64 ranks
+    c1 = coefficients.build(inst, replace(o, ep=1))
+    assert c1.layer_state_bytes[0] == pytest.approx(
+        8 * 176_160_768 * (6 + 12 / 64) + 259_776_000, rel=1e-12)
+    assert c.layer_parts["ep_a2a"] > 0 and c1.layer_parts["ep_a2a"] == 0
+
+
+def test_experts_per_rank_pay_the_per_gemm_cost():
+    # ep = 1 against ep = 8 on Mixtral with perfectly balanced routing (imbalance 1): each rank
+    # receives the same routed copies (t * top_k) and runs the same GEMM FLOPs, but as 8
+    # experts' GEMMs of 1/8 the size instead of one expert's. The matmul curve charges
+    # matmul_half_flops / (peak * eff_max) per call, so ep = 1 pays 7 experts x 3 GEMMs more
+    # per forward and twice that in backward: 63 calls. Router, permutation and activation
+    # passes are the same.
+    inst = mixtral()
+    inst = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, imbalance=1.0)))
+    gpu = inst.cluster.gpu
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    one = coefficients.build(inst, replace(o, ep=1))
+    eight = coefficients.build(inst, o)
+    per_call = gpu.matmul_half_flops / (gpu.peak_flops_per_s * gpu.matmul_eff_max)
+    diff = one.layer_parts["compute"] - eight.layer_parts["compute"]
+    assert diff == pytest.approx(63 * per_call, rel=1e-9)
+
+
+def test_imbalance_slows_the_plan_and_a_capacity_factor_caps_it():
+    inst = mixtral()
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    times = []
+    for x in (1.0, 1.1, 1.5):
+        model = replace(inst.model, moe=replace(inst.model.moe, imbalance=x))
+        times.append(coefficients.build(replace(inst, model=model), o).layer_time_s[0])
+    assert times[0] < times[1] < times[2]
+    capped = replace(inst.model, moe=replace(inst.model.moe, imbalance=1.5, capacity_factor=1.1))
+    assert coefficients.build(replace(inst, model=capped), o).layer_time_s[0] == pytest.approx(times[1])
+    assert moe.DEFAULT_IMBALANCE == 1.1 and inst.model.moe.imbalance is None
+    # ep = 1: every rank runs all experts on its own tokens, k copies each whatever the routing
+    one = []
+    for x in (1.0, 1.5):
+        model = replace(inst.model, moe=replace(inst.model.moe, imbalance=x))
+        one.append(coefficients.build(replace(inst, model=model), replace(o, ep=1)).layer_time_s[0])
+    assert one[0] == one[1]
+
+
+def test_nvlink_domain_prices_groups_beyond_a_tray_on_nvlink():
+    from paraplan.cost import comm
+    inst = mixtral()
+    nvl = replace(inst.cluster, nodes=18, gpus_per_node=4, nvlink_domain_gpus=72)
+    link, inter = comm.group_link(nvl, 16, 1)  # tp = 16 over 4 trays of one NVL72 rack
+    assert not inter and link == nvl.intra_node
+    assert comm.group_link(replace(nvl, nvlink_domain_gpus=None), 16, 1)[1]
+
+
+def test_instance_with_moe_and_nvlink_domain_round_trips(tmp_path):
+    import yaml
+    inst = mixtral()
+    inst = replace(inst, cluster=replace(inst.cluster, nodes=16, gpus_per_node=4,
+                                         nvlink_domain_gpus=32),
+                   model=replace(inst.model, moe=replace(inst.model.moe, capacity_factor=1.25,
+                                                         imbalance=1.2)))
+    text = yaml.safe_dump(instance_to_mapping(inst))
+    back = instance_from_mapping(yaml.safe_load(text), "plan.yaml")
+    assert back.model == inst.model and back.cluster == inst.cluster
+
+
+@pytest.mark.parametrize("key,value,field", [
+    ("nvlink_domain_gpus", 12, "cluster.nvlink_domain_gpus"),  # not a multiple of 8
+    ("nvlink_domain_gpus", 48, "cluster.nvlink_domain_gpus"),  # does not divide 64 GPUs
+])
+def test_inconsistent_nvlink_domain_is_refused(tmp_path, key, value, field):
+    import yaml
+    raw = yaml.safe_load(MIXTRAL.read_text())
+    raw["cluster"][key] = value
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"moe": {"experts": 8, "top_k": 9, "expert_ffn": 14336}}, "model.moe.top_k"),
+    ({"moe": {"experts": 8, "top_k": 2}}, "model.moe.expert_ffn"),
+    ({"moe": {"experts": 8, "top_k": 2, "expert_ffn": 14336, "dense_layers": 32}},
+     "model.moe.dense_layers"),
+    ({"moe": {"experts": 8, "top_k": 2, "expert_ffn": 14336, "imbalance": 0.5}},
+     "model.moe.imbalance"),
+    ({"moe": {"experts": 8, "top_k": 2, "expert_ffn": 14336, "experts_per_token": 2}},
+     "model.moe.experts_per_token"),
+])
+def test_bad_moe_sections_are_refused(tmp_path, change, field):
+    import yaml
+    raw = yaml.safe_load(MIXTRAL.read_text())
+    raw["model"].update(change)
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("search,field", [
+    ({"ep": [3]}, "search.ep"),  # does not divide 8 experts
+    ({"zero": [3]}, "search.zero"),  # ZeRO-3 of experts is not priced
+    ({"tensor_partitions": ["megatron", "spatial_temporal"]}, "search.tensor_partitions"),
+])
+def test_search_values_an_moe_model_cannot_use_are_refused(tmp_path, search, field):
+    import yaml
+    raw = yaml.safe_load(MIXTRAL.read_text())
+    raw["search"] = search
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == field
+
+
+def test_ep_on_a_dense_model_and_moe_on_another_framework_are_refused(tmp_path):
+    import yaml
+    raw = yaml.safe_load((INSTANCES / "llama3-8b-64xH100.yaml").read_text())
+    raw["search"] = {"ep": [1, 2]}
+    path = tmp_path / "dense.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == "search.ep" and "dense" in info.value.problem
+    raw = yaml.safe_load(MIXTRAL.read_text())
+    raw["job"]["framework"] = "torchtitan"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == "job.framework"
+
+
+def test_the_space_holds_ep_divisors_and_the_moe_rules():
+    from paraplan.cost.space_rules import ep_values
+    from paraplan.solver.space import outer_configs
+    inst = mixtral()
+    m = inst.model
+    # default: divisors of the 8 experts that divide dp * cp
+    assert ep_values(m, None, 64) == [1, 2, 4, 8]
+    assert ep_values(m, None, 4) == [1, 2, 4]
+    assert ep_values(m, None, 64, mixed_cluster=True) == [1]
+    dense = load_instance(INSTANCES / "llama3-8b-64xH100.yaml").model
+    assert ep_values(dense, None, 64) == [1]
+    small = replace(inst, search=replace(inst.search, tp=(1, 2), pp=(1,), micro_batch=(1,)))
+    outers = outer_configs(small)
+    assert {o.ep for o in outers} == {1, 2, 4, 8}
+    assert all(o.sequence_parallel for o in outers if o.tp > 1)  # Megatron-core's MoE rule
+    assert all(o.zero != 3 for o in outers)
+    assert all((o.dp * o.cp) % o.ep == 0 for o in outers)
+
+
+def test_plan_file_round_trips_ep(tmp_path):
+    from paraplan.cost.loader import load_plan, plan_to_mapping
+    import yaml
+    inst = mixtral()
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=2, ep=4)
+    from paraplan.cost.specs import Plan
+    p = Plan.of(o, (32,), (0,))
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(plan_to_mapping(p)))
+    assert load_plan(path, inst) == p
+    bd = simulate(inst, p)
+    assert bd.fits and bd.exposed_s["ep_a2a"] > 0
+
+
+def test_memory_categories_split_expert_state_by_the_expert_data_parallel_group():
+    # the Mixtral plan of test_expert_weights_are_sharded...: per layer, experts 176,160,768
+    # parameters with Adam state over 8 ranks (12 / 8 bytes), the rest 41,984,000 over 64
+    # (12 / 64): optimizer bytes of the 32 layers = 32 * (176,160,768 * 1.5 + 41,984,000 *
+    # 0.1875) = 32 * 272,113,152 = 8,707,620,864, plus the embedding stage's share (its own formula)
+    from paraplan.cost import memory
+    from paraplan.cost.memory_breakdown import stage_categories_bytes
+    from paraplan.cost.specs import Plan
+    inst = mixtral()
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    p = Plan.of(o, (32,), (0,))
+    c = coefficients.build(inst, o)
+    (cats,) = stage_categories_bytes(inst, p, c)
+    emb = memory.embedding_state_bytes(inst.model, 1, 1, 64, True, True, inst.job.framework,
+                                       inst.job.optimizer)
+    emb_opt = emb * (12 / 64) / (6 + 12 / 64)
+    assert cats["optimizer"] == pytest.approx(8_707_620_864 + emb_opt, rel=1e-9)
+    assert cats["grads"] == pytest.approx(32 * (176_160_768 + 41_984_000) * 4 + emb * 4 / 6.1875,
+                                          rel=1e-9)
