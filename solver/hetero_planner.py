@@ -293,20 +293,29 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
 
 
 def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_limit_s: float) -> bool:
-    """Whether a lone class on one network is proved unable to beat the incumbent `best_s`
-    (on a tie: unless its key is the earlier one): its problem is then exactly the homogeneous
-    split problem of its coefficients, whose tight bound (solver/bounds.py) and exact dynamic
-    programme with a cutoff (formulations/split_dp.py) settle that quickly. Only a proof of
-    "no" is used: the plan itself still comes from the backend's own solve."""
-    if p.classes > 1 or len(p.coeffs) > 1 or not math.isfinite(best_s):
+    """Whether a lone class is proved unable to beat the incumbent `best_s` (on a tie: unless
+    its key is the earlier one). On each network its problem is exactly the homogeneous split
+    problem of its coefficients, which the tight bound (solver/bounds.py) and the exact dynamic
+    programme with a cutoff (formulations/split_dp.py) settle quickly: the worst case ("max")
+    is above the cutoff as soon as one network's time is; a weighted time as soon as the
+    weighted tight bounds are. Only a proof of "no" is used: the plan itself still comes from
+    the backend's own solve."""
+    if p.classes > 1 or not math.isfinite(best_s):
         return False
-    c = p.coeffs[0][0]
     cutoff = best_s * (1 + REL_TOL) if earlier else best_s * (1 - REL_TOL)
-    if bounds.tight_lower_bound_s(c, p.allow_full_recompute) > cutoff:
+    tight = [bounds.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs]
+    if p.objective == "weighted":
+        return float(np.dot(p.weights, tight)) > cutoff
+    if max(tight) > cutoff:
         return True
-    sr = solve_split_dp(c, allow_full_recompute=p.allow_full_recompute, time_limit_s=max(time_limit_s, 1e-3),
-                        cutoff_s=cutoff)
-    return sr.status == CUTOFF
+    deadline = time.perf_counter() + time_limit_s
+    for i in np.argsort(tight)[::-1]:  # the network closest to the cutoff first
+        cs = p.coeffs[i]
+        sr = solve_split_dp(cs[0], allow_full_recompute=p.allow_full_recompute,
+                            time_limit_s=max(deadline - time.perf_counter(), 1e-3), cutoff_s=cutoff)
+        if sr.status == CUTOFF:
+            return True
+    return False
 
 
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):
