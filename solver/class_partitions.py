@@ -11,23 +11,29 @@ class_placement gives each group its own site, so a stage's coefficients depend 
 plan of its own (k, g) only, monotonically in the plan's vector as solver/partition_plans.py's
 docstring shows. So per (k, g) only the plans no other plan dominates on the site of every
 scenario the objective reads are kept (partition_plans.joint_candidates; Megatron's plan is
-always listed, as on one group), and no combination is built before it is bounded:
+always listed, as on one group), and no combination is built before it is bounded. Bounds
+are those of solver/bounds.tight_lower_bound_s (memory caps, forced recompute), vectorised
+over rows (tight_class_terms), per class, then combined over classes and scenarios as
+hetero_planner.lower_bound_s does (_combination_bounds):
 
-1. optimistic: every (k, g) at partition_plans.optimistic_terms of its kept plans gives
+1. optimistic: every (k, g) at partition_plans.optimistic_terms of all its plans gives
    coefficients below those of every combination; memory-infeasible: none fits. Otherwise
-   their lower bound is the key of the outer's combinations in the planner's branch and
-   bound, which expands them (steps 2 and 3) only when that key can still beat the
-   incumbent U, i.e. lazily, with the best U found by then;
-2. per (k, g, plan): that plan on (k, g) and every other (k', g') optimistic bounds every
-   combination holding it; memory-infeasible or above U: the plan is dropped;
-3. each remaining combination: its coefficients are assembled row by row from the
-   (k, g, plan) builds of step 2 (stage s's rows come from its own group's plan; nothing is
-   priced again), then memory and the planner's lower bound decide whether it is listed.
+   their bound keys the outer's combinations as one node of the planner's branch and bound,
+   expanded (steps 2 and 3) only when it can still beat the incumbent U found by then;
+2. per (k, g): its kept plans sorted by layer time and bounded in buckets (a bucket's
+   optimistic terms, every other choice optimistic), then each plan of a surviving bucket
+   priced once (cost/coefficients.build) and bounded alone; above U or memory-infeasible:
+   dropped;
+3. every combination of the remaining plans bounded at once (numpy): the per-stage arrays of
+   a class come row by row from its groups' plan builds (stage s's rows from its own group's
+   plan); only those that can still win get assembled coefficients (nothing is priced again)
+   and become candidates, keyed by that bound.
 
-Listed combinations become planner candidates keyed (bound, outer index, combination index),
-the index counting in mixed radix over the (k, g) choices in (class, group) order, each choice
-numbered Megatron first and then its kept plans: one class on one group lists the homogeneous
-planner's (outer, layer plan) pairs in the same order (partition_plans.partition_coefficients).
+Keys are (bound, outer index, combination index), the index counting in mixed radix over the
+(k, g) choices in (class, group) order, each numbered Megatron first and then its kept plans:
+one class on one group lists the homogeneous planner's (outer, layer plan) pairs in the same
+order (partition_plans.partition_coefficients). In the planner, a lone class is then tried
+against the incumbent by the exact DP with a cutoff before it is solved.
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_layer_fn, class_outer, group_pricing_instance, on_group
-from paraplan.solver import bounds
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
                                              optimistic_terms, plan_rows, plans_per_outer)
 

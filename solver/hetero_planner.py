@@ -12,7 +12,12 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
    (exact minimum over the enumerated vectors, so valid for every split). Incumbent: the even
    split with the fewest fully recomputed layers that fit, and the best m for it.
 3. Visit configurations by (bound, index); solve those that can still win with CP-SAT or MILP
-   (formulations/multiclass*.py), prune the rest. Tie rule as in the homogeneous planner.
+   (formulations/multiclass*.py), prune the rest (a lone class first tries the tight bound and
+   the exact DP with a cutoff: _cannot_win_alone). Tie rule as in the homogeneous planner.
+
+With search.tensor_partitions, each outer configuration's layer-plan combinations (a plan per
+replica class and group, solver/class_partitions.py) are one more node of the same search,
+keyed by an optimistic bound and expanded into candidates only when it can still win.
 
 Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
 worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
