@@ -170,6 +170,30 @@ def tp_overlap_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
     return max(comm_s - gemm_s, comm_s / tp)
 
 
+def tp_backward_exposed(tp_f: float, qkv_gemm_s: float, mlp_in_gemm_s: float,
+                        sp: bool) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one layer's backward tensor-parallel communication where the
+    framework overlaps it as Megatron-LM's column-parallel linears do
+    (tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication; on by default,
+    --no-async-tensor-model-parallel-allreduce turns it off). `tp_f` is the forward's time
+    (2 all-reduces, or with sequence parallelism 4 collectives of a quarter each).
+
+    Without sequence parallelism the row-parallel linears (attention-out, MLP-out) need no
+    backward communication and each column-parallel one (QKV, MLP-in) all-reduces its input
+    gradient while its weight-gradient GEMM runs (as long as the forward GEMM). With sequence
+    parallelism the gradients of the row-parallel outputs are all-gathered before their backward
+    GEMMs can start (exposed); each column-parallel linear all-gathers its saved input shard
+    again behind its input-gradient GEMM and reduce-scatters the input gradient behind its
+    weight-gradient GEMM: 6 collectives against the forward's 4."""
+    if sp:
+        one = tp_f / 4
+        exposed = 2 * one + sum(2 * max(0.0, one - g) for g in (qkv_gemm_s, mlp_in_gemm_s))
+        return exposed, 6 * one - exposed
+    one = tp_f / 2
+    exposed = sum(max(0.0, one - g) for g in (qkv_gemm_s, mlp_in_gemm_s))
+    return exposed, 2 * one - exposed
+
+
 def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     block = o.tp * o.cp * o.dp  # consecutive ranks of one pipeline stage
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
@@ -207,6 +231,7 @@ class LayerTerms:
     workspace_bytes: float
     replicated_params: float = 0.0
     grad_sync_s: float = 0.0
+    per_iteration_s: float = 0.0  # compute once per iteration (FP8 weight casts a framework caches)
 
 
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
@@ -233,23 +258,32 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         attn_f += _mem_time_s(score_bytes, gpu)
         attn_b = BACKWARD_LINEAR_FACTOR * attn_f
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
-    cast_f = cast_b = 0.0
+    cast_f = cast_b = weight_cast = 0.0
     if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
-        cast_elems_f, cast_elems_b = fp8_cast_elements(
-            m, b, tp, cp, behaviour(inst.job.framework).fp8_dynamic_scaling)
+        fwb = behaviour(inst.job.framework)
+        cast_elems_f, cast_elems_b, cast_elems_w = fp8_cast_elements(
+            m, b, tp, cp, fwb.fp8_dynamic_scaling, fwb.fp8_fused_input_casts)
         cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
         cast_b = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_b, gpu)
+        weight_cast = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_w, gpu)
+        if not fwb.fp8_weight_cache:  # cast again by every micro-batch's forward
+            cast_f, weight_cast = cast_f + weight_cast, 0.0
     epi_f, epi_b = gemm_output_elements(m, b, tp, cp)  # GEMM output stores (its docstring)
     compute_f = lin_f + attn_f + elem_f + cast_f + _mem_time_s(BF16_BYTES * epi_f, gpu)
     compute_b = (BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f + cast_b
                  + _mem_time_s(BF16_BYTES * epi_b, gpu))
 
     # tensor parallel: 2 all-reduces forward, 2 backward (with sp: all-gather + reduce-scatter
-    # pairs of the same ring volume); on the critical path (Megatron-LM default, no TP overlap)
+    # pairs of the same ring volume); the forward's are on the critical path (Megatron-LM's
+    # default, no TP overlap); the backward's as the framework runs them (tp_backward_exposed)
     act_bytes = tokens * m.hidden * BF16_BYTES
     tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
     tp_hid_f = tp_hid_b = 0.0
+    fwb = behaviour(inst.job.framework)
+    if tp > 1 and fwb.tp_backward_async and not (inst.job.tp_comm_overlap and sp and not tp_inter):
+        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls]
+        tp_b, tp_hid_b = tp_backward_exposed(tp_f, gemm[0], sum(gemm[2:-1]), sp)
     if inst.job.tp_comm_overlap and sp and tp > 1 and not tp_inter:
         # with sequence parallelism the 2 all-reduces are 4 collectives of equal time (all-gather
         # before QKV and MLP-in, reduce-scatter after attention-out and MLP-out), each pipelined
@@ -304,7 +338,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
                "cp_comm_exposed": cp_exp_f + cp_exp_b},
         overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b, "tp_comm": tp_hid_f + tp_hid_b},
         act_bytes=act1, ckpt_bytes=memory.checkpoint_activation_bytes(m, b, tp, cp, sp),
-        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp))
+        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp), per_iteration_s=weight_cast)
 
 
 @dataclass(frozen=True)
@@ -406,7 +440,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
     return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b + slow_terms,
                        recompute_time=rc_fwd + z3_b_rc - z3_b,
-                       layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s,
+                       layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s + lt.per_iteration_s,
                        grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
                        gather_s=ag, scatter_s=rs)
 

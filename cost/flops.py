@@ -154,17 +154,19 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     return rep + act + qk
 
 
-def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int,
-                      dynamic_scaling: bool = False) -> tuple[float, float]:
-    """Elements one GPU casts to FP8 in a stand-alone kernel for one layer: (forward, backward),
-    each cast reading bf16 and writing FP8 twice (row-major and transposed).
+def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int, dynamic_scaling: bool = False,
+                      fused_input_casts: bool = True) -> tuple[float, float, float]:
+    """Elements one GPU casts to FP8 in stand-alone kernels for one layer: (forward activations,
+    backward activations, weights per cast pass), each cast reading bf16 and writing FP8 twice
+    (row-major and transposed).
 
-    Transformer Engine (delayed scaling: the scale comes from the amax history) fuses the cast
-    into the kernel that produces a linear layer's input where one exists (LayerNormLinear and
-    LayerNormMLP: the norm writes FP8 for QKV and MLP-in, the activation writes FP8 for
-    MLP-out), so the forward casts stand-alone only the attention output (the input of
-    attention-out) and the weights (1/tp share). The backward casts every linear layer's
-    output gradient, which comes from the layer above in bf16.
+    Transformer Engine's fused modules (Megatron-core's LayerNormLinear and LayerNormMLP,
+    `fused_input_casts`) write the FP8 input of QKV and MLP-in from the norm and that of
+    MLP-out from the activation, so the forward casts stand-alone only the attention output
+    (the input of attention-out). Plain te.Linear layers (llm-foundry's `fc_type: te`, which
+    its benchmarks set for FP8 on H100: scripts/train/benchmarking/submit_benchmarks.py) cast
+    every linear layer's input in a kernel of their own. The backward casts every linear
+    layer's output gradient, which comes from the layer above in bf16.
 
     torchao float8 with dynamic tensorwise scaling (torchtitan's float8 converter) needs the
     tensor's amax before it can scale, so even under torch.compile every GEMM input is cast in
@@ -172,15 +174,18 @@ def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int,
     amax and cast separately for forward and backward: twice a cast's traffic
     (torchao/testing/training/roofline_utils.py, get_tensor_memory_traffic_ovhd_s: kernels 1-4
     for weights; the activations' amax fused with their producer, as it assumes with fusion).
+    How often the weights are cast (every micro-batch, or once per iteration where the
+    framework caches them) is the caller's: cost/framework.Behaviour.fp8_weight_cache.
     """
     t = b * m.seq_len / cp
     h, f = m.hidden, m.ffn
-    forward = t * m.q_hidden / tp + layer_params(m) / tp
-    if dynamic_scaling:  # the norms' outputs (QKV and MLP-in inputs), the MLP-out input, weights
-        forward += 2 * t * h + t * f / tp + layer_params(m) / tp
+    forward = t * m.q_hidden / tp
+    if dynamic_scaling or not fused_input_casts:  # norms' outputs (QKV, MLP-in), MLP-out input
+        forward += 2 * t * h + t * f / tp
+    weights = (2 if dynamic_scaling else 1) * layer_params(m) / tp
     mlp_in = (2 if m.mlp is Mlp.SWIGLU else 1) * f
     backward = t * (m.q_hidden + 2 * m.kv_hidden) / tp + t * h + t * mlp_in / tp + t * h
-    return forward, backward
+    return forward, backward, weights
 
 
 def layer_param_tensors(m: ModelSpec) -> int:

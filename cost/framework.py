@@ -49,6 +49,17 @@ class Behaviour:
     # --- FP8: scales from the tensor's own amax (torchao dynamic tensorwise) rather than from
     # an amax history (Transformer Engine's delayed scaling): cost/flops.fp8_cast_elements
     fp8_dynamic_scaling: bool = False
+    # Transformer Engine's LayerNormLinear / LayerNormMLP write the FP8 inputs of QKV, MLP-in
+    # and MLP-out from the norm and activation kernels; plain te.Linear casts each input alone
+    fp8_fused_input_casts: bool = True
+    # FP8 weight copies cast once per iteration and reused by every micro-batch (Megatron-core
+    # passes is_first_microbatch to its TE modules) rather than cast again each micro-batch
+    fp8_weight_cache: bool = False
+    # tensor parallelism's backward collectives overlapped with the weight/input-gradient GEMMs
+    # (Megatron-LM's async tensor-model-parallel all-reduce: cost/coefficients.tp_backward_exposed);
+    # False: every backward collective on the critical path (torchtitan's DTensor TP without
+    # its compile-only async TP)
+    tp_backward_async: bool = False
 
 
 _TABLE = {
@@ -59,7 +70,8 @@ _TABLE = {
     Framework.MEGATRON: Behaviour(Framework.MEGATRON, gather_per_tensor=False, prefetch_params=None,
                                   max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                   grad_reduce_bytes=4, scatter_bucket_params=None,
-                                  grad_bucket_params=40e6, grad_bucket_params_zero2=40e6),
+                                  grad_bucket_params=40e6, grad_bucket_params_zero2=40e6,
+                                  fp8_weight_cache=True, tp_backward_async=True),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
     # (training.mixed_precision_reduce = float32); DDP (dp_replicate) buckets of 25 MB (torch
     # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients. Float8 linears are
@@ -78,11 +90,15 @@ _TABLE = {
                                    grad_reduce_bytes=2, scatter_bucket_params=5e8,
                                    grad_bucket_params=5e8, grad_bucket_params_zero2=5e8),
     # Composer (llm-foundry): torch FSDP1, one unit per block, BACKWARD_PRE prefetch; the MPT
-    # recipes train with mixed_precision PURE, i.e. bf16 reduce.
+    # recipes train with mixed_precision PURE, i.e. bf16 reduce. FP8 (amp_fp8) swaps the
+    # linears for plain te.Linear (`fc_type: te`, scripts/train/benchmarking/submit_benchmarks.py
+    # on H100), which MPT calls without is_first_microbatch: every input and every weight is
+    # cast in a kernel of its own, each micro-batch.
     Framework.COMPOSER: Behaviour(Framework.COMPOSER, gather_per_tensor=False, prefetch_params=None,
                                   max_reuse_distance_params=None, grad_reduce_bytes_zero3=2,
                                   grad_reduce_bytes=2, scatter_bucket_params=None,
-                                  grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None),
+                                  grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None,
+                                  fp8_fused_input_casts=False),
 }
 
 

@@ -125,7 +125,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          search_from_section)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
-from paraplan.cost.specs import GpuSpec, Instance, Link, Plan, Recompute
+from paraplan.cost.specs import Attention, GpuSpec, Instance, Link, Plan, Recompute
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
@@ -186,7 +186,7 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
     if search is not None:  # listed values no plan on these groups can use
         refusal = hetero_search_refusal(search, model, [g.cluster for g in net.groups],
-                                        frozenset(top.raw["search"]))
+                                        frozenset(top.raw["search"]), job.attention is Attention.FLASH)
         if refusal is not None:
             raise InstanceError(path, f"search.{refusal.key}", refusal.problem, refusal.fix)
     nominal = net.cluster()

@@ -1141,7 +1141,8 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     given = frozenset(raw)
     groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/hetero_specs.py)
     refusal = (search_refusal(space, inst.model, inst.cluster, inst.job, given) if groups is None
-               else hetero_search_refusal(space, inst.model, [g.cluster for g in groups], given))
+               else hetero_search_refusal(space, inst.model, [g.cluster for g in groups], given,
+                                          inst.job.attention is Attention.FLASH))
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     return replace(inst, search=space)

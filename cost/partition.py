@@ -81,8 +81,10 @@ Costs of one layer, one micro-batch, one GPU (all exact functions of the instanc
   set, on the smallest aligned rank block that contains the sources. When every holder of a
   partial block needs its own equal share of it, a reduce-scatter onto those shares is priced
   instead if faster. On Megatron's layouts this is exactly the ring all-reduce / all-gather /
-  reduce-scatter of cost/comm.py. Reshards are on the critical path
-  (as Megatron's tensor-parallel collectives are in megatron_layer).
+  reduce-scatter of cost/comm.py. Reshards are on the critical path, forward and backward
+  (megatron_layer hides part of Megatron-LM's backward collectives behind the gradient GEMMs,
+  coefficients.tp_backward_exposed; a plan of Megatron's layouts is priced by megatron_layer
+  itself, so this table's Megatron row is that plan with its backward collectives exposed).
 - memory: each op stashes its own input block for the weight gradient; P ops need a double
   buffer for the blocks in flight (transient, added to the layer's workspace); T ops hold
   (1 - 1/t) of their weight more than a split op (state, per layer, not transient).
@@ -101,6 +103,7 @@ from paraplan.cost.coefficients import (BACKWARD_LINEAR_FACTOR, LayerTerms, Site
                                megatron_layer)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
+from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Instance, Link, Mlp, Outer
 # the closed set of partitions and a plan's rules (split out so that cost/specs.py's Plan can
 # check its partitions without importing this module); is_token_split, parse_op and
@@ -458,6 +461,9 @@ class LayerTable:
     pair_inter_node: dict[tuple[str, str], np.ndarray]  # [cands(a), cands(b)] the same, per edge
     replicated_params: dict[str, np.ndarray]  # [candidates] parameters beyond a 1/t share
     grad_sync_s: dict[str, np.ndarray]  # [candidates] per iteration, weight-grad all-reduce
+    # [cands(stream), cands(op)] backward collectives a framework hides behind the op's gradient
+    # GEMMs (Megatron-LM's async column-parallel backward, on Megatron's layouts only)
+    pair_hidden: dict[tuple[str, str], np.ndarray]
 
 
 def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
@@ -500,12 +506,14 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
         unary[STREAM][i, :2] = (fwd, bwd)
         inter[STREAM][i] = inter_s
 
-    pair, pair_inter = {}, {}
+    pair, pair_inter, pair_hidden = {}, {}, {}
     qkv_w, core_w, mlp_w = dims["qkv"][1], dims["attn_out"][0], dims["mlp_out"][0]
+    async_b = behaviour(inst.job.framework).tp_backward_async
     for a, b in STREAM_EDGES:  # the stream meets the first and last op of each chain
         N, K, _ = dims[b]
         arr = np.zeros((len(cands[a]), len(cands[b]), 2))
         arr_inter = np.zeros((len(cands[a]), len(cands[b])))
+        hidden = np.zeros((len(cands[a]), len(cands[b])))
         for i, name in enumerate(cands[a]):
             R = stream_layout(name, t)
             for k, p in enumerate(cands[b]):
@@ -513,12 +521,26 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
                     # e.g. Megatron's sequence-parallel all-gather forward, reduce-scatter back
                     f = _move_split(ctx, links, None, (R, 1), op_layout(p, t, "in")[0], (T, N))
                     bk = _move_split(ctx, links, p, op_layout(p, t, "dx"), R, (T, N))
+                    if async_b and name in MEGATRON_STREAMS and p.spec() == MEGATRON_DEFAULT[b]:
+                        # Megatron's column-parallel backward (coefficients.tp_backward_exposed):
+                        # the input gradient's all-reduce / reduce-scatter behind the weight-
+                        # gradient GEMM and, on the split stream, the input's re-gather behind
+                        # the input-gradient GEMM (each as long as one forward GEMM phase)
+                        gemm = linear_op_cost(ctx, b, p).compute_s / (1 + BACKWARD_LINEAR_FACTOR)
+                        moves = (bk, f) if name == "seq" else (bk,)
+                        total = sum(mv[0] for mv in moves)
+                        exposed = sum(max(0.0, mv[0] - gemm) for mv in moves)
+                        inter_b = sum(mv[1] for mv in moves) * (exposed / total if total else 0.0)
+                        arr[i, k] = (f[0], exposed)
+                        arr_inter[i, k] = f[1] + inter_b
+                        hidden[i, k] = total - exposed
+                        continue
                 else:  # output into the stream, output gradient from it
                     f = _move_split(ctx, links, p, op_layout(p, t, "out"), R, (T, K))
                     bk = _move_split(ctx, links, None, (R, 1), op_layout(p, t, "dy")[0], (T, K))
                 arr[i, k] = (f[0], bk[0])
                 arr_inter[i, k] = f[1] + bk[1]
-        pair[(a, b)], pair_inter[(a, b)] = arr, arr_inter
+        pair[(a, b)], pair_inter[(a, b)], pair_hidden[(a, b)] = arr, arr_inter, hidden
     for a, b in CHAIN_EDGES:
         arr = np.zeros((len(cands[a]), len(cands[b]), 2))
         arr_inter = np.zeros((len(cands[a]), len(cands[b])))
@@ -546,16 +568,21 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
     tp_link, tp_inter = site.tp_link
     tp_f = 2 * comm.all_reduce_time_s(T * h * BF16_BYTES, t, tp_link, tp_inter, net, tree=False)
     mt_stash = sum(unary[op][_index(cands[op], MEGATRON_DEFAULT[op])][2] for op in LINEAR_OPS)
+    # the base holds no tp time: megatron_layer's exposed backward part is the forward's less
+    # what its async backward hides (the table's pair entries carry that split themselves)
+    tp_b_exposed = mt.parts["tp_comm"] - tp_f
     base = LayerTerms(
-        fwd_s=mt.fwd_s - lin_f - tp_f, bwd_s=mt.bwd_s - BACKWARD_LINEAR_FACTOR * lin_f - tp_f,
+        fwd_s=mt.fwd_s - lin_f - tp_f, bwd_s=mt.bwd_s - BACKWARD_LINEAR_FACTOR * lin_f - tp_b_exposed,
         rc_fwd_s=mt.rc_fwd_s - lin_f - tp_f,
         parts={"compute": mt.parts["compute"] - (1 + BACKWARD_LINEAR_FACTOR) * lin_f,
                "cp_comm_exposed": mt.parts["cp_comm_exposed"]},
-        overlapped=dict(mt.overlapped), act_bytes=mt.act_bytes - mt_stash,
+        overlapped={k: v for k, v in mt.overlapped.items() if k != "tp_comm"},
+        act_bytes=mt.act_bytes - mt_stash,
         ckpt_bytes=mt.ckpt_bytes, workspace_bytes=mt.workspace_bytes)
     return LayerTable(candidates=cands, unary=unary, pair=pair, base=base,
                       ring_overlapped=ring, compute=compute, inter_node=inter,
-                      pair_inter_node=pair_inter, replicated_params=rep, grad_sync_s=sync)
+                      pair_inter_node=pair_inter, replicated_params=rep, grad_sync_s=sync,
+                      pair_hidden=pair_hidden)
 
 
 def stream_cost(ctx: LayerContext, name: str) -> tuple[float, float, float]:
@@ -622,6 +649,7 @@ def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
                 + sum(table.pair_inter_node[e][idx[e[0]], idx[e[1]]] for e in EDGES))
     overlapped = dict(b.overlapped)
     overlapped["tp_ring"] = ring
+    overlapped["tp_comm"] = sum(table.pair_hidden[e][idx[e[0]], idx[e[1]]] for e in STREAM_EDGES)
     # exposed tensor-parallel time by link type: intra-node (NVLink/PCIe) and inter-node (NIC)
     return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - (b.fwd_s - b.rc_fwd_s),
                       parts={"compute": compute, "tp_comm_intra_node": tp_exposed - tp_inter,

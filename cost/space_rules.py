@@ -18,7 +18,7 @@ interleaving and no uniform_split yet: listing them there is refused instead of 
 from __future__ import annotations
 
 from paraplan.cost.framework_rules import Refusal
-from paraplan.cost.specs import ClusterSpec, JobSpec, ModelSpec, SearchSpace
+from paraplan.cost.specs import Attention, ClusterSpec, JobSpec, ModelSpec, SearchSpace
 from paraplan.cost.units import bytes_to_gib
 
 
@@ -57,7 +57,14 @@ def group_tp_problem(t: int, model: ModelSpec, cluster: ClusterSpec, across_node
     return problem
 
 
-def cp_problem(c: int, model: ModelSpec, gpus: int, max_cp: int | None) -> str | None:
+def cp_problem(c: int, model: ModelSpec, gpus: int, max_cp: int | None,
+               flash: bool = True) -> str | None:
+    """Why cp = c cannot run, or None. Ring attention exists only in fused attention kernels:
+    Megatron-core's unfused DotProductAttention asserts "Context parallelism is only supported
+    by TEDotProductAttention!", and torch's context_parallel dispatches only the flash and
+    memory-efficient SDPA backends, so `attention: standard` runs with cp = 1."""
+    if c > 1 and not flash:
+        return f"cp={c} needs fused attention (attention: flash); unfused attention has no ring"
     if model.seq_len % c:
         return f"cp={c} does not divide the sequence length {model.seq_len}"
     if gpus % c:
@@ -92,7 +99,7 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
                    else f"use a divisor of the heads and of the GPUs; {drop}")
             return Refusal("tp", problem, fix)
     for c in (space.cp if space.cp is not None else _powers_of_two(n)):
-        problem = cp_problem(c, model, n, space.max_cp)
+        problem = cp_problem(c, model, n, space.max_cp, job.attention is Attention.FLASH)
         if problem is None:
             if any((n // t) % c == 0 for t in tps):
                 cps.append(c)
@@ -100,8 +107,9 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
                 return Refusal("cp", f"cp={c} divides none of the GPU counts left by tp"
                                f" ({', '.join(str(n // t) for t in tps)})", drop)
         elif "cp" in given:
-            return Refusal("cp", problem, f"use a divisor of the sequence length and of the"
-                           f" GPUs; {drop}")
+            fix = ("set job.attention: flash, or " + drop if "fused" in problem
+                   else f"use a divisor of the sequence length and of the GPUs; {drop}")
+            return Refusal("cp", problem, fix)
     for p in (space.pp if space.pp is not None else _divisors(n)):
         problem = pp_problem(p, model, n, space.max_pp)
         if problem is None:
@@ -152,7 +160,7 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
 
 
 def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
-                          given: frozenset[str]) -> Refusal | None:
+                          given: frozenset[str], flash: bool = True) -> Refusal | None:
     """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
@@ -160,7 +168,9 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     virtual_stages value that no plan can use."""
     if "cp" in given and space.cp is not None:
         for c in space.cp:
-            problems = [cp_problem(c, model, cl.num_gpus, space.max_cp) for cl in clusters]
+            problems = [cp_problem(c, model, cl.num_gpus, space.max_cp, flash) for cl in clusters]
+            if not flash and c > 1:
+                return Refusal("cp", problems[0], "set job.attention: flash, or drop it from the list")
             if all(problems):
                 return Refusal("cp", problems[0] + " (on every group)", "drop it from the list")
     if "virtual_stages" in given and space.virtual_stages is not None:

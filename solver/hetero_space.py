@@ -80,7 +80,8 @@ def cp_values(inst: HeteroInstance, used: tuple[int, ...], tp: int) -> list[int]
     s = inst.search
     gpus = [inst.cluster.groups[g].num_gpus // tp for g in used]
     vals = s.cp if s.cp is not None else _powers_of_two(max(min(gpus), 1))
-    return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp) is None for n in gpus)]
+    flash = inst.job.attention is Attention.FLASH
+    return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp, flash) is None for n in gpus)]
 
 
 def _pp_ok(inst: HeteroInstance, pp: int) -> bool:

@@ -143,7 +143,7 @@ def outer_configs(inst: Instance) -> list[Outer]:
     for tp in tp_values(inst):
         cps = s.cp if s.cp is not None else _powers_of_two(n_gpus // tp)
         for cp in cps:
-            if cp_problem(cp, m, n_gpus // tp, s.max_cp) is not None:  # the loader's rule
+            if cp_problem(cp, m, n_gpus // tp, s.max_cp, flash) is not None:  # the loader's rule
                 continue
             rest = n_gpus // (tp * cp)
             pps = s.pp if s.pp is not None else _divisors(rest)

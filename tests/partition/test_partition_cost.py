@@ -57,6 +57,9 @@ def test_megatron_plan_reproduces_megatron_layer(case):
         for f in ("fwd_s", "bwd_s", "rc_fwd_s", "act_bytes", "ckpt_bytes", "workspace_bytes"):
             assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-12), f
         assert got.parts["compute"] == pytest.approx(want.parts["compute"], rel=1e-12)
+        # what Megatron-LM's async backward hides (coefficients.tp_backward_exposed) is hidden
+        # in the table too, on Megatron's layouts
+        assert got.overlapped["tp_comm"] == pytest.approx(want.overlapped["tp_comm"], rel=1e-9)
         # the exposed tensor-parallel time, split by link type: all of it crosses nodes when
         # the group does (4 GPUs per node), none of it otherwise
         intra, inter = got.parts["tp_comm_intra_node"], got.parts["tp_comm_inter_node"]
@@ -302,5 +305,11 @@ def test_sequence_parallel_stream_by_hand():
         assert table.unary[op][k, 1] == pytest.approx(2 * gemm, rel=1e-12)
     kk = specs.index("K")
     assert _with_stream(table, "mlp_in")[kk, 0] == pytest.approx(gemm + ag, rel=1e-12)
-    assert _with_stream(table, "mlp_in")[kk, 1] == pytest.approx(2 * gemm + ag, rel=1e-12)
+    # backward under Megatron-LM's async column-parallel path (coefficients.tp_backward_exposed):
+    # the reduce-scatter hides behind the weight-gradient GEMM and the re-gather of the stashed
+    # shard behind the input-gradient GEMM, each showing only what outlasts its GEMM
+    exposed = 2 * max(0.0, ag - gemm)
+    assert _with_stream(table, "mlp_in")[kk, 1] == pytest.approx(2 * gemm + exposed, rel=1e-12)
+    seq = table.candidates[P.STREAM].index("seq")
+    assert table.pair_hidden[(P.STREAM, "mlp_in")][seq, kk] == pytest.approx(2 * ag - exposed, rel=1e-12)
     assert _with_stream(table, "mlp_in")[kk, 2] == 2 * T * h / 4

@@ -194,3 +194,20 @@ def test_refusal_uses_the_framework_of_the_job_file(tmp_path):
     with pytest.raises(InstanceError) as info:
         load_instance_parts(inst_path, hf_config=None, cluster=None, job=job_path)
     assert info.value.path == str(inst_path) and info.value.field == "search.cp"
+
+
+def test_unfused_attention_has_no_context_parallelism(tmp_path):
+    # Megatron-core's unfused DotProductAttention asserts "Context parallelism is only supported
+    # by TEDotProductAttention!": with attention: standard the default space keeps cp = 1 (the
+    # SC'21 530B workload on 560 A100s re-planned to tp 2, cp 4 before), and a listed cp > 1 is
+    # refused with the fix.
+    inst = _eight_gpus(Framework.MEGATRON)
+    flash_cps = {o.cp for o in outer_configs(inst)}
+    std = dataclasses.replace(inst, job=dataclasses.replace(inst.job, attention=Attention.STANDARD))
+    assert flash_cps > {1} and {o.cp for o in outer_configs(std)} == {1}
+    data = dict(TINY, job=dict(TINY["job"], attention="standard"), search={"cp": [1, 2]})
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == "search.cp" and "attention: flash" in str(info.value)
