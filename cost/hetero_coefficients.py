@@ -26,10 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.cost import comm, schedule
-from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build
+from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build, megatron_layer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_specs import HeteroCluster, HeteroOuter
-from paraplan.cost.specs import Link, Outer
+from paraplan.cost.partition import plan_layer_fn
+from paraplan.cost.specs import Instance, Link, Outer
 
 
 def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -> Outer:
@@ -114,15 +115,57 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
 
 
+def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict):
+    """A `layer_fn` for cost/coefficients.build that prices each stage with the layer_fn of
+    the group hosting it (`by_group`: group -> layer_fn; a group not in it: Megatron 1-D).
+    class_placement gives every group its own Site object, so the stage's site says its group."""
+    if not by_group:
+        return megatron_layer
+    fn_of = {id(pl.sites[s]): by_group.get(g, megatron_layer) for s, g in enumerate(stage_groups)}
+
+    def layer_fn(inst, o, site, net):
+        return fn_of[id(site)](inst, o, site, net)
+    return layer_fn
+
+
+def group_pricing_instance(inst, hc: HeteroCluster, g: int) -> Instance:
+    """`inst` (model, job, search) on group g's own cluster: what a layer plan on group g is
+    priced with, since cost/partition.py reads the links of a tp group's sub-blocks (across
+    nodes) from the instance's cluster."""
+    return Instance(name=inst.name, model=inst.model, cluster=hc.groups[g].cluster, job=inst.job,
+                    search=inst.search, source=inst.source)
+
+
+def on_group(layer_fn, group_inst: Instance):
+    """`layer_fn` priced with `group_inst` whatever instance build passes."""
+    return lambda _inst, o, site, net: layer_fn(group_inst, o, site, net)
+
+
+def partitions_layer_fn(inst, hc: HeteroCluster, pl: Placement, stage_groups: tuple[int, ...],
+                        partitions) -> object:
+    """class_layer_fn of a class's recorded partitions ((group, layer plan), ...) on network hc."""
+    if not partitions:
+        return megatron_layer
+    return class_layer_fn(pl, stage_groups, {
+        g: on_group(plan_layer_fn(parts), group_pricing_instance(inst, hc, g)) for g, parts in partitions})
+
+
 def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficiency = NetEfficiency(),
                        reserve_bytes: float = 0.0,
-                       num_micro_batches: tuple[int, ...] | None = None) -> list[StageCoefficients]:
+                       num_micro_batches: tuple[int, ...] | None = None,
+                       partitions: tuple | None = None) -> list[StageCoefficients]:
     """One StageCoefficients per class of `ho` on network `hc` (`inst`: model and job), each
-    class running `num_micro_batches[k]` per replica (None: not yet chosen, see class_outer)."""
-    counts = (None,) * len(ho.classes) if num_micro_batches is None else num_micro_batches
-    return [build(inst, class_outer(ho, k, counts[k]), net, reserve_bytes,
-                  placement=class_placement(hc, ho, k))
-            for k in range(len(ho.classes))]
+    class running `num_micro_batches[k]` per replica (None: not yet chosen, see class_outer)
+    with the layer plans `partitions[k]` (ReplicaClass.partitions; None: Megatron 1-D)."""
+    K = len(ho.classes)
+    counts = (None,) * K if num_micro_batches is None else num_micro_batches
+    parts = ((),) * K if partitions is None else partitions
+    out = []
+    for k in range(K):
+        pl = class_placement(hc, ho, k)
+        out.append(build(inst, class_outer(ho, k, counts[k]), net, reserve_bytes, placement=pl,
+                         layer_fn=partitions_layer_fn(inst, hc, pl, ho.classes[k].stage_groups, parts[k])))
+    return out
 
 
 def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v: int = 1) -> float:

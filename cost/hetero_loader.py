@@ -121,7 +121,8 @@ from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_number, cluster_from_section,
                          config_errors_as, default_layer_split, describe, enum_values,
-                         job_from_section, model_from_section, read_yaml, search_from_section)
+                         job_from_section, model_from_section, plan_partitions, read_yaml,
+                         search_from_section)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
 from paraplan.cost.specs import Attention, GpuSpec, Instance, Link, Plan, Recompute
@@ -146,7 +147,7 @@ _EVENT_FILE_KEYS = ("event",)
 _EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
 _PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
-               "full_recompute_layers")
+               "full_recompute_layers", "partitions")
 _ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
 _MAX_ITEMS = 4096  # groups, links, scenarios, periods, changes, classes
 _PROBABILITY_SLACK = 1e-9  # 0.7 + 0.2 + 0.1 may sum to 1.0000000000000002
@@ -212,17 +213,15 @@ def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:
 
 def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan:
     """`plan` as the one-class plan of homogeneous_as_hetero's instance: dp replicas whose pp
-    stages all sit on group 0. Per-operator partitions have no heterogeneous form yet: refused."""
-    if plan.partitions:
-        raise InstanceError(path, "plan.partitions", "per-operator partitions are not planned on"
-                            " node groups yet (issue 12)", "re-plan without spatial_temporal")
+    stages all sit on group 0, with the plan's per-operator partitions on group 0."""
     return HeteroPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
                       micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
                       recompute=plan.recompute, zero=plan.zero, family="stage",
                       classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
                                             num_micro_batches=plan.num_micro_batches,
                                             layers_per_stage=plan.layers_per_stage,
-                                            full_recompute_layers=plan.full_recompute_layers),))
+                                            full_recompute_layers=plan.full_recompute_layers,
+                                            partitions=((0, plan.partitions),) if plan.partitions else ()),))
 
 
 def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
@@ -232,7 +231,8 @@ def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
                 micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
                 sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
                 zero=plan.zero, virtual_stages=plan.virtual_stages,
-                layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers)
+                layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers,
+                partitions=c.partitions_on(0))
 
 
 def group_instance(inst: HeteroInstance, g: int) -> Instance:
@@ -630,10 +630,12 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
         full = c.int_list("full_recompute_layers", pp)
         if full is None:
             full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
+        parts = _class_partitions(c, names, stages, path)
         with config_errors_as(path, field, "correct the replica class"):
             classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
                                         num_micro_batches=c.integer("num_micro_batches"),
-                                        layers_per_stage=layers, full_recompute_layers=full))
+                                        layers_per_stage=layers, full_recompute_layers=full,
+                                        partitions=parts))
 
     m = inst.model
     agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
@@ -649,6 +651,21 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
         )
         plan.check_against(inst)
     return plan
+
+
+def _class_partitions(c: Section, names: tuple[str, ...], stages: tuple[int, ...], path: str):
+    """`partitions: {GROUP: {qkv: K, attn_core: heads, ...}}`: the layer plan of the class's
+    stages on each group named (cost/loader's plan `partitions:`; absent: Megatron 1-D)."""
+    if not c.has("partitions"):
+        return ()
+    used = tuple(dict.fromkeys(names[g] for g in stages))
+    sub = c.section("partitions", used)
+    out = []
+    for name in used:
+        if sub.has(name):
+            parts = plan_partitions(sub, name)
+            out.append((names.index(name), parts))
+    return tuple(sorted(out))
 
 
 def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> int:
@@ -675,6 +692,8 @@ def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
                 "layers_per_stage": list(c.layers_per_stage)}
         if not all_full:
             item["full_recompute_layers"] = list(c.full_recompute_layers)
+        if c.partitions:
+            item["partitions"] = {names[g]: dict(parts) for g, parts in c.partitions}
         classes.append(item)
     # written only where used: plans without cp or interleaving read as before
     cp = {"cp": plan.cp} if plan.cp > 1 else {}

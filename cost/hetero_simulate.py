@@ -50,7 +50,8 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
     plan.check_against(inst)
     hc = cluster if cluster is not None else inst.cluster
     coeffs = class_coefficients(inst, hc, plan.outer, net, inst.search.memory_reserve_bytes,
-                                tuple(k.num_micro_batches for k in plan.classes))
+                                tuple(k.num_micro_batches for k in plan.classes),
+                                tuple(k.partitions for k in plan.classes))
     reports, pipes, syncs = [], [], []
     for c, k in zip(coeffs, plan.classes):
         n = np.array(k.layers_per_stage, float)

@@ -13,7 +13,9 @@ Heterogeneous plan (the declared space is in solver/hetero_space.py):
   of a replica is tp * cp GPUs of its group, ranked tp fastest then cp, as on one group;
 - a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
   each of its pipeline stages (`stage_groups`), how many micro-batches each replica runs per
-  iteration (`num_micro_batches`, at least its stage count), and its layer split;
+  iteration (`num_micro_batches`, at least its stage count), its layer split, and the
+  per-operator tensor partition of its layers on each group it uses (`partitions`, with
+  search.tensor_partitions; cost/partition.py: one layer plan per class and group);
 - stage-wise heterogeneity is one class whose stages sit on different groups; replica-wise
   heterogeneity is several classes, e.g. one per group, with different micro-batch counts.
 All replicas synchronise gradients every iteration; the iteration ends with the slowest.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
 
 
@@ -176,9 +179,15 @@ class ReplicaClass:
     num_micro_batches: int
     layers_per_stage: tuple[int, ...]
     full_recompute_layers: tuple[int, ...]
+    # ((group, ((operator, partition), ...)), ...) by ascending group: the layer plan of this
+    # class's stages on that group (cost/partition.py); a group not listed runs Megatron 1-D
+    partitions: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         pp = len(self.stage_groups)
+        groups = [g for g, _ in self.partitions]
+        if groups != sorted(set(groups)) or not set(groups) <= set(self.stage_groups):
+            raise ConfigError("a replica class's partitions name each of its groups at most once")
         if self.replicas < 1 or pp < 1:
             raise ConfigError("a replica class needs >= 1 replica and >= 1 stage")
         if len(self.layers_per_stage) != pp or len(self.full_recompute_layers) != pp:
@@ -192,6 +201,20 @@ class ReplicaClass:
     @property
     def shape(self) -> ClassShape:
         return ClassShape(replicas=self.replicas, stage_groups=self.stage_groups)
+
+    def partitions_on(self, group: int) -> tuple[tuple[str, str], ...]:
+        """The layer plan of this class's stages on `group` (empty: Megatron 1-D)."""
+        return dict(self.partitions).get(group, ())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LayerPlan:
+    """What cost/partition_names.check_partitions reads of a plan, for one class and group."""
+
+    partitions: tuple[tuple[str, str], ...]
+    tp: int
+    zero: int
+    sequence_parallel: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,6 +271,10 @@ class HeteroPlan(_Modes):
                                       " micro-batches per replica (solver/hetero_space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        for c in self.classes:
+            for _, parts in c.partitions:
+                check_partitions(_LayerPlan(partitions=parts, tp=self.tp, zero=self.zero,
+                                            sequence_parallel=self.sequence_parallel))
         if self.zero and self.outer.replicas * self.cp == 1:
             raise ConfigError(f"ZeRO-{self.zero} shards over replicas and context-parallel ranks,"
                               " and the plan has one of each")

@@ -1009,21 +1009,21 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             virtual_stages=virtual_stages,
             layers_per_stage=layers_per_stage,
             full_recompute_layers=full,
-            partitions=_plan_partitions(sec),
+            partitions=plan_partitions(sec),
             ep=sec.integer("ep", 1),
         )
         plan.check_against(inst)
     return plan
 
 
-def _plan_partitions(sec: Section) -> tuple[tuple[str, str], ...]:
+def plan_partitions(sec: Section, key: str = "partitions") -> tuple[tuple[str, str], ...]:
     """`partitions: {qkv: K, attn_core: heads, ..., stream: B2x2}` (cost/partition.py; the
     stream is optional: absent, Megatron's layout of the plan's sequence_parallel flag);
-    absent: Megatron."""
-    if not sec.has("partitions"):
+    absent: Megatron. `key`: the field of `sec` holding it."""
+    if not sec.has(key):
         return ()
     from paraplan.cost.partition import OPS, PLAN_OPS, STREAM
-    sub = sec.section("partitions", PLAN_OPS)
+    sub = sec.section(key, PLAN_OPS)
     out = []
     for op in OPS:
         out.append((op, sub.string(op)))

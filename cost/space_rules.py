@@ -240,11 +240,6 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
                        " reports the uniform-split baseline)")
-    if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
-        return Refusal("tensor_partitions", "per-operator partitions are not planned on"
-                       " heterogeneous clusters", "remove spatial_temporal (heterogeneous plans"
-                       " use Megatron 1-D tensor parallelism); plan one group alone to use"
-                       " partitions")
     if "tp" in given and space.tp is not None:
         for t in space.tp:
             problems = [group_tp_problem(t, model, c, space.tp_across_nodes) for c in clusters]

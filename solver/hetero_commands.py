@@ -15,6 +15,7 @@ from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.format import count, seconds, table
 from paraplan.solver.jsonout import emit_json
 from paraplan.solver.outputs import check_output_path, write_text
+from paraplan.solver.partition_cmd import partition_lines
 
 
 def is_hetero(args) -> bool:
@@ -69,6 +70,9 @@ def plan_lines(plan, inst) -> list[str]:
                      f" stages on [{','.join(names[g] for g in c.stage_groups)}];"
                      f" layers/stage [{','.join(map(str, c.layers_per_stage))}];"
                      f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")
+        for g, parts in c.partitions:  # per-operator tensor partitions of its stages on g
+            gpn = inst.cluster.groups[g].cluster.gpus_per_node
+            lines += [f"    on {names[g]}: {x}" for x in partition_lines(parts, plan.tp, gpn)]
     return lines
 
 

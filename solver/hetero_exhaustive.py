@@ -1,5 +1,6 @@
-"""Exhaustive search over the heterogeneous space: every outer configuration, every micro-batch
-vector, every layer split and every recompute count of every class, no pruning. It shares
+"""Exhaustive search over the heterogeneous space: every outer configuration, every layer-plan
+combination (with per-operator partitions: every plan on every class and group, no dominance),
+every micro-batch vector, every layer split and every recompute count of every class, no pruning. It shares
 solver/hetero_space.py with the planner, so its optimum is the one the planner must match.
 
 Per class, all (split, recompute) rows are evaluated at once with numpy on every scenario
@@ -18,7 +19,8 @@ import numpy as np
 from paraplan.cost import schedule
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.solver.exhaustive import SpaceTooLarge, _recompute_grid, compositions
-from paraplan.solver.hetero_planner import _plan_of, problem_for, scenario_weights
+from paraplan.solver.class_partitions import all_partitions
+from paraplan.solver.hetero_planner import _plan_of, lone_count, placer, problem_for, scenario_weights
 from paraplan.solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 5_000_000
@@ -67,8 +69,10 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
     _, agg, weights = scenario_weights(inst, objective)
     best_val, best = math.inf, None
     done = 0
-    for o in outers:
-        p = problem_for(inst, o, objective)
+    placements: dict = {}
+    for o, parts in ((o, parts) for o in outers
+                     for parts in all_partitions(inst, o, placer(inst, o, placements), lone_count(inst, o))):
+        p = problem_for(inst, o, objective, placements=placements, partitions=parts)
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
         v = o.virtual_stages
         rows = [_class_rows(p, k, uniform) for k in range(p.classes)]
@@ -93,7 +97,7 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
                 best_val = float(vals.flat[flat])
                 combo = np.unravel_index(flat, vals.shape)
                 best = (o, mv, [rows[k][0][j] for k, j in enumerate(combo)],
-                        [rows[k][1][j] for k, j in enumerate(combo)])
+                        [rows[k][1][j] for k, j in enumerate(combo)], parts)
     assert done == total, f"enumerated {done} plans but the space has {total}"
     return HeteroExhaustiveResult(plan=None if best is None else _plan_of(*best),
                                   objective_s=None if best is None else best_val, candidates=done,

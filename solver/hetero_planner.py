@@ -12,7 +12,12 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
    (exact minimum over the enumerated vectors, so valid for every split). Incumbent: the even
    split with the fewest fully recomputed layers that fit, and the best m for it.
 3. Visit configurations by (bound, index); solve those that can still win with CP-SAT or MILP
-   (formulations/multiclass*.py), prune the rest. Tie rule as in the homogeneous planner.
+   (formulations/multiclass*.py), prune the rest (a lone class first tries the tight bound and
+   the exact DP with a cutoff: _cannot_win_alone). Tie rule as in the homogeneous planner.
+
+With search.tensor_partitions, each outer configuration's layer-plan combinations (a plan per
+replica class and group, solver/class_partitions.py) are one more node of the same search,
+keyed by an optimistic bound and expanded into candidates only when it can still win.
 
 Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
 worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
@@ -23,6 +28,8 @@ on every scenario (cost/hetero_simulate.py); a mismatch beyond the tolerance is 
 from __future__ import annotations
 
 import heapq
+import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -30,15 +37,17 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
-from paraplan.cost.hetero_coefficients import class_coefficients, class_outer, class_placement
+from paraplan.cost.hetero_coefficients import class_outer, class_placement, partitions_layer_fn
 from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
 from paraplan.formulations.multiclass import MultiClassProblem
-from paraplan.solver import bounds
+from paraplan.formulations.split_dp import solve_split_dp
+from paraplan.solver import bounds, class_partitions
 from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
                                  summarize)
 from paraplan.solver.progress import search_status
-from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, ResimulationMismatch
+from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
+                                     ResimulationMismatch)
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -64,6 +73,7 @@ class HeteroResult:
     pruned_by_memory: int = 0
     inner_infeasible: int = 0
     unresolved: int = 0
+    pruned_by_dominance: int = 0  # layer-plan combinations dominated (solver/class_partitions.py)
     tolerance_s: float = 0.0
     reason: str = ""
     breakdown: HeteroBreakdown | None = None
@@ -93,10 +103,13 @@ def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], s
 
 @dataclass
 class _Candidate:
+    weight = 1  # plans-level candidates it stands for (see _LayerPlans)
+
     outer: HeteroOuter
     problem: MultiClassProblem
-    key: tuple[float, int]
+    key: tuple[float, int, int]  # (lower bound, outer index, layer-plan combination index)
     uniform: bool = False
+    partitions: tuple = ()  # per class, ReplicaClass.partitions (solver/class_partitions.py)
 
     @property
     def mvecs(self) -> np.ndarray:
@@ -208,27 +221,24 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     return min(found, key=lambda f: f[0]) if found else None
 
 
-def _plan_of(o: HeteroOuter, m, n, r) -> HeteroPlan:
+def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
+    parts = partitions or ((),) * len(o.classes)
     return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
                                                  layers_per_stage=tuple(int(x) for x in nk),
-                                                 full_recompute_layers=tuple(int(x) for x in rk))
-                                    for c, mk, nk, rk in zip(o.classes, m, n, r)))
+                                                 full_recompute_layers=tuple(int(x) for x in rk),
+                                                 partitions=pk)
+                                    for c, mk, nk, rk, pk in zip(o.classes, m, n, r, parts)))
 
 
-def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
-                skip_infeasible: bool = False, placements: dict | None = None) -> MultiClassProblem | None:
-    """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
-    infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
-    other classes and scenarios are priced. `placements`: a dict the caller keeps across the
-    configurations of one instance; a class's placement depends only on the scenario, tp, cp, v
-    and the class shapes (cost/hetero_coefficients.class_placement), so configurations differing in
+def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None):
+    """placed(i, k): class k's placement on scenario i, kept in `placements` across the
+    configurations of one instance: it depends only on the scenario, tp, cp, v and the class
+    shapes (cost/hetero_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
-    idx, agg, weights = scenario_weights(inst, objective)
-    reserve = inst.search.memory_reserve_bytes
     placements = {} if placements is None else placements
 
     def placed(i: int, k: int):
@@ -236,14 +246,46 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
         if key not in placements:
             placements[key] = class_placement(inst.scenarios[i].cluster, o, k)
         return placements[key]
+    return placed
 
+
+def lone_count(inst: HeteroInstance, o: HeteroOuter) -> int | None:
+    """A lone class's micro-batch count, fixed by the batch: it is priced at it (with
+    interleaving its memory depends on it at m = pp); several classes' counts are decisions
+    (class_outer)."""
     total = inst.job.global_batch // o.micro_batch
-    # a lone class's count is fixed by the batch: priced at it (with interleaving its memory
-    # depends on it at m = pp); several classes' counts are decisions (class_outer)
-    lone = total // o.classes[0].replicas if len(o.classes) == 1 else None
+    return total // o.classes[0].replicas if len(o.classes) == 1 else None
+
+
+def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> MultiClassProblem:
+    """The inner problem of `o` on coefficients [scenario][class]."""
+    _, agg, weights = scenario_weights(inst, objective)
+    return MultiClassProblem(coeffs=tuple(tuple(cs) for cs in coeffs),
+                             replicas=tuple(c.replicas for c in o.classes),
+                             total_micro_batches=inst.job.global_batch // o.micro_batch,
+                             objective=agg, weights=weights,
+                             allow_full_recompute=inst.search.full_recompute,
+                             virtual_stages=o.virtual_stages)
+
+
+def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
+                skip_infeasible: bool = False, placements: dict | None = None,
+                partitions: tuple | None = None) -> MultiClassProblem | None:
+    """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
+    infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
+    other classes and scenarios are priced. `placements`: see placer. `partitions`: per class,
+    its layer plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
+    idx, _, _ = scenario_weights(inst, objective)
+    reserve = inst.search.memory_reserve_bytes
+    placed = placer(inst, o, placements)
+    lone = lone_count(inst, o)
+    parts = partitions or ((),) * len(o.classes)
 
     def priced(i: int, k: int):
-        return build(inst, class_outer(o, k, lone), reserve_bytes=reserve, placement=placed(i, k))
+        pl = placed(i, k)
+        return build(inst, class_outer(o, k, lone), reserve_bytes=reserve, placement=pl,
+                     layer_fn=partitions_layer_fn(inst, inst.scenarios[i].cluster, pl,
+                                                  o.classes[k].stage_groups, parts[k]))
 
     first = []
     for k in range(len(o.classes)):
@@ -252,11 +294,33 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
             return None
         first.append(c)
     coeffs = (tuple(first),) + tuple(tuple(priced(i, k) for k in range(len(o.classes))) for i in idx[1:])
-    return MultiClassProblem(coeffs=coeffs, replicas=tuple(c.replicas for c in o.classes),
-                             total_micro_batches=inst.job.global_batch // o.micro_batch,
-                             objective=agg, weights=weights,
-                             allow_full_recompute=inst.search.full_recompute,
-                             virtual_stages=o.virtual_stages)
+    return problem_of(inst, o, objective, coeffs)
+
+
+def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_limit_s: float) -> bool:
+    """Whether a lone class is proved unable to beat the incumbent `best_s` (on a tie: unless
+    its key is the earlier one). On each network its problem is exactly the homogeneous split
+    problem of its coefficients, which the tight bound (solver/bounds.py) and the exact dynamic
+    programme with a cutoff (formulations/split_dp.py) settle quickly: the worst case ("max")
+    is above the cutoff as soon as one network's time is; a weighted time as soon as the
+    weighted tight bounds are. Only a proof of "no" is used: the plan itself still comes from
+    the backend's own solve."""
+    if p.classes > 1 or not math.isfinite(best_s):
+        return False
+    cutoff = best_s * (1 + REL_TOL) if earlier else best_s * (1 - REL_TOL)
+    tight = [bounds.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs]
+    if p.objective == "weighted":
+        return float(np.dot(p.weights, tight)) > cutoff
+    if max(tight) > cutoff:
+        return True
+    deadline = time.perf_counter() + time_limit_s
+    for i in np.argsort(tight)[::-1]:  # the network closest to the cutoff first
+        cs = p.coeffs[i]
+        sr = solve_split_dp(cs[0], allow_full_recompute=p.allow_full_recompute,
+                            time_limit_s=max(deadline - time.perf_counter(), 1e-3), cutoff_s=cutoff)
+        if sr.status == CUTOFF:
+            return True
+    return False
 
 
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):
@@ -275,8 +339,6 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
                 warm_plan: HeteroPlan | None = None, progress=None) -> HeteroResult:
     t0 = time.perf_counter()
-    if "spatial_temporal" in inst.search.tensor_partitions:
-        raise ValueError("per-operator partitions are not planned on heterogeneous clusters")
     idx, _, _ = scenario_weights(inst, objective)
     outers = hetero_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)
@@ -284,38 +346,49 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
-    best_val, best_key, best = float("inf"), (float("inf"), 0), None
+    best_val, best_key, best = float("inf"), (float("inf"), 0, 0), None
 
     def better(val: float, key) -> bool:
         return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
 
     live: list[_Candidate] = []
+    groups_of_plans: list[_LayerPlans] = []  # outers' layer-plan combinations, not yet expanded
     warm_outer = warm_plan.outer if warm_plan is not None else None
     placements: dict = {}  # shared by the configurations (problem_for)
+    partitions = class_partitions.enabled(inst)
     for i, o in enumerate(outers):
+        if partitions:  # layer plans per class and group (solver/class_partitions.py)
+            lp = _layer_plans(inst, o, i, objective, placements, uniform, res)
+            if lp is not None:
+                groups_of_plans.append(lp)
         p = problem_for(inst, o, objective, skip_infeasible=True, placements=placements)
         if p is None:
             res.pruned_by_memory += 1
             continue
-        cand = _Candidate(o, p, (0.0, i), uniform)
-        cand.key = (lower_bound_s(p, lambda: cand.mvecs, uniform), i)
+        cand = _Candidate(o, p, (0.0, i, 0), uniform)
+        cand.key = (lower_bound_s(p, lambda: cand.mvecs, uniform), i, 0)
         live.append(cand)
-        if o == warm_outer:  # replanning: the running plan is a feasible incumbent
+        if o == warm_outer and not any(k.partitions for k in warm_plan.classes):
+            # replanning: the running plan is a feasible incumbent
             wm = [k.num_micro_batches for k in warm_plan.classes]
             wn = [k.layers_per_stage for k in warm_plan.classes]
             wr = [k.full_recompute_layers for k in warm_plan.classes]
             if p.fits(wn, wr):
                 val, _ = p.evaluate(wm, wn, wr)
                 if better(val, cand.key):
-                    best_val, best_key, best = val, cand.key, (o, wm, wn, wr)
+                    best_val, best_key, best = val, cand.key, (o, wm, wn, wr, ())
     live.sort(key=lambda x: x.key)
-    # Quick incumbents, in bound order, only where they could still win: they prune the rest.
-    for cand in live[:INCUMBENT_PROBES]:
-        if cand.key[0] >= best_val:
-            break
-        inc = incumbent(cand.problem, cand.mvecs, uniform)
-        if inc is not None and better(inc[0], cand.key):
-            best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:])
+
+    def probe(cands) -> None:
+        """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
+        nonlocal best_val, best_key, best
+        for cand in cands[:INCUMBENT_PROBES]:
+            if cand.key[0] >= best_val:
+                break
+            inc = incumbent(cand.problem, cand.mvecs, uniform)
+            if inc is not None and better(inc[0], cand.key):
+                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+    probe(live)
     res.log.append(f"{len(outers)} outer configs, {res.pruned_by_memory} infeasible by memory,"
                    f" incumbent {best_val:.6g} s; setup {time.perf_counter() - t0:.2f} s")
 
@@ -323,25 +396,43 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
         lb = key[0]
         return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
 
+    # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
+    # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
+    order = itertools.count()  # equal keys (a node and its first combination) pop node first
+    heap = [(c.key, next(order), c) for c in live + groups_of_plans]
+    heapq.heapify(heap)
     open_bounds: list[float] = []
-    for j, cand in enumerate(live):
+    j = 0
+    while heap:
+        key, _, cand = heapq.heappop(heap)
         if progress:
-            progress(search_status(j, len(live), res, best_val, [cand.key[0], *open_bounds]))
-        if not can_win(cand.key):
-            res.pruned_by_bound += len(live) - j
+            progress(search_status(j, j + len(heap) + 1, res, best_val, [key[0], *open_bounds]))
+        j += 1
+        if not can_win(key):
+            res.pruned_by_bound += sum(x.weight for _, _, x in heap) + cand.weight
             break
         remaining = time_limit_s - (time.perf_counter() - t0)
         if remaining <= 0:
-            open_bounds.extend(c.key[0] for c in live[j:])
-            res.unresolved += len(live) - j
+            open_bounds.extend(k[0] for k, _, _ in heap)
+            open_bounds.append(key[0])
+            res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
             break
+        if isinstance(cand, _LayerPlans):
+            new = cand.expand(best_val, res)
+            probe(new)
+            for c in new:
+                heapq.heappush(heap, (c.key, next(order), c))
+            continue
         if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
             res.solved += 1
             inc = incumbent(cand.problem, cand.mvecs, uniform)
             if inc is None:
                 res.inner_infeasible += 1
             elif better(inc[0], cand.key):
-                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:])
+                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+            continue
+        if _cannot_win_alone(cand.problem, best_val, key < best_key, remaining):
+            res.pruned_by_bound += 1
             continue
         hint = None
         inc = incumbent(cand.problem, cand.mvecs, uniform)
@@ -358,7 +449,8 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
         if sr.objective_s is not None and better(sr.objective_s, cand.key):
             best_val, best_key = sr.objective_s, cand.key
-            best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers)
+            best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers,
+                    cand.partitions)
             if progress:
                 progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
 
@@ -374,14 +466,57 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res
-    o, m, n, r = best
-    res.plan = _plan_of(o, m, n, r)
+    res.plan = _plan_of(*best)
     res.objective_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
     res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
                                                            res.tolerance_s)
     return res
+
+
+@dataclass
+class _LayerPlans:
+    """An outer configuration's combinations of layer plans beyond all-Megatron, not yet
+    listed: keyed by their optimistic bound (solver/class_partitions.py, step 1), which is at
+    most every combination's key (bound, i, j >= 1)."""
+
+    choices: class_partitions.OuterChoices
+    key: tuple[float, int, int]
+    inst: HeteroInstance
+    objective: str
+    uniform: bool
+
+    @property
+    def weight(self) -> int:  # combinations it stands for
+        return self.choices.total - 1
+
+    def expand(self, upper_s: float, res: HeteroResult) -> list[_Candidate]:
+        lst = self.choices.expand(upper_s)
+        res.pruned_by_bound += lst.pruned_by_bound
+        res.pruned_by_memory += lst.pruned_by_memory
+        res.pruned_by_dominance += lst.pruned_by_dominance
+        o, i = self.choices.o, self.key[1]
+        return sorted((_Candidate(o, problem_of(self.inst, o, self.objective, coeffs), (lb, i, j),
+                                  self.uniform, parts)
+                       for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key)
+
+
+def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, placements: dict,
+                 uniform: bool, res: HeteroResult) -> _LayerPlans | None:
+    """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
+    when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
+    idx, _, _ = scenario_weights(inst, objective)
+    ch = class_partitions.OuterChoices(inst, o, idx, placer(inst, o, placements),
+                                       lone_count(inst, o),
+                                       lambda coeffs: problem_of(inst, o, objective, coeffs), uniform)
+    if ch.total == 1:
+        return None
+    opt = ch.optimistic()
+    if any(bounds.memory_infeasible(c) for c in opt[0]):
+        res.pruned_by_memory += ch.total - 1
+        return None
+    return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
 
 
 def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,

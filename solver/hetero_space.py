@@ -51,6 +51,7 @@ from paraplan.cost.framework_rules import FRAMEWORK_RULES
 from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
 from paraplan.cost.space_rules import cp_problem, ep_values, group_tp_problem, moe_problem
 from paraplan.cost.specs import Attention
+from paraplan.solver.class_partitions import partition_count
 from paraplan.solver.space import _divisors, _powers_of_two, count_splits
 
 FAMILIES = ("stage", "replica")
@@ -332,6 +333,9 @@ class HeteroSpaceSummary:
 
 
 def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = False) -> HeteroSpaceSummary:
+    """plans_total counts, per outer configuration, its micro-batch vectors x per-class layer
+    splits and recompute counts x layer-plan combinations (solver/class_partitions.py; 1
+    without per-operator partitions)."""
     L, rc = inst.model.layers, inst.search.full_recompute
     total = 0
     for o in outers:
@@ -339,5 +343,5 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
         per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
         for c in o.classes:
             per *= count_splits(L, c.pp, v, rc, uniform)
-        total += per
+        total += per * partition_count(inst, o)
     return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)

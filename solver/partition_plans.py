@@ -135,10 +135,16 @@ def _plans_of(table: P.LayerTable, allowed: bool) -> tuple[np.ndarray, np.ndarra
     return _PLANS[key][1], _PLANS[key][2]
 
 
-def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.ndarray]:
-    """candidate_plans and their rows (cost/partition.VECTOR)."""
-    if not P.spatial_temporal_allowed(o):
-        return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, len(P.VECTOR)))
+def plan_rows(table: P.LayerTable, token_splits: bool) -> np.ndarray:
+    """The vectors (cost/partition.VECTOR) of every plan of the table (cached; without the
+    token-split plans unless `token_splits`)."""
+    return _plans_of(table, token_splits)[1]
+
+
+def _dims(inst, o, site, dp_ranks, net):
+    """(table, plan indices, plan vectors, dominance dims, cache key) of one site: the vectors
+    (cost/partition.VECTOR) of every allowed plan and the columns dominance compares them on
+    (module docstring)."""
     table = P.table_for(inst, o, site, net)
     allowed = P.token_split_allowed(o)
     idx, vec = _plans_of(table, allowed)
@@ -152,25 +158,57 @@ def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.
     top = np.argmax(vec[:, rep] + vec[:, sync])
     assert (vec[:, rep] <= vec[top, rep]).all() and (vec[:, sync] <= vec[top, sync]).all()
     if g_of(vec[top, rep], vec[top, sync]) <= vec[:, 1].min():
-        key = (id(table), allowed, None)
-    else:  # g per distinct (p, grad_sync_s), i.e. per set of token-split ops (at most 16)
-        combos, inv = np.unique(vec[:, [rep, sync]], axis=0, return_inverse=True)
-        g_combo = np.array([g_of(r, y) for r, y in combos])
-        g = g_combo[inv.reshape(-1)]
-        key = (id(table), allowed, tuple(g_combo))
+        return table, idx, vec, vec, (id(table), allowed, None)
+    # g per distinct (p, grad_sync_s), i.e. per set of token-split ops (at most 16)
+    combos, inv = np.unique(vec[:, [rep, sync]], axis=0, return_inverse=True)
+    g_combo = np.array([g_of(r, y) for r, y in combos])
+    g = g_combo[inv.reshape(-1)]
+    dims = np.column_stack([vec[:, :4], vec[:, rep], g, np.maximum(0.0, g - vec[:, 1])])
+    return table, idx, vec, dims, (id(table), allowed, tuple(g_combo))
+
+
+def _megatron_first(table, idx, keep) -> tuple[list[dict[str, str]], list[int]]:
+    plans = [P.plan_from_indices(table, row) for row in idx[keep]]
+    first = sorted(range(len(plans)), key=lambda k: not P.is_megatron(plans[k]))
+    return [plans[k] for k in first], first
+
+
+def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.ndarray]:
+    """candidate_plans and their rows (cost/partition.VECTOR)."""
+    if not P.spatial_temporal_allowed(o):
+        return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, len(P.VECTOR)))
+    table, idx, vec, dims, key = _dims(inst, o, site, dp_ranks, net)
     if key not in _FRONTS or _FRONTS[key][0] is not table:
         if len(_FRONTS) >= _FRONTS_MAX:  # bounded memory across many instances (sweeps)
             _FRONTS.clear()
-        if key[2] is None:
-            dims = vec
-        else:
-            dims = np.column_stack([vec[:, :4], vec[:, rep], g, np.maximum(0.0, g - vec[:, 1])])
         keep = pareto_mask(dims)
-        plans = [P.plan_from_indices(table, row) for row in idx[keep]]
-        first = sorted(range(len(plans)), key=lambda k: not P.is_megatron(plans[k]))
-        _FRONTS[key] = (table, [plans[k] for k in first], vec[keep][first])
+        plans, first = _megatron_first(table, idx, keep)
+        _FRONTS[key] = (table, plans, vec[keep][first])
     _, plans, rows = _FRONTS[key]
     return [dict(p) for p in plans], rows
+
+
+def joint_candidates(o, where, net) -> tuple[list[dict[str, str]], list[np.ndarray]]:
+    """The non-dominated plans of one layer-plan choice priced on several sites at once (one
+    replica class's stages on one group, seen in every network scenario the objective reads):
+    `where` lists (instance priced with, site, gradient-ring ranks) triples; a plan is dropped
+    only when one other plan dominates it on every site (the concatenated dominance vectors),
+    so the argument of the module docstring holds scenario by scenario. Returns the plans
+    (Megatron's first when among them) and, per triple of `where`, their rows
+    (cost/partition.VECTOR)."""
+    uniq = list(dict.fromkeys(where))
+    if len(uniq) == 1 or not P.spatial_temporal_allowed(o):
+        inst, site, dp = uniq[0]
+        plans, rows = _candidates(inst, o, site, dp, net)
+        return plans, [rows] * len(where)
+    parts = [_dims(inst, o, site, dp, net) for inst, site, dp in uniq]
+    table, idx = parts[0][0], parts[0][1]
+    # the candidates of a table depend on tp, sp and the stream flag only: one plan per row
+    assert all(np.array_equal(x[1], idx) for x in parts)
+    keep = pareto_mask(np.hstack([x[3] for x in parts]))
+    plans, first = _megatron_first(table, idx, keep)
+    rows = {w: x[2][keep][first] for w, x in zip(uniq, parts)}
+    return [dict(p) for p in plans], [rows[w] for w in where]
 
 
 class CandidateTable(list):
@@ -181,7 +219,7 @@ class CandidateTable(list):
     pruned_by_dominance: int = 0  # layer plans dominated by a candidate (module docstring)
 
 
-_ARRAYS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s",
+STAGE_ARRAYS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s",
            "stage_sync_time_s", "layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
            "stage_mem_bytes")
 
@@ -193,14 +231,11 @@ def _plan_coefficients(inst, o, pl, plan, reserve_bytes, net) -> StageCoefficien
     return dataclasses.replace(c, partitions=tuple((op, plan[op]) for op in P.PLAN_OPS if op in plan))
 
 
-def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -> StageCoefficients:
-    """Coefficients no larger than those of any plan whose vector (cost/partition.VECTOR) is a
-    row of `rows`: every coefficient is monotone in the LayerTerms (module docstring), all
-    non-decreasing except layer_sync, which falls with bwd_s; so the elementwise minimum of two
-    builds, one with every term at its minimum over the plans and one with bwd_s at its
-    maximum, bounds every plan's from below. rc_fwd_s = fwd_s minus the plan-independent
-    selective-recompute term (cost/partition.layer_terms)."""
-    table = P.table_for(inst, o, pl.sites[0], net)
+def optimistic_terms(table: P.LayerTable, rows: np.ndarray) -> tuple[P.LayerTerms, P.LayerTerms]:
+    """Two LayerTerms below every plan whose vector (cost/partition.VECTOR) is a row of `rows`:
+    every term at its minimum over the rows, and the same with bwd_s at its maximum (the layer's
+    exposed gradient sync falls with bwd_s, optimistic_coefficients). rc_fwd_s = fwd_s minus the
+    plan-independent selective-recompute term (cost/partition.layer_terms)."""
     lo_v = rows.min(axis=0)
     rc_gap = table.base.fwd_s - table.base.rc_fwd_s
 
@@ -208,9 +243,24 @@ def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -
         return P.LayerTerms(fwd_s=lo_v[0], bwd_s=bwd_s, rc_fwd_s=lo_v[0] - rc_gap, parts={},
                             overlapped={}, act_bytes=lo_v[2], ckpt_bytes=table.base.ckpt_bytes,
                             workspace_bytes=lo_v[3], replicated_params=lo_v[4], grad_sync_s=lo_v[5])
-    lo = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: lt(lo_v[1]))
-    hi = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: lt(rows[:, 1].max()))
-    return dataclasses.replace(lo, **{f: np.minimum(getattr(lo, f), getattr(hi, f)) for f in _ARRAYS})
+    return lt(lo_v[1]), lt(rows[:, 1].max())
+
+
+def elementwise_min(lo: StageCoefficients, hi: StageCoefficients) -> StageCoefficients:
+    """`lo` with every per-stage array the elementwise minimum of the two."""
+    return dataclasses.replace(lo, **{f: np.minimum(getattr(lo, f), getattr(hi, f)) for f in STAGE_ARRAYS})
+
+
+def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -> StageCoefficients:
+    """Coefficients no larger than those of any plan whose vector (cost/partition.VECTOR) is a
+    row of `rows`: every coefficient is monotone in the LayerTerms (module docstring), all
+    non-decreasing except layer_sync, which falls with bwd_s; so the elementwise minimum of two
+    builds, one with every term at its minimum over the plans and one with bwd_s at its
+    maximum, bounds every plan's from below (optimistic_terms)."""
+    lo_t, hi_t = optimistic_terms(P.table_for(inst, o, pl.sites[0], net), rows)
+    lo = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: lo_t)
+    hi = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: hi_t)
+    return elementwise_min(lo, hi)
 
 
 def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: float,

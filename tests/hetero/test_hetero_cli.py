@@ -102,15 +102,19 @@ def test_single_type_commands_name_the_groups_key(tmp_path, capsys):
     assert f"{TINY2}: cluster.groups: " in capsys.readouterr().err
 
 
-def test_partitions_on_a_heterogeneous_cluster_are_refused_not_ignored(tmp_path, capsys):
+def test_partitions_on_a_heterogeneous_cluster_are_planned_per_group(tmp_path, capsys):
+    """search.tensor_partitions on a mixed cluster: a layer plan per replica class and group,
+    printed per group and written to the plan file (solver/class_partitions.py)."""
     import yaml
     tree = yaml.safe_load(Path(TINY2).read_text())
     tree["search"]["tensor_partitions"] = ["megatron", "spatial_temporal"]
-    path = tmp_path / "parts.yaml"
+    tree["search"]["tp"] = [4]
+    path, out = tmp_path / "parts.yaml", tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(tree))
-    assert main(["plan", str(path)]) == EXIT_BAD_INPUT
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "search.tensor_partitions" in err
+    assert main(["plan", str(path), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "OPTIMAL" in text and "    on a100: " in text and "    on h100: " in text
+    assert main(["simulate", str(path), "--plan", str(out)]) == 0
 
 
 def test_replan_on_a_homogeneous_instance(tmp_path, capsys):

@@ -464,7 +464,6 @@ UNHONOURED_SEARCH = [
     ("cp", [1, 3], "cp=3 does not divide the sequence length"),
     ("virtual_stages", [1, 3], "does not split the model's 8 layers"),
     ("uniform_split", True, "even layer splits"),
-    ("tensor_partitions", ["megatron", "spatial_temporal"], "per-operator partitions"),
 ]
 
 
@@ -488,5 +487,6 @@ def test_search_keys_a_mixed_cluster_honours_are_kept():
     for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("cp", [1, 2]), ("max_cp", 4),
                        ("virtual_stages", [1]), ("virtual_stages", [1, 2, 4]), ("uniform_split", False),
                        ("tp_across_nodes", True),
-                       ("tensor_partitions", ["megatron"])]:
+                       ("tensor_partitions", ["megatron"]),
+                       ("tensor_partitions", ["megatron", "spatial_temporal"])]:
         override_search(inst, {key: value})

@@ -10,7 +10,9 @@ ZeRO 0-3 on mixed clusters the four instances whose optimum needs none of the re
 others are strict xfails naming what is still missing (STILL_DIFFERENT). With context
 parallelism and interleaving on mixed clusters, the four whose optimum uses them pass too
 (gpt3-175b-1024xA100: v = 6; gpt3-175b-256xH100: cp = 2, v = 2; llama3-70b-512xH100: cp = 4,
-v = 4; llama3-405b-16384xH100: cp = 8, v = 2).
+v = 4; llama3-405b-16384xH100: cp = 8, v = 2). With per-operator partitions per replica class
+and group (solver/class_partitions.py), the three PrimePar instances pass too: all 11 dense
+instances do. The mixture-of-experts instances are not compared (NOT_COMPARED, below).
 """
 
 from __future__ import annotations
@@ -30,15 +32,6 @@ INSTANCES = sorted(str(p.relative_to(ROOT)) for d in ("instances", "instances/pr
 SLOW_S = 2.0  # instances whose homogeneous plan takes longer (tests/goldens/cases.BUNDLED) are slow
 
 
-# What the mixed-cluster space still lacks for each instance whose homogeneous optimum uses it
-# (strict xfails: each must start passing when its feature is merged, issue 12).
-STILL_DIFFERENT = {
-    "instances/primepar/primepar-bloom-176b-32xV100.yaml": "per-operator partitions",
-    "instances/primepar/primepar-llama2-70b-32xV100.yaml": "per-operator partitions",
-    "instances/primepar/primepar-opt-175b-32xV100.yaml": "per-operator partitions",
-}
-
-
 # Mixture-of-experts instances: mixed clusters plan them with ep = 1 (every replica holds every
 # expert; cost/space_rules.ep_values) until the unified planner places expert groups (issue 12),
 # so equality holds only where ep = 1 wins (Mixtral and Qwen3 at this commit, not the
@@ -52,16 +45,8 @@ NOT_COMPARED = {
 
 def _params():
     from goldens.cases import BUNDLED
-    out = []
-    for rel in INSTANCES:
-        if rel in NOT_COMPARED:
-            continue
-        marks = [pytest.mark.slow] if BUNDLED[rel] > SLOW_S else []
-        if rel in STILL_DIFFERENT:
-            marks.append(pytest.mark.xfail(strict=True, reason="the mixed-cluster space lacks "
-                                           + STILL_DIFFERENT[rel]))
-        out.append(pytest.param(rel, marks=marks, id=rel))
-    return out
+    return [pytest.param(rel, marks=[pytest.mark.slow] if BUNDLED[rel] > SLOW_S else [], id=rel)
+            for rel in INSTANCES if rel not in NOT_COMPARED]
 
 
 def _configuration(p) -> tuple:
@@ -71,7 +56,7 @@ def _configuration(p) -> tuple:
         (c,) = p.classes  # one group, one class: stage-wise and replica-wise coincide
         return (p.tp, getattr(p, "cp", 1), len(c.stage_groups), c.replicas, getattr(p, "virtual_stages", 1),
                 p.micro_batch, c.num_micro_batches, p.sequence_parallel, p.recompute, p.zero,
-                c.layers_per_stage, c.full_recompute_layers, getattr(p, "partitions", ()))
+                c.layers_per_stage, c.full_recompute_layers, c.partitions_on(0))
     return (p.tp, p.cp, p.pp, p.dp, p.virtual_stages, p.micro_batch, p.num_micro_batches,
             p.sequence_parallel, p.recompute, p.zero, p.layers_per_stage, p.full_recompute_layers,
             p.partitions)
