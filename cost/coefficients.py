@@ -90,6 +90,9 @@ class StageCoefficients:
     # per-operator tensor partitions the layer terms were priced with (cost/partition.py);
     # empty: Megatron 1-D (megatron_layer)
     partitions: tuple[tuple[str, str], ...] = ()
+    # layers stage 0's first model chunk must hold (n_0 / v >= this): an MoE model's dense
+    # prefix, priced on the first stage (build); 1 otherwise, the formulations' k_s >= 1
+    first_chunk_min_layers: int = 1
 
     @property
     def pp(self) -> int:
@@ -163,6 +166,10 @@ class Placement:
     edges: tuple[tuple[Link, bool], ...]
     tie: tuple[Link, bool]
     dp_ranks: int
+    # price an MoE model's dense prefix as dense layers on the first stage (build); the
+    # multi-class formulation of mixed clusters has no per-stage lower bound on layers, so
+    # their placements leave it off and price those layers as MoE layers
+    dense_prefix: bool = False
 
 
 def tp_overlap_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
@@ -211,7 +218,8 @@ def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     pairs = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if o.virtual_stages > 1 and pp > 1 else [])
     edges = tuple(comm.pair_link(cl, a * block, block, (z - a) * block) for a, z in pairs)
     return Placement(sites=(site,) * pp, edge_pairs=tuple(pairs), edges=edges,
-                     tie=comm.pair_link(cl, 0, block, (pp - 1) * block), dp_ranks=o.dp * o.cp)
+                     tie=comm.pair_link(cl, 0, block, (pp - 1) * block), dp_ranks=o.dp * o.cp,
+                     dense_prefix=True)
 
 
 @dataclass(frozen=True)
@@ -617,6 +625,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     if pp > 1:
         stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw, opt)
     transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
+    dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
+    if dense is not None:  # the first stage's largest layer sets its workspace
+        transient[0] = max(transient[0], dense.terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
         transient += [memory.zero3_gathered_bytes(m, tp, fw, s == 0, s == pp - 1) for s in range(pp)]
     transient[-1] += memory.logits_activation_bytes(m, b, tp, cp, fw)
@@ -631,6 +642,25 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     act = np.array([x.terms.act_bytes for x in per_stage]) * inflight * frag
     ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight * frag
+    min_chunk = 1
+    if dense is not None:
+        # An MoE model's first d layers are dense (DeepSeek-V3: 3, FFN 18,432). The split
+        # prices every layer alike, so the first stage, which holds them in its first model
+        # chunk (first_chunk_min_layers, enforced by every backend), pays d x (dense layer -
+        # MoE layer) as a stage extra, as it pays the embedding: time, sync and step, state
+        # and stashed activations. Full recompute on that stage is priced per MoE layer
+        # (cost/model_notes.py says so).
+        d, x0 = inst.model.moe.dense_layers, per_stage[0]
+        dv = replace(m, moe=None)
+        dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
+                       + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+                       + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
+        stage_parts[0]["dense_prefix"] = d * (dense.layer_time - x0.layer_time)
+        stage_time[0] += stage_parts[0]["dense_prefix"]
+        stage_sync[0] += d * (dense.layer_sync - x0.layer_sync)
+        stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
+                             - state[0] - act[0])
+        min_chunk = d
     # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
     first = per_stage[0]
     return StageCoefficients(
@@ -642,4 +672,17 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in pl.sites], float),
         layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
+        first_chunk_min_layers=min_chunk,
     )
+
+
+def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net: NetEfficiency,
+                        layer_fn) -> _LayerCosts | None:
+    """One of an MoE model's dense prefix layers (its own FFN width, model.ffn) on the first
+    stage's site, or None when there is none to price apart (dense model, no prefix, or a
+    placement that prices it as MoE layers: Placement.dense_prefix)."""
+    moe_spec = inst.model.moe
+    if moe_spec is None or not moe_spec.dense_layers or not pl.dense_prefix:
+        return None
+    return _layer_costs(replace(inst, model=replace(inst.model, moe=None)), o, pl.sites[0], dp_n,
+                        net, layer_fn)

@@ -41,9 +41,10 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
         lines.append("per-operator partitions price a parallel block's MLP as reading the"
                      " attention output's layout, as in a sequential block")
     if m.moe is not None and m.moe.dense_layers:
-        lines.append(f"the first {m.moe.dense_layers} of {m.layers} layers are dense: their time"
-                     " and memory are priced as an MoE layer's (parameters, FLOPs and MFU count"
-                     " them exactly)")
+        lines.append(f"the first {m.moe.dense_layers} of {m.layers} layers are dense, priced on"
+                     " the first pipeline stage (which must hold them in its first model chunk);"
+                     " full recompute there is priced per MoE layer, and on mixed clusters they"
+                     " are priced as MoE layers")
     if m.moe is not None and inst.job.precision.value == "fp8":
         lines.append("FP8: Transformer Engine's cached FP8 copies of the routed experts' weights"
                      " are not counted in memory, nor their cast once per iteration")

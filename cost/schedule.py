@@ -44,5 +44,16 @@ def iteration_time_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.n
             + sync_times_s(c, n).max(axis=-1))
 
 
+def holds_dense_prefix(c: StageCoefficients, n: np.ndarray) -> np.ndarray:
+    """Whether stage 0's first model chunk (n_0 / v layers) holds the layers the coefficients
+    price there (StageCoefficients.first_chunk_min_layers: an MoE model's dense prefix)."""
+    n = np.asarray(n, float)
+    return n[..., 0] >= c.outer.virtual_stages * c.first_chunk_min_layers
+
+
 def fits(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
-    return (stage_mem_bytes(c, np.asarray(n, float), np.asarray(r, float)) <= c.capacity_bytes).all(axis=-1)
+    """Whether splits n (..., pp) with r recomputed layers fit in memory on every stage and
+    are priced by `c` (holds_dense_prefix)."""
+    n = np.asarray(n, float)
+    mem_ok = (stage_mem_bytes(c, n, np.asarray(r, float)) <= c.capacity_bytes).all(axis=-1)
+    return mem_ok & holds_dense_prefix(c, n)

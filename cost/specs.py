@@ -461,6 +461,13 @@ class Plan(Outer):
             raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError("sequence_parallel needs tp > 1")
+        if m.moe is not None and m.moe.dense_layers and \
+                self.layers_per_stage[0] < self.virtual_stages * m.moe.dense_layers:
+            raise ConfigError(
+                f"stage 0 holds {self.layers_per_stage[0] // self.virtual_stages} layers per model"
+                f" chunk, fewer than the model's {m.moe.dense_layers} dense layers: paraplan prices"
+                f" the dense prefix on the first stage; give it at least"
+                f" {self.virtual_stages * m.moe.dense_layers} layers")
         if self.ep > 1:
             if m.moe is None:
                 raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model (model.moe)")

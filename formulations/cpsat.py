@@ -29,7 +29,9 @@ Quantisation (`quantize`; the integer model sees only the rounded parameters, ma
     capacity may be rejected.
 
 Variables
-    k_s ∈ {1, ..., max(1, ⌊L/v⌋)}   layers per model chunk on stage s; n_s = v k_s layers
+    k_s ∈ {1, ..., max(1, ⌊L/v⌋)}   layers per model chunk on stage s; n_s = v k_s layers;
+                                    k_0 >= d0 (c.first_chunk_min_layers: an MoE model's dense
+                                    prefix, priced on stage 0; 1 otherwise)
     r_s ∈ {0, ..., R}               fully recomputed layers on stage s
     T_max  [quanta]                 slowest stage time per micro-batch
     D_max  [quanta]                 slowest post-backward time
@@ -125,7 +127,8 @@ def solve_split_cpsat(c: StageCoefficients, allow_full_recompute: bool = True,
     S = range(pp)
 
     model = cp_model.CpModel()
-    k = [model.new_int_var(1, max(1, L // v), f"k_s{s}") for s in S]
+    k = [model.new_int_var(c.first_chunk_min_layers if s == 0 else 1, max(1, L // v), f"k_s{s}")
+         for s in S]
     r = [model.new_int_var(0, R, f"r_s{s}") for s in S]
     n = [v * k[s] for s in S]
     T = [a[s] + t[s] * n[s] + u[s] * r[s] for s in S]

@@ -176,7 +176,8 @@ def _formulate(api, c: StageCoefficients, allow_full_recompute: bool):
     K = (c.capacity_bytes / MEM_UNIT_BYTES - MEM_MARGIN_MIB).tolist()
     S = range(pp)
 
-    k = [api.int_var(1, max(1, L // v), f"k_s{s}") for s in S]
+    k = [api.int_var(c.first_chunk_min_layers if s == 0 else 1, max(1, L // v), f"k_s{s}")
+         for s in S]
     r = [api.int_var(0, R, f"r_s{s}") for s in S]
     T_max = api.real_var("T_max")
     D_max = api.real_var("D_max")

@@ -110,8 +110,10 @@ class StageTables:
     monotone: bool  # feasible k form a prefix and T, D are non-decreasing on it, every stage
 
 
-def stage_tables(Q: QuantizedCoefficients, pp: int, layers: int, v: int) -> StageTables:
-    """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring."""
+def stage_tables(Q: QuantizedCoefficients, pp: int, layers: int, v: int,
+                 first_min: int = 1) -> StageTables:
+    """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring; stage 0
+    needs k >= first_min (StageCoefficients.first_chunk_min_layers: an MoE dense prefix)."""
     N = layers // v
     n = v * np.arange(1, N + 1, dtype=np.int64)[None, :]  # (1, N)
 
@@ -128,6 +130,7 @@ def stage_tables(Q: QuantizedCoefficients, pp: int, layers: int, v: int) -> Stag
     lo = np.where((h == 0) & (need > 0), r_cap + 1, lo)  # recompute saves nothing: no r fits
     hi = np.where(h < 0, np.minimum(r_cap, (-need) // safe_h), r_cap)  # recompute costs memory
     feasible = lo <= hi
+    feasible[0, :first_min - 1] = False
     r = np.where(u >= 0, lo, hi)
     stage = np.where(feasible, a + n * t + r * u, INF)
     sync = np.where(feasible, e + n * g + np.zeros_like(r), INF)
@@ -390,7 +393,7 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         tab = None
         return result("infeasible", None, None)
     N = L // v
-    tab = stage_tables(Q, pp, L, v)
+    tab = stage_tables(Q, pp, L, v, c.first_chunk_min_layers)
     if not tab.feasible.any(axis=1).all():
         return result("infeasible", None, None)
     search = _Search(tab, N)

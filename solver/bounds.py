@@ -210,6 +210,8 @@ def even_split(layers: int, pp: int, v: int) -> np.ndarray:
 
 def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
     n = even_split(c.layers, c.pp, c.outer.virtual_stages)
+    if not schedule.holds_dense_prefix(c, n):  # an MoE dense prefix larger than stage 0's share
+        return None
     if allow_full_recompute:
         r = min_recompute(c, n)
     else:

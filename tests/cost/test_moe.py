@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from paraplan.cost import coefficients, moe
@@ -262,3 +263,63 @@ def test_memory_categories_split_expert_state_by_the_expert_data_parallel_group(
     assert cats["optimizer"] == pytest.approx(8_707_620_864 + emb_opt, rel=1e-9)
     assert cats["grads"] == pytest.approx(32 * (176_160_768 + 41_984_000) * 4 + emb * 4 / 6.1875,
                                           rel=1e-9)
+
+
+def test_dense_prefix_is_priced_as_dense_layers_on_the_first_stage():
+    # Mixtral with its first 3 layers dense (FFN 14,336, the model's ffn), pp = 4. The first
+    # stage holds 3 dense layers and n_0 - 3 MoE layers, so against the all-MoE model it pays
+    # 3 x (dense layer - MoE layer), each priced by the same code as a whole dense model's
+    # layer (moe = None) and the all-MoE model's layer: time, sync and memory.
+    inst = mixtral()
+    o = Outer(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=64, zero=1, ep=8)
+    allmoe = coefficients.build(inst, o)
+    pre = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, dense_layers=3)))
+    c = coefficients.build(pre, o)
+    # the dense layer as a dense model prices it (its gradients over all 16 dp ranks, ep = 1)
+    dense = coefficients.build(replace(inst, model=replace(inst.model, moe=None)), replace(o, ep=1))
+    assert c.first_chunk_min_layers == 3 and allmoe.first_chunk_min_layers == 1
+    dt = 3 * (dense.layer_time_s[0] - allmoe.layer_time_s[0])
+    assert dt < 0  # a dense layer has no router, permutation or all-to-all
+    assert c.stage_time_s[0] == pytest.approx(allmoe.stage_time_s[0] + dt, rel=1e-12)
+    assert c.stage_parts[0]["dense_prefix"] == pytest.approx(dt, rel=1e-12)
+    assert (c.stage_time_s[1:] == allmoe.stage_time_s[1:]).all()
+    assert (c.layer_time_s == allmoe.layer_time_s).all()
+    assert c.stage_sync_time_s[0] == pytest.approx(
+        allmoe.stage_sync_time_s[0] + 3 * (dense.layer_sync_time_s[0] - allmoe.layer_sync_time_s[0]),
+        rel=1e-12)
+    # memory: 3 dense layers' state and stashed activations replace 3 MoE layers', and the
+    # stage's transient workspace is its largest layer's (the dense one's backward buffers),
+    # with the allocator's fragmentation allowance
+    from paraplan.cost import memory
+    from paraplan.cost.comm import NetEfficiency
+    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    ws = [coefficients.megatron_layer(x, o, site, NetEfficiency()).workspace_bytes
+          for x in (inst, replace(inst, model=replace(inst.model, moe=None)))]
+    assert ws[1] > ws[0]
+    dm = 3 * (dense.layer_state_bytes[0] + dense.layer_act_bytes[0]
+              - allmoe.layer_state_bytes[0] - allmoe.layer_act_bytes[0])
+    dm += (ws[1] - ws[0]) * (1 + memory.ALLOCATOR_FRAGMENTATION)
+    assert c.stage_mem_bytes[0] == pytest.approx(allmoe.stage_mem_bytes[0] + dm, rel=1e-12)
+    assert (c.stage_mem_bytes[1:] == allmoe.stage_mem_bytes[1:]).all()
+    # a split whose first stage holds fewer than the 3 dense layers is not one c prices
+    from paraplan.cost import schedule
+    n = np.array([[2.0, 10, 10, 10], [3.0, 10, 10, 9]])
+    assert schedule.holds_dense_prefix(c, n).tolist() == [False, True]
+    assert not schedule.fits(c, n[0], np.zeros(4))
+
+
+def test_a_plan_whose_first_stage_cannot_hold_the_dense_prefix_is_refused():
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.specs import Plan
+    inst = mixtral()
+    pre = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, dense_layers=3)))
+    o = Outer(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=64, zero=1, ep=8)
+    with pytest.raises(ConfigError, match="dense"):
+        simulate(pre, Plan.of(o, (2, 10, 10, 10), (0, 0, 0, 0)))
+    assert simulate(pre, Plan.of(o, (3, 10, 10, 9), (0, 0, 0, 0))).iter_time_s > 0
+
+
+def test_dense_models_carry_no_dense_prefix():
+    c = coefficients.build(load_instance(INSTANCES / "llama3-8b-64xH100.yaml"),
+                           Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=16, zero=1))
+    assert c.first_chunk_min_layers == 1 and "dense_prefix" not in c.stage_parts[0]
