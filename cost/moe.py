@@ -51,6 +51,11 @@ from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, Link, Mlp, Outer
 # says so); set model.moe.imbalance to override. tests/cost/test_moe.py prices a plan at 1.0,
 # 1.1 and 1.5.
 DEFAULT_IMBALANCE = 1.1
+# The range `paraplan plan --sensitivity` re-solves an MoE plan over: 1.0, perfectly even
+# routing (the busiest rank can carry no less than the mean), to 1.5, the busiest ep rank
+# carrying half again the mean. Also an assumption (cost/published/moe.yaml,
+# imbalance_default.range): no per-rank measurement was transcribed for it.
+IMBALANCE_RANGE = (1.0, 1.5)
 # Router logits and probabilities are fp32 in Megatron-core (--moe-router-dtype fp32 for
 # stability; DeepSeek-V3 computes its gate in fp32 too): 4 bytes per token x expert, written by
 # the router GEMM, read and written by softmax / top-k.

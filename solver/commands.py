@@ -236,12 +236,13 @@ def _instance_with(inst, cat, net):
 
 def sensitivity(inst, res, args) -> dict:
     """Re-solve with each fitted parameter at either end of its uncertainty range (one at a time,
-    cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1) and say whether the
-    optimum stays optimal."""
+    cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1), and for an MoE
+    model with the routing imbalance at the ends of its assumed range (cost/moe.py
+    IMBALANCE_RANGE), and say whether the optimum stays optimal."""
+    from dataclasses import replace
+
     from paraplan.cost.comm import NetEfficiency
     from paraplan.cost.fit import MIN_ROWS_PER_DIE, parameter_table
-    from paraplan.cost.simulate import simulate
-    from paraplan.solver.planner import plan
 
     net0 = NetEfficiency()
     cat0 = {inst.cluster.gpu.name: inst.cluster.gpu}
@@ -255,20 +256,38 @@ def sensitivity(inst, res, args) -> dict:
             if v == v0:
                 continue
             cat, net = p.set(cat0, net0, v)
-            moved = _instance_with(inst, cat, net)
-            alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
-            ours = simulate(moved, res.plan)
-            ours_s = ours.iter_time_s if ours.fits else None
-            stays = (alt.plan == res.plan or (ours_s is not None and alt.iter_time_s is not None
-                                              and ours_s <= alt.iter_time_s * (1 + 1e-9) + alt.tolerance_s))
-            cases.append({"parameter": p.name, "end": end, "value": v, "stays_optimal": stays,
-                          "plan_iter_time_s": ours_s, "best_iter_time_s": alt.iter_time_s,
-                          "best_plan": None if stays or alt.plan is None else _plan_line(alt.plan)})
+            cases.append(_sensitivity_case(_instance_with(inst, cat, net), res, args, p.name, end, v))
+    m = inst.model
+    if m.moe is not None:  # the assumed routing imbalance, at the ends of its documented range
+        from paraplan.cost.moe import DEFAULT_IMBALANCE, IMBALANCE_RANGE
+        v0 = m.moe.imbalance if m.moe.imbalance is not None else DEFAULT_IMBALANCE
+        for end, v in zip(("low", "high"), IMBALANCE_RANGE):
+            if v == v0:
+                continue
+            moved = replace(inst, model=replace(m, moe=replace(m.moe, imbalance=v)))
+            cases.append(_sensitivity_case(moved, res, args, "model.moe.imbalance", end, v))
     return {"robust": all(c["stays_optimal"] for c in cases), "cases": cases}
 
 
+def _sensitivity_case(moved, res, args, name: str, end: str, value: float) -> dict:
+    """Re-solve `moved` (the instance with one parameter moved) and say whether res's plan
+    stays optimal on it."""
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.planner import plan
+
+    alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
+    ours = simulate(moved, res.plan)
+    ours_s = ours.iter_time_s if ours.fits else None
+    stays = (alt.plan == res.plan or (ours_s is not None and alt.iter_time_s is not None
+                                      and ours_s <= alt.iter_time_s * (1 + 1e-9) + alt.tolerance_s))
+    return {"parameter": name, "end": end, "value": value, "stays_optimal": stays,
+            "plan_iter_time_s": ours_s, "best_iter_time_s": alt.iter_time_s,
+            "best_plan": None if stays or alt.plan is None else _plan_line(alt.plan)}
+
+
 def sensitivity_text(sens: dict) -> str:
-    lines = ["sensitivity (each fitted parameter at the ends of its uncertainty range, cost/fit.py):"]
+    lines = ["sensitivity (each fitted parameter at the ends of its uncertainty range, cost/fit.py;"
+             " MoE: the routing imbalance over its assumed range, cost/moe.py):"]
     for c in sens["cases"]:
         head = f"  {c['parameter']} {c['end']} ({c['value']:.4g}): "
         if c["stays_optimal"]:
@@ -276,8 +295,8 @@ def sensitivity_text(sens: dict) -> str:
         else:
             ours = "does not fit" if c["plan_iter_time_s"] is None else seconds(c["plan_iter_time_s"])
             lines.append(head + f"{c['best_plan']} wins ({seconds(c['best_iter_time_s'])} vs this plan's {ours})")
-    lines.append("the optimum is robust to the fitted parameters" if sens["robust"]
-                 else "the optimum depends on the fitted parameters (see above)")
+    lines.append("the optimum is robust to these parameters" if sens["robust"]
+                 else "the optimum depends on these parameters (see above)")
     return "\n".join(lines)
 
 

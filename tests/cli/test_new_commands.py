@@ -2,6 +2,7 @@
 memory, --version, progress, simulate's exit status, sweep --dask-scheduler, bench's ratio."""
 
 import io
+import json
 import itertools
 from pathlib import Path
 
@@ -221,3 +222,46 @@ def test_top_k_writes_each_plan_with_output(tmp_path, capsys):
 def test_top_k_refuses_sensitivity(capsys):
     assert main(["plan", TINY, "--top", "2", "--sensitivity"]) == EXIT_BAD_INPUT
     assert "--sensitivity" in capsys.readouterr().err
+
+
+def _tiny_moe(tmp_path, imbalance=None, search=None) -> str:
+    """tiny-gpt with 8 experts of top-2 in every layer (a synthetic MoE, small enough that every
+    --sensitivity re-solve takes a fraction of a second)."""
+    raw = yaml.safe_load(Path(TINY).read_text())
+    raw["model"].update(mlp="swiglu", moe={"experts": 8, "top_k": 2, "expert_ffn": 2048})
+    if imbalance is not None:
+        raw["model"]["moe"]["imbalance"] = imbalance
+    if search is not None:
+        raw["search"] = search
+    path = tmp_path / "tiny-moe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.mark.parametrize("ep", [1, 8])
+def test_sensitivity_moves_the_moe_imbalance_over_its_range(tmp_path, capsys, ep):
+    # cost/moe.py: the imbalance multiplies the busiest rank's routed tokens only when ep > 1
+    # (with ep = 1 every rank runs every expert on its own tokens), so the plan's time at the
+    # range's ends (1.0 and 1.5) differs exactly when the plan shards the experts
+    path = _tiny_moe(tmp_path, search={"ep": [ep]})
+    assert main(["plan", path, "--sensitivity", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {c["end"]: c for c in out["sensitivity"]["cases"] if c["parameter"] == "model.moe.imbalance"}
+    assert {e: c["value"] for e, c in rows.items()} == {"low": 1.0, "high": 1.5}
+    assert out["plan"].get("ep", 1) == ep  # the plan omits ep = 1
+    lo, hi = rows["low"]["plan_iter_time_s"], rows["high"]["plan_iter_time_s"]
+    assert (hi > lo) if ep > 1 else (hi == lo)
+    # the default 1.1 lies between: the plan's own time
+    assert lo <= out["iter_time_s"] <= hi
+
+
+def test_sensitivity_skips_the_imbalance_end_the_model_already_has(tmp_path, capsys):
+    assert main(["plan", _tiny_moe(tmp_path, imbalance=1.5), "--sensitivity", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "model.moe.imbalance low (1)" in text and "model.moe.imbalance high" not in text
+
+
+def test_dense_models_get_no_imbalance_case(capsys):
+    assert main(["plan", TINY, "--sensitivity", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(c["parameter"] != "model.moe.imbalance" for c in out["sensitivity"]["cases"])
