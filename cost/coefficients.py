@@ -113,6 +113,19 @@ def in_flight_micro_batches(pp: int, m: int, v: int) -> np.ndarray:
     return chunks / v
 
 
+def a2a_overlap_warmup_chunks(pp: int, m: int, v: int) -> np.ndarray:
+    """Per stage, the model-chunk forwards Megatron-core runs alone before its combined 1F1B
+    steady state with --overlap-moe-expert-parallel-comm (and as many backwards alone after
+    it): without a pipeline the first micro-batch's forward
+    (combined_1f1b_schedule_for_no_pipelining); interleaved, the usual warm-up
+    2 (pp - s - 1) + (v - 1) pp plus the one extra forward the overlap schedules
+    (schedules.py, get_pp_rank_microbatches), never more than the m v chunks there are."""
+    if pp == 1:
+        return np.array([min(1, m)], float)
+    s = np.arange(pp)
+    return np.minimum(2 * (pp - s - 1) + (v - 1) * pp + 1, m * v).astype(float)
+
+
 def _mm_time_s(flops: float, gpu) -> float:
     """Achieved-efficiency model: eff(F) = eff_max * F / (F + F_half), i.e. a fixed per-call
     cost of F_half FLOPs at full speed. Small matmuls (small h, tp-split, short sequences) run
@@ -251,6 +264,10 @@ class LayerTerms:
     # MoE: routed-expert weight parameters a GPU holds (its experts / ep, each 1/tp), whose
     # gradients are reduced over the expert-data-parallel group (cost/moe.py)
     expert_params: float = 0.0
+    # MoE with job.moe_a2a_overlap: the all-to-all seconds (forward + backward) a steady-state
+    # pair of micro-batches hides; the schedule's unpaired warm-up forwards and cool-down
+    # backwards cannot hide them (build charges those once per iteration)
+    a2a_hidden_s: float = 0.0
 
 
 def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
@@ -268,16 +285,27 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     view_mlp_tp = 0.0 if m.moe.shared_ffn else lt.parts["tp_comm"] / 2
     tp_f = x.tp_f_s - view_mlp_tp / 2
     tp_b = x.tp_b_s - view_mlp_tp / 2
-    fwd = lt.fwd_s + x.compute_f_s + x.a2a_f_s + tp_f
-    bwd = lt.bwd_s + x.compute_b_s + x.a2a_b_s + tp_b
     parts = dict(lt.parts)
     parts["compute"] += x.compute_f_s + x.compute_b_s
     parts["tp_comm"] += tp_f + tp_b
-    parts["ep_a2a"] = x.a2a_f_s + x.a2a_b_s
+    overlapped = dict(lt.overlapped)
+    a2a_f, a2a_b, hidden = x.a2a_f_s, x.a2a_b_s, 0.0
+    if moe.a2a_overlap_applies(inst.job, o) and x.a2a_f_s + x.a2a_b_s > 0:
+        # combined 1F1B: the all-to-alls hide behind the paired micro-batch's compute; what
+        # shows is split between the directions in proportion (cost/moe.a2a_overlap_split).
+        # The hidden seconds slow that compute by NetEfficiency.overlap_slowdown (_layer_costs).
+        exposed, hidden = moe.a2a_overlap_split(x.a2a_f_s + x.a2a_b_s, parts["compute"])
+        share = exposed / (x.a2a_f_s + x.a2a_b_s)
+        a2a_f, a2a_b = x.a2a_f_s * share, x.a2a_b_s * share
+        overlapped["ep_a2a"] = hidden
+    fwd = lt.fwd_s + x.compute_f_s + a2a_f + tp_f
+    bwd = lt.bwd_s + x.compute_b_s + a2a_b + tp_b
+    parts["ep_a2a"] = a2a_f + a2a_b
     return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=lt.rc_fwd_s + fwd - lt.fwd_s, parts=parts,
-                      overlapped=lt.overlapped, act_bytes=lt.act_bytes + x.act_bytes,
+                      overlapped=overlapped, act_bytes=lt.act_bytes + x.act_bytes,
                       ckpt_bytes=lt.ckpt_bytes, workspace_bytes=lt.workspace_bytes,
-                      per_iteration_s=lt.per_iteration_s, expert_params=x.params)
+                      per_iteration_s=lt.per_iteration_s, expert_params=x.params,
+                      a2a_hidden_s=hidden)
 
 
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
@@ -608,6 +636,10 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # --- memory (cost/memory.py: what each framework allocates)
     fw, opt = inst.job.framework, inst.job.optimizer
     inflight = in_flight_micro_batches(pp, mb, v)
+    overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
+    if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
+        warm = a2a_overlap_warmup_chunks(pp, mb, v)
+        inflight = np.minimum(warm + 1, mb * v) / v
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
     state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
@@ -639,9 +671,17 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(x, attr) for x in per_stage], float)
 
+    def col_terms(attr: str) -> np.ndarray:
+        return np.array([getattr(x.terms, attr) for x in per_stage], float)
+
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     act = np.array([x.terms.act_bytes for x in per_stage]) * inflight * frag
     ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight * frag
+    layer_sync = col("layer_sync")
+    if overlap_a2a:
+        # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
+        # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
+        layer_sync = layer_sync + warm / v * col_terms("a2a_hidden_s")
     min_chunk = 1
     if dense is not None:
         # An MoE model's first d layers are dense (DeepSeek-V3: 3, FFN 18,432). The split
@@ -657,7 +697,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
                        + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
         stage_parts[0]["dense_prefix"] = d * (dense.layer_time - x0.layer_time)
         stage_time[0] += stage_parts[0]["dense_prefix"]
-        stage_sync[0] += d * (dense.layer_sync - x0.layer_sync)
+        stage_sync[0] += d * (dense.layer_sync - layer_sync[0])  # (no all-to-all to unhide)
         stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
                              - state[0] - act[0])
         min_chunk = d
@@ -666,7 +706,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     return StageCoefficients(
         outer=o, layers=m.layers,
         layer_time_s=col("layer_time"), recompute_time_s=col("recompute_time"), stage_time_s=stage_time,
-        layer_sync_time_s=col("layer_sync"), stage_sync_time_s=stage_sync,
+        layer_sync_time_s=layer_sync, stage_sync_time_s=stage_sync,
         layer_state_bytes=np.array(state, float), layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
         capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in pl.sites], float),

@@ -46,6 +46,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       attention: flash               # flash | standard (stores the s x s scores), default flash
       tp_comm_overlap: false         # Transformer Engine's tp comm/GEMM overlap (megatron only;
                                      # used where tp > 1 inside a node with sequence parallel)
+      moe_a2a_overlap: false         # MoE: Megatron-core's --overlap-moe-expert-parallel-comm
+                                     # (megatron only; used where ep > 1 and pp = 1 or
+                                     # interleaved; needs search full_recompute: false)
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -171,7 +174,8 @@ _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
-JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap")
+JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
+            "moe_a2a_overlap")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -619,6 +623,20 @@ def load_instance(path: str | Path) -> Instance:
     return load_instance_parts(path, hf_config=None, cluster=None, job=None)
 
 
+def _check_moe_a2a_overlap(source: str, model: ModelSpec, search: SearchSpace) -> None:
+    """job.moe_a2a_overlap needs experts to move and, as Megatron-core's TransformerConfig
+    asserts for --overlap-moe-expert-parallel-comm, no full recomputation."""
+    if model.moe is None:
+        raise InstanceError(source, "job.moe_a2a_overlap",
+                            f"{model.name} is dense: there is no expert all-to-all to overlap",
+                            "remove moe_a2a_overlap, or give the model a moe: section")
+    if search.full_recompute:
+        raise InstanceError(source, "job.moe_a2a_overlap",
+                            "Megatron-core refuses full recomputation with"
+                            " --overlap-moe-expert-parallel-comm, and the search space allows it",
+                            "add search: full_recompute: false, or remove moe_a2a_overlap")
+
+
 def _no_groups(data: Any, path: str) -> Any:
     """A heterogeneous cluster (cost/hetero_loader.py) here would fail on its first unknown
     key; say what it is and where it can go instead."""
@@ -707,6 +725,8 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
                             "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
+    if job_spec.moe_a2a_overlap:
+        _check_moe_a2a_overlap(" + ".join(sources), model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
                                  frozenset(search_sec.raw))
@@ -925,6 +945,11 @@ def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
 
 
 def job_from_section(sec: Section) -> JobSpec:
+    framework = sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)
+    if sec.boolean("moe_a2a_overlap", False) and framework != Framework.MEGATRON.value:
+        raise sec.error("moe_a2a_overlap", "is Megatron-core's --overlap-moe-expert-parallel-comm,"
+                        f" which framework {framework} does not run",
+                        "remove moe_a2a_overlap, or set framework: megatron")
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -933,6 +958,7 @@ def job_from_section(sec: Section) -> JobSpec:
             attention=Attention(sec.choice("attention", enum_values(Attention), Attention.FLASH.value)),
             framework=Framework(sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)),
             tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
+            moe_a2a_overlap=sec.boolean("moe_a2a_overlap", False),
         )
 
 
@@ -1102,6 +1128,8 @@ def instance_to_mapping(inst: Instance) -> dict:
            "framework": inst.job.framework.value}
     if inst.job.tp_comm_overlap:
         job["tp_comm_overlap"] = True
+    if inst.job.moe_a2a_overlap:
+        job["moe_a2a_overlap"] = True
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
@@ -1153,6 +1181,8 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     job = job_from_section(top.section("job", JOB_KEYS))
     search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
+    if job.moe_a2a_overlap:
+        _check_moe_a2a_overlap(path, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
 
 
@@ -1191,4 +1221,6 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
                                           inst.job.attention is Attention.FLASH))
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
+    if inst.job.moe_a2a_overlap:
+        _check_moe_a2a_overlap(source, inst.model, space)
     return replace(inst, search=space)

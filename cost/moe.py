@@ -64,6 +64,27 @@ ROUTER_LOGIT_BYTES = 4
 PERMUTE_PASSES = 2
 
 
+def a2a_overlap_applies(job, o: Outer) -> bool:
+    """Whether job.moe_a2a_overlap hides this outer configuration's all-to-alls: Megatron-core's
+    --overlap-moe-expert-parallel-comm needs expert parallelism and, with a pipeline, the
+    interleaved schedule (TransformerConfig's checks, Megatron-LM d98e8a6: "only supported with
+    expert model parallelism"; "virtual_pipeline_model_parallel_size must be specified when
+    pipeline_model_parallel_size > 1"). Elsewhere the plan runs, and is priced and exported,
+    without it."""
+    return job.moe_a2a_overlap and o.ep > 1 and (o.pp == 1 or o.virtual_stages > 1)
+
+
+def a2a_overlap_split(a2a_s: float, compute_s: float) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one layer's all-to-alls, forward and backward (`a2a_s`),
+    under Megatron-core's combined 1F1B (megatron/core/pipeline_parallel/combined_1f1b.py):
+    in the steady state a layer's forward of one micro-batch and its backward of another run
+    together, each one's dispatch and combine on a communication stream under the other's
+    compute, so the pair's all-to-alls hide behind the pair's compute (`compute_s`: the
+    layer's forward + backward compute) and only what exceeds it shows."""
+    exposed = max(0.0, a2a_s - compute_s)
+    return exposed, a2a_s - exposed
+
+
 def imbalance(m) -> float:
     """The factor applied to the busiest rank's routed tokens: the model's imbalance (default
     DEFAULT_IMBALANCE), capped by its capacity factor."""
@@ -113,9 +134,9 @@ def all_to_all_time_s(n_bytes: float, ep: int, links: EpLinks | tuple[Link, bool
 class ExpertTerms:
     """What an MoE layer adds to its attention view, one micro-batch on the busiest rank:
     compute (router, expert GEMMs, permutation, activation), the ep all-to-all and the
-    routed tokens' tp all-gather + reduce-scatter, all on the critical path (Megatron-core
-    overlaps the all-to-all only with --overlap-moe-expert-parallel-comm, which paraplan does
-    not export); stashed activations; expert parameters per GPU."""
+    routed tokens' tp all-gather + reduce-scatter, all on the critical path (with
+    job.moe_a2a_overlap, cost/coefficients.moe_layer hides the all-to-all where
+    a2a_overlap_applies); stashed activations; expert parameters per GPU."""
 
     compute_f_s: float
     compute_b_s: float

@@ -294,6 +294,11 @@ class JobSpec:
     # Applies where the plan has tp > 1 inside one node with sequence parallelism, the only case
     # Transformer Engine runs it (cost/coefficients.tp_overlap_exposed).
     tp_comm_overlap: bool = False
+    # Megatron-core's --overlap-moe-expert-parallel-comm: an MoE model's expert-parallel
+    # all-to-alls of one micro-batch's forward run under another's backward compute (combined
+    # 1F1B). Applies where Megatron-core runs it: ep > 1, and pp = 1 or interleaving
+    # (cost/moe.a2a_overlap_applies); needs search.full_recompute false (the loader says so).
+    moe_a2a_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -305,6 +310,11 @@ class JobSpec:
             raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
                               f" remove tp_comm_overlap or set framework: megatron")
+        if self.moe_a2a_overlap and self.framework is not Framework.MEGATRON:
+            raise ConfigError(f"job.moe_a2a_overlap is Megatron-core's"
+                              f" --overlap-moe-expert-parallel-comm, which only framework megatron"
+                              f" runs (job.framework: {self.framework.value}); remove"
+                              f" moe_a2a_overlap or set framework: megatron")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

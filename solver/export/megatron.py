@@ -25,6 +25,7 @@ relies on:
 from __future__ import annotations
 
 from paraplan.cost.framework import behaviour
+from paraplan.cost.moe import a2a_overlap_applies
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks)
@@ -132,7 +133,12 @@ def render(inst: Instance, e: Emitted) -> str:
                   f"padded vocabulary: {m.vocab} with tp = {p.tp}"))
     sections.append(("model", model))
     if m.moe is not None:
-        sections.append(("mixture of experts", _moe_flags(m)))
+        flags = _moe_flags(m)
+        if a2a_overlap_applies(job, p.outer):
+            flags.append(("--overlap-moe-expert-parallel-comm", None,
+                          "job.moe_a2a_overlap: the all-to-alls run under the paired"
+                          " micro-batch's compute (combined 1F1B), as priced"))
+        sections.append(("mixture of experts", flags))
 
     par: list[tuple[str, object, str | None]] = [
         ("--tensor-model-parallel-size", p.tp, None),

@@ -323,3 +323,111 @@ def test_dense_models_carry_no_dense_prefix():
     c = coefficients.build(load_instance(INSTANCES / "llama3-8b-64xH100.yaml"),
                            Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=16, zero=1))
     assert c.first_chunk_min_layers == 1 and "dense_prefix" not in c.stage_parts[0]
+
+
+def _overlapped(inst):
+    return replace(inst, job=replace(inst.job, moe_a2a_overlap=True),
+                   search=replace(inst.search, full_recompute=False))
+
+
+def test_a2a_overlap_hides_the_all_to_alls_behind_the_paired_compute():
+    # Mixtral, pp = 1, ep = 8 inside one node: a layer's all-to-alls (forward + backward) are
+    # far shorter than its compute, so Megatron-core's combined 1F1B hides all of them. Per
+    # layer and micro-batch the exposed all-to-all time a goes, and the compute it ran beside
+    # slows by NetEfficiency.overlap_slowdown x a; once per iteration the first micro-batch's
+    # forward and the last one's backward run unpaired and show a again (warm-up 1 chunk,
+    # pp = 1); a second micro-batch's activations are held while the first one's backward runs.
+    inst = mixtral()
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    off = coefficients.build(inst, o)
+    on = coefficients.build(_overlapped(inst), o)
+    a = off.layer_parts["ep_a2a"]
+    assert 0 < a < off.layer_parts["compute"]
+    kappa = NetEfficiency().overlap_slowdown
+    assert on.layer_parts["ep_a2a"] == 0
+    assert on.overlapped_per_layer_s["ep_a2a"] == pytest.approx(a, rel=1e-12)
+    assert on.layer_time_s[0] == pytest.approx(off.layer_time_s[0] - a + kappa * a, rel=1e-12)
+    assert on.layer_sync_time_s[0] == pytest.approx(off.layer_sync_time_s[0] + a, rel=1e-12)
+    assert off.in_flight.tolist() == [1.0] and on.in_flight.tolist() == [2.0]
+    assert on.layer_act_bytes[0] == pytest.approx(2 * off.layer_act_bytes[0], rel=1e-12)
+
+
+def test_a2a_overlap_shows_what_the_paired_compute_cannot_cover():
+    from paraplan.cost.moe import a2a_overlap_split
+    assert a2a_overlap_split(3.0, 5.0) == (0.0, 3.0)
+    assert a2a_overlap_split(5.0, 3.0) == (2.0, 3.0)
+
+
+def test_a2a_overlap_applies_only_where_megatron_core_runs_it():
+    # Megatron-core (TransformerConfig, --overlap-moe-expert-parallel-comm): ep > 1, and with a
+    # pipeline only the interleaved schedule; elsewhere the coefficients are the same as without
+    inst, ov = mixtral(), _overlapped(mixtral())
+    for o in (Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8),
+              Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=1)):
+        a, b = coefficients.build(inst, o), coefficients.build(ov, o)
+        assert (a.layer_time_s == b.layer_time_s).all() and (a.layer_act_bytes == b.layer_act_bytes).all()
+        assert (a.layer_sync_time_s == b.layer_sync_time_s).all()
+    # interleaved, pp = 2, v = 2: one more warm-up chunk on each stage than the usual
+    # 2 (pp - s - 1) + (v - 1) pp (stage 0: 4 + 1 = 5, stage 1: 2 + 1 = 3), so in flight
+    # (warm-up + 1) / v = 3 and 2 stages' worth instead of 2.5 and 1.5
+    o = Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8, virtual_stages=2)
+    a, b = coefficients.build(inst, o), coefficients.build(ov, o)
+    assert a.in_flight.tolist() == [2.5, 1.5] and b.in_flight.tolist() == [3.0, 2.0]
+    hidden = b.overlapped_per_layer_s["ep_a2a"]
+    assert hidden > 0
+    assert b.layer_sync_time_s == pytest.approx(a.layer_sync_time_s + np.array([5, 3]) / 2 * hidden,
+                                                rel=1e-12)
+
+
+@pytest.mark.parametrize("change,search,field", [
+    ({"framework": "torchtitan"}, {"full_recompute": False}, "job.moe_a2a_overlap"),
+    ({}, None, "job.moe_a2a_overlap"),  # full recompute left in the space
+])
+def test_a2a_overlap_is_refused_where_it_cannot_run(tmp_path, change, search, field):
+    import yaml
+    raw = yaml.safe_load(MIXTRAL.read_text())
+    raw["job"].update(moe_a2a_overlap=True, **change)
+    if search is not None:
+        raw["search"] = search
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+def test_a2a_overlap_on_a_dense_model_is_refused(tmp_path):
+    import yaml
+    raw = yaml.safe_load((INSTANCES / "llama3-8b-64xH100.yaml").read_text())
+    raw["job"]["moe_a2a_overlap"] = True
+    raw["search"] = {"full_recompute": False}
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == "job.moe_a2a_overlap" and "dense" in info.value.problem
+
+
+def test_a2a_overlap_round_trips_and_is_exported_where_it_applies(tmp_path):
+    import yaml
+    from paraplan.cost.specs import Plan
+    from paraplan.solver.export.megatron import to_megatron
+    inst = _overlapped(mixtral())
+    back = instance_from_mapping(yaml.safe_load(yaml.safe_dump(instance_to_mapping(inst))), "p.yaml")
+    assert back.job.moe_a2a_overlap and back == replace(inst, source="p.yaml")
+    on = Plan.of(Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8), (32,), (0,))
+    off = Plan.of(Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8),
+                  (16, 16), (0, 0))
+    assert "--overlap-moe-expert-parallel-comm" in to_megatron(inst, on).text
+    assert "--overlap-moe-expert-parallel-comm" not in to_megatron(inst, off).text
+
+
+def test_a_plan_the_overlap_does_not_apply_to_says_so():
+    from paraplan.cost.model_notes import model_warnings
+    from paraplan.cost.specs import Plan
+    inst = _overlapped(mixtral())
+    off = Plan.of(Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8),
+                  (16, 16), (0, 0))
+    on = Plan.of(Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8), (32,), (0,))
+    assert any("moe_a2a_overlap" in line for line in model_warnings(inst, off))
+    assert not any("moe_a2a_overlap" in line for line in model_warnings(inst, on))

@@ -1,7 +1,8 @@
 """CP-SAT = MILP = the exact DP = exhaustive search on small random MoE instances with a dense
 prefix of 2 or 3 layers (DeepSeek-V3 style), priced on the first stage, whose first model chunk
 must hold it (StageCoefficients.first_chunk_min_layers): exhaustive search counts the splits
-that give stage 0 fewer layers as infeasible candidates, and every solver must agree with it."""
+that give stage 0 fewer layers as infeasible candidates, and every solver must agree with it.
+The same instances with job.moe_a2a_overlap (Megatron-core's all-to-all overlap) agree too."""
 
 from __future__ import annotations
 
@@ -41,9 +42,16 @@ def _seeds():
 SEEDS = _seeds()
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_all_methods_agree_with_a_dense_prefix(seed):
+def overlapped(seed: int):
     inst = prefixed(seed)
+    return replace(inst, job=replace(inst.job, moe_a2a_overlap=True),
+                   search=replace(inst.search, full_recompute=False))
+
+
+@pytest.mark.parametrize("make", [prefixed, overlapped], ids=["prefix", "prefix+a2a_overlap"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_all_methods_agree_with_a_dense_prefix(seed, make):
+    inst = make(seed)
     ex = exhaustive(inst)
     for backend in ("dp", "cpsat", "milp"):
         res = plan(inst, backend=backend)
@@ -71,3 +79,15 @@ def test_the_prefix_binds_on_some_instance():
         if ex.plan is not None and ex.plan.layers_per_stage[0] < ex.plan.virtual_stages * d:
             binds += 1
     assert binds >= 1
+
+
+def test_some_overlapped_optimum_uses_the_overlap():
+    """The overlap applies to ep > 1 with pp = 1 or interleaving (cost/moe.a2a_overlap_applies):
+    agreement on the overlapped instances means little unless some optimum is such a plan."""
+    from paraplan.cost.moe import a2a_overlap_applies
+    used = 0
+    for seed in SEEDS:
+        inst = overlapped(seed)
+        ex = exhaustive(inst)
+        used += ex.plan is not None and a2a_overlap_applies(inst.job, ex.plan.outer)
+    assert used >= 1
