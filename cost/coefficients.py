@@ -28,10 +28,10 @@ from paraplan.cost.framework import behaviour, bucket_calls, gather_calls, recom
 from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
 from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
-from paraplan.cost.flops import moe_attention_view
+from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, Outer, Precision,
-                        Recompute)
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
+                        Outer, Precision, Recompute)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -278,7 +278,7 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     the view's exposed tp communication is replaced by the routed tokens' pair (an
     approximation in backward, where the view overlaps its collectives unevenly)."""
     m = inst.model
-    lt = megatron_layer(replace(inst, model=moe_attention_view(m)), o, site, net)
+    lt = megatron_layer(_with_model(inst, moe_attention_view(m)), o, site, net)
     mm = fp8_matmul_time_s if inst.job.precision is Precision.FP8 else _mm_time_s
     x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
                          mm, _mem_time_s)
@@ -691,7 +691,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # and stashed activations. Full recompute on that stage is priced per MoE layer
         # (cost/model_notes.py says so).
         d, x0 = inst.model.moe.dense_layers, per_stage[0]
-        dv = replace(m, moe=None)
+        dv = moe_dense_view(m)
         dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
                        + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                        + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
@@ -724,5 +724,22 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
     moe_spec = inst.model.moe
     if moe_spec is None or not moe_spec.dense_layers or not pl.dense_prefix:
         return None
-    return _layer_costs(replace(inst, model=replace(inst.model, moe=None)), o, pl.sites[0], dp_n,
+    return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), o, pl.sites[0], dp_n,
                         net, layer_fn)
+
+
+_INSTANCES: dict[tuple[int, int], tuple[Instance, ModelSpec, Instance]] = {}
+
+
+def _with_model(inst: Instance, model: ModelSpec) -> Instance:
+    """`inst` with `model` (a view of its model), kept by identity as flops._cached_view keeps
+    the views: pricing asks for the same one once per outer configuration."""
+    key = (id(inst), id(model))
+    hit = _INSTANCES.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is model:
+        return hit[2]
+    out = replace(inst, model=model)
+    if len(_INSTANCES) >= 256:
+        _INSTANCES.clear()
+    _INSTANCES[key] = (inst, model, out)
+    return out

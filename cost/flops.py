@@ -296,7 +296,33 @@ def moe_attention_view(m: ModelSpec) -> ModelSpec:
     shared MLP (ffn = shared_ffn; 0: no MLP at all): what cost/coefficients.megatron_layer
     prices beside cost/moe.py's expert terms."""
     assert m.moe is not None
-    return replace(m, moe=None, ffn=m.moe.shared_ffn)
+    return _cached_view(m, "attention", lambda: replace(m, moe=None, ffn=m.moe.shared_ffn))
+
+
+def moe_dense_view(m: ModelSpec) -> ModelSpec:
+    """One of an MoE model's dense prefix layers (moe.dense_layers): the model's own layer
+    without experts, its MLP of width ffn."""
+    assert m.moe is not None
+    return _cached_view(m, "dense", lambda: replace(m, moe=None))
+
+
+# Pricing asks for the same views tens of thousands of times per plan (once per outer
+# configuration and layer-parameter count), and a dataclass replace re-runs the spec's
+# validation: keep the last views by the identity of their model, holding the model so that
+# its id cannot be reused while its entry lives.
+_VIEWS: dict[tuple[int, str], tuple[ModelSpec, ModelSpec]] = {}
+_VIEWS_MAX = 256
+
+
+def _cached_view(m: ModelSpec, kind: str, make) -> ModelSpec:
+    hit = _VIEWS.get((id(m), kind))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    view = make()
+    if len(_VIEWS) >= _VIEWS_MAX:
+        _VIEWS.clear()
+    _VIEWS[(id(m), kind)] = (m, view)
+    return view
 
 
 def router_params(m: ModelSpec) -> int:
