@@ -431,3 +431,16 @@ def test_a_plan_the_overlap_does_not_apply_to_says_so():
     on = Plan.of(Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8), (32,), (0,))
     assert any("moe_a2a_overlap" in line for line in model_warnings(inst, off))
     assert not any("moe_a2a_overlap" in line for line in model_warnings(inst, on))
+
+
+def test_a2a_overlap_on_a_mixed_cluster_is_refused(tmp_path):
+    # mixed clusters plan ep = 1 (cost/space_rules.ep_values): the key would do nothing there
+    import yaml
+    from paraplan.cost.hetero_loader import load_hetero_instance
+    raw = yaml.safe_load((INSTANCES / "hetero" / "tiny-2types.yaml").read_text())
+    raw["job"]["moe_a2a_overlap"] = True
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_hetero_instance(path)
+    assert info.value.field == "job.moe_a2a_overlap"
