@@ -298,6 +298,13 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
         share = exposed / (x.a2a_f_s + x.a2a_b_s)
         a2a_f, a2a_b = x.a2a_f_s * share, x.a2a_b_s * share
         overlapped["ep_a2a"] = hidden
+    elif moe.shared_overlap_applies(inst.job, o):
+        # the shared expert's GEMMs run on their own stream while the all-to-alls are in
+        # flight, in each direction (cost/moe.shared_mlp_times_s); the rest shows
+        sh_f, sh_b = moe.shared_mlp_times_s(m, o, site.gpu, mm)
+        a2a_f, hid_f = moe.a2a_overlap_split(x.a2a_f_s, sh_f)
+        a2a_b, hid_b = moe.a2a_overlap_split(x.a2a_b_s, sh_b)
+        overlapped["ep_a2a"] = hid_f + hid_b
     fwd = lt.fwd_s + x.compute_f_s + a2a_f + tp_f
     bwd = lt.bwd_s + x.compute_b_s + a2a_b + tp_b
     parts["ep_a2a"] = a2a_f + a2a_b

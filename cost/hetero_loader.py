@@ -181,10 +181,11 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     gpus = catalogue_with_gpu_types(top)
     model = model_from_section(top.section("model", MODEL_KEYS), name)
     job = job_from_section(top.section("job", JOB_KEYS))
-    if job.moe_a2a_overlap:  # not dropped: a mixed cluster's plans never shard experts
-        raise InstanceError(path, "job.moe_a2a_overlap",
-                            "mixed clusters are planned with ep = 1, so there is no expert"
-                            " all-to-all to overlap", "remove moe_a2a_overlap")
+    for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
+        if getattr(job, key):  # not dropped: a mixed cluster's plans never shard experts
+            raise InstanceError(path, f"job.{key}",
+                                "mixed clusters are planned with ep = 1, so there is no expert"
+                                " all-to-all to overlap", f"remove {key}")
     search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)

@@ -49,6 +49,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       moe_a2a_overlap: false         # MoE: Megatron-core's --overlap-moe-expert-parallel-comm
                                      # (megatron only; used where ep > 1 and pp = 1 or
                                      # interleaved; needs search full_recompute: false)
+      moe_shared_expert_overlap: false  # MoE: Megatron-core's --moe-shared-expert-overlap (the
+                                     # shared expert under the all-to-alls; ep > 1)
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -175,7 +177,7 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
-            "moe_a2a_overlap")
+            "moe_a2a_overlap", "moe_shared_expert_overlap")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -623,18 +625,25 @@ def load_instance(path: str | Path) -> Instance:
     return load_instance_parts(path, hf_config=None, cluster=None, job=None)
 
 
-def _check_moe_a2a_overlap(source: str, model: ModelSpec, search: SearchSpace) -> None:
-    """job.moe_a2a_overlap needs experts to move and, as Megatron-core's TransformerConfig
-    asserts for --overlap-moe-expert-parallel-comm, no full recomputation."""
-    if model.moe is None:
-        raise InstanceError(source, "job.moe_a2a_overlap",
-                            f"{model.name} is dense: there is no expert all-to-all to overlap",
-                            "remove moe_a2a_overlap, or give the model a moe: section")
-    if search.full_recompute:
+def _check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
+    """job.moe_a2a_overlap and job.moe_shared_expert_overlap need experts to move;
+    --overlap-moe-expert-parallel-comm also needs no full recomputation and the shared-expert
+    overlap a shared expert (Megatron-core's TransformerConfig checks)."""
+    for key, on in (("moe_a2a_overlap", job.moe_a2a_overlap),
+                    ("moe_shared_expert_overlap", job.moe_shared_expert_overlap)):
+        if on and model.moe is None:
+            raise InstanceError(source, f"job.{key}",
+                                f"{model.name} is dense: there is no expert all-to-all to overlap",
+                                f"remove {key}, or give the model a moe: section")
+    if job.moe_a2a_overlap and search.full_recompute:
         raise InstanceError(source, "job.moe_a2a_overlap",
                             "Megatron-core refuses full recomputation with"
                             " --overlap-moe-expert-parallel-comm, and the search space allows it",
                             "add search: full_recompute: false, or remove moe_a2a_overlap")
+    if job.moe_shared_expert_overlap and not model.moe.shared_ffn:
+        raise InstanceError(source, "job.moe_shared_expert_overlap",
+                            f"{model.name} has no shared expert (model.moe.shared_ffn) to run"
+                            " under the all-to-alls", "remove moe_shared_expert_overlap")
 
 
 def _no_groups(data: Any, path: str) -> Any:
@@ -725,8 +734,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
                             "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
-    if job_spec.moe_a2a_overlap:
-        _check_moe_a2a_overlap(" + ".join(sources), model_spec, search)
+    _check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
                                  frozenset(search_sec.raw))
@@ -946,10 +954,14 @@ def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
 
 def job_from_section(sec: Section) -> JobSpec:
     framework = sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)
-    if sec.boolean("moe_a2a_overlap", False) and framework != Framework.MEGATRON.value:
-        raise sec.error("moe_a2a_overlap", "is Megatron-core's --overlap-moe-expert-parallel-comm,"
-                        f" which framework {framework} does not run",
-                        "remove moe_a2a_overlap, or set framework: megatron")
+    for key, flag in (("moe_a2a_overlap", "--overlap-moe-expert-parallel-comm"),
+                      ("moe_shared_expert_overlap", "--moe-shared-expert-overlap")):
+        if sec.boolean(key, False) and framework != Framework.MEGATRON.value:
+            raise sec.error(key, f"is Megatron-core's {flag}, which framework {framework} does"
+                            " not run", f"remove {key}, or set framework: megatron")
+    if sec.boolean("moe_a2a_overlap", False) and sec.boolean("moe_shared_expert_overlap", False):
+        raise sec.error("moe_shared_expert_overlap", "Megatron-core refuses it beside"
+                        " --overlap-moe-expert-parallel-comm (moe_a2a_overlap)", "keep one of the two")
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -959,6 +971,7 @@ def job_from_section(sec: Section) -> JobSpec:
             framework=Framework(sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)),
             tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
             moe_a2a_overlap=sec.boolean("moe_a2a_overlap", False),
+            moe_shared_expert_overlap=sec.boolean("moe_shared_expert_overlap", False),
         )
 
 
@@ -1130,6 +1143,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["tp_comm_overlap"] = True
     if inst.job.moe_a2a_overlap:
         job["moe_a2a_overlap"] = True
+    if inst.job.moe_shared_expert_overlap:
+        job["moe_shared_expert_overlap"] = True
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
@@ -1181,8 +1196,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     job = job_from_section(top.section("job", JOB_KEYS))
     search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
-    if job.moe_a2a_overlap:
-        _check_moe_a2a_overlap(path, model, search)
+    _check_moe_overlaps(path, job, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
 
 
@@ -1221,6 +1235,5 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
                                           inst.job.attention is Attention.FLASH))
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
-    if inst.job.moe_a2a_overlap:
-        _check_moe_a2a_overlap(source, inst.model, space)
+    _check_moe_overlaps(source, inst.job, inst.model, space)
     return replace(inst, search=space)

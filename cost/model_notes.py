@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
 from paraplan.cost.hetero_specs import HeteroInstance
-from paraplan.cost.moe import a2a_overlap_applies
+from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
 from paraplan.cost.specs import Instance, Plan
 
 
@@ -51,6 +51,10 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
             lines.append("job.moe_a2a_overlap: this plan runs without it (Megatron-core overlaps"
                          " the all-to-all only with ep > 1 and pp = 1 or interleaving), so its"
                          " all-to-alls are priced exposed")
+    if m.moe is not None and inst.job.moe_shared_expert_overlap and isinstance(plan, Plan):
+        if not shared_overlap_applies(inst.job, plan.outer):
+            lines.append("job.moe_shared_expert_overlap: this plan has ep = 1, so there is no"
+                         " all-to-all to run the shared expert under")
     if m.moe is not None and inst.job.precision.value == "fp8":
         lines.append("FP8: Transformer Engine's cached FP8 copies of the routed experts' weights"
                      " are not counted in memory, nor their cast once per iteration")

@@ -74,6 +74,28 @@ def a2a_overlap_applies(job, o: Outer) -> bool:
     return job.moe_a2a_overlap and o.ep > 1 and (o.pp == 1 or o.virtual_stages > 1)
 
 
+def shared_overlap_applies(job, o: Outer) -> bool:
+    """Whether job.moe_shared_expert_overlap hides part of this configuration's all-to-alls:
+    Megatron-core's --moe-shared-expert-overlap runs the shared expert on its own stream inside
+    the all-to-all token dispatcher (any pipeline schedule); there is an all-to-all only with
+    ep > 1."""
+    return job.moe_shared_expert_overlap and o.ep > 1
+
+
+def shared_mlp_times_s(m, o: Outer, gpu: GpuSpec,
+                       matmul_time_s: Callable[[float, GpuSpec], float]) -> tuple[float, float]:
+    """(forward, backward) seconds of the shared expert's GEMMs, one micro-batch: its MLP of
+    width shared_ffn on every token of the replica's cp shard, split over tp as a dense MLP
+    (backward: the input- and weight-gradient GEMMs, twice the forward). What
+    --moe-shared-expert-overlap runs under the all-to-alls: fc1 and the activation during the
+    dispatch, fc2 during the combine (token_dispatcher.py, shared_experts.py)."""
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    tokens = o.micro_batch * m.seq_len / o.cp
+    one = 2 * tokens * m.hidden * m.moe.shared_ffn / o.tp
+    f = n_in * matmul_time_s(one, gpu) + matmul_time_s(one, gpu)
+    return f, 2 * f
+
+
 def a2a_overlap_split(a2a_s: float, compute_s: float) -> tuple[float, float]:
     """(exposed, hidden) seconds of one layer's all-to-alls, forward and backward (`a2a_s`),
     under Megatron-core's combined 1F1B (megatron/core/pipeline_parallel/combined_1f1b.py):

@@ -299,6 +299,10 @@ class JobSpec:
     # 1F1B). Applies where Megatron-core runs it: ep > 1, and pp = 1 or interleaving
     # (cost/moe.a2a_overlap_applies); needs search.full_recompute false (the loader says so).
     moe_a2a_overlap: bool = False
+    # Megatron-core's --moe-shared-expert-overlap: the shared expert's MLP runs on its own stream
+    # while the dispatch and combine all-to-alls are in flight (ep > 1, a shared expert; not
+    # with moe_a2a_overlap, which Megatron-core refuses beside it)
+    moe_shared_expert_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -310,6 +314,10 @@ class JobSpec:
             raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
                               f" remove tp_comm_overlap or set framework: megatron")
+        if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
+            raise ConfigError("job.moe_a2a_overlap and job.moe_shared_expert_overlap: Megatron-core"
+                              " refuses --moe-shared-expert-overlap with"
+                              " --overlap-moe-expert-parallel-comm; keep one")
         if self.moe_a2a_overlap and self.framework is not Framework.MEGATRON:
             raise ConfigError(f"job.moe_a2a_overlap is Megatron-core's"
                               f" --overlap-moe-expert-parallel-comm, which only framework megatron"

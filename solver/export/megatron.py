@@ -25,7 +25,7 @@ relies on:
 from __future__ import annotations
 
 from paraplan.cost.framework import behaviour
-from paraplan.cost.moe import a2a_overlap_applies
+from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks)
@@ -138,6 +138,10 @@ def render(inst: Instance, e: Emitted) -> str:
             flags.append(("--overlap-moe-expert-parallel-comm", None,
                           "job.moe_a2a_overlap: the all-to-alls run under the paired"
                           " micro-batch's compute (combined 1F1B), as priced"))
+        if shared_overlap_applies(job, p.outer):
+            flags.append(("--moe-shared-expert-overlap", None,
+                          "job.moe_shared_expert_overlap: the shared expert runs under the"
+                          " all-to-alls, as priced"))
         sections.append(("mixture of experts", flags))
 
     par: list[tuple[str, object, str | None]] = [

@@ -444,3 +444,88 @@ def test_a2a_overlap_on_a_mixed_cluster_is_refused(tmp_path):
     with pytest.raises(InstanceError) as info:
         load_hetero_instance(path)
     assert info.value.field == "job.moe_a2a_overlap"
+
+
+def _shared(inst, **moe_kw):
+    moe_spec = replace(inst.model.moe, **moe_kw)
+    return replace(inst, model=replace(inst.model, moe=moe_spec))
+
+
+def test_shared_expert_overlap_hides_the_all_to_alls_behind_the_shared_mlp():
+    # A Mixtral-shaped model with a shared SwiGLU expert of 14,336, pp = 2 (any schedule),
+    # ep = 8 on one node, micro-batch 1 of 4,096 tokens, tp = 1, bf16. The shared expert's
+    # forward is 3 GEMMs of 2 x 4,096 x 4,096 x 14,336 = 481,036,337,152 FLOPs each, each
+    # priced by the matmul curve; its backward twice that. Each direction's all-to-alls (a/2)
+    # hide behind that direction's shared GEMMs: here all of them (the all-to-alls inside one
+    # node are shorter), so the layer loses a and pays overlap_slowdown x a.
+    inst = _shared(mixtral(), shared_ffn=14336)
+    on_job = replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True))
+    o = Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8)
+    off, on = coefficients.build(inst, o), coefficients.build(on_job, o)
+    gpu = inst.cluster.gpu
+    one = 481_036_337_152
+    assert 2 * 4096 * 4096 * 14336 == one
+    sh_f = 3 * (one + gpu.matmul_half_flops) / (gpu.peak_flops_per_s * gpu.matmul_eff_max)
+    a = off.layer_parts["ep_a2a"]
+    assert 0 < a / 2 < sh_f
+    assert moe.shared_mlp_times_s(inst.model, o, gpu, coefficients.matmul_time_s) == \
+        pytest.approx((sh_f, 2 * sh_f), rel=1e-12)
+    kappa = NetEfficiency().overlap_slowdown
+    assert on.layer_parts["ep_a2a"] == 0
+    assert on.layer_time_s[0] == pytest.approx(off.layer_time_s[0] - a + kappa * a, rel=1e-12)
+    # nothing else moves: sync, memory
+    assert (on.layer_sync_time_s == off.layer_sync_time_s).all()
+    assert (on.layer_act_bytes == off.layer_act_bytes).all()
+    # ep = 1: no all-to-all, nothing to hide
+    o1 = replace(o, ep=1)
+    assert (coefficients.build(on_job, o1).layer_time_s == coefficients.build(inst, o1).layer_time_s).all()
+
+
+def test_shared_expert_overlap_shows_what_the_shared_mlp_cannot_cover():
+    # the same with a small shared expert (256 wide) and the experts spread over 8 nodes (ep =
+    # 64 needs 64 experts): the all-to-alls go over the NIC and outlast the shared GEMMs, whose
+    # time is all that hides
+    inst = _shared(mixtral(), experts=64, expert_ffn=1024, shared_ffn=256)
+    on_job = replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True))
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=64)
+    off, on = coefficients.build(inst, o), coefficients.build(on_job, o)
+    sh_f, sh_b = moe.shared_mlp_times_s(inst.model, o, inst.cluster.gpu, coefficients.matmul_time_s)
+    a = off.layer_parts["ep_a2a"]
+    assert a / 2 > sh_b
+    assert on.layer_parts["ep_a2a"] == pytest.approx(a - sh_f - sh_b, rel=1e-12)
+    assert on.overlapped_per_layer_s["ep_a2a"] == pytest.approx(sh_f + sh_b, rel=1e-12)
+
+
+@pytest.mark.parametrize("job,moe_kw,field", [
+    ({"moe_shared_expert_overlap": True}, {}, "job.moe_shared_expert_overlap"),  # no shared expert
+    ({"moe_shared_expert_overlap": True, "moe_a2a_overlap": True}, {"shared_ffn": 4096},
+     "job.moe_shared_expert_overlap"),  # Megatron-core refuses both together
+    ({"moe_shared_expert_overlap": True, "framework": "torchtitan"}, {"shared_ffn": 4096},
+     "job.moe_shared_expert_overlap"),
+])
+def test_shared_expert_overlap_is_refused_where_it_cannot_run(tmp_path, job, moe_kw, field):
+    import yaml
+    raw = yaml.safe_load(MIXTRAL.read_text())
+    raw["job"].update(job)
+    raw["model"]["moe"].update(moe_kw)
+    raw["search"] = {"full_recompute": False}
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+def test_shared_expert_overlap_round_trips_and_is_exported_where_it_applies():
+    import yaml
+    from paraplan.cost.specs import Plan
+    from paraplan.solver.export.megatron import to_megatron
+    inst = _shared(mixtral(), shared_ffn=4096)
+    inst = replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True))
+    back = instance_from_mapping(yaml.safe_load(yaml.safe_dump(instance_to_mapping(inst))), "p.yaml")
+    assert back == replace(inst, source="p.yaml")
+    on = Plan.of(Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8),
+                 (16, 16), (0, 0))
+    off = Plan.of(replace(on.outer, ep=1), (16, 16), (0, 0))
+    assert "--moe-shared-expert-overlap" in to_megatron(inst, on).text
+    assert "--moe-shared-expert-overlap" not in to_megatron(inst, off).text

@@ -2,7 +2,8 @@
 prefix of 2 or 3 layers (DeepSeek-V3 style), priced on the first stage, whose first model chunk
 must hold it (StageCoefficients.first_chunk_min_layers): exhaustive search counts the splits
 that give stage 0 fewer layers as infeasible candidates, and every solver must agree with it.
-The same instances with job.moe_a2a_overlap (Megatron-core's all-to-all overlap) agree too."""
+The same instances with job.moe_a2a_overlap (Megatron-core's all-to-all overlap), and with a
+shared expert and job.moe_shared_expert_overlap, agree too."""
 
 from __future__ import annotations
 
@@ -48,7 +49,15 @@ def overlapped(seed: int):
                    search=replace(inst.search, full_recompute=False))
 
 
-@pytest.mark.parametrize("make", [prefixed, overlapped], ids=["prefix", "prefix+a2a_overlap"])
+def shared_overlapped(seed: int):
+    inst = prefixed(seed)
+    m = inst.model
+    return replace(inst, model=replace(m, moe=replace(m.moe, shared_ffn=m.hidden)),
+                   job=replace(inst.job, moe_shared_expert_overlap=True))
+
+
+@pytest.mark.parametrize("make", [prefixed, overlapped, shared_overlapped],
+                         ids=["prefix", "prefix+a2a_overlap", "prefix+shared_expert_overlap"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_all_methods_agree_with_a_dense_prefix(seed, make):
     inst = make(seed)
