@@ -8,43 +8,20 @@ from __future__ import annotations
 
 import pytest
 
-from paraplan.cost.simulate import simulate
+from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
-from paraplan.solver.space import outer_configs, summarize
 
 N_INSTANCES = 240
 
 
-def _seeds():
-    out, seed = [], 1000
-    while len(out) < N_INSTANCES:
-        inst = random_instance(seed, variant=True)
-        if summarize(inst, outer_configs(inst)).splits_total <= 50_000:
-            out.append(seed)
-        seed += 1
-    return out
-
-
-SEEDS = _seeds()
+SEEDS = small_seeds(lambda seed: random_instance(seed, variant=True), 1000, N_INSTANCES, 50_000)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_all_methods_agree(seed):
-    inst = random_instance(seed, variant=True)
-    ex = exhaustive(inst)
-    results = [plan(inst, backend="dp"), plan(inst, backend="cpsat"), plan(inst, backend="milp")]
-    for res in results:
-        if ex.plan is None:
-            assert res.status == INFEASIBLE and res.plan is None
-            continue
-        assert res.status == OPTIMAL
-        tol = res.tolerance_s + 1e-9 * ex.iter_time_s
-        assert res.iter_time_s == pytest.approx(ex.iter_time_s, abs=tol)
-        bd = simulate(inst, res.plan, reserve_bytes=inst.search.memory_reserve_bytes)
-        assert bd.fits
-        assert bd.iter_time_s == pytest.approx(res.iter_time_s, rel=1e-12, abs=1e-15)
+    assert_backends_agree_with_exhaustive(random_instance(seed, variant=True))
 
 
 def test_the_random_instances_cover_the_hard_cases():

@@ -11,11 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
-from paraplan.solver.space import outer_configs, summarize
+from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_instance
 
 N_INSTANCES = 40
@@ -38,35 +36,13 @@ def moe_instance(seed: int):
                    search=replace(base.search, zero=zero))
 
 
-def _seeds():
-    out, seed = [], 5000
-    while len(out) < N_INSTANCES:
-        inst = moe_instance(seed)
-        outers = outer_configs(inst)
-        if any(o.ep > 1 for o in outers) and summarize(inst, outers).splits_total <= 20_000:
-            out.append(seed)
-        seed += 1
-    return out
-
-
-SEEDS = _seeds()
+SEEDS = small_seeds(moe_instance, 5000, N_INSTANCES, 20_000,
+                    accept=lambda outers: any(o.ep > 1 for o in outers))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_all_methods_agree_on_moe(seed):
-    inst = moe_instance(seed)
-    ex = exhaustive(inst)
-    for backend in ("dp", "cpsat", "milp"):
-        res = plan(inst, backend=backend)
-        if ex.plan is None:
-            assert res.status == INFEASIBLE and res.plan is None
-            continue
-        assert res.status == OPTIMAL
-        tol = res.tolerance_s + 1e-9 * ex.iter_time_s
-        assert res.iter_time_s == pytest.approx(ex.iter_time_s, abs=tol)
-        bd = simulate(inst, res.plan, reserve_bytes=inst.search.memory_reserve_bytes)
-        assert bd.fits
-        assert bd.iter_time_s == pytest.approx(res.iter_time_s, rel=1e-12, abs=1e-15)
+    assert_backends_agree_with_exhaustive(moe_instance(seed))
 
 
 def test_the_random_moe_instances_choose_expert_parallelism():

@@ -1,0 +1,44 @@
+"""The agreement check shared by the random-instance tests: every planner backend against
+exhaustive search over the same declared space, and each optimum re-simulated by cost/."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.cost.simulate import simulate
+from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+
+BACKENDS = ("dp", "cpsat", "milp")
+
+
+def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS):
+    """Each backend proves the exhaustive optimum (within its quantisation tolerance) or agrees
+    that the space is infeasible, and its plan fits and re-simulates to its own objective."""
+    ex = exhaustive(inst)
+    for backend in backends:
+        res = plan(inst, backend=backend)
+        if ex.plan is None:
+            assert res.status == INFEASIBLE and res.plan is None
+            continue
+        assert res.status == OPTIMAL
+        tol = res.tolerance_s + 1e-9 * ex.iter_time_s
+        assert res.iter_time_s == pytest.approx(ex.iter_time_s, abs=tol)
+        bd = simulate(inst, res.plan, reserve_bytes=inst.search.memory_reserve_bytes)
+        assert bd.fits
+        assert bd.iter_time_s == pytest.approx(res.iter_time_s, rel=1e-12, abs=1e-15)
+    return ex
+
+
+def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda outers: True) -> list[int]:
+    """The first `count` seeds from `start` whose instance `make(seed)` has at most `max_splits`
+    complete plans (so exhaustive search stays quick) and whose outer configurations `accept`."""
+    from paraplan.solver.space import outer_configs, summarize
+    out, seed = [], start
+    while len(out) < count:
+        inst = make(seed)
+        outers = outer_configs(inst)
+        if accept(outers) and summarize(inst, outers).splits_total <= max_splits:
+            out.append(seed)
+        seed += 1
+    return out
