@@ -109,3 +109,26 @@ def test_one_group_plans_fewer_micro_batches_than_stages_like_the_homogeneous_pl
                 c.num_micro_batches, c.layers_per_stage) == (
             homo.plan.tp, homo.plan.cp, homo.plan.pp, homo.plan.dp, homo.plan.micro_batch,
             homo.plan.num_micro_batches, homo.plan.layers_per_stage)
+
+
+@pytest.mark.parametrize("rel", ["instances/tiny-gpt-8xA100.yaml", "instances/small-gpt-16xA100.yaml",
+                                 "instances/primepar/primepar-bloom-176b-32xV100.yaml"])
+def test_plan_command_through_the_class_planner_gives_the_homogeneous_answer(rel, monkeypatch, capsys):
+    """`paraplan plan --json` with the internal switch (solver/class_route.py) on and off: the
+    same status, plan, space counts and, within the quantisation tolerance, the same time."""
+    import json
+
+    from paraplan.solver.cli import main
+
+    out = {}
+    for switch in ("0", "1"):
+        monkeypatch.setenv("PARAPLAN_CLASS_PLANNER", switch)
+        assert main(["plan", str(ROOT / rel), "--json"]) == 0
+        out[switch] = json.loads(capsys.readouterr().out)
+    homo, het = out["0"], out["1"]
+    assert het["status"] == homo["status"] == "optimal"
+    assert het["plan"] == homo["plan"]
+    for key in ("outer_configs", "candidates"):
+        assert het["space"][key] == homo["space"][key], key
+    tol = homo["tolerance_s"] + het["tolerance_s"] + 1e-9 * homo["iter_time_s"]
+    assert het["iter_time_s"] == pytest.approx(homo["iter_time_s"], abs=tol)
