@@ -16,9 +16,11 @@ Links:
 - every replica synchronises with every other: the ring has `replicas` * cp members in all
   (each context-parallel rank holds the whole stage's weights, as on one group).
 
-Each replica of class k runs `num_micro_batches` >= its stage count, so 1F1B's in-flight count
-of stage s is pp_k - s whatever the micro-batch count (cost/coefficients.in_flight_micro_batches):
-memory does not depend on how the batch is split between classes.
+With several classes, each replica of class k runs `num_micro_batches` >= its stage count, so
+1F1B's in-flight count of stage s is pp_k - s whatever the micro-batch count
+(cost/coefficients.in_flight_micro_batches): memory does not depend on how the batch is split
+between classes. A lone class's count is fixed by the batch and may be below its stage count,
+as on one group: it is priced at that count (min(pp - s, m) in flight).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
     c = ho.classes[k]
     v = ho.virtual_stages
     m = (c.pp if v == 1 else 2 * c.pp) if num_micro_batches is None else num_micro_batches
-    if m < c.pp:
-        raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; 1F1B needs >= {c.pp}")
+    if m < c.pp and len(ho.classes) > 1:
+        raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; with several"
+                         f" classes 1F1B needs >= {c.pp}")
     return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
                  num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero)

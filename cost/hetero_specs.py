@@ -13,7 +13,7 @@ Heterogeneous plan (the declared space is in solver/hetero_space.py):
   of a replica is tp * cp GPUs of its group, ranked tp fastest then cp, as on one group;
 - a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
   each of its pipeline stages (`stage_groups`), how many micro-batches each replica runs per
-  iteration (`num_micro_batches`, at least its stage count), its layer split, and the
+  iteration (`num_micro_batches`; with several classes at least its stage count), its layer split, and the
   per-operator tensor partition of its layers on each group it uses (`partitions`, with
   search.tensor_partitions; cost/partition.py: one layer plan per class and group);
 - stage-wise heterogeneity is one class whose stages sit on different groups; replica-wise
@@ -192,8 +192,8 @@ class ReplicaClass:
             raise ConfigError("a replica class needs >= 1 replica and >= 1 stage")
         if len(self.layers_per_stage) != pp or len(self.full_recompute_layers) != pp:
             raise ConfigError(f"a replica class with {pp} stages needs {pp} layer and recompute counts")
-        if self.num_micro_batches < pp:
-            raise ConfigError(f"a replica class with {pp} stages needs >= {pp} micro-batches (1F1B)")
+        if self.num_micro_batches < 1:
+            raise ConfigError("a replica class needs >= 1 micro-batch per replica")
         for n, r in zip(self.layers_per_stage, self.full_recompute_layers):
             if n < 1 or not 0 <= r <= n:
                 raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
@@ -258,6 +258,12 @@ class HeteroPlan(_Modes):
             raise ConfigError(f"cp={self.cp} must be >= 1 and divide seq_len {m.seq_len}")
         if self.sequence_parallel and (self.tp == 1 or m.seq_len % (self.tp * self.cp)):
             raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len")
+        if len(self.classes) > 1:
+            for c in self.classes:
+                if c.num_micro_batches < len(c.stage_groups):
+                    raise ConfigError(f"with several classes, a class of {len(c.stage_groups)}"
+                                      f" stages needs >= {len(c.stage_groups)} micro-batches per"
+                                      " replica (solver/hetero_space.py)")
         v = self.virtual_stages
         if v > 1:
             for c in self.classes:

@@ -11,8 +11,9 @@ instance and the other keys' admissible values. Values the defaults bring in are
 space, never refused; a space that is empty only through a combination of individually possible
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
-Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no context parallelism, no
-interleaving and no uniform_split yet: listing them there is refused instead of dropped.
+Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no uniform_split and no
+expert parallelism yet: listing them there is refused instead of dropped
+(hetero_search_refusal).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ Parameters (per scenario and class, a `StageCoefficients` c[sigma][k] with array
     M       total micro-batches: global_batch / micro_batch
     v       virtual stages (model chunks per stage, interleaved 1F1B; 1: plain 1F1B), shared
     lo_k    fewest micro-batches per replica: pp_k; with v > 1 and several classes 2 pp_k, so
-            that memory does not depend on m_k (cost/coefficients.in_flight_micro_batches)
+            that memory does not depend on m_k (cost/coefficients.in_flight_micro_batches);
+            a lone class (K = 1): 1, or pp_k with v > 1 (its count is fixed by M, and its
+            coefficients are priced at that count, as on one group)
     st_k    step of the count: pp_k with v > 1 (Megatron-LM's interleaved schedule needs
             m_k a multiple of pp_k), else 1
     omega   scenario weights ("weighted": expected time) or none ("max": worst case)
@@ -93,7 +95,9 @@ class MultiClassProblem:
 
     def min_micro_batches(self, k: int) -> int:
         """lo_k of the module docstring."""
-        return 2 * self.pp(k) if self.virtual_stages > 1 and self.classes > 1 else self.pp(k)
+        if self.classes == 1:  # a lone class's count is fixed by the batch (solver/hetero_space.py)
+            return self.pp(k) if self.virtual_stages > 1 else 1
+        return 2 * self.pp(k) if self.virtual_stages > 1 else self.pp(k)
 
     def micro_batch_step(self, k: int) -> int:
         """st_k of the module docstring."""

@@ -105,8 +105,12 @@ def cmd_plan(args) -> int:
     if args.within is not None:
         raise InstanceError("<arguments>", "--within", "needs --top K",
                             "add --top K, e.g. --top 5 --within 3")
-    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
-               progress=log)
+    from paraplan.solver import class_route
+    if class_route.enabled():  # internal switch (solver/class_route.py): the class planner
+        res = class_route.plan_as_one_group(inst, args.backend, args.time_limit_s, progress=log)
+    else:
+        res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
+                   progress=log)
     if log:
         log.done()
     trust = None

@@ -62,6 +62,7 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
                       families: tuple[str, ...] = FAMILIES, uniform: bool = False,
                       max_candidates: int = DEFAULT_MAX_CANDIDATES) -> HeteroExhaustiveResult:
     t0 = time.perf_counter()
+    uniform = uniform or inst.search.uniform_split  # as plan_hetero
     outers = hetero_outers(inst, families, None, uniform)
     total = summarize(inst, outers, uniform).plans_total
     if total > max_candidates:

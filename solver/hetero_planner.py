@@ -339,6 +339,10 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
                 warm_plan: HeteroPlan | None = None, progress=None) -> HeteroResult:
     t0 = time.perf_counter()
+    # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
+    # listing it is refused, cost/space_rules.hetero_search_refusal): on one group the uniform
+    # baseline is even layer splits, solver/space.py's rule
+    uniform = uniform or inst.search.uniform_split
     idx, _, _ = scenario_weights(inst, objective)
     outers = hetero_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)

@@ -14,25 +14,35 @@ Two families of class shapes, over every non-empty subset U of the node groups:
   pp_g stages all on g, x_g * tp * cp * pp_g = GPUs of g; classes take different micro-batch
   counts.
 
-Rules shared with the homogeneous space (solver/space.py): tp a power of two dividing the heads
-(or a multiple of the KV heads) and the GPUs per node of every used group, or with
-search.tp_across_nodes its GPUs in whole nodes (cost/space_rules.group_tp_problem); cp a
-power of two (or search.cp's values) dividing seq_len and, with tp, every used group's GPUs
+Rules shared with the homogeneous space (solver/space.py), one implementation each: tp a power
+of two dividing the heads (or a multiple of the KV heads) and the GPUs per node of every used
+group, or with search.tp_across_nodes its GPUs in whole nodes (cost/space_rules.group_tp_problem);
+cp a power of two (or search.cp's values) dividing seq_len and, with tp, every used group's GPUs
 (cost/space_rules.cp_problem, within search.max_cp), one cp for every group as one tp;
-pp_g <= layers and within search.pp / max_pp; sequence parallel only with tp > 1 and tp * cp
-dividing seq_len; selective recompute only with standard attention; ZeRO 0-3 where the job's framework
-runs it (cost/framework_rules.py, checked for every class: its tp, its stage count, its
-replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so a mixed
-cluster gets them on single-stage classes only). ZeRO shards over every replica and
+pp_g <= layers and within search.pp / max_pp (no other cap); sequence parallel only with tp > 1
+and tp * cp dividing seq_len; selective recompute only with standard attention; ZeRO 0-3 where
+the job's framework runs it (cost/framework_rules.py, checked for every class: its tp, its stage
+count, its replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so
+a mixed cluster gets them on single-stage classes only). ZeRO shards over every replica and
 context-parallel rank of the plan, as the gradient ring spans them (so it needs
-replicas * cp > 1). Specific to heterogeneous plans, until the two spaces are
-one (issue 12; the loader refuses these keys instead of dropping them): no uniform_split,
-and one tp, cp and v for every group; with interleaving (v > 1, every class pipelined, the
-homogeneous rules on each class) each replica's count is a multiple of its stage count and,
-with several classes, at least twice it (memory would otherwise depend on the count,
-cost/hetero_coefficients.class_outer; a lone class is exactly the homogeneous case); and every replica runs at least as many micro-batches as it has stages (1F1B
-steady state; memory then does not depend on the batch split). The micro-batch counts satisfy
-micro_batch * sum_k replicas_k * m_k = global_batch.
+replicas * cp > 1). Micro-batch sizes: the divisors of the global batch that split it between
+the replicas, within search.max_micro_batch, capped from memory by the homogeneous rule
+(solver/space.capped_micro_batches and micro_batch_lower_bound_parts; micro_batch_values below
+says how a class spanning groups is bounded). A lone class runs the count the batch gives it,
+fewer micro-batches than stages included, as on one group; with search.uniform_split (which
+reaches the class planner only from a homogeneous instance, cost/hetero_loader.
+homogeneous_as_hetero: a mixed-cluster file listing it is refused) the planner searches even
+layer splits, the homogeneous rule. So a
+one-group cluster's space is the homogeneous space, outer configuration for outer configuration
+and plan for plan (tests/solver/test_one_group_space_equals_homogeneous.py).
+
+Rules that stay specific to plans of several classes, and why: every replica runs at least as
+many micro-batches as it has stages (1F1B steady state), and with interleaving (v > 1) a
+multiple of its stage count and at least twice it: memory then does not depend on how the batch
+is split between classes (cost/hetero_coefficients.class_outer), which lets one set of
+coefficients price every split; one tp, cp and v for every group (one HeteroOuter); no
+uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
+counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
 same micro-batch count on every replica.
@@ -52,13 +62,10 @@ from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
 from paraplan.cost.space_rules import cp_problem, ep_values, group_tp_problem, moe_problem
 from paraplan.cost.specs import Attention
 from paraplan.solver.class_partitions import partition_count
-from paraplan.solver.space import _divisors, _powers_of_two, count_splits
+from paraplan.solver.space import (_divisors, _powers_of_two, capped_micro_batches, count_splits,
+                                   micro_batch_lower_bound_parts)
 
 FAMILIES = ("stage", "replica")
-# Mixed clusters keep the fixed caps the homogeneous space had before it derived its micro-batch
-# cap from memory (solver/space.py); search.max_micro_batch / max_pp, when given, replace them.
-HETERO_MAX_MICRO_BATCH = 16
-HETERO_MAX_PP = 128
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
 MAX_MICRO_BATCH_VECTORS = 5_000_000
 
@@ -85,8 +92,10 @@ def cp_values(inst: HeteroInstance, used: tuple[int, ...], tp: int) -> list[int]
 
 
 def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
+    """The homogeneous pp rule (cost/space_rules.pp_problem): at most one stage per layer,
+    within search.max_pp and search.pp (no other cap, as on one group)."""
     s = inst.search
-    max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP
+    max_pp = s.max_pp if s.max_pp is not None else inst.model.layers
     return 1 <= pp <= min(inst.model.layers, max_pp) and (s.pp is None or pp in s.pp)
 
 
@@ -136,12 +145,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
             for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
                 for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
-                    max_mb = s.max_micro_batch if s.max_micro_batch is not None else HETERO_MAX_MICRO_BATCH
-                    mbs = s.micro_batch if s.micro_batch is not None else [
-                        d for d in _divisors(gb) if d <= max_mb]
-                    for mb in mbs:
-                        if gb % mb or not has_micro_batch_split(shapes, gb // mb, uniform):
-                            continue
+                    for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
                         for sp in s.sequence_parallel:
                             if sp and (tp == 1 or m.seq_len % (tp * cp)) or moe_problem(m, tp, sp, 0):
                                 continue
@@ -160,6 +164,57 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                                                zero=zero, virtual_stages=v,
                                                                classes=shapes, family=family))
     return out
+
+
+def _sp_zero_values(inst: HeteroInstance, tp: int, cp: int, shapes) -> tuple[list[bool], list[int]]:
+    """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
+    admitted with some value of the other and some v (solver/space.outer_configs' filter)."""
+    m, s = inst.model, inst.search
+    replicas = sum(c.replicas for c in shapes)
+    rules = FRAMEWORK_RULES[inst.job.framework]
+    vs = virtual_stage_values(inst, shapes)
+    sps = [sp for sp in s.sequence_parallel
+           if not (sp and (tp == 1 or m.seq_len % (tp * cp))) and moe_problem(m, tp, sp, 0) is None]
+    zeros = [z for z in s.zero if not (z and replicas * cp == 1) and moe_problem(m, tp, tp > 1, z) is None]
+
+    def admitted(sp: bool, z: int, v: int) -> bool:
+        return all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp, zero=z, v=v) for c in shapes)
+
+    sps = [sp for sp in sps if any(admitted(sp, z, v) for z in zeros for v in vs)]
+    zeros = [z for z in zeros if any(admitted(sp, z, v) for sp in sps for v in vs)]
+    return sps, zeros
+
+
+def micro_batch_values(inst: HeteroInstance, tp: int, cp: int, shapes, uniform: bool = False) -> list[int]:
+    """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
+    the global batch (within max_micro_batch) that split it between the replicas
+    (has_micro_batch_split), capped from memory by the homogeneous rule
+    (solver/space.capped_micro_batches): b is kept iff, for some admitted sp flag and ZeRO
+    stage, every class's lower bound (solver/space.micro_batch_lower_bound_parts, with ZeRO
+    sharding over every replica of the plan) fits: its last stage's on the GPU of its last
+    stage's group, its fullest stage's on the largest GPU among its groups (the stage holding
+    the most layers may sit on any of them). With one class on one group this is the
+    homogeneous space's list."""
+    s, gb = inst.search, inst.job.global_batch
+    if s.micro_batch is not None:
+        return [b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
+    cands = [d for d in _divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
+             and has_micro_batch_split(shapes, gb // d, uniform)]
+    sps, zeros = _sp_zero_values(inst, tp, cp, shapes)
+    if not cands or not sps or not zeros:
+        return cands[:1]
+    groups = inst.cluster.groups
+    capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
+    replicas = sum(c.replicas for c in shapes)
+
+    def class_fits(c, b: int, sp: bool, z: int) -> bool:
+        last, fullest = micro_batch_lower_bound_parts(inst, tp=tp, cp=cp, pp=c.pp, dp=c.replicas,
+                                                      micro_batch=b, sp=sp, zero=z,
+                                                      zero_ranks=replicas * cp)
+        return last <= capacity[c.stage_groups[-1]] and fullest <= max(capacity[g] for g in c.stage_groups)
+
+    return capped_micro_batches(cands, lambda b: any(all(class_fits(c, b, sp, z) for c in shapes)
+                                                     for sp in sps for z in zeros))
 
 
 def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
@@ -192,16 +247,16 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     shapes = [(t, c, sh) for u, t, c in with_cp for fam in FAMILIES
               for sh in class_shapes(inst, t, u, fam, c)]
     if not shapes:
-        max_pp = s.max_pp if s.max_pp is not None else HETERO_MAX_PP
+        max_pp = s.max_pp if s.max_pp is not None else m.layers
         return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
                 f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
                 f" and the model's {m.layers} layers")
-    max_mb = s.max_micro_batch if s.max_micro_batch is not None else HETERO_MAX_MICRO_BATCH
-    mbs = s.micro_batch if s.micro_batch is not None else [d for d in _divisors(gb) if d <= max_mb]
+    mbs = s.micro_batch if s.micro_batch is not None else [
+        d for d in _divisors(gb) if s.max_micro_batch is None or d <= s.max_micro_batch]
     if not any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, _, sh in shapes for mb in mbs):
-        return (f"no micro-batch size in {list(mbs)} gives every replica at least as many"
-                f" micro-batches as it has stages (global batch {gb} = micro_batch x sum of"
-                " replicas x micro-batches)")
+        return (f"no micro-batch size in {list(mbs)} splits the global batch {gb} between the"
+                " replicas (micro_batch x sum of replicas x micro-batches; with several classes,"
+                " every replica runs at least as many micro-batches as it has stages)")
     if not any(virtual_stage_values(inst, sh) for _, _, sh in shapes):
         return (f"no value of search.virtual_stages {list(s.virtual_stages or ())} fits a pipeline"
                 f" shape: v > 1 needs every class pipelined with v x stages <= the model's"
@@ -226,11 +281,12 @@ def empty_space_reason(inst: HeteroInstance) -> str:
 
 def _count_form(shapes, v: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(x, lo, step) with m_k = step_k * j_k, j_k >= lo_k and sum_k x_k j_k = total: plain
-    1F1B takes m_k >= pp_k (step 1); interleaving (v > 1) takes m_k a multiple of pp_k (Megatron-LM's
+    1F1B takes m_k >= pp_k with several classes, m >= 1 for a lone class (step 1); interleaving (v > 1) takes m_k a multiple of pp_k (Megatron-LM's
     interleaved schedule), and with several classes m_k >= 2 pp_k, where memory no longer depends on
     m_k (cost/hetero_coefficients.class_outer); a lone class's count is fixed by the batch."""
     if v == 1:
-        return tuple(c.replicas for c in shapes), tuple(c.pp for c in shapes), (1,) * len(shapes)
+        lo = (1,) if len(shapes) == 1 else tuple(c.pp for c in shapes)
+        return tuple(c.replicas for c in shapes), lo, (1,) * len(shapes)
     lo = 1 if len(shapes) == 1 else 2
     return (tuple(c.replicas * c.pp for c in shapes), (lo,) * len(shapes),
             tuple(c.pp for c in shapes))
@@ -288,8 +344,8 @@ def _representable(x: tuple[int, ...], rest: int) -> bool:
 
 
 def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1) -> np.ndarray:
-    """All (m_1, ..., m_K) with sum_k replicas_k * m_k = total, m_k >= pp_k (with v > 1: the
-    multiples of pp_k of _count_form), shape (V, K)."""
+    """All (m_1, ..., m_K) with sum_k replicas_k * m_k = total, m_k >= pp_k with several
+    classes (with v > 1: the multiples of pp_k of _count_form), shape (V, K)."""
     if uniform:
         m = _uniform_count(shapes, total, v)
         return (np.zeros((0, len(shapes)), np.int64) if m is None

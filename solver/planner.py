@@ -186,9 +186,7 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     outers = outer_configs(inst)
     coeffs = coefficient_table(inst, deadline, outers)
     all_built = complete(coeffs)
-    summary = summarize(inst, outers)
-    if partition_plans.enabled(inst):  # the space: every outer x every per-operator layer plan
-        summary = _summarize_with_plans(inst, outers)
+    summary = space_summary(inst, outers)
     res = PlanResult(status=TIMEOUT, plan=None, iter_time_s=None, bound_s=None, solve_time_s=0.0,
                      backend=backend, outer_configs=summary.outer_configs,
                      space_size=summary.splits_total)
@@ -344,6 +342,14 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
                       " the bound is unknown")
     res.breakdown = check_resimulation(inst, res.plan, best_val, res.tolerance_s, c)
     return res
+
+
+def space_summary(inst: Instance, outers: list[Outer]):
+    """The declared space's size as the planner reports it: summarize(), and with per-operator
+    partitions every outer x every per-operator layer plan (_summarize_with_plans)."""
+    if partition_plans.enabled(inst):
+        return _summarize_with_plans(inst, outers)
+    return summarize(inst, outers)
 
 
 def _summarize_with_plans(inst: Instance, outers: list[Outer]):

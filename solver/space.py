@@ -27,7 +27,9 @@ Rules (each one a property of the frameworks we export to, or an identity of the
 
 Micro-batch cap from memory (no fixed cap). A micro-batch b is kept iff this lower bound on
 some stage's peak memory fits the GPU (`hbm - memory_reserve`), for the most favourable
-sequence-parallel flag and ZeRO stage the framework admits with (tp, cp, pp, dp):
+sequence-parallel flag and ZeRO stage the framework admits with (tp, cp, pp, dp); the
+mixed-cluster space caps its micro-batches with the same functions (capped_micro_batches,
+micro_batch_lower_bound_parts), per replica class and group (solver/hetero_space.py):
     LB(b) = runtime + f * workspace(b)
             + max( f * logits(b) + state + f * ckpt(b),      the last stage: >= 1 layer + logits
                    ceil(L/pp) * (state + f * ckpt(b)) )      the stage holding the most layers
@@ -86,12 +88,16 @@ def tp_values(inst: Instance) -> list[int]:
             if tp_problem(t, m, c.num_gpus, c.domain_gpus, s.tp_across_nodes) is None]
 
 
-def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
-                                  micro_batch: int, sp: bool, zero: int) -> float:
-    """LB(b) of the module docstring: no plan with these degrees fits in less, per GPU."""
+def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
+                                  micro_batch: int, sp: bool, zero: int,
+                                  zero_ranks: int | None = None) -> tuple[float, float]:
+    """LB(b) of the module docstring in its two parts, per GPU: (the last stage's, the fullest
+    stage's). `zero_ranks`: the ranks ZeRO shards over (default dp * cp; a mixed-cluster class
+    shards over every replica of the plan, solver/hetero_space.py)."""
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    state = (memory.layer_state_bytes(m, tp, zero, dp * cp, fw, inst.job.optimizer)
+    ranks = dp * cp if zero_ranks is None else zero_ranks
+    state = (memory.layer_state_bytes(m, tp, zero, ranks, fw, inst.job.optimizer)
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
@@ -100,7 +106,27 @@ def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, 
                    + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
     last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
     fullest_stage = -(-m.layers // pp) * (state + ckpt)
-    return every_stage + max(last_stage, fullest_stage)
+    return every_stage + last_stage, every_stage + fullest_stage
+
+
+def micro_batch_lower_bound_bytes(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
+                                  micro_batch: int, sp: bool, zero: int) -> float:
+    """LB(b) of the module docstring: no plan with these degrees fits in less, per GPU."""
+    return max(micro_batch_lower_bound_parts(inst, tp=tp, cp=cp, pp=pp, dp=dp,
+                                             micro_batch=micro_batch, sp=sp, zero=zero))
+
+
+def capped_micro_batches(candidates: list[int], fits) -> list[int]:
+    """The micro-batch cap from memory: the ascending `candidates` up to the first whose lower
+    bound does not fit (`fits(b)`: LB(b) fits; LB grows with b, so no larger one fits either).
+    The smallest candidate is always kept: an instance that fits nowhere is reported by its
+    memory need, not as an empty space. The one rule of both spaces (solver/hetero_space.py)."""
+    kept = candidates[:1]
+    for b in candidates[1:]:
+        if not fits(b):
+            break
+        kept.append(b)
+    return kept
 
 
 def micro_batch_values(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
@@ -116,14 +142,9 @@ def micro_batch_values(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
     if not divs or not sps or not zeros:
         return divs[:1]
     capacity = inst.cluster.gpu.hbm_bytes - s.memory_reserve_bytes
-    kept = divs[:1]
-    for b in divs[1:]:
-        need = min(micro_batch_lower_bound_bytes(inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b,
-                                                  sp=sp, zero=z) for sp in sps for z in zeros)
-        if need > capacity:
-            break  # LB grows with b: no larger divisor fits either
-        kept.append(b)
-    return kept
+    return capped_micro_batches(divs, lambda b: min(
+        micro_batch_lower_bound_bytes(inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b, sp=sp, zero=z)
+        for sp in sps for z in zeros) <= capacity)
 
 
 def virtual_stage_values(inst: Instance, pp: int) -> list[int]:
