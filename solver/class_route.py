@@ -22,6 +22,7 @@ import os
 
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.specs import Instance
+from paraplan.solver import partition_plans
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.planner import PlanResult, check_resimulation, space_summary
 from paraplan.solver.space import outer_configs
@@ -41,10 +42,13 @@ def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: floa
     het = plan_hetero(homogeneous_as_hetero(inst), "milp" if backend == "milp" else "cpsat",
                       time_limit_s, progress=progress)
     p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)
-    summary = space_summary(inst, outer_configs(inst))
+    outers, plans = het.outer_configs, het.plans_total  # the same space (module docstring)
+    if partition_plans.enabled(inst):  # the homogeneous planner counts (outer, layer plan) pairs
+        summary = space_summary(inst, outer_configs(inst))
+        outers, plans = summary.outer_configs, summary.splits_total
     res = PlanResult(status=het.status, plan=p, iter_time_s=het.objective_s, bound_s=het.bound_s,
                      solve_time_s=het.solve_time_s, backend=het.backend,
-                     outer_configs=summary.outer_configs, space_size=summary.splits_total,
+                     outer_configs=outers, space_size=plans,
                      solved=het.solved, pruned_by_bound=het.pruned_by_bound,
                      pruned_by_memory=het.pruned_by_memory,
                      pruned_by_dominance=het.pruned_by_dominance,

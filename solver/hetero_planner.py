@@ -43,6 +43,7 @@ from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, 
 from paraplan.formulations.multiclass import MultiClassProblem
 from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import bounds, class_partitions
+from paraplan.solver.class_bounds import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
                                  summarize)
 from paraplan.solver.progress import search_status
@@ -117,79 +118,6 @@ class _Candidate:
                                    self.outer.virtual_stages)
 
 
-def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
-    """values (scenarios, V) -> (V,)"""
-    return values.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), values, 1)
-
-
-def _over_m(p: MultiClassProblem, mvecs: np.ndarray, A, S, D) -> np.ndarray:
-    """agg over scenarios of max_k ((m_k - 1/v) A[sc][k] + S[sc][k] / v) + D[sc], for every m
-    vector (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) A + S)."""
-    v = p.virtual_stages
-    vals = np.stack([((mvecs - 1 / v) * np.asarray(A[i]) + np.asarray(S[i]) / v).max(axis=1) + D[i]
-                     for i in range(len(A))])
-    return _aggregate(vals, p.objective, p.weights)
-
-
-def balanced_split(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np.ndarray:
-    """The split minimising max_s (a_s + n_s t_s) over n_s >= 1, sum n_s = layers (t_s > 0):
-    adding each layer where it raises the maximum least is optimal for this min-max problem.
-    With v > 1, the same over chunks of v layers (n_s multiples of v)."""
-    if v > 1:
-        return v * balanced_split(a, v * t, layers // v)
-    n = np.ones(len(a))
-    heap = [(a[s] + 2 * t[s], s) for s in range(len(a))]
-    heapq.heapify(heap)
-    for _ in range(layers - len(a)):
-        _, s = heapq.heappop(heap)
-        n[s] += 1
-        heapq.heappush(heap, (a[s] + (n[s] + 1) * t[s], s))
-    return n
-
-
-def _min_max_relaxed(p: MultiClassProblem, A, S, D, uniform: bool) -> float:
-    """A lower bound of min over m of max_sigma [max_k ((m_k - 1/v) A + S/v) + D] subject to
-    sum_k x_k m_k = M and m_k >= lo_k (divisibility relaxed). Any feasible m within time Z has,
-    in every scenario, m_k <= (Z - D - S_k/v)/A_k + 1/v, so
-    M <= sum_k x_k ((Z - D - S_k/v)/A_k + 1/v), i.e.
-        Z >= (M - sum_k x_k / v + sum_k x_k (D + S_k/v)/A_k) / sum_k (x_k / A_k);
-    and Z >= (lo_k - 1/v) A_k + S_k/v + D for every k. With one class both are exact."""
-    A, S, D = np.asarray(A), np.asarray(S), np.asarray(D)[:, None]
-    v = p.virtual_stages
-    x = np.array(p.replicas, float)
-    lo = np.array([p.min_micro_batches(k) for k in range(p.classes)])
-    M = p.total_micro_batches
-    if uniform:
-        return float((((M // int(x.sum())) - 1 / v) * A + S / v + D).max())
-    floor_z = float(((lo - 1 / v) * A + S / v + D).max())
-    if (A <= 0).any():  # degenerate stage times: keep the floor only
-        return floor_z
-    cont = (M - x.sum() / v + (x * (D + S / v) / A).sum(axis=1)) / (x / A).sum(axis=1)
-    return max(floor_z, float(cont.max()))
-
-
-def lower_bound_s(p: MultiClassProblem, mvecs_of, uniform: bool = False) -> float:
-    """With r = 0 and memory ignored (both only add time or remove splits):
-    max_s T_s >= min over splits of max_s (a_s + n_s t_s)  (balanced_split, exact);
-    sum_s T_s >= sum_s a_s + L min_s t_s;  sync: as solver/bounds.py; the pipeline time grows
-    with both (m_k >= 1 > 1/v). Then over micro-batch
-    vectors: for a worst-case ("max") objective the relaxed bisection (_min_max_relaxed), for a
-    weighted one the exact minimum over every vector (`mvecs_of()`)."""
-    A, S, D = [], [], []
-    L = p.layers
-    for cs in p.coeffs:
-        a_row, s_row, d_row = [], [], []
-        for c in cs:
-            a, t, d, g = c.stage_time_s, c.layer_time_s, c.stage_sync_time_s, c.layer_sync_time_s
-            a_row.append(float((a + balanced_split(a, t, L, p.virtual_stages) * t).max()))
-            s_row.append(a.sum() + L * t.min())
-            d_row.append(max((d.sum() + L * g.min()) / c.pp, float((d + g).max())))
-        A.append(a_row), S.append(s_row), D.append(max(d_row))
-    if p.objective == "max":
-        return _min_max_relaxed(p, A, S, D, uniform)
-    return float(_over_m(p, mvecs_of(), A, S, D).min())
-
-
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
     r = []
     for c, nk in zip(p.coeffs[0], n):
@@ -201,7 +129,7 @@ def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray])
     A = [[float(schedule.stage_times_s(c, nk, rk).max()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     S = [[float(schedule.stage_times_s(c, nk, rk).sum()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     D = [max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(cs, n)) for cs in p.coeffs]
-    vals = _over_m(p, mvecs, A, S, D)
+    vals = over_m(p, mvecs, A, S, D)
     i = int(np.argmin(vals))
     m = tuple(int(x) for x in mvecs[i])
     value, _ = p.evaluate(m, n, r)
@@ -369,9 +297,12 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
         if p is None:
             res.pruned_by_memory += 1
             continue
-        cand = _Candidate(o, p, (0.0, i, 0), uniform)
-        cand.key = (lower_bound_s(p, lambda: cand.mvecs, uniform), i, 0)
-        live.append(cand)
+        live.append(_Candidate(o, p, (0.0, i, 0), uniform))
+    # every configuration's bound at once (solver/class_bounds.py: batched, same numbers)
+    for cand, lb in zip(live, lower_bounds_s([c.problem for c in live], lambda j: live[j].mvecs, uniform)):
+        cand.key = (lb, cand.key[1], 0)
+    for cand in live:
+        o, p = cand.outer, cand.problem
         if o == warm_outer and not any(k.partitions for k in warm_plan.classes):
             # replanning: the running plan is a feasible incumbent
             wm = [k.num_micro_batches for k in warm_plan.classes]
