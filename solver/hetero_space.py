@@ -399,13 +399,16 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     # (class shapes, micro-batch, v) once (tens of thousands of outers on large instances);
     # hetero_outers gives the outers of one shape one tuple object, so its id is the cheap key
     per_shape: dict[tuple, int] = {}
+    splits: dict[tuple[int, int], int] = {}  # per class: depends on (pp, v) only
     for o in outers:
         v = o.virtual_stages
         key = (id(o.classes), o.micro_batch, v)
         if key not in per_shape:
             per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
             for c in o.classes:
-                per *= count_splits(L, c.pp, v, rc, uniform)
+                if (c.pp, v) not in splits:
+                    splits[c.pp, v] = count_splits(L, c.pp, v, rc, uniform)
+                per *= splits[c.pp, v]
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
     return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)
