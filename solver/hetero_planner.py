@@ -170,10 +170,12 @@ def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None)
     placements = {} if placements is None else placements
 
     def placed(i: int, k: int):
-        key = (i, o.tp, o.cp, o.virtual_stages, o.classes, k)
+        # keyed by the shapes' identity (hashing them per configuration costs more than the
+        # lookup saves); the entry keeps the shapes alive, so no other object takes their id
+        key = (i, o.tp, o.cp, o.virtual_stages, id(o.classes), k)
         if key not in placements:
-            placements[key] = class_placement(inst.scenarios[i].cluster, o, k)
-        return placements[key]
+            placements[key] = (o.classes, class_placement(inst.scenarios[i].cluster, o, k))
+        return placements[key][1]
     return placed
 
 
@@ -207,21 +209,24 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
     reserve = inst.search.memory_reserve_bytes
     placed = placer(inst, o, placements)
     lone = lone_count(inst, o)
-    parts = partitions or ((),) * len(o.classes)
+    K = len(o.classes)
+    outs = [class_outer(o, k, lone) for k in range(K)]
 
     def priced(i: int, k: int):
         pl = placed(i, k)
-        return build(inst, class_outer(o, k, lone), reserve_bytes=reserve, placement=pl,
+        if not partitions:  # Megatron 1-D everywhere: build's default layer pricing
+            return build(inst, outs[k], reserve_bytes=reserve, placement=pl)
+        return build(inst, outs[k], reserve_bytes=reserve, placement=pl,
                      layer_fn=partitions_layer_fn(inst, inst.scenarios[i].cluster, pl,
-                                                  o.classes[k].stage_groups, parts[k]))
+                                                  o.classes[k].stage_groups, partitions[k]))
 
     first = []
-    for k in range(len(o.classes)):
+    for k in range(K):
         c = priced(idx[0], k)
         if skip_infeasible and bounds.memory_infeasible(c):
             return None
         first.append(c)
-    coeffs = (tuple(first),) + tuple(tuple(priced(i, k) for k in range(len(o.classes))) for i in idx[1:])
+    coeffs = (tuple(first),) + tuple(tuple(priced(i, k) for k in range(K)) for i in idx[1:])
     return problem_of(inst, o, objective, coeffs)
 
 

@@ -146,6 +146,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                 for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
                     vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
+                    pps = {c.pp for c in shapes}
                     for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
                         vs = [v for v in vs_all
                               if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
@@ -156,8 +157,8 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                 if zero and replicas * cp == 1 or moe_problem(m, tp, sp, zero):
                                     continue
                                 for v in vs:
-                                    if not all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp,
-                                                            zero=zero, v=v) for c in shapes):
+                                    if not all(rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp,
+                                                            zero=zero, v=v) for pp in pps):
                                         continue
                                     for rc in modes:
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
