@@ -37,24 +37,65 @@ def balanced_splits(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np
     """Row by row (a, t: (N, pp), t >= 0), the split minimising max_s (a_s + n_s t_s) over
     n_s >= 1, sum n_s = layers; with v > 1 the same over chunks of v layers (n_s multiples of
     v). Adding each layer where it raises the maximum least is optimal for this min-max problem
-    (the greedy of a heap of next values a_s + (n_s + 1) t_s, ties to the lower stage); the
+    (the greedy of a heap of next values a_s + k t_s, k = n_s + 1, ties to the lower stage); the
     layers it adds beyond one per stage are the (layers - pp) smallest next values of all
-    stages, each stage's in increasing order: found at once by a partition, ties taken by
-    stage order as the heap takes them."""
+    stages, each stage's in increasing order. So with theta the (layers - pp)-th smallest of
+    those values, stage s takes its values below theta, and the values equal to theta go by
+    stage order, as the heap takes them. theta comes from a partition of all values where
+    they are few (PARTITION_VALUES per row), else from bisecting on the count of values at or
+    below a level (exact, float by float: a deep model has pp x layers of them)."""
     if v > 1:
         return v * balanced_splits(a, v * t, layers // v)
     N, pp = a.shape
     extra = layers - pp
-    n = np.ones((N, pp))
     if extra <= 0 or N == 0:
-        return n
-    vals = a[:, :, None] + np.arange(2, extra + 2, dtype=float)[None, None, :] * t[:, :, None]
-    theta = np.partition(vals.reshape(N, -1), extra - 1, axis=1)[:, extra - 1][:, None, None]
-    below = (vals < theta).sum(axis=2)
-    ties = (vals == theta).sum(axis=2)
+        return np.ones((N, pp))
+    if pp * extra <= PARTITION_VALUES:
+        vals = a[:, :, None] + np.arange(2, extra + 2, dtype=float)[None, None, :] * t[:, :, None]
+        theta = np.partition(vals.reshape(N, -1), extra - 1, axis=1)[:, extra - 1][:, None, None]
+        below = (vals < theta).sum(axis=2)
+        ties = (vals == theta).sum(axis=2)
+    else:
+        lo, hi = _bisect_theta(a, t, extra)
+        below = _count_at_or_below(a, t, extra, lo)
+        ties = _count_at_or_below(a, t, extra, hi) - below
     short = extra - below.sum(axis=1, keepdims=True)
     take = np.clip(short - (np.cumsum(ties, axis=1) - ties), 0, ties)
-    return n + below + take
+    return 1 + below + take
+
+
+# values per row up to which balanced_splits partitions them all rather than bisecting
+PARTITION_VALUES = 4096
+
+
+def _count_at_or_below(a: np.ndarray, t: np.ndarray, extra: int, level: np.ndarray) -> np.ndarray:
+    """Per stage, how many of a + k t (k = 2 .. extra + 1, this float expression) are <= level
+    (N, 1): the quotient's guess, then corrected where rounding put it one off (the values
+    increase with k, so the corrected count is exact)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        k = np.floor((level - a) / np.where(t > 0, t, 1.0))
+    k = np.where(t > 0, np.nan_to_num(k, nan=1.0, posinf=extra + 1.0, neginf=1.0),
+                 np.where(a <= level, extra + 1.0, 1.0))  # t = 0: every value is a
+    k = np.clip(k, 1.0, extra + 1.0)
+    for _ in range(2):
+        k = k + ((k < extra + 1) & (a + (k + 1) * t <= level))
+        k = k - ((k >= 2) & (a + k * t > level))
+    return k - 1
+
+
+def _bisect_theta(a: np.ndarray, t: np.ndarray, extra: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi), (N, 1) each: adjacent floats with fewer than `extra` values at or below lo and
+    at least `extra` at or below hi, so hi is the extra-th smallest value."""
+    lo = np.nextafter((a + 2.0 * t).min(axis=1, keepdims=True), -np.inf)
+    hi = (a + (extra + 1.0) * t).max(axis=1, keepdims=True)
+    while True:
+        mid = lo + (hi - lo) / 2
+        open_ = (mid > lo) & (mid < hi)
+        if not open_.any():
+            return lo, hi
+        enough = _count_at_or_below(a, t, extra, mid).sum(axis=1, keepdims=True) >= extra
+        hi = np.where(open_ & enough, mid, hi)
+        lo = np.where(open_ & ~enough, mid, lo)
 
 
 def balanced_split(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np.ndarray:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
@@ -30,9 +31,19 @@ from paraplan.solver.space import outer_configs
 SWITCH = "PARAPLAN_CLASS_PLANNER"
 
 
-def enabled() -> bool:
-    """Whether `paraplan plan` routes homogeneous instances through the class planner."""
-    return os.environ.get(SWITCH, "") == "1"
+def routes(inst: Instance, threads: int = 1) -> bool:
+    """Whether `paraplan plan` plans `inst` through the class planner (module docstring):
+    by default every dense model planned on one thread; an MoE model (the class space has no
+    ep > 1 yet, and prices a dense prefix as MoE layers) or `--threads` > 1 (the class
+    planner solves one configuration at a time) on the homogeneous planner.
+    PARAPLAN_CLASS_PLANNER=0 forces the homogeneous planner, =1 the class planner."""
+    switch = os.environ.get(SWITCH, "")
+    if switch not in ("", "0", "1"):
+        raise InstanceError("<environment>", SWITCH, f"is {switch!r}",
+                            "set it to 0 (homogeneous planner) or 1 (class planner), or unset it")
+    if switch:
+        return switch == "1"
+    return inst.model.moe is None and threads == 1
 
 
 def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,

@@ -15,6 +15,7 @@ from randinst import random_hetero_instance
 
 from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
 from paraplan.cost.loader import load_instance
+from paraplan.solver import class_bounds
 from paraplan.solver.class_bounds import balanced_split, balanced_splits, lower_bounds_s
 from paraplan.solver.hetero_planner import problem_for
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
@@ -29,8 +30,11 @@ def _splits(layers: int, pp: int, v: int):
         yield np.array([v * (b - a) for a, b in zip(edges, edges[1:])], float)
 
 
-def test_balanced_split_is_the_min_max_split_by_brute_force():
-    # ties included (equal stage times, zero layer times): the min-max value is what counts
+@pytest.mark.parametrize("way", ["partition", "bisection"])
+def test_balanced_split_is_the_min_max_split_by_brute_force(way, monkeypatch):
+    # ties included (equal stage times, zero layer times): the min-max value is what counts;
+    # both ways of finding the threshold (class_bounds.PARTITION_VALUES decides which runs)
+    monkeypatch.setattr(class_bounds, "PARTITION_VALUES", 10**9 if way == "partition" else 0)
     rng = np.random.default_rng(7)
     for _ in range(300):
         pp, v = int(rng.integers(1, 5)), int(rng.choice([1, 2]))
@@ -51,6 +55,22 @@ def test_balanced_splits_rows_are_independent():
     a, t = rng.random((50, 6)), rng.random((50, 6))
     block = balanced_splits(a, t, 40, 2)
     assert all((block[i] == balanced_split(a[i], t[i], 40, 2)).all() for i in range(50))
+
+
+def test_bisection_gives_the_partitions_split(monkeypatch):
+    """Bit for bit, ties by stage order included, on rows too wide to brute-force."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        pp, v = int(rng.integers(1, 12)), int(rng.choice([1, 2, 3]))
+        layers = v * int(rng.integers(pp, 6 * pp + 20))
+        if rng.random() < 0.4:
+            a, t = rng.choice([0.0, 0.5, 1.0], (4, pp)), rng.choice([0.0, 0.25, 0.5], (4, pp))
+        else:
+            a, t = rng.random((4, pp)) * 10 ** rng.uniform(-4, 1), rng.random((4, pp)) * 10 ** rng.uniform(-6, 0)
+        monkeypatch.setattr(class_bounds, "PARTITION_VALUES", 10**9)
+        by_partition = balanced_splits(a, t, layers, v)
+        monkeypatch.setattr(class_bounds, "PARTITION_VALUES", 0)
+        assert (balanced_splits(a, t, layers, v) == by_partition).all()
 
 
 def _problems(inst, objective: str, uniform: bool = False):
