@@ -19,13 +19,15 @@ be the default.
 from __future__ import annotations
 
 import os
+import time
 
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.planner import PlanResult, check_resimulation, space_summary
+from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, check_resimulation, coefficient_table,
+                                     infeasible_reason, space_summary)
 from paraplan.solver.space import outer_configs
 
 SWITCH = "PARAPLAN_CLASS_PLANNER"
@@ -48,10 +50,10 @@ def routes(inst: Instance, threads: int = 1) -> bool:
 
 def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
                       progress=None) -> PlanResult:
-    """plan(inst) by the class planner. Its backends are CP-SAT and the MILP; "dp" (the
-    homogeneous single-class split) maps to CP-SAT, as on mixed clusters."""
-    het = plan_hetero(homogeneous_as_hetero(inst), "milp" if backend == "milp" else "cpsat",
-                      time_limit_s, progress=progress)
+    """plan(inst) by the class planner, with the same backend: "dp" solves each configuration
+    that can still win by the exact split DP with the incumbent as cutoff, as the homogeneous
+    planner does (hetero_planner._lone_dp: one class on one network)."""
+    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress)
     p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)
     outers, plans = het.outer_configs, het.plans_total  # the same space (module docstring)
     if partition_plans.enabled(inst):  # the homogeneous planner counts (outer, layer plan) pairs
@@ -65,6 +67,11 @@ def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: floa
                      pruned_by_dominance=het.pruned_by_dominance,
                      inner_infeasible=het.inner_infeasible, unresolved=het.unresolved,
                      tolerance_s=het.tolerance_s, reason=het.reason, log=het.log)
+    if het.status == INFEASIBLE:  # the homogeneous planner's reason: the smallest memory need
+        deadline = time.perf_counter() + max(time_limit_s - het.solve_time_s, 1.0)
+        res.reason = infeasible_reason(inst, coefficient_table(inst, deadline))
+    elif het.status == FEASIBLE and not res.reason:
+        res.reason = "time limit reached: not every configuration was solved or pruned"
     if p is not None:
         res.breakdown = check_resimulation(inst, p, het.objective_s, het.tolerance_s)
     return res

@@ -40,7 +40,7 @@ from paraplan.cost.coefficients import build
 from paraplan.cost.hetero_coefficients import class_outer, class_placement, partitions_layer_fn
 from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
-from paraplan.formulations.multiclass import MultiClassProblem
+from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import bounds, class_partitions
 from paraplan.solver.class_bounds import balanced_split, lower_bounds_s, over_m
@@ -293,15 +293,43 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
     return False
 
 
-def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint):
-    if backend == "cpsat":
+def _lone_dp(p: MultiClassProblem, backend: str) -> bool:
+    """Whether backend "dp" solves `p` by the exact split DP: one class on one network, whose
+    problem is exactly the homogeneous split problem of its coefficients (its count fixed by
+    the batch). Anything else "dp" hands to CP-SAT."""
+    return backend == "dp" and p.classes == 1 and len(p.coeffs) == 1
+
+
+def _solve_lone_dp(p: MultiClassProblem, time_limit_s: float, hint, cutoff_s: float | None) -> MultiClassResult:
+    """formulations/split_dp.py on a lone class (see _lone_dp), as the homogeneous planner
+    solves a configuration: status "cutoff" when no split can be at or below `cutoff_s`."""
+    sr = solve_split_dp(p.coeffs[0][0], allow_full_recompute=p.allow_full_recompute,
+                        time_limit_s=time_limit_s,
+                        hint=None if hint is None else (tuple(hint[1][0]), tuple(hint[2][0])),
+                        cutoff_s=cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None)
+    found = sr.layers_per_stage is not None
+    m = (p.total_micro_batches // p.replicas[0],)
+    n = (tuple(sr.layers_per_stage),) if found else None
+    r = (tuple(sr.full_recompute_layers),) if found else None
+    objective, per = p.evaluate(m, n, r) if found else (None, None)
+    tol = sr.gap_s if sr.status == OPTIMAL and sr.gap_s is not None else 0.0
+    return MultiClassResult(status=sr.status, micro_batches=m if found else None, layers_per_stage=n,
+                            full_recompute_layers=r, objective_s=objective,
+                            per_scenario_s=None if per is None else tuple(per), bound_s=sr.bound_s,
+                            wall_time_s=sr.wall_time_s, backend="dp", tolerance_s=max(0.0, tol))
+
+
+def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, cutoff_s: float | None = None):
+    if _lone_dp(p, backend):
+        return _solve_lone_dp(p, time_limit_s, hint, cutoff_s)
+    if backend in ("cpsat", "dp"):  # dp: the split DP for a lone class on one network only
         from paraplan.formulations.multiclass import solve_multiclass_cpsat
         return solve_multiclass_cpsat(p, time_limit_s=time_limit_s, hint=hint)
     if backend in ("milp", "scip", "highs"):  # milp: CBC, as on a homogeneous cluster
         from paraplan.formulations.multiclass_milp import solve_multiclass_milp
         return solve_multiclass_milp(p, time_limit_s=time_limit_s,
                                      backend="cbc" if backend == "milp" else backend)
-    raise ValueError(f"unknown backend {backend!r}: use cpsat or milp")
+    raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
 
 
 def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
@@ -369,8 +397,9 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     res.log.append(f"{len(outers)} outer configs, {res.pruned_by_memory} infeasible by memory,"
                    f" incumbent {best_val:.6g} s; setup {time.perf_counter() - t0:.2f} s")
 
-    def can_win(key) -> bool:
-        lb = key[0]
+    def can_win(key, lb: float | None = None) -> bool:
+        """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
+        lb = key[0] if lb is None else lb
         return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
 
     # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
@@ -408,14 +437,23 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             elif better(inc[0], cand.key):
                 best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
             continue
-        if _cannot_win_alone(cand.problem, best_val, key < best_key, remaining):
+        p = cand.problem
+        if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
+            if not can_win(key, bounds.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute)):
+                res.pruned_by_bound += 1
+                continue
+        elif _cannot_win_alone(p, best_val, key < best_key, remaining):
             res.pruned_by_bound += 1
             continue
         hint = None
-        inc = incumbent(cand.problem, cand.mvecs, uniform)
+        inc = incumbent(p, cand.mvecs, uniform)
         if inc is not None:
             hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
-        sr = _solve_inner(cand.problem, backend, remaining, hint)
+        cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
+        sr = _solve_inner(p, backend, remaining, hint, cutoff)
+        if sr.status == CUTOFF:  # the exact DP proved that nothing here beats the incumbent
+            res.pruned_by_bound += 1
+            continue
         res.solved += 1
         res.tolerance_s = max(res.tolerance_s, sr.tolerance_s if sr.status == OPTIMAL else 0.0)
         if sr.status == INFEASIBLE:
