@@ -4,16 +4,20 @@ The same decomposition as solver/planner.py, over the heterogeneous space (solve
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations; build each one's class coefficients on every network
-   scenario the objective looks at (cost/hetero_coefficients.py).
+   scenario the objective looks at (cost/hetero_coefficients.py), in passes (problems_for).
 2. Drop those a memory argument proves infeasible (solver/bounds.memory_infeasible, per class).
-   Lower bound: per scenario and class, the homogeneous bounds of solver/bounds.py give
+   Lower bound (solver/class_bounds.py, every configuration at once): per scenario and class
    A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
        LB = min over micro-batch vectors m of  agg_sigma [ max_k ((m_k - 1) A_k + S_k) + D ]
-   (exact minimum over the enumerated vectors, so valid for every split). Incumbent: the even
-   split with the fewest fully recomputed layers that fit, and the best m for it.
+   (relaxed for a worst case, exact over the enumerated vectors for a weighted objective, so
+   valid for every split). Incumbent: the better of the even and the balanced split, each with
+   the fewest fully recomputed layers that fit, and the best m for it.
 3. Visit configurations by (bound, index); solve those that can still win with CP-SAT or MILP
    (formulations/multiclass*.py), prune the rest (a lone class first tries the tight bound and
-   the exact DP with a cutoff: _cannot_win_alone). Tie rule as in the homogeneous planner.
+   the exact DP with a cutoff: _cannot_win_alone). Backend "dp" (the class route of a
+   homogeneous instance, solver/class_route.py) solves a lone class on one network by that DP
+   with the incumbent as cutoff, as the homogeneous planner does. Tie rule as in the
+   homogeneous planner.
 
 With search.tensor_partitions, each outer configuration's layer-plan combinations (a plan per
 replica class and group, solver/class_partitions.py) are one more node of the same search,
