@@ -581,8 +581,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_parts[0]["embedding"] = emb_f + _mem_time_s(3 * emb_io, g0)
     gl = pl.sites[-1].gpu
     logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gl)
-    ce_bytes = tokens * m.vocab / tp * (BF16_BYTES + 4)
-    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + 2 * _mem_time_s(ce_bytes, gl)
+    # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
+    ce_bytes = tokens * m.vocab / tp * behaviour(inst.job.framework).loss_bytes_per_logit
+    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gl)
     # the logits GEMM's output store (forward) and its input gradient's (backward), as
     # flops.gemm_output_elements prices the layers' GEMMs
     head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp + m.hidden), gl)
