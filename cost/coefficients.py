@@ -282,6 +282,15 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     mm = fp8_matmul_time_s if inst.job.precision is Precision.FP8 else _mm_time_s
     x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
                          mm, _mem_time_s)
+    per_iteration_s = lt.per_iteration_s
+    if inst.job.precision is Precision.FP8:  # the experts' stand-alone casts (moe.py)
+        cast_f, cast_b, cast_w = (_mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * n, site.gpu)
+                                  for n in moe.expert_fp8_cast_elements(m, o))
+        if behaviour(inst.job.framework).fp8_weight_cache:
+            per_iteration_s += cast_w
+        else:
+            cast_f += cast_w
+        x = replace(x, compute_f_s=x.compute_f_s + cast_f, compute_b_s=x.compute_b_s + cast_b)
     view_mlp_tp = 0.0 if m.moe.shared_ffn else lt.parts["tp_comm"] / 2
     tp_f = x.tp_f_s - view_mlp_tp / 2
     tp_b = x.tp_b_s - view_mlp_tp / 2
@@ -311,7 +320,7 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=lt.rc_fwd_s + fwd - lt.fwd_s, parts=parts,
                       overlapped=overlapped, act_bytes=lt.act_bytes + x.act_bytes,
                       ckpt_bytes=lt.ckpt_bytes, workspace_bytes=lt.workspace_bytes,
-                      per_iteration_s=lt.per_iteration_s, expert_params=x.params,
+                      per_iteration_s=per_iteration_s, expert_params=x.params,
                       a2a_hidden_s=hidden)
 
 
@@ -581,8 +590,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_parts[0]["embedding"] = emb_f + _mem_time_s(3 * emb_io, g0)
     gl = pl.sites[-1].gpu
     logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gl)
-    ce_bytes = tokens * m.vocab / tp * (BF16_BYTES + 4)
-    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + 2 * _mem_time_s(ce_bytes, gl)
+    # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
+    ce_bytes = tokens * m.vocab / tp * behaviour(inst.job.framework).loss_bytes_per_logit
+    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gl)
     # the logits GEMM's output store (forward) and its input gradient's (backward), as
     # flops.gemm_output_elements prices the layers' GEMMs
     head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp + m.hidden), gl)

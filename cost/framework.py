@@ -60,7 +60,30 @@ class Behaviour:
     # False: every backward collective on the critical path (torchtitan's DTensor TP without
     # its compile-only async TP)
     tp_backward_async: bool = False
+    # --- HBM bytes per logit element, each micro-batch, of the memory-bound kernels run on the
+    # logits (the loss forward and backward, and anything else the framework evaluates on
+    # them; not the logits GEMM's own output store); derived above _TABLE below.
+    loss_bytes_per_logit: float = 12.0
 
+
+# Loss traffic per logit element (`Behaviour.loss_bytes_per_logit`), counted per kernel, each
+# reading its inputs once and writing its output once (a lower bound: PyTorch's softmax
+# kernels read a row again when it is too long for shared memory):
+#   Megatron-LM / DeepSpeed, torchtitan: the logits cast to fp32 for the loss and the fp32
+#     gradient cast back, with the loss's own passes over them in between; itemised as two
+#     passes of bf16 read + fp32 write (12), the count this model has always used for them.
+#   Composer / llm-foundry MPT: the loss is flash-attn's fused cross entropy
+#     (ComposerMPTCausalLM loss_fn 'fused_crossentropy'): forward reads the bf16 logits (2),
+#     backward reads them again and writes the bf16 gradient (4). After every micro-batch's
+#     backward Composer also updates the model's train metrics on that micro-batch's logits
+#     (composer/trainer/trainer.py, _train_microbatch -> _eval_train_metrics, under the run's
+#     autocast precision context); MPT's are LanguageCrossEntropy and LanguagePerplexity
+#     (llmfoundry/models/mpt/modeling_mpt.py), each a torch CrossEntropyLoss, which autocast
+#     runs in fp32: the cast (read 2, write 4) and log_softmax (read 4, write 4), 14 each.
+#     6 + 2 x 14 = 34.
+LOSS_BYTES_FUSED_CE = 2 + 2 + 2
+LOSS_BYTES_TORCH_CE_METRIC_FP32 = (2 + 4) + (4 + 4)
+COMPOSER_MPT_TRAIN_METRICS = 2
 
 _TABLE = {
     # Megatron-core DDP: fp32 gradient buffers reduced in fp32 for bf16 training
@@ -98,7 +121,9 @@ _TABLE = {
                                   max_reuse_distance_params=None, grad_reduce_bytes_zero3=2,
                                   grad_reduce_bytes=2, scatter_bucket_params=None,
                                   grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None,
-                                  fp8_fused_input_casts=False),
+                                  fp8_fused_input_casts=False,
+                                  loss_bytes_per_logit=LOSS_BYTES_FUSED_CE
+                                  + COMPOSER_MPT_TRAIN_METRICS * LOSS_BYTES_TORCH_CE_METRIC_FP32),
 }
 
 

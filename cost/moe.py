@@ -177,6 +177,28 @@ def routed_tokens(m, b: int, cp: int, ep: int) -> float:
     return (imbalance(m) if ep > 1 else 1.0) * m.moe.top_k * b * m.seq_len / cp
 
 
+def expert_fp8_cast_elements(m, o: Outer) -> tuple[float, float, float]:
+    """Elements one GPU casts to FP8 in stand-alone kernels for one MoE layer's experts:
+    (forward per micro-batch, backward per micro-batch, weights per cast pass).
+
+    Megatron-core runs FP8 experts as Transformer Engine GroupedLinear layers (TEGroupedMLP),
+    which are plain linears: nothing fuses their input casts into the producer, as
+    LayerNormLinear does for the dense MLP-in. Forward casts MLP-in's input, the routed
+    copies at full width on every tp rank, and MLP-out's input, the activation's output (its
+    fe/tp share); backward casts the two output gradients arriving in bf16 (MLP-out's at full
+    width, MLP-in's n_in x fe/tp), the same accounting as cost/flops.fp8_cast_elements gives a
+    dense layer. Weights: the rank's local experts, cast as the dense weights are (once per
+    iteration where the framework caches them, cost/framework.Behaviour.fp8_weight_cache)."""
+    moe = m.moe
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep)
+    fe_tp = moe.expert_ffn / o.tp
+    forward = routed * (m.hidden + fe_tp)
+    backward = routed * (m.hidden + n_in * fe_tp)
+    weights = moe.experts // o.ep * (n_in + 1) * m.hidden * fe_tp
+    return forward, backward, weights
+
+
 def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int) -> float:
     """Bytes one rank puts into one dispatch (or combine) all-to-all: its routed copies, bf16,
     of its 1/tp sequence-parallel share of the tokens (tp = 1: all of them)."""

@@ -4,7 +4,7 @@ Every numeric key of an instance, cluster or job part file, mixed-cluster file, 
 entry or `gpu_types:` entry, event, plan, calibration row and sweep file, and every Hugging Face
 config field paraplan reads, is checked against its row of `RANGES` when it is read
 (cost/loader.py's `Section.number` / `Section.integer`, which cost/hetero_loader.py,
-cost/calibration.py and solver/sweep.py use; cost/hf_config.py maps its JSON keys to these
+cost/calibration.py and solver/sweep/run.py use; cost/hf_config.py maps its JSON keys to these
 quantities). A value outside its range is refused with one `InstanceError` line naming the file,
 the field, the range and why it is the range: values far outside what any hardware, model or
 run has are unit mistakes or typos, and planning with them would "prove" absurd answers (a NIC

@@ -19,11 +19,11 @@ from paraplan.cost.hetero_loader import load_hetero_instance
 from paraplan.cost.loader import load_instance, load_instance_parts, load_plan, override_search, plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
 from paraplan.cost.simulate import simulate
-from paraplan.solver.compare import compare
+from paraplan.solver.report.compare import compare
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.planner import plan
-from paraplan.solver.report import build_hetero_report, build_report
-from paraplan.solver.schema import validate as validate_json
+from paraplan.solver.report.page import build_hetero_report, build_report
+from paraplan.solver.commands.schema import validate as validate_json
 from paraplan.solver.top_k import top_k
 
 __all__ = ["load_instance", "load_instance_parts", "load_hetero_instance", "load_plan",
@@ -35,5 +35,5 @@ __all__ = ["load_instance", "load_instance_parts", "load_hetero_instance", "load
 def memory_by_category(inst, p) -> list[dict[str, float]]:
     """Per pipeline stage, bytes per GPU in each of MEMORY_CATEGORIES (`paraplan memory`)."""
     from paraplan.cost.memory_breakdown import stage_categories_bytes
-    from paraplan.solver.report import plan_coefficients
+    from paraplan.solver.report.page import plan_coefficients
     return stage_categories_bytes(inst, p, plan_coefficients(inst, p))

@@ -145,7 +145,7 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
     from paraplan.formulations.timeline import timeline_iterations
 
     t0 = time.perf_counter()
-    deadline = t0 + time_limit_s  # one limit for every solve below (solver/limits.py)
+    deadline = t0 + time_limit_s  # one limit for every solve below (solver/commands/limits.py)
     complete = True
 
     def remaining() -> float | None:

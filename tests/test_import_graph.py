@@ -12,23 +12,36 @@ PACKAGES = ("cost", "formulations", "solver")
 LAYER = {"cost": 0, "formulations": 1, "solver": 2}
 
 
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, sub-packages included (solver.commands.cli; a package's
+    __init__.py is the package itself, solver.commands)."""
+    out = {}
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
 def _graph() -> dict[str, set[str]]:
-    modules = {f"{pkg}.{f.stem}" for pkg in PACKAGES for f in (ROOT / pkg).glob("*.py")}
+    files = _modules()
     graph = {}
-    for mod in modules:
-        pkg, name = mod.split(".")
+    for mod, path in files.items():
         deps = set()
-        for node in ast.walk(ast.parse((ROOT / pkg / f"{name}.py").read_text())):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 module = node.module.removeprefix("paraplan.")  # the installed namespace
-                if module in PACKAGES:  # from paraplan.cost import partition
-                    deps |= {f"{module}.{a.name}" for a in node.names}
-                else:
-                    deps.add(module)
+                # from paraplan.solver.commands import cli: the name may be a module
+                deps |= {f"{module}.{a.name}" for a in node.names} | {module}
             elif isinstance(node, ast.Import):
                 deps |= {a.name.removeprefix("paraplan.") for a in node.names}
-        graph[mod] = {d for d in deps if d in modules and d != mod}
+        graph[mod] = {d for d in deps if d in files and d != mod}
     return graph
+
+
+def test_sub_packages_are_in_the_graph():
+    assert {"solver.commands.cli", "solver.report.page", "solver.sweep.run",
+            "solver.bench.ladder"} <= set(_graph())
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -1,6 +1,6 @@
-"""solver/cli.py: `paraplan simulate` and `paraplan accuracy`, in-process through main(argv).
+"""solver/commands/cli.py: `paraplan simulate` and `paraplan accuracy`, in-process through main(argv).
 
-Contract (solver/cli.py docstring): results on stdout; bad input exits 2 with ONE stderr line
+Contract (solver/commands/cli.py docstring): results on stdout; bad input exits 2 with ONE stderr line
 naming the file and the field, never a traceback.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from paraplan import instances
-from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 x A100 in one node, 8 layers, global batch 32
@@ -60,7 +60,7 @@ def test_simulate_prints_the_breakdown(capsys, plan_file):
 def test_simulate_json_parts_sum_to_iteration_time(capsys, plan_file):
     assert main(["simulate", str(TINY), "--plan", str(plan_file), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["status"] == "fits"  # the one JSON schema (solver/schema.py): breakdown nested
+    assert out["status"] == "fits"  # the one JSON schema (solver/commands/schema.py): breakdown nested
     bd = out["breakdown"]
     assert bd["iter_time_s"] == out["iter_time_s"] > 0
     assert sum(bd["exposed_s"].values()) == pytest.approx(bd["iter_time_s"], rel=1e-9)

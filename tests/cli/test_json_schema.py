@@ -1,4 +1,4 @@
-"""Every command's --json output against the one schema of solver/schema.py: the real commands
+"""Every command's --json output against the one schema of solver/commands/schema.py: the real commands
 run in-process on small instances, and their output must conform (status present, times as
 numbers of seconds, iter_time_s and breakdown on mixed clusters too)."""
 
@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from paraplan import instances
-from paraplan.solver.cli import main
-from paraplan.solver.schema import SCHEMAS, validate
+from paraplan.solver.commands.cli import main
+from paraplan.solver.commands.schema import SCHEMAS, validate
 
 INSTANCES = Path(instances.__file__).parent
 TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")
@@ -133,7 +133,7 @@ def test_bench_quick(capsys, tmp_path):
 
 def test_bench_hetero(capsys, tmp_path, monkeypatch):
     # the bundled mixed clusters take about 2 minutes; the smallest one shows the shape
-    from paraplan.solver import hetero_bench
+    from paraplan.solver.bench import hetero as hetero_bench
     monkeypatch.setattr(hetero_bench, "INSTANCES", ["tiny-2types"])
     out = tmp_path / "hb.json"
     assert main(["bench", "--hetero", "--quiet", "--json", str(out)]) == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from paraplan import instances
-from paraplan.solver.cli import main
+from paraplan.solver.commands.cli import main
 
 INSTANCES = Path(instances.__file__).parent
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"

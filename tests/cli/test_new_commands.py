@@ -15,9 +15,9 @@ from paraplan.cost import memory, schedule
 from paraplan.cost.loader import load_instance, override_search, plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
 from paraplan.solver import bounds
-from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.planner import coefficient_table, plan
-from paraplan.solver.report import plan_coefficients
+from paraplan.solver.report.page import plan_coefficients
 from paraplan.solver.top_k import top_k
 
 INSTANCES = Path(instances.__file__).parent
@@ -130,7 +130,7 @@ def test_comparison_parts_sum_to_the_time_difference():
     # exposed parts sum to each iteration time (cost/simulate.py), so their differences sum to
     # the difference of the two times
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.compare import compare
+    from paraplan.solver.report.compare import compare
     inst = load_instance(TINY)
     pa = plan_from_mapping({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4, "recompute": "none"}, inst)
     pb = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "recompute": "selective"}, inst)
@@ -179,7 +179,7 @@ def test_version(capsys):
 
 
 def test_sweep_cluster_spelling_is_deprecated(capsys):
-    from paraplan.solver.cli import build_parser
+    from paraplan.solver.commands.cli import build_parser
     args = build_parser().parse_args(["sweep", "s.yaml", "--cluster", "tcp://h:1"])
     assert args.dask_scheduler == "tcp://h:1" and "deprecated" in capsys.readouterr().err
     args = build_parser().parse_args(["sweep", "s.yaml", "--dask-scheduler", "tcp://h:1"])
@@ -187,7 +187,7 @@ def test_sweep_cluster_spelling_is_deprecated(capsys):
 
 
 def test_bench_ratio_is_never_0x():
-    from paraplan.solver.bench import ratio_text
+    from paraplan.solver.bench.ladder import ratio_text
     assert ratio_text(0.42) == "0.42x" and ratio_text(3603.2) == "3,603x" and ratio_text(1.5) == "1.5x"
 
 

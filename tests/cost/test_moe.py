@@ -529,3 +529,36 @@ def test_shared_expert_overlap_round_trips_and_is_exported_where_it_applies():
     off = Plan.of(replace(on.outer, ep=1), (16, 16), (0, 0))
     assert "--moe-shared-expert-overlap" in to_megatron(inst, on).text
     assert "--moe-shared-expert-overlap" not in to_megatron(inst, off).text
+
+
+def test_fp8_experts_pay_their_stand_alone_casts():
+    # Mixtral 8x7B (h 4096, expert ffn 14336, swiglu, top-2, seq 4096) in FP8 on H100, tp 1,
+    # ep 8, micro-batch 1, even routing: each rank's one local expert runs the routed copies,
+    # 2 x 4096 = 8192 tokens. TE GroupedLinear casts, per micro-batch,
+    #   forward:  MLP-in's input 8192 x 4096 + MLP-out's input 8192 x 14336 = 8192 x 18432
+    #   backward: MLP-out's output gradient 8192 x 4096 + MLP-in's 8192 x 2 x 14336 = 8192 x 32768
+    # and, once per iteration (Megatron caches FP8 weights across micro-batches), the expert's
+    # 3 x 4096 x 14336 weights; each element read in bf16 and written twice in FP8 (4 bytes) at
+    # the H100's HBM bandwidth x memory_eff.
+    inst = mixtral()
+    moe_spec = replace(inst.model.moe, imbalance=1.0)
+    inst = replace(inst, model=replace(inst.model, moe=moe_spec),
+                   job=replace(inst.job, precision=coefficients.Precision.FP8))
+    gpu = inst.cluster.gpu
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+
+    def layer():
+        return coefficients.moe_layer(inst, o, site, NetEfficiency())
+    with_casts = layer()
+    original = moe.expert_fp8_cast_elements
+    moe.expert_fp8_cast_elements = lambda m, o: (0.0, 0.0, 0.0)
+    try:
+        without = layer()
+    finally:
+        moe.expert_fp8_cast_elements = original
+    per_byte = 1 / (gpu.hbm_bw_bytes_per_s * gpu.memory_eff)
+    assert with_casts.fwd_s - without.fwd_s == pytest.approx(4 * 8192 * 18432 * per_byte, rel=1e-9)
+    assert with_casts.bwd_s - without.bwd_s == pytest.approx(4 * 8192 * 32768 * per_byte, rel=1e-9)
+    assert with_casts.per_iteration_s - without.per_iteration_s == pytest.approx(
+        4 * 3 * 4096 * 14336 * per_byte, rel=1e-9)

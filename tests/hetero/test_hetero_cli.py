@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.hetero_loader import load_hetero_instance, load_hetero_plan
-from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY2 = str(ROOT / "instances/hetero/tiny-2types.yaml")
@@ -52,7 +52,7 @@ def test_expected_needs_probabilities_and_scenarios(capsys):
 def test_verify_agrees_on_the_tiny_mixed_instance(capsys):
     assert main(["verify", TINY2, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["agree"] and len(res["methods"]) == 3  # one JSON shape for verify (solver/schema.py)
+    assert res["agree"] and len(res["methods"]) == 3  # one JSON shape for verify (solver/commands/schema.py)
 
 
 def test_replan_and_timeline(tmp_path, capsys):
@@ -84,7 +84,7 @@ def test_simulate_a_plan_on_every_scenario(tmp_path, capsys):
     assert main(["plan", DYNAMIC, "--json", "-o", str(out)]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert main(["simulate", DYNAMIC, "--plan", str(out), "--json"]) == 0
-    out_json = json.loads(capsys.readouterr().out)  # one JSON schema (solver/schema.py)
+    out_json = json.loads(capsys.readouterr().out)  # one JSON schema (solver/commands/schema.py)
     sim = {s["scenario"]: s for s in out_json["scenarios"]}
     assert set(sim) == {"nominal", "inter-site-5pct", "west-nic-50g"}
     # the plan was optimised for the nominal network: simulating it again gives its objective

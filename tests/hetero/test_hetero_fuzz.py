@@ -1,5 +1,5 @@
 """Bad heterogeneous input of any shape: `paraplan` exits 0 or 2 with one stderr line naming
-the file, never a traceback (the contract of solver/cli.py, as tests/robustness checks for the
+the file, never a traceback (the contract of solver/commands/cli.py, as tests/robustness checks for the
 homogeneous files). Hypothesis mutates a small two-site instance with links, scenarios, a
 timeline and switching costs, an event file and a heterogeneous plan: a value replaced, a key
 deleted or added, anywhere in the tree, lists included."""
@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 GROUP = {"gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 4, "intra_node_gbytes_per_s": 600,
          "nic_gbit_per_s": 200}

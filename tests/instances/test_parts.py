@@ -1,4 +1,4 @@
-"""cost/loader.py `load_instance_parts` and solver/inputs.py: instances assembled from an
+"""cost/loader.py `load_instance_parts` and solver/commands/inputs.py: instances assembled from an
 instance file, a Hugging Face config, a cluster file and a job file; overrides; and errors that
 name the file they come from.
 """
@@ -14,7 +14,7 @@ from paraplan import instances
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance, load_instance_parts
 from paraplan.cost.specs import SearchSpace
-from paraplan.solver.inputs import add_instance_args, load_from_args
+from paraplan.solver.commands.inputs import add_instance_args, load_from_args
 
 INSTANCES = Path(instances.__file__).parent
 CLUSTERS = INSTANCES / "clusters"
@@ -217,7 +217,7 @@ def test_incomplete_parts_without_an_instance():
     assert refusal(seq_len=0).field == "seq_len"
 
 
-# --- solver/inputs.py ----------------------------------------------------------------------
+# --- solver/commands/inputs.py ----------------------------------------------------------------------
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()

@@ -54,7 +54,7 @@ def test_search_tensor_partitions_key(tmp_path):
 
 def test_cli_plan_shows_per_operator_partitions(tmp_path):
     out = tmp_path / "plan.yaml"
-    proc = subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "plan", str(OPT), "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "paraplan.solver.commands.cli", "plan", str(OPT), "-o", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     # one line per operator, and the optimum's spatial-temporal grids both printed and saved
@@ -73,7 +73,7 @@ def test_cli_plan_shows_per_operator_partitions(tmp_path):
 def test_cli_partition_front_agrees(capsys):
     import json
 
-    from paraplan.solver.cli import main
+    from paraplan.solver.commands.cli import main
     assert main(["partition", str(OPT), "--tp", "4", "--micro-batch", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["agree"] and len(out["front"]) >= 2

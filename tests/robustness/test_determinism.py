@@ -10,7 +10,8 @@ import pytest
 
 from paraplan.cost.loader import load_instance
 from paraplan.formulations.result import SolverError
-from paraplan.solver import cli, planner
+from paraplan.solver import planner
+from paraplan.solver.commands import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ["tiny-gpt-8xA100", "small-gpt-16xA100", "llama3-70b-512xH100"]

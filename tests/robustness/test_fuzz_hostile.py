@@ -44,10 +44,10 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import event_from_mapping, hetero_instance_from_mapping, load_hetero_instance
 from paraplan.cost.loader import load_instance, load_instance_parts, plan_from_mapping
 from paraplan.cost.ranges import RANGES
-from paraplan.solver import sweep
-from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.sweep import run as sweep
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.format import count
-from paraplan.solver.jsonout import emit_json
+from paraplan.solver.commands.jsonout import emit_json
 
 from test_fuzz_loaders import CALIBRATION_ROW, LLAMA3_8B, run_cli, write_yaml
 
@@ -486,7 +486,7 @@ def _sweep_cli(args, fsize_bytes=None):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         if fsize_bytes:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes))
-    return subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "sweep", *map(str, args),
+    return subprocess.run([sys.executable, "-m", "paraplan.solver.commands.cli", "sweep", *map(str, args),
                            "--quiet", "--workers", "1"], capture_output=True, text=True,
                           timeout=300, preexec_fn=limit, cwd=Path(__file__).parents[2])
 
@@ -523,7 +523,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkilled_sweep_leaves_no_process_behind(tmp_path):
     path = _small_sweep(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "paraplan.solver.cli", "sweep", str(path), "-o",
+    proc = subprocess.Popen([sys.executable, "-m", "paraplan.solver.commands.cli", "sweep", str(path), "-o",
                              str(tmp_path / "r.csv"), "--quiet", "--workers", "2"],
                             cwd=Path(__file__).parents[2], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -1,6 +1,6 @@
 """Bad input of any shape: `paraplan` exits 2 with one stderr line, never a traceback or a hang.
 
-Contract (solver/cli.py, cost/loader.py): a run either succeeds (exit 0) or exits 2 with exactly
+Contract (solver/commands/cli.py, cost/loader.py): a run either succeeds (exit 0) or exits 2 with exactly
 one stderr line, `paraplan: error: FILE: FIELD: problem (fix: ...)`, FIELD being `<file>` for
 whole-file problems. Hypothesis drives the CLI in-process with
   (a) mutations of instances/tiny-gpt-8xA100.yaml (a value replaced, a key deleted or added),
@@ -35,7 +35,7 @@ from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import MAX_HF_CONFIG_BYTES
 from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH, load_instance
-from paraplan.solver.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 x A100 in one node, 8 layers, global batch 32
@@ -375,7 +375,7 @@ def test_planner_keeps_its_time_limit_with_many_layers(tmp_path):
     inst.write_text(with_line(TINY.read_text(encoding="utf-8"), "  layers: 8\n",
                               "  layers: 1000000\n"), encoding="utf-8")
     try:  # in a subprocess, so that a regression fails rather than hangs
-        done = subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "plan", str(inst),
+        done = subprocess.run([sys.executable, "-m", "paraplan.solver.commands.cli", "plan", str(inst),
                                "--time-limit-s", "5"], capture_output=True, text=True, timeout=30,
                               cwd=Path(__file__).parents[2])
     except subprocess.TimeoutExpired:
@@ -413,7 +413,7 @@ def test_100_mb_file_is_refused_before_it_is_read(capsys, tmp_path):
     # Peak memory, in a fresh process whose high-water mark is only its imports'.
     script = f"""
 import contextlib, io, resource
-from paraplan.solver.cli import main
+from paraplan.solver.commands.cli import main
 with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
     main(["simulate", {str(TINY)!r}, "--plan", {str(roles[0][-1])!r}])  # imports everything
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

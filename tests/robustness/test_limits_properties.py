@@ -25,7 +25,8 @@ import paraplan.formulations.cpsat  # noqa: F401  (import once, outside the time
 import paraplan.formulations.milp  # noqa: F401
 from paraplan.cost.coefficients import build
 from randinst import random_instance
-from paraplan.solver import bounds, cli
+from paraplan.solver import bounds
+from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.planner import OPTIMAL, plan
 from paraplan.solver.space import outer_configs, summarize

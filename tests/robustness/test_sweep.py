@@ -1,6 +1,6 @@
-"""solver/sweep.py: `paraplan sweep` over local worker processes and over a real Dask cluster.
+"""solver/sweep/run.py: `paraplan sweep` over local worker processes and over a real Dask cluster.
 
-Contract (solver/sweep.py docstring): one CSV row per job, written as it finishes; a job whose
+Contract (solver/sweep/run.py docstring): one CSV row per job, written as it finishes; a job whose
 worker dies is retried once, then recorded failed, and the others are unaffected (exit code 1);
 --resume runs only the jobs without a done row; the Dask path gives the local path's results;
 a bad sweep file is one InstanceError line naming the file and the field.
@@ -21,7 +21,7 @@ import yaml
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
-from paraplan.solver import sweep
+from paraplan.solver.sweep import run as sweep
 from paraplan.solver.planner import plan
 
 INSTANCES = Path(instances.__file__).parent

@@ -23,9 +23,9 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance, plan_file_mapping, plan_to_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Attention, Framework, Mlp, Plan, Precision, Recompute
-from paraplan.solver.cli import main as cli_main
+from paraplan.solver.commands.cli import main as cli_main
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_megatron, to_torchtitan
-from paraplan.solver.export_cmd import register, render
+from paraplan.solver.commands.export import register, render
 from tests.solver.export_facts import (DEEPSPEED_V0_19, MEGATRON_EXCLUSIVE, MEGATRON_MAIN_D98E8A6,
                                        TORCHTITAN_SCHEDULES, TORCHTITAN_V0_2_0,
                                        TORCHTITAN_V0_2_0_CONVERTERS,

@@ -127,7 +127,7 @@ def test_plan_command_through_the_class_planner_gives_the_homogeneous_answer(rel
     same status, plan, space counts and, within the quantisation tolerance, the same time."""
     import json
 
-    from paraplan.solver.cli import main
+    from paraplan.solver.commands.cli import main
 
     out = {}
     for switch in ("0", "1"):

@@ -1,4 +1,4 @@
-"""`paraplan report` (solver/report.py) and the event replay of one iteration (cost/timeline.py).
+"""`paraplan report` (solver/report/page.py) and the event replay of one iteration (cost/timeline.py).
 
 Expected values: for p stages that each take T per micro-batch and D for the gradient sync and
 optimizer step, m micro-batches and v model chunks per stage, 1F1B (v = 1) ends at
@@ -25,7 +25,7 @@ from paraplan.cost.coefficients import StageCoefficients, build, in_flight_micro
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Outer, Recompute
 from paraplan.cost.timeline import EventKind, makespan_s, one_f_one_b_events
-from paraplan.solver import report
+from paraplan.solver.report import page as report
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
 
 TINY = Path(instances.__file__).parent / "tiny-gpt-8xA100.yaml"
@@ -302,7 +302,7 @@ def test_small_gpt_split_2_4_4_2_replay_is_shorter_by_the_tail_difference():
 def test_steady_state_cut_at_many_micro_batches():
     # Uniform 1F1B: in the steady state every stage does one forward and one backward per
     # micro-batch, so the period is T; below COMPACT_FROM_MICRO_BATCHES nothing is cut.
-    from paraplan.solver import report_svg
+    from paraplan.solver.report import svg as report_svg
     c = _stage_table([0.3] * 4, 128)
     n = r = np.zeros(4)
     events = one_f_one_b_events(c, n, r)

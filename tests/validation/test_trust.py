@@ -16,7 +16,7 @@ import yaml
 from paraplan.cost.calibration import BUNDLED_FILES, RowResult, load_rows
 from paraplan.cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
                         trust_for, validation_warnings)
-from paraplan.solver.cli import main
+from paraplan.solver.commands.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = REPO_ROOT.parent / "shared" / "calibration"

@@ -13,9 +13,9 @@ import yaml
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.format import count, seconds, table
-from paraplan.solver.jsonout import emit_json
-from paraplan.solver.outputs import check_output_path, write_text
-from paraplan.solver.partition_cmd import partition_lines
+from paraplan.solver.commands.jsonout import emit_json
+from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.commands.partitions import partition_lines
 
 
 def is_hetero(args) -> bool:
@@ -30,7 +30,7 @@ def is_hetero(args) -> bool:
 def _load(args):
     from paraplan.cost.hetero_loader import load_hetero_instance
     from paraplan.cost.loader import override_search
-    from paraplan.solver.inputs import SEARCH_SOURCE, search_overrides
+    from paraplan.solver.commands.inputs import SEARCH_SOURCE, search_overrides
     inst = load_hetero_instance(args.instance)
     overrides = search_overrides(getattr(args, "search", None))
     if overrides:  # checked like the file's own `search:`
@@ -120,7 +120,7 @@ def regret_rows(regs) -> list[list[str]]:
 
 
 def breakdown_json(bd) -> dict:
-    """A mixed-cluster breakdown with the homogeneous one's core fields (solver/schema.py):
+    """A mixed-cluster breakdown with the homogeneous one's core fields (solver/commands/schema.py):
     the critical path is the slowest replica's pipeline, then the slowest sync + step."""
     return {
         "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
@@ -164,7 +164,7 @@ def result_json(res, inst, regs=None) -> dict:
 
 
 def _write_plan(path: str, plan, inst, header: str) -> None:
-    """Written after the result is shown, so that a full disk loses nothing (solver/outputs.py)."""
+    """Written after the result is shown, so that a full disk loses nothing (solver/commands/outputs.py)."""
     from paraplan.cost.hetero_loader import hetero_plan_to_mapping
     sys.stdout.flush()
     write_text(path, header + yaml.safe_dump({"plan": hetero_plan_to_mapping(plan, inst)},
@@ -282,7 +282,7 @@ def cmd_verify(args) -> int:
     inst = _load(args)
     objective = objective_of(args)
     _check_objective(inst, objective)
-    from paraplan.solver.limits import Deadline
+    from paraplan.solver.commands.limits import Deadline
     deadline = Deadline(args.time_limit_s)
     methods, tol = [], 0.0
     for backend in ("cpsat", "milp"):
@@ -295,7 +295,7 @@ def cmd_verify(args) -> int:
                         ex.wall_time_s, ""))
     except SpaceTooLarge as e:
         methods.append(("exhaustive", "skipped", None, None, str(e)))
-    from paraplan.solver.verdict import report_verify
+    from paraplan.solver.commands.verdict import report_verify
     return report_verify(args, methods, tol, objective)
 
 

@@ -25,7 +25,7 @@ from paraplan.solver.format import table
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.planner import plan
 
-HETERO_DIR = Path(__file__).resolve().parent.parent / "instances" / "hetero"
+HETERO_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
 INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]
 EVENT = HETERO_DIR / "events" / "inter-site-degraded.yaml"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import breakdown_json, gib, seconds, table
-from paraplan.solver.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
+from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 
 
 def _homogeneous(args, what: str):
-    from paraplan.solver import hetero_commands
-    from paraplan.solver.inputs import load_from_args
+    from paraplan.solver.commands import hetero as hetero_commands
+    from paraplan.solver.commands.inputs import load_from_args
 
     if hetero_commands.is_hetero(args):
         raise InstanceError(args.instance, "cluster", f"{what} is offered on single-group clusters",
@@ -22,8 +22,8 @@ def _homogeneous(args, what: str):
 def cmd_compare(args) -> int:
     from paraplan.cost.loader import load_plan, plan_to_mapping
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands import _plan_line
-    from paraplan.solver.compare import compare, comparison_json
+    from paraplan.solver.commands.planning import _plan_line
+    from paraplan.solver.report.compare import compare, comparison_json
 
     inst = _homogeneous(args, "compare")
     names = (args.plan_a, args.plan_b)
@@ -69,8 +69,8 @@ def cmd_memory(args) -> int:
     from paraplan.cost.loader import load_plan, plan_to_mapping
     from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands import _plan_line
-    from paraplan.solver.report import plan_coefficients
+    from paraplan.solver.commands.planning import _plan_line
+    from paraplan.solver.report.page import plan_coefficients
 
     inst = _homogeneous(args, "memory")
     if args.plan:
@@ -106,7 +106,7 @@ def cmd_memory(args) -> int:
 
 
 def register(sub) -> None:
-    from paraplan.solver.inputs import add_instance_args
+    from paraplan.solver.commands.inputs import add_instance_args
 
     c = sub.add_parser("compare", help="two plans of one instance side by side, and why one is faster")
     c.add_argument("plan_a", metavar="PLAN_A", help="plan YAML (as written by `paraplan plan -o`)")

@@ -24,7 +24,7 @@ from paraplan.solver.format import count, table
 from paraplan.solver.planner import plan
 from paraplan.solver.space import outer_configs, summarize
 
-INSTANCES = Path(__file__).resolve().parent.parent / "instances"
+INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
 LADDER = [(8, 8), (16, 8), (16, 12), (32, 12), (32, 16), (64, 16), (64, 17), (64, 24), (128, 32)]
 QUICK_LADDER = LADDER[:3]
@@ -116,7 +116,7 @@ def run_scale(log) -> list[list[str]]:
                             f"job: {{global_batch: {batch}}}\n")
             before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
             t = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "paraplan.solver.cli", "plan", str(path), "--json",
+            out = subprocess.run([sys.executable, "-m", "paraplan.solver.commands.cli", "plan", str(path), "--json",
                                   "--time-limit-s", str(SCALE_TIME_LIMIT_S)],
                                  capture_output=True, text=True)
             wall = time.perf_counter() - t

@@ -8,10 +8,10 @@ import yaml
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import breakdown_json, breakdown_text, count, seconds, table
-from paraplan.solver.jsonout import emit_json as _emit_json
-from paraplan.solver.outputs import check_output_path, write_text
-from paraplan.solver.inputs import add_instance_args, load_from_args, read_calibration_files
-from paraplan.solver.verdict import report_verify
+from paraplan.solver.commands.jsonout import emit_json as _emit_json
+from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.solver.commands.verdict import report_verify
 
 def _progress_enabled(args) -> bool:
     if getattr(args, "quiet", False):
@@ -84,7 +84,7 @@ def _evidence_text(res) -> str:
 
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
-    from paraplan.solver import hetero_commands
+    from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.planner import plan
 
     log = progress_printer(args)
@@ -135,7 +135,7 @@ def cmd_plan(args) -> int:
             print(f"warning     model: {line}")
         if res.plan is not None:
             print(f"plan        {_plan_line(res.plan)}")
-            from paraplan.solver.partition_cmd import describe_partitions
+            from paraplan.solver.commands.partitions import describe_partitions
             for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
                 print(f"            {line}")
             for line in trust_lines(trust):
@@ -167,7 +167,7 @@ def cmd_plan_top(args, inst) -> int:
     best = res.plans[0].iter_time_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
     if args.json:
-        from paraplan.solver.schema import top_k_json
+        from paraplan.solver.commands.schema import top_k_json
         _emit_json(top_k_json(res, plan_to_mapping))
         return 0
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
@@ -305,7 +305,7 @@ def sensitivity_text(sens: dict) -> str:
 
 
 def _no_scenarios(args) -> None:
-    from paraplan.solver.hetero_commands import objective_of
+    from paraplan.solver.commands.hetero import objective_of
     objective = objective_of(args)
     if objective != "nominal":
         raise InstanceError(args.instance or "<arguments>", "scenarios",
@@ -315,7 +315,7 @@ def _no_scenarios(args) -> None:
 
 def cmd_exhaustive(args) -> int:
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver import hetero_commands
+    from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
     if hetero_commands.is_hetero(args):
@@ -362,9 +362,9 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP, CP-SAT, MILP and exhaustive search on one instance, sharing one time limit;
     prints what was compared. Exit 0 only when all four ran to a proof and agree."""
-    from paraplan.solver import hetero_commands
+    from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
-    from paraplan.solver.limits import Deadline
+    from paraplan.solver.commands.limits import Deadline
     from paraplan.solver.planner import plan
 
     if hetero_commands.is_hetero(args):
@@ -399,9 +399,9 @@ def cmd_bench(args) -> int:
     check_output_path(getattr(args, "csv", None), "--csv")
     check_output_path(getattr(args, "json", None), "--json")
     if args.hetero:
-        from paraplan.solver.hetero_bench import run_hetero_bench
+        from paraplan.solver.bench.hetero import run_hetero_bench
         return run_hetero_bench(args)
-    from paraplan.solver.bench import run_bench
+    from paraplan.solver.bench.ladder import run_bench
     return run_bench(args)
 
 
@@ -496,5 +496,5 @@ def register(sub) -> None:
     c.add_argument("--sweeps", type=int, default=5)
     c.set_defaults(func=cmd_calibrate)
 
-    from paraplan.solver import hetero_commands
+    from paraplan.solver.commands import hetero as hetero_commands
     hetero_commands.register(sub)

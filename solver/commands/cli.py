@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
-from paraplan.solver.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_calibration_files
 
 EXIT_BAD_INPUT = 2
 EXIT_SOLVER = 3  # a solver backend is missing or crashed
@@ -18,14 +18,14 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def _emit_json(obj) -> None:
-    from paraplan.solver.jsonout import emit_json
+    from paraplan.solver.commands.jsonout import emit_json
     emit_json(obj)
 
 
 def cmd_simulate(args) -> int:
     from paraplan.cost.loader import load_plan
     from paraplan.cost.simulate import simulate
-    from paraplan.solver import hetero_commands
+    from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
     if hetero_commands.is_hetero(args):
@@ -150,7 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_accuracy)
 
-    from paraplan.solver import commands, export_cmd, extra_commands, partition_cmd, report, sweep
+    from paraplan.solver.commands import planning as commands
+    from paraplan.solver.commands import export as export_cmd
+    from paraplan.solver.commands import extra as extra_commands
+    from paraplan.solver.commands import partitions as partition_cmd
+    from paraplan.solver.report import page as report
+    from paraplan.solver.sweep import run as sweep
     commands.register(sub)
     extra_commands.register(sub)
     export_cmd.register(sub)
@@ -163,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from paraplan.solver.limits import check_args
+        from paraplan.solver.commands.limits import check_args
         check_args(args)
         return args.func(args)
     except InstanceError as e:

@@ -97,8 +97,8 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import Section, load_instance_parts, read_yaml
 from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.jsonout import json_safe
-from paraplan.solver.outputs import check_output_path
+from paraplan.solver.commands.jsonout import json_safe
+from paraplan.solver.commands.outputs import check_output_path
 
 BACKENDS = ("cpsat", "milp")
 DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
@@ -278,7 +278,7 @@ def run_job(job: SweepJob) -> dict:
     """Solve one job (in a worker process): `result_json` of the plan."""
     if os.environ.get(TEST_CRASH_ENV) == job.name:
         os._exit(TEST_CRASH_EXIT_CODE)
-    from paraplan.solver.commands import result_json
+    from paraplan.solver.commands.planning import result_json
     from paraplan.solver.planner import plan
 
     res = plan(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
@@ -726,7 +726,7 @@ class _DeprecatedCluster(argparse.Action):
 
 def register(sub) -> None:
     s = sub.add_parser("sweep", help="plan every job of a sweep file, in parallel",
-                       description="Plan every job of SWEEP (see solver/sweep.py for the file),"
+                       description="Plan every job of SWEEP (see solver/sweep/run.py for the file),"
                                    " on local worker processes or a Dask cluster; one CSV row"
                                    " per job, written as each finishes.")
     s.add_argument("sweep", metavar="SWEEP", help="sweep YAML")

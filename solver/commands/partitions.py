@@ -58,8 +58,8 @@ def cmd_partition(args) -> int:
     from paraplan.formulations.result import SolverError
     from paraplan.formulations.partition_dp import min_time, pareto_front
     from paraplan.solver.format import gib, seconds, table
-    from paraplan.solver.jsonout import emit_json
-    from paraplan.solver.inputs import load_from_args
+    from paraplan.solver.commands.jsonout import emit_json
+    from paraplan.solver.commands.inputs import load_from_args
     from paraplan.solver.partition_plans import problem_from_table
 
     inst = load_from_args(args)
@@ -117,7 +117,7 @@ def cmd_partition(args) -> int:
 
 
 def register(sub) -> None:
-    from paraplan.solver.inputs import add_instance_args
+    from paraplan.solver.commands.inputs import add_instance_args
 
     p = sub.add_parser("partition", help="per-layer Pareto front of per-operator tensor partitions"
                        " (segmented DP, checked by the MILP)")

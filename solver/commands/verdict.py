@@ -1,10 +1,10 @@
 """verify's verdict: which methods proved an answer, whether they agree, and its output; one
-for homogeneous and mixed clusters (solver/commands.py and solver/hetero_commands.py)."""
+for homogeneous and mixed clusters (solver/commands/planning.py and solver/commands/hetero.py)."""
 
 from __future__ import annotations
 
 from paraplan.solver.format import table
-from paraplan.solver.jsonout import emit_json
+from paraplan.solver.commands.jsonout import emit_json
 
 EXIT_DISAGREE = 1
 

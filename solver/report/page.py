@@ -24,9 +24,10 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance, Outer, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
-from paraplan.solver import bounds, report_svg
+from paraplan.solver import bounds
+from paraplan.solver.report import svg as report_svg
 from paraplan.solver.format import count, seconds
-from paraplan.solver.outputs import check_output_path, write_text
+from paraplan.solver.commands.outputs import check_output_path, write_text
 
 DPI = 110
 # The replay "ends at the objective" when the two agree to this relative precision.
@@ -415,7 +416,7 @@ def _evidence_section(result, trust) -> str:
 
 def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> str:
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.compare import compare
+    from paraplan.solver.report.compare import compare
 
     ours = simulate(inst, user_plan, reserve_bytes=inst.search.memory_reserve_bytes)
     best = result.breakdown
@@ -466,7 +467,7 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
     """The report as one HTML string. `result` is a solver.planner.PlanResult; `coeffs` the
     instance's coefficient table when the caller has it (else it is built); `trust` the
     cost/trust.py interval of the plan; `user_plan` a plan to compare with the optimum."""
-    from paraplan.solver.partition_cmd import describe_partitions
+    from paraplan.solver.commands.partitions import describe_partitions
     from paraplan.solver.planner import coefficient_table
 
     if coeffs is None:
@@ -510,7 +511,7 @@ def build_hetero_report(inst, result, regrets=None) -> str:
     against each scenario's own optimum when `regrets` is given)."""
     from paraplan.cost.hetero_coefficients import class_coefficients
     from paraplan.cost.hetero_simulate import simulate_hetero
-    from paraplan.solver.hetero_commands import plan_lines
+    from paraplan.solver.commands.hetero import plan_lines
 
     title = f"paraplan report: {inst.name}"
     groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
@@ -580,9 +581,9 @@ def build_hetero_report(inst, result, regrets=None) -> str:
 def cmd_report(args) -> int:
     from paraplan.cost.loader import load_plan
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver import hetero_commands
-    from paraplan.solver.commands import progress_printer
-    from paraplan.solver.inputs import load_from_args
+    from paraplan.solver.commands import hetero as hetero_commands
+    from paraplan.solver.commands.planning import progress_printer
+    from paraplan.solver.commands.inputs import load_from_args
     from paraplan.solver.planner import plan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
@@ -604,7 +605,7 @@ def cmd_report(args) -> int:
 
 def _cmd_report_hetero(args, progress) -> int:
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.hetero_commands import _check_objective, _load, objective_of
+    from paraplan.solver.commands.hetero import _check_objective, _load, objective_of
     from paraplan.solver.hetero_planner import plan_hetero
 
     if args.plan:
@@ -627,8 +628,8 @@ def _cmd_report_hetero(args, progress) -> int:
 
 
 def register(sub) -> None:
-    from paraplan.solver.commands import add_progress_arg, _add_objective_args
-    from paraplan.solver.inputs import add_instance_args
+    from paraplan.solver.commands.planning import add_progress_arg, _add_objective_args
+    from paraplan.solver.commands.inputs import add_instance_args
 
     r = sub.add_parser("report", help="HTML report of the optimal plan (evidence, timeline,"
                                       " breakdown, memory, frontier; mixed clusters: scenarios)")

@@ -1,0 +1,1 @@
+"""`paraplan sweep`: many instances planned over local processes or a Dask cluster (run.py)."""
