@@ -152,7 +152,7 @@ def test_plan_routes_dense_models_through_the_class_planner(monkeypatch, capsys)
 
     from paraplan.cost.errors import InstanceError
     from paraplan.solver import class_route
-    from paraplan.solver.cli import main
+    from paraplan.solver.commands.cli import main
 
     dense = load_instance(ROOT / "instances/small-gpt-16xA100.yaml")
     moe = load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
