@@ -2,18 +2,26 @@
 
 The one-group class space is the homogeneous space (tests/solver/
 test_one_group_space_equals_homogeneous.py) and gives the same optimum and plan
-(test_one_group_equals_homogeneous.py), so `paraplan plan` can route a homogeneous instance
+(test_one_group_equals_homogeneous.py), so `paraplan plan` routes a homogeneous instance
 through solver/hetero_planner.py, the step before the homogeneous planner's duplicates are
-deleted. It is not the default yet: `PARAPLAN_CLASS_PLANNER=1` in the environment turns it on
-(an internal switch for measuring both routes). Measured on the 2-core machine at this commit,
-`paraplan plan instances/gpt3-175b-1024xA100.yaml --json`: solve 8.4-9.2 s homogeneous, 15.5-16.4 s
-through the class planner, same optimum, same 12,379 configurations pruned by bound and 11,765 by
-memory: the search is the same. Pricing is the same too (24,145 calls of cost/coefficients.build
-on both routes); under cProfile (20 s homogeneous, 34 s class) the extra time is the class
-planner's per-configuration overhead: its bounds (hetero_planner.lower_bound_s, 5.4 s against
-bounds.lower_bound_s's 0.7 s), balanced-split incumbents (2.6 s), enumerating the class space
-(3.0 s against 0.9 s) and counting it (1.2 s). Those are what to make lean before this route can
-be the default.
+deleted. It is the default for dense models (`routes`). Two cases stay on the homogeneous
+planner (solver/planner.py), by rule: a mixture-of-experts model, because the class space has
+no ep > 1 yet and prices a dense prefix as MoE layers; and `--threads` > 1, because the class
+planner solves one configuration at a time. `PARAPLAN_CLASS_PLANNER=0` in the environment
+forces the homogeneous planner (for measuring both routes), `=1` the class planner.
+
+Measured on the 2-core machine (shared with other jobs), both routes in one process,
+alternating, 4 runs each, the fastest of each (wall seconds, homogeneous / class, ratio):
+tiny-gpt 0.091 / 0.096 (1.05), small-gpt 0.240 / 0.254 (1.06), Llama-3 8B on 64 H100
+0.85 / 0.96-1.02 (1.13-1.21 over two series), on 128 H200 2.01 / 1.98 (0.99), GPT-3 175B on
+256 H100 3.45 / 3.84 (1.11), Llama-3 70B on 512 H100 2.82 / 2.76 (0.98), GPT-3 175B on 1,024
+A100 4.34 / 4.72 (1.09), Llama-3.1 405B on 16,384 H100 2.95 / 3.42 (1.16); same status, plan,
+optimum and space counts on each. One fresh process per run, fastest of 3, interleaved with
+main at f6e726d: GPT-3 175B on 1,024 A100 5.05 / 5.09 s, where main's class route took 8.70 s
+against its homogeneous 4.86 s (main: 1.05-2.3x on these eight instances). What
+made it lean: the bounds of every configuration at once (solver/class_bounds.py), pricing in
+passes (hetero_planner.problems_for), the space counted once per class shape and the split
+DP as the inner solver of backend "dp" (hetero_planner._lone_dp), as on the homogeneous route.
 """
 
 from __future__ import annotations
