@@ -12,12 +12,16 @@ forces the homogeneous planner (for measuring both routes), `=1` the class plann
 
 Measured on the 2-core machine (shared with other jobs), both routes in one process,
 alternating, 4 runs each, the fastest of each (wall seconds, homogeneous / class, ratio):
-tiny-gpt 0.091 / 0.096 (1.05), small-gpt 0.240 / 0.254 (1.06), Llama-3 8B on 64 H100
-0.85 / 0.96-1.02 (1.13-1.21 over two series), on 128 H200 2.01 / 1.98 (0.99), GPT-3 175B on
-256 H100 3.45 / 3.84 (1.11), Llama-3 70B on 512 H100 2.82 / 2.76 (0.98), GPT-3 175B on 1,024
-A100 4.34 / 4.72 (1.09), Llama-3.1 405B on 16,384 H100 2.95 / 3.42 (1.16); same status, plan,
-optimum and space counts on each. One fresh process per run, fastest of 3, interleaved with
-main at f6e726d: GPT-3 175B on 1,024 A100 5.05 / 5.09 s, where main's class route took 8.70 s
+tiny-gpt 0.099 / 0.102 (1.02), small-gpt 0.274 / 0.281 (1.03), Llama-3 8B on 64 H100
+0.84 / 0.94 (1.13), on 128 H200 1.09 / 1.21 (1.12), GPT-3 175B on 256 H100 3.38 / 3.52 (1.04),
+Llama-3 70B on 512 H100 3.24 / 3.03 (0.94), GPT-3 175B on 1,024 A100 4.46 / 4.74 (1.06; the
+medians of those 6 runs 4.68 / 5.26, 1.12; one noisier series of 4 gave 1.23), Llama-3.1 405B
+on 16,384 H100 2.68 / 3.12 (1.16); same status, plan, optimum and space counts on each. The
+time outside cost/coefficients.build on GPT-3 175B on 1,024 A100 (one process, fastest of 3):
+1.38 s of 4.81 s on the class route, 0.96 s of 4.35 s on the homogeneous one; the difference is
+mostly building each configuration's Outer and problem record (~0.45 s for 24,144 of them)
+after its HeteroOuter. One fresh process per run, fastest of 3, interleaved with main at
+f6e726d: GPT-3 175B on 1,024 A100 5.05 / 5.09 s, where main's class route took 8.70 s
 against its homogeneous 4.86 s (main: 1.05-2.3x on these eight instances). What
 made it lean: the bounds of every configuration at once (solver/class_bounds.py), pricing in
 passes (hetero_planner.problems_for), the space counted once per class shape and the split
