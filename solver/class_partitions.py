@@ -14,7 +14,7 @@ scenario the objective reads are kept (partition_plans.joint_candidates; Megatro
 always listed, as on one group), and no combination is built before it is bounded. Bounds
 are those of solver/bounds.tight_lower_bound_s (memory caps, forced recompute), vectorised
 over rows (tight_class_terms), per class, then combined over classes and scenarios as
-hetero_planner.lower_bound_s does (_combination_bounds):
+class_bounds.lower_bounds_s does (_combination_bounds):
 
 1. optimistic: every (k, g) at partition_plans.optimistic_terms of all its plans gives
    coefficients below those of every combination; memory-infeasible: none fits. Otherwise
@@ -384,7 +384,7 @@ class OuterChoices:
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
 
     def _combination_bounds(self, per_class) -> np.ndarray:
-        """A lower bound of hetero_planner.lower_bound_s for every combination at once:
+        """A lower bound of class_bounds.lower_bounds_s for every combination at once:
         `per_class[k]` = (A, S, D) of class k's choice in each combination, arrays
         (combinations, scenarios). The same relaxation (_min_max_relaxed) per scenario; a
         weighted objective takes the weighted sum of the per-scenario bounds (the minimum of a

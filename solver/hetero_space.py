@@ -145,18 +145,20 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
             for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
                 for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
+                    vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
+                    pps = {c.pp for c in shapes}
                     for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
+                        vs = [v for v in vs_all
+                              if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
                         for sp in s.sequence_parallel:
                             if sp and (tp == 1 or m.seq_len % (tp * cp)) or moe_problem(m, tp, sp, 0):
                                 continue
                             for zero in s.zero:
                                 if zero and replicas * cp == 1 or moe_problem(m, tp, sp, zero):
                                     continue
-                                for v in virtual_stage_values(inst, shapes):
-                                    if v > 1 and not has_micro_batch_split(shapes, gb // mb, uniform, v):
-                                        continue
-                                    if not all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp,
-                                                            zero=zero, v=v) for c in shapes):
+                                for v in vs:
+                                    if not all(rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp,
+                                                            zero=zero, v=v) for pp in pps):
                                         continue
                                     for rc in modes:
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
@@ -394,10 +396,20 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     without per-operator partitions)."""
     L, rc = inst.model.layers, inst.search.full_recompute
     total = 0
+    # outers differ mostly in sp, ZeRO and recompute mode, which change no count: count each
+    # (class shapes, micro-batch, v) once (tens of thousands of outers on large instances);
+    # hetero_outers gives the outers of one shape one tuple object, so its id is the cheap key
+    per_shape: dict[tuple, int] = {}
+    splits: dict[tuple[int, int], int] = {}  # per class: depends on (pp, v) only
     for o in outers:
         v = o.virtual_stages
-        per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
-        for c in o.classes:
-            per *= count_splits(L, c.pp, v, rc, uniform)
-        total += per * partition_count(inst, o)
+        key = (id(o.classes), o.micro_batch, v)
+        if key not in per_shape:
+            per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
+            for c in o.classes:
+                if (c.pp, v) not in splits:
+                    splits[c.pp, v] = count_splits(L, c.pp, v, rc, uniform)
+                per *= splits[c.pp, v]
+            per_shape[key] = per
+        total += per_shape[key] * partition_count(inst, o)
     return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)

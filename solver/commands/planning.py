@@ -106,7 +106,7 @@ def cmd_plan(args) -> int:
         raise InstanceError("<arguments>", "--within", "needs --top K",
                             "add --top K, e.g. --top 5 --within 3")
     from paraplan.solver import class_route
-    if class_route.enabled():  # internal switch (solver/class_route.py): the class planner
+    if class_route.routes(inst, args.threads):  # dense models: the class planner (class_route.py)
         res = class_route.plan_as_one_group(inst, args.backend, args.time_limit_s, progress=log)
     else:
         res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,

@@ -141,3 +141,44 @@ def test_plan_command_through_the_class_planner_gives_the_homogeneous_answer(rel
         assert het["space"][key] == homo["space"][key], key
     tol = homo["tolerance_s"] + het["tolerance_s"] + 1e-9 * homo["iter_time_s"]
     assert het["iter_time_s"] == pytest.approx(homo["iter_time_s"], abs=tol)
+
+
+def test_plan_routes_dense_models_through_the_class_planner(monkeypatch, capsys):
+    """The default route (solver/class_route.routes): a dense model through the class planner,
+    an MoE model or --threads > 1 through the homogeneous one; PARAPLAN_CLASS_PLANNER=0/1 force
+    either; any other value is refused in one line. `paraplan plan` on small-gpt takes the class
+    route unless told otherwise, with the homogeneous route's answer."""
+    import json
+
+    from paraplan.cost.errors import InstanceError
+    from paraplan.solver import class_route
+    from paraplan.solver.commands.cli import main
+
+    dense = load_instance(ROOT / "instances/small-gpt-16xA100.yaml")
+    moe = load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
+    monkeypatch.delenv(class_route.SWITCH, raising=False)
+    assert class_route.routes(dense) and not class_route.routes(moe)
+    assert not class_route.routes(dense, threads=2)
+    monkeypatch.setenv(class_route.SWITCH, "0")
+    assert not class_route.routes(dense)
+    monkeypatch.setenv(class_route.SWITCH, "1")
+    assert class_route.routes(moe) and class_route.routes(dense, threads=2)
+    monkeypatch.setenv(class_route.SWITCH, "yes")
+    with pytest.raises(InstanceError, match="PARAPLAN_CLASS_PLANNER"):
+        class_route.routes(dense)
+
+    calls = []
+    real = class_route.plan_as_one_group
+    monkeypatch.setattr(class_route, "plan_as_one_group", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = {}
+    for switch in (None, "0"):
+        if switch is None:
+            monkeypatch.delenv(class_route.SWITCH, raising=False)
+        else:
+            monkeypatch.setenv(class_route.SWITCH, switch)
+        assert main(["plan", str(ROOT / "instances/small-gpt-16xA100.yaml"), "--json"]) == 0
+        out[switch] = json.loads(capsys.readouterr().out)
+    assert calls == [1]  # the default run only
+    assert out[None]["plan"] == out["0"]["plan"] and out[None]["backend"] == out["0"]["backend"] == "dp"
+    assert out[None]["space"] == {**out["0"]["space"], **{k: out[None]["space"][k] for k in
+                                                           ("solved", "pruned_by_bound")}}

@@ -1,0 +1,212 @@
+"""The class planner's memory-free lower bound (solver/hetero_planner.py, step 2), computed for
+every configuration of a search at once.
+
+For each inner problem (formulations/multiclass.MultiClassProblem), scenario sigma and class k,
+with r = 0 and memory ignored (both only add time or remove splits):
+    A_k >= min over splits of max_s (a_s + n_s t_s)      (balanced_split: exact)
+    S_k >= sum_s a_s + L min_s t_s
+    D   >= max_k max( (sum_s d_s + L min_s g_s) / pp_k,  max_s (d_s + g_s) )
+and the pipeline time grows with each (m_k >= 1 > 1/v). Then over micro-batch vectors m: for a
+worst-case ("max") objective the relaxation of `_min_max_relaxed`, for a weighted one the exact
+minimum over every vector (`mvecs_of()`).
+
+Why batches: the terms above are a few numpy operations on arrays of pp_k numbers, so one
+configuration at a time the interpreter's per-call overhead dominates (tens of thousands of
+configurations on a large homogeneous instance planned as one group). Stacking every
+(configuration, scenario, class) with the same (pp, v) into one array computes the same
+numbers with the same floating-point operations, row by row, so the bounds (and with them
+the search order and its tie rule) are those of the one-at-a-time computation it replaced
+(compared bit for bit on every bundled instance, homogeneous ones as one group, when it did);
+tests/hetero/test_class_bounds.py checks each batched bound against the problem bounded
+alone, and every bound against its configuration's optimum found by enumeration.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from paraplan.formulations.multiclass import MultiClassProblem
+
+# (entries x stages x extra layers) floats per balanced-split block: ~64 MiB at most
+BLOCK_FLOATS = 8_000_000
+
+
+def balanced_splits(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np.ndarray:
+    """Row by row (a, t: (N, pp), t >= 0), the split minimising max_s (a_s + n_s t_s) over
+    n_s >= 1, sum n_s = layers; with v > 1 the same over chunks of v layers (n_s multiples of
+    v). Adding each layer where it raises the maximum least is optimal for this min-max problem
+    (the greedy of a heap of next values a_s + k t_s, k = n_s + 1, ties to the lower stage); the
+    layers it adds beyond one per stage are the (layers - pp) smallest next values of all
+    stages, each stage's in increasing order. So with theta the (layers - pp)-th smallest of
+    those values, stage s takes its values below theta, and the values equal to theta go by
+    stage order, as the heap takes them. theta comes from a partition of all values where
+    they are few (PARTITION_VALUES per row), else from bisecting on the count of values at or
+    below a level (exact, float by float: a deep model has pp x layers of them)."""
+    if v > 1:
+        return v * balanced_splits(a, v * t, layers // v)
+    N, pp = a.shape
+    extra = layers - pp
+    if extra <= 0 or N == 0:
+        return np.ones((N, pp))
+    if pp * extra <= PARTITION_VALUES:
+        vals = a[:, :, None] + np.arange(2, extra + 2, dtype=float)[None, None, :] * t[:, :, None]
+        theta = np.partition(vals.reshape(N, -1), extra - 1, axis=1)[:, extra - 1][:, None, None]
+        below = (vals < theta).sum(axis=2)
+        ties = (vals == theta).sum(axis=2)
+    else:
+        lo, hi = _bisect_theta(a, t, extra)
+        below = _count_at_or_below(a, t, extra, lo)
+        ties = _count_at_or_below(a, t, extra, hi) - below
+    short = extra - below.sum(axis=1, keepdims=True)
+    take = np.clip(short - (np.cumsum(ties, axis=1) - ties), 0, ties)
+    return 1 + below + take
+
+
+# values per row up to which balanced_splits partitions them all rather than bisecting
+PARTITION_VALUES = 4096
+
+
+def _count_at_or_below(a: np.ndarray, t: np.ndarray, extra: int, level: np.ndarray) -> np.ndarray:
+    """Per stage, how many of a + k t (k = 2 .. extra + 1, this float expression) are <= level
+    (N, 1): the quotient's guess, then corrected where rounding put it one off (the values
+    increase with k, so the corrected count is exact)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        k = np.floor((level - a) / np.where(t > 0, t, 1.0))
+    k = np.where(t > 0, np.nan_to_num(k, nan=1.0, posinf=extra + 1.0, neginf=1.0),
+                 np.where(a <= level, extra + 1.0, 1.0))  # t = 0: every value is a
+    k = np.clip(k, 1.0, extra + 1.0)
+    for _ in range(2):
+        k = k + ((k < extra + 1) & (a + (k + 1) * t <= level))
+        k = k - ((k >= 2) & (a + k * t > level))
+    return k - 1
+
+
+def _bisect_theta(a: np.ndarray, t: np.ndarray, extra: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi), (N, 1) each: adjacent floats with fewer than `extra` values at or below lo and
+    at least `extra` at or below hi, so hi is the extra-th smallest value."""
+    lo = np.nextafter((a + 2.0 * t).min(axis=1, keepdims=True), -np.inf)
+    hi = (a + (extra + 1.0) * t).max(axis=1, keepdims=True)
+    while True:
+        mid = lo + (hi - lo) / 2
+        open_ = (mid > lo) & (mid < hi)
+        if not open_.any():
+            return lo, hi
+        enough = _count_at_or_below(a, t, extra, mid).sum(axis=1, keepdims=True) >= extra
+        hi = np.where(open_ & enough, mid, hi)
+        lo = np.where(open_ & ~enough, mid, lo)
+
+
+def balanced_split(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np.ndarray:
+    """balanced_splits of one row (t_s > 0)."""
+    return balanced_splits(np.asarray(a, float)[None, :], np.asarray(t, float)[None, :], layers, v)[0]
+
+
+def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
+    """values (scenarios, V) -> (V,)"""
+    return values.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), values, 1)
+
+
+def over_m(p: MultiClassProblem, mvecs: np.ndarray, A, S, D) -> np.ndarray:
+    """agg over scenarios of max_k ((m_k - 1/v) A[sc][k] + S[sc][k] / v) + D[sc], for every m
+    vector (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) A + S)."""
+    v = p.virtual_stages
+    vals = np.stack([((mvecs - 1 / v) * np.asarray(A[i]) + np.asarray(S[i]) / v).max(axis=1) + D[i]
+                     for i in range(len(A))])
+    return _aggregate(vals, p.objective, p.weights)
+
+
+def _min_max_relaxed(p: MultiClassProblem, A, S, D, uniform: bool) -> float:
+    """A lower bound of min over m of max_sigma [max_k ((m_k - 1/v) A + S/v) + D] subject to
+    sum_k x_k m_k = M and m_k >= lo_k (divisibility relaxed). Any feasible m within time Z has,
+    in every scenario, m_k <= (Z - D - S_k/v)/A_k + 1/v, so
+    M <= sum_k x_k ((Z - D - S_k/v)/A_k + 1/v), i.e.
+        Z >= (M - sum_k x_k / v + sum_k x_k (D + S_k/v)/A_k) / sum_k (x_k / A_k);
+    and Z >= (lo_k - 1/v) A_k + S_k/v + D for every k. With one class both are exact."""
+    A, S, D = np.asarray(A), np.asarray(S), np.asarray(D)[:, None]
+    v = p.virtual_stages
+    x = np.array(p.replicas, float)
+    lo = np.array([p.min_micro_batches(k) for k in range(p.classes)])
+    M = p.total_micro_batches
+    if uniform:
+        return float((((M // int(x.sum())) - 1 / v) * A + S / v + D).max())
+    floor_z = float(((lo - 1 / v) * A + S / v + D).max())
+    if (A <= 0).any():  # degenerate stage times: keep the floor only
+        return floor_z
+    cont = (M - x.sum() / v + (x * (D + S / v) / A).sum(axis=1)) / (x / A).sum(axis=1)
+    return max(floor_z, float(cont.max()))
+
+
+def _lone_min_max_relaxed(probs: list[MultiClassProblem], A: np.ndarray, S: np.ndarray,
+                          D: np.ndarray, uniform: bool) -> np.ndarray:
+    """_min_max_relaxed of lone-class problems, A, S, D: (problems, scenarios); the same
+    operations in the same order, one problem per row."""
+    v = np.array([p.virtual_stages for p in probs], float)[:, None]
+    x = np.array([p.replicas[0] for p in probs], float)[:, None]
+    M = np.array([p.total_micro_batches for p in probs], float)[:, None]
+    if uniform:
+        per = np.array([p.total_micro_batches // p.replicas[0] for p in probs], float)[:, None]
+        return (((per - 1 / v) * A + S / v + D)).max(axis=1)
+    lo = np.array([p.min_micro_batches(0) for p in probs], float)[:, None]
+    floor_z = ((lo - 1 / v) * A + S / v + D).max(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cont = ((M - x / v + (x * (D + S / v) / A)) / (x / A)).max(axis=1)
+    return np.where((A <= 0).any(axis=1), floor_z, np.maximum(floor_z, cont))
+
+
+def _terms(problems: list[MultiClassProblem]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(A, S, Dk, first): A, S and the per-class D term of every (problem, scenario, class),
+    flat in that order (problem i's from first[i], scenario by scenario), computed in blocks of
+    equal (pp, v, layers)."""
+    groups: dict[tuple[int, int, int], list] = defaultdict(list)
+    first = np.zeros(len(problems) + 1, np.int64)
+    e = 0
+    for i, p in enumerate(problems):
+        first[i] = e
+        for cs in p.coeffs:
+            for c in cs:
+                groups[c.pp, p.virtual_stages, p.layers].append((e, c))
+                e += 1
+    first[-1] = e
+    A, S, Dk = np.empty(e), np.empty(e), np.empty(e)
+    for (pp, v, L), items in groups.items():
+        rows = max(1, BLOCK_FLOATS // max(1, pp * max(1, L // v - pp)))
+        for start in range(0, len(items), rows):
+            block = items[start:start + rows]
+            at = np.array([j for j, _ in block], np.int64)
+            a = np.stack([c.stage_time_s for _, c in block])
+            t = np.stack([c.layer_time_s for _, c in block])
+            d = np.stack([c.stage_sync_time_s for _, c in block])
+            g = np.stack([c.layer_sync_time_s for _, c in block])
+            A[at] = (a + balanced_splits(a, t, L, v) * t).max(axis=1)
+            S[at] = a.sum(axis=1) + L * t.min(axis=1)
+            Dk[at] = np.maximum((d.sum(axis=1) + L * g.min(axis=1)) / pp, (d + g).max(axis=1))
+    return A, S, Dk, first
+
+
+def lower_bounds_s(problems: list[MultiClassProblem], mvecs_of, uniform: bool = False) -> list[float]:
+    """The lower bound of the module docstring for every problem; `mvecs_of(i)`: problem i's
+    micro-batch vectors (asked only for a weighted objective)."""
+    A, S, Dk, first = _terms(problems)
+    out: list[float | None] = [None] * len(problems)
+    lone: dict[int, list[int]] = defaultdict(list)  # lone-class worst-case problems by scenarios
+    for i, p in enumerate(problems):
+        if p.classes == 1 and p.objective == "max":
+            lone[len(p.coeffs)].append(i)
+    for n, idx in lone.items():
+        at = first[idx][:, None] + np.arange(n)[None, :]  # (problems, scenarios)
+        for i, b in zip(idx, _lone_min_max_relaxed([problems[i] for i in idx], A[at], S[at], Dk[at],
+                                                   uniform)):
+            out[i] = float(b)
+    for i, p in enumerate(problems):
+        if out[i] is not None:
+            continue
+        K, e = p.classes, int(first[i])
+        rows = range(len(p.coeffs))
+        a = [[float(A[e + sc * K + k]) for k in range(K)] for sc in rows]
+        s = [[float(S[e + sc * K + k]) for k in range(K)] for sc in rows]
+        d = [max(float(Dk[e + sc * K + k]) for k in range(K)) for sc in rows]
+        out[i] = (_min_max_relaxed(p, a, s, d, uniform) if p.objective == "max"
+                  else float(over_m(p, mvecs_of(i), a, s, d).min()))
+    return out
