@@ -18,7 +18,10 @@ between order statistics, numpy's default), measured = predicted / exp(r), so
     interval_s = [predicted_s * exp(-r_90), predicted_s * exp(-r_10)].
 
 Validation warnings: each feature the plan uses (ZeRO stage > 0, cp > 1, pp > 1, FP8) that fewer
-than MIN_VALIDATING_ROWS published rows exercise in the plan's scale band gets one line.
+than MIN_VALIDATING_ROWS published rows exercise in the plan's scale band gets one line. A plan
+on MFU_RECORD_MIN_GPUS or more GPUs whose predicted MFU is above every MFU measured on its GPU
+die in its precision at that scale (`mfu_records`) gets one line too: there the cost model is
+extrapolating, and a planner exploits optimistic errors first.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ RANK_MIN_REL_DIFF = 0.05  # measured times must differ by more than 5% to form a
 MIN_GROUP_ROWS = 5  # a comparable group smaller than this falls back to a broader one
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
 INTERVAL_QUANTILES = (0.10, 0.90)
+# the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
+# against the same records): below it single-node runs set records no cluster plan is held to
+MFU_RECORD_MIN_GPUS = 256
 
 
 def scale_band(num_gpus: int) -> str:
@@ -271,8 +277,66 @@ def published_residuals() -> tuple[Residual, ...]:
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     res = published_residuals()
     trust = trust_for(plan_features(inst, plan), predicted_s, res)
-    extra = tuple(unvalidated_warnings(inst, plan, res))
+    extra = tuple(unvalidated_warnings(inst, plan, res)
+                  + mfu_record_warning(inst, predicted_s, mfu_records()))
     return replace(trust, warnings=trust.warnings + extra) if extra else trust
+
+
+def gpu_die(name: str) -> str:
+    """GPUs that share a compute die share a record (A100-SXM4-40GB and -80GB)."""
+    return name.split("-")[0]
+
+
+def measured_mfu(row: dict, inst: Instance) -> float:
+    """A published row's model FLOPs utilisation: its measured tokens per second times the
+    model FLOPs per token (cost/flops.model_flops_per_token, the definition every plan's MFU
+    uses) over its GPUs' bf16 peak (FP8 runs too, as their sources count them)."""
+    from paraplan.cost.flops import model_flops_per_token
+    tokens_per_s = inst.job.global_batch * inst.model.seq_len / float(row["measured"]["iter_time_s"])
+    return tokens_per_s * model_flops_per_token(inst.model) / (
+        inst.cluster.num_gpus * inst.cluster.gpu.peak_flops_per_s)
+
+
+@lru_cache(maxsize=1)
+def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
+    """(GPU die, precision) -> (the best measured MFU among the published rows on
+    MFU_RECORD_MIN_GPUS or more GPUs, that row's id)."""
+    from paraplan.cost.calibration import load_published, row_to_instance_plan
+    from paraplan.cost.loader import load_catalogue
+    cat = load_catalogue()
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    for row in load_published():
+        if row["cluster"]["num_gpus"] < MFU_RECORD_MIN_GPUS:
+            continue
+        inst, _ = row_to_instance_plan(row, cat)
+        key = (gpu_die(row["cluster"]["gpu"]), row.get("precision", "bf16"))
+        mfu = measured_mfu(row, inst)
+        if mfu > best.get(key, (0.0, ""))[0]:
+            best[key] = (mfu, row["id"])
+    return best
+
+
+def mfu_record_warning(inst: Instance, predicted_s: float,
+                       records: dict[tuple[str, str], tuple[float, str]]) -> list[str]:
+    """One line when the plan's predicted MFU beats every published MFU of its die and
+    precision at MFU_RECORD_MIN_GPUS+ GPUs (module docstring); none below that scale or
+    where no record exists."""
+    from paraplan.cost.flops import model_flops_per_token
+    cl = inst.cluster
+    if cl.num_gpus < MFU_RECORD_MIN_GPUS:
+        return []
+    precision = inst.job.precision.value
+    record = records.get((gpu_die(cl.gpu.name), precision))
+    if record is None:
+        return []
+    tokens_per_s = inst.job.global_batch * inst.model.seq_len / predicted_s
+    mfu = tokens_per_s * model_flops_per_token(inst.model) / (cl.num_gpus * cl.gpu.peak_flops_per_s)
+    best, row_id = record
+    if mfu <= best:
+        return []
+    return [f"MFU {100 * mfu:.1f}% is {100 * (mfu - best):.1f} points above the best MFU published"
+            f" on {gpu_die(cl.gpu.name)} ({precision}) at {MFU_RECORD_MIN_GPUS}+ GPUs"
+            f" ({100 * best:.1f}%, {row_id}): the cost model is unchecked at this efficiency"]
 
 
 def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) -> list[str]:

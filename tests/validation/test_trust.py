@@ -161,3 +161,42 @@ def test_plan_json_carries_trust(capsys):
     assert {"interval_s", "group", "rows", "warnings"} <= trust.keys()
     lo, hi = trust["interval_s"]
     assert 0 < lo <= hi and trust["rows"] >= 5 and isinstance(trust["warnings"], list)
+
+
+def test_mfu_record_warning_above_the_published_record_only():
+    # GPT-3 175B on 1,024 A100 (the README's headline instance). With MFU = tokens/s x model
+    # FLOPs per token / (GPUs x peak), a predicted time T gives MFU m exactly when
+    # T = global batch x seq x FLOPs per token / (m x GPUs x peak). A made-up record of 50% on
+    # A100 bf16: a time for 51% warns "1.0 points above ... (50.0%, row-x)", one for 49.9%
+    # does not, and the same instance cut to 128 GPUs (below the 256-GPU records) never does.
+    from dataclasses import replace
+
+    from paraplan.cost.flops import model_flops_per_token
+    from paraplan.cost.loader import load_instance
+    from paraplan.cost.trust import mfu_record_warning
+
+    inst = load_instance(REPO_ROOT / "instances" / "gpt3-175b-1024xA100.yaml")
+    cl = inst.cluster
+    work = inst.job.global_batch * inst.model.seq_len * model_flops_per_token(inst.model)
+
+    def time_for(mfu, gpus=cl.num_gpus):
+        return work / (mfu * gpus * cl.gpu.peak_flops_per_s)
+    records = {("A100", "bf16"): (0.50, "row-x")}
+    (line,) = mfu_record_warning(inst, time_for(0.51), records)
+    assert line.startswith("MFU 51.0% is 1.0 points above the best MFU published on A100 (bf16)")
+    assert "(50.0%, row-x)" in line
+    assert mfu_record_warning(inst, time_for(0.499), records) == []
+    assert mfu_record_warning(inst, time_for(0.51), {}) == []  # no record for the die
+    small = replace(inst, cluster=replace(cl, nodes=16))
+    assert small.cluster.num_gpus == 128
+    assert mfu_record_warning(small, time_for(0.9, 128), records) == []
+
+
+def test_mfu_records_are_the_published_bests():
+    # The A100 bf16 record at 256+ GPUs is Korthikanti et al.'s 1T model on 512 A100s with
+    # sequence parallelism and selective recompute: the paper reports 56.3% MFU for it (Table
+    # 5; the row's `mfu` field), and paraplan's model-FLOPs definition gives the same.
+    from paraplan.cost.trust import mfu_records
+    mfu, row = mfu_records()[("A100", "bf16")]
+    assert row == "korthikanti22-t5-1T-sp-selective"
+    assert mfu == pytest.approx(0.563, abs=0.002)
