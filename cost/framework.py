@@ -62,7 +62,7 @@ class Behaviour:
     tp_backward_async: bool = False
     # --- HBM bytes per logit element, each micro-batch, of the memory-bound kernels run on the
     # logits (the loss forward and backward, and anything else the framework evaluates on
-    # them; not the logits GEMM's own output store); derived above _TABLE below.
+    # them; not the logits GEMM's own output store); derived in the comment before _TABLE.
     loss_bytes_per_logit: float = 12.0
 
 

@@ -34,6 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.calibration import RowResult, source_family
+from paraplan.cost.fit import die  # GPUs that share a compute die share a record
 from paraplan.cost.specs import Instance, Plan
 
 # (lowest, highest or None, label): the scale bands of the accuracy tables, in GPUs
@@ -282,11 +283,6 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     return replace(trust, warnings=trust.warnings + extra) if extra else trust
 
 
-def gpu_die(name: str) -> str:
-    """GPUs that share a compute die share a record (A100-SXM4-40GB and -80GB)."""
-    return name.split("-")[0]
-
-
 def measured_mfu(row: dict, inst: Instance) -> float:
     """A published row's model FLOPs utilisation: its measured tokens per second times the
     model FLOPs per token (cost/flops.model_flops_per_token, the definition every plan's MFU
@@ -309,7 +305,7 @@ def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
         if row["cluster"]["num_gpus"] < MFU_RECORD_MIN_GPUS:
             continue
         inst, _ = row_to_instance_plan(row, cat)
-        key = (gpu_die(row["cluster"]["gpu"]), row.get("precision", "bf16"))
+        key = (die(row["cluster"]["gpu"]), row.get("precision", "bf16"))
         mfu = measured_mfu(row, inst)
         if mfu > best.get(key, (0.0, ""))[0]:
             best[key] = (mfu, row["id"])
@@ -326,7 +322,7 @@ def mfu_record_warning(inst: Instance, predicted_s: float,
     if cl.num_gpus < MFU_RECORD_MIN_GPUS:
         return []
     precision = inst.job.precision.value
-    record = records.get((gpu_die(cl.gpu.name), precision))
+    record = records.get((die(cl.gpu.name), precision))
     if record is None:
         return []
     tokens_per_s = inst.job.global_batch * inst.model.seq_len / predicted_s
@@ -335,7 +331,7 @@ def mfu_record_warning(inst: Instance, predicted_s: float,
     if mfu <= best:
         return []
     return [f"MFU {100 * mfu:.1f}% is {100 * (mfu - best):.1f} points above the best MFU published"
-            f" on {gpu_die(cl.gpu.name)} ({precision}) at {MFU_RECORD_MIN_GPUS}+ GPUs"
+            f" on {die(cl.gpu.name)} ({precision}) at {MFU_RECORD_MIN_GPUS}+ GPUs"
             f" ({100 * best:.1f}%, {row_id}): the cost model is unchecked at this efficiency"]
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
-from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, gpu_die, mfu_records, workload_key
+from paraplan.cost.fit import die
+from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, mfu_records, workload_key
 from paraplan.solver.planner import OPTIMAL, plan
 
 MIN_GPUS = MFU_RECORD_MIN_GPUS  # 256
@@ -50,7 +51,7 @@ def _workloads():
     for row in load_published():
         if row["cluster"]["num_gpus"] >= MIN_GPUS:
             inst, _ = row_to_instance_plan(row, cat)
-            cls = gpu_die(row["cluster"]["gpu"]), row.get("precision", "bf16")
+            cls = die(row["cluster"]["gpu"]), row.get("precision", "bf16")
             firsts.setdefault(workload_key(row), (row["id"], inst, cls))
     # the best measured MFU per (GPU die, precision) at 256+ GPUs: the records `paraplan plan`
     # warns above (cost/trust.mfu_records, measured_mfu)
