@@ -31,7 +31,7 @@ from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtit
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
-                        Outer, Precision, Recompute)
+                        Outer, PipelineSchedule, Precision, Recompute)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -299,8 +299,10 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     parts["tp_comm"] += tp_f + tp_b
     overlapped = dict(lt.overlapped)
     a2a_f, a2a_b, hidden = x.a2a_f_s, x.a2a_b_s, 0.0
-    if moe.a2a_overlap_applies(inst.job, o) and x.a2a_f_s + x.a2a_b_s > 0:
-        # combined 1F1B: the all-to-alls hide behind the paired micro-batch's compute; what
+    if ((moe.a2a_overlap_applies(inst.job, o) or moe.dualpipe_applies(inst.job, o))
+            and x.a2a_f_s + x.a2a_b_s > 0):
+        # combined 1F1B, or DualPipe's forward/backward chunk pairs (cost/dualpipe.py): the
+        # all-to-alls hide behind the paired micro-batch's compute; what
         # shows is split between the directions in proportion (cost/moe.a2a_overlap_split).
         # The hidden seconds slow that compute by NetEfficiency.overlap_slowdown (_layer_costs).
         exposed, hidden = moe.a2a_overlap_split(x.a2a_f_s + x.a2a_b_s, parts["compute"])
@@ -560,10 +562,16 @@ def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, 
 
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
           reserve_bytes: float = 0.0, placement: Placement | None = None,
-          layer_fn=megatron_layer) -> StageCoefficients:
+          layer_fn=megatron_layer, dualpipe: bool = False) -> StageCoefficients:
     """Coefficients of `outer` on `inst`. `placement` (default: the homogeneous cluster in
     Megatron-LM rank order) says which GPU and links each stage uses; `layer_fn` prices one
-    layer on one site (default: Megatron 1-D tensor parallelism)."""
+    layer on one site (default: Megatron 1-D tensor parallelism). A DualPipe job is priced by
+    cost/dualpipe.py only (`dualpipe=True`): its schedule is not the one these coefficients
+    feed the planner's formulations."""
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE and not dualpipe:
+        raise ConfigError("job.pipeline_schedule dualpipe is priced by `paraplan simulate` only"
+                          " (cost/dualpipe.py): the planner's formulations optimise the 1F1B and"
+                          " interleaved schedules; use pipeline_schedule: 1f1b to plan")
     m = inst.model
     o = outer
     tp, cp, pp = o.tp, o.cp, o.pp

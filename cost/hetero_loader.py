@@ -125,7 +125,8 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          search_from_section)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
-from paraplan.cost.specs import Attention, GpuSpec, Instance, Link, Plan, Recompute
+from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, MoeDispatcher, PipelineSchedule, Plan,
+                                 Recompute)
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
@@ -186,6 +187,13 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
             raise InstanceError(path, f"job.{key}",
                                 "mixed clusters are planned with ep = 1, so there is no expert"
                                 " all-to-all to overlap", f"remove {key}")
+    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # the same: nothing is dispatched
+        raise InstanceError(path, "job.moe_dispatcher", "mixed clusters are planned with ep = 1,"
+                            " so no tokens travel to experts on other GPUs", "remove moe_dispatcher")
+    if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
+        raise InstanceError(path, "job.pipeline_schedule", "DualPipe is priced for one GPU type"
+                            " by `paraplan simulate` only (cost/dualpipe.py)",
+                            "remove pipeline_schedule, or plan a homogeneous cluster")
     search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)

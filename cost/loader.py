@@ -51,6 +51,10 @@ Instance file (units in the key names; "required" unless a default is given)::
                                      # interleaved; needs search full_recompute: false)
       moe_shared_expert_overlap: false  # MoE: Megatron-core's --moe-shared-expert-overlap (the
                                      # shared expert under the all-to-alls; ep > 1)
+      pipeline_schedule: 1f1b        # 1f1b (interleaved with virtual_stages > 1) | dualpipe
+                                     # (DeepSeek-V3's; `paraplan simulate` only, cost/dualpipe.py)
+      moe_dispatcher: alltoall       # MoE: alltoall (Megatron-core's) | deepep (one copy per
+                                     # destination node, FP8 dispatch in FP8 jobs; cost/moe.py)
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -146,7 +150,8 @@ from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown 
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
-                        ModelSpec, MoeSpec, Optimizer, Plan, Precision, Recompute, SearchSpace)
+                        ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
+                        Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -170,14 +175,14 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "
                "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled",
                "moe")
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "capacity_factor",
-            "imbalance")
+            "imbalance", "max_nodes_per_token")
 # ModelSpec fields whose YAML key differs from the field's name
 _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
-            "moe_a2a_overlap", "moe_shared_expert_overlap")
+            "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -640,6 +645,10 @@ def _check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: Sea
                             "Megatron-core refuses full recomputation with"
                             " --overlap-moe-expert-parallel-comm, and the search space allows it",
                             "add search: full_recompute: false, or remove moe_a2a_overlap")
+    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL and model.moe is None:
+        raise InstanceError(source, "job.moe_dispatcher",
+                            f"{model.name} is dense: there are no tokens to dispatch to experts",
+                            "remove moe_dispatcher, or give the model a moe: section")
     if job.moe_shared_expert_overlap and not model.moe.shared_ffn:
         raise InstanceError(source, "job.moe_shared_expert_overlap",
                             f"{model.name} has no shared expert (model.moe.shared_ffn) to run"
@@ -893,10 +902,12 @@ def moe_from_section(sec: Section, layers: int) -> MoeSpec:
                         " layers for experts", "give fewer dense_layers than layers, or drop moe"
                         " for a dense model")
     cap = sec.number("capacity_factor", None) if sec.has_value("capacity_factor") else None
+    nodes = sec.integer("max_nodes_per_token") if sec.has_value("max_nodes_per_token") else None
     with config_errors_as(sec.path, sec.prefix, "correct the MoE description"):
         return MoeSpec(experts=experts, top_k=top_k, expert_ffn=sec.integer("expert_ffn"),
                        shared_ffn=sec.integer("shared_ffn", 0), dense_layers=dense,
-                       capacity_factor=cap, imbalance=sec.number("imbalance", None))
+                       capacity_factor=cap, imbalance=sec.number("imbalance", None),
+                       max_nodes_per_token=nodes)
 
 
 def _lines(sec: Section, key: str) -> tuple[str, ...]:
@@ -962,6 +973,14 @@ def job_from_section(sec: Section) -> JobSpec:
     if sec.boolean("moe_a2a_overlap", False) and sec.boolean("moe_shared_expert_overlap", False):
         raise sec.error("moe_shared_expert_overlap", "Megatron-core refuses it beside"
                         " --overlap-moe-expert-parallel-comm (moe_a2a_overlap)", "keep one of the two")
+    schedule = sec.choice("pipeline_schedule", enum_values(PipelineSchedule),
+                          PipelineSchedule.ONE_F_ONE_B.value)
+    if schedule == PipelineSchedule.DUALPIPE.value:
+        for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
+            if sec.boolean(key, False):
+                raise sec.error(key, "DualPipe overlaps every all-to-all with the paired"
+                                " forward/backward chunk's compute itself (cost/dualpipe.py)",
+                                f"remove {key}, or use pipeline_schedule: 1f1b")
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -972,6 +991,9 @@ def job_from_section(sec: Section) -> JobSpec:
             tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
             moe_a2a_overlap=sec.boolean("moe_a2a_overlap", False),
             moe_shared_expert_overlap=sec.boolean("moe_shared_expert_overlap", False),
+            pipeline_schedule=PipelineSchedule(schedule),
+            moe_dispatcher=MoeDispatcher(sec.choice("moe_dispatcher", enum_values(MoeDispatcher),
+                                                    MoeDispatcher.ALLTOALL.value)),
         )
 
 
@@ -1145,6 +1167,10 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["moe_a2a_overlap"] = True
     if inst.job.moe_shared_expert_overlap:
         job["moe_shared_expert_overlap"] = True
+    if inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
+        job["pipeline_schedule"] = inst.job.pipeline_schedule.value
+    if inst.job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+        job["moe_dispatcher"] = inst.job.moe_dispatcher.value
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}

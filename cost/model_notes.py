@@ -14,7 +14,7 @@ from __future__ import annotations
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
 from paraplan.cost.hetero_specs import HeteroInstance
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Plan
 
 
 def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) -> list[str]:
@@ -55,6 +55,17 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
         if not shared_overlap_applies(inst.job, plan.outer):
             lines.append("job.moe_shared_expert_overlap: this plan has ep = 1, so there is no"
                          " all-to-all to run the shared expert under")
+    if (m.moe is not None and m.moe.max_nodes_per_token is not None
+            and getattr(inst.job, "moe_dispatcher", None) is not MoeDispatcher.DEEPEP):
+        lines.append("model.moe.max_nodes_per_token changes no traffic with Megatron-core's"
+                     " all-to-all dispatcher (every routed copy travels to its expert's GPU);"
+                     " it counts with job.moe_dispatcher: deepep, which sends a token once per"
+                     " node (cost/moe.py)")
+    if (getattr(inst.job, "pipeline_schedule", None) is PipelineSchedule.DUALPIPE
+            and isinstance(plan, Plan)):
+        lines.append("DualPipe: the stages listed are devices (device d holds stages d and"
+                     " pp - 1 - d); the bubble is DualPipe's formula for equal chunks, and"
+                     " its memory counts both stages' transient buffers (cost/dualpipe.py)")
     if m.moe is not None and inst.job.precision.value == "fp8":
         lines.append("FP8: Transformer Engine's cached FP8 copies of the routed experts' weights"
                      " are not counted in memory, nor their cast once per iteration")

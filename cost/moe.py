@@ -33,6 +33,17 @@ are routed, so no factor applies. Default DEFAULT_IMBALANCE below.
 
 The all-to-all's traffic to peers inside the NVLink domain (cluster.domain_gpus) goes over
 NVLink, the rest over the GPU's own NIC; the two run at once, so the slower sets the time.
+
+With job.moe_dispatcher: deepep (DeepSeek's DeepEP normal kernels, deepseek-ai/DeepEP at
+edbb1bc; DeepSeek-V3 report, arXiv 2412.19437 Sec. 3.2.2) a token crosses the network once per
+destination NVLink domain, to the rank with its own in-domain index, which forwards it over
+NVLink to the ranks holding its experts there (DeepEP's get_dispatch_layout counts a token once
+per RDMA rank, is_in_rdma_rank, and once per destination rank); with node-limited routing
+(model.moe.max_nodes_per_token, M) a token reaches at most M domains (deepep_copies). In an
+FP8 job the dispatch-direction all-to-alls (forward dispatch, and in backward the gradient of
+the combine, which DeepEP runs with its dispatch kernel) carry FP8 with one fp32 scale per 128
+elements, the combine-direction ones bf16 (DeepEP's README: DeepSeek-V3's pretraining setting,
+"FP8 dispatching and BF16 combining"; tests/test_internode.py's fp8_factor (1 + 4/128) / 2).
 """
 
 from __future__ import annotations
@@ -43,7 +54,8 @@ from typing import Callable
 from paraplan.cost import comm
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
-from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, Link, Mlp, Outer
+from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, Link, Mlp, MoeDispatcher, Outer,
+                                 PipelineSchedule, Precision)
 
 # Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
 # arXiv 2408.15664), for routing trained with load balancing (Mixtral, Qwen3-MoE, DeepSeek-V3):
@@ -62,6 +74,53 @@ IMBALANCE_RANGE = (1.0, 1.5)
 ROUTER_LOGIT_BYTES = 4
 # Permute and unpermute: each reads and writes every routed copy's hidden vector once.
 PERMUTE_PASSES = 2
+
+
+# FP8 dispatch bytes per element: one e4m3 byte plus one fp32 scale per 128 elements (DeepSeek-V3's
+# 1 x 128 activation tiles; DeepEP tests/test_internode.py: fp8_factor = (1 + 4 / 128) / 2 of bf16)
+FP8_DISPATCH_BYTES_PER_ELEMENT = 1 + 4 / 128
+
+
+def deepep_copies(m, ep: int, per_domain: int) -> tuple[float, float]:
+    """(network, NVLink) copies of one token's hidden vector that one rank sends per DeepEP
+    dispatch (or receives per combine), before imbalance (module docstring).
+
+    Routing is taken as uniform over the ep group's ranks (balanced experts): of N = ep /
+    per_domain domains, a token's top_k experts fall on N (1 - (1 - 1/N)^k) distinct domains in
+    expectation, at most M with node-limited routing; its own domain is one of them with
+    probability 1/N, so (N - 1)/N of them are across the network. Inside the domains reached,
+    the copies go to the distinct destination ranks, R (1 - (1 - 1/R)^k) of the R ranks of
+    those domains, of which (g - 1)/g are not the receiving rank itself and cross NVLink."""
+    k = m.moe.top_k
+    g = max(1, min(per_domain, ep))
+    domains = ep // g
+    reached = domains * (1 - (1 - 1 / domains) ** k)
+    if m.moe.max_nodes_per_token is not None:
+        reached = min(reached, float(m.moe.max_nodes_per_token))
+    network = reached * (domains - 1) / domains
+    ranks = reached * g  # the ranks of the domains a token reaches
+    nvlink = ranks * (1 - (1 - 1 / ranks) ** k) * (g - 1) / g
+    return network, nvlink
+
+
+def deepep_time_s(token_bytes: float, m, ep: int, links: EpLinks, net: NetEfficiency) -> float:
+    """One DeepEP dispatch or combine in which one rank's tokens hold `token_bytes` (every token
+    once, its imbalance included): the network and NVLink copies (deepep_copies) flow at once,
+    the slower sets the time; one call latency plus one hop's."""
+    if ep <= 1 or token_bytes <= 0:
+        return 0.0
+    network, nvlink = deepep_copies(m, ep, links.per_domain)
+    t_inter = network * token_bytes / (links.inter.bw_bytes_per_s * net.inter_node)
+    t_intra = nvlink * token_bytes / (links.intra.bw_bytes_per_s * net.intra_node)
+    hop = links.inter.latency_s if network > 0 else links.intra.latency_s
+    return net.call_latency_s + hop + max(t_inter, t_intra)
+
+
+def dualpipe_applies(job, o: Outer) -> bool:
+    """Whether job.pipeline_schedule dualpipe pairs this configuration's forward and backward
+    chunks so that each one's all-to-alls run under the other's compute (cost/dualpipe.py):
+    a pipeline and expert parallelism."""
+    return job.pipeline_schedule is PipelineSchedule.DUALPIPE and o.ep > 1 and o.pp > 1
 
 
 def a2a_overlap_applies(job, o: Outer) -> bool:
@@ -168,6 +227,7 @@ class ExpertTerms:
     tp_b_s: float
     act_bytes: float
     params: float  # expert weight parameters one GPU holds
+    wgrad_s: float = 0.0  # backward's weight-gradient GEMMs (router and experts)
 
 
 def routed_tokens(m, b: int, cp: int, ep: int) -> float:
@@ -236,7 +296,15 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
     compute_b = 2 * (router + gemms) + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
 
-    a2a = 2 * all_to_all_time_s(a2a_bytes(m, b, tp, cp, sp, o.ep), o.ep, links, net)  # dispatch + combine
+    if inst.job.moe_dispatcher is MoeDispatcher.DEEPEP and isinstance(links, EpLinks):
+        # every token once (imbalance included), copied as deepep_copies says
+        token_bytes = routed / moe.top_k * h * BF16_BYTES / (tp if sp else 1)
+        fp8 = inst.job.precision is Precision.FP8
+        dispatch = deepep_time_s(token_bytes * (FP8_DISPATCH_BYTES_PER_ELEMENT / BF16_BYTES if fp8 else 1),
+                                 m, o.ep, links, net)
+        a2a = dispatch + deepep_time_s(token_bytes, m, o.ep, links, net)
+    else:
+        a2a = 2 * all_to_all_time_s(a2a_bytes(m, b, tp, cp, sp, o.ep), o.ep, links, net)  # dispatch + combine
     link, inter = tp_link
     tp_pair = 2 * comm.all_gather_time_s(routed * h * BF16_BYTES, tp, link, inter, net)
 
@@ -247,5 +315,8 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     act = (routed * h * BF16_BYTES + (n_in + 1) * routed * fe / tp * BF16_BYTES
            + routed * h * BF16_BYTES / tp + tokens / split * moe.experts * ROUTER_LOGIT_BYTES)
     params = local * (n_in + 1) * h * fe / tp
+    # the weight-gradient GEMMs of backward (the router's and the experts'), each the size of
+    # its forward GEMM: what DualPipe defers into the bubble (cost/dualpipe.py)
     return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a, a2a_b_s=a2a,
-                       tp_f_s=tp_pair, tp_b_s=tp_pair, act_bytes=act, params=params)
+                       tp_f_s=tp_pair, tp_b_s=tp_pair, act_bytes=act, params=params,
+                       wgrad_s=router + gemms)

@@ -84,6 +84,9 @@ RANGES: dict[str, Range] = {
                              " and Switch train with 1 to 2; 64 is beyond any published"),
     "imbalance": Range(1, 64, "", "busiest expert-parallel rank's routed tokens over the mean:"
                        " 1 is perfect balance; 64 is beyond any published routing statistic"),
+    "max_nodes_per_token": Range(1, 1_000_000, "", "NVLink domains a token's experts may span"
+                                 " (node-limited routing; DeepSeek-V3: 4); at most a node count",
+                                 integer=True),
     "ep": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     # --- cluster (instance `cluster:`, part files, node groups, calibration rows) ------------
     "nodes": Range(1, 1_000_000, "", "10x the nodes of the largest clusters announced",

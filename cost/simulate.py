@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import schedule
+from paraplan.cost import dualpipe, schedule
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.cost.partition import plan_layer_fn
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance, PipelineSchedule, Plan
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class Breakdown:
 def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
              reserve_bytes: float = 0.0, coeffs: StageCoefficients | None = None) -> Breakdown:
     plan.check_against(inst)
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return _simulate_dualpipe(inst, plan, net, reserve_bytes)
     c = coeffs if coeffs is not None else build(inst, plan.outer, net, reserve_bytes,
                                                 layer_fn=plan_layer_fn(plan.partitions))
     n = np.array(plan.layers_per_stage, float)
@@ -90,3 +92,38 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
         for s in range(plan.pp))
     return Breakdown(iter_time_s=iter_time, tokens_per_s=tokens_per_s, mfu=mfu, exposed_s=exposed,
                      overlapped_s=overlapped, stages=stages, bottleneck_stage=k)
+
+
+def _simulate_dualpipe(inst: Instance, plan: Plan, net: NetEfficiency,
+                       reserve_bytes: float) -> Breakdown:
+    """A DualPipe plan (cost/dualpipe.py): the breakdown of its bottleneck device d, which
+    holds stages d and pp - 1 - d; `stages` lists devices."""
+    it = dualpipe.iteration(inst, plan, net, reserve_bytes)
+    c, k, m = it.coeffs, it.bottleneck_device, plan.num_micro_batches
+    n = np.array(plan.layers_per_stage, float)
+    r = np.array(plan.full_recompute_layers, float)
+    pair = (k, plan.pp - 1 - k)
+    layers_k = float(n[pair[0]] + n[pair[1]])
+    exposed = {name: m / 2 * layers_k * val for name, val in c.layer_parts.items()}
+    exposed["recompute"] = m / 2 * sum(r[s] * c.recompute_time_s[s] for s in pair)
+    for s in pair:
+        for name, val in c.stage_parts[s].items():
+            exposed[name] = exposed.get(name, 0.0) + m / 2 * val
+    exposed["pipeline_bubble"] = it.bubble_s
+    exposed["grad_sync_and_optimizer"] = float(it.sync_s.max())
+    exposed = {key: float(val) for key, val in exposed.items()}
+    assert abs(sum(exposed.values()) - it.iter_time_s) <= 1e-9 * max(1.0, it.iter_time_s)
+    overlapped = {name: float(m / 2 * layers_k * val) for name, val in c.overlapped_per_layer_s.items()
+                  if name != "dp_grad_sync"}
+    overlapped["dp_grad_sync"] = float(layers_k * c.overlapped_per_layer_s.get("dp_grad_sync", 0.0))
+    tokens_per_s = inst.job.global_batch * inst.model.seq_len / it.iter_time_s
+    mfu = tokens_per_s * model_flops_per_token(inst.model) / (
+        inst.cluster.num_gpus * inst.cluster.gpu.peak_flops_per_s)
+    stages = tuple(
+        StageReport(stage=d, layers=int(it.layers[d]), full_recompute_layers=int(it.recompute_layers[d]),
+                    time_per_micro_batch_s=float(it.time_per_micro_batch_s[d]),
+                    sync_time_s=float(it.sync_s[d]), mem_bytes=float(it.mem_bytes[d]),
+                    capacity_bytes=float(it.capacity_bytes[d]))
+        for d in range(plan.pp))
+    return Breakdown(iter_time_s=it.iter_time_s, tokens_per_s=tokens_per_s, mfu=mfu,
+                     exposed_s=exposed, overlapped_s=overlapped, stages=stages, bottleneck_stage=k)

@@ -54,6 +54,28 @@ class Attention(str, Enum):
     STANDARD = "standard"  # unfused softmax(QK^T)V: scores stored (Korthikanti's 5as/h term)
 
 
+class PipelineSchedule(str, Enum):
+    """How pipeline stages order their forward and backward passes (job.pipeline_schedule)."""
+
+    # Megatron-LM's 1F1B, interleaved where the plan has virtual_stages > 1
+    # (cost/schedule.py); what the planner's formulations optimise over
+    ONE_F_ONE_B = "1f1b"
+    # DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437 Sec. 3.2.1; deepseek-ai/DualPipe):
+    # priced by `paraplan simulate` only (cost/dualpipe.py)
+    DUALPIPE = "dualpipe"
+
+
+class MoeDispatcher(str, Enum):
+    """How an MoE layer's tokens reach their experts (job.moe_dispatcher, cost/moe.py)."""
+
+    # Megatron-core's MoEAlltoAllTokenDispatcher: NCCL all-to-all, one bf16 copy per routed
+    # (token, expert) pair to the expert's rank
+    ALLTOALL = "alltoall"
+    # DeepSeek's DeepEP normal kernels (deepseek-ai/DeepEP): one copy per destination node over
+    # the network, forwarded over NVLink inside it; FP8 dispatch in FP8 jobs, bf16 combine
+    DEEPEP = "deepep"
+
+
 class Optimizer(str, Enum):
     """The optimizer and how its state is laid out in memory (cost/memory.state_layout)."""
 
@@ -93,6 +115,10 @@ class MoeSpec:
     dense_layers: int = 0
     capacity_factor: float | None = None
     imbalance: float | None = None  # None: cost/moe.DEFAULT_IMBALANCE
+    # node-limited routing (DeepSeek-V3, arXiv 2412.19437 Sec. 3.2.2: "each token will be sent
+    # to at most M nodes", M = 4): the router picks each token's experts on at most this many
+    # of the expert-parallel group's NVLink domains; None: unrestricted (cost/moe.py)
+    max_nodes_per_token: int | None = None
 
     def __post_init__(self) -> None:
         if self.experts < 2:
@@ -105,6 +131,8 @@ class MoeSpec:
             raise ConfigError("model.moe.capacity_factor must be >= 1 (or left out: dropless)")
         if self.imbalance is not None and self.imbalance < 1.0:
             raise ConfigError("model.moe.imbalance must be >= 1 (the busiest rank over the mean)")
+        if self.max_nodes_per_token is not None and self.max_nodes_per_token < 1:
+            raise ConfigError("model.moe.max_nodes_per_token must be >= 1 (or left out: unrestricted)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,6 +331,11 @@ class JobSpec:
     # while the dispatch and combine all-to-alls are in flight (ep > 1, a shared expert; not
     # with moe_a2a_overlap, which Megatron-core refuses beside it)
     moe_shared_expert_overlap: bool = False
+    # pipeline schedule: 1F1B / interleaved (default, planned) or DeepSeek's DualPipe (priced
+    # by simulate only: cost/dualpipe.py says why the planner refuses it)
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    # MoE token dispatcher: Megatron-core's all-to-all (default) or DeepEP (cost/moe.py)
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -323,6 +356,9 @@ class JobSpec:
                               f" --overlap-moe-expert-parallel-comm, which only framework megatron"
                               f" runs (job.framework: {self.framework.value}); remove"
                               f" moe_a2a_overlap or set framework: megatron")
+        if self.pipeline_schedule is PipelineSchedule.DUALPIPE and self.moe_a2a_overlap:
+            raise ConfigError("job.pipeline_schedule dualpipe overlaps the all-to-alls itself"
+                              " (forward/backward chunk pairs); remove moe_a2a_overlap")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ def cmd_simulate(args) -> int:
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_simulate(args)
-    inst = load_from_args(args)
+    inst = load_from_args(args, simulate_only=True)
     plan = load_plan(args.plan, inst)
     try:
         bd = simulate(inst, plan)

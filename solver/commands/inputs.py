@@ -44,8 +44,10 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
                             " for configs without a maximum length, e.g. BLOOM)")
 
 
-def load_from_args(args: argparse.Namespace) -> Instance:
-    """The instance the arguments added by add_instance_args describe."""
+def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Instance:
+    """The instance the arguments added by add_instance_args describe. A DualPipe job
+    (job.pipeline_schedule) is priced by `paraplan simulate` only (cost/dualpipe.py): every
+    other command refuses it here, in one line, unless `simulate_only`."""
     from paraplan.cost.loader import load_instance_parts
 
     instance = getattr(args, "instance", None)
@@ -65,6 +67,12 @@ def load_from_args(args: argparse.Namespace) -> Instance:
     if overrides:
         from paraplan.cost.loader import override_search
         inst = override_search(inst, overrides, SEARCH_SOURCE)
+    from paraplan.cost.specs import PipelineSchedule
+    if inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B and not simulate_only:
+        raise InstanceError(inst.source, "job.pipeline_schedule",
+                            "dualpipe is priced by `paraplan simulate` only: the planner's"
+                            " formulations optimise the 1F1B and interleaved schedules (cost/dualpipe.py)",
+                            "use pipeline_schedule: 1f1b to plan, or simulate a plan file")
     return inst
 
 

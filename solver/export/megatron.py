@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, PipelineSchedule, Plan,
+                                 Precision, Recompute)
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks)
 
@@ -51,10 +52,33 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                             " Megatron-LM needs seq_len divisible by 2 * cp (validate_args)")
     _recompute(d)
     _vocab(d)
+    _deepseek_options(d)
     if d.inst.job.precision is Precision.FP8:
         d.note("FP8 runs through Transformer Engine (--fp8-format hybrid, delayed per-tensor"
                " scaling): install it with Megatron-LM")
     return d.done()
+
+
+def _deepseek_options(d: Deviations) -> None:
+    """DeepSeek-V3's schedule and dispatcher (job.pipeline_schedule dualpipe, job.moe_dispatcher
+    deepep) are not emitted: Megatron-LM has no DualPipe, and its flex dispatcher's DeepEP
+    backend is not exported yet; the emitted plan runs (and is re-priced with) 1F1B and the
+    all-to-all dispatcher. Node-limited routing is a property of the trained router, named in a
+    note (TransformerConfig's moe_router_num_groups / moe_router_group_topk)."""
+    job = d.inst.job
+    if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
+        d.deviate("job.pipeline_schedule dualpipe: Megatron-LM has no DualPipe schedule;"
+                  " emitted 1F1B")
+        d.set_job(pipeline_schedule=PipelineSchedule.ONE_F_ONE_B)
+    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+        d.deviate("job.moe_dispatcher deepep: the export writes Megatron-core's all-to-all token"
+                  " dispatcher (its flex dispatcher's DeepEP backend is not exported yet)")
+        d.set_job(moe_dispatcher=MoeDispatcher.ALLTOALL)
+    moe = d.inst.model.moe
+    if moe is not None and moe.max_nodes_per_token is not None:
+        d.note(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing is"
+               " the router's; set moe_router_num_groups to the nodes of the ep group and"
+               f" moe_router_group_topk to {moe.max_nodes_per_token} (not emitted)")
 
 
 def _recompute(d: Deviations) -> None:

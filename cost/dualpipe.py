@@ -1,0 +1,160 @@
+"""DeepSeek's DualPipe schedule (job.pipeline_schedule: dualpipe): one iteration's time and
+memory per device, from the same per-stage coefficients the 1F1B schedule uses.
+
+Sources: DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv 2412.19437, Sec. 3.2.1-3.2.2; the
+schedule's code and its bubble / memory table in deepseek-ai/DualPipe (commit 3da1bbe,
+README.md "Pipeline Bubbles and Memory Usage Comparison"; dualpipe/dualpipe.py).
+
+Layout. The model is cut into pp stages as for 1F1B (the plan's layers_per_stage and
+full_recompute_layers, stage s holding n_s layers); device d holds stage d and stage
+pp - 1 - d, and micro-batches enter from both ends, half from each (DualPipe.step: pp even,
+the micro-batch count even and at least 2 pp). So every stage's weights live on two devices
+("Parameter per device 2x"), whose gradients join the data-parallel reduction.
+
+Time. In the steady state each device runs, for every micro-batch of each direction, one
+forward and one backward chunk of each of its stages, a forward chunk of one micro-batch
+paired with a backward chunk of another so that each one's all-to-alls run under the other's
+compute (the report's Figure 4; cost/coefficients.moe_layer prices a layer's pair with the
+hidden seconds slowing compute by NetEfficiency.overlap_slowdown, as every overlap in cost/
+does: DeepSeek gives 20 of the H800's 132 SMs to communication while it runs, 15% of them,
+within the 0.10-0.40 range that constant is measured over). With T_s the paired forward +
+backward time of one micro-batch on stage s (coefficients + cost/schedule.stage_times_s):
+
+    steady_d = m / 2 * (T_d + T_{pp-1-d})
+    bubble   = (pp/2 - 1) * max_d (U_d + U_{pp-1-d}) / 2,   U_s = T_s + B_s - 3 W_s
+    iteration = max_d steady_d + bubble + max_d (D_d + D_{pp-1-d})
+
+The bubble is DualPipe's (PP/2 - 1)(F&B + B - 3W) of the README's table, with F&B the paired
+chunk (T_s), B a backward chunk alone (its all-to-alls exposed, recompute included) and W the
+weight-gradient GEMMs a backward chunk defers into the bubble (zero-bubble's split, dualpipe.py
+WeightGradStore); the table assumes equal chunks, so each device's two chunks are averaged and
+the largest device sets the bubble (the non-uniform case is an approximation). Stage extras
+(embedding, output layer, hand-offs, dense prefix) enter T_s and so U_s, but not B_s or W_s.
+D_s is the stage's gradient sync and optimizer step (both stages of a device sync).
+
+Memory. A device holds both stages' state (weights, gradients, optimizer shards: 2x the
+parameters) and "PP + 1" chunks' activations (the README's table), taken as (pp + 1) / 2
+micro-batches of each of its two stages; the CUDA context and NCCL buffers once; the two
+stages' transient buffers are both counted (conservative).
+
+Why `paraplan simulate` only: the planner's formulations (DP, CP-SAT, MILP, bounds) optimise
+m T_max + (sum T - T_max) / v over stages; DualPipe pairs stage d with pp - 1 - d and has a
+bubble of another form, so planning it needs a new objective in every backend.
+cost/coefficients.build refuses a DualPipe job unless this module asks (dualpipe=True), so no
+planner can price it as 1F1B by mistake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.cost import coefficients, memory, moe, schedule
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.errors import ConfigError
+from paraplan.cost.flops import layer_matmuls, moe_attention_view
+from paraplan.cost.specs import Instance, PipelineSchedule, Plan, Precision
+
+
+@dataclass(frozen=True)
+class DualPipeIteration:
+    """One DualPipe iteration, per device d (holding stages d and pp - 1 - d)."""
+
+    iter_time_s: float
+    bottleneck_device: int
+    steady_s: np.ndarray  # m/2 (T_d + T_mirror)
+    bubble_s: float
+    sync_s: np.ndarray  # D_d + D_mirror
+    time_per_micro_batch_s: np.ndarray  # (T_d + T_mirror) / 2
+    mem_bytes: np.ndarray
+    capacity_bytes: np.ndarray
+    coeffs: coefficients.StageCoefficients
+    layers: np.ndarray  # n_d + n_mirror
+    recompute_layers: np.ndarray
+
+
+def plan_problem(plan: Plan) -> str | None:
+    """Why DualPipe cannot run this plan, or None (DualPipe.step's assertions)."""
+    if plan.pp < 2 or plan.pp % 2:
+        return f"DualPipe needs an even number of pipeline stages >= 2, the plan has pp={plan.pp}"
+    if plan.virtual_stages != 1:
+        return "DualPipe places two stages per device itself: use virtual_stages 1"
+    m = plan.num_micro_batches
+    if m % 2 or m < 2 * plan.pp:
+        return (f"DualPipe needs an even number of micro-batches >= 2 pp = {2 * plan.pp}"
+                f" (half enter from each end), the plan has {m}")
+    return None
+
+
+def mirror(pp: int) -> np.ndarray:
+    """The stage each device holds besides its own: pp - 1 - d."""
+    return pp - 1 - np.arange(pp)
+
+
+def schedule_s(t: np.ndarray, u: np.ndarray, d: np.ndarray, m: int) -> tuple[np.ndarray, float, np.ndarray]:
+    """(steady_d, bubble, sync_d) seconds of DualPipe from per-stage T_s, U_s and D_s (module
+    docstring); the iteration is steady.max() + bubble + sync.max()."""
+    pp = t.shape[-1]
+    mi = mirror(pp)
+    steady = m / 2 * (t + t[mi])
+    bubble = (pp / 2 - 1) * float(((u + u[mi]) / 2).max())
+    return steady, bubble, d + d[mi]
+
+
+def device_mem_bytes(stage_bytes: np.ndarray, runtime_bytes: float) -> np.ndarray:
+    """Per device, its two stages' bytes (each with the runtime allowance) less one runtime."""
+    return stage_bytes + stage_bytes[mirror(stage_bytes.shape[-1])] - runtime_bytes
+
+
+def _unpaired_layer_s(inst: Instance, o, site, net: NetEfficiency) -> tuple[float, float]:
+    """(B, W) of one MoE layer: its backward alone (the all-to-alls exposed) and the
+    weight-gradient GEMMs in it (each linear's forward GEMM again: BACKWARD_LINEAR_FACTOR
+    splits backward into an input- and a weight-gradient GEMM of the forward's size)."""
+    alone = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B))
+    lt = coefficients.megatron_layer(alone, o, site, net)
+    m = inst.model
+    mm = (coefficients.fp8_matmul_time_s if inst.job.precision is Precision.FP8
+          else coefficients.matmul_time_s)
+    view = moe_attention_view(m) if m.moe is not None else m
+    w = sum(mm(f, site.gpu) for f in layer_matmuls(view, o.micro_batch, o.tp, o.cp).linear_calls if f)
+    if m.moe is not None:
+        x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
+                             mm, coefficients.memory_time_s)
+        w += x.wgrad_s
+    return lt.bwd_s, w
+
+
+def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
+              reserve_bytes: float = 0.0) -> DualPipeIteration:
+    """The DualPipe iteration of `plan` (module docstring)."""
+    problem = plan_problem(plan)
+    if problem is not None:
+        raise ConfigError(problem)
+    o = plan.outer
+    c = coefficients.build(inst, o, net, reserve_bytes, dualpipe=True)
+    pp, m = plan.pp, plan.num_micro_batches
+    n = np.array(plan.layers_per_stage, float)
+    r = np.array(plan.full_recompute_layers, float)
+    mi = mirror(pp)
+
+    t = schedule.stage_times_s(c, n, r)
+    d = schedule.sync_times_s(c, n)
+    pl = coefficients.homogeneous_placement(inst.cluster, o)
+    b_layer, w_layer = _unpaired_layer_s(inst, o, pl.sites[0], net)
+    # U_s = T_s + B_s - 3 W_s: a backward chunk alone replays its recomputed layers' forwards
+    u = t + n * b_layer + r * c.recompute_time_s - 3 * n * w_layer
+    steady, bubble, sync = schedule_s(t, u, d, m)
+    k = int(np.argmax(steady))
+    iter_time = float(steady[k] + bubble + sync.max())
+
+    # memory: per micro-batch activations (coefficients hold them times the 1F1B in-flight count)
+    per_mb_act = c.layer_act_bytes / c.in_flight
+    per_mb_ckpt = c.layer_ckpt_bytes / c.in_flight
+    chunk_act = n * per_mb_act - r * (per_mb_act - per_mb_ckpt)
+    stage = c.stage_mem_bytes + n * c.layer_state_bytes + (pp + 1) / 2 * chunk_act
+    mem = device_mem_bytes(stage, memory.runtime_bytes(o.tp, o.cp, o.dp, pp))
+    return DualPipeIteration(iter_time_s=iter_time, bottleneck_device=k, steady_s=steady,
+                             bubble_s=bubble, sync_s=sync, time_per_micro_batch_s=(t + t[mi]) / 2,
+                             mem_bytes=mem, capacity_bytes=c.capacity_bytes, coeffs=c,
+                             layers=n + n[mi], recompute_layers=r + r[mi])
