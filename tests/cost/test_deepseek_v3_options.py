@@ -29,8 +29,11 @@ ANCHOR = Outer(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1
 
 
 def deepseek(**job):
+    """The bundled DeepSeek-V3-shaped instance with Megatron's all-to-all and unrestricted
+    routing unless `job` (and with_moe) say otherwise."""
     inst = load_instance(DEEPSEEK)
-    return replace(inst, job=replace(inst.job, **job))
+    inst = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, max_nodes_per_token=None)))
+    return replace(inst, job=replace(inst.job, **{"moe_dispatcher": MoeDispatcher.ALLTOALL, **job}))
 
 
 def with_moe(inst, **moe_kw):
@@ -41,7 +44,7 @@ def test_deepep_copies_by_hand():
     # ep 64 over 8 nodes of 8 (per_domain 8), top-8 routing, uniform over the 64 ranks.
     # Unrestricted: a token's 8 experts fall on 8 (1 - (7/8)^8) = 8 (1 - 0.343609...) =
     # 5.251129 distinct nodes, 7/8 of them remote: 4.594738 network copies.
-    m = load_instance(DEEPSEEK).model
+    m = deepseek().model
     net_copies, _ = moe.deepep_copies(m, 64, 8)
     assert net_copies == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8, rel=1e-12)
     assert net_copies == pytest.approx(4.594738, abs=1e-6)
