@@ -1243,7 +1243,7 @@ def plan_file_mapping(inst: Instance, plan: Plan) -> dict:
 # YAML search keys whose SearchSpace field has another name (the unit is converted at load)
 _SEARCH_FIELDS = {"memory_reserve_gib": "memory_reserve_bytes"}
 SEARCH_LIST_KEYS = ("tp", "pp", "cp", "micro_batch", "sequence_parallel", "zero", "virtual_stages",
-                    "recompute", "tensor_partitions")
+                    "recompute", "tensor_partitions", "ep")
 
 
 def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--search>") -> Instance:

@@ -269,3 +269,14 @@ def test_megatron_export_names_what_it_cannot_run(tmp_path):
     text = " ".join(e.deviations)
     assert "DualPipe" in text and "deepep" in text
     assert any("max_nodes_per_token" in n for n in e.notes)
+
+
+def test_search_ep_on_the_command_line_is_a_list():
+    # `--search ep=64` narrows the expert-parallel degrees as `search: {ep: [64]}` does (it was
+    # refused as "takes one value"); the published layout on the bundled instance
+    from paraplan.cost.loader import override_search
+    from paraplan.solver.commands.inputs import search_overrides
+    assert search_overrides(["ep=64"]) == {"ep": [64]}
+    assert search_overrides(["ep=8,64"]) == {"ep": [8, 64]}
+    inst = override_search(load_instance(DEEPSEEK), search_overrides(["ep=64", "pp=16", "tp=1", "cp=1"]))
+    assert inst.search.ep == (64,) and inst.search.pp == (16,)
