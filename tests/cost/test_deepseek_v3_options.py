@@ -280,3 +280,32 @@ def test_search_ep_on_the_command_line_is_a_list():
     assert search_overrides(["ep=8,64"]) == {"ep": [8, 64]}
     inst = override_search(load_instance(DEEPSEEK), search_overrides(["ep=64", "pp=16", "tp=1", "cp=1"]))
     assert inst.search.ep == (64,) and inst.search.pp == (16,)
+
+
+@pytest.mark.parametrize("key,value", [("moe_dispatcher", "deepep"), ("pipeline_schedule", "dualpipe")])
+def test_mixed_clusters_refuse_the_deepseek_job_options(tmp_path, key, value):
+    # mixed clusters plan ep = 1 and price 1F1B only: the keys would be silently ignored there
+    from paraplan.cost.hetero_loader import load_hetero_instance
+    raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
+    raw["job"][key] = value
+    with pytest.raises(InstanceError) as info:
+        load_hetero_instance(_write(tmp_path, raw, "h.yaml"))
+    assert info.value.field == f"job.{key}"
+
+
+def test_dualpipe_shrinks_a_dense_pipelines_bubble_to_its_formula():
+    # Llama-3 70B on 512 H100, pp 4, 64 micro-batches of 20 layers per stage: 1F1B's bubble is
+    # (sum T - max T) = 3 T for equal stages but the last's head; DualPipe's
+    # (4/2 - 1) max_d (U_d + U_{3-d}) / 2 with U = T + B - 3W of each stage: one chunk's worth,
+    # and a chunk's U is below its T (B - 3W < 0: backward is 2 forwards of GEMMs, W one)
+    inst = load_instance(ROOT / "instances" / "llama3-70b-512xH100.yaml")
+    plan = Plan(tp=2, pp=4, dp=16, cp=4, micro_batch=1, num_micro_batches=64, sequence_parallel=True,
+                zero=1, layers_per_stage=(20, 20, 20, 20), full_recompute_layers=(0, 0, 0, 0))
+    one = simulate(inst, plan)
+    dual = simulate(replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE)), plan)
+    t = [s.time_per_micro_batch_s for s in one.stages]
+    assert one.exposed_s["pipeline_bubble"] == pytest.approx(sum(t) - max(t), rel=1e-12)
+    assert 0 < dual.exposed_s["pipeline_bubble"] < max(t)
+    # no all-to-all to hide: the steady state is the same work, m/2 (T_d + T_{3-d}) = m T for
+    # the paired devices' average
+    assert dual.exposed_s["compute"] == pytest.approx(one.exposed_s["compute"], rel=1e-12)
