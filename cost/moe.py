@@ -93,7 +93,7 @@ def deepep_copies(m, ep: int, per_domain: int) -> tuple[float, float]:
     those domains, of which (g - 1)/g are not the receiving rank itself and cross NVLink."""
     k = m.moe.top_k
     g = max(1, min(per_domain, ep))
-    domains = ep // g
+    domains = ep / g  # a fraction where ep spans part of a domain: (N - 1)/N stays the remote share
     reached = domains * (1 - (1 - 1 / domains) ** k)
     if m.moe.max_nodes_per_token is not None:
         reached = min(reached, float(m.moe.max_nodes_per_token))
