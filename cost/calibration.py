@@ -174,6 +174,9 @@ class RowResult:
     predicted_iter_time_s: float | None
     reason: str | None = None  # why the row could not be modelled
     fits_memory: bool | None = None
+    # whether the modelled plan recomputes whole layers (the row's recompute, resolved as
+    # row_to_instance_plan resolves "unknown"): cost/trust.py cuts residuals by it
+    full_recompute: bool | None = None
 
     @property
     def error(self) -> float | None:
@@ -260,7 +263,8 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
         except (ConfigError, KeyError, ValueError) as e:
             out.append(RowResult(**base, predicted_iter_time_s=None, reason=str(e)))
             continue
-        out.append(RowResult(**base, predicted_iter_time_s=bd.iter_time_s, fits_memory=bd.fits))
+        out.append(RowResult(**base, predicted_iter_time_s=bd.iter_time_s, fits_memory=bd.fits,
+                             full_recompute=any(plan.full_recompute_layers)))
     return out
 
 

@@ -195,6 +195,19 @@ def tp_overlap_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
     return max(comm_s - gemm_s, comm_s / tp)
 
 
+def early_stopped_s(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, gpu: GpuSpec, mlp_out_flops: float,
+                    tp_f: float, fp8: bool) -> float:
+    """Forward seconds of one layer that a non-reentrant checkpoint does not replay
+    (cost/framework.Behaviour.recompute_early_stop): the MLP-out GEMM and its output store, its
+    tensor-parallel collective (one of the forward's two all-reduces, or of its four sequence-
+    parallel collectives), and the residual add (read 2 tensors, write 1) after it."""
+    t = b * m.seq_len / cp
+    gemm = (fp8_matmul_time_s if fp8 else _mm_time_s)(mlp_out_flops, gpu)
+    store = _mem_time_s(BF16_BYTES * t * m.hidden / (tp if sp else 1), gpu)
+    add = _mem_time_s(3 * BF16_BYTES * t * m.hidden / (tp if sp else 1), gpu)
+    return gemm + store + add + (tp_f / (4 if sp else 2) if tp > 1 else 0.0)
+
+
 def tp_backward_exposed(tp_f: float, qkv_gemm_s: float, mlp_in_gemm_s: float,
                         sp: bool) -> tuple[float, float]:
     """(exposed, hidden) seconds of one layer's backward tensor-parallel communication where the
@@ -423,11 +436,17 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
             selective_extra = attn_f
     fwd = compute_f + tp_f + cp_exp_f
     bwd = compute_b + tp_b + cp_exp_b + selective_extra
+    # what a full recompute replays: the forward, less what the framework's checkpoint stops
+    # before (Behaviour.recompute_early_stop: the MLP-out GEMM with its output store and its
+    # share of the forward's tensor-parallel collectives, and the residual add after it)
+    rc_fwd = fwd - selective_extra
+    if behaviour(inst.job.framework).recompute_early_stop:
+        rc_fwd -= early_stopped_s(m, b, tp, cp, sp, gpu, mms.linear_calls[-1], tp_f, fp8)
     fw, prec = inst.job.framework, inst.job.precision
     act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash, fw, prec)
             if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp, fw, prec))
     return LayerTerms(
-        fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - selective_extra,
+        fwd_s=fwd, bwd_s=bwd, rc_fwd_s=rc_fwd,
         parts={"compute": compute_f + compute_b + selective_extra, "tp_comm": tp_f + tp_b,
                "cp_comm_exposed": cp_exp_f + cp_exp_b},
         overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b, "tp_comm": tp_hid_f + tp_hid_b},

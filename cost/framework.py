@@ -64,6 +64,15 @@ class Behaviour:
     # logits (the loss forward and backward, and anything else the framework evaluates on
     # them; not the logits GEMM's own output store); derived in the comment before _TABLE.
     loss_bytes_per_logit: float = 12.0
+    # --- full recomputation through torch.utils.checkpoint's non-reentrant implementation,
+    # which by default stops a layer's recompute once every tensor its backward saved has
+    # been rebuilt (torch/utils/checkpoint.py, set_checkpoint_early_stop: "By default,
+    # non-reentrant checkpoint stops recomputation as soon as it has computed all needed
+    # Tensors"). A pre-norm block's last saved tensor is the MLP-out linear's input, so the
+    # MLP-out GEMM (with its tensor-parallel collective) and the residual add after it are not
+    # replayed. Megatron-LM and DeepSpeed replay whole layers with their own reentrant
+    # CheckpointFunction.
+    recompute_early_stop: bool = False
 
 
 # Loss traffic per logit element (`Behaviour.loss_bytes_per_logit`), counted per kernel, each
@@ -96,14 +105,15 @@ _TABLE = {
                                   grad_bucket_params=40e6, grad_bucket_params_zero2=40e6,
                                   fp8_weight_cache=True, tp_backward_async=True),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
-    # (training.mixed_precision_reduce = float32); DDP (dp_replicate) buckets of 25 MB (torch
+    # (training.mixed_precision_reduce = float32); full AC wraps each block in
+    # ptd_checkpoint_wrapper, whose default is the non-reentrant checkpoint; DDP (dp_replicate) buckets of 25 MB (torch
     # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients. Float8 linears are
     # torchao's Float8Linear with its default dynamic tensorwise recipe.
     Framework.TORCHTITAN: Behaviour(Framework.TORCHTITAN, gather_per_tensor=False, prefetch_params=None,
                                     max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                     grad_reduce_bytes=4, scatter_bucket_params=None,
                                     grad_bucket_params=25e6 / 4, grad_bucket_params_zero2=None,
-                                    fp8_dynamic_scaling=True),
+                                    fp8_dynamic_scaling=True, recompute_early_stop=True),
     # DeepSpeed ZeRO-3: stage3_prefetch_bucket_size 5e7 parameters, one all-gather per
     # parameter tensor ("ZeRO3 launches too many all_gathers", deepspeedai/DeepSpeed#5047;
     # gathers dominating the forward even on NVLink, #1174), gradients reduced in the
@@ -116,12 +126,13 @@ _TABLE = {
     # recipes train with mixed_precision PURE, i.e. bf16 reduce. FP8 (amp_fp8) swaps the
     # linears for plain te.Linear (`fc_type: te`, scripts/train/benchmarking/submit_benchmarks.py
     # on H100), which MPT calls without is_first_microbatch: every input and every weight is
-    # cast in a kernel of its own, each micro-batch.
+    # cast in a kernel of its own, each micro-batch. Activation checkpointing is non-reentrant
+    # (submit_benchmarks.py sets fsdp_config.activation_checkpointing_reentrant = False).
     Framework.COMPOSER: Behaviour(Framework.COMPOSER, gather_per_tensor=False, prefetch_params=None,
                                   max_reuse_distance_params=None, grad_reduce_bytes_zero3=2,
                                   grad_reduce_bytes=2, scatter_bucket_params=None,
                                   grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None,
-                                  fp8_fused_input_casts=False,
+                                  fp8_fused_input_casts=False, recompute_early_stop=True,
                                   loss_bytes_per_logit=LOSS_BYTES_FUSED_CE
                                   + COMPOSER_MPT_TRAIN_METRICS * LOSS_BYTES_TORCH_CE_METRIC_FP32),
 }

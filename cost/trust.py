@@ -5,14 +5,15 @@ e = (predicted - measured) / measured and the log error is r = ln(predicted / me
 
 Accuracy tables (`paraplan accuracy`): MAPE = mean |e| and bias = mean e per group, for each
 cut in FEATURE_CUTS (source family, GPU, ZeRO stage, cp > 1, pp > 1, precision, framework,
-scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
+activations, scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
 
 Ranking score: two rows of the same workload (same model shape, GPU, num_gpus, global batch,
 precision) whose measured iteration times differ by more than RANK_MIN_REL_DIFF form a pair; the
 model ranks the pair right when it predicts the faster row faster. That is what the planner needs.
 
 Prediction interval of a plan (`trust`): the residuals of the first group in PLAN_GROUPS with at
-least MIN_GROUP_ROWS rows; with r_10, r_90 their 10th and 90th percentiles (linear interpolation
+least MIN_GROUP_ROWS rows (groups that also match the plan's activations, stored or fully
+recomputed, come first: the model errs differently on each, see PLAN_GROUPS); with r_10, r_90 their 10th and 90th percentiles (linear interpolation
 between order statistics, numpy's default), measured = predicted / exp(r), so
 
     interval_s = [predicted_s * exp(-r_90), predicted_s * exp(-r_10)].
@@ -68,24 +69,33 @@ class Features:
     cp: int
     pp: int
     precision: str
+    activations: str  # "stored" (no or selective recompute) or "full recompute" (any layer)
 
     @property
     def band(self) -> str:
         return scale_band(self.num_gpus)
 
 
-def row_features(row: dict) -> Features:
+def activations(full_recompute: bool) -> str:
+    return "full recompute" if full_recompute else "stored"
+
+
+def row_features(row: dict, full_recompute: bool) -> Features:
+    """`full_recompute`: whether the row's modelled plan recomputes whole layers
+    (RowResult.full_recompute: a row's `recompute: unknown` resolves as its family's default)."""
     cf = row["config"]
     fam = source_family(row)
     return Features(family=fam.name, framework=fam.framework.value, gpu=row["cluster"]["gpu"],
                     num_gpus=row["cluster"]["num_gpus"], zero=cf.get("zero") or 0, cp=cf.get("cp") or 1,
-                    pp=cf["pp"], precision=row.get("precision", "bf16"))
+                    pp=cf["pp"], precision=row.get("precision", "bf16"),
+                    activations=activations(full_recompute))
 
 
 def plan_features(inst: Instance, plan: Plan) -> Features:
     return Features(family="", framework=inst.job.framework.value, gpu=inst.cluster.gpu.name,
                     num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp, pp=plan.pp,
-                    precision=inst.job.precision.value)
+                    precision=inst.job.precision.value,
+                    activations=activations(any(plan.full_recompute_layers)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,7 +111,7 @@ class Residual:
 
 def residuals(rows: Sequence[dict], results: Sequence[RowResult]) -> list[Residual]:
     """One residual per modelled row (rows without a prediction have none)."""
-    return [Residual(id=r.id, features=row_features(row), error=r.error)
+    return [Residual(id=r.id, features=row_features(row, bool(r.full_recompute)), error=r.error)
             for row, r in zip(rows, results, strict=True) if r.error is not None]
 
 
@@ -127,6 +137,7 @@ FEATURE_CUTS: dict[str, Callable[[Features], str]] = {
     "pp": lambda f: "pp > 1" if f.pp > 1 else "pp = 1",
     "precision": lambda f: f.precision,
     "framework": lambda f: f.framework,
+    "activations": lambda f: f.activations,
     "scale band": lambda f: f"{f.band} GPUs",
 }
 
@@ -196,8 +207,17 @@ def _zero(f: Features) -> str:
     return f"zero={f.zero}"
 
 
-# From the narrowest to the broadest comparable group: (description, key of a row's features)
+# From the narrowest to the broadest comparable group: (description, key of a row's features).
+# The groups that match the plan's activations come first: stored activations (no or selective
+# recompute) and full recomputation err differently (Megatron bf16: Korthikanti et al.'s sp +
+# selective rows are predicted 2.8-5.2% fast while their full-recompute twins sit within
+# -1.4..+3.5%, `paraplan accuracy`), and a planner's optimum is usually the former.
 PLAN_GROUPS: tuple[tuple[str, Callable[[Features], tuple]], ...] = (
+    ("framework, zero, cp, pp, precision, activations, scale band",
+     lambda f: (f.framework, f.zero, f.cp > 1, f.pp > 1, f.precision, f.activations, f.band)),
+    ("framework, zero, cp, pp, precision, activations",
+     lambda f: (f.framework, f.zero, f.cp > 1, f.pp > 1, f.precision, f.activations)),
+    ("framework, precision, activations", lambda f: (f.framework, f.precision, f.activations)),
     ("framework, zero, cp, pp, precision, scale band",
      lambda f: (f.framework, f.zero, f.cp > 1, f.pp > 1, f.precision, f.band)),
     ("framework, zero, cp, pp, precision", lambda f: (f.framework, f.zero, f.cp > 1, f.pp > 1, f.precision)),
@@ -210,7 +230,8 @@ PLAN_GROUPS: tuple[tuple[str, Callable[[Features], tuple]], ...] = (
 def _describe(f: Features, level: str) -> str:
     parts = {"framework": f"framework={f.framework}", "zero": _zero(f),
              "cp": "cp > 1" if f.cp > 1 else "cp = 1", "pp": "pp > 1" if f.pp > 1 else "pp = 1",
-             "precision": f"precision={f.precision}", "scale band": f"{f.band} GPUs"}
+             "precision": f"precision={f.precision}", "activations": f"activations {f.activations}",
+             "scale band": f"{f.band} GPUs"}
     if level == "all rows":
         return "all rows"
     return ", ".join(parts[name] for name in level.split(", "))

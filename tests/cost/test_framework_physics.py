@@ -257,6 +257,33 @@ def test_fp8_weight_casts_once_per_iteration_where_megatron_caches_them():
     assert com.per_iteration_s == 0 and com.bwd_s == pytest.approx(meg.bwd_s, rel=1e-12)
 
 
+def test_non_reentrant_checkpoint_stops_the_recompute_before_the_mlp_out_gemm():
+    # torch.utils.checkpoint's non-reentrant implementation (Composer's FSDP activation
+    # checkpointing as llm-foundry benchmarks it, torchtitan's full AC) stops a block's
+    # recompute once every tensor saved for backward is rebuilt; the last is MLP-out's input,
+    # so MLP-out is not replayed. Megatron replays the whole layer. Llama-3 8B on H100, tp 1,
+    # one 8192-token sequence (t = 8192, h = 4096, f = 14336), bf16: what Composer does not
+    # replay is the MLP-out GEMM, 2 t f h = 962,072,674,304 FLOPs at the matmul curve, its bf16
+    # output store and the residual add after it (read 2, write 1), 2 t h + 6 t h bytes at
+    # the HBM bandwidth x memory_eff. The forward itself is the same in both frameworks.
+    from paraplan.cost.coefficients import homogeneous_placement, matmul_time_s, megatron_layer
+    base = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
+    m, gpu = base.model, base.cluster.gpu
+    t, h, f = m.seq_len, m.hidden, m.ffn
+    assert 2 * t * f * h == 962_072_674_304
+    stopped = matmul_time_s(2 * t * f * h, gpu) + 8 * t * h / (gpu.hbm_bw_bytes_per_s * gpu.memory_eff)
+    terms = {}
+    for fw in (Framework.MEGATRON, Framework.COMPOSER):
+        inst = replace(base, job=replace(base.job, framework=fw))
+        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).outer
+        terms[fw] = megatron_layer(inst, o, homogeneous_placement(inst.cluster, o).sites[0], NetEfficiency())
+    meg, com = terms[Framework.MEGATRON], terms[Framework.COMPOSER]
+    assert meg.rc_fwd_s == meg.fwd_s and com.fwd_s == pytest.approx(meg.fwd_s, rel=1e-12)
+    assert com.fwd_s - com.rc_fwd_s == pytest.approx(stopped, rel=1e-9)
+    assert behaviour(Framework.TORCHTITAN).recompute_early_stop
+    assert not behaviour(Framework.DEEPSPEED).recompute_early_stop
+
+
 def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
     # ZeRO-3 backward, per layer and micro-batch: layer i's reduce-scatter (rs) is issued when
     # its backward ends, on the same data-parallel communicator as layer i-1's gather (ag); NCCL

@@ -118,7 +118,7 @@ def test_ranking_through_the_cli(capsys, tmp_path):
 
 def _features(**kw):
     base = dict(family="", framework="megatron", gpu="H100-SXM5-80GB", num_gpus=64, zero=1, cp=1, pp=2,
-                precision="bf16")
+                precision="bf16", activations="stored")
     return Features(**{**base, **kw})
 
 
@@ -139,6 +139,21 @@ def test_trust_falls_back_to_a_broader_group():
                      for i in range(5)]
     t = trust_for(_features(), 10.0, same_but_band)
     assert t.rows == 5 and "GPUs" not in t.group and "zero=1" in t.group
+    assert t.interval_s == pytest.approx((10 / 1.1, 10 / 1.1))
+
+
+def test_trust_prefers_rows_with_the_plans_activations():
+    # 5 rows like the plan that recompute every layer (error +10%) and 5 that store their
+    # activations (error -5%), all else equal. A plan that stores its activations gets the
+    # interval of the storing rows alone: log errors all ln 0.95, so [10 / 0.95, 10 / 0.95];
+    # a plan that recomputes gets [10 / 1.1, 10 / 1.1]. Without the activations in the groups
+    # both would get the 10 rows' mixed quantiles.
+    res = ([Residual(id=f"f{i}", features=_features(activations="full recompute"), error=0.1) for i in range(5)]
+           + [Residual(id=f"s{i}", features=_features(activations="stored"), error=-0.05) for i in range(5)])
+    t = trust_for(_features(activations="stored"), 10.0, res)
+    assert t.rows == 5 and "activations stored" in t.group
+    assert t.interval_s == pytest.approx((10 / 0.95, 10 / 0.95))
+    t = trust_for(_features(activations="full recompute"), 10.0, res)
     assert t.interval_s == pytest.approx((10 / 1.1, 10 / 1.1))
 
 
