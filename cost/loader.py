@@ -51,6 +51,9 @@ Instance file (units in the key names; "required" unless a default is given)::
                                      # interleaved; needs search full_recompute: false)
       moe_shared_expert_overlap: false  # MoE: Megatron-core's --moe-shared-expert-overlap (the
                                      # shared expert under the all-to-alls; ep > 1)
+      recompute_early_stop: true     # torchtitan / composer: a full recompute stops before
+                                     # MLP-out (torch.utils.checkpoint non-reentrant, PyTorch >=
+                                     # 2.1); false for older PyTorch; default: the framework's
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -177,7 +180,7 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
-            "moe_a2a_overlap", "moe_shared_expert_overlap")
+            "moe_a2a_overlap", "moe_shared_expert_overlap", "recompute_early_stop")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -972,6 +975,8 @@ def job_from_section(sec: Section) -> JobSpec:
             tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
             moe_a2a_overlap=sec.boolean("moe_a2a_overlap", False),
             moe_shared_expert_overlap=sec.boolean("moe_shared_expert_overlap", False),
+            recompute_early_stop=(sec.boolean("recompute_early_stop", False)
+                                  if sec.has_value("recompute_early_stop") else None),
         )
 
 
@@ -1145,6 +1150,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["moe_a2a_overlap"] = True
     if inst.job.moe_shared_expert_overlap:
         job["moe_shared_expert_overlap"] = True
+    if inst.job.recompute_early_stop is not None:
+        job["recompute_early_stop"] = inst.job.recompute_early_stop
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
