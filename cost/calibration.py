@@ -86,7 +86,15 @@ SOURCE_FAMILIES = (
                  attention=Attention.STANDARD),
     SourceFamily("korthikanti22", "Korthikanti et al. 2022", Framework.MEGATRON, 0.1,
                  attention=Attention.STANDARD),
-    SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1),
+    # NeMo-Megatron-Launcher's GPT-3 5B scaling table (README 7.1.2, first published at commit
+    # 3579cdb3, 2022-09-07) ran conf/training/gpt3/5b.yaml of that commit: micro-batch 2,
+    # activations_checkpoint_granularity full with method block and num_layers 0 (NeMo's block
+    # method checkpoints only the first num_layers layers: none), optim distributed_fused_adam,
+    # and NeMo's 2022 GPT layer with Megatron's fused masked softmax (no FlashAttention before
+    # NeMo 1.18, 2023). The rows' `recompute: full` transcribes the granularity, not the count.
+    SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1,
+                 attention=Attention.STANDARD, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM,
+                 recompute="none"),
     # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
     # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
     # (none), selective only for Nemotron-340B (equal to none under FlashAttention here).
@@ -117,6 +125,22 @@ SOURCE_FAMILIES = (
 # 24.07 conf/training/nemotron/nemotron_340b.yaml sets optim.dtype: bf16 (the only 24.07 training
 # config that does)
 OPTIMIZER_BY_ROW_PREFIX = {"nemo2407-Nemotron-340B-": Optimizer.APEX_DISTRIBUTED_ADAM_BF16}
+
+
+# Rows of llm-foundry's June 2023 benchmark sweep, run on PyTorch 1.13 (scripts/train/
+# benchmarking/sweep.sh before October 2023: IMAGE mosaicml/pytorch:1.13.1_cu117; their README
+# rows give precision "bf16" and MP mode "PURE", where the rows of the October 2023 sweep, run
+# with IMAGE mosaicml/pytorch:2.1.0_cu121, give "amp_bf16" and "DEFAULT"): the whole A100 40GB
+# table and the A100 80GB table's two 70B rows. PyTorch 1.13's non-reentrant checkpoint replays
+# whole blocks; stopping early became its default in 2.1 (pytorch/pytorch#96866), so these runs
+# get job.recompute_early_stop false.
+TORCH_BEFORE_2_1_BY_ROW_PREFIX = ("mpt-a100-40-", "mpt-a100-80-70b-")
+
+
+def row_recompute_early_stop(row: dict) -> bool | None:
+    """job.recompute_early_stop of a row's run: false where it ran PyTorch before 2.1 (above),
+    else the framework's default (None)."""
+    return False if row["id"].startswith(TORCH_BEFORE_2_1_BY_ROW_PREFIX) else None
 
 
 def row_optimizer(row: dict, family: SourceFamily) -> Optimizer:
@@ -219,7 +243,8 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
                   optimizer=row_optimizer(row, family), attention=attention,
                   framework=family.framework,
-                  tp_comm_overlap=family.tp_comm_overlap)
+                  tp_comm_overlap=family.tp_comm_overlap,
+                  recompute_early_stop=row_recompute_early_stop(row))
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
 
     mb = cf.get("micro_batch") or 1

@@ -24,7 +24,8 @@ import numpy as np
 
 from paraplan.cost import comm, memory, moe
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.framework import behaviour, bucket_calls, gather_calls, recompute_regather_params
+from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, recompute_regather_params,
+                                      recompute_stops_early)
 from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
 from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
@@ -437,10 +438,10 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     fwd = compute_f + tp_f + cp_exp_f
     bwd = compute_b + tp_b + cp_exp_b + selective_extra
     # what a full recompute replays: the forward, less what the framework's checkpoint stops
-    # before (Behaviour.recompute_early_stop: the MLP-out GEMM with its output store and its
+    # before (cost/framework.recompute_stops_early: the MLP-out GEMM with its output store and its
     # share of the forward's tensor-parallel collectives, and the residual add after it)
     rc_fwd = fwd - selective_extra
-    if behaviour(inst.job.framework).recompute_early_stop:
+    if recompute_stops_early(inst.job):
         rc_fwd -= early_stopped_s(m, b, tp, cp, sp, gpu, mms.linear_calls[-1], tp_f, fp8)
     fw, prec = inst.job.framework, inst.job.precision
     act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash, fw, prec)

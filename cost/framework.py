@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.specs import Framework
+from paraplan.cost.specs import Framework, JobSpec, Precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +140,20 @@ _TABLE = {
 
 def behaviour(framework: Framework) -> Behaviour:
     return _TABLE[framework]
+
+
+def recompute_stops_early(job: JobSpec) -> bool:
+    """Whether a full recompute stops before MLP-out (Behaviour.recompute_early_stop): the job's
+    own setting where it gives one, else the framework's, except Composer in FP8: llm-foundry
+    switches activation checkpointing to the reentrant implementation for te.Linear layers
+    (scripts/train/train.py of its FP8 benchmark release, October 2023: "`te.Linear` layers do
+    not support activation_checkpointing with `activation_checkpointing_reentrant = False`"),
+    and the reentrant one replays the whole block."""
+    if job.recompute_early_stop is not None:
+        return job.recompute_early_stop
+    if job.framework is Framework.COMPOSER and job.precision is Precision.FP8:
+        return False
+    return behaviour(job.framework).recompute_early_stop
 
 
 def gather_calls(b: Behaviour, layer_tensors: int) -> int:

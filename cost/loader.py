@@ -55,6 +55,9 @@ Instance file (units in the key names; "required" unless a default is given)::
                                      # (DeepSeek-V3's; `paraplan simulate` only, cost/dualpipe.py)
       moe_dispatcher: alltoall       # MoE: alltoall (Megatron-core's) | deepep (one copy per
                                      # destination node, FP8 dispatch in FP8 jobs; cost/moe.py)
+      recompute_early_stop: true     # torchtitan / composer: a full recompute stops before
+                                     # MLP-out (torch.utils.checkpoint non-reentrant, PyTorch >=
+                                     # 2.1); false for older PyTorch; default: the framework's
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -182,7 +185,8 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
-            "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher")
+            "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
+            "recompute_early_stop")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -994,6 +998,8 @@ def job_from_section(sec: Section) -> JobSpec:
             pipeline_schedule=PipelineSchedule(schedule),
             moe_dispatcher=MoeDispatcher(sec.choice("moe_dispatcher", enum_values(MoeDispatcher),
                                                     MoeDispatcher.ALLTOALL.value)),
+            recompute_early_stop=(sec.boolean("recompute_early_stop", False)
+                                  if sec.has_value("recompute_early_stop") else None),
         )
 
 
@@ -1171,6 +1177,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["pipeline_schedule"] = inst.job.pipeline_schedule.value
     if inst.job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
         job["moe_dispatcher"] = inst.job.moe_dispatcher.value
+    if inst.job.recompute_early_stop is not None:
+        job["recompute_early_stop"] = inst.job.recompute_early_stop
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}

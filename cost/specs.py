@@ -336,6 +336,11 @@ class JobSpec:
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     # MoE token dispatcher: Megatron-core's all-to-all (default) or DeepEP (cost/moe.py)
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
+    # Whether a full recompute stops once every tensor saved for backward is rebuilt, as
+    # torch.utils.checkpoint's non-reentrant implementation does by default from PyTorch 2.1
+    # (cost/framework.recompute_stops_early). None: the framework's own behaviour; false for a
+    # torchtitan or Composer run on older PyTorch; megatron and deepspeed replay whole layers.
+    recompute_early_stop: bool | None = None
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -347,6 +352,10 @@ class JobSpec:
             raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
                               f" remove tp_comm_overlap or set framework: megatron")
+        if self.recompute_early_stop and self.framework in (Framework.MEGATRON, Framework.DEEPSPEED):
+            raise ConfigError(f"job.recompute_early_stop: framework {self.framework.value} recomputes"
+                              f" whole layers with its own reentrant checkpoint function; remove"
+                              f" recompute_early_stop or set framework: torchtitan or composer")
         if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
             raise ConfigError("job.moe_a2a_overlap and job.moe_shared_expert_overlap: Megatron-core"
                               " refuses --moe-shared-expert-overlap with"

@@ -284,6 +284,47 @@ def test_non_reentrant_checkpoint_stops_the_recompute_before_the_mlp_out_gemm():
     assert not behaviour(Framework.DEEPSPEED).recompute_early_stop
 
 
+def test_recompute_early_stop_follows_the_job_the_framework_and_the_pytorch_version():
+    # cost/framework.recompute_stops_early: the job's own setting first (false: PyTorch before
+    # 2.1, whose non-reentrant checkpoint replays whole blocks); else the framework's, except
+    # Composer in FP8, whose te.Linear layers llm-foundry ran with the reentrant checkpoint.
+    # A megatron or deepspeed job that asks for it is refused: they replay whole layers.
+    from paraplan.cost.calibration import load_published, row_recompute_early_stop
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.framework import recompute_stops_early
+    from paraplan.cost.specs import JobSpec, Precision
+    job = JobSpec(global_batch=8, framework=Framework.COMPOSER)
+    assert recompute_stops_early(job)
+    assert not recompute_stops_early(replace(job, recompute_early_stop=False))
+    assert not recompute_stops_early(replace(job, precision=Precision.FP8))
+    assert recompute_stops_early(replace(job, framework=Framework.TORCHTITAN, precision=Precision.FP8))
+    assert not recompute_stops_early(replace(job, framework=Framework.MEGATRON))
+    with pytest.raises(ConfigError, match="recompute_early_stop"):
+        JobSpec(global_batch=8, framework=Framework.DEEPSPEED, recompute_early_stop=True)
+    # calibration: llm-foundry's June 2023 sweep ran PyTorch 1.13 (the A100 40GB table and the
+    # A100 80GB table's 70B rows); its October 2023 rows ran PyTorch 2.1
+    rows = {r["id"]: r for r in load_published()}
+    assert row_recompute_early_stop(rows["mpt-a100-40-13b-s2048-g8"]) is False
+    assert row_recompute_early_stop(rows["mpt-a100-80-70b-s2048-g64"]) is False
+    assert row_recompute_early_stop(rows["mpt-a100-80-13b-s1024-g8"]) is None
+
+
+def test_recompute_early_stop_loads_and_round_trips(tmp_path):
+    # job.recompute_early_stop in an instance file reaches the JobSpec, and instance_to_mapping
+    # writes it back; left out, it stays None (the framework decides)
+    import yaml
+    from paraplan.cost.loader import instance_to_mapping
+    raw = yaml.safe_load((INSTANCES / "llama3-8b-64xH100.yaml").read_text())
+    raw["job"]["framework"] = "torchtitan"
+    raw["job"]["recompute_early_stop"] = False
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    inst = load_instance(path)
+    assert inst.job.recompute_early_stop is False
+    assert instance_to_mapping(inst)["job"]["recompute_early_stop"] is False
+    assert load_instance(INSTANCES / "llama3-8b-64xH100.yaml").job.recompute_early_stop is None
+
+
 def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
     # ZeRO-3 backward, per layer and micro-batch: layer i's reduce-scatter (rs) is issued when
     # its backward ends, on the same data-parallel communicator as layer i-1's gather (ag); NCCL

@@ -23,16 +23,14 @@ from paraplan.solver.planner import OPTIMAL, plan
 
 MIN_GPUS = MFU_RECORD_MIN_GPUS  # 256
 MARGIN = 0.05  # 5 MFU points
-# Open: this re-planned optimum drops the full recomputation its published runs used (the
-# model predicts each published configuration within 11%), and so gains MFU, not hardware
-# utilisation: 63.4% on A100 (NeMo launcher's GPT-3 5B on 256 GPUs: ZeRO-3, micro-batch 8, no
-# recompute) against 56.3% published. Whether a recompute-free plan at that scale reaches it
-# is unmeasured. Three more were open until full recomputation was priced as the frameworks
-# stop it (cost/framework.Behaviour.recompute_early_stop: Composer and torchtitan do not
-# replay MLP-out) and the refit that followed moved the efficiencies: MosaicML's 13B on 512
-# H100 (now 47.9% against the 49.1% bar), its 30B on 256 H100 (47.4%) and Narayanan's 530B
-# ZeRO-3 workload on 640 A100 (60.7% against 61.3%, an sp + selective-recompute plan).
-OPEN = {"nemo-launcher-a100-gpt3-5B-256gpu"}
+# No workload is open on the optimum alone any more. Four were: MosaicML's 13B on 512 H100
+# (now 47.9% against the 49.1% bar) and 30B on 256 H100 (47.4%) and Narayanan's 530B ZeRO-3
+# workload on 640 A100 (60.7% against 61.3%) until full recomputation was priced as Composer
+# and torchtitan stop it (cost/framework.recompute_stops_early) and the efficiencies were
+# refitted; the NeMo launcher's GPT-3 5B on 256 A100 (63.4%) until its rows were priced as
+# their 2022 configs ran (no layer recomputed, Megatron's unfused attention, Apex's
+# distributed Adam: cost/calibration.py), after which it re-plans at 50.0%.
+OPEN: set[str] = set()
 # Open: the model predicts this row's own published configuration (tp 4, pp 8, v 6, micro-batch
 # 2) at 9.905 s against 10.476 s measured (-5.5%), MFU 0.900 against 0.851, and the optimum
 # (9.845 s, MFU 0.906) is 0.6% faster than that: a time-model error on this row, at the bar by
