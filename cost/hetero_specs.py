@@ -154,6 +154,9 @@ class _Modes:
     recompute: Recompute = Recompute.NONE
     zero: int = 0
     family: str = "stage"  # "stage": one class across groups; "replica": one class per group
+    # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
+    # each ep group lies inside one replica class's dp x cp ranks of one stage (cost/moe.py)
+    ep: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,7 +230,7 @@ class HeteroPlan(_Modes):
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
-                           family=self.family)
+                           family=self.family, ep=self.ep)
 
     def check_against(self, inst: HeteroInstance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""
@@ -277,6 +280,17 @@ class HeteroPlan(_Modes):
                                       " micro-batches per replica (solver/hetero_space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        if self.ep > 1:
+            if m.moe is None or m.moe.experts % self.ep:
+                raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model whose expert"
+                                  " count it divides")
+            for c in self.classes:
+                if (c.replicas * self.cp) % self.ep:
+                    raise ConfigError(f"ep={self.ep} must divide every class's replicas x cp (a"
+                                      f" class has {c.replicas} x {self.cp}): an expert group lies"
+                                      " inside one class's data x context parallel ranks")
+        elif self.ep < 1:
+            raise ConfigError("plan.ep must be >= 1")
         for c in self.classes:
             for _, parts in c.partitions:
                 check_partitions(_LayerPlan(partitions=parts, tp=self.tp, zero=self.zero,

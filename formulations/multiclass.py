@@ -18,7 +18,9 @@ Parameters (per scenario and class, a `StageCoefficients` c[sigma][k] with array
     omega   scenario weights ("weighted": expected time) or none ("max": worst case)
 
 Variables
-    n_ks in v..L, multiples of v; r_ks in 0..R   layers and fully recomputed layers of stage s of class k
+    n_ks in v..L, multiples of v; r_ks in 0..R   layers and fully recomputed layers of stage s of class k;
+            n_k0 >= v d0_k (c.first_chunk_min_layers: an MoE model's dense prefix, priced on
+            the class's first stage, must sit in its first model chunk; 1 otherwise)
     m_k  in lo_k..m_max_k, lo_k + st_k j_k       micro-batches per replica of class k
     T_sk >= a + t n_ks + u r_ks           slowest stage of class k in scenario sigma (T_max)
     P_sk  = (m_k - 1/v) T_sk + sum_s (a + t n_ks + u r_ks) / v     one replica's pipeline
@@ -212,6 +214,8 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
                 chunks = model.new_int_var(1, L // v, f"chunks_k{k}_s{s}")
                 model.add(n[k][s] == v * chunks)
         model.add(sum(n[k]) == L)
+        if c.first_chunk_min_layers > 1:  # the dense prefix sits in stage 0's first chunk
+            model.add(n[k][0] >= v * c.first_chunk_min_layers)
         b = np.ceil(c.stage_mem_bytes / mu).astype(np.int64).tolist()
         wq = np.ceil((c.layer_state_bytes + c.layer_act_bytes) / mu).astype(np.int64).tolist()
         h = np.floor((c.layer_act_bytes - c.layer_ckpt_bytes) / mu).astype(np.int64).tolist()

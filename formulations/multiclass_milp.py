@@ -98,6 +98,8 @@ def _formulate(p: MultiClassProblem, backend: str):
         n.append([api.int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
         r.append([api.int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
         api.add(sum(n[k]) == L, f"C1_layers_k{k}")
+        if c.first_chunk_min_layers > 1:  # the dense prefix sits in stage 0's first chunk
+            api.add(n[k][0] >= v * c.first_chunk_min_layers, f"C1_dense_prefix_k{k}")
         if v > 1:  # whole chunks of v layers per stage
             for s in range(pp):
                 chunks = api.int_var(1, L // v, f"chunks_k{k}_s{s}")

@@ -4,10 +4,10 @@ The one-group class space is the homogeneous space (tests/solver/
 test_one_group_space_equals_homogeneous.py) and gives the same optimum and plan
 (test_one_group_equals_homogeneous.py), so `paraplan plan` routes a homogeneous instance
 through solver/hetero_planner.py, the step before the homogeneous planner's duplicates are
-deleted. It is the default for dense models (`routes`). Two cases stay on the homogeneous
-planner (solver/planner.py), by rule: a mixture-of-experts model, because the class space has
-no ep > 1 yet and prices a dense prefix as MoE layers; and `--threads` > 1, because the class
-planner solves one configuration at a time. `PARAPLAN_CLASS_PLANNER=0` in the environment
+deleted. It is the default for dense and mixture-of-experts models alike (`routes`; the class
+space has ep > 1 and prices a dense prefix as dense layers, as the homogeneous one). One case
+stays on the homogeneous planner (solver/planner.py), by rule: `--threads` > 1, because the
+class planner solves one configuration at a time. `PARAPLAN_CLASS_PLANNER=0` in the environment
 forces the homogeneous planner (for measuring both routes), `=1` the class planner.
 
 Measured on the 2-core machine (shared with other jobs), both routes in one process,
@@ -47,9 +47,8 @@ SWITCH = "PARAPLAN_CLASS_PLANNER"
 
 def routes(inst: Instance, threads: int = 1) -> bool:
     """Whether `paraplan plan` plans `inst` through the class planner (module docstring):
-    by default every dense model planned on one thread; an MoE model (the class space has no
-    ep > 1 yet, and prices a dense prefix as MoE layers) or `--threads` > 1 (the class
-    planner solves one configuration at a time) on the homogeneous planner.
+    by default every model planned on one thread; `--threads` > 1 (the class planner solves
+    one configuration at a time) on the homogeneous planner.
     PARAPLAN_CLASS_PLANNER=0 forces the homogeneous planner, =1 the class planner."""
     switch = os.environ.get(SWITCH, "")
     if switch not in ("", "0", "1"):
@@ -57,7 +56,7 @@ def routes(inst: Instance, threads: int = 1) -> bool:
                             "set it to 0 (homogeneous planner) or 1 (class planner), or unset it")
     if switch:
         return switch == "1"
-    return inst.model.moe is None and threads == 1
+    return threads == 1
 
 
 def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,

@@ -25,7 +25,10 @@ the job's framework runs it (cost/framework_rules.py, checked for every class: i
 count, its replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so
 a mixed cluster gets them on single-stage classes only). ZeRO shards over every replica and
 context-parallel rank of the plan, as the gradient ring spans them (so it needs
-replicas * cp > 1). Micro-batch sizes: the divisors of the global batch that split it between
+replicas * cp > 1). MoE models (cost/space_rules.ep_values, moe_problem): one expert-parallel
+degree ep for every class, dividing the experts and every class's replicas * cp (an ep group lies
+inside one class's data x context parallel ranks of one stage, on one group, as on one group);
+the expert-data-parallel ring spans every replica's copy of the same experts. Micro-batch sizes: the divisors of the global batch that split it between
 the replicas, within search.max_micro_batch, capped from memory by the homogeneous rule
 (solver/space.capped_micro_batches and micro_batch_lower_bound_parts; micro_batch_values below
 says how a class spanning groups is bounded). A lone class runs the count the batch gives it,
@@ -75,7 +78,7 @@ def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
     homogeneous one plus whole nodes across nodes) on each of them."""
     m, s = inst.model, inst.search
     clusters = [inst.cluster.groups[g].cluster for g in used]
-    limit = min(c.num_gpus if s.tp_across_nodes else c.gpus_per_node for c in clusters)
+    limit = min(c.num_gpus if s.tp_across_nodes else c.domain_gpus for c in clusters)
     vals = s.tp if s.tp is not None else _powers_of_two(limit)
     return [t for t in vals
             if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
@@ -123,7 +126,7 @@ def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: s
 def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
-    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute) that also breaks ties. `groups`: only plans
+    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, ep) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
@@ -136,15 +139,14 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     flash = inst.job.attention is Attention.FLASH
     modes = list(s.recompute[:1] if flash else s.recompute)
     rules = FRAMEWORK_RULES[inst.job.framework]
-    # the shared expert-parallel rule: on mixed clusters ep = 1 (every replica holds every
-    # expert; the loader refuses a listed ep > 1), which HeteroOuter's Outer(ep=1) prices
-    assert ep_values(m, s.ep, 1, mixed_cluster=True) == [1]
     out: list[HeteroOuter] = []
     for family in families:
         for used in subsets:
             for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
                 for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
+                    # an ep group lies inside one class's dp x cp ranks (cost/space_rules.ep_values)
+                    eps = ep_values(m, s.ep, math.gcd(*(c.replicas * cp for c in shapes)))
                     vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
                     pps = {c.pp for c in shapes}
                     for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
@@ -160,11 +162,11 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                     if not all(rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp,
                                                             zero=zero, v=v) for pp in pps):
                                         continue
-                                    for rc in modes:
+                                    for rc, ep in itertools.product(modes, eps):
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
-                                                               classes=shapes, family=family))
+                                                               classes=shapes, family=family, ep=ep))
     return out
 
 

@@ -12,7 +12,8 @@ parallelism and interleaving on mixed clusters, the four whose optimum uses them
 (gpt3-175b-1024xA100: v = 6; gpt3-175b-256xH100: cp = 2, v = 2; llama3-70b-512xH100: cp = 4,
 v = 4; llama3-405b-16384xH100: cp = 8, v = 2). With per-operator partitions per replica class
 and group (solver/class_partitions.py), the three PrimePar instances pass too: all 11 dense
-instances do. The mixture-of-experts instances are not compared (NOT_COMPARED, below).
+instances do. With expert parallelism in the class space (ep > 1, dense prefixes priced as
+dense layers), so do the four mixture-of-experts instances (each optimum shards its experts).
 """
 
 from __future__ import annotations
@@ -32,21 +33,10 @@ INSTANCES = sorted(str(p.relative_to(ROOT)) for d in ("instances", "instances/pr
 SLOW_S = 2.0  # instances whose homogeneous plan takes longer (tests/goldens/cases.BUNDLED) are slow
 
 
-# Mixture-of-experts instances: mixed clusters plan them with ep = 1 (every replica holds every
-# expert; cost/space_rules.ep_values) until the unified planner places expert groups (issue 12),
-# so equality holds only where ep = 1 wins (Mixtral and Qwen3 at this commit, not the
-# DeepSeek-shaped ones); not run, to keep the suite inside its time budget.
-# tests/hetero/test_moe_mixed.py checks the equality at ep = 1 on a small MoE model.
-NOT_COMPARED = {
-    "instances/mixtral-8x7b-64xH100.yaml", "instances/qwen3-235b-a22b-256xH100.yaml",
-    "instances/deepseek-v3-shaped-2048xH800.yaml", "instances/deepseek-v3-shaped-1152xGB200.yaml",
-}
-
-
 def _params():
     from goldens.cases import BUNDLED
     return [pytest.param(rel, marks=[pytest.mark.slow] if BUNDLED[rel] > SLOW_S else [], id=rel)
-            for rel in INSTANCES if rel not in NOT_COMPARED]
+            for rel in INSTANCES]
 
 
 def _configuration(p) -> tuple:
@@ -56,10 +46,10 @@ def _configuration(p) -> tuple:
         (c,) = p.classes  # one group, one class: stage-wise and replica-wise coincide
         return (p.tp, getattr(p, "cp", 1), len(c.stage_groups), c.replicas, getattr(p, "virtual_stages", 1),
                 p.micro_batch, c.num_micro_batches, p.sequence_parallel, p.recompute, p.zero,
-                c.layers_per_stage, c.full_recompute_layers, c.partitions_on(0))
+                c.layers_per_stage, c.full_recompute_layers, c.partitions_on(0), p.ep)
     return (p.tp, p.cp, p.pp, p.dp, p.virtual_stages, p.micro_batch, p.num_micro_batches,
             p.sequence_parallel, p.recompute, p.zero, p.layers_per_stage, p.full_recompute_layers,
-            p.partitions)
+            p.partitions, p.ep)
 
 
 @pytest.mark.parametrize("rel", _params())

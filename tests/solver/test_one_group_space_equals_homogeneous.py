@@ -8,8 +8,7 @@ of complete plans, counted as each planner reports it (solver/planner.space_summ
 per-operator partitions every outer x every layer plan). The reference is the homogeneous space
 itself, enumerated independently of the class space's code; the two share only the rules moved
 to one implementation (cost/space_rules.py, solver/space.capped_micro_batches and
-micro_batch_lower_bound_parts). The mixture-of-experts instances are strict xfails: the class
-space has no expert parallelism yet (MOE below).
+micro_batch_lower_bound_parts), mixture-of-experts instances included (ep > 1 in both).
 
 Equal spaces are what lets homogeneous instances be planned by the class planner: the optimum
 and plan equality over the bundled instances is tests/solver/test_one_group_equals_homogeneous.py;
@@ -36,22 +35,10 @@ from paraplan.solver.planner import plan, space_summary
 from paraplan.solver.space import outer_configs
 
 ROOT = Path(__file__).resolve().parents[2]
-# Mixture-of-experts instances: the class space has ep = 1 only (each replica holds every
-# expert, cost/space_rules.ep_values(mixed_cluster=True)) until the class planner places
-# expert groups, so it lacks every homogeneous outer with ep > 1.
-MOE = {"instances/mixtral-8x7b-64xH100.yaml", "instances/qwen3-235b-a22b-256xH100.yaml",
-       "instances/deepseek-v3-shaped-2048xH800.yaml", "instances/deepseek-v3-shaped-1152xGB200.yaml"}
 
 
 def _bundled_params():
-    out = []
-    for rel in BUNDLED:
-        if rel.startswith("instances/hetero/"):
-            continue
-        marks = [pytest.mark.xfail(strict=True, reason="ep > 1 is not in the class space yet")] \
-            if rel in MOE else []
-        out.append(pytest.param(rel, marks=marks, id=rel))
-    return out
+    return [rel for rel in BUNDLED if not rel.startswith("instances/hetero/")]
 
 
 def _homogeneous_key(o) -> tuple:
@@ -62,7 +49,7 @@ def _homogeneous_key(o) -> tuple:
 def _class_key(o, global_batch: int) -> tuple:
     (c,) = o.classes  # one group: one class, stage-wise (a replica-wise plan needs >= 2 groups)
     return (o.tp, o.cp, c.pp, c.replicas, o.micro_batch, global_batch // (o.micro_batch * c.replicas),
-            o.sequence_parallel, o.zero, o.virtual_stages, o.recompute, 1)
+            o.sequence_parallel, o.zero, o.virtual_stages, o.recompute, o.ep)
 
 
 def _assert_same_space(inst) -> None:
@@ -144,8 +131,8 @@ def test_plan_command_through_the_class_planner_gives_the_homogeneous_answer(rel
 
 
 def test_plan_routes_dense_models_through_the_class_planner(monkeypatch, capsys):
-    """The default route (solver/class_route.routes): a dense model through the class planner,
-    an MoE model or --threads > 1 through the homogeneous one; PARAPLAN_CLASS_PLANNER=0/1 force
+    """The default route (solver/class_route.routes): dense and MoE models through the class
+    planner, --threads > 1 through the homogeneous one; PARAPLAN_CLASS_PLANNER=0/1 force
     either; any other value is refused in one line. `paraplan plan` on small-gpt takes the class
     route unless told otherwise, with the homogeneous route's answer."""
     import json
@@ -157,7 +144,7 @@ def test_plan_routes_dense_models_through_the_class_planner(monkeypatch, capsys)
     dense = load_instance(ROOT / "instances/small-gpt-16xA100.yaml")
     moe = load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
     monkeypatch.delenv(class_route.SWITCH, raising=False)
-    assert class_route.routes(dense) and not class_route.routes(moe)
+    assert class_route.routes(dense) and class_route.routes(moe)
     assert not class_route.routes(dense, threads=2)
     monkeypatch.setenv(class_route.SWITCH, "0")
     assert not class_route.routes(dense)
