@@ -4,11 +4,11 @@ The one-group class space is the homogeneous space (tests/solver/
 test_one_group_space_equals_homogeneous.py) and gives the same optimum and plan
 (test_one_group_equals_homogeneous.py), so `paraplan plan` routes a homogeneous instance
 through solver/hetero_planner.py, the step before the homogeneous planner's duplicates are
-deleted. It is the default for dense and mixture-of-experts models alike (`routes`; the class
-space has ep > 1 and prices a dense prefix as dense layers, as the homogeneous one). One case
-stays on the homogeneous planner (solver/planner.py), by rule: `--threads` > 1, because the
-class planner solves one configuration at a time. `PARAPLAN_CLASS_PLANNER=0` in the environment
-forces the homogeneous planner (for measuring both routes), `=1` the class planner.
+deleted. It is the route of every homogeneous instance (`routes`, `plan`): dense and
+mixture-of-experts models alike (the class space has ep > 1 and prices a dense prefix as dense
+layers, as the homogeneous one), on any number of threads (`--threads` N solves N
+configurations at once, hetero_planner.plan_hetero). `PARAPLAN_CLASS_PLANNER=0` in the
+environment forces the homogeneous planner (for measuring both routes), `=1` the class planner.
 
 Measured on the 2-core machine (shared with other jobs), both routes in one process,
 alternating, 4 runs each, the fastest of each (wall seconds, homogeneous / class, ratio):
@@ -30,6 +30,7 @@ DP as the inner solver of backend "dp" (hetero_planner._lone_dp), as on the homo
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -45,26 +46,35 @@ from paraplan.solver.space import outer_configs
 SWITCH = "PARAPLAN_CLASS_PLANNER"
 
 
-def routes(inst: Instance, threads: int = 1) -> bool:
-    """Whether `paraplan plan` plans `inst` through the class planner (module docstring):
-    by default every model planned on one thread; `--threads` > 1 (the class planner solves
-    one configuration at a time) on the homogeneous planner.
-    PARAPLAN_CLASS_PLANNER=0 forces the homogeneous planner, =1 the class planner."""
+def routes(inst: Instance) -> bool:
+    """Whether `paraplan plan` plans `inst` through the class planner (module docstring): yes,
+    unless PARAPLAN_CLASS_PLANNER=0 forces the homogeneous planner."""
     switch = os.environ.get(SWITCH, "")
     if switch not in ("", "0", "1"):
         raise InstanceError("<environment>", SWITCH, f"is {switch!r}",
                             "set it to 0 (homogeneous planner) or 1 (class planner), or unset it")
-    if switch:
-        return switch == "1"
-    return threads == 1
+    return switch != "0"
+
+
+def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
+         progress=None) -> PlanResult:
+    """The optimal plan of a homogeneous instance, by the route `routes` picks."""
+    if routes(inst):
+        return plan_as_one_group(inst, backend, time_limit_s, progress=progress, threads=threads)
+    from paraplan.solver.planner import plan as homogeneous_plan
+    return homogeneous_plan(inst, backend=backend, time_limit_s=time_limit_s, threads=threads,
+                            progress=progress)
 
 
 def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                      progress=None) -> PlanResult:
+                      progress=None, threads: int = 1) -> PlanResult:
     """plan(inst) by the class planner, with the same backend: "dp" solves each configuration
     that can still win by the exact split DP with the incumbent as cutoff, as the homogeneous
     planner does (hetero_planner._lone_dp: one class on one network)."""
-    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress)
+    if not (time_limit_s > 0 and math.isfinite(time_limit_s)) or threads < 1:
+        raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
+    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
+                      threads=threads)
     p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)
     outers, plans = het.outer_configs, het.plans_total  # the same space (module docstring)
     if partition_plans.enabled(inst):  # the homogeneous planner counts (outer, layer plan) pairs

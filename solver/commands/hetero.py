@@ -180,7 +180,8 @@ def cmd_plan(args, progress=None) -> int:
     objective = objective_of(args)
     _check_objective(inst, objective)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
+    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress,
+                      threads=getattr(args, "threads", 1))
     regs = None
     if objective != "nominal" and res.plan is not None:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))

@@ -84,8 +84,8 @@ def _evidence_text(res) -> str:
 
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver.class_route import plan
     from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.planner import plan
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
@@ -105,12 +105,8 @@ def cmd_plan(args) -> int:
     if args.within is not None:
         raise InstanceError("<arguments>", "--within", "needs --top K",
                             "add --top K, e.g. --top 5 --within 3")
-    from paraplan.solver import class_route
-    if class_route.routes(inst, args.threads):  # dense models: the class planner (class_route.py)
-        res = class_route.plan_as_one_group(inst, args.backend, args.time_limit_s, progress=log)
-    else:
-        res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
-                   progress=log)
+    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
+               progress=log)
     if log:
         log.done()
     trust = None
@@ -277,7 +273,7 @@ def _sensitivity_case(moved, res, args, name: str, end: str, value: float) -> di
     """Re-solve `moved` (the instance with one parameter moved) and say whether res's plan
     stays optimal on it."""
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.planner import plan
+    from paraplan.solver.class_route import plan
 
     alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
     ours = simulate(moved, res.plan)

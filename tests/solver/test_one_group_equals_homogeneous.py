@@ -13,7 +13,7 @@ parallelism and interleaving on mixed clusters, the four whose optimum uses them
 v = 4; llama3-405b-16384xH100: cp = 8, v = 2). With per-operator partitions per replica class
 and group (solver/class_partitions.py), the three PrimePar instances pass too: all 11 dense
 instances do. With expert parallelism in the class space (ep > 1, dense prefixes priced as
-dense layers), so do the four mixture-of-experts instances (each optimum shards its experts).
+dense layers), so do the four mixture-of-experts instances (each space holds ep > 1).
 """
 
 from __future__ import annotations

@@ -131,8 +131,8 @@ def test_plan_command_through_the_class_planner_gives_the_homogeneous_answer(rel
 
 
 def test_plan_routes_dense_models_through_the_class_planner(monkeypatch, capsys):
-    """The default route (solver/class_route.routes): dense and MoE models through the class
-    planner, --threads > 1 through the homogeneous one; PARAPLAN_CLASS_PLANNER=0/1 force
+    """The default route (solver/class_route.routes): dense and MoE models, on any number of
+    threads, through the class planner; PARAPLAN_CLASS_PLANNER=0/1 force
     either; any other value is refused in one line. `paraplan plan` on small-gpt takes the class
     route unless told otherwise, with the homogeneous route's answer."""
     import json
@@ -145,11 +145,10 @@ def test_plan_routes_dense_models_through_the_class_planner(monkeypatch, capsys)
     moe = load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
     monkeypatch.delenv(class_route.SWITCH, raising=False)
     assert class_route.routes(dense) and class_route.routes(moe)
-    assert not class_route.routes(dense, threads=2)
     monkeypatch.setenv(class_route.SWITCH, "0")
     assert not class_route.routes(dense)
     monkeypatch.setenv(class_route.SWITCH, "1")
-    assert class_route.routes(moe) and class_route.routes(dense, threads=2)
+    assert class_route.routes(moe) and class_route.routes(dense)
     monkeypatch.setenv(class_route.SWITCH, "yes")
     with pytest.raises(InstanceError, match="PARAPLAN_CLASS_PLANNER"):
         class_route.routes(dense)
