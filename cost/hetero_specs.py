@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
 
@@ -298,7 +298,7 @@ class HeteroPlan(_Modes):
         if self.zero and self.outer.replicas * self.cp == 1:
             raise ConfigError(f"ZeRO-{self.zero} shards over replicas and context-parallel ranks,"
                               " and the plan has one of each")
-        rules = FRAMEWORK_RULES[inst.job.framework]
+        rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
         for c in self.classes:
             if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
                                 sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):

@@ -352,7 +352,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
         raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
     # listing it is refused, cost/space_rules.hetero_search_refusal): on one group the uniform
-    # baseline is even layer splits, solver/space.py's rule
+    # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
     idx, _, _ = scenario_weights(inst, objective)
     outers = hetero_outers(inst, families, groups, uniform)

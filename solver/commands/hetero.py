@@ -245,7 +245,7 @@ def _no_fit_reason(bd) -> str:
 
 def cmd_exhaustive(args) -> int:
     from paraplan.solver.exhaustive import SpaceTooLarge
-    from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+    from paraplan.solver.exhaustive import hetero_exhaustive
 
     inst = _load(args)
     objective = objective_of(args)
@@ -278,7 +278,7 @@ def cmd_exhaustive(args) -> int:
 
 def cmd_verify(args) -> int:
     from paraplan.solver.exhaustive import SpaceTooLarge
-    from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+    from paraplan.solver.exhaustive import hetero_exhaustive
     from paraplan.solver.hetero_planner import plan_hetero
 
     inst = _load(args)

@@ -360,8 +360,8 @@ def cmd_verify(args) -> int:
     prints what was compared. Exit 0 only when all four ran to a proof and agree."""
     from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
+    from paraplan.solver.class_route import plan
     from paraplan.solver.commands.limits import Deadline
-    from paraplan.solver.planner import plan
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_verify(args)

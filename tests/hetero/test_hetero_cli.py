@@ -120,7 +120,7 @@ def test_partitions_on_a_heterogeneous_cluster_are_planned_per_group(tmp_path, c
 def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
     """replan takes a homogeneous instance and the plan file `plan -o` wrote for it: the cluster
     is the one-group case (its group named after its GPU). Reference, derived independently: the
-    homogeneous planner on the same instance with the NVLink bandwidth scaled by the event's 0.1
+    planner on the homogeneous instance with the NVLink bandwidth scaled by the event's 0.1
     gives the new optimum, and the running plan re-simulated there gives its time after it."""
     import dataclasses
 
@@ -128,7 +128,7 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
 
     from paraplan.cost.loader import load_instance, load_plan
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.planner import plan
+    from paraplan.solver.class_route import plan
 
     tiny = str(ROOT / "instances/tiny-gpt-8xA100.yaml")
     current = tmp_path / "current.yaml"

@@ -2,7 +2,7 @@
 class's data x context parallel ranks, priced by the same MoE layer terms as one group
 (cost/moe.py through cost/hetero_coefficients.py), and an MoE model's dense prefix priced as
 dense layers on each class's first stage, which every backend keeps in its first model chunk.
-The reference is exhaustive search over the class space (solver/hetero_exhaustive.py)."""
+The reference is exhaustive search over the class space (solver/exhaustive.py)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,30 @@ import pytest
 import yaml
 from randinst import random_hetero_instance
 
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
+from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero, load_hetero_instance
 from paraplan.cost.loader import load_instance
+from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec
-from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.hetero_space import hetero_outers
-from paraplan.solver.planner import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = {"experts": 8, "top_k": 2, "expert_ffn": 2048, "shared_ffn": 1024}
 
 
-def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster_at_ep_1():
-    # the tiny GPT of tiny-gpt-8xA100 with MoE layers, expert parallelism held to 1 on both
-    # sides: the mixed-cluster planner (ep = 1 by its rule) must find the homogeneous optimum
+@pytest.mark.parametrize("ep", [1, 2, 8])
+def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster(ep):
+    # the tiny GPT of tiny-gpt-8xA100 with MoE layers, expert parallelism held to `ep`: the
+    # class planner's optimum (class coefficients, cost/hetero_coefficients.py) must be the time
+    # the homogeneous simulator (cost/simulate.py, homogeneous placement) gives its plan
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
-    inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE)),
-                   search=replace(inst.search, ep=(1,), zero=(0, 1, 2)))
-    homo = plan(inst)
+    inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
+                   search=replace(inst.search, ep=(ep,), zero=(0, 1, 2)))
     het = plan_hetero(homogeneous_as_hetero(inst))
-    assert homo.status == "optimal" and het.status == "optimal" and homo.plan.ep == 1
-    tol = homo.tolerance_s + het.tolerance_s + 1e-9 * homo.iter_time_s
-    assert het.objective_s == pytest.approx(homo.iter_time_s, abs=tol)
+    assert het.status == "optimal" and het.plan.ep == ep
+    bd = simulate(inst, hetero_plan_as_homogeneous(het.plan), reserve_bytes=inst.search.memory_reserve_bytes)
+    assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
 
 
 def _mixed(tmp_path, search=None) -> Path:

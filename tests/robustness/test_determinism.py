@@ -10,7 +10,7 @@ import pytest
 
 from paraplan.cost.loader import load_instance
 from paraplan.formulations.result import SolverError
-from paraplan.solver import class_route, planner
+from paraplan.solver import class_route
 from paraplan.solver.commands import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,30 +50,18 @@ def test_backends_agree_on_bundled_instances():
         assert d.iter_time_s == pytest.approx(a.iter_time_s, rel=1e-9, abs=a.tolerance_s + d.tolerance_s)
 
 
-@pytest.mark.parametrize("route", ["homogeneous", "class"])
-def test_crashing_backend_is_a_clear_error_and_the_other_still_works(route, monkeypatch, capsys):
-    """On both routes of `paraplan plan` (solver/class_route.py: the class planner is the
-    default for dense models, PARAPLAN_CLASS_PLANNER=0 the homogeneous planner), each
-    crashing the MILP where that route calls it."""
-    from paraplan.solver import class_route, hetero_planner
+def test_crashing_backend_is_a_clear_error_and_the_other_still_works(monkeypatch, capsys):
+    """`paraplan plan` with the MILP crashing where the class planner calls it."""
+    from paraplan.solver import hetero_planner
 
     def crash(*args, **kwargs):
         raise SolverError("backend 'cbc' failed: simulated crash")
 
-    if route == "homogeneous":
-        monkeypatch.setenv(class_route.SWITCH, "0")
-        real = planner._inner_solver
-        monkeypatch.setattr(planner, "_inner_solver", lambda b: crash if b == "milp" else real(b))
-        # the tight bound settles this instance without inner solves; with the memory-free
-        # bound alone it needs them, which is what this test exercises
-        monkeypatch.setattr(planner.bounds, "tight_lower_bound_s", lambda c, allow=True: planner.bounds.lower_bound_s(c))
-    else:
-        monkeypatch.delenv(class_route.SWITCH, raising=False)
-        real_inner = hetero_planner._solve_inner
-        monkeypatch.setattr(hetero_planner, "_solve_inner",
-                            lambda p, b, *a, **k: crash() if b == "milp" else real_inner(p, b, *a, **k))
-        # as above: the tight bound and the DP's cutoff would settle it without a MILP solve
-        monkeypatch.setattr(hetero_planner, "_cannot_win_alone", lambda *a, **k: False)
+    real_inner = hetero_planner._solve_inner
+    monkeypatch.setattr(hetero_planner, "_solve_inner",
+                        lambda p, b, *a, **k: crash() if b == "milp" else real_inner(p, b, *a, **k))
+    # the tight bound and the DP's cutoff would settle it without a MILP solve
+    monkeypatch.setattr(hetero_planner, "_cannot_win_alone", lambda *a, **k: False)
     path = str(ROOT / "instances" / "llama3-70b-512xH100.yaml")
     code = cli.main(["plan", path, "--backend", "milp"])
     err = capsys.readouterr().err.strip().splitlines()
