@@ -10,20 +10,16 @@ from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import breakdown_json, breakdown_text, count, seconds, table
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
-from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
+                                             read_calibration_files)
 from paraplan.solver.commands.verdict import report_verify
-
-def _progress_enabled(args) -> bool:
-    if getattr(args, "quiet", False):
-        return False
-    return getattr(args, "progress", False) or sys.stderr.isatty()
 
 
 def progress_printer(args):
     """A solver/progress.Printer on stderr when stderr is a terminal or --progress was given
     (never with --quiet), else None."""
     from paraplan.solver.progress import Printer
-    return Printer() if _progress_enabled(args) else None
+    return Printer() if progress_enabled(args) else None
 
 
 def add_progress_arg(parser) -> None:
@@ -319,7 +315,7 @@ def cmd_exhaustive(args) -> int:
     _no_scenarios(args)
     inst = load_from_args(args)
     try:
-        res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args),
+        res = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
                          time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
@@ -380,7 +376,7 @@ def cmd_verify(args) -> int:
     try:
         if deadline.expired():
             raise TimeoutError("time limit reached before it started")
-        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args),
+        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
                         time_limit_s=deadline.remaining_s())
         if not ex.complete:
             raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} candidates")

@@ -155,3 +155,13 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
     assert r["current_after_event_s"] > r["before_s"] * 1.01  # the event matters
     # -o writes a homogeneous plan file, which the homogeneous instance reads back
     assert simulate(slow, load_plan(new, inst)).iter_time_s == pytest.approx(r["new_s"], rel=1e-9)
+
+
+def test_exhaustive_on_a_mixed_cluster_honours_its_time_limit(capsys):
+    """`exhaustive --time-limit-s` on a mixed cluster (it was ignored there): stopped by the
+    limit it says so, proves nothing and exits 3, as on one group; `verify` then skips it."""
+    path = str(ROOT / "instances/hetero/tiny-2types.yaml")
+    assert main(["exhaustive", path, "--time-limit-s", "1e-9", "--quiet"]) == 3
+    assert "STOPPED by the time limit" in capsys.readouterr().out
+    assert main(["exhaustive", path, "--quiet"]) == 0
+    assert "STOPPED" not in capsys.readouterr().out
