@@ -14,7 +14,13 @@ Links:
   a layer sit on several groups, so each ring crosses them: its bandwidth is the slowest of the
   groups' own rings and the group links between them, its latency the largest;
 - every replica synchronises with every other: the ring has `replicas` * cp members in all
-  (each context-parallel rank holds the whole stage's weights, as on one group).
+  (each context-parallel rank holds the whole stage's weights, as on one group);
+- MoE with ep > 1: a stage's expert all-to-all runs among ep of its ranks, tp apart, on the
+  stage's group (cost/moe.ep_links of that group's cluster); the expert gradients' ring spans
+  the replicas * cp / ep ranks holding the same experts, tp * ep apart, across groups as the
+  gradient ring does. An MoE model's dense prefix is priced as dense layers on each class's
+  first stage (Placement.dense_prefix), which the multi-class formulations keep in its first
+  model chunk, as on one group.
 
 With several classes, each replica of class k runs `num_micro_batches` >= its stage count, so
 1F1B's in-flight count of stage s is pp_k - s whatever the micro-batch count
@@ -25,9 +31,11 @@ as on one group: it is priced at that count (min(pp - s, m) in flight).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from paraplan.cost import comm, schedule
+from paraplan.cost import comm, moe, schedule
 from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build, megatron_layer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_specs import HeteroCluster, HeteroOuter
@@ -58,20 +66,24 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
                          f" classes 1F1B needs >= {c.pp}")
     return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
                  num_micro_batches=m, virtual_stages=v,
-                 sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero)
+                 sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
+                 ep=ho.ep)
 
 
-def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int) -> tuple[Link, bool]:
+def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1) -> tuple[Link, bool]:
+    """The gradient ring's link; with `ep` > 1 the expert-data-parallel ring's: the ranks
+    holding the same experts, 1 in ep of the ring's members, tp * ep apart (as on one group,
+    coefficients.homogeneous_placement)."""
     G = len(hc.groups)
     members = [0] * G
     for c in ho.classes:
         for g in set(c.stage_groups):
-            members[g] += c.replicas * ho.cp
+            members[g] += c.replicas * ho.cp // ep
     if len(ho.classes) == 1:
         cl = hc.groups[stage_group].cluster
-        return comm.group_link(cl, ho.classes[0].replicas * ho.cp, ho.tp)
+        return comm.group_link(cl, ho.classes[0].replicas * ho.cp // ep, ho.tp * ep)
     used = [g for g in range(G) if members[g]]
-    links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp) for g in used]
+    links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp * ep) for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
     bw = min(link.bw_bytes_per_s for link, _ in links)
     latency = max(link.latency_s for link, _ in links)
@@ -99,8 +111,8 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         (ga, ra), (gz, rz) = local[s], local[z]
         if ga != gz:
             return hc.between[ga][gz], True
-        gpn = hc.groups[ga].cluster.gpus_per_node
-        key = (ga, ra % gpn, rz - ra)  # whether a hand-off crosses a node repeats with the node
+        gpn = hc.groups[ga].cluster.domain_gpus
+        key = (ga, ra % gpn, rz - ra)  # whether a hand-off crosses a domain repeats with it
         if key not in memo:
             memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, block, rz - ra)
         return memo[key]
@@ -110,12 +122,15 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         cl = hc.groups[g].cluster
         site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, ho.tp, 1),
                           cp_link=comm.group_link(cl, ho.cp, ho.tp), dp_link=_ring_link(hc, ho, g))
+        if ho.ep > 1:  # the ep group: ep ranks of one stage of this class, on this group
+            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, ho.tp),
+                                 edp_link=_ring_link(hc, ho, g, ho.ep))
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
     pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
-                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
+                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp, dense_prefix=True)
 
 
 def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict):

@@ -97,6 +97,7 @@ Plan file, at top level or under a `plan:` key::
     recompute: selective             # none | selective | full, default none (full as in
                                      #   cost/loader.py: every layer fully recomputed)
     zero: 1                          # 0 | 1 | 2 | 3, default 0 (where the framework runs it)
+    ep: 1                            # expert parallel degree (MoE models), default 1
     family: stage                    # stage | replica, default stage
     classes:                         # non-empty list of replica classes
       - replicas: 2
@@ -146,7 +147,8 @@ _GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_nod
                       "intra_scale")
 _EVENT_FILE_KEYS = ("event",)
 _EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
-_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family", "classes")
+_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
+              "ep", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
                "full_recompute_layers", "partitions")
 _ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
@@ -183,13 +185,13 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     model = model_from_section(top.section("model", MODEL_KEYS), name)
     job = job_from_section(top.section("job", JOB_KEYS))
     for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
-        if getattr(job, key):  # not dropped: a mixed cluster's plans never shard experts
+        if getattr(job, key):  # not dropped: the overlaps are priced on one group only
             raise InstanceError(path, f"job.{key}",
-                                "mixed clusters are planned with ep = 1, so there is no expert"
-                                " all-to-all to overlap", f"remove {key}")
-    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # the same: nothing is dispatched
-        raise InstanceError(path, "job.moe_dispatcher", "mixed clusters are planned with ep = 1,"
-                            " so no tokens travel to experts on other GPUs", "remove moe_dispatcher")
+                                "the expert all-to-all overlaps are not priced on mixed clusters"
+                                " yet", f"remove {key}, or plan one group alone")
+    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # priced on one group only
+        raise InstanceError(path, "job.moe_dispatcher", "DeepEP's dispatch is priced on one GPU"
+                            " type only (cost/moe.py)", "remove moe_dispatcher, or plan one group alone")
     if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
         raise InstanceError(path, "job.pipeline_schedule", "DualPipe is priced for one GPU type"
                             " by `paraplan simulate` only (cost/dualpipe.py)",
@@ -229,7 +231,7 @@ def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan
     stages all sit on group 0, with the plan's per-operator partitions on group 0."""
     return HeteroPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
                       micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
-                      recompute=plan.recompute, zero=plan.zero, family="stage",
+                      recompute=plan.recompute, zero=plan.zero, family="stage", ep=plan.ep,
                       classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
                                             num_micro_batches=plan.num_micro_batches,
                                             layers_per_stage=plan.layers_per_stage,
@@ -243,7 +245,7 @@ def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
     return Plan(tp=plan.tp, pp=len(c.stage_groups), dp=c.replicas, cp=plan.cp,
                 micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
                 sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
-                zero=plan.zero, virtual_stages=plan.virtual_stages,
+                zero=plan.zero, virtual_stages=plan.virtual_stages, ep=plan.ep,
                 layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers,
                 partitions=c.partitions_on(0))
 
@@ -658,7 +660,7 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
             tp=tp, micro_batch=micro_batch, cp=cp, virtual_stages=v,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
-            zero=zero,
+            zero=zero, ep=sec.integer("ep", 1),
             classes=tuple(classes),
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
         )
@@ -711,7 +713,8 @@ def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
     # written only where used: plans without cp or interleaving read as before
     cp = {"cp": plan.cp} if plan.cp > 1 else {}
     v = {"virtual_stages": plan.virtual_stages} if plan.virtual_stages > 1 else {}
-    return {"tp": plan.tp, **cp, **v, "micro_batch": plan.micro_batch,
+    ep = {"ep": plan.ep} if plan.ep > 1 else {}
+    return {"tp": plan.tp, **cp, **v, **ep, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
             "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,

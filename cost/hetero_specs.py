@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
 
@@ -154,6 +154,9 @@ class _Modes:
     recompute: Recompute = Recompute.NONE
     zero: int = 0
     family: str = "stage"  # "stage": one class across groups; "replica": one class per group
+    # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
+    # each ep group lies inside one replica class's dp x cp ranks of one stage (cost/moe.py)
+    ep: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,7 +230,7 @@ class HeteroPlan(_Modes):
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
-                           family=self.family)
+                           family=self.family, ep=self.ep)
 
     def check_against(self, inst: HeteroInstance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""
@@ -277,6 +280,17 @@ class HeteroPlan(_Modes):
                                       " micro-batches per replica (solver/hetero_space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        if self.ep > 1:
+            if m.moe is None or m.moe.experts % self.ep:
+                raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model whose expert"
+                                  " count it divides")
+            for c in self.classes:
+                if (c.replicas * self.cp) % self.ep:
+                    raise ConfigError(f"ep={self.ep} must divide every class's replicas x cp (a"
+                                      f" class has {c.replicas} x {self.cp}): an expert group lies"
+                                      " inside one class's data x context parallel ranks")
+        elif self.ep < 1:
+            raise ConfigError("plan.ep must be >= 1")
         for c in self.classes:
             for _, parts in c.partitions:
                 check_partitions(_LayerPlan(partitions=parts, tp=self.tp, zero=self.zero,
@@ -284,7 +298,7 @@ class HeteroPlan(_Modes):
         if self.zero and self.outer.replicas * self.cp == 1:
             raise ConfigError(f"ZeRO-{self.zero} shards over replicas and context-parallel ranks,"
                               " and the plan has one of each")
-        rules = FRAMEWORK_RULES[inst.job.framework]
+        rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
         for c in self.classes:
             if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
                                 sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):

@@ -50,11 +50,13 @@ def tp_problem(t: int, model: ModelSpec, gpus: int, gpus_per_node: int,
 
 def group_tp_problem(t: int, model: ModelSpec, cluster: ClusterSpec, across_nodes: bool) -> str | None:
     """Why tensor-parallel degree `t` cannot run on one node group of a mixed cluster, or None:
-    the homogeneous rule (tp_problem) on the group's GPUs, and a tp group across nodes takes
-    whole nodes (the group's classes are laid out in blocks of tp GPUs from its first GPU)."""
-    problem = tp_problem(t, model, cluster.num_gpus, cluster.gpus_per_node, across_nodes)
-    if problem is None and t > cluster.gpus_per_node and t % cluster.gpus_per_node:
-        problem = f"tp={t} spans part of a node of {cluster.gpus_per_node} GPUs"
+    the homogeneous rule (tp_problem) on the group's GPUs and NVLink domain, and a tp group
+    across domains takes whole domains (the group's classes are laid out in blocks of tp GPUs
+    from its first GPU)."""
+    domain = cluster.domain_gpus
+    problem = tp_problem(t, model, cluster.num_gpus, domain, across_nodes)
+    if problem is None and t > domain and t % domain:
+        problem = f"tp={t} spans part of an NVLink domain of {domain} GPUs"
     return problem
 
 
@@ -85,15 +87,14 @@ def pp_problem(p: int, model: ModelSpec, gpus: int, max_pp: int | None) -> str |
     return None
 
 
-def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int,
-              mixed_cluster: bool = False) -> list[int]:
+def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int) -> list[int]:
     """The expert-parallel degrees of the space for a plan whose data-parallel x context-parallel
     group has `ranks` GPUs: the listed values (default: every divisor of the expert count) that
-    divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py). A
-    dense model runs ep = 1 only; so does an MoE model on a mixed cluster until its planner
-    places expert groups (each replica then holds every expert). The one rule solver/space.py
-    and solver/hetero_space.py both use."""
-    if model.moe is None or mixed_cluster:
+    divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py; on a
+    mixed cluster inside one replica class's, so `ranks` is then the gcd of the classes'). A
+    dense model runs ep = 1 only. The one rule solver/space.py and solver/hetero_space.py both
+    use."""
+    if model.moe is None:
         return [1]
     vals = listed if listed is not None else _divisors(model.moe.experts)
     return [e for e in vals if model.moe.experts % e == 0 and ranks % e == 0]
@@ -234,9 +235,6 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     refusal = moe_refusal(space, model, given)
     if refusal is not None:
         return refusal
-    if "ep" in given and space.ep is not None and max(space.ep) > 1:
-        return Refusal("ep", "expert parallelism is not planned on mixed clusters yet (each"
-                       " replica holds every expert)", "use ep: [1], or plan one group alone")
     if "uniform_split" in given and space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"

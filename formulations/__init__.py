@@ -1,13 +1,15 @@
-"""Formulations of the layer-split problem of one outer configuration.
+"""Formulations: models built from cost/ coefficient arrays, solved exactly.
 
-Each module turns `cost.coefficients.StageCoefficients` (per-stage arrays, shape (pp,)) into a
-model for one solver family and returns a `formulations.result.SplitResult`:
+The planner's inner problem (micro-batch counts, layer splits and recompute counts of one or
+more replica classes, over one or more network scenarios):
 
-    cpsat.py     CP-SAT (OR-Tools), integer model with explicit, conservative quantisation
-    quantize.py  that rounding, shared with split_dp.py
-    split_dp.py  the same integer model solved exactly without a solver: bottleneck
-                 enumeration + dynamic programme over the stages (polynomial)
-    milp.py      MILP through PuLP/CBC, or SCIP / HiGHS through OR-Tools' linear solver wrapper
+    multiclass.py        the problem and its CP-SAT model
+    multiclass_milp.py   its MILP, through PuLP/CBC or SCIP / HiGHS (milp.py's modelling calls)
+    quantize.py          the integer model of one class's layer split and its rounding
+    split_dp.py          that integer model solved exactly without a solver: bottleneck
+                         enumeration + dynamic programme over the stages (polynomial); the inner
+                         solver of a lone class on one network
+    timeline.py          the multi-period plan of a bandwidth timeline
 
 The per-layer problem of per-operator tensor partitions (one partition per operator,
 resharding between neighbours, memory caps) has two exact methods over the same arrays

@@ -1,65 +1,25 @@
-"""MILP formulation of the layer split of one outer configuration (CBC via PuLP; SCIP, HiGHS via
-OR-Tools' linear solver wrapper).
+"""The MILP backends' modelling calls and runs, shared by the MILP formulations
+(formulations/multiclass_milp.py):
+CBC through PuLP (`new_model("cbc")`), SCIP or HiGHS through OR-Tools' linear solver wrapper.
+A model is built with int_var, real_var, add (named constraints), minimise, and solved by
+`run_model`, which returns the backend's status, objective and bound with the error of the bound
+as read.
 
-Sets
-    S = {0, ..., pp-1}   pipeline stages
+Times stay in seconds and memory in MiB (MEM_UNIT_BYTES; floats), so magnitudes stay within a
+few decades of 1. MEM_MARGIN_MIB (1 KiB) below each capacity absorbs the backends' feasibility
+tolerances, so that a rounded split re-checks with `cost.schedule.fits`.
 
-Parameters (`cost.coefficients.StageCoefficients`; arrays of shape (pp,), indexed by s)
-    L        layers                         transformer layers to place (c.layers)
-    m        micro-batches per iteration    (c.outer.num_micro_batches)
-    v        model chunks per stage         interleaved 1F1B (c.outer.virtual_stages); v = 1 is 1F1B
-    a_s  [s]    stage_time_s          fixed time of stage s per micro-batch
-    t_s  [s]    layer_time_s          one layer, one micro-batch, forward + backward
-    u_s  [s]    recompute_time_s      extra time of one fully recomputed layer
-    e_s  [s]    stage_sync_time_s     fixed time after the last backward (sync, optimizer)
-    g_s  [s]    layer_sync_time_s     the same, per layer
-    b_s  [MiB]  stage_mem_bytes / MEM_UNIT_BYTES
-    w_s  [MiB]  (layer_state_bytes + layer_act_bytes) / MEM_UNIT_BYTES
-    h_s  [MiB]  (layer_act_bytes - layer_ckpt_bytes) / MEM_UNIT_BYTES   saved per recomputed layer
-    K_s  [MiB]  capacity_bytes / MEM_UNIT_BYTES - MEM_MARGIN_MIB
-    R        L when full recompute is allowed, else 0
-    Times stay in seconds and memory in MiB (floats), so magnitudes stay within a few decades of 1.
-    MEM_MARGIN_MIB (1 KiB) absorbs the backends' feasibility tolerances, so that the rounded
-    split re-checks with `cost.schedule.fits`; a split within 1 KiB of a capacity is rejected.
-
-Variables
-    k_s ∈ Z, 1 <= k_s <= max(1, ⌊L/v⌋)   layers per model chunk on stage s; n_s = v k_s layers
-    r_s ∈ Z, 0 <= r_s <= R               fully recomputed layers on stage s
-    T_max ∈ R  [s]                       slowest stage time per micro-batch
-    D_max ∈ R  [s]                       slowest post-backward time
-
-Objective (the iteration time, cost/schedule.py)
-    minimise  (m - 1/v) T_max + (1/v) Σ_s (a_s + v k_s t_s + r_s u_s) + D_max
-
-Constraints
-    C1_layers          Σ_s v k_s = L
-    C2_recompute_s{s}  r_s <= v k_s
-    C3_mem_s{s}        b_s + v k_s w_s - r_s h_s <= K_s
-    C4_pace_s{s}       T_max >= a_s + v k_s t_s + r_s u_s
-    C5_sync_s{s}       D_max >= e_s + v k_s g_s
-
-After the solve, k and r are rounded to integers, the split is re-checked with
-`cost.schedule.fits` and its objective re-evaluated with `cost.schedule.iteration_time_s`.
-
-Tolerance. The backends accept k, r within an integrality tolerance iota of an integer and rows
-within a feasibility tolerance phi (seconds in C4, C5). A solver's objective and bound can hence
-sit below the true iteration time of the same split by at most
-
-    eps = iota * Σ_s [ m (v |t_s| + [R > 0] |u_s|) + v |g_s| ] + phi * (m - 1/v + 1)
-
-(`objective_tolerance_s`; iota = INTEGRALITY_TOL, phi = FEASIBILITY_TOL_S, both at or above the
-three backends' defaults), and bound_s = (backend bound) - eps. "optimal" requires the backend to
-report optimality with a zero gap of its own (|objective - bound| <= OPTIMAL_REL_TOL *
-max(1, |objective|)); then objective_s - bound_s <= 2 eps + CBC_OBJECTIVE_PRINT_ERROR_S +
-OPTIMAL_REL_TOL * |objective_s| (`optimal_gap_tolerance_s`). CBC runs with ratio and allowable
-gaps 0 and cutoff increment CBC_CUTOFF_INCREMENT_S; it logs a time-limited bound with three
-decimals, so that bound is lowered by a further CBC_BOUND_PRINT_ERROR_S. PuLP's bundled CBC
-2.10.3, interrupted by a time limit of about a millisecond, reports "Pre-processing says
-infeasible" on feasible pp = 16 models, so a CBC "infeasible" under a limit below
-CBC_INFEASIBLE_RECHECK_S is confirmed by a second run with that limit (turning preprocessing off
-instead makes it crash on models with fixed variables). OR-Tools' HiGHS wrapper
-reports no bound short of optimality (it copies the objective), so a time-limited HiGHS result
-has bound_s = None.
+Tolerances (used by the formulations' error bounds). The backends accept integers within an
+integrality tolerance iota (INTEGRALITY_TOL) and rows within a feasibility tolerance phi
+(FEASIBILITY_TOL_S), both at or above the three backends' defaults. CBC runs with ratio
+and allowable gaps 0 and cutoff increment CBC_CUTOFF_INCREMENT_S; it logs its objective with
+eight decimals (CBC_OBJECTIVE_PRINT_ERROR_S) and a time-limited bound with three
+(CBC_BOUND_PRINT_ERROR_S). PuLP's bundled CBC 2.10.3, interrupted by a time limit of about a
+millisecond, reports "Pre-processing says infeasible" on feasible pp = 16 models, so a CBC
+"infeasible" under a limit below CBC_INFEASIBLE_RECHECK_S is confirmed by a second run with that
+limit (turning preprocessing off instead makes it crash on models with fixed variables).
+OR-Tools' HiGHS wrapper reports no bound short of optimality (it copies the objective), so a
+time-limited HiGHS run has no bound.
 """
 
 from __future__ import annotations
@@ -69,21 +29,14 @@ import os
 import re
 import shutil
 import tempfile
-import time
 import warnings
 
-import numpy as np
-
-from paraplan.cost.coefficients import StageCoefficients
-from paraplan.cost.schedule import fits, iteration_time_s
-from paraplan.formulations.result import SolverError, SplitResult
+from paraplan.formulations.result import SolverError
 
 MEM_UNIT_BYTES = 2**20  # MiB: the MILP's memory unit
 MEM_MARGIN_MIB = 2**-10  # 1 KiB below each capacity
-OPTIMAL_REL_TOL = 1e-9
 INTEGRALITY_TOL = 1e-6  # iota: CBC, SCIP and HiGHS default integrality tolerance
 FEASIBILITY_TOL_S = 1e-6  # phi: SCIP's default feastol; CBC and HiGHS use 1e-7
-ROUNDING_SANITY_TOL = 1e-4  # a backend value farther than this from an integer is a failure
 CBC_CUTOFF_INCREMENT_S = 1e-9  # CBC's default 1e-5 would prune splits up to 10 us better
 CBC_OBJECTIVE_PRINT_ERROR_S = 5e-9  # CBC logs "Objective value:" as %.8f
 CBC_BOUND_PRINT_ERROR_S = 5e-4  # ... and "Lower bound:" as %.3f
@@ -91,23 +44,6 @@ CBC_REPEATABLE_THREADS = 100  # CBC's "threads 100+n": n threads, repeatable sea
 CBC_INFEASIBLE_RECHECK_S = 1.0  # time limit of the run that confirms a CBC "infeasible"
 BACKENDS = ("cbc", "scip", "highs")
 MPSOLVER_UNKNOWN_STATUS = 99  # HiGHS stopped by its limit without a solution (linear_solver.proto)
-
-
-def objective_tolerance_s(c: StageCoefficients, allow_full_recompute: bool = True) -> float:
-    """eps of the module docstring: how far a backend's objective or bound may sit below the
-    true iteration time because of its integrality and feasibility tolerances."""
-    m, v = c.outer.num_micro_batches, c.outer.virtual_stages
-    u = np.abs(c.recompute_time_s) if allow_full_recompute else 0.0
-    per_var = m * (v * np.abs(c.layer_time_s) + u) + v * np.abs(c.layer_sync_time_s)
-    return float(INTEGRALITY_TOL * per_var.sum() + FEASIBILITY_TOL_S * (m - 1 / v + 1))
-
-
-def optimal_gap_tolerance_s(c: StageCoefficients, objective_s: float,
-                            allow_full_recompute: bool = True) -> float:
-    """Largest objective_s - bound_s of an "optimal" result; also how far its objective_s may
-    sit above the true optimum."""
-    return (2 * objective_tolerance_s(c, allow_full_recompute) + CBC_OBJECTIVE_PRINT_ERROR_S
-            + OPTIMAL_REL_TOL * abs(objective_s))
 
 
 class _PulpModel:
@@ -164,35 +100,6 @@ class _LinearSolverModel:
         self.solver.Minimize(objective)
 
 
-def _formulate(api, c: StageCoefficients, allow_full_recompute: bool):
-    """Build the model of the module docstring on `api`; returns the variables k, r."""
-    pp, L, m, v = c.pp, c.layers, c.outer.num_micro_batches, c.outer.virtual_stages
-    R = L if allow_full_recompute else 0
-    a, t, u = c.stage_time_s.tolist(), c.layer_time_s.tolist(), c.recompute_time_s.tolist()
-    e, g = c.stage_sync_time_s.tolist(), c.layer_sync_time_s.tolist()
-    b = (c.stage_mem_bytes / MEM_UNIT_BYTES).tolist()
-    w = ((c.layer_state_bytes + c.layer_act_bytes) / MEM_UNIT_BYTES).tolist()
-    h = ((c.layer_act_bytes - c.layer_ckpt_bytes) / MEM_UNIT_BYTES).tolist()
-    K = (c.capacity_bytes / MEM_UNIT_BYTES - MEM_MARGIN_MIB).tolist()
-    S = range(pp)
-
-    k = [api.int_var(c.first_chunk_min_layers if s == 0 else 1, max(1, L // v), f"k_s{s}")
-         for s in S]
-    r = [api.int_var(0, R, f"r_s{s}") for s in S]
-    T_max = api.real_var("T_max")
-    D_max = api.real_var("D_max")
-    T = [a[s] + t[s] * v * k[s] + u[s] * r[s] for s in S]
-
-    api.add(sum(v * k[s] for s in S) == L, "C1_layers")
-    for s in S:
-        api.add(r[s] <= v * k[s], f"C2_recompute_s{s}")
-        api.add(b[s] + w[s] * v * k[s] - h[s] * r[s] <= K[s], f"C3_mem_s{s}")
-        api.add(T_max >= T[s], f"C4_pace_s{s}")
-        api.add(D_max >= e[s] + g[s] * v * k[s], f"C5_sync_s{s}")
-    api.minimise((m - 1 / v) * T_max + (1 / v) * sum(T) + D_max)
-    return k, r
-
-
 def new_model(backend: str):
     """An empty model with the modelling calls the formulations use (int_var, real_var, add,
     minimise, value), for `backend`: "cbc" (PuLP), "scip" or "highs" (pywraplp)."""
@@ -208,17 +115,6 @@ def run_model(api, backend: str, time_limit_s: float, threads: int = 1, what: st
     if backend == "cbc":
         return _run_cbc(api, time_limit_s, threads)
     return _run_linear_solver(api, backend, time_limit_s, threads, what)
-
-
-def _solve_cbc(c: StageCoefficients, allow_full_recompute: bool, time_limit_s: float, threads: int):
-    """Returns (status, k values, r values, backend objective, backend bound, error of the
-    bound as read), seconds; the values are None where the backend gave none."""
-    api = _PulpModel()
-    k, r = _formulate(api, c, allow_full_recompute)
-    status, objective, bound, read_error = _run_cbc(api, time_limit_s, threads)
-    if status not in ("optimal", "feasible"):
-        return status, None, None, None, bound, read_error
-    return status, [x.value() for x in k], [x.value() for x in r], objective, bound, read_error
 
 
 def _run_cbc(api: _PulpModel, time_limit_s: float, threads: int):
@@ -268,19 +164,6 @@ def _run_cbc(api: _PulpModel, time_limit_s: float, threads: int):
                       f"solution={pulp.LpSolution[solution]}; log tail: {log[-300:]!r}")
 
 
-def _solve_linear_solver(c: StageCoefficients, allow_full_recompute: bool, time_limit_s: float,
-                         threads: int, backend: str):
-    """The same as _solve_cbc, through pywraplp (SCIP or HiGHS)."""
-    api = _LinearSolverModel(backend)
-    k, r = _formulate(api, c, allow_full_recompute)
-    status, objective, bound, read_error = _run_linear_solver(
-        api, backend, time_limit_s, threads, f"the layer split (pp={c.pp}, L={c.layers})")
-    if status not in ("optimal", "feasible"):
-        return status, None, None, None, bound, read_error
-    return (status, [x.solution_value() for x in k], [x.solution_value() for x in r], objective,
-            bound, read_error)
-
-
 def _run_linear_solver(api: _LinearSolverModel, backend: str, time_limit_s: float, threads: int,
                        what: str):
     solver, pywraplp = api.solver, api.pywraplp
@@ -312,55 +195,3 @@ def _run_linear_solver(api: _LinearSolverModel, backend: str, time_limit_s: floa
     raise SolverError(f"backend {backend!r} returned MPSolver status {code} after {solver.WallTime()} ms "
                       f"of a {time_limit_s} s limit (not optimal, feasible, infeasible or timed out) "
                       f"for {what}")
-
-
-def solve_split_milp(c: StageCoefficients, allow_full_recompute: bool = True,
-                     time_limit_s: float = 10.0, threads: int = 1, backend: str = "cbc") -> SplitResult:
-    """Best layer split (n_s, r_s) of `c` by MILP; see the module docstring for the model.
-
-    backend: "cbc" (PuLP's bundled CBC, one temporary directory per run), "scip" or "highs"
-    (OR-Tools' pywraplp). time_limit_s is wall-clock.
-    """
-    start = time.perf_counter()
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if threads < 1 or time_limit_s <= 0:
-        raise ValueError(f"threads must be >= 1 and time_limit_s > 0, got {threads}, {time_limit_s}")
-    if backend == "cbc":
-        status, k_val, r_val, objective, raw_bound, read_error = _solve_cbc(
-            c, allow_full_recompute, time_limit_s, threads)
-        if status == "infeasible" and time_limit_s < CBC_INFEASIBLE_RECHECK_S:
-            status, k_val, r_val, objective, raw_bound, read_error = _solve_cbc(
-                c, allow_full_recompute, CBC_INFEASIBLE_RECHECK_S, threads)
-    else:
-        status, k_val, r_val, objective, raw_bound, read_error = _solve_linear_solver(
-            c, allow_full_recompute, time_limit_s, threads, backend)
-    eps = objective_tolerance_s(c, allow_full_recompute)
-    bound = raw_bound
-    if bound is not None and math.isfinite(bound):
-        bound = raw_bound - read_error - eps
-
-    def done(status, n, r, objective_s) -> SplitResult:
-        return SplitResult(status=status, layers_per_stage=n, full_recompute_layers=r,
-                           objective_s=objective_s, bound_s=bound,
-                           wall_time_s=time.perf_counter() - start, backend=backend, quantum_s=0.0)
-
-    if k_val is None:
-        return done(status, None, None, None)
-
-    values = np.array(k_val + r_val, float)
-    if not np.all(np.abs(values - np.rint(values)) <= ROUNDING_SANITY_TOL):
-        raise SolverError(f"backend {backend!r} returned non-integral k={k_val}, r={r_val}")
-    v = c.outer.virtual_stages
-    n = tuple(v * int(x) for x in np.rint(k_val))
-    r = tuple(int(x) for x in np.rint(r_val))
-    if not fits(c, np.array(n), np.array(r)):
-        raise SolverError(f"backend {backend!r} split n={n}, r={r} does not fit after re-checking with "
-                          f"cost.schedule.fits (beyond the {MEM_MARGIN_MIB} MiB margin)")
-    objective_s = float(iteration_time_s(c, np.array(n), np.array(r)))
-    if objective is not None and abs(objective_s - objective) > eps + OPTIMAL_REL_TOL * abs(objective_s):
-        raise SolverError(f"backend {backend!r} reports objective {objective!r} s for n={n}, r={r}, "
-                          f"cost.schedule gives {objective_s!r} s (tolerance {eps:.3g} s)")
-    if status == "optimal" and not objective - raw_bound <= OPTIMAL_REL_TOL * max(1.0, abs(objective)):
-        status = "feasible"  # reported optimal without a zero gap of its own
-    return done(status, n, r, objective_s)

@@ -36,14 +36,11 @@ import time
 
 import numpy as np
 
-from paraplan.formulations.milp import (CBC_INFEASIBLE_RECHECK_S, MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model,
-                               run_model)
+from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S, INTEGRALITY_TOL,
+                                        MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model, run_model)
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done, _upper_bounds
 from paraplan.formulations.result import SolverError
 
-INTEGRALITY_TOL = 1e-6
-FEASIBILITY_TOL = 1e-6
-BACKENDS = ("cbc", "scip", "highs")
 
 
 def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
@@ -98,6 +95,8 @@ def _formulate(p: MultiClassProblem, backend: str):
         n.append([api.int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
         r.append([api.int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
         api.add(sum(n[k]) == L, f"C1_layers_k{k}")
+        if c.first_chunk_min_layers > 1:  # the dense prefix sits in stage 0's first chunk
+            api.add(n[k][0] >= v * c.first_chunk_min_layers, f"C1_dense_prefix_k{k}")
         if v > 1:  # whole chunks of v layers per stage
             for s in range(pp):
                 chunks = api.int_var(1, L // v, f"chunks_k{k}_s{s}")
@@ -161,5 +160,5 @@ def _formulate(p: MultiClassProblem, backend: str):
     pp_max = max(p.pp(k) for k in range(Kc))
     bits_term = m_max * U_max * (2 + pp_max) if Kc > 1 else 0.0
     eps = w_sum * (INTEGRALITY_TOL * (bits_term + (m_max + pp_max) * tu_max + g_max)
-                   + FEASIBILITY_TOL * (m_max + 3))
+                   + FEASIBILITY_TOL_S * (m_max + 3))
     return api, bits, n, r, eps

@@ -1,8 +1,63 @@
-"""Integer scaling of a layer-split problem, shared by the integer formulations (cpsat.py, and
-split_dp.py, which must see exactly the same integers). The rounding rules, their error bound E
-and why memory is rounded conservatively are documented with the model in cpsat.py's docstring
-("Quantisation", "Tolerance"). Kept apart from cpsat.py so that split_dp.py runs without
-loading OR-Tools.
+"""The integer model of the layer split of one outer configuration, and its scaling: the model
+formulations/split_dp.py solves exactly (the planner's inner solver of a lone class on one
+network); the multi-class CP-SAT model (formulations/multiclass.py) rounds its times and memory
+by the same rules. Kept apart from OR-Tools so that split_dp.py runs without loading it.
+
+Sets
+    S = {0, ..., pp-1}   pipeline stages
+
+Parameters (`cost.coefficients.StageCoefficients`; arrays of shape (pp,), indexed by s)
+    L        layers                         transformer layers to place (c.layers)
+    m        micro-batches per iteration    (c.outer.num_micro_batches)
+    v        model chunks per stage         interleaved 1F1B (c.outer.virtual_stages); v = 1 is 1F1B
+    a_s  [s]      stage_time_s          fixed time of stage s per micro-batch
+    t_s  [s]      layer_time_s          one layer, one micro-batch, forward + backward
+    u_s  [s]      recompute_time_s      extra time of one fully recomputed layer
+    e_s  [s]      stage_sync_time_s     fixed time after the last backward (sync, optimizer)
+    g_s  [s]      layer_sync_time_s     the same, per layer
+    b_s  [bytes]  stage_mem_bytes       fixed memory of stage s
+    w_s  [bytes]  layer_state_bytes + layer_act_bytes   one stored layer, all micro-batches in flight
+    h_s  [bytes]  layer_act_bytes - layer_ckpt_bytes    saved by fully recomputing one layer
+    K_s  [bytes]  capacity_bytes
+    R        L when full recompute is allowed, else 0
+
+Quantisation (`quantize`; the integer model sees only the rounded parameters, marked ^)
+    q   [s]      time quantum, TIME_QUANTUM_S * 2^j with the smallest j >= 0 that keeps an upper
+                 bound of the scaled objective below OBJECTIVE_LIMIT_QUANTA (2^40)
+    mu  [bytes]  memory quantum, MEM_QUANTUM_BYTES (1 KiB)
+    â_s = round(a_s/q), and likewise t̂, û, ê, ĝ                    (error <= q/2 each)
+    b̂_s = ceil(b_s/mu), ŵ_s = ceil(w_s/mu), ĥ_s = floor(h_s/mu),  K̂_s = floor(K_s/mu)
+    Memory use is rounded up and capacity down, so every split the integer model accepts fits
+    in real memory (`cost.schedule.fits`); a split within mu*(1 + n_s + r_s) bytes of a
+    capacity may be rejected.
+
+Variables
+    k_s ∈ {1, ..., max(1, ⌊L/v⌋)}   layers per model chunk on stage s; n_s = v k_s layers;
+                                    k_0 >= d0 (c.first_chunk_min_layers: an MoE model's dense
+                                    prefix, priced on stage 0; 1 otherwise)
+    r_s ∈ {0, ..., R}               fully recomputed layers on stage s
+    T_max  [quanta]                 slowest stage time per micro-batch
+    D_max  [quanta]                 slowest post-backward time
+
+Objective: v times the iteration time, in quanta, so that every coefficient is an integer
+    minimise  (v m - 1) T_max + Σ_s (â_s + v k_s t̂_s + r_s û_s) + v D_max
+
+Constraints
+    C1_layers          Σ_s v k_s = L
+    C2_recompute_s{s}  r_s <= v k_s
+    C3_mem_s{s}        b̂_s + v k_s ŵ_s - r_s ĥ_s <= K̂_s
+    C4_pace_s{s}       T_max >= â_s + v k_s t̂_s + r_s û_s
+    C5_sync_s{s}       D_max >= ê_s + v k_s ĝ_s
+
+Tolerance. Charging each rounded time coefficient a full quantum q (q/2 from rounding, the rest
+absorbs floating-point error), the scaled objective q Ẑ(x)/v differs from the true iteration
+time Z(x) of the same split x by at most
+
+    E = (q / v) * [ (v m - 1)(1 + L + R) + (pp + L + R) + v (1 + L) ]
+
+(`QuantizedCoefficients.objective_error_s`). Hence bound_s = q * (integer bound) / v - E is a
+valid lower bound on min Z, and an "optimal" split is within 2E of the true optimum
+(objective_s - bound_s <= 2E), over the splits that fit with the memory rounding above.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """Exact layer split of one outer configuration without a MIP solver: enumeration of the two
 bottleneck values, and a dynamic programme over the stages for each pair.
 
-It solves the integer model of formulations/cpsat.py on the same quantised coefficients
-(`formulations.quantize.quantize`, cpsat.py's rounding), so its optimal objective is bit-identical to CP-SAT's.
+It solves the integer model of formulations/quantize.py on its quantised coefficients
+(`formulations.quantize.quantize`), so its optimal objective is that model's, exactly.
 
 Sets
     S = {0, ..., pp-1}        pipeline stages
     J = {1, ..., N}           chunk counts of one stage, N = L / v (no split exists unless v | L
                               and N >= pp: every stage holds at least one chunk)
 
-Parameters (integers; cpsat.py's docstring, marked ^ there)
+Parameters (integers; quantize.py's docstring, marked ^ there)
     â_s, t̂_s, û_s, ê_s, ĝ_s   [time quanta]   per-stage time coefficients
     b̂_s, ŵ_s, ĥ_s, K̂_s       [memory quanta] fixed memory, one layer, saved by recomputing one, capacity
-    R, m, v                     as in cpsat.py;  alpha = v m - 1 >= 0,  beta = v >= 1
+    R, m, v                     as in quantize.py;  alpha = v m - 1 >= 0,  beta = v >= 1
 
 Per-stage tables (the exact per-stage choice of the recompute count)
     For stage s holding k chunks (n = v k layers) the feasible recompute counts are the integers
@@ -22,7 +22,7 @@ Per-stage tables (the exact per-stage choice of the recompute count)
     best r is the interval's lower end when û_s >= 0 and its upper end otherwise. That gives, for
     every (s, k), feasible_s(k), T_s(k) and D_s(k) = ê_s + n ĝ_s  (arrays of shape (pp, N)).
 
-Problem (equivalent to cpsat.py's model after eliminating r)
+Problem (equivalent to quantize.py's model after eliminating r)
     minimise  F(k) = alpha max_s T_s(k_s) + Σ_s T_s(k_s) + beta max_s D_s(k_s)
     over k in J^pp with Σ_s k_s = N and feasible_s(k_s) for every s.
 
@@ -77,7 +77,7 @@ layers on 8 and 16 stages, 0.2 s and 2.4 s; tests/formulations/test_split_dp.py)
 Time limit (wall clock). When the limit stops the loops, the answer is "feasible" (a split was
 found) or "timeout", with the valid bound min(F_best, the smallest pair bound not yet evaluated).
 
-Tolerance. As cpsat.py: bound_s = q (bound in quanta) / v - E, and an optimal split's
+Tolerance. As quantize.py: bound_s = q (bound in quanta) / v - E, and an optimal split's
 objective_s - bound_s <= 2E.
 """
 

@@ -21,7 +21,7 @@ from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
 from paraplan.cost.simulate import simulate
 from paraplan.solver.report.compare import compare
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.planner import plan
+from paraplan.solver.class_route import plan
 from paraplan.solver.report.page import build_hetero_report, build_report
 from paraplan.solver.commands.schema import validate as validate_json
 from paraplan.solver.top_k import top_k

@@ -1,76 +1,55 @@
 """A homogeneous instance planned by the class planner, as a one-group mixed cluster (issue 12).
 
-The one-group class space is the homogeneous space (tests/solver/
-test_one_group_space_equals_homogeneous.py) and gives the same optimum and plan
-(test_one_group_equals_homogeneous.py), so `paraplan plan` routes a homogeneous instance
-through solver/hetero_planner.py, the step before the homogeneous planner's duplicates are
-deleted. It is the default for dense models (`routes`). Two cases stay on the homogeneous
-planner (solver/planner.py), by rule: a mixture-of-experts model, because the class space has
-no ep > 1 yet and prices a dense prefix as MoE layers; and `--threads` > 1, because the class
-planner solves one configuration at a time. `PARAPLAN_CLASS_PLANNER=0` in the environment
-forces the homogeneous planner (for measuring both routes), `=1` the class planner.
+The one-group class space is the homogeneous space, and gives the optimum and plan the
+homogeneous planner gave (tests/goldens: the bundled instances' optima and plans frozen from
+it), so `paraplan plan` (and --top, --sensitivity, verify, report, sweep, bench and the API)
+plans a homogeneous instance through solver/hetero_planner.py: dense and mixture-of-experts
+models alike (the class space has ep > 1 and prices a dense prefix as dense layers), on any
+number of threads (`--threads` N solves N configurations at once, plan_hetero). The
+homogeneous planner it replaced is deleted; this module turns the class result back into the
+homogeneous result record (`PlanResult`).
 
-Measured on the 2-core machine (shared with other jobs), both routes in one process,
-alternating, 4 runs each, the fastest of each (wall seconds, homogeneous / class, ratio):
-tiny-gpt 0.099 / 0.102 (1.02), small-gpt 0.274 / 0.281 (1.03), Llama-3 8B on 64 H100
-0.84 / 0.94 (1.13), on 128 H200 1.09 / 1.21 (1.12), GPT-3 175B on 256 H100 3.38 / 3.52 (1.04),
-Llama-3 70B on 512 H100 3.24 / 3.03 (0.94), GPT-3 175B on 1,024 A100 4.46 / 4.74 (1.06; the
-medians of those 6 runs 4.68 / 5.26, 1.12; one noisier series of 4 gave 1.23), Llama-3.1 405B
-on 16,384 H100 2.68 / 3.12 (1.16); same status, plan, optimum and space counts on each. The
-time outside cost/coefficients.build on GPT-3 175B on 1,024 A100 (one process, fastest of 3):
-1.38 s of 4.81 s on the class route, 0.96 s of 4.35 s on the homogeneous one; the difference is
-mostly building each configuration's Outer and problem record (~0.45 s for 24,144 of them)
-after its HeteroOuter. One fresh process per run, fastest of 3, interleaved with main at
-f6e726d: GPT-3 175B on 1,024 A100 5.05 / 5.09 s, where main's class route took 8.70 s
-against its homogeneous 4.86 s (main: 1.05-2.3x on these eight instances). What
-made it lean: the bounds of every configuration at once (solver/class_bounds.py), pricing in
-passes (hetero_planner.problems_for), the space counted once per class shape and the split
-DP as the inner solver of backend "dp" (hetero_planner._lone_dp), as on the homogeneous route.
+Timing against the homogeneous planner just before its deletion (main at f316bf7; `paraplan
+plan`, a fresh process per run, alternating, fastest of 3 to 9 runs, solve seconds): the 11
+dense instances 0.94-1.03x (they already took this route there), Mixtral 8x7B 2.48 -> 2.66,
+Qwen3 235B 6.55 -> 6.44, DeepSeek-shaped on 2,048 H800 5.64 -> 5.79, on 1,152 GB200
+2.17 -> 2.50; the same optimum on every one. Nearly all of it is pricing (cost/coefficients.build,
+13.0 of 14.6 s profiled on the 2,048-GPU instance), the same builds on both routes.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import time
 
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
 from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.hetero_space import one_group_outers
 from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, check_resimulation, coefficient_table,
-                                     infeasible_reason, space_summary)
-from paraplan.solver.space import outer_configs
-
-SWITCH = "PARAPLAN_CLASS_PLANNER"
+                                     infeasible_reason)
 
 
-def routes(inst: Instance, threads: int = 1) -> bool:
-    """Whether `paraplan plan` plans `inst` through the class planner (module docstring):
-    by default every dense model planned on one thread; an MoE model (the class space has no
-    ep > 1 yet, and prices a dense prefix as MoE layers) or `--threads` > 1 (the class
-    planner solves one configuration at a time) on the homogeneous planner.
-    PARAPLAN_CLASS_PLANNER=0 forces the homogeneous planner, =1 the class planner."""
-    switch = os.environ.get(SWITCH, "")
-    if switch not in ("", "0", "1"):
-        raise InstanceError("<environment>", SWITCH, f"is {switch!r}",
-                            "set it to 0 (homogeneous planner) or 1 (class planner), or unset it")
-    if switch:
-        return switch == "1"
-    return inst.model.moe is None and threads == 1
+def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
+         progress=None) -> PlanResult:
+    """The optimal plan of a homogeneous instance over its declared space (plan_as_one_group)."""
+    return plan_as_one_group(inst, backend, time_limit_s, progress=progress, threads=threads)
 
 
 def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                      progress=None) -> PlanResult:
-    """plan(inst) by the class planner, with the same backend: "dp" solves each configuration
-    that can still win by the exact split DP with the incumbent as cutoff, as the homogeneous
-    planner does (hetero_planner._lone_dp: one class on one network)."""
-    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress)
+                      progress=None, threads: int = 1) -> PlanResult:
+    """plan(inst) by the class planner: backend "dp" solves each configuration that can still
+    win by the exact split DP with the incumbent as cutoff (hetero_planner._lone_dp: one class
+    on one network), "cpsat" and "milp" by the multi-class formulations."""
+    if not (time_limit_s > 0 and math.isfinite(time_limit_s)) or threads < 1:
+        raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
+    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
+                      threads=threads)
     p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)
-    outers, plans = het.outer_configs, het.plans_total  # the same space (module docstring)
-    if partition_plans.enabled(inst):  # the homogeneous planner counts (outer, layer plan) pairs
-        summary = space_summary(inst, outer_configs(inst))
-        outers, plans = summary.outer_configs, summary.splits_total
+    outers, plans = het.outer_configs, het.plans_total
+    if partition_plans.enabled(inst):  # a homogeneous plan counts (outer, layer plan) pairs
+        outers = sum(partition_plans.plans_per_outer(inst, o) for o in one_group_outers(inst))
     res = PlanResult(status=het.status, plan=p, iter_time_s=het.objective_s, bound_s=het.bound_s,
                      solve_time_s=het.solve_time_s, backend=het.backend,
                      outer_configs=outers, space_size=plans,

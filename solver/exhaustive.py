@@ -1,14 +1,21 @@
-"""Exhaustive search over the declared space: every outer configuration, every layer split
-(non-uniform, in multiples of the virtual stages) and every per-stage count of fully
-recomputed layers, evaluated with the vectorised simulator (cost/schedule.py) in numpy
-batches. It shares solver/space.py with the solvers, so its optimum is the one they must match.
+"""Exhaustive search over the declared space: every outer configuration, every layer-plan
+combination (with per-operator partitions: every plan on every class and group, no dominance),
+every micro-batch vector, every layer split (in multiples of the virtual stages) and every
+per-stage count of fully recomputed layers of every replica class, evaluated with the
+vectorised simulator (cost/schedule.py), no pruning of any kind: the brute-force check of the
+planner's optimality proofs. It shares solver/hetero_space.py with the planner, so its optimum
+is the one the planner must match; a homogeneous instance is searched as a one-group cluster
+(`exhaustive`), whose space is the homogeneous one.
 
-No pruning of any kind: it is the brute-force check of the solvers' optimality proofs.
+Per class, all (split, recompute) rows are evaluated at once with numpy on every scenario
+(slowest stage, sum of stages, slowest sync, fits); classes are then combined by brute force
+over the product of their feasible rows and the micro-batch vectors.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -17,9 +24,12 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import schedule
+from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
+from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.cost.specs import Instance, Plan
-from paraplan.solver.partition_plans import all_plan_coefficients, plans_per_outer
-from paraplan.solver.space import outer_configs, summarize
+from paraplan.solver.class_partitions import all_partitions
+from paraplan.solver.hetero_planner import _plan_of, lone_count, placer, problem_for, scenario_weights
+from paraplan.solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # measured on the 2-core reference machine: candidates evaluated per second (for estimates)
@@ -31,14 +41,27 @@ class SpaceTooLarge(ValueError):
 
 
 @dataclass
+class HeteroExhaustiveResult:
+    plan: HeteroPlan | None
+    objective_s: float | None
+    candidates: int
+    outer_configs: int
+    wall_time_s: float
+    feasible: int = 0  # candidates that fit memory
+    complete: bool = True  # False: the time limit stopped it; the plan is only the best seen
+
+
+@dataclass
 class ExhaustiveResult:
+    """`exhaustive`'s result for a homogeneous instance: the plan as a homogeneous Plan."""
+
     plan: Plan | None
     iter_time_s: float | None
     candidates: int
     feasible: int
     outer_configs: int
     wall_time_s: float
-    complete: bool = True  # False: the time limit stopped it; the plan is only the best seen
+    complete: bool = True
 
 
 @lru_cache(maxsize=256)
@@ -76,51 +99,104 @@ class _Progress:
         sys.stderr.flush()
 
 
-def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
-               progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
-    """Brute force over the declared space. With time_limit_s (wall clock), it stops when the
-    limit passes (checked per split) and returns complete=False: then nothing is proved."""
+def _class_rows(p, k: int, uniform: bool):
+    """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit,
+    and how many rows there were."""
+    c0, v = p.coeffs[0][k], p.virtual_stages
+    if uniform:
+        from paraplan.cost.loader import default_layer_split
+        splits = np.array([default_layer_split(p.layers, c0.pp, v)], float)
+    else:
+        splits = compositions(p.layers, c0.pp, v)
+    ns, rs = [], []
+    for n in splits:
+        r = _recompute_grid(n) if p.allow_full_recompute else np.zeros((1, c0.pp))
+        ns.append(np.broadcast_to(n, r.shape)), rs.append(r)
+    n, r = np.concatenate(ns), np.concatenate(rs)
+    ok = schedule.fits(c0, n, r)
+    n, r = n[ok], r[ok]
+    A, S, D = [], [], []
+    for cs in p.coeffs:
+        t = schedule.stage_times_s(cs[k], n, r)
+        A.append(t.max(axis=1)), S.append(t.sum(axis=1))
+        D.append(schedule.sync_times_s(cs[k], n).max(axis=1))
+    return n, r, np.array(A), np.array(S), np.array(D), len(ok)
+
+
+def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
+                      families: tuple[str, ...] = FAMILIES, uniform: bool = False,
+                      max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
+                      time_limit_s: float | None = None) -> HeteroExhaustiveResult:
+    """Brute force over the declared space of `inst` (module docstring). With time_limit_s
+    (wall clock) it stops when the limit passes (checked per outer configuration and micro-batch
+    vector) and returns complete=False: then nothing is proved."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
-    s = inst.search
-    outers = outer_configs(inst)
-    # with per-operator tensor partitions, every layer plan of every outer (no dominance)
-    total = summarize(inst, [o for o in outers for _ in range(plans_per_outer(inst, o))]).splits_total
+    uniform = uniform or inst.search.uniform_split  # as plan_hetero
+    outers = hetero_outers(inst, families, None, uniform)
+    total = summarize(inst, outers, uniform).plans_total
     if total > max_candidates:
         from paraplan.solver.format import count
-        est_s = count(total // ESTIMATED_RATE_PER_S)
         raise SpaceTooLarge(
             f"the declared space has {count(total)} candidates (limit {max_candidates:,});"
-            f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{est_s} s")
+            f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{count(total // ESTIMATED_RATE_PER_S)} s")
+    _, agg, weights = scenario_weights(inst, objective)
     bar = _Progress(total, progress)
+    best_val, best = math.inf, None
     done = feasible = 0
-    best_val, best = float("inf"), None
-    from paraplan.cost.loader import default_layer_split
-    for o, c in ((o, c) for o in outers for c in all_plan_coefficients(inst, o)):
+    placements: dict = {}
+
+    def result(complete: bool) -> HeteroExhaustiveResult:
+        return HeteroExhaustiveResult(plan=None if best is None else _plan_of(*best),
+                                      objective_s=None if best is None else best_val, candidates=done,
+                                      outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
+                                      feasible=feasible, complete=complete)
+
+    for o, parts in ((o, parts) for o in outers
+                     for parts in all_partitions(inst, o, placer(inst, o, placements), lone_count(inst, o))):
+        if deadline is not None and time.perf_counter() > deadline:
+            return result(False)
+        p = problem_for(inst, o, objective, placements=placements, partitions=parts)
+        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
         v = o.virtual_stages
-        if s.uniform_split:
-            splits = np.array([default_layer_split(inst.model.layers, o.pp, v)], float)
-        else:
-            splits = compositions(inst.model.layers, o.pp, v)
-        for n in splits:
+        rows = [_class_rows(p, k, uniform) for k in range(p.classes)]
+        done += len(mvecs) * math.prod(x[5] for x in rows)
+        feasible += len(mvecs) * math.prod(len(x[0]) for x in rows)
+        bar.update(done)
+        if any(len(x[0]) == 0 for x in rows):
+            continue
+        for mv in mvecs:
             if deadline is not None and time.perf_counter() > deadline:
-                return ExhaustiveResult(plan=best, iter_time_s=None if best is None else best_val,
-                                        candidates=done, feasible=feasible, outer_configs=len(outers),
-                                        wall_time_s=time.perf_counter() - t0, complete=False)
-            r = _recompute_grid(n) if s.full_recompute else np.zeros((1, o.pp))
-            nn = np.broadcast_to(n, r.shape)
-            ok = schedule.fits(c, nn, r)
-            done += len(r)
-            if ok.any():
-                t = schedule.iteration_time_s(c, nn[ok], r[ok])
-                feasible += int(ok.sum())
-                k = int(np.argmin(t))
-                if t[k] < best_val * (1 - 1e-9):
-                    best_val = float(t[k])
-                    best = Plan.of(o, n, r[ok][k], c.partitions)
-            bar.update(done)
+                return result(False)
+            # every combination of the classes' rows at once: class k on axis k + 1
+            K = len(rows)
+            P = D = None
+            for k, (_, _, A, S, Dk, _) in enumerate(rows):
+                shape = [A.shape[0]] + [1] * K
+                shape[k + 1] = A.shape[1]
+                pk = ((mv[k] - 1 / v) * A + S / v).reshape(shape)  # cost/schedule.pipeline_time_s
+                dk = Dk.reshape(shape)
+                P = pk if P is None else np.maximum(P, pk)
+                D = dk if D is None else np.maximum(D, dk)
+            per = P + D  # (scenarios, rows_1, ..., rows_K)
+            vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
+            flat = int(np.argmin(vals))
+            if vals.flat[flat] < best_val * (1 - 1e-9):
+                best_val = float(vals.flat[flat])
+                combo = np.unravel_index(flat, vals.shape)
+                best = (o, mv, [rows[k][0][j] for k, j in enumerate(combo)],
+                        [rows[k][1][j] for k, j in enumerate(combo)], parts)
     bar.update(total)
-    assert done == total, f"enumerated {done} candidates but the space has {total}"
-    return ExhaustiveResult(plan=best, iter_time_s=None if best is None else best_val,
-                            candidates=done, feasible=feasible, outer_configs=len(outers),
-                            wall_time_s=time.perf_counter() - t0)
+    assert done == total, f"enumerated {done} plans but the space has {total}"
+    return result(True)
+
+
+def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
+               progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
+    """Brute force over a homogeneous instance's declared space, as a one-group cluster."""
+    res = hetero_exhaustive(homogeneous_as_hetero(inst), max_candidates=max_candidates,
+                            progress=progress, time_limit_s=time_limit_s)
+    return ExhaustiveResult(plan=None if res.plan is None else hetero_plan_as_homogeneous(res.plan),
+                            iter_time_s=res.objective_s, candidates=res.candidates,
+                            feasible=res.feasible, outer_configs=res.outer_configs,
+                            wall_time_s=res.wall_time_s, complete=res.complete)

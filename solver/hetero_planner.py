@@ -35,6 +35,7 @@ import heapq
 import itertools
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,6 +126,8 @@ class _Candidate:
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
     r = []
     for c, nk in zip(p.coeffs[0], n):
+        if not schedule.holds_dense_prefix(c, nk):  # an MoE dense prefix above stage 0's share
+            return None
         rk = bounds.min_recompute(c, nk) if p.allow_full_recompute else (
             np.zeros_like(nk) if schedule.fits(c, nk, np.zeros_like(nk)) else None)
         if rk is None:
@@ -157,7 +160,7 @@ def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
     parts = partitions or ((),) * len(o.classes)
     return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
-                      recompute=o.recompute, zero=o.zero, family=o.family,
+                      recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
                                                  layers_per_stage=tuple(int(x) for x in nk),
@@ -169,7 +172,7 @@ def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
 def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None):
     """placed(i, k): class k's placement on scenario i, kept in `placements` across the
     configurations of one instance: it depends only on the scenario, tp, cp, v and the class
-    shapes (cost/hetero_coefficients.class_placement), so configurations differing in
+    shapes and ep (cost/hetero_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
     placements = {} if placements is None else placements
 
@@ -181,7 +184,7 @@ def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None)
 def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k: int):
     """placer's lookup: keyed by the shapes' identity (hashing them per configuration costs more
     than the lookup saves); the entry keeps the shapes alive, so no other object takes their id."""
-    key = (i, o.tp, o.cp, o.virtual_stages, id(o.classes), k)
+    key = (i, o.tp, o.cp, o.virtual_stages, o.ep, id(o.classes), k)
     if key not in placements:
         placements[key] = (o.classes, class_placement(inst.scenarios[i].cluster, o, k))
     return placements[key][1]
@@ -339,11 +342,17 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
 def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: HeteroPlan | None = None, progress=None) -> HeteroResult:
+                warm_plan: HeteroPlan | None = None, progress=None, threads: int = 1) -> HeteroResult:
+    """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
+    many configurations at once (the planner's best-first order, in batches of configurations
+    that can each still win when the batch starts), which changes the time to the answer but
+    not the answer: every configuration that could win under the tie rule is still solved."""
     t0 = time.perf_counter()
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
     # listing it is refused, cost/space_rules.hetero_search_refusal): on one group the uniform
-    # baseline is even layer splits, solver/space.py's rule
+    # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
     idx, _, _ = scenario_weights(inst, objective)
     outers = hetero_outers(inst, families, groups, uniform)
@@ -412,66 +421,95 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     heap = [(c.key, next(order), c) for c in live + groups_of_plans]
     heapq.heapify(heap)
     open_bounds: list[float] = []
-    j = 0
-    while heap:
-        key, _, cand = heapq.heappop(heap)
-        if progress:
-            progress(search_status(j, j + len(heap) + 1, res, best_val, [key[0], *open_bounds]))
-        j += 1
-        if not can_win(key):
-            res.pruned_by_bound += sum(x.weight for _, _, x in heap) + cand.weight
-            break
+    batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+
+    def flush() -> None:
+        """Solve the batch (at once with threads > 1) and take its results in key order."""
+        nonlocal best_val, best_key, best
+        if not batch:
+            return
         remaining = time_limit_s - (time.perf_counter() - t0)
         if remaining <= 0:
-            open_bounds.extend(k[0] for k, _, _ in heap)
-            open_bounds.append(key[0])
-            res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
-            break
-        if isinstance(cand, _LayerPlans):
-            new = cand.expand(best_val, res)
-            probe(new)
-            for c in new:
-                heapq.heappush(heap, (c.key, next(order), c))
-            continue
-        if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
-            res.solved += 1
-            inc = incumbent(cand.problem, cand.mvecs, uniform)
-            if inc is None:
-                res.inner_infeasible += 1
-            elif better(inc[0], cand.key):
-                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
-            continue
-        p = cand.problem
-        if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
-            if not can_win(key, bounds.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute)):
+            res.unresolved += len(batch)
+            open_bounds.extend(c.key[0] for c, _, _ in batch)
+            batch.clear()
+            return
+        jobs = [(c.problem, backend, remaining, hint, cutoff) for c, hint, cutoff in batch]
+        results = list(pool.map(lambda a: _solve_inner(*a), jobs)) if pool else [_solve_inner(*jobs[0])]
+        for (cand, _, _), sr in zip(batch, results):
+            if sr.status == CUTOFF:  # the exact DP proved that nothing here beats the incumbent
                 res.pruned_by_bound += 1
                 continue
-        elif _cannot_win_alone(p, best_val, key < best_key, remaining):
-            res.pruned_by_bound += 1
-            continue
-        hint = None
-        inc = incumbent(p, cand.mvecs, uniform)
-        if inc is not None:
-            hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
-        cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
-        sr = _solve_inner(p, backend, remaining, hint, cutoff)
-        if sr.status == CUTOFF:  # the exact DP proved that nothing here beats the incumbent
-            res.pruned_by_bound += 1
-            continue
-        res.solved += 1
-        res.tolerance_s = max(res.tolerance_s, sr.tolerance_s if sr.status == OPTIMAL else 0.0)
-        if sr.status == INFEASIBLE:
-            res.inner_infeasible += 1
-            continue
-        if sr.status != OPTIMAL:
-            res.unresolved += 1
-            open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
-        if sr.objective_s is not None and better(sr.objective_s, cand.key):
-            best_val, best_key = sr.objective_s, cand.key
-            best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers,
-                    cand.partitions)
+            res.solved += 1
+            res.tolerance_s = max(res.tolerance_s, sr.tolerance_s if sr.status == OPTIMAL else 0.0)
+            if sr.status == INFEASIBLE:
+                res.inner_infeasible += 1
+                continue
+            if sr.status != OPTIMAL:
+                res.unresolved += 1
+                open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
+            if sr.objective_s is not None and better(sr.objective_s, cand.key):
+                best_val, best_key = sr.objective_s, cand.key
+                best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers,
+                        cand.partitions)
+                if progress:
+                    progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+        batch.clear()
+
+    j = 0
+    try:
+        while heap:
+            key, _, cand = heapq.heappop(heap)
             if progress:
-                progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+                progress(search_status(j, j + len(heap) + 1, res, best_val, [key[0], *open_bounds]))
+            j += 1
+            if not isinstance(cand, _Candidate) or uniform or not can_win(key):
+                flush()  # what follows reads the incumbent: settle the batch first
+            if not can_win(key):
+                res.pruned_by_bound += sum(x.weight for _, _, x in heap) + cand.weight
+                break
+            remaining = time_limit_s - (time.perf_counter() - t0)
+            if remaining <= 0:
+                flush()
+                open_bounds.extend(k[0] for k, _, _ in heap)
+                open_bounds.append(key[0])
+                res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
+                break
+            if isinstance(cand, _LayerPlans):
+                new = cand.expand(best_val, res)
+                probe(new)
+                for c in new:
+                    heapq.heappush(heap, (c.key, next(order), c))
+                continue
+            if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
+                res.solved += 1
+                inc = incumbent(cand.problem, cand.mvecs, uniform)
+                if inc is None:
+                    res.inner_infeasible += 1
+                elif better(inc[0], cand.key):
+                    best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+                continue
+            p = cand.problem
+            if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
+                if not can_win(key, bounds.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute)):
+                    res.pruned_by_bound += 1
+                    continue
+            elif _cannot_win_alone(p, best_val, key < best_key, remaining):
+                res.pruned_by_bound += 1
+                continue
+            hint = None
+            inc = incumbent(p, cand.mvecs, uniform)
+            if inc is not None:
+                hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
+            cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
+            batch.append((cand, hint, cutoff))
+            if len(batch) >= threads or not heap:
+                flush()
+        flush()
+    finally:
+        if pool:
+            pool.shutdown()
 
     res.solve_time_s = time.perf_counter() - t0
     if best is None:

@@ -14,7 +14,7 @@ Two families of class shapes, over every non-empty subset U of the node groups:
   pp_g stages all on g, x_g * tp * cp * pp_g = GPUs of g; classes take different micro-batch
   counts.
 
-Rules shared with the homogeneous space (solver/space.py), one implementation each: tp a power
+Rules shared with the homogeneous space (a one-group cluster), one implementation each: tp a power
 of two dividing the heads (or a multiple of the KV heads) and the GPUs per node of every used
 group, or with search.tp_across_nodes its GPUs in whole nodes (cost/space_rules.group_tp_problem);
 cp a power of two (or search.cp's values) dividing seq_len and, with tp, every used group's GPUs
@@ -25,16 +25,20 @@ the job's framework runs it (cost/framework_rules.py, checked for every class: i
 count, its replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so
 a mixed cluster gets them on single-stage classes only). ZeRO shards over every replica and
 context-parallel rank of the plan, as the gradient ring spans them (so it needs
-replicas * cp > 1). Micro-batch sizes: the divisors of the global batch that split it between
+replicas * cp > 1). MoE models (cost/space_rules.ep_values, moe_problem): one expert-parallel
+degree ep for every class, dividing the experts and every class's replicas * cp (an ep group lies
+inside one class's data x context parallel ranks of one stage, on one group, as on one group);
+the expert-data-parallel ring spans every replica's copy of the same experts. Micro-batch sizes: the divisors of the global batch that split it between
 the replicas, within search.max_micro_batch, capped from memory by the homogeneous rule
-(solver/space.capped_micro_batches and micro_batch_lower_bound_parts; micro_batch_values below
-says how a class spanning groups is bounded). A lone class runs the count the batch gives it,
+(capped_micro_batches and micro_batch_lower_bound_parts below; micro_batch_values says how a
+class spanning groups is bounded). A lone class runs the count the batch gives it,
 fewer micro-batches than stages included, as on one group; with search.uniform_split (which
 reaches the class planner only from a homogeneous instance, cost/hetero_loader.
 homogeneous_as_hetero: a mixed-cluster file listing it is refused) the planner searches even
 layer splits, the homogeneous rule. So a
 one-group cluster's space is the homogeneous space, outer configuration for outer configuration
-and plan for plan (tests/solver/test_one_group_space_equals_homogeneous.py).
+and plan for plan (checked against the homogeneous enumeration until it was deleted; the
+goldens keep the space sizes).
 
 Rules that stay specific to plans of several classes, and why: every replica runs at least as
 many micro-batches as it has stages (1F1B steady state), and with interleaving (v > 1) a
@@ -46,6 +50,27 @@ counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
 same micro-batch count on every replica.
+
+Micro-batch cap from memory (no fixed cap). A micro-batch b is kept iff this lower bound on
+some stage's peak memory fits the GPU (`hbm - memory_reserve`), for the most favourable
+sequence-parallel flag and ZeRO stage the framework admits with (tp, cp, pp, dp), per replica
+class and group (micro_batch_values):
+    LB(b) = runtime + f * workspace(b)
+            + max( f * logits(b) + state + f * ckpt(b),      the last stage: >= 1 layer + logits
+                   ceil(L/pp) * (state + f * ckpt(b)) )      the stage holding the most layers
+where state = layer_state_bytes at that ZeRO stage (plus cached fp8 weights), ckpt(b) =
+checkpoint_activation_bytes, runtime = runtime_bytes and f = 1 + ALLOCATOR_FRAGMENTATION, all
+as cost/memory.py and cost/coefficients.py price them. Why it is a lower bound on every plan with this outer: every stage holds
+>= 1 layer and some stage holds >= ceil(L/pp); a layer costs at least its state plus, when fully
+recomputed, its input checkpoint times the stage's in-flight micro-batches, which is >= 1 for
+every stage and schedule (cost/coefficients.in_flight_micro_batches: min(pp-s, m) >= 1 for
+1F1B; (2(pp-s-1) + (v-1)pp + 1)/v >= 1 and m*v/v >= 1 interleaved), and full recomputation
+(act >= ckpt) is the least a layer can keep; the runtime allowance and the backward workspace
+are on every stage, the logits on the last; every other term (embeddings, the ZeRO-3 gathered
+layers, replicated weights of token-split partitions) is >= 0 and left out. LB is increasing in
+b, so the kept values are the divisors up to a cap. The smallest divisor is always kept, so an
+instance that fits nowhere is reported by its memory need (solver/planner.infeasible_reason)
+rather than as an empty space.
 """
 
 from __future__ import annotations
@@ -57,17 +82,96 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost import memory
+from paraplan.cost.flops import moe_attention_view
+from paraplan.cost.framework_rules import rules_for
+from paraplan.cost.hetero_coefficients import class_outer
+from paraplan.cost.hetero_loader import homogeneous_as_hetero
 from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
 from paraplan.cost.space_rules import cp_problem, ep_values, group_tp_problem, moe_problem
-from paraplan.cost.specs import Attention
+from paraplan.cost.specs import Attention, Instance, Outer
 from paraplan.solver.class_partitions import partition_count
-from paraplan.solver.space import (_divisors, _powers_of_two, capped_micro_batches, count_splits,
-                                   micro_batch_lower_bound_parts)
 
 FAMILIES = ("stage", "replica")
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
 MAX_MICRO_BATCH_VECTORS = 5_000_000
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, x = [], 1
+    while x <= limit:
+        out.append(x)
+        x *= 2
+    return out
+
+
+def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
+                                  micro_batch: int, sp: bool, zero: int,
+                                  zero_ranks: int | None = None) -> tuple[float, float]:
+    """LB(b) of the module docstring in its two parts, per GPU: (the last stage's, the fullest
+    stage's). `zero_ranks`: the ranks ZeRO shards over (default dp * cp; a mixed-cluster class
+    shards over every replica of the plan)."""
+    m, b, fw = inst.model, micro_batch, inst.job.framework
+    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
+    ranks = dp * cp if zero_ranks is None else zero_ranks
+    state = (memory.layer_state_bytes(m, tp, zero, ranks, fw, inst.job.optimizer)
+             + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
+    ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
+    # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
+    view = moe_attention_view(m) if m.moe is not None else m
+    every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
+                   + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
+    last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
+    fullest_stage = -(-m.layers // pp) * (state + ckpt)
+    return every_stage + last_stage, every_stage + fullest_stage
+
+
+def capped_micro_batches(candidates: list[int], fits) -> list[int]:
+    """The micro-batch cap from memory: the ascending `candidates` up to the first whose lower
+    bound does not fit (`fits(b)`: LB(b) fits; LB grows with b, so no larger one fits either).
+    The smallest candidate is always kept: an instance that fits nowhere is reported by its
+    memory need, not as an empty space."""
+    kept = candidates[:1]
+    for b in candidates[1:]:
+        if not fits(b):
+            break
+        kept.append(b)
+    return kept
+
+
+def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bool) -> int:
+    """Exact number of (layer split, recompute counts) pairs for one outer configuration:
+    compositions of layers/v chunks into pp positive parts, times prod_s (n_s + 1) recompute
+    choices; computed by dynamic programming over stages."""
+    if layers % v:
+        return 0
+    chunks = layers // v
+    if uniform:
+        from paraplan.cost.loader import default_layer_split
+        split = default_layer_split(layers, pp, v)
+        if not full_recompute:
+            return 1
+        total = 1
+        for n in split:
+            total *= n + 1
+        return total
+    if not full_recompute:
+        return math.comb(chunks - 1, pp - 1)  # compositions of `chunks` into pp positive parts
+    # Weighted compositions: stage s with k_s chunks has v*k_s + 1 recompute counts. Per stage
+    # sum_{k>=1} (v k + 1) x^k = x (1 + v - x) / (1 - x)^2, so the count is the coefficient of
+    # x^chunks in x^pp (1 + v - x)^pp (1 - x)^(-2 pp):
+    #   sum_j C(pp, j) (1+v)^(pp-j) (-1)^j C(chunks - pp - j + 2pp - 1, 2pp - 1)
+    # O(pp) big-integer terms instead of an O(pp * chunks^2) dynamic programme.
+    total = 0
+    for j in range(min(pp, chunks - pp) + 1):
+        rest = chunks - pp - j
+        total += (-1) ** j * math.comb(pp, j) * (1 + v) ** (pp - j) * math.comb(rest + 2 * pp - 1, 2 * pp - 1)
+    return total
 
 
 def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
@@ -75,7 +179,7 @@ def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
     homogeneous one plus whole nodes across nodes) on each of them."""
     m, s = inst.model, inst.search
     clusters = [inst.cluster.groups[g].cluster for g in used]
-    limit = min(c.num_gpus if s.tp_across_nodes else c.gpus_per_node for c in clusters)
+    limit = min(c.num_gpus if s.tp_across_nodes else c.domain_gpus for c in clusters)
     vals = s.tp if s.tp is not None else _powers_of_two(limit)
     return [t for t in vals
             if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
@@ -123,7 +227,7 @@ def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: s
 def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
-    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute) that also breaks ties. `groups`: only plans
+    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, ep) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
@@ -135,16 +239,15 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
         subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
     flash = inst.job.attention is Attention.FLASH
     modes = list(s.recompute[:1] if flash else s.recompute)
-    rules = FRAMEWORK_RULES[inst.job.framework]
-    # the shared expert-parallel rule: on mixed clusters ep = 1 (every replica holds every
-    # expert; the loader refuses a listed ep > 1), which HeteroOuter's Outer(ep=1) prices
-    assert ep_values(m, s.ep, 1, mixed_cluster=True) == [1]
+    rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     out: list[HeteroOuter] = []
     for family in families:
         for used in subsets:
             for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
                 for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
+                    # an ep group lies inside one class's dp x cp ranks (cost/space_rules.ep_values)
+                    eps = ep_values(m, s.ep, math.gcd(*(c.replicas * cp for c in shapes)))
                     vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
                     pps = {c.pp for c in shapes}
                     for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
@@ -160,20 +263,20 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                     if not all(rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp,
                                                             zero=zero, v=v) for pp in pps):
                                         continue
-                                    for rc in modes:
+                                    for rc, ep in itertools.product(modes, eps):
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
-                                                               classes=shapes, family=family))
+                                                               classes=shapes, family=family, ep=ep))
     return out
 
 
 def _sp_zero_values(inst: HeteroInstance, tp: int, cp: int, shapes) -> tuple[list[bool], list[int]]:
     """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
-    admitted with some value of the other and some v (solver/space.outer_configs' filter)."""
+    admitted with some value of the other and some v."""
     m, s = inst.model, inst.search
     replicas = sum(c.replicas for c in shapes)
-    rules = FRAMEWORK_RULES[inst.job.framework]
+    rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     vs = virtual_stage_values(inst, shapes)
     sps = [sp for sp in s.sequence_parallel
            if not (sp and (tp == 1 or m.seq_len % (tp * cp))) and moe_problem(m, tp, sp, 0) is None]
@@ -191,8 +294,8 @@ def micro_batch_values(inst: HeteroInstance, tp: int, cp: int, shapes, uniform: 
     """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
     the global batch (within max_micro_batch) that split it between the replicas
     (has_micro_batch_split), capped from memory by the homogeneous rule
-    (solver/space.capped_micro_batches): b is kept iff, for some admitted sp flag and ZeRO
-    stage, every class's lower bound (solver/space.micro_batch_lower_bound_parts, with ZeRO
+    (capped_micro_batches): b is kept iff, for some admitted sp flag and ZeRO
+    stage, every class's lower bound (micro_batch_lower_bound_parts, with ZeRO
     sharding over every replica of the plan) fits: its last stage's on the GPU of its last
     stage's group, its fullest stage's on the largest GPU among its groups (the stage holding
     the most layers may sit on any of them). With one class on one group this is the
@@ -221,7 +324,7 @@ def micro_batch_values(inst: HeteroInstance, tp: int, cp: int, shapes, uniform: 
 
 def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
     """search.virtual_stages, or every v dividing the layers with v * pp_k <= layers for every
-    class (the homogeneous rule, solver/space.virtual_stage_values, on each class); v > 1 only
+    class (the homogeneous rule on each class: v divides the layers, v * pp <= layers); v > 1 only
     where every class has a pipeline."""
     s, layers = inst.search, inst.model.layers
     vals = s.virtual_stages if s.virtual_stages is not None else _divisors(layers)
@@ -272,7 +375,7 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     if 0 not in s.zero and all(c * sum(x.replicas for x in sh) == 1 for _, c, sh in shapes):
         return (f"search.zero {list(s.zero)} shards over replicas and context-parallel ranks,"
                 " and every pipeline shape has one of each")
-    rules = FRAMEWORK_RULES[inst.job.framework]
+    rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     if not any(rules.admits(tp=t, pp=c.pp, cp=cp, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
                for t, cp, sh in shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
         return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
@@ -413,3 +516,21 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
     return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)
+
+
+def one_group_outers(inst: Instance) -> list[Outer]:
+    """The declared space of a homogeneous instance (its one-group class space, searched as
+    solver/class_route.py plans it), each configuration as the Outer that prices it
+    (cost/hetero_coefficients.class_outer, the lone class at the count the batch gives it)."""
+    het = homogeneous_as_hetero(inst)
+    gb = inst.job.global_batch
+    return [class_outer(o, 0, gb // o.micro_batch // o.classes[0].replicas)
+            for o in hetero_outers(het, uniform=inst.search.uniform_split)]
+
+
+def one_group_plans_total(inst: Instance) -> int:
+    """Complete plans of a homogeneous instance's declared space (summarize of its one-group
+    class space: outer configurations x splits x recompute counts x layer plans)."""
+    het = homogeneous_as_hetero(inst)
+    uniform = inst.search.uniform_split
+    return summarize(het, hetero_outers(het, uniform=uniform), uniform).plans_total

@@ -330,19 +330,3 @@ def plans_per_outer(inst: Instance, o: Outer) -> int:
     n_lin = len(P.op_candidates(o.tp, True)) - (0 if P.token_split_allowed(o) else 1)
     return (n_lin ** len(P.LINEAR_OPS) * len(P.core_candidates(o.tp, True))
             * len(P.stream_candidates(o.tp, o.sequence_parallel, True)))
-
-
-def all_plan_coefficients(inst: Instance, o: Outer, net: NetEfficiency = NetEfficiency()):
-    """Coefficients of every per-operator plan of `o` (no dominance, no pruning: for exhaustive
-    search), Megatron's first; just Megatron's when per-operator partitions are off."""
-    reserve = inst.search.memory_reserve_bytes
-    pl = homogeneous_placement(inst.cluster, o)
-    yield _plan_coefficients(inst, o, pl, dict(P.MEGATRON_DEFAULT), reserve, net)
-    if plans_per_outer(inst, o) == 1:
-        return
-    table = P.table_for(inst, o, pl.sites[0], net)
-    idx, _ = P.all_plans(table)
-    for row in idx:
-        plan = P.plan_from_indices(table, row)
-        if not P.is_megatron(plan) and P.plan_allowed(plan, o):
-            yield _plan_coefficients(inst, o, pl, plan, reserve, net)

@@ -4,22 +4,26 @@ Each listed plan is the optimum of its own outer configuration (degrees, micro-b
 modes), so a user can trade a little time for a simpler configuration. How they are obtained,
 exactly, by the planner's own branch and bound generalised from 1 to K winners:
 
-1. Every outer configuration c of the declared space has a valid lower bound L(c) on its best
-   time and, when its even split fits, an incumbent U(c) >= its best time (solver/bounds.py).
+1. Every outer configuration c of the declared space (the class space of the instance as a
+   one-group cluster, solver/hetero_space.py, which is the homogeneous space) has a valid lower
+   bound L(c) on its best time (solver/class_bounds.py) and, when an even or balanced split
+   fits, an incumbent U(c) >= its best time (solver/hetero_planner.incumbent).
 2. tau = the K-th smallest value among {U(c)} and the optima solved so far is an upper bound on
    the K-th best optimum: K distinct configurations are known to reach it. With --within PCT,
    u = min U(c) >= the optimum t*, and a configuration whose optimum exceeds t* (1 + PCT/100)
    is not listed, so it may be skipped when L(c) > u (1 + PCT/100).
-3. Configurations are visited in ascending (L, enumeration index) order and solved exactly
-   (CP-SAT or MILP, formulations/); the visit stops at the first c with L(c) > tau or, with
-   --within, L(c) > u (1 + PCT/100): every later one is at least as high, so none can enter.
+3. Configurations are visited in ascending (L, enumeration index) order and solved exactly by
+   the planner's inner solver for the backend (the split DP, CP-SAT or the MILP,
+   solver/hetero_planner._solve_inner, with no cutoff); the visit stops at the first c with
+   L(c) > tau or, with --within, L(c) > u (1 + PCT/100): every later one is at least as
+   high, so none can enter.
 4. The K best solved optima are the answer (ties: the smaller (L, index) key, as in the
    planner), each re-simulated by cost/simulate.py.
 
 The first entry is the planner's optimum (tested), and the list equals a brute-force ranking of
-every configuration's best split on small instances (tests/cli/test_top_k.py). Per-operator
-tensor partitions are not offered here: their candidate table is pruned against the optimum
-(solver/partition_plans.py), which would hide near-optimal layer plans.
+every configuration's best split on small instances (tests/cli/test_new_commands.py). Per-operator
+tensor partitions are not offered here: their candidates are pruned against the optimum
+(solver/class_partitions.py), which would hide near-optimal layer plans.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import heapq
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.simulate import Breakdown
 from paraplan.cost.specs import Instance, Plan
-from paraplan.solver import bounds, partition_plans
-from paraplan.solver.planner import FEASIBLE, OPTIMAL, REL_TOL, check_resimulation, coefficient_table
+from paraplan.solver import partition_plans
+from paraplan.solver.class_bounds import lower_bounds_s
+from paraplan.solver.hetero_planner import _plan_of, _solve_inner, incumbent, problems_for
+from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
+from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, check_resimulation
 
 
 @dataclass(frozen=True)
@@ -53,17 +59,6 @@ class TopK:
     solve_time_s: float
 
 
-def _solver(backend: str):
-    if backend == "dp":
-        from paraplan.formulations.split_dp import solve_split_dp
-        return solve_split_dp
-    if backend == "cpsat":
-        from paraplan.formulations.cpsat import solve_split_cpsat
-        return solve_split_cpsat
-    from paraplan.formulations.milp import solve_split_milp
-    return solve_split_milp
-
-
 def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str = "cpsat",
           time_limit_s: float = 60.0) -> TopK:
     if k < 1:
@@ -76,25 +71,30 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
                             "--top is not offered with per-operator partitions",
                             "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
     t0 = time.perf_counter()
-    allow_rc = inst.search.full_recompute
-    solve = _solver(backend)
-    live, uppers = [], []
-    for i, c in enumerate(coefficient_table(inst)):
-        if bounds.memory_infeasible(c):
-            continue
-        live.append(((bounds.lower_bound_s(c), i), c))
-        inc = bounds.incumbent(c, allow_rc)
-        if inc is not None:
-            uppers.append(inc[0])
-    live.sort(key=lambda x: x[0])
+    het = homogeneous_as_hetero(inst)
+    uniform = inst.search.uniform_split  # the class planner's reading of it (plan_hetero)
+    outers = hetero_outers(het, uniform=uniform)
+    live = [(o, p, i) for i, (o, p) in enumerate(zip(outers, problems_for(het, outers, "nominal")))
+            if p is not None]
+
+    def mvecs(j: int):
+        o, p, _ = live[j]
+        return micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
+
+    lbs = lower_bounds_s([p for _, p, _ in live], mvecs, uniform)
+    incs = [incumbent(p, mvecs(j), uniform) for j, (_, p, _) in enumerate(live)]
+    uppers = [inc[0] for inc in incs if inc is not None]
+    order = sorted(range(len(live)), key=lambda j: (lbs[j], live[j][2]))
     cutoff = float("inf")
     if within_pct is not None and uppers:
         cutoff = min(uppers) * (1 + within_pct / 100)
     # tau: K-th smallest of the incumbents (an upper bound on the K-th best optimum)
     tau_inc = heapq.nsmallest(k, uppers)[-1] if len(uppers) >= k else float("inf")
-    found: list[tuple[float, tuple, object, np.ndarray, np.ndarray]] = []  # value, key, c, n, r
+    found: list[tuple[float, tuple, Plan]] = []  # value, key, plan
     status, solved = OPTIMAL, 0
-    for key, c in live:
+    for j in order:
+        o, p, i = live[j]
+        key = (lbs[j], i)
         tau = tau_inc if len(found) < k else min(tau_inc, sorted(f[0] for f in found)[k - 1])
         if key[0] > tau * (1 + REL_TOL) or key[0] > cutoff * (1 + REL_TOL):
             break
@@ -102,24 +102,24 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
         if remaining <= 0:
             status = FEASIBLE
             break
-        if inst.search.uniform_split:
-            inc = bounds.incumbent(c, allow_rc)  # exact for a fixed split
-            res = None if inc is None else (inc[0], inc[1], inc[2])
+        if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
+            inc = incs[j]
+            res = None if inc is None else (inc[0], inc[1], inc[2], inc[3])
         else:
-            sr = solve(c, allow_full_recompute=allow_rc, time_limit_s=remaining, threads=1)
-            if sr.status not in (OPTIMAL, "infeasible"):
+            inc = incs[j]
+            hint = None if inc is None else (inc[1], [x.astype(int).tolist() for x in inc[2]],
+                                             [x.astype(int).tolist() for x in inc[3]])
+            sr = _solve_inner(p, backend, remaining, hint)
+            if sr.status not in (OPTIMAL, INFEASIBLE):
                 status = FEASIBLE
             res = None if sr.layers_per_stage is None else (
-                sr.objective_s, np.array(sr.layers_per_stage, float), np.array(sr.full_recompute_layers, float))
+                sr.objective_s, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers)
         solved += 1
         if res is not None:
-            found.append((res[0], key, c, res[1], res[2]))
+            found.append((res[0], key, hetero_plan_as_homogeneous(_plan_of(o, *res[1:]))))
     found.sort(key=lambda f: (f[0], f[1]))
     best = found[0][0] if found else None
     chosen = [f for f in found if best is not None and f[0] <= best * (1 + (within_pct or 0) / 100)
               * (1 + REL_TOL)] if within_pct is not None else found
-    ranked = []
-    for val, _, c, n, r in chosen[:k]:
-        p = Plan.of(c.outer, n, r, c.partitions)
-        ranked.append(Ranked(p, val, check_resimulation(inst, p, val, 0.0, c)))
+    ranked = [Ranked(plan, val, check_resimulation(inst, plan, val, 0.0)) for val, _, plan in chosen[:k]]
     return TopK(status, tuple(ranked), solved, len(live), time.perf_counter() - t0)

@@ -7,7 +7,8 @@ import pytest
 
 from paraplan.cost.simulate import simulate
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 BACKENDS = ("dp", "cpsat", "milp")
 
@@ -33,12 +34,11 @@ def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS):
 def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda outers: True) -> list[int]:
     """The first `count` seeds from `start` whose instance `make(seed)` has at most `max_splits`
     complete plans (so exhaustive search stays quick) and whose outer configurations `accept`."""
-    from paraplan.solver.space import outer_configs, summarize
+    from paraplan.solver.hetero_space import one_group_outers, one_group_plans_total
     out, seed = [], start
     while len(out) < count:
         inst = make(seed)
-        outers = outer_configs(inst)
-        if accept(outers) and summarize(inst, outers).splits_total <= max_splits:
+        if accept(one_group_outers(inst)) and one_group_plans_total(inst) <= max_splits:
             out.append(seed)
         seed += 1
     return out

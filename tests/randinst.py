@@ -49,7 +49,7 @@ def random_instance(seed: int, variant: bool = False) -> Instance:
 def random_hetero_instance(seed: int):
     """Two node groups of different toy GPUs (speed, memory, links drawn per group), a group
     link, and a degraded-network scenario with a probability: small enough for exhaustive search
-    of the heterogeneous space (solver/hetero_exhaustive.py)."""
+    of the heterogeneous space (solver/exhaustive.py)."""
     from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup, Scenario
 
     rng = random.Random(10_000 + seed)

@@ -23,7 +23,7 @@ from paraplan.cost.hetero_loader import group_instance, load_event, load_hetero_
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.planner import plan
+from paraplan.solver.class_route import plan
 
 HETERO_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
 INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]

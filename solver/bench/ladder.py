@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from paraplan.cost import units
+from paraplan.cost.hetero_loader import homogeneous_as_hetero
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
-from paraplan.solver.planner import plan
-from paraplan.solver.space import outer_configs, summarize
+from paraplan.solver.class_route import plan
+from paraplan.solver.hetero_space import hetero_outers, summarize
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
@@ -67,8 +68,9 @@ def ladder_instance(gpus: int, layers: int) -> Instance:
 
 
 def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
-    outers = outer_configs(inst)
-    total = summarize(inst, outers).splits_total
+    het = homogeneous_as_hetero(inst)  # the space `plan` searches (solver/class_route.py)
+    outers = hetero_outers(het)
+    total = summarize(het, outers).plans_total
     t = time.perf_counter()
     rc = plan(inst, backend="cpsat", time_limit_s=600)
     cpsat_s = time.perf_counter() - t

@@ -76,7 +76,7 @@ def cmd_memory(args) -> int:
     if args.plan:
         plan, where = load_plan(args.plan, inst), args.plan
     else:
-        from paraplan.solver.planner import plan as solve
+        from paraplan.solver.class_route import plan as solve
         res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s)
         if res.plan is None:
             raise InstanceError(inst.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",

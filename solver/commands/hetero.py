@@ -63,7 +63,8 @@ def describe_cluster(inst) -> str:
 def plan_lines(plan, inst) -> list[str]:
     names = [g.name for g in inst.cluster.groups]
     lines = [f"tp={plan.tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
-             f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''} micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
+             f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''}"
+             f"{f' ep={plan.ep}' if plan.ep > 1 else ''} micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
              f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
     for i, c in enumerate(plan.classes):
         lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"
@@ -179,7 +180,8 @@ def cmd_plan(args, progress=None) -> int:
     objective = objective_of(args)
     _check_objective(inst, objective)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
+    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress,
+                      threads=getattr(args, "threads", 1))
     regs = None
     if objective != "nominal" and res.plan is not None:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
@@ -243,40 +245,48 @@ def _no_fit_reason(bd) -> str:
 
 def cmd_exhaustive(args) -> int:
     from paraplan.solver.exhaustive import SpaceTooLarge
-    from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+    from paraplan.solver.exhaustive import hetero_exhaustive
 
     inst = _load(args)
     objective = objective_of(args)
     _check_objective(inst, objective)
-    try:
-        res = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates)
+    from paraplan.solver.commands.inputs import progress_enabled
+    try:  # the one exhaustive search: progress bar and time limit as on one group
+        res = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
+                                progress=progress_enabled(args), time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
+    status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
     if args.json:
         from paraplan.cost.hetero_loader import hetero_plan_to_mapping
         from paraplan.cost.hetero_simulate import simulate_hetero
-        emit_json({"status": "optimal" if res.plan else "infeasible", "objective": objective,
+        emit_json({"status": status, "objective": objective,
                    "objective_s": res.objective_s,
                    "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
                    "candidates": res.candidates, "outer_configs": res.outer_configs,
                    "solve_time_s": res.wall_time_s,
                    "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None})
-        return 0
+        return 0 if res.complete else 3
     print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
-    if res.plan is None:
+    if not res.complete:
+        print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,}"
+              " plans: nothing is proved; the best seen is shown")
+    if res.plan is None and not res.complete:
+        print("no plan seen yet")
+    elif res.plan is None:
         from paraplan.solver.hetero_space import empty_space_reason
         print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
               if res.outer_configs == 0 else "no plan fits memory")
     else:
         print(f"best        {seconds(res.objective_s)} ({objective})")
         print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
-    return 0
+    return 0 if res.complete else 3
 
 
 def cmd_verify(args) -> int:
     from paraplan.solver.exhaustive import SpaceTooLarge
-    from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+    from paraplan.solver.exhaustive import hetero_exhaustive
     from paraplan.solver.hetero_planner import plan_hetero
 
     inst = _load(args)
@@ -289,11 +299,16 @@ def cmd_verify(args) -> int:
         res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
-    try:
-        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates)
+    try:  # within the same time limit as the planners
+        if deadline.expired():
+            raise TimeoutError("time limit reached before it started")
+        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
+                               time_limit_s=deadline.remaining_s())
+        if not ex.complete:
+            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} plans")
         methods.append(("exhaustive", "optimal" if ex.plan else "infeasible", ex.objective_s,
                         ex.wall_time_s, ""))
-    except SpaceTooLarge as e:
+    except (SpaceTooLarge, TimeoutError) as e:
         methods.append(("exhaustive", "skipped", None, None, str(e)))
     from paraplan.solver.commands.verdict import report_verify
     return report_verify(args, methods, tol, objective)

@@ -13,6 +13,7 @@ A part replaces the matching section of the instance file (cost/loader.py,
 from __future__ import annotations
 
 import argparse
+import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.specs import Instance
@@ -150,3 +151,11 @@ def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
             raise InstanceError(path, "<file>", f"cannot read: {e}".splitlines()[0],
                                 "pass a file in the calibration schema")
     return rows, ", ".join(paths)
+
+
+def progress_enabled(args) -> bool:
+    """Whether a command shows its progress: on a terminal, or with --progress; never with
+    --quiet."""
+    if getattr(args, "quiet", False):
+        return False
+    return getattr(args, "progress", False) or sys.stderr.isatty()

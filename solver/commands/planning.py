@@ -10,20 +10,16 @@ from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import breakdown_json, breakdown_text, count, seconds, table
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
-from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
+                                             read_calibration_files)
 from paraplan.solver.commands.verdict import report_verify
-
-def _progress_enabled(args) -> bool:
-    if getattr(args, "quiet", False):
-        return False
-    return getattr(args, "progress", False) or sys.stderr.isatty()
 
 
 def progress_printer(args):
     """A solver/progress.Printer on stderr when stderr is a terminal or --progress was given
     (never with --quiet), else None."""
     from paraplan.solver.progress import Printer
-    return Printer() if _progress_enabled(args) else None
+    return Printer() if progress_enabled(args) else None
 
 
 def add_progress_arg(parser) -> None:
@@ -84,8 +80,8 @@ def _evidence_text(res) -> str:
 
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver.class_route import plan
     from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.planner import plan
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
@@ -105,12 +101,8 @@ def cmd_plan(args) -> int:
     if args.within is not None:
         raise InstanceError("<arguments>", "--within", "needs --top K",
                             "add --top K, e.g. --top 5 --within 3")
-    from paraplan.solver import class_route
-    if class_route.routes(inst, args.threads):  # dense models: the class planner (class_route.py)
-        res = class_route.plan_as_one_group(inst, args.backend, args.time_limit_s, progress=log)
-    else:
-        res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
-                   progress=log)
+    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
+               progress=log)
     if log:
         log.done()
     trust = None
@@ -277,7 +269,7 @@ def _sensitivity_case(moved, res, args, name: str, end: str, value: float) -> di
     """Re-solve `moved` (the instance with one parameter moved) and say whether res's plan
     stays optimal on it."""
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.planner import plan
+    from paraplan.solver.class_route import plan
 
     alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
     ours = simulate(moved, res.plan)
@@ -323,7 +315,7 @@ def cmd_exhaustive(args) -> int:
     _no_scenarios(args)
     inst = load_from_args(args)
     try:
-        res = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args),
+        res = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
                          time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
@@ -364,8 +356,8 @@ def cmd_verify(args) -> int:
     prints what was compared. Exit 0 only when all four ran to a proof and agree."""
     from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
+    from paraplan.solver.class_route import plan
     from paraplan.solver.commands.limits import Deadline
-    from paraplan.solver.planner import plan
 
     if hetero_commands.is_hetero(args):
         return hetero_commands.cmd_verify(args)
@@ -384,7 +376,7 @@ def cmd_verify(args) -> int:
     try:
         if deadline.expired():
             raise TimeoutError("time limit reached before it started")
-        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=_progress_enabled(args),
+        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
                         time_limit_s=deadline.remaining_s())
         if not ex.complete:
             raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} candidates")

@@ -584,7 +584,7 @@ def cmd_report(args) -> int:
     from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.commands.planning import progress_printer
     from paraplan.solver.commands.inputs import load_from_args
-    from paraplan.solver.planner import plan
+    from paraplan.solver.class_route import plan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)

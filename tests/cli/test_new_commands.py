@@ -16,7 +16,8 @@ from paraplan.cost.loader import load_instance, override_search, plan_from_mappi
 from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
 from paraplan.solver import bounds
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
-from paraplan.solver.planner import coefficient_table, plan
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import coefficient_table
 from paraplan.solver.report.page import plan_coefficients
 from paraplan.solver.top_k import top_k
 

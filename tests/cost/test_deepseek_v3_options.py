@@ -284,7 +284,8 @@ def test_search_ep_on_the_command_line_is_a_list():
 
 @pytest.mark.parametrize("key,value", [("moe_dispatcher", "deepep"), ("pipeline_schedule", "dualpipe")])
 def test_mixed_clusters_refuse_the_deepseek_job_options(tmp_path, key, value):
-    # mixed clusters plan ep = 1 and price 1F1B only: the keys would be silently ignored there
+    # DeepEP dispatch and DualPipe are priced on one GPU type only: the keys would be silently
+    # ignored on a mixed cluster, so they are refused there
     from paraplan.cost.hetero_loader import load_hetero_instance
     raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
     raw["job"][key] = value

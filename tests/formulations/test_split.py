@@ -1,5 +1,7 @@
-"""Layer-split formulations: hand-derived optima, agreement with brute force, rounding bounds,
-time limits and determinism.
+"""The layer split of one outer configuration: the exact DP (formulations/split_dp.py) and the
+CP-SAT and MILP formulations the planner uses for it (formulations/multiclass*.py with one
+replica class on one network, whose problem is exactly this one): hand-derived optima, agreement
+with brute force, rounding bounds, time limits and determinism.
 
 Iteration time (cost/schedule.py): Z = (m - 1/v) max_s T_s + (1/v) sum_s T_s + max_s D_s with
 T_s = a_s + n_s t_s + r_s u_s, D_s = e_s + n_s g_s; memory
@@ -13,6 +15,7 @@ import itertools
 import math
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -20,8 +23,9 @@ import pytest
 from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
 from paraplan.cost.schedule import fits, iteration_time_s, stage_mem_bytes
 from paraplan.cost.specs import Outer
-from paraplan.formulations.cpsat import quantize, solve_split_cpsat
-from paraplan.formulations.milp import optimal_gap_tolerance_s, solve_split_milp
+from paraplan.formulations.multiclass import MultiClassProblem, solve_multiclass_cpsat
+from paraplan.formulations.multiclass_milp import solve_multiclass_milp
+from paraplan.formulations.quantize import quantize
 from paraplan.formulations.result import STATUSES, SplitResult
 from paraplan.formulations.split_dp import solve_split_dp
 
@@ -45,21 +49,48 @@ def coefficients(*, pp: int, L: int, m: int = 4, v: int = 1, layer_time=1.0, rec
         layer_ckpt_bytes=col(ckpt), stage_mem_bytes=col(stage_mem), capacity_bytes=col(capacity))
 
 
-def solve(backend: str, c: StageCoefficients, allow_full_recompute: bool = True, **kw) -> SplitResult:
-    if backend == "cpsat":
-        return solve_split_cpsat(c, allow_full_recompute, **kw)
+@dataclass(frozen=True)
+class Result:
+    """What every backend returns, for one class: split, recompute counts, objective, bound, and
+    the documented bound on how far an "optimal" objective may sit above the true optimum (and
+    on objective - bound): 2E for the DP (split_dp.py), the formulations' own tolerance_s for
+    CP-SAT and the MILPs (multiclass.py, multiclass_milp.py)."""
+
+    status: str
+    layers_per_stage: tuple[int, ...] | None
+    full_recompute_layers: tuple[int, ...] | None
+    objective_s: float | None
+    bound_s: float | None
+    backend: str
+    tolerance_s: float
+
+
+def lone_class(c: StageCoefficients, allow_full_recompute: bool = True) -> MultiClassProblem:
+    """`c` as the planner's inner problem of one class on one network (its count fixed)."""
+    return MultiClassProblem(coeffs=((c,),), replicas=(1,), total_micro_batches=c.outer.num_micro_batches,
+                             allow_full_recompute=allow_full_recompute, virtual_stages=c.outer.virtual_stages)
+
+
+def solve(backend: str, c: StageCoefficients, allow_full_recompute: bool = True,
+          time_limit_s: float = 10.0, **kw) -> Result:
     if backend == "dp":
-        return solve_split_dp(c, allow_full_recompute, **kw)
-    return solve_split_milp(c, allow_full_recompute, backend=backend, **kw)
+        r = solve_split_dp(c, allow_full_recompute, time_limit_s=time_limit_s, **kw)
+        return Result(r.status, r.layers_per_stage, r.full_recompute_layers, r.objective_s, r.bound_s,
+                      r.backend, 2 * quantize(c, allow_full_recompute).objective_error_s)
+    p = lone_class(c, allow_full_recompute)
+    r = (solve_multiclass_cpsat(p, time_limit_s=time_limit_s, **kw) if backend == "cpsat"
+         else solve_multiclass_milp(p, time_limit_s, backend))
+    found = r.layers_per_stage is not None
+    return Result(r.status, tuple(r.layers_per_stage[0]) if found else None,
+                  tuple(r.full_recompute_layers[0]) if found else None, r.objective_s, r.bound_s,
+                  r.backend, r.tolerance_s)
 
 
-def tolerance_s(result: SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> float:
-    """The documented bound on how far an "optimal" objective_s may sit above the true optimum,
-    and on objective_s - bound_s: 2E for CP-SAT (cpsat.py) and the DP on the same integers
-    (split_dp.py), 2 eps + print error for the MILPs."""
-    if result.backend in ("cpsat", "dp"):
+def tolerance_s(result: Result | SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> float:
+    """Result.tolerance_s; for the DP's own SplitResult, 2E (split_dp.py)."""
+    if isinstance(result, SplitResult):
         return 2 * quantize(c, allow_full_recompute).objective_error_s
-    return optimal_gap_tolerance_s(c, result.objective_s, allow_full_recompute)
+    return result.tolerance_s
 
 
 def brute_force(c: StageCoefficients, allow_full_recompute: bool = True) -> float | None:
@@ -79,7 +110,7 @@ def brute_force(c: StageCoefficients, allow_full_recompute: bool = True) -> floa
     return float(iteration_time_s(c, n[ok], r[ok]).min()) if ok.any() else None
 
 
-def check_consistent(result: SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> None:
+def check_consistent(result: Result | SplitResult, c: StageCoefficients, allow_full_recompute: bool = True) -> None:
     """Invariants of every result: split re-evaluates, fits, bound below objective."""
     assert result.status in STATUSES
     if result.status in ("optimal", "feasible"):
@@ -204,17 +235,13 @@ def random_coefficients(seed: int) -> tuple[StageCoefficients, bool]:
 def test_random_instances_agree_with_brute_force(seed):
     c, allow = random_coefficients(seed)
     best = brute_force(c, allow)
-    cp = solve_split_cpsat(c, allow, time_limit_s=10.0)
-    milp = solve_split_milp(c, allow, time_limit_s=10.0)
-    dp = solve_split_dp(c, allow, time_limit_s=10.0)
+    cp, milp, dp = (solve(b, c, allow) for b in ("cpsat", "cbc", "dp"))
     for result in (cp, milp, dp):
         check_consistent(result, c, allow)
     if best is None:
         assert cp.status == milp.status == dp.status == "infeasible"
         return
     assert cp.status == milp.status == dp.status == "optimal"
-    # the same integer model: the same optimal scaled objective, hence the same bound, bit for bit
-    assert dp.bound_s == cp.bound_s
     for result in (cp, milp, dp):
         assert best - 1e-12 * best <= result.objective_s <= best + tolerance_s(result, c, allow)
         assert result.bound_s <= best * (1 + 1e-12)
@@ -231,7 +258,7 @@ def test_random_instances_cover_the_interesting_cases():
         interleaved += c.outer.virtual_stages == 2
         if brute_force(c, allow) is None:
             infeasible += 1
-        elif any(solve_split_milp(c, allow).full_recompute_layers):
+        elif any(solve("cbc", c, allow).full_recompute_layers):
             recomputed += 1
     assert pps == {1, 2, 3, 4}
     assert infeasible >= 3 and interleaved >= 5 and recomputed >= 5
@@ -265,7 +292,7 @@ def test_quantum_grows_to_keep_the_objective_below_2_to_40():
     assert Q.time_quantum_s > 1e-9
     t_ub = np.abs(c.stage_time_s) + c.layers * (np.abs(c.layer_time_s) + np.abs(c.recompute_time_s))
     assert (4096 - 1 + c.pp) * t_ub.max() / Q.time_quantum_s <= 2**40
-    result = solve_split_cpsat(c)
+    result = solve_split_dp(c)  # the DP solves the quantised integers
     assert result.quantum_s == Q.time_quantum_s
     assert result.status == "optimal" and result.layers_per_stage == (16, 16, 16, 16)
 
@@ -299,7 +326,7 @@ def big_instance(seed: int = 1) -> StageCoefficients:
 @pytest.fixture(scope="module")
 def big():
     c = big_instance()
-    reference = solve_split_cpsat(c, time_limit_s=30.0)
+    reference = solve("cpsat", c, time_limit_s=30.0)
     assert reference.status == "optimal"
     return c, reference
 
@@ -321,20 +348,12 @@ def test_cpsat_deterministic_time_limit_is_reproducible(big, limit_s):
     whatever comes back is honest (never 'optimal' without the proof's tolerance), its bound is
     below the true optimum, and a repeat gives the same answer."""
     c, reference = big
-    runs = [solve_split_cpsat(c, time_limit_s=limit_s, seed=3) for _ in range(2)]
+    runs = [solve("cpsat", c, time_limit_s=limit_s, seed=3) for _ in range(2)]
     for result in runs:
         check_consistent(result, c)
         assert result.bound_s is None or result.bound_s <= reference.objective_s
     key = [(x.status, x.layers_per_stage, x.full_recompute_layers, x.objective_s, x.bound_s) for x in runs]
     assert key[0] == key[1]
-
-
-def test_cpsat_parallel_portfolio_agrees(big):
-    c, reference = big
-    result = solve_split_cpsat(c, time_limit_s=10.0, threads=2)
-    check_consistent(result, c)
-    assert result.status == "optimal"
-    assert abs(result.objective_s - reference.objective_s) <= 2 * tolerance_s(reference, c)
 
 
 @pytest.mark.parametrize("backend", ["cbc", "scip", "highs"])
@@ -352,8 +371,8 @@ def test_milp_time_limit_never_claims_unproved_optimality(big, backend):
 
 def test_cpsat_hint_is_used_under_a_tiny_limit(big):
     c, reference = big
-    hint = (reference.layers_per_stage, reference.full_recompute_layers)
-    result = solve_split_cpsat(c, time_limit_s=1e-3, hint=hint)
+    hint = ((c.outer.num_micro_batches,), (reference.layers_per_stage,), (reference.full_recompute_layers,))
+    result = solve("cpsat", c, time_limit_s=1e-3, hint=hint)
     check_consistent(result, c)
     assert result.status in ("optimal", "feasible")
     assert result.objective_s <= reference.objective_s + tolerance_s(reference, c)
@@ -363,23 +382,18 @@ def test_cbc_runs_in_parallel_in_private_directories(tmp_path, monkeypatch):
     """Concurrent CBC runs neither collide nor leave files behind."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cases = [random_coefficients(seed) for seed in range(8)]
-    serial = [solve_split_milp(c, allow) for c, allow in cases]
+    serial = [solve("cbc", c, allow) for c, allow in cases]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        parallel = list(pool.map(lambda case: solve_split_milp(*case), cases))
+        parallel = list(pool.map(lambda case: solve("cbc", *case), cases))
     for a, b in zip(serial, parallel):
         assert (a.status, a.layers_per_stage, a.full_recompute_layers) == (
             b.status, b.layers_per_stage, b.full_recompute_layers)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cpsat_rejects_a_malformed_hint():
-    with pytest.raises(ValueError, match="hint"):
-        solve_split_cpsat(coefficients(pp=2, L=8, v=2), hint=((3, 5), (0, 0)))
-
-
 def test_milp_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
-        solve_split_milp(coefficients(pp=2, L=4), backend="gurobi")
+        solve_multiclass_milp(lone_class(coefficients(pp=2, L=4)), 10.0, "gurobi")
 
 
 def test_split_result_validates_itself():

@@ -53,7 +53,7 @@ HETERO_SEEDS = range(40)
 
 def _homogeneous_record(inst) -> dict:
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.planner import plan
+    from paraplan.solver.class_route import plan
 
     res = plan(inst)
     return {"status": res.status, "objective_s": res.iter_time_s, "tolerance_s": res.tolerance_s,

@@ -120,7 +120,7 @@ def test_partitions_on_a_heterogeneous_cluster_are_planned_per_group(tmp_path, c
 def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
     """replan takes a homogeneous instance and the plan file `plan -o` wrote for it: the cluster
     is the one-group case (its group named after its GPU). Reference, derived independently: the
-    homogeneous planner on the same instance with the NVLink bandwidth scaled by the event's 0.1
+    planner on the homogeneous instance with the NVLink bandwidth scaled by the event's 0.1
     gives the new optimum, and the running plan re-simulated there gives its time after it."""
     import dataclasses
 
@@ -128,7 +128,7 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
 
     from paraplan.cost.loader import load_instance, load_plan
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.planner import plan
+    from paraplan.solver.class_route import plan
 
     tiny = str(ROOT / "instances/tiny-gpt-8xA100.yaml")
     current = tmp_path / "current.yaml"
@@ -155,3 +155,13 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
     assert r["current_after_event_s"] > r["before_s"] * 1.01  # the event matters
     # -o writes a homogeneous plan file, which the homogeneous instance reads back
     assert simulate(slow, load_plan(new, inst)).iter_time_s == pytest.approx(r["new_s"], rel=1e-9)
+
+
+def test_exhaustive_on_a_mixed_cluster_honours_its_time_limit(capsys):
+    """`exhaustive --time-limit-s` on a mixed cluster (it was ignored there): stopped by the
+    limit it says so, proves nothing and exits 3, as on one group; `verify` then skips it."""
+    path = str(ROOT / "instances/hetero/tiny-2types.yaml")
+    assert main(["exhaustive", path, "--time-limit-s", "1e-9", "--quiet"]) == 3
+    assert "STOPPED by the time limit" in capsys.readouterr().out
+    assert main(["exhaustive", path, "--quiet"]) == 0
+    assert "STOPPED" not in capsys.readouterr().out

@@ -2,7 +2,7 @@
 solver/class_partitions.py).
 
 The reference answers are independent of the planner's dominance and bounds: exhaustive
-search over every layer plan of every class and group (solver/hetero_exhaustive.py), the other
+search over every layer plan of every class and group (solver/exhaustive.py), the other
 backend (CBC instead of CP-SAT), and direct pricing (cost/coefficients.build) of the plans the
 planner assembles row by row.
 """
@@ -23,7 +23,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver import bounds
 from paraplan.solver.class_partitions import OuterChoices, tight_class_terms
-from paraplan.solver.hetero_exhaustive import hetero_exhaustive
+from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import lone_count, placer, plan_hetero, problem_of
 from paraplan.solver.hetero_space import hetero_outers
 from paraplan.solver.partition_plans import STAGE_ARRAYS

@@ -11,7 +11,8 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_instance
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 N_INSTANCES = 240
 
@@ -47,11 +48,11 @@ def test_inner_solvers_agree_without_the_tight_bound(seed, monkeypatch):
     here. With only the memory-free bound they solve more (11 inner solves over these 60), and
     all three still give exhaustive search's optimum and the default run's answer. The inner
     solvers' main cross-check is tests/formulations/ (DP == CP-SAT == MILP == brute force)."""
-    from paraplan.solver import planner
+    from paraplan.solver import bounds
     inst = random_instance(seed, variant=True)
     ex = exhaustive(inst)
     default = plan(inst, backend="dp")
-    monkeypatch.setattr(planner.bounds, "tight_lower_bound_s", lambda c, allow=True: planner.bounds.lower_bound_s(c))
+    monkeypatch.setattr(bounds, "tight_lower_bound_s", lambda c, allow=True: bounds.lower_bound_s(c))
     for backend in ("dp", "cpsat", "milp"):
         res = plan(inst, backend=backend)
         if ex.plan is None:

@@ -10,7 +10,8 @@ import pytest
 
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 A100 = GpuSpec(name="A100-like", peak_flops_per_s=312e12, hbm_bytes=80 * 2**30,
                hbm_bw_bytes_per_s=2.0e12)

@@ -10,7 +10,7 @@ import pytest
 
 from paraplan.cost.loader import load_instance
 from paraplan.formulations.result import SolverError
-from paraplan.solver import planner
+from paraplan.solver import class_route
 from paraplan.solver.commands import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,17 +21,19 @@ def _key(res):
     return (res.status, res.plan, res.iter_time_s, res.bound_s, res.solved, res.pruned_by_bound)
 
 
-@pytest.mark.parametrize("name", INSTANCES)
-@pytest.mark.parametrize("backend", ["dp", "cpsat", "milp"])
+# every backend on the small instances; the large one on the default backend (three runs of it
+# on the class route, which prices afresh each time, take ~10 s per backend)
+RUNS = [(n, b) for n in INSTANCES for b in ("dp", "cpsat", "milp") if b == "dp" or n != INSTANCES[-1]]
+
+
+@pytest.mark.parametrize(("name", "backend"), RUNS)
 def test_same_answer_every_run_and_any_thread_count(name, backend):
+    # `paraplan plan`'s route (solver/class_route.py: the class planner, which prices afresh
+    # on every call)
     inst = load_instance(ROOT / "instances" / f"{name}.yaml")
-    if backend == "dp":  # price the instance afresh for each run (otherwise cached per instance)
-        planner.clear_table_cache()
-    first = planner.plan(inst, backend=backend, threads=1)
-    if backend == "dp":
-        planner.clear_table_cache()
-    again = planner.plan(inst, backend=backend, threads=1)
-    parallel = planner.plan(inst, backend=backend, threads=3)
+    first = class_route.plan(inst, backend=backend, threads=1)
+    again = class_route.plan(inst, backend=backend, threads=1)
+    parallel = class_route.plan(inst, backend=backend, threads=3)
     assert first.status == "optimal"
     assert _key(first) == _key(again)
     # with threads the visiting order within a batch changes how many solves run, never the answer
@@ -41,37 +43,25 @@ def test_same_answer_every_run_and_any_thread_count(name, backend):
 def test_backends_agree_on_bundled_instances():
     for name in INSTANCES:
         inst = load_instance(ROOT / "instances" / f"{name}.yaml")
-        a = planner.plan(inst, backend="cpsat")
-        b = planner.plan(inst, backend="milp")
-        d = planner.plan(inst, backend="dp")
+        a = class_route.plan(inst, backend="cpsat")
+        b = class_route.plan(inst, backend="milp")
+        d = class_route.plan(inst, backend="dp")
         assert a.iter_time_s == pytest.approx(b.iter_time_s, rel=1e-9, abs=a.tolerance_s + b.tolerance_s)
         assert d.iter_time_s == pytest.approx(a.iter_time_s, rel=1e-9, abs=a.tolerance_s + d.tolerance_s)
 
 
-@pytest.mark.parametrize("route", ["homogeneous", "class"])
-def test_crashing_backend_is_a_clear_error_and_the_other_still_works(route, monkeypatch, capsys):
-    """On both routes of `paraplan plan` (solver/class_route.py: the class planner is the
-    default for dense models, PARAPLAN_CLASS_PLANNER=0 the homogeneous planner), each
-    crashing the MILP where that route calls it."""
-    from paraplan.solver import class_route, hetero_planner
+def test_crashing_backend_is_a_clear_error_and_the_other_still_works(monkeypatch, capsys):
+    """`paraplan plan` with the MILP crashing where the class planner calls it."""
+    from paraplan.solver import hetero_planner
 
     def crash(*args, **kwargs):
         raise SolverError("backend 'cbc' failed: simulated crash")
 
-    if route == "homogeneous":
-        monkeypatch.setenv(class_route.SWITCH, "0")
-        real = planner._inner_solver
-        monkeypatch.setattr(planner, "_inner_solver", lambda b: crash if b == "milp" else real(b))
-        # the tight bound settles this instance without inner solves; with the memory-free
-        # bound alone it needs them, which is what this test exercises
-        monkeypatch.setattr(planner.bounds, "tight_lower_bound_s", lambda c, allow=True: planner.bounds.lower_bound_s(c))
-    else:
-        monkeypatch.delenv(class_route.SWITCH, raising=False)
-        real_inner = hetero_planner._solve_inner
-        monkeypatch.setattr(hetero_planner, "_solve_inner",
-                            lambda p, b, *a, **k: crash() if b == "milp" else real_inner(p, b, *a, **k))
-        # as above: the tight bound and the DP's cutoff would settle it without a MILP solve
-        monkeypatch.setattr(hetero_planner, "_cannot_win_alone", lambda *a, **k: False)
+    real_inner = hetero_planner._solve_inner
+    monkeypatch.setattr(hetero_planner, "_solve_inner",
+                        lambda p, b, *a, **k: crash() if b == "milp" else real_inner(p, b, *a, **k))
+    # the tight bound and the DP's cutoff would settle it without a MILP solve
+    monkeypatch.setattr(hetero_planner, "_cannot_win_alone", lambda *a, **k: False)
     path = str(ROOT / "instances" / "llama3-70b-512xH100.yaml")
     code = cli.main(["plan", path, "--backend", "milp"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -415,8 +415,9 @@ def _no_solve(monkeypatch):
     """Make every solve fail loudly: an output check must come first."""
     def boom(*a, **k):
         raise AssertionError("solved before checking the output path")
-    from paraplan.solver import hetero_planner, planner
-    monkeypatch.setattr(planner, "plan", boom)
+    from paraplan.solver import class_route, hetero_planner
+    monkeypatch.setattr(class_route, "plan", boom)
+    monkeypatch.setattr(class_route, "plan_hetero", boom)
     monkeypatch.setattr(hetero_planner, "plan_hetero", boom)
 
 

@@ -21,15 +21,17 @@ from pathlib import Path
 
 import pytest
 
-import paraplan.formulations.cpsat  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s)
+import paraplan.formulations.multiclass  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s)
 import paraplan.formulations.milp  # noqa: F401
 from paraplan.cost.coefficients import build
 from randinst import random_instance
 from paraplan.solver import bounds
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.planner import OPTIMAL, plan
-from paraplan.solver.space import outer_configs, summarize
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import OPTIMAL
+from paraplan.solver.hetero_space import one_group_outers as outer_configs
+from paraplan.solver.hetero_space import one_group_plans_total
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
@@ -74,7 +76,7 @@ def _limited_cases():
     while len(out) < 24:
         variant = rng.random() < 0.5
         inst = random_instance(seed, variant=variant)
-        if summarize(inst, outer_configs(inst)).splits_total <= 30_000:
+        if one_group_plans_total(inst) <= 30_000:
             out.append((seed, variant, 10 ** rng.uniform(-5, -0.5), rng.choice(["dp", "cpsat", "milp"])))
         seed += 1
     return out

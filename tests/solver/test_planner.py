@@ -15,8 +15,9 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import GpuSpec, Instance
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
-from paraplan.solver.space import outer_configs, summarize
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL
+from paraplan.solver.hetero_space import one_group_plans_total
 from randinst import random_instance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ N_RANDOM = 36
 
 
 def _small_enough(inst: Instance) -> bool:
-    return summarize(inst, outer_configs(inst)).splits_total <= 300_000
+    return one_group_plans_total(inst) <= 300_000
 
 
 SEEDS = [s for s in range(200) if _small_enough(random_instance(s))][:N_RANDOM]

@@ -26,7 +26,8 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Outer, Recompute
 from paraplan.cost.timeline import EventKind, makespan_s, one_f_one_b_events
 from paraplan.solver.report import page as report
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, plan
+from paraplan.solver.class_route import plan
+from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 TINY = Path(instances.__file__).parent / "tiny-gpt-8xA100.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
