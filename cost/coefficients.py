@@ -180,10 +180,6 @@ class Placement:
     edges: tuple[tuple[Link, bool], ...]
     tie: tuple[Link, bool]
     dp_ranks: int
-    # price an MoE model's dense prefix as dense layers on the first stage (build); the
-    # multi-class formulation of mixed clusters has no per-stage lower bound on layers, so
-    # their placements leave it off and price those layers as MoE layers
-    dense_prefix: bool = False
 
 
 def tp_overlap_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
@@ -245,8 +241,7 @@ def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     pairs = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if o.virtual_stages > 1 and pp > 1 else [])
     edges = tuple(comm.pair_link(cl, a * block, block, (z - a) * block) for a, z in pairs)
     return Placement(sites=(site,) * pp, edge_pairs=tuple(pairs), edges=edges,
-                     tie=comm.pair_link(cl, 0, block, (pp - 1) * block), dp_ranks=o.dp * o.cp,
-                     dense_prefix=True)
+                     tie=comm.pair_link(cl, 0, block, (pp - 1) * block), dp_ranks=o.dp * o.cp)
 
 
 @dataclass(frozen=True)
@@ -764,10 +759,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
 def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts | None:
     """One of an MoE model's dense prefix layers (its own FFN width, model.ffn) on the first
-    stage's site, or None when there is none to price apart (dense model, no prefix, or a
-    placement that prices it as MoE layers: Placement.dense_prefix)."""
+    stage's site, or None when there is none to price apart (a dense model, or no prefix)."""
     moe_spec = inst.model.moe
-    if moe_spec is None or not moe_spec.dense_layers or not pl.dense_prefix:
+    if moe_spec is None or not moe_spec.dense_layers:
         return None
     return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), o, pl.sites[0], dp_n,
                         net, layer_fn)

@@ -19,7 +19,7 @@ Links:
   stage's group (cost/moe.ep_links of that group's cluster); the expert gradients' ring spans
   the replicas * cp / ep ranks holding the same experts, tp * ep apart, across groups as the
   gradient ring does. An MoE model's dense prefix is priced as dense layers on each class's
-  first stage (Placement.dense_prefix), which the multi-class formulations keep in its first
+  first stage (coefficients._dense_prefix_costs), which the multi-class formulations keep in its first
   model chunk, as on one group.
 
 With several classes, each replica of class k runs `num_micro_batches` >= its stage count, so
@@ -130,7 +130,7 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
     pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
-                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp, dense_prefix=True)
+                     tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
 
 
 def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict):
