@@ -99,20 +99,30 @@ class _Progress:
         sys.stderr.flush()
 
 
+@lru_cache(maxsize=64)
+def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Every (layer split n, recompute counts r) row of one class shape, shape (rows, pp) each.
+    They depend on the shape alone, not on the outer configuration, so they are built once per
+    shape (read-only) rather than once per configuration."""
+    if uniform:
+        from paraplan.cost.loader import default_layer_split
+        splits = np.array([default_layer_split(layers, pp, v)], float)
+    else:
+        splits = compositions(layers, pp, v)
+    ns, rs = [], []
+    for n in splits:
+        r = _recompute_grid(n) if recompute else np.zeros((1, pp))
+        ns.append(np.broadcast_to(n, r.shape)), rs.append(r)
+    n, r = np.concatenate(ns), np.concatenate(rs)
+    n.setflags(write=False), r.setflags(write=False)
+    return n, r
+
+
 def _class_rows(p, k: int, uniform: bool):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit,
     and how many rows there were."""
     c0, v = p.coeffs[0][k], p.virtual_stages
-    if uniform:
-        from paraplan.cost.loader import default_layer_split
-        splits = np.array([default_layer_split(p.layers, c0.pp, v)], float)
-    else:
-        splits = compositions(p.layers, c0.pp, v)
-    ns, rs = [], []
-    for n in splits:
-        r = _recompute_grid(n) if p.allow_full_recompute else np.zeros((1, c0.pp))
-        ns.append(np.broadcast_to(n, r.shape)), rs.append(r)
-    n, r = np.concatenate(ns), np.concatenate(rs)
+    n, r = _split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute)
     ok = schedule.fits(c0, n, r)
     n, r = n[ok], r[ok]
     A, S, D = [], [], []
