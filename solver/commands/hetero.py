@@ -12,7 +12,7 @@ import yaml
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.format import count, seconds, table
+from paraplan.solver.format import count, exhaustive_stop_lines, seconds, table
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
 from paraplan.solver.commands.partitions import partition_lines
@@ -269,15 +269,14 @@ def cmd_exhaustive(args) -> int:
                    "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None})
         return 0 if res.complete else 3
     print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
-    if not res.complete:
-        print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,}"
-              " plans: nothing is proved; the best seen is shown")
-    if res.plan is None and not res.complete:
-        print("no plan seen yet")
-    elif res.plan is None:
-        from paraplan.solver.hetero_space import empty_space_reason
-        print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
-              if res.outer_configs == 0 else "no plan fits memory")
+    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
+                                      res.candidates, "plans"):
+        print(line)
+    if res.plan is None:
+        if res.complete:
+            from paraplan.solver.hetero_space import empty_space_reason
+            print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
+                  if res.outer_configs == 0 else "no plan fits memory")
     else:
         print(f"best        {seconds(res.objective_s)} ({objective})")
         print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))

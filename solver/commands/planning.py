@@ -7,7 +7,8 @@ import sys
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import breakdown_json, breakdown_text, count, seconds, table
+from paraplan.solver.format import (breakdown_json, breakdown_text, count, exhaustive_stop_lines, seconds,
+                                    table)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
@@ -331,13 +332,12 @@ def cmd_exhaustive(args) -> int:
     else:
         print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
               f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
-        if not res.complete:
-            print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,}"
-                  " candidates: nothing is proved; the best seen is shown")
-        if res.plan is None and not res.complete:
-            print("no plan seen yet")
-        elif res.plan is None:
-            print(reason)
+        for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
+                                          res.candidates, "candidates"):
+            print(line)
+        if res.plan is None:
+            if res.complete:
+                print(reason)
         else:
             print(f"best        {seconds(res.iter_time_s)} per iteration\nplan        {_plan_line(res.plan)}")
     return 0 if res.complete else 3
