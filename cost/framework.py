@@ -106,9 +106,10 @@ _TABLE = {
                                   fp8_weight_cache=True, tp_backward_async=True),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
     # (training.mixed_precision_reduce = float32); full AC wraps each block in
-    # ptd_checkpoint_wrapper, whose default is the non-reentrant checkpoint; DDP (dp_replicate) buckets of 25 MB (torch
-    # DistributedDataParallel's bucket_cap_mb default) of fp32 gradients. Float8 linears are
-    # torchao's Float8Linear with its default dynamic tensorwise recipe.
+    # ptd_checkpoint_wrapper, whose default is the non-reentrant checkpoint; DDP (dp_replicate)
+    # buckets of 25 MB (torch DistributedDataParallel's bucket_cap_mb default) of fp32
+    # gradients. Float8 linears are torchao's Float8Linear with its default dynamic tensorwise
+    # recipe.
     Framework.TORCHTITAN: Behaviour(Framework.TORCHTITAN, gather_per_tensor=False, prefetch_params=None,
                                     max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                     grad_reduce_bytes=4, scatter_bucket_params=None,

@@ -284,7 +284,6 @@ def cmd_exhaustive(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from paraplan.solver.exhaustive import SpaceTooLarge
     from paraplan.solver.exhaustive import hetero_exhaustive
     from paraplan.solver.hetero_planner import plan_hetero
 
@@ -298,18 +297,11 @@ def cmd_verify(args) -> int:
         res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
-    try:  # within the same time limit as the planners
-        if deadline.expired():
-            raise TimeoutError("time limit reached before it started")
-        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
-                               time_limit_s=deadline.remaining_s())
-        if not ex.complete:
-            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} plans")
-        methods.append(("exhaustive", "optimal" if ex.plan else "infeasible", ex.objective_s,
-                        ex.wall_time_s, ""))
-    except (SpaceTooLarge, TimeoutError) as e:
-        methods.append(("exhaustive", "skipped", None, None, str(e)))
-    from paraplan.solver.commands.verdict import report_verify
+    def run(remaining_s):
+        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates, time_limit_s=remaining_s)
+        return ex, ex.objective_s
+    from paraplan.solver.commands.verdict import exhaustive_method, report_verify
+    methods.append(exhaustive_method(run, deadline, "plans"))  # within the planners' time limit
     return report_verify(args, methods, tol, objective)
 
 

@@ -13,7 +13,7 @@ from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
                                              read_calibration_files)
-from paraplan.solver.commands.verdict import report_verify
+from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
 def progress_printer(args):
@@ -355,7 +355,7 @@ def cmd_verify(args) -> int:
     """The exact DP, CP-SAT, MILP and exhaustive search on one instance, sharing one time limit;
     prints what was compared. Exit 0 only when all four ran to a proof and agree."""
     from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
+    from paraplan.solver.exhaustive import exhaustive
     from paraplan.solver.class_route import plan
     from paraplan.solver.commands.limits import Deadline
 
@@ -373,17 +373,11 @@ def cmd_verify(args) -> int:
         res = plan(inst, backend=backend, time_limit_s=deadline.remaining_s())
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.iter_time_s, res.solve_time_s, ""))
-    try:
-        if deadline.expired():
-            raise TimeoutError("time limit reached before it started")
+    def run(remaining_s):
         ex = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
-                        time_limit_s=deadline.remaining_s())
-        if not ex.complete:
-            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} candidates")
-        methods.append(("exhaustive", "optimal" if ex.plan else "infeasible", ex.iter_time_s,
-                        ex.wall_time_s, ""))
-    except (SpaceTooLarge, TimeoutError) as e:
-        methods.append(("exhaustive", "skipped", None, None, str(e)))
+                        time_limit_s=remaining_s)
+        return ex, ex.iter_time_s
+    methods.append(exhaustive_method(run, deadline, "candidates"))
     return report_verify(args, methods, tol)
 
 

@@ -9,6 +9,22 @@ from paraplan.solver.commands.jsonout import emit_json
 EXIT_DISAGREE = 1
 
 
+def exhaustive_method(run, deadline, unit: str) -> tuple:
+    """verify's exhaustive row, within the planners' shared time limit: run(remaining_s) is the
+    search (one group or a mixed cluster), returning its result and the value it proved; a space
+    too large or a search the limit stops is reported as skipped, with why."""
+    from paraplan.solver.exhaustive import SpaceTooLarge
+    try:
+        if deadline.expired():
+            raise TimeoutError("time limit reached before it started")
+        ex, value = run(deadline.remaining_s())
+        if not ex.complete:
+            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} {unit}")
+        return ("exhaustive", "optimal" if ex.plan else "infeasible", value, ex.wall_time_s, "")
+    except (SpaceTooLarge, TimeoutError) as e:
+        return ("exhaustive", "skipped", None, None, str(e))
+
+
 def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None) -> int:
     """verify's verdict and output, for homogeneous and mixed clusters alike. Only methods that
     proved their answer ("optimal" or "infeasible") are compared; the verdict names them and
