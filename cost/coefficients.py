@@ -351,6 +351,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls if f)
     keys = m.seq_len / cp  # keys per kernel call (one ring step with cp > 1)
     attn_eff = gpu.attention_eff * keys / (keys + ATTENTION_HALF_KEYS)
+    if behaviour(inst.job.framework).te_fused_attention:
+        attn_eff *= gpu.cudnn_attention_speedup
     attn_f = mms.attention_core / (gpu.peak_flops_per_s * attn_eff)
     if flash:
         attn_b = BACKWARD_FLASH_FACTOR * attn_f

@@ -73,6 +73,14 @@ class Behaviour:
     # replayed. Megatron-LM and DeepSpeed replay whole layers with their own reentrant
     # CheckpointFunction.
     recompute_early_stop: bool = False
+    # --- attention through Transformer Engine's DotProductAttention, which on Hopper and newer
+    # prefers cuDNN's fused attention to FlashAttention ("Disabling FlashAttention to give
+    # FusedAttention preference on Hopper+ for performance reasons": get_attention_backend in
+    # transformer_engine/pytorch/attention.py, TE 1.x); on Ampere it runs FlashAttention-2.
+    # Priced by the GPU's cudnn_attention_speedup (cost/gpus.yaml). The others run
+    # FlashAttention-2: llm-foundry's attn_impl 'flash' (the flash-attn package), torchtitan
+    # and DeepSpeed through torch's scaled_dot_product_attention.
+    te_fused_attention: bool = False
 
 
 # Loss traffic per logit element (`Behaviour.loss_bytes_per_logit`), counted per kernel, each
@@ -103,7 +111,8 @@ _TABLE = {
                                   max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
                                   grad_reduce_bytes=4, scatter_bucket_params=None,
                                   grad_bucket_params=40e6, grad_bucket_params_zero2=40e6,
-                                  fp8_weight_cache=True, tp_backward_async=True),
+                                  fp8_weight_cache=True, tp_backward_async=True,
+                                  te_fused_attention=True),
     # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
     # (training.mixed_precision_reduce = float32); full AC wraps each block in
     # ptd_checkpoint_wrapper, whose default is the non-reentrant checkpoint; DDP (dp_replicate)

@@ -188,7 +188,8 @@ JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", 
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
             "recompute_early_stop")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
-             "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
+             "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
+             "cudnn_attention_speedup")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions", "ep")
@@ -604,6 +605,8 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["attention_eff"] = sec.number("attention_eff")
     if sec.has("fp8_matmul_eff_max"):
         optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max")
+    if sec.has("cudnn_attention_speedup"):
+        optional["cudnn_attention_speedup"] = sec.number("cudnn_attention_speedup")
     if sec.has("peak_tflops_fp8"):
         optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
     with config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
@@ -1195,7 +1198,8 @@ def _gpu_to_mapping(gpu: GpuSpec) -> dict:
            "matmul_eff_max": gpu.matmul_eff_max,
            "matmul_half_gflops": gpu.matmul_half_flops / units.GFLOP_FLOPS,
            "memory_eff": gpu.memory_eff, "attention_eff": gpu.attention_eff,
-           "fp8_matmul_eff_max": gpu.fp8_matmul_eff_max}
+           "fp8_matmul_eff_max": gpu.fp8_matmul_eff_max,
+           "cudnn_attention_speedup": gpu.cudnn_attention_speedup}
     if gpu.peak_fp8_flops_per_s is not None:
         out["peak_tflops_fp8"] = gpu.peak_fp8_flops_per_s / units.TFLOPS_FLOPS
     return out

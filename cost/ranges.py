@@ -139,6 +139,8 @@ RANGES: dict[str, Range] = {
                         " reaches less than 1%"),
     "attention_eff": Range(0.01, 1, "", "a fraction of the peak; no tuned kernel reaches less"
                            " than 1%"),
+    "cudnn_attention_speedup": Range(0.5, 3, "", "cuDNN's fused attention over"
+                                     " FlashAttention-2: about 1.6 on H100"),
     "matmul_half_gflops": Range(0, 10_000, "GFLOP", "the fitted value is 0.1; a 10 TFLOP"
                                 " matmul saturates any GPU"),
     # --- job --------------------------------------------------------------------------------

@@ -254,6 +254,10 @@ class GpuSpec:
     # dense FP8 tensor-core peak; None: the GPU has no FP8 tensor cores (V100, A100)
     peak_fp8_flops_per_s: float | None = None
     fp8_matmul_eff_max: float = 0.6  # as matmul_eff_max, for FP8 GEMMs against the FP8 peak
+    # throughput of cuDNN's fused attention over FlashAttention-2 (whose efficiency
+    # attention_eff is) on this GPU, for frameworks that run attention through Transformer
+    # Engine (Behaviour.te_fused_attention); 1: not measured, or no faster cuDNN path
+    cudnn_attention_speedup: float = 1.0
 
     def __post_init__(self) -> None:
         if min(self.peak_flops_per_s, self.hbm_bytes, self.hbm_bw_bytes_per_s) <= 0:
@@ -261,6 +265,8 @@ class GpuSpec:
         if not all(0 < e <= 1 for e in (self.matmul_eff_max, self.memory_eff, self.attention_eff,
                                         self.fp8_matmul_eff_max)):
             raise ConfigError(f"gpu {self.name}: efficiencies must lie in (0, 1]")
+        if self.cudnn_attention_speedup <= 0:
+            raise ConfigError(f"gpu {self.name}: cudnn_attention_speedup must be > 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,14 @@ def _gpt(hidden: int, layers: int = 2) -> ModelSpec:
                      kv_heads=hidden // 128, ffn=4 * hidden, vocab=51200, seq_len=2048, mlp=Mlp.GELU)
 
 
+def _fa2_everywhere(inst):
+    """The instance with cuDNN attention priced as FlashAttention-2, so that two frameworks
+    differ only in the behaviour a test compares (on Hopper Megatron's attention kernel is
+    faster: test_transformer_engine_runs_cudnn_attention_on_hopper_only)."""
+    gpu = replace(inst.cluster.gpu, cudnn_attention_speedup=1.0)
+    return replace(inst, cluster=replace(inst.cluster, gpu=gpu))
+
+
 def test_deepspeed_regathers_what_lies_beyond_the_reuse_distance():
     # GPT-3 175B, h = 12288, tp 1. Forward order: QKV 12288 x 36864 = 452,984,832;
     # out 12288^2 = 150,994,944; fc1 = fc2 = 12288 x 49152 = 603,979,776. After its recompute
@@ -241,7 +249,7 @@ def test_fp8_weight_casts_once_per_iteration_where_megatron_caches_them():
     from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
     from paraplan.cost.flops import layer_params
     from paraplan.cost.specs import Precision
-    base = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
+    base = _fa2_everywhere(load_instance(INSTANCES / "llama3-8b-64xH100.yaml"))
     m, gpu = base.model, base.cluster.gpu
     t, h, f, p = m.seq_len, m.hidden, m.ffn, layer_params(m)
     bw = gpu.hbm_bw_bytes_per_s * gpu.memory_eff
@@ -267,7 +275,7 @@ def test_non_reentrant_checkpoint_stops_the_recompute_before_the_mlp_out_gemm():
     # output store and the residual add after it (read 2, write 1), 2 t h + 6 t h bytes at
     # the HBM bandwidth x memory_eff. The forward itself is the same in both frameworks.
     from paraplan.cost.coefficients import homogeneous_placement, matmul_time_s, megatron_layer
-    base = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
+    base = _fa2_everywhere(load_instance(INSTANCES / "llama3-8b-64xH100.yaml"))
     m, gpu = base.model, base.cluster.gpu
     t, h, f = m.seq_len, m.hidden, m.ffn
     assert 2 * t * f * h == 962_072_674_304
@@ -385,3 +393,39 @@ def test_megatron_overlaps_backward_tp_communication_with_the_gradient_gemms():
     exposed, hidden = tp_backward_exposed(tp_f, gemm[0], sum(gemm[2:-1]), sp=True)
     assert tt.bwd_s - meg.bwd_s == pytest.approx(tp_f - exposed, rel=1e-9)
     assert meg.overlapped["tp_comm"] == pytest.approx(hidden, rel=1e-9)
+
+
+def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
+    # Transformer Engine prefers cuDNN's fused attention to FlashAttention on Hopper and newer
+    # (Behaviour.te_fused_attention; Megatron/NeMo only). On H100 cuDNN runs the core 1.6x as
+    # fast as FlashAttention-2 (Shah et al. 2024, Figs. 5-6: 484/298 forward, 465/291 backward
+    # at 2k tokens, head dim 128). Llama 3 8B (32 heads x 128 = 4,096, s = 8,192), tp 1, cp 1,
+    # micro-batch 1: the causal core is 2 x (2 x 8192 x 8192 x 4096) / 2 = 5.498e11 FLOP
+    # forward per layer (a causal kernel computes half the score blocks); at 989e12 x attention_eff x 8192 / (8192 + 300)
+    # it takes t_fa2, and cuDNN saves t_fa2 x (1 - 1/1.6) of the forward.
+    from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
+    from paraplan.cost.specs import Framework
+    inst = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
+    m, gpu = inst.model, inst.cluster.gpu
+    assert (m.hidden, m.heads, m.seq_len, gpu.cudnn_attention_speedup) == (4096, 32, 8192, 1.6)
+
+    def fwd(framework, speedup):
+        i = replace(inst, job=replace(inst.job, framework=framework),
+                    cluster=replace(inst.cluster, gpu=replace(gpu, cudnn_attention_speedup=speedup)))
+        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), i).outer
+        return megatron_layer(i, o, homogeneous_placement(i.cluster, o).sites[0], NetEfficiency()).fwd_s
+
+    core_flops = 2 * (2 * 8192 * 8192 * 4096) / 2
+    t_fa2 = core_flops / (989e12 * gpu.attention_eff * 8192 / (8192 + 300))
+    assert fwd(Framework.MEGATRON, 1.0) - fwd(Framework.MEGATRON, 1.6) == pytest.approx(
+        t_fa2 * (1 - 1 / 1.6), rel=1e-9)
+    # torchtitan (torch SDPA's FlashAttention-2) does not use it
+    assert fwd(Framework.TORCHTITAN, 1.6) == fwd(Framework.TORCHTITAN, 1.0)
+
+
+def test_a100_keeps_flashattention_under_transformer_engine():
+    # Ampere: TE runs FlashAttention-2, so the catalogue gives no cuDNN speedup there.
+    from paraplan.cost.loader import load_catalogue
+    cat = load_catalogue()
+    assert cat["A100-SXM4-80GB"].cudnn_attention_speedup == 1.0
+    assert cat["H200-SXM-141GB"].cudnn_attention_speedup == cat["H100-SXM5-80GB"].cudnn_attention_speedup

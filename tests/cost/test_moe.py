@@ -336,8 +336,10 @@ def test_a2a_overlap_hides_the_all_to_alls_behind_the_paired_compute():
     # slows by NetEfficiency.overlap_slowdown x a; once per iteration the first micro-batch's
     # forward and the last one's backward run unpaired and show a again (warm-up 1 chunk,
     # pp = 1); a second micro-batch's activations are held while the first one's backward runs.
+    # Two sequences per micro-batch: the layer's backward (without its all-to-alls) stays
+    # longer than its data-parallel gradient reduction, which therefore hides in both.
     inst = mixtral()
-    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=2, num_micro_batches=8, zero=1, ep=8)
     off = coefficients.build(inst, o)
     on = coefficients.build(_overlapped(inst), o)
     a = off.layer_parts["ep_a2a"]

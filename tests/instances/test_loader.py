@@ -321,3 +321,18 @@ def test_search_override_is_checked_like_the_files_search():
         override_search(inst, {"tp": [3]}, "<--search>")
     assert e.value.field == "search.tp" and "tp=3" in str(e.value)
     assert override_search(inst, {"tp": [1, 2]}).search.tp == (1, 2)
+
+
+def test_user_gpu_type_gives_its_cudnn_attention_speedup_within_range(tmp_path):
+    # cost/ranges.py: cudnn_attention_speedup lies in 0.5-3 (1.6 on H100); absent, it is 1
+    # (no faster cuDNN path priced)
+    gpu_type = {"peak_tflops_bf16": 100, "hbm_gib": 48, "hbm_gbytes_per_s": 1000}
+    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type)}}, gpu="MyGPU")
+    assert load_instance(path).cluster.gpu.cudnn_attention_speedup == 1.0
+    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type, cudnn_attention_speedup=1.4)}},
+                          gpu="MyGPU")
+    assert load_instance(path).cluster.gpu.cudnn_attention_speedup == 1.4
+    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type, cudnn_attention_speedup=16)}},
+                          gpu="MyGPU")
+    with pytest.raises(InstanceError, match="gpu_types.MyGPU.cudnn_attention_speedup"):
+        load_instance(path)
