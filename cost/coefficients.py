@@ -386,9 +386,10 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     # Latent attention gathers its latents instead of the layer input (flops.tp_gather_width):
     # its pair is priced as one all-reduce of the mean of the two widths
     act_bytes = tokens * m.hidden * BF16_BYTES
-    attn_bytes = tokens * (tp_gather_width(m) + m.hidden) / 2 * BF16_BYTES
-    tp_f = (comm.all_reduce_time_s(attn_bytes, tp, tp_link, tp_inter, net, tree=False)
-            + comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False))
+    tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
+    if m.mla is not None:
+        attn_bytes = tokens * (tp_gather_width(m) + m.hidden) / 2 * BF16_BYTES
+        tp_f = tp_f / 2 + comm.all_reduce_time_s(attn_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
     tp_hid_f = tp_hid_b = 0.0
     fwb = behaviour(inst.job.framework)
@@ -454,9 +455,10 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     # held beyond the 1/tp share, and under sequence parallelism their gradients (each rank's
     # from its own tokens) are summed over the tp group once per iteration before the
     # data-parallel sync (Megatron-core finalize_model_grads: params marked sequence_parallel)
-    rep_params = replicated_layer_params(m) * (1 - 1 / tp)
-    rep_sync = (comm.all_reduce_time_s(replicated_layer_params(m) * fwb.grad_reduce_bytes, tp, tp_link,
-                                       tp_inter, net) if rep_params and sp else 0.0)
+    rep = replicated_layer_params(m)
+    rep_params = rep * (1 - 1 / tp)
+    rep_sync = (comm.all_reduce_time_s(rep * fwb.grad_reduce_bytes, tp, tp_link, tp_inter, net)
+                if rep_params and sp else 0.0)
     return LayerTerms(
         fwd_s=fwd, bwd_s=bwd, rc_fwd_s=rc_fwd,
         parts={"compute": compute_f + compute_b + selective_extra, "tp_comm": tp_f + tp_b,

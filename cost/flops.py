@@ -28,6 +28,7 @@ row-parallel. The attention core's QK^T runs over nope + rope per head, PV over 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from paraplan.cost.specs import Mlp, ModelSpec
 
@@ -69,8 +70,7 @@ def attended_keys(m: ModelSpec) -> float:
     return (n * min(w, m.seq_len) + (m.layers - n) * m.seq_len) / m.layers
 
 
-@dataclass(frozen=True, slots=True)
-class Projection:
+class Projection(NamedTuple):
     """One GEMM of the attention's input projections on one GPU: `tokens` rows of `k_in`
     inputs to `n_out` / `split` outputs, `n_out` being the whole layer's and `split` the
     tensor-parallel degree of a column-parallel projection, or 1 for one whose weight is whole on
@@ -142,7 +142,8 @@ class LayerMatmuls:
 def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> LayerMatmuls:
     """`sp` (sequence parallelism) matters only to MLA's down projections (attention_projections)."""
     tokens = b * m.seq_len / cp
-    h, f, o = m.hidden, m.ffn, m.attn_out_width
+    h, f = m.hidden, m.ffn
+    q, _, _, o = m.attention_widths
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     # 2*t*N*K per GEMM, plus t*K for a bias added to its K outputs
     proj = attention_projections(m, b, tp, cp, sp)
@@ -152,7 +153,7 @@ def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> L
     # every local query attends to keys of the whole sequence: QK^T over the query width and
     # PV over the value (= output) width, 2*t*s*width each, of which a causal (or banded)
     # kernel computes the fraction below
-    qk, pv = 2 * tokens * m.seq_len * m.q_width / tp, 2 * tokens * m.seq_len * o / tp
+    qk, pv = 2 * tokens * m.seq_len * q / tp, 2 * tokens * m.seq_len * o / tp
     core = (qk + pv) * attention_score_fraction(m)
     return LayerMatmuls(attn_in=attn_in, attn_out=attn_out, mlp=mlp, attention_core=core,
                         attn_in_replicated=tuple(p.replicated for p in proj))
@@ -226,7 +227,8 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     adds = (4 * th * BF16_BYTES + 2 * th) if m.parallel_blocks else 2 * (3 * th * BF16_BYTES + th)
     rep = (norms + adds) / (tp if sp else 1)
     act = (3 if m.mlp is Mlp.SWIGLU else 2) * t * f * BF16_BYTES / tp
-    qk = 2 * t * (m.q_width + m.k_width) * BF16_BYTES / tp
+    q, k, _, _ = m.attention_widths
+    qk = 2 * t * (q + k) * BF16_BYTES / tp
     return rep + act + qk
 
 
@@ -321,8 +323,18 @@ def linear_weight_params(m: ModelSpec) -> int:
     if m.moe is not None:
         return linear_weight_params(moe_attention_view(m))
     h, f = m.hidden, m.ffn
-    attn_in = sum(p.k_in * p.n_out for p in attention_projections(m, 1, 1, 1))
-    return attn_in + m.attn_out_width * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
+    return attention_in_weights(m) + m.attn_out_width * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
+
+
+def attention_in_weights(m: ModelSpec) -> int:
+    """Weights of the attention's input projections (attention_projections' k_in x n_out,
+    summed; written out because pricing asks for it per outer configuration)."""
+    h = m.hidden
+    if m.mla is None:
+        return h * (m.q_hidden + 2 * m.kv_hidden)
+    a = m.mla
+    q_up = (a.q_lora_rank if a.q_lora_rank is not None else h) * m.q_width  # or q from hidden
+    return replicated_layer_params(m) + q_up + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim)
 
 
 def replicated_layer_params(m: ModelSpec) -> int:
@@ -331,7 +343,9 @@ def replicated_layer_params(m: ModelSpec) -> int:
     over the tp group once per iteration under sequence parallelism, Megatron-core's
     finalize_model_grads._allreduce_non_tensor_model_parallel_grads). Norm scales, which are
     whole on every rank too, are counted in the 1/tp share as for every other layer."""
-    return sum(p.k_in * p.n_out for p in attention_projections(m, 1, 1, 1) if p.replicated)
+    if m.mla is None:
+        return 0
+    return m.hidden * ((m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
 
 
 def layer_params_per_gpu(m: ModelSpec, tp: int) -> float:

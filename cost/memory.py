@@ -259,8 +259,8 @@ def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, fla
         replicated += BF16_BYTES * t * lat + lin_in * t * lat
         if lin_in == FP8_BYTES:  # the second linear reading the norm's output keeps its own fp8 copy
             replicated += FP8_BYTES * t * h
-    o = m.attn_out_width
-    split = BF16_BYTES * t * (m.q_width + m.k_width + m.v_width) + BF16_BYTES * t * o
+    q, k, v, o = m.attention_widths
+    split = BF16_BYTES * t * (q + k + v) + BF16_BYTES * t * o
     if _te_fp8(precision, framework):
         split += FP8_BYTES * t * o  # output projection's fp8 input beside the attention output
     split += BF16_BYTES * t * f * (2 if m.mlp is Mlp.SWIGLU else 1) + lin_in * t * f
@@ -323,7 +323,8 @@ def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     """Transient gradient buffers while one layer runs backward: the widest intermediate
     (the MLP's ffn-wide activation, or the QKV output) and its gradient, in bf16."""
     t = b * m.seq_len / cp
-    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), m.q_width + m.k_width + m.v_width) / tp
+    q, k, v, _ = m.attention_widths
+    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), q + k + v) / tp
     return 2 * BF16_BYTES * t * widest
 
 

@@ -270,20 +270,30 @@ class ModelSpec:
     # attention: Q and the output heads * head_dim, K and V kv_heads * head_dim. Latent
     # attention (MlaSpec): Q and K heads * (nope + rope), V and the output heads * v_head_dim.
     @property
+    def attention_widths(self) -> tuple[int, int, int, int]:
+        """(Q, K, V, output) widths at once, for the pricing loops."""
+        if self.mla is None:
+            q = self.q_hidden
+            kv = self.kv_hidden
+            return q, kv, kv, q
+        qk, v = self.heads * self.mla.qk_head_dim, self.heads * self.mla.v_head_dim
+        return qk, qk, v, v
+
+    @property
     def q_width(self) -> int:
-        return self.q_hidden if self.mla is None else self.heads * self.mla.qk_head_dim
+        return self.attention_widths[0]
 
     @property
     def k_width(self) -> int:
-        return self.kv_hidden if self.mla is None else self.heads * self.mla.qk_head_dim
+        return self.attention_widths[1]
 
     @property
     def v_width(self) -> int:
-        return self.kv_hidden if self.mla is None else self.heads * self.mla.v_head_dim
+        return self.attention_widths[2]
 
     @property
     def attn_out_width(self) -> int:
-        return self.q_hidden if self.mla is None else self.heads * self.mla.v_head_dim
+        return self.attention_widths[3]
 
     @property
     def windowed_layers(self) -> int:
