@@ -254,3 +254,17 @@ def test_megatron_export_writes_the_latent_attention_flags():
         assert flags[flag] == value
         assert flag in MEGATRON_MAIN_D98E8A6
     assert "--kv-channels" not in flags and "--group-query-attention" not in flags
+
+
+@pytest.mark.parametrize("target", ["torchtitan", "deepspeed"])
+def test_other_exports_refuse_latent_attention(target):
+    # a dense model with MLA (no experts, so the MoE refusal does not answer first)
+    from paraplan.solver.export import deepspeed, torchtitan
+    from paraplan.solver.export.common import ExportRefused
+    inst = load_instance(DEEPSEEK)
+    dense = replace(inst, model=replace(inst.model, moe=None))
+    plan = Plan.of(Outer(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1),
+                   [3] + [4] * 14 + [2], [0] * 16)
+    module = {"torchtitan": torchtitan, "deepspeed": deepspeed}[target]
+    with pytest.raises(ExportRefused, match="latent attention"):
+        module.runnable(dense, plan)
