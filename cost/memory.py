@@ -48,8 +48,8 @@ framework's choices can be priced: per layer and micro-batch
     s*b*h*(34 + 5*a*s/h)                       no parallelism, standard attention, dropout > 0
     s*b*h*(10 + 24/t + 5*a*s/(h*t))            tensor parallel t
     s*b*h/t*(34 + 5*a*s/h)                     tensor + sequence parallel
-generalised to GQA (K, V of kv_hidden width), any ffn width and SwiGLU, and to context
-parallelism (s -> s/cp). The three dropout masks (1 byte per element: residual dropouts after the
+generalised to GQA (K, V of kv_hidden width), any ffn width and SwiGLU, multi-head latent
+attention (its latents and widths: layer_activation_bytes) and context parallelism (s -> s/cp). The three dropout masks (1 byte per element: residual dropouts after the
 attention and MLP blocks, 2*s*b*h, and the attention-probability dropout, a*s*s*b) and the dropout
 output (2*a*s*s*b) exist only when the model trains with dropout > 0; without it the attention
 multiplies V by the stored softmax output. FlashAttention (Dao et al. 2022, Sec. 3.1) stores no

@@ -605,6 +605,9 @@ class Plan(Outer):
                 f" chunk, fewer than the model's {m.moe.dense_layers} dense layers: paraplan prices"
                 f" the dense prefix on the first stage; give it at least"
                 f" {self.virtual_stages * m.moe.dense_layers} layers")
+        if m.mla is not None and self.partitions:
+            raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
+                              " attention's projections; remove partitions (Megatron 1-D)")
         if m.mla is not None and self.zero == 3:
             raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
                               " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
