@@ -268,3 +268,15 @@ def test_other_exports_refuse_latent_attention(target):
     module = {"torchtitan": torchtitan, "deepspeed": deepspeed}[target]
     with pytest.raises(ExportRefused, match="latent attention"):
         module.runnable(dense, plan)
+
+
+def test_a_plan_file_with_zero3_is_refused_not_asserted():
+    # ZeRO-3 of the replicated down projections is not priced: a plan asking for it is a
+    # ConfigError naming the fix, never an assertion inside the pricing
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.simulate import simulate
+    inst = load_instance(DEEPSEEK)
+    plan = Plan.of(Outer(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=3, ep=64),
+                   [3] + [4] * 14 + [2], [0] * 16)
+    with pytest.raises(ConfigError, match="zero 0, 1 or 2"):
+        simulate(inst, plan)
