@@ -416,7 +416,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     # block ahead, no more), so a step's transfer hides only behind that step's attention;
     # backward also sends dK, dV on. Merging each step's partial output (forward) and
     # accumulating dQ, dK, dV (backward) are memory-bound passes (CP_MERGE_BYTES_PER_ELEMENT).
-    kv_bytes = tokens * (m.k_width + m.v_width) / min(tp, m.kv_heads) * BF16_BYTES
+    q_w, k_w, v_w, o_w = m.attention_widths
+    kv_bytes = tokens * (k_w + v_w) / min(tp, m.kv_heads) * BF16_BYTES
     cp_f = cp_b = cp_exp_f = cp_exp_b = 0.0
     if cp > 1:
         steps = cp - 1
@@ -425,9 +426,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         cp_f, cp_b = steps * step_f, steps * step_b
         cp_exp_f = steps * max(0.0, step_f - attn_f / cp)
         cp_exp_b = steps * max(0.0, step_b - attn_b / cp)
-        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * m.attn_out_width / tp, gpu)
-        merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens
-                              * (m.q_width + m.k_width + m.v_width) / tp, gpu)
+        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * o_w / tp, gpu)
+        merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * (q_w + k_w + v_w) / tp, gpu)
         compute_f += merge_f
         compute_b += merge_b
 

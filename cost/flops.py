@@ -122,7 +122,8 @@ class LayerMatmuls:
         attention-out, MLP-in, MLP-out). Replicated projections run before the first
         collective's consumer and sit beside none."""
         n = len(self.attn_in)
-        col = sum(v for v, rep in zip(per_call[:n], self.attn_in_replicated) if not rep)
+        col = (per_call[0] if n == 1 else
+               sum(v for v, rep in zip(per_call[:n], self.attn_in_replicated) if not rep))
         return col, per_call[n], sum(per_call[n + 1:-1]), per_call[-1]
 
     @property
@@ -147,7 +148,7 @@ def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> L
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     # 2*t*N*K per GEMM, plus t*K for a bias added to its K outputs
     proj = attention_projections(m, b, tp, cp, sp)
-    attn_in = tuple(p.tokens * (2 * p.k_in + m.qkv_bias) * p.n_out / p.split for p in proj)
+    attn_in = tuple([p.tokens * (2 * p.k_in + m.qkv_bias) * p.n_out / p.split for p in proj])
     attn_out = tokens * (2 * o + m.attn_out_bias) * h / tp
     mlp = (tokens * (2 * h + m.mlp_bias) * f / tp,) * n_in + (tokens * (2 * f + m.mlp_bias) * h / tp,)
     # every local query attends to keys of the whole sequence: QK^T over the query width and
@@ -156,7 +157,7 @@ def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> L
     qk, pv = 2 * tokens * m.seq_len * q / tp, 2 * tokens * m.seq_len * o / tp
     core = (qk + pv) * attention_score_fraction(m)
     return LayerMatmuls(attn_in=attn_in, attn_out=attn_out, mlp=mlp, attention_core=core,
-                        attn_in_replicated=tuple(p.replicated for p in proj))
+                        attn_in_replicated=(False,) if m.mla is None else tuple([p.replicated for p in proj]))
 
 
 def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> tuple[float, float]:
@@ -174,9 +175,12 @@ def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = Fals
     t = b * m.seq_len / cp
     h, f = m.hidden, m.ffn
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
-    proj = attention_projections(m, b, tp, cp, sp)
-    fwd = sum(p.tokens * p.n_out / p.split for p in proj) + t * h + n_in * t * f / tp + t * h
-    bwd = sum(p.tokens * p.k_in for p in proj) + t * m.attn_out_width / tp + n_in * t * h + t * f / tp
+    proj_out = proj_in = 0.0
+    for p in attention_projections(m, b, tp, cp, sp):
+        proj_out += p.tokens * p.n_out / p.split
+        proj_in += p.tokens * p.k_in
+    fwd = proj_out + t * h + n_in * t * f / tp + t * h
+    bwd = proj_in + t * m.attention_widths[3] / tp + n_in * t * h + t * f / tp
     return fwd, bwd
 
 

@@ -272,10 +272,10 @@ class ModelSpec:
     @property
     def attention_widths(self) -> tuple[int, int, int, int]:
         """(Q, K, V, output) widths at once, for the pricing loops."""
-        if self.mla is None:
-            q = self.q_hidden
-            kv = self.kv_hidden
-            return q, kv, kv, q
+        if self.mla is None:  # q_hidden and kv_hidden, written out: pricing asks per layer
+            hd = self.hidden // self.heads if self.attention_head_dim is None else self.attention_head_dim
+            kv = self.kv_heads * hd
+            return self.heads * hd, kv, kv, self.heads * hd
         qk, v = self.heads * self.mla.qk_head_dim, self.heads * self.mla.v_head_dim
         return qk, qk, v, v
 
