@@ -27,7 +27,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, recompute_regather_params,
                                       recompute_stops_early)
 from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
-                        layer_param_tensors, layer_params, layer_weight_sizes, logits_flops)
+                        layer_param_tensors, layer_params, layer_weight_sizes, logits_flops,
+                        replicated_layer_params, tp_gather_width)
 from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
@@ -254,7 +255,8 @@ class LayerTerms:
     replays. Memory: `act_bytes` stashed for backward, `ckpt_bytes` kept when fully recomputed,
     `workspace_bytes` transient while the layer runs (backward buffers, double buffers).
     Per iteration: `replicated_params` weight parameters a GPU holds beyond its 1/tp share
-    (operators split by tokens, cost/partition.py: their weights, gradients and optimizer state
+    (latent attention's down projections; operators split by tokens, cost/partition.py: their
+    weights, gradients and optimizer state
     are replicated over the group, and they join the layer's data-parallel gradient sync and
     optimizer step), `grad_sync_s` the all-reduce of those weights' gradients over the group,
     which precedes the data-parallel sync (0 for Megatron's splits)."""
@@ -346,7 +348,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     tp_link, tp_inter = site.tp_link
     cp_link, cp_inter = site.cp_link
 
-    mms = layer_matmuls(m, b, tp, cp)
+    mms = layer_matmuls(m, b, tp, cp, sp)
     fp8 = inst.job.precision is Precision.FP8
     lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls if f)
     keys = m.seq_len / cp  # keys per kernel call (one ring step with cp > 1)
@@ -367,34 +369,40 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
         fwb = behaviour(inst.job.framework)
         cast_elems_f, cast_elems_b, cast_elems_w = fp8_cast_elements(
-            m, b, tp, cp, fwb.fp8_dynamic_scaling, fwb.fp8_fused_input_casts)
+            m, b, tp, cp, fwb.fp8_dynamic_scaling, fwb.fp8_fused_input_casts, sp)
         cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
         cast_b = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_b, gpu)
         weight_cast = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_w, gpu)
         if not fwb.fp8_weight_cache:  # cast again by every micro-batch's forward
             cast_f, weight_cast = cast_f + weight_cast, 0.0
-    epi_f, epi_b = gemm_output_elements(m, b, tp, cp)  # GEMM output stores (its docstring)
+    epi_f, epi_b = gemm_output_elements(m, b, tp, cp, sp)  # GEMM output stores (its docstring)
     compute_f = lin_f + attn_f + elem_f + cast_f + _mem_time_s(BF16_BYTES * epi_f, gpu)
     compute_b = (BACKWARD_LINEAR_FACTOR * lin_f + attn_b + BACKWARD_ELEMENTWISE_FACTOR * elem_f + cast_b
                  + _mem_time_s(BF16_BYTES * epi_b, gpu))
 
     # tensor parallel: 2 all-reduces forward, 2 backward (with sp: all-gather + reduce-scatter
     # pairs of the same ring volume); the forward's are on the critical path (Megatron-LM's
-    # default, no TP overlap); the backward's as the framework runs them (tp_backward_exposed)
+    # default, no TP overlap); the backward's as the framework runs them (tp_backward_exposed).
+    # Latent attention gathers its latents instead of the layer input (flops.tp_gather_width):
+    # its pair is priced as one all-reduce of the mean of the two widths
     act_bytes = tokens * m.hidden * BF16_BYTES
     tp_f = 2 * comm.all_reduce_time_s(act_bytes, tp, tp_link, tp_inter, net, tree=False)
+    if m.mla is not None:
+        attn_bytes = tokens * (tp_gather_width(m) + m.hidden) / 2 * BF16_BYTES
+        tp_f = tp_f / 2 + comm.all_reduce_time_s(attn_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
     tp_hid_f = tp_hid_b = 0.0
     fwb = behaviour(inst.job.framework)
     if tp > 1 and fwb.tp_backward_async and not (inst.job.tp_comm_overlap and sp and not tp_inter):
         gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
-        tp_b, tp_hid_b = tp_backward_exposed(tp_f, gemm[0], sum(gemm[2:-1]), sp)
+        col, _, mlp_in, _ = mms.groups(gemm)
+        tp_b, tp_hid_b = tp_backward_exposed(tp_f, col, mlp_in, sp)
     if inst.job.tp_comm_overlap and sp and tp > 1 and not tp_inter:
         # with sequence parallelism the 2 all-reduces are 4 collectives of equal time (all-gather
         # before QKV and MLP-in, reduce-scatter after attention-out and MLP-out), each pipelined
         # with the GEMM beside it; backward pairs them with the dgrad + wgrad GEMMs
         gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
-        beside = (gemm[0], gemm[1], sum(gemm[2:-1]), gemm[-1])
+        beside = mms.groups(gemm)
         one = tp_f / len(beside)
         exp_f = sum(tp_overlap_exposed(one, g, tp) for g in beside)
         exp_b = sum(tp_overlap_exposed(one, BACKWARD_LINEAR_FACTOR * g, tp) for g in beside)
@@ -408,7 +416,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     # block ahead, no more), so a step's transfer hides only behind that step's attention;
     # backward also sends dK, dV on. Merging each step's partial output (forward) and
     # accumulating dQ, dK, dV (backward) are memory-bound passes (CP_MERGE_BYTES_PER_ELEMENT).
-    kv_bytes = 2 * tokens * m.kv_hidden / min(tp, m.kv_heads) * BF16_BYTES
+    q_w, k_w, v_w, o_w = m.attention_widths
+    kv_bytes = tokens * (k_w + v_w) / min(tp, m.kv_heads) * BF16_BYTES
     cp_f = cp_b = cp_exp_f = cp_exp_b = 0.0
     if cp > 1:
         steps = cp - 1
@@ -417,9 +426,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         cp_f, cp_b = steps * step_f, steps * step_b
         cp_exp_f = steps * max(0.0, step_f - attn_f / cp)
         cp_exp_b = steps * max(0.0, step_b - attn_b / cp)
-        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * m.q_hidden / tp, gpu)
-        merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens
-                              * (m.q_hidden + 2 * m.kv_hidden) / tp, gpu)
+        merge_f = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * o_w / tp, gpu)
+        merge_b = _mem_time_s(steps * CP_MERGE_BYTES_PER_ELEMENT * tokens * (q_w + k_w + v_w) / tp, gpu)
         compute_f += merge_f
         compute_b += merge_b
 
@@ -443,13 +451,22 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     fw, prec = inst.job.framework, inst.job.precision
     act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash, fw, prec)
             if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp, fw, prec))
+    # latent attention's down projections are whole on every tp rank (flops.attention_projections):
+    # held beyond the 1/tp share, and under sequence parallelism their gradients (each rank's
+    # from its own tokens) are summed over the tp group once per iteration before the
+    # data-parallel sync (Megatron-core finalize_model_grads: params marked sequence_parallel)
+    rep = replicated_layer_params(m)
+    rep_params = rep * (1 - 1 / tp)
+    rep_sync = (comm.all_reduce_time_s(rep * fwb.grad_reduce_bytes, tp, tp_link, tp_inter, net)
+                if rep_params and sp else 0.0)
     return LayerTerms(
         fwd_s=fwd, bwd_s=bwd, rc_fwd_s=rc_fwd,
         parts={"compute": compute_f + compute_b + selective_extra, "tp_comm": tp_f + tp_b,
                "cp_comm_exposed": cp_exp_f + cp_exp_b},
         overlapped={"cp_comm": cp_f + cp_b - cp_exp_f - cp_exp_b, "tp_comm": tp_hid_f + tp_hid_b},
         act_bytes=act1, ckpt_bytes=memory.checkpoint_activation_bytes(m, b, tp, cp, sp),
-        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp), per_iteration_s=weight_cast)
+        workspace_bytes=memory.backward_workspace_bytes(m, b, tp, cp), per_iteration_s=weight_cast,
+        replicated_params=rep_params, grad_sync_s=rep_sync)
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,8 @@ def _unpaired_layer_s(inst: Instance, o, site, net: NetEfficiency) -> tuple[floa
     mm = (coefficients.fp8_matmul_time_s if inst.job.precision is Precision.FP8
           else coefficients.matmul_time_s)
     view = moe_attention_view(m) if m.moe is not None else m
-    w = sum(mm(f, site.gpu) for f in layer_matmuls(view, o.micro_batch, o.tp, o.cp).linear_calls if f)
+    w = sum(mm(f, site.gpu)
+            for f in layer_matmuls(view, o.micro_batch, o.tp, o.cp, o.sequence_parallel).linear_calls if f)
     if m.moe is not None:
         x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
                              mm, coefficients.memory_time_s)

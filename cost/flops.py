@@ -11,11 +11,24 @@ heads*head_dim wide (`ModelSpec.q_hidden`), which differs from hidden when a con
 head_dim (Mistral-NeMo, Gemma). A bias adds one FLOP per output element of its projection
 (fused into the GEMM's epilogue, so it is counted with the GEMM). Sliding-window layers compute
 a band of the causal score matrix (`causal_score_fraction`).
+
+Multi-head latent attention (`ModelSpec.mla`; DeepSeek-V2, arXiv 2405.04434 Sec. 2.1) replaces
+the one QKV GEMM by the projections of `attention_projections`, as Megatron-core's
+MLASelfAttention runs them (megatron/core/transformer/multi_latent_attention.py and
+models/gpt/gpt_layer_specs.py at d98e8a64, the Transformer Engine spec): the down projections
+(hidden -> q_lora_rank, hidden -> kv_lora_rank + qk_rope_head_dim) are TELinear in
+parallel_mode "duplicated", whole on every tensor-parallel rank and run on the rank's own
+tokens (the sequence-parallel shard, else the whole sequence); the up projections (q_lora_rank
+-> heads x (nope + rope), kv_lora_rank -> heads x (nope + v), or hidden -> heads x (nope +
+rope) without query compression) are column-parallel with the latent RMSNorms fused in
+(TELayerNormColumnParallelLinear), the output projection (heads x v_head_dim -> hidden)
+row-parallel. The attention core's QK^T runs over nope + rope per head, PV over v_head_dim.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from paraplan.cost.specs import Mlp, ModelSpec
 
@@ -57,55 +70,117 @@ def attended_keys(m: ModelSpec) -> float:
     return (n * min(w, m.seq_len) + (m.layers - n) * m.seq_len) / m.layers
 
 
+class Projection(NamedTuple):
+    """One GEMM of the attention's input projections on one GPU: `tokens` rows of `k_in`
+    inputs to `n_out` / `split` outputs, `n_out` being the whole layer's and `split` the
+    tensor-parallel degree of a column-parallel projection, or 1 for one whose weight is whole on
+    every rank (MLA's down projections, `replicated`)."""
+
+    tokens: float
+    k_in: int
+    n_out: int
+    split: int
+    replicated: bool = False
+
+
+def attention_projections(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> tuple[Projection, ...]:
+    """The attention's input projections of one layer on one GPU, in call order (module
+    docstring). Multi-head / grouped-query attention: the one fused QKV GEMM, hidden ->
+    (q + 2 kv) / tp. Latent attention (Megatron-core's MLASelfAttention): q down (hidden ->
+    q_lora_rank) and q up (q_lora_rank -> heads x (nope + rope) / tp), or q (hidden -> heads x
+    (nope + rope) / tp) without query compression; kv down (hidden -> kv_lora_rank + rope) and
+    kv up (kv_lora_rank -> heads x (nope + v) / tp). The down projections are whole on every
+    rank and see the rank's tokens: t / tp with sequence parallelism (the layer input is the
+    sequence shard and the latents are gathered before the up projections), else all t."""
+    t = b * m.seq_len / cp
+    h = m.hidden
+    if m.mla is None:
+        return (Projection(t, h, m.q_hidden + 2 * m.kv_hidden, tp),)
+    a = m.mla
+    t_down = t / tp if sp else t
+    q = ((Projection(t_down, h, a.q_lora_rank, 1, replicated=True),
+          Projection(t, a.q_lora_rank, m.heads * a.qk_head_dim, tp)) if a.q_lora_rank is not None
+         else (Projection(t, h, m.heads * a.qk_head_dim, tp),))
+    return (*q, Projection(t_down, h, a.kv_lora_rank + a.qk_rope_head_dim, 1, replicated=True),
+            Projection(t, a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim), tp))
+
+
 @dataclass(frozen=True, slots=True)
 class LayerMatmuls:
     """Forward FLOPs of each matmul call of one layer, per GPU per micro-batch."""
 
-    qkv: float
+    attn_in: tuple[float, ...]  # the fused QKV GEMM, or MLA's projections (attention_projections)
     attn_out: float
     mlp: tuple[float, ...]  # gelu: (fc1, fc2); swiglu: (gate, up, down)
     attention_core: float  # QK^T and PV together, causal fraction applied
+    # per attn_in call: its weight is whole on every tp rank (MLA's down projections)
+    attn_in_replicated: tuple[bool, ...] = (False,)
+
+    def groups(self, per_call: list[float]) -> tuple[float, float, float, float]:
+        """Values aligned with `linear_calls` (e.g. GEMM seconds) summed by the tensor-parallel
+        collective each sits beside: (the column-parallel attention input projections,
+        attention-out, MLP-in, MLP-out). Replicated projections run before the first
+        collective's consumer and sit beside none."""
+        n = len(self.attn_in)
+        col = (per_call[0] if n == 1 else
+               sum(v for v, rep in zip(per_call[:n], self.attn_in_replicated) if not rep))
+        return col, per_call[n], sum(per_call[n + 1:-1]), per_call[-1]
+
+    @property
+    def qkv(self) -> float:
+        """The attention's input projections together."""
+        return sum(self.attn_in)
 
     @property
     def linear_calls(self) -> tuple[float, ...]:
-        return (self.qkv, self.attn_out, *self.mlp)
+        return (*self.attn_in, self.attn_out, *self.mlp)
 
     @property
     def total(self) -> float:
         return sum(self.linear_calls) + self.attention_core
 
 
-def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int) -> LayerMatmuls:
+def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> LayerMatmuls:
+    """`sp` (sequence parallelism) matters only to MLA's down projections (attention_projections)."""
     tokens = b * m.seq_len / cp
-    h, f, q, kv = m.hidden, m.ffn, m.q_hidden, m.kv_hidden
+    h, f = m.hidden, m.ffn
+    q, _, _, o = m.attention_widths
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     # 2*t*N*K per GEMM, plus t*K for a bias added to its K outputs
-    qkv = tokens * (2 * h + m.qkv_bias) * (q + 2 * kv) / tp
-    attn_out = tokens * (2 * q + m.attn_out_bias) * h / tp
+    proj = attention_projections(m, b, tp, cp, sp)
+    attn_in = tuple([p.tokens * (2 * p.k_in + m.qkv_bias) * p.n_out / p.split for p in proj])
+    attn_out = tokens * (2 * o + m.attn_out_bias) * h / tp
     mlp = (tokens * (2 * h + m.mlp_bias) * f / tp,) * n_in + (tokens * (2 * f + m.mlp_bias) * h / tp,)
-    # every local query attends to keys of the whole sequence: QK^T and PV, 2*t*s*q each,
-    # of which a causal (or banded) kernel computes the fraction below
-    core = 2 * (2 * tokens * m.seq_len * q / tp) * attention_score_fraction(m)
-    return LayerMatmuls(qkv=qkv, attn_out=attn_out, mlp=mlp, attention_core=core)
+    # every local query attends to keys of the whole sequence: QK^T over the query width and
+    # PV over the value (= output) width, 2*t*s*width each, of which a causal (or banded)
+    # kernel computes the fraction below
+    qk, pv = 2 * tokens * m.seq_len * q / tp, 2 * tokens * m.seq_len * o / tp
+    core = (qk + pv) * attention_score_fraction(m)
+    return LayerMatmuls(attn_in=attn_in, attn_out=attn_out, mlp=mlp, attention_core=core,
+                        attn_in_replicated=(False,) if m.mla is None else tuple([p.replicated for p in proj]))
 
 
-def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int) -> tuple[float, float]:
+def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> tuple[float, float]:
     """Elements one GPU's linear-layer GEMMs write for one layer: (forward, backward).
 
     A tiled GEMM writes each output tile once its K-loop ends, and that store does not overlap
     the tile's own multiply-adds, so it adds about out_bytes / HBM bandwidth to the FLOP time
     (CUTLASS's epilogue; relative to the FLOP time it is peak / (bandwidth x K), ~15% at K = 768
     on an A100, ~1% at K = 12288, which is why small-hidden models reach a lower MFU at the same
-    FLOPs per call). Forward: QKV, attention-out (the full h before the row-parallel
-    reduction), MLP-in and MLP-out. Backward: the input gradients (the same shapes reversed);
-    the weight gradients' outputs are weight-sized and negligible beside them. Every
+    FLOPs per call). Forward: QKV (or MLA's projections), attention-out (the full h before the
+    row-parallel reduction), MLP-in and MLP-out. Backward: the input gradients (the same shapes
+    reversed); the weight gradients' outputs are weight-sized and negligible beside them. Every
     per-operator partition writes each output element once too, so the count is the same.
     """
     t = b * m.seq_len / cp
-    h, f, q, kv = m.hidden, m.ffn, m.q_hidden, m.kv_hidden
+    h, f = m.hidden, m.ffn
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
-    fwd = t * (q + 2 * kv) / tp + t * h + n_in * t * f / tp + t * h
-    bwd = t * h + t * q / tp + n_in * t * h + t * f / tp
+    proj_out = proj_in = 0.0
+    for p in attention_projections(m, b, tp, cp, sp):
+        proj_out += p.tokens * p.n_out / p.split
+        proj_in += p.tokens * p.k_in
+    fwd = proj_out + t * h + n_in * t * f / tp + t * h
+    bwd = proj_in + t * m.attention_widths[3] / tp + n_in * t * h + t * f / tp
     return fwd, bwd
 
 
@@ -115,6 +190,7 @@ def torchtitan_block_mms(m: ModelSpec, tp: int) -> tuple[tuple[float, float], ..
     row-parallel wo and w2 produce full-width partial sums). Its op-level selective
     activation checkpointing saves the outputs of every other one (the 1st, 3rd, ...) and
     recomputes the rest in backward (parallelize_llama._apply_ac_to_transformer_block)."""
+    assert m.mla is None, "latent attention is priced for framework megatron only (cost/loader.py)"
     h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
     mlp_in = ((h, f / tp),) * (2 if m.mlp is Mlp.SWIGLU else 1)
     return ((h, q / tp), (h, hk / tp), (h, hk / tp), (q / tp, h), *mlp_in, (f / tp, h))
@@ -141,21 +217,47 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     the residual, read 3, write 1, two masks), the activation function (gelu: read f, write f;
     swiglu: read 2f, write f) and the rotary / softmax-statistics traffic folded into one
     read+write of Q and K. Norm and residual work is replicated over tp unless sequence
-    parallelism splits it.
+    parallelism splits it. Latent attention adds its latents' RMSNorms (read + write of the
+    q_lora_rank and kv_lora_rank latents, on the down projections' tokens: the sequence shard
+    with sp, else every token on every rank); its Q and K are heads x (nope + rope) wide (the
+    rotary parts are applied and concatenated onto the non-rotary ones, one read + write).
     """
     t = b * m.seq_len / cp
     f = m.ffn
     th = t * m.hidden
     norms = m.norms_per_layer * 2 * th * BF16_BYTES
+    if m.mla is not None:
+        norms += 2 * t * (latent_width(m) - m.mla.qk_rope_head_dim) * BF16_BYTES
     adds = (4 * th * BF16_BYTES + 2 * th) if m.parallel_blocks else 2 * (3 * th * BF16_BYTES + th)
     rep = (norms + adds) / (tp if sp else 1)
     act = (3 if m.mlp is Mlp.SWIGLU else 2) * t * f * BF16_BYTES / tp
-    qk = 2 * t * (m.q_hidden + m.kv_hidden) * BF16_BYTES / tp
+    q, k, _, _ = m.attention_widths
+    qk = 2 * t * (q + k) * BF16_BYTES / tp
     return rep + act + qk
 
 
+def tp_gather_width(m: ModelSpec) -> int:
+    """Per token, what the attention's first tensor-parallel collective carries (with sequence
+    parallelism the all-gather before the input projections; without it, the backward
+    all-reduce of their input gradient): the layer input, hidden wide; with latent attention
+    the latents and the rotary key (latent_width), and the layer input as well when the query
+    is projected from it directly (no q_lora_rank: a column-parallel linear on hidden)."""
+    if m.mla is None:
+        return m.hidden
+    return latent_width(m) + (m.hidden if m.mla.q_lora_rank is None else 0)
+
+
+def latent_width(m: ModelSpec) -> int:
+    """Latent attention: what the down projections write per token, q_lora_rank (when the
+    query is compressed) + kv_lora_rank + qk_rope_head_dim; what sequence parallelism gathers
+    over the tensor-parallel group before the up projections, in place of the layer input
+    (Megatron-core's MLASelfAttention gathers the latents and the rotary key, not hidden)."""
+    assert m.mla is not None
+    return (m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+
+
 def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int, dynamic_scaling: bool = False,
-                      fused_input_casts: bool = True) -> tuple[float, float, float]:
+                      fused_input_casts: bool = True, sp: bool = False) -> tuple[float, float, float]:
     """Elements one GPU casts to FP8 in stand-alone kernels for one layer: (forward activations,
     backward activations, weights per cast pass), each cast reading bf16 and writing FP8 twice
     (row-major and transposed).
@@ -179,12 +281,19 @@ def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int, dynamic_scaling: b
     """
     t = b * m.seq_len / cp
     h, f = m.hidden, m.ffn
-    forward = t * m.q_hidden / tp
+    forward = t * m.attn_out_width / tp
     if dynamic_scaling or not fused_input_casts:  # norms' outputs (QKV, MLP-in), MLP-out input
         forward += 2 * t * h + t * f / tp
-    weights = (2 if dynamic_scaling else 1) * layer_params(m) / tp
+    elif m.mla is not None:
+        # Megatron-core's MLA spec runs the layer norm on its own (TENorm) and the down
+        # projections as plain TELinear, each casting the norm's output itself (the fused q/kv
+        # down projection is an option, mla_down_proj_fusion, not the default); the latents'
+        # norms are fused into the up projections
+        forward += sum(p.tokens * p.k_in for p in attention_projections(m, b, tp, cp, sp) if p.replicated)
+    weights = (2 if dynamic_scaling else 1) * layer_params_per_gpu(m, tp)
     mlp_in = (2 if m.mlp is Mlp.SWIGLU else 1) * f
-    backward = t * (m.q_hidden + 2 * m.kv_hidden) / tp + t * h + t * mlp_in / tp + t * h
+    proj_out = sum(p.tokens * p.n_out / p.split for p in attention_projections(m, b, tp, cp, sp))
+    backward = proj_out + t * h + t * mlp_in / tp + t * h
     return forward, backward, weights
 
 
@@ -192,10 +301,17 @@ def layer_param_tensors(m: ModelSpec) -> int:
     """Parameter tensors of one layer, as a per-parameter gather sees them. GPT-style (gelu)
     layers: fused QKV, attention-out, fc1, fc2, each with a bias, and two LayerNorms with
     weight and bias (12); Llama-style (swiglu) layers: q, k, v, o, gate, up, down and two
-    RMSNorm weights (9), plus the biases and norms their spec adds."""
+    RMSNorm weights (9), plus the biases and norms their spec adds. Latent attention: its
+    projections (attention_projections), the output projection and one norm per latent in
+    place of q, k, v and o."""
+    norm_tensors = 2 if m.norm_bias else 1
+    if m.mla is not None:
+        attention = (len(attention_projections(m, 1, 1, 1)) + 1 + m.attn_out_bias
+                     + (1 + (m.mla.q_lora_rank is not None)) * norm_tensors)
+        n_mlp = 3 if m.mlp is Mlp.SWIGLU else 2
+        return attention + n_mlp * (1 + m.mlp_bias) + m.norms_per_layer * norm_tensors
     if m.mlp is Mlp.GELU:
         return 12
-    norm_tensors = 2 if m.norm_bias else 1
     return (7 + 3 * m.qkv_bias + m.attn_out_bias + 3 * m.mlp_bias
             + m.norms_per_layer * norm_tensors)
 
@@ -211,7 +327,36 @@ def linear_weight_params(m: ModelSpec) -> int:
     if m.moe is not None:
         return linear_weight_params(moe_attention_view(m))
     h, f = m.hidden, m.ffn
-    return h * (m.q_hidden + 2 * m.kv_hidden) + m.q_hidden * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
+    return attention_in_weights(m) + m.attn_out_width * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
+
+
+def attention_in_weights(m: ModelSpec) -> int:
+    """Weights of the attention's input projections (attention_projections' k_in x n_out,
+    summed; written out because pricing asks for it per outer configuration)."""
+    h = m.hidden
+    if m.mla is None:
+        return h * (m.q_hidden + 2 * m.kv_hidden)
+    a = m.mla
+    q_up = (a.q_lora_rank if a.q_lora_rank is not None else h) * m.q_width  # or q from hidden
+    return replicated_layer_params(m) + q_up + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim)
+
+
+def replicated_layer_params(m: ModelSpec) -> int:
+    """Weights of one layer that every tensor-parallel rank holds whole rather than 1/tp of:
+    latent attention's down projections (TELinear "duplicated"; their gradients are summed
+    over the tp group once per iteration under sequence parallelism, Megatron-core's
+    finalize_model_grads._allreduce_non_tensor_model_parallel_grads). Norm scales, which are
+    whole on every rank too, are counted in the 1/tp share as for every other layer."""
+    if m.mla is None:
+        return 0
+    return m.hidden * ((m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+
+
+def layer_params_per_gpu(m: ModelSpec, tp: int) -> float:
+    """Parameters of one layer (`layer_params`) that one tensor-parallel rank holds: a 1/tp
+    share, the replicated weights whole."""
+    rep = replicated_layer_params(m)
+    return (layer_params(m) - rep) / tp + rep
 
 
 def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
@@ -219,6 +364,10 @@ def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
     and norm scales left out): GPT-style fused QKV, attention-out, fc1, fc2; Llama-style q, k,
     v, o, gate, up, down (the module layout a per-parameter ZeRO-3 gather walks)."""
     h, q, hk, f = m.hidden, m.q_hidden, m.kv_hidden, m.ffn
+    if m.mla is not None:  # MLA's projections in call order, then o and the MLP
+        proj = tuple(p.k_in * p.n_out for p in attention_projections(m, 1, 1, 1))
+        mlp = (h * f, h * f, f * h) if m.mlp is Mlp.SWIGLU else (h * f, f * h)
+        return (*proj, m.attn_out_width * h, *mlp)
     if m.mlp is Mlp.SWIGLU:
         return (h * q, h * hk, h * hk, q * h, h * f, h * f, f * h)
     return (h * (q + 2 * hk), q * h, h * f, f * h)
@@ -235,7 +384,10 @@ def layer_params(m: ModelSpec) -> int:
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     biases = ((m.q_hidden + 2 * m.kv_hidden) * m.qkv_bias + h * m.attn_out_bias
               + (n_in * f + h) * m.mlp_bias)
-    return linear_weight_params(m) + biases + m.norms_per_layer * norm_params(m)
+    norms = m.norms_per_layer * norm_params(m)
+    if m.mla is not None:  # the latents' RMSNorms (q_lora_rank and kv_lora_rank channels)
+        norms += ((m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank) * (2 if m.norm_bias else 1)
+    return linear_weight_params(m) + biases + norms
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -277,7 +429,9 @@ def model_flops_per_token(m: ModelSpec) -> float:
 
     Uses the full (non-causal) attention count 12*layers*s*(heads*head_dim), as PaLM's MFU
     definition (Chowdhery et al. 2022, Appendix B: 12*L*H*Q*T) does, so MFU figures compare with
-    published ones; a windowed layer counts the min(w, s) keys it attends to. An MoE model counts
+    published ones; a windowed layer counts the min(w, s) keys it attends to. Latent
+    attention's QK^T is heads x (nope + rope) wide and its PV heads x v_head_dim:
+    6*layers*s*(q_width + attn_out_width), the same count for heads x head_dim in both. An MoE model counts
     its active parameters (top_k routed experts per MoE layer), as published MoE MFU figures do
     (DeepSeek-V3's and Megatron-core's MoE reports count active FLOPs).
     """
@@ -286,7 +440,7 @@ def model_flops_per_token(m: ModelSpec) -> float:
     else:
         body = m.layers * layer_params(m)
     dense = 6 * (body + m.vocab * m.hidden)
-    return dense + 12 * m.layers * attended_keys(m) * m.q_hidden
+    return dense + 6 * m.layers * attended_keys(m) * (m.q_width + m.attn_out_width)
 
 
 # --- mixture of experts (ModelSpec.moe) ------------------------------------------------------

@@ -121,7 +121,7 @@ from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPla
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_number, cluster_from_section,
-                         config_errors_as, default_layer_split, describe, enum_values,
+                         check_mla_job, config_errors_as, default_layer_split, describe, enum_values,
                          job_from_section, model_from_section, plan_partitions, read_yaml,
                          search_from_section)
 from paraplan.cost.ranges import out_of_range, range_text
@@ -184,6 +184,7 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     gpus = catalogue_with_gpu_types(top)
     model = model_from_section(top.section("model", MODEL_KEYS), name)
     job = job_from_section(top.section("job", JOB_KEYS))
+    check_mla_job(path, job, model)
     for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
         if getattr(job, key):  # not dropped: the overlaps are priced on one group only
             raise InstanceError(path, f"job.{key}",

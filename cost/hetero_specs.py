@@ -257,6 +257,9 @@ class HeteroPlan(_Modes):
                               f" global_batch = {inst.job.global_batch}")
         if m.heads % self.tp or m.kv_heads % self.tp and self.tp % m.kv_heads:
             raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
+        if m.mla is not None and (self.zero == 3 or any(c.partitions for c in self.classes)):
+            raise ConfigError("latent attention (model.mla) is not priced with ZeRO-3 or per-operator"
+                              " partitions; use zero 0, 1 or 2 and Megatron 1-D")
         if self.cp < 1 or m.seq_len % self.cp:
             raise ConfigError(f"cp={self.cp} must be >= 1 and divide seq_len {m.seq_len}")
         if self.sequence_parallel and (self.tp == 1 or m.seq_len % (self.tp * self.cp)):

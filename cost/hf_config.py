@@ -54,11 +54,21 @@ Qwen2MoeForCausalLM        num_experts, num_experts_per_tok, moe_intermediate_si
                            width intermediate_size) must be the first layers, and
                            decoder_sparse_step 1
 Qwen3MoeForCausalLM        as Qwen2-MoE without a shared expert
+
+DeepseekV3ForCausalLM      as Llama for the dense sizes (intermediate_size: the first
+DeepseekV2ForCausalLM      first_k_dense_replace layers' width); n_routed_experts,
+                           num_experts_per_tok, moe_intermediate_size (each expert's width),
+                           n_shared_experts x moe_intermediate_size (the shared MLP),
+                           first_k_dense_replace (dense layers), moe_layer_freq 1; multi-head
+                           latent attention (`ModelSpec.mla`) from q_lora_rank (null: none),
+                           kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, with
+                           num_key_value_heads (if given) = num_attention_heads
 =========================  ===========================================================
 
-DeepSeek-V3 (and V2) configs are refused in one line: their multi-head latent attention
-(q_lora_rank, kv_lora_rank) is not priced; a DeepSeek-V3-shaped model with grouped-query
-attention is described in YAML instead (instances/deepseek-v3-shaped-*.yaml).
+DeepSeek's group-limited routing (n_group, topk_group) and multi-token prediction module
+(num_nextn_predict_layers) are lines of `ModelSpec.unmodelled`: node-limited routing is
+model.moe.max_nodes_per_token in YAML, and the MTP module is not priced. A latent-attention key
+(kv_lora_rank, q_lora_rank) in a config of any other architecture is refused in one line.
 
 Not modelled, and refused with an error rather than approximated: an expert count (any of
 `MOE_KEYS` other than null, 0 or 1) on an architecture not listed above as MoE, and OPT's
@@ -82,7 +92,7 @@ from typing import Any
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.hf_layout import read_layout, unread_keys_note
 from paraplan.cost.ranges import RANGES, out_of_range, range_text
-from paraplan.cost.specs import Mlp, ModelSpec, MoeSpec
+from paraplan.cost.specs import MlaSpec, Mlp, ModelSpec, MoeSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
 # expert counts of the mixture-of-experts configs (Mixtral; Qwen-MoE and OLMoE; DeepSeek;
@@ -124,6 +134,8 @@ _FAMILIES = {
     "mixtral": _Family("Mixtral", **_LLAMA_KEYS, kv="required"),
     "qwen2_moe": _Family("Qwen2-MoE", **_LLAMA_KEYS, kv="required"),
     "qwen3_moe": _Family("Qwen3-MoE", **_LLAMA_KEYS, kv="required"),
+    "deepseek_v2": _Family("DeepSeek-V2", **_LLAMA_KEYS, kv="default_heads"),
+    "deepseek_v3": _Family("DeepSeek-V3", **_LLAMA_KEYS, kv="default_heads"),
     # Gemma2Config ties the embeddings by default; its MLP is gated (GELU-tanh gate)
     "gemma2": _Family("Gemma-2", **{**_LLAMA_KEYS, "tied_default": True}, kv="required"),
     "gpt2": _Family("GPT-2", layers=("n_layer",), hidden=("n_embd",), heads=("n_head",),
@@ -155,6 +167,8 @@ _ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
     "Qwen2ForCausalLM": "qwen2",
     "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",
@@ -168,6 +182,7 @@ _ARCHITECTURES = {
 _MODEL_TYPES = {
     "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2", "gemma2": "gemma2",
     "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe",
+    "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3",
     "gpt2": "gpt2", "gpt_neox": "gpt_neox", "opt": "opt", "bloom": "bloom", "falcon": "falcon",
     "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
 }
@@ -185,8 +200,9 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         path = path / "config.json"
     name = str(path)
     raw = _read_json(name)
-    _refuse_latent_attention(raw, name)
     family_key = _family_key(raw, name)
+    if family_key not in MLA_FAMILIES:
+        _refuse_latent_attention(raw, name)
     fam = _FAMILIES[family_key]
 
     moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
@@ -211,15 +227,24 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     vocab = cfg.integer(("vocab_size",), "vocab")
     ffn = cfg.integer(fam.ffn, "ffn", optional=fam.ffn_default_4h) if fam.ffn else None
     kv_heads = _kv_heads(cfg, fam, raw)
+    mla = _mla(cfg) if family_key in MLA_FAMILIES else None
     cfg.raise_missing()
 
     layout, notes = read_layout(cfg, MOE_FAMILIES.get(family_key, family_key), layers)
+    if mla is not None:
+        notes += _deepseek_notes(cfg)
+        if kv_heads not in (None, heads):
+            raise InstanceError(name, "num_key_value_heads", f"{kv_heads} key/value heads with"
+                                f" multi-head latent attention, which up-projects a key and a"
+                                f" value for each of the {heads} heads",
+                                "give num_key_value_heads = num_attention_heads, or leave it out")
+        kv_heads = heads
     if family_key == "qwen3_moe":
         notes.append("q_norm, k_norm: Qwen3's per-head RMSNorm of queries and keys is not priced"
                      " (2 x head_dim parameters, one element-wise pass over Q and K)")
     if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
         layout["attention_head_dim"] = None  # the default width: one spelling of one model
-    if layout.get("attention_head_dim") is None and hidden % heads:
+    if layout.get("attention_head_dim") is None and hidden % heads and mla is None:
         raise InstanceError(name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
                             f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
     kv_heads = heads if kv_heads is None else kv_heads
@@ -253,6 +278,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
             tied_embeddings=tied,
             unmodelled=tuple(notes + unread_keys_note(cfg)),
             moe=moe,
+            mla=mla,
             **layout,
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
@@ -260,7 +286,15 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
 
 
 # MoE architectures, with the dense family whose attention layout (cost/hf_layout.py) they share
-MOE_FAMILIES = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "llama"}
+# (DeepSeek's: none of the table's; its attention is MLA_FAMILIES')
+MOE_FAMILIES = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "llama",
+                "deepseek_v2": "deepseek", "deepseek_v3": "deepseek"}
+# architectures with multi-head latent attention (ModelSpec.mla)
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
+# DeepSeek's routing options: the router's score function and scaling are element-wise work on
+# its experts-wide output; ep_size is its inference code's expert split, not a training choice
+_DEEPSEEK_ROUTER_KEYS = ("topk_method", "scoring_func", "routed_scaling_factor", "aux_loss_alpha",
+                         "seq_aux", "ep_size")
 # keys of the router's training loss and routing options: element-wise work on the router's
 # experts-wide output, or inference-only
 _ROUTER_KEYS = ("router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
@@ -270,12 +304,15 @@ _ROUTER_KEYS = ("router_aux_loss_coef", "output_router_logits", "router_jitter_n
 def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
     """The MoE fields of a Mixtral / Qwen2-MoE / Qwen3-MoE config (module docstring)."""
     cfg.mark_read(*_ROUTER_KEYS)
-    experts_key = ("num_local_experts",) if family == "mixtral" else ("num_experts",)
+    experts_key = {"mixtral": ("num_local_experts",), "deepseek_v2": ("n_routed_experts",),
+                   "deepseek_v3": ("n_routed_experts",)}.get(family, ("num_experts",))
     experts = cfg.integer(experts_key, "experts")
     top_k = cfg.integer(("num_experts_per_tok",), "top_k")
     ffn_key = ("intermediate_size",) if family == "mixtral" else ("moe_intermediate_size",)
     expert_ffn = cfg.integer(ffn_key, "expert_ffn")
     shared = 0
+    if family in MLA_FAMILIES:
+        return _deepseek_moe(cfg, layers, experts, top_k, expert_ffn)
     if family == "qwen2_moe":
         shared = cfg.integer(("shared_expert_intermediate_size",), "shared_ffn", optional=True) or 0
     if family == "qwen3_moe" and not cfg.boolean("use_sliding_window", False):
@@ -306,14 +343,65 @@ def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
                    dense_layers=dense)
 
 
+def _deepseek_moe(cfg: _Config, layers: int, experts: int, top_k: int, expert_ffn: int) -> MoeSpec:
+    """DeepSeek-V2/V3's MoE fields (transformers' DeepseekV3DecoderLayer: layer i is an MoE
+    layer when i >= first_k_dense_replace and i % moe_layer_freq == 0)."""
+    cfg.mark_read(*_DEEPSEEK_ROUTER_KEYS)
+    shared_experts = cfg.integer(("n_shared_experts",), "shared_experts", optional=True) or 0
+    dense = cfg.integer(("first_k_dense_replace",), "dense_layers", optional=True) or 0
+    freq = cfg.integer(("moe_layer_freq",), "dense_layers", optional=True)
+    if freq not in (None, 1):
+        raise InstanceError(cfg.name, "moe_layer_freq", f"{freq}: MoE layers alternate with dense"
+                            " ones, which is not priced (every layer after the dense prefix is an"
+                            " MoE layer)", "describe the model under 'model:' in the instance YAML")
+    cfg.raise_missing()
+    if top_k > experts:
+        raise InstanceError(cfg.name, "num_experts_per_tok", f"{top_k} experts per token but"
+                            f" only {experts} experts", "correct the expert counts")
+    if dense >= layers:
+        raise InstanceError(cfg.name, "first_k_dense_replace", "every layer is dense",
+                            "plan it as a dense model")
+    return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn,
+                   shared_ffn=shared_experts * expert_ffn, dense_layers=dense)
+
+
+def _mla(cfg: _Config) -> MlaSpec:
+    """DeepSeek-V2/V3's multi-head latent attention sizes; q_lora_rank null: the query is
+    projected from the layer input (DeepSeek-V2-Lite)."""
+    q_lora = cfg.integer(("q_lora_rank",), "q_lora_rank", optional=True)
+    sizes = {k: cfg.integer((k,), k) for k in ("kv_lora_rank", "qk_nope_head_dim",
+                                               "qk_rope_head_dim", "v_head_dim")}
+    cfg.raise_missing()
+    return MlaSpec(q_lora_rank=q_lora, **sizes)
+
+
+def _deepseek_notes(cfg: _Config) -> list[str]:
+    """What a DeepSeek config declares that is not priced, one line each."""
+    notes = []
+    groups, top_groups = cfg.raw.get("n_group"), cfg.raw.get("topk_group")
+    cfg.mark_read("n_group", "topk_group")
+    if isinstance(groups, int) and isinstance(top_groups, int) and 1 < groups and top_groups < groups:
+        notes.append(f"n_group {groups}, topk_group {top_groups}: group-limited routing is not"
+                     " priced (node-limited routing is model.moe.max_nodes_per_token in YAML)")
+    mtp = cfg.integer(("num_nextn_predict_layers",), "layers", optional=True)
+    if mtp:
+        notes.append(f"num_nextn_predict_layers {mtp}: the multi-token prediction module (one"
+                     " more layer and output head per micro-batch) is not priced")
+    if cfg.boolean("attention_bias", False):
+        notes.append("attention_bias true: Megatron-core's latent attention has no projection"
+                     " biases, and none are priced")
+    return notes
+
+
 def _refuse_latent_attention(raw: dict, name: str) -> None:
-    """DeepSeek-V2/V3's multi-head latent attention: one line, before anything else."""
+    """Multi-head latent attention outside DeepSeek-V2/V3's architectures: one line, before
+    anything else."""
     key = next((k for k in ("kv_lora_rank", "q_lora_rank") if raw.get(k) is not None), None)
     if key is not None:
-        raise InstanceError(name, key, "multi-head latent attention (DeepSeek-V2/V3's"
-                            " low-rank compressed Q and KV) is not priced",
-                            "describe a grouped-query stand-in under 'model:' in the instance"
-                            " YAML (e.g. instances/deepseek-v3-shaped-2048xH800.yaml)")
+        raise InstanceError(name, key, "multi-head latent attention (low-rank compressed Q and"
+                            " KV) is read from DeepseekV2ForCausalLM and DeepseekV3ForCausalLM"
+                            " configs only", "describe the model, with its mla: section, under"
+                            " 'model:' in the instance YAML")
 
 
 def _declares_experts(value: Any) -> bool:

@@ -29,6 +29,12 @@ Instance file (units in the key names; "required" unless a default is given)::
       sliding_window_layers: 32      # how many layers use it; default: all
       unmodelled: []                 # one line each about what the model's source declares and
                                      #   paraplan does not price; shown with every plan
+      mla:                           # multi-head latent attention (DeepSeek-V2/V3); default none.
+        q_lora_rank: 1536            #   Needs kv_heads = heads (or left out), no head_dim, no
+        kv_lora_rank: 512            #   qkv_bias, framework megatron; q_lora_rank null: Q is
+        qk_nope_head_dim: 128        #   projected from the layer input directly (V2-Lite).
+        qk_rope_head_dim: 64         #   Unit-free widths (cost/specs.MlaSpec)
+        v_head_dim: 128
     cluster:
       gpu: H100-SXM5-80GB            # a cost/gpus.yaml name or one defined under gpu_types
       nodes: 64
@@ -153,7 +159,7 @@ from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown 
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
-                        ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
+                        MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
                         Recompute, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
@@ -176,9 +182,10 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "
                "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
                "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
                "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled",
-               "moe")
+               "moe", "mla")
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "capacity_factor",
             "imbalance", "max_nodes_per_token")
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 # ModelSpec fields whose YAML key differs from the field's name
 _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
@@ -637,6 +644,17 @@ def load_instance(path: str | Path) -> Instance:
     return load_instance_parts(path, hf_config=None, cluster=None, job=None)
 
 
+def check_mla_job(source: str, job: JobSpec, model: ModelSpec) -> None:
+    """Latent attention is priced as Megatron-core's MLASelfAttention runs it (cost/flops.py):
+    another framework's layout (torchtitan's DeepSeek-V3 model, say) is refused, not priced as
+    Megatron's."""
+    if model.mla is not None and job.framework is not Framework.MEGATRON:
+        raise InstanceError(source, "job.framework",
+                            f"{model.name} has multi-head latent attention (model.mla), which"
+                            f" paraplan prices as Megatron-core runs it, not {job.framework.value}",
+                            "set job.framework: megatron")
+
+
 def _check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
     """job.moe_a2a_overlap and job.moe_shared_expert_overlap need experts to move;
     --overlap-moe-expert-parallel-comm also needs no full recomputation and the shared-expert
@@ -750,6 +768,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
                             "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
+    check_mla_job(" + ".join(sources), job_spec, model_spec)
     _check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
@@ -852,7 +871,11 @@ def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
     kv_heads = sec.integer("kv_heads", heads)
     hidden = sec.integer("hidden")
     head_dim = sec.integer("head_dim", None)
-    check_head_shape(sec, hidden, heads, kv_heads, head_dim)
+    mla = mla_from_section(sec.section("mla", MLA_KEYS)) if sec.has("mla") else None
+    if mla is None:
+        check_head_shape(sec, hidden, heads, kv_heads, head_dim)
+    else:
+        _check_mla_model(sec, heads, kv_heads)
     layers = sec.integer("layers")
     seq_len = sec.integer("seq_len")
     positions = sec.integer("position_embeddings", 0)
@@ -894,7 +917,38 @@ def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
             sliding_window_layers=window_layers,
             unmodelled=_lines(sec, "unmodelled"),
             moe=moe_from_section(sec.section("moe", MOE_KEYS), layers) if sec.has("moe") else None,
+            mla=mla,
         )
+
+
+def mla_from_section(sec: Section) -> MlaSpec:
+    """`model.mla:` (cost/specs.MlaSpec): every width required; q_lora_rank may be null (the
+    query projected from the layer input, DeepSeek-V2-Lite)."""
+    if "q_lora_rank" not in sec.raw:
+        raise sec.error("q_lora_rank", "missing required key 'q_lora_rank'",
+                        "add 'q_lora_rank: <integer>' (DeepSeek-V3: 1536), or 'q_lora_rank: null'"
+                        " when the query is projected from the layer input directly")
+    q_lora = sec.integer("q_lora_rank") if sec.has_value("q_lora_rank") else None
+    with config_errors_as(sec.path, sec.prefix, "correct the latent attention's widths"):
+        return MlaSpec(q_lora_rank=q_lora, kv_lora_rank=sec.integer("kv_lora_rank"),
+                       qk_nope_head_dim=sec.integer("qk_nope_head_dim"),
+                       qk_rope_head_dim=sec.integer("qk_rope_head_dim"),
+                       v_head_dim=sec.integer("v_head_dim"))
+
+
+def _check_mla_model(sec: Section, heads: int, kv_heads: int) -> None:
+    """What latent attention rules out among the model's other keys (one error each)."""
+    if kv_heads != heads:
+        raise sec.error("kv_heads", f"kv_heads={kv_heads} with latent attention (model.mla),"
+                        f" which up-projects a key and a value for each of the {heads} heads",
+                        "remove kv_heads, or give kv_heads = heads")
+    for key, why in (("head_dim", "its head widths are model.mla's qk_nope_head_dim,"
+                      " qk_rope_head_dim and v_head_dim"),
+                     ("qkv_bias", "Megatron-core's latent attention projections have no biases"),
+                     ("parallel_blocks", "latent attention is priced in sequential blocks")):
+        if sec.raw.get(key) not in (None, False):
+            raise sec.error(key, f"given with latent attention (model.mla): {why}",
+                            f"remove {key}")
 
 
 def moe_from_section(sec: Section, layers: int) -> MoeSpec:
@@ -1153,6 +1207,9 @@ def instance_to_mapping(inst: Instance) -> dict:
             model[key] = {g.name: getattr(value, g.name) for g in fields(value)
                           if getattr(value, g.name) is not None}
             continue
+        if f.name == "mla":  # every width, q_lora_rank null included (the section requires it)
+            model[key] = {g.name: getattr(value, g.name) for g in fields(value)}
+            continue
         model[key] = (value.value if isinstance(value, Enum)
                       else list(value) if isinstance(value, tuple) else value)
     cl = inst.cluster
@@ -1234,6 +1291,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     job = job_from_section(top.section("job", JOB_KEYS))
     search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
+    check_mla_job(path, job, model)
     _check_moe_overlaps(path, job, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
 

@@ -48,8 +48,8 @@ framework's choices can be priced: per layer and micro-batch
     s*b*h*(34 + 5*a*s/h)                       no parallelism, standard attention, dropout > 0
     s*b*h*(10 + 24/t + 5*a*s/(h*t))            tensor parallel t
     s*b*h/t*(34 + 5*a*s/h)                     tensor + sequence parallel
-generalised to GQA (K, V of kv_hidden width), any ffn width and SwiGLU, and to context
-parallelism (s -> s/cp). The three dropout masks (1 byte per element: residual dropouts after the
+generalised to GQA (K, V of kv_hidden width), any ffn width and SwiGLU, multi-head latent
+attention (its latents and widths: layer_activation_bytes) and context parallelism (s -> s/cp). The three dropout masks (1 byte per element: residual dropouts after the
 attention and MLP blocks, 2*s*b*h, and the attention-probability dropout, a*s*s*b) and the dropout
 output (2*a*s*s*b) exist only when the model trains with dropout > 0; without it the attention
 multiplies V by the stored softmax output. FlashAttention (Dao et al. 2022, Sec. 3.1) stores no
@@ -102,8 +102,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, layer_params,
-                        linear_weight_params, norm_params, output_params, torchtitan_block_mms)
+from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, latent_width,
+                        layer_params, linear_weight_params, norm_params,
+                        output_params, replicated_layer_params, torchtitan_block_mms)
 from paraplan.cost.specs import Framework, Mlp, ModelSpec, Optimizer, Precision
 
 FP32_BYTES = 4
@@ -204,7 +205,8 @@ def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Fra
     weight parameter; torchao float8 casts weights inside each matmul and caches nothing."""
     if precision is not Precision.FP8 or framework is Framework.TORCHTITAN:
         return 0.0
-    return 2 * FP8_BYTES * linear_weight_params(m) / tp
+    rep = replicated_layer_params(m)
+    return 2 * FP8_BYTES * ((linear_weight_params(m) - rep) / tp + rep)
 
 
 def _te_fp8(precision: Precision, framework: Framework) -> bool:
@@ -225,9 +227,25 @@ def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, fla
     MLP activation-function input 2t*f(x2 SwiGLU)/tp and output 2tf/tp (fp8 with TE); standard
     attention: softmax output 2*a*s*t/tp (+ mask a*s*t/tp and dropout output 2*a*s*t/tp if
     dropout); flash: log-sum-exp 4*a*t/tp. A sliding window stores nothing less: flash keeps no
-    score matrix at all, and the unfused kernel materialises the whole masked s x s one."""
+    score matrix at all, and the unfused kernel materialises the whole masked s x s one.
+
+    Latent attention (ModelSpec.mla, Megatron-core's MLASelfAttention; widths per token,
+    l = q_lora_rank + kv_lora_rank, r_e = qk_rope_head_dim), on the down projections' tokens
+    (t/r, as the norms: the sequence shard with sp, else all t on every rank): the layer norm's
+    output, the down projections' input, 2*th/r as QKV's input (under Transformer Engine fp8 each
+    of the two linears reading it saves its own fp8 copy: one more th/r); the latents' RMSNorm inputs, which are
+    the down projections' outputs, 2*t*l/r; the up projections' inputs (the normed latents,
+    saved sharded by the fused norm-linear and gathered again in backward) 2*t*l/r (1 byte with
+    fp8). The rotary key's r_e columns are rotated and concatenated onto every head's key, which
+    the core saves. Without query compression the query projection reads the layer norm's
+    output too. Q and K are heads x (nope + rope) wide, V and the core's output heads x
+    v_head_dim (Q, K, V and the output as above with those widths). The up projections'
+    outputs are split and concatenated into Q, K and V, and rotary embedding saves nothing
+    (its backward is the inverse rotation), so nothing else is stored; Megatron-core's
+    optional recomputation of the up projections (recompute_modules "mla_up_proj") is not in
+    the declared space."""
     t = b * m.seq_len / cp
-    h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
+    h, f = m.hidden, m.ffn
     r = tp if sp else 1
     lin_in = FP8_BYTES if _te_fp8(precision, framework) else BF16_BYTES
     dropout = m.dropout > 0
@@ -236,9 +254,15 @@ def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, fla
     replicated = norm_inputs * BF16_BYTES * t * h + linear_inputs * lin_in * t * h
     if dropout:
         replicated += 2 * MASK_BYTES * t * h
-    split = BF16_BYTES * t * (q + 2 * hk) + BF16_BYTES * t * q
+    if m.mla is not None:
+        lat = latent_width(m) - m.mla.qk_rope_head_dim
+        replicated += BF16_BYTES * t * lat + lin_in * t * lat
+        if lin_in == FP8_BYTES:  # the second linear reading the norm's output keeps its own fp8 copy
+            replicated += FP8_BYTES * t * h
+    q, k, v, o = m.attention_widths
+    split = BF16_BYTES * t * (q + k + v) + BF16_BYTES * t * o
     if _te_fp8(precision, framework):
-        split += FP8_BYTES * t * q  # output projection's fp8 input beside the attention output
+        split += FP8_BYTES * t * o  # output projection's fp8 input beside the attention output
     split += BF16_BYTES * t * f * (2 if m.mlp is Mlp.SWIGLU else 1) + lin_in * t * f
     total = replicated / r + split / tp
     total += _attention_core_bytes(m, t, tp, flash)
@@ -299,7 +323,8 @@ def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     """Transient gradient buffers while one layer runs backward: the widest intermediate
     (the MLP's ffn-wide activation, or the QKV output) and its gradient, in bf16."""
     t = b * m.seq_len / cp
-    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), m.q_hidden + 2 * m.kv_hidden) / tp
+    q, k, v, _ = m.attention_widths
+    widest = max(m.ffn * (2 if m.mlp is Mlp.SWIGLU else 1), q + k + v) / tp
     return 2 * BF16_BYTES * t * widest
 
 

@@ -41,6 +41,11 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
                               or plan is not None and plan.partitions):
         lines.append("per-operator partitions price a parallel block's MLP as reading the"
                      " attention output's layout, as in a sequential block")
+    if m.mla is not None:
+        lines.append("multi-head latent attention: Megatron-core's optional recomputation of the"
+                     " up projections (recompute_modules mla_up_proj, DeepSeek-V3's memory saving)"
+                     " is not in the declared space; only the attention core is recomputed"
+                     " selectively")
     if m.moe is not None and m.moe.dense_layers:
         lines.append(f"the first {m.moe.dense_layers} of {m.layers} layers are dense, priced on"
                      " the first pipeline stage (which must hold them in its first model chunk);"

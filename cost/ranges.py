@@ -78,6 +78,8 @@ RANGES: dict[str, Range] = {
                         " Mixtral: 14,336)", integer=True),
     "shared_ffn": Range(0, 4_194_304, "", "as ffn; 0: no shared expert (Mixtral, Qwen3-MoE)",
                         integer=True),
+    "shared_experts": Range(0, 65_536, "", "always-on experts of a DeepSeek MoE layer"
+                            " (n_shared_experts; DeepSeek-V3: 1, DeepSeek-V2: 2)", integer=True),
     "dense_layers": Range(0, 1_000_000, "", "dense layers before the first MoE layer"
                           " (DeepSeek-V3: 3); fewer than the layers", integer=True),
     "capacity_factor": Range(1, 64, "", "tokens an expert may take over its mean share: GShard"
@@ -88,6 +90,17 @@ RANGES: dict[str, Range] = {
                                  " (node-limited routing; DeepSeek-V3: 4); at most a node count",
                                  integer=True),
     "ep": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    # --- multi-head latent attention (instance `model.mla:`, DeepSeek-V2/V3 configs) ---------
+    "q_lora_rank": Range(1, 1_048_576, "", "the query latent's width, at most the hidden size's"
+                         " range (DeepSeek-V3: 1,536; DeepSeek-V2-Lite: none)", integer=True),
+    "kv_lora_rank": Range(1, 1_048_576, "", "the key/value latent's width, at most the hidden"
+                          " size's range (DeepSeek-V2 and V3: 512)", integer=True),
+    "qk_nope_head_dim": Range(1, 65_536, "", "as head_dim: a head's non-rotary query/key width"
+                              " (DeepSeek-V3: 128)", integer=True),
+    "qk_rope_head_dim": Range(1, 65_536, "", "as head_dim: the rotary query/key width, one"
+                              " rotary key shared by every head (DeepSeek-V3: 64)", integer=True),
+    "v_head_dim": Range(1, 65_536, "", "as head_dim: a head's value width (DeepSeek-V3: 128)",
+                        integer=True),
     # --- cluster (instance `cluster:`, part files, node groups, calibration rows) ------------
     "nodes": Range(1, 1_000_000, "", "10x the nodes of the largest clusters announced",
                    integer=True),

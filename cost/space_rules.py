@@ -101,7 +101,10 @@ def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int) -> l
 
 
 def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:
-    """Why an outer configuration cannot run an MoE model, or None (always None when dense)."""
+    """Why an outer configuration cannot run an MoE model, or a model with latent attention
+    (ZeRO-3 of its replicated down projections is not priced), or None."""
+    if model.mla is not None and zero == 3:
+        return MLA_ZERO3
     if model.moe is None:
         return None
     if tp > 1 and not sp:
@@ -112,8 +115,28 @@ def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:
     return None
 
 
+MLA_ZERO3 = ("ZeRO-3 of latent attention's down projections, whole on every tensor-parallel rank,"
+             " is not priced yet (cost/flops.attention_projections)")
+
+
+def mla_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> Refusal | None:
+    """A listed `search:` value that a model with latent attention can never use."""
+    if model.mla is None:
+        return None
+    if "zero" in given and set(space.zero) == {3}:
+        return Refusal("zero", MLA_ZERO3, "use zero 0, 1 or 2")
+    if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
+        return Refusal("tensor_partitions", "per-operator partitions are not priced for latent"
+                       " attention's projections", "remove spatial_temporal")
+    return None
+
+
 def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> Refusal | None:
-    """A listed `search:` value, or a framework, that the model's experts can never use."""
+    """A listed `search:` value, or a framework, that the model's experts (or its latent
+    attention, mla_refusal) can never use."""
+    refusal = mla_refusal(space, model, given)
+    if refusal is not None:
+        return refusal
     if model.moe is None:
         if "ep" in given and space.ep is not None and max(space.ep) > 1:
             return Refusal("ep", f"ep={max(space.ep)} needs a mixture-of-experts model, and"

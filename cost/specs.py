@@ -136,6 +136,37 @@ class MoeSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv 2405.04434 Sec. 2.1;
+    DeepSeek-V3, arXiv 2412.19437 Sec. 2.1), as Megatron-core's MLASelfAttention runs it
+    (megatron/core/transformer/multi_latent_attention.py at d98e8a64): the layer input is
+    projected down to a query latent of `q_lora_rank` (None: no query compression, Q is
+    projected from the layer input directly, as in DeepSeek-V2-Lite) and to a key/value latent of
+    `kv_lora_rank` plus one shared rotary key of `qk_rope_head_dim`; each latent is RMS-normed,
+    then projected up to every head's query (`qk_nope_head_dim` + `qk_rope_head_dim`), key
+    (the same width, its rotary part the shared one) and value (`v_head_dim`). Sizes are
+    unit-free element counts. Every head has its own key and value (kv_heads = heads)."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.mla.{name} must be >= 1")
+        if self.q_lora_rank is not None and self.q_lora_rank < 1:
+            raise ConfigError("model.mla.q_lora_rank must be >= 1 (or null: no query compression)")
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query and key: the non-rotary part and the rotary part."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A dense decoder-only transformer, as far as its shape changes time and memory.
 
@@ -182,6 +213,8 @@ class ModelSpec:
     unmodelled: tuple[str, ...] = ()
     # mixture-of-experts layers (None: a dense model); `ffn` is then the dense layers' width
     moe: MoeSpec | None = None
+    # multi-head latent attention (None: multi-head or grouped-query attention of head_dim)
+    mla: MlaSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len",
@@ -196,8 +229,13 @@ class ModelSpec:
             raise ConfigError("model.moe.dense_layers must be fewer than the model's layers")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("model.dropout must lie in [0, 1)")
-        if self.attention_head_dim is None and self.hidden % self.heads:
+        if self.attention_head_dim is None and self.hidden % self.heads and self.mla is None:
             raise ConfigError("model.hidden must be divisible by model.heads (or give model.head_dim)")
+        if self.mla is not None and (self.kv_heads != self.heads or self.attention_head_dim is not None
+                                     or self.qkv_bias or self.parallel_blocks):
+            raise ConfigError("model.mla: latent attention has a key and value per head (kv_heads ="
+                              " heads), head widths of its own (no head_dim), no Q/K/V biases and"
+                              " sequential blocks")
         if self.attention_head_dim is not None and self.attention_head_dim < 1:
             raise ConfigError("model.head_dim must be >= 1")
         if self.heads % self.kv_heads:
@@ -226,6 +264,36 @@ class ModelSpec:
     def kv_hidden(self) -> int:
         """Width of the K (or V) projection: kv_heads * head_dim (GQA; == hidden for MHA)."""
         return self.kv_heads * self.head_dim
+
+    # Widths of the attention's tensors, per token over all heads: what the projections write,
+    # the attention core reads and the output projection reads. Multi-head / grouped-query
+    # attention: Q and the output heads * head_dim, K and V kv_heads * head_dim. Latent
+    # attention (MlaSpec): Q and K heads * (nope + rope), V and the output heads * v_head_dim.
+    @property
+    def attention_widths(self) -> tuple[int, int, int, int]:
+        """(Q, K, V, output) widths at once, for the pricing loops."""
+        if self.mla is None:  # q_hidden and kv_hidden, written out: pricing asks per layer
+            hd = self.hidden // self.heads if self.attention_head_dim is None else self.attention_head_dim
+            kv = self.kv_heads * hd
+            return self.heads * hd, kv, kv, self.heads * hd
+        qk, v = self.heads * self.mla.qk_head_dim, self.heads * self.mla.v_head_dim
+        return qk, qk, v, v
+
+    @property
+    def q_width(self) -> int:
+        return self.attention_widths[0]
+
+    @property
+    def k_width(self) -> int:
+        return self.attention_widths[1]
+
+    @property
+    def v_width(self) -> int:
+        return self.attention_widths[2]
+
+    @property
+    def attn_out_width(self) -> int:
+        return self.attention_widths[3]
 
     @property
     def windowed_layers(self) -> int:
@@ -537,6 +605,12 @@ class Plan(Outer):
                 f" chunk, fewer than the model's {m.moe.dense_layers} dense layers: paraplan prices"
                 f" the dense prefix on the first stage; give it at least"
                 f" {self.virtual_stages * m.moe.dense_layers} layers")
+        if m.mla is not None and self.partitions:
+            raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
+                              " attention's projections; remove partitions (Megatron 1-D)")
+        if m.mla is not None and self.zero == 3:
+            raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
+                              " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
         if self.ep > 1:
             if m.moe is None:
                 raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model (model.moe)")

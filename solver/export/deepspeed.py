@@ -25,7 +25,7 @@ import json
 
 from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Plan, Precision, Recompute
-from paraplan.solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult, cross_framework_note,
                                   drop_partitions, fold_cp_into_dp)
 
 DEEPSPEED_VERSION = "0.19"
@@ -37,6 +37,10 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
         raise ExportRefused(
             f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
             " prices MoE layers as Megatron-core runs them and exports them only to megatron")
+    if inst.model.mla is not None:
+        raise ExportRefused(
+            f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
+            " Megatron-core runs it and exports it only to megatron")
     d = Deviations(inst, plan, Framework.DEEPSPEED)
     cross_framework_note(d)
     drop_partitions(d)

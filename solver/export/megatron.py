@@ -134,8 +134,17 @@ def render(inst: Instance, e: Emitted) -> str:
     model: list[tuple[str, object, str | None]] = [
         ("--num-layers", m.layers, None), ("--hidden-size", m.hidden, None),
         ("--ffn-hidden-size", m.ffn, None), ("--num-attention-heads", m.heads, None),
-        ("--kv-channels", m.head_dim, "head dimension"),
     ]
+    if m.mla is not None:  # Megatron-core's MLASelfAttention, as cost/flops.py prices it
+        a = m.mla
+        model += [("--multi-latent-attention", None, None)]
+        if a.q_lora_rank is not None:
+            model.append(("--q-lora-rank", a.q_lora_rank, None))
+        model += [("--kv-lora-rank", a.kv_lora_rank, None), ("--qk-head-dim", a.qk_nope_head_dim, None),
+                  ("--qk-pos-emb-head-dim", a.qk_rope_head_dim, None), ("--v-head-dim", a.v_head_dim, None),
+                  ("--qk-layernorm", None, "the latents' RMSNorms, priced")]
+    else:
+        model.append(("--kv-channels", m.head_dim, "head dimension"))
     if m.kv_heads != m.heads:
         model += [("--group-query-attention", None, None), ("--num-query-groups", m.kv_heads, None)]
     model += [("--seq-length", m.seq_len, None), ("--max-position-embeddings", m.seq_len, None)]

@@ -58,6 +58,10 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
         raise ExportRefused(
             f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
             " prices MoE layers as Megatron-core runs them and exports them only to megatron")
+    if inst.model.mla is not None:
+        raise ExportRefused(
+            f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
+            " Megatron-core runs it and exports it only to megatron")
     if inst.model.mlp is not Mlp.SWIGLU:
         raise ExportRefused(
             f"model {inst.model.name} uses a GELU MLP, and torchtitan {TORCHTITAN_VERSION} has no"

@@ -137,12 +137,63 @@ def test_qwen3_moe_reads_as_moe():
     assert len(m.unmodelled) == 1 and "q_norm" in m.unmodelled[0]
 
 
-def test_deepseek_v3_latent_attention_is_refused_in_one_line():
+def test_deepseek_v3_is_read_with_its_latent_attention_and_experts():
+    # deepseek-ai/DeepSeek-V3 config.json (tests/data/hf/deepseek-v3): 61 layers of 7,168, 128
+    # heads; MLA q_lora_rank 1,536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64,
+    # v_head_dim 128; 256 routed experts of 2,048 (8 per token), n_shared_experts 1 x 2,048,
+    # first_k_dense_replace 3 (dense layers of intermediate_size 18,432). The technical report
+    # (arXiv 2412.19437, Sec. 4.2) gives 671B parameters, 37B active: hand count, per layer MLA
+    # 7168x1536 + 1536x(128x192) + 7168x(512+64) + 512x(128x(128+128)) + (128x128)x7168
+    # = 187,105,280 weights + the latent norms 1,536 + 512 + two layer norms 2 x 7,168
+    # = 187,121,664; dense MLP 3 x 7168 x 18432 = 396,361,728; each MoE layer a router
+    # 7168 x 256 = 1,835,008 and 257 experts of 3 x 7168 x 2048 = 44,040,192; embedding and
+    # output 2 x 129,280 x 7,168 = 1,853,358,080 plus the final norm 7,168. Total
+    # 61 x 187,121,664 + 3 x 396,361,728 + 58 x (1,835,008 + 257 x 44,040,192) + 1,853,365,248
+    # = 671,026,404,352; active (8 routed + 1 shared per MoE layer) 37,552,282,624.
+    from paraplan.cost.flops import active_params, model_params
+    m = load("deepseek-v3", seq_len=4096)
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn) == (61, 7168, 128, 128, 18432)
+    a = m.mla
+    assert (a.q_lora_rank, a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim) == \
+        (1536, 512, 128, 64, 128)
+    assert (m.moe.experts, m.moe.top_k, m.moe.expert_ffn, m.moe.shared_ffn, m.moe.dense_layers) == \
+        (256, 8, 2048, 2048, 3)
+    assert model_params(m) == 671_026_404_352
+    assert active_params(m) == 37_552_282_624
+    # what is not priced is said, one line each: group-limited routing and the MTP module
+    assert len(m.unmodelled) == 2
+    assert "topk_group" in m.unmodelled[0] and "num_nextn_predict_layers" in m.unmodelled[1]
+
+
+def test_deepseek_v2_lite_projects_the_query_directly(tmp_path):
+    # DeepSeek-V2-Lite's config has q_lora_rank null: Q comes from the layer input
+    raw = json.loads((HF / "deepseek-v3" / "config.json").read_text())
+    raw.update(architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", q_lora_rank=None)
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert model_from_hf_config(tmp_path, 4096).mla.q_lora_rank is None
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_key_value_heads": 8}, "num_key_value_heads"),  # MLA has a key and value per head
+    ({"moe_layer_freq": 2}, "moe_layer_freq"),  # alternating dense and MoE layers
+    ({"kv_lora_rank": None}, "kv_lora_rank"),  # a required MLA width
+])
+def test_deepseek_config_refusals_are_one_line(tmp_path, change, field):
+    raw = json.loads((HF / "deepseek-v3" / "config.json").read_text())
+    raw.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(InstanceError) as info:
-        load("deepseek-v3")
-    err = info.value
-    assert err.field == "kv_lora_rank" and "latent attention" in err.problem
-    assert "\n" not in str(err)
+        model_from_hf_config(tmp_path, 4096)
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+def test_latent_attention_keys_outside_deepseek_are_refused(tmp_path):
+    raw = json.loads((HF / "llama-3-8b" / "config.json").read_text())
+    raw["kv_lora_rank"] = 512
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(InstanceError) as info:
+        model_from_hf_config(tmp_path, 4096)
+    assert info.value.field == "kv_lora_rank" and "DeepseekV3ForCausalLM" in info.value.problem
 
 
 def test_qwen_moe_dense_prefix_and_sparse_step(tmp_path):

@@ -23,6 +23,10 @@ MEGATRON_MAIN_D98E8A6 = {
     "--position-embedding-type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
     "--disable-bias-linear": None, "--hidden-dropout": float, "--attention-dropout": float,
     "--vocab-size": int, "--make-vocab-size-divisible-by": int,
+    # multi-head latent attention (TransformerConfig.multi_latent_attention and qk_layernorm,
+    # store_true; _add_mla_args: the widths)
+    "--multi-latent-attention": None, "--qk-layernorm": None, "--q-lora-rank": int,
+    "--kv-lora-rank": int, "--qk-head-dim": int, "--qk-pos-emb-head-dim": int, "--v-head-dim": int,
     # parallelism (ModelParallelConfig, _add_distributed_args)
     "--tensor-model-parallel-size": int, "--pipeline-model-parallel-size": int,
     "--context-parallel-size": int, "--cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p"),
