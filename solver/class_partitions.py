@@ -50,6 +50,7 @@ from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_layer_fn, class_outer, group_pricing_instance, on_group
 from paraplan.solver.bounds import FLOAT_SAFETY, tight_class_terms
+from paraplan.solver.class_bounds import relaxed_s
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
@@ -309,11 +310,10 @@ class OuterChoices:
     def _combination_bounds(self, per_class) -> np.ndarray:
         """A lower bound of class_bounds.lower_bounds_s for every combination at once:
         `per_class[k]` = (A, S, D) of class k's choice in each combination, arrays
-        (combinations, scenarios). The same relaxation (_min_max_relaxed) per scenario; a
+        (combinations, scenarios). The same relaxation (class_bounds.relaxed_s) per scenario; a
         weighted objective takes the weighted sum of the per-scenario bounds (the minimum of a
         sum is at least the sum of the minima)."""
         p = self.problem
-        v, M, uniform = p.virtual_stages, p.total_micro_batches, self.uniform
         x = np.array(p.replicas, float)
         lo = np.array([p.min_micro_batches(k) for k in range(p.classes)], float)
         A = np.stack([c[0] for c in per_class], -1)  # (combinations, scenarios, classes)
@@ -321,13 +321,7 @@ class OuterChoices:
         D = np.max(np.stack([c[2] for c in per_class], -1), -1)[..., None]
         hopeless = ~np.isfinite(A).all(-1) | ~np.isfinite(Sm).all(-1) | ~np.isfinite(D[..., 0])
         A, Sm, D = (np.where(np.isfinite(y), y, 1.0) for y in (A, Sm, D))  # no fitting split: inf below
-        if uniform:
-            per = (((M // int(x.sum())) - 1 / v) * A + Sm / v + D).max(-1)
-        else:
-            per = ((lo - 1 / v) * A + Sm / v + D).max(-1)
-            if (A > 0).all():
-                cont = (M - x.sum() / v + (x * (D + Sm / v) / A).sum(-1)) / (x / A).sum(-1)
-                per = np.maximum(per, cont)
+        per = relaxed_s(A, Sm, D, x, lo, p.total_micro_batches, p.virtual_stages, self.uniform)
         per = np.where(hopeless, np.inf, per)
         if p.objective == "max":
             return per.max(-1) * (1 - FLOAT_SAFETY)
