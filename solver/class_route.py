@@ -33,15 +33,10 @@ from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, check_res
 
 def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
          progress=None) -> PlanResult:
-    """The optimal plan of a homogeneous instance over its declared space (plan_as_one_group)."""
-    return plan_as_one_group(inst, backend, time_limit_s, progress=progress, threads=threads)
-
-
-def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                      progress=None, threads: int = 1) -> PlanResult:
-    """plan(inst) by the class planner: backend "dp" solves each configuration that can still
-    win by the exact split DP with the incumbent as cutoff (hetero_planner._lone_dp: one class
-    on one network), "cpsat" and "milp" by the multi-class formulations."""
+    """The optimal plan of a homogeneous instance over its declared space, by the class planner:
+    backend "dp" solves each configuration that can still win by the exact split DP with the
+    incumbent as cutoff (hetero_planner._lone_dp: one class on one network), "cpsat" and "milp"
+    by the multi-class formulations."""
     if not (time_limit_s > 0 and math.isfinite(time_limit_s)) or threads < 1:
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
     het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
