@@ -13,7 +13,7 @@ import yaml
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.format import count, exhaustive_stop_lines, seconds, table
+from paraplan.solver.format import evidence_text as common_evidence_text, seconds, table
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
 from paraplan.solver.commands.partitions import partition_lines
@@ -53,10 +53,7 @@ def class_instance(args):
     the class planner plans it, a one-group file as a one-group cluster (cost/hetero_loader.
     homogeneous_as_hetero) together with the homogeneous instance it was read as."""
     if is_hetero(args):
-        inst = _load(args)
-        objective = objective_of(args)
-        _check_objective(inst, objective)
-        return inst, objective, None
+        return (*load_mixed(args), None)
     from paraplan.cost.hetero_loader import homogeneous_as_hetero
     from paraplan.solver.commands.inputs import load_from_args
     no_scenarios(args)
@@ -69,15 +66,19 @@ def objective_of(args) -> str:
         "expected" if getattr(args, "expected", False) else "nominal")
 
 
-def _check_objective(inst, objective: str) -> None:
+def load_mixed(args):
+    """The mixed-cluster instance file the arguments name, and the objective asked for, which its
+    scenarios must allow."""
+    inst, objective = _load(args), objective_of(args)
     if objective == "nominal":
-        return
+        return inst, objective
     if len(inst.scenarios) < 2:
         raise InstanceError(inst.source, "scenarios", f"--{objective} needs network scenarios",
                             "add a `scenarios:` section (see instances/hetero/llama3-8b-dynamic.yaml)")
     if objective == "expected" and any(s.probability is None for s in inst.scenarios):
         raise InstanceError(inst.source, "scenarios", "--expected needs a probability on every scenario",
                             "give each scenario a `probability:` (nominal gets the rest)")
+    return inst, objective
 
 
 def describe_cluster(inst) -> str:
@@ -104,20 +105,16 @@ def plan_lines(plan, inst) -> list[str]:
 
 
 def evidence_text(res, network: str = "the nominal network") -> str:
-    from paraplan.solver.commands.planning import evidence_text as common
     what = {"nominal": f"per iteration on {network}",
             "robust": f"worst case over {len(res.scenario_names)} scenarios",
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
-    return common(res, res.objective_s, what, res.plans_total, "declared heterogeneous space",
-                  f"   (tolerance {res.tolerance_s:.2g} s)")
+    return common_evidence_text(res, res.objective_s, what, res.plans_total,
+                                "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)")
 
 
 def breakdown_text(bd, inst) -> str:
-    rows = []
-    for i, c in enumerate(bd.classes):
-        for s, (g, t, mem, cap) in enumerate(zip(c.stage_groups, c.stage_time_s, c.mem_bytes, c.capacity_bytes)):
-            rows.append([str(i + 1), str(s), g, seconds(t), f"{bytes_to_gib(mem):.1f} GiB",
-                         f"{bytes_to_gib(cap):.1f} GiB", "yes" if mem <= cap else "NO"])
+    rows = [[str(k), str(s), g, seconds(t), f"{bytes_to_gib(mem):.1f} GiB", f"{bytes_to_gib(cap):.1f} GiB",
+             "yes" if mem <= cap else "NO"] for k, s, g, t, mem, cap in bd.stage_rows()]
     pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
     return "\n".join([
         f"iteration {seconds(bd.iter_time_s)} = slowest pipeline {seconds(bd.pipeline_s)} ({pipes})"
@@ -139,11 +136,8 @@ def breakdown_json(bd) -> dict:
         "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
         "idle_gpus": bd.idle_gpus,
         "exposed_s": {"pipeline": bd.pipeline_s, "grad_sync_and_optimizer": bd.sync_s},
-        "stages": [{"class": i + 1, "stage": s, "group": g, "time_per_micro_batch_s": t,
-                    "mem_bytes": mem, "capacity_bytes": cap}
-                   for i, c in enumerate(bd.classes)
-                   for s, (g, t, mem, cap) in enumerate(zip(c.stage_groups, c.stage_time_s,
-                                                            c.mem_bytes, c.capacity_bytes))],
+        "stages": [{"class": k, "stage": s, "group": g, "time_per_micro_batch_s": t,
+                    "mem_bytes": mem, "capacity_bytes": cap} for k, s, g, t, mem, cap in bd.stage_rows()],
         "classes": [{"replicas": c.replicas, "num_micro_batches": c.num_micro_batches,
                      "pipeline_time_s": c.pipeline_time_s, "stage_groups": list(c.stage_groups)}
                     for c in bd.classes],
@@ -187,9 +181,7 @@ def cmd_plan(args, progress=None) -> int:
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.hetero_planner import plan_hetero
 
-    inst = _load(args)
-    objective = objective_of(args)
-    _check_objective(inst, objective)
+    inst, objective = load_mixed(args)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress,
                       threads=getattr(args, "threads", 1))
@@ -248,10 +240,9 @@ def cmd_simulate(args) -> int:
 
 
 def _no_fit_reason(bd) -> str:
-    over = [(i + 1, s, g, mem, cap) for i, c in enumerate(bd.classes)
-            for s, (g, mem, cap) in enumerate(zip(c.stage_groups, c.mem_bytes, c.capacity_bytes)) if mem > cap]
-    return "; ".join(f"class {i} stage {s} on {g} needs {bytes_to_gib(mem):.1f} GiB of"
-                     f" {bytes_to_gib(cap):.1f} GiB usable" for i, s, g, mem, cap in over)
+    return "; ".join(f"class {k} stage {s} on {g} needs {bytes_to_gib(mem):.1f} GiB of"
+                     f" {bytes_to_gib(cap):.1f} GiB usable" for k, s, g, _, mem, cap in bd.stage_rows()
+                     if mem > cap)
 
 
 def cmd_replan(args) -> int:
