@@ -77,10 +77,11 @@ def _piecewise(n, base, slope1, knee, slope2):
 
 
 def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndarray:
-    """For every row at once, by bisection: a lower bound of the min over splits (n_s multiples of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s
-    = _piecewise. A level Z admits a split iff every stage holds >= 1 chunk of v layers with
-    f_s <= Z and they hold >= L / v together; `lo` stays a level that does not (or the start
-    max_s f_s(v), below every split), lowered by FLOAT_SAFETY at the end."""
+    """For every row at once, by bisection: a lower bound of the min over splits (n_s multiples
+    of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s = _piecewise. A level Z admits
+    a split iff every stage holds >= 1 chunk of v layers with f_s <= Z and they hold >= L / v
+    together; `lo` stays a level that does not (or the start max_s f_s(v), below every split),
+    lowered by FLOAT_SAFETY at the end."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         at_knee = np.where(np.isfinite(knee), _piecewise(knee, base, slope1, knee, slope2), np.inf)
         lo = _piecewise(float(v), base, slope1, knee, slope2).max(1)
@@ -193,17 +194,20 @@ def even_split(layers: int, pp: int, v: int) -> np.ndarray:
     return np.array(default_layer_split(layers, pp, v), float)
 
 
-def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
-    n = even_split(c.layers, c.pp, c.outer.virtual_stages)
-    if not schedule.holds_dense_prefix(c, n):  # an MoE dense prefix larger than stage 0's share
+def fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute: bool) -> np.ndarray | None:
+    """The fewest fully recomputed layers per stage that make split n fit (none without full
+    recompute), or None: none does, or an MoE dense prefix is larger than stage 0's share."""
+    if not schedule.holds_dense_prefix(c, n):
         return None
     if allow_full_recompute:
-        r = min_recompute(c, n)
-    else:
-        r = np.zeros_like(n) if schedule.fits(c, n, np.zeros_like(n)) else None
-    if r is None:
-        return None
-    return float(schedule.iteration_time_s(c, n, r)), n, r
+        return min_recompute(c, n)
+    return np.zeros_like(n) if schedule.fits(c, n, np.zeros_like(n)) else None
+
+
+def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
+    n = even_split(c.layers, c.pp, c.outer.virtual_stages)
+    r = fitting_recompute(c, n, allow_full_recompute)
+    return None if r is None else (float(schedule.iteration_time_s(c, n, r)), n, r)
 
 
 def min_peak_mem_bytes(c: StageCoefficients) -> float:

@@ -124,15 +124,9 @@ class _Candidate:
 
 
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
-    r = []
-    for c, nk in zip(p.coeffs[0], n):
-        if not schedule.holds_dense_prefix(c, nk):  # an MoE dense prefix above stage 0's share
-            return None
-        rk = bounds.min_recompute(c, nk) if p.allow_full_recompute else (
-            np.zeros_like(nk) if schedule.fits(c, nk, np.zeros_like(nk)) else None)
-        if rk is None:
-            return None
-        r.append(rk)
+    r = [bounds.fitting_recompute(c, nk, p.allow_full_recompute) for c, nk in zip(p.coeffs[0], n)]
+    if any(rk is None for rk in r):
+        return None
     A = [[float(schedule.stage_times_s(c, nk, rk).max()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     S = [[float(schedule.stage_times_s(c, nk, rk).sum()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     D = [max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(cs, n)) for cs in p.coeffs]
@@ -209,13 +203,10 @@ def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> 
                              virtual_stages=o.virtual_stages)
 
 
-def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
-                skip_infeasible: bool = False, placements: dict | None = None,
-                partitions: tuple | None = None) -> MultiClassProblem | None:
-    """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
-    infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
-    other classes and scenarios are priced. `placements`: see placer. `partitions`: per class,
-    its layer plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
+def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements: dict | None = None,
+                partitions: tuple | None = None) -> MultiClassProblem:
+    """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
+    plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placed = placer(inst, o, placements)
@@ -231,19 +222,13 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
                      layer_fn=partitions_layer_fn(inst, inst.scenarios[i].cluster, pl,
                                                   o.classes[k].stage_groups, partitions[k]))
 
-    first = []
-    for k in range(K):
-        c = priced(idx[0], k)
-        if skip_infeasible and bounds.memory_infeasible(c):
-            return None
-        first.append(c)
-    coeffs = (tuple(first),) + tuple(tuple(priced(i, k) for k in range(K)) for i in idx[1:])
-    return problem_of(inst, o, objective, coeffs)
+    return problem_of(inst, o, objective, tuple(tuple(priced(i, k) for k in range(K)) for i in idx))
 
 
 def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str,
                  placements: dict | None = None) -> list[MultiClassProblem | None]:
-    """problem_for(inst, o, objective, skip_infeasible=True) of every outer, in passes: every
+    """problem_for(inst, o, objective) of every outer, None where a class is proved infeasible
+    by memory (solver/bounds.py; memory does not depend on the network), in passes: every
     outer's class k on the first scenario (k = 0, 1, ...), each pass followed by the memory
     proofs, then the other scenarios of the survivors. The same problems and the same pricing
     skipped; measured about 20% faster than pricing and proving one configuration at a time
