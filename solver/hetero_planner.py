@@ -36,7 +36,7 @@ import itertools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_o
                                  summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
-                                     ResimulationMismatch)
+                                     ResimulationMismatch, SearchAccount)
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -61,29 +61,15 @@ OBJECTIVES = ("nominal", "robust", "expected")
 INCUMBENT_PROBES = 64
 
 
-@dataclass
-class HeteroResult:
-    status: str
+@dataclass(kw_only=True)
+class HeteroResult(SearchAccount):
     plan: HeteroPlan | None
     objective: str
     objective_s: float | None  # the aggregated objective: nominal, worst or expected time
     per_scenario_s: tuple[float, ...] | None
     scenario_names: tuple[str, ...]
-    bound_s: float | None
-    solve_time_s: float
-    backend: str
-    outer_configs: int
     plans_total: int
-    solved: int = 0
-    pruned_by_bound: int = 0
-    pruned_by_memory: int = 0
-    inner_infeasible: int = 0
-    unresolved: int = 0
-    pruned_by_dominance: int = 0  # layer-plan combinations dominated (solver/class_partitions.py)
-    tolerance_s: float = 0.0
-    reason: str = ""
     breakdown: HeteroBreakdown | None = None
-    log: list[str] = field(default_factory=list)
 
     @property
     def gap(self) -> float | None:

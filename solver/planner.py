@@ -33,26 +33,34 @@ class ResimulationMismatch(AssertionError):
     """The solver's objective and the simulator disagree: a bug in cost/ or formulations/."""
 
 
-@dataclass
-class PlanResult:
+@dataclass(kw_only=True)
+class SearchAccount:
+    """What every planner result records besides its plan: status, bound and how the declared
+    space was accounted for (the homogeneous PlanResult, hetero_planner.HeteroResult)."""
+
     status: str
-    plan: Plan | None
-    iter_time_s: float | None
     bound_s: float | None
     solve_time_s: float
     backend: str
     outer_configs: int
-    space_size: int
     solved: int = 0
     pruned_by_bound: int = 0
     pruned_by_memory: int = 0
-    pruned_by_dominance: int = 0  # (outer, layer plan) pairs dominated by a candidate pair
+    # (outer, layer plan) pairs, or layer-plan combinations, dominated (solver/class_partitions.py)
+    pruned_by_dominance: int = 0
     inner_infeasible: int = 0
     unresolved: int = 0
     tolerance_s: float = 0.0
     reason: str = ""
-    breakdown: Breakdown | None = None
     log: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class PlanResult(SearchAccount):
+    plan: Plan | None
+    iter_time_s: float | None
+    space_size: int
+    breakdown: Breakdown | None = None
 
     @property
     def gap(self) -> float | None:

@@ -60,7 +60,6 @@ def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
     from paraplan.solver.class_route import plan
     from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.commands.hetero import no_scenarios
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
@@ -73,7 +72,7 @@ def cmd_plan(args) -> int:
         finally:
             if log:
                 log.done()
-    no_scenarios(args)
+    hetero_commands.no_scenarios(args)
     inst = load_from_args(args)
     if args.top is not None:
         return cmd_plan_top(args, inst)
