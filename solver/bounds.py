@@ -124,9 +124,11 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     slope2 = np.where(u < 0, slope1, slope2)
     knee = np.where(u < 0, np.inf, knee)
     safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
-    tau = _min_bottleneck(L, v, safe, a, slope1, knee, slope2)
+    # tau* and delta* in one bisection (rows stacked: each row's steps are its own)
     d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
-    delta = _min_bottleneck(L, v, safe, d, g, np.full_like(g, np.inf), g)
+    tau, delta = np.split(_min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack([a, d]),
+                                          np.vstack([slope1, g]), np.vstack([knee, np.full_like(g, np.inf)]),
+                                          np.vstack([slope2, g])), 2)
     pp = a.shape[1]
     f_v = _piecewise(float(v), a, slope1, knee, slope2)
     seg1 = np.clip(np.minimum(knee, safe) - v, 0, None)
