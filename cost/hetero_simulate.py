@@ -44,6 +44,13 @@ class HeteroBreakdown:
     def fits(self) -> bool:
         return all(m <= c for k in self.classes for m, c in zip(k.mem_bytes, k.capacity_bytes))
 
+    def stage_rows(self) -> list[tuple[int, int, str, float, float, float]]:
+        """(class, from 1; stage; group; time per micro-batch; memory; capacity) of every stage
+        of every class: the table `plan`, `simulate` and `report` show."""
+        return [(i + 1, s, g, t, mem, cap) for i, k in enumerate(self.classes)
+                for s, (g, t, mem, cap) in enumerate(zip(k.stage_groups, k.stage_time_s, k.mem_bytes,
+                                                         k.capacity_bytes))]
+
 
 def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroCluster | None = None,
                     net: NetEfficiency = NetEfficiency()) -> HeteroBreakdown:

@@ -240,14 +240,9 @@ def _strided_link(inst: Instance, o: Outer, site: Site, size: int, stride: int) 
     return comm.group_link(inst.cluster, size, stride)
 
 
-def reshard_time_s(src: np.ndarray, dst: np.ndarray, cell_bytes: float, links: Links,
-                   net: NetEfficiency) -> float:
-    """Every GPU fetches the cells of `dst` it lacks in `src` (both non-partial)."""
-    return _reshard(src, dst, cell_bytes, links, net)[0]
-
-
 def _reshard(src, dst, cell_bytes, links, net) -> tuple[float, bool]:
-    """reshard_time_s and whether the link it runs on is inter-node."""
+    """The time for every GPU to fetch the cells of `dst` it lacks in `src` (both non-partial),
+    and whether the link it runs on is inter-node."""
     t = src.shape[0]
     missing = dst & ~src
     if not missing.any():

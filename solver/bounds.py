@@ -28,6 +28,9 @@ v <= n_s <= ncap_s, rounding what integrality allows:
     max_s D_s >= delta* as tau*, with d_s + n g_s
 and the bound is (m - 1/v) tau* + sigma* / v + delta*. The memory-free bound above is its
 special case with no recompute forced, so the tight bound is taken as the larger of the two.
+`tight_class_terms` computes tau*, sigma* and delta* for many configurations at once (one row
+each: the class planner bounds every layer-plan combination with it, solver/class_partitions.py),
+tau* and delta* by bisection from below, each lowered by FLOAT_SAFETY.
 
 Memory infeasibility. A stage's memory is smallest when all its layers are fully recomputed
 (r_s = n_s), so stage s can hold at most nmax_s = floor((cap_s - c_s) / (state_s + ckpt_s))
@@ -56,115 +59,100 @@ def lower_bound_s(c: StageCoefficients) -> float:
     return float((m - 1 / v) * max_t + sum_t / v + max_d)
 
 
-FLOAT_SAFETY_REL = 1e-12  # the tight bound is lowered by this much: float sums may round up
+# relative margin by which the tight bounds are lowered: bisection ends and float sums may round up
+FLOAT_SAFETY = 1e-12
+# bisection steps of _min_bottleneck: `lo` is a valid bound after any number; 40 leave it within
+# 2^-40 of the bracket (about 1e-12 relative), below the planner's REL_TOL
+BISECTIONS = 40
+# the StageCoefficients arrays tight_class_terms reads
+TIGHT_ARRAYS = ("stage_time_s", "layer_time_s", "recompute_time_s", "stage_sync_time_s",
+                "layer_sync_time_s", "layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
+                "stage_mem_bytes", "capacity_bytes")
 
 
-def _cap_layers(c: StageCoefficients, allow_full_recompute: bool) -> np.ndarray:
-    """Largest multiple of v layers that fits stage s with r_s = min(n, R) (R = 0 without full
-    recompute), before the pace and sync limits; may be < v (nothing fits)."""
-    v = c.outer.virtual_stages
-    room = c.capacity_bytes - c.stage_mem_bytes
-    per = c.layer_state_bytes + c.layer_act_bytes
-    if allow_full_recompute:
-        per = per - np.maximum(c.layer_act_bytes - c.layer_ckpt_bytes, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        n = np.where(per > 0, np.floor(np.maximum(room, 0) / np.where(per > 0, per, 1)),
-                     np.where(room >= 0, c.layers, 0))
-    return np.minimum((n // v) * v, c.layers)
-
-
-def _piecewise(n: np.ndarray, base, slope1, knee, slope2) -> np.ndarray:
+def _piecewise(n, base, slope1, knee, slope2):
     """f_s(n) = base + slope1 min(n, knee) + slope2 max(n - knee, 0), broadcast over n."""
-    return base + slope1 * np.minimum(n, knee) + slope2 * np.maximum(n - knee, 0)
+    with np.errstate(invalid="ignore"):
+        return base + slope1 * np.minimum(n, knee) + np.where(n > knee, slope2 * (n - knee), 0.0)
 
 
-def _min_bottleneck(L: int, v: int, ncap: np.ndarray, base, slope1, knee, slope2) -> float:
-    """A lower bound on min over splits (n_s multiples of v, v <= n_s <= ncap_s, Σ n_s = L) of
-    max_s f_s(n_s), f_s convex increasing piecewise linear (module docstring); exact for the
-    integer problem up to the float evaluation of f_s.
-
-    First a level below the continuous optimum: G(level) = Σ_s min(n_s(level), ncap_s) is
-    piecewise linear between the breakpoints f_s(0), f_s(knee_s), f_s(ncap_s), so it is
-    evaluated there and interpolated, and a level with G < L is kept (every split has max f
-    above it). Then, in chunks of v layers, k_s = the chunks of stage s with f_s <= level
-    (checked forwards, so never over-counted) and the answer must admit the deficit = N - Σ k_s
-    cheapest further chunks: it is the deficit-th smallest f_s(v (k_s + j))."""
-    N = L // v
-    kcap = ncap // v
+def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndarray:
+    """For every row at once, by bisection: a lower bound of the min over splits (n_s multiples
+    of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s = _piecewise. A level Z admits
+    a split iff every stage holds >= 1 chunk of v layers with f_s <= Z and they hold >= L / v
+    together; `lo` stays a level that does not (or the start max_s f_s(v), below every split),
+    lowered by FLOAT_SAFETY at the end."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         at_knee = np.where(np.isfinite(knee), _piecewise(knee, base, slope1, knee, slope2), np.inf)
+        lo = _piecewise(float(v), base, slope1, knee, slope2).max(1)
+        hi = np.where(np.isfinite(ncap), _piecewise(ncap, base, slope1, knee, slope2), np.inf).max(1)
+        hi = np.where(np.isfinite(hi), hi, lo + L * np.maximum(slope1, slope2).max(1))
         inv1 = np.where(slope1 > 0, 1 / slope1, np.inf)
         inv2 = np.where(slope2 > 0, 1 / slope2, np.inf)
+        for _ in range(BISECTIONS):
+            z = ((lo + hi) / 2)[:, None]
+            first = np.where(z >= base, (z - base) * inv1, 0.0)
+            second = knee + np.where(z >= at_knee, (z - at_knee) * inv2, 0.0)
+            n = np.nan_to_num(np.where(z <= at_knee, np.minimum(first, knee), second), nan=np.inf)
+            k = np.floor(np.minimum(np.maximum(n, 0), ncap) / v)
+            ok = (k >= 1).all(1) & (k.sum(1) >= L // v)
+            hi, lo = np.where(ok, z[:, 0], hi), np.where(ok, lo, z[:, 0])
+    return lo * (1 - FLOAT_SAFETY)
 
-        def reach(level):  # largest real n_s with f_s(n_s) <= level (>= 0), per stage
-            first = np.where(level >= base, (level - base) * inv1, -np.inf)
-            second = np.where(level >= at_knee, knee + (level - at_knee) * inv2, -np.inf)
-            n = np.where(level <= at_knee, np.minimum(first, knee), second)
-            return np.clip(np.nan_to_num(n, nan=np.inf), 0, None)
 
-        def held(level: np.ndarray) -> np.ndarray:  # G(level) for a column of levels
-            return np.minimum(reach(level), ncap).sum(axis=-1)
-
-        top = _piecewise(ncap.astype(float), base, slope1, knee, slope2)
-        points = np.unique(np.concatenate([base, at_knee[np.isfinite(at_knee)], top]))
-        g = held(points[:, None])
-        i = int(np.argmax(g >= L)) if (g >= L).any() else len(points) - 1
-        level = float(points[0]) - 1.0 if i == 0 else float(points[i - 1])
-        if i > 0 and g[i] > g[i - 1]:  # interpolate, then step below by a relative 1e-9
-            x = points[i - 1] + (L - g[i - 1]) * (points[i] - points[i - 1]) / (g[i] - g[i - 1])
-            x = float(x) - 1e-9 * max(abs(float(x)), 1e-300)
-            if x > level and held(np.array([[x]]))[0] < L:
-                level = x
-        level = max(level, float(_piecewise(float(v), base, slope1, knee, slope2).max()))
-        k = np.minimum(kcap, np.floor(reach(level) / v + 1e-9))
-        k = np.maximum(k - (_piecewise(v * k, base, slope1, knee, slope2) > level), 0)
-    deficit = int(N - k.sum())
-    if deficit <= 0:
-        return level
-    if deficit > 8 * len(k) + 64:  # only with degenerate slopes: keep the weaker valid level
-        return level
-    kk = k[:, None] + np.arange(1, deficit + 1)[None, :]
-    vals = np.where(kk <= kcap[:, None],
-                    _piecewise(v * kk, base[:, None], slope1[:, None], knee[:, None], slope2[:, None]),
-                    np.inf).ravel()
-    if np.isinf(vals).sum() > vals.size - deficit:
-        return float("inf")  # the caps cannot hold L
-    return max(level, float(np.partition(vals, deficit - 1)[deficit - 1]))
+def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
+    """(tau, sigma, delta, fits) per row: lower bounds of a class's slowest stage time, sum of
+    stage times and slowest sync over every split that fits memory (tau*, sigma*, delta* of the
+    module docstring: memory caps, forced recompute), and whether one fits. `c`: the
+    StageCoefficients arrays by name (TIGHT_ARRAYS), shape (rows, pp)."""
+    a, t, u = c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"]
+    state, act, ckpt = c["layer_state_bytes"], c["layer_act_bytes"], c["layer_ckpt_bytes"]
+    room = c["capacity_bytes"] - c["stage_mem_bytes"]
+    per = state + act
+    if allow_full_recompute:
+        per = per - np.maximum(act - ckpt, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.where(per > 0, np.floor(np.maximum(room, 0) / np.where(per > 0, per, 1)),
+                     np.where(room >= 0, L, 0))
+        ncap = np.minimum((n // v) * v, L).astype(float)
+        fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
+        w, h = state + act, act - ckpt
+        forced = allow_full_recompute & (u >= 0) & (h > 0)
+        knee = np.where(forced & (w > 0), np.maximum(room, 0) / np.where(w > 0, w, 1), np.inf)
+        slope2 = np.where(forced, t + u * w / np.where(h > 0, h, 1), t)
+    slope1 = np.where(u < 0, t + u, t)
+    slope2 = np.where(u < 0, slope1, slope2)
+    knee = np.where(u < 0, np.inf, knee)
+    safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
+    # tau* and delta* in one bisection (rows stacked: each row's steps are its own)
+    d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
+    tau, delta = np.split(_min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack([a, d]),
+                                          np.vstack([slope1, g]), np.vstack([knee, np.full_like(g, np.inf)]),
+                                          np.vstack([slope2, g])), 2)
+    pp = a.shape[1]
+    f_v = _piecewise(float(v), a, slope1, knee, slope2)
+    seg1 = np.clip(np.minimum(knee, safe) - v, 0, None)
+    seg2 = np.clip(safe - np.maximum(knee, v), 0, None)
+    slopes = np.concatenate([slope1, slope2], 1)
+    lengths = np.concatenate([seg1, seg2], 1)
+    order = np.argsort(slopes, axis=1, kind="stable")
+    slopes, lengths = np.take_along_axis(slopes, order, 1), np.take_along_axis(lengths, order, 1)
+    before = np.cumsum(lengths, 1) - lengths
+    take = np.clip(float(L - pp * v) - before, 0, lengths)
+    sigma = (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
+    inf = np.where(fits, 0.0, np.inf)
+    return tau + inf, sigma + inf, delta + inf, fits
 
 
 def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True) -> float:
-    """Lower bound with memory and forced recompute (module docstring); >= lower_bound_s(c)."""
-    m, v, pp, L = c.outer.num_micro_batches, c.outer.virtual_stages, c.pp, c.layers
-    ncap = _cap_layers(c, allow_full_recompute)
-    if (ncap < v).any() or ncap.sum() < L:
+    """Lower bound with memory and forced recompute (module docstring): tight_class_terms of
+    this one configuration; >= lower_bound_s(c)."""
+    m, v = c.outer.num_micro_batches, c.outer.virtual_stages
+    tau, sigma, delta, fits = tight_class_terms({f: np.atleast_2d(getattr(c, f)) for f in TIGHT_ARRAYS},
+                                                c.layers, v, allow_full_recompute)
+    if not fits[0]:
         return float("inf")  # no split fits: proved as in memory_infeasible
-    a, t, u = c.stage_time_s, c.layer_time_s, c.recompute_time_s
-    w = c.layer_state_bytes + c.layer_act_bytes
-    h = c.layer_act_bytes - c.layer_ckpt_bytes
-    room = c.capacity_bytes - c.stage_mem_bytes
-    forced = allow_full_recompute & (u >= 0) & (h > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        knee = np.where(forced & (w > 0), np.maximum(room, 0) / np.where(w > 0, w, 1), np.inf)
-        slope2 = np.where(forced, t + u * w / np.where(h > 0, h, 1), t)
-    slope1 = np.where(u < 0, t + u, t)  # r_s <= n_s: a negative recompute time saves at most u n
-    slope2 = np.where(u < 0, slope1, slope2)
-    knee = np.where(u < 0, np.inf, knee)
-    tau = _min_bottleneck(L, v, ncap, a, slope1, knee, slope2)
-    delta = _min_bottleneck(L, v, ncap, c.stage_sync_time_s, c.layer_sync_time_s,
-                            np.full(pp, np.inf), c.layer_sync_time_s)
-    # sigma*: every stage starts at n_s = v, then the cheapest slopes fill the other L - pp v
-    f_v = _piecewise(float(v), a, slope1, knee, slope2)
-    seg1 = np.clip(np.minimum(knee, ncap) - v, 0, None)
-    seg2 = np.clip(ncap - np.maximum(knee, v), 0, None)
-    slopes = np.concatenate([slope1, slope2])
-    lengths = np.concatenate([seg1, seg2])
-    order = np.argsort(slopes, kind="stable")
-    lengths, slopes = lengths[order], slopes[order]
-    before = np.cumsum(lengths) - lengths
-    take = np.clip(float(L - pp * v) - before, 0, lengths)
-    sigma = float(f_v.sum() + (take * slopes).sum())
-    bound = ((m - 1 / v) * tau + sigma / v + delta) * (1 - FLOAT_SAFETY_REL)
-    return max(float(bound), lower_bound_s(c))
+    return max(float((m - 1 / v) * tau[0] + sigma[0] / v + delta[0]), lower_bound_s(c))
 
 
 def max_layers_per_stage(c: StageCoefficients) -> np.ndarray:
@@ -208,17 +196,20 @@ def even_split(layers: int, pp: int, v: int) -> np.ndarray:
     return np.array(default_layer_split(layers, pp, v), float)
 
 
-def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
-    n = even_split(c.layers, c.pp, c.outer.virtual_stages)
-    if not schedule.holds_dense_prefix(c, n):  # an MoE dense prefix larger than stage 0's share
+def fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute: bool) -> np.ndarray | None:
+    """The fewest fully recomputed layers per stage that make split n fit (none without full
+    recompute), or None: none does, or an MoE dense prefix is larger than stage 0's share."""
+    if not schedule.holds_dense_prefix(c, n):
         return None
     if allow_full_recompute:
-        r = min_recompute(c, n)
-    else:
-        r = np.zeros_like(n) if schedule.fits(c, n, np.zeros_like(n)) else None
-    if r is None:
-        return None
-    return float(schedule.iteration_time_s(c, n, r)), n, r
+        return min_recompute(c, n)
+    return np.zeros_like(n) if schedule.fits(c, n, np.zeros_like(n)) else None
+
+
+def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
+    n = even_split(c.layers, c.pp, c.outer.virtual_stages)
+    r = fitting_recompute(c, n, allow_full_recompute)
+    return None if r is None else (float(schedule.iteration_time_s(c, n, r)), n, r)
 
 
 def min_peak_mem_bytes(c: StageCoefficients) -> float:

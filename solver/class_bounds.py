@@ -7,7 +7,7 @@ with r = 0 and memory ignored (both only add time or remove splits):
     S_k >= sum_s a_s + L min_s t_s
     D   >= max_k max( (sum_s d_s + L min_s g_s) / pp_k,  max_s (d_s + g_s) )
 and the pipeline time grows with each (m_k >= 1 > 1/v). Then over micro-batch vectors m: for a
-worst-case ("max") objective the relaxation of `_min_max_relaxed`, for a weighted one the exact
+worst-case ("max") objective the relaxation of `relaxed_s`, for a weighted one the exact
 minimum over every vector (`mvecs_of()`).
 
 Why batches: the terms above are a few numpy operations on arrays of pp_k numbers, so one
@@ -117,42 +117,22 @@ def over_m(p: MultiClassProblem, mvecs: np.ndarray, A, S, D) -> np.ndarray:
     return _aggregate(vals, p.objective, p.weights)
 
 
-def _min_max_relaxed(p: MultiClassProblem, A, S, D, uniform: bool) -> float:
-    """A lower bound of min over m of max_sigma [max_k ((m_k - 1/v) A + S/v) + D] subject to
-    sum_k x_k m_k = M and m_k >= lo_k (divisibility relaxed). Any feasible m within time Z has,
-    in every scenario, m_k <= (Z - D - S_k/v)/A_k + 1/v, so
-    M <= sum_k x_k ((Z - D - S_k/v)/A_k + 1/v), i.e.
+def relaxed_s(A: np.ndarray, S: np.ndarray, D: np.ndarray, x, lo, M, v, uniform: bool) -> np.ndarray:
+    """Per row and scenario, a lower bound of min over m of max_k ((m_k - 1/v) A_k + S_k/v) + D
+    subject to sum_k x_k m_k = M and m_k >= lo_k (divisibility relaxed). Any feasible m within
+    time Z has m_k <= (Z - D - S_k/v)/A_k + 1/v, so M <= sum_k x_k ((Z - D - S_k/v)/A_k + 1/v), i.e.
         Z >= (M - sum_k x_k / v + sum_k x_k (D + S_k/v)/A_k) / sum_k (x_k / A_k);
-    and Z >= (lo_k - 1/v) A_k + S_k/v + D for every k. With one class both are exact."""
-    A, S, D = np.asarray(A), np.asarray(S), np.asarray(D)[:, None]
-    v = p.virtual_stages
-    x = np.array(p.replicas, float)
-    lo = np.array([p.min_micro_batches(k) for k in range(p.classes)])
-    M = p.total_micro_batches
+    and Z >= (lo_k - 1/v) A_k + S_k/v + D for every k; `uniform`: every m_k = M / sum_k x_k.
+    With one class both are exact. A, S: (rows, scenarios, classes), D: (rows, scenarios, 1);
+    x, lo (per class) and M, v broadcast against them. A row with a stage time A <= 0
+    (degenerate) keeps the second bound only."""
     if uniform:
-        return float((((M // int(x.sum())) - 1 / v) * A + S / v + D).max())
-    floor_z = float(((lo - 1 / v) * A + S / v + D).max())
-    if (A <= 0).any():  # degenerate stage times: keep the floor only
-        return floor_z
-    cont = (M - x.sum() / v + (x * (D + S / v) / A).sum(axis=1)) / (x / A).sum(axis=1)
-    return max(floor_z, float(cont.max()))
-
-
-def _lone_min_max_relaxed(probs: list[MultiClassProblem], A: np.ndarray, S: np.ndarray,
-                          D: np.ndarray, uniform: bool) -> np.ndarray:
-    """_min_max_relaxed of lone-class problems, A, S, D: (problems, scenarios); the same
-    operations in the same order, one problem per row."""
-    v = np.array([p.virtual_stages for p in probs], float)[:, None]
-    x = np.array([p.replicas[0] for p in probs], float)[:, None]
-    M = np.array([p.total_micro_batches for p in probs], float)[:, None]
-    if uniform:
-        per = np.array([p.total_micro_batches // p.replicas[0] for p in probs], float)[:, None]
-        return (((per - 1 / v) * A + S / v + D)).max(axis=1)
-    lo = np.array([p.min_micro_batches(0) for p in probs], float)[:, None]
-    floor_z = ((lo - 1 / v) * A + S / v + D).max(axis=1)
+        return (((M // x.sum(-1, keepdims=True)) - 1 / v) * A + S / v + D).max(-1)
+    floor_z = ((lo - 1 / v) * A + S / v + D).max(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cont = ((M - x / v + (x * (D + S / v) / A)) / (x / A)).max(axis=1)
-    return np.where((A <= 0).any(axis=1), floor_z, np.maximum(floor_z, cont))
+        cont = ((M - x.sum(-1, keepdims=True) / v + (x * (D + S / v) / A).sum(-1, keepdims=True))
+                / (x / A).sum(-1, keepdims=True))[..., 0]
+    return np.where((A <= 0).any((1, 2))[:, None], floor_z, np.maximum(floor_z, cont))
 
 
 def _terms(problems: list[MultiClassProblem]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -190,14 +170,19 @@ def lower_bounds_s(problems: list[MultiClassProblem], mvecs_of, uniform: bool = 
     micro-batch vectors (asked only for a weighted objective)."""
     A, S, Dk, first = _terms(problems)
     out: list[float | None] = [None] * len(problems)
-    lone: dict[int, list[int]] = defaultdict(list)  # lone-class worst-case problems by scenarios
+    worst: dict[tuple[int, int], list[int]] = defaultdict(list)  # worst-case problems by shape
     for i, p in enumerate(problems):
-        if p.classes == 1 and p.objective == "max":
-            lone[len(p.coeffs)].append(i)
-    for n, idx in lone.items():
-        at = first[idx][:, None] + np.arange(n)[None, :]  # (problems, scenarios)
-        for i, b in zip(idx, _lone_min_max_relaxed([problems[i] for i in idx], A[at], S[at], Dk[at],
-                                                   uniform)):
+        if p.objective == "max":
+            worst[len(p.coeffs), p.classes].append(i)
+    for (n, K), idx in worst.items():  # relaxed_s, every problem of one shape at once
+        ps = [problems[i] for i in idx]
+        at = first[idx][:, None, None] + np.arange(n * K).reshape(1, n, K)  # (problems, scenarios, classes)
+        x = np.array([p.replicas for p in ps], float)[:, None, :]
+        lo = np.array([[p.min_micro_batches(k) for k in range(K)] for p in ps], float)[:, None, :]
+        M = np.array([p.total_micro_batches for p in ps], float)[:, None, None]
+        v = np.array([p.virtual_stages for p in ps], float)[:, None, None]
+        bounds = relaxed_s(A[at], S[at], Dk[at].max(-1, keepdims=True), x, lo, M, v, uniform)
+        for i, b in zip(idx, bounds.max(-1)):
             out[i] = float(b)
     for i, p in enumerate(problems):
         if out[i] is not None:
@@ -207,6 +192,5 @@ def lower_bounds_s(problems: list[MultiClassProblem], mvecs_of, uniform: bool = 
         a = [[float(A[e + sc * K + k]) for k in range(K)] for sc in rows]
         s = [[float(S[e + sc * K + k]) for k in range(K)] for sc in rows]
         d = [max(float(Dk[e + sc * K + k]) for k in range(K)) for sc in rows]
-        out[i] = (_min_max_relaxed(p, a, s, d, uniform) if p.objective == "max"
-                  else float(over_m(p, mvecs_of(i), a, s, d).min()))
+        out[i] = float(over_m(p, mvecs_of(i), a, s, d).min())
     return out

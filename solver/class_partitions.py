@@ -12,9 +12,9 @@ plan of its own (k, g) only, monotonically in the plan's vector as solver/partit
 docstring shows. So per (k, g) only the plans no other plan dominates on the site of every
 scenario the objective reads are kept (partition_plans.joint_candidates; Megatron's plan is
 always listed, as on one group), and no combination is built before it is bounded. Bounds
-are those of solver/bounds.tight_lower_bound_s (memory caps, forced recompute), vectorised
-over rows (tight_class_terms), per class, then combined over classes and scenarios as
-class_bounds.lower_bounds_s does (_combination_bounds):
+are solver/bounds.tight_class_terms (memory caps, forced recompute; many rows at once), per
+class, then combined over classes and scenarios as class_bounds.lower_bounds_s does
+(_combination_bounds):
 
 1. optimistic: every (k, g) at partition_plans.optimistic_terms of all its plans gives
    coefficients below those of every combination; memory-infeasible: none fits. Otherwise
@@ -49,17 +49,13 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_layer_fn, class_outer, group_pricing_instance, on_group
+from paraplan.solver.bounds import FLOAT_SAFETY, tight_class_terms
+from paraplan.solver.class_bounds import relaxed_s
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
-# relative margin by which the vectorised bounds of step 3 are lowered: bisection ends and
-# summation order differ from the scalar bound by far less
-FLOAT_SAFETY = 1e-12
 BUCKET = 16  # plans per bucket of step 2
-# bisection steps of _min_bottleneck: `lo` is a valid bound after any number; 40 leave it within
-# 2^-40 of the bracket (about 1e-12 relative), below the planner's REL_TOL
-BISECTIONS = 40
 MEGATRON = ()  # a (class, group) choice that ReplicaClass.partitions leaves out
 
 
@@ -92,78 +88,6 @@ def _assemble(base: StageCoefficients, parts) -> StageCoefficients:
         for f in STAGE_ARRAYS:
             arrays[f][mask] = getattr(c, f)[mask]
     return dataclasses.replace(base, **arrays)
-
-
-def _piecewise(n, base, slope1, knee, slope2):
-    """solver/bounds._piecewise: base + slope1 min(n, knee) + slope2 max(n - knee, 0)."""
-    with np.errstate(invalid="ignore"):
-        return base + slope1 * np.minimum(n, knee) + np.where(n > knee, slope2 * (n - knee), 0.0)
-
-
-def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndarray:
-    """solver/bounds._min_bottleneck for every row at once, by bisection: a lower bound of the
-    min over splits (n_s multiples of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s
-    = _piecewise. A level Z admits a split iff every stage holds >= 1 chunk of v layers with
-    f_s <= Z and they hold >= L / v together; `lo` stays a level that does not (or the start
-    max_s f_s(v), below every split), lowered by FLOAT_SAFETY at the end."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        at_knee = np.where(np.isfinite(knee), _piecewise(knee, base, slope1, knee, slope2), np.inf)
-        lo = _piecewise(float(v), base, slope1, knee, slope2).max(1)
-        hi = np.where(np.isfinite(ncap), _piecewise(ncap, base, slope1, knee, slope2), np.inf).max(1)
-        hi = np.where(np.isfinite(hi), hi, lo + L * np.maximum(slope1, slope2).max(1))
-        inv1 = np.where(slope1 > 0, 1 / slope1, np.inf)
-        inv2 = np.where(slope2 > 0, 1 / slope2, np.inf)
-        for _ in range(BISECTIONS):
-            z = ((lo + hi) / 2)[:, None]
-            first = np.where(z >= base, (z - base) * inv1, 0.0)
-            second = knee + np.where(z >= at_knee, (z - at_knee) * inv2, 0.0)
-            n = np.nan_to_num(np.where(z <= at_knee, np.minimum(first, knee), second), nan=np.inf)
-            k = np.floor(np.minimum(np.maximum(n, 0), ncap) / v)
-            ok = (k >= 1).all(1) & (k.sum(1) >= L // v)
-            hi, lo = np.where(ok, z[:, 0], hi), np.where(ok, lo, z[:, 0])
-    return lo * (1 - FLOAT_SAFETY)
-
-
-def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
-    """(tau, sigma, delta, fits) per row: lower bounds of a class's slowest stage time, sum of
-    stage times and slowest sync over every split that fits memory, as solver/bounds.
-    tight_lower_bound_s derives them for one StageCoefficients (memory caps, forced recompute),
-    vectorised over rows. `c`: the StageCoefficients arrays by name, shape (rows, pp)."""
-    a, t, u = c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"]
-    state, act, ckpt = c["layer_state_bytes"], c["layer_act_bytes"], c["layer_ckpt_bytes"]
-    room = c["capacity_bytes"] - c["stage_mem_bytes"]
-    per = state + act
-    if allow_full_recompute:
-        per = per - np.maximum(act - ckpt, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        n = np.where(per > 0, np.floor(np.maximum(room, 0) / np.where(per > 0, per, 1)),
-                     np.where(room >= 0, L, 0))
-        ncap = np.minimum((n // v) * v, L).astype(float)
-        fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
-        w, h = state + act, act - ckpt
-        forced = allow_full_recompute & (u >= 0) & (h > 0)
-        knee = np.where(forced & (w > 0), np.maximum(room, 0) / np.where(w > 0, w, 1), np.inf)
-        slope2 = np.where(forced, t + u * w / np.where(h > 0, h, 1), t)
-    slope1 = np.where(u < 0, t + u, t)
-    slope2 = np.where(u < 0, slope1, slope2)
-    knee = np.where(u < 0, np.inf, knee)
-    safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
-    tau = _min_bottleneck(L, v, safe, a, slope1, knee, slope2)
-    d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
-    delta = _min_bottleneck(L, v, safe, d, g, np.full_like(g, np.inf), g)
-    pp = a.shape[1]
-    f_v = _piecewise(float(v), a, slope1, knee, slope2)
-    seg1 = np.clip(np.minimum(knee, safe) - v, 0, None)
-    seg2 = np.clip(safe - np.maximum(knee, v), 0, None)
-    slopes = np.concatenate([slope1, slope2], 1)
-    lengths = np.concatenate([seg1, seg2], 1)
-    order = np.argsort(slopes, axis=1, kind="stable")
-    slopes, lengths = np.take_along_axis(slopes, order, 1), np.take_along_axis(lengths, order, 1)
-    before = np.cumsum(lengths, 1) - lengths
-    take = np.clip(float(L - pp * v) - before, 0, lengths)
-    sigma = (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
-    inf = np.where(fits, 0.0, np.inf)
-    return tau + inf, sigma + inf, delta + inf, fits
 
 
 def _choices(o):
@@ -386,11 +310,10 @@ class OuterChoices:
     def _combination_bounds(self, per_class) -> np.ndarray:
         """A lower bound of class_bounds.lower_bounds_s for every combination at once:
         `per_class[k]` = (A, S, D) of class k's choice in each combination, arrays
-        (combinations, scenarios). The same relaxation (_min_max_relaxed) per scenario; a
+        (combinations, scenarios). The same relaxation (class_bounds.relaxed_s) per scenario; a
         weighted objective takes the weighted sum of the per-scenario bounds (the minimum of a
         sum is at least the sum of the minima)."""
         p = self.problem
-        v, M, uniform = p.virtual_stages, p.total_micro_batches, self.uniform
         x = np.array(p.replicas, float)
         lo = np.array([p.min_micro_batches(k) for k in range(p.classes)], float)
         A = np.stack([c[0] for c in per_class], -1)  # (combinations, scenarios, classes)
@@ -398,13 +321,7 @@ class OuterChoices:
         D = np.max(np.stack([c[2] for c in per_class], -1), -1)[..., None]
         hopeless = ~np.isfinite(A).all(-1) | ~np.isfinite(Sm).all(-1) | ~np.isfinite(D[..., 0])
         A, Sm, D = (np.where(np.isfinite(y), y, 1.0) for y in (A, Sm, D))  # no fitting split: inf below
-        if uniform:
-            per = (((M // int(x.sum())) - 1 / v) * A + Sm / v + D).max(-1)
-        else:
-            per = ((lo - 1 / v) * A + Sm / v + D).max(-1)
-            if (A > 0).all():
-                cont = (M - x.sum() / v + (x * (D + Sm / v) / A).sum(-1)) / (x / A).sum(-1)
-                per = np.maximum(per, cont)
+        per = relaxed_s(A, Sm, D, x, lo, p.total_micro_batches, p.virtual_stages, self.uniform)
         per = np.where(hopeless, np.inf, per)
         if p.objective == "max":
             return per.max(-1) * (1 - FLOAT_SAFETY)

@@ -21,27 +21,23 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import fields
 
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.hetero_space import one_group_outers
-from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, check_resimulation, coefficient_table,
-                                     infeasible_reason)
+from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, SearchAccount, check_resimulation,
+                                     coefficient_table, infeasible_reason)
 
 
 def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
          progress=None) -> PlanResult:
-    """The optimal plan of a homogeneous instance over its declared space (plan_as_one_group)."""
-    return plan_as_one_group(inst, backend, time_limit_s, progress=progress, threads=threads)
-
-
-def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                      progress=None, threads: int = 1) -> PlanResult:
-    """plan(inst) by the class planner: backend "dp" solves each configuration that can still
-    win by the exact split DP with the incumbent as cutoff (hetero_planner._lone_dp: one class
-    on one network), "cpsat" and "milp" by the multi-class formulations."""
+    """The optimal plan of a homogeneous instance over its declared space, by the class planner:
+    backend "dp" solves each configuration that can still win by the exact split DP with the
+    incumbent as cutoff (hetero_planner._lone_dp: one class on one network), "cpsat" and "milp"
+    by the multi-class formulations."""
     if not (time_limit_s > 0 and math.isfinite(time_limit_s)) or threads < 1:
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
     het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
@@ -50,14 +46,9 @@ def plan_as_one_group(inst: Instance, backend: str = "cpsat", time_limit_s: floa
     outers, plans = het.outer_configs, het.plans_total
     if partition_plans.enabled(inst):  # a homogeneous plan counts (outer, layer plan) pairs
         outers = sum(partition_plans.plans_per_outer(inst, o) for o in one_group_outers(inst))
-    res = PlanResult(status=het.status, plan=p, iter_time_s=het.objective_s, bound_s=het.bound_s,
-                     solve_time_s=het.solve_time_s, backend=het.backend,
-                     outer_configs=outers, space_size=plans,
-                     solved=het.solved, pruned_by_bound=het.pruned_by_bound,
-                     pruned_by_memory=het.pruned_by_memory,
-                     pruned_by_dominance=het.pruned_by_dominance,
-                     inner_infeasible=het.inner_infeasible, unresolved=het.unresolved,
-                     tolerance_s=het.tolerance_s, reason=het.reason, log=het.log)
+    account = {f.name: getattr(het, f.name) for f in fields(SearchAccount)}
+    res = PlanResult(**{**account, "outer_configs": outers}, plan=p, iter_time_s=het.objective_s,
+                     space_size=plans)
     if het.status == INFEASIBLE:  # the homogeneous planner's reason: the smallest memory need
         deadline = time.perf_counter() + max(time_limit_s - het.solve_time_s, 1.0)
         res.reason = infeasible_reason(inst, coefficient_table(inst, deadline))

@@ -90,3 +90,30 @@ def breakdown_json(bd: Breakdown) -> dict:
                     "time_per_micro_batch_s": s.time_per_micro_batch_s, "sync_time_s": s.sync_time_s,
                     "mem_bytes": s.mem_bytes, "capacity_bytes": s.capacity_bytes} for s in bd.stages],
     }
+
+
+def evidence_text(res, value_s: float | None, what: str, plans: int, space: str = "declared space",
+                  bound_note: str = "", dominated: int = 0) -> str:
+    """The optimality evidence `plan` prints, on one group and mixed clusters: `value_s` the
+    objective, `what` what it measures, `plans` the complete plans of the space, `dominated`
+    the (outer, layer plan) pairs dominance removed (one group, per-operator partitions)."""
+    claim = {"optimal": f"OPTIMAL (proved over the {space})",
+             "feasible": "FEASIBLE (not proved optimal: time limit)",
+             "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
+             "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
+    lines = [f"status      {claim}"]
+    if value_s is not None:
+        lines.append(f"objective   {seconds(value_s)} {what}")
+    if res.bound_s is not None:
+        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%{bound_note}")
+    lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
+    lines.append(f"space       {res.outer_configs:,} outer configs, {count(plans)} plans in all;"
+                 f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
+                 f" pruned by lower bound, {res.solved:,} solved exactly"
+                 f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
+    if dominated:
+        lines.append(f"            {dominated:,} (outer, layer plan) pairs dominated by"
+                     " another layer plan of the same outer configuration")
+    if res.reason:
+        lines.append(f"reason      {res.reason}")
+    return "\n".join(lines)

@@ -36,7 +36,7 @@ import itertools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_o
                                  summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
-                                     ResimulationMismatch)
+                                     ResimulationMismatch, SearchAccount)
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -61,29 +61,15 @@ OBJECTIVES = ("nominal", "robust", "expected")
 INCUMBENT_PROBES = 64
 
 
-@dataclass
-class HeteroResult:
-    status: str
+@dataclass(kw_only=True)
+class HeteroResult(SearchAccount):
     plan: HeteroPlan | None
     objective: str
     objective_s: float | None  # the aggregated objective: nominal, worst or expected time
     per_scenario_s: tuple[float, ...] | None
     scenario_names: tuple[str, ...]
-    bound_s: float | None
-    solve_time_s: float
-    backend: str
-    outer_configs: int
     plans_total: int
-    solved: int = 0
-    pruned_by_bound: int = 0
-    pruned_by_memory: int = 0
-    inner_infeasible: int = 0
-    unresolved: int = 0
-    pruned_by_dominance: int = 0  # layer-plan combinations dominated (solver/class_partitions.py)
-    tolerance_s: float = 0.0
-    reason: str = ""
     breakdown: HeteroBreakdown | None = None
-    log: list[str] = field(default_factory=list)
 
     @property
     def gap(self) -> float | None:
@@ -124,15 +110,9 @@ class _Candidate:
 
 
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
-    r = []
-    for c, nk in zip(p.coeffs[0], n):
-        if not schedule.holds_dense_prefix(c, nk):  # an MoE dense prefix above stage 0's share
-            return None
-        rk = bounds.min_recompute(c, nk) if p.allow_full_recompute else (
-            np.zeros_like(nk) if schedule.fits(c, nk, np.zeros_like(nk)) else None)
-        if rk is None:
-            return None
-        r.append(rk)
+    r = [bounds.fitting_recompute(c, nk, p.allow_full_recompute) for c, nk in zip(p.coeffs[0], n)]
+    if any(rk is None for rk in r):
+        return None
     A = [[float(schedule.stage_times_s(c, nk, rk).max()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     S = [[float(schedule.stage_times_s(c, nk, rk).sum()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     D = [max(float(schedule.sync_times_s(c, nk).max()) for c, nk in zip(cs, n)) for cs in p.coeffs]
@@ -209,13 +189,10 @@ def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> 
                              virtual_stages=o.virtual_stages)
 
 
-def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
-                skip_infeasible: bool = False, placements: dict | None = None,
-                partitions: tuple | None = None) -> MultiClassProblem | None:
-    """The inner problem of `o`; with skip_infeasible, None as soon as one class is proved
-    infeasible by memory (solver/bounds.py; memory does not depend on the network), before the
-    other classes and scenarios are priced. `placements`: see placer. `partitions`: per class,
-    its layer plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
+def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements: dict | None = None,
+                partitions: tuple | None = None) -> MultiClassProblem:
+    """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
+    plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placed = placer(inst, o, placements)
@@ -231,19 +208,13 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str,
                      layer_fn=partitions_layer_fn(inst, inst.scenarios[i].cluster, pl,
                                                   o.classes[k].stage_groups, partitions[k]))
 
-    first = []
-    for k in range(K):
-        c = priced(idx[0], k)
-        if skip_infeasible and bounds.memory_infeasible(c):
-            return None
-        first.append(c)
-    coeffs = (tuple(first),) + tuple(tuple(priced(i, k) for k in range(K)) for i in idx[1:])
-    return problem_of(inst, o, objective, coeffs)
+    return problem_of(inst, o, objective, tuple(tuple(priced(i, k) for k in range(K)) for i in idx))
 
 
 def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str,
                  placements: dict | None = None) -> list[MultiClassProblem | None]:
-    """problem_for(inst, o, objective, skip_infeasible=True) of every outer, in passes: every
+    """problem_for(inst, o, objective) of every outer, None where a class is proved infeasible
+    by memory (solver/bounds.py; memory does not depend on the network), in passes: every
     outer's class k on the first scenario (k = 0, 1, ...), each pass followed by the memory
     proofs, then the other scenarios of the survivors. The same problems and the same pricing
     skipped; measured about 20% faster than pricing and proving one configuration at a time

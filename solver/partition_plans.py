@@ -32,9 +32,9 @@ every plan the last entry is 0 for all of them, and since g is non-decreasing in
 (p, grad_sync_s), the plan-only vector (fwd, bwd, act, workspace, p, grad_sync_s) is a
 (weaker, still exact) dominance that can be cached per layer table. The candidates of an outer
 configuration are those plans, computed from all per-operator plans (at most 7^4 x 5 x 3 =
-36,015 per group of 32: three stream layouts with sequence parallelism), and the
-branch-and-bound of solver/planner.py treats every (outer, layer plan) pair as one outer
-candidate: bounds, memory proofs and inner solves are unchanged, so
+36,015 per group of 32: three stream layouts with sequence parallelism), and the class
+planner's branch and bound (solver/class_partitions.py) treats every (outer, layer plan) pair as
+one outer candidate: bounds, memory proofs and inner solves are unchanged, so
 "optimal" is proved over outer x per-operator plans x splits x recompute. (The monotonicity
 holds in real arithmetic; in floating point ZeRO-3's recompute term, a difference of maxima,
 can round to +-1e-19 s, far below the planner's REL_TOL.)
@@ -42,7 +42,8 @@ can round to +-1e-19 s, far below the planner's REL_TOL.)
 A pre-pass (`partition_coefficients`) keeps the number of coefficient builds small: an outer
 configuration whose optimistic coefficients (elementwise no larger than any candidate's) are
 memory-infeasible, or whose lower bound exceeds an incumbent, cannot contribute, so only its
-Megatron plan is listed; its other candidates are counted as pruned by memory or bound.
+Megatron plan is listed in the one-group coefficient table (solver/planner.coefficient_table:
+the report's frontier, the reason an instance fits nowhere).
 
 The per-layer problem alone (fastest layer under a memory cap) is also solved by the MILP of
 formulations/partition.py and by the segmented DP of formulations/partition_dp.py; tests
@@ -106,13 +107,6 @@ _FRONTS: dict = {}
 _FRONTS_MAX = 4096
 
 
-def candidate_plans(inst: Instance, o: Outer, site, dp_ranks: int,
-                    net: NetEfficiency) -> list[dict[str, str]]:
-    """The non-dominated per-operator plans of one outer configuration (module docstring);
-    Megatron's plan first when it is among them, then enumeration order."""
-    return _candidates(inst, o, site, dp_ranks, net)[0]
-
-
 _PLANS: dict = {}
 _PLANS_MAX = 256
 
@@ -174,7 +168,9 @@ def _megatron_first(table, idx, keep) -> tuple[list[dict[str, str]], list[int]]:
 
 
 def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.ndarray]:
-    """candidate_plans and their rows (cost/partition.VECTOR)."""
+    """The non-dominated per-operator plans of one outer configuration (module docstring),
+    Megatron's plan first when it is among them, then enumeration order; and their rows
+    (cost/partition.VECTOR)."""
     if not P.spatial_temporal_allowed(o):
         return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, len(P.VECTOR)))
     table, idx, vec, dims, key = _dims(inst, o, site, dp_ranks, net)
@@ -209,14 +205,6 @@ def joint_candidates(o, where, net) -> tuple[list[dict[str, str]], list[np.ndarr
     plans, first = _megatron_first(table, idx, keep)
     rows = {w: x[2][keep][first] for w, x in zip(uniq, parts)}
     return [dict(p) for p in plans], [rows[w] for w in where]
-
-
-class CandidateTable(list):
-    """The planner's candidate list plus the (outer, plan) pairs the pre-pass already settled."""
-
-    pruned_by_bound: int = 0
-    pruned_by_memory: int = 0
-    pruned_by_dominance: int = 0  # layer plans dominated by a candidate (module docstring)
 
 
 STAGE_ARRAYS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s",
@@ -265,17 +253,17 @@ def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -
 
 def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: float,
                            net: NetEfficiency = NetEfficiency(), rel_tol: float = 1e-9,
-                           deadline: float | None = None) -> CandidateTable:
-    """Planner candidates: (outer, layer plan) pairs in (outer, plan) order.
+                           deadline: float | None = None) -> tuple[list[StageCoefficients], bool]:
+    """The coefficients of (outer, layer plan) pairs in (outer, plan) order, and whether the
+    list is whole.
 
     A pre-pass keeps the number of full builds small without losing exactness: U = the best
     incumbent (solver/bounds.py) over every outer's Megatron plan and fastest-layer plan; an
     outer whose optimistic coefficients are memory-infeasible or bound above U cannot hold a
     plan that beats U, so only its Megatron plan is listed (the planner then prunes or solves
-    it) and its other plans are counted as pruned. The others list every candidate plan.
+    it). The others list every candidate plan.
 
-    deadline (a time.perf_counter() value): past it the table stops growing and carries
-    `expected` > its length, which the planner reads as "not every candidate priced"."""
+    deadline (a time.perf_counter() value): past it the list stops growing, and is not whole."""
     import time
 
     from paraplan.solver import bounds
@@ -287,9 +275,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     prepared, best_u = [], float("inf")
     for i, o in enumerate(outers):
         if late(i):
-            out = CandidateTable()
-            out.expected = len(outers) + 1
-            return out
+            return [], False
         pl = homogeneous_placement(inst.cluster, o)
         plans, rows = _candidates(inst, o, pl.sites[0], pl.dp_ranks, net)
         meg = _plan_coefficients(inst, o, pl, dict(P.MEGATRON_DEFAULT), reserve_bytes, net)
@@ -303,24 +289,18 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
                 best_u = min(best_u, inc[0])
         prepared.append((o, pl, plans, rows, meg))
 
-    out = CandidateTable()
+    out = []
     for i, (o, pl, plans, rows, meg) in enumerate(prepared):
         if late(i):
-            out.expected = len(out) + 1
-            return out
+            return out, False
         others = [p for p in plans if not P.is_megatron(p)]
         out.append(meg)
-        out.pruned_by_dominance += plans_per_outer(inst, o) - 1 - len(others)
         if not others:
             continue
         opt = optimistic_coefficients(inst, o, pl, rows, reserve_bytes, net)
-        if bounds.memory_infeasible(opt):
-            out.pruned_by_memory += len(others)
-        elif bounds.lower_bound_s(opt) > best_u * (1 + rel_tol):
-            out.pruned_by_bound += len(others)
-        else:
+        if not bounds.memory_infeasible(opt) and bounds.lower_bound_s(opt) <= best_u * (1 + rel_tol):
             out.extend(_plan_coefficients(inst, o, pl, p, reserve_bytes, net) for p in others)
-    return out
+    return out, True
 
 
 def plans_per_outer(inst: Instance, o: Outer) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from paraplan.cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
 from paraplan.cost.simulate import Breakdown, simulate
-from paraplan.cost.specs import Instance, Outer, Plan
+from paraplan.cost.specs import Instance, Plan
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver import bounds, partition_plans
 from paraplan.solver.hetero_space import one_group_outers
@@ -33,26 +33,34 @@ class ResimulationMismatch(AssertionError):
     """The solver's objective and the simulator disagree: a bug in cost/ or formulations/."""
 
 
-@dataclass
-class PlanResult:
+@dataclass(kw_only=True)
+class SearchAccount:
+    """What every planner result records besides its plan: status, bound and how the declared
+    space was accounted for (the homogeneous PlanResult, hetero_planner.HeteroResult)."""
+
     status: str
-    plan: Plan | None
-    iter_time_s: float | None
     bound_s: float | None
     solve_time_s: float
     backend: str
     outer_configs: int
-    space_size: int
     solved: int = 0
     pruned_by_bound: int = 0
     pruned_by_memory: int = 0
-    pruned_by_dominance: int = 0  # (outer, layer plan) pairs dominated by a candidate pair
+    # (outer, layer plan) pairs, or layer-plan combinations, dominated (solver/class_partitions.py)
+    pruned_by_dominance: int = 0
     inner_infeasible: int = 0
     unresolved: int = 0
     tolerance_s: float = 0.0
     reason: str = ""
-    breakdown: Breakdown | None = None
     log: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class PlanResult(SearchAccount):
+    plan: Plan | None
+    iter_time_s: float | None
+    space_size: int
+    breakdown: Breakdown | None = None
 
     @property
     def gap(self) -> float | None:
@@ -72,54 +80,39 @@ TABLE_CACHE_SIZE = 2
 _TABLES: dict[Instance, list[StageCoefficients]] = {}
 
 
-def clear_table_cache() -> None:
-    _TABLES.clear()
-
-
-def coefficient_table(inst: Instance, deadline: float | None = None,
-                      outers: list[Outer] | None = None) -> list[StageCoefficients]:
+def coefficient_table(inst: Instance, deadline: float | None = None) -> list[StageCoefficients]:
     """Per-stage coefficients of every outer configuration (or (outer, layer plan) pair). With a
-    deadline (time.perf_counter() value) the building stops there: the list is then a prefix,
-    and `complete(table)` says whether it is whole. Complete tables are cached per instance."""
+    deadline (time.perf_counter() value) the building stops there: the list is then a prefix.
+    Complete tables are cached per instance."""
     if inst in _TABLES:
         return _TABLES[inst]
-    table = _build_table(inst, deadline, outers)
-    if complete(table):
+    table, whole = _build_table(inst, deadline)
+    if whole:
         if len(_TABLES) >= TABLE_CACHE_SIZE:
             _TABLES.pop(next(iter(_TABLES)))
         _TABLES[inst] = table
     return table
 
 
-def _build_table(inst: Instance, deadline: float | None, outers: list[Outer] | None) -> list[StageCoefficients]:
+def _build_table(inst: Instance, deadline: float | None) -> tuple[list[StageCoefficients], bool]:
+    """The table and whether it is whole (the deadline did not stop it)."""
     reserve = inst.search.memory_reserve_bytes
-    outers = one_group_outers(inst) if outers is None else outers
+    outers = one_group_outers(inst)
     if partition_plans.enabled(inst):  # one entry per (outer, non-dominated layer plan)
         return partition_plans.partition_coefficients(inst, outers, reserve, deadline=deadline)
-    table = _Table()
-    table.expected = len(outers)
+    table = []
     # configurations differing only in micro-batching, modes or ZeRO share their placement
     # (homogeneous_placement reads only the degrees, ep included, and whether the pipeline
     # wraps around)
     placements: dict[tuple, Placement] = {}
     for i, o in enumerate(outers):
         if deadline is not None and i % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
-            break
+            return table, False
         where = (o.tp, o.pp, o.dp, o.cp, o.virtual_stages > 1, o.ep)
         if where not in placements:
             placements[where] = homogeneous_placement(inst.cluster, o)
         table.append(build(inst, o, reserve_bytes=reserve, placement=placements[where]))
-    return table
-
-
-class _Table(list):
-    """coefficient_table's list, with the number of configurations it should hold."""
-    expected: int | None = None
-
-
-def complete(table: list[StageCoefficients]) -> bool:
-    expected = getattr(table, "expected", None)
-    return expected is None or len(table) == expected
+    return table, True
 
 
 def infeasible_reason(inst: Instance, coeffs: list[StageCoefficients]) -> str:

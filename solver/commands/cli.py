@@ -11,15 +11,11 @@ from collections import defaultdict
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
 from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_calibration_files
+from paraplan.solver.commands.jsonout import emit_json as _emit_json
 
 EXIT_BAD_INPUT = 2
 EXIT_SOLVER = 3  # a solver backend is missing or crashed
 EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
-
-
-def _emit_json(obj) -> None:
-    from paraplan.solver.commands.jsonout import emit_json
-    emit_json(obj)
 
 
 def cmd_simulate(args) -> int:

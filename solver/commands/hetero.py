@@ -1,7 +1,8 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
-`paraplan plan|exhaustive|verify` hand a heterogeneous instance (a `cluster:` with `groups:`,
-cost/hetero_loader.py) to the functions here; `replan` and `timeline` are their own commands.
+`paraplan plan` and `simulate` hand a heterogeneous instance (a `cluster:` with `groups:`,
+cost/hetero_loader.py) to the functions here, and `exhaustive` and `verify` read every instance
+through `class_instance`; `replan` and `timeline` are their own commands.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import yaml
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.format import count, exhaustive_stop_lines, seconds, table
+from paraplan.solver.format import evidence_text as common_evidence_text, seconds, table
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
 from paraplan.solver.commands.partitions import partition_lines
@@ -38,20 +39,46 @@ def _load(args):
     return inst  # search keys a mixed cluster cannot honour were refused while loading
 
 
+def no_scenarios(args) -> None:
+    """Refuse --robust / --expected on a one-group file: it declares no network scenarios."""
+    objective = objective_of(args)
+    if objective != "nominal":
+        raise InstanceError(args.instance or "<arguments>", "scenarios",
+                            f"--{objective} needs network scenarios, which only the group format has",
+                            "write the cluster as `groups:` with `scenarios:` (see instances/hetero/)")
+
+
+def class_instance(args):
+    """(instance, objective, homogeneous instance or None): the instance the arguments name as
+    the class planner plans it, a one-group file as a one-group cluster (cost/hetero_loader.
+    homogeneous_as_hetero) together with the homogeneous instance it was read as."""
+    if is_hetero(args):
+        return (*load_mixed(args), None)
+    from paraplan.cost.hetero_loader import homogeneous_as_hetero
+    from paraplan.solver.commands.inputs import load_from_args
+    no_scenarios(args)
+    homo = load_from_args(args)
+    return homogeneous_as_hetero(homo), "nominal", homo
+
+
 def objective_of(args) -> str:
     return "robust" if getattr(args, "robust", False) else (
         "expected" if getattr(args, "expected", False) else "nominal")
 
 
-def _check_objective(inst, objective: str) -> None:
+def load_mixed(args):
+    """The mixed-cluster instance file the arguments name, and the objective asked for, which its
+    scenarios must allow."""
+    inst, objective = _load(args), objective_of(args)
     if objective == "nominal":
-        return
+        return inst, objective
     if len(inst.scenarios) < 2:
         raise InstanceError(inst.source, "scenarios", f"--{objective} needs network scenarios",
                             "add a `scenarios:` section (see instances/hetero/llama3-8b-dynamic.yaml)")
     if objective == "expected" and any(s.probability is None for s in inst.scenarios):
         raise InstanceError(inst.source, "scenarios", "--expected needs a probability on every scenario",
                             "give each scenario a `probability:` (nominal gets the rest)")
+    return inst, objective
 
 
 def describe_cluster(inst) -> str:
@@ -78,35 +105,16 @@ def plan_lines(plan, inst) -> list[str]:
 
 
 def evidence_text(res, network: str = "the nominal network") -> str:
-    claim = {"optimal": "OPTIMAL (proved over the declared heterogeneous space)",
-             "feasible": "FEASIBLE (not proved optimal: time limit)",
-             "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
-             "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
     what = {"nominal": f"per iteration on {network}",
             "robust": f"worst case over {len(res.scenario_names)} scenarios",
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
-    lines = [f"status      {claim}"]
-    if res.objective_s is not None:
-        lines.append(f"objective   {seconds(res.objective_s)} {what}")
-    if res.bound_s is not None:
-        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%"
-                     f"   (tolerance {res.tolerance_s:.2g} s)")
-    lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
-    lines.append(f"space       {res.outer_configs:,} outer configs, {count(res.plans_total)} plans in all;"
-                 f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
-                 f" pruned by lower bound, {res.solved:,} solved exactly"
-                 f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
-    if res.reason:
-        lines.append(f"reason      {res.reason}")
-    return "\n".join(lines)
+    return common_evidence_text(res, res.objective_s, what, res.plans_total,
+                                "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)")
 
 
 def breakdown_text(bd, inst) -> str:
-    rows = []
-    for i, c in enumerate(bd.classes):
-        for s, (g, t, mem, cap) in enumerate(zip(c.stage_groups, c.stage_time_s, c.mem_bytes, c.capacity_bytes)):
-            rows.append([str(i + 1), str(s), g, seconds(t), f"{bytes_to_gib(mem):.1f} GiB",
-                         f"{bytes_to_gib(cap):.1f} GiB", "yes" if mem <= cap else "NO"])
+    rows = [[str(k), str(s), g, seconds(t), f"{bytes_to_gib(mem):.1f} GiB", f"{bytes_to_gib(cap):.1f} GiB",
+             "yes" if mem <= cap else "NO"] for k, s, g, t, mem, cap in bd.stage_rows()]
     pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
     return "\n".join([
         f"iteration {seconds(bd.iter_time_s)} = slowest pipeline {seconds(bd.pipeline_s)} ({pipes})"
@@ -128,11 +136,8 @@ def breakdown_json(bd) -> dict:
         "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
         "idle_gpus": bd.idle_gpus,
         "exposed_s": {"pipeline": bd.pipeline_s, "grad_sync_and_optimizer": bd.sync_s},
-        "stages": [{"class": i + 1, "stage": s, "group": g, "time_per_micro_batch_s": t,
-                    "mem_bytes": mem, "capacity_bytes": cap}
-                   for i, c in enumerate(bd.classes)
-                   for s, (g, t, mem, cap) in enumerate(zip(c.stage_groups, c.stage_time_s,
-                                                            c.mem_bytes, c.capacity_bytes))],
+        "stages": [{"class": k, "stage": s, "group": g, "time_per_micro_batch_s": t,
+                    "mem_bytes": mem, "capacity_bytes": cap} for k, s, g, t, mem, cap in bd.stage_rows()],
         "classes": [{"replicas": c.replicas, "num_micro_batches": c.num_micro_batches,
                      "pipeline_time_s": c.pipeline_time_s, "stage_groups": list(c.stage_groups)}
                     for c in bd.classes],
@@ -176,9 +181,7 @@ def cmd_plan(args, progress=None) -> int:
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.hetero_planner import plan_hetero
 
-    inst = _load(args)
-    objective = objective_of(args)
-    _check_objective(inst, objective)
+    inst, objective = load_mixed(args)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress,
                       threads=getattr(args, "threads", 1))
@@ -237,72 +240,9 @@ def cmd_simulate(args) -> int:
 
 
 def _no_fit_reason(bd) -> str:
-    over = [(i + 1, s, g, mem, cap) for i, c in enumerate(bd.classes)
-            for s, (g, mem, cap) in enumerate(zip(c.stage_groups, c.mem_bytes, c.capacity_bytes)) if mem > cap]
-    return "; ".join(f"class {i} stage {s} on {g} needs {bytes_to_gib(mem):.1f} GiB of"
-                     f" {bytes_to_gib(cap):.1f} GiB usable" for i, s, g, mem, cap in over)
-
-
-def cmd_exhaustive(args) -> int:
-    from paraplan.solver.exhaustive import SpaceTooLarge
-    from paraplan.solver.exhaustive import hetero_exhaustive
-
-    inst = _load(args)
-    objective = objective_of(args)
-    _check_objective(inst, objective)
-    from paraplan.solver.commands.inputs import progress_enabled
-    try:  # the one exhaustive search: progress bar and time limit as on one group
-        res = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
-                                progress=progress_enabled(args), time_limit_s=args.time_limit_s)
-    except SpaceTooLarge as e:
-        raise InstanceError(inst.source, "search", str(e),
-                            "narrow the space under 'search:' or raise --max-candidates")
-    status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
-    if args.json:
-        from paraplan.cost.hetero_loader import hetero_plan_to_mapping
-        from paraplan.cost.hetero_simulate import simulate_hetero
-        emit_json({"status": status, "objective": objective,
-                   "objective_s": res.objective_s,
-                   "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
-                   "candidates": res.candidates, "outer_configs": res.outer_configs,
-                   "solve_time_s": res.wall_time_s,
-                   "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None})
-        return 0 if res.complete else 3
-    print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
-    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
-                                      res.candidates, "plans"):
-        print(line)
-    if res.plan is None:
-        if res.complete:
-            from paraplan.solver.hetero_space import empty_space_reason
-            print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
-                  if res.outer_configs == 0 else "no plan fits memory")
-    else:
-        print(f"best        {seconds(res.objective_s)} ({objective})")
-        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
-    return 0 if res.complete else 3
-
-
-def cmd_verify(args) -> int:
-    from paraplan.solver.exhaustive import hetero_exhaustive
-    from paraplan.solver.hetero_planner import plan_hetero
-
-    inst = _load(args)
-    objective = objective_of(args)
-    _check_objective(inst, objective)
-    from paraplan.solver.commands.limits import Deadline
-    deadline = Deadline(args.time_limit_s)
-    methods, tol = [], 0.0
-    for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
-        tol = max(tol, res.tolerance_s)
-        methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
-    def run(remaining_s):
-        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates, time_limit_s=remaining_s)
-        return ex, ex.objective_s
-    from paraplan.solver.commands.verdict import exhaustive_method, report_verify
-    methods.append(exhaustive_method(run, deadline, "plans"))  # within the planners' time limit
-    return report_verify(args, methods, tol, objective)
+    return "; ".join(f"class {k} stage {s} on {g} needs {bytes_to_gib(mem):.1f} GiB of"
+                     f" {bytes_to_gib(cap):.1f} GiB usable" for k, s, g, _, mem, cap in bd.stage_rows()
+                     if mem > cap)
 
 
 def cmd_replan(args) -> int:

@@ -7,8 +7,8 @@ import sys
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, count, exhaustive_stop_lines, seconds,
-                                    table)
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines,
+                                    seconds, table)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_text
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
@@ -56,29 +56,6 @@ def result_json(res) -> dict:
     }
 
 
-def _evidence_text(res) -> str:
-    claim = {"optimal": "OPTIMAL (proved over the declared space)",
-             "feasible": "FEASIBLE (not proved optimal: time limit)",
-             "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
-             "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
-    lines = [f"status      {claim}"]
-    if res.iter_time_s is not None:
-        lines.append(f"objective   {seconds(res.iter_time_s)} per iteration")
-    if res.bound_s is not None:
-        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%")
-    lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
-    lines.append(f"space       {res.outer_configs:,} outer configs, {count(res.space_size)} plans in all;"
-                 f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
-                 f" pruned by lower bound, {res.solved:,} solved exactly"
-                 f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
-    if getattr(res, "pruned_by_dominance", 0):  # per-operator tensor partitions only
-        lines.append(f"            {res.pruned_by_dominance:,} (outer, layer plan) pairs dominated by"
-                     " another layer plan of the same outer configuration")
-    if res.reason:
-        lines.append(f"reason      {res.reason}")
-    return "\n".join(lines)
-
-
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
     from paraplan.solver.class_route import plan
@@ -95,7 +72,7 @@ def cmd_plan(args) -> int:
         finally:
             if log:
                 log.done()
-    _no_scenarios(args)
+    hetero_commands.no_scenarios(args)
     inst = load_from_args(args)
     if args.top is not None:
         return cmd_plan_top(args, inst)
@@ -123,7 +100,8 @@ def cmd_plan(args) -> int:
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(_evidence_text(res))
+        print(evidence_text(res, res.iter_time_s, "per iteration", res.space_size,
+                            dominated=res.pruned_by_dominance))
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:
@@ -297,50 +275,76 @@ def sensitivity_text(sens: dict) -> str:
     return "\n".join(lines)
 
 
-def _no_scenarios(args) -> None:
-    from paraplan.solver.commands.hetero import objective_of
-    objective = objective_of(args)
-    if objective != "nominal":
-        raise InstanceError(args.instance or "<arguments>", "scenarios",
-                            f"--{objective} needs network scenarios, which only the group format has",
-                            "write the cluster as `groups:` with `scenarios:` (see instances/hetero/)")
-
-
 def cmd_exhaustive(args) -> int:
-    from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
+    """Brute force over the declared space: one search on one group and on mixed clusters, a
+    one-group file shown as its homogeneous plan."""
+    from paraplan.solver.commands.hetero import class_instance
+    from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
 
-    if hetero_commands.is_hetero(args):
-        return hetero_commands.cmd_exhaustive(args)
-    _no_scenarios(args)
-    inst = load_from_args(args)
-    try:
-        res = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
-                         time_limit_s=args.time_limit_s)
+    inst, objective, homo = class_instance(args)
+    try:  # progress bar and time limit alike on every cluster
+        res = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
+                                progress=progress_enabled(args), time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
-    reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
+    status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
+    if homo is not None:
+        _show_one_group_exhaustive(args, homo, res, status)
+    else:
+        _show_mixed_exhaustive(args, inst, res, status, objective)
+    return 0 if res.complete else 3
+
+
+def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
+    from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous
+    from paraplan.cost.loader import plan_to_mapping
+
+    plan = None if res.plan is None else hetero_plan_as_homogeneous(res.plan)
+    reason = None if plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
-        _emit_json({"status": ("optimal" if res.plan else "infeasible") if res.complete else "timeout",
-                    "complete": res.complete, "iter_time_s": res.iter_time_s,
+        _emit_json({"status": status, "complete": res.complete, "iter_time_s": res.objective_s,
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
-                    "plan": plan_to_mapping(res.plan) if res.plan else None})
+                    "plan": plan_to_mapping(plan) if plan else None})
+        return
+    print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
+          f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
+    for line in exhaustive_stop_lines(res.complete, plan is not None, args.time_limit_s,
+                                      res.candidates, "candidates"):
+        print(line)
+    if plan is None:
+        if res.complete:
+            print(reason)
     else:
-        print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
-              f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
-        for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
-                                          res.candidates, "candidates"):
-            print(line)
-        if res.plan is None:
-            if res.complete:
-                print(reason)
-        else:
-            print(f"best        {seconds(res.iter_time_s)} per iteration\nplan        {_plan_line(res.plan)}")
-    return 0 if res.complete else 3
+        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {_plan_line(plan)}")
+
+
+def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+    from paraplan.cost.hetero_simulate import simulate_hetero
+    from paraplan.solver.commands.hetero import plan_lines
+
+    if args.json:
+        _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,
+                    "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
+                    "candidates": res.candidates, "outer_configs": res.outer_configs,
+                    "solve_time_s": res.wall_time_s,
+                    "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None})
+        return
+    print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
+    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
+                                      res.candidates, "plans"):
+        print(line)
+    if res.plan is None:
+        if res.complete:
+            from paraplan.solver.hetero_space import empty_space_reason
+            print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
+                  if res.outer_configs == 0 else "no plan fits memory")
+    else:
+        print(f"best        {seconds(res.objective_s)} ({objective})")
+        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
 
 
 def exhaustive_reason(inst, outer_configs: int) -> str:
@@ -352,33 +356,31 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 
 
 def cmd_verify(args) -> int:
-    """The exact DP, CP-SAT, MILP and exhaustive search on one instance, sharing one time limit;
-    prints what was compared. Exit 0 only when all four ran to a proof and agree."""
-    from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.exhaustive import exhaustive
-    from paraplan.solver.class_route import plan
+    """The exact DP (one group), CP-SAT, MILP and exhaustive search on one instance, sharing one
+    time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
+    from paraplan.solver.commands.hetero import class_instance
     from paraplan.solver.commands.limits import Deadline
+    from paraplan.solver.exhaustive import hetero_exhaustive
+    from paraplan.solver.hetero_planner import plan_hetero
 
-    if hetero_commands.is_hetero(args):
-        return hetero_commands.cmd_verify(args)
-    _no_scenarios(args)
-    inst = load_from_args(args)
+    inst, objective, homo = class_instance(args)
     deadline = Deadline(args.time_limit_s)
-    methods = []  # (method, status, iteration time or None, solve time or None, note)
+    methods = []  # (method, status, objective or None, solve time or None, note)
     tol = 0.0
-    for backend in ("dp", "cpsat", "milp"):
-        if deadline.expired():
+    for backend in ("dp", "cpsat", "milp") if homo is not None else ("cpsat", "milp"):
+        if homo is not None and deadline.expired():
             methods.append((backend, "skipped", None, None, "time limit reached before it started"))
             continue
-        res = plan(inst, backend=backend, time_limit_s=deadline.remaining_s())
+        res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
-        methods.append((backend, res.status, res.iter_time_s, res.solve_time_s, ""))
+        methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
+
     def run(remaining_s):
-        ex = exhaustive(inst, max_candidates=args.max_candidates, progress=progress_enabled(args),
-                        time_limit_s=remaining_s)
-        return ex, ex.iter_time_s
-    methods.append(exhaustive_method(run, deadline, "candidates"))
-    return report_verify(args, methods, tol)
+        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
+                               progress=homo is not None and progress_enabled(args), time_limit_s=remaining_s)
+        return ex, ex.objective_s
+    methods.append(exhaustive_method(run, deadline, "candidates" if homo is not None else "plans"))
+    return report_verify(args, methods, tol, None if homo is not None else objective)
 
 
 def cmd_bench(args) -> int:

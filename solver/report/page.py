@@ -549,12 +549,8 @@ def build_hetero_report(inst, result, regrets=None) -> str:
                     " the slowest gradient sync + optimizer step)."
                     + _cut_text(cut, 1, len(n)) + "</figcaption></figure>")
     body.append(_section(2, "timeline", "".join(figs)))
-    rows = []
-    for i, ck in enumerate(bd.classes):
-        for s, (g, t, mem, cap) in enumerate(zip(ck.stage_groups, ck.stage_time_s, ck.mem_bytes,
-                                                 ck.capacity_bytes)):
-            rows.append([f"{i + 1}", str(s), g, seconds(t), f"{bytes_to_gib(mem):.2f} GiB",
-                         f"{bytes_to_gib(cap):.2f} GiB", f"{100 * mem / cap:.0f}%"])
+    rows = [[f"{k}", str(s), g, seconds(t), f"{bytes_to_gib(mem):.2f} GiB", f"{bytes_to_gib(cap):.2f} GiB",
+             f"{100 * mem / cap:.0f}%"] for k, s, g, t, mem, cap in bd.stage_rows()]
     body.append(_section(3, "breakdown",
                          f"<p>iteration {html.escape(seconds(bd.iter_time_s))} = slowest pipeline"
                          f" {html.escape(seconds(bd.pipeline_s))} + gradient sync/optimizer"
@@ -589,31 +585,32 @@ def cmd_report(args) -> int:
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
     if hetero_commands.is_hetero(args):
-        return _cmd_report_hetero(args, progress)
-    inst = load_from_args(args)
-    user_plan = load_plan(args.plan, inst) if args.plan else None
-    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
-    if progress:
-        progress.done()
-    trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
-    page = build_report(inst, res, trust=trust, user_plan=user_plan, user_plan_label=args.plan or "")
+        inst, res, page = _mixed_report(args, progress)
+        what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
+    else:
+        inst = load_from_args(args)
+        user_plan = load_plan(args.plan, inst) if args.plan else None
+        res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
+        if progress:
+            progress.done()
+        trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
+        page = build_report(inst, res, trust=trust, user_plan=user_plan, user_plan_label=args.plan or "")
+        what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
     write_text(args.output, page, "-o/--output")
-    what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 
 
-def _cmd_report_hetero(args, progress) -> int:
+def _mixed_report(args, progress):
+    """(instance, result, page) of a mixed-cluster instance file."""
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.commands.hetero import _check_objective, _load, objective_of
+    from paraplan.solver.commands.hetero import load_mixed
     from paraplan.solver.hetero_planner import plan_hetero
 
     if args.plan:
         raise InstanceError(args.plan, "--plan", "comparing a plan is not offered on mixed clusters",
                             "run `paraplan simulate HETERO.yaml --plan PLAN.yaml` for that plan")
-    inst = _load(args)
-    objective = objective_of(args)
-    _check_objective(inst, objective)
+    inst, objective = load_mixed(args)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     if progress:
@@ -621,10 +618,7 @@ def _cmd_report_hetero(args, progress) -> int:
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
-    write_text(args.output, build_hetero_report(inst, res, regs), "-o/--output")
-    what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
-    print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
-    return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+    return inst, res, build_hetero_report(inst, res, regs)
 
 
 def register(sub) -> None:

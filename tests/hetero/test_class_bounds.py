@@ -17,7 +17,7 @@ from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_insta
 from paraplan.cost.loader import load_instance
 from paraplan.solver import class_bounds
 from paraplan.solver.class_bounds import balanced_split, balanced_splits, lower_bounds_s
-from paraplan.solver.hetero_planner import problem_for
+from paraplan.solver.hetero_planner import problems_for
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,12 +75,7 @@ def test_bisection_gives_the_partitions_split(monkeypatch):
 
 def _problems(inst, objective: str, uniform: bool = False):
     outers = hetero_outers(inst, uniform=uniform)
-    out, placements = [], {}
-    for o in outers:
-        p = problem_for(inst, o, objective, skip_infeasible=True, placements=placements)
-        if p is not None:
-            out.append((o, p))
-    return out
+    return [(o, p) for o, p in zip(outers, problems_for(inst, outers, objective)) if p is not None]
 
 
 def _instances():
