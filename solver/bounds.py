@@ -93,7 +93,8 @@ def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndar
             z = ((lo + hi) / 2)[:, None]
             first = np.where(z >= base, (z - base) * inv1, 0.0)
             second = knee + np.where(z >= at_knee, (z - at_knee) * inv2, 0.0)
-            n = np.nan_to_num(np.where(z <= at_knee, np.minimum(first, knee), second), nan=np.inf)
+            n = np.where(z <= at_knee, np.minimum(first, knee), second)
+            n[np.isnan(n)] = np.inf  # 0 x inf (a level at a zero slope's base): unbounded
             k = np.floor(np.minimum(np.maximum(n, 0), ncap) / v)
             ok = (k >= 1).all(1) & (k.sum(1) >= L // v)
             hi, lo = np.where(ok, z[:, 0], hi), np.where(ok, lo, z[:, 0])
