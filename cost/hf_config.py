@@ -332,13 +332,7 @@ def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
                                 " before the first MoE layer are priced", "describe the model"
                                 " under 'model:' in the instance YAML")
         dense = len(only)
-    cfg.raise_missing()
-    if top_k > experts:
-        raise InstanceError(cfg.name, "num_experts_per_tok", f"{top_k} experts per token but"
-                            f" only {experts} experts", "correct the expert counts")
-    if dense >= layers:
-        raise InstanceError(cfg.name, "mlp_only_layers", "every layer is dense",
-                            "plan it as a dense model")
+    _check_counts(cfg, top_k, experts, dense, layers, "mlp_only_layers")
     return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared,
                    dense_layers=dense)
 
@@ -354,15 +348,21 @@ def _deepseek_moe(cfg: _Config, layers: int, experts: int, top_k: int, expert_ff
         raise InstanceError(cfg.name, "moe_layer_freq", f"{freq}: MoE layers alternate with dense"
                             " ones, which is not priced (every layer after the dense prefix is an"
                             " MoE layer)", "describe the model under 'model:' in the instance YAML")
+    _check_counts(cfg, top_k, experts, dense, layers, "first_k_dense_replace")
+    return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn,
+                   shared_ffn=shared_experts * expert_ffn, dense_layers=dense)
+
+
+def _check_counts(cfg: _Config, top_k: int, experts: int, dense: int, layers: int,
+                  dense_key: str) -> None:
+    """The checks every MoE config passes once its keys are read: no key missing, top_k within
+    the experts, at least one MoE layer (`dense_key` names the config's dense-prefix key)."""
     cfg.raise_missing()
     if top_k > experts:
         raise InstanceError(cfg.name, "num_experts_per_tok", f"{top_k} experts per token but"
                             f" only {experts} experts", "correct the expert counts")
     if dense >= layers:
-        raise InstanceError(cfg.name, "first_k_dense_replace", "every layer is dense",
-                            "plan it as a dense model")
-    return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn,
-                   shared_ffn=shared_experts * expert_ffn, dense_layers=dense)
+        raise InstanceError(cfg.name, dense_key, "every layer is dense", "plan it as a dense model")
 
 
 def _mla(cfg: _Config) -> MlaSpec:
