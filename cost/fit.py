@@ -104,13 +104,6 @@ def _global_gpu_param(field: str, lo: float, hi: float, unc: float, is_efficienc
                  affects=lambda gpu: True, is_efficiency=is_efficiency, profiled=True)
 
 
-def _net_param(field: str, lo: float, hi: float, unc: float) -> Param:
-    return Param(name=field, lo=lo, hi=hi, uncertainty_rel=unc,
-                 get=lambda cat, net: getattr(net, field),
-                 set=lambda cat, net, value: (cat, replace(net, **{field: value})),
-                 affects=lambda gpu: True)
-
-
 # per-die: (field, lo, hi, uncertainty); ranges and sources: the module docstring's table
 DIE_PARAMETERS = (("matmul_eff_max", 0.50, 0.90, 0.10), ("attention_eff", 0.10, 0.75, 0.15))
 # one value for all fitted dies (the module docstring says why)

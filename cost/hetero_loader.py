@@ -115,7 +115,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost import units
-from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
 from paraplan.cost.hf_config import shown as _shown

@@ -284,14 +284,6 @@ class ModelSpec:
         return self.attention_widths[0]
 
     @property
-    def k_width(self) -> int:
-        return self.attention_widths[1]
-
-    @property
-    def v_width(self) -> int:
-        return self.attention_widths[2]
-
-    @property
     def attn_out_width(self) -> int:
         return self.attention_widths[3]
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S, INTEGRALITY_TOL,
                                         MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model, run_model)
-from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done, _upper_bounds
+from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done
 from paraplan.formulations.result import SolverError
 
 

@@ -4,7 +4,6 @@ one line naming the file, field and fix, never a traceback."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 

@@ -56,7 +56,7 @@ def cmd_partition(args) -> int:
     from paraplan.cost.specs import Outer
     from paraplan.formulations.partition import solve_partition_milp
     from paraplan.formulations.result import SolverError
-    from paraplan.formulations.partition_dp import min_time, pareto_front
+    from paraplan.formulations.partition_dp import pareto_front
     from paraplan.solver.format import gib, seconds, table
     from paraplan.solver.commands.jsonout import emit_json
     from paraplan.solver.commands.inputs import load_from_args
