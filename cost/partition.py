@@ -243,22 +243,38 @@ def _strided_link(inst: Instance, o: Outer, site: Site, size: int, stride: int) 
 def _reshard(src, dst, cell_bytes, links, net) -> tuple[float, bool]:
     """The time for every GPU to fetch the cells of `dst` it lacks in `src` (both non-partial),
     and whether the link it runs on is inter-node."""
-    t = src.shape[0]
+    cells, msgs, span = _reshard_geometry(np.asarray(src, bool).tobytes(),
+                                          np.asarray(dst, bool).tobytes(), src.shape)
+    if not cells:
+        return 0.0, False
+    link, inter = links.for_size(span)
+    bw = link.bw_bytes_per_s * (net.inter_node if inter else net.intra_node)
+    return cells * cell_bytes / bw + msgs * link.latency_s, inter
+
+
+@lru_cache(maxsize=65536)  # a few hundred distinct mask pairs recur across every layer table
+def _reshard_geometry(src_bytes: bytes, dst_bytes: bytes, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """_reshard's geometry, from the masks alone: the most cells one GPU fetches, the most
+    distinct owner sets it fetches from (one message each), and the smallest aligned rank block
+    around every GPU that holds an owner of each cell it misses (the span of the link used)."""
+    src = np.frombuffer(src_bytes, bool).reshape(shape)
+    dst = np.frombuffer(dst_bytes, bool).reshape(shape)
+    t = shape[0]
     missing = dst & ~src
     if not missing.any():
-        return 0.0, False
+        return 0, 0, 1
     # owners of each cell as a bitmask of GPUs; one message per distinct owner set
     assert t <= MAX_SPATIAL_TEMPORAL_GROUP  # owner sets as int64 bit masks
     weights = np.int64(1) << np.arange(t, dtype=np.int64)
     owners = np.tensordot(weights, src.astype(np.int64), axes=(0, 0))
-    worst_bytes, worst_msgs, span = 0.0, 0, 1
+    worst_cells, worst_msgs, span = 0, 0, 1
     for rho in range(t):
         cells = missing[rho]
         n = int(cells.sum())
         if not n:
             continue
         sets = np.unique(owners[cells])
-        worst_bytes = max(worst_bytes, n * cell_bytes)
+        worst_cells = max(worst_cells, n)
         worst_msgs = max(worst_msgs, len(sets))
         # smallest aligned rank block around rho holding an owner of every missing cell
         size = 1
@@ -267,9 +283,7 @@ def _reshard(src, dst, cell_bytes, links, net) -> tuple[float, bool]:
             nearest = min(((k ^ rho).bit_length() for k in members))
             size = max(size, 1 << nearest)
         span = max(span, size)
-    link, inter = links.for_size(span)
-    bw = link.bw_bytes_per_s * (net.inter_node if inter else net.intra_node)
-    return worst_bytes / bw + worst_msgs * link.latency_s, inter
+    return worst_cells, worst_msgs, span
 
 
 @dataclass(frozen=True)
