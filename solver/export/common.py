@@ -140,6 +140,19 @@ def fold_cp_into_dp(d: Deviations, why: str) -> None:
                         f" {d.target.value} instead (job.framework: {d.target.value})")
 
 
+def refuse_megatron_only_layers(inst: Instance, plan: Plan) -> None:
+    """Refuse, in one line, a model whose layers paraplan prices (and exports) only as
+    Megatron-core runs them: mixture-of-experts and multi-head latent attention."""
+    if inst.model.moe is not None:
+        raise ExportRefused(
+            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
+            " prices MoE layers as Megatron-core runs them and exports them only to megatron")
+    if inst.model.mla is not None:
+        raise ExportRefused(
+            f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
+            " Megatron-core runs it and exports it only to megatron")
+
+
 def cross_framework_note(d: Deviations) -> None:
     if d.source_framework is not d.target:
         d.note(f"the plan was made for {d.source_framework.value} (its instance's"

@@ -25,22 +25,15 @@ import json
 
 from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Plan, Precision, Recompute
-from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult, cross_framework_note,
-                                  drop_partitions, fold_cp_into_dp)
+from paraplan.solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
+                                          drop_partitions, fold_cp_into_dp, refuse_megatron_only_layers)
 
 DEEPSPEED_VERSION = "0.19"
 _B = behaviour(Framework.DEEPSPEED)
 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
-    if inst.model.moe is not None:
-        raise ExportRefused(
-            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
-            " prices MoE layers as Megatron-core runs them and exports them only to megatron")
-    if inst.model.mla is not None:
-        raise ExportRefused(
-            f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
-            " Megatron-core runs it and exports it only to megatron")
+    refuse_megatron_only_layers(inst, plan)
     d = Deviations(inst, plan, Framework.DEEPSPEED)
     cross_framework_note(d)
     drop_partitions(d)

@@ -31,7 +31,8 @@ import json
 
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                  cross_framework_note, drop_partitions, model_chunks)
+                                          cross_framework_note, drop_partitions, model_chunks,
+                                          refuse_megatron_only_layers)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
 
@@ -54,14 +55,7 @@ def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> 
 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
-    if inst.model.moe is not None:
-        raise ExportRefused(
-            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
-            " prices MoE layers as Megatron-core runs them and exports them only to megatron")
-    if inst.model.mla is not None:
-        raise ExportRefused(
-            f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
-            " Megatron-core runs it and exports it only to megatron")
+    refuse_megatron_only_layers(inst, plan)
     if inst.model.mlp is not Mlp.SWIGLU:
         raise ExportRefused(
             f"model {inst.model.name} uses a GELU MLP, and torchtitan {TORCHTITAN_VERSION} has no"
