@@ -4,7 +4,12 @@ instance against the two plans a user would otherwise pick, measured in one run:
 (a) the best plan on the largest homogeneous group alone (the homogeneous planner, full space:
     cp, interleaving, ZeRO-2/3 included), the rest of the cluster idle;
 (b) the best plan with a uniform split over all GPUs: every group used, even layer splits and
-    the same number of micro-batches on every replica (solver/hetero_space.py, uniform=True).
+    the same number of micro-batches on every replica (solver/hetero_space.py, uniform=True);
+(c) the best plan in the space mixed clusters had before the one-planner merge (issue 12):
+    the instance's own space without ZeRO-2/3, context parallelism, interleaving, tensor
+    parallelism across nodes or per-operator partitions (previous_space), against the best
+    plan of the instance's space with context parallelism and interleaving open (full_space;
+    the files narrow both to keep the optimum column's solve times short).
 
 Throughput is tokens per second of the predicted iteration time. For instances with network
 scenarios it also reports the robust and expected plans' worst regret, a `replan` answer time
@@ -42,6 +47,11 @@ class HeteroRow:
     largest_tokens_per_s: float | None
     uniform_status: str
     uniform_tokens_per_s: float | None
+    previous_status: str = "-"
+    previous_tokens_per_s: float | None = None
+    full_status: str = "-"
+    full_tokens_per_s: float | None = None
+    full_solve_s: float | None = None
     robust_worst_regret: float | None = None
     expected_worst_regret: float | None = None
     replan_max_s: float | None = None
@@ -51,6 +61,20 @@ class HeteroRow:
         if self.optimum_tokens_per_s is None or not other:
             return None
         return self.optimum_tokens_per_s / other
+
+
+def previous_space(inst):
+    """`inst` with its declared space cut to what mixed clusters could use before the
+    one-planner merge: ZeRO 0-1, cp 1, no interleaving, tp inside a node, Megatron 1-D."""
+    s = inst.search
+    return replace(inst, search=replace(s, zero=tuple(z for z in s.zero if z <= 1) or (0,), cp=(1,),
+                                        virtual_stages=(1,), tp_across_nodes=False,
+                                        tensor_partitions=("megatron",)))
+
+
+def full_space(inst):
+    """`inst` with context parallelism and interleaving over every value the planner admits."""
+    return replace(inst, search=replace(inst.search, cp=None, virtual_stages=None))
 
 
 def _tokens_per_s(inst, t_s: float | None) -> float | None:
@@ -72,11 +96,20 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroR
     log(f"{name}: largest group {inst.cluster.groups[g].name} {homo.status} {homo.iter_time_s} s")
     uni = plan_hetero(inst, time_limit_s=time_limit_s, uniform=True)
     log(f"{name}: uniform {uni.status} {uni.objective_s} s")
+    prev = plan_hetero(previous_space(inst), time_limit_s=time_limit_s)
+    log(f"{name}: previous space {prev.status} {prev.objective_s} s")
+    t0 = time.perf_counter()
+    full = plan_hetero(full_space(inst), time_limit_s=time_limit_s)
+    full_s = time.perf_counter() - t0
+    log(f"{name}: full space {full.status} {full.objective_s} s in {full_s:.2f} s")
     row = HeteroRow(instance=name, gpus=inst.cluster.num_gpus, optimum_status=opt.status,
                     optimum_tokens_per_s=_tokens_per_s(inst, opt.objective_s), solve_s=solve_s,
                     largest_group=f"{inst.cluster.groups[g].num_gpus} x {inst.cluster.groups[g].cluster.gpu.name}",
                     largest_status=homo.status, largest_tokens_per_s=_tokens_per_s(inst, homo.iter_time_s),
-                    uniform_status=uni.status, uniform_tokens_per_s=_tokens_per_s(inst, uni.objective_s))
+                    uniform_status=uni.status, uniform_tokens_per_s=_tokens_per_s(inst, uni.objective_s),
+                    previous_status=prev.status, previous_tokens_per_s=_tokens_per_s(inst, prev.objective_s),
+                    full_status=full.status, full_tokens_per_s=_tokens_per_s(inst, full.objective_s),
+                    full_solve_s=full_s)
     if len(inst.scenarios) > 1:
         from paraplan.solver.dynamic import plan_timeline, regrets, scenario_optima
         optima = scenario_optima(inst, "cpsat", time_limit_s)
@@ -106,11 +139,16 @@ def _fmt(x: float | None, spec: str) -> str:
 def run_hetero_bench(args) -> int:
     rows = [bench_instance(n, log=(lambda m: None) if args.quiet else print) for n in INSTANCES]
     text = table(
-        ["instance", "GPUs", "optimum tok/s", "solve", "largest group", "tok/s", "x", "uniform tok/s", "x"],
+        ["instance", "GPUs", "optimum tok/s", "solve", "largest group", "tok/s", "x", "uniform tok/s", "x",
+         "full space tok/s", "solve", "previous space tok/s", "x"],
         [[r.instance, str(r.gpus), _fmt(r.optimum_tokens_per_s, ",.0f"), f"{r.solve_s:.2f} s",
           r.largest_group, _fmt(r.largest_tokens_per_s, ",.0f"), _fmt(r.ratio(r.largest_tokens_per_s), ".2f"),
-          _fmt(r.uniform_tokens_per_s, ",.0f"), _fmt(r.ratio(r.uniform_tokens_per_s), ".2f")] for r in rows],
-        align="lrrrlrrrr")
+          _fmt(r.uniform_tokens_per_s, ",.0f"), _fmt(r.ratio(r.uniform_tokens_per_s), ".2f"),
+          _fmt(r.full_tokens_per_s, ",.0f"), _fmt(r.full_solve_s, ".2f") + " s",
+          _fmt(r.previous_tokens_per_s, ",.0f"),
+          _fmt(r.full_tokens_per_s / r.previous_tokens_per_s if r.full_tokens_per_s and r.previous_tokens_per_s
+               else None, ".3f")] for r in rows],
+        align="lrrrlrrrrrrrr")
     def pct(x: float | None, spec: str) -> str:
         return "-" if x is None else format(100 * x, spec) + "%"
 
