@@ -27,12 +27,16 @@ row-parallel. The attention core's QK^T runs over nope + rope per head, PV over 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import NamedTuple
 
 from paraplan.cost.specs import Mlp, ModelSpec
+
+# The per-layer counts below are pure in their (hashable, frozen) arguments, and the planner
+# asks for them once per outer configuration (tens of thousands per plan): memoised.
+_per_model = lru_cache(maxsize=64)
+_per_shape = lru_cache(maxsize=4096)
 
 # FlashAttention-style kernels skip the fully-masked tiles of a causal mask: about half of
 # the s x s score work is done (Dao 2023, FlashAttention-2, Sec. 3.1 "causal masking").
@@ -85,7 +89,7 @@ class Projection(NamedTuple):
     replicated: bool = False
 
 
-@lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked per outer configuration
+@_per_shape
 def attention_projections(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> tuple[Projection, ...]:
     """The attention's input projections of one layer on one GPU, in call order (module
     docstring). Multi-head / grouped-query attention: the one fused QKV GEMM, hidden ->
@@ -143,7 +147,7 @@ class LayerMatmuls:
         return sum(self.linear_calls) + self.attention_core
 
 
-@lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked per outer configuration
+@_per_shape
 def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> LayerMatmuls:
     """`sp` (sequence parallelism) matters only to MLA's down projections (attention_projections)."""
     tokens = b * m.seq_len / cp
@@ -164,7 +168,7 @@ def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> L
                         attn_in_replicated=(False,) if m.mla is None else tuple([p.replicated for p in proj]))
 
 
-@lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked per outer configuration
+@_per_shape
 def gemm_output_elements(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> tuple[float, float]:
     """Elements one GPU's linear-layer GEMMs write for one layer: (forward, backward).
 
@@ -213,7 +217,7 @@ def logits_flops(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     return 2 * b * m.seq_len / cp * m.hidden * m.vocab / tp
 
 
-@lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked per outer configuration
+@_per_shape
 def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) -> float:
     """HBM bytes read+written by the memory-bound kernels of one layer's forward pass.
 
@@ -262,7 +266,7 @@ def latent_width(m: ModelSpec) -> int:
     return (m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
 
 
-@lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked per outer configuration
+@_per_shape
 def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int, dynamic_scaling: bool = False,
                       fused_input_casts: bool = True, sp: bool = False) -> tuple[float, float, float]:
     """Elements one GPU casts to FP8 in stand-alone kernels for one layer: (forward activations,
@@ -304,7 +308,7 @@ def fp8_cast_elements(m: ModelSpec, b: int, tp: int, cp: int, dynamic_scaling: b
     return forward, backward, weights
 
 
-@lru_cache(maxsize=64)  # a pure function of the (frozen) model; pricing asks per outer configuration
+@_per_model
 def layer_param_tensors(m: ModelSpec) -> int:
     """Parameter tensors of one layer, as a per-parameter gather sees them. GPT-style (gelu)
     layers: fused QKV, attention-out, fc1, fc2, each with a bias, and two LayerNorms with
@@ -329,7 +333,7 @@ def norm_params(m: ModelSpec) -> int:
     return m.hidden * (2 if m.norm_bias else 1)
 
 
-@lru_cache(maxsize=64)  # a pure function of the (frozen) model; pricing asks per outer configuration
+@_per_model
 def linear_weight_params(m: ModelSpec) -> int:
     """GEMM weights of one layer (no biases, no norms): what FP8 GEMMs cast and cache. For an
     MoE model, of its attention view (the routed experts are cost/moe.py's)."""
@@ -339,7 +343,7 @@ def linear_weight_params(m: ModelSpec) -> int:
     return attention_in_weights(m) + m.attn_out_width * h + (3 if m.mlp is Mlp.SWIGLU else 2) * h * f
 
 
-@lru_cache(maxsize=64)  # a pure function of the (frozen) model; pricing asks per outer configuration
+@_per_model
 def attention_in_weights(m: ModelSpec) -> int:
     """Weights of the attention's input projections (attention_projections' k_in x n_out,
     summed; written out because pricing asks for it per outer configuration)."""
@@ -351,7 +355,7 @@ def attention_in_weights(m: ModelSpec) -> int:
     return replicated_layer_params(m) + q_up + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim)
 
 
-@lru_cache(maxsize=64)  # a pure function of the (frozen) model; pricing asks per outer configuration
+@_per_model
 def replicated_layer_params(m: ModelSpec) -> int:
     """Weights of one layer that every tensor-parallel rank holds whole rather than 1/tp of:
     latent attention's down projections (TELinear "duplicated"; their gradients are summed
@@ -370,7 +374,7 @@ def layer_params_per_gpu(m: ModelSpec, tp: int) -> float:
     return (layer_params(m) - rep) / tp + rep
 
 
-@lru_cache(maxsize=64)  # a pure function of the (frozen) model; pricing asks per outer configuration
+@_per_model
 def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
     """A layer's weight matrices in the order its forward uses them (parameters each; biases
     and norm scales left out): GPT-style fused QKV, attention-out, fc1, fc2; Llama-style q, k,
@@ -385,7 +389,7 @@ def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
     return (h * (q + 2 * hk), q * h, h * f, f * h)
 
 
-@lru_cache(maxsize=64)  # a pure function of the (frozen) model; pricing asks per outer configuration
+@_per_model
 def layer_params(m: ModelSpec) -> int:
     """Parameters of one transformer layer: GEMM weights, biases and norms. For a
     mixture-of-experts model, of one MoE layer without its routed experts (attention, norms,

@@ -58,9 +58,11 @@ class HeteroRow:
     timeline_gap: float | None = None
 
     def ratio(self, other: float | None) -> float | None:
-        if self.optimum_tokens_per_s is None or not other:
-            return None
-        return self.optimum_tokens_per_s / other
+        return _over(self.optimum_tokens_per_s, other)
+
+
+def _over(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
 
 
 def previous_space(inst):
@@ -146,8 +148,7 @@ def run_hetero_bench(args) -> int:
           _fmt(r.uniform_tokens_per_s, ",.0f"), _fmt(r.ratio(r.uniform_tokens_per_s), ".2f"),
           _fmt(r.full_tokens_per_s, ",.0f"), _fmt(r.full_solve_s, ".2f") + " s",
           _fmt(r.previous_tokens_per_s, ",.0f"),
-          _fmt(r.full_tokens_per_s / r.previous_tokens_per_s if r.full_tokens_per_s and r.previous_tokens_per_s
-               else None, ".3f")] for r in rows],
+          _fmt(_over(r.full_tokens_per_s, r.previous_tokens_per_s), ".3f")] for r in rows],
         align="lrrrlrrrrrrrr")
     def pct(x: float | None, spec: str) -> str:
         return "-" if x is None else format(100 * x, spec) + "%"
