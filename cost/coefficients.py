@@ -18,7 +18,7 @@ name so a breakdown can be reported without re-deriving anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -166,6 +166,8 @@ class Site:
     # expert-data-parallel group's link; None: the site's dp_link stands for both
     ep_links: moe.EpLinks | None = None
     edp_link: tuple[Link, bool] | None = None
+    # parallel folding (etp != tp): the expert tensor-parallel group's link; None: tp_link
+    etp_link: tuple[Link, bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +237,12 @@ def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
                 cp_link=comm.group_link(cl, o.cp, o.tp),
                 dp_link=comm.group_link(cl, o.dp * o.cp, o.tp))
-    if o.ep > 1:  # expert ranks: ep of them tp apart, expert-data-parallel ones tp*ep apart
-        site = replace(site, ep_links=moe.ep_links(cl, o.ep, o.tp),
-                       edp_link=comm.group_link(cl, o.dp * o.cp // o.ep, o.tp * o.ep))
+    etp = o.expert_tp
+    if o.ep > 1 or o.etp is not None:  # expert ranks (cost/moe.py): etp consecutive ones, ep of
+        # them etp apart, expert-data-parallel ones etp*ep apart
+        site = replace(site, ep_links=moe.ep_links(cl, o.ep, etp),
+                       edp_link=comm.group_link(cl, moe.edp_ranks(o.dp * o.cp, o), etp * o.ep),
+                       etp_link=comm.group_link(cl, etp, 1) if o.etp is not None else None)
     pp = o.pp
     pairs = [(s, s + 1) for s in range(pp - 1)] + ([(pp - 1, 0)] if o.virtual_stages > 1 and pp > 1 else [])
     edges = tuple(comm.pair_link(cl, a * block, block, (z - a) * block) for a, z in pairs)
@@ -289,10 +294,11 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     the view's exposed tp communication is replaced by the routed tokens' pair (an
     approximation in backward, where the view overlaps its collectives unevenly)."""
     m = inst.model
-    lt = megatron_layer(_with_model(inst, moe_attention_view(m)), o, site, net)
+    lt = _expert_free("view", inst, o, site, net, 0,
+                      lambda: megatron_layer(_with_model(inst, moe_attention_view(m)), o, site, net))
     mm = fp8_matmul_time_s if inst.job.precision is Precision.FP8 else _mm_time_s
-    x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
-                         mm, _mem_time_s)
+    x = moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link,
+                         site.ep_links or site.dp_link, net, mm, _mem_time_s)
     per_iteration_s = lt.per_iteration_s
     if inst.job.precision is Precision.FP8:  # the experts' stand-alone casts (moe.py)
         cast_f, cast_b, cast_w = (_mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * n, site.gpu)
@@ -564,7 +570,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         # gradients, then reduced over the data-parallel ranks); once per iteration
         g_sync += lt.grad_sync_s
         if lt.expert_params:  # MoE: expert gradients over the expert-data-parallel group
-            e_sync, e_ag, e_step = _expert_sync(lt.expert_params, dp_n // o.ep,
+            e_sync, e_ag, e_step = _expert_sync(lt.expert_params, moe.edp_ranks(dp_n, o),
                                                 site.edp_link or site.dp_link, o.zero, fw, gpu, net)
             g_sync, ag_after, step_s = g_sync + e_sync, ag_after + e_ag, step_s + e_step
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it
@@ -709,7 +715,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
                                + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
             if x.terms.expert_params:  # sharded over the expert-data-parallel group
                 state_of[id(x)] += x.terms.expert_params * memory.state_bytes_per_param(
-                    o.zero, dp_n // o.ep, fw, opt)
+                    o.zero, moe.edp_ranks(dp_n, o), fw, opt)
     state = [state_of[id(x)] for x in per_stage]
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
@@ -782,8 +788,38 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
     moe_spec = inst.model.moe
     if moe_spec is None or not moe_spec.dense_layers:
         return None
-    return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), o, pl.sites[0], dp_n,
-                        net, layer_fn)
+
+    def price() -> _LayerCosts:
+        return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), o, pl.sites[0], dp_n,
+                            net, layer_fn)
+    if layer_fn is not megatron_layer:  # a per-operator layer plan: priced as it says
+        return price()
+    return _expert_free("prefix", inst, o, pl.sites[0], net, dp_n, price)
+
+
+# Configurations that differ only in their expert degrees (ep, etp) price an MoE layer's
+# attention view and a dense prefix layer identically, and the space holds several of them per
+# degree and batch configuration (cost/space_rules.expert_layouts): keep those results by
+# everything else they read (the instance and GPU by identity, held in the entry so that their
+# ids cannot be reused while it lives).
+_EXPERT_FREE: dict[tuple, tuple[Instance, GpuSpec, object]] = {}
+_OUTER_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEfficiency, dp_n: int, price):
+    names = _OUTER_FIELDS.get(type(o))
+    if names is None:
+        names = _OUTER_FIELDS[type(o)] = tuple(f.name for f in fields(o) if f.name not in ("ep", "etp"))
+    key = (kind, id(inst), id(site.gpu), site.tp_link, site.cp_link, site.dp_link, net, dp_n,
+           tuple(getattr(o, n) for n in names))
+    hit = _EXPERT_FREE.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is site.gpu:
+        return hit[2]
+    out = price()
+    if len(_EXPERT_FREE) >= 4096:
+        _EXPERT_FREE.clear()
+    _EXPERT_FREE[key] = (inst, site.gpu, out)
+    return out
 
 
 _INSTANCES: dict[tuple[int, int], tuple[Instance, ModelSpec, Instance]] = {}

@@ -120,8 +120,8 @@ def _unpaired_layer_s(inst: Instance, o, site, net: NetEfficiency) -> tuple[floa
     w = sum(mm(f, site.gpu)
             for f in layer_matmuls(view, o.micro_batch, o.tp, o.cp, o.sequence_parallel).linear_calls if f)
     if m.moe is not None:
-        x = moe.expert_terms(inst, o, site.gpu, site.tp_link, site.ep_links or site.dp_link, net,
-                             mm, coefficients.memory_time_s)
+        x = moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link,
+                             site.ep_links or site.dp_link, net, mm, coefficients.memory_time_s)
         w += x.wgrad_s
     return lt.bwd_s, w
 

@@ -15,10 +15,10 @@ Links:
   groups' own rings and the group links between them, its latency the largest;
 - every replica synchronises with every other: the ring has `replicas` * cp members in all
   (each context-parallel rank holds the whole stage's weights, as on one group);
-- MoE with ep > 1: a stage's expert all-to-all runs among ep of its ranks, tp apart, on the
-  stage's group (cost/moe.ep_links of that group's cluster); the expert gradients' ring spans
-  the replicas * cp / ep ranks holding the same experts, tp * ep apart, across groups as the
-  gradient ring does. An MoE model's dense prefix is priced as dense layers on each class's
+- MoE with ep > 1: a stage's expert all-to-all runs among ep of its ranks, etp apart (the
+  expert tensor parallel degree, tp by default), on the stage's group (cost/moe.ep_links of
+  that group's cluster); the expert gradients' ring spans the replicas * cp * tp / (ep * etp)
+  ranks holding the same experts, etp * ep apart, across groups as the gradient ring does. An MoE model's dense prefix is priced as dense layers on each class's
   first stage (coefficients._dense_prefix_costs), which the multi-class formulations keep in its first
   model chunk, as on one group.
 
@@ -67,23 +67,26 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
     return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
                  num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
-                 ep=ho.ep)
+                 ep=ho.ep, etp=ho.etp)
 
 
-def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1) -> tuple[Link, bool]:
-    """The gradient ring's link; with `ep` > 1 the expert-data-parallel ring's: the ranks
-    holding the same experts, 1 in ep of the ring's members, tp * ep apart (as on one group,
-    coefficients.homogeneous_placement)."""
+def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1,
+               etp: int | None = None) -> tuple[Link, bool]:
+    """The gradient ring's link; with `ep` > 1 or an expert tensor-parallel degree `etp` the
+    expert-data-parallel ring's: the ranks holding the same experts, tp / (ep * etp) of the
+    ring's members per member, etp * ep apart (as on one group,
+    coefficients.homogeneous_placement; cost/moe.edp_ranks)."""
+    t = ho.tp if etp is None else etp
     G = len(hc.groups)
     members = [0] * G
     for c in ho.classes:
         for g in set(c.stage_groups):
-            members[g] += c.replicas * ho.cp // ep
+            members[g] += c.replicas * ho.cp * ho.tp // (ep * t)
     if len(ho.classes) == 1:
         cl = hc.groups[stage_group].cluster
-        return comm.group_link(cl, ho.classes[0].replicas * ho.cp // ep, ho.tp * ep)
+        return comm.group_link(cl, ho.classes[0].replicas * ho.cp * ho.tp // (ep * t), t * ep)
     used = [g for g in range(G) if members[g]]
-    links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp * ep) for g in used]
+    links = [comm.group_link(hc.groups[g].cluster, members[g], t * ep) for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
     bw = min(link.bw_bytes_per_s for link, _ in links)
     latency = max(link.latency_s for link, _ in links)
@@ -122,9 +125,11 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         cl = hc.groups[g].cluster
         site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, ho.tp, 1),
                           cp_link=comm.group_link(cl, ho.cp, ho.tp), dp_link=_ring_link(hc, ho, g))
-        if ho.ep > 1:  # the ep group: ep ranks of one stage of this class, on this group
-            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, ho.tp),
-                                 edp_link=_ring_link(hc, ho, g, ho.ep))
+        if ho.ep > 1 or ho.etp is not None:  # the ep group: ep ranks of one stage of this
+            # class, etp apart, on this group (cost/moe.py)
+            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, ho.expert_tp),
+                                 edp_link=_ring_link(hc, ho, g, ho.ep, ho.expert_tp),
+                                 etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()

@@ -98,6 +98,7 @@ Plan file, at top level or under a `plan:` key::
                                      #   cost/loader.py: every layer fully recomputed)
     zero: 1                          # 0 | 1 | 2 | 3, default 0 (where the framework runs it)
     ep: 1                            # expert parallel degree (MoE models), default 1
+    etp: 1                           # expert tensor parallel degree (MoE models), default: tp
     family: stage                    # stage | replica, default stage
     classes:                         # non-empty list of replica classes
       - replicas: 2
@@ -148,7 +149,7 @@ _GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_nod
 _EVENT_FILE_KEYS = ("event",)
 _EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
 _PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
-              "ep", "classes")
+              "ep", "etp", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
                "full_recompute_layers", "partitions")
 _ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
@@ -233,7 +234,7 @@ def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan
     return HeteroPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
                       micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
                       recompute=plan.recompute, zero=plan.zero, family="stage", ep=plan.ep,
-                      classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
+                      etp=plan.etp, classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
                                             num_micro_batches=plan.num_micro_batches,
                                             layers_per_stage=plan.layers_per_stage,
                                             full_recompute_layers=plan.full_recompute_layers,
@@ -246,7 +247,7 @@ def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
     return Plan(tp=plan.tp, pp=len(c.stage_groups), dp=c.replicas, cp=plan.cp,
                 micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
                 sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
-                zero=plan.zero, virtual_stages=plan.virtual_stages, ep=plan.ep,
+                zero=plan.zero, virtual_stages=plan.virtual_stages, ep=plan.ep, etp=plan.etp,
                 layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers,
                 partitions=c.partitions_on(0))
 
@@ -661,7 +662,7 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
             tp=tp, micro_batch=micro_batch, cp=cp, virtual_stages=v,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
-            zero=zero, ep=sec.integer("ep", 1),
+            zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
             classes=tuple(classes),
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
         )
@@ -715,7 +716,8 @@ def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
     cp = {"cp": plan.cp} if plan.cp > 1 else {}
     v = {"virtual_stages": plan.virtual_stages} if plan.virtual_stages > 1 else {}
     ep = {"ep": plan.ep} if plan.ep > 1 else {}
-    return {"tp": plan.tp, **cp, **v, **ep, "micro_batch": plan.micro_batch,
+    etp = {"etp": plan.etp} if plan.etp is not None else {}
+    return {"tp": plan.tp, **cp, **v, **ep, **etp, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
             "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.partition_names import check_partitions
-from paraplan.cost.specs import ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace
+from paraplan.cost.specs import (ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace,
+                                 moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,8 +156,19 @@ class _Modes:
     zero: int = 0
     family: str = "stage"  # "stage": one class across groups; "replica": one class per group
     # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
-    # each ep group lies inside one replica class's dp x cp ranks of one stage (cost/moe.py)
+    # each ep group lies inside one replica class's tp x dp x cp ranks of one stage (cost/moe.py)
     ep: int = 1
+    # expert tensor parallel degree (cost/specs.Outer.etp): None = tp; an etp equal to tp is
+    # stored as None
+    etp: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.etp is not None and self.etp == self.tp:
+            object.__setattr__(self, "etp", None)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,7 +242,7 @@ class HeteroPlan(_Modes):
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
-                           family=self.family, ep=self.ep)
+                           family=self.family, ep=self.ep, etp=self.etp)
 
     def check_against(self, inst: HeteroInstance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""
@@ -283,17 +295,15 @@ class HeteroPlan(_Modes):
                                       " micro-batches per replica (solver/hetero_space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
-        if self.ep > 1:
-            if m.moe is None or m.moe.experts % self.ep:
-                raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model whose expert"
-                                  " count it divides")
+        if self.ep < 1 or self.expert_tp < 1:
+            raise ConfigError("plan.ep and plan.etp must be >= 1")
+        if self.ep > 1 or self.etp is not None:
+            # an expert group lies inside one class's tp x data x context parallel ranks of a stage
             for c in self.classes:
-                if (c.replicas * self.cp) % self.ep:
-                    raise ConfigError(f"ep={self.ep} must divide every class's replicas x cp (a"
-                                      f" class has {c.replicas} x {self.cp}): an expert group lies"
-                                      " inside one class's data x context parallel ranks")
-        elif self.ep < 1:
-            raise ConfigError("plan.ep must be >= 1")
+                problem = moe_fold_problem(m, self.tp, c.replicas * self.cp, self.sequence_parallel,
+                                           self.ep, self.expert_tp)
+                if problem:
+                    raise ConfigError(f"{problem} (a class has {c.replicas} replicas x cp {self.cp})")
         for c in self.classes:
             for _, parts in c.partitions:
                 check_partitions(_LayerPlan(partitions=parts, tp=self.tp, zero=self.zero,

@@ -199,10 +199,11 @@ _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s
              "cudnn_attention_speedup")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
-              "partitions", "ep")
+              "partitions", "ep", "etp")
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
-                "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions", "ep")
+                "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions", "ep",
+                "etp")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
 
@@ -800,7 +801,7 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     """The planner's declared space; absent keys keep SearchSpace's documented defaults. With
     `framework`, a listed value that framework can never run is refused (module docstring)."""
     kw: dict[str, Any] = {}
-    for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero", "ep"):
+    for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero", "ep", "etp"):
         if sec.has(key):
             kw[key] = sec.list_of(key, lambda v, f, key=key: _check_int(v, sec.path, f, key),
                                   "integers")
@@ -1135,6 +1136,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             full_recompute_layers=full,
             partitions=plan_partitions(sec),
             ep=sec.integer("ep", 1),
+            etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
         )
         plan.check_against(inst)
     return plan
@@ -1177,6 +1179,8 @@ def plan_to_mapping(plan: Plan) -> dict:
         out["partitions"] = dict(plan.partitions)
     if plan.ep > 1:  # absent: 1 (dense plan files stay as they were)
         out["ep"] = plan.ep
+    if plan.etp is not None:  # absent: etp = tp (plans without parallel folding stay as they were)
+        out["etp"] = plan.etp
     # Only with NONE does `full` read back as the same Plan (full maps to NONE).
     if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
         out["recompute"] = RECOMPUTE_FULL
@@ -1313,7 +1317,7 @@ def plan_file_mapping(inst: Instance, plan: Plan) -> dict:
 # YAML search keys whose SearchSpace field has another name (the unit is converted at load)
 _SEARCH_FIELDS = {"memory_reserve_gib": "memory_reserve_bytes"}
 SEARCH_LIST_KEYS = ("tp", "pp", "cp", "micro_batch", "sequence_parallel", "zero", "virtual_stages",
-                    "recompute", "tensor_partitions", "ep")
+                    "recompute", "tensor_partitions", "ep", "etp")
 
 
 def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--search>") -> Instance:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost import memory, schedule
+from paraplan.cost import memory, moe, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
 from paraplan.cost.flops import expert_params
 from paraplan.cost.specs import Instance, Plan
@@ -53,10 +53,11 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     runtime = memory.runtime_bytes(tp, cp, o.dp, pp)
-    # MoE: a GPU's experts (experts / ep, each 1/tp) are sharded over the expert-data-parallel
-    # group (shard / ep ranks), so their state splits by that group's shares (cost/moe.py)
-    ex = (m.moe.experts // o.ep) * expert_params(m) / tp if m.moe is not None else 0.0
-    ew, eg, eo = _state_shares(o.zero, shard // o.ep, fw, inst.job.optimizer)
+    # MoE: a GPU's experts (experts / ep, each 1/etp) are sharded over the expert-data-parallel
+    # group (moe.edp_ranks: shard * tp / (ep * etp) ranks), so their state splits by that
+    # group's shares (cost/moe.py)
+    ex = (m.moe.experts // o.ep) * expert_params(m) / o.expert_tp if m.moe is not None else 0.0
+    ew, eg, eo = _state_shares(o.zero, moe.edp_ranks(shard, o), fw, inst.job.optimizer)
     out = []
     for s in range(pp):
         embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw, inst.job.optimizer)

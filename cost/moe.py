@@ -1,28 +1,54 @@
 """Mixture-of-experts layers with expert parallelism: what one MoE layer adds to its attention
 part (priced as a dense layer whose MLP is the shared MLP: cost/flops.moe_attention_view).
 
-Layout (Megatron-core's, the framework paraplan exports MoE plans to): expert tensor parallel =
-tp (Megatron-core's default when --expert-tensor-parallel-size is not given), and the `ep`
-expert-parallel ranks of a group are consecutive data-parallel x context-parallel ranks, tp
-apart (its expert rank order tp-ep-dp-pp). Each ep rank holds experts / ep whole experts, each
-split over the tp group as a dense MLP is; the expert-data-parallel group over which expert
-gradients are reduced (and sharded by the distributed optimizer) is dp*cp / ep ranks, tp*ep
-apart. With tp > 1 Megatron-core requires sequence parallelism (cost/space_rules.moe_problem).
+Layout (Megatron-core's, the framework paraplan exports MoE plans to; Megatron-LM d98e8a64dd,
+megatron/core/parallel_state.py initialize_model_parallel): the attention part of a pipeline
+stage runs on tp x cp x dp GPUs (rank order tp-cp-ep-dp-pp, tp fastest), the expert part on
+the same GPUs laid out as etp x ep x edp (its expert rank generator's order tp-ep-dp-pp with
+tp = --expert-tensor-parallel-size, cp folded away), so etp * ep * edp = tp * cp * dp: MoE
+"parallel folding" (D. Liu et al., arXiv 2504.14960). etp (plan.etp; default tp, Megatron-core's
+default when --expert-tensor-parallel-size is not given) consecutive ranks split each expert's
+GEMMs; the ep ranks of an expert-parallel group lie etp apart, and may so span tp and cp ranks
+of the attention layout as well as dp ones; each holds experts / ep whole experts. The
+expert-data-parallel group over which expert gradients are reduced (and sharded by the
+distributed optimizer) is edp = tp*cp*dp / (ep*etp) ranks, etp*ep apart (edp_ranks). With
+tp > 1 Megatron-core requires sequence parallelism (cost/space_rules.moe_problem), and what
+etp x ep may be is cost/specs.moe_fold_problem.
+
+Tokens between the two layouts: no re-layout is needed. With sequence parallelism (or tp = 1)
+each rank holds its own 1/tp share of its replica's cp shard of tokens, b s / (cp tp) of them,
+and the dispatcher routes exactly those: the all-to-all over the ep group sends each rank's
+own tokens' top_k copies to the ranks holding their experts, then the all-gather over the etp
+group gives every etp rank the copies its etp peers received (megatron/core/transformer/moe/
+token_dispatcher.py, MoEAlltoAllTokenDispatcher: its tp group is the expert tp group,
+pg_collection.expt_tp, so with etp < tp the gather and the reduce-scatter shrink to etp).
+One ep rank's experts (on its etp group) therefore see the copies of etp x ep ranks' tokens,
+etp times one rank's: routed = k b s / cp x etp / tp (routed_tokens x fold; with etp = tp, one
+replica's whole cp shard, as before parallel folding). Per rank of the etp group, before the
+all-gather, routed / etp copies: what it sends in the all-to-all and permutes.
 
 Per layer, one micro-batch, forward (backward: twice the GEMMs and elementwise passes, and the
 same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
     router       a hidden x experts GEMM on each rank's tokens, softmax and top-k
     dispatch     each rank sends its tokens' top_k copies to the ranks holding their experts:
-                 an all-to-all over the ep group, then an all-gather over tp (the expert's
-                 GEMMs are tp-split, so every tp rank needs every routed token)
+                 an all-to-all over the ep group (routed / etp copies per rank), then an
+                 all-gather over etp (the expert's GEMMs are etp-split, so every etp rank
+                 needs every routed token)
     experts      experts / ep separate expert MLPs per rank, each on its share of the routed
-                 tokens, each GEMM priced by the size-dependent matmul efficiency
+                 tokens (routed / (experts / ep)), ffn split over etp, each GEMM priced by the size-dependent matmul efficiency
                  (cost/coefficients.matmul_time_s: a small per-expert GEMM pays the fixed
                  per-call cost, which is what makes fine-grained experts slow)
-    combine      reduce-scatter over tp, then the all-to-all back, and the probability-weighted
+    combine      reduce-scatter over etp, then the all-to-all back, and the probability-weighted
                  sum of each token's top_k outputs
     permutation  gathering routed copies into expert order and scattering them back: two
-                 memory-bound passes that each read and write every routed copy
+                 memory-bound passes that each read and write the rank's routed / etp copies
+
+Memory per GPU: expert weights (and their gradients and optimizer state, sharded over the
+edp group by ZeRO 1-2) experts / ep x 3 (SwiGLU; 2 for GELU) x hidden x expert_ffn / etp;
+stashed per micro-batch: the routed copies at full width (routed x hidden: the wgrad of MLP-in
+reads them on every etp rank), MLP-in outputs and the activation's output (their 1/etp share),
+the combine's expert outputs after the reduce-scatter (routed / etp x hidden) and the router's
+fp32 probabilities (on the rank's own tokens).
 
 Load imbalance: routing is never perfectly even, and the busiest ep rank sets the pace of
 every collective and GEMM above. `imbalance` (busiest rank's routed tokens / mean) multiplies
@@ -184,9 +210,10 @@ class EpLinks:
     per_domain: int
 
 
-def ep_links(cluster: ClusterSpec, ep: int, tp: int) -> EpLinks:
-    """The links of an ep group whose ranks lie tp apart (module docstring)."""
-    per_domain = max(1, min(ep, cluster.domain_gpus // tp)) if tp <= cluster.domain_gpus else 1
+def ep_links(cluster: ClusterSpec, ep: int, stride: int) -> EpLinks:
+    """The links of an ep group whose ranks lie `stride` (the plan's etp) apart (module
+    docstring)."""
+    per_domain = max(1, min(ep, cluster.domain_gpus // stride)) if stride <= cluster.domain_gpus else 1
     return EpLinks(intra=cluster.intra_node, inter=cluster.inter_node, per_domain=per_domain)
 
 
@@ -230,11 +257,33 @@ class ExpertTerms:
     wgrad_s: float = 0.0  # backward's weight-gradient GEMMs (router and experts)
 
 
-def routed_tokens(m, b: int, cp: int, ep: int) -> float:
-    """Routed token copies the busiest ep rank's experts process per micro-batch (the whole tp
-    group's): imbalance (ep > 1) x top_k x the tokens of one replica's cp shard. Balanced,
-    every rank receives what it sends: its tokens' top_k copies."""
-    return (imbalance(m) if ep > 1 else 1.0) * m.moe.top_k * b * m.seq_len / cp
+def routed_tokens(m, b: int, cp: int, ep: int, fold: float = 1.0) -> float:
+    """Routed token copies the busiest ep rank's experts process per micro-batch (the whole etp
+    group's): imbalance (ep > 1) x top_k x the tokens of one replica's cp shard x `fold`, the
+    etp group's share of them (fold(o): etp / tp; 1 where etp = tp). Balanced, every rank
+    receives what it sends: its tokens' top_k copies, and the etp group gathers its ranks'."""
+    return (imbalance(m) if ep > 1 else 1.0) * m.moe.top_k * b * m.seq_len / cp * fold
+
+
+def fold(o: Outer) -> float:
+    """etp / tp: how many attention tensor-parallel ranks' tokens an expert tensor-parallel
+    group gathers, over tp (module docstring; etp != tp needs sequence parallelism or tp = 1,
+    cost/specs.moe_fold_problem). 1 where etp = tp, whatever sequence parallelism."""
+    return 1.0 if o.etp is None else o.etp / o.tp
+
+
+def own_share(o: Outer) -> int:
+    """Ranks of the etp group over which its routed copies are split before the all-gather
+    (each rank's own tokens' copies): etp with sequence parallelism or parallel folding; 1
+    with tp = etp > 1 and no sequence parallelism (every tp rank holds the replica's tokens)."""
+    return o.expert_tp if (o.sequence_parallel or o.etp is not None) else 1
+
+
+def edp_ranks(dp_ranks: int, o: Outer) -> int:
+    """The expert-data-parallel group's size, tp * dp_ranks / (ep * etp), where `dp_ranks` is
+    the stage's data x context parallel ranks (dp * cp; on a mixed cluster every replica's):
+    the ranks holding the same experts (module docstring)."""
+    return dp_ranks * o.tp // (o.ep * o.expert_tp)
 
 
 def expert_fp8_cast_elements(m, o: Outer) -> tuple[float, float, float]:
@@ -244,77 +293,86 @@ def expert_fp8_cast_elements(m, o: Outer) -> tuple[float, float, float]:
     Megatron-core runs FP8 experts as Transformer Engine GroupedLinear layers (TEGroupedMLP),
     which are plain linears: nothing fuses their input casts into the producer, as
     LayerNormLinear does for the dense MLP-in. Forward casts MLP-in's input, the routed
-    copies at full width on every tp rank, and MLP-out's input, the activation's output (its
-    fe/tp share); backward casts the two output gradients arriving in bf16 (MLP-out's at full
-    width, MLP-in's n_in x fe/tp), the same accounting as cost/flops.fp8_cast_elements gives a
+    copies at full width on every etp rank, and MLP-out's input, the activation's output (its
+    fe/etp share); backward casts the two output gradients arriving in bf16 (MLP-out's at full
+    width, MLP-in's n_in x fe/etp), the same accounting as cost/flops.fp8_cast_elements gives a
     dense layer. Weights: the rank's local experts, cast as the dense weights are (once per
     iteration where the framework caches them, cost/framework.Behaviour.fp8_weight_cache)."""
     moe = m.moe
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
-    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep)
-    fe_tp = moe.expert_ffn / o.tp
+    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o))
+    fe_tp = moe.expert_ffn / o.expert_tp
     forward = routed * (m.hidden + fe_tp)
     backward = routed * (m.hidden + n_in * fe_tp)
     weights = moe.experts // o.ep * (n_in + 1) * m.hidden * fe_tp
     return forward, backward, weights
 
 
-def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int) -> float:
+def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int, etp: int | None = None) -> float:
     """Bytes one rank puts into one dispatch (or combine) all-to-all: its routed copies, bf16,
-    of its 1/tp sequence-parallel share of the tokens (tp = 1: all of them)."""
-    return routed_tokens(m, b, cp, ep) * m.hidden * BF16_BYTES / (tp if sp else 1)
+    of its 1/tp sequence-parallel share of the tokens (tp = 1: all of them); the etp group's
+    routed copies (routed_tokens x etp / tp) over etp, the same count whatever etp
+    (`etp`: None = tp)."""
+    if etp is None or etp == tp:
+        return routed_tokens(m, b, cp, ep) * m.hidden * BF16_BYTES / (tp if sp else 1)
+    return routed_tokens(m, b, cp, ep, etp / tp) * m.hidden * BF16_BYTES / etp
 
 
 def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bool],
                  links: EpLinks | tuple[Link, bool], net: NetEfficiency,
                  matmul_time_s: Callable[[float, GpuSpec], float],
                  memory_time_s: Callable[[float, GpuSpec], float]) -> ExpertTerms:
-    """The expert part of one MoE layer (module docstring). `matmul_time_s` / `memory_time_s`
+    """The expert part of one MoE layer (module docstring). `tp_link`: the expert
+    tensor-parallel group's link (etp consecutive ranks). `matmul_time_s` / `memory_time_s`
     price one GEMM and one memory-bound pass as cost/coefficients does for the dense layer."""
     m = inst.model
     moe = m.moe
     tp, cp, b, sp = o.tp, o.cp, o.micro_batch, o.sequence_parallel
+    etp = o.expert_tp
     h, fe = m.hidden, moe.expert_ffn
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     split = tp if sp else 1  # tokens held per rank before dispatch: 1/tp with sequence parallel
     tokens = b * m.seq_len / cp
-    routed = routed_tokens(m, b, cp, o.ep)
+    routed = routed_tokens(m, b, cp, o.ep, fold(o))  # the etp group's routed copies
+    own = own_share(o)  # routed / own: a rank's own tokens' copies (etp = tp: routed / split)
     local = moe.experts // o.ep
     per_expert = routed / local
 
     router = matmul_time_s(2 * tokens / split * h * moe.experts, gpu)
-    gemms = local * (n_in * matmul_time_s(2 * per_expert * h * fe / tp, gpu)
-                     + matmul_time_s(2 * per_expert * fe * h / tp, gpu))
-    permute = PERMUTE_PASSES * 2 * routed / split * h * BF16_BYTES
-    activation = (n_in + 1) * routed * fe / tp * BF16_BYTES
+    gemms = local * (n_in * matmul_time_s(2 * per_expert * h * fe / etp, gpu)
+                     + matmul_time_s(2 * per_expert * fe * h / etp, gpu))
+    permute = PERMUTE_PASSES * 2 * routed / own * h * BF16_BYTES
+    activation = (n_in + 1) * routed * fe / etp * BF16_BYTES
     router_elem = 3 * tokens / split * moe.experts * ROUTER_LOGIT_BYTES
     # GEMM output stores (cost/flops.gemm_output_elements): forward MLP-in and MLP-out
     # outputs, backward the input gradients
-    out_f = routed * (n_in * fe / tp + h)
-    out_b = routed * (n_in * h + fe / tp)
+    out_f = routed * (n_in * fe / etp + h)
+    out_b = routed * (n_in * h + fe / etp)
     elem = memory_time_s(permute + activation + router_elem, gpu)
     compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
     compute_b = 2 * (router + gemms) + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
 
     if inst.job.moe_dispatcher is MoeDispatcher.DEEPEP and isinstance(links, EpLinks):
         # every token once (imbalance included), copied as deepep_copies says
-        token_bytes = routed / moe.top_k * h * BF16_BYTES / (tp if sp else 1)
+        token_bytes = routed / moe.top_k * h * BF16_BYTES / own
         fp8 = inst.job.precision is Precision.FP8
         dispatch = deepep_time_s(token_bytes * (FP8_DISPATCH_BYTES_PER_ELEMENT / BF16_BYTES if fp8 else 1),
                                  m, o.ep, links, net)
         a2a = dispatch + deepep_time_s(token_bytes, m, o.ep, links, net)
     else:
-        a2a = 2 * all_to_all_time_s(a2a_bytes(m, b, tp, cp, sp, o.ep), o.ep, links, net)  # dispatch + combine
+        a2a = 2 * all_to_all_time_s(routed * h * BF16_BYTES / own, o.ep, links, net)  # dispatch + combine
     link, inter = tp_link
-    tp_pair = 2 * comm.all_gather_time_s(routed * h * BF16_BYTES, tp, link, inter, net)
+    # the etp group's all-gather of the routed copies and the reduce-scatter of their outputs
+    # (the same ring volume, comm.all_gather_time_s)
+    tp_pair = 2 * comm.all_gather_time_s(routed * h * BF16_BYTES, etp, link, inter, net)
 
-    # stashed for backward: each expert's input (all routed copies, full width, on every tp
-    # rank: the wgrad of MLP-in reads it), MLP-in outputs and the activation's output (tp
-    # shares), the combine's expert outputs (its 1/tp share after the reduce-scatter), and the
+    # stashed for backward: each expert's input (all routed copies, full width, on every etp
+    # rank: the wgrad of MLP-in reads it), MLP-in outputs and the activation's output (etp
+    # shares), the combine's expert outputs (its 1/etp share after the reduce-scatter), and the
     # router's fp32 probabilities
-    act = (routed * h * BF16_BYTES + (n_in + 1) * routed * fe / tp * BF16_BYTES
-           + routed * h * BF16_BYTES / tp + tokens / split * moe.experts * ROUTER_LOGIT_BYTES)
-    params = local * (n_in + 1) * h * fe / tp
+    act = (routed * h * BF16_BYTES + (n_in + 1) * routed * fe / etp * BF16_BYTES
+           + routed * h * BF16_BYTES / etp + tokens / split * moe.experts * ROUTER_LOGIT_BYTES)
+    params = local * (n_in + 1) * h * fe / etp
     # the weight-gradient GEMMs of backward (the router's and the experts'), each the size of
     # its forward GEMM: what DualPipe defers into the bubble (cost/dualpipe.py)
     return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a, a2a_b_s=a2a,

@@ -90,6 +90,7 @@ RANGES: dict[str, Range] = {
                                  " (node-limited routing; DeepSeek-V3: 4); at most a node count",
                                  integer=True),
     "ep": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "etp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     # --- multi-head latent attention (instance `model.mla:`, DeepSeek-V2/V3 configs) ---------
     "q_lora_rank": Range(1, 1_048_576, "", "the query latent's width, at most the hidden size's"
                          " range (DeepSeek-V3: 1,536; DeepSeek-V2-Lite: none)", integer=True),

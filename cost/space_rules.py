@@ -88,16 +88,47 @@ def pp_problem(p: int, model: ModelSpec, gpus: int, max_pp: int | None) -> str |
 
 
 def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int) -> list[int]:
-    """The expert-parallel degrees of the space for a plan whose data-parallel x context-parallel
-    group has `ranks` GPUs: the listed values (default: every divisor of the expert count) that
-    divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py; on a
-    mixed cluster inside one replica class's, so `ranks` is then the gcd of the classes'). A
-    dense model runs ep = 1 only. The one rule solver/space.py and solver/hetero_space.py both
-    use."""
+    """The expert-parallel degrees of the space for a plan whose stage has `ranks` GPUs per
+    expert tensor-parallel group (tp x dp x cp / etp; etp = tp: the data-parallel x
+    context-parallel group): the listed values (default: every divisor of the expert count)
+    that divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py;
+    on a mixed cluster inside one replica class's, so `ranks` is then the gcd of the classes').
+    A dense model runs ep = 1 only. The one rule solver/hetero_space.py uses (expert_layouts)."""
     if model.moe is None:
         return [1]
     vals = listed if listed is not None else _divisors(model.moe.experts)
     return [e for e in vals if model.moe.experts % e == 0 and ranks % e == 0]
+
+
+def etp_values(model: ModelSpec, listed: tuple[int, ...] | None, tp: int) -> list[int]:
+    """The expert tensor-parallel degrees of the space for a plan of tensor-parallel degree tp:
+    tp first (Megatron-core's default, and every plan before parallel folding), then the
+    listed values that divide the experts' ffn width. Default: tp and 1, the setting
+    Megatron-core's MoE README recommends for fine-grained experts (megatron/core/transformer/
+    moe/README.md at d98e8a64dd, --expert-tensor-parallel-size: "Recommended to set to 1 for
+    fine-grained MoE models"): each GPU runs whole experts, no expert all-gather. Every divisor
+    of tp as the default would triple the MoE instances' outer configurations (each priced);
+    list them under search.etp to search them. A dense model runs etp = tp only."""
+    if model.moe is None:
+        return [tp]
+    vals = listed if listed is not None else (1,)
+    return [tp] + sorted(e for e in set(vals) if e != tp and model.moe.expert_ffn % e == 0)
+
+
+def expert_layouts(model: ModelSpec, space: SearchSpace, tp: int, ranks: int,
+                   sp: bool) -> list[tuple[int, int | None]]:
+    """(ep, etp) of the space for a stage of tensor-parallel degree tp over `ranks` data x
+    context parallel ranks (on a mixed cluster the gcd of the classes' replicas x cp), etp as a
+    plan stores it (None: = tp), in a fixed order: etp = tp first with ep as ep_values orders
+    it (the space before parallel folding), then each other etp (etp_values). Each pair
+    satisfies cost/specs.moe_fold_problem: etp * ep divides tp * ranks, etp != tp only with
+    sequence parallelism or tp = 1."""
+    out: list[tuple[int, int | None]] = []
+    for etp in etp_values(model, space.etp, tp):
+        if (tp * ranks) % etp or etp != tp and tp > 1 and not sp:
+            continue
+        out += [(ep, None if etp == tp else etp) for ep in ep_values(model, space.ep, tp * ranks // etp)]
+    return out
 
 
 def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:
@@ -141,7 +172,16 @@ def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
         if "ep" in given and space.ep is not None and max(space.ep) > 1:
             return Refusal("ep", f"ep={max(space.ep)} needs a mixture-of-experts model, and"
                            f" {model.name} is dense (no model.moe)", "use ep: [1] or drop the key")
+        if "etp" in given and space.etp is not None:
+            return Refusal("etp", f"etp (expert tensor parallel) needs a mixture-of-experts model,"
+                           f" and {model.name} is dense (no model.moe)", "drop the key")
         return None
+    if "etp" in given and space.etp is not None:
+        for e in space.etp:
+            if model.moe.expert_ffn % e:
+                return Refusal("etp", f"etp={e} does not divide the experts' ffn width"
+                               f" {model.moe.expert_ffn}", "use a divisor of expert_ffn; drop it"
+                               " from the list")
     if "ep" in given and space.ep is not None:
         for e in space.ep:
             if model.moe.experts % e:

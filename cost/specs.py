@@ -467,11 +467,14 @@ class SearchSpace:
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
     tensor_partitions: tuple[str, ...] = ("megatron",)
     # expert parallel degrees (MoE models; cost/space_rules.ep_values): None, every divisor of
-    # the experts that divides dp x cp; dense models run ep = 1 only
+    # the experts that divides tp x dp x cp / etp; dense models run ep = 1 only
     ep: tuple[int, ...] | None = None
+    # expert tensor parallel degrees (MoE models; cost/space_rules.etp_values), searched besides
+    # tp: None, 1 (Megatron-core's parallel folding, cost/moe.py); dense models: tp only
+    etp: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "ep"):
+        for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "ep", "etp"):
             vals = getattr(self, name)
             if vals is not None and (not vals or min(vals) < 1):
                 raise ConfigError(f"search.{name} needs a non-empty list of integers >= 1")
@@ -496,6 +499,33 @@ class Instance:
     source: str = "<memory>"  # file the instance came from, for messages
 
 
+def moe_fold_problem(model, tp: int, ranks: int, sp: bool, ep: int, etp: int) -> str | None:
+    """Why an MoE layer cannot run expert parallel `ep` x expert tensor parallel `etp` on a
+    stage whose attention runs tp x `ranks` (data x context parallel) GPUs, or None.
+
+    Megatron-core's parallel folding (Megatron-LM d98e8a64dd, megatron/core/parallel_state.py
+    initialize_model_parallel: the expert rank generator lays etp x ep x edp over the same GPUs
+    of a pipeline stage, and refuses a world size etp x ep x pp does not divide): etp x ep must
+    divide tp x ranks; each expert's ffn is split over etp (tensor_parallel/layers.py divides
+    its output size by the group size); and with tp > 1 the attention's tokens reach the
+    dispatcher split over tp by sequence parallelism (moe/moe_layer.py refuses tp > 1 without
+    it in training), which is what the expert layout's token count assumes (cost/moe.py)."""
+    moe = model.moe
+    if moe is None:
+        return (f"ep={ep}, etp={etp} need a mixture-of-experts model (model.moe)"
+                if ep > 1 or etp != tp else None)
+    if moe.experts % ep:
+        return f"ep={ep} must divide the {moe.experts} experts"
+    if moe.expert_ffn % etp:
+        return f"etp={etp} must divide the experts' ffn width {moe.expert_ffn}"
+    if (tp * ranks) % (ep * etp):
+        return (f"ep*etp = {ep * etp} must divide the stage's tp*dp*cp = {tp * ranks} GPUs (the"
+                " expert layout etp x ep x edp folds over the attention's tp x cp x dp)")
+    if etp != tp and tp > 1 and not sp:
+        return f"etp={etp} differs from tp={tp}: Megatron-core runs MoE with tp > 1 only with sequence parallelism"
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Outer:
     """The part of a plan fixed before the layer split: degrees, batching and modes.
@@ -514,15 +544,30 @@ class Outer:
     recompute: Recompute = Recompute.NONE
     zero: int = 0  # 0 none, 1 optimizer states (Megatron distributed optimizer), 2 +grads, 3 +params
     virtual_stages: int = 1  # interleaved 1F1B model chunks per stage
-    # expert parallel degree (MoE models): the experts are sharded over ep ranks of the dp x cp
-    # group, expert tensor parallel = tp (Megatron-core's default); 1 for dense models
+    # expert parallel degree (MoE models): the experts are sharded over ep ranks of the stage's
+    # tp x dp x cp GPUs, etp apart (cost/moe.py); 1 for dense models
     ep: int = 1
+    # expert tensor parallel degree (MoE models, Megatron-core's --expert-tensor-parallel-size):
+    # each expert's GEMMs split over etp consecutive GPUs; None: = tp (Megatron-core's
+    # default). Stored canonically: an etp equal to tp is None, so a plan file without etp and
+    # one naming etp = tp are the same plan. Read it through `expert_tp`.
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages",
                      "ep"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"plan.{name} must be >= 1")
+        if self.etp is not None:
+            if self.etp < 1:
+                raise ConfigError("plan.etp must be >= 1 (or left out: etp = tp)")
+            if self.etp == self.tp:
+                object.__setattr__(self, "etp", None)
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor parallel degree: etp, or tp where the plan leaves it out."""
+        return self.tp if self.etp is None else self.etp
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
         if self.virtual_stages > 1 and self.pp == 1:
@@ -603,9 +648,8 @@ class Plan(Outer):
         if m.mla is not None and self.zero == 3:
             raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
                               " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
-        if self.ep > 1:
-            if m.moe is None:
-                raise ConfigError(f"ep={self.ep} needs a mixture-of-experts model (model.moe)")
-            if m.moe.experts % self.ep or (self.dp * self.cp) % self.ep:
-                raise ConfigError(f"ep={self.ep} must divide the {m.moe.experts} experts and"
-                                  f" dp*cp = {self.dp * self.cp}")
+        if self.ep > 1 or self.etp is not None:
+            problem = moe_fold_problem(m, self.tp, self.dp * self.cp, self.sequence_parallel,
+                                       self.ep, self.expert_tp)
+            if problem:
+                raise ConfigError(problem)

@@ -25,9 +25,10 @@ the job's framework runs it (cost/framework_rules.py, checked for every class: i
 count, its replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines, so
 a mixed cluster gets them on single-stage classes only). ZeRO shards over every replica and
 context-parallel rank of the plan, as the gradient ring spans them (so it needs
-replicas * cp > 1). MoE models (cost/space_rules.ep_values, moe_problem): one expert-parallel
-degree ep for every class, dividing the experts and every class's replicas * cp (an ep group lies
-inside one class's data x context parallel ranks of one stage, on one group, as on one group);
+replicas * cp > 1). MoE models (cost/space_rules.expert_layouts, moe_problem): one expert-parallel
+degree ep and one expert tensor-parallel degree etp (default: the divisors of tp) for every class,
+ep dividing the experts and ep * etp every class's tp * replicas * cp (an expert group lies
+inside one class's ranks of one stage, on one group, as on one group: parallel folding);
 the expert-data-parallel ring spans every replica's copy of the same experts. Micro-batch sizes: the divisors of the global batch that split it between
 the replicas, within search.max_micro_batch, capped from memory by the homogeneous rule
 (capped_micro_batches and micro_batch_lower_bound_parts below; micro_batch_values says how a
@@ -88,7 +89,7 @@ from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.hetero_coefficients import class_outer
 from paraplan.cost.hetero_loader import homogeneous_as_hetero
 from paraplan.cost.hetero_specs import ClassShape, HeteroInstance, HeteroOuter
-from paraplan.cost.space_rules import cp_problem, ep_values, group_tp_problem, moe_problem
+from paraplan.cost.space_rules import cp_problem, expert_layouts, group_tp_problem, moe_problem
 from paraplan.cost.specs import Attention, Instance, Outer
 from paraplan.solver.class_partitions import partition_count
 
@@ -227,7 +228,7 @@ def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: s
 def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
-    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, ep) that also breaks ties. `groups`: only plans
+    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp)) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
@@ -246,8 +247,10 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
             for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
                 for shapes in class_shapes(inst, tp, used, family, cp):
                     replicas = sum(c.replicas for c in shapes)
-                    # an ep group lies inside one class's dp x cp ranks (cost/space_rules.ep_values)
-                    eps = ep_values(m, s.ep, math.gcd(*(c.replicas * cp for c in shapes)))
+                    # an expert group lies inside one class's tp x dp x cp ranks
+                    # (cost/space_rules.expert_layouts: (ep, etp) pairs)
+                    ranks = math.gcd(*(c.replicas * cp for c in shapes))
+                    layouts = {sp: expert_layouts(m, s, tp, ranks, sp) for sp in s.sequence_parallel}
                     vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
                     pps = {c.pp for c in shapes}
                     for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
@@ -263,11 +266,12 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                     if not all(rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp,
                                                             zero=zero, v=v) for pp in pps):
                                         continue
-                                    for rc, ep in itertools.product(modes, eps):
+                                    for rc, (ep, etp) in itertools.product(modes, layouts[sp]):
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
-                                                               classes=shapes, family=family, ep=ep))
+                                                               classes=shapes, family=family, ep=ep,
+                                                               etp=etp))
     return out
 
 

@@ -102,13 +102,13 @@ def _build_table(inst: Instance, deadline: float | None) -> tuple[list[StageCoef
         return partition_plans.partition_coefficients(inst, outers, reserve, deadline=deadline)
     table = []
     # configurations differing only in micro-batching, modes or ZeRO share their placement
-    # (homogeneous_placement reads only the degrees, ep included, and whether the pipeline
+    # (homogeneous_placement reads only the degrees, ep and etp included, and whether the pipeline
     # wraps around)
     placements: dict[tuple, Placement] = {}
     for i, o in enumerate(outers):
         if deadline is not None and i % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
             return table, False
-        where = (o.tp, o.pp, o.dp, o.cp, o.virtual_stages > 1, o.ep)
+        where = (o.tp, o.pp, o.dp, o.cp, o.virtual_stages > 1, o.ep, o.etp)
         if where not in placements:
             placements[where] = homogeneous_placement(inst.cluster, o)
         table.append(build(inst, o, reserve_bytes=reserve, placement=placements[where]))
