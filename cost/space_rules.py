@@ -101,18 +101,19 @@ def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int) -> l
 
 
 def etp_values(model: ModelSpec, listed: tuple[int, ...] | None, tp: int) -> list[int]:
-    """The expert tensor-parallel degrees of the space for a plan of tensor-parallel degree tp:
-    tp first (Megatron-core's default, and every plan before parallel folding), then the
-    listed values that divide the experts' ffn width. Default: tp and 1, the setting
-    Megatron-core's MoE README recommends for fine-grained experts (megatron/core/transformer/
-    moe/README.md at d98e8a64dd, --expert-tensor-parallel-size: "Recommended to set to 1 for
-    fine-grained MoE models"): each GPU runs whole experts, no expert all-gather. Every divisor
-    of tp as the default would triple the MoE instances' outer configurations (each priced);
-    list them under search.etp to search them. A dense model runs etp = tp only."""
+    """The expert tensor-parallel degrees of the space for a plan of tensor-parallel degree tp,
+    tp first where it is one of them (Megatron-core's default, and every plan before parallel
+    folding). Default: tp and 1, the setting Megatron-core's MoE README recommends for
+    fine-grained experts (megatron/core/transformer/moe/README.md at d98e8a64dd,
+    --expert-tensor-parallel-size: "Recommended to set to 1 for fine-grained MoE models"):
+    each GPU runs whole experts, no expert all-gather. Every divisor of tp as the default would
+    triple the MoE instances' outer configurations (each priced); list them under search.etp
+    to search them. Listed: exactly those values that divide the experts' ffn width (a value
+    equal to the configuration's tp is its default layout). A dense model runs etp = tp only."""
     if model.moe is None:
         return [tp]
-    vals = listed if listed is not None else (1,)
-    return [tp] + sorted(e for e in set(vals) if e != tp and model.moe.expert_ffn % e == 0)
+    vals = set(listed if listed is not None else (tp, 1))
+    return [e for e in [tp] + sorted(vals - {tp}) if e in vals and model.moe.expert_ffn % e == 0]
 
 
 def expert_layouts(model: ModelSpec, space: SearchSpace, tp: int, ranks: int,
@@ -122,7 +123,8 @@ def expert_layouts(model: ModelSpec, space: SearchSpace, tp: int, ranks: int,
     plan stores it (None: = tp), in a fixed order: etp = tp first with ep as ep_values orders
     it (the space before parallel folding), then each other etp (etp_values). Each pair
     satisfies cost/specs.moe_fold_problem: etp * ep divides tp * ranks, etp != tp only with
-    sequence parallelism or tp = 1."""
+    sequence parallelism or tp = 1; an empty list where no listed etp fits (the configuration
+    is then not in the space)."""
     out: list[tuple[int, int | None]] = []
     for etp in etp_values(model, space.etp, tp):
         if (tp * ranks) % etp or etp != tp and tp > 1 and not sp:

@@ -469,8 +469,9 @@ class SearchSpace:
     # expert parallel degrees (MoE models; cost/space_rules.ep_values): None, every divisor of
     # the experts that divides tp x dp x cp / etp; dense models run ep = 1 only
     ep: tuple[int, ...] | None = None
-    # expert tensor parallel degrees (MoE models; cost/space_rules.etp_values), searched besides
-    # tp: None, 1 (Megatron-core's parallel folding, cost/moe.py); dense models: tp only
+    # expert tensor parallel degrees (MoE models; cost/space_rules.etp_values): None, each
+    # configuration's tp and 1 (Megatron-core's parallel folding, cost/moe.py); dense models:
+    # tp only
     etp: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:

@@ -367,7 +367,8 @@ def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) ->
         lines.append(f"{gpu}: no published row calibrates this GPU; its efficiencies are the"
                      " catalogue defaults (cost/gpus.yaml), not fitted")
     if inst.model.moe is not None:
-        lines.append(f"mixture of experts (ep={plan.ep}): no published MoE row is fitted; the"
+        etp = f", etp={plan.etp}" if plan.etp is not None else ""
+        lines.append(f"mixture of experts (ep={plan.ep}{etp}): no published MoE row is fitted; the"
                      " expert, all-to-all and imbalance terms are unvalidated (anchors:"
                      " cost/published/moe.yaml)")
     return lines

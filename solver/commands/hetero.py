@@ -91,7 +91,8 @@ def plan_lines(plan, inst) -> list[str]:
     names = [g.name for g in inst.cluster.groups]
     lines = [f"tp={plan.tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
              f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''}"
-             f"{f' ep={plan.ep}' if plan.ep > 1 else ''} micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
+             f"{f' ep={plan.ep}' if plan.ep > 1 else ''}{f' etp={plan.etp}' if plan.etp is not None else ''}"
+             f" micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
              f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
     for i, c in enumerate(plan.classes):
         lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"

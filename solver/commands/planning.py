@@ -35,7 +35,7 @@ def _plan_line(p) -> str:
     return (f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} micro_batch={p.micro_batch}"
             f" micro_batches={p.num_micro_batches} sp={'on' if p.sequence_parallel else 'off'}"
             f" zero={p.zero} virtual_stages={p.virtual_stages} recompute={p.recompute.value}"
-            f"{f' ep={p.ep}' if p.ep > 1 else ''}"
+            f"{f' ep={p.ep}' if p.ep > 1 else ''}{f' etp={p.etp}' if p.etp is not None else ''}"
             f" layers/stage=[{split}] full-recompute/stage=[{rc}]")
 
 

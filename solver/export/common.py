@@ -145,8 +145,9 @@ def refuse_megatron_only_layers(inst: Instance, plan: Plan) -> None:
     Megatron-core runs them: mixture-of-experts and multi-head latent attention."""
     if inst.model.moe is not None:
         raise ExportRefused(
-            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}): paraplan"
-            " prices MoE layers as Megatron-core runs them and exports them only to megatron")
+            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}, etp ="
+            f" {plan.expert_tp}): paraplan prices MoE layers, expert tensor parallelism included,"
+            " as Megatron-core runs them and exports them only to megatron")
     if inst.model.mla is not None:
         raise ExportRefused(
             f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"

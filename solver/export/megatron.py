@@ -185,8 +185,12 @@ def render(inst: Instance, e: Emitted) -> str:
     if p.cp > 1:
         par.append(("--cp-comm-type", "p2p", "ring exchange of K/V blocks, as paraplan prices it"))
     if m.moe is not None:
-        par += [("--expert-model-parallel-size", p.ep, "experts sharded over ep ranks of dp x cp"),
-                ("--expert-tensor-parallel-size", p.tp, "each expert split like a dense MLP, as priced")]
+        par += [("--expert-model-parallel-size", p.ep, "experts sharded over ep ranks of tp x dp x cp,"
+                 " etp apart"),
+                ("--expert-tensor-parallel-size", p.expert_tp,
+                 "each expert split like a dense MLP, as priced" if p.etp is None else
+                 "parallel folding: each expert split over etp GPUs, the ep group folded over the"
+                 " attention's tp x cp x dp ranks, as priced")]
     if p.sequence_parallel:
         par.append(("--sequence-parallel", None, None))
         if job.tp_comm_overlap and p.tp > 1:

@@ -40,6 +40,21 @@ def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster(ep):
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("ep", [1, 2, 8])
+def test_one_group_prices_parallel_folding_like_one_homogeneous_cluster(ep):
+    # as above with expert tensor parallel 1 under tp 2 or 4 (parallel folding: the ep group
+    # spans tp ranks; ep 8 on 8 GPUs needs it, since dp x cp <= 4 there): the class planner's
+    # optimum is the homogeneous simulator's time for its plan
+    inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
+    inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
+                   search=replace(inst.search, ep=(ep,), etp=(1,), tp=(2, 4), sequence_parallel=(True,),
+                                  zero=(0, 1, 2)))
+    het = plan_hetero(homogeneous_as_hetero(inst))
+    assert het.status == "optimal" and het.plan.ep == ep and het.plan.etp == 1
+    bd = simulate(inst, hetero_plan_as_homogeneous(het.plan), reserve_bytes=inst.search.memory_reserve_bytes)
+    assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
+
+
 def _mixed(tmp_path, search=None) -> Path:
     raw = yaml.safe_load((ROOT / "instances/hetero/tiny-2types.yaml").read_text())
     raw["model"]["moe"] = dict(MOE)
@@ -125,3 +140,42 @@ def test_random_mixed_moe_instances_exercise_expert_parallelism():
         seen["ep>1 on both groups"] += ex.plan.ep > 1 and len(groups) == 2
         seen["prefix of 2"] += inst.model.moe.dense_layers == 2
     assert min(seen.values()) >= 1, seen
+
+
+def fold_hetero_instance(seed: int):
+    """moe_hetero_instance with tensor parallelism forced (tp 2 or 4, sequence parallel on), so
+    that its space offers parallel folding (etp = 1 beside etp = tp, the ep group spanning tp
+    ranks of one class's stage; cost/space_rules.expert_layouts)."""
+    inst = moe_hetero_instance(seed)
+    return replace(inst, name=f"hfold{seed}",
+                   search=replace(inst.search, tp=(2, 4), sequence_parallel=(True,)))
+
+
+# the first 8 seeds whose space offers etp != tp
+FOLD_SEEDS = [s for s in range(40)
+              if any(o.etp is not None for o in hetero_outers(fold_hetero_instance(s)))][:8]
+
+
+@pytest.mark.parametrize("seed", FOLD_SEEDS)
+def test_solvers_match_exhaustive_on_random_mixed_folding(seed):
+    """CP-SAT = MILP = exhaustive over the class space with expert tensor parallel choices;
+    exhaustive search's optimum folds the experts (etp != tp) on most of these seeds (seen: 6
+    of 8, the other 2 infeasible), so the agreement covers the folded layout's pricing."""
+    inst = fold_hetero_instance(seed)
+    ex = hetero_exhaustive(inst)
+    for backend in ("cpsat", "milp"):
+        res = plan_hetero(inst, backend, time_limit_s=30)
+        assert res.status in ("optimal", "infeasible"), (backend, res.status)
+        if ex.objective_s is None:
+            assert res.objective_s is None, backend
+            continue
+        tol = res.tolerance_s + 1e-9 * max(1.0, ex.objective_s)
+        assert res.objective_s == pytest.approx(ex.objective_s, abs=tol), backend
+
+
+def test_random_mixed_folding_instances_fold():
+    seen = {"etp!=tp": 0, "etp=tp or infeasible": 0}
+    for seed in FOLD_SEEDS:
+        plan = hetero_exhaustive(fold_hetero_instance(seed)).plan
+        seen["etp!=tp" if plan is not None and plan.etp is not None else "etp=tp or infeasible"] += 1
+    assert seen["etp!=tp"] >= 4, seen

@@ -57,3 +57,32 @@ def test_the_random_moe_instances_choose_expert_parallelism():
         if ex.plan is not None:
             seen["ep>1" if ex.plan.ep > 1 else "ep=1"] += 1
     assert min(seen.values()) >= 2, seen
+
+
+def fold_instance(seed: int):
+    """moe_instance with tensor parallelism forced (tp 2 or 4, sequence parallel on), so that
+    the space offers parallel folding (expert tensor parallel etp = 1 beside etp = tp, the ep
+    group folded over the tp ranks; cost/space_rules.expert_layouts)."""
+    inst = moe_instance(seed)
+    return replace(inst, name=f"fold{seed}",
+                   search=replace(inst.search, tp=(2, 4), sequence_parallel=(True,)))
+
+
+FOLD_SEEDS = small_seeds(fold_instance, 9000, 16, 20_000,
+                         accept=lambda outers: any(o.etp is not None for o in outers))
+
+
+@pytest.mark.parametrize("seed", FOLD_SEEDS)
+def test_all_methods_agree_with_parallel_folding(seed):
+    assert_backends_agree_with_exhaustive(fold_instance(seed))
+
+
+def test_the_folding_instances_choose_both_expert_layouts():
+    """The folding agreement means something only if exhaustive search's optima pick etp != tp
+    on some instances and etp = tp on others (seen: 10 with etp = 1 < tp, 2 with etp = tp, 4
+    infeasible of 16)."""
+    seen = {"etp!=tp": 0, "etp=tp": 0, "infeasible": 0}
+    for seed in FOLD_SEEDS:
+        plan = exhaustive(fold_instance(seed)).plan
+        seen["infeasible" if plan is None else "etp!=tp" if plan.etp is not None else "etp=tp"] += 1
+    assert min(seen.values()) >= 2, seen
