@@ -155,3 +155,21 @@ def test_search_space_pairs():
     bad = search_from_section(Section({"etp": [3]}, "x.yaml", "search", SEARCH_KEYS))
     refusal = moe_refusal(bad, inst.model, frozenset({"etp"}))
     assert refusal is not None and "14336" in refusal.problem
+
+
+def test_exports_write_or_refuse_expert_tensor_parallelism():
+    import re
+
+    from paraplan.solver.export import to_deepspeed, to_torchtitan
+    from paraplan.solver.export.common import ExportRefused
+    from paraplan.solver.export.megatron import to_megatron
+    inst = replace(mixtral(), job=replace(mixtral().job, global_batch=256))
+    folded, default = Plan.of(FOLDED, [32], [0]), Plan.of(BASE, [32], [0])
+
+    def flag(text, name):
+        return re.search(rf"{name} (\d+)", text).group(1)
+    assert flag(to_megatron(inst, folded).text, "--expert-tensor-parallel-size") == "1"
+    assert flag(to_megatron(inst, default).text, "--expert-tensor-parallel-size") == "4"
+    for export in (to_torchtitan, to_deepspeed):
+        with pytest.raises(ExportRefused, match="etp = 1"):
+            export(inst, folded)
