@@ -564,15 +564,15 @@ class Outer:
                 raise ConfigError("plan.etp must be >= 1 (or left out: etp = tp)")
             if self.etp == self.tp:
                 object.__setattr__(self, "etp", None)
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ConfigError("virtual_stages > 1 needs pp > 1")
 
     @property
     def expert_tp(self) -> int:
         """The expert tensor parallel degree: etp, or tp where the plan leaves it out."""
         return self.tp if self.etp is None else self.etp
-        if self.zero not in (0, 1, 2, 3):
-            raise ConfigError("plan.zero must be 0, 1, 2 or 3")
-        if self.virtual_stages > 1 and self.pp == 1:
-            raise ConfigError("virtual_stages > 1 needs pp > 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
