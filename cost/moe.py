@@ -35,7 +35,8 @@ same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
                  all-gather over etp (the expert's GEMMs are etp-split, so every etp rank
                  needs every routed token)
     experts      experts / ep separate expert MLPs per rank, each on its share of the routed
-                 tokens (routed / (experts / ep)), ffn split over etp, each GEMM priced by the size-dependent matmul efficiency
+                 tokens (routed / (experts / ep)), ffn split over etp, each GEMM priced by
+                 the size-dependent matmul efficiency
                  (cost/coefficients.matmul_time_s: a small per-expert GEMM pays the fixed
                  per-call cost, which is what makes fine-grained experts slow)
     combine      reduce-scatter over etp, then the all-to-all back, and the probability-weighted

@@ -523,7 +523,8 @@ def moe_fold_problem(model, tp: int, ranks: int, sp: bool, ep: int, etp: int) ->
         return (f"ep*etp = {ep * etp} must divide the stage's tp*dp*cp = {tp * ranks} GPUs (the"
                 " expert layout etp x ep x edp folds over the attention's tp x cp x dp)")
     if etp != tp and tp > 1 and not sp:
-        return f"etp={etp} differs from tp={tp}: Megatron-core runs MoE with tp > 1 only with sequence parallelism"
+        return (f"etp={etp} differs from tp={tp}: Megatron-core runs MoE with tp > 1 only with"
+                " sequence parallelism")
     return None
 
 
