@@ -179,3 +179,18 @@ def test_random_mixed_folding_instances_fold():
         plan = hetero_exhaustive(fold_hetero_instance(seed)).plan
         seen["etp!=tp" if plan is not None and plan.etp is not None else "etp=tp or infeasible"] += 1
     assert seen["etp!=tp"] >= 4, seen
+
+
+def test_a_mixed_plan_file_keeps_its_expert_tensor_parallel_degree():
+    # a folded optimum of the random mixed instances, written as a plan file and read back:
+    # the same plan, etp included (a plan without etp writes none: etp = tp)
+    from paraplan.cost.hetero_loader import hetero_plan_from_mapping, hetero_plan_to_mapping
+    seed = next(s for s in FOLD_SEEDS if hetero_exhaustive(fold_hetero_instance(s)).plan is not None)
+    inst = fold_hetero_instance(seed)
+    plan = hetero_exhaustive(inst).plan
+    assert plan.etp is not None
+    out = hetero_plan_to_mapping(plan, inst)
+    assert out["etp"] == plan.etp
+    assert hetero_plan_from_mapping({"plan": out}, inst) == plan
+    unfolded = replace(plan, etp=None)
+    assert "etp" not in hetero_plan_to_mapping(unfolded, inst)
