@@ -173,3 +173,14 @@ def test_exports_write_or_refuse_expert_tensor_parallelism():
     for export in (to_torchtitan, to_deepspeed):
         with pytest.raises(ExportRefused, match="etp = 1"):
             export(inst, folded)
+
+
+def test_fp8_expert_casts_by_hand():
+    # TE GroupedLinear's stand-alone casts (cost/moe.expert_fp8_cast_elements), per micro-batch:
+    # forward copies x (4096 + 14336 / etp), backward copies x (4096 + 2 x 14336 / etp); weights
+    # 1 expert x 3 x 4096 x 14336 / etp.
+    # etp 1 (2048 copies): 37,748,736 / 67,108,864 / 176,160,768
+    # etp 4 (8192 copies): 62,914,560 / 92,274,688 / 44,040,192
+    m = mixtral().model
+    assert moe.expert_fp8_cast_elements(m, FOLDED) == (37_748_736, 67_108_864, 176_160_768)
+    assert moe.expert_fp8_cast_elements(m, BASE) == (62_914_560, 92_274_688, 44_040_192)
