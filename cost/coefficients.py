@@ -166,6 +166,14 @@ class Site:
     # expert-data-parallel group's link; None: the site's dp_link stands for both
     ep_links: moe.EpLinks | None = None
     edp_link: tuple[Link, bool] | None = None
+    # the stage's tensor-parallel degree where it differs from the outer configuration's (a
+    # mixed cluster with a tp per node group, cost/hetero_coefficients.py); None: the outer's
+    tp: int | None = None
+
+
+def stage_outer(o: Outer, site: Site) -> Outer:
+    """The Outer that prices a layer on `site`: `o` with the site's own tp, if it has one."""
+    return o if site.tp is None or site.tp == o.tp else replace(o, tp=site.tp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,8 +629,12 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     per_stage = []
     for site in pl.sites:
         if id(site) not in cache:
-            cache[id(site)] = _layer_costs(inst, o, site, dp_n, net, layer_fn)
+            cache[id(site)] = _layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn)
         per_stage.append(cache[id(site)])
+    # each stage's tp (Site.tp: a mixed cluster may run a tp per node group); `tp` below is
+    # the first stage's, as every stage's on one group
+    tps = [site.tp or tp for site in pl.sites]
+    tp, tp_last = tps[0], tps[-1]
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
     stage_parts: list[dict[str, float]] = [dict() for _ in range(pp)]
@@ -631,14 +643,14 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     emb_f = _mem_time_s(2 * emb_io, g0) + comm.all_reduce_time_s(emb_io, tp, tp0[0], tp0[1], net)
     stage_parts[0]["embedding"] = emb_f + _mem_time_s(3 * emb_io, g0)
     gl = pl.sites[-1].gpu
-    logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gl)
+    logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gl)
     # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
-    ce_bytes = tokens * m.vocab / tp * behaviour(inst.job.framework).loss_bytes_per_logit
+    ce_bytes = tokens * m.vocab / tp_last * behaviour(inst.job.framework).loss_bytes_per_logit
     head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gl)
     # the logits GEMM's output store (forward) and its input gradient's (backward), as
     # flops.gemm_output_elements prices the layers' GEMMs
-    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp + m.hidden), gl)
-    head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gl)  # final norm fwd + bwd
+    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gl)
+    head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl)  # final norm fwd + bwd
     stage_parts[-1]["output_layer"] = head
     # each stage sends activations forward and receives gradients back over every edge it
     # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
@@ -647,16 +659,32 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # SC'21, Sec. 4.1 "scatter/gather" optimisation; Megatron-LM's
     # scatter_gather_tensors_in_pipeline, DeepSpeed's partitioned pipe activations). With
     # sequence parallelism the slice is the whole message.
-    p2p_bytes = emb_io / tp
-    regather = 0.0
-    if tp > 1 and not sp:
-        regather = comm.all_gather_time_s(emb_io, tp, pl.sites[0].tp_link[0], pl.sites[0].tp_link[1], net)
+    # Between stages of different tp (a tp per node group) the activation is resharded on the
+    # way: each of the tp_a senders holds 1/tp_a of it and each of the tp_b receivers needs
+    # 1/tp_b, so the busier side's GPU moves emb_io / min(tp_a, tp_b) over its link; the
+    # receivers then all-gather over their own tp group (each direction: the larger of the two).
+    regathers: dict[int, float] = {}  # per distinct site (sites repeat)
+
+    def regather_s(s: int) -> float:
+        site = pl.sites[s]
+        if id(site) not in regathers:
+            t = tps[s]
+            regathers[id(site)] = 0.0 if t == 1 or sp else comm.all_gather_time_s(
+                emb_io, t, site.tp_link[0], site.tp_link[1], net)
+        return regathers[id(site)]
+
+    edge_times: dict[tuple, float] = {}  # links and sites repeat along a pipeline
     for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
-        t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + regather)
+        key = (id(link), inter, id(pl.sites[a]), id(pl.sites[z]))
+        t_edge = edge_times.get(key)
+        if t_edge is None:
+            p2p_bytes = emb_io / min(tps[a], tps[z])
+            t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + max(regather_s(a), regather_s(z)))
+            edge_times[key] = t_edge
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
 
-    emb_state_params = [memory.embedding_stage_params(m, s == 0, s == pp - 1) / tp for s in range(pp)]
+    emb_state_params = [memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s] for s in range(pp)]
     fw = behaviour(inst.job.framework)
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
@@ -688,7 +716,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
     if pp > 1 and m.tied_embeddings:
         link, inter = pl.tie
-        tie = comm.all_reduce_time_s(embedding_params(m) / tp * fw.grad_reduce_bytes, 2, link, inter, net)
+        tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * fw.grad_reduce_bytes, 2,
+                                     link, inter, net)
         stage_sync[0] += tie
         stage_sync[-1] += tie
 
@@ -702,11 +731,11 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
     state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
-    for x in per_stage:
+    for x, ts in zip(per_stage, tps):
         if id(x) not in state_of:
-            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw, opt)
+            state_of[id(x)] = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
                                + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
-                               + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
+                               + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
             if x.terms.expert_params:  # sharded over the expert-data-parallel group
                 state_of[id(x)] += x.terms.expert_params * memory.state_bytes_per_param(
                     o.zero, dp_n // o.ep, fw, opt)
@@ -714,18 +743,21 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
     if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw, opt)
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, fw, opt)
     transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
     dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
     if dense is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense.terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
-        transient += [memory.zero3_gathered_bytes(m, tp, fw, s == 0, s == pp - 1) for s in range(pp)]
-    transient[-1] += memory.logits_activation_bytes(m, b, tp, cp, fw)
+        transient += [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1) for s in range(pp)]
+    transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
-    stage_mem += memory.runtime_bytes(tp, cp, o.dp, pp)
-    if inst.job.tp_comm_overlap and o.sequence_parallel and tp > 1:  # TE allocates them at start-up
-        stage_mem += memory.userbuffers_bytes(m, b, cp, inst.job.precision)
+    distinct_tp = set(tps)
+    runtime = {t: memory.runtime_bytes(t, cp, o.dp, pp) for t in distinct_tp}
+    stage_mem += runtime[tp] if len(distinct_tp) == 1 else np.array([runtime[t] for t in tps])
+    if inst.job.tp_comm_overlap and o.sequence_parallel:  # TE allocates them at start-up
+        ub = memory.userbuffers_bytes(m, b, cp, inst.job.precision)
+        stage_mem += np.array([ub if t > 1 else 0.0 for t in tps])
 
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(x, attr) for x in per_stage], float)
@@ -782,8 +814,8 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
     moe_spec = inst.model.moe
     if moe_spec is None or not moe_spec.dense_layers:
         return None
-    return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), o, pl.sites[0], dp_n,
-                        net, layer_fn)
+    return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), stage_outer(o, pl.sites[0]),
+                        pl.sites[0], dp_n, net, layer_fn)
 
 
 _INSTANCES: dict[tuple[int, int], tuple[Instance, ModelSpec, Instance]] = {}

@@ -81,9 +81,9 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1
             members[g] += c.replicas * ho.cp // ep
     if len(ho.classes) == 1:
         cl = hc.groups[stage_group].cluster
-        return comm.group_link(cl, ho.classes[0].replicas * ho.cp // ep, ho.tp * ep)
+        return comm.group_link(cl, ho.classes[0].replicas * ho.cp // ep, ho.tp_of(stage_group) * ep)
     used = [g for g in range(G) if members[g]]
-    links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp * ep) for g in used]
+    links = [comm.group_link(hc.groups[g].cluster, members[g], ho.tp_of(g) * ep) for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
     bw = min(link.bw_bytes_per_s for link, _ in links)
     latency = max(link.latency_s for link, _ in links)
@@ -92,17 +92,16 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1
 
 def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
     c = ho.classes[k]
-    unit = ho.tp * ho.cp  # GPUs of one stage of one replica
-    block = c.replicas * unit
+    unit = [ho.tp_of(g) * ho.cp for g in range(len(hc.groups))]  # GPUs of one replica's stage
     # first GPU of this class inside each group: after the classes listed before it
     base = [0] * len(hc.groups)
     for earlier in ho.classes[:k]:
         for g in earlier.stage_groups:
-            base[g] += earlier.replicas * unit
+            base[g] += earlier.replicas * unit[g]
     local = []  # (group, first rank of the stage inside the group)
     seen = [0] * len(hc.groups)
     for g in c.stage_groups:
-        local.append((g, base[g] + seen[g] * block))
+        local.append((g, base[g] + seen[g] * c.replicas * unit[g]))
         seen[g] += 1
 
     memo: dict[tuple[int, int, int], tuple[Link, bool]] = {}
@@ -114,16 +113,17 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         gpn = hc.groups[ga].cluster.domain_gpus
         key = (ga, ra % gpn, rz - ra)  # whether a hand-off crosses a domain repeats with it
         if key not in memo:
-            memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, block, rz - ra)
+            memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, c.replicas * unit[ga], rz - ra)
         return memo[key]
 
     site_of: dict[int, Site] = {}
     for g in set(c.stage_groups):
-        cl = hc.groups[g].cluster
-        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, ho.tp, 1),
-                          cp_link=comm.group_link(cl, ho.cp, ho.tp), dp_link=_ring_link(hc, ho, g))
+        cl, t = hc.groups[g].cluster, ho.tp_of(g)
+        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, t, 1),
+                          cp_link=comm.group_link(cl, ho.cp, t), dp_link=_ring_link(hc, ho, g),
+                          tp=t if t != ho.tp else None)
         if ho.ep > 1:  # the ep group: ep ranks of one stage of this class, on this group
-            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, ho.tp),
+            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, t),
                                  edp_link=_ring_link(hc, ho, g, ho.ep))
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
