@@ -629,7 +629,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     per_stage = []
     for site in pl.sites:
         if id(site) not in cache:
-            cache[id(site)] = _layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn)
+            cache[id(site)] = _shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn)
         per_stage.append(cache[id(site)])
     # each stage's tp (Site.tp: a mixed cluster may run a tp per node group); `tp` below is
     # the first stage's, as every stage's on one group
@@ -684,7 +684,10 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         for s in (a, z):
             stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
 
-    emb_state_params = [memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s] for s in range(pp)]
+    # only the first and last stages hold embedding parameters (middle stages: 0)
+    emb_state_params = [0.0] * pp
+    for s in sorted({0, pp - 1}):
+        emb_state_params[s] = memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s]
     fw = behaviour(inst.job.framework)
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
@@ -816,6 +819,30 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
         return None
     return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), stage_outer(o, pl.sites[0]),
                         pl.sites[0], dp_n, net, layer_fn)
+
+
+# _layer_costs of recent (instance, stage outer, site, ring size, network) under Megatron 1-D
+# pricing: the planner prices one class shape in every order of its groups
+# (solver/hetero_space.py), and a group's site is the same object in each
+# (cost/hetero_coefficients.class_placement interns it), so those configurations share their
+# layers' costs. Keyed by identity where hashing the nested records would cost more than the
+# lookup saves; each entry keeps its keys alive, so no other object takes their ids.
+_LAYER_COSTS: dict[tuple, tuple] = {}
+
+
+def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
+                        layer_fn) -> _LayerCosts:
+    if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
+        return _layer_costs(inst, o, site, dp_n, net, layer_fn)
+    key = (id(inst), id(site), o, dp_n, net)
+    hit = _LAYER_COSTS.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is site:
+        return hit[2]
+    out = _layer_costs(inst, o, site, dp_n, net, layer_fn)
+    if len(_LAYER_COSTS) >= 65536:
+        _LAYER_COSTS.clear()
+    _LAYER_COSTS[key] = (inst, site, out)
+    return out
 
 
 _INSTANCES: dict[tuple[int, int], tuple[Instance, ModelSpec, Instance]] = {}

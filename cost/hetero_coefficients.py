@@ -119,18 +119,31 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
     site_of: dict[int, Site] = {}
     for g in set(c.stage_groups):
         cl, t = hc.groups[g].cluster, ho.tp_of(g)
-        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, t, 1),
-                          cp_link=comm.group_link(cl, ho.cp, t), dp_link=_ring_link(hc, ho, g),
-                          tp=t if t != ho.tp else None)
+        site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, t, 1),
+                    cp_link=comm.group_link(cl, ho.cp, t), dp_link=_ring_link(hc, ho, g),
+                    tp=t if ho.group_tp else None)
         if ho.ep > 1:  # the ep group: ep ranks of one stage of this class, on this group
-            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, t),
-                                 edp_link=_ring_link(hc, ho, g, ho.ep))
+            site = replace(site, ep_links=moe.ep_links(cl, ho.ep, t), edp_link=_ring_link(hc, ho, g, ho.ep))
+        site_of[g] = _intern(g, site)
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
     pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
+
+
+_SITES: dict[tuple[int, Site], Site] = {}
+
+
+def _intern(group: int, site: Site) -> Site:
+    """One object per distinct site of a group, so that the configurations pricing a group's
+    stages alike (one class shape in each order of its groups) share it, and with it the layer
+    costs cost/coefficients.build keeps per site. Per group: class_layer_fn tells a stage's
+    group by its site object, and two groups may have equal sites."""
+    if len(_SITES) >= 65536:
+        _SITES.clear()
+    return _SITES.setdefault((group, site), site)
 
 
 def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict):
