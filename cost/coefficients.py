@@ -18,6 +18,7 @@ name so a breakdown can be reported without re-deriving anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -67,6 +68,53 @@ ATTENTION_HALF_KEYS = 300
 # dV into the block that travels on (the same bytes). Transformer Engine's
 # AttnFuncWithCPAndKVP2P and torch's _templated_ring_attention both merge per step this way.
 CP_MERGE_BYTES_PER_ELEMENT = 10
+
+
+class StageParts(Sequence):
+    """Each stage's named extras (seconds per micro-batch), read as a list of dicts
+    (`parts[s][name]`), made on demand from per-stage columns: the planner builds coefficients
+    for thousands of configurations and reads the names only for the plans it reports."""
+
+    __slots__ = ("_pp", "_cols")
+
+    def __init__(self, pp: int):
+        self._pp = pp
+        self._cols: list[tuple[str, object]] = []  # (name, a list of pp values or {stage: value})
+
+    def add(self, name: str, values) -> None:
+        """A column: a value per stage (a list), or for some stages ({stage: value})."""
+        self._cols.append((name, values))
+
+    def totals(self) -> np.ndarray:
+        """Each stage's sum of its parts, added in the order they were added (as summing the
+        stage's dict would)."""
+        out = np.zeros(self._pp)
+        for _, values in self._cols:
+            if isinstance(values, dict):
+                for s, x in values.items():
+                    out[s] += x
+            else:
+                out += values
+        return out
+
+    def __len__(self) -> int:
+        return self._pp
+
+    def __getitem__(self, s):
+        if isinstance(s, slice):
+            return [self[i] for i in range(*s.indices(self._pp))]
+        if s < 0:
+            s += self._pp
+        if not 0 <= s < self._pp:
+            raise IndexError(s)
+        out = {}
+        for name, values in self._cols:
+            if isinstance(values, dict):
+                if s in values:
+                    out[name] = values[s]
+            else:
+                out[name] = values[s]
+        return out
 
 
 @dataclass(frozen=True)
@@ -625,23 +673,32 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
 
     # sites repeat (one object per group): price each distinct one once; keyed by identity,
     # since hashing the nested frozen records per stage costs more than the pricing
-    cache: dict[int, _LayerCosts] = {}
-    per_stage = []
+    # `uniq`: the distinct sites' layer costs, `at[s]`: stage s's among them, so that per-stage
+    # arrays are gathers (a pipeline has tens of stages on two or three sites)
+    index: dict[int, int] = {}
+    uniq: list[_LayerCosts] = []
+    uniq_sites: list[Site] = []
     for site in pl.sites:
-        if id(site) not in cache:
-            cache[id(site)] = _shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn)
-        per_stage.append(cache[id(site)])
+        if id(site) not in index:
+            index[id(site)] = len(uniq)
+            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn))
+            uniq_sites.append(site)
+    where = [index[id(site)] for site in pl.sites]
+    at = np.array(where, np.int64)
+    per_stage = [uniq[i] for i in where]
     # each stage's tp (Site.tp: a mixed cluster may run a tp per node group); `tp` below is
     # the first stage's, as every stage's on one group
-    tps = [site.tp or tp for site in pl.sites]
+    uniq_tp = [site.tp or tp for site in uniq_sites]
+    tps = [uniq_tp[i] for i in where]
     tp, tp_last = tps[0], tps[-1]
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
-    stage_parts: list[dict[str, float]] = [dict() for _ in range(pp)]
+    stage_parts = StageParts(pp)
     emb_io = tokens * m.hidden * BF16_BYTES
     g0, tp0 = pl.sites[0].gpu, pl.sites[0].tp_link
     emb_f = _mem_time_s(2 * emb_io, g0) + comm.all_reduce_time_s(emb_io, tp, tp0[0], tp0[1], net)
-    stage_parts[0]["embedding"] = emb_f + _mem_time_s(3 * emb_io, g0)
+    embedding_s = emb_f + _mem_time_s(3 * emb_io, g0)
+    stage_parts.add("embedding", {0: embedding_s})
     gl = pl.sites[-1].gpu
     logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gl)
     # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
@@ -651,7 +708,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # flops.gemm_output_elements prices the layers' GEMMs
     head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gl)
     head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl)  # final norm fwd + bwd
-    stage_parts[-1]["output_layer"] = head
+    stage_parts.add("output_layer", {pp - 1: head})
     # each stage sends activations forward and receives gradients back over every edge it
     # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
     # Without sequence parallelism the activation is replicated on the tp ranks; each sends
@@ -674,15 +731,18 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         return regathers[id(site)]
 
     edge_times: dict[tuple, float] = {}  # links and sites repeat along a pipeline
+    p2p = [0.0] * pp
     for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
-        key = (id(link), inter, id(pl.sites[a]), id(pl.sites[z]))
+        key = (id(link), inter, where[a], where[z])
         t_edge = edge_times.get(key)
         if t_edge is None:
             p2p_bytes = emb_io / min(tps[a], tps[z])
             t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + max(regather_s(a), regather_s(z)))
             edge_times[key] = t_edge
-        for s in (a, z):
-            stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
+        p2p[a] += t_edge
+        p2p[z] += t_edge
+    if pl.edges:  # every stage of a pipeline touches an edge
+        stage_parts.add("pp_p2p", p2p)
 
     # only the first and last stages hold embedding parameters (middle stages: 0)
     emb_state_params = [0.0] * pp
@@ -693,18 +753,19 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
         # before it) and the embedding / output-layer weights, gathered and reduce-scattered
         # by the stages that hold them (FSDP's root unit)
+        z3 = []
         for s in range(pp):
             dp_link, dp_inter = pl.sites[s].dp_link
             p = emb_state_params[s]
-            stage_parts[s]["zero3_unhidden"] = (
-                per_stage[s].gather_s
-                + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-                + comm.all_gather_time_s(p * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net))
-    stage_time = np.array([sum(p.values()) for p in stage_parts], float)
+            z3.append(per_stage[s].gather_s
+                      + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+                      + comm.all_gather_time_s(p * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net))
+        stage_parts.add("zero3_unhidden", z3)
+    stage_time = stage_parts.totals()
 
     # the last bucket of layer gradients cannot hide behind any remaining backward; only the
     # first and last stages hold embedding parameters to sync and step on top of it
-    stage_sync = np.array([x.grad_tail + x.scatter_s for x in per_stage], float)
+    stage_sync = np.array([x.grad_tail + x.scatter_s for x in uniq], float)[at]
     for s in sorted({0, pp - 1}):
         p, gpu = emb_state_params[s], pl.sites[s].gpu
         dp_link, dp_inter = pl.sites[s].dp_link
@@ -733,21 +794,20 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         inflight = np.minimum(warm + 1, mb * v) / v
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
-    state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
-    for x, ts in zip(per_stage, tps):
-        if id(x) not in state_of:
-            state_of[id(x)] = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
-                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
-                               + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
-            if x.terms.expert_params:  # sharded over the expert-data-parallel group
-                state_of[id(x)] += x.terms.expert_params * memory.state_bytes_per_param(
-                    o.zero, dp_n // o.ep, fw, opt)
-    state = [state_of[id(x)] for x in per_stage]
+    uniq_state = []  # once per distinct site's costs, as the layer costs above
+    for x, ts in zip(uniq, uniq_tp):
+        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
+              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+              + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
+        if x.terms.expert_params:  # sharded over the expert-data-parallel group
+            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, dp_n // o.ep, fw, opt)
+        uniq_state.append(st)
+    state = np.array(uniq_state, float)[at]
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
     if pp > 1:
         stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, fw, opt)
-    transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
+    transient = np.array([x.terms.workspace_bytes for x in uniq], float)[at]
     dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
     if dense is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense.terms.workspace_bytes)
@@ -763,14 +823,14 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_mem += np.array([ub if t > 1 else 0.0 for t in tps])
 
     def col(attr: str) -> np.ndarray:
-        return np.array([getattr(x, attr) for x in per_stage], float)
+        return np.array([getattr(x, attr) for x in uniq], float)[at]
 
     def col_terms(attr: str) -> np.ndarray:
-        return np.array([getattr(x.terms, attr) for x in per_stage], float)
+        return np.array([getattr(x.terms, attr) for x in uniq], float)[at]
 
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    act = np.array([x.terms.act_bytes for x in per_stage]) * inflight * frag
-    ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight * frag
+    act = col_terms("act_bytes") * inflight * frag
+    ckpt = col_terms("ckpt_bytes") * inflight * frag
     layer_sync = col("layer_sync")
     if overlap_a2a:
         # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
@@ -789,8 +849,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
                        + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                        + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
-        stage_parts[0]["dense_prefix"] = d * (dense.layer_time - x0.layer_time)
-        stage_time[0] += stage_parts[0]["dense_prefix"]
+        dense_prefix_s = d * (dense.layer_time - x0.layer_time)
+        stage_parts.add("dense_prefix", {0: dense_prefix_s})
+        stage_time[0] += dense_prefix_s
         stage_sync[0] += d * (dense.layer_sync - layer_sync[0])  # (no all-to-all to unhide)
         stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
                              - state[0] - act[0])
@@ -801,9 +862,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         outer=o, layers=m.layers,
         layer_time_s=col("layer_time"), recompute_time_s=col("recompute_time"), stage_time_s=stage_time,
         layer_sync_time_s=layer_sync, stage_sync_time_s=stage_sync,
-        layer_state_bytes=np.array(state, float), layer_act_bytes=act, layer_ckpt_bytes=ckpt,
+        layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
-        capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in pl.sites], float),
+        capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at],
         layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
         first_chunk_min_layers=min_chunk,

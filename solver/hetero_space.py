@@ -465,6 +465,10 @@ def count_micro_batch_splits(shapes, total: int, uniform: bool = False, v: int =
 @lru_cache(maxsize=65536)
 def _ways(x: tuple[int, ...], rest: int) -> int:
     """Number of (j_1..j_K) >= 0 with sum_k x_k j_k = rest (coin-change count)."""
+    if len(x) == 1:  # one class: its count is rest / x_1, if whole
+        return int(rest % x[0] == 0)
+    if len(x) == 2:  # the first count fixes the second
+        return sum(1 for j in range(rest // x[0] + 1) if (rest - j * x[0]) % x[1] == 0)
     ways = [1] + [0] * rest
     for xk in x:
         for v in range(xk, rest + 1):
