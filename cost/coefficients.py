@@ -18,6 +18,7 @@ name so a breakdown can be reported without re-deriving anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -67,6 +68,53 @@ ATTENTION_HALF_KEYS = 300
 # dV into the block that travels on (the same bytes). Transformer Engine's
 # AttnFuncWithCPAndKVP2P and torch's _templated_ring_attention both merge per step this way.
 CP_MERGE_BYTES_PER_ELEMENT = 10
+
+
+class StageParts(Sequence):
+    """Each stage's named extras (seconds per micro-batch), read as a list of dicts
+    (`parts[s][name]`), made on demand from per-stage columns: the planner builds coefficients
+    for thousands of configurations and reads the names only for the plans it reports."""
+
+    __slots__ = ("_pp", "_cols")
+
+    def __init__(self, pp: int):
+        self._pp = pp
+        self._cols: list[tuple[str, object]] = []  # (name, a list of pp values or {stage: value})
+
+    def add(self, name: str, values) -> None:
+        """A column: a value per stage (a list), or for some stages ({stage: value})."""
+        self._cols.append((name, values))
+
+    def totals(self) -> np.ndarray:
+        """Each stage's sum of its parts, added in the order they were added (as summing the
+        stage's dict would)."""
+        out = np.zeros(self._pp)
+        for _, values in self._cols:
+            if isinstance(values, dict):
+                for s, x in values.items():
+                    out[s] += x
+            else:
+                out += values
+        return out
+
+    def __len__(self) -> int:
+        return self._pp
+
+    def __getitem__(self, s):
+        if isinstance(s, slice):
+            return [self[i] for i in range(*s.indices(self._pp))]
+        if s < 0:
+            s += self._pp
+        if not 0 <= s < self._pp:
+            raise IndexError(s)
+        out = {}
+        for name, values in self._cols:
+            if isinstance(values, dict):
+                if s in values:
+                    out[name] = values[s]
+            else:
+                out[name] = values[s]
+        return out
 
 
 @dataclass(frozen=True)
@@ -168,6 +216,14 @@ class Site:
     edp_link: tuple[Link, bool] | None = None
     # parallel folding (etp != tp): the expert tensor-parallel group's link; None: tp_link
     etp_link: tuple[Link, bool] | None = None
+    # the stage's tensor-parallel degree where it differs from the outer configuration's (a
+    # mixed cluster with a tp per node group, cost/hetero_coefficients.py); None: the outer's
+    tp: int | None = None
+
+
+def stage_outer(o: Outer, site: Site) -> Outer:
+    """The Outer that prices a layer on `site`: `o` with the site's own tp, if it has one."""
+    return o if site.tp is None or site.tp == o.tp else replace(o, tp=site.tp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,29 +679,42 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
 
     # sites repeat (one object per group): price each distinct one once; keyed by identity,
     # since hashing the nested frozen records per stage costs more than the pricing
-    cache: dict[int, _LayerCosts] = {}
-    per_stage = []
+    # `uniq`: the distinct sites' layer costs, `at[s]`: stage s's among them, so that per-stage
+    # arrays are gathers (a pipeline has tens of stages on two or three sites)
+    index: dict[int, int] = {}
+    uniq: list[_LayerCosts] = []
+    uniq_sites: list[Site] = []
     for site in pl.sites:
-        if id(site) not in cache:
-            cache[id(site)] = _layer_costs(inst, o, site, dp_n, net, layer_fn)
-        per_stage.append(cache[id(site)])
+        if id(site) not in index:
+            index[id(site)] = len(uniq)
+            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn))
+            uniq_sites.append(site)
+    where = [index[id(site)] for site in pl.sites]
+    at = np.array(where, np.int64)
+    per_stage = [uniq[i] for i in where]
+    # each stage's tp (Site.tp: a mixed cluster may run a tp per node group); `tp` below is
+    # the first stage's, as every stage's on one group
+    uniq_tp = [site.tp or tp for site in uniq_sites]
+    tps = [uniq_tp[i] for i in where]
+    tp, tp_last = tps[0], tps[-1]
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
-    stage_parts: list[dict[str, float]] = [dict() for _ in range(pp)]
+    stage_parts = StageParts(pp)
     emb_io = tokens * m.hidden * BF16_BYTES
     g0, tp0 = pl.sites[0].gpu, pl.sites[0].tp_link
     emb_f = _mem_time_s(2 * emb_io, g0) + comm.all_reduce_time_s(emb_io, tp, tp0[0], tp0[1], net)
-    stage_parts[0]["embedding"] = emb_f + _mem_time_s(3 * emb_io, g0)
+    embedding_s = emb_f + _mem_time_s(3 * emb_io, g0)
+    stage_parts.add("embedding", {0: embedding_s})
     gl = pl.sites[-1].gpu
-    logits_mm = _mm_time_s(logits_flops(m, b, tp, cp), gl)
+    logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gl)
     # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
-    ce_bytes = tokens * m.vocab / tp * behaviour(inst.job.framework).loss_bytes_per_logit
+    ce_bytes = tokens * m.vocab / tp_last * behaviour(inst.job.framework).loss_bytes_per_logit
     head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gl)
     # the logits GEMM's output store (forward) and its input gradient's (backward), as
     # flops.gemm_output_elements prices the layers' GEMMs
-    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp + m.hidden), gl)
-    head += 3 * _mem_time_s(4 * emb_io / (tp if sp else 1), gl)  # final norm fwd + bwd
-    stage_parts[-1]["output_layer"] = head
+    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gl)
+    head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl)  # final norm fwd + bwd
+    stage_parts.add("output_layer", {pp - 1: head})
     # each stage sends activations forward and receives gradients back over every edge it
     # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
     # Without sequence parallelism the activation is replicated on the tp ranks; each sends
@@ -653,33 +722,56 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # SC'21, Sec. 4.1 "scatter/gather" optimisation; Megatron-LM's
     # scatter_gather_tensors_in_pipeline, DeepSpeed's partitioned pipe activations). With
     # sequence parallelism the slice is the whole message.
-    p2p_bytes = emb_io / tp
-    regather = 0.0
-    if tp > 1 and not sp:
-        regather = comm.all_gather_time_s(emb_io, tp, pl.sites[0].tp_link[0], pl.sites[0].tp_link[1], net)
-    for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
-        t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + regather)
-        for s in (a, z):
-            stage_parts[s]["pp_p2p"] = stage_parts[s].get("pp_p2p", 0.0) + t_edge
+    # Between stages of different tp (a tp per node group) the activation is resharded on the
+    # way: each of the tp_a senders holds 1/tp_a of it and each of the tp_b receivers needs
+    # 1/tp_b, so the busier side's GPU moves emb_io / min(tp_a, tp_b) over its link; the
+    # receivers then all-gather over their own tp group (each direction: the larger of the two).
+    regathers: dict[int, float] = {}  # per distinct site (sites repeat)
 
-    emb_state_params = [memory.embedding_stage_params(m, s == 0, s == pp - 1) / tp for s in range(pp)]
+    def regather_s(s: int) -> float:
+        site = pl.sites[s]
+        if id(site) not in regathers:
+            t = tps[s]
+            regathers[id(site)] = 0.0 if t == 1 or sp else comm.all_gather_time_s(
+                emb_io, t, site.tp_link[0], site.tp_link[1], net)
+        return regathers[id(site)]
+
+    edge_times: dict[tuple, float] = {}  # links and sites repeat along a pipeline
+    p2p = [0.0] * pp
+    for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
+        key = (id(link), inter, where[a], where[z])
+        t_edge = edge_times.get(key)
+        if t_edge is None:
+            p2p_bytes = emb_io / min(tps[a], tps[z])
+            t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + max(regather_s(a), regather_s(z)))
+            edge_times[key] = t_edge
+        p2p[a] += t_edge
+        p2p[z] += t_edge
+    if pl.edges:  # every stage of a pipeline touches an edge
+        stage_parts.add("pp_p2p", p2p)
+
+    # only the first and last stages hold embedding parameters (middle stages: 0)
+    emb_state_params = [0.0] * pp
+    for s in sorted({0, pp - 1}):
+        emb_state_params[s] = memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s]
     fw = behaviour(inst.job.framework)
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
         # before it) and the embedding / output-layer weights, gathered and reduce-scattered
         # by the stages that hold them (FSDP's root unit)
+        z3 = []
         for s in range(pp):
             dp_link, dp_inter = pl.sites[s].dp_link
             p = emb_state_params[s]
-            stage_parts[s]["zero3_unhidden"] = (
-                per_stage[s].gather_s
-                + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-                + comm.all_gather_time_s(p * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net))
-    stage_time = np.array([sum(p.values()) for p in stage_parts], float)
+            z3.append(per_stage[s].gather_s
+                      + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+                      + comm.all_gather_time_s(p * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net))
+        stage_parts.add("zero3_unhidden", z3)
+    stage_time = stage_parts.totals()
 
     # the last bucket of layer gradients cannot hide behind any remaining backward; only the
     # first and last stages hold embedding parameters to sync and step on top of it
-    stage_sync = np.array([x.grad_tail + x.scatter_s for x in per_stage], float)
+    stage_sync = np.array([x.grad_tail + x.scatter_s for x in uniq], float)[at]
     for s in sorted({0, pp - 1}):
         p, gpu = emb_state_params[s], pl.sites[s].gpu
         dp_link, dp_inter = pl.sites[s].dp_link
@@ -694,7 +786,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
     if pp > 1 and m.tied_embeddings:
         link, inter = pl.tie
-        tie = comm.all_reduce_time_s(embedding_params(m) / tp * fw.grad_reduce_bytes, 2, link, inter, net)
+        tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * fw.grad_reduce_bytes, 2,
+                                     link, inter, net)
         stage_sync[0] += tie
         stage_sync[-1] += tie
 
@@ -707,41 +800,43 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         inflight = np.minimum(warm + 1, mb * v) / v
     # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
     # Transformer Engine's cached fp8 weight copies
-    state_of: dict[int, float] = {}  # once per distinct site's costs, as the layer costs above
-    for x in per_stage:
-        if id(x) not in state_of:
-            state_of[id(x)] = (memory.layer_state_bytes(m, tp, o.zero, dp_n, fw, opt)
-                               + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
-                               + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
-            if x.terms.expert_params:  # sharded over the expert-data-parallel group
-                state_of[id(x)] += x.terms.expert_params * memory.state_bytes_per_param(
-                    o.zero, moe.edp_ranks(dp_n, o), fw, opt)
-    state = [state_of[id(x)] for x in per_stage]
+    uniq_state = []  # once per distinct site's costs, as the layer costs above
+    for x, ts in zip(uniq, uniq_tp):
+        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
+              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+              + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
+        if x.terms.expert_params:  # sharded over the expert-data-parallel group
+            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), fw, opt)
+        uniq_state.append(st)
+    state = np.array(uniq_state, float)[at]
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
     if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, False, True, fw, opt)
-    transient = np.array([x.terms.workspace_bytes for x in per_stage], float)
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, fw, opt)
+    transient = np.array([x.terms.workspace_bytes for x in uniq], float)[at]
     dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
     if dense is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense.terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
-        transient += [memory.zero3_gathered_bytes(m, tp, fw, s == 0, s == pp - 1) for s in range(pp)]
-    transient[-1] += memory.logits_activation_bytes(m, b, tp, cp, fw)
+        transient += [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1) for s in range(pp)]
+    transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
-    stage_mem += memory.runtime_bytes(tp, cp, o.dp, pp)
-    if inst.job.tp_comm_overlap and o.sequence_parallel and tp > 1:  # TE allocates them at start-up
-        stage_mem += memory.userbuffers_bytes(m, b, cp, inst.job.precision)
+    distinct_tp = set(tps)
+    runtime = {t: memory.runtime_bytes(t, cp, o.dp, pp) for t in distinct_tp}
+    stage_mem += runtime[tp] if len(distinct_tp) == 1 else np.array([runtime[t] for t in tps])
+    if inst.job.tp_comm_overlap and o.sequence_parallel:  # TE allocates them at start-up
+        ub = memory.userbuffers_bytes(m, b, cp, inst.job.precision)
+        stage_mem += np.array([ub if t > 1 else 0.0 for t in tps])
 
     def col(attr: str) -> np.ndarray:
-        return np.array([getattr(x, attr) for x in per_stage], float)
+        return np.array([getattr(x, attr) for x in uniq], float)[at]
 
     def col_terms(attr: str) -> np.ndarray:
-        return np.array([getattr(x.terms, attr) for x in per_stage], float)
+        return np.array([getattr(x.terms, attr) for x in uniq], float)[at]
 
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    act = np.array([x.terms.act_bytes for x in per_stage]) * inflight * frag
-    ckpt = np.array([x.terms.ckpt_bytes for x in per_stage]) * inflight * frag
+    act = col_terms("act_bytes") * inflight * frag
+    ckpt = col_terms("ckpt_bytes") * inflight * frag
     layer_sync = col("layer_sync")
     if overlap_a2a:
         # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
@@ -760,8 +855,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
                        + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                        + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
-        stage_parts[0]["dense_prefix"] = d * (dense.layer_time - x0.layer_time)
-        stage_time[0] += stage_parts[0]["dense_prefix"]
+        dense_prefix_s = d * (dense.layer_time - x0.layer_time)
+        stage_parts.add("dense_prefix", {0: dense_prefix_s})
+        stage_time[0] += dense_prefix_s
         stage_sync[0] += d * (dense.layer_sync - layer_sync[0])  # (no all-to-all to unhide)
         stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
                              - state[0] - act[0])
@@ -772,9 +868,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         outer=o, layers=m.layers,
         layer_time_s=col("layer_time"), recompute_time_s=col("recompute_time"), stage_time_s=stage_time,
         layer_sync_time_s=layer_sync, stage_sync_time_s=stage_sync,
-        layer_state_bytes=np.array(state, float), layer_act_bytes=act, layer_ckpt_bytes=ckpt,
+        layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
-        capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in pl.sites], float),
+        capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at],
         layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
         first_chunk_min_layers=min_chunk,
@@ -790,8 +886,8 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
         return None
 
     def price() -> _LayerCosts:
-        return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), o, pl.sites[0], dp_n,
-                            net, layer_fn)
+        return _layer_costs(_with_model(inst, moe_dense_view(inst.model)), stage_outer(o, pl.sites[0]),
+                            pl.sites[0], dp_n, net, layer_fn)
     if layer_fn is not megatron_layer:  # a per-operator layer plan: priced as it says
         return price()
     return _expert_free("prefix", inst, o, pl.sites[0], net, dp_n, price)
@@ -810,7 +906,7 @@ def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEffici
     names = _OUTER_FIELDS.get(type(o))
     if names is None:
         names = _OUTER_FIELDS[type(o)] = tuple(f.name for f in fields(o) if f.name not in ("ep", "etp"))
-    key = (kind, id(inst), id(site.gpu), site.tp_link, site.cp_link, site.dp_link, net, dp_n,
+    key = (kind, id(inst), id(site.gpu), site.tp, site.tp_link, site.cp_link, site.dp_link, net, dp_n,
            tuple(getattr(o, n) for n in names))
     hit = _EXPERT_FREE.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site.gpu:
@@ -819,6 +915,30 @@ def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEffici
     if len(_EXPERT_FREE) >= 4096:
         _EXPERT_FREE.clear()
     _EXPERT_FREE[key] = (inst, site.gpu, out)
+    return out
+
+
+# _layer_costs of recent (instance, stage outer, site, ring size, network) under Megatron 1-D
+# pricing: the planner prices one class shape in every order of its groups
+# (solver/hetero_space.py), and a group's site is the same object in each
+# (cost/hetero_coefficients.class_placement interns it), so those configurations share their
+# layers' costs. Keyed by identity where hashing the nested records would cost more than the
+# lookup saves; each entry keeps its keys alive, so no other object takes their ids.
+_LAYER_COSTS: dict[tuple, tuple] = {}
+
+
+def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
+                        layer_fn) -> _LayerCosts:
+    if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
+        return _layer_costs(inst, o, site, dp_n, net, layer_fn)
+    key = (id(inst), id(site), o, dp_n, net)
+    hit = _LAYER_COSTS.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is site:
+        return hit[2]
+    out = _layer_costs(inst, o, site, dp_n, net, layer_fn)
+    if len(_LAYER_COSTS) >= 65536:
+        _LAYER_COSTS.clear()
+    _LAYER_COSTS[key] = (inst, site, out)
     return out
 
 

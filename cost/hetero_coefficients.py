@@ -76,17 +76,20 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1
     expert-data-parallel ring's: the ranks holding the same experts, tp / (ep * etp) of the
     ring's members per member, etp * ep apart (as on one group,
     coefficients.homogeneous_placement; cost/moe.edp_ranks)."""
-    t = ho.tp if etp is None else etp
+    def degrees(g: int) -> tuple[int, int]:  # (tp, etp) of the stages on group g
+        return ho.tp_of(g), ho.tp_of(g) if etp is None else etp
     G = len(hc.groups)
     members = [0] * G
     for c in ho.classes:
         for g in set(c.stage_groups):
-            members[g] += c.replicas * ho.cp * ho.tp // (ep * t)
+            tg, te = degrees(g)
+            members[g] += c.replicas * ho.cp * tg // (ep * te)
     if len(ho.classes) == 1:
         cl = hc.groups[stage_group].cluster
-        return comm.group_link(cl, ho.classes[0].replicas * ho.cp * ho.tp // (ep * t), t * ep)
+        tg, te = degrees(stage_group)
+        return comm.group_link(cl, ho.classes[0].replicas * ho.cp * tg // (ep * te), te * ep)
     used = [g for g in range(G) if members[g]]
-    links = [comm.group_link(hc.groups[g].cluster, members[g], t * ep) for g in used]
+    links = [comm.group_link(hc.groups[g].cluster, members[g], degrees(g)[1] * ep) for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
     bw = min(link.bw_bytes_per_s for link, _ in links)
     latency = max(link.latency_s for link, _ in links)
@@ -95,17 +98,16 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1
 
 def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
     c = ho.classes[k]
-    unit = ho.tp * ho.cp  # GPUs of one stage of one replica
-    block = c.replicas * unit
+    unit = [ho.tp_of(g) * ho.cp for g in range(len(hc.groups))]  # GPUs of one replica's stage
     # first GPU of this class inside each group: after the classes listed before it
     base = [0] * len(hc.groups)
     for earlier in ho.classes[:k]:
         for g in earlier.stage_groups:
-            base[g] += earlier.replicas * unit
+            base[g] += earlier.replicas * unit[g]
     local = []  # (group, first rank of the stage inside the group)
     seen = [0] * len(hc.groups)
     for g in c.stage_groups:
-        local.append((g, base[g] + seen[g] * block))
+        local.append((g, base[g] + seen[g] * c.replicas * unit[g]))
         seen[g] += 1
 
     memo: dict[tuple[int, int, int], tuple[Link, bool]] = {}
@@ -117,25 +119,41 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
         gpn = hc.groups[ga].cluster.domain_gpus
         key = (ga, ra % gpn, rz - ra)  # whether a hand-off crosses a domain repeats with it
         if key not in memo:
-            memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, block, rz - ra)
+            memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, c.replicas * unit[ga], rz - ra)
         return memo[key]
 
     site_of: dict[int, Site] = {}
     for g in set(c.stage_groups):
-        cl = hc.groups[g].cluster
-        site_of[g] = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, ho.tp, 1),
-                          cp_link=comm.group_link(cl, ho.cp, ho.tp), dp_link=_ring_link(hc, ho, g))
+        cl, t = hc.groups[g].cluster, ho.tp_of(g)
+        site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, t, 1),
+                    cp_link=comm.group_link(cl, ho.cp, t), dp_link=_ring_link(hc, ho, g),
+                    tp=t if ho.group_tp else None)
         if ho.ep > 1 or ho.etp is not None:  # the ep group: ep ranks of one stage of this
-            # class, etp apart, on this group (cost/moe.py)
-            site_of[g] = replace(site_of[g], ep_links=moe.ep_links(cl, ho.ep, ho.expert_tp),
-                                 edp_link=_ring_link(hc, ho, g, ho.ep, ho.expert_tp),
-                                 etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
+            # class, etp apart (the group's tp unless folded), on this group (cost/moe.py)
+            e = t if ho.etp is None else ho.etp
+            site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e),
+                           edp_link=_ring_link(hc, ho, g, ho.ep, ho.etp),
+                           etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
+        site_of[g] = _intern(g, site)
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
     pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
+
+
+_SITES: dict[tuple[int, Site], Site] = {}
+
+
+def _intern(group: int, site: Site) -> Site:
+    """One object per distinct site of a group, so that the configurations pricing a group's
+    stages alike (one class shape in each order of its groups) share it, and with it the layer
+    costs cost/coefficients.build keeps per site. Per group: class_layer_fn tells a stage's
+    group by its site object, and two groups may have equal sites."""
+    if len(_SITES) >= 65536:
+        _SITES.clear()
+    return _SITES.setdefault((group, site), site)
 
 
 def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict):

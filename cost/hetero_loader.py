@@ -124,7 +124,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          catalogue_with_gpu_types, check_number, cluster_from_section,
                          check_mla_job, config_errors_as, default_layer_split, describe, enum_values,
                          job_from_section, model_from_section, plan_partitions, read_yaml,
-                         search_from_section)
+                         search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
 from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, MoeDispatcher, PipelineSchedule, Plan,
@@ -621,11 +621,13 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
     if isinstance(mapping, dict) and list(mapping) == ["plan"]:
         mapping = mapping["plan"]
     sec = Section(mapping, path, "plan", _PLAN_KEYS)
-    tp, micro_batch = sec.integer("tp"), sec.integer("micro_batch")
+    names = tuple(x.name for x in inst.cluster.groups)
+    micro_batch = sec.integer("micro_batch")
+    by_group = _group_tp(sec, names, path)  # tp: {GROUP: N, ...}, a tp per group
+    tp = 0 if by_group else sec.integer("tp")
     zero, cp, v = sec.integer("zero", 0), sec.integer("cp", 1), sec.integer("virtual_stages", 1)
     recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
-    names = tuple(x.name for x in inst.cluster.groups)
     classes = []
     for field, raw in _items(sec, "classes", each="class"):
         c = Section(raw, path, field, _CLASS_KEYS)
@@ -657,9 +659,15 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
     m = inst.model
     agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
              f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
+    if by_group:  # `tp` is the first stage's group's (HeteroOuter.group_tp)
+        first = classes[0].stage_groups[0] if classes else 0
+        if first not in dict(by_group):
+            raise sec.error("tp", f"names no tp for group {names[first]!r}, which hosts the first"
+                            " stage", "give every group the plan uses its tp")
+        tp = dict(by_group)[first]
     with config_errors_as(path, "plan", agree):
         plan = HeteroPlan(
-            tp=tp, micro_batch=micro_batch, cp=cp, virtual_stages=v,
+            tp=tp, group_tp=by_group, micro_batch=micro_batch, cp=cp, virtual_stages=v,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
             zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
@@ -668,6 +676,23 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
         )
         plan.check_against(inst)
     return plan
+
+
+def _group_tp(sec: Section, names: tuple[str, ...], path: str) -> tuple[tuple[int, int], ...]:
+    """`tp: {GROUP: N, ...}` as ((group, tp), ...) by ascending group; () for `tp: N`."""
+    if not isinstance(sec.raw.get("tp"), dict):
+        return ()
+    sub = sec.section("tp", names)
+    out = tuple(sorted((names.index(n), check_int(sub.raw[n], path, sub.field(n), "tp"))
+                       for n in names if sub.has(n)))
+    if len(out) < 2:
+        raise sec.error("tp", "a tp per group names each group the plan uses",
+                        f"give each of {', '.join(names)} that the plan uses its tp, or write one"
+                        " number, e.g. tp: 4")
+    if len({t for _, t in out}) == 1:
+        raise sec.error("tp", "a tp per group needs at least two different degrees",
+                        "write one number, e.g. tp: 4, when every group runs the same")
+    return out
 
 
 def _class_partitions(c: Section, names: tuple[str, ...], stages: tuple[int, ...], path: str):
@@ -717,7 +742,8 @@ def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
     v = {"virtual_stages": plan.virtual_stages} if plan.virtual_stages > 1 else {}
     ep = {"ep": plan.ep} if plan.ep > 1 else {}
     etp = {"etp": plan.etp} if plan.etp is not None else {}
-    return {"tp": plan.tp, **cp, **v, **ep, **etp, "micro_batch": plan.micro_batch,
+    tp = {names[g]: t for g, t in plan.group_tp} if plan.group_tp else plan.tp
+    return {"tp": tp, **cp, **v, **ep, **etp, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
             "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,

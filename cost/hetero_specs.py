@@ -9,7 +9,8 @@ Heterogeneous plan (the declared space is in solver/hetero_space.py):
 
 - every replica runs 1F1B over its own pipeline (interleaved with `virtual_stages` v > 1 model
   chunks per stage, the same v for every class); tensor parallelism (`tp`) inside a node, or
-  over whole nodes of a group (search.tp_across_nodes); context parallelism (`cp`): each stage
+  over whole nodes of a group (search.tp_across_nodes), and with one class a tp per group
+  (`group_tp`: the stages on each group run its own); context parallelism (`cp`): each stage
   of a replica is tp * cp GPUs of its group, ranked tp fastest then cp, as on one group;
 - a *replica class* is a set of identical replicas: how many (`replicas`), which group hosts
   each of its pipeline stages (`stage_groups`), how many micro-batches each replica runs per
@@ -23,6 +24,7 @@ All replicas synchronise gradients every iteration; the iteration ends with the 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from paraplan.cost.errors import ConfigError
@@ -158,16 +160,33 @@ class _Modes:
     # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
     # each ep group lies inside one replica class's tp x dp x cp ranks of one stage (cost/moe.py)
     ep: int = 1
-    # expert tensor parallel degree (cost/specs.Outer.etp): None = tp; an etp equal to tp is
-    # stored as None
+    # expert tensor parallel degree (cost/specs.Outer.etp): None = each stage's tp; an etp equal
+    # to tp is stored as None (with one tp for every group)
     etp: int | None = None
+    # a tensor-parallel degree per node group: ((group, tp), ...) by ascending group, naming
+    # every group the plan uses, with `tp` the first stage's group's; empty: `tp` on every group
+    # (solver/hetero_space.py says where the space has several)
+    group_tp: tuple[tuple[int, int], ...] = ()
+
+    def tp_of(self, group: int) -> int:
+        """The tensor-parallel degree of the stages on `group`."""
+        for g, t in self.group_tp:
+            if g == group:
+                return t
+        return self.tp
+
+    @property
+    def tp_values(self) -> tuple[int, ...]:
+        """The distinct tensor-parallel degrees of the plan (one unless group_tp)."""
+        return tuple(sorted({t for _, t in self.group_tp} | {self.tp}))
 
     def __post_init__(self) -> None:
-        if self.etp is not None and self.etp == self.tp:
+        if self.etp is not None and self.etp == self.tp and not self.group_tp:
             object.__setattr__(self, "etp", None)
 
     @property
     def expert_tp(self) -> int:
+        """The expert tensor parallel degree (one tp for every group: tp where etp is None)."""
         return self.tp if self.etp is None else self.etp
 
 
@@ -183,7 +202,7 @@ class HeteroOuter(_Modes):
         used = [0] * num_groups
         for c in self.classes:
             for g in c.stage_groups:
-                used[g] += c.replicas * self.tp * self.cp
+                used[g] += c.replicas * self.tp_of(g) * self.cp
         return used
 
 
@@ -242,7 +261,29 @@ class HeteroPlan(_Modes):
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
-                           family=self.family, ep=self.ep, etp=self.etp)
+                           family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp)
+
+    def _check_group_tp(self, inst: HeteroInstance) -> None:
+        """group_tp's own rules (the space's, solver/hetero_space.py): one class, every group it
+        uses named once, `tp` the first stage's group's, and not every degree the same."""
+        if not self.group_tp:
+            return
+        names = [x.name for x in inst.cluster.groups]
+        groups = [g for g, _ in self.group_tp]
+        used = sorted({g for c in self.classes for g in c.stage_groups})
+        if len(self.classes) != 1:
+            raise ConfigError("a tp per group needs one replica class (stage-wise): replicas of"
+                              " several classes reduce gradients in one ring, which needs one"
+                              " weight sharding (one tp)")
+        if groups != used:
+            raise ConfigError(f"tp per group must name each group the plan uses once"
+                              f" ({', '.join(names[g] for g in used)})")
+        if self.tp != self.tp_of(self.classes[0].stage_groups[0]):
+            raise ConfigError("plan.tp must be the first stage's group's tp")
+        if len({t for _, t in self.group_tp}) == 1:
+            raise ConfigError(f"every group runs tp={self.tp}: write tp: {self.tp}")
+        if any(t < 1 for _, t in self.group_tp):
+            raise ConfigError("every group's tp must be >= 1")
 
     def check_against(self, inst: HeteroInstance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""
@@ -254,28 +295,32 @@ class HeteroPlan(_Modes):
             if sum(c.layers_per_stage) != m.layers:
                 raise ConfigError(f"a class's layers_per_stage sums to {sum(c.layers_per_stage)},"
                                   f" the model has {m.layers}")
+        self._check_group_tp(inst)
         used = self.outer.gpus_per_group(G)
         for g, grp in enumerate(hc.groups):
             if used[g] > grp.num_gpus:
                 raise ConfigError(f"the plan uses {used[g]} GPUs of group {grp.name!r}, which has"
                                   f" {grp.num_gpus}")
-            gpn = grp.cluster.gpus_per_node
-            if used[g] and (gpn % self.tp if self.tp <= gpn else self.tp % gpn or grp.num_gpus % self.tp):
-                raise ConfigError(f"tp={self.tp} must divide group {grp.name!r}'s {gpn} GPUs per"
+            gpn, t = grp.cluster.gpus_per_node, self.tp_of(g)
+            if used[g] and (gpn % t if t <= gpn else t % gpn or grp.num_gpus % t):
+                raise ConfigError(f"tp={t} must divide group {grp.name!r}'s {gpn} GPUs per"
                                   " node, or take whole nodes of it")
         seqs = sum(c.replicas * c.num_micro_batches for c in self.classes) * self.micro_batch
         if seqs != inst.job.global_batch:
             raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
                               f" global_batch = {inst.job.global_batch}")
-        if m.heads % self.tp or m.kv_heads % self.tp and self.tp % m.kv_heads:
-            raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
+        tps = self.tp_values
+        for t in tps:
+            if m.heads % t or m.kv_heads % t and t % m.kv_heads:
+                raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
         if m.mla is not None and (self.zero == 3 or any(c.partitions for c in self.classes)):
             raise ConfigError("latent attention (model.mla) is not priced with ZeRO-3 or per-operator"
                               " partitions; use zero 0, 1 or 2 and Megatron 1-D")
         if self.cp < 1 or m.seq_len % self.cp:
             raise ConfigError(f"cp={self.cp} must be >= 1 and divide seq_len {m.seq_len}")
-        if self.sequence_parallel and (self.tp == 1 or m.seq_len % (self.tp * self.cp)):
-            raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len")
+        if self.sequence_parallel and any(t == 1 or m.seq_len % (t * self.cp) for t in tps):
+            raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len, on"
+                              " every group")
         if len(self.classes) > 1:
             for c in self.classes:
                 if c.num_micro_batches < len(c.stage_groups):
@@ -297,6 +342,9 @@ class HeteroPlan(_Modes):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
         if self.ep < 1 or self.expert_tp < 1:
             raise ConfigError("plan.ep and plan.etp must be >= 1")
+        if self.etp is not None and self.group_tp:
+            raise ConfigError("etp with a tp per group is not priced: leave etp out (each group's"
+                              " experts split as its tp)")
         if self.ep > 1 or self.etp is not None:
             # an expert group lies inside one class's tp x data x context parallel ranks of a stage
             for c in self.classes:
@@ -305,17 +353,17 @@ class HeteroPlan(_Modes):
                 if problem:
                     raise ConfigError(f"{problem} (a class has {c.replicas} replicas x cp {self.cp})")
         for c in self.classes:
-            for _, parts in c.partitions:
-                check_partitions(_LayerPlan(partitions=parts, tp=self.tp, zero=self.zero,
+            for g, parts in c.partitions:
+                check_partitions(_LayerPlan(partitions=parts, tp=self.tp_of(g), zero=self.zero,
                                             sequence_parallel=self.sequence_parallel))
         if self.zero and self.outer.replicas * self.cp == 1:
             raise ConfigError(f"ZeRO-{self.zero} shards over replicas and context-parallel ranks,"
                               " and the plan has one of each")
         rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-        for c in self.classes:
-            if not rules.admits(tp=self.tp, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
+        for c, t in itertools.product(self.classes, tps):
+            if not rules.admits(tp=t, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
                                 sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):
                 raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{self.zero} with"
-                                  f" tp={self.tp}, cp={self.cp}, virtual_stages={self.virtual_stages},"
+                                  f" tp={t}, cp={self.cp}, virtual_stages={self.virtual_stages},"
                                   f" sequence_parallel={self.sequence_parallel} and"
                                   f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")

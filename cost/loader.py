@@ -82,6 +82,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       full_recompute: true           # search per-stage counts of fully recomputed layers
       uniform_split: false           # true: only the even layer split
       tp_across_nodes: false
+      tp_per_group: true             # mixed clusters: a pipeline across node groups may run a
+                                     #   tp per group (solver/hetero_space.py)
       memory_reserve_gib: 0          # kept free on every GPU
 
 A `search:` value that the instance's shape can never run (cost/space_rules.py: tp=3 with 16
@@ -202,8 +204,8 @@ _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "seque
               "partitions", "ep", "etp")
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
-                "uniform_split", "tp_across_nodes", "memory_reserve_gib", "tensor_partitions", "ep",
-                "etp")
+                "uniform_split", "tp_across_nodes", "tp_per_group", "memory_reserve_gib", "tensor_partitions",
+                "ep", "etp")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
 
@@ -457,7 +459,7 @@ class Section:
     def integer(self, key: str, default: Any = _REQUIRED) -> int:
         """The integer under `key`, within its physical range (cost/ranges.py)."""
         value = self._get(key, default, "integer")
-        return value if value is default else _check_int(value, self.path, self.field(key), key)
+        return value if value is default else check_int(value, self.path, self.field(key), key)
 
     def number(self, key: str, default: Any = _REQUIRED) -> float:
         """The finite number under `key`, within its physical range (cost/ranges.py)."""
@@ -511,7 +513,7 @@ class Section:
         if len(value) != length:
             raise self.error(key, f"has {len(value)} entries but pp = {length}",
                              "give one entry per pipeline stage")
-        return tuple(_check_int(v, self.path, f"{self.field(key)}[{i}]", key)
+        return tuple(check_int(v, self.path, f"{self.field(key)}[{i}]", key)
                      for i, v in enumerate(value))
 
 
@@ -539,7 +541,7 @@ def _number_fix(value: Any, *, integer: bool = False) -> str:
     return "write a whole number" if integer else "write a plain number"
 
 
-def _check_int(value: Any, path: str, field: str, quantity: str) -> int:
+def check_int(value: Any, path: str, field: str, quantity: str) -> int:
     """`value` as an integer of `quantity`, within its range (cost/ranges.py)."""
     hi = RANGES[quantity].hi
     if isinstance(value, bool) or not isinstance(value, int):
@@ -803,7 +805,7 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     kw: dict[str, Any] = {}
     for key in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "zero", "ep", "etp"):
         if sec.has(key):
-            kw[key] = sec.list_of(key, lambda v, f, key=key: _check_int(v, sec.path, f, key),
+            kw[key] = sec.list_of(key, lambda v, f, key=key: check_int(v, sec.path, f, key),
                                   "integers")
     if sec.has("sequence_parallel"):
         kw["sequence_parallel"] = sec.list_of("sequence_parallel", _check_bool(sec), "true/false values")
@@ -814,7 +816,7 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     for key in ("max_micro_batch", "max_pp", "max_cp"):
         if sec.has(key):
             kw[key] = sec.integer(key)
-    for key in ("full_recompute", "uniform_split", "tp_across_nodes"):
+    for key in ("full_recompute", "uniform_split", "tp_across_nodes", "tp_per_group"):
         if sec.has(key):
             kw[key] = sec.boolean(key, False)
     if sec.has("memory_reserve_gib"):

@@ -363,7 +363,7 @@ def userbuffers_bytes(m: ModelSpec, b: int, cp: int, precision: Precision) -> fl
 
 def communicators(tp: int, cp: int, dp: int, pp: int) -> int:
     """Process groups with more than one rank that a GPU joins (tp, cp, dp*cp, pp)."""
-    return sum(1 for d in (tp, cp, dp * cp, pp) if d > 1)
+    return (tp > 1) + (cp > 1) + (dp * cp > 1) + (pp > 1)
 
 
 def runtime_bytes(tp: int, cp: int, dp: int, pp: int) -> float:

@@ -462,6 +462,9 @@ class SearchSpace:
     full_recompute: bool = True  # per-stage counts of fully recomputed layers are searched
     uniform_split: bool = False  # True: only the even layer split (for comparisons)
     tp_across_nodes: bool = False
+    # a mixed cluster's stage-wise class (one pipeline across node groups) may run a tp per
+    # group, e.g. tp 4 on A100 stages and tp 2 on H100 stages (solver/hetero_space.py)
+    tp_per_group: bool = True
     memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)

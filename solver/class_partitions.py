@@ -95,12 +95,19 @@ def _choices(o):
     return [(k, g) for k, c in enumerate(o.classes) for g in sorted(set(c.stage_groups))]
 
 
+def _on_group(co, o, g: int):
+    """`co` (an outer of `o`) with group g's tensor-parallel degree (HeteroOuter.tp_of): the
+    layer plans of a (class, group) choice are those of its own tp group."""
+    t = o.tp_of(g)
+    return co if t == co.tp else dataclasses.replace(co, tp=t)
+
+
 def partition_count(inst, o) -> int:
     """Number of layer-plan combinations of outer `o` in the declared space (1 without
     per-operator partitions): every (class, group) takes any plan of its tp group."""
     if not enabled(inst):
         return 1
-    return math.prod(plans_per_outer(inst, o) for _ in _choices(o))
+    return math.prod(plans_per_outer(inst, _on_group(o, o, g)) for _, g in _choices(o))
 
 
 class OuterChoices:
@@ -118,12 +125,13 @@ class OuterChoices:
         K = len(o.classes)
         self.co = [class_outer(o, k, lone) for k in range(K)]
         self.keys = keys = _choices(o)
+        self.cg = {(k, g): _on_group(self.co[k], o, g) for k, g in keys}  # per choice: its tp
         self.first_stage = {(k, g): o.classes[k].stage_groups.index(g) for k, g in keys}
         self.masks = {(k, g): np.array(o.classes[k].stage_groups) == g for k, g in keys}
         self.ginst = {(i, g): group_pricing_instance(inst, inst.scenarios[i].cluster, g)
                       for i in scenarios for _, g in keys}
         # (k, g) choices with more than Megatron's plan
-        self.open = [(k, g) for k, g in keys if P.spatial_temporal_allowed(self.co[k])]
+        self.open = [(k, g) for k, g in keys if P.spatial_temporal_allowed(self.cg[k, g])]
         self.total = partition_count(inst, o)  # combinations, dominated ones included
         self.opt: dict = {}
         self.meg: dict = {}
@@ -152,8 +160,8 @@ class OuterChoices:
                     if kk != k:
                         continue
                     ginst, site, _ = self._where(k, g)[si]
-                    table = P.table_for(ginst, self.co[k], site, net)
-                    lo_t, hi_t = optimistic_terms(table, plan_rows(table, P.token_split_allowed(self.co[k])))
+                    table = P.table_for(ginst, self.cg[k, g], site, net)
+                    lo_t, hi_t = optimistic_terms(table, plan_rows(table, P.token_split_allowed(self.cg[k, g])))
                     lo_fns[g], hi_fns[g] = _const(lo_t), _const(hi_t)
                 if not lo_fns:
                     self.opt[si, k] = self.meg[si, k]
@@ -183,7 +191,7 @@ class OuterChoices:
         plans = {x: [MEGATRON] for x in keys}
         rows = {}  # per open choice and scenario: the vectors of plans[k, g][1:]
         for k, g in self.open:
-            front, front_rows = joint_candidates(self.co[k], self._where(k, g), net)
+            front, front_rows = joint_candidates(self.cg[k, g], self._where(k, g), net)
             mine = [i for i, p in enumerate(front) if not P.is_megatron(p)]
             plans[k, g] += [_recorded(front[i]) for i in mine]
             rows[k, g] = [r[mine] for r in front_rows]
@@ -208,7 +216,7 @@ class OuterChoices:
             for b, bucket in enumerate(buckets):
                 if len(bucket) == 1:
                     continue
-                lo_hi = [optimistic_terms(P.table_for(w[0], self.co[k], w[1], net), rows[k, g][si][np.array(bucket) - 1])
+                lo_hi = [optimistic_terms(P.table_for(w[0], self.cg[k, g], w[1], net), rows[k, g][si][np.array(bucket) - 1])
                          for si, w in enumerate(self._where(k, g))]
                 lo = priced_with(k, g, [_const(t[0]) for t in lo_hi])
                 hi = priced_with(k, g, [_const(t[1]) for t in lo_hi])
@@ -337,13 +345,14 @@ def all_partitions(inst, o, placed, lone: int | None, net: NetEfficiency = NetEf
     options = []
     for k, g in keys:
         opts = [MEGATRON]
-        if enabled(inst) and P.spatial_temporal_allowed(co[k]):
+        cg = _on_group(co[k], o, g)
+        if enabled(inst) and P.spatial_temporal_allowed(cg):
             site = placed(0, k).sites[o.classes[k].stage_groups.index(g)]
-            table = P.table_for(group_pricing_instance(inst, inst.cluster, g), co[k], site, net)
+            table = P.table_for(group_pricing_instance(inst, inst.cluster, g), cg, site, net)
             idx, _ = P.all_plans(table)
             for row in idx:
                 plan = P.plan_from_indices(table, row)
-                if not P.is_megatron(plan) and P.plan_allowed(plan, co[k]):
+                if not P.is_megatron(plan) and P.plan_allowed(plan, cg):
                     opts.append(_recorded(plan))
         options.append(opts)
     for combo in itertools.product(*options):

@@ -141,7 +141,8 @@ def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
     return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
-                      etp=o.etp, classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
+                      etp=o.etp, group_tp=o.group_tp,
+                      classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
                                                  layers_per_stage=tuple(int(x) for x in nk),
                                                  full_recompute_layers=tuple(int(x) for x in rk),
@@ -151,8 +152,8 @@ def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
 
 def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None):
     """placed(i, k): class k's placement on scenario i, kept in `placements` across the
-    configurations of one instance: it depends only on the scenario, tp, cp, v and the class
-    shapes, ep and etp (cost/hetero_coefficients.class_placement), so configurations differing in
+    configurations of one instance: it depends only on the scenario, tp (per group), cp, v and
+    the class shapes, ep and etp (cost/hetero_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
     placements = {} if placements is None else placements
 
@@ -164,7 +165,7 @@ def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None)
 def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k: int):
     """placer's lookup: keyed by the shapes' identity (hashing them per configuration costs more
     than the lookup saves); the entry keeps the shapes alive, so no other object takes their id."""
-    key = (i, o.tp, o.cp, o.virtual_stages, o.ep, o.etp, id(o.classes), k)
+    key = (i, o.tp, o.group_tp, o.cp, o.virtual_stages, o.ep, o.etp, id(o.classes), k)
     if key not in placements:
         placements[key] = (o.classes, class_placement(inst.scenarios[i].cluster, o, k))
     return placements[key][1]

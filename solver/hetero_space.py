@@ -8,8 +8,12 @@ Two families of class shapes, over every non-empty subset U of the node groups:
 
 - "stage" (stage-wise heterogeneity): one class of dp identical replicas whose pipeline passes
   through the groups of U in some order, c_g consecutive stages on group g, with
-  dp * tp * cp * c_g = GPUs of g (every GPU of a used group works); pp = sum c_g. Every order of U
+  dp * tp_g * cp * c_g = GPUs of g (every GPU of a used group works); pp = sum c_g. Every order of U
   is a separate configuration (the first stage holds the embedding, the last the output layer).
+  With search.tp_per_group (the default) each group of U takes its own tp_g, every combination
+  of each group's admissible values (HeteroOuter.group_tp; e.g. tp 8 on A100 stages beside tp 4
+  on H100 stages), and the hand-off between stages of different tp reshards the activation
+  (cost/coefficients.build); otherwise one tp for every group.
 - "replica" (replica-wise heterogeneity, |U| >= 2): one class per group g of U, x_g replicas of
   pp_g stages all on g, x_g * tp * cp * pp_g = GPUs of g; classes take different micro-batch
   counts.
@@ -41,11 +45,15 @@ one-group cluster's space is the homogeneous space, outer configuration for oute
 and plan for plan (checked against the homogeneous enumeration until it was deleted; the
 goldens keep the space sizes).
 
-Rules that stay specific to plans of several classes, and why: every replica runs at least as
+Rules that stay specific to plans of several classes, and why: one tp for every class (a
+layer's gradients are reduced in one ring over every replica of every class, and replicas with
+different tp hold different shards of the layer, which that ring cannot reduce; so the
+replica family and a tp per group exclude each other, cost/hetero_specs.HeteroPlan.check_against);
+every replica runs at least as
 many micro-batches as it has stages (1F1B steady state), and with interleaving (v > 1) a
 multiple of its stage count and at least twice it: memory then does not depend on how the batch
 is split between classes (cost/hetero_coefficients.class_outer), which lets one set of
-coefficients price every split; one tp, cp and v for every group (one HeteroOuter); no
+coefficients price every split; one cp and v for every group (one HeteroOuter); no
 uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
 counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
@@ -186,11 +194,22 @@ def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
             if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
 
 
-def cp_values(inst: HeteroInstance, used: tuple[int, ...], tp: int) -> list[int]:
+def tp_choices(inst: HeteroInstance, used: tuple[int, ...], family: str) -> list[dict[int, int]]:
+    """The tensor-parallel degrees of the groups `used`, as {group: tp}: one tp for every group
+    (tp_values), or, for one class across several groups (the stage family) with
+    search.tp_per_group, each group's own (each group's tp_values, every combination)."""
+    if family != "stage" or len(used) == 1 or not inst.search.tp_per_group:
+        return [dict.fromkeys(used, t) for t in tp_values(inst, used)]
+    per = [tp_values(inst, (g,)) for g in used]
+    return [dict(zip(used, ts)) for ts in itertools.product(*per)]
+
+
+def cp_values(inst: HeteroInstance, used: tuple[int, ...], tpg: dict[int, int]) -> list[int]:
     """One cp for every group used: search.cp's values, or powers of two, each dividing seq_len
-    and every used group's GPUs left by tp (cost/space_rules.cp_problem, the homogeneous rule)."""
+    and every used group's GPUs left by its tp (`tpg`: group -> tp; cost/space_rules.cp_problem,
+    the homogeneous rule)."""
     s = inst.search
-    gpus = [inst.cluster.groups[g].num_gpus // tp for g in used]
+    gpus = [inst.cluster.groups[g].num_gpus // tpg[g] for g in used]
     vals = s.cp if s.cp is not None else _powers_of_two(max(min(gpus), 1))
     flash = inst.job.attention is Attention.FLASH
     return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp, flash) is None for n in gpus)]
@@ -204,14 +223,16 @@ def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
     return 1 <= pp <= min(inst.model.layers, max_pp) and (s.pp is None or pp in s.pp)
 
 
-def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: str, cp: int = 1):
-    """(family, shapes) for the groups `used`, in a fixed order; a stage of a replica is
-    tp * cp GPUs (the name `tp` below stands for that unit)."""
+def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...], family: str,
+                 cp: int = 1):
+    """(family, shapes) for the groups `used`, in a fixed order; a stage of a replica on group g
+    is tpg[g] * cp GPUs (`units` below)."""
     gpus = [inst.cluster.groups[g].num_gpus for g in used]
-    tp = tp * cp
+    units = [tpg[g] * cp for g in used]
     if family == "stage":
-        for dp in _divisors(math.gcd(*gpus) // tp if all(x % tp == 0 for x in gpus) else 0):
-            counts = [x // (dp * tp) for x in gpus]
+        fits = all(x % u == 0 for x, u in zip(gpus, units))
+        for dp in _divisors(math.gcd(*(x // u for x, u in zip(gpus, units))) if fits else 0):
+            counts = [x // (dp * u) for x, u in zip(gpus, units)]
             if not _pp_ok(inst, sum(counts)):
                 continue
             for order in itertools.permutations(range(len(used))):
@@ -219,9 +240,9 @@ def class_shapes(inst: HeteroInstance, tp: int, used: tuple[int, ...], family: s
                 yield (ClassShape(replicas=dp, stage_groups=groups),)
     elif len(used) >= 2:
         options = []
-        for g, x in zip(used, gpus):
-            opts = [pp for pp in _divisors(x // tp) if x % tp == 0 and _pp_ok(inst, pp)]
-            options.append([ClassShape(replicas=x // (tp * pp), stage_groups=(g,) * pp) for pp in opts])
+        for g, x, u in zip(used, gpus, units):
+            opts = [pp for pp in _divisors(x // u) if x % u == 0 and _pp_ok(inst, pp)]
+            options.append([ClassShape(replicas=x // (u * pp), stage_groups=(g,) * pp) for pp in opts])
         yield from itertools.product(*options)
 
 
@@ -244,83 +265,101 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     out: list[HeteroOuter] = []
     for family in families:
         for used in subsets:
-            for tp, cp in ((t, c) for t in tp_values(inst, used) for c in cp_values(inst, used, t)):
-                for shapes in class_shapes(inst, tp, used, family, cp):
+            for tpg, cp in ((t, c) for t in tp_choices(inst, used, family)
+                            for c in cp_values(inst, used, t)):
+                tps = sorted(set(tpg.values()))
+                for shapes in class_shapes(inst, tpg, used, family, cp):
+                    # HeteroOuter's tp: the first stage's group's; group_tp where they differ
+                    tp = tpg[shapes[0].stage_groups[0]]
+                    group_tp = tuple(sorted(tpg.items())) if len(tps) > 1 else ()
                     replicas = sum(c.replicas for c in shapes)
                     # an expert group lies inside one class's tp x dp x cp ranks
                     # (cost/space_rules.expert_layouts: (ep, etp) pairs)
                     ranks = math.gcd(*(c.replicas * cp for c in shapes))
-                    layouts = {sp: expert_layouts(m, s, tp, ranks, sp) for sp in s.sequence_parallel}
+                    # with a tp per group, experts split as each group's tp (etp = tp): a
+                    # folded etp would need an expert layout per group
+                    layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
+                                    if etp is None or not group_tp]
+                               for sp in s.sequence_parallel}
                     vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
                     pps = {c.pp for c in shapes}
-                    for mb in micro_batch_values(inst, tp, cp, shapes, uniform):
+                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform):
                         vs = [v for v in vs_all
                               if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
                         for sp in s.sequence_parallel:
-                            if sp and (tp == 1 or m.seq_len % (tp * cp)) or moe_problem(m, tp, sp, 0):
+                            if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
+                                   for t in tps):
                                 continue
                             for zero in s.zero:
-                                if zero and replicas * cp == 1 or moe_problem(m, tp, sp, zero):
+                                if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
                                     continue
                                 for v in vs:
-                                    if not all(rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp,
-                                                            zero=zero, v=v) for pp in pps):
+                                    if not all(rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp,
+                                                            zero=zero, v=v) for pp in pps for t in tps):
                                         continue
                                     for rc, (ep, etp) in itertools.product(modes, layouts[sp]):
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
                                                                classes=shapes, family=family, ep=ep,
-                                                               etp=etp))
+                                                               etp=etp, group_tp=group_tp))
     return out
 
 
-def _sp_zero_values(inst: HeteroInstance, tp: int, cp: int, shapes) -> tuple[list[bool], list[int]]:
+def _sp_zero_values(inst: HeteroInstance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
     """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
-    admitted with some value of the other and some v."""
+    admitted with some value of the other and some v (`tpg`: group -> tp)."""
     m, s = inst.model, inst.search
+    tps = sorted(set(tpg.values()))
     replicas = sum(c.replicas for c in shapes)
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     vs = virtual_stage_values(inst, shapes)
     sps = [sp for sp in s.sequence_parallel
-           if not (sp and (tp == 1 or m.seq_len % (tp * cp))) and moe_problem(m, tp, sp, 0) is None]
-    zeros = [z for z in s.zero if not (z and replicas * cp == 1) and moe_problem(m, tp, tp > 1, z) is None]
+           if all(not (sp and (tp == 1 or m.seq_len % (tp * cp))) and moe_problem(m, tp, sp, 0) is None
+                  for tp in tps)]
+    zeros = [z for z in s.zero if not (z and replicas * cp == 1)
+             and all(moe_problem(m, tp, tp > 1, z) is None for tp in tps)]
 
     def admitted(sp: bool, z: int, v: int) -> bool:
-        return all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp, zero=z, v=v) for c in shapes)
+        return all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp, zero=z, v=v)
+                   for c in shapes for tp in tps)
 
     sps = [sp for sp in sps if any(admitted(sp, z, v) for z in zeros for v in vs)]
     zeros = [z for z in zeros if any(admitted(sp, z, v) for sp in sps for v in vs)]
     return sps, zeros
 
 
-def micro_batch_values(inst: HeteroInstance, tp: int, cp: int, shapes, uniform: bool = False) -> list[int]:
+def micro_batch_values(inst: HeteroInstance, tpg: dict[int, int], cp: int, shapes,
+                       uniform: bool = False) -> list[int]:
     """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
     the global batch (within max_micro_batch) that split it between the replicas
     (has_micro_batch_split), capped from memory by the homogeneous rule
     (capped_micro_batches): b is kept iff, for some admitted sp flag and ZeRO
     stage, every class's lower bound (micro_batch_lower_bound_parts, with ZeRO
     sharding over every replica of the plan) fits: its last stage's on the GPU of its last
-    stage's group, its fullest stage's on the largest GPU among its groups (the stage holding
-    the most layers may sit on any of them). With one class on one group this is the
-    homogeneous space's list."""
+    stage's group, at that group's tp, and its fullest stage's on some group of the class, at
+    that group's tp (the stage holding the most layers may sit on any of them). With one class
+    on one group this is the homogeneous space's list. `tpg`: group -> tp."""
     s, gb = inst.search, inst.job.global_batch
     if s.micro_batch is not None:
         return [b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
     cands = [d for d in _divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
              and has_micro_batch_split(shapes, gb // d, uniform)]
-    sps, zeros = _sp_zero_values(inst, tp, cp, shapes)
+    sps, zeros = _sp_zero_values(inst, tpg, cp, shapes)
     if not cands or not sps or not zeros:
         return cands[:1]
     groups = inst.cluster.groups
     capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     replicas = sum(c.replicas for c in shapes)
 
+    def parts(c, g: int, b: int, sp: bool, z: int) -> tuple[float, float]:
+        return micro_batch_lower_bound_parts(inst, tp=tpg[g], cp=cp, pp=c.pp, dp=c.replicas,
+                                             micro_batch=b, sp=sp, zero=z, zero_ranks=replicas * cp)
+
     def class_fits(c, b: int, sp: bool, z: int) -> bool:
-        last, fullest = micro_batch_lower_bound_parts(inst, tp=tp, cp=cp, pp=c.pp, dp=c.replicas,
-                                                      micro_batch=b, sp=sp, zero=z,
-                                                      zero_ranks=replicas * cp)
-        return last <= capacity[c.stage_groups[-1]] and fullest <= max(capacity[g] for g in c.stage_groups)
+        last = c.stage_groups[-1]
+        return (parts(c, last, b, sp, z)[0] <= capacity[last]
+                and any(parts(c, g, b, sp, z)[1] <= capacity[g] for g in set(c.stage_groups)))
 
     return capped_micro_batches(cands, lambda b: any(all(class_fits(c, b, sp, z) for c in shapes)
                                                      for sp in sps for z in zeros))
@@ -342,7 +381,7 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     s, m, gb = inst.search, inst.model, inst.job.global_batch
     G = len(inst.cluster.groups)
     subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
-    with_tp = [(u, t) for u in subsets for t in tp_values(inst, u)]
+    with_tp = [(u, t) for u in subsets for fam in FAMILIES for t in tp_choices(inst, u, fam)]
     if not with_tp:
         listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
         where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
@@ -355,6 +394,7 @@ def empty_space_reason(inst: HeteroInstance) -> str:
                 " by tp" + (f", within search.max_cp {s.max_cp}" if s.max_cp is not None else ""))
     shapes = [(t, c, sh) for u, t, c in with_cp for fam in FAMILIES
               for sh in class_shapes(inst, t, u, fam, c)]
+    shapes = [(t[sh[0].stage_groups[0]], c, sh) for t, c, sh in shapes]  # tp: the first stage's
     if not shapes:
         max_pp = s.max_pp if s.max_pp is not None else m.layers
         return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
@@ -432,6 +472,10 @@ def count_micro_batch_splits(shapes, total: int, uniform: bool = False, v: int =
 @lru_cache(maxsize=65536)
 def _ways(x: tuple[int, ...], rest: int) -> int:
     """Number of (j_1..j_K) >= 0 with sum_k x_k j_k = rest (coin-change count)."""
+    if len(x) == 1:  # one class: its count is rest / x_1, if whole
+        return int(rest % x[0] == 0)
+    if len(x) == 2:  # the first count fixes the second
+        return sum(1 for j in range(rest // x[0] + 1) if (rest - j * x[0]) % x[1] == 0)
     ways = [1] + [0] * rest
     for xk in x:
         for v in range(xk, rest + 1):

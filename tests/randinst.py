@@ -85,3 +85,32 @@ def random_hetero_instance(seed: int):
         job=JobSpec(global_batch=rng.choice([2, 4]) * gpus), search=space,
         scenarios=(Scenario(name="nominal", cluster=nominal, probability=1 - p),
                    Scenario(name="degraded", cluster=cluster(slow), probability=p)))
+def group_tp_instance(seed: int):
+    """Two single-node groups of different toy GPUs (speed, memory, NVLink drawn per group) and
+    a model wide enough for tensor parallelism to pay on one group and not on the other: the
+    instances where a tp per group (HeteroOuter.group_tp) can win. Small enough for exhaustive
+    search."""
+    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup
+
+    rng = random.Random(seed)
+    heads = 8
+    hidden = heads * rng.choice([64, 128])
+    model = ModelSpec(name=f"gtp{seed}", layers=rng.choice([3, 4]), hidden=hidden, heads=heads,
+                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=rng.choice([512, 1024]),
+                      mlp=Mlp.GELU)
+    groups = []
+    for g in range(2):
+        gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
+                      hbm_bytes=rng.choice([0.5, 0.7, 1.0, 2.0, 4.0]) * 2**30,
+                      hbm_bw_bytes_per_s=rng.choice([0.5e12, 2e12]))
+        cl = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=rng.choice([2, 4]),
+                         intra_node=Link(bw_bytes_per_s=rng.choice([50e9, 300e9]), latency_s=5e-6),
+                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
+        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+    link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
+    hc = HeteroCluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
+                                                       (link, groups[1].cluster.inter_node)))
+    gpus = sum(g.num_gpus for g in groups)
+    return HeteroInstance(name=f"gtp{seed}", model=model, cluster=hc,
+                          job=JobSpec(global_batch=rng.choice([2, 4, 8]) * gpus),
+                          search=SearchSpace(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,)))

@@ -67,10 +67,10 @@ def _over(a: float | None, b: float | None) -> float | None:
 
 def previous_space(inst):
     """`inst` with its declared space cut to what mixed clusters could use before the
-    one-planner merge: ZeRO 0-1, cp 1, no interleaving, tp inside a node, Megatron 1-D."""
+    one-planner merge: ZeRO 0-1, cp 1, no interleaving, one tp inside a node, Megatron 1-D."""
     s = inst.search
     return replace(inst, search=replace(s, zero=tuple(z for z in s.zero if z <= 1) or (0,), cp=(1,),
-                                        virtual_stages=(1,), tp_across_nodes=False,
+                                        virtual_stages=(1,), tp_across_nodes=False, tp_per_group=False,
                                         tensor_partitions=("megatron",)))
 
 

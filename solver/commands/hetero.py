@@ -89,7 +89,8 @@ def describe_cluster(inst) -> str:
 
 def plan_lines(plan, inst) -> list[str]:
     names = [g.name for g in inst.cluster.groups]
-    lines = [f"tp={plan.tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
+    tp = (",".join(f"{names[g]}:{t}" for g, t in plan.group_tp) if plan.group_tp else plan.tp)
+    lines = [f"tp={tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
              f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''}"
              f"{f' ep={plan.ep}' if plan.ep > 1 else ''}{f' etp={plan.etp}' if plan.etp is not None else ''}"
              f" micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
@@ -101,7 +102,7 @@ def plan_lines(plan, inst) -> list[str]:
                      f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")
         for g, parts in c.partitions:  # per-operator tensor partitions of its stages on g
             gpn = inst.cluster.groups[g].cluster.gpus_per_node
-            lines += [f"    on {names[g]}: {x}" for x in partition_lines(parts, plan.tp, gpn)]
+            lines += [f"    on {names[g]}: {x}" for x in partition_lines(parts, plan.tp_of(g), gpn)]
     return lines
 
 

@@ -79,7 +79,7 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
 def test_micro_batch_cap_from_memory_lower_bound():
     inst = _one_gpu(1100)
     one = (ClassShape(replicas=1, stage_groups=(0,)),)  # tp = pp = dp = cp = 1
-    assert micro_batch_values(homogeneous_as_hetero(inst), 1, 1, one) == [1, 2, 4]
+    assert micro_batch_values(homogeneous_as_hetero(inst), {0: 1}, 1, one) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(inst)}) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(_one_gpu(1120))}) == [1, 2, 4, 8]
 
