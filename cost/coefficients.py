@@ -678,10 +678,12 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     index: dict[int, int] = {}
     uniq: list[_LayerCosts] = []
     uniq_sites: list[Site] = []
+    by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (hetero_coefficients.class_layer_fn)
     for site in pl.sites:
         if id(site) not in index:
             index[id(site)] = len(uniq)
-            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn))
+            fn = by_site[id(site)] if by_site is not None else layer_fn
+            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, fn))
             uniq_sites.append(site)
     where = [index[id(site)] for site in pl.sites]
     at = np.array(where, np.int64)
