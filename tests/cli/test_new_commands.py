@@ -14,7 +14,6 @@ from paraplan import instances
 from paraplan.cost import memory, schedule
 from paraplan.cost.loader import load_instance, override_search, plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
-from paraplan.solver import bounds
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import coefficient_table

@@ -15,7 +15,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import active_params, model_flops_per_token, model_params
 from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Link, MoeSpec, Outer
+from paraplan.cost.specs import MoeSpec, Outer
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 MIXTRAL = INSTANCES / "mixtral-8x7b-64xH100.yaml"
