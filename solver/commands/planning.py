@@ -355,7 +355,6 @@ def cmd_verify(args) -> int:
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
     from paraplan.solver.commands.hetero import class_instance
     from paraplan.solver.commands.limits import Deadline
-    from paraplan.solver.exhaustive import hetero_exhaustive
     from paraplan.solver.hetero_planner import plan_hetero
 
     inst, objective, homo = class_instance(args)
@@ -369,12 +368,9 @@ def cmd_verify(args) -> int:
         res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
-
-    def run(remaining_s):
-        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
-                               progress=homo is not None and progress_enabled(args), time_limit_s=remaining_s)
-        return ex, ex.objective_s
-    methods.append(exhaustive_method(run, deadline, "candidates" if homo is not None else "plans"))
+    methods.append(exhaustive_method(inst, objective, args.max_candidates,
+                                     homo is not None and progress_enabled(args), deadline,
+                                     "candidates" if homo is not None else "plans"))
     return report_verify(args, methods, tol, None if homo is not None else objective)
 
 
