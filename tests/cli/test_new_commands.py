@@ -81,7 +81,6 @@ def test_top_k_output_and_bad_arguments(capsys):
 def test_search_overrides_narrow_the_space(capsys):
     assert main(["plan", TINY, "--search", "tp=2", "--search", "pp=2", "--search", "zero=1",
                  "--json", "--quiet"]) == 0
-    import json
     plan_out = json.loads(capsys.readouterr().out)["plan"]
     assert (plan_out["tp"], plan_out["pp"], plan_out["zero"]) == (2, 2, 1)
 

@@ -279,7 +279,6 @@ def test_dense_prefix_is_priced_as_dense_layers_on_the_first_stage():
     # stage's transient workspace is its largest layer's (the dense one's backward buffers),
     # with the allocator's fragmentation allowance
     from paraplan.cost import memory
-    from paraplan.cost.comm import NetEfficiency
     site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
     ws = [coefficients.megatron_layer(x, o, site, NetEfficiency()).workspace_bytes
           for x in (inst, replace(inst, model=replace(inst.model, moe=None)))]

@@ -563,7 +563,6 @@ def test_all_layers_recomputed():
 # --- other deviations ----------------------------------------------------------------------
 
 def test_fp16_job():
-    from dataclasses import replace
     inst = replace(TINY, job=replace(TINY.job, precision=Precision.FP16))
     args, _, _ = megatron_args(inst, UNIFORM)
     assert args["--fp16"] is True and "--bf16" not in args
