@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -893,11 +894,20 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
 _LAYER_COSTS: dict[tuple, tuple] = {}
 
 
+@lru_cache(maxsize=65536)
+def _dense_layer_view(o: Outer) -> Outer:
+    """`o` without what a dense layer's costs do not read: the memo key of _shared_layer_costs."""
+    return replace(o, pp=1, dp=1, num_micro_batches=1, virtual_stages=1)
+
+
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts:
     if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
         return _layer_costs(inst, o, site, dp_n, net, layer_fn)
-    key = (id(inst), id(site), o, dp_n, net)
+    # a dense layer's costs read neither the pipeline (pp, v, micro-batch count) nor dp apart
+    # from the ring size dp_n (megatron_layer, _layer_costs), so configurations differing only
+    # there share them; an MoE layer's all-to-all overlap reads pp and v (cost/moe.py)
+    key = (id(inst), id(site), o if inst.model.moe is not None else _dense_layer_view(o), dp_n, net)
     hit = _LAYER_COSTS.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site:
         return hit[2]
