@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -684,10 +685,12 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     index: dict[int, int] = {}
     uniq: list[_LayerCosts] = []
     uniq_sites: list[Site] = []
+    by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (hetero_coefficients.class_layer_fn)
     for site in pl.sites:
         if id(site) not in index:
             index[id(site)] = len(uniq)
-            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, layer_fn))
+            fn = by_site[id(site)] if by_site is not None else layer_fn
+            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, fn))
             uniq_sites.append(site)
     where = [index[id(site)] for site in pl.sites]
     at = np.array(where, np.int64)
@@ -927,11 +930,20 @@ def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEffici
 _LAYER_COSTS: dict[tuple, tuple] = {}
 
 
+@lru_cache(maxsize=65536)
+def _dense_layer_view(o: Outer) -> Outer:
+    """`o` without what a dense layer's costs do not read: the memo key of _shared_layer_costs."""
+    return replace(o, pp=1, dp=1, num_micro_batches=1, virtual_stages=1)
+
+
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts:
     if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
         return _layer_costs(inst, o, site, dp_n, net, layer_fn)
-    key = (id(inst), id(site), o, dp_n, net)
+    # a dense layer's costs read neither the pipeline (pp, v, micro-batch count) nor dp apart
+    # from the ring size dp_n (megatron_layer, _layer_costs), so configurations differing only
+    # there share them; an MoE layer's all-to-all overlap reads pp and v (cost/moe.py)
+    key = (id(inst), id(site), o if inst.model.moe is not None else _dense_layer_view(o), dp_n, net)
     hit = _LAYER_COSTS.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site:
         return hit[2]

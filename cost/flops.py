@@ -393,8 +393,8 @@ def layer_weight_sizes(m: ModelSpec) -> tuple[int, ...]:
 def layer_params(m: ModelSpec) -> int:
     """Parameters of one transformer layer: GEMM weights, biases and norms. For a
     mixture-of-experts model, of one MoE layer without its routed experts (attention, norms,
-    router, shared MLP): what every rank of the data-parallel group holds 1/tp of; the experts
-    are `expert_layer_params`."""
+    router, shared MLP): what every rank of the data-parallel group holds 1/tp of; the routed
+    experts are `expert_params` each."""
     if m.moe is not None:
         return layer_params(moe_attention_view(m)) + router_params(m)
     h, f = m.hidden, m.ffn
@@ -507,12 +507,6 @@ def expert_params(m: ModelSpec) -> int:
     """One routed expert: an MLP of the model's kind and width expert_ffn (no biases)."""
     assert m.moe is not None
     return (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * m.moe.expert_ffn
-
-
-def expert_layer_params(m: ModelSpec) -> int:
-    """Every routed expert of one MoE layer."""
-    assert m.moe is not None
-    return m.moe.experts * expert_params(m)
 
 
 def _moe_body_params(m: ModelSpec, experts_used: int) -> int:

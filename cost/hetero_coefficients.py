@@ -166,6 +166,8 @@ def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict)
 
     def layer_fn(inst, o, site, net):
         return fn_of[id(site)](inst, o, site, net)
+    # build reads it to price a Megatron stage through its shared layer costs
+    layer_fn.by_site = fn_of
     return layer_fn
 
 

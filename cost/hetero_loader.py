@@ -110,7 +110,6 @@ Plan file, at top level or under a `plan:` key::
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -122,8 +121,8 @@ from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPla
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_number, cluster_from_section,
-                         check_mla_job, config_errors_as, default_layer_split, describe, enum_values,
-                         job_from_section, model_from_section, plan_partitions, read_yaml,
+                         check_mla_job, config_errors_as, default_layer_split, describe, did_you_mean,
+                         enum_values, job_from_section, model_from_section, plan_partitions, read_yaml,
                          search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
@@ -328,11 +327,7 @@ class _Network:
 
 def _did_you_mean(name: str, known, what: str) -> str:
     """A fix for an unknown name: the closest known one, else the list of them."""
-    known = sorted(known)
-    close = difflib.get_close_matches(name, known, n=1) if len(name) < 100 else []
-    if close:
-        return f"did you mean '{close[0]}'?"
-    return f"the {what} are: " + ", ".join(known)
+    return did_you_mean(name, known) or f"the {what} are: " + ", ".join(sorted(known))
 
 
 def _items(sec: Section, key: str, *, each: str) -> list[tuple[str, Any]]:

@@ -428,7 +428,8 @@ class Section:
                                     " characters, as the key")
             if allowed is not None and key not in allowed:
                 raise InstanceError(path, self.field(_key_text(key)),
-                                    f"unknown key {_shown(key)}", _suggest(key, allowed))
+                                    f"unknown key {_shown(key)}", did_you_mean(key, allowed)
+                                    or "remove it; allowed keys are " + ", ".join(allowed))
         self.raw = raw
 
     def field(self, key: str) -> str:
@@ -578,11 +579,11 @@ def check_number(value: Any, path: str, field: str, quantity: str) -> float:
     return float(value)
 
 
-def _suggest(key: str, allowed: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1) if len(key) < 100 else []
-    if close:
-        return f"did you mean '{close[0]}'?"
-    return "remove it; allowed keys are " + ", ".join(allowed)
+def did_you_mean(name: str, known) -> str:
+    """"did you mean 'X'?" for the known name closest to `name`, else "" (a name of 100 or more
+    characters is not compared: difflib's matching is quadratic)."""
+    close = difflib.get_close_matches(name, list(known), n=1) if len(name) < 100 else []
+    return f"did you mean '{close[0]}'?" if close else ""
 
 
 def enum_values(enum: type[Enum]) -> tuple[str, ...]:
@@ -988,10 +989,9 @@ def _lines(sec: Section, key: str) -> tuple[str, ...]:
 def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
     gpu_name = sec.string("gpu")
     if gpu_name not in gpus:
-        close = difflib.get_close_matches(gpu_name, gpus, n=1) if len(gpu_name) < 100 else []
-        hint = f"did you mean '{close[0]}'? " if close else ""
+        hint = did_you_mean(gpu_name, gpus)
         raise sec.error("gpu", f"unknown GPU type {_shown(gpu_name)}",
-                        f"{hint}known types: {', '.join(sorted(gpus))};"
+                        f"{hint + ' ' if hint else ''}known types: {', '.join(sorted(gpus))};"
                         " or define it under gpu_types")
     # Vendors quote NVLink as the sum of both directions; a transfer sees one direction.
     intra_gbytes_per_s = sec.number("intra_node_gbytes_per_s")

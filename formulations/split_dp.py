@@ -408,10 +408,10 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         best_f = min(INF, math.floor((cutoff_s + Q.objective_error_s) * v / Q.time_quantum_s) + 1)
     cut_f = best_f
     if hint is not None:
-        hn, hr = np.asarray(hint[0], np.int64), np.asarray(hint[1], np.int64)
+        hn = np.asarray(hint[0], np.int64)
         if hn.shape == (pp,) and not (hn % v).any() and hn.sum() == L and (hn >= v).all():
             hk = hn // v
-            if feas[np.arange(pp), hk - 1].all():  # the table's r is at least as good as hr
+            if feas[np.arange(pp), hk - 1].all():  # the table's r is at least as good as the hint's
                 val = _value(tab, hk, alpha, beta)
                 if val < best_f:
                     best_f, best_k = val, hk

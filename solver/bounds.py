@@ -61,9 +61,8 @@ def lower_bound_s(c: StageCoefficients) -> float:
 
 # relative margin by which the tight bounds are lowered: bisection ends and float sums may round up
 FLOAT_SAFETY = 1e-12
-# bisection steps of _min_bottleneck: `lo` is a valid bound after any number; 40 leave it within
-# 2^-40 of the bracket (about 1e-12 relative), below the planner's REL_TOL
-BISECTIONS = 40
+# per block of rows of _min_bottleneck: rows x stages x chunks floats evaluated at once (~32 MiB)
+BOTTLENECK_BLOCK_FLOATS = 4_000_000
 # the StageCoefficients arrays tight_class_terms reads
 TIGHT_ARRAYS = ("stage_time_s", "layer_time_s", "recompute_time_s", "stage_sync_time_s",
                 "layer_sync_time_s", "layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
@@ -77,28 +76,33 @@ def _piecewise(n, base, slope1, knee, slope2):
 
 
 def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndarray:
-    """For every row at once, by bisection: a lower bound of the min over splits (n_s multiples
-    of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s = _piecewise. A level Z admits
-    a split iff every stage holds >= 1 chunk of v layers with f_s <= Z and they hold >= L / v
-    together; `lo` stays a level that does not (or the start max_s f_s(v), below every split),
-    lowered by FLOAT_SAFETY at the end."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        at_knee = np.where(np.isfinite(knee), _piecewise(knee, base, slope1, knee, slope2), np.inf)
-        lo = _piecewise(float(v), base, slope1, knee, slope2).max(1)
-        hi = np.where(np.isfinite(ncap), _piecewise(ncap, base, slope1, knee, slope2), np.inf).max(1)
-        hi = np.where(np.isfinite(hi), hi, lo + L * np.maximum(slope1, slope2).max(1))
-        inv1 = np.where(slope1 > 0, 1 / slope1, np.inf)
-        inv2 = np.where(slope2 > 0, 1 / slope2, np.inf)
-        for _ in range(BISECTIONS):
-            z = ((lo + hi) / 2)[:, None]
-            first = np.where(z >= base, (z - base) * inv1, 0.0)
-            second = knee + np.where(z >= at_knee, (z - at_knee) * inv2, 0.0)
-            n = np.where(z <= at_knee, np.minimum(first, knee), second)
-            n[np.isnan(n)] = np.inf  # 0 x inf (a level at a zero slope's base): unbounded
-            k = np.floor(np.minimum(np.maximum(n, 0), ncap) / v)
-            ok = (k >= 1).all(1) & (k.sum(1) >= L // v)
-            hi, lo = np.where(ok, z[:, 0], hi), np.where(ok, lo, z[:, 0])
-    return lo * (1 - FLOAT_SAFETY)
+    """For every row: a lower bound (the exact value, lowered by FLOAT_SAFETY) of the min over
+    splits (n_s multiples of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s =
+    _piecewise, non-decreasing. A level Z admits a split iff every stage can hold >= 1 chunk of
+    v layers with f_s <= Z and they can hold >= L // v chunks together; stage s holds j chunks
+    within Z iff f_s(j v) <= Z. So the least such level is the larger of max_s f_s(v) and the
+    (L // v)-th smallest of all the values f_s(j v), 1 <= j <= ncap_s / v (inf where there are
+    fewer): the optimum is one of those values, found by one partition, not by bisection."""
+    rows, pp = base.shape
+    need = L // v
+    chunks = max(1, int(np.nanmax(np.where(np.isfinite(ncap), ncap, L), initial=v)) // v)
+    j = v * np.arange(1, chunks + 1, dtype=float)
+    out = np.empty(rows)
+    step = max(1, BOTTLENECK_BLOCK_FLOATS // (pp * chunks))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r0 in range(0, rows, step):
+            sl = slice(r0, r0 + step)
+            vals = _piecewise(j[None, None, :], base[sl, :, None], slope1[sl, :, None],
+                              knee[sl, :, None], slope2[sl, :, None])
+            vals = np.where(j[None, None, :] <= ncap[sl, :, None], vals, np.inf)
+            vals[np.isnan(vals)] = np.inf
+            flat = vals.reshape(vals.shape[0], -1)
+            if need > flat.shape[1]:
+                kth = np.full(flat.shape[0], np.inf)
+            else:
+                kth = np.partition(flat, need - 1, axis=1)[:, need - 1]
+            out[sl] = np.maximum(kth, vals[:, :, 0].max(1))
+    return out * (1 - FLOAT_SAFETY)
 
 
 def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):

@@ -29,7 +29,7 @@ from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.hetero_planner import _plan_of, lone_count, placer, problem_for, scenario_weights
-from paraplan.solver.hetero_space import FAMILIES, hetero_outers, micro_batch_vectors, summarize
+from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # measured on the 2-core reference machine: candidates evaluated per second (for estimates)
@@ -134,7 +134,6 @@ def _class_rows(p, k: int, uniform: bool):
 
 
 def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
-                      families: tuple[str, ...] = FAMILIES, uniform: bool = False,
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
                       time_limit_s: float | None = None) -> HeteroExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring). With time_limit_s
@@ -142,8 +141,8 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
     vector) and returns complete=False: then nothing is proved."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
-    uniform = uniform or inst.search.uniform_split  # as plan_hetero
-    outers = hetero_outers(inst, families, None, uniform)
+    uniform = inst.search.uniform_split  # as plan_hetero
+    outers = hetero_outers(inst, uniform=uniform)
     total = summarize(inst, outers, uniform).plans_total
     if total > max_candidates:
         from paraplan.solver.format import count

@@ -102,11 +102,10 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
         if remaining <= 0:
             status = FEASIBLE
             break
+        inc = incs[j]
         if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
-            inc = incs[j]
             res = None if inc is None else (inc[0], inc[1], inc[2], inc[3])
         else:
-            inc = incs[j]
             hint = None if inc is None else (inc[1], [x.astype(int).tolist() for x in inc[2]],
                                              [x.astype(int).tolist() for x in inc[3]])
             sr = _solve_inner(p, backend, remaining, hint)

@@ -30,6 +30,7 @@ import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.export import FORMATS, ExportRefused, ExportResult, compare
+from paraplan.solver.format import gib
 
 
 def render(result: ExportResult, to: str) -> str:
@@ -42,15 +43,10 @@ def render(result: ExportResult, to: str) -> str:
                                  for item in result.unsupported)
 
 
-def _gib(n_bytes: float) -> str:
-    from paraplan.cost.units import bytes_to_gib
-    return f"{bytes_to_gib(n_bytes):.1f} GiB"
-
-
 def _prediction_line(label: str, framework: str, pred) -> str:
     fits = "fits" if pred.fits else "DOES NOT FIT"
     return (f"{label} ({framework}): {pred.iter_time_s:.4g} s per iteration, peak memory"
-            f" {_gib(pred.peak_mem_bytes)} of {_gib(pred.capacity_bytes)} ({fits})")
+            f" {gib(pred.peak_mem_bytes)} of {gib(pred.capacity_bytes)} ({fits})")
 
 
 def _load(args):

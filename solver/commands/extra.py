@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import breakdown_json, gib, seconds, table
+from paraplan.solver.format import breakdown_json, gib, table
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 
 
@@ -23,7 +23,7 @@ def cmd_compare(args) -> int:
     from paraplan.cost.loader import load_plan, plan_to_mapping
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.planning import _plan_line
-    from paraplan.solver.report.compare import compare, comparison_json
+    from paraplan.solver.report.compare import compare, comparison_json, part_rows, side_rows
 
     inst = _homogeneous(args, "compare")
     names = (args.plan_a, args.plan_b)
@@ -40,17 +40,10 @@ def cmd_compare(args) -> int:
     print(f"{inst.name}: A = {names[0]}, B = {names[1]}")
     for tag, p in zip("AB", plans):
         print(f"{tag}  {_plan_line(p)}")
-    side = [["iteration time", seconds(bds[0].iter_time_s), seconds(bds[1].iter_time_s)],
-            ["tokens/s", f"{bds[0].tokens_per_s:,.0f}", f"{bds[1].tokens_per_s:,.0f}"],
-            ["MFU", f"{100 * bds[0].mfu:.1f}%", f"{100 * bds[1].mfu:.1f}%"],
-            ["peak memory", gib(bds[0].peak_mem_bytes), gib(bds[1].peak_mem_bytes)],
-            ["fits memory", "yes" if bds[0].fits else "NO", "yes" if bds[1].fits else "NO"]]
     print()
-    print(table(["", "A", "B"], side))
+    print(table(["", "A", "B"], side_rows(*bds)))
     print()
-    print(table(["critical path part", "A", "B", "B - A"],
-                [[d.part.replace("_", " "), seconds(d.a_s), seconds(d.b_s),
-                  ("+" if d.diff_s >= 0 else "-") + seconds(abs(d.diff_s))] for d in cmp.parts]))
+    print(table(["critical path part", "A", "B", "B - A"], part_rows(cmp)))
     print()
     if cmp.faster is None:
         print("A and B take the same time")

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import sys
 
-import yaml
-
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.format import evidence_text as common_evidence_text, seconds, table
+from paraplan.solver.format import evidence_text as common_evidence_text, gib, seconds, table
 from paraplan.solver.commands.jsonout import emit_json
-from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.partitions import partition_lines
 
 
@@ -115,7 +112,7 @@ def evidence_text(res, network: str = "the nominal network") -> str:
 
 
 def breakdown_text(bd, inst) -> str:
-    rows = [[str(k), str(s), g, seconds(t), f"{bytes_to_gib(mem):.1f} GiB", f"{bytes_to_gib(cap):.1f} GiB",
+    rows = [[str(k), str(s), g, seconds(t), gib(mem), gib(cap),
              "yes" if mem <= cap else "NO"] for k, s, g, t, mem, cap in bd.stage_rows()]
     pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
     return "\n".join([
@@ -171,15 +168,8 @@ def result_json(res, inst, regs=None) -> dict:
     }
 
 
-def _write_plan(path: str, plan, inst, header: str) -> None:
-    """Written after the result is shown, so that a full disk loses nothing (solver/commands/outputs.py)."""
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
-    sys.stdout.flush()
-    write_text(path, header + yaml.safe_dump({"plan": hetero_plan_to_mapping(plan, inst)},
-                                             sort_keys=False), "-o/--output")
-
-
 def cmd_plan(args, progress=None) -> int:
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.hetero_planner import plan_hetero
 
@@ -203,9 +193,9 @@ def cmd_plan(args, progress=None) -> int:
                                regret_rows(regs), align="lrrlr"))
     if args.output and res.plan is not None:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
-        _write_plan(args.output, res.plan, inst,
-                    f"# paraplan plan for {inst.name}: {res.status}, {objective} objective"
-                    f" {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n")
+        write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
+                        f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
+                        {"plan": hetero_plan_to_mapping(res.plan, inst)})
     return 0 if res.status != "timeout" else 3
 
 
@@ -242,8 +232,7 @@ def cmd_simulate(args) -> int:
 
 
 def _no_fit_reason(bd) -> str:
-    return "; ".join(f"class {k} stage {s} on {g} needs {bytes_to_gib(mem):.1f} GiB of"
-                     f" {bytes_to_gib(cap):.1f} GiB usable" for k, s, g, _, mem, cap in bd.stage_rows()
+    return "; ".join(f"class {k} stage {s} on {g} needs {gib(mem)} of {gib(cap)} usable" for k, s, g, _, mem, cap in bd.stage_rows()
                      if mem > cap)
 
 
@@ -263,8 +252,7 @@ def cmd_replan(args) -> int:
         inst = homogeneous_as_hetero(homo)
         current = homogeneous_plan_as_hetero(load_plan(args.plan, homo), args.plan)
     event, remaining_s, remaining_it = load_event(args.event, inst)
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    r = replan(inst, current, event, remaining_s, remaining_it, backend, args.time_limit_s)
+    r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:
         return _show_replan(args, inst, r, hetero_plan_to_mapping)
     finally:  # after the result is shown: a full disk loses nothing
@@ -272,14 +260,12 @@ def cmd_replan(args) -> int:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
             if homo is None:
-                _write_plan(args.output, r.new.plan, inst.with_cluster(event.cluster), header)
+                plan = hetero_plan_to_mapping(r.new.plan, inst.with_cluster(event.cluster))
             else:  # the plan file a homogeneous instance reads (simulate --plan, export)
                 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous
                 from paraplan.cost.loader import plan_to_mapping
-                sys.stdout.flush()
-                write_text(args.output, header + yaml.safe_dump(
-                    {"plan": plan_to_mapping(hetero_plan_as_homogeneous(r.new.plan))},
-                    sort_keys=False), "-o/--output")
+                plan = plan_to_mapping(hetero_plan_as_homogeneous(r.new.plan))
+            write_plan_file(args.output, header, {"plan": plan})
 
 
 def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
@@ -318,10 +304,9 @@ def cmd_timeline(args) -> int:
     if not inst.timeline:
         raise InstanceError(inst.source, "timeline", "the instance has no timeline",
                             "add a `timeline:` list of {scenario, duration_h} periods")
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     log = (lambda m: print(f"  {m}", file=sys.stderr)) if not args.quiet and sys.stderr.isatty() else None
     try:
-        r = plan_timeline(inst, backend, args.time_limit_s, progress=log)
+        r = plan_timeline(inst, args.backend, args.time_limit_s, progress=log)
     except ConfigError as e:
         raise InstanceError(inst.source, "timeline", str(e), "check the timeline's scenarios")
     ch = r.choice

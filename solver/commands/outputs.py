@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+
+import yaml
 
 from paraplan.cost.errors import InstanceError
 
@@ -57,3 +60,10 @@ def write_text(path: str, text: str, flag: str) -> None:
                             f" ({e.strerror or type(e).__name__})",
                             "free some space or give another path; the result above is"
                             " complete") from None
+
+
+def write_plan_file(path: str, header: str, mapping: dict) -> None:
+    """A plan file (plan -o, replan -o): the `header` comment, then `mapping` as YAML. Written
+    after the result is shown (stdout flushed first), so that a full disk loses nothing."""
+    sys.stdout.flush()
+    write_text(path, header + yaml.safe_dump(mapping, sort_keys=False), "-o/--output")

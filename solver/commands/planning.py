@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import sys
 
-import yaml
-
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines,
                                     seconds, table)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
-from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
                                              read_calibration_files)
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
@@ -120,10 +118,8 @@ def cmd_plan(args) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
                   f" bound {bound}, backend {res.backend}\n")
-        sys.stdout.flush()
         # the instance rides along, so that export and simulate need no instance file
-        write_text(args.output, header + yaml.safe_dump(plan_file_mapping(inst, res.plan),
-                                                        sort_keys=False), "-o/--output")
+        write_plan_file(args.output, header, plan_file_mapping(inst, res.plan))
     return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
 
 
@@ -169,8 +165,7 @@ def _write_top_plans(args, inst, res) -> list[str]:
         path = str(out.with_name(f"{out.stem}-{k}{out.suffix}"))
         header = (f"# paraplan plan {k} of the {len(res.plans)} best for {inst.name}:"
                   f" iteration {r.iter_time_s:.6g} s\n")
-        write_text(path, header + yaml.safe_dump(plan_file_mapping(inst, r.plan), sort_keys=False),
-                   "-o/--output")
+        write_plan_file(path, header, plan_file_mapping(inst, r.plan))
         paths.append(path)
     return paths
 
@@ -360,7 +355,6 @@ def cmd_verify(args) -> int:
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
     from paraplan.solver.commands.hetero import class_instance
     from paraplan.solver.commands.limits import Deadline
-    from paraplan.solver.exhaustive import hetero_exhaustive
     from paraplan.solver.hetero_planner import plan_hetero
 
     inst, objective, homo = class_instance(args)
@@ -374,12 +368,9 @@ def cmd_verify(args) -> int:
         res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
-
-    def run(remaining_s):
-        ex = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
-                               progress=homo is not None and progress_enabled(args), time_limit_s=remaining_s)
-        return ex, ex.objective_s
-    methods.append(exhaustive_method(run, deadline, "candidates" if homo is not None else "plans"))
+    methods.append(exhaustive_method(inst, objective, args.max_candidates,
+                                     homo is not None and progress_enabled(args), deadline,
+                                     "candidates" if homo is not None else "plans"))
     return report_verify(args, methods, tol, None if homo is not None else objective)
 
 

@@ -31,8 +31,6 @@ class MapOf:
     value: Any
 
 
-PLAN_STATUS = ("optimal", "feasible", "infeasible", "timeout")
-
 STAGE = {"stage": INT, "mem_bytes": NUM, "capacity_bytes": NUM, "time_per_micro_batch_s": NUM}
 BREAKDOWN = {"iter_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM, "fits_memory": BOOL,
              "exposed_s": MapOf(NUM), "stages": [STAGE]}

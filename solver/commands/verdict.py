@@ -1,5 +1,5 @@
 """verify's verdict: which methods proved an answer, whether they agree, and its output; one
-for homogeneous and mixed clusters (solver/commands/planning.py and solver/commands/hetero.py)."""
+for homogeneous and mixed clusters (solver/commands/planning.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from paraplan.solver.commands.jsonout import emit_json
 EXIT_DISAGREE = 1
 
 
-def exhaustive_method(run, deadline, unit: str) -> tuple:
-    """verify's exhaustive row, within the planners' shared time limit: run(remaining_s) is the
-    search (one group or a mixed cluster), returning its result and the value it proved; a space
-    too large or a search the limit stops is reported as skipped, with why."""
-    from paraplan.solver.exhaustive import SpaceTooLarge
+def exhaustive_method(inst, objective: str, max_candidates: int, progress: bool, deadline,
+                      unit: str) -> tuple:
+    """verify's exhaustive row, within the planners' shared time limit: a space too large or a
+    search the limit stops is reported as skipped, with why."""
+    from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
     try:
         if deadline.expired():
             raise TimeoutError("time limit reached before it started")
-        ex, value = run(deadline.remaining_s())
+        ex = hetero_exhaustive(inst, objective, max_candidates=max_candidates, progress=progress,
+                               time_limit_s=deadline.remaining_s())
         if not ex.complete:
             raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} {unit}")
-        return ("exhaustive", "optimal" if ex.plan else "infeasible", value, ex.wall_time_s, "")
+        return ("exhaustive", "optimal" if ex.plan else "infeasible", ex.objective_s, ex.wall_time_s, "")
     except (SpaceTooLarge, TimeoutError) as e:
         return ("exhaustive", "skipped", None, None, str(e))
 

@@ -212,7 +212,7 @@ def render(inst: Instance, e: Emitted) -> str:
     if flavor is None:
         ffn_mult = None if m.ffn >= int(8 * m.hidden / 3) else m.ffn / int(8 * m.hidden / 3)
         assert llama3_ffn(m.hidden, ffn_mult, m.ffn) == m.ffn
-        lines += ["#", f"# Register this flavor in torchtitan/models/llama3/__init__.py (llama3_args):",
+        lines += ["#", "# Register this flavor in torchtitan/models/llama3/__init__.py (llama3_args):",
                   f'#   "{_CUSTOM}": TransformerModelArgs(dim={m.hidden}, n_layers={m.layers},'
                   f" n_heads={m.heads}, n_kv_heads={m.kv_heads}, vocab_size={m.vocab},"
                   f" ffn_dim_multiplier={ffn_mult!r}, multiple_of={m.ffn}),"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.simulate import Breakdown
-from paraplan.solver.format import seconds
+from paraplan.solver.format import gib, seconds
 
 # A part whose difference is below this share of the faster plan's time is not named as a
 # reason (it is still in the table).
@@ -68,3 +68,19 @@ def comparison_json(c: Comparison, names: tuple[str, str]) -> dict:
             "speedup": c.speedup,
             "parts": [{"part": d.part, "a_s": d.a_s, "b_s": d.b_s, "diff_s": d.diff_s} for d in c.parts],
             "reasons": list(c.reasons)}
+
+
+def side_rows(a: Breakdown, b: Breakdown) -> list[list[str]]:
+    """Iteration time, throughput, MFU, peak memory and fit of two plans, as table rows."""
+    return [["iteration time", seconds(a.iter_time_s), seconds(b.iter_time_s)],
+            ["tokens/s", f"{a.tokens_per_s:,.0f}", f"{b.tokens_per_s:,.0f}"],
+            ["MFU", f"{100 * a.mfu:.1f}%", f"{100 * b.mfu:.1f}%"],
+            ["peak memory", gib(a.peak_mem_bytes), gib(b.peak_mem_bytes)],
+            ["fits memory", "yes" if a.fits else "NO", "yes" if b.fits else "NO"]]
+
+
+def part_rows(c: Comparison) -> list[list[str]]:
+    """Every part of the critical path as a table row: the first plan's time, the second's and
+    their difference."""
+    return [[d.part.replace("_", " "), seconds(d.a_s), seconds(d.b_s),
+             ("+" if d.diff_s >= 0 else "-") + seconds(abs(d.diff_s))] for d in c.parts]

@@ -232,8 +232,7 @@ def _table(headers: list[str] | None, rows: list[list[str]]) -> str:
         body = "".join(f"<tr><th>{html.escape(str(r[0]))}</th><td>{html.escape(str(r[1]))}</td></tr>"
                        for r in rows)
         return f'<table class="facts"><tbody>{body}</tbody></table>'
-    head = ("" if headers is None else
-            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead>")
+    head = "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead>"
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>"
                    for r in rows)
     return f"<table>{head}<tbody>{body}</tbody></table>"
@@ -416,22 +415,14 @@ def _evidence_section(result, trust) -> str:
 
 def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> str:
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.report.compare import compare
+    from paraplan.solver.report.compare import compare, part_rows, side_rows
 
     ours = simulate(inst, user_plan, reserve_bytes=inst.search.memory_reserve_bytes)
     best = result.breakdown
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
-    side = [["plan", plan_text(user_plan), plan_text(result.plan)],
-            ["iteration time", seconds(ours.iter_time_s), seconds(best.iter_time_s)],
-            ["tokens/s", f"{ours.tokens_per_s:,.0f}", f"{best.tokens_per_s:,.0f}"],
-            ["MFU", f"{100 * ours.mfu:.1f}%", f"{100 * best.mfu:.1f}%"],
-            ["peak memory", f"{bytes_to_gib(ours.peak_mem_bytes):.1f} GiB",
-             f"{bytes_to_gib(best.peak_mem_bytes):.1f} GiB"],
-            ["fits memory", "yes" if ours.fits else "NO", "yes" if best.fits else "NO"]]
-    parts = [[d.part.replace("_", " "), seconds(d.a_s), seconds(d.b_s), f"{'+' if d.diff_s >= 0 else '-'}"
-              f"{seconds(abs(d.diff_s))}"] for d in cmp.parts]
+    side = [["plan", plan_text(user_plan), plan_text(result.plan)]] + side_rows(ours, best)
     if cmp.faster is None:
         verdict = "Your plan is as fast as the optimum."
     elif cmp.faster == "b":
@@ -445,7 +436,8 @@ def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> 
     return (f"<p>{verdict}</p>" + (f"<p>Why (the parts of the critical path that differ, largest"
                                     f" first):</p><ul>{why}</ul>" if why else "")
             + _table(["", "your plan", "optimum"], side)
-            + _table(["part of the critical path", "your plan", "optimum", "optimum - yours"], parts))
+            + _table(["part of the critical path", "your plan", "optimum", "optimum - yours"],
+                     part_rows(cmp)))
 
 
 def plan_text(p: Plan) -> str:

@@ -14,7 +14,6 @@ from paraplan import instances
 from paraplan.cost import memory, schedule
 from paraplan.cost.loader import load_instance, override_search, plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
-from paraplan.solver import bounds
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import coefficient_table
@@ -82,7 +81,6 @@ def test_top_k_output_and_bad_arguments(capsys):
 def test_search_overrides_narrow_the_space(capsys):
     assert main(["plan", TINY, "--search", "tp=2", "--search", "pp=2", "--search", "zero=1",
                  "--json", "--quiet"]) == 0
-    import json
     plan_out = json.loads(capsys.readouterr().out)["plan"]
     assert (plan_out["tp"], plan_out["pp"], plan_out["zero"]) == (2, 2, 1)
 

@@ -16,7 +16,7 @@ import yaml
 from paraplan.cost import coefficients, dualpipe, moe
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.loader import instance_to_mapping, load_instance, load_plan
+from paraplan.cost.loader import instance_to_mapping, load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeDispatcher, Outer, PipelineSchedule, Plan
 

@@ -176,7 +176,7 @@ def test_tree_all_reduce_wins_on_many_nodes_with_small_payloads():
     # ring: 2*511 hops * 10 us = 10.22 ms of latency; NCCL's tree: a chain of 7 NVLink hops
     # (5 us) + log2(64) = 6 network hops (10 us) per pass, 2 passes: 2 * (35 + 60) us = 0.19 ms,
     # plus 2 * 1e6 / 4e11 = 5 us of bandwidth: 0.195 ms (ideal network, no call latency)
-    from paraplan.cost.specs import ClusterSpec, GpuSpec
+    from paraplan.cost.specs import GpuSpec
     gpu = GpuSpec(name="g", peak_flops_per_s=1e15, hbm_bytes=8e10, hbm_bw_bytes_per_s=3e12)
     cl = ClusterSpec(gpu=gpu, nodes=64, gpus_per_node=8,
                      intra_node=Link(bw_bytes_per_s=450e9, latency_s=5e-6),

@@ -131,7 +131,6 @@ def test_standard_attention_score_traffic_is_linear_in_the_micro_batch():
     # and the forward compute of one layer is linear in b apart from matmul_half_flops' fixed
     # cost per call, so f(2) - 2 f(1) = -(calls x half_flops / (peak x eff_max)) exactly.
     from paraplan.cost.coefficients import STANDARD_ATTENTION_SCORE_PASSES, homogeneous_placement, megatron_layer
-    from paraplan.cost.loader import plan_from_mapping
     from paraplan.cost.specs import Attention
     inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
     inst = replace(inst, job=replace(inst.job, attention=Attention.STANDARD))
@@ -404,7 +403,6 @@ def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
     # forward per layer (a causal kernel computes half the score blocks); at 989e12 x attention_eff x 8192 / (8192 + 300)
     # it takes t_fa2, and cuDNN saves t_fa2 x (1 - 1/1.6) of the forward.
     from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
-    from paraplan.cost.specs import Framework
     inst = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
     m, gpu = inst.model, inst.cluster.gpu
     assert (m.hidden, m.heads, m.seq_len, gpu.cudnn_attention_speedup) == (4096, 32, 8192, 1.6)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from paraplan.cost import coefficients, moe
 from paraplan.cost.comm import NetEfficiency
@@ -15,7 +16,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import active_params, model_flops_per_token, model_params
 from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Link, MoeSpec, Outer
+from paraplan.cost.specs import MoeSpec, Outer
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 MIXTRAL = INSTANCES / "mixtral-8x7b-64xH100.yaml"
@@ -23,6 +24,15 @@ MIXTRAL = INSTANCES / "mixtral-8x7b-64xH100.yaml"
 
 def mixtral():
     return load_instance(MIXTRAL)
+
+
+def _refused(tmp_path, raw, load=load_instance) -> InstanceError:
+    """The InstanceError that loading `raw`, written to a file, raises."""
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as info:
+        load(path)
+    return info.value
 
 
 def test_mixtral_total_and_active_parameters():
@@ -131,7 +141,6 @@ def test_nvlink_domain_prices_groups_beyond_a_tray_on_nvlink():
 
 
 def test_instance_with_moe_and_nvlink_domain_round_trips(tmp_path):
-    import yaml
     inst = mixtral()
     inst = replace(inst, cluster=replace(inst.cluster, nodes=16, gpus_per_node=4,
                                          nvlink_domain_gpus=32),
@@ -147,14 +156,10 @@ def test_instance_with_moe_and_nvlink_domain_round_trips(tmp_path):
     ("nvlink_domain_gpus", 48, "cluster.nvlink_domain_gpus"),  # does not divide 64 GPUs
 ])
 def test_inconsistent_nvlink_domain_is_refused(tmp_path, key, value, field):
-    import yaml
     raw = yaml.safe_load(MIXTRAL.read_text())
     raw["cluster"][key] = value
-    path = tmp_path / "i.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == field and "\n" not in str(info.value)
+    err = _refused(tmp_path, raw)
+    assert err.field == field and "\n" not in str(err)
 
 
 @pytest.mark.parametrize("change,field", [
@@ -168,14 +173,10 @@ def test_inconsistent_nvlink_domain_is_refused(tmp_path, key, value, field):
      "model.moe.experts_per_token"),
 ])
 def test_bad_moe_sections_are_refused(tmp_path, change, field):
-    import yaml
     raw = yaml.safe_load(MIXTRAL.read_text())
     raw["model"].update(change)
-    path = tmp_path / "i.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == field
+    err = _refused(tmp_path, raw)
+    assert err.field == field
 
 
 @pytest.mark.parametrize("search,field", [
@@ -184,31 +185,20 @@ def test_bad_moe_sections_are_refused(tmp_path, change, field):
     ({"tensor_partitions": ["megatron", "spatial_temporal"]}, "search.tensor_partitions"),
 ])
 def test_search_values_an_moe_model_cannot_use_are_refused(tmp_path, search, field):
-    import yaml
     raw = yaml.safe_load(MIXTRAL.read_text())
     raw["search"] = search
-    path = tmp_path / "i.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == field
+    err = _refused(tmp_path, raw)
+    assert err.field == field
 
 
 def test_ep_on_a_dense_model_and_moe_on_another_framework_are_refused(tmp_path):
-    import yaml
     raw = yaml.safe_load((INSTANCES / "llama3-8b-64xH100.yaml").read_text())
     raw["search"] = {"ep": [1, 2]}
-    path = tmp_path / "dense.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == "search.ep" and "dense" in info.value.problem
+    err = _refused(tmp_path, raw)
+    assert err.field == "search.ep" and "dense" in err.problem
     raw = yaml.safe_load(MIXTRAL.read_text())
     raw["job"]["framework"] = "torchtitan"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == "job.framework"
+    assert _refused(tmp_path, raw).field == "job.framework"
 
 
 def test_the_space_holds_ep_divisors_and_the_moe_rules():
@@ -231,7 +221,6 @@ def test_the_space_holds_ep_divisors_and_the_moe_rules():
 
 def test_plan_file_round_trips_ep(tmp_path):
     from paraplan.cost.loader import load_plan, plan_to_mapping
-    import yaml
     inst = mixtral()
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=2, ep=4)
     from paraplan.cost.specs import Plan
@@ -290,7 +279,6 @@ def test_dense_prefix_is_priced_as_dense_layers_on_the_first_stage():
     # stage's transient workspace is its largest layer's (the dense one's backward buffers),
     # with the allocator's fragmentation allowance
     from paraplan.cost import memory
-    from paraplan.cost.comm import NetEfficiency
     site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
     ws = [coefficients.megatron_layer(x, o, site, NetEfficiency()).workspace_bytes
           for x in (inst, replace(inst, model=replace(inst.model, moe=None)))]
@@ -385,32 +373,23 @@ def test_a2a_overlap_applies_only_where_megatron_core_runs_it():
     ({}, None, "job.moe_a2a_overlap"),  # full recompute left in the space
 ])
 def test_a2a_overlap_is_refused_where_it_cannot_run(tmp_path, change, search, field):
-    import yaml
     raw = yaml.safe_load(MIXTRAL.read_text())
     raw["job"].update(moe_a2a_overlap=True, **change)
     if search is not None:
         raw["search"] = search
-    path = tmp_path / "i.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == field and "\n" not in str(info.value)
+    err = _refused(tmp_path, raw)
+    assert err.field == field and "\n" not in str(err)
 
 
 def test_a2a_overlap_on_a_dense_model_is_refused(tmp_path):
-    import yaml
     raw = yaml.safe_load((INSTANCES / "llama3-8b-64xH100.yaml").read_text())
     raw["job"]["moe_a2a_overlap"] = True
     raw["search"] = {"full_recompute": False}
-    path = tmp_path / "d.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == "job.moe_a2a_overlap" and "dense" in info.value.problem
+    err = _refused(tmp_path, raw)
+    assert err.field == "job.moe_a2a_overlap" and "dense" in err.problem
 
 
 def test_a2a_overlap_round_trips_and_is_exported_where_it_applies(tmp_path):
-    import yaml
     from paraplan.cost.specs import Plan
     from paraplan.solver.export.megatron import to_megatron
     inst = _overlapped(mixtral())
@@ -436,15 +415,11 @@ def test_a_plan_the_overlap_does_not_apply_to_says_so():
 
 def test_a2a_overlap_on_a_mixed_cluster_is_refused(tmp_path):
     # the all-to-all overlaps are not priced on mixed clusters yet: refused, never dropped
-    import yaml
     from paraplan.cost.hetero_loader import load_hetero_instance
     raw = yaml.safe_load((INSTANCES / "hetero" / "tiny-2types.yaml").read_text())
     raw["job"]["moe_a2a_overlap"] = True
-    path = tmp_path / "h.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_hetero_instance(path)
-    assert info.value.field == "job.moe_a2a_overlap"
+    err = _refused(tmp_path, raw, load_hetero_instance)
+    assert err.field == "job.moe_a2a_overlap"
 
 
 def _shared(inst, **moe_kw):
@@ -505,20 +480,15 @@ def test_shared_expert_overlap_shows_what_the_shared_mlp_cannot_cover():
      "job.moe_shared_expert_overlap"),
 ])
 def test_shared_expert_overlap_is_refused_where_it_cannot_run(tmp_path, job, moe_kw, field):
-    import yaml
     raw = yaml.safe_load(MIXTRAL.read_text())
     raw["job"].update(job)
     raw["model"]["moe"].update(moe_kw)
     raw["search"] = {"full_recompute": False}
-    path = tmp_path / "i.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InstanceError) as info:
-        load_instance(path)
-    assert info.value.field == field and "\n" not in str(info.value)
+    err = _refused(tmp_path, raw)
+    assert err.field == field and "\n" not in str(err)
 
 
 def test_shared_expert_overlap_round_trips_and_is_exported_where_it_applies():
-    import yaml
     from paraplan.cost.specs import Plan
     from paraplan.solver.export.megatron import to_megatron
     inst = _shared(mixtral(), shared_ffn=4096)

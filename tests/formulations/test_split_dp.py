@@ -182,7 +182,7 @@ def test_deep_models_are_proved_optimal_in_seconds(L, pp):
     assert res.status == "optimal", wall
     assert tight_lower_bound_s(c) <= res.objective_s * (1 + 1e-12)
     assert any(res.full_recompute_layers)
-    n, r = np.array(res.layers_per_stage), np.array(res.full_recompute_layers)
+    n = np.array(res.layers_per_stage)
     E = quantize(c).objective_error_s
     # moving one layer from stage i to stage j, with the least recompute that fits, is no better
     from paraplan.solver.bounds import min_recompute

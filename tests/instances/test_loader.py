@@ -313,7 +313,6 @@ def test_plan_error_names_the_file(tmp_path):
 def test_search_override_is_checked_like_the_files_search():
     """--search tp=3 on 8 GPUs was planned as an empty space ("no plan fits"); it is refused
     naming the value, as `search: {tp: [3]}` in the file is."""
-    from paraplan.cost.errors import InstanceError
     from paraplan.cost.loader import override_search
 
     inst = load_instance(TINY)

@@ -15,6 +15,8 @@ from paraplan.cost.specs import Link, Mlp, SearchSpace
 from paraplan.formulations.partition import pareto_front_milp, solve_partition_milp
 from paraplan.formulations.partition_dp import min_time, pareto_front
 from paraplan.solver import partition_plans as PP
+from paraplan.solver.class_route import plan
+from paraplan.solver.exhaustive import exhaustive
 
 # the hand derivations below assume an ideal network: wire speed, no per-call latency and
 # no overlap slowdown (the measured defaults of cost/comm.py are checked in tests/cost)
@@ -160,8 +162,6 @@ def test_planner_equals_exhaustive_with_partitions():
     """plan() (candidates + pre-pass + branch-and-bound) vs brute force over every per-operator
     plan of every outer configuration, 2-layer model on 2 x 4 GPUs: same optimum, and it uses
     the spatial-temporal primitive (so the check is not about Megatron only)."""
-    from paraplan.solver.exhaustive import exhaustive
-    from paraplan.solver.class_route import plan
     inst = _cross_node_instance()
     r, e = plan(inst), exhaustive(inst)
     assert r.status == "optimal"
@@ -183,7 +183,6 @@ def test_default_space_is_megatron_only():
 
 def test_every_pair_is_accounted_for():
     """solved + pruned (memory, bound, dominance) + unresolved = every (outer, layer plan) pair."""
-    from paraplan.solver.class_route import plan
     r = plan(_cross_node_instance())
     assert r.pruned_by_dominance > 0
     assert (r.solved + r.pruned_by_bound + r.pruned_by_memory + r.pruned_by_dominance
@@ -212,8 +211,6 @@ def _random_instance(seed):
 def test_planner_and_exhaustive_agree_on_random_instances():
     """Seeded random instances (model width, GPUs, link speed, memory, ZeRO): the optimum of
     plan() with per-operator partitions equals brute force over every layer plan."""
-    from paraplan.solver.exhaustive import exhaustive
-    from paraplan.solver.class_route import plan
     used_p = 0
     for seed in range(8):
         inst = _random_instance(seed)
@@ -228,7 +225,6 @@ def test_planner_and_exhaustive_agree_on_random_instances():
 
 
 def test_same_answer_for_any_threads_and_backend():
-    from paraplan.solver.class_route import plan
     inst = _cross_node_instance()
     a, b, c = plan(inst), plan(inst, threads=2), plan(inst, backend="milp")
     assert a.plan == b.plan == c.plan and a.plan.partitions
@@ -247,8 +243,6 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
     replicated weights."""
     from paraplan.cost import memory
     from paraplan.cost.flops import layer_params
-    from paraplan.solver.exhaustive import exhaustive
-    from paraplan.solver.class_route import plan
     inst = small_instance(nodes=2, gpus_per_node=4, layers=2, hidden=512, heads=16, ffn=2048,
                           seq_len=4096, global_batch=8,
                           search=SearchSpace(tp=(8,), pp=(1,), micro_batch=(1, 2), zero=(0,), cp=(1,),
@@ -280,8 +274,6 @@ def test_planner_equals_exhaustive_with_sequence_parallel():
     (attention) and P(2x2) composites, keeps the stream in PrimePar's B2x2 block layout (the
     composites' partial sums reduce-scatter onto it, LayerNorm all-reduces its per-token
     statistics over GPU pairs), and equals brute force over every layer plan, stream included."""
-    from paraplan.solver.exhaustive import exhaustive
-    from paraplan.solver.class_route import plan
     inst = _cross_node_instance(sequence_parallel=(True,))
     r, e = plan(inst), exhaustive(inst)
     assert r.status == "optimal" and r.plan.sequence_parallel

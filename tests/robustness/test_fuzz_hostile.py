@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from paraplan import instances
 from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import event_from_mapping, hetero_instance_from_mapping, load_hetero_instance
+from paraplan.cost.hetero_loader import event_from_mapping, hetero_instance_from_mapping
 from paraplan.cost.loader import load_instance, load_instance_parts, plan_from_mapping
 from paraplan.cost.ranges import RANGES
 from paraplan.solver.sweep import run as sweep

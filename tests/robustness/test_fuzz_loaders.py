@@ -34,7 +34,7 @@ from paraplan import instances
 from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import MAX_HF_CONFIG_BYTES
-from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH, load_instance
+from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 INSTANCES = Path(instances.__file__).parent

@@ -12,7 +12,6 @@ Each parsed value is compared with the emitted plan.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from dataclasses import replace

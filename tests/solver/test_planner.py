@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost import units
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import GpuSpec, Instance
