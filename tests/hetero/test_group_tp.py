@@ -12,7 +12,6 @@ import math
 import pytest
 from randinst import group_tp_instance
 
-from paraplan.cost.coefficients import build
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.hetero_coefficients import class_coefficients
 from paraplan.cost.hetero_loader import (hetero_plan_from_mapping, hetero_plan_to_mapping,
