@@ -30,7 +30,7 @@ count, its replicas; e.g. Megatron-LM's ZeRO-2/3 are its FSDP paths, which refus
 a mixed cluster gets them on single-stage classes only). ZeRO shards over every replica and
 context-parallel rank of the plan, as the gradient ring spans them (so it needs
 replicas * cp > 1). MoE models (cost/space_rules.expert_layouts, moe_problem): one expert-parallel
-degree ep and one expert tensor-parallel degree etp (default: the divisors of tp) for every class,
+degree ep and one expert tensor-parallel degree etp (default: tp and 1, space_rules.etp_values) for every class,
 ep dividing the experts and ep * etp every class's tp * replicas * cp (an expert group lies
 inside one class's ranks of one stage, on one group, as on one group: parallel folding);
 the expert-data-parallel ring spans every replica's copy of the same experts. Micro-batch sizes: the divisors of the global batch that split it between
