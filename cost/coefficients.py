@@ -657,14 +657,31 @@ def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, 
             comm.all_gather_time_s(params * BF16_BYTES, ranks, lk, inter, net, calls), step)
 
 
+def max_layers_per_stage(state, ckpt, capacity, stage_mem, v: int) -> np.ndarray:
+    """Per stage, the most layers (a multiple of v) whose state and fully recomputed checkpoints
+    fit beside the stage's fixed memory: the least a layer can keep is its state plus its input
+    checkpoints (per-layer ckpt bytes, in-flight micro-batches included)."""
+    n = np.floor(np.maximum(capacity - stage_mem, 0) / (state + ckpt))
+    return (n // v) * v
+
+
+def no_split_fits(state, ckpt, capacity, stage_mem, v: int, layers: int) -> bool:
+    """Whether no layer split fits memory even with every layer fully recomputed: some stage
+    cannot hold one chunk of v layers, or all together cannot hold the model's layers."""
+    nmax = max_layers_per_stage(state, ckpt, capacity, stage_mem, v)
+    return bool((nmax < v).any() or nmax.sum() < layers)
+
+
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
           reserve_bytes: float = 0.0, placement: Placement | None = None,
-          layer_fn=megatron_layer, dualpipe: bool = False) -> StageCoefficients:
+          layer_fn=megatron_layer, dualpipe: bool = False,
+          skip_if_memory_infeasible: bool = False) -> StageCoefficients | None:
     """Coefficients of `outer` on `inst`. `placement` (default: the homogeneous cluster in
     Megatron-LM rank order) says which GPU and links each stage uses; `layer_fn` prices one
     layer on one site (default: Megatron 1-D tensor parallelism). A DualPipe job is priced by
     cost/dualpipe.py only (`dualpipe=True`): its schedule is not the one these coefficients
-    feed the planner's formulations."""
+    feed the planner's formulations. `skip_if_memory_infeasible`: None instead of coefficients
+    whose memory fits no split (no_split_fits), before their time terms are priced."""
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE and not dualpipe:
         raise ConfigError("job.pipeline_schedule dualpipe is priced by `paraplan simulate` only"
                           " (cost/dualpipe.py): the planner's formulations optimise the 1F1B and"
@@ -700,6 +717,72 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     uniq_tp = [site.tp or tp for site in uniq_sites]
     tps = [uniq_tp[i] for i in where]
     tp, tp_last = tps[0], tps[-1]
+
+    # --- memory (cost/memory.py: what each framework allocates)
+    fw, opt = inst.job.framework, inst.job.optimizer
+    inflight = in_flight_micro_batches(pp, mb, v)
+    overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
+    if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
+        warm = a2a_overlap_warmup_chunks(pp, mb, v)
+        inflight = np.minimum(warm + 1, mb * v) / v
+    # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
+    # Transformer Engine's cached fp8 weight copies
+    uniq_state = []  # once per distinct site's costs, as the layer costs above
+    for x, ts in zip(uniq, uniq_tp):
+        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
+              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+              + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
+        if x.terms.expert_params:  # sharded over the expert-data-parallel group
+            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), fw, opt)
+        uniq_state.append(st)
+    state = np.array(uniq_state, float)[at]
+    stage_mem = np.zeros(pp)
+    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
+    if pp > 1:
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, fw, opt)
+    transient = np.array([x.terms.workspace_bytes for x in uniq], float)[at]
+    dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
+    if dense is not None:  # the first stage's largest layer sets its workspace
+        transient[0] = max(transient[0], dense.terms.workspace_bytes)
+    if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
+        transient += [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1) for s in range(pp)]
+    transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
+    stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
+    distinct_tp = set(tps)
+    runtime = {t: memory.runtime_bytes(t, cp, o.dp, pp) for t in distinct_tp}
+    stage_mem += runtime[tp] if len(distinct_tp) == 1 else np.array([runtime[t] for t in tps])
+    if inst.job.tp_comm_overlap and o.sequence_parallel:  # TE allocates them at start-up
+        ub = memory.userbuffers_bytes(m, b, cp, inst.job.precision)
+        stage_mem += np.array([ub if t > 1 else 0.0 for t in tps])
+
+    def col(attr: str) -> np.ndarray:
+        return np.array([getattr(x, attr) for x in uniq], float)[at]
+
+    def col_terms(attr: str) -> np.ndarray:
+        return np.array([getattr(x.terms, attr) for x in uniq], float)[at]
+
+    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
+    act = col_terms("act_bytes") * inflight * frag
+    ckpt = col_terms("ckpt_bytes") * inflight * frag
+    min_chunk = 1
+    if dense is not None:
+        # An MoE model's first d layers are dense (DeepSeek-V3: 3, FFN 18,432). The split
+        # prices every layer alike, so the first stage, which holds them in its first model
+        # chunk (first_chunk_min_layers, enforced by every backend), pays d x (dense layer -
+        # MoE layer) as a stage extra, as it pays the embedding: time, sync and step, state
+        # and stashed activations. Full recompute on that stage is priced per MoE layer
+        # (cost/model_notes.py says so).
+        d = inst.model.moe.dense_layers
+        dv = moe_dense_view(m)
+        dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
+                       + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+                       + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
+        stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
+                             - state[0] - act[0])
+        min_chunk = d
+    capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
+    if skip_if_memory_infeasible and no_split_fits(state, ckpt, capacity, stage_mem, v, m.layers):
+        return None  # the time terms below would only be dropped (solver/hetero_planner.problems_for)
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
     stage_parts = StageParts(pp)
@@ -794,77 +877,16 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_sync[0] += tie
         stage_sync[-1] += tie
 
-    # --- memory (cost/memory.py: what each framework allocates)
-    fw, opt = inst.job.framework, inst.job.optimizer
-    inflight = in_flight_micro_batches(pp, mb, v)
-    overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
-    if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
-        warm = a2a_overlap_warmup_chunks(pp, mb, v)
-        inflight = np.minimum(warm + 1, mb * v) / v
-    # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
-    # Transformer Engine's cached fp8 weight copies
-    uniq_state = []  # once per distinct site's costs, as the layer costs above
-    for x, ts in zip(uniq, uniq_tp):
-        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
-              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
-              + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
-        if x.terms.expert_params:  # sharded over the expert-data-parallel group
-            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), fw, opt)
-        uniq_state.append(st)
-    state = np.array(uniq_state, float)[at]
-    stage_mem = np.zeros(pp)
-    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
-    if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, fw, opt)
-    transient = np.array([x.terms.workspace_bytes for x in uniq], float)[at]
-    dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
-    if dense is not None:  # the first stage's largest layer sets its workspace
-        transient[0] = max(transient[0], dense.terms.workspace_bytes)
-    if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
-        transient += [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1) for s in range(pp)]
-    transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
-    stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
-    distinct_tp = set(tps)
-    runtime = {t: memory.runtime_bytes(t, cp, o.dp, pp) for t in distinct_tp}
-    stage_mem += runtime[tp] if len(distinct_tp) == 1 else np.array([runtime[t] for t in tps])
-    if inst.job.tp_comm_overlap and o.sequence_parallel:  # TE allocates them at start-up
-        ub = memory.userbuffers_bytes(m, b, cp, inst.job.precision)
-        stage_mem += np.array([ub if t > 1 else 0.0 for t in tps])
-
-    def col(attr: str) -> np.ndarray:
-        return np.array([getattr(x, attr) for x in uniq], float)[at]
-
-    def col_terms(attr: str) -> np.ndarray:
-        return np.array([getattr(x.terms, attr) for x in uniq], float)[at]
-
-    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    act = col_terms("act_bytes") * inflight * frag
-    ckpt = col_terms("ckpt_bytes") * inflight * frag
     layer_sync = col("layer_sync")
     if overlap_a2a:
         # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
         # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
         layer_sync = layer_sync + warm / v * col_terms("a2a_hidden_s")
-    min_chunk = 1
-    if dense is not None:
-        # An MoE model's first d layers are dense (DeepSeek-V3: 3, FFN 18,432). The split
-        # prices every layer alike, so the first stage, which holds them in its first model
-        # chunk (first_chunk_min_layers, enforced by every backend), pays d x (dense layer -
-        # MoE layer) as a stage extra, as it pays the embedding: time, sync and step, state
-        # and stashed activations. Full recompute on that stage is priced per MoE layer
-        # (cost/model_notes.py says so).
-        d, x0 = inst.model.moe.dense_layers, per_stage[0]
-        dv = moe_dense_view(m)
-        dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
-                       + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
-                       + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
-        dense_prefix_s = d * (dense.layer_time - x0.layer_time)
+    if dense is not None:  # the dense prefix's time and sync on the first stage (above)
+        dense_prefix_s = d * (dense.layer_time - per_stage[0].layer_time)
         stage_parts.add("dense_prefix", {0: dense_prefix_s})
         stage_time[0] += dense_prefix_s
         stage_sync[0] += d * (dense.layer_sync - layer_sync[0])  # (no all-to-all to unhide)
-        stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
-                             - state[0] - act[0])
-        min_chunk = d
     # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
     first = per_stage[0]
     return StageCoefficients(
@@ -873,7 +895,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         layer_sync_time_s=layer_sync, stage_sync_time_s=stage_sync,
         layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
-        capacity_bytes=np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at],
+        capacity_bytes=capacity,
         layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
         first_chunk_min_layers=min_chunk,

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost import schedule
+from paraplan.cost import coefficients, schedule
 from paraplan.cost.coefficients import StageCoefficients
 
 
@@ -161,16 +161,13 @@ def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True)
 
 
 def max_layers_per_stage(c: StageCoefficients) -> np.ndarray:
-    v = c.outer.virtual_stages
-    per_layer = c.layer_state_bytes + c.layer_ckpt_bytes
-    room = c.capacity_bytes - c.stage_mem_bytes
-    n = np.floor(np.maximum(room, 0) / per_layer)
-    return (n // v) * v
+    return coefficients.max_layers_per_stage(c.layer_state_bytes, c.layer_ckpt_bytes, c.capacity_bytes,
+                                             c.stage_mem_bytes, c.outer.virtual_stages)
 
 
 def memory_infeasible(c: StageCoefficients) -> bool:
-    nmax = max_layers_per_stage(c)
-    return bool((nmax < c.outer.virtual_stages).any() or nmax.sum() < c.layers)
+    return coefficients.no_split_fits(c.layer_state_bytes, c.layer_ckpt_bytes, c.capacity_bytes,
+                                      c.stage_mem_bytes, c.outer.virtual_stages, c.layers)
 
 
 def min_recompute(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
