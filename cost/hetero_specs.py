@@ -176,7 +176,7 @@ class _Modes:
         return self.tp
 
     @property
-    def tp_values(self) -> tuple[int, ...]:
+    def tp_degrees(self) -> tuple[int, ...]:
         """The distinct tensor-parallel degrees of the plan (one unless group_tp)."""
         return tuple(sorted({t for _, t in self.group_tp} | {self.tp}))
 
@@ -309,7 +309,7 @@ class HeteroPlan(_Modes):
         if seqs != inst.job.global_batch:
             raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
                               f" global_batch = {inst.job.global_batch}")
-        tps = self.tp_values
+        tps = self.tp_degrees
         for t in tps:
             if m.heads % t or m.kv_heads % t and t % m.kv_heads:
                 raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
