@@ -571,9 +571,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     lp = layer_params(m) / o.tp + lt.replicated_params
     parts = dict(lt.parts)
     overlapped = dict(lt.overlapped)
-    # communication the layer terms already hide behind compute (the cp ring, P(q x q) shifts)
-    # slows that compute too
-    slow_terms = kappa * sum(lt.overlapped.values())
+    slow_terms = _overlap_slowdown_s(lt, net)
 
     # ZeRO-3 / FSDP, once per micro-batch: gather the layer's weights before forward and again
     # before backward (and, where the framework re-fetches, for the recompute pass), then
@@ -634,11 +632,30 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         g_exposed = max(0.0, g_sync - bwd)
     g_hidden = g_sync - g_exposed
     overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
+    # layer_time_floor_s is this less the ZeRO-3 terms (keep the two in step)
     return _LayerCosts(layer_time=fwd + bwd + z3_f + z3_b + slow_terms,
                        recompute_time=rc_fwd + z3_b_rc - z3_b,
                        layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s + lt.per_iteration_s,
                        grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
                        gather_s=ag, scatter_s=rs)
+
+
+def _overlap_slowdown_s(lt: LayerTerms, net: NetEfficiency) -> float:
+    """Communication the layer terms already hide behind compute (the cp ring, P(q x q) shifts)
+    slows that compute too."""
+    return net.overlap_slowdown * sum(lt.overlapped.values())
+
+
+def layer_time_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency(),
+                       layer_fn=megatron_layer) -> float:
+    """A lower bound of the layer time build gives a stage on `site` (StageCoefficients.
+    layer_time_s) that reads nothing of the data-parallel ring: the layer's own forward and
+    backward and the slowdown of what they overlap, without ZeRO-3's gathers and
+    reduce-scatters (the only layer-time terms that read site.dp_link, each >= 0). The
+    planner bounds a configuration with it before pricing its placement
+    (solver/class_bounds.floor_bounds_s)."""
+    lt = layer_fn(inst, o, site, net)
+    return lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)
 
 
 def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, fw, gpu,

@@ -122,25 +122,31 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
             memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, c.replicas * unit[ga], rz - ra)
         return memo[key]
 
-    site_of: dict[int, Site] = {}
-    for g in set(c.stage_groups):
-        cl, t = hc.groups[g].cluster, ho.tp_of(g)
-        site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, t, 1),
-                    cp_link=comm.group_link(cl, ho.cp, t), dp_link=_ring_link(hc, ho, g),
-                    tp=t if ho.group_tp else None)
-        if ho.ep > 1 or ho.etp is not None:  # the ep group: ep ranks of one stage of this
-            # class, etp apart (the group's tp unless folded), on this group (cost/moe.py)
-            e = t if ho.etp is None else ho.etp
-            site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e),
-                           edp_link=_ring_link(hc, ho, g, ho.ep, ho.etp),
-                           etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
-        site_of[g] = _intern(g, site)
+    site_of = {g: _intern(g, group_site(hc, ho, g)) for g in set(c.stage_groups)}
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
     pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
+
+
+def group_site(hc: HeteroCluster, ho: HeteroOuter, g: int, rings: bool = True) -> Site:
+    """The site of `ho`'s stages on group g: its GPU, its tensor, context and expert parallel
+    links, and (`rings`) the gradient rings across the classes (_ring_link). Without `rings`
+    the tp link stands in for the data-parallel one: what is left is all that
+    coefficients.layer_time_floor_s reads, from the group alone."""
+    cl, t = hc.groups[g].cluster, ho.tp_of(g)
+    tp_link = comm.group_link(cl, t, 1)
+    site = Site(gpu=cl.gpu, tp_link=tp_link, cp_link=comm.group_link(cl, ho.cp, t),
+                dp_link=_ring_link(hc, ho, g) if rings else tp_link, tp=t if ho.group_tp else None)
+    if ho.ep > 1 or ho.etp is not None:  # the ep group: ep ranks of one stage of this
+        # class, etp apart (the group's tp unless folded), on this group (cost/moe.py)
+        e = t if ho.etp is None else ho.etp
+        site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e),
+                       edp_link=_ring_link(hc, ho, g, ho.ep, ho.etp) if rings else None,
+                       etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
+    return site
 
 
 _SITES: dict[tuple[int, Site], Site] = {}

@@ -92,6 +92,15 @@ def breakdown_json(bd: Breakdown) -> dict:
     }
 
 
+def space_json(res, candidates: int) -> dict:
+    """How a planner result accounted for its declared space (`candidates`: its plans in all),
+    as the JSON outputs write it (solver/commands/schema.SPACE)."""
+    return {"outer_configs": res.outer_configs, "candidates": candidates, "priced": res.priced,
+            "solved": res.solved, "pruned_by_bound": res.pruned_by_bound,
+            "pruned_by_memory": res.pruned_by_memory, "pruned_by_dominance": res.pruned_by_dominance,
+            "inner_infeasible": res.inner_infeasible, "unresolved": res.unresolved}
+
+
 def evidence_text(res, value_s: float | None, what: str, plans: int, space: str = "declared space",
                   bound_note: str = "", dominated: int = 0) -> str:
     """The optimality evidence `plan` prints, on one group and mixed clusters: `value_s` the
@@ -108,7 +117,8 @@ def evidence_text(res, value_s: float | None, what: str, plans: int, space: str 
         lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%{bound_note}")
     lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
     lines.append(f"space       {res.outer_configs:,} outer configs, {count(plans)} plans in all;"
-                 f" {res.pruned_by_memory:,} proved infeasible by memory, {res.pruned_by_bound:,}"
+                 f" {res.priced:,} configs priced, {res.pruned_by_memory:,} proved infeasible by"
+                 f" memory, {res.pruned_by_bound:,}"
                  f" pruned by lower bound, {res.solved:,} solved exactly"
                  f" ({res.inner_infeasible:,} infeasible), {res.unresolved:,} unresolved")
     if dominated:

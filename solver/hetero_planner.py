@@ -3,8 +3,11 @@
 The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py;
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
-1. Enumerate the outer configurations; build each one's class coefficients on every network
-   scenario the objective looks at (cost/hetero_coefficients.py), in passes (problems_for).
+1. Enumerate the outer configurations and bound each one before pricing it
+   (solver/floor_bounds.py: layer-time floors per group, no placement). In that order, in
+   chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
+   class coefficients on every network scenario the objective looks at
+   (cost/hetero_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
 2. Drop those a memory argument proves infeasible (solver/bounds.memory_infeasible, per class).
    Lower bound (solver/class_bounds.py, every configuration at once): per scenario and class
    A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
@@ -49,6 +52,7 @@ from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import bounds, class_partitions
 from paraplan.solver.class_bounds import balanced_split, lower_bounds_s, over_m
+from paraplan.solver.floor_bounds import floor_bounds_s
 from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
                                  summarize)
 from paraplan.solver.progress import search_status
@@ -59,6 +63,9 @@ OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
 # exact solves start; beyond these, each exact solve is its own incumbent.
 INCUMBENT_PROBES = 64
+# configurations priced at a time (in the order of their bound before pricing): large enough
+# that the pricing loop runs alone, small enough not to price many that cannot win
+PRICE_CHUNK = 512
 
 
 @dataclass(kw_only=True)
@@ -326,7 +333,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     # listing it is refused, cost/space_rules.hetero_search_refusal): on one group the uniform
     # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
-    idx, _, _ = scenario_weights(inst, objective)
+    idx, agg, weights = scenario_weights(inst, objective)
     outers = hetero_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)
     res = HeteroResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
@@ -338,7 +345,6 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     def better(val: float, key) -> bool:
         return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
 
-    live: list[_Candidate] = []
     groups_of_plans: list[_LayerPlans] = []  # outers' layer-plan combinations, not yet expanded
     warm_outer = warm_plan.outer if warm_plan is not None else None
     placements: dict = {}  # shared by the configurations (problem_for)
@@ -348,26 +354,38 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             lp = _layer_plans(inst, o, i, objective, placements, uniform, res)
             if lp is not None:
                 groups_of_plans.append(lp)
-    for i, (o, p) in enumerate(zip(outers, problems_for(inst, outers, objective, placements))):
-        if p is None:
-            res.pruned_by_memory += 1
-            continue
-        live.append(_Candidate(o, p, (0.0, i, 0), uniform))
-    # every configuration's bound at once (solver/class_bounds.py: batched, same numbers)
-    for cand, lb in zip(live, lower_bounds_s([c.problem for c in live], lambda j: live[j].mvecs, uniform)):
-        cand.key = (lb, cand.key[1], 0)
-    for cand in live:
-        o, p = cand.outer, cand.problem
-        if o == warm_outer and not any(k.partitions for k in warm_plan.classes):
-            # replanning: the running plan is a feasible incumbent
+
+    def price(js) -> list[_Candidate]:
+        """Outers `js` priced (problems_for), keyed by their bounds (solver/class_bounds.py:
+        batched, the numbers of one at a time), in key order; memory-infeasible ones counted."""
+        cands = []
+        for j, p in zip(js, problems_for(inst, [outers[j] for j in js], objective, placements)):
+            if p is None:
+                res.pruned_by_memory += 1
+            else:
+                cands.append(_Candidate(outers[j], p, (0.0, int(j), 0), uniform))
+        for cand, lb in zip(cands, lower_bounds_s([c.problem for c in cands], lambda j: cands[j].mvecs,
+                                                  uniform)):
+            cand.key = (lb, cand.key[1], 0)
+        return sorted(cands, key=lambda x: x.key)
+
+    if warm_outer is not None and warm_outer in outers and not any(k.partitions for k in warm_plan.classes):
+        # replanning: the running plan is a feasible incumbent
+        for cand in price([outers.index(warm_outer)]):
             wm = [k.num_micro_batches for k in warm_plan.classes]
             wn = [k.layers_per_stage for k in warm_plan.classes]
             wr = [k.full_recompute_layers for k in warm_plan.classes]
-            if p.fits(wn, wr):
-                val, _ = p.evaluate(wm, wn, wr)
+            if cand.problem.fits(wn, wr):
+                val, _ = cand.problem.evaluate(wm, wn, wr)
                 if better(val, cand.key):
-                    best_val, best_key, best = val, cand.key, (o, wm, wn, wr, ())
-    live.sort(key=lambda x: x.key)
+                    best_val, best_key, best = val, cand.key, (warm_outer, wm, wn, wr, ())
+    # configurations are priced in the order of a bound read before pricing
+    # (solver/floor_bounds.py), in chunks: the search stops pricing where that bound reaches
+    # the incumbent
+    floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform)
+    by_floor = np.argsort(floor, kind="stable")
+    unpriced = [_Unpriced(by_floor[a:a + PRICE_CHUNK].tolist(), (float(floor[by_floor[a]]), -1, -1))
+                for a in range(0, len(outers), PRICE_CHUNK)]
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
@@ -378,9 +396,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             inc = incumbent(cand.problem, cand.mvecs, uniform)
             if inc is not None and better(inc[0], cand.key):
                 best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
-    probe(live)
-    res.log.append(f"{len(outers)} outer configs, {res.pruned_by_memory} infeasible by memory,"
-                   f" incumbent {best_val:.6g} s; setup {time.perf_counter() - t0:.2f} s")
+    res.log.append(f"{len(outers)} outer configs; setup {time.perf_counter() - t0:.2f} s")
 
     def can_win(key, lb: float | None = None) -> bool:
         """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
@@ -390,7 +406,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
     # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
     order = itertools.count()  # equal keys (a node and its first combination) pop node first
-    heap = [(c.key, next(order), c) for c in live + groups_of_plans]
+    heap = [(c.key, next(order), c) for c in unpriced + groups_of_plans]
     heapq.heapify(heap)
     open_bounds: list[float] = []
     batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
@@ -442,12 +458,21 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 res.pruned_by_bound += sum(x.weight for _, _, x in heap) + cand.weight
                 break
             remaining = time_limit_s - (time.perf_counter() - t0)
-            if remaining <= 0:
+            # without an incumbent, pricing goes on past the limit until one is found (its quick
+            # incumbents, probe): a feasible plan, as when every configuration was priced first
+            if remaining <= 0 and not (best is None and isinstance(cand, _Unpriced)):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
+            if isinstance(cand, _Unpriced):
+                new = price(cand.outers)
+                res.priced += len(cand.outers)
+                probe(new)
+                for c in new:
+                    heapq.heappush(heap, (c.key, next(order), c))
+                continue
             if isinstance(cand, _LayerPlans):
                 new = cand.expand(best_val, res)
                 probe(new)
@@ -502,6 +527,20 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
                                                            res.tolerance_s)
     return res
+
+
+@dataclass
+class _Unpriced:
+    """Outer configurations (indices) not yet priced, keyed by the least of their bounds before
+    pricing (solver/floor_bounds.py), which is at most each one's key once priced: index -1
+    pops the chunk before any candidate of an equal bound."""
+
+    outers: list[int]
+    key: tuple[float, int, int]
+
+    @property
+    def weight(self) -> int:  # configurations it stands for
+        return len(self.outers)
 
 
 @dataclass

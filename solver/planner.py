@@ -43,6 +43,9 @@ class SearchAccount:
     solve_time_s: float
     backend: str
     outer_configs: int
+    # outer configurations priced (cost/coefficients.build); the others were pruned by the
+    # bound read before pricing (solver/floor_bounds.py), counted in pruned_by_bound
+    priced: int = 0
     solved: int = 0
     pruned_by_bound: int = 0
     pruned_by_memory: int = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import evidence_text as common_evidence_text, gib, seconds, table
+from paraplan.solver.format import evidence_text as common_evidence_text, gib, seconds, space_json, table
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.partitions import partition_lines
@@ -155,9 +155,7 @@ def result_json(res, inst, regs=None) -> dict:
         "model_warnings": model_warnings(inst),
         "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
         "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "space": {"outer_configs": res.outer_configs, "candidates": res.plans_total, "solved": res.solved,
-                  "pruned_by_bound": res.pruned_by_bound, "pruned_by_memory": res.pruned_by_memory,
-                  "inner_infeasible": res.inner_infeasible, "unresolved": res.unresolved},
+        "space": space_json(res, res.plans_total),
         "reason": res.reason or None,
         "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,

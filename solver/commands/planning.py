@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines, space_json,
                                     seconds, table)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
@@ -43,11 +43,7 @@ def result_json(res) -> dict:
         "status": res.status, "iter_time_s": res.iter_time_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": {"outer_configs": res.outer_configs, "candidates": res.space_size,
-                  "solved": res.solved, "pruned_by_bound": res.pruned_by_bound,
-                  "pruned_by_memory": res.pruned_by_memory, "inner_infeasible": res.inner_infeasible,
-                  "pruned_by_dominance": getattr(res, "pruned_by_dominance", 0),
-                  "unresolved": res.unresolved},
+        "space": space_json(res, res.space_size),
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan) if res.plan else None,
         "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,

@@ -1,0 +1,103 @@
+"""A lower bound of every configuration's optimum before it is priced (solver/hetero_planner.py
+prices configurations in the order of this bound, and stops where it reaches the incumbent).
+
+Pricing a configuration (cost/coefficients.build on its placement) is most of a large search's
+time, and most configurations cannot win: on the 64-node three-type instance with its full space
+the priced bound (solver/class_bounds.py) of 99% of them is above the optimum. This bound reads,
+per class and stage, only the floor of the stage's layer time
+(cost/coefficients.layer_time_floor_s: the layer's own forward and backward on the group's
+tp, cp and expert links, without ZeRO-3's ring terms), which depends on the group and the
+modes, not on where the class sits; and it sets the stage terms a_s, d_s, g_s of the priced
+bound to 0. Every term it drops is >= 0 and the priced bound grows with each, so this one is
+at most the priced bound of the same configuration, which is at most its optimum.
+
+Per class k and scenario, with t_s the floors:
+    A_k = min over splits of max_s n_s t_s     S_k = L min_s t_s     D = 0
+and over micro-batch vectors class_bounds.relaxed_s; a weighted objective takes the weighted
+sum of the scenarios' bounds (each minimised over m on its own, so at most the joint minimum).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from paraplan.cost.coefficients import _dense_layer_view, layer_time_floor_s, stage_outer
+from paraplan.cost.hetero_coefficients import class_outer, group_site
+from paraplan.solver.class_bounds import balanced_splits, relaxed_s
+
+
+def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False) -> np.ndarray:
+    """The module's bound of each of `outers` (HeteroOuter) on scenarios `idx` of `inst`,
+    aggregated as `agg` ("max" or "weighted" with `weights`, solver/hetero_planner.
+    scenario_weights)."""
+    L = inst.model.layers
+    moe = inst.model.moe is not None
+    total = inst.job.global_batch
+    floors: dict[tuple, float] = {}  # (scenario, group, the layer's outer) -> floor
+    rows: dict[tuple, int] = {}  # (t row, v) -> its index among the distinct rows
+    row_of = []  # per (outer, scenario, class), flat: its distinct row's index
+
+    def floor(i: int, o, k: int, g: int, lone: int | None, modes: tuple) -> float:
+        # everything the layer's outer and site hold; a dense layer reads neither the pipeline
+        # nor dp (coefficients._dense_layer_view), an MoE layer's all-to-all overlap does
+        c = o.classes[k]
+        key = (i, g, o.tp_of(g), modes, (c.pp, c.replicas, lone) if moe else None)
+        if key not in floors:
+            site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+            lo = stage_outer(class_outer(o, k, lone), site)
+            floors[key] = layer_time_floor_s(inst, lo if moe else _dense_layer_view(lo), site)
+        return floors[key]
+
+    by_class: dict[tuple, tuple] = {}  # (scenario, modes, class shape, lone) -> t row
+    for o in outers:
+        K = len(o.classes)
+        lone = total // o.micro_batch // o.classes[0].replicas if K == 1 else None
+        modes = (bool(o.group_tp), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.zero,
+                 o.ep, o.etp, o.virtual_stages)
+        for i in idx:
+            for k, c in enumerate(o.classes):
+                ck = (i, o.tp, o.group_tp, modes, c.stage_groups, c.replicas if moe else 0, lone if moe else None)
+                t = by_class.get(ck)
+                if t is None:
+                    per_group = {g: floor(i, o, k, g, lone, modes) for g in set(c.stage_groups)}
+                    t = by_class[ck] = tuple(per_group[g] for g in c.stage_groups)
+                row_of.append(rows.setdefault((t, o.virtual_stages), len(rows)))
+    A, S = _split_terms(list(rows), L)
+    at = np.array(row_of, np.int64)
+    out = np.empty(len(outers))
+    n = len(idx)
+    by_shape: dict[int, list[int]] = defaultdict(list)
+    first = np.zeros(len(outers), np.int64)
+    e = 0
+    for j, o in enumerate(outers):
+        first[j] = e
+        e += n * len(o.classes)
+        by_shape[len(o.classes)].append(j)
+    for K, js in by_shape.items():
+        ps = [outers[j] for j in js]
+        ix = at[first[js][:, None, None] + np.arange(n * K).reshape(1, n, K)]  # (outers, scenarios, classes)
+        x = np.array([[c.replicas for c in o.classes] for o in ps], float)[:, None, :]
+        v = np.array([o.virtual_stages for o in ps], float)[:, None, None]
+        pp = np.array([[c.pp for c in o.classes] for o in ps], float)[:, None, :]
+        lo = (np.where(v > 1, pp, 1.0) if K == 1 else np.where(v > 1, 2 * pp, pp))  # min_micro_batches
+        M = np.array([total // o.micro_batch for o in ps], float)[:, None, None]
+        b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
+        out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)
+    return out
+
+
+def _split_terms(rows: list[tuple[tuple[float, ...], int]], layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S) of each distinct (t row, v): the balanced split's slowest stage with no stage
+    terms, and L min_s t_s."""
+    A, S = np.empty(len(rows)), np.empty(len(rows))
+    blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for r, (t, v) in enumerate(rows):
+        blocks[len(t), v].append(r)
+    for (pp, v), rs in blocks.items():
+        t = np.array([rows[r][0] for r in rs], float)
+        a = np.zeros_like(t)
+        A[rs] = (balanced_splits(a, t, layers, v) * t).max(axis=1)
+        S[rs] = layers * t.min(axis=1)
+    return A, S

@@ -1,0 +1,116 @@
+"""The bound before pricing (solver/floor_bounds.py): each stage's layer-time floor against the
+layer time its configuration is priced with, each configuration's bound against its priced
+bound (solver/class_bounds.py, itself checked against enumerated optima in
+test_class_bounds.py), and the planner's answer with and without it. Mixed clusters with
+network scenarios, a tp per group, ZeRO 2/3, context parallelism and interleaving, one-group
+instances, and an MoE model with expert parallelism and folding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from randinst import group_tp_instance, random_hetero_instance, random_instance
+
+from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
+from paraplan.cost.loader import load_instance
+from paraplan.solver import hetero_planner
+from paraplan.solver.class_bounds import lower_bounds_s
+from paraplan.solver.floor_bounds import floor_bounds_s
+from paraplan.solver.hetero_planner import plan_hetero, problems_for, scenario_weights
+from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _instances():
+    for seed in range(4):
+        yield f"random {seed}", random_hetero_instance(seed), ("nominal", "robust", "expected")
+    for seed in (19, 41):  # their optima run a tp per group (test_group_tp.py)
+        yield f"group tp {seed}", group_tp_instance(seed), ("nominal",)
+    for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
+        yield f"one group {seed}", homogeneous_as_hetero(random_instance(seed, variant=True)), ("nominal",)
+    yield "tiny-gpt", homogeneous_as_hetero(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")), ("nominal",)
+    yield "tiny-2types", load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
+
+
+def _moe():
+    """Mixtral on 64 H100: ep up to 8 and etp 1 in the space; every 7th configuration keeps
+    the test short."""
+    inst = homogeneous_as_hetero(load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml"))
+    return inst, hetero_outers(inst)[::7]
+
+
+def _checked(inst, outers, objective: str) -> int:
+    idx, agg, weights = scenario_weights(inst, objective)
+    floor = floor_bounds_s(inst, outers, idx, agg, weights)
+    problems = problems_for(inst, outers, objective)
+    live = [j for j, p in enumerate(problems) if p is not None]
+    mv = [micro_batch_vectors(outers[j].classes, problems[j].total_micro_batches, False,
+                              outers[j].virtual_stages) for j in live]
+    priced = lower_bounds_s([problems[j] for j in live], lambda i: mv[i])
+    for i, j in enumerate(live):
+        assert floor[j] <= priced[i] * (1 + 1e-12), (objective, outers[j], floor[j], priced[i])
+    return len(live)
+
+
+@pytest.mark.parametrize("name,inst,objectives", list(_instances()), ids=lambda x: x if isinstance(x, str) else "")
+def test_each_bound_before_pricing_is_at_most_the_priced_bound(name, inst, objectives):
+    # (some instances fit no configuration: the stage test below is the non-vacuous one)
+    for objective in objectives:
+        _checked(inst, hetero_outers(inst), objective)
+
+
+def test_the_moe_bound_before_pricing_is_at_most_the_priced_bound():
+    inst, outers = _moe()
+    assert any(o.ep > 1 for o in outers) and any(o.etp is not None for o in outers)
+    assert _checked(inst, outers, "nominal")
+
+
+def test_each_stage_floor_is_at_most_its_priced_layer_time():
+    """Stage by stage, the floors the bound reads (cost/coefficients.layer_time_floor_s) against
+    the priced layer times: equal without ZeRO-3 (nothing else in a layer's time reads the
+    data-parallel ring), below with it (its gathers)."""
+    from paraplan.cost.coefficients import layer_time_floor_s, stage_outer
+    from paraplan.cost.hetero_coefficients import class_outer, group_site
+    equal = below = 0
+    for name, inst, _ in _instances():
+        outers = hetero_outers(inst)
+        for o, p in zip(outers, problems_for(inst, outers, "nominal")):
+            if p is None:
+                continue
+            lone = hetero_planner.lone_count(inst, o)
+            for k, (c, cs) in enumerate(zip(o.classes, p.coeffs[0])):
+                for s, g in enumerate(c.stage_groups):
+                    site = group_site(inst.cluster, o, g, rings=False)
+                    f = layer_time_floor_s(inst, stage_outer(class_outer(o, k, lone), site), site)
+                    t = cs.layer_time_s[s]
+                    assert f <= t * (1 + 1e-12), (name, o, k, s)
+                    equal += f == pytest.approx(t, rel=1e-12)
+                    below += f < t * (1 - 1e-9)
+    assert equal and below  # both cases met (ZeRO-3 configurations among them)
+
+
+def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch):
+    """The search with the bound before pricing, one configuration priced at a time (these
+    instances have fewer configurations than a chunk), against the search that prices every
+    configuration before solving any (the bound replaced by zeros, so every chunk pops first):
+    the same status, plan and objective, every configuration accounted for, and fewer of them
+    priced on most instances (not vacuous)."""
+    fewer = 0
+    cases = [random_hetero_instance(s) for s in range(6)] + [group_tp_instance(s) for s in (19, 41, 57)]
+    for inst in cases:
+        with monkeypatch.context() as mp:
+            mp.setattr(hetero_planner, "PRICE_CHUNK", 1)
+            with_floor = plan_hetero(inst, objective="robust" if len(inst.scenarios) > 1 else "nominal")
+        with monkeypatch.context() as mp:
+            mp.setattr(hetero_planner, "floor_bounds_s", lambda inst, outers, *a, **k: np.zeros(len(outers)))
+            every = plan_hetero(inst, objective=with_floor.objective)
+        assert every.priced == every.outer_configs
+        assert (with_floor.status, with_floor.plan, with_floor.objective_s) == (every.status, every.plan, every.objective_s)
+        assert with_floor.priced <= every.priced
+        fewer += with_floor.priced < every.priced
+        assert with_floor.outer_configs == (with_floor.pruned_by_memory + with_floor.pruned_by_bound
+                                            + with_floor.solved + with_floor.unresolved)
+    assert fewer >= len(cases) // 2
