@@ -35,7 +35,7 @@ from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtit
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
-                        Outer, PipelineSchedule, Precision, Recompute)
+                        Outer, PipelineSchedule, Precision, Recompute, RecomputeModule)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -144,6 +144,12 @@ class StageCoefficients:
     # layers stage 0's first model chunk must hold (n_0 / v >= this): an MoE model's dense
     # prefix, priced on the first stage (build); 1 otherwise, the formulations' k_s >= 1
     first_chunk_min_layers: int = 1
+    # the parts of stage_mem_bytes that are stashed activations (times in_flight, with the
+    # fragmentation allowance) and parameter state beyond the layer columns: the dense
+    # prefix's difference from as many MoE layers, on the first stage (zeros otherwise). A
+    # schedule holding another number of micro-batches (cost/dualpipe.py) rescales the former
+    stage_act_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    stage_state_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def pp(self) -> int:
@@ -400,6 +406,31 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
                       a2a_hidden_s=hidden)
 
 
+def module_recompute_s(job, m: ModelSpec, b: int, tp: int, cp: int, sp: bool, gpu: GpuSpec,
+                       mms) -> float:
+    """Seconds one layer spends in backward rebuilding what job.recompute_modules discards
+    (cost/specs.RecomputeModule), one micro-batch: `layernorm` reruns each norm, a
+    memory-bound pass reading its bf16 input and writing its output (th/r each); `mla_up_proj`
+    reruns the up projections' GEMMs (the column-parallel calls of attention_projections) and
+    writes Q, K and V (2t(q + k + v)/tp). The experts' `moe_act` is priced in cost/moe.py."""
+    if not job.recompute_modules:
+        return 0.0
+    t = b * m.seq_len / cp
+    r = tp if sp else 1
+    out = 0.0
+    if RecomputeModule.LAYERNORM in job.recompute_modules:
+        norms = 1 if m.parallel_blocks else m.norms_per_layer
+        out += _mem_time_s(norms * 2 * BF16_BYTES * t * m.hidden / r, gpu)
+    if RecomputeModule.MLA_UP_PROJ in job.recompute_modules and m.mla is not None:
+        mm = fp8_matmul_time_s if job.precision is Precision.FP8 else _mm_time_s
+        n = len(mms.attn_in)
+        out += sum(mm(f, gpu) for f, rep in zip(mms.linear_calls[:n], mms.attn_in_replicated)
+                   if f and not rep)
+        q, k, v, _ = m.attention_widths
+        out += _mem_time_s(BF16_BYTES * t * (q + k + v) / tp, gpu)
+    return out
+
+
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
     """Megatron-LM 1-D tensor parallelism (column-then-row splits, optional sequence parallel)."""
     if inst.model.moe is not None:
@@ -503,6 +534,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
                                            for f in torchtitan_sac_recomputed_flops(m, b, tp, cp))
         elif not flash:  # Megatron: the attention core is recomputed (Korthikanti et al.)
             selective_extra = attn_f
+    # job.recompute_modules: what the output-discarding checkpoints rebuild before backward
+    selective_extra += module_recompute_s(inst.job, m, b, tp, cp, sp, gpu, mms)
     fwd = compute_f + tp_f + cp_exp_f
     bwd = compute_b + tp_b + cp_exp_b + selective_extra
     # what a full recompute replays: the forward, less what the framework's checkpoint stops
@@ -514,6 +547,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     fw, prec = inst.job.framework, inst.job.precision
     act1 = (memory.layer_activation_bytes(m, b, tp, cp, sp, flash, fw, prec)
             if o.recompute is Recompute.NONE else memory.selective_activation_bytes(m, b, tp, cp, sp, fw, prec))
+    act1 -= memory.job_activation_savings_bytes(m, b, tp, cp, sp, inst.job)
     # latent attention's down projections are whole on every tp rank (flops.attention_projections):
     # held beyond the 1/tp share, and under sequence parallelism their gradients (each rank's
     # from its own tokens) are summed over the tp group once per iteration before the
@@ -782,6 +816,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     act = col_terms("act_bytes") * inflight * frag
     ckpt = col_terms("ckpt_bytes") * inflight * frag
     min_chunk = 1
+    stage_act = np.zeros(pp)
+    stage_state = np.zeros(pp)
     if dense is not None:
         # An MoE model's first d layers are dense (DeepSeek-V3: 3, FFN 18,432). The split
         # prices every layer alike, so the first stage, which holds them in its first model
@@ -794,8 +830,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
                        + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
                        + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
-        stage_mem[0] += d * (dense_state + dense.terms.act_bytes * inflight[0] * frag
-                             - state[0] - act[0])
+        stage_state[0] = d * (dense_state - state[0])
+        stage_act[0] = d * (dense.terms.act_bytes * inflight[0] * frag - act[0])
+        stage_mem[0] += stage_state[0] + stage_act[0]
         min_chunk = d
     capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
     if skip_if_memory_infeasible and no_split_fits(state, ckpt, capacity, stage_mem, v, m.layers):
@@ -915,7 +952,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         capacity_bytes=capacity,
         layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
-        first_chunk_min_layers=min_chunk,
+        first_chunk_min_layers=min_chunk, stage_act_bytes=stage_act, stage_state_bytes=stage_state,
     )
 
 

@@ -33,9 +33,10 @@ the largest device sets the bubble (the non-uniform case is an approximation). S
 D_s is the stage's gradient sync and optimizer step (both stages of a device sync).
 
 Memory. A device holds both stages' state (weights, gradients, optimizer shards: 2x the
-parameters) and "PP + 1" chunks' activations (the README's table), taken as (pp + 1) / 2
-micro-batches of each of its two stages; the CUDA context and NCCL buffers once; the two
-stages' transient buffers are both counted (conservative).
+parameters) and "PP + 1" chunks' activations (the README's table), counted per stage as
+DualPipe.step runs them (in_flight_pairs): pp - h micro-batches of the shallower stage h =
+min(d, pp - 1 - d) and h + 1 of the deeper one pp - 1 - h; the CUDA context and NCCL buffers
+once; the two stages' transient buffers are both counted (conservative).
 
 Why `paraplan simulate` only: the planner's formulations (DP, CP-SAT, MILP, bounds) optimise
 m T_max + (sum T - T_max) / v over stages; DualPipe pairs stage d with pp - 1 - d and has a
@@ -102,6 +103,26 @@ def schedule_s(t: np.ndarray, u: np.ndarray, d: np.ndarray, m: int) -> tuple[np.
     return steady, bubble, d + d[mi]
 
 
+def in_flight_pairs(pp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per device d, the micro-batches whose activations it holds at its peak: (of its own
+    stage d, of its mirror stage pp - 1 - d).
+
+    deepseek-ai/DualPipe dualpipe.py DualPipe.step (3da1bbe), with h = min(d, pp - 1 - d)
+    (half_rank) and phase 0 the direction in which the device runs the shallower stage h:
+    step 1 runs 2 (pp/2 - h - 1) phase-0 forwards, step 2 h + 1 pairs of a phase-0 and a
+    phase-1 forward (pp - h - 1 and h + 1 in flight), step 3 a phase-1 backward before each
+    further phase-1 forward, and step 4 (the steady state) a phase-0 forward beside a phase-1
+    backward, then a phase-1 forward beside a phase-0 backward: each pair's forward allocates
+    before its backward frees, so the peak holds pp - h of stage h and h + 1 of stage
+    pp - 1 - h, pp + 1 chunks in all (the repository's table). Replaying the steps with
+    unequal chunk sizes gives the same peak (tests/cost/test_dualpipe.py)."""
+    d = np.arange(pp)
+    h = np.minimum(d, pp - 1 - d)
+    shallow, deep = pp - h, h + 1
+    own_is_shallow = d < pp / 2
+    return np.where(own_is_shallow, shallow, deep).astype(float), np.where(own_is_shallow, deep, shallow).astype(float)
+
+
 def device_mem_bytes(stage_bytes: np.ndarray, runtime_bytes: float) -> np.ndarray:
     """Per device, its two stages' bytes (each with the runtime allowance) less one runtime."""
     return stage_bytes + stage_bytes[mirror(stage_bytes.shape[-1])] - runtime_bytes
@@ -149,12 +170,15 @@ def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     k = int(np.argmax(steady))
     iter_time = float(steady[k] + bubble + sync.max())
 
-    # memory: per micro-batch activations (coefficients hold them times the 1F1B in-flight count)
+    # memory: per micro-batch activations (coefficients hold them times the 1F1B in-flight
+    # count, the dense prefix's too)
     per_mb_act = c.layer_act_bytes / c.in_flight
     per_mb_ckpt = c.layer_ckpt_bytes / c.in_flight
-    chunk_act = n * per_mb_act - r * (per_mb_act - per_mb_ckpt)
-    stage = c.stage_mem_bytes + n * c.layer_state_bytes + (pp + 1) / 2 * chunk_act
-    mem = device_mem_bytes(stage, memory.runtime_bytes(o.tp, o.cp, o.dp, pp))
+    chunk_act = n * per_mb_act - r * (per_mb_act - per_mb_ckpt) + c.stage_act_bytes / c.in_flight
+    stage = c.stage_mem_bytes - c.stage_act_bytes + n * c.layer_state_bytes
+    own, other = in_flight_pairs(pp)
+    runtime = memory.runtime_bytes(o.tp, o.cp, o.dp, pp)
+    mem = device_mem_bytes(stage, runtime) + own * chunk_act + other * chunk_act[mi]
     return DualPipeIteration(iter_time_s=iter_time, bottleneck_device=k, steady_s=steady,
                              bubble_s=bubble, sync_s=sync, time_per_micro_batch_s=(t + t[mi]) / 2,
                              mem_bytes=mem, capacity_bytes=c.capacity_bytes, coeffs=c,

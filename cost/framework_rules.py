@@ -89,6 +89,10 @@ FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
 OPTIMIZER_ZERO_STAGES: dict[Optimizer, tuple[int, ...]] = {
     Optimizer.APEX_DISTRIBUTED_ADAM: (1,),
     Optimizer.APEX_DISTRIBUTED_ADAM_BF16: (1,),
+    # Megatron-core's precision-aware optimizer runs only inside the distributed optimizer
+    # (megatron/core/optimizer/__init__.py at d98e8a6: "--use-precision-aware-optimizer only
+    # supported with distributed optimizer"); Megatron-FSDP's ZeRO-2/3 are not priced with it
+    Optimizer.ADAM_BF16_MOMENTS: (1,),
 }
 
 

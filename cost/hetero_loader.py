@@ -190,6 +190,10 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
             raise InstanceError(path, f"job.{key}",
                                 "the expert all-to-all overlaps are not priced on mixed clusters"
                                 " yet", f"remove {key}, or plan one group alone")
+    for key in ("recompute_modules", "activation_fp8_input_store", "attention_output_e5m6"):
+        if getattr(job, key):  # priced for one GPU type (cost/loader.check_job_options)
+            raise InstanceError(path, f"job.{key}", "the recompute and activation-storage options"
+                                " are priced on one GPU type only", f"remove {key}, or plan one group alone")
     if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # priced on one group only
         raise InstanceError(path, "job.moe_dispatcher", "DeepEP's dispatch is priced on one GPU"
                             " type only (cost/moe.py)", "remove moe_dispatcher, or plan one group alone")

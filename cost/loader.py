@@ -162,7 +162,7 @@ from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
-                        Recompute, SearchSpace)
+                        Recompute, RecomputeModule, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -195,7 +195,8 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
                  "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
-            "recompute_early_stop")
+            "recompute_early_stop", "recompute_modules", "activation_fp8_input_store",
+            "attention_output_e5m6")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
              "cudnn_attention_speedup")
@@ -684,6 +685,31 @@ def _check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: Sea
                             " under the all-to-alls", "remove moe_shared_expert_overlap")
 
 
+def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
+    """The job's recompute and activation-storage options against the model and the search
+    space, as Megatron-core's TransformerConfig checks them (Megatron-LM d98e8a6): mla_up_proj
+    needs latent attention, moe_act an MoE model, the fp8 activation input a SwiGLU MLP; and
+    --recompute-granularity takes one value, so recompute_modules (selective) excludes full
+    recomputation of any layer."""
+    need = {RecomputeModule.MLA_UP_PROJ: (model.mla is not None, "has no latent attention (model.mla)"),
+            RecomputeModule.MOE_ACT: (model.moe is not None, "has no routed experts (model.moe)")}
+    for mod in job.recompute_modules:
+        ok, why = need.get(mod, (True, ""))
+        if not ok:
+            raise InstanceError(source, "job.recompute_modules", f"{mod.value}: {model.name} {why}",
+                                f"remove {mod.value} from recompute_modules")
+    if job.recompute_modules and search.full_recompute:
+        raise InstanceError(source, "job.recompute_modules",
+                            "Megatron-LM's --recompute-granularity is selective (these modules) or"
+                            " full (whole layers), and the search space allows full recomputation",
+                            "add search: full_recompute: false, or remove recompute_modules")
+    if job.activation_fp8_input_store and model.mlp is not Mlp.SWIGLU:
+        raise InstanceError(source, "job.activation_fp8_input_store",
+                            f"Megatron-core stores the activation input in fp8 only for SwiGLU, and"
+                            f" {model.name}'s MLP is {model.mlp.value}",
+                            "remove activation_fp8_input_store")
+
+
 def _no_groups(data: Any, path: str) -> Any:
     """A heterogeneous cluster (cost/hetero_loader.py) here would fail on its first unknown
     key; say what it is and where it can go instead."""
@@ -774,6 +800,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     check_mla_job(" + ".join(sources), job_spec, model_spec)
     _check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
+    check_job_options(" + ".join(sources), job_spec, model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
                                  frozenset(search_sec.raw))
@@ -1045,6 +1072,18 @@ def job_from_section(sec: Section) -> JobSpec:
                 raise sec.error(key, "DualPipe overlaps every all-to-all with the paired"
                                 " forward/backward chunk's compute itself (cost/dualpipe.py)",
                                 f"remove {key}, or use pipeline_schedule: 1f1b")
+    modules: tuple[str, ...] = ()
+    if sec.has("recompute_modules"):
+        allowed = enum_values(RecomputeModule)
+
+        def module(value: Any, field: str) -> str:
+            if not isinstance(value, str) or value not in allowed:
+                raise InstanceError(sec.path, field, f"unknown module {_shown_value(value)}",
+                                    "use some of: " + ", ".join(allowed))
+            return value
+        modules = sec.list_of("recompute_modules", module, "modules (" + ", ".join(allowed) + ")")
+        if len(set(modules)) != len(modules):
+            raise sec.error("recompute_modules", "lists a module twice", "list each module once")
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -1060,6 +1099,9 @@ def job_from_section(sec: Section) -> JobSpec:
                                                     MoeDispatcher.ALLTOALL.value)),
             recompute_early_stop=(sec.boolean("recompute_early_stop", False)
                                   if sec.has_value("recompute_early_stop") else None),
+            recompute_modules=tuple(RecomputeModule(x) for x in modules),
+            activation_fp8_input_store=sec.boolean("activation_fp8_input_store", False),
+            attention_output_e5m6=sec.boolean("attention_output_e5m6", False),
         )
 
 
@@ -1245,6 +1287,12 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["moe_dispatcher"] = inst.job.moe_dispatcher.value
     if inst.job.recompute_early_stop is not None:
         job["recompute_early_stop"] = inst.job.recompute_early_stop
+    if inst.job.recompute_modules:
+        job["recompute_modules"] = [x.value for x in inst.job.recompute_modules]
+    if inst.job.activation_fp8_input_store:
+        job["activation_fp8_input_store"] = True
+    if inst.job.attention_output_e5m6:
+        job["attention_output_e5m6"] = True
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
@@ -1299,6 +1347,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
               else SearchSpace())
     check_mla_job(path, job, model)
     _check_moe_overlaps(path, job, model, search)
+    check_job_options(path, job, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
 
 
@@ -1338,4 +1387,6 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     _check_moe_overlaps(source, inst.job, inst.model, space)
+    if getattr(inst.cluster, "groups", None) is None:
+        check_job_options(source, inst.job, inst.model, space)
     return replace(inst, search=space)

@@ -105,7 +105,7 @@ from dataclasses import dataclass
 from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, latent_width,
                         layer_params, linear_weight_params, norm_params,
                         output_params, replicated_layer_params, torchtitan_block_mms)
-from paraplan.cost.specs import Framework, Mlp, ModelSpec, Optimizer, Precision
+from paraplan.cost.specs import Framework, JobSpec, Mlp, ModelSpec, Optimizer, Precision, RecomputeModule
 
 FP32_BYTES = 4
 FP8_BYTES = 1
@@ -132,6 +132,11 @@ STATE_BYTES = {
 OPTIMIZER_STATE_BYTES = {
     Optimizer.APEX_DISTRIBUTED_ADAM: StateBytes(weight=2, grad=2, optimizer=2 + 4 + 4 + 2),
     Optimizer.APEX_DISTRIBUTED_ADAM_BF16: StateBytes(weight=2, grad=2, optimizer=2 + 2 + 2),
+    # Megatron's layout with bf16 moments: fp32 master weight (4) + momentum (2) + variance (2);
+    # DeepSeek-V3 Sec. 3.3.3 keeps master weights and gradients in fp32. (Megatron-core's
+    # precision-aware optimizer may keep only the master weight's 16-bit remainder,
+    # store_param_remainders: 2 bytes fewer; the Megatron export notes it.)
+    Optimizer.ADAM_BF16_MOMENTS: StateBytes(weight=2, grad=4, optimizer=FP32_BYTES + 2 * BF16_BYTES),
 }
 
 
@@ -211,6 +216,65 @@ def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Fra
 
 def _te_fp8(precision: Precision, framework: Framework) -> bool:
     return precision is Precision.FP8 and framework is not Framework.TORCHTITAN
+
+
+def linear_input_bytes(precision: Precision, framework: Framework) -> float:
+    """Bytes per element of a linear's input stashed for its weight gradient: fp8 where
+    Transformer Engine saves its fp8 cast (module docstring), else bf16."""
+    return FP8_BYTES if _te_fp8(precision, framework) else BF16_BYTES
+
+
+def activation_input_bytes(job: JobSpec) -> float:
+    """Bytes per element of an MLP activation function's stashed input: bf16, or fp8 with
+    job.activation_fp8_input_store (Megatron-core fusions/fused_bias_swiglu.py: the input is
+    saved as torch.float8_e4m3fn and cast back in backward; no scale is kept)."""
+    return FP8_BYTES if job.activation_fp8_input_store else BF16_BYTES
+
+
+# DeepSeek-V3's E5M6 (1 sign + 5 exponent + 6 mantissa bits) attention output, with one
+# power-of-two scale per 1 x 128 tile (arXiv 2412.19437 Sec. 3.3.3 (1)), the scale counted as
+# an fp32 word as DeepEP counts its FP8 tiles' scales (cost/moe.FP8_DISPATCH_BYTES_PER_ELEMENT)
+E5M6_BYTES_PER_ELEMENT = 12 / 8 + FP32_BYTES / 128
+
+
+def job_activation_savings_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, job: JobSpec) -> float:
+    """Bytes of one layer's stash (layer_activation_bytes) that the job's storage options
+    remove, one micro-batch (cost/coefficients.megatron_layer subtracts them):
+
+    recompute_modules layernorm   the norms' outputs: the linear inputs that are norm outputs
+        (QKV's, or latent attention's down projections' with the second copy Transformer
+        Engine fp8 keeps, and MLP-in's), linear_inputs x th/r at their stashed bytes; the
+        norms' inputs stay (the recompute reads them). Megatron-core discards the norm output
+        (CheckpointWithoutOutput) and, in FP8, has Transformer Engine save the linear's
+        original input (set_save_original_input), so no fp8 copy outlives the forward.
+    recompute_modules mla_up_proj  latent attention's Q, K, V (2t(q + k + v)/tp) and the up
+        projections' normed-latent inputs (t*l/r at their stashed bytes): the checkpoint keeps
+        only its inputs, the latents already stashed as the latent norms' inputs, plus the
+        rotary key's r_e columns before rotation (2t*r_e/r), which it also reads.
+    activation_fp8_input_store     the SwiGLU input, 2 x tf/tp, 1 byte instead of 2.
+    attention_output_e5m6          the attention output and the output projection's fp8 copy
+        (2 + 1 bytes x t*o/tp) become one E5M6 tensor (E5M6_BYTES_PER_ELEMENT)."""
+    t = b * m.seq_len / cp
+    h = m.hidden
+    r = tp if sp else 1
+    lin_in = linear_input_bytes(job.precision, job.framework)
+    q, k, v, o = m.attention_widths
+    saved = 0.0
+    if RecomputeModule.LAYERNORM in job.recompute_modules:
+        linear_inputs = 1 if (m.parallel_blocks and m.norms_per_layer == 1) else 2
+        saved += linear_inputs * lin_in * t * h / r
+        if m.mla is not None and lin_in == FP8_BYTES:
+            saved += FP8_BYTES * t * h / r
+    if RecomputeModule.MLA_UP_PROJ in job.recompute_modules and m.mla is not None:
+        lat = latent_width(m) - m.mla.qk_rope_head_dim
+        saved += BF16_BYTES * t * (q + k + v) / tp + lin_in * t * lat / r
+        saved -= BF16_BYTES * t * m.mla.qk_rope_head_dim / r
+    if job.activation_fp8_input_store and m.mlp is Mlp.SWIGLU:
+        saved += (BF16_BYTES - FP8_BYTES) * 2 * t * m.ffn / tp
+    if job.attention_output_e5m6:
+        fp8_copy = FP8_BYTES if _te_fp8(job.precision, job.framework) else 0.0
+        saved += (BF16_BYTES + fp8_copy - E5M6_BYTES_PER_ELEMENT) * t * o / tp
+    return saved
 
 
 def layer_activation_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool, flash: bool,

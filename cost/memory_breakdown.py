@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost import memory, moe, schedule
+from paraplan.cost import flops, memory, moe, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
 from paraplan.cost.flops import expert_params
 from paraplan.cost.specs import Instance, Plan
@@ -58,17 +58,26 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     # group's shares (cost/moe.py)
     ex = (m.moe.experts // o.ep) * expert_params(m) / o.expert_tp if m.moe is not None else 0.0
     ew, eg, eo = _state_shares(o.zero, moe.edp_ranks(shard, o), fw, inst.job.optimizer)
+    # an MoE model's dense prefix (first stage): d dense layers in place of d MoE layers, whose
+    # difference the coefficients carry as stage extras (stage_state_bytes, stage_act_bytes)
+    d = m.moe.dense_layers if m.moe is not None else 0
+    stage_state = c.stage_state_bytes if c.stage_state_bytes.size else np.zeros(pp)
+    stage_act = c.stage_act_bytes if c.stage_act_bytes.size else np.zeros(pp)
     out = []
     for s in range(pp):
         embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw, inst.job.optimizer)
-        # (parameters x spp) terms
-        param_state = n[s] * (c.layer_state_bytes[s] - fp8 - ex * (ew + eg + eo)) + embed
+        moe_layers = n[s] - (d if s == 0 else 0)
+        dense_fp8 = memory.fp8_weight_bytes(flops.moe_dense_view(m), tp, inst.job.precision, fw) if s == 0 and d else 0.0
+        # (parameters x spp) terms: the MoE layers' non-expert state, the dense layers' state
+        param_state = moe_layers * (c.layer_state_bytes[s] - fp8 - ex * (ew + eg + eo)) + embed
+        if s == 0 and d:
+            param_state += d * (c.layer_state_bytes[0] + stage_state[0] / d - dense_fp8)
         logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
-        acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s])
-        workspace = c.stage_mem_bytes[s] - embed - logits - runtime
-        cats = {"weights": param_state * w / spp + n[s] * (fp8 + ex * ew),
-                "grads": param_state * g / spp + n[s] * ex * eg,
-                "optimizer": param_state * opt / spp + n[s] * ex * eo, "activations": float(acts), "logits": logits,
+        acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s]) + stage_act[s]
+        workspace = c.stage_mem_bytes[s] - embed - logits - runtime - stage_state[s] - stage_act[s]
+        cats = {"weights": param_state * w / spp + moe_layers * (fp8 + ex * ew) + (d * dense_fp8 if s == 0 else 0.0),
+                "grads": param_state * g / spp + moe_layers * ex * eg,
+                "optimizer": param_state * opt / spp + moe_layers * ex * eo, "activations": float(acts), "logits": logits,
                 "workspace": float(workspace), "runtime": runtime}
         assert abs(sum(cats.values()) - total[s]) <= 1e-6 * total[s], "categories must sum to the total"
         out.append({k: float(v) for k, v in cats.items()})

@@ -78,11 +78,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from paraplan.cost import comm
+from paraplan.cost import comm, memory
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
 from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, Link, Mlp, MoeDispatcher, Outer,
-                                 PipelineSchedule, Precision)
+                                 PipelineSchedule, Precision, RecomputeModule)
 
 # Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
 # arXiv 2408.15664), for routing trained with load balancing (Mixtral, Qwen3-MoE, DeepSeek-V3):
@@ -319,6 +319,36 @@ def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int, etp: int | None = 
     return routed_tokens(m, b, cp, ep, etp / tp) * m.hidden * BF16_BYTES / etp
 
 
+def expert_act_bytes(inst: Instance, o: Outer) -> float:
+    """Bytes one GPU stashes for backward in one MoE layer's experts, one micro-batch.
+
+    Megatron-core at d98e8a6 (moe/experts.py TEGroupedMLP, moe/token_dispatcher.py): the
+    router's probabilities travel with the tokens (permute(..., probs=...)) and are applied in
+    the experts' weighted activation (fusions/fused_bias_swiglu.weighted_bias_swiglu_impl), so
+    the combine's unpermute saves only its index map and the expert outputs are not stashed.
+    Stashed:
+      MLP-in's input      the routed copies at full width on every etp rank (its wgrad reads
+                          them), as its Transformer Engine GroupedLinear saves them: fp8 (1 byte)
+                          in an FP8 job, bf16 otherwise
+      activation input    MLP-in's outputs, n_in x fe/etp per copy, bf16 (1 byte with
+                          job.activation_fp8_input_store, --activation-func-fp8-input-store)
+      MLP-out's input     the activation's output, fe/etp per copy, as MLP-in's input; none with
+                          job.recompute_modules moe_act (recomputed from the activation input)
+      probabilities       the permuted probabilities (fp32, one per copy) and the router's
+                          fp32 probabilities over all experts for the rank's own tokens."""
+    m, job = inst.model, inst.job
+    moe = m.moe
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    fe_tp = moe.expert_ffn / o.expert_tp
+    split = o.tp if o.sequence_parallel else 1
+    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o))
+    lin_in = memory.linear_input_bytes(job.precision, job.framework)
+    act_in = memory.activation_input_bytes(job)
+    out = 0.0 if RecomputeModule.MOE_ACT in job.recompute_modules else lin_in * routed * fe_tp
+    probs = routed * ROUTER_LOGIT_BYTES + o.micro_batch * m.seq_len / o.cp / split * moe.experts * ROUTER_LOGIT_BYTES
+    return lin_in * routed * m.hidden + act_in * n_in * routed * fe_tp + out + probs
+
+
 def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bool],
                  links: EpLinks | tuple[Link, bool], net: NetEfficiency,
                  matmul_time_s: Callable[[float, GpuSpec], float],
@@ -352,6 +382,10 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     elem = memory_time_s(permute + activation + router_elem, gpu)
     compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
     compute_b = 2 * (router + gemms) + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
+    if RecomputeModule.MOE_ACT in inst.job.recompute_modules:
+        # the activation rerun before backward: reads its stashed input, writes its output
+        act_in = memory.activation_input_bytes(inst.job)
+        compute_b += memory_time_s((act_in * n_in + BF16_BYTES) * routed * fe / etp, gpu)
 
     if inst.job.moe_dispatcher is MoeDispatcher.DEEPEP and isinstance(links, EpLinks):
         # every token once (imbalance included), copied as deepep_copies says
@@ -367,12 +401,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     # (the same ring volume, comm.all_gather_time_s)
     tp_pair = 2 * comm.all_gather_time_s(routed * h * BF16_BYTES, etp, link, inter, net)
 
-    # stashed for backward: each expert's input (all routed copies, full width, on every etp
-    # rank: the wgrad of MLP-in reads it), MLP-in outputs and the activation's output (etp
-    # shares), the combine's expert outputs (its 1/etp share after the reduce-scatter), and the
-    # router's fp32 probabilities
-    act = (routed * h * BF16_BYTES + (n_in + 1) * routed * fe / etp * BF16_BYTES
-           + routed * h * BF16_BYTES / etp + tokens / split * moe.experts * ROUTER_LOGIT_BYTES)
+    act = expert_act_bytes(inst, o)
     params = local * (n_in + 1) * h * fe / etp
     # the weight-gradient GEMMs of backward (the router's and the experts'), each the size of
     # its forward GEMM: what DualPipe defers into the bubble (cost/dualpipe.py)

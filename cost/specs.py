@@ -88,6 +88,26 @@ class Optimizer(str, Enum):
     # the same with optim.dtype=bf16 (NeMo-Framework-Launcher 24.07 nemotron_340b.yaml): bf16
     # moments and no master weight at all
     APEX_DISTRIBUTED_ADAM_BF16 = "apex_distributed_adam_bf16"
+    # Adam with fp32 master weights and gradients but bf16 first and second moments
+    # (DeepSeek-V3, arXiv 2412.19437 Sec. 3.3.3 "Low-Precision Optimizer States"; in
+    # Megatron-core the precision-aware optimizer, --use-precision-aware-optimizer
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, which needs the distributed optimizer).
+    # Framework megatron only.
+    ADAM_BF16_MOMENTS = "adam_bf16_moments"
+
+
+class RecomputeModule(str, Enum):
+    """Parts of every layer recomputed in backward whatever the plan's recompute choice
+    (job.recompute_modules): Megatron-core's --recompute-modules names (TransformerConfig
+    recompute_modules at Megatron-LM d98e8a6), each an output-discarding checkpoint: the
+    module's output is not stored and is rebuilt from its stored input before backward.
+    DeepSeek-V3 recomputes the first two and the SwiGLU output (arXiv 2412.19437 Sec. 3.2.3
+    "Recomputation of RMSNorm and MLA Up-Projection"; Sec. 3.3.3 "(2) Inputs of the SwiGLU
+    operator in MoE ... recompute its output in the backward pass")."""
+
+    LAYERNORM = "layernorm"  # input_layernorm and pre_mlp_layernorm: their outputs
+    MLA_UP_PROJ = "mla_up_proj"  # latent attention's up projections and RoPE: Q, K, V
+    MOE_ACT = "moe_act"  # the routed experts' activation function: its output
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -407,13 +427,41 @@ class JobSpec:
     # (cost/framework.recompute_stops_early). None: the framework's own behaviour; false for a
     # torchtitan or Composer run on older PyTorch; megatron and deepspeed replay whole layers.
     recompute_early_stop: bool | None = None
+    # Megatron-core's --recompute-modules beyond the plan's recompute (RecomputeModule): priced
+    # in memory (cost/memory.recompute_modules_saved_bytes) and time (the recomputed work in
+    # backward, cost/coefficients.megatron_layer); framework megatron, no full recomputation
+    recompute_modules: tuple[RecomputeModule, ...] = ()
+    # Megatron-core's --activation-func-fp8-input-store: the SwiGLU input stashed in fp8 (1 byte)
+    # and cast back before backward (TransformerConfig activation_func_fp8_input_store; DeepSeek-V3
+    # Sec. 3.3.3 (2) stores the MoE SwiGLU inputs in FP8); every SwiGLU MLP, framework megatron
+    activation_fp8_input_store: bool = False
+    # DeepSeek-V3's customised E5M6 format for the input of the linear after attention (arXiv
+    # 2412.19437 Sec. 3.3.3 (1)): the attention output stashed once, 12 bits with a
+    # power-of-two scale per 128 elements, for both the attention's backward and the output
+    # projection's weight gradient, instead of a bf16 copy and an fp8 copy. FP8 jobs only; no
+    # framework paraplan exports to has it (the exports list it)
+    attention_output_e5m6: bool = False
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
             raise ConfigError("job.global_batch must be >= 1")
         if self.optimizer is not Optimizer.ADAM and self.framework is not Framework.MEGATRON:
-            raise ConfigError(f"job.optimizer {self.optimizer.value} is NeMo's Apex optimizer and runs only"
+            what = ("Megatron-core's precision-aware optimizer" if self.optimizer is Optimizer.ADAM_BF16_MOMENTS
+                    else "NeMo's Apex optimizer")
+            raise ConfigError(f"job.optimizer {self.optimizer.value} is {what} and runs only"
                               f" with framework megatron, not {self.framework.value}: use optimizer adam")
+        for key, on in (("recompute_modules", bool(self.recompute_modules)),
+                        ("activation_fp8_input_store", self.activation_fp8_input_store)):
+            if on and self.framework is not Framework.MEGATRON:
+                raise ConfigError(f"job.{key} is a Megatron-core option, which framework"
+                                  f" {self.framework.value} does not run: remove {key}, or set"
+                                  " framework: megatron")
+        if len(set(self.recompute_modules)) != len(self.recompute_modules):
+            raise ConfigError("job.recompute_modules lists a module twice: list each once")
+        if self.attention_output_e5m6 and self.precision is not Precision.FP8:
+            raise ConfigError("job.attention_output_e5m6 is DeepSeek-V3's FP8 training's storage of the"
+                              f" attention output, and the job's precision is {self.precision.value}:"
+                              " remove attention_output_e5m6, or set precision: fp8")
         if self.tp_comm_overlap and self.framework is not Framework.MEGATRON:
             raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
@@ -647,6 +695,11 @@ class Plan(Outer):
                 f" chunk, fewer than the model's {m.moe.dense_layers} dense layers: paraplan prices"
                 f" the dense prefix on the first stage; give it at least"
                 f" {self.virtual_stages * m.moe.dense_layers} layers")
+        if inst.job.recompute_modules and any(self.full_recompute_layers):
+            raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
+                              " (job.recompute_modules), and Megatron-LM's --recompute-granularity"
+                              " is either selective or full; set every count to 0, or remove"
+                              " recompute_modules")
         if m.mla is not None and self.partitions:
             raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
                               " attention's projections; remove partitions (Megatron 1-D)")

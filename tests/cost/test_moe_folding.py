@@ -68,13 +68,14 @@ def test_expert_gemms_and_activations_by_hand():
     inst = mixtral()
     f, b = terms(inst, FOLDED), terms(inst, BASE)
     assert f.wgrad_s == b.wgrad_s
-    # stashed per micro-batch: routed copies x 4096 x 2 bytes + 3 x copies x 14336 / etp x 2
-    # (MLP-in outputs, activation) + copies x 4096 x 2 / etp (combine inputs after the
-    # reduce-scatter) + router fp32 probabilities 1024 x 8 x 4 = 32,768:
-    # etp 4: 67,108,864 + 176,160,768 + 16,777,216 + 32,768 = 260,079,616
-    # etp 1: 16,777,216 + 176,160,768 + 16,777,216 + 32,768 = 209,747,968
-    assert b.act_bytes == 260_079_616
-    assert f.act_bytes == 209_747_968
+    # stashed per micro-batch (bf16 job): routed copies x 4096 x 2 bytes + 3 x copies x 14336 /
+    # etp x 2 (MLP-in outputs, activation) + the permuted fp32 probabilities, copies x 4, which
+    # the weighted SwiGLU applies (the combine stashes nothing, cost/moe.expert_act_bytes) +
+    # router fp32 probabilities 1024 x 8 x 4 = 32,768:
+    # etp 4: 67,108,864 + 176,160,768 + 32,768 + 32,768 = 243,335,168
+    # etp 1: 16,777,216 + 176,160,768 + 8,192 + 32,768 = 192,978,944
+    assert b.act_bytes == 243_335_168
+    assert f.act_bytes == 192_978_944
 
 
 def test_collectives_by_hand():
