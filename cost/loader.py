@@ -1064,6 +1064,15 @@ def job_from_section(sec: Section) -> JobSpec:
     if sec.boolean("moe_a2a_overlap", False) and sec.boolean("moe_shared_expert_overlap", False):
         raise sec.error("moe_shared_expert_overlap", "Megatron-core refuses it beside"
                         " --overlap-moe-expert-parallel-comm (moe_a2a_overlap)", "keep one of the two")
+    if framework != Framework.MEGATRON.value:
+        if sec.has_value("optimizer") and sec.choice("optimizer", enum_values(Optimizer)) != Optimizer.ADAM.value:
+            raise sec.error("optimizer", f"{sec.raw['optimizer']} runs only with framework megatron,"
+                            f" not {framework}", "use optimizer: adam, or set framework: megatron")
+        for key, on in (("recompute_modules", sec.has("recompute_modules")),
+                        ("activation_fp8_input_store", sec.boolean("activation_fp8_input_store", False))):
+            if on:
+                raise sec.error(key, f"is a Megatron-core option, which framework {framework} does"
+                                " not run", f"remove {key}, or set framework: megatron")
     schedule = sec.choice("pipeline_schedule", enum_values(PipelineSchedule),
                           PipelineSchedule.ONE_F_ONE_B.value)
     if schedule == PipelineSchedule.DUALPIPE.value:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
 from paraplan.cost.hetero_specs import HeteroInstance
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Plan
+from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Plan, RecomputeModule
 
 
 def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) -> list[str]:
@@ -41,11 +41,10 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
                               or plan is not None and plan.partitions):
         lines.append("per-operator partitions price a parallel block's MLP as reading the"
                      " attention output's layout, as in a sequential block")
-    if m.mla is not None:
-        lines.append("multi-head latent attention: Megatron-core's optional recomputation of the"
-                     " up projections (recompute_modules mla_up_proj, DeepSeek-V3's memory saving)"
-                     " is not in the declared space; only the attention core is recomputed"
-                     " selectively")
+    if m.mla is not None and RecomputeModule.MLA_UP_PROJ not in getattr(inst.job, "recompute_modules", ()):
+        lines.append("multi-head latent attention: the up projections' outputs are stashed;"
+                     " Megatron-core's recomputation of them (DeepSeek-V3's memory saving) is"
+                     " job.recompute_modules: [mla_up_proj], off in this job")
     if m.moe is not None and m.moe.dense_layers:
         lines.append(f"the first {m.moe.dense_layers} of {m.layers} layers are dense, priced on"
                      " the first pipeline stage (which must hold them in its first model chunk);"

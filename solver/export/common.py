@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
-from paraplan.cost.specs import Framework, Instance, Plan
+from paraplan.cost.specs import Framework, Instance, Optimizer, Plan
 
 
 class ExportRefused(Exception):
@@ -74,10 +74,35 @@ class Deviations:
         self.source_framework = inst.job.framework
         self.source_inst = inst
         self.target = target
-        self.inst = replace(inst, job=replace(inst.job, framework=target))
         self.plan = plan
         self.deviations: list[str] = []
         self.notes: list[str] = []
+        job = inst.job if target is Framework.MEGATRON else self._without_megatron_options(inst.job)
+        self.inst = replace(inst, job=replace(job, framework=target))
+
+    def _without_megatron_options(self, job):
+        """The job without the options only Megatron-core runs (cost/specs.JobSpec), one
+        deviation line each: the other targets cannot express them."""
+        name = self.target.value
+        if job.optimizer is not Optimizer.ADAM:
+            self.deviations.append(f"job.optimizer {job.optimizer.value}: {name} has no such optimizer"
+                                   " state layout; emitted Adam with fp32 moments (more memory than planned)")
+            job = replace(job, optimizer=Optimizer.ADAM)
+        if job.recompute_modules:
+            self.deviations.append("job.recompute_modules " + " ".join(x.value for x in job.recompute_modules)
+                                   + f": Megatron-core's --recompute-modules; {name} keeps those"
+                                   " activations (more memory than planned)")
+            job = replace(job, recompute_modules=())
+        if job.activation_fp8_input_store:
+            self.deviations.append("job.activation_fp8_input_store: Megatron-core's"
+                                   f" --activation-func-fp8-input-store; {name} stashes the"
+                                   " activation input in bf16 (more memory than planned)")
+            job = replace(job, activation_fp8_input_store=False)
+        if job.attention_output_e5m6:
+            self.deviations.append(f"job.attention_output_e5m6: DeepSeek-V3's E5M6 storage; {name}"
+                                   " stashes the attention output as it does (more memory than planned)")
+            job = replace(job, attention_output_e5m6=False)
+        return job
 
     def deviate(self, line: str, **plan_changes) -> None:
         self.deviations.append(line)

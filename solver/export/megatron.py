@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, PipelineSchedule, Plan,
-                                 Precision, Recompute)
+from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, Optimizer,
+                                 PipelineSchedule, Plan, Precision, Recompute, RecomputeModule)
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks)
 
@@ -53,6 +53,7 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
     _recompute(d)
     _vocab(d)
     _deepseek_options(d)
+    _memory_options(d)
     if d.inst.job.precision is Precision.FP8:
         d.note("FP8 runs through Transformer Engine (--fp8-format hybrid, delayed per-tensor"
                " scaling): install it with Megatron-LM")
@@ -79,6 +80,38 @@ def _deepseek_options(d: Deviations) -> None:
         d.note(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing is"
                " the router's; set moe_router_num_groups to the nodes of the ep group and"
                f" moe_router_group_topk to {moe.max_nodes_per_token} (not emitted)")
+
+
+def _memory_options(d: Deviations) -> None:
+    """DeepSeek-V3's memory savings (cost/specs.JobSpec) as Megatron-LM runs them: the E5M6
+    attention output exists in no framework; the fp8 activation input is a TransformerConfig
+    field without a command-line flag; the layernorm and moe_act recomputes Megatron-core
+    refuses under the delayed FP8 recipe the export writes (TransformerConfig at d98e8a6:
+    "Delayed scaling does not support moe_act and layernorm recompute for fp8"). The bf16
+    moments and the other recomputes are emitted."""
+    job = d.inst.job
+    if job.activation_fp8_input_store:
+        d.deviate("job.activation_fp8_input_store: Megatron-core's TransformerConfig field"
+                  " activation_func_fp8_input_store has no command-line flag in Megatron-LM at"
+                  " d98e8a6 (arguments.py excludes it); emitted the bf16 activation input (more"
+                  " memory than planned)")
+        d.set_job(activation_fp8_input_store=False)
+    if job.attention_output_e5m6:
+        d.deviate("job.attention_output_e5m6: DeepSeek-V3's E5M6 attention output is in no"
+                  " framework; emitted Transformer Engine's bf16 output and fp8 copy (more memory"
+                  " than planned)")
+        d.set_job(attention_output_e5m6=False)
+    refused = [x for x in job.recompute_modules
+               if x in (RecomputeModule.LAYERNORM, RecomputeModule.MOE_ACT)]
+    if refused and job.precision is Precision.FP8:
+        d.deviate("job.recompute_modules " + " ".join(x.value for x in refused) + ": Megatron-core"
+                  " refuses them with the delayed FP8 recipe the export writes; emitted without"
+                  " them (more memory than planned)")
+        d.set_job(recompute_modules=tuple(x for x in job.recompute_modules if x not in refused))
+    if job.optimizer is Optimizer.ADAM_BF16_MOMENTS:
+        d.note("job.optimizer adam_bf16_moments: Megatron-core's precision-aware optimizer keeps"
+               " only the 16-bit remainder of each fp32 master weight by default"
+               " (store_param_remainders), 2 bytes per parameter fewer than priced")
 
 
 def _recompute(d: Deviations) -> None:
@@ -203,10 +236,17 @@ def render(inst: Instance, e: Emitted) -> str:
     sections.append(("batch", [("--micro-batch-size", p.micro_batch, None),
                                ("--global-batch-size", job.global_batch,
                                 f"{p.num_micro_batches} micro-batches per step")]))
-    rec = _recompute_flags(p)
+    rec = _recompute_flags(p, job)
     if rec:
         sections.append(("activation recompute", rec))
-    sections.append((_zero_title(p), _zero_flags(p, fsdp)))
+    zero = _zero_flags(p, fsdp)
+    if job.optimizer is Optimizer.ADAM_BF16_MOMENTS:
+        if not any(flag == "--use-distributed-optimizer" for flag, _, _ in zero):
+            zero.append(("--use-distributed-optimizer", None, "the precision-aware optimizer runs only in it"))
+        zero += [("--use-precision-aware-optimizer", None, "job.optimizer adam_bf16_moments"),
+                 ("--exp-avg-dtype", "bf16", "Adam's first moment in bf16, as priced"),
+                 ("--exp-avg-sq-dtype", "bf16", "Adam's second moment in bf16, as priced")]
+    sections.append((_zero_title(p), zero))
 
     prec: list[tuple[str, object, str | None]] = []
     if job.precision is Precision.FP16:
@@ -298,9 +338,14 @@ def megatron_layout(plan: Plan) -> str:
     return "|".join(out)
 
 
-def _recompute_flags(p: Plan) -> list[tuple[str, object, str | None]]:
+def _recompute_flags(p: Plan, job) -> list[tuple[str, object, str | None]]:
     r, v = p.full_recompute_layers, p.virtual_stages
     if not any(r):
+        modules = (["core_attn"] if p.recompute is Recompute.SELECTIVE else []) + [
+            x.value for x in job.recompute_modules]
+        if job.recompute_modules:  # (the loader refuses them beside full recomputation)
+            return [("--recompute-granularity", "selective", None),
+                    ("--recompute-modules", " ".join(modules), "job.recompute_modules, as priced")]
         if p.recompute is Recompute.SELECTIVE:
             return [("--recompute-granularity", "selective", "the attention core (core_attn)")]
         return []

@@ -40,6 +40,10 @@ MEGATRON_MAIN_D98E8A6 = {
     # recompute (TransformerConfig)
     "--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
     "--recompute-num-layers": int,
+    # TransformerConfig.recompute_modules through ArgumentGroupFactory (argument_utils.py: a
+    # list field becomes nargs "+"); the choices TransformerConfig.__post_init__ allows
+    "--recompute-modules": ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                            "shared_experts"),
     # data parallel (_add_distributed_args, _add_mixed_precision_args, CheckpointConfig)
     "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
     "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
@@ -48,10 +52,15 @@ MEGATRON_MAIN_D98E8A6 = {
     "--accumulate-allreduce-grads-in-fp32": None,
     # precision and kernels (ModelParallelConfig, TransformerConfig)
     "--bf16": None, "--fp16": None, "--fp8-format": ("e4m3", "hybrid"),
+    # _add_training_args' precision-aware optimizer group (arguments.py)
+    "--use-precision-aware-optimizer": None,
+    "--exp-avg-dtype": ("fp32", "fp16", "bf16", "fp8"), "--exp-avg-sq-dtype": ("fp32", "fp16", "bf16", "fp8"),
     "--fp8-recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
     "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
 }
 # validate_args: at most one of these (arguments.py, "Uneven virtual pipeline parallelism")
+# flags that take one or more values (argparse nargs "+")
+MEGATRON_NARGS = ("--recompute-modules",)
 MEGATRON_EXCLUSIVE = ("--num-layers-per-virtual-pipeline-stage",
                       "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout")
 

@@ -27,6 +27,7 @@ from paraplan.solver.commands.cli import main as cli_main
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_megatron, to_torchtitan
 from paraplan.solver.commands.export import register, render
 from tests.solver.export_facts import (DEEPSPEED_V0_19, MEGATRON_EXCLUSIVE, MEGATRON_MAIN_D98E8A6,
+                                       MEGATRON_NARGS,
                                        TORCHTITAN_SCHEDULES, TORCHTITAN_V0_2_0,
                                        TORCHTITAN_V0_2_0_CONVERTERS,
                                        TORCHTITAN_V0_2_0_LLAMA3_FLAVORS, check_value)
@@ -76,6 +77,12 @@ def megatron_args(inst, plan) -> tuple[dict, list[str], list[str]]:
         assert flag in MEGATRON_MAIN_D98E8A6, f"{flag} is not a Megatron-LM flag"
         assert flag not in args, f"{flag} given twice"
         kind = MEGATRON_MAIN_D98E8A6[flag]
+        if flag in MEGATRON_NARGS:  # one or more values, each checked
+            assert value, line
+            for v in value:
+                check_value(kind, v, flag)
+            args[flag] = value
+            continue
         assert len(value) == (0 if kind is None else 1), line
         if kind is not None:
             typed = {int: int, float: float}.get(kind, str)(value[0])
@@ -769,3 +776,53 @@ def test_megatron_tp_comm_overlap_only_where_it_is_priced():
     assert "--tp-comm-overlap" not in args
     args, _, _ = megatron_args(SMALL, with_sp)
     assert "--tp-comm-overlap" not in args
+
+
+# --- DeepSeek-V3's memory options (cost/specs.JobSpec) --------------------------------------
+
+def test_megatron_export_of_deepseek_memory_options():
+    # The bundled DeepSeek-V3 instance (FP8) on its published layout: the bf16 moments and the
+    # MLA up-projection recompute are emitted; layernorm and moe_act recompute (refused by
+    # Megatron-core under the delayed FP8 recipe the export writes), the fp8 activation input
+    # (no command-line flag) and the E5M6 attention output (in no framework) are one deviation
+    # line each, and the emitted configuration is priced without them
+    inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
+    plan = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
+                layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
+    res = to_megatron(inst, plan)
+    unsupported = res.unsupported
+    args = {}
+    for line in res.text.splitlines():  # (megatron_args's table has no MoE flags yet)
+        words = shlex.split(line, comments=True)
+        if words and words[0].startswith("--"):
+            args[words[0]] = words[1:]
+    new = {"--recompute-granularity": ["selective"], "--recompute-modules": ["mla_up_proj"],
+           "--use-distributed-optimizer": [], "--use-precision-aware-optimizer": [],
+           "--exp-avg-dtype": ["bf16"], "--exp-avg-sq-dtype": ["bf16"]}
+    for flag, value in new.items():
+        assert args[flag] == value and flag in MEGATRON_MAIN_D98E8A6
+        for v in value:
+            check_value(MEGATRON_MAIN_D98E8A6[flag], v, flag)
+    joined = "\n".join(unsupported)
+    for words in ("layernorm moe_act", "activation_fp8_input_store", "attention_output_e5m6"):
+        assert sum(words in line for line in unsupported) == 1, joined
+    emitted = to_megatron(inst, plan).emitted.inst.job
+    assert emitted.recompute_modules == (inst.job.recompute_modules[1],)
+    assert not emitted.activation_fp8_input_store and not emitted.attention_output_e5m6
+
+
+def test_other_targets_list_the_megatron_only_options():
+    # a dense SwiGLU model with every Megatron-core-only option: torchtitan and DeepSpeed name
+    # each in one line and price the emitted job without it
+    from paraplan.cost.specs import Optimizer, RecomputeModule
+    inst = replace(TINY_SW, job=replace(TINY_SW.job, optimizer=Optimizer.ADAM_BF16_MOMENTS,
+                                        recompute_modules=(RecomputeModule.LAYERNORM,),
+                                        activation_fp8_input_store=True))
+    plan = make_plan(layers=[8], tp=1, dp=8, micro_batch=1, num_micro_batches=4, zero=1)
+    for export in (to_torchtitan, to_deepspeed):
+        res = export(inst, plan)
+        for key in ("job.optimizer adam_bf16_moments", "job.recompute_modules layernorm",
+                    "job.activation_fp8_input_store"):
+            assert sum(line.startswith(key) for line in res.unsupported) == 1, res.unsupported
+        job = res.emitted.inst.job
+        assert job.optimizer is Optimizer.ADAM and not job.recompute_modules
