@@ -183,3 +183,26 @@ def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
                              bubble_s=bubble, sync_s=sync, time_per_micro_batch_s=(t + t[mi]) / 2,
                              mem_bytes=mem, capacity_bytes=c.capacity_bytes, coeffs=c,
                              layers=n + n[mi], recompute_layers=r + r[mi])
+
+
+def device_categories_bytes(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
+                            reserve_bytes: float = 0.0) -> list[dict[str, float]]:
+    """Per device, bytes per category of cost/memory_breakdown.CATEGORIES (`paraplan memory`
+    of a DualPipe job): both stages' state, buffers and logits, the runtime once, and the
+    activations of in_flight_pairs' micro-batches; they sum to iteration().mem_bytes."""
+    from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
+
+    it = iteration(inst, plan, net, reserve_bytes)
+    c = it.coeffs
+    stages = stage_categories_bytes(inst, plan, c)
+    pp = plan.pp
+    chunk = [stages[s]["activations"] / c.in_flight[s] for s in range(pp)]  # one micro-batch
+    own, other = in_flight_pairs(pp)
+    out = []
+    for d, m in enumerate(mirror(pp)):
+        cats = {k: stages[d][k] + stages[m][k] for k in CATEGORIES}
+        cats["activations"] = float(own[d] * chunk[d] + other[d] * chunk[m])
+        cats["runtime"] = stages[d]["runtime"]
+        assert abs(sum(cats.values()) - it.mem_bytes[d]) <= 1e-6 * it.mem_bytes[d], "categories must sum"
+        out.append(cats)
+    return out

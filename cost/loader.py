@@ -48,7 +48,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       global_batch: 1024             # sequences per optimizer step
       precision: bf16                # bf16 | fp16 | fp8 (FP8 linears), default bf16
       framework: megatron            # megatron | torchtitan | deepspeed | composer, default megatron
-      optimizer: adam                # adam | apex_distributed_adam | apex_distributed_adam_bf16 (NeMo), default adam
+      optimizer: adam                # adam | apex_distributed_adam | apex_distributed_adam_bf16 (NeMo)
+                                     # | adam_bf16_moments (fp32 master, bf16 moments; megatron,
+                                     # ZeRO-1), default adam
       attention: flash               # flash | standard (stores the s x s scores), default flash
       tp_comm_overlap: false         # Transformer Engine's tp comm/GEMM overlap (megatron only;
                                      # used where tp > 1 inside a node with sequence parallel)
@@ -64,6 +66,11 @@ Instance file (units in the key names; "required" unless a default is given)::
       recompute_early_stop: true     # torchtitan / composer: a full recompute stops before
                                      # MLP-out (torch.utils.checkpoint non-reentrant, PyTorch >=
                                      # 2.1); false for older PyTorch; default: the framework's
+      recompute_modules: [layernorm, mla_up_proj, moe_act]  # megatron: outputs recomputed in
+                                     # backward (--recompute-modules); needs search
+                                     # full_recompute: false; default none
+      activation_fp8_input_store: false  # megatron: SwiGLU inputs stashed in fp8
+      attention_output_e5m6: false   # fp8 jobs: DeepSeek-V3's 12-bit attention-output stash
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)

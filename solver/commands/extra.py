@@ -9,14 +9,14 @@ from paraplan.solver.format import breakdown_json, gib, table
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 
 
-def _homogeneous(args, what: str):
+def _homogeneous(args, what: str, simulate_only: bool = False):
     from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.commands.inputs import load_from_args
 
     if hetero_commands.is_hetero(args):
         raise InstanceError(args.instance, "cluster", f"{what} is offered on single-group clusters",
                             "for a mixed cluster use `paraplan simulate HETERO.yaml --plan PLAN.yaml`")
-    return load_from_args(args)
+    return load_from_args(args, simulate_only)
 
 
 def cmd_compare(args) -> int:
@@ -59,13 +59,15 @@ def cmd_compare(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    from paraplan.cost import dualpipe
     from paraplan.cost.loader import load_plan, plan_to_mapping
     from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
+    from paraplan.cost.specs import PipelineSchedule
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.planning import _plan_line
     from paraplan.solver.report.page import plan_coefficients
 
-    inst = _homogeneous(args, "memory")
+    inst = _homogeneous(args, "memory", simulate_only=args.plan is not None)  # a DualPipe plan file
     if args.plan:
         plan, where = load_plan(args.plan, inst), args.plan
     else:
@@ -75,27 +77,34 @@ def cmd_memory(args) -> int:
             raise InstanceError(inst.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",
                                 "pass a plan with --plan")
         plan, where = res.plan, f"the optimal plan ({res.status})"
-    c = plan_coefficients(inst, plan)
-    cats = stage_categories_bytes(inst, plan, c)
-    bd = simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes, coeffs=c)
+    reserve = inst.search.memory_reserve_bytes
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # columns are devices
+        it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)
+        c, cats, unit = it.coeffs, dualpipe.device_categories_bytes(inst, plan, reserve_bytes=reserve), "device"
+        peak, fits = float(it.mem_bytes.max()), bool((it.mem_bytes <= it.capacity_bytes).all())
+    else:
+        c = plan_coefficients(inst, plan)
+        cats, unit = stage_categories_bytes(inst, plan, c), "stage"
+        bd = simulate(inst, plan, reserve_bytes=reserve, coeffs=c)
+        peak, fits = bd.peak_mem_bytes, bd.fits
     cap = float(c.capacity_bytes.min())
     if args.json:
-        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": plan_to_mapping(plan),
-               "capacity_bytes": cap, "peak_mem_bytes": bd.peak_mem_bytes, "fits_memory": bd.fits,
+        _dump({"status": "fits" if fits else "out_of_memory", "plan": plan_to_mapping(plan),
+               "capacity_bytes": cap, "peak_mem_bytes": peak, "fits_memory": fits,
                "stages": [{"stage": s, "total_bytes": sum(cs.values()), "categories_bytes": cs}
                           for s, cs in enumerate(cats)]})
-        return 0 if bd.fits else 1
-    print(f"{inst.name}: memory per GPU of {where}")
+        return 0 if fits else 1
+    print(f"{inst.name}: memory per GPU of {where}"
+          + (" (DualPipe: device d holds stages d and pp - 1 - d)" if unit == "device" else ""))
     print(f"plan  {_plan_line(plan)}")
     print()
     rows = [[k] + [gib(cs[k]) for cs in cats] for k in CATEGORIES]
     rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])
     rows.append(["usable capacity"] + [gib(x) for x in c.capacity_bytes])
-    print(table(["per GPU"] + [f"stage {s}" for s in range(len(cats))], rows))
+    print(table(["per GPU"] + [f"{unit} {s}" for s in range(len(cats))], rows))
     print()
-    print(f"peak {gib(bd.peak_mem_bytes)} of {gib(cap)} usable: "
-          + ("fits" if bd.fits else "DOES NOT FIT"))
-    return 0 if bd.fits else 1
+    print(f"peak {gib(peak)} of {gib(cap)} usable: " + ("fits" if fits else "DOES NOT FIT"))
+    return 0 if fits else 1
 
 
 def register(sub) -> None:

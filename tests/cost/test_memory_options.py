@@ -223,3 +223,42 @@ def test_dualpipe_in_flight_pairs_match_a_replay_of_its_steps(pp, m):
         a0, a1 = sizes[shallow], sizes[pp - 1 - shallow]
         got = own[d] * sizes[d] + other[d] * sizes[pp - 1 - d]
         assert got == pytest.approx(_replay_dualpipe_step(pp, m, d, a0, a1), **EXACT)
+
+
+# --- memory by category: the dense prefix, DualPipe devices ----------------------------------
+
+ANCHOR_PLAN = {"tp": 1, "pp": 16, "dp": 128, "micro_batch": 1, "num_micro_batches": 120, "zero": 1,
+               "ep": 64, "layers_per_stage": [3] + [4] * 14 + [2], "full_recompute_layers": [0] * 16}
+
+
+def test_dense_prefix_categories_keep_the_workspace_its_own():
+    # The first stage holds DeepSeek-V3's 3 dense layers: its workspace is one layer's backward
+    # buffers, as on stage 1 (both widest at MLA's Q + K + V = 65,536 > 2 x 18,432), not the
+    # dense layers' state and activations leaking into it (it read -50.7 GiB before)
+    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.memory_breakdown import stage_categories_bytes
+    inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
+    plan = plan_from_mapping(ANCHOR_PLAN, inst)
+    cats = stage_categories_bytes(inst, plan, coefficients.build(inst, plan.outer))
+    assert cats[0]["workspace"] == pytest.approx(cats[1]["workspace"], rel=1e-12) and cats[0]["workspace"] > 0
+
+
+def test_memory_command_shows_dualpipe_devices(tmp_path, capsys):
+    # `paraplan memory` of a DualPipe job's plan file: one column per device, the categories
+    # summing to cost/dualpipe.iteration's memory (74.8 GiB on device 1 when written)
+    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.solver.commands.cli import main
+    raw = yaml.safe_load((ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml").read_text())
+    raw["job"]["pipeline_schedule"] = "dualpipe"
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    pf = tmp_path / "p.yaml"
+    pf.write_text(yaml.safe_dump({"plan": ANCHOR_PLAN}))
+    assert main(["memory", str(path), "--plan", str(pf)]) == 0
+    out = capsys.readouterr().out
+    assert "device 15" in out and "stage 1 " not in out
+    inst = load_instance(path)
+    plan = plan_from_mapping(ANCHOR_PLAN, inst)
+    cats = dualpipe.device_categories_bytes(inst, plan)
+    it = dualpipe.iteration(inst, plan)
+    assert [sum(c.values()) for c in cats] == pytest.approx(list(it.mem_bytes), rel=1e-12)
