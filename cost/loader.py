@@ -710,6 +710,14 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
                             "Megatron-LM's --recompute-granularity is selective (these modules) or"
                             " full (whole layers), and the search space allows full recomputation",
                             "add search: full_recompute: false, or remove recompute_modules")
+    storage = [k for k, on in (("recompute_modules", bool(job.recompute_modules)),
+                               ("activation_fp8_input_store", job.activation_fp8_input_store),
+                               ("attention_output_e5m6", job.attention_output_e5m6)) if on]
+    if storage and "spatial_temporal" in search.tensor_partitions:
+        raise InstanceError(source, f"job.{storage[0]}",
+                            "per-operator tensor partitions price each linear's stash themselves"
+                            " (cost/partition.py) and do not apply this option",
+                            f"remove {storage[0]}, or search tensor_partitions: [megatron]")
     if job.activation_fp8_input_store and model.mlp is not Mlp.SWIGLU:
         raise InstanceError(source, "job.activation_fp8_input_store",
                             f"Megatron-core stores the activation input in fp8 only for SwiGLU, and"

@@ -48,8 +48,8 @@ Memory per GPU: expert weights (and their gradients and optimizer state, sharded
 edp group by ZeRO 1-2) experts / ep x 3 (SwiGLU; 2 for GELU) x hidden x expert_ffn / etp;
 stashed per micro-batch: the routed copies at full width (routed x hidden: the wgrad of MLP-in
 reads them on every etp rank), MLP-in outputs and the activation's output (their 1/etp share),
-the combine's expert outputs after the reduce-scatter (routed / etp x hidden) and the router's
-fp32 probabilities (on the rank's own tokens).
+the permuted probabilities the weighted activation applies, and the router's fp32
+probabilities (on the rank's own tokens); the combine stashes nothing (expert_act_bytes).
 
 Load imbalance: routing is never perfectly even, and the busiest ep rank sets the pace of
 every collective and GEMM above. `imbalance` (busiest rank's routed tokens / mean) multiplies
@@ -331,7 +331,7 @@ def expert_act_bytes(inst: Instance, o: Outer) -> float:
                           them), as its Transformer Engine GroupedLinear saves them: fp8 (1 byte)
                           in an FP8 job, bf16 otherwise
       activation input    MLP-in's outputs, n_in x fe/etp per copy, bf16 (1 byte with
-                          job.activation_fp8_input_store, --activation-func-fp8-input-store)
+                          job.activation_fp8_input_store, TransformerConfig activation_func_fp8_input_store)
       MLP-out's input     the activation's output, fe/etp per copy, as MLP-in's input; none with
                           job.recompute_modules moe_act (recomputed from the activation input)
       probabilities       the permuted probabilities (fp32, one per copy) and the router's

@@ -428,12 +428,13 @@ class JobSpec:
     # torchtitan or Composer run on older PyTorch; megatron and deepspeed replay whole layers.
     recompute_early_stop: bool | None = None
     # Megatron-core's --recompute-modules beyond the plan's recompute (RecomputeModule): priced
-    # in memory (cost/memory.recompute_modules_saved_bytes) and time (the recomputed work in
-    # backward, cost/coefficients.megatron_layer); framework megatron, no full recomputation
+    # in memory (cost/memory.job_activation_savings_bytes, cost/moe.expert_act_bytes) and time
+    # (the recomputed work in backward, cost/coefficients.module_recompute_s); framework
+    # megatron, no full recomputation
     recompute_modules: tuple[RecomputeModule, ...] = ()
-    # Megatron-core's --activation-func-fp8-input-store: the SwiGLU input stashed in fp8 (1 byte)
-    # and cast back before backward (TransformerConfig activation_func_fp8_input_store; DeepSeek-V3
-    # Sec. 3.3.3 (2) stores the MoE SwiGLU inputs in FP8); every SwiGLU MLP, framework megatron
+    # The SwiGLU input stashed in fp8 (1 byte) and cast back before backward (Megatron-core's
+    # TransformerConfig activation_func_fp8_input_store; DeepSeek-V3 Sec. 3.3.3 (2) stores the
+    # MoE SwiGLU inputs in FP8); every SwiGLU MLP, framework megatron
     activation_fp8_input_store: bool = False
     # DeepSeek-V3's customised E5M6 format for the input of the linear after attention (arXiv
     # 2412.19437 Sec. 3.3.3 (1)): the attention output stashed once, 12 bits with a

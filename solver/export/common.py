@@ -95,7 +95,7 @@ class Deviations:
             job = replace(job, recompute_modules=())
         if job.activation_fp8_input_store:
             self.deviations.append("job.activation_fp8_input_store: Megatron-core's"
-                                   f" --activation-func-fp8-input-store; {name} stashes the"
+                                   f" activation_func_fp8_input_store; {name} stashes the"
                                    " activation input in bf16 (more memory than planned)")
             job = replace(job, activation_fp8_input_store=False)
         if job.attention_output_e5m6:

@@ -262,3 +262,15 @@ def test_memory_command_shows_dualpipe_devices(tmp_path, capsys):
     cats = dualpipe.device_categories_bytes(inst, plan)
     it = dualpipe.iteration(inst, plan)
     assert [sum(c.values()) for c in cats] == pytest.approx(list(it.mem_bytes), rel=1e-12)
+
+
+def test_options_refused_beside_per_operator_partitions(tmp_path):
+    # cost/partition.py prices each linear's stash itself: the options would be ignored there
+    data = yaml.safe_load((ROOT / "instances" / "tiny-gpt-8xA100.yaml").read_text())
+    data["model"]["mlp"] = "swiglu"
+    data["job"]["activation_fp8_input_store"] = True
+    data["search"] = {"tensor_partitions": ["megatron", "spatial_temporal"]}
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InstanceError, match="tensor_partitions: \\[megatron\\]"):
+        load_instance(path)
