@@ -785,6 +785,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
               + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
         if x.terms.expert_params:  # sharded over the expert-data-parallel group
             st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), fw, opt)
+            st += memory.fp8_expert_weight_bytes(x.terms.expert_params, inst.job.precision, fw)
         uniq_state.append(st)
     state = np.array(uniq_state, float)[at]
     stage_mem = np.zeros(pp)

@@ -214,6 +214,16 @@ def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Fra
     return 2 * FP8_BYTES * ((linear_weight_params(m) - rep) / tp + rep)
 
 
+def fp8_expert_weight_bytes(expert_params: float, precision: Precision, framework: Framework) -> float:
+    """Transformer Engine's cached fp8 weight and transpose of a GPU's routed experts, per MoE
+    layer: 2 bytes per expert weight parameter it holds (`expert_params`, its local experts'
+    1/etp share), as fp8_weight_bytes for the dense GEMMs: Megatron-core's TEGroupedLinear passes
+    is_first_microbatch to Transformer Engine's GroupedLinear like TELinear, which keeps the fp8
+    workspaces for the module's lifetime (cost/moe.expert_fp8_cast_elements prices their cast
+    once per iteration)."""
+    return 2 * FP8_BYTES * expert_params if _te_fp8(precision, framework) else 0.0
+
+
 def _te_fp8(precision: Precision, framework: Framework) -> bool:
     return precision is Precision.FP8 and framework is not Framework.TORCHTITAN
 

@@ -57,6 +57,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     # group (moe.edp_ranks: shard * tp / (ep * etp) ranks), so their state splits by that
     # group's shares (cost/moe.py)
     ex = (m.moe.experts // o.ep) * expert_params(m) / o.expert_tp if m.moe is not None else 0.0
+    ex_fp8 = memory.fp8_expert_weight_bytes(ex, inst.job.precision, fw)  # the experts' fp8 copies
     ew, eg, eo = _state_shares(o.zero, moe.edp_ranks(shard, o), fw, inst.job.optimizer)
     # an MoE model's dense prefix (first stage): d dense layers in place of d MoE layers, whose
     # difference the coefficients carry as stage extras (stage_state_bytes, stage_act_bytes)
@@ -69,13 +70,14 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
         moe_layers = n[s] - (d if s == 0 else 0)
         dense_fp8 = memory.fp8_weight_bytes(flops.moe_dense_view(m), tp, inst.job.precision, fw) if s == 0 and d else 0.0
         # (parameters x spp) terms: the MoE layers' non-expert state, the dense layers' state
-        param_state = moe_layers * (c.layer_state_bytes[s] - fp8 - ex * (ew + eg + eo)) + embed
+        param_state = moe_layers * (c.layer_state_bytes[s] - fp8 - ex_fp8 - ex * (ew + eg + eo)) + embed
         if s == 0 and d:
             param_state += d * (c.layer_state_bytes[0] + stage_state[0] / d - dense_fp8)
         logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
         acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s]) + stage_act[s]
         workspace = c.stage_mem_bytes[s] - embed - logits - runtime - stage_state[s] - stage_act[s]
-        cats = {"weights": param_state * w / spp + moe_layers * (fp8 + ex * ew) + (d * dense_fp8 if s == 0 else 0.0),
+        cats = {"weights": (param_state * w / spp + moe_layers * (fp8 + ex_fp8 + ex * ew)
+                            + (d * dense_fp8 if s == 0 else 0.0)),
                 "grads": param_state * g / spp + moe_layers * ex * eg,
                 "optimizer": param_state * opt / spp + moe_layers * ex * eo, "activations": float(acts), "logits": logits,
                 "workspace": float(workspace), "runtime": runtime}

@@ -70,7 +70,4 @@ def model_warnings(inst: Instance | HeteroInstance, plan: Plan | None = None) ->
         lines.append("DualPipe: the stages listed are devices (device d holds stages d and"
                      " pp - 1 - d); the bubble is DualPipe's formula for equal chunks, and"
                      " its memory counts both stages' transient buffers (cost/dualpipe.py)")
-    if m.moe is not None and inst.job.precision.value == "fp8":
-        lines.append("FP8: Transformer Engine's cached FP8 copies of the routed experts' weights"
-                     " are not counted in memory, nor their cast once per iteration")
     return lines

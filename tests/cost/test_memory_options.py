@@ -245,7 +245,7 @@ def test_dense_prefix_categories_keep_the_workspace_its_own():
 
 def test_memory_command_shows_dualpipe_devices(tmp_path, capsys):
     # `paraplan memory` of a DualPipe job's plan file: one column per device, the categories
-    # summing to cost/dualpipe.iteration's memory (74.8 GiB on device 1 when written)
+    # summing to cost/dualpipe.iteration's memory (77.5 GiB on device 1 when written)
     from paraplan.cost.loader import plan_from_mapping
     from paraplan.solver.commands.cli import main
     raw = yaml.safe_load((ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml").read_text())
