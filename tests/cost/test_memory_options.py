@@ -274,3 +274,12 @@ def test_options_refused_beside_per_operator_partitions(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InstanceError, match="tensor_partitions: \\[megatron\\]"):
         load_instance(path)
+
+
+def test_experts_cached_fp8_weights():
+    # DeepSeek-V3, ep 64: 256 / 64 = 4 local experts of 3 x 7,168 x 2,048 = 44,040,192 weights
+    # each, 176,160,768 per GPU and MoE layer; Transformer Engine keeps an fp8 copy and its
+    # transpose: 2 x 176,160,768 = 352,321,536 bytes (none in a bf16 job)
+    ex = 4 * 3 * 7168 * 2048
+    assert memory.fp8_expert_weight_bytes(ex, Precision.FP8, Framework.MEGATRON) == 352_321_536
+    assert memory.fp8_expert_weight_bytes(ex, Precision.BF16, Framework.MEGATRON) == 0
