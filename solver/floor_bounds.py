@@ -23,15 +23,22 @@ from collections import defaultdict
 
 import numpy as np
 
+from paraplan.cost import partition as P
 from paraplan.cost.coefficients import _dense_layer_view, layer_time_floor_s, stage_outer
-from paraplan.cost.hetero_coefficients import class_outer, group_site
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.hetero_coefficients import class_outer, group_pricing_instance, group_site
 from paraplan.solver.class_bounds import balanced_splits, relaxed_s
+from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 
-def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False) -> np.ndarray:
+def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False,
+                   layer_plans: bool = False) -> np.ndarray:
     """The module's bound of each of `outers` (HeteroOuter) on scenarios `idx` of `inst`,
     aggregated as `agg` ("max" or "weighted" with `weights`, solver/hetero_planner.
-    scenario_weights)."""
+    scenario_weights). `layer_plans`: a bound of every combination of the outer's layer plans
+    (solver/class_partitions.py): where a group offers plans beyond Megatron's, its floor is
+    the least of Megatron's and the plans' optimistic terms' (partition_plans.optimistic_terms:
+    each term at its minimum over the plans)."""
     L = inst.model.layers
     moe = inst.model.moe is not None
     total = inst.job.global_batch
@@ -47,7 +54,13 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
         if key not in floors:
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
             lo = stage_outer(class_outer(o, k, lone), site)
-            floors[key] = layer_time_floor_s(inst, lo if moe else _dense_layer_view(lo), site)
+            f = layer_time_floor_s(inst, lo if moe else _dense_layer_view(lo), site)
+            if layer_plans and P.spatial_temporal_allowed(lo):
+                table = P.table_for(group_pricing_instance(inst, inst.scenarios[i].cluster, g), lo, site,
+                                    NetEfficiency())
+                opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
+                f = min(f, opt.fwd_s + opt.bwd_s)
+            floors[key] = f
         return floors[key]
 
     by_class: dict[tuple, tuple] = {}  # (scenario, modes, class shape, lone) -> t row

@@ -66,6 +66,8 @@ INCUMBENT_PROBES = 64
 # configurations priced at a time (in the order of their bound before pricing): large enough
 # that the pricing loop runs alone, small enough not to price many that cannot win
 PRICE_CHUNK = 512
+# outers whose layer-plan combinations are set up at a time (each takes a few builds)
+PLANS_CHUNK = 64
 
 
 @dataclass(kw_only=True)
@@ -345,15 +347,18 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     def better(val: float, key) -> bool:
         return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
 
-    groups_of_plans: list[_LayerPlans] = []  # outers' layer-plan combinations, not yet expanded
+    groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
     warm_outer = warm_plan.outer if warm_plan is not None else None
     placements: dict = {}  # shared by the configurations (problem_for)
     partitions = class_partitions.enabled(inst)
-    if partitions:  # layer plans per class and group (solver/class_partitions.py)
-        for i, o in enumerate(outers):
-            lp = _layer_plans(inst, o, i, objective, placements, uniform, res)
-            if lp is not None:
-                groups_of_plans.append(lp)
+    if partitions:  # layer plans per class and group (solver/class_partitions.py), set up
+        # in the order of a bound of all of an outer's combinations read before pricing
+        plan_floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, layer_plans=True)
+        plan_floor *= 1 - bounds.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        by_floor = np.argsort(plan_floor, kind="stable")
+        groups_of_plans = [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
+                                     sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js))
+                           for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(outers), PLANS_CHUNK))]
 
     def price(js) -> list[_Candidate]:
         """Outers `js` priced (problems_for), keyed by their bounds (solver/class_bounds.py:
@@ -384,8 +389,8 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     # the incumbent
     floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform)
     by_floor = np.argsort(floor, kind="stable")
-    unpriced = [_Unpriced(by_floor[a:a + PRICE_CHUNK].tolist(), (float(floor[by_floor[a]]), -1, -1))
-                for a in range(0, len(outers), PRICE_CHUNK)]
+    unpriced = [_Unpriced(js, (float(floor[js[0]]), -1, -1))
+                for js in (by_floor[a:a + PRICE_CHUNK].tolist() for a in range(0, len(outers), PRICE_CHUNK))]
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
@@ -466,6 +471,12 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
+            if isinstance(cand, _Unpriced) and cand.layer_plans is not None:
+                for i in cand.outers:
+                    lp = _layer_plans(inst, outers[i], i, objective, placements, uniform, res)
+                    if lp is not None:
+                        heapq.heappush(heap, (lp.key, next(order), lp))
+                continue
             if isinstance(cand, _Unpriced):
                 new = price(cand.outers)
                 res.priced += len(cand.outers)
@@ -537,10 +548,13 @@ class _Unpriced:
 
     outers: list[int]
     key: tuple[float, int, int]
+    # None: the outers themselves (all-Megatron); else the number of their layer-plan
+    # combinations beyond all-Megatron, which the chunk stands for (_LayerPlans)
+    layer_plans: int | None = None
 
     @property
-    def weight(self) -> int:  # configurations it stands for
-        return len(self.outers)
+    def weight(self) -> int:  # candidates it stands for
+        return len(self.outers) if self.layer_plans is None else self.layer_plans
 
 
 @dataclass
