@@ -3,7 +3,7 @@ prices configurations in the order of this bound, and stops where it reaches the
 
 Pricing a configuration (cost/coefficients.build on its placement) is most of a large search's
 time, and most configurations cannot win: on the 64-node three-type instance with its full space
-the priced bound (solver/class_bounds.py) of 99% of them is above the optimum. This bound reads,
+the priced bound (solver/bounds/batched.py) of 99% of them is above the optimum. This bound reads,
 per class and stage, only the floor of the stage's layer time
 (cost/coefficients.layer_time_floor_s: the layer's own forward and backward on the group's
 tp, cp and expert links, without ZeRO-3's ring terms), which depends on the group and the
@@ -13,7 +13,7 @@ at most the priced bound of the same configuration, which is at most its optimum
 
 Per class k and scenario, with t_s the floors:
     A_k = min over splits of max_s n_s t_s     S_k = L min_s t_s     D = 0
-and over micro-batch vectors class_bounds.relaxed_s; a weighted objective takes the weighted
+and over micro-batch vectors batched.relaxed_s; a weighted objective takes the weighted
 sum of the scenarios' bounds (each minimised over m on its own, so at most the joint minimum).
 """
 
@@ -27,7 +27,7 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import _dense_layer_view, layer_time_floor_s, stage_outer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_outer, group_pricing_instance, group_site
-from paraplan.solver.class_bounds import balanced_splits, relaxed_s
+from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 

@@ -1,7 +1,7 @@
-"""The bound before pricing (solver/floor_bounds.py): each stage's layer-time floor against the
+"""The bound before pricing (solver/bounds/unpriced.py): each stage's layer-time floor against the
 layer time its configuration is priced with, each configuration's bound against its priced
-bound (solver/class_bounds.py, itself checked against enumerated optima in
-test_class_bounds.py), and the planner's answer with and without it. Mixed clusters with
+bound (solver/bounds/batched.py, itself checked against enumerated optima in
+test_batched_bounds.py), and the planner's answer with and without it. Mixed clusters with
 network scenarios, a tp per group, ZeRO 2/3, context parallelism and interleaving, one-group
 instances, and an MoE model with expert parallelism and folding."""
 
@@ -17,8 +17,8 @@ from randinst import group_tp_instance, random_hetero_instance, random_instance
 from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
 from paraplan.cost.loader import load_instance
 from paraplan.solver import hetero_planner
-from paraplan.solver.class_bounds import lower_bounds_s
-from paraplan.solver.floor_bounds import floor_bounds_s
+from paraplan.solver.bounds.batched import lower_bounds_s
+from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.hetero_planner import plan_hetero, problems_for, scenario_weights
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
 
@@ -125,7 +125,7 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
     terms are faster there: not vacuous)."""
     from paraplan.solver.class_partitions import OuterChoices
     from paraplan.solver.hetero_planner import lone_count, placer, problem_of
-    from paraplan.solver.bounds import FLOAT_SAFETY
+    from paraplan.solver.bounds.one_class import FLOAT_SAFETY
     from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
     inst = load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml")
     inst = replace(inst, search=replace(inst.search, tensor_partitions=("megatron", SPATIAL_TEMPORAL)))
