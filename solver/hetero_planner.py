@@ -451,13 +451,11 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                     progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
         batch.clear()
 
-    j = 0
     try:
         while heap:
             key, _, cand = heapq.heappop(heap)
             if progress:
-                progress(search_status(j, j + len(heap) + 1, res, best_val, [key[0], *open_bounds]))
-            j += 1
+                progress(search_status(res, best_val, [key[0], *open_bounds]))
             if not isinstance(cand, _Candidate) or uniform or not can_win(key):
                 flush()  # what follows reads the incumbent: settle the batch first
             if not can_win(key):
