@@ -195,7 +195,7 @@ def _step_guess(T: np.ndarray, feasible: np.ndarray, N: int) -> int:
     stage's times are convex on its feasible counts (cost/ gives per-layer times plus recompute
     beyond a memory knee), the cheapest N - pp steps beyond one chunk per stage are the ones
     the Lagrangian takes, so the last of them is phi's maximiser; 0 with too few steps."""
-    pp, extra = T.shape[0], N - T.shape[0]
+    extra = N - T.shape[0]
     ok = feasible[:, 1:] & feasible[:, :-1]
     steps = (T[:, 1:] - T[:, :-1])[ok]
     if extra < 1 or steps.size < extra:
