@@ -406,6 +406,15 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
                       a2a_hidden_s=hidden)
 
 
+# what megatron_layer reads of a dense model's Outer (besides the site): configurations equal in
+# these price a dense layer alike (solver/bounds/unpriced.py keys its floors by them;
+# tests/cost/test_layer_floor.py checks the other fields change nothing)
+DENSE_LAYER_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute")
+# and of an MoE model's (moe_layer): its expert layout, and the pipeline, which decides whether
+# the all-to-all overlaps apply (moe.a2a_overlap_applies, moe.dualpipe_applies)
+MOE_LAYER_FIELDS = DENSE_LAYER_FIELDS + ("ep", "etp", "pp", "virtual_stages")
+
+
 def module_recompute_s(job, m: ModelSpec, b: int, tp: int, cp: int, sp: bool, gpu: GpuSpec,
                        mms) -> float:
     """Seconds one layer spends in backward rebuilding what job.recompute_modules discards

@@ -148,12 +148,16 @@ def lagrangian_sum_bound(T: np.ndarray, feasible: np.ndarray, N: int,
 
     phi(lam) = lam N + Σ_s min_k (T_s(k) - lam k) is concave in lam, so "phi(lam + 1) <=
     phi(lam)" is false below its maximiser and true from it on: found by galloping from
-    `start` (a nearby multiplier, e.g. the previous threshold's) and then bisection."""
+    `start` (a nearby multiplier; by default _step_guess, the maximiser itself when every
+    stage's times are convex) and then bisection. The start only changes how many phi are
+    evaluated, not the maximiser found."""
     if not feasible.any(axis=1).all():
         return INF, 0
     k = np.arange(1, T.shape[1] + 1, dtype=np.int64)[None, :]
     finite = T[feasible]
     span = int(finite.max() - finite.min()) + 1
+    if start is None:
+        start = _step_guess(T, feasible, N)
 
     def phi(lam: int) -> int:
         vals = np.where(feasible, T - lam * k, INF)
@@ -184,6 +188,19 @@ def lagrangian_sum_bound(T: np.ndarray, feasible: np.ndarray, N: int,
         else:
             lo = mid + 1
     return phi(lo), lo
+
+
+def _step_guess(T: np.ndarray, feasible: np.ndarray, N: int) -> int:
+    """The (N - pp)-th smallest step T_s(k + 1) - T_s(k) between feasible counts: where every
+    stage's times are convex on its feasible counts (cost/ gives per-layer times plus recompute
+    beyond a memory knee), the cheapest N - pp steps beyond one chunk per stage are the ones
+    the Lagrangian takes, so the last of them is phi's maximiser; 0 with too few steps."""
+    extra = N - T.shape[0]
+    ok = feasible[:, 1:] & feasible[:, :-1]
+    steps = (T[:, 1:] - T[:, :-1])[ok]
+    if extra < 1 or steps.size < extra:
+        return 0
+    return int(np.partition(steps, extra - 1)[extra - 1])
 
 
 class _Search:

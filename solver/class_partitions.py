@@ -12,8 +12,8 @@ plan of its own (k, g) only, monotonically in the plan's vector as solver/partit
 docstring shows. So per (k, g) only the plans no other plan dominates on the site of every
 scenario the objective reads are kept (partition_plans.joint_candidates; Megatron's plan is
 always listed, as on one group), and no combination is built before it is bounded. Bounds
-are solver/bounds.tight_class_terms (memory caps, forced recompute; many rows at once), per
-class, then combined over classes and scenarios as class_bounds.lower_bounds_s does
+are solver/bounds/one_class.tight_class_terms (memory caps, forced recompute; many rows at once), per
+class, then combined over classes and scenarios as batched.lower_bounds_s does
 (_combination_bounds):
 
 1. optimistic: every (k, g) at partition_plans.optimistic_terms of all its plans gives
@@ -49,8 +49,8 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_layer_fn, class_outer, group_pricing_instance, on_group
-from paraplan.solver.bounds import FLOAT_SAFETY, tight_class_terms
-from paraplan.solver.class_bounds import relaxed_s
+from paraplan.solver.bounds.one_class import FLOAT_SAFETY, tight_class_terms
+from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
@@ -316,9 +316,9 @@ class OuterChoices:
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
 
     def _combination_bounds(self, per_class) -> np.ndarray:
-        """A lower bound of class_bounds.lower_bounds_s for every combination at once:
+        """A lower bound of batched.lower_bounds_s for every combination at once:
         `per_class[k]` = (A, S, D) of class k's choice in each combination, arrays
-        (combinations, scenarios). The same relaxation (class_bounds.relaxed_s) per scenario; a
+        (combinations, scenarios). The same relaxation (batched.relaxed_s) per scenario; a
         weighted objective takes the weighted sum of the per-scenario bounds (the minimum of a
         sum is at least the sum of the minima)."""
         p = self.problem

@@ -4,12 +4,12 @@ The same decomposition as solver/planner.py, over the heterogeneous space (solve
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
-   (solver/floor_bounds.py: layer-time floors per group, no placement). In that order, in
+   (solver/bounds/unpriced.py: layer-time floors per group, no placement). In that order, in
    chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
    class coefficients on every network scenario the objective looks at
    (cost/hetero_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
-2. Drop those a memory argument proves infeasible (solver/bounds.memory_infeasible, per class).
-   Lower bound (solver/class_bounds.py, every configuration at once): per scenario and class
+2. Drop those a memory argument proves infeasible (solver/bounds/one_class.memory_infeasible, per class).
+   Lower bound (solver/bounds/batched.py, every configuration at once): per scenario and class
    A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
        LB = min over micro-batch vectors m of  agg_sigma [ max_k ((m_k - 1) A_k + S_k) + D ]
    (relaxed for a worst case, exact over the enumerated vectors for a weighted objective, so
@@ -50,9 +50,10 @@ from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
-from paraplan.solver import bounds, class_partitions
-from paraplan.solver.class_bounds import balanced_split, lower_bounds_s, over_m
-from paraplan.solver.floor_bounds import floor_bounds_s
+from paraplan.solver import class_partitions
+from paraplan.solver.bounds import one_class
+from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
+from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
                                  summarize)
 from paraplan.solver.progress import search_status
@@ -66,6 +67,8 @@ INCUMBENT_PROBES = 64
 # configurations priced at a time (in the order of their bound before pricing): large enough
 # that the pricing loop runs alone, small enough not to price many that cannot win
 PRICE_CHUNK = 512
+# outers whose layer-plan combinations are set up at a time (each takes a few builds)
+PLANS_CHUNK = 64
 
 
 @dataclass(kw_only=True)
@@ -117,7 +120,7 @@ class _Candidate:
 
 
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
-    r = [bounds.fitting_recompute(c, nk, p.allow_full_recompute) for c, nk in zip(p.coeffs[0], n)]
+    r = [one_class.fitting_recompute(c, nk, p.allow_full_recompute) for c, nk in zip(p.coeffs[0], n)]
     if any(rk is None for rk in r):
         return None
     A = [[float(schedule.stage_times_s(c, nk, rk).max()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
@@ -134,7 +137,7 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     """The better of the even split and the nominal-balanced split (balanced_split), each with
     the fewest fully recomputed layers that fit and its best m: (value, m, n, r) or None."""
     v = p.virtual_stages
-    even = [bounds.even_split(c.layers, c.pp, v) for c in p.coeffs[0]]
+    even = [one_class.even_split(c.layers, c.pp, v) for c in p.coeffs[0]]
     found = [_incumbent_for(p, mvecs, even)]
     if not uniform:
         bal = [balanced_split(c.stage_time_s, c.layer_time_s, c.layers, v) for c in p.coeffs[0]]
@@ -256,7 +259,7 @@ def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str
 def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_limit_s: float) -> bool:
     """Whether a lone class is proved unable to beat the incumbent `best_s` (on a tie: unless
     its key is the earlier one). On each network its problem is exactly the homogeneous split
-    problem of its coefficients, which the tight bound (solver/bounds.py) and the exact dynamic
+    problem of its coefficients, which the tight bound (solver/bounds/one_class.py) and the exact dynamic
     programme with a cutoff (formulations/split_dp.py) settle quickly: the worst case ("max")
     is above the cutoff as soon as one network's time is; a weighted time as soon as the
     weighted tight bounds are. Only a proof of "no" is used: the plan itself still comes from
@@ -264,7 +267,7 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
     if p.classes > 1 or not math.isfinite(best_s):
         return False
     cutoff = best_s * (1 + REL_TOL) if earlier else best_s * (1 - REL_TOL)
-    tight = [bounds.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs]
+    tight = [one_class.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs]
     if p.objective == "weighted":
         return float(np.dot(p.weights, tight)) > cutoff
     if max(tight) > cutoff:
@@ -345,18 +348,21 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     def better(val: float, key) -> bool:
         return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
 
-    groups_of_plans: list[_LayerPlans] = []  # outers' layer-plan combinations, not yet expanded
+    groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
     warm_outer = warm_plan.outer if warm_plan is not None else None
     placements: dict = {}  # shared by the configurations (problem_for)
     partitions = class_partitions.enabled(inst)
-    if partitions:  # layer plans per class and group (solver/class_partitions.py)
-        for i, o in enumerate(outers):
-            lp = _layer_plans(inst, o, i, objective, placements, uniform, res)
-            if lp is not None:
-                groups_of_plans.append(lp)
+    if partitions:  # layer plans per class and group (solver/class_partitions.py), set up
+        # in the order of a bound of all of an outer's combinations read before pricing
+        plan_floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, layer_plans=True)
+        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        by_floor = np.argsort(plan_floor, kind="stable")
+        groups_of_plans = [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
+                                     sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js))
+                           for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(outers), PLANS_CHUNK))]
 
     def price(js) -> list[_Candidate]:
-        """Outers `js` priced (problems_for), keyed by their bounds (solver/class_bounds.py:
+        """Outers `js` priced (problems_for), keyed by their bounds (solver/bounds/batched.py:
         batched, the numbers of one at a time), in key order; memory-infeasible ones counted."""
         cands = []
         for j, p in zip(js, problems_for(inst, [outers[j] for j in js], objective, placements)):
@@ -380,12 +386,12 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 if better(val, cand.key):
                     best_val, best_key, best = val, cand.key, (warm_outer, wm, wn, wr, ())
     # configurations are priced in the order of a bound read before pricing
-    # (solver/floor_bounds.py), in chunks: the search stops pricing where that bound reaches
+    # (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound reaches
     # the incumbent
     floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform)
     by_floor = np.argsort(floor, kind="stable")
-    unpriced = [_Unpriced(by_floor[a:a + PRICE_CHUNK].tolist(), (float(floor[by_floor[a]]), -1, -1))
-                for a in range(0, len(outers), PRICE_CHUNK)]
+    unpriced = [_Unpriced(js, (float(floor[js[0]]), -1, -1))
+                for js in (by_floor[a:a + PRICE_CHUNK].tolist() for a in range(0, len(outers), PRICE_CHUNK))]
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
@@ -445,13 +451,11 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                     progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
         batch.clear()
 
-    j = 0
     try:
         while heap:
             key, _, cand = heapq.heappop(heap)
             if progress:
-                progress(search_status(j, j + len(heap) + 1, res, best_val, [key[0], *open_bounds]))
-            j += 1
+                progress(search_status(res, best_val, [key[0], *open_bounds]))
             if not isinstance(cand, _Candidate) or uniform or not can_win(key):
                 flush()  # what follows reads the incumbent: settle the batch first
             if not can_win(key):
@@ -466,6 +470,12 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
+            if isinstance(cand, _Unpriced) and cand.layer_plans is not None:
+                for i in cand.outers:
+                    lp = _layer_plans(inst, outers[i], i, objective, placements, uniform, res)
+                    if lp is not None:
+                        heapq.heappush(heap, (lp.key, next(order), lp))
+                continue
             if isinstance(cand, _Unpriced):
                 new = price(cand.outers)
                 res.priced += len(cand.outers)
@@ -489,7 +499,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 continue
             p = cand.problem
             if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
-                if not can_win(key, bounds.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute)):
+                if not can_win(key, one_class.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute)):
                     res.pruned_by_bound += 1
                     continue
             elif _cannot_win_alone(p, best_val, key < best_key, remaining):
@@ -532,15 +542,18 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
 @dataclass
 class _Unpriced:
     """Outer configurations (indices) not yet priced, keyed by the least of their bounds before
-    pricing (solver/floor_bounds.py), which is at most each one's key once priced: index -1
+    pricing (solver/bounds/unpriced.py), which is at most each one's key once priced: index -1
     pops the chunk before any candidate of an equal bound."""
 
     outers: list[int]
     key: tuple[float, int, int]
+    # None: the outers themselves (all-Megatron); else the number of their layer-plan
+    # combinations beyond all-Megatron, which the chunk stands for (_LayerPlans)
+    layer_plans: int | None = None
 
     @property
-    def weight(self) -> int:  # configurations it stands for
-        return len(self.outers)
+    def weight(self) -> int:  # candidates it stands for
+        return len(self.outers) if self.layer_plans is None else self.layer_plans
 
 
 @dataclass
@@ -581,7 +594,7 @@ def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, p
     if ch.total == 1:
         return None
     opt = ch.optimistic()
-    if any(bounds.memory_infeasible(c) for c in opt[0]):
+    if any(one_class.memory_infeasible(c) for c in opt[0]):
         res.pruned_by_memory += ch.total - 1
         return None
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)

@@ -258,7 +258,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     list is whole.
 
     A pre-pass keeps the number of full builds small without losing exactness: U = the best
-    incumbent (solver/bounds.py) over every outer's Megatron plan and fastest-layer plan; an
+    incumbent (solver/bounds/one_class.py) over every outer's Megatron plan and fastest-layer plan; an
     outer whose optimistic coefficients are memory-infeasible or bound above U cannot hold a
     plan that beats U, so only its Megatron plan is listed (the planner then prunes or solves
     it). The others list every candidate plan.
@@ -266,7 +266,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     deadline (a time.perf_counter() value): past it the list stops growing, and is not whole."""
     import time
 
-    from paraplan.solver import bounds
+    from paraplan.solver.bounds import one_class
 
     def late(i: int) -> bool:
         return deadline is not None and i % 64 == 0 and time.perf_counter() > deadline
@@ -284,7 +284,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
             fastest = plans[int(np.argmin(rows[:, 0] + rows[:, 1]))]
             probes.append(_plan_coefficients(inst, o, pl, fastest, reserve_bytes, net))
         for c in probes:
-            inc = None if bounds.memory_infeasible(c) else bounds.incumbent(c, allow_rc)
+            inc = None if one_class.memory_infeasible(c) else one_class.incumbent(c, allow_rc)
             if inc is not None:
                 best_u = min(best_u, inc[0])
         prepared.append((o, pl, plans, rows, meg))
@@ -298,7 +298,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
         if not others:
             continue
         opt = optimistic_coefficients(inst, o, pl, rows, reserve_bytes, net)
-        if not bounds.memory_infeasible(opt) and bounds.lower_bound_s(opt) <= best_u * (1 + rel_tol):
+        if not one_class.memory_infeasible(opt) and one_class.lower_bound_s(opt) <= best_u * (1 + rel_tol):
             out.extend(_plan_coefficients(inst, o, pl, p, reserve_bytes, net) for p in others)
     return out, True
 

@@ -20,7 +20,8 @@ from paraplan.cost.coefficients import Placement, StageCoefficients, build, homo
 from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.specs import Instance, Plan
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver import bounds, partition_plans
+from paraplan.solver import partition_plans
+from paraplan.solver.bounds import one_class
 from paraplan.solver.hetero_space import one_group_outers
 
 OPTIMAL, FEASIBLE, INFEASIBLE, TIMEOUT = "optimal", "feasible", "infeasible", "timeout"
@@ -44,7 +45,7 @@ class SearchAccount:
     backend: str
     outer_configs: int
     # outer configurations priced (cost/coefficients.build); the others were pruned by the
-    # bound read before pricing (solver/floor_bounds.py), counted in pruned_by_bound
+    # bound read before pricing (solver/bounds/unpriced.py), counted in pruned_by_bound
     priced: int = 0
     solved: int = 0
     pruned_by_bound: int = 0
@@ -123,9 +124,9 @@ def infeasible_reason(inst: Instance, coeffs: list[StageCoefficients]) -> str:
         return ("the declared space is empty: no tp*pp*dp*cp factorisation of "
                 f"{inst.cluster.num_gpus} GPUs satisfies the search constraints and divides the"
                 f" global batch {inst.job.global_batch}")
-    best = min(coeffs, key=bounds.min_peak_mem_bytes)
+    best = min(coeffs, key=one_class.min_peak_mem_bytes)
     o = best.outer
-    need = bounds.min_peak_mem_bytes(best)
+    need = one_class.min_peak_mem_bytes(best)
     return (f"no plan fits memory: the smallest peak need found is {bytes_to_gib(need):.1f} GiB per GPU"
             f" (tp={o.tp}, pp={o.pp}, cp={o.cp}, dp={o.dp}, micro_batch={o.micro_batch}, zero={o.zero},"
             f" every layer fully recomputed); {inst.cluster.gpu.name} has"

@@ -1,13 +1,13 @@
 """Progress of a planner search on a terminal (`paraplan plan` and `report`).
 
 The planners (solver/planner.py, solver/hetero_planner.py) call their `progress` callback
-with one line of text; `search_status` writes the line they send before each outer
-configuration they visit, so that the line always says how far the search is: outer
-configurations visited of those left after memory pruning, how many were proved infeasible by
+with one line of text; `search_status` writes the line they send before each node of the search
+they visit, so that the line always says how far the search is: outer configurations priced
+of all (the rest are pruned unpriced when the search ends), solved, and proved infeasible by
 memory, the incumbent, and the current lower bound on the optimum (the smallest of the
-incumbent, the bound of the next configuration in bound order, and the bounds of
-configurations a time limit left open: every configuration not yet visited has a bound at
-least the next one's, as they are visited in ascending bound order).
+incumbent, the bound of the next node in bound order, and the bounds of configurations a time
+limit left open: every node not yet visited has a bound at least the next one's, as they are
+visited in ascending bound order).
 
 `Printer` shows the lines on stderr: on a terminal as one line rewritten in place (at most
 REFRESH_S apart), otherwise (with --progress) one line per LOG_EVERY_S. Results stay on stdout.
@@ -24,9 +24,9 @@ REFRESH_S = 0.1
 LOG_EVERY_S = 1.0
 
 
-def search_status(visited: int, total: int, res, incumbent_s: float, bounds_s: list[float]) -> str:
+def search_status(res, incumbent_s: float, bounds_s: list[float]) -> str:
     bound_s = min([incumbent_s, *bounds_s])
-    line = (f"outer configs {visited:,}/{total:,} visited, {res.solved:,} solved,"
+    line = (f"outer configs {res.priced:,}/{res.outer_configs:,} priced, {res.solved:,} solved,"
             f" {res.pruned_by_memory:,} infeasible by memory")
     if incumbent_s < float("inf"):
         gap = max(0.0, (incumbent_s - bound_s) / incumbent_s)

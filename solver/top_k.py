@@ -6,7 +6,7 @@ exactly, by the planner's own branch and bound generalised from 1 to K winners:
 
 1. Every outer configuration c of the declared space (the class space of the instance as a
    one-group cluster, solver/hetero_space.py, which is the homogeneous space) has a valid lower
-   bound L(c) on its best time (solver/class_bounds.py) and, when an even or balanced split
+   bound L(c) on its best time (solver/bounds/batched.py) and, when an even or balanced split
    fits, an incumbent U(c) >= its best time (solver/hetero_planner.incumbent).
 2. tau = the K-th smallest value among {U(c)} and the optima solved so far is an upper bound on
    the K-th best optimum: K distinct configurations are known to reach it. With --within PCT,
@@ -37,7 +37,7 @@ from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_
 from paraplan.cost.simulate import Breakdown
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver import partition_plans
-from paraplan.solver.class_bounds import lower_bounds_s
+from paraplan.solver.bounds.batched import lower_bounds_s
 from paraplan.solver.hetero_planner import _plan_of, _solve_inner, incumbent, problems_for
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, check_resimulation

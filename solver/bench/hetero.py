@@ -9,7 +9,10 @@ instance against the two plans a user would otherwise pick, measured in one run:
     the instance's own space without ZeRO-2/3, context parallelism, interleaving, tensor
     parallelism across nodes or per-operator partitions (previous_space), against the best
     plan of the instance's space with context parallelism and interleaving open (full_space;
-    the files narrow both to keep the optimum column's solve times short).
+    the files narrow both to keep the optimum column's solve times short);
+(d) on the instances in PARTITIONS, the best plan with per-operator (spatial-temporal) partitions
+    chosen per replica class and group (search.tensor_partitions: megatron, spatial_temporal) and
+    its solve time: the partitions and the heterogeneous split in one proved search (issue 12).
 
 Throughput is tokens per second of the predicted iteration time. For instances with network
 scenarios it also reports the robust and expected plans' worst regret, a `replan` answer time
@@ -29,10 +32,14 @@ from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.class_route import plan
+from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 
 HETERO_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
 INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]
 EVENT = HETERO_DIR / "events" / "inter-site-degraded.yaml"
+# instances also solved with per-operator partitions (the larger ones' partition spaces are
+# far beyond the others' and are not part of the bench)
+PARTITIONS = ["llama3-70b-32xA100-32xH100"]
 
 
 @dataclass
@@ -52,6 +59,9 @@ class HeteroRow:
     full_status: str = "-"
     full_tokens_per_s: float | None = None
     full_solve_s: float | None = None
+    partitions_status: str = "-"
+    partitions_tokens_per_s: float | None = None
+    partitions_solve_s: float | None = None
     robust_worst_regret: float | None = None
     expected_worst_regret: float | None = None
     replan_max_s: float | None = None
@@ -72,6 +82,11 @@ def previous_space(inst):
     return replace(inst, search=replace(s, zero=tuple(z for z in s.zero if z <= 1) or (0,), cp=(1,),
                                         virtual_stages=(1,), tp_across_nodes=False, tp_per_group=False,
                                         tensor_partitions=("megatron",)))
+
+
+def with_partitions(inst):
+    """`inst` with per-operator partitions in its declared space (beside Megatron's plans)."""
+    return replace(inst, search=replace(inst.search, tensor_partitions=("megatron", SPATIAL_TEMPORAL)))
 
 
 def full_space(inst):
@@ -112,6 +127,13 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroR
                     previous_status=prev.status, previous_tokens_per_s=_tokens_per_s(inst, prev.objective_s),
                     full_status=full.status, full_tokens_per_s=_tokens_per_s(inst, full.objective_s),
                     full_solve_s=full_s)
+    if name in PARTITIONS:
+        t0 = time.perf_counter()
+        part = plan_hetero(with_partitions(inst), time_limit_s=time_limit_s)
+        row.partitions_solve_s = time.perf_counter() - t0
+        row.partitions_status = part.status
+        row.partitions_tokens_per_s = _tokens_per_s(inst, part.objective_s)
+        log(f"{name}: with partitions {part.status} {part.objective_s} s in {row.partitions_solve_s:.2f} s")
     if len(inst.scenarios) > 1:
         from paraplan.solver.dynamic import plan_timeline, regrets, scenario_optima
         optima = scenario_optima(inst, "cpsat", time_limit_s)
@@ -142,14 +164,16 @@ def run_hetero_bench(args) -> int:
     rows = [bench_instance(n, log=(lambda m: None) if args.quiet else print) for n in INSTANCES]
     text = table(
         ["instance", "GPUs", "optimum tok/s", "solve", "largest group", "tok/s", "x", "uniform tok/s", "x",
-         "full space tok/s", "solve", "previous space tok/s", "x"],
+         "full space tok/s", "solve", "previous space tok/s", "x", "partitions tok/s", "solve"],
         [[r.instance, str(r.gpus), _fmt(r.optimum_tokens_per_s, ",.0f"), f"{r.solve_s:.2f} s",
           r.largest_group, _fmt(r.largest_tokens_per_s, ",.0f"), _fmt(r.ratio(r.largest_tokens_per_s), ".2f"),
           _fmt(r.uniform_tokens_per_s, ",.0f"), _fmt(r.ratio(r.uniform_tokens_per_s), ".2f"),
           _fmt(r.full_tokens_per_s, ",.0f"), _fmt(r.full_solve_s, ".2f") + " s",
           _fmt(r.previous_tokens_per_s, ",.0f"),
-          _fmt(_over(r.full_tokens_per_s, r.previous_tokens_per_s), ".3f")] for r in rows],
-        align="lrrrlrrrrrrrr")
+          _fmt(_over(r.full_tokens_per_s, r.previous_tokens_per_s), ".3f"),
+          _fmt(r.partitions_tokens_per_s, ",.0f"),
+          "-" if r.partitions_solve_s is None else f"{r.partitions_solve_s:.2f} s"] for r in rows],
+        align="lrrrlrrrrrrrrrr")
     def pct(x: float | None, spec: str) -> str:
         return "-" if x is None else format(100 * x, spec) + "%"
 

@@ -25,7 +25,7 @@ relies on:
 from __future__ import annotations
 
 from paraplan.cost.framework import behaviour
-from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
+from paraplan.cost.moe import a2a_overlap_applies, ep_links, shared_overlap_applies
 from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, Optimizer,
                                  PipelineSchedule, Plan, Precision, Recompute, RecomputeModule)
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
@@ -61,25 +61,37 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
 
 
 def _deepseek_options(d: Deviations) -> None:
-    """DeepSeek-V3's schedule and dispatcher (job.pipeline_schedule dualpipe, job.moe_dispatcher
-    deepep) are not emitted: Megatron-LM has no DualPipe, and its flex dispatcher's DeepEP
-    backend is not exported yet; the emitted plan runs (and is re-priced with) 1F1B and the
-    all-to-all dispatcher. Node-limited routing is a property of the trained router, named in a
-    note (TransformerConfig's moe_router_num_groups / moe_router_group_topk)."""
+    """DeepSeek-V3's schedule (job.pipeline_schedule dualpipe) is not emitted: Megatron-LM has no
+    DualPipe, so the emitted plan runs (and is re-priced with) 1F1B. Its dispatcher (deepep) is
+    Megatron-core's flex token dispatcher with the DeepEP backend, and node-limited routing its
+    group-limited routing with one group per NVLink domain of the ep group (_moe_flags).
+    Node-limited routing that Megatron's groups cannot express (top-k not a multiple of the
+    node limit) is named in a note and left out."""
     job = d.inst.job
     if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
         d.deviate("job.pipeline_schedule dualpipe: Megatron-LM has no DualPipe schedule;"
                   " emitted 1F1B")
         d.set_job(pipeline_schedule=PipelineSchedule.ONE_F_ONE_B)
-    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
-        d.deviate("job.moe_dispatcher deepep: the export writes Megatron-core's all-to-all token"
-                  " dispatcher (its flex dispatcher's DeepEP backend is not exported yet)")
-        d.set_job(moe_dispatcher=MoeDispatcher.ALLTOALL)
     moe = d.inst.model.moe
-    if moe is not None and moe.max_nodes_per_token is not None:
-        d.note(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing is"
-               " the router's; set moe_router_num_groups to the nodes of the ep group and"
-               f" moe_router_group_topk to {moe.max_nodes_per_token} (not emitted)")
+    if moe is not None and moe.max_nodes_per_token is not None and moe.top_k % moe.max_nodes_per_token:
+        d.note(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: Megatron-core's group-limited"
+               f" routing takes top_k / group_topk experts per group, so it needs the top-k"
+               f" ({moe.top_k}) a multiple of the node limit; routing flags not emitted")
+
+
+def _routing_groups(inst: Instance, p: Plan) -> int | None:
+    """Megatron-core's moe_router_num_groups for node-limited routing (model.moe.
+    max_nodes_per_token): one group per NVLink domain the ep group spans, as cost/moe.py counts
+    them (ep / ep_links.per_domain; TransformerConfig.moe_router_num_groups: "Node-limited
+    routing: set to the number of nodes in the EP group", Megatron-LM d98e8a6). Megatron-core
+    lays experts out in order over the ep ranks, so each group's experts are one domain's. None
+    where the limit cannot bind (no more domains than it allows) or cannot be expressed."""
+    moe = inst.model.moe
+    M = moe.max_nodes_per_token
+    if M is None or moe.top_k % M:
+        return None
+    groups = p.ep // ep_links(inst.cluster, p.ep, p.expert_tp).per_domain
+    return groups if groups > M else None
 
 
 def _memory_options(d: Deviations) -> None:
@@ -199,7 +211,7 @@ def render(inst: Instance, e: Emitted) -> str:
                   f"padded vocabulary: {m.vocab} with tp = {p.tp}"))
     sections.append(("model", model))
     if m.moe is not None:
-        flags = _moe_flags(m)
+        flags = _moe_flags(m, job, _routing_groups(e.inst, p))
         if a2a_overlap_applies(job, p.outer):
             flags.append(("--overlap-moe-expert-parallel-comm", None,
                           "job.moe_a2a_overlap: the all-to-alls run under the paired"
@@ -281,10 +293,13 @@ def render(inst: Instance, e: Emitted) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _moe_flags(m) -> list[tuple[str, object, str | None]]:
+def _moe_flags(m, job, routing_groups: int | None) -> list[tuple[str, object, str | None]]:
     """The MoE layers as cost/moe.py prices them: Megatron-core's all-to-all token dispatcher,
-    dropless unless a capacity factor is given, the local experts as one grouped GEMM (priced
-    per expert on the size-dependent matmul curve, an upper bound on its time)."""
+    or with job.moe_dispatcher deepep its flex dispatcher on the DeepEP backend
+    (TransformerConfig.moe_token_dispatcher_type / moe_flex_dispatcher_backend, Megatron-LM
+    d98e8a6); node-limited routing over `routing_groups` groups (_routing_groups); dropless
+    unless a capacity factor is given; the local experts as one grouped GEMM (priced per expert
+    on the size-dependent matmul curve, an upper bound on its time)."""
     moe = m.moe
     flags: list[tuple[str, object, str | None]] = [
         ("--num-experts", moe.experts, None), ("--moe-router-topk", moe.top_k, None),
@@ -294,8 +309,16 @@ def _moe_flags(m) -> list[tuple[str, object, str | None]]:
     if moe.dense_layers:
         flags.append(("--moe-layer-freq", f"'([0]*{moe.dense_layers}+[1]*{m.layers - moe.dense_layers})'",
                       "dense layers first"))
-    flags += [("--moe-token-dispatcher-type", "alltoall", "the all-to-all paraplan prices"),
-              ("--moe-grouped-gemm", None, None),
+    if job.moe_dispatcher is MoeDispatcher.DEEPEP:
+        flags += [("--moe-token-dispatcher-type", "flex", "job.moe_dispatcher deepep, as priced"),
+                  ("--moe-flex-dispatcher-backend", "deepep", None)]
+    else:
+        flags.append(("--moe-token-dispatcher-type", "alltoall", "the all-to-all paraplan prices"))
+    if routing_groups is not None:
+        flags += [("--moe-router-num-groups", routing_groups,
+                   "node-limited routing: one group per NVLink domain of the ep group"),
+                  ("--moe-router-group-topk", m.moe.max_nodes_per_token, "model.moe.max_nodes_per_token")]
+    flags += [("--moe-grouped-gemm", None, None),
               ("--moe-router-dtype", "fp32", "fp32 router probabilities, as priced"),
               ("--moe-router-load-balancing-type", "aux_loss", None)]
     if moe.capacity_factor is not None:

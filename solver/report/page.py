@@ -24,7 +24,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance, Outer, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
-from paraplan.solver import bounds
+from paraplan.solver.bounds import one_class
 from paraplan.solver.report import svg as report_svg
 from paraplan.solver.format import count, seconds
 from paraplan.solver.commands.outputs import check_output_path, write_text
@@ -144,11 +144,11 @@ def memory_figure(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> bytes:
 
 def frontier_points(inst: Instance, coeffs: list[StageCoefficients]) -> list[FrontierPoint]:
     """Each outer configuration's even split with the fewest fully recomputed layers that fit
-    (solver.bounds.incumbent); configurations where that split does not fit are left out."""
+    (solver.one_class.incumbent); configurations where that split does not fit are left out."""
     tokens = inst.job.global_batch * inst.model.seq_len
     out = []
     for c in coeffs:
-        inc = bounds.incumbent(c, inst.search.full_recompute)
+        inc = one_class.incumbent(c, inst.search.full_recompute)
         if inc is None:
             continue
         t, n, r = inc
@@ -353,7 +353,7 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
         f"Grey: one point for each of the {len(points)} outer configurations (degrees,"
         " micro-batching, modes) whose even layer split fits, evaluated with the fewest fully"
         " recomputed layers per stage that fit, where the space allows full recompute"
-        " (<code>solver.bounds.incumbent</code>):"
+        " (<code>solver.one_class.incumbent</code>):"
         " throughput = global batch &times; sequence length / iteration time, against the"
         " largest stage's peak memory. Blue: the Pareto frontier (no other point has both more"
         " throughput and less memory). Red star: the optimal plan, with its solved layer split"
@@ -407,7 +407,7 @@ def evidence_rows(result, trust) -> list[list[str]]:
 def _evidence_section(result, trust) -> str:
     caption = ("<p>\"optimal\" is printed only when every outer configuration was solved to"
                " optimality, proved infeasible by memory, or pruned by a valid lower bound"
-               " (<code>solver/bounds.py</code>); the gap is (objective &minus; bound) /"
+               " (<code>solver/bounds/one_class.py</code>); the gap is (objective &minus; bound) /"
                " objective. The trust interval comes from the errors of comparable published"
                " runs (<code>cost/trust.py</code>).</p>")
     return _table(None, evidence_rows(result, trust)) + caption

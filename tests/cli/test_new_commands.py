@@ -194,10 +194,10 @@ def test_progress_line_and_printer():
     from paraplan.solver.progress import Printer, search_status
 
     class Res:
-        solved, pruned_by_memory = 3, 2
-    line = search_status(5, 40, Res, 2.0, [1.5, 1.8])
+        solved, pruned_by_memory, priced, outer_configs = 3, 2, 5, 40
+    line = search_status(Res, 2.0, [1.5, 1.8])
     # bound = min(incumbent, next bound, open bounds) = 1.5; gap = (2 - 1.5) / 2 = 25%
-    assert "5/40 visited" in line and "bound 1.500 s" in line and "gap 25.00%" in line
+    assert "5/40 priced" in line and "bound 1.500 s" in line and "gap 25.00%" in line
     buf = io.StringIO()
     pr = Printer(buf, tty=True)
     pr("first")

@@ -269,14 +269,35 @@ def test_plan_refuses_dualpipe_in_one_line_and_simulate_prices_it(tmp_path):
     assert out.returncode == 2 and "DualPipe needs an even number of micro-batches" in out.stderr
 
 
-def test_megatron_export_names_what_it_cannot_run(tmp_path):
-    from paraplan.solver.export.megatron import runnable
+def test_megatron_export_names_what_it_cannot_run_and_writes_deepep_and_node_limited_routing(tmp_path):
+    from paraplan.solver.export.megatron import render, runnable
     inst = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP,
                              pipeline_schedule=PipelineSchedule.DUALPIPE), max_nodes_per_token=4)
     e = runnable(inst, _plan(inst, [3] + [4] * 14 + [2]))
     text = " ".join(e.deviations)
-    assert "DualPipe" in text and "deepep" in text
-    assert any("max_nodes_per_token" in n for n in e.notes)
+    assert "DualPipe" in text and "deepep" not in text  # DeepEP is Megatron-core's flex backend
+    assert e.inst.job.moe_dispatcher is MoeDispatcher.DEEPEP  # re-priced with DeepEP, as emitted
+    script = render(inst, e)
+    # ep 64 over 8-GPU NVLink domains (H800 nodes): 64 / 8 = 8 routing groups, each token to at
+    # most 4 of them (DeepSeek-V3 report Sec. 3.2.2: 8 nodes, at most 4 per token; Megatron-core's
+    # DeepSeek-V3 example sets the same 8 groups / group top-k 4)
+    for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
+                 "--moe-router-num-groups 8", "--moe-router-group-topk 4"):
+        assert flag in script, flag
+    assert "--moe-token-dispatcher-type alltoall" not in script
+
+
+def test_megatron_export_leaves_out_routing_groups_that_cannot_bind_or_be_expressed():
+    from paraplan.solver.export.megatron import render, runnable
+    # ep 8 inside one 8-GPU domain: 1 group, a limit of 4 nodes cannot bind (no flags); a limit
+    # of 3 with top-k 8: Megatron takes 8 // 3 experts per group, not the model (a note)
+    inst = with_moe(deepseek(), max_nodes_per_token=4)
+    p = replace(_plan(inst, [3] + [4] * 14 + [2]), ep=8)
+    assert "--moe-router-num-groups" not in render(inst, runnable(inst, p))
+    three = with_moe(deepseek(), max_nodes_per_token=3)
+    e = runnable(three, _plan(three, [3] + [4] * 14 + [2]))
+    assert "--moe-router-num-groups" not in render(three, e)
+    assert any("max_nodes_per_token 3" in n for n in e.notes)
 
 
 def test_search_ep_on_the_command_line_is_a_list():

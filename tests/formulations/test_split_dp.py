@@ -23,7 +23,7 @@ from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.schedule import iteration_time_s
 from paraplan.formulations.quantize import quantize
 from paraplan.formulations.split_dp import solve_split_dp
-from paraplan.solver.bounds import tight_lower_bound_s
+from paraplan.solver.bounds.one_class import tight_lower_bound_s
 from test_split import (MIB, big_instance, check_consistent, coefficients, memory_tight_instance,
                         random_coefficients)
 
@@ -185,7 +185,7 @@ def test_deep_models_are_proved_optimal_in_seconds(L, pp):
     n = np.array(res.layers_per_stage)
     E = quantize(c).objective_error_s
     # moving one layer from stage i to stage j, with the least recompute that fits, is no better
-    from paraplan.solver.bounds import min_recompute
+    from paraplan.solver.bounds.one_class import min_recompute
     for i, j in itertools.permutations(range(pp), 2):
         if n[i] == 1:
             continue

@@ -90,7 +90,7 @@ def test_assembled_class_coefficients_equal_a_direct_build():
 
 def test_vectorised_class_bound_is_below_the_optimum():
     """The combination bound the planner keys candidates by never exceeds a candidate's optimum
-    (solved by CP-SAT). (It is solver/bounds.tight_class_terms, which tight_lower_bound_s also
+    (solved by CP-SAT). (It is solver/bounds/one_class.tight_class_terms, which tight_lower_bound_s also
     computes, row by row: tests/solver/test_bounds.py checks that against brute force.)"""
     inst = _with_partitions(load_hetero_instance(TINY2))
     seen = 0

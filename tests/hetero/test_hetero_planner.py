@@ -19,7 +19,7 @@ from paraplan.cost.switching import switch_time_s
 from paraplan.cost.specs import Outer, SearchSpace
 from paraplan.formulations.timeline import choose_plans, timeline_iterations
 from paraplan.solver.dynamic import replan
-from paraplan.solver.class_bounds import balanced_split
+from paraplan.solver.bounds.batched import balanced_split
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.hetero_space import count_micro_batch_splits, has_micro_batch_split, micro_batch_vectors
 from paraplan.solver.exhaustive import exhaustive

@@ -43,16 +43,16 @@ def test_the_random_instances_cover_the_hard_cases():
 
 @pytest.mark.parametrize("seed", SEEDS[:60])
 def test_inner_solvers_agree_without_the_tight_bound(seed, monkeypatch):
-    """The tight bound (solver/bounds.py) settles most of these instances without any inner
+    """The tight bound (solver/bounds/one_class.py) settles most of these instances without any inner
     solve (measured: 3 of the first 80 need one), which leaves the inner solvers little to do
     here. With only the memory-free bound they solve more (11 inner solves over these 60), and
     all three still give exhaustive search's optimum and the default run's answer. The inner
     solvers' main cross-check is tests/formulations/ (DP == CP-SAT == MILP == brute force)."""
-    from paraplan.solver import bounds
+    from paraplan.solver.bounds import one_class
     inst = random_instance(seed, variant=True)
     ex = exhaustive(inst)
     default = plan(inst, backend="dp")
-    monkeypatch.setattr(bounds, "tight_lower_bound_s", lambda c, allow=True: bounds.lower_bound_s(c))
+    monkeypatch.setattr(one_class, "tight_lower_bound_s", lambda c, allow=True: one_class.lower_bound_s(c))
     for backend in ("dp", "cpsat", "milp"):
         res = plan(inst, backend=backend)
         if ex.plan is None:

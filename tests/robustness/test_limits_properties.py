@@ -25,7 +25,7 @@ import paraplan.formulations.multiclass  # noqa: F401  (import once, outside the
 import paraplan.formulations.milp  # noqa: F401
 from paraplan.cost.coefficients import build
 from randinst import random_instance
-from paraplan.solver import bounds
+from paraplan.solver.bounds import one_class
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.class_route import plan
@@ -97,7 +97,7 @@ def test_time_limited_plans_are_honest(seed, variant, limit_s, backend):
         # ... and never below the planner's own proven bound: the smallest memory-free bound of
         # the configurations not proved infeasible by memory
         cs = [build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes) for o in outer_configs(inst)]
-        own = min((bounds.lower_bound_s(c) for c in cs if not bounds.memory_infeasible(c)), default=math.inf)
+        own = min((one_class.lower_bound_s(c) for c in cs if not one_class.memory_infeasible(c)), default=math.inf)
         if res.plan is not None and math.isfinite(own):
             assert res.bound_s >= min(own, res.iter_time_s) * (1 - 1e-12)
     if res.status == OPTIMAL:

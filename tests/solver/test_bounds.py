@@ -1,4 +1,4 @@
-"""Lower bounds of solver/bounds.py are valid: on every configuration of seeded random small
+"""Lower bounds of solver/bounds/one_class.py are valid: on every configuration of seeded random small
 instances, neither bound exceeds the configuration's optimum found by brute force over every
 split and recompute count (solver/exhaustive.py's enumeration), and the tight bound is never
 below the memory-free one. Infinite tight bounds only where no split fits."""
@@ -11,7 +11,7 @@ import pytest
 from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
 from randinst import random_instance
-from paraplan.solver import bounds
+from paraplan.solver.bounds import one_class
 from paraplan.solver.exhaustive import _recompute_grid, compositions
 from paraplan.solver.hetero_space import one_group_outers as outer_configs
 from paraplan.solver.hetero_space import one_group_plans_total
@@ -39,11 +39,11 @@ def test_bounds_never_exceed_the_brute_force_optimum(seed):
     for o in outer_configs(inst):
         c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
         opt = config_optimum(c, allow)
-        tight = bounds.tight_lower_bound_s(c, allow)
-        assert tight >= bounds.lower_bound_s(c)
+        tight = one_class.tight_lower_bound_s(c, allow)
+        assert tight >= one_class.lower_bound_s(c)
         if opt is None:
             continue
-        assert bounds.lower_bound_s(c) <= opt * (1 + 1e-12)
+        assert one_class.lower_bound_s(c) <= opt * (1 + 1e-12)
         assert tight <= opt * (1 + 1e-12), (o, tight, opt)
 
 
@@ -58,7 +58,7 @@ def test_tight_bound_is_tighter_where_memory_binds():
             c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
             opt = config_optimum(c, allow)
             if opt:
-                gaps_old.append(1 - bounds.lower_bound_s(c) / opt)
-                gaps_new.append(1 - bounds.tight_lower_bound_s(c, allow) / opt)
+                gaps_old.append(1 - one_class.lower_bound_s(c) / opt)
+                gaps_new.append(1 - one_class.tight_lower_bound_s(c, allow) / opt)
     assert len(gaps_new) >= 50
     assert np.mean(gaps_new) < 0.5 * np.mean(gaps_old)

@@ -1,12 +1,13 @@
-"""The bound before pricing (solver/floor_bounds.py): each stage's layer-time floor against the
+"""The bound before pricing (solver/bounds/unpriced.py): each stage's layer-time floor against the
 layer time its configuration is priced with, each configuration's bound against its priced
-bound (solver/class_bounds.py, itself checked against enumerated optima in
-test_class_bounds.py), and the planner's answer with and without it. Mixed clusters with
+bound (solver/bounds/batched.py, itself checked against enumerated optima in
+test_batched_bounds.py), and the planner's answer with and without it. Mixed clusters with
 network scenarios, a tp per group, ZeRO 2/3, context parallelism and interleaving, one-group
 instances, and an MoE model with expert parallelism and folding."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,8 @@ from randinst import group_tp_instance, random_hetero_instance, random_instance
 from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
 from paraplan.cost.loader import load_instance
 from paraplan.solver import hetero_planner
-from paraplan.solver.class_bounds import lower_bounds_s
-from paraplan.solver.floor_bounds import floor_bounds_s
+from paraplan.solver.bounds.batched import lower_bounds_s
+from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.hetero_planner import plan_hetero, problems_for, scenario_weights
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
 
@@ -114,3 +115,30 @@ def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch
         assert with_floor.outer_configs == (with_floor.pruned_by_memory + with_floor.pruned_by_bound
                                             + with_floor.solved + with_floor.unresolved)
     assert fewer >= len(cases) // 2
+
+
+def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_bound():
+    """With per-operator partitions the planner sets up an outer's layer-plan combinations in
+    the order of floor_bounds_s(layer_plans=True); it must be at most the outer's optimistic
+    bound (solver/class_partitions.OuterChoices.optimistic_bound, itself at most every
+    combination's bound), and below the Megatron-only floor somewhere (the plans' optimistic
+    terms are faster there: not vacuous)."""
+    from paraplan.solver.class_partitions import OuterChoices
+    from paraplan.solver.hetero_planner import lone_count, placer, problem_of
+    from paraplan.solver.bounds.one_class import FLOAT_SAFETY
+    from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
+    inst = load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml")
+    inst = replace(inst, search=replace(inst.search, tensor_partitions=("megatron", SPATIAL_TEMPORAL)))
+    outers = hetero_outers(inst)
+    plans = floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True) * (1 - FLOAT_SAFETY)
+    megatron = floor_bounds_s(inst, outers, [0], "max", ())
+    checked = 0
+    for o, f in zip(outers, plans):
+        ch = OuterChoices(inst, o, [0], placer(inst, o), lone_count(inst, o),
+                          lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
+        if ch.total == 1:
+            continue
+        ch.optimistic()
+        assert f <= ch.optimistic_bound(), o
+        checked += 1
+    assert checked and (plans < megatron * (1 - 1e-6)).any()

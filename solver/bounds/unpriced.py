@@ -3,7 +3,7 @@ prices configurations in the order of this bound, and stops where it reaches the
 
 Pricing a configuration (cost/coefficients.build on its placement) is most of a large search's
 time, and most configurations cannot win: on the 64-node three-type instance with its full space
-the priced bound (solver/class_bounds.py) of 99% of them is above the optimum. This bound reads,
+the priced bound (solver/bounds/batched.py) of 99% of them is above the optimum. This bound reads,
 per class and stage, only the floor of the stage's layer time
 (cost/coefficients.layer_time_floor_s: the layer's own forward and backward on the group's
 tp, cp and expert links, without ZeRO-3's ring terms), which depends on the group and the
@@ -13,7 +13,7 @@ at most the priced bound of the same configuration, which is at most its optimum
 
 Per class k and scenario, with t_s the floors:
     A_k = min over splits of max_s n_s t_s     S_k = L min_s t_s     D = 0
-and over micro-batch vectors class_bounds.relaxed_s; a weighted objective takes the weighted
+and over micro-batch vectors batched.relaxed_s; a weighted objective takes the weighted
 sum of the scenarios' bounds (each minimised over m on its own, so at most the joint minimum).
 """
 
@@ -23,15 +23,24 @@ from collections import defaultdict
 
 import numpy as np
 
-from paraplan.cost.coefficients import _dense_layer_view, layer_time_floor_s, stage_outer
-from paraplan.cost.hetero_coefficients import class_outer, group_site
-from paraplan.solver.class_bounds import balanced_splits, relaxed_s
+from paraplan.cost import partition as P
+from paraplan.cost.coefficients import DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, layer_time_floor_s, stage_outer
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.hetero_coefficients import class_outer, group_pricing_instance, group_site
+from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
+from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 
-def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False) -> np.ndarray:
+
+
+def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False,
+                   layer_plans: bool = False) -> np.ndarray:
     """The module's bound of each of `outers` (HeteroOuter) on scenarios `idx` of `inst`,
     aggregated as `agg` ("max" or "weighted" with `weights`, solver/hetero_planner.
-    scenario_weights)."""
+    scenario_weights). `layer_plans`: a bound of every combination of the outer's layer plans
+    (solver/class_partitions.py): where a group offers plans beyond Megatron's, its floor is
+    the least of Megatron's and the plans' optimistic terms' (partition_plans.optimistic_terms:
+    each term at its minimum over the plans)."""
     L = inst.model.layers
     moe = inst.model.moe is not None
     total = inst.job.global_batch
@@ -40,25 +49,31 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
     def floor(i: int, o, k: int, g: int, lone: int | None, modes: tuple) -> float:
-        # everything the layer's outer and site hold; a dense layer reads neither the pipeline
-        # nor dp (coefficients._dense_layer_view), an MoE layer's all-to-all overlap does
-        c = o.classes[k]
-        key = (i, g, o.tp_of(g), modes, (c.pp, c.replicas, lone) if moe else None)
+        # what the layer reads: the site (group, its tp, cp, expert layout) and `modes`
+        # (coefficients.DENSE_LAYER_FIELDS; of an MoE layer MOE_LAYER_FIELDS, its stage count too)
+        key = (i, g, o.tp_of(g), modes, o.classes[k].pp if moe else None)
         if key not in floors:
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
             lo = stage_outer(class_outer(o, k, lone), site)
-            floors[key] = layer_time_floor_s(inst, lo if moe else _dense_layer_view(lo), site)
+            f = layer_time_floor_s(inst, lo, site)
+            if layer_plans and P.spatial_temporal_allowed(lo):
+                table = P.table_for(group_pricing_instance(inst, inst.scenarios[i].cluster, g), lo, site,
+                                    NetEfficiency())
+                opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
+                f = min(f, opt.fwd_s + opt.bwd_s)
+            floors[key] = f
         return floors[key]
 
-    by_class: dict[tuple, tuple] = {}  # (scenario, modes, class shape, lone) -> t row
+    # the layer fields a HeteroOuter holds for every group (tp: each group's own, pp: each class's)
+    fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
+    by_class: dict[tuple, tuple] = {}  # (scenario, degrees, modes, class shape) -> t row
     for o in outers:
         K = len(o.classes)
         lone = total // o.micro_batch // o.classes[0].replicas if K == 1 else None
-        modes = (bool(o.group_tp), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.zero,
-                 o.ep, o.etp, o.virtual_stages)
+        modes = tuple(getattr(o, f) for f in fields)
         for i in idx:
             for k, c in enumerate(o.classes):
-                ck = (i, o.tp, o.group_tp, modes, c.stage_groups, c.replicas if moe else 0, lone if moe else None)
+                ck = (i, o.tp, o.group_tp, modes, c.stage_groups)
                 t = by_class.get(ck)
                 if t is None:
                     per_group = {g: floor(i, o, k, g, lone, modes) for g in set(c.stage_groups)}

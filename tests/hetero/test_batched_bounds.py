@@ -1,4 +1,4 @@
-"""The class planner's batched lower bound (solver/class_bounds.py): the balanced split against
+"""The class planner's batched lower bound (solver/bounds/batched.py): the balanced split against
 brute force, each batched bound against the same problem bounded alone, and every bound
 against its configuration's optimum over all splits and micro-batch vectors, found by
 enumeration with memory and recompute left out (the bound ignores both, so it must lie below
@@ -15,8 +15,8 @@ from randinst import random_hetero_instance
 
 from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
 from paraplan.cost.loader import load_instance
-from paraplan.solver import class_bounds
-from paraplan.solver.class_bounds import balanced_split, balanced_splits, lower_bounds_s
+from paraplan.solver.bounds import batched
+from paraplan.solver.bounds.batched import balanced_split, balanced_splits, lower_bounds_s
 from paraplan.solver.hetero_planner import problems_for
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
 
@@ -33,8 +33,8 @@ def _splits(layers: int, pp: int, v: int):
 @pytest.mark.parametrize("way", ["partition", "bisection"])
 def test_balanced_split_is_the_min_max_split_by_brute_force(way, monkeypatch):
     # ties included (equal stage times, zero layer times): the min-max value is what counts;
-    # both ways of finding the threshold (class_bounds.PARTITION_VALUES decides which runs)
-    monkeypatch.setattr(class_bounds, "PARTITION_VALUES", 10**9 if way == "partition" else 0)
+    # both ways of finding the threshold (batched.PARTITION_VALUES decides which runs)
+    monkeypatch.setattr(batched, "PARTITION_VALUES", 10**9 if way == "partition" else 0)
     rng = np.random.default_rng(7)
     for _ in range(300):
         pp, v = int(rng.integers(1, 5)), int(rng.choice([1, 2]))
@@ -67,9 +67,9 @@ def test_bisection_gives_the_partitions_split(monkeypatch):
             a, t = rng.choice([0.0, 0.5, 1.0], (4, pp)), rng.choice([0.0, 0.25, 0.5], (4, pp))
         else:
             a, t = rng.random((4, pp)) * 10 ** rng.uniform(-4, 1), rng.random((4, pp)) * 10 ** rng.uniform(-6, 0)
-        monkeypatch.setattr(class_bounds, "PARTITION_VALUES", 10**9)
+        monkeypatch.setattr(batched, "PARTITION_VALUES", 10**9)
         by_partition = balanced_splits(a, t, layers, v)
-        monkeypatch.setattr(class_bounds, "PARTITION_VALUES", 0)
+        monkeypatch.setattr(batched, "PARTITION_VALUES", 0)
         assert (balanced_splits(a, t, layers, v) == by_partition).all()
 
 
