@@ -61,13 +61,13 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
             lo = stage_outer(class_outer(o, k, lone), site)
             f = layer_time_floor_s(inst, lo, site)
+            prefix[key] = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f)
             if layer_plans and P.spatial_temporal_allowed(lo):
                 table = P.table_for(group_pricing_instance(inst, inst.scenarios[i].cluster, g), lo, site,
                                     NetEfficiency())
                 opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
                 f = min(f, opt.fwd_s + opt.bwd_s)
             floors[key] = f
-            prefix[key] = dense_prefix_floor_s(inst, lo, site)
         return floors[key]
 
     def first_stage_term(i: int, o, g: int, modes: tuple, pp: int) -> float:
