@@ -701,6 +701,25 @@ def layer_time_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency 
     return lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)
 
 
+def dense_prefix_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency(),
+                         moe_floor_s: float | None = None) -> float:
+    """A lower bound of the first stage's dense-prefix extra that reads nothing of the
+    data-parallel ring (build's "dense_prefix" stage part, d x (dense layer - MoE layer), which
+    is negative where the dense layer is the cheaper): d x (the dense layer's floor - the MoE
+    layer's floor), exactly that extra, since an MoE plan runs without ZeRO-3 (space_rules), the
+    only term the floors leave out. 0 without a dense prefix. `moe_floor_s`: the MoE layer's
+    floor, if the caller has it."""
+    moe = inst.model.moe
+    if moe is None or not moe.dense_layers:
+        return 0.0
+    if o.zero == 3:
+        raise ValueError("MoE is not priced with ZeRO-3 (space_rules)")
+    dense = layer_time_floor_s(_with_model(inst, moe_dense_view(inst.model)), o, site, net)
+    if moe_floor_s is None:
+        moe_floor_s = layer_time_floor_s(inst, o, site, net)
+    return moe.dense_layers * (dense - moe_floor_s)
+
+
 def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, fw, gpu,
                  net: NetEfficiency) -> tuple[float, float, float]:
     """Once per iteration, a GPU's expert weights over the expert-data-parallel group (ZeRO 0:

@@ -3,22 +3,41 @@ exhaustive search over the same declared space, and each optimum re-simulated by
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from paraplan.cost.simulate import simulate
 from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver import hetero_planner
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 BACKENDS = ("dp", "cpsat", "milp")
 
 
+@contextmanager
+def pricing_in_small_chunks():
+    """The planner prices 2 configurations (and sets up 2 outers' layer plans) at a time: small
+    instances have fewer configurations than one of its chunks (hetero_planner.PRICE_CHUNK,
+    PLANS_CHUNK), so this makes them take the path of large ones, priced in the order of the
+    bound before pricing and stopped there."""
+    saved = hetero_planner.PRICE_CHUNK, hetero_planner.PLANS_CHUNK
+    hetero_planner.PRICE_CHUNK = hetero_planner.PLANS_CHUNK = 2
+    try:
+        yield
+    finally:
+        hetero_planner.PRICE_CHUNK, hetero_planner.PLANS_CHUNK = saved
+
+
 def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS):
     """Each backend proves the exhaustive optimum (within its quantisation tolerance) or agrees
-    that the space is infeasible, and its plan fits and re-simulates to its own objective."""
+    that the space is infeasible, and its plan fits and re-simulates to its own objective; the
+    planner prices in small chunks (pricing_in_small_chunks)."""
     ex = exhaustive(inst)
     for backend in backends:
-        res = plan(inst, backend=backend)
+        with pricing_in_small_chunks():
+            res = plan(inst, backend=backend)
         if ex.plan is None:
             assert res.status == INFEASIBLE and res.plan is None
             continue

@@ -114,3 +114,32 @@ def group_tp_instance(seed: int):
     return HeteroInstance(name=f"gtp{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([2, 4, 8]) * gpus),
                           search=SearchSpace(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,)))
+
+
+def partition_mixed_instance(seed: int):
+    """Two single-node groups of catalogue GPUs (4 + 2 GPUs, GPU types and NVLink drawn), a model
+    and batch where per-operator partitions can win (1,024 wide, 1-2k tokens, micro-batch 2), tp
+    2 or 4 per group and partitions in the space: only the 4-GPU group can run tp 4, the least
+    a spatial-temporal plan needs, so exhaustive search tries every layer plan of one group
+    (768 at tp 4 without sequence parallelism) and stays quick."""
+    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup
+    from paraplan.cost.loader import load_catalogue
+
+    rng = random.Random(7000 + seed)
+    catalogue = load_catalogue()
+    model = ModelSpec(name=f"pm{seed}", layers=rng.choice([2, 3, 4]), hidden=1024, heads=16, kv_heads=16,
+                      ffn=4096, vocab=32000, seq_len=rng.choice([1024, 2048]), mlp=Mlp.GELU)
+    groups = []
+    for g, gpn in enumerate((4, 2)):
+        gpu = catalogue[rng.choice(["A100-SXM4-80GB", "H100-SXM5-80GB", "V100-SXM-32GB", "A100-SXM4-40GB"])]
+        cl = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=gpn,
+                         intra_node=Link(bw_bytes_per_s=rng.choice([50e9, 150e9, 300e9]), latency_s=5e-6),
+                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
+        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+    link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
+    hc = HeteroCluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
+                                                       (link, groups[1].cluster.inter_node)))
+    return HeteroInstance(name=f"pm{seed}", model=model, cluster=hc, job=JobSpec(global_batch=rng.choice([12, 24])),
+                          search=SearchSpace(micro_batch=(2,), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(2, 4),
+                                             sequence_parallel=(False,),
+                                             tensor_partitions=("megatron", "spatial_temporal")))

@@ -7,12 +7,15 @@ the priced bound (solver/bounds/batched.py) of 99% of them is above the optimum.
 per class and stage, only the floor of the stage's layer time
 (cost/coefficients.layer_time_floor_s: the layer's own forward and backward on the group's
 tp, cp and expert links, without ZeRO-3's ring terms), which depends on the group and the
-modes, not on where the class sits; and it sets the stage terms a_s, d_s, g_s of the priced
-bound to 0. Every term it drops is >= 0 and the priced bound grows with each, so this one is
-at most the priced bound of the same configuration, which is at most its optimum.
+modes, not on where the class sits; and of the stage terms of the priced bound a_s, d_s, g_s
+it keeps only the one that can be negative: an MoE model's dense prefix on the first stage,
+a_0 = d x (dense layer - MoE layer) (cost/coefficients.dense_prefix_floor_s, exact, as an MoE
+plan has no ZeRO-3); every other term it drops is >= 0, and the priced bound grows with each.
+So this bound is at most the priced bound of the same configuration, which is at most its
+optimum (it also drops the first stage's minimum of d layers, which only widens the splits).
 
-Per class k and scenario, with t_s the floors:
-    A_k = min over splits of max_s n_s t_s     S_k = L min_s t_s     D = 0
+Per class k and scenario, with t_s the floors and a = (a_0, 0, ..., 0):
+    A_k = min over splits of max_s (a_s + n_s t_s)     S_k = a_0 + L min_s t_s     D = 0
 and over micro-batch vectors batched.relaxed_s; a weighted objective takes the weighted
 sum of the scenarios' bounds (each minimised over m on its own, so at most the joint minimum).
 """
@@ -24,7 +27,8 @@ from collections import defaultdict
 import numpy as np
 
 from paraplan.cost import partition as P
-from paraplan.cost.coefficients import DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, layer_time_floor_s, stage_outer
+from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_prefix_floor_s,
+                                        layer_time_floor_s, stage_outer)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_outer, group_pricing_instance, group_site
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
@@ -45,6 +49,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     moe = inst.model.moe is not None
     total = inst.job.global_batch
     floors: dict[tuple, float] = {}  # (scenario, group, the layer's outer) -> floor
+    prefix: dict[tuple, float] = {}  # the same -> the first stage's dense-prefix extra
     rows: dict[tuple, int] = {}  # (t row, v) -> its index among the distinct rows
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
@@ -56,6 +61,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
             lo = stage_outer(class_outer(o, k, lone), site)
             f = layer_time_floor_s(inst, lo, site)
+            prefix[key] = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f)
             if layer_plans and P.spatial_temporal_allowed(lo):
                 table = P.table_for(group_pricing_instance(inst, inst.scenarios[i].cluster, g), lo, site,
                                     NetEfficiency())
@@ -63,6 +69,11 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                 f = min(f, opt.fwd_s + opt.bwd_s)
             floors[key] = f
         return floors[key]
+
+    def first_stage_term(i: int, o, g: int, modes: tuple, pp: int) -> float:
+        """a_0 of the module docstring: an MoE model's dense prefix (negative where the dense
+        layers are the cheaper), 0 otherwise (floor() first)."""
+        return prefix[i, g, o.tp_of(g), modes, pp if moe else None]
 
     # the layer fields a HeteroOuter holds for every group (tp: each group's own, pp: each class's)
     fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
@@ -77,8 +88,9 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                 t = by_class.get(ck)
                 if t is None:
                     per_group = {g: floor(i, o, k, g, lone, modes) for g in set(c.stage_groups)}
-                    t = by_class[ck] = tuple(per_group[g] for g in c.stage_groups)
-                row_of.append(rows.setdefault((t, o.virtual_stages), len(rows)))
+                    t = by_class[ck] = (tuple(per_group[g] for g in c.stage_groups),
+                                        first_stage_term(i, o, c.stage_groups[0], modes, c.pp))
+                row_of.append(rows.setdefault((*t, o.virtual_stages), len(rows)))
     A, S = _split_terms(list(rows), L)
     at = np.array(row_of, np.int64)
     out = np.empty(len(outers))
@@ -103,16 +115,17 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     return out
 
 
-def _split_terms(rows: list[tuple[tuple[float, ...], int]], layers: int) -> tuple[np.ndarray, np.ndarray]:
-    """(A, S) of each distinct (t row, v): the balanced split's slowest stage with no stage
-    terms, and L min_s t_s."""
+def _split_terms(rows: list[tuple[tuple[float, ...], float, int]], layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S) of each distinct (t row, a_0, v): the balanced split's slowest stage with stage
+    terms a = (a_0, 0, ..., 0), and a_0 + L min_s t_s."""
     A, S = np.empty(len(rows)), np.empty(len(rows))
     blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for r, (t, v) in enumerate(rows):
+    for r, (t, _, v) in enumerate(rows):
         blocks[len(t), v].append(r)
     for (pp, v), rs in blocks.items():
         t = np.array([rows[r][0] for r in rs], float)
         a = np.zeros_like(t)
-        A[rs] = (balanced_splits(a, t, layers, v) * t).max(axis=1)
-        S[rs] = layers * t.min(axis=1)
+        a[:, 0] = [rows[r][1] for r in rs]
+        A[rs] = (a + balanced_splits(a, t, layers, v) * t).max(axis=1)
+        S[rs] = a[:, 0] + layers * t.min(axis=1)
     return A, S
