@@ -10,17 +10,12 @@ import pytest
 from randinst import random_hetero_instance
 
 from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver import hetero_planner
 from paraplan.solver.hetero_planner import plan_hetero
 
 
-@pytest.fixture(autouse=True)
-def _price_in_small_chunks(monkeypatch):
-    """These instances have fewer configurations than one chunk of the planner's pricing
-    (hetero_planner.PRICE_CHUNK, PLANS_CHUNK): chunks of 2 make the search price them in the
-    order of the bound before pricing and stop there, the path large instances take."""
-    monkeypatch.setattr(hetero_planner, "PRICE_CHUNK", 2)
-    monkeypatch.setattr(hetero_planner, "PLANS_CHUNK", 2)
+# small instances have fewer configurations than one chunk of the planner's pricing: price them
+# 2 at a time, the path large instances take (tests/hetero/conftest.py)
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
 SEEDS = range(40)
 

@@ -23,19 +23,14 @@ from paraplan.cost.loader import load_instance
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
 from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver import hetero_planner
 from paraplan.solver.hetero_planner import lone_count, placer, plan_hetero, problem_of
 from paraplan.solver.hetero_space import hetero_outers
 from paraplan.solver.partition_plans import STAGE_ARRAYS
 
 
-@pytest.fixture(autouse=True)
-def _price_in_small_chunks(monkeypatch):
-    """These instances have fewer configurations than one chunk of the planner's pricing
-    (hetero_planner.PRICE_CHUNK, PLANS_CHUNK): chunks of 2 make the search price them in the
-    order of the bound before pricing and stop there, the path large instances take."""
-    monkeypatch.setattr(hetero_planner, "PRICE_CHUNK", 2)
-    monkeypatch.setattr(hetero_planner, "PLANS_CHUNK", 2)
+# small instances have fewer configurations than one chunk of the planner's pricing: price them
+# 2 at a time, the path large instances take (tests/hetero/conftest.py)
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY2 = ROOT / "instances/hetero/tiny-2types.yaml"

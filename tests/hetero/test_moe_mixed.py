@@ -19,18 +19,13 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec
 from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver import hetero_planner
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.hetero_space import hetero_outers
 
 
-@pytest.fixture(autouse=True)
-def _price_in_small_chunks(monkeypatch):
-    """These instances have fewer configurations than one chunk of the planner's pricing
-    (hetero_planner.PRICE_CHUNK, PLANS_CHUNK): chunks of 2 make the search price them in the
-    order of the bound before pricing and stop there, the path large instances take."""
-    monkeypatch.setattr(hetero_planner, "PRICE_CHUNK", 2)
-    monkeypatch.setattr(hetero_planner, "PLANS_CHUNK", 2)
+# small instances have fewer configurations than one chunk of the planner's pricing: price them
+# 2 at a time, the path large instances take (tests/hetero/conftest.py)
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = {"experts": 8, "top_k": 2, "expert_ffn": 2048, "shared_ffn": 1024}
