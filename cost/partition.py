@@ -737,7 +737,24 @@ def _terms(inst, o, site, net, frozen) -> LayerTerms:
     if not stream_allowed(plan, o):
         raise ValueError(f"stream {plan[STREAM]!r} needs sequence_parallel: the block stream"
                          " holds 1/tp of the stream between layers")
-    return layer_terms(table_for(inst, o, site, net), plan)
+    return _plan_terms(table_for(inst, o, site, net), frozen)
+
+
+# layer_terms of recent (table, plan): the planner prices one layer plan in every outer
+# configuration that shares its table (solver/class_partitions.py, step 2); keyed by the table's
+# identity, each entry holding its table so that the id is not reused while it lives
+_PLAN_TERMS: dict[tuple[int, tuple], tuple[LayerTable, LayerTerms]] = {}
+
+
+def _plan_terms(table: LayerTable, frozen: tuple) -> LayerTerms:
+    hit = _PLAN_TERMS.get((id(table), frozen))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    out = layer_terms(table, dict(frozen))
+    if len(_PLAN_TERMS) >= 65536:
+        _PLAN_TERMS.clear()
+    _PLAN_TERMS[id(table), frozen] = (table, out)
+    return out
 
 
 def plan_layer_fn(partitions: tuple[tuple[str, str], ...]):
