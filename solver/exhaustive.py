@@ -9,7 +9,11 @@ is the one the planner must match; a homogeneous instance is searched as a one-g
 
 Per class, all (split, recompute) rows are evaluated at once with numpy on every scenario
 (slowest stage, sum of stages, slowest sync, fits); classes are then combined by brute force
-over the product of their feasible rows and the micro-batch vectors.
+over the product of their feasible rows and the micro-batch vectors. A lone class (every
+homogeneous instance) is evaluated in blocks of about ROW_BLOCK rows instead, its best row
+per micro-batch vector kept across blocks in row order: the same rows, values and first
+minimum as all at once, in bounded memory (one class shape of the 64-GPU x 17-layer ladder
+rung has tens of millions of rows).
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.hetero_planner import _plan_of, lone_count, placer, problem_for, scenario_weights
-from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors, summarize
+from paraplan.solver.hetero_space import count_splits, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
+# (split, recompute) rows of a lone class evaluated at a time
+ROW_BLOCK = 1_000_000
 # measured on the 2-core reference machine: candidates evaluated per second (for estimates)
 ESTIMATED_RATE_PER_S = 3_000_000
 
@@ -118,11 +124,32 @@ def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool) ->
     return n, r
 
 
-def _class_rows(p, k: int, uniform: bool):
+def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bool):
+    """_split_rows of one class shape in blocks of whole splits, about ROW_BLOCK rows each, in
+    the same row order; a shape of at most ROW_BLOCK rows is one block, built once
+    (_split_rows' cache), a larger one is built block by block each time (its rows are what
+    does not fit in memory)."""
+    if uniform or not recompute or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
+        yield _split_rows(layers, pp, v, uniform, recompute)
+        return
+    ns, rs, size = [], [], 0
+    for n in compositions(layers, pp, v):
+        r = _recompute_grid(n)
+        ns.append(np.broadcast_to(n, r.shape)), rs.append(r)
+        size += len(r)
+        if size >= ROW_BLOCK:
+            yield np.concatenate(ns), np.concatenate(rs)
+            ns, rs, size = [], [], 0
+    if ns:
+        yield np.concatenate(ns), np.concatenate(rs)
+
+
+def _class_rows(p, k: int, uniform: bool, rows=None):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit,
-    and how many rows there were."""
+    and how many rows there were. `rows`: the (n, r) to evaluate (default: every row of the
+    class's shape)."""
     c0, v = p.coeffs[0][k], p.virtual_stages
-    n, r = _split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute)
+    n, r = _split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute) if rows is None else rows
     ok = schedule.fits(c0, n, r)
     n, r = n[ok], r[ok]
     A, S, D = [], [], []
@@ -168,6 +195,17 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
         p = problem_for(inst, o, objective, placements=placements, partitions=parts)
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
         v = o.virtual_stages
+        if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
+            counted, fit, found = _lone_class(p, mvecs, uniform, agg, weights)
+            done += counted
+            feasible += fit
+            bar.update(done)
+            for mv, (val, n, r) in zip(mvecs, found):
+                if deadline is not None and time.perf_counter() > deadline:
+                    return result(False)
+                if n is not None and val < best_val * (1 - 1e-9):
+                    best_val, best = float(val), (o, mv, [n], [r], parts)
+            continue
         rows = [_class_rows(p, k, uniform) for k in range(p.classes)]
         done += len(mvecs) * math.prod(x[5] for x in rows)
         feasible += len(mvecs) * math.prod(len(x[0]) for x in rows)
@@ -198,6 +236,28 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
     bar.update(total)
     assert done == total, f"enumerated {done} plans but the space has {total}"
     return result(True)
+
+
+def _lone_class(p, mvecs: np.ndarray, uniform: bool, agg: str, weights):
+    """A lone class's rows in blocks (_split_row_blocks): (candidates, fitting candidates, per
+    micro-batch vector (value, n, r) of its first minimum over all rows in row order, n None
+    where no row fits)."""
+    c0, v = p.coeffs[0][0], p.virtual_stages
+    best = [(math.inf, None, None)] * len(mvecs)
+    counted = fit = 0
+    for block in _split_row_blocks(p.layers, c0.pp, v, uniform, p.allow_full_recompute):
+        n, r, A, S, D, total = _class_rows(p, 0, uniform, block)
+        counted += len(mvecs) * total
+        fit += len(mvecs) * len(n)
+        if not len(n):
+            continue
+        for i, mv in enumerate(mvecs):
+            per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as hetero_exhaustive
+            vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
+            j = int(np.argmin(vals))
+            if vals[j] < best[i][0]:  # strictly: an equal value later in row order is not first
+                best[i] = (float(vals[j]), n[j], r[j])
+    return counted, fit, best
 
 
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
