@@ -23,7 +23,7 @@ from paraplan.cost import coefficients, dualpipe
 from paraplan.cost.calibration import PUBLISHED_DIR
 from paraplan.cost.loader import load_instance, read_yaml
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import MoeDispatcher, Optimizer, PipelineSchedule, Plan, RecomputeModule
+from paraplan.cost.specs import MoeDispatcher, Optimizer, PipelineSchedule, Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
