@@ -35,8 +35,6 @@ from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 
-
-
 def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False,
                    layer_plans: bool = False) -> np.ndarray:
     """The module's bound of each of `outers` (HeteroOuter) on scenarios `idx` of `inst`,
