@@ -696,7 +696,7 @@ def layer_time_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency 
     backward and the slowdown of what they overlap, without ZeRO-3's gathers and
     reduce-scatters (the only layer-time terms that read site.dp_link, each >= 0). The
     planner bounds a configuration with it before pricing its placement
-    (solver/class_bounds.floor_bounds_s)."""
+    (solver/bounds/unpriced.floor_bounds_s)."""
     lt = layer_fn(inst, o, site, net)
     return lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)
 
