@@ -53,6 +53,7 @@ cross-check both against the enumeration here.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 
@@ -84,27 +85,54 @@ def problem_from_table(table: P.LayerTable) -> PartitionProblem:
         grad_sync_s={o: table.grad_sync_s[o] for o in P.PLAN_OPS})
 
 
+PARETO_BLOCK = 128  # rows pareto_mask compares at once
+
+
 def pareto_mask(v: np.ndarray) -> np.ndarray:
     """Rows of v (to minimise) that no other row dominates; of equal rows, the first.
 
-    A dominating row precedes the row it dominates in lexicographic order, so the first
-    remaining row in that order is dominated by no remaining row, nor by a removed one (that
-    one's own dominator would have removed it too): keep it, remove every row it dominates
-    (itself and its duplicates included), repeat. One vectorised pass per kept row."""
+    A dominating row precedes the row it dominates in lexicographic order, and of equal rows
+    the first in that (stable) order comes first; so a row is kept exactly when no row before
+    it in that order is at most it in every column. Comparing it with the kept rows before it
+    and with the rows before it in its own block is enough: a removed row's dominator precedes
+    it and is itself kept or removed by an earlier one, at most it too. One vectorised pass per
+    block of PARETO_BLOCK rows, column by column (contiguous 2-D comparisons)."""
     order = np.lexsort(v.T[::-1])  # stable: equal rows keep their index order
     w = v[order]
+    kept_sorted = np.zeros(len(w), bool)
+    kept = [w[:0, k] for k in range(w.shape[1])]  # the kept rows so far, column by column
+    for b in range(0, len(w), PARETO_BLOCK):
+        blk = w[b:b + PARETO_BLOCK]
+        before = np.ones((len(blk), len(blk)), bool)  # [i, j]: row i is at most row j
+        behind = np.ones((len(kept[0]), len(blk)), bool)  # [i, j]: kept row i is at most row j
+        for k in range(w.shape[1]):
+            before &= blk[:, k][:, None] <= blk[:, k][None, :]
+            behind &= kept[k][:, None] <= blk[:, k][None, :]
+        out = np.triu(before, 1).any(0) | behind.any(0)
+        kept_sorted[b:b + len(blk)] = ~out
+        kept = [np.concatenate([kept[k], blk[~out, k]]) for k in range(w.shape[1])]
     keep = np.zeros(len(v), bool)
-    rem = np.arange(len(v))
-    while rem.size:
-        i = rem[0]
-        keep[order[i]] = True
-        rem = rem[~(w[i] <= w[rem]).all(1)]
+    keep[order[kept_sorted]] = True
     return keep
 
 
 # candidate plans per (layer table, sync threshold); tables are cached in cost/partition.py
 _FRONTS: dict = {}
 _FRONTS_MAX = 4096
+# pareto_mask by the content of its input: outers whose sites differ only where the layer
+# table does not look (another node, another stage) get equal tables that are not one object
+_MASKS: dict = {}
+_MASKS_MAX = 1024
+
+
+def _front(dims: np.ndarray) -> np.ndarray:
+    """pareto_mask(dims), cached by the bytes of `dims`."""
+    key = (dims.shape, hashlib.blake2b(np.ascontiguousarray(dims).tobytes(), digest_size=16).digest())
+    if key not in _MASKS:
+        if len(_MASKS) >= _MASKS_MAX:
+            _MASKS.clear()
+        _MASKS[key] = pareto_mask(dims)
+    return _MASKS[key]
 
 
 _PLANS: dict = {}
@@ -177,7 +205,7 @@ def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.
     if key not in _FRONTS or _FRONTS[key][0] is not table:
         if len(_FRONTS) >= _FRONTS_MAX:  # bounded memory across many instances (sweeps)
             _FRONTS.clear()
-        keep = pareto_mask(dims)
+        keep = _front(dims)
         plans, first = _megatron_first(table, idx, keep)
         _FRONTS[key] = (table, plans, vec[keep][first])
     _, plans, rows = _FRONTS[key]
@@ -201,7 +229,7 @@ def joint_candidates(o, where, net) -> tuple[list[dict[str, str]], list[np.ndarr
     table, idx = parts[0][0], parts[0][1]
     # the candidates of a table depend on tp, sp and the stream flag only: one plan per row
     assert all(np.array_equal(x[1], idx) for x in parts)
-    keep = pareto_mask(np.hstack([x[3] for x in parts]))
+    keep = _front(np.hstack([x[3] for x in parts]))
     plans, first = _megatron_first(table, idx, keep)
     rows = {w: x[2][keep][first] for w, x in zip(uniq, parts)}
     return [dict(p) for p in plans], [rows[w] for w in where]
