@@ -272,6 +272,8 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
         return float(np.dot(p.weights, tight)) > cutoff
     if max(tight) > cutoff:
         return True
+    if any(one_class.coupled_bound_above(cs[0], p.allow_full_recompute, cutoff) for cs in p.coeffs):
+        return True
     deadline = time.perf_counter() + time_limit_s
     for i in np.argsort(tight)[::-1]:  # the network closest to the cutoff first
         cs = p.coeffs[i]
@@ -499,7 +501,10 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 continue
             p = cand.problem
             if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
-                if not can_win(key, one_class.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute)):
+                c0 = p.coeffs[0][0]
+                cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
+                if (not can_win(key, one_class.tight_lower_bound_s(c0, p.allow_full_recompute))
+                        or math.isfinite(cutoff) and one_class.coupled_bound_above(c0, p.allow_full_recompute, cutoff)):
                     res.pruned_by_bound += 1
                     continue
             elif _cannot_win_alone(p, best_val, key < best_key, remaining):

@@ -105,11 +105,9 @@ def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndar
     return out * (1 - FLOAT_SAFETY)
 
 
-def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
-    """(tau, sigma, delta, fits) per row: lower bounds of a class's slowest stage time, sum of
-    stage times and slowest sync over every split that fits memory (tau*, sigma*, delta* of the
-    module docstring: memory caps, forced recompute), and whether one fits. `c`: the
-    StageCoefficients arrays by name (TIGHT_ARRAYS), shape (rows, pp)."""
+def _stage_pieces(c: dict, L: int, v: int, allow_full_recompute: bool):
+    """Per row and stage: the layer cap ncap_s, whether some split fits, and tau_s(n) as
+    _piecewise's (base, slope1, knee, slope2) (module docstring); `c` as tight_class_terms."""
     a, t, u = c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"]
     state, act, ckpt = c["layer_state_bytes"], c["layer_act_bytes"], c["layer_ckpt_bytes"]
     room = c["capacity_bytes"] - c["stage_mem_bytes"]
@@ -129,6 +127,15 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     slope2 = np.where(u < 0, slope1, slope2)
     knee = np.where(u < 0, np.inf, knee)
     safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
+    return safe, fits, (a, slope1, knee, slope2)
+
+
+def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
+    """(tau, sigma, delta, fits) per row: lower bounds of a class's slowest stage time, sum of
+    stage times and slowest sync over every split that fits memory (tau*, sigma*, delta* of the
+    module docstring: memory caps, forced recompute), and whether one fits. `c`: the
+    StageCoefficients arrays by name (TIGHT_ARRAYS), shape (rows, pp)."""
+    safe, fits, (a, slope1, knee, slope2) = _stage_pieces(c, L, v, allow_full_recompute)
     # tau* and delta* in one bisection (rows stacked: each row's steps are its own)
     d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
     tau, delta = np.split(_min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack([a, d]),
@@ -147,6 +154,56 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     sigma = (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
     inf = np.where(fits, 0.0, np.inf)
     return tau + inf, sigma + inf, delta + inf, fits
+
+
+def sync_within(c: dict, L: int, v: int, allow_full_recompute: bool, theta: np.ndarray) -> np.ndarray:
+    """Per row: a lower bound of the slowest sync max_s D_s over the splits that fit memory and
+    whose every stage time is at most theta (inf where there is none). Stage s holds at most
+    the largest multiple of v layers n <= ncap_s with tau_s(n) <= theta (tau_s increasing), so
+    this is delta* of the module docstring with those caps: it couples the two maxima that
+    tight_class_terms bounds apart (the split that balances stage times may load the stages
+    whose gradient sync is slow). `c` as tight_class_terms; theta (rows,)."""
+    safe, fits, pieces = _stage_pieces(c, L, v, allow_full_recompute)
+    top = max(1, int(np.max(safe, initial=v)) // v)
+    n = v * np.arange(1, top + 1, dtype=float)
+    with np.errstate(invalid="ignore", over="ignore"):
+        f = _piecewise(n[None, None, :], *(x[:, :, None] for x in pieces))
+    ok = (f * (1 - FLOAT_SAFETY) <= theta[:, None, None]) & (n[None, None, :] <= safe[:, :, None])
+    # the largest admissible n (the admissible n form a prefix where tau_s increases; allowing
+    # every n up to the largest where it does not only lowers the bound)
+    cap = np.where(ok.any(2), v * (ok.shape[2] - np.argmax(ok[:, :, ::-1], axis=2)), 0)
+    bad = (cap < v).any(1) | (cap.sum(1) < L) | ~fits
+    g = c["layer_sync_time_s"]
+    out = _min_bottleneck(L, v, np.where(bad[:, None], L, cap), c["stage_sync_time_s"], g,
+                          np.full_like(g, np.inf), g)
+    return np.where(bad, np.inf, out)
+
+
+def coupled_bound_above(c: StageCoefficients, allow_full_recompute: bool, cutoff_s: float) -> bool:
+    """Whether every split of `c` that fits memory is proved slower than `cutoff_s` by coupling
+    its slowest stage and its slowest sync. With objective (m - 1/v) max T + sum T / v + max D
+    and theta = (cutoff_s - sigma* / v - delta*) / (m - 1/v): a split whose slowest stage is
+    above theta is above the cutoff; one whose stages are all within theta has max D at least
+    sync_within(theta), so it is above the cutoff when (m - 1/v) tau* + sigma* / v +
+    sync_within(theta) is."""
+    m, v = c.outer.num_micro_batches, c.outer.virtual_stages
+    arrays = {f: np.atleast_2d(getattr(c, f)) for f in TIGHT_ARRAYS}
+    tau, sigma, delta, fits = tight_class_terms(arrays, c.layers, v, allow_full_recompute)
+    if not fits[0]:
+        return True
+    return bool(coupled_above(arrays, c.layers, v, m, allow_full_recompute, (tau, sigma, delta), cutoff_s)[0])
+
+
+def coupled_above(c: dict, L: int, v: int, m: float, allow_full_recompute: bool, terms, cutoff_s: float) -> np.ndarray:
+    """coupled_bound_above for many rows at once: `c` as tight_class_terms, `terms` its (tau,
+    sigma, delta) for those rows, m the micro-batch count."""
+    tau, sigma, delta = terms
+    alpha = m - 1 / v
+    base = alpha * tau + sigma / v
+    if alpha <= 0:  # one micro-batch, one chunk: the bound does not read the slowest stage
+        return base + delta > cutoff_s
+    theta = (cutoff_s - sigma / v - delta) / alpha
+    return base + sync_within(c, L, v, allow_full_recompute, theta) > cutoff_s
 
 
 def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True) -> float:
