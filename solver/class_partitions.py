@@ -20,14 +20,20 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    coefficients below those of every combination; memory-infeasible: none fits. Otherwise
    their bound keys the outer's combinations as one node of the planner's branch and bound,
    expanded (steps 2 and 3) only when it can still beat the incumbent U found by then;
-2. per (k, g): its kept plans sorted by layer time and bounded in buckets (a bucket's
-   optimistic terms, every other choice optimistic), then each plan of a surviving bucket
+2. per (k, g): its kept plans sorted by layer time and bounded in buckets of LEVELS[0]
+   plans (a bucket's optimistic terms, every other choice optimistic); then the surviving
+   buckets of every choice together, as step 3 bounds plans (a combination of buckets bounds
+   every combination of their plans); the buckets some surviving combination takes are split
+   into buckets of the next level and bounded again; each plan of the last survivors is
    priced once (cost/coefficients.build) and bounded alone; above U or memory-infeasible:
    dropped;
 3. every combination of the remaining plans bounded at once (numpy): the per-stage arrays of
    a class come row by row from its groups' plan builds (stage s's rows from its own group's
    plan); only those that can still win get assembled coefficients (nothing is priced again)
-   and become candidates, keyed by that bound.
+   and become candidates, keyed by that bound. A lone class (its micro-batch count fixed)
+   must also pass one_class.coupled_above, which bounds its slowest stage and slowest sync
+   together (on a mixed cluster the split that balances stage times can load the stages
+   whose gradient sync is slow: measured, most combinations the bound alone kept are cut).
 
 Keys are (bound, outer index, combination index), the index counting in mixed radix over the
 (k, g) choices in (class, group) order, each numbered Megatron first and then its kept plans:
@@ -49,13 +55,14 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_layer_fn, class_outer, group_pricing_instance, on_group
-from paraplan.solver.bounds.one_class import FLOAT_SAFETY, tight_class_terms
+from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
-BUCKET = 16  # plans per bucket of step 2
+LEVELS = (32, 8)  # plans per bucket at each level of step 2, largest first
+GRID_CAP = 200_000  # bucket combinations step 2 bounds at once (numpy rows)
 MEGATRON = ()  # a (class, group) choice that ReplicaClass.partitions leaves out
 
 
@@ -198,38 +205,38 @@ class OuterChoices:
         listed = math.prod(len(plans[x]) for x in keys)
         out.pruned_by_dominance = self.total - listed
 
-        def priced_with(k, g, fns) -> list[StageCoefficients]:
-            """Class k built with group g's layers priced by fns[si] on scenario si."""
-            return [build(inst, self.co[k], net, reserve, placement=self.placed(i, k),
-                          layer_fn=self._layer_fn(i, k, {g: fns[si]})) for si, i in enumerate(self.scenarios)]
-
-        # step 2: plans of one choice at a time, the others optimistic; plans are bounded by
-        # buckets of similar layer time (a bucket's optimistic terms bound each of its plans)
-        # before each surviving one is built; the builds are kept for step 3
-        priced = {}
+        # step 2: each choice's plans sorted by layer time and bounded by buckets (a bucket's
+        # optimistic terms bound each of its plans), one choice at a time with the others
+        # optimistic, then the buckets of every choice together (step 3 on buckets); each
+        # surviving bucket is split into smaller ones and bounded again (LEVELS), and the plans
+        # of the last survivors are built one by one; builds are kept for step 3
+        priced: dict = {}
+        groups = {}
+        for k, g in self.open:
+            order = sorted(range(1, len(plans[k, g])),
+                           key=lambda j: rows[k, g][0][j - 1, 0] + rows[k, g][0][j - 1, 1])
+            groups[k, g] = [order]
+        for size in LEVELS:
+            probes, buckets = {}, {}
+            for x in self.open:
+                cands = [grp[b:b + size] for grp in groups[x] for b in range(0, len(grp), size)]
+                mine = [self._probe(x, bk, plans, rows, priced) for bk in cands]
+                ok = self._bounded(*x, mine, cut) if mine else np.zeros(0, bool)
+                buckets[x] = [bk for bk, y in zip(cands, ok) if y]
+                for b, c in enumerate(c for c, y in zip(mine, ok) if y):
+                    probes[x[0], x[1], b + 1] = c
+            by_bucket = {x: list(range(len(buckets.get(x, [])) + 1)) for x in keys}
+            if math.prod(len(v) for v in by_bucket.values()) <= GRID_CAP:
+                won = self._winners(by_bucket, probes, cut)
+            else:  # too many bucket combinations to bound at once: every surviving bucket
+                won = by_bucket
+            groups = {x: [buckets[x][b - 1] for b in won[x] if b] for x in self.open}
         kept = {x: [0] for x in keys}
         for k, g in self.open:
-            js = range(1, len(plans[k, g]))
-            order = sorted(js, key=lambda j: rows[k, g][0][j - 1, 0] + rows[k, g][0][j - 1, 1])
-            buckets = [order[b:b + BUCKET] for b in range(0, len(order), BUCKET)]
-            probes = {}
-            for b, bucket in enumerate(buckets):
-                if len(bucket) == 1:
-                    continue
-                lo_hi = [optimistic_terms(P.table_for(w[0], self.cg[k, g], w[1], net), rows[k, g][si][np.array(bucket) - 1])
-                         for si, w in enumerate(self._where(k, g))]
-                lo = priced_with(k, g, [_const(t[0]) for t in lo_hi])
-                hi = priced_with(k, g, [_const(t[1]) for t in lo_hi])
-                probes[b] = [elementwise_min(x, y) for x, y in zip(lo, hi)]
-            if probes:
-                ok = self._bounded(k, g, list(probes.values()), cut)
-                open_buckets = [bk for b, bk in enumerate(buckets) if b not in probes or ok[list(probes).index(b)]]
-            else:
-                open_buckets = buckets
-            js = sorted(j for bk in open_buckets for j in bk)
+            js = sorted(j for grp in groups[k, g] for j in grp)
             for j in js:
-                fn = P.partition_layer_fn(dict(plans[k, g][j]))
-                priced[k, g, j] = priced_with(k, g, [on_group(fn, self.ginst[i, g]) for i in self.scenarios])
+                if (k, g, j) not in priced:
+                    priced[k, g, j] = self._price(k, g, plans[k, g][j])
             if js:
                 ok = self._bounded(k, g, [priced[k, g, j] for j in js], cut)
                 kept[k, g] += [j for j, y in zip(js, ok) if y]
@@ -240,14 +247,8 @@ class OuterChoices:
 
         # step 3: every remaining combination bounded at once; those that can still win are
         # assembled (class choices once each) and listed
+        grid, picks, fits, quick, megatron = self._grid(kept, priced, cut)
         members = [[x for x in keys if x[0] == k] for k in range(K)]
-        picks = [np.array(list(itertools.product(*(range(len(kept[x])) for x in members[k]))), int)
-                 .reshape(-1, len(members[k])) for k in range(K)]
-        terms = [self._class_terms(k, members[k], kept, picks[k], priced, self.meg) for k in range(K)]
-        grid = np.stack(np.meshgrid(*[np.arange(len(x)) for x in picks], indexing="ij"), -1).reshape(-1, K)
-        fits = np.all([terms[k][3][grid[:, k]] for k in range(K)], axis=0)
-        quick = self._combination_bounds([tuple(x[grid[:, k]] for x in terms[k][:3]) for k in range(K)])
-        megatron = np.all([(picks[k] == 0).all(1)[grid[:, k]] for k in range(K)], axis=0)
         out.pruned_by_memory += int((~fits & ~megatron).sum())
         out.pruned_by_bound += int((fits & ~megatron & (quick > cut)).sum())
         chosen = fits & ~megatron & (quick <= cut)
@@ -269,6 +270,72 @@ class OuterChoices:
             out.candidates.append((float(lb), index, self._with(cls), parts))
         return out
 
+    def _probe(self, x, bucket: list[int], plans: dict, rows: dict, priced: dict) -> list[StageCoefficients]:
+        """Coefficients per scenario below those of every plan of `bucket` (positions in
+        plans[x]) of choice x = (k, g): the elementwise minimum of two builds at the bucket's
+        optimistic terms (partition_plans.optimistic_coefficients); a lone plan's own build."""
+        k, g = x
+        if len(bucket) == 1:
+            if (k, g, bucket[0]) not in priced:
+                priced[k, g, bucket[0]] = self._price(k, g, plans[x][bucket[0]])
+            return priced[k, g, bucket[0]]
+        out = []
+        for si, (ginst, site, _) in enumerate(self._where(k, g)):
+            lo_t, hi_t = optimistic_terms(P.table_for(ginst, self.cg[x], site, self.net),
+                                          rows[x][si][np.array(bucket) - 1])
+            i = self.scenarios[si]
+            lo, hi = (build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
+                            placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, {g: _const(t)}))
+                      for t in (lo_t, hi_t))
+            out.append(elementwise_min(lo, hi))
+        return out
+
+    def _price(self, k: int, g: int, plan) -> list[StageCoefficients]:
+        """Class k built with group g's stages priced by layer plan `plan`, per scenario."""
+        fn = P.partition_layer_fn(dict(plan))
+        return [build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
+                      placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, {g: on_group(fn, self.ginst[i, g])}))
+                for i in self.scenarios]
+
+    def _grid(self, kept: dict, store: dict, cut: float):
+        """Every combination of the entries kept[x] of each choice x (0: Megatron's plan, the
+        class's base build; j > 0: the coefficients store[k, g, j]): its rows (combinations x
+        classes, each a row of that class's picks), the picks per class (rows of positions in
+        kept, in its choices' order), and per combination whether it may fit memory, its
+        vectorised bound (inf where a lone class is proved above `cut` by coupling its slowest
+        stage and sync, _coupled_out), and whether it is all-Megatron."""
+        K, keys = len(self.o.classes), self.keys
+        members = [[x for x in keys if x[0] == k] for k in range(K)]
+        picks = [np.array(list(itertools.product(*(range(len(kept[x])) for x in members[k]))), int)
+                 .reshape(-1, len(members[k])) for k in range(K)]
+        terms = [self._class_terms(k, members[k], kept, picks[k], store, self.meg) for k in range(K)]
+        grid = np.stack(np.meshgrid(*[np.arange(len(x)) for x in picks], indexing="ij"), -1).reshape(-1, K)
+        fits = np.all([terms[k][3][grid[:, k]] for k in range(K)], axis=0)
+        quick = self._combination_bounds([tuple(x[grid[:, k]] for x in terms[k][:3]) for k in range(K)])
+        megatron = np.all([(picks[k] == 0).all(1)[grid[:, k]] for k in range(K)], axis=0)
+        p = self.problem
+        if p.classes == 1 and (p.objective == "max" or len(self.scenarios) == 1):
+            rows = np.flatnonzero(fits & ~megatron & (quick <= cut))  # K = 1: grid row = pick row
+            if len(rows):
+                out = self._coupled_out(members[0], kept, picks[0][rows], store,
+                                        tuple(x[rows] for x in terms[0][:3]), cut)
+                quick = quick.copy()
+                quick[rows[out]] = np.inf
+        return grid, picks, fits, quick, megatron
+
+    def _winners(self, kept: dict, store: dict, cut: float) -> dict:
+        """Per choice x, the positions in kept[x] that some combination of `_grid` (other than
+        all-Megatron) that may fit memory and bounds at most `cut` takes."""
+        grid, picks, fits, quick, megatron = self._grid(kept, store, cut)
+        win = grid[fits & ~megatron & (quick <= cut)]
+        out = {}
+        for k in range(len(self.o.classes)):
+            members = [x for x in self.keys if x[0] == k]
+            rows = picks[k][np.unique(win[:, k])] if len(win) else np.zeros((0, len(members)), int)
+            for col, x in enumerate(members):
+                out[x] = sorted(set(kept[x][c] for c in rows[:, col]))
+        return out
+
     def _bounded(self, k: int, g: int, coeffs: list, cut: float) -> np.ndarray:
         """Which of `coeffs` (each per scenario, class k with group g's stages priced by one
         plan or bucket) may fit memory and bound at most `cut`, every other choice optimistic."""
@@ -286,6 +353,27 @@ class OuterChoices:
             self._opt_cache[k] = self._class_terms(k, [], {}, np.zeros((1, 0), int), {}, self.opt)[:3]
         return self._opt_cache[k]
 
+    def _class_arrays(self, k: int, members: list, kept: dict, picks: np.ndarray, priced, base, si: int):
+        """The stage arrays (one_class.TIGHT_ARRAYS, each (choices, pp)) of class k on scenario
+        position si per choice of its layer plans (_class_terms)."""
+        C = len(picks)
+
+        def rows(attr: str, at: int) -> np.ndarray:
+            out = np.repeat(getattr(base[at, k], attr)[None, :], C, axis=0)
+            for col, x in enumerate(members):
+                stack = np.stack([getattr(base[at, k], attr)] +
+                                 [getattr(priced[x[0], x[1], j][at], attr) for j in kept[x][1:]])
+                chosen = stack[picks[:, col]]
+                out[:, self.masks[x]] = chosen[:, self.masks[x]]
+            return out
+        # memory is priced on the first scenario (it does not depend on the network)
+        out = {f: rows(f, 0) for f in ("layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
+                                       "stage_mem_bytes")}
+        out["capacity_bytes"] = np.broadcast_to(base[0, k].capacity_bytes, (C, base[0, k].pp))
+        out.update({f: rows(f, si) for f in ("stage_time_s", "layer_time_s", "recompute_time_s",
+                                             "stage_sync_time_s", "layer_sync_time_s")})
+        return out
+
     def _class_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, priced, base):
         """Per choice of class k's layer plans (row c of `picks`: for each (k, g) of `members`,
         a position in kept[k, g], which starts with Megatron's plan 0, the `base` coefficients;
@@ -293,27 +381,25 @@ class OuterChoices:
         scenarios): the slowest stage, the sum of the stages and the slowest sync of any split
         that fits memory (tight_class_terms), and whether one can, vectorised over the choices."""
         L, v = self.inst.model.layers, self.o.virtual_stages
-        C = len(picks)
-
-        def rows(attr: str, si: int) -> np.ndarray:
-            out = np.repeat(getattr(base[si, k], attr)[None, :], C, axis=0)
-            for col, x in enumerate(members):
-                stack = np.stack([getattr(base[si, k], attr)] +
-                                 [getattr(priced[x[0], x[1], j][si], attr) for j in kept[x][1:]])
-                chosen = stack[picks[:, col]]
-                out[:, self.masks[x]] = chosen[:, self.masks[x]]
-            return out
-        memory = {f: rows(f, 0) for f in ("layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
-                                          "stage_mem_bytes")}
-        memory["capacity_bytes"] = np.broadcast_to(base[0, k].capacity_bytes, (C, base[0, k].pp))
         A, Sm, D = [], [], []
         for si in range(len(self.scenarios)):
-            times = {f: rows(f, si) for f in ("stage_time_s", "layer_time_s", "recompute_time_s",
-                                              "stage_sync_time_s", "layer_sync_time_s")}
-            tau, sigma, delta, fits = tight_class_terms({**memory, **times}, L, v,
-                                                        self.inst.search.full_recompute)
+            arrays = self._class_arrays(k, members, kept, picks, priced, base, si)
+            tau, sigma, delta, fits = tight_class_terms(arrays, L, v, self.inst.search.full_recompute)
             A.append(tau), Sm.append(sigma), D.append(delta)
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
+
+    def _coupled_out(self, members: list, kept: dict, picks: np.ndarray, store, terms, cut: float) -> np.ndarray:
+        """For a lone class (its micro-batch count fixed): which choices (rows of `picks`, with
+        their _class_terms `terms`) one_class.coupled_above proves above `cut` on some
+        scenario, each scenario's time being at most the objective ("max", or one scenario)."""
+        p, L, v = self.problem, self.inst.model.layers, self.o.virtual_stages
+        m = p.total_micro_batches / p.replicas[0]
+        out = np.zeros(len(picks), bool)
+        for si in range(len(self.scenarios)):
+            arrays = self._class_arrays(0, members, kept, picks, store, self.meg, si)
+            out |= coupled_above(arrays, L, v, m, self.inst.search.full_recompute,
+                                 tuple(x[:, si] for x in terms[:3]), cut)
+        return out
 
     def _combination_bounds(self, per_class) -> np.ndarray:
         """A lower bound of batched.lower_bounds_s for every combination at once:
