@@ -11,17 +11,17 @@ incumbent) is worth switching to iff  S + N * t_new < N * t_cur, with S the swit
 t_cur (the hours left if training goes on with the running plan). Break-even: N* = S/(t_cur - t_new).
 
 Timeline. The periods' plans are chosen by the multi-period MILP of formulations/timeline.py
-over a candidate set: the optimum of every scenario of the timeline, and for every run of
-consecutive periods the plans one would keep through that run. A plan kept through a run does
-sum_s W_s / t_s(plan) iterations (W_s: the run's time in scenario s), a convex, decreasing
-function of the plan's times, so the best such plan minimises sum_s lambda_s t_s with
-lambda_s = W_s / t_s^2 at its own times (the supporting-hyperplane condition of a maximum of a
-convex function over a finite set). The candidates start from lambda = W (the duration-weighted
-mean time, the "expected" objective) and follow that condition for up to REFINEMENTS steps.
-The choice is optimal over those candidates; its quality over the whole space is bounded by
+over a candidate set that provably holds the best plan of every choice: every extreme point of
+the plans' times on the timeline's scenarios (solver/weight_space.py, found by weighted
+solves of the planner). A run of consecutive periods kept on one plan does sum_s W_s / t_s
+iterations (W_s >= 0: its time in scenario s, less the switch at its start), convex and
+non-increasing in the plan's times, so its best plan is one of those extreme points
+(weight_space's docstring); the MILP then picks the runs and their plans exactly. So the
+choice is optimal over the whole declared space, up to the planner's tolerances, when every
+weighted solve was proved ("complete"). The bound
     U = sum_p H_p / t*_sigma(p)
-(every period at its scenario's optimum, no switching: no choice of plans can do more
-iterations), and the gap to U is reported.
+(every period at its scenario's optimum, no switching) is reported too: the gap to U is what
+switching and keeping plans cost, not a gap in the proof.
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
 from paraplan.solver.hetero_planner import HeteroResult, plan_hetero
-
-
-# Re-weightings per run of periods (module docstring, "Timeline").
-REFINEMENTS = 3
+from paraplan.solver.planner import REL_TOL
+from paraplan.solver.weight_space import extreme_points
 
 
 @dataclass(frozen=True)
@@ -118,8 +116,8 @@ class TimelineResult:
     follow_iterations: float  # switch to each period's scenario optimum, paying every change
     switch_s: float
     solve_time_s: float
-    # every scenario optimum proved and every candidate generated within the time limit: only
-    # then do the candidates and the upper bound mean what the module docstring says
+    # every scenario optimum and every weighted solve proved within the time limit: only then
+    # do the candidates hold every run's best plan (module docstring)
     complete: bool = True
 
     @property
@@ -130,7 +128,7 @@ class TimelineResult:
 
     @property
     def status(self) -> str:
-        """"optimal" (over the candidates, with the documented bound) only when complete and
+        """"optimal" (over the whole declared space, module docstring) only when complete and
         the selection MILP proved its choice; "feasible" otherwise."""
         return self.choice.status if self.complete else "feasible"
 
@@ -182,37 +180,29 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
         add(optimum[s].plan, f"optimum of {inst.scenarios[s].name}")
         if progress:
             progress(f"scenario {inst.scenarios[s].name}: {optimum[s].status} {optimum[s].objective_s}")
-    seen = set()
-    for i in range(len(periods)):
-        for j in range(i, len(periods)):
-            w: dict[int, float] = {}
-            for s, dur in periods[i:j + 1]:
-                w[s] = w.get(s, 0.0) + dur
-            if len(w) < 2:
-                continue
-            total = sum(w.values())
-            key = tuple(sorted((s, round(x / total, 12)) for s, x in w.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-            lam = {s: x / total for s, x in w.items()}
-            for _ in range(REFINEMENTS + 1):
-                left = remaining()
-                if left is None:
-                    break
-                res = plan_hetero(_weighted(inst, lam), backend, left, objective="expected")
-                complete = complete and res.status == "optimal"
-                if res.plan is None or add(res.plan, f"kept through periods {i + 1}-{j + 1}") is None:
-                    break
-                # first-order condition of max sum_s W_s / t_s: the best plan kept through the
-                # run minimises sum_s (W_s / t_s^2) t_s at its own times (module docstring)
-                t = {s: simulate_hetero(inst, res.plan, inst.scenarios[s].cluster).iter_time_s for s in w}
-                nxt = {s: w[s] / t[s] ** 2 for s in w}
-                norm = sum(nxt.values())
-                nxt = {s: x / norm for s, x in nxt.items()}
-                if all(abs(nxt[s] - lam[s]) <= 1e-6 for s in w):
-                    break
-                lam = nxt
+    # the extreme points of the plans' times on the used scenarios (module docstring)
+    if len(used) > 1:
+        def solve(lam):
+            left = remaining()
+            if left is None:
+                return None
+            w = {s: float(x) for s, x in zip(used, lam) if x > 0}
+            res = plan_hetero(_weighted(inst, w), backend, left, objective="expected")
+            if res.plan is None:
+                return None
+            t = [simulate_hetero(inst, res.plan, inst.scenarios[s].cluster).iter_time_s for s in used]
+            if res.status != "optimal":  # a plan, but no proof: kept as a candidate only
+                add(res.plan, "weighted, unproved")
+                return None
+            return res.plan, t, res.tolerance_s + REL_TOL * max(1.0, res.objective_s)
+        start = [(optimum[s].plan, [simulate_hetero(inst, optimum[s].plan, inst.scenarios[u].cluster).iter_time_s
+                                    for u in used]) for s in used if optimum[s].plan is not None]
+        plans, _, found_all = extreme_points(
+            solve, len(used), start,
+            progress=(lambda m: progress(f"timeline: {m}")) if progress else None)
+        complete = complete and found_all
+        for c in plans:
+            add(c, "extreme point of the scenarios' times")
     n_scen = len(inst.scenarios)
     times = [[simulate_hetero(inst, c, inst.scenarios[s].cluster).iter_time_s if s in used else float("inf")
               for s in range(n_scen)] for c in cands]

@@ -323,11 +323,14 @@ def cmd_timeline(args) -> int:
                    "solve_time_s": r.solve_time_s})
         return 0
     print(describe_cluster(inst))
-    limited = "" if r.complete else " (time limit: not every scenario optimum or candidate was proved)"
-    print(f"status      {r.status.upper()} over {len(r.candidates)} candidate plans (multi-period MILP);"
-          f" {r.solve_time_s:.2f} s wall{limited}")
+    limited = ("over the whole declared space" if r.complete else
+               "(time limit: not every scenario optimum or weighted solve was proved, so the"
+               " candidates may miss a better plan)")
+    print(f"status      {r.status.upper()} {limited}: multi-period MILP over {len(r.candidates)} candidate"
+          f" plans (every extreme point of the scenarios' times); {r.solve_time_s:.2f} s wall")
     bound = ("no upper bound (a scenario optimum has no bound within the limit)" if r.gap is None else
-             f"upper bound over the whole space {r.upper_bound_iterations:,.1f} (gap {100 * r.gap:.3f}%)")
+             f"{100 * r.gap:.3f}% below {r.upper_bound_iterations:,.1f}, every period at its scenario's"
+             f" optimum with no switch")
     print(f"iterations  {ch.iterations:,.1f} over the timeline; {bound}")
     print(f"baselines   best single plan {r.static_iterations:,.1f}; always switch to the scenario's"
           f" optimum {r.follow_iterations:,.1f}; switching costs {seconds(r.switch_s)}")
