@@ -151,7 +151,9 @@ def megatron_flops_per_sequence(m: ModelSpec, mtp_layers: int = 0) -> float:
     """Model FLOPs of one sequence's forward and backward as Megatron-LM logs them (its
     `num_floating_point_operations`, megatron/training/training.py, read at 001b00c): 3 x 2
     FLOPs per multiply-add of every GEMM, causal attention at half the s x s scores, the
-    logits over the (padded) vocabulary, no router, norms or recomputation; an MoE layer counts
+    logits over the padded vocabulary (= `vocab` for every row here: 151,936, 129,280 and
+    32,000 are multiples of the runs' make-vocab-size-divisible-by x tp), no router, norms or
+    recomputation; an MoE layer counts
     its top_k routed experts and the shared expert; each multi-token-prediction layer one more
     transformer layer (MoE when the last layer is), its projection and another logit GEMM.
     paraplan's own MFU counts attention without the causal half (PaLM's definition,
