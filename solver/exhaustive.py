@@ -8,7 +8,8 @@ is the one the planner must match; a homogeneous instance is searched as a one-g
 (`exhaustive`), whose space is the homogeneous one.
 
 Per class, all (split, recompute) rows are evaluated at once with numpy on every scenario
-(slowest stage, sum of stages, slowest sync, fits); classes are then combined by brute force
+(slowest stage, sum of stages, slowest sync, fits), stored stage-major with the sync priced
+once per split (_Rows); classes are then combined by brute force
 over the product of their feasible rows and the micro-batch vectors. A lone class (every
 homogeneous instance) is evaluated in blocks of about ROW_BLOCK rows instead, its best row
 per micro-batch vector kept across blocks in row order: the same rows, values and first
@@ -38,6 +39,8 @@ from paraplan.solver.hetero_space import count_splits, hetero_outers, micro_batc
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # (split, recompute) rows of a lone class evaluated at a time
 ROW_BLOCK = 1_000_000
+# lone classes of one shape evaluated together, each block of rows built once for all of them
+LONE_CHUNK = 64
 # measured on the 2-core reference machine: candidates evaluated per second (for estimates)
 ESTIMATED_RATE_PER_S = 3_000_000
 
@@ -105,23 +108,47 @@ class _Progress:
         sys.stderr.flush()
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """(split, recompute) rows of one class shape, stored stage-major: nT and rT (pp, rows)
+    (the per-stage reductions below run along contiguous rows, several times faster than
+    along a short last axis); `splits` (K, pp) the distinct layer splits and `of` (rows,) the
+    split of each row, so what depends on the split alone (the gradient sync) is priced once
+    per split."""
+
+    nT: np.ndarray
+    rT: np.ndarray
+    splits: np.ndarray
+    of: np.ndarray
+
+
+def _rows_of(splits: np.ndarray, recompute: bool) -> _Rows:
+    """The rows of `splits`, each split's recompute counts in _recompute_grid's order (built
+    stage-major directly: np.indices is that grid, transposed)."""
+    pp = splits.shape[1]
+    if recompute:
+        rT = np.concatenate([np.indices((n + 1).astype(int)).reshape(pp, -1) for n in splits], axis=1).astype(float)
+        counts = np.prod(splits + 1, axis=1).astype(int)
+    else:
+        rT, counts = np.zeros((pp, len(splits))), np.ones(len(splits), int)
+    of = np.repeat(np.arange(len(splits)), counts)
+    out = _Rows(nT=np.repeat(splits.T, counts, axis=1), rT=rT, splits=splits, of=of)
+    for x in (out.nT, out.rT, out.splits, out.of):
+        x.setflags(write=False)
+    return out
+
+
 @lru_cache(maxsize=64)
-def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Every (layer split n, recompute counts r) row of one class shape, shape (rows, pp) each.
-    They depend on the shape alone, not on the outer configuration, so they are built once per
-    shape (read-only) rather than once per configuration."""
+def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool) -> _Rows:
+    """Every (layer split n, recompute counts r) row of one class shape. They depend on the
+    shape alone, not on the outer configuration, so they are built once per shape (read-only)
+    rather than once per configuration."""
     if uniform:
         from paraplan.cost.loader import default_layer_split
         splits = np.array([default_layer_split(layers, pp, v)], float)
     else:
         splits = compositions(layers, pp, v)
-    ns, rs = [], []
-    for n in splits:
-        r = _recompute_grid(n) if recompute else np.zeros((1, pp))
-        ns.append(np.broadcast_to(n, r.shape)), rs.append(r)
-    n, r = np.concatenate(ns), np.concatenate(rs)
-    n.setflags(write=False), r.setflags(write=False)
-    return n, r
+    return _rows_of(splits, recompute)
 
 
 def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bool):
@@ -132,32 +159,40 @@ def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bo
     if uniform or not recompute or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
         yield _split_rows(layers, pp, v, uniform, recompute)
         return
-    ns, rs, size = [], [], 0
+    block, size = [], 0
     for n in compositions(layers, pp, v):
-        r = _recompute_grid(n)
-        ns.append(np.broadcast_to(n, r.shape)), rs.append(r)
-        size += len(r)
+        block.append(n)
+        size += int(np.prod(n + 1))
         if size >= ROW_BLOCK:
-            yield np.concatenate(ns), np.concatenate(rs)
-            ns, rs, size = [], [], 0
-    if ns:
-        yield np.concatenate(ns), np.concatenate(rs)
+            yield _rows_of(np.array(block), recompute)
+            block, size = [], 0
+    if block:
+        yield _rows_of(np.array(block), recompute)
 
 
-def _class_rows(p, k: int, uniform: bool, rows=None):
+def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: bool = False):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit,
-    and how many rows there were. `rows`: the (n, r) to evaluate (default: every row of the
-    class's shape)."""
+    and how many rows there were. `rows`: the rows to evaluate (default: every row of the
+    class's shape); `keep_all`: every row instead (no copy of the rows), and in place of the
+    count, (count, the mask of the rows that fit). The same arithmetic as cost/schedule.py (stage_mem_bytes, fits, stage_times_s,
+    sync_times_s), element by element, on stage-major arrays."""
     c0, v = p.coeffs[0][k], p.virtual_stages
-    n, r = _split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute) if rows is None else rows
-    ok = schedule.fits(c0, n, r)
-    n, r = n[ok], r[ok]
+    rows = _split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute) if rows is None else rows
+    col = (slice(None), None)  # a per-stage coefficient against stage-major rows
+    nT, rT = rows.nT, rows.rT
+    mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
+           - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
+    ok = (mem <= c0.capacity_bytes[col]).all(axis=0) & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
+    of = rows.of
+    if not keep_all:
+        nT, rT, of = nT[:, ok], rT[:, ok], of[ok]
     A, S, D = [], [], []
     for cs in p.coeffs:
-        t = schedule.stage_times_s(cs[k], n, r)
-        A.append(t.max(axis=1)), S.append(t.sum(axis=1))
-        D.append(schedule.sync_times_s(cs[k], n).max(axis=1))
-    return n, r, np.array(A), np.array(S), np.array(D), len(ok)
+        c = cs[k]
+        t = c.stage_time_s[col] + nT * c.layer_time_s[col] + rT * c.recompute_time_s[col]
+        A.append(t.max(axis=0)), S.append(t.sum(axis=0))
+        D.append(schedule.sync_times_s(c, rows.splits).max(axis=1)[of])
+    return nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok)
 
 
 def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
@@ -178,38 +213,59 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{count(total // ESTIMATED_RATE_PER_S)} s")
     _, agg, weights = scenario_weights(inst, objective)
     bar = _Progress(total, progress)
-    best_val, best = math.inf, None
     done = feasible = 0
     placements: dict = {}
 
+    # per (outer, layer plans) in enumeration order: each micro-batch vector's first minimum
+    # (value, plan parts); combined in that order at the end, so the first of equal optima wins
+    # as if they were evaluated one after the other
+    found: dict[int, list] = {}
+    pending: dict[tuple, list] = {}  # lone classes by class shape, evaluated LONE_CHUNK at once
+
+    def flush(shape) -> bool:
+        """Evaluate the pending lone classes of one shape; False when the limit passed."""
+        nonlocal done, feasible
+        items = pending.pop(shape)
+        out = _lone_classes([(p, mvecs) for _, p, mvecs, _, _ in items], uniform, agg, weights, deadline)
+        if out is None:
+            return False
+        for (i, _, mvecs, o, parts), (counted, fit, best_rows) in zip(items, out):
+            done += counted
+            feasible += fit
+            found[i] = [(val, (o, mv, [n], [r], parts)) for mv, (val, n, r) in zip(mvecs, best_rows)
+                        if n is not None]
+        bar.update(done)
+        return True
+
     def result(complete: bool) -> HeteroExhaustiveResult:
+        best_val, best = math.inf, None
+        for i in sorted(found):
+            for val, b in found[i]:
+                if val < best_val * (1 - 1e-9):
+                    best_val, best = float(val), b
         return HeteroExhaustiveResult(plan=None if best is None else _plan_of(*best),
                                       objective_s=None if best is None else best_val, candidates=done,
                                       outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
                                       feasible=feasible, complete=complete)
 
-    for o, parts in ((o, parts) for o in outers
-                     for parts in all_partitions(inst, o, placer(inst, o, placements), lone_count(inst, o))):
+    for i, (o, parts) in enumerate((o, parts) for o in outers
+                                   for parts in all_partitions(inst, o, placer(inst, o, placements), lone_count(inst, o))):
         if deadline is not None and time.perf_counter() > deadline:
             return result(False)
         p = problem_for(inst, o, objective, placements=placements, partitions=parts)
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
         v = o.virtual_stages
         if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
-            counted, fit, found = _lone_class(p, mvecs, uniform, agg, weights)
-            done += counted
-            feasible += fit
-            bar.update(done)
-            for mv, (val, n, r) in zip(mvecs, found):
-                if deadline is not None and time.perf_counter() > deadline:
-                    return result(False)
-                if n is not None and val < best_val * (1 - 1e-9):
-                    best_val, best = float(val), (o, mv, [n], [r], parts)
+            shape = (p.layers, p.coeffs[0][0].pp, v, p.allow_full_recompute)
+            pending.setdefault(shape, []).append((i, p, mvecs, o, parts))
+            if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
+                return result(False)
             continue
         rows = [_class_rows(p, k, uniform) for k in range(p.classes)]
         done += len(mvecs) * math.prod(x[5] for x in rows)
         feasible += len(mvecs) * math.prod(len(x[0]) for x in rows)
         bar.update(done)
+        found[i] = []
         if any(len(x[0]) == 0 for x in rows):
             continue
         for mv in mvecs:
@@ -228,36 +284,44 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             per = P + D  # (scenarios, rows_1, ..., rows_K)
             vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
             flat = int(np.argmin(vals))
-            if vals.flat[flat] < best_val * (1 - 1e-9):
-                best_val = float(vals.flat[flat])
-                combo = np.unravel_index(flat, vals.shape)
-                best = (o, mv, [rows[k][0][j] for k, j in enumerate(combo)],
-                        [rows[k][1][j] for k, j in enumerate(combo)], parts)
+            combo = np.unravel_index(flat, vals.shape)
+            found[i].append((float(vals.flat[flat]), (o, mv, [rows[k][0][j] for k, j in enumerate(combo)],
+                                                      [rows[k][1][j] for k, j in enumerate(combo)], parts)))
+    for shape in list(pending):
+        if not flush(shape):
+            return result(False)
     bar.update(total)
     assert done == total, f"enumerated {done} plans but the space has {total}"
     return result(True)
 
 
-def _lone_class(p, mvecs: np.ndarray, uniform: bool, agg: str, weights):
-    """A lone class's rows in blocks (_split_row_blocks): (candidates, fitting candidates, per
-    micro-batch vector (value, n, r) of its first minimum over all rows in row order, n None
-    where no row fits)."""
-    c0, v = p.coeffs[0][0], p.virtual_stages
-    best = [(math.inf, None, None)] * len(mvecs)
-    counted = fit = 0
-    for block in _split_row_blocks(p.layers, c0.pp, v, uniform, p.allow_full_recompute):
-        n, r, A, S, D, total = _class_rows(p, 0, uniform, block)
-        counted += len(mvecs) * total
-        fit += len(mvecs) * len(n)
-        if not len(n):
-            continue
-        for i, mv in enumerate(mvecs):
-            per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as hetero_exhaustive
-            vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
-            j = int(np.argmin(vals))
-            if vals[j] < best[i][0]:  # strictly: an equal value later in row order is not first
-                best[i] = (float(vals[j]), n[j], r[j])
-    return counted, fit, best
+def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: float | None):
+    """Lone classes of one class shape, (problem, micro-batch vectors) each, evaluated on the
+    shape's rows in blocks (_split_row_blocks), each block built once for all of them: per
+    problem (candidates, fitting candidates, per micro-batch vector (value, n, r) of its first
+    minimum over all rows in row order, n None where no row fits); None when `deadline`
+    passed."""
+    p0 = problems[0][0]
+    c0, v = p0.coeffs[0][0], p0.virtual_stages
+    best = [[(math.inf, None, None)] * len(mvecs) for _, mvecs in problems]
+    counted, fit = [0] * len(problems), [0] * len(problems)
+    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, p0.allow_full_recompute):
+        for q, (p, mvecs) in enumerate(problems):
+            if deadline is not None and time.perf_counter() > deadline:
+                return None
+            n, r, A, S, D, (total, ok) = _class_rows(p, 0, uniform, block, keep_all=True)
+            fitting = int(ok.sum())
+            counted[q] += len(mvecs) * total
+            fit[q] += len(mvecs) * fitting
+            if not fitting:
+                continue
+            for i, mv in enumerate(mvecs):
+                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as hetero_exhaustive
+                vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
+                j = int(np.argmin(np.where(ok, vals, np.inf)))  # the first fitting minimum
+                if vals[j] < best[q][i][0]:  # strictly: an equal value later in row order is not first
+                    best[q][i] = (float(vals[j]), n[j], r[j])
+    return list(zip(counted, fit, best))
 
 
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
