@@ -368,7 +368,23 @@ def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) ->
                      " catalogue defaults (cost/gpus.yaml), not fitted")
     if inst.model.moe is not None:
         etp = f", etp={plan.etp}" if plan.etp is not None else ""
-        lines.append(f"mixture of experts (ep={plan.ep}{etp}): no published MoE row is fitted; the"
-                     " expert, all-to-all and imbalance terms are unvalidated (anchors:"
-                     " cost/published/moe.yaml)")
+        errs = moe_anchor_errors()
+        here = [e for g, e in errs if die(g) == die(gpu)]
+        on_gpu = (f"; on {die(gpu)} {len(here)} runs, {min(here):+.0f}% to {max(here):+.0f}%" if here
+                  else f"; none on {die(gpu)}")
+        lines.append(f"mixture of experts (ep={plan.ep}{etp}): no MoE row is fitted; priced as they"
+                     f" ran, {len(errs)} published Megatron-core MoE runs come out {min(e for _, e in errs):+.0f}%"
+                     f" to {max(e for _, e in errs):+.0f}% (+: paraplan faster than measured; mean"
+                     f" |error| {np.mean([abs(e) for _, e in errs]):.0f}%){on_gpu} (cost/published/moe.yaml)")
     return lines
+
+
+@lru_cache(maxsize=1)
+def moe_anchor_errors() -> tuple[tuple[str, float], ...]:
+    """(GPU, error %) of every MoE anchor priced as it ran (cost/published/moe.yaml,
+    paraplan_prediction.error_pct; > 0: paraplan's time below the measured one)."""
+    from paraplan.cost.calibration import PUBLISHED_DIR
+    from paraplan.cost.loader import read_yaml
+    rows = read_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
+    return tuple((r["cluster"]["gpu"], float(r["paraplan_prediction"]["error_pct"])) for r in rows
+                 if (r.get("paraplan_prediction") or {}).get("error_pct") is not None)

@@ -245,3 +245,13 @@ def test_every_configured_row_is_priced_or_says_why_not():
         assert row.get("paraplan_prediction") or row.get("no_prediction_because"), row["id"]
         if row.get("paraplan_prediction"):
             assert row["deviations"], row["id"]
+
+
+def test_moe_trust_line_reads_the_anchors():
+    """Every MoE plan's trust lines give the anchors' error range, read from moe.yaml: the
+    extremes recomputed here from the rows' recorded errors."""
+    from paraplan.cost.trust import moe_anchor_errors
+    errs = [float(r["paraplan_prediction"]["error_pct"]) for r in _rows()
+            if (r.get("paraplan_prediction") or {}).get("error_pct") is not None]
+    got = [e for _, e in moe_anchor_errors()]
+    assert got == errs and len(errs) >= 20
