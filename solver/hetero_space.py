@@ -57,6 +57,13 @@ coefficients price every split; one cp and v for every group (one HeteroOuter); 
 uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
 counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
+Not in the space yet, so a proof does not cover them (issue 12 asks for all three): a group
+used in part (some of its GPUs idle: every used group's GPUs all work above); a stage-wise class
+beside replica-wise classes in one plan (one family per plan); two classes on one group (the
+replica family runs one class per group). Each needs the placement to give one group's GPUs to
+several classes (cost/hetero_coefficients.class_placement places a class on whole groups) and
+the enumeration to split a group's GPU count between them.
+
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
 same micro-batch count on every replica.
 
