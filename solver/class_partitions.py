@@ -192,7 +192,7 @@ class OuterChoices:
         """Steps 2 and 3 (module docstring) against the incumbent `upper_s`; optimistic() first.
         Candidates are keyed by step 3's vectorised bound (a valid lower bound of each)."""
         out = Listing()
-        inst, net, reserve = self.inst, self.net, self.inst.search.memory_reserve_bytes
+        net = self.net
         keys, masks, S, K = self.keys, self.masks, len(self.scenarios), len(self.o.classes)
         cut = upper_s * (1 + REL_TOL)
         plans = {x: [MEGATRON] for x in keys}
