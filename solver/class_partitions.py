@@ -173,9 +173,7 @@ class OuterChoices:
                 if not lo_fns:
                     self.opt[si, k] = self.meg[si, k]
                     continue
-                lo = build(inst, self.co[k], net, reserve, placement=pl, layer_fn=self._layer_fn(i, k, lo_fns))
-                hi = build(inst, self.co[k], net, reserve, placement=pl, layer_fn=self._layer_fn(i, k, hi_fns))
-                self.opt[si, k] = elementwise_min(lo, hi)
+                self.opt[si, k] = self._below(i, k, lo_fns, hi_fns)
         self.problem = self.problem_of(self._with({}))
         return self._with({})
 
@@ -283,12 +281,18 @@ class OuterChoices:
         for si, (ginst, site, _) in enumerate(self._where(k, g)):
             lo_t, hi_t = optimistic_terms(P.table_for(ginst, self.cg[x], site, self.net),
                                           rows[x][si][np.array(bucket) - 1])
-            i = self.scenarios[si]
-            lo, hi = (build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
-                            placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, {g: _const(t)}))
-                      for t in (lo_t, hi_t))
-            out.append(elementwise_min(lo, hi))
+            out.append(self._below(self.scenarios[si], k, {g: _const(lo_t)}, {g: _const(hi_t)}))
         return out
+
+    def _below(self, i: int, k: int, lo_fns: dict, hi_fns: dict) -> StageCoefficients:
+        """Class k on scenario i with each group g of the dicts at optimistic terms: the
+        elementwise minimum of a build at lo_fns[g] (every term least) and one at hi_fns[g]
+        (the backward at its largest), below every plan those terms bound
+        (partition_plans.optimistic_coefficients, per group)."""
+        lo, hi = (build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
+                        placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, fns))
+                  for fns in (lo_fns, hi_fns))
+        return elementwise_min(lo, hi)
 
     def _price(self, k: int, g: int, plan) -> list[StageCoefficients]:
         """Class k built with group g's stages priced by layer plan `plan`, per scenario."""
