@@ -62,7 +62,9 @@ used in part (some of its GPUs idle: every used group's GPUs all work above); a 
 beside replica-wise classes in one plan (one family per plan); two classes on one group (the
 replica family runs one class per group). Each needs the placement to give one group's GPUs to
 several classes (cost/hetero_coefficients.class_placement places a class on whole groups) and
-the enumeration to split a group's GPU count between them.
+the enumeration to split a group's GPU count between them. cost prices such plans
+(simulate takes them), and `plan` names each kind the cluster can run beside its claim
+(not_covered below), first a group the optimum leaves idle.
 
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
 same micro-batch count on every replica.
@@ -380,6 +382,27 @@ def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
     vals = s.virtual_stages if s.virtual_stages is not None else _divisors(layers)
     return [v for v in vals if v == 1 or (layers % v == 0 and all(1 < c.pp and v * c.pp <= layers
                                                                   for c in shapes))]
+
+
+def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> list[str]:
+    """The kinds of plan this instance's cluster can run that the space leaves out (the module
+    docstring's "Not in the space yet"), so that a proof over the space says nothing about
+    them: what `plan` prints and records beside its claim. `used_groups`: the groups the plan
+    found runs on (None: no plan); a group it leaves idle is where the whole-group rule shows
+    in the answer, and is named first. Each line names a rule only where the cluster has a plan
+    it excludes: part of a group needs a group of >= 2 GPUs, two classes on one group too, and
+    a stage-wise class beside replica-wise ones >= 3 groups (on 2, one of them would be shared,
+    the rule before it)."""
+    groups = inst.cluster.groups
+    out = []
+    if used_groups is not None:
+        out += [f"part of group {g.name!r} (idle in this plan: the space uses a group whole or"
+                " not at all)" for i, g in enumerate(groups) if i not in used_groups]
+    if any(g.num_gpus >= 2 for g in groups):
+        out += ["some GPUs of a used group idle", "two replica classes on one group"]
+    if len(groups) >= 3:
+        out.append("a stage-wise class beside replica-wise classes")
+    return out
 
 
 def empty_space_reason(inst: HeteroInstance) -> str:

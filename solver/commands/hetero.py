@@ -103,12 +103,20 @@ def plan_lines(plan, inst) -> list[str]:
     return lines
 
 
-def evidence_text(res, network: str = "the nominal network") -> str:
+def not_covered(res, inst) -> list[str]:
+    """What the result's claim leaves out on this cluster (solver/hetero_space.not_covered)."""
+    from paraplan.solver.hetero_space import not_covered as outside
+    used = None if res.plan is None else {g for c in res.plan.classes for g in c.stage_groups}
+    return outside(inst, used)
+
+
+def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
     what = {"nominal": f"per iteration on {network}",
             "robust": f"worst case over {len(res.scenario_names)} scenarios",
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
     return common_evidence_text(res, res.objective_s, what, res.plans_total,
-                                "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)")
+                                "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
+                                not_covered=not_covered(res, inst) if inst is not None else ())
 
 
 def breakdown_text(bd, inst) -> str:
@@ -155,7 +163,7 @@ def result_json(res, inst, regs=None) -> dict:
         "model_warnings": model_warnings(inst),
         "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
         "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "space": space_json(res, res.plans_total),
+        "space": space_json(res, res.plans_total, not_covered(res, inst)),
         "reason": res.reason or None,
         "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
@@ -182,7 +190,7 @@ def cmd_plan(args, progress=None) -> int:
         emit_json(result_json(res, inst, regs))
     else:
         print(describe_cluster(inst))
-        print(evidence_text(res))
+        print(evidence_text(res, inst=inst))
         if res.plan is not None:
             print("plan        " + "\n            ".join(plan_lines(res.plan, inst)) + "\n")
             print(breakdown_text(res.breakdown, inst))

@@ -37,13 +37,21 @@ def _plan_line(p) -> str:
             f" layers/stage=[{split}] full-recompute/stage=[{rc}]")
 
 
-def result_json(res) -> dict:
+def not_covered(inst) -> list[str]:
+    """What a one-group plan's claim leaves out (solver/hetero_space.not_covered: the cluster
+    as the class planner plans it, one group, never idle)."""
+    from paraplan.cost.hetero_loader import homogeneous_as_hetero
+    from paraplan.solver.hetero_space import not_covered as outside
+    return outside(homogeneous_as_hetero(inst))
+
+
+def result_json(res, inst) -> dict:
     from paraplan.cost.loader import plan_to_mapping
     return {
         "status": res.status, "iter_time_s": res.iter_time_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, res.space_size),
+        "space": space_json(res, res.space_size, not_covered(inst)),
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan) if res.plan else None,
         "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
@@ -85,7 +93,7 @@ def cmd_plan(args) -> int:
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
-        out = result_json(res)
+        out = result_json(res, inst)
         out["trust"] = trust_json(trust)
         out["model_warnings"] = notes
         if sens is not None:
@@ -95,7 +103,7 @@ def cmd_plan(args) -> int:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
         print(evidence_text(res, res.iter_time_s, "per iteration", res.space_size,
-                            dominated=res.pruned_by_dominance))
+                            dominated=res.pruned_by_dominance, not_covered=not_covered(inst)))
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:

@@ -35,7 +35,8 @@ STAGE = {"stage": INT, "mem_bytes": NUM, "capacity_bytes": NUM, "time_per_micro_
 BREAKDOWN = {"iter_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM, "fits_memory": BOOL,
              "exposed_s": MapOf(NUM), "stages": [STAGE]}
 SPACE = {"outer_configs": INT, "candidates": INT, "priced": INT, "solved": INT, "pruned_by_bound": INT,
-         "pruned_by_memory": INT, "pruned_by_dominance": INT, "inner_infeasible": INT, "unresolved": INT}
+         "pruned_by_memory": INT, "pruned_by_dominance": INT, "inner_infeasible": INT, "unresolved": INT,
+         "not_covered": [STR]}
 EVIDENCE = {"status": STR, "iter_time_s": NUM_OR_NULL, "bound_s": NUM_OR_NULL, "gap": NUM_OR_NULL,
             "solve_time_s": NUM, "backend": STR, "tolerance_s": NUM, "space": SPACE,
             "reason": (STR, "null")}

@@ -283,7 +283,7 @@ def run_job(job: SweepJob) -> dict:
 
     res = plan(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
                threads=job.threads)
-    return {"result": result_json(res)}
+    return {"result": result_json(res, job.instance)}
 
 
 # Linux prctl(2): PR_SET_PDEATHSIG asks the kernel to send a signal when the parent dies.
