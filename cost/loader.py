@@ -91,6 +91,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       tp_across_nodes: false
       tp_per_group: true             # mixed clusters: a pipeline across node groups may run a
                                      #   tp per group (solver/hetero_space.py)
+      classes_per_group: 1           # group format: replica classes one node group may host
+                                     #   (1 to 4; solver/hetero_space.py)
       memory_reserve_gib: 0          # kept free on every GPU
 
 A `search:` value that the instance's shape can never run (cost/space_rules.py: tp=3 with 16
@@ -212,8 +214,8 @@ _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "seque
               "partitions", "ep", "etp")
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
-                "uniform_split", "tp_across_nodes", "tp_per_group", "memory_reserve_gib", "tensor_partitions",
-                "ep", "etp")
+                "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group",
+                "memory_reserve_gib", "tensor_partitions", "ep", "etp")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
 
@@ -856,7 +858,7 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
         allowed = enum_values(Recompute)
         kw["recompute"] = tuple(Recompute(v) for v in sec.list_of(
             "recompute", _check_choice(sec, allowed), " | ".join(allowed)))
-    for key in ("max_micro_batch", "max_pp", "max_cp"):
+    for key in ("max_micro_batch", "max_pp", "max_cp", "classes_per_group"):
         if sec.has(key):
             kw[key] = sec.integer(key)
     for key in ("full_recompute", "uniform_split", "tp_across_nodes", "tp_per_group"):

@@ -205,6 +205,10 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
     refusal = moe_refusal(space, model, given)
     if refusal is not None:
         return refusal
+    if "classes_per_group" in given and space.classes_per_group > 1:
+        return Refusal("classes_per_group", "a plan of several replica classes is read and written"
+                       " in the group format only", "write the cluster as `groups:` with one group"
+                       " (see instances/hetero/tiny-2types.yaml), or remove classes_per_group")
     n, gpn = cluster.num_gpus, cluster.domain_gpus
     drop = "drop it from the list"
     tps, cps, pps = [], [], []

@@ -485,6 +485,9 @@ class JobSpec:
                               " (forward/backward chunk pairs); remove moe_a2a_overlap")
 
 
+MAX_CLASSES_PER_GROUP = 4  # search.classes_per_group (its row in cost/ranges.py says why)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchSpace:
     """The declared plan space. CP-SAT, MILP and exhaustive search all optimise over exactly
@@ -514,6 +517,10 @@ class SearchSpace:
     # a mixed cluster's stage-wise class (one pipeline across node groups) may run a tp per
     # group, e.g. tp 4 on A100 stages and tp 2 on H100 stages (solver/hetero_space.py)
     tp_per_group: bool = True
+    # how many replica classes one node group may host (solver/hetero_space.py): 1, a class
+    # per group; more lets replicas of different pipeline depths, or of different micro-batch
+    # counts, share a group (read in the group format only: a class of its own needs it)
+    classes_per_group: int = 1
     memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
@@ -536,6 +543,9 @@ class SearchSpace:
         for name in ("max_micro_batch", "max_pp", "max_cp"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"search.{name} must be >= 1 (or left out: no cap)")
+        if not 1 <= self.classes_per_group <= MAX_CLASSES_PER_GROUP:
+            raise ConfigError(f"search.classes_per_group must be 1 to {MAX_CLASSES_PER_GROUP}: the"
+                              " micro-batch splits between classes grow as a power of their number")
         if self.memory_reserve_bytes < 0:
             raise ConfigError("search.memory_reserve_gib must be >= 0")
         if not self.tensor_partitions or not set(self.tensor_partitions) <= {"megatron", "spatial_temporal"}:

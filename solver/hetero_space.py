@@ -14,9 +14,15 @@ Two families of class shapes, over every non-empty subset U of the node groups:
   of each group's admissible values (HeteroOuter.group_tp; e.g. tp 8 on A100 stages beside tp 4
   on H100 stages), and the hand-off between stages of different tp reshards the activation
   (cost/coefficients.build); otherwise one tp for every group.
-- "replica" (replica-wise heterogeneity, |U| >= 2): one class per group g of U, x_g replicas of
-  pp_g stages all on g, x_g * tp * cp * pp_g = GPUs of g; classes take different micro-batch
-  counts.
+- "replica" (replica-wise heterogeneity): on each group g of U, 1 to search.classes_per_group
+  classes (default 1), class k with x_k replicas of pp_k stages all on g,
+  sum_k x_k * tp * cp * pp_k = GPUs of g (group_shares: one order per multiset of classes);
+  classes take different micro-batch counts. At least two classes in all: a lone class on one
+  group is the stage family's plan. With classes_per_group 1 this needs |U| >= 2; with more,
+  replicas of different depths may share one group (e.g. on 8 GPUs, 2 replicas of pp 2 beside
+  1 of pp 4), or two classes of one shape run different micro-batch counts. The layouts grow
+  as a power of classes_per_group (replica_layouts counts them; above MAX_REPLICA_LAYOUTS the
+  planner refuses the space before listing it).
 
 Rules shared with the homogeneous space (a one-group cluster), one implementation each: tp a power
 of two dividing the heads (or a multiple of the KV heads) and the GPUs per node of every used
@@ -57,12 +63,12 @@ coefficients price every split; one cp and v for every group (one HeteroOuter); 
 uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
 counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
-Not in the space yet, so a proof does not cover them (issue 12 asks for all three): a group
+Not in the space yet, so a proof does not cover them (issue 12 asks for them): a group
 used in part (some of its GPUs idle: every used group's GPUs all work above); a stage-wise class
-beside replica-wise classes in one plan (one family per plan); two classes on one group (the
-replica family runs one class per group). Each needs the placement to give one group's GPUs to
-several classes (cost/hetero_coefficients.class_placement places a class on whole groups) and
-the enumeration to split a group's GPU count between them. cost prices such plans
+beside replica-wise classes in one plan (one family per plan); more replica classes on one group
+than search.classes_per_group (one by default). The first two need a class spanning groups to
+take part of a group's GPUs, beside others or idle (cost/hetero_coefficients.class_placement
+places a stage-wise class on whole groups). cost prices such plans
 (simulate takes them), and `plan` names each kind the cluster can run beside its claim
 (not_covered below), first a group the optimum leaves idle.
 
@@ -102,6 +108,7 @@ import numpy as np
 
 from paraplan.cost import memory
 from paraplan.cost.flops import moe_attention_view
+from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.hetero_coefficients import class_outer
 from paraplan.cost.hetero_loader import homogeneous_as_hetero
@@ -247,12 +254,101 @@ def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...
             for order in itertools.permutations(range(len(used))):
                 groups = tuple(g for i in order for g in [used[i]] * counts[i])
                 yield (ClassShape(replicas=dp, stage_groups=groups),)
-    elif len(used) >= 2:
+    elif len(used) >= 2 or inst.search.classes_per_group > 1:
+        per_group = inst.search.classes_per_group
         options = []
         for g, x, u in zip(used, gpus, units):
-            opts = [pp for pp in _divisors(x // u) if x % u == 0 and _pp_ok(inst, pp)]
-            options.append([ClassShape(replicas=x // (u * pp), stage_groups=(g,) * pp) for pp in opts])
-        yield from itertools.product(*options)
+            pps = [pp for pp in range(1, x // u + 1) if x % u == 0 and _pp_ok(inst, pp)]
+            options.append([tuple(ClassShape(replicas=r, stage_groups=(g,) * pp) for pp, r in shares)
+                            for shares in group_shares(x // u, pps, per_group)])
+        for combo in itertools.product(*options):
+            shapes = tuple(c for group in combo for c in group)
+            if len(shapes) >= 2:  # one class on one group: the stage family's plan
+                yield shapes
+
+
+def replica_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
+    """How many replica-family class layouts the space lists (every group subset, tp and cp,
+    before micro-batch sizes and modes multiply them): what search.classes_per_group > 1 makes
+    grow, counted without listing them; `stop`: return as soon as the count passes it."""
+    G, most = len(inst.cluster.groups), inst.search.classes_per_group
+    total = 0
+    for used in (u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)):
+        if len(used) < 2 and most < 2:
+            continue
+        for tpg in tp_choices(inst, used, "replica"):
+            for cp in cp_values(inst, used, tpg):
+                n = 1
+                for g in used:
+                    x, u = inst.cluster.groups[g].num_gpus, tpg[g] * cp
+                    pps = [pp for pp in range(1, x // u + 1) if x % u == 0 and _pp_ok(inst, pp)]
+                    n *= _share_count(x // u, tuple(pps), most)
+                if len(used) == 1:  # a lone class, one per pp dividing the group: not listed
+                    n -= sum(1 for pp in pps if (x // u) % pp == 0)
+                total += n
+                if stop is not None and total > stop:
+                    return total
+    return total
+
+
+@lru_cache(maxsize=4096)
+def _share_count(units: int, pps: tuple[int, ...], most: int) -> int:
+    """len(group_shares(units, pps, most)), counted without listing: the multisets of at most
+    `most` (pp, replicas) pairs with sum pp * replicas = units. ways[k, t]: multisets of k pairs
+    of weight t; adding each pair in turn, any number of times (k ascending reuses it)."""
+    ways = np.zeros((most + 1, units + 1), dtype=np.int64)
+    ways[0, 0] = 1
+    for pp in pps:
+        for r in range(1, units // pp + 1):
+            w = pp * r
+            for k in range(1, most + 1):
+                ways[k, w:] += ways[k - 1, :units + 1 - w]
+    return int(ways[1:, units].sum())
+
+
+# Above this many replica layouts (replica_layouts) the enumeration alone takes minutes and the
+# planner's outer configurations run to millions: measured on 32 A100 + 32 H100 with
+# classes_per_group 2, 57,518 layouts -> 259,240 outer configurations, planned in 15 s on 2
+# cores; with 3, 7.5 million layouts.
+MAX_REPLICA_LAYOUTS = 100_000
+
+
+def check_layouts(inst: HeteroInstance) -> None:
+    """Refuse, before listing it, a space that search.classes_per_group makes too large to plan."""
+    if inst.search.classes_per_group < 2:
+        return
+    n = replica_layouts(inst, stop=MAX_REPLICA_LAYOUTS)
+    if n > MAX_REPLICA_LAYOUTS:
+        raise InstanceError(inst.source, "search.classes_per_group",
+                            f"{inst.search.classes_per_group} classes per group give more than"
+                            f" {MAX_REPLICA_LAYOUTS:,} replica layouts, the most this planner lists",
+                            "lower classes_per_group, or narrow search.tp, search.pp or search.max_pp")
+
+
+def group_shares(units: int, pps: list[int], most: int) -> list[tuple[tuple[int, int], ...]]:
+    """Every way to fill a group of `units` stage slots (GPUs / (tp * cp)) with at most `most`
+    replica classes of its own: ((pp, replicas), ...) with sum pp * replicas = units, pp from
+    `pps`, in non-decreasing order (classes on one group are interchangeable: one order each;
+    two classes of one shape stay distinct, as they may run different micro-batch counts)."""
+    return list(_shares(units, tuple(pps), most))
+
+
+@lru_cache(maxsize=4096)
+def _shares(units: int, pps: tuple[int, ...], most: int) -> tuple:
+    out = []
+
+    def fill(left: int, start: tuple[int, int], shares: tuple) -> None:
+        if left == 0:
+            out.append(shares)
+            return
+        if len(shares) == most:
+            return
+        for pp in pps:
+            for r in range(1, left // pp + 1):
+                if (pp, r) >= start and (left - pp * r == 0 or len(shares) + 1 < most):
+                    fill(left - pp * r, (pp, r), shares + ((pp, r),))
+    fill(units, (0, 0), ())
+    return tuple(out)
 
 
 def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
@@ -262,6 +358,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
+    check_layouts(inst)
     if groups is not None:
         subsets = [tuple(sorted(groups))]
     elif uniform:
@@ -390,7 +487,8 @@ def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> li
     them: what `plan` prints and records beside its claim. `used_groups`: the groups the plan
     found runs on (None: no plan); a group it leaves idle is where the whole-group rule shows
     in the answer, and is named first. Each line names a rule only where the cluster has a plan
-    it excludes: part of a group needs a group of >= 2 GPUs, two classes on one group too, and
+    it excludes: part of a group needs a group of >= 2 GPUs, one more class on one group than
+    search.classes_per_group a group of more GPUs than that, and
     a stage-wise class beside replica-wise ones >= 3 groups (on 2, one of them would be shared,
     the rule before it)."""
     groups = inst.cluster.groups
@@ -399,7 +497,11 @@ def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> li
         out += [f"part of group {g.name!r} (idle in this plan: the space uses a group whole or"
                 " not at all)" for i, g in enumerate(groups) if i not in used_groups]
     if any(g.num_gpus >= 2 for g in groups):
-        out += ["some GPUs of a used group idle", "two replica classes on one group"]
+        out.append("some GPUs of a used group idle")
+    most = inst.search.classes_per_group
+    if any(g.num_gpus > most for g in groups):  # room for one more class, one GPU each
+        out.append("two replica classes on one group" if most == 1
+                   else f"more than {most} replica classes on one group")
     if len(groups) >= 3:
         out.append("a stage-wise class beside replica-wise classes")
     return out

@@ -1,0 +1,157 @@
+"""search.classes_per_group: several replica classes on one node group (solver/hetero_space.py).
+
+The enumeration of a group's classes (group_shares) is checked against a brute force written
+independently here; the optimum over the larger space against exhaustive search; the space's
+size against its count without listing (replica_layouts), which the planner's refusal reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import yaml
+from randinst import random_hetero_instance
+
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.hetero_loader import hetero_plan_to_mapping, load_hetero_instance, load_hetero_plan
+from paraplan.cost.hetero_simulate import simulate_hetero
+from paraplan.cost.specs import SearchSpace
+from paraplan.solver.commands.cli import main
+from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
+from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.hetero_space import (FAMILIES, class_shapes, cp_values, group_shares, hetero_outers,
+                                          not_covered, replica_layouts, tp_choices)
+
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
+
+TINY = "instances/hetero/tiny-2types.yaml"
+THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"
+
+
+def _per_group(inst, k: int):
+    return dataclasses.replace(inst, search=dataclasses.replace(inst.search, classes_per_group=k))
+
+
+def _shared(plan) -> bool:
+    """Whether two classes of the plan run on one group."""
+    groups = [g for c in plan.classes for g in set(c.stage_groups)]
+    return len(groups) > len(set(groups))
+
+
+@pytest.mark.parametrize("units", [1, 2, 3, 4, 6, 8, 12])
+@pytest.mark.parametrize("most", [1, 2, 3])
+def test_group_shares_are_every_multiset_of_classes_filling_the_group(units, most):
+    # brute force: every ordered tuple of 1..most (pp, replicas) pairs whose stage slots
+    # pp * replicas add up to the group's units, sorted into one representative per multiset
+    pps = [pp for pp in range(1, units + 1) if pp != 5]  # a gap, as search.pp may leave
+    pairs = [(pp, r) for pp in pps for r in range(1, units + 1)]
+    expected = {tuple(sorted(t)) for n in range(1, most + 1) for t in itertools.product(pairs, repeat=n)
+                if sum(pp * r for pp, r in t) == units}
+    got = group_shares(units, pps, most)
+    assert len(got) == len(set(got)) and set(got) == expected
+
+
+def test_one_class_per_group_is_the_replica_family_as_before():
+    # with 1 the group's only class fills it: replicas = units / pp, one entry per pp
+    assert group_shares(8, [1, 2, 4, 8], 1) == [((1, 8),), ((2, 4),), ((4, 2),), ((8, 1),)]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_replica_layouts_counts_what_the_space_lists(k):
+    # replica_layouts counts without listing (cost of the refusal); here the listing itself
+    # over every group subset, tp and cp of the replica family is the reference
+    inst = _per_group(load_hetero_instance(TINY), k)
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
+    G = len(inst.cluster.groups)
+    listed = sum(1 for n in range(1, G + 1) for used in itertools.combinations(range(G), n)
+                 for tpg in tp_choices(inst, used, "replica") for cp in cp_values(inst, used, tpg)
+                 for _ in class_shapes(inst, tpg, used, "replica", cp))
+    assert replica_layouts(inst) == listed > 0
+
+
+def test_several_classes_per_group_only_add_plans():
+    # classes_per_group 1 is the former space, outer configuration for outer configuration;
+    # 2 keeps every one of them and adds layouts with two classes on one group
+    inst = load_hetero_instance(TINY)
+    one, two = hetero_outers(inst), hetero_outers(_per_group(inst, 2))
+    assert set(one) < set(two)
+    assert all(_shared(o) for o in set(two) - set(one))
+    assert FAMILIES == ("stage", "replica")
+
+
+SEEDS = [4, 10, 12, 16, 19, 26, 29, 34, 35, 38]  # where two classes on one group win (below)
+
+
+@pytest.mark.parametrize("seed", SEEDS + [1, 3, 9, 18, 33])
+def test_solvers_match_exhaustive_with_two_classes_per_group(seed):
+    inst = _per_group(random_hetero_instance(seed), 2)
+    try:
+        ex = hetero_exhaustive(inst)
+    except SpaceTooLarge:
+        pytest.skip("exhaustive search would take too long")
+    for backend in ("cpsat", "milp"):
+        res = plan_hetero(inst, backend, time_limit_s=30)
+        assert res.status in ("optimal", "infeasible"), (backend, res.status)
+        if ex.objective_s is None:
+            assert res.objective_s is None
+            continue
+        assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s
+
+
+def test_two_classes_on_one_group_win_on_some_random_instances():
+    """Not vacuous: on these seeds the exhaustive optimum with two classes per group is faster
+    than with one (or exists where one class per group has none) and shares a group."""
+    for seed in SEEDS:
+        inst = random_hetero_instance(seed)
+        one, two = hetero_exhaustive(inst), hetero_exhaustive(_per_group(inst, 2))
+        assert two.plan is not None and _shared(two.plan), seed
+        assert one.objective_s is None or two.objective_s < one.objective_s * (1 - 1e-6), seed
+
+
+def test_a_plan_with_two_classes_on_one_group_round_trips_and_resimulates(tmp_path):
+    # the replica family on the A100 group alone: every plan there has >= 2 classes on it
+    inst = _per_group(load_hetero_instance(TINY), 2)
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
+    res = plan_hetero(inst, families=("replica",), groups=(0,))
+    assert res.status == "optimal" and len(res.plan.classes) >= 2 and _shared(res.plan)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(hetero_plan_to_mapping(res.plan, inst)))
+    back = load_hetero_plan(str(path), inst)
+    assert back == res.plan
+    assert simulate_hetero(inst, back).iter_time_s == pytest.approx(res.objective_s, rel=1e-9)
+
+
+def test_not_covered_names_one_class_more_than_declared():
+    inst = load_hetero_instance(TINY)
+    assert "two replica classes on one group" in not_covered(inst)
+    assert "more than 2 replica classes on one group" in not_covered(_per_group(inst, 2))
+    # 8 GPUs per group host up to 8 classes of one GPU each: 5 is still outside with 4
+    assert "more than 4 replica classes on one group" in not_covered(_per_group(inst, 4))
+
+
+@pytest.mark.parametrize("value", [0, 5])
+def test_classes_per_group_outside_1_to_4_is_refused(value):
+    with pytest.raises(ConfigError, match="classes_per_group"):
+        SearchSpace(classes_per_group=value)
+
+
+def test_a_space_too_large_to_list_is_refused_before_listing(capsys):
+    # 3 groups of 64 to 128 GPUs: 2 classes per group give ~9e9 replica layouts (replica_layouts)
+    inst = _per_group(load_hetero_instance(THREE), 2)
+    assert replica_layouts(inst) > 10**9
+    with pytest.raises(InstanceError, match="search.classes_per_group"):
+        hetero_outers(inst)
+    assert main(["plan", THREE, "--search", "classes_per_group=2"]) == 2
+    assert "lower classes_per_group" in capsys.readouterr().err
+
+
+def test_a_homogeneous_file_is_told_to_use_the_group_format(capsys):
+    assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", "classes_per_group=2"]) == 2
+    assert "group format" in capsys.readouterr().err
+
+
+def test_the_cli_plans_two_classes_per_group_and_says_what_stays_outside(capsys):
+    assert main(["plan", TINY, "--search", "classes_per_group=2"]) == 0
+    out = capsys.readouterr().out
+    assert "OPTIMAL" in out and "more than 2 replica classes on one group" in out
