@@ -829,7 +829,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
     distinct_tp = set(tps)
-    runtime = {t: memory.runtime_bytes(t, cp, o.dp, pp) for t in distinct_tp}
+    # the gradient ring's communicator spans every replica of the plan (dp_n / cp ranks, as
+    # many as ZeRO shards over): on a mixed cluster more than this class's own o.dp
+    runtime = {t: memory.runtime_bytes(t, cp, dp_n // cp, pp) for t in distinct_tp}
     stage_mem += runtime[tp] if len(distinct_tp) == 1 else np.array([runtime[t] for t in tps])
     if inst.job.tp_comm_overlap and o.sequence_parallel:  # TE allocates them at start-up
         ub = memory.userbuffers_bytes(m, b, cp, inst.job.precision)

@@ -149,7 +149,7 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
     view = moe_attention_view(m) if m.moe is not None else m
-    every_stage = (memory.runtime_bytes(tp, cp, dp, pp)
+    every_stage = (memory.runtime_bytes(tp, cp, ranks // cp, pp)  # the ring spans `ranks`
                    + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
     last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
     fullest_stage = -(-m.layers // pp) * (state + ckpt)

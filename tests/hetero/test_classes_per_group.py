@@ -80,10 +80,14 @@ def test_several_classes_per_group_only_add_plans():
     assert FAMILIES == ("stage", "replica")
 
 
-SEEDS = [4, 10, 12, 16, 19, 26, 29, 34, 35, 38]  # where two classes on one group win (below)
+# where two classes on one group win (below): 19, 26 and 29 split the batch in counts the
+# group's replicas do not share (e.g. 6 micro-batches on 4 replicas: 2 x 1 + 2 x 2); on 10 two
+# 2-stage classes keep each pipeline inside a node, where one class of 2 replicas puts its
+# stages on different nodes (class_placement: a class's replicas are adjacent)
+SEEDS = [10, 19, 26, 29]
 
 
-@pytest.mark.parametrize("seed", SEEDS + [1, 3, 9, 18, 33])
+@pytest.mark.parametrize("seed", SEEDS + [1, 3, 4, 9, 12, 16, 18, 33, 34, 35, 38])
 def test_solvers_match_exhaustive_with_two_classes_per_group(seed):
     inst = _per_group(random_hetero_instance(seed), 2)
     try:
@@ -101,7 +105,7 @@ def test_solvers_match_exhaustive_with_two_classes_per_group(seed):
 
 def test_two_classes_on_one_group_win_on_some_random_instances():
     """Not vacuous: on these seeds the exhaustive optimum with two classes per group is faster
-    than with one (or exists where one class per group has none) and shares a group."""
+    than with one and shares a group."""
     for seed in SEEDS:
         inst = random_hetero_instance(seed)
         one, two = hetero_exhaustive(inst), hetero_exhaustive(_per_group(inst, 2))
