@@ -205,10 +205,12 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
     refusal = moe_refusal(space, model, given)
     if refusal is not None:
         return refusal
-    if "classes_per_group" in given and space.classes_per_group > 1:
-        return Refusal("classes_per_group", "a plan of several replica classes is read and written"
-                       " in the group format only", "write the cluster as `groups:` with one group"
-                       " (see instances/hetero/tiny-2types.yaml), or remove classes_per_group")
+    for key, what in (("classes_per_group", "a plan of several replica classes"),
+                      ("idle_gpus", "a plan leaving GPUs idle")):
+        if key in given and getattr(space, key) != getattr(SearchSpace(), key):
+            return Refusal(key, f"{what} is read and written in the group format only",
+                           "write the cluster as `groups:` with one group (see"
+                           f" instances/hetero/tiny-2types.yaml), or remove {key}")
     n, gpn = cluster.num_gpus, cluster.domain_gpus
     drop = "drop it from the list"
     tps, cps, pps = [], [], []

@@ -8,7 +8,8 @@ Two families of class shapes, over every non-empty subset U of the node groups:
 
 - "stage" (stage-wise heterogeneity): one class of dp identical replicas whose pipeline passes
   through the groups of U in some order, c_g consecutive stages on group g, with
-  dp * tp_g * cp * c_g = GPUs of g (every GPU of a used group works); pp = sum c_g. Every order of U
+  dp * tp_g * cp * c_g = GPUs of g (every GPU of a used group works; with search.idle_gpus
+  <= GPUs of g, any dp and c_g >= 1 that fit); pp = sum c_g. Every order of U
   is a separate configuration (the first stage holds the embedding, the last the output layer).
   With search.tp_per_group (the default) each group of U takes its own tp_g, every combination
   of each group's admissible values (HeteroOuter.group_tp; e.g. tp 8 on A100 stages beside tp 4
@@ -16,13 +17,20 @@ Two families of class shapes, over every non-empty subset U of the node groups:
   (cost/coefficients.build); otherwise one tp for every group.
 - "replica" (replica-wise heterogeneity): on each group g of U, 1 to search.classes_per_group
   classes (default 1), class k with x_k replicas of pp_k stages all on g,
-  sum_k x_k * tp * cp * pp_k = GPUs of g (group_shares: one order per multiset of classes);
+  sum_k x_k * tp * cp * pp_k = GPUs of g (with search.idle_gpus <= GPUs of g; group_shares:
+  one order per multiset of classes);
   classes take different micro-batch counts. At least two classes in all: a lone class on one
   group is the stage family's plan. With classes_per_group 1 this needs |U| >= 2; with more,
   replicas of different depths may share one group (e.g. on 8 GPUs, 2 replicas of pp 2 beside
   1 of pp 4), or two classes of one shape run different micro-batch counts. The layouts grow
-  as a power of classes_per_group (replica_layouts counts them; above MAX_REPLICA_LAYOUTS the
-  planner refuses the space before listing it).
+  as a power of classes_per_group (replica_layouts counts them; above MAX_LAYOUTS the
+  planner refuses the space before listing it, space_layouts).
+
+search.idle_gpus (default false) lets a used group leave GPUs idle, in both families: a group
+of 3 nodes may run a pipeline, or a batch split, that only 2 divide. The idle GPUs sit after
+the busy ones in the group (cost/hetero_coefficients.class_placement); a group with no stage is
+idle as before. It multiplies the layouts by the stage counts each group may take
+(32 A100 + 32 H100: 246 -> 57,678 layouts; three types on 64 nodes: 3,642 -> 9e9, refused).
 
 Rules shared with the homogeneous space (a one-group cluster), one implementation each: tp a power
 of two dividing the heads (or a multiple of the KV heads) and the GPUs per node of every used
@@ -64,11 +72,12 @@ uniform_split on several groups (the loader refuses it instead of dropping it). 
 counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
 Not in the space yet, so a proof does not cover them (issue 12 asks for them): a group
-used in part (some of its GPUs idle: every used group's GPUs all work above); a stage-wise class
-beside replica-wise classes in one plan (one family per plan); more replica classes on one group
-than search.classes_per_group (one by default). The first two need a class spanning groups to
-take part of a group's GPUs, beside others or idle (cost/hetero_coefficients.class_placement
-places a stage-wise class on whole groups). cost prices such plans
+used in part unless search.idle_gpus; a stage-wise class beside replica-wise classes in one plan
+(one family per plan: cost places and prices it, classes one after another on a group, but
+listing a stage-wise class beside replica classes on the GPUs it leaves multiplies the two
+families' layouts, and no instance here has shown it winning); more replica classes on one group than search.classes_per_group (one by default).
+Both options are off by default because they grow the space as a power (MAX_LAYOUTS). cost
+prices such plans
 (simulate takes them), and `plan` names each kind the cluster can run beside its claim
 (not_covered below), first a group the optimum leaves idle.
 
@@ -245,33 +254,87 @@ def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...
     is tpg[g] * cp GPUs (`units` below)."""
     gpus = [inst.cluster.groups[g].num_gpus for g in used]
     units = [tpg[g] * cp for g in used]
+    idle = inst.search.idle_gpus
     if family == "stage":
-        fits = all(x % u == 0 for x, u in zip(gpus, units))
-        for dp in _divisors(math.gcd(*(x // u for x, u in zip(gpus, units))) if fits else 0):
-            counts = [x // (dp * u) for x, u in zip(gpus, units)]
-            if not _pp_ok(inst, sum(counts)):
-                continue
-            for order in itertools.permutations(range(len(used))):
-                groups = tuple(g for i in order for g in [used[i]] * counts[i])
-                yield (ClassShape(replicas=dp, stage_groups=groups),)
+        for dp in _stage_replicas(gpus, units, idle):
+            for counts in itertools.product(*_stage_counts(inst, gpus, units, dp, idle)):
+                if not _pp_ok(inst, sum(counts)):
+                    continue
+                for order in itertools.permutations(range(len(used))):
+                    groups = tuple(g for i in order for g in [used[i]] * counts[i])
+                    yield (ClassShape(replicas=dp, stage_groups=groups),)
     elif len(used) >= 2 or inst.search.classes_per_group > 1:
         per_group = inst.search.classes_per_group
         options = []
         for g, x, u in zip(used, gpus, units):
-            pps = [pp for pp in range(1, x // u + 1) if x % u == 0 and _pp_ok(inst, pp)]
+            pps = _replica_pps(inst, x, u, idle)
             options.append([tuple(ClassShape(replicas=r, stage_groups=(g,) * pp) for pp, r in shares)
-                            for shares in group_shares(x // u, pps, per_group)])
+                            for shares in group_shares(x // u, pps, per_group, exact=not idle)])
         for combo in itertools.product(*options):
             shapes = tuple(c for group in combo for c in group)
             if len(shapes) >= 2:  # one class on one group: the stage family's plan
                 yield shapes
 
 
+def _stage_replicas(gpus: list[int], units: list[int], idle: bool) -> list[int]:
+    """The stage family's replica counts dp: dividing every used group's stage slots (GPUs /
+    units), or with search.idle_gpus any dp that leaves each group a stage."""
+    if idle:
+        return list(range(1, min(x // u for x, u in zip(gpus, units)) + 1))
+    if any(x % u for x, u in zip(gpus, units)):
+        return []
+    return _divisors(math.gcd(*(x // u for x, u in zip(gpus, units))))
+
+
+def _stage_counts(inst: HeteroInstance, gpus: list[int], units: list[int], dp: int,
+                  idle: bool) -> list[range]:
+    """Per used group, its stage counts c_g with dp replicas: the group's slots exactly, or with
+    search.idle_gpus 1 to as many as fit (within the layers: pp <= layers)."""
+    if not idle:
+        return [range(x // (dp * u), x // (dp * u) + 1) for x, u in zip(gpus, units)]
+    return [range(1, min(x // (dp * u), inst.model.layers) + 1) for x, u in zip(gpus, units)]
+
+
+def _replica_pps(inst: HeteroInstance, x: int, u: int, idle: bool) -> list[int]:
+    """The pipeline depths of a replica class on a group of x GPUs, u per stage."""
+    if x % u and not idle:
+        return []
+    return [pp for pp in range(1, x // u + 1) if _pp_ok(inst, pp)]
+
+
+def space_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
+    """How many class layouts the space lists (every group subset, tp and cp, before
+    micro-batch sizes and modes multiply them): what search.classes_per_group > 1 and
+    search.idle_gpus make grow, counted without listing them; `stop`: return as soon as the
+    count passes it."""
+    total = replica_layouts(inst, stop)
+    if stop is not None and total > stop:
+        return total
+    G, idle = len(inst.cluster.groups), inst.search.idle_gpus
+    for used in (u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)):
+        for tpg in tp_choices(inst, used, "stage"):
+            for cp in cp_values(inst, used, tpg):
+                gpus = [inst.cluster.groups[g].num_gpus for g in used]
+                units = [tpg[g] * cp for g in used]
+                for dp in _stage_replicas(gpus, units, idle):
+                    # count vectors by their sum (the pipeline depth): a polynomial product
+                    ways = np.ones(1, dtype=np.int64)
+                    for r in _stage_counts(inst, gpus, units, dp, idle):
+                        step = np.zeros(r.stop, dtype=np.int64)
+                        step[r.start:] = 1
+                        ways = np.convolve(ways, step)
+                    ok = sum(int(n) for pp, n in enumerate(ways) if n and _pp_ok(inst, pp))
+                    total += ok * math.factorial(len(used))
+                    if stop is not None and total > stop:
+                        return total
+    return total
+
+
 def replica_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
     """How many replica-family class layouts the space lists (every group subset, tp and cp,
     before micro-batch sizes and modes multiply them): what search.classes_per_group > 1 makes
     grow, counted without listing them; `stop`: return as soon as the count passes it."""
-    G, most = len(inst.cluster.groups), inst.search.classes_per_group
+    G, most, idle = len(inst.cluster.groups), inst.search.classes_per_group, inst.search.idle_gpus
     total = 0
     for used in (u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)):
         if len(used) < 2 and most < 2:
@@ -281,10 +344,10 @@ def replica_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
                 n = 1
                 for g in used:
                     x, u = inst.cluster.groups[g].num_gpus, tpg[g] * cp
-                    pps = [pp for pp in range(1, x // u + 1) if x % u == 0 and _pp_ok(inst, pp)]
-                    n *= _share_count(x // u, tuple(pps), most)
-                if len(used) == 1:  # a lone class, one per pp dividing the group: not listed
-                    n -= sum(1 for pp in pps if (x // u) % pp == 0)
+                    pps = _replica_pps(inst, x, u, idle)
+                    n *= _share_count(x // u, tuple(pps), most, not idle)
+                if len(used) == 1:  # a lone class (the stage family's plan): not listed
+                    n -= sum(((x // u) // pp if idle else (x // u) % pp == 0) for pp in pps)
                 total += n
                 if stop is not None and total > stop:
                     return total
@@ -292,10 +355,11 @@ def replica_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _share_count(units: int, pps: tuple[int, ...], most: int) -> int:
-    """len(group_shares(units, pps, most)), counted without listing: the multisets of at most
-    `most` (pp, replicas) pairs with sum pp * replicas = units. ways[k, t]: multisets of k pairs
-    of weight t; adding each pair in turn, any number of times (k ascending reuses it)."""
+def _share_count(units: int, pps: tuple[int, ...], most: int, exact: bool = True) -> int:
+    """len(group_shares(units, pps, most, exact)), counted without listing: the multisets of 1
+    to `most` (pp, replicas) pairs with sum pp * replicas = units (or <= units). ways[k, t]:
+    multisets of k pairs of weight t; adding each pair in turn, any number of times (k
+    ascending reuses it)."""
     ways = np.zeros((most + 1, units + 1), dtype=np.int64)
     ways[0, 0] = 1
     for pp in pps:
@@ -303,49 +367,55 @@ def _share_count(units: int, pps: tuple[int, ...], most: int) -> int:
             w = pp * r
             for k in range(1, most + 1):
                 ways[k, w:] += ways[k - 1, :units + 1 - w]
-    return int(ways[1:, units].sum())
+    return int(ways[1:, units].sum() if exact else ways[1:, 1:].sum())
 
 
-# Above this many replica layouts (replica_layouts) the enumeration alone takes minutes and the
+# Above this many class layouts (space_layouts) the enumeration alone takes minutes and the
 # planner's outer configurations run to millions: measured on 32 A100 + 32 H100 with
 # classes_per_group 2, 57,518 layouts -> 259,240 outer configurations, planned in 15 s on 2
 # cores; with 3, 7.5 million layouts.
-MAX_REPLICA_LAYOUTS = 100_000
+MAX_LAYOUTS = 100_000
 
 
 def check_layouts(inst: HeteroInstance) -> None:
-    """Refuse, before listing it, a space that search.classes_per_group makes too large to plan."""
-    if inst.search.classes_per_group < 2:
+    """Refuse, before listing it, a space that search.classes_per_group or search.idle_gpus
+    makes too large to plan."""
+    s = inst.search
+    if s.classes_per_group < 2 and not s.idle_gpus:
         return
-    n = replica_layouts(inst, stop=MAX_REPLICA_LAYOUTS)
-    if n > MAX_REPLICA_LAYOUTS:
-        raise InstanceError(inst.source, "search.classes_per_group",
-                            f"{inst.search.classes_per_group} classes per group give more than"
-                            f" {MAX_REPLICA_LAYOUTS:,} replica layouts, the most this planner lists",
-                            "lower classes_per_group, or narrow search.tp, search.pp or search.max_pp")
+    n = space_layouts(inst, stop=MAX_LAYOUTS)
+    if n > MAX_LAYOUTS:
+        key = "search.idle_gpus" if s.idle_gpus else "search.classes_per_group"
+        what = (f"{s.classes_per_group} classes per group" if s.classes_per_group > 1 else "") + (
+            (" with " if s.classes_per_group > 1 else "") + "idle GPUs" if s.idle_gpus else "")
+        raise InstanceError(inst.source, key, f"{what} give more than {MAX_LAYOUTS:,} class"
+                            " layouts, the most this planner lists",
+                            ("set idle_gpus false, " if s.idle_gpus else "")
+                            + "lower classes_per_group, or narrow search.tp, search.pp or search.max_pp")
 
 
-def group_shares(units: int, pps: list[int], most: int) -> list[tuple[tuple[int, int], ...]]:
-    """Every way to fill a group of `units` stage slots (GPUs / (tp * cp)) with at most `most`
-    replica classes of its own: ((pp, replicas), ...) with sum pp * replicas = units, pp from
-    `pps`, in non-decreasing order (classes on one group are interchangeable: one order each;
-    two classes of one shape stay distinct, as they may run different micro-batch counts)."""
-    return list(_shares(units, tuple(pps), most))
+def group_shares(units: int, pps: list[int], most: int,
+                 exact: bool = True) -> list[tuple[tuple[int, int], ...]]:
+    """Every way to fill a group of `units` stage slots (GPUs / (tp * cp)) with 1 to `most`
+    replica classes of its own: ((pp, replicas), ...) with sum pp * replicas = units (with
+    `exact` False, <= units: search.idle_gpus), pp from `pps`, in non-decreasing order (classes
+    on one group are interchangeable: one order each; two classes of one shape stay distinct,
+    as they may run different micro-batch counts)."""
+    return list(_shares(units, tuple(pps), most, exact))
 
 
 @lru_cache(maxsize=4096)
-def _shares(units: int, pps: tuple[int, ...], most: int) -> tuple:
+def _shares(units: int, pps: tuple[int, ...], most: int, exact: bool) -> tuple:
     out = []
 
     def fill(left: int, start: tuple[int, int], shares: tuple) -> None:
-        if left == 0:
+        if shares and (left == 0 or not exact):
             out.append(shares)
-            return
-        if len(shares) == most:
+        if left == 0 or len(shares) == most:
             return
         for pp in pps:
             for r in range(1, left // pp + 1):
-                if (pp, r) >= start and (left - pp * r == 0 or len(shares) + 1 < most):
+                if (pp, r) >= start and (not exact or left - pp * r == 0 or len(shares) + 1 < most):
                     fill(left - pp * r, (pp, r), shares + ((pp, r),))
     fill(units, (0, 0), ())
     return tuple(out)
@@ -493,10 +563,12 @@ def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> li
     the rule before it)."""
     groups = inst.cluster.groups
     out = []
-    if used_groups is not None:
+    if inst.search.idle_gpus:  # any part of a group is in the space, none of it too
+        pass
+    elif used_groups is not None:
         out += [f"part of group {g.name!r} (idle in this plan: the space uses a group whole or"
                 " not at all)" for i, g in enumerate(groups) if i not in used_groups]
-    if any(g.num_gpus >= 2 for g in groups):
+    if any(g.num_gpus >= 2 for g in groups) and not inst.search.idle_gpus:
         out.append("some GPUs of a used group idle")
     most = inst.search.classes_per_group
     if any(g.num_gpus > most for g in groups):  # room for one more class, one GPU each
