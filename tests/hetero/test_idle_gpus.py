@@ -10,12 +10,11 @@ import dataclasses
 import itertools
 
 import pytest
-import yaml
+from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import random_hetero_instance
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import hetero_plan_to_mapping, load_hetero_instance, load_hetero_plan
-from paraplan.cost.hetero_simulate import simulate_hetero
+from paraplan.cost.hetero_loader import load_hetero_instance
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
@@ -72,15 +71,7 @@ WINS = [1, 6, 12, 16, 26, 29, 35]
 
 @pytest.mark.parametrize("seed", WINS + [2, 3, 9, 18, 33])
 def test_solvers_match_exhaustive_with_idle_gpus(seed):
-    inst = _with(random_hetero_instance(seed), idle_gpus=True)
-    ex = hetero_exhaustive(inst)
-    for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, time_limit_s=30)
-        assert res.status in ("optimal", "infeasible"), (backend, res.status)
-        if ex.objective_s is None:
-            assert res.objective_s is None
-            continue
-        assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s
+    assert_mixed_backends_agree_with_exhaustive(_with(random_hetero_instance(seed), idle_gpus=True))
 
 
 def test_leaving_gpus_idle_wins_on_some_random_instances():
@@ -95,11 +86,7 @@ def test_a_plan_with_idle_gpus_round_trips_and_resimulates(tmp_path):
     inst = _with(random_hetero_instance(26), idle_gpus=True)
     res = plan_hetero(inst)
     assert _idle_in_a_used_group(res.plan, inst)
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(hetero_plan_to_mapping(res.plan, inst)))
-    back = load_hetero_plan(str(path), inst)
-    assert back == res.plan
-    assert simulate_hetero(inst, back).iter_time_s == pytest.approx(res.objective_s, rel=1e-9)
+    assert_plan_file_round_trip(inst, res, tmp_path)
 
 
 def test_not_covered_stops_naming_idle_gpus():
