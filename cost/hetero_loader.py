@@ -99,7 +99,7 @@ Plan file, at top level or under a `plan:` key::
     zero: 1                          # 0 | 1 | 2 | 3, default 0 (where the framework runs it)
     ep: 1                            # expert parallel degree (MoE models), default 1
     etp: 1                           # expert tensor parallel degree (MoE models), default: tp
-    family: stage                    # stage | replica, default stage
+    family: stage                    # stage | replica | mixed, default stage
     classes:                         # non-empty list of replica classes
       - replicas: 2
         stages: [h100, h100, a100]   # the group name hosting each pipeline stage
@@ -132,7 +132,7 @@ from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, MoeDispatch
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
 NOMINAL = "nominal"  # the name of the scenario that is the cluster as declared
-FAMILIES = ("stage", "replica")  # cost/hetero_specs.HeteroPlan.family
+FAMILIES = ("stage", "replica", "mixed")  # cost/hetero_specs.HeteroPlan.family
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
              "switching")

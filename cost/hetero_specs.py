@@ -156,7 +156,9 @@ class _Modes:
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     zero: int = 0
-    family: str = "stage"  # "stage": one class across groups; "replica": one class per group
+    # "stage": one class across groups; "replica": classes each on one group; "mixed": a
+    # class across groups beside replica classes (solver/hetero_space.py); a label only
+    family: str = "stage"
     # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
     # each ep group lies inside one replica class's tp x dp x cp ranks of one stage (cost/moe.py)
     ep: int = 1

@@ -94,6 +94,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       classes_per_group: 1           # group format: replica classes one node group may host
                                      #   (1 to 4; solver/hetero_space.py)
       idle_gpus: false               # group format: a used group may leave GPUs idle
+      mixed_families: false          # group format: a pipeline across groups beside replica
+                                     #   classes on the GPUs it leaves
       memory_reserve_gib: 0          # kept free on every GPU
 
 A `search:` value that the instance's shape can never run (cost/space_rules.py: tp=3 with 16
@@ -216,6 +218,7 @@ _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "seque
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group", "idle_gpus",
+                "mixed_families",
                 "memory_reserve_gib", "tensor_partitions", "ep", "etp")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
@@ -862,7 +865,8 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     for key in ("max_micro_batch", "max_pp", "max_cp", "classes_per_group"):
         if sec.has(key):
             kw[key] = sec.integer(key)
-    for key in ("full_recompute", "uniform_split", "tp_across_nodes", "tp_per_group", "idle_gpus"):
+    for key in ("full_recompute", "uniform_split", "tp_across_nodes", "tp_per_group", "idle_gpus",
+                "mixed_families"):
         if sec.has(key):
             kw[key] = sec.boolean(key, False)
     if sec.has("memory_reserve_gib"):

@@ -206,7 +206,8 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
     if refusal is not None:
         return refusal
     for key, what in (("classes_per_group", "a plan of several replica classes"),
-                      ("idle_gpus", "a plan leaving GPUs idle")):
+                      ("idle_gpus", "a plan leaving GPUs idle"),
+                      ("mixed_families", "a plan of a pipeline across groups beside replica classes")):
         if key in given and getattr(space, key) != getattr(SearchSpace(), key):
             return Refusal(key, f"{what} is read and written in the group format only",
                            "write the cluster as `groups:` with one group (see"

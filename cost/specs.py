@@ -524,6 +524,9 @@ class SearchSpace:
     # a used node group may leave some of its GPUs idle (solver/hetero_space.py): e.g. 2 of a
     # group's 3 nodes, where a pipeline or the batch does not divide all 3 (group format only)
     idle_gpus: bool = False
+    # a plan may run a stage-wise class (one pipeline across node groups) beside replica-wise
+    # classes on the GPUs it leaves (solver/hetero_space.py; group format only)
+    mixed_families: bool = False
     memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)

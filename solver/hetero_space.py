@@ -4,7 +4,8 @@ A plan = an outer configuration (`HeteroOuter`: tp, cp, micro-batch size, sequen
 recompute mode, ZeRO stage, and the replica classes' shapes) + per class its micro-batch count,
 layer split and per-stage full-recompute counts (the inner problem, formulations/multiclass.py).
 
-Two families of class shapes, over every non-empty subset U of the node groups:
+Two families of class shapes (a third, "mixed", with search.mixed_families, below), over every
+non-empty subset U of the node groups:
 
 - "stage" (stage-wise heterogeneity): one class of dp identical replicas whose pipeline passes
   through the groups of U in some order, c_g consecutive stages on group g, with
@@ -71,15 +72,20 @@ coefficients price every split; one cp and v for every group (one HeteroOuter); 
 uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
 counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
-Not in the space yet, so a proof does not cover them (issue 12 asks for them): a group
-used in part unless search.idle_gpus; a stage-wise class beside replica-wise classes in one plan
-(one family per plan: cost places and prices it, classes one after another on a group, but
-listing a stage-wise class beside replica classes on the GPUs it leaves multiplies the two
-families' layouts, and no instance here has shown it winning); more replica classes on one group than search.classes_per_group (one by default).
-Both options are off by default because they grow the space as a power (MAX_LAYOUTS). cost
-prices such plans
-(simulate takes them), and `plan` names each kind the cluster can run beside its claim
-(not_covered below), first a group the optimum leaves idle.
+search.mixed_families (default false) adds a third family, "mixed" (_mixed_shapes): a
+stage-wise class of dp replicas across a subset S of U (>= 2 groups, c_g stages on g, every
+order of S, one tp for every class as in the replica family), followed by replica-wise classes
+(group_shares, up to classes_per_group per group) on what it leaves of each group of U: every
+GPU, or with idle_gpus at most that, at least one replica class, every group of U hosting a
+class. Classes sit one after another on a group (class_placement), the stage-wise one first.
+mixed_layouts counts the family without listing it (32 A100 + 32 H100: 53,908 layouts).
+
+Outside the space by default, so a proof does not cover them unless the option is on: a group
+used in part (search.idle_gpus), a stage-wise class beside replica-wise classes
+(search.mixed_families), more replica classes on one group than search.classes_per_group. The
+options are off by default because each grows the layouts as a power (MAX_LAYOUTS refuses the
+largest); cost prices every such plan (simulate takes them), and `plan` names each kind the
+cluster can run beside its claim (not_covered below), first a group the optimum leaves idle.
 
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
 same micro-batch count on every replica.
@@ -126,7 +132,7 @@ from paraplan.cost.space_rules import cp_problem, expert_layouts, group_tp_probl
 from paraplan.cost.specs import Attention, Instance, Outer
 from paraplan.solver.class_partitions import partition_count
 
-FAMILIES = ("stage", "replica")
+FAMILIES = ("stage", "replica", "mixed")  # "mixed" lists nothing without search.mixed_families
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
 MAX_MICRO_BATCH_VECTORS = 5_000_000
 
@@ -263,7 +269,7 @@ def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...
                 for order in itertools.permutations(range(len(used))):
                     groups = tuple(g for i in order for g in [used[i]] * counts[i])
                     yield (ClassShape(replicas=dp, stage_groups=groups),)
-    elif len(used) >= 2 or inst.search.classes_per_group > 1:
+    elif family == "replica" and (len(used) >= 2 or inst.search.classes_per_group > 1):
         per_group = inst.search.classes_per_group
         options = []
         for g, x, u in zip(used, gpus, units):
@@ -274,6 +280,93 @@ def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...
             shapes = tuple(c for group in combo for c in group)
             if len(shapes) >= 2:  # one class on one group: the stage family's plan
                 yield shapes
+    elif family == "mixed" and inst.search.mixed_families:
+        yield from _mixed_shapes(inst, used, gpus, units)
+
+
+def _mixed_shapes(inst: HeteroInstance, used: tuple[int, ...], gpus: list[int], units: list[int]):
+    """The mixed family on the groups `used`: a stage-wise class of dp replicas across a subset
+    S of them (>= 2 groups, c_g stages on g, every order of S), then replica classes filling
+    what it leaves of each used group (group_shares; with search.idle_gpus at most that), at
+    least one replica class, and every group of `used` hosting a class."""
+    idle, most = inst.search.idle_gpus, inst.search.classes_per_group
+    if not idle and any(x % u for x, u in zip(gpus, units)):
+        return  # GPUs no stage can take: idle, which only search.idle_gpus allows
+    slots = dict(zip(used, (x // u for x, u in zip(gpus, units))))
+    pps = {g: _replica_pps(inst, x, u, True) for g, x, u in zip(used, gpus, units)}
+
+    def fill(g: int, left: int, optional: bool) -> list[tuple]:
+        """Replica classes on what is left of group g: () for none where allowed."""
+        opts = [()] if optional and (left == 0 or idle) else []
+        if left:
+            opts += [tuple(ClassShape(replicas=r, stage_groups=(g,) * pp) for pp, r in shares)
+                     for shares in group_shares(left, [p for p in pps[g] if p <= left], most, exact=not idle)]
+        return opts
+
+    for k in range(2, len(used) + 1):
+        for S in itertools.combinations(used, k):
+            rest = [g for g in used if g not in S]
+            for dp in range(1, min(slots[g] for g in S) + 1):
+                for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
+                    if not _pp_ok(inst, sum(counts)):
+                        continue
+                    left = dict(zip(S, (slots[g] - dp * c for g, c in zip(S, counts))))
+                    options = [fill(g, left[g], True) for g in S] + [fill(g, slots[g], False) for g in rest]
+                    for combo in itertools.product(*options):
+                        replicas = tuple(c for group in combo for c in group)
+                        if not replicas:
+                            continue
+                        for order in itertools.permutations(range(k)):
+                            stages = tuple(g for i in order for g in [S[i]] * counts[i])
+                            yield (ClassShape(replicas=dp, stage_groups=stages),) + replicas
+
+
+def mixed_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
+    """len of the mixed family's listing (_mixed_shapes) over every group subset, tp and cp,
+    counted without listing: per subset S and dp a polynomial in the pipeline depth whose
+    coefficients count the replica classes each stage count leaves room for."""
+    if not inst.search.mixed_families:
+        return 0
+    idle, most = inst.search.idle_gpus, inst.search.classes_per_group
+    G, total = len(inst.cluster.groups), 0
+    for used in (u for k in range(2, G + 1) for u in itertools.combinations(range(G), k)):
+        for tpg in tp_choices(inst, used, "mixed"):
+            for cp in cp_values(inst, used, tpg):
+                if not idle and any(inst.cluster.groups[g].num_gpus % (tpg[g] * cp) for g in used):
+                    continue
+                slots = {g: inst.cluster.groups[g].num_gpus // (tpg[g] * cp) for g in used}
+                pps = {g: tuple(_replica_pps(inst, inst.cluster.groups[g].num_gpus, tpg[g] * cp, True))
+                       for g in used}
+
+                def some(g: int, left: int) -> int:  # layouts of >= 1 replica class on `left`
+                    return _share_count(left, tuple(p for p in pps[g] if p <= left), most, not idle) if left else 0
+
+                def none(left: int) -> int:  # 1 where the group may host no replica class
+                    return 1 if left == 0 or idle else 0
+                for k in range(2, len(used) + 1):
+                    for S in itertools.combinations(used, k):
+                        rest = 1
+                        for g in used:
+                            if g not in S:
+                                rest *= some(g, slots[g])
+                        for dp in range(1, min(slots[g] for g in S) + 1):
+                            every = np.ones(1, dtype=object)
+                            empty = np.ones(1, dtype=object)  # no replica class anywhere
+                            for g in S:
+                                top = min(slots[g] // dp, inst.model.layers)
+                                a = np.zeros(top + 1, dtype=object)
+                                e = np.zeros(top + 1, dtype=object)
+                                for c in range(1, top + 1):
+                                    left = slots[g] - dp * c
+                                    a[c], e[c] = none(left) + some(g, left), none(left)
+                                every, empty = np.convolve(every, a), np.convolve(empty, e)
+                            whole = len(S) == len(used)  # else `rest` holds >= 1 class
+                            n = sum(int(every[pp]) * rest - (int(empty[pp]) if whole else 0)
+                                    for pp in range(len(every)) if _pp_ok(inst, pp))
+                            total += n * math.factorial(k)
+                            if stop is not None and total > stop:
+                                return total
+    return total
 
 
 def _stage_replicas(gpus: list[int], units: list[int], idle: bool) -> list[int]:
@@ -307,7 +400,7 @@ def space_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
     micro-batch sizes and modes multiply them): what search.classes_per_group > 1 and
     search.idle_gpus make grow, counted without listing them; `stop`: return as soon as the
     count passes it."""
-    total = replica_layouts(inst, stop)
+    total = replica_layouts(inst, stop) + mixed_layouts(inst, stop)
     if stop is not None and total > stop:
         return total
     G, idle = len(inst.cluster.groups), inst.search.idle_gpus
@@ -381,17 +474,18 @@ def check_layouts(inst: HeteroInstance) -> None:
     """Refuse, before listing it, a space that search.classes_per_group or search.idle_gpus
     makes too large to plan."""
     s = inst.search
-    if s.classes_per_group < 2 and not s.idle_gpus:
+    grown = {name: undo for name, on, undo in (
+        ("classes_per_group", s.classes_per_group > 1, "lower classes_per_group"),
+        ("idle_gpus", s.idle_gpus, "set idle_gpus false"),
+        ("mixed_families", s.mixed_families, "set mixed_families false")) if on}
+    if not grown:
         return
     n = space_layouts(inst, stop=MAX_LAYOUTS)
     if n > MAX_LAYOUTS:
-        key = "search.idle_gpus" if s.idle_gpus else "search.classes_per_group"
-        what = (f"{s.classes_per_group} classes per group" if s.classes_per_group > 1 else "") + (
-            (" with " if s.classes_per_group > 1 else "") + "idle GPUs" if s.idle_gpus else "")
-        raise InstanceError(inst.source, key, f"{what} give more than {MAX_LAYOUTS:,} class"
+        names = " and ".join(f"search.{k}" for k in grown)
+        raise InstanceError(inst.source, names, f"the space grows to more than {MAX_LAYOUTS:,} class"
                             " layouts, the most this planner lists",
-                            ("set idle_gpus false, " if s.idle_gpus else "")
-                            + "lower classes_per_group, or narrow search.tp, search.pp or search.max_pp")
+                            f"{' or '.join(grown.values())}, or narrow search.tp, search.pp or search.max_pp")
 
 
 def group_shares(units: int, pps: list[int], most: int,
@@ -574,7 +668,7 @@ def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> li
     if any(g.num_gpus > most for g in groups):  # room for one more class, one GPU each
         out.append("two replica classes on one group" if most == 1
                    else f"more than {most} replica classes on one group")
-    if len(groups) >= 3:
+    if len(groups) >= 3 and not inst.search.mixed_families:
         out.append("a stage-wise class beside replica-wise classes")
     return out
 

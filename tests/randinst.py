@@ -143,3 +143,32 @@ def partition_mixed_instance(seed: int):
                           search=SearchSpace(micro_batch=(2,), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(2, 4),
                                              sequence_parallel=(False,),
                                              tensor_partitions=("megatron", "spatial_temporal")))
+
+
+def mixed_family_instance(seed: int):
+    """Two groups of 1 to 6 toy GPUs (1 or 2 per node; speed, memory and links drawn), one tp,
+    and a global batch that their counts do not all divide: the instances where a pipeline
+    across both groups beside replica classes on the GPUs it leaves (search.mixed_families)
+    can win. Small enough for exhaustive search."""
+    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup
+
+    rng = random.Random(seed)
+    heads = 8
+    hidden = heads * 64
+    model = ModelSpec(name=f"mix{seed}", layers=rng.choice([4, 6, 8]), hidden=hidden, heads=heads,
+                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    groups = []
+    for g in range(2):
+        gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
+                      hbm_bytes=rng.choice([0.7, 0.8, 1.0, 1.5, 3.0]) * 2**30, hbm_bw_bytes_per_s=1e12)
+        cl = ClusterSpec(gpu=gpu, nodes=rng.choice([1, 2, 3]), gpus_per_node=rng.choice([1, 2]),
+                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                         inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
+        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+    link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
+    hc = HeteroCluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
+                                                       (link, groups[1].cluster.inter_node)))
+    return HeteroInstance(name=f"mix{seed}", model=model, cluster=hc,
+                          job=JobSpec(global_batch=rng.choice([6, 8, 12, 16, 24])),
+                          search=SearchSpace(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,),
+                                             cp=(1,), tp=(1,), mixed_families=True))

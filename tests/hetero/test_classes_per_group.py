@@ -19,7 +19,7 @@ from paraplan.cost.specs import SearchSpace
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import (FAMILIES, class_shapes, cp_values, group_shares, hetero_outers,
+from paraplan.solver.hetero_space import (class_shapes, cp_values, group_shares, hetero_outers,
                                           not_covered, replica_layouts, tp_choices)
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
@@ -76,7 +76,6 @@ def test_several_classes_per_group_only_add_plans():
     one, two = hetero_outers(inst), hetero_outers(_per_group(inst, 2))
     assert set(one) < set(two)
     assert all(_shared(o) for o in set(two) - set(one))
-    assert FAMILIES == ("stage", "replica")
 
 
 # where two classes on one group win (below): 19, 26 and 29 split the batch in counts the

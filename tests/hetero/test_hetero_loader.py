@@ -444,7 +444,7 @@ def test_bad_event_names_the_field(event, field, words):
     # Megatron-LM's ZeRO-2/3 are its FSDP paths, which refuse pipelines (cost/framework_rules.py)
     (lambda p: p.update(zero=2), "plan", "megatron does not run ZeRO-2 with tp=4"),
     (lambda p: p.update(zero=4), "plan.zero", "must be <= 3, got 4"),
-    (lambda p: p.update(family="mixed"), "plan.family", "use one of: stage, replica"),
+    (lambda p: p.update(family="hybrid"), "plan.family", "use one of: stage, replica, mixed"),
     (lambda p: p["classes"][0].pop("stages"), "plan.classes[0].stages", "missing required key"),
     (lambda p: p.update(tp=True), "plan.tp", "expected an integer, got the boolean true"),
 ])

@@ -1,0 +1,109 @@
+"""search.mixed_families: a stage-wise class (one pipeline across node groups) beside replica-wise
+classes on the GPUs it leaves (solver/hetero_space.py, the "mixed" family).
+
+The optimum over the larger space is checked against exhaustive search, the family's size
+against its count without listing (mixed_layouts, which the planner's refusal reads)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
+from randinst import mixed_family_instance
+
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import load_hetero_instance
+from paraplan.solver.commands.cli import main
+from paraplan.solver.exhaustive import hetero_exhaustive
+from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.hetero_space import (class_shapes, cp_values, hetero_outers, mixed_layouts, not_covered,
+                                          tp_choices)
+
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
+
+TINY = "instances/hetero/tiny-2types.yaml"
+THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"
+
+
+def _with(inst, **search):
+    return dataclasses.replace(inst, search=dataclasses.replace(inst.search, **search))
+
+
+def _listed(inst) -> int:
+    G = len(inst.cluster.groups)
+    return sum(1 for n in range(1, G + 1) for used in itertools.combinations(range(G), n)
+               for tpg in tp_choices(inst, used, "mixed") for cp in cp_values(inst, used, tpg)
+               for _ in class_shapes(inst, tpg, used, "mixed", cp))
+
+
+@pytest.mark.parametrize("per_group", [1, 2])
+@pytest.mark.parametrize("idle", [False, True])
+def test_mixed_layouts_counts_what_the_family_lists(per_group, idle):
+    inst = _with(load_hetero_instance(TINY), tp=(1, 2, 4, 8), mixed_families=True,
+                 classes_per_group=per_group, idle_gpus=idle)
+    assert mixed_layouts(inst) == _listed(inst) > 0
+
+
+def test_mixed_layouts_counts_three_groups():
+    # three groups of 128, 256 and 128 GPUs, narrowed to tp 8 and at most 6 stages
+    inst = _with(load_hetero_instance(THREE), tp=(8,), max_pp=6, mixed_families=True)
+    assert mixed_layouts(inst) == _listed(inst) > 0
+
+
+def test_the_family_adds_a_pipeline_across_groups_beside_replica_classes():
+    inst = load_hetero_instance(TINY)
+    before, after = hetero_outers(inst), hetero_outers(_with(inst, mixed_families=True))
+    assert set(before) < set(after)
+    for o in set(after) - set(before):
+        first, *rest = o.classes
+        assert len(set(first.stage_groups)) >= 2 and rest
+        assert all(len(set(c.stage_groups)) == 1 for c in rest)
+
+
+# where the mixed family wins (exhaustive, below): on seed 138 a pipeline of 2 stages on the
+# 6-GPU group and 1 on the lone GPU, beside a 4-stage replica on the 4 GPUs it leaves, is 12%
+# faster than any plan of one family
+WINS = [138, 154]
+
+
+# seeds 6, 9 and 12 are left out: exhaustive search there lists more than 20 million plans
+@pytest.mark.parametrize("seed", WINS + [0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 13, 14])
+def test_solvers_match_exhaustive_with_mixed_families(seed):
+    assert_mixed_backends_agree_with_exhaustive(mixed_family_instance(seed))
+
+
+def test_a_pipeline_beside_replica_classes_wins_on_some_random_instances():
+    for seed in WINS:
+        inst = mixed_family_instance(seed)
+        one, mixed = hetero_exhaustive(_with(inst, mixed_families=False)), hetero_exhaustive(inst)
+        assert mixed.plan.family == "mixed", seed
+        assert one.objective_s is None or mixed.objective_s < one.objective_s * (1 - 1e-6), seed
+
+
+def test_a_mixed_plan_round_trips_and_resimulates(tmp_path):
+    inst = mixed_family_instance(138)
+    res = plan_hetero(inst)
+    assert res.plan.family == "mixed"
+    assert_plan_file_round_trip(inst, res, tmp_path)
+
+
+def test_not_covered_stops_naming_mixed_families():
+    inst = load_hetero_instance(THREE)
+    mixed = "a stage-wise class beside replica-wise classes"
+    assert mixed in not_covered(inst)
+    assert mixed not in not_covered(_with(inst, mixed_families=True))
+
+
+def test_a_space_too_large_to_list_is_refused_before_listing(capsys):
+    inst = _with(load_hetero_instance(THREE), mixed_families=True)
+    with pytest.raises(InstanceError, match="search.mixed_families"):
+        hetero_outers(inst)
+    assert main(["plan", THREE, "--search", "mixed_families=true"]) == 2
+    assert "set mixed_families false" in capsys.readouterr().err
+
+
+def test_a_homogeneous_file_is_told_to_use_the_group_format(capsys):
+    assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", "mixed_families=true"]) == 2
+    assert "group format" in capsys.readouterr().err
