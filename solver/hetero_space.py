@@ -647,29 +647,30 @@ def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
 
 def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> list[str]:
     """The kinds of plan this instance's cluster can run that the space leaves out (the module
-    docstring's "Not in the space yet"), so that a proof over the space says nothing about
-    them: what `plan` prints and records beside its claim. `used_groups`: the groups the plan
-    found runs on (None: no plan); a group it leaves idle is where the whole-group rule shows
-    in the answer, and is named first. Each line names a rule only where the cluster has a plan
-    it excludes: part of a group needs a group of >= 2 GPUs, one more class on one group than
-    search.classes_per_group a group of more GPUs than that, and
-    a stage-wise class beside replica-wise ones >= 3 groups (on 2, one of them would be shared,
-    the rule before it)."""
+    docstring's "Outside the space by default"), each with the search key that brings it in, so
+    that a proof over the space says nothing about them: what `plan` prints and records beside
+    its claim. `used_groups`: the groups the plan found runs on (None: no plan); a group it
+    leaves idle is where the whole-group rule shows in the answer, and is named first. Each
+    line names a rule only where the cluster has a plan it excludes: part of a group needs a
+    group of >= 2 GPUs, one more class on one group than search.classes_per_group a group of
+    more GPUs than that, a stage-wise class beside replica-wise ones two groups, one of >= 2
+    GPUs (the pipeline takes one GPU of it, a replica class another)."""
     groups = inst.cluster.groups
     out = []
     if inst.search.idle_gpus:  # any part of a group is in the space, none of it too
         pass
     elif used_groups is not None:
         out += [f"part of group {g.name!r} (idle in this plan: the space uses a group whole or"
-                " not at all)" for i, g in enumerate(groups) if i not in used_groups]
-    if any(g.num_gpus >= 2 for g in groups) and not inst.search.idle_gpus:
-        out.append("some GPUs of a used group idle")
+                " not at all without search.idle_gpus)" for i, g in enumerate(groups) if i not in used_groups]
+    several = any(g.num_gpus >= 2 for g in groups)
+    if several and not inst.search.idle_gpus:
+        out.append("some GPUs of a used group idle (search.idle_gpus)")
     most = inst.search.classes_per_group
     if any(g.num_gpus > most for g in groups):  # room for one more class, one GPU each
-        out.append("two replica classes on one group" if most == 1
-                   else f"more than {most} replica classes on one group")
-    if len(groups) >= 3 and not inst.search.mixed_families:
-        out.append("a stage-wise class beside replica-wise classes")
+        out.append(("two replica classes on one group" if most == 1
+                    else f"more than {most} replica classes on one group") + " (search.classes_per_group)")
+    if len(groups) >= 2 and several and not inst.search.mixed_families:
+        out.append("a stage-wise class beside replica-wise classes (search.mixed_families)")
     return out
 
 

@@ -114,10 +114,10 @@ def test_a_plan_with_two_classes_on_one_group_round_trips_and_resimulates(tmp_pa
 
 def test_not_covered_names_one_class_more_than_declared():
     inst = load_hetero_instance(TINY)
-    assert "two replica classes on one group" in not_covered(inst)
-    assert "more than 2 replica classes on one group" in not_covered(_per_group(inst, 2))
+    assert "two replica classes on one group (search.classes_per_group)" in not_covered(inst)
+    assert "more than 2 replica classes on one group (search.classes_per_group)" in not_covered(_per_group(inst, 2))
     # 8 GPUs per group host up to 8 classes of one GPU each: 5 is still outside with 4
-    assert "more than 4 replica classes on one group" in not_covered(_per_group(inst, 4))
+    assert "more than 4 replica classes on one group (search.classes_per_group)" in not_covered(_per_group(inst, 4))
 
 
 @pytest.mark.parametrize("value", [0, 5])

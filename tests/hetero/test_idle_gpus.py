@@ -91,9 +91,10 @@ def test_a_plan_with_idle_gpus_round_trips_and_resimulates(tmp_path):
 
 def test_not_covered_stops_naming_idle_gpus():
     inst = load_hetero_instance(TINY)
-    assert "some GPUs of a used group idle" in not_covered(inst, {0})
+    assert "some GPUs of a used group idle (search.idle_gpus)" in not_covered(inst, {0})
     assert any(x.startswith("part of group 'h100'") for x in not_covered(inst, {0}))
-    assert not_covered(_with(inst, idle_gpus=True), {0}) == ["two replica classes on one group"]
+    assert not_covered(_with(inst, idle_gpus=True), {0}) == ["two replica classes on one group (search.classes_per_group)",
+                                                            "a stage-wise class beside replica-wise classes (search.mixed_families)"]
 
 
 def test_a_space_too_large_to_list_is_refused_before_listing(capsys):

@@ -91,7 +91,7 @@ def test_a_mixed_plan_round_trips_and_resimulates(tmp_path):
 
 def test_not_covered_stops_naming_mixed_families():
     inst = load_hetero_instance(THREE)
-    mixed = "a stage-wise class beside replica-wise classes"
+    mixed = "a stage-wise class beside replica-wise classes (search.mixed_families)"
     assert mixed in not_covered(inst)
     assert mixed not in not_covered(_with(inst, mixed_families=True))
 

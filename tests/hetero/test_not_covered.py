@@ -2,6 +2,7 @@
 (solver/hetero_space.not_covered), said by `plan` beside its claim (issue 12: where a rule of the
 space stays, the CLI says so when it bites)."""
 
+import dataclasses
 import json
 
 from paraplan.cost.hetero_loader import load_hetero_instance
@@ -13,15 +14,14 @@ from paraplan.solver.hetero_space import hetero_outers, not_covered
 
 TINY = "instances/hetero/tiny-2types.yaml"  # one 8-GPU A100 node + one 8-GPU H100 node
 THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"  # three groups
-PART = "some GPUs of a used group idle"
-SHARED = "two replica classes on one group"
-MIXED = "a stage-wise class beside replica-wise classes"
+PART = "some GPUs of a used group idle (search.idle_gpus)"
+SHARED = "two replica classes on one group (search.classes_per_group)"
+MIXED = "a stage-wise class beside replica-wise classes (search.mixed_families)"
 
 
 def test_rules_named_where_the_cluster_has_a_plan_they_exclude():
     tiny = load_hetero_instance(TINY)
-    # two groups: no third group for a stage-wise class to sit beside replica-wise ones
-    assert not_covered(tiny, {0, 1}) == [PART, SHARED]
+    assert not_covered(tiny, {0, 1}) == [PART, SHARED, MIXED]
     assert not_covered(load_hetero_instance(THREE), {0, 1, 2}) == [PART, SHARED, MIXED]
 
 
@@ -29,7 +29,7 @@ def test_an_idle_group_is_named_first():
     tiny = load_hetero_instance(TINY)
     out = not_covered(tiny, {0})  # the plan leaves group 1 (h100) idle: the rule shows there
     assert out[0].startswith("part of group 'h100' (idle in this plan")
-    assert out[1:] == [PART, SHARED]
+    assert out[1:] == [PART, SHARED, MIXED]
 
 
 def test_the_excluded_plans_are_real_plans_the_cost_model_prices():
@@ -47,15 +47,19 @@ def test_the_excluded_plans_are_real_plans_the_cost_model_prices():
     bd = simulate_hetero(tiny, plan)
     assert bd.iter_time_s > 0 and bd.idle_gpus == 8
     assert plan.outer not in hetero_outers(tiny)
+    # and the key the line names brings it in
+    two = dataclasses.replace(tiny, search=dataclasses.replace(tiny.search, classes_per_group=2,
+                                                                tp=(1,), micro_batch=(1,)))
+    assert plan.outer in hetero_outers(two)
 
 
 def test_plan_says_it_in_text_and_json(capsys):
     assert main(["plan", TINY]) == 0
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if x.startswith("not covered"))
-    assert PART in line and SHARED in line and MIXED not in line
+    assert PART in line and SHARED in line and MIXED in line
     assert main(["plan", TINY, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["space"]["not_covered"] == [PART, SHARED]
+    assert json.loads(capsys.readouterr().out)["space"]["not_covered"] == [PART, SHARED, MIXED]
 
 
 def test_one_group_plan_says_it_too(capsys):
