@@ -13,9 +13,7 @@ import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import random_hetero_instance
 
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import load_hetero_instance
-from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.hetero_space import (FAMILIES, class_shapes, cp_values, hetero_outers, not_covered,
@@ -24,7 +22,6 @@ from paraplan.solver.hetero_space import (FAMILIES, class_shapes, cp_values, het
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
 TINY = "instances/hetero/tiny-2types.yaml"
-THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"
 
 
 def _with(inst, **search):
@@ -95,16 +92,3 @@ def test_not_covered_stops_naming_idle_gpus():
     assert any(x.startswith("part of group 'h100'") for x in not_covered(inst, {0}))
     assert not_covered(_with(inst, idle_gpus=True), {0}) == ["two replica classes on one group (search.classes_per_group)",
                                                             "a stage-wise class beside replica-wise classes (search.mixed_families)"]
-
-
-def test_a_space_too_large_to_list_is_refused_before_listing(capsys):
-    inst = _with(load_hetero_instance(THREE), idle_gpus=True)
-    with pytest.raises(InstanceError, match="search.idle_gpus"):
-        hetero_outers(inst)
-    assert main(["plan", THREE, "--search", "idle_gpus=true"]) == 2
-    assert "set idle_gpus false" in capsys.readouterr().err
-
-
-def test_a_homogeneous_file_is_told_to_use_the_group_format(capsys):
-    assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", "idle_gpus=true"]) == 2
-    assert "group format" in capsys.readouterr().err

@@ -13,9 +13,7 @@ import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import mixed_family_instance
 
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import load_hetero_instance
-from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
 from paraplan.solver.hetero_space import (class_shapes, cp_values, hetero_outers, mixed_layouts, not_covered,
@@ -94,16 +92,3 @@ def test_not_covered_stops_naming_mixed_families():
     mixed = "a stage-wise class beside replica-wise classes (search.mixed_families)"
     assert mixed in not_covered(inst)
     assert mixed not in not_covered(_with(inst, mixed_families=True))
-
-
-def test_a_space_too_large_to_list_is_refused_before_listing(capsys):
-    inst = _with(load_hetero_instance(THREE), mixed_families=True)
-    with pytest.raises(InstanceError, match="search.mixed_families"):
-        hetero_outers(inst)
-    assert main(["plan", THREE, "--search", "mixed_families=true"]) == 2
-    assert "set mixed_families false" in capsys.readouterr().err
-
-
-def test_a_homogeneous_file_is_told_to_use_the_group_format(capsys):
-    assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", "mixed_families=true"]) == 2
-    assert "group format" in capsys.readouterr().err

@@ -1,0 +1,45 @@
+"""The three options that grow the mixed-cluster space (search.classes_per_group, idle_gpus,
+mixed_families; solver/hetero_space.py) refuse what they cannot honour: a space too large to list,
+said before listing it with the key and how to undo it, and a homogeneous file, whose plan
+format holds one class."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import load_hetero_instance
+from paraplan.solver.commands.cli import main
+from paraplan.solver.hetero_space import MAX_LAYOUTS, hetero_outers, space_layouts
+
+THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"  # groups of 128, 256 and 128 GPUs
+
+OPTIONS = [  # (key, value, the fix the refusal gives)
+    ("classes_per_group", 2, "lower classes_per_group"),
+    ("idle_gpus", True, "set idle_gpus false"),
+    ("mixed_families", True, "set mixed_families false"),
+]
+
+
+@pytest.mark.parametrize("key, value, fix", OPTIONS)
+def test_a_space_too_large_to_list_is_refused_before_listing(key, value, fix, capsys):
+    # each option alone takes the three-type instance past the limit (README: 9e9 layouts with
+    # classes_per_group 2 or idle_gpus, 7e8 with mixed_families); 1,587 replica layouts without
+    inst = load_hetero_instance(THREE)
+    assert space_layouts(inst) < MAX_LAYOUTS
+    grown = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **{key: value}))
+    assert space_layouts(grown) > MAX_LAYOUTS
+    with pytest.raises(InstanceError, match=f"search.{key}"):
+        hetero_outers(grown)
+    text = str(value).lower()
+    assert main(["plan", THREE, "--search", f"{key}={text}"]) == 2
+    assert fix in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, value, fix", OPTIONS)
+def test_a_homogeneous_file_is_told_to_use_the_group_format(key, value, fix, capsys):
+    text = str(value).lower()
+    assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", f"{key}={text}"]) == 2
+    assert "group format" in capsys.readouterr().err
