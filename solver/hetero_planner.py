@@ -54,8 +54,8 @@ from paraplan.solver import class_partitions
 from paraplan.solver.bounds import one_class
 from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
-from paraplan.solver.hetero_space import (FAMILIES, empty_space_reason, hetero_outers, micro_batch_vectors,
-                                 summarize)
+from paraplan.solver.class_layouts import FAMILIES
+from paraplan.solver.hetero_space import empty_space_reason, hetero_outers, micro_batch_vectors, summarize
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
                                      ResimulationMismatch, SearchAccount)

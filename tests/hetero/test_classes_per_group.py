@@ -19,8 +19,8 @@ from paraplan.cost.specs import SearchSpace
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import (class_shapes, cp_values, group_shares, hetero_outers,
-                                          not_covered, replica_layouts, tp_choices)
+from paraplan.solver.class_layouts import class_shapes, cp_values, group_shares, replica_layouts, tp_choices
+from paraplan.solver.hetero_space import hetero_outers, not_covered
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 

@@ -16,8 +16,8 @@ from randinst import random_hetero_instance
 from paraplan.cost.hetero_loader import load_hetero_instance
 from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import (FAMILIES, class_shapes, cp_values, hetero_outers, not_covered,
-                                          space_layouts, tp_choices)
+from paraplan.solver.class_layouts import FAMILIES, class_shapes, cp_values, space_layouts, tp_choices
+from paraplan.solver.hetero_space import hetero_outers, not_covered
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 

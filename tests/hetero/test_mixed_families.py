@@ -16,8 +16,8 @@ from randinst import mixed_family_instance
 from paraplan.cost.hetero_loader import load_hetero_instance
 from paraplan.solver.exhaustive import hetero_exhaustive
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import (class_shapes, cp_values, hetero_outers, mixed_layouts, not_covered,
-                                          tp_choices)
+from paraplan.solver.class_layouts import class_shapes, cp_values, mixed_layouts, tp_choices
+from paraplan.solver.hetero_space import hetero_outers, not_covered
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 

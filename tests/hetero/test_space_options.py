@@ -12,7 +12,8 @@ import pytest
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import load_hetero_instance
 from paraplan.solver.commands.cli import main
-from paraplan.solver.hetero_space import MAX_LAYOUTS, hetero_outers, space_layouts
+from paraplan.solver.class_layouts import MAX_LAYOUTS, space_layouts
+from paraplan.solver.hetero_space import hetero_outers
 
 THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"  # groups of 128, 256 and 128 GPUs
 
