@@ -307,6 +307,9 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     refusal = moe_refusal(space, model, given)
     if refusal is not None:
         return refusal
+    if "mixed_families" in given and space.mixed_families and len(clusters) < 2:
+        return Refusal("mixed_families", "a pipeline across groups beside replica classes needs"
+                       " two node groups; this cluster has one", "remove mixed_families")
     if "uniform_split" in given and space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"

@@ -34,6 +34,7 @@ on every scenario (cost/hetero_simulate.py); a mismatch beyond the tolerance is 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -535,7 +536,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res
-    res.plan = _plan_of(*best)
+    res.plan = fewest_classes(inst, _plan_of(*best), objective, families)
     res.objective_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
@@ -603,6 +604,43 @@ def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, p
         res.pruned_by_memory += ch.total - 1
         return None
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
+
+
+def fewest_classes(inst: HeteroInstance, plan: HeteroPlan, objective: str,
+                   families: tuple[str, ...] = FAMILIES) -> HeteroPlan:
+    """`plan` with its twin classes merged where that ties: classes on one group alike in all
+    but their replicas (search.classes_per_group lists them apart, as they may run different
+    micro-batch counts) become one, e.g. 1 + 7 replicas of one stage running 1 micro-batch each
+    are 8. A tie between such plans is otherwise broken by the configurations' bounds, not by
+    what reads simpler. The merged plan is kept only where it re-simulates no slower and fits:
+    its replicas' stages lie further apart, which can cross a node (class_placement). Plans of
+    one class per group (the default space) have no twins and come back unchanged; a merge
+    into a family outside `families` (the planner's restriction) is not made."""
+    merged: dict[tuple, ReplicaClass] = {}
+    for k, c in enumerate(plan.classes):
+        key = ((c.stage_groups, c.num_micro_batches, c.layers_per_stage, c.full_recompute_layers,
+                c.partitions) if len(set(c.stage_groups)) == 1 else k)
+        prev = merged.get(key)
+        merged[key] = c if prev is None else dataclasses.replace(prev, replicas=prev.replicas + c.replicas)
+    if len(merged) == len(plan.classes):
+        return plan
+    # the space's order: a class across groups first, then by group, depth and replicas
+    classes = sorted(merged.values(), key=lambda c: (len(set(c.stage_groups)) == 1, c.stage_groups[0],
+                                                     len(c.stage_groups), c.replicas))
+    spans = any(len(set(c.stage_groups)) > 1 for c in classes)
+    family = "stage" if len(classes) == 1 else "mixed" if spans else "replica"
+    if family not in families:
+        return plan
+    twin = dataclasses.replace(plan, family=family, classes=tuple(classes))
+    idx, agg, weights = scenario_weights(inst, objective)
+
+    def value(p: HeteroPlan) -> tuple[float, bool]:
+        bds = [simulate_hetero(inst, p, inst.scenarios[i].cluster) for i in idx]
+        per = [bd.iter_time_s for bd in bds]
+        return (max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per))),
+                all(bd.fits for bd in bds))
+    (before, _), (after, fits) = value(plan), value(twin)
+    return twin if fits and after <= before else plan
 
 
 def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,

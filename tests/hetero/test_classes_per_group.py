@@ -129,3 +129,25 @@ def test_the_cli_plans_two_classes_per_group_and_says_what_stays_outside(capsys)
     assert main(["plan", TINY, "--search", "classes_per_group=2"]) == 0
     out = capsys.readouterr().out
     assert "OPTIMAL" in out and "more than 2 replica classes on one group" in out
+
+
+def test_twin_classes_that_tie_are_merged_into_one():
+    # tiny-2types, tp 1-8, 2 classes per group: the planner's best-first tie rule met a 3 + 5
+    # replica split of one-stage classes on the H100 node, each running 2 micro-batches: the
+    # same GPUs, work and memory as one class of 8, which re-simulates to the same time
+    # (one node: every hand-off and ring on NVLink), so the plan is that one class
+    inst = _per_group(load_hetero_instance(TINY), 2)
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
+    res = plan_hetero(inst)
+    one = plan_hetero(_per_group(inst, 1))
+    assert res.objective_s == pytest.approx(one.objective_s, rel=1e-12)
+    assert [(c.replicas, c.stage_groups) for c in res.plan.classes] == [(8, (1,))]
+    assert res.plan.family == "stage" and res.plan.outer in hetero_outers(inst)
+
+
+def test_twin_classes_stay_apart_where_merging_is_slower():
+    # seed 10: two 2-stage replicas on a group of 2 nodes x 2 GPUs, each pipeline inside a node;
+    # merged into one class of 2 replicas, stage 0 takes node 0 and stage 1 node 1, so the
+    # hand-off crosses the network (the win over one class per group, above)
+    res = plan_hetero(_per_group(random_hetero_instance(10), 2))
+    assert [(c.replicas, c.stage_groups) for c in res.plan.classes] == [(1, (0, 0)), (1, (0, 0))]
