@@ -44,3 +44,15 @@ def test_a_homogeneous_file_is_told_to_use_the_group_format(key, value, fix, cap
     text = str(value).lower()
     assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", f"{key}={text}"]) == 2
     assert "group format" in capsys.readouterr().err
+
+
+def test_mixed_families_on_one_group_is_refused(tmp_path, capsys):
+    # a pipeline across groups needs two: on one the option would list nothing, silently
+    text = open("instances/hetero/tiny-2types.yaml").read()
+    one = text[:text.index("    - name: h100")] + text[text.index("job:"):]
+    path = tmp_path / "one-group.yaml"
+    path.write_text(one)
+    assert main(["plan", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(path), "--search", "mixed_families=true"]) == 2
+    assert "needs two node groups" in capsys.readouterr().err
