@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from paraplan.cost.specs import MAX_CLASSES_PER_GROUP
+
 
 @dataclass(frozen=True, slots=True)
 class Range:
@@ -172,9 +174,8 @@ RANGES: dict[str, Range] = {
     "max_micro_batch": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
     "max_pp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "max_cp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "classes_per_group": Range(1, 4, "", "the micro-batch splits between a group's classes grow"
-                               " as a power of their number (specs.MAX_CLASSES_PER_GROUP)",
-                               integer=True),
+    "classes_per_group": Range(1, MAX_CLASSES_PER_GROUP, "", "the micro-batch splits between a"
+                               " group's classes grow as a power of their number", integer=True),
     "zero": Range(0, 3, "", "ZeRO has stages 0 (none) to 3 (parameters sharded)", integer=True),
     "layers_per_stage": Range(1, 1_000_000, "", "every stage holds at least one layer, at most"
                               " the layers' range", integer=True),

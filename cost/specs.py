@@ -485,7 +485,7 @@ class JobSpec:
                               " (forward/backward chunk pairs); remove moe_a2a_overlap")
 
 
-MAX_CLASSES_PER_GROUP = 4  # search.classes_per_group (its row in cost/ranges.py says why)
+MAX_CLASSES_PER_GROUP = 4  # search.classes_per_group (cost/ranges.py says why)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -217,8 +217,8 @@ def _replica_pps(inst: HeteroInstance, x: int, u: int, idle: bool) -> list[int]:
 
 def space_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
     """How many class layouts the space lists (every group subset, tp and cp, before
-    micro-batch sizes and modes multiply them): what search.classes_per_group > 1 and
-    search.idle_gpus make grow, counted without listing them; `stop`: return as soon as the
+    micro-batch sizes and modes multiply them): what search.classes_per_group > 1,
+    search.idle_gpus and search.mixed_families make grow, counted without listing them; `stop`: return as soon as the
     count passes it."""
     total = replica_layouts(inst, stop) + mixed_layouts(inst, stop)
     if stop is not None and total > stop:
@@ -291,8 +291,8 @@ MAX_LAYOUTS = 100_000
 
 
 def check_layouts(inst: HeteroInstance) -> None:
-    """Refuse, before listing it, a space that search.classes_per_group or search.idle_gpus
-    makes too large to plan."""
+    """Refuse, before listing it, a space that search.classes_per_group, search.idle_gpus or
+    search.mixed_families makes too large to plan."""
     s = inst.search
     grown = {name: undo for name, on, undo in (
         ("classes_per_group", s.classes_per_group > 1, "lower classes_per_group"),

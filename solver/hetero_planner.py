@@ -632,23 +632,24 @@ def fewest_classes(inst: HeteroInstance, plan: HeteroPlan, objective: str,
     if family not in families:
         return plan
     twin = dataclasses.replace(plan, family=family, classes=tuple(classes))
-    idx, agg, weights = scenario_weights(inst, objective)
+    before, _ = _simulated(inst, plan, objective)
+    after, bds = _simulated(inst, twin, objective)
+    return twin if all(bd.fits for bd in bds) and after <= before else plan
 
-    def value(p: HeteroPlan) -> tuple[float, bool]:
-        bds = [simulate_hetero(inst, p, inst.scenarios[i].cluster) for i in idx]
-        per = [bd.iter_time_s for bd in bds]
-        return (max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per))),
-                all(bd.fits for bd in bds))
-    (before, _), (after, fits) = value(plan), value(twin)
-    return twin if fits and after <= before else plan
+
+def _simulated(inst: HeteroInstance, plan: HeteroPlan, objective: str) -> tuple[float, list[HeteroBreakdown]]:
+    """The plan's objective as `cost` prices it (simulate on each scenario the objective
+    reads, aggregated as it does), with the breakdowns."""
+    idx, agg, weights = scenario_weights(inst, objective)
+    bds = [simulate_hetero(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    per = [bd.iter_time_s for bd in bds]
+    return (max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))), bds
 
 
 def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,
                        tolerance_s: float) -> tuple[tuple[float, ...], HeteroBreakdown]:
-    idx, agg, weights = scenario_weights(inst, objective)
-    bds = [simulate_hetero(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    value, bds = _simulated(inst, plan, objective)
     per = [bd.iter_time_s for bd in bds]
-    value = max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
     tol = tolerance_s + REL_TOL * max(1.0, objective_s)
     if abs(value - objective_s) > tol:
         raise ResimulationMismatch(f"heterogeneous plan re-simulates to {value!r} s but the solver's"
