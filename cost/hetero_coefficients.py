@@ -79,21 +79,36 @@ def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1
     def degrees(g: int) -> tuple[int, int]:  # (tp, etp) of the stages on group g
         return ho.tp_of(g), ho.tp_of(g) if etp is None else etp
     G = len(hc.groups)
-    members = [0] * G
+    members, span, sharing = [0] * G, [0] * G, [0] * G
     for c in ho.classes:
         for g in set(c.stage_groups):
             tg, te = degrees(g)
             members[g] += c.replicas * ho.cp * tg // (ep * te)
+            span[g] += c.replicas * ho.cp * tg * c.stage_groups.count(g)
+            sharing[g] += 1
     if len(ho.classes) == 1:
         cl = hc.groups[stage_group].cluster
         tg, te = degrees(stage_group)
         return comm.group_link(cl, ho.classes[0].replicas * ho.cp * tg // (ep * te), te * ep)
     used = [g for g in range(G) if members[g]]
-    links = [comm.group_link(hc.groups[g].cluster, members[g], degrees(g)[1] * ep) for g in used]
+    links = [_spread_link(hc.groups[g].cluster, members[g], span[g], degrees(g)[1] * ep)
+             if sharing[g] > 1 else comm.group_link(hc.groups[g].cluster, members[g], degrees(g)[1] * ep)
+             for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
     bw = min(link.bw_bytes_per_s for link, _ in links)
     latency = max(link.latency_s for link, _ in links)
     return Link(bw_bytes_per_s=bw, latency_s=latency), len(used) > 1 or any(i for _, i in links)
+
+
+def _spread_link(cluster, members: int, span: int, stride: int) -> tuple[Link, bool]:
+    """The ring part on a group that hosts several classes: one stage of each, whose GPUs lie in
+    that class's block (class_placement lays the classes' blocks one after another), so its
+    `members` are spread over the `span` GPUs of every class's stages on the group, not adjacent.
+    Inside one NVLink domain iff the whole span is; else spread evenly over the span (which
+    stage of a class holds a layer depends on the split, not known here)."""
+    if span <= cluster.domain_gpus:
+        return cluster.intra_node, False
+    return comm.group_link(cluster, members, max(stride, -(-span // members)))
 
 
 def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:

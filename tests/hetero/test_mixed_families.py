@@ -60,10 +60,12 @@ def test_the_family_adds_a_pipeline_across_groups_beside_replica_classes():
         assert all(len(set(c.stage_groups)) == 1 for c in rest)
 
 
-# where the mixed family wins (exhaustive, below): on seed 138 a pipeline of 2 stages on the
-# 6-GPU group and 1 on the lone GPU, beside a 4-stage replica on the 4 GPUs it leaves, is 12%
-# faster than any plan of one family
-WINS = [138, 154]
+# where the mixed family wins (exhaustive, below): on seed 191 (3 + 1 one-GPU nodes) a pipeline
+# of 2 stages across both groups beside a 2-stage replica on the 2 GPUs it leaves is 7.5% faster
+# than any plan of one family (11.32 -> 10.47 ms). Seeds 138 and 154 won too while two classes'
+# gradient ring on a shared group was priced as if their GPUs were adjacent (cost/
+# hetero_coefficients._spread_link): with the ring priced where its GPUs are, they no longer do
+WINS = [191]
 
 
 # seeds 6, 9 and 12 are left out: exhaustive search there lists more than 20 million plans
@@ -81,7 +83,7 @@ def test_a_pipeline_beside_replica_classes_wins_on_some_random_instances():
 
 
 def test_a_mixed_plan_round_trips_and_resimulates(tmp_path):
-    inst = mixed_family_instance(138)
+    inst = mixed_family_instance(191)
     res = plan_hetero(inst)
     assert res.plan.family == "mixed"
     assert_plan_file_round_trip(inst, res, tmp_path)
