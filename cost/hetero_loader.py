@@ -122,7 +122,8 @@ from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_number, cluster_from_section,
                          check_mla_job, config_errors_as, default_layer_split, describe, did_you_mean,
-                         enum_values, job_from_section, model_from_section, plan_partitions, read_yaml,
+                         enum_values, job_from_section, model_from_section, plan_from_mapping, plan_partitions,
+                         read_yaml,
                          search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
@@ -229,6 +230,23 @@ def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:
     return HeteroInstance(name=inst.name, model=inst.model,
                           cluster=HeteroCluster(groups=(group,), between=((c.inter_node,),)),
                           job=inst.job, search=inst.search, source=inst.source)
+
+
+def one_group_as_homogeneous(inst: HeteroInstance) -> Instance:
+    """The inverse of homogeneous_as_hetero: a one-group instance's nominal cluster as a
+    homogeneous instance of the same name."""
+    if len(inst.cluster.groups) != 1:
+        raise ValueError(f"{inst.name} has {len(inst.cluster.groups)} node groups, not one")
+    return replace(group_instance(inst, 0), name=inst.name)
+
+
+def one_class_plan(plan: HeteroPlan, inst: HeteroInstance) -> Plan | None:
+    """`plan` as a homogeneous plan of one_group_as_homogeneous(inst), or None where it is not
+    one (several classes, or GPUs left idle)."""
+    if len(inst.cluster.groups) != 1 or len(plan.classes) != 1:
+        return None
+    homo = hetero_plan_as_homogeneous(plan)
+    return homo if homo.num_gpus == inst.cluster.groups[0].num_gpus else None
 
 
 def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan:
@@ -718,7 +736,19 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
 
 
 def load_hetero_plan(path: str | Path, inst: HeteroInstance) -> HeteroPlan:
-    return hetero_plan_from_mapping(read_yaml(path), inst, str(path))
+    """The plan file at `path` for `inst`: the group format, or on a one-group cluster also the
+    homogeneous one (a homogeneous cluster is its one group: homogeneous_plan_as_hetero)."""
+    data = read_yaml(path)
+    if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
+        return homogeneous_plan_as_hetero(plan_from_mapping(data, one_group_as_homogeneous(inst), path), str(path))
+    return hetero_plan_from_mapping(data, inst, str(path))
+
+
+def is_group_plan_mapping(data: Any) -> bool:
+    """A plan mapping (bare or as a plan file) in the group format: it lists replica classes."""
+    if isinstance(data, dict) and isinstance(data.get("plan"), dict):
+        data = data["plan"]
+    return isinstance(data, dict) and "classes" in data
 
 
 def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:

@@ -1160,6 +1160,12 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     path = str(path)
     if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
         mapping = mapping["plan"]  # a plan file; its instance is read by plan_file_instance
+    if isinstance(mapping, dict) and "classes" in mapping:
+        raise InstanceError(path, "plan.classes", "a plan of replica classes (the group format, which"
+                            " `paraplan plan` writes where search asks for classes_per_group or"
+                            " idle_gpus) where a one-class plan is read",
+                            "simulate it with `paraplan simulate INSTANCE --plan PLAN`; compare, memory,"
+                            " report --plan and export read one-class plans")
     sec = Section(mapping, path, "plan", _PLAN_KEYS)
     tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
     micro_batch = sec.integer("micro_batch")

@@ -11,9 +11,13 @@ instance and the other keys' admissible values. Values the defaults bring in are
 space, never refused; a space that is empty only through a combination of individually possible
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
-Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no uniform_split and no
-expert parallelism yet: listing them there is refused instead of dropped
-(hetero_search_refusal).
+Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no uniform_split: listing
+it there is refused instead of dropped (hetero_search_refusal). `mixed_families` needs two node
+groups, so a one-group cluster refuses it, in either file format.
+
+`several_classes` says when a homogeneous file's search asks for plans only the group format
+holds (several replica classes on its one group, or GPUs left idle): the commands then plan it as
+the one-group cluster it is (solver/commands/hetero.group_route).
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ from __future__ import annotations
 from paraplan.cost.framework_rules import Refusal
 from paraplan.cost.specs import Attention, ClusterSpec, JobSpec, ModelSpec, SearchSpace
 from paraplan.cost.units import bytes_to_gib
+
+
+MIXED_FAMILIES_ONE_GROUP = Refusal(
+    "mixed_families", "a pipeline across groups beside replica classes needs two node groups;"
+    " this cluster has one", "remove mixed_families")
+
+
+def several_classes(space: SearchSpace) -> bool:
+    """The space holds plans of more than one replica class, or leaving GPUs idle: plans written
+    in the group format (cost/hetero_loader.py) even on a one-group cluster."""
+    return space.classes_per_group > 1 or space.idle_gpus
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -205,13 +220,8 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
     refusal = moe_refusal(space, model, given)
     if refusal is not None:
         return refusal
-    for key, what in (("classes_per_group", "a plan of several replica classes"),
-                      ("idle_gpus", "a plan leaving GPUs idle"),
-                      ("mixed_families", "a plan of a pipeline across groups beside replica classes")):
-        if key in given and getattr(space, key) != getattr(SearchSpace(), key):
-            return Refusal(key, f"{what} is read and written in the group format only",
-                           "write the cluster as `groups:` with one group (see"
-                           f" instances/hetero/tiny-2types.yaml), or remove {key}")
+    if "mixed_families" in given and space.mixed_families:
+        return MIXED_FAMILIES_ONE_GROUP
     n, gpn = cluster.num_gpus, cluster.domain_gpus
     drop = "drop it from the list"
     tps, cps, pps = [], [], []
@@ -308,8 +318,7 @@ def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[C
     if refusal is not None:
         return refusal
     if "mixed_families" in given and space.mixed_families and len(clusters) < 2:
-        return Refusal("mixed_families", "a pipeline across groups beside replica classes needs"
-                       " two node groups; this cluster has one", "remove mixed_families")
+        return MIXED_FAMILIES_ONE_GROUP
     if "uniform_split" in given and space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"

@@ -23,7 +23,9 @@ import math
 import time
 from dataclasses import fields
 
+from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
+from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
 from paraplan.solver.hetero_planner import plan_hetero
@@ -40,6 +42,12 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     by the multi-class formulations."""
     if not (time_limit_s > 0 and math.isfinite(time_limit_s)) or threads < 1:
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
+    if several_classes(inst.search):  # the result record holds one class on every GPU
+        key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
+        raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
+                            " idle GPUs are group-format plans, which this one-class result cannot hold",
+                            "plan it as its one group: api.plan_hetero(homogeneous_as_hetero(inst))"
+                            " (what `paraplan plan` does)")
     het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
                       threads=threads)
     p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)

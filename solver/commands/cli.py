@@ -23,7 +23,7 @@ def cmd_simulate(args) -> int:
     from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
-    if hetero_commands.is_hetero(args):
+    if hetero_commands.group_route(args, simulate_only=True) or _group_plan_file(args.plan):
         return hetero_commands.cmd_simulate(args)
     inst = load_from_args(args, simulate_only=True)
     plan = load_plan(args.plan, inst)
@@ -48,6 +48,14 @@ def cmd_simulate(args) -> int:
             for s in over), file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     return 0
+
+
+def _group_plan_file(path: str) -> bool:
+    """The plan file lists replica classes (the group format), which the class simulator reads
+    on a one-group cluster too (cost/hetero_loader.load_hetero_plan)."""
+    from paraplan.cost.hetero_loader import is_group_plan_mapping
+    from paraplan.cost.loader import read_yaml
+    return is_group_plan_mapping(read_yaml(path))
 
 
 def _finite(x: float | None) -> float | None:

@@ -13,9 +13,10 @@ def _homogeneous(args, what: str, simulate_only: bool = False):
     from paraplan.solver.commands import hetero as hetero_commands
     from paraplan.solver.commands.inputs import load_from_args
 
-    if hetero_commands.is_hetero(args):
-        raise InstanceError(args.instance, "cluster", f"{what} is offered on single-group clusters",
-                            "for a mixed cluster use `paraplan simulate HETERO.yaml --plan PLAN.yaml`")
+    if hetero_commands.group_route(args, simulate_only):
+        raise InstanceError(args.instance, "cluster", f"{what} is offered for one-class plans of a"
+                            " single-group cluster", "for a mixed cluster, or a search with"
+                            " classes_per_group or idle_gpus, use `paraplan simulate INSTANCE --plan PLAN.yaml`")
     return load_from_args(args, simulate_only)
 
 

@@ -1,8 +1,9 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
-`paraplan plan` and `simulate` hand a heterogeneous instance (a `cluster:` with `groups:`,
-cost/hetero_loader.py) to the functions here, and `exhaustive` and `verify` read every instance
-through `class_instance`; `replan` and `timeline` are their own commands.
+`paraplan plan` and `simulate` hand an instance planned as a cluster of node groups (a
+`cluster:` with `groups:`, cost/hetero_loader.py, or a homogeneous file whose search asks for
+several replica classes: `group_route`) to the functions here, and `exhaustive` and `verify`
+read every instance through `class_instance`; `replan` and `timeline` are their own commands.
 """
 
 from __future__ import annotations
@@ -16,8 +17,25 @@ from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.partitions import partition_lines
 
 
-def is_hetero(args) -> bool:
-    """The arguments name one heterogeneous instance file (and no --cluster/--job/--hf-config)."""
+def group_route(args, simulate_only: bool = False) -> bool:
+    """The arguments name an instance the commands plan and show as a cluster of node groups: a
+    group-format file (`cluster:` with `groups:`, and no --cluster/--job/--hf-config), or a
+    homogeneous instance whose search asks for plans only the group format holds (several
+    replica classes on its one group, or GPUs left idle: cost/space_rules.several_classes),
+    planned as the one-group cluster it is. `simulate_only`: as load_from_args's."""
+    from paraplan.cost.hetero_loader import is_hetero_file
+    from paraplan.cost.space_rules import several_classes
+    from paraplan.solver.commands.inputs import load_from_args
+    if _group_file(args):
+        return True
+    if getattr(args, "instance", None) is None and getattr(args, "hf_config", None) is None:
+        return False  # load_from_args names what is missing
+    if getattr(args, "instance", None) is not None and is_hetero_file(args.instance):
+        return False  # a group file with parts: load_from_args refuses it in one line
+    return several_classes(load_from_args(args, simulate_only).search)
+
+
+def _group_file(args) -> bool:
     from paraplan.cost.hetero_loader import is_hetero_file
     inst = getattr(args, "instance", None)
     if inst is None or any(getattr(args, k, None) is not None for k in ("hf_config", "cluster", "job")):
@@ -25,10 +43,13 @@ def is_hetero(args) -> bool:
     return is_hetero_file(inst)
 
 
-def _load(args):
-    from paraplan.cost.hetero_loader import load_hetero_instance
+def _load(args, simulate_only: bool = False):
+    """The instance of group_route's arguments as a cluster of node groups."""
+    from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
     from paraplan.cost.loader import override_search
-    from paraplan.solver.commands.inputs import SEARCH_SOURCE, search_overrides
+    from paraplan.solver.commands.inputs import SEARCH_SOURCE, load_from_args, search_overrides
+    if not _group_file(args):  # a homogeneous instance is its one group
+        return homogeneous_as_hetero(load_from_args(args, simulate_only))
     inst = load_hetero_instance(args.instance)
     overrides = search_overrides(getattr(args, "search", None))
     if overrides:  # checked like the file's own `search:`
@@ -37,7 +58,7 @@ def _load(args):
 
 
 def no_scenarios(args) -> None:
-    """Refuse --robust / --expected on a one-group file: it declares no network scenarios."""
+    """Refuse --robust / --expected on a homogeneous file: it declares no network scenarios."""
     objective = objective_of(args)
     if objective != "nominal":
         raise InstanceError(args.instance or "<arguments>", "scenarios",
@@ -48,8 +69,9 @@ def no_scenarios(args) -> None:
 def class_instance(args):
     """(instance, objective, homogeneous instance or None): the instance the arguments name as
     the class planner plans it, a one-group file as a one-group cluster (cost/hetero_loader.
-    homogeneous_as_hetero) together with the homogeneous instance it was read as."""
-    if is_hetero(args):
+    homogeneous_as_hetero) together with the homogeneous instance it was read as, which is None
+    where the plans are shown in the group format (group_route)."""
+    if group_route(args):
         return (*load_mixed(args), None)
     from paraplan.cost.hetero_loader import homogeneous_as_hetero
     from paraplan.solver.commands.inputs import load_from_args
@@ -66,6 +88,8 @@ def objective_of(args) -> str:
 def load_mixed(args):
     """The mixed-cluster instance file the arguments name, and the objective asked for, which its
     scenarios must allow."""
+    if not _group_file(args):
+        no_scenarios(args)
     inst, objective = _load(args), objective_of(args)
     if objective == "nominal":
         return inst, objective
@@ -175,7 +199,6 @@ def result_json(res, inst, regs=None) -> dict:
 
 
 def cmd_plan(args, progress=None) -> int:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.hetero_planner import plan_hetero
 
@@ -201,18 +224,31 @@ def cmd_plan(args, progress=None) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        {"plan": hetero_plan_to_mapping(res.plan, inst)})
+                        plan_file(args, inst, res.plan))
     return 0 if res.status != "timeout" else 3
 
 
+def plan_file(args, inst, plan) -> dict:
+    """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
+    one-class format with its instance (as `paraplan plan` writes it: export, memory and
+    compare read it), any other in the group format."""
+    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, one_class_plan, one_group_as_homogeneous
+    from paraplan.cost.loader import plan_file_mapping
+    one = None if _group_file(args) else one_class_plan(plan, inst)
+    if one is None:
+        return {"plan": hetero_plan_to_mapping(plan, inst)}
+    return plan_file_mapping(one_group_as_homogeneous(inst), one)
+
+
 def cmd_simulate(args) -> int:
-    """`paraplan simulate HETERO.yaml --plan PLAN.yaml`: the plan on every network scenario."""
+    """`paraplan simulate INSTANCE --plan PLAN.yaml` on group_route's instance, or with a plan
+    file in the group format: the plan on every network scenario."""
     from paraplan.cost.hetero_loader import load_hetero_plan
     from paraplan.cost.hetero_simulate import simulate_hetero
 
     from paraplan.cost.model_notes import model_warnings
 
-    inst = _load(args)
+    inst = _load(args, simulate_only=True)
     plan = load_hetero_plan(args.plan, inst)
     bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
     if args.json:
@@ -247,16 +283,8 @@ def cmd_replan(args) -> int:
     from paraplan.solver.dynamic import replan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    homo = None
-    if is_hetero(args):
-        inst = _load(args)
-        current = load_hetero_plan(args.plan, inst)
-    else:  # a homogeneous cluster is the one-group case: its group is named after its GPU
-        from paraplan.cost.hetero_loader import homogeneous_as_hetero, homogeneous_plan_as_hetero
-        from paraplan.cost.loader import load_instance, load_plan
-        homo = load_instance(args.instance)
-        inst = homogeneous_as_hetero(homo)
-        current = homogeneous_plan_as_hetero(load_plan(args.plan, homo), args.plan)
+    inst = _load(args)  # a homogeneous cluster is the one-group case: its group is named after its GPU
+    current = load_hetero_plan(args.plan, inst)  # either plan format on one group
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:
@@ -265,12 +293,8 @@ def cmd_replan(args) -> int:
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
-            if homo is None:
-                plan = hetero_plan_to_mapping(r.new.plan, inst.with_cluster(event.cluster))
-            else:  # the plan file a homogeneous instance reads (simulate --plan, export)
-                from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous
-                from paraplan.cost.loader import plan_to_mapping
-                plan = plan_to_mapping(hetero_plan_as_homogeneous(r.new.plan))
+            # the format the instance reads (plan_file), without the instance: the event changed it
+            plan = plan_file(args, inst.with_cluster(event.cluster), r.new.plan)["plan"]
             write_plan_file(args.output, header, {"plan": plan})
 
 
@@ -303,7 +327,7 @@ def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
 def cmd_timeline(args) -> int:
     from paraplan.solver.dynamic import plan_timeline
 
-    if not is_hetero(args):
+    if not _group_file(args):
         raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
                             "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
     inst = _load(args)

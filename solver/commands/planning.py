@@ -65,10 +65,13 @@ def cmd_plan(args) -> int:
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    if hetero_commands.is_hetero(args):
-        if args.top is not None:
-            raise InstanceError(args.instance, "--top", "not offered on mixed clusters",
-                                "plan without --top (or plan one group alone)")
+    if hetero_commands.group_route(args):
+        for flag, given in (("--top", args.top is not None), ("--within", args.within is not None),
+                            ("--sensitivity", getattr(args, "sensitivity", False))):
+            if given:  # offered on one-class plans only; never silently dropped
+                raise InstanceError(args.instance or "<arguments>", flag, "not offered on mixed clusters,"
+                                    " nor with classes_per_group or idle_gpus",
+                                    f"plan without {flag} (or plan one group alone)")
         try:
             return hetero_commands.cmd_plan(args, progress=log)
         finally:

@@ -576,7 +576,7 @@ def cmd_report(args) -> int:
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
-    if hetero_commands.is_hetero(args):
+    if hetero_commands.group_route(args):
         inst, res, page = _mixed_report(args, progress)
         what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
     else:

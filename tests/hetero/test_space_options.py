@@ -1,7 +1,7 @@
 """The three options that grow the mixed-cluster space (search.classes_per_group, idle_gpus,
 mixed_families; solver/hetero_space.py) refuse what they cannot honour: a space too large to list,
-said before listing it with the key and how to undo it, and a homogeneous file, whose plan
-format holds one class."""
+said before listing it with the key and how to undo it (a homogeneous file takes them as its
+one group: tests/hetero/test_one_group_options.py)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,6 @@ def test_a_space_too_large_to_list_is_refused_before_listing(key, value, fix, ca
     text = str(value).lower()
     assert main(["plan", THREE, "--search", f"{key}={text}"]) == 2
     assert fix in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("key, value, fix", OPTIONS)
-def test_a_homogeneous_file_is_told_to_use_the_group_format(key, value, fix, capsys):
-    text = str(value).lower()
-    assert main(["plan", "instances/tiny-gpt-8xA100.yaml", "--search", f"{key}={text}"]) == 2
-    assert "group format" in capsys.readouterr().err
 
 
 def test_mixed_families_on_one_group_is_refused(tmp_path, capsys):

@@ -1,0 +1,102 @@
+"""A homogeneous file may ask for the plans only the group format holds (search.classes_per_group,
+search.idle_gpus): the commands plan it as the one-group cluster it is (solver/commands/hetero.
+group_route), write the plan in the group format where it has several classes or idle GPUs (in
+the one-class format otherwise, so export reads it), and refuse what they cannot honour.
+
+The optima are checked against exhaustive search of the same one-group space, and against the
+homogeneous optimum without the options, which they must beat on these instances."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.loader import load_instance
+from paraplan.solver.class_route import plan
+from paraplan.solver.commands.cli import main
+from paraplan.solver.exhaustive import hetero_exhaustive
+
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
+
+TINY = "instances/tiny-gpt-8xA100.yaml"  # 8 A100 in one node, global batch 32
+
+# (global batch, option): tiny-gpt with a batch that divides no replica count of 8 GPUs but 1,
+# where the option wins (measured; the reference below is exhaustive search). Batch 7: two
+# classes of one shape, with 4 and 3 micro-batches, 9.18 -> 9.02 ms. Batch 3: 3 replicas of
+# tp 2 on 6 GPUs, 2 left idle, 5.39 -> 5.26 ms, against one replica of tp 4 x cp 2.
+WINS = [(7, "classes_per_group", 2), (3, "idle_gpus", True)]
+
+
+def _file(tmp_path, batch: int) -> str:
+    path = tmp_path / f"tiny-gpt-batch{batch}.yaml"
+    path.write_text(open(TINY).read().replace("global_batch: 32", f"global_batch: {batch}"))
+    return str(path)
+
+
+def _json(capsys, argv) -> dict:
+    assert main(argv + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("batch, key, value", WINS)
+def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, key, value, tmp_path, capsys):
+    path = _file(tmp_path, batch)
+    inst = load_instance(path)
+    grown = homogeneous_as_hetero(dataclasses.replace(
+        inst, search=dataclasses.replace(inst.search, **{key: value})))
+    brute = hetero_exhaustive(grown)  # the independent reference: every plan of the space
+    assert brute.complete and brute.plan is not None
+    out = _json(capsys, ["plan", path, "--search", f"{key}={str(value).lower()}"])
+    assert out["status"] == "optimal"
+    assert out["objective_s"] == pytest.approx(brute.objective_s, rel=1e-6)
+    before = _json(capsys, ["plan", path])  # the one-class space: slower
+    assert out["objective_s"] < before["iter_time_s"] * (1 - 1e-3)
+
+
+def test_a_plan_of_two_classes_is_written_in_the_group_format_and_simulates(tmp_path, capsys):
+    path = _file(tmp_path, 7)
+    out = tmp_path / "plan.yaml"
+    planned = _json(capsys, ["plan", path, "--search", "classes_per_group=2", "-o", str(out)])
+    assert len(yaml.safe_load(out.read_text())["plan"]["classes"]) == 2
+    # simulate reads a group-format plan against the homogeneous file, options or not
+    for extra in ([], ["--search", "classes_per_group=2"]):
+        sim = _json(capsys, ["simulate", path, "--plan", str(out)] + extra)
+        assert sim["iter_time_s"] == pytest.approx(planned["iter_time_s"], rel=1e-9)
+    # a one-class reader names the format and where to read it
+    assert main(["export", str(out), "--to", "megatron", "--instance", path]) == 2
+    assert "plan.classes" in capsys.readouterr().err
+
+
+def test_a_one_class_optimum_is_written_in_the_one_class_format(tmp_path, capsys):
+    # tiny-gpt's optimum with two classes allowed is one class on all 8 GPUs (8 replicas): its
+    # file carries the instance, as every one-class plan file does, and exports
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", TINY, "--search", "classes_per_group=2",
+                 "-o", str(out)]) == 0
+    written = yaml.safe_load(out.read_text())
+    assert written["plan"]["dp"] == 8 and "instance" in written
+    capsys.readouterr()
+    assert main(["export", str(out), "--to", "megatron"]) == 0
+
+
+@pytest.mark.parametrize("flag", [["--top", "3"], ["--sensitivity"], ["--top", "2", "--within", "3"]])
+def test_one_class_only_flags_are_refused_with_the_options(flag, capsys):
+    argv = ["plan", TINY, "--search", "idle_gpus=true"] + flag
+    assert main(argv) == 2
+    assert "classes_per_group or idle_gpus" in capsys.readouterr().err
+
+
+def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
+    assert main(["plan", TINY, "--search", "mixed_families=true"]) == 2
+    assert "needs two node groups" in capsys.readouterr().err
+
+
+def test_the_one_class_api_refuses_the_options_naming_the_group_route():
+    inst = load_instance(TINY)
+    with pytest.raises(InstanceError, match="search.idle_gpus.*plan_hetero"):
+        plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
