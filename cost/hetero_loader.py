@@ -120,7 +120,8 @@ from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPla
                                ReplicaClass, Scenario, Switching)
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
-                         catalogue_with_gpu_types, check_number, cluster_from_section,
+                         catalogue_with_gpu_types, check_job_options, check_moe_overlaps, check_number,
+                         cluster_from_section,
                          check_mla_job, config_errors_as, default_layer_split, describe, did_you_mean,
                          enum_values, job_from_section, model_from_section, plan_from_mapping, plan_partitions,
                          read_yaml,
@@ -128,7 +129,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
 from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, MoeDispatcher, PipelineSchedule, Plan,
-                                 Recompute)
+                                 Recompute, SearchSpace)
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
@@ -186,18 +187,6 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     model = model_from_section(top.section("model", MODEL_KEYS), name)
     job = job_from_section(top.section("job", JOB_KEYS))
     check_mla_job(path, job, model)
-    for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
-        if getattr(job, key):  # not dropped: the overlaps are priced on one group only
-            raise InstanceError(path, f"job.{key}",
-                                "the expert all-to-all overlaps are not priced on mixed clusters"
-                                " yet", f"remove {key}, or plan one group alone")
-    for key in ("recompute_modules", "activation_fp8_input_store", "attention_output_e5m6"):
-        if getattr(job, key):  # priced for one GPU type (cost/loader.check_job_options)
-            raise InstanceError(path, f"job.{key}", "the recompute and activation-storage options"
-                                " are priced on one GPU type only", f"remove {key}, or plan one group alone")
-    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # priced on one group only
-        raise InstanceError(path, "job.moe_dispatcher", "DeepEP's dispatch is priced on one GPU"
-                            " type only (cost/moe.py)", "remove moe_dispatcher, or plan one group alone")
     if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
         raise InstanceError(path, "job.pipeline_schedule", "DualPipe is priced for one GPU type"
                             " by `paraplan simulate` only (cost/dualpipe.py)",
@@ -205,6 +194,10 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
+    if len(net.groups) > 1:  # one group is a homogeneous cluster, where every option is priced
+        _one_type_job_options(path, job)
+    check_moe_overlaps(path, job, model, search or SearchSpace())  # as a homogeneous file's
+    check_job_options(path, job, model, search or SearchSpace())
     if search is not None:  # listed values no plan on these groups can use
         refusal = hetero_search_refusal(search, model, [g.cluster for g in net.groups],
                                         frozenset(top.raw["search"]), job.attention is Attention.FLASH)
@@ -221,6 +214,23 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     return HeteroInstance(name=name, model=model, cluster=nominal, job=job,
                           scenarios=tuple(scenarios), timeline=timeline, switching=switching,
                           source=path, **kw)
+
+
+def _one_type_job_options(path: str, job) -> None:
+    """Refuse the job options priced for one GPU type only (cost/moe.py, cost/memory.py), never
+    drop them: on a cluster of several node groups."""
+    for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
+        if getattr(job, key):  # not dropped: the overlaps are priced on one group only
+            raise InstanceError(path, f"job.{key}",
+                                "the expert all-to-all overlaps are not priced on mixed clusters"
+                                " yet", f"remove {key}, or plan one group alone")
+    for key in ("recompute_modules", "activation_fp8_input_store", "attention_output_e5m6"):
+        if getattr(job, key):  # priced for one GPU type (cost/loader.check_job_options)
+            raise InstanceError(path, f"job.{key}", "the recompute and activation-storage options"
+                                " are priced on one GPU type only", f"remove {key}, or plan one group alone")
+    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # priced on one group only
+        raise InstanceError(path, "job.moe_dispatcher", "DeepEP's dispatch is priced on one GPU"
+                            " type only (cost/moe.py)", "remove moe_dispatcher, or plan one group alone")
 
 
 def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:

@@ -672,7 +672,7 @@ def check_mla_job(source: str, job: JobSpec, model: ModelSpec) -> None:
                             "set job.framework: megatron")
 
 
-def _check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
+def check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
     """job.moe_a2a_overlap and job.moe_shared_expert_overlap need experts to move;
     --overlap-moe-expert-parallel-comm also needs no full recomputation and the shared-expert
     overlap a shared expert (Megatron-core's TransformerConfig checks)."""
@@ -819,7 +819,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     check_mla_job(" + ".join(sources), job_spec, model_spec)
-    _check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
+    check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
     check_job_options(" + ".join(sources), job_spec, model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
         refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
@@ -1382,7 +1382,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
     check_mla_job(path, job, model)
-    _check_moe_overlaps(path, job, model, search)
+    check_moe_overlaps(path, job, model, search)
     check_job_options(path, job, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
 
@@ -1422,7 +1422,7 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
                                           inst.job.attention is Attention.FLASH))
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
-    _check_moe_overlaps(source, inst.job, inst.model, space)
+    check_moe_overlaps(source, inst.job, inst.model, space)
     if getattr(inst.cluster, "groups", None) is None:
         check_job_options(source, inst.job, inst.model, space)
     return replace(inst, search=space)

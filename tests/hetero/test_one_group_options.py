@@ -100,3 +100,18 @@ def test_the_one_class_api_refuses_the_options_naming_the_group_route():
     inst = load_instance(TINY)
     with pytest.raises(InstanceError, match="search.idle_gpus.*plan_hetero"):
         plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
+
+
+def test_a_one_group_file_takes_the_job_options_priced_for_one_gpu_type(tmp_path, capsys):
+    # the bundled DeepSeek-V3-shaped instance (DeepEP dispatch, recompute modules, fp8 activation
+    # stores) written as one node group: the same cluster, so the same optimum as its homogeneous
+    # file (README: 20.49 s), where these options were refused as "one GPU type only" before
+    source = "instances/deepseek-v3-shaped-2048xH800.yaml"
+    data = yaml.safe_load(open(source))
+    data["cluster"] = {"groups": [{"name": "h800", **data["cluster"]}]}
+    path = tmp_path / "one-group.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    grouped = _json(capsys, ["plan", str(path)])
+    homogeneous = _json(capsys, ["plan", source])
+    assert grouped["status"] == homogeneous["status"] == "optimal"
+    assert grouped["objective_s"] == pytest.approx(homogeneous["iter_time_s"], rel=1e-9)
