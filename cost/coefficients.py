@@ -610,8 +610,9 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
 
     # lp: the parameters one GPU holds, its 1/tp share plus any replicated over the group
     assert not (o.zero == 3 and lt.replicated_params), "token splits are not priced with ZeRO-3"
-    assert not (o.zero == 3 and lt.expert_params), "MoE is not priced with ZeRO-3 (space_rules)"
     lp = layer_params(m) / o.tp + lt.replicated_params
+    ex = lt.expert_params  # MoE: the GPU's routed-expert weights, sharded over the edp group
+    edp = moe.edp_ranks(dp_n, o) if ex else 1
     parts = dict(lt.parts)
     overlapped = dict(lt.overlapped)
     slow_terms = _overlap_slowdown_s(lt, net)
@@ -619,15 +620,25 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     # ZeRO-3 / FSDP, once per micro-batch: gather the layer's weights before forward and again
     # before backward (and, where the framework re-fetches, for the recompute pass), then
     # reduce-scatter its gradients; gathers are prefetched behind the neighbouring layer's
-    # compute as far as the framework looks ahead (cost/framework.py)
+    # compute as far as the framework looks ahead (cost/framework.py). An MoE layer's routed
+    # experts are sharded over the expert-data-parallel group instead (Megatron-FSDP shards
+    # expert parameters over it, as the distributed optimizer does their state): their gather
+    # and reduce-scatter run on that group's link, after the dense part's (one stream)
     ag = rs = 0.0
     z3 = {"f": (0.0, 0.0), "b": (0.0, 0.0), "b_rc": (0.0, 0.0)}
-    if o.zero == 3 and dp_n > 1:
-        ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net,
-                                    gather_calls(fw, layer_param_tensors(m)))
-        rs = comm.all_gather_time_s(lp * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net,
-                                    bucket_calls(fw.scatter_bucket_params, lp))
-        ahead = 1.0 if fw.prefetch_params is None else min(1.0, fw.prefetch_params / lp)
+    if o.zero == 3 and (dp_n > 1 or edp > 1):
+        if dp_n > 1:
+            ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net,
+                                        gather_calls(fw, layer_param_tensors(m)))
+            rs = comm.all_gather_time_s(lp * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net,
+                                        bucket_calls(fw.scatter_bucket_params, lp))
+        if edp > 1:
+            e_link, e_inter = site.edp_link or site.dp_link
+            ag += comm.all_gather_time_s(ex * BF16_BYTES, edp, e_link, e_inter, net,
+                                         gather_calls(fw, moe.expert_param_tensors(m, o)))
+            rs += comm.all_gather_time_s(ex * fw.grad_reduce_bytes_zero3, edp, e_link, e_inter, net,
+                                         bucket_calls(fw.scatter_bucket_params, ex))
+        ahead = 1.0 if fw.prefetch_params is None else min(1.0, fw.prefetch_params / (lp + ex))
         # the recompute pass gathers the layer; the weights the framework releases before
         # backward are gathered once more (a share of the layer's calls and bytes)
         sizes = tuple(w / o.tp for w in layer_weight_sizes(m))
@@ -655,6 +666,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     step_s = _mem_time_s(lp / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
     if o.zero == 3:
         g_sync, g_exposed, ag_after = 0.0, 0.0, 0.0
+        step_s += _mem_time_s(ex / edp * ADAM_STEP_BYTES_PER_PARAM, gpu)  # the expert shard's step
     else:
         gb = lp * fw.grad_reduce_bytes
         calls = bucket_calls(fw.grad_bucket_params_zero2 if o.zero == 2 else fw.grad_bucket_params, lp)
@@ -706,14 +718,13 @@ def dense_prefix_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficienc
     """A lower bound of the first stage's dense-prefix extra that reads nothing of the
     data-parallel ring (build's "dense_prefix" stage part, d x (dense layer - MoE layer), which
     is negative where the dense layer is the cheaper): d x (the dense layer's floor - the MoE
-    layer's floor), exactly that extra, since an MoE plan runs without ZeRO-3 (space_rules), the
-    only term the floors leave out. 0 without a dense prefix. `moe_floor_s`: the MoE layer's
-    floor, if the caller has it."""
+    layer's floor): exactly that extra without ZeRO-3, the only term the floors leave out. With
+    ZeRO-3 a bound still: the first stage holds n >= d layers, and (n - d) x MoE layer + d x
+    dense layer >= (n - d) x MoE floor + d x dense floor, which is n x MoE floor + this. 0
+    without a dense prefix. `moe_floor_s`: the MoE layer's floor, if the caller has it."""
     moe = inst.model.moe
     if moe is None or not moe.dense_layers:
         return 0.0
-    if o.zero == 3:
-        raise ValueError("MoE is not priced with ZeRO-3 (space_rules)")
     dense = layer_time_floor_s(_with_model(inst, moe_dense_view(inst.model)), o, site, net)
     if moe_floor_s is None:
         moe_floor_s = layer_time_floor_s(inst, o, site, net)
@@ -825,7 +836,11 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     if dense is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense.terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
-        transient += [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1) for s in range(pp)]
+        z3 = [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1, per_stage[s].terms.expert_params)
+              for s in range(pp)]
+        if dense is not None:  # the first stage gathers its dense prefix layers too: the larger block
+            z3[0] = max(z3[0], memory.zero3_gathered_bytes(moe_dense_view(m), tp, fw, True, pp == 1))
+        transient += z3
     transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
     distinct_tp = set(tps)

@@ -402,10 +402,13 @@ def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     return 2 * BF16_BYTES * t * widest
 
 
-def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, first: bool, last: bool) -> float:
+def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, first: bool, last: bool,
+                         expert_params: float = 0.0) -> float:
     """ZeRO-3 / FSDP: unsharded parameters and gradients alive at a stage's peak (module
-    docstring). `first`/`last`: the stage holds the embedding / output layer."""
-    block = layer_params(m) / tp
+    docstring). `first`/`last`: the stage holds the embedding / output layer. `expert_params`:
+    an MoE layer's routed-expert weights on one GPU (its experts / ep, 1/etp each), gathered
+    with the block they belong to."""
+    block = layer_params(m) / tp + expert_params
     if framework is Framework.DEEPSPEED:
         params = block + DEEPSPEED_PREFETCH_BUCKET_PARAMS
         grads = min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, m.layers * block)

@@ -287,6 +287,13 @@ def edp_ranks(dp_ranks: int, o: Outer) -> int:
     return dp_ranks * o.tp // (o.ep * o.expert_tp)
 
 
+def expert_param_tensors(m, o: Outer) -> int:
+    """Weight tensors of a GPU's local experts in one MoE layer (experts / ep, each MLP-in, and
+    for SwiGLU its gate, and MLP-out), as a per-tensor ZeRO-3 gather sees them
+    (framework.gather_calls; Megatron-FSDP gathers a whole layer in one call)."""
+    return m.moe.experts // o.ep * ((2 if m.mlp is Mlp.SWIGLU else 1) + 1)
+
+
 def expert_fp8_cast_elements(m, o: Outer) -> tuple[float, float, float]:
     """Elements one GPU casts to FP8 in stand-alone kernels for one MoE layer's experts:
     (forward per micro-batch, backward per micro-batch, weights per cast pass).

@@ -150,7 +150,8 @@ def expert_layouts(model: ModelSpec, space: SearchSpace, tp: int, ranks: int,
 
 def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:
     """Why an outer configuration cannot run an MoE model, or a model with latent attention
-    (ZeRO-3 of its replicated down projections is not priced), or None."""
+    (ZeRO-3 of its replicated down projections is not priced), or None. ZeRO-3 of an MoE
+    model shards the expert weights over the expert-data-parallel group (cost/coefficients)."""
     if model.mla is not None and zero == 3:
         return MLA_ZERO3
     if model.moe is None:
@@ -158,8 +159,6 @@ def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:
     if tp > 1 and not sp:
         return ("Megatron-core runs MoE layers with tp > 1 only with sequence parallelism"
                 " (its MoE README)")
-    if zero == 3:
-        return "ZeRO-3 of expert weights is not priced yet (cost/moe.py)"
     return None
 
 
@@ -204,10 +203,6 @@ def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
             if model.moe.experts % e:
                 return Refusal("ep", f"ep={e} does not divide the model's {model.moe.experts}"
                                " experts", "use a divisor of the expert count; drop it from the list")
-    if "zero" in given and set(space.zero) == {3}:
-        return Refusal("zero", "ZeRO-3 of expert weights is not priced yet (cost/moe.py)",
-                       "use zero 0, 1 or 2 (1 and 2 shard expert optimizer state over the"
-                       " expert-data-parallel group)")
     if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
         return Refusal("tensor_partitions", "per-operator partitions are not priced for MoE"
                        " layers", "remove spatial_temporal")

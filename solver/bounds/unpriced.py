@@ -9,8 +9,10 @@ per class and stage, only the floor of the stage's layer time
 tp, cp and expert links, without ZeRO-3's ring terms), which depends on the group and the
 modes, not on where the class sits; and of the stage terms of the priced bound a_s, d_s, g_s
 it keeps only the one that can be negative: an MoE model's dense prefix on the first stage,
-a_0 = d x (dense layer - MoE layer) (cost/coefficients.dense_prefix_floor_s, exact, as an MoE
-plan has no ZeRO-3); every other term it drops is >= 0, and the priced bound grows with each.
+a_0 = d x (dense layer - MoE layer), read as d x (the floors' difference)
+(cost/coefficients.dense_prefix_floor_s: exact without ZeRO-3, and with it a bound of the first
+stage's n >= d layers together); every other term it drops is >= 0, and the priced bound grows
+with each.
 So this bound is at most the priced bound of the same configuration, which is at most its
 optimum (it also drops the first stage's minimum of d layers, which only widens the splits).
 

@@ -181,7 +181,6 @@ def test_bad_moe_sections_are_refused(tmp_path, change, field):
 
 @pytest.mark.parametrize("search,field", [
     ({"ep": [3]}, "search.ep"),  # does not divide 8 experts
-    ({"zero": [3]}, "search.zero"),  # ZeRO-3 of experts is not priced
     ({"tensor_partitions": ["megatron", "spatial_temporal"]}, "search.tensor_partitions"),
 ])
 def test_search_values_an_moe_model_cannot_use_are_refused(tmp_path, search, field):
@@ -215,7 +214,7 @@ def test_the_space_holds_ep_divisors_and_the_moe_rules():
     outers = outer_configs(small)
     assert {o.ep for o in outers} == {1, 2, 4, 8}
     assert all(o.sequence_parallel for o in outers if o.tp > 1)  # Megatron-core's MoE rule
-    assert all(o.zero != 3 for o in outers)
+    assert any(o.zero == 3 for o in outers)  # experts sharded over their edp group (test_moe_zero3)
     assert all((o.dp * o.cp) % o.ep == 0 for o in outers)
 
 

@@ -31,16 +31,18 @@ ROOT = Path(__file__).resolve().parents[2]
 MOE = {"experts": 8, "top_k": 2, "expert_ffn": 2048, "shared_ffn": 1024}
 
 
+@pytest.mark.parametrize("zero", [(0, 1, 2), (3,)])
 @pytest.mark.parametrize("ep", [1, 2, 8])
-def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster(ep):
+def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster(ep, zero):
     # the tiny GPT of tiny-gpt-8xA100 with MoE layers, expert parallelism held to `ep`: the
     # class planner's optimum (class coefficients, cost/hetero_coefficients.py) must be the time
-    # the homogeneous simulator (cost/simulate.py, homogeneous placement) gives its plan
+    # the homogeneous simulator (cost/simulate.py, homogeneous placement) gives its plan; with
+    # ZeRO-3 too (experts sharded over their expert-data-parallel group)
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
     inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
-                   search=replace(inst.search, ep=(ep,), zero=(0, 1, 2)))
+                   search=replace(inst.search, ep=(ep,), zero=zero))
     het = plan_hetero(homogeneous_as_hetero(inst))
-    assert het.status == "optimal" and het.plan.ep == ep
+    assert het.status == "optimal" and het.plan.ep == ep and het.plan.zero in zero
     bd = simulate(inst, hetero_plan_as_homogeneous(het.plan), reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
 
@@ -117,6 +119,14 @@ def test_solvers_match_exhaustive_on_random_mixed_moe(seed, objective):
     d = inst.model.moe.dense_layers
     for res in _solvers_match_exhaustive(inst, objective):
         assert all(c.layers_per_stage[0] >= res.plan.virtual_stages * d for c in res.plan.classes)
+
+
+@pytest.mark.parametrize("seed", MOE_SEEDS[:8])
+def test_solvers_match_exhaustive_on_random_mixed_moe_with_zero3(seed):
+    """The same with ZeRO-3 beside ZeRO-1: the experts' weights sharded over the
+    expert-data-parallel group, which on a mixed cluster spans every class's copies."""
+    inst = moe_hetero_instance(seed)
+    _solvers_match_exhaustive(replace(inst, search=replace(inst.search, zero=(1, 3))))
 
 
 def _solvers_match_exhaustive(inst, objective: str = "nominal"):
