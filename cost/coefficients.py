@@ -880,6 +880,20 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_act[0] = d * (dense.terms.act_bytes * inflight[0] * frag - act[0])
         stage_mem[0] += stage_state[0] + stage_act[0]
         min_chunk = d
+    if m.mtp_layers:
+        # multi-token prediction on the last stage (ModelSpec.mtp_layers): per depth one more
+        # layer's state and stashed activations, the projection's input (2h) and its two norms'
+        # (h each) stashed per micro-batch in flight, and its logits beside the main head's;
+        # the projections and an embedding copy as parameter state (memory.mtp_stage_params).
+        # Not recomputed with full recomputation (the split's counts cover the main layers).
+        d_mtp = m.mtp_layers
+        p_mtp = memory.mtp_stage_params(m, pp) / tp_last
+        stash = 4 * tokens * m.hidden * BF16_BYTES / (tp_last if sp else 1)
+        mtp_state = d_mtp * state[-1] + p_mtp * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+        mtp_act = d_mtp * (act[-1] + stash * inflight[-1] * frag)
+        stage_state[-1] += mtp_state
+        stage_act[-1] += mtp_act
+        stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
     capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
     if skip_if_memory_infeasible and no_split_fits(state, ckpt, capacity, stage_mem, v, m.layers):
         return None  # the time terms below would only be dropped (solver/hetero_planner.problems_for)
@@ -901,6 +915,15 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gl)
     head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl)  # final norm fwd + bwd
     stage_parts.add("output_layer", {pp - 1: head})
+    if m.mtp_layers:
+        # per depth and micro-batch: embed the shifted tokens, norm both inputs, project 2h -> h,
+        # one more layer as the last stage runs its own, then the shared head and loss again
+        tpl = pl.sites[-1].tp_link
+        emb_last = (_mem_time_s(5 * emb_io, gl)
+                    + comm.all_reduce_time_s(emb_io, tp_last, tpl[0], tpl[1], net))
+        proj = ((1 + BACKWARD_LINEAR_FACTOR) * _mm_time_s(2 * tokens * 2 * m.hidden * m.hidden / tp_last, gl)
+                + 2 * 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl))
+        stage_parts.add("mtp", {pp - 1: m.mtp_layers * (per_stage[-1].layer_time + emb_last + proj + head)})
     # each stage sends activations forward and receives gradients back over every edge it
     # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
     # Without sequence parallelism the activation is replicated on the tp ranks; each sends
@@ -940,6 +963,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     emb_state_params = [0.0] * pp
     for s in sorted({0, pp - 1}):
         emb_state_params[s] = memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s]
+    # multi-token prediction's projections and embedding copy sync and step with them
+    emb_state_params[-1] += memory.mtp_stage_params(m, pp) / tp_last
     fw = behaviour(inst.job.framework)
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
@@ -970,7 +995,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
             sync = (comm.all_gather_time_s(p * fw.grad_reduce_bytes, dp_n, dp_link, dp_inter, net)
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
         stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
-    if pp > 1 and m.tied_embeddings:
+    if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients
         link, inter = pl.tie
         tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * fw.grad_reduce_bytes, 2,
                                      link, inter, net)
@@ -982,6 +1007,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
         # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
         layer_sync = layer_sync + warm / v * col_terms("a2a_hidden_s")
+    if m.mtp_layers:  # the multi-token prediction layers' gradient sync and step
+        stage_sync[-1] += m.mtp_layers * layer_sync[-1]
     if dense is not None:  # the dense prefix's time and sync on the first stage (above)
         dense_prefix_s = d * (dense.layer_time - per_stage[0].layer_time)
         stage_parts.add("dense_prefix", {0: dense_prefix_s})

@@ -65,9 +65,9 @@ DeepseekV2ForCausalLM      first_k_dense_replace layers' width); n_routed_expert
                            num_key_value_heads (if given) = num_attention_heads
 =========================  ===========================================================
 
-DeepSeek's group-limited routing (n_group, topk_group) and multi-token prediction module
-(num_nextn_predict_layers) are lines of `ModelSpec.unmodelled`: node-limited routing is
-model.moe.max_nodes_per_token in YAML, and the MTP module is not priced. A latent-attention key
+DeepSeek's group-limited routing (n_group, topk_group) is a line of `ModelSpec.unmodelled`:
+node-limited routing is model.moe.max_nodes_per_token in YAML. Its multi-token prediction
+depth (num_nextn_predict_layers) is `ModelSpec.mtp_layers`, priced on the last stage. A latent-attention key
 (kv_lora_rank, q_lora_rank) in a config of any other architecture is refused in one line.
 
 Not modelled, and refused with an error rather than approximated: an expert count (any of
@@ -231,8 +231,11 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     cfg.raise_missing()
 
     layout, notes = read_layout(cfg, MOE_FAMILIES.get(family_key, family_key), layers)
+    mtp = 0
     if mla is not None:
         notes += _deepseek_notes(cfg)
+        # DeepSeek-V3's multi-token prediction modules (ModelSpec.mtp_layers)
+        mtp = cfg.integer(("num_nextn_predict_layers",), "mtp_layers", optional=True) or 0
         if kv_heads not in (None, heads):
             raise InstanceError(name, "num_key_value_heads", f"{kv_heads} key/value heads with"
                                 f" multi-head latent attention, which up-projects a key and a"
@@ -279,6 +282,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
             unmodelled=tuple(notes + unread_keys_note(cfg)),
             moe=moe,
             mla=mla,
+            mtp_layers=mtp,
             **layout,
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
@@ -383,10 +387,6 @@ def _deepseek_notes(cfg: _Config) -> list[str]:
     if isinstance(groups, int) and isinstance(top_groups, int) and 1 < groups and top_groups < groups:
         notes.append(f"n_group {groups}, topk_group {top_groups}: group-limited routing is not"
                      " priced (node-limited routing is model.moe.max_nodes_per_token in YAML)")
-    mtp = cfg.integer(("num_nextn_predict_layers",), "layers", optional=True)
-    if mtp:
-        notes.append(f"num_nextn_predict_layers {mtp}: the multi-token prediction module (one"
-                     " more layer and output head per micro-batch) is not priced")
     if cfg.boolean("attention_bias", False):
         notes.append("attention_bias true: Megatron-core's latent attention has no projection"
                      " biases, and none are priced")

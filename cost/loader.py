@@ -196,7 +196,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "
                "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
                "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
                "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled",
-               "moe", "mla")
+               "moe", "mla", "mtp_layers")
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "capacity_factor",
             "imbalance", "max_nodes_per_token")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -970,6 +970,7 @@ def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
             unmodelled=_lines(sec, "unmodelled"),
             moe=moe_from_section(sec.section("moe", MOE_KEYS), layers) if sec.has("moe") else None,
             mla=mla,
+            mtp_layers=sec.integer("mtp_layers", 0),
         )
 
 

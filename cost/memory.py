@@ -186,6 +186,19 @@ def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int,
     return layer_params(m) / tp * state_bytes_per_param(zero, shard, framework, optimizer)
 
 
+def mtp_stage_params(m: ModelSpec, pp: int) -> float:
+    """Parameters the last stage holds for multi-token prediction besides its m.mtp_layers
+    transformer layers (DeepSeek-V3, arXiv 2412.19437 Sec. 2.2): per depth the projection M_k
+    (2h -> h) and the two RMSNorms of its inputs; and, where the stage holds no embedding table
+    yet (pp > 1, untied), the copy every depth embeds its shifted tokens with (Megatron-core
+    shares it with the first stage's, as it shares a tied one)."""
+    if not m.mtp_layers:
+        return 0.0
+    per_depth = 2 * m.hidden * m.hidden + 2 * m.hidden
+    copy = embedding_params(m) if pp > 1 and not m.tied_embeddings else 0.0
+    return m.mtp_layers * per_depth + copy
+
+
 def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
     """Parameters of the input embedding (first stage: the token table, a learned position
     table, an embedding norm) and output layer (last stage); a copy of a tied embedding lives

@@ -64,15 +64,22 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     d = m.moe.dense_layers if m.moe is not None else 0
     stage_state = c.stage_state_bytes if c.stage_state_bytes.size else np.zeros(pp)
     stage_act = c.stage_act_bytes if c.stage_act_bytes.size else np.zeros(pp)
+    # multi-token prediction (last stage): its layers as more layers of the stage, its
+    # projections and embedding copy as parameter state (cost/coefficients.build)
+    mtp_params = memory.mtp_stage_params(m, pp) / tp
     out = []
     for s in range(pp):
         embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw, inst.job.optimizer)
-        moe_layers = n[s] - (d if s == 0 else 0)
+        mtp = m.mtp_layers if s == pp - 1 else 0
+        mtp_state = mtp * c.layer_state_bytes[s] + (mtp_params * spp if s == pp - 1 else 0.0)
+        moe_layers = n[s] + mtp - (d if s == 0 else 0)
         dense_fp8 = memory.fp8_weight_bytes(flops.moe_dense_view(m), tp, inst.job.precision, fw) if s == 0 and d else 0.0
         # (parameters x spp) terms: the MoE layers' non-expert state, the dense layers' state
         param_state = moe_layers * (c.layer_state_bytes[s] - fp8 - ex_fp8 - ex * (ew + eg + eo)) + embed
+        if s == pp - 1:
+            param_state += mtp_params * spp
         if s == 0 and d:
-            param_state += d * (c.layer_state_bytes[0] + stage_state[0] / d - dense_fp8)
+            param_state += d * (c.layer_state_bytes[0] + (stage_state[0] - mtp_state) / d - dense_fp8)
         logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
         acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s]) + stage_act[s]
         workspace = c.stage_mem_bytes[s] - embed - logits - runtime - stage_state[s] - stage_act[s]

@@ -62,6 +62,8 @@ RANGES: dict[str, Range] = {
                       " (Gemma: 256)", integer=True),
     "norms_per_layer": Range(1, 4, "", "one shared norm (GPT-J, Falcon-7B) to four (Gemma-2's"
                              " pre and post norms around attention and MLP)", integer=True),
+    "mtp_layers": Range(0, 8, "", "multi-token prediction depth: 0 (none) to 8; DeepSeek-V3"
+                        " trains with 1 (arXiv 2412.19437, Sec. 2.2)", integer=True),
     "position_embeddings": Range(0, 16_777_216, "", "rows of a learned position table: 0 for"
                                  " rotary/ALiBi, at most the sequence length's range (GPT-2:"
                                  " 1,024; OPT: 2,050)", integer=True),

@@ -235,8 +235,14 @@ class ModelSpec:
     moe: MoeSpec | None = None
     # multi-head latent attention (None: multi-head or grouped-query attention of head_dim)
     mla: MlaSpec | None = None
+    # multi-token prediction depth (DeepSeek-V3: 1; Megatron-core's --mtp-num-layers): per
+    # micro-batch the last stage runs that many more layers, each with its input projection
+    # and the shared output head and loss (cost/coefficients.build)
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
+        if self.mtp_layers < 0:
+            raise ConfigError("model.mtp_layers must be >= 0")
         for name in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len",
                      "norms_per_layer"):
             if getattr(self, name) < 1:

@@ -79,6 +79,11 @@ class Deviations:
         self.notes: list[str] = []
         job = inst.job if target is Framework.MEGATRON else self._without_megatron_options(inst.job)
         self.inst = replace(inst, job=replace(job, framework=target))
+        if target is not Framework.MEGATRON and inst.model.mtp_layers:
+            self.deviations.append(f"model.mtp_layers {inst.model.mtp_layers}: Megatron-core's"
+                                   f" --mtp-num-layers; {target.value} has no multi-token prediction"
+                                   " module: emitted without it (less time and memory than planned)")
+            self.inst = replace(self.inst, model=replace(self.inst.model, mtp_layers=0))
 
     def _without_megatron_options(self, job):
         """The job without the options only Megatron-core runs (cost/specs.JobSpec), one

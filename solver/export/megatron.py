@@ -197,6 +197,8 @@ def render(inst: Instance, e: Emitted) -> str:
         model.append(("--swiglu", None, None))
     if not m.tied_embeddings:
         model.append(("--untie-embeddings-and-output-weights", None, None))
+    if m.mtp_layers:  # Megatron-core runs the MTP modules on the last pipeline stage, as priced
+        model.append(("--mtp-num-layers", m.mtp_layers, "multi-token prediction depth"))
     model += [
         ("--normalization", "RMSNorm" if m.mlp is Mlp.SWIGLU else "LayerNorm",
          "not in the instance: RMSNorm for SwiGLU models, LayerNorm for GELU ones; match your checkpoint"),

@@ -105,7 +105,7 @@ def test_the_one_class_api_refuses_the_options_naming_the_group_route():
 def test_a_one_group_file_takes_the_job_options_priced_for_one_gpu_type(tmp_path, capsys):
     # the bundled DeepSeek-V3-shaped instance (DeepEP dispatch, recompute modules, fp8 activation
     # stores) written as one node group: the same cluster, so the same optimum as its homogeneous
-    # file (README: 20.49 s), where these options were refused as "one GPU type only" before
+    # file (README: 21.13 s), where these options were refused as "one GPU type only" before
     source = "instances/deepseek-v3-shaped-2048xH800.yaml"
     data = yaml.safe_load(open(source))
     data["cluster"] = {"groups": [{"name": "h800", **data["cluster"]}]}

@@ -160,9 +160,10 @@ def test_deepseek_v3_is_read_with_its_latent_attention_and_experts():
         (256, 8, 2048, 2048, 3)
     assert model_params(m) == 671_026_404_352
     assert active_params(m) == 37_552_282_624
-    # what is not priced is said, one line each: group-limited routing and the MTP module
-    assert len(m.unmodelled) == 2
-    assert "topk_group" in m.unmodelled[0] and "num_nextn_predict_layers" in m.unmodelled[1]
+    # what is not priced is said, one line each: group-limited routing; the MTP module (its
+    # num_nextn_predict_layers: 1) is read as mtp_layers and priced on the last stage
+    assert len(m.unmodelled) == 1 and "topk_group" in m.unmodelled[0]
+    assert m.mtp_layers == 1
 
 
 def test_deepseek_v2_lite_projects_the_query_directly(tmp_path):
