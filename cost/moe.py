@@ -377,8 +377,22 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     per_expert = routed / local
 
     router = matmul_time_s(2 * tokens / split * h * moe.experts, gpu)
-    gemms = local * (n_in * matmul_time_s(2 * per_expert * h * fe / etp, gpu)
-                     + matmul_time_s(2 * per_expert * fe * h / etp, gpu))
+    # Each expert GEMM streams its weight from HBM at least once: a GEMM of few tokens per
+    # expert is bound by that read, not by its FLOPs (roofline: a weight element serves
+    # 2 x tokens FLOPs, below the GPU's FLOP/byte ridge when tokens per expert are few, e.g.
+    # ~128 with 128 experts on every rank). DeepGEMM's grouped GEMMs on H800 show it: at 256
+    # tokens per group 932 of 1,297 TFLOP/s, reading 2 TB/s (deepseek-ai/DeepGEMM README,
+    # masked layout). Forward and the input-gradient GEMMs read the weights (in fp8 under FP8,
+    # cast once per iteration, as cost/memory caches them); the weight-gradient GEMMs
+    # accumulate into the gradient buffer (read + write of the framework's gradient bytes).
+    w = h * fe / etp  # elements of one expert's MLP-in (n_in of them) and of its MLP-out
+    wb = memory.FP8_BYTES if inst.job.precision is Precision.FP8 else BF16_BYTES
+    grad_rw = 2 * memory.state_layout(inst.job.framework, inst.job.optimizer).grad
+
+    def gemm_s(per_weight_bytes: float) -> float:
+        return max(matmul_time_s(2 * per_expert * w, gpu), memory_time_s(w * per_weight_bytes, gpu))
+    gemms = local * (n_in + 1) * gemm_s(wb)  # forward; the input gradients' the same
+    gemms_w = local * (n_in + 1) * gemm_s(grad_rw)  # the weight gradients
     permute = PERMUTE_PASSES * 2 * routed / own * h * BF16_BYTES
     activation = (n_in + 1) * routed * fe / etp * BF16_BYTES
     router_elem = 3 * tokens / split * moe.experts * ROUTER_LOGIT_BYTES
@@ -388,7 +402,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     out_b = routed * (n_in * h + fe / etp)
     elem = memory_time_s(permute + activation + router_elem, gpu)
     compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
-    compute_b = 2 * (router + gemms) + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
+    compute_b = 2 * router + gemms + gemms_w + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
     if RecomputeModule.MOE_ACT in inst.job.recompute_modules:
         # the activation rerun before backward: reads its stashed input, writes its output
         act_in = memory.activation_input_bytes(inst.job)
@@ -414,4 +428,4 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     # its forward GEMM: what DualPipe defers into the bubble (cost/dualpipe.py)
     return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a, a2a_b_s=a2a,
                        tp_f_s=tp_pair, tp_b_s=tp_pair, act_bytes=act, params=params,
-                       wgrad_s=router + gemms)
+                       wgrad_s=router + gemms_w)

@@ -1,0 +1,62 @@
+"""An expert GEMM streams its weight from HBM at least once (cost/moe.expert_terms): with few
+tokens per expert it is bound by that read, not by its FLOPs. Numbers by hand for Qwen3-235B-A22B
+(hidden 4096, 128 experts of ffn 1536, top-8, SwiGLU, 4096-token sequences) on H100 (989 TFLOP/s
+bf16 peak at the fitted matmul efficiency 0.6078, half-efficiency size 0.1 GFLOP; 3.35 TB/s HBM
+at the fitted memory efficiency 0.7605), routing balanced (imbalance 1.0)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from paraplan.cost import coefficients, moe
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.loader import load_instance
+from paraplan.cost.specs import Outer
+
+QWEN3 = Path(__file__).resolve().parents[2] / "instances" / "qwen3-235b-a22b-256xH100.yaml"
+W = 4096 * 1536  # elements of one expert weight (MLP-in gate, MLP-in up, MLP-out alike)
+COMPUTE = 989e12 * 0.6078  # achieved FLOP/s of a large bf16 GEMM
+HBM = 3.35e12 * 0.7605  # achieved bytes/s of a memory-bound pass
+
+
+def qwen3():
+    inst = load_instance(QWEN3)
+    return replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, imbalance=1.0)))
+
+
+def wgrad_s(o: Outer) -> float:
+    inst = qwen3()
+    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    return moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link, site.ep_links,
+                            NetEfficiency(), coefficients.matmul_time_s, coefficients.memory_time_s).wgrad_s
+
+
+def test_few_tokens_per_expert_are_bound_by_the_weight_read():
+    # ep 1, cp 2, micro-batch 1: 2048 tokens x 8 copies over 128 local experts = 128 tokens
+    # each. A weight-gradient GEMM: 2 x 128 x W = 1.61 GFLOP, (1.61 + 0.1) GFLOP / COMPUTE =
+    # 2.85 us; it accumulates into Megatron's fp32 main gradient, read + write 8 bytes a weight:
+    # 50.3 MB / HBM = 19.76 us, the longer. 128 experts x 3 GEMMs x 19.76 us = 7.587 ms, plus
+    # the router's weight gradient (2 x 2048 x 4096 x 128 FLOPs: 3.74 us)
+    o = Outer(tp=1, pp=16, dp=8, cp=2, micro_batch=1, num_micro_batches=64, ep=1)
+    router = (2 * 2048 * 4096 * 128 + 1e8) / COMPUTE
+    assert wgrad_s(o) == pytest.approx(128 * 3 * W * 8 / HBM + router, rel=1e-9)
+
+
+def test_many_tokens_per_expert_are_bound_by_their_flops():
+    # ep 8: each rank's 16 experts take the copies of 8 ranks, 8 x 2048 x 8 / 128 = 1024 tokens
+    # each: 12.9 GFLOP, (12.885 + 0.1) GFLOP / COMPUTE = 21.60 us, above the 19.76 us read
+    o = Outer(tp=1, pp=16, dp=8, cp=2, micro_batch=1, num_micro_batches=64, ep=8)
+    router = (2 * 2048 * 4096 * 128 + 1e8) / COMPUTE
+    assert wgrad_s(o) == pytest.approx(16 * 3 * (2 * 1024 * W + 1e8) / COMPUTE + router, rel=1e-9)
+
+
+def test_the_bundled_qwen3_optimum_shards_its_experts():
+    # Every published Qwen3-235B configuration runs ep 8 to 32 (cost/published/moe.yaml). With
+    # the weight read priced, ep 1 (every rank all 128 experts, 128 tokens each) is no longer
+    # the optimum it was (7.437 s, tp 2, pp 32, cp 2, ep 1): README "Mixture of experts"
+    from paraplan.solver.class_route import plan
+    res = plan(load_instance(QWEN3))
+    assert res.status == "optimal" and res.plan.ep >= 8
