@@ -128,7 +128,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
-from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, MoeDispatcher, PipelineSchedule, Plan,
+from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule, Plan,
                                  Recompute, SearchSpace)
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
@@ -217,20 +217,17 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
 
 
 def _one_type_job_options(path: str, job) -> None:
-    """Refuse the job options priced for one GPU type only (cost/moe.py, cost/memory.py), never
-    drop them: on a cluster of several node groups."""
+    """Refuse, never drop, the job options priced on one group only: Megatron-core's expert
+    all-to-all overlaps, whose warm-up and cool-down terms assume one pipeline schedule shape
+    (cost/moe.py). DeepEP's dispatch and the recompute and activation-storage options are
+    priced on a mixed cluster too: an expert group lies inside one class's stage on one group,
+    whose links DeepEP's copies travel (hetero_coefficients.group_site), and the memory options
+    act per layer on each group's stages (tests/hetero/test_moe_mixed.py)."""
     for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
         if getattr(job, key):  # not dropped: the overlaps are priced on one group only
             raise InstanceError(path, f"job.{key}",
                                 "the expert all-to-all overlaps are not priced on mixed clusters"
                                 " yet", f"remove {key}, or plan one group alone")
-    for key in ("recompute_modules", "activation_fp8_input_store", "attention_output_e5m6"):
-        if getattr(job, key):  # priced for one GPU type (cost/loader.check_job_options)
-            raise InstanceError(path, f"job.{key}", "the recompute and activation-storage options"
-                                " are priced on one GPU type only", f"remove {key}, or plan one group alone")
-    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # priced on one group only
-        raise InstanceError(path, "job.moe_dispatcher", "DeepEP's dispatch is priced on one GPU"
-                            " type only (cost/moe.py)", "remove moe_dispatcher, or plan one group alone")
 
 
 def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:

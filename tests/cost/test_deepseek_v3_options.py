@@ -311,16 +311,22 @@ def test_search_ep_on_the_command_line_is_a_list():
     assert inst.search.ep == (64,) and inst.search.pp == (16,)
 
 
-@pytest.mark.parametrize("key,value", [("moe_dispatcher", "deepep"), ("pipeline_schedule", "dualpipe")])
-def test_mixed_clusters_refuse_the_deepseek_job_options(tmp_path, key, value):
-    # DeepEP dispatch and DualPipe are priced on one GPU type only: the keys would be silently
-    # ignored on a mixed cluster, so they are refused there
+def test_mixed_clusters_refuse_dualpipe_and_take_deepep(tmp_path):
+    # DualPipe is priced by `simulate` of one GPU type only (cost/dualpipe.py): refused on a
+    # mixed cluster rather than ignored. DeepEP's dispatch is priced there (an expert group lies
+    # inside one class's stage on one group: tests/hetero/test_moe_mixed.py)
     from paraplan.cost.hetero_loader import load_hetero_instance
+    from paraplan.cost.specs import MoeDispatcher
     raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
-    raw["job"][key] = value
+    raw["job"]["pipeline_schedule"] = "dualpipe"
     with pytest.raises(InstanceError) as info:
         load_hetero_instance(_write(tmp_path, raw, "h.yaml"))
-    assert info.value.field == f"job.{key}"
+    assert info.value.field == "job.pipeline_schedule"
+    del raw["job"]["pipeline_schedule"]
+    raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
+    raw["job"]["moe_dispatcher"] = "deepep"
+    inst = load_hetero_instance(_write(tmp_path, raw, "h2.yaml"))
+    assert inst.job.moe_dispatcher is MoeDispatcher.DEEPEP
 
 
 def test_dualpipe_shrinks_a_dense_pipelines_bubble_to_its_formula():

@@ -129,6 +129,22 @@ def test_solvers_match_exhaustive_on_random_mixed_moe_with_zero3(seed):
     _solvers_match_exhaustive(replace(inst, search=replace(inst.search, zero=(1, 3))))
 
 
+@pytest.mark.parametrize("seed", MOE_SEEDS[:8])
+def test_solvers_match_exhaustive_on_random_mixed_moe_with_deepep_and_moe_act(seed):
+    """DeepEP's dispatch and the experts' activation recompute on a mixed cluster: priced (the
+    objective differs from Megatron's all-to-all without recompute on every seed with a plan)
+    and agreed on by every method."""
+    from paraplan.cost.specs import MoeDispatcher, RecomputeModule
+    inst = moe_hetero_instance(seed)
+    inst = replace(inst, search=replace(inst.search, full_recompute=False))
+    opts = replace(inst, job=replace(inst.job, moe_dispatcher=MoeDispatcher.DEEPEP,
+                                     recompute_modules=(RecomputeModule.MOE_ACT,)))
+    got = _solvers_match_exhaustive(opts)
+    base = plan_hetero(inst)
+    if got:
+        assert got[0].objective_s != pytest.approx(base.objective_s, rel=1e-9)
+
+
 def _solvers_match_exhaustive(inst, objective: str = "nominal"):
     """Assert CP-SAT and MILP reach exhaustive search's optimum of `inst`; their feasible
     results, for further checks."""
