@@ -123,8 +123,8 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          catalogue_with_gpu_types, check_job_options, check_moe_overlaps, check_number,
                          cluster_from_section,
                          check_mla_job, config_errors_as, default_layer_split, describe, did_you_mean,
-                         enum_values, job_from_section, model_from_section, plan_from_mapping, plan_partitions,
-                         read_yaml,
+                         enum_values, is_group_plan_mapping, job_from_section, model_from_section,
+                         plan_from_mapping, plan_partitions, read_yaml,
                          search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import hetero_search_refusal
@@ -195,7 +195,7 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
     if len(net.groups) > 1:  # one group is a homogeneous cluster, where every option is priced
-        _one_type_job_options(path, job)
+        _mixed_cluster_job_options(path, job)
     check_moe_overlaps(path, job, model, search or SearchSpace())  # as a homogeneous file's
     check_job_options(path, job, model, search or SearchSpace())
     if search is not None:  # listed values no plan on these groups can use
@@ -216,7 +216,7 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
                           source=path, **kw)
 
 
-def _one_type_job_options(path: str, job) -> None:
+def _mixed_cluster_job_options(path: str, job) -> None:
     """Refuse, never drop, the job options priced on one group only: Megatron-core's expert
     all-to-all overlaps, whose warm-up and cool-down terms assume one pipeline schedule shape
     (cost/moe.py). DeepEP's dispatch and the recompute and activation-storage options are
@@ -749,13 +749,6 @@ def load_hetero_plan(path: str | Path, inst: HeteroInstance) -> HeteroPlan:
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
         return homogeneous_plan_as_hetero(plan_from_mapping(data, one_group_as_homogeneous(inst), path), str(path))
     return hetero_plan_from_mapping(data, inst, str(path))
-
-
-def is_group_plan_mapping(data: Any) -> bool:
-    """A plan mapping (bare or as a plan file) in the group format: it lists replica classes."""
-    if isinstance(data, dict) and isinstance(data.get("plan"), dict):
-        data = data["plan"]
-    return isinstance(data, dict) and "classes" in data
 
 
 def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:

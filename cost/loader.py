@@ -1161,7 +1161,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     path = str(path)
     if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
         mapping = mapping["plan"]  # a plan file; its instance is read by plan_file_instance
-    if isinstance(mapping, dict) and "classes" in mapping:
+    if is_group_plan_mapping(mapping):
         raise InstanceError(path, "plan.classes", "a plan of replica classes (the group format, which"
                             " `paraplan plan` writes where search asks for classes_per_group or"
                             " idle_gpus) where a one-class plan is read",
@@ -1221,6 +1221,14 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
         )
         plan.check_against(inst)
     return plan
+
+
+def is_group_plan_mapping(data: Any) -> bool:
+    """A plan mapping (bare or as a plan file) in the group format (cost/hetero_loader.py): it
+    lists replica classes."""
+    if isinstance(data, dict) and isinstance(data.get("plan"), dict):
+        data = data["plan"]
+    return isinstance(data, dict) and "classes" in data
 
 
 def plan_partitions(sec: Section, key: str = "partitions") -> tuple[tuple[str, str], ...]:
@@ -1424,6 +1432,5 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     check_moe_overlaps(source, inst.job, inst.model, space)
-    if getattr(inst.cluster, "groups", None) is None:
-        check_job_options(source, inst.job, inst.model, space)
+    check_job_options(source, inst.job, inst.model, space)  # group files take these options too
     return replace(inst, search=space)

@@ -53,8 +53,7 @@ def cmd_simulate(args) -> int:
 def _group_plan_file(path: str) -> bool:
     """The plan file lists replica classes (the group format), which the class simulator reads
     on a one-group cluster too (cost/hetero_loader.load_hetero_plan)."""
-    from paraplan.cost.hetero_loader import is_group_plan_mapping
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.loader import is_group_plan_mapping, read_yaml
     return is_group_plan_mapping(read_yaml(path))
 
 

@@ -345,3 +345,18 @@ def test_dualpipe_shrinks_a_dense_pipelines_bubble_to_its_formula():
     # no all-to-all to hide: the steady state is the same work, m/2 (T_d + T_{3-d}) = m T for
     # the paired devices' average
     assert dual.exposed_s["compute"] == pytest.approx(one.exposed_s["compute"], rel=1e-12)
+
+
+def test_a_search_override_on_a_group_file_is_checked_against_its_recompute_modules(tmp_path):
+    # group files take recompute_modules (selective), which excludes full recomputation as in
+    # Megatron-LM; `--search full_recompute=true` must be refused there as in a homogeneous file
+    from paraplan.cost.hetero_loader import load_hetero_instance
+    from paraplan.cost.loader import override_search
+    raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
+    raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
+    raw["job"]["recompute_modules"] = ["moe_act"]
+    raw["search"] = {**raw.get("search", {}), "full_recompute": False}
+    inst = load_hetero_instance(_write(tmp_path, raw, "h.yaml"))
+    with pytest.raises(InstanceError) as info:
+        override_search(inst, {"full_recompute": True})
+    assert info.value.field == "job.recompute_modules"
