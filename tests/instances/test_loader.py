@@ -21,7 +21,7 @@ TINY = INSTANCES / "tiny-gpt-8xA100.yaml"
 
 CATALOGUE_NAMES = {"V100-SXM-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB",
                    "H100-SXM5-96GB", "H200-SXM-141GB", "MI300X", "L40S", "B200-SXM-180GB",
-                   "GB200-186GB"}
+                   "GB200-186GB", "GB300-288GB"}
 
 # fixture in tests/instances/bad -> (the dotted field the error must name, a word of the problem).
 # Files named plan_* are loaded as plans for TINY; the rest as instances.
@@ -154,6 +154,12 @@ def test_catalogue_conversions_from_datasheet_units():
     assert gpus["A100-SXM4-40GB"].hbm_bw_bytes_per_s == pytest.approx(1555e9)
     assert gpus["A100-SXM4-80GB"].hbm_bw_bytes_per_s == pytest.approx(2039e9)
     assert gpus["MI300X"].peak_flops_per_s == pytest.approx(1307.4e12)
+    # GB300 NVL72: FP16/BF16 360 PFLOPS with sparsity over 72 GPUs, dense half: 2.5 PFLOPS
+    # each; FP8 720 / 72 / 2 = 5 PFLOPS; 288 GB HBM3e at 8 TB/s (NVIDIA's Blackwell Ultra blog)
+    gb300 = gpus["GB300-288GB"]
+    assert gb300.peak_flops_per_s == pytest.approx(360e15 / 72 / 2)
+    assert gb300.peak_fp8_flops_per_s == pytest.approx(720e15 / 72 / 2)
+    assert gb300.hbm_bytes == 288 * 2**30 and gb300.hbm_bw_bytes_per_s == pytest.approx(8e12)
 
 
 def test_instance_unit_conversions():
