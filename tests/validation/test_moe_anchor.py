@@ -255,3 +255,35 @@ def test_moe_trust_line_reads_the_anchors():
             if (r.get("paraplan_prediction") or {}).get("error_pct") is not None]
     got = [e for _, e in moe_anchor_errors()]
     assert got == errs and len(errs) >= 20
+
+
+def _implied_imbalance(forced: dict, dropless: dict) -> float:
+    """The routing imbalance at which paraplan's dropless / forced throughput ratio on the
+    pair's published plan equals the measured one (bisection: the ratio grows with it)."""
+    import copy
+    measured = forced["measured"]["value"] / dropless["measured"]["value"]
+    even = predict(forced)["megatron_tflops_per_gpu"]
+    lo, hi = 1.0, 4.0
+    for _ in range(12):  # to 3/4,096
+        mid = (lo + hi) / 2
+        row = copy.deepcopy(dropless)
+        row.setdefault("paraplan_options", {}).setdefault("model", {}).setdefault("moe", {})["imbalance"] = mid
+        lo, hi = (mid, hi) if even / predict(row)["megatron_tflops_per_gpu"] < measured else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("name, implied", [("modelzoo-mixtral-8x22b-128xH100", 1.07),
+                                           ("modelzoo-qwen3-235b-256xH100-16k", 1.72),
+                                           ("modelzoo-qwen3-235b-256xH100-128k", 2.13)])
+def test_sensitivity_range_covers_the_imbalance_published_pairs_imply(name, implied):
+    """A forced-balance run and a dropless run of one published plan differ only in routing,
+    so their throughput ratio (Mixtral 8x22B 465 / 445; Qwen3-235B 295 / 237 at 16k, 389 / 357
+    at 128k) measures what imbalance costs; `plan --sensitivity` must reach the imbalance that
+    reproduces it (cost/moe.py IMBALANCE_RANGE, cost/published/moe.yaml range)."""
+    from paraplan.cost.moe import IMBALANCE_RANGE
+    rows = {r["id"]: r for r in _rows()}
+    got = _implied_imbalance(rows[f"{name}-forced"], rows[f"{name}-dropless"])
+    assert got == pytest.approx(implied, abs=0.01)
+    yaml_range = read_yaml(PUBLISHED_DIR / "moe.yaml")["imbalance_default"]["range"]
+    assert IMBALANCE_RANGE == (yaml_range["low"], yaml_range["high"])
+    assert IMBALANCE_RANGE[0] <= got <= IMBALANCE_RANGE[1]
