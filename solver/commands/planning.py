@@ -214,8 +214,8 @@ def _instance_with(inst, cat, net):
 def sensitivity(inst, res, args) -> dict:
     """Re-solve with each fitted parameter at either end of its uncertainty range (one at a time,
     cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1), and for an MoE
-    model with the routing imbalance at the ends of the range the published forced/dropless pairs imply (cost/moe.py
-    IMBALANCE_RANGE), and say whether the optimum stays optimal."""
+    model with the routing imbalance at the ends of the range the published forced/dropless
+    pairs imply (cost/moe.py IMBALANCE_RANGE), and say whether the optimum stays optimal."""
     from dataclasses import replace
 
     from paraplan.cost.comm import NetEfficiency
@@ -264,7 +264,8 @@ def _sensitivity_case(moved, res, args, name: str, end: str, value: float) -> di
 
 def sensitivity_text(sens: dict) -> str:
     lines = ["sensitivity (each fitted parameter at the ends of its uncertainty range, cost/fit.py;"
-             " MoE: the routing imbalance from 1.0 to what the published forced/dropless pairs imply, cost/moe.py):"]
+             " MoE: the routing imbalance from 1.0 to what the published forced/dropless pairs"
+             " imply, cost/moe.py):"]
     for c in sens["cases"]:
         head = f"  {c['parameter']} {c['end']} ({c['value']:.4g}): "
         if c["stays_optimal"]:
