@@ -4,7 +4,10 @@ exceed --max-exhaustive-s are solved by the solvers only (the estimate is printe
 
 The ladder scales a GPT-style model and an A100 cluster together; the bundled production
 instances (GPT-3 175B on 1,024 A100, Llama-3 70B on 512 H100, Llama-3.1 405B on 16,384 H100)
-close the run as solver-only rungs, since their spaces hold 10^40+ plans.
+and the bundled mixture-of-experts instances (Mixtral 8x7B on 64 H100, Qwen3-235B on 256 H100,
+DeepSeek-V3 on 2,048 H800 and on 1,152 GB200; the MoE issue asks the 2,048-GPU one proved in
+at most 10 s on 2 cores) close the run as solver-only rungs, since their spaces hold 10^20+
+plans.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
 LADDER = [(8, 8), (16, 8), (16, 12), (32, 12), (32, 16), (64, 16), (64, 17), (64, 24), (128, 32)]
 QUICK_LADDER = LADDER[:3]
-BUNDLED = ["gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100"]
+BUNDLED = ["gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100",
+           "mixtral-8x7b-64xH100", "qwen3-235b-a22b-256xH100", "deepseek-v3-shaped-2048xH800",
+           "deepseek-v3-shaped-1152xGB200"]
 
 
 @dataclass
