@@ -460,6 +460,45 @@ def model_flops_per_token(m: ModelSpec) -> float:
     return dense + 6 * m.layers * attended_keys(m) * (m.q_width + m.attn_out_width)
 
 
+def megatron_flops_per_token(m: ModelSpec) -> float:
+    """Model FLOPs per token of one forward and backward as Megatron-LM logs them (its
+    `num_floating_point_operations`, megatron/training/training.py, read at 001b00c), the count
+    behind the TFLOP/s per GPU that NVIDIA's MoE tables report (Megatron-MoE-ModelZoo,
+    arXiv 2603.07685): 3 x 2 FLOPs per multiply-add of every GEMM, causal attention at half the
+    s x s scores (no window), the logits over `vocab`, no router, norms or recomputation; an MoE
+    layer counts its top_k routed experts and the shared expert; each multi-token-prediction
+    layer one more transformer layer (MoE when the model's last layer is), its projection
+    (2h x h) and another logit GEMM. Older Megatron-LM versions count attention whole; paraplan's
+    own MFU does too (PaLM's definition, model_flops_per_token). tests/validation/
+    test_moe_anchor.py reproduces the ModelZoo tables' step-time and TFLOP/s pairs with it."""
+    s, h, heads, mtp = m.seq_len, m.hidden, m.heads, m.mtp_layers
+    ffn_matrices = 3 if m.mlp is Mlp.SWIGLU else 2
+    moe = m.moe
+    dense_layers = m.layers if moe is None else moe.dense_layers
+    moe_layers = m.layers - dense_layers + (mtp if moe is not None else 0)
+    dense_layers += mtp if moe is None else 0
+    if m.mla is not None:
+        a = m.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q_term = h * heads * qk if a.q_lora_rank is None else a.q_lora_rank * (h + heads * qk + 1)
+        attention = (q_term + a.kv_lora_rank * (h + heads * (a.qk_nope_head_dim + a.v_head_dim) + 1)
+                     + h * a.qk_rope_head_dim + heads * a.v_head_dim * h
+                     + s * heads * qk / 2 + s * heads * a.v_head_dim / 2)
+    else:
+        q, kv = heads * m.head_dim, m.kv_heads * m.head_dim
+        attention = h * (q + 2 * kv) + q * s / 2 * 2 + q * h
+    expert_width = 0 if moe is None else moe.expert_ffn * moe.top_k + moe.shared_ffn
+    mlp = h * ffn_matrices * (m.ffn * dense_layers + expert_width * moe_layers)
+    return 6 * (mlp + attention * (m.layers + mtp) + mtp * (3 * h + 2 * h * h)
+                + h * m.vocab * (mtp + 1))
+
+
+def megatron_tflops_per_gpu(m: ModelSpec, tokens_per_s: float, num_gpus: int) -> float:
+    """Model TFLOP/s per GPU in Megatron-LM's count (megatron_flops_per_token), every GPU of the
+    cluster counted, as Megatron-LM divides by its world size."""
+    return tokens_per_s * megatron_flops_per_token(m) / num_gpus / 1e12
+
+
 # --- mixture of experts (ModelSpec.moe) ------------------------------------------------------
 
 def moe_attention_view(m: ModelSpec) -> ModelSpec:

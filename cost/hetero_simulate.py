@@ -14,7 +14,7 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
 from paraplan.cost.hetero_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, HeteroPlan
 
@@ -39,6 +39,9 @@ class HeteroBreakdown:
     mfu: float  # against the peak of every GPU in the cluster, used or not
     classes: tuple[ClassReport, ...]
     idle_gpus: int
+    # model TFLOP/s per GPU of the cluster, used or not, as Megatron-LM logs it
+    # (cost/flops.megatron_flops_per_token)
+    megatron_tflops_per_gpu: float
 
     @property
     def fits(self) -> bool:
@@ -78,4 +81,6 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
     return HeteroBreakdown(iter_time_s=iter_time, pipeline_s=max(pipes), sync_s=max(syncs),
                            tokens_per_s=tokens_per_s,
                            mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,
-                           classes=tuple(reports), idle_gpus=hc.num_gpus - used)
+                           classes=tuple(reports), idle_gpus=hc.num_gpus - used,
+                           megatron_tflops_per_gpu=megatron_tflops_per_gpu(inst.model, tokens_per_s,
+                                                                           hc.num_gpus))

@@ -14,7 +14,7 @@ import numpy as np
 from paraplan.cost import dualpipe, schedule
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.specs import Instance, PipelineSchedule, Plan
 
@@ -41,6 +41,9 @@ class Breakdown:
     overlapped_s: dict[str, float]
     stages: tuple[StageReport, ...]
     bottleneck_stage: int
+    # model TFLOP/s per GPU as Megatron-LM logs it (cost/flops.megatron_flops_per_token), the
+    # figure NVIDIA's MoE tables publish
+    megatron_tflops_per_gpu: float
 
     @property
     def fits(self) -> bool:
@@ -91,7 +94,9 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
                     mem_bytes=float(mem[s]), capacity_bytes=float(c.capacity_bytes[s]))
         for s in range(plan.pp))
     return Breakdown(iter_time_s=iter_time, tokens_per_s=tokens_per_s, mfu=mfu, exposed_s=exposed,
-                     overlapped_s=overlapped, stages=stages, bottleneck_stage=k)
+                     overlapped_s=overlapped, stages=stages, bottleneck_stage=k,
+                     megatron_tflops_per_gpu=megatron_tflops_per_gpu(inst.model, tokens_per_s,
+                                                                             inst.cluster.num_gpus))
 
 
 def _simulate_dualpipe(inst: Instance, plan: Plan, net: NetEfficiency,
@@ -126,4 +131,6 @@ def _simulate_dualpipe(inst: Instance, plan: Plan, net: NetEfficiency,
                     capacity_bytes=float(it.capacity_bytes[d]))
         for d in range(plan.pp))
     return Breakdown(iter_time_s=it.iter_time_s, tokens_per_s=tokens_per_s, mfu=mfu,
-                     exposed_s=exposed, overlapped_s=overlapped, stages=stages, bottleneck_stage=k)
+                     exposed_s=exposed, overlapped_s=overlapped, stages=stages, bottleneck_stage=k,
+                     megatron_tflops_per_gpu=megatron_tflops_per_gpu(inst.model, tokens_per_s,
+                                                                             inst.cluster.num_gpus))

@@ -68,7 +68,8 @@ def breakdown_text(bd: Breakdown) -> str:
             for name, val in bd.exposed_s.items() if val > 0]
     parts = [table(["time on the critical path", "time", "share"], rows),
              f"iteration time {seconds(total)}   tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}%"
-             f"   (bottleneck stage {bd.bottleneck_stage})"]
+             f"   (bottleneck stage {bd.bottleneck_stage})\n"
+             + megatron_tflops_line(bd.megatron_tflops_per_gpu)]
     hidden = [[name, seconds(val)] for name, val in bd.overlapped_s.items() if val > 0]
     if hidden:
         parts.append(table(["overlapped (hidden) communication", "time"], hidden))
@@ -80,9 +81,17 @@ def breakdown_text(bd: Breakdown) -> str:
     return "\n\n".join(parts)
 
 
+def megatron_tflops_line(tflops: float) -> str:
+    """The throughput as NVIDIA's Megatron-core tables publish it, beside MFU (which counts
+    attention whole, as PaLM does, where Megatron-LM counts its causal half)."""
+    return (f"model TFLOP/s per GPU {tflops:,.1f} as Megatron-LM logs it (causal attention at half;"
+            " the metric of NVIDIA's MoE tables)")
+
+
 def breakdown_json(bd: Breakdown) -> dict:
     return {
         "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
+        "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu,
         "fits_memory": bd.fits, "bottleneck_stage": bd.bottleneck_stage,
         "exposed_s": bd.exposed_s, "overlapped_s": bd.overlapped_s,
         "stages": [{"stage": s.stage, "layers": s.layers,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import evidence_text as common_evidence_text, gib, seconds, space_json, table
+from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, seconds,
+                                    space_json, table)
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.partitions import partition_lines
@@ -151,6 +152,7 @@ def breakdown_text(bd, inst) -> str:
         f"iteration {seconds(bd.iter_time_s)} = slowest pipeline {seconds(bd.pipeline_s)} ({pipes})"
         f" + sync/optimizer {seconds(bd.sync_s)}",
         f"tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}% of all GPUs' peak   idle GPUs {bd.idle_gpus}",
+        megatron_tflops_line(bd.megatron_tflops_per_gpu),
         "", table(["class", "stage", "group", "time/micro-batch", "memory", "capacity", "fits"], rows)])
 
 
@@ -164,6 +166,7 @@ def breakdown_json(bd) -> dict:
     the critical path is the slowest replica's pipeline, then the slowest sync + step."""
     return {
         "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
+        "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu,
         "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
         "idle_gpus": bd.idle_gpus,
         "exposed_s": {"pipeline": bd.pipeline_s, "grad_sync_and_optimizer": bd.sync_s},

@@ -32,7 +32,8 @@ class MapOf:
 
 
 STAGE = {"stage": INT, "mem_bytes": NUM, "capacity_bytes": NUM, "time_per_micro_batch_s": NUM}
-BREAKDOWN = {"iter_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM, "fits_memory": BOOL,
+BREAKDOWN = {"iter_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM, "megatron_tflops_per_gpu": NUM,
+             "fits_memory": BOOL,
              "exposed_s": MapOf(NUM), "stages": [STAGE]}
 SPACE = {"outer_configs": INT, "candidates": INT, "priced": INT, "solved": INT, "pruned_by_bound": INT,
          "pruned_by_memory": INT, "pruned_by_dominance": INT, "inner_infeasible": INT, "unresolved": INT,

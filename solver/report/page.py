@@ -474,7 +474,9 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
     p, bd = result.plan, result.breakdown
     if p is not None and bd is not None:
         facts += [["iteration time", seconds(result.iter_time_s)],
-                  ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%"],
+                  ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%,"
+                                 f" {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
+                                 " Megatron-LM logs it"],
                   ["plan", outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
                                             f" full recompute/stage {list(p.full_recompute_layers)}"]]
         facts += [["partition" if i == 0 else "", line]
@@ -520,7 +522,8 @@ def build_hetero_report(inst, result, regrets=None) -> str:
         return _page(title, "".join(body))
     facts += [["iteration time", f"{seconds(bd.iter_time_s)} on the nominal network"],
               ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}% of all GPUs'"
-                             f" peak, {bd.idle_gpus} idle GPUs"]]
+                             f" peak, {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
+                             f" Megatron-LM logs it, {bd.idle_gpus} idle GPUs"]]
     facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
     body.append(_table(None, facts))
     body.append(_section(1, "evidence", _evidence_section(result, None)))

@@ -22,10 +22,11 @@ import pytest
 
 from paraplan.cost import coefficients, dualpipe
 from paraplan.cost.calibration import PUBLISHED_DIR
+from paraplan.cost.flops import megatron_flops_per_token
 from paraplan.cost.loader import (instance_from_mapping, load_instance, plan_from_mapping,
                                   read_yaml)
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Mlp, ModelSpec, MoeDispatcher, Optimizer, PipelineSchedule, Plan
+from paraplan.cost.specs import ModelSpec, MoeDispatcher, Optimizer, PipelineSchedule, Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
@@ -148,37 +149,9 @@ def anchor_instance(row):
 
 
 def megatron_flops_per_sequence(m: ModelSpec, mtp_layers: int = 0) -> float:
-    """Model FLOPs of one sequence's forward and backward as Megatron-LM logs them (its
-    `num_floating_point_operations`, megatron/training/training.py, read at 001b00c): 3 x 2
-    FLOPs per multiply-add of every GEMM, causal attention at half the s x s scores, the
-    logits over the padded vocabulary (= `vocab` for every row here: 151,936, 129,280 and
-    32,000 are multiples of the runs' make-vocab-size-divisible-by x tp), no router, norms or
-    recomputation; an MoE layer counts
-    its top_k routed experts and the shared expert; each multi-token-prediction layer one more
-    transformer layer (MoE when the last layer is), its projection and another logit GEMM.
-    paraplan's own MFU counts attention without the causal half (PaLM's definition,
-    cost/flops.model_flops_per_token), so it is not used here."""
-    s, h, heads = m.seq_len, m.hidden, m.heads
-    ffn_matrices = 3 if m.mlp is Mlp.SWIGLU else 2
-    moe = m.moe
-    dense_layers = m.layers if moe is None else moe.dense_layers
-    moe_layers = m.layers - dense_layers + (mtp_layers if moe is not None else 0)
-    dense_layers += mtp_layers if moe is None else 0
-    if m.mla is not None:
-        a = m.mla
-        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        q_term = h * heads * qk if a.q_lora_rank is None else a.q_lora_rank * (h + heads * qk + 1)
-        attention = (q_term + a.kv_lora_rank * (h + heads * (a.qk_nope_head_dim + a.v_head_dim) + 1)
-                     + h * a.qk_rope_head_dim + heads * a.v_head_dim * h
-                     + s * heads * qk / 2 + s * heads * a.v_head_dim / 2)
-    else:
-        q, kv = heads * m.head_dim, m.kv_heads * m.head_dim
-        attention = h * (q + 2 * kv) + q * s / 2 * 2 + q * h
-    expert_width = 0 if moe is None else moe.expert_ffn * moe.top_k + moe.shared_ffn
-    mlp = h * ffn_matrices * (m.ffn * dense_layers + expert_width * moe_layers)
-    per_token = 6 * (mlp + attention * (m.layers + mtp_layers) + mtp_layers * (3 * h + 2 * h * h)
-                     + h * m.vocab * (mtp_layers + 1))
-    return s * per_token
+    """Megatron-LM's model FLOPs of one sequence (cost/flops.megatron_flops_per_token) with the
+    row's multi-token-prediction depth."""
+    return m.seq_len * megatron_flops_per_token(replace(m, mtp_layers=mtp_layers))
 
 
 def predict(row) -> dict:
@@ -287,3 +260,11 @@ def test_sensitivity_range_covers_the_imbalance_published_pairs_imply(name, impl
     yaml_range = read_yaml(PUBLISHED_DIR / "moe.yaml")["imbalance_default"]["range"]
     assert IMBALANCE_RANGE == (yaml_range["low"], yaml_range["high"])
     assert IMBALANCE_RANGE[0] <= got <= IMBALANCE_RANGE[1]
+
+
+@pytest.mark.parametrize("row", PRICED, ids=lambda r: r["id"])
+def test_plans_print_the_published_metric(row):
+    # what `paraplan simulate` prints for the row's plan is the figure compared with the table
+    inst = anchor_instance(row)
+    bd = simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]))
+    assert round(bd.megatron_tflops_per_gpu, 1) == row["paraplan_prediction"]["megatron_tflops_per_gpu"]
