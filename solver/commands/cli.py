@@ -83,6 +83,7 @@ def cmd_accuracy(args) -> int:
     tables = accuracy_tables(res)
     overall = group_stats(res) if res else None
     wrong = [p for p in pairs if not p.right]
+    moe = moe_anchor_prices() if args.moe else []
     if args.json:
         _emit_json({
             "files": label.split(", "),
@@ -100,6 +101,7 @@ def cmd_accuracy(args) -> int:
                                   for p in wrong]},
             "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped],
             "status": "ok" if modelled else "no_rows",
+            **({"moe_anchors": [dict(vars(a)) for a in moe]} if args.moe else {}),
         })
         return 0
     print(table(["row", "gpu", "predicted", "measured", "error", "fits memory"],
@@ -122,7 +124,30 @@ def cmd_accuracy(args) -> int:
     bias = f", bias {100 * overall.bias:+.2f}%" if overall else ""
     print(f"\nMAPE {100 * mape(results):.2f}%{bias} over {len(modelled)} rows"
           f" ({len(skipped)} not modelled; {oom} predicted not to fit memory although they ran)")
+    if args.moe:
+        print()
+        print(moe_anchor_text(moe))
     return 0
+
+
+def moe_anchor_prices():
+    from paraplan.cost.moe_anchors import price, priced_rows
+    return [price(r) for r in priced_rows()]
+
+
+def moe_anchor_text(moe) -> str:
+    from paraplan.solver.format import table
+    errs = [a.error_pct for a in moe if not a.host_bound]
+    return "\n".join([
+        "mixture-of-experts anchors, each published configuration priced as it ran"
+        " (cost/published/moe.yaml; reported, never fitted):",
+        table(["anchor", "gpu", "published TF/GPU", "paraplan TF/GPU", "iteration", "error", "fits memory"],
+              [[a.id, a.gpu, f"{a.published_tflops_per_gpu:,.1f}", f"{a.megatron_tflops_per_gpu:,.1f}",
+                f"{a.iter_time_s:.2f} s", f"{a.error_pct:+.1f}%", "yes" if a.fits_memory else "NO"]
+               for a in moe], align="llrrrrl"),
+        f"{len(moe)} anchors (error > 0: paraplan faster than measured); the {len(errs)} not bound by"
+        f" host-side work: mean {sum(errs) / len(errs):+.1f}%, mean |error| {sum(map(abs, errs)) / len(errs):.1f}%"
+        " (TF/GPU: model TFLOP/s per GPU as Megatron-LM logs it)"])
 
 
 def version() -> str:
@@ -150,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("file", nargs="*", help="rows in the schema of shared/calibration/README.md"
                    " (default: both bundled files, cost/published/)")
     a.add_argument("--json", action="store_true")
+    a.add_argument("--moe", action="store_true",
+                   help="also price the mixture-of-experts anchors of cost/published/moe.yaml as they"
+                        " ran, beside the published model TFLOP/s per GPU (reported, never fitted)")
     a.set_defaults(func=cmd_accuracy)
 
     from paraplan.solver.commands import planning as commands

@@ -23,8 +23,8 @@ import pytest
 from paraplan.cost import coefficients, dualpipe
 from paraplan.cost.calibration import PUBLISHED_DIR
 from paraplan.cost.flops import megatron_flops_per_token
-from paraplan.cost.loader import (instance_from_mapping, load_instance, plan_from_mapping,
-                                  read_yaml)
+from paraplan.cost.loader import load_instance, plan_from_mapping, read_yaml
+from paraplan.cost.moe_anchors import anchor_instance, anchor_rows, price
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import ModelSpec, MoeDispatcher, Optimizer, PipelineSchedule, Plan
 
@@ -125,27 +125,14 @@ def test_each_published_option_speeds_the_anchor_up():
 
 
 # --- the Megatron-core anchors: each row's published configuration, priced as it ran ----------
-# A row with `paraplan_plan` is priced by `simulate` on its `paraplan_instance` with the row's
-# `paraplan_options` merged into the instance's sections (as the DeepSeek-V3 row above names its
-# options), and the result converted to the published metric, model TFLOP/s per GPU as
-# Megatron-LM counts it (`megatron_flops_per_sequence`). Reported, never fitted: the tests pin
+# A row with `paraplan_plan` is priced by cost/moe_anchors.py (`simulate` on its
+# `paraplan_instance` with the row's `paraplan_options` merged in, converted to model TFLOP/s
+# per GPU as Megatron-LM counts it). Reported, never fitted: the tests pin
 # the recorded prediction, so a pricing change that moves it must update the row and the
 # README's table in the same change.
 
 def _rows():
-    return read_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
-
-
-def _merged(base: dict, options: dict) -> dict:
-    out = dict(base)
-    for key, value in options.items():
-        out[key] = _merged(base.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
-def anchor_instance(row):
-    base = read_yaml(ROOT / row["paraplan_instance"])
-    return instance_from_mapping(_merged(base, row.get("paraplan_options", {})), row["id"], prefix="")
+    return anchor_rows()
 
 
 def megatron_flops_per_sequence(m: ModelSpec, mtp_layers: int = 0) -> float:
@@ -155,15 +142,8 @@ def megatron_flops_per_sequence(m: ModelSpec, mtp_layers: int = 0) -> float:
 
 
 def predict(row) -> dict:
-    """The row's prediction, as recorded under `paraplan_prediction`."""
-    inst = anchor_instance(row)
-    plan = plan_from_mapping(row["paraplan_plan"], inst, row["id"])
-    bd = simulate(inst, plan)
-    flops = inst.job.global_batch * megatron_flops_per_sequence(inst.model, row["config"].get("mtp_layers", 0))
-    tflops = flops / bd.iter_time_s / inst.cluster.num_gpus / 1e12
-    return {"iter_time_s": round(bd.iter_time_s, 2), "megatron_tflops_per_gpu": round(tflops, 1),
-            "error_pct": round(100 * (tflops / row["measured"]["value"] - 1), 1),
-            "fits_memory": bd.fits}
+    """The row's prediction, as recorded under `paraplan_prediction` (cost/moe_anchors.py)."""
+    return price(row).recorded()
 
 
 PRICED = [r for r in _rows() if r.get("paraplan_prediction")]
@@ -268,3 +248,22 @@ def test_plans_print_the_published_metric(row):
     inst = anchor_instance(row)
     bd = simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]))
     assert round(bd.megatron_tflops_per_gpu, 1) == row["paraplan_prediction"]["megatron_tflops_per_gpu"]
+
+
+def test_accuracy_moe_prints_every_priced_anchor(capsys):
+    # `paraplan accuracy --moe` prices the anchors live: its figures are the recorded ones, and
+    # its summary leaves out the one run slowed by host-side work (the write-up's baseline)
+    import json
+
+    from paraplan.solver.commands.cli import main
+    assert main(["accuracy", "--moe", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["moe_anchors"]
+    assert [a["id"] for a in got] == [r["id"] for r in PRICED]
+    for a, row in zip(got, PRICED):
+        assert round(a["megatron_tflops_per_gpu"], 1) == row["paraplan_prediction"]["megatron_tflops_per_gpu"]
+        assert round(a["error_pct"], 1) == row["paraplan_prediction"]["error_pct"]
+    assert [a["id"] for a in got if a["host_bound"]] == ["megatron-lm-deepseek-v3-256xGB200-baseline"]
+    assert main(["accuracy", "--moe"]) == 0
+    text = capsys.readouterr().out
+    errs = [r["paraplan_prediction"]["error_pct"] for r in PRICED if not r.get("host_bound")]
+    assert f"mean {sum(errs) / len(errs):+.1f}%" in text  # +0.4% over 26 rows when written

@@ -1,0 +1,76 @@
+"""The mixture-of-experts anchors (cost/published/moe.yaml) priced as they ran: each row with a
+`paraplan_plan` is `simulate` of that plan on its `paraplan_instance` (a bundled instance) with
+the row's `paraplan_options` merged into the instance's sections, and the iteration time turned
+into the published metric, model TFLOP/s per GPU as Megatron-LM logs it
+(cost/flops.megatron_flops_per_token). Reported beside the published figure, never fitted:
+`paraplan accuracy --moe` prints them, tests/validation/test_moe_anchor.py pins each row's
+recorded `paraplan_prediction` to what this module computes now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from paraplan.cost.calibration import PUBLISHED_DIR
+from paraplan.cost.loader import instance_from_mapping, plan_from_mapping, read_yaml
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import Instance
+
+ANCHORS_PATH = PUBLISHED_DIR / "moe.yaml"
+
+
+def _instances_dir() -> Path:
+    import paraplan.instances
+    return Path(paraplan.instances.__file__).resolve().parent
+
+
+def anchor_rows() -> list[dict]:
+    return read_yaml(ANCHORS_PATH)["rows"]
+
+
+def _merged(base: dict, options: dict) -> dict:
+    out = dict(base)
+    for key, value in options.items():
+        out[key] = _merged(base.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def anchor_instance(row: dict) -> Instance:
+    """The row's bundled instance (`paraplan_instance`, "instances/<file>") with its options."""
+    name = row["paraplan_instance"].split()[0].removeprefix("instances/")
+    base = read_yaml(_instances_dir() / name)
+    return instance_from_mapping(_merged(base, row.get("paraplan_options", {})), row["id"], prefix="")
+
+
+@dataclass(frozen=True)
+class AnchorPrice:
+    id: str
+    gpu: str
+    published_tflops_per_gpu: float
+    iter_time_s: float
+    megatron_tflops_per_gpu: float
+    error_pct: float  # > 0: paraplan faster than measured
+    fits_memory: bool
+    host_bound: bool  # the row's run was slowed by host-side work paraplan does not price
+
+    def recorded(self) -> dict:
+        """As moe.yaml records it under `paraplan_prediction` (rounded as written there)."""
+        return {"iter_time_s": round(self.iter_time_s, 2),
+                "megatron_tflops_per_gpu": round(self.megatron_tflops_per_gpu, 1),
+                "error_pct": round(self.error_pct, 1), "fits_memory": self.fits_memory}
+
+
+def price(row: dict) -> AnchorPrice:
+    inst = anchor_instance(row)
+    bd = simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]))
+    published = float(row["measured"]["value"])
+    return AnchorPrice(id=row["id"], gpu=row["cluster"]["gpu"], published_tflops_per_gpu=published,
+                       iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
+                       error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,
+                       host_bound=bool(row.get("host_bound", False)))
+
+
+def priced_rows() -> list[dict]:
+    """Rows with a published configuration paraplan can express (`paraplan_plan`)."""
+    return [r for r in anchor_rows() if r.get("paraplan_plan")]
