@@ -18,6 +18,9 @@ between order statistics, numpy's default), measured = predicted / exp(r), so
 
     interval_s = [predicted_s * exp(-r_90), predicted_s * exp(-r_10)].
 
+A mixture-of-experts plan takes its interval from the MoE anchors instead (`moe_trust`): no
+dense row exercises experts, all-to-alls or routing imbalance.
+
 Validation warnings: each feature the plan uses (ZeRO stage > 0, cp > 1, pp > 1, FP8) that fewer
 than MIN_VALIDATING_ROWS published rows exercise in the plan's scale band gets one line. A plan
 on MFU_RECORD_MIN_GPUS or more GPUs whose predicted MFU is above every MFU measured on its GPU
@@ -299,6 +302,8 @@ def published_residuals() -> tuple[Residual, ...]:
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     res = published_residuals()
     trust = trust_for(plan_features(inst, plan), predicted_s, res)
+    if inst.model.moe is not None:
+        trust = moe_trust(inst.cluster.gpu.name, predicted_s, trust.warnings)
     extra = tuple(unvalidated_warnings(inst, plan, res)
                   + mfu_record_warning(inst, predicted_s, mfu_records()))
     return replace(trust, warnings=trust.warnings + extra) if extra else trust
@@ -380,11 +385,33 @@ def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) ->
 
 
 @lru_cache(maxsize=1)
-def moe_anchor_errors() -> tuple[tuple[str, float], ...]:
-    """(GPU, error %) of every MoE anchor priced as it ran (cost/published/moe.yaml,
+def _moe_anchor_rows() -> tuple[tuple[str, float, bool], ...]:
+    """(GPU, error %, host_bound) of every MoE anchor priced as it ran (cost/published/moe.yaml,
     paraplan_prediction.error_pct; > 0: paraplan's time below the measured one)."""
     from paraplan.cost.calibration import PUBLISHED_DIR
     from paraplan.cost.loader import read_yaml
     rows = read_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
-    return tuple((r["cluster"]["gpu"], float(r["paraplan_prediction"]["error_pct"])) for r in rows
-                 if (r.get("paraplan_prediction") or {}).get("error_pct") is not None)
+    return tuple((r["cluster"]["gpu"], float(r["paraplan_prediction"]["error_pct"]), bool(r.get("host_bound")))
+                 for r in rows if (r.get("paraplan_prediction") or {}).get("error_pct") is not None)
+
+
+def moe_anchor_errors() -> tuple[tuple[str, float], ...]:
+    """(GPU, error %) of every MoE anchor priced as it ran, the host-bound one included."""
+    return tuple((g, e) for g, e, _ in _moe_anchor_rows())
+
+
+def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
+              min_group_rows: int = MIN_GROUP_ROWS) -> Trust:
+    """A mixture-of-experts plan's interval: no dense row exercises its experts, all-to-alls or
+    routing imbalance, so it comes from the MoE anchors priced as they ran
+    (cost/published/moe.yaml; not fitted), those on the plan's die when at least min_group_rows
+    are, else all of them, leaving out the run slowed by host-side work (`host_bound`). An
+    anchor's error e = model TFLOP/s predicted / measured - 1 is measured time / predicted time
+    - 1, so its log error in this module's sense is r = -ln(1 + e)."""
+    errs = [(g, e) for g, e, host in _moe_anchor_rows() if not host]
+    here = [e for g, e in errs if die(g) == die(gpu)]
+    chosen, where = (here, f"on {die(gpu)}") if len(here) >= min_group_rows else (
+        [e for _, e in errs], f"on every GPU ({len(here)} on {die(gpu)})")
+    logs = [-math.log1p(e / 100) for e in chosen]
+    return Trust(interval_s=log_quantile_interval(predicted_s, logs), rows=len(chosen), warnings=warnings,
+                 group=f"mixture-of-experts anchors {where}, priced as they ran (cost/published/moe.yaml)")

@@ -215,3 +215,36 @@ def test_mfu_records_are_the_published_bests():
     mfu, row = mfu_records()[("A100", "bf16")]
     assert row == "korthikanti22-t5-1T-sp-selective"
     assert mfu == pytest.approx(0.563, abs=0.002)
+
+
+# --- mixture-of-experts plans: the interval from the MoE anchors -------------------------------
+
+def test_moe_interval_comes_from_the_anchors_on_the_plans_die():
+    """An MoE plan's interval is read from cost/published/moe.yaml's anchors, not from dense rows.
+    GB200's five anchors not bound by host-side work err by +24.1, +19.1, -26.6, +15.1 and
+    +19.2% (model TFLOP/s predicted / measured - 1 = measured time / predicted time - 1), so
+    their log errors r = -ln(1 + e), sorted: -0.21592 (1.241), -0.17563 (1.192), -0.17479
+    (1.191), -0.14063 (1.151), +0.30925 (0.734). numpy's linear quantiles over 5 values:
+      r_10 at position 0.4: -0.21592 + 0.4 x 0.04029 = -0.19980
+      r_90 at position 3.6: -0.14063 + 0.6 x 0.44988 = +0.12930
+    interval = [10 s x exp(-0.12930), 10 s x exp(+0.19980)] = [8.787 s, 12.211 s]."""
+    from paraplan.cost.trust import _moe_anchor_rows, moe_trust
+    gb200 = sorted(e for g, e, host in _moe_anchor_rows() if g == "GB200" and not host)
+    assert gb200 == [-26.6, 15.1, 19.1, 19.2, 24.1]  # the anchors this derivation was made from
+    t = moe_trust("GB200-186GB", 10.0)
+    assert t.rows == 5 and "on GB200" in t.group
+    assert t.interval_s == pytest.approx((8.787, 12.211), abs=1e-3)
+
+
+def test_moe_interval_falls_back_to_every_anchor_below_five_on_the_die():
+    # GB300 has 3 anchors: the interval takes all 26 not bound by host-side work
+    from paraplan.cost.trust import _moe_anchor_rows, moe_trust
+    t = moe_trust("GB300-288GB", 10.0)
+    assert t.rows == sum(1 for *_, host in _moe_anchor_rows() if not host) == 26
+    assert "(3 on GB300)" in t.group
+
+
+def test_moe_plans_print_the_anchor_interval(capsys):
+    assert main(["plan", str(REPO_ROOT / "instances" / "mixtral-8x7b-64xH100.yaml"), "--quiet"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("trust"))
+    assert "mixture-of-experts anchors on H100" in line and "18 published rows" in line
