@@ -221,27 +221,27 @@ def test_mfu_records_are_the_published_bests():
 
 def test_moe_interval_comes_from_the_anchors_on_the_plans_die():
     """An MoE plan's interval is read from cost/published/moe.yaml's anchors, not from dense rows.
-    GB200's five anchors not bound by host-side work err by +24.1, +19.1, -26.6, +15.1 and
-    +19.2% (model TFLOP/s predicted / measured - 1 = measured time / predicted time - 1), so
-    their log errors r = -ln(1 + e), sorted: -0.21592 (1.241), -0.17563 (1.192), -0.17479
-    (1.191), -0.14063 (1.151), +0.30925 (0.734). numpy's linear quantiles over 5 values:
-      r_10 at position 0.4: -0.21592 + 0.4 x 0.04029 = -0.19980
-      r_90 at position 3.6: -0.14063 + 0.6 x 0.44988 = +0.12930
-    interval = [10 s x exp(-0.12930), 10 s x exp(+0.19980)] = [8.787 s, 12.211 s]."""
+    GB200's seven anchors not bound by host-side work err by +24.1, +19.2, +19.1, +15.2, +15.1,
+    -6.3 and -26.6% (model TFLOP/s predicted / measured - 1 = measured time / predicted time -
+    1), so their log errors r = -ln(1 + e), sorted: -0.21592, -0.17563, -0.17479, -0.14150,
+    -0.14063, +0.06507, +0.30925. numpy's linear quantiles over 7 values:
+      r_10 at position 0.6: -0.21592 + 0.6 x 0.04029 = -0.19175
+      r_90 at position 5.4: +0.06507 + 0.4 x 0.24418 = +0.16274
+    interval = [10 s x exp(-0.16274), 10 s x exp(+0.19175)] = [8.498 s, 12.114 s]."""
     from paraplan.cost.trust import _moe_anchor_rows, moe_trust
     gb200 = sorted(e for g, e, host in _moe_anchor_rows() if g == "GB200" and not host)
-    assert gb200 == [-26.6, 15.1, 19.1, 19.2, 24.1]  # the anchors this derivation was made from
+    assert gb200 == [-26.6, -6.3, 15.1, 15.2, 19.1, 19.2, 24.1]  # what the derivation used
     t = moe_trust("GB200-186GB", 10.0)
-    assert t.rows == 5 and "on GB200" in t.group
-    assert t.interval_s == pytest.approx((8.787, 12.211), abs=1e-3)
+    assert t.rows == 7 and "on GB200" in t.group
+    assert t.interval_s == pytest.approx((8.498, 12.114), abs=1e-3)
 
 
 def test_moe_interval_falls_back_to_every_anchor_below_five_on_the_die():
-    # GB300 has 3 anchors: the interval takes all 26 not bound by host-side work
+    # B200 has no anchor: the interval takes every one not bound by host-side work
     from paraplan.cost.trust import _moe_anchor_rows, moe_trust
-    t = moe_trust("GB300-288GB", 10.0)
-    assert t.rows == sum(1 for *_, host in _moe_anchor_rows() if not host) == 26
-    assert "(3 on GB300)" in t.group
+    t = moe_trust("B200-SXM-180GB", 10.0)
+    assert t.rows == sum(1 for *_, host in _moe_anchor_rows() if not host) == 30
+    assert "(0 on B200)" in t.group
 
 
 def test_moe_plans_print_the_anchor_interval(capsys):
