@@ -401,14 +401,16 @@ def moe_anchor_errors() -> tuple[tuple[str, float], ...]:
 
 
 def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
-              min_group_rows: int = MIN_GROUP_ROWS) -> Trust:
+              min_group_rows: int = MIN_GROUP_ROWS,
+              anchors: Sequence[tuple[str, float, bool]] | None = None) -> Trust:
     """A mixture-of-experts plan's interval: no dense row exercises its experts, all-to-alls or
     routing imbalance, so it comes from the MoE anchors priced as they ran
     (cost/published/moe.yaml; not fitted), those on the plan's die when at least min_group_rows
     are, else all of them, leaving out the run slowed by host-side work (`host_bound`). An
     anchor's error e = model TFLOP/s predicted / measured - 1 is measured time / predicted time
-    - 1, so its log error in this module's sense is r = -ln(1 + e)."""
-    errs = [(g, e) for g, e, host in _moe_anchor_rows() if not host]
+    - 1, so its log error in this module's sense is r = -ln(1 + e). `anchors`: (GPU, error %,
+    host_bound) rows in place of moe.yaml's."""
+    errs = [(g, e) for g, e, host in (_moe_anchor_rows() if anchors is None else anchors) if not host]
     here = [e for g, e in errs if die(g) == die(gpu)]
     chosen, where = (here, f"on {die(gpu)}") if len(here) >= min_group_rows else (
         [e for _, e in errs], f"on every GPU ({len(here)} on {die(gpu)})")

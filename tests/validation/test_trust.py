@@ -220,31 +220,35 @@ def test_mfu_records_are_the_published_bests():
 # --- mixture-of-experts plans: the interval from the MoE anchors -------------------------------
 
 def test_moe_interval_comes_from_the_anchors_on_the_plans_die():
-    """An MoE plan's interval is read from cost/published/moe.yaml's anchors, not from dense rows.
-    GB200's seven anchors not bound by host-side work err by +24.1, +19.2, +19.1, +15.2, +15.1,
-    -6.3 and -26.6% (model TFLOP/s predicted / measured - 1 = measured time / predicted time -
-    1), so their log errors r = -ln(1 + e), sorted: -0.21592, -0.17563, -0.17479, -0.14150,
-    -0.14063, +0.06507, +0.30925. numpy's linear quantiles over 7 values:
+    """An MoE plan's interval is read from MoE anchors, not from dense rows. Seven GB200 anchors
+    erring by +24.1, +19.2, +19.1, +15.2, +15.1, -6.3 and -26.6% (model TFLOP/s predicted /
+    measured - 1 = measured time / predicted time - 1), beside one host-bound row and two on
+    another die, have log errors r = -ln(1 + e), sorted: -0.21592, -0.17563, -0.17479,
+    -0.14150, -0.14063, +0.06507, +0.30925. numpy's linear quantiles over 7 values:
       r_10 at position 0.6: -0.21592 + 0.6 x 0.04029 = -0.19175
       r_90 at position 5.4: +0.06507 + 0.4 x 0.24418 = +0.16274
     interval = [10 s x exp(-0.16274), 10 s x exp(+0.19175)] = [8.498 s, 12.114 s]."""
-    from paraplan.cost.trust import _moe_anchor_rows, moe_trust
-    gb200 = sorted(e for g, e, host in _moe_anchor_rows() if g == "GB200" and not host)
-    assert gb200 == [-26.6, -6.3, 15.1, 15.2, 19.1, 19.2, 24.1]  # what the derivation used
-    t = moe_trust("GB200-186GB", 10.0)
+    from paraplan.cost.trust import moe_trust
+    rows = [("GB200", e, False) for e in (24.1, 19.2, 19.1, 15.2, 15.1, -6.3, -26.6)]
+    rows += [("GB200", 110.0, True), ("H100-SXM5-80GB", 50.0, False), ("H100-SXM5-80GB", -50.0, False)]
+    t = moe_trust("GB200-186GB", 10.0, anchors=rows)
     assert t.rows == 7 and "on GB200" in t.group
     assert t.interval_s == pytest.approx((8.498, 12.114), abs=1e-3)
 
 
 def test_moe_interval_falls_back_to_every_anchor_below_five_on_the_die():
-    # B200 has no anchor: the interval takes every one not bound by host-side work
-    from paraplan.cost.trust import _moe_anchor_rows, moe_trust
-    t = moe_trust("B200-SXM-180GB", 10.0)
-    assert t.rows == sum(1 for *_, host in _moe_anchor_rows() if not host) == 30
-    assert "(0 on B200)" in t.group
+    # B200 with fewer than five anchors of its own: the interval takes every one not bound by
+    # host-side work (here 2 + 2)
+    from paraplan.cost.trust import moe_trust
+    rows = [("B200", 10.0, False), ("B200", 20.0, False), ("B200", 30.0, True),
+            ("H100-SXM5-80GB", -10.0, False), ("H100-SXM5-80GB", 0.0, False)]
+    t = moe_trust("B200-SXM-180GB", 10.0, anchors=rows)
+    assert t.rows == 4 and "(2 on B200)" in t.group
 
 
 def test_moe_plans_print_the_anchor_interval(capsys):
+    from paraplan.cost.trust import _moe_anchor_rows
+    h100 = sum(1 for g, _, host in _moe_anchor_rows() if g.startswith("H100") and not host)
     assert main(["plan", str(REPO_ROOT / "instances" / "mixtral-8x7b-64xH100.yaml"), "--quiet"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("trust"))
-    assert "mixture-of-experts anchors on H100" in line and "18 published rows" in line
+    assert "mixture-of-experts anchors on H100" in line and f"{h100} published rows" in line
