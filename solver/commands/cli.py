@@ -147,7 +147,17 @@ def moe_anchor_text(moe) -> str:
                for a in moe], align="llrrrrl"),
         f"{len(moe)} anchors (error > 0: paraplan faster than measured); the {len(errs)} not bound by"
         f" host-side work: mean {sum(errs) / len(errs):+.1f}%, mean |error| {sum(map(abs, errs)) / len(errs):.1f}%"
-        " (TF/GPU: model TFLOP/s per GPU as Megatron-LM logs it)"])
+        " (TF/GPU: model TFLOP/s per GPU as Megatron-LM logs it)"]
+        + [f"  on {d}: {len(e)} anchors, mean {sum(e) / len(e):+.1f}%, mean |error| {sum(map(abs, e)) / len(e):.1f}%"
+           for d, e in _by_die([(a.gpu, a.error_pct) for a in moe if not a.host_bound])])
+
+
+def _by_die(pairs):
+    from paraplan.cost.fit import die
+    out: dict[str, list[float]] = {}
+    for gpu, e in pairs:
+        out.setdefault(die(gpu), []).append(e)
+    return sorted(out.items())
 
 
 def version() -> str:

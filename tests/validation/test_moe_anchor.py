@@ -267,6 +267,8 @@ def test_accuracy_moe_prints_every_priced_anchor(capsys):
     text = capsys.readouterr().out
     errs = [a["error_pct"] for a in got if not a["host_bound"]]
     assert f"the {len(errs)} not bound by host-side work: mean {sum(errs) / len(errs):+.1f}%" in text
+    h100 = [a["error_pct"] for a in got if a["gpu"].startswith("H100") and not a["host_bound"]]
+    assert f"on H100: {len(h100)} anchors, mean {sum(h100) / len(h100):+.1f}%" in text  # per die too
 
 
 @pytest.mark.parametrize("row", [r for r in PRICED if r["measured"].get("tokens_per_s_per_gpu")],
