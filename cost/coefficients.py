@@ -385,8 +385,8 @@ def moe_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
         # all-to-alls hide behind the paired micro-batch's compute; what
         # shows is split between the directions in proportion (cost/moe.a2a_overlap_split).
         # The hidden seconds slow that compute by NetEfficiency.overlap_slowdown (_layer_costs).
-        frac = 1.0 if moe.dualpipe_applies(inst.job, o) else moe.COMBINED_1F1B_HIDDEN_FRACTION
-        exposed, hidden = moe.a2a_overlap_split(x.a2a_f_s + x.a2a_b_s, parts["compute"], frac)
+        exposed, hidden = moe.a2a_overlap_split(x.a2a_f_s + x.a2a_b_s, parts["compute"],
+                                                moe.a2a_hidden_fraction(inst.job, o))
         share = exposed / (x.a2a_f_s + x.a2a_b_s)
         a2a_f, a2a_b = x.a2a_f_s * share, x.a2a_b_s * share
         overlapped["ep_a2a"] = hidden

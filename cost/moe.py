@@ -200,6 +200,13 @@ def shared_mlp_times_s(m, o: Outer, gpu: GpuSpec,
 COMBINED_1F1B_HIDDEN_FRACTION = 0.46
 
 
+def a2a_hidden_fraction(job, o: Outer) -> float:
+    """The share of the coverable all-to-all time the schedule that pairs this configuration's
+    micro-batches hides (a2a_overlap_split): DualPipe's chunk pairs 1, Megatron-core's combined
+    1F1B COMBINED_1F1B_HIDDEN_FRACTION."""
+    return 1.0 if dualpipe_applies(job, o) else COMBINED_1F1B_HIDDEN_FRACTION
+
+
 def a2a_overlap_split(a2a_s: float, compute_s: float, hidden_fraction: float = 1.0) -> tuple[float, float]:
     """(exposed, hidden) seconds of one layer's all-to-alls, forward and backward (`a2a_s`),
     when they run beside paired compute (`compute_s`): at most what the compute covers, times

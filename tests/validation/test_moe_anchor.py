@@ -34,8 +34,7 @@ PLAN = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, e
 
 
 def _row():
-    rows = read_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
-    return next(r for r in rows if r["id"] == "deepseek-v3-2048xH800")
+    return next(r for r in anchor_rows() if r["id"] == "deepseek-v3-2048xH800")
 
 
 def _tokens_per_s_per_gpu(inst) -> float:
@@ -131,10 +130,6 @@ def test_each_published_option_speeds_the_anchor_up():
 # the recorded prediction, so a pricing change that moves it must update the row and the
 # README's table in the same change.
 
-def _rows():
-    return anchor_rows()
-
-
 def megatron_flops_per_sequence(m: ModelSpec, mtp_layers: int = 0) -> float:
     """Megatron-LM's model FLOPs of one sequence (cost/flops.megatron_flops_per_token) with the
     row's multi-token-prediction depth."""
@@ -146,7 +141,7 @@ def predict(row) -> dict:
     return price(row).recorded()
 
 
-PRICED = [r for r in _rows() if r.get("paraplan_prediction")]
+PRICED = [r for r in anchor_rows() if r.get("paraplan_prediction")]
 
 
 @pytest.mark.parametrize("row", PRICED, ids=lambda r: r["id"])
@@ -181,7 +176,7 @@ def test_every_configured_row_names_the_file_stating_its_configuration():
     # a repository file ("owner/repo path") or a paper section ("arXiv id Sec. ...")
     file_or_paper = re.compile(r"^([\w.-]+/[\w.-]+ [\w./-]+\.(md|sh|yaml|conf|py)"
                                r"|arXiv \d{4}\.\d{4,5} Sec\. .+)$")
-    for row in _rows():
+    for row in anchor_rows():
         if row["config"] is None:
             continue
         sources = row.get("config_source") or []
@@ -192,7 +187,7 @@ def test_every_configured_row_names_the_file_stating_its_configuration():
 
 
 def test_every_configured_row_is_priced_or_says_why_not():
-    for row in _rows():
+    for row in anchor_rows():
         if row["config"] is None or row["id"] == "deepseek-v3-2048xH800":
             continue  # the DeepSeek-V3 row is priced by the tests above
         assert row.get("paraplan_prediction") or row.get("no_prediction_because"), row["id"]
@@ -204,7 +199,7 @@ def test_moe_trust_line_reads_the_anchors():
     """Every MoE plan's trust lines give the anchors' error range, read from moe.yaml: the
     extremes recomputed here from the rows' recorded errors."""
     from paraplan.cost.trust import moe_anchor_errors
-    errs = [float(r["paraplan_prediction"]["error_pct"]) for r in _rows()
+    errs = [float(r["paraplan_prediction"]["error_pct"]) for r in anchor_rows()
             if (r.get("paraplan_prediction") or {}).get("error_pct") is not None]
     got = [e for _, e in moe_anchor_errors()]
     assert got == errs and len(errs) >= 20
@@ -234,7 +229,7 @@ def test_sensitivity_range_covers_the_imbalance_published_pairs_imply(name, impl
     at 128k) measures what imbalance costs; `plan --sensitivity` must reach the imbalance that
     reproduces it (cost/moe.py IMBALANCE_RANGE, cost/published/moe.yaml range)."""
     from paraplan.cost.moe import IMBALANCE_RANGE
-    rows = {r["id"]: r for r in _rows()}
+    rows = {r["id"]: r for r in anchor_rows()}
     got = _implied_imbalance(rows[f"{name}-forced"], rows[f"{name}-dropless"])
     assert got == pytest.approx(implied, abs=0.01)
     yaml_range = read_yaml(PUBLISHED_DIR / "moe.yaml")["imbalance_default"]["range"]
@@ -288,7 +283,7 @@ def test_combined_1f1b_hidden_fraction_reproduces_the_published_overlap_pair(mon
     hides (cost/moe.COMBINED_1F1B_HIDDEN_FRACTION): the fraction at which paraplan's speedup on
     those plans equals the measured one lies between the two roundings' values."""
     from paraplan.cost import moe
-    rows = {r["id"]: r for r in _rows()}
+    rows = {r["id"]: r for r in anchor_rows()}
     off = rows["modelzoo-qwen3-235b-256xH100-deepep-ep32"]
     on = rows["modelzoo-qwen3-235b-256xH100-deepep-ep32-a2a-overlap"]
     t_off = price(off).iter_time_s
