@@ -43,7 +43,8 @@ from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.specs import Instance, Link, Outer
 
 
-def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -> Outer:
+def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None,
+                paired: bool = False) -> Outer:
     """The homogeneous Outer that prices class k, each replica running `num_micro_batches`.
 
     Before the split is solved a class's count is a decision of the inner problem, not known:
@@ -57,10 +58,15 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
     With interleaving (v > 1) stage s holds min(2 (pp - s - 1) + (v - 1) pp + 1, m v) chunks,
     the uncapped count for every m >= 2 pp: None then records m = 2 pp, exact for every
     m >= 2 pp and an over-estimate of memory at m = pp (a class of several, whose count is a
-    decision, runs at least 2 pp, solver/hetero_space.py; a lone class is priced at its count)."""
+    decision, runs at least 2 pp, solver/hetero_space.py; a lone class is priced at its count).
+
+    `paired` (cost/moe.pairs_unpipelined_micro_batches): the expert all-to-all overlap's
+    combined 1F1B holds min(2, m) micro-batches on a pipeline-free class, so None records m = 2
+    there, the smallest count the space then allows it (solver/hetero_space._count_form)."""
     c = ho.classes[k]
     v = ho.virtual_stages
-    m = (c.pp if v == 1 else 2 * c.pp) if num_micro_batches is None else num_micro_batches
+    least = 2 if paired and v == 1 else 1
+    m = max(c.pp if v == 1 else 2 * c.pp, least) if num_micro_batches is None else num_micro_batches
     if m < c.pp and len(ho.classes) > 1:
         raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; with several"
                          f" classes 1F1B needs >= {c.pp}")
@@ -68,6 +74,19 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None) -
                  num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
                  ep=ho.ep, etp=ho.etp)
+
+
+def class_outers(job, ho: HeteroOuter) -> list[Outer]:
+    """Each class's Outer as the inner problem prices it (class_outer): a lone class at the
+    count the batch gives it (fixed; with interleaving its memory depends on it at m = pp),
+    several classes, whose counts are decisions, at None, paired where the expert all-to-all
+    overlap runs combined 1F1B on their pipeline-free classes
+    (moe.pairs_unpipelined_micro_batches)."""
+    K = len(ho.classes)
+    if K == 1:
+        return [class_outer(ho, 0, job.global_batch // ho.micro_batch // ho.classes[0].replicas)]
+    paired = moe.pairs_unpipelined_micro_batches(job, ho.ep)
+    return [class_outer(ho, k, None, paired) for k in range(K)]
 
 
 def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1,

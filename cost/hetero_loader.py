@@ -194,8 +194,6 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
-    if len(net.groups) > 1:  # one group is a homogeneous cluster, where every option is priced
-        _mixed_cluster_job_options(path, job)
     check_moe_overlaps(path, job, model, search or SearchSpace())  # as a homogeneous file's
     check_job_options(path, job, model, search or SearchSpace())
     if search is not None:  # listed values no plan on these groups can use
@@ -214,20 +212,6 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     return HeteroInstance(name=name, model=model, cluster=nominal, job=job,
                           scenarios=tuple(scenarios), timeline=timeline, switching=switching,
                           source=path, **kw)
-
-
-def _mixed_cluster_job_options(path: str, job) -> None:
-    """Refuse, never drop, the job options priced on one group only: Megatron-core's expert
-    all-to-all overlaps, whose warm-up and cool-down terms assume one pipeline schedule shape
-    (cost/moe.py). DeepEP's dispatch and the recompute and activation-storage options are
-    priced on a mixed cluster too: an expert group lies inside one class's stage on one group,
-    whose links DeepEP's copies travel (hetero_coefficients.group_site), and the memory options
-    act per layer on each group's stages (tests/hetero/test_moe_mixed.py)."""
-    for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"):
-        if getattr(job, key):  # not dropped: the overlaps are priced on one group only
-            raise InstanceError(path, f"job.{key}",
-                                "the expert all-to-all overlaps are not priced on mixed clusters"
-                                " yet", f"remove {key}, or plan one group alone")
 
 
 def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:

@@ -162,6 +162,15 @@ def a2a_overlap_applies(job, o: Outer) -> bool:
     return job.moe_a2a_overlap and o.ep > 1 and (o.pp == 1 or o.virtual_stages > 1)
 
 
+def pairs_unpipelined_micro_batches(job, ep: int) -> bool:
+    """Whether a pipeline-free replica (pp = 1) of a configuration with these experts runs
+    Megatron-core's combined 1F1B (a2a_overlap_applies), whose stashed micro-batches are
+    min(2, m) (cost/coefficients.a2a_overlap_warmup_chunks + 1), not one: where a replica's
+    count is a decision (a mixed cluster's classes) it runs at least 2, so that its memory does
+    not depend on the count (solver/hetero_space._count_form)."""
+    return job.moe_a2a_overlap and ep > 1
+
+
 def shared_overlap_applies(job, o: Outer) -> bool:
     """Whether job.moe_shared_expert_overlap hides part of this configuration's all-to-alls:
     Megatron-core's --moe-shared-expert-overlap runs the shared expert on its own stream inside

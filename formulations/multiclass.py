@@ -11,6 +11,8 @@ Parameters (per scenario and class, a `StageCoefficients` c[sigma][k] with array
     v       virtual stages (model chunks per stage, interleaved 1F1B; 1: plain 1F1B), shared
     lo_k    fewest micro-batches per replica: pp_k; with v > 1 and several classes 2 pp_k, so
             that memory does not depend on m_k (cost/coefficients.in_flight_micro_batches);
+            a pipeline-free class (pp_k = 1) of several whose micro-batches the expert
+            all-to-all overlap pairs (`paired`: cost/moe.pairs_unpipelined_micro_batches) 2;
             a lone class (K = 1): 1, or pp_k with v > 1 (its count is fixed by M, and its
             coefficients are priced at that count, as on one group)
     st_k    step of the count: pp_k with v > 1 (Megatron-LM's interleaved schedule needs
@@ -91,6 +93,8 @@ class MultiClassProblem:
     weights: tuple[float, ...] = ()
     allow_full_recompute: bool = True
     virtual_stages: int = 1
+    # Megatron-core's combined 1F1B runs on the pipeline-free classes (lo_k above)
+    paired: bool = False
 
     def __post_init__(self) -> None:
         if self.objective not in ("max", "weighted"):
@@ -113,7 +117,9 @@ class MultiClassProblem:
         """lo_k of the module docstring."""
         if self.classes == 1:  # a lone class's count is fixed by the batch (solver/hetero_space.py)
             return self.pp(k) if self.virtual_stages > 1 else 1
-        return 2 * self.pp(k) if self.virtual_stages > 1 else self.pp(k)
+        if self.virtual_stages > 1:
+            return 2 * self.pp(k)
+        return max(self.pp(k), 2) if self.paired else self.pp(k)
 
     def micro_batch_step(self, k: int) -> int:
         """st_k of the module docstring."""

@@ -54,7 +54,7 @@ import numpy as np
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.hetero_coefficients import class_layer_fn, class_outer, group_pricing_instance, on_group
+from paraplan.cost.hetero_coefficients import class_layer_fn, group_pricing_instance, on_group
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
@@ -121,16 +121,15 @@ class OuterChoices:
     """The layer-plan choices of one outer configuration: its optimistic coefficients (step 1
     of the module docstring) and, on demand, the combinations that can still win (`expand`).
 
-    `placed(i, k)`: class k's Placement on scenario i; `lone`: the micro-batch count a lone
-    class is priced at (None with several classes); `problem_of(coeffs)`: the inner problem
+    `placed(i, k)`: class k's Placement on scenario i; `co`: each class's priced Outer
+    (cost/hetero_coefficients.class_outers); `problem_of(coeffs)`: the inner problem
     (formulations/multiclass.MultiClassProblem) of coefficients [scenario position][class]."""
 
-    def __init__(self, inst, o, scenarios: list[int], placed, lone: int | None, problem_of,
+    def __init__(self, inst, o, scenarios: list[int], placed, co: list, problem_of,
                  uniform: bool = False, net: NetEfficiency = NetEfficiency()):
         self.inst, self.o, self.scenarios, self.placed, self.net = inst, o, scenarios, placed, net
         self.problem_of, self.uniform = problem_of, uniform
-        K = len(o.classes)
-        self.co = [class_outer(o, k, lone) for k in range(K)]
+        self.co = co
         self.keys = keys = _choices(o)
         self.cg = {(k, g): _on_group(self.co[k], o, g) for k, g in keys}  # per choice: its tp
         self.first_stage = {(k, g): o.classes[k].stage_groups.index(g) for k, g in keys}
@@ -426,11 +425,10 @@ class OuterChoices:
         return per @ np.asarray(p.weights) * (1 - FLOAT_SAFETY)
 
 
-def all_partitions(inst, o, placed, lone: int | None, net: NetEfficiency = NetEfficiency()):
+def all_partitions(inst, o, placed, co: list, net: NetEfficiency = NetEfficiency()):
     """Every layer-plan combination of `o` (no dominance, no pruning: exhaustive search), as
     partitions per class (ReplicaClass.partitions form), all-Megatron first."""
     K = len(o.classes)
-    co = [class_outer(o, k, lone) for k in range(K)]
     keys = _choices(o)
     options = []
     for k, g in keys:

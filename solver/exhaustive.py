@@ -29,11 +29,12 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import schedule
+from paraplan.cost.hetero_coefficients import class_outers
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.class_partitions import all_partitions
-from paraplan.solver.hetero_planner import _plan_of, lone_count, placer, problem_for, scenario_weights
+from paraplan.solver.hetero_planner import _plan_of, placer, problem_for, scenario_weights
 from paraplan.solver.hetero_space import count_splits, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
@@ -249,11 +250,11 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
                                       feasible=feasible, complete=complete)
 
     for i, (o, parts) in enumerate((o, parts) for o in outers
-                                   for parts in all_partitions(inst, o, placer(inst, o, placements), lone_count(inst, o))):
+                                   for parts in all_partitions(inst, o, placer(inst, o, placements), class_outers(inst.job, o))):
         if deadline is not None and time.perf_counter() > deadline:
             return result(False)
         p = problem_for(inst, o, objective, placements=placements, partitions=parts)
-        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
+        mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages, p.paired)
         v = o.virtual_stages
         if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
             shape = (p.layers, p.coeffs[0][0].pp, v, p.allow_full_recompute)

@@ -46,7 +46,7 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
-from paraplan.cost.hetero_coefficients import class_outer, class_placement, partitions_layer_fn
+from paraplan.cost.hetero_coefficients import class_outers, class_placement, partitions_layer_fn
 from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
@@ -56,7 +56,8 @@ from paraplan.solver.bounds import one_class
 from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
-from paraplan.solver.hetero_space import empty_space_reason, hetero_outers, micro_batch_vectors, summarize
+from paraplan.solver.hetero_space import (empty_space_reason, hetero_outers, micro_batch_vectors,
+                                          paired_counts, summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
                                      ResimulationMismatch, SearchAccount)
@@ -117,7 +118,7 @@ class _Candidate:
     @property
     def mvecs(self) -> np.ndarray:
         return micro_batch_vectors(self.outer.classes, self.problem.total_micro_batches, self.uniform,
-                                   self.outer.virtual_stages)
+                                   self.outer.virtual_stages, self.problem.paired)
 
 
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
@@ -182,14 +183,6 @@ def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k
     return placements[key][1]
 
 
-def lone_count(inst: HeteroInstance, o: HeteroOuter) -> int | None:
-    """A lone class's micro-batch count, fixed by the batch: it is priced at it (with
-    interleaving its memory depends on it at m = pp); several classes' counts are decisions
-    (class_outer)."""
-    total = inst.job.global_batch // o.micro_batch
-    return total // o.classes[0].replicas if len(o.classes) == 1 else None
-
-
 def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class]."""
     _, agg, weights = scenario_weights(inst, objective)
@@ -198,7 +191,7 @@ def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> 
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
                              objective=agg, weights=weights,
                              allow_full_recompute=inst.search.full_recompute,
-                             virtual_stages=o.virtual_stages)
+                             virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 
 def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements: dict | None = None,
@@ -208,9 +201,8 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placed = placer(inst, o, placements)
-    lone = lone_count(inst, o)
     K = len(o.classes)
-    outs = [class_outer(o, k, lone) for k in range(K)]
+    outs = class_outers(inst.job, o)
 
     def priced(i: int, k: int):
         pl = placed(i, k)
@@ -235,7 +227,7 @@ def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placements = {} if placements is None else placements
-    outs = [[class_outer(o, k, lone_count(inst, o)) for k in range(len(o.classes))] for o in outers]
+    outs = [class_outers(inst.job, o) for o in outers]
     first: list[list | None] = [[] for _ in outers]
     live = list(range(len(outers)))
     for k in range(max((len(o.classes) for o in outers), default=0)):
@@ -595,7 +587,7 @@ def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, p
     when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
     idx, _, _ = scenario_weights(inst, objective)
     ch = class_partitions.OuterChoices(inst, o, idx, placer(inst, o, placements),
-                                       lone_count(inst, o),
+                                       class_outers(inst.job, o),
                                        lambda coeffs: problem_of(inst, o, objective, coeffs), uniform)
     if ch.total == 1:
         return None

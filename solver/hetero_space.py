@@ -66,7 +66,9 @@ different tp hold different shards of the layer, which that ring cannot reduce; 
 replica family and a tp per group exclude each other, cost/hetero_specs.HeteroPlan.check_against);
 every replica runs at least as
 many micro-batches as it has stages (1F1B steady state), and with interleaving (v > 1) a
-multiple of its stage count and at least twice it: memory then does not depend on how the batch
+multiple of its stage count and at least twice it, and a pipeline-free replica whose
+micro-batches the expert all-to-all overlap pairs (job.moe_a2a_overlap with ep > 1) at least 2:
+memory then does not depend on how the batch
 is split between classes (cost/hetero_coefficients.class_outer), which lets one set of
 coefficients price every split; one cp and v for every group (one HeteroOuter); no
 uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
@@ -122,6 +124,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import memory
+from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.hetero_coefficients import class_outer
@@ -254,6 +257,10 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                                             zero=zero, v=v) for pp in pps for t in tps):
                                         continue
                                     for rc, (ep, etp) in itertools.product(modes, layouts[sp]):
+                                        if (v == 1 and pairs_unpipelined_micro_batches(inst.job, ep)
+                                                and not has_micro_batch_split(shapes, gb // mb, uniform,
+                                                                              1, True)):
+                                            continue  # no counts of >= 2 on its pp = 1 classes
                                         out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
@@ -425,43 +432,57 @@ def empty_space_reason(inst: HeteroInstance) -> str:
     return "no combination of the declared values is a valid plan"
 
 
-def _count_form(shapes, v: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def paired_counts(inst: HeteroInstance, o: HeteroOuter) -> bool:
+    """Whether the expert all-to-all overlap pairs the micro-batches of o's pipeline-free
+    classes (cost/moe.pairs_unpipelined_micro_batches): _count_form's `paired`."""
+    return pairs_unpipelined_micro_batches(inst.job, o.ep)
+
+
+def _count_form(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(x, lo, step) with m_k = step_k * j_k, j_k >= lo_k and sum_k x_k j_k = total: plain
-    1F1B takes m_k >= pp_k with several classes, m >= 1 for a lone class (step 1); interleaving (v > 1) takes m_k a multiple of pp_k (Megatron-LM's
-    interleaved schedule), and with several classes m_k >= 2 pp_k, where memory no longer depends on
-    m_k (cost/hetero_coefficients.class_outer); a lone class's count is fixed by the batch."""
+    1F1B takes m_k >= pp_k with several classes, m >= 1 for a lone class (step 1); interleaving
+    (v > 1) takes m_k a multiple of pp_k (Megatron-LM's interleaved schedule), and with several
+    classes m_k >= 2 pp_k, where memory no longer depends on m_k
+    (cost/hetero_coefficients.class_outer); a lone class's count is fixed by the batch.
+    `paired` (paired_counts): the expert all-to-all overlap's combined 1F1B runs on the
+    pipeline-free classes, which with several classes then take m_k >= 2, for the same reason
+    (one micro-batch has no partner; its memory holds one, not two)."""
     if v == 1:
-        lo = (1,) if len(shapes) == 1 else tuple(c.pp for c in shapes)
+        least = 2 if paired else 1
+        lo = (1,) if len(shapes) == 1 else tuple(max(c.pp, least) for c in shapes)
         return tuple(c.replicas for c in shapes), lo, (1,) * len(shapes)
     lo = 1 if len(shapes) == 1 else 2
     return (tuple(c.replicas * c.pp for c in shapes), (lo,) * len(shapes),
             tuple(c.pp for c in shapes))
 
 
-def _uniform_count(shapes, total: int, v: int) -> int | None:
+def _uniform_count(shapes, total: int, v: int, paired: bool = False) -> int | None:
     """The one count every replica runs in the uniform baseline, or None."""
     R = sum(c.replicas for c in shapes)
-    x, lo, step = _count_form(shapes, v)
+    x, lo, step = _count_form(shapes, v, paired)
     m = total // R
     if total % R or any(m % st or m < st * lk for st, lk in zip(step, lo)):
         return None
     return m
 
 
-def has_micro_batch_split(shapes, total: int, uniform: bool = False, v: int = 1) -> bool:
-    """Whether micro_batch_vectors(shapes, total, uniform, v) is non-empty, without listing it."""
+def has_micro_batch_split(shapes, total: int, uniform: bool = False, v: int = 1,
+                          paired: bool = False) -> bool:
+    """Whether micro_batch_vectors(shapes, total, uniform, v, paired) is non-empty, without
+    listing it."""
     if uniform:
-        return _uniform_count(shapes, total, v) is not None
-    x, lo, _ = _count_form(shapes, v)
+        return _uniform_count(shapes, total, v, paired) is not None
+    x, lo, _ = _count_form(shapes, v, paired)
     rest = total - sum(xk * lk for xk, lk in zip(x, lo))
     return rest >= 0 and _representable(x, rest)
 
 
-def count_micro_batch_splits(shapes, total: int, uniform: bool = False, v: int = 1) -> int:
-    """len(micro_batch_vectors(shapes, total, uniform, v)), by counting, not listing."""
+def count_micro_batch_splits(shapes, total: int, uniform: bool = False, v: int = 1,
+                             paired: bool = False) -> int:
+    """len(micro_batch_vectors(shapes, total, uniform, v, paired)), by counting, not listing."""
     if uniform:
-        return int(has_micro_batch_split(shapes, total, True, v))
-    x, lo, _ = _count_form(shapes, v)
+        return int(has_micro_batch_split(shapes, total, True, v, paired))
+    x, lo, _ = _count_form(shapes, v, paired)
     rest = total - sum(xk * lk for xk, lk in zip(x, lo))
     return _ways(x, rest) if rest >= 0 else 0
 
@@ -493,14 +514,16 @@ def _representable(x: tuple[int, ...], rest: int) -> bool:
     return bool(reach >> rest & 1)
 
 
-def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1) -> np.ndarray:
+def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1,
+                        paired: bool = False) -> np.ndarray:
     """All (m_1, ..., m_K) with sum_k replicas_k * m_k = total, m_k >= pp_k with several
-    classes (with v > 1: the multiples of pp_k of _count_form), shape (V, K)."""
+    classes (with v > 1: the multiples of pp_k; `paired`: m_k >= 2 at pp_k = 1; _count_form),
+    shape (V, K)."""
     if uniform:
-        m = _uniform_count(shapes, total, v)
+        m = _uniform_count(shapes, total, v, paired)
         return (np.zeros((0, len(shapes)), np.int64) if m is None
                 else np.full((1, len(shapes)), m, np.int64))
-    x, lo, step = _count_form(shapes, v)
+    x, lo, step = _count_form(shapes, v, paired)
     out = _vectors(x, lo, total, False)
     return out if v == 1 else out * np.array(step, np.int64)
 
@@ -551,9 +574,11 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     splits: dict[tuple[int, int], int] = {}  # per class: depends on (pp, v) only
     for o in outers:
         v = o.virtual_stages
-        key = (id(o.classes), o.micro_batch, v)
+        paired = paired_counts(inst, o)
+        key = (id(o.classes), o.micro_batch, v, paired)
         if key not in per_shape:
-            per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v)
+            per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v,
+                                           paired)
             for c in o.classes:
                 if (c.pp, v) not in splits:
                     splits[c.pp, v] = count_splits(L, c.pp, v, rc, uniform)

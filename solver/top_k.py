@@ -79,7 +79,7 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
 
     def mvecs(j: int):
         o, p, _ = live[j]
-        return micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
+        return micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages, p.paired)
 
     lbs = lower_bounds_s([p for _, p, _ in live], mvecs, uniform)
     incs = [incumbent(p, mvecs(j), uniform) for j, (_, p, _) in enumerate(live)]

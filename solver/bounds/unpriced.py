@@ -32,7 +32,8 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_prefix_floor_s,
                                         layer_time_floor_s, stage_outer)
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.hetero_coefficients import class_outer, group_pricing_instance, group_site
+from paraplan.cost.hetero_coefficients import class_outers, group_pricing_instance, group_site
+from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
@@ -53,13 +54,13 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     rows: dict[tuple, int] = {}  # (t row, v) -> its index among the distinct rows
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
-    def floor(i: int, o, k: int, g: int, lone: int | None, modes: tuple) -> float:
+    def floor(i: int, o, k: int, g: int, modes: tuple) -> float:
         # what the layer reads: the site (group, its tp, cp, expert layout) and `modes`
         # (coefficients.DENSE_LAYER_FIELDS; of an MoE layer MOE_LAYER_FIELDS, its stage count too)
         key = (i, g, o.tp_of(g), modes, o.classes[k].pp if moe else None)
         if key not in floors:
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
-            lo = stage_outer(class_outer(o, k, lone), site)
+            lo = stage_outer(class_outers(inst.job, o)[k], site)
             f = layer_time_floor_s(inst, lo, site)
             prefix[key] = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f)
             if layer_plans and P.spatial_temporal_allowed(lo):
@@ -79,15 +80,13 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
     by_class: dict[tuple, tuple] = {}  # (scenario, degrees, modes, class shape) -> t row
     for o in outers:
-        K = len(o.classes)
-        lone = total // o.micro_batch // o.classes[0].replicas if K == 1 else None
         modes = tuple(getattr(o, f) for f in fields)
         for i in idx:
             for k, c in enumerate(o.classes):
                 ck = (i, o.tp, o.group_tp, modes, c.stage_groups)
                 t = by_class.get(ck)
                 if t is None:
-                    per_group = {g: floor(i, o, k, g, lone, modes) for g in set(c.stage_groups)}
+                    per_group = {g: floor(i, o, k, g, modes) for g in set(c.stage_groups)}
                     t = by_class[ck] = (tuple(per_group[g] for g in c.stage_groups),
                                         first_stage_term(i, o, c.stage_groups[0], modes, c.pp))
                 row_of.append(rows.setdefault((*t, o.virtual_stages), len(rows)))
@@ -108,7 +107,10 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
         x = np.array([[c.replicas for c in o.classes] for o in ps], float)[:, None, :]
         v = np.array([o.virtual_stages for o in ps], float)[:, None, None]
         pp = np.array([[c.pp for c in o.classes] for o in ps], float)[:, None, :]
-        lo = (np.where(v > 1, pp, 1.0) if K == 1 else np.where(v > 1, 2 * pp, pp))  # min_micro_batches
+        # MultiClassProblem.min_micro_batches (paired: the all-to-all overlap's pp = 1 classes)
+        least = np.array([2.0 if pairs_unpipelined_micro_batches(inst.job, o.ep) else 1.0
+                          for o in ps])[:, None, None]
+        lo = (np.where(v > 1, pp, 1.0) if K == 1 else np.where(v > 1, 2 * pp, np.maximum(pp, least)))
         M = np.array([total // o.micro_batch for o in ps], float)[:, None, None]
         b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
         out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)

@@ -417,15 +417,6 @@ def test_a_plan_the_overlap_does_not_apply_to_says_so():
     assert not any("moe_a2a_overlap" in line for line in model_warnings(inst, on))
 
 
-def test_a2a_overlap_on_a_mixed_cluster_is_refused(tmp_path):
-    # the all-to-all overlaps are not priced on mixed clusters yet: refused, never dropped
-    from paraplan.cost.hetero_loader import load_hetero_instance
-    raw = yaml.safe_load((INSTANCES / "hetero" / "tiny-2types.yaml").read_text())
-    raw["job"]["moe_a2a_overlap"] = True
-    err = _refused(tmp_path, raw, load_hetero_instance)
-    assert err.field == "job.moe_a2a_overlap"
-
-
 def _shared(inst, **moe_kw):
     moe_spec = replace(inst.model.moe, **moe_kw)
     return replace(inst, model=replace(inst.model, moe=moe_spec))

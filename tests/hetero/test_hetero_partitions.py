@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from paraplan.cost.coefficients import build
-from paraplan.cost.hetero_coefficients import class_outer, partitions_layer_fn
+from paraplan.cost.hetero_coefficients import class_outers, partitions_layer_fn
 from paraplan.cost.hetero_loader import (hetero_plan_from_mapping, hetero_plan_to_mapping,
                                          homogeneous_as_hetero, load_hetero_instance)
 from paraplan.cost.loader import load_instance
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
 from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import lone_count, placer, plan_hetero, problem_of
+from paraplan.solver.hetero_planner import placer, plan_hetero, problem_of
 from paraplan.solver.hetero_space import hetero_outers
 from paraplan.solver.partition_plans import STAGE_ARRAYS
 
@@ -76,14 +76,14 @@ def test_assembled_class_coefficients_equal_a_direct_build():
     checked = 0
     for i, o in enumerate(outers[:6]):
         placed = placer(inst, o)
-        ch = OuterChoices(inst, o, [0], placed, lone_count(inst, o),
+        ch = OuterChoices(inst, o, [0], placed, class_outers(inst.job, o),
                           lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
         ch.optimistic()
         lst = ch.expand(float("inf"))
         for lb, _, coeffs, parts in lst.candidates[:: max(1, len(lst.candidates) // 5)]:
             for k, c in enumerate(coeffs[0]):
                 pl = placed(0, k)
-                direct = build(inst, class_outer(o, k, lone_count(inst, o)), placement=pl,
+                direct = build(inst, class_outers(inst.job, o)[k], placement=pl,
                                reserve_bytes=inst.search.memory_reserve_bytes,
                                layer_fn=partitions_layer_fn(inst, inst.cluster, pl, o.classes[k].stage_groups,
                                                             parts[k]))
@@ -100,7 +100,7 @@ def test_vectorised_class_bound_is_below_the_optimum():
     inst = _with_partitions(load_hetero_instance(TINY2))
     seen = 0
     for i, o in enumerate(hetero_outers(inst)[::37]):
-        ch = OuterChoices(inst, o, [0], placer(inst, o), lone_count(inst, o),
+        ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
                           lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
         if ch.total == 1:
             continue

@@ -19,7 +19,8 @@ from paraplan.cost.specs import Link
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.dynamic import plan_timeline
 from paraplan.solver.exhaustive import _class_rows
-from paraplan.solver.hetero_planner import lone_count, placer, problem_for
+from paraplan.cost.hetero_coefficients import class_outers
+from paraplan.solver.hetero_planner import placer, problem_for
 from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
 from randinst import random_hetero_instance
 
@@ -52,7 +53,7 @@ def every_plan_times(inst) -> np.ndarray:
     placements: dict = {}
     uniform = inst.search.uniform_split
     for o in hetero_outers(inst, uniform=uniform):
-        for parts in all_partitions(inst, o, placer(inst, o, placements), lone_count(inst, o)):
+        for parts in all_partitions(inst, o, placer(inst, o, placements), class_outers(inst.job, o)):
             p = problem_for(inst, o, "robust", placements=placements, partitions=parts)
             mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)
             rows = [_class_rows(p, k, uniform) for k in range(p.classes)]

@@ -79,18 +79,18 @@ def test_each_stage_floor_is_at_most_its_priced_layer_time():
     the priced layer times: equal without ZeRO-3 (nothing else in a layer's time reads the
     data-parallel ring), below with it (its gathers)."""
     from paraplan.cost.coefficients import layer_time_floor_s, stage_outer
-    from paraplan.cost.hetero_coefficients import class_outer, group_site
+    from paraplan.cost.hetero_coefficients import class_outers, group_site
     equal = below = 0
     for name, inst, _ in _instances():
         outers = hetero_outers(inst)
         for o, p in zip(outers, problems_for(inst, outers, "nominal")):
             if p is None:
                 continue
-            lone = hetero_planner.lone_count(inst, o)
+            co = class_outers(inst.job, o)
             for k, (c, cs) in enumerate(zip(o.classes, p.coeffs[0])):
                 for s, g in enumerate(c.stage_groups):
                     site = group_site(inst.cluster, o, g, rings=False)
-                    f = layer_time_floor_s(inst, stage_outer(class_outer(o, k, lone), site), site)
+                    f = layer_time_floor_s(inst, stage_outer(co[k], site), site)
                     t = cs.layer_time_s[s]
                     assert f <= t * (1 + 1e-12), (name, o, k, s)
                     equal += f == pytest.approx(t, rel=1e-12)
@@ -129,7 +129,8 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
     combination's bound), and below the Megatron-only floor somewhere (the plans' optimistic
     terms are faster there: not vacuous)."""
     from paraplan.solver.class_partitions import OuterChoices
-    from paraplan.solver.hetero_planner import lone_count, placer, problem_of
+    from paraplan.cost.hetero_coefficients import class_outers
+    from paraplan.solver.hetero_planner import placer, problem_of
     from paraplan.solver.bounds.one_class import FLOAT_SAFETY
     from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
     inst = load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml")
@@ -139,7 +140,7 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
     megatron = floor_bounds_s(inst, outers, [0], "max", ())
     checked = 0
     for o, f in zip(outers, plans):
-        ch = OuterChoices(inst, o, [0], placer(inst, o), lone_count(inst, o),
+        ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
                           lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
         if ch.total == 1:
             continue
