@@ -16,6 +16,7 @@ from paraplan.cost.calibration import PUBLISHED_DIR
 from paraplan.cost.loader import instance_from_mapping, plan_from_mapping, read_yaml
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Instance
+from paraplan.cost.trust import RANK_MIN_REL_DIFF
 
 ANCHORS_PATH = PUBLISHED_DIR / "moe.yaml"
 
@@ -74,3 +75,51 @@ def price(row: dict) -> AnchorPrice:
 def priced_rows() -> list[dict]:
     """Rows with a published configuration paraplan can express (`paraplan_plan`)."""
     return [r for r in anchor_rows() if r.get("paraplan_plan")]
+
+
+def published_table(row: dict) -> tuple:
+    """The published comparison a row belongs to: one model on one GPU type and count at one
+    sequence length, from one table (the first file of its `config_source`): rows of one table
+    ran the same software, so they differ only in the configuration they list."""
+    c = row["cluster"]
+    return row["model"], c["gpu"], c["num_gpus"], row["config"]["seq_len"], row["config_source"][0]
+
+
+@dataclass(frozen=True)
+class HeadToHead:
+    """Two anchors of one published table, the one measured faster first."""
+
+    faster: str
+    slower: str
+    published_tflops_per_gpu: tuple[float, float]
+    paraplan_tflops_per_gpu: tuple[float, float]
+
+    @property
+    def right(self) -> bool:
+        """paraplan prices the measured-faster configuration faster (a predicted tie is wrong).
+        One table's rows share the model and sequence length, so model TFLOP/s per GPU orders
+        them as tokens per second per GPU does."""
+        return self.paraplan_tflops_per_gpu[0] > self.paraplan_tflops_per_gpu[1]
+
+
+def head_to_heads(prices: list[AnchorPrice], rows: list[dict] | None = None,
+                  min_rel_diff: float = RANK_MIN_REL_DIFF) -> list[HeadToHead]:
+    """Every pair of priced anchors of one published table (published_table), neither bound by
+    host-side work, whose published TFLOP/s per GPU differ by more than min_rel_diff (as the
+    dense rows' ranking pairs), in file order."""
+    by_id = {r["id"]: r for r in (anchor_rows() if rows is None else rows)}
+    tables: dict[tuple, list[AnchorPrice]] = {}
+    for a in prices:
+        if not a.host_bound:
+            tables.setdefault(published_table(by_id[a.id]), []).append(a)
+    out = []
+    for members in tables.values():
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                fast, slow = (a, b) if a.published_tflops_per_gpu >= b.published_tflops_per_gpu else (b, a)
+                if fast.published_tflops_per_gpu / slow.published_tflops_per_gpu - 1 <= min_rel_diff:
+                    continue
+                out.append(HeadToHead(fast.id, slow.id,
+                                      (fast.published_tflops_per_gpu, slow.published_tflops_per_gpu),
+                                      (fast.megatron_tflops_per_gpu, slow.megatron_tflops_per_gpu)))
+    return out

@@ -101,7 +101,8 @@ def cmd_accuracy(args) -> int:
                                   for p in wrong]},
             "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped],
             "status": "ok" if modelled else "no_rows",
-            **({"moe_anchors": [dict(vars(a)) for a in moe]} if args.moe else {}),
+            **({"moe_anchors": [dict(vars(a)) for a in moe],
+                "moe_head_to_heads": moe_head_to_heads_json(moe)} if args.moe else {}),
         })
         return 0
     print(table(["row", "gpu", "predicted", "measured", "error", "fits memory"],
@@ -149,7 +150,33 @@ def moe_anchor_text(moe) -> str:
         f" host-side work: mean {sum(errs) / len(errs):+.1f}%, mean |error| {sum(map(abs, errs)) / len(errs):.1f}%"
         " (TF/GPU: model TFLOP/s per GPU as Megatron-LM logs it)"]
         + [f"  on {d}: {len(e)} anchors, mean {sum(e) / len(e):+.1f}%, mean |error| {sum(map(abs, e)) / len(e):.1f}%"
-           for d, e in _by_die([(a.gpu, a.error_pct) for a in moe if not a.host_bound])])
+           for d, e in _by_die([(a.gpu, a.error_pct) for a in moe if not a.host_bound])]
+        + _head_to_head_lines(moe))
+
+
+def _head_to_head_lines(moe) -> list[str]:
+    """The published tables' head-to-heads (cost/moe_anchors.head_to_heads): how many pairs of
+    configurations paraplan orders as they were measured, and each one it orders wrong."""
+    from paraplan.cost.moe_anchors import head_to_heads
+    pairs = head_to_heads(moe)
+    lines = [f"head-to-heads: {sum(p.right for p in pairs)} / {len(pairs)} pairs of one published"
+             " table (published TF/GPU more than 5% apart) ordered right"]
+    for p in pairs:
+        if not p.right:
+            lines.append(f"  wrong: {p.faster} measured {p.published_tflops_per_gpu[0]:,.0f} >"
+                         f" {p.slower} {p.published_tflops_per_gpu[1]:,.0f} TF/GPU, priced"
+                         f" {p.paraplan_tflops_per_gpu[0]:,.1f} vs {p.paraplan_tflops_per_gpu[1]:,.1f}")
+    return lines
+
+
+def moe_head_to_heads_json(moe) -> dict:
+    from paraplan.cost.moe_anchors import head_to_heads
+    pairs = head_to_heads(moe)
+    return {"right": sum(p.right for p in pairs), "total": len(pairs),
+            "wrong": [{"faster_measured": p.faster, "slower_measured": p.slower,
+                       "published_tflops_per_gpu": list(p.published_tflops_per_gpu),
+                       "paraplan_tflops_per_gpu": list(p.paraplan_tflops_per_gpu)}
+                      for p in pairs if not p.right]}
 
 
 def _by_die(pairs):
