@@ -38,11 +38,12 @@ DualPipe.step runs them (in_flight_pairs): pp - h micro-batches of the shallower
 min(d, pp - 1 - d) and h + 1 of the deeper one pp - 1 - h; the CUDA context and NCCL buffers
 once; the two stages' transient buffers are both counted (conservative).
 
-Why `paraplan simulate` only: the planner's formulations (DP, CP-SAT, MILP, bounds) optimise
-m T_max + (sum T - T_max) / v over stages; DualPipe pairs stage d with pp - 1 - d and has a
-bubble of another form, so planning it needs a new objective in every backend.
-cost/coefficients.build refuses a DualPipe job unless this module asks (dualpipe=True), so no
-planner can price it as 1F1B by mistake.
+Planning. The 1F1B formulations optimise m T_max + (sum T - T_max) / v over stages; DualPipe
+pairs stage d with pp - 1 - d and has a bubble of another form, so the planner solves its own
+split problem (formulations/dualpipe.py) on `terms`, the same affine terms `iteration` prices
+a plan with, over the configurations DualPipe can run (schedule_problem) of a cluster of one
+GPU type. cost/coefficients.build refuses a DualPipe job unless this module asks
+(dualpipe=True), so no planner can price it as 1F1B by mistake.
 """
 
 from __future__ import annotations
@@ -77,13 +78,19 @@ class DualPipeIteration:
 
 def plan_problem(plan: Plan) -> str | None:
     """Why DualPipe cannot run this plan, or None (DualPipe.step's assertions)."""
-    if plan.pp < 2 or plan.pp % 2:
-        return f"DualPipe needs an even number of pipeline stages >= 2, the plan has pp={plan.pp}"
-    if plan.virtual_stages != 1:
+    return schedule_problem(plan.pp, plan.virtual_stages, plan.num_micro_batches)
+
+
+def schedule_problem(pp: int, virtual_stages: int, num_micro_batches: int) -> str | None:
+    """Why DualPipe cannot run a pipeline of pp stages, v chunks and m micro-batches, or None
+    (the planner's space keeps the configurations without one, solver/hetero_space.py)."""
+    if pp < 2 or pp % 2:
+        return f"DualPipe needs an even number of pipeline stages >= 2, the plan has pp={pp}"
+    if virtual_stages != 1:
         return "DualPipe places two stages per device itself: use virtual_stages 1"
-    m = plan.num_micro_batches
-    if m % 2 or m < 2 * plan.pp:
-        return (f"DualPipe needs an even number of micro-batches >= 2 pp = {2 * plan.pp}"
+    m = num_micro_batches
+    if m % 2 or m < 2 * pp:
+        return (f"DualPipe needs an even number of micro-batches >= 2 pp = {2 * pp}"
                 f" (half enter from each end), the plan has {m}")
     return None
 
@@ -147,41 +154,85 @@ def _unpaired_layer_s(inst: Instance, o, site, net: NetEfficiency) -> tuple[floa
     return lt.bwd_s, w
 
 
+@dataclass(frozen=True)
+class Terms:
+    """DualPipe's time and memory of one configuration, per stage s and affine in the stage's
+    layers n_s and fully recomputed layers r_s (module docstring), what `iteration` prices a
+    plan with and the planner's split problem reads (formulations/dualpipe.py):
+
+        T_s = a_s + t_s n_s + u_s r_s        (schedule.stage_times_s)
+        U_s = T_s + bw_s n_s + ru_s r_s      (a backward chunk alone, less 3 W per layer)
+        D_s = e_s + g_s n_s                  (schedule.sync_times_s)
+        memory of device d = sum over its two stages s of (k0_s + kn_s n_s - kr_s r_s) - runtime
+
+    where each stage's per-micro-batch activations are weighed by the micro-batches its
+    device holds of it (in_flight_pairs). Devices d and pp - 1 - d hold the same two stages
+    and so the same memory."""
+
+    coeffs: coefficients.StageCoefficients
+    num_micro_batches: int
+    bw_s: np.ndarray
+    ru_s: np.ndarray
+    k0_bytes: np.ndarray
+    kn_bytes: np.ndarray
+    kr_bytes: np.ndarray
+    runtime_bytes: float
+
+    @property
+    def pp(self) -> int:
+        return self.coeffs.outer.pp
+
+    def times_s(self, n: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(T_s, U_s, D_s) of a split."""
+        t = schedule.stage_times_s(self.coeffs, n, r)
+        return t, t + n * self.bw_s + r * self.ru_s, schedule.sync_times_s(self.coeffs, n)
+
+    def mem_bytes(self, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Per device d, the bytes it holds (its two stages'), shape (pp,)."""
+        per_stage = self.k0_bytes + n * self.kn_bytes - r * self.kr_bytes
+        return device_mem_bytes(per_stage + self.runtime_bytes, self.runtime_bytes)
+
+
+def terms(inst: Instance, o, net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> Terms:
+    """The Terms of outer configuration `o` (its num_micro_batches included)."""
+    c = coefficients.build(inst, o, net, reserve_bytes, dualpipe=True)
+    pp = o.pp
+    pl = coefficients.homogeneous_placement(inst.cluster, o)
+    b_layer, w_layer = _unpaired_layer_s(inst, o, pl.sites[0], net)
+    # a backward chunk alone replays its recomputed layers' forwards: U_s = T_s + B_s - 3 W_s
+    bw = np.full(pp, b_layer - 3 * w_layer)
+    # memory: per micro-batch activations (coefficients hold them times the 1F1B in-flight
+    # count, the dense prefix's too), weighed by DualPipe's in-flight count of the stage
+    own, other = in_flight_pairs(pp)
+    held = np.where(np.arange(pp) < pp / 2, own, other[mirror(pp)])  # micro-batches of stage s on its device
+    per_mb_act = c.layer_act_bytes / c.in_flight
+    per_mb_ckpt = c.layer_ckpt_bytes / c.in_flight
+    runtime = memory.runtime_bytes(o.tp, o.cp, o.dp, pp)
+    k0 = c.stage_mem_bytes - c.stage_act_bytes + held * c.stage_act_bytes / c.in_flight - runtime
+    return Terms(coeffs=c, num_micro_batches=o.num_micro_batches, bw_s=bw, ru_s=c.recompute_time_s.copy(),
+                 k0_bytes=k0, kn_bytes=c.layer_state_bytes + held * per_mb_act,
+                 kr_bytes=held * (per_mb_act - per_mb_ckpt), runtime_bytes=runtime)
+
+
 def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
               reserve_bytes: float = 0.0) -> DualPipeIteration:
     """The DualPipe iteration of `plan` (module docstring)."""
     problem = plan_problem(plan)
     if problem is not None:
         raise ConfigError(problem)
-    o = plan.outer
-    c = coefficients.build(inst, o, net, reserve_bytes, dualpipe=True)
+    x = terms(inst, plan.outer, net, reserve_bytes)
+    c = x.coeffs
     pp, m = plan.pp, plan.num_micro_batches
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
     mi = mirror(pp)
-
-    t = schedule.stage_times_s(c, n, r)
-    d = schedule.sync_times_s(c, n)
-    pl = coefficients.homogeneous_placement(inst.cluster, o)
-    b_layer, w_layer = _unpaired_layer_s(inst, o, pl.sites[0], net)
-    # U_s = T_s + B_s - 3 W_s: a backward chunk alone replays its recomputed layers' forwards
-    u = t + n * b_layer + r * c.recompute_time_s - 3 * n * w_layer
+    t, u, d = x.times_s(n, r)
     steady, bubble, sync = schedule_s(t, u, d, m)
     k = int(np.argmax(steady))
     iter_time = float(steady[k] + bubble + sync.max())
-
-    # memory: per micro-batch activations (coefficients hold them times the 1F1B in-flight
-    # count, the dense prefix's too)
-    per_mb_act = c.layer_act_bytes / c.in_flight
-    per_mb_ckpt = c.layer_ckpt_bytes / c.in_flight
-    chunk_act = n * per_mb_act - r * (per_mb_act - per_mb_ckpt) + c.stage_act_bytes / c.in_flight
-    stage = c.stage_mem_bytes - c.stage_act_bytes + n * c.layer_state_bytes
-    own, other = in_flight_pairs(pp)
-    runtime = memory.runtime_bytes(o.tp, o.cp, o.dp, pp)
-    mem = device_mem_bytes(stage, runtime) + own * chunk_act + other * chunk_act[mi]
     return DualPipeIteration(iter_time_s=iter_time, bottleneck_device=k, steady_s=steady,
                              bubble_s=bubble, sync_s=sync, time_per_micro_batch_s=(t + t[mi]) / 2,
-                             mem_bytes=mem, capacity_bytes=c.capacity_bytes, coeffs=c,
+                             mem_bytes=x.mem_bytes(n, r), capacity_bytes=c.capacity_bytes, coeffs=c,
                              layers=n + n[mi], recompute_layers=r + r[mi])
 
 

@@ -1,0 +1,463 @@
+"""The layer split of one configuration under DeepSeek's DualPipe schedule (cost/dualpipe.py
+prices it; job.pipeline_schedule: dualpipe). Three solvers of one model: an exact threshold
+search (`solve_exact`, the planner's "dp" backend), CP-SAT (`solve_cpsat`) and a MILP
+(`solve_milp`, CBC / SCIP / HiGHS); tests/formulations/test_dualpipe.py checks them against each
+other and against enumeration priced by cost/dualpipe.iteration.
+
+Sets
+    S = {0, ..., pp-1}    pipeline stages, pp even
+    P = {0, ..., pp/2-1}  stage pairs: pair h holds stages h and pp-1-h, the two stages of
+                          device h (and of device pp-1-h, which holds the same two)
+
+Parameters (cost/dualpipe.Terms; arrays over s)
+    a, t, u     T_s = a_s + t_s n_s + u_s r_s       paired forward + backward of one micro-batch
+    bw, ru      U_s = T_s + bw_s n_s + ru_s r_s     a backward chunk alone, less 3 W
+    e, g        D_s = e_s + g_s n_s                 gradient sync and optimizer step
+    k0, kn, kr  pair h's device memory: sum_{s in h} (k0_s + kn_s n_s - kr_s r_s) + rt <= K_h
+    m           micro-batches (even, >= 2 pp); L layers; d0 = first_min (stage 0's dense
+                prefix: n_0 >= d0); R = L with full recompute allowed, else 0
+
+Variables  n_s in 1..L (n_0 >= d0), r_s in 0..min(n_s, R)
+
+Objective (cost/dualpipe.schedule_s)
+    Z = m/2 max_h (T_h + T_{pp-1-h}) + (pp/2 - 1)/2 max_h (U_h + U_{pp-1-h}) + max_h (D_h + D_{pp-1-h})
+
+Exact search. Where the two stages of every pair have equal per-layer coefficients (one GPU
+type: every stage prices a layer alike), a pair's three sums depend
+on its layers N_h and recomputed layers R_h only, and all grow with both (every per-layer rate
+>= 0); so each pair takes
+the fewest recomputed layers that fit its memory, R*_h(N) (over its splits n_h + n_{pp-1-h} = N,
+recomputing first on the stage whose layer frees more, which is optimal: every recomputed
+layer of it frees at least as much), and its sums P_h(N), U_h(N), D_h(N) are nondecreasing in
+N (a layer fewer never needs more recomputation). The optimum's three maxima are values of
+these functions, so for each candidate X of the first (ascending) and every candidate Y of the
+second, each pair may hold at most cap_h = max {N : P_h(N) <= X, U_h(N) <= Y, D_h(N) <= Z}
+layers, and the least Z with sum_h cap_h >= L (binary search) completes the best plan with
+those two maxima: min over (X, Y) of m/2 X + c Y + Z is the optimum, exactly (ties to the
+first found). Pairs whose stages differ go to CP-SAT.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.formulations.multiclass import MultiClassResult
+from paraplan.formulations.result import SolverError
+
+
+@dataclass(frozen=True, eq=False)
+class DualPipeProblem:
+    """The model of the module docstring (arrays of shape (pp,))."""
+
+    a: np.ndarray
+    t: np.ndarray
+    u: np.ndarray
+    bw: np.ndarray
+    ru: np.ndarray
+    e: np.ndarray
+    g: np.ndarray
+    k0: np.ndarray
+    kn: np.ndarray
+    kr: np.ndarray
+    runtime_bytes: float
+    capacity_bytes: np.ndarray
+    num_micro_batches: int
+    layers: int
+    first_min: int = 1
+    allow_full_recompute: bool = True
+    replicas: int = 1  # what the planner's candidate records (its one class)
+
+    @property
+    def pp(self) -> int:
+        return len(self.a)
+
+    @property
+    def pairs(self) -> int:
+        return self.pp // 2
+
+    @property
+    def bubble_weight(self) -> float:
+        return (self.pp / 2 - 1) / 2
+
+    def lows(self) -> np.ndarray:
+        lo = np.ones(self.pp, np.int64)
+        lo[0] = max(1, self.first_min)
+        return lo
+
+    def sums(self, n, r) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per pair: (P, U, D, memory) of a split."""
+        n, r = np.asarray(n, float), np.asarray(r, float)
+        T = self.a + self.t * n + self.u * r
+        U = T + self.bw * n + self.ru * r
+        D = self.e + self.g * n
+        M = self.k0 + self.kn * n - self.kr * r
+        h = np.arange(self.pairs)
+        mi = self.pp - 1 - h
+        return T[h] + T[mi], U[h] + U[mi], D[h] + D[mi], M[h] + M[mi] + self.runtime_bytes
+
+    def evaluate(self, n, r) -> float:
+        P, U, D, _ = self.sums(n, r)
+        return float(self.num_micro_batches / 2 * P.max() + self.bubble_weight * U.max() + D.max())
+
+    def fits(self, n, r) -> bool:
+        n, r = np.asarray(n), np.asarray(r)
+        _, _, _, M = self.sums(n, r)
+        cap = np.minimum(self.capacity_bytes[:self.pairs], self.capacity_bytes[::-1][:self.pairs])
+        return (int(n.sum()) == self.layers and bool((n >= self.lows()).all()) and bool((r >= 0).all())
+                and bool((r <= n).all()) and (self.allow_full_recompute or not r.any())
+                and bool((M <= cap).all()))
+
+    def lower_bound_s(self) -> float:
+        """A bound of every split's Z without solving: each maximum over pairs is at least the
+        pairs' mean, and the stages' sums are at least their fixed terms plus L layers at the
+        cheapest per-layer rate (recomputation, which only adds when its rates are >= 0, left
+        out; a negative rate is charged on all L layers)."""
+        L, k = self.layers, self.pairs
+        rec_t = min(0.0, float(self.u.min())) * L
+        rec_u = min(0.0, float((self.u + self.ru).min())) * L
+        P = (self.a.sum() + L * float(self.t.min()) + rec_t) / k
+        U = (self.a.sum() + L * float((self.t + self.bw).min()) + rec_u) / k
+        D = (self.e.sum() + L * float(self.g.min())) / k
+        return float(self.num_micro_batches / 2 * P + self.bubble_weight * U + D)
+
+    def pairs_alike(self) -> bool:
+        """Whether both stages of every pair price a layer alike and every per-layer rate is
+        >= 0, so that the pairs' sums grow with layers and recomputation (the exact search's
+        condition)."""
+        mi = self.pp - 1 - np.arange(self.pp)
+        alike = all(np.allclose(x, x[mi], rtol=1e-12, atol=0.0)
+                    for x in (self.t, self.u, self.bw, self.ru, self.g))
+        rising = all(bool((x >= 0).all()) for x in (self.t, self.u, self.t + self.bw, self.u + self.ru, self.g))
+        return alike and rising
+
+
+def balanced(p: DualPipeProblem, n, r) -> tuple[list[int], list[int]]:
+    """The split with each pair's layers as even between its two stages as its memory allows,
+    at the pair's same layers and recomputed layers (so, where pairs_alike, the same objective):
+    every backend returns it, so that ties resolve alike and the plan is the one cost/dualpipe
+    prices best, its bubble formula being DualPipe's for equal chunks. Recomputation goes first
+    to the stage whose layer frees more. Unchanged where the pairs' stages differ."""
+    n, r = [int(x) for x in n], [int(x) for x in r]
+    if not p.pairs_alike():
+        return n, r
+    lo = p.lows()
+    for h in range(p.pairs):
+        s0, s1 = h, p.pp - 1 - h
+        N, R = n[s0] + n[s1], r[s0] + r[s1]
+        for n0 in sorted(range(int(lo[s0]), N - int(lo[s1]) + 1), key=lambda x: (abs(2 * x - N), x)):
+            n1 = N - n0
+            big, small = (s0, s1) if p.kr[s0] >= p.kr[s1] else (s1, s0)
+            nb, ns = (n0, n1) if big == s0 else (n1, n0)
+            rb = min(R, nb)
+            if R - rb > ns:
+                continue
+            trial_n, trial_r = list(n), list(r)
+            trial_n[s0], trial_n[s1] = n0, n1
+            trial_r[big], trial_r[small] = rb, R - rb
+            if p.fits(trial_n, trial_r):
+                n, r = trial_n, trial_r
+                break
+    return n, r
+
+
+def _result(p: DualPipeProblem, status: str, backend: str, start: float, bound, tol: float,
+            n=None, r=None) -> MultiClassResult:
+    if n is None:
+        return MultiClassResult(status=status, micro_batches=None, layers_per_stage=None,
+                                full_recompute_layers=None, objective_s=None, per_scenario_s=None,
+                                bound_s=bound, wall_time_s=time.perf_counter() - start, backend=backend,
+                                tolerance_s=tol)
+    n, r = [int(x) for x in n], [int(x) for x in r]
+    if not p.fits(n, r):
+        raise SolverError(f"{backend}: DualPipe split n={n}, r={r} does not fit when re-checked")
+    n, r = balanced(p, n, r)
+    obj = p.evaluate(n, r)
+    return MultiClassResult(status=status, micro_batches=(p.num_micro_batches,), layers_per_stage=(tuple(n),),
+                            full_recompute_layers=(tuple(r),), objective_s=obj, per_scenario_s=(obj,),
+                            bound_s=obj if bound is None and status == "optimal" else bound,
+                            wall_time_s=time.perf_counter() - start, backend=backend, tolerance_s=tol)
+
+
+# --- exact search -------------------------------------------------------------------------
+
+def _pair_tables(p: DualPipeProblem, h: int):
+    """For pair h, per total N (index N - lo): the fewest recomputed layers that fit, and the
+    split reaching it: arrays R (inf where nothing fits), n_first, r_first, r_second."""
+    s0, s1 = h, p.pp - 1 - h
+    lo = p.lows()
+    cap = min(p.capacity_bytes[s0], p.capacity_bytes[s1]) - p.runtime_bytes - p.k0[s0] - p.k0[s1]
+    lo_N = int(lo[s0] + lo[s1])
+    size = p.layers - lo_N + 1
+    best_R = np.full(size, np.inf)
+    split = np.zeros((size, 3), np.int64)
+    big, small = (s0, s1) if p.kr[s0] >= p.kr[s1] else (s1, s0)
+    for N in range(lo_N, p.layers + 1):
+        n0 = np.arange(lo[s0], N - lo[s1] + 1)
+        n1 = N - n0
+        over = p.kn[s0] * n0 + p.kn[s1] * n1 - cap  # bytes above the capacity before recomputing
+        nb, ns = (n0, n1) if big == s0 else (n1, n0)
+        R_allowed = p.allow_full_recompute
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rb = np.where(over <= 0, 0, np.ceil(over / p.kr[big]) if p.kr[big] > 0 else np.inf)
+            rb = np.minimum(rb, nb)
+            rest = over - rb * p.kr[big]
+            rs = np.where(rest <= 0, 0, np.ceil(rest / p.kr[small]) if p.kr[small] > 0 else np.inf)
+        ok = (rs <= ns) & (R_allowed | (rb + rs == 0))
+        tot = np.where(ok, rb + rs, np.inf)
+        if not np.isfinite(tot).any():
+            continue
+        i = int(np.argmin(tot))
+        # guard the ceilings against rounding: the split must fit exactly as `fits` checks it
+        r_b, r_s = int(rb[i]), int(rs[i])
+        while True:
+            used = p.kn[s0] * n0[i] + p.kn[s1] * n1[i] - p.kr[big] * r_b - p.kr[small] * r_s
+            if used <= cap:
+                break
+            if r_b < nb[i]:
+                r_b += 1
+            elif r_s < ns[i]:
+                r_s += 1
+            else:
+                break
+        if used > cap or (not R_allowed and r_b + r_s):
+            continue
+        best_R[N - lo_N] = r_b + r_s
+        r0, r1 = (r_b, r_s) if big == s0 else (r_s, r_b)
+        split[N - lo_N] = (n0[i], r0, r1)
+    return lo_N, best_R, split
+
+
+def solve_exact(p: DualPipeProblem) -> MultiClassResult:
+    """The exact threshold search of the module docstring; CP-SAT where it does not apply."""
+    start = time.perf_counter()
+    if not p.pairs_alike():
+        return solve_cpsat(p)
+    k, L, m = p.pairs, p.layers, p.num_micro_batches
+    c = p.bubble_weight
+    tables = [_pair_tables(p, h) for h in range(k)]
+    los = np.array([t[0] for t in tables])
+    if los.sum() > L:
+        return _result(p, "infeasible", "dp", start, math.inf, 0.0)
+    # per pair h and N = lo_h .. L: its three sums (inf where nothing fits); nondecreasing in N
+    Pt, Ut, Dt = [], [], []
+    for h, (lo_N, R, _) in enumerate(tables):
+        s0, s1 = h, p.pp - 1 - h
+        N = np.arange(lo_N, L + 1, dtype=float)
+        Rz = np.where(np.isfinite(R), R, 0.0)
+        bad = ~np.isfinite(R)
+        A = p.a[s0] + p.a[s1]
+        P = A + p.t[s0] * N + p.u[s0] * Rz
+        U = P + p.bw[s0] * N + p.ru[s0] * Rz
+        D = p.e[s0] + p.e[s1] + p.g[s0] * N
+        Pt.append(np.where(bad, np.inf, P))
+        Ut.append(np.where(bad, np.inf, U))
+        Dt.append(np.where(bad, np.inf, np.maximum.accumulate(D)))
+    if any(not np.isfinite(x[0]) for x in Pt):  # a pair fits not even its fewest layers
+        return _result(p, "infeasible", "dp", start, math.inf, 0.0)
+
+    def caps(tabs, v):  # per pair, how many N values (from lo) have sum <= v; v: (cols,)
+        return np.stack([np.searchsorted(tab, v, side="right") for tab in tabs])  # (pairs, cols)
+    VP = np.unique(np.concatenate([x[np.isfinite(x)] for x in Pt]))
+    VU = np.unique(np.concatenate([x[np.isfinite(x)] for x in Ut]))
+    VD = np.unique(np.concatenate([x[np.isfinite(x)] for x in Dt]))
+    span = L - los  # the most layers above its lowest count a pair can take
+    need = L - los.sum()
+    capU_all = caps(Ut, VU)  # (pairs, |VU|)
+    best, arg = math.inf, None
+    for X in VP:
+        if m / 2 * X + c * VU[0] + VD[0] >= best:
+            break
+        capP = caps(Pt, np.array([X]))[:, 0]
+        if (capP == 0).any():
+            continue
+        cap_xy = np.minimum(capP[:, None], capU_all)  # (pairs, |VU|)
+        ok = (cap_xy > 0).all(0) & (np.minimum(cap_xy - 1, span[:, None]).sum(0) >= need)
+        if not ok.any():
+            continue
+        cols = np.flatnonzero(ok)
+        cxy = cap_xy[:, cols]
+        # the least Z (index into VD) with every pair's cap >= 1 and the caps' sum >= L
+        lo_i = np.zeros(len(cols), np.int64)
+        hi_i = np.full(len(cols), len(VD) - 1)
+        while (lo_i < hi_i).any():
+            mid = (lo_i + hi_i) // 2
+            cz = np.minimum(cxy, caps(Dt, VD[mid]))
+            good = (cz > 0).all(0) & (np.minimum(cz - 1, span[:, None]).sum(0) >= need)
+            hi_i = np.where(good, mid, hi_i)
+            lo_i = np.where(good, lo_i, mid + 1)
+        cz = np.minimum(cxy, caps(Dt, VD[lo_i]))
+        good = (cz > 0).all(0) & (np.minimum(cz - 1, span[:, None]).sum(0) >= need)
+        vals = np.where(good, m / 2 * X + c * VU[cols] + VD[lo_i], np.inf)
+        j = int(np.argmin(vals))
+        if vals[j] < best:
+            best, arg = float(vals[j]), (X, VU[cols[j]], VD[lo_i[j]])
+    if arg is None:
+        return _result(p, "infeasible", "dp", start, math.inf, 0.0)
+    X, Y, Z = arg
+    cap = np.minimum(np.minimum(caps(Pt, np.array([X]))[:, 0], caps(Ut, np.array([Y]))[:, 0]),
+                     caps(Dt, np.array([Z]))[:, 0]) - 1  # most layers above lo per pair
+    extra = np.zeros(k, np.int64)
+    left = need
+    for h in range(k):  # any assignment within the caps has maxima <= (X, Y, Z)
+        extra[h] = min(cap[h], span[h], left)
+        left -= extra[h]
+    n = np.zeros(p.pp, np.int64)
+    r = np.zeros(p.pp, np.int64)
+    for h, (lo_N, _, split) in enumerate(tables):
+        N = lo_N + extra[h]
+        n0, r0, r1 = split[N - lo_N]
+        n[h], n[p.pp - 1 - h] = n0, N - n0
+        r[h], r[p.pp - 1 - h] = r0, r1
+    return _result(p, "optimal", "dp", start, best, 0.0, n, r)
+
+
+# --- CP-SAT ---------------------------------------------------------------------------------
+
+TIME_QUANTUM_S = 1e-9
+OBJECTIVE_LIMIT_QUANTA = 2**40
+MEM_QUANTUM_BYTES = 2**10
+
+
+def _upper_bound_s(p: DualPipeProblem) -> float:
+    R = p.layers if p.allow_full_recompute else 0
+    L = p.layers
+    span = lambda *x: float(sum(np.abs(v).max() for v in x))  # noqa: E731
+    T = 2 * (span(p.a) + L * span(p.t) + R * span(p.u))
+    U = T + 2 * (L * span(p.bw) + R * span(p.ru))
+    D = 2 * (span(p.e) + L * span(p.g))
+    return p.num_micro_batches / 2 * T + p.bubble_weight * U + D
+
+
+def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0) -> MultiClassResult:
+    """The model on CP-SAT, times rounded to a quantum q (as formulations/quantize.py does:
+    the smallest 1 ns x 2^j keeping the scaled objective below 2^40), memory rounded up and
+    capacity down to 1 KiB. Objective 2 Z in quanta: m X + (pp/2 - 1) Y + 2 Z. Charging each
+    rounded coefficient a quantum, a pair's rounded sum is within q (2 + L + R) of the true
+    one, so the scaled objective is within
+        E = q [ (m/2 + c)(2 + L + R) + 2 + L ]
+    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E."""
+    from ortools.sat.python import cp_model
+
+    from paraplan.formulations.multiclass import WALL_BACKSTOP_FACTOR, WALL_BACKSTOP_S
+
+    start = time.perf_counter()
+    L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
+    R = L if p.allow_full_recompute else 0
+    q = TIME_QUANTUM_S
+    while 2 * _upper_bound_s(p) / q > OBJECTIVE_LIMIT_QUANTA:
+        q *= 2
+    E = q * ((m / 2 + p.bubble_weight) * (2 + L + R) + 2 + L)
+    qi = lambda x: [int(round(v / q)) for v in x]  # noqa: E731
+    a, t, u = qi(p.a), qi(p.t), qi(p.u)
+    tb, ur = qi(p.t + p.bw), qi(p.u + p.ru)
+    e, g = qi(p.e), qi(p.g)
+    mu = MEM_QUANTUM_BYTES
+    k0 = [math.ceil(x / mu) for x in p.k0]
+    kn = [math.ceil(x / mu) for x in p.kn]
+    kr = [math.floor(x / mu) for x in p.kr]
+    lo = p.lows()
+
+    model = cp_model.CpModel()
+    n = [model.new_int_var(int(lo[s]), L, f"n{s}") for s in range(pp)]
+    r = [model.new_int_var(0, R, f"r{s}") for s in range(pp)]
+    model.add(sum(n) == L)
+    for s in range(pp):
+        model.add(r[s] <= n[s])
+    big = 4 * OBJECTIVE_LIMIT_QUANTA
+    X = model.new_int_var(-big, big, "X")
+    Y = model.new_int_var(-big, big, "Y")
+    Z = model.new_int_var(-big, big, "Z")
+    for h in range(k):
+        st = (h, pp - 1 - h)
+        model.add(X >= sum(a[s] + t[s] * n[s] + u[s] * r[s] for s in st))
+        model.add(Y >= sum(a[s] + tb[s] * n[s] + ur[s] * r[s] for s in st))
+        model.add(Z >= sum(e[s] + g[s] * n[s] for s in st))
+        cap = math.floor((min(p.capacity_bytes[st[0]], p.capacity_bytes[st[1]]) - p.runtime_bytes) / mu)
+        model.add(sum(k0[s] + kn[s] * n[s] - kr[s] * r[s] for s in st) <= cap)
+    model.minimize(m * X + (pp // 2 - 1) * Y + 2 * Z)
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.random_seed = seed
+    prm.num_workers = 1
+    prm.max_deterministic_time = time_limit_s
+    prm.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
+    prm.use_objective_lb_search = True
+    code = solver.solve(model)
+    status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+              cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)
+    if status is None:
+        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a DualPipe split")
+    raw = solver.best_objective_bound
+    bound = raw * q / 2 - E if math.isfinite(raw) else None
+    if status == "infeasible":
+        return _result(p, status, "cpsat", start, math.inf, 2 * E)
+    if status == "timeout":
+        return _result(p, status, "cpsat", start, bound, 2 * E)
+    return _result(p, status, "cpsat", start, bound, 2 * E,
+                   [solver.value(x) for x in n], [solver.value(x) for x in r])
+
+
+# --- MILP -----------------------------------------------------------------------------------
+
+def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc") -> MultiClassResult:
+    """The model as a MILP (X, Y, Z continuous; n, r integer; memory in MiB less a 1 KiB
+    margin, as formulations/multiclass_milp.py). An integer variable accepted iota from
+    integral moves each of the 3 pp/2 sums it enters by iota times its coefficient, and every
+    row may be off by the feasibility tolerance phi, so the reported bound subtracts
+        eps = iota pp (m/2 + c + 1) w_max + phi (m/2 + c + 1)
+    (w_max the largest per-layer coefficient), plus CBC's print error; tolerance 2 eps."""
+    from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S,
+                                            INTEGRALITY_TOL, MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model,
+                                            run_model)
+    start = time.perf_counter()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
+    R = L if p.allow_full_recompute else 0
+    lo = p.lows()
+
+    def formulate():
+        api = new_model(backend)
+        n = [api.int_var(int(lo[s]), L, f"n_s{s}") for s in range(pp)]
+        r = [api.int_var(0, R, f"r_s{s}") for s in range(pp)]
+        api.add(sum(n) == L, "C1_layers")
+        X, Y, Z = api.real_var("X"), api.real_var("Y"), api.real_var("Z")
+        for s in range(pp):
+            api.add(r[s] <= n[s], f"C2_recompute_s{s}")
+        for h in range(k):
+            st = (h, pp - 1 - h)
+            T = [p.a[s] + p.t[s] * n[s] + p.u[s] * r[s] for s in st]
+            api.add(X >= sum(T), f"C3_steady_h{h}")
+            api.add(Y >= sum(T) + sum(p.bw[s] * n[s] + p.ru[s] * r[s] for s in st), f"C4_bubble_h{h}")
+            api.add(Z >= sum(p.e[s] + p.g[s] * n[s] for s in st), f"C5_sync_h{h}")
+            cap = (min(p.capacity_bytes[st[0]], p.capacity_bytes[st[1]]) - p.runtime_bytes) / MEM_UNIT_BYTES
+            api.add(sum((p.k0[s] + p.kn[s] * n[s] - p.kr[s] * r[s]) / MEM_UNIT_BYTES for s in st)
+                    <= cap - MEM_MARGIN_MIB, f"C6_mem_h{h}")
+        api.minimise(m / 2 * X + p.bubble_weight * Y + Z)
+        return api, n, r
+
+    w_max = float(max(np.abs(x).max() for x in (p.t, p.u, p.t + p.bw, p.u + p.ru, p.g)))
+    weight = m / 2 + p.bubble_weight + 1
+    eps = INTEGRALITY_TOL * pp * weight * w_max + FEASIBILITY_TOL_S * weight
+    api, n, r = formulate()
+    status, _, bound, read_error = run_model(api, backend, time_limit_s, 1, "a DualPipe split")
+    if status == "infeasible" and backend == "cbc" and time_limit_s < CBC_INFEASIBLE_RECHECK_S:
+        api, n, r = formulate()
+        status, _, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1, "a DualPipe split")
+    tol = 2 * eps + read_error
+    if status == "infeasible":
+        return _result(p, "infeasible", backend, start, math.inf, tol)
+    if status == "timeout":
+        return _result(p, "timeout", backend, start, None, tol)
+    bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
+
+    def val(x) -> int:
+        v = api.value(x)
+        if v is None:
+            raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} DualPipe split")
+        return int(round(v))
+    return _result(p, status, backend, start, bound, tol, [val(x) for x in n], [val(x) for x in r])
