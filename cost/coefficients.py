@@ -774,9 +774,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     feed the planner's formulations. `skip_if_memory_infeasible`: None instead of coefficients
     whose memory fits no split (no_split_fits), before their time terms are priced."""
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE and not dualpipe:
-        raise ConfigError("job.pipeline_schedule dualpipe is priced by `paraplan simulate` only"
-                          " (cost/dualpipe.py): the planner's formulations optimise the 1F1B and"
-                          " interleaved schedules; use pipeline_schedule: 1f1b to plan")
+        raise ConfigError("job.pipeline_schedule dualpipe is priced by cost/dualpipe.py (its own"
+                          " terms, and its own split problem in the planner: formulations/dualpipe.py),"
+                          " not by these 1F1B coefficients")
     m = inst.model
     o = outer
     tp, cp, pp = o.tp, o.cp, o.pp

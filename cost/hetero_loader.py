@@ -188,8 +188,9 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     job = job_from_section(top.section("job", JOB_KEYS))
     check_mla_job(path, job, model)
     if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
-        raise InstanceError(path, "job.pipeline_schedule", "DualPipe is priced for one GPU type"
-                            " by `paraplan simulate` only (cost/dualpipe.py)",
+        raise InstanceError(path, "job.pipeline_schedule", "DualPipe is planned and priced for"
+                            " one GPU type only (cost/dualpipe.py: a device holds two stages, which"
+                            " on a mixed cluster could sit on different GPU types)",
                             "remove pipeline_schedule, or plan a homogeneous cluster")
     search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
 

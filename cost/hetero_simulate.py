@@ -17,6 +17,7 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
 from paraplan.cost.hetero_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, HeteroPlan
+from paraplan.cost.specs import PipelineSchedule
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
                     net: NetEfficiency = NetEfficiency()) -> HeteroBreakdown:
     plan.check_against(inst)
     hc = cluster if cluster is not None else inst.cluster
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return _dualpipe(inst, plan, hc, net)
     coeffs = class_coefficients(inst, hc, plan.outer, net, inst.search.memory_reserve_bytes,
                                 tuple(k.num_micro_batches for k in plan.classes),
                                 tuple(k.partitions for k in plan.classes))
@@ -82,5 +85,36 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
                            tokens_per_s=tokens_per_s,
                            mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,
                            classes=tuple(reports), idle_gpus=hc.num_gpus - used,
+                           megatron_tflops_per_gpu=megatron_tflops_per_gpu(inst.model, tokens_per_s,
+                                                                           hc.num_gpus))
+
+
+def _dualpipe(inst: HeteroInstance, plan: HeteroPlan, hc: HeteroCluster, net: NetEfficiency) -> HeteroBreakdown:
+    """A DualPipe plan, one class on one group (the loaders refuse DualPipe on a mixed
+    cluster), priced by cost/dualpipe.iteration as `simulate` prices it on its homogeneous
+    instance; its rows are devices (device d holds stages d and pp - 1 - d): the time per
+    micro-batch of its two stages' mean, and its memory."""
+    from dataclasses import replace
+
+    from paraplan.cost import dualpipe
+    from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, one_group_as_homogeneous
+
+    if len(hc.groups) != 1 or len(plan.classes) != 1:
+        raise ValueError("a DualPipe plan runs one replica class on one node group")
+    hom = one_group_as_homogeneous(replace(inst, cluster=hc))
+    it = dualpipe.iteration(hom, hetero_plan_as_homogeneous(plan), net, inst.search.memory_reserve_bytes)
+    k = plan.classes[0]
+    pipeline = float(it.steady_s.max() + it.bubble_s)
+    tokens_per_s = inst.job.global_batch * inst.model.seq_len / it.iter_time_s
+    peak = hc.num_gpus * hc.groups[0].cluster.gpu.peak_flops_per_s
+    report = ClassReport(replicas=k.replicas, stage_groups=tuple(hc.groups[g].name for g in k.stage_groups),
+                         num_micro_batches=k.num_micro_batches, pipeline_time_s=pipeline,
+                         stage_time_s=tuple(float(x) for x in it.time_per_micro_batch_s),
+                         mem_bytes=tuple(float(x) for x in it.mem_bytes),
+                         capacity_bytes=tuple(float(x) for x in it.capacity_bytes))
+    return HeteroBreakdown(iter_time_s=it.iter_time_s, pipeline_s=pipeline, sync_s=float(it.sync_s.max()),
+                           tokens_per_s=tokens_per_s,
+                           mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,
+                           classes=(report,), idle_gpus=hc.num_gpus - plan.outer.gpus_per_group(1)[0],
                            megatron_tflops_per_gpu=megatron_tflops_per_gpu(inst.model, tokens_per_s,
                                                                            hc.num_gpus))

@@ -60,7 +60,7 @@ Instance file (units in the key names; "required" unless a default is given)::
       moe_shared_expert_overlap: false  # MoE: Megatron-core's --moe-shared-expert-overlap (the
                                      # shared expert under the all-to-alls; ep > 1)
       pipeline_schedule: 1f1b        # 1f1b (interleaved with virtual_stages > 1) | dualpipe
-                                     # (DeepSeek-V3's; `paraplan simulate` only, cost/dualpipe.py)
+                                     # (DeepSeek-V3's, one GPU type; cost/dualpipe.py)
       moe_dispatcher: alltoall       # MoE: alltoall (Megatron-core's) | deepep (one copy per
                                      # destination node, FP8 dispatch in FP8 jobs; cost/moe.py)
       recompute_early_stop: true     # torchtitan / composer: a full recompute stops before
@@ -723,6 +723,17 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
                             "per-operator tensor partitions price each linear's stash themselves"
                             " (cost/partition.py) and do not apply this option",
                             f"remove {storage[0]}, or search tensor_partitions: [megatron]")
+    if job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        # the DualPipe split problem (formulations/dualpipe.py) prices Megatron 1-D layers and
+        # searches the split itself: neither baseline nor per-operator layer plans apply
+        for key, on, fix in (("uniform_split", search.uniform_split, "uniform_split: false"),
+                             ("tensor_partitions", "spatial_temporal" in search.tensor_partitions,
+                              "tensor_partitions: [megatron]")):
+            if on:
+                raise InstanceError(source, f"search.{key}", "is not offered with job.pipeline_schedule"
+                                    " dualpipe (the DualPipe split problem, formulations/dualpipe.py,"
+                                    " searches Megatron 1-D layer splits)", f"set search {fix}, or use"
+                                    " pipeline_schedule: 1f1b")
     if job.activation_fp8_input_store and model.mlp is not Mlp.SWIGLU:
         raise InstanceError(source, "job.activation_fp8_input_store",
                             f"Megatron-core stores the activation input in fp8 only for SwiGLU, and"

@@ -61,7 +61,7 @@ class PipelineSchedule(str, Enum):
     # (cost/schedule.py); what the planner's formulations optimise over
     ONE_F_ONE_B = "1f1b"
     # DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437 Sec. 3.2.1; deepseek-ai/DualPipe):
-    # priced by `paraplan simulate` only (cost/dualpipe.py)
+    # priced by cost/dualpipe.py, planned on one GPU type (formulations/dualpipe.py)
     DUALPIPE = "dualpipe"
 
 
@@ -423,8 +423,8 @@ class JobSpec:
     # while the dispatch and combine all-to-alls are in flight (ep > 1, a shared expert; not
     # with moe_a2a_overlap, which Megatron-core refuses beside it)
     moe_shared_expert_overlap: bool = False
-    # pipeline schedule: 1F1B / interleaved (default, planned) or DeepSeek's DualPipe (priced
-    # by simulate only: cost/dualpipe.py says why the planner refuses it)
+    # pipeline schedule: 1F1B / interleaved (default) or DeepSeek's DualPipe (cost/dualpipe.py;
+    # planned over the configurations it runs, on one GPU type)
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     # MoE token dispatcher: Megatron-core's all-to-all (default) or DeepEP (cost/moe.py)
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL

@@ -34,8 +34,8 @@ from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.class_partitions import all_partitions
-from paraplan.solver.hetero_planner import _plan_of, placer, problem_for, scenario_weights
-from paraplan.solver.hetero_space import count_splits, hetero_outers, micro_batch_vectors, summarize
+from paraplan.solver.hetero_planner import _plan_of, dualpipe_problem, placer, problem_for, scenario_weights
+from paraplan.solver.hetero_space import count_splits, dualpipe_job, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # (split, recompute) rows of a lone class evaluated at a time
@@ -196,6 +196,47 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     return nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok)
 
 
+def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline: float | None) -> HeteroExhaustiveResult:
+    """A DualPipe job's space (one class on one group per configuration): every split and
+    recompute row of each configuration (_split_rows), its time and memory from the DualPipe
+    problem's terms (hetero_planner.dualpipe_problem, cost/dualpipe.terms), the first minimum
+    in enumeration order kept."""
+    best_val, best, done, feasible = math.inf, None, 0, 0
+    for o in outers:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        p = dualpipe_problem(inst, o)
+        for rows in _split_row_blocks(p.layers, p.pp, 1, False, p.allow_full_recompute):
+            n, r = rows.nT.T, rows.rT.T  # (rows, pp)
+            P, U, D, M = _dualpipe_sums(p, n, r)
+            cap = np.minimum(p.capacity_bytes[:p.pairs], p.capacity_bytes[::-1][:p.pairs])
+            ok = (M <= cap).all(axis=1) & (n[:, 0] >= p.lows()[0])
+            val = p.num_micro_batches / 2 * P.max(axis=1) + p.bubble_weight * U.max(axis=1) + D.max(axis=1)
+            done += len(ok)
+            feasible += int(ok.sum())
+            if ok.any():
+                i = int(np.flatnonzero(ok)[np.argmin(val[ok])])
+                if val[i] < best_val * (1 - 1e-12):
+                    best_val, best = float(val[i]), (o, [p.num_micro_batches], [n[i]], [r[i]])
+    complete = deadline is None or time.perf_counter() <= deadline
+    return HeteroExhaustiveResult(plan=None if best is None else _plan_of(*best),
+                                  objective_s=None if best is None else best_val, candidates=done,
+                                  outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
+                                  feasible=feasible, complete=complete)
+
+
+def _dualpipe_sums(p, n: np.ndarray, r: np.ndarray):
+    """Per row and pair: (P, U, D, memory) of rows of splits n, r (rows, pp), as
+    DualPipeProblem.sums of one split."""
+    T = p.a + p.t * n + p.u * r
+    U = T + p.bw * n + p.ru * r
+    D = p.e + p.g * n
+    M = p.k0 + p.kn * n - p.kr * r
+    h = np.arange(p.pairs)
+    mi = p.pp - 1 - h
+    return T[:, h] + T[:, mi], U[:, h] + U[:, mi], D[:, h] + D[:, mi], M[:, h] + M[:, mi] + p.runtime_bytes
+
+
 def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
                       time_limit_s: float | None = None) -> HeteroExhaustiveResult:
@@ -213,6 +254,8 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             f"the declared space has {count(total)} candidates (limit {max_candidates:,});"
             f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{count(total // ESTIMATED_RATE_PER_S)} s")
     _, agg, weights = scenario_weights(inst, objective)
+    if dualpipe_job(inst):
+        return _dualpipe_exhaustive(inst, outers, t0, deadline)
     bar = _Progress(total, progress)
     done = feasible = 0
     placements: dict = {}

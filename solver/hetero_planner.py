@@ -44,11 +44,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import schedule
+from paraplan.cost import dualpipe, schedule
+from paraplan.cost.hetero_loader import one_group_as_homogeneous
 from paraplan.cost.coefficients import build
 from paraplan.cost.hetero_coefficients import class_outers, class_placement, partitions_layer_fn
 from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
+from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import class_partitions
@@ -56,8 +58,8 @@ from paraplan.solver.bounds import one_class
 from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
-from paraplan.solver.hetero_space import (empty_space_reason, hetero_outers, micro_batch_vectors,
-                                          paired_counts, summarize)
+from paraplan.solver.hetero_space import (dualpipe_job, empty_space_reason, hetero_outers,
+                                          micro_batch_vectors, paired_counts, summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
                                      ResimulationMismatch, SearchAccount)
@@ -117,6 +119,8 @@ class _Candidate:
 
     @property
     def mvecs(self) -> np.ndarray:
+        if isinstance(self.problem, DualPipeProblem):  # one class, its count fixed by the batch
+            return np.array([[self.problem.num_micro_batches]], np.int64)
         return micro_batch_vectors(self.outer.classes, self.problem.total_micro_batches, self.uniform,
                                    self.outer.virtual_stages, self.problem.paired)
 
@@ -183,6 +187,21 @@ def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k
     return placements[key][1]
 
 
+def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
+    """The DualPipe split problem of a configuration of one class on one group
+    (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
+    with (the nominal network; a DualPipe job has no scenarios of its own)."""
+    co = class_outers(inst.job, o)[0]
+    x = dualpipe.terms(one_group_as_homogeneous(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
+    c = x.coeffs
+    return DualPipeProblem(a=c.stage_time_s, t=c.layer_time_s, u=c.recompute_time_s, bw=x.bw_s, ru=x.ru_s,
+                           e=c.stage_sync_time_s, g=c.layer_sync_time_s, k0=x.k0_bytes, kn=x.kn_bytes,
+                           kr=x.kr_bytes, runtime_bytes=x.runtime_bytes, capacity_bytes=c.capacity_bytes,
+                           num_micro_batches=co.num_micro_batches, layers=c.layers,
+                           first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute,
+                           replicas=o.classes[0].replicas)
+
+
 def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class]."""
     _, agg, weights = scenario_weights(inst, objective)
@@ -198,6 +217,8 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements
                 partitions: tuple | None = None) -> MultiClassProblem:
     """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
     plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
+    if dualpipe_job(inst):
+        return dualpipe_problem(inst, o)
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placed = placer(inst, o, placements)
@@ -224,6 +245,8 @@ def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str
     survivors. The same problems and the same pricing
     skipped; measured about 20% faster than pricing and proving one configuration at a time
     (numpy checks between the builds slow the builds down: a pricing loop runs faster alone)."""
+    if dualpipe_job(inst):
+        return [dualpipe_problem(inst, o) for o in outers]
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placements = {} if placements is None else placements
@@ -304,6 +327,15 @@ def _solve_lone_dp(p: MultiClassProblem, time_limit_s: float, hint, cutoff_s: fl
 
 
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, cutoff_s: float | None = None):
+    if isinstance(p, DualPipeProblem):  # the DualPipe split: its own model in every backend
+        from paraplan.formulations import dualpipe as dp
+        if backend == "dp":
+            return dp.solve_exact(p)
+        if backend == "cpsat":
+            return dp.solve_cpsat(p, time_limit_s=time_limit_s)
+        if backend in ("milp", "scip", "highs"):
+            return dp.solve_milp(p, time_limit_s=time_limit_s, backend="cbc" if backend == "milp" else backend)
+        raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
     if _lone_dp(p, backend):
         return _solve_lone_dp(p, time_limit_s, hint, cutoff_s)
     if backend in ("cpsat", "dp"):  # dp: the split DP for a lone class on one network only
@@ -344,7 +376,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
         return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
 
     groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
-    warm_outer = warm_plan.outer if warm_plan is not None else None
+    warm_outer = warm_plan.outer if warm_plan is not None and not dualpipe_job(inst) else None
     placements: dict = {}  # shared by the configurations (problem_for)
     partitions = class_partitions.enabled(inst)
     if partitions:  # layer plans per class and group (solver/class_partitions.py), set up
@@ -365,8 +397,11 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 res.pruned_by_memory += 1
             else:
                 cands.append(_Candidate(outers[j], p, (0.0, int(j), 0), uniform))
-        for cand, lb in zip(cands, lower_bounds_s([c.problem for c in cands], lambda j: cands[j].mvecs,
-                                                  uniform)):
+        if dualpipe_job(inst):  # formulations/dualpipe.DualPipeProblem.lower_bound_s
+            bounds = [c.problem.lower_bound_s() for c in cands]
+        else:
+            bounds = lower_bounds_s([c.problem for c in cands], lambda j: cands[j].mvecs, uniform)
+        for cand, lb in zip(cands, bounds):
             cand.key = (lb, cand.key[1], 0)
         return sorted(cands, key=lambda x: x.key)
 
@@ -392,7 +427,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
         nonlocal best_val, best_key, best
         for cand in cands[:INCUMBENT_PROBES]:
-            if cand.key[0] >= best_val:
+            if cand.key[0] >= best_val or isinstance(cand.problem, DualPipeProblem):
                 break
             inc = incumbent(cand.problem, cand.mvecs, uniform)
             if inc is not None and better(inc[0], cand.key):
@@ -493,9 +528,14 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                     best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
                 continue
             p = cand.problem
+            cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
+            if isinstance(p, DualPipeProblem):  # solved exactly by its own model (_solve_inner)
+                batch.append((cand, None, cutoff))
+                if len(batch) >= threads or not heap:
+                    flush()
+                continue
             if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
                 c0 = p.coeffs[0][0]
-                cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
                 if (not can_win(key, one_class.tight_lower_bound_s(c0, p.allow_full_recompute))
                         or math.isfinite(cutoff) and one_class.coupled_bound_above(c0, p.allow_full_recompute, cutoff)):
                     res.pruned_by_bound += 1
@@ -507,7 +547,6 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             inc = incumbent(p, cand.mvecs, uniform)
             if inc is not None:
                 hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
-            cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
             batch.append((cand, hint, cutoff))
             if len(batch) >= threads or not heap:
                 flush()

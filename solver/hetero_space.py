@@ -124,6 +124,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import memory
+from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.framework_rules import rules_for
@@ -131,7 +132,7 @@ from paraplan.cost.hetero_coefficients import class_outer
 from paraplan.cost.hetero_loader import homogeneous_as_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem
-from paraplan.cost.specs import Attention, Instance, Outer
+from paraplan.cost.specs import Attention, Instance, Outer, PipelineSchedule
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
                                            tp_choices)
 from paraplan.solver.class_partitions import partition_count
@@ -266,6 +267,8 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                                                zero=zero, virtual_stages=v,
                                                                classes=shapes, family=family, ep=ep,
                                                                etp=etp, group_tp=group_tp))
+    if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
+        out = [o for o in out if _dualpipe_runs(inst, o)]
     return out
 
 
@@ -364,24 +367,48 @@ def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> li
                     else f"more than {most} replica classes on one group") + " (search.classes_per_group)")
     if len(groups) >= 2 and several and not inst.search.mixed_families:
         out.append("a stage-wise class beside replica-wise classes (search.mixed_families)")
-    if inst.model.moe is not None and sum(g.num_gpus for g in groups) >= 2:
+    if dualpipe_job(inst):
+        out.append("the 1F1B and interleaved 1F1B schedules, and pipelines DualPipe cannot run (an"
+                   " odd stage count, fewer than 2 micro-batches per stage, an odd micro-batch"
+                   " count): job.pipeline_schedule is dualpipe (cost/dualpipe.schedule_problem)")
+    elif inst.model.moe is not None and sum(g.num_gpus for g in groups) >= 2:
         out.append(DUALPIPE_NOT_COVERED)
     return out
+
+
+def dualpipe_job(inst) -> bool:
+    """Whether the job runs DeepSeek's DualPipe schedule (on one GPU type: the loaders refuse
+    it on a mixed cluster): its space is the configurations DualPipe can run, each one class
+    (cost/dualpipe.schedule_problem)."""
+    return inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
+
+
+def _dualpipe_runs(inst, o: HeteroOuter) -> bool:
+    c = o.classes[0]
+    m = inst.job.global_batch // o.micro_batch // c.replicas
+    return len(o.classes) == 1 and schedule_problem(c.pp, o.virtual_stages, m) is None
 
 
 # DeepSeek's schedule pairs one micro-batch's forward with another's backward so that each
 # one's expert all-to-alls run under the other's compute (cost/dualpipe.py): on the bundled
 # DeepSeek-V3 instance the report's own layout with it prices at 17.80 s per iteration against
 # the 1F1B optimum's 21.90 s (README "Mixture of experts"), so a proof over 1F1B says nothing of
-# it. No key brings it in: every backend's objective is the 1F1B / interleaved one.
-DUALPIPE_NOT_COVERED = ("the DualPipe schedule (no search key: the planner optimises 1F1B and"
-                        " interleaved 1F1B; `paraplan simulate` prices a DualPipe plan on one GPU"
-                        " type, job.pipeline_schedule: dualpipe)")
+# it. The job key brings it in, in place of 1F1B (formulations/dualpipe.py).
+DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe plans over it"
+                        " instead of 1F1B, on one GPU type)")
 
 
 def empty_space_reason(inst: HeteroInstance) -> str:
     """Why `hetero_outers(inst)` is empty: the first rule, in enumeration order, that leaves no
     configuration (an empty space is never reported without its cause)."""
+    if dualpipe_job(inst):
+        from dataclasses import replace
+        one_f_one_b = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B))
+        if hetero_outers(one_f_one_b):
+            return ("DualPipe runs none of the declared configurations: it needs an even stage count"
+                    " pp >= 2, virtual_stages 1 and an even number of micro-batches per pipeline"
+                    " >= 2 pp (cost/dualpipe.schedule_problem)")
+        inst = one_f_one_b
     s, m, gb = inst.search, inst.model, inst.job.global_batch
     G = len(inst.cluster.groups)
     subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]

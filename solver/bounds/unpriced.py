@@ -20,6 +20,9 @@ Per class k and scenario, with t_s the floors and a = (a_0, 0, ..., 0):
     A_k = min over splits of max_s (a_s + n_s t_s)     S_k = a_0 + L min_s t_s     D = 0
 and over micro-batch vectors batched.relaxed_s; a weighted objective takes the weighted
 sum of the scenarios' bounds (each minimised over m on its own, so at most the joint minimum).
+A DualPipe job (one class, its count m fixed) is bounded by its steady term alone,
+m/2 max over stage pairs >= m/pp sum_s T_s >= m S / pp (cost/dualpipe.py: its bubble and sync
+terms are >= 0).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, de
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_outers, group_pricing_instance, group_site
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
+from paraplan.cost.specs import PipelineSchedule
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
@@ -49,6 +53,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     L = inst.model.layers
     moe = inst.model.moe is not None
     total = inst.job.global_batch
+    dualpipe = inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE  # its own objective
     floors: dict[tuple, float] = {}  # (scenario, group, the layer's outer) -> floor
     prefix: dict[tuple, float] = {}  # the same -> the first stage's dense-prefix extra
     rows: dict[tuple, int] = {}  # (t row, v) -> its index among the distinct rows
@@ -112,7 +117,11 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                           for o in ps])[:, None, None]
         lo = (np.where(v > 1, pp, 1.0) if K == 1 else np.where(v > 1, 2 * pp, np.maximum(pp, least)))
         M = np.array([total // o.micro_batch for o in ps], float)[:, None, None]
-        b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
+        if dualpipe:  # one class: m/2 max_h (T_h + T_pp-1-h) >= m/pp sum_s T_s >= m/pp S, the
+            # bubble and sync terms >= 0 (U_s >= 0: T_s holds the whole backward, B_s >= 2 W_s)
+            b = (M / x * S[ix] / pp).max(-1)
+        else:
+            b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
         out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)
     return out
 

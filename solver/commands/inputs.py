@@ -45,10 +45,17 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
                             " for configs without a maximum length, e.g. BLOOM)")
 
 
+# the commands that plan a DualPipe job (job.pipeline_schedule: dualpipe) besides those that
+# only price a plan (`simulate_only`): the planner solves its split problem
+# (formulations/dualpipe.py); the others work on the 1F1B schedules' formulations
+DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify")
+
+
 def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Instance:
     """The instance the arguments added by add_instance_args describe. A DualPipe job
-    (job.pipeline_schedule) is priced by `paraplan simulate` only (cost/dualpipe.py): every
-    other command refuses it here, in one line, unless `simulate_only`."""
+    (job.pipeline_schedule) is planned by `paraplan plan` and priced by `paraplan simulate`
+    (cost/dualpipe.py): every other command refuses it here, in one line, unless
+    `simulate_only`."""
     from paraplan.cost.loader import load_instance_parts
 
     instance = getattr(args, "instance", None)
@@ -69,11 +76,14 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Ins
         from paraplan.cost.loader import override_search
         inst = override_search(inst, overrides, SEARCH_SOURCE)
     from paraplan.cost.specs import PipelineSchedule
-    if inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B and not simulate_only:
+    if (inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B and not simulate_only
+            and getattr(args, "command", None) not in DUALPIPE_COMMANDS):
         raise InstanceError(inst.source, "job.pipeline_schedule",
-                            "dualpipe is priced by `paraplan simulate` only: the planner's"
-                            " formulations optimise the 1F1B and interleaved schedules (cost/dualpipe.py)",
-                            "use pipeline_schedule: 1f1b to plan, or simulate a plan file")
+                            "dualpipe is planned by `paraplan plan`, `exhaustive` and `verify` and"
+                            " priced by `paraplan simulate`;"
+                            f" `paraplan {getattr(args, 'command', '...')}` works on the 1F1B and"
+                            " interleaved schedules (cost/dualpipe.py)",
+                            "use pipeline_schedule: 1f1b here, or plan / simulate the DualPipe job")
     return inst
 
 

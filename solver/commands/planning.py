@@ -80,6 +80,10 @@ def cmd_plan(args) -> int:
     hetero_commands.no_scenarios(args)
     inst = load_from_args(args)
     if args.top is not None:
+        from paraplan.cost.specs import PipelineSchedule
+        if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # top_k ranks 1F1B splits
+            raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
+                                " the 1F1B formulations' configurations)", "plan without --top")
         return cmd_plan_top(args, inst)
     if args.within is not None:
         raise InstanceError("<arguments>", "--within", "needs --top K",

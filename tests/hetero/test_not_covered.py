@@ -5,7 +5,9 @@ space stays, the CLI says so when it bites)."""
 import dataclasses
 import json
 
-from paraplan.cost.hetero_loader import load_hetero_instance
+import pytest
+
+from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
 from paraplan.cost.hetero_simulate import simulate_hetero
 from paraplan.cost.hetero_specs import HeteroPlan, ReplicaClass
 from paraplan.cost.specs import Recompute
@@ -67,7 +69,7 @@ def test_one_group_plan_says_it_too(capsys):
     assert json.loads(capsys.readouterr().out)["space"]["not_covered"] == [PART, SHARED]
 
 
-DUALPIPE = "the DualPipe schedule (no search key"
+DUALPIPE = "the DualPipe schedule (job.pipeline_schedule: dualpipe plans over it"
 
 
 def test_dualpipe_named_for_moe_models_only():
@@ -103,3 +105,29 @@ def test_dualpipe_beats_the_proved_1f1b_optimum_on_the_deepseek_instance():
     dual_s = simulate(dual, plan).iter_time_s
     measured_s = 15360 * 4096 / (1e12 / (180_000 * 3600)) / 2048
     assert dual_s < measured_s < optimum_s, (dual_s, measured_s, optimum_s)
+
+
+def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal():
+    """With job.pipeline_schedule: dualpipe the space is DualPipe's (formulations/dualpipe.py)
+    and the line names 1F1B as what it leaves out. On the DeepSeek-V3 instance the proved
+    optimum is exactly the price of DeepSeek's own layout above (17.80 s; the optimum's split
+    may differ where pairs of stages tie, as their sums are what DualPipe's time reads), i.e.
+    the report's layout is optimal in paraplan's model of its schedule."""
+    from dataclasses import replace
+
+    from paraplan.cost.loader import load_instance
+    from paraplan.cost.simulate import simulate
+    from paraplan.cost.specs import PipelineSchedule, Plan
+    from paraplan.solver.class_route import plan as plan_homogeneous
+    inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
+    dual = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE))
+    lines = not_covered(homogeneous_as_hetero(dual))
+    assert not any(x.startswith(DUALPIPE) for x in lines)
+    assert any(x.startswith("the 1F1B and interleaved 1F1B schedules") for x in lines)
+    res = plan_homogeneous(dual)
+    deepseek = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
+                    layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
+    assert res.status == "optimal"
+    assert res.iter_time_s == pytest.approx(simulate(dual, deepseek).iter_time_s, rel=1e-9)
+    p = res.plan
+    assert (p.tp, p.pp, p.dp, p.ep, p.zero, p.num_micro_batches) == (1, 16, 128, 64, 1, 120)

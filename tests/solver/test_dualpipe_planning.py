@@ -1,0 +1,116 @@
+"""Planning a DualPipe job (job.pipeline_schedule: dualpipe): the class planner over the
+configurations DualPipe runs, each configuration's split solved by formulations/dualpipe.py in
+every backend, against exhaustive search over the same space (solver/exhaustive.py), and each
+returned plan re-simulated by cost/dualpipe.iteration (plan_hetero's check_resimulation)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.loader import load_instance
+from paraplan.solver.exhaustive import hetero_exhaustive
+from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.hetero_space import hetero_outers, summarize
+
+BASE = {"name": "tiny-dualpipe",
+        "model": {"name": "tiny-moe", "layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000,
+                  "seq_len": 1024, "mlp": "gelu",
+                  "moe": {"experts": 8, "top_k": 2, "expert_ffn": 2048, "shared_ffn": 1024, "dense_layers": 1}},
+        "cluster": {"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8, "intra_node_link": "nvlink",
+                    "intra_node_gbytes_per_s": 600, "nic_gbit_per_s": 200},
+        "job": {"global_batch": 32, "pipeline_schedule": "dualpipe"}}
+
+
+def dualpipe_instance(tmp_path: Path, seed: int):
+    """The tiny GPT of instances/tiny-gpt-8xA100.yaml under DualPipe, drawn: 4 to 10 layers, MoE
+    layers (a dense prefix of 0 to 2) or dense, a batch of 16 to 64, one or two DGX A100 nodes,
+    tp 1 or 2, full recomputation allowed or not, and the GPU's memory cut to 2-8% (or left)
+    so that memory binds on some."""
+    rng = random.Random(seed)
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["model"]["layers"] = rng.randint(4, 10)
+    if rng.random() < 0.3:
+        raw["model"].pop("moe")
+    else:
+        raw["model"]["moe"]["dense_layers"] = rng.choice([0, 1, 2])
+    raw["job"]["global_batch"] = rng.choice([16, 32, 64])
+    raw["cluster"]["nodes"] = rng.choice([1, 2])
+    raw["search"] = {"tp": [1, 2], "full_recompute": rng.random() < 0.8}
+    path = tmp_path / f"dualpipe-{seed}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    inst = load_instance(path)
+    gpu = inst.cluster.gpu
+    scale = rng.choice([0.02, 0.04, 0.08, 1.0])
+    return homogeneous_as_hetero(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
+
+
+SEEDS = range(12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_backend_reaches_the_exhaustive_optimum(tmp_path, seed):
+    inst = dualpipe_instance(tmp_path, seed)
+    ex = hetero_exhaustive(inst)
+    assert ex.candidates == summarize(inst, hetero_outers(inst)).plans_total
+    for backend in ("dp", "cpsat", "milp"):
+        res = plan_hetero(inst, backend, time_limit_s=30)
+        if ex.objective_s is None:
+            assert res.status == "infeasible", backend
+            continue
+        assert res.status == "optimal", backend
+        assert res.objective_s == pytest.approx(ex.objective_s, abs=res.tolerance_s + 1e-9 * ex.objective_s)
+
+
+def test_the_random_instances_are_not_vacuous(tmp_path):
+    # seen: 5 of 12 infeasible, 7 optimal, one with recomputed layers on 4 stages
+    seen = {"infeasible": 0, "optimal": 0, "recompute": 0, "pp>=4": 0}
+    for seed in SEEDS:
+        plan = hetero_exhaustive(dualpipe_instance(tmp_path, seed)).plan
+        if plan is None:
+            seen["infeasible"] += 1
+            continue
+        seen["optimal"] += 1
+        seen["recompute"] += sum(plan.classes[0].full_recompute_layers) > 0
+        seen["pp>=4"] += len(plan.classes[0].stage_groups) >= 4
+    assert min(seen.values()) >= 1, seen
+
+
+def test_the_space_holds_only_what_dualpipe_runs(tmp_path):
+    # every configuration: one class, an even stage count, one chunk per stage, an even count
+    # of micro-batches per pipeline of at least 2 pp (DualPipe.step's assertions)
+    inst = dualpipe_instance(tmp_path, 0)
+    outers = hetero_outers(inst)
+    assert outers
+    for o in outers:
+        c = o.classes[0]
+        m = inst.job.global_batch // o.micro_batch // c.replicas
+        assert len(o.classes) == 1 and c.pp % 2 == 0 and o.virtual_stages == 1
+        assert m % 2 == 0 and m >= 2 * c.pp
+
+
+def test_an_empty_dualpipe_space_says_why(tmp_path):
+    from paraplan.solver.hetero_space import empty_space_reason
+    inst = dualpipe_instance(tmp_path, 0)
+    odd = replace(inst, search=replace(inst.search, pp=(1, 3)))
+    assert hetero_outers(odd) == []
+    assert "DualPipe runs none of the declared configurations" in empty_space_reason(odd)
+    res = plan_hetero(odd)
+    assert res.status == "infeasible" and "even stage count" in res.reason
+
+
+@pytest.mark.parametrize("key,value", [("uniform_split", True), ("tensor_partitions", ["spatial_temporal"])])
+def test_dualpipe_refuses_the_search_keys_it_does_not_search(tmp_path, key, value):
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["search"] = {key: value}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as err:
+        load_instance(path)
+    assert err.value.field == f"search.{key}"
