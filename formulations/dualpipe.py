@@ -231,11 +231,12 @@ def _pair_tables(p: DualPipeProblem, h: int):
     return lo_N, best_R, split
 
 
-def solve_exact(p: DualPipeProblem) -> MultiClassResult:
-    """The exact threshold search of the module docstring; CP-SAT where it does not apply."""
+def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClassResult:
+    """The exact threshold search of the module docstring; CP-SAT where it does not apply.
+    `cutoff_s`: status "cutoff" when no split is below it (the search stops there)."""
     start = time.perf_counter()
     if not p.pairs_alike():
-        return solve_cpsat(p)
+        return solve_cpsat(p, cutoff_s=cutoff_s)
     k, L, m = p.pairs, p.layers, p.num_micro_batches
     c = p.bubble_weight
     tables = [_pair_tables(p, h) for h in range(k)]
@@ -267,7 +268,8 @@ def solve_exact(p: DualPipeProblem) -> MultiClassResult:
     span = L - los  # the most layers above its lowest count a pair can take
     need = L - los.sum()
     capU_all = caps(Ut, VU)  # (pairs, |VU|)
-    best, arg = math.inf, None
+    best = math.inf if cutoff_s is None else cutoff_s
+    arg = None
     for X in VP:
         if m / 2 * X + c * VU[0] + VD[0] >= best:
             break
@@ -296,6 +298,8 @@ def solve_exact(p: DualPipeProblem) -> MultiClassResult:
         if vals[j] < best:
             best, arg = float(vals[j]), (X, VU[cols[j]], VD[lo_i[j]])
     if arg is None:
+        if cutoff_s is not None and math.isfinite(cutoff_s):  # nothing below the cutoff
+            return _result(p, "cutoff", "dp", start, cutoff_s, 0.0)
         return _result(p, "infeasible", "dp", start, math.inf, 0.0)
     X, Y, Z = arg
     cap = np.minimum(np.minimum(caps(Pt, np.array([X]))[:, 0], caps(Ut, np.array([Y]))[:, 0]),
@@ -332,14 +336,17 @@ def _upper_bound_s(p: DualPipeProblem) -> float:
     return p.num_micro_batches / 2 * T + p.bubble_weight * U + D
 
 
-def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0) -> MultiClassResult:
+def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
+                cutoff_s: float | None = None) -> MultiClassResult:
     """The model on CP-SAT, times rounded to a quantum q (as formulations/quantize.py does:
     the smallest 1 ns x 2^j keeping the scaled objective below 2^40), memory rounded up and
     capacity down to 1 KiB. Objective 2 Z in quanta: m X + (pp/2 - 1) Y + 2 Z. Charging each
     rounded coefficient a quantum, a pair's rounded sum is within q (2 + L + R) of the true
     one, so the scaled objective is within
         E = q [ (m/2 + c)(2 + L + R) + 2 + L ]
-    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E."""
+    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E. `cutoff_s`: the
+    scaled objective is held to 2 (cutoff + E) / q, which every split of Z <= cutoff meets, so
+    "infeasible" under it is status "cutoff" (no split below the cutoff)."""
     from ortools.sat.python import cp_model
 
     from paraplan.formulations.multiclass import WALL_BACKSTOP_FACTOR, WALL_BACKSTOP_S
@@ -378,7 +385,11 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0) -
         model.add(Z >= sum(e[s] + g[s] * n[s] for s in st))
         cap = math.floor((min(p.capacity_bytes[st[0]], p.capacity_bytes[st[1]]) - p.runtime_bytes) / mu)
         model.add(sum(k0[s] + kn[s] * n[s] - kr[s] * r[s] for s in st) <= cap)
-    model.minimize(m * X + (pp // 2 - 1) * Y + 2 * Z)
+    objective = m * X + (pp // 2 - 1) * Y + 2 * Z
+    cut = cutoff_s is not None and math.isfinite(cutoff_s)
+    if cut:
+        model.add(objective <= math.floor(2 * (cutoff_s + E) / q))
+    model.minimize(objective)
     solver = cp_model.CpSolver()
     prm = solver.parameters
     prm.random_seed = seed
@@ -394,6 +405,8 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0) -
     raw = solver.best_objective_bound
     bound = raw * q / 2 - E if math.isfinite(raw) else None
     if status == "infeasible":
+        if cut:
+            return _result(p, "cutoff", "cpsat", start, cutoff_s, 2 * E)
         return _result(p, status, "cpsat", start, math.inf, 2 * E)
     if status == "timeout":
         return _result(p, status, "cpsat", start, bound, 2 * E)
@@ -403,13 +416,15 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0) -
 
 # --- MILP -----------------------------------------------------------------------------------
 
-def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc") -> MultiClassResult:
+def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc",
+               cutoff_s: float | None = None) -> MultiClassResult:
     """The model as a MILP (X, Y, Z continuous; n, r integer; memory in MiB less a 1 KiB
     margin, as formulations/multiclass_milp.py). An integer variable accepted iota from
     integral moves each of the 3 pp/2 sums it enters by iota times its coefficient, and every
     row may be off by the feasibility tolerance phi, so the reported bound subtracts
         eps = iota pp (m/2 + c + 1) w_max + phi (m/2 + c + 1)
-    (w_max the largest per-layer coefficient), plus CBC's print error; tolerance 2 eps."""
+    (w_max the largest per-layer coefficient), plus CBC's print error; tolerance 2 eps.
+    `cutoff_s`: the objective is held to cutoff + eps, so "infeasible" is status "cutoff"."""
     from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S,
                                             INTEGRALITY_TOL, MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model,
                                             run_model)
@@ -437,9 +452,13 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
             cap = (min(p.capacity_bytes[st[0]], p.capacity_bytes[st[1]]) - p.runtime_bytes) / MEM_UNIT_BYTES
             api.add(sum((p.k0[s] + p.kn[s] * n[s] - p.kr[s] * r[s]) / MEM_UNIT_BYTES for s in st)
                     <= cap - MEM_MARGIN_MIB, f"C6_mem_h{h}")
-        api.minimise(m / 2 * X + p.bubble_weight * Y + Z)
+        objective = m / 2 * X + p.bubble_weight * Y + Z
+        if cut:
+            api.add(objective <= cutoff_s + eps, "C7_cutoff")
+        api.minimise(objective)
         return api, n, r
 
+    cut = cutoff_s is not None and math.isfinite(cutoff_s)
     w_max = float(max(np.abs(x).max() for x in (p.t, p.u, p.t + p.bw, p.u + p.ru, p.g)))
     weight = m / 2 + p.bubble_weight + 1
     eps = INTEGRALITY_TOL * pp * weight * w_max + FEASIBILITY_TOL_S * weight
@@ -450,6 +469,8 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
         status, _, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1, "a DualPipe split")
     tol = 2 * eps + read_error
     if status == "infeasible":
+        if cut:
+            return _result(p, "cutoff", backend, start, cutoff_s, tol)
         return _result(p, "infeasible", backend, start, math.inf, tol)
     if status == "timeout":
         return _result(p, "timeout", backend, start, None, tol)

@@ -329,12 +329,14 @@ def _solve_lone_dp(p: MultiClassProblem, time_limit_s: float, hint, cutoff_s: fl
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, cutoff_s: float | None = None):
     if isinstance(p, DualPipeProblem):  # the DualPipe split: its own model in every backend
         from paraplan.formulations import dualpipe as dp
+        cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
         if backend == "dp":
-            return dp.solve_exact(p)
+            return dp.solve_exact(p, cutoff_s=cut)
         if backend == "cpsat":
-            return dp.solve_cpsat(p, time_limit_s=time_limit_s)
+            return dp.solve_cpsat(p, time_limit_s=time_limit_s, cutoff_s=cut)
         if backend in ("milp", "scip", "highs"):
-            return dp.solve_milp(p, time_limit_s=time_limit_s, backend="cbc" if backend == "milp" else backend)
+            return dp.solve_milp(p, time_limit_s=time_limit_s, backend="cbc" if backend == "milp" else backend,
+                                 cutoff_s=cut)
         raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
     if _lone_dp(p, backend):
         return _solve_lone_dp(p, time_limit_s, hint, cutoff_s)
