@@ -92,6 +92,11 @@ cluster can run beside its claim (not_covered below), first a group the optimum 
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
 same micro-batch count on every replica.
 
+A DualPipe job (job.pipeline_schedule: dualpipe, one GPU type) keeps, in the same order, the
+configurations DualPipe runs: one replica class, an even stage count, one chunk per stage and
+an even micro-batch count of at least twice the stages (cost/dualpipe.schedule_problem); each
+one's split is formulations/dualpipe.py's problem, not the 1F1B one.
+
 Micro-batch cap from memory (no fixed cap). A micro-batch b is kept iff this lower bound on
 some stage's peak memory fits the GPU (`hbm - memory_reserve`), for the most favourable
 sequence-parallel flag and ZeRO stage the framework admits with (tp, cp, pp, dp), per replica

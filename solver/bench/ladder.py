@@ -35,6 +35,20 @@ QUICK_LADDER = LADDER[:3]
 BUNDLED = ["gpt3-175b-1024xA100", "llama3-70b-512xH100", "llama3-405b-16384xH100",
            "mixtral-8x7b-64xH100", "qwen3-235b-a22b-256xH100", "deepseek-v3-shaped-2048xH800",
            "deepseek-v3-shaped-1152xGB200"]
+# the MoE instances planned again under DualPipe (job.pipeline_schedule: dualpipe; their
+# overlap options off: DualPipe overlaps the all-to-alls itself), named "<instance>-dualpipe"
+DUALPIPE_BUNDLED = ["qwen3-235b-a22b-256xH100", "deepseek-v3-shaped-2048xH800", "deepseek-v3-shaped-1152xGB200"]
+
+
+def dualpipe_instance(name: str) -> Instance:
+    """Bundled instance `name` with job.pipeline_schedule: dualpipe."""
+    from dataclasses import replace
+
+    from paraplan.cost.specs import PipelineSchedule
+    inst = load_instance(INSTANCES / f"{name}.yaml")
+    job = replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE, moe_a2a_overlap=False,
+                  moe_shared_expert_overlap=False)
+    return replace(inst, name=f"{name}-dualpipe", job=job)
 
 
 @dataclass
@@ -160,6 +174,8 @@ def run_bench(args) -> int:
     if not args.quick:
         for name in BUNDLED:
             rungs.append(_run(load_instance(INSTANCES / f"{name}.yaml"), 0.0, log))
+        for name in DUALPIPE_BUNDLED:
+            rungs.append(_run(dualpipe_instance(name), 0.0, log))
     rows = [[r.name, str(r.gpus), str(r.layers), f"{r.outer_configs:,}", count(r.candidates),
              f"{r.cpsat_s:.2f} ({r.cpsat_status})",
              "-" if r.milp_s is None else f"{r.milp_s:.2f} ({r.milp_status})",
