@@ -89,7 +89,7 @@ class DualPipeProblem:
         return lo
 
     def sums(self, n, r) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per pair: (P, U, D, memory) of a split."""
+        """Per pair: (P, U, D, memory) of a split, or of rows of splits (shape (..., pp))."""
         n, r = np.asarray(n, float), np.asarray(r, float)
         T = self.a + self.t * n + self.u * r
         U = T + self.bw * n + self.ru * r
@@ -97,7 +97,8 @@ class DualPipeProblem:
         M = self.k0 + self.kn * n - self.kr * r
         h = np.arange(self.pairs)
         mi = self.pp - 1 - h
-        return T[h] + T[mi], U[h] + U[mi], D[h] + D[mi], M[h] + M[mi] + self.runtime_bytes
+        return (T[..., h] + T[..., mi], U[..., h] + U[..., mi], D[..., h] + D[..., mi],
+                M[..., h] + M[..., mi] + self.runtime_bytes)
 
     def evaluate(self, n, r) -> float:
         P, U, D, _ = self.sums(n, r)
@@ -349,7 +350,7 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
     "infeasible" under it is status "cutoff" (no split below the cutoff)."""
     from ortools.sat.python import cp_model
 
-    from paraplan.formulations.multiclass import WALL_BACKSTOP_FACTOR, WALL_BACKSTOP_S
+    from paraplan.formulations.multiclass import deterministic_solver
 
     start = time.perf_counter()
     L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
@@ -390,13 +391,7 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
     if cut:
         model.add(objective <= math.floor(2 * (cutoff_s + E) / q))
     model.minimize(objective)
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.random_seed = seed
-    prm.num_workers = 1
-    prm.max_deterministic_time = time_limit_s
-    prm.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
-    prm.use_objective_lb_search = True
+    solver = deterministic_solver(time_limit_s, seed)
     code = solver.solve(model)
     status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
               cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)

@@ -162,6 +162,20 @@ class MultiClassResult:
     tolerance_s: float  # an "optimal" objective is within this of the true optimum
 
 
+def deterministic_solver(time_limit_s: float, seed: int = 0) -> cp_model.CpSolver:
+    """A CP-SAT solver set as the module docstring says (Determinism, Search): one worker, a
+    fixed seed, the objective lower-bound search, stopped by deterministic time with a
+    wall-clock backstop. formulations/dualpipe.py runs its model on the same."""
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.random_seed = seed
+    prm.num_workers = 1
+    prm.max_deterministic_time = time_limit_s
+    prm.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
+    prm.use_objective_lb_search = True
+    return solver
+
+
 def _upper_bounds(p: MultiClassProblem, R: int) -> list[float]:
     """Per scenario, an upper bound of the iteration time of any solution."""
     L = p.layers
@@ -283,13 +297,7 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
                 model.add_hint(n[k][s], int(hn[k][s]))
                 model.add_hint(r[k][s], int(hr[k][s]))
 
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.random_seed = seed
-    prm.num_workers = 1
-    prm.max_deterministic_time = time_limit_s
-    prm.max_time_in_seconds = WALL_BACKSTOP_FACTOR * time_limit_s + WALL_BACKSTOP_S
-    prm.use_objective_lb_search = True
+    solver = deterministic_solver(time_limit_s, seed)
     code = solver.solve(model)
     if code not in _STATUS:
         raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a heterogeneous split: "

@@ -208,7 +208,7 @@ def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline
         p = dualpipe_problem(inst, o)
         for rows in _split_row_blocks(p.layers, p.pp, 1, False, p.allow_full_recompute):
             n, r = rows.nT.T, rows.rT.T  # (rows, pp)
-            P, U, D, M = _dualpipe_sums(p, n, r)
+            P, U, D, M = p.sums(n, r)
             cap = np.minimum(p.capacity_bytes[:p.pairs], p.capacity_bytes[::-1][:p.pairs])
             ok = (M <= cap).all(axis=1) & (n[:, 0] >= p.lows()[0])
             val = p.num_micro_batches / 2 * P.max(axis=1) + p.bubble_weight * U.max(axis=1) + D.max(axis=1)
@@ -223,18 +223,6 @@ def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline
                                   objective_s=None if best is None else best_val, candidates=done,
                                   outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
                                   feasible=feasible, complete=complete)
-
-
-def _dualpipe_sums(p, n: np.ndarray, r: np.ndarray):
-    """Per row and pair: (P, U, D, memory) of rows of splits n, r (rows, pp), as
-    DualPipeProblem.sums of one split."""
-    T = p.a + p.t * n + p.u * r
-    U = T + p.bw * n + p.ru * r
-    D = p.e + p.g * n
-    M = p.k0 + p.kn * n - p.kr * r
-    h = np.arange(p.pairs)
-    mi = p.pp - 1 - h
-    return T[:, h] + T[:, mi], U[:, h] + U[:, mi], D[:, h] + D[:, mi], M[:, h] + M[:, mi] + p.runtime_bytes
 
 
 def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
