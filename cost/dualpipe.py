@@ -163,11 +163,11 @@ class Terms:
         T_s = a_s + t_s n_s + u_s r_s        (schedule.stage_times_s)
         U_s = T_s + bw_s n_s + ru_s r_s      (a backward chunk alone, less 3 W per layer)
         D_s = e_s + g_s n_s                  (schedule.sync_times_s)
-        memory of device d = sum over its two stages s of (k0_s + kn_s n_s - kr_s r_s) - runtime
+        memory of device d = sum over its two stages s of (k0_s + kn_s n_s - kr_s r_s) + runtime
 
     where each stage's per-micro-batch activations are weighed by the micro-batches its
-    device holds of it (in_flight_pairs). Devices d and pp - 1 - d hold the same two stages
-    and so the same memory."""
+    device holds of it (in_flight_pairs) and k0 leaves the runtime allowance out (a device
+    holds it once). Devices d and pp - 1 - d hold the same two stages and so the same memory."""
 
     coeffs: coefficients.StageCoefficients
     num_micro_batches: int
@@ -177,10 +177,6 @@ class Terms:
     kn_bytes: np.ndarray
     kr_bytes: np.ndarray
     runtime_bytes: float
-
-    @property
-    def pp(self) -> int:
-        return self.coeffs.outer.pp
 
     def times_s(self, n: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(T_s, U_s, D_s) of a split."""

@@ -26,6 +26,12 @@ With search.tensor_partitions, each outer configuration's layer-plan combination
 replica class and group, solver/class_partitions.py) are one more node of the same search,
 keyed by an optimistic bound and expanded into candidates only when it can still win.
 
+A DualPipe job (job.pipeline_schedule: dualpipe, one class on one GPU type) goes the same way
+with its own inner problem (formulations/dualpipe.py, priced by cost/dualpipe.terms): its bound
+before pricing is the steady term alone (solver/bounds/unpriced.py), after pricing the pairs'
+means (DualPipeProblem.lower_bound_s), and every backend solves a candidate with the incumbent
+as cutoff ("dp": the exact threshold search); no incumbent heuristic, no layer plans.
+
 Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
 worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
 on every scenario (cost/hetero_simulate.py); a mismatch beyond the tolerance is a bug and raises
