@@ -114,3 +114,25 @@ def test_dualpipe_refuses_the_search_keys_it_does_not_search(tmp_path, key, valu
     with pytest.raises(InstanceError) as err:
         load_instance(path)
     assert err.value.field == f"search.{key}"
+
+
+def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path, capsys):
+    # plan, exhaustive, verify and memory plan it (solver/commands/inputs.DUALPIPE_COMMANDS);
+    # report, built on the 1F1B formulations, refuses it in one line (exit 2); plan's file
+    # simulates to the time plan printed
+    import json
+
+    from paraplan.solver.commands.cli import main
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    path = tmp_path / "dualpipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(path), "--json", "-o", str(out)]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    for command in ("exhaustive", "verify", "memory"):
+        assert main([command, str(path)]) == 0, command
+        capsys.readouterr()
+    assert main(["simulate", str(path), "--plan", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iter_time_s"] == pytest.approx(planned["iter_time_s"], rel=1e-12)
+    assert main(["report", str(path)]) == 2
+    assert "paraplan plan" in capsys.readouterr().err
