@@ -186,8 +186,9 @@ def _result(p: DualPipeProblem, status: str, backend: str, start: float, bound, 
 # --- exact search -------------------------------------------------------------------------
 
 def _pair_tables(p: DualPipeProblem, h: int):
-    """For pair h, per total N (index N - lo): the fewest recomputed layers that fit, and the
-    split reaching it: arrays R (inf where nothing fits), n_first, r_first, r_second."""
+    """(lo_N, R, split) of pair h: for each total N = lo_N .. L (index N - lo_N), the fewest
+    recomputed layers that fit its memory, R (inf where nothing fits), and the split reaching
+    it, (layers of stage h, recomputed layers of stage h, of stage pp - 1 - h)."""
     s0, s1 = h, p.pp - 1 - h
     lo = p.lows()
     cap = min(p.capacity_bytes[s0], p.capacity_bytes[s1]) - p.runtime_bytes - p.k0[s0] - p.k0[s1]
@@ -196,18 +197,18 @@ def _pair_tables(p: DualPipeProblem, h: int):
     best_R = np.full(size, np.inf)
     split = np.zeros((size, 3), np.int64)
     big, small = (s0, s1) if p.kr[s0] >= p.kr[s1] else (s1, s0)
+    recompute = p.allow_full_recompute
     for N in range(lo_N, p.layers + 1):
         n0 = np.arange(lo[s0], N - lo[s1] + 1)
         n1 = N - n0
         over = p.kn[s0] * n0 + p.kn[s1] * n1 - cap  # bytes above the capacity before recomputing
         nb, ns = (n0, n1) if big == s0 else (n1, n0)
-        R_allowed = p.allow_full_recompute
         with np.errstate(divide="ignore", invalid="ignore"):
             rb = np.where(over <= 0, 0, np.ceil(over / p.kr[big]) if p.kr[big] > 0 else np.inf)
             rb = np.minimum(rb, nb)
             rest = over - rb * p.kr[big]
             rs = np.where(rest <= 0, 0, np.ceil(rest / p.kr[small]) if p.kr[small] > 0 else np.inf)
-        ok = (rs <= ns) & (R_allowed | (rb + rs == 0))
+        ok = (rs <= ns) & (recompute | (rb + rs == 0))
         tot = np.where(ok, rb + rs, np.inf)
         if not np.isfinite(tot).any():
             continue
@@ -224,7 +225,7 @@ def _pair_tables(p: DualPipeProblem, h: int):
                 r_s += 1
             else:
                 break
-        if used > cap or (not R_allowed and r_b + r_s):
+        if used > cap or (not recompute and r_b + r_s):
             continue
         best_R[N - lo_N] = r_b + r_s
         r0, r1 = (r_b, r_s) if big == s0 else (r_s, r_b)
