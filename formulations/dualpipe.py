@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.formulations.multiclass import MultiClassResult
+from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
 from paraplan.formulations.result import SolverError
 
 
@@ -69,7 +70,6 @@ class DualPipeProblem:
     layers: int
     first_min: int = 1
     allow_full_recompute: bool = True
-    replicas: int = 1  # what the planner's candidate records (its one class)
 
     @property
     def pp(self) -> int:
@@ -100,17 +100,22 @@ class DualPipeProblem:
         return (T[..., h] + T[..., mi], U[..., h] + U[..., mi], D[..., h] + D[..., mi],
                 M[..., h] + M[..., mi] + self.runtime_bytes)
 
+    def rows(self, n, r) -> tuple[np.ndarray, np.ndarray]:
+        """(Z, whether memory fits) of rows of splits (shape (..., pp)): the objective, and
+        every pair's device memory within both its stages' capacities."""
+        P, U, D, M = self.sums(n, r)
+        cap = np.minimum(self.capacity_bytes[:self.pairs], self.capacity_bytes[::-1][:self.pairs])
+        z = self.num_micro_batches / 2 * P.max(-1) + self.bubble_weight * U.max(-1) + D.max(-1)
+        return z, (M <= cap).all(-1)
+
     def evaluate(self, n, r) -> float:
-        P, U, D, _ = self.sums(n, r)
-        return float(self.num_micro_batches / 2 * P.max() + self.bubble_weight * U.max() + D.max())
+        return float(self.rows(n, r)[0])
 
     def fits(self, n, r) -> bool:
         n, r = np.asarray(n), np.asarray(r)
-        _, _, _, M = self.sums(n, r)
-        cap = np.minimum(self.capacity_bytes[:self.pairs], self.capacity_bytes[::-1][:self.pairs])
         return (int(n.sum()) == self.layers and bool((n >= self.lows()).all()) and bool((r >= 0).all())
                 and bool((r <= n).all()) and (self.allow_full_recompute or not r.any())
-                and bool((M <= cap).all()))
+                and bool(self.rows(n, r)[1]))
 
     def lower_bound_s(self) -> float:
         """A bound of every split's Z without solving: each maximum over pairs is at least the
@@ -322,11 +327,6 @@ def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClass
 
 
 # --- CP-SAT ---------------------------------------------------------------------------------
-
-TIME_QUANTUM_S = 1e-9
-OBJECTIVE_LIMIT_QUANTA = 2**40
-MEM_QUANTUM_BYTES = 2**10
-
 
 def _upper_bound_s(p: DualPipeProblem) -> float:
     R = p.layers if p.allow_full_recompute else 0

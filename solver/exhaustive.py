@@ -208,10 +208,8 @@ def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline
         p = dualpipe_problem(inst, o)
         for rows in _split_row_blocks(p.layers, p.pp, 1, False, p.allow_full_recompute):
             n, r = rows.nT.T, rows.rT.T  # (rows, pp)
-            P, U, D, M = p.sums(n, r)
-            cap = np.minimum(p.capacity_bytes[:p.pairs], p.capacity_bytes[::-1][:p.pairs])
-            ok = (M <= cap).all(axis=1) & (n[:, 0] >= p.lows()[0])
-            val = p.num_micro_batches / 2 * P.max(axis=1) + p.bubble_weight * U.max(axis=1) + D.max(axis=1)
+            val, fit = p.rows(n, r)
+            ok = fit & (n[:, 0] >= p.lows()[0])
             done += len(ok)
             feasible += int(ok.sum())
             if ok.any():

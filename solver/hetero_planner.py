@@ -204,8 +204,7 @@ def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
                            e=c.stage_sync_time_s, g=c.layer_sync_time_s, k0=x.k0_bytes, kn=x.kn_bytes,
                            kr=x.kr_bytes, runtime_bytes=x.runtime_bytes, capacity_bytes=c.capacity_bytes,
                            num_micro_batches=co.num_micro_batches, layers=c.layers,
-                           first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute,
-                           replicas=o.classes[0].replicas)
+                           first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute)
 
 
 def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> MultiClassProblem:
