@@ -358,6 +358,11 @@ def read_yaml(path: str | Path, *, calibration: bool = False) -> Any:
                             " aliases") from None
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if "nesting depth" in problem:  # newer PyYAML (6.0.4 here) stops a deep
+            # document at its own depth limit, 1,000, before the composer's count reaches ours
+            raise InstanceError(name, _where(e), f"nested more than {MAX_YAML_DEPTH} levels deep",
+                                "give an ordinary planning file; it needs no deep nesting and"
+                                " few aliases") from None
         raise InstanceError(name, _where(e), f"malformed YAML: {problem}",
                             "fix the YAML syntax there; indentation, a missing ':' or an unclosed"
                             " quote are the usual causes") from None
