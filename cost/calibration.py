@@ -1,12 +1,18 @@
 """Predict published training runs (schema: shared/calibration/README.md) and score the model.
 
 Each row becomes an Instance + Plan and is simulated like any user plan; nothing here is fitted
-per row. Unknown fields get these documented defaults:
+per row, and nothing a row ran is chosen by its source. What a run ran beyond the schema
+(framework, attention kernel, dropout, optimizer, overlap flags) is a fact the row states: in
+its own optional `ran:` mapping, or for the bundled rows in cost/published/ran.yaml, which lists
+every row by id with the evidence. A fact a row does not state takes RAN_DEFAULTS (below) and is
+recorded as unknown (Ran.unknown), so the trust interval can treat it as uncertain. The
+documented defaults of the schema's own fields:
 
     micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
-    recompute unknown        -> the source family's launcher default (SOURCE_FAMILIES below);
-                                for a source of no known family, the least recomputation under
-                                which the run fits memory (OTHER_FAMILY)
+    recompute unknown        -> the least recomputation under which the run fits memory
+                                (none, then selective, then full): every published run fitted
+    recompute stated         -> as stated (ran.yaml's `recompute` only where the row's field
+                                transcribes something else, with the evidence)
     virtual_stages null      -> 1 (no interleaving)
     sequence_parallel null   -> false (and true with tp 1 -> false, as Megatron-LM's
                                 validate_args sets it)
@@ -14,14 +20,9 @@ per row. Unknown fields get these documented defaults:
     inter_node_Gbps null     -> the NIC of the vendor's reference node for that GPU
                                 (DEFAULT_NIC_GBIT_PER_S below)
     latencies                -> 5 us inside a node, 10 us between nodes (NCCL-typical)
-    attention kernel         -> flash (FlashAttention / cuDNN fused attention), except rows
-                                from before fused attention existed (source year < 2022)
-                                which use standard attention
-    framework, dropout       -> from the row's source family (SOURCE_FAMILIES below): what the
-                                source's code base runs and the dropout its configs train with;
-                                a source of no known family gets Megatron-LM and no dropout
-    optimizer                -> the source family's (SOURCE_FAMILIES), except where a model's
-                                own config says otherwise (OPTIMIZER_BY_ROW_PREFIX)
+
+A row's *source family* (SOURCE_FAMILIES, by the start of its `source`) only groups rows: the
+fit weighs each family equally and the cross-validation leaves one family out at a time.
 
 A row that cannot be modelled (e.g. global batch not divisible into micro-batches) is
 reported with its reason, never dropped.
@@ -29,8 +30,8 @@ reported with its reason, never dropped.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from paraplan.cost import units
@@ -49,125 +50,90 @@ DEFAULT_NIC_GBIT_PER_S = {
     "V100-SXM-32GB": 100, "A100-SXM4-40GB": 200, "A100-SXM4-80GB": 200,
     "H100-SXM5-80GB": 400, "H100-SXM5-96GB": 400, "H200-SXM-141GB": 400,
 }
+
+
 @dataclass(frozen=True, slots=True)
 class SourceFamily:
-    """What a published source runs: its framework, the dropout of its model configs, the
-    recomputation its launcher uses when a row says `recompute: unknown`, and its attention
-    kernel when the source predates fused (flash) attention in its framework (None: by the
-    source's year, FIRST_FUSED_ATTENTION_YEAR)."""
+    """A group of rows from one publication (or one table of it): the unit the fit weighs
+    equally and the cross-validation leaves out. It decides nothing about what a row ran."""
 
     name: str
     prefix: str  # the row's `source` starts with this
-    framework: Framework
-    dropout: float
-    default_recompute: str = "full"
-    attention: Attention | None = None
-    optimizer: Optimizer = Optimizer.ADAM
-    tp_comm_overlap: bool = False  # the source's recipes run Transformer Engine's tp overlap
-    # the recomputation every run of the source used, where its own numbers show it and the
-    # row's `recompute` field does not (None: the row's field holds)
-    recompute: str | None = None
+    zero3: bool = False  # only the rows with ZeRO-3 (Narayanan et al.'s DeepSpeed baseline)
 
 
-# Megatron-LM's GPT configs (examples/pretrain_gpt*.sh, SC'21 and Korthikanti runs) and NeMo's
-# GPT-3 configs (conf/training/gpt3/*.yaml) use 0.1 attention and hidden dropout; MPT
-# (llm-foundry yamls: attn_pdrop 0, resid_pdrop 0), Llama-family NeMo configs and torchtitan
-# train without dropout. The Narayanan ZeRO-3 baseline ran DeepSpeed (SC'21 Sec. 5.2).
-# Attention kernels: Megatron-LM before 2023 ran the attention core as two batched GEMMs around
-# its fused scale-mask-softmax kernel and a dropout, storing the s x s scores (FlashAttention,
-# Dao et al., arXiv 2205.14135, came out in May 2022; Megatron-LM added --use-flash-attn in
-# 2023). Korthikanti et al.'s selective recomputation exists precisely to avoid storing those
-# scores (their Sec. 4.2), and the SC'21 and Megatron v1 runs predate it; DeepSpeed's 2021
-# ZeRO-3 baseline ran the same Megatron model code.
 SOURCE_FAMILIES = (
-    SourceFamily("narayanan21-zero3", "Narayanan et al., SC'21", Framework.DEEPSPEED, 0.1,
-                 attention=Attention.STANDARD),
-    SourceFamily("narayanan21", "Narayanan et al., SC'21", Framework.MEGATRON, 0.1,
-                 attention=Attention.STANDARD),
-    SourceFamily("korthikanti22", "Korthikanti et al. 2022", Framework.MEGATRON, 0.1,
-                 attention=Attention.STANDARD),
-    # NeMo-Megatron-Launcher's GPT-3 5B scaling table (README 7.1.2, first published at commit
-    # 3579cdb3, 2022-09-07) ran conf/training/gpt3/5b.yaml of that commit: micro-batch 2,
-    # activations_checkpoint_granularity full with method block and num_layers 0 (NeMo's block
-    # method checkpoints only the first num_layers layers: none), optim distributed_fused_adam,
-    # and NeMo's 2022 GPT layer with Megatron's fused masked softmax (no FlashAttention before
-    # NeMo 1.18, 2023). The rows' `recompute: full` transcribes the granularity, not the count.
-    SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher", Framework.MEGATRON, 0.1,
-                 attention=Attention.STANDARD, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM,
-                 recompute="none"),
-    # NeMo-Framework-Launcher 24.07 training configs: activations_checkpoint_granularity null
-    # (no recomputation) for GPT-3, Llama 3 and Nemotron 8B/22B, block with 0 layers for Llama 2
-    # (none), selective only for Nemotron-340B (equal to none under FlashAttention here).
-    # TP overlap: the rows' parallel layouts are NeMo 2.0's recipes (GPT-3 175B at tp 4, pp 8,
-    # vp 6: nemo/collections/llm/recipes/gpt3_175b.py; the 24.07 launcher's gpt3/175b*.yaml
-    # use vp 12), whose performance mode adds MegatronCommOverlapCallback(tp_comm_overlap=True)
-    # with the userbuffers configs of recipes/tp_overlap_configs/userbuffers.py; the launcher's
-    # own 24.07 configs agree for Llama 2/3 70B, GPT-3 20B and Nemotron 8B/22B
-    # (ub_tp_comm_overlap: true) but set it false for gpt3/175b and nemotron_340b.
-    # Optimizer: every 24.07 training config has optim.name distributed_fused_adam, and every
-    # launcher training example (examples/training/*/*/*.sh) adds optim.grad_sync_dtype=bf16
-    SourceFamily("nemo", "NVIDIA/NeMo", Framework.MEGATRON, 0.0, default_recompute="none",
-                 tp_comm_overlap=True, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM),
-    SourceFamily("mosaicml", "mosaicml/llm-foundry", Framework.COMPOSER, 0.0),
-    SourceFamily("torchtitan", "pytorch/torchtitan", Framework.TORCHTITAN, 0.0),
-    # Megatron-LM v1 (2020 blog, Table 1): the rows say `recompute: none`, but the blog's own
-    # 62.4 TFLOP/s for the 1.2B model at 1,288 ms per batch of 8 x 1024 tokens is 80.4 TFLOP
-    # per iteration, which is 4 passes of the model's 2.0e13 FLOPs per pass (96 B s l h^2
-    # (1 + s / 6h) = 8.25e13, 64.0 TFLOP/s, Narayanan et al.'s count with the recomputed
-    # forward) and not 3 (6.2e13, 48.0 TFLOP/s): the runs recomputed every layer, as
-    # Megatron-LM v1's example scripts pass --checkpoint-activations.
-    SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io", Framework.MEGATRON, 0.1,
-                 attention=Attention.STANDARD, recompute="full"),
+    SourceFamily("narayanan21-zero3", "Narayanan et al., SC'21", zero3=True),
+    SourceFamily("narayanan21", "Narayanan et al., SC'21"),
+    SourceFamily("korthikanti22", "Korthikanti et al. 2022"),
+    SourceFamily("nemo-launcher", "NVIDIA/NeMo-Megatron-Launcher"),
+    SourceFamily("nemo", "NVIDIA/NeMo"),
+    SourceFamily("mosaicml", "mosaicml/llm-foundry"),
+    SourceFamily("torchtitan", "pytorch/torchtitan"),
+    SourceFamily("megatron-v1", "nv-adlr/nv-adlr.github.io"),
 )
-
-
-# Rows whose model's config names another optimizer than its family's: NeMo-Framework-Launcher
-# 24.07 conf/training/nemotron/nemotron_340b.yaml sets optim.dtype: bf16 (the only 24.07 training
-# config that does)
-OPTIMIZER_BY_ROW_PREFIX = {"nemo2407-Nemotron-340B-": Optimizer.APEX_DISTRIBUTED_ADAM_BF16}
-
-
-# Rows of llm-foundry's June 2023 benchmark sweep, run on PyTorch 1.13 (scripts/train/
-# benchmarking/sweep.sh before October 2023: IMAGE mosaicml/pytorch:1.13.1_cu117; their README
-# rows give precision "bf16" and MP mode "PURE", where the rows of the October 2023 sweep, run
-# with IMAGE mosaicml/pytorch:2.1.0_cu121, give "amp_bf16" and "DEFAULT"): the whole A100 40GB
-# table and the A100 80GB table's two 70B rows. PyTorch 1.13's non-reentrant checkpoint replays
-# whole blocks; stopping early became its default in 2.1 (pytorch/pytorch#96866), so these runs
-# get job.recompute_early_stop false.
-TORCH_BEFORE_2_1_BY_ROW_PREFIX = ("mpt-a100-40-", "mpt-a100-80-70b-")
-
-
-def row_recompute_early_stop(row: dict) -> bool | None:
-    """job.recompute_early_stop of a row's run: false where it ran PyTorch before 2.1 (above),
-    else the framework's default (None)."""
-    return False if row["id"].startswith(TORCH_BEFORE_2_1_BY_ROW_PREFIX) else None
-
-
-def row_optimizer(row: dict, family: SourceFamily) -> Optimizer:
-    for prefix, optimizer in OPTIMIZER_BY_ROW_PREFIX.items():
-        if row["id"].startswith(prefix):
-            return optimizer
-    return family.optimizer
+OTHER_FAMILY = SourceFamily("other", "")
 
 
 def source_family(row: dict) -> SourceFamily:
     """The family of a calibration row, from its source (and ZeRO-3 for Narayanan's Table 2)."""
     source = row.get("source", "")
     for fam in SOURCE_FAMILIES:
-        if not source.startswith(fam.prefix):
-            continue
-        if fam.name == "narayanan21-zero3" and (row["config"].get("zero") or 0) != 3:
-            continue
-        return fam
+        if source.startswith(fam.prefix) and (not fam.zero3 or (row["config"].get("zero") or 0) == 3):
+            return fam
     return OTHER_FAMILY
 
 
-# A source none of the families above names (a paper, a vendor table) is priced with the
-# documented defaults of a modern Megatron-style stack rather than dropped: Megatron-LM's
-# framework behaviour, no dropout (as current LLM recipes), FlashAttention from 2022 on, and,
-# where the row's recompute is unknown, the least recomputation under which the run fits
-# memory ("fit": none, then selective, then full), since every published run did fit.
-OTHER_FAMILY = SourceFamily("other", "", Framework.MEGATRON, 0.0, default_recompute="fit")
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What a published run ran beyond the schema's fields (module docstring)."""
+
+    framework: Framework
+    attention: Attention
+    dropout: float
+    optimizer: Optimizer
+    tp_comm_overlap: bool
+    recompute_early_stop: bool | None  # None: the framework's default
+    recompute: str | None  # None: the row's config.recompute holds
+    unknown: tuple[str, ...]  # the facts the row does not state (RAN_DEFAULTS filled them)
+
+
+# What a run that states nothing is priced with: a current Megatron-style stack (fused attention,
+# no dropout, Adam, no tensor-parallel overlap). Each such fact is listed in Ran.unknown.
+RAN_DEFAULTS = dict(framework=Framework.MEGATRON, attention=Attention.FLASH, dropout=0.0,
+                    optimizer=Optimizer.ADAM, tp_comm_overlap=False, recompute_early_stop=None)
+_RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer)
+RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute",)
+RAN_FILE = Path(__file__).resolve().parent / "published" / "ran.yaml"
+
+
+@lru_cache(maxsize=1)
+def _bundled_ran() -> dict[str, dict]:
+    """Row id -> the facts cost/published/ran.yaml states for it."""
+    out: dict[str, dict] = {}
+    for entry in read_yaml(RAN_FILE):
+        facts = {k: v for k, v in entry.items() if k in RAN_KEYS}
+        for row_id in entry["rows"]:
+            out[row_id] = facts
+    return out
+
+
+def row_ran(row: dict) -> Ran:
+    """What `row` ran: its own `ran:` mapping, else ran.yaml's entry for its id, else defaults."""
+    stated = dict(_bundled_ran().get(row.get("id"), {}))
+    stated.update(row.get("ran") or {})
+    values = {}
+    for key, default in RAN_DEFAULTS.items():
+        value = stated.get(key, default)
+        values[key] = _RAN_TYPES[key](value) if key in _RAN_TYPES else value
+    unknown = tuple(k for k in RAN_DEFAULTS if k not in stated)
+    return Ran(**values, recompute=stated.get("recompute"), unknown=unknown)
+
+
+def row_recompute_early_stop(row: dict) -> bool | None:
+    """job.recompute_early_stop of a row's run (ran.yaml: false where it ran PyTorch before
+    2.1); None: the framework's default."""
+    return row_ran(row).recompute_early_stop
 
 
 # The published rows, shipped with the package (cost/published/README.md names the sources):
@@ -186,7 +152,6 @@ def load_published(paths: list[str] | None = None) -> list[dict]:
 
 INTRA_LATENCY_US = 5.0
 INTER_LATENCY_US = 10.0
-FIRST_FUSED_ATTENTION_YEAR = 2022  # FlashAttention, Dao et al., NeurIPS 2022
 
 
 @dataclass(frozen=True)
@@ -210,17 +175,12 @@ class RowResult:
         return (self.predicted_iter_time_s - self.measured_iter_time_s) / self.measured_iter_time_s
 
 
-def _source_year(source: str) -> int | None:
-    years = [int(y) for y in re.findall(r"(?<!\d)(20[12]\d)(?!\d)", source)]
-    return min(years) if years else None
-
-
 def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Instance, Plan]:
     md, cl, cf = row["model"], row["cluster"], row["config"]
-    family = source_family(row)
+    ran = row_ran(row)
     model = ModelSpec(name=row["id"], layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
                       kv_heads=md.get("kv_heads") or md["heads"], ffn=md["ffn"], vocab=md["vocab"],
-                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]), dropout=family.dropout)
+                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]), dropout=ran.dropout)
     gpu_name = cl["gpu"]
     if gpu_name not in catalogue:
         raise ConfigError(f"GPU type {gpu_name!r} is not in the catalogue")
@@ -237,23 +197,18 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                         latency_s=units.us_to_s(INTRA_LATENCY_US)),
         inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(nic),
                         latency_s=units.us_to_s(INTER_LATENCY_US)))
-    year = _source_year(row.get("source", ""))
-    attention = family.attention or (Attention.STANDARD if year is not None and year < FIRST_FUSED_ATTENTION_YEAR
-                                     else Attention.FLASH)
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
-                  optimizer=row_optimizer(row, family), attention=attention,
-                  framework=family.framework,
-                  tp_comm_overlap=family.tp_comm_overlap,
-                  recompute_early_stop=row_recompute_early_stop(row))
+                  optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
+                  tp_comm_overlap=ran.tp_comm_overlap,
+                  recompute_early_stop=ran.recompute_early_stop)
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
 
     mb = cf.get("micro_batch") or 1
     dp = cf["dp"]
     if cf["global_batch"] % (dp * mb):
         raise ConfigError(f"global_batch {cf['global_batch']} is not a multiple of dp*micro_batch = {dp * mb}")
-    rc = cf.get("recompute") or "unknown"
-    rc = family.default_recompute if rc == "unknown" else rc
-    rc = family.recompute or rc
+    rc = ran.recompute or cf.get("recompute") or "unknown"
+    rc = "fit" if rc == "unknown" else rc
     pp, v = cf["pp"], cf.get("virtual_stages") or 1
     split = default_layer_split(model.layers, pp, v)
 
@@ -361,3 +316,19 @@ def _check_row(row: Section) -> None:
                            f" {layers} layers", "give the pipeline degree the run used")
 
     row.section("measured", None).number("iter_time_s")
+    if row.has("ran"):
+        _check_ran(row.section("ran", RAN_KEYS))
+
+
+def _check_ran(ran: Section) -> None:
+    """A row's optional `ran:` mapping (module docstring): each fact one of its known values."""
+    for key, kind in _RAN_TYPES.items():
+        if ran.has(key):
+            ran.choice(key, tuple(v.value for v in kind))
+    if ran.has("dropout"):
+        ran.number("dropout")
+    for key in ("tp_comm_overlap", "recompute_early_stop"):
+        if ran.has(key):
+            ran.boolean(key, False)
+    if ran.has("recompute"):
+        ran.choice("recompute", ("none", "selective", "full"))

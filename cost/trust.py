@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.calibration import RowResult, source_family
+from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.fit import die  # GPUs that share a compute die share a record
 from paraplan.cost.specs import Instance, Plan
 
@@ -87,8 +87,7 @@ def row_features(row: dict, full_recompute: bool) -> Features:
     """`full_recompute`: whether the row's modelled plan recomputes whole layers
     (RowResult.full_recompute: a row's `recompute: unknown` resolves as its family's default)."""
     cf = row["config"]
-    fam = source_family(row)
-    return Features(family=fam.name, framework=fam.framework.value, gpu=row["cluster"]["gpu"],
+    return Features(family=source_family(row).name, framework=row_ran(row).framework.value, gpu=row["cluster"]["gpu"],
                     num_gpus=row["cluster"]["num_gpus"], zero=cf.get("zero") or 0, cp=cf.get("cp") or 1,
                     pp=cf["pp"], precision=row.get("precision", "bf16"),
                     activations=activations(full_recompute))

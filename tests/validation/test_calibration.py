@@ -105,17 +105,20 @@ def _unknown_source_row(recompute: str) -> dict:
 
 
 def test_a_source_of_no_known_family_is_priced_not_dropped():
-    # cost/calibration.OTHER_FAMILY: Megatron-LM behaviour, no dropout; with recompute
+    # cost/calibration.RAN_DEFAULTS: a row that states nothing beyond the schema is priced with
+    # Megatron-LM behaviour, no dropout, each such fact listed as unknown; with recompute
     # unknown, the least recomputation that fits. Without recomputation this row's first
     # stage holds 8 layers x 16 in-flight micro-batches of activations: over 80 GiB (the
     # simulator says 82 GiB); selective recomputation drops nothing under FlashAttention; so
     # full recomputation is what the run must have used, and the row is predicted.
-    from paraplan.cost.calibration import OTHER_FAMILY, row_to_instance_plan, source_family
+    from paraplan.cost.calibration import (OTHER_FAMILY, RAN_DEFAULTS, row_ran, row_to_instance_plan,
+                                           source_family)
     from paraplan.cost.loader import load_catalogue
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import Framework
     row = _unknown_source_row("unknown")
-    assert source_family(row) is OTHER_FAMILY and OTHER_FAMILY.framework is Framework.MEGATRON
+    assert source_family(row) is OTHER_FAMILY and row_ran(row).framework is Framework.MEGATRON
+    assert set(row_ran(row).unknown) == set(RAN_DEFAULTS)
     cat = load_catalogue()
     inst, plan = row_to_instance_plan(row, cat)
     assert plan.full_recompute_layers == plan.layers_per_stage
@@ -142,3 +145,34 @@ def test_sequence_parallel_with_tp_1_is_ignored_as_megatron_does():
     assert plan.sequence_parallel is False
     (res,) = predict_rows([row])
     assert res.reason is None
+
+
+def test_a_stated_recompute_is_never_overridden_by_the_source():
+    # A NeMo-Megatron-Launcher row the project does not bundle (not in cost/published/ran.yaml)
+    # that states `recompute: selective` is priced with selective recomputation: the launcher's
+    # 2022 default (none) belongs to the bundled rows' evidence, not to their source, and the
+    # facts the row does not state are listed as unknown, priced with RAN_DEFAULTS.
+    from paraplan.cost.calibration import row_ran, row_to_instance_plan, source_family
+    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.specs import Attention, Recompute
+    row = _unknown_source_row("selective")
+    row["id"], row["source"] = "nemo-launcher-unbundled", "NVIDIA/NeMo-Megatron-Launcher README"
+    assert source_family(row).name == "nemo-launcher"
+    _, plan = row_to_instance_plan(row, load_catalogue())
+    assert plan.recompute is Recompute.SELECTIVE and not any(plan.full_recompute_layers)
+    assert row_ran(row).attention is Attention.FLASH and "attention" in row_ran(row).unknown
+    # the row's own `ran:` mapping states facts the same way ran.yaml does
+    row["ran"] = {"attention": "standard", "dropout": 0.1}
+    ran = row_ran(row)
+    assert ran.attention is Attention.STANDARD and ran.dropout == 0.1
+    assert "attention" not in ran.unknown and "framework" in ran.unknown
+
+
+def test_every_bundled_row_states_what_it_ran():
+    # cost/published/ran.yaml names each bundled row exactly once, and only bundled rows
+    import collections
+    from paraplan.cost.calibration import RAN_FILE, load_published
+    from paraplan.cost.loader import read_yaml
+    named = collections.Counter(i for e in read_yaml(RAN_FILE) for i in e["rows"])
+    ids = [r["id"] for r in load_published()]
+    assert set(named) == set(ids) and set(named.values()) == {1}
