@@ -241,6 +241,7 @@ def _cli(*args):
                           capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_plan_plans_dualpipe_other_planning_commands_refuse_it_and_simulate_prices_it(tmp_path):
     raw = yaml.safe_load(DEEPSEEK.read_text())
     raw["job"].update(pipeline_schedule="dualpipe", moe_dispatcher="deepep")

@@ -60,6 +60,7 @@ def test_all_options_cpsat_equals_milp_equals_exhaustive(seed):
         assert res.objective_s == pytest.approx(ex.objective_s, abs=res.tolerance_s + 1e-9 * ex.objective_s)
 
 
+@pytest.mark.slow
 def test_the_options_are_reached():
     """Not vacuous: over the seeds above, the exhaustive optima include ZeRO-3, cp 2, v 2 and
     a layer plan beyond Megatron's (partitions), each at least twice."""

@@ -102,6 +102,7 @@ def test_the_one_class_api_refuses_the_options_naming_the_group_route():
         plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
 
 
+@pytest.mark.slow
 def test_a_one_group_file_takes_the_job_options_priced_for_one_gpu_type(tmp_path, capsys):
     # the bundled DeepSeek-V3-shaped instance (DeepEP dispatch, recompute modules, fp8 activation
     # stores) written as one node group: the same cluster, so the same optimum as its homogeneous

@@ -158,6 +158,7 @@ def _cross_node_instance(**search):
     return inst  # 150 GB/s inside a node, 3.125 GB/s per GPU between nodes
 
 
+@pytest.mark.slow
 def test_planner_equals_exhaustive_with_partitions():
     """plan() (candidates + pre-pass + branch-and-bound) vs brute force over every per-operator
     plan of every outer configuration, 2-layer model on 2 x 4 GPUs: same optimum, and it uses
@@ -208,6 +209,7 @@ def _random_instance(seed):
     return dataclasses.replace(inst, cluster=dataclasses.replace(inst.cluster, intra_node=link))
 
 
+@pytest.mark.slow
 def test_planner_and_exhaustive_agree_on_random_instances():
     """Seeded random instances (model width, GPUs, link speed, memory, ZeRO): the optimum of
     plan() with per-operator partitions equals brute force over every layer plan."""

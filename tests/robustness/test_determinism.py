@@ -24,6 +24,8 @@ def _key(res):
 # every backend on the small instances; the large one on the default backend (three runs of it
 # on the class route, which prices afresh each time, take ~10 s per backend)
 RUNS = [(n, b) for n in INSTANCES for b in ("dp", "cpsat", "milp") if b == "dp" or n != INSTANCES[-1]]
+# the large instance takes over 5 s: slow (CI runs it; -m "not slow" leaves it out)
+RUNS = [pytest.param(n, b, marks=pytest.mark.slow) if n == INSTANCES[-1] else (n, b) for n, b in RUNS]
 
 
 @pytest.mark.parametrize(("name", "backend"), RUNS)
@@ -40,6 +42,7 @@ def test_same_answer_every_run_and_any_thread_count(name, backend):
     assert (parallel.status, parallel.plan, parallel.iter_time_s) == (first.status, first.plan, first.iter_time_s)
 
 
+@pytest.mark.slow
 def test_backends_agree_on_bundled_instances():
     for name in INSTANCES:
         inst = load_instance(ROOT / "instances" / f"{name}.yaml")

@@ -317,6 +317,7 @@ def test_mutated_instance_simulates_or_fails_in_one_line(capsys, tmp_path, tiny_
     run_cli(capsys, ["simulate", inst, "--plan", tiny_plan])
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=30)
 @given(tree=plausible_instances())
 def test_mutated_instance_plans_or_fails_in_one_line(capsys, tmp_path, tree):
@@ -325,6 +326,7 @@ def test_mutated_instance_plans_or_fails_in_one_line(capsys, tmp_path, tree):
             ok=(0, 3))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=GARBAGE)
 def test_garbage_in_every_role_fails_in_one_line(capsys, tmp_path, data):
@@ -345,6 +347,7 @@ def test_mutated_hf_config_simulates_or_fails_in_one_line(capsys, tmp_path, llam
                      "--plan", llama_plan])
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=20)
 @given(config=mutations(LLAMA_TREE, st.one_of(PLAUSIBLE, HF_VALUES), max_edits=1))
 def test_mutated_hf_config_plans_or_fails_in_one_line(capsys, tmp_path, config):

@@ -130,6 +130,7 @@ def test_resume_solves_only_the_jobs_without_a_done_row(pool_run, tmp_path):
     assert (again.skipped, sum(again.statuses.values())) == (4, 0)
 
 
+@pytest.mark.slow
 def test_dask_cluster_gives_the_process_pool_results(pool_run, tmp_path):
     pytest.importorskip("distributed", reason="dask.distributed is not installed: pip install"
                                               " 'paraplan[cluster]' (the test extra has it)")
