@@ -677,6 +677,21 @@ def check_mla_job(source: str, job: JobSpec, model: ModelSpec) -> None:
                             "set job.framework: megatron")
 
 
+def check_precision(source: str, job: JobSpec, gpus: tuple[GpuSpec, ...]) -> None:
+    """FP8 linears run on FP8 tensor cores (cost/coefficients.fp8_matmul_time_s): an fp8 job on
+    a GPU without them (V100, A100: no peak_tflops_fp8) is refused here, once, rather than when
+    the first configuration is priced, where every command would meet it differently."""
+    if job.precision is not Precision.FP8:
+        return
+    for gpu in gpus:
+        if gpu.peak_fp8_flops_per_s is None:
+            raise InstanceError(source, "job.precision",
+                                f"fp8 needs FP8 tensor cores, and the {gpu.name} has none (its"
+                                " catalogue entry gives no peak_tflops_fp8)",
+                                "use precision: bf16, or a GPU with FP8 tensor cores (H100, H200,"
+                                " B200, ...)")
+
+
 def check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
     """job.moe_a2a_overlap and job.moe_shared_expert_overlap need experts to move;
     --overlap-moe-expert-parallel-comm also needs no full recomputation and the shared-expert
@@ -835,6 +850,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     check_mla_job(" + ".join(sources), job_spec, model_spec)
+    check_precision(" + ".join(sources), job_spec, (cluster_spec.gpu,))
     check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
     check_job_options(" + ".join(sources), job_spec, model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
@@ -1407,6 +1423,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
     check_mla_job(path, job, model)
+    check_precision(path, job, (cluster.gpu,))
     check_moe_overlaps(path, job, model, search)
     check_job_options(path, job, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)

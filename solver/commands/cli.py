@@ -232,14 +232,78 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class StdoutError(Exception):
+    """Writing the standard output failed (a full disk, a quota, a vanished terminal). Not an
+    OSError, so that no handler meant for an input or output file can mistake it for one."""
+
+    def __init__(self, err: OSError):
+        self.strerror = err.strerror or type(err).__name__
+        super().__init__(self.strerror)
+
+
+class _GuardedStdout:
+    """sys.stdout while a command runs: an OSError writing or flushing it becomes StdoutError,
+    whichever command, printer or JSON writer met it. A closed pipe stays BrokenPipeError (a
+    reader that stopped early, `| head`, is no error)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _discard_stdout() -> None:
+    """Point the standard output at /dev/null, so that the interpreter's last flush of what is
+    still buffered fails no more (it would print a traceback-like warning and exit 120)."""
+    import os
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (captured in tests): nothing to flush
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args) -> int:
     try:
         from paraplan.solver.commands.limits import check_args
         check_args(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a full disk often shows only here, when the buffer is written
+        return code
     except InstanceError as e:
         print(f"paraplan: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except StdoutError as e:
+        print(f"paraplan: error: <stdout>: standard output: cannot be written ({e.strerror}), the"
+              " result is lost (fix: free some space, or redirect the output to another file)",
+              file=sys.stderr)
+        _discard_stdout()
         return EXIT_BAD_INPUT
     except SolverError as e:
         other = "milp" if getattr(args, "backend", "dp") in ("cpsat", "dp") else "cpsat"
@@ -249,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         print("paraplan: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout closed early (e.g. `paraplan plan --json | head`)
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 0
 
 
