@@ -39,7 +39,10 @@ Objective
 CP-SAT keeps the product (v m_k - 1) T_sk exact with `add_multiplication_equality`, on
 v P_sk (so Z_s is kept in units of q / v). Times are
 quantised as in formulations/quantize.py (nearest multiple of q = 1 ns * 2^j, objective kept below
-2^40 quanta), memory conservatively (use rounded up, capacity down, 1 KiB). Weights are
+2^40 quanta). Memory is decided exactly (quantize.py, Exact memory): the row b + w n - h r <= K
+in 1 KiB quanta rounded the other way (`relaxed_mem`, a relaxation), each n_ks restricted to
+the counts with which some r fits, and the few (n_ks, r_ks) the row lets through that do not
+fit forbidden (`exact_memory_points`), so CP-SAT accepts exactly the splits that fit. Weights are
 rounded to multiples of 2^-16. The returned objective is always re-evaluated exactly
 (`evaluate`); the bound is the solver's minus the quantisation error
 
@@ -74,7 +77,8 @@ from ortools.sat.python import cp_model
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.hetero_coefficients import iteration_time_s
 from paraplan.cost.schedule import fits
-from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
+from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S,
+                                           exact_memory_points, relaxed_mem)
 from paraplan.formulations.result import SolverError
 
 WEIGHT_SCALE = 2**16
@@ -236,7 +240,11 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
     n, r, m = [], [], []
     for k in range(Kc):
         c, pp = p.coeffs[0][k], p.pp(k)
-        n.append([model.new_int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
+        allowed, forbidden = exact_memory_points(c, v, R, mu)
+        if not all(allowed):  # a stage holds no layer count that fits: nothing does
+            return _done(p, "infeasible", "cpsat", start, math.inf, 2 * E)
+        n.append([model.new_int_var_from_domain(cp_model.Domain.from_values(allowed[s]), f"n_k{k}_s{s}")
+                  for s in range(pp)])
         r.append([model.new_int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
         lo, hi, st = p.min_micro_batches(k), p.max_micro_batches(k), p.micro_batch_step(k)
         m.append(model.new_int_var(lo, hi, f"m_k{k}"))
@@ -250,13 +258,12 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
         model.add(sum(n[k]) == L)
         if c.first_chunk_min_layers > 1:  # the dense prefix sits in stage 0's first chunk
             model.add(n[k][0] >= v * c.first_chunk_min_layers)
-        b = np.ceil(c.stage_mem_bytes / mu).astype(np.int64).tolist()
-        wq = np.ceil((c.layer_state_bytes + c.layer_act_bytes) / mu).astype(np.int64).tolist()
-        h = np.floor((c.layer_act_bytes - c.layer_ckpt_bytes) / mu).astype(np.int64).tolist()
-        cap = np.floor(c.capacity_bytes / mu).astype(np.int64).tolist()
+        b, wq, h, cap = relaxed_mem(c, mu)
         for s in range(pp):
             model.add(r[k][s] <= n[k][s])
             model.add(b[s] + wq[s] * n[k][s] - h[s] * r[k][s] <= cap[s])
+            if forbidden[s]:
+                model.add_forbidden_assignments([n[k][s], r[k][s]], forbidden[s])
     model.add(sum(x * mk for x, mk in zip(p.replicas, m)) == p.total_micro_batches)
 
     iters = []

@@ -27,6 +27,13 @@ and the per-layer coefficients the largest over classes and scenarios: the bits'
 there are bits, and an integer variable off by iota moving T_s by iota (t + u) and the sync by
 iota g; with CBC also the error of the bound as its log prints it (formulations/milp.py).
 "optimal" then means optimal within 2 eps (plus that print error).
+
+Memory (formulations/quantize.py, Exact memory). The rows C3 carry capacity plus MEM_MARGIN_MIB,
+a relaxation even under the backends' tolerances; a solution is re-checked with cost.schedule's
+exact predicate, and each stage (n0, r0) that does not fit is excluded with what it implies
+(C3x: n_s <= n0 - 1 or r_s >= r0 + 1, one binary) and the model solved again, until the solution
+fits. The relaxation holds every split that fits, so the first solution that fits is optimal
+when the last solve proved its optimum, and the bound of any solve is valid.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import time
 
 import numpy as np
 
+from paraplan.cost.schedule import stage_mem_bytes
 from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S, INTEGRALITY_TOL,
                                         MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model, run_model)
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done
@@ -54,38 +62,58 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
         if (fixed * p.replicas[0] != p.total_micro_batches or fixed < p.min_micro_batches(0)
                 or fixed % p.micro_batch_step(0)):
             return _done(p, "infeasible", backend, start, math.inf, 0.0)
-    api, bits, n, r, eps = _formulate(p, backend)
-    status, objective, bound, read_error = run_model(api, backend, time_limit_s, 1,
-                                                     "a heterogeneous split")
-    if status == "infeasible" and backend == "cbc" and time_limit_s < CBC_INFEASIBLE_RECHECK_S:
-        # a CBC "infeasible" under a short limit is confirmed (formulations/milp.py)
-        api, bits, n, r, eps = _formulate(p, backend)
-        status, objective, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1,
-                                                         "a heterogeneous split")
-    tol = 2 * eps + read_error
-    if status == "infeasible":
-        return _done(p, "infeasible", backend, start, math.inf, tol)
-    if status == "timeout":
-        return _done(p, "timeout", backend, start, None, tol)
+    deadline = start + time_limit_s
+    cuts: list[tuple[int, int, int, int]] = []
+    while True:  # lazily exclude the candidates the relaxed memory rows let through (docstring)
+        left = max(deadline - time.perf_counter(), 1e-3)
+        api, bits, n, r, eps = _formulate(p, backend, cuts)
+        status, objective, bound, read_error = run_model(api, backend, left, 1, "a heterogeneous split")
+        if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
+            # a CBC "infeasible" under a short limit is confirmed (formulations/milp.py)
+            api, bits, n, r, eps = _formulate(p, backend, cuts)
+            status, objective, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1,
+                                                             "a heterogeneous split")
+        tol = 2 * eps + read_error
+        if status == "infeasible":
+            return _done(p, "infeasible", backend, start, math.inf, tol)
+        if status == "timeout":
+            return _done(p, "timeout", backend, start, None, tol)
+
+        def val(x) -> int:
+            v = api.value(x)
+            if v is None:
+                raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} solution")
+            return int(round(v))
+
+        nv = [[val(x) for x in row] for row in n]
+        rv = [[val(x) for x in row] for row in r]
+        over = _overfull(p, nv, rv)
+        if not over:
+            break
+        if time.perf_counter() >= deadline:
+            return _done(p, "timeout", backend, start, None, tol)
+        cuts.extend(over)
     bound = bound if status == "optimal" else None
     if bound is not None and math.isfinite(bound):
         bound -= eps + read_error
-
-    def val(x) -> int:
-        v = api.value(x)
-        if v is None:
-            raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} solution")
-        return int(round(v))
-
     mv = [p.min_micro_batches(k) + p.micro_batch_step(k) * sum(2**j * val(b) for j, b in enumerate(bits[k]))
           if Kc > 1 else fixed for k in range(Kc)]
-    nv = [[val(x) for x in row] for row in n]
-    rv = [[val(x) for x in row] for row in r]
     return _done(p, status, backend, start, bound, tol, mv, nv, rv)
 
 
-def _formulate(p: MultiClassProblem, backend: str):
-    """The model of the module docstring on a new `backend` model: (model, bits, n, r, eps)."""
+def _overfull(p: MultiClassProblem, n, r) -> list[tuple[int, int, int, int]]:
+    """(class, stage, n, r) of every stage of a solution that does not fit by cost.schedule's
+    exact predicate (quantize.py, Exact memory)."""
+    out = []
+    for k, c in enumerate(p.coeffs[0]):
+        mem = stage_mem_bytes(c, np.asarray(n[k], float), np.asarray(r[k], float))
+        out += [(k, s, n[k][s], r[k][s]) for s in np.flatnonzero(mem > c.capacity_bytes).tolist()]
+    return out
+
+
+def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, int, int]] = ()):
+    """The model of the module docstring on a new `backend` model: (model, bits, n, r, eps);
+    `cuts` (class, stage, n0, r0): splits found not to fit, excluded with what they imply."""
     api = new_model(backend)
     L, Kc, v = p.layers, p.classes, p.virtual_stages
     R = L if p.allow_full_recompute else 0
@@ -104,10 +132,13 @@ def _formulate(p: MultiClassProblem, backend: str):
         b = (c.stage_mem_bytes / MEM_UNIT_BYTES).tolist()
         w = ((c.layer_state_bytes + c.layer_act_bytes) / MEM_UNIT_BYTES).tolist()
         h = ((c.layer_act_bytes - c.layer_ckpt_bytes) / MEM_UNIT_BYTES).tolist()
-        cap = (c.capacity_bytes / MEM_UNIT_BYTES - MEM_MARGIN_MIB).tolist()
+        cap = (c.capacity_bytes / MEM_UNIT_BYTES + MEM_MARGIN_MIB).tolist()  # relaxed: cuts decide
         for s in range(pp):
             api.add(r[k][s] <= n[k][s], f"C2_recompute_k{k}_s{s}")
             api.add(b[s] + w[s] * n[k][s] - h[s] * r[k][s] <= cap[s], f"C3_mem_k{k}_s{s}")
+        for i, (kk, s, n0, r0) in enumerate(cuts):
+            if kk == k:
+                _exclude(api, c, s, n[k][s], r[k][s], n0, r0, L, R, f"C3x_mem_k{k}_s{s}_{i}")
         lo, st = p.min_micro_batches(k), p.micro_batch_step(k)
         span = (p.max_micro_batches(k) - lo) // st
         J = span.bit_length() if Kc > 1 else 0
@@ -162,3 +193,18 @@ def _formulate(p: MultiClassProblem, backend: str):
     eps = w_sum * (INTEGRALITY_TOL * (bits_term + (m_max + pp_max) * tu_max + g_max)
                    + FEASIBILITY_TOL_S * (m_max + 3))
     return api, bits, n, r, eps
+
+
+def _exclude(api, c, s: int, n_var, r_var, n0: int, r0: int, L: int, R: int, name: str) -> None:
+    """Exclude stage s's split (n0, r0), which does not fit, and every split it implies does not:
+    the peak grows with n (w >= 0) and falls with r where a recomputed layer frees memory
+    (h >= 0; grows otherwise), so n_s <= n0 - 1 or r_s on the other side of r0 (one binary y)."""
+    frees = c.layer_act_bytes[s] - c.layer_ckpt_bytes[s] >= 0
+    if c.layer_state_bytes[s] + c.layer_act_bytes[s] < 0:
+        raise SolverError(f"stage {s}: a layer's memory is negative; the MILP's memory cuts need it >= 0")
+    y = api.int_var(0, 1, f"y_{name}")
+    api.add(n_var <= n0 - 1 + L * y, f"{name}_n")
+    if frees:
+        api.add(r_var >= (r0 + 1) * y, f"{name}_r")
+    else:
+        api.add(r_var <= r0 - 1 + (R + 1) * (1 - y), f"{name}_r")

@@ -29,7 +29,19 @@ Quantisation (`quantize`; the integer model sees only the rounded parameters, ma
     b̂_s = ceil(b_s/mu), ŵ_s = ceil(w_s/mu), ĥ_s = floor(h_s/mu),  K̂_s = floor(K_s/mu)
     Memory use is rounded up and capacity down, so every split the integer model accepts fits
     in real memory (`cost.schedule.fits`); a split within mu*(1 + n_s + r_s) bytes of a
-    capacity may be rejected.
+    capacity may be rejected by these rounded parameters alone. No backend decides "fits" on
+    them: see Exact memory below.
+
+Exact memory (`fit_recompute_range`; one meaning of "fits" in every method)
+    A stage fits when cost.schedule.stage_mem_bytes(c, n, r) <= capacity_bytes, evaluated in
+    float64 exactly as cost.schedule.fits and exhaustive search evaluate it (peak equal to the
+    capacity fits). That value is monotone in r for fixed n (IEEE rounding is monotone), so the
+    r that fit with n layers form an interval [lo_s(n), hi_s(n)] within [0, min(n, R)]; the
+    function finds its ends from a float estimate corrected by evaluating the predicate itself.
+    The DP reads feasibility and r from these intervals; CP-SAT and the MILP
+    (formulations/multiclass*.py) solve with memory rounded the other way (use down, capacity
+    up: a relaxation, `relaxed_mem`) and exclude, lazily, every candidate these intervals
+    reject, so every backend accepts exactly the splits exhaustive search accepts.
 
 Variables
     k_s ∈ {1, ..., max(1, ⌊L/v⌋)}   layers per model chunk on stage s; n_s = v k_s layers;
@@ -94,6 +106,91 @@ class QuantizedCoefficients:
     recompute_saving_q: np.ndarray  # ĥ, rounded down
     capacity_q: np.ndarray  # K̂, rounded down
     objective_error_s: float  # E: max |q Ẑ(x)/v - Z(x)| over all splits x
+
+
+def fit_recompute_range(c: StageCoefficients, n: np.ndarray, max_recompute: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi), int64 arrays of shape (pp, len(n)): the fully recomputed layers r that fit
+    stage s with n[j] layers are exactly lo[s, j] <= r <= hi[s, j] (none where lo > hi), by the
+    predicate of the module docstring (Exact memory)."""
+    n = np.asarray(n, np.int64)[None, :]
+    r_cap = np.minimum(n, max_recompute) + np.zeros((c.pp, 1), np.int64)
+    col = (slice(None), None)
+    saving = (c.layer_act_bytes - c.layer_ckpt_bytes)[col]
+
+    def mem(r: np.ndarray) -> np.ndarray:  # cost.schedule.stage_mem_bytes, the same operations
+        return (c.stage_mem_bytes[col] + n.astype(float) * (c.layer_state_bytes + c.layer_act_bytes)[col]
+                - r.astype(float) * saving)
+
+    cap = c.capacity_bytes[col]
+    over = mem(np.zeros_like(r_cap)) - cap
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.where(saving != 0, np.ceil(over / saving), 0)
+    guess = np.nan_to_num(guess, nan=0, posinf=0, neginf=0)
+    grows = saving < 0  # recomputing costs memory: the interval is [0, hi]
+    end = np.clip(guess, 0, r_cap).astype(np.int64)
+    end = np.where(grows, np.clip(np.floor(np.nan_to_num(-over / np.where(grows, -saving, 1))), -1, r_cap)
+                   .astype(np.int64), end)
+    end = np.where(saving == 0, np.where(over <= 0, 0, r_cap + 1), end)  # r changes nothing
+
+    def fitting(r: np.ndarray) -> np.ndarray:
+        return mem(r) <= cap
+
+    # correct the float estimate (off by a step at most, but checked): the end must fit and
+    # its outer neighbour must not
+    step = np.where(grows, -1, 1)
+    while True:
+        inside = np.clip(end, 0, r_cap)
+        bad = (end >= 0) & (end <= r_cap) & ~fitting(inside)  # the end does not fit: move inward
+        outer = end - step
+        loose = (outer >= 0) & (outer <= r_cap) & fitting(np.clip(outer, 0, r_cap))
+        if not (bad.any() or loose.any()):
+            break
+        end = np.where(bad, end + step, np.where(loose, outer, end))
+    lo = np.where(grows, 0, end)
+    hi = np.where(grows, end, r_cap)
+    lo = np.where(~grows & (end > r_cap), r_cap + 1, lo)  # not even r = min(n, R) fits
+    return lo.astype(np.int64), hi.astype(np.int64)
+
+
+def relaxed_mem(c: StageCoefficients, mu: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(b, w, h, K) in quanta of mu bytes rounded the other way from `quantize` (use down,
+    saving and capacity up, capacity one quantum more): every split that fits exactly
+    satisfies b + w n - h r <= K, so a model with this row is a relaxation of the exact one."""
+    b = np.floor(c.stage_mem_bytes / mu)
+    w = np.floor((c.layer_state_bytes + c.layer_act_bytes) / mu)
+    h = np.ceil((c.layer_act_bytes - c.layer_ckpt_bytes) / mu)
+    K = np.ceil(c.capacity_bytes / mu) + 1
+    return tuple(x.astype(np.int64).tolist() for x in (b, w, h, K))
+
+
+def exact_memory_points(c: StageCoefficients, v: int, max_recompute: int, mu: int):
+    """What a model with `relaxed_mem`'s rows must exclude to accept exactly the splits that fit:
+    per stage, (the layer counts n, multiples of v, with which some r fits; the (n, r) the
+    relaxed row accepts that do not fit). The second list is short: only splits within a few
+    quanta of a capacity differ."""
+    b, w, h, K = relaxed_mem(c, mu)
+    n = v * np.arange(1, c.layers // v + 1, dtype=np.int64)
+    lo, hi = fit_recompute_range(c, n, max_recompute)
+    r_cap = np.minimum(n, max_recompute)
+    allowed, forbidden = [], []
+    for s in range(c.pp):
+        need = b[s] + w[s] * n - K[s]  # the relaxed row: h r >= need
+        if h[s] > 0:
+            rel_lo, rel_hi = np.maximum(0, -(-need // h[s])), r_cap
+        elif h[s] < 0:
+            rel_lo, rel_hi = np.zeros_like(n), np.minimum(r_cap, need // h[s])
+        else:
+            rel_lo, rel_hi = np.where(need <= 0, 0, r_cap + 1), r_cap
+        ok = lo[s] <= hi[s]
+        if (ok & ((lo[s] < rel_lo) | (hi[s] > rel_hi))).any():
+            raise AssertionError(f"stage {s}: relaxed_mem rejects a split that fits")
+        allowed.append(n[ok].tolist())
+        pts = []
+        for j in np.flatnonzero(ok & ((rel_lo < lo[s]) | (rel_hi > hi[s]))).tolist():
+            pts += [(int(n[j]), x) for x in range(int(rel_lo[j]), int(lo[s, j]))]
+            pts += [(int(n[j]), x) for x in range(int(hi[s, j]) + 1, int(rel_hi[j]) + 1)]
+        forbidden.append(pts)
+    return allowed, forbidden
 
 
 def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> QuantizedCoefficients:

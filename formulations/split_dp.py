@@ -11,13 +11,13 @@ Sets
 
 Parameters (integers; quantize.py's docstring, marked ^ there)
     â_s, t̂_s, û_s, ê_s, ĝ_s   [time quanta]   per-stage time coefficients
-    b̂_s, ŵ_s, ĥ_s, K̂_s       [memory quanta] fixed memory, one layer, saved by recomputing one, capacity
     R, m, v                     as in quantize.py;  alpha = v m - 1 >= 0,  beta = v >= 1
+    memory: not rounded; quantize.fit_recompute_range decides it as cost.schedule.fits does
 
 Per-stage tables (the exact per-stage choice of the recompute count)
     For stage s holding k chunks (n = v k layers) the feasible recompute counts are the integers
-        r in [0, min(n, R)]  with  b̂_s + n ŵ_s - r ĥ_s <= K̂_s,
-    an interval (one linear inequality in r). r enters only T_s = â_s + n t̂_s + r û_s (not D_s,
+        r in [lo_s(n), hi_s(n)] within [0, min(n, R)]       (quantize.py, Exact memory),
+    an interval: the peak memory is monotone in r. r enters only T_s = â_s + n t̂_s + r û_s (not D_s,
     not the other stages), and the objective is non-decreasing in every T_s (alpha >= 0), so the
     best r is the interval's lower end when û_s >= 0 and its upper end otherwise. That gives, for
     every (s, k), feasible_s(k), T_s(k) and D_s(k) = ê_s + n ĝ_s  (arrays of shape (pp, N)).
@@ -91,7 +91,7 @@ import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.schedule import fits, iteration_time_s
-from paraplan.formulations.quantize import QuantizedCoefficients, quantize
+from paraplan.formulations.quantize import QuantizedCoefficients, fit_recompute_range, quantize
 from paraplan.formulations.result import SolverError, SplitResult
 
 INF = 1 << 61  # "no allocation"; two of them still add up inside int64
@@ -110,9 +110,10 @@ class StageTables:
     monotone: bool  # feasible k form a prefix and T, D are non-decreasing on it, every stage
 
 
-def stage_tables(Q: QuantizedCoefficients, pp: int, layers: int, v: int,
-                 first_min: int = 1) -> StageTables:
-    """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring; stage 0
+def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], pp: int, layers: int,
+                 v: int, first_min: int = 1) -> StageTables:
+    """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring; `fit` =
+    quantize.fit_recompute_range(c, v k for k in 1..N, R), the exact memory intervals; stage 0
     needs k >= first_min (StageCoefficients.first_chunk_min_layers: an MoE dense prefix)."""
     N = layers // v
     n = v * np.arange(1, N + 1, dtype=np.int64)[None, :]  # (1, N)
@@ -122,13 +123,7 @@ def stage_tables(Q: QuantizedCoefficients, pp: int, layers: int, v: int,
 
     a, t, u = col(Q.stage_time_q), col(Q.layer_time_q), col(Q.recompute_time_q)
     e, g = col(Q.stage_sync_q), col(Q.layer_sync_q)
-    b, w, h, K = col(Q.stage_mem_q), col(Q.layer_mem_q), col(Q.recompute_saving_q), col(Q.capacity_q)
-    r_cap = np.minimum(n, Q.max_recompute)
-    need = b + n * w - K  # memory over capacity with r = 0: r h >= need must hold
-    safe_h = np.where(h == 0, 1, np.abs(h))
-    lo = np.where(h > 0, np.maximum(0, -((-need) // safe_h)), 0)
-    lo = np.where((h == 0) & (need > 0), r_cap + 1, lo)  # recompute saves nothing: no r fits
-    hi = np.where(h < 0, np.minimum(r_cap, (-need) // safe_h), r_cap)  # recompute costs memory
+    lo, hi = fit
     feasible = lo <= hi
     feasible[0, :first_min - 1] = False
     r = np.where(u >= 0, lo, hi)
@@ -399,7 +394,7 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         r = tab.recompute[np.arange(pp), k - 1]
         if not fits(c, n, r):
             raise SolverError(f"dp split n={tuple(n)}, r={tuple(r)} does not fit after re-checking with "
-                              f"cost.schedule.fits: the conservative memory rounding is broken")
+                              f"cost.schedule.fits: quantize.fit_recompute_range is broken")
         return SplitResult(status=status, layers_per_stage=tuple(int(x) for x in n),
                            full_recompute_layers=tuple(int(x) for x in r),
                            objective_s=float(iteration_time_s(c, n, r)), bound_s=bound,
@@ -410,7 +405,8 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         tab = None
         return result("infeasible", None, None)
     N = L // v
-    tab = stage_tables(Q, pp, L, v, c.first_chunk_min_layers)
+    fit = fit_recompute_range(c, v * np.arange(1, N + 1), Q.max_recompute)
+    tab = stage_tables(Q, fit, pp, L, v, c.first_chunk_min_layers)
     if not tab.feasible.any(axis=1).all():
         return result("infeasible", None, None)
     search = _Search(tab, N)

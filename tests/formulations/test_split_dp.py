@@ -97,13 +97,16 @@ def test_dp_equals_integer_brute_force(seed):
 
 def test_odd_coefficients_reach_the_general_path():
     """At least some of the odd sets are not monotone (the DP's masked path) and still agree."""
+    from paraplan.formulations.quantize import fit_recompute_range
     from paraplan.formulations.split_dp import stage_tables
     general = 0
     for seed in range(24, 48):
         c, allow = odd_coefficients(seed)
         if c.layers % c.outer.virtual_stages:
             continue
-        tab = stage_tables(quantize(c, allow), c.pp, c.layers, c.outer.virtual_stages)
+        Q, v = quantize(c, allow), c.outer.virtual_stages
+        fit = fit_recompute_range(c, v * np.arange(1, c.layers // v + 1), Q.max_recompute)
+        tab = stage_tables(Q, fit, c.pp, c.layers, v)
         general += not tab.monotone
     assert general >= 4
 
