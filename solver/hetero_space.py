@@ -535,14 +535,17 @@ def _ways(x: tuple[int, ...], rest: int) -> int:
 
 @lru_cache(maxsize=65536)
 def _representable(x: tuple[int, ...], rest: int) -> bool:
-    """rest = sum_k x_k j_k for some integers j_k >= 0 (bit i of `reach`: i is reachable)."""
+    """rest = sum_k x_k j_k for some integers j_k >= 0 (bit i of `reach`: i is reachable).
+    Adding any multiple of x_k is closed in doublings: after shifts by x_k, 2 x_k, 4 x_k, ...
+    the set holds S + {0, ..., 2^i - 1} x_k, so log2(rest / x_k) shifts suffice (one shift per
+    step took rest / x_k steps: minutes at a global batch of 2^24)."""
+    mask = (1 << (rest + 1)) - 1
     reach = 1
     for xk in x:
-        while True:
-            grown = (reach | (reach << xk)) & ((1 << (rest + 1)) - 1)
-            if grown == reach:
-                break
-            reach = grown
+        shift = xk
+        while shift <= rest:
+            reach = (reach | (reach << shift)) & mask
+            shift *= 2
     return bool(reach >> rest & 1)
 
 
