@@ -202,11 +202,18 @@ def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bo
     # sum_{k>=1} (v k + 1) x^k = x (1 + v - x) / (1 - x)^2, so the count is the coefficient of
     # x^chunks in x^pp (1 + v - x)^pp (1 - x)^(-2 pp):
     #   sum_j C(pp, j) (1+v)^(pp-j) (-1)^j C(chunks - pp - j + 2pp - 1, 2pp - 1)
-    # O(pp) big-integer terms instead of an O(pp * chunks^2) dynamic programme.
+    # O(pp) big-integer terms instead of an O(pp * chunks^2) dynamic programme; each term from
+    # the previous one by exact small-integer steps (C(n-1, k) = C(n, k) (n - k) / n), since a
+    # fresh math.comb per term took 1.4 s at a million layers on 1,024 stages.
+    k = 2 * pp - 1
+    n = chunks - pp + k  # C(n - j, k) with rest = chunks - pp - j
+    binom_pp, power, binom_rest = 1, (1 + v) ** pp, math.comb(n, k)
     total = 0
     for j in range(min(pp, chunks - pp) + 1):
-        rest = chunks - pp - j
-        total += (-1) ** j * math.comb(pp, j) * (1 + v) ** (pp - j) * math.comb(rest + 2 * pp - 1, 2 * pp - 1)
+        total += (-1) ** j * binom_pp * power * binom_rest
+        binom_pp = binom_pp * (pp - j) // (j + 1)
+        power //= 1 + v
+        binom_rest = binom_rest * (n - j - k) // (n - j) if n - j > 0 else 0
     return total
 
 
