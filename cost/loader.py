@@ -167,6 +167,7 @@ from typing import Any, Iterator
 import yaml
 
 from paraplan.cost import units
+from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import framework_refusal
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
@@ -754,6 +755,12 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
                                     " dualpipe (the DualPipe split problem, formulations/dualpipe.py,"
                                     " searches Megatron 1-D layer splits)", f"set search {fix}, or use"
                                     " pipeline_schedule: 1f1b")
+        problem = schedule_problem(2, 1, job.global_batch)
+        if problem is not None:  # not even the shortest pipeline runs: no plan can
+            raise InstanceError(source, "job.global_batch", f"{job.global_batch}: {problem} (dp ="
+                                " micro_batch = 1: the most micro-batches it gives)",
+                                "give an even global batch of at least 4, or use"
+                                " pipeline_schedule: 1f1b")
     if job.activation_fp8_input_store and model.mlp is not Mlp.SWIGLU:
         raise InstanceError(source, "job.activation_fp8_input_store",
                             f"Megatron-core stores the activation input in fp8 only for SwiGLU, and"

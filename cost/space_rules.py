@@ -22,8 +22,9 @@ the one-group cluster it is (solver/commands/hetero.group_route).
 
 from __future__ import annotations
 
+from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.framework_rules import Refusal
-from paraplan.cost.specs import Attention, ClusterSpec, JobSpec, ModelSpec, SearchSpace
+from paraplan.cost.specs import Attention, ClusterSpec, JobSpec, ModelSpec, PipelineSchedule, SearchSpace
 from paraplan.cost.units import bytes_to_gib
 
 
@@ -246,6 +247,9 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
             pps.append(p)
         elif "pp" in given:
             return Refusal("pp", problem, drop)
+    refusal = dualpipe_refusal(space, job, given)
+    if refusal is not None:
+        return refusal
     per_replica = sorted({job.global_batch // (n // (t * c * p))
                           for t in tps for c in cps for p in pps
                           if n % (t * c * p) == 0
@@ -277,6 +281,33 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, j
         return Refusal("zero", f"ZeRO-{min(space.zero)} shards over data-parallel ranks, and"
                        " the cluster has one GPU", "use zero: [0]")
     return reserve_refusal(space, cluster)
+
+
+def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) -> Refusal | None:
+    """A listed `search:` value that a DualPipe job (job.pipeline_schedule: dualpipe) can never
+    run, by DualPipe's own rule (cost/dualpipe.schedule_problem: an even pp >= 2, one chunk per
+    stage, an even number of micro-batches >= 2 pp). A pp is judged with the most micro-batches
+    any plan has, global_batch (dp = micro_batch = 1); a virtual_stages value with a pipeline
+    DualPipe runs (pp 2, 4 micro-batches), so that only the value's own rule can fail."""
+    if job.pipeline_schedule is not PipelineSchedule.DUALPIPE:
+        return None
+    fix = "drop it from the list, or use job.pipeline_schedule: 1f1b"
+    if "virtual_stages" in given and space.virtual_stages is not None:
+        for v in space.virtual_stages:
+            problem = schedule_problem(2, v, 4)
+            if problem is not None:
+                return Refusal("virtual_stages", f"virtual_stages={v}: {problem}", fix)
+    if "max_pp" in given and space.max_pp is not None and space.max_pp < 2:
+        return Refusal("max_pp", f"max_pp={space.max_pp}: {schedule_problem(space.max_pp, 1, 4)}",
+                       "allow pp >= 2 (max_pp: 2 or more), or use job.pipeline_schedule: 1f1b")
+    if "pp" in given and space.pp is not None:
+        for p in space.pp:
+            problem = schedule_problem(p, 1, job.global_batch)
+            if problem is not None:
+                most = ("" if p < 2 or p % 2 else f" (dp = micro_batch = 1: the most micro-batches"
+                        f" global_batch {job.global_batch} gives)")
+                return Refusal("pp", f"pp={p}: {problem}{most}", fix)
+    return None
 
 
 def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:

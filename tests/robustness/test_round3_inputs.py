@@ -18,6 +18,8 @@ import yaml
 
 from test_fuzz_loaders import INSTANCES, TINY, expect_error, write_yaml
 
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
+
 TINY_RAW = yaml.safe_load(TINY.read_text())  # 8 A100, 8 layers, 16 heads, global batch 32
 MIXED = INSTANCES / "hetero" / "tiny-2types.yaml"  # one A100 node beside one H100 node
 MIXED_RAW = yaml.safe_load(MIXED.read_text())
@@ -106,3 +108,69 @@ def test_a_full_stdout_is_one_line_and_exit_2(tmp_path, argv):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("paraplan: error: <stdout>: standard output: cannot be written"), lines
     assert "No space left on device" in lines[0] and "(fix: " in lines[0]
+
+
+# --- 4. a DualPipe space that can never run: an input error naming the key and the rule -----
+
+# the tiny GPT with 8 experts (a dense first layer) on two DGX A100 nodes under DualPipe, as in
+# tests/formulations/test_dualpipe.py; it plans with pp 2 and 4 (exit 0, below)
+DUALPIPE_RAW = {
+    "name": "tiny-dualpipe",
+    "model": {"name": "tiny-moe", "layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000,
+              "seq_len": 1024, "mlp": "gelu",
+              "moe": {"experts": 8, "top_k": 2, "expert_ffn": 2048, "shared_ffn": 1024, "dense_layers": 1}},
+    "cluster": {"gpu": "A100-SXM4-80GB", "nodes": 2, "gpus_per_node": 8, "intra_node_link": "nvlink",
+                "intra_node_gbytes_per_s": 600, "nic_gbit_per_s": 200},
+    "job": {"global_batch": 32, "pipeline_schedule": "dualpipe"}}
+
+# (search section, global batch, the field refused, what the line must say). DualPipe's rule
+# (cost/dualpipe.schedule_problem, DualPipe.step's assertions): pp even and >= 2, one chunk per
+# stage, an even micro-batch count m >= 2 pp. m = global_batch / (dp x micro_batch) is at most
+# the global batch: 6 < 2 x 4 refuses pp 4; 33 is odd, so every m dividing it is odd; 2 < 2 x 2
+# leaves no pipeline at all.
+DUALPIPE_NEVER = [
+    ({"pp": [1]}, 32, "search.pp", "even number of pipeline stages >= 2"),
+    ({"pp": [1, 2]}, 32, "search.pp", "pp=1"),
+    ({"pp": [2, 6]}, 48, "search.pp", "pp=6"),  # 6 does not divide 16 GPUs: the general rule first
+    ({"pp": [4]}, 6, "search.pp", "micro-batches >= 2 pp = 8"),
+    ({"virtual_stages": [2]}, 32, "search.virtual_stages", "use virtual_stages 1"),
+    ({"virtual_stages": [1, 2]}, 32, "search.virtual_stages", "DualPipe places two stages per device"),
+    ({"max_pp": 1}, 32, "search.max_pp", "even number of pipeline stages >= 2"),
+    ({}, 33, "job.global_batch", "even number of micro-batches"),
+    ({}, 2, "job.global_batch", "micro-batches >= 2 pp = 4"),
+]
+
+
+@pytest.mark.parametrize("search, batch, field, needle", DUALPIPE_NEVER)
+@pytest.mark.parametrize("command", ["plan", "exhaustive", "verify"])
+def test_dualpipe_space_that_never_runs_is_an_input_error(capsys, tmp_path, command, search, batch,
+                                                         field, needle):
+    raw = edited(DUALPIPE_RAW, job={"global_batch": batch})
+    if search:
+        raw["search"] = search
+    path = write_yaml(tmp_path / "dualpipe.yaml", raw)
+    expect_error(capsys, [command, path], field, needle)
+
+
+@pytest.mark.parametrize("override, field, needle", [
+    ("virtual_stages=2", "search.virtual_stages", "use virtual_stages 1"),
+    ("pp=1", "search.pp", "even number of pipeline stages >= 2"),
+    ("pp=1,2,4", "search.pp", "pp=1"),
+])
+def test_dualpipe_search_override_that_never_runs_is_an_input_error(capsys, tmp_path, override,
+                                                                    field, needle):
+    # the error names the option, <--search>, not a file: run_cli's contract names files only
+    path = write_yaml(tmp_path / "dualpipe.yaml", DUALPIPE_RAW)
+    capsys.readouterr()
+    assert main(["plan", str(path), "--search", override]) == EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"paraplan: error: <--search>: {field}: ") and needle in err, err
+
+
+def test_dualpipe_space_that_runs_still_plans(capsys, tmp_path):
+    # the control: pp 2 and 4 both run DualPipe here (32 micro-batches >= 2 x 4 at dp = 1)
+    from test_fuzz_loaders import run_cli
+    raw = edited(DUALPIPE_RAW, search={"pp": [2, 4], "virtual_stages": [1], "tp": [1]})
+    path = write_yaml(tmp_path / "dualpipe.yaml", raw)
+    assert run_cli(capsys, ["plan", path])[0] == 0
