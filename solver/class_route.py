@@ -29,9 +29,9 @@ from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
 from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import one_group_outers
+from paraplan.solver.hetero_space import dualpipe_job, one_group_outers
 from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, SearchAccount, check_resimulation,
-                                     coefficient_table, infeasible_reason)
+                                     coefficient_table, dualpipe_infeasible_reason, infeasible_reason)
 
 
 def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
@@ -59,7 +59,8 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
                      space_size=plans)
     if het.status == INFEASIBLE:  # the homogeneous planner's reason: the smallest memory need
         deadline = time.perf_counter() + max(time_limit_s - het.solve_time_s, 1.0)
-        res.reason = infeasible_reason(inst, coefficient_table(inst, deadline))
+        res.reason = (dualpipe_infeasible_reason(inst) if dualpipe_job(inst)
+                      else infeasible_reason(inst, coefficient_table(inst, deadline)))
     elif het.status == FEASIBLE and not res.reason:
         res.reason = "time limit reached: not every configuration was solved or pruned"
     if p is not None:

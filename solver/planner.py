@@ -133,6 +133,29 @@ def infeasible_reason(inst: Instance, coeffs: list[StageCoefficients]) -> str:
             f" {bytes_to_gib(best.capacity_bytes[0]):.1f} GiB usable")
 
 
+def dualpipe_infeasible_reason(inst: Instance) -> str:
+    """infeasible_reason for a DualPipe job, priced by cost/dualpipe.Terms (its own memory,
+    which the 1F1B coefficients of `coefficient_table` do not price): the smallest device
+    memory of the even split with every layer recomputed over the configurations DualPipe runs."""
+    from paraplan.cost import dualpipe
+    outers = one_group_outers(inst)
+    if not outers:
+        return infeasible_reason(inst, [])
+    reserve = inst.search.memory_reserve_bytes
+
+    def need(o) -> tuple[float, float]:
+        t = dualpipe.terms(inst, o, reserve_bytes=reserve)
+        n = one_class.even_split(inst.model.layers, o.pp, 1)
+        return float(t.mem_bytes(n, n).max()), float(t.coeffs.capacity_bytes.min())
+
+    needs = [(need(o), o) for o in outers]
+    ((peak, capacity), o) = min(needs, key=lambda x: x[0][0])
+    return (f"no plan fits memory: the smallest peak need found under DualPipe is {bytes_to_gib(peak):.1f}"
+            f" GiB per GPU (tp={o.tp}, pp={o.pp}, cp={o.cp}, dp={o.dp}, micro_batch={o.micro_batch},"
+            f" zero={o.zero}, every layer fully recomputed); {inst.cluster.gpu.name} has"
+            f" {bytes_to_gib(capacity):.1f} GiB usable")
+
+
 def check_resimulation(inst: Instance, p: Plan, objective_s: float, tolerance_s: float,
                        coeffs: StageCoefficients | None = None) -> Breakdown:
     bd = simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes)
