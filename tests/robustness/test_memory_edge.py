@@ -100,7 +100,6 @@ def test_the_edge_moves_the_optimum():
 HETERO_SEEDS = range(6)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", HETERO_SEEDS)
 @pytest.mark.parametrize("objective", ["nominal", "robust", "expected"])
 def test_mixed_cluster_objectives_agree_at_the_edge(seed, objective):
