@@ -79,6 +79,12 @@ INCUMBENT_PROBES = 64
 PRICE_CHUNK = 512
 # outers whose layer-plan combinations are set up at a time (each takes a few builds)
 PLANS_CHUNK = 64
+# Largest split (stages x chunks) handed to the exact split DP (formulations/split_dp.py). Its
+# tables take about 95 bytes a cell (measured: 62 MiB at 0.64M cells, 595 MiB at 6.4M) and are
+# built before its clock is read, so a million layers on 1,024 stages (10^9 cells) took
+# gigabytes and minutes whatever the limit. 2^19 cells: at most ~50 MiB and well under a second
+# of table building; every bundled and random instance lies far below (at most ~20,000 cells).
+DP_MAX_CELLS = 1 << 19
 
 
 @dataclass(kw_only=True)
@@ -287,6 +293,7 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
     the backend's own solve."""
     if p.classes > 1 or not math.isfinite(best_s):
         return False
+    dp_fits = _dp_cells(p) <= DP_MAX_CELLS
     cutoff = best_s * (1 + REL_TOL) if earlier else best_s * (1 - REL_TOL)
     tight = [one_class.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs]
     if p.objective == "weighted":
@@ -295,6 +302,8 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
         return True
     if any(one_class.coupled_bound_above(cs[0], p.allow_full_recompute, cutoff) for cs in p.coeffs):
         return True
+    if not dp_fits:
+        return False
     deadline = time.perf_counter() + time_limit_s
     for i in np.argsort(tight)[::-1]:  # the network closest to the cutoff first
         cs = p.coeffs[i]
@@ -303,6 +312,12 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
         if sr.status == CUTOFF:
             return True
     return False
+
+
+def _dp_cells(p: MultiClassProblem) -> int:
+    """Cells of the exact split DP's tables for a lone class: its stages x chunks."""
+    c = p.coeffs[0][0]
+    return c.pp * (c.layers // p.virtual_stages)
 
 
 def _lone_dp(p: MultiClassProblem, backend: str) -> bool:
@@ -543,9 +558,17 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 continue
             if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
                 c0 = p.coeffs[0][0]
-                if (not can_win(key, one_class.tight_lower_bound_s(c0, p.allow_full_recompute))
+                tight = one_class.tight_lower_bound_s(c0, p.allow_full_recompute)
+                if (not can_win(key, tight)
                         or math.isfinite(cutoff) and one_class.coupled_bound_above(c0, p.allow_full_recompute, cutoff)):
                     res.pruned_by_bound += 1
+                    continue
+                if _dp_cells(p) > DP_MAX_CELLS:  # left open: the incumbent stands, its bound stays
+                    res.unresolved += 1
+                    open_bounds.append(max(key[0], tight))
+                    res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the exact"
+                                  f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
+                                  " was bounded, not solved; --backend cpsat solves it")
                     continue
             elif _cannot_win_alone(p, best_val, key < best_key, remaining):
                 res.pruned_by_bound += 1
