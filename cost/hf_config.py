@@ -205,6 +205,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         _refuse_latent_attention(raw, name)
     fam = _FAMILIES[family_key]
 
+    _check_expert_spellings(raw, name)
     moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
     if moe_key is not None and family_key not in MOE_FAMILIES:
         moe_key = moe_key or MOE_KEYS[0]
@@ -402,6 +403,20 @@ def _refuse_latent_attention(raw: dict, name: str) -> None:
                             " KV) is read from DeepseekV2ForCausalLM and DeepseekV3ForCausalLM"
                             " configs only", "describe the model, with its mla: section, under"
                             " 'model:' in the instance YAML")
+
+
+def _check_expert_spellings(raw: dict, name: str) -> None:
+    """Two spellings of the expert count (MOE_KEYS) that disagree are refused, naming both:
+    each family reads its own, so the other would be dropped silently. The same count twice
+    is fine, and so are two plainly dense values (null, 0, 1)."""
+    given = [(k, raw[k]) for k in MOE_KEYS if raw.get(k) is not None]
+    for key, value in given[1:]:
+        first, first_value = given[0]
+        same = value == first_value and isinstance(value, bool) == isinstance(first_value, bool)
+        if not same and (_declares_experts(value) or _declares_experts(first_value)):
+            raise InstanceError(name, key, f"{shown(value)} experts, but {first} gives"
+                                f" {shown(first_value)}: two spellings of the expert count that"
+                                " disagree", f"keep one of {first} and {key}, or make them equal")
 
 
 def _declares_experts(value: Any) -> bool:

@@ -200,6 +200,17 @@ def fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
+def fmt_past(x: float, edge: float) -> str:
+    """fmt(x) for a value outside a range, with as many digits as it takes to show it on its
+    side of `edge`: 10000.001 past 10,000 is "10000.001", not fmt's "10000". repr's 17
+    significant digits always tell two floats apart."""
+    for shown in (fmt(x) if digits == 6 else f"{x:.{digits}g}" for digits in range(6, 18)):
+        value = float(shown.replace(",", ""))
+        if value != edge and (value > edge) == (x > edge):
+            return shown
+    return repr(float(x))
+
+
 def range_text(quantity: str) -> str:
     """`physical range 1 to 10,000 Gbit/s: why`, for messages."""
     r = RANGES[quantity]
@@ -214,7 +225,7 @@ def out_of_range(quantity: str, value: float) -> str | None:
     r = RANGES[quantity]
     if r.lo <= value <= r.hi:
         return None
-    shown = fmt(value)
+    shown = fmt_past(value, r.lo if value < r.lo else r.hi)
     if value < r.lo:
         if r.integer:
             what = f"must be >= {fmt(r.lo)}, got {shown}"

@@ -174,8 +174,18 @@ def mla_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
     if "zero" in given and set(space.zero) == {3}:
         return Refusal("zero", MLA_ZERO3, "use zero 0, 1 or 2")
     if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
-        return Refusal("tensor_partitions", "per-operator partitions are not priced for latent"
-                       " attention's projections", "remove spatial_temporal")
+        return Refusal("tensor_partitions", per_operator_problem(model), "remove spatial_temporal")
+    return None
+
+
+def per_operator_problem(model: ModelSpec) -> str | None:
+    """Why per-operator tensor partitions (cost/partition.py) cannot price `model`'s layers, or
+    None: they price dense layers of standard attention only. The one rule `search:
+    tensor_partitions` (mla_refusal, moe_refusal) and `paraplan partition` refuse by."""
+    if model.mla is not None:
+        return "per-operator partitions are not priced for latent attention's projections"
+    if model.moe is not None:
+        return "per-operator partitions are not priced for MoE layers"
     return None
 
 
@@ -205,8 +215,7 @@ def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
                 return Refusal("ep", f"ep={e} does not divide the model's {model.moe.experts}"
                                " experts", "use a divisor of the expert count; drop it from the list")
     if "tensor_partitions" in given and "spatial_temporal" in space.tensor_partitions:
-        return Refusal("tensor_partitions", "per-operator partitions are not priced for MoE"
-                       " layers", "remove spatial_temporal")
+        return Refusal("tensor_partitions", per_operator_problem(model), "remove spatial_temporal")
     return None
 
 

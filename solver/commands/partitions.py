@@ -53,6 +53,7 @@ def cmd_partition(args) -> int:
     from paraplan.cost.coefficients import homogeneous_placement
     from paraplan.cost.comm import NetEfficiency
     from paraplan.cost.errors import InstanceError
+    from paraplan.cost.space_rules import per_operator_problem
     from paraplan.cost.specs import Outer
     from paraplan.formulations.partition import solve_partition_milp
     from paraplan.formulations.result import SolverError
@@ -63,6 +64,12 @@ def cmd_partition(args) -> int:
     from paraplan.solver.partition_plans import problem_from_table
 
     inst = load_from_args(args)
+    problem = per_operator_problem(inst.model)
+    if problem is not None:  # as plan refuses search tensor_partitions: spatial_temporal
+        raise InstanceError(inst.source, "model.mla" if inst.model.mla is not None else "model.moe",
+                            f"{problem} (cost/partition.py prices dense layers of standard attention)",
+                            "give `paraplan partition` a dense model of standard attention; plan"
+                            " this one with tensor_partitions: [megatron]")
     for flag, value in (("--micro-batch", args.micro_batch), ("--cp", args.cp)):
         if value < 1 or value > inst.job.global_batch and flag == "--micro-batch":
             raise InstanceError("<arguments>", flag, f"must be from 1 to the global batch"

@@ -174,3 +174,85 @@ def test_dualpipe_space_that_runs_still_plans(capsys, tmp_path):
     raw = edited(DUALPIPE_RAW, search={"pp": [2, 4], "virtual_stages": [1], "tp": [1]})
     path = write_yaml(tmp_path / "dualpipe.yaml", raw)
     assert run_cli(capsys, ["plan", path])[0] == 0
+
+
+# --- 5. `paraplan partition` refuses MoE and latent-attention models as `plan` does ----------
+
+@pytest.mark.parametrize("instance, field, needle", [
+    ("mixtral-8x7b-64xH100.yaml", "model.moe", "MoE layers"),
+    ("qwen3-235b-a22b-256xH100.yaml", "model.moe", "MoE layers"),
+    ("deepseek-v3-shaped-2048xH800.yaml", "model.mla", "latent attention"),
+])
+def test_partition_refuses_what_plan_refuses(capsys, instance, field, needle):
+    # one rule (cost/space_rules.per_operator_problem): plan's refusal of search
+    # tensor_partitions: [spatial_temporal] on the same model says the same problem
+    path = INSTANCES / instance
+    line = expect_error(capsys, ["partition", path, "--tp", "4"], field, needle)
+    problem = line.split(f": {field}: ")[1].split(" (cost/partition.py")[0]
+    capsys.readouterr()
+    assert main(["plan", str(path), "--search", "tensor_partitions=spatial_temporal"]) == EXIT_BAD_INPUT
+    assert f"search.tensor_partitions: {problem} (fix: " in capsys.readouterr().err
+
+
+# --- 6. two spellings of the expert count in a Hugging Face config ---------------------------
+
+MIXTRAL_HF = Path(__file__).parents[1] / "data" / "hf" / "mixtral-8x7b" / "config.json"  # 8 experts
+CLUSTER_H100 = INSTANCES / "clusters" / "dgx-h100-32nodes.yaml"
+JOB_4M = INSTANCES / "jobs" / "pretrain-4m-tokens.yaml"
+
+
+def _hf_with(tmp_path: Path, **extra) -> Path:
+    import json
+    raw = json.loads(MIXTRAL_HF.read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**raw, **extra}))
+    return path
+
+
+@pytest.mark.parametrize("extra, second", [
+    ({"num_experts": 16}, "num_experts"), ({"n_routed_experts": 4}, "n_routed_experts"),
+    ({"moe_num_experts": 0}, "moe_num_experts"), ({"num_experts": "8"}, "num_experts"),
+    ({"num_experts": 8, "n_routed_experts": 7}, "n_routed_experts"),
+])
+def test_disagreeing_expert_counts_are_refused_naming_both(capsys, tmp_path, extra, second):
+    hf = _hf_with(tmp_path, **extra)
+    line = expect_error(capsys, ["plan", "--hf-config", hf, "--cluster", CLUSTER_H100, "--job", JOB_4M],
+                        second, "num_local_experts gives 8", "disagree")
+    assert line.startswith(f"paraplan: error: {hf}: ")
+
+
+@pytest.mark.parametrize("extra", [{"num_experts": 8}, {"n_routed_experts": 8, "moe_num_experts": 8},
+                                   {"num_experts": None}])
+def test_agreeing_expert_counts_load(tmp_path, extra):
+    from paraplan.cost.hf_config import model_from_hf_config
+    assert model_from_hf_config(_hf_with(tmp_path, **extra)).moe.experts == 8
+
+
+# --- 7. a value just past a range edge is shown past it --------------------------------------
+
+def _edges():
+    """(quantity, edge, side) of every non-integer range's finite edges (a lower edge of 0 is
+    refused as 'must be >= 0, got <value>', never rounded onto it)."""
+    from paraplan.cost.ranges import RANGES
+    return [pytest.param(q, edge, side, id=f"{q}-{side}")
+            for q, r in sorted(RANGES.items()) if not r.integer
+            for edge, side in ((r.hi, 1), (r.lo, -1)) if edge > 0]
+
+
+@pytest.mark.parametrize("quantity, edge, side", _edges())
+def test_a_value_past_an_edge_is_shown_past_it(quantity, edge, side):
+    # the value is the edge moved outwards by 10^-3, 10^-9 of itself and by one float step:
+    # the number printed must read back on the same side of the edge, never as the edge itself
+    import math
+    import re
+    from paraplan.cost.ranges import out_of_range
+    for value in (edge * (1 + side * 1e-3), edge * (1 + side * 1e-9), math.nextafter(edge, side * math.inf)):
+        message = out_of_range(quantity, value)
+        printed = float(re.match(r"(\S+) is ", message).group(1).replace(",", ""))
+        assert printed != edge and (printed > edge) == (side > 0), message
+
+
+def test_a_value_past_an_edge_through_the_cli(capsys, tmp_path):
+    # the issue's case: 10000.001 Gbit/s against the NIC range's 10,000
+    path = write_yaml(tmp_path / "nic.yaml", edited(TINY_RAW, cluster={"nic_gbit_per_s": 10000.001}))
+    expect_error(capsys, ["plan", path], "cluster.nic_gbit_per_s", "10000.001 is larger than 10,000")
