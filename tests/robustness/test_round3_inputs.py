@@ -256,3 +256,75 @@ def test_a_value_past_an_edge_through_the_cli(capsys, tmp_path):
     # the issue's case: 10000.001 Gbit/s against the NIC range's 10,000
     path = write_yaml(tmp_path / "nic.yaml", edited(TINY_RAW, cluster={"nic_gbit_per_s": 10000.001}))
     expect_error(capsys, ["plan", path], "cluster.nic_gbit_per_s", "10000.001 is larger than 10,000")
+
+
+# --- 3. the Python API checks what its docstrings promise ------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_api():
+    """The tiny instance and its plan result, through solver/api.py."""
+    from paraplan.solver import api
+    inst = api.load_instance(TINY)
+    return api, inst, api.plan(inst)
+
+
+# each function, and its arguments with one replaced by a path, None or a value of another kind
+WRONG = ["instances/tiny-gpt-8xA100.yaml", TINY, None, 3, {"tp": 2}]
+
+
+def _api_calls(inst, res):
+    """(function, argument name, args, kwargs) with `BAD` standing for the wrong value."""
+    return [("plan", "inst", ("BAD",), {}), ("plan", "backend", (inst,), {"backend": "BAD"}),
+            ("plan", "time_limit_s", (inst,), {"time_limit_s": "BAD"}),
+            ("simulate", "inst", ("BAD", res.plan), {}), ("simulate", "plan", (inst, "BAD"), {}),
+            ("top_k", "inst", ("BAD", 3), {}), ("top_k", "k", (inst, "BAD"), {}),
+            ("top_k", "within_pct", (inst, 3), {"within_pct": "BAD"}),
+            ("memory_by_category", "inst", ("BAD", res.plan), {}),
+            ("memory_by_category", "plan", (inst, "BAD"), {}),
+            ("build_report", "inst", ("BAD", res), {}), ("build_report", "result", (inst, "BAD"), {})]
+
+
+@pytest.mark.parametrize("bad", WRONG, ids=["path", "Path", "None", "int", "dict"])
+def test_api_names_the_argument_of_the_wrong_kind(tiny_api, bad):
+    from paraplan.cost.errors import InstanceError
+    api, inst, res = tiny_api
+    for func, arg, args, kwargs in _api_calls(inst, res):
+        if (bad == 3 and arg in ("k", "time_limit_s", "within_pct")) or (bad is None and arg == "within_pct"):
+            continue  # 3 is a good k, time limit and percentage; None is "no percentage"
+        args = tuple(bad if a == "BAD" else a for a in args)
+        kwargs = {k: bad if v == "BAD" else v for k, v in kwargs.items()}
+        with pytest.raises(InstanceError, match=rf"^<api>: {func}\({arg}\): .* \(fix: ") as e:
+            getattr(api, func)(*args, **kwargs)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("backend", ["gurobi", "DP", "", "cplex"])
+def test_api_refuses_an_unknown_backend(tiny_api, backend):
+    # the tiny instance's planner settles every configuration before any backend runs, so an
+    # unchecked name came back "optimal"
+    from paraplan.cost.errors import InstanceError
+    api, inst, _ = tiny_api
+    for call in (lambda: api.plan(inst, backend=backend), lambda: api.top_k(inst, 2, backend=backend)):
+        with pytest.raises(InstanceError, match=r"\((backend)\): unknown backend .*fix: use one of dp, cpsat, milp"):
+            call()
+
+
+def test_api_refuses_a_plan_of_another_instance(tiny_api):
+    # a plan of the tiny instance (8 GPUs) on the same instance with two nodes is a
+    # ConfigError inside; the API says it in one InstanceError naming the argument
+    from dataclasses import replace
+    from paraplan.cost.errors import InstanceError
+    api, inst, res = tiny_api
+    other = replace(inst, cluster=replace(inst.cluster, nodes=2))
+    for func in ("simulate", "memory_by_category"):
+        with pytest.raises(InstanceError, match=rf"^<api>: {func}\(plan\): tp\*pp\*dp\*cp = 8 but the cluster has 16"):
+            getattr(api, func)(other, res.plan)
+
+
+def test_api_still_answers_good_arguments(tiny_api):
+    api, inst, res = tiny_api
+    assert res.status == "optimal"
+    assert api.simulate(inst, res.plan).iter_time_s == pytest.approx(res.iter_time_s, rel=1e-9)
+    assert len(api.memory_by_category(inst, res.plan)) == res.plan.pp
+    assert len(api.top_k(inst, 2).plans) == 2
+    assert api.build_report(inst, res).lstrip().lower().startswith("<!doctype html>")
