@@ -34,8 +34,10 @@ tau* and delta* by bisection from below, each lowered by FLOAT_SAFETY.
 
 Memory infeasibility. A stage's memory is smallest when all its layers are fully recomputed
 (r_s = n_s), so stage s can hold at most nmax_s = floor((cap_s - c_s) / (state_s + ckpt_s))
-layers (rounded down to a multiple of v). If some nmax_s < v or sum_s nmax_s < L, no split
-fits: the configuration is infeasible, proved.
+layers (rounded down to a multiple of v), found as the largest n whose peak with r_s = n_s
+passes cost.schedule.fits's own comparison (the float quotient only guesses it: at the edge it
+can come out one layer low). If some nmax_s < v or sum_s nmax_s < L, no split fits: the
+configuration is infeasible, proved. The tight bound's caps ncap_s are found the same way.
 
 Incumbent. The even split with, per stage, the fewest fully recomputed layers that fit: the
 objective is non-decreasing in r_s, so for a fixed split that r is optimal.
@@ -61,8 +63,9 @@ def lower_bound_s(c: StageCoefficients) -> float:
 
 # relative margin by which the tight bounds are lowered: bisection ends and float sums may round up
 FLOAT_SAFETY = 1e-12
-# per block of rows of _min_bottleneck: rows x stages x chunks floats evaluated at once (~32 MiB)
-BOTTLENECK_BLOCK_FLOATS = 4_000_000
+# per block of rows of _min_bottleneck: rows x stages x chunks floats evaluated at once (8 MiB;
+# its temporaries peak near 4 blocks: 4,000,000 measured 115 MiB on a 500-stage deep model)
+BOTTLENECK_BLOCK_FLOATS = 1_000_000
 # the StageCoefficients arrays tight_class_terms reads
 TIGHT_ARRAYS = ("stage_time_s", "layer_time_s", "recompute_time_s", "stage_sync_time_s",
                 "layer_sync_time_s", "layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
@@ -86,6 +89,8 @@ def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndar
     rows, pp = base.shape
     need = L // v
     chunks = max(1, int(np.nanmax(np.where(np.isfinite(ncap), ncap, L), initial=v)) // v)
+    if pp * chunks > BOTTLENECK_BLOCK_FLOATS:  # one row's values alone exceed the block
+        return _min_bottleneck_by_counts(L, v, ncap, (base, slope1, knee, slope2)) * (1 - FLOAT_SAFETY)
     j = v * np.arange(1, chunks + 1, dtype=float)
     out = np.empty(rows)
     step = max(1, BOTTLENECK_BLOCK_FLOATS // (pp * chunks))
@@ -105,20 +110,64 @@ def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndar
     return out * (1 - FLOAT_SAFETY)
 
 
+def _chunks_within(ok_at, jmax: np.ndarray) -> np.ndarray:
+    """Per entry, the largest j in [0, jmax] with ok_at(j) (0 when none), for a predicate true
+    on a prefix of j >= 1: binary search, all entries at once."""
+    lo, hi = np.zeros_like(jmax), jmax.copy()
+    while (lo < hi).any():
+        mid = (lo + hi + 1) // 2
+        ok = ok_at(mid)
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid - 1)
+    return lo
+
+
+def _min_bottleneck_by_counts(L: int, v: int, ncap, pieces) -> np.ndarray:
+    """_min_bottleneck (unlowered) without listing every value f_s(j v): when stages x chunks
+    is beyond the block (a million layers on 1,024 stages is 10^9 values, 8 GB a row), the
+    level is bisected instead, counting per stage the chunks within it by binary search (f_s
+    non-decreasing). The returned level lies below the (L // v)-th smallest value by at most a
+    few floating-point steps: a level whose count falls short of L // v is below it."""
+    need = L // v
+    jmax = (np.where(np.isfinite(ncap), np.minimum(ncap, L), L) // v).astype(np.int64)
+    jmax = np.minimum(jmax, max(need - jmax.shape[1] + 1, 0))  # the others hold >= 1 chunk each
+
+    def f(j):
+        with np.errstate(invalid="ignore", over="ignore"):
+            vals = _piecewise(v * j.astype(float), *pieces)
+        return np.where(np.isnan(vals), np.inf, vals)
+
+    def count(z: np.ndarray) -> np.ndarray:
+        return _chunks_within(lambda j: (j == 0) | (f(j) <= z[:, None]), jmax).sum(1)
+
+    first = np.where(jmax >= 1, f(np.ones_like(jmax)), np.inf).max(1)
+    top = f(np.maximum(jmax, 1)).max(1)
+    lo = np.where(np.isfinite(first), first, np.inf)
+    hi = np.where(np.isfinite(top), top, np.inf)
+    done = ~np.isfinite(lo) | (jmax.sum(1) < need) | (count(np.where(np.isfinite(lo), lo, 0.0)) >= need)
+    lo = np.where(jmax.sum(1) < need, np.inf, lo)
+    for _ in range(200):  # halving [lo, hi]: count(lo) < need <= count(hi)
+        open_ = ~done & (np.nextafter(lo, np.inf) < hi)
+        if not open_.any():
+            break
+        with np.errstate(invalid="ignore"):  # rows done at inf: their mid is not used
+            mid = np.where(open_, lo + (hi - lo) / 2, lo)
+        reach = count(mid) >= need
+        lo, hi = np.where(open_ & ~reach, mid, lo), np.where(open_ & reach, mid, hi)
+    return lo
+
+
 def _stage_pieces(c: dict, L: int, v: int, allow_full_recompute: bool):
     """Per row and stage: the layer cap ncap_s, whether some split fits, and tau_s(n) as
     _piecewise's (base, slope1, knee, slope2) (module docstring); `c` as tight_class_terms."""
     a, t, u = c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"]
     state, act, ckpt = c["layer_state_bytes"], c["layer_act_bytes"], c["layer_ckpt_bytes"]
     room = c["capacity_bytes"] - c["stage_mem_bytes"]
-    per = state + act
-    if allow_full_recompute:
-        per = per - np.maximum(act - ckpt, 0)
+    # the cap by cost.schedule.fits's own comparison (a float floor can come out one layer low
+    # exactly at the edge); without full recompute a layer keeps its activations (ckpt = act)
+    ncap = coefficients.max_layers_per_stage(state, act, ckpt if allow_full_recompute else act,
+                                             c["capacity_bytes"], c["stage_mem_bytes"], v, L).astype(float)
+    fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
     with np.errstate(divide="ignore", invalid="ignore"):
-        n = np.where(per > 0, np.floor(np.maximum(room, 0) / np.where(per > 0, per, 1)),
-                     np.where(room >= 0, L, 0))
-        ncap = np.minimum((n // v) * v, L).astype(float)
-        fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
         w, h = state + act, act - ckpt
         forced = allow_full_recompute & (u >= 0) & (h > 0)
         knee = np.where(forced & (w > 0), np.maximum(room, 0) / np.where(w > 0, w, 1), np.inf)
@@ -165,13 +214,19 @@ def sync_within(c: dict, L: int, v: int, allow_full_recompute: bool, theta: np.n
     whose gradient sync is slow). `c` as tight_class_terms; theta (rows,)."""
     safe, fits, pieces = _stage_pieces(c, L, v, allow_full_recompute)
     top = max(1, int(np.max(safe, initial=v)) // v)
-    n = v * np.arange(1, top + 1, dtype=float)
-    with np.errstate(invalid="ignore", over="ignore"):
-        f = _piecewise(n[None, None, :], *(x[:, :, None] for x in pieces))
-    ok = (f * (1 - FLOAT_SAFETY) <= theta[:, None, None]) & (n[None, None, :] <= safe[:, :, None])
-    # the largest admissible n (the admissible n form a prefix where tau_s increases; allowing
-    # every n up to the largest where it does not only lowers the bound)
-    cap = np.where(ok.any(2), v * (ok.shape[2] - np.argmax(ok[:, :, ::-1], axis=2)), 0)
+    if safe.size * top > BOTTLENECK_BLOCK_FLOATS:  # too many values to list: binary search
+        def within(j):
+            with np.errstate(invalid="ignore", over="ignore"):
+                return (j == 0) | (_piecewise(v * j.astype(float), *pieces) * (1 - FLOAT_SAFETY) <= theta[:, None])
+        cap = v * _chunks_within(within, (np.minimum(safe, L) // v).astype(np.int64))
+    else:
+        n = v * np.arange(1, top + 1, dtype=float)
+        with np.errstate(invalid="ignore", over="ignore"):
+            f = _piecewise(n[None, None, :], *(x[:, :, None] for x in pieces))
+        ok = (f * (1 - FLOAT_SAFETY) <= theta[:, None, None]) & (n[None, None, :] <= safe[:, :, None])
+        # the largest admissible n (the admissible n form a prefix where tau_s increases; allowing
+        # every n up to the largest where it does not only lowers the bound)
+        cap = np.where(ok.any(2), v * (ok.shape[2] - np.argmax(ok[:, :, ::-1], axis=2)), 0)
     bad = (cap < v).any(1) | (cap.sum(1) < L) | ~fits
     g = c["layer_sync_time_s"]
     out = _min_bottleneck(L, v, np.where(bad[:, None], L, cap), c["stage_sync_time_s"], g,
@@ -218,13 +273,14 @@ def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True)
 
 
 def max_layers_per_stage(c: StageCoefficients) -> np.ndarray:
-    return coefficients.max_layers_per_stage(c.layer_state_bytes, c.layer_ckpt_bytes, c.capacity_bytes,
-                                             c.stage_mem_bytes, c.outer.virtual_stages)
+    return coefficients.max_layers_per_stage(c.layer_state_bytes, c.layer_act_bytes, c.layer_ckpt_bytes,
+                                             c.capacity_bytes, c.stage_mem_bytes, c.outer.virtual_stages,
+                                             c.layers)
 
 
 def memory_infeasible(c: StageCoefficients) -> bool:
-    return coefficients.no_split_fits(c.layer_state_bytes, c.layer_ckpt_bytes, c.capacity_bytes,
-                                      c.stage_mem_bytes, c.outer.virtual_stages, c.layers)
+    return coefficients.no_split_fits(c.layer_state_bytes, c.layer_act_bytes, c.layer_ckpt_bytes,
+                                      c.capacity_bytes, c.stage_mem_bytes, c.outer.virtual_stages, c.layers)
 
 
 def min_recompute(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
