@@ -748,18 +748,38 @@ def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, 
             comm.all_gather_time_s(params * BF16_BYTES, ranks, lk, inter, net, calls), step)
 
 
-def max_layers_per_stage(state, ckpt, capacity, stage_mem, v: int) -> np.ndarray:
-    """Per stage, the most layers (a multiple of v) whose state and fully recomputed checkpoints
-    fit beside the stage's fixed memory: the least a layer can keep is its state plus its input
-    checkpoints (per-layer ckpt bytes, in-flight micro-batches included)."""
-    n = np.floor(np.maximum(capacity - stage_mem, 0) / (state + ckpt))
+def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> np.ndarray:
+    """Per stage, the most layers (a multiple of v, at most `layers`) that fit beside the stage's
+    fixed memory with each layer at its least: its state plus its input checkpoints where full
+    recomputation frees memory (per-layer bytes, in-flight micro-batches included). "Fit" is
+    cost/schedule.fits's peak <= capacity evaluated with its own float operations, so a count
+    whose peak equals the capacity is held: the quotient's floor, which rounding can put one
+    below it, is only the first guess."""
+    saving = act - ckpt
+    frees = saving > 0
+
+    def fit(n: np.ndarray) -> np.ndarray:  # cost/schedule.stage_mem_bytes with r = n where it frees
+        return stage_mem + n * (state + act) - np.where(frees, n, 0.0) * saving <= capacity
+
+    least = state + np.where(frees, ckpt, act)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.floor(np.maximum(capacity - stage_mem, 0) / least)
+    n = np.clip(np.nan_to_num(n, nan=layers, posinf=layers), 0, layers)
+    n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))  # memory does not grow with n
+    for _ in range(64):  # the guess is off by a float step or two: move it onto the predicate
+        up = (n < layers) & fit(n + 1)
+        down = (n > 0) & ~fit(n)
+        if not (up.any() or down.any()):
+            break
+        n = n + up - down
+    assert not ((n < layers) & fit(n + 1) | (n > 0) & ~fit(n)).any(), "max_layers_per_stage off the predicate"
     return (n // v) * v
 
 
-def no_split_fits(state, ckpt, capacity, stage_mem, v: int, layers: int) -> bool:
+def no_split_fits(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> bool:
     """Whether no layer split fits memory even with every layer fully recomputed: some stage
     cannot hold one chunk of v layers, or all together cannot hold the model's layers."""
-    nmax = max_layers_per_stage(state, ckpt, capacity, stage_mem, v)
+    nmax = max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v, layers)
     return bool((nmax < v).any() or nmax.sum() < layers)
 
 
@@ -896,7 +916,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_act[-1] += mtp_act
         stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
     capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
-    if skip_if_memory_infeasible and no_split_fits(state, ckpt, capacity, stage_mem, v, m.layers):
+    if skip_if_memory_infeasible and no_split_fits(state, act, ckpt, capacity, stage_mem, v, m.layers):
         return None  # the time terms below would only be dropped (solver/hetero_planner.problems_for)
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
