@@ -1,5 +1,5 @@
-"""`paraplan export PLAN --to megatron|torchtitan|deepspeed [--instance INSTANCE] [--strict]
-[--json] [-o FILE]`.
+"""`paraplan export PLAN --to megatron|torchtitan|deepspeed [--instance INSTANCE]
+[--strict | --force] [--json] [-o FILE]`.
 
 Writes the plan (a YAML written by `paraplan plan -o`, which carries the instance it was made
 for; `--instance` overrides it and is needed for plan files without one) as the chosen
@@ -9,38 +9,49 @@ framework's settings, to stdout or FILE.
 - Otherwise the closest configuration the target runs is written, and every deviation is
   reported, never dropped: after the configuration as `# paraplan: deviation: ...` comment
   lines (Megatron-LM and torchtitan; JSON has no comments, so the DeepSpeed file stays valid
-  JSON without them) and on stderr. `--strict` refuses instead: exit 2, one line, nothing
-  written.
+  JSON without them) and on stderr. `--strict` refuses any deviation instead.
+- The emitted configuration is always priced again by cost/ as the target runs it. One that
+  paraplan predicts will not run as planned (it does not fit memory, or runs more than
+  solver/export/common.MAX_SLOWDOWN, 5%, slower than the plan) is refused: exit 2, one line
+  giving both numbers, nothing written. `--force` writes it anyway, with the reason and both
+  predictions after the deviations in the file (stderr only for DeepSpeed's JSON).
+- Refused in one line (exit 2) whatever the flags: a plan the target cannot run at all (a
+  DualPipe plan, common.refuse_dualpipe; a model it has no layers for) and a mixed-cluster plan
+  (no framework runs the stages of one job on different GPU types with different layouts).
 - Whenever the emitted configuration is not the plan as planned (a deviation, or another
   framework than the plan was made for), the predicted time and memory of both are printed on
-  stderr (and given in --json): the emitted one re-simulated by cost/ as the target runs it.
+  stderr (and given in --json).
 - `--json` prints one object (below) instead of the configuration; `-o` still writes the file.
 Bad input raises InstanceError, which the CLI turns into exit 2 with one line.
 
-JSON fields: `target`, `target_version`, `exact`, `strict`, `plan_framework`, `config` (the
-file's text), `output` (the path written, or null), `deviations`, `notes` (lists of lines),
-`plan` and `emitted`, each with `framework`, `iter_time_s`, `peak_mem_bytes`,
-`capacity_bytes`, `fits`, and `emitted.plan` (the emitted plan, in the plan-file schema).
+JSON fields: `target`, `target_version`, `exact`, `strict`, `force`, `plan_framework`, `config`
+(the file's text), `output` (the path written, or null), `deviations`, `notes` (lists of lines),
+`will_not_run` (why it was written only under --force, or null), `plan` and `emitted`, each
+with `framework`, `iter_time_s`, `peak_mem_bytes`, `capacity_bytes`, `fits`, and
+`emitted.plan` (the emitted plan, in the plan-file schema).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.export import FORMATS, ExportRefused, ExportResult, compare
+from paraplan.solver.export import (FORMATS, MAX_SLOWDOWN, ExportRefused, ExportResult, compare,
+                                   will_not_run)
 from paraplan.solver.format import gib
 
 
-def render(result: ExportResult, to: str) -> str:
-    """The file's text: the configuration, then the deviations as comments where the format
-    has comments."""
+def render(result: ExportResult, to: str, forced: tuple[str, ...] = ()) -> str:
+    """The file's text: the configuration, then the deviations and, when written under --force,
+    why paraplan predicts it will not run as planned (`forced` lines), as comments where the
+    format has comments."""
     prefix = FORMATS[to][1]
     if prefix is None:
         return result.text
-    return result.text + "".join(f"{prefix} paraplan: deviation: {item}\n"
-                                 for item in result.unsupported)
+    return (result.text + "".join(f"{prefix} paraplan: deviation: {item}\n" for item in result.unsupported)
+            + "".join(f"{prefix} paraplan: forced: {item}\n" for item in forced))
 
 
 def _prediction_line(label: str, framework: str, pred) -> str:
@@ -63,14 +74,29 @@ def _load(args):
     return inst, load_plan(args.plan, inst)  # InstanceError names the file when they disagree
 
 
+def _why(inst, e) -> str:
+    """What makes the emitted configuration differ from the plan, in a few words."""
+    if e.deviations:
+        first = re.split(r"[:(]", e.deviations[0])[0].strip()  # its subject, before the detail
+        more = f" and {len(e.deviations) - 1} more" if len(e.deviations) > 1 else ""
+        return f"it deviates from the plan: {first}{more}"
+    return (f"the plan was made for {inst.job.framework.value}, and {e.inst.job.framework.value}"
+            " gathers, reduces and stores differently")
+
+
+def _replan(inst, to: str) -> str:
+    if inst.job.framework.value != to:
+        return f"plan for {to} (job.framework: {to})"
+    return f"plan without the settings {to} cannot run (--force lists them)"
+
+
 def cmd_export(args) -> int:
     inst, plan = _load(args)
     exporter, _, version = FORMATS[args.to]
     try:
         result = exporter(inst, plan)
     except ExportRefused as e:
-        raise InstanceError(args.plan, f"--to {args.to}", str(e),
-                            "export to another framework") from None
+        raise InstanceError(args.plan, f"--to {args.to}", str(e), e.fix) from None
     e = result.emitted
     if args.strict and not e.exact:
         more = f" (and {len(e.deviations) - 1} more)" if len(e.deviations) > 1 else ""
@@ -78,7 +104,18 @@ def cmd_export(args) -> int:
                             f"{args.to} cannot run the plan as planned: {e.deviations[0]}{more}",
                             f"drop --strict to get the closest {args.to} configuration, or plan"
                             f" for it (job.framework: {args.to})")
-    text = render(result, args.to)
+    cmp = compare(inst, plan, e)
+    problem = will_not_run(cmp)
+    if problem and not args.force:
+        raise InstanceError(args.plan, f"--to {args.to}", "paraplan predicts the emitted"
+                            f" {args.to} configuration will not run as planned ({_why(inst, e)}):"
+                            f" {problem}", _replan(inst, args.to) + ", or pass --force to write it"
+                            " anyway with the deviations in the file")
+    forced = () if problem is None else (
+        f"predicted not to run as planned: {problem}",
+        _prediction_line("the plan as planned", inst.job.framework.value, cmp.plan),
+        _prediction_line("the emitted configuration", args.to, cmp.emitted))
+    text = render(result, args.to, forced)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -88,7 +125,6 @@ def cmd_export(args) -> int:
                                 "check that the directory exists and is writable") from None
     # another framework, a deviation, or a model the framework changes (a padded vocabulary)
     differs = e.inst != inst or e.plan != plan
-    cmp = compare(inst, plan, e) if differs or args.json else None
     if args.json:
         from paraplan.cost.loader import plan_to_mapping
 
@@ -98,9 +134,10 @@ def cmd_export(args) -> int:
                     "fits": p.fits}
 
         out = {"target": args.to, "target_version": version, "exact": e.exact,
-               "strict": bool(args.strict), "plan_framework": inst.job.framework.value,
+               "strict": bool(args.strict), "force": bool(args.force),
+               "plan_framework": inst.job.framework.value,
                "config": text, "output": args.output or None,
-               "deviations": list(e.deviations), "notes": list(e.notes),
+               "deviations": list(e.deviations), "notes": list(e.notes), "will_not_run": problem,
                "plan": pred(cmp.plan, inst.job.framework.value),
                "emitted": {**pred(cmp.emitted, args.to), "plan": plan_to_mapping(e.plan)}}
         json.dump(out, sys.stdout, indent=2)
@@ -111,7 +148,10 @@ def cmd_export(args) -> int:
         print(f"paraplan: deviation: {item}", file=sys.stderr)
     for item in e.notes:
         print(f"paraplan: note: {item}", file=sys.stderr)
-    if cmp is not None and differs:
+    if problem:
+        print(f"paraplan: warning: written under --force, predicted not to run as planned: {problem}",
+              file=sys.stderr)
+    if differs:
         print("paraplan: " + _prediction_line("the plan as planned", inst.job.framework.value,
                                               cmp.plan), file=sys.stderr)
         print("paraplan: " + _prediction_line("the emitted configuration", args.to, cmp.emitted),
@@ -128,8 +168,15 @@ def register(sub) -> None:
     p.add_argument("--instance",
                    help="the instance YAML the plan was made for (default: the one the plan file"
                         " carries)")
-    p.add_argument("--strict", action="store_true",
-                   help="fail (exit 2) instead of writing a configuration that differs from the plan")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--strict", action="store_true",
+                      help="fail (exit 2) instead of writing a configuration that differs from the"
+                           " plan in any setting")
+    mode.add_argument("--force", action="store_true",
+                      help="write the configuration even where paraplan predicts it will not run as"
+                           " planned (does not fit memory, or more than"
+                           f" {100 * MAX_SLOWDOWN:.0f}%% slower than the plan),"
+                           " with the reason and both predictions as comments in the file")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object: the configuration, deviations, notes and the"
                         " predicted time and memory of the plan and of the emitted configuration")

@@ -6,8 +6,8 @@ configuration in the framework's own syntax; `emitted` the configuration it desc
 (instance, plan) pair cost/ can price, with one line per deviation from the plan (none: exact)
 and notes."""
 
-from paraplan.solver.export.common import (Comparison, Emitted, ExportRefused, ExportResult, Prediction,
-                                  compare)
+from paraplan.solver.export.common import (MAX_SLOWDOWN, Comparison, Emitted, ExportRefused,
+                                          ExportResult, Prediction, compare, will_not_run)
 from paraplan.solver.export.deepspeed import DEEPSPEED_VERSION, to_deepspeed
 from paraplan.solver.export.megatron import MEGATRON_VERSION, to_megatron
 from paraplan.solver.export.torchtitan import TORCHTITAN_VERSION, to_torchtitan
@@ -20,5 +20,5 @@ FORMATS = {
     "deepspeed": (to_deepspeed, None, DEEPSPEED_VERSION),
 }
 
-__all__ = ["FORMATS", "Comparison", "Emitted", "ExportRefused", "ExportResult", "Prediction",
-           "compare", "to_deepspeed", "to_megatron", "to_torchtitan"]
+__all__ = ["FORMATS", "MAX_SLOWDOWN", "Comparison", "Emitted", "ExportRefused", "ExportResult",
+           "Prediction", "compare", "to_deepspeed", "to_megatron", "to_torchtitan", "will_not_run"]

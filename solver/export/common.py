@@ -27,12 +27,24 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
-from paraplan.cost.specs import Framework, Instance, Optimizer, Plan
+from paraplan.cost.specs import Framework, Instance, Optimizer, PipelineSchedule, Plan
+from paraplan.cost.units import bytes_to_gib
+
+# An emitted configuration predicted more than this fraction slower than the plan is not handed
+# over without --force. 5%: paraplan's ordering of two configurations of one workload is checked
+# against measurements only for pairs measured more than 5% apart (docs/accuracy.md, "Ranking":
+# 14 of 14 ordered right); a smaller predicted gap is within what the cost model resolves, so
+# refusing on it would refuse on the model's noise, and a larger one is a slowdown it predicts.
+MAX_SLOWDOWN = 0.05
 
 
 class ExportRefused(Exception):
     """The target framework cannot run this model at all (not a plan setting that has a
-    closest runnable value): one line saying why."""
+    closest runnable value): one line saying why, and `fix`, what the user can do instead."""
+
+    def __init__(self, problem: str, fix: str = "export to another framework"):
+        super().__init__(problem)
+        self.fix = fix
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +196,22 @@ def refuse_megatron_only_layers(inst: Instance, plan: Plan) -> None:
             " Megatron-core runs it and exports it only to megatron")
 
 
+def refuse_dualpipe(inst: Instance, target: Framework) -> None:
+    """DeepSeek's DualPipe (job.pipeline_schedule dualpipe, cost/dualpipe.py) is run by no
+    framework we export to, so its plan is refused rather than emitted as 1F1B: 1F1B on DualPipe's
+    split neither has DualPipe's bubble nor its memory (each device holds one stage, not two), so
+    the emitted time and memory are not the plan's (65% slower and over 80 GiB on the bundled
+    DeepSeek-V3 / 2,048 H800 plan)."""
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        raise ExportRefused(
+            f"job.pipeline_schedule dualpipe: {target.value} does not run DeepSeek's DualPipe"
+            " (Megatron-LM and DeepSpeed run 1F1B and interleaved 1F1B; torchtitan's schedules,"
+            " torch.distributed.pipelining's, have none that feeds micro-batches from both ends"
+            " with each stage on two devices), and DualPipe's split emitted as 1F1B is not the"
+            " plan", fix="run it with deepseek-ai/DualPipe, or plan the job with"
+            " job.pipeline_schedule: 1f1b to export it")
+
+
 def cross_framework_note(d: Deviations) -> None:
     if d.source_framework is not d.target:
         d.note(f"the plan was made for {d.source_framework.value} (its instance's"
@@ -231,3 +259,32 @@ def predict(inst: Instance, plan: Plan) -> Prediction:
 def compare(inst: Instance, plan: Plan, emitted: Emitted) -> Comparison:
     """The plan as planned (its own framework) and the emitted configuration (the target's)."""
     return Comparison(predict(inst, plan), predict(emitted.inst, emitted.plan))
+
+
+def will_not_run(cmp: Comparison) -> str | None:
+    """Why the emitted configuration is not handed over without --force, in one phrase giving
+    both numbers, or None. It does not run when it does not fit memory (emitted peak vs usable
+    capacity) or is predicted more than MAX_SLOWDOWN slower than the plan (emitted vs planned
+    time per iteration)."""
+    e, p = cmp.emitted, cmp.plan
+    problems = []
+    if not e.fits:
+        need, usable = gib_pair(e.peak_mem_bytes, e.capacity_bytes)
+        problems.append(f"it needs {need} GiB per GPU of {usable} GiB usable (the plan"
+                        f" {bytes_to_gib(p.peak_mem_bytes):.1f} GiB)")
+    slowdown = e.iter_time_s / p.iter_time_s - 1
+    if slowdown > MAX_SLOWDOWN:
+        problems.append(f"it runs {e.iter_time_s:.4g} s per iteration against the plan's"
+                        f" {p.iter_time_s:.4g} s ({100 * slowdown:+.1f}%, more than"
+                        f" {100 * MAX_SLOWDOWN:.0f}% slower)")
+    return "; ".join(problems) or None
+
+
+def gib_pair(a_bytes: float, b_bytes: float) -> tuple[str, str]:
+    """Two sizes in GiB with the fewest decimals (1 to 6) that tell them apart, so a peak just
+    over the capacity never reads '32.0 of 32.0'."""
+    a, b = bytes_to_gib(a_bytes), bytes_to_gib(b_bytes)
+    for digits in range(1, 7):
+        if f"{a:.{digits}f}" != f"{b:.{digits}f}":
+            break
+    return f"{a:.{digits}f}", f"{b:.{digits}f}"

@@ -26,13 +26,15 @@ import json
 from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
-                                          drop_partitions, fold_cp_into_dp, refuse_megatron_only_layers)
+                                          drop_partitions, fold_cp_into_dp, refuse_dualpipe,
+                                          refuse_megatron_only_layers)
 
 DEEPSPEED_VERSION = "0.19"
 _B = behaviour(Framework.DEEPSPEED)
 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
+    refuse_dualpipe(inst, Framework.DEEPSPEED)
     refuse_megatron_only_layers(inst, plan)
     d = Deviations(inst, plan, Framework.DEEPSPEED)
     cross_framework_note(d)

@@ -27,9 +27,10 @@ from __future__ import annotations
 from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, ep_links, shared_overlap_applies
 from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, Optimizer,
-                                 PipelineSchedule, Plan, Precision, Recompute, RecomputeModule)
+                                 Plan, Precision, Recompute, RecomputeModule)
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                  cross_framework_note, drop_partitions, model_chunks)
+                                  cross_framework_note, drop_partitions, model_chunks,
+                                  refuse_dualpipe)
 
 MEGATRON_VERSION = "Megatron-LM main, commit d98e8a64ddf3 (2026-08-22)"
 # cost/framework.py prices Megatron's gradient buckets at this many parameters
@@ -39,6 +40,7 @@ _FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
     """The closest configuration Megatron-LM runs (module docstring of common.py)."""
+    refuse_dualpipe(inst, Framework.MEGATRON)
     d = Deviations(inst, plan, Framework.MEGATRON)
     cross_framework_note(d)
     drop_partitions(d)
@@ -61,17 +63,12 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
 
 
 def _deepseek_options(d: Deviations) -> None:
-    """DeepSeek-V3's schedule (job.pipeline_schedule dualpipe) is not emitted: Megatron-LM has no
-    DualPipe, so the emitted plan runs (and is re-priced with) 1F1B. Its dispatcher (deepep) is
+    """DeepSeek-V3's options as Megatron-LM runs them (its DualPipe schedule is refused before,
+    common.refuse_dualpipe: Megatron-LM has no DualPipe). Its dispatcher (deepep) is
     Megatron-core's flex token dispatcher with the DeepEP backend, and node-limited routing its
     group-limited routing with one group per NVLink domain of the ep group (_moe_flags).
     Node-limited routing that Megatron's groups cannot express (top-k not a multiple of the
     node limit) is named in a note and left out."""
-    job = d.inst.job
-    if job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
-        d.deviate("job.pipeline_schedule dualpipe: Megatron-LM has no DualPipe schedule;"
-                  " emitted 1F1B")
-        d.set_job(pipeline_schedule=PipelineSchedule.ONE_F_ONE_B)
     moe = d.inst.model.moe
     if moe is not None and moe.max_nodes_per_token is not None and moe.top_k % moe.max_nodes_per_token:
         d.note(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: Megatron-core's group-limited"

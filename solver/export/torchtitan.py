@@ -32,7 +32,7 @@ import json
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, model_chunks,
-                                          refuse_megatron_only_layers)
+                                          refuse_dualpipe, refuse_megatron_only_layers)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
 
@@ -55,6 +55,7 @@ def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> 
 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
+    refuse_dualpipe(inst, Framework.TORCHTITAN)
     refuse_megatron_only_layers(inst, plan)
     if inst.model.mlp is not Mlp.SWIGLU:
         raise ExportRefused(

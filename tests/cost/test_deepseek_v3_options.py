@@ -277,13 +277,17 @@ def test_plan_plans_dualpipe_other_planning_commands_refuse_it_and_simulate_pric
     assert out.returncode == 2 and "DualPipe needs an even number of micro-batches" in out.stderr
 
 
-def test_megatron_export_names_what_it_cannot_run_and_writes_deepep_and_node_limited_routing(tmp_path):
+def test_megatron_export_refuses_dualpipe_and_writes_deepep_and_node_limited_routing(tmp_path):
+    from paraplan.solver.export import ExportRefused
     from paraplan.solver.export.megatron import render, runnable
-    inst = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP,
-                             pipeline_schedule=PipelineSchedule.DUALPIPE), max_nodes_per_token=4)
+    dualpipe = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP,
+                                 pipeline_schedule=PipelineSchedule.DUALPIPE), max_nodes_per_token=4)
+    # Megatron-LM has no DualPipe: refused, where it was emitted as 1F1B (issue 34)
+    with pytest.raises(ExportRefused, match="DualPipe"):
+        runnable(dualpipe, _plan(dualpipe, [3] + [4] * 14 + [2]))
+    inst = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP), max_nodes_per_token=4)
     e = runnable(inst, _plan(inst, [3] + [4] * 14 + [2]))
-    text = " ".join(e.deviations)
-    assert "DualPipe" in text and "deepep" not in text  # DeepEP is Megatron-core's flex backend
+    assert "deepep" not in " ".join(e.deviations)  # DeepEP is Megatron-core's flex backend
     assert e.inst.job.moe_dispatcher is MoeDispatcher.DEEPEP  # re-priced with DeepEP, as emitted
     script = render(inst, e)
     # ep 64 over 8-GPU NVLink domains (H800 nodes): 64 / 8 = 8 routing groups, each token to at
