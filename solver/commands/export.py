@@ -60,9 +60,45 @@ def _prediction_line(label: str, framework: str, pred) -> str:
             f" {gib(pred.peak_mem_bytes)} of {gib(pred.capacity_bytes)} ({fits})")
 
 
+# Why a plan of several replica classes or GPU types is refused: a framework's configuration is
+# one layout (degrees, layer split, micro-batch count) that every rank of the job shares, and
+# none of them chooses which GPU type a pipeline stage's ranks run on.
+MIXED_REASON = ("no framework we export to (Megatron-LM, torchtitan, DeepSpeed) runs the stages"
+                " of one job on different GPU types with different layouts: each gives every"
+                " rank one layout (degrees, layer split, micro-batch count) and none places"
+                " pipeline stages by GPU type")
+MIXED_FIX = ("plan for one GPU type (an instance without cluster.groups) to export it; `paraplan"
+             " simulate HETERO.yaml --plan PLAN.yaml` shows the per-group layout")
+
+
+def _classes(data: dict) -> str:
+    """The replica classes of a group-format plan mapping, in a few words."""
+    classes = data["plan"]["classes"] if "plan" in data else data["classes"]
+    if not isinstance(classes, list):
+        return "replica classes"
+    parts = [f"{c.get('replicas', '?')} x [{', '.join(map(str, c.get('stages', [])))}]"
+             for c in classes if isinstance(c, dict)]
+    return f"{len(classes)} replica class{'es' if len(classes) != 1 else ''} ({'; '.join(parts)})"
+
+
+def _refuse_groups(args) -> None:
+    """A plan in the group format, or a mixed-cluster instance: refused with MIXED_REASON."""
+    from paraplan.cost.hetero_loader import is_hetero_file
+    from paraplan.cost.loader import is_group_plan_mapping, read_yaml
+
+    data = read_yaml(args.plan)
+    if is_group_plan_mapping(data):
+        raise InstanceError(args.plan, "plan.classes", "a plan in the group format,"
+                            f" {_classes(data)}: {MIXED_REASON}", MIXED_FIX)
+    if args.instance and is_hetero_file(args.instance):
+        raise InstanceError(args.instance, "cluster.groups", "a cluster of several node groups:"
+                            f" {MIXED_REASON}", MIXED_FIX)
+
+
 def _load(args):
     from paraplan.cost.loader import load_instance, load_plan, plan_file_instance
 
+    _refuse_groups(args)
     if args.instance:
         inst = load_instance(args.instance)
     else:

@@ -159,3 +159,25 @@ def test_a_dualpipe_plan_is_refused_by_every_exporter_even_with_force(tmp_path, 
             assert code == 2 and out == "" and len(err.splitlines()) == 1, (to, err)
             assert "job.pipeline_schedule dualpipe" in err and "does not run DeepSeek's DualPipe" in err
             assert "pipeline_schedule: 1f1b" in err  # the fix
+
+
+# --- mixed clusters -------------------------------------------------------------------------
+
+HETERO = ROOT / "instances" / "hetero" / "tiny-2types.yaml"  # 8 A100 + 8 H100, two node groups
+
+
+def test_a_mixed_cluster_plan_gets_the_true_reason(tmp_path, capsys):
+    # before: "the plan file carries no instance" right after `plan -o` wrote it, and with
+    # --instance "report, export and sweep take one GPU type"
+    plan = tmp_path / "plan.yaml"
+    assert main(["plan", str(HETERO), "--quiet", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    for extra in ([], ["--instance", HETERO]):
+        code, out, err = export(capsys, plan, "--to", "megatron", *extra)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1
+        assert "plan.classes" in err and "different GPU types with different layouts" in err
+        assert "carries no instance" not in err and "take one GPU type" not in err
+    # a one-class plan file against the mixed-cluster instance: the instance is named
+    one = golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml")
+    code, _, err = export(capsys, one, "--to", "megatron", "--instance", HETERO)
+    assert code == 2 and "cluster.groups" in err and "different GPU types" in err
