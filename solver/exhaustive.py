@@ -247,10 +247,21 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
     placements: dict = {}
 
     # per (outer, layer plans) in enumeration order: each micro-batch vector's first minimum
-    # (value, plan parts); combined in that order at the end, so the first of equal optima wins
-    # as if they were evaluated one after the other
+    # (value, plan parts); folded into the best in that order as soon as every earlier one is
+    # in (fold), so the first of equal optima wins as if they were evaluated one after the
+    # other, and memory stays constant in the plans enumerated (only lone classes still
+    # pending hold theirs)
     found: dict[int, list] = {}
     pending: dict[tuple, list] = {}  # lone classes by class shape, evaluated LONE_CHUNK at once
+    best_val, best, next_i = math.inf, None, 0
+
+    def fold() -> None:
+        nonlocal best_val, best, next_i
+        while next_i in found:
+            for val, b in found.pop(next_i):
+                if val < best_val * (1 - 1e-9):
+                    best_val, best = float(val), b
+            next_i += 1
 
     def flush(shape) -> bool:
         """Evaluate the pending lone classes of one shape; False when the limit passed."""
@@ -264,17 +275,19 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             feasible += fit
             found[i] = [(val, (o, mv, [n], [r], parts)) for mv, (val, n, r) in zip(mvecs, best_rows)
                         if n is not None]
+        fold()
         bar.update(done)
         return True
 
     def result(complete: bool) -> HeteroExhaustiveResult:
-        best_val, best = math.inf, None
-        for i in sorted(found):
+        fold()
+        val_s, chosen = best_val, best
+        for i in sorted(found):  # stopped by the limit: those past a gap, in order
             for val, b in found[i]:
-                if val < best_val * (1 - 1e-9):
-                    best_val, best = float(val), b
-        return HeteroExhaustiveResult(plan=None if best is None else _plan_of(*best),
-                                      objective_s=None if best is None else best_val, candidates=done,
+                if val < val_s * (1 - 1e-9):
+                    val_s, chosen = float(val), b
+        return HeteroExhaustiveResult(plan=None if chosen is None else _plan_of(*chosen),
+                                      objective_s=None if chosen is None else val_s, candidates=done,
                                       outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
                                       feasible=feasible, complete=complete)
 
@@ -315,8 +328,9 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
             flat = int(np.argmin(vals))
             combo = np.unravel_index(flat, vals.shape)
-            found[i].append((float(vals.flat[flat]), (o, mv, [rows[k][0][j] for k, j in enumerate(combo)],
-                                                      [rows[k][1][j] for k, j in enumerate(combo)], parts)))
+            found[i].append((float(vals.flat[flat]), (o, mv, [rows[k][0][j].copy() for k, j in enumerate(combo)],
+                                                      [rows[k][1][j].copy() for k, j in enumerate(combo)], parts)))
+        fold()
     for shape in list(pending):
         if not flush(shape):
             return result(False)
@@ -350,7 +364,8 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
                 vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
                 j = int(np.argmin(np.where(ok, vals, np.inf)))  # the first fitting minimum
                 if vals[j] < best[q][i][0]:  # strictly: an equal value later in row order is not first
-                    best[q][i] = (float(vals[j]), n[j], r[j])
+                    # copies: a row view would keep the whole block alive
+                    best[q][i] = (float(vals[j]), n[j].copy(), r[j].copy())
     return list(zip(counted, fit, best))
 
 
