@@ -253,22 +253,33 @@ def mape(results: list[RowResult]) -> float:
     return sum(errs) / len(errs) if errs else float("nan")
 
 
-def load_rows(path: str) -> list[dict]:
+def load_rows(path: str, keep_going: bool = False):
     """The rows of a calibration file, each checked against the schema of
     shared/calibration/README.md, so that predict_rows meets only rows it can model or explain.
 
     Every problem raises one InstanceError naming the row's field, e.g. `[3].config.pp`; the
     file's limits are cost/loader.py's for calibration files (64 MiB, 200,000 nodes). Fields
     the schema does not list are kept and ignored, and null means "not published" where the
-    schema allows it.
+    schema allows it. With `keep_going`, returns (good rows, [(row id, InstanceError)]) instead:
+    a row that breaks the schema is set aside, the file still read (the file's own problems
+    still raise).
     """
     rows = read_yaml(path, calibration=True)
     if not isinstance(rows, list) or not rows:
         raise InstanceError(path, "<top level>", "expected a non-empty list of rows",
                             "write one '- id: ...' entry per published run")
+    good, bad = [], []
     for i, row in enumerate(rows):
-        _check_row(Section(row, path, f"[{i}]", None))
-    return rows
+        try:
+            _check_row(Section(row, path, f"[{i}]", None))
+        except InstanceError as e:
+            if not keep_going:
+                raise
+            row_id = row.get("id") if isinstance(row, dict) and isinstance(row.get("id"), str) else f"[{i}]"
+            bad.append((row_id, e))
+            continue
+        good.append(row)
+    return (good, bad) if keep_going else good
 
 
 def _check_row(row: Section) -> None:

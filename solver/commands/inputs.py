@@ -143,16 +143,19 @@ def _seq_len(text: str | int | None) -> int | None:
     return value
 
 
-def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
+def read_calibration_files(files: list[str] | None, keep_going: bool = False):
     """The rows of `files` (both bundled published files when none are given) and a label for
-    messages; a bad file raises one InstanceError naming it."""
+    messages; a bad file raises one InstanceError naming it. With `keep_going`, a row that breaks
+    the schema is set aside instead, and a third value lists those as {"id", "reason"}: one bad
+    row never refuses the whole file (a file none of whose rows can be read still raises)."""
     from paraplan.cost.calibration import BUNDLED_FILES, load_rows
 
     paths = files or [str(p) for p in BUNDLED_FILES]
     rows: list[dict] = []
+    rejected: list[dict] = []
     for path in paths:
         try:
-            rows.extend(load_rows(path))
+            good, bad = load_rows(path, keep_going=True)
         except InstanceError:
             raise  # names the file and the row's field already: never wrapped a second time
         except (OSError, ConfigError) as e:
@@ -160,7 +163,12 @@ def read_calibration_files(files: list[str] | None) -> tuple[list[dict], str]:
         except Exception as e:  # malformed YAML and the like: still one line, exit 2
             raise InstanceError(path, "<file>", f"cannot read: {e}".splitlines()[0],
                                 "pass a file in the calibration schema")
-    return rows, ", ".join(paths)
+        if bad and (not keep_going or not good):  # a file with no usable row is refused whole
+            raise bad[0][1]
+        rows.extend(good)
+        rejected.extend({"id": row_id, "reason": str(err)} for row_id, err in bad)
+    label = ", ".join(paths)
+    return (rows, label, rejected) if keep_going else (rows, label)
 
 
 def progress_enabled(args) -> bool:

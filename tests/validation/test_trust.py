@@ -15,7 +15,7 @@ import yaml
 
 from paraplan.cost.calibration import BUNDLED_FILES, RowResult, load_rows
 from paraplan.cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
-                        trust_for, validation_warnings)
+                        trust_for, validation_warnings, coverage)
 from paraplan.solver.commands.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -131,30 +131,31 @@ def test_log_quantile_interval_on_hand_made_residuals():
     assert hi == pytest.approx(10 / math.exp(0.05)) and hi == pytest.approx(9.5123, abs=1e-4)
 
 
-def test_trust_falls_back_to_a_broader_group():
-    # 5 rows exactly like the plan except the scale band (256 GPUs, not 64): the narrowest group
-    # (with the band) has 0 rows < 5, the next one (without the band) has 5, all with error +10%
-    # (log error ln 1.1): interval [10 / 1.1, 10 / 1.1].
-    same_but_band = [Residual(id=f"r{i}", features=_features(family="nemo", num_gpus=256), error=0.1)
-                     for i in range(5)]
-    t = trust_for(_features(), 10.0, same_but_band)
-    assert t.rows == 5 and "GPUs" not in t.group and "zero=1" in t.group
-    assert t.interval_s == pytest.approx((10 / 1.1, 10 / 1.1))
+def test_trust_weighs_each_source_family_the_same():
+    # Family A: 3 residuals of log error 0.1; family B: 1 of 0.3. Weights 1/3/2 = 1/6 each for
+    # A, 1/2 for B; sorted, the cumulative midpoints are 1/12, 3/12, 5/12 (A) and 9/12 (B).
+    # q = 0.1 lies between A's points: 0.1; q = 0.9 lies past B's 0.75: clamped to 0.3. So the
+    # interval is [10 / e^0.3, 10 / e^0.1] = [7.4082, 9.0484] s, where unweighted quantiles
+    # (0.1 and 0.24) would let A's three rows outvote B.
+    res = ([Residual(id=f"a{i}", features=_features(family="A"), error=math.expm1(0.1)) for i in range(3)]
+           + [Residual(id="b", features=_features(family="B"), error=math.expm1(0.3))])
+    t = trust_for(_features(), 10.0, res)
+    assert t.rows == 4 and "2 source families" in t.group
+    assert t.interval_s == pytest.approx((10 / math.exp(0.3), 10 / math.exp(0.1)))
+    assert t.interval_s == pytest.approx((7.4082, 9.0484), abs=1e-4)
+    # leaving family B out (a B row's own interval) leaves A's residuals alone: [10 / e^0.1] twice
+    t = trust_for(_features(), 10.0, res, exclude_family="B")
+    assert t.rows == 3 and t.interval_s == pytest.approx((10 / math.exp(0.1),) * 2)
 
 
-def test_trust_prefers_rows_with_the_plans_activations():
-    # 5 rows like the plan that recompute every layer (error +10%) and 5 that store their
-    # activations (error -5%), all else equal. A plan that stores its activations gets the
-    # interval of the storing rows alone: log errors all ln 0.95, so [10 / 0.95, 10 / 0.95];
-    # a plan that recomputes gets [10 / 1.1, 10 / 1.1]. Without the activations in the groups
-    # both would get the 10 rows' mixed quantiles.
-    res = ([Residual(id=f"f{i}", features=_features(activations="full recompute"), error=0.1) for i in range(5)]
-           + [Residual(id=f"s{i}", features=_features(activations="stored"), error=-0.05) for i in range(5)])
-    t = trust_for(_features(activations="stored"), 10.0, res)
-    assert t.rows == 5 and "activations stored" in t.group
-    assert t.interval_s == pytest.approx((10 / 0.95, 10 / 0.95))
-    t = trust_for(_features(activations="full recompute"), 10.0, res)
-    assert t.interval_s == pytest.approx((10 / 1.1, 10 / 1.1))
+def test_coverage_counts_rows_inside_the_other_families_band():
+    # Three families of two residuals each, log errors A: 0.0, 0.0; B: 0.0, 0.0; C: 0.5, 0.5.
+    # An A row's band comes from B and C (weights 1/4 each; midpoints 1/8, 3/8 at 0.0 and 5/8,
+    # 7/8 at 0.5): q = 0.1 -> 0.0 (clamped), q = 0.9 -> 0.5: [0.0, 0.5] holds 0.0. Likewise B.
+    # A C row's band from A and B is [0.0, 0.0], which 0.5 misses: coverage 4 / 6.
+    res = [Residual(id=f"{f}{i}", features=_features(family=f), error=math.expm1(e))
+           for f, e in (("A", 0.0), ("B", 0.0), ("C", 0.5)) for i in range(2)]
+    assert coverage(res) == pytest.approx(4 / 6)
 
 
 def test_warning_when_fewer_than_three_rows_validate_a_feature_at_the_plan_scale():

@@ -1,0 +1,345 @@
+"""`paraplan accuracy`: the cost model against published runs, out of sample first.
+
+For the bundled rows the headline is the leave-one-source-family-out error (cost/crossval.py):
+each row predicted by a model fitted without its source. By default it is read from the stored
+cost/published/crossval.yaml (checked against the current model: a stale file is said so);
+`--cv` recomputes it live (about 15 s per family), `--write` stores it. Rows of a file the model
+was never fitted on are out of sample as they stand. Every row also gets the interval a plan of
+its configuration would get (cost/trust.py), built without its own source family's residuals
+where it is a bundled row, and the share of rows whose measured time falls inside is reported.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+
+from paraplan.cost.errors import InstanceError
+from paraplan.solver.commands.inputs import read_calibration_files
+from paraplan.solver.commands.jsonout import emit_json
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN: an undefined statistic is null."""
+    return None if x is None or x != x else x
+
+
+def _mean(xs):
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else None
+
+
+def out_of_sample(rows, results, live: bool, log):
+    """(the out-of-sample RowResult-like predictions by row index, where they come from, folds).
+
+    Live: a leave-one-family-out refit of these rows. Stored: cost/published/crossval.yaml for
+    the bundled rows it holds while it matches the current model; rows it does not hold were
+    never fitted, so their prediction is out of sample already."""
+    from paraplan.cost.calibration import load_published
+    from paraplan.cost.crossval import load_stored, stale_rows
+    from paraplan.cost.loader import load_catalogue
+    if live:
+        from paraplan.cost.crossval import leave_one_family_out
+        oos, folds = leave_one_family_out(rows, load_catalogue(), log=log)
+        return {i: r.predicted_iter_time_s for i, r in enumerate(oos)}, "refitted now", folds
+    bundled = {r["id"] for r in load_published()}
+    stored = {s.id: s for s in load_stored()}
+    stale = stale_rows([stored[r.id] for r in results if r.id in stored], results)
+    out = {}
+    for i, r in enumerate(results):
+        if r.id in bundled:
+            if r.id in stored and r.id not in stale:
+                out[i] = stored[r.id].out_of_sample_s
+        else:
+            out[i] = r.predicted_iter_time_s
+    where = "cost/published/crossval.yaml"
+    if stale:
+        where += (f" (STALE for {len(stale)} rows: the cost model changed since it was written; run"
+                  " `paraplan accuracy --cv --write`)")
+    return out, where, None
+
+
+def row_intervals(rows, results, oos):
+    """Per row: (interval around the in-sample prediction, interval around the out-of-sample
+    one, whether the measured time lies in the latter), each from the stored out-of-sample
+    residuals without the row's own family. Unknown facts (cost/calibration.Ran.unknown) widen
+    it to the prices of their alternatives (unfused attention, full recomputation)."""
+    from paraplan.cost.calibration import load_published, source_family
+    from paraplan.cost.trust import published_residuals, row_features, trust_for
+    bundled = {r["id"] for r in load_published()}
+    res = published_residuals()
+    out = []
+    for i, (row, r) in enumerate(zip(rows, results, strict=True)):
+        if r.predicted_iter_time_s is None:
+            out.append((None, None, None))
+            continue
+        own = source_family(row).name if row["id"] in bundled else None
+        f = row_features(row, bool(r.full_recompute))
+        alt = _alternatives(row)
+        spans = []
+        for pred in (r.predicted_iter_time_s, oos.get(i)):
+            if pred is None:
+                spans.append(None)
+                continue
+            lo, hi = trust_for(f, pred, res, exclude_family=own).interval_s
+            for a in alt:  # the alternative's own interval, at the same relative width
+                lo, hi = min(lo, lo * a / r.predicted_iter_time_s), max(hi, hi * a / r.predicted_iter_time_s)
+            spans.append((lo, hi))
+        inside = None if spans[1] is None else spans[1][0] <= r.measured_iter_time_s <= spans[1][1]
+        out.append((spans[0], spans[1], inside))
+    return out
+
+
+def _alternatives(row) -> list[float]:
+    """Predicted times of the row under the other values of the facts it does not state."""
+    from paraplan.cost.calibration import row_ran, row_to_instance_plan
+    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.simulate import simulate
+    ran = row_ran(row)
+    variants = []
+    if "attention" in ran.unknown:
+        variants.append({"ran": {**(row.get("ran") or {}), "attention": "standard"}})
+    if (row["config"].get("recompute") or "unknown") == "unknown" and ran.recompute is None:
+        variants.append({"config": {**row["config"], "recompute": "full"}})
+    out = []
+    for change in variants:
+        try:
+            inst, plan = row_to_instance_plan({**row, **change}, load_catalogue())
+            bd = simulate(inst, plan)
+        except (ValueError, KeyError):
+            continue
+        if bd.fits:
+            out.append(bd.iter_time_s)
+    return out
+
+
+def cmd_accuracy(args) -> int:
+    from paraplan.cost.calibration import mape, predict_rows
+    from paraplan.cost.trust import accuracy_tables, coverage, group_stats, ranking_pairs, residuals
+    from paraplan.solver.format import table
+
+    rows, label, rejected = read_calibration_files(args.file, keep_going=True)
+    try:
+        results = predict_rows(rows)
+        res = residuals(rows, results)
+        pairs = ranking_pairs(rows, results)
+    except (KeyError, TypeError) as e:
+        raise InstanceError(label, f"row field {e}", "missing or of the wrong type",
+                            "follow shared/calibration/README.md's schema")
+    log = (lambda m: print(m, file=sys.stderr)) if not args.json else (lambda m: None)
+    oos, oos_from, folds = out_of_sample(rows, results, args.cv, log)
+    if args.write:
+        _write(rows, results, oos, folds)
+    spans = row_intervals(rows, results, oos)
+    modelled = [r for r in results if r.error is not None]
+    skipped = [r for r in results if r.error is None]
+    by_gpu = defaultdict(list)
+    for r in modelled:
+        by_gpu[r.gpu].append(r)
+    tables = accuracy_tables(res)
+    overall = group_stats(res) if res else None
+    wrong = [p for p in pairs if not p.right]
+    cv = _cv_summary(rows, results, oos, spans)
+    cv_res = _cv_residuals(rows, results, oos)
+    cv_coverage = coverage(cv_res) if len({r.features.family for r in cv_res}) > 1 else None
+    moe = moe_anchor_prices() if args.moe else []
+    if args.json:
+        emit_json({
+            "files": label.split(", "),
+            "rows": [{"id": r.id, "predicted_iter_time_s": r.predicted_iter_time_s,
+                      "measured_iter_time_s": r.measured_iter_time_s, "error": r.error,
+                      "fits_memory": r.fits_memory,
+                      "interval_s": list(spans[i][0]) if spans[i][0] else None,
+                      "out_of_sample_iter_time_s": oos.get(i),
+                      "out_of_sample_interval_s": list(spans[i][1]) if spans[i][1] else None}
+                     for i, r in enumerate(results) if r.error is not None],
+            "mape": _finite(mape(results)),
+            "bias": overall.bias if overall else None,
+            "cv_mape": cv["mape"], "cv_bias": cv["bias"], "cv_rows": cv["rows"],
+            "cv_by_family": cv["by_family"], "cv_source": oos_from,
+            "cv_interval_coverage": cv["coverage"], "cv_interval_coverage_nested": cv_coverage,
+            "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(by_gpu.items())},
+            "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
+                                 for g, s in groups.items()} for cut, groups in tables.items()},
+            "ranking": {"right": len(pairs) - len(wrong), "total": len(pairs),
+                        "wrong": [{"faster_measured": p.first, "slower_measured": p.second,
+                                   "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
+                                  for p in wrong]},
+            "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped] + rejected,
+            "status": "ok" if modelled else "no_rows",
+            **({"moe_anchors": [dict(vars(a)) for a in moe],
+                "moe_head_to_heads": moe_head_to_heads_json(moe)} if args.moe else {}),
+        })
+        return 0
+    print(table(["row", "gpu", "predicted", "80% interval", "measured", "error", "out of sample",
+                 "fits memory"],
+                [[r.id, r.gpu, f"{r.predicted_iter_time_s:.3f} s",
+                  f"{spans[i][0][0]:.3f}-{spans[i][0][1]:.3f} s",
+                  f"{r.measured_iter_time_s:.3f} s", f"{100 * r.error:+.1f}%",
+                  f"{100 * (oos[i] / r.measured_iter_time_s - 1):+.1f}%" if oos.get(i) else "-",
+                  "yes" if r.fits_memory else "NO (model says OOM)"]
+                 for i, r in enumerate(results) if r.error is not None], align="llrrrrrl"))
+    for cut, groups in tables.items():
+        print()
+        print(table([cut, "rows", "MAPE", "bias"],
+                    [[g, str(s.rows), f"{100 * s.mape:.1f}%", f"{100 * s.bias:+.1f}%"]
+                     for g, s in groups.items()]))
+    print()
+    print(_cv_text(cv, oos_from, cv_coverage))
+    print(f"\nranking: {len(pairs) - len(wrong)} / {len(pairs)} pairs of the same workload (measured"
+          " times more than 5% apart) ordered right (a predicted tie counts as wrong)")
+    for p in wrong:
+        print(f"  wrong: {p.first} measured {p.measured_s[0]:.3f} s < {p.second} {p.measured_s[1]:.3f} s,"
+              f" predicted {p.predicted_s[0]:.3f} s vs {p.predicted_s[1]:.3f} s")
+    for r in skipped:
+        print(f"not modelled: {r.id}: {r.reason}")
+    for r in rejected:
+        print(f"not read: {r['id']}: {r['reason']}")
+    oom = sum(1 for r in modelled if not r.fits_memory)
+    bias = f", bias {100 * overall.bias:+.2f}%" if overall else ""
+    headline = (f"out of sample (each source family left out of the fit): MAPE {100 * cv['mape']:.2f}%"
+                f" over {cv['rows']} rows; " if cv["mape"] is not None else "")
+    print(f"\n{headline}in sample: MAPE {100 * mape(results):.2f}%{bias} over {len(modelled)} rows"
+          f" ({len(skipped) + len(rejected)} not modelled; {oom} predicted not to fit memory although"
+          " they ran)")
+    if args.moe:
+        print()
+        print(moe_anchor_text(moe))
+    return 0
+
+
+def _cv_residuals(rows, results, oos):
+    from paraplan.cost.trust import Residual, row_features
+    return [Residual(id=r.id, features=row_features(row, bool(r.full_recompute)),
+                     error=oos[i] / r.measured_iter_time_s - 1)
+            for i, (row, r) in enumerate(zip(rows, results)) if oos.get(i) and r.error is not None]
+
+
+def _cv_summary(rows, results, oos, spans) -> dict:
+    from paraplan.cost.calibration import source_family
+    fams: dict[str, list] = defaultdict(list)
+    for i, (row, r) in enumerate(zip(rows, results)):
+        if r.error is not None:
+            fams[source_family(row).name].append((r.error, oos[i] / r.measured_iter_time_s - 1
+                                                  if oos.get(i) else None, spans[i][2]))
+    cv_errs = [e for v in fams.values() for _, e, _ in v if e is not None]
+    inside = [c for v in fams.values() for _, _, c in v if c is not None]
+    return {
+        "rows": len(cv_errs),
+        "mape": _finite(_mean(abs(e) for e in cv_errs)),
+        "bias": _finite(_mean(cv_errs)),
+        "coverage": _finite(_mean(inside)),
+        "by_family": {f: {"rows": len(v), "in_sample_mape": _mean(abs(a) for a, _, _ in v),
+                          "cv_mape": _mean(abs(e) for _, e, _ in v if e is not None),
+                          "cv_bias": _mean(e for _, e, _ in v if e is not None),
+                          "interval_coverage": _mean(c for _, _, c in v if c is not None)}
+                      for f, v in sorted(fams.items())},
+    }
+
+
+def _pct(x, signed=False):
+    return "-" if x is None else (f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%")
+
+
+def _cv_text(cv, source, nested) -> str:
+    from paraplan.solver.format import table
+    lines = [f"out of sample, each source family predicted by a model fitted without it ({source}):",
+             table(["source family", "rows", "in-sample MAPE", "out-of-sample MAPE", "bias",
+                    "in 80% interval"],
+                   [[f, str(s["rows"]), _pct(s["in_sample_mape"]), _pct(s["cv_mape"]),
+                     _pct(s["cv_bias"], True), _pct(s["interval_coverage"])]
+                    for f, s in cv["by_family"].items()], align="lrrrrr")]
+    if cv["mape"] is not None:
+        lines.append(f"out of sample: MAPE {_pct(cv['mape'])}, bias {_pct(cv['bias'], True)} over"
+                     f" {cv['rows']} rows; the 80% interval (built without the row's own family)"
+                     f" holds {_pct(cv['coverage'])} of them"
+                     + (f" (residual pool alone: {_pct(nested)})" if nested is not None else ""))
+    return "\n".join(lines)
+
+
+def _write(rows, results, oos, folds) -> None:
+    from paraplan.cost.calibration import RowResult, load_published
+    from paraplan.cost.crossval import CROSSVAL_FILE, to_mapping, write
+    bundled = [r["id"] for r in load_published()]
+    if folds is None or [r["id"] for r in rows] != bundled:
+        raise InstanceError("--write", "<options>", "stores only a live cross-validation of the"
+                            " bundled rows", "run `paraplan accuracy --cv --write` without files")
+    oos_results = [RowResult(id=r.id, gpu=r.gpu, source=r.source,
+                             measured_iter_time_s=r.measured_iter_time_s,
+                             predicted_iter_time_s=oos.get(i)) for i, r in enumerate(results)]
+    write(CROSSVAL_FILE, to_mapping(rows, results, oos_results, folds))
+    print(f"wrote {CROSSVAL_FILE}", file=sys.stderr)
+
+
+def moe_anchor_prices():
+    from paraplan.cost.moe_anchors import price, priced_rows
+    return [price(r) for r in priced_rows()]
+
+
+def moe_anchor_text(moe) -> str:
+    from paraplan.solver.format import table
+    errs = [a.error_pct for a in moe if not a.host_bound]
+    return "\n".join([
+        "mixture-of-experts anchors, each published configuration priced as it ran"
+        " (cost/published/moe.yaml; reported, never fitted):",
+        table(["anchor", "gpu", "published TF/GPU", "paraplan TF/GPU", "iteration", "error", "fits memory"],
+              [[a.id, a.gpu, f"{a.published_tflops_per_gpu:,.1f}", f"{a.megatron_tflops_per_gpu:,.1f}",
+                f"{a.iter_time_s:.2f} s", f"{a.error_pct:+.1f}%", "yes" if a.fits_memory else "NO"]
+               for a in moe], align="llrrrrl"),
+        f"{len(moe)} anchors (error > 0: paraplan faster than measured); the {len(errs)} not bound by"
+        f" host-side work: mean {sum(errs) / len(errs):+.1f}%, mean |error| {sum(map(abs, errs)) / len(errs):.1f}%"
+        " (TF/GPU: model TFLOP/s per GPU as Megatron-LM logs it)"]
+        + [f"  on {d}: {len(e)} anchors, mean {sum(e) / len(e):+.1f}%, mean |error| {sum(map(abs, e)) / len(e):.1f}%"
+           for d, e in _by_die([(a.gpu, a.error_pct) for a in moe if not a.host_bound])]
+        + _head_to_head_lines(moe))
+
+
+def _head_to_head_lines(moe) -> list[str]:
+    """The published tables' head-to-heads (cost/moe_anchors.head_to_heads): how many pairs of
+    configurations paraplan orders as they were measured, and each one it orders wrong."""
+    from paraplan.cost.moe_anchors import head_to_heads
+    pairs = head_to_heads(moe)
+    lines = [f"head-to-heads: {sum(p.right for p in pairs)} / {len(pairs)} pairs of one published"
+             " table (published TF/GPU more than 5% apart) ordered right"]
+    for p in pairs:
+        if not p.right:
+            lines.append(f"  wrong: {p.faster} measured {p.published_tflops_per_gpu[0]:,.0f} >"
+                         f" {p.slower} {p.published_tflops_per_gpu[1]:,.0f} TF/GPU, priced"
+                         f" {p.paraplan_tflops_per_gpu[0]:,.1f} vs {p.paraplan_tflops_per_gpu[1]:,.1f}")
+    return lines
+
+
+def moe_head_to_heads_json(moe) -> dict:
+    from paraplan.cost.moe_anchors import head_to_heads
+    pairs = head_to_heads(moe)
+    return {"right": sum(p.right for p in pairs), "total": len(pairs),
+            "wrong": [{"faster_measured": p.faster, "slower_measured": p.slower,
+                       "published_tflops_per_gpu": list(p.published_tflops_per_gpu),
+                       "paraplan_tflops_per_gpu": list(p.paraplan_tflops_per_gpu)}
+                      for p in pairs if not p.right]}
+
+
+def _by_die(pairs):
+    from paraplan.cost.fit import die
+    out: dict[str, list[float]] = {}
+    for gpu, e in pairs:
+        out.setdefault(die(gpu), []).append(e)
+    return sorted(out.items())
+
+
+def register(sub) -> None:
+    a = sub.add_parser("accuracy", help="predict published runs: out-of-sample (leave one source"
+                       " family out) and in-sample MAPE, 80%% intervals and their coverage, bias per"
+                       " family and feature, ranking of plans of one workload")
+    a.add_argument("file", nargs="*", help="rows in the schema of shared/calibration/README.md"
+                   " (default: both bundled files, cost/published/)")
+    a.add_argument("--json", action="store_true", help="one JSON document on standard output")
+    a.add_argument("--cv", action="store_true",
+                   help="refit without each source family now (about 15 s a family) instead of"
+                        " reading the stored cross-validation (cost/published/crossval.yaml)")
+    a.add_argument("--write", action="store_true",
+                   help="with --cv on the bundled rows: store the result in cost/published/crossval.yaml")
+    a.add_argument("--moe", action="store_true",
+                   help="also price the mixture-of-experts anchors of cost/published/moe.yaml as they"
+                        " ran, beside the published model TFLOP/s per GPU (reported, never fitted)")
+    a.set_defaults(func=cmd_accuracy)
