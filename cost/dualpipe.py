@@ -184,9 +184,11 @@ class Terms:
         return t, t + n * self.bw_s + r * self.ru_s, schedule.sync_times_s(self.coeffs, n)
 
     def mem_bytes(self, n: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Per device d, the bytes it holds (its two stages'), shape (pp,)."""
+        """Per device d, the bytes it holds (its two stages'), shape (pp,): device_mem_bytes's
+        sum, with the float operations in the order formulations/dualpipe.DualPipeProblem.sums
+        takes, so that a peak equal to the capacity fits (or not) alike in both."""
         per_stage = self.k0_bytes + n * self.kn_bytes - r * self.kr_bytes
-        return device_mem_bytes(per_stage + self.runtime_bytes, self.runtime_bytes)
+        return per_stage + per_stage[mirror(per_stage.shape[-1])] + self.runtime_bytes
 
 
 def terms(inst: Instance, o, net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> Terms:

@@ -22,6 +22,13 @@ Variables  n_s in 1..L (n_0 >= d0), r_s in 0..min(n_s, R)
 Objective (cost/dualpipe.schedule_s)
     Z = m/2 max_h (T_h + T_{pp-1-h}) + (pp/2 - 1)/2 max_h (U_h + U_{pp-1-h}) + max_h (D_h + D_{pp-1-h})
 
+Memory. A pair fits when its device memory, evaluated in float64 as `DualPipeProblem.sums`
+evaluates it (and cost/dualpipe.Terms.mem_bytes, which simulate reads), is <= the smaller of
+its stages' capacities: a peak equal to the capacity fits, in every method (issue 35). The
+exact search reads that predicate itself (`pair_fits`); CP-SAT and the MILP solve with each
+pair's row rounded the other way (a relaxation) and cut off, lazily, every solution with a
+pair that does not fit (`memory_cut`), so no rounding decides what fits.
+
 Exact search. Where the two stages of every pair have equal per-layer coefficients (one GPU
 type: every stage prices a layer alike), a pair's three sums depend
 on its layers N_h and recomputed layers R_h only, and all grow with both (every per-layer rate
@@ -100,13 +107,30 @@ class DualPipeProblem:
         return (T[..., h] + T[..., mi], U[..., h] + U[..., mi], D[..., h] + D[..., mi],
                 M[..., h] + M[..., mi] + self.runtime_bytes)
 
+    def pair_capacity_bytes(self) -> np.ndarray:
+        """Per pair, the smaller of its two stages' capacities (its two devices hold the same)."""
+        return np.minimum(self.capacity_bytes[:self.pairs], self.capacity_bytes[::-1][:self.pairs])
+
+    def pair_fits(self, h: int, n0, n1, r0, r1) -> np.ndarray:
+        """Whether pair h fits with n0 layers (r0 recomputed) on stage h and n1 (r1) on stage
+        pp - 1 - h, broadcast: `rows`' comparison with `sums`' float operations (the one
+        meaning of "fits" of the module docstring's Memory)."""
+        s0, s1 = h, self.pp - 1 - h
+        m0 = self.k0[s0] + self.kn[s0] * np.asarray(n0, float) - self.kr[s0] * np.asarray(r0, float)
+        m1 = self.k0[s1] + self.kn[s1] * np.asarray(n1, float) - self.kr[s1] * np.asarray(r1, float)
+        return m0 + m1 + self.runtime_bytes <= self.pair_capacity_bytes()[h]
+
+    def overfull_pairs(self, n, r) -> list[int]:
+        """The pairs of one split whose device memory does not fit."""
+        M = self.sums(n, r)[3]
+        return np.flatnonzero(M > self.pair_capacity_bytes()).tolist()
+
     def rows(self, n, r) -> tuple[np.ndarray, np.ndarray]:
         """(Z, whether memory fits) of rows of splits (shape (..., pp)): the objective, and
         every pair's device memory within both its stages' capacities."""
         P, U, D, M = self.sums(n, r)
-        cap = np.minimum(self.capacity_bytes[:self.pairs], self.capacity_bytes[::-1][:self.pairs])
         z = self.num_micro_batches / 2 * P.max(-1) + self.bubble_weight * U.max(-1) + D.max(-1)
-        return z, (M <= cap).all(-1)
+        return z, (M <= self.pair_capacity_bytes()).all(-1)
 
     def evaluate(self, n, r) -> float:
         return float(self.rows(n, r)[0])
@@ -193,47 +217,44 @@ def _result(p: DualPipeProblem, status: str, backend: str, start: float, bound, 
 def _pair_tables(p: DualPipeProblem, h: int):
     """(lo_N, R, split) of pair h: for each total N = lo_N .. L (index N - lo_N), the fewest
     recomputed layers that fit its memory, R (inf where nothing fits), and the split reaching
-    it, (layers of stage h, recomputed layers of stage h, of stage pp - 1 - h)."""
+    it, (layers of stage h, recomputed layers of stage h, of stage pp - 1 - h). For each split
+    of N, R recomputed layers go first to the stage whose layer frees more, and whether they fit
+    is DualPipeProblem.pair_fits itself, which is monotone in R (IEEE rounding is), so the least
+    R is found by bisection on the predicate: no float estimate decides it."""
     s0, s1 = h, p.pp - 1 - h
     lo = p.lows()
-    cap = min(p.capacity_bytes[s0], p.capacity_bytes[s1]) - p.runtime_bytes - p.k0[s0] - p.k0[s1]
     lo_N = int(lo[s0] + lo[s1])
     size = p.layers - lo_N + 1
     best_R = np.full(size, np.inf)
     split = np.zeros((size, 3), np.int64)
     big, small = (s0, s1) if p.kr[s0] >= p.kr[s1] else (s1, s0)
-    recompute = p.allow_full_recompute
     for N in range(lo_N, p.layers + 1):
         n0 = np.arange(lo[s0], N - lo[s1] + 1)
         n1 = N - n0
-        over = p.kn[s0] * n0 + p.kn[s1] * n1 - cap  # bytes above the capacity before recomputing
         nb, ns = (n0, n1) if big == s0 else (n1, n0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rb = np.where(over <= 0, 0, np.ceil(over / p.kr[big]) if p.kr[big] > 0 else np.inf)
-            rb = np.minimum(rb, nb)
-            rest = over - rb * p.kr[big]
-            rs = np.where(rest <= 0, 0, np.ceil(rest / p.kr[small]) if p.kr[small] > 0 else np.inf)
-        ok = (rs <= ns) & (recompute | (rb + rs == 0))
-        tot = np.where(ok, rb + rs, np.inf)
+        # the most recomputed layers worth trying: none where recomputing frees nothing, and
+        # none on the smaller stage where its recomputation costs memory
+        top = np.zeros_like(n0) if not p.allow_full_recompute or p.kr[big] <= 0 else (
+            nb + ns if p.kr[small] > 0 else nb)
+
+        def fit(R: np.ndarray) -> np.ndarray:
+            rb = np.minimum(R, nb)
+            r0, r1 = (rb, R - rb) if big == s0 else (R - rb, rb)
+            return p.pair_fits(h, n0, n1, r0, r1)
+
+        least, most = np.zeros_like(n0), top.copy()
+        while (least < most).any():  # the least R in [0, top] that fits (top where none does)
+            mid = (least + most) // 2
+            ok = fit(mid)
+            least, most = np.where(ok, least, mid + 1), np.where(ok, mid, most)
+        tot = np.where(fit(least), least, np.inf)
         if not np.isfinite(tot).any():
             continue
         i = int(np.argmin(tot))
-        # guard the ceilings against rounding: the split must fit exactly as `fits` checks it
-        r_b, r_s = int(rb[i]), int(rs[i])
-        while True:
-            used = p.kn[s0] * n0[i] + p.kn[s1] * n1[i] - p.kr[big] * r_b - p.kr[small] * r_s
-            if used <= cap:
-                break
-            if r_b < nb[i]:
-                r_b += 1
-            elif r_s < ns[i]:
-                r_s += 1
-            else:
-                break
-        if used > cap or (not recompute and r_b + r_s):
-            continue
-        best_R[N - lo_N] = r_b + r_s
-        r0, r1 = (r_b, r_s) if big == s0 else (r_s, r_b)
+        R = int(tot[i])
+        r_b = min(R, int(nb[i]))
+        best_R[N - lo_N] = R
+        r0, r1 = (r_b, R - r_b) if big == s0 else (R - r_b, r_b)
         split[N - lo_N] = (n0[i], r0, r1)
     return lo_N, best_R, split
 
@@ -338,36 +359,101 @@ def _upper_bound_s(p: DualPipeProblem) -> float:
     return p.num_micro_batches / 2 * T + p.bubble_weight * U + D
 
 
+def memory_cut(p: DualPipeProblem, h: int, n, r) -> tuple[tuple[str, int, int, int], ...]:
+    """Pair h of split (n, r) does not fit: what every split that may fit must meet, a
+    disjunction of (variable "n" or "r", stage, sense, bound) meaning var >= bound (sense +1)
+    or var <= bound (sense -1). A pair's memory, as pair_fits evaluates it, is monotone in each
+    of its four counts (IEEE rounding is monotone): rising with n_s where kn_s >= 0, falling
+    with r_s where kr_s >= 0 (the other way otherwise); so every split that is at least as
+    large in each count's rising direction does not fit either, and one that may fit leaves
+    that orthant by one count."""
+    out = []
+    for s in (h, p.pp - 1 - h):
+        n0, r0 = int(n[s]), int(r[s])
+        out.append(("n", s, -1, n0 - 1) if p.kn[s] >= 0 else ("n", s, +1, n0 + 1))
+        out.append(("r", s, +1, r0 + 1) if p.kr[s] >= 0 else ("r", s, -1, r0 - 1))
+    return tuple(out)
+
+
+def _relaxed_rows(p: DualPipeProblem, mu: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(k0, kn, kr per stage; capacity less runtime per pair) in quanta of mu bytes, rounded
+    the other way from a conservative row (use down, saving and capacity up, capacity one
+    quantum more, as formulations/quantize.relaxed_mem): every split that fits satisfies
+    sum_s (k0_s + kn_s n_s - kr_s r_s) <= K_h, so the row is a relaxation; memory_cut decides."""
+    k0 = np.floor(p.k0 / mu).astype(np.int64).tolist()
+    kn = np.floor(p.kn / mu).astype(np.int64).tolist()
+    kr = np.ceil(p.kr / mu).astype(np.int64).tolist()
+    cap = (np.ceil((p.pair_capacity_bytes() - p.runtime_bytes) / mu) + 1).astype(np.int64).tolist()
+    return k0, kn, kr, cap
+
+
 def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
                 cutoff_s: float | None = None) -> MultiClassResult:
     """The model on CP-SAT, times rounded to a quantum q (as formulations/quantize.py does:
-    the smallest 1 ns x 2^j keeping the scaled objective below 2^40), memory rounded up and
-    capacity down to 1 KiB. Objective 2 Z in quanta: m X + (pp/2 - 1) Y + 2 Z. Charging each
-    rounded coefficient a quantum, a pair's rounded sum is within q (2 + L + R) of the true
-    one, so the scaled objective is within
+    the smallest 1 ns x 2^j keeping the scaled objective below 2^40). Objective 2 Z in quanta:
+    m X + (pp/2 - 1) Y + 2 Z. Charging each rounded coefficient a quantum, a pair's rounded sum
+    is within q (2 + L + R) of the true one, so the scaled objective is within
         E = q [ (m/2 + c)(2 + L + R) + 2 + L ]
-    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E. `cutoff_s`: the
-    scaled objective is held to 2 (cutoff + E) / q, which every split of Z <= cutoff meets, so
-    "infeasible" under it is status "cutoff" (no split below the cutoff)."""
+    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E. Memory is
+    decided exactly (module docstring, Memory): each pair's row in 1 KiB quanta rounded the
+    other way (_relaxed_rows, a relaxation), and a solution whose pair does not fit by
+    pair_fits is cut off with memory_cut and the model solved again, until the solution fits;
+    the relaxation holds every split that fits, so every solve's bound is valid and the first
+    solution that fits is optimal when its solve proved its optimum. The deterministic time of
+    all the solves together is held to `time_limit_s`. `cutoff_s`: the scaled objective is held
+    to 2 (cutoff + E) / q, which every split of Z <= cutoff meets, so "infeasible" under it is
+    status "cutoff" (no split below the cutoff)."""
     from ortools.sat.python import cp_model
 
     from paraplan.formulations.multiclass import deterministic_solver
 
     start = time.perf_counter()
-    L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
+    L, m = p.layers, p.num_micro_batches
     R = L if p.allow_full_recompute else 0
     q = TIME_QUANTUM_S
     while 2 * _upper_bound_s(p) / q > OBJECTIVE_LIMIT_QUANTA:
         q *= 2
     E = q * ((m / 2 + p.bubble_weight) * (2 + L + R) + 2 + L)
+    cut = cutoff_s is not None and math.isfinite(cutoff_s)
+    cuts: list[tuple[tuple[str, int, int, int], ...]] = []
+    spent = 0.0  # deterministic time of the solves so far
+    while True:
+        model, n, r = _cpsat_model(p, q, R, cuts, math.floor(2 * (cutoff_s + E) / q) if cut else None)
+        solver = deterministic_solver(max(time_limit_s - spent, 1e-3), seed)
+        code = solver.solve(model)
+        spent += solver.response_proto.deterministic_time
+        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+                  cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)
+        if status is None:
+            raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a DualPipe split")
+        raw = solver.best_objective_bound
+        bound = raw * q / 2 - E if math.isfinite(raw) else None
+        if status == "infeasible":
+            if cut:
+                return _result(p, "cutoff", "cpsat", start, cutoff_s, 2 * E)
+            return _result(p, status, "cpsat", start, math.inf, 2 * E)
+        if status == "timeout":
+            return _result(p, status, "cpsat", start, bound, 2 * E)
+        nv, rv = [solver.value(x) for x in n], [solver.value(x) for x in r]
+        over = p.overfull_pairs(nv, rv)
+        if not over:
+            return _result(p, status, "cpsat", start, bound, 2 * E, nv, rv)
+        if spent >= time_limit_s:
+            return _result(p, "timeout", "cpsat", start, bound, 2 * E)
+        cuts += [memory_cut(p, h, nv, rv) for h in over]
+
+
+def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | None):
+    """The CP-SAT model of solve_cpsat with `cuts` (memory_cut's) and the scaled objective held
+    to `cutoff_q` quanta: (model, n, r)."""
+    from ortools.sat.python import cp_model
+
+    L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
     qi = lambda x: [int(round(v / q)) for v in x]  # noqa: E731
     a, t, u = qi(p.a), qi(p.t), qi(p.u)
     tb, ur = qi(p.t + p.bw), qi(p.u + p.ru)
     e, g = qi(p.e), qi(p.g)
-    mu = MEM_QUANTUM_BYTES
-    k0 = [math.ceil(x / mu) for x in p.k0]
-    kn = [math.ceil(x / mu) for x in p.kn]
-    kr = [math.floor(x / mu) for x in p.kr]
+    k0, kn, kr, cap = _relaxed_rows(p, MEM_QUANTUM_BYTES)
     lo = p.lows()
 
     model = cp_model.CpModel()
@@ -385,39 +471,34 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
         model.add(X >= sum(a[s] + t[s] * n[s] + u[s] * r[s] for s in st))
         model.add(Y >= sum(a[s] + tb[s] * n[s] + ur[s] * r[s] for s in st))
         model.add(Z >= sum(e[s] + g[s] * n[s] for s in st))
-        cap = math.floor((min(p.capacity_bytes[st[0]], p.capacity_bytes[st[1]]) - p.runtime_bytes) / mu)
-        model.add(sum(k0[s] + kn[s] * n[s] - kr[s] * r[s] for s in st) <= cap)
+        model.add(sum(k0[s] + kn[s] * n[s] - kr[s] * r[s] for s in st) <= cap[h])
+    var = {"n": n, "r": r}
+    for c in cuts:  # at least one count leaves the orthant that does not fit
+        lits = []
+        for kind, s, sense, bound in c:
+            b = model.new_bool_var("")
+            x = var[kind][s]
+            model.add(x >= bound if sense > 0 else x <= bound).only_enforce_if(b)
+            lits.append(b)
+        model.add_bool_or(lits)
     objective = m * X + (pp // 2 - 1) * Y + 2 * Z
-    cut = cutoff_s is not None and math.isfinite(cutoff_s)
-    if cut:
-        model.add(objective <= math.floor(2 * (cutoff_s + E) / q))
+    if cutoff_q is not None:
+        model.add(objective <= cutoff_q)
     model.minimize(objective)
-    solver = deterministic_solver(time_limit_s, seed)
-    code = solver.solve(model)
-    status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-              cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)
-    if status is None:
-        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a DualPipe split")
-    raw = solver.best_objective_bound
-    bound = raw * q / 2 - E if math.isfinite(raw) else None
-    if status == "infeasible":
-        if cut:
-            return _result(p, "cutoff", "cpsat", start, cutoff_s, 2 * E)
-        return _result(p, status, "cpsat", start, math.inf, 2 * E)
-    if status == "timeout":
-        return _result(p, status, "cpsat", start, bound, 2 * E)
-    return _result(p, status, "cpsat", start, bound, 2 * E,
-                   [solver.value(x) for x in n], [solver.value(x) for x in r])
+    return model, n, r
 
 
 # --- MILP -----------------------------------------------------------------------------------
 
 def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc",
                cutoff_s: float | None = None) -> MultiClassResult:
-    """The model as a MILP (X, Y, Z continuous; n, r integer; memory in MiB less a 1 KiB
-    margin, as formulations/multiclass_milp.py). An integer variable accepted iota from
-    integral moves each of the 3 pp/2 sums it enters by iota times its coefficient, and every
-    row may be off by the feasibility tolerance phi, so the reported bound subtracts
+    """The model as a MILP (X, Y, Z continuous; n, r integer; memory in MiB, each pair's
+    capacity MEM_MARGIN_MIB more: a relaxation even under the backends' tolerances). Memory is
+    decided as in solve_cpsat: a solution whose pair does not fit by pair_fits is cut off with
+    memory_cut (C7x: one binary per count, at least one set) and the model solved again, within
+    the one time limit, until the solution fits. An integer variable accepted iota from integral
+    moves each of the 3 pp/2 sums it enters by iota times its coefficient, and every row may be
+    off by the feasibility tolerance phi, so the reported bound subtracts
         eps = iota pp (m/2 + c + 1) w_max + phi (m/2 + c + 1)
     (w_max the largest per-layer coefficient), plus CBC's print error; tolerance 2 eps.
     `cutoff_s`: the objective is held to cutoff + eps, so "infeasible" is status "cutoff"."""
@@ -430,6 +511,7 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
     L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
     R = L if p.allow_full_recompute else 0
     lo = p.lows()
+    cuts: list[tuple[tuple[str, int, int, int], ...]] = []
 
     def formulate():
         api = new_model(backend)
@@ -439,18 +521,29 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
         X, Y, Z = api.real_var("X"), api.real_var("Y"), api.real_var("Z")
         for s in range(pp):
             api.add(r[s] <= n[s], f"C2_recompute_s{s}")
+        cap_pair = p.pair_capacity_bytes()
         for h in range(k):
             st = (h, pp - 1 - h)
             T = [p.a[s] + p.t[s] * n[s] + p.u[s] * r[s] for s in st]
             api.add(X >= sum(T), f"C3_steady_h{h}")
             api.add(Y >= sum(T) + sum(p.bw[s] * n[s] + p.ru[s] * r[s] for s in st), f"C4_bubble_h{h}")
             api.add(Z >= sum(p.e[s] + p.g[s] * n[s] for s in st), f"C5_sync_h{h}")
-            cap = (min(p.capacity_bytes[st[0]], p.capacity_bytes[st[1]]) - p.runtime_bytes) / MEM_UNIT_BYTES
+            cap = (cap_pair[h] - p.runtime_bytes) / MEM_UNIT_BYTES
             api.add(sum((p.k0[s] + p.kn[s] * n[s] - p.kr[s] * r[s]) / MEM_UNIT_BYTES for s in st)
-                    <= cap - MEM_MARGIN_MIB, f"C6_mem_h{h}")
+                    <= cap + MEM_MARGIN_MIB, f"C6_mem_h{h}")
+        var = {"n": n, "r": r}
+        for i, c in enumerate(cuts):  # at least one count leaves the orthant that does not fit
+            ys = []
+            for j, (kind, s, sense, bound) in enumerate(c):
+                y = api.int_var(0, 1, f"y_C7x_{i}_{j}")
+                x, span = var[kind][s], (L if kind == "n" else R) + 2  # the count's range, and more
+                api.add(x >= bound - span * (1 - y) if sense > 0 else x <= bound + span * (1 - y),
+                        f"C7x_mem_{i}_{j}")
+                ys.append(y)
+            api.add(sum(ys) >= 1, f"C7x_mem_{i}")
         objective = m / 2 * X + p.bubble_weight * Y + Z
         if cut:
-            api.add(objective <= cutoff_s + eps, "C7_cutoff")
+            api.add(objective <= cutoff_s + eps, "C8_cutoff")
         api.minimise(objective)
         return api, n, r
 
@@ -458,23 +551,33 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
     w_max = float(max(np.abs(x).max() for x in (p.t, p.u, p.t + p.bw, p.u + p.ru, p.g)))
     weight = m / 2 + p.bubble_weight + 1
     eps = INTEGRALITY_TOL * pp * weight * w_max + FEASIBILITY_TOL_S * weight
-    api, n, r = formulate()
-    status, _, bound, read_error = run_model(api, backend, time_limit_s, 1, "a DualPipe split")
-    if status == "infeasible" and backend == "cbc" and time_limit_s < CBC_INFEASIBLE_RECHECK_S:
+    deadline = start + time_limit_s
+    while True:
+        left = max(deadline - time.perf_counter(), 1e-3)
         api, n, r = formulate()
-        status, _, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1, "a DualPipe split")
-    tol = 2 * eps + read_error
-    if status == "infeasible":
-        if cut:
-            return _result(p, "cutoff", backend, start, cutoff_s, tol)
-        return _result(p, "infeasible", backend, start, math.inf, tol)
-    if status == "timeout":
-        return _result(p, "timeout", backend, start, None, tol)
-    bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
+        status, _, bound, read_error = run_model(api, backend, left, 1, "a DualPipe split")
+        if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
+            api, n, r = formulate()
+            status, _, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1, "a DualPipe split")
+        tol = 2 * eps + read_error
+        if status == "infeasible":
+            if cut:
+                return _result(p, "cutoff", backend, start, cutoff_s, tol)
+            return _result(p, "infeasible", backend, start, math.inf, tol)
+        if status == "timeout":
+            return _result(p, "timeout", backend, start, None, tol)
 
-    def val(x) -> int:
-        v = api.value(x)
-        if v is None:
-            raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} DualPipe split")
-        return int(round(v))
-    return _result(p, status, backend, start, bound, tol, [val(x) for x in n], [val(x) for x in r])
+        def val(x) -> int:
+            v = api.value(x)
+            if v is None:
+                raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} DualPipe split")
+            return int(round(v))
+        nv, rv = [val(x) for x in n], [val(x) for x in r]
+        over = p.overfull_pairs(nv, rv)
+        if not over:
+            break
+        if time.perf_counter() >= deadline:
+            return _result(p, "timeout", backend, start, None, tol)
+        cuts += [memory_cut(p, h, nv, rv) for h in over]
+    bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
+    return _result(p, status, backend, start, bound, tol, nv, rv)

@@ -83,6 +83,52 @@ def test_the_random_problems_exercise_memory():
     assert infeasible >= 5 and recomputed >= 5, (infeasible, recomputed)
 
 
+def enumerated_optimum(p: DualPipeProblem):
+    """(Z, n, r) of the first minimum over every split that fits (as `enumerated`), or None."""
+    best = None
+    lo = p.lows()
+    for n in itertools.product(*[range(lo[s], p.layers + 1) for s in range(p.pp)]):
+        if sum(n) != p.layers:
+            continue
+        for r in itertools.product(*[range((x if p.allow_full_recompute else 0) + 1) for x in n]):
+            if p.fits(n, r) and (best is None or p.evaluate(n, r) < best[0]):
+                best = (p.evaluate(n, r), n, r)
+    return best
+
+
+EDGE_SEEDS = [s for s in SEEDS if s % 3 == 0]
+EDGE_OFFSETS_BYTES = (0, -1, 3)  # capacity - the optimum's tightest pair: on it, just off it, just in
+
+
+@pytest.mark.parametrize("seed", EDGE_SEEDS)
+def test_every_solver_agrees_at_the_memory_edge(seed):
+    """Issue 35: the capacity set so that the enumerated optimum's tightest pair holds exactly
+    its peak (offset 0: it still fits, so it stays the optimum), one byte less (it no longer
+    fits: another split or none is optimal) and 3 bytes more; the exact search, CP-SAT and the
+    MILP must each reach what enumeration of every split finds, by the problem's own `fits`.
+    Before the solvers re-checked memory exactly, CP-SAT and the MILP rounded it up to 1 KiB
+    and rejected splits that fit by up to a few KiB."""
+    base = random_problem(seed)
+    best = enumerated_optimum(base)
+    if best is None:
+        pytest.skip("no split fits at any capacity drawn here")
+    peak = float(base.sums(best[1], best[2])[3].max())
+    for offset in EDGE_OFFSETS_BYTES:
+        p = replace(base, capacity_bytes=np.full(base.pp, peak + offset))
+        if float((p.pair_capacity_bytes() - p.sums(best[1], best[2])[3]).min()) != offset:
+            continue  # float arithmetic cannot place the capacity there
+        want = enumerated_optimum(p)
+        if offset >= 0:  # on the edge the optimum still fits, so it is still the optimum
+            assert want is not None and want[0] == best[0], offset
+        for res in (solve_exact(p), solve_cpsat(p), solve_milp(p)):
+            if want is None:
+                assert res.status == "infeasible", (offset, res.backend)
+                continue
+            assert res.status == "optimal", (offset, res.backend, res.status)
+            assert res.objective_s == pytest.approx(want[0], abs=res.tolerance_s + 1e-12), (offset, res.backend)
+            assert p.fits(res.layers_per_stage[0], res.full_recompute_layers[0])
+
+
 def test_balanced_evens_each_pair_where_memory_allows():
     # four stages, pairs (0, 3) and (1, 2), memory never binding: [5, 1, 1, 1] holds 6 layers
     # in pair (0, 3), evened to 3 + 3, and 2 in pair (1, 2), already 1 + 1; the objective
