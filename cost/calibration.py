@@ -37,6 +37,7 @@ from pathlib import Path
 from paraplan.cost import units
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.framework_rules import unpriced_reason
 from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
 from paraplan.cost.simulate import simulate
@@ -239,6 +240,9 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
                     measured_iter_time_s=measured)
         try:
             inst, plan = row_to_instance_plan(row, catalogue)
+            unpriced = unpriced_reason(plan.zero, plan.pp)
+            if unpriced:
+                raise ConfigError(unpriced)
             bd = simulate(inst, plan, net)
         except (ConfigError, KeyError, ValueError) as e:
             out.append(RowResult(**base, predicted_iter_time_s=None, reason=str(e)))

@@ -150,3 +150,17 @@ def framework_refusal(space: SearchSpace, framework: Framework,
             return Refusal("sequence_parallel", f"{name} always shards the sequence with tp > 1,"
                            " and search.tp lists only tp > 1", "use sequence_parallel: [true]")
     return None
+
+
+def unpriced_reason(zero: int, pp: int) -> str | None:
+    """Why cost/ cannot price a plan of this ZeRO stage and pipeline degree, or None.
+
+    ZeRO-2/3 (FSDP) inside a pipeline: Megatron-LM and DeepSpeed assert against it (above), and
+    torchtitan's path, which runs it, gathers and shards per micro-batch in a way cost/memory.py
+    does not model (published runs simulated anyway lost 54-74% of their memory, issue 31).
+    The planner never proposes it (FRAMEWORK_RULES); `simulate` and `accuracy` refuse it rather
+    than mis-price it."""
+    if zero >= 2 and pp > 1:
+        return (f"zero={zero} with pp={pp}: ZeRO-2/3 (FSDP) inside a pipeline is not priced;"
+                " use zero 0 or 1 with pp > 1, or pp 1")
+    return None

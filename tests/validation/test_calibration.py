@@ -176,3 +176,27 @@ def test_every_bundled_row_states_what_it_ran():
     named = collections.Counter(i for e in read_yaml(RAN_FILE) for i in e["rows"])
     ids = [r["id"] for r in load_published()]
     assert set(named) == set(ids) and set(named.values()) == {1}
+
+
+def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
+    # cost/framework_rules.unpriced_reason: ZeRO-2/3 with pp > 1 has no memory model here, so
+    # `simulate` refuses the plan in one line (exit 2) and `accuracy` reports such a row as not
+    # modelled instead of predicting it. The tiny instance's optimum is zero 3, pp 1, dp 8; the
+    # same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the refused one.
+    import yaml as _yaml
+    from paraplan.solver.commands.cli import main
+    inst = REPO_ROOT / "instances" / "tiny-gpt-8xA100.yaml"
+    plan_path = tmp_path / "plan.yaml"
+    assert main(["plan", str(inst), "--quiet", "-o", str(plan_path)]) == 0
+    doc = _yaml.safe_load(plan_path.read_text())
+    assert doc["plan"]["zero"] == 3 and doc["plan"]["pp"] == 1
+    doc["plan"].update(pp=2, dp=4, num_micro_batches=2, layers_per_stage=[4, 4],
+                       full_recompute_layers=[0, 0])
+    plan_path.write_text(_yaml.safe_dump(doc))
+    capsys.readouterr()
+    assert main(["simulate", str(inst), "--plan", str(plan_path)]) == 2
+    assert "inside a pipeline is not priced" in capsys.readouterr().err
+    row = _unknown_source_row("full")
+    row["config"] = dict(row["config"], zero=3)
+    (res,) = predict_rows([row])
+    assert res.predicted_iter_time_s is None and "inside a pipeline is not priced" in res.reason
