@@ -8,6 +8,8 @@ import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
+from paraplan.solver.commands.exit_codes import EPILOG
+from paraplan.solver.commands.parser import HELP_JSON, Parser
 from paraplan.solver.commands.inputs import add_instance_args, load_from_args
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 
@@ -75,14 +77,14 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="paraplan", description="Provably optimal parallel training plans.")
+    p = Parser(prog="paraplan", description="Provably optimal parallel training plans.", epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"paraplan {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("simulate", help="predict one iteration of a given plan")
     add_instance_args(s)
     s.add_argument("--plan", required=True, help="plan YAML (as written by `paraplan plan -o`)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=HELP_JSON)
     s.set_defaults(func=cmd_simulate)
 
     from paraplan.solver.commands import accuracy

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import breakdown_json, gib, table
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
+from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
 
 def _homogeneous(args, what: str, simulate_only: bool = False):
@@ -74,6 +76,10 @@ def cmd_memory(args) -> int:
     else:
         from paraplan.solver.class_route import plan as solve
         res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s)
+        if res.status == "infeasible":  # proved: nothing to estimate, and not an input error
+            from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
+            print(f"paraplan: infeasible: no plan to estimate: {res.reason}", file=sys.stderr)
+            return EXIT_INFEASIBLE
         if res.plan is None:
             raise InstanceError(inst.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",
                                 "pass a plan with --plan")
@@ -115,14 +121,14 @@ def register(sub) -> None:
     c.add_argument("plan_a", metavar="PLAN_A", help="plan YAML (as written by `paraplan plan -o`)")
     c.add_argument("plan_b", metavar="PLAN_B", help="plan YAML")
     c.add_argument("--instance", required=True, metavar="INSTANCE", help="instance YAML")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help=HELP_JSON)
     c.set_defaults(func=cmd_compare)
 
     m = sub.add_parser("memory", help="peak memory per GPU by category (weights, grads, optimizer,"
                                       " activations, logits, workspace, runtime)")
     add_instance_args(m)
     m.add_argument("--plan", help="plan YAML (default: solve for the optimal plan)")
-    m.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
-    m.add_argument("--time-limit-s", type=float, default=60.0)
-    m.add_argument("--json", action="store_true")
+    m.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp", help=HELP_BACKEND)
+    m.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
+    m.add_argument("--json", action="store_true", help=HELP_JSON)
     m.set_defaults(func=cmd_memory)

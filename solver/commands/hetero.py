@@ -15,6 +15,7 @@ from paraplan.solver.format import (evidence_text as common_evidence_text, gib, 
                                     space_json, table)
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
+from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
 from paraplan.solver.commands.partitions import partition_lines
 
 
@@ -228,7 +229,8 @@ def cmd_plan(args, progress=None) -> int:
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
                         plan_file(args, inst, res.plan))
-    return 0 if res.status != "timeout" else 3
+    from paraplan.solver.commands.exit_codes import status_code
+    return status_code(res.status)
 
 
 def plan_file(args, inst, plan) -> dict:
@@ -381,16 +383,16 @@ def register(sub) -> None:
     r.add_argument("instance", metavar="INSTANCE")
     r.add_argument("--plan", required=True, help="the running plan (YAML, as written by plan -o)")
     r.add_argument("--event", required=True, help="event YAML (see instances/hetero/events/)")
-    r.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
-    r.add_argument("--time-limit-s", type=float, default=60.0)
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat", help=HELP_BACKEND_MIXED)
+    r.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
+    r.add_argument("--json", action="store_true", help=HELP_JSON)
     r.add_argument("-o", "--output", help="write the new plan as YAML")
     r.set_defaults(func=cmd_replan)
 
     t = sub.add_parser("timeline", help="choose a plan per period of a bandwidth timeline")
     t.add_argument("instance", metavar="INSTANCE")
-    t.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat")
-    t.add_argument("--time-limit-s", type=float, default=60.0)
-    t.add_argument("--json", action="store_true")
+    t.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat", help=HELP_BACKEND_MIXED)
+    t.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
+    t.add_argument("--json", action="store_true", help=HELP_JSON)
     t.add_argument("--quiet", action="store_true")
     t.set_defaults(func=cmd_timeline)

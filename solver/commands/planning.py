@@ -11,6 +11,9 @@ from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
                                              read_calibration_files)
+from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
+from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
+                                          HELP_THREADS, HELP_TIME_LIMIT_S)
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -131,7 +134,7 @@ def cmd_plan(args) -> int:
                   f" bound {bound}, backend {res.backend}\n")
         # the instance rides along, so that export and simulate need no instance file
         write_plan_file(args.output, header, plan_file_mapping(inst, res.plan))
-    return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+    return status_code(res.status)
 
 
 def cmd_plan_top(args, inst) -> int:
@@ -147,7 +150,7 @@ def cmd_plan_top(args, inst) -> int:
     if args.json:
         from paraplan.solver.commands.schema import top_k_json
         _emit_json(top_k_json(res, plan_to_mapping))
-        return 0
+        return _top_code(res)
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
     claim = ("proved: no other outer configuration's best plan belongs in this list"
              if res.status == "optimal" else "NOT proved (time limit): the list may be incomplete")
@@ -161,7 +164,12 @@ def cmd_plan_top(args, inst) -> int:
         print("no plan fits memory")
     for path in written:
         print(f"wrote {path}")
-    return 0
+    return _top_code(res)
+
+
+def _top_code(res) -> int:
+    """--top's exit status: EXIT_INFEASIBLE when it proved that no plan fits."""
+    return EXIT_INFEASIBLE if not res.plans and res.status == "optimal" else 0
 
 
 def _write_top_plans(args, inst, res) -> list[str]:
@@ -300,7 +308,7 @@ def cmd_exhaustive(args) -> int:
         _show_one_group_exhaustive(args, homo, res, status)
     else:
         _show_mixed_exhaustive(args, inst, res, status, objective)
-    return 0 if res.complete else 3
+    return status_code(status)
 
 
 def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
@@ -383,7 +391,9 @@ def cmd_verify(args) -> int:
     methods.append(exhaustive_method(inst, objective, args.max_candidates,
                                      homo is not None and progress_enabled(args), deadline,
                                      "candidates" if homo is not None else "plans"))
-    return report_verify(args, methods, tol, None if homo is not None else objective)
+    code = report_verify(args, methods, tol, None if homo is not None else objective)
+    # verified (every method proved its answer, all agree) and no method found a plan
+    return EXIT_INFEASIBLE if code == 0 and all(m[2] is None for m in methods) else code
 
 
 def cmd_bench(args) -> int:
@@ -435,11 +445,10 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="find the provably fastest plan in the declared space")
     _add_objective_args(p)
     add_instance_args(p)
-    p.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp",
-                   help="inner solver: dp (exact dynamic programme, default), cpsat or milp")
-    p.add_argument("--time-limit-s", type=float, default=60.0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp", help=HELP_BACKEND)
+    p.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
+    p.add_argument("--threads", type=int, default=1, help=HELP_THREADS)
+    p.add_argument("--json", action="store_true", help=HELP_JSON)
     p.add_argument("-o", "--output", help="write the plan as YAML (readable by simulate --plan);"
                    " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
@@ -453,20 +462,22 @@ def register(sub) -> None:
 
     e = sub.add_parser("exhaustive", help="brute-force the same declared space")
     add_instance_args(e)
-    e.add_argument("--max-candidates", type=int, default=20_000_000)
+    e.add_argument("--max-candidates", type=int, default=20_000_000, help=HELP_MAX_CANDIDATES)
     e.add_argument("--time-limit-s", type=float, default=None,
                    help="stop after this many wall-clock seconds (then nothing is proved)")
     _add_objective_args(e)
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help=HELP_JSON)
     e.add_argument("--quiet", action="store_true")
     e.set_defaults(func=cmd_exhaustive)
 
     v = sub.add_parser("verify", help="the DP, CP-SAT, MILP and exhaustive search must agree")
     add_instance_args(v)
-    v.add_argument("--time-limit-s", type=float, default=120.0)
-    v.add_argument("--max-candidates", type=int, default=20_000_000)
+    v.add_argument("--time-limit-s", type=float, default=120.0,
+                   help=HELP_TIME_LIMIT_S + "; the four methods share it")
+    v.add_argument("--max-candidates", type=int, default=20_000_000,
+                   help=HELP_MAX_CANDIDATES + " (exhaustive search is then left out)")
     _add_objective_args(v)
-    v.add_argument("--json", action="store_true")
+    v.add_argument("--json", action="store_true", help=HELP_JSON)
     v.add_argument("--quiet", action="store_true")
     v.set_defaults(func=cmd_verify)
 
@@ -484,7 +495,9 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="re-fit the efficiency parameters to published runs, each"
                        " source family weighted equally; flags values on their physical bound")
     c.add_argument("file", nargs="*", help="calibration rows (default: both bundled files, cost/published/)")
-    c.add_argument("--sweeps", type=int, default=5)
+    c.add_argument("--sweeps", type=int, default=5,
+                   help="passes of the coordinate search over the parameters, each with a smaller"
+                        " step (cost/fit.py)")
     c.set_defaults(func=cmd_calibrate)
 
     from paraplan.solver.commands import hetero as hetero_commands

@@ -593,7 +593,8 @@ def cmd_report(args) -> int:
         what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
     write_text(args.output, page, "-o/--output")
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
-    return 0 if res.status in ("optimal", "feasible", "infeasible") else 3
+    from paraplan.solver.commands.exit_codes import status_code
+    return status_code(res.status)
 
 
 def _mixed_report(args, progress):

@@ -181,3 +181,85 @@ def test_a_mixed_cluster_plan_gets_the_true_reason(tmp_path, capsys):
     one = golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml")
     code, _, err = export(capsys, one, "--to", "megatron", "--instance", HETERO)
     assert code == 2 and "cluster.groups" in err and "different GPU types" in err
+
+
+# --- a proved-infeasible instance has its own exit status --------------------------------------
+
+TINY = ROOT / "instances" / "tiny-gpt-8xA100.yaml"
+# 80 GiB A100s with 79.9 GiB reserved leave 0.1 GiB usable; tiny-gpt's smallest peak need is
+# 1.0 GiB per GPU (tp 8, every layer recomputed: the planner's own reason line), so no plan fits
+NO_ROOM = ["--search", "memory_reserve_gib=79.9"]
+
+
+@pytest.mark.parametrize("argv", [["plan", TINY], ["plan", TINY, "--json"], ["plan", TINY, "--top", "3"],
+                                  ["exhaustive", TINY, "--quiet"], ["verify", TINY, "--quiet"],
+                                  ["memory", TINY], ["plan", HETERO], ["exhaustive", HETERO, "--quiet"],
+                                  ["verify", HETERO, "--quiet"]],
+                         ids=["plan", "plan-json", "plan-top", "exhaustive", "verify", "memory",
+                              "mixed-plan", "mixed-exhaustive", "mixed-verify"])
+def test_a_proved_infeasible_instance_exits_4(argv, capsys):
+    from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
+    assert EXIT_INFEASIBLE == 4
+    assert main([*map(str, argv), *NO_ROOM]) == 4  # was 0 (issue 34)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert main([*map(str, argv)]) == 0  # the same command with the memory: a plan, exit 0
+
+
+def test_report_of_a_proved_infeasible_instance_is_written_and_exits_4(tmp_path, capsys):
+    page = tmp_path / "r.html"
+    assert main(["report", str(TINY), *NO_ROOM, "--quiet", "-o", str(page)]) == 4
+    assert page.exists() and "infeasible" in capsys.readouterr().out
+
+
+# --- --help ---------------------------------------------------------------------------------
+
+def _help(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse's line wrapping undone
+
+
+@pytest.mark.parametrize("command, options", [
+    ("plan", ["--time-limit-s", "--threads", "--json", "--backend"]),
+    ("exhaustive", ["--max-candidates", "--json"]),
+    ("verify", ["--time-limit-s", "--max-candidates", "--json"]),
+    ("calibrate", ["--sweeps"]),
+    ("memory", ["--backend", "--time-limit-s", "--json"]),
+    ("replan", ["--backend", "--time-limit-s", "--json"]),
+    ("timeline", ["--backend", "--time-limit-s", "--json"]),
+    ("simulate", ["--json"]),
+    ("compare", ["--json"]),
+])
+def test_every_listed_option_has_help_and_shows_its_default(command, options, capsys):
+    # read from the parser itself: each option's help text, and the help output's defaults
+    from paraplan.solver.commands.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    helps = {o: a.help for a in sub._actions for o in a.option_strings}
+    for option in options:
+        assert helps[option] and len(helps[option].split()) >= 4, (command, option, helps[option])
+    text = _help(capsys, command)
+    if command == "plan":  # the defaults the parser holds, shown
+        assert "(default: 60.0)" in text and "(default: 1)" in text and "(default: dp)" in text
+    if command == "calibrate":
+        assert "(default: 5)" in text
+
+
+def test_the_exit_statuses_are_in_the_help(capsys):
+    text = _help(capsys)
+    assert "exit status:" in text and "4 proved infeasible" in text and "130 interrupted" in text
+
+
+@pytest.mark.parametrize("typed, meant", [("pln", "plan"), ("exprot", "export"), ("verfy", "verify")])
+def test_a_mistyped_subcommand_gets_a_suggestion(typed, meant, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([typed])
+    assert info.value.code == 2
+    assert f"(did you mean '{meant}'?)" in capsys.readouterr().err
+
+
+def test_a_choice_far_from_every_one_gets_no_suggestion(capsys):
+    with pytest.raises(SystemExit):
+        main(["zzzzzz"])
+    assert "did you mean" not in capsys.readouterr().err

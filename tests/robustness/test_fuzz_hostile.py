@@ -46,6 +46,7 @@ from paraplan.cost.loader import load_instance, load_instance_parts, plan_from_m
 from paraplan.cost.ranges import RANGES
 from paraplan.solver.sweep import run as sweep
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
 from paraplan.solver.format import count
 from paraplan.solver.commands.jsonout import emit_json
 
@@ -359,7 +360,8 @@ def test_exhaustive_names_an_empty_space(capsys, tmp_path, shape, tp, pp):
     except InstanceError:
         assume(False)  # one of the values is impossible alone: the property above
     capsys.readouterr()
-    assert main(["exhaustive", str(path), "--quiet"]) == 0
+    # an empty space is proved infeasible: its own exit status since issue 34 (was 0)
+    assert main(["exhaustive", str(path), "--quiet"]) == EXIT_INFEASIBLE
     out = capsys.readouterr().out
     assert "the declared space is empty" in out and "no plan fits memory" not in out, out
 

@@ -36,6 +36,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import MAX_HF_CONFIG_BYTES
 from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 x A100 in one node, 8 layers, global batch 32
@@ -321,9 +322,10 @@ def test_mutated_instance_simulates_or_fails_in_one_line(capsys, tmp_path, tiny_
 @settings(FUZZ, max_examples=30)
 @given(tree=plausible_instances())
 def test_mutated_instance_plans_or_fails_in_one_line(capsys, tmp_path, tree):
-    # 3: the planner found no plan within the time limit, a result rather than an input error
+    # 3: the planner found no plan within the time limit, 4 (EXIT_INFEASIBLE): it proved that
+    # none fits; results rather than input errors
     run_cli(capsys, ["plan", write_yaml(tmp_path / "instance.yaml", tree), "--time-limit-s", "5"],
-            ok=(0, 3))
+            ok=(0, 3, EXIT_INFEASIBLE))
 
 
 @pytest.mark.slow
@@ -353,7 +355,7 @@ def test_mutated_hf_config_simulates_or_fails_in_one_line(capsys, tmp_path, llam
 def test_mutated_hf_config_plans_or_fails_in_one_line(capsys, tmp_path, config):
     hf = write_json(tmp_path / "config.json", config)
     run_cli(capsys, ["plan", "--hf-config", hf, "--cluster", CLUSTER, "--job", JOB,
-                     "--time-limit-s", "5"], ok=(0, 3))
+                     "--time-limit-s", "5"], ok=(0, 3, EXIT_INFEASIBLE))
 
 
 @FUZZ
@@ -383,14 +385,14 @@ def test_planner_keeps_its_time_limit_with_many_layers(tmp_path):
                               cwd=Path(__file__).parents[2])
     except subprocess.TimeoutExpired:
         pytest.fail("`paraplan plan --time-limit-s 5` still running after 30 s")
-    assert done.returncode in (0, 3) and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 3, EXIT_INFEASIBLE) and "Traceback" not in done.stderr, done.stderr
 
 
 def test_planner_reports_an_astronomical_space(capsys, tmp_path):
     # Found by the fuzzer: more than 1e308 plans could not be formatted as a float.
     config = dict(LLAMA_TREE, num_hidden_layers=4096)
     run_cli(capsys, ["plan", "--hf-config", write_json(tmp_path / "config.json", config),
-                     "--cluster", CLUSTER, "--job", JOB, "--time-limit-s", "5"], ok=(0, 3))
+                     "--cluster", CLUSTER, "--job", JOB, "--time-limit-s", "5"], ok=(0, 3, EXIT_INFEASIBLE))
 
 
 # --- whole-file problems ---------------------------------------------------------------------
