@@ -293,9 +293,14 @@ def min_recompute(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
         if (saving[need] <= 0).any():
             return None
         r[need] = np.ceil(over[need] / saving[need])
-    if (r > n).any():
+    if (r > n + 1).any():
         return None
-    # ceil on floats can land one short of fitting; step up where it does
+    r = np.minimum(r, n)  # one above n may be the ceiling's rounding: n is checked below
+    # ceil on floats can land one off either way; step onto cost.schedule.fits's comparison:
+    # down where one fewer still fits (a peak equal to the capacity fits), up where r does not
+    for _ in range(2):
+        fewer = (r > 0) & (schedule.stage_mem_bytes(c, n, np.maximum(r - 1, 0)) <= c.capacity_bytes)
+        r = np.where(fewer, r - 1, r)
     for _ in range(2):
         ok = schedule.stage_mem_bytes(c, n, r) <= c.capacity_bytes
         if ok.all():

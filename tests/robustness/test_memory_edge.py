@@ -303,3 +303,29 @@ def test_layer_caps_hold_a_peak_equal_to_the_capacity():
                 checked += 1
     # not vacuous: the quotient alone was one layer low on 30 of 54 cases when this was written
     assert checked > 50 and quotient_low >= 1, (checked, quotient_low)
+
+
+def test_fewest_recomputed_layers_at_the_edge():
+    """one_class.min_recompute (the planner's incumbents and hints) at the edge: with every
+    stage holding n layers, r of them recomputed, and its capacity set to exactly that peak,
+    the fewest recomputed layers that fit are r (r fits, its peak being the capacity; r - 1
+    keeps one more layer's activations, act - ckpt > 0 bytes more, and does not)."""
+    from paraplan.cost import schedule
+    from paraplan.cost.coefficients import build
+    from paraplan.solver.bounds import one_class
+    from paraplan.solver.hetero_space import one_group_outers
+    checked = 0
+    for seed in SEEDS[:4]:
+        inst = random_instance(seed, variant=True)
+        for outer in one_group_outers(inst)[:3]:
+            c = build(inst, outer)
+            if not (c.layer_act_bytes > c.layer_ckpt_bytes).all():
+                continue
+            for n in range(1, c.layers + 1):
+                nn = np.full(c.pp, float(n))
+                for r in range(n + 1):
+                    rr = np.full(c.pp, float(r))
+                    at = replace(c, capacity_bytes=schedule.stage_mem_bytes(c, nn, rr))
+                    assert (one_class.min_recompute(at, nn) == rr).all(), (seed, n, r)
+                    checked += 1
+    assert checked > 100, checked
