@@ -156,7 +156,8 @@ def dualpipe_instance(tmp_path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.03, 0.04])
-    het = homogeneous_as_hetero(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
+    cut = replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
+    het = homogeneous_as_hetero(replace(inst, cluster=cut))
     return recompute_forced(het)
 
 
