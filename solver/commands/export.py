@@ -1,4 +1,4 @@
-"""`paraplan export PLAN --to megatron|torchtitan|deepspeed [--instance INSTANCE]
+"""`paraplan export PLAN --to megatron|torchtitan|deepspeed|layout [--instance INSTANCE]
 [--strict | --force] [--json] [-o FILE]`.
 
 Writes the plan (a YAML written by `paraplan plan -o`, which carries the instance it was made
@@ -18,6 +18,8 @@ framework's settings, to stdout or FILE.
 - Refused in one line (exit 2) whatever the flags: a plan the target cannot run at all (a
   DualPipe plan, common.refuse_dualpipe; a model it has no layers for) and a mixed-cluster plan
   (no framework runs the stages of one job on different GPU types with different layouts).
+  `--to layout --instance INSTANCE` writes what can be written of such a plan instead: its
+  per-group launch layout (solver/export/layout.py).
 - Whenever the emitted configuration is not the plan as planned (a deviation, or another
   framework than the plan was made for), the predicted time and memory of both are printed on
   stderr (and given in --json).
@@ -67,8 +69,8 @@ MIXED_REASON = ("no framework we export to (Megatron-LM, torchtitan, DeepSpeed) 
                 " of one job on different GPU types with different layouts: each gives every"
                 " rank one layout (degrees, layer split, micro-batch count) and none places"
                 " pipeline stages by GPU type")
-MIXED_FIX = ("plan for one GPU type (an instance without cluster.groups) to export it; `paraplan"
-             " simulate HETERO.yaml --plan PLAN.yaml` shows the per-group layout")
+MIXED_FIX = ("write its per-group launch layout with --to layout --instance INSTANCE.yaml, or plan"
+             " for one GPU type (an instance without cluster.groups) to export it")
 
 
 def _classes(data: dict) -> str:
@@ -126,7 +128,54 @@ def _replan(inst, to: str) -> str:
     return f"plan without the settings {to} cannot run (--force lists them)"
 
 
+def _write(args, text: str) -> None:
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as err:
+            raise InstanceError(args.output, "<file>", f"cannot be written ({err.strerror})",
+                                "check that the directory exists and is writable") from None
+
+
+def cmd_layout(args) -> int:
+    """`--to layout`: a plan in the group format as its per-group launch layout
+    (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
+    from paraplan.cost.hetero_loader import (homogeneous_as_hetero, is_hetero_file, load_hetero_instance,
+                                             load_hetero_plan)
+    from paraplan.cost.loader import is_group_plan_mapping, load_instance, read_yaml
+    from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
+
+    for flag in ("strict", "force"):
+        if getattr(args, flag):  # never silently ignored
+            raise InstanceError("<arguments>", f"--{flag}", "has no meaning with --to layout (a"
+                                " layout is written as planned, nothing in it is replaced)",
+                                f"drop --{flag}")
+    if not is_group_plan_mapping(read_yaml(args.plan)):
+        raise InstanceError(args.plan, "--to layout", "a plan of one replica class on one GPU type"
+                            " runs as one framework configuration", "export it --to megatron,"
+                            " torchtitan or deepspeed")
+    if not args.instance:
+        raise InstanceError(args.plan, "instance", "a plan in the group format carries no instance",
+                            "pass --instance INSTANCE.yaml, the instance the plan was made for")
+    inst = (load_hetero_instance(args.instance) if is_hetero_file(args.instance)
+            else homogeneous_as_hetero(load_instance(args.instance)))
+    plan = load_hetero_plan(args.plan, inst)  # InstanceError names the file when they disagree
+    text = to_layout(inst, plan)
+    _write(args, text)
+    if args.json:
+        json.dump({"target": "layout", "target_version": f"layout_version {LAYOUT_VERSION}",
+                   "config": text, "output": args.output or None,
+                   "layout": layout_mapping(inst, plan)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif not args.output:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_export(args) -> int:
+    if args.to == "layout":
+        return cmd_layout(args)
     inst, plan = _load(args)
     exporter, _, version = FORMATS[args.to]
     try:
@@ -152,13 +201,7 @@ def cmd_export(args) -> int:
         _prediction_line("the plan as planned", inst.job.framework.value, cmp.plan),
         _prediction_line("the emitted configuration", args.to, cmp.emitted))
     text = render(result, args.to, forced)
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as err:
-            raise InstanceError(args.output, "<file>", f"cannot be written ({err.strerror})",
-                                "check that the directory exists and is writable") from None
+    _write(args, text)
     # another framework, a deviation, or a model the framework changes (a padded vocabulary)
     differs = e.inst != inst or e.plan != plan
     if args.json:
@@ -198,9 +241,11 @@ def cmd_export(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("export", help="write a plan as Megatron-LM, torchtitan or DeepSpeed settings")
     p.add_argument("plan", help="plan YAML (as written by `paraplan plan -o`)")
-    p.add_argument("--to", required=True, choices=tuple(FORMATS),
+    p.add_argument("--to", required=True, choices=(*FORMATS, "layout"),
                    help="megatron: bash snippet with the Megatron-LM arguments; torchtitan: 0.2.x"
-                        " TOML job config; deepspeed: JSON config")
+                        " TOML job config; deepspeed: JSON config; layout: a plan of several"
+                        " replica classes or GPU types as its per-group launch layout (YAML:"
+                        " ranks, stages, layers, micro-batches per group; solver/export/layout.py)")
     p.add_argument("--instance",
                    help="the instance YAML the plan was made for (default: the one the plan file"
                         " carries)")

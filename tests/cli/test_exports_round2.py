@@ -172,15 +172,108 @@ def test_a_mixed_cluster_plan_gets_the_true_reason(tmp_path, capsys):
     plan = tmp_path / "plan.yaml"
     assert main(["plan", str(HETERO), "--quiet", "-o", str(plan)]) == 0
     capsys.readouterr()
-    for extra in ([], ["--instance", HETERO]):
-        code, out, err = export(capsys, plan, "--to", "megatron", *extra)
-        assert code == 2 and out == "" and len(err.splitlines()) == 1
-        assert "plan.classes" in err and "different GPU types with different layouts" in err
-        assert "carries no instance" not in err and "take one GPU type" not in err
+    for to in TARGETS:
+        for extra in ([], ["--instance", HETERO], ["--instance", HETERO, "--force"]):
+            code, out, err = export(capsys, plan, "--to", to, *extra)
+            assert code == 2 and out == "" and len(err.splitlines()) == 1
+            assert "plan.classes" in err and "different GPU types with different layouts" in err
+            assert "carries no instance" not in err and "take one GPU type" not in err
+            assert "--to layout" in err  # the fix: what can be written
     # a one-class plan file against the mixed-cluster instance: the instance is named
     one = golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml")
     code, _, err = export(capsys, one, "--to", "megatron", "--instance", HETERO)
     assert code == 2 and "cluster.groups" in err and "different GPU types" in err
+
+
+def check_layout(layout: dict, plan: dict, inst: dict) -> None:
+    """What any layout must satisfy, derived from the plan and the instance files alone: every
+    GPU of every group numbered once, groups in order; each stage on its group's ranks with
+    tp * cp of them; no rank used twice; a group's used count the ranks its stages take; the
+    layers of each class the model's, in order; the micro-batches the global batch."""
+    groups = {g["name"]: g for g in inst["cluster"]["groups"]}
+    first = 0
+    for g in layout["groups"]:
+        n = groups[g["name"]]["nodes"] * groups[g["name"]]["gpus_per_node"]
+        assert g["gpus"] == n and g["ranks"] == [first, first + n - 1]
+        first += n
+    by_group = {g["name"]: g for g in layout["groups"]}
+    tp = plan["tp"]
+    taken, batch = [], 0
+    for c, planned in zip(layout["classes"], plan["classes"]):
+        assert c["replicas"] == planned["replicas"] and len(c["ranks"]) == c["replicas"]
+        assert [s["group"] for s in c["stages"]] == planned["stages"]
+        assert [s["layers"] for s in c["stages"]] == planned["layers_per_stage"]
+        assert [s["first_layer"] for s in c["stages"]] == [sum(planned["layers_per_stage"][:i])
+                                                            for i in range(len(c["stages"]))]
+        assert sum(s["layers"] for s in c["stages"]) == inst["model"]["layers"]
+        for replica in c["ranks"]:
+            for stage, (lo, hi) in zip(c["stages"], replica):
+                width = (tp[stage["group"]] if isinstance(tp, dict) else tp) * plan.get("cp", 1)
+                assert hi - lo + 1 == width == stage["tp"] * plan.get("cp", 1)
+                g = by_group[stage["group"]]
+                assert g["ranks"][0] <= lo and hi <= g["ranks"][1] - (0 if g["idle"] is None
+                                                                      else g["idle"][1] - g["idle"][0] + 1)
+                taken += range(lo, hi + 1)
+        batch += c["replicas"] * c["num_micro_batches"] * layout["micro_batch"]
+    assert len(taken) == len(set(taken)) == sum(g["used"] for g in layout["groups"])
+    assert batch == inst["job"]["global_batch"] == layout["global_batch"]
+
+
+HETERO_GOLDENS = sorted(k for k in GOLDENS if "/hetero/" in k)
+
+
+@pytest.mark.parametrize("key", HETERO_GOLDENS)
+def test_every_bundled_mixed_cluster_plan_exports_its_layout(key, tmp_path, capsys):
+    instance = ROOT / key.split(":")[0]
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"plan": GOLDENS[key]["plan"]}))
+    out_file = tmp_path / "layout.yaml"
+    code, out, err = export(capsys, plan, "--to", "layout", "--instance", instance, "-o", out_file)
+    assert code == 0 and out == "" and err == ""
+    layout = yaml.safe_load(out_file.read_text())
+    check_layout(layout, GOLDENS[key]["plan"], yaml.safe_load(instance.read_text()))
+
+
+def test_the_tiny_mixed_layout_by_hand(tmp_path, capsys):
+    # the golden tiny-2types plan: tp 4, 2 replicas of [a100: 3 layers, h100: 5 layers], 8
+    # micro-batches of 2 each. a100 holds ranks 0-7, h100 8-15; replica 0 takes the first 4 of
+    # each group (tp 4), replica 1 the next 4
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"plan": GOLDENS["instances/hetero/tiny-2types.yaml:nominal"]["plan"]}))
+    code, out, _ = export(capsys, plan, "--to", "layout", "--instance", HETERO, "--json")
+    layout = json.loads(out)["layout"]
+    assert code == 0 and layout["classes"][0]["ranks"] == [[[0, 3], [8, 11]], [[4, 7], [12, 15]]]
+    assert [(s["first_layer"], s["layers"]) for s in layout["classes"][0]["stages"]] == [(0, 3), (3, 5)]
+
+
+def test_a_two_class_layout_lists_the_idle_gpus(tmp_path, capsys):
+    # two replica classes: 2 replicas on a100 (tp 4: all 8 A100, ranks 0-7) with 3 micro-batches
+    # each, 1 on h100 (ranks 8-11) with 10; 2*3*2 + 1*10*2 = 32, the global batch; h100's ranks
+    # 12-15 idle
+    plan = {"tp": 4, "micro_batch": 2, "sequence_parallel": True, "recompute": "none", "zero": 1,
+            "family": "replica", "classes": [
+                {"replicas": 2, "stages": ["a100"], "num_micro_batches": 3, "layers_per_stage": [8],
+                 "full_recompute_layers": [0]},
+                {"replicas": 1, "stages": ["h100"], "num_micro_batches": 10, "layers_per_stage": [8],
+                 "full_recompute_layers": [0]}]}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"plan": plan}))
+    code, out, _ = export(capsys, path, "--to", "layout", "--instance", HETERO)
+    layout = yaml.safe_load(out)
+    assert code == 0 and [c["ranks"] for c in layout["classes"]] == [[[[0, 3]], [[4, 7]]], [[[8, 11]]]]
+    assert [(g["used"], g["idle"]) for g in layout["groups"]] == [(8, None), (4, [12, 15])]
+    check_layout(layout, plan, yaml.safe_load(HETERO.read_text()))
+
+
+def test_layout_refuses_what_it_cannot_mean(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"plan": GOLDENS["instances/hetero/tiny-2types.yaml:nominal"]["plan"]}))
+    one = golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml")
+    for argv, says in [([plan], "--instance"),  # a group-format plan file carries no instance
+                       ([one], "one replica class"),  # a one-class plan: export it to a framework
+                       ([plan, "--instance", HETERO, "--force"], "--force")]:
+        code, out, err = export(capsys, *argv, "--to", "layout")
+        assert code == 2 and out == "" and len(err.splitlines()) == 1 and says in err, err
 
 
 # --- a proved-infeasible instance has its own exit status --------------------------------------
