@@ -84,7 +84,8 @@ WILL_NOT_RUN = [
 ]
 
 
-@pytest.mark.parametrize("instance, to, says", WILL_NOT_RUN, ids=[f"{Path(i).stem}-{t}" for i, t, _ in WILL_NOT_RUN])
+@pytest.mark.parametrize("instance, to, says", WILL_NOT_RUN,
+                         ids=[f"{Path(i).stem}-{t}" for i, t, _ in WILL_NOT_RUN])
 def test_the_issues_exports_are_refused_in_one_line_with_both_numbers(instance, to, says, tmp_path, capsys):
     path = golden_plan_file(tmp_path, instance)
     out_file = tmp_path / "out.cfg"
