@@ -38,7 +38,9 @@ def report_verify(args, methods: list[tuple], tol_s: float, objective: str | Non
     verified = agree and not left_out
     names = ", ".join(m[0] for m in proved)
     why = "; ".join(f"{m[0]} ({m[4] or 'did not prove optimality: ' + m[1]})" for m in left_out)
-    if verified:
+    if verified and all(v is None for v in values):  # every method proved that no plan fits
+        verdict = f"AGREE: {names} agree the instance is infeasible (no plan fits)"
+    elif verified:
         verdict = f"AGREE: {names} found the same optimum"
     elif not agree and len(proved) > 1:
         verdict = f"DISAGREE: {names}" + (f"; not compared: {why}" if left_out else "")
