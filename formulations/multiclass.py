@@ -70,9 +70,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.hetero_coefficients import iteration_time_s
@@ -81,11 +81,12 @@ from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_Q
                                            exact_memory_points, relaxed_mem)
 from paraplan.formulations.result import SolverError
 
+if TYPE_CHECKING:  # imported where a model is solved (deterministic_solver)
+    from ortools.sat.python import cp_model
+
 WEIGHT_SCALE = 2**16
 WALL_BACKSTOP_FACTOR = 4.0  # the wall-clock backstop of a deterministic-time limit (docstring)
 WALL_BACKSTOP_S = 5.0
-_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-           cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,10 @@ class MultiClassResult:
 def deterministic_solver(time_limit_s: float, seed: int = 0) -> cp_model.CpSolver:
     """A CP-SAT solver set as the module docstring says (Determinism, Search): one worker, a
     fixed seed, the objective lower-bound search, stopped by deterministic time with a
-    wall-clock backstop. formulations/dualpipe.py runs its model on the same."""
+    wall-clock backstop. formulations/dualpipe.py runs its model on the same. OR-Tools is
+    imported here, not with the module: the problem record is read by every backend, and the
+    default one (the split DP) never needs it (about 0.2 s of start-up, pandas included)."""
+    from ortools.sat.python import cp_model
     solver = cp_model.CpSolver()
     prm = solver.parameters
     prm.random_seed = seed
@@ -214,6 +218,7 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
                            hint: tuple | None = None) -> MultiClassResult:
     """Optimal micro-batch counts and splits of `p` by CP-SAT (one worker, reproducible);
     hint = (m, n, r) warm-starts it."""
+    from ortools.sat.python import cp_model
     start = time.perf_counter()
     L, Kc = p.layers, p.classes
     R = L if p.allow_full_recompute else 0
@@ -306,10 +311,12 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
 
     solver = deterministic_solver(time_limit_s, seed)
     code = solver.solve(model)
-    if code not in _STATUS:
+    statuses = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+                cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}
+    if code not in statuses:
         raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a heterogeneous split: "
                           f"{model.validate() or 'no validation message'}")
-    status = _STATUS[code]
+    status = statuses[code]
     raw = solver.best_objective_bound
     bound = raw * scale - E if math.isfinite(raw) else None
     if status == "infeasible":
