@@ -18,6 +18,9 @@ OPTForCausalLM             num_hidden_layers, hidden_size, num_attention_heads, 
                            ffn_dim, vocab_size, max_position_embeddings
 BloomForCausalLM           n_layer, hidden_size, n_head; ffn 4 x hidden; ALiBi, so      gelu
                            the sequence length must be given
+Qwen3ForCausalLM           as Llama; num_key_value_heads required                       swiglu
+Phi3ForCausalLM            as Llama (fused qkv_proj and gate_up_proj: the same matmuls) swiglu
+Gemma3ForCausalLM          as Llama; num_key_value_heads required                       swiglu
 FalconForCausalLM          num_hidden_layers, hidden_size, num_attention_heads, kv      gelu
                            heads from multi_query / new_decoder_architecture /
                            num_kv_heads; ffn_hidden_size (default 4 x hidden); the
@@ -53,7 +56,17 @@ Qwen2MoeForCausalLM        num_experts, num_experts_per_tok, moe_intermediate_si
                            shared_expert_intermediate_size; mlp_only_layers (dense layers,
                            width intermediate_size) must be the first layers, and
                            decoder_sparse_step 1
-Qwen3MoeForCausalLM        as Qwen2-MoE without a shared expert
+Qwen3MoeForCausalLM        as Qwen2-MoE without a shared expert (transformers 5 saves
+                           num_experts of both as num_local_experts, read too)
+Llama4ForCausalLM          num_local_experts, num_experts_per_tok; intermediate_size is
+                           each expert's and the shared expert's width,
+                           intermediate_size_mlp the dense layers'; MoE layers from
+                           moe_layers, else every interleave_moe_layer_step-th layer, which
+                           must follow the dense ones (Scout; Maverick's alternating layers are
+                           refused). Chunked attention (attention_chunk_size) is causal
+                           attention at a sequence no longer than a chunk, refused beyond.
+GptOssForCausalLM          num_local_experts, num_experts_per_tok (= experts_per_token),
+                           intermediate_size each expert's width; every layer MoE
 
 DeepseekV3ForCausalLM      as Llama for the dense sizes (intermediate_size: the first
 DeepseekV2ForCausalLM      first_k_dense_replace layers' width); n_routed_experts,
@@ -69,6 +82,13 @@ DeepSeek's group-limited routing (n_group, topk_group) is a line of `ModelSpec.u
 node-limited routing is model.moe.max_nodes_per_token in YAML. Its multi-token prediction
 depth (num_nextn_predict_layers) is `ModelSpec.mtp_layers`, priced on the last stage. A latent-attention key
 (kv_lora_rank, q_lora_rank) in a config of any other architecture is refused in one line.
+
+A vision-language config (a `text_config` object: Gemma-3 4B and up, Llama-4 as released) is
+refused in one line: its text decoder is read from a config of its own.
+
+Parameters ModelSpec has no field for are one line of `ModelSpec.unmodelled` each, with their
+count: Qwen3's and Gemma-3's q_norm/k_norm (2 x head_dim per layer), gpt-oss's attention sinks
+(one per head and layer) and its expert and router biases.
 
 Not modelled, and refused with an error rather than approximated: an expert count (any of
 `MOE_KEYS` other than null, 0 or 1) on an architecture not listed above as MoE, and OPT's
@@ -138,6 +158,15 @@ _FAMILIES = {
     "deepseek_v3": _Family("DeepSeek-V3", **_LLAMA_KEYS, kv="default_heads"),
     # Gemma2Config ties the embeddings by default; its MLP is gated (GELU-tanh gate)
     "gemma2": _Family("Gemma-2", **{**_LLAMA_KEYS, "tied_default": True}, kv="required"),
+    "gemma3": _Family("Gemma-3", **{**_LLAMA_KEYS, "tied_default": True}, kv="required"),
+    # Qwen3Config defaults num_key_value_heads to 32; Phi3Config to the head count
+    "qwen3": _Family("Qwen3", **_LLAMA_KEYS, kv="required"),
+    "phi3": _Family("Phi-3", **_LLAMA_KEYS, kv="default_heads"),
+    # Llama4TextConfig: intermediate_size is each expert's (and the shared expert's) width,
+    # intermediate_size_mlp the dense layers'
+    "llama4": _Family("Llama-4", **{**_LLAMA_KEYS, "ffn": ("intermediate_size_mlp",)},
+                      kv="required"),
+    "gpt_oss": _Family("gpt-oss", **_LLAMA_KEYS, kv="required"),
     "gpt2": _Family("GPT-2", layers=("n_layer",), hidden=("n_embd",), heads=("n_head",),
                     ffn=("n_inner",), ffn_default_4h=True, positions=("n_positions", "n_ctx"),
                     learned_positions=True, gated=False, tied_default=True, kv="none"),
@@ -171,6 +200,11 @@ _ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Qwen2ForCausalLM": "qwen2",
     "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
+    "Llama4ForCausalLM": "llama4",
+    "GptOssForCausalLM": "gpt_oss",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
@@ -181,7 +215,8 @@ _ARCHITECTURES = {
 
 _MODEL_TYPES = {
     "llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2", "gemma2": "gemma2",
-    "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe",
+    "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe", "qwen3": "qwen3", "phi3": "phi3",
+    "gemma3_text": "gemma3", "llama4_text": "llama4", "gpt_oss": "gpt_oss",
     "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3",
     "gpt2": "gpt2", "gpt_neox": "gpt_neox", "opt": "opt", "bloom": "bloom", "falcon": "falcon",
     "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
@@ -200,6 +235,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         path = path / "config.json"
     name = str(path)
     raw = _read_json(name)
+    _refuse_vision_language(raw, name)
     family_key = _family_key(raw, name)
     if family_key not in MLA_FAMILIES:
         _refuse_latent_attention(raw, name)
@@ -214,8 +250,9 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
                   if experts is not None and per_token is not None else "")
         raise InstanceError(name, moe_key,
-                            f"{fam.label} declares mixture-of-experts layers{counts}, and MoE is read only from"
-                            " Mixtral, Qwen2-MoE and Qwen3-MoE configs",
+                            f"{fam.label} declares mixture-of-experts layers{counts}, and MoE is"
+                            " read only from Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3,"
+                            " Llama-4 and gpt-oss configs",
                             "describe the model (with its moe: section) under 'model:' in the"
                             " instance YAML")
 
@@ -266,6 +303,8 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                                 "describe the model under 'model:' in the instance YAML")
 
     seq = _seq_len(cfg, fam, seq_len)
+    if family_key == "llama4":
+        _check_chunked_attention(cfg, seq)
     if fam.learned_positions:
         # OPTLearnedPositionalEmbedding keeps 2 rows beyond max_position_embeddings (an offset
         # from fairseq); GPT-2's wpe has n_positions rows
@@ -293,7 +332,8 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
 # MoE architectures, with the dense family whose attention layout (cost/hf_layout.py) they share
 # (DeepSeek's: none of the table's; its attention is MLA_FAMILIES')
 MOE_FAMILIES = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "llama",
-                "deepseek_v2": "deepseek", "deepseek_v3": "deepseek"}
+                "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "llama4": "llama4",
+                "gpt_oss": "gpt_oss"}
 # architectures with multi-head latent attention (ModelSpec.mla)
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
 # DeepSeek's routing options: the router's score function and scaling are element-wise work on
@@ -309,15 +349,30 @@ _ROUTER_KEYS = ("router_aux_loss_coef", "output_router_logits", "router_jitter_n
 def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
     """The MoE fields of a Mixtral / Qwen2-MoE / Qwen3-MoE config (module docstring)."""
     cfg.mark_read(*_ROUTER_KEYS)
-    experts_key = {"mixtral": ("num_local_experts",), "deepseek_v2": ("n_routed_experts",),
-                   "deepseek_v3": ("n_routed_experts",)}.get(family, ("num_experts",))
+    # transformers 5 saves Qwen2-MoE's and Qwen3-MoE's expert count as num_local_experts
+    experts_key = {"deepseek_v2": ("n_routed_experts",), "deepseek_v3": ("n_routed_experts",),
+                   "qwen2_moe": ("num_experts", "num_local_experts"),
+                   "qwen3_moe": ("num_experts", "num_local_experts")
+                   }.get(family, ("num_local_experts",))
     experts = cfg.integer(experts_key, "experts")
     top_k = cfg.integer(("num_experts_per_tok",), "top_k")
-    ffn_key = ("intermediate_size",) if family == "mixtral" else ("moe_intermediate_size",)
+    if family == "gpt_oss":
+        _same_top_k(cfg, top_k)
+    ffn_key = (("intermediate_size",) if family in ("mixtral", "llama4", "gpt_oss")
+               else ("moe_intermediate_size",))
     expert_ffn = cfg.integer(ffn_key, "expert_ffn")
     shared = 0
     if family in MLA_FAMILIES:
         return _deepseek_moe(cfg, layers, experts, top_k, expert_ffn)
+    if family == "llama4":
+        dense = _llama4_dense_layers(cfg, layers)
+        _check_counts(cfg, top_k, experts, dense, layers, "moe_layers")
+        # Llama4TextMoe: the shared expert is a Llama4TextMLP of intermediate_size
+        return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn,
+                       shared_ffn=expert_ffn or 0, dense_layers=dense)
+    if family == "gpt_oss":  # GptOssMLP: every layer routes, no shared expert
+        _check_counts(cfg, top_k, experts, 0, layers, "num_local_experts")
+        return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn)
     if family == "qwen2_moe":
         shared = cfg.integer(("shared_expert_intermediate_size",), "shared_ffn", optional=True) or 0
     if family == "qwen3_moe" and not cfg.boolean("use_sliding_window", False):
@@ -340,6 +395,46 @@ def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
     _check_counts(cfg, top_k, experts, dense, layers, "mlp_only_layers")
     return MoeSpec(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared,
                    dense_layers=dense)
+
+
+def _same_top_k(cfg: _Config, top_k: int | None) -> None:
+    """gpt-oss's config.json gives the experts per token twice (experts_per_token, the original
+    code's name, beside num_experts_per_tok): they must agree."""
+    cfg.mark_read("experts_per_token")
+    other = cfg.raw.get("experts_per_token")
+    if other is not None and other != top_k:
+        raise InstanceError(cfg.name, "experts_per_token", f"{shown(other)} experts per token, but"
+                            f" num_experts_per_tok gives {shown(top_k)}", "make them equal")
+
+
+def _llama4_dense_layers(cfg: _Config, layers: int) -> int:
+    """Llama-4's dense prefix: the layers before the first MoE layer, MoE layers being
+    `moe_layers` or, without it, every interleave_moe_layer_step-th layer (Llama4TextConfig:
+    layers step - 1, 2 step - 1, ...). MoE layers that alternate with dense ones (Maverick's
+    step 2) are refused: ModelSpec's MoE layers follow one dense prefix."""
+    cfg.mark_read("moe_layers", "interleave_moe_layer_step")
+    given = cfg.raw.get("moe_layers")
+    if given is not None:
+        key = "moe_layers"
+        if not (isinstance(given, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                and 0 <= i < layers for i in given)):
+            raise InstanceError(cfg.name, key, f"expected a list of layer indices in [0, {layers}),"
+                                f" got {shown(given)}", "list the MoE layers' indices")
+        moe = sorted(set(given))
+    else:
+        key = "interleave_moe_layer_step"
+        step = cfg.integer((key,), "dense_layers", optional=True) or 1
+        moe = list(range(step - 1, layers, step))
+    if not moe:
+        raise InstanceError(cfg.name, key, "no MoE layer", "plan it as a dense model")
+    if moe != list(range(moe[0], layers)):
+        pattern = ", ".join(map(str, moe[:4])) + (", ..." if len(moe) > 4 else "")
+        raise InstanceError(cfg.name, key, f"MoE layers {pattern} alternate with dense ones, and"
+                            " paraplan's model has MoE layers after one dense prefix only"
+                            " (model.moe.dense_layers); no field expresses interleaved layers",
+                            "plan a model whose MoE layers follow its dense ones (Llama-4 Scout:"
+                            " interleave_moe_layer_step 1)")
+    return moe[0]
 
 
 def _deepseek_moe(cfg: _Config, layers: int, experts: int, top_k: int, expert_ffn: int) -> MoeSpec:
@@ -392,6 +487,34 @@ def _deepseek_notes(cfg: _Config) -> list[str]:
         notes.append("attention_bias true: Megatron-core's latent attention has no projection"
                      " biases, and none are priced")
     return notes
+
+
+def _check_chunked_attention(cfg: _Config, seq: int) -> None:
+    """Llama-4's chunked attention (attention_chunk_size; in its rotary layers, no_rope_layers):
+    each query attends only to the keys of its own chunk. At a sequence no longer than a chunk
+    that is plain causal attention; beyond it, neither full nor sliding-window attention prices
+    it, so it is refused."""
+    chunk = cfg.integer(("attention_chunk_size",), "sliding_window_tokens", optional=True)
+    if chunk is not None and seq > chunk:
+        raise InstanceError(cfg.name, "attention_chunk_size", f"chunked attention ({chunk:,}-token"
+                            f" chunks) at a sequence of {seq:,} tokens is not modelled: paraplan"
+                            " prices full causal and sliding-window attention, and each query here"
+                            " sees only its own chunk", f"plan at --seq-len {chunk} or less, where"
+                            " chunked attention is causal attention")
+
+
+def _refuse_vision_language(raw: dict, name: str) -> None:
+    """A vision-language config (Gemma-3 4B and up, Llama-4) nests its text decoder under
+    `text_config`, often leaving sizes to transformers' defaults: refused in one line."""
+    if isinstance(raw.get("text_config"), dict):
+        archs = raw.get("architectures")
+        first = archs[0] if isinstance(archs, list) and archs else None
+        label = first if isinstance(first, str) else "this"
+        raise InstanceError(name, "text_config", f"{_key_text(label)} is a vision-language config;"
+                            " paraplan reads a text decoder's config (its vision encoder is not"
+                            " modelled)", "write text_config's keys, with the sizes"
+                            " transformers fills in by default, as a config.json of their own"
+                            " (model_type gemma3_text, llama4_text, ...)")
 
 
 def _refuse_latent_attention(raw: dict, name: str) -> None:

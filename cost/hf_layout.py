@@ -39,7 +39,13 @@ Falcon    -           bias: all (false)                   LayerNorm: 2         p
                                                           else 1)
 ========  ==========  ==================================  ==================  ================
 
-A `layer_types` list (newer Qwen2 and Gemma configs) names each layer's attention and replaces
+Read later the same way (transformers 4.51-4.55): Qwen3 as Qwen2 but head_dim (128) and
+attention_bias (false) for q, k, v, o; Phi-3 as Mistral with no default window; Gemma-3 as
+Gemma-2 with every sliding_window_pattern-th (6) layer global; gpt-oss with attention_bias
+(true) and layer_types alternating a 128-token window (even layers) with full attention;
+Llama-4 as Llama (its Q/K norm has no weights).
+
+A `layer_types` list (newer Qwen2, Qwen3, Gemma and gpt-oss configs) names each layer's attention and replaces
 the pattern rules above. Every family's final norm matches its layer norms (LayerNorm has a
 bias: `ModelSpec.norm_bias`).
 
@@ -63,22 +69,25 @@ COST_FREE_KEYS = frozenset({
     "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
     "decoder_start_token_id", "prefix", "task_specific_params", "id2label", "label2id",
     "return_dict", "output_attentions", "output_hidden_states", "torchscript", "is_decoder",
-    "use_return_dict", "tokenizer_class",
+    "use_return_dict", "tokenizer_class", "dtype", "auto_map",
     # initialisation and numerical epsilons
     "initializer_range", "init_std", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
     # position encodings without parameters: rotary frequencies and scaling, ALiBi (a bias added
     # inside the attention kernel), NeoX's rotary on part of each head
     "rope_theta", "rope_scaling", "rotary_emb_base", "rotary_pct", "partial_rotary_factor",
-    "rope_type", "alibi", "offset_alibi", "n_ctx",
+    "rope_type", "alibi", "offset_alibi", "n_ctx", "rope_parameters", "rope_local_base_freq",
+    "original_max_position_embeddings", "initial_context_length",
     # inference-time behaviour: KV cache, HF's emulation of Megatron's tp slicing
     "use_cache", "cache_implementation", "pretraining_tp", "slow_but_exact",
     "sliding_window_size",
     # element-wise choices at the same cost: activation function (the gated or plain MLP shape
-    # is the family's), softmax upcast, attention scaling, pre- or post-norm order, fused-kernel
-    # flags of the original Megatron training
+    # is the family's) and gpt-oss's clamp of it, softmax upcast, attention scaling (Llama-4's
+    # query temperature), pre- or post-norm order, fused-kernel flags of the original Megatron
+    # training
     "hidden_act", "hidden_activation", "activation_function", "attention_softmax_in_fp32",
     "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
-    "query_pre_attn_scalar", "do_layer_norm_before", "apply_residual_connection_post_layernorm",
+    "query_pre_attn_scalar", "swiglu_limit", "attn_temperature_tuning", "attn_scale", "floor_scale",
+    "do_layer_norm_before", "apply_residual_connection_post_layernorm",
     "bias_dropout_fusion", "masked_softmax_fusion", "skip_bias_add", "skip_bias_add_qkv",
     # heads other than the language-model head, which causal-LM training does not run
     "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
@@ -116,18 +125,25 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
     """(ModelSpec keyword arguments, lines for what is not priced) of `family`'s layout."""
     spec: dict[str, Any] = {}
     notes: list[str] = []
-    if family in ("llama", "mistral", "gemma2"):
-        # LlamaConfig and MistralConfig default to hidden // heads, Gemma2Config to 256
+    if family in _HEAD_DIM_DEFAULT:
         head_dim = cfg.integer(("head_dim",), "head_dim", optional=True)
-        spec["attention_head_dim"] = 256 if head_dim is None and family == "gemma2" else head_dim
-    if family in ("llama", "gemma2"):
-        bias = cfg.boolean("attention_bias", False)
+        spec["attention_head_dim"] = _HEAD_DIM_DEFAULT[family] if head_dim is None else head_dim
+    if family in _ATTENTION_BIAS_DEFAULT:
+        bias = cfg.boolean("attention_bias", _ATTENTION_BIAS_DEFAULT[family])
         spec.update(qkv_bias=bias, attn_out_bias=bias)
     if family == "llama":
         spec["mlp_bias"] = cfg.boolean("mlp_bias", False)
     if family == "qwen2":
         spec["qkv_bias"] = True
-    if family == "gemma2":
+    if family in ("qwen3", "gemma3"):
+        notes.append(_qk_norm_note(cfg, layers))
+    if family == "llama4":
+        # Llama4TextL2Norm: a weightless L2 norm of Q and K (element-wise work only)
+        cfg.mark_read("use_qk_norm", "attention_chunk_size", "no_rope_layers", "layer_types",
+                      "moe_layers", "interleave_moe_layer_step")
+    if family == "gpt_oss":
+        notes.extend(_gpt_oss_notes(cfg, layers))
+    if family in ("gemma2", "gemma3"):
         spec["norms_per_layer"] = 4
         for key, what in (("attn_logit_softcapping", "the tanh capping every attention score"),
                           ("final_logit_softcapping", "the tanh capping every logit")):
@@ -170,27 +186,69 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
     return spec, notes
 
 
+# head_dim when the config leaves it out: LlamaConfig and MistralConfig hidden // heads (None),
+# Gemma2Config and Gemma3TextConfig 256, Qwen3Config 128
+_HEAD_DIM_DEFAULT = {"llama": None, "mistral": None, "gemma2": 256, "gemma3": 256, "qwen3": 128,
+                     "llama4": None, "gpt_oss": None}
+# attention_bias (q, k, v and o) when the config leaves it out (GptOssConfig: true)
+_ATTENTION_BIAS_DEFAULT = {"llama": False, "gemma2": False, "gemma3": False, "qwen3": False,
+                           "llama4": False, "gpt_oss": True}
+# sliding_window when the config leaves it out (None: no window)
+_WINDOW_DEFAULT = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096, "gemma3": 4096,
+                   "phi3": None, "gpt_oss": 128}
+
+
 def _windows(cfg: ConfigReader, family: str, layers: int) -> dict[str, Any]:
     """sliding_window_tokens and sliding_window_layers (module docstring's table)."""
-    if family not in ("mistral", "qwen2", "gemma2"):
+    if family not in _WINDOW_DEFAULT:
         return {}
-    cfg.mark_read("use_sliding_window", "max_window_layers", "sliding_window")
-    types = cfg.layer_types(layers) if family in ("qwen2", "gemma2") else None
-    if family == "qwen2" and not cfg.boolean("use_sliding_window", False):
-        return {}  # Qwen2Config: sliding_window = None unless use_sliding_window
-    window = cfg.window("sliding_window", 4096)
+    cfg.mark_read("use_sliding_window", "max_window_layers", "sliding_window", "sliding_window_pattern")
+    types = (cfg.layer_types(layers) if family in ("qwen2", "qwen3", "gemma2", "gemma3", "gpt_oss")
+             else None)
+    if family in ("qwen2", "qwen3") and not cfg.boolean("use_sliding_window", False):
+        return {}  # Qwen2Config, Qwen3Config: sliding_window = None unless use_sliding_window
+    window = cfg.window("sliding_window", _WINDOW_DEFAULT[family])
     if window is None:
         return {}
     if types is not None:
         windowed = sum(t == "sliding_attention" for t in types)
-    elif family == "mistral":
+    elif family in ("mistral", "phi3"):
         windowed = layers
-    elif family == "qwen2":  # Qwen2Attention: layer_idx >= max_window_layers slides
+    elif family in ("qwen2", "qwen3"):  # Qwen2Attention: layer_idx >= max_window_layers slides
         full = cfg.integer(("max_window_layers",), "sliding_window_layers", optional=True)
         windowed = layers - min(layers, 28 if full is None else full)
-    else:  # Gemma2Attention: even layers slide
+    elif family == "gemma3":  # Gemma3TextConfig: every sliding_window_pattern-th layer is global
+        pattern = cfg.integer(("sliding_window_pattern",), "sliding_window_layers", optional=True)
+        windowed = layers - layers // (6 if pattern is None else pattern)
+    else:  # Gemma2Attention, GptOssConfig's layer_types: even layers slide
         windowed = (layers + 1) // 2
     return {"sliding_window_tokens": window, "sliding_window_layers": windowed}
+
+
+def _qk_norm_note(cfg: ConfigReader, layers: int) -> str:
+    """Qwen3's and Gemma-3's per-head RMSNorm of queries and keys (q_norm, k_norm: a head_dim
+    scale each per layer), which ModelSpec has no field for."""
+    head_dim = cfg.raw.get("head_dim")
+    width = f"{head_dim:,}" if isinstance(head_dim, int) else "head_dim"
+    return (f"q_norm, k_norm: the per-head RMSNorm of queries and keys is not priced nor counted"
+            f" (2 x {width} parameters in each of the {layers} layers, one element-wise pass"
+            " over Q and K)")
+
+
+def _gpt_oss_notes(cfg: ConfigReader, layers: int) -> list[str]:
+    """gpt-oss's parameters that ModelSpec has no field for (GptOssAttention.sinks; the biases
+    of GptOssExperts and GptOssTopKRouter), one line each, with their exact count."""
+    heads, experts = cfg.raw.get("num_attention_heads"), cfg.raw.get("num_local_experts")
+    hidden, ffn = cfg.raw.get("hidden_size"), cfg.raw.get("intermediate_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool)
+               for v in (heads, experts, hidden, ffn)):
+        return []  # the reader refuses them by name
+    expert_biases = experts * (2 * ffn + hidden) + experts
+    return [f"sinks: one learned attention-sink logit per head ({heads} parameters per layer,"
+            f" {heads * layers:,} in all) is not counted; its cost is one more score per query row",
+            f"expert and router biases: {expert_biases:,} parameters per layer ({experts} experts"
+            f" x (2 x {ffn:,} + {hidden:,}) and {experts} router biases; {expert_biases * layers:,}"
+            " in all) are not counted"]
 
 
 # (hidden dropout keys, attention dropout keys, dropouts the memory model has no mask for)
@@ -200,8 +258,9 @@ _DROPOUT_KEYS = {
     "gpt_neox": (("hidden_dropout",), ("attention_dropout",), ()),
     "bloom": (("hidden_dropout",), ("attention_dropout",), ()),
     "falcon": (("hidden_dropout",), ("attention_dropout",), ()),
+    "phi3": (("resid_pdrop",), ("attention_dropout",), ("embd_pdrop",)),
 }
-_ATTENTION_ONLY = ((), ("attention_dropout",), ())  # Llama, Mistral, Qwen2, Gemma-2
+_ATTENTION_ONLY = ((), ("attention_dropout",), ())  # Llama, Mistral, Qwen2/3, Gemma-2/3, ...
 
 
 def _dropout(cfg: ConfigReader, family: str, notes: list[str]) -> float:

@@ -68,6 +68,8 @@ def shape(m):
 def test_every_bundled_config_has_a_test():
     tested = set(EXPECTED) | {"bloom-560m", "falcon-7b", "mixtral-8x7b", "qwen3-235b-a22b",
                               "deepseek-v3"}
+    # tests/instances/test_hf_families.py
+    tested |= {"qwen3-8b", "phi-3-mini-4k", "gemma-3-1b", "gpt-oss-20b", "llama-4-scout-text"}
     assert {p.name for p in HF.iterdir() if p.is_dir()} == tested
 
 
