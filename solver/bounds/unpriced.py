@@ -61,8 +61,9 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
 
     def floor(i: int, o, k: int, g: int, modes: tuple) -> float:
         # what the layer reads: the site (group, its tp, cp, expert layout) and `modes`
-        # (coefficients.DENSE_LAYER_FIELDS; of an MoE layer MOE_LAYER_FIELDS, its stage count too)
-        key = (i, g, o.tp_of(g), modes, o.classes[k].pp if moe else None)
+        # (coefficients.DENSE_LAYER_FIELDS; of an MoE layer MOE_LAYER_FIELDS, of its stage
+        # count only whether there is a pipeline: _pipelined)
+        key = (i, g, o.tp_of(g), modes, _pipelined(o.classes[k].pp) if moe else None)
         if key not in floors:
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
             lo = stage_outer(class_outers(inst.job, o)[k], site)
@@ -79,7 +80,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     def first_stage_term(i: int, o, g: int, modes: tuple, pp: int) -> float:
         """a_0 of the module docstring: an MoE model's dense prefix (negative where the dense
         layers are the cheaper), 0 otherwise (floor() first)."""
-        return prefix[i, g, o.tp_of(g), modes, pp if moe else None]
+        return prefix[i, g, o.tp_of(g), modes, _pipelined(pp) if moe else None]
 
     # the layer fields a HeteroOuter holds for every group (tp: each group's own, pp: each class's)
     fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
@@ -124,6 +125,15 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
             b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
         out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)
     return out
+
+
+def _pipelined(pp: int) -> bool:
+    """All an MoE layer's price reads of its stage count (MOE_LAYER_FIELDS' pp): whether the
+    all-to-all overlaps apply, cost/moe.a2a_overlap_applies (pp == 1, or interleaved) and
+    moe.dualpipe_applies (pp > 1). Keyed by pp itself, DeepSeek-V3 on 2,048 H800 priced a
+    floor for each of its 17,019 configurations, every lookup a miss (issue 33);
+    tests/hetero/test_unpriced_bounds.py checks the floors against pricing each pp alone."""
+    return pp > 1
 
 
 def _split_terms(rows: list[tuple[tuple[float, ...], float, int]], layers: int) -> tuple[np.ndarray, np.ndarray]:

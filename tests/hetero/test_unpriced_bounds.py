@@ -148,3 +148,20 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
         assert f <= ch.optimistic_bound(), o
         checked += 1
     assert checked and (plans < megatron * (1 - 1e-6)).any()
+
+
+@pytest.mark.parametrize("a2a_overlap", [False, True])
+def test_moe_floors_shared_across_stage_counts_equal_each_alone(a2a_overlap):
+    """unpriced._pipelined: the floors of an MoE model are shared between configurations whose
+    stage counts are both > 1 (its price reads only whether there is a pipeline). The bounds of
+    every configuration at once (one shared cache) equal each configuration's bound alone (its
+    own cache, keyed by nothing but itself). With the all-to-all overlap on, pp = 1 and pp > 1
+    price differently, so a key that merged them fails here."""
+    inst, outers = _moe()
+    inst = replace(inst, job=replace(inst.job, moe_a2a_overlap=a2a_overlap))
+    outers = [o for o in outers if o.ep > 1]
+    assert {o.classes[0].pp == 1 for o in outers} == {True, False}
+    idx, agg, weights = scenario_weights(inst, "nominal")
+    together = floor_bounds_s(inst, outers, idx, agg, weights)
+    alone = [floor_bounds_s(inst, [o], idx, agg, weights)[0] for o in outers]
+    assert together.tolist() == alone
