@@ -91,12 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     from paraplan.solver.commands import planning as commands
     from paraplan.solver.commands import export as export_cmd
     from paraplan.solver.commands import extra as extra_commands
+    from paraplan.solver.commands import model as model_cmd
     from paraplan.solver.commands import partitions as partition_cmd
     from paraplan.solver.report import page as report
     from paraplan.solver.sweep import run as sweep
     accuracy.register(sub)
     commands.register(sub)
     extra_commands.register(sub)
+    model_cmd.register(sub)
     export_cmd.register(sub)
     partition_cmd.register(sub)
     report.register(sub)
