@@ -2,7 +2,7 @@
 
     paraplan plan instances/llama3-8b-64xH100.yaml
     paraplan plan --hf-config path/to/Meta-Llama-3-8B --cluster instances/clusters/h200-16nodes.yaml \\
-                  --job instances/jobs/pretrain-4m-tokens.yaml
+                  --job instances/jobs/pretrain-4m-tokens.yaml --seq-len 8192
     paraplan plan instances/llama3-8b-64xH100.yaml --cluster instances/clusters/dgx-h100-32nodes.yaml
 
 A part replaces the matching section of the instance file (cost/loader.py,
@@ -42,7 +42,7 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
                             " repeatable")
     parts.add_argument("--seq-len", metavar="N",
                        help="training sequence length in tokens; replaces the model's (needed"
-                            " for configs without a maximum length, e.g. BLOOM)")
+                            " with --hf-config: a config gives only the longest context)")
 
 
 # the commands that plan a DualPipe job (job.pipeline_schedule: dualpipe) besides those that
@@ -68,10 +68,13 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Ins
                             problem, "give an instance YAML, or all of --hf-config, --cluster"
                                      " and --job")
     overrides = search_overrides(getattr(args, "search", None))
-    inst = load_instance_parts(instance, hf_config=getattr(args, "hf_config", None),
+    hf_config = getattr(args, "hf_config", None)
+    seq_len = parse_seq_len(getattr(args, "seq_len", None))
+    if hf_config is not None and seq_len is None:
+        refuse_maximum_context(hf_config)
+    inst = load_instance_parts(instance, hf_config=hf_config,
                                cluster=getattr(args, "cluster", None),
-                               job=getattr(args, "job", None),
-                               seq_len=_seq_len(getattr(args, "seq_len", None)))
+                               job=getattr(args, "job", None), seq_len=seq_len)
     if overrides:
         from paraplan.cost.loader import override_search
         inst = override_search(inst, overrides, SEARCH_SOURCE)
@@ -127,7 +130,26 @@ def _scalar(text: str):
     return value if isinstance(value, (bool, int, float, str)) else text.strip()
 
 
-def _seq_len(text: str | int | None) -> int | None:
+def refuse_maximum_context(hf_config) -> None:
+    """A Hugging Face config without --seq-len: refused, naming the model's maximum context.
+
+    config.json gives the longest context a model supports (max_position_embeddings: 131,072
+    for Qwen2-7B), not the length it is trained at, and a job file's global_batch counts
+    sequences: planning at the maximum would plan 512 x 131,072 tokens for a "4M tokens" job.
+    Neither a job file nor the config holds the training length, so it is asked for. The
+    config's own errors come first (a BLOOM config, without any maximum, asks for --seq-len
+    itself)."""
+    from paraplan.cost.hf_config import model_from_hf_config
+
+    model = model_from_hf_config(hf_config)
+    raise InstanceError(str(hf_config), "--seq-len", "not given, and config.json gives only the"
+                        f" longest context {model.name} supports, {model.seq_len:,} tokens, not"
+                        " the length it is trained at (job.global_batch counts sequences of it)",
+                        "give the training sequence length, e.g. --seq-len 4096, or"
+                        f" --seq-len {model.seq_len} to plan at the maximum")
+
+
+def parse_seq_len(text: str | int | None) -> int | None:
     """--seq-len as an integer; parsed here rather than by argparse so that a bad value is one
     `InstanceError` line like every other input error."""
     if text is None or isinstance(text, int):
