@@ -211,3 +211,71 @@ def test_transformers_5_keys(tmp_path):
     dense = config("qwen3-8b", rope_theta=None, rope_parameters=rope, dtype="bfloat16",
                    torch_dtype=None, layer_types=["full_attention"] * 36)
     assert model_from_hf_config(write(tmp_path, dense)).unmodelled == load("qwen3-8b").unmodelled
+
+
+# --- paraplan model, and --hf-config without --seq-len ----------------------------------------
+
+def run_model(capsys, *argv: str) -> tuple[int, str, str]:
+    from paraplan.solver.commands.cli import main
+    capsys.readouterr()
+    code = main(["model", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_model_command_json_gives_the_counts(capsys):
+    # the gpt-oss-20b and Llama-4 Scout counts derived by hand above
+    code, out, _ = run_model(capsys, "--hf-config", HF / "gpt-oss-20b", "--seq-len", "4096", "--json")
+    got = json.loads(out)
+    assert code == 0 and got["status"] == "read" and got["seq_len"] == 4096
+    assert got["params_total"] == 20_914_757_184 - 24 * (64 + 276_512)
+    assert got["params_active"] == 1_158_266_880 + 24 * (26_550_080 + 5_760 + 92_160
+                                                         + 4 * 24_883_200) + 2_880
+    assert got["attention"]["windowed_layers"] == 12 and got["moe_layers"] == 24
+    # a dense model: every parameter is active. FLOPs per token at 4,096 tokens, PaLM's count
+    # (6 x (layer parameters + one embedding table) + 6 x layers x s x (q + attention-out
+    # widths), the full causal score matrix): Phi-3-mini's 32 layers of 113,252,352, 3,072 x
+    # 32,064 logits, q and output 3,072 wide, the window 2,047 tokens in every layer:
+    # 6 * (32 * 113,252,352 + 98,500,608) + 6 * 32 * 2,047 * 6,144
+    code, out, _ = run_model(capsys, "--hf-config", HF / "phi-3-mini-4k", "--seq-len", "4096", "--json")
+    got = json.loads(out)
+    assert got["params_total"] == got["params_active"] == 3_821_079_552
+    assert got["flops_per_token"] == 6 * (32 * 113_252_352 + 98_500_608) + 6 * 32 * 2047 * 6144
+
+
+def test_model_command_text(capsys):
+    code, out, _ = run_model(capsys, "--hf-config", HF / "gemma-3-1b")
+    assert code == 0
+    assert "999,872,640 total" in out
+    assert "32,768 tokens per sequence (the config's maximum context" in out
+    assert "a sliding window of 512 tokens in 22 of 26 layers, full causal in 4" in out
+    assert "not priced  q_norm, k_norm" in out
+
+
+def test_model_command_refusals_are_one_line(capsys):
+    code, out, err = run_model(capsys, "--hf-config", HF / "llama-4-scout-text")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert ": attention_chunk_size: " in err and "--seq-len 8192" in err
+    code, _, err = run_model(capsys, "--hf-config", HF / "qwen3-8b", "--seq-len", "8k")
+    assert code == 2 and "--seq-len: expected an integer" in err
+
+
+def test_hf_config_without_seq_len_is_refused_naming_the_maximum():
+    # Qwen2-7B's config gives 131,072 positions; the 4M-token job counts 512 sequences: without
+    # --seq-len paraplan planned 512 x 131,072 tokens. Now it asks.
+    import argparse
+
+    from paraplan import instances
+    from paraplan.solver.commands.inputs import add_instance_args, load_from_args
+    parts = Path(instances.__file__).parent
+    parser = argparse.ArgumentParser()
+    add_instance_args(parser)
+    argv = ["--hf-config", str(HF / "qwen2-7b"), "--cluster",
+            str(parts / "clusters" / "dgx-h100-32nodes.yaml"),
+            "--job", str(parts / "jobs" / "pretrain-4m-tokens.yaml")]
+    with pytest.raises(InstanceError) as info:
+        load_from_args(parser.parse_args(argv))
+    err = info.value
+    assert (err.path, err.field) == (str(HF / "qwen2-7b"), "--seq-len")
+    assert "131,072 tokens" in str(err) and "--seq-len 131072" in err.fix and "\n" not in str(err)
+    assert load_from_args(parser.parse_args(argv + ["--seq-len", "4096"])).model.seq_len == 4096
