@@ -71,6 +71,12 @@ Instance file (units in the key names; "required" unless a default is given)::
                                      # full_recompute: false; default none
       activation_fp8_input_store: false  # megatron: SwiGLU inputs stashed in fp8
       attention_output_e5m6: false   # fp8 jobs: DeepSeek-V3's 12-bit attention-output stash
+      train_tokens: 15.0e+12         # tokens to train on: every plan then gives the time and
+                                     # GPU-hours to train (cost/train_cost.py); default none.
+                                     # Write the exponent's sign: YAML reads 15.0e12 as text
+      usd_per_gpu_hour:              # needs train_tokens: USD per GPU-hour of each GPU type of
+        H100-SXM5-80GB: 2.5          #   the cluster (all of them, none other; mixed clusters
+                                     #   too), for the cost to train; default none
     gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
       MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
     search:                          # optional: narrows the planner's space (solver/space.py)
@@ -209,7 +215,7 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
             "recompute_early_stop", "recompute_modules", "activation_fp8_input_store",
-            "attention_output_e5m6")
+            "attention_output_e5m6", "train_tokens", "usd_per_gpu_hour")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
              "cudnn_attention_speedup")
@@ -541,14 +547,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _number_fix(value: Any, *, integer: bool = False) -> str:
+def _number_fix(value: Any, *, integer: bool = False, hi: float = _MAX_INT) -> str:
+    """How to write `value` as a number; `hi`: its range's upper bound, past which (and past
+    _MAX_INT) a number read from text is called a typo (job.train_tokens reaches 10**16)."""
     if isinstance(value, bool):
         return "write a number, not true/false"
     if isinstance(value, str) and _looks_numeric(value):
         text = value.strip()
         if "e" in text.lower() and not _YAML_EXPONENT_FLOAT.fullmatch(text):
             number = float(text)
-            if abs(number) > _MAX_INT:
+            if abs(number) > max(hi, _MAX_INT):
                 return (f"YAML reads {text} as text, and as a number it would be absurdly"
                         " large: check for a typo or the unit")
             if integer:
@@ -587,7 +595,7 @@ def check_number(value: Any, path: str, field: str, quantity: str) -> float:
     """`value` as a finite number of `quantity`, within its range (cost/ranges.py)."""
     if not _is_number(value):
         raise InstanceError(path, field, f"expected a number, got {describe(value)}",
-                            _number_fix(value))
+                            _number_fix(value, hi=RANGES[quantity].hi))
     if not math.isfinite(value):
         raise InstanceError(path, field, f"{value} is not a finite number", "give a finite value")
     if isinstance(value, int) and abs(value) > 10**60:
@@ -858,6 +866,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     check_mla_job(" + ".join(sources), job_spec, model_spec)
     check_precision(" + ".join(sources), job_spec, (cluster_spec.gpu,))
+    check_gpu_prices(" + ".join(sources), job_spec, (cluster_spec.gpu,))
     check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
     check_job_options(" + ".join(sources), job_spec, model_spec, search)
     if search_sec is not None:  # listed values the instance's shape can never run
@@ -1154,6 +1163,7 @@ def job_from_section(sec: Section) -> JobSpec:
         modules = sec.list_of("recompute_modules", module, "modules (" + ", ".join(allowed) + ")")
         if len(set(modules)) != len(modules):
             raise sec.error("recompute_modules", "lists a module twice", "list each module once")
+    train_tokens = sec.number("train_tokens") if sec.has_value("train_tokens") else None
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -1172,7 +1182,50 @@ def job_from_section(sec: Section) -> JobSpec:
             recompute_modules=tuple(RecomputeModule(x) for x in modules),
             activation_fp8_input_store=sec.boolean("activation_fp8_input_store", False),
             attention_output_e5m6=sec.boolean("attention_output_e5m6", False),
+            train_tokens=train_tokens,
+            usd_per_gpu_s=_gpu_prices(sec, train_tokens),
         )
+
+
+def _gpu_prices(sec: Section, train_tokens: float | None) -> tuple[tuple[str, float], ...]:
+    """job.usd_per_gpu_hour, {GPU type: USD per GPU-hour}, as ((type, USD per GPU-second), ...)
+    sorted by type; () when absent. Which types it must name is the cluster's business
+    (check_gpu_prices, once the cluster is known)."""
+    if not sec.has_value("usd_per_gpu_hour"):
+        return ()
+    if train_tokens is None:
+        raise sec.error("usd_per_gpu_hour", "prices a training run, and the job gives no"
+                        " train_tokens", "add train_tokens: <tokens to train on, e.g. 15.0e+12>,"
+                        " or remove usd_per_gpu_hour")
+    table = sec.section("usd_per_gpu_hour", None)
+    if not table.raw:
+        raise sec.error("usd_per_gpu_hour", "names no GPU type",
+                        "write one 'GPU type: USD per GPU-hour' line per GPU type of the cluster,"
+                        " e.g. {H100-SXM5-80GB: 2.5}, or remove usd_per_gpu_hour")
+    return tuple(sorted((name, check_number(usd, table.path, table.field(name), "usd_per_gpu_hour")
+                         / units.HOUR_S) for name, usd in table.raw.items()))
+
+
+def check_gpu_prices(source: str, job: JobSpec, gpus: tuple[GpuSpec, ...]) -> None:
+    """job.usd_per_gpu_hour names exactly the GPU types of the cluster (`gpus`, one per node
+    group): a price for a type the cluster lacks is a typo or the wrong file, and a type
+    without one leaves the cost unknown."""
+    if not job.usd_per_gpu_s:
+        return
+    have = sorted({gpu.name for gpu in gpus})
+    priced = [name for name, _ in job.usd_per_gpu_s]
+    for name in priced:
+        if name not in have:
+            hint = did_you_mean(name, have)
+            raise InstanceError(source, f"job.usd_per_gpu_hour.{name}",
+                                f"prices {name}, which the cluster does not have (its GPU types:"
+                                f" {', '.join(have)})", (hint + "; " if hint else "")
+                                + "price the cluster's GPU types only")
+    for name in have:
+        if name not in priced:
+            raise InstanceError(source, "job.usd_per_gpu_hour",
+                                f"gives no price for {name}, which the cluster has",
+                                f"add '{name}: <USD per GPU-hour>', or remove usd_per_gpu_hour")
 
 
 # --- plans ---------------------------------------------------------------------------------
@@ -1377,6 +1430,10 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["activation_fp8_input_store"] = True
     if inst.job.attention_output_e5m6:
         job["attention_output_e5m6"] = True
+    if inst.job.train_tokens is not None:
+        job["train_tokens"] = inst.job.train_tokens
+    if inst.job.usd_per_gpu_s:
+        job["usd_per_gpu_hour"] = {name: usd * units.HOUR_S for name, usd in inst.job.usd_per_gpu_s}
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
@@ -1431,6 +1488,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
               else SearchSpace())
     check_mla_job(path, job, model)
     check_precision(path, job, (cluster.gpu,))
+    check_gpu_prices(path, job, (cluster.gpu,))
     check_moe_overlaps(path, job, model, search)
     check_job_options(path, job, model, search)
     return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)

@@ -164,6 +164,10 @@ RANGES: dict[str, Range] = {
     # --- job --------------------------------------------------------------------------------
     "global_batch": Range(1, _GPUS, "", "2**24 sequences, 1,000x the largest published batches"
                           " (GPT-3: 3.2M tokens in 1,536 sequences)", integer=True),
+    "train_tokens": Range(1, 1e16, "tokens", "10**16, 250x the most tokens a published run"
+                          " trained on (Llama 4 Scout: about 40e12; Llama 3: 15.6e12)"),
+    "usd_per_gpu_hour": Range(0.001, 10_000, "USD per GPU-hour", "cloud prices run from about"
+                              " 0.1 (old GPUs, spot) to about 15 (B200 on demand)"),
     # --- search and plans: degrees and counts (checked against the instance too) ------------
     "tp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "pp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),

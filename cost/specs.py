@@ -448,10 +448,25 @@ class JobSpec:
     # projection's weight gradient, instead of a bf16 copy and an fp8 copy. FP8 jobs only; no
     # framework paraplan exports to has it (the exports list it)
     attention_output_e5m6: bool = False
+    # Tokens the run trains on, its whole budget (job.train_tokens): with it every plan gives
+    # the wall-clock time and GPU-hours to train (cost/train_cost.py). None: not given. A
+    # float, as budgets are written (15.0e+12); it prices nothing else
+    train_tokens: float | None = None
+    # The price of one GPU for one second by GPU type, ((gpu type, USD per GPU-second), ...)
+    # sorted by type (job.usd_per_gpu_hour / 3600): with train_tokens, the cost to train.
+    # Empty: no price. The loaders check that it names exactly the cluster's GPU types
+    usd_per_gpu_s: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
             raise ConfigError("job.global_batch must be >= 1")
+        if self.train_tokens is not None and not self.train_tokens > 0:
+            raise ConfigError("job.train_tokens must be > 0")
+        if any(not usd > 0 for _, usd in self.usd_per_gpu_s):
+            raise ConfigError("job.usd_per_gpu_hour: every price must be > 0")
+        if self.usd_per_gpu_s and self.train_tokens is None:
+            raise ConfigError("job.usd_per_gpu_hour prices a run of job.train_tokens tokens:"
+                              " add train_tokens, or remove usd_per_gpu_hour")
         if self.optimizer is not Optimizer.ADAM and self.framework is not Framework.MEGATRON:
             what = ("Megatron-core's precision-aware optimizer" if self.optimizer is Optimizer.ADAM_BF16_MOMENTS
                     else "NeMo's Apex optimizer")

@@ -11,6 +11,9 @@ TFLOPS_FLOPS = 1e12
 GFLOP_FLOPS = 1e9
 US_S = 1e-6
 MS_S = 1e-3
+MINUTE_S = 60.0
+HOUR_S = 3600.0
+DAY_S = 86400.0
 
 
 def gib_to_bytes(gib: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from paraplan.cost import units
 from paraplan.cost.simulate import Breakdown
 from paraplan.cost.units import bytes_to_gib
 
@@ -141,3 +142,84 @@ def evidence_text(res, value_s: float | None, what: str, plans: int, space: str 
     if res.reason:
         lines.append(f"reason      {res.reason}")
     return "\n".join(lines)
+
+
+def duration(t_s: float) -> str:
+    """A run's length: days from two days up, hours from one hour, minutes from one, else
+    `seconds`."""
+    return _duration_in(t_s, _duration_unit(t_s))
+
+
+def _duration_unit(t_s: float) -> str:
+    if t_s >= 2 * units.DAY_S:
+        return "days"
+    return "h" if t_s >= units.HOUR_S else "min" if t_s >= units.MINUTE_S else "s"
+
+
+def _duration_in(t_s: float, unit: str) -> str:
+    if unit == "days":
+        return f"{t_s / units.DAY_S:,.1f} days"
+    if unit == "h":
+        return f"{t_s / units.HOUR_S:,.1f} h"
+    if unit == "min":
+        return f"{t_s / units.MINUTE_S:.1f} min"
+    return seconds(t_s)
+
+
+def _amount(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
+
+
+def train_cost_cells(tc) -> list[tuple[str, str]]:
+    """(what, value) of a cost/train_cost.TrainCost: the time, GPU-hours and (priced) cost to
+    train, each with its trust interval in brackets where there is one (tables: compare,
+    report)."""
+    unit = _duration_unit(tc.time_s)
+
+    def with_ends(text: str, ends, shown) -> str:
+        return text if ends is None else f"{text} ({shown(ends[0])} .. {shown(ends[1])})"
+    cells = [("time to train", with_ends(duration(tc.time_s), tc.time_interval_s,
+                                          lambda t: _duration_in(t, unit))),
+             ("GPU-hours", with_ends(_amount(tc.gpu_hours), tc.gpu_hours_interval, _amount))]
+    if tc.cost_usd is not None:
+        cells.append(("cost", with_ends(_usd(tc.cost_usd), tc.cost_interval_usd, _usd)))
+    return cells
+
+
+def train_cost_lines(tc) -> list[str]:
+    """What `plan` and `report` show of a cost/train_cost.TrainCost (none without one): the
+    tokens and iterations, then the time, GPU-hours and cost to train, each with its trust
+    interval in brackets where there is one."""
+    if tc is None:
+        return []
+    tokens = f"{tc.train_tokens:.4g}" if tc.train_tokens >= 1e7 else f"{tc.train_tokens:,.0f}"
+    cells = dict(train_cost_cells(tc))
+    second = f"on {tc.num_gpus:,} GPUs: GPU-hours {cells['GPU-hours']}"
+    if "cost" in cells:
+        second += f", cost {cells['cost']}"
+    return [f"{tokens} tokens = {tc.iterations:,} iterations of {tc.tokens_per_iteration:,} tokens:"
+            f" {cells['time to train']}", second]
+
+
+def train_cost_json(tc) -> dict | None:
+    """A cost/train_cost.TrainCost as the JSON outputs write it (solver/commands/schema.TRAIN_COST);
+    None without one. Intervals are [low, high] or null (no trust interval)."""
+    if tc is None:
+        return None
+
+    def ends(pair):
+        return None if pair is None else list(pair)
+    return {"train_tokens": tc.train_tokens, "tokens_per_iteration": tc.tokens_per_iteration,
+            "iterations": tc.iterations, "num_gpus": tc.num_gpus, "iter_time_s": tc.iter_time_s,
+            "time_s": tc.time_s, "time_interval_s": ends(tc.time_interval_s),
+            "gpu_hours": tc.gpu_hours, "gpu_hours_interval": ends(tc.gpu_hours_interval),
+            "cost_usd": tc.cost_usd, "cost_interval_usd": ends(tc.cost_interval_usd)}
+
+
+def train_lines(tc) -> list[str]:
+    """train_cost_lines under a `train` label in the column layout of `plan`'s evidence."""
+    return [("train" if i == 0 else "").ljust(12) + line for i, line in enumerate(train_cost_lines(tc))]

@@ -12,7 +12,7 @@ import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, seconds,
-                                    space_json, table)
+                                    space_json, table, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
@@ -196,10 +196,18 @@ def result_json(res, inst, regs=None) -> dict:
         "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
         "trust": None,  # cost/trust.py compares homogeneous published runs only
+        "train_cost": train_cost_json(_train_cost(inst, bd)),
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
              "regret": r.regret} for r in regs],
     }
+
+
+def _train_cost(inst, bd):
+    """The time and cost to train at the plan's nominal iteration (no trust interval: see
+    result_json), or None without a plan or job.train_tokens."""
+    from paraplan.cost.train_cost import instance_train_cost
+    return instance_train_cost(inst, None if bd is None else bd.iter_time_s)
 
 
 def cmd_plan(args, progress=None) -> int:
@@ -219,7 +227,10 @@ def cmd_plan(args, progress=None) -> int:
         print(describe_cluster(inst))
         print(evidence_text(res, inst=inst))
         if res.plan is not None:
-            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)) + "\n")
+            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+            for line in train_lines(_train_cost(inst, res.breakdown)):
+                print(line)
+            print()
             print(breakdown_text(res.breakdown, inst))
         if regs:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],

@@ -6,7 +6,7 @@ import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines, space_json,
-                                    seconds, table)
+                                    seconds, table, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
@@ -48,8 +48,20 @@ def not_covered(inst) -> list[str]:
     return outside(homogeneous_as_hetero(inst))
 
 
-def result_json(res, inst) -> dict:
+def plan_train_cost(inst, iter_time_s: float | None, trust=None):
+    """The time and cost to train (cost/train_cost.py) with the trust interval of `trust`
+    (cost/trust.Trust or None); None without a plan or without job.train_tokens."""
+    from paraplan.cost.train_cost import instance_train_cost
+    return instance_train_cost(inst, iter_time_s, None if trust is None else trust.interval_s)
+
+
+def result_json(res, inst, trust=None) -> dict:
+    """The JSON of a one-group plan (plan, sweep); with job.train_tokens its time and cost to
+    train, whose interval is `trust`'s (computed here when not given)."""
     from paraplan.cost.loader import plan_to_mapping
+    if trust is None and res.plan is not None and inst.job.train_tokens is not None:
+        from paraplan.cost.trust import plan_trust
+        trust = plan_trust(inst, res.plan, res.iter_time_s)
     return {
         "status": res.status, "iter_time_s": res.iter_time_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
@@ -58,6 +70,8 @@ def result_json(res, inst) -> dict:
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan) if res.plan else None,
         "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
+        "train_cost": train_cost_json(plan_train_cost(inst, res.iter_time_s if res.plan else None,
+                                                      trust)),
     }
 
 
@@ -103,7 +117,7 @@ def cmd_plan(args) -> int:
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
-        out = result_json(res, inst)
+        out = result_json(res, inst, trust)
         out["trust"] = trust_json(trust)
         out["model_warnings"] = notes
         if sens is not None:
@@ -122,6 +136,8 @@ def cmd_plan(args) -> int:
             for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
                 print(f"            {line}")
             for line in trust_lines(trust):
+                print(line)
+            for line in train_lines(plan_train_cost(inst, res.iter_time_s, trust)):
                 print(line)
             print()
             print(breakdown_text(res.breakdown))

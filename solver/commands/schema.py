@@ -41,13 +41,19 @@ SPACE = {"outer_configs": INT, "candidates": INT, "priced": INT, "solved": INT, 
 EVIDENCE = {"status": STR, "iter_time_s": NUM_OR_NULL, "bound_s": NUM_OR_NULL, "gap": NUM_OR_NULL,
             "solve_time_s": NUM, "backend": STR, "tolerance_s": NUM, "space": SPACE,
             "reason": (STR, "null")}
+# the time and cost to train (solver/format.train_cost_json): null without job.train_tokens;
+# an interval is [low, high], null where the plan has no trust interval, the cost null unpriced
+INTERVAL = ([NUM], "null")
+TRAIN_COST = {"train_tokens": NUM, "tokens_per_iteration": INT, "iterations": INT, "num_gpus": INT,
+              "iter_time_s": NUM, "time_s": NUM, "time_interval_s": INTERVAL, "gpu_hours": NUM,
+              "gpu_hours_interval": INTERVAL, "cost_usd": NUM_OR_NULL, "cost_interval_usd": INTERVAL}
 SCENARIO = {"scenario": STR, "iter_time_s": NUM, "tokens_per_s": NUM, "fits_memory": BOOL}
 METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "solve_time_s": NUM_OR_NULL}
 MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
 SCHEMAS: dict[str, dict] = {
     "plan": {**EVIDENCE, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
-             "trust": (dict, "null"), "model_warnings": [STR]},
+             "trust": (dict, "null"), "model_warnings": [STR], "train_cost": (TRAIN_COST, "null")},
     "plan --top": {"status": STR, "solve_time_s": NUM, "solved": INT,
                    "plans": [{"rank": INT, "iter_time_s": NUM, "vs_best": NUM, "plan": dict,
                               "breakdown": BREAKDOWN}]},

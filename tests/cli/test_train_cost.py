@@ -1,0 +1,158 @@
+"""Time and cost to train (issue 34): job.train_tokens and job.usd_per_gpu_hour give, beside
+every plan, the wall-clock time, GPU-hours and cost to train, with the plan's trust interval
+carried through; the refusals are one line naming the field and the fix; a job without the
+keys shows nothing new.
+
+The expected numbers are derived by hand from the plan's own iteration time t (read from the
+JSON) and the instance: tiny-gpt has global_batch 32 x seq_len 1,024 = 32,768 tokens per
+iteration on 8 A100; tiny-2types has the same job on 8 A100 + 8 H100.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paraplan import instances
+from paraplan.solver.commands.cli import main
+from paraplan.solver.commands.schema import validate
+
+INSTANCES = Path(instances.__file__).parent
+TINY_RAW = yaml.safe_load((INSTANCES / "tiny-gpt-8xA100.yaml").read_text())
+MIXED_RAW = yaml.safe_load((INSTANCES / "hetero" / "tiny-2types.yaml").read_text())
+A100, H100 = "A100-SXM4-80GB", "H100-SXM5-80GB"
+TOKENS_PER_ITERATION = 32 * 1024  # global_batch x seq_len of both instances
+HOUR_S, DAY_S = 3600.0, 86400.0
+
+
+def with_job(raw: dict, tmp_path: Path, name: str = "inst.yaml", **job) -> str:
+    out = copy.deepcopy(raw)
+    out["job"].update(job)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(out, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def run(capsys, argv, code=0) -> tuple[str, str]:
+    assert main([str(a) for a in argv]) == code
+    return capsys.readouterr()
+
+
+def plan_json(capsys, path) -> dict:
+    out, _ = run(capsys, ["plan", path, "--json", "--quiet"])
+    return json.loads(out)
+
+
+# --- the hand-derived cases --------------------------------------------------------------------
+
+def test_one_group_plan_gives_time_gpu_hours_and_cost_with_its_trust_interval(capsys, tmp_path):
+    # 3.2768e10 tokens / 32,768 tokens per iteration = 10**6 iterations exactly; at t s each:
+    # time 10**6 t s, GPU-hours 10**6 t x 8 / 3,600, cost GPU-hours x $2 (one type, A100);
+    # each end of the trust interval [t_lo, t_hi] gives the same formulas with t_lo, t_hi
+    path = with_job(TINY_RAW, tmp_path, train_tokens=3.2768e10, usd_per_gpu_hour={A100: 2.0})
+    doc = plan_json(capsys, path)
+    assert not validate(doc, "plan")
+    t = doc["iter_time_s"]
+    t_lo, t_hi = doc["trust"]["interval_s"]
+    tc = doc["train_cost"]
+    N = 10**6
+    assert tc["iterations"] == N and tc["tokens_per_iteration"] == TOKENS_PER_ITERATION
+    assert tc["num_gpus"] == 8 and tc["iter_time_s"] == t
+    assert tc["time_s"] == pytest.approx(N * t, rel=1e-12)
+    assert tc["gpu_hours"] == pytest.approx(N * t * 8 / HOUR_S, rel=1e-12)
+    assert tc["cost_usd"] == pytest.approx(N * t * 8 / HOUR_S * 2.0, rel=1e-12)
+    assert tc["time_interval_s"] == pytest.approx([N * t_lo, N * t_hi], rel=1e-12)
+    assert tc["gpu_hours_interval"] == pytest.approx([N * t_lo * 8 / HOUR_S,
+                                                      N * t_hi * 8 / HOUR_S], rel=1e-12)
+    assert tc["cost_interval_usd"] == pytest.approx([N * t_lo * 8 / HOUR_S * 2.0,
+                                                     N * t_hi * 8 / HOUR_S * 2.0], rel=1e-12)
+    # the text shows the same figures, rounded as printed
+    out, _ = run(capsys, ["plan", path, "--quiet"])
+    lines = [x for x in out.splitlines() if x.startswith("train")]
+    assert len(lines) == 1
+    first = lines[0]
+    second = out.splitlines()[out.splitlines().index(first) + 1]
+    assert "3.277e+10 tokens = 1,000,000 iterations of 32,768 tokens" in first
+    hours = N * t / HOUR_S  # about 7 hours at tiny-gpt's 26 ms
+    assert 1 <= hours < 48, hours  # so it is printed in hours, to 0.1 h
+    assert f": {hours:,.1f} h ({N * t_lo / HOUR_S:,.1f} h .. {N * t_hi / HOUR_S:,.1f} h)" in first
+    gpu_hours = hours * 8
+    assert 10 <= gpu_hours < 100 and gpu_hours * 2.0 >= 100  # 3 digits; whole dollars
+    assert (f"on 8 GPUs: GPU-hours {gpu_hours:.3g} ({N * t_lo * 8 / HOUR_S:.3g} .."
+            f" {N * t_hi * 8 / HOUR_S:.3g}), cost ${gpu_hours * 2.0:,.0f}") in second
+
+
+def test_iterations_are_whole_steps(capsys, tmp_path):
+    # 1e9 / 32,768 = 30,517.578...: the run takes 30,518 optimizer steps
+    doc = plan_json(capsys, with_job(TINY_RAW, tmp_path, train_tokens=1.0e9))
+    tc = doc["train_cost"]
+    assert tc["iterations"] == 30_518
+    assert tc["time_s"] == pytest.approx(30_518 * doc["iter_time_s"], rel=1e-12)
+    assert tc["cost_usd"] is None and tc["cost_interval_usd"] is None  # no price given
+
+
+def test_mixed_cluster_prices_each_gpu_type(capsys, tmp_path):
+    # 8 A100 at $1.5 and 8 H100 at $2.5 per GPU-hour: the cluster costs 8 x 1.5 + 8 x 2.5 = $32
+    # per hour of wall clock; 10**6 iterations of t s; GPU-hours over all 16 GPUs. No trust
+    # interval on mixed clusters (cost/trust.py compares homogeneous published runs only)
+    path = with_job(MIXED_RAW, tmp_path, train_tokens=3.2768e10,
+                    usd_per_gpu_hour={A100: 1.5, H100: 2.5})
+    doc = plan_json(capsys, path)
+    assert not validate(doc, "plan (mixed cluster)")
+    t = doc["iter_time_s"]
+    tc = doc["train_cost"]
+    N = 10**6
+    assert tc["iterations"] == N and tc["num_gpus"] == 16
+    assert tc["time_s"] == pytest.approx(N * t, rel=1e-12)
+    assert tc["gpu_hours"] == pytest.approx(N * t * 16 / HOUR_S, rel=1e-12)
+    assert tc["cost_usd"] == pytest.approx(N * t * 32.0 / HOUR_S, rel=1e-12)
+    assert tc["time_interval_s"] is None and tc["cost_interval_usd"] is None
+    out, _ = run(capsys, ["plan", path, "--quiet"])
+    assert "train       3.277e+10 tokens = 1,000,000 iterations of 32,768 tokens" in out
+    gpu_hours = N * t * 16 / HOUR_S  # about 89 at 20 ms
+    assert 10 <= gpu_hours < 100 and N * t * 32.0 / HOUR_S >= 100  # 3 digits; whole dollars
+    assert f"on 16 GPUs: GPU-hours {gpu_hours:.3g}, cost ${N * t * 32.0 / HOUR_S:,.0f}\n" in out
+
+
+def test_without_the_keys_nothing_is_shown(capsys):
+    tiny = str(INSTANCES / "tiny-gpt-8xA100.yaml")
+    mixed = str(INSTANCES / "hetero" / "tiny-2types.yaml")
+    for path in (tiny, mixed):
+        assert plan_json(capsys, path)["train_cost"] is None
+        out, _ = run(capsys, ["plan", path, "--quiet"])
+        assert "train " not in out and "GPU-hours" not in out
+
+
+# --- refusals: one line naming the field and the fix -------------------------------------------
+
+def refusal(capsys, path) -> str:
+    out, err = run(capsys, ["plan", path, "--quiet"], code=2)
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("raw, job, field, fix", [
+    (TINY_RAW, {"train_tokens": 1e9, "usd_per_gpu_hour": {H100: 2.5}},
+     f"job.usd_per_gpu_hour.{H100}", "price the cluster's GPU types only"),
+    (TINY_RAW, {"train_tokens": 1e9, "usd_per_gpu_hour": {A100: 0}},
+     f"job.usd_per_gpu_hour.{A100}", "must be > 0"),
+    (TINY_RAW, {"train_tokens": 1e9, "usd_per_gpu_hour": {A100: -1.5}},
+     f"job.usd_per_gpu_hour.{A100}", "must be > 0"),
+    (TINY_RAW, {"usd_per_gpu_hour": {A100: 2.0}}, "job.usd_per_gpu_hour", "add train_tokens"),
+    (TINY_RAW, {"train_tokens": 0}, "job.train_tokens", "must be > 0"),
+    (TINY_RAW, {"train_tokens": -1e9}, "job.train_tokens", "must be > 0"),
+    (TINY_RAW, {"train_tokens": "15.0e12"}, "job.train_tokens", "write 15.0e+12"),
+    (TINY_RAW, {"train_tokens": 1e9, "usd_per_gpu_hour": {}}, "job.usd_per_gpu_hour", "names no GPU type"),
+    (MIXED_RAW, {"train_tokens": 1e9, "usd_per_gpu_hour": {A100: 1.5}}, "job.usd_per_gpu_hour",
+     f"add '{H100}: <USD per GPU-hour>'"),
+    (MIXED_RAW, {"train_tokens": 1e9, "usd_per_gpu_hour": {A100: 1.5, H100: 2.5, "B200": 5.0}},
+     "job.usd_per_gpu_hour.B200", "price the cluster's GPU types only"),
+], ids=["type-not-in-cluster", "zero", "negative", "price-without-tokens", "zero-tokens",
+        "negative-tokens", "yaml-text-exponent", "empty", "mixed-type-unpriced", "mixed-type-absent"])
+def test_refusals(capsys, tmp_path, raw, job, field, fix):
+    err = refusal(capsys, with_job(raw, tmp_path, **job))
+    assert f": {field}: " in err and fix in err, err
