@@ -62,6 +62,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from paraplan.cost.errors import InstanceError
+
 # Keys that leave time and memory unchanged, grouped by why.
 COST_FREE_KEYS = frozenset({
     # identity, bookkeeping and tokenizer ids
@@ -72,13 +74,16 @@ COST_FREE_KEYS = frozenset({
     "use_return_dict", "tokenizer_class", "dtype", "auto_map",
     # initialisation and numerical epsilons
     "initializer_range", "init_std", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
-    # position encodings without parameters: rotary frequencies and scaling, ALiBi (a bias added
-    # inside the attention kernel), NeoX's rotary on part of each head
+    # position encodings without parameters: rotary frequencies and scaling (transformers 5
+    # writes both as rope_parameters; Gemma-3's local layers have their own base, YaRN and
+    # LongRoPE their original length), ALiBi (a bias added inside the attention kernel), NeoX's
+    # rotary on part of each head
     "rope_theta", "rope_scaling", "rotary_emb_base", "rotary_pct", "partial_rotary_factor",
     "rope_type", "alibi", "offset_alibi", "n_ctx", "rope_parameters", "rope_local_base_freq",
     "original_max_position_embeddings", "initial_context_length",
-    # inference-time behaviour: KV cache, HF's emulation of Megatron's tp slicing
-    "use_cache", "cache_implementation", "pretraining_tp", "slow_but_exact",
+    # inference-time behaviour: KV cache, HF's emulation of Megatron's tp slicing, Llama-4's flag
+    # for loading its checkpoint into llm-compressor
+    "use_cache", "cache_implementation", "pretraining_tp", "slow_but_exact", "for_llm_compressor",
     "sliding_window_size",
     # element-wise choices at the same cost: activation function (the gated or plain MLP shape
     # is the family's) and gpt-oss's clamp of it, softmax upcast, attention scaling (Llama-4's
@@ -137,6 +142,11 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
         spec["qkv_bias"] = True
     if family in ("qwen3", "gemma3"):
         notes.append(_qk_norm_note(cfg, layers))
+    if family == "gemma3" and cfg.boolean("use_bidirectional_attention", False):
+        raise InstanceError(cfg.name, "use_bidirectional_attention", "true: attention without the"
+                            " causal mask (an embedding model's, EmbeddingGemma) is not modelled;"
+                            " paraplan prices causal decoders", "plan a causal Gemma-3"
+                            " (use_bidirectional_attention false or absent)")
     if family == "llama4":
         # Llama4TextL2Norm: a weightless L2 norm of Q and K (element-wise work only)
         cfg.mark_read("use_qk_norm", "attention_chunk_size", "no_rope_layers", "layer_types",

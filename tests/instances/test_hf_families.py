@@ -279,3 +279,11 @@ def test_hf_config_without_seq_len_is_refused_naming_the_maximum():
     assert (err.path, err.field) == (str(HF / "qwen2-7b"), "--seq-len")
     assert "131,072 tokens" in str(err) and "--seq-len 131072" in err.fix and "\n" not in str(err)
     assert load_from_args(parser.parse_args(argv + ["--seq-len", "4096"])).model.seq_len == 4096
+
+
+def test_gemma3_bidirectional_attention_is_refused(tmp_path):
+    # transformers 5's Gemma3TextConfig flag of EmbeddingGemma: no causal mask
+    err = refusal(write(tmp_path, config("gemma-3-1b", use_bidirectional_attention=True)))
+    assert err.field == "use_bidirectional_attention"
+    m = model_from_hf_config(write(tmp_path, config("gemma-3-1b", use_bidirectional_attention=False)))
+    assert m.sliding_window_layers == 22 and len(m.unmodelled) == 1
