@@ -37,7 +37,7 @@ from pathlib import Path
 from paraplan.cost import units
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.framework_rules import unpriced_reason
+from paraplan.cost.framework_rules import release_space, unpriced_reason
 from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
 from paraplan.cost.simulate import simulate
@@ -96,6 +96,7 @@ class Ran:
     tp_comm_overlap: bool
     recompute_early_stop: bool | None  # None: the framework's default
     recompute: str | None  # None: the row's config.recompute holds
+    release_year: int | None  # the framework release's year (None: current; framework_rules)
     unknown: tuple[str, ...]  # the facts the row does not state (RAN_DEFAULTS filled them)
 
 
@@ -104,7 +105,7 @@ class Ran:
 RAN_DEFAULTS = dict(framework=Framework.MEGATRON, attention=Attention.FLASH, dropout=0.0,
                     optimizer=Optimizer.ADAM, tp_comm_overlap=False, recompute_early_stop=None)
 _RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer)
-RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute",)
+RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute", "release_year")
 RAN_FILE = Path(__file__).resolve().parent / "published" / "ran.yaml"
 
 
@@ -128,7 +129,8 @@ def row_ran(row: dict) -> Ran:
         value = stated.get(key, default)
         values[key] = _RAN_TYPES[key](value) if key in _RAN_TYPES else value
     unknown = tuple(k for k in RAN_DEFAULTS if k not in stated)
-    return Ran(**values, recompute=stated.get("recompute"), unknown=unknown)
+    return Ran(**values, recompute=stated.get("recompute"), release_year=stated.get("release_year"),
+               unknown=unknown)
 
 
 def row_recompute_early_stop(row: dict) -> bool | None:
@@ -202,7 +204,9 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                   optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
                   tp_comm_overlap=ran.tp_comm_overlap,
                   recompute_early_stop=ran.recompute_early_stop)
-    inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration")
+    # the space of the run's own release: what re-planning its workload may choose
+    inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration",
+                    search=release_space(ran.framework, ran.release_year))
 
     mb = cf.get("micro_batch") or 1
     dp = cf["dp"]
@@ -345,5 +349,7 @@ def _check_ran(ran: Section) -> None:
     for key in ("tp_comm_overlap", "recompute_early_stop"):
         if ran.has(key):
             ran.boolean(key, False)
+    if ran.has("release_year"):
+        ran.integer("release_year")
     if ran.has("recompute"):
         ran.choice("recompute", ("none", "selective", "full"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from paraplan.cost.specs import Framework, Optimizer, SearchSpace
+from paraplan.cost.specs import Framework, Optimizer, Recompute, SearchSpace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,3 +164,29 @@ def unpriced_reason(zero: int, pp: int) -> str | None:
         return (f"zero={zero} with pp={pp}: ZeRO-2/3 (FSDP) inside a pipeline is not priced;"
                 " use zero 0 or 1 with pp > 1, or pp 1")
     return None
+
+
+# When a framework first ran a parallel feature: a published run of an older release could not
+# use it, so re-planning that run's workload (tests/validation/test_plausibility.py, the promise
+# of an optimum over the published run) searches only what its release ran. Megatron-LM:
+# interleaved 1F1B came with Narayanan et al. (SC'21, arXiv 2104.04473, Megatron-LM v2, 2021);
+# sequence parallelism and selective activation recomputation with Korthikanti et al. (arXiv
+# 2205.05198, May 2022, Megatron-LM v3.0); the distributed optimizer (ZeRO-1,
+# --use-distributed-optimizer) in 2022 as well. A row states its release year in
+# cost/published/ran.yaml (`release_year`); a row or instance that states none is the current
+# release, with every feature.
+MEGATRON_FEATURE_YEARS = {"interleaving": 2021, "sequence_parallel": 2022, "selective_recompute": 2022,
+                          "distributed_optimizer": 2022}
+
+
+def release_space(framework: Framework, year: int | None) -> SearchSpace:
+    """The declared space a Megatron-LM release of `year` runs (every feature when None or for
+    other frameworks, whose rules above already hold what they run)."""
+    if year is None or framework is not Framework.MEGATRON:
+        return SearchSpace()
+    has = {f: year >= y for f, y in MEGATRON_FEATURE_YEARS.items()}
+    return SearchSpace(
+        virtual_stages=None if has["interleaving"] else (1,),
+        sequence_parallel=(False, True) if has["sequence_parallel"] else (False,),
+        recompute=(Recompute.NONE, Recompute.SELECTIVE) if has["selective_recompute"] else (Recompute.NONE,),
+        zero=(0, 1, 2, 3) if has["distributed_optimizer"] else (0, 2, 3))

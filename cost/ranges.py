@@ -58,6 +58,8 @@ RANGES: dict[str, Range] = {
     "seq_len": Range(1, 16_777_216, "", "2**24 tokens, 16x the longest published training"
                      " contexts (1M tokens)", integer=True),
     "dropout": Range(0, 0.99, "", "a probability; 1 would drop every activation"),
+    "release_year": Range(2015, 2100, "", "a framework release's year (calibration rows' ran:):"
+                          " transformer training frameworks date from 2017", integer=True),
     "head_dim": Range(1, 65_536, "", "2**16, 256x the widest published attention heads"
                       " (Gemma: 256)", integer=True),
     "norms_per_layer": Range(1, 4, "", "one shared norm (GPT-J, Falcon-7B) to four (Gemma-2's"
