@@ -75,8 +75,23 @@ OBJECTIVES = ("nominal", "robust", "expected")
 # exact solves start; beyond these, each exact solve is its own incumbent.
 INCUMBENT_PROBES = 64
 # configurations priced at a time (in the order of their bound before pricing): large enough
-# that the pricing loop runs alone, small enough not to price many that cannot win
+# that the pricing loop runs alone, small enough not to price many that cannot win. The chunks
+# start at FIRST_PRICE_CHUNK and double up to PRICE_CHUNK, so that a first plan (the quick
+# incumbents of the first chunk) and a look at the clock come after a few builds, not 512
+# (DeepSeek-V3 on 2,048 H800: 2.5 s of pricing before any limit was read)
 PRICE_CHUNK = 512
+FIRST_PRICE_CHUNK = 8
+# Past the time limit (or past the setup: outers listed and bounded, where that took longer)
+# and with no plan yet, pricing goes on (chunk by chunk, quick incumbents only, no solve) for at
+# most this long to find a first feasible plan; then the search stops
+# with status timeout. A plan found in it is "feasible", never "optimal" (the configurations
+# left are counted unresolved).
+FIRST_PLAN_ALLOWANCE_S = 0.5
+# The bound before pricing (solver/bounds/unpriced.py) stops at the limit, but not before this:
+# the outers it has not reached are bounded by 0, which is what a search stopped there would
+# report. Spaces bounded in less (every random instance, each in milliseconds) keep their own
+# bound under any limit; DeepSeek-V3 / 2,048 H800 takes ~1 s, Qwen3 235B ~0.8 s (2 cores).
+FLOOR_AT_LEAST_S = 0.25
 # outers whose layer-plan combinations are set up at a time (each takes a few builds)
 PLANS_CHUNK = 64
 # Largest split (stages x chunks) handed to the exact split DP (formulations/split_dp.py). Its
@@ -397,13 +412,15 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     def better(val: float, key) -> bool:
         return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
 
+    floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
     groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
     warm_outer = warm_plan.outer if warm_plan is not None and not dualpipe_job(inst) else None
     placements: dict = {}  # shared by the configurations (problem_for)
     partitions = class_partitions.enabled(inst)
     if partitions:  # layer plans per class and group (solver/class_partitions.py), set up
         # in the order of a bound of all of an outer's combinations read before pricing
-        plan_floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, layer_plans=True)
+        plan_floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, layer_plans=True,
+                                    deadline=floor_by)
         plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
         by_floor = np.argsort(plan_floor, kind="stable")
         groups_of_plans = [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
@@ -440,10 +457,11 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     # configurations are priced in the order of a bound read before pricing
     # (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound reaches
     # the incumbent
-    floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform)
+    # (past the limit the rest are bounded by 0: priced in the order listed, only for a first plan)
+    floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, deadline=floor_by)
     by_floor = np.argsort(floor, kind="stable")
     unpriced = [_Unpriced(js, (float(floor[js[0]]), -1, -1))
-                for js in (by_floor[a:a + PRICE_CHUNK].tolist() for a in range(0, len(outers), PRICE_CHUNK))]
+                for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
@@ -503,6 +521,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                     progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
         batch.clear()
 
+    first_plan_by = max(t0 + time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
     try:
         while heap:
             key, _, cand = heapq.heappop(heap)
@@ -513,10 +532,12 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             if not can_win(key):
                 res.pruned_by_bound += sum(x.weight for _, _, x in heap) + cand.weight
                 break
-            remaining = time_limit_s - (time.perf_counter() - t0)
-            # without an incumbent, pricing goes on past the limit until one is found (its quick
-            # incumbents, probe): a feasible plan, as when every configuration was priced first
-            if remaining <= 0 and not (best is None and isinstance(cand, _Unpriced)):
+            now = time.perf_counter()
+            remaining = time_limit_s - (now - t0)
+            # without an incumbent, pricing goes on past the limit (or past the setup, where that
+            # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
+            if remaining <= 0 and not (best is None and isinstance(cand, _Unpriced)
+                                       and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
                 open_bounds.append(key[0])
@@ -588,7 +609,8 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     res.solve_time_s = time.perf_counter() - t0
     if best is None:
         if res.unresolved:
-            res.status, res.reason = TIMEOUT, "time limit reached before any plan was found"
+            res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
+                                               f" went on {FIRST_PLAN_ALLOWANCE_S:g} s past it for one)")
             res.bound_s = min(open_bounds) if open_bounds else None
         else:
             res.status = INFEASIBLE
@@ -604,6 +626,17 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
                                                            res.tolerance_s)
     return res
+
+
+def _growing_chunks(order: list[int], first: int, most: int) -> list[list[int]]:
+    """`order` cut into consecutive chunks of min(first, most), then twice the previous, up
+    to `most` items each."""
+    out, a, size = [], 0, min(first, most)
+    while a < len(order):
+        out.append(order[a:a + size])
+        a += size
+        size = min(2 * size, most)
+    return out
 
 
 @dataclass

@@ -27,6 +27,7 @@ terms are >= 0).
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -39,17 +40,22 @@ from paraplan.cost.hetero_coefficients import class_outers, group_pricing_instan
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.specs import PipelineSchedule
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
+
+CLOCK_EVERY = 64  # outers bounded between two looks at the clock
 from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 
 def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False,
-                   layer_plans: bool = False) -> np.ndarray:
+                   layer_plans: bool = False, deadline: float | None = None) -> np.ndarray:
     """The module's bound of each of `outers` (HeteroOuter) on scenarios `idx` of `inst`,
     aggregated as `agg` ("max" or "weighted" with `weights`, solver/hetero_planner.
     scenario_weights). `layer_plans`: a bound of every combination of the outer's layer plans
     (solver/class_partitions.py): where a group offers plans beyond Megatron's, its floor is
     the least of Megatron's and the plans' optimistic terms' (partition_plans.optimistic_terms:
-    each term at its minimum over the plans)."""
+    each term at its minimum over the plans). `deadline` (a time.perf_counter() value): the
+    outers not reached by then are bounded by 0 (an iteration takes no less), so that a small
+    time limit is not spent here (pricing a floor is most of this function: 10,470 distinct
+    MoE layers on Qwen3 235B / 256 H100)."""
     L = inst.model.layers
     moe = inst.model.moe is not None
     total = inst.job.global_batch
@@ -85,7 +91,11 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     # the layer fields a HeteroOuter holds for every group (tp: each group's own, pp: each class's)
     fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
     by_class: dict[tuple, tuple] = {}  # (scenario, degrees, modes, class shape) -> t row
-    for o in outers:
+    reached = len(outers)
+    for j, o in enumerate(outers):
+        if deadline is not None and j % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+            reached = j
+            break
         modes = tuple(getattr(o, f) for f in fields)
         for i in idx:
             for k, c in enumerate(o.classes):
@@ -98,7 +108,8 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                 row_of.append(rows.setdefault((*t, o.virtual_stages), len(rows)))
     A, S = _split_terms(list(rows), L)
     at = np.array(row_of, np.int64)
-    out = np.empty(len(outers))
+    out = np.zeros(len(outers))  # the outers past `reached` keep 0
+    outers = outers[:reached]
     n = len(idx)
     by_shape: dict[int, list[int]] = defaultdict(list)
     first = np.zeros(len(outers), np.int64)

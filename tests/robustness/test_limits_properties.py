@@ -21,17 +21,16 @@ from pathlib import Path
 
 import pytest
 
-import paraplan.formulations.multiclass  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s)
-import paraplan.formulations.milp  # noqa: F401
-from paraplan.cost.coefficients import build
+import ortools.sat.python.cp_model  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s;
+import pulp  # noqa: F401                  the formulations import them where they solve)
+from paraplan.cost.hetero_loader import homogeneous_as_hetero
 from randinst import random_instance
-from paraplan.solver.bounds import one_class
+from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import OPTIMAL
-from paraplan.solver.hetero_space import one_group_outers as outer_configs
-from paraplan.solver.hetero_space import one_group_plans_total
+from paraplan.solver.hetero_space import hetero_outers, one_group_plans_total
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
@@ -94,10 +93,12 @@ def test_time_limited_plans_are_honest(seed, variant, limit_s, backend):
         assert res.bound_s >= 0
         if ex.iter_time_s is not None:  # a bound is below the true optimum (up to quantisation)
             assert res.bound_s <= ex.iter_time_s + res.tolerance_s + 1e-9 * ex.iter_time_s
-        # ... and never below the planner's own proven bound: the smallest memory-free bound of
-        # the configurations not proved infeasible by memory
-        cs = [build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes) for o in outer_configs(inst)]
-        own = min((one_class.lower_bound_s(c) for c in cs if not one_class.memory_infeasible(c)), default=math.inf)
+        # ... and never below the planner's own proven bound: the least bound before pricing
+        # (solver/bounds/unpriced.py), which is what a configuration the limit left unpriced
+        # holds (the planner prices in chunks from 8 up and stops pricing at the limit)
+        het = homogeneous_as_hetero(inst)
+        uniform = het.search.uniform_split
+        own = float(floor_bounds_s(het, hetero_outers(het, uniform=uniform), [0], "max", (), uniform).min())
         if res.plan is not None and math.isfinite(own):
             assert res.bound_s >= min(own, res.iter_time_s) * (1 - 1e-12)
     if res.status == OPTIMAL:
