@@ -21,8 +21,6 @@ from paraplan.cost.specs import ModelSpec
 
 
 def register(sub) -> None:
-    from paraplan.solver.commands.parser import HELP_JSON
-
     m = sub.add_parser("model", help="what paraplan reads from a Hugging Face config.json:"
                                      " parameters, FLOPs per token, layers, attention")
     m.add_argument("--hf-config", required=True, metavar="PATH",
@@ -30,7 +28,9 @@ def register(sub) -> None:
     m.add_argument("--seq-len", metavar="N",
                    help="training sequence length in tokens (default: the config's maximum"
                         " context)")
-    m.add_argument("--json", action="store_true", help=HELP_JSON)
+    m.add_argument("--json", action="store_true",
+                   help="print one JSON object on standard output instead of text, with"
+                        " params_total and params_active (its fields: solver/commands/model.py)")
     m.set_defaults(func=cmd_model)
 
 
