@@ -423,7 +423,11 @@ def _llama4_dense_layers(cfg: _Config, layers: int) -> int:
         moe = sorted(set(given))
     else:
         key = "interleave_moe_layer_step"
-        step = cfg.integer((key,), "dense_layers", optional=True) or 1
+        step = cfg.integer((key,), "dense_layers", optional=True)
+        if step == 0:
+            raise InstanceError(cfg.name, key, "0: no layer step", "give 1 (every layer MoE) or"
+                                " leave the key out")
+        step = step or 1  # Llama4TextConfig's default
         moe = list(range(step - 1, layers, step))
     if not moe:
         raise InstanceError(cfg.name, key, "no MoE layer", "plan it as a dense model")

@@ -287,3 +287,14 @@ def test_gemma3_bidirectional_attention_is_refused(tmp_path):
     assert err.field == "use_bidirectional_attention"
     m = model_from_hf_config(write(tmp_path, config("gemma-3-1b", use_bidirectional_attention=False)))
     assert m.sliding_window_layers == 22 and len(m.unmodelled) == 1
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step"),
+    ({"interleave_moe_layer_step": 49}, "interleave_moe_layer_step"),  # no MoE layer
+    ({"moe_layers": [0, 48]}, "moe_layers"),
+    ({"moe_layers": "all"}, "moe_layers"),
+])
+def test_llama4_bad_moe_layers_are_refused(tmp_path, changes, field):
+    err = refusal(write(tmp_path, config("llama-4-scout-text", **changes)), seq_len=8192)
+    assert err.field == field
