@@ -167,7 +167,7 @@ def _duration_in(t_s: float, unit: str) -> str:
 
 
 def _amount(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+    return f"{x:,.0f}" if x >= 100 else f"{x:#.3g}"
 
 
 def _usd(x: float) -> str:

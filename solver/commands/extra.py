@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import breakdown_json, gib, table
+from paraplan.solver.format import breakdown_json, gib, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
@@ -26,17 +26,20 @@ def cmd_compare(args) -> int:
     from paraplan.cost.loader import load_plan, plan_to_mapping
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.planning import _plan_line
-    from paraplan.solver.report.compare import compare, comparison_json, part_rows, side_rows
+    from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
+                                               side_rows, train_rows)
 
     inst = _homogeneous(args, "compare")
     names = (args.plan_a, args.plan_b)
     plans = [load_plan(p, inst) for p in names]
     bds = [simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
+    costs = [fitting_train_cost(inst, p, bd) for p, bd in zip(plans, bds)]
     if args.json:
         out = {"status": "equal" if cmp.faster is None else f"{cmp.faster}_faster",
                "plans": [{"file": f, "plan": plan_to_mapping(p), "iter_time_s": bd.iter_time_s,
-                          "breakdown": breakdown_json(bd)} for f, p, bd in zip(names, plans, bds)],
+                          "breakdown": breakdown_json(bd), "train_cost": train_cost_json(tc)}
+                         for f, p, bd, tc in zip(names, plans, bds, costs)],
                **comparison_json(cmp, names)}
         _dump(out)
         return 0
@@ -44,7 +47,7 @@ def cmd_compare(args) -> int:
     for tag, p in zip("AB", plans):
         print(f"{tag}  {_plan_line(p)}")
     print()
-    print(table(["", "A", "B"], side_rows(*bds)))
+    print(table(["", "A", "B"], side_rows(*bds) + train_rows(*costs)))
     print()
     print(table(["critical path part", "A", "B", "B - A"], part_rows(cmp)))
     print()

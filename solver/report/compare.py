@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.simulate import Breakdown
-from paraplan.solver.format import gib, seconds
+from paraplan.solver.format import gib, seconds, train_cost_cells
 
 # A part whose difference is below this share of the faster plan's time is not named as a
 # reason (it is still in the table).
@@ -84,3 +84,25 @@ def part_rows(c: Comparison) -> list[list[str]]:
     their difference."""
     return [[d.part.replace("_", " "), seconds(d.a_s), seconds(d.b_s),
              ("+" if d.diff_s >= 0 else "-") + seconds(abs(d.diff_s))] for d in c.parts]
+
+
+def train_rows(a, b) -> list[list[str]]:
+    """The time, GPU-hours and cost to train under two plans (cost/train_cost.TrainCost, None
+    for a plan that does not fit memory), as table rows; none when neither has one (the job
+    gives no train_tokens)."""
+    if a is None and b is None:
+        return []
+    cells = [dict(train_cost_cells(tc)) if tc is not None else {} for tc in (a, b)]
+    names = list(dict.fromkeys(k for c in cells for k in c))
+    return [[name, cells[0].get(name, "-"), cells[1].get(name, "-")] for name in names]
+
+
+def fitting_train_cost(inst, plan, bd):
+    """The time and cost to train under `plan` (breakdown `bd`) with its trust interval
+    (cost/train_cost.py, cost/trust.py); None without job.train_tokens or when the plan does
+    not fit memory (it would not train at all)."""
+    from paraplan.cost.train_cost import instance_train_cost
+    from paraplan.cost.trust import plan_trust
+    if inst.job.train_tokens is None or not bd.fits:
+        return None
+    return instance_train_cost(inst, bd.iter_time_s, plan_trust(inst, plan, bd.iter_time_s).interval_s)

@@ -24,9 +24,10 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance, Outer, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
+from paraplan.cost.train_cost import instance_train_cost
 from paraplan.solver.bounds import one_class
 from paraplan.solver.report import svg as report_svg
-from paraplan.solver.format import count, seconds
+from paraplan.solver.format import count, seconds, train_cost_lines
 from paraplan.solver.commands.outputs import check_output_path, write_text
 
 DPI = 110
@@ -415,14 +416,16 @@ def _evidence_section(result, trust) -> str:
 
 def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> str:
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.report.compare import compare, part_rows, side_rows
+    from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
     ours = simulate(inst, user_plan, reserve_bytes=inst.search.memory_reserve_bytes)
     best = result.breakdown
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
-    side = [["plan", plan_text(user_plan), plan_text(result.plan)]] + side_rows(ours, best)
+    side = ([["plan", plan_text(user_plan), plan_text(result.plan)]] + side_rows(ours, best)
+            + train_rows(fitting_train_cost(inst, user_plan, ours),
+                         fitting_train_cost(inst, result.plan, best)))
     if cmp.faster is None:
         verdict = "Your plan is as fast as the optimum."
     elif cmp.faster == "b":
@@ -438,6 +441,12 @@ def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> 
             + _table(["", "your plan", "optimum"], side)
             + _table(["part of the critical path", "your plan", "optimum", "optimum - yours"],
                      part_rows(cmp)))
+
+
+def train_facts(tc) -> list[list[str]]:
+    """The time, GPU-hours and cost to train as rows of the facts table (none without
+    job.train_tokens): plan's two lines (solver/format.train_cost_lines)."""
+    return [["time to train" if i == 0 else "", line] for i, line in enumerate(train_cost_lines(tc))]
 
 
 def plan_text(p: Plan) -> str:
@@ -479,6 +488,8 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
                                  " Megatron-LM logs it"],
                   ["plan", outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
                                             f" full recompute/stage {list(p.full_recompute_layers)}"]]
+        facts += train_facts(instance_train_cost(inst, result.iter_time_s,
+                                                 None if trust is None else trust.interval_s))
         facts += [["partition" if i == 0 else "", line]
                   for i, line in enumerate(describe_partitions(p, inst))]
         c = plan_coefficients(inst, p)
@@ -525,6 +536,7 @@ def build_hetero_report(inst, result, regrets=None) -> str:
                              f" peak, {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
                              f" Megatron-LM logs it, {bd.idle_gpus} idle GPUs"]]
     facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
+    facts += train_facts(instance_train_cost(inst, bd.iter_time_s))  # no trust interval here
     body.append(_table(None, facts))
     body.append(_section(1, "evidence", _evidence_section(result, None)))
     coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,

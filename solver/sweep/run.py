@@ -41,7 +41,9 @@ hashed: after upgrading paraplan, start a new CSV rather than --resume an old on
 Results: one row per job, appended to the CSV as each job finishes and flushed at once; the
 columns are `COLUMNS`: the solve's status, time, bound and gap, then the plan's degrees (tp, pp,
 dp, cp, micro_batch, zero), tokens_per_s, mfu and peak_mem_gib (the most loaded stage's memory
-per GPU), floats at full precision, absent values empty. status is the planner's (optimal |
+per GPU), then with job.train_tokens the time to train, GPU-hours and (with job.usd_per_gpu_hour)
+cost, each with the low and high ends of the plan's trust interval (cost/train_cost.py),
+floats at full precision, absent values empty. status is the planner's (optimal |
 feasible | infeasible | timeout; `paraplan plan` explains each) or failed, with the error in
 `error`. --json also appends one JSON object per job: job_id, instance, inputs, attempts,
 status, error, and result (`solver.commands.result_json`, with the whole plan; null if failed).
@@ -105,7 +107,9 @@ DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
 FAILED = "failed"
 COLUMNS = ("job_id", "instance", "inputs", "status", "iter_time_s", "bound_s", "gap",
            "solve_time_s", "backend", "tp", "pp", "dp", "cp", "micro_batch", "zero",
-           "tokens_per_s", "mfu", "peak_mem_gib", "reason", "attempts", "error")
+           "tokens_per_s", "mfu", "peak_mem_gib", "train_time_s", "train_time_low_s",
+           "train_time_high_s", "gpu_hours", "gpu_hours_low", "gpu_hours_high", "cost_usd",
+           "cost_low_usd", "cost_high_usd", "reason", "attempts", "error")
 # the plan's own columns, from result_json's plan and breakdown (empty without a plan)
 _PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "micro_batch", "zero")
 MAX_LINE_BYTES = 2**20  # a JSON-lines record is a few KiB; longer lines are not paraplan's
@@ -493,6 +497,7 @@ class _Results:
                 row.update({"tokens_per_s": bd["tokens_per_s"], "mfu": bd["mfu"],
                             "peak_mem_gib": bytes_to_gib(max(s["mem_bytes"]
                                                              for s in bd["stages"]))})
+            row.update(_train_cost_columns(result.get("train_cost")))
         line = ["" if row[c] is None else row[c] for c in COLUMNS]
 
         def csv_row():
@@ -520,6 +525,23 @@ class _Results:
                     fh.close()
                 except OSError:
                     pass
+
+
+def _train_cost_columns(tc: dict | None) -> dict:
+    """The CSV's time, GPU-hours and cost to train, each with the low and high ends of the
+    plan's trust interval, from result_json's train_cost (empty without job.train_tokens, the
+    cost empty without job.usd_per_gpu_hour)."""
+    if tc is None:
+        return {}
+    out = {}
+    for value, ends, names in ((tc["time_s"], tc["time_interval_s"], ("train_time_s", "train_time_low_s",
+                                                                      "train_time_high_s")),
+                               (tc["gpu_hours"], tc["gpu_hours_interval"], ("gpu_hours", "gpu_hours_low",
+                                                                            "gpu_hours_high")),
+                               (tc["cost_usd"], tc["cost_interval_usd"], ("cost_usd", "cost_low_usd",
+                                                                          "cost_high_usd"))):
+        out.update(zip(names, (value, *(ends or (None, None)))))
+    return out
 
 
 def _guard(flag: str, path: str, action):

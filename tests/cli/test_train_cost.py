@@ -82,8 +82,8 @@ def test_one_group_plan_gives_time_gpu_hours_and_cost_with_its_trust_interval(ca
     assert f": {hours:,.1f} h ({N * t_lo / HOUR_S:,.1f} h .. {N * t_hi / HOUR_S:,.1f} h)" in first
     gpu_hours = hours * 8
     assert 10 <= gpu_hours < 100 and gpu_hours * 2.0 >= 100  # 3 digits; whole dollars
-    assert (f"on 8 GPUs: GPU-hours {gpu_hours:.3g} ({N * t_lo * 8 / HOUR_S:.3g} .."
-            f" {N * t_hi * 8 / HOUR_S:.3g}), cost ${gpu_hours * 2.0:,.0f}") in second
+    assert (f"on 8 GPUs: GPU-hours {gpu_hours:#.3g} ({N * t_lo * 8 / HOUR_S:#.3g} .."
+            f" {N * t_hi * 8 / HOUR_S:#.3g}), cost ${gpu_hours * 2.0:,.0f}") in second
 
 
 def test_iterations_are_whole_steps(capsys, tmp_path):
@@ -115,7 +115,7 @@ def test_mixed_cluster_prices_each_gpu_type(capsys, tmp_path):
     assert "train       3.277e+10 tokens = 1,000,000 iterations of 32,768 tokens" in out
     gpu_hours = N * t * 16 / HOUR_S  # about 89 at 20 ms
     assert 10 <= gpu_hours < 100 and N * t * 32.0 / HOUR_S >= 100  # 3 digits; whole dollars
-    assert f"on 16 GPUs: GPU-hours {gpu_hours:.3g}, cost ${N * t * 32.0 / HOUR_S:,.0f}\n" in out
+    assert f"on 16 GPUs: GPU-hours {gpu_hours:#.3g}, cost ${N * t * 32.0 / HOUR_S:,.0f}\n" in out
 
 
 def test_without_the_keys_nothing_is_shown(capsys):
@@ -156,3 +156,88 @@ def refusal(capsys, path) -> str:
 def test_refusals(capsys, tmp_path, raw, job, field, fix):
     err = refusal(capsys, with_job(raw, tmp_path, **job))
     assert f": {field}: " in err and fix in err, err
+
+
+# --- compare, report and sweep show it where they show a plan ---------------------------------
+
+def test_plan_file_carries_the_keys_and_compare_shows_both_plans(capsys, tmp_path):
+    # plan -o writes the job's keys into the instance it carries; compare prices each plan at
+    # its own iteration time: 10**6 iterations x t_A and x t_B, GPU-hours x 8 / 3,600, $2 each
+    path = with_job(TINY_RAW, tmp_path, train_tokens=3.2768e10, usd_per_gpu_hour={A100: 2.0})
+    best = tmp_path / "best.yaml"
+    run(capsys, ["plan", path, "-o", best, "--quiet"])
+    job = yaml.safe_load(best.read_text())["instance"]["job"]
+    assert job["train_tokens"] == 3.2768e10 and job["usd_per_gpu_hour"] == {A100: 2.0}
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"plan": {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2,
+                                              "recompute": "selective"}}), encoding="utf-8")
+    out, _ = run(capsys, ["compare", best, other, "--instance", path, "--json"])
+    doc = json.loads(out)
+    assert not validate(doc, "compare")
+    for p in doc["plans"]:
+        t, tc = p["iter_time_s"], p["train_cost"]
+        assert tc["time_s"] == pytest.approx(10**6 * t, rel=1e-12)
+        assert tc["cost_usd"] == pytest.approx(10**6 * t * 8 / HOUR_S * 2.0, rel=1e-12)
+        assert tc["time_interval_s"] is not None
+    out, _ = run(capsys, ["compare", best, other, "--instance", path])
+    rows = {line.split("  ")[0]: line for line in out.splitlines()}
+    assert {"time to train", "GPU-hours", "cost"} <= set(rows)
+    t_a, t_b = (p["iter_time_s"] for p in doc["plans"])
+    assert f"{10**6 * t_a / HOUR_S:,.1f} h" in rows["time to train"]
+    assert f"{10**6 * t_b / HOUR_S:,.1f} h" in rows["time to train"]
+    # without the keys compare shows no such row, and its JSON carries null
+    plain = str(INSTANCES / "tiny-gpt-8xA100.yaml")
+    out, _ = run(capsys, ["compare", best, other, "--instance", plain])
+    assert "time to train" not in out and "GPU-hours" not in out
+    out, _ = run(capsys, ["compare", best, other, "--instance", plain, "--json"])
+    assert [p["train_cost"] for p in json.loads(out)["plans"]] == [None, None]
+
+
+@pytest.mark.parametrize("raw", [TINY_RAW, MIXED_RAW], ids=["one-group", "mixed"])
+def test_report_shows_the_time_and_cost_to_train(capsys, tmp_path, raw):
+    import html
+    path = with_job(raw, tmp_path, train_tokens=3.2768e10,
+                    usd_per_gpu_hour={A100: 2.0} if raw is TINY_RAW else {A100: 1.5, H100: 2.5})
+    doc = plan_json(capsys, path)
+    page = tmp_path / "r.html"
+    run(capsys, ["report", path, "-o", page, "--quiet"])
+    text = html.unescape(page.read_text())
+    # the plan's own text lines, as `plan` prints them (the same planner, the same plan)
+    out, _ = run(capsys, ["plan", path, "--quiet"])
+    lines = out.splitlines()
+    first = next(i for i, x in enumerate(lines) if x.startswith("train "))
+    for line in lines[first:first + 2]:
+        assert line[12:] in text
+    assert "time to train" in text and f"{doc['train_cost']['cost_usd']:,.0f}" in text
+    plain = tmp_path / "plain.html"
+    run(capsys, ["report", str(INSTANCES / ("tiny-gpt-8xA100.yaml" if raw is TINY_RAW
+                                            else "hetero/tiny-2types.yaml")), "-o", plain, "--quiet"])
+    assert "time to train" not in plain.read_text()
+
+
+def test_sweep_writes_the_columns(tmp_path):
+    # a sweep of the priced tiny instance and the bundled one: the priced row's columns are its
+    # 10**6 iterations x iter_time_s (and the interval's ends), x 8 / 3,600 GPU-hours, x $2;
+    # the bundled one's are empty
+    import csv
+    from paraplan.solver.sweep import run as sweep
+    priced = with_job({**TINY_RAW, "name": "tiny-priced"}, tmp_path, train_tokens=3.2768e10,
+                      usd_per_gpu_hour={A100: 2.0})
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(yaml.safe_dump({"name": "train-cost", "instances": [
+        priced, str(INSTANCES / "tiny-gpt-8xA100.yaml")]}), encoding="utf-8")
+    out = tmp_path / "out.csv"
+    jsonl = tmp_path / "out.jsonl"
+    sweep.run_sweep(sweep.load_sweep(spec), csv_path=str(out), jsonl_path=str(jsonl), workers=1)
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = {r["instance"]: r for r in csv.DictReader(fh)}
+    records = {json.loads(x)["instance"]: json.loads(x) for x in jsonl.read_text().splitlines()}
+    row, t = rows["tiny-priced"], float(rows["tiny-priced"]["iter_time_s"])
+    trust = records["tiny-priced"]["result"]["train_cost"]["time_interval_s"]
+    assert float(row["train_time_s"]) == pytest.approx(10**6 * t, rel=1e-12)
+    assert [float(row["train_time_low_s"]), float(row["train_time_high_s"])] == pytest.approx(trust, rel=1e-12)
+    assert float(row["gpu_hours"]) == pytest.approx(10**6 * t * 8 / HOUR_S, rel=1e-12)
+    assert float(row["cost_usd"]) == pytest.approx(10**6 * t * 8 / HOUR_S * 2.0, rel=1e-12)
+    assert float(row["cost_high_usd"]) == pytest.approx(trust[1] * 8 / HOUR_S * 2.0, rel=1e-12)
+    plain = rows["tiny-gpt-8xA100"]
+    assert all(plain[c] == "" for c in sweep.COLUMNS if "train" in c or "gpu_hours" in c or "cost" in c)
