@@ -10,9 +10,13 @@ priced (`ModelSpec.unmodelled`). Without --seq-len, the sequence is the config's
 context, and the output says so: FLOPs per token grow with it.
 
 `--json` prints one object: status "read", name, source, seq_len, seq_len_from ("--seq-len" or
-"config maximum"), params_total, params_active, flops_per_token, layers, dense_layers,
-moe_layers, attention (an object: kind, heads, kv_heads, head_dim, window_tokens,
-windowed_layers), mlp, unmodelled (a list of lines).
+"config maximum"), params_total, params_active (= params_total for a dense model),
+flops_per_token, layers, dense_layers, moe_layers, hidden, ffn (the dense layers' MLP width),
+vocab, mlp ("swiglu" or "gelu"), tied_embeddings, moe (null, or experts, top_k, expert_ffn,
+shared_ffn), attention (kind "multi-head", "grouped-query", "multi-query" or "latent", heads,
+kv_heads, head_dim (null for latent attention), window_tokens (null when no layer is windowed),
+windowed_layers), mtp_layers (multi-token prediction layers, not in params_total) and
+unmodelled (a list of lines).
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ def summary_lines(s: dict) -> list[str]:
              f"embeddings  {s['vocab']:,} x {s['hidden']:,}, "
              + ("tied to the output layer" if s["tied_embeddings"] else "untied")]
     if s["mtp_layers"]:
-        lines.append(f"prediction  {s['mtp_layers']} multi-token prediction layer(s) on the last stage")
+        lines.append(f"prediction  {s['mtp_layers']} multi-token prediction layer(s) on the last"
+                     " stage, not in the parameter count")
     lines += [f"not priced  {line}" for line in s["unmodelled"]]
     return lines
