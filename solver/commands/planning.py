@@ -6,7 +6,7 @@ import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines, space_json,
-                                    seconds, table, train_cost_json, train_lines)
+                                    seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
@@ -163,9 +163,13 @@ def cmd_plan_top(args, inst) -> int:
     res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].iter_time_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
+    costs = [_top_train_cost(inst, r) for r in res.plans]
     if args.json:
         from paraplan.solver.commands.schema import top_k_json
-        _emit_json(top_k_json(res, plan_to_mapping))
+        out = top_k_json(res, plan_to_mapping)
+        for entry, tc in zip(out["plans"], costs):
+            entry["train_cost"] = train_cost_json(tc)
+        _emit_json(out)
         return _top_code(res)
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
     claim = ("proved: no other outer configuration's best plan belongs in this list"
@@ -173,14 +177,27 @@ def cmd_plan_top(args, inst) -> int:
     print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
           f" ({res.solved:,} of {res.visited_of:,} configurations solved exactly,"
           f" {res.solve_time_s:.2f} s; {claim})")
+    cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
+    train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
     rows = [[str(i + 1), seconds(r.iter_time_s), f"{100 * (r.iter_time_s / best - 1):+.2f}%",
-             f"{r.breakdown.tokens_per_s:,.0f}", _plan_line(r.plan)] for i, r in enumerate(res.plans)]
-    print(table(["#", "iteration", "vs best", "tokens/s", "plan"], rows, align="lrrrl"))
+             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), _plan_line(r.plan)]
+            for i, (r, c) in enumerate(zip(res.plans, cells))]
+    print(table(["#", "iteration", "vs best", "tokens/s", *train_heads, "plan"], rows,
+                align="lrrr" + "r" * len(train_heads) + "l"))
     if not res.plans:
         print("no plan fits memory")
     for path in written:
         print(f"wrote {path}")
     return _top_code(res)
+
+
+def _top_train_cost(inst, ranked):
+    """The time and cost to train under one of --top's plans, with its trust interval; None
+    without job.train_tokens."""
+    if inst.job.train_tokens is None:
+        return None
+    from paraplan.cost.trust import plan_trust
+    return plan_train_cost(inst, ranked.iter_time_s, plan_trust(inst, ranked.plan, ranked.iter_time_s))
 
 
 def _top_code(res) -> int:

@@ -56,7 +56,7 @@ SCHEMAS: dict[str, dict] = {
              "trust": (dict, "null"), "model_warnings": [STR], "train_cost": (TRAIN_COST, "null")},
     "plan --top": {"status": STR, "solve_time_s": NUM, "solved": INT,
                    "plans": [{"rank": INT, "iter_time_s": NUM, "vs_best": NUM, "plan": dict,
-                              "breakdown": BREAKDOWN}]},
+                              "breakdown": BREAKDOWN, "train_cost": (TRAIN_COST, "null")}]},
     "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR]},
     "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
@@ -79,7 +79,8 @@ SCHEMAS: dict[str, dict] = {
                "stages": [{"stage": INT, "total_bytes": NUM,
                            "categories_bytes": {k: NUM for k in MEM_CATEGORIES}}]},
     "compare": {"status": STR, "faster": (STR, "null"), "speedup": NUM,
-                "plans": [{"file": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN}],
+                "plans": [{"file": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN,
+                           "train_cost": (TRAIN_COST, "null")}],
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields

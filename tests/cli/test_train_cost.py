@@ -241,3 +241,19 @@ def test_sweep_writes_the_columns(tmp_path):
     assert float(row["cost_high_usd"]) == pytest.approx(trust[1] * 8 / HOUR_S * 2.0, rel=1e-12)
     plain = rows["tiny-gpt-8xA100"]
     assert all(plain[c] == "" for c in sweep.COLUMNS if "train" in c or "gpu_hours" in c or "cost" in c)
+
+
+def test_plan_top_prices_every_listed_plan(capsys, tmp_path):
+    # each of --top's plans at its own iteration time: 10**6 iterations x t, cost x 8 / 3,600 x $2
+    path = with_job(TINY_RAW, tmp_path, train_tokens=3.2768e10, usd_per_gpu_hour={A100: 2.0})
+    out, _ = run(capsys, ["plan", path, "--top", "2", "--json"])
+    doc = json.loads(out)
+    assert not validate(doc, "plan --top")
+    for p in doc["plans"]:
+        assert p["train_cost"]["time_s"] == pytest.approx(10**6 * p["iter_time_s"], rel=1e-12)
+        assert p["train_cost"]["cost_usd"] == pytest.approx(10**6 * p["iter_time_s"] * 8 / HOUR_S * 2.0,
+                                                            rel=1e-12)
+    out, _ = run(capsys, ["plan", path, "--top", "2"])
+    assert "time to train" in out.splitlines()[1] and "cost" in out.splitlines()[1]
+    out, _ = run(capsys, ["plan", str(INSTANCES / "tiny-gpt-8xA100.yaml"), "--top", "2"])
+    assert "time to train" not in out
