@@ -13,7 +13,7 @@ INSTANCES = Path(instances.__file__).parent
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 GEMMA = ["--hf-config", str(HF / "gemma-2-9b"),
          "--cluster", str(INSTANCES / "clusters" / "dgx-h100-32nodes.yaml"),
-         "--job", str(INSTANCES / "jobs" / "pretrain-4m-tokens.yaml")]
+         "--job", str(INSTANCES / "jobs" / "pretrain-4m-tokens.yaml"), "--seq-len", "8192"]
 
 
 def _plan_file(tmp_path, **plan) -> str:

@@ -346,7 +346,7 @@ def test_garbage_in_every_role_fails_in_one_line(capsys, tmp_path, data):
 def test_mutated_hf_config_simulates_or_fails_in_one_line(capsys, tmp_path, llama_plan, config):
     hf = write_json(tmp_path / "config.json", config)
     run_cli(capsys, ["simulate", "--hf-config", hf, "--cluster", CLUSTER, "--job", JOB,
-                     "--plan", llama_plan])
+                     "--seq-len", "8192", "--plan", llama_plan])
 
 
 @pytest.mark.slow
@@ -355,7 +355,7 @@ def test_mutated_hf_config_simulates_or_fails_in_one_line(capsys, tmp_path, llam
 def test_mutated_hf_config_plans_or_fails_in_one_line(capsys, tmp_path, config):
     hf = write_json(tmp_path / "config.json", config)
     run_cli(capsys, ["plan", "--hf-config", hf, "--cluster", CLUSTER, "--job", JOB,
-                     "--time-limit-s", "5"], ok=(0, 3, EXIT_INFEASIBLE))
+                     "--seq-len", "8192", "--time-limit-s", "5"], ok=(0, 3, EXIT_INFEASIBLE))
 
 
 @FUZZ
@@ -392,7 +392,8 @@ def test_planner_reports_an_astronomical_space(capsys, tmp_path):
     # Found by the fuzzer: more than 1e308 plans could not be formatted as a float.
     config = dict(LLAMA_TREE, num_hidden_layers=4096)
     run_cli(capsys, ["plan", "--hf-config", write_json(tmp_path / "config.json", config),
-                     "--cluster", CLUSTER, "--job", JOB, "--time-limit-s", "5"], ok=(0, 3, EXIT_INFEASIBLE))
+                     "--cluster", CLUSTER, "--job", JOB, "--seq-len", "8192", "--time-limit-s", "5"],
+            ok=(0, 3, EXIT_INFEASIBLE))
 
 
 # --- whole-file problems ---------------------------------------------------------------------
@@ -625,7 +626,7 @@ def test_bad_hf_value_names_the_key(capsys, tmp_path, llama_plan, changes, field
     config = json.loads(LLAMA3_8B.read_text(encoding="utf-8"))
     config.update(changes)
     argv = ["simulate", "--hf-config", write_json(tmp_path / "config.json", config), "--cluster",
-            CLUSTER, "--job", JOB, "--plan", llama_plan]
+            CLUSTER, "--job", JOB, "--seq-len", "8192", "--plan", llama_plan]
     if field is None:
         run_cli(capsys, argv)
         return
