@@ -166,12 +166,15 @@ def _duration_in(t_s: float, unit: str) -> str:
     return seconds(t_s)
 
 
-def _amount(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:#.3g}"
+def _amount(x: float, like: float | None = None) -> str:
+    """A count of GPU-hours: whole from 100 up, else 3 significant digits; `like`: the value
+    whose format an interval's end takes, so both ends read alike."""
+    return f"{x:,.0f}" if (x if like is None else like) >= 100 else f"{x:#.3g}"
 
 
-def _usd(x: float) -> str:
-    return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
+def _usd(x: float, like: float | None = None) -> str:
+    """Dollars: whole from $100 up, else cents; `like` as in _amount."""
+    return f"${x:,.0f}" if (x if like is None else like) >= 100 else f"${x:,.2f}"
 
 
 def train_cost_cells(tc) -> list[tuple[str, str]]:
@@ -184,9 +187,11 @@ def train_cost_cells(tc) -> list[tuple[str, str]]:
         return text if ends is None else f"{text} ({shown(ends[0])} .. {shown(ends[1])})"
     cells = [("time to train", with_ends(duration(tc.time_s), tc.time_interval_s,
                                           lambda t: _duration_in(t, unit))),
-             ("GPU-hours", with_ends(_amount(tc.gpu_hours), tc.gpu_hours_interval, _amount))]
+             ("GPU-hours", with_ends(_amount(tc.gpu_hours), tc.gpu_hours_interval,
+                                     lambda x: _amount(x, tc.gpu_hours)))]
     if tc.cost_usd is not None:
-        cells.append(("cost", with_ends(_usd(tc.cost_usd), tc.cost_interval_usd, _usd)))
+        cells.append(("cost", with_ends(_usd(tc.cost_usd), tc.cost_interval_usd,
+                                        lambda x: _usd(x, tc.cost_usd))))
     return cells
 
 
