@@ -257,3 +257,16 @@ def test_plan_top_prices_every_listed_plan(capsys, tmp_path):
     assert "time to train" in out.splitlines()[1] and "cost" in out.splitlines()[1]
     out, _ = run(capsys, ["plan", str(INSTANCES / "tiny-gpt-8xA100.yaml"), "--top", "2"])
     assert "time to train" not in out
+
+
+def test_prices_are_checked_against_the_final_cluster_of_part_files(capsys, tmp_path):
+    # the instance prices its A100s; --cluster replaces them with H100s: refused, naming the
+    # price the new cluster has no GPU for
+    path = with_job(TINY_RAW, tmp_path, train_tokens=1e9, usd_per_gpu_hour={A100: 2.0})
+    cluster = tmp_path / "h100.yaml"
+    cluster.write_text(yaml.safe_dump({"cluster": {"gpu": H100, "nodes": 1, "gpus_per_node": 8,
+                                                   "intra_node_gbytes_per_s": 900,
+                                                   "nic_gbit_per_s": 400}}), encoding="utf-8")
+    out, err = run(capsys, ["plan", path, "--cluster", cluster, "--quiet"], code=2)
+    assert f"job.usd_per_gpu_hour.{A100}: prices {A100}, which the cluster does not have" in err
+    assert len(err.strip().splitlines()) == 1
