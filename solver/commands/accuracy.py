@@ -125,7 +125,7 @@ def cmd_accuracy(args) -> int:
         pairs = ranking_pairs(rows, results)
     except (KeyError, TypeError) as e:
         raise InstanceError(label, f"row field {e}", "missing or of the wrong type",
-                            "follow shared/calibration/README.md's schema")
+                            "follow the row schema of cost/published/README.md")
     log = (lambda m: print(m, file=sys.stderr)) if not args.json else (lambda m: None)
     oos, oos_from, folds = out_of_sample(rows, results, args.cv, log)
     if args.write:
@@ -331,7 +331,7 @@ def register(sub) -> None:
     a = sub.add_parser("accuracy", help="predict published runs: out-of-sample (leave one source"
                        " family out) and in-sample MAPE, 80%% intervals and their coverage, bias per"
                        " family and feature, ranking of plans of one workload")
-    a.add_argument("file", nargs="*", help="rows in the schema of shared/calibration/README.md"
+    a.add_argument("file", nargs="*", help="rows in the schema of cost/published/README.md"
                    " (default: both bundled files, cost/published/)")
     a.add_argument("--json", action="store_true", help="one JSON document on standard output")
     a.add_argument("--cv", action="store_true",
