@@ -99,6 +99,10 @@ PLANS_CHUNK = 64
 # built before its clock is read, so a million layers on 1,024 stages (10^9 cells) took
 # gigabytes and minutes whatever the limit. 2^19 cells: at most ~50 MiB and well under a second
 # of table building; every bundled and random instance lies far below (at most ~20,000 cells).
+# CP-SAT's model is held to the same (over every class): its exact memory points
+# (formulations/quantize.exact_memory_points) list each stage's layer counts, pp x L arrays
+# (7.6 GiB for a million layers on 1,024 stages; --backend cpsat was killed for memory there).
+# The MILP lists none and takes any split.
 DP_MAX_CELLS = 1 << 19
 
 
@@ -330,9 +334,9 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
 
 
 def _dp_cells(p: MultiClassProblem) -> int:
-    """Cells of the exact split DP's tables for a lone class: its stages x chunks."""
-    c = p.coeffs[0][0]
-    return c.pp * (c.layers // p.virtual_stages)
+    """Cells of the exact split DP's tables for a lone class: its stages x chunks (of several
+    classes, the sum: what CP-SAT's exact memory points list, DP_MAX_CELLS)."""
+    return sum(c.pp * (c.layers // p.virtual_stages) for c in p.coeffs[0])
 
 
 def _lone_dp(p: MultiClassProblem, backend: str) -> bool:
@@ -589,10 +593,19 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                     open_bounds.append(max(key[0], tight))
                     res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the exact"
                                   f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
-                                  " was bounded, not solved; --backend cpsat solves it")
+                                  " was bounded, not solved; --backend milp solves it")
                     continue
             elif _cannot_win_alone(p, best_val, key < best_key, remaining):
                 res.pruned_by_bound += 1
+                continue
+            elif backend in ("cpsat", "dp") and _dp_cells(p) > DP_MAX_CELLS:  # CP-SAT's model: the same
+                res.unresolved += 1
+                lone = p.classes == 1 and len(p.coeffs) == 1  # its tight bound, as the DP's
+                open_bounds.append(max(key[0], one_class.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute))
+                                   if lone else key[0])
+                res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the"
+                              f" {DP_MAX_CELLS:,} for which CP-SAT lists exact memory points: that"
+                              " configuration was bounded, not solved; --backend milp solves it")
                 continue
             hint = None
             inc = incumbent(p, cand.mvecs, uniform)
