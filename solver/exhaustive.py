@@ -42,6 +42,9 @@ DEFAULT_MAX_CANDIDATES = 20_000_000
 ROW_BLOCK = 1_000_000
 # lone classes of one shape evaluated together, each block of rows built once for all of them
 LONE_CHUNK = 64
+# splits listed at a time where a class shape has more than ROW_BLOCK rows (_composition_blocks):
+# about 0.1 s of listing between two looks at the clock
+STREAM_SPLITS = 1 << 16
 # measured on the 2-core reference machine: candidates evaluated per second (for estimates)
 ESTIMATED_RATE_PER_S = 3_000_000
 
@@ -81,6 +84,18 @@ def compositions(layers: int, pp: int, v: int) -> np.ndarray:
     rows = [tuple(v * (b - a) for a, b in zip((0,) + cut, cut + (chunks,)))
             for cut in itertools.combinations(range(1, chunks), pp - 1)]
     return np.array(rows, float).reshape(-1, pp)
+
+
+def _composition_blocks(layers: int, pp: int, v: int, block: int):
+    """compositions(layers, pp, v) in consecutive blocks of at most `block` splits, in the same
+    order, each listed when it is read: DeepSeek-V3's 61 layers on 16 stages have ~5e13 splits,
+    which compositions() built whole, past any time limit (exhaustive --time-limit-s 2 ran > 120 s)."""
+    chunks = layers // v
+    cuts = itertools.combinations(range(1, chunks), pp - 1)
+    while part := list(itertools.islice(cuts, block)):
+        c = np.array(part, float).reshape(len(part), pp - 1)
+        edges = np.hstack([np.zeros((len(part), 1)), c, np.full((len(part), 1), float(chunks))])
+        yield v * np.diff(edges, axis=1)
 
 
 def _recompute_grid(n: np.ndarray) -> np.ndarray:
@@ -157,18 +172,35 @@ def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bo
     the same row order; a shape of at most ROW_BLOCK rows is one block, built once
     (_split_rows' cache), a larger one is built block by block each time (its rows are what
     does not fit in memory)."""
-    if uniform or not recompute or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
+    if uniform or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
         yield _split_rows(layers, pp, v, uniform, recompute)
         return
     block, size = [], 0
-    for n in compositions(layers, pp, v):
-        block.append(n)
-        size += int(np.prod(n + 1))
-        if size >= ROW_BLOCK:
-            yield _rows_of(np.array(block), recompute)
-            block, size = [], 0
+    for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS):
+        if not recompute:  # a split is a row
+            yield _rows_of(splits, recompute)
+            continue
+        for n in splits:
+            block.append(n)
+            size += int(np.prod(n + 1))
+            if size >= ROW_BLOCK:
+                yield _rows_of(np.array(block), recompute)
+                block, size = [], 0
     if block:
         yield _rows_of(np.array(block), recompute)
+
+
+def _rows_until(layers: int, pp: int, v: int, uniform: bool, recompute: bool, deadline: float | None) -> _Rows | None:
+    """_split_rows of one class shape, the large ones listed block by block (_composition_blocks)
+    with a look at the clock between blocks: None when `deadline` passed first."""
+    if uniform or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
+        return _split_rows(layers, pp, v, uniform, recompute)
+    parts = []
+    for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS):
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        parts.append(splits)
+    return _rows_of(np.concatenate(parts), recompute)
 
 
 def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: bool = False):
@@ -304,7 +336,11 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
                 return result(False)
             continue
-        rows = [_class_rows(p, k, uniform) for k in range(p.classes)]
+        listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, p.allow_full_recompute, deadline)
+                  for k in range(p.classes)]
+        if any(x is None for x in listed):
+            return result(False)
+        rows = [_class_rows(p, k, uniform, x) for k, x in enumerate(listed)]
         done += len(mvecs) * math.prod(x[5] for x in rows)
         feasible += len(mvecs) * math.prod(len(x[0]) for x in rows)
         bar.update(done)
