@@ -184,8 +184,8 @@ def cmd_plan_top(args, inst) -> int:
             for i, (r, c) in enumerate(zip(res.plans, cells))]
     print(table(["#", "iteration", "vs best", "tokens/s", *train_heads, "plan"], rows,
                 align="lrrr" + "r" * len(train_heads) + "l"))
-    if not res.plans:
-        print("no plan fits memory")
+    if not res.plans:  # under a limit that stopped it, nothing is proved about memory
+        print("no plan fits memory" if res.status == "optimal" else "no plan found before the time limit")
     for path in written:
         print(f"wrote {path}")
     return _top_code(res)
@@ -201,8 +201,11 @@ def _top_train_cost(inst, ranked):
 
 
 def _top_code(res) -> int:
-    """--top's exit status: EXIT_INFEASIBLE when it proved that no plan fits."""
-    return EXIT_INFEASIBLE if not res.plans and res.status == "optimal" else 0
+    """--top's exit status: EXIT_INFEASIBLE when it proved that no plan fits, 3 when the time
+    limit stopped it before any plan (status_code's 'timeout')."""
+    if res.plans:
+        return 0
+    return EXIT_INFEASIBLE if res.status == "optimal" else status_code("timeout")
 
 
 def _write_top_plans(args, inst, res) -> list[str]:
