@@ -146,11 +146,20 @@ BUNDLED_FILES = (PUBLISHED_DIR / "published.yaml", PUBLISHED_DIR / "published-fp
 
 
 def load_published(paths: list[str] | None = None) -> list[dict]:
-    """The rows of `paths` (each checked by load_rows), or of both bundled files when None."""
+    """The rows of `paths` (each checked by load_rows), or of both bundled files when None:
+    those are read once per process (a plan's trust lines read them twice otherwise, 0.6 s
+    each), and their rows are shared, so callers copy a row before changing it."""
+    if not paths:
+        return list(_bundled_rows())
     rows: list[dict] = []
-    for path in paths or [str(p) for p in BUNDLED_FILES]:
+    for path in paths:
         rows.extend(load_rows(path))
     return rows
+
+
+@lru_cache(maxsize=1)
+def _bundled_rows() -> tuple[dict, ...]:
+    return tuple(r for p in BUNDLED_FILES for r in load_rows(str(p)))
 
 
 INTRA_LATENCY_US = 5.0
