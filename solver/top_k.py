@@ -59,6 +59,21 @@ class TopK:
     solve_time_s: float
 
 
+PRICE_CHUNK = 64  # outer configurations priced between two looks at the clock
+
+
+def _priced_within(het, outers, t0: float, time_limit_s: float):
+    """problems_for of `outers`, in chunks, stopping at the time limit once some configuration
+    is priced (the list then covers a prefix of `outers`, and whether it is all of them)."""
+    problems: list = []
+    for start in range(0, len(outers), PRICE_CHUNK):
+        problems.extend(problems_for(het, outers[start:start + PRICE_CHUNK], "nominal"))
+        if (time.perf_counter() - t0 > time_limit_s and start + PRICE_CHUNK < len(outers)
+                and any(p is not None for p in problems)):
+            return problems, False
+    return problems, True
+
+
 def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str = "cpsat",
           time_limit_s: float = 60.0) -> TopK:
     if k < 1:
@@ -74,8 +89,8 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
     het = homogeneous_as_hetero(inst)
     uniform = inst.search.uniform_split  # the class planner's reading of it (plan_hetero)
     outers = hetero_outers(het, uniform=uniform)
-    live = [(o, p, i) for i, (o, p) in enumerate(zip(outers, problems_for(het, outers, "nominal")))
-            if p is not None]
+    problems, priced_all = _priced_within(het, outers, t0, time_limit_s)
+    live = [(o, p, i) for i, (o, p) in enumerate(zip(outers, problems)) if p is not None]
 
     def mvecs(j: int):
         o, p, _ = live[j]
@@ -91,7 +106,7 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
     # tau: K-th smallest of the incumbents (an upper bound on the K-th best optimum)
     tau_inc = heapq.nsmallest(k, uppers)[-1] if len(uppers) >= k else float("inf")
     found: list[tuple[float, tuple, Plan]] = []  # value, key, plan
-    status, solved = OPTIMAL, 0
+    status, solved = (OPTIMAL if priced_all else FEASIBLE), 0
     for j in order:
         o, p, i = live[j]
         key = (lbs[j], i)
