@@ -14,6 +14,7 @@ import base64
 import html
 import io
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -588,6 +589,7 @@ def cmd_report(args) -> int:
     from paraplan.solver.commands.planning import progress_printer
     from paraplan.solver.commands.inputs import load_from_args
     from paraplan.solver.class_route import plan
+    from paraplan.solver.planner import coefficient_table
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
@@ -597,11 +599,16 @@ def cmd_report(args) -> int:
     else:
         inst = load_from_args(args)
         user_plan = load_plan(args.plan, inst) if args.plan else None
+        t0 = time.perf_counter()
         res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
         if progress:
             progress.done()
         trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
-        page = build_report(inst, res, trust=trust, user_plan=user_plan, user_plan_label=args.plan or "")
+        # the frontier's table keeps to the same limit (a prefix of the configurations past it:
+        # the caption counts the points it drew)
+        coeffs = coefficient_table(inst, deadline=t0 + args.time_limit_s)
+        page = build_report(inst, res, coeffs=coeffs, trust=trust, user_plan=user_plan,
+                            user_plan_label=args.plan or "")
         what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
     write_text(args.output, page, "-o/--output")
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)

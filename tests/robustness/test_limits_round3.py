@@ -263,3 +263,15 @@ def test_top_plans_stopped_by_the_limit_do_not_claim_infeasible():
     assert "NOT proved (time limit)" in out and "fits memory" not in out, out
     assert code == (3 if "no plan found before the time limit" in out else 0), out
     assert wall <= limit_s + PROCESS_SLACK_S, wall
+
+
+@pytest.mark.slow
+def test_report_keeps_to_a_small_limit():
+    # report built the frontier's table of every configuration (17,030 on DeepSeek-V3, 9.2 s at
+    # --time-limit-s 0.01) after the plan; the table now stops at the same limit (3.5 s whole,
+    # most of it drawing the figures)
+    limit_s = 0.01
+    code, out, wall = _command(["report", str(ROOT / LARGEST[0]), "--time-limit-s", str(limit_s),
+                                "-o", "/dev/null", "--quiet"], timeout_s=120)
+    assert code in (0, 3), out
+    assert wall <= limit_s + PROCESS_SLACK_S + 2.0, wall  # + the three figures (~1.5 s measured)
