@@ -9,8 +9,10 @@ recorded as unknown (Ran.unknown), so the trust interval can treat it as uncerta
 documented defaults of the schema's own fields:
 
     micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
-    recompute unknown        -> the least recomputation under which the run fits memory
-                                (none, then selective, then full): every published run fitted
+    recompute unknown        -> priced both as the least recomputation under which the run
+                                fits memory (none, then selective, then full: every published
+                                run fitted) and as full recomputation, and predicted at the
+                                geometric mean of the two (predict_rows, unknown_variants)
     recompute stated         -> as stated (ran.yaml's `recompute` only where the row's field
                                 transcribes something else, with the evidence)
     virtual_stages null      -> 1 (no interleaving)
@@ -30,6 +32,7 @@ reported with its reason, never dropped.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +40,7 @@ from pathlib import Path
 from paraplan.cost import units
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.framework_rules import release_space, unpriced_reason
+from paraplan.cost.framework_rules import may_run_unfused_attention, release_space, unpriced_reason
 from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
 from paraplan.cost.simulate import simulate
@@ -178,6 +181,9 @@ class RowResult:
     # whether the modelled plan recomputes whole layers (the row's recompute, resolved as
     # row_to_instance_plan resolves "unknown"): cost/trust.py cuts residuals by it
     full_recompute: bool | None = None
+    # the predicted times under every value of the facts the row does not state (unknown_variants),
+    # (fastest, slowest); None when the row states all that moves its price
+    span_s: tuple[float, float] | None = None
 
     @property
     def error(self) -> float | None:
@@ -242,8 +248,36 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     return inst, plan_with("full")
 
 
+def unknown_variants(row: dict) -> list[dict]:
+    """The row as it reads (first), then under each other value of the facts it does not state
+    that move its price: an unstated attention kernel may have been unfused (scores stored) where
+    the row's release predates fused attention in its framework (a row that states no release is
+    the current one, fused: cost/framework_rules.may_run_unfused_attention); an unknown
+    recompute may have been full recomputation rather than the least that fits."""
+    ran = row_ran(row)
+    unfused = "attention" in ran.unknown and may_run_unfused_attention(ran.framework, ran.release_year)
+    kernels = [None, "standard"] if unfused else [None]
+    unknown_recompute = (row["config"].get("recompute") or "unknown") == "unknown" and ran.recompute is None
+    recomputes = [None, "full"] if unknown_recompute else [None]
+    out = []
+    for kernel in kernels:
+        for recompute in recomputes:
+            variant = row
+            if kernel:
+                variant = {**variant, "ran": {**(row.get("ran") or {}), "attention": kernel}}
+            if recompute:
+                variant = {**variant, "config": {**row["config"], "recompute": recompute}}
+            out.append(variant)
+    return out
+
+
 def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
                  net: NetEfficiency | None = None) -> list[RowResult]:
+    """Each row's predicted iteration time. A row that leaves facts unstated
+    (unknown_variants) is priced under each of their values that fits memory (the run did fit),
+    and predicted at the geometric mean of the fastest and slowest: the point whose largest
+    log error over those possibilities is smallest, the possibilities themselves kept as
+    RowResult.span_s for the interval."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
     net = net if net is not None else NetEfficiency()
     out = []
@@ -260,9 +294,27 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
         except (ConfigError, KeyError, ValueError) as e:
             out.append(RowResult(**base, predicted_iter_time_s=None, reason=str(e)))
             continue
-        out.append(RowResult(**base, predicted_iter_time_s=bd.iter_time_s, fits_memory=bd.fits,
-                             full_recompute=any(plan.full_recompute_layers)))
+        predicted, span = bd.iter_time_s, None
+        variants = unknown_variants(row)
+        if len(variants) > 1:
+            times = [bd.iter_time_s] if bd.fits else []
+            times += [t for t in (_variant_time(v, catalogue, net) for v in variants[1:]) if t is not None]
+            if times:
+                span = (min(times), max(times))
+                predicted = math.sqrt(span[0] * span[1])
+        out.append(RowResult(**base, predicted_iter_time_s=predicted, fits_memory=bd.fits,
+                             full_recompute=any(plan.full_recompute_layers), span_s=span))
     return out
+
+
+def _variant_time(row: dict, catalogue, net) -> float | None:
+    """The predicted time of a variant of a row, None where it cannot run (or not fit)."""
+    try:
+        inst, plan = row_to_instance_plan(row, catalogue)
+        bd = simulate(inst, plan, net)
+    except (ConfigError, KeyError, ValueError):
+        return None
+    return bd.iter_time_s if bd.fits else None
 
 
 def mape(results: list[RowResult]) -> float:

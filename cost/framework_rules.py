@@ -176,7 +176,17 @@ def unpriced_reason(zero: int, pp: int) -> str | None:
 # cost/published/ran.yaml (`release_year`); a row or instance that states none is the current
 # release, with every feature.
 MEGATRON_FEATURE_YEARS = {"interleaving": 2021, "sequence_parallel": 2022, "selective_recompute": 2022,
-                          "distributed_optimizer": 2022}
+                          "distributed_optimizer": 2022,
+                          # --use-flash-attn (FlashAttention, arXiv 2205.14135) came to Megatron-LM
+                          # in 2023: a run of an older release may have stored the scores
+                          "fused_attention": 2023}
+
+
+def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:
+    """Whether a run of this release could have run the unfused attention core (scores stored):
+    a current release (year None) runs fused attention by default."""
+    return (year is not None and framework is Framework.MEGATRON
+            and year < MEGATRON_FEATURE_YEARS["fused_attention"])
 
 
 def release_space(framework: Framework, year: int | None) -> SearchSpace:
@@ -184,7 +194,7 @@ def release_space(framework: Framework, year: int | None) -> SearchSpace:
     other frameworks, whose rules above already hold what they run)."""
     if year is None or framework is not Framework.MEGATRON:
         return SearchSpace()
-    has = {f: year >= y for f, y in MEGATRON_FEATURE_YEARS.items()}
+    has = {f: year >= y for f, y in MEGATRON_FEATURE_YEARS.items()}  # fused attention: a fact of the row
     return SearchSpace(
         virtual_stages=None if has["interleaving"] else (1,),
         sequence_parallel=(False, True) if has["sequence_parallel"] else (False,),

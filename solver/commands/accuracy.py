@@ -62,8 +62,9 @@ def out_of_sample(rows, results, live: bool, log):
 def row_intervals(rows, results, oos):
     """Per row: (interval around the in-sample prediction, interval around the out-of-sample
     one, whether the measured time lies in the latter), each from the stored out-of-sample
-    residuals without the row's own family. Unknown facts (cost/calibration.Ran.unknown) widen
-    it to the prices of their alternatives (unfused attention, full recomputation)."""
+    residuals without the row's own family. A row that leaves facts unstated
+    (cost/calibration.unknown_variants) gets the band from its fastest possibility's lower end
+    to its slowest one's upper end."""
     from paraplan.cost.calibration import load_published, source_family
     from paraplan.cost.trust import published_residuals, row_features, trust_for
     bundled = {r["id"] for r in load_published()}
@@ -75,41 +76,17 @@ def row_intervals(rows, results, oos):
             continue
         own = source_family(row).name if row["id"] in bundled else None
         f = row_features(row, bool(r.full_recompute))
-        alt = _alternatives(row)
         spans = []
         for pred in (r.predicted_iter_time_s, oos.get(i)):
             if pred is None:
                 spans.append(None)
                 continue
             lo, hi = trust_for(f, pred, res, exclude_family=own).interval_s
-            for a in alt:  # the alternative's own interval, at the same relative width
-                lo, hi = min(lo, lo * a / r.predicted_iter_time_s), max(hi, hi * a / r.predicted_iter_time_s)
+            if r.span_s is not None:  # the same relative band around each possibility
+                lo, hi = lo * r.span_s[0] / pred, hi * r.span_s[1] / pred
             spans.append((lo, hi))
         inside = None if spans[1] is None else spans[1][0] <= r.measured_iter_time_s <= spans[1][1]
         out.append((spans[0], spans[1], inside))
-    return out
-
-
-def _alternatives(row) -> list[float]:
-    """Predicted times of the row under the other values of the facts it does not state."""
-    from paraplan.cost.calibration import row_ran, row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
-    from paraplan.cost.simulate import simulate
-    ran = row_ran(row)
-    variants = []
-    if "attention" in ran.unknown:
-        variants.append({"ran": {**(row.get("ran") or {}), "attention": "standard"}})
-    if (row["config"].get("recompute") or "unknown") == "unknown" and ran.recompute is None:
-        variants.append({"config": {**row["config"], "recompute": "full"}})
-    out = []
-    for change in variants:
-        try:
-            inst, plan = row_to_instance_plan({**row, **change}, load_catalogue())
-            bd = simulate(inst, plan)
-        except (ValueError, KeyError):
-            continue
-        if bd.fits:
-            out.append(bd.iter_time_s)
     return out
 
 

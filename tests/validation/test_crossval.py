@@ -104,21 +104,28 @@ def test_one_bad_row_never_refuses_the_file(capsys, tmp_path):
     assert rejected["id"] == "bad" and "virtual_stages" in rejected["reason"]
 
 
-def test_an_unknown_attention_kernel_widens_the_interval(capsys, tmp_path):
-    # The same row twice, once stating FlashAttention and once stating nothing: the second's
-    # interval also holds the unfused kernel's price, so its upper end lies higher; both
-    # point predictions use fused attention (cost/calibration.RAN_DEFAULTS)
+def test_an_unknown_attention_kernel_is_priced_both_ways(capsys, tmp_path):
+    # The same 2021 Megatron-LM run three times: stating FlashAttention, stating the unfused
+    # kernel, and stating no kernel (cost/calibration.unknown_variants: a release before 2023
+    # may have run either). The third is predicted at the geometric mean
+    # of the other two (the point whose larger log error over the two possibilities is
+    # smallest), and its band runs from the fused price's lower end to the unfused one's upper
+    # end (the same relative band around each: cost/trust.py)
     model = dict(_row()["model"], seq_len=4096)
     config = dict(_row()["config"], micro_batch=1, global_batch=64)
-    known = _row(id="known", ran={"attention": "flash"}, model=model, config=config)
-    unknown = _row(id="unknown", model=model, config=config)
+    fused = _row(id="fused", ran={"attention": "flash"}, model=model, config=config)
+    unfused = _row(id="unfused", ran={"attention": "standard"}, model=model, config=config)
+    unknown = _row(id="unknown", ran={"release_year": 2021}, model=model, config=config)
+    current = _row(id="current", model=model, config=config)  # no release: fused, nothing to hedge
     path = tmp_path / "rows.yaml"
-    path.write_text(yaml.safe_dump([known, unknown]))
+    path.write_text(yaml.safe_dump([fused, unfused, unknown, current]))
     assert main(["accuracy", str(path), "--json"]) == 0
-    a, b = json.loads(capsys.readouterr().out)["rows"]
-    assert a["predicted_iter_time_s"] == pytest.approx(b["predicted_iter_time_s"])
-    assert a["interval_s"][0] == pytest.approx(b["interval_s"][0])
-    assert b["interval_s"][1] > a["interval_s"][1] * 1.01
+    a, b, c, d = json.loads(capsys.readouterr().out)["rows"]
+    assert d["predicted_iter_time_s"] == a["predicted_iter_time_s"] and d["interval_s"] == a["interval_s"]
+    assert b["predicted_iter_time_s"] > a["predicted_iter_time_s"] * 1.01  # the scores cost time
+    assert c["predicted_iter_time_s"] == pytest.approx(
+        (a["predicted_iter_time_s"] * b["predicted_iter_time_s"]) ** 0.5, rel=1e-12)
+    assert c["interval_s"] == pytest.approx([a["interval_s"][0], b["interval_s"][1]], rel=1e-12)
 
 
 def test_simulate_prints_the_interval(capsys, tmp_path):
