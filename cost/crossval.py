@@ -13,14 +13,14 @@ Start: each fold is fitted from UNFITTED (the catalogue's documented default for
 published rows, cost/gpus.yaml), never from the published fit: the coordinate search is local,
 and started at the published values (fitted on every row, the left-out ones included) it stays
 there, which turned a fold's "out-of-sample" prediction into the in-sample one (tried: 5.6%
-instead of 6.9%, coverage 89% instead of 77%). From the defaults the search is slightly worse
+instead of 6.9%, coverage 89% instead of 79%). From the defaults the search is slightly worse
 than the published fit's history (0.0553 against 0.0539 on all rows), so these figures lean
 pessimistic, never optimistic. A parameter the fold cannot fit (a die left with fewer than 5
 rows) keeps its unfitted default. The global matmul_half_flops is profiled over its whole range
 in every fit (cost/fit.py), so its start does not matter.
 
-The result is stored in cost/published/crossval.yaml (`paraplan accuracy --cv --write`, about a
-minute per family on one core) with the in-sample prediction of every row beside it: when the
+The result is stored in cost/published/crossval.yaml (`paraplan accuracy --cv --write`, about
+15-20 s per family on one core) with the in-sample prediction of every row beside it: when the
 cost model changes, those no longer match and the file is stale (tests/validation checks it).
 """
 
@@ -47,10 +47,7 @@ CV_SWEEPS = 4  # coordinate-search sweeps after the profile, as the published fi
 
 def unfitted_catalogue(catalogue: Catalogue) -> Catalogue:
     """The catalogue with every fitted per-die efficiency back at its unfitted default."""
-    out: dict[str, GpuSpec] = {}
-    for name, gpu in catalogue.items():
-        out[name] = replace(gpu, **UNFITTED)
-    return out
+    return {name: replace(gpu, **UNFITTED) for name, gpu in catalogue.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
