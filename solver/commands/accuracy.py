@@ -118,6 +118,7 @@ def cmd_accuracy(args) -> int:
     wrong = [p for p in pairs if not p.right]
     cv = _cv_summary(rows, results, oos, spans)
     cv_res = _cv_residuals(rows, results, oos)
+    cv_tables = accuracy_tables(cv_res)  # the same cuts as in sample, out of sample
     cv_coverage = coverage(cv_res) if len({r.features.family for r in cv_res}) > 1 else None
     moe = moe_anchor_prices() if args.moe else []
     if args.json:
@@ -134,6 +135,8 @@ def cmd_accuracy(args) -> int:
             "bias": overall.bias if overall else None,
             "cv_mape": cv["mape"], "cv_bias": cv["bias"], "cv_rows": cv["rows"],
             "cv_by_family": cv["by_family"], "cv_source": oos_from,
+            "cv_by_feature": {cut: {g: {"rows": st.rows, "mape": st.mape, "bias": st.bias}
+                                    for g, st in groups.items()} for cut, groups in cv_tables.items()},
             "cv_interval_coverage": cv["coverage"], "cv_interval_coverage_nested": cv_coverage,
             "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(by_gpu.items())},
             "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
@@ -163,6 +166,13 @@ def cmd_accuracy(args) -> int:
                      for g, s in groups.items()]))
     print()
     print(_cv_text(cv, oos_from, cv_coverage))
+    for cut, groups in cv_tables.items():
+        if cut == "source family":
+            continue  # the table above
+        print()
+        print(table([f"{cut} (out of sample)", "rows", "MAPE", "bias"],
+                    [[g, str(st.rows), f"{100 * st.mape:.1f}%", f"{100 * st.bias:+.1f}%"]
+                     for g, st in groups.items()]))
     print(f"\nranking: {len(pairs) - len(wrong)} / {len(pairs)} pairs of the same workload (measured"
           " times more than 5% apart) ordered right (a predicted tie counts as wrong)")
     for p in wrong:

@@ -70,6 +70,11 @@ def test_accuracy_reports_out_of_sample_first(capsys):
     assert doc["cv_rows"] == 239
     assert doc["cv_mape"] == pytest.approx(sum(abs(r.error) for r in res) / len(res))
     assert doc["cv_by_family"]["mosaicml"]["rows"] == 181
+    # the feature cuts out of sample too: the 25 FP8 rows' mean |error| from their residuals
+    fp8 = [r for r in res if r.features.precision == "fp8"]
+    assert doc["cv_by_feature"]["precision"]["fp8"]["rows"] == len(fp8) == 25
+    assert doc["cv_by_feature"]["precision"]["fp8"]["mape"] == pytest.approx(
+        sum(abs(r.error) for r in fp8) / len(fp8))
     for row in doc["rows"]:
         lo, hi = row["interval_s"]
         assert lo < row["predicted_iter_time_s"] * 1.5 and hi > row["predicted_iter_time_s"] / 1.5
