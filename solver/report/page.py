@@ -259,14 +259,19 @@ def gantt_figure(events, pp: int, m: int, v: int, objective_s: float, title: str
     return fig, cut
 
 
-def _cut_text(cut, v: int, pp: int) -> str:
+def _cut_text(cut, v: int, pp: int, total_s: float) -> str:
     if cut is None:
         return ""
-    return (f" The hatched band stands for {cut.micro_batches} micro-batches of the steady state"
-            f" ({html.escape(seconds(cut.omitted_s))}): there every stage repeats the same"
+    warm, steady, cool = (html.escape(seconds(x)) for x in cut.phases_s(total_s))
+    return (f" The steady state is drawn once: in it every stage repeats the same"
             f" {'forward/backward pair' if v == 1 else f'{pp} forward/backward pairs'} every"
-            f" {html.escape(seconds(cut.period_s))}, checked on the replayed events before"
-            " cutting; the axis shows real times on both sides.")
+            f" {html.escape(seconds(cut.period_s))}, and the bracketed period marked"
+            f" &#215;&nbsp;{cut.repeats} stands for {cut.repeats} such periods"
+            f" ({cut.micro_batches} micro-batches, {steady}); the dashed zig-zag after it is where"
+            f" the time axis jumps over the {cut.repeats - 1} periods not drawn. Warm-up {warm} +"
+            f" {cut.repeats} &#215; {html.escape(seconds(cut.period_s))} + cool-down {cool} ="
+            f" {html.escape(seconds(total_s))}, the priced iteration time. The periods were checked"
+            " identical on the replayed events before any was left out.")
 
 
 def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
@@ -293,7 +298,7 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
         " sync + optimizer step follows each stage's last backward; white space is the pipeline"
         " bubble. The dashed line is the planner's objective, <code>cost/schedule.py</code>'s"
         " (m &minus; 1/v)&middot;max T<sub>s</sub> + &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>."
-        + _cut_text(cut, p.virtual_stages, p.pp)
+        + _cut_text(cut, p.virtual_stages, p.pp, analytic_s)
         + (" All stages take the same time, so the replay ends exactly at the objective."
            if uniform else " The stages differ a little, yet the replay ends at the objective"
            " (to 1e-6): the formula is exact here, as it is whenever the slowest stage is the"
@@ -555,7 +560,7 @@ def build_hetero_report(inst, result, regrets=None) -> str:
                     f" group). Its replay ends at {html.escape(seconds(replay_s))}; the dashed line"
                     " is the plan's iteration time (the slowest replica's 1F1B formula time plus"
                     " the slowest gradient sync + optimizer step)."
-                    + _cut_text(cut, 1, len(n)) + "</figcaption></figure>")
+                    + _cut_text(cut, 1, len(n), bd.iter_time_s) + "</figcaption></figure>")
     body.append(_section(2, "timeline", "".join(figs)))
     rows = [[f"{k}", str(s), g, seconds(t), f"{bytes_to_gib(mem):.2f} GiB", f"{bytes_to_gib(cap):.2f} GiB",
              f"{100 * mem / cap:.0f}%"] for k, s, g, t, mem, cap in bd.stage_rows()]

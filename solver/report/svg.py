@@ -6,12 +6,14 @@ hovering a box highlights its micro-batch on every stage, and clicking a legend 
 shows that kind of event (the few lines of JS in `SCRIPT`).
 
 Many micro-batches (32-128) make a barcode of the steady state, so `compact_steady_state`
-cuts it out: the 1F1B steady state is periodic (micro-batch j + d repeats micro-batch j's
-events P seconds later, d = 1 for 1F1B and pp for the interleaved schedule), so removing K
-whole periods [t_a, t_a + K P) and joining the two sides loses nothing but repetitions. The
-cut is made only where that periodicity is verified on the replayed events themselves; the
-chart marks the cut with a band that says how many micro-batches and seconds it stands for,
-and the time axis keeps real times on both sides.
+finds it and the chart draws it once: the 1F1B steady state is periodic (micro-batch j + d
+repeats micro-batch j's events P seconds later, d = 1 for 1F1B and pp for the interleaved
+schedule), so N identical periods [t_a, t_a + N P) are drawn as the first of them, bracketed
+"x N", followed by a thin break where the time axis jumps by the (N - 1) P not drawn. The
+chart then reads warm-up, one steady period x N, cool-down, and warm-up + N P + cool-down is
+the whole iteration. The periods are taken as identical only where the replayed events
+themselves show it (every event of each period has a twin one period earlier and one period
+later); the time axis keeps real times on both sides of the break.
 """
 
 from __future__ import annotations
@@ -37,18 +39,42 @@ COMPACT_FROM_MICRO_BATCHES = 24
 MIN_OMITTED_MICRO_BATCHES = 8
 # Geometry (px).
 WIDTH_PX, LEFT_PX, RIGHT_PX, ROW_PX, TOP_PX, AXIS_PX = 1000, 78, 16, 24, 14, 42
-BREAK_PX = 34
+BREAK_PX = 12  # the gap where the axis jumps over the repeated periods not drawn
+BRACKET_PX = 18  # room above the rows for the steady period's "x N" bracket
 LABEL_MIN_PX = 13  # micro-batch numbers inside boxes at least this wide
 REL_TOL = 1e-7  # periodicity check: relative to the iteration time
 
 
 @dataclass(frozen=True)
 class Cut:
-    """The omitted steady-state window [start_s, start_s + omitted_s)."""
+    """The steady state: `repeats` identical periods of `period_s` from `start_s`, drawn once.
+    The chart draws [start_s, start_s + period_s) and leaves out the omitted_s after it."""
     start_s: float
-    omitted_s: float
-    micro_batches: int  # micro-batches whose whole steady-state work the window stands for
     period_s: float
+    repeats: int
+    micro_batches_per_period: int
+
+    @property
+    def omitted_s(self) -> float:
+        return (self.repeats - 1) * self.period_s
+
+    @property
+    def hidden_from_s(self) -> float:
+        """Start of the part not drawn: the end of the one period drawn."""
+        return self.start_s + self.period_s
+
+    @property
+    def steady_s(self) -> float:
+        return self.repeats * self.period_s
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches whose steady-state work the repeated periods stand for."""
+        return self.repeats * self.micro_batches_per_period
+
+    def phases_s(self, total_s: float) -> tuple[float, float, float]:
+        """(warm-up, steady, cool-down) seconds of an iteration of `total_s`; they sum to it."""
+        return self.start_s, self.steady_s, total_s - self.start_s - self.steady_s
 
 
 def _key(e: timeline.Event) -> tuple:
@@ -56,15 +82,14 @@ def _key(e: timeline.Event) -> tuple:
 
 
 def compact_steady_state(events: list[timeline.Event], pp: int, m: int, v: int) -> Cut | None:
-    """The longest verified periodic window around the middle of the iteration, or None (few
-    micro-batches, or no periodicity: then the chart draws everything).
+    """The longest verified run of identical periods around the middle of the iteration, or
+    None (few micro-batches, or no periodicity: then the chart draws everything).
 
     P = the time between stage 0's forwards of micro-batches mid and mid + d. Periods are
-    counted from that forward; period j is *repeating* when every event starting in it has a
-    twin (same stage, kind, chunk, direction and length) starting exactly P earlier. Over a run
-    of repeating periods j1..j2 the schedule is periodic, so the window [start of j1 + 1,
-    start of j2) can be cut: what follows it is what followed its start, K = j2 - j1 - 1
-    periods later."""
+    counted from that forward; periods j - 1 and j are *the same* when every event starting in
+    j has a twin (same stage, kind, chunk, direction and length) starting exactly P earlier, and
+    every event starting in j - 1 one starting exactly P later. Over a run j1..j2 of such
+    boundaries the periods j1 - 1 .. j2 are all the same: N = j2 - j1 + 2 of them."""
     if m < COMPACT_FROM_MICRO_BATCHES:
         return None
     d = 1 if v == 1 else pp  # micro-batch index shift of one period
@@ -82,15 +107,21 @@ def compact_steady_state(events: list[timeline.Event], pp: int, m: int, v: int) 
         index.setdefault(_key(e), []).append((e.start_s, e.duration_s))
     for twins in index.values():
         twins.sort()
-    bad, lo, hi = set(), 0, 0
+
+    def has_twin(e: timeline.Event, shift_s: float) -> bool:
+        twins = index[_key(e)]
+        k = bisect.bisect_left(twins, (e.start_s + shift_s - tol,))
+        return any(abs(s - (e.start_s + shift_s)) <= tol and abs(dur - e.duration_s) <= tol
+                   for s, dur in twins[k:k + 2])
+
+    bad, lo, hi = set(), 0, 0  # bad: boundaries j where periods j - 1 and j differ
     for e in events:
         j = math.floor((e.start_s - t0) / period + 1e-9)
         lo, hi = min(lo, j), max(hi, j)
-        twins = index[_key(e)]
-        k = bisect.bisect_left(twins, (e.start_s - period - tol,))
-        if not any(abs(s - (e.start_s - period)) <= tol and abs(dur - e.duration_s) <= tol
-                   for s, dur in twins[k:k + 2]):
+        if not has_twin(e, -period):
             bad.add(j)
+        if not has_twin(e, period):
+            bad.add(j + 1)
     if 0 in bad:
         return None
     j1 = j2 = 0
@@ -98,15 +129,15 @@ def compact_steady_state(events: list[timeline.Event], pp: int, m: int, v: int) 
         j1 -= 1
     while j2 + 1 <= hi and j2 + 1 not in bad:
         j2 += 1
-    omitted = j2 - j1 - 1
-    if omitted * d < MIN_OMITTED_MICRO_BATCHES:
+    repeats = j2 - j1 + 2
+    if (repeats - 1) * d < MIN_OMITTED_MICRO_BATCHES:
         return None
-    return Cut(start_s=t0 + (j1 + 1) * period, omitted_s=omitted * period,
-               micro_batches=omitted * d, period_s=period)
+    return Cut(start_s=t0 + (j1 - 1) * period, period_s=period, repeats=repeats,
+               micro_batches_per_period=d)
 
 
 class _Axis:
-    """Maps iteration time to x pixels, with the cut (if any) replaced by a BREAK_PX band."""
+    """Maps iteration time to x pixels, the time not drawn (if any) replaced by a BREAK_PX gap."""
 
     def __init__(self, span_s: float, cut: Cut | None):
         self.cut = cut
@@ -115,18 +146,18 @@ class _Axis:
 
     def x(self, t_s: float) -> float:
         c = self.cut
-        if c is None or t_s <= c.start_s:
+        if c is None or t_s <= c.hidden_from_s:
             return LEFT_PX + t_s * self.px_per_s
-        if t_s < c.start_s + c.omitted_s:  # inside the cut: the band
-            return LEFT_PX + c.start_s * self.px_per_s + BREAK_PX / 2
+        if t_s < c.hidden_from_s + c.omitted_s:  # inside the time not drawn: the gap
+            return LEFT_PX + c.hidden_from_s * self.px_per_s + BREAK_PX / 2
         return LEFT_PX + (t_s - c.omitted_s) * self.px_per_s + BREAK_PX
 
     def pieces(self, start_s: float, end_s: float) -> list[tuple[float, float]]:
-        """Visible [x0, x1] pieces of an interval (an event crossing the cut is clipped)."""
+        """Visible [x0, x1] pieces of an interval (an event crossing the gap is clipped)."""
         c = self.cut
         if c is None:
             return [(self.x(start_s), self.x(end_s))]
-        lo, hi = c.start_s, c.start_s + c.omitted_s
+        lo, hi = c.hidden_from_s, c.hidden_from_s + c.omitted_s
         out = []
         if start_s < lo:
             out.append((self.x(start_s), self.x(min(end_s, lo))))
@@ -147,13 +178,14 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     span = max(max((e.end_s for e in events), default=0.0), objective_s)
     cut = compact_steady_state(events, pp, m, v) if compact else None
     ax = _Axis(span, cut)
-    height = TOP_PX + pp * ROW_PX + AXIS_PX
+    top = TOP_PX + (BRACKET_PX if cut else 0)
+    height = top + pp * ROW_PX + AXIS_PX
     labels = row_labels or [f"stage {s}" for s in range(pp)]
     out = [f'<svg class="gantt" viewBox="0 0 {WIDTH_PX} {height}"'
            f' width="{WIDTH_PX}" height="{height}" role="img"><title>{html.escape(title)}</title>',
            '<rect width="100%" height="100%" fill="white"/>']
     for s in range(pp):
-        y = TOP_PX + s * ROW_PX
+        y = top + s * ROW_PX
         out.append(f'<text x="{LEFT_PX - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
                    f' font-size="11">{html.escape(labels[s])}</text>')
         if s % 2:
@@ -162,21 +194,21 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     unit_div, unit = (1e-3, "ms") if span < 1.0 else (1.0, "s")
     # grid and ticks in real time, on both sides of the cut
     step = _nice_step((span - (cut.omitted_s if cut else 0)) / unit_div) * unit_div
-    ybot = TOP_PX + pp * ROW_PX
+    ybot = top + pp * ROW_PX
     k = 0
     while k * step <= span * (1 + 1e-9):
         t = k * step
         k += 1
-        if cut and cut.start_s < t < cut.start_s + cut.omitted_s:
+        if cut and cut.hidden_from_s < t < cut.hidden_from_s + cut.omitted_s:
             continue
-        if cut and t < cut.start_s <= t + 0.5 * step:  # keep tick labels apart from the band
+        if cut and t < cut.hidden_from_s <= t + 0.5 * step:  # keep tick labels apart from the gap
             continue
         x = ax.x(t)
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP_PX}" y2="{ybot + 4}" stroke="#ddd"/>'
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{ybot + 4}" stroke="#ddd"/>'
                    f'<text x="{x:.1f}" y="{ybot + 16}" font-size="10" text-anchor="middle">'
                    f'{t / unit_div:g}</text>')
-    if cut:  # ticks just after the band, so the jump in time reads on the axis
-        t = cut.start_s + cut.omitted_s
+    if cut:  # ticks just after the gap, so the jump in time reads on the axis
+        t = cut.hidden_from_s + cut.omitted_s
         x = ax.x(t) + 1
         out.append(f'<text x="{x:.1f}" y="{ybot + 16}" font-size="10" text-anchor="start"'
                    f' fill="#a00">{t / unit_div:.4g}</text>')
@@ -185,7 +217,7 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     for e in events:
         colour = KIND_COLOURS[e.kind]
         opacity = 1.0 if e.chunk % 2 == 0 else 0.6
-        y = TOP_PX + e.stage * ROW_PX + 3
+        y = top + e.stage * ROW_PX + 3
         mb = "" if e.micro_batch is None else str(e.micro_batch)
         tip = (f"{labels[e.stage]}, {e.kind.value}"
                + (f", micro-batch {mb}" if mb else "") + (f", chunk {e.chunk}" if v > 1 else "")
@@ -200,24 +232,36 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
                            f' font-size="9" fill="white" text-anchor="middle"'
                            f' pointer-events="none">{mb}</text>')
     if cut:
-        x0 = ax.x(cut.start_s)
-        out.append(f'<g class="cut"><rect x="{x0:.1f}" y="{TOP_PX - 4}" width="{BREAK_PX}"'
-                   f' height="{pp * ROW_PX + 8}" fill="url(#hatch)" stroke="#a00"'
-                   f' stroke-dasharray="3 2"><title>{cut.micro_batches} micro-batches of steady'
-                   f' state omitted: {seconds(cut.omitted_s)} ({cut.micro_batches // (1 if v == 1 else pp)}'
-                   f' repetitions of a {seconds(cut.period_s)} period)</title></rect>'
-                   f'<text x="{x0 + BREAK_PX / 2:.1f}" y="{TOP_PX - 5}" font-size="10"'
-                   f' text-anchor="middle" fill="#a00">&#215;{cut.micro_batches}</text></g>')
-        out.insert(2, '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse"'
-                      ' patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff4f4"/>'
-                      '<line x1="0" y1="0" x2="0" y2="6" stroke="#e0a0a0" stroke-width="2"/>'
-                      '</pattern></defs>')
+        out.append(_steady_marks(ax, cut, top, pp, objective_s))
     xo = ax.x(objective_s)
-    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{TOP_PX - 6}" y2="{ybot + 4}" stroke="black"'
+    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top - 6}" y2="{ybot + 4}" stroke="black"'
                f' stroke-dasharray="5 3" stroke-width="1.4"><title>planner objective'
                f' {seconds(objective_s)}</title></line>')
     out.append("</svg>")
     return "".join(out), cut
+
+
+def _steady_marks(ax: _Axis, cut: Cut, top: float, pp: int, total_s: float) -> str:
+    """The bracket over the one steady period drawn, labelled "x N", and the gap after it where
+    the axis jumps over the N - 1 periods not drawn. The group carries the phases it stands for
+    (data-*-s attributes, seconds): warm-up + repeats x period + cool-down = total_s."""
+    x0, x1 = ax.x(cut.start_s), ax.x(cut.hidden_from_s)
+    warm, _, cool = cut.phases_s(total_s)
+    gap = ax.x(cut.hidden_from_s + cut.omitted_s) - x1
+    yb = top - 6
+    tip = (f"one steady-state period of {seconds(cut.period_s)} drawn once; the schedule repeats it"
+           f" {cut.repeats} times ({cut.micro_batches} micro-batches, {seconds(cut.steady_s)})."
+           f" Warm-up {seconds(warm)} + {cut.repeats} x {seconds(cut.period_s)} + cool-down"
+           f" {seconds(cool)} = {seconds(total_s)}")
+    return (f'<g class="steady" data-warmup-s="{float(warm)!r}" data-period-s="{float(cut.period_s)!r}"'
+            f' data-repeats="{cut.repeats}" data-cooldown-s="{float(cool)!r}"><title>{html.escape(tip)}</title>'
+            f'<path d="M{x0:.1f},{yb + 5} V{yb} H{x1:.1f} V{yb + 5}" fill="none" stroke="#a00"'
+            f' stroke-width="1.2"/>'
+            f'<text x="{(x0 + x1) / 2:.1f}" y="{yb - 3}" font-size="11" font-weight="bold"'
+            f' text-anchor="middle" fill="#a00">&#215; {cut.repeats}</text>'
+            f'<rect x="{x1:.1f}" y="{top - 2}" width="{gap:.1f}" height="{pp * ROW_PX + 4}" fill="white"/>'
+            f'<path d="M{x1 + gap / 2 - 3:.1f},{top - 2} l6,{(pp * ROW_PX + 4) / 2:.1f}'
+            f' l-6,{(pp * ROW_PX + 4) / 2:.1f}" fill="none" stroke="#a00" stroke-dasharray="3 2"/></g>')
 
 
 def legend_html(kinds: list[timeline.EventKind], objective_s: float) -> str:

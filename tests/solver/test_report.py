@@ -309,17 +309,57 @@ def test_steady_state_cut_at_many_micro_batches():
     events = one_f_one_b_events(c, n, r)
     cut = report_svg.compact_steady_state(events, 4, 128, 1)
     assert cut is not None and cut.period_s == pytest.approx(0.3, rel=REL)
-    assert cut.omitted_s == pytest.approx(cut.micro_batches * 0.3, rel=REL)
-    assert 100 <= cut.micro_batches <= 128 - 4
+    assert cut.omitted_s == pytest.approx((cut.repeats - 1) * 0.3, rel=REL)
+    # 1F1B on 4 stages: 3 warm-up forwards on stage 0, so at most m - 3 whole periods repeat
+    assert 100 <= cut.micro_batches <= 128 - 3
     small = one_f_one_b_events(_stage_table([0.3] * 4, 8), n, r)
     assert report_svg.compact_steady_state(small, 4, 8, 1) is None
     svg, drawn = report_svg.gantt_svg(events, 4, 128, 1, 0.3 * (128 + 3), "t")
-    assert drawn == cut and f"&#215;{cut.micro_batches}" in svg
+    assert drawn == cut and f"&#215; {cut.repeats}<" in svg
     # the interleaved schedule is cut too (its later stages reach their steady state later)
     ev2 = one_f_one_b_events(_stage_table([0.3] * 4, 64, 2), n, r)
     cut2 = report_svg.compact_steady_state(ev2, 4, 64, 2)
     assert cut2 is not None and cut2.micro_batches % 4 == 0
     assert cut2.period_s == pytest.approx(4 * 0.3, rel=REL)  # pp micro-batches of T each
+
+
+def _steady_attrs(svg: str) -> dict[str, float]:
+    m = re.search(r'<g class="steady" data-warmup-s="([^"]+)" data-period-s="([^"]+)"'
+                  r' data-repeats="(\d+)" data-cooldown-s="([^"]+)">', svg)
+    assert m is not None, "no steady-state mark"
+    return dict(zip(("warmup", "period", "repeats", "cooldown"), map(float, m.groups())))
+
+
+def test_64_interleaved_micro_batches_draw_one_steady_period_times_n():
+    # 4 stages, 2 chunks each, 64 micro-batches, T = 0.3 s per micro-batch and stage (no p2p,
+    # recompute or sync): the iteration is (m + (p - 1)/v) T = (64 + 1.5) 0.3 = 19.65 s
+    # (Narayanan et al. SC'21, Sec. 2.2.2), and one steady period is p micro-batches' T = 1.2 s.
+    # The chart draws that period once with "x N", and warm-up + N periods + cool-down is the
+    # iteration; stage 0's forward boxes are those of the micro-batches outside the N - 1
+    # periods not drawn (pp micro-batches each, both chunks).
+    from paraplan.solver.report import svg as report_svg
+    p, m, v, t = 4, 64, 2, 0.3
+    c = _stage_table([t] * p, m, v)
+    n = r = np.zeros(p)
+    events = one_f_one_b_events(c, n, r)
+    total = (m + (p - 1) / v) * t
+    assert makespan_s(events) == pytest.approx(total, rel=REL)
+    svg, cut = report_svg.gantt_svg(events, p, m, v, total, "t")
+    assert cut is not None and cut.repeats >= 8
+    a = _steady_attrs(svg)
+    assert a["repeats"] == cut.repeats and a["period"] == pytest.approx(p * t, rel=REL)
+    assert a["warmup"] + a["repeats"] * a["period"] + a["cooldown"] == pytest.approx(total, rel=1e-12)
+    assert a["warmup"] > 0 and a["cooldown"] > 0
+    assert svg.count("&#215; ") == 1 and f"&#215; {cut.repeats}<" in svg
+    fwd0 = re.findall(r'<rect class="ev k-forward" data-mb="(\d+)" x="[^"]+" y="' + str(report_svg.TOP_PX
+                      + report_svg.BRACKET_PX + 3) + '"', svg)
+    assert len(fwd0) == v * (m - (cut.repeats - 1) * p)  # one box per drawn forward: none twice
+    # the drawn width: warm-up + one period + cool-down fill the plot, the gap stands for the rest
+    plot_px = report_svg.WIDTH_PX - report_svg.LEFT_PX - report_svg.RIGHT_PX - report_svg.BREAK_PX
+    drawn_s = a["warmup"] + a["period"] + a["cooldown"]
+    x_end = float(re.search(r'<line x1="([0-9.]+)"[^>]*stroke-dasharray="5 3"', svg).group(1))
+    assert x_end == pytest.approx(report_svg.LEFT_PX + plot_px + report_svg.BREAK_PX, abs=0.1)
+    assert drawn_s == pytest.approx(total - (cut.repeats - 1) * a["period"], rel=1e-12)
 
 
 def test_partitioned_plan_is_drawn_with_its_own_coefficients():
