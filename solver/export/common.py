@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
-from paraplan.cost.specs import Framework, Instance, Optimizer, PipelineSchedule, Plan
+from paraplan.cost.specs import (Framework, Instance, MoeDispatcher, Optimizer, PipelineSchedule,
+                                 Plan)
 from paraplan.cost.units import bytes_to_gib
 
 # An emitted configuration predicted more than this fraction slower than the plan is not handed
@@ -119,6 +120,21 @@ class Deviations:
             self.deviations.append(f"job.attention_output_e5m6: DeepSeek-V3's E5M6 storage; {name}"
                                    " stashes the attention output as it does (more memory than planned)")
             job = replace(job, attention_output_e5m6=False)
+        if job.moe_a2a_overlap:
+            self.deviations.append("job.moe_a2a_overlap: Megatron-core's"
+                                   f" --overlap-moe-expert-parallel-comm; {name} runs the expert"
+                                   " all-to-alls in the compute stream (slower than planned)")
+            job = replace(job, moe_a2a_overlap=False)
+        if job.moe_shared_expert_overlap:
+            self.deviations.append("job.moe_shared_expert_overlap: Megatron-core's"
+                                   f" --moe-shared-expert-overlap; {name} runs the shared expert"
+                                   " after the all-to-alls (slower than planned)")
+            job = replace(job, moe_shared_expert_overlap=False)
+        if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+            self.deviations.append(f"job.moe_dispatcher {job.moe_dispatcher.value}: Megatron-core's"
+                                   f" flex dispatcher on DeepEP; emitted {name}'s all-to-all"
+                                   " dispatch (one copy per routed token and expert)")
+            job = replace(job, moe_dispatcher=MoeDispatcher.ALLTOALL)
         return job
 
     def deviate(self, line: str, **plan_changes) -> None:
@@ -182,18 +198,32 @@ def fold_cp_into_dp(d: Deviations, why: str) -> None:
                         f" {d.target.value} instead (job.framework: {d.target.value})")
 
 
-def refuse_megatron_only_layers(inst: Instance, plan: Plan) -> None:
-    """Refuse, in one line, a model whose layers paraplan prices (and exports) only as
-    Megatron-core runs them: mixture-of-experts and multi-head latent attention."""
-    if inst.model.moe is not None:
-        raise ExportRefused(
-            f"model {inst.model.name} is a mixture-of-experts model (ep = {plan.ep}, etp ="
-            f" {plan.expert_tp}): paraplan prices MoE layers, expert tensor parallelism included,"
-            " as Megatron-core runs them and exports them only to megatron")
+def refuse_latent_attention(inst: Instance, target: Framework) -> None:
+    """Refuse, in one line, a model with multi-head latent attention: paraplan prices and
+    exports it only as Megatron-core's MLASelfAttention runs it."""
     if inst.model.mla is not None:
         raise ExportRefused(
             f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
-            " Megatron-core runs it and exports it only to megatron")
+            f" Megatron-core runs it and exports it only to megatron, not {target.value}")
+
+
+def moe_note(d: Deviations, how: str) -> None:
+    """The note every non-Megatron MoE export carries: cost/moe.py prices the MoE layers as
+    Megatron-core runs them (an all-to-all token dispatcher, the local experts as one grouped
+    GEMM), and `how` says how close the target's layer is to that."""
+    if d.inst.model.moe is not None:
+        d.note("the MoE layers are priced as Megatron-core runs them (cost/moe.py: all-to-all"
+               f" dispatch over the ep ranks, the local experts as one grouped GEMM); {how}")
+
+
+def dropless_moe(d: Deviations, why: str) -> None:
+    """A target whose MoE layer routes every token (no capacity factor): a planned capacity
+    factor is dropped, one deviation line (more expert work than planned on the busiest rank)."""
+    moe = d.inst.model.moe
+    if moe is not None and moe.capacity_factor is not None:
+        d.deviate(f"model.moe.capacity_factor {moe.capacity_factor}: {why}; emitted dropless"
+                  " routing (the busiest expert takes every token routed to it)")
+        d.set_model(moe=replace(moe, capacity_factor=None))
 
 
 def refuse_dualpipe(inst: Instance, target: Framework) -> None:

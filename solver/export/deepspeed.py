@@ -22,12 +22,14 @@ not the K/V ring that cost/ prices.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Plan, Precision, Recompute
-from paraplan.solver.export.common import (Deviations, Emitted, ExportResult, cross_framework_note,
-                                          drop_partitions, fold_cp_into_dp, refuse_dualpipe,
-                                          refuse_megatron_only_layers)
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
+                                          cross_framework_note, drop_partitions, dropless_moe,
+                                          fold_cp_into_dp, moe_note, refuse_dualpipe,
+                                          refuse_latent_attention)
 
 DEEPSPEED_VERSION = "0.19"
 _B = behaviour(Framework.DEEPSPEED)
@@ -35,7 +37,7 @@ _B = behaviour(Framework.DEEPSPEED)
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
     refuse_dualpipe(inst, Framework.DEEPSPEED)
-    refuse_megatron_only_layers(inst, plan)
+    refuse_latent_attention(inst, Framework.DEEPSPEED)
     d = Deviations(inst, plan, Framework.DEEPSPEED)
     cross_framework_note(d)
     drop_partitions(d)
@@ -49,6 +51,7 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
     if p.zero >= 2 and p.pp > 1 and p.dp > 1:
         d.deviate(f"ZeRO-{p.zero} with pipeline parallelism: DeepSpeed's PipelineEngine accepts"
                   " ZeRO stages 0 and 1 only; emitted ZeRO-1 (more memory than planned)", zero=1)
+    _experts(d)
     if d.inst.job.precision is Precision.FP8:
         d.deviate("fp8 precision: DeepSpeed's config has no FP8 training mode; emitted bf16")
         d.set_job(precision=Precision.BF16)
@@ -70,6 +73,53 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                " while cost/ hides the reduction behind backward: expect it slower than predicted"
                " by up to the exposed all-reduce")
     return d.done()
+
+
+def _experts(d: Deviations) -> None:
+    """The MoE layers as deepspeed.moe.layer.MoE runs them (deepspeed/moe/layer.py,
+    sharded_moe.py, utils/groups.py of v0.19): its expert parallel groups are ep_size ranks of
+    the data-parallel group (so ep divides dp, the cp ranks already folded into dp above), each
+    expert split over the tensor-parallel ranks with enable_expert_tensor_parallelism (etp = tp)
+    or whole on each of them; top-k gating for any k (topkgating); with drop_tokens false no
+    token is dropped; the engine refuses MoE under ZeRO-3 ("MoE not supported with Stage 3").
+    Megatron-core's expert layout folded over the tp ranks (etp < tp) has no DeepSpeed knob."""
+    moe = d.inst.model.moe
+    if moe is None:
+        return
+    p = d.plan
+    etp = p.expert_tp
+    if etp != p.tp and p.tp > 1:
+        raise ExportRefused(f"etp = {etp} with tp = {p.tp}: DeepSpeed's MoE layer splits each expert"
+                            " over all the tp ranks (enable_expert_tensor_parallelism) or keeps it"
+                            " whole on each, and forms its ep groups inside the data-parallel"
+                            " group only; it has no expert layout folded over the tp ranks",
+                            fix="plan with search: etp: [tp], or export to megatron")
+    if p.dp % p.ep:
+        raise ExportRefused(f"ep = {p.ep} does not divide dp = {p.dp}: DeepSpeed forms its expert"
+                            " parallel groups inside the data-parallel group (utils/groups.py)")
+    if p.zero == 3 and p.dp > 1:
+        d.deviate("ZeRO-3 with MoE layers: DeepSpeed's engine refuses MoE under stage 3 (\"MoE"
+                  " not supported with Stage 3\"); emitted ZeRO-2 (more memory than planned)",
+                  zero=2)
+    if moe.max_nodes_per_token is not None:
+        d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: DeepSpeed's gating"
+                  " has no node-limited routing; emitted unrestricted routing")
+        d.set_model(moe=replace(moe, max_nodes_per_token=None))
+    moe = d.inst.model.moe
+    p = d.plan
+    cf = "drop_tokens=False" if moe.capacity_factor is None else f"capacity_factor={moe.capacity_factor}"
+    shared = (f", plus the shared expert ({moe.shared_ffn} wide) as a dense MLP beside it"
+              if moe.shared_ffn else "")
+    if moe.dense_layers:
+        shared += f", the first {moe.dense_layers} layers dense"
+    d.note("expert parallelism is a model argument, not a DeepSpeed config key: build each MoE"
+           f" layer as deepspeed.moe.layer.MoE(hidden_size={d.inst.model.hidden},"
+           f" num_experts={moe.experts}, ep_size={p.ep}, k={moe.top_k}, {cf},"
+           f" enable_expert_tensor_parallelism={p.tp > 1}){shared}, and pass its parameters through"
+           " deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer")
+    moe_note(d, "DeepSpeed's MoE layer also dispatches by all-to-all over the ep ranks, but runs"
+                " its local experts one after another (expect it slower than predicted where"
+                " each rank holds many small experts)")
 
 
 def render(inst: Instance, e: Emitted) -> str:

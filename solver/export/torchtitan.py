@@ -17,8 +17,11 @@ behaviour cited from the same release:
   recipe_name "tensorwise": torchao's per-tensor scaled float8 linears; FSDP all-gathers stay
   in bf16 (enable_fsdp_float8_all_gather false), as cost/ prices them.
 - torchtitan's dense models are llama3 and qwen3, both SwiGLU with RMSNorm: a GELU model has no
-  torchtitan model and is refused. Module names (`module_fqns_per_model_part`) are llama3's:
-  tok_embeddings, layers.<i>, norm, output.
+  torchtitan model and is refused. A mixture-of-experts model without latent attention is
+  emitted as qwen3 with moe_enabled (every layer an MoE layer; Mixtral's shape is one, without
+  qk_norm); `parallelism.expert_parallel_degree` and `expert_tensor_parallel_degree` carry
+  ep and etp (_experts gives ParallelDims' bounds). Module names (`module_fqns_per_model_part`)
+  are llama3's and qwen3's: tok_embeddings, layers.<i>, norm, output.
 - `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
   `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
   floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
@@ -28,11 +31,13 @@ behaviour cited from the same release:
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                          cross_framework_note, drop_partitions, model_chunks,
-                                          refuse_dualpipe, refuse_megatron_only_layers)
+                                          cross_framework_note, drop_partitions, dropless_moe,
+                                          model_chunks, moe_note, refuse_dualpipe,
+                                          refuse_latent_attention)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
 
@@ -45,6 +50,34 @@ _LLAMA3_FLAVORS = {
     "405B": dict(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn=53248, vocab=128256),
 }
 
+# qwen3 MoE flavors of torchtitan (torchtitan/models/qwen3/__init__.py): every layer an MoE layer
+# of num_experts routed experts of width moe_inter_dim, top_k per token, no shared expert,
+# softmax routing; attention with head_dim per head and RMS-normed queries and keys (qk_norm)
+_QWEN3_MOE_FLAVORS = {
+    "30B-A3B": dict(dim=2048, n_layers=48, n_heads=32, n_kv_heads=4, head_dim=128, vocab=151936,
+                    moe_inter_dim=768, num_experts=128, top_k=8),
+    "235B-A22B": dict(dim=4096, n_layers=94, n_heads=64, n_kv_heads=4, head_dim=128,
+                      vocab=151936, moe_inter_dim=1536, num_experts=128, top_k=8),
+}
+
+
+def _refuse_moe_shape(inst: Instance) -> None:
+    """torchtitan's MoE model without latent attention is qwen3's: every layer an MoE layer,
+    shared experts as whole experts of the routed width (MoEArgs.num_shared_experts)."""
+    moe = inst.model.moe
+    if moe is None:
+        return
+    if moe.dense_layers:
+        raise ExportRefused(
+            f"model {inst.model.name} has {moe.dense_layers} dense layers before its MoE layers:"
+            " torchtitan's qwen3 MoE model makes every layer an MoE layer (its deepseek_v3"
+            " model, which has dense layers, runs latent attention only)")
+    if moe.shared_ffn % moe.expert_ffn:
+        raise ExportRefused(
+            f"model {inst.model.name}'s shared expert width {moe.shared_ffn} is not a multiple of"
+            f" the routed experts' {moe.expert_ffn}: torchtitan's MoEArgs.num_shared_experts"
+            " counts shared experts of the routed width")
+
 
 def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> int:
     """torchtitan llama3 FeedForward's hidden width (models/llama3/model/model.py)."""
@@ -56,7 +89,8 @@ def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
     refuse_dualpipe(inst, Framework.TORCHTITAN)
-    refuse_megatron_only_layers(inst, plan)
+    refuse_latent_attention(inst, Framework.TORCHTITAN)
+    _refuse_moe_shape(inst)
     if inst.model.mlp is not Mlp.SWIGLU:
         raise ExportRefused(
             f"model {inst.model.name} uses a GELU MLP, and torchtitan {TORCHTITAN_VERSION} has no"
@@ -85,6 +119,7 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                   " models/llama3/infra/parallelize.py); emitted sequence parallelism on",
                   sequence_parallel=True)
     _data_parallel(d)
+    _experts(d)
     _activation_checkpoint(d)
     divisor = 2 * d.plan.tp * d.plan.cp
     if m.seq_len % divisor:
@@ -94,9 +129,16 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
         d.note("torchtitan's 1F1B schedule wants at least as many micro-batches as stages")
     flavor = _flavor(m)
     if flavor is None:
-        d.note(f"model shape: torchtitan builds models from named flavors; register the"
-               f" TransformerModelArgs written in the file as llama3 flavor \"{_CUSTOM}\""
-               " (torchtitan/models/llama3/__init__.py, llama3_args)")
+        where = ("Qwen3ModelArgs written in the file as qwen3 flavor \"{}\" (torchtitan/models/"
+                 "qwen3/__init__.py, qwen3_configs)" if m.moe is not None else
+                 "TransformerModelArgs written in the file as llama3 flavor \"{}\""
+                 " (torchtitan/models/llama3/__init__.py, llama3_args)")
+        d.note("model shape: torchtitan builds models from named flavors; register the "
+               + where.format(_CUSTOM))
+    if d.inst.job.precision is Precision.FP8 and m.moe is not None:
+        d.deviate("fp8 precision with MoE layers: torchtitan's quantize.linear.float8 converts"
+                  " nn.Linear modules only, not the experts' grouped GEMMs; emitted bf16")
+        d.set_job(precision=Precision.BF16)
     if d.inst.job.precision is Precision.FP8:
         d.note("float8 linears need torchao installed beside torchtitan")
     return d.done()
@@ -106,6 +148,17 @@ _CUSTOM = "paraplan"
 
 
 def _flavor(m) -> str | None:
+    """The named flavor of the model torchtitan builds for `m` (llama3 dense, qwen3 MoE), or
+    None: a flavor to register."""
+    if m.moe is not None:
+        moe = m.moe
+        for name, f in _QWEN3_MOE_FLAVORS.items():
+            if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["head_dim"], f["vocab"],
+                    f["moe_inter_dim"], f["num_experts"], f["top_k"]) == (
+                    m.hidden, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab, moe.expert_ffn,
+                    moe.experts, moe.top_k) and not moe.shared_ffn:
+                return name
+        return None
     for name, f in _LLAMA3_FLAVORS.items():
         if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["ffn"], f["vocab"]) == (
                 m.hidden, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab):
@@ -119,6 +172,12 @@ def _data_parallel(d: Deviations) -> None:
     p = d.plan
     if p.dp * p.cp == 1:
         return  # no data-parallel group: the ZeRO stage shards nothing
+    if p.zero == 0 and p.ep > 1:
+        d.deviate(f"ZeRO-0 (plain data parallelism) with expert parallelism ep = {p.ep}:"
+                  " torchtitan's expert parallel group is carved out of FSDP's dp_shard ranks;"
+                  " emitted FSDP with fsdp_reshard_after_forward = \"never\" (ZeRO-2: less"
+                  " memory than planned)", zero=2)
+        return
     if p.zero == 1:
         d.deviate("ZeRO-1: torchtitan has no optimizer-only sharding; emitted FSDP with"
                   " fsdp_reshard_after_forward = \"never\" (ZeRO-2: gradients sharded too, less"
@@ -128,6 +187,45 @@ def _data_parallel(d: Deviations) -> None:
                   " torchtitan's DDP is one-dimensional only, and with cp > 1 it shards over the"
                   " cp ranks anyway; emitted FSDP with fsdp_reshard_after_forward = \"never\""
                   " (ZeRO-2: less memory than planned)", zero=2)
+
+
+def _experts(d: Deviations) -> None:
+    """The MoE layers as torchtitan runs them (torchtitan/distributed/parallel_dims.py,
+    ParallelDims._validate): `expert_tensor_parallel_degree` is tp or 1; with ep > 1 the expert
+    parallel group takes every cp rank and part of dp_shard (etp = tp), or every cp and tp rank
+    and part of dp_shard (etp = 1), so ep must be a multiple of cp (cp * tp) that divides
+    dp_shard * cp (dp_shard * cp * tp). Megatron-core's folding lays ep over the same ranks in
+    the same order (tp innermost, then cp, then dp), so a plan within these bounds has the
+    planned expert layout. Routing is dropless (no capacity factor) and unrestricted."""
+    moe = d.inst.model.moe
+    if moe is None:
+        return
+    p = d.plan
+    etp = p.expert_tp
+    if p.ep == 1 and etp != p.tp:
+        raise ExportRefused(f"ep = 1 with etp = {etp}, tp = {p.tp}: torchtitan splits the experts"
+                            " over the tp ranks when there is no expert parallelism"
+                            " (expert_tensor_parallel_degree applies with ep > 1 only)")
+    if p.ep > 1:
+        if etp not in (p.tp, 1):
+            raise ExportRefused(f"etp = {etp} with tp = {p.tp}: torchtitan's"
+                                " expert_tensor_parallel_degree is tp or 1 (ParallelDims:"
+                                " \"Currently we only support ETP=TP or ETP=1\")")
+        borrowed = p.cp * (p.tp if etp == 1 else 1)
+        ranks = p.dp * borrowed  # dp_shard = dp: _data_parallel moved ep > 1 to FSDP
+        if p.ep % borrowed or ranks % p.ep:
+            raise ExportRefused(f"ep = {p.ep} with etp = {etp}, tp = {p.tp}, cp = {p.cp}, dp = {p.dp}:"
+                                " torchtitan's expert parallel group takes every cp"
+                                + (" and tp" if etp == 1 else "") + " rank and part of dp_shard,"
+                                f" so ep must be a multiple of {borrowed} dividing {ranks}"
+                                " (ParallelDims._validate)")
+    dropless_moe(d, "torchtitan's MoE layer routes every token (it has no capacity factor)")
+    if moe.max_nodes_per_token is not None:
+        d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing"
+                  " is not in torchtitan's qwen3 MoE model; emitted unrestricted routing")
+        d.set_model(moe=replace(d.inst.model.moe, max_nodes_per_token=None))
+    moe_note(d, "torchtitan's MoE layer also dispatches tokens by all-to-all over the ep ranks"
+                " and runs its experts as grouped GEMMs")
 
 
 def _activation_checkpoint(d: Deviations) -> None:
@@ -162,7 +260,8 @@ def _activation_checkpoint(d: Deviations) -> None:
 def render(inst: Instance, e: Emitted) -> str:
     m, p, job = e.inst.model, e.plan, e.inst.job
     flavor = _flavor(m)
-    model: list[tuple[str | None, object]] = [("name", "llama3"), ("flavor", flavor or _CUSTOM)]
+    name = "llama3" if m.moe is None else "qwen3"
+    model: list[tuple[str | None, object]] = [("name", name), ("flavor", flavor or _CUSTOM)]
     if job.precision is Precision.FP8:
         model.append(("converters", ["quantize.linear.float8"]))
 
@@ -188,6 +287,11 @@ def render(inst: Instance, e: Emitted) -> str:
         parallelism += [(None, "pass K/V shards round the ring (permute to the next rank), as"
                                " paraplan prices context parallelism"),
                         ("context_parallel_rotate_method", "alltoall")]
+    if m.moe is not None:
+        parallelism += [(None, f"experts sharded over ep ranks; each expert split over etp (= tp"
+                               f" {p.tp} or 1)"),
+                        ("expert_parallel_degree", p.ep),
+                        ("expert_tensor_parallel_degree", p.expert_tp)]
     parallelism.append(("pipeline_parallel_degree", p.pp))
     if p.pp > 1:
         parts = []
@@ -210,7 +314,16 @@ def render(inst: Instance, e: Emitted) -> str:
         " of v0.2.0; other releases spell some of them differently.",
         "# Add optimizer, lr_scheduler, data and checkpoint settings yourself.",
     ]
-    if flavor is None:
+    if flavor is None and m.moe is not None:
+        moe = m.moe
+        lines += ["#", "# Register this flavor in torchtitan/models/qwen3/__init__.py (qwen3_configs):",
+                  f'#   "{_CUSTOM}": Qwen3ModelArgs(vocab_size={m.vocab}, max_seq_len={m.seq_len},'
+                  f" head_dim={m.head_dim}, dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads},"
+                  f" n_kv_heads={m.kv_heads}, qk_norm=False, hidden_dim={m.ffn}, moe_enabled=True,"
+                  f" moe_inter_dim={moe.expert_ffn}, moe_args=MoEArgs(num_experts={moe.experts},"
+                  f" num_shared_experts={moe.shared_ffn // moe.expert_ffn}, top_k={moe.top_k},"
+                  ' score_func="softmax", route_norm=True)),']
+    elif flavor is None:
         ffn_mult = None if m.ffn >= int(8 * m.hidden / 3) else m.ffn / int(8 * m.hidden / 3)
         assert llama3_ffn(m.hidden, ffn_mult, m.ffn) == m.ffn
         lines += ["#", "# Register this flavor in torchtitan/models/llama3/__init__.py (llama3_args):",
