@@ -242,7 +242,7 @@ def layer_elementwise_bytes(m: ModelSpec, b: int, tp: int, cp: int, sp: bool) ->
     rep = (norms + adds) / (tp if sp else 1)
     act = (3 if m.mlp is Mlp.SWIGLU else 2) * t * f * BF16_BYTES / tp
     q, k, _, _ = m.attention_widths
-    qk = 2 * t * (q + k) * BF16_BYTES / tp
+    qk = (2 + 2 * m.qk_norm) * t * (q + k) * BF16_BYTES / tp  # q_norm/k_norm: one more pass
     return rep + act + qk
 
 
@@ -315,7 +315,7 @@ def layer_param_tensors(m: ModelSpec) -> int:
     weight and bias (12); Llama-style (swiglu) layers: q, k, v, o, gate, up, down and two
     RMSNorm weights (9), plus the biases and norms their spec adds. Latent attention: its
     projections (attention_projections), the output projection and one norm per latent in
-    place of q, k, v and o."""
+    place of q, k, v and o. A q/k norm adds two tensors (q_norm, k_norm), attention sinks one."""
     norm_tensors = 2 if m.norm_bias else 1
     if m.mla is not None:
         attention = (len(attention_projections(m, 1, 1, 1)) + 1 + m.attn_out_bias
@@ -323,9 +323,9 @@ def layer_param_tensors(m: ModelSpec) -> int:
         n_mlp = 3 if m.mlp is Mlp.SWIGLU else 2
         return attention + n_mlp * (1 + m.mlp_bias) + m.norms_per_layer * norm_tensors
     if m.mlp is Mlp.GELU:
-        return 12
+        return 12 + 2 * m.qk_norm + m.attention_sinks
     return (7 + 3 * m.qkv_bias + m.attn_out_bias + 3 * m.mlp_bias
-            + m.norms_per_layer * norm_tensors)
+            + m.norms_per_layer * norm_tensors + 2 * m.qk_norm + m.attention_sinks)
 
 
 def norm_params(m: ModelSpec) -> int:
@@ -401,10 +401,12 @@ def layer_params(m: ModelSpec) -> int:
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     biases = ((m.q_hidden + 2 * m.kv_hidden) * m.qkv_bias + h * m.attn_out_bias
               + (n_in * f + h) * m.mlp_bias)
-    norms = m.norms_per_layer * norm_params(m)
+    norms = m.norms_per_layer * norm_params(m) + 2 * m.head_dim * m.qk_norm  # q_norm, k_norm
+    # one attention-sink logit per head (its cost, one more score per query row, is not priced)
+    sinks = m.heads * m.attention_sinks
     if m.mla is not None:  # the latents' RMSNorms (q_lora_rank and kv_lora_rank channels)
         norms += ((m.mla.q_lora_rank or 0) + m.mla.kv_lora_rank) * (2 if m.norm_bias else 1)
-    return linear_weight_params(m) + biases + norms
+    return linear_weight_params(m) + biases + norms + sinks
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -506,14 +508,15 @@ def moe_attention_view(m: ModelSpec) -> ModelSpec:
     shared MLP (ffn = shared_ffn; 0: no MLP at all): what cost/coefficients.megatron_layer
     prices beside cost/moe.py's expert terms."""
     assert m.moe is not None
-    return _cached_view(m, "attention", lambda: replace(m, moe=None, ffn=m.moe.shared_ffn))
+    return _cached_view(m, "attention", lambda: replace(m, moe=None, ffn=m.moe.shared_ffn,
+                                                         expert_bias=False))
 
 
 def moe_dense_view(m: ModelSpec) -> ModelSpec:
     """One of an MoE model's dense prefix layers (moe.dense_layers): the model's own layer
     without experts, its MLP of width ffn."""
     assert m.moe is not None
-    return _cached_view(m, "dense", lambda: replace(m, moe=None))
+    return _cached_view(m, "dense", lambda: replace(m, moe=None, expert_bias=False))
 
 
 # Pricing asks for the same views tens of thousands of times per plan (once per outer
@@ -536,16 +539,23 @@ def _cached_view(m: ModelSpec, kind: str, make) -> ModelSpec:
 
 
 def router_params(m: ModelSpec) -> int:
-    """The router's hidden x experts gate weight (Mixtral, Qwen-MoE; DeepSeek-V3 adds a
-    per-expert bias, counted too)."""
+    """The router's hidden x experts gate weight (Mixtral, Qwen-MoE, DeepSeek), and with
+    `expert_bias` its per-expert bias (gpt-oss's GptOssTopKRouter.bias). DeepSeek-V3's
+    e_score_correction_bias is not counted: it is set by its balancing rule, not trained
+    (arXiv 2412.19437 Sec. 2.1.2), and transformers holds it as a buffer."""
     assert m.moe is not None
-    return m.hidden * m.moe.experts
+    return (m.hidden + m.expert_bias) * m.moe.experts
 
 
 def expert_params(m: ModelSpec) -> int:
-    """One routed expert: an MLP of the model's kind and width expert_ffn (no biases)."""
+    """One routed expert: an MLP of the model's kind and width expert_ffn, and with
+    `expert_bias` the biases of its MLP-in (n_in x expert_ffn: gpt-oss's gate_up_proj_bias) and
+    MLP-out (hidden: down_proj_bias). A bias adds one FLOP per output element, a
+    1 / (2 x hidden) share of its GEMM's: not priced."""
     assert m.moe is not None
-    return (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * m.moe.expert_ffn
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    fe = m.moe.expert_ffn
+    return (n_in + 1) * m.hidden * fe + (n_in * fe + m.hidden) * m.expert_bias
 
 
 def _moe_body_params(m: ModelSpec, experts_used: int) -> int:
@@ -553,6 +563,6 @@ def _moe_body_params(m: ModelSpec, experts_used: int) -> int:
     dense layers (the model's ffn) first, then MoE layers."""
     assert m.moe is not None
     moe_layers = m.layers - m.moe.dense_layers
-    dense_layer = layer_params(replace(m, moe=None))
+    dense_layer = layer_params(moe_dense_view(m))
     return (m.moe.dense_layers * dense_layer
             + moe_layers * (layer_params(m) + experts_used * expert_params(m)))

@@ -25,6 +25,10 @@ Instance file (units in the key names; "required" unless a default is given)::
       parallel_blocks: false         # attention and MLP side by side (GPT-J, NeoX, Falcon)
       position_embeddings: 0         # rows of a learned position table, >= seq_len; default 0
       embedding_norm: false          # a norm after the token embedding (BLOOM)
+      qk_norm: false                 # per-head RMSNorm of Q and K (Qwen3, Gemma-3), default false
+      attention_sinks: false         # a learned sink logit per head (gpt-oss), default false
+      expert_bias: false             # biases on the routed experts and router (gpt-oss; needs
+                                     #   moe), default false
       sliding_window_tokens: 4096    # causal attention to the last N keys; default: none
       sliding_window_layers: 32      # how many layers use it; default: all
       unmodelled: []                 # one line each about what the model's source declares and
@@ -203,7 +207,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "
                "tied_embeddings", "dropout", "head_dim", "qkv_bias", "attn_out_bias", "mlp_bias",
                "norm_bias", "norms_per_layer", "parallel_blocks", "position_embeddings",
                "embedding_norm", "sliding_window_tokens", "sliding_window_layers", "unmodelled",
-               "moe", "mla", "mtp_layers")
+               "moe", "mla", "mtp_layers", "qk_norm", "attention_sinks", "expert_bias")
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "capacity_factor",
             "imbalance", "max_nodes_per_token")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -991,6 +995,11 @@ def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
     if window_layers is not None and window_layers > layers:
         raise sec.error("sliding_window_layers", f"{window_layers} is more than the model's"
                         f" {layers} layers", "give at most layers")
+    expert_bias = sec.boolean("expert_bias", False)
+    if expert_bias and not sec.has("moe"):
+        raise sec.error("expert_bias", "true without a moe: section (it adds the routed experts'"
+                        " and the router's biases)", "remove expert_bias, or describe the experts"
+                        " under moe:")
     with config_errors_as(sec.path, sec.prefix, "correct the model's sizes"):
         return ModelSpec(
             name=sec.string("name", instance_name),
@@ -1013,6 +1022,9 @@ def model_from_section(sec: Section, instance_name: str) -> ModelSpec:
             parallel_blocks=sec.boolean("parallel_blocks", False),
             position_embeddings=positions,
             embedding_norm=sec.boolean("embedding_norm", False),
+            qk_norm=sec.boolean("qk_norm", False),
+            attention_sinks=sec.boolean("attention_sinks", False),
+            expert_bias=expert_bias,
             sliding_window_tokens=window,
             sliding_window_layers=window_layers,
             unmodelled=_lines(sec, "unmodelled"),
@@ -1046,7 +1058,8 @@ def _check_mla_model(sec: Section, heads: int, kv_heads: int) -> None:
     for key, why in (("head_dim", "its head widths are model.mla's qk_nope_head_dim,"
                       " qk_rope_head_dim and v_head_dim"),
                      ("qkv_bias", "Megatron-core's latent attention projections have no biases"),
-                     ("parallel_blocks", "latent attention is priced in sequential blocks")):
+                     ("parallel_blocks", "latent attention is priced in sequential blocks"),
+                     ("qk_norm", "latent attention normalises its latents, not Q and K")):
         if sec.raw.get(key) not in (None, False):
             raise sec.error(key, f"given with latent attention (model.mla): {why}",
                             f"remove {key}")

@@ -325,8 +325,9 @@ def edp_ranks(dp_ranks: int, o: Outer) -> int:
 def expert_param_tensors(m, o: Outer) -> int:
     """Weight tensors of a GPU's local experts in one MoE layer (experts / ep, each MLP-in, and
     for SwiGLU its gate, and MLP-out), as a per-tensor ZeRO-3 gather sees them
-    (framework.gather_calls; Megatron-FSDP gathers a whole layer in one call)."""
-    return m.moe.experts // o.ep * ((2 if m.mlp is Mlp.SWIGLU else 1) + 1)
+    (framework.gather_calls; Megatron-FSDP gathers a whole layer in one call); with
+    `ModelSpec.expert_bias` a bias beside each."""
+    return m.moe.experts // o.ep * ((2 if m.mlp is Mlp.SWIGLU else 1) + 1) * (1 + m.expert_bias)
 
 
 def expert_fp8_cast_elements(m, o: Outer) -> tuple[float, float, float]:
@@ -459,6 +460,10 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
 
     act = expert_act_bytes(inst, o)
     params = local * (n_in + 1) * h * fe / etp
+    if m.expert_bias:  # MLP-in's biases split over etp like its columns, MLP-out's whole on each
+        # rank (a row-parallel bias); their FLOPs (one per output element) are not priced, and
+        # cost/memory.fp8_expert_weight_bytes counts them as weights (a 1/hidden overcount)
+        params += local * (n_in * fe / etp + h)
     # the weight-gradient GEMMs of backward (the router's and the experts'), each the size of
     # its forward GEMM: what DualPipe defers into the bubble (cost/dualpipe.py)
     return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a, a2a_b_s=a2a,

@@ -224,6 +224,12 @@ class ModelSpec:
     parallel_blocks: bool = False
     position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2, OPT); 0: none
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
+    # a per-head RMSNorm of the queries and of the keys (Qwen3, Qwen3-MoE, Gemma-3: q_norm and
+    # k_norm, one head_dim scale each, shared by the heads): 2 x head_dim parameters per layer
+    qk_norm: bool = False
+    # one learned attention-sink logit per query head (gpt-oss's GptOssAttention.sinks): heads
+    # parameters per layer
+    attention_sinks: bool = False
     # causal attention limited to the last `sliding_window_tokens` keys (Mistral, Gemma-2, Qwen2
     # use_sliding_window) in `sliding_window_layers` of the layers (None: in every layer)
     sliding_window_tokens: int | None = None
@@ -233,6 +239,10 @@ class ModelSpec:
     unmodelled: tuple[str, ...] = ()
     # mixture-of-experts layers (None: a dense model); `ffn` is then the dense layers' width
     moe: MoeSpec | None = None
+    # biases on every routed expert's projections and on the router (gpt-oss's GptOssExperts
+    # gate_up_proj_bias and down_proj_bias, GptOssTopKRouter.bias): per MoE layer experts x
+    # (n_in x expert_ffn + hidden) + experts parameters; needs `moe`
+    expert_bias: bool = False
     # multi-head latent attention (None: multi-head or grouped-query attention of head_dim)
     mla: MlaSpec | None = None
     # multi-token prediction depth (DeepSeek-V3: 1; Megatron-core's --mtp-num-layers): per
@@ -262,6 +272,12 @@ class ModelSpec:
             raise ConfigError("model.mla: latent attention has a key and value per head (kv_heads ="
                               " heads), head widths of its own (no head_dim), no Q/K/V biases and"
                               " sequential blocks")
+        if self.expert_bias and self.moe is None:
+            raise ConfigError("model.expert_bias needs model.moe (it adds the routed experts' and"
+                              " the router's biases)")
+        if self.qk_norm and self.mla is not None:
+            raise ConfigError("model.qk_norm: latent attention normalises its latents instead"
+                              " (model.mla); remove qk_norm")
         if self.attention_head_dim is not None and self.attention_head_dim < 1:
             raise ConfigError("model.head_dim must be >= 1")
         if self.heads % self.kv_heads:
