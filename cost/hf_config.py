@@ -86,9 +86,10 @@ depth (num_nextn_predict_layers) is `ModelSpec.mtp_layers`, priced on the last s
 A vision-language config (a `text_config` object: Gemma-3 4B and up, Llama-4 as released) is
 refused in one line: its text decoder is read from a config of its own.
 
-Parameters ModelSpec has no field for are one line of `ModelSpec.unmodelled` each, with their
-count: Qwen3's and Gemma-3's q_norm/k_norm (2 x head_dim per layer), gpt-oss's attention sinks
-(one per head and layer) and its expert and router biases.
+Qwen3's, Qwen3-MoE's and Gemma-3's q_norm/k_norm (2 x head_dim per layer) are
+`ModelSpec.qk_norm`; gpt-oss's attention sinks (one per head and layer) `ModelSpec.attention_sinks`
+and its expert and router biases `ModelSpec.expert_bias` (cost/hf_layout.py): every parameter of
+the families above is counted.
 
 Not modelled, and refused with an error rather than approximated: an expert count (any of
 `MOE_KEYS` other than null, 0 or 1) on an architecture not listed above as MoE, and OPT's
@@ -280,9 +281,8 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
                                 f" value for each of the {heads} heads",
                                 "give num_key_value_heads = num_attention_heads, or leave it out")
         kv_heads = heads
-    if family_key == "qwen3_moe":
-        notes.append("q_norm, k_norm: Qwen3's per-head RMSNorm of queries and keys is not priced"
-                     " (2 x head_dim parameters, one element-wise pass over Q and K)")
+    if family_key == "qwen3_moe":  # Qwen3MoeAttention: q_norm, k_norm as Qwen3's
+        layout["qk_norm"] = True
     if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
         layout["attention_head_dim"] = None  # the default width: one spelling of one model
     if layout.get("attention_head_dim") is None and hidden % heads and mla is None:

@@ -39,11 +39,15 @@ Falcon    -           bias: all (false)                   LayerNorm: 2         p
                                                           else 1)
 ========  ==========  ==================================  ==================  ================
 
-Read later the same way (transformers 4.51-4.55): Qwen3 as Qwen2 but head_dim (128) and
-attention_bias (false) for q, k, v, o; Phi-3 as Mistral with no default window; Gemma-3 as
-Gemma-2 with every sliding_window_pattern-th (6) layer global; gpt-oss with attention_bias
-(true) and layer_types alternating a 128-token window (even layers) with full attention;
-Llama-4 as Llama (its Q/K norm has no weights).
+Read later the same way (transformers 4.51-4.55): Qwen3 as Qwen2 but head_dim (128),
+attention_bias (false) for q, k, v, o and a per-head RMSNorm of Q and K (q_norm, k_norm:
+`ModelSpec.qk_norm`); Phi-3 as Mistral with no default window; Gemma-3 as Gemma-2 with every
+sliding_window_pattern-th (6) layer global, and Qwen3's q_norm/k_norm; gpt-oss with
+attention_bias (true), one learned sink logit per head (`ModelSpec.attention_sinks`), biases on
+its experts and router (`ModelSpec.expert_bias`: GptOssExperts' gate_up_proj_bias of
+2 x intermediate_size and down_proj_bias of hidden_size per expert, GptOssTopKRouter's bias of
+one per expert) and layer_types alternating a 128-token window (even layers) with full
+attention; Llama-4 as Llama (its Q/K norm has no weights).
 
 A `layer_types` list (newer Qwen2, Qwen3, Gemma and gpt-oss configs) names each layer's attention and replaces
 the pattern rules above. Every family's final norm matches its layer norms (LayerNorm has a
@@ -140,8 +144,8 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
         spec["mlp_bias"] = cfg.boolean("mlp_bias", False)
     if family == "qwen2":
         spec["qkv_bias"] = True
-    if family in ("qwen3", "gemma3"):
-        notes.append(_qk_norm_note(cfg, layers))
+    if family in ("qwen3", "gemma3"):  # Qwen3Attention, Gemma3Attention: q_norm, k_norm
+        spec["qk_norm"] = True
     if family == "gemma3" and cfg.boolean("use_bidirectional_attention", False):
         raise InstanceError(cfg.name, "use_bidirectional_attention", "true: attention without the"
                             " causal mask (an embedding model's, EmbeddingGemma) is not modelled;"
@@ -151,8 +155,8 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
         # Llama4TextL2Norm: a weightless L2 norm of Q and K (element-wise work only)
         cfg.mark_read("use_qk_norm", "attention_chunk_size", "no_rope_layers", "layer_types",
                       "moe_layers", "interleave_moe_layer_step")
-    if family == "gpt_oss":
-        notes.extend(_gpt_oss_notes(cfg, layers))
+    if family == "gpt_oss":  # GptOssAttention.sinks; GptOssExperts' and GptOssTopKRouter's biases
+        spec.update(attention_sinks=True, expert_bias=True)
     if family in ("gemma2", "gemma3"):
         spec["norms_per_layer"] = 4
         for key, what in (("attn_logit_softcapping", "the tanh capping every attention score"),
@@ -233,32 +237,6 @@ def _windows(cfg: ConfigReader, family: str, layers: int) -> dict[str, Any]:
     else:  # Gemma2Attention, GptOssConfig's layer_types: even layers slide
         windowed = (layers + 1) // 2
     return {"sliding_window_tokens": window, "sliding_window_layers": windowed}
-
-
-def _qk_norm_note(cfg: ConfigReader, layers: int) -> str:
-    """Qwen3's and Gemma-3's per-head RMSNorm of queries and keys (q_norm, k_norm: a head_dim
-    scale each per layer), which ModelSpec has no field for."""
-    head_dim = cfg.raw.get("head_dim")
-    width = f"{head_dim:,}" if isinstance(head_dim, int) else "head_dim"
-    return (f"q_norm, k_norm: the per-head RMSNorm of queries and keys is not priced nor counted"
-            f" (2 x {width} parameters in each of the {layers} layers, one element-wise pass"
-            " over Q and K)")
-
-
-def _gpt_oss_notes(cfg: ConfigReader, layers: int) -> list[str]:
-    """gpt-oss's parameters that ModelSpec has no field for (GptOssAttention.sinks; the biases
-    of GptOssExperts and GptOssTopKRouter), one line each, with their exact count."""
-    heads, experts = cfg.raw.get("num_attention_heads"), cfg.raw.get("num_local_experts")
-    hidden, ffn = cfg.raw.get("hidden_size"), cfg.raw.get("intermediate_size")
-    if not all(isinstance(v, int) and not isinstance(v, bool)
-               for v in (heads, experts, hidden, ffn)):
-        return []  # the reader refuses them by name
-    expert_biases = experts * (2 * ffn + hidden) + experts
-    return [f"sinks: one learned attention-sink logit per head ({heads} parameters per layer,"
-            f" {heads * layers:,} in all) is not counted; its cost is one more score per query row",
-            f"expert and router biases: {expert_biases:,} parameters per layer ({experts} experts"
-            f" x (2 x {ffn:,} + {hidden:,}) and {experts} router biases; {expert_biases * layers:,}"
-            " in all) are not counted"]
 
 
 # (hidden dropout keys, attention dropout keys, dropouts the memory model has no mask for)

@@ -4,9 +4,9 @@ num_local_experts).
 
 The configs in tests/data/hf (README.md there names each Hub repository) were written by hand
 with the published values. Every parameter count below is derived by hand from the config's
-sizes, the arithmetic in the comment; where the model has parameters ModelSpec has no field for
-(Qwen3's and Gemma-3's q_norm/k_norm, gpt-oss's attention sinks and expert biases), the real
-total is derived too, and the difference is the one the model's `unmodelled` line names.
+sizes, the arithmetic in the comment, and must equal paraplan's exactly: Qwen3's and Gemma-3's
+q_norm/k_norm (ModelSpec.qk_norm), gpt-oss's attention sinks and expert and router biases
+(ModelSpec.attention_sinks, expert_bias) included.
 """
 
 import json
@@ -58,17 +58,15 @@ def test_qwen3_dense():
     # (use_sliding_window false). Hand count: embeddings 2 * 151936 * 4096 = 1,244,659,712; per
     # layer q 4096*4096 + k, v 2*4096*1024 + o 4096*4096 = 41,943,040, MLP 3*4096*12288 =
     # 150,994,944, two RMSNorms 8,192, q_norm and k_norm 2*128 = 256: 192,946,432; x 36 =
-    # 6,946,071,552; final norm 4,096: 8,190,735,360 (the card's 8.2B). ModelSpec has no field
-    # for q_norm/k_norm: paraplan counts 36 * 256 = 9,216 fewer, and says so in one line.
+    # 6,946,071,552; final norm 4,096: 8,190,735,360 (the card's 8.2B), q_norm/k_norm
+    # included (ModelSpec.qk_norm), so nothing is left unpriced.
     m = load("qwen3-8b")
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab, m.seq_len) == (
         36, 4096, 32, 8, 128, 12288, 151936, 40960)
     assert m.mlp is Mlp.SWIGLU and not m.tied_embeddings and not m.qkv_bias
-    assert m.sliding_window_tokens is None
-    assert model_params(m) == 8_190_735_360 - 36 * 256
-    assert m.unmodelled == ("q_norm, k_norm: the per-head RMSNorm of queries and keys is not"
-                            " priced nor counted (2 x 128 parameters in each of the 36 layers,"
-                            " one element-wise pass over Q and K)",)
+    assert m.sliding_window_tokens is None and m.qk_norm
+    assert model_params(m) == 8_190_735_360
+    assert m.unmodelled == ()
 
 
 def test_qwen3_head_dim_defaults_to_128(tmp_path):
@@ -100,14 +98,14 @@ def test_gemma3_local_and_global_layers():
     # Hand count: tied embeddings 262144*1152 = 301,989,888; per layer q 1152*1024 =
     # 1,179,648, k and v 2*1152*256 = 589,824, o 1024*1152 = 1,179,648, MLP 3*1152*6912 =
     # 23,887,872, four RMSNorms 4,608, q_norm and k_norm 512: 26,842,112; x 26 = 697,894,912;
-    # final norm 1,152: 999,885,952 (the card's 1B). Without q_norm/k_norm: 26 * 512 fewer.
+    # final norm 1,152: 999,885,952 (the card's 1B), q_norm/k_norm included.
     m = load("gemma-3-1b")
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab) == (
         26, 1152, 4, 1, 256, 6912, 262144)
-    assert m.tied_embeddings and m.norms_per_layer == 4
+    assert m.tied_embeddings and m.norms_per_layer == 4 and m.qk_norm
     assert (m.sliding_window_tokens, m.sliding_window_layers) == (512, 22)
-    assert model_params(m) == 999_885_952 - 26 * 512
-    assert len(m.unmodelled) == 1 and "2 x 256 parameters in each of the 26 layers" in m.unmodelled[0]
+    assert model_params(m) == 999_885_952
+    assert m.unmodelled == ()
 
 
 def test_gemma3_layer_types_replace_the_pattern(tmp_path):
@@ -124,23 +122,27 @@ def test_gpt_oss_alternating_windows_sinks_and_experts():
     # 2*(2880*512 + 512), o 4096*2880 + 2880 = 26,550,080; two RMSNorms 5,760; router 2880*32
     # weights + 32 biases; each expert 2880*5760 + 2880*2880 = 24,883,200 weights and 5,760 +
     # 2,880 biases; 64 sinks: 823,186,976. Total 2 * 201088 * 2880 + 24 * 823,186,976 + 2,880
-    # = 20,914,757,184 (the card's 21B). ModelSpec counts neither the sinks (64 per layer) nor
-    # the expert and router biases (32 * 8,640 + 32 = 276,512 per layer).
+    # = 20,914,757,184 (the card's 21B). The expert biases are GptOssExperts' gate_up_proj_bias
+    # (32, 2 * 2,880) and down_proj_bias (32, 2,880), the router's GptOssTopKRouter.bias (32):
+    # 32 * 8,640 + 32 = 276,512 per layer; the sinks GptOssAttention.sinks (64).
     m = load("gpt-oss-20b")
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.vocab) == (
         24, 2880, 64, 8, 64, 201088)
     assert m.qkv_bias and m.attn_out_bias and not m.tied_embeddings
+    assert m.attention_sinks and m.expert_bias and not m.qk_norm
     assert (m.moe.experts, m.moe.top_k, m.moe.expert_ffn, m.moe.shared_ffn,
             m.moe.dense_layers) == (32, 4, 2880, 0, 0)
     assert (m.sliding_window_tokens, m.sliding_window_layers) == (128, 12)
-    assert model_params(m) == 20_914_757_184 - 24 * (64 + 276_512)
-    # active: the same with 4 experts and no biases: 1,158,266,880 + 24 * (26,550,080 + 5,760
-    # + 92,160 + 4 * 24,883,200) + 2,880
-    assert active_params(m) == 1_158_266_880 + 24 * (26_550_080 + 5_760 + 92_160
-                                                     + 4 * 24_883_200) + 2_880
-    sinks, biases, unread = m.unmodelled
-    assert "1,536 in all" in sinks and "6,636,288 in all" in biases
-    assert unread == "config keys not read, priced as if absent: quantization_config"
+    assert model_params(m) == 20_914_757_184
+    # active: embeddings 2 * 201,088 * 2,880 = 1,158,266,880; per layer attention 26,550,080,
+    # sinks 64, norms 5,760, router 92,160 + 32, and 4 experts of 24,883,200 + 8,640:
+    # 26,648,096 + 99,567,360 = 126,215,456; x 24 = 3,029,170,944; final norm 2,880:
+    # 4,187,440,704 (the card's 3.6B active leaves out the input embedding table:
+    # 4,187,440,704 - 201,088 * 2,880 = 3,608,307,264)
+    assert active_params(m) == 1_158_266_880 + 24 * (26_550_080 + 64 + 5_760 + 92_160 + 32
+                                                     + 4 * (24_883_200 + 8_640)) + 2_880
+    assert active_params(m) == 4_187_440_704
+    assert m.unmodelled == ("config keys not read, priced as if absent: quantization_config",)
 
 
 def test_gpt_oss_top_k_spellings_must_agree(tmp_path):
@@ -206,11 +208,11 @@ def test_transformers_5_keys(tmp_path):
     raw = config("qwen3-235b-a22b", num_experts=None, num_local_experts=128, rope_theta=None,
                  rope_scaling=None, torch_dtype=None, rope_parameters=rope, dtype="bfloat16")
     m = model_from_hf_config(write(tmp_path, raw), seq_len=4096)
-    assert m.moe.experts == 128
-    assert len(m.unmodelled) == 1 and "q_norm" in m.unmodelled[0]
+    assert m.moe.experts == 128 and m.qk_norm
+    assert m.unmodelled == ()
     dense = config("qwen3-8b", rope_theta=None, rope_parameters=rope, dtype="bfloat16",
                    torch_dtype=None, layer_types=["full_attention"] * 36)
-    assert model_from_hf_config(write(tmp_path, dense)).unmodelled == load("qwen3-8b").unmodelled
+    assert model_from_hf_config(write(tmp_path, dense)).unmodelled == ()
 
 
 # --- paraplan model, and --hf-config without --seq-len ----------------------------------------
@@ -228,9 +230,8 @@ def test_model_command_json_gives_the_counts(capsys):
     code, out, _ = run_model(capsys, "--hf-config", HF / "gpt-oss-20b", "--seq-len", "4096", "--json")
     got = json.loads(out)
     assert code == 0 and got["status"] == "read" and got["seq_len"] == 4096
-    assert got["params_total"] == 20_914_757_184 - 24 * (64 + 276_512)
-    assert got["params_active"] == 1_158_266_880 + 24 * (26_550_080 + 5_760 + 92_160
-                                                         + 4 * 24_883_200) + 2_880
+    assert got["params_total"] == 20_914_757_184
+    assert got["params_active"] == 4_187_440_704
     assert got["attention"]["windowed_layers"] == 12 and got["moe_layers"] == 24
     # a dense model: every parameter is active. FLOPs per token at 4,096 tokens, PaLM's count
     # (6 x (layer parameters + one embedding table) + 6 x layers x s x (q + attention-out
@@ -246,10 +247,10 @@ def test_model_command_json_gives_the_counts(capsys):
 def test_model_command_text(capsys):
     code, out, _ = run_model(capsys, "--hf-config", HF / "gemma-3-1b")
     assert code == 0
-    assert "999,872,640 total" in out
+    assert "999,885,952 total" in out
     assert "32,768 tokens per sequence (the config's maximum context" in out
     assert "a sliding window of 512 tokens in 22 of 26 layers, full causal in 4" in out
-    assert "not priced  q_norm, k_norm" in out
+    assert "not priced" not in out
 
 
 def test_model_command_refusals_are_one_line(capsys):
@@ -286,7 +287,7 @@ def test_gemma3_bidirectional_attention_is_refused(tmp_path):
     err = refusal(write(tmp_path, config("gemma-3-1b", use_bidirectional_attention=True)))
     assert err.field == "use_bidirectional_attention"
     m = model_from_hf_config(write(tmp_path, config("gemma-3-1b", use_bidirectional_attention=False)))
-    assert m.sliding_window_layers == 22 and len(m.unmodelled) == 1
+    assert m.sliding_window_layers == 22 and m.unmodelled == ()
 
 
 @pytest.mark.parametrize("changes, field", [
