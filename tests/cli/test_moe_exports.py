@@ -1,0 +1,210 @@
+"""Mixture-of-experts plans exported to torchtitan and DeepSpeed (issue 34, "Mixture-of-experts
+plans export to Megatron only"): the expert degrees are emitted where the framework runs them,
+what it cannot run is refused in one line, and export's re-pricing gate (an emitted
+configuration that does not fit, or runs more than 5% slower, is refused without --force)
+holds for MoE as for dense plans.
+
+The bundled MoE plans are the golden plans of tests/goldens/bundled.json, written as
+`paraplan plan -o` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import yaml
+
+from paraplan.cost.loader import load_instance, plan_file_mapping, plan_from_mapping
+from paraplan.cost.specs import Mlp, MoeSpec, Plan
+from paraplan.solver.commands.cli import main
+from paraplan.solver.export import ExportRefused, to_deepspeed, to_torchtitan
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDENS = json.loads((ROOT / "tests" / "goldens" / "bundled.json").read_text())
+MIXTRAL = "instances/mixtral-8x7b-64xH100.yaml"
+QWEN3 = "instances/qwen3-235b-a22b-256xH100.yaml"
+DEEPSEEK = ("instances/deepseek-v3-shaped-2048xH800.yaml", "instances/deepseek-v3-shaped-1152xGB200.yaml")
+
+# tiny-gpt (8 A100s, 8 layers, hidden 1024, 16 heads, batch 32) with 8 SwiGLU experts of
+# width 2048, top-2, in every layer: small enough to price in milliseconds
+_TINY = load_instance(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
+TINY_MOE = replace(_TINY, model=replace(_TINY.model, mlp=Mlp.SWIGLU,
+                                        moe=MoeSpec(experts=8, top_k=2, expert_ffn=2048)))
+
+
+def golden_plan_file(tmp_path: Path, instance: str) -> Path:
+    """The golden plan of a bundled instance, as `paraplan plan -o` writes it (with its instance)."""
+    inst = load_instance(ROOT / instance)
+    plan = plan_from_mapping(GOLDENS[f"{instance}:nominal"]["plan"], inst)
+    path = tmp_path / Path(instance).name
+    path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan), sort_keys=False))
+    return path
+
+
+def export(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["export", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def tiny_plan(**kw) -> Plan:
+    base = dict(tp=1, pp=1, dp=8, micro_batch=1, num_micro_batches=4, zero=1,
+                layers_per_stage=(8,), full_recompute_layers=(0,))
+    base.update(kw)
+    return Plan(**base)
+
+
+# --- the bundled MoE plans ------------------------------------------------------------------
+
+def test_mixtral_exports_to_torchtitan_as_a_qwen3_moe_flavor(tmp_path, capsys):
+    # golden plan: tp 1, pp 8 (4 layers each), dp 8, ep 1, micro-batch 1, 128 micro-batches,
+    # ZeRO-1 (torchtitan has none: FSDP kept gathered, ZeRO-2, one deviation)
+    code, out, err = export(capsys, golden_plan_file(tmp_path, MIXTRAL), "--to", "torchtitan", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["will_not_run"] is None and doc["emitted"]["fits"]
+    cfg = tomllib.loads(doc["config"])
+    assert cfg["model"] == {"name": "qwen3", "flavor": "paraplan"}
+    par = cfg["parallelism"]
+    # local batch = micro-batch 1 x 128 micro-batches; FSDP over the 8 data-parallel ranks
+    assert cfg["training"]["local_batch_size"] == 128
+    assert (par["data_parallel_shard_degree"], par["pipeline_parallel_degree"]) == (8, 8)
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
+    # Mixtral's shape registered as a qwen3 MoE flavor: 8 experts of 14,336, top-2, no qk_norm
+    assert ("moe_inter_dim=14336, moe_args=MoEArgs(num_experts=8, num_shared_experts=0,"
+            " top_k=2") in doc["config"] and "qk_norm=False" in doc["config"]
+
+
+def test_mixtral_exports_to_deepspeed_with_its_moe_layer_arguments(tmp_path, capsys):
+    code, out, err = export(capsys, golden_plan_file(tmp_path, MIXTRAL), "--to", "deepspeed", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["will_not_run"] is None and doc["exact"]
+    cfg = json.loads(doc["config"])
+    # 1,024 sequences = micro-batch 1 x 128 accumulation steps x dp 8; ZeRO-1 kept (pp 8, so
+    # DeepSpeed's pipeline engine allows stages 0 and 1 only; 1 is the plan's)
+    assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (1024, 128)
+    assert cfg["zero_optimization"]["stage"] == 1
+    assert any("deepspeed.moe.layer.MoE(hidden_size=4096, num_experts=8, ep_size=1, k=2,"
+               " drop_tokens=False, enable_expert_tensor_parallelism=False)" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("to", ["torchtitan", "deepspeed"])
+def test_qwen3_is_refused_by_the_gate_and_written_under_force_with_its_degrees(to, tmp_path, capsys):
+    # golden plan: tp 1, cp 2, dp 8, ep 8, pp 16. torchtitan: ep borrows every cp rank and
+    # part of dp_shard: 8 % cp 2 = 0 and dp_shard 8 x cp 2 = 16 is a multiple of 8, so the
+    # degrees are emitted as planned; ZeRO-1 -> FSDP ZeRO-2 makes it more than 5% slower.
+    # DeepSpeed: cp folded into dp (16), ep 8 divides 16; over 80 GiB and slower.
+    path = golden_plan_file(tmp_path, QWEN3)
+    code, out, err = export(capsys, path, "--to", to)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "will not run as planned" in err and "more than 5% slower" in err
+    code, out, err = export(capsys, path, "--to", to, "--json", "--force")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["will_not_run"] and doc["emitted"]["iter_time_s"] > 1.05 * doc["plan"]["iter_time_s"]
+    if to == "torchtitan":
+        cfg = tomllib.loads(doc["config"])
+        assert cfg["model"] == {"name": "qwen3", "flavor": "235B-A22B"}
+        par = cfg["parallelism"]
+        assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"],
+                par["context_parallel_degree"], par["data_parallel_shard_degree"]) == (8, 1, 2, 8)
+    else:
+        assert any("ep_size=8, k=8" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("instance", DEEPSEEK)
+@pytest.mark.parametrize("to", ["torchtitan", "deepspeed"])
+def test_deepseek_latent_attention_is_refused_in_one_line(instance, to, tmp_path, capsys):
+    code, out, err = export(capsys, golden_plan_file(tmp_path, instance), "--to", to, "--force")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "multi-head latent attention" in err and f"not {to}" in err
+
+
+# --- torchtitan's expert layout (ParallelDims._validate) ------------------------------------
+
+@pytest.mark.parametrize("tp, etp, ep, dp, ok", [
+    # etp = tp: ep takes every cp rank (cp 1) and part of dp_shard: ep must divide dp
+    (2, 2, 4, 4, True),
+    # etp = 1: ep takes every tp rank and part of dp_shard: tp 2 | ep 2, ep 2 | dp 4 x tp 2
+    (2, 1, 2, 4, True),
+    (2, 1, 8, 4, True),   # 8 = every one of the 8 GPUs: 8 % 2 = 0, 8 | 8
+    # etp = 1 with tp 4 and ep 2: the ep group would take half the tp ranks: 2 % 4 != 0
+    (4, 1, 2, 2, False),
+])
+def test_torchtitan_expert_degrees_within_parallel_dims_bounds(tp, etp, ep, dp, ok):
+    p = tiny_plan(tp=tp, dp=dp, ep=ep, etp=etp, sequence_parallel=tp > 1,
+                  num_micro_batches=32 // dp)
+    if not ok:
+        with pytest.raises(ExportRefused, match=f"ep must be a multiple of {tp}"):
+            to_torchtitan(TINY_MOE, p)
+        return
+    cfg = tomllib.loads(to_torchtitan(TINY_MOE, p).text)["parallelism"]
+    assert (cfg["expert_parallel_degree"], cfg["expert_tensor_parallel_degree"]) == (ep, etp)
+
+
+def test_torchtitan_has_no_etp_between_1_and_tp():
+    # tp 4, etp 2: Megatron-core folds it (ep 2 x etp 2 = 4 divides tp 4 x dp 2 = 8);
+    # torchtitan's expert_tensor_parallel_degree is tp or 1
+    p = tiny_plan(tp=4, dp=2, ep=2, etp=2, sequence_parallel=True, num_micro_batches=16)
+    with pytest.raises(ExportRefused, match="tp or 1"):
+        to_torchtitan(TINY_MOE, p)
+
+
+def test_torchtitan_moves_ddp_with_experts_to_fsdp():
+    # ZeRO-0 over dp 8 with ep 4: torchtitan carves the ep group out of dp_shard, which DDP
+    # leaves at 1; emitted FSDP (ZeRO-2), shard degree 8
+    res = to_torchtitan(TINY_MOE, tiny_plan(zero=0, ep=4))
+    cfg = tomllib.loads(res.text)["parallelism"]
+    assert (cfg["data_parallel_replicate_degree"], cfg["data_parallel_shard_degree"]) == (1, 8)
+    assert res.emitted.plan.zero == 2
+    assert any("expert parallelism ep = 4" in line for line in res.unsupported)
+
+
+def test_a_capacity_factor_is_dropless_in_torchtitan_and_kept_in_deepspeed():
+    # torchtitan's router has no capacity: one deviation, priced dropless; DeepSpeed's gating
+    # takes capacity_factor (drop_tokens true): kept, written into the MoE layer's arguments
+    inst = replace(TINY_MOE, model=replace(TINY_MOE.model, moe=replace(TINY_MOE.model.moe,
+                                                                        capacity_factor=1.25)))
+    res = to_torchtitan(inst, tiny_plan(ep=4))
+    assert res.emitted.inst.model.moe.capacity_factor is None
+    assert sum("capacity_factor 1.25" in line for line in res.unsupported) == 1
+    res = to_deepspeed(inst, tiny_plan(ep=4))
+    assert res.emitted.inst.model.moe.capacity_factor == 1.25
+    assert not any("capacity_factor" in line for line in res.unsupported)
+    assert any("ep_size=4, k=2, capacity_factor=1.25," in n for n in res.emitted.notes)
+
+
+def test_megatron_only_moe_options_are_deviations_not_errors():
+    # moe_a2a_overlap is Megatron-core's; JobSpec refuses it for other frameworks, so the
+    # export drops it with one line rather than failing to build the emitted job
+    inst = replace(TINY_MOE, job=replace(TINY_MOE.job, moe_a2a_overlap=True))
+    for exporter in (to_torchtitan, to_deepspeed):
+        res = exporter(inst, tiny_plan(ep=4))
+        assert not res.emitted.inst.job.moe_a2a_overlap
+        assert sum("job.moe_a2a_overlap" in line for line in res.unsupported) == 1
+
+
+# --- DeepSpeed's expert layout ----------------------------------------------------------------
+
+def test_deepspeed_refuses_experts_folded_over_tp():
+    # tp 2, etp 1: Megatron-core folds ep over the tp ranks; DeepSpeed splits an expert over
+    # every tp rank or none, and forms ep inside the data-parallel group
+    p = tiny_plan(tp=2, dp=4, ep=2, etp=1, sequence_parallel=True, num_micro_batches=8)
+    with pytest.raises(ExportRefused, match="no expert layout folded over the tp ranks"):
+        to_deepspeed(TINY_MOE, p)
+
+
+def test_deepspeed_runs_expert_tp_and_refuses_moe_under_zero3():
+    # tp 2 = etp, ep 4 over dp 4: enable_expert_tensor_parallelism, ep_size 4; ZeRO-3 -> 2
+    p = tiny_plan(tp=2, dp=4, ep=4, zero=3, sequence_parallel=True, num_micro_batches=8)
+    res = to_deepspeed(TINY_MOE, p)
+    assert json.loads(res.text)["zero_optimization"]["stage"] == 2
+    assert any("MoE not supported with Stage 3" in line for line in res.unsupported)
+    assert any("ep_size=4, k=2, drop_tokens=False, enable_expert_tensor_parallelism=True" in n
+               for n in res.emitted.notes)
