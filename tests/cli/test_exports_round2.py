@@ -63,7 +63,7 @@ def test_every_bundled_export_that_exits_0_fits_and_keeps_the_plans_speed(instan
             continue
         assert code == 2 and out == "" and len(err.splitlines()) == 1, (instance, to, err)
         if "will not run as planned" not in err:
-            continue  # the target has no such model (MoE, GELU): refused with --force too
+            continue  # the target has no such layers (latent attention, GELU): refused with --force too
         code, out, err = export(capsys, path, "--to", to, "--json", "--force")
         doc = json.loads(out)
         assert code == 0 and doc["force"] and doc["will_not_run"]
