@@ -48,7 +48,7 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
 # the commands that plan a DualPipe job (job.pipeline_schedule: dualpipe) besides those that
 # only price a plan (`simulate_only`): the planner solves its split problem
 # (formulations/dualpipe.py); the others work on the 1F1B schedules' formulations
-DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory")
+DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory", "report")
 
 
 def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Instance:
@@ -82,8 +82,8 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Ins
     if (inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B and not simulate_only
             and getattr(args, "command", None) not in DUALPIPE_COMMANDS):
         raise InstanceError(inst.source, "job.pipeline_schedule",
-                            "dualpipe is planned by `paraplan plan`, `exhaustive`, `verify` and"
-                            " `memory` and priced by `paraplan simulate`;"
+                            "dualpipe is planned by `paraplan plan`, `exhaustive`, `verify`,"
+                            " `memory` and `report` and priced by `paraplan simulate`;"
                             f" `paraplan {getattr(args, 'command', '...')}` works on the 1F1B and"
                             " interleaved schedules (cost/dualpipe.py)",
                             "use pipeline_schedule: 1f1b here, or plan / simulate the DualPipe job")

@@ -22,11 +22,12 @@ import numpy as np
 from paraplan.cost import schedule, timeline
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.specs import Instance, Outer, Plan
+from paraplan.cost.specs import Instance, Outer, PipelineSchedule, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.train_cost import instance_train_cost
 from paraplan.solver.bounds import one_class
+from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
 from paraplan.solver.format import count, seconds, train_cost_lines
 from paraplan.solver.commands.outputs import check_output_path, write_text
@@ -240,8 +241,8 @@ def _table(headers: list[str] | None, rows: list[list[str]]) -> str:
     return f"<table>{head}<tbody>{body}</tbody></table>"
 
 
-def _section(k: int, anchor: str, body: str) -> str:
-    return f'<section id="{anchor}"><h2>{k}. {SECTIONS[k - 1]}</h2>{body}</section>'
+def _section(k: int, anchor: str, body: str, title: str | None = None) -> str:
+    return f'<section id="{anchor}"><h2>{k}. {title or SECTIONS[k - 1]}</h2>{body}</section>'
 
 
 def plan_coefficients(inst: Instance, p: Plan) -> StageCoefficients:
@@ -285,19 +286,22 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
     fig, cut = gantt_figure(events, p.pp, p.num_micro_batches, p.virtual_stages, analytic_s,
                             "One iteration of the plan, one row per pipeline stage")
     caption = (
-        f"One iteration, {p.num_micro_batches} micro-batches on {p.pp} stage(s),"
-        + (" 1F1B" if p.virtual_stages == 1 else
+        f"What each GPU of the pipeline does during one iteration: one row per stage, time to the"
+        f" right, {p.num_micro_batches} micro-batches flowing through {p.pp} stage(s) under"
+        + (" the 1F1B schedule" if p.virtual_stages == 1 else
            f" interleaved 1F1B with {p.virtual_stages} model chunks per stage (odd chunks lighter)")
-        + ", from the event replay in <code>cost/timeline.py</code>, priced with the plan's own"
-        " coefficients" + (" (its per-operator tensor partitions included)" if p.partitions else "")
-        + ". Hover a box for its times (its micro-batch lights up on every stage); click a legend"
-        " entry to hide that kind. Per micro-batch, each stage's time T<sub>s</sub> is split into"
-        " forward = 1/3 and backward = 2/3 of its compute (the linear layers' ratio: the"
-        " coefficients keep the two summed, so the split is an approximation), full recompute"
-        " just before the backward, and the pipeline send/recv half after each pass. Gradient"
-        " sync + optimizer step follows each stage's last backward; white space is the pipeline"
-        " bubble. The dashed line is the planner's objective, <code>cost/schedule.py</code>'s"
+        + ", each pass placed as soon as its stage and the pass it waits for are free, with the"
+        " plan's own times" + (" (its per-operator tensor partitions included)" if p.partitions else "")
+        + ". Blue boxes are forward passes, green backward passes (numbered by micro-batch), orange"
+        " full recomputation just before a backward, purple the hand-off to the next stage, brown"
+        " the gradient sync and optimizer step after a stage's last backward; white space is the"
+        " pipeline bubble, when a stage waits. The forward/backward split of a stage's time is"
+        " drawn as 1 : 2 (the linear layers' ratio; the cost model prices only their sum, so the"
+        " split is an approximation). The dashed line is the iteration time the planner priced,"
         " (m &minus; 1/v)&middot;max T<sub>s</sub> + &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>."
+        " Hover a box for its times (its micro-batch lights up on every stage); click a legend"
+        " entry to hide that kind. (Sources: <code>cost/timeline.py</code> for the replay,"
+        " <code>cost/schedule.py</code> for the formula.)"
         + _cut_text(cut, p.virtual_stages, p.pp, analytic_s)
         + (" All stages take the same time, so the replay ends exactly at the objective."
            if uniform else " The stages differ a little, yet the replay ends at the objective"
@@ -315,15 +319,92 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
             + _table(["iteration time", "value"], rows))
 
 
-def _breakdown_section(bd) -> str:
+# --- DualPipe (solver/report/dualpipe.py) ---------------------------------------------------
+
+_DUALPIPE_NO_FRONTIER = (
+    "<p>Not drawn for a DualPipe job. The frontier evaluates every configuration with an even"
+    " layer split under the 1F1B schedules' formula; under DualPipe each configuration's split is"
+    " a problem of its own (pairs of stages share a device and the bubble has another form), so"
+    " those points would price schedules this plan does not run. The optimality evidence above"
+    " covers every configuration DualPipe can run (source: <code>formulations/dualpipe.py</code>).</p>")
+
+
+def _dualpipe_timeline_section(inst: Instance, p: Plan) -> str:
+    from paraplan.cost import dualpipe
+
+    reserve = inst.search.memory_reserve_bytes
+    it = dualpipe.iteration(inst, p, reserve_bytes=reserve)
+    m, pp = p.num_micro_batches, p.pp
+    rows = report_dualpipe.timeline_rows(it, m)
+    svg = report_svg.phases_svg(rows, it.iter_time_s, "One DualPipe iteration as priced, one row per device pair")
+    slow = report_dualpipe.pair_rows(it)[min(it.bottleneck_device, pp - 1 - it.bottleneck_device)]
+    caption = (
+        f"One iteration of the DualPipe plan: {m} micro-batches, half fed from each end of a"
+        f" {pp}-stage pipeline, each device holding two stages (stage d and stage {pp - 1}"
+        f" &minus; d), so devices d and {pp - 1} &minus; d do the same work and share a row. Each"
+        f" row shows the three parts the cost model charges: blue, the device's steady phase, in"
+        f" which it runs a forward and a backward chunk of both its stages for each of the"
+        f" {m // 2} micro-batch pairs (drawn once as one block labelled {m // 2} &#215; the time of"
+        f" one such pair); grey, the pipeline bubble, {html.escape(seconds(it.bubble_s))}, the"
+        f" same for every device; brown, the gradient sync and optimizer step of both stages. The"
+        f" slowest pair ({html.escape(slow.label)}) sets the end of the steady phase; the white"
+        f" space after a faster pair's steady phase is time the model lets it wait. The"
+        f" parts add up to the priced iteration time, {html.escape(seconds(it.iter_time_s))}"
+        f" (dashed line): slowest steady phase + bubble + slowest sync."
+        " <b>Not drawn exactly:</b> the model prices DualPipe's phases as totals, not step by"
+        " step. In the real schedule the bubble is spread over the warm-up and cool-down at both"
+        " ends of the steady phase, and devices do not wait at a barrier; the chart places the"
+        " bubble after the steady phase, the order in which the formula adds them, and shows no"
+        " individual micro-batches. (Source: <code>cost/dualpipe.py</code>, after the"
+        " DeepSeek-V3 report and deepseek-ai/DualPipe.)")
+    table = _table(["device pair", "layers", "fully recomputed", "time per micro-batch pair",
+                    "steady phase", "sync + optimizer"],
+                   [[r.label, str(r.layers), str(r.recompute_layers), seconds(2 * r.time_per_micro_batch_s),
+                     seconds(r.steady_s), seconds(r.sync_s)] for r in report_dualpipe.pair_rows(it)])
+    total = _table(["iteration time", "value"],
+                   [["slowest steady phase", seconds(float(it.steady_s.max()))],
+                    ["pipeline bubble", seconds(it.bubble_s)],
+                    ["slowest gradient sync + optimizer", seconds(float(it.sync_s.max()))],
+                    ["iteration (priced)", seconds(it.iter_time_s)]])
+    return (f'<figure class="phases-fig"><div class="gantt-wrap">{svg}</div>'
+            + report_svg.phase_legend_html(it.iter_time_s)
+            + f"<figcaption>{caption}</figcaption></figure>" + table + total)
+
+
+def _dualpipe_memory_section(inst: Instance, p: Plan) -> str:
+    from paraplan.cost import dualpipe
+
+    reserve = inst.search.memory_reserve_bytes
+    it = dualpipe.iteration(inst, p, reserve_bytes=reserve)
+    png = _png(report_dualpipe.memory_figure(inst, p, reserve))
+    rows = [[r.label, str(r.layers), str(r.recompute_layers), f"{bytes_to_gib(r.mem_bytes):.2f} GiB",
+             f"{bytes_to_gib(r.capacity_bytes):.2f} GiB", f"{100 * r.mem_bytes / r.capacity_bytes:.0f}%"]
+            for r in report_dualpipe.pair_rows(it)]
+    caption = (
+        "Peak memory of one GPU in each device pair (devices d and pp &minus; 1 &minus; d hold the"
+        " same two stages, so they need the same), split into weights, gradients, optimizer"
+        " state, activations and the rest, against the usable capacity (dashed: HBM less the"
+        " instance's memory reserve). A device holds both its stages' parameters, gradients and"
+        " optimizer state, and the activations of pp + 1 micro-batch chunks in flight at its peak,"
+        " as DualPipe's own table counts them; the runtime is counted once. (Source:"
+        " <code>cost/dualpipe.py</code>, <code>device_categories_bytes</code>.)")
+    return (f"<figure>{_img(png, 'memory per device pair')}<figcaption>{caption}</figcaption></figure>"
+            + _table(["device pair", "layers (both stages)", "fully recomputed", "memory", "capacity",
+                      "used"], rows))
+
+
+def _breakdown_section(bd, unit: str = "stage") -> str:
     rows = [[name, seconds(val), f"{100 * val / bd.iter_time_s:.1f}%"]
             for name, val in bd.exposed_s.items() if val > 0]
     rows.append(["total (iteration time)", seconds(bd.iter_time_s), "100.0%"])
     hidden = [[name, seconds(val)] for name, val in bd.overlapped_s.items() if val > 0]
-    caption = ("Time on the critical path of one iteration (<code>Breakdown.exposed_s</code>, on the"
-               f" bottleneck stage {bd.bottleneck_stage}; the parts sum to the iteration time) and"
-               " communication that runs concurrently with compute and so costs no time"
-               " (<code>Breakdown.overlapped_s</code>).")
+    where = (f"the slowest pipeline stage ({unit} {bd.bottleneck_stage})" if unit == "stage" else
+             f"the slowest device pair (device {bd.bottleneck_stage} and its mirror)")
+    caption = ("Where the time of one iteration goes. Solid bars: the parts of the critical path,"
+               f" the work on {where} plus the pipeline bubble and the gradient sync and optimizer"
+               " step, each with its share; they add up to the iteration time. Hatched bars:"
+               " communication that runs at the same time as compute and so adds no time."
+               " (Source: <code>cost/simulate.py</code>, Breakdown.exposed_s and overlapped_s.)")
     out = (f"<figure>{_img(breakdown_figure(bd), 'time breakdown')}<figcaption>{caption}"
            "</figcaption></figure>" + _table(["on the critical path", "time", "share"], rows))
     if hidden:
@@ -336,10 +417,12 @@ def _memory_section(c: StageCoefficients, p: Plan, bd) -> str:
     rows = [[str(s.stage), str(s.layers), str(s.full_recompute_layers),
              f"{bytes_to_gib(s.mem_bytes):.2f} GiB", f"{bytes_to_gib(s.capacity_bytes):.2f} GiB",
              f"{100 * s.mem_bytes / s.capacity_bytes:.0f}%"] for s in bd.stages]
-    caption = ("Peak memory of one GPU of each pipeline stage, by part (cost/coefficients.py:"
-               " M<sub>s</sub>), against the usable capacity (HBM less the instance's"
-               " <code>memory_reserve_gib</code>; the runtime allowance is counted in the fixed"
-               " part).")
+    caption = ("Peak memory of one GPU of each pipeline stage, split into the fixed part (embedding"
+               " and output layer state, workspace, CUDA and NCCL runtime), the layers' weights,"
+               " gradients and optimizer state, and the activations of the micro-batches in flight"
+               " at the peak, against the usable capacity (dashed: HBM less the instance's"
+               " <code>memory_reserve_gib</code>). (Source: <code>cost/coefficients.py</code>,"
+               " M<sub>s</sub>.)")
     return (f"<figure>{_img(memory_figure(c, n, r), 'memory per stage')}<figcaption>{caption}"
             "</figcaption></figure>"
             + _table(["stage", "layers", "fully recomputed", "memory", "capacity", "used"], rows))
@@ -357,15 +440,15 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
              seconds(f.iter_time_s), f"{bytes_to_gib(f.peak_mem_bytes):.1f} GiB"]
             for f in reversed(front)]
     caption = (
-        f"Grey: one point for each of the {len(points)} outer configurations (degrees,"
-        " micro-batching, modes) whose even layer split fits, evaluated with the fewest fully"
-        " recomputed layers per stage that fit, where the space allows full recompute"
-        " (<code>solver.one_class.incumbent</code>):"
-        " throughput = global batch &times; sequence length / iteration time, against the"
-        " largest stage's peak memory. Blue: the Pareto frontier (no other point has both more"
-        " throughput and less memory). Red star: the optimal plan, with its solved layer split"
-        " and recompute counts." + (f" {len(coeffs) - len(points)} configurations do not fit"
-                                     " with the even split and are not shown." if coeffs else ""))
+        "How fast each way of laying out the job could run against the memory it needs. Each grey"
+        f" point is one of {len(points)} configurations (parallel degrees, micro-batching, modes)"
+        " with its layers split evenly over the stages and, where the space allows it, the fewest"
+        " fully recomputed layers that fit; it sits at its throughput (tokens per second) and the"
+        " peak memory of its fullest stage. Blue: the Pareto frontier, the points no other point"
+        " beats on both throughput and memory. Red star: the optimal plan, with its solved layer"
+        " split." + (f" {len(coeffs) - len(points)} configurations do not fit with the even split"
+                     " and are not shown." if coeffs else "")
+        + " (Source: <code>solver/bounds/one_class.py</code>, incumbent.)")
     png = frontier_figure(points, front, best, cap)
     return (f"<figure>{_img(png, 'throughput vs memory')}<figcaption>{caption}</figcaption></figure>"
             + _table(["frontier plan (outer configuration)", "tokens/s", "iteration time",
@@ -412,11 +495,14 @@ def evidence_rows(result, trust) -> list[list[str]]:
 
 
 def _evidence_section(result, trust) -> str:
-    caption = ("<p>\"optimal\" is printed only when every outer configuration was solved to"
-               " optimality, proved infeasible by memory, or pruned by a valid lower bound"
-               " (<code>solver/bounds/one_class.py</code>); the gap is (objective &minus; bound) /"
-               " objective. The trust interval comes from the errors of comparable published"
-               " runs (<code>cost/trust.py</code>).</p>")
+    caption = ("<p>Whether the plan is proved best, and how far to trust its time. \"Optimal\" is"
+               " printed only when every configuration of the declared space was solved exactly,"
+               " shown not to fit memory, or ruled out because a lower bound on its time was"
+               " already slower than the plan; the gap is how far the plan could still be from the"
+               " best possible, (objective &minus; bound) / objective. The trust interval is the"
+               " range the measured time is likely to fall in, from the errors of comparable"
+               " published runs. (Sources: <code>solver/bounds/one_class.py</code>,"
+               " <code>cost/trust.py</code>.)</p>")
     return _table(None, evidence_rows(result, trust)) + caption
 
 
@@ -477,8 +563,9 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
     from paraplan.solver.commands.partitions import describe_partitions
     from paraplan.solver.planner import coefficient_table
 
+    dual = inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
     if coeffs is None:
-        coeffs = coefficient_table(inst)
+        coeffs = [] if dual else coefficient_table(inst)
     m, cl = inst.model, inst.cluster
     title = f"paraplan report: {inst.name}"
     facts = [["instance", inst.name],
@@ -498,17 +585,22 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
                                                  None if trust is None else trust.interval_s))
         facts += [["partition" if i == 0 else "", line]
                   for i, line in enumerate(describe_partitions(p, inst))]
-        c = plan_coefficients(inst, p)
-        s1 = _timeline_section(c, p, result.iter_time_s)
-        s2 = _breakdown_section(bd)
-        s3 = _memory_section(c, p, bd)
+        if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+            s1, s3 = _dualpipe_timeline_section(inst, p), _dualpipe_memory_section(inst, p)
+            s2 = _breakdown_section(bd, "device")
+        else:
+            c = plan_coefficients(inst, p)
+            s1 = _timeline_section(c, p, result.iter_time_s)
+            s2 = _breakdown_section(bd)
+            s3 = _memory_section(c, p, bd)
     else:
         none = f"<p>No plan to show ({html.escape(result.status)}).</p>"
         s1 = s2 = s3 = none
     body = (f"<h1>{html.escape(title)}</h1>" + _table(None, facts)
             + _section(1, "evidence", _evidence_section(result, trust))
             + _section(2, "timeline", s1) + _section(3, "breakdown", s2)
-            + _section(4, "memory", s3) + _section(5, "frontier", _frontier_section(inst, coeffs, result)))
+            + _section(4, "memory", s3, "Memory per device pair" if dual and p is not None else None)
+            + _section(5, "frontier", _DUALPIPE_NO_FRONTIER if dual else _frontier_section(inst, coeffs, result)))
     if user_plan is not None:
         body += _section(6, "comparison", _comparison_section(inst, result, user_plan, user_plan_label))
     return _page(title, body)
@@ -611,7 +703,8 @@ def cmd_report(args) -> int:
         trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
         # the frontier's table keeps to the same limit (a prefix of the configurations past it:
         # the caption counts the points it drew)
-        coeffs = coefficient_table(inst, deadline=t0 + args.time_limit_s)
+        coeffs = ([] if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE  # no 1F1B frontier
+                  else coefficient_table(inst, deadline=t0 + args.time_limit_s))
         page = build_report(inst, res, coeffs=coeffs, trust=trust, user_plan=user_plan,
                             user_plan_label=args.plan or "")
         what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason

@@ -264,6 +264,71 @@ def _steady_marks(ax: _Axis, cut: Cut, top: float, pp: int, total_s: float) -> s
             f' l-6,{(pp * ROW_PX + 4) / 2:.1f}" fill="none" stroke="#a00" stroke-dasharray="3 2"/></g>')
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One block of a phase chart: a named part of the iteration on one row."""
+    kind: str  # a key of PHASE_COLOURS
+    start_s: float
+    end_s: float
+    label: str = ""  # drawn inside the block when it fits
+    tip: str = ""
+
+
+PHASE_COLOURS = {"steady": "#4c72b0", "bubble": "#c8c8c8", "sync": "#937860"}
+PHASE_NAMES = {"steady": "steady phase (forward + backward chunks)", "bubble": "pipeline bubble",
+               "sync": "gradient sync + optimizer step"}
+
+
+def phases_svg(rows: list[tuple[str, list[Phase]]], total_s: float, title: str) -> str:
+    """Rows of phase blocks on one time axis from 0 to total_s (a dashed line there): the
+    priced parts of an iteration where the cost model gives totals, not events."""
+    left = 150
+    height = TOP_PX + len(rows) * ROW_PX + AXIS_PX
+    px = (WIDTH_PX - left - RIGHT_PX) / total_s
+    unit_div, unit = (1e-3, "ms") if total_s < 1.0 else (1.0, "s")
+    out = [f'<svg class="gantt phases" viewBox="0 0 {WIDTH_PX} {height}" width="{WIDTH_PX}"'
+           f' height="{height}" role="img"><title>{html.escape(title)}</title>',
+           '<rect width="100%" height="100%" fill="white"/>']
+    ybot = TOP_PX + len(rows) * ROW_PX
+    step = _nice_step(total_s / unit_div) * unit_div
+    k = 0
+    while k * step <= total_s * (1 + 1e-9):
+        x = left + k * step * px
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP_PX}" y2="{ybot + 4}" stroke="#ddd"/>'
+                   f'<text x="{x:.1f}" y="{ybot + 16}" font-size="10" text-anchor="middle">'
+                   f'{k * step / unit_div:g}</text>')
+        k += 1
+    out.append(f'<text x="{(left + WIDTH_PX) / 2}" y="{ybot + 34}" font-size="11"'
+               f' text-anchor="middle">time since the start of the iteration ({unit})</text>')
+    for i, (label, phases) in enumerate(rows):
+        y = TOP_PX + i * ROW_PX
+        out.append(f'<text x="{left - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
+                   f' font-size="11">{html.escape(label)}</text>')
+        for ph in phases:
+            x0, w = left + ph.start_s * px, (ph.end_s - ph.start_s) * px
+            out.append(f'<rect class="ev k-{ph.kind}" data-kind="{ph.kind}" data-start-s="{ph.start_s!r}"'
+                       f' data-end-s="{ph.end_s!r}" x="{x0:.2f}" y="{y + 3}" width="{max(w, 0.4):.2f}"'
+                       f' height="{ROW_PX - 6}" fill="{PHASE_COLOURS[ph.kind]}"><title>'
+                       f'{html.escape(ph.tip or PHASE_NAMES[ph.kind])}</title></rect>')
+            if ph.label and w >= 7 * len(ph.label):
+                fill = "white" if ph.kind != "bubble" else "#222"
+                out.append(f'<text x="{x0 + w / 2:.1f}" y="{y + ROW_PX / 2 + 4:.1f}" font-size="10"'
+                           f' fill="{fill}" text-anchor="middle" pointer-events="none">'
+                           f'{html.escape(ph.label)}</text>')
+    xo = left + total_s * px
+    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{TOP_PX - 6}" y2="{ybot + 4}" stroke="black"'
+               f' stroke-dasharray="5 3" stroke-width="1.4"><title>priced iteration time'
+               f' {seconds(total_s)}</title></line></svg>')
+    return "".join(out)
+
+
+def phase_legend_html(total_s: float) -> str:
+    items = "".join(f'<span class="lg-static"><i style="background:{c}"></i>{html.escape(PHASE_NAMES[k])}</span>'
+                    for k, c in PHASE_COLOURS.items())
+    return (f'<div class="legend">{items}<span class="lg-static"><i class="dash"></i>priced iteration'
+            f' time {html.escape(seconds(total_s))}</span></div>')
+
+
 def legend_html(kinds: list[timeline.EventKind], objective_s: float) -> str:
     items = "".join(
         f'<span class="lg" data-kind="k-{k.name.lower()}" title="click to hide or show">'

@@ -119,8 +119,8 @@ def test_dualpipe_refuses_the_search_keys_it_does_not_search(tmp_path, key, valu
 
 
 def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path, capsys):
-    # plan, exhaustive, verify and memory plan it (solver/commands/inputs.DUALPIPE_COMMANDS);
-    # report, built on the 1F1B formulations, refuses it in one line (exit 2); plan's file
+    # plan, exhaustive, verify, memory and report plan it (solver/commands/inputs.DUALPIPE_COMMANDS);
+    # compare, built on the 1F1B formulations, refuses it in one line (exit 2); plan's file
     # simulates to the time plan printed
     import json
 
@@ -134,7 +134,9 @@ def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path
     for command in ("exhaustive", "verify", "memory"):
         assert main([command, str(path)]) == 0, command
         capsys.readouterr()
+    assert main(["report", str(path), "-o", str(tmp_path / "report.html")]) == 0
+    capsys.readouterr()
     assert main(["simulate", str(path), "--plan", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iter_time_s"] == pytest.approx(planned["iter_time_s"], rel=1e-12)
-    assert main(["report", str(path)]) == 2
+    assert main(["compare", str(out), str(out), "--instance", str(path)]) == 2
     assert "paraplan plan" in capsys.readouterr().err

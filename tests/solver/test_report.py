@@ -401,3 +401,46 @@ def test_mixed_cluster_report():
     page = report.build_hetero_report(inst, res)
     assert page.count('<svg class="gantt"') == len(res.plan.classes)
     assert "Network scenarios and regret" in page and "OPTIMAL: proved" in page
+
+
+# --- DualPipe (solver/report/dualpipe.py) -------------------------------------------------------
+
+def test_dualpipe_report_draws_its_timeline_breakdown_and_memory_per_device_pair(tmp_path):
+    # The tiny MoE of tests/solver/test_dualpipe_planning.py under DualPipe, 4 stages forced so
+    # that there are two device pairs (0 & 3, 1 & 2). The timeline's rows end where the cost
+    # model's iteration does: slowest steady phase + bubble + slowest sync (cost/dualpipe.py).
+    import yaml
+
+    from paraplan.cost import dualpipe
+    from paraplan.solver.report import dualpipe as report_dualpipe
+    from tests.solver.test_dualpipe_planning import BASE
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["search"] = {"pp": [4], "tp": [1]}
+    path = tmp_path / "dualpipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    inst = load_instance(path)
+    res = plan(inst, time_limit_s=30)
+    assert res.status == OPTIMAL and res.plan.pp == 4
+    page = report.build_report(inst, res)
+    for k, anchor in enumerate(("evidence", "timeline", "breakdown", "memory", "frontier"), start=1):
+        assert f'<section id="{anchor}"><h2>{k}. ' in page
+    assert "<h2>4. Memory per device pair</h2>" in page and "Not drawn for a DualPipe job" in page
+    assert "Not drawn exactly:" in page and "No plan to show" not in page
+    assert page.count('<svg class="gantt phases"') == 1
+    images = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', page)
+    assert [alt for alt, _ in images] == ["time breakdown", "memory per device pair"]
+    assert all(base64.b64decode(b).startswith(PNG_MAGIC) for _, b in images)
+    it = dualpipe.iteration(inst, res.plan, reserve_bytes=inst.search.memory_reserve_bytes)
+    assert it.iter_time_s == pytest.approx(res.iter_time_s, rel=1e-9)
+    blocks = [(kind, float(a), float(b)) for kind, a, b in re.findall(
+        r'data-kind="(\w+)" data-start-s="([^"]+)" data-end-s="([^"]+)"', page)]
+    assert [k for k, _, _ in blocks] == ["steady", "bubble", "sync"] * 2  # one row per device pair
+    assert max(b for _, _, b in blocks) == pytest.approx(it.iter_time_s, rel=1e-12)
+    for (kind, a, b), (d, part) in zip(blocks, [(d, part) for d in (0, 1) for part in range(3)]):
+        expected = (it.steady_s[d], it.bubble_s, it.sync_s[d])[part]
+        assert b - a == pytest.approx(expected, rel=1e-12), (kind, d)
+    assert it.steady_s[0] == it.steady_s[3] and it.sync_s[1] == it.sync_s[2]  # mirrors share a row
+    rows = report_dualpipe.pair_rows(it)
+    assert [r.label for r in rows] == ["devices 0 & 3", "devices 1 & 2"]
+    for r in rows:
+        assert f"{r.mem_bytes / 2**30:.2f} GiB" in page
