@@ -1,9 +1,12 @@
 """`paraplan report`: one self-contained HTML page about an instance's optimal plan.
 
-Sections: (1) the pipeline timeline of one iteration (cost/timeline.py replays the schedule
-event by event), (2) the time breakdown of cost/simulate.py, (3) memory per stage against
-capacity, (4) throughput against peak memory for every outer configuration of the declared
-space, with the Pareto frontier. Figures are PNGs drawn with matplotlib's Agg canvas and
+Sections: (1) the optimality evidence, (2) the pipeline timeline of one iteration
+(cost/timeline.py replays the schedule event by event; a long steady state is drawn once with
+its repeat count, svg.py), (3) the time breakdown of cost/simulate.py, (4) memory per stage
+against capacity, (5) throughput against peak memory for every outer configuration of the
+declared space, with the Pareto frontier. A DualPipe plan (report/dualpipe.py) gets its priced
+phases per device pair for (2) and its memory per device pair for (4); (5) is not drawn for it.
+Each caption says first what its figure shows, in plain words, and then where it comes from. Figures are PNGs drawn with matplotlib's Agg canvas and
 embedded as base64 data URIs, so the page has no external files. matplotlib is imported only
 when a report is built, so the other sub-commands do not pay for it.
 """
@@ -648,10 +651,13 @@ def build_hetero_report(inst, result, regrets=None) -> str:
                                 f"class {i + 1}", [f"{s}: {g}" for s, g in enumerate(names)])
         replay_s = timeline.makespan_s(events)
         figs.append(f"<h3>class {i + 1}: {k.replicas} replica(s), {k.num_micro_batches} micro-batches"
-                    f" each</h3>{fig}<figcaption>One replica of class {i + 1} (rows: stage: node"
-                    f" group). Its replay ends at {html.escape(seconds(replay_s))}; the dashed line"
-                    " is the plan's iteration time (the slowest replica's 1F1B formula time plus"
-                    " the slowest gradient sync + optimizer step)."
+                    f" each</h3>{fig}<figcaption>What each GPU of one replica of class {i + 1} does"
+                    " during one iteration: one row per pipeline stage, labelled with the node group"
+                    " it runs on, forward passes blue, backward green, the gradient sync and"
+                    " optimizer step brown, white space waiting. This replica finishes at"
+                    f" {html.escape(seconds(replay_s))}; the dashed line is the plan's iteration"
+                    " time, set by the slowest replica's pipeline plus the slowest gradient sync and"
+                    " optimizer step. (Source: <code>cost/timeline.py</code>.)"
                     + _cut_text(cut, 1, len(n), bd.iter_time_s) + "</figcaption></figure>")
     body.append(_section(2, "timeline", "".join(figs)))
     rows = [[f"{k}", str(s), g, seconds(t), f"{bytes_to_gib(mem):.2f} GiB", f"{bytes_to_gib(cap):.2f} GiB",
@@ -672,9 +678,11 @@ def build_hetero_report(inst, result, regrets=None) -> str:
                         "-" if reg is None else f"{100 * reg.regret:+.2f}%"])
     body.append(_section(5, "frontier", _table(["scenario", "probability", "this plan",
                                                 "scenario's optimum", "regret"], sc_rows)
-                         + "<p>The plan re-simulated on every declared network scenario"
-                           " (<code>cost/hetero_simulate.py</code>); regret = this plan's time /"
-                           " the scenario's own optimum &minus; 1.</p>"))
+                         + "<p>How this plan fares on each declared network scenario: its"
+                           " iteration time there, the best time any plan reaches on that"
+                           " scenario, and the regret, how much slower this plan is than that best"
+                           " (this plan's time / the scenario's optimum &minus; 1). (Source:"
+                           " <code>cost/hetero_simulate.py</code>.)</p>"))
     return _page(title, "".join(body)).replace(
         f"<h2>5. {SECTIONS[4]}</h2>", "<h2>5. Network scenarios and regret</h2>")
 

@@ -201,7 +201,8 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
         k += 1
         if cut and cut.hidden_from_s < t < cut.hidden_from_s + cut.omitted_s:
             continue
-        if cut and t < cut.hidden_from_s <= t + 0.5 * step:  # keep tick labels apart from the gap
+        if cut and (t < cut.hidden_from_s <= t + 0.5 * step  # keep tick labels apart from the gap
+                    or 0 <= t - cut.hidden_from_s - cut.omitted_s < 0.5 * step):  # and its red label
             continue
         x = ax.x(t)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{ybot + 4}" stroke="#ddd"/>'

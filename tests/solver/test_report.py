@@ -444,3 +444,15 @@ def test_dualpipe_report_draws_its_timeline_breakdown_and_memory_per_device_pair
     assert [r.label for r in rows] == ["devices 0 & 3", "devices 1 & 2"]
     for r in rows:
         assert f"{r.mem_bytes / 2**30:.2f} GiB" in page
+
+
+def test_captions_say_what_is_drawn_before_citing_a_file(tiny_report):
+    # issue 34: a caption opens with what its figure shows in plain words; a file may follow
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", tiny_report, re.S)
+    captions += re.findall(r'<section id="evidence">.*?</table>(<p>.*?</p>)', tiny_report, re.S)
+    assert len(captions) == 5  # timeline, breakdown, memory, frontier, evidence
+    for text in captions:
+        first = re.split(r"\.\s", re.sub(r"<[^>]+>", "", text), maxsplit=1)[0]
+        assert ".py" not in first and "_s" not in first, first
+        assert len(first.split()) >= 6, first
+        assert "Source" in text  # the file reference follows
