@@ -16,7 +16,9 @@ cost/framework.py prices is written out rather than left to a default:
 - communication_data_type in the training precision: the 2-byte gradient reduction priced.
 DeepSpeed's PipelineEngine accepts ZeRO stages 0 and 1 only (deepspeed/runtime/pipe/engine.py)
 and runs one model chunk per stage; its sequence parallelism is Ulysses (all-to-all over heads),
-not the K/V ring that cost/ prices.
+not the K/V ring that cost/ prices. Mixture-of-experts layers are deepspeed.moe.layer.MoE
+modules whose expert parallel size is a constructor argument (ep_size), not a config key: the
+export names their arguments in a note (_experts).
 """
 
 from __future__ import annotations

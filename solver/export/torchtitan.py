@@ -18,10 +18,14 @@ behaviour cited from the same release:
   in bf16 (enable_fsdp_float8_all_gather false), as cost/ prices them.
 - torchtitan's dense models are llama3 and qwen3, both SwiGLU with RMSNorm: a GELU model has no
   torchtitan model and is refused. A mixture-of-experts model without latent attention is
-  emitted as qwen3 with moe_enabled (every layer an MoE layer; Mixtral's shape is one, without
-  qk_norm); `parallelism.expert_parallel_degree` and `expert_tensor_parallel_degree` carry
-  ep and etp (_experts gives ParallelDims' bounds). Module names (`module_fqns_per_model_part`)
-  are llama3's and qwen3's: tok_embeddings, layers.<i>, norm, output.
+  emitted as llama4 (models/llama4: interleave_moe_layer_step = 1 makes every layer an MoE
+  layer; without auto_scale_hidden_dim the expert width is llama3's FeedForward rule; it
+  derives head_dim = dim / n_heads; pipelining_fn pipeline_llm), or as qwen3 with moe_enabled
+  (models/qwen3: its own head_dim, every layer MoE, but pipelining_fn None: pp = 1 only) where
+  a qwen3 flavor matches or the head width is not dim / n_heads (_moe_model).
+  `parallelism.expert_parallel_degree` and `expert_tensor_parallel_degree` carry ep and etp
+  (_experts gives ParallelDims' bounds). Module names (`module_fqns_per_model_part`) are
+  llama3's and llama4's: tok_embeddings, layers.<i>, norm, output.
 - `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
   `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
   floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
@@ -50,7 +54,7 @@ _LLAMA3_FLAVORS = {
     "405B": dict(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn=53248, vocab=128256),
 }
 
-# qwen3 MoE flavors of torchtitan (torchtitan/models/qwen3/__init__.py): every layer an MoE layer
+# qwen3 MoE flavors of torchtitan v0.2.0 (torchtitan/models/qwen3/__init__.py): every layer an MoE layer
 # of num_experts routed experts of width moe_inter_dim, top_k per token, no shared expert,
 # softmax routing; attention with head_dim per head and RMS-normed queries and keys (qk_norm)
 _QWEN3_MOE_FLAVORS = {
@@ -61,22 +65,43 @@ _QWEN3_MOE_FLAVORS = {
 }
 
 
-def _refuse_moe_shape(inst: Instance) -> None:
-    """torchtitan's MoE model without latent attention is qwen3's: every layer an MoE layer,
-    shared experts as whole experts of the routed width (MoEArgs.num_shared_experts)."""
-    moe = inst.model.moe
-    if moe is None:
-        return
+def _moe_model(m, pp: int) -> str:
+    """torchtitan's model for an MoE model without latent attention (module docstring): qwen3
+    where one of its flavors matches or the head width is not hidden / heads, else llama4;
+    refused where neither runs it. Both take shared experts as whole experts of the routed
+    width (MoEArgs.num_shared_experts: a FeedForward of num_shared_experts x the width)."""
+    moe = m.moe
     if moe.dense_layers:
         raise ExportRefused(
-            f"model {inst.model.name} has {moe.dense_layers} dense layers before its MoE layers:"
-            " torchtitan's qwen3 MoE model makes every layer an MoE layer (its deepseek_v3"
-            " model, which has dense layers, runs latent attention only)")
+            f"model {m.name} has {moe.dense_layers} dense layers before its MoE layers:"
+            " torchtitan's llama4 and qwen3 MoE models make every layer an MoE layer (or every"
+            " k-th: interleave_moe_layer_step), and its deepseek_v3 model, which has leading"
+            " dense layers, runs latent attention only")
     if moe.shared_ffn % moe.expert_ffn:
         raise ExportRefused(
-            f"model {inst.model.name}'s shared expert width {moe.shared_ffn} is not a multiple of"
-            f" the routed experts' {moe.expert_ffn}: torchtitan's MoEArgs.num_shared_experts"
-            " counts shared experts of the routed width")
+            f"model {m.name}'s shared expert width {moe.shared_ffn} is not a multiple of the"
+            f" routed experts' {moe.expert_ffn}: torchtitan's MoEArgs.num_shared_experts counts"
+            " shared experts of the routed width")
+    if m.head_dim * m.heads == m.hidden and (pp > 1 or _qwen3_flavor(m) is None):
+        return "llama4"
+    if pp > 1:
+        raise ExportRefused(
+            f"model {m.name} with pp = {pp}: its head width {m.head_dim} is not hidden / heads"
+            f" = {m.hidden // m.heads}, which torchtitan {TORCHTITAN_VERSION}'s llama4 model"
+            " derives, and its qwen3 model, which takes it, has no pipeline parallelism"
+            " (pipelining_fn None)", fix="plan with search: pp: [1], or export to megatron")
+    return "qwen3"
+
+
+def _qwen3_flavor(m) -> str | None:
+    moe = m.moe
+    for name, f in _QWEN3_MOE_FLAVORS.items():
+        if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["head_dim"], f["vocab"],
+                f["moe_inter_dim"], f["num_experts"], f["top_k"]) == (
+                m.hidden, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab, moe.expert_ffn,
+                moe.experts, moe.top_k) and not moe.shared_ffn:
+            return name
+    return None
 
 
 def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> int:
@@ -90,7 +115,8 @@ def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
     refuse_dualpipe(inst, Framework.TORCHTITAN)
     refuse_latent_attention(inst, Framework.TORCHTITAN)
-    _refuse_moe_shape(inst)
+    if inst.model.moe is not None:
+        _moe_model(inst.model, plan.pp)
     if inst.model.mlp is not Mlp.SWIGLU:
         raise ExportRefused(
             f"model {inst.model.name} uses a GELU MLP, and torchtitan {TORCHTITAN_VERSION} has no"
@@ -127,17 +153,18 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                             f" = {divisor} (ParallelDims.seq_len_divisor)")
     if d.plan.pp > 1 and d.plan.virtual_stages == 1 and d.plan.num_micro_batches < d.plan.pp:
         d.note("torchtitan's 1F1B schedule wants at least as many micro-batches as stages")
-    flavor = _flavor(m)
+    flavor = _flavor(m, d.plan.pp)
     if flavor is None:
-        where = ("Qwen3ModelArgs written in the file as qwen3 flavor \"{}\" (torchtitan/models/"
-                 "qwen3/__init__.py, qwen3_configs)" if m.moe is not None else
-                 "TransformerModelArgs written in the file as llama3 flavor \"{}\""
-                 " (torchtitan/models/llama3/__init__.py, llama3_args)")
-        d.note("model shape: torchtitan builds models from named flavors; register the "
-               + where.format(_CUSTOM))
+        name = _model_name(m, d.plan.pp)
+        args = "Qwen3ModelArgs" if name == "qwen3" else "TransformerModelArgs"
+        d.note(f"model shape: torchtitan builds models from named flavors; register the {args}"
+               f" written in the file as {name} flavor \"{_CUSTOM}\" (torchtitan/models/{name}/"
+               f"__init__.py, {name}_args)")
     if d.inst.job.precision is Precision.FP8 and m.moe is not None:
         d.deviate("fp8 precision with MoE layers: torchtitan's quantize.linear.float8 converts"
-                  " nn.Linear modules only, not the experts' grouped GEMMs; emitted bf16")
+                  " nn.Linear modules only, and float8 for the experts' grouped GEMMs"
+                  " (quantize.grouped_mm.float8) is a prototype needing torchao nightly, which"
+                  " paraplan does not price; emitted bf16")
         d.set_job(precision=Precision.BF16)
     if d.inst.job.precision is Precision.FP8:
         d.note("float8 linears need torchao installed beside torchtitan")
@@ -147,18 +174,16 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
 _CUSTOM = "paraplan"
 
 
-def _flavor(m) -> str | None:
-    """The named flavor of the model torchtitan builds for `m` (llama3 dense, qwen3 MoE), or
-    None: a flavor to register."""
+def _model_name(m, pp: int) -> str:
+    return "llama3" if m.moe is None else _moe_model(m, pp)
+
+
+def _flavor(m, pp: int) -> str | None:
+    """The named flavor of the model torchtitan builds for `m`, or None: a flavor to register
+    (no llama4 flavor of v0.2.0 is an every-layer MoE without a shared expert of llama3's
+    width rule, so MoE models on llama4 are always registered)."""
     if m.moe is not None:
-        moe = m.moe
-        for name, f in _QWEN3_MOE_FLAVORS.items():
-            if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["head_dim"], f["vocab"],
-                    f["moe_inter_dim"], f["num_experts"], f["top_k"]) == (
-                    m.hidden, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab, moe.expert_ffn,
-                    moe.experts, moe.top_k) and not moe.shared_ffn:
-                return name
-        return None
+        return _qwen3_flavor(m) if _model_name(m, pp) == "qwen3" else None
     for name, f in _LLAMA3_FLAVORS.items():
         if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["ffn"], f["vocab"]) == (
                 m.hidden, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab):
@@ -222,7 +247,7 @@ def _experts(d: Deviations) -> None:
     dropless_moe(d, "torchtitan's MoE layer routes every token (it has no capacity factor)")
     if moe.max_nodes_per_token is not None:
         d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing"
-                  " is not in torchtitan's qwen3 MoE model; emitted unrestricted routing")
+                  " is not in torchtitan's llama4 or qwen3 MoE models; emitted unrestricted routing")
         d.set_model(moe=replace(d.inst.model.moe, max_nodes_per_token=None))
     moe_note(d, "torchtitan's MoE layer also dispatches tokens by all-to-all over the ep ranks"
                 " and runs its experts as grouped GEMMs")
@@ -259,8 +284,8 @@ def _activation_checkpoint(d: Deviations) -> None:
 
 def render(inst: Instance, e: Emitted) -> str:
     m, p, job = e.inst.model, e.plan, e.inst.job
-    flavor = _flavor(m)
-    name = "llama3" if m.moe is None else "qwen3"
+    flavor = _flavor(m, p.pp)
+    name = _model_name(m, p.pp)
     model: list[tuple[str | None, object]] = [("name", name), ("flavor", flavor or _CUSTOM)]
     if job.precision is Precision.FP8:
         model.append(("converters", ["quantize.linear.float8"]))
@@ -288,8 +313,8 @@ def render(inst: Instance, e: Emitted) -> str:
                                " paraplan prices context parallelism"),
                         ("context_parallel_rotate_method", "alltoall")]
     if m.moe is not None:
-        parallelism += [(None, f"experts sharded over ep ranks; each expert split over etp (= tp"
-                               f" {p.tp} or 1)"),
+        parallelism += [(None, "routed experts sharded over ep ranks, each expert split over etp"
+                               " ranks (tp or 1)"),
                         ("expert_parallel_degree", p.ep),
                         ("expert_tensor_parallel_degree", p.expert_tp)]
     parallelism.append(("pipeline_parallel_degree", p.pp))
@@ -316,13 +341,25 @@ def render(inst: Instance, e: Emitted) -> str:
     ]
     if flavor is None and m.moe is not None:
         moe = m.moe
-        lines += ["#", "# Register this flavor in torchtitan/models/qwen3/__init__.py (qwen3_configs):",
-                  f'#   "{_CUSTOM}": Qwen3ModelArgs(vocab_size={m.vocab}, max_seq_len={m.seq_len},'
-                  f" head_dim={m.head_dim}, dim={m.hidden}, n_layers={m.layers}, n_heads={m.heads},"
-                  f" n_kv_heads={m.kv_heads}, qk_norm=False, hidden_dim={m.ffn}, moe_enabled=True,"
-                  f" moe_inter_dim={moe.expert_ffn}, moe_args=MoEArgs(num_experts={moe.experts},"
-                  f" num_shared_experts={moe.shared_ffn // moe.expert_ffn}, top_k={moe.top_k},"
-                  ' score_func="softmax", route_norm=True)),']
+        experts = (f"moe_args=MoEArgs(num_experts={moe.experts}, num_shared_experts="
+                   f'{moe.shared_ffn // moe.expert_ffn}, top_k={moe.top_k}, score_func="softmax",'
+                   " route_norm=True, score_before_experts=False)")
+        lines += ["#", f"# Register this flavor in torchtitan/models/{name}/__init__.py ({name}_args):"]
+        if name == "qwen3":
+            lines.append(f'#   "{_CUSTOM}": Qwen3ModelArgs(vocab_size={m.vocab}, max_seq_len={m.seq_len},'
+                         f" head_dim={m.head_dim}, dim={m.hidden}, n_layers={m.layers},"
+                         f" n_heads={m.heads}, n_kv_heads={m.kv_heads}, qk_norm=False,"
+                         f" hidden_dim={m.ffn}, moe_enabled=True, moe_inter_dim={moe.expert_ffn},"
+                         f" {experts}),")
+        else:
+            base = int(8 * m.hidden / 3)
+            mult = None if moe.expert_ffn >= base else moe.expert_ffn / base
+            assert llama3_ffn(m.hidden, mult, moe.expert_ffn) == moe.expert_ffn
+            lines.append(f'#   "{_CUSTOM}": TransformerModelArgs(dim={m.hidden}, n_layers={m.layers},'
+                         f" n_heads={m.heads}, n_kv_heads={m.kv_heads}, vocab_size={m.vocab},"
+                         f" ffn_dim_multiplier={mult!r}, multiple_of={moe.expert_ffn},"
+                         " interleave_moe_layer_step=1, auto_scale_hidden_dim=False,"
+                         f" {experts}),  # expert width {moe.expert_ffn}, every layer MoE")
     elif flavor is None:
         ffn_mult = None if m.ffn >= int(8 * m.hidden / 3) else m.ffn / int(8 * m.hidden / 3)
         assert llama3_ffn(m.hidden, ffn_mult, m.ffn) == m.ffn

@@ -61,7 +61,7 @@ def tiny_plan(**kw) -> Plan:
 
 # --- the bundled MoE plans ------------------------------------------------------------------
 
-def test_mixtral_exports_to_torchtitan_as_a_qwen3_moe_flavor(tmp_path, capsys):
+def test_mixtral_exports_to_torchtitan_as_a_llama4_moe_flavor(tmp_path, capsys):
     # golden plan: tp 1, pp 8 (4 layers each), dp 8, ep 1, micro-batch 1, 128 micro-batches,
     # ZeRO-1 (torchtitan has none: FSDP kept gathered, ZeRO-2, one deviation)
     code, out, err = export(capsys, golden_plan_file(tmp_path, MIXTRAL), "--to", "torchtitan", "--json")
@@ -69,15 +69,19 @@ def test_mixtral_exports_to_torchtitan_as_a_qwen3_moe_flavor(tmp_path, capsys):
     doc = json.loads(out)
     assert doc["will_not_run"] is None and doc["emitted"]["fits"]
     cfg = tomllib.loads(doc["config"])
-    assert cfg["model"] == {"name": "qwen3", "flavor": "paraplan"}
+    # head width 4096 / 32 = 128 = Mixtral's: torchtitan's llama4 model, which pipelines
+    assert cfg["model"] == {"name": "llama4", "flavor": "paraplan"}
     par = cfg["parallelism"]
     # local batch = micro-batch 1 x 128 micro-batches; FSDP over the 8 data-parallel ranks
     assert cfg["training"]["local_batch_size"] == 128
     assert (par["data_parallel_shard_degree"], par["pipeline_parallel_degree"]) == (8, 8)
     assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
-    # Mixtral's shape registered as a qwen3 MoE flavor: 8 experts of 14,336, top-2, no qk_norm
-    assert ("moe_inter_dim=14336, moe_args=MoEArgs(num_experts=8, num_shared_experts=0,"
-            " top_k=2") in doc["config"] and "qk_norm=False" in doc["config"]
+    # Mixtral's shape registered as a llama4 flavor: every layer MoE, 8 experts of 14,336
+    # (14,336 >= int(8 x 4096 / 3) = 10,922: no multiplier, rounded up to multiple_of 14,336),
+    # top-2
+    assert ("ffn_dim_multiplier=None, multiple_of=14336, interleave_moe_layer_step=1,"
+            " auto_scale_hidden_dim=False, moe_args=MoEArgs(num_experts=8, num_shared_experts=0,"
+            " top_k=2,") in doc["config"]
 
 
 def test_mixtral_exports_to_deepspeed_with_its_moe_layer_arguments(tmp_path, capsys):
@@ -94,28 +98,40 @@ def test_mixtral_exports_to_deepspeed_with_its_moe_layer_arguments(tmp_path, cap
                " drop_tokens=False, enable_expert_tensor_parallelism=False)" in n for n in doc["notes"])
 
 
-@pytest.mark.parametrize("to", ["torchtitan", "deepspeed"])
-def test_qwen3_is_refused_by_the_gate_and_written_under_force_with_its_degrees(to, tmp_path, capsys):
-    # golden plan: tp 1, cp 2, dp 8, ep 8, pp 16. torchtitan: ep borrows every cp rank and
-    # part of dp_shard: 8 % cp 2 = 0 and dp_shard 8 x cp 2 = 16 is a multiple of 8, so the
-    # degrees are emitted as planned; ZeRO-1 -> FSDP ZeRO-2 makes it more than 5% slower.
-    # DeepSpeed: cp folded into dp (16), ep 8 divides 16; over 80 GiB and slower.
+def test_qwen3_with_pipeline_stages_is_refused_by_torchtitan(tmp_path, capsys):
+    # golden plan pp 16; head width 128 != 4096 / 64 = 64, which llama4 derives, and
+    # torchtitan 0.2's qwen3 model (its own head_dim) has no pipelining
+    code, out, err = export(capsys, golden_plan_file(tmp_path, QWEN3), "--to", "torchtitan", "--force")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "pp = 16" in err and "head width 128 is not hidden / heads = 64" in err
+
+
+def test_qwen3_without_pipeline_stages_is_torchtitans_named_qwen3_flavor():
+    # pp 1, dp 256, ep 8 (etp = tp = 1: 8 | dp_shard 256): the 235B-A22B flavor of
+    # torchtitan/models/qwen3 (4096 wide, 94 layers, 64 / 4 heads of 128, 128 experts of 1,536,
+    # top-8), no registration needed
+    inst = load_instance(ROOT / QWEN3)
+    p = Plan(tp=1, pp=1, dp=256, ep=8, micro_batch=1, num_micro_batches=4, zero=1,
+             layers_per_stage=(94,), full_recompute_layers=(0,))
+    res = to_torchtitan(inst, p)
+    cfg = tomllib.loads(res.text)
+    assert cfg["model"] == {"name": "qwen3", "flavor": "235B-A22B"}
+    assert "Register" not in res.text
+    assert (cfg["parallelism"]["expert_parallel_degree"], cfg["parallelism"]["data_parallel_shard_degree"]) == (8, 256)
+
+
+def test_qwen3_is_refused_by_deepspeeds_gate_and_written_under_force(tmp_path, capsys):
+    # golden plan: tp 1, cp 2, dp 8, ep 8, pp 16. DeepSpeed has no ring cp: cp folded into
+    # dp (16), ep 8 divides 16, emitted; predicted over 80 GiB and more than 5% slower
     path = golden_plan_file(tmp_path, QWEN3)
-    code, out, err = export(capsys, path, "--to", to)
+    code, out, err = export(capsys, path, "--to", "deepspeed")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "will not run as planned" in err and "more than 5% slower" in err
-    code, out, err = export(capsys, path, "--to", to, "--json", "--force")
+    code, out, err = export(capsys, path, "--to", "deepspeed", "--json", "--force")
     assert code == 0
     doc = json.loads(out)
     assert doc["will_not_run"] and doc["emitted"]["iter_time_s"] > 1.05 * doc["plan"]["iter_time_s"]
-    if to == "torchtitan":
-        cfg = tomllib.loads(doc["config"])
-        assert cfg["model"] == {"name": "qwen3", "flavor": "235B-A22B"}
-        par = cfg["parallelism"]
-        assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"],
-                par["context_parallel_degree"], par["data_parallel_shard_degree"]) == (8, 1, 2, 8)
-    else:
-        assert any("ep_size=8, k=8" in n for n in doc["notes"])
+    assert any("ep_size=8, k=8" in n for n in doc["notes"])
 
 
 @pytest.mark.parametrize("instance", DEEPSEEK)
@@ -146,6 +162,28 @@ def test_torchtitan_expert_degrees_within_parallel_dims_bounds(tp, etp, ep, dp, 
         return
     cfg = tomllib.loads(to_torchtitan(TINY_MOE, p).text)["parallelism"]
     assert (cfg["expert_parallel_degree"], cfg["expert_tensor_parallel_degree"]) == (ep, etp)
+
+
+def test_an_moe_model_with_its_own_head_width_is_registered_as_qwen3_at_pp_1():
+    # tiny MoE with 16 heads of 128 on a 1,024-wide model (1,024 / 16 = 64, not 128): llama4
+    # cannot build it, qwen3 can (without pipelining): a Qwen3ModelArgs registration with
+    # head_dim 128 and moe_inter_dim 2,048
+    inst = replace(TINY_MOE, model=replace(TINY_MOE.model, attention_head_dim=128))
+    res = to_torchtitan(inst, tiny_plan(ep=4))
+    assert tomllib.loads(res.text)["model"] == {"name": "qwen3", "flavor": "paraplan"}
+    assert "head_dim=128, dim=1024" in res.text and "moe_inter_dim=2048" in res.text
+    with pytest.raises(ExportRefused, match="no pipeline parallelism"):
+        to_torchtitan(inst, tiny_plan(ep=4, pp=2, dp=4, num_micro_batches=8,
+                                      layers_per_stage=(4, 4), full_recompute_layers=(0, 0)))
+
+
+def test_a_narrow_expert_is_written_with_llama4s_width_rule():
+    # tiny MoE, hidden 1,024: llama4's unscaled MoE width is int(mult x int(8 x 1024 / 3))
+    # = int(mult x 2730) rounded up to multiple_of; with multiple_of 2048 and mult = 2048 / 2730
+    # that is 2047 or 2048 (float rounding), rounded up to 2048, the expert width
+    res = to_torchtitan(TINY_MOE, tiny_plan(ep=4))
+    assert tomllib.loads(res.text)["model"]["name"] == "llama4"
+    assert f"ffn_dim_multiplier={2048 / 2730!r}, multiple_of=2048," in res.text
 
 
 def test_torchtitan_has_no_etp_between_1_and_tp():
