@@ -204,7 +204,8 @@ def refuse_latent_attention(inst: Instance, target: Framework) -> None:
     if inst.model.mla is not None:
         raise ExportRefused(
             f"model {inst.model.name} has multi-head latent attention: paraplan prices it as"
-            f" Megatron-core runs it and exports it only to megatron, not {target.value}")
+            f" Megatron-core runs it and exports it only to megatron, not {target.value}",
+            fix="export it to megatron")
 
 
 def moe_note(d: Deviations, how: str) -> None:
