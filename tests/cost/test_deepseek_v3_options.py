@@ -247,7 +247,7 @@ def test_plan_plans_dualpipe_other_planning_commands_refuse_it_and_simulate_pric
     raw["job"].update(pipeline_schedule="dualpipe", moe_dispatcher="deepep")
     raw["model"]["moe"]["max_nodes_per_token"] = 4
     path = _write(tmp_path, raw)
-    out = _cli("report", path)  # the 1F1B formulations' commands: one line, exit 2
+    out = _cli("partition", path, "--tp", "8")  # the 1F1B formulations' commands: one line, exit 2
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "job.pipeline_schedule" in out.stderr and "paraplan plan" in out.stderr
     out = _cli("plan", path, "--json")
