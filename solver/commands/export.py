@@ -123,8 +123,10 @@ def _why(inst, e) -> str:
 
 
 def _replan(inst, to: str) -> str:
-    if inst.job.framework.value != to:
+    if inst.job.framework.value != to and inst.model.moe is None:
         return f"plan for {to} (job.framework: {to})"
+    if inst.job.framework.value != to:  # the loader prices experts as Megatron-core runs them only
+        return "export it to megatron, which the plan's experts were priced for"
     return f"plan without the settings {to} cannot run (--force lists them)"
 
 

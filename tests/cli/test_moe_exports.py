@@ -127,6 +127,9 @@ def test_qwen3_is_refused_by_deepspeeds_gate_and_written_under_force(tmp_path, c
     code, out, err = export(capsys, path, "--to", "deepspeed")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "will not run as planned" in err and "more than 5% slower" in err
+    # the fix cannot be "plan for deepspeed": the loader prices experts only as Megatron-core
+    # runs them (an MoE job with another framework is refused), so it points back to megatron
+    assert "export it to megatron" in err and "job.framework: deepspeed" not in err
     code, out, err = export(capsys, path, "--to", "deepspeed", "--json", "--force")
     assert code == 0
     doc = json.loads(out)
