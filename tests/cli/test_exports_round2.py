@@ -19,30 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paraplan.cost.loader import load_instance, plan_file_mapping, plan_from_mapping
+from export_support import GOLDENS, ROOT, export, golden_plan_file
 from paraplan.solver.commands.cli import main
 from paraplan.solver.export import MAX_SLOWDOWN
-
-ROOT = Path(__file__).resolve().parents[2]
-GOLDENS = json.loads((ROOT / "tests" / "goldens" / "bundled.json").read_text())
 # the one-group instances: a mixed cluster's plan is refused before any exporter (below)
 BUNDLED = sorted(k.split(":")[0] for k in GOLDENS if "/hetero/" not in k)
 TARGETS = ("megatron", "torchtitan", "deepspeed")
-
-
-def golden_plan_file(tmp_path: Path, instance: str) -> Path:
-    """The golden plan of a bundled instance, as `paraplan plan -o` writes it (with its instance)."""
-    inst = load_instance(ROOT / instance)
-    plan = plan_from_mapping(GOLDENS[f"{instance}:nominal"]["plan"], inst)
-    path = tmp_path / Path(instance).name
-    path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan), sort_keys=False))
-    return path
-
-
-def export(capsys, *argv) -> tuple[int, str, str]:
-    code = main(["export", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- no export that exits 0 hands over what paraplan predicts will not run ---------------------

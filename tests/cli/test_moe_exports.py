@@ -13,19 +13,13 @@ from __future__ import annotations
 import json
 import tomllib
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-import yaml
-
-from paraplan.cost.loader import load_instance, plan_file_mapping, plan_from_mapping
+from export_support import GOLDENS, ROOT, export, golden_plan_file
+from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Mlp, MoeSpec, Plan
-from paraplan.solver.commands.cli import main
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_torchtitan
-
-ROOT = Path(__file__).resolve().parents[2]
-GOLDENS = json.loads((ROOT / "tests" / "goldens" / "bundled.json").read_text())
 MIXTRAL = "instances/mixtral-8x7b-64xH100.yaml"
 QWEN3 = "instances/qwen3-235b-a22b-256xH100.yaml"
 DEEPSEEK = ("instances/deepseek-v3-shaped-2048xH800.yaml", "instances/deepseek-v3-shaped-1152xGB200.yaml")
@@ -35,21 +29,6 @@ DEEPSEEK = ("instances/deepseek-v3-shaped-2048xH800.yaml", "instances/deepseek-v
 _TINY = load_instance(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
 TINY_MOE = replace(_TINY, model=replace(_TINY.model, mlp=Mlp.SWIGLU,
                                         moe=MoeSpec(experts=8, top_k=2, expert_ffn=2048)))
-
-
-def golden_plan_file(tmp_path: Path, instance: str) -> Path:
-    """The golden plan of a bundled instance, as `paraplan plan -o` writes it (with its instance)."""
-    inst = load_instance(ROOT / instance)
-    plan = plan_from_mapping(GOLDENS[f"{instance}:nominal"]["plan"], inst)
-    path = tmp_path / Path(instance).name
-    path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan), sort_keys=False))
-    return path
-
-
-def export(capsys, *argv) -> tuple[int, str, str]:
-    code = main(["export", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def tiny_plan(**kw) -> Plan:

@@ -1,0 +1,28 @@
+"""What the export tests share: a bundled instance's golden plan as a plan file, and one
+`paraplan export` call with its output."""
+
+import json
+from pathlib import Path
+
+import yaml
+
+from paraplan.cost.loader import load_instance, plan_file_mapping, plan_from_mapping
+from paraplan.solver.commands.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDENS = json.loads((ROOT / "tests" / "goldens" / "bundled.json").read_text())
+
+
+def golden_plan_file(tmp_path: Path, instance: str) -> Path:
+    """The golden plan of a bundled instance, as `paraplan plan -o` writes it (with its instance)."""
+    inst = load_instance(ROOT / instance)
+    plan = plan_from_mapping(GOLDENS[f"{instance}:nominal"]["plan"], inst)
+    path = tmp_path / Path(instance).name
+    path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan), sort_keys=False))
+    return path
+
+
+def export(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["export", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
