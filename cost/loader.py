@@ -107,6 +107,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       mixed_families: false          # group format: a pipeline across groups beside replica
                                      #   classes on the GPUs it leaves
       memory_reserve_gib: 0          # kept free on every GPU
+      objective: p90                 # what the planner minimises: mean (the predicted time) or
+                                     #   pNN, its NN-th percentile under the model's out-of-
+                                     #   sample error (cost/trust.py; README)
 
 A `search:` value that the instance's shape can never run (cost/space_rules.py: tp=3 with 16
 heads, tp beyond a node without tp_across_nodes, pp above the layers, a cp that does not divide
@@ -178,6 +181,7 @@ import yaml
 
 from paraplan.cost import units
 from paraplan.cost.dualpipe import schedule_problem
+from paraplan.cost.objective import parse_objective
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import framework_refusal
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
@@ -229,7 +233,7 @@ _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "seque
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group", "idle_gpus",
-                "mixed_families", "memory_reserve_gib", "tensor_partitions", "ep", "etp")
+                "mixed_families", "memory_reserve_gib", "tensor_partitions", "ep", "etp", "objective")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
 
@@ -923,6 +927,13 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     if sec.has("memory_reserve_gib"):
         kw["memory_reserve_bytes"] = units.gib_to_bytes(
             sec.number("memory_reserve_gib"))
+    if sec.has("objective"):
+        kw["objective"] = sec.string("objective")
+        try:
+            parse_objective(kw["objective"])
+        except ValueError:
+            raise sec.error("objective", f"{kw['objective']!r} is not an objective",
+                            "write mean (the predicted time) or pNN with NN in 1..99, e.g. p90") from None
     if sec.has("tensor_partitions"):
         allowed = ("megatron", "spatial_temporal")
         kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
