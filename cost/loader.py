@@ -183,7 +183,7 @@ from paraplan.cost import units
 from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.framework_rules import framework_refusal
+from paraplan.cost.framework_rules import framework_refusal, unpriced_reason
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
@@ -1336,6 +1336,12 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
         )
         plan.check_against(inst)
+    # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
+    # refused as the plan is read, so simulate, memory, compare, report and export all refuse it
+    unpriced = unpriced_reason(plan.zero, plan.pp)
+    if unpriced:
+        raise sec.error("zero", unpriced.split(";")[0],
+                        "use zero 0 or 1 with pp > 1, or pp 1 (or plan the instance: the planner never proposes it)")
     return plan
 
 

@@ -80,7 +80,7 @@ SCHEMAS: dict[str, dict] = {
                "stages": [{"stage": INT, "total_bytes": NUM,
                            "categories_bytes": {k: NUM for k in MEM_CATEGORIES}}]},
     "compare": {"status": STR, "faster": (STR, "null"), "speedup": NUM,
-                "plans": [{"file": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN,
+                "plans": [{"file": STR, "iter_time_s": NUM, "interval_s": INTERVAL, "breakdown": BREAKDOWN,
                            "train_cost": (TRAIN_COST, "null")}],
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }

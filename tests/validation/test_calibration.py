@@ -180,7 +180,7 @@ def test_every_bundled_row_states_what_it_ran():
 
 def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
     # cost/framework_rules.unpriced_reason: ZeRO-2/3 with pp > 1 has no memory model here, so
-    # `simulate` refuses the plan in one line (exit 2) and `accuracy` reports such a row as not
+    # every command that reads the plan refuses it in one line (exit 2) and `accuracy` reports such a row as not
     # modelled instead of predicting it. The tiny instance's optimum is zero 3, pp 1, dp 8; the
     # same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the refused one.
     import yaml as _yaml
@@ -194,8 +194,13 @@ def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
                        full_recompute_layers=[0, 0])
     plan_path.write_text(_yaml.safe_dump(doc))
     capsys.readouterr()
-    assert main(["simulate", str(inst), "--plan", str(plan_path)]) == 2
-    assert "inside a pipeline is not priced" in capsys.readouterr().err
+    # refused as the plan is read: by every command that reads one
+    for argv in (["simulate", str(inst), "--plan", str(plan_path)], ["memory", str(inst), "--plan", str(plan_path)],
+                 ["compare", str(plan_path), str(plan_path), "--instance", str(inst)],
+                 ["export", str(plan_path), "--to", "torchtitan"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "inside a pipeline is not priced" in err and err.count("\n") == 1, (argv, err)
     row = _unknown_source_row("full")
     row["config"] = dict(row["config"], zero=3)
     (res,) = predict_rows([row])
