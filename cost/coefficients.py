@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost import comm, memory, moe
+from paraplan.cost import comm, memory, moe, scale
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, recompute_regather_params,
                                       recompute_stops_early)
@@ -709,9 +709,11 @@ def layer_time_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency 
     backward and the slowdown of what they overlap, without ZeRO-3's gathers and
     reduce-scatters (the only layer-time terms that read site.dp_link, each >= 0). The
     planner bounds a configuration with it before pricing its placement
-    (solver/bounds/unpriced.floor_bounds_s)."""
+    (solver/bounds/unpriced.floor_bounds_s). Both wait for the slowest of the job's ranks
+    (build); an instance of one group of a mixed cluster counts fewer ranks, a lower wait."""
     lt = layer_fn(inst, o, site, net)
-    return lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)
+    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
+    return (lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)) * (1 + slow)
 
 
 def dense_prefix_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency(),
@@ -1035,16 +1037,25 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_parts.add("dense_prefix", {0: dense_prefix_s})
         stage_time[0] += dense_prefix_s
         stage_sync[0] += d * (dense.layer_sync - layer_sync[0])  # (no all-to-all to unhide)
+    # Every barrier (tp collectives, pipeline hand-offs, the gradient reduction) waits for the
+    # slowest of the job's ranks, which chain the whole job: each micro-batch's work lasts
+    # (1 + slow) times the mean rank's (cost/scale.py prices slow from the per-rank jitter)
+    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
+    if slow:
+        stage_parts.add("slowest_rank", slow * stage_time)
+        stage_time = stage_time * (1 + slow)
     # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
     first = per_stage[0]
+    layer_parts = dict(first.parts, slowest_rank=slow * first.layer_time) if slow else first.parts
     return StageCoefficients(
         outer=o, layers=m.layers,
-        layer_time_s=col("layer_time"), recompute_time_s=col("recompute_time"), stage_time_s=stage_time,
+        layer_time_s=col("layer_time") * (1 + slow), recompute_time_s=col("recompute_time") * (1 + slow),
+        stage_time_s=stage_time,
         layer_sync_time_s=layer_sync, stage_sync_time_s=stage_sync,
         layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
         capacity_bytes=capacity,
-        layer_parts=first.parts, recompute_parts={"recompute": first.recompute_time},
+        layer_parts=layer_parts, recompute_parts={"recompute": first.recompute_time * (1 + slow)},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
         first_chunk_min_layers=min_chunk, stage_act_bytes=stage_act, stage_state_bytes=stage_state,
     )

@@ -56,12 +56,18 @@ class NetEfficiency:
         runs slower: 18.9% on average (up to 40%) over GPT and Llama workloads on A100 and H100
         (Lee et al. 2025, arXiv 2507.03114, "Characterizing compute-communication overlap").
     call_latency_s: NCCL's fixed latency per collective call (tuning.cc, ring, Simple: 8.4 us).
+    rank_jitter_rel: the relative standard deviation of one rank's step time about the mean
+        rank's, which makes a job wait for its slowest rank (cost/scale.py): GPUs of one SKU
+        differ by 8% on average (up to 22%) across a cluster of hundreds to 27,648 GPUs (Sinha
+        et al., SC'22, arXiv 2208.11035), sigma 1.0-1.4%; 1.2%, the middle, not fitted
+        (cost/fit.py says what fitting it gave).
     """
 
     intra_node: float = 0.80
     inter_node: float = 0.95
     overlap_slowdown: float = 0.19
     call_latency_s: float = NCCL_CALL_LATENCY_S
+    rank_jitter_rel: float = 0.012
 
 
 def _tree_depth_latency_s(cluster: ClusterSpec, per_node: int, nodes: int) -> float:

@@ -13,14 +13,13 @@ Start: each fold is fitted from UNFITTED (the catalogue's documented default for
 published rows, cost/gpus.yaml), never from the published fit: the coordinate search is local,
 and started at the published values (fitted on every row, the left-out ones included) it stays
 there, which turned a fold's "out-of-sample" prediction into the in-sample one (tried: 5.6%
-instead of 6.9%, coverage 89% instead of 79%). From the defaults the search is slightly worse
-than the published fit's history (0.0553 against 0.0539 on all rows), so these figures lean
-pessimistic, never optimistic. A parameter the fold cannot fit (a die left with fewer than 5
+instead of 6.9%, coverage 89% instead of 79%). A parameter the fold cannot fit (a die left with fewer than 5
 rows) keeps its unfitted default. The global matmul_half_flops is profiled over its whole range
-in every fit (cost/fit.py), so its start does not matter.
+in every fit (cost/fit.py), so its start does not matter. The published values in cost/gpus.yaml
+were fitted the same way (from UNFITTED, CV_SWEEPS sweeps) on all rows.
 
 The result is stored in cost/published/crossval.yaml (`paraplan accuracy --cv --write`, about
-15-20 s per family on one core) with the in-sample prediction of every row beside it: when the
+30-40 s per family on one core) with the in-sample prediction of every row beside it: when the
 cost model changes, those no longer match and the file is stale (tests/validation checks it).
 """
 
@@ -42,7 +41,7 @@ CROSSVAL_FILE = PUBLISHED_DIR / "crossval.yaml"
 # cost/gpus.yaml gives a die that no published row calibrates (0.75 / 0.7 / 0.4; FP8 0.6)
 FITTED_PER_DIE = ("matmul_eff_max", "memory_eff", "attention_eff", "fp8_matmul_eff_max")
 UNFITTED = {f.name: f.default for f in fields(GpuSpec) if f.name in FITTED_PER_DIE}
-CV_SWEEPS = 4  # coordinate-search sweeps after the profile, as the published fit (cost/fit.py)
+CV_SWEEPS = 6  # coordinate-search sweeps after the profile, as the published fit (cost/fit.py)
 
 
 def unfitted_catalogue(catalogue: Catalogue) -> Catalogue:

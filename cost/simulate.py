@@ -73,8 +73,8 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     k = int(np.argmax(t))
     exposed = {name: m * n[k] * val for name, val in c.layer_parts.items()}
     exposed["recompute"] = m * r[k] * c.recompute_time_s[k]
-    for name, val in c.stage_parts[k].items():
-        exposed[name] = m * val
+    for name, val in c.stage_parts[k].items():  # (slowest_rank: a layer part and a stage part)
+        exposed[name] = exposed.get(name, 0.0) + m * val
     exposed["pipeline_bubble"] = float(t.sum() - t[k]) / v
     exposed["grad_sync_and_optimizer"] = float(d.max())
     exposed = {key: float(val) for key, val in exposed.items()}

@@ -19,6 +19,9 @@ from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, loa
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec, Outer
 
+# the layer formulas alone, without the wait for the slowest rank (tests/cost/test_scale.py)
+NO_WAIT = NetEfficiency(rank_jitter_rel=0.0)
+
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 MIXTRAL = INSTANCES / "mixtral-8x7b-64xH100.yaml"
 
@@ -101,11 +104,14 @@ def test_experts_per_rank_pay_the_per_gemm_cost():
     # experts' GEMMs of 1/8 the size instead of one expert's. The matmul curve charges
     # matmul_half_flops / (peak * eff_max) per call, so ep = 1 pays 7 experts x 3 GEMMs more
     # per forward and twice that in backward: 63 calls. Router, permutation and activation
-    # passes are the same.
+    # passes are the same. Two sequences per micro-batch: 2,048 routed copies per expert at
+    # ep = 1, so each expert's weight-gradient GEMM (2 x 2048 x 4096 x 14336 FLOPs, 0.37 ms on
+    # H100) outlasts its fp32 main-gradient accumulation (8 bytes x 58.7 M weights = 0.47 GB,
+    # 0.20 ms at 3.35 TB/s x 0.71): every expert GEMM is FLOP-bound on both sides.
     inst = mixtral()
     inst = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, imbalance=1.0)))
     gpu = inst.cluster.gpu
-    o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
+    o = Outer(tp=1, pp=1, dp=64, micro_batch=2, num_micro_batches=8, zero=1, ep=8)
     one = coefficients.build(inst, replace(o, ep=1))
     eight = coefficients.build(inst, o)
     per_call = gpu.matmul_half_flops / (gpu.peak_flops_per_s * gpu.matmul_eff_max)
@@ -260,11 +266,11 @@ def test_dense_prefix_is_priced_as_dense_layers_on_the_first_stage():
     # layer (moe = None) and the all-MoE model's layer: time, sync and memory.
     inst = mixtral()
     o = Outer(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=64, zero=1, ep=8)
-    allmoe = coefficients.build(inst, o)
+    allmoe = coefficients.build(inst, o, NO_WAIT)
     pre = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, dense_layers=3)))
-    c = coefficients.build(pre, o)
+    c = coefficients.build(pre, o, NO_WAIT)
     # the dense layer as a dense model prices it (its gradients over all 16 dp ranks, ep = 1)
-    dense = coefficients.build(replace(inst, model=replace(inst.model, moe=None)), replace(o, ep=1))
+    dense = coefficients.build(replace(inst, model=replace(inst.model, moe=None)), replace(o, ep=1), NO_WAIT)
     assert c.first_chunk_min_layers == 3 and allmoe.first_chunk_min_layers == 1
     dt = 3 * (dense.layer_time_s[0] - allmoe.layer_time_s[0])
     assert dt < 0  # a dense layer has no router, permutation or all-to-all
@@ -330,8 +336,8 @@ def test_a2a_overlap_hides_the_all_to_alls_behind_the_paired_compute():
     # longer than its data-parallel gradient reduction, which therefore hides in both.
     inst = mixtral()
     o = Outer(tp=1, pp=1, dp=64, micro_batch=2, num_micro_batches=8, zero=1, ep=8)
-    off = coefficients.build(inst, o)
-    on = coefficients.build(_overlapped(inst), o)
+    off = coefficients.build(inst, o, NO_WAIT)
+    on = coefficients.build(_overlapped(inst), o, NO_WAIT)
     a = off.layer_parts["ep_a2a"]
     assert 0 < a < off.layer_parts["compute"]
     kappa, f = NetEfficiency().overlap_slowdown, COMBINED_1F1B_HIDDEN_FRACTION
@@ -432,7 +438,7 @@ def test_shared_expert_overlap_hides_the_all_to_alls_behind_the_shared_mlp():
     inst = _shared(mixtral(), shared_ffn=14336)
     on_job = replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True))
     o = Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8)
-    off, on = coefficients.build(inst, o), coefficients.build(on_job, o)
+    off, on = coefficients.build(inst, o, NO_WAIT), coefficients.build(on_job, o, NO_WAIT)
     gpu = inst.cluster.gpu
     one = 481_036_337_152
     assert 2 * 4096 * 4096 * 14336 == one
@@ -459,7 +465,7 @@ def test_shared_expert_overlap_shows_what_the_shared_mlp_cannot_cover():
     inst = _shared(mixtral(), experts=64, expert_ffn=1024, shared_ffn=256)
     on_job = replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True))
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=64)
-    off, on = coefficients.build(inst, o), coefficients.build(on_job, o)
+    off, on = coefficients.build(inst, o, NO_WAIT), coefficients.build(on_job, o, NO_WAIT)
     sh_f, sh_b = moe.shared_mlp_times_s(inst.model, o, inst.cluster.gpu, coefficients.matmul_time_s)
     a = off.layer_parts["ep_a2a"]
     assert a / 2 > sh_b

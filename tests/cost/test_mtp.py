@@ -13,6 +13,7 @@ from agreement_support import assert_backends_agree_with_exhaustive
 from randinst import random_instance
 
 from paraplan.cost import coefficients
+from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import expert_params, layer_params, model_params, output_params
 from paraplan.cost.hf_config import model_from_hf_config
 from paraplan.cost.loader import load_instance
@@ -53,7 +54,8 @@ def test_the_last_stage_runs_one_more_layer_and_head_per_depth():
     # is memory-bound passes over h-wide activations: between 0 and half a layer's time.
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
     o = Outer(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8)
-    base, mtp = coefficients.build(inst, o), coefficients.build(with_mtp(inst, 2), o)
+    no_wait = NetEfficiency(rank_jitter_rel=0.0)  # the stage parts alone (test_scale.py)
+    base, mtp = coefficients.build(inst, o, no_wait), coefficients.build(with_mtp(inst, 2), o, no_wait)
     extra = mtp.stage_parts[1]["mtp"]
     per_depth = extra / 2
     layer, head = mtp.layer_time_s[1], base.stage_parts[1]["output_layer"]
