@@ -100,9 +100,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       uniform_split: false           # true: only the even layer split
       tp_across_nodes: false
       tp_per_group: true             # mixed clusters: a pipeline across node groups may run a
-                                     #   tp per group (solver/hetero_space.py)
+                                     #   tp per group (solver/space.py)
       classes_per_group: 1           # group format: replica classes one node group may host
-                                     #   (1 to 4; solver/hetero_space.py)
+                                     #   (1 to 4; solver/space.py)
       idle_gpus: false               # group format: a used group may leave GPUs idle
       mixed_families: false          # group format: a pipeline across groups beside replica
                                      #   classes on the GPUs it leaves
@@ -182,7 +182,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import framework_refusal
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
-from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
+from paraplan.cost.space_rules import groups_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
                         Recompute, RecomputeModule, SearchSpace)
@@ -781,7 +781,7 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
 
 
 def _no_groups(data: Any, path: str) -> Any:
-    """A heterogeneous cluster (cost/hetero_loader.py) here would fail on its first unknown
+    """A heterogeneous cluster (cost/groups_loader.py) here would fail on its first unknown
     key; say what it is and where it can go instead."""
     if isinstance(data, dict) and isinstance(data.get("cluster"), dict) and "groups" in data["cluster"]:
         raise InstanceError(path, "cluster.groups",
@@ -1329,7 +1329,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
 
 
 def is_group_plan_mapping(data: Any) -> bool:
-    """A plan mapping (bare or as a plan file) in the group format (cost/hetero_loader.py): it
+    """A plan mapping (bare or as a plan file) in the group format (cost/groups_loader.py): it
     lists replica classes."""
     if isinstance(data, dict) and isinstance(data.get("plan"), dict):
         data = data["plan"]
@@ -1536,9 +1536,9 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     with config_errors_as(source, "search", "narrow the search space to valid values"):
         space = replace(inst.search, **fields)
     given = frozenset(raw)
-    groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/hetero_specs.py)
+    groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/plan_specs.py)
     refusal = (search_refusal(space, inst.model, inst.cluster, inst.job, given) if groups is None
-               else hetero_search_refusal(space, inst.model, [g.cluster for g in groups], given,
+               else groups_search_refusal(space, inst.model, [g.cluster for g in groups], given,
                                           inst.job.attention is Attention.FLASH))
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)

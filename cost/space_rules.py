@@ -11,13 +11,13 @@ instance and the other keys' admissible values. Values the defaults bring in are
 space, never refused; a space that is empty only through a combination of individually possible
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
-Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no uniform_split: listing
-it there is refused instead of dropped (hetero_search_refusal). `mixed_families` needs two node
+Mixed clusters (cost/groups_loader.py, solver/space.py) have no uniform_split: listing
+it there is refused instead of dropped (groups_search_refusal). `mixed_families` needs two node
 groups, so a one-group cluster refuses it, in either file format.
 
 `several_classes` says when a homogeneous file's search asks for plans only the group format
 holds (several replica classes on its one group, or GPUs left idle): the commands then plan it as
-the one-group cluster it is (solver/commands/hetero.group_route).
+the one-group cluster it is (solver/commands/groups.group_route).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ MIXED_FAMILIES_ONE_GROUP = Refusal(
 
 def several_classes(space: SearchSpace) -> bool:
     """The space holds plans of more than one replica class, or leaving GPUs idle: plans written
-    in the group format (cost/hetero_loader.py) even on a one-group cluster."""
+    in the group format (cost/groups_loader.py) even on a one-group cluster."""
     return space.classes_per_group > 1 or space.idle_gpus
 
 
@@ -109,7 +109,7 @@ def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int) -> l
     context-parallel group): the listed values (default: every divisor of the expert count)
     that divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py;
     on a mixed cluster inside one replica class's, so `ranks` is then the gcd of the classes').
-    A dense model runs ep = 1 only. The one rule solver/hetero_space.py uses (expert_layouts)."""
+    A dense model runs ep = 1 only. The one rule solver/space.py uses (expert_layouts)."""
     if model.moe is None:
         return [1]
     vals = listed if listed is not None else _divisors(model.moe.experts)
@@ -329,7 +329,7 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
     return None
 
 
-def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
+def groups_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
                           given: frozenset[str], flash: bool = True) -> Refusal | None:
     """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
 

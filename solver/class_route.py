@@ -3,9 +3,9 @@
 The one-group class space is the homogeneous space, and gives the optimum and plan the
 homogeneous planner gave (tests/goldens: the bundled instances' optima and plans frozen from
 it), so `paraplan plan` (and --top, --sensitivity, verify, report, sweep, bench and the API)
-plans a homogeneous instance through solver/hetero_planner.py: dense and mixture-of-experts
+plans a homogeneous instance through solver/search.py: dense and mixture-of-experts
 models alike (the class space has ep > 1 and prices a dense prefix as dense layers), on any
-number of threads (`--threads` N solves N configurations at once, plan_hetero). The
+number of threads (`--threads` N solves N configurations at once, search). The
 homogeneous planner it replaced is deleted; this module turns the class result back into the
 homogeneous result record (`PlanResult`).
 
@@ -24,12 +24,12 @@ import time
 from dataclasses import fields
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_flat_plan, as_one_group
 from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.solver import partition_plans
-from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import dualpipe_job, one_group_outers
+from paraplan.solver.search import search
+from paraplan.solver.space import dualpipe_job, one_group_outers
 from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, SearchAccount, check_resimulation,
                                      coefficient_table, dualpipe_infeasible_reason, infeasible_reason)
 
@@ -38,7 +38,7 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
          progress=None) -> PlanResult:
     """The optimal plan of a homogeneous instance over its declared space, by the class planner:
     backend "dp" solves each configuration that can still win by the exact split DP with the
-    incumbent as cutoff (hetero_planner._lone_dp: one class on one network), "cpsat" and "milp"
+    incumbent as cutoff (search._lone_dp: one class on one network), "cpsat" and "milp"
     by the multi-class formulations."""
     if not (time_limit_s > 0 and math.isfinite(time_limit_s)) or threads < 1:
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
@@ -46,11 +46,11 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
         key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
         raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
                             " idle GPUs are group-format plans, which this one-class result cannot hold",
-                            "plan it as its one group: api.plan_hetero(homogeneous_as_hetero(inst))"
+                            "plan it as its one group: api.search(as_one_group(inst))"
                             " (what `paraplan plan` does)")
-    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
+    het = search(as_one_group(inst), backend, time_limit_s, progress=progress,
                       threads=threads)
-    p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)
+    p = None if het.plan is None else as_flat_plan(het.plan)
     outers, plans = het.outer_configs, het.plans_total
     if partition_plans.enabled(inst):  # a homogeneous plan counts (outer, layer plan) pairs
         outers = sum(partition_plans.plans_per_outer(inst, o) for o in one_group_outers(inst))

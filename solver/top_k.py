@@ -5,16 +5,16 @@ modes), so a user can trade a little time for a simpler configuration. How they 
 exactly, by the planner's own branch and bound generalised from 1 to K winners:
 
 1. Every outer configuration c of the declared space (the class space of the instance as a
-   one-group cluster, solver/hetero_space.py, which is the homogeneous space) has a valid lower
+   one-group cluster, solver/space.py, which is the homogeneous space) has a valid lower
    bound L(c) on its best time (solver/bounds/batched.py) and, when an even or balanced split
-   fits, an incumbent U(c) >= its best time (solver/hetero_planner.incumbent).
+   fits, an incumbent U(c) >= its best time (solver/search.incumbent).
 2. tau = the K-th smallest value among {U(c)} and the optima solved so far is an upper bound on
    the K-th best optimum: K distinct configurations are known to reach it. With --within PCT,
    u = min U(c) >= the optimum t*, and a configuration whose optimum exceeds t* (1 + PCT/100)
    is not listed, so it may be skipped when L(c) > u (1 + PCT/100).
 3. Configurations are visited in ascending (L, enumeration index) order and solved exactly by
    the planner's inner solver for the backend (the split DP, CP-SAT or the MILP,
-   solver/hetero_planner._solve_inner, with no cutoff); the visit stops at the first c with
+   solver/search._solve_inner, with no cutoff); the visit stops at the first c with
    L(c) > tau or, with --within, L(c) > u (1 + PCT/100): every later one is at least as
    high, so none can enter.
 4. The K best solved optima are the answer (ties: the smaller (L, index) key, as in the
@@ -33,13 +33,13 @@ import time
 from dataclasses import dataclass
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_flat_plan, as_one_group
 from paraplan.cost.simulate import Breakdown
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver import partition_plans
 from paraplan.solver.bounds.batched import lower_bounds_s
-from paraplan.solver.hetero_planner import _plan_of, _solve_inner, incumbent, problems_for
-from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
+from paraplan.solver.search import _plan_of, _solve_inner, incumbent, problems_for
+from paraplan.solver.space import declared_outers, micro_batch_vectors
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, check_resimulation
 
 
@@ -86,9 +86,9 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
                             "--top is not offered with per-operator partitions",
                             "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
     t0 = time.perf_counter()
-    het = homogeneous_as_hetero(inst)
-    uniform = inst.search.uniform_split  # the class planner's reading of it (plan_hetero)
-    outers = hetero_outers(het, uniform=uniform)
+    het = as_one_group(inst)
+    uniform = inst.search.uniform_split  # the class planner's reading of it (search)
+    outers = declared_outers(het, uniform=uniform)
     problems, priced_all = _priced_within(het, outers, t0, time_limit_s)
     live = [(o, p, i) for i, (o, p) in enumerate(zip(outers, problems)) if p is not None]
 
@@ -130,7 +130,7 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
                 sr.objective_s, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers)
         solved += 1
         if res is not None:
-            found.append((res[0], key, hetero_plan_as_homogeneous(_plan_of(o, *res[1:]))))
+            found.append((res[0], key, as_flat_plan(_plan_of(o, *res[1:]))))
     found.sort(key=lambda f: (f[0], f[1]))
     best = found[0][0] if found else None
     chosen = [f for f in found if best is not None and f[0] <= best * (1 + (within_pct or 0) / 100)

@@ -21,11 +21,11 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 def cmd_simulate(args) -> int:
     from paraplan.cost.loader import load_plan
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands import hetero as hetero_commands
+    from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
-    if hetero_commands.group_route(args, simulate_only=True) or _group_plan_file(args.plan):
-        return hetero_commands.cmd_simulate(args)
+    if group_commands.group_route(args, simulate_only=True) or _group_plan_file(args.plan):
+        return group_commands.cmd_simulate(args)
     inst = load_from_args(args, simulate_only=True)
     plan = load_plan(args.plan, inst)
     from paraplan.cost.framework_rules import unpriced_reason
@@ -62,7 +62,7 @@ def cmd_simulate(args) -> int:
 
 def _group_plan_file(path: str) -> bool:
     """The plan file lists replica classes (the group format), which the class simulator reads
-    on a one-group cluster too (cost/hetero_loader.load_hetero_plan)."""
+    on a one-group cluster too (cost/groups_loader.load_class_plan)."""
     from paraplan.cost.loader import is_group_plan_mapping, read_yaml
     return is_group_plan_mapping(read_yaml(path))
 

@@ -1,5 +1,5 @@
 """A homogeneous file may ask for the plans only the group format holds (search.classes_per_group,
-search.idle_gpus): the commands plan it as the one-group cluster it is (solver/commands/hetero.
+search.idle_gpus): the commands plan it as the one-group cluster it is (solver/commands/groups.
 group_route), write the plan in the group format where it has several classes or idle GPUs (in
 the one-class format otherwise, so export reads it), and refuse what they cannot honour.
 
@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.solver.class_route import plan
 from paraplan.solver.commands.cli import main
-from paraplan.solver.exhaustive import hetero_exhaustive
+from paraplan.solver.exhaustive import exhaustive_classes
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -47,9 +47,9 @@ def _json(capsys, argv) -> dict:
 def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, key, value, tmp_path, capsys):
     path = _file(tmp_path, batch)
     inst = load_instance(path)
-    grown = homogeneous_as_hetero(dataclasses.replace(
+    grown = as_one_group(dataclasses.replace(
         inst, search=dataclasses.replace(inst.search, **{key: value})))
-    brute = hetero_exhaustive(grown)  # the independent reference: every plan of the space
+    brute = exhaustive_classes(grown)  # the independent reference: every plan of the space
     assert brute.complete and brute.plan is not None
     out = _json(capsys, ["plan", path, "--search", f"{key}={str(value).lower()}"])
     assert out["status"] == "optimal"
@@ -98,7 +98,7 @@ def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
 
 def test_the_one_class_api_refuses_the_options_naming_the_group_route():
     inst = load_instance(TINY)
-    with pytest.raises(InstanceError, match="search.idle_gpus.*plan_hetero"):
+    with pytest.raises(InstanceError, match="search.idle_gpus.*search"):
         plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
 
 

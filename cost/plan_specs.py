@@ -3,9 +3,9 @@
 A heterogeneous cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
-scenario's changes once (cost/hetero_loader.py), so nothing downstream edits links.
+scenario's changes once (cost/groups_loader.py), so nothing downstream edits links.
 
-Heterogeneous plan (the declared space is in solver/hetero_space.py):
+Heterogeneous plan (the declared space is in solver/space.py):
 
 - every replica runs 1F1B over its own pipeline (interleaved with `virtual_stages` v > 1 model
   chunks per stage, the same v for every class); tensor parallelism (`tp`) inside a node, or
@@ -46,7 +46,7 @@ class NodeGroup:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroCluster:
+class Cluster:
     """`between[a][b]`: the path one GPU of group a sees to a GPU of group b (a != b), per GPU
     and one direction; the diagonal repeats the group's own NIC and is not used."""
 
@@ -78,14 +78,14 @@ class Scenario:
     """A network state: its cluster (links changed), and how likely or when it holds."""
 
     name: str
-    cluster: HeteroCluster
+    cluster: Cluster
     probability: float | None = None
     window_h: tuple[float, float] | None = None  # hours of the day, informational
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Period:
-    scenario: int  # index into HeteroInstance.scenarios
+    scenario: int  # index into ClusterInstance.scenarios
     duration_s: float
 
     def __post_init__(self) -> None:
@@ -110,12 +110,12 @@ class Switching:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroInstance:
+class ClusterInstance:
     """`scenarios[0]` is the nominal network (`cluster`); the rest are the declared changes."""
 
     name: str
     model: ModelSpec
-    cluster: HeteroCluster
+    cluster: Cluster
     job: JobSpec
     search: SearchSpace = field(default_factory=SearchSpace)
     scenarios: tuple[Scenario, ...] = ()
@@ -127,9 +127,9 @@ class HeteroInstance:
         if not self.scenarios:
             object.__setattr__(self, "scenarios", (Scenario(name="nominal", cluster=self.cluster),))
 
-    def with_cluster(self, cluster: HeteroCluster) -> "HeteroInstance":
+    def with_cluster(self, cluster: Cluster) -> "ClusterInstance":
         """The same job on another network (scenarios dropped: the cluster is the nominal one)."""
-        return HeteroInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,
+        return ClusterInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,
                               search=self.search, switching=self.switching, source=self.source)
 
 
@@ -157,7 +157,7 @@ class _Modes:
     recompute: Recompute = Recompute.NONE
     zero: int = 0
     # "stage": one class across groups; "replica": classes each on one group; "mixed": a
-    # class across groups beside replica classes (solver/hetero_space.py); a label only
+    # class across groups beside replica classes (solver/space.py); a label only
     family: str = "stage"
     # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
     # each ep group lies inside one replica class's tp x dp x cp ranks of one stage (cost/moe.py)
@@ -167,7 +167,7 @@ class _Modes:
     etp: int | None = None
     # a tensor-parallel degree per node group: ((group, tp), ...) by ascending group, naming
     # every group the plan uses, with `tp` the first stage's group's; empty: `tp` on every group
-    # (solver/hetero_space.py says where the space has several)
+    # (solver/space.py says where the space has several)
     group_tp: tuple[tuple[int, int], ...] = ()
 
     def tp_of(self, group: int) -> int:
@@ -193,7 +193,7 @@ class _Modes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroOuter(_Modes):
+class ClassOuter(_Modes):
     classes: tuple[ClassShape, ...]
 
     @property
@@ -254,19 +254,19 @@ class _LayerPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroPlan(_Modes):
+class ClassPlan(_Modes):
     classes: tuple[ReplicaClass, ...]
 
     @property
-    def outer(self) -> HeteroOuter:
-        return HeteroOuter(tp=self.tp, micro_batch=self.micro_batch, cp=self.cp,
+    def outer(self) -> ClassOuter:
+        return ClassOuter(tp=self.tp, micro_batch=self.micro_batch, cp=self.cp,
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
                            family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp)
 
-    def _check_group_tp(self, inst: HeteroInstance) -> None:
-        """group_tp's own rules (the space's, solver/hetero_space.py): one class, every group it
+    def _check_group_tp(self, inst: ClusterInstance) -> None:
+        """group_tp's own rules (the space's, solver/space.py): one class, every group it
         uses named once, `tp` the first stage's group's, and not every degree the same."""
         if not self.group_tp:
             return
@@ -287,7 +287,7 @@ class HeteroPlan(_Modes):
         if any(t < 1 for _, t in self.group_tp):
             raise ConfigError("every group's tp must be >= 1")
 
-    def check_against(self, inst: HeteroInstance) -> None:
+    def check_against(self, inst: ClusterInstance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`."""
         hc, m = inst.cluster, inst.model
         G = len(hc.groups)
@@ -328,7 +328,7 @@ class HeteroPlan(_Modes):
                 if c.num_micro_batches < len(c.stage_groups):
                     raise ConfigError(f"with several classes, a class of {len(c.stage_groups)}"
                                       f" stages needs >= {len(c.stage_groups)} micro-batches per"
-                                      " replica (solver/hetero_space.py)")
+                                      " replica (solver/space.py)")
         v = self.virtual_stages
         if v > 1:
             for c in self.classes:
@@ -339,7 +339,7 @@ class HeteroPlan(_Modes):
                                       " counts that are multiples of virtual_stages")
                 if len(self.classes) > 1 and c.num_micro_batches < 2 * pp:
                     raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
-                                      " micro-batches per replica (solver/hetero_space.py)")
+                                      " micro-batches per replica (solver/space.py)")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
         if self.ep < 1 or self.expert_tp < 1:

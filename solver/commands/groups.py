@@ -1,7 +1,7 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
 `paraplan plan` and `simulate` hand an instance planned as a cluster of node groups (a
-`cluster:` with `groups:`, cost/hetero_loader.py, or a homogeneous file whose search asks for
+`cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file whose search asks for
 several replica classes: `group_route`) to the functions here, and `exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
 """
@@ -25,34 +25,34 @@ def group_route(args, simulate_only: bool = False) -> bool:
     homogeneous instance whose search asks for plans only the group format holds (several
     replica classes on its one group, or GPUs left idle: cost/space_rules.several_classes),
     planned as the one-group cluster it is. `simulate_only`: as load_from_args's."""
-    from paraplan.cost.hetero_loader import is_hetero_file
+    from paraplan.cost.groups_loader import is_groups_file
     from paraplan.cost.space_rules import several_classes
     from paraplan.solver.commands.inputs import load_from_args
     if _group_file(args):
         return True
     if getattr(args, "instance", None) is None and getattr(args, "hf_config", None) is None:
         return False  # load_from_args names what is missing
-    if getattr(args, "instance", None) is not None and is_hetero_file(args.instance):
+    if getattr(args, "instance", None) is not None and is_groups_file(args.instance):
         return False  # a group file with parts: load_from_args refuses it in one line
     return several_classes(load_from_args(args, simulate_only).search)
 
 
 def _group_file(args) -> bool:
-    from paraplan.cost.hetero_loader import is_hetero_file
+    from paraplan.cost.groups_loader import is_groups_file
     inst = getattr(args, "instance", None)
     if inst is None or any(getattr(args, k, None) is not None for k in ("hf_config", "cluster", "job")):
         return False
-    return is_hetero_file(inst)
+    return is_groups_file(inst)
 
 
 def _load(args, simulate_only: bool = False):
     """The instance of group_route's arguments as a cluster of node groups."""
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
+    from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
     from paraplan.cost.loader import override_search
     from paraplan.solver.commands.inputs import SEARCH_SOURCE, load_from_args, search_overrides
     if not _group_file(args):  # a homogeneous instance is its one group
-        return homogeneous_as_hetero(load_from_args(args, simulate_only))
-    inst = load_hetero_instance(args.instance)
+        return as_one_group(load_from_args(args, simulate_only))
+    inst = load_cluster_instance(args.instance)
     overrides = search_overrides(getattr(args, "search", None))
     if overrides:  # checked like the file's own `search:`
         inst = override_search(inst, overrides, SEARCH_SOURCE)
@@ -70,16 +70,16 @@ def no_scenarios(args) -> None:
 
 def class_instance(args):
     """(instance, objective, homogeneous instance or None): the instance the arguments name as
-    the class planner plans it, a one-group file as a one-group cluster (cost/hetero_loader.
-    homogeneous_as_hetero) together with the homogeneous instance it was read as, which is None
+    the class planner plans it, a one-group file as a one-group cluster (cost/groups_loader.
+    as_one_group) together with the homogeneous instance it was read as, which is None
     where the plans are shown in the group format (group_route)."""
     if group_route(args):
         return (*load_mixed(args), None)
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero
+    from paraplan.cost.groups_loader import as_one_group
     from paraplan.solver.commands.inputs import load_from_args
     no_scenarios(args)
     homo = load_from_args(args)
-    return homogeneous_as_hetero(homo), "nominal", homo
+    return as_one_group(homo), "nominal", homo
 
 
 def objective_of(args) -> str:
@@ -130,8 +130,8 @@ def plan_lines(plan, inst) -> list[str]:
 
 
 def not_covered(res, inst) -> list[str]:
-    """What the result's claim leaves out on this cluster (solver/hetero_space.not_covered)."""
-    from paraplan.solver.hetero_space import not_covered as outside
+    """What the result's claim leaves out on this cluster (solver/space.not_covered)."""
+    from paraplan.solver.space import not_covered as outside
     used = None if res.plan is None else {g for c in res.plan.classes for g in c.stage_groups}
     return outside(inst, used)
 
@@ -180,7 +180,7 @@ def breakdown_json(bd) -> dict:
 
 
 def result_json(res, inst, regs=None) -> dict:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+    from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.model_notes import model_warnings
     bd = res.breakdown
     return {
@@ -193,7 +193,7 @@ def result_json(res, inst, regs=None) -> dict:
         "solve_time_s": res.solve_time_s, "backend": res.backend,
         "space": space_json(res, res.plans_total, not_covered(res, inst)),
         "reason": res.reason or None,
-        "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
+        "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
         "trust": None,  # cost/trust.py compares homogeneous published runs only
         "train_cost": train_cost_json(_train_cost(inst, bd)),
@@ -212,11 +212,11 @@ def _train_cost(inst, bd):
 
 def cmd_plan(args, progress=None) -> int:
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.hetero_planner import plan_hetero
+    from paraplan.solver.search import search
 
     inst, objective = load_mixed(args)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress,
+    res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress,
                       threads=getattr(args, "threads", 1))
     regs = None
     if objective != "nominal" and res.plan is not None:
@@ -248,25 +248,25 @@ def plan_file(args, inst, plan) -> dict:
     """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
     one-class format with its instance (as `paraplan plan` writes it: export, memory and
     compare read it), any other in the group format."""
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, one_class_plan, one_group_as_homogeneous
+    from paraplan.cost.groups_loader import class_plan_to_mapping, one_class_plan, as_flat_instance
     from paraplan.cost.loader import plan_file_mapping
     one = None if _group_file(args) else one_class_plan(plan, inst)
     if one is None:
-        return {"plan": hetero_plan_to_mapping(plan, inst)}
-    return plan_file_mapping(one_group_as_homogeneous(inst), one)
+        return {"plan": class_plan_to_mapping(plan, inst)}
+    return plan_file_mapping(as_flat_instance(inst), one)
 
 
 def cmd_simulate(args) -> int:
     """`paraplan simulate INSTANCE --plan PLAN.yaml` on group_route's instance, or with a plan
     file in the group format: the plan on every network scenario."""
-    from paraplan.cost.hetero_loader import load_hetero_plan
-    from paraplan.cost.hetero_simulate import simulate_hetero
+    from paraplan.cost.groups_loader import load_class_plan
+    from paraplan.cost.class_simulate import simulate_classes
 
     from paraplan.cost.model_notes import model_warnings
 
     inst = _load(args, simulate_only=True)
-    plan = load_hetero_plan(args.plan, inst)
-    bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
+    plan = load_class_plan(args.plan, inst)
+    bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
     if args.json:
         nominal = bds[0][1]
         emit_json({"status": "fits" if nominal.fits else "out_of_memory",
@@ -295,16 +295,16 @@ def _no_fit_reason(bd) -> str:
 
 
 def cmd_replan(args) -> int:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, load_event, load_hetero_plan
+    from paraplan.cost.groups_loader import class_plan_to_mapping, load_event, load_class_plan
     from paraplan.solver.dynamic import replan
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     inst = _load(args)  # a homogeneous cluster is the one-group case: its group is named after its GPU
-    current = load_hetero_plan(args.plan, inst)  # either plan format on one group
+    current = load_class_plan(args.plan, inst)  # either plan format on one group
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:
-        return _show_replan(args, inst, r, hetero_plan_to_mapping)
+        return _show_replan(args, inst, r, class_plan_to_mapping)
     finally:  # after the result is shown: a full disk loses nothing
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
@@ -314,14 +314,14 @@ def cmd_replan(args) -> int:
             write_plan_file(args.output, header, {"plan": plan})
 
 
-def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
+def _show_replan(args, inst, r, class_plan_to_mapping) -> int:
     if args.json:
         emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
                    "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,
                    "break_even_iterations": r.break_even_iterations, "solve_time_s": r.solve_time_s,
-                   "new_plan": hetero_plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
+                   "new_plan": class_plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
         return 0
     print(describe_cluster(inst))
     print(f"event       {r.event}")
@@ -360,13 +360,13 @@ def cmd_timeline(args) -> int:
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
-        from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+        from paraplan.cost.groups_loader import class_plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
                    r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
                    "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
-                   "candidates": [{"label": lab, "plan": hetero_plan_to_mapping(c, inst)}
+                   "candidates": [{"label": lab, "plan": class_plan_to_mapping(c, inst)}
                                   for lab, c in zip(r.candidate_labels, r.candidates)],
                    "solve_time_s": r.solve_time_s})
         return 0

@@ -1,13 +1,13 @@
 """Exact planner for heterogeneous clusters and network scenarios.
 
-The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py;
+The same decomposition as solver/planner.py, over the heterogeneous space (solver/space.py;
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
    (solver/bounds/unpriced.py: layer-time floors per group, no placement). In that order, in
    chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
    class coefficients on every network scenario the objective looks at
-   (cost/hetero_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
+   (cost/class_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
 2. Drop those a memory argument proves infeasible (solver/bounds/one_class.memory_infeasible, per class).
    Lower bound (solver/bounds/batched.py, every configuration at once): per scenario and class
    A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
@@ -34,7 +34,7 @@ as cutoff ("dp": the exact threshold search); no incumbent heuristic, no layer p
 
 Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
 worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
-on every scenario (cost/hetero_simulate.py); a mismatch beyond the tolerance is a bug and raises
+on every scenario (cost/class_simulate.py); a mismatch beyond the tolerance is a bug and raises
 `ResimulationMismatch`.
 """
 
@@ -51,11 +51,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost import dualpipe, schedule
-from paraplan.cost.hetero_loader import one_group_as_homogeneous
+from paraplan.cost.groups_loader import as_flat_instance
 from paraplan.cost.coefficients import build
-from paraplan.cost.hetero_coefficients import class_outers, class_placement, partitions_layer_fn
-from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
-from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
+from paraplan.cost.class_coefficients import class_outers, class_placement, partitions_layer_fn
+from paraplan.cost.class_simulate import PlanBreakdown, simulate_classes
+from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, ClassPlan, ReplicaClass
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
@@ -64,7 +64,7 @@ from paraplan.solver.bounds import one_class
 from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
-from paraplan.solver.hetero_space import (dualpipe_job, empty_space_reason, hetero_outers,
+from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers,
                                           micro_batch_vectors, paired_counts, summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
@@ -107,14 +107,14 @@ DP_MAX_CELLS = 1 << 19
 
 
 @dataclass(kw_only=True)
-class HeteroResult(SearchAccount):
-    plan: HeteroPlan | None
+class SearchResult(SearchAccount):
+    plan: ClassPlan | None
     objective: str
     objective_s: float | None  # the aggregated objective: nominal, worst or expected time
     per_scenario_s: tuple[float, ...] | None
     scenario_names: tuple[str, ...]
     plans_total: int
-    breakdown: HeteroBreakdown | None = None
+    breakdown: PlanBreakdown | None = None
 
     @property
     def gap(self) -> float | None:
@@ -123,7 +123,7 @@ class HeteroResult(SearchAccount):
         return max(0.0, (self.objective_s - self.bound_s) / self.objective_s)
 
 
-def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
+def scenario_weights(inst: ClusterInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
     """(scenario indices, aggregation, weights) for an objective."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -142,7 +142,7 @@ def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], s
 class _Candidate:
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
 
-    outer: HeteroOuter
+    outer: ClassOuter
     problem: MultiClassProblem
     key: tuple[float, int, int]  # (lower bound, outer index, layer-plan combination index)
     uniform: bool = False
@@ -183,9 +183,9 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     return min(found, key=lambda f: f[0]) if found else None
 
 
-def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
+def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> ClassPlan:
     parts = partitions or ((),) * len(o.classes)
-    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
+    return ClassPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
                       etp=o.etp, group_tp=o.group_tp,
@@ -197,10 +197,10 @@ def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
                                     for c, mk, nk, rk, pk in zip(o.classes, m, n, r, parts)))
 
 
-def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None):
+def placer(inst: ClusterInstance, o: ClassOuter, placements: dict | None = None):
     """placed(i, k): class k's placement on scenario i, kept in `placements` across the
     configurations of one instance: it depends only on the scenario, tp (per group), cp, v and
-    the class shapes, ep and etp (cost/hetero_coefficients.class_placement), so configurations differing in
+    the class shapes, ep and etp (cost/class_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
     placements = {} if placements is None else placements
 
@@ -209,7 +209,7 @@ def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None)
     return placed
 
 
-def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k: int):
+def _placement(inst: ClusterInstance, placements: dict, i: int, o: ClassOuter, k: int):
     """placer's lookup: keyed by the shapes' identity (hashing them per configuration costs more
     than the lookup saves); the entry keeps the shapes alive, so no other object takes their id."""
     key = (i, o.tp, o.group_tp, o.cp, o.virtual_stages, o.ep, o.etp, id(o.classes), k)
@@ -218,12 +218,12 @@ def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k
     return placements[key][1]
 
 
-def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
+def dualpipe_problem(inst: ClusterInstance, o: ClassOuter) -> DualPipeProblem:
     """The DualPipe split problem of a configuration of one class on one group
     (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
     with (the nominal network; a DualPipe job has no scenarios of its own)."""
     co = class_outers(inst.job, o)[0]
-    x = dualpipe.terms(one_group_as_homogeneous(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
+    x = dualpipe.terms(as_flat_instance(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
     c = x.coeffs
     return DualPipeProblem(a=c.stage_time_s, t=c.layer_time_s, u=c.recompute_time_s, bw=x.bw_s, ru=x.ru_s,
                            e=c.stage_sync_time_s, g=c.layer_sync_time_s, k0=x.k0_bytes, kn=x.kn_bytes,
@@ -232,7 +232,7 @@ def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
                            first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute)
 
 
-def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> MultiClassProblem:
+def problem_of(inst: ClusterInstance, o: ClassOuter, objective: str, coeffs) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class]."""
     _, agg, weights = scenario_weights(inst, objective)
     return MultiClassProblem(coeffs=tuple(tuple(cs) for cs in coeffs),
@@ -243,7 +243,7 @@ def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> 
                              virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 
-def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements: dict | None = None,
+def problem_for(inst: ClusterInstance, o: ClassOuter, objective: str, placements: dict | None = None,
                 partitions: tuple | None = None) -> MultiClassProblem:
     """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
     plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
@@ -266,7 +266,7 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements
     return problem_of(inst, o, objective, tuple(tuple(priced(i, k) for k in range(K)) for i in idx))
 
 
-def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str,
+def problems_for(inst: ClusterInstance, outers: list[ClassOuter], objective: str,
                  placements: dict | None = None) -> list[MultiClassProblem | None]:
     """problem_for(inst, o, objective) of every outer, None where a class is proved infeasible
     by memory (cost/coefficients.no_split_fits; memory does not depend on the network), in
@@ -389,10 +389,10 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
     raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
 
 
-def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: HeteroPlan | None = None, progress=None, threads: int = 1) -> HeteroResult:
+                warm_plan: ClassPlan | None = None, progress=None, threads: int = 1) -> SearchResult:
     """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
     many configurations at once (the planner's best-first order, in batches of configurations
     that can each still win when the batch starts), which changes the time to the answer but
@@ -401,13 +401,13 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
-    # listing it is refused, cost/space_rules.hetero_search_refusal): on one group the uniform
+    # listing it is refused, cost/space_rules.groups_search_refusal): on one group the uniform
     # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
     idx, agg, weights = scenario_weights(inst, objective)
-    outers = hetero_outers(inst, families, groups, uniform)
+    outers = declared_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)
-    res = HeteroResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
+    res = SearchResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
@@ -677,7 +677,7 @@ class _LayerPlans:
 
     choices: class_partitions.OuterChoices
     key: tuple[float, int, int]
-    inst: HeteroInstance
+    inst: ClusterInstance
     objective: str
     uniform: bool
 
@@ -685,7 +685,7 @@ class _LayerPlans:
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1
 
-    def expand(self, upper_s: float, res: HeteroResult) -> list[_Candidate]:
+    def expand(self, upper_s: float, res: SearchResult) -> list[_Candidate]:
         lst = self.choices.expand(upper_s)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
@@ -696,8 +696,8 @@ class _LayerPlans:
                        for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key)
 
 
-def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, placements: dict,
-                 uniform: bool, res: HeteroResult) -> _LayerPlans | None:
+def _layer_plans(inst: ClusterInstance, o: ClassOuter, i: int, objective: str, placements: dict,
+                 uniform: bool, res: SearchResult) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
     when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
     idx, _, _ = scenario_weights(inst, objective)
@@ -713,8 +713,8 @@ def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, p
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
 
 
-def fewest_classes(inst: HeteroInstance, plan: HeteroPlan, objective: str,
-                   families: tuple[str, ...] = FAMILIES) -> HeteroPlan:
+def fewest_classes(inst: ClusterInstance, plan: ClassPlan, objective: str,
+                   families: tuple[str, ...] = FAMILIES) -> ClassPlan:
     """`plan` with its twin classes merged where that ties: classes on one group alike in all
     but their replicas (search.classes_per_group lists them apart, as they may run different
     micro-batch counts) become one, e.g. 1 + 7 replicas of one stage running 1 micro-batch each
@@ -744,17 +744,17 @@ def fewest_classes(inst: HeteroInstance, plan: HeteroPlan, objective: str,
     return twin if all(bd.fits for bd in bds) and after <= before else plan
 
 
-def _simulated(inst: HeteroInstance, plan: HeteroPlan, objective: str) -> tuple[float, list[HeteroBreakdown]]:
+def _simulated(inst: ClusterInstance, plan: ClassPlan, objective: str) -> tuple[float, list[PlanBreakdown]]:
     """The plan's objective as `cost` prices it (simulate on each scenario the objective
     reads, aggregated as it does), with the breakdowns."""
     idx, agg, weights = scenario_weights(inst, objective)
-    bds = [simulate_hetero(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    bds = [simulate_classes(inst, plan, inst.scenarios[i].cluster) for i in idx]
     per = [bd.iter_time_s for bd in bds]
     return (max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))), bds
 
 
-def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,
-                       tolerance_s: float) -> tuple[tuple[float, ...], HeteroBreakdown]:
+def check_resimulation(inst: ClusterInstance, plan: ClassPlan, objective: str, objective_s: float,
+                       tolerance_s: float) -> tuple[tuple[float, ...], PlanBreakdown]:
     value, bds = _simulated(inst, plan, objective)
     per = [bd.iter_time_s for bd in bds]
     tol = tolerance_s + REL_TOL * max(1.0, objective_s)
