@@ -794,7 +794,7 @@ def _no_groups(data: Any, path: str) -> Any:
 
 def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | None,
                         cluster: str | Path | None, job: str | Path | None,
-                        seq_len: int | None = None) -> Instance:
+                        seq_len: int | None = None, data: Any = None) -> Instance:
     """An instance assembled from an instance file and/or separate part files.
 
     - `instance`: an instance YAML (module docstring). Its `model:`, `cluster:` and `job:`
@@ -806,6 +806,8 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     - `job`: a job YAML with `job:` and optionally `search:`; a `search:` there replaces the
       instance file's, otherwise the instance file's (or the default space) is kept.
     - `seq_len`: replaces the model's sequence length, wherever the model comes from.
+    - `data`: the instance file as a caller already read it (`read_yaml(instance)`), so that a
+      command which looked at the file to choose its route reads it once.
 
     Without `instance`, all three parts are required and the instance is named
     `<model>-<GPUs>x<GPU type>`. Every file is checked in full, sections that a part replaces
@@ -831,7 +833,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if instance is not None:
         path = str(instance)
         sources.append(path)
-        top = Section(_no_groups(read_yaml(path), path), path, "", _TOP_KEYS)
+        top = Section(_no_groups(read_yaml(path) if data is None else data, path), path, "", _TOP_KEYS)
         name = top.string("name")
         gpus = catalogue_with_gpu_types(top)
         if top.has("search"):

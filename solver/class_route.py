@@ -48,8 +48,8 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
                             " idle GPUs are group-format plans, which this one-class result cannot hold",
                             "plan it as its one group: api.search(as_one_group(inst))"
                             " (what `paraplan plan` does)")
-    het = search(as_one_group(inst), backend, time_limit_s, progress=progress,
-                      threads=threads)
+    het = search(as_one_group(inst), backend, time_limit_s, progress=progress, threads=threads,
+                 resimulate=False)  # re-simulated once, below, by the simulator `plan` shows
     p = None if het.plan is None else as_flat_plan(het.plan)
     outers, plans = het.outer_configs, het.plans_total
     if partition_plans.enabled(inst):  # a homogeneous plan counts (outer, layer plan) pairs

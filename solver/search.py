@@ -392,11 +392,15 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
 def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: ClassPlan | None = None, progress=None, threads: int = 1) -> SearchResult:
+                warm_plan: ClassPlan | None = None, progress=None, threads: int = 1,
+                resimulate: bool = True) -> SearchResult:
     """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
     many configurations at once (the planner's best-first order, in batches of configurations
     that can each still win when the batch starts), which changes the time to the answer but
-    not the answer: every configuration that could win under the tie rule is still solved."""
+    not the answer: every configuration that could win under the tie rule is still solved.
+    `resimulate` False: the caller re-simulates the plan itself (solver/class_route.py, with
+    the simulator whose breakdown it shows), so that each plan is simulated once; the result
+    then has no breakdown or per-scenario times."""
     t0 = time.perf_counter()
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
@@ -636,8 +640,9 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
     res.objective_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
-    res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
-                                                           res.tolerance_s)
+    if resimulate:
+        res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
+                                                               res.tolerance_s)
     return res
 
 

@@ -46,17 +46,26 @@ def _group_file(args) -> bool:
 
 
 def _load(args, simulate_only: bool = False):
-    """The instance of group_route's arguments as a cluster of node groups."""
-    from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
-    from paraplan.cost.loader import override_search
-    from paraplan.solver.commands.inputs import SEARCH_SOURCE, load_from_args, search_overrides
-    if not _group_file(args):  # a homogeneous instance is its one group
-        return as_one_group(load_from_args(args, simulate_only))
-    inst = load_cluster_instance(args.instance)
-    overrides = search_overrides(getattr(args, "search", None))
-    if overrides:  # checked like the file's own `search:`
-        inst = override_search(inst, overrides, SEARCH_SOURCE)
-    return inst  # search keys a mixed cluster cannot honour were refused while loading
+    """The instance of group_route's arguments as a cluster of node groups (a homogeneous
+    instance as its one group)."""
+    from paraplan.solver.commands.inputs import read_instance
+    return as_groups(read_instance(args, simulate_only))
+
+
+def as_groups(inst):
+    """`inst` (read_instance's) as a cluster of node groups: a homogeneous instance is its one
+    group (cost/groups_loader.as_one_group)."""
+    from paraplan.cost.groups_loader import as_one_group
+    from paraplan.cost.plan_specs import ClusterInstance
+    return inst if isinstance(inst, ClusterInstance) else as_one_group(inst)
+
+
+def shown_as_groups(inst) -> bool:
+    """Whether the plans of `inst` (read_instance's) are planned and shown as a cluster of
+    node groups (group_route's test, on an instance already read)."""
+    from paraplan.cost.plan_specs import ClusterInstance
+    from paraplan.cost.space_rules import several_classes
+    return isinstance(inst, ClusterInstance) or several_classes(inst.search)
 
 
 def no_scenarios(args) -> None:
@@ -87,12 +96,13 @@ def objective_of(args) -> str:
         "expected" if getattr(args, "expected", False) else "nominal")
 
 
-def load_mixed(args):
-    """The mixed-cluster instance file the arguments name, and the objective asked for, which its
-    scenarios must allow."""
-    if not _group_file(args):
+def load_mixed(args, read=None):
+    """The mixed-cluster instance file the arguments name (`read`: as read_instance already read
+    it), and the objective asked for, which its scenarios must allow."""
+    from paraplan.cost.plan_specs import ClusterInstance
+    if not (_group_file(args) if read is None else isinstance(read, ClusterInstance)):
         no_scenarios(args)
-    inst, objective = _load(args), objective_of(args)
+    inst, objective = (_load(args) if read is None else as_groups(read)), objective_of(args)
     if objective == "nominal":
         return inst, objective
     if len(inst.scenarios) < 2:
@@ -210,11 +220,14 @@ def _train_cost(inst, bd):
     return instance_train_cost(inst, None if bd is None else bd.iter_time_s)
 
 
-def cmd_plan(args, progress=None) -> int:
+def cmd_plan(args, progress=None, read=None) -> int:
+    """`paraplan plan` on group_route's instance (`read`: as read_instance read it)."""
+    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.search import search
 
-    inst, objective = load_mixed(args)
+    group_file = _group_file(args) if read is None else isinstance(read, ClusterInstance)
+    inst, objective = load_mixed(args, read)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress,
                       threads=getattr(args, "threads", 1))
@@ -239,18 +252,18 @@ def cmd_plan(args, progress=None) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        plan_file(args, inst, res.plan))
+                        plan_file(inst, res.plan, group_file))
     from paraplan.solver.commands.exit_codes import status_code
     return status_code(res.status)
 
 
-def plan_file(args, inst, plan) -> dict:
+def plan_file(inst, plan, group_file: bool) -> dict:
     """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
     one-class format with its instance (as `paraplan plan` writes it: export, memory and
-    compare read it), any other in the group format."""
+    compare read it), any other (or any plan of a node-group file) in the group format."""
     from paraplan.cost.groups_loader import class_plan_to_mapping, one_class_plan, as_flat_instance
     from paraplan.cost.loader import plan_file_mapping
-    one = None if _group_file(args) else one_class_plan(plan, inst)
+    one = None if group_file else one_class_plan(plan, inst)
     if one is None:
         return {"plan": class_plan_to_mapping(plan, inst)}
     return plan_file_mapping(as_flat_instance(inst), one)
@@ -310,7 +323,7 @@ def cmd_replan(args) -> int:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
             # the format the instance reads (plan_file), without the instance: the event changed it
-            plan = plan_file(args, inst.with_cluster(event.cluster), r.new.plan)["plan"]
+            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, _group_file(args))["plan"]
             write_plan_file(args.output, header, {"plan": plan})
 
 

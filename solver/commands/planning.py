@@ -9,7 +9,7 @@ from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_tex
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
-from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
+from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled, read_instance,
                                              read_calibration_files)
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
@@ -82,7 +82,8 @@ def cmd_plan(args) -> int:
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    if group_commands.group_route(args):
+    inst = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
+    if group_commands.shown_as_groups(inst):
         for flag, given in (("--top", args.top is not None), ("--within", args.within is not None),
                             ("--sensitivity", getattr(args, "sensitivity", False))):
             if given:  # offered on one-class plans only; never silently dropped
@@ -90,12 +91,11 @@ def cmd_plan(args) -> int:
                                     " nor with classes_per_group or idle_gpus",
                                     f"plan without {flag} (or plan one group alone)")
         try:
-            return group_commands.cmd_plan(args, progress=log)
+            return group_commands.cmd_plan(args, progress=log, read=inst)
         finally:
             if log:
                 log.done()
     group_commands.no_scenarios(args)
-    inst = load_from_args(args)
     if args.top is not None:
         from paraplan.cost.specs import PipelineSchedule
         if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # top_k ranks 1F1B splits
