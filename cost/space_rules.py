@@ -17,7 +17,7 @@ groups, so a one-group cluster refuses it, in either file format.
 
 `several_classes` says when a homogeneous file's search asks for plans only the group format
 holds (several replica classes on its one group, or GPUs left idle): the commands then plan it as
-the one-group cluster it is (solver/commands/groups.group_route).
+the one-group cluster it is (solver/commands/groups.shown_as_groups).
 """
 
 from __future__ import annotations

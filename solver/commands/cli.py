@@ -10,7 +10,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
 from paraplan.solver.commands.exit_codes import EPILOG
 from paraplan.solver.commands.parser import HELP_JSON, Parser
-from paraplan.solver.commands.inputs import add_instance_args, load_from_args
+from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_instance
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 
 EXIT_BAD_INPUT = 2
@@ -24,9 +24,9 @@ def cmd_simulate(args) -> int:
     from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
-    if group_commands.group_route(args, simulate_only=True) or _group_plan_file(args.plan):
-        return group_commands.cmd_simulate(args)
-    inst = load_from_args(args, simulate_only=True)
+    inst = read_instance(args, simulate_only=True)
+    if group_commands.shown_as_groups(inst) or _group_plan_file(args.plan):
+        return group_commands.cmd_simulate(args, inst)
     plan = load_plan(args.plan, inst)
     from paraplan.cost.framework_rules import unpriced_reason
     unpriced = unpriced_reason(plan.zero, plan.pp)

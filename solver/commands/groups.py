@@ -2,8 +2,10 @@
 
 `paraplan plan` and `simulate` hand an instance planned as a cluster of node groups (a
 `cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file whose search asks for
-several replica classes: `group_route`) to the functions here, and `exhaustive` and `verify`
+several replica classes: `shown_as_groups`) to the functions here, and `exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
+Every command reads its instance file once (commands/inputs.read_instance) and hands on what
+it read.
 """
 
 from __future__ import annotations
@@ -19,53 +21,26 @@ from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_
 from paraplan.solver.commands.partitions import partition_lines
 
 
-def group_route(args, simulate_only: bool = False) -> bool:
-    """The arguments name an instance the commands plan and show as a cluster of node groups: a
-    group-format file (`cluster:` with `groups:`, and no --cluster/--job/--hf-config), or a
-    homogeneous instance whose search asks for plans only the group format holds (several
-    replica classes on its one group, or GPUs left idle: cost/space_rules.several_classes),
-    planned as the one-group cluster it is. `simulate_only`: as load_from_args's."""
-    from paraplan.cost.groups_loader import is_groups_file
-    from paraplan.cost.space_rules import several_classes
-    from paraplan.solver.commands.inputs import load_from_args
-    if _group_file(args):
-        return True
-    if getattr(args, "instance", None) is None and getattr(args, "hf_config", None) is None:
-        return False  # load_from_args names what is missing
-    if getattr(args, "instance", None) is not None and is_groups_file(args.instance):
-        return False  # a group file with parts: load_from_args refuses it in one line
-    return several_classes(load_from_args(args, simulate_only).search)
-
-
-def _group_file(args) -> bool:
-    from paraplan.cost.groups_loader import is_groups_file
-    inst = getattr(args, "instance", None)
-    if inst is None or any(getattr(args, k, None) is not None for k in ("hf_config", "cluster", "job")):
-        return False
-    return is_groups_file(inst)
-
-
-def _load(args, simulate_only: bool = False):
-    """The instance of group_route's arguments as a cluster of node groups (a homogeneous
-    instance as its one group)."""
-    from paraplan.solver.commands.inputs import read_instance
-    return as_groups(read_instance(args, simulate_only))
-
-
 def as_groups(inst):
     """`inst` (read_instance's) as a cluster of node groups: a homogeneous instance is its one
     group (cost/groups_loader.as_one_group)."""
     from paraplan.cost.groups_loader import as_one_group
+    return inst if from_group_file(inst) else as_one_group(inst)
+
+
+def from_group_file(inst) -> bool:
+    """Whether `inst` (read_instance's) was read from a node-group file."""
     from paraplan.cost.plan_specs import ClusterInstance
-    return inst if isinstance(inst, ClusterInstance) else as_one_group(inst)
+    return isinstance(inst, ClusterInstance)
 
 
 def shown_as_groups(inst) -> bool:
-    """Whether the plans of `inst` (read_instance's) are planned and shown as a cluster of
-    node groups (group_route's test, on an instance already read)."""
-    from paraplan.cost.plan_specs import ClusterInstance
+    """Whether the plans of `inst` (read_instance's) are planned and shown as a cluster of node
+    groups: it was read from a node-group file, or its search asks for plans only the group
+    format holds (several replica classes on its one group, or GPUs left idle:
+    cost/space_rules.several_classes), planned as the one-group cluster it is."""
     from paraplan.cost.space_rules import several_classes
-    return isinstance(inst, ClusterInstance) or several_classes(inst.search)
+    return from_group_file(inst) or several_classes(inst.search)
 
 
 def no_scenarios(args) -> None:
@@ -81,14 +56,13 @@ def class_instance(args):
     """(instance, objective, homogeneous instance or None): the instance the arguments name as
     the class planner plans it, a one-group file as a one-group cluster (cost/groups_loader.
     as_one_group) together with the homogeneous instance it was read as, which is None
-    where the plans are shown in the group format (group_route)."""
-    if group_route(args):
-        return (*load_mixed(args), None)
-    from paraplan.cost.groups_loader import as_one_group
-    from paraplan.solver.commands.inputs import load_from_args
+    where the plans are shown in the group format (shown_as_groups)."""
+    from paraplan.solver.commands.inputs import read_instance
+    read = read_instance(args)
+    if shown_as_groups(read):
+        return (*load_mixed(args, read), None)
     no_scenarios(args)
-    homo = load_from_args(args)
-    return as_one_group(homo), "nominal", homo
+    return as_groups(read), "nominal", read
 
 
 def objective_of(args) -> str:
@@ -96,13 +70,12 @@ def objective_of(args) -> str:
         "expected" if getattr(args, "expected", False) else "nominal")
 
 
-def load_mixed(args, read=None):
-    """The mixed-cluster instance file the arguments name (`read`: as read_instance already read
-    it), and the objective asked for, which its scenarios must allow."""
-    from paraplan.cost.plan_specs import ClusterInstance
-    if not (_group_file(args) if read is None else isinstance(read, ClusterInstance)):
+def load_mixed(args, read):
+    """The instance the arguments name (`read`: as read_instance read it) as a cluster of node
+    groups, and the objective asked for, which its scenarios must allow."""
+    if not from_group_file(read):
         no_scenarios(args)
-    inst, objective = (_load(args) if read is None else as_groups(read)), objective_of(args)
+    inst, objective = as_groups(read), objective_of(args)
     if objective == "nominal":
         return inst, objective
     if len(inst.scenarios) < 2:
@@ -220,13 +193,11 @@ def _train_cost(inst, bd):
     return instance_train_cost(inst, None if bd is None else bd.iter_time_s)
 
 
-def cmd_plan(args, progress=None, read=None) -> int:
-    """`paraplan plan` on group_route's instance (`read`: as read_instance read it)."""
-    from paraplan.cost.plan_specs import ClusterInstance
+def cmd_plan(args, read, progress=None) -> int:
+    """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.search import search
 
-    group_file = _group_file(args) if read is None else isinstance(read, ClusterInstance)
     inst, objective = load_mixed(args, read)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress,
@@ -252,7 +223,7 @@ def cmd_plan(args, progress=None, read=None) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        plan_file(inst, res.plan, group_file))
+                        plan_file(inst, res.plan, from_group_file(read)))
     from paraplan.solver.commands.exit_codes import status_code
     return status_code(res.status)
 
@@ -269,15 +240,16 @@ def plan_file(inst, plan, group_file: bool) -> dict:
     return plan_file_mapping(as_flat_instance(inst), one)
 
 
-def cmd_simulate(args) -> int:
-    """`paraplan simulate INSTANCE --plan PLAN.yaml` on group_route's instance, or with a plan
-    file in the group format: the plan on every network scenario."""
+def cmd_simulate(args, read) -> int:
+    """`paraplan simulate INSTANCE --plan PLAN.yaml` of an instance shown as groups (`read`: as
+    read_instance read it), or with a plan file in the group format: the plan on every network
+    scenario."""
     from paraplan.cost.groups_loader import load_class_plan
     from paraplan.cost.class_simulate import simulate_classes
 
     from paraplan.cost.model_notes import model_warnings
 
-    inst = _load(args, simulate_only=True)
+    inst = as_groups(read)
     plan = load_class_plan(args.plan, inst)
     bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
     if args.json:
@@ -311,8 +283,11 @@ def cmd_replan(args) -> int:
     from paraplan.cost.groups_loader import class_plan_to_mapping, load_event, load_class_plan
     from paraplan.solver.dynamic import replan
 
+    from paraplan.solver.commands.inputs import read_instance
+
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    inst = _load(args)  # a homogeneous cluster is the one-group case: its group is named after its GPU
+    read = read_instance(args)
+    inst = as_groups(read)  # a homogeneous cluster is the one-group case: its group is named after its GPU
     current = load_class_plan(args.plan, inst)  # either plan format on one group
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
@@ -323,7 +298,7 @@ def cmd_replan(args) -> int:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
             # the format the instance reads (plan_file), without the instance: the event changed it
-            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, _group_file(args))["plan"]
+            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, from_group_file(read))["plan"]
             write_plan_file(args.output, header, {"plan": plan})
 
 
@@ -355,11 +330,12 @@ def _show_replan(args, inst, r, class_plan_to_mapping) -> int:
 
 def cmd_timeline(args) -> int:
     from paraplan.solver.dynamic import plan_timeline
+    from paraplan.solver.commands.inputs import read_instance
 
-    if not _group_file(args):
+    inst = read_instance(args)
+    if not from_group_file(inst):
         raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
                             "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
-    inst = _load(args)
     if not inst.timeline:
         raise InstanceError(inst.source, "timeline", "the instance has no timeline",
                             "add a `timeline:` list of {scenario, duration_h} periods")

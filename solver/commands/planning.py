@@ -91,7 +91,7 @@ def cmd_plan(args) -> int:
                                     " nor with classes_per_group or idle_gpus",
                                     f"plan without {flag} (or plan one group alone)")
         try:
-            return group_commands.cmd_plan(args, progress=log, read=inst)
+            return group_commands.cmd_plan(args, inst, progress=log)
         finally:
             if log:
                 log.done()

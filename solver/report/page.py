@@ -692,17 +692,17 @@ def cmd_report(args) -> int:
     from paraplan.cost.trust import plan_trust
     from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.planning import progress_printer
-    from paraplan.solver.commands.inputs import load_from_args
+    from paraplan.solver.commands.inputs import read_instance
     from paraplan.solver.class_route import plan
     from paraplan.solver.planner import coefficient_table
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
-    if group_commands.group_route(args):
-        inst, res, page = _mixed_report(args, progress)
+    inst = read_instance(args)
+    if group_commands.shown_as_groups(inst):
+        inst, res, page = _mixed_report(args, inst, progress)
         what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
     else:
-        inst = load_from_args(args)
         user_plan = load_plan(args.plan, inst) if args.plan else None
         t0 = time.perf_counter()
         res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
@@ -722,8 +722,8 @@ def cmd_report(args) -> int:
     return status_code(res.status)
 
 
-def _mixed_report(args, progress):
-    """(instance, result, page) of a mixed-cluster instance file."""
+def _mixed_report(args, read, progress):
+    """(instance, result, page) of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.commands.groups import load_mixed
     from paraplan.solver.search import search
@@ -731,7 +731,7 @@ def _mixed_report(args, progress):
     if args.plan:
         raise InstanceError(args.plan, "--plan", "comparing a plan is not offered on mixed clusters",
                             "run `paraplan simulate HETERO.yaml --plan PLAN.yaml` for that plan")
-    inst, objective = load_mixed(args)
+    inst, objective = load_mixed(args, read)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     if progress:

@@ -1,6 +1,6 @@
 """A homogeneous file may ask for the plans only the group format holds (search.classes_per_group,
 search.idle_gpus): the commands plan it as the one-group cluster it is (solver/commands/groups.
-group_route), write the plan in the group format where it has several classes or idle GPUs (in
+shown_as_groups), write the plan in the group format where it has several classes or idle GPUs (in
 the one-class format otherwise, so export reads it), and refuse what they cannot honour.
 
 The optima are checked against exhaustive search of the same one-group space, and against the
@@ -96,7 +96,7 @@ def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
     assert "needs two node groups" in capsys.readouterr().err
 
 
-def test_the_one_class_api_refuses_the_options_naming_the_group_route():
+def test_the_one_class_api_refuses_the_options_naming_the_group_plan():
     inst = load_instance(TINY)
     with pytest.raises(InstanceError, match="search.idle_gpus.*search"):
         plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
