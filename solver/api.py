@@ -30,11 +30,10 @@ from paraplan.cost.simulate import simulate as _simulate
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.report.compare import compare
 from paraplan.solver.search import search
-from paraplan.solver.class_route import plan as _plan
+from paraplan.solver.class_route import TopK, plan as _plan, top as _top_k
 from paraplan.solver.planner import PlanResult
 from paraplan.solver.report.page import build_class_report, build_report as _build_report
 from paraplan.solver.commands.schema import validate as validate_json
-from paraplan.solver.top_k import TopK, top_k as _top_k
 
 __all__ = ["load_instance", "load_instance_parts", "load_cluster_instance", "load_plan",
            "plan_from_mapping", "override_search", "plan", "search", "simulate", "top_k",
@@ -104,7 +103,7 @@ def simulate(inst: Instance, p: Plan, **options) -> Any:
 def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str = "cpsat",
           time_limit_s: float = 60.0) -> TopK:
     """The k best distinct outer configurations of `inst` (`paraplan plan --top`;
-    solver/top_k.py), within `within_pct` percent of the optimum when given."""
+    solver/class_route.top), within `within_pct` percent of the optimum when given."""
     _check("top_k", inst=inst)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise _error("top_k", "k", f"expected an integer >= 1, got {describe(k)}", "ask for e.g. k=5")

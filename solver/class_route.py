@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.groups_loader import as_flat_plan, as_one_group
 from paraplan.cost.space_rules import several_classes
-from paraplan.cost.specs import Instance
+from paraplan.cost.simulate import Breakdown
+from paraplan.cost.specs import Instance, Plan
 from paraplan.solver import partition_plans
 from paraplan.solver.search import search
 from paraplan.solver.space import dualpipe_job, one_group_outers
-from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, PlanResult, SearchAccount, check_resimulation,
+from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, PlanResult, SearchAccount, check_resimulation,
                                      coefficient_table, dualpipe_infeasible_reason, infeasible_reason)
 
 
@@ -66,3 +67,52 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     if p is not None:
         res.breakdown = check_resimulation(inst, p, het.objective_s, het.tolerance_s)
     return res
+
+
+@dataclass(frozen=True)
+class Ranked:
+    plan: Plan
+    iter_time_s: float
+    breakdown: Breakdown
+
+
+@dataclass(frozen=True)
+class TopK:
+    status: str  # optimal: the list is proved to be the K best; feasible: a time limit cut it
+    plans: tuple[Ranked, ...]
+    solved: int  # outer configurations solved exactly
+    outer_configs: int  # of the declared space
+    solve_time_s: float
+
+
+def top(inst: Instance, k: int, within_pct: float | None = None, backend: str = "cpsat",
+        time_limit_s: float = 60.0) -> TopK:
+    """The best `k` plans with distinct outer configurations (`paraplan plan --top K [--within
+    PCT]`), each its configuration's optimum, so that a user can trade a little time for a
+    simpler configuration: the planner's own branch and bound with K winners (search.Winners:
+    it prunes against the K-th best instead of the best), so the first is the planner's
+    optimum. With `within_pct`, only plans at most that much slower than the best. The list
+    equals a brute-force ranking of every configuration's best split on small instances
+    (tests/cli/test_new_commands.py). Per-operator tensor partitions are not offered: a
+    configuration's layer plans are pruned against the optimum (solver/class_partitions.py),
+    which would hide near-optimal layer plans of it."""
+    if k < 1:
+        raise InstanceError("<arguments>", "--top", f"must be >= 1, got {k}", "ask for e.g. --top 5")
+    if within_pct is not None and not within_pct >= 0:
+        raise InstanceError("<arguments>", "--within", f"must be >= 0, got {within_pct}",
+                            "give a percentage, e.g. --within 5")
+    if partition_plans.enabled(inst):
+        raise InstanceError(inst.source, "search.tensor_partitions",
+                            "--top is not offered with per-operator partitions",
+                            "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
+    het = search(as_one_group(inst), backend, time_limit_s, resimulate=False, winners=k,
+                 within_pct=within_pct)
+    best = het.ranked[0][0] if het.ranked else None
+    chosen = [(val, p) for val, p in het.ranked
+              if within_pct is None or val <= best * (1 + within_pct / 100) * (1 + REL_TOL)]
+    ranked = []
+    for val, p in chosen:  # each re-simulated once, by the simulator whose breakdown is shown
+        flat = as_flat_plan(p)
+        ranked.append(Ranked(flat, val, check_resimulation(inst, flat, val, het.tolerance_s)))
+    status = OPTIMAL if het.status in (OPTIMAL, INFEASIBLE) else FEASIBLE
+    return TopK(status, tuple(ranked), het.solved, het.outer_configs, het.solve_time_s)

@@ -115,6 +115,9 @@ class SearchResult(SearchAccount):
     scenario_names: tuple[str, ...]
     plans_total: int
     breakdown: PlanBreakdown | None = None
+    # the `winners` best plans of distinct candidates, (objective s, plan) best first (search's
+    # `winners`): the first is `plan` before fewest_classes
+    ranked: tuple[tuple[float, ClassPlan], ...] = ()
 
     @property
     def gap(self) -> float | None:
@@ -136,6 +139,57 @@ def scenario_weights(inst: ClusterInstance, objective: str) -> tuple[list[int], 
     if any(p is None for p in probs):
         raise ValueError("--expected needs a probability on every scenario (see the instance's scenarios:)")
     return idx, "weighted", tuple(float(p) for p in probs)
+
+
+NO_BAR = (float("inf"), (float("inf"), 0, 0))  # what any value beats while fewer than k are known
+ANY_KEY = (float("inf"), float("inf"), float("inf"))  # a key every candidate's precedes
+
+
+@dataclass
+class Winners:
+    """The best `k` plans found so far, of distinct candidates (outer configuration, or outer
+    and layer-plan combination), as (value, key, plan) in (value, key) order: with k = 1 the
+    incumbent. The value of a candidate's plan enters the search here only (`offer`), and the
+    search prunes against `bar`: the k-th value, or with `within_pct` at most the best value
+    times (1 + within_pct / 100), past which a plan is not listed."""
+
+    k: int = 1
+    within_pct: float | None = None
+    found: list = dataclasses.field(default_factory=list)
+
+    def bar(self) -> tuple[float, tuple]:
+        """(value, key) a candidate must beat to enter."""
+        val, key = NO_BAR if len(self.found) < self.k else self.found[self.k - 1][:2]
+        if self.within_pct is not None and self.found:
+            cap = self.found[0][0] * (1 + self.within_pct / 100)
+            if cap < val:
+                return cap, ANY_KEY
+        return val, key
+
+    def beats(self, val: float, key, bar: tuple[float, tuple] | None = None) -> bool:
+        """Whether `val` beats the bar (a tie within REL_TOL goes to the earlier key): for a
+        lower bound, whether the candidate can still enter."""
+        bar_val, bar_key = self.bar() if bar is None else bar
+        return val < bar_val * (1 - REL_TOL) or (val <= bar_val * (1 + REL_TOL) and key < bar_key)
+
+    def offer(self, val: float, key, plan) -> bool:
+        """Take a candidate's plan of value `val` where it beats the bar, or its own earlier
+        entry (each candidate is listed once, with its best plan)."""
+        own = next((i for i, f in enumerate(self.found) if f[1] == key), None)
+        if own is not None:
+            if not self.beats(val, key, self.found[own][:2]):
+                return False
+            del self.found[own]
+        elif not self.beats(val, key):
+            return False
+        self.found.append((val, key, plan))
+        self.found.sort(key=lambda f: (f[0], f[1]))
+        del self.found[self.k:]
+        return True
+
+    @property
+    def best_s(self) -> float:
+        return self.found[0][0] if self.found else float("inf")
 
 
 @dataclass
@@ -393,14 +447,17 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
                 warm_plan: ClassPlan | None = None, progress=None, threads: int = 1,
-                resimulate: bool = True) -> SearchResult:
+                resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SearchResult:
     """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
     many configurations at once (the planner's best-first order, in batches of configurations
     that can each still win when the batch starts), which changes the time to the answer but
     not the answer: every configuration that could win under the tie rule is still solved.
     `resimulate` False: the caller re-simulates the plan itself (solver/class_route.py, with
     the simulator whose breakdown it shows), so that each plan is simulated once; the result
-    then has no breakdown or per-scenario times."""
+    then has no breakdown or per-scenario times. `winners` K > 1 (`paraplan plan --top K`):
+    the same branch and bound keeps the K best plans of distinct candidates (the K-th is the
+    bar it prunes against, Winners), in `ranked`; `within_pct` drops those more than that
+    much slower than the best."""
     t0 = time.perf_counter()
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
@@ -415,10 +472,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
-    best_val, best_key, best = float("inf"), (float("inf"), 0, 0), None
-
-    def better(val: float, key) -> bool:
-        return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
+    won = Winners(winners, within_pct)
 
     floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
     groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
@@ -460,8 +514,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             wr = [k.full_recompute_layers for k in warm_plan.classes]
             if cand.problem.fits(wn, wr):
                 val, _ = cand.problem.evaluate(wm, wn, wr)
-                if better(val, cand.key):
-                    best_val, best_key, best = val, cand.key, (warm_outer, wm, wn, wr, ())
+                won.offer(val, cand.key, (warm_outer, wm, wn, wr, ()))
     # configurations are priced in the order of a bound read before pricing
     # (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound reaches
     # the incumbent
@@ -473,19 +526,17 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
-        nonlocal best_val, best_key, best
         for cand in cands[:INCUMBENT_PROBES]:
-            if cand.key[0] >= best_val or isinstance(cand.problem, DualPipeProblem):
+            if cand.key[0] >= won.bar()[0] or isinstance(cand.problem, DualPipeProblem):
                 break
             inc = incumbent(cand.problem, cand.mvecs, uniform)
-            if inc is not None and better(inc[0], cand.key):
-                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+            if inc is not None:
+                won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
     res.log.append(f"{len(outers)} outer configs; setup {time.perf_counter() - t0:.2f} s")
 
     def can_win(key, lb: float | None = None) -> bool:
         """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
-        lb = key[0] if lb is None else lb
-        return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
+        return won.beats(key[0] if lb is None else lb, key)
 
     # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
     # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
@@ -498,7 +549,6 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
 
     def flush() -> None:
         """Solve the batch (at once with threads > 1) and take its results in key order."""
-        nonlocal best_val, best_key, best
         if not batch:
             return
         remaining = time_limit_s - (time.perf_counter() - t0)
@@ -521,12 +571,11 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             if sr.status != OPTIMAL:
                 res.unresolved += 1
                 open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
-            if sr.objective_s is not None and better(sr.objective_s, cand.key):
-                best_val, best_key = sr.objective_s, cand.key
-                best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers,
-                        cand.partitions)
+            if sr.objective_s is not None and won.offer(
+                    sr.objective_s, cand.key, (cand.outer, sr.micro_batches, sr.layers_per_stage,
+                                               sr.full_recompute_layers, cand.partitions)):
                 if progress:
-                    progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+                    progress(f"incumbent {won.best_s:.6g} s after {res.solved} inner solves")
         batch.clear()
 
     first_plan_by = max(t0 + time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
@@ -534,7 +583,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
         while heap:
             key, _, cand = heapq.heappop(heap)
             if progress:
-                progress(search_status(res, best_val, [key[0], *open_bounds]))
+                progress(search_status(res, won.bar()[0], [key[0], *open_bounds]))
             if not isinstance(cand, _Candidate) or uniform or not can_win(key):
                 flush()  # what follows reads the incumbent: settle the batch first
             if not can_win(key):
@@ -544,7 +593,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (best is None and isinstance(cand, _Unpriced)
+            if remaining <= 0 and not (not won.found and isinstance(cand, _Unpriced)
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
@@ -565,7 +614,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                     heapq.heappush(heap, (c.key, next(order), c))
                 continue
             if isinstance(cand, _LayerPlans):
-                new = cand.expand(best_val, res)
+                new = cand.expand(won.bar()[0], res)
                 probe(new)
                 for c in new:
                     heapq.heappush(heap, (c.key, next(order), c))
@@ -575,11 +624,12 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                 inc = incumbent(cand.problem, cand.mvecs, uniform)
                 if inc is None:
                     res.inner_infeasible += 1
-                elif better(inc[0], cand.key):
-                    best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+                else:
+                    won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
                 continue
             p = cand.problem
-            cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
+            bar_val, bar_key = won.bar()
+            cutoff = bar_val * (1 + REL_TOL) if key < bar_key else bar_val * (1 - REL_TOL)
             if isinstance(p, DualPipeProblem):  # solved exactly by its own model (_solve_inner)
                 batch.append((cand, None, cutoff))
                 if len(batch) >= threads or not heap:
@@ -599,7 +649,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                                   f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
                                   " was bounded, not solved; --backend milp solves it")
                     continue
-            elif _cannot_win_alone(p, best_val, key < best_key, remaining):
+            elif _cannot_win_alone(p, bar_val, key < bar_key, remaining):
                 res.pruned_by_bound += 1
                 continue
             elif backend in ("cpsat", "dp") and _dp_cells(p) > DP_MAX_CELLS:  # CP-SAT's model: the same
@@ -624,7 +674,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             pool.shutdown()
 
     res.solve_time_s = time.perf_counter() - t0
-    if best is None:
+    if not won.found:
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
                                                f" went on {FIRST_PLAN_ALLOWANCE_S:g} s past it for one)")
@@ -636,7 +686,9 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res
-    res.plan = fewest_classes(inst, _plan_of(*best), objective, families)
+    res.ranked = tuple((val, _plan_of(*found)) for val, _, found in won.found)
+    best_val = won.best_s
+    res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
     res.objective_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE

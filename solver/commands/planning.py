@@ -155,12 +155,12 @@ def cmd_plan(args) -> int:
 
 def cmd_plan_top(args, inst) -> int:
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.top_k import top_k
+    from paraplan.solver.class_route import top
 
     if getattr(args, "sensitivity", False):
         raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
                             "run --sensitivity without --top, on the plan you pick")
-    res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
+    res = top(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].iter_time_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
     costs = [_top_train_cost(inst, r) for r in res.plans]
@@ -175,7 +175,7 @@ def cmd_plan_top(args, inst) -> int:
     claim = ("proved: no other outer configuration's best plan belongs in this list"
              if res.status == "optimal" else "NOT proved (time limit): the list may be incomplete")
     print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
-          f" ({res.solved:,} of {res.visited_of:,} configurations solved exactly,"
+          f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
           f" {res.solve_time_s:.2f} s; {claim})")
     cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
@@ -489,7 +489,7 @@ def register(sub) -> None:
                    " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
     p.add_argument("--top", type=int, metavar="K",
-                   help="list the K best plans with distinct outer configurations (solver/top_k.py)")
+                   help="list the K best plans with distinct outer configurations (solver/class_route.top)")
     p.add_argument("--within", type=float, metavar="PCT",
                    help="with --top: only plans within PCT percent of the optimum")
     p.add_argument("--sensitivity", action="store_true",
