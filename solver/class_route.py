@@ -31,7 +31,7 @@ from paraplan.cost.specs import Instance, Plan
 from paraplan.solver import partition_plans
 from paraplan.solver.search import search
 from paraplan.solver.space import dualpipe_job, one_group_outers
-from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, PlanResult, SearchAccount, check_resimulation,
+from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, OPTIMAL, PlanResult, SearchAccount, check_resimulation,
                                      coefficient_table, dualpipe_infeasible_reason, infeasible_reason)
 
 
@@ -107,11 +107,8 @@ def top(inst: Instance, k: int, within_pct: float | None = None, backend: str = 
                             "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
     het = search(as_one_group(inst), backend, time_limit_s, resimulate=False, winners=k,
                  within_pct=within_pct)
-    best = het.ranked[0][0] if het.ranked else None
-    chosen = [(val, p) for val, p in het.ranked
-              if within_pct is None or val <= best * (1 + within_pct / 100) * (1 + REL_TOL)]
     ranked = []
-    for val, p in chosen:  # each re-simulated once, by the simulator whose breakdown is shown
+    for val, p in het.ranked:  # each re-simulated once, by the simulator whose breakdown is shown
         flat = as_flat_plan(p)
         ranked.append(Ranked(flat, val, check_resimulation(inst, flat, val, het.tolerance_s)))
     status = OPTIMAL if het.status in (OPTIMAL, INFEASIBLE) else FEASIBLE

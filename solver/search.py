@@ -116,7 +116,7 @@ class SearchResult(SearchAccount):
     plans_total: int
     breakdown: PlanBreakdown | None = None
     # the `winners` best plans of distinct candidates, (objective s, plan) best first (search's
-    # `winners`): the first is `plan` before fewest_classes
+    # `winners`, within its `within_pct`): the first is `plan` before fewest_classes
     ranked: tuple[tuple[float, ClassPlan], ...] = ()
 
     @property
@@ -139,6 +139,15 @@ def scenario_weights(inst: ClusterInstance, objective: str) -> tuple[list[int], 
     if any(p is None for p in probs):
         raise ValueError("--expected needs a probability on every scenario (see the instance's scenarios:)")
     return idx, "weighted", tuple(float(p) for p in probs)
+
+
+def within(ranked, within_pct: float | None) -> list:
+    """The (value, plan) pairs of `ranked` (best first) at most `within_pct` percent slower
+    than the first: all of them without a percentage."""
+    if within_pct is None or not ranked:
+        return list(ranked)
+    cap = ranked[0][0] * (1 + within_pct / 100) * (1 + REL_TOL)
+    return [(val, plan) for val, plan in ranked if val <= cap]
 
 
 NO_BAR = (float("inf"), (float("inf"), 0, 0))  # what any value beats while fewer than k are known
@@ -686,7 +695,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res
-    res.ranked = tuple((val, _plan_of(*found)) for val, _, found in won.found)
+    res.ranked = tuple(within([(val, _plan_of(*found)) for val, _, found in won.found], within_pct))
     best_val = won.best_s
     res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
     res.objective_s = best_val

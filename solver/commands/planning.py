@@ -84,13 +84,16 @@ def cmd_plan(args) -> int:
     check_output_path(args.output, "-o/--output")  # before anything is solved
     inst = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
     if group_commands.shown_as_groups(inst):
-        for flag, given in (("--top", args.top is not None), ("--within", args.within is not None),
-                            ("--sensitivity", getattr(args, "sensitivity", False))):
-            if given:  # offered on one-class plans only; never silently dropped
-                raise InstanceError(args.instance or "<arguments>", flag, "not offered on mixed clusters,"
-                                    " nor with classes_per_group or idle_gpus",
-                                    f"plan without {flag} (or plan one group alone)")
+        if getattr(args, "sensitivity", False):  # offered on one-class plans only; never silently dropped
+            raise InstanceError(args.instance or "<arguments>", "--sensitivity", "not offered on mixed"
+                                " clusters, nor with classes_per_group or idle_gpus",
+                                "plan without --sensitivity (or plan one group alone)")
+        if args.within is not None and args.top is None:
+            raise InstanceError("<arguments>", "--within", "needs --top K",
+                                "add --top K, e.g. --top 5 --within 3")
         try:
+            if args.top is not None:
+                return group_commands.cmd_plan_top(args, inst)
             return group_commands.cmd_plan(args, inst, progress=log)
         finally:
             if log:

@@ -84,11 +84,15 @@ def test_a_one_class_optimum_is_written_in_the_one_class_format(tmp_path, capsys
     assert main(["export", str(out), "--to", "megatron"]) == 0
 
 
-@pytest.mark.parametrize("flag", [["--top", "3"], ["--sensitivity"], ["--top", "2", "--within", "3"]])
-def test_one_class_only_flags_are_refused_with_the_options(flag, capsys):
-    argv = ["plan", TINY, "--search", "idle_gpus=true"] + flag
-    assert main(argv) == 2
+def test_sensitivity_is_refused_with_the_options(capsys):
+    assert main(["plan", TINY, "--search", "idle_gpus=true", "--sensitivity"]) == 2
     assert "classes_per_group or idle_gpus" in capsys.readouterr().err
+
+
+def test_top_ranks_the_group_format_plans_too(capsys):
+    # the one search with K winners serves --top on every plan kind (tests/hetero/test_top_groups.py)
+    assert main(["plan", TINY, "--search", "idle_gpus=true", "--top", "2", "--within", "3"]) == 0
+    assert "best plans with distinct outer configurations within 3%" in capsys.readouterr().out
 
 
 def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
