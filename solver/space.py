@@ -123,7 +123,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -411,8 +411,8 @@ DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe 
 
 
 def empty_space_reason(inst: ClusterInstance) -> str:
-    """Why `declared_outers(inst)` is empty: the first rule, in enumeration order, that leaves no
-    configuration (an empty space is never reported without its cause)."""
+    """Why `declared_outers(inst)` is empty: the first rule of EMPTY_SPACE_RULES, in enumeration
+    order, that leaves no configuration (an empty space is never reported without its cause)."""
     if dualpipe_job(inst):
         from dataclasses import replace
         one_f_one_b = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B))
@@ -421,54 +421,111 @@ def empty_space_reason(inst: ClusterInstance) -> str:
                     " pp >= 2, virtual_stages 1 and an even number of micro-batches per pipeline"
                     " >= 2 pp (cost/dualpipe.schedule_problem)")
         inst = one_f_one_b
-    s, m, gb = inst.search, inst.model, inst.job.global_batch
-    G = len(inst.cluster.groups)
+    left = _Left(inst)
+    return next((reason for rule in EMPTY_SPACE_RULES if (reason := rule(left))),
+                "no combination of the declared values is a valid plan")
+
+
+@dataclass
+class _Left:
+    """What the space's rules have left so far, stage by stage (EMPTY_SPACE_RULES fill it in)."""
+
+    inst: ClusterInstance
+    with_tp: list = field(default_factory=list)  # (groups used, tp per group)
+    with_cp: list = field(default_factory=list)  # (groups used, tp per group, cp)
+    shapes: list = field(default_factory=list)  # (tp of the first stage's group, cp, class shapes)
+
+
+def _no_tp(left: _Left) -> str | None:
+    inst = left.inst
+    s, G = inst.search, len(inst.cluster.groups)
     subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
-    with_tp = [(u, t) for u in subsets for fam in FAMILIES for t in tp_choices(inst, u, fam)]
-    if not with_tp:
-        listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
-        where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
-        return (f"{listed} divides the {m.heads} heads and the {where} of a group"
-                + ("" if s.tp_across_nodes else " (search.tp_across_nodes is false)"))
-    with_cp = [(u, t, c) for u, t in with_tp for c in cp_values(inst, u, t)]
-    if not with_cp:
-        listed = f"no value of search.cp {list(s.cp)}" if s.cp is not None else "no power of two"
-        return (f"{listed} divides the sequence length {m.seq_len} and a used group's GPUs left"
-                " by tp" + (f", within search.max_cp {s.max_cp}" if s.max_cp is not None else ""))
-    shapes = [(t, c, sh) for u, t, c in with_cp for fam in FAMILIES
+    left.with_tp = [(u, t) for u in subsets for fam in FAMILIES for t in tp_choices(inst, u, fam)]
+    if left.with_tp:
+        return None
+    listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
+    where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
+    return (f"{listed} divides the {inst.model.heads} heads and the {where} of a group"
+            + ("" if s.tp_across_nodes else " (search.tp_across_nodes is false)"))
+
+
+def _no_cp(left: _Left) -> str | None:
+    s, m = left.inst.search, left.inst.model
+    left.with_cp = [(u, t, c) for u, t in left.with_tp for c in cp_values(left.inst, u, t)]
+    if left.with_cp:
+        return None
+    listed = f"no value of search.cp {list(s.cp)}" if s.cp is not None else "no power of two"
+    return (f"{listed} divides the sequence length {m.seq_len} and a used group's GPUs left"
+            " by tp" + (f", within search.max_cp {s.max_cp}" if s.max_cp is not None else ""))
+
+
+def _no_pipeline_shape(left: _Left) -> str | None:
+    inst = left.inst
+    s, m = inst.search, inst.model
+    shapes = [(t, c, sh) for u, t, c in left.with_cp for fam in FAMILIES
               for sh in class_shapes(inst, t, u, fam, c)]
-    shapes = [(t[sh[0].stage_groups[0]], c, sh) for t, c, sh in shapes]  # tp: the first stage's
-    if not shapes:
-        max_pp = s.max_pp if s.max_pp is not None else m.layers
-        return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
-                f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
-                f" and the model's {m.layers} layers")
+    left.shapes = [(t[sh[0].stage_groups[0]], c, sh) for t, c, sh in shapes]  # tp: the first stage's
+    if left.shapes:
+        return None
+    max_pp = s.max_pp if s.max_pp is not None else m.layers
+    return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
+            f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
+            f" and the model's {m.layers} layers")
+
+
+def _no_micro_batch_split(left: _Left) -> str | None:
+    s, gb = left.inst.search, left.inst.job.global_batch
     mbs = s.micro_batch if s.micro_batch is not None else [
         d for d in divisors(gb) if s.max_micro_batch is None or d <= s.max_micro_batch]
-    if not any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, _, sh in shapes for mb in mbs):
-        return (f"no micro-batch size in {list(mbs)} splits the global batch {gb} between the"
-                " replicas (micro_batch x sum of replicas x micro-batches; with several classes,"
-                " every replica runs at least as many micro-batches as it has stages)")
-    if not any(virtual_stage_values(inst, sh) for _, _, sh in shapes):
-        return (f"no value of search.virtual_stages {list(s.virtual_stages or ())} fits a pipeline"
-                f" shape: v > 1 needs every class pipelined with v x stages <= the model's"
-                f" {m.layers} layers, v dividing them")
-    if True not in s.sequence_parallel and False not in s.sequence_parallel:
+    if any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, _, sh in left.shapes for mb in mbs):
+        return None
+    return (f"no micro-batch size in {list(mbs)} splits the global batch {gb} between the"
+            " replicas (micro_batch x sum of replicas x micro-batches; with several classes,"
+            " every replica runs at least as many micro-batches as it has stages)")
+
+
+def _no_virtual_stages(left: _Left) -> str | None:
+    if any(virtual_stage_values(left.inst, sh) for _, _, sh in left.shapes):
+        return None
+    return (f"no value of search.virtual_stages {list(left.inst.search.virtual_stages or ())} fits a"
+            f" pipeline shape: v > 1 needs every class pipelined with v x stages <= the model's"
+            f" {left.inst.model.layers} layers, v dividing them")
+
+
+def _no_sequence_parallel(left: _Left) -> str | None:
+    sp, seq_len = left.inst.search.sequence_parallel, left.inst.model.seq_len
+    if True not in sp and False not in sp:
         return "search.sequence_parallel lists no value"
-    if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % (t * c) == 0
-                                                    for t, c, _ in shapes):
+    if False not in sp and not any(t > 1 and seq_len % (t * c) == 0 for t, c, _ in left.shapes):
         return ("search.sequence_parallel: [true] needs tp > 1 with tp * cp dividing seq_len,"
                 " and no admissible tp is")
-    if 0 not in s.zero and all(c * sum(x.replicas for x in sh) == 1 for _, c, sh in shapes):
-        return (f"search.zero {list(s.zero)} shards over replicas and context-parallel ranks,"
+    return None
+
+
+def _no_zero_to_shard(left: _Left) -> str | None:
+    zero = left.inst.search.zero
+    if 0 not in zero and all(c * sum(x.replicas for x in sh) == 1 for _, c, sh in left.shapes):
+        return (f"search.zero {list(zero)} shards over replicas and context-parallel ranks,"
                 " and every pipeline shape has one of each")
+    return None
+
+
+def _no_framework_mode(left: _Left) -> str | None:
+    inst = left.inst
+    s = inst.search
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-    if not any(rules.admits(tp=t, pp=c.pp, cp=cp, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
-               for t, cp, sh in shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
-        return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
-                f" {list(s.zero)} and tp / sequence-parallel modes on these pipeline shapes"
-                " (cost/framework_rules.py)")
-    return "no combination of the declared values is a valid plan"
+    if any(rules.admits(tp=t, pp=c.pp, cp=cp, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
+           for t, cp, sh in left.shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
+        return None
+    return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
+            f" {list(s.zero)} and tp / sequence-parallel modes on these pipeline shapes"
+            " (cost/framework_rules.py)")
+
+
+# The space's rules in enumeration order, each narrowing what the previous left (`_Left`) and
+# returning why nothing is left, or None: the first reason is the one reported.
+EMPTY_SPACE_RULES = (_no_tp, _no_cp, _no_pipeline_shape, _no_micro_batch_split, _no_virtual_stages,
+                     _no_sequence_parallel, _no_zero_to_shard, _no_framework_mode)
 
 
 def paired_counts(inst: ClusterInstance, o: ClassOuter) -> bool:
