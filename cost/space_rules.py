@@ -22,6 +22,8 @@ the one-group cluster it is (solver/commands/groups.shown_as_groups).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.framework_rules import Refusal
 from paraplan.cost.specs import Attention, ClusterSpec, JobSpec, ModelSpec, PipelineSchedule, SearchSpace
@@ -221,75 +223,137 @@ def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
 
 def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    given: frozenset[str]) -> Refusal | None:
-    """The first listed `search:` value (keys in `given`) that the instance can never run."""
-    refusal = moe_refusal(space, model, given)
-    if refusal is not None:
-        return refusal
-    if "mixed_families" in given and space.mixed_families:
-        return MIXED_FAMILIES_ONE_GROUP
-    n, gpn = cluster.num_gpus, cluster.domain_gpus
-    drop = "drop it from the list"
-    tps, cps, pps = [], [], []
+    """The first listed `search:` value (keys in `given`) that the instance can never run: the
+    rules of SEARCH_RULES in order, each on the degrees the previous ones admitted (_Admitted)."""
+    ctx = _Admitted(space, model, cluster, job, given)
+    return next((refusal for rule in SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
+
+
+_DROP = "drop it from the list"
+
+
+@dataclass
+class _Admitted:
+    """One homogeneous instance's search and the degrees its rules admitted so far."""
+
+    space: SearchSpace
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    given: frozenset[str]
+    tps: list[int] = field(default_factory=list)
+    cps: list[int] = field(default_factory=list)
+    pps: list[int] = field(default_factory=list)
+
+
+def _moe_rule(c: _Admitted) -> Refusal | None:
+    return moe_refusal(c.space, c.model, c.given)
+
+
+def _mixed_families_rule(c: _Admitted) -> Refusal | None:
+    return MIXED_FAMILIES_ONE_GROUP if "mixed_families" in c.given and c.space.mixed_families else None
+
+
+def _tp_rule(c: _Admitted) -> Refusal | None:
+    n, space = c.cluster.num_gpus, c.space
     for t in (space.tp if space.tp is not None else _powers_of_two(n)):
-        problem = tp_problem(t, model, n, gpn, space.tp_across_nodes)
+        problem = tp_problem(t, c.model, n, c.cluster.domain_gpus, space.tp_across_nodes)
         if problem is None:
-            tps.append(t)
-        elif "tp" in given:
-            fix = ("set search.tp_across_nodes: true, or " + drop if "node" in problem
-                   else f"use a divisor of the heads and of the GPUs; {drop}")
+            c.tps.append(t)
+        elif "tp" in c.given:
+            fix = ("set search.tp_across_nodes: true, or " + _DROP if "node" in problem
+                   else f"use a divisor of the heads and of the GPUs; {_DROP}")
             return Refusal("tp", problem, fix)
-    for c in (space.cp if space.cp is not None else _powers_of_two(n)):
-        problem = cp_problem(c, model, n, space.max_cp, job.attention is Attention.FLASH)
+    return None
+
+
+def _cp_rule(c: _Admitted) -> Refusal | None:
+    n, space = c.cluster.num_gpus, c.space
+    for cp in (space.cp if space.cp is not None else _powers_of_two(n)):
+        problem = cp_problem(cp, c.model, n, space.max_cp, c.job.attention is Attention.FLASH)
         if problem is None:
-            if any((n // t) % c == 0 for t in tps):
-                cps.append(c)
-            elif "cp" in given and tps:
-                return Refusal("cp", f"cp={c} divides none of the GPU counts left by tp"
-                               f" ({', '.join(str(n // t) for t in tps)})", drop)
-        elif "cp" in given:
-            fix = ("set job.attention: flash, or " + drop if "fused" in problem
-                   else f"use a divisor of the sequence length and of the GPUs; {drop}")
+            if any((n // t) % cp == 0 for t in c.tps):
+                c.cps.append(cp)
+            elif "cp" in c.given and c.tps:
+                return Refusal("cp", f"cp={cp} divides none of the GPU counts left by tp"
+                               f" ({', '.join(str(n // t) for t in c.tps)})", _DROP)
+        elif "cp" in c.given:
+            fix = ("set job.attention: flash, or " + _DROP if "fused" in problem
+                   else f"use a divisor of the sequence length and of the GPUs; {_DROP}")
             return Refusal("cp", problem, fix)
+    return None
+
+
+def _pp_rule(c: _Admitted) -> Refusal | None:
+    n, space = c.cluster.num_gpus, c.space
     for p in (space.pp if space.pp is not None else _divisors(n)):
-        problem = pp_problem(p, model, n, space.max_pp)
+        problem = pp_problem(p, c.model, n, space.max_pp)
         if problem is None:
-            pps.append(p)
-        elif "pp" in given:
-            return Refusal("pp", problem, drop)
-    refusal = dualpipe_refusal(space, job, given)
-    if refusal is not None:
-        return refusal
-    per_replica = sorted({job.global_batch // (n // (t * c * p))
-                          for t in tps for c in cps for p in pps
-                          if n % (t * c * p) == 0
-                          and job.global_batch % (n // (t * c * p)) == 0}, reverse=True)
-    if "micro_batch" in given and space.micro_batch is not None:
-        # with no factorisation at all (the planner reports the empty space), at least the
-        # global batch itself must be divisible
-        per_replica = per_replica or [job.global_batch]
-        for b in space.micro_batch:
-            if not any(r % b == 0 for r in per_replica):
-                shown = ", ".join(map(str, per_replica[:6])) + (", ..." if len(per_replica) > 6 else "")
-                return Refusal("micro_batch", f"micro_batch={b} divides none of the per-replica"
-                               f" batches (global_batch / dp: {shown})",
-                               f"use a divisor of one of them; {drop}")
-    if "virtual_stages" in given and space.virtual_stages is not None:
-        for v in space.virtual_stages:
-            if v > 1 and model.layers % v:
-                return Refusal("virtual_stages", f"virtual_stages={v} does not divide the"
-                               f" model's {model.layers} layers", drop)
-            if v > 1 and not any(p > 1 and v * p <= model.layers for p in pps):
-                return Refusal("virtual_stages", f"virtual_stages={v} needs pp > 1 with"
-                               f" {v} x pp <= {model.layers} layers, and no admissible pp has it",
-                               drop)
-    if "sequence_parallel" in given and False not in space.sequence_parallel \
-            and not any(t > 1 for t in tps):
+            c.pps.append(p)
+        elif "pp" in c.given:
+            return Refusal("pp", problem, _DROP)
+    return None
+
+
+def _dualpipe_rule(c: _Admitted) -> Refusal | None:
+    return dualpipe_refusal(c.space, c.job, c.given)
+
+
+def _micro_batch_rule(c: _Admitted) -> Refusal | None:
+    if "micro_batch" not in c.given or c.space.micro_batch is None:
+        return None
+    n, gb = c.cluster.num_gpus, c.job.global_batch
+    per_replica = sorted({gb // (n // (t * cp * p)) for t in c.tps for cp in c.cps for p in c.pps
+                          if n % (t * cp * p) == 0 and gb % (n // (t * cp * p)) == 0}, reverse=True)
+    # with no factorisation at all (the planner reports the empty space), at least the
+    # global batch itself must be divisible
+    per_replica = per_replica or [gb]
+    for b in c.space.micro_batch:
+        if not any(r % b == 0 for r in per_replica):
+            shown = ", ".join(map(str, per_replica[:6])) + (", ..." if len(per_replica) > 6 else "")
+            return Refusal("micro_batch", f"micro_batch={b} divides none of the per-replica"
+                           f" batches (global_batch / dp: {shown})", f"use a divisor of one of them; {_DROP}")
+    return None
+
+
+def _virtual_stages_rule(c: _Admitted) -> Refusal | None:
+    if "virtual_stages" not in c.given or c.space.virtual_stages is None:
+        return None
+    layers = c.model.layers
+    for v in c.space.virtual_stages:
+        if v > 1 and layers % v:
+            return Refusal("virtual_stages", f"virtual_stages={v} does not divide the"
+                           f" model's {layers} layers", _DROP)
+        if v > 1 and not any(p > 1 and v * p <= layers for p in c.pps):
+            return Refusal("virtual_stages", f"virtual_stages={v} needs pp > 1 with"
+                           f" {v} x pp <= {layers} layers, and no admissible pp has it", _DROP)
+    return None
+
+
+def _sequence_parallel_rule(c: _Admitted) -> Refusal | None:
+    if ("sequence_parallel" in c.given and False not in c.space.sequence_parallel
+            and not any(t > 1 for t in c.tps)):
         return Refusal("sequence_parallel", "sequence parallelism needs tp > 1, and no"
                        " admissible tp is", "add false to search.sequence_parallel")
-    if "zero" in given and 0 not in space.zero and n == 1:
-        return Refusal("zero", f"ZeRO-{min(space.zero)} shards over data-parallel ranks, and"
+    return None
+
+
+def _zero_rule(c: _Admitted) -> Refusal | None:
+    if "zero" in c.given and 0 not in c.space.zero and c.cluster.num_gpus == 1:
+        return Refusal("zero", f"ZeRO-{min(c.space.zero)} shards over data-parallel ranks, and"
                        " the cluster has one GPU", "use zero: [0]")
-    return reserve_refusal(space, cluster)
+    return None
+
+
+def _reserve_rule(c: _Admitted) -> Refusal | None:
+    return reserve_refusal(c.space, c.cluster)
+
+
+# search_refusal's rules, in the order the values are reported: tp before cp before pp (each
+# judged on the degrees the earlier ones admitted), then the values those degrees bound
+SEARCH_RULES = (_moe_rule, _mixed_families_rule, _tp_rule, _cp_rule, _pp_rule, _dualpipe_rule,
+                _micro_batch_rule, _virtual_stages_rule, _sequence_parallel_rule, _zero_rule,
+                _reserve_rule)
 
 
 def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) -> Refusal | None:
