@@ -395,47 +395,91 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
 
 def groups_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
                           given: frozenset[str], flash: bool = True) -> Refusal | None:
-    """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
+    """The first `search:` value (keys in `given`) a mixed cluster's plans can never use: the
+    rules of GROUP_SEARCH_RULES in order.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
     refused, never dropped: uniform_split and per-operator partitions; and a tp, cp or
     virtual_stages value that no plan can use."""
-    if "cp" in given and space.cp is not None:
-        for c in space.cp:
-            problems = [cp_problem(c, model, cl.num_gpus, space.max_cp, flash) for cl in clusters]
-            if not flash and c > 1:
-                return Refusal("cp", problems[0], "set job.attention: flash, or drop it from the list")
-            if all(problems):
-                return Refusal("cp", problems[0] + " (on every group)", "drop it from the list")
-    if "virtual_stages" in given and space.virtual_stages is not None:
-        for v in space.virtual_stages:
-            if model.layers % v or model.layers < 2 * v:
-                return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
-                               f" {model.layers} layers into chunks of two stages or more",
-                               "drop it from the list")
-    refusal = moe_refusal(space, model, given)
-    if refusal is not None:
-        return refusal
-    if "mixed_families" in given and space.mixed_families and len(clusters) < 2:
+    ctx = _GroupSearch(space, model, clusters, given, flash)
+    return next((refusal for rule in GROUP_SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
+
+
+@dataclass(frozen=True)
+class _GroupSearch:
+    space: SearchSpace
+    model: ModelSpec
+    clusters: list[ClusterSpec]  # one per node group
+    given: frozenset[str]
+    flash: bool
+
+
+def _group_cp_rule(c: _GroupSearch) -> Refusal | None:
+    if "cp" not in c.given or c.space.cp is None:
+        return None
+    for cp in c.space.cp:
+        problems = [cp_problem(cp, c.model, cl.num_gpus, c.space.max_cp, c.flash) for cl in c.clusters]
+        if not c.flash and cp > 1:
+            return Refusal("cp", problems[0], "set job.attention: flash, or " + _DROP)
+        if all(problems):
+            return Refusal("cp", problems[0] + " (on every group)", _DROP)
+    return None
+
+
+def _group_virtual_stages_rule(c: _GroupSearch) -> Refusal | None:
+    if "virtual_stages" not in c.given or c.space.virtual_stages is None:
+        return None
+    layers = c.model.layers
+    for v in c.space.virtual_stages:
+        if layers % v or layers < 2 * v:
+            return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
+                           f" {layers} layers into chunks of two stages or more", _DROP)
+    return None
+
+
+def _group_moe_rule(c: _GroupSearch) -> Refusal | None:
+    return moe_refusal(c.space, c.model, c.given)
+
+
+def _group_mixed_families_rule(c: _GroupSearch) -> Refusal | None:
+    if "mixed_families" in c.given and c.space.mixed_families and len(c.clusters) < 2:
         return MIXED_FAMILIES_ONE_GROUP
-    if "uniform_split" in given and space.uniform_split:
+    return None
+
+
+def _group_uniform_split_rule(c: _GroupSearch) -> Refusal | None:
+    if "uniform_split" in c.given and c.space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
                        " reports the uniform-split baseline)")
-    if "tp" in given and space.tp is not None:
-        for t in space.tp:
-            problems = [group_tp_problem(t, model, c, space.tp_across_nodes) for c in clusters]
-            if all(problems):
-                fix = ("set search.tp_across_nodes: true, or drop it from the list"
-                       if "node" in problems[0] and not space.tp_across_nodes else "drop it from the list")
-                return Refusal("tp", problems[0] + " (on every group)", fix)
-    if "pp" in given and space.pp is not None:
-        for p in space.pp:
-            if p > model.layers:
-                return Refusal("pp", f"pp={p} stages exceed the model's {model.layers} layers",
-                               "drop it from the list")
-    for c in clusters:
-        refusal = reserve_refusal(space, c)
-        if refusal is not None:
-            return refusal
     return None
+
+
+def _group_tp_rule(c: _GroupSearch) -> Refusal | None:
+    if "tp" not in c.given or c.space.tp is None:
+        return None
+    for t in c.space.tp:
+        problems = [group_tp_problem(t, c.model, cl, c.space.tp_across_nodes) for cl in c.clusters]
+        if all(problems):
+            fix = ("set search.tp_across_nodes: true, or " + _DROP
+                   if "node" in problems[0] and not c.space.tp_across_nodes else _DROP)
+            return Refusal("tp", problems[0] + " (on every group)", fix)
+    return None
+
+
+def _group_pp_rule(c: _GroupSearch) -> Refusal | None:
+    if "pp" not in c.given or c.space.pp is None:
+        return None
+    for p in c.space.pp:
+        if p > c.model.layers:
+            return Refusal("pp", f"pp={p} stages exceed the model's {c.model.layers} layers", _DROP)
+    return None
+
+
+def _group_reserve_rule(c: _GroupSearch) -> Refusal | None:
+    return next((r for cl in c.clusters if (r := reserve_refusal(c.space, cl)) is not None), None)
+
+
+GROUP_SEARCH_RULES = (_group_cp_rule, _group_virtual_stages_rule, _group_moe_rule,
+                      _group_mixed_families_rule, _group_uniform_split_rule, _group_tp_rule,
+                      _group_pp_rule, _group_reserve_rule)
