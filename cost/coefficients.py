@@ -224,7 +224,7 @@ class Site:
     # parallel folding (etp != tp): the expert tensor-parallel group's link; None: tp_link
     etp_link: tuple[Link, bool] | None = None
     # the stage's tensor-parallel degree where it differs from the outer configuration's (a
-    # mixed cluster with a tp per node group, cost/hetero_coefficients.py); None: the outer's
+    # mixed cluster with a tp per node group, cost/class_coefficients.py); None: the outer's
     tp: int | None = None
 
 
@@ -815,7 +815,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     index: dict[int, int] = {}
     uniq: list[_LayerCosts] = []
     uniq_sites: list[Site] = []
-    by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (hetero_coefficients.class_layer_fn)
+    by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (class_coefficients.class_layer_fn)
     for site in pl.sites:
         if id(site) not in index:
             index[id(site)] = len(uniq)
@@ -919,7 +919,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
     capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
     if skip_if_memory_infeasible and no_split_fits(state, act, ckpt, capacity, stage_mem, v, m.layers):
-        return None  # the time terms below would only be dropped (solver/hetero_planner.problems_for)
+        return None  # the time terms below would only be dropped (solver/search.problems_for)
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
     stage_parts = StageParts(pp)
@@ -1104,8 +1104,8 @@ def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEffici
 
 # _layer_costs of recent (instance, stage outer, site, ring size, network) under Megatron 1-D
 # pricing: the planner prices one class shape in every order of its groups
-# (solver/hetero_space.py), and a group's site is the same object in each
-# (cost/hetero_coefficients.class_placement interns it), so those configurations share their
+# (solver/space.py), and a group's site is the same object in each
+# (cost/class_coefficients.class_placement interns it), so those configurations share their
 # layers' costs. Keyed by identity where hashing the nested records would cost more than the
 # lookup saves; each entry keeps its keys alive, so no other object takes their ids.
 _LAYER_COSTS: dict[tuple, tuple] = {}

@@ -83,7 +83,7 @@ def plan_problem(plan: Plan) -> str | None:
 
 def schedule_problem(pp: int, virtual_stages: int, num_micro_batches: int) -> str | None:
     """Why DualPipe cannot run a pipeline of pp stages, v chunks and m micro-batches, or None
-    (the planner's space keeps the configurations without one, solver/hetero_space.py)."""
+    (the planner's space keeps the configurations without one, solver/space.py)."""
     if pp < 2 or pp % 2:
         return f"DualPipe needs an even number of pipeline stages >= 2, the plan has pp={pp}"
     if virtual_stages != 1:

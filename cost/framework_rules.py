@@ -159,7 +159,7 @@ def unpriced_reason(zero: int, pp: int) -> str | None:
     torchtitan's path, which runs it, gathers and shards per micro-batch in a way cost/memory.py
     does not model (published runs simulated anyway lost 54-74% of their memory, issue 31).
     The planner never proposes it (FRAMEWORK_RULES); a plan file holding it is refused as it is
-    read (cost/loader.plan_from_mapping, cost/hetero_loader.hetero_plan_from_mapping), so every
+    read (cost/loader.plan_from_mapping, cost/groups_loader.class_plan_from_mapping), so every
     command that reads a plan refuses it, and `accuracy` reports such a row as not modelled,
     rather than mis-price it."""
     if zero >= 2 and pp > 1:

@@ -100,9 +100,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       uniform_split: false           # true: only the even layer split
       tp_across_nodes: false
       tp_per_group: true             # mixed clusters: a pipeline across node groups may run a
-                                     #   tp per group (solver/hetero_space.py)
+                                     #   tp per group (solver/space.py)
       classes_per_group: 1           # group format: replica classes one node group may host
-                                     #   (1 to 4; solver/hetero_space.py)
+                                     #   (1 to 4; solver/space.py)
       idle_gpus: false               # group format: a used group may leave GPUs idle
       mixed_families: false          # group format: a pipeline across groups beside replica
                                      #   classes on the GPUs it leaves
@@ -186,7 +186,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import framework_refusal, unpriced_reason
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
-from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
+from paraplan.cost.space_rules import groups_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
                         Recompute, RecomputeModule, SearchSpace)
@@ -785,7 +785,7 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
 
 
 def _no_groups(data: Any, path: str) -> Any:
-    """A heterogeneous cluster (cost/hetero_loader.py) here would fail on its first unknown
+    """A heterogeneous cluster (cost/groups_loader.py) here would fail on its first unknown
     key; say what it is and where it can go instead."""
     if isinstance(data, dict) and isinstance(data.get("cluster"), dict) and "groups" in data["cluster"]:
         raise InstanceError(path, "cluster.groups",
@@ -798,7 +798,7 @@ def _no_groups(data: Any, path: str) -> Any:
 
 def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | None,
                         cluster: str | Path | None, job: str | Path | None,
-                        seq_len: int | None = None) -> Instance:
+                        seq_len: int | None = None, data: Any = None) -> Instance:
     """An instance assembled from an instance file and/or separate part files.
 
     - `instance`: an instance YAML (module docstring). Its `model:`, `cluster:` and `job:`
@@ -810,6 +810,8 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     - `job`: a job YAML with `job:` and optionally `search:`; a `search:` there replaces the
       instance file's, otherwise the instance file's (or the default space) is kept.
     - `seq_len`: replaces the model's sequence length, wherever the model comes from.
+    - `data`: the instance file as a caller already read it (`read_yaml(instance)`), so that a
+      command which looked at the file to choose its route reads it once.
 
     Without `instance`, all three parts are required and the instance is named
     `<model>-<GPUs>x<GPU type>`. Every file is checked in full, sections that a part replaces
@@ -835,7 +837,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if instance is not None:
         path = str(instance)
         sources.append(path)
-        top = Section(_no_groups(read_yaml(path), path), path, "", _TOP_KEYS)
+        top = Section(_no_groups(read_yaml(path) if data is None else data, path), path, "", _TOP_KEYS)
         name = top.string("name")
         gpus = catalogue_with_gpu_types(top)
         if top.has("search"):
@@ -1346,7 +1348,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
 
 
 def is_group_plan_mapping(data: Any) -> bool:
-    """A plan mapping (bare or as a plan file) in the group format (cost/hetero_loader.py): it
+    """A plan mapping (bare or as a plan file) in the group format (cost/groups_loader.py): it
     lists replica classes."""
     if isinstance(data, dict) and isinstance(data.get("plan"), dict):
         data = data["plan"]
@@ -1553,9 +1555,9 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     with config_errors_as(source, "search", "narrow the search space to valid values"):
         space = replace(inst.search, **fields)
     given = frozenset(raw)
-    groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/hetero_specs.py)
+    groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/plan_specs.py)
     refusal = (search_refusal(space, inst.model, inst.cluster, inst.job, given) if groups is None
-               else hetero_search_refusal(space, inst.model, [g.cluster for g in groups], given,
+               else groups_search_refusal(space, inst.model, [g.cluster for g in groups], given,
                                           inst.job.attention is Attention.FLASH))
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)

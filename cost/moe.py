@@ -167,7 +167,7 @@ def pairs_unpipelined_micro_batches(job, ep: int) -> bool:
     Megatron-core's combined 1F1B (a2a_overlap_applies), whose stashed micro-batches are
     min(2, m) (cost/coefficients.a2a_overlap_warmup_chunks + 1), not one: where a replica's
     count is a decision (a mixed cluster's classes) it runs at least 2, so that its memory does
-    not depend on the count (solver/hetero_space._count_form)."""
+    not depend on the count (solver/space._count_form)."""
     return job.moe_a2a_overlap and ep > 1
 
 

@@ -11,16 +11,18 @@ instance and the other keys' admissible values. Values the defaults bring in are
 space, never refused; a space that is empty only through a combination of individually possible
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
-Mixed clusters (cost/hetero_loader.py, solver/hetero_space.py) have no uniform_split: listing
-it there is refused instead of dropped (hetero_search_refusal). `mixed_families` needs two node
+Mixed clusters (cost/groups_loader.py, solver/space.py) have no uniform_split: listing
+it there is refused instead of dropped (groups_search_refusal). `mixed_families` needs two node
 groups, so a one-group cluster refuses it, in either file format.
 
 `several_classes` says when a homogeneous file's search asks for plans only the group format
 holds (several replica classes on its one group, or GPUs left idle): the commands then plan it as
-the one-group cluster it is (solver/commands/hetero.group_route).
+the one-group cluster it is (solver/commands/groups.shown_as_groups).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.framework_rules import Refusal
@@ -35,7 +37,7 @@ MIXED_FAMILIES_ONE_GROUP = Refusal(
 
 def several_classes(space: SearchSpace) -> bool:
     """The space holds plans of more than one replica class, or leaving GPUs idle: plans written
-    in the group format (cost/hetero_loader.py) even on a one-group cluster."""
+    in the group format (cost/groups_loader.py) even on a one-group cluster."""
     return space.classes_per_group > 1 or space.idle_gpus
 
 
@@ -109,7 +111,7 @@ def ep_values(model: ModelSpec, listed: tuple[int, ...] | None, ranks: int) -> l
     context-parallel group): the listed values (default: every divisor of the expert count)
     that divide both the experts and `ranks` (the ep group lies inside that group, cost/moe.py;
     on a mixed cluster inside one replica class's, so `ranks` is then the gcd of the classes').
-    A dense model runs ep = 1 only. The one rule solver/hetero_space.py uses (expert_layouts)."""
+    A dense model runs ep = 1 only. The one rule solver/space.py uses (expert_layouts)."""
     if model.moe is None:
         return [1]
     vals = listed if listed is not None else _divisors(model.moe.experts)
@@ -221,75 +223,137 @@ def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
 
 def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    given: frozenset[str]) -> Refusal | None:
-    """The first listed `search:` value (keys in `given`) that the instance can never run."""
-    refusal = moe_refusal(space, model, given)
-    if refusal is not None:
-        return refusal
-    if "mixed_families" in given and space.mixed_families:
-        return MIXED_FAMILIES_ONE_GROUP
-    n, gpn = cluster.num_gpus, cluster.domain_gpus
-    drop = "drop it from the list"
-    tps, cps, pps = [], [], []
+    """The first listed `search:` value (keys in `given`) that the instance can never run: the
+    rules of SEARCH_RULES in order, each on the degrees the previous ones admitted (_Admitted)."""
+    ctx = _Admitted(space, model, cluster, job, given)
+    return next((refusal for rule in SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
+
+
+_DROP = "drop it from the list"
+
+
+@dataclass
+class _Admitted:
+    """One homogeneous instance's search and the degrees its rules admitted so far."""
+
+    space: SearchSpace
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    given: frozenset[str]
+    tps: list[int] = field(default_factory=list)
+    cps: list[int] = field(default_factory=list)
+    pps: list[int] = field(default_factory=list)
+
+
+def _moe_rule(c: _Admitted) -> Refusal | None:
+    return moe_refusal(c.space, c.model, c.given)
+
+
+def _mixed_families_rule(c: _Admitted) -> Refusal | None:
+    return MIXED_FAMILIES_ONE_GROUP if "mixed_families" in c.given and c.space.mixed_families else None
+
+
+def _tp_rule(c: _Admitted) -> Refusal | None:
+    n, space = c.cluster.num_gpus, c.space
     for t in (space.tp if space.tp is not None else _powers_of_two(n)):
-        problem = tp_problem(t, model, n, gpn, space.tp_across_nodes)
+        problem = tp_problem(t, c.model, n, c.cluster.domain_gpus, space.tp_across_nodes)
         if problem is None:
-            tps.append(t)
-        elif "tp" in given:
-            fix = ("set search.tp_across_nodes: true, or " + drop if "node" in problem
-                   else f"use a divisor of the heads and of the GPUs; {drop}")
+            c.tps.append(t)
+        elif "tp" in c.given:
+            fix = ("set search.tp_across_nodes: true, or " + _DROP if "node" in problem
+                   else f"use a divisor of the heads and of the GPUs; {_DROP}")
             return Refusal("tp", problem, fix)
-    for c in (space.cp if space.cp is not None else _powers_of_two(n)):
-        problem = cp_problem(c, model, n, space.max_cp, job.attention is Attention.FLASH)
+    return None
+
+
+def _cp_rule(c: _Admitted) -> Refusal | None:
+    n, space = c.cluster.num_gpus, c.space
+    for cp in (space.cp if space.cp is not None else _powers_of_two(n)):
+        problem = cp_problem(cp, c.model, n, space.max_cp, c.job.attention is Attention.FLASH)
         if problem is None:
-            if any((n // t) % c == 0 for t in tps):
-                cps.append(c)
-            elif "cp" in given and tps:
-                return Refusal("cp", f"cp={c} divides none of the GPU counts left by tp"
-                               f" ({', '.join(str(n // t) for t in tps)})", drop)
-        elif "cp" in given:
-            fix = ("set job.attention: flash, or " + drop if "fused" in problem
-                   else f"use a divisor of the sequence length and of the GPUs; {drop}")
+            if any((n // t) % cp == 0 for t in c.tps):
+                c.cps.append(cp)
+            elif "cp" in c.given and c.tps:
+                return Refusal("cp", f"cp={cp} divides none of the GPU counts left by tp"
+                               f" ({', '.join(str(n // t) for t in c.tps)})", _DROP)
+        elif "cp" in c.given:
+            fix = ("set job.attention: flash, or " + _DROP if "fused" in problem
+                   else f"use a divisor of the sequence length and of the GPUs; {_DROP}")
             return Refusal("cp", problem, fix)
+    return None
+
+
+def _pp_rule(c: _Admitted) -> Refusal | None:
+    n, space = c.cluster.num_gpus, c.space
     for p in (space.pp if space.pp is not None else _divisors(n)):
-        problem = pp_problem(p, model, n, space.max_pp)
+        problem = pp_problem(p, c.model, n, space.max_pp)
         if problem is None:
-            pps.append(p)
-        elif "pp" in given:
-            return Refusal("pp", problem, drop)
-    refusal = dualpipe_refusal(space, job, given)
-    if refusal is not None:
-        return refusal
-    per_replica = sorted({job.global_batch // (n // (t * c * p))
-                          for t in tps for c in cps for p in pps
-                          if n % (t * c * p) == 0
-                          and job.global_batch % (n // (t * c * p)) == 0}, reverse=True)
-    if "micro_batch" in given and space.micro_batch is not None:
-        # with no factorisation at all (the planner reports the empty space), at least the
-        # global batch itself must be divisible
-        per_replica = per_replica or [job.global_batch]
-        for b in space.micro_batch:
-            if not any(r % b == 0 for r in per_replica):
-                shown = ", ".join(map(str, per_replica[:6])) + (", ..." if len(per_replica) > 6 else "")
-                return Refusal("micro_batch", f"micro_batch={b} divides none of the per-replica"
-                               f" batches (global_batch / dp: {shown})",
-                               f"use a divisor of one of them; {drop}")
-    if "virtual_stages" in given and space.virtual_stages is not None:
-        for v in space.virtual_stages:
-            if v > 1 and model.layers % v:
-                return Refusal("virtual_stages", f"virtual_stages={v} does not divide the"
-                               f" model's {model.layers} layers", drop)
-            if v > 1 and not any(p > 1 and v * p <= model.layers for p in pps):
-                return Refusal("virtual_stages", f"virtual_stages={v} needs pp > 1 with"
-                               f" {v} x pp <= {model.layers} layers, and no admissible pp has it",
-                               drop)
-    if "sequence_parallel" in given and False not in space.sequence_parallel \
-            and not any(t > 1 for t in tps):
+            c.pps.append(p)
+        elif "pp" in c.given:
+            return Refusal("pp", problem, _DROP)
+    return None
+
+
+def _dualpipe_rule(c: _Admitted) -> Refusal | None:
+    return dualpipe_refusal(c.space, c.job, c.given)
+
+
+def _micro_batch_rule(c: _Admitted) -> Refusal | None:
+    if "micro_batch" not in c.given or c.space.micro_batch is None:
+        return None
+    n, gb = c.cluster.num_gpus, c.job.global_batch
+    per_replica = sorted({gb // (n // (t * cp * p)) for t in c.tps for cp in c.cps for p in c.pps
+                          if n % (t * cp * p) == 0 and gb % (n // (t * cp * p)) == 0}, reverse=True)
+    # with no factorisation at all (the planner reports the empty space), at least the
+    # global batch itself must be divisible
+    per_replica = per_replica or [gb]
+    for b in c.space.micro_batch:
+        if not any(r % b == 0 for r in per_replica):
+            shown = ", ".join(map(str, per_replica[:6])) + (", ..." if len(per_replica) > 6 else "")
+            return Refusal("micro_batch", f"micro_batch={b} divides none of the per-replica"
+                           f" batches (global_batch / dp: {shown})", f"use a divisor of one of them; {_DROP}")
+    return None
+
+
+def _virtual_stages_rule(c: _Admitted) -> Refusal | None:
+    if "virtual_stages" not in c.given or c.space.virtual_stages is None:
+        return None
+    layers = c.model.layers
+    for v in c.space.virtual_stages:
+        if v > 1 and layers % v:
+            return Refusal("virtual_stages", f"virtual_stages={v} does not divide the"
+                           f" model's {layers} layers", _DROP)
+        if v > 1 and not any(p > 1 and v * p <= layers for p in c.pps):
+            return Refusal("virtual_stages", f"virtual_stages={v} needs pp > 1 with"
+                           f" {v} x pp <= {layers} layers, and no admissible pp has it", _DROP)
+    return None
+
+
+def _sequence_parallel_rule(c: _Admitted) -> Refusal | None:
+    if ("sequence_parallel" in c.given and False not in c.space.sequence_parallel
+            and not any(t > 1 for t in c.tps)):
         return Refusal("sequence_parallel", "sequence parallelism needs tp > 1, and no"
                        " admissible tp is", "add false to search.sequence_parallel")
-    if "zero" in given and 0 not in space.zero and n == 1:
-        return Refusal("zero", f"ZeRO-{min(space.zero)} shards over data-parallel ranks, and"
+    return None
+
+
+def _zero_rule(c: _Admitted) -> Refusal | None:
+    if "zero" in c.given and 0 not in c.space.zero and c.cluster.num_gpus == 1:
+        return Refusal("zero", f"ZeRO-{min(c.space.zero)} shards over data-parallel ranks, and"
                        " the cluster has one GPU", "use zero: [0]")
-    return reserve_refusal(space, cluster)
+    return None
+
+
+def _reserve_rule(c: _Admitted) -> Refusal | None:
+    return reserve_refusal(c.space, c.cluster)
+
+
+# search_refusal's rules, in the order the values are reported: tp before cp before pp (each
+# judged on the degrees the earlier ones admitted), then the values those degrees bound
+SEARCH_RULES = (_moe_rule, _mixed_families_rule, _tp_rule, _cp_rule, _pp_rule, _dualpipe_rule,
+                _micro_batch_rule, _virtual_stages_rule, _sequence_parallel_rule, _zero_rule,
+                _reserve_rule)
 
 
 def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) -> Refusal | None:
@@ -329,49 +393,93 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
     return None
 
 
-def hetero_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
+def groups_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
                           given: frozenset[str], flash: bool = True) -> Refusal | None:
-    """The first `search:` value (keys in `given`) a mixed cluster's plans can never use.
+    """The first `search:` value (keys in `given`) a mixed cluster's plans can never use: the
+    rules of GROUP_SEARCH_RULES in order.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
     refused, never dropped: uniform_split and per-operator partitions; and a tp, cp or
     virtual_stages value that no plan can use."""
-    if "cp" in given and space.cp is not None:
-        for c in space.cp:
-            problems = [cp_problem(c, model, cl.num_gpus, space.max_cp, flash) for cl in clusters]
-            if not flash and c > 1:
-                return Refusal("cp", problems[0], "set job.attention: flash, or drop it from the list")
-            if all(problems):
-                return Refusal("cp", problems[0] + " (on every group)", "drop it from the list")
-    if "virtual_stages" in given and space.virtual_stages is not None:
-        for v in space.virtual_stages:
-            if model.layers % v or model.layers < 2 * v:
-                return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
-                               f" {model.layers} layers into chunks of two stages or more",
-                               "drop it from the list")
-    refusal = moe_refusal(space, model, given)
-    if refusal is not None:
-        return refusal
-    if "mixed_families" in given and space.mixed_families and len(clusters) < 2:
+    ctx = _GroupSearch(space, model, clusters, given, flash)
+    return next((refusal for rule in GROUP_SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
+
+
+@dataclass(frozen=True)
+class _GroupSearch:
+    space: SearchSpace
+    model: ModelSpec
+    clusters: list[ClusterSpec]  # one per node group
+    given: frozenset[str]
+    flash: bool
+
+
+def _group_cp_rule(c: _GroupSearch) -> Refusal | None:
+    if "cp" not in c.given or c.space.cp is None:
+        return None
+    for cp in c.space.cp:
+        problems = [cp_problem(cp, c.model, cl.num_gpus, c.space.max_cp, c.flash) for cl in c.clusters]
+        if not c.flash and cp > 1:
+            return Refusal("cp", problems[0], "set job.attention: flash, or " + _DROP)
+        if all(problems):
+            return Refusal("cp", problems[0] + " (on every group)", _DROP)
+    return None
+
+
+def _group_virtual_stages_rule(c: _GroupSearch) -> Refusal | None:
+    if "virtual_stages" not in c.given or c.space.virtual_stages is None:
+        return None
+    layers = c.model.layers
+    for v in c.space.virtual_stages:
+        if layers % v or layers < 2 * v:
+            return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
+                           f" {layers} layers into chunks of two stages or more", _DROP)
+    return None
+
+
+def _group_moe_rule(c: _GroupSearch) -> Refusal | None:
+    return moe_refusal(c.space, c.model, c.given)
+
+
+def _group_mixed_families_rule(c: _GroupSearch) -> Refusal | None:
+    if "mixed_families" in c.given and c.space.mixed_families and len(c.clusters) < 2:
         return MIXED_FAMILIES_ONE_GROUP
-    if "uniform_split" in given and space.uniform_split:
+    return None
+
+
+def _group_uniform_split_rule(c: _GroupSearch) -> Refusal | None:
+    if "uniform_split" in c.given and c.space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
                        " reports the uniform-split baseline)")
-    if "tp" in given and space.tp is not None:
-        for t in space.tp:
-            problems = [group_tp_problem(t, model, c, space.tp_across_nodes) for c in clusters]
-            if all(problems):
-                fix = ("set search.tp_across_nodes: true, or drop it from the list"
-                       if "node" in problems[0] and not space.tp_across_nodes else "drop it from the list")
-                return Refusal("tp", problems[0] + " (on every group)", fix)
-    if "pp" in given and space.pp is not None:
-        for p in space.pp:
-            if p > model.layers:
-                return Refusal("pp", f"pp={p} stages exceed the model's {model.layers} layers",
-                               "drop it from the list")
-    for c in clusters:
-        refusal = reserve_refusal(space, c)
-        if refusal is not None:
-            return refusal
     return None
+
+
+def _group_tp_rule(c: _GroupSearch) -> Refusal | None:
+    if "tp" not in c.given or c.space.tp is None:
+        return None
+    for t in c.space.tp:
+        problems = [group_tp_problem(t, c.model, cl, c.space.tp_across_nodes) for cl in c.clusters]
+        if all(problems):
+            fix = ("set search.tp_across_nodes: true, or " + _DROP
+                   if "node" in problems[0] and not c.space.tp_across_nodes else _DROP)
+            return Refusal("tp", problems[0] + " (on every group)", fix)
+    return None
+
+
+def _group_pp_rule(c: _GroupSearch) -> Refusal | None:
+    if "pp" not in c.given or c.space.pp is None:
+        return None
+    for p in c.space.pp:
+        if p > c.model.layers:
+            return Refusal("pp", f"pp={p} stages exceed the model's {c.model.layers} layers", _DROP)
+    return None
+
+
+def _group_reserve_rule(c: _GroupSearch) -> Refusal | None:
+    return next((r for cl in c.clusters if (r := reserve_refusal(c.space, cl)) is not None), None)
+
+
+GROUP_SEARCH_RULES = (_group_cp_rule, _group_virtual_stages_rule, _group_moe_rule,
+                      _group_mixed_families_rule, _group_uniform_split_rule, _group_tp_rule,
+                      _group_pp_rule, _group_reserve_rule)

@@ -553,18 +553,18 @@ class SearchSpace:
     uniform_split: bool = False  # True: only the even layer split (for comparisons)
     tp_across_nodes: bool = False
     # a mixed cluster's stage-wise class (one pipeline across node groups) may run a tp per
-    # group, e.g. tp 4 on A100 stages and tp 2 on H100 stages (solver/hetero_space.py)
+    # group, e.g. tp 4 on A100 stages and tp 2 on H100 stages (solver/space.py)
     tp_per_group: bool = True
-    # how many replica classes one node group may host (solver/hetero_space.py): 1, a class
+    # how many replica classes one node group may host (solver/space.py): 1, a class
     # per group; more lets replicas of different pipeline depths, or of different micro-batch
     # counts, share a group (a homogeneous file is planned as its one group then: plans of
     # several classes are written in the group format, cost/space_rules.several_classes)
     classes_per_group: int = 1
-    # a used node group may leave some of its GPUs idle (solver/hetero_space.py): e.g. 2 of a
+    # a used node group may leave some of its GPUs idle (solver/space.py): e.g. 2 of a
     # group's 3 nodes, where a pipeline or the batch does not divide all 3 (as classes_per_group)
     idle_gpus: bool = False
     # a plan may run a stage-wise class (one pipeline across node groups) beside replica-wise
-    # classes on the GPUs it leaves (solver/hetero_space.py; two node groups or more)
+    # classes on the GPUs it leaves (solver/space.py; two node groups or more)
     mixed_families: bool = False
     memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's

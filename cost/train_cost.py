@@ -68,7 +68,7 @@ class TrainCost:
 
 def gpus_by_type(cluster) -> dict[str, int]:
     """{GPU type: GPUs} of a cluster: a one-group `Cluster` (cost/specs.py) or a mixed one's
-    node groups (cost/hetero_specs.HeteroCluster), several groups of one type summed."""
+    node groups (cost/plan_specs.Cluster), several groups of one type summed."""
     groups = getattr(cluster, "groups", None)
     if groups is None:
         return {cluster.gpu.name: cluster.num_gpus}
@@ -105,7 +105,7 @@ def _ceil_div(tokens: float, per_iteration: int) -> int:
 def instance_train_cost(inst, iter_time_s: float | None,
                         iter_interval_s: tuple[float, float] | None = None) -> TrainCost | None:
     """train_cost of a plan of `iter_time_s` per iteration on `inst` (an Instance or a
-    HeteroInstance: its job, model and cluster); None without a plan (`iter_time_s` None)."""
+    ClusterInstance: its job, model and cluster); None without a plan (`iter_time_s` None)."""
     if iter_time_s is None:
         return None
     return train_cost(inst.job, inst.model.seq_len, gpus_by_type(inst.cluster), iter_time_s,

@@ -557,7 +557,7 @@ def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
     group-format instance (HeteroOuter or HeteroPlan on a HeteroInstance; objective_factor):
     1 for `mean`. It depends only on what the configuration uses, so the planner scales its
-    time coefficients by it (solver/hetero_planner.problem_of, the floors read before pricing)
+    time coefficients by it (solver/search.problem_of, the floors read before pricing)
     and every bound and proof holds for the quantile."""
     if inst.search.objective == "mean":
         return 1.0

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
-from paraplan.cost.hetero_coefficients import iteration_time_s
+from paraplan.cost.class_coefficients import iteration_time_s
 from paraplan.cost.schedule import fits
 from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S,
                                            exact_memory_points, relaxed_mem)
@@ -122,7 +122,7 @@ class MultiClassProblem:
 
     def min_micro_batches(self, k: int) -> int:
         """lo_k of the module docstring."""
-        if self.classes == 1:  # a lone class's count is fixed by the batch (solver/hetero_space.py)
+        if self.classes == 1:  # a lone class's count is fixed by the batch (solver/space.py)
             return self.pp(k) if self.virtual_stages > 1 else 1
         if self.virtual_stages > 1:
             return 2 * self.pp(k)

@@ -22,24 +22,23 @@ import math
 from typing import Any
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.hetero_loader import load_hetero_instance
+from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.loader import (describe, load_instance, load_instance_parts, load_plan, override_search,
                                   plan_from_mapping)
 from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
 from paraplan.cost.simulate import simulate as _simulate
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.report.compare import compare
-from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.class_route import plan as _plan
+from paraplan.solver.search import search
+from paraplan.solver.class_route import TopK, plan as _plan, top as _top_k
 from paraplan.solver.planner import PlanResult
-from paraplan.solver.report.page import build_hetero_report, build_report as _build_report
+from paraplan.solver.report.page import build_class_report, build_report as _build_report
 from paraplan.solver.commands.schema import validate as validate_json
-from paraplan.solver.top_k import TopK, top_k as _top_k
 
-__all__ = ["load_instance", "load_instance_parts", "load_hetero_instance", "load_plan",
-           "plan_from_mapping", "override_search", "plan", "plan_hetero", "simulate", "top_k",
+__all__ = ["load_instance", "load_instance_parts", "load_cluster_instance", "load_plan",
+           "plan_from_mapping", "override_search", "plan", "search", "simulate", "top_k",
            "compare", "memory_by_category", "MEMORY_CATEGORIES", "build_report",
-           "build_hetero_report", "validate_json"]
+           "build_class_report", "validate_json"]
 
 # the backends `paraplan plan --backend` offers (solver/commands/planning.py)
 BACKENDS = ("dp", "cpsat", "milp")
@@ -47,7 +46,7 @@ BACKENDS = ("dp", "cpsat", "milp")
 # what each argument must be, and how to get one: (type, what it is, the fix)
 _KINDS = {
     "inst": (Instance, "an Instance", "load it first: api.load_instance(path); a mixed cluster"
-             " (api.load_hetero_instance) is planned by api.plan_hetero"),
+             " (api.load_cluster_instance) is planned by api.search"),
     "plan": (Plan, "a Plan", "pass a plan: api.plan(inst).plan, api.load_plan(path, inst) or"
              " api.plan_from_mapping({...}, inst)"),
     "result": (PlanResult, "a PlanResult", "pass what api.plan(inst) returned"),
@@ -104,7 +103,7 @@ def simulate(inst: Instance, p: Plan, **options) -> Any:
 def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str = "cpsat",
           time_limit_s: float = 60.0) -> TopK:
     """The k best distinct outer configurations of `inst` (`paraplan plan --top`;
-    solver/top_k.py), within `within_pct` percent of the optimum when given."""
+    solver/class_route.top), within `within_pct` percent of the optimum when given."""
     _check("top_k", inst=inst)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise _error("top_k", "k", f"expected an integer >= 1, got {describe(k)}", "ask for e.g. k=5")

@@ -2,7 +2,7 @@
 the groups their stages run on) a plan over a set of node groups may run, for a tp per group and
 a cp, family by family; and how many there are, counted without listing them, so that a space
 too large to plan is refused before it is listed (check_layouts). The rules are the module
-docstring of solver/hetero_space.py, which builds the outer configurations on these layouts."""
+docstring of solver/space.py, which builds the outer configurations on these layouts."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_specs import ClassShape, HeteroInstance
+from paraplan.cost.plan_specs import ClassShape, ClusterInstance
 from paraplan.cost.space_rules import cp_problem, group_tp_problem
 from paraplan.cost.specs import Attention
 
@@ -34,7 +34,7 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 
-def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
+def tp_values(inst: ClusterInstance, used: tuple[int, ...]) -> list[int]:
     """One tp for every group used: each group's rule (cost/space_rules.group_tp_problem, the
     homogeneous one plus whole nodes across nodes) on each of them."""
     m, s = inst.model, inst.search
@@ -45,7 +45,7 @@ def tp_values(inst: HeteroInstance, used: tuple[int, ...]) -> list[int]:
             if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
 
 
-def tp_choices(inst: HeteroInstance, used: tuple[int, ...], family: str) -> list[dict[int, int]]:
+def tp_choices(inst: ClusterInstance, used: tuple[int, ...], family: str) -> list[dict[int, int]]:
     """The tensor-parallel degrees of the groups `used`, as {group: tp}: one tp for every group
     (tp_values), or, for one class across several groups (the stage family) with
     search.tp_per_group, each group's own (each group's tp_values, every combination)."""
@@ -55,7 +55,7 @@ def tp_choices(inst: HeteroInstance, used: tuple[int, ...], family: str) -> list
     return [dict(zip(used, ts)) for ts in itertools.product(*per)]
 
 
-def cp_values(inst: HeteroInstance, used: tuple[int, ...], tpg: dict[int, int]) -> list[int]:
+def cp_values(inst: ClusterInstance, used: tuple[int, ...], tpg: dict[int, int]) -> list[int]:
     """One cp for every group used: search.cp's values, or powers of two, each dividing seq_len
     and every used group's GPUs left by its tp (`tpg`: group -> tp; cost/space_rules.cp_problem,
     the homogeneous rule)."""
@@ -66,7 +66,7 @@ def cp_values(inst: HeteroInstance, used: tuple[int, ...], tpg: dict[int, int]) 
     return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp, flash) is None for n in gpus)]
 
 
-def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
+def _pp_ok(inst: ClusterInstance, pp: int) -> bool:
     """The homogeneous pp rule (cost/space_rules.pp_problem): at most one stage per layer,
     within search.max_pp and search.pp (no other cap, as on one group)."""
     s = inst.search
@@ -74,7 +74,7 @@ def _pp_ok(inst: HeteroInstance, pp: int) -> bool:
     return 1 <= pp <= min(inst.model.layers, max_pp) and (s.pp is None or pp in s.pp)
 
 
-def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...], family: str,
+def class_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], family: str,
                  cp: int = 1):
     """(family, shapes) for the groups `used`, in a fixed order; a stage of a replica on group g
     is tpg[g] * cp GPUs (`units` below)."""
@@ -104,7 +104,7 @@ def class_shapes(inst: HeteroInstance, tpg: dict[int, int], used: tuple[int, ...
         yield from _mixed_shapes(inst, used, gpus, units)
 
 
-def _mixed_shapes(inst: HeteroInstance, used: tuple[int, ...], gpus: list[int], units: list[int]):
+def _mixed_shapes(inst: ClusterInstance, used: tuple[int, ...], gpus: list[int], units: list[int]):
     """The mixed family on the groups `used`: a stage-wise class of dp replicas across a subset
     S of them (>= 2 groups, c_g stages on g, every order of S), then replica classes filling
     what it leaves of each used group (group_shares; with search.idle_gpus at most that), at
@@ -141,7 +141,7 @@ def _mixed_shapes(inst: HeteroInstance, used: tuple[int, ...], gpus: list[int], 
                             yield (ClassShape(replicas=dp, stage_groups=stages),) + replicas
 
 
-def mixed_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
+def mixed_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
     """len of the mixed family's listing (_mixed_shapes) over every group subset, tp and cp,
     counted without listing: per subset S and dp a polynomial in the pipeline depth whose
     coefficients count the replica classes each stage count leaves room for."""
@@ -199,7 +199,7 @@ def _stage_replicas(gpus: list[int], units: list[int], idle: bool) -> list[int]:
     return divisors(math.gcd(*(x // u for x, u in zip(gpus, units))))
 
 
-def _stage_counts(inst: HeteroInstance, gpus: list[int], units: list[int], dp: int,
+def _stage_counts(inst: ClusterInstance, gpus: list[int], units: list[int], dp: int,
                   idle: bool) -> list[range]:
     """Per used group, its stage counts c_g with dp replicas: the group's slots exactly, or with
     search.idle_gpus 1 to as many as fit (within the layers: pp <= layers)."""
@@ -208,14 +208,14 @@ def _stage_counts(inst: HeteroInstance, gpus: list[int], units: list[int], dp: i
     return [range(1, min(x // (dp * u), inst.model.layers) + 1) for x, u in zip(gpus, units)]
 
 
-def _replica_pps(inst: HeteroInstance, x: int, u: int, idle: bool) -> list[int]:
+def _replica_pps(inst: ClusterInstance, x: int, u: int, idle: bool) -> list[int]:
     """The pipeline depths of a replica class on a group of x GPUs, u per stage."""
     if x % u and not idle:
         return []
     return [pp for pp in range(1, x // u + 1) if _pp_ok(inst, pp)]
 
 
-def space_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
+def space_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
     """How many class layouts the space lists (every group subset, tp and cp, before
     micro-batch sizes and modes multiply them): what search.classes_per_group > 1,
     search.idle_gpus and search.mixed_families make grow, counted without listing them; `stop`: return as soon as the
@@ -243,7 +243,7 @@ def space_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
     return total
 
 
-def replica_layouts(inst: HeteroInstance, stop: int | None = None) -> int:
+def replica_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
     """How many replica-family class layouts the space lists (every group subset, tp and cp,
     before micro-batch sizes and modes multiply them): what search.classes_per_group > 1 makes
     grow, counted without listing them; `stop`: return as soon as the count passes it."""
@@ -290,7 +290,7 @@ def _share_count(units: int, pps: tuple[int, ...], most: int, exact: bool = True
 MAX_LAYOUTS = 100_000
 
 
-def check_layouts(inst: HeteroInstance) -> None:
+def check_layouts(inst: ClusterInstance) -> None:
     """Refuse, before listing it, a space that search.classes_per_group, search.idle_gpus or
     search.mixed_families makes too large to plan."""
     s = inst.search

@@ -3,7 +3,7 @@
 
 Every (replica class k, group g hosting some of k's stages) chooses one layer plan
 (cost/partition.py) for k's stages on g, recorded as `ReplicaClass.partitions`. A candidate of
-the class planner (solver/hetero_planner.py) is an outer configuration plus one plan per
+the class planner (solver/search.py) is an outer configuration plus one plan per
 (k, g); its inner problem (micro-batches, split, recompute) is unchanged.
 
 Exactness. cost/coefficients.build prices each stage from its own site's layer terms, and
@@ -54,7 +54,7 @@ import numpy as np
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.hetero_coefficients import class_layer_fn, group_pricing_instance, on_group
+from paraplan.cost.class_coefficients import class_layer_fn, group_pricing_instance, on_group
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
@@ -105,7 +105,7 @@ def _choices(o):
 
 
 def _on_group(co, o, g: int):
-    """`co` (an outer of `o`) with group g's tensor-parallel degree (HeteroOuter.tp_of): the
+    """`co` (an outer of `o`) with group g's tensor-parallel degree (ClassOuter.tp_of): the
     layer plans of a (class, group) choice are those of its own tp group."""
     t = o.tp_of(g)
     return co if t == co.tp else dataclasses.replace(co, tp=t)
@@ -124,7 +124,7 @@ class OuterChoices:
     of the module docstring) and, on demand, the combinations that can still win (`expand`).
 
     `placed(i, k)`: class k's Placement on scenario i; `co`: each class's priced Outer
-    (cost/hetero_coefficients.class_outers); `problem_of(coeffs)`: the inner problem
+    (cost/class_coefficients.class_outers); `problem_of(coeffs)`: the inner problem
     (formulations/multiclass.MultiClassProblem) of coefficients [scenario position][class],
     already scaled by the quantile objective's factor (`factor`)."""
 
@@ -146,7 +146,7 @@ class OuterChoices:
         self.meg: dict = {}
         self.problem = None  # the MultiClassProblem of the optimistic coefficients
         self._opt_cache: dict = {}
-        # the quantile objective's factor (hetero_planner.problem_of): every build here is
+        # the quantile objective's factor (search.problem_of): every build here is
         # scaled by it, so the bounds and the listed candidates are in the objective's seconds;
         # `problem_of` takes them as they are
         self.factor = objective_factor_of(inst, o)

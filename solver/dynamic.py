@@ -2,7 +2,7 @@
 for a known bandwidth timeline.
 
 Regret. A plan chosen for several scenarios is compared, scenario by scenario, with the optimum
-for that scenario alone (each one proved by solver/hetero_planner.py).
+for that scenario alone (each one proved by solver/search.py).
 
 Re-planning. After an event (a network change) the running plan keeps working, at its new
 speed t_cur. The new optimum t_new (warm-started from the running plan, which is a feasible
@@ -30,11 +30,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from paraplan.cost.hetero_simulate import simulate_hetero
-from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan, Scenario
+from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
-from paraplan.solver.hetero_planner import HeteroResult, plan_hetero
+from paraplan.solver.search import SearchResult, search
 from paraplan.solver.planner import REL_TOL
 from paraplan.solver.weight_space import extreme_points
 
@@ -51,14 +51,14 @@ class Regret:
         return self.plan_time_s / self.optimum_s - 1
 
 
-def scenario_optima(inst: HeteroInstance, backend: str, time_limit_s: float) -> list[HeteroResult]:
-    return [plan_hetero(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
+def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) -> list[SearchResult]:
+    return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: HeteroInstance, plan: HeteroPlan, optima: list[HeteroResult]) -> list[Regret]:
+def regrets(inst: ClusterInstance, plan: ClassPlan, optima: list[SearchResult]) -> list[Regret]:
     out = []
     for sc, opt in zip(inst.scenarios, optima):
-        t = simulate_hetero(inst, plan, sc.cluster).iter_time_s
+        t = simulate_classes(inst, plan, sc.cluster).iter_time_s
         out.append(Regret(scenario=sc.name, plan_time_s=t,
                           optimum_s=opt.objective_s if opt.objective_s is not None else float("nan"),
                           optimum_status=opt.status))
@@ -70,7 +70,7 @@ class ReplanResult:
     event: str
     current_time_s: float  # the running plan on the changed network
     before_time_s: float  # the running plan before the change
-    new: HeteroResult
+    new: SearchResult
     switch_s: float
     remaining_iterations: float
     stay_s: float
@@ -88,14 +88,14 @@ class ReplanResult:
         return self.switch_s / (self.current_time_s - self.new.objective_s)
 
 
-def replan(inst: HeteroInstance, current: HeteroPlan, event: Scenario, remaining_s: float | None,
+def replan(inst: ClusterInstance, current: ClassPlan, event: Scenario, remaining_s: float | None,
            remaining_iterations: int | None, backend: str = "cpsat",
            time_limit_s: float = 60.0) -> ReplanResult:
     t0 = time.perf_counter()
     changed = inst.with_cluster(event.cluster)
-    before = simulate_hetero(inst, current).iter_time_s
-    t_cur = simulate_hetero(changed, current).iter_time_s
-    new = plan_hetero(changed, backend, time_limit_s, warm_plan=current)
+    before = simulate_classes(inst, current).iter_time_s
+    t_cur = simulate_classes(changed, current).iter_time_s
+    new = search(changed, backend, time_limit_s, warm_plan=current)
     n = float(remaining_iterations) if remaining_iterations is not None else remaining_s / t_cur
     sw = switch_time_s(inst.model, inst.switching)
     t_new = new.objective_s if new.objective_s is not None else float("inf")
@@ -107,7 +107,7 @@ def replan(inst: HeteroInstance, current: HeteroPlan, event: Scenario, remaining
 @dataclass
 class TimelineResult:
     choice: TimelineChoice
-    candidates: list[HeteroPlan]
+    candidates: list[ClassPlan]
     candidate_labels: list[str]
     times_s: list[list[float]]  # [candidate][scenario]
     upper_bound_iterations: float
@@ -133,12 +133,12 @@ class TimelineResult:
         return self.choice.status if self.complete else "feasible"
 
 
-def _weighted(inst: HeteroInstance, weights: dict[int, float]) -> HeteroInstance:
+def _weighted(inst: ClusterInstance, weights: dict[int, float]) -> ClusterInstance:
     scen = tuple(dataclasses.replace(inst.scenarios[i], probability=w) for i, w in sorted(weights.items()))
     return dataclasses.replace(inst, scenarios=scen, timeline=())
 
 
-def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                   progress=None) -> TimelineResult:
     from paraplan.formulations.timeline import timeline_iterations
 
@@ -159,10 +159,10 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
         raise ValueError("the instance has no timeline: add a `timeline:` section")
     periods = [(p.scenario, p.duration_s) for p in inst.timeline]
     used = sorted({s for s, _ in periods})
-    cands: list[HeteroPlan] = []
+    cands: list[ClassPlan] = []
     labels: list[str] = []
 
-    def add(plan: HeteroPlan | None, label: str) -> int | None:
+    def add(plan: ClassPlan | None, label: str) -> int | None:
         if plan is None:
             return None
         if plan in cands:
@@ -171,11 +171,11 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
         labels.append(label)
         return len(cands) - 1
 
-    optimum: dict[int, HeteroResult] = {}
+    optimum: dict[int, SearchResult] = {}
     for s in used:
         # every scenario needs its optimum (or a bound): each keeps at least a slice of the limit
         left = max(deadline - time.perf_counter(), 1e-3) / (len(used) - used.index(s))
-        optimum[s] = plan_hetero(inst.with_cluster(inst.scenarios[s].cluster), backend, left)
+        optimum[s] = search(inst.with_cluster(inst.scenarios[s].cluster), backend, left)
         complete = complete and optimum[s].status == "optimal"
         add(optimum[s].plan, f"optimum of {inst.scenarios[s].name}")
         if progress:
@@ -187,15 +187,15 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
             if left is None:
                 return None
             w = {s: float(x) for s, x in zip(used, lam) if x > 0}
-            res = plan_hetero(_weighted(inst, w), backend, left, objective="expected")
+            res = search(_weighted(inst, w), backend, left, objective="expected")
             if res.plan is None:
                 return None
-            t = [simulate_hetero(inst, res.plan, inst.scenarios[s].cluster).iter_time_s for s in used]
+            t = [simulate_classes(inst, res.plan, inst.scenarios[s].cluster).iter_time_s for s in used]
             if res.status != "optimal":  # a plan, but no proof: kept as a candidate only
                 add(res.plan, "weighted, unproved")
                 return None
             return res.plan, t, res.tolerance_s + REL_TOL * max(1.0, res.objective_s)
-        start = [(optimum[s].plan, [simulate_hetero(inst, optimum[s].plan, inst.scenarios[u].cluster).iter_time_s
+        start = [(optimum[s].plan, [simulate_classes(inst, optimum[s].plan, inst.scenarios[u].cluster).iter_time_s
                                     for u in used]) for s in used if optimum[s].plan is not None]
         plans, _, found_all = extreme_points(
             solve, len(used), start,
@@ -204,7 +204,7 @@ def plan_timeline(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: fl
         for c in plans:
             add(c, "extreme point of the scenarios' times")
     n_scen = len(inst.scenarios)
-    times = [[simulate_hetero(inst, c, inst.scenarios[s].cluster).iter_time_s if s in used else float("inf")
+    times = [[simulate_classes(inst, c, inst.scenarios[s].cluster).iter_time_s if s in used else float("inf")
               for s in range(n_scen)] for c in cands]
     sw = switch_time_s(inst.model, inst.switching)
     choice = choose_plans(times, periods, sw)

@@ -3,7 +3,7 @@ combination (with per-operator partitions: every plan on every class and group, 
 every micro-batch vector, every layer split (in multiples of the virtual stages) and every
 per-stage count of fully recomputed layers of every replica class, evaluated with the
 vectorised simulator (cost/schedule.py), no pruning of any kind: the brute-force check of the
-planner's optimality proofs. It shares solver/hetero_space.py with the planner, so its optimum
+planner's optimality proofs. It shares solver/space.py with the planner, so its optimum
 is the one the planner must match; a homogeneous instance is searched as a one-group cluster
 (`exhaustive`), whose space is the homogeneous one.
 
@@ -29,15 +29,14 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import schedule
-from paraplan.cost.hetero_coefficients import class_outers
-from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
-from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
+from paraplan.cost.class_coefficients import class_outers
+from paraplan.cost.groups_loader import as_flat_plan, as_one_group
+from paraplan.cost.plan_specs import ClusterInstance, ClassPlan
 from paraplan.cost.specs import Instance, Plan
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.class_partitions import all_partitions
-from paraplan.solver.hetero_planner import (_plan_of, dualpipe_problem, placer, plan_time_s, problem_for,
-                                            scenario_weights)
-from paraplan.solver.hetero_space import count_splits, dualpipe_job, hetero_outers, micro_batch_vectors, summarize
+from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
+from paraplan.solver.space import count_splits, dualpipe_job, declared_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # (split, recompute) rows of a lone class evaluated at a time
@@ -56,9 +55,9 @@ class SpaceTooLarge(ValueError):
 
 
 @dataclass
-class HeteroExhaustiveResult:
-    plan: HeteroPlan | None
-    objective_s: float | None  # the plan's time (HeteroResult.objective_s)
+class ClassExhaustiveResult:
+    plan: ClassPlan | None
+    objective_s: float | None  # the plan's time (SearchResult.objective_s)
     candidates: int
     outer_configs: int
     wall_time_s: float
@@ -232,10 +231,10 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     return nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok)
 
 
-def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline: float | None) -> HeteroExhaustiveResult:
+def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ClassExhaustiveResult:
     """A DualPipe job's space (one class on one group per configuration): every split and
     recompute row of each configuration (_split_rows), its time and memory from the DualPipe
-    problem's terms (hetero_planner.dualpipe_problem, cost/dualpipe.terms), the first minimum
+    problem's terms (search.dualpipe_problem, cost/dualpipe.terms), the first minimum
     in enumeration order kept."""
     best_val, best, done, feasible = math.inf, None, 0, 0
     for o in outers:
@@ -254,22 +253,22 @@ def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline
                     best_val, best = float(val[i]), (o, [p.num_micro_batches], [n[i]], [r[i]])
     complete = deadline is None or time.perf_counter() <= deadline
     plan = None if best is None else _plan_of(*best)
-    return HeteroExhaustiveResult(plan=plan, quantile_s=None if best is None else best_val,
+    return ClassExhaustiveResult(plan=plan, quantile_s=None if best is None else best_val,
                                   objective_s=None if best is None else _time_s(inst, plan, "nominal", best_val),
                                   candidates=done, outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
                                   feasible=feasible, complete=complete)
 
 
-def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
+def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
-                      time_limit_s: float | None = None) -> HeteroExhaustiveResult:
+                      time_limit_s: float | None = None) -> ClassExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring). With time_limit_s
     (wall clock) it stops when the limit passes (checked per outer configuration and micro-batch
     vector) and returns complete=False: then nothing is proved."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
-    uniform = inst.search.uniform_split  # as plan_hetero
-    outers = hetero_outers(inst, uniform=uniform)
+    uniform = inst.search.uniform_split  # as search
+    outers = declared_outers(inst, uniform=uniform)
     total = summarize(inst, outers, uniform).plans_total
     if total > max_candidates:
         from paraplan.solver.format import count
@@ -316,7 +315,7 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
         bar.update(done)
         return True
 
-    def result(complete: bool) -> HeteroExhaustiveResult:
+    def result(complete: bool) -> ClassExhaustiveResult:
         fold()
         val_s, chosen = best_val, best
         for i in sorted(found):  # stopped by the limit: those past a gap, in order
@@ -324,7 +323,7 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
                 if val < val_s * (1 - 1e-9):
                     val_s, chosen = float(val), b
         plan = None if chosen is None else _plan_of(*chosen)
-        return HeteroExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
+        return ClassExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
                                       objective_s=None if chosen is None else _time_s(inst, plan, objective, val_s),
                                       candidates=done, outer_configs=len(outers),
                                       wall_time_s=time.perf_counter() - t0, feasible=feasible, complete=complete)
@@ -402,7 +401,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
             if not fitting:
                 continue
             for i, mv in enumerate(mvecs):
-                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as hetero_exhaustive
+                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as exhaustive_classes
                 vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
                 j = int(np.argmin(np.where(ok, vals, np.inf)))  # the first fitting minimum
                 if vals[j] < best[q][i][0]:  # strictly: an equal value later in row order is not first
@@ -411,17 +410,17 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     return list(zip(counted, fit, best))
 
 
-def _time_s(inst: HeteroInstance, plan: HeteroPlan, objective: str, value_s: float) -> float:
-    """The plan's time behind the minimised value `value_s` (hetero_planner.plan_time_s)."""
+def _time_s(inst: ClusterInstance, plan: ClassPlan, objective: str, value_s: float) -> float:
+    """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
 
 
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over a homogeneous instance's declared space, as a one-group cluster."""
-    res = hetero_exhaustive(homogeneous_as_hetero(inst), max_candidates=max_candidates, progress=progress,
-                            time_limit_s=time_limit_s)
-    return ExhaustiveResult(plan=None if res.plan is None else hetero_plan_as_homogeneous(res.plan),
+    res = exhaustive_classes(as_one_group(inst), max_candidates=max_candidates, progress=progress,
+                             time_limit_s=time_limit_s)
+    return ExhaustiveResult(plan=None if res.plan is None else as_flat_plan(res.plan),
                             iter_time_s=res.objective_s, candidates=res.candidates, feasible=res.feasible,
                             outer_configs=res.outer_configs, wall_time_s=res.wall_time_s, complete=res.complete,
                             quantile_s=res.quantile_s)

@@ -105,7 +105,7 @@ def breakdown_json(bd: Breakdown) -> dict:
 def space_json(res, candidates: int, not_covered: list[str] = ()) -> dict:
     """How a planner result accounted for its declared space (`candidates`: its plans in all),
     as the JSON outputs write it (solver/commands/schema.SPACE); `not_covered`: the kinds of
-    plan outside it (solver/hetero_space.not_covered)."""
+    plan outside it (solver/space.not_covered)."""
     return {"outer_configs": res.outer_configs, "candidates": candidates, "priced": res.priced,
             "solved": res.solved, "pruned_by_bound": res.pruned_by_bound,
             "pruned_by_memory": res.pruned_by_memory, "pruned_by_dominance": res.pruned_by_dominance,
@@ -126,7 +126,7 @@ def evidence_text(res, value_s: float | None, what: str, plans: int, space: str 
     """The optimality evidence `plan` prints, on one group and mixed clusters: `value_s` the
     objective, `what` what it measures, `plans` the complete plans of the space, `dominated`
     the (outer, layer plan) pairs dominance removed (one group, per-operator partitions),
-    `not_covered` the kinds of plan outside the space (solver/hetero_space.not_covered)."""
+    `not_covered` the kinds of plan outside the space (solver/space.not_covered)."""
     claim = {"optimal": f"OPTIMAL (proved over the {space})",
              "feasible": "FEASIBLE (not proved optimal: time limit)",
              "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
@@ -146,7 +146,7 @@ def evidence_text(res, value_s: float | None, what: str, plans: int, space: str 
         lines.append(f"            {dominated:,} (outer, layer plan) pairs dominated by"
                      " another layer plan of the same outer configuration")
     if not_covered:  # outside the space, so the claim says nothing of them
-        lines.append(f"not covered plans with {'; '.join(not_covered)} (solver/hetero_space.py)")
+        lines.append(f"not covered plans with {'; '.join(not_covered)} (solver/space.py)")
     if res.reason:
         lines.append(f"reason      {res.reason}")
     return "\n".join(lines)

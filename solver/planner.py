@@ -2,7 +2,7 @@
 the re-simulation check and the homogeneous coefficient table (for the report's frontier and
 the reason an instance fits nowhere).
 
-The search itself is the class planner's (solver/hetero_planner.py), which plans a homogeneous
+The search itself is the class planner's (solver/search.py), which plans a homogeneous
 instance as a one-group cluster (solver/class_route.py). Complete coefficient tables are cached
 per instance (TABLE_CACHE_SIZE), so a report and an infeasibility reason of one instance price
 it once.
@@ -22,7 +22,7 @@ from paraplan.cost.specs import Instance, Plan
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver import partition_plans
 from paraplan.solver.bounds import one_class
-from paraplan.solver.hetero_space import one_group_outers
+from paraplan.solver.space import one_group_outers
 
 OPTIMAL, FEASIBLE, INFEASIBLE, TIMEOUT = "optimal", "feasible", "infeasible", "timeout"
 CUTOFF = "cutoff"  # an inner result: no split beats the cutoff (formulations/result.py)
@@ -37,7 +37,7 @@ class ResimulationMismatch(AssertionError):
 @dataclass(kw_only=True)
 class SearchAccount:
     """What every planner result records besides its plan: status, bound and how the declared
-    space was accounted for (the homogeneous PlanResult, hetero_planner.HeteroResult)."""
+    space was accounted for (the homogeneous PlanResult, search.SearchResult)."""
 
     status: str
     bound_s: float | None

@@ -1,6 +1,6 @@
 """Progress of a planner search on a terminal (`paraplan plan` and `report`).
 
-The planners (solver/planner.py, solver/hetero_planner.py) call their `progress` callback
+The planners (solver/planner.py, solver/search.py) call their `progress` callback
 with one line of text; `search_status` writes the line they send before each node of the search
 they visit, so that the line always says how far the search is: outer configurations priced
 of all (the rest are pruned unpriced when the search ends), solved, and proved infeasible by

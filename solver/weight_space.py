@@ -4,7 +4,7 @@ finding all nondominated extreme points in the outcome set of a multiobjective i
 programme", INFORMS J. Computing 22(3), 2010).
 
 Setting. X is the set of plans, t(x) in R^S their times on S networks, and an oracle returns,
-for weights lam >= 0 with sum 1, a plan minimising lam . t(x) (solver/hetero_planner.py with the
+for weights lam >= 0 with sum 1, a plan minimising lam . t(x) (solver/search.py with the
 "expected" objective, proved optimal). P = conv(t(X)) + R^S_+.
 
 Why the extreme points are enough. A plan kept through a run of periods does

@@ -9,7 +9,7 @@ import pytest
 
 from paraplan.cost.simulate import simulate
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver import hetero_planner
+from paraplan.solver import search
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
@@ -19,15 +19,15 @@ BACKENDS = ("dp", "cpsat", "milp")
 @contextmanager
 def pricing_in_small_chunks():
     """The planner prices 2 configurations (and sets up 2 outers' layer plans) at a time: small
-    instances have fewer configurations than one of its chunks (hetero_planner.PRICE_CHUNK,
+    instances have fewer configurations than one of its chunks (search.PRICE_CHUNK,
     PLANS_CHUNK), so this makes them take the path of large ones, priced in the order of the
     bound before pricing and stopped there."""
-    saved = hetero_planner.PRICE_CHUNK, hetero_planner.PLANS_CHUNK
-    hetero_planner.PRICE_CHUNK = hetero_planner.PLANS_CHUNK = 2
+    saved = search.PRICE_CHUNK, search.PLANS_CHUNK
+    search.PRICE_CHUNK = search.PLANS_CHUNK = 2
     try:
         yield
     finally:
-        hetero_planner.PRICE_CHUNK, hetero_planner.PLANS_CHUNK = saved
+        search.PRICE_CHUNK, search.PLANS_CHUNK = saved
 
 
 def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS):
@@ -53,7 +53,7 @@ def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS):
 def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda outers: True) -> list[int]:
     """The first `count` seeds from `start` whose instance `make(seed)` has at most `max_splits`
     complete plans (so exhaustive search stays quick) and whose outer configurations `accept`."""
-    from paraplan.solver.hetero_space import one_group_outers, one_group_plans_total
+    from paraplan.solver.space import one_group_outers, one_group_plans_total
     out, seed = [], start
     while len(out) < count:
         inst = make(seed)
@@ -65,11 +65,11 @@ def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda out
 
 def assert_mixed_backends_agree_with_exhaustive(inst) -> None:
     """CP-SAT and MILP prove the exhaustive optimum of a mixed-cluster instance (or agree that
-    it has no plan); exhaustive search (solver/exhaustive.hetero_exhaustive) is the reference."""
-    from paraplan.solver.exhaustive import hetero_exhaustive
-    ex = hetero_exhaustive(inst)
+    it has no plan); exhaustive search (solver/exhaustive.exhaustive_classes) is the reference."""
+    from paraplan.solver.exhaustive import exhaustive_classes
+    ex = exhaustive_classes(inst)
     for backend in ("cpsat", "milp"):
-        res = hetero_planner.plan_hetero(inst, backend, time_limit_s=30)
+        res = search.search(inst, backend, time_limit_s=30)
         assert res.status in ("optimal", "infeasible"), (backend, res.status)
         if ex.objective_s is None:
             assert res.objective_s is None, backend
@@ -82,10 +82,10 @@ def assert_plan_file_round_trip(inst, res, tmp_path) -> None:
     planner's objective."""
     import yaml
 
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, load_hetero_plan
-    from paraplan.cost.hetero_simulate import simulate_hetero
+    from paraplan.cost.groups_loader import class_plan_to_mapping, load_class_plan
+    from paraplan.cost.class_simulate import simulate_classes
     path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(hetero_plan_to_mapping(res.plan, inst)))
-    back = load_hetero_plan(str(path), inst)
+    path.write_text(yaml.safe_dump(class_plan_to_mapping(res.plan, inst)))
+    back = load_class_plan(str(path), inst)
     assert back == res.plan
-    assert simulate_hetero(inst, back).iter_time_s == pytest.approx(res.objective_s, rel=1e-9)
+    assert simulate_classes(inst, back).iter_time_s == pytest.approx(res.objective_s, rel=1e-9)

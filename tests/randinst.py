@@ -54,11 +54,11 @@ def random_instance(seed: int, variant: bool = False) -> Instance:
 
 
 
-def random_hetero_instance(seed: int):
+def random_cluster_instance(seed: int):
     """Two node groups of different toy GPUs (speed, memory, links drawn per group), a group
     link, and a degraded-network scenario with a probability: small enough for exhaustive search
     of the heterogeneous space (solver/exhaustive.py)."""
-    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup, Scenario
+    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup, Scenario
 
     rng = random.Random(10_000 + seed)
     base = random_instance(seed)
@@ -79,8 +79,8 @@ def random_hetero_instance(seed: int):
     link = Link(bw_bytes_per_s=rng.choice([1e9, 5e9, 12.5e9]), latency_s=rng.choice([1e-5, 1e-3]))
     slow = Link(bw_bytes_per_s=link.bw_bytes_per_s * rng.choice([0.05, 0.25]), latency_s=2 * link.latency_s)
 
-    def cluster(between: Link) -> HeteroCluster:
-        return HeteroCluster(groups=tuple(groups), between=(
+    def cluster(between: Link) -> Cluster:
+        return Cluster(groups=tuple(groups), between=(
             (groups[0].cluster.inter_node, between), (between, groups[1].cluster.inter_node)))
 
     p = rng.choice([0.1, 0.3, 0.5])
@@ -88,7 +88,7 @@ def random_hetero_instance(seed: int):
     gpus = sum(g.num_gpus for g in groups)
     space = Space(micro_batch=(1, 2), full_recompute=rng.random() < 0.8,
                         zero=(0, 1), memory_reserve_bytes=rng.choice([0.0, 2**26]))
-    return HeteroInstance(
+    return ClusterInstance(
         name=f"hrand{seed}", model=model, cluster=nominal,
         job=JobSpec(global_batch=rng.choice([2, 4]) * gpus), search=space,
         scenarios=(Scenario(name="nominal", cluster=nominal, probability=1 - p),
@@ -96,9 +96,9 @@ def random_hetero_instance(seed: int):
 def group_tp_instance(seed: int):
     """Two single-node groups of different toy GPUs (speed, memory, NVLink drawn per group) and
     a model wide enough for tensor parallelism to pay on one group and not on the other: the
-    instances where a tp per group (HeteroOuter.group_tp) can win. Small enough for exhaustive
+    instances where a tp per group (ClassOuter.group_tp) can win. Small enough for exhaustive
     search."""
-    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup
+    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
 
     rng = random.Random(seed)
     heads = 8
@@ -116,10 +116,10 @@ def group_tp_instance(seed: int):
                          inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
         groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = HeteroCluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
+    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                        (link, groups[1].cluster.inter_node)))
     gpus = sum(g.num_gpus for g in groups)
-    return HeteroInstance(name=f"gtp{seed}", model=model, cluster=hc,
+    return ClusterInstance(name=f"gtp{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([2, 4, 8]) * gpus),
                           search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,)))
 
@@ -130,7 +130,7 @@ def partition_mixed_instance(seed: int):
     2 or 4 per group and partitions in the space: only the 4-GPU group can run tp 4, the least
     a spatial-temporal plan needs, so exhaustive search tries every layer plan of one group
     (768 at tp 4 without sequence parallelism) and stays quick."""
-    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup
+    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
     from paraplan.cost.loader import load_catalogue
 
     rng = random.Random(7000 + seed)
@@ -145,9 +145,9 @@ def partition_mixed_instance(seed: int):
                          inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
         groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = HeteroCluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
+    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                        (link, groups[1].cluster.inter_node)))
-    return HeteroInstance(name=f"pm{seed}", model=model, cluster=hc, job=JobSpec(global_batch=rng.choice([12, 24])),
+    return ClusterInstance(name=f"pm{seed}", model=model, cluster=hc, job=JobSpec(global_batch=rng.choice([12, 24])),
                           search=Space(micro_batch=(2,), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(2, 4),
                                              sequence_parallel=(False,),
                                              tensor_partitions=("megatron", "spatial_temporal")))
@@ -158,7 +158,7 @@ def mixed_family_instance(seed: int):
     and a global batch that their counts do not all divide: the instances where a pipeline
     across both groups beside replica classes on the GPUs it leaves (search.mixed_families)
     can win. Small enough for exhaustive search."""
-    from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, NodeGroup
+    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
 
     rng = random.Random(seed)
     heads = 8
@@ -174,9 +174,9 @@ def mixed_family_instance(seed: int):
                          inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
         groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = HeteroCluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
+    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                        (link, groups[1].cluster.inter_node)))
-    return HeteroInstance(name=f"mix{seed}", model=model, cluster=hc,
+    return ClusterInstance(name=f"mix{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([6, 8, 12, 16, 24])),
                           search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,),
                                              cp=(1,), tp=(1,), mixed_families=True))

@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from paraplan.cost import units
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
 from paraplan.solver.class_route import plan
-from paraplan.solver.hetero_space import hetero_outers, summarize
+from paraplan.solver.space import declared_outers, summarize
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
@@ -87,8 +87,8 @@ def ladder_instance(gpus: int, layers: int) -> Instance:
 
 
 def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
-    het = homogeneous_as_hetero(inst)  # the space `plan` searches (solver/class_route.py)
-    outers = hetero_outers(het)
+    het = as_one_group(inst)  # the space `plan` searches (solver/class_route.py)
+    outers = declared_outers(het)
     total = summarize(het, outers).plans_total
     t = time.perf_counter()
     rc = plan(inst, backend="cpsat", time_limit_s=600)

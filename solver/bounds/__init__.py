@@ -1,4 +1,4 @@
-"""Lower bounds of the planner's search (solver/hetero_planner.py), from the cheapest to read to
+"""Lower bounds of the planner's search (solver/search.py), from the cheapest to read to
 the tightest, each at most the next:
 
 - unpriced.py: every outer configuration before it is priced, from per-group layer-time floors

@@ -1,4 +1,4 @@
-"""The class planner's memory-free lower bound (solver/hetero_planner.py, step 2), computed for
+"""The class planner's memory-free lower bound (solver/search.py, step 2), computed for
 every configuration of a search at once.
 
 For each inner problem (formulations/multiclass.MultiClassProblem), scenario sigma and class k,

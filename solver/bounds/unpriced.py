@@ -1,4 +1,4 @@
-"""A lower bound of every configuration's optimum before it is priced (solver/hetero_planner.py
+"""A lower bound of every configuration's optimum before it is priced (solver/search.py
 prices configurations in the order of this bound, and stops where it reaches the incumbent).
 
 Pricing a configuration (cost/coefficients.build on its placement) is most of a large search's
@@ -36,7 +36,7 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_prefix_floor_s,
                                         layer_time_floor_s, stage_outer)
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.hetero_coefficients import class_outers, group_pricing_instance, group_site
+from paraplan.cost.class_coefficients import class_outers, group_pricing_instance, group_site
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.trust import objective_factor_of
 from paraplan.cost.specs import PipelineSchedule
@@ -48,8 +48,8 @@ from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False,
                    layer_plans: bool = False, deadline: float | None = None) -> np.ndarray:
-    """The module's bound of each of `outers` (HeteroOuter) on scenarios `idx` of `inst`,
-    aggregated as `agg` ("max" or "weighted" with `weights`, solver/hetero_planner.
+    """The module's bound of each of `outers` (ClassOuter) on scenarios `idx` of `inst`,
+    aggregated as `agg` ("max" or "weighted" with `weights`, solver/search.
     scenario_weights). `layer_plans`: a bound of every combination of the outer's layer plans
     (solver/class_partitions.py): where a group offers plans beyond Megatron's, its floor is
     the least of Megatron's and the plans' optimistic terms' (partition_plans.optimistic_terms:
@@ -89,7 +89,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
         layers are the cheaper), 0 otherwise (floor() first)."""
         return prefix[i, g, o.tp_of(g), modes, _pipelined(pp) if moe else None]
 
-    # the layer fields a HeteroOuter holds for every group (tp: each group's own, pp: each class's)
+    # the layer fields a ClassOuter holds for every group (tp: each group's own, pp: each class's)
     fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
     by_class: dict[tuple, tuple] = {}  # (scenario, degrees, modes, class shape) -> t row
     reached = len(outers)
@@ -136,7 +136,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
         else:
             b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
         out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)
-    # the quantile objective scales each configuration's times (hetero_planner.problem_of)
+    # the quantile objective scales each configuration's times (search.problem_of)
     return out * np.array([objective_factor_of(inst, o) for o in outers] + [1.0] * (len(out) - len(outers)))
 
 

@@ -10,7 +10,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
 from paraplan.solver.commands.exit_codes import EPILOG
 from paraplan.solver.commands.parser import HELP_JSON, Parser
-from paraplan.solver.commands.inputs import add_instance_args, load_from_args
+from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_instance
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 
 EXIT_BAD_INPUT = 2
@@ -21,12 +21,12 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 def cmd_simulate(args) -> int:
     from paraplan.cost.loader import load_plan
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands import hetero as hetero_commands
+    from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
-    if hetero_commands.group_route(args, simulate_only=True) or _group_plan_file(args.plan):
-        return hetero_commands.cmd_simulate(args)
-    inst = load_from_args(args, simulate_only=True)
+    inst = read_instance(args, simulate_only=True)
+    if group_commands.shown_as_groups(inst) or _group_plan_file(args.plan):
+        return group_commands.cmd_simulate(args, inst)
     plan = load_plan(args.plan, inst)
     try:
         bd = simulate(inst, plan)
@@ -58,7 +58,7 @@ def cmd_simulate(args) -> int:
 
 def _group_plan_file(path: str) -> bool:
     """The plan file lists replica classes (the group format), which the class simulator reads
-    on a one-group cluster too (cost/hetero_loader.load_hetero_plan)."""
+    on a one-group cluster too (cost/groups_loader.load_class_plan)."""
     from paraplan.cost.loader import is_group_plan_mapping, read_yaml
     return is_group_plan_mapping(read_yaml(path))
 

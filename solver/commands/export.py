@@ -85,14 +85,14 @@ def _classes(data: dict) -> str:
 
 def _refuse_groups(args) -> None:
     """A plan in the group format, or a mixed-cluster instance: refused with MIXED_REASON."""
-    from paraplan.cost.hetero_loader import is_hetero_file
+    from paraplan.cost.groups_loader import is_groups_file
     from paraplan.cost.loader import is_group_plan_mapping, read_yaml
 
     data = read_yaml(args.plan)
     if is_group_plan_mapping(data):
         raise InstanceError(args.plan, "plan.classes", "a plan in the group format,"
                             f" {_classes(data)}: {MIXED_REASON}", MIXED_FIX)
-    if args.instance and is_hetero_file(args.instance):
+    if args.instance and is_groups_file(args.instance):
         raise InstanceError(args.instance, "cluster.groups", "a cluster of several node groups:"
                             f" {MIXED_REASON}", MIXED_FIX)
 
@@ -143,8 +143,8 @@ def _write(args, text: str) -> None:
 def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
-    from paraplan.cost.hetero_loader import (homogeneous_as_hetero, is_hetero_file, load_hetero_instance,
-                                             load_hetero_plan)
+    from paraplan.cost.groups_loader import (as_one_group, is_groups_file, load_cluster_instance,
+                                             load_class_plan)
     from paraplan.cost.loader import is_group_plan_mapping, load_instance, read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
@@ -160,9 +160,9 @@ def cmd_layout(args) -> int:
     if not args.instance:
         raise InstanceError(args.plan, "instance", "a plan in the group format carries no instance",
                             "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    inst = (load_hetero_instance(args.instance) if is_hetero_file(args.instance)
-            else homogeneous_as_hetero(load_instance(args.instance)))
-    plan = load_hetero_plan(args.plan, inst)  # InstanceError names the file when they disagree
+    inst = (load_cluster_instance(args.instance) if is_groups_file(args.instance)
+            else as_one_group(load_instance(args.instance)))
+    plan = load_class_plan(args.plan, inst)  # InstanceError names the file when they disagree
     text = to_layout(inst, plan)
     _write(args, text)
     if args.json:

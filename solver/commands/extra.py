@@ -12,14 +12,15 @@ from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_L
 
 
 def _homogeneous(args, what: str, simulate_only: bool = False):
-    from paraplan.solver.commands import hetero as hetero_commands
-    from paraplan.solver.commands.inputs import load_from_args
+    from paraplan.solver.commands import groups as group_commands
+    from paraplan.solver.commands.inputs import read_instance
 
-    if hetero_commands.group_route(args, simulate_only):
+    inst = read_instance(args, simulate_only)
+    if group_commands.shown_as_groups(inst):
         raise InstanceError(args.instance, "cluster", f"{what} is offered for one-class plans of a"
                             " single-group cluster", "for a mixed cluster, or a search with"
                             " classes_per_group or idle_gpus, use `paraplan simulate INSTANCE --plan PLAN.yaml`")
-    return load_from_args(args, simulate_only)
+    return inst
 
 
 def cmd_compare(args) -> int:

@@ -9,7 +9,7 @@ from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_tex
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
-from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled,
+from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled, read_instance,
                                              read_calibration_files)
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
@@ -41,11 +41,11 @@ def _plan_line(p) -> str:
 
 
 def not_covered(inst) -> list[str]:
-    """What a one-group plan's claim leaves out (solver/hetero_space.not_covered: the cluster
+    """What a one-group plan's claim leaves out (solver/space.not_covered: the cluster
     as the class planner plans it, one group, never idle)."""
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero
-    from paraplan.solver.hetero_space import not_covered as outside
-    return outside(homogeneous_as_hetero(inst))
+    from paraplan.cost.groups_loader import as_one_group
+    from paraplan.solver.space import not_covered as outside
+    return outside(as_one_group(inst))
 
 
 def plan_train_cost(inst, iter_time_s: float | None, trust=None):
@@ -79,24 +79,27 @@ def result_json(res, inst, trust=None) -> dict:
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
     from paraplan.solver.class_route import plan
-    from paraplan.solver.commands import hetero as hetero_commands
+    from paraplan.solver.commands import groups as group_commands
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    if hetero_commands.group_route(args):
-        for flag, given in (("--top", args.top is not None), ("--within", args.within is not None),
-                            ("--sensitivity", getattr(args, "sensitivity", False))):
-            if given:  # offered on one-class plans only; never silently dropped
-                raise InstanceError(args.instance or "<arguments>", flag, "not offered on mixed clusters,"
-                                    " nor with classes_per_group or idle_gpus",
-                                    f"plan without {flag} (or plan one group alone)")
+    inst = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
+    if group_commands.shown_as_groups(inst):
+        if getattr(args, "sensitivity", False):  # offered on one-class plans only; never silently dropped
+            raise InstanceError(args.instance or "<arguments>", "--sensitivity", "not offered on mixed"
+                                " clusters, nor with classes_per_group or idle_gpus",
+                                "plan without --sensitivity (or plan one group alone)")
+        if args.within is not None and args.top is None:
+            raise InstanceError("<arguments>", "--within", "needs --top K",
+                                "add --top K, e.g. --top 5 --within 3")
         try:
-            return hetero_commands.cmd_plan(args, progress=log)
+            if args.top is not None:
+                return group_commands.cmd_plan_top(args, inst)
+            return group_commands.cmd_plan(args, inst, progress=log)
         finally:
             if log:
                 log.done()
-    hetero_commands.no_scenarios(args)
-    inst = load_from_args(args)
+    group_commands.no_scenarios(args)
     if args.top is not None:
         from paraplan.cost.specs import PipelineSchedule
         if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # top_k ranks 1F1B splits
@@ -157,12 +160,12 @@ def cmd_plan(args) -> int:
 
 def cmd_plan_top(args, inst) -> int:
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.top_k import top_k
+    from paraplan.solver.class_route import top
 
     if getattr(args, "sensitivity", False):
         raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
                             "run --sensitivity without --top, on the plan you pick")
-    res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
+    res = top(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].quantile_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
     costs = [_top_train_cost(inst, r) for r in res.plans]
@@ -177,7 +180,7 @@ def cmd_plan_top(args, inst) -> int:
     claim = ("proved: no other outer configuration's best plan belongs in this list"
              if res.status == "optimal" else "NOT proved (time limit): the list may be incomplete")
     print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
-          f" ({res.solved:,} of {res.visited_of:,} configurations solved exactly,"
+          f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
           f" {res.solve_time_s:.2f} s; {claim})")
     cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
@@ -333,12 +336,12 @@ def sensitivity_text(sens: dict) -> str:
 def cmd_exhaustive(args) -> int:
     """Brute force over the declared space: one search on one group and on mixed clusters, a
     one-group file shown as its homogeneous plan."""
-    from paraplan.solver.commands.hetero import class_instance
-    from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
+    from paraplan.solver.commands.groups import class_instance
+    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
 
     inst, objective, homo = class_instance(args)
     try:  # progress bar and time limit alike on every cluster
-        res = hetero_exhaustive(inst, objective, max_candidates=args.max_candidates,
+        res = exhaustive_classes(inst, objective, max_candidates=args.max_candidates,
                                 progress=progress_enabled(args), time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
@@ -352,10 +355,10 @@ def cmd_exhaustive(args) -> int:
 
 
 def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
-    from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous
+    from paraplan.cost.groups_loader import as_flat_plan
     from paraplan.cost.loader import plan_to_mapping
 
-    plan = None if res.plan is None else hetero_plan_as_homogeneous(res.plan)
+    plan = None if res.plan is None else as_flat_plan(res.plan)
     reason = None if plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
         _emit_json({"status": status, "complete": res.complete, "iter_time_s": res.objective_s,
@@ -377,16 +380,16 @@ def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
 
 
 def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
-    from paraplan.cost.hetero_simulate import simulate_hetero
-    from paraplan.solver.commands.hetero import plan_lines
+    from paraplan.cost.groups_loader import class_plan_to_mapping
+    from paraplan.cost.class_simulate import simulate_classes
+    from paraplan.solver.commands.groups import plan_lines
 
     if args.json:
         _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,
-                    "iter_time_s": None if res.plan is None else simulate_hetero(inst, res.plan).iter_time_s,
+                    "iter_time_s": None if res.plan is None else simulate_classes(inst, res.plan).iter_time_s,
                     "candidates": res.candidates, "outer_configs": res.outer_configs,
                     "solve_time_s": res.wall_time_s,
-                    "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None})
+                    "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None})
         return
     print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
     for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
@@ -394,7 +397,7 @@ def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None
         print(line)
     if res.plan is None:
         if res.complete:
-            from paraplan.solver.hetero_space import empty_space_reason
+            from paraplan.solver.space import empty_space_reason
             print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
                   if res.outer_configs == 0 else "no plan fits memory")
     else:
@@ -413,9 +416,9 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP (one group), CP-SAT, MILP and exhaustive search on one instance, sharing one
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
-    from paraplan.solver.commands.hetero import class_instance
+    from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.commands.limits import Deadline
-    from paraplan.solver.hetero_planner import plan_hetero
+    from paraplan.solver.search import search
 
     inst, objective, homo = class_instance(args)
     deadline = Deadline(args.time_limit_s)
@@ -425,7 +428,7 @@ def cmd_verify(args) -> int:
         if homo is not None and deadline.expired():
             methods.append((backend, "skipped", None, None, "time limit reached before it started"))
             continue
-        res = plan_hetero(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
+        res = search(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
     methods.append(exhaustive_method(inst, objective, args.max_candidates,
@@ -440,8 +443,8 @@ def cmd_bench(args) -> int:
     check_output_path(getattr(args, "csv", None), "--csv")
     check_output_path(getattr(args, "json", None), "--json")
     if args.hetero:
-        from paraplan.solver.bench.hetero import run_hetero_bench
-        return run_hetero_bench(args)
+        from paraplan.solver.bench.mixed import run_mixed_bench
+        return run_mixed_bench(args)
     from paraplan.solver.bench.ladder import run_bench
     return run_bench(args)
 
@@ -493,7 +496,7 @@ def register(sub) -> None:
                    " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
     p.add_argument("--top", type=int, metavar="K",
-                   help="list the K best plans with distinct outer configurations (solver/top_k.py)")
+                   help="list the K best plans with distinct outer configurations (solver/class_route.top)")
     p.add_argument("--within", type=float, metavar="PCT",
                    help="with --top: only plans within PCT percent of the optimum")
     p.add_argument("--sensitivity", action="store_true",
@@ -540,5 +543,5 @@ def register(sub) -> None:
                         " step (cost/fit.py)")
     c.set_defaults(func=cmd_calibrate)
 
-    from paraplan.solver.commands import hetero as hetero_commands
-    hetero_commands.register(sub)
+    from paraplan.solver.commands import groups as group_commands
+    group_commands.register(sub)

@@ -87,6 +87,9 @@ SCHEMAS: dict[str, dict] = {
 # mixed clusters: the same core plus their own fields
 SCHEMAS["plan (mixed cluster)"] = {**SCHEMAS["plan"], "objective": STR, "objective_s": NUM_OR_NULL,
                                    "per_scenario_s": MapOf(NUM)}
+SCHEMAS["plan --top (mixed cluster)"] = {
+    **SCHEMAS["plan --top"], "objective": STR,
+    "plans": [{**SCHEMAS["plan --top"]["plans"][0], "objective_s": NUM}]}
 SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
 SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}

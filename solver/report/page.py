@@ -611,13 +611,13 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
 
 # --- heterogeneous clusters ------------------------------------------------------------------
 
-def build_hetero_report(inst, result, regrets=None) -> str:
+def build_class_report(inst, result, regrets=None) -> str:
     """A mixed-cluster plan: evidence, one Gantt per replica class (its stages on their node
     groups), per-stage time and memory, and the plan on every network scenario (with its regret
     against each scenario's own optimum when `regrets` is given)."""
-    from paraplan.cost.hetero_coefficients import class_coefficients
-    from paraplan.cost.hetero_simulate import simulate_hetero
-    from paraplan.solver.commands.hetero import plan_lines
+    from paraplan.cost.class_coefficients import class_coefficients
+    from paraplan.cost.class_simulate import simulate_classes
+    from paraplan.solver.commands.groups import plan_lines
 
     title = f"paraplan report: {inst.name}"
     groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
@@ -671,7 +671,7 @@ def build_hetero_report(inst, result, regrets=None) -> str:
     sc_rows = []
     by_name = {r.scenario: r for r in (regrets or [])}
     for sc in inst.scenarios:
-        t = simulate_hetero(inst, p, sc.cluster).iter_time_s
+        t = simulate_classes(inst, p, sc.cluster).iter_time_s
         reg = by_name.get(sc.name)
         sc_rows.append([sc.name, "-" if sc.probability is None else f"{sc.probability:g}", seconds(t),
                         "-" if reg is None else seconds(reg.optimum_s),
@@ -682,7 +682,7 @@ def build_hetero_report(inst, result, regrets=None) -> str:
                            " iteration time there, the best time any plan reaches on that"
                            " scenario, and the regret, how much slower this plan is than that best"
                            " (this plan's time / the scenario's optimum &minus; 1). (Source:"
-                           " <code>cost/hetero_simulate.py</code>.)</p>"))
+                           " <code>cost/class_simulate.py</code>.)</p>"))
     return _page(title, "".join(body)).replace(
         f"<h2>5. {SECTIONS[4]}</h2>", "<h2>5. Network scenarios and regret</h2>")
 
@@ -690,19 +690,19 @@ def build_hetero_report(inst, result, regrets=None) -> str:
 def cmd_report(args) -> int:
     from paraplan.cost.loader import load_plan
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.commands import hetero as hetero_commands
+    from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.planning import progress_printer
-    from paraplan.solver.commands.inputs import load_from_args
+    from paraplan.solver.commands.inputs import read_instance
     from paraplan.solver.class_route import plan
     from paraplan.solver.planner import coefficient_table
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
-    if hetero_commands.group_route(args):
-        inst, res, page = _mixed_report(args, progress)
+    inst = read_instance(args)
+    if group_commands.shown_as_groups(inst):
+        inst, res, page = _mixed_report(args, inst, progress)
         what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
     else:
-        inst = load_from_args(args)
         user_plan = load_plan(args.plan, inst) if args.plan else None
         t0 = time.perf_counter()
         res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
@@ -722,24 +722,24 @@ def cmd_report(args) -> int:
     return status_code(res.status)
 
 
-def _mixed_report(args, progress):
-    """(instance, result, page) of a mixed-cluster instance file."""
+def _mixed_report(args, read, progress):
+    """(instance, result, page) of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.commands.hetero import load_mixed
-    from paraplan.solver.hetero_planner import plan_hetero
+    from paraplan.solver.commands.groups import load_mixed
+    from paraplan.solver.search import search
 
     if args.plan:
         raise InstanceError(args.plan, "--plan", "comparing a plan is not offered on mixed clusters",
                             "run `paraplan simulate HETERO.yaml --plan PLAN.yaml` for that plan")
-    inst, objective = load_mixed(args)
+    inst, objective = load_mixed(args, read)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress)
+    res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     if progress:
         progress.done()
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
-    return inst, res, build_hetero_report(inst, res, regs)
+    return inst, res, build_class_report(inst, res, regs)
 
 
 def register(sub) -> None:

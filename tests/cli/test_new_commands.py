@@ -18,7 +18,7 @@ from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import coefficient_table
 from paraplan.solver.report.page import plan_coefficients
-from paraplan.solver.top_k import top_k
+from paraplan.solver.class_route import top as top_k
 
 INSTANCES = Path(instances.__file__).parent
 TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")

@@ -5,12 +5,12 @@ publish (tests/validation/test_moe_anchor.py reproduces their step-time / TFLOP/
 from pytest import approx
 
 from paraplan.cost.flops import megatron_flops_per_token
-from paraplan.cost.hetero_loader import load_hetero_instance
-from paraplan.cost.hetero_simulate import simulate_hetero
+from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.class_simulate import simulate_classes
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Plan
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.search import search
 
 
 def test_dense_count_is_narayanans_formula_with_causal_scores():
@@ -38,7 +38,7 @@ def test_breakdowns_carry_it_on_both_cluster_kinds():
     bd = simulate(inst, plan)
     want = bd.tokens_per_s * megatron_flops_per_token(inst.model) / 1024 / 1e12
     assert bd.megatron_tflops_per_gpu == approx(want, rel=1e-12)
-    het = load_hetero_instance("instances/hetero/tiny-2types.yaml")
-    hbd = simulate_hetero(het, plan_hetero(het).plan)
+    het = load_cluster_instance("instances/hetero/tiny-2types.yaml")
+    hbd = simulate_classes(het, search(het).plan)
     want = hbd.tokens_per_s * megatron_flops_per_token(het.model) / het.cluster.num_gpus / 1e12
     assert hbd.megatron_tflops_per_gpu == approx(want, rel=1e-12)

@@ -83,7 +83,7 @@ def test_apex_optimizer_space_is_zero1():
     # instance with Adam keeps Megatron's four stages
     import dataclasses
     from paraplan.cost.loader import load_instance
-    from paraplan.solver.hetero_space import one_group_outers as outer_configs
+    from paraplan.solver.space import one_group_outers as outer_configs
     inst = load_instance(str(Path(__file__).resolve().parents[2] / "instances" / "tiny-gpt-8xA100.yaml"))
     apex = dataclasses.replace(inst, job=dataclasses.replace(inst.job, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM))
     assert sorted({o.zero for o in outer_configs(inst)}) == [0, 1, 2, 3]

@@ -209,7 +209,7 @@ def test_ep_on_a_dense_model_and_moe_on_another_framework_are_refused(tmp_path):
 
 def test_the_space_holds_ep_divisors_and_the_moe_rules():
     from paraplan.cost.space_rules import ep_values
-    from paraplan.solver.hetero_space import one_group_outers as outer_configs
+    from paraplan.solver.space import one_group_outers as outer_configs
     inst = mixtral()
     m = inst.model
     # default: divisors of the 8 experts that divide dp * cp

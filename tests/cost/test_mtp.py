@@ -106,7 +106,7 @@ def test_megatron_export_writes_the_depth_and_the_others_drop_it():
 
 @pytest.mark.parametrize("seed", [1, 3, 4, 9])
 def test_mixed_cluster_methods_agree_with_an_mtp_module(seed):
-    # every class's last stage carries the module (cost/hetero_coefficients builds each class)
+    # every class's last stage carries the module (cost/class_coefficients builds each class)
     from agreement_support import assert_mixed_backends_agree_with_exhaustive
-    from randinst import random_hetero_instance
-    assert_mixed_backends_agree_with_exhaustive(with_mtp(random_hetero_instance(seed)))
+    from randinst import random_cluster_instance
+    assert_mixed_backends_agree_with_exhaustive(with_mtp(random_cluster_instance(seed)))

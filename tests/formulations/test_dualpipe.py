@@ -144,22 +144,22 @@ def test_balanced_evens_each_pair_where_memory_allows():
 
 
 def test_problem_terms_are_what_simulate_prices(tmp_path):
-    # the planner's problem of a configuration (hetero_planner.dualpipe_problem on
+    # the planner's problem of a configuration (search.dualpipe_problem on
     # cost/dualpipe.terms) evaluates a split to the time cost/dualpipe.iteration gives the
     # plan, and its memory check is the simulator's, on random splits of a small MoE model
     from paraplan.cost import dualpipe
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero
+    from paraplan.cost.groups_loader import as_one_group
     from paraplan.cost.loader import load_instance
     from paraplan.cost.specs import Plan
-    from paraplan.solver.hetero_planner import dualpipe_problem
-    from paraplan.solver.hetero_space import hetero_outers
+    from paraplan.solver.search import dualpipe_problem
+    from paraplan.solver.space import declared_outers
     inst = load_instance(_tiny_dualpipe(tmp_path))
     # the terms as simulate prices them: the predicted time (a quantile objective scales them,
-    # hetero_planner.dualpipe_problem)
+    # solver/search.dualpipe_problem)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
-    het = homogeneous_as_hetero(inst)
+    het = as_one_group(inst)
     rng = random.Random(1)
-    outers = [o for o in hetero_outers(het) if o.classes[0].pp == 4][:6]
+    outers = [o for o in declared_outers(het) if o.classes[0].pp == 4][:6]
     assert outers
     for o in outers:
         p = dualpipe_problem(het, o)

@@ -61,27 +61,27 @@ def _homogeneous_record(inst) -> dict:
             "plan": None if res.plan is None else plan_to_mapping(res.plan)}
 
 
-def _hetero_record(inst, objective: str) -> dict:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
-    from paraplan.solver.hetero_planner import plan_hetero
+def _class_record(inst, objective: str) -> dict:
+    from paraplan.cost.groups_loader import class_plan_to_mapping
+    from paraplan.solver.search import search
 
-    res = plan_hetero(inst, objective=objective)
+    res = search(inst, objective=objective)
     return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
             "outer_configs": res.outer_configs, "plans": res.plans_total,
-            "plan": None if res.plan is None else hetero_plan_to_mapping(res.plan, inst)}
+            "plan": None if res.plan is None else class_plan_to_mapping(res.plan, inst)}
 
 
 def bundled_cases() -> list[tuple[str, str]]:
     """(instance file, objective) of every bundled golden; mixed clusters with scenarios are
     planned for every objective their scenarios allow."""
-    from paraplan.cost.hetero_loader import is_hetero_file, load_hetero_instance
+    from paraplan.cost.groups_loader import is_groups_file, load_cluster_instance
 
     out = []
     for rel in BUNDLED:
-        if not is_hetero_file(ROOT / rel):
+        if not is_groups_file(ROOT / rel):
             out.append((rel, "nominal"))
             continue
-        inst = load_hetero_instance(ROOT / rel)
+        inst = load_cluster_instance(ROOT / rel)
         out.append((rel, "nominal"))
         if len(inst.scenarios) > 1:
             out.append((rel, "robust"))
@@ -91,11 +91,11 @@ def bundled_cases() -> list[tuple[str, str]]:
 
 
 def plan_bundled(rel: str, objective: str) -> dict:
-    from paraplan.cost.hetero_loader import is_hetero_file, load_hetero_instance
+    from paraplan.cost.groups_loader import is_groups_file, load_cluster_instance
     from paraplan.cost.loader import load_instance
 
-    if is_hetero_file(ROOT / rel):
-        return _hetero_record(load_hetero_instance(ROOT / rel), objective)
+    if is_groups_file(ROOT / rel):
+        return _class_record(load_cluster_instance(ROOT / rel), objective)
     return _homogeneous_record(load_instance(ROOT / rel))
 
 
@@ -109,16 +109,16 @@ def plan_random_homogeneous(seed: int) -> dict:
     return _homogeneous_record(random_instance(seed, variant=True))
 
 
-def plan_random_hetero(seed: int, objective: str) -> dict:
-    from randinst import random_hetero_instance
-    return _hetero_record(random_hetero_instance(seed), objective)
+def plan_random_cluster(seed: int, objective: str) -> dict:
+    from randinst import random_cluster_instance
+    return _class_record(random_cluster_instance(seed), objective)
 
 
 def compute_all() -> dict[str, dict[str, dict]]:
     return {
         "bundled": {f"{rel}:{obj}": plan_bundled(rel, obj) for rel, obj in bundled_cases()},
         "random_homogeneous": {str(s): plan_random_homogeneous(s) for s in homogeneous_seeds()},
-        "random_hetero": {f"{s}:{obj}": plan_random_hetero(s, obj)
+        "random_hetero": {f"{s}:{obj}": plan_random_cluster(s, obj)
                           for s in HETERO_SEEDS for obj in HETERO_OBJECTIVES},
     }
 

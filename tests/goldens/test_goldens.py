@@ -64,7 +64,7 @@ def test_random_homogeneous_instance_keeps_its_optimum(seed):
 @pytest.mark.parametrize("key", list(cases.load_golden("random_hetero")))
 def test_random_hetero_instance_keeps_its_optimum(key):
     seed, objective = key.split(":")
-    _compare(cases.load_golden("random_hetero")[key], cases.plan_random_hetero(int(seed), objective))
+    _compare(cases.load_golden("random_hetero")[key], cases.plan_random_cluster(int(seed), objective))
 
 
 def test_goldens_cover_every_bundled_instance_and_the_hard_cases():

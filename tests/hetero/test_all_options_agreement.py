@@ -17,10 +17,10 @@ import dataclasses
 
 import pytest
 
-from paraplan.cost.hetero_specs import HeteroCluster, Scenario
+from paraplan.cost.plan_specs import Cluster, Scenario
 from paraplan.cost.specs import Link
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
 from randinst import partition_mixed_instance
 
 # small instances have fewer configurations than one chunk of the planner's pricing: price them
@@ -35,7 +35,7 @@ def all_options_instance(seed: int):
     inst = partition_mixed_instance(seed)
     space = {"zero": (0, 1, 2, 3), "cp": (1, 2), "virtual_stages": (1, 2), **FORCED[seed % len(FORCED)]}
     hc = inst.cluster
-    cut = HeteroCluster(groups=hc.groups, between=tuple(
+    cut = Cluster(groups=hc.groups, between=tuple(
         tuple(x if a == b else Link(bw_bytes_per_s=x.bw_bytes_per_s / 10, latency_s=x.latency_s)
               for b, x in enumerate(row)) for a, row in enumerate(hc.between)))
     return dataclasses.replace(inst, search=dataclasses.replace(inst.search, **space),
@@ -45,17 +45,17 @@ def all_options_instance(seed: int):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_all_options_cpsat_equals_milp_equals_exhaustive(seed):
     inst = all_options_instance(seed)
-    ex = hetero_exhaustive(inst, "robust", max_candidates=10**8)
+    ex = exhaustive_classes(inst, "robust", max_candidates=10**8)
     if ex.plan is None:
         for backend in ("cpsat", "milp"):
-            assert plan_hetero(inst, backend, objective="robust").status == "infeasible"
+            assert search(inst, backend, objective="robust").status == "infeasible"
         return
     forced = FORCED[seed % len(FORCED)]
     got = {"zero": (ex.plan.zero,), "cp": (ex.plan.cp,), "virtual_stages": (ex.plan.virtual_stages,),
            "tp": tuple(sorted({ex.plan.tp_of(g) for c in ex.plan.classes for g in c.stage_groups}))}
     assert all(got[k] == v for k, v in forced.items()), (forced, got)
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, objective="robust")
+        res = search(inst, backend, objective="robust")
         assert res.status == "optimal", (backend, res.status)
         assert res.objective_s == pytest.approx(ex.objective_s, abs=res.tolerance_s + 1e-9 * ex.objective_s)
 
@@ -66,7 +66,7 @@ def test_the_options_are_reached():
     a layer plan beyond Megatron's (partitions), each at least twice."""
     seen = {"zero3": 0, "cp2": 0, "v2": 0, "partitions": 0}
     for seed in SEEDS:
-        p = hetero_exhaustive(all_options_instance(seed), "robust", max_candidates=10**8).plan
+        p = exhaustive_classes(all_options_instance(seed), "robust", max_candidates=10**8).plan
         if p is None:
             continue
         seen["zero3"] += p.zero == 3

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from randinst import random_hetero_instance
+from randinst import random_cluster_instance
 
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
+from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
 from paraplan.cost.loader import load_instance
 from paraplan.solver.bounds import batched
 from paraplan.solver.bounds.batched import balanced_split, balanced_splits, lower_bounds_s
-from paraplan.solver.hetero_planner import problems_for
-from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
+from paraplan.solver.search import problems_for
+from paraplan.solver.space import declared_outers, micro_batch_vectors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,15 +74,15 @@ def test_bisection_gives_the_partitions_split(monkeypatch):
 
 
 def _problems(inst, objective: str, uniform: bool = False):
-    outers = hetero_outers(inst, uniform=uniform)
+    outers = declared_outers(inst, uniform=uniform)
     return [(o, p) for o, p in zip(outers, problems_for(inst, outers, objective)) if p is not None]
 
 
 def _instances():
-    yield "tiny-gpt as one group", homogeneous_as_hetero(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")), ("nominal",)
-    yield "tiny-2types", load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
+    yield "tiny-gpt as one group", as_one_group(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")), ("nominal",)
+    yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
     for seed in (0, 1, 2):
-        yield f"random {seed}", random_hetero_instance(seed), ("nominal", "robust", "expected")
+        yield f"random {seed}", random_cluster_instance(seed), ("nominal", "robust", "expected")
 
 
 @pytest.mark.parametrize("uniform", [False, True])
@@ -117,7 +117,7 @@ def _relaxed_optimum(o, p) -> float:
 def test_every_bound_is_below_its_configurations_relaxed_optimum():
     tight = 0
     for seed in range(6):
-        inst = random_hetero_instance(seed)
+        inst = random_cluster_instance(seed)
         for objective in ("nominal", "robust", "expected"):
             probs = _problems(inst, objective)
             mv = [micro_batch_vectors(o.classes, p.total_micro_batches, False, o.virtual_stages)

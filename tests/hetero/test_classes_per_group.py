@@ -1,4 +1,4 @@
-"""search.classes_per_group: several replica classes on one node group (solver/hetero_space.py).
+"""search.classes_per_group: several replica classes on one node group (solver/space.py).
 
 The enumeration of a group's classes (group_shares) is checked against a brute force written
 independently here; the optimum over the larger space against exhaustive search; the space's
@@ -11,19 +11,19 @@ import itertools
 
 import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
-from randinst import random_hetero_instance
+from randinst import random_cluster_instance
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
-from paraplan.cost.hetero_simulate import simulate_hetero
-from paraplan.cost.hetero_specs import HeteroPlan, ReplicaClass
+from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
+from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Recompute, SearchSpace
 from paraplan.solver.commands.cli import main
-from paraplan.solver.exhaustive import SpaceTooLarge, hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
+from paraplan.solver.search import search
 from paraplan.solver.class_layouts import class_shapes, cp_values, group_shares, replica_layouts, tp_choices
-from paraplan.solver.hetero_space import hetero_outers, not_covered
+from paraplan.solver.space import declared_outers, not_covered
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -62,7 +62,7 @@ def test_one_class_per_group_is_the_replica_family_as_before():
 def test_replica_layouts_counts_what_the_space_lists(k):
     # replica_layouts counts without listing (cost of the refusal); here the listing itself
     # over every group subset, tp and cp of the replica family is the reference
-    inst = _per_group(load_hetero_instance(TINY), k)
+    inst = _per_group(load_cluster_instance(TINY), k)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
     G = len(inst.cluster.groups)
     listed = sum(1 for n in range(1, G + 1) for used in itertools.combinations(range(G), n)
@@ -74,8 +74,8 @@ def test_replica_layouts_counts_what_the_space_lists(k):
 def test_several_classes_per_group_only_add_plans():
     # classes_per_group 1 is the former space, outer configuration for outer configuration;
     # 2 keeps every one of them and adds layouts with two classes on one group
-    inst = load_hetero_instance(TINY)
-    one, two = hetero_outers(inst), hetero_outers(_per_group(inst, 2))
+    inst = load_cluster_instance(TINY)
+    one, two = declared_outers(inst), declared_outers(_per_group(inst, 2))
     assert set(one) < set(two)
     assert all(_shared(o) for o in set(two) - set(one))
 
@@ -88,7 +88,7 @@ SEEDS = [10, 19, 26, 29]
 @pytest.mark.parametrize("seed", SEEDS + [1, 3, 4, 9, 12, 16, 18, 33, 34, 35, 38])
 def test_solvers_match_exhaustive_with_two_classes_per_group(seed):
     try:
-        assert_mixed_backends_agree_with_exhaustive(_per_group(random_hetero_instance(seed), 2))
+        assert_mixed_backends_agree_with_exhaustive(_per_group(random_cluster_instance(seed), 2))
     except SpaceTooLarge:
         pytest.skip("exhaustive search would take too long")
 
@@ -97,23 +97,23 @@ def test_two_classes_on_one_group_win_on_some_random_instances():
     """Not vacuous: on these seeds the exhaustive optimum with two classes per group is faster
     than with one and shares a group."""
     for seed in SEEDS:
-        inst = random_hetero_instance(seed)
-        one, two = hetero_exhaustive(inst), hetero_exhaustive(_per_group(inst, 2))
+        inst = random_cluster_instance(seed)
+        one, two = exhaustive_classes(inst), exhaustive_classes(_per_group(inst, 2))
         assert two.plan is not None and _shared(two.plan), seed
         assert one.objective_s is None or two.objective_s < one.objective_s * (1 - 1e-6), seed
 
 
 def test_a_plan_with_two_classes_on_one_group_round_trips_and_resimulates(tmp_path):
     # the replica family on the A100 group alone: every plan there has >= 2 classes on it
-    inst = _per_group(load_hetero_instance(TINY), 2)
+    inst = _per_group(load_cluster_instance(TINY), 2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
-    res = plan_hetero(inst, families=("replica",), groups=(0,))
+    res = search(inst, families=("replica",), groups=(0,))
     assert res.status == "optimal" and len(res.plan.classes) >= 2 and _shared(res.plan)
     assert_plan_file_round_trip(inst, res, tmp_path)
 
 
 def test_not_covered_names_one_class_more_than_declared():
-    inst = load_hetero_instance(TINY)
+    inst = load_cluster_instance(TINY)
     assert "two replica classes on one group (search.classes_per_group)" in not_covered(inst)
     assert "more than 2 replica classes on one group (search.classes_per_group)" in not_covered(_per_group(inst, 2))
     # 8 GPUs per group host up to 8 classes of one GPU each: 5 is still outside with 4
@@ -137,13 +137,13 @@ def test_twin_classes_that_tie_are_merged_into_one():
     # replica split of one-stage classes on the H100 node, each running 2 micro-batches: the
     # same GPUs, work and memory as one class of 8, which re-simulates to the same time
     # (one node: every hand-off and ring on NVLink), so the plan is that one class
-    inst = _per_group(load_hetero_instance(TINY), 2)
+    inst = _per_group(load_cluster_instance(TINY), 2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
-    res = plan_hetero(inst)
-    one = plan_hetero(_per_group(inst, 1))
+    res = search(inst)
+    one = search(_per_group(inst, 1))
     assert res.objective_s == pytest.approx(one.objective_s, rel=1e-12)
     assert [(c.replicas, c.stage_groups) for c in res.plan.classes] == [(8, (1,))]
-    assert res.plan.family == "stage" and res.plan.outer in hetero_outers(inst)
+    assert res.plan.family == "stage" and res.plan.outer in declared_outers(inst)
 
 
 def test_a_gradient_ring_across_two_classes_on_one_group_crosses_the_nodes_it_spans(tmp_path):
@@ -158,11 +158,11 @@ def test_a_gradient_ring_across_two_classes_on_one_group_crosses_the_nodes_it_sp
     path = tmp_path / "two-nodes.yaml"
     path.write_text(text.replace("nodes: 1", "nodes: 2").replace("gpus_per_node: 8", "gpus_per_node: 2")
                     .replace("nic_gbit_per_s: 200", "nic_gbit_per_s: 10"))
-    inst = homogeneous_as_hetero(load_instance(str(path)))
+    inst = as_one_group(load_instance(str(path)))
     stage = dict(stage_groups=(0, 0), layers_per_stage=(4, 4), full_recompute_layers=(0, 0))
     common = dict(tp=1, micro_batch=1, sequence_parallel=False, recompute=Recompute.NONE, zero=0)
-    two = HeteroPlan(**common, family="replica", classes=(
+    two = ClassPlan(**common, family="replica", classes=(
         ReplicaClass(replicas=1, num_micro_batches=16, **stage),) * 2)
-    one = HeteroPlan(**common, family="stage", classes=(
+    one = ClassPlan(**common, family="stage", classes=(
         ReplicaClass(replicas=2, num_micro_batches=16, **stage),))
-    assert simulate_hetero(inst, two).sync_s > 20 * simulate_hetero(inst, one).sync_s
+    assert simulate_classes(inst, two).sync_s > 20 * simulate_classes(inst, one).sync_s

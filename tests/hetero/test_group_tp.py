@@ -1,5 +1,5 @@
 """A tensor-parallel degree per node group (issue 12): a pipeline across groups may run tp 4 on
-one group's stages and tp 2 on another's (HeteroOuter.group_tp, solver/hetero_space.py).
+one group's stages and tp 2 on another's (ClassOuter.group_tp, solver/space.py).
 
 The reference optima come from exhaustive search over the same space; the per-stage pricing is
 checked against one-tp plans on each group alone, and the resharding hand-off by its bytes."""
@@ -13,14 +13,14 @@ import pytest
 from randinst import group_tp_instance
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.hetero_coefficients import class_coefficients
-from paraplan.cost.hetero_loader import (hetero_plan_from_mapping, hetero_plan_to_mapping,
-                                         load_hetero_instance)
-from paraplan.cost.hetero_specs import ClassShape, HeteroOuter, HeteroPlan, ReplicaClass
+from paraplan.cost.class_coefficients import class_coefficients
+from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_mapping,
+                                         load_cluster_instance)
+from paraplan.cost.plan_specs import ClassShape, ClassOuter, ClassPlan, ReplicaClass
 from paraplan.cost.loader import InstanceError
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import hetero_outers
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
+from paraplan.solver.space import declared_outers
 
 
 # small instances have fewer configurations than one chunk of the planner's pricing: price them
@@ -40,14 +40,14 @@ def _without_group_tp(inst):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_solvers_match_exhaustive_where_a_tp_per_group_wins(seed):
     inst = group_tp_instance(seed)
-    ex = hetero_exhaustive(inst)
+    ex = exhaustive_classes(inst)
     assert ex.plan is not None and ex.plan.group_tp, "the seed no longer exercises a tp per group"
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, time_limit_s=30)
+        res = search(inst, backend, time_limit_s=30)
         assert res.status == "optimal", (backend, res.status)
         assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s
     # the space with one tp for every group is a subset, and here its optimum is slower
-    narrow = hetero_exhaustive(_without_group_tp(inst))
+    narrow = exhaustive_classes(_without_group_tp(inst))
     assert narrow.objective_s is None or narrow.objective_s > ex.objective_s * (1 + 1e-9)
 
 
@@ -55,7 +55,7 @@ def test_stage_space_shapes_follow_each_groups_tp():
     """Every stage-wise configuration with a tp per group uses every GPU of its groups:
     replicas x tp_g x cp x (stages on g) = GPUs of g, and `tp` is the first stage's group's."""
     inst = group_tp_instance(SEEDS[0])
-    outers = [o for o in hetero_outers(inst) if o.group_tp]
+    outers = [o for o in declared_outers(inst) if o.group_tp]
     assert outers
     for o in outers:
         (c,) = o.classes
@@ -63,18 +63,18 @@ def test_stage_space_shapes_follow_each_groups_tp():
         assert len({t for _, t in o.group_tp}) > 1
         for g, grp in enumerate(inst.cluster.groups):
             assert c.replicas * o.tp_of(g) * o.cp * c.stage_groups.count(g) == grp.num_gpus
-    assert not [o for o in hetero_outers(_without_group_tp(inst)) if o.group_tp]
+    assert not [o for o in declared_outers(_without_group_tp(inst)) if o.group_tp]
 
 
-def _two_stage_outer(inst, tp_a: int, tp_b: int, sp: bool = True) -> HeteroOuter:
+def _two_stage_outer(inst, tp_a: int, tp_b: int, sp: bool = True) -> ClassOuter:
     """One replica of two stages, the first on group 0 (tp_a GPUs), the second on group 1."""
     group_tp = ((0, tp_a), (1, tp_b)) if tp_a != tp_b else ()
-    return HeteroOuter(tp=tp_a, micro_batch=1, sequence_parallel=sp, group_tp=group_tp,
+    return ClassOuter(tp=tp_a, micro_batch=1, sequence_parallel=sp, group_tp=group_tp,
                        classes=(ClassShape(replicas=1, stage_groups=(0, 1)),))
 
 
 def _tiny():
-    return load_hetero_instance("instances/hetero/tiny-2types.yaml")
+    return load_cluster_instance("instances/hetero/tiny-2types.yaml")
 
 
 def test_each_stage_is_priced_at_its_own_groups_tp():
@@ -121,17 +121,17 @@ def test_plan_file_round_trip_and_errors():
                "classes": [{"replicas": 2, "stages": ["a100", "h100"], "num_micro_batches": 8,
                             "layers_per_stage": [3, 5]}]}
     # a100: 2 replicas x tp 4 = 8 GPUs; h100: 2 x 2 = 4 of its 8 (part of a group is allowed)
-    plan = hetero_plan_from_mapping(mapping, inst)
+    plan = class_plan_from_mapping(mapping, inst)
     assert plan.tp == 4 and plan.group_tp == ((0, 4), (1, 2))
     assert plan.outer.gpus_per_group(2) == [8, 4]
-    again = hetero_plan_from_mapping(hetero_plan_to_mapping(plan, inst), inst)
+    again = class_plan_from_mapping(class_plan_to_mapping(plan, inst), inst)
     assert again == plan
     with pytest.raises(InstanceError, match="two different degrees"):
-        hetero_plan_from_mapping({**mapping, "tp": {"a100": 2, "h100": 2}}, inst)
+        class_plan_from_mapping({**mapping, "tp": {"a100": 2, "h100": 2}}, inst)
     with pytest.raises(InstanceError, match="a100"):
-        hetero_plan_from_mapping({**mapping, "tp": {"h100": 2}}, inst)
+        class_plan_from_mapping({**mapping, "tp": {"h100": 2}}, inst)
     with pytest.raises(InstanceError, match="unknown key"):
-        hetero_plan_from_mapping({**mapping, "tp": {"a100": 4, "v100": 2}}, inst)
+        class_plan_from_mapping({**mapping, "tp": {"a100": 4, "v100": 2}}, inst)
 
 
 def test_a_tp_per_group_needs_one_class():
@@ -142,7 +142,7 @@ def test_a_tp_per_group_needs_one_class():
                         full_recompute_layers=(0,)),
            ReplicaClass(replicas=4, stage_groups=(1,), num_micro_batches=8, layers_per_stage=(8,),
                         full_recompute_layers=(0,))]
-    plan = HeteroPlan(tp=4, group_tp=((0, 4), (1, 2)), micro_batch=1, classes=tuple(cls), family="replica")
+    plan = ClassPlan(tp=4, group_tp=((0, 4), (1, 2)), micro_batch=1, classes=tuple(cls), family="replica")
     with pytest.raises(ConfigError, match="one replica class"):
         plan.check_against(inst)
 
@@ -152,9 +152,9 @@ def test_metis_case_a_tp_per_group_is_faster_on_32_a100_32_h100():
     0.6-0.9% with tp 4 on the A100 stages and tp 2 on the H100 stages (issue 12). With a tp per
     group in the space the proved optimum runs different degrees per group and is faster than
     the one-tp optimum."""
-    inst = load_hetero_instance("instances/hetero/llama3-70b-32xA100-32xH100.yaml")
-    full = plan_hetero(inst)
-    one = plan_hetero(_without_group_tp(inst))
+    inst = load_cluster_instance("instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    full = search(inst)
+    one = search(_without_group_tp(inst))
     assert full.status == one.status == "optimal"
     assert full.plan.group_tp
     # compared as minimised (search.objective: the quantile of the predicted time)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from randinst import random_hetero_instance
+from randinst import random_cluster_instance
 
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
 
 
 # small instances have fewer configurations than one chunk of the planner's pricing: price them
@@ -29,10 +29,10 @@ def _close(a, b, tol) -> bool:
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("objective", ["nominal", "robust", "expected"])
 def test_solvers_match_exhaustive(seed, objective):
-    inst = random_hetero_instance(seed)
-    ex = hetero_exhaustive(inst, objective)
+    inst = random_cluster_instance(seed)
+    ex = exhaustive_classes(inst, objective)
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, time_limit_s=30, objective=objective)
+        res = search(inst, backend, time_limit_s=30, objective=objective)
         assert res.status in ("optimal", "infeasible"), (backend, res.status)
         assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (backend, res.objective_s, ex.objective_s)
         if res.objective_s is not None:
@@ -51,7 +51,7 @@ def test_random_instances_exercise_the_space():
     agreement above is not vacuous."""
     seen = {"stage": 0, "replica": 0, "recompute": 0, "infeasible": 0, "two_groups": 0}
     for seed in SEEDS:
-        ex = hetero_exhaustive(random_hetero_instance(seed))
+        ex = exhaustive_classes(random_cluster_instance(seed))
         if ex.plan is None:
             seen["infeasible"] += 1
             continue
@@ -65,13 +65,13 @@ def test_one_solver_per_backend_name():
     """`--backend milp` is CBC on every kind of instance (it was SCIP on mixed clusters), and
     the multi-class MILP gives the same optimum on CBC, SCIP and HiGHS (CP-SAT as reference)."""
     from paraplan.formulations.multiclass_milp import solve_multiclass_milp
-    from paraplan.solver.hetero_planner import _solve_inner, problem_for
-    from paraplan.solver.hetero_space import hetero_outers
+    from paraplan.solver.search import _solve_inner, problem_for
+    from paraplan.solver.space import declared_outers
 
     compared = 0
     for seed in range(1, 8):
-        inst = random_hetero_instance(seed)
-        for o in hetero_outers(inst)[:6]:
+        inst = random_cluster_instance(seed)
+        for o in declared_outers(inst)[:6]:
             p = problem_for(inst, o, "nominal")
             ref = _solve_inner(p, "cpsat", 30, None)
             if ref.status != "optimal":
@@ -90,7 +90,7 @@ def _grown(seed: int):
     """The random instance with the options the mixed-cluster space gained: ZeRO 0-3 and tp
     across nodes."""
     import dataclasses
-    inst = random_hetero_instance(seed)
+    inst = random_cluster_instance(seed)
     return dataclasses.replace(inst, search=dataclasses.replace(inst.search, zero=(0, 1, 2, 3),
                                                                 tp_across_nodes=True))
 
@@ -101,9 +101,9 @@ def test_solvers_match_exhaustive_with_zero_2_3_and_tp_across_nodes(seed):
     single-stage classes) and tp over whole nodes of a group: CP-SAT = MILP = exhaustive over
     the grown space, robust objective (both scenarios priced)."""
     inst = _grown(seed)
-    ex = hetero_exhaustive(inst, "robust")
+    ex = exhaustive_classes(inst, "robust")
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, time_limit_s=30, objective="robust")
+        res = search(inst, backend, time_limit_s=30, objective="robust")
         assert res.status in ("optimal", "infeasible"), (backend, res.status)
         assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (backend, res.objective_s, ex.objective_s)
 
@@ -117,20 +117,20 @@ def test_the_grown_options_win_on_some_random_mixed_clusters():
     zero, across = [], []
     for seed in SEEDS:
         inst = _grown(seed)
-        p = hetero_exhaustive(inst, "robust").plan
+        p = exhaustive_classes(inst, "robust").plan
         if p is not None and p.zero >= 2:
             zero.append(seed)
         if not any(g.cluster.gpus_per_node == 1 and g.cluster.nodes == 2 for g in inst.cluster.groups):
             continue
         forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(2,)))
-        ex = hetero_exhaustive(forced, "robust")
+        ex = exhaustive_classes(forced, "robust")
         if ex.plan is None:
             continue
         used = {g for c in ex.plan.classes for g in c.stage_groups}
         if not any(forced.cluster.groups[g].cluster.gpus_per_node < 2 for g in used):
             continue
         for backend in ("cpsat", "milp"):
-            res = plan_hetero(forced, backend, time_limit_s=30, objective="robust")
+            res = search(forced, backend, time_limit_s=30, objective="robust")
             assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (seed, backend)
         across.append(seed)
     assert len(zero) >= 3 and len(across) >= 3, (zero, across)
@@ -140,11 +140,11 @@ def _robust_agreement(inst, seed):
     """Exhaustive search on the robust objective; where a plan exists, CP-SAT and MILP must
     prove the same optimum (and the same forced options: their plans are checked by the
     callers through the exhaustive plan). None where the space has no plan."""
-    ex = hetero_exhaustive(inst, "robust")
+    ex = exhaustive_classes(inst, "robust")
     if ex.plan is None:
         return None
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend, time_limit_s=30, objective="robust")
+        res = search(inst, backend, time_limit_s=30, objective="robust")
         assert res.status == "optimal", (seed, backend, res.status)
         assert _close(res.objective_s, ex.objective_s, res.tolerance_s), (seed, backend)
         assert (res.plan.cp, res.plan.virtual_stages) == (ex.plan.cp, ex.plan.virtual_stages), seed
@@ -161,7 +161,7 @@ def test_solvers_match_exhaustive_with_context_parallelism_forced():
 
     checked = []
     for seed in SEEDS:
-        inst = random_hetero_instance(seed)
+        inst = random_cluster_instance(seed)
         forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, cp=(2,)))
         ex = _robust_agreement(forced, seed)
         if ex is None:
@@ -174,7 +174,7 @@ def test_solvers_match_exhaustive_with_context_parallelism_forced():
 def test_solvers_match_exhaustive_with_interleaving_forced():
     """Interleaving on mixed clusters (one v for every class: pipeline (m - 1/v) T_max + sum T / v,
     stages in chunks of v layers, m_k a multiple of pp_k and, with several classes, >= 2 pp_k;
-    solver/hetero_space.py). v = 2 is forced where the random model's layers allow it: wherever
+    solver/space.py). v = 2 is forced where the random model's layers allow it: wherever
     that space is not empty, CP-SAT = MILP = exhaustive on the robust objective, with one class
     per group and with two (search.classes_per_group: on these toy GPUs, whose memory the
     gradient ring's NCCL buffers fill, several interleaved classes fit only beside each other
@@ -183,7 +183,7 @@ def test_solvers_match_exhaustive_with_interleaving_forced():
 
     checked, several = [], 0
     for seed in SEEDS:
-        inst = random_hetero_instance(seed)
+        inst = random_cluster_instance(seed)
         if inst.model.layers % 2 or inst.model.layers < 4:
             continue
         for per_group in (1, 2):

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from paraplan.cost.coefficients import build
+from paraplan.cost.class_coefficients import class_outers, partitions_layer_fn
+from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_mapping,
+                                         as_one_group, load_cluster_instance)
 from paraplan.cost.objective import scaled_times
-from paraplan.cost.hetero_coefficients import class_outers, partitions_layer_fn
-from paraplan.cost.hetero_loader import (hetero_plan_from_mapping, hetero_plan_to_mapping,
-                                         homogeneous_as_hetero, load_hetero_instance)
 from paraplan.cost.loader import load_instance
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import placer, plan_hetero, problem_of
-from paraplan.solver.hetero_space import hetero_outers
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import placer, search, problem_of
+from paraplan.solver.space import declared_outers
 from paraplan.solver.partition_plans import STAGE_ARRAYS
 
 
@@ -45,10 +45,10 @@ def _with_partitions(inst, **search):
 def test_one_group_partitions_match_exhaustive_search():
     # tp 4 without sequence parallelism: 4^4 linear-op plans (K, N, P2x2, T) x 3 head
     # assignments = 768 layer plans, every one tried by exhaustive search
-    inst = _with_partitions(homogeneous_as_hetero(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")),
+    inst = _with_partitions(as_one_group(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")),
                             tp=(4,), zero=(1,), sequence_parallel=(False,), micro_batch=(2,))
-    res = plan_hetero(inst)
-    ex = hetero_exhaustive(inst)
+    res = search(inst)
+    ex = exhaustive_classes(inst)
     assert res.status == "optimal" and ex.objective_s is not None
     assert res.objective_s == pytest.approx(ex.objective_s, abs=res.tolerance_s + 1e-12)
     assert res.plan.classes[0].partitions  # the optimum is not Megatron's plan here (token splits)
@@ -56,11 +56,11 @@ def test_one_group_partitions_match_exhaustive_search():
 
 
 def test_two_groups_partitions_cpsat_equals_milp_and_beat_megatron():
-    inst = load_hetero_instance(TINY2)
+    inst = load_cluster_instance(TINY2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(4,)))
     on = _with_partitions(inst)
-    off = plan_hetero(inst)
-    cpsat, milp = plan_hetero(on, "cpsat"), plan_hetero(on, "milp")
+    off = search(inst)
+    cpsat, milp = search(on, "cpsat"), search(on, "milp")
     assert cpsat.status == milp.status == "optimal"
     tol = cpsat.tolerance_s + milp.tolerance_s + 1e-12
     assert cpsat.objective_s == pytest.approx(milp.objective_s, abs=tol)
@@ -72,8 +72,8 @@ def test_two_groups_partitions_cpsat_equals_milp_and_beat_megatron():
 def test_assembled_class_coefficients_equal_a_direct_build():
     """The planner prices each (class, group, plan) once and assembles combinations row by
     row; every assembled candidate must equal pricing its whole plan directly."""
-    inst = _with_partitions(load_hetero_instance(TINY2))
-    outers = [o for o in hetero_outers(inst) if len({g for c in o.classes for g in c.stage_groups}) == 2]
+    inst = _with_partitions(load_cluster_instance(TINY2))
+    outers = [o for o in declared_outers(inst) if len({g for c in o.classes for g in c.stage_groups}) == 2]
     checked = 0
     for i, o in enumerate(outers[:6]):
         placed = placer(inst, o)
@@ -99,9 +99,9 @@ def test_vectorised_class_bound_is_below_the_optimum():
     """The combination bound the planner keys candidates by never exceeds a candidate's optimum
     (solved by CP-SAT). (It is solver/bounds/one_class.tight_class_terms, which tight_lower_bound_s also
     computes, row by row: tests/solver/test_bounds.py checks that against brute force.)"""
-    inst = _with_partitions(load_hetero_instance(TINY2))
+    inst = _with_partitions(load_cluster_instance(TINY2))
     seen = 0
-    for i, o in enumerate(hetero_outers(inst)[::37]):
+    for i, o in enumerate(declared_outers(inst)[::37]):
         ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
                           lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
         if ch.total == 1:
@@ -117,11 +117,11 @@ def test_vectorised_class_bound_is_below_the_optimum():
 
 
 def test_plan_file_keeps_partitions_per_group():
-    on = _with_partitions(load_hetero_instance(TINY2), tp=(4,))
-    plan = plan_hetero(on).plan
-    mapping = hetero_plan_to_mapping(plan, on)
+    on = _with_partitions(load_cluster_instance(TINY2), tp=(4,))
+    plan = search(on).plan
+    mapping = class_plan_to_mapping(plan, on)
     assert set(mapping["classes"][0]["partitions"]) <= {"a100", "h100"}
-    assert hetero_plan_from_mapping(mapping, on) == plan
+    assert class_plan_from_mapping(mapping, on) == plan
 
 
 def test_partitions_compose_with_robust_and_expected_objectives():
@@ -129,18 +129,18 @@ def test_partitions_compose_with_robust_and_expected_objectives():
     class and group only plans dominated on both networks' sites are dropped, and CP-SAT and
     CBC agree on the worst-case and the expected optimum; each is re-simulated on every
     scenario by the planner itself."""
-    from paraplan.cost.hetero_specs import HeteroCluster, Scenario
+    from paraplan.cost.plan_specs import Cluster, Scenario
     from paraplan.cost.specs import Link
 
-    inst = _with_partitions(load_hetero_instance(TINY2), tp=(4,), zero=(1,), sequence_parallel=(False,))
+    inst = _with_partitions(load_cluster_instance(TINY2), tp=(4,), zero=(1,), sequence_parallel=(False,))
     hc = inst.cluster
     slow = tuple(tuple(x if a == b else Link(bw_bytes_per_s=x.bw_bytes_per_s / 10, latency_s=x.latency_s)
                        for b, x in enumerate(row)) for a, row in enumerate(hc.between))
-    cut = HeteroCluster(groups=hc.groups, between=slow)
+    cut = Cluster(groups=hc.groups, between=slow)
     inst = dataclasses.replace(inst, scenarios=(Scenario(name="nominal", cluster=hc, probability=0.7),
                                                 Scenario(name="cut", cluster=cut, probability=0.3)))
     for objective in ("robust", "expected"):
-        cpsat, milp = plan_hetero(inst, "cpsat", objective=objective), plan_hetero(inst, "milp", objective=objective)
+        cpsat, milp = search(inst, "cpsat", objective=objective), search(inst, "milp", objective=objective)
         assert cpsat.status == milp.status == "optimal"
         assert cpsat.objective_s == pytest.approx(milp.objective_s,
                                                   abs=cpsat.tolerance_s + milp.tolerance_s + 1e-12)
@@ -154,9 +154,9 @@ def test_random_mixed_partitions_cpsat_equals_milp_equals_exhaustive(seed):
     of the tp-4 group with no dominance or bound (solver/exhaustive.py); priced in chunks of 2."""
     from randinst import partition_mixed_instance
     inst = partition_mixed_instance(seed)
-    ex = hetero_exhaustive(inst)
+    ex = exhaustive_classes(inst)
     for backend in ("cpsat", "milp"):
-        res = plan_hetero(inst, backend)
+        res = search(inst, backend)
         assert res.status == "optimal"
         assert res.objective_s == pytest.approx(ex.objective_s, abs=res.tolerance_s + 1e-9 * ex.objective_s)
 
@@ -165,5 +165,5 @@ def test_some_random_mixed_partition_optimum_uses_a_partition():
     """Not vacuous: the seeds above include an optimum whose tp-4 group runs a layer plan
     beyond Megatron's (seed 7 when written)."""
     from randinst import partition_mixed_instance
-    assert any(any(c.partitions for c in plan_hetero(partition_mixed_instance(s)).plan.classes)
+    assert any(any(c.partitions for c in search(partition_mixed_instance(s)).plan.classes)
                for s in range(10))

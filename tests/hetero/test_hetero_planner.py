@@ -11,17 +11,17 @@ import pytest
 from randinst import random_instance
 
 from paraplan.cost.coefficients import build
-from paraplan.cost.hetero_coefficients import class_coefficients
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_event, load_hetero_instance
-from paraplan.cost.hetero_specs import ClassShape, HeteroOuter
+from paraplan.cost.class_coefficients import class_coefficients
+from paraplan.cost.groups_loader import as_one_group, load_event, load_cluster_instance
+from paraplan.cost.plan_specs import ClassShape, ClassOuter
 from paraplan.cost.loader import load_instance
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.specs import Outer, SearchSpace
 from paraplan.formulations.timeline import choose_plans, timeline_iterations
 from paraplan.solver.dynamic import replan
 from paraplan.solver.bounds.batched import balanced_split
-from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import count_micro_batch_splits, has_micro_batch_split, micro_batch_vectors
+from paraplan.solver.search import search
+from paraplan.solver.space import count_micro_batch_splits, has_micro_batch_split, micro_batch_vectors
 from paraplan.solver.exhaustive import exhaustive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +49,8 @@ def test_balanced_split_is_the_min_max_split():
 
 
 def test_cross_group_hand_off_uses_the_group_link():
-    inst = load_hetero_instance(TINY2)
-    o = HeteroOuter(tp=1, micro_batch=1, classes=(ClassShape(replicas=8, stage_groups=(0, 1)),))
+    inst = load_cluster_instance(TINY2)
+    o = ClassOuter(tp=1, micro_batch=1, classes=(ClassShape(replicas=8, stage_groups=(0, 1)),))
     c = class_coefficients(inst, inst.cluster, o)[0]
     # tiny-gpt: seq 1024 x hidden 1024 x 2 bytes = 2,097,152 bytes per micro-batch, tp = 1;
     # one GPU of group 0 to one of group 1 on one site: the slower NIC, 200 Gbit/s = 25e9 B/s,
@@ -66,11 +66,11 @@ def test_cross_group_hand_off_uses_the_group_link():
 
 def test_one_group_class_prices_like_the_homogeneous_model():
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
-    het = homogeneous_as_hetero(inst)
+    het = as_one_group(inst)
     for tp, pp, dp in [(2, 2, 2), (1, 4, 2), (4, 1, 2), (8, 1, 1)]:
         m = inst.job.global_batch // dp
         o = Outer(tp=tp, pp=pp, dp=dp, micro_batch=1, num_micro_batches=m, zero=1 if dp > 1 else 0)
-        ho = HeteroOuter(tp=tp, micro_batch=1, zero=o.zero,
+        ho = ClassOuter(tp=tp, micro_batch=1, zero=o.zero,
                          classes=(ClassShape(replicas=dp, stage_groups=(0,) * pp),))
         a, b = build(inst, o), class_coefficients(het, het.cluster, ho)[0]
         for name in ("layer_time_s", "stage_time_s", "layer_sync_time_s", "stage_sync_time_s",
@@ -87,7 +87,7 @@ def test_one_group_optimum_matches_exhaustive_search(seed):
     inst = dataclasses.replace(inst, search=SearchSpace(micro_batch=(1, 2), cp=(1, 2), virtual_stages=(1, 2),
                                                         zero=(0, 1, 2, 3)))
     ex = exhaustive(inst)
-    het = plan_hetero(homogeneous_as_hetero(inst))
+    het = search(as_one_group(inst))
     if ex.plan is None:
         assert het.plan is None
         return
@@ -95,7 +95,7 @@ def test_one_group_optimum_matches_exhaustive_search(seed):
 
 
 def test_switch_time_by_hand():
-    inst = load_hetero_instance(DYNAMIC)
+    inst = load_cluster_instance(DYNAMIC)
     # Llama 3 8B: 8,030,261,248 parameters (the released model's count); checkpoint 14 bytes
     # each, written and read once at 20 GB/s, plus the 180 s restart of the instance file
     expected = 180 + 2 * 8_030_261_248 * 14 / 20e9
@@ -103,11 +103,11 @@ def test_switch_time_by_hand():
 
 
 def test_replan_warm_start_gives_the_cold_optimum():
-    inst = load_hetero_instance(DYNAMIC)
-    current = plan_hetero(inst).plan
+    inst = load_cluster_instance(DYNAMIC)
+    current = search(inst).plan
     event, remaining_s, _ = load_event(EVENT, inst)
     r = replan(inst, current, event, remaining_s, None)
-    cold = plan_hetero(inst.with_cluster(event.cluster))
+    cold = search(inst.with_cluster(event.cluster))
     assert r.new.status == "optimal"
     assert r.new.objective_s == pytest.approx(cold.objective_s, rel=1e-9)
     assert r.current_time_s >= r.new.objective_s * (1 - 1e-9)  # the running plan is in the space
@@ -141,7 +141,7 @@ def test_split_existence_matches_the_listing(x, pp):
             assert has_micro_batch_split(shapes, total, uniform) == bool(listed.size), (total, uniform)
             assert count_micro_batch_splits(shapes, total, uniform) == len(listed)
             # several classes: every replica runs >= its stage count; a lone class's count is
-            # fixed by the batch and may be below it, as on one group (solver/hetero_space.py)
+            # fixed by the batch and may be below it, as on one group (solver/space.py)
             least = pp if len(x) > 1 else 1
             assert all(sum(a * b for a, b in zip(x, row)) == total and min(row) >= least for row in listed)
 
@@ -152,8 +152,8 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
     m * max_s t_s + sum_s t_s - max_s t_s (Narayanan et al. SC'21), plus its slowest sync."""
     from paraplan.cost import schedule
 
-    inst = load_hetero_instance(ROOT / "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
-    p = plan_hetero(inst).plan
+    inst = load_cluster_instance(ROOT / "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    p = search(inst).plan
     counts = tuple(k.num_micro_batches for k in p.classes)
     assert any(m > len(k.stage_groups) for m, k in zip(counts, p.classes))  # not the stage count
     coeffs = class_coefficients(inst, inst.cluster, p.outer, num_micro_batches=counts)
@@ -164,24 +164,24 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
         assert float(schedule.iteration_time_s(c, n, r)) == pytest.approx(by_hand, rel=1e-12)
     # several classes need >= pp micro-batches per replica (memory would otherwise depend on
     # the split); this optimum is one stage-wise class, so take the first replica-wise outer
-    from paraplan.solver.hetero_space import hetero_outers
-    two = next(o for o in hetero_outers(inst, families=("replica",)) if max(c.pp for c in o.classes) > 1)
+    from paraplan.solver.space import declared_outers
+    two = next(o for o in declared_outers(inst, families=("replica",)) if max(c.pp for c in o.classes) > 1)
     with pytest.raises(ValueError, match="1F1B needs"):
         class_coefficients(inst, inst.cluster, two, num_micro_batches=(1,) * len(two.classes))
 
 
-@pytest.mark.parametrize("search, words", [
+@pytest.mark.parametrize("space, words", [
     # tiny-2types: 16 heads, 8 GPUs per node in both groups
     ({"tp": (16,)}, "no value of search.tp [16] divides the 16 heads and the GPUs per node"),
     # 8 A100 + 8 H100, tp 4 or 8: a group holds 8 / (dp x tp) in {1, 2} stages of a class, so
     # a pipeline has 1, 2 or 4 stages (one group or both), never 7
     ({"pp": (7,)}, "no pipeline shape fits"),
 ])
-def test_an_empty_mixed_cluster_space_says_why(search, words):
+def test_an_empty_mixed_cluster_space_says_why(space, words):
     """The API path (no loader refusal): the planner's reason names the rule that empties it."""
-    inst = load_hetero_instance(TINY2)
-    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **search))
-    res = plan_hetero(inst)
+    inst = load_cluster_instance(TINY2)
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **space))
+    res = search(inst)
     assert res.status == "infeasible" and res.outer_configs == 0
     assert res.reason.startswith("the declared heterogeneous space is empty: ") and words in res.reason, res.reason
 
@@ -197,8 +197,8 @@ def test_interleaving_micro_batch_vectors_and_an_empty_space_say_why():
     assert got == [(4, 16), (6, 12), (8, 8)]
     assert count_micro_batch_splits(shapes, 24, v=2) == 3 and has_micro_batch_split(shapes, 24, v=2)
     assert count_micro_batch_splits(shapes, 24) == 9
-    from paraplan.solver.hetero_space import empty_space_reason, hetero_outers
-    inst = load_hetero_instance(TINY2)
+    from paraplan.solver.space import empty_space_reason, declared_outers
+    inst = load_cluster_instance(TINY2)
     narrow = dataclasses.replace(inst, search=dataclasses.replace(inst.search, virtual_stages=(64,)))
-    assert hetero_outers(narrow) == []
+    assert declared_outers(narrow) == []
     assert "search.virtual_stages [64]" in empty_space_reason(narrow)

@@ -1,4 +1,4 @@
-"""search.idle_gpus: a used node group may leave some of its GPUs idle (solver/hetero_space.py).
+"""search.idle_gpus: a used node group may leave some of its GPUs idle (solver/space.py).
 
 The optimum over the larger space is checked against exhaustive search, the space's size
 against its count without listing (space_layouts, which the planner's refusal reads), and the
@@ -11,13 +11,13 @@ import itertools
 
 import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
-from randinst import random_hetero_instance
+from randinst import random_cluster_instance
 
-from paraplan.cost.hetero_loader import load_hetero_instance
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
 from paraplan.solver.class_layouts import FAMILIES, class_shapes, cp_values, space_layouts, tp_choices
-from paraplan.solver.hetero_space import hetero_outers, not_covered
+from paraplan.solver.space import declared_outers, not_covered
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -41,7 +41,7 @@ def _idle_in_a_used_group(plan, inst) -> bool:
 @pytest.mark.parametrize("idle", [False, True])
 def test_space_layouts_counts_what_the_space_lists(per_group, idle):
     # the reference is the listing itself, over every family, group subset, tp and cp
-    inst = _with(load_hetero_instance(TINY), tp=(1, 2, 4, 8), classes_per_group=per_group, idle_gpus=idle)
+    inst = _with(load_cluster_instance(TINY), tp=(1, 2, 4, 8), classes_per_group=per_group, idle_gpus=idle)
     G = len(inst.cluster.groups)
     listed = sum(1 for n in range(1, G + 1) for used in itertools.combinations(range(G), n)
                  for fam in FAMILIES for tpg in tp_choices(inst, used, fam)
@@ -50,8 +50,8 @@ def test_space_layouts_counts_what_the_space_lists(per_group, idle):
 
 
 def test_idle_gpus_only_add_plans_that_leave_gpus_idle():
-    inst = load_hetero_instance(TINY)
-    whole, part = hetero_outers(inst), hetero_outers(_with(inst, idle_gpus=True))
+    inst = load_cluster_instance(TINY)
+    whole, part = declared_outers(inst), declared_outers(_with(inst, idle_gpus=True))
     assert set(whole) < set(part)
     for o in set(part) - set(whole):
         busy = [0, 0]
@@ -68,26 +68,26 @@ WINS = [1, 6, 12, 16, 26, 29, 35]
 
 @pytest.mark.parametrize("seed", WINS + [2, 3, 9, 18, 33])
 def test_solvers_match_exhaustive_with_idle_gpus(seed):
-    assert_mixed_backends_agree_with_exhaustive(_with(random_hetero_instance(seed), idle_gpus=True))
+    assert_mixed_backends_agree_with_exhaustive(_with(random_cluster_instance(seed), idle_gpus=True))
 
 
 def test_leaving_gpus_idle_wins_on_some_random_instances():
     for seed in WINS:
-        inst = random_hetero_instance(seed)
-        whole, part = hetero_exhaustive(inst), hetero_exhaustive(_with(inst, idle_gpus=True))
+        inst = random_cluster_instance(seed)
+        whole, part = exhaustive_classes(inst), exhaustive_classes(_with(inst, idle_gpus=True))
         assert part.plan is not None and _idle_in_a_used_group(part.plan, inst), seed
         assert whole.objective_s is None or part.objective_s < whole.objective_s * (1 - 1e-6), seed
 
 
 def test_a_plan_with_idle_gpus_round_trips_and_resimulates(tmp_path):
-    inst = _with(random_hetero_instance(26), idle_gpus=True)
-    res = plan_hetero(inst)
+    inst = _with(random_cluster_instance(26), idle_gpus=True)
+    res = search(inst)
     assert _idle_in_a_used_group(res.plan, inst)
     assert_plan_file_round_trip(inst, res, tmp_path)
 
 
 def test_not_covered_stops_naming_idle_gpus():
-    inst = load_hetero_instance(TINY)
+    inst = load_cluster_instance(TINY)
     assert "some GPUs of a used group idle (search.idle_gpus)" in not_covered(inst, {0})
     assert any(x.startswith("part of group 'h100'") for x in not_covered(inst, {0}))
     assert not_covered(_with(inst, idle_gpus=True), {0}) == ["two replica classes on one group (search.classes_per_group)",

@@ -1,5 +1,5 @@
 """search.mixed_families: a stage-wise class (one pipeline across node groups) beside replica-wise
-classes on the GPUs it leaves (solver/hetero_space.py, the "mixed" family).
+classes on the GPUs it leaves (solver/space.py, the "mixed" family).
 
 The optimum over the larger space is checked against exhaustive search, the family's size
 against its count without listing (mixed_layouts, which the planner's refusal reads)."""
@@ -13,11 +13,11 @@ import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import mixed_family_instance
 
-from paraplan.cost.hetero_loader import load_hetero_instance
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
 from paraplan.solver.class_layouts import class_shapes, cp_values, mixed_layouts, tp_choices
-from paraplan.solver.hetero_space import hetero_outers, not_covered
+from paraplan.solver.space import declared_outers, not_covered
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -39,20 +39,20 @@ def _listed(inst) -> int:
 @pytest.mark.parametrize("per_group", [1, 2])
 @pytest.mark.parametrize("idle", [False, True])
 def test_mixed_layouts_counts_what_the_family_lists(per_group, idle):
-    inst = _with(load_hetero_instance(TINY), tp=(1, 2, 4, 8), mixed_families=True,
+    inst = _with(load_cluster_instance(TINY), tp=(1, 2, 4, 8), mixed_families=True,
                  classes_per_group=per_group, idle_gpus=idle)
     assert mixed_layouts(inst) == _listed(inst) > 0
 
 
 def test_mixed_layouts_counts_three_groups():
     # three groups of 128, 256 and 128 GPUs, narrowed to tp 8 and at most 6 stages
-    inst = _with(load_hetero_instance(THREE), tp=(8,), max_pp=6, mixed_families=True)
+    inst = _with(load_cluster_instance(THREE), tp=(8,), max_pp=6, mixed_families=True)
     assert mixed_layouts(inst) == _listed(inst) > 0
 
 
 def test_the_family_adds_a_pipeline_across_groups_beside_replica_classes():
-    inst = load_hetero_instance(TINY)
-    before, after = hetero_outers(inst), hetero_outers(_with(inst, mixed_families=True))
+    inst = load_cluster_instance(TINY)
+    before, after = declared_outers(inst), declared_outers(_with(inst, mixed_families=True))
     assert set(before) < set(after)
     for o in set(after) - set(before):
         first, *rest = o.classes
@@ -64,7 +64,7 @@ def test_the_family_adds_a_pipeline_across_groups_beside_replica_classes():
 # of 2 stages across both groups beside a 2-stage replica on the 2 GPUs it leaves is 7.5% faster
 # than any plan of one family (11.32 -> 10.47 ms). Seeds 138 and 154 won too while two classes'
 # gradient ring on a shared group was priced as if their GPUs were adjacent (cost/
-# hetero_coefficients._spread_link): with the ring priced where its GPUs are, they no longer do
+# class_coefficients._spread_link): with the ring priced where its GPUs are, they no longer do
 WINS = [191]
 
 
@@ -77,20 +77,20 @@ def test_solvers_match_exhaustive_with_mixed_families(seed):
 def test_a_pipeline_beside_replica_classes_wins_on_some_random_instances():
     for seed in WINS:
         inst = mixed_family_instance(seed)
-        one, mixed = hetero_exhaustive(_with(inst, mixed_families=False)), hetero_exhaustive(inst)
+        one, mixed = exhaustive_classes(_with(inst, mixed_families=False)), exhaustive_classes(inst)
         assert mixed.plan.family == "mixed", seed
         assert one.objective_s is None or mixed.objective_s < one.objective_s * (1 - 1e-6), seed
 
 
 def test_a_mixed_plan_round_trips_and_resimulates(tmp_path):
     inst = mixed_family_instance(191)
-    res = plan_hetero(inst)
+    res = search(inst)
     assert res.plan.family == "mixed"
     assert_plan_file_round_trip(inst, res, tmp_path)
 
 
 def test_not_covered_stops_naming_mixed_families():
-    inst = load_hetero_instance(THREE)
+    inst = load_cluster_instance(THREE)
     mixed = "a stage-wise class beside replica-wise classes (search.mixed_families)"
     assert mixed in not_covered(inst)
     assert mixed not in not_covered(_with(inst, mixed_families=True))

@@ -1,5 +1,5 @@
 """What a proof does not cover: the kinds of plan the declared space leaves out
-(solver/hetero_space.not_covered), said by `plan` beside its claim (issue 12: where a rule of the
+(solver/space.not_covered), said by `plan` beside its claim (issue 12: where a rule of the
 space stays, the CLI says so when it bites)."""
 
 import dataclasses
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
-from paraplan.cost.hetero_simulate import simulate_hetero
-from paraplan.cost.hetero_specs import HeteroPlan, ReplicaClass
+from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
+from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
 from paraplan.cost.specs import Recompute
 from paraplan.solver.commands.cli import main
-from paraplan.solver.hetero_space import hetero_outers, not_covered
+from paraplan.solver.space import declared_outers, not_covered
 
 TINY = "instances/hetero/tiny-2types.yaml"  # one 8-GPU A100 node + one 8-GPU H100 node
 THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"  # three groups
@@ -22,13 +22,13 @@ MIXED = "a stage-wise class beside replica-wise classes (search.mixed_families)"
 
 
 def test_rules_named_where_the_cluster_has_a_plan_they_exclude():
-    tiny = load_hetero_instance(TINY)
+    tiny = load_cluster_instance(TINY)
     assert not_covered(tiny, {0, 1}) == [PART, SHARED, MIXED]
-    assert not_covered(load_hetero_instance(THREE), {0, 1, 2}) == [PART, SHARED, MIXED]
+    assert not_covered(load_cluster_instance(THREE), {0, 1, 2}) == [PART, SHARED, MIXED]
 
 
 def test_an_idle_group_is_named_first():
-    tiny = load_hetero_instance(TINY)
+    tiny = load_cluster_instance(TINY)
     out = not_covered(tiny, {0})  # the plan leaves group 1 (h100) idle: the rule shows there
     assert out[0].startswith("part of group 'h100' (idle in this plan")
     assert out[1:] == [PART, SHARED, MIXED]
@@ -38,21 +38,21 @@ def test_the_excluded_plans_are_real_plans_the_cost_model_prices():
     """Two classes on the A100 node (4 replicas of one stage, 2 of two stages, tp 1) and the
     H100 node idle: a valid plan (check_against) that simulate prices, whose outer
     configuration the space does not list: what the printed line warns of."""
-    tiny = load_hetero_instance(TINY)
-    plan = HeteroPlan(tp=1, micro_batch=1, recompute=Recompute.NONE, family="replica", classes=(
+    tiny = load_cluster_instance(TINY)
+    plan = ClassPlan(tp=1, micro_batch=1, recompute=Recompute.NONE, family="replica", classes=(
         ReplicaClass(replicas=4, stage_groups=(0,), num_micro_batches=4, layers_per_stage=(8,),
                      full_recompute_layers=(0,)),
         ReplicaClass(replicas=2, stage_groups=(0, 0), num_micro_batches=8, layers_per_stage=(4, 4),
                      full_recompute_layers=(0, 0))))
     # 4 x 4 + 2 x 8 = 32 sequences = the job's global batch at micro-batch 1
     assert tiny.job.global_batch == 32
-    bd = simulate_hetero(tiny, plan)
+    bd = simulate_classes(tiny, plan)
     assert bd.iter_time_s > 0 and bd.idle_gpus == 8
-    assert plan.outer not in hetero_outers(tiny)
+    assert plan.outer not in declared_outers(tiny)
     # and the key the line names brings it in
     two = dataclasses.replace(tiny, search=dataclasses.replace(tiny.search, classes_per_group=2,
                                                                 tp=(1,), micro_batch=(1,)))
-    assert plan.outer in hetero_outers(two)
+    assert plan.outer in declared_outers(two)
 
 
 def test_plan_says_it_in_text_and_json(capsys):
@@ -76,10 +76,10 @@ def test_dualpipe_named_for_moe_models_only():
     # DualPipe's win is hiding the experts' all-to-alls (cost/dualpipe.py); on a dense model its
     # bubble, (pp/2 - 1)(F&B + B - 3W), is no smaller than interleaving's, so it is named only
     # where it can beat the space
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero
+    from paraplan.cost.groups_loader import as_one_group
     from paraplan.cost.loader import load_instance
-    moe = homogeneous_as_hetero(load_instance("instances/mixtral-8x7b-64xH100.yaml"))
-    dense = homogeneous_as_hetero(load_instance("instances/llama3-8b-64xH100.yaml"))
+    moe = as_one_group(load_instance("instances/mixtral-8x7b-64xH100.yaml"))
+    dense = as_one_group(load_instance("instances/llama3-8b-64xH100.yaml"))
     assert any(x.startswith(DUALPIPE) for x in not_covered(moe))
     assert not any(x.startswith(DUALPIPE) for x in not_covered(dense))
 
@@ -121,7 +121,7 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
     from paraplan.solver.class_route import plan as plan_homogeneous
     inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
     dual = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE))
-    lines = not_covered(homogeneous_as_hetero(dual))
+    lines = not_covered(as_one_group(dual))
     assert not any(x.startswith(DUALPIPE) for x in lines)
     assert any(x.startswith("the 1F1B and interleaved 1F1B schedules") for x in lines)
     res = plan_homogeneous(dual)

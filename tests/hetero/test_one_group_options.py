@@ -1,6 +1,6 @@
 """A homogeneous file may ask for the plans only the group format holds (search.classes_per_group,
-search.idle_gpus): the commands plan it as the one-group cluster it is (solver/commands/hetero.
-group_route), write the plan in the group format where it has several classes or idle GPUs (in
+search.idle_gpus): the commands plan it as the one-group cluster it is (solver/commands/groups.
+shown_as_groups), write the plan in the group format where it has several classes or idle GPUs (in
 the one-class format otherwise, so export reads it), and refuse what they cannot honour.
 
 The optima are checked against exhaustive search of the same one-group space, and against the
@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.solver.class_route import plan
 from paraplan.solver.commands.cli import main
-from paraplan.solver.exhaustive import hetero_exhaustive
+from paraplan.solver.exhaustive import exhaustive_classes
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -47,9 +47,9 @@ def _json(capsys, argv) -> dict:
 def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, key, value, tmp_path, capsys):
     path = _file(tmp_path, batch)
     inst = load_instance(path)
-    grown = homogeneous_as_hetero(dataclasses.replace(
+    grown = as_one_group(dataclasses.replace(
         inst, search=dataclasses.replace(inst.search, **{key: value})))
-    brute = hetero_exhaustive(grown)  # the independent reference: every plan of the space
+    brute = exhaustive_classes(grown)  # the independent reference: every plan of the space
     assert brute.complete and brute.plan is not None
     out = _json(capsys, ["plan", path, "--search", f"{key}={str(value).lower()}"])
     assert out["status"] == "optimal"
@@ -84,11 +84,15 @@ def test_a_one_class_optimum_is_written_in_the_one_class_format(tmp_path, capsys
     assert main(["export", str(out), "--to", "megatron"]) == 0
 
 
-@pytest.mark.parametrize("flag", [["--top", "3"], ["--sensitivity"], ["--top", "2", "--within", "3"]])
-def test_one_class_only_flags_are_refused_with_the_options(flag, capsys):
-    argv = ["plan", TINY, "--search", "idle_gpus=true"] + flag
-    assert main(argv) == 2
+def test_sensitivity_is_refused_with_the_options(capsys):
+    assert main(["plan", TINY, "--search", "idle_gpus=true", "--sensitivity"]) == 2
     assert "classes_per_group or idle_gpus" in capsys.readouterr().err
+
+
+def test_top_ranks_the_group_format_plans_too(capsys):
+    # the one search with K winners serves --top on every plan kind (tests/hetero/test_top_groups.py)
+    assert main(["plan", TINY, "--search", "idle_gpus=true", "--top", "2", "--within", "3"]) == 0
+    assert "best plans with distinct outer configurations within 3%" in capsys.readouterr().out
 
 
 def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
@@ -96,9 +100,9 @@ def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
     assert "needs two node groups" in capsys.readouterr().err
 
 
-def test_the_one_class_api_refuses_the_options_naming_the_group_route():
+def test_the_one_class_api_refuses_the_options_naming_the_group_plan():
     inst = load_instance(TINY)
-    with pytest.raises(InstanceError, match="search.idle_gpus.*plan_hetero"):
+    with pytest.raises(InstanceError, match="search.idle_gpus.*search"):
         plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
 
 

@@ -1,5 +1,5 @@
 """The three options that grow the mixed-cluster space (search.classes_per_group, idle_gpus,
-mixed_families; solver/hetero_space.py) refuse what they cannot honour: a space too large to list,
+mixed_families; solver/space.py) refuse what they cannot honour: a space too large to list,
 said before listing it with the key and how to undo it (a homogeneous file takes them as its
 one group: tests/hetero/test_one_group_options.py)."""
 
@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import load_hetero_instance
+from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.solver.commands.cli import main
 from paraplan.solver.class_layouts import MAX_LAYOUTS, space_layouts
-from paraplan.solver.hetero_space import hetero_outers
+from paraplan.solver.space import declared_outers
 
 THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"  # groups of 128, 256 and 128 GPUs
 
@@ -28,12 +28,12 @@ OPTIONS = [  # (key, value, the fix the refusal gives)
 def test_a_space_too_large_to_list_is_refused_before_listing(key, value, fix, capsys):
     # each option alone takes the three-type instance past the limit (README: 9e9 layouts with
     # classes_per_group 2 or idle_gpus, 7e8 with mixed_families); 1,587 replica layouts without
-    inst = load_hetero_instance(THREE)
+    inst = load_cluster_instance(THREE)
     assert space_layouts(inst) < MAX_LAYOUTS
     grown = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **{key: value}))
     assert space_layouts(grown) > MAX_LAYOUTS
     with pytest.raises(InstanceError, match=f"search.{key}"):
-        hetero_outers(grown)
+        declared_outers(grown)
     text = str(value).lower()
     assert main(["plan", THREE, "--search", f"{key}={text}"]) == 2
     assert fix in capsys.readouterr().err

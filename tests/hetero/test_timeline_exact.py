@@ -14,22 +14,22 @@ import random
 import numpy as np
 import pytest
 
-from paraplan.cost.hetero_specs import HeteroCluster, Period, Scenario, Switching
+from paraplan.cost.plan_specs import Cluster, Period, Scenario, Switching
 from paraplan.cost.specs import Link
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.dynamic import plan_timeline
 from paraplan.solver.exhaustive import _class_rows
-from paraplan.cost.hetero_coefficients import class_outers
-from paraplan.solver.hetero_planner import placer, problem_for
-from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
-from randinst import random_hetero_instance
+from paraplan.cost.class_coefficients import class_outers
+from paraplan.solver.search import placer, problem_for
+from paraplan.solver.space import declared_outers, micro_batch_vectors
+from randinst import random_cluster_instance
 
 
 def timeline_instance(seed: int):
-    """random_hetero_instance with a third scenario (group 1's fabric at a tenth, the group link
+    """random_cluster_instance with a third scenario (group 1's fabric at a tenth, the group link
     twice as fast: it favours other plans than the first two) and four to five periods over
     the three, long enough that a change of plan (a random restart time) can pay or not."""
-    inst = random_hetero_instance(seed)
+    inst = random_cluster_instance(seed)
     rng = random.Random(77_000 + seed)
     nominal, degraded = inst.scenarios
     g1 = inst.cluster.groups[1]
@@ -37,7 +37,7 @@ def timeline_instance(seed: int):
         bw_bytes_per_s=g1.cluster.inter_node.bw_bytes_per_s / 10, latency_s=g1.cluster.inter_node.latency_s))
     (f0, link), _ = inst.cluster.between
     fast = Link(bw_bytes_per_s=2 * link.bw_bytes_per_s, latency_s=link.latency_s)
-    third = HeteroCluster(groups=inst.cluster.groups[:1] + (dataclasses.replace(g1, cluster=slow),),
+    third = Cluster(groups=inst.cluster.groups[:1] + (dataclasses.replace(g1, cluster=slow),),
                           between=((f0, fast), (fast, slow.inter_node)))
     scen = (dataclasses.replace(nominal, probability=None), dataclasses.replace(degraded, probability=None),
             Scenario(name="third", cluster=third))
@@ -52,7 +52,7 @@ def every_plan_times(inst) -> np.ndarray:
     out = []
     placements: dict = {}
     uniform = inst.search.uniform_split
-    for o in hetero_outers(inst, uniform=uniform):
+    for o in declared_outers(inst, uniform=uniform):
         for parts in all_partitions(inst, o, placer(inst, o, placements), class_outers(inst.job, o)):
             p = problem_for(inst, o, "robust", placements=placements, partitions=parts)
             mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages)

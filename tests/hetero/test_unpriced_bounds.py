@@ -12,40 +12,40 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from randinst import group_tp_instance, random_hetero_instance, random_instance
-from test_moe_mixed import moe_hetero_instance
+from randinst import group_tp_instance, random_cluster_instance, random_instance
+from test_moe_mixed import moe_cluster_instance
 
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
+from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
 from paraplan.cost.loader import load_instance
-from paraplan.solver import hetero_planner
+from paraplan.solver import search as search_module
 from paraplan.solver.bounds.batched import lower_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
-from paraplan.solver.hetero_planner import plan_hetero, problems_for, scenario_weights
-from paraplan.solver.hetero_space import hetero_outers, micro_batch_vectors
+from paraplan.solver.search import search, problems_for, scenario_weights
+from paraplan.solver.space import declared_outers, micro_batch_vectors
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _instances():
     for seed in range(4):
-        yield f"random {seed}", random_hetero_instance(seed), ("nominal", "robust", "expected")
+        yield f"random {seed}", random_cluster_instance(seed), ("nominal", "robust", "expected")
     for seed in (19, 41):  # their optima run a tp per group (test_group_tp.py)
         yield f"group tp {seed}", group_tp_instance(seed), ("nominal",)
     for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
-        yield f"one group {seed}", homogeneous_as_hetero(random_instance(seed, variant=True)), ("nominal",)
-    yield "tiny-gpt", homogeneous_as_hetero(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")), ("nominal",)
-    yield "tiny-2types", load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
+        yield f"one group {seed}", as_one_group(random_instance(seed, variant=True)), ("nominal",)
+    yield "tiny-gpt", as_one_group(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")), ("nominal",)
+    yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
     # MoE with dense prefixes: the first stage's extra d x (dense - MoE layer) is negative where
     # the dense layers are the cheaper (seed 19: bounding it by 0 pruned the optimum)
     for seed in (3, 11, 19):
-        yield f"moe {seed}", moe_hetero_instance(seed), ("nominal", "robust")
+        yield f"moe {seed}", moe_cluster_instance(seed), ("nominal", "robust")
 
 
 def _moe():
     """Mixtral on 64 H100: ep up to 8 and etp 1 in the space; every 7th configuration keeps
     the test short."""
-    inst = homogeneous_as_hetero(load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml"))
-    return inst, hetero_outers(inst)[::7]
+    inst = as_one_group(load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml"))
+    return inst, declared_outers(inst)[::7]
 
 
 def _checked(inst, outers, objective: str) -> int:
@@ -65,7 +65,7 @@ def _checked(inst, outers, objective: str) -> int:
 def test_each_bound_before_pricing_is_at_most_the_priced_bound(name, inst, objectives):
     # (some instances fit no configuration: the stage test below is the non-vacuous one)
     for objective in objectives:
-        _checked(inst, hetero_outers(inst), objective)
+        _checked(inst, declared_outers(inst), objective)
 
 
 def test_the_moe_bound_before_pricing_is_at_most_the_priced_bound():
@@ -79,10 +79,10 @@ def test_each_stage_floor_is_at_most_its_priced_layer_time():
     the priced layer times: equal without ZeRO-3 (nothing else in a layer's time reads the
     data-parallel ring), below with it (its gathers)."""
     from paraplan.cost.coefficients import layer_time_floor_s, stage_outer
-    from paraplan.cost.hetero_coefficients import class_outers, group_site
+    from paraplan.cost.class_coefficients import class_outers, group_site
     equal = below = 0
     for name, inst, _ in _instances():
-        outers = hetero_outers(inst)
+        outers = declared_outers(inst)
         for o, p in zip(outers, problems_for(inst, outers, "nominal")):
             if p is None:
                 continue
@@ -105,14 +105,14 @@ def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch
     the same status, plan and objective, every configuration accounted for, and fewer of them
     priced on most instances (not vacuous)."""
     fewer = 0
-    cases = [random_hetero_instance(s) for s in range(6)] + [group_tp_instance(s) for s in (19, 41, 57)]
+    cases = [random_cluster_instance(s) for s in range(6)] + [group_tp_instance(s) for s in (19, 41, 57)]
     for inst in cases:
         with monkeypatch.context() as mp:
-            mp.setattr(hetero_planner, "PRICE_CHUNK", 1)
-            with_floor = plan_hetero(inst, objective="robust" if len(inst.scenarios) > 1 else "nominal")
+            mp.setattr(search_module, "PRICE_CHUNK", 1)
+            with_floor = search(inst, objective="robust" if len(inst.scenarios) > 1 else "nominal")
         with monkeypatch.context() as mp:
-            mp.setattr(hetero_planner, "floor_bounds_s", lambda inst, outers, *a, **k: np.zeros(len(outers)))
-            every = plan_hetero(inst, objective=with_floor.objective)
+            mp.setattr(search_module, "floor_bounds_s", lambda inst, outers, *a, **k: np.zeros(len(outers)))
+            every = search(inst, objective=with_floor.objective)
         assert every.priced == every.outer_configs
         assert (with_floor.status, with_floor.plan, with_floor.objective_s) == (every.status, every.plan, every.objective_s)
         assert with_floor.priced <= every.priced
@@ -129,13 +129,13 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
     combination's bound), and below the Megatron-only floor somewhere (the plans' optimistic
     terms are faster there: not vacuous)."""
     from paraplan.solver.class_partitions import OuterChoices
-    from paraplan.cost.hetero_coefficients import class_outers
-    from paraplan.solver.hetero_planner import placer, problem_of
+    from paraplan.cost.class_coefficients import class_outers
+    from paraplan.solver.search import placer, problem_of
     from paraplan.solver.bounds.one_class import FLOAT_SAFETY
     from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
-    inst = load_hetero_instance(ROOT / "instances/hetero/tiny-2types.yaml")
+    inst = load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml")
     inst = replace(inst, search=replace(inst.search, tensor_partitions=("megatron", SPATIAL_TEMPORAL)))
-    outers = hetero_outers(inst)
+    outers = declared_outers(inst)
     plans = floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True) * (1 - FLOAT_SAFETY)
     megatron = floor_bounds_s(inst, outers, [0], "max", ())
     checked = 0

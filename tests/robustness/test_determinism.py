@@ -55,16 +55,16 @@ def test_backends_agree_on_bundled_instances():
 
 def test_crashing_backend_is_a_clear_error_and_the_other_still_works(monkeypatch, capsys):
     """`paraplan plan` with the MILP crashing where the class planner calls it."""
-    from paraplan.solver import hetero_planner
+    from paraplan.solver import search
 
     def crash(*args, **kwargs):
         raise SolverError("backend 'cbc' failed: simulated crash")
 
-    real_inner = hetero_planner._solve_inner
-    monkeypatch.setattr(hetero_planner, "_solve_inner",
+    real_inner = search._solve_inner
+    monkeypatch.setattr(search, "_solve_inner",
                         lambda p, b, *a, **k: crash() if b == "milp" else real_inner(p, b, *a, **k))
     # the tight bound and the DP's cutoff would settle it without a MILP solve
-    monkeypatch.setattr(hetero_planner, "_cannot_win_alone", lambda *a, **k: False)
+    monkeypatch.setattr(search, "_cannot_win_alone", lambda *a, **k: False)
     path = str(ROOT / "instances" / "llama3-70b-512xH100.yaml")
     code = cli.main(["plan", path, "--backend", "milp"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from paraplan import instances
 from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import event_from_mapping, hetero_instance_from_mapping
+from paraplan.cost.groups_loader import event_from_mapping, cluster_instance_from_mapping
 from paraplan.cost.loader import load_instance, load_instance_parts, plan_from_mapping
 from paraplan.cost.ranges import RANGES
 from paraplan.solver.sweep import run as sweep
@@ -139,9 +139,9 @@ def _field(path) -> str:
 
 KINDS = {
     "instance": (INSTANCE_DOC, lambda p, d: load_instance(write_yaml(p / "i.yaml", d))),
-    "hetero": (HETERO_DOC, lambda p, d: hetero_instance_from_mapping(d, "h.yaml")),
-    "event": (EVENT_DOC, lambda p, d: event_from_mapping(d, _hetero(), "e.yaml")),
-    "event-iterations": (EVENT_ITER_DOC, lambda p, d: event_from_mapping(d, _hetero(), "e.yaml")),
+    "hetero": (HETERO_DOC, lambda p, d: cluster_instance_from_mapping(d, "h.yaml")),
+    "event": (EVENT_DOC, lambda p, d: event_from_mapping(d, _cluster_instance(), "e.yaml")),
+    "event-iterations": (EVENT_ITER_DOC, lambda p, d: event_from_mapping(d, _cluster_instance(), "e.yaml")),
     "plan": (PLAN_DOC, lambda p, d: plan_from_mapping(d, load_instance(TINY), "plan.yaml")),
     "calibration": ([CALIBRATION_ROW], lambda p, d: load_rows(str(write_yaml(p / "r.yaml", d)))),
     "sweep": ({"name": "s", "time_limit_s": 60, "threads": 1, "seq_len": 1024,
@@ -153,8 +153,8 @@ KINDS = {
 }
 
 
-def _hetero():
-    return hetero_instance_from_mapping(HETERO_DOC, "h.yaml")
+def _cluster_instance():
+    return cluster_instance_from_mapping(HETERO_DOC, "h.yaml")
 
 
 def _json(folder: Path, data) -> Path:
@@ -241,7 +241,7 @@ def test_scaled_bandwidth_stays_in_its_range(scale, key):
     r = RANGES[quantity]
     inside_range = r.lo <= nominal * scale <= r.hi
     try:
-        event_from_mapping(doc, _hetero(), "e.yaml")
+        event_from_mapping(doc, _cluster_instance(), "e.yaml")
         assert inside_range
     except InstanceError as e:
         assert not inside_range and e.field == f"event.changes[0].{key}", str(e)
@@ -417,10 +417,10 @@ def _no_solve(monkeypatch):
     """Make every solve fail loudly: an output check must come first."""
     def boom(*a, **k):
         raise AssertionError("solved before checking the output path")
-    from paraplan.solver import class_route, hetero_planner
+    from paraplan.solver import class_route, search
     monkeypatch.setattr(class_route, "plan", boom)
-    monkeypatch.setattr(class_route, "plan_hetero", boom)
-    monkeypatch.setattr(hetero_planner, "plan_hetero", boom)
+    monkeypatch.setattr(class_route, "search", boom)
+    monkeypatch.setattr(search, "search", boom)
 
 
 BAD_OUTPUTS = st.sampled_from(["missing-dir/plan.yaml", "a-file/plan.yaml", "a-dir",

@@ -23,14 +23,14 @@ import pytest
 
 import ortools.sat.python.cp_model  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s;
 import pulp  # noqa: F401                  the formulations import them where they solve)
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_one_group
 from randinst import random_instance
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import OPTIMAL
-from paraplan.solver.hetero_space import hetero_outers, one_group_plans_total
+from paraplan.solver.space import declared_outers, one_group_plans_total
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
@@ -96,9 +96,9 @@ def test_time_limited_plans_are_honest(seed, variant, limit_s, backend):
         # ... and never below the planner's own proven bound: the least bound before pricing
         # (solver/bounds/unpriced.py), which is what a configuration the limit left unpriced
         # holds (the planner prices in chunks from 8 up and stops pricing at the limit)
-        het = homogeneous_as_hetero(inst)
+        het = as_one_group(inst)
         uniform = het.search.uniform_split
-        own = float(floor_bounds_s(het, hetero_outers(het, uniform=uniform), [0], "max", (), uniform).min())
+        own = float(floor_bounds_s(het, declared_outers(het, uniform=uniform), [0], "max", (), uniform).min())
         if res.plan is not None and math.isfinite(own):
             assert res.bound_s >= min(own, res.iter_time_s) * (1 - 1e-12)
     if res.status == OPTIMAL:

@@ -96,7 +96,7 @@ LARGEST = ["instances/deepseek-v3-shaped-2048xH800.yaml", "instances/llama3-405b
            "instances/qwen3-235b-a22b-256xH100.yaml", "instances/deepseek-v3-shaped-1152xGB200.yaml"]
 SMALL_LIMITS = [(path, 0.01) for path in LARGEST]
 # the search's own time past a limit (solve_time_s): the bound before pricing runs at least
-# hetero_planner.FLOOR_AT_LEAST_S (0.25 s), pricing goes on at most FIRST_PLAN_ALLOWANCE_S
+# search.FLOOR_AT_LEAST_S (0.25 s), pricing goes on at most FIRST_PLAN_ALLOWANCE_S
 # (0.5 s) past the limit for a first plan, plus listing the outers (~0.3 s on Qwen3) and a
 # chunk's pricing; measured 0.23-0.62 s at 0.01 s (it was 0.45-2.48 s, 512 priced first)
 SEARCH_SLACK_S = 1.5
@@ -131,14 +131,14 @@ def test_exhaustive_search_streams():
     # every plan (it grew ~13 MB/s before)
     code = """
 import dataclasses, json, resource
-from paraplan.cost.hetero_loader import load_hetero_instance
-from paraplan.solver.exhaustive import hetero_exhaustive
-inst = load_hetero_instance("instances/hetero/tiny-2types.yaml")
+from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.solver.exhaustive import exhaustive_classes
+inst = load_cluster_instance("instances/hetero/tiny-2types.yaml")
 inst = dataclasses.replace(inst, search=dataclasses.replace(
     inst.search, tensor_partitions=("megatron", "spatial_temporal"), micro_batch=None))
 out = {}
 for limit_s in (4.0, 16.0):
-    r = hetero_exhaustive(inst, max_candidates=10**15, time_limit_s=limit_s)
+    r = exhaustive_classes(inst, max_candidates=10**15, time_limit_s=limit_s)
     out[str(limit_s)] = [r.candidates, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, r.complete]
 print(json.dumps(out))
 """
@@ -236,16 +236,16 @@ def test_exhaustive_in_streamed_blocks_gives_the_same_answer(monkeypatch, name):
     # _rows_until): with blocks of a few rows the same plans are counted and the same first
     # optimum is found as in one block
     import dataclasses
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
+    from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
     from paraplan.cost.loader import load_instance
     from paraplan.solver import exhaustive
     path = ROOT / "instances" / name
-    inst = load_hetero_instance(path) if "hetero" in name else homogeneous_as_hetero(load_instance(path))
+    inst = load_cluster_instance(path) if "hetero" in name else as_one_group(load_instance(path))
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, micro_batch=(1, 2)))
-    whole = exhaustive.hetero_exhaustive(inst, max_candidates=10**12)
+    whole = exhaustive.exhaustive_classes(inst, max_candidates=10**12)
     monkeypatch.setattr(exhaustive, "ROW_BLOCK", 7)
     monkeypatch.setattr(exhaustive, "STREAM_SPLITS", 3)
-    streamed = exhaustive.hetero_exhaustive(inst, max_candidates=10**12)
+    streamed = exhaustive.exhaustive_classes(inst, max_candidates=10**12)
     assert whole.complete and streamed.complete
     assert (streamed.candidates, streamed.feasible) == (whole.candidates, whole.feasible)
     assert (streamed.plan, streamed.objective_s) == (whole.plan, whole.objective_s)

@@ -17,13 +17,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
-from randinst import random_hetero_instance, random_instance
+from randinst import random_cluster_instance, random_instance
 
-from paraplan.cost.hetero_simulate import simulate_hetero
+from paraplan.cost.class_simulate import simulate_classes
 from paraplan.cost.simulate import simulate
 from paraplan.formulations.quantize import fit_recompute_range
-from paraplan.solver.exhaustive import exhaustive, hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.exhaustive import exhaustive, exhaustive_classes
+from paraplan.solver.search import search
 
 # bytes the capacity is moved off the optimum's peak: 0 is the edge itself, negative cuts it
 OFFSETS_BYTES = (0, -1, 3)
@@ -51,8 +51,8 @@ def homogeneous_pairs(inst, plan):
     return [(s.mem_bytes, s.capacity_bytes) for s in bd.stages]
 
 
-def hetero_pairs(inst, plan):
-    bd = simulate_hetero(inst, plan)
+def cluster_pairs(inst, plan):
+    bd = simulate_classes(inst, plan)
     return [(m, c) for k in bd.classes for m, c in zip(k.mem_bytes, k.capacity_bytes)]
 
 
@@ -107,12 +107,12 @@ HETERO_SEEDS = range(6)
 @pytest.mark.parametrize("seed", HETERO_SEEDS)
 @pytest.mark.parametrize("objective", ["nominal", "robust", "expected"])
 def test_mixed_cluster_objectives_agree_at_the_edge(seed, objective):
-    inst = random_hetero_instance(seed)
-    cases = edge_instances(inst, hetero_pairs, lambda i: hetero_exhaustive(i, objective).plan)
+    inst = random_cluster_instance(seed)
+    cases = edge_instances(inst, cluster_pairs, lambda i: exhaustive_classes(i, objective).plan)
     for offset, moved in cases:
-        ex = hetero_exhaustive(moved, objective)
+        ex = exhaustive_classes(moved, objective)
         for backend in ("cpsat", "milp"):
-            res = plan_hetero(moved, backend, time_limit_s=30, objective=objective)
+            res = search(moved, backend, time_limit_s=30, objective=objective)
             if ex.objective_s is None:
                 assert res.status == "infeasible", (offset, backend)
                 continue
@@ -140,7 +140,7 @@ def dualpipe_instance(tmp_path, seed: int):
 
     import yaml
 
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero
+    from paraplan.cost.groups_loader import as_one_group
     from paraplan.cost.loader import load_instance
     rng = random.Random(seed)
     raw = yaml.safe_load(yaml.safe_dump(DUALPIPE_BASE))
@@ -157,7 +157,7 @@ def dualpipe_instance(tmp_path, seed: int):
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.03, 0.04])
     cut = replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
-    het = homogeneous_as_hetero(replace(inst, cluster=cut))
+    het = as_one_group(replace(inst, cluster=cut))
     return recompute_forced(het)
 
 
@@ -165,10 +165,10 @@ def recompute_forced(inst, steps: int = 20):
     """`inst` with its reserve moved one byte past its optimum's peak, again and again, until
     the optimum recomputes layers or nothing fits (seen: 0 to 6 steps)."""
     for _ in range(steps):
-        plan = hetero_exhaustive(inst).plan
+        plan = exhaustive_classes(inst).plan
         if plan is None or sum(plan.classes[0].full_recompute_layers) > 0:
             return inst
-        moved = onto_edge(inst, hetero_pairs(inst, plan), -1)
+        moved = onto_edge(inst, cluster_pairs(inst, plan), -1)
         if moved is None:
             return inst
         inst = moved
@@ -186,13 +186,13 @@ def test_dualpipe_backends_agree_at_the_edge(tmp_path, seed):
     prices them, which simulate reports); DP, CP-SAT and the MILP each return exhaustive
     search's status and objective."""
     inst = dualpipe_instance(tmp_path, seed)
-    cases = edge_instances(inst, hetero_pairs, lambda i: hetero_exhaustive(i).plan)
+    cases = edge_instances(inst, cluster_pairs, lambda i: exhaustive_classes(i).plan)
     for offset, moved in cases:
-        ex = hetero_exhaustive(moved)
+        ex = exhaustive_classes(moved)
         if offset >= 0:  # the optimum still fits
             assert ex.plan is not None, offset
         for backend in ("dp", "cpsat", "milp"):
-            res = plan_hetero(moved, backend, time_limit_s=30)
+            res = search(moved, backend, time_limit_s=30)
             if ex.objective_s is None:
                 assert res.status == "infeasible", (offset, backend)
                 continue
@@ -207,10 +207,10 @@ def test_the_dualpipe_edge_is_reached_and_recomputes(tmp_path):
     placed = recomputing = 0
     for seed in DUALPIPE_SEEDS:
         inst = dualpipe_instance(tmp_path, seed)
-        cases = dict(edge_instances(inst, hetero_pairs, lambda i: hetero_exhaustive(i).plan))
+        cases = dict(edge_instances(inst, cluster_pairs, lambda i: exhaustive_classes(i).plan))
         if 0 in cases:
             placed += 1
-            plan = hetero_exhaustive(cases[0]).plan
+            plan = exhaustive_classes(cases[0]).plan
             recomputing += sum(plan.classes[0].full_recompute_layers) > 0
     assert placed >= 3 and recomputing >= 3, (placed, recomputing)
 
@@ -220,7 +220,7 @@ def test_recompute_intervals_match_the_predicate():
     coefficients whose capacity is set to one split's exact peak (the edge)."""
     from paraplan.cost.coefficients import build
     from paraplan.cost import schedule
-    from paraplan.solver.hetero_space import one_group_outers
+    from paraplan.solver.space import one_group_outers
     checked = 0
     for seed in SEEDS[:4]:
         inst = random_instance(seed, variant=True)
@@ -279,7 +279,7 @@ def test_layer_caps_hold_a_peak_equal_to_the_capacity():
     from paraplan.cost import schedule
     from paraplan.cost.coefficients import build
     from paraplan.solver.bounds import one_class
-    from paraplan.solver.hetero_space import one_group_outers
+    from paraplan.solver.space import one_group_outers
     checked = quotient_low = 0
     for seed in SEEDS[:4]:
         inst = random_instance(seed, variant=True)
@@ -314,7 +314,7 @@ def test_fewest_recomputed_layers_at_the_edge():
     from paraplan.cost import schedule
     from paraplan.cost.coefficients import build
     from paraplan.solver.bounds import one_class
-    from paraplan.solver.hetero_space import one_group_outers
+    from paraplan.solver.space import one_group_outers
     checked = 0
     for seed in SEEDS[:4]:
         inst = random_instance(seed, variant=True)

@@ -13,8 +13,8 @@ from paraplan.cost.coefficients import build
 from randinst import random_instance
 from paraplan.solver.bounds import one_class
 from paraplan.solver.exhaustive import _recompute_grid, compositions
-from paraplan.solver.hetero_space import one_group_outers as outer_configs
-from paraplan.solver.hetero_space import one_group_plans_total
+from paraplan.solver.space import one_group_outers as outer_configs
+from paraplan.solver.space import one_group_plans_total
 
 
 def config_optimum(c, allow_rc: bool) -> float | None:

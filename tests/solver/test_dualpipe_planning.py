@@ -1,7 +1,7 @@
 """Planning a DualPipe job (job.pipeline_schedule: dualpipe): the class planner over the
 configurations DualPipe runs, each configuration's split solved by formulations/dualpipe.py in
 every backend, against exhaustive search over the same space (solver/exhaustive.py), and each
-returned plan re-simulated by cost/dualpipe.iteration (plan_hetero's check_resimulation)."""
+returned plan re-simulated by cost/dualpipe.iteration (search's check_resimulation)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
-from paraplan.solver.hetero_space import hetero_outers, summarize
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
+from paraplan.solver.space import declared_outers, summarize
 
 BASE = {"name": "tiny-dualpipe",
         "model": {"name": "tiny-moe", "layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000,
@@ -48,7 +48,7 @@ def dualpipe_instance(tmp_path: Path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.04, 0.08, 1.0])
-    return homogeneous_as_hetero(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
+    return as_one_group(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
 
 
 SEEDS = range(12)
@@ -59,10 +59,10 @@ SLOW_SEEDS = {4}  # over 5 s: slow (CI runs it; -m "not slow" leaves it out)
                                   for s in SEEDS])
 def test_every_backend_reaches_the_exhaustive_optimum(tmp_path, seed):
     inst = dualpipe_instance(tmp_path, seed)
-    ex = hetero_exhaustive(inst)
-    assert ex.candidates == summarize(inst, hetero_outers(inst)).plans_total
+    ex = exhaustive_classes(inst)
+    assert ex.candidates == summarize(inst, declared_outers(inst)).plans_total
     for backend in ("dp", "cpsat", "milp"):
-        res = plan_hetero(inst, backend, time_limit_s=30)
+        res = search(inst, backend, time_limit_s=30)
         if ex.objective_s is None:
             assert res.status == "infeasible", backend
             continue
@@ -74,7 +74,7 @@ def test_the_random_instances_are_not_vacuous(tmp_path):
     # seen: 5 of 12 infeasible, 7 optimal, one with recomputed layers on 4 stages
     seen = {"infeasible": 0, "optimal": 0, "recompute": 0, "pp>=4": 0}
     for seed in SEEDS:
-        plan = hetero_exhaustive(dualpipe_instance(tmp_path, seed)).plan
+        plan = exhaustive_classes(dualpipe_instance(tmp_path, seed)).plan
         if plan is None:
             seen["infeasible"] += 1
             continue
@@ -88,7 +88,7 @@ def test_the_space_holds_only_what_dualpipe_runs(tmp_path):
     # every configuration: one class, an even stage count, one chunk per stage, an even count
     # of micro-batches per pipeline of at least 2 pp (DualPipe.step's assertions)
     inst = dualpipe_instance(tmp_path, 0)
-    outers = hetero_outers(inst)
+    outers = declared_outers(inst)
     assert outers
     for o in outers:
         c = o.classes[0]
@@ -98,12 +98,12 @@ def test_the_space_holds_only_what_dualpipe_runs(tmp_path):
 
 
 def test_an_empty_dualpipe_space_says_why(tmp_path):
-    from paraplan.solver.hetero_space import empty_space_reason
+    from paraplan.solver.space import empty_space_reason
     inst = dualpipe_instance(tmp_path, 0)
     odd = replace(inst, search=replace(inst.search, pp=(1, 3)))
-    assert hetero_outers(odd) == []
+    assert declared_outers(odd) == []
     assert "DualPipe runs none of the declared configurations" in empty_space_reason(odd)
-    res = plan_hetero(odd)
+    res = search(odd)
     assert res.status == "infeasible" and "even stage count" in res.reason
 
 

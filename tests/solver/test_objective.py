@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import homogeneous_as_hetero, homogeneous_plan_as_hetero
+from paraplan.cost.groups_loader import as_class_plan, as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.simulate import simulate
@@ -126,7 +126,7 @@ def test_the_quantile_optimum_is_exhaustive_search_s_and_bounded_by_the_mean_opt
 
 def _factor(inst, p) -> float:
     """objective_factor_of a homogeneous plan, through its group form."""
-    return objective_factor_of(homogeneous_as_hetero(inst), homogeneous_plan_as_hetero(p))
+    return objective_factor_of(as_one_group(inst), as_class_plan(p))
 
 
 @pytest.mark.slow

@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 from randinst import random_instance
 
-from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
+from paraplan.cost.groups_loader import as_flat_plan, as_one_group
 from paraplan.cost.simulate import simulate
-from paraplan.solver.exhaustive import hetero_exhaustive
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.search import search
 
 
 # Agreement seeds whose optimum has fewer micro-batches than stages (found by the homogeneous
@@ -30,15 +30,15 @@ FEW_MICRO_BATCH_SEEDS = (1014, 1019, 1020, 1034, 1045, 1059)
 @pytest.mark.parametrize("seed", FEW_MICRO_BATCH_SEEDS)
 def test_one_group_plans_fewer_micro_batches_than_stages(seed):
     inst = random_instance(seed, variant=True)
-    het_inst = homogeneous_as_hetero(inst)
-    ex = hetero_exhaustive(het_inst)
+    het_inst = as_one_group(inst)
+    ex = exhaustive_classes(het_inst)
     (c,) = ex.plan.classes
     assert c.num_micro_batches < len(c.stage_groups)
     for backend in ("dp", "cpsat", "milp"):
-        het = plan_hetero(het_inst, backend=backend)
+        het = search(het_inst, backend=backend)
         assert het.status == "optimal"
         tol = het.tolerance_s + 1e-9 * ex.objective_s
         assert het.objective_s == pytest.approx(ex.objective_s, abs=tol)
         # the plan the homogeneous simulator prices at the same time (cost/simulate.py)
-        bd = simulate(inst, hetero_plan_as_homogeneous(het.plan), reserve_bytes=inst.search.memory_reserve_bytes)
+        bd = simulate(inst, as_flat_plan(het.plan), reserve_bytes=inst.search.memory_reserve_bytes)
         assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)

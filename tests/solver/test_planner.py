@@ -16,7 +16,7 @@ from paraplan.cost.specs import GpuSpec, Instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.class_route import plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
-from paraplan.solver.hetero_space import one_group_plans_total
+from paraplan.solver.space import one_group_plans_total
 from randinst import random_instance
 
 ROOT = Path(__file__).resolve().parents[2]

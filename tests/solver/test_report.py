@@ -393,12 +393,12 @@ def test_report_compares_a_users_plan(tiny_report):
 
 
 def test_mixed_cluster_report():
-    from paraplan.cost.hetero_loader import load_hetero_instance
-    from paraplan.solver.hetero_planner import plan_hetero
-    inst = load_hetero_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
-    res = plan_hetero(inst, "cpsat", 30)
+    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.solver.search import search
+    inst = load_cluster_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
+    res = search(inst, "cpsat", 30)
     assert res.status == OPTIMAL
-    page = report.build_hetero_report(inst, res)
+    page = report.build_class_report(inst, res)
     assert page.count('<svg class="gantt"') == len(res.plan.classes)
     assert "Network scenarios and regret" in page and "OPTIMAL: proved" in page
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from paraplan.solver.hetero_space import count_splits
+from paraplan.solver.space import count_splits
 
 
 def brute_force(layers, pp, v, full_recompute):

@@ -1,4 +1,4 @@
-"""The declared space (solver/hetero_space.py, a homogeneous instance as one group): it holds every published configuration, its
+"""The declared space (solver/space.py, a homogeneous instance as one group): it holds every published configuration, its
 micro-batch cap comes from a memory lower bound, and it follows each framework's rules."""
 
 import dataclasses
@@ -13,10 +13,10 @@ from paraplan.cost.framework_rules import release_space
 from paraplan.cost.loader import load_catalogue, load_instance, load_instance_parts
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
                         ModelSpec, Recompute, SearchSpace)
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
-from paraplan.cost.hetero_specs import ClassShape
-from paraplan.solver.hetero_space import micro_batch_values
-from paraplan.solver.hetero_space import one_group_outers as outer_configs
+from paraplan.cost.groups_loader import as_one_group
+from paraplan.cost.plan_specs import ClassShape
+from paraplan.solver.space import micro_batch_values
+from paraplan.solver.space import one_group_outers as outer_configs
 
 CALIBRATION = Path(__file__).resolve().parents[3] / "shared" / "calibration"
 FILES = ("published.yaml", "published-fp8.yaml")
@@ -41,7 +41,7 @@ def row_ran_by_id(row_id: str):
 
 def _modulo_flash(inst: Instance, outer):
     # With FlashAttention no score matrix is stored, so the base modes `none` and `selective`
-    # cost exactly the same and the space keeps only the first one listed (solver/hetero_space.py);
+    # cost exactly the same and the space keeps only the first one listed (solver/space.py);
     # row_to_instance_plan maps a published 'selective' to Recompute.SELECTIVE. The two are one
     # configuration to the cost model, so outers are compared with that field identified.
     if inst.job.attention is Attention.FLASH:
@@ -89,7 +89,7 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
 def test_micro_batch_cap_from_memory_lower_bound():
     inst = _one_gpu(1100)
     one = (ClassShape(replicas=1, stage_groups=(0,)),)  # tp = pp = dp = cp = 1
-    assert micro_batch_values(homogeneous_as_hetero(inst), {0: 1}, 1, one) == [1, 2, 4]
+    assert micro_batch_values(as_one_group(inst), {0: 1}, 1, one) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(inst)}) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(_one_gpu(1120))}) == [1, 2, 4, 8]
 

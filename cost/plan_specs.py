@@ -3,9 +3,9 @@
 A heterogeneous cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
-scenario's changes once (cost/hetero_loader.py), so nothing downstream edits links.
+scenario's changes once (cost/groups_loader.py), so nothing downstream edits links.
 
-Heterogeneous plan (the declared space is in solver/hetero_space.py):
+Heterogeneous plan (the declared space is in solver/space.py):
 
 - every replica runs 1F1B over its own pipeline (interleaved with `virtual_stages` v > 1 model
   chunks per stage, the same v for every class); tensor parallelism (`tp`) inside a node, or
@@ -46,7 +46,7 @@ class NodeGroup:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroCluster:
+class Cluster:
     """`between[a][b]`: the path one GPU of group a sees to a GPU of group b (a != b), per GPU
     and one direction; the diagonal repeats the group's own NIC and is not used."""
 
@@ -78,14 +78,14 @@ class Scenario:
     """A network state: its cluster (links changed), and how likely or when it holds."""
 
     name: str
-    cluster: HeteroCluster
+    cluster: Cluster
     probability: float | None = None
     window_h: tuple[float, float] | None = None  # hours of the day, informational
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Period:
-    scenario: int  # index into HeteroInstance.scenarios
+    scenario: int  # index into ClusterInstance.scenarios
     duration_s: float
 
     def __post_init__(self) -> None:
@@ -110,12 +110,12 @@ class Switching:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroInstance:
+class ClusterInstance:
     """`scenarios[0]` is the nominal network (`cluster`); the rest are the declared changes."""
 
     name: str
     model: ModelSpec
-    cluster: HeteroCluster
+    cluster: Cluster
     job: JobSpec
     search: SearchSpace = field(default_factory=SearchSpace)
     scenarios: tuple[Scenario, ...] = ()
@@ -127,9 +127,9 @@ class HeteroInstance:
         if not self.scenarios:
             object.__setattr__(self, "scenarios", (Scenario(name="nominal", cluster=self.cluster),))
 
-    def with_cluster(self, cluster: HeteroCluster) -> "HeteroInstance":
+    def with_cluster(self, cluster: Cluster) -> "ClusterInstance":
         """The same job on another network (scenarios dropped: the cluster is the nominal one)."""
-        return HeteroInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,
+        return ClusterInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,
                               search=self.search, switching=self.switching, source=self.source)
 
 
@@ -157,7 +157,7 @@ class _Modes:
     recompute: Recompute = Recompute.NONE
     zero: int = 0
     # "stage": one class across groups; "replica": classes each on one group; "mixed": a
-    # class across groups beside replica classes (solver/hetero_space.py); a label only
+    # class across groups beside replica classes (solver/space.py); a label only
     family: str = "stage"
     # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
     # each ep group lies inside one replica class's tp x dp x cp ranks of one stage (cost/moe.py)
@@ -167,7 +167,7 @@ class _Modes:
     etp: int | None = None
     # a tensor-parallel degree per node group: ((group, tp), ...) by ascending group, naming
     # every group the plan uses, with `tp` the first stage's group's; empty: `tp` on every group
-    # (solver/hetero_space.py says where the space has several)
+    # (solver/space.py says where the space has several)
     group_tp: tuple[tuple[int, int], ...] = ()
 
     def tp_of(self, group: int) -> int:
@@ -193,7 +193,7 @@ class _Modes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroOuter(_Modes):
+class ClassOuter(_Modes):
     classes: tuple[ClassShape, ...]
 
     @property
@@ -254,19 +254,19 @@ class _LayerPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeteroPlan(_Modes):
+class ClassPlan(_Modes):
     classes: tuple[ReplicaClass, ...]
 
     @property
-    def outer(self) -> HeteroOuter:
-        return HeteroOuter(tp=self.tp, micro_batch=self.micro_batch, cp=self.cp,
+    def outer(self) -> ClassOuter:
+        return ClassOuter(tp=self.tp, micro_batch=self.micro_batch, cp=self.cp,
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
                            family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp)
 
-    def _check_group_tp(self, inst: HeteroInstance) -> None:
-        """group_tp's own rules (the space's, solver/hetero_space.py): one class, every group it
+    def _check_group_tp(self, inst: ClusterInstance) -> None:
+        """group_tp's own rules (the space's, solver/space.py): one class, every group it
         uses named once, `tp` the first stage's group's, and not every degree the same."""
         if not self.group_tp:
             return
@@ -287,85 +287,139 @@ class HeteroPlan(_Modes):
         if any(t < 1 for _, t in self.group_tp):
             raise ConfigError("every group's tp must be >= 1")
 
-    def check_against(self, inst: HeteroInstance) -> None:
-        """Raise ConfigError unless this plan is a valid way to run `inst`."""
-        hc, m = inst.cluster, inst.model
-        G = len(hc.groups)
-        for c in self.classes:
-            if any(not 0 <= g < G for g in c.stage_groups):
-                raise ConfigError(f"stage_groups {c.stage_groups} names a group outside 0..{G - 1}")
-            if sum(c.layers_per_stage) != m.layers:
-                raise ConfigError(f"a class's layers_per_stage sums to {sum(c.layers_per_stage)},"
-                                  f" the model has {m.layers}")
-        self._check_group_tp(inst)
-        used = self.outer.gpus_per_group(G)
-        for g, grp in enumerate(hc.groups):
-            if used[g] > grp.num_gpus:
-                raise ConfigError(f"the plan uses {used[g]} GPUs of group {grp.name!r}, which has"
-                                  f" {grp.num_gpus}")
-            gpn, t = grp.cluster.gpus_per_node, self.tp_of(g)
-            if used[g] and (gpn % t if t <= gpn else t % gpn or grp.num_gpus % t):
-                raise ConfigError(f"tp={t} must divide group {grp.name!r}'s {gpn} GPUs per"
-                                  " node, or take whole nodes of it")
-        seqs = sum(c.replicas * c.num_micro_batches for c in self.classes) * self.micro_batch
-        if seqs != inst.job.global_batch:
-            raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
-                              f" global_batch = {inst.job.global_batch}")
-        tps = self.tp_degrees
-        for t in tps:
-            if m.heads % t or m.kv_heads % t and t % m.kv_heads:
-                raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
-        if m.mla is not None and (self.zero == 3 or any(c.partitions for c in self.classes)):
-            raise ConfigError("latent attention (model.mla) is not priced with ZeRO-3 or per-operator"
-                              " partitions; use zero 0, 1 or 2 and Megatron 1-D")
-        if self.cp < 1 or m.seq_len % self.cp:
-            raise ConfigError(f"cp={self.cp} must be >= 1 and divide seq_len {m.seq_len}")
-        if self.sequence_parallel and any(t == 1 or m.seq_len % (t * self.cp) for t in tps):
-            raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len, on"
-                              " every group")
-        if len(self.classes) > 1:
-            for c in self.classes:
-                if c.num_micro_batches < len(c.stage_groups):
-                    raise ConfigError(f"with several classes, a class of {len(c.stage_groups)}"
-                                      f" stages needs >= {len(c.stage_groups)} micro-batches per"
-                                      " replica (solver/hetero_space.py)")
-        v = self.virtual_stages
-        if v > 1:
-            for c in self.classes:
-                pp = len(c.stage_groups)
-                if pp == 1 or c.num_micro_batches % pp or any(n % v for n in c.layers_per_stage):
-                    raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1, a"
-                                      " micro-batch count that is a multiple of pp and layer"
-                                      " counts that are multiples of virtual_stages")
-                if len(self.classes) > 1 and c.num_micro_batches < 2 * pp:
-                    raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
-                                      " micro-batches per replica (solver/hetero_space.py)")
-        if self.zero not in (0, 1, 2, 3):
-            raise ConfigError("plan.zero must be 0, 1, 2 or 3")
-        if self.ep < 1 or self.expert_tp < 1:
-            raise ConfigError("plan.ep and plan.etp must be >= 1")
-        if self.etp is not None and self.group_tp:
-            raise ConfigError("etp with a tp per group is not priced: leave etp out (each group's"
-                              " experts split as its tp)")
-        if self.ep > 1 or self.etp is not None:
-            # an expert group lies inside one class's tp x data x context parallel ranks of a stage
-            for c in self.classes:
-                problem = moe_fold_problem(m, self.tp, c.replicas * self.cp, self.sequence_parallel,
-                                           self.ep, self.expert_tp)
-                if problem:
-                    raise ConfigError(f"{problem} (a class has {c.replicas} replicas x cp {self.cp})")
-        for c in self.classes:
-            for g, parts in c.partitions:
-                check_partitions(_LayerPlan(partitions=parts, tp=self.tp_of(g), zero=self.zero,
-                                            sequence_parallel=self.sequence_parallel))
-        if self.zero and self.outer.replicas * self.cp == 1:
-            raise ConfigError(f"ZeRO-{self.zero} shards over replicas and context-parallel ranks,"
-                              " and the plan has one of each")
-        rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-        for c, t in itertools.product(self.classes, tps):
-            if not rules.admits(tp=t, pp=len(c.stage_groups), cp=self.cp, dp=self.outer.replicas,
-                                sp=self.sequence_parallel, zero=self.zero, v=self.virtual_stages):
-                raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{self.zero} with"
-                                  f" tp={t}, cp={self.cp}, virtual_stages={self.virtual_stages},"
-                                  f" sequence_parallel={self.sequence_parallel} and"
-                                  f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")
+    def check_against(self, inst: ClusterInstance) -> None:
+        """Raise ConfigError unless this plan is a valid way to run `inst`: the rules of
+        PLAN_RULES in order, the first broken one named."""
+        for rule in PLAN_RULES:
+            rule(self, inst)
+
+
+# --- ClassPlan.check_against's rules, in the order they are checked -------------------------
+
+def _stages_and_layers(plan: ClassPlan, inst: ClusterInstance) -> None:
+    G = len(inst.cluster.groups)
+    for c in plan.classes:
+        if any(not 0 <= g < G for g in c.stage_groups):
+            raise ConfigError(f"stage_groups {c.stage_groups} names a group outside 0..{G - 1}")
+        if sum(c.layers_per_stage) != inst.model.layers:
+            raise ConfigError(f"a class's layers_per_stage sums to {sum(c.layers_per_stage)},"
+                              f" the model has {inst.model.layers}")
+
+
+def _group_tp(plan: ClassPlan, inst: ClusterInstance) -> None:
+    plan._check_group_tp(inst)
+
+
+def _gpus_per_group(plan: ClassPlan, inst: ClusterInstance) -> None:
+    hc = inst.cluster
+    used = plan.outer.gpus_per_group(len(hc.groups))
+    for g, grp in enumerate(hc.groups):
+        if used[g] > grp.num_gpus:
+            raise ConfigError(f"the plan uses {used[g]} GPUs of group {grp.name!r}, which has"
+                              f" {grp.num_gpus}")
+        gpn, t = grp.cluster.gpus_per_node, plan.tp_of(g)
+        if used[g] and (gpn % t if t <= gpn else t % gpn or grp.num_gpus % t):
+            raise ConfigError(f"tp={t} must divide group {grp.name!r}'s {gpn} GPUs per"
+                              " node, or take whole nodes of it")
+
+
+def _global_batch(plan: ClassPlan, inst: ClusterInstance) -> None:
+    seqs = sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch
+    if seqs != inst.job.global_batch:
+        raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
+                          f" global_batch = {inst.job.global_batch}")
+
+
+def _heads(plan: ClassPlan, inst: ClusterInstance) -> None:
+    m = inst.model
+    for t in plan.tp_degrees:
+        if m.heads % t or m.kv_heads % t and t % m.kv_heads:
+            raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
+
+
+def _latent_attention(plan: ClassPlan, inst: ClusterInstance) -> None:
+    if inst.model.mla is not None and (plan.zero == 3 or any(c.partitions for c in plan.classes)):
+        raise ConfigError("latent attention (model.mla) is not priced with ZeRO-3 or per-operator"
+                          " partitions; use zero 0, 1 or 2 and Megatron 1-D")
+
+
+def _context_and_sequence_parallel(plan: ClassPlan, inst: ClusterInstance) -> None:
+    seq_len = inst.model.seq_len
+    if plan.cp < 1 or seq_len % plan.cp:
+        raise ConfigError(f"cp={plan.cp} must be >= 1 and divide seq_len {seq_len}")
+    if plan.sequence_parallel and any(t == 1 or seq_len % (t * plan.cp) for t in plan.tp_degrees):
+        raise ConfigError("sequence_parallel needs tp > 1, and tp * cp dividing seq_len, on"
+                          " every group")
+
+
+def _micro_batches_per_class(plan: ClassPlan, inst: ClusterInstance) -> None:
+    if len(plan.classes) > 1:
+        for c in plan.classes:
+            if c.num_micro_batches < len(c.stage_groups):
+                raise ConfigError(f"with several classes, a class of {len(c.stage_groups)}"
+                                  f" stages needs >= {len(c.stage_groups)} micro-batches per"
+                                  " replica (solver/space.py)")
+
+
+def _virtual_stages(plan: ClassPlan, inst: ClusterInstance) -> None:
+    v = plan.virtual_stages
+    if v <= 1:
+        return
+    for c in plan.classes:
+        pp = len(c.stage_groups)
+        if pp == 1 or c.num_micro_batches % pp or any(n % v for n in c.layers_per_stage):
+            raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1, a"
+                              " micro-batch count that is a multiple of pp and layer"
+                              " counts that are multiples of virtual_stages")
+        if len(plan.classes) > 1 and c.num_micro_batches < 2 * pp:
+            raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
+                              " micro-batches per replica (solver/space.py)")
+
+
+def _zero_and_expert_degrees(plan: ClassPlan, inst: ClusterInstance) -> None:
+    if plan.zero not in (0, 1, 2, 3):
+        raise ConfigError("plan.zero must be 0, 1, 2 or 3")
+    if plan.ep < 1 or plan.expert_tp < 1:
+        raise ConfigError("plan.ep and plan.etp must be >= 1")
+    if plan.etp is not None and plan.group_tp:
+        raise ConfigError("etp with a tp per group is not priced: leave etp out (each group's"
+                          " experts split as its tp)")
+
+
+def _expert_fold(plan: ClassPlan, inst: ClusterInstance) -> None:
+    if plan.ep > 1 or plan.etp is not None:
+        # an expert group lies inside one class's tp x data x context parallel ranks of a stage
+        for c in plan.classes:
+            problem = moe_fold_problem(inst.model, plan.tp, c.replicas * plan.cp, plan.sequence_parallel,
+                                       plan.ep, plan.expert_tp)
+            if problem:
+                raise ConfigError(f"{problem} (a class has {c.replicas} replicas x cp {plan.cp})")
+
+
+def _partitions(plan: ClassPlan, inst: ClusterInstance) -> None:
+    for c in plan.classes:
+        for g, parts in c.partitions:
+            check_partitions(_LayerPlan(partitions=parts, tp=plan.tp_of(g), zero=plan.zero,
+                                        sequence_parallel=plan.sequence_parallel))
+
+
+def _zero_shards(plan: ClassPlan, inst: ClusterInstance) -> None:
+    if plan.zero and plan.outer.replicas * plan.cp == 1:
+        raise ConfigError(f"ZeRO-{plan.zero} shards over replicas and context-parallel ranks,"
+                          " and the plan has one of each")
+
+
+def _framework_runs_it(plan: ClassPlan, inst: ClusterInstance) -> None:
+    rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
+    for c, t in itertools.product(plan.classes, plan.tp_degrees):
+        if not rules.admits(tp=t, pp=len(c.stage_groups), cp=plan.cp, dp=plan.outer.replicas,
+                            sp=plan.sequence_parallel, zero=plan.zero, v=plan.virtual_stages):
+            raise ConfigError(f"{inst.job.framework.value} does not run ZeRO-{plan.zero} with"
+                              f" tp={t}, cp={plan.cp}, virtual_stages={plan.virtual_stages},"
+                              f" sequence_parallel={plan.sequence_parallel} and"
+                              f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")
+
+
+PLAN_RULES = (_stages_and_layers, _group_tp, _gpus_per_group, _global_batch, _heads, _latent_attention,
+              _context_and_sequence_parallel, _micro_batches_per_class, _virtual_stages,
+              _zero_and_expert_degrees, _expert_fold, _partitions, _zero_shards, _framework_runs_it)

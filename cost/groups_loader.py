@@ -4,9 +4,9 @@ The same rules as cost/loader.py, whose readers this module reuses: units in the
 converted once here; every problem is one `InstanceError(path, field, problem, fix)` naming the
 file and the dotted field; typed strictly; unknown keys are errors with a "did you mean" hint.
 
-Which loader? `is_hetero_mapping(data)` (or `is_hetero_file(path)`): a file is heterogeneous
+Which loader? `is_groups_mapping(data)` (or `is_groups_file(path)`): a file is heterogeneous
 when its `cluster:` mapping holds a `groups:` key. The CLI reads the file once with
-`cost.loader.read_yaml`, asks `is_hetero_mapping`, and calls `hetero_instance_from_mapping`
+`cost.loader.read_yaml`, asks `is_groups_mapping`, and calls `cluster_instance_from_mapping`
 or the homogeneous loader.
 
 Instance file (required unless a default is given)::
@@ -39,7 +39,7 @@ Instance file (required unless a default is given)::
     timeline:                        # optional; periods in order
       - scenario: nominal            # "nominal" or a declared scenario's name
         duration_h: 8                # hours, > 0
-    switching:                       # optional; defaults as in cost/hetero_specs.Switching
+    switching:                       # optional; defaults as in cost/plan_specs.Switching
       storage_gbytes_per_s: 10       # aggregate checkpoint-storage bandwidth, GB/s
       restart_s: 120                 # seconds to stop and relaunch the job
 
@@ -49,7 +49,7 @@ group is the site's only one (the default `site:`), so a name never means two di
 `between: [x, y]` covers every pair of distinct groups (a, b), a in x and b in y; `[east, east]`
 covers the pairs inside site east. A pair covered by no pair at all is an error.
 
-Links between groups (`HeteroCluster.between`, symmetric, per GPU and one direction):
+Links between groups (`Cluster.between`, symmetric, per GPU and one direction):
 
 - not given: the slower of the two groups' NICs, and the larger of their inter-node latencies;
 - given between sites: applies to every pair of groups across them;
@@ -117,7 +117,7 @@ from typing import Any
 from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import unpriced_reason
-from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
+from paraplan.cost.plan_specs import (Cluster, ClusterInstance, ClassPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
@@ -128,14 +128,14 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          plan_from_mapping, plan_partitions, read_yaml,
                          search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
-from paraplan.cost.space_rules import hetero_search_refusal
+from paraplan.cost.space_rules import groups_search_refusal
 from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule, Plan,
                                  Recompute, SearchSpace)
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
 NOMINAL = "nominal"  # the name of the scenario that is the cluster as declared
-FAMILIES = ("stage", "replica", "mixed")  # cost/hetero_specs.HeteroPlan.family
+FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.ClassPlan.family
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
              "switching")
@@ -161,25 +161,25 @@ _PROBABILITY_SLACK = 1e-9  # 0.7 + 0.2 + 0.1 may sum to 1.0000000000000002
 
 # --- which loader --------------------------------------------------------------------------
 
-def is_hetero_mapping(data: Any) -> bool:
+def is_groups_mapping(data: Any) -> bool:
     """True when `data` (a whole instance file, as read) describes node groups."""
     return (isinstance(data, dict) and isinstance(data.get("cluster"), dict)
             and "groups" in data["cluster"])
 
 
-def is_hetero_file(path: str | Path) -> bool:
+def is_groups_file(path: str | Path) -> bool:
     """True when the instance file at `path` is heterogeneous (reads it; InstanceError when it
     is not valid YAML)."""
-    return is_hetero_mapping(read_yaml(path))
+    return is_groups_mapping(read_yaml(path))
 
 
 # --- instances -----------------------------------------------------------------------------
 
-def load_hetero_instance(path: str | Path) -> HeteroInstance:
-    return hetero_instance_from_mapping(read_yaml(path), path)
+def load_cluster_instance(path: str | Path) -> ClusterInstance:
+    return cluster_instance_from_mapping(read_yaml(path), path)
 
 
-def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> HeteroInstance:
+def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> ClusterInstance:
     """The instance described by `data`, a whole heterogeneous instance file as read."""
     path = str(path)
     top = Section(data, path, "", _TOP_KEYS)
@@ -201,7 +201,7 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     check_moe_overlaps(path, job, model, search or SearchSpace())  # as a homogeneous file's
     check_job_options(path, job, model, search or SearchSpace())
     if search is not None:  # listed values no plan on these groups can use
-        refusal = hetero_search_refusal(search, model, [g.cluster for g in net.groups],
+        refusal = groups_search_refusal(search, model, [g.cluster for g in net.groups],
                                         frozenset(top.raw["search"]), job.attention is Attention.FLASH)
         if refusal is not None:
             raise InstanceError(path, f"search.{refusal.key}", refusal.problem, refusal.fix)
@@ -213,41 +213,41 @@ def hetero_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> He
     switching = _switching(top.section("switching", _SWITCHING_KEYS)) \
         if top.has("switching") else Switching()
     kw = {} if search is None else {"search": search}
-    return HeteroInstance(name=name, model=model, cluster=nominal, job=job,
+    return ClusterInstance(name=name, model=model, cluster=nominal, job=job,
                           scenarios=tuple(scenarios), timeline=timeline, switching=switching,
                           source=path, **kw)
 
 
-def homogeneous_as_hetero(inst: Instance) -> HeteroInstance:
+def as_one_group(inst: Instance) -> ClusterInstance:
     """`inst` as a one-group heterogeneous instance (group and site named after the GPU)."""
     c = inst.cluster
     group = NodeGroup(name=c.gpu.name, site=c.gpu.name, cluster=c)
-    return HeteroInstance(name=inst.name, model=inst.model,
-                          cluster=HeteroCluster(groups=(group,), between=((c.inter_node,),)),
+    return ClusterInstance(name=inst.name, model=inst.model,
+                          cluster=Cluster(groups=(group,), between=((c.inter_node,),)),
                           job=inst.job, search=inst.search, source=inst.source)
 
 
-def one_group_as_homogeneous(inst: HeteroInstance) -> Instance:
-    """The inverse of homogeneous_as_hetero: a one-group instance's nominal cluster as a
+def as_flat_instance(inst: ClusterInstance) -> Instance:
+    """The inverse of as_one_group: a one-group instance's nominal cluster as a
     homogeneous instance of the same name."""
     if len(inst.cluster.groups) != 1:
         raise ValueError(f"{inst.name} has {len(inst.cluster.groups)} node groups, not one")
     return replace(group_instance(inst, 0), name=inst.name)
 
 
-def one_class_plan(plan: HeteroPlan, inst: HeteroInstance) -> Plan | None:
-    """`plan` as a homogeneous plan of one_group_as_homogeneous(inst), or None where it is not
+def one_class_plan(plan: ClassPlan, inst: ClusterInstance) -> Plan | None:
+    """`plan` as a homogeneous plan of as_flat_instance(inst), or None where it is not
     one (several classes, or GPUs left idle)."""
     if len(inst.cluster.groups) != 1 or len(plan.classes) != 1:
         return None
-    homo = hetero_plan_as_homogeneous(plan)
+    homo = as_flat_plan(plan)
     return homo if homo.num_gpus == inst.cluster.groups[0].num_gpus else None
 
 
-def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan:
-    """`plan` as the one-class plan of homogeneous_as_hetero's instance: dp replicas whose pp
+def as_class_plan(plan: Plan, path: str = "<memory>") -> ClassPlan:
+    """`plan` as the one-class plan of as_one_group's instance: dp replicas whose pp
     stages all sit on group 0, with the plan's per-operator partitions on group 0."""
-    return HeteroPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
+    return ClassPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
                       micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
                       recompute=plan.recompute, zero=plan.zero, family="stage", ep=plan.ep,
                       etp=plan.etp, classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
@@ -257,8 +257,8 @@ def homogeneous_plan_as_hetero(plan: Plan, path: str = "<memory>") -> HeteroPlan
                                             partitions=((0, plan.partitions),) if plan.partitions else ()),))
 
 
-def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
-    """The inverse of homogeneous_plan_as_hetero (one class on group 0)."""
+def as_flat_plan(plan: ClassPlan) -> Plan:
+    """The inverse of as_class_plan (one class on group 0)."""
     (c,) = plan.classes
     return Plan(tp=plan.tp, pp=len(c.stage_groups), dp=c.replicas, cp=plan.cp,
                 micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
@@ -268,7 +268,7 @@ def hetero_plan_as_homogeneous(plan: HeteroPlan) -> Plan:
                 partitions=c.partitions_on(0))
 
 
-def group_instance(inst: HeteroInstance, g: int) -> Instance:
+def group_instance(inst: ClusterInstance, g: int) -> Instance:
     """The homogeneous instance of group `g` of the nominal cluster alone, same model, job and
     search, named `<instance>-<group>`."""
     group = inst.cluster.groups[g]
@@ -280,7 +280,7 @@ def group_instance(inst: HeteroInstance, g: int) -> Instance:
 
 class _Network:
     """The nominal groups and the explicitly given links, from which every scenario's
-    HeteroCluster is built (module docstring, "Changes")."""
+    Cluster is built (module docstring, "Changes")."""
 
     def __init__(self, path: str, groups: list[NodeGroup],
                  explicit: dict[tuple[int, int], Link]):
@@ -334,11 +334,11 @@ class _Network:
                  for b in range(n)] for a in range(n)]
 
     def cluster(self, groups: list[NodeGroup] | None = None,
-                between: list[list[Link]] | None = None) -> HeteroCluster:
+                between: list[list[Link]] | None = None) -> Cluster:
         groups = self.groups if groups is None else groups
         between = self.matrix(groups) if between is None else between
         with config_errors_as(self.path, "cluster", "correct the cluster description"):
-            return HeteroCluster(groups=tuple(groups),
+            return Cluster(groups=tuple(groups),
                                  between=tuple(tuple(row) for row in between))
 
 
@@ -409,7 +409,7 @@ def _network(sec: Section, gpus: dict[str, GpuSpec]) -> _Network:
 
 # --- scenarios, timeline, switching --------------------------------------------------------
 
-def _apply_changes(net: _Network, sec: Section, key: str) -> HeteroCluster:
+def _apply_changes(net: _Network, sec: Section, key: str) -> Cluster:
     """The nominal cluster with the change list under `sec[key]` applied (module docstring)."""
     path = sec.path
     group_changes, link_changes = [], []
@@ -512,7 +512,7 @@ def _set_or_scale(sec: Section, set_key: str, scale_key: str) -> tuple[str, floa
     return None
 
 
-def _scenarios(top: Section, net: _Network, nominal: HeteroCluster) -> list[Scenario]:
+def _scenarios(top: Section, net: _Network, nominal: Cluster) -> list[Scenario]:
     path = top.path
     out: list[Scenario] = []
     probabilities: list[tuple[str, float | None]] = []
@@ -585,14 +585,14 @@ def _switching(sec: Section) -> Switching:
 # --- events --------------------------------------------------------------------------------
 
 def load_event(path: str | Path,
-               inst: HeteroInstance) -> tuple[Scenario, float | None, int | None]:
+               inst: ClusterInstance) -> tuple[Scenario, float | None, int | None]:
     """The network event in `path` (module docstring) applied to `inst`'s nominal cluster:
     (the scenario it makes, remaining seconds or None, remaining iterations or None); exactly
     one of the two is given."""
     return event_from_mapping(read_yaml(path), inst, path)
 
 
-def event_from_mapping(data: Any, inst: HeteroInstance,
+def event_from_mapping(data: Any, inst: ClusterInstance,
                        path: str | Path = "<memory>") -> tuple[Scenario, float | None, int | None]:
     path = str(path)
     sec = Section(data, path, "", _EVENT_FILE_KEYS).section("event", _EVENT_KEYS)
@@ -610,7 +610,7 @@ def event_from_mapping(data: Any, inst: HeteroInstance,
             remaining_iterations)
 
 
-def _network_of(inst: HeteroInstance, path: str) -> _Network:
+def _network_of(inst: ClusterInstance, path: str) -> _Network:
     """The instance's nominal cluster as a _Network: every link that differs from the default
     derived from the groups' NICs counts as explicitly given."""
     groups = list(inst.cluster.groups)
@@ -626,9 +626,9 @@ def _network_of(inst: HeteroInstance, path: str) -> _Network:
 
 # --- plans ---------------------------------------------------------------------------------
 
-def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
-                             path: str | Path = "<memory>") -> HeteroPlan:
-    """A HeteroPlan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
+def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
+                             path: str | Path = "<memory>") -> ClassPlan:
+    """A ClassPlan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
     path = str(path)
     if isinstance(mapping, dict) and list(mapping) == ["plan"]:
         mapping = mapping["plan"]
@@ -671,14 +671,14 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
     m = inst.model
     agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
              f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
-    if by_group:  # `tp` is the first stage's group's (HeteroOuter.group_tp)
+    if by_group:  # `tp` is the first stage's group's (ClassOuter.group_tp)
         first = classes[0].stage_groups[0] if classes else 0
         if first not in dict(by_group):
             raise sec.error("tp", f"names no tp for group {names[first]!r}, which hosts the first"
                             " stage", "give every group the plan uses its tp")
         tp = dict(by_group)[first]
     with config_errors_as(path, "plan", agree):
-        plan = HeteroPlan(
+        plan = ClassPlan(
             tp=tp, group_tp=by_group, micro_batch=micro_batch, cp=cp, virtual_stages=v,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
@@ -734,17 +734,17 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
                         _did_you_mean(value if isinstance(value, str) else "", names, "groups"))
 
 
-def load_hetero_plan(path: str | Path, inst: HeteroInstance) -> HeteroPlan:
+def load_class_plan(path: str | Path, inst: ClusterInstance) -> ClassPlan:
     """The plan file at `path` for `inst`: the group format, or on a one-group cluster also the
-    homogeneous one (a homogeneous cluster is its one group: homogeneous_plan_as_hetero)."""
+    homogeneous one (a homogeneous cluster is its one group: as_class_plan)."""
     data = read_yaml(path)
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
-        return homogeneous_plan_as_hetero(plan_from_mapping(data, one_group_as_homogeneous(inst), path), str(path))
-    return hetero_plan_from_mapping(data, inst, str(path))
+        return as_class_plan(plan_from_mapping(data, as_flat_instance(inst), path), str(path))
+    return class_plan_from_mapping(data, inst, str(path))
 
 
-def hetero_plan_to_mapping(plan: HeteroPlan, inst: HeteroInstance) -> dict:
-    """Plain YAML-safe mapping that hetero_plan_from_mapping turns back into `plan`."""
+def class_plan_to_mapping(plan: ClassPlan, inst: ClusterInstance) -> dict:
+    """Plain YAML-safe mapping that class_plan_from_mapping turns back into `plan`."""
     names = [x.name for x in inst.cluster.groups]
     all_full = plan.recompute is Recompute.NONE and all(
         c.full_recompute_layers == c.layers_per_stage for c in plan.classes)

@@ -4,7 +4,7 @@ instance against the two plans a user would otherwise pick, measured in one run:
 (a) the best plan on the largest homogeneous group alone (the homogeneous planner, full space:
     cp, interleaving, ZeRO-2/3 included), the rest of the cluster idle;
 (b) the best plan with a uniform split over all GPUs: every group used, even layer splits and
-    the same number of micro-batches on every replica (solver/hetero_space.py, uniform=True);
+    the same number of micro-batches on every replica (solver/space.py, uniform=True);
 (c) the best plan in the space mixed clusters had before the one-planner merge (issue 12):
     the instance's own space without ZeRO-2/3, context parallelism, interleaving, tensor
     parallelism across nodes or per-operator partitions (previous_space), against the best
@@ -27,23 +27,23 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hetero_loader import group_instance, load_event, load_hetero_instance
+from paraplan.cost.groups_loader import group_instance, load_event, load_cluster_instance
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
-from paraplan.solver.hetero_planner import plan_hetero
+from paraplan.solver.search import search
 from paraplan.solver.class_route import plan
 from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 
-HETERO_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
+MIXED_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
 INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]
-EVENT = HETERO_DIR / "events" / "inter-site-degraded.yaml"
+EVENT = MIXED_DIR / "events" / "inter-site-degraded.yaml"
 # instances also solved with per-operator partitions (the larger ones' partition spaces are
 # far beyond the others' and are not part of the bench)
 PARTITIONS = ["llama3-70b-32xA100-32xH100"]
 
 
 @dataclass
-class HeteroRow:
+class MixedBenchRow:
     instance: str
     gpus: int
     optimum_status: str
@@ -98,10 +98,10 @@ def _tokens_per_s(inst, t_s: float | None) -> float | None:
     return None if t_s is None else inst.job.global_batch * inst.model.seq_len / t_s
 
 
-def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroRow:
-    inst = load_hetero_instance(HETERO_DIR / f"{name}.yaml")
+def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> MixedBenchRow:
+    inst = load_cluster_instance(MIXED_DIR / f"{name}.yaml")
     t0 = time.perf_counter()
-    opt = plan_hetero(inst, time_limit_s=time_limit_s)
+    opt = search(inst, time_limit_s=time_limit_s)
     solve_s = time.perf_counter() - t0
     log(f"{name}: optimum {opt.status} {opt.objective_s} s in {solve_s:.2f} s")
     g = max(range(len(inst.cluster.groups)), key=lambda i: (inst.cluster.groups[i].num_gpus, -i))
@@ -111,15 +111,15 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroR
     alone = replace(alone, search=replace(alone.search, cp=None, virtual_stages=None))
     homo = plan(alone, time_limit_s=time_limit_s)
     log(f"{name}: largest group {inst.cluster.groups[g].name} {homo.status} {homo.iter_time_s} s")
-    uni = plan_hetero(inst, time_limit_s=time_limit_s, uniform=True)
+    uni = search(inst, time_limit_s=time_limit_s, uniform=True)
     log(f"{name}: uniform {uni.status} {uni.objective_s} s")
-    prev = plan_hetero(previous_space(inst), time_limit_s=time_limit_s)
+    prev = search(previous_space(inst), time_limit_s=time_limit_s)
     log(f"{name}: previous space {prev.status} {prev.objective_s} s")
     t0 = time.perf_counter()
-    full = plan_hetero(full_space(inst), time_limit_s=time_limit_s)
+    full = search(full_space(inst), time_limit_s=time_limit_s)
     full_s = time.perf_counter() - t0
     log(f"{name}: full space {full.status} {full.objective_s} s in {full_s:.2f} s")
-    row = HeteroRow(instance=name, gpus=inst.cluster.num_gpus, optimum_status=opt.status,
+    row = MixedBenchRow(instance=name, gpus=inst.cluster.num_gpus, optimum_status=opt.status,
                     optimum_tokens_per_s=_tokens_per_s(inst, opt.objective_s), solve_s=solve_s,
                     largest_group=f"{inst.cluster.groups[g].num_gpus} x {inst.cluster.groups[g].cluster.gpu.name}",
                     largest_status=homo.status, largest_tokens_per_s=_tokens_per_s(inst, homo.iter_time_s),
@@ -129,7 +129,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroR
                     full_solve_s=full_s)
     if name in PARTITIONS:
         t0 = time.perf_counter()
-        part = plan_hetero(with_partitions(inst), time_limit_s=time_limit_s)
+        part = search(with_partitions(inst), time_limit_s=time_limit_s)
         row.partitions_solve_s = time.perf_counter() - t0
         row.partitions_status = part.status
         row.partitions_tokens_per_s = _tokens_per_s(inst, part.objective_s)
@@ -138,7 +138,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> HeteroR
         from paraplan.solver.dynamic import plan_timeline, regrets, scenario_optima
         optima = scenario_optima(inst, "cpsat", time_limit_s)
         for objective in ("robust", "expected"):
-            res = plan_hetero(inst, time_limit_s=time_limit_s, objective=objective)
+            res = search(inst, time_limit_s=time_limit_s, objective=objective)
             worst = max(r.regret for r in regrets(inst, res.plan, optima))
             setattr(row, f"{objective}_worst_regret", worst)
         answer_s = [replan(inst, opt.plan, sc, 200 * 3600.0, None, time_limit_s=time_limit_s).solve_time_s
@@ -160,7 +160,7 @@ def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def run_hetero_bench(args) -> int:
+def run_mixed_bench(args) -> int:
     rows = [bench_instance(n, log=(lambda m: None) if args.quiet else print) for n in INSTANCES]
     text = table(
         ["instance", "GPUs", "optimum tok/s", "solve", "largest group", "tok/s", "x", "uniform tok/s", "x",

@@ -1,13 +1,13 @@
 """Exact planner for heterogeneous clusters and network scenarios.
 
-The same decomposition as solver/planner.py, over the heterogeneous space (solver/hetero_space.py;
+The same decomposition as solver/planner.py, over the heterogeneous space (solver/space.py;
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
    (solver/bounds/unpriced.py: layer-time floors per group, no placement). In that order, in
    chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
    class coefficients on every network scenario the objective looks at
-   (cost/hetero_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
+   (cost/class_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
 2. Drop those a memory argument proves infeasible (solver/bounds/one_class.memory_infeasible, per class).
    Lower bound (solver/bounds/batched.py, every configuration at once): per scenario and class
    A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
@@ -34,7 +34,7 @@ as cutoff ("dp": the exact threshold search); no incumbent heuristic, no layer p
 
 Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
 worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
-on every scenario (cost/hetero_simulate.py); a mismatch beyond the tolerance is a bug and raises
+on every scenario (cost/class_simulate.py); a mismatch beyond the tolerance is a bug and raises
 `ResimulationMismatch`.
 """
 
@@ -51,13 +51,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost import dualpipe, schedule
-from paraplan.cost.hetero_loader import one_group_as_homogeneous
+from paraplan.cost.groups_loader import as_flat_instance
 from paraplan.cost.coefficients import build
+from paraplan.cost.class_coefficients import class_outers, class_placement, partitions_layer_fn
+from paraplan.cost.class_simulate import PlanBreakdown, simulate_classes
 from paraplan.cost.objective import scaled_times
+from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, ClassPlan, ReplicaClass
 from paraplan.cost.trust import objective_factor_of
-from paraplan.cost.hetero_coefficients import class_outers, class_placement, partitions_layer_fn
-from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
-from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
@@ -66,7 +66,7 @@ from paraplan.solver.bounds import one_class
 from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
-from paraplan.solver.hetero_space import (dualpipe_job, empty_space_reason, hetero_outers,
+from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers,
                                           micro_batch_vectors, paired_counts, summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
@@ -109,14 +109,18 @@ DP_MAX_CELLS = 1 << 19
 
 
 @dataclass(kw_only=True)
-class HeteroResult(SearchAccount):
-    plan: HeteroPlan | None
+class SearchResult(SearchAccount):
+    plan: ClassPlan | None
     objective: str
     objective_s: float | None  # the aggregated objective: nominal, worst or expected time
     per_scenario_s: tuple[float, ...] | None
     scenario_names: tuple[str, ...]
     plans_total: int
-    breakdown: HeteroBreakdown | None = None
+    breakdown: PlanBreakdown | None = None
+    # the `winners` best plans of distinct candidates, (objective s, plan) best first (search's
+    # `winners`, within its `within_pct`): the first is `plan` before fewest_classes; the values
+    # are what was minimised (quantile_s)
+    ranked: tuple[tuple[float, ClassPlan], ...] = ()
     # what was minimised: objective_s times the plan's search.objective factor
     # (cost/trust.objective_factor; objective_s itself for `mean`); bound_s bounds this value
     quantile_s: float | None = None
@@ -129,7 +133,7 @@ class HeteroResult(SearchAccount):
         return max(0.0, (value - self.bound_s) / value)
 
 
-def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
+def scenario_weights(inst: ClusterInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
     """(scenario indices, aggregation, weights) for an objective."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -144,11 +148,71 @@ def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], s
     return idx, "weighted", tuple(float(p) for p in probs)
 
 
+def within(ranked, within_pct: float | None) -> list:
+    """The (value, plan) pairs of `ranked` (best first) at most `within_pct` percent slower
+    than the first: all of them without a percentage."""
+    if within_pct is None or not ranked:
+        return list(ranked)
+    cap = ranked[0][0] * (1 + within_pct / 100) * (1 + REL_TOL)
+    return [(val, plan) for val, plan in ranked if val <= cap]
+
+
+NO_BAR = (float("inf"), (float("inf"), 0, 0))  # what any value beats while fewer than k are known
+ANY_KEY = (float("inf"), float("inf"), float("inf"))  # a key every candidate's precedes
+
+
+@dataclass
+class Winners:
+    """The best `k` plans found so far, of distinct candidates (outer configuration, or outer
+    and layer-plan combination), as (value, key, plan) in (value, key) order: with k = 1 the
+    incumbent. The value of a candidate's plan enters the search here only (`offer`), and the
+    search prunes against `bar`: the k-th value, or with `within_pct` at most the best value
+    times (1 + within_pct / 100), past which a plan is not listed."""
+
+    k: int = 1
+    within_pct: float | None = None
+    found: list = dataclasses.field(default_factory=list)
+
+    def bar(self) -> tuple[float, tuple]:
+        """(value, key) a candidate must beat to enter."""
+        val, key = NO_BAR if len(self.found) < self.k else self.found[self.k - 1][:2]
+        if self.within_pct is not None and self.found:
+            cap = self.found[0][0] * (1 + self.within_pct / 100)
+            if cap < val:
+                return cap, ANY_KEY
+        return val, key
+
+    def beats(self, val: float, key, bar: tuple[float, tuple] | None = None) -> bool:
+        """Whether `val` beats the bar (a tie within REL_TOL goes to the earlier key): for a
+        lower bound, whether the candidate can still enter."""
+        bar_val, bar_key = self.bar() if bar is None else bar
+        return val < bar_val * (1 - REL_TOL) or (val <= bar_val * (1 + REL_TOL) and key < bar_key)
+
+    def offer(self, val: float, key, plan) -> bool:
+        """Take a candidate's plan of value `val` where it beats the bar, or its own earlier
+        entry (each candidate is listed once, with its best plan)."""
+        own = next((i for i, f in enumerate(self.found) if f[1] == key), None)
+        if own is not None:
+            if not self.beats(val, key, self.found[own][:2]):
+                return False
+            del self.found[own]
+        elif not self.beats(val, key):
+            return False
+        self.found.append((val, key, plan))
+        self.found.sort(key=lambda f: (f[0], f[1]))
+        del self.found[self.k:]
+        return True
+
+    @property
+    def best_s(self) -> float:
+        return self.found[0][0] if self.found else float("inf")
+
+
 @dataclass
 class _Candidate:
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
 
-    outer: HeteroOuter
+    outer: ClassOuter
     problem: MultiClassProblem
     key: tuple[float, int, int]  # (lower bound, outer index, layer-plan combination index)
     uniform: bool = False
@@ -189,9 +253,9 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     return min(found, key=lambda f: f[0]) if found else None
 
 
-def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
+def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> ClassPlan:
     parts = partitions or ((),) * len(o.classes)
-    return HeteroPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
+    return ClassPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
                       etp=o.etp, group_tp=o.group_tp,
@@ -203,10 +267,10 @@ def _plan_of(o: HeteroOuter, m, n, r, partitions=()) -> HeteroPlan:
                                     for c, mk, nk, rk, pk in zip(o.classes, m, n, r, parts)))
 
 
-def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None):
+def placer(inst: ClusterInstance, o: ClassOuter, placements: dict | None = None):
     """placed(i, k): class k's placement on scenario i, kept in `placements` across the
     configurations of one instance: it depends only on the scenario, tp (per group), cp, v and
-    the class shapes, ep and etp (cost/hetero_coefficients.class_placement), so configurations differing in
+    the class shapes, ep and etp (cost/class_coefficients.class_placement), so configurations differing in
     micro-batch size, modes or ZeRO share it."""
     placements = {} if placements is None else placements
 
@@ -215,7 +279,7 @@ def placer(inst: HeteroInstance, o: HeteroOuter, placements: dict | None = None)
     return placed
 
 
-def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k: int):
+def _placement(inst: ClusterInstance, placements: dict, i: int, o: ClassOuter, k: int):
     """placer's lookup: keyed by the shapes' identity (hashing them per configuration costs more
     than the lookup saves); the entry keeps the shapes alive, so no other object takes their id."""
     key = (i, o.tp, o.group_tp, o.cp, o.virtual_stages, o.ep, o.etp, id(o.classes), k)
@@ -224,12 +288,12 @@ def _placement(inst: HeteroInstance, placements: dict, i: int, o: HeteroOuter, k
     return placements[key][1]
 
 
-def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
+def dualpipe_problem(inst: ClusterInstance, o: ClassOuter) -> DualPipeProblem:
     """The DualPipe split problem of a configuration of one class on one group
     (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
     with (the nominal network; a DualPipe job has no scenarios of its own)."""
     co = class_outers(inst.job, o)[0]
-    x = dualpipe.terms(one_group_as_homogeneous(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
+    x = dualpipe.terms(as_flat_instance(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
     f = objective_factor_of(inst, o)  # the quantile objective (problem_of)
     c = scaled_times(x.coeffs, f)
     return DualPipeProblem(a=c.stage_time_s, t=c.layer_time_s, u=c.recompute_time_s, bw=f * x.bw_s, ru=f * x.ru_s,
@@ -239,7 +303,7 @@ def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
                            first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute)
 
 
-def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs,
+def problem_of(inst: ClusterInstance, o: ClassOuter, objective: str, coeffs,
                prescaled: bool = False) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class], its times scaled by the
     quantile objective's factor (cost/trust.objective_factor_of) unless `prescaled` (the
@@ -256,7 +320,7 @@ def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs,
                              virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 
-def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements: dict | None = None,
+def problem_for(inst: ClusterInstance, o: ClassOuter, objective: str, placements: dict | None = None,
                 partitions: tuple | None = None) -> MultiClassProblem:
     """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
     plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
@@ -279,7 +343,7 @@ def problem_for(inst: HeteroInstance, o: HeteroOuter, objective: str, placements
     return problem_of(inst, o, objective, tuple(tuple(priced(i, k) for k in range(K)) for i in idx))
 
 
-def problems_for(inst: HeteroInstance, outers: list[HeteroOuter], objective: str,
+def problems_for(inst: ClusterInstance, outers: list[ClassOuter], objective: str,
                  placements: dict | None = None) -> list[MultiClassProblem | None]:
     """problem_for(inst, o, objective) of every outer, None where a class is proved infeasible
     by memory (cost/coefficients.no_split_fits; memory does not depend on the network), in
@@ -402,32 +466,36 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
     raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
 
 
-def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: HeteroPlan | None = None, progress=None, threads: int = 1) -> HeteroResult:
+                warm_plan: ClassPlan | None = None, progress=None, threads: int = 1,
+                resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SearchResult:
     """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
     many configurations at once (the planner's best-first order, in batches of configurations
     that can each still win when the batch starts), which changes the time to the answer but
-    not the answer: every configuration that could win under the tie rule is still solved."""
+    not the answer: every configuration that could win under the tie rule is still solved.
+    `resimulate` False: the caller re-simulates the plan itself (solver/class_route.py, with
+    the simulator whose breakdown it shows), so that each plan is simulated once; the result
+    then has no breakdown or per-scenario times. `winners` K > 1 (`paraplan plan --top K`):
+    the same branch and bound keeps the K best plans of distinct candidates (the K-th is the
+    bar it prunes against, Winners), in `ranked`; `within_pct` drops those more than that
+    much slower than the best."""
     t0 = time.perf_counter()
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
-    # listing it is refused, cost/space_rules.hetero_search_refusal): on one group the uniform
+    # listing it is refused, cost/space_rules.groups_search_refusal): on one group the uniform
     # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
     idx, agg, weights = scenario_weights(inst, objective)
-    outers = hetero_outers(inst, families, groups, uniform)
+    outers = declared_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)
-    res = HeteroResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
+    res = SearchResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
-    best_val, best_key, best = float("inf"), (float("inf"), 0, 0), None
-
-    def better(val: float, key) -> bool:
-        return val < best_val * (1 - REL_TOL) or (val <= best_val * (1 + REL_TOL) and key < best_key)
+    won = Winners(winners, within_pct)
 
     floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
     groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
@@ -469,8 +537,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             wr = [k.full_recompute_layers for k in warm_plan.classes]
             if cand.problem.fits(wn, wr):
                 val, _ = cand.problem.evaluate(wm, wn, wr)
-                if better(val, cand.key):
-                    best_val, best_key, best = val, cand.key, (warm_outer, wm, wn, wr, ())
+                won.offer(val, cand.key, (warm_outer, wm, wn, wr, ()))
     # configurations are priced in the order of a bound read before pricing
     # (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound reaches
     # the incumbent
@@ -482,19 +549,17 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
-        nonlocal best_val, best_key, best
         for cand in cands[:INCUMBENT_PROBES]:
-            if cand.key[0] >= best_val or isinstance(cand.problem, DualPipeProblem):
+            if cand.key[0] >= won.bar()[0] or isinstance(cand.problem, DualPipeProblem):
                 break
             inc = incumbent(cand.problem, cand.mvecs, uniform)
-            if inc is not None and better(inc[0], cand.key):
-                best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+            if inc is not None:
+                won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
     res.log.append(f"{len(outers)} outer configs; setup {time.perf_counter() - t0:.2f} s")
 
     def can_win(key, lb: float | None = None) -> bool:
         """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
-        lb = key[0] if lb is None else lb
-        return lb < best_val * (1 - REL_TOL) or (lb <= best_val * (1 + REL_TOL) and key < best_key)
+        return won.beats(key[0] if lb is None else lb, key)
 
     # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
     # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
@@ -507,7 +572,6 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
 
     def flush() -> None:
         """Solve the batch (at once with threads > 1) and take its results in key order."""
-        nonlocal best_val, best_key, best
         if not batch:
             return
         remaining = time_limit_s - (time.perf_counter() - t0)
@@ -530,12 +594,11 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             if sr.status != OPTIMAL:
                 res.unresolved += 1
                 open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
-            if sr.objective_s is not None and better(sr.objective_s, cand.key):
-                best_val, best_key = sr.objective_s, cand.key
-                best = (cand.outer, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers,
-                        cand.partitions)
+            if sr.objective_s is not None and won.offer(
+                    sr.objective_s, cand.key, (cand.outer, sr.micro_batches, sr.layers_per_stage,
+                                               sr.full_recompute_layers, cand.partitions)):
                 if progress:
-                    progress(f"incumbent {best_val:.6g} s after {res.solved} inner solves")
+                    progress(f"incumbent {won.best_s:.6g} s after {res.solved} inner solves")
         batch.clear()
 
     first_plan_by = max(t0 + time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
@@ -543,7 +606,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
         while heap:
             key, _, cand = heapq.heappop(heap)
             if progress:
-                progress(search_status(res, best_val, [key[0], *open_bounds]))
+                progress(search_status(res, won.bar()[0], [key[0], *open_bounds]))
             if not isinstance(cand, _Candidate) or uniform or not can_win(key):
                 flush()  # what follows reads the incumbent: settle the batch first
             if not can_win(key):
@@ -553,7 +616,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (best is None and isinstance(cand, _Unpriced)
+            if remaining <= 0 and not (not won.found and isinstance(cand, _Unpriced)
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
@@ -574,7 +637,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                     heapq.heappush(heap, (c.key, next(order), c))
                 continue
             if isinstance(cand, _LayerPlans):
-                new = cand.expand(best_val, res)
+                new = cand.expand(won.bar()[0], res)
                 probe(new)
                 for c in new:
                     heapq.heappush(heap, (c.key, next(order), c))
@@ -584,11 +647,12 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                 inc = incumbent(cand.problem, cand.mvecs, uniform)
                 if inc is None:
                     res.inner_infeasible += 1
-                elif better(inc[0], cand.key):
-                    best_val, best_key, best = inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions)
+                else:
+                    won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
                 continue
             p = cand.problem
-            cutoff = best_val * (1 + REL_TOL) if key < best_key else best_val * (1 - REL_TOL)
+            bar_val, bar_key = won.bar()
+            cutoff = bar_val * (1 + REL_TOL) if key < bar_key else bar_val * (1 - REL_TOL)
             if isinstance(p, DualPipeProblem):  # solved exactly by its own model (_solve_inner)
                 batch.append((cand, None, cutoff))
                 if len(batch) >= threads or not heap:
@@ -608,7 +672,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                                   f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
                                   " was bounded, not solved; --backend milp solves it")
                     continue
-            elif _cannot_win_alone(p, best_val, key < best_key, remaining):
+            elif _cannot_win_alone(p, bar_val, key < bar_key, remaining):
                 res.pruned_by_bound += 1
                 continue
             elif backend in ("cpsat", "dp") and _dp_cells(p) > DP_MAX_CELLS:  # CP-SAT's model: the same
@@ -633,7 +697,7 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
             pool.shutdown()
 
     res.solve_time_s = time.perf_counter() - t0
-    if best is None:
+    if not won.found:
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
                                                f" went on {FIRST_PLAN_ALLOWANCE_S:g} s past it for one)")
@@ -645,15 +709,20 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res
-    res.plan = fewest_classes(inst, _plan_of(*best), objective, families)
+    res.ranked = tuple(within([(val, _plan_of(*found)) for val, _, found in won.found], within_pct))
+    best_val = won.best_s
+    res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
     res.quantile_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
-    res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
-                                                           res.tolerance_s)
-    # the plan's time: as cost prices it, which the check above matched to best_val / factor
-    res.objective_s = (best_val if objective_factor_of(inst, res.plan) == 1.0
-                       else plan_time_s(inst, res.plan, objective))
+    # the plan's time: the minimised value over its configuration's factor (1 for `mean`);
+    # re-simulated, the time as cost prices it (the check matched it to that ratio)
+    res.objective_s = best_val / objective_factor_of(inst, res.plan)
+    if resimulate:
+        res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
+                                                               res.tolerance_s)
+        if objective_factor_of(inst, res.plan) != 1.0:
+            res.objective_s = aggregate_s(inst, objective, res.per_scenario_s)
     return res
 
 
@@ -693,7 +762,7 @@ class _LayerPlans:
 
     choices: class_partitions.OuterChoices
     key: tuple[float, int, int]
-    inst: HeteroInstance
+    inst: ClusterInstance
     objective: str
     uniform: bool
 
@@ -701,7 +770,7 @@ class _LayerPlans:
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1
 
-    def expand(self, upper_s: float, res: HeteroResult) -> list[_Candidate]:
+    def expand(self, upper_s: float, res: SearchResult) -> list[_Candidate]:
         lst = self.choices.expand(upper_s)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
@@ -712,8 +781,8 @@ class _LayerPlans:
                        for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key)
 
 
-def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, placements: dict,
-                 uniform: bool, res: HeteroResult) -> _LayerPlans | None:
+def _layer_plans(inst: ClusterInstance, o: ClassOuter, i: int, objective: str, placements: dict,
+                 uniform: bool, res: SearchResult) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
     when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
     idx, _, _ = scenario_weights(inst, objective)
@@ -730,8 +799,8 @@ def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, p
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
 
 
-def fewest_classes(inst: HeteroInstance, plan: HeteroPlan, objective: str,
-                   families: tuple[str, ...] = FAMILIES) -> HeteroPlan:
+def fewest_classes(inst: ClusterInstance, plan: ClassPlan, objective: str,
+                   families: tuple[str, ...] = FAMILIES) -> ClassPlan:
     """`plan` with its twin classes merged where that ties: classes on one group alike in all
     but their replicas (search.classes_per_group lists them apart, as they may run different
     micro-batch counts) become one, e.g. 1 + 7 replicas of one stage running 1 micro-batch each
@@ -761,26 +830,31 @@ def fewest_classes(inst: HeteroInstance, plan: HeteroPlan, objective: str,
     return twin if all(bd.fits for bd in bds) and after <= before else plan
 
 
-def _simulated(inst: HeteroInstance, plan: HeteroPlan, objective: str) -> tuple[float, list[HeteroBreakdown]]:
+def _simulated(inst: ClusterInstance, plan: ClassPlan, objective: str) -> tuple[float, list[PlanBreakdown]]:
     """The plan's objective as `cost` prices it (simulate on each scenario the objective
-    reads, aggregated as it does), with the breakdowns."""
-    idx, agg, weights = scenario_weights(inst, objective)
-    bds = [simulate_hetero(inst, plan, inst.scenarios[i].cluster) for i in idx]
-    per = [bd.iter_time_s for bd in bds]
-    value = max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
-    return objective_factor_of(inst, plan) * value, bds
+    reads, aggregated as it does, times the quantile objective's factor), with the breakdowns."""
+    idx, _, _ = scenario_weights(inst, objective)
+    bds = [simulate_classes(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    return objective_factor_of(inst, plan) * aggregate_s(inst, objective, [bd.iter_time_s for bd in bds]), bds
 
 
-def plan_time_s(inst: HeteroInstance, plan: HeteroPlan, objective: str) -> float:
-    """The plan's time as the scenario objective aggregates it (nominal, worst or expected),
-    without the quantile objective's factor."""
-    idx, agg, weights = scenario_weights(inst, objective)
-    per = [simulate_hetero(inst, plan, inst.scenarios[i].cluster).iter_time_s for i in idx]
+def aggregate_s(inst: ClusterInstance, objective: str, per_scenario_s) -> float:
+    """Times on the scenarios the objective reads, aggregated as it does (nominal, worst or
+    expected), without the quantile objective's factor."""
+    _, agg, weights = scenario_weights(inst, objective)
+    per = list(per_scenario_s)
     return max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
 
 
-def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,
-                       tolerance_s: float) -> tuple[tuple[float, ...], HeteroBreakdown]:
+def plan_time_s(inst: ClusterInstance, plan: ClassPlan, objective: str) -> float:
+    """The plan's time (aggregate_s of its simulated scenarios), without the factor."""
+    idx, _, _ = scenario_weights(inst, objective)
+    return aggregate_s(inst, objective, [simulate_classes(inst, plan, inst.scenarios[i].cluster).iter_time_s
+                                         for i in idx])
+
+
+def check_resimulation(inst: ClusterInstance, plan: ClassPlan, objective: str, objective_s: float,
+                       tolerance_s: float) -> tuple[tuple[float, ...], PlanBreakdown]:
     value, bds = _simulated(inst, plan, objective)
     per = [bd.iter_time_s for bd in bds]
     tol = tolerance_s + REL_TOL * max(1.0, objective_s)

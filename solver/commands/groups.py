@@ -1,9 +1,11 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
 `paraplan plan` and `simulate` hand an instance planned as a cluster of node groups (a
-`cluster:` with `groups:`, cost/hetero_loader.py, or a homogeneous file whose search asks for
-several replica classes: `group_route`) to the functions here, and `exhaustive` and `verify`
+`cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file whose search asks for
+several replica classes: `shown_as_groups`) to the functions here, and `exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
+Every command reads its instance file once (commands/inputs.read_instance) and hands on what
+it read.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import (evidence_text as common_evidence_text, gib, quantile_phrase, megatron_tflops_line, seconds,
+from paraplan.cost.trust import objective_factor_of
+from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds,
                                     space_json, table, train_cost_json, train_lines)
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
@@ -20,44 +23,26 @@ from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_
 from paraplan.solver.commands.partitions import partition_lines
 
 
-def group_route(args, simulate_only: bool = False) -> bool:
-    """The arguments name an instance the commands plan and show as a cluster of node groups: a
-    group-format file (`cluster:` with `groups:`, and no --cluster/--job/--hf-config), or a
-    homogeneous instance whose search asks for plans only the group format holds (several
-    replica classes on its one group, or GPUs left idle: cost/space_rules.several_classes),
-    planned as the one-group cluster it is. `simulate_only`: as load_from_args's."""
-    from paraplan.cost.hetero_loader import is_hetero_file
+def as_groups(inst):
+    """`inst` (read_instance's) as a cluster of node groups: a homogeneous instance is its one
+    group (cost/groups_loader.as_one_group)."""
+    from paraplan.cost.groups_loader import as_one_group
+    return inst if from_group_file(inst) else as_one_group(inst)
+
+
+def from_group_file(inst) -> bool:
+    """Whether `inst` (read_instance's) was read from a node-group file."""
+    from paraplan.cost.plan_specs import ClusterInstance
+    return isinstance(inst, ClusterInstance)
+
+
+def shown_as_groups(inst) -> bool:
+    """Whether the plans of `inst` (read_instance's) are planned and shown as a cluster of node
+    groups: it was read from a node-group file, or its search asks for plans only the group
+    format holds (several replica classes on its one group, or GPUs left idle:
+    cost/space_rules.several_classes), planned as the one-group cluster it is."""
     from paraplan.cost.space_rules import several_classes
-    from paraplan.solver.commands.inputs import load_from_args
-    if _group_file(args):
-        return True
-    if getattr(args, "instance", None) is None and getattr(args, "hf_config", None) is None:
-        return False  # load_from_args names what is missing
-    if getattr(args, "instance", None) is not None and is_hetero_file(args.instance):
-        return False  # a group file with parts: load_from_args refuses it in one line
-    return several_classes(load_from_args(args, simulate_only).search)
-
-
-def _group_file(args) -> bool:
-    from paraplan.cost.hetero_loader import is_hetero_file
-    inst = getattr(args, "instance", None)
-    if inst is None or any(getattr(args, k, None) is not None for k in ("hf_config", "cluster", "job")):
-        return False
-    return is_hetero_file(inst)
-
-
-def _load(args, simulate_only: bool = False):
-    """The instance of group_route's arguments as a cluster of node groups."""
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero, load_hetero_instance
-    from paraplan.cost.loader import override_search
-    from paraplan.solver.commands.inputs import SEARCH_SOURCE, load_from_args, search_overrides
-    if not _group_file(args):  # a homogeneous instance is its one group
-        return homogeneous_as_hetero(load_from_args(args, simulate_only))
-    inst = load_hetero_instance(args.instance)
-    overrides = search_overrides(getattr(args, "search", None), getattr(args, "objective", None))
-    if overrides:  # checked like the file's own `search:`
-        inst = override_search(inst, overrides, SEARCH_SOURCE)
-    return inst  # search keys a mixed cluster cannot honour were refused while loading
+    return from_group_file(inst) or several_classes(inst.search)
 
 
 def no_scenarios(args) -> None:
@@ -71,16 +56,15 @@ def no_scenarios(args) -> None:
 
 def class_instance(args):
     """(instance, objective, homogeneous instance or None): the instance the arguments name as
-    the class planner plans it, a one-group file as a one-group cluster (cost/hetero_loader.
-    homogeneous_as_hetero) together with the homogeneous instance it was read as, which is None
-    where the plans are shown in the group format (group_route)."""
-    if group_route(args):
-        return (*load_mixed(args), None)
-    from paraplan.cost.hetero_loader import homogeneous_as_hetero
-    from paraplan.solver.commands.inputs import load_from_args
+    the class planner plans it, a one-group file as a one-group cluster (cost/groups_loader.
+    as_one_group) together with the homogeneous instance it was read as, which is None
+    where the plans are shown in the group format (shown_as_groups)."""
+    from paraplan.solver.commands.inputs import read_instance
+    read = read_instance(args)
+    if shown_as_groups(read):
+        return (*load_mixed(args, read), None)
     no_scenarios(args)
-    homo = load_from_args(args)
-    return homogeneous_as_hetero(homo), "nominal", homo
+    return as_groups(read), "nominal", read
 
 
 def objective_of(args) -> str:
@@ -88,12 +72,12 @@ def objective_of(args) -> str:
         "expected" if getattr(args, "expected", False) else "nominal")
 
 
-def load_mixed(args):
-    """The mixed-cluster instance file the arguments name, and the objective asked for, which its
-    scenarios must allow."""
-    if not _group_file(args):
+def load_mixed(args, read):
+    """The instance the arguments name (`read`: as read_instance read it) as a cluster of node
+    groups, and the objective asked for, which its scenarios must allow."""
+    if not from_group_file(read):
         no_scenarios(args)
-    inst, objective = _load(args), objective_of(args)
+    inst, objective = as_groups(read), objective_of(args)
     if objective == "nominal":
         return inst, objective
     if len(inst.scenarios) < 2:
@@ -131,8 +115,8 @@ def plan_lines(plan, inst) -> list[str]:
 
 
 def not_covered(res, inst) -> list[str]:
-    """What the result's claim leaves out on this cluster (solver/hetero_space.not_covered)."""
-    from paraplan.solver.hetero_space import not_covered as outside
+    """What the result's claim leaves out on this cluster (solver/space.not_covered)."""
+    from paraplan.solver.space import not_covered as outside
     used = None if res.plan is None else {g for c in res.plan.classes for g in c.stage_groups}
     return outside(inst, used)
 
@@ -184,7 +168,7 @@ def breakdown_json(bd) -> dict:
 
 
 def result_json(res, inst, regs=None) -> dict:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+    from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.model_notes import model_warnings
     bd = res.breakdown
     return {
@@ -198,7 +182,7 @@ def result_json(res, inst, regs=None) -> dict:
         "solve_time_s": res.solve_time_s, "backend": res.backend,
         "space": space_json(res, res.plans_total, not_covered(res, inst)),
         "reason": res.reason or None,
-        "plan": hetero_plan_to_mapping(res.plan, inst) if res.plan else None,
+        "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
         "trust": None,  # cost/trust.py compares homogeneous published runs only
         "train_cost": train_cost_json(_train_cost(inst, bd)),
@@ -215,13 +199,14 @@ def _train_cost(inst, bd):
     return instance_train_cost(inst, None if bd is None else bd.iter_time_s)
 
 
-def cmd_plan(args, progress=None) -> int:
+def cmd_plan(args, read, progress=None) -> int:
+    """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.hetero_planner import plan_hetero
+    from paraplan.solver.search import search
 
-    inst, objective = load_mixed(args)
+    inst, objective = load_mixed(args, read)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = plan_hetero(inst, backend, args.time_limit_s, objective=objective, progress=progress,
+    res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress,
                       threads=getattr(args, "threads", 1))
     regs = None
     if objective != "nominal" and res.plan is not None:
@@ -244,34 +229,102 @@ def cmd_plan(args, progress=None) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        plan_file(args, inst, res.plan))
+                        plan_file(inst, res.plan, from_group_file(read)))
     from paraplan.solver.commands.exit_codes import status_code
     return status_code(res.status)
 
 
-def plan_file(args, inst, plan) -> dict:
+def cmd_plan_top(args, read) -> int:
+    """`paraplan plan --top K [--within PCT]` of an instance shown as groups (`read`: as
+    read_instance read it): the K best plans of distinct outer configurations by the one
+    search with K winners (search.Winners), for the objective asked for, each re-simulated
+    once on the scenarios that objective reads (as `plan` shows them: fewest_classes)."""
+    from paraplan.cost.groups_loader import class_plan_to_mapping
+    from paraplan.solver import class_partitions
+    from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
+    from paraplan.solver.planner import INFEASIBLE, OPTIMAL
+    from paraplan.solver.search import check_resimulation, fewest_classes, search
+
+    inst, objective = load_mixed(args, read)
+    if args.top < 1:
+        raise InstanceError("<arguments>", "--top", f"must be >= 1, got {args.top}", "ask for e.g. --top 5")
+    if args.within is not None and not args.within >= 0:
+        raise InstanceError("<arguments>", "--within", f"must be >= 0, got {args.within}",
+                            "give a percentage, e.g. --within 5")
+    if class_partitions.enabled(inst):  # as on one class: class_route.top
+        raise InstanceError(inst.source, "search.tensor_partitions",
+                            "--top is not offered with per-operator partitions",
+                            "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
+    res = search(inst, backend, args.time_limit_s, objective=objective, threads=getattr(args, "threads", 1),
+                 resimulate=False, winners=args.top, within_pct=args.within)
+    rows = []  # (what was minimised, the plan's time, plan, breakdown)
+    for val, plan in res.ranked:
+        plan = fewest_classes(inst, plan, objective)
+        bd = check_resimulation(inst, plan, objective, val, res.tolerance_s)[1]
+        rows.append((val, val / objective_factor_of(inst, plan), plan, bd))
+    proved = res.status in (OPTIMAL, INFEASIBLE)
+    code = 0 if rows else EXIT_INFEASIBLE if proved else status_code("timeout")
+    best = rows[0][0] if rows else None
+    if args.json:
+        emit_json({"status": "optimal" if proved else "feasible", "objective": objective,
+                   "solve_time_s": res.solve_time_s, "solved": res.solved,
+                   "plans": [{"rank": i + 1, "objective_s": time_s, "quantile_s": val,
+                              "iter_time_s": bd.iter_time_s,
+                              "vs_best": val / best - 1, "plan": class_plan_to_mapping(plan, inst),
+                              "breakdown": breakdown_json(bd), "train_cost": train_cost_json(_train_cost(inst, bd))}
+                             for i, (val, time_s, plan, bd) in enumerate(rows)]})
+        return code
+    print(describe_cluster(inst))
+    limit = f" within {args.within:g}% of the optimum" if args.within is not None else ""
+    claim = ("proved: no other outer configuration's best plan belongs in this list" if proved
+             else "NOT proved (time limit): the list may be incomplete")
+    print(f"the {args.top} best plans with distinct outer configurations{limit}, {objective} objective"
+          f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
+          f" {res.solve_time_s:.2f} s; {claim})")
+    quantile = inst.search.objective != "mean"
+    for i, (val, time_s, plan, bd) in enumerate(rows):
+        at = f" (predicted {seconds(time_s)})" if quantile else ""
+        print(f"#{i + 1}  {seconds(val)}{' at ' + inst.search.objective if quantile else ''}{at}"
+              f" ({100 * (val / best - 1):+.2f}%), {bd.tokens_per_s:,.0f} tokens/s\n    "
+              + "\n    ".join(plan_lines(plan, inst)))
+    if not rows:  # under a limit that stopped it, nothing is proved about memory
+        print("no plan fits memory" if proved else "no plan found before the time limit")
+    if args.output:
+        from pathlib import Path
+        out = Path(args.output)
+        for i, (val, _, plan, _) in enumerate(rows, start=1):
+            path = str(out.with_name(f"{out.stem}-{i}{out.suffix}"))
+            write_plan_file(path, f"# paraplan plan {i} of the {len(rows)} best for {inst.name}: {objective}"
+                            f" objective {val:.6g} s\n", plan_file(inst, plan, from_group_file(read)))
+            print(f"wrote {path}")
+    return code
+
+
+def plan_file(inst, plan, group_file: bool) -> dict:
     """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
     one-class format with its instance (as `paraplan plan` writes it: export, memory and
-    compare read it), any other in the group format."""
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, one_class_plan, one_group_as_homogeneous
+    compare read it), any other (or any plan of a node-group file) in the group format."""
+    from paraplan.cost.groups_loader import class_plan_to_mapping, one_class_plan, as_flat_instance
     from paraplan.cost.loader import plan_file_mapping
-    one = None if _group_file(args) else one_class_plan(plan, inst)
+    one = None if group_file else one_class_plan(plan, inst)
     if one is None:
-        return {"plan": hetero_plan_to_mapping(plan, inst)}
-    return plan_file_mapping(one_group_as_homogeneous(inst), one)
+        return {"plan": class_plan_to_mapping(plan, inst)}
+    return plan_file_mapping(as_flat_instance(inst), one)
 
 
-def cmd_simulate(args) -> int:
-    """`paraplan simulate INSTANCE --plan PLAN.yaml` on group_route's instance, or with a plan
-    file in the group format: the plan on every network scenario."""
-    from paraplan.cost.hetero_loader import load_hetero_plan
-    from paraplan.cost.hetero_simulate import simulate_hetero
+def cmd_simulate(args, read) -> int:
+    """`paraplan simulate INSTANCE --plan PLAN.yaml` of an instance shown as groups (`read`: as
+    read_instance read it), or with a plan file in the group format: the plan on every network
+    scenario."""
+    from paraplan.cost.groups_loader import load_class_plan
+    from paraplan.cost.class_simulate import simulate_classes
 
     from paraplan.cost.model_notes import model_warnings
 
-    inst = _load(args, simulate_only=True)
-    plan = load_hetero_plan(args.plan, inst)
-    bds = [(sc.name, simulate_hetero(inst, plan, sc.cluster)) for sc in inst.scenarios]
+    inst = as_groups(read)
+    plan = load_class_plan(args.plan, inst)
+    bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
     if args.json:
         nominal = bds[0][1]
         emit_json({"status": "fits" if nominal.fits else "out_of_memory",
@@ -300,33 +353,36 @@ def _no_fit_reason(bd) -> str:
 
 
 def cmd_replan(args) -> int:
-    from paraplan.cost.hetero_loader import hetero_plan_to_mapping, load_event, load_hetero_plan
+    from paraplan.cost.groups_loader import class_plan_to_mapping, load_event, load_class_plan
     from paraplan.solver.dynamic import replan
 
+    from paraplan.solver.commands.inputs import read_instance
+
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    inst = _load(args)  # a homogeneous cluster is the one-group case: its group is named after its GPU
-    current = load_hetero_plan(args.plan, inst)  # either plan format on one group
+    read = read_instance(args)
+    inst = as_groups(read)  # a homogeneous cluster is the one-group case: its group is named after its GPU
+    current = load_class_plan(args.plan, inst)  # either plan format on one group
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:
-        return _show_replan(args, inst, r, hetero_plan_to_mapping)
+        return _show_replan(args, inst, r, class_plan_to_mapping)
     finally:  # after the result is shown: a full disk loses nothing
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
             # the format the instance reads (plan_file), without the instance: the event changed it
-            plan = plan_file(args, inst.with_cluster(event.cluster), r.new.plan)["plan"]
+            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, from_group_file(read))["plan"]
             write_plan_file(args.output, header, {"plan": plan})
 
 
-def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
+def _show_replan(args, inst, r, class_plan_to_mapping) -> int:
     if args.json:
         emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
                    "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,
                    "break_even_iterations": r.break_even_iterations, "solve_time_s": r.solve_time_s,
-                   "new_plan": hetero_plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
+                   "new_plan": class_plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
         return 0
     print(describe_cluster(inst))
     print(f"event       {r.event}")
@@ -347,11 +403,12 @@ def _show_replan(args, inst, r, hetero_plan_to_mapping) -> int:
 
 def cmd_timeline(args) -> int:
     from paraplan.solver.dynamic import plan_timeline
+    from paraplan.solver.commands.inputs import read_instance
 
-    if not _group_file(args):
+    inst = read_instance(args)
+    if not from_group_file(inst):
         raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
                             "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
-    inst = _load(args)
     if not inst.timeline:
         raise InstanceError(inst.source, "timeline", "the instance has no timeline",
                             "add a `timeline:` list of {scenario, duration_h} periods")
@@ -365,13 +422,13 @@ def cmd_timeline(args) -> int:
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
-        from paraplan.cost.hetero_loader import hetero_plan_to_mapping
+        from paraplan.cost.groups_loader import class_plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
                    r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
                    "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
-                   "candidates": [{"label": lab, "plan": hetero_plan_to_mapping(c, inst)}
+                   "candidates": [{"label": lab, "plan": class_plan_to_mapping(c, inst)}
                                   for lab, c in zip(r.candidate_labels, r.candidates)],
                    "solve_time_s": r.solve_time_s})
         return 0

@@ -1,6 +1,6 @@
-"""The declared space of heterogeneous plans (cost/hetero_specs.py), enumerated once.
+"""The declared space of heterogeneous plans (cost/plan_specs.py), enumerated once.
 
-A plan = an outer configuration (`HeteroOuter`: tp, cp, micro-batch size, sequence parallel, base
+A plan = an outer configuration (`ClassOuter`: tp, cp, micro-batch size, sequence parallel, base
 recompute mode, ZeRO stage, and the replica classes' shapes) + per class its micro-batch count,
 layer split and per-stage full-recompute counts (the inner problem, formulations/multiclass.py).
 
@@ -13,7 +13,7 @@ non-empty subset U of the node groups, listed and counted in solver/class_layout
   <= GPUs of g, any dp and c_g >= 1 that fit); pp = sum c_g. Every order of U
   is a separate configuration (the first stage holds the embedding, the last the output layer).
   With search.tp_per_group (the default) each group of U takes its own tp_g, every combination
-  of each group's admissible values (HeteroOuter.group_tp; e.g. tp 8 on A100 stages beside tp 4
+  of each group's admissible values (ClassOuter.group_tp; e.g. tp 8 on A100 stages beside tp 4
   on H100 stages), and the hand-off between stages of different tp reshards the activation
   (cost/coefficients.build); otherwise one tp for every group.
 - "replica" (replica-wise heterogeneity): on each group g of U, 1 to search.classes_per_group
@@ -29,7 +29,7 @@ non-empty subset U of the node groups, listed and counted in solver/class_layout
 
 search.idle_gpus (default false) lets a used group leave GPUs idle, in both families: a group
 of 3 nodes may run a pipeline, or a batch split, that only 2 divide. The idle GPUs sit after
-the busy ones in the group (cost/hetero_coefficients.class_placement); a group with no stage is
+the busy ones in the group (cost/class_coefficients.class_placement); a group with no stage is
 idle as before. It multiplies the layouts by the stage counts each group may take
 (32 A100 + 32 H100: 246 -> 57,678 layouts; three types on 64 nodes: 3,642 -> 9e9, refused).
 
@@ -53,8 +53,8 @@ the replicas, within search.max_micro_batch, capped from memory by the homogeneo
 (capped_micro_batches and micro_batch_lower_bound_parts below; micro_batch_values says how a
 class spanning groups is bounded). A lone class runs the count the batch gives it,
 fewer micro-batches than stages included, as on one group; with search.uniform_split (which
-reaches the class planner only from a homogeneous instance, cost/hetero_loader.
-homogeneous_as_hetero: a mixed-cluster file listing it is refused) the planner searches even
+reaches the class planner only from a homogeneous instance, cost/groups_loader.
+as_one_group: a mixed-cluster file listing it is refused) the planner searches even
 layer splits, the homogeneous rule. So a
 one-group cluster's space is the homogeneous space, outer configuration for outer configuration
 and plan for plan (checked against the homogeneous enumeration until it was deleted; the
@@ -63,14 +63,14 @@ goldens keep the space sizes).
 Rules that stay specific to plans of several classes, and why: one tp for every class (a
 layer's gradients are reduced in one ring over every replica of every class, and replicas with
 different tp hold different shards of the layer, which that ring cannot reduce; so the
-replica family and a tp per group exclude each other, cost/hetero_specs.HeteroPlan.check_against);
+replica family and a tp per group exclude each other, cost/plan_specs.ClassPlan.check_against);
 every replica runs at least as
 many micro-batches as it has stages (1F1B steady state), and with interleaving (v > 1) a
 multiple of its stage count and at least twice it, and a pipeline-free replica whose
 micro-batches the expert all-to-all overlap pairs (job.moe_a2a_overlap with ep > 1) at least 2:
 memory then does not depend on how the batch
-is split between classes (cost/hetero_coefficients.class_outer), which lets one set of
-coefficients price every split; one cp and v for every group (one HeteroOuter); no
+is split between classes (cost/class_coefficients.class_outer), which lets one set of
+coefficients price every split; one cp and v for every group (one ClassOuter); no
 uniform_split on several groups (the loader refuses it instead of dropping it). The micro-batch
 counts satisfy micro_batch * sum_k replicas_k * m_k = global_batch.
 
@@ -123,7 +123,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -133,9 +133,9 @@ from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.framework_rules import rules_for
-from paraplan.cost.hetero_coefficients import class_outer
-from paraplan.cost.hetero_loader import homogeneous_as_hetero
-from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter
+from paraplan.cost.class_coefficients import class_outer
+from paraplan.cost.groups_loader import as_one_group
+from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem
 from paraplan.cost.specs import Attention, Instance, Outer, PipelineSchedule
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
@@ -217,8 +217,8 @@ def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bo
     return total
 
 
-def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
-                  groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[HeteroOuter]:
+def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+                  groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[ClassOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
     tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp)) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
@@ -234,14 +234,14 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     flash = inst.job.attention is Attention.FLASH
     modes = list(s.recompute[:1] if flash else s.recompute)
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-    out: list[HeteroOuter] = []
+    out: list[ClassOuter] = []
     for family in families:
         for used in subsets:
             for tpg, cp in ((t, c) for t in tp_choices(inst, used, family)
                             for c in cp_values(inst, used, t)):
                 tps = sorted(set(tpg.values()))
                 for shapes in class_shapes(inst, tpg, used, family, cp):
-                    # HeteroOuter's tp: the first stage's group's; group_tp where they differ
+                    # ClassOuter's tp: the first stage's group's; group_tp where they differ
                     tp = tpg[shapes[0].stage_groups[0]]
                     group_tp = tuple(sorted(tpg.items())) if len(tps) > 1 else ()
                     replicas = sum(c.replicas for c in shapes)
@@ -274,7 +274,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
                                                 and not has_micro_batch_split(shapes, gb // mb, uniform,
                                                                               1, True)):
                                             continue  # no counts of >= 2 on its pp = 1 classes
-                                        out.append(HeteroOuter(tp=tp, cp=cp, micro_batch=mb,
+                                        out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
                                                                classes=shapes, family=family, ep=ep,
@@ -284,7 +284,7 @@ def hetero_outers(inst: HeteroInstance, families: tuple[str, ...] = FAMILIES,
     return out
 
 
-def _sp_zero_values(inst: HeteroInstance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
+def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
     """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
     admitted with some value of the other and some v (`tpg`: group -> tp)."""
     m, s = inst.model, inst.search
@@ -307,7 +307,7 @@ def _sp_zero_values(inst: HeteroInstance, tpg: dict[int, int], cp: int, shapes) 
     return sps, zeros
 
 
-def micro_batch_values(inst: HeteroInstance, tpg: dict[int, int], cp: int, shapes,
+def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes,
                        uniform: bool = False) -> list[int]:
     """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
     the global batch (within max_micro_batch) that split it between the replicas
@@ -343,7 +343,7 @@ def micro_batch_values(inst: HeteroInstance, tpg: dict[int, int], cp: int, shape
                                                      for sp in sps for z in zeros))
 
 
-def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
+def virtual_stage_values(inst: ClusterInstance, shapes) -> list[int]:
     """search.virtual_stages, or every v dividing the layers with v * pp_k <= layers for every
     class (the homogeneous rule on each class: v divides the layers, v * pp <= layers); v > 1 only
     where every class has a pipeline."""
@@ -353,7 +353,7 @@ def virtual_stage_values(inst: HeteroInstance, shapes) -> list[int]:
                                                                   for c in shapes))]
 
 
-def not_covered(inst: HeteroInstance, used_groups: set[int] | None = None) -> list[str]:
+def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> list[str]:
     """The kinds of plan this instance's cluster can run that the space leaves out (the module
     docstring's "Outside the space by default"), each with the search key that brings it in, so
     that a proof over the space says nothing about them: what `plan` prints and records beside
@@ -395,7 +395,7 @@ def dualpipe_job(inst) -> bool:
     return inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
 
 
-def _dualpipe_runs(inst, o: HeteroOuter) -> bool:
+def _dualpipe_runs(inst, o: ClassOuter) -> bool:
     c = o.classes[0]
     m = inst.job.global_batch // o.micro_batch // c.replicas
     return len(o.classes) == 1 and schedule_problem(c.pp, o.virtual_stages, m) is None
@@ -410,68 +410,125 @@ DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe 
                         " instead of 1F1B, on one GPU type)")
 
 
-def empty_space_reason(inst: HeteroInstance) -> str:
-    """Why `hetero_outers(inst)` is empty: the first rule, in enumeration order, that leaves no
-    configuration (an empty space is never reported without its cause)."""
+def empty_space_reason(inst: ClusterInstance) -> str:
+    """Why `declared_outers(inst)` is empty: the first rule of EMPTY_SPACE_RULES, in enumeration
+    order, that leaves no configuration (an empty space is never reported without its cause)."""
     if dualpipe_job(inst):
         from dataclasses import replace
         one_f_one_b = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B))
-        if hetero_outers(one_f_one_b):
+        if declared_outers(one_f_one_b):
             return ("DualPipe runs none of the declared configurations: it needs an even stage count"
                     " pp >= 2, virtual_stages 1 and an even number of micro-batches per pipeline"
                     " >= 2 pp (cost/dualpipe.schedule_problem)")
         inst = one_f_one_b
-    s, m, gb = inst.search, inst.model, inst.job.global_batch
-    G = len(inst.cluster.groups)
+    left = _Left(inst)
+    return next((reason for rule in EMPTY_SPACE_RULES if (reason := rule(left))),
+                "no combination of the declared values is a valid plan")
+
+
+@dataclass
+class _Left:
+    """What the space's rules have left so far, stage by stage (EMPTY_SPACE_RULES fill it in)."""
+
+    inst: ClusterInstance
+    with_tp: list = field(default_factory=list)  # (groups used, tp per group)
+    with_cp: list = field(default_factory=list)  # (groups used, tp per group, cp)
+    shapes: list = field(default_factory=list)  # (tp of the first stage's group, cp, class shapes)
+
+
+def _no_tp(left: _Left) -> str | None:
+    inst = left.inst
+    s, G = inst.search, len(inst.cluster.groups)
     subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
-    with_tp = [(u, t) for u in subsets for fam in FAMILIES for t in tp_choices(inst, u, fam)]
-    if not with_tp:
-        listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
-        where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
-        return (f"{listed} divides the {m.heads} heads and the {where} of a group"
-                + ("" if s.tp_across_nodes else " (search.tp_across_nodes is false)"))
-    with_cp = [(u, t, c) for u, t in with_tp for c in cp_values(inst, u, t)]
-    if not with_cp:
-        listed = f"no value of search.cp {list(s.cp)}" if s.cp is not None else "no power of two"
-        return (f"{listed} divides the sequence length {m.seq_len} and a used group's GPUs left"
-                " by tp" + (f", within search.max_cp {s.max_cp}" if s.max_cp is not None else ""))
-    shapes = [(t, c, sh) for u, t, c in with_cp for fam in FAMILIES
+    left.with_tp = [(u, t) for u in subsets for fam in FAMILIES for t in tp_choices(inst, u, fam)]
+    if left.with_tp:
+        return None
+    listed = f"no value of search.tp {list(s.tp)}" if s.tp is not None else "no power of two"
+    where = "GPUs (in whole nodes)" if s.tp_across_nodes else "GPUs per node"
+    return (f"{listed} divides the {inst.model.heads} heads and the {where} of a group"
+            + ("" if s.tp_across_nodes else " (search.tp_across_nodes is false)"))
+
+
+def _no_cp(left: _Left) -> str | None:
+    s, m = left.inst.search, left.inst.model
+    left.with_cp = [(u, t, c) for u, t in left.with_tp for c in cp_values(left.inst, u, t)]
+    if left.with_cp:
+        return None
+    listed = f"no value of search.cp {list(s.cp)}" if s.cp is not None else "no power of two"
+    return (f"{listed} divides the sequence length {m.seq_len} and a used group's GPUs left"
+            " by tp" + (f", within search.max_cp {s.max_cp}" if s.max_cp is not None else ""))
+
+
+def _no_pipeline_shape(left: _Left) -> str | None:
+    inst = left.inst
+    s, m = inst.search, inst.model
+    shapes = [(t, c, sh) for u, t, c in left.with_cp for fam in FAMILIES
               for sh in class_shapes(inst, t, u, fam, c)]
-    shapes = [(t[sh[0].stage_groups[0]], c, sh) for t, c, sh in shapes]  # tp: the first stage's
-    if not shapes:
-        max_pp = s.max_pp if s.max_pp is not None else m.layers
-        return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
-                f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
-                f" and the model's {m.layers} layers")
+    left.shapes = [(t[sh[0].stage_groups[0]], c, sh) for t, c, sh in shapes]  # tp: the first stage's
+    if left.shapes:
+        return None
+    max_pp = s.max_pp if s.max_pp is not None else m.layers
+    return ("no pipeline shape fits: every GPU of a used group must be replicas x tp x cp x"
+            f" stages, with stages within {'search.pp ' + str(list(s.pp)) if s.pp else 'max_pp ' + str(max_pp)}"
+            f" and the model's {m.layers} layers")
+
+
+def _no_micro_batch_split(left: _Left) -> str | None:
+    s, gb = left.inst.search, left.inst.job.global_batch
     mbs = s.micro_batch if s.micro_batch is not None else [
         d for d in divisors(gb) if s.max_micro_batch is None or d <= s.max_micro_batch]
-    if not any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, _, sh in shapes for mb in mbs):
-        return (f"no micro-batch size in {list(mbs)} splits the global batch {gb} between the"
-                " replicas (micro_batch x sum of replicas x micro-batches; with several classes,"
-                " every replica runs at least as many micro-batches as it has stages)")
-    if not any(virtual_stage_values(inst, sh) for _, _, sh in shapes):
-        return (f"no value of search.virtual_stages {list(s.virtual_stages or ())} fits a pipeline"
-                f" shape: v > 1 needs every class pipelined with v x stages <= the model's"
-                f" {m.layers} layers, v dividing them")
-    if True not in s.sequence_parallel and False not in s.sequence_parallel:
+    if any(gb % mb == 0 and has_micro_batch_split(sh, gb // mb) for _, _, sh in left.shapes for mb in mbs):
+        return None
+    return (f"no micro-batch size in {list(mbs)} splits the global batch {gb} between the"
+            " replicas (micro_batch x sum of replicas x micro-batches; with several classes,"
+            " every replica runs at least as many micro-batches as it has stages)")
+
+
+def _no_virtual_stages(left: _Left) -> str | None:
+    if any(virtual_stage_values(left.inst, sh) for _, _, sh in left.shapes):
+        return None
+    return (f"no value of search.virtual_stages {list(left.inst.search.virtual_stages or ())} fits a"
+            f" pipeline shape: v > 1 needs every class pipelined with v x stages <= the model's"
+            f" {left.inst.model.layers} layers, v dividing them")
+
+
+def _no_sequence_parallel(left: _Left) -> str | None:
+    sp, seq_len = left.inst.search.sequence_parallel, left.inst.model.seq_len
+    if True not in sp and False not in sp:
         return "search.sequence_parallel lists no value"
-    if False not in s.sequence_parallel and not any(t > 1 and m.seq_len % (t * c) == 0
-                                                    for t, c, _ in shapes):
+    if False not in sp and not any(t > 1 and seq_len % (t * c) == 0 for t, c, _ in left.shapes):
         return ("search.sequence_parallel: [true] needs tp > 1 with tp * cp dividing seq_len,"
                 " and no admissible tp is")
-    if 0 not in s.zero and all(c * sum(x.replicas for x in sh) == 1 for _, c, sh in shapes):
-        return (f"search.zero {list(s.zero)} shards over replicas and context-parallel ranks,"
+    return None
+
+
+def _no_zero_to_shard(left: _Left) -> str | None:
+    zero = left.inst.search.zero
+    if 0 not in zero and all(c * sum(x.replicas for x in sh) == 1 for _, c, sh in left.shapes):
+        return (f"search.zero {list(zero)} shards over replicas and context-parallel ranks,"
                 " and every pipeline shape has one of each")
+    return None
+
+
+def _no_framework_mode(left: _Left) -> str | None:
+    inst = left.inst
+    s = inst.search
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-    if not any(rules.admits(tp=t, pp=c.pp, cp=cp, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
-               for t, cp, sh in shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
-        return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
-                f" {list(s.zero)} and tp / sequence-parallel modes on these pipeline shapes"
-                " (cost/framework_rules.py)")
-    return "no combination of the declared values is a valid plan"
+    if any(rules.admits(tp=t, pp=c.pp, cp=cp, dp=sum(x.replicas for x in sh), sp=sp, zero=z, v=1)
+           for t, cp, sh in left.shapes for c in sh for sp in s.sequence_parallel for z in s.zero):
+        return None
+    return (f"{inst.job.framework.value} runs none of the declared ZeRO stages"
+            f" {list(s.zero)} and tp / sequence-parallel modes on these pipeline shapes"
+            " (cost/framework_rules.py)")
 
 
-def paired_counts(inst: HeteroInstance, o: HeteroOuter) -> bool:
+# The space's rules in enumeration order, each narrowing what the previous left (`_Left`) and
+# returning why nothing is left, or None: the first reason is the one reported.
+EMPTY_SPACE_RULES = (_no_tp, _no_cp, _no_pipeline_shape, _no_micro_batch_split, _no_virtual_stages,
+                     _no_sequence_parallel, _no_zero_to_shard, _no_framework_mode)
+
+
+def paired_counts(inst: ClusterInstance, o: ClassOuter) -> bool:
     """Whether the expert all-to-all overlap pairs the micro-batches of o's pipeline-free
     classes (cost/moe.pairs_unpipelined_micro_batches): _count_form's `paired`."""
     return pairs_unpipelined_micro_batches(inst.job, o.ep)
@@ -482,7 +539,7 @@ def _count_form(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], 
     1F1B takes m_k >= pp_k with several classes, m >= 1 for a lone class (step 1); interleaving
     (v > 1) takes m_k a multiple of pp_k (Megatron-LM's interleaved schedule), and with several
     classes m_k >= 2 pp_k, where memory no longer depends on m_k
-    (cost/hetero_coefficients.class_outer); a lone class's count is fixed by the batch.
+    (cost/class_coefficients.class_outer); a lone class's count is fixed by the batch.
     `paired` (paired_counts): the expert all-to-all overlap's combined 1F1B runs on the
     pipeline-free classes, which with several classes then take m_k >= 2, for the same reason
     (one micro-batch has no partner; its memory holds one, not two)."""
@@ -598,12 +655,12 @@ def _vectors(x: tuple[int, ...], lo: tuple[int, ...], total: int, uniform: bool)
 
 
 @dataclass(frozen=True)
-class HeteroSpaceSummary:
+class SpaceSummary:
     outer_configs: int
     plans_total: int  # outer configs x micro-batch splits x per-class layer splits and recompute
 
 
-def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = False) -> HeteroSpaceSummary:
+def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = False) -> SpaceSummary:
     """plans_total counts, per outer configuration, its micro-batch vectors x per-class layer
     splits and recompute counts x layer-plan combinations (solver/class_partitions.py; 1
     without per-operator partitions)."""
@@ -611,7 +668,7 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
     total = 0
     # outers differ mostly in sp, ZeRO and recompute mode, which change no count: count each
     # (class shapes, micro-batch, v) once (tens of thousands of outers on large instances);
-    # hetero_outers gives the outers of one shape one tuple object, so its id is the cheap key
+    # declared_outers gives the outers of one shape one tuple object, so its id is the cheap key
     per_shape: dict[tuple, int] = {}
     splits: dict[tuple[int, int], int] = {}  # per class: depends on (pp, v) only
     for o in outers:
@@ -627,22 +684,22 @@ def summarize(inst: HeteroInstance, outers: list[HeteroOuter], uniform: bool = F
                 per *= splits[c.pp, v]
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
-    return HeteroSpaceSummary(outer_configs=len(outers), plans_total=total)
+    return SpaceSummary(outer_configs=len(outers), plans_total=total)
 
 
 def one_group_outers(inst: Instance) -> list[Outer]:
     """The declared space of a homogeneous instance (its one-group class space, searched as
     solver/class_route.py plans it), each configuration as the Outer that prices it
-    (cost/hetero_coefficients.class_outer, the lone class at the count the batch gives it)."""
-    het = homogeneous_as_hetero(inst)
+    (cost/class_coefficients.class_outer, the lone class at the count the batch gives it)."""
+    het = as_one_group(inst)
     gb = inst.job.global_batch
     return [class_outer(o, 0, gb // o.micro_batch // o.classes[0].replicas)
-            for o in hetero_outers(het, uniform=inst.search.uniform_split)]
+            for o in declared_outers(het, uniform=inst.search.uniform_split)]
 
 
 def one_group_plans_total(inst: Instance) -> int:
     """Complete plans of a homogeneous instance's declared space (summarize of its one-group
     class space: outer configurations x splits x recompute counts x layer plans)."""
-    het = homogeneous_as_hetero(inst)
+    het = as_one_group(inst)
     uniform = inst.search.uniform_split
-    return summarize(het, hetero_outers(het, uniform=uniform), uniform).plans_total
+    return summarize(het, declared_outers(het, uniform=uniform), uniform).plans_total

@@ -2,7 +2,7 @@
 the slowest replica, sync, memory per stage, throughput.
 
 Computed from the same class coefficients the inner formulations optimise over
-(cost/hetero_coefficients.py), so a solver's objective and this re-simulation agree up to the
+(cost/class_coefficients.py), so a solver's objective and this re-simulation agree up to the
 solvers' stated tolerances.
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 from paraplan.cost import schedule
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
-from paraplan.cost.hetero_coefficients import class_coefficients, replica_time_s
-from paraplan.cost.hetero_specs import HeteroCluster, HeteroInstance, HeteroPlan
+from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
+from paraplan.cost.plan_specs import Cluster, ClusterInstance, ClassPlan
 from paraplan.cost.specs import PipelineSchedule
 
 
@@ -32,7 +32,7 @@ class ClassReport:
 
 
 @dataclass(frozen=True)
-class HeteroBreakdown:
+class PlanBreakdown:
     iter_time_s: float
     pipeline_s: float  # slowest replica
     sync_s: float  # slowest stage's exposed gradient sync + optimizer step
@@ -56,8 +56,8 @@ class HeteroBreakdown:
                                                          k.capacity_bytes))]
 
 
-def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroCluster | None = None,
-                    net: NetEfficiency = NetEfficiency()) -> HeteroBreakdown:
+def simulate_classes(inst: ClusterInstance, plan: ClassPlan, cluster: Cluster | None = None,
+                    net: NetEfficiency = NetEfficiency()) -> PlanBreakdown:
     plan.check_against(inst)
     hc = cluster if cluster is not None else inst.cluster
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
@@ -81,7 +81,7 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
     tokens_per_s = inst.job.global_batch * inst.model.seq_len / iter_time
     peak = sum(g.num_gpus * g.cluster.gpu.peak_flops_per_s for g in hc.groups)
     used = sum(plan.outer.gpus_per_group(len(hc.groups)))
-    return HeteroBreakdown(iter_time_s=iter_time, pipeline_s=max(pipes), sync_s=max(syncs),
+    return PlanBreakdown(iter_time_s=iter_time, pipeline_s=max(pipes), sync_s=max(syncs),
                            tokens_per_s=tokens_per_s,
                            mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,
                            classes=tuple(reports), idle_gpus=hc.num_gpus - used,
@@ -89,7 +89,7 @@ def simulate_hetero(inst: HeteroInstance, plan: HeteroPlan, cluster: HeteroClust
                                                                            hc.num_gpus))
 
 
-def _dualpipe(inst: HeteroInstance, plan: HeteroPlan, hc: HeteroCluster, net: NetEfficiency) -> HeteroBreakdown:
+def _dualpipe(inst: ClusterInstance, plan: ClassPlan, hc: Cluster, net: NetEfficiency) -> PlanBreakdown:
     """A DualPipe plan, one class on one group (the loaders refuse DualPipe on a mixed
     cluster), priced by cost/dualpipe.iteration as `simulate` prices it on its homogeneous
     instance; its rows are devices (device d holds stages d and pp - 1 - d): the time per
@@ -97,12 +97,12 @@ def _dualpipe(inst: HeteroInstance, plan: HeteroPlan, hc: HeteroCluster, net: Ne
     from dataclasses import replace
 
     from paraplan.cost import dualpipe
-    from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, one_group_as_homogeneous
+    from paraplan.cost.groups_loader import as_flat_plan, as_flat_instance
 
     if len(hc.groups) != 1 or len(plan.classes) != 1:
         raise ValueError("a DualPipe plan runs one replica class on one node group")
-    hom = one_group_as_homogeneous(replace(inst, cluster=hc))
-    it = dualpipe.iteration(hom, hetero_plan_as_homogeneous(plan), net, inst.search.memory_reserve_bytes)
+    hom = as_flat_instance(replace(inst, cluster=hc))
+    it = dualpipe.iteration(hom, as_flat_plan(plan), net, inst.search.memory_reserve_bytes)
     k = plan.classes[0]
     pipeline = float(it.steady_s.max() + it.bubble_s)
     tokens_per_s = inst.job.global_batch * inst.model.seq_len / it.iter_time_s
@@ -112,7 +112,7 @@ def _dualpipe(inst: HeteroInstance, plan: HeteroPlan, hc: HeteroCluster, net: Ne
                          stage_time_s=tuple(float(x) for x in it.time_per_micro_batch_s),
                          mem_bytes=tuple(float(x) for x in it.mem_bytes),
                          capacity_bytes=tuple(float(x) for x in it.capacity_bytes))
-    return HeteroBreakdown(iter_time_s=it.iter_time_s, pipeline_s=pipeline, sync_s=float(it.sync_s.max()),
+    return PlanBreakdown(iter_time_s=it.iter_time_s, pipeline_s=pipeline, sync_s=float(it.sync_s.max()),
                            tokens_per_s=tokens_per_s,
                            mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,
                            classes=(report,), idle_gpus=hc.num_gpus - plan.outer.gpus_per_group(1)[0],

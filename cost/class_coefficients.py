@@ -38,12 +38,12 @@ import numpy as np
 from paraplan.cost import comm, moe, schedule
 from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build, megatron_layer
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.hetero_specs import HeteroCluster, HeteroOuter
+from paraplan.cost.plan_specs import Cluster, ClassOuter
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.specs import Instance, Link, Outer
 
 
-def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None,
+def class_outer(ho: ClassOuter, k: int, num_micro_batches: int | None = None,
                 paired: bool = False) -> Outer:
     """The homogeneous Outer that prices class k, each replica running `num_micro_batches`.
 
@@ -58,11 +58,11 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None,
     With interleaving (v > 1) stage s holds min(2 (pp - s - 1) + (v - 1) pp + 1, m v) chunks,
     the uncapped count for every m >= 2 pp: None then records m = 2 pp, exact for every
     m >= 2 pp and an over-estimate of memory at m = pp (a class of several, whose count is a
-    decision, runs at least 2 pp, solver/hetero_space.py; a lone class is priced at its count).
+    decision, runs at least 2 pp, solver/space.py; a lone class is priced at its count).
 
     `paired` (cost/moe.pairs_unpipelined_micro_batches): the expert all-to-all overlap's
     combined 1F1B holds min(2, m) micro-batches on a pipeline-free class, so None records m = 2
-    there, the smallest count the space then allows it (solver/hetero_space._count_form)."""
+    there, the smallest count the space then allows it (solver/space._count_form)."""
     c = ho.classes[k]
     v = ho.virtual_stages
     least = 2 if paired and v == 1 else 1
@@ -76,7 +76,7 @@ def class_outer(ho: HeteroOuter, k: int, num_micro_batches: int | None = None,
                  ep=ho.ep, etp=ho.etp)
 
 
-def class_outers(job, ho: HeteroOuter) -> list[Outer]:
+def class_outers(job, ho: ClassOuter) -> list[Outer]:
     """Each class's Outer as the inner problem prices it (class_outer): a lone class at the
     count the batch gives it (fixed; with interleaving its memory depends on it at m = pp),
     several classes, whose counts are decisions, at None, paired where the expert all-to-all
@@ -89,7 +89,7 @@ def class_outers(job, ho: HeteroOuter) -> list[Outer]:
     return [class_outer(ho, k, None, paired) for k in range(K)]
 
 
-def _ring_link(hc: HeteroCluster, ho: HeteroOuter, stage_group: int, ep: int = 1,
+def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
                etp: int | None = None) -> tuple[Link, bool]:
     """The gradient ring's link; with `ep` > 1 or an expert tensor-parallel degree `etp` the
     expert-data-parallel ring's: the ranks holding the same experts, tp / (ep * etp) of the
@@ -130,7 +130,7 @@ def _spread_link(cluster, members: int, span: int, stride: int) -> tuple[Link, b
     return comm.group_link(cluster, members, max(stride, -(-span // members)))
 
 
-def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
+def class_placement(hc: Cluster, ho: ClassOuter, k: int) -> Placement:
     c = ho.classes[k]
     unit = [ho.tp_of(g) * ho.cp for g in range(len(hc.groups))]  # GPUs of one replica's stage
     # first GPU of this class inside each group: after the classes listed before it
@@ -165,7 +165,7 @@ def class_placement(hc: HeteroCluster, ho: HeteroOuter, k: int) -> Placement:
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
 
 
-def group_site(hc: HeteroCluster, ho: HeteroOuter, g: int, rings: bool = True) -> Site:
+def group_site(hc: Cluster, ho: ClassOuter, g: int, rings: bool = True) -> Site:
     """The site of `ho`'s stages on group g: its GPU, its tensor, context and expert parallel
     links, and (`rings`) the gradient rings across the classes (_ring_link). Without `rings`
     the tp link stands in for the data-parallel one: what is left is all that
@@ -211,7 +211,7 @@ def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict)
     return layer_fn
 
 
-def group_pricing_instance(inst, hc: HeteroCluster, g: int) -> Instance:
+def group_pricing_instance(inst, hc: Cluster, g: int) -> Instance:
     """`inst` (model, job, search) on group g's own cluster: what a layer plan on group g is
     priced with, since cost/partition.py reads the links of a tp group's sub-blocks (across
     nodes) from the instance's cluster."""
@@ -224,7 +224,7 @@ def on_group(layer_fn, group_inst: Instance):
     return lambda _inst, o, site, net: layer_fn(group_inst, o, site, net)
 
 
-def partitions_layer_fn(inst, hc: HeteroCluster, pl: Placement, stage_groups: tuple[int, ...],
+def partitions_layer_fn(inst, hc: Cluster, pl: Placement, stage_groups: tuple[int, ...],
                         partitions) -> object:
     """class_layer_fn of a class's recorded partitions ((group, layer plan), ...) on network hc."""
     if not partitions:
@@ -233,7 +233,7 @@ def partitions_layer_fn(inst, hc: HeteroCluster, pl: Placement, stage_groups: tu
         g: on_group(plan_layer_fn(parts), group_pricing_instance(inst, hc, g)) for g, parts in partitions})
 
 
-def class_coefficients(inst, hc: HeteroCluster, ho: HeteroOuter, net: NetEfficiency = NetEfficiency(),
+def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = NetEfficiency(),
                        reserve_bytes: float = 0.0,
                        num_micro_batches: tuple[int, ...] | None = None,
                        partitions: tuple | None = None) -> list[StageCoefficients]:
