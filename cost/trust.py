@@ -417,16 +417,23 @@ def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
               min_group_rows: int = MIN_GROUP_ROWS,
               anchors: Sequence[tuple[str, float, bool]] | None = None) -> Trust:
     """A mixture-of-experts plan's interval: no dense row exercises its experts, all-to-alls or
-    routing imbalance, so it comes from the MoE anchors priced as they ran
-    (cost/published/moe.yaml; not fitted), those on the plan's die when at least min_group_rows
-    are, else all of them, leaving out the run slowed by host-side work (`host_bound`). An
-    anchor's error e = model TFLOP/s predicted / measured - 1 is measured time / predicted time
-    - 1, so its log error in this module's sense is r = -ln(1 + e). `anchors`: (GPU, error %,
-    host_bound) rows in place of moe.yaml's."""
-    errs = [(g, e) for g, e, host in (_moe_anchor_rows() if anchors is None else anchors) if not host]
+    routing imbalance, so it comes from the MoE anchors' out-of-sample errors, each anchor
+    predicted with the MoE parameters fitted without its table (cost/moe_fit.py, stored in
+    cost/published/moe_crossval.yaml, which leaves out the run slowed by host-side work),
+    those on the plan's die when at least min_group_rows are, else all of them. An anchor's
+    error e = model TFLOP/s predicted / measured - 1 is measured time / predicted time - 1, so
+    its log error in this module's sense is r = -ln(1 + e). `anchors`: (GPU, error %,
+    host_bound) rows in place of the stored ones."""
+    if anchors is None:
+        from paraplan.cost.moe_fit import load_stored
+        anchors = [(r.gpu, r.out_of_sample_error_pct, False) for r in load_stored()]
+        source = "each predicted with its table left out of the fit (cost/published/moe_crossval.yaml)"
+    else:
+        source = "as given"
+    errs = [(g, e) for g, e, host in anchors if not host]
     here = [e for g, e in errs if die(g) == die(gpu)]
     chosen, where = (here, f"on {die(gpu)}") if len(here) >= min_group_rows else (
         [e for _, e in errs], f"on every GPU ({len(here)} on {die(gpu)})")
     logs = [-math.log1p(e / 100) for e in chosen]
     return Trust(interval_s=log_quantile_interval(predicted_s, logs), rows=len(chosen), warnings=warnings,
-                 group=f"mixture-of-experts anchors {where}, priced as they ran (cost/published/moe.yaml)")
+                 group=f"mixture-of-experts anchors {where}, {source}")
