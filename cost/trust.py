@@ -424,9 +424,11 @@ def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
     error e = model TFLOP/s predicted / measured - 1 is measured time / predicted time - 1, so
     its log error in this module's sense is r = -ln(1 + e). `anchors`: (GPU, error %,
     host_bound) rows in place of the stored ones."""
-    if anchors is None:
-        from paraplan.cost.moe_fit import load_stored
-        anchors = [(r.gpu, r.out_of_sample_error_pct, False) for r in load_stored()]
+    if anchors is None:  # read here: cost/moe_fit imports this module
+        from paraplan.cost.calibration import PUBLISHED_DIR
+        from paraplan.cost.loader import read_yaml
+        anchors = [(r["gpu"], float(r["out_of_sample_error_pct"]), False)
+                   for r in read_yaml(PUBLISHED_DIR / "moe_crossval.yaml")["rows"]]
         source = "each predicted with its table left out of the fit (cost/published/moe_crossval.yaml)"
     else:
         source = "as given"

@@ -56,7 +56,9 @@ def test_every_bundled_export_that_exits_0_fits_and_keeps_the_plans_speed(instan
 
 # (instance, target, what the one line must say): the measurements before the fix
 WILL_NOT_RUN = [
-    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["84.8 GiB per GPU of 80.0 GiB"]),
+    # 84.8 GiB before the MoE goldens were re-frozen with the fitted MoE parameters (tp 2, pp 8;
+    # now tp 1, pp 16, 4 MoE layers a stage, cost/moe_params.py)
+    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["96.9 GiB per GPU of 80.0 GiB"]),
     ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 80.0 GiB", "+141.0%"]),
     ("instances/llama3-70b-512xH100.yaml", "deepspeed", ["125.2 GiB per GPU of 80.0 GiB"]),
     ("instances/llama3-8b-64xH100.yaml", "torchtitan", ["80.9 GiB per GPU of 80.0 GiB"]),
