@@ -158,8 +158,10 @@ def unpriced_reason(zero: int, pp: int) -> str | None:
     ZeRO-2/3 (FSDP) inside a pipeline: Megatron-LM and DeepSpeed assert against it (above), and
     torchtitan's path, which runs it, gathers and shards per micro-batch in a way cost/memory.py
     does not model (published runs simulated anyway lost 54-74% of their memory, issue 31).
-    The planner never proposes it (FRAMEWORK_RULES); `simulate` and `accuracy` refuse it rather
-    than mis-price it."""
+    The planner never proposes it (FRAMEWORK_RULES); a plan file holding it is refused as it is
+    read (cost/loader.plan_from_mapping, cost/hetero_loader.hetero_plan_from_mapping), so every
+    command that reads a plan refuses it, and `accuracy` reports such a row as not modelled,
+    rather than mis-price it."""
     if zero >= 2 and pp > 1:
         return (f"zero={zero} with pp={pp}: ZeRO-2/3 (FSDP) inside a pipeline is not priced;"
                 " use zero 0 or 1 with pp > 1, or pp 1")
@@ -172,11 +174,15 @@ def unpriced_reason(zero: int, pp: int) -> str | None:
 # interleaved 1F1B came with Narayanan et al. (SC'21, arXiv 2104.04473, Megatron-LM v2, 2021);
 # sequence parallelism and selective activation recomputation with Korthikanti et al. (arXiv
 # 2205.05198, May 2022, Megatron-LM v3.0); the distributed optimizer (ZeRO-1,
-# --use-distributed-optimizer) in 2022 as well. A row states its release year in
+# --use-distributed-optimizer) in 2022 as well; sharded gradients and parameters (ZeRO-2/3) only
+# with Megatron-core's own FSDP (--use-custom-fsdp with --data-parallel-sharding-strategy
+# optim_grads / optim_grads_params, Megatron Core 0.11, 2025): before it a Megatron-LM run
+# sharded nothing of its model state (the ZeRO-3 baseline of Narayanan et al. SC'21 Sec. 5.2
+# ran DeepSpeed, a row of its own framework). A row states its release year in
 # cost/published/ran.yaml (`release_year`); a row or instance that states none is the current
 # release, with every feature.
 MEGATRON_FEATURE_YEARS = {"interleaving": 2021, "sequence_parallel": 2022, "selective_recompute": 2022,
-                          "distributed_optimizer": 2022,
+                          "distributed_optimizer": 2022, "fsdp": 2025,
                           # --use-flash-attn (FlashAttention, arXiv 2205.14135) came to Megatron-LM
                           # in 2023: a run of an older release may have stored the scores
                           "fused_attention": 2023}
@@ -190,13 +196,19 @@ def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:
 
 
 def release_space(framework: Framework, year: int | None) -> SearchSpace:
-    """The declared space a Megatron-LM release of `year` runs (every feature when None or for
-    other frameworks, whose rules above already hold what they run)."""
-    if year is None or framework is not Framework.MEGATRON:
+    """The declared space a Megatron-LM release of `year` runs (every feature when None). A
+    DeepSpeed run of a stated year ran Megatron's model code (Megatron-DeepSpeed; the ZeRO-3
+    baseline of Narayanan et al. SC'21 Sec. 5.2): its sequence parallelism, selective
+    recomputation and interleaving follow Megatron-LM's years, its ZeRO stages are DeepSpeed's
+    own (1-3 since ZeRO-Infinity, April 2021). Other frameworks: every feature (their rules
+    above already hold what they run)."""
+    if year is None or framework not in (Framework.MEGATRON, Framework.DEEPSPEED):
         return SearchSpace()
     has = {f: year >= y for f, y in MEGATRON_FEATURE_YEARS.items()}  # fused attention: a fact of the row
+    zero = ((0,) + ((1,) if has["distributed_optimizer"] else ()) + ((2, 3) if has["fsdp"] else ())
+            if framework is Framework.MEGATRON else SearchSpace().zero)
     return SearchSpace(
         virtual_stages=None if has["interleaving"] else (1,),
         sequence_parallel=(False, True) if has["sequence_parallel"] else (False,),
         recompute=(Recompute.NONE, Recompute.SELECTIVE) if has["selective_recompute"] else (Recompute.NONE,),
-        zero=(0, 1, 2, 3) if has["distributed_optimizer"] else (0, 2, 3))
+        zero=zero)

@@ -116,6 +116,7 @@ from typing import Any
 
 from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
+from paraplan.cost.framework_rules import unpriced_reason
 from paraplan.cost.hetero_specs import (HeteroCluster, HeteroInstance, HeteroPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
 from paraplan.cost.hf_config import shown as _shown
@@ -686,6 +687,10 @@ def hetero_plan_from_mapping(mapping: Any, inst: HeteroInstance,
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
         )
         plan.check_against(inst)
+    unpriced = unpriced_reason(zero, max(len(c.stage_groups) for c in plan.classes))
+    if unpriced:  # as cost/loader.plan_from_mapping: no command prices it
+        raise sec.error("zero", unpriced.split(";")[0],
+                        "use zero 0 or 1 with pp > 1, or pp 1 (or plan the instance: the planner never proposes it)")
     return plan
 
 

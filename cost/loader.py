@@ -107,6 +107,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       mixed_families: false          # group format: a pipeline across groups beside replica
                                      #   classes on the GPUs it leaves
       memory_reserve_gib: 0          # kept free on every GPU
+      objective: p90                 # what the planner minimises: mean (the predicted time) or
+                                     #   pNN, its NN-th percentile under the model's out-of-
+                                     #   sample error (cost/trust.py; README)
 
 A `search:` value that the instance's shape can never run (cost/space_rules.py: tp=3 with 16
 heads, tp beyond a node without tp_across_nodes, pp above the layers, a cp that does not divide
@@ -178,8 +181,9 @@ import yaml
 
 from paraplan.cost import units
 from paraplan.cost.dualpipe import schedule_problem
+from paraplan.cost.objective import parse_objective
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.framework_rules import framework_refusal
+from paraplan.cost.framework_rules import framework_refusal, unpriced_reason
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import hetero_search_refusal, search_refusal
@@ -229,7 +233,7 @@ _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "seque
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group", "idle_gpus",
-                "mixed_families", "memory_reserve_gib", "tensor_partitions", "ep", "etp")
+                "mixed_families", "memory_reserve_gib", "tensor_partitions", "ep", "etp", "objective")
 _LINK_KINDS = ("nvlink", "pcie")
 RECOMPUTE_FULL = "full"
 
@@ -924,6 +928,13 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
     if sec.has("memory_reserve_gib"):
         kw["memory_reserve_bytes"] = units.gib_to_bytes(
             sec.number("memory_reserve_gib"))
+    if sec.has("objective"):
+        kw["objective"] = sec.string("objective")
+        try:
+            parse_objective(kw["objective"])
+        except ValueError:
+            raise sec.error("objective", f"{kw['objective']!r} is not an objective",
+                            "write mean (the predicted time) or pNN with NN in 1..99, e.g. p90") from None
     if sec.has("tensor_partitions"):
         allowed = ("megatron", "spatial_temporal")
         kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
@@ -1326,6 +1337,12 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
         )
         plan.check_against(inst)
+    # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
+    # refused as the plan is read, so simulate, memory, compare, report and export all refuse it
+    unpriced = unpriced_reason(plan.zero, plan.pp)
+    if unpriced:
+        raise sec.error("zero", unpriced.split(";")[0],
+                        "use zero 0 or 1 with pp > 1, or pp 1 (or plan the instance: the planner never proposes it)")
     return plan
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from paraplan.cost.errors import ConfigError
+from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.partition_names import check_partitions
 
 
@@ -579,8 +580,15 @@ class SearchSpace:
     # configuration's tp and 1 (Megatron-core's parallel folding, cost/moe.py); dense models:
     # tp only
     etp: tuple[int, ...] | None = None
+    # what the planner minimises (cost/objective.py): "mean", the predicted iteration time, or
+    # "pNN", its NN-th percentile under the cost model's out-of-sample error (cost/trust.py)
+    objective: str = DEFAULT_OBJECTIVE
 
     def __post_init__(self) -> None:
+        try:
+            parse_objective(self.objective)
+        except ValueError as e:
+            raise ConfigError(f"search.{e}") from None
         for name in ("tp", "pp", "cp", "micro_batch", "virtual_stages", "ep", "etp"):
             vals = getattr(self, name)
             if vals is not None and (not vals or min(vals) < 1):

@@ -19,11 +19,29 @@ percentiles of those log errors, each source family weighing the same (a row wei
 
     interval_s = [predicted_s * exp(-r_90), predicted_s * exp(-r_10)].
 
-The pool is every family's residuals, not a narrow group of rows like the plan: measured on the
-bundled rows (each row's interval built from the other families' residuals, `coverage`), groups
-of similar rows covered 59% of the left-out rows with an 80% band (they come from one or two
-sources, whose errors agree with each other and not with a new source), the family-weighted
-pool 77% (`paraplan accuracy` reports the figure).
+The pool is not a narrow group of rows like the plan (measured on the bundled rows, each row's
+interval built from the other families' residuals, `coverage`: groups of similar rows covered 59%
+of the left-out rows with an 80% band; they come from one or two sources, whose errors agree with
+each other and not with a new source). It is the residuals at the plan's *distance level*: the
+count of what the plan uses that fewer than MIN_VALIDATING_ROWS rows exercise in its scale band
+(its ZeRO stage, cp > 1, pp > 1, FP8, its GPU die, its framework; `unvalidated`), capped at 2. A
+row's own level is judged as it was predicted, against the other families' rows only. Measured
+on the 239 bundled rows (stored cross-validation, 80% band, each row's band without its family):
+
+    level  rows  families  band (measured / predicted)  covered
+    0        21         3  0.92 .. 1.05                  71%
+    1       147         6  0.85 .. 1.11                  80%
+    2        71         5  0.84 .. 1.16                  82%
+    all     239         8                                79.5% (one band for all: 79.1%)
+
+so a plan that leans on what no run validates gets a wider band, and mostly on its slow side.
+A level whose residuals come from fewer than MIN_LEVEL_FAMILIES families takes every level's.
+
+Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
+the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
+level, the time it stays under in NN% of the out-of-sample residuals. The factor depends only on
+what the configuration uses (ZeRO stage, cp, pp) and the instance, so the planner scales each
+configuration's time coefficients by it and its proof holds for the quantile.
 
 A mixture-of-experts plan takes its interval from the MoE anchors instead (`moe_trust`): no
 dense row exercises experts, all-to-alls or routing imbalance.
@@ -45,6 +63,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.calibration import RowResult, row_ran, source_family
+from paraplan.cost.objective import parse_objective
 from paraplan.cost.fit import die  # GPUs that share a compute die share a record
 from paraplan.cost.specs import Instance, Plan
 
@@ -55,6 +74,10 @@ RANK_MIN_REL_DIFF = 0.05  # measured times must differ by more than 5% to form a
 MIN_GROUP_ROWS = 5  # MoE anchors: fewer on the plan's die than this take every die's
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
 INTERVAL_QUANTILES = (0.10, 0.90)
+# distance levels 0, 1, 2 (2 or more unvalidated features; module docstring); a level whose
+# residuals come from fewer than MIN_LEVEL_FAMILIES source families borrows every level's
+DISTANCE_LEVELS = 3
+MIN_LEVEL_FAMILIES = 2
 # the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
 # against the same records): below it single-node runs set records no cluster plan is held to
 MFU_RECORD_MIN_GPUS = 256
@@ -253,9 +276,11 @@ class Trust:
     warnings: tuple[str, ...]
 
 
-def validation_warnings(f: Features, res: Sequence[Residual],
-                        min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
-    """One line per feature of `f` that fewer than min_rows residuals exercise in f's band."""
+def _feature_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
+    """(what f uses, its name, whether another row's features exercise it) for each feature of f
+    that rows validate per scale band: the ZeRO stage, cp > 1, pp > 1 and FP8, which the warnings
+    name, then f's GPU die and framework, which only the distance level counts (unvalidated_warnings
+    names a GPU type without any row)."""
     uses = []
     if f.zero > 0:
         uses.append((f"zero={f.zero}", f"ZeRO-{f.zero}", lambda g: g.zero == f.zero))
@@ -265,37 +290,105 @@ def validation_warnings(f: Features, res: Sequence[Residual],
         uses.append((f"pp={f.pp}", "pp > 1", lambda g: g.pp > 1))
     if f.precision == "fp8":
         uses.append(("precision=fp8", "FP8", lambda g: g.precision == "fp8"))
+    return uses
+
+
+def _context_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
+    return [(f"gpu={die(f.gpu)}", die(f.gpu), lambda g: die(g.gpu) == die(f.gpu)),
+            (f"framework={f.framework}", f.framework, lambda g: g.framework == f.framework)]
+
+
+def _validating(f: Features, has: Callable[[Features], bool], res: Sequence[Residual]) -> int:
+    return sum(1 for r in res if has(r.features) and r.features.band == f.band)
+
+
+def validation_warnings(f: Features, res: Sequence[Residual],
+                        min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
+    """One line per feature of `f` that fewer than min_rows residuals exercise in f's band."""
     lines = []
-    for used, name, has in uses:
-        n = sum(1 for r in res if has(r.features) and r.features.band == f.band)
+    for used, name, has in _feature_uses(f):
+        n = _validating(f, has, res)
         if n < min_rows:
             lines.append(f"{used} on {f.num_gpus} GPUs: {n} published row{'' if n == 1 else 's'}"
                          f" validate{'s' if n == 1 else ''} {name} at {f.band} GPUs")
     return lines
 
 
+def unvalidated(f: Features, res: Sequence[Residual], min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
+    """What `f` uses that fewer than min_rows residuals exercise in f's scale band: its ZeRO
+    stage, cp > 1, pp > 1, FP8, GPU die and framework (each as `_feature_uses` names it)."""
+    return [used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(f, has, res) < min_rows]
+
+
+def distance_level(f: Features, res: Sequence[Residual]) -> int:
+    """How far `f` is from the measured runs `res`: its count of unvalidated features, capped
+    at DISTANCE_LEVELS - 1 (module docstring)."""
+    return min(len(unvalidated(f, res)), DISTANCE_LEVELS - 1)
+
+
+@lru_cache(maxsize=4)
+def _residual_levels(res: tuple[Residual, ...]) -> dict[str, int]:
+    """Each residual's distance level judged as its row was predicted: against the residuals
+    of the other source families (the fit it was predicted by saw only those)."""
+    by_family: dict[str, list[Residual]] = {}
+    for r in res:
+        by_family.setdefault(r.features.family, []).append(r)
+    others = {fam: [x for x in res if x.features.family != fam] for fam in by_family}
+    return {r.id: distance_level(r.features, others[r.features.family]) for r in res}
+
+
+def band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None = None
+              ) -> tuple[list[Residual], int, list[str]]:
+    """(the residuals a prediction with features `f` takes its band from, f's distance level,
+    what f uses unvalidated): those of `res` outside `exclude_family` at f's distance level,
+    or all of them where that level holds fewer than MIN_LEVEL_FAMILIES source families."""
+    pool = [r for r in res if r.features.family != exclude_family]
+    missing = unvalidated(f, pool)
+    level = min(len(missing), DISTANCE_LEVELS - 1)
+    levels = _residual_levels(tuple(res))
+    same = [r for r in pool if levels[r.id] == level]
+    if len({r.features.family for r in same}) >= MIN_LEVEL_FAMILIES:
+        pool = same
+    return pool, level, missing
+
+
 def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
               exclude_family: str | None = None) -> Trust:
-    """The prediction interval from the family-weighted out-of-sample residuals `res` (module
-    docstring), leaving out `exclude_family`'s (a published row's own source, for coverage)."""
+    """The prediction interval from the family-weighted out-of-sample residuals `res` at f's
+    distance level (module docstring), leaving out `exclude_family`'s (a published row's own
+    source, for coverage)."""
     warnings = tuple(validation_warnings(f, res))
-    pool = [r for r in res if r.features.family != exclude_family]
+    pool, level, missing = band_pool(f, res, exclude_family)
     if not pool:
         return Trust(interval_s=None, group="no published rows", rows=0, warnings=warnings)
     families = len({r.features.family for r in pool})
+    what = f"unvalidated: {', '.join(missing)}" if missing else "every feature validated"
     return Trust(interval_s=log_quantile_interval(predicted_s, [r.log_error for r in pool],
                                                   weights=family_weights(pool)),
                  group=f"out of sample: each row predicted by a model fitted without its source;"
-                       f" {families} source families weighted equally",
+                       f" {families} source families weighted equally; distance level {level}"
+                       f" ({what})",
                  rows=len(pool), warnings=warnings)
+
+
+def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> float:
+    """predicted time at `quantile` / predicted time: the measured time stays below
+    predicted * this in a `quantile` share of the out-of-sample residuals at f's distance
+    level (family-weighted, as the interval): exp(-r_(1 - quantile))."""
+    pool, _, _ = band_pool(f, res)
+    if not pool:
+        return 1.0
+    (r,) = weighted_quantiles([r.log_error for r in pool], family_weights(pool), (1.0 - quantile,))
+    return math.exp(-float(r))
 
 
 def coverage(res: Sequence[Residual], quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> float:
     """The share of residuals inside the interval built, as for a plan, from the residuals of
-    the other source families: how often a band of this width holds a new source's run."""
+    the other source families at the row's distance level: how often a band of this width holds
+    a new source's run."""
     inside = 0
     for r in res:
-        pool = [x for x in res if x.features.family != r.features.family]
+        pool, _, _ = band_pool(r.features, res, exclude_family=r.features.family)
         lo, hi = weighted_quantiles([x.log_error for x in pool], family_weights(pool), quantiles)
         inside += lo <= r.log_error <= hi
     return inside / len(res)
@@ -413,6 +506,28 @@ def moe_anchor_errors() -> tuple[tuple[str, float], ...]:
     return tuple((g, e) for g, e, _ in _moe_anchor_rows())
 
 
+@lru_cache(maxsize=1)
+def _moe_out_of_sample_rows() -> tuple[tuple[str, float, bool], ...]:
+    """(GPU, out-of-sample error %, False) of every anchor in cost/published/moe_crossval.yaml,
+    read here: cost/moe_fit, which writes it, imports this module."""
+    from paraplan.cost.calibration import PUBLISHED_DIR
+    from paraplan.cost.loader import read_yaml
+    return tuple((r["gpu"], float(r["out_of_sample_error_pct"]), False)
+                 for r in read_yaml(PUBLISHED_DIR / "moe_crossval.yaml")["rows"])
+
+
+def _moe_anchor_logs(gpu: str, min_group_rows: int = MIN_GROUP_ROWS,
+                     anchors: Sequence[tuple[str, float, bool]] | None = None) -> tuple[list[float], str]:
+    """(log errors, where they come from) of the MoE anchors a plan on `gpu` takes its band
+    from (moe_trust) and a pNN objective's factor: their out-of-sample errors (moe_trust's
+    docstring) unless `anchors` is given."""
+    errs = [(g, e) for g, e, host in (_moe_out_of_sample_rows() if anchors is None else anchors) if not host]
+    here = [e for g, e in errs if die(g) == die(gpu)]
+    chosen, where = (here, f"on {die(gpu)}") if len(here) >= min_group_rows else (
+        [e for _, e in errs], f"on every GPU ({len(here)} on {die(gpu)})")
+    return [-math.log1p(e / 100) for e in chosen], where
+
+
 def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
               min_group_rows: int = MIN_GROUP_ROWS,
               anchors: Sequence[tuple[str, float, bool]] | None = None) -> Trust:
@@ -420,22 +535,50 @@ def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
     routing imbalance, so it comes from the MoE anchors' out-of-sample errors, each anchor
     predicted with the MoE parameters fitted without its table (cost/moe_fit.py, stored in
     cost/published/moe_crossval.yaml, which leaves out the run slowed by host-side work),
-    those on the plan's die when at least min_group_rows are, else all of them. An anchor's
-    error e = model TFLOP/s predicted / measured - 1 is measured time / predicted time - 1, so
-    its log error in this module's sense is r = -ln(1 + e). `anchors`: (GPU, error %,
-    host_bound) rows in place of the stored ones."""
-    if anchors is None:  # read here: cost/moe_fit imports this module
-        from paraplan.cost.calibration import PUBLISHED_DIR
-        from paraplan.cost.loader import read_yaml
-        anchors = [(r["gpu"], float(r["out_of_sample_error_pct"]), False)
-                   for r in read_yaml(PUBLISHED_DIR / "moe_crossval.yaml")["rows"]]
-        source = "each predicted with its table left out of the fit (cost/published/moe_crossval.yaml)"
-    else:
-        source = "as given"
-    errs = [(g, e) for g, e, host in anchors if not host]
-    here = [e for g, e in errs if die(g) == die(gpu)]
-    chosen, where = (here, f"on {die(gpu)}") if len(here) >= min_group_rows else (
-        [e for _, e in errs], f"on every GPU ({len(here)} on {die(gpu)})")
-    logs = [-math.log1p(e / 100) for e in chosen]
-    return Trust(interval_s=log_quantile_interval(predicted_s, logs), rows=len(chosen), warnings=warnings,
+    those on the plan's die when at least min_group_rows are, else all of them
+    (_moe_anchor_logs). An anchor's error e = model TFLOP/s predicted / measured - 1 is
+    measured time / predicted time - 1, so its log error in this module's sense is
+    r = -ln(1 + e). `anchors`: (GPU, error %, host_bound) rows in place of the stored ones."""
+    logs, where = _moe_anchor_logs(gpu, min_group_rows, anchors)
+    source = ("each predicted with its table left out of the fit (cost/published/moe_crossval.yaml)"
+              if anchors is None else "as given")
+    return Trust(interval_s=log_quantile_interval(predicted_s, logs), rows=len(logs), warnings=warnings,
                  group=f"mixture-of-experts anchors {where}, {source}")
+
+
+# --- planning under the model's uncertainty ---------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, framework: str,
+                     precision: str, zero: int, cp: int, pp: int, moe: bool) -> float:
+    """The objective's time / the predicted time of a configuration (module docstring): 1 for
+    `mean`; for pNN the largest quantile_factor over the plan's GPU types (a mixed cluster is as
+    far from the measured runs as its least validated type); a mixture-of-experts model takes
+    the MoE anchors' quantile, the same for every configuration."""
+    q = parse_objective(objective)
+    if q is None:
+        return 1.0
+    if moe:
+        logs = [_moe_anchor_logs(g)[0] for g in gpus]
+        return max(math.exp(-float(np.quantile(np.asarray(x, dtype=float), 1.0 - q))) if x else 1.0 for x in logs)
+    res = published_residuals()
+    return max(quantile_factor(Features(family="", framework=framework, gpu=g, num_gpus=num_gpus, zero=zero,
+                                        cp=cp, pp=pp, precision=precision, activations="stored"), q, res)
+               for g in gpus)
+
+
+def objective_factor_of(inst, modes) -> float:
+    """search.objective's time / the predicted time of a configuration or plan `modes` on a
+    group-format instance (HeteroOuter or HeteroPlan on a HeteroInstance; objective_factor):
+    1 for `mean`. It depends only on what the configuration uses, so the planner scales its
+    time coefficients by it (solver/hetero_planner.problem_of, the floors read before pricing)
+    and every bound and proof holds for the quantile."""
+    if inst.search.objective == "mean":
+        return 1.0
+    used = {g for c in modes.classes for g in c.stage_groups}
+    groups = inst.cluster.groups
+    return objective_factor(inst.search.objective, gpus=tuple(sorted({groups[g].cluster.gpu.name for g in used})),
+                            num_gpus=sum(g.cluster.num_gpus for g in groups),
+                            framework=inst.job.framework.value, precision=inst.job.precision.value,
+                            zero=modes.zero, cp=modes.cp, pp=max(len(c.stage_groups) for c in modes.classes),
+                            moe=inst.model.moe is not None)

@@ -55,6 +55,8 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.hetero_coefficients import class_layer_fn, group_pricing_instance, on_group
+from paraplan.cost.objective import scaled_times
+from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
@@ -123,7 +125,8 @@ class OuterChoices:
 
     `placed(i, k)`: class k's Placement on scenario i; `co`: each class's priced Outer
     (cost/hetero_coefficients.class_outers); `problem_of(coeffs)`: the inner problem
-    (formulations/multiclass.MultiClassProblem) of coefficients [scenario position][class]."""
+    (formulations/multiclass.MultiClassProblem) of coefficients [scenario position][class],
+    already scaled by the quantile objective's factor (`factor`)."""
 
     def __init__(self, inst, o, scenarios: list[int], placed, co: list, problem_of,
                  uniform: bool = False, net: NetEfficiency = NetEfficiency()):
@@ -143,6 +146,13 @@ class OuterChoices:
         self.meg: dict = {}
         self.problem = None  # the MultiClassProblem of the optimistic coefficients
         self._opt_cache: dict = {}
+        # the quantile objective's factor (hetero_planner.problem_of): every build here is
+        # scaled by it, so the bounds and the listed candidates are in the objective's seconds;
+        # `problem_of` takes them as they are
+        self.factor = objective_factor_of(inst, o)
+
+    def _build(self, *args, **kwargs) -> StageCoefficients:
+        return scaled_times(build(*args, **kwargs), self.factor)
 
     def _where(self, k: int, g: int) -> list:
         """(instance priced with, site, ring ranks) of choice (k, g) per scenario."""
@@ -160,7 +170,7 @@ class OuterChoices:
         for si, i in enumerate(self.scenarios):
             for k in range(len(self.o.classes)):
                 pl = self.placed(i, k)
-                self.meg[si, k] = build(inst, self.co[k], net, reserve, placement=pl)
+                self.meg[si, k] = self._build(inst, self.co[k], net, reserve, placement=pl)
                 lo_fns, hi_fns = {}, {}
                 for kk, g in self.open:
                     if kk != k:
@@ -288,7 +298,7 @@ class OuterChoices:
         elementwise minimum of a build at lo_fns[g] (every term least) and one at hi_fns[g]
         (the backward at its largest), below every plan those terms bound
         (partition_plans.optimistic_coefficients, per group)."""
-        lo, hi = (build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
+        lo, hi = (self._build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
                         placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, fns))
                   for fns in (lo_fns, hi_fns))
         return elementwise_min(lo, hi)
@@ -296,7 +306,7 @@ class OuterChoices:
     def _price(self, k: int, g: int, plan) -> list[StageCoefficients]:
         """Class k built with group g's stages priced by layer plan `plan`, per scenario."""
         fn = P.partition_layer_fn(dict(plan))
-        return [build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
+        return [self._build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
                       placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, {g: on_group(fn, self.ginst[i, g])}))
                 for i in self.scenarios]
 

@@ -48,15 +48,14 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
                             " idle GPUs are group-format plans, which this one-class result cannot hold",
                             "plan it as its one group: api.plan_hetero(homogeneous_as_hetero(inst))"
                             " (what `paraplan plan` does)")
-    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress,
-                      threads=threads)
+    het = plan_hetero(homogeneous_as_hetero(inst), backend, time_limit_s, progress=progress, threads=threads)
     p = None if het.plan is None else hetero_plan_as_homogeneous(het.plan)
     outers, plans = het.outer_configs, het.plans_total
     if partition_plans.enabled(inst):  # a homogeneous plan counts (outer, layer plan) pairs
         outers = sum(partition_plans.plans_per_outer(inst, o) for o in one_group_outers(inst))
     account = {f.name: getattr(het, f.name) for f in fields(SearchAccount)}
     res = PlanResult(**{**account, "outer_configs": outers}, plan=p, iter_time_s=het.objective_s,
-                     space_size=plans)
+                     space_size=plans, objective=inst.search.objective, quantile_s=het.quantile_s)
     if het.status == INFEASIBLE:  # the homogeneous planner's reason: the smallest memory need
         deadline = time.perf_counter() + max(time_limit_s - het.solve_time_s, 1.0)
         res.reason = (dualpipe_infeasible_reason(inst) if dualpipe_job(inst)
@@ -64,5 +63,7 @@ def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, thread
     elif het.status == FEASIBLE and not res.reason:
         res.reason = "time limit reached: not every configuration was solved or pruned"
     if p is not None:
-        res.breakdown = check_resimulation(inst, p, het.objective_s, het.tolerance_s)
+        # the planner checked its objective against cost (hetero_planner.check_resimulation);
+        # here the homogeneous simulator prices the plan's time (its tolerance scaled alike)
+        res.breakdown = check_resimulation(inst, p, het.objective_s, het.tolerance_s * het.objective_s / het.quantile_s)
     return res

@@ -33,8 +33,10 @@ from paraplan.cost.hetero_coefficients import class_outers
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroPlan
 from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.class_partitions import all_partitions
-from paraplan.solver.hetero_planner import _plan_of, dualpipe_problem, placer, problem_for, scenario_weights
+from paraplan.solver.hetero_planner import (_plan_of, dualpipe_problem, placer, plan_time_s, problem_for,
+                                            scenario_weights)
 from paraplan.solver.hetero_space import count_splits, dualpipe_job, hetero_outers, micro_batch_vectors, summarize
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
@@ -56,12 +58,13 @@ class SpaceTooLarge(ValueError):
 @dataclass
 class HeteroExhaustiveResult:
     plan: HeteroPlan | None
-    objective_s: float | None
+    objective_s: float | None  # the plan's time (HeteroResult.objective_s)
     candidates: int
     outer_configs: int
     wall_time_s: float
     feasible: int = 0  # candidates that fit memory
     complete: bool = True  # False: the time limit stopped it; the plan is only the best seen
+    quantile_s: float | None = None  # what was minimised (HeteroResult.quantile_s)
 
 
 @dataclass
@@ -69,12 +72,13 @@ class ExhaustiveResult:
     """`exhaustive`'s result for a homogeneous instance: the plan as a homogeneous Plan."""
 
     plan: Plan | None
-    iter_time_s: float | None
+    iter_time_s: float | None  # the plan's predicted iteration time
     candidates: int
     feasible: int
     outer_configs: int
     wall_time_s: float
     complete: bool = True
+    quantile_s: float | None = None  # what was minimised (search.objective; PlanResult)
 
 
 @lru_cache(maxsize=256)
@@ -249,9 +253,10 @@ def _dualpipe_exhaustive(inst: HeteroInstance, outers: list, t0: float, deadline
                 if val[i] < best_val * (1 - 1e-12):
                     best_val, best = float(val[i]), (o, [p.num_micro_batches], [n[i]], [r[i]])
     complete = deadline is None or time.perf_counter() <= deadline
-    return HeteroExhaustiveResult(plan=None if best is None else _plan_of(*best),
-                                  objective_s=None if best is None else best_val, candidates=done,
-                                  outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
+    plan = None if best is None else _plan_of(*best)
+    return HeteroExhaustiveResult(plan=plan, quantile_s=None if best is None else best_val,
+                                  objective_s=None if best is None else _time_s(inst, plan, "nominal", best_val),
+                                  candidates=done, outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
                                   feasible=feasible, complete=complete)
 
 
@@ -318,10 +323,11 @@ def hetero_exhaustive(inst: HeteroInstance, objective: str = "nominal",
             for val, b in found[i]:
                 if val < val_s * (1 - 1e-9):
                     val_s, chosen = float(val), b
-        return HeteroExhaustiveResult(plan=None if chosen is None else _plan_of(*chosen),
-                                      objective_s=None if chosen is None else val_s, candidates=done,
-                                      outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
-                                      feasible=feasible, complete=complete)
+        plan = None if chosen is None else _plan_of(*chosen)
+        return HeteroExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
+                                      objective_s=None if chosen is None else _time_s(inst, plan, objective, val_s),
+                                      candidates=done, outer_configs=len(outers),
+                                      wall_time_s=time.perf_counter() - t0, feasible=feasible, complete=complete)
 
     for i, (o, parts) in enumerate((o, parts) for o in outers
                                    for parts in all_partitions(inst, o, placer(inst, o, placements), class_outers(inst.job, o))):
@@ -405,12 +411,17 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     return list(zip(counted, fit, best))
 
 
+def _time_s(inst: HeteroInstance, plan: HeteroPlan, objective: str, value_s: float) -> float:
+    """The plan's time behind the minimised value `value_s` (hetero_planner.plan_time_s)."""
+    return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
+
+
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over a homogeneous instance's declared space, as a one-group cluster."""
-    res = hetero_exhaustive(homogeneous_as_hetero(inst), max_candidates=max_candidates,
-                            progress=progress, time_limit_s=time_limit_s)
+    res = hetero_exhaustive(homogeneous_as_hetero(inst), max_candidates=max_candidates, progress=progress,
+                            time_limit_s=time_limit_s)
     return ExhaustiveResult(plan=None if res.plan is None else hetero_plan_as_homogeneous(res.plan),
-                            iter_time_s=res.objective_s, candidates=res.candidates,
-                            feasible=res.feasible, outer_configs=res.outer_configs,
-                            wall_time_s=res.wall_time_s, complete=res.complete)
+                            iter_time_s=res.objective_s, candidates=res.candidates, feasible=res.feasible,
+                            outer_configs=res.outer_configs, wall_time_s=res.wall_time_s, complete=res.complete,
+                            quantile_s=res.quantile_s)

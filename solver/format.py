@@ -113,6 +113,14 @@ def space_json(res, candidates: int, not_covered: list[str] = ()) -> dict:
             "not_covered": list(not_covered)}
 
 
+def quantile_phrase(objective: str, predicted_s: float | None = None) -> str:
+    """What a quantile objective's value is, for the evidence line ("" for `mean`)."""
+    if objective == "mean":
+        return ""
+    pred = "" if predicted_s is None else f"; predicted {seconds(predicted_s)}"
+    return f" at {objective} (under it in {objective[1:]}% of the model's out-of-sample errors){pred}"
+
+
 def evidence_text(res, value_s: float | None, what: str, plans: int, space: str = "declared space",
                   bound_note: str = "", dominated: int = 0, not_covered: list[str] = ()) -> str:
     """The optimality evidence `plan` prints, on one group and mixed clusters: `value_s` the

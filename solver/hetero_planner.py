@@ -53,6 +53,8 @@ import numpy as np
 from paraplan.cost import dualpipe, schedule
 from paraplan.cost.hetero_loader import one_group_as_homogeneous
 from paraplan.cost.coefficients import build
+from paraplan.cost.objective import scaled_times
+from paraplan.cost.trust import objective_factor_of
 from paraplan.cost.hetero_coefficients import class_outers, class_placement, partitions_layer_fn
 from paraplan.cost.hetero_simulate import HeteroBreakdown, simulate_hetero
 from paraplan.cost.hetero_specs import HeteroInstance, HeteroOuter, HeteroPlan, ReplicaClass
@@ -115,12 +117,16 @@ class HeteroResult(SearchAccount):
     scenario_names: tuple[str, ...]
     plans_total: int
     breakdown: HeteroBreakdown | None = None
+    # what was minimised: objective_s times the plan's search.objective factor
+    # (cost/trust.objective_factor; objective_s itself for `mean`); bound_s bounds this value
+    quantile_s: float | None = None
 
     @property
     def gap(self) -> float | None:
-        if self.objective_s is None or self.bound_s is None:
+        value = self.objective_s if self.quantile_s is None else self.quantile_s
+        if value is None or self.bound_s is None:
             return None
-        return max(0.0, (self.objective_s - self.bound_s) / self.objective_s)
+        return max(0.0, (value - self.bound_s) / value)
 
 
 def scenario_weights(inst: HeteroInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
@@ -224,17 +230,24 @@ def dualpipe_problem(inst: HeteroInstance, o: HeteroOuter) -> DualPipeProblem:
     with (the nominal network; a DualPipe job has no scenarios of its own)."""
     co = class_outers(inst.job, o)[0]
     x = dualpipe.terms(one_group_as_homogeneous(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
-    c = x.coeffs
-    return DualPipeProblem(a=c.stage_time_s, t=c.layer_time_s, u=c.recompute_time_s, bw=x.bw_s, ru=x.ru_s,
+    f = objective_factor_of(inst, o)  # the quantile objective (problem_of)
+    c = scaled_times(x.coeffs, f)
+    return DualPipeProblem(a=c.stage_time_s, t=c.layer_time_s, u=c.recompute_time_s, bw=f * x.bw_s, ru=f * x.ru_s,
                            e=c.stage_sync_time_s, g=c.layer_sync_time_s, k0=x.k0_bytes, kn=x.kn_bytes,
                            kr=x.kr_bytes, runtime_bytes=x.runtime_bytes, capacity_bytes=c.capacity_bytes,
                            num_micro_batches=co.num_micro_batches, layers=c.layers,
                            first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute)
 
 
-def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs) -> MultiClassProblem:
-    """The inner problem of `o` on coefficients [scenario][class]."""
+def problem_of(inst: HeteroInstance, o: HeteroOuter, objective: str, coeffs,
+               prescaled: bool = False) -> MultiClassProblem:
+    """The inner problem of `o` on coefficients [scenario][class], its times scaled by the
+    quantile objective's factor (cost/trust.objective_factor_of) unless `prescaled` (the
+    layer-plan combinations of solver/class_partitions.py are built scaled)."""
     _, agg, weights = scenario_weights(inst, objective)
+    factor = 1.0 if prescaled else objective_factor_of(inst, o)
+    if factor != 1.0:
+        coeffs = [[scaled_times(c, factor) for c in cs] for cs in coeffs]
     return MultiClassProblem(coeffs=tuple(tuple(cs) for cs in coeffs),
                              replicas=tuple(c.replicas for c in o.classes),
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
@@ -633,11 +646,14 @@ def plan_hetero(inst: HeteroInstance, backend: str = "cpsat", time_limit_s: floa
                           " even with every layer fully recomputed, or its split problem is)")
         return res
     res.plan = fewest_classes(inst, _plan_of(*best), objective, families)
-    res.objective_s = best_val
+    res.quantile_s = best_val
     res.bound_s = min([best_val] + open_bounds)
     res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
     res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
                                                            res.tolerance_s)
+    # the plan's time: as cost prices it, which the check above matched to best_val / factor
+    res.objective_s = (best_val if objective_factor_of(inst, res.plan) == 1.0
+                       else plan_time_s(inst, res.plan, objective))
     return res
 
 
@@ -691,7 +707,7 @@ class _LayerPlans:
         res.pruned_by_memory += lst.pruned_by_memory
         res.pruned_by_dominance += lst.pruned_by_dominance
         o, i = self.choices.o, self.key[1]
-        return sorted((_Candidate(o, problem_of(self.inst, o, self.objective, coeffs), (lb, i, j),
+        return sorted((_Candidate(o, problem_of(self.inst, o, self.objective, coeffs, prescaled=True), (lb, i, j),
                                   self.uniform, parts)
                        for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key)
 
@@ -703,7 +719,8 @@ def _layer_plans(inst: HeteroInstance, o: HeteroOuter, i: int, objective: str, p
     idx, _, _ = scenario_weights(inst, objective)
     ch = class_partitions.OuterChoices(inst, o, idx, placer(inst, o, placements),
                                        class_outers(inst.job, o),
-                                       lambda coeffs: problem_of(inst, o, objective, coeffs), uniform)
+                                       lambda coeffs: problem_of(inst, o, objective, coeffs, prescaled=True),
+                                       uniform)
     if ch.total == 1:
         return None
     opt = ch.optimistic()
@@ -750,7 +767,16 @@ def _simulated(inst: HeteroInstance, plan: HeteroPlan, objective: str) -> tuple[
     idx, agg, weights = scenario_weights(inst, objective)
     bds = [simulate_hetero(inst, plan, inst.scenarios[i].cluster) for i in idx]
     per = [bd.iter_time_s for bd in bds]
-    return (max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))), bds
+    value = max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
+    return objective_factor_of(inst, plan) * value, bds
+
+
+def plan_time_s(inst: HeteroInstance, plan: HeteroPlan, objective: str) -> float:
+    """The plan's time as the scenario objective aggregates it (nominal, worst or expected),
+    without the quantile objective's factor."""
+    idx, agg, weights = scenario_weights(inst, objective)
+    per = [simulate_hetero(inst, plan, inst.scenarios[i].cluster).iter_time_s for i in idx]
+    return max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
 
 
 def check_resimulation(inst: HeteroInstance, plan: HeteroPlan, objective: str, objective_s: float,

@@ -62,15 +62,20 @@ class SearchAccount:
 @dataclass(kw_only=True)
 class PlanResult(SearchAccount):
     plan: Plan | None
-    iter_time_s: float | None
+    iter_time_s: float | None  # the plan's predicted iteration time
     space_size: int
     breakdown: Breakdown | None = None
+    # what was minimised (search.objective) and its value for the plan: iter_time_s for "mean",
+    # its quantile for "pNN" (cost/trust.objective_factor); bound_s bounds this value
+    objective: str = "mean"
+    quantile_s: float | None = None
 
     @property
     def gap(self) -> float | None:
-        if self.iter_time_s is None or self.bound_s is None:
+        value = self.iter_time_s if self.quantile_s is None else self.quantile_s
+        if value is None or self.bound_s is None:
             return None
-        return max(0.0, (self.iter_time_s - self.bound_s) / self.iter_time_s)
+        return max(0.0, (value - self.bound_s) / value)
 
 
 # how many configurations are built or bounded between two looks at the clock

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hetero_loader import hetero_plan_as_homogeneous, homogeneous_as_hetero
 from paraplan.cost.simulate import Breakdown
+from paraplan.cost.trust import objective_factor_of
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver import partition_plans
 from paraplan.solver.bounds.batched import lower_bounds_s
@@ -46,8 +47,9 @@ from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, chec
 @dataclass(frozen=True)
 class Ranked:
     plan: Plan
-    iter_time_s: float
+    iter_time_s: float  # the plan's predicted iteration time
     breakdown: Breakdown
+    quantile_s: float  # what the plans are ranked by: iter_time_s at search.objective
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
         cutoff = min(uppers) * (1 + within_pct / 100)
     # tau: K-th smallest of the incumbents (an upper bound on the K-th best optimum)
     tau_inc = heapq.nsmallest(k, uppers)[-1] if len(uppers) >= k else float("inf")
-    found: list[tuple[float, tuple, Plan]] = []  # value, key, plan
+    found: list[tuple[float, tuple, Plan, float]] = []  # value, key, plan, its objective factor
     status, solved = (OPTIMAL if priced_all else FEASIBLE), 0
     for j in order:
         o, p, i = live[j]
@@ -130,10 +132,12 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
                 sr.objective_s, sr.micro_batches, sr.layers_per_stage, sr.full_recompute_layers)
         solved += 1
         if res is not None:
-            found.append((res[0], key, hetero_plan_as_homogeneous(_plan_of(o, *res[1:]))))
+            found.append((res[0], key, hetero_plan_as_homogeneous(_plan_of(o, *res[1:])),
+                          objective_factor_of(het, o)))
     found.sort(key=lambda f: (f[0], f[1]))
     best = found[0][0] if found else None
     chosen = [f for f in found if best is not None and f[0] <= best * (1 + (within_pct or 0) / 100)
               * (1 + REL_TOL)] if within_pct is not None else found
-    ranked = [Ranked(plan, val, check_resimulation(inst, plan, val, 0.0)) for val, _, plan in chosen[:k]]
+    ranked = [Ranked(plan, val / f, check_resimulation(inst, plan, val / f, 0.0), val)
+              for val, _, plan, f in chosen[:k]]
     return TopK(status, tuple(ranked), solved, len(live), time.perf_counter() - t0)

@@ -22,6 +22,20 @@ def golden_plan_file(tmp_path: Path, instance: str) -> Path:
     return path
 
 
+def mean_plan_file(tmp_path: Path, instance: str) -> Path:
+    """The optimum of a bundled instance planned for its predicted time (`--objective mean`, the
+    objective of the golden plans the export issue measured before the default became p90), as
+    `paraplan plan -o` writes it."""
+    import dataclasses
+
+    from paraplan.solver.class_route import plan
+    inst = load_instance(ROOT / instance)
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
+    path = tmp_path / Path(instance).name
+    path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan(inst).plan), sort_keys=False))
+    return path
+
+
 def export(capsys, *argv) -> tuple[int, str, str]:
     code = main(["export", *map(str, argv)])
     out, err = capsys.readouterr()

@@ -28,10 +28,6 @@ def cmd_simulate(args) -> int:
         return hetero_commands.cmd_simulate(args)
     inst = load_from_args(args, simulate_only=True)
     plan = load_plan(args.plan, inst)
-    from paraplan.cost.framework_rules import unpriced_reason
-    unpriced = unpriced_reason(plan.zero, plan.pp)
-    if unpriced:
-        raise InstanceError(args.plan, "zero", unpriced, "change the plan, or plan the instance")
     try:
         bd = simulate(inst, plan)
     except ConfigError as e:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import breakdown_json, gib, table, train_cost_json
+from paraplan.solver.format import breakdown_json, gib, seconds, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
@@ -35,11 +35,16 @@ def cmd_compare(args) -> int:
     bds = [simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
     costs = [fitting_train_cost(inst, p, bd) for p, bd in zip(plans, bds)]
+    from paraplan.cost.trust import plan_trust
+    # each plan's interval: its own distance from the published runs (cost/trust.py), so two
+    # plans close in predicted time may differ in how far each can be trusted
+    trusts = [plan_trust(inst, p, bd.iter_time_s) for p, bd in zip(plans, bds)]
     if args.json:
         out = {"status": "equal" if cmp.faster is None else f"{cmp.faster}_faster",
                "plans": [{"file": f, "plan": plan_to_mapping(p), "iter_time_s": bd.iter_time_s,
+                          "interval_s": None if t.interval_s is None else list(t.interval_s),
                           "breakdown": breakdown_json(bd), "train_cost": train_cost_json(tc)}
-                         for f, p, bd, tc in zip(names, plans, bds, costs)],
+                         for f, p, bd, tc, t in zip(names, plans, bds, costs, trusts)],
                **comparison_json(cmp, names)}
         _dump(out)
         return 0
@@ -47,7 +52,11 @@ def cmd_compare(args) -> int:
     for tag, p in zip("AB", plans):
         print(f"{tag}  {_plan_line(p)}")
     print()
-    print(table(["", "A", "B"], side_rows(*bds) + train_rows(*costs)))
+    interval = [["likely measured (80%)", *("-" if t.interval_s is None else
+                                            f"{seconds(t.interval_s[0])} .. {seconds(t.interval_s[1])}"
+                                            for t in trusts)]]
+    rows = side_rows(*bds)
+    print(table(["", "A", "B"], rows[:1] + interval + rows[1:] + train_rows(*costs)))
     print()
     print(table(["critical path part", "A", "B", "B - A"], part_rows(cmp)))
     print()

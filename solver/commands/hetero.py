@@ -11,8 +11,9 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, seconds,
+from paraplan.solver.format import (evidence_text as common_evidence_text, gib, quantile_phrase, megatron_tflops_line, seconds,
                                     space_json, table, train_cost_json, train_lines)
+from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
@@ -53,7 +54,7 @@ def _load(args, simulate_only: bool = False):
     if not _group_file(args):  # a homogeneous instance is its one group
         return homogeneous_as_hetero(load_from_args(args, simulate_only))
     inst = load_hetero_instance(args.instance)
-    overrides = search_overrides(getattr(args, "search", None))
+    overrides = search_overrides(getattr(args, "search", None), getattr(args, "objective", None))
     if overrides:  # checked like the file's own `search:`
         inst = override_search(inst, overrides, SEARCH_SOURCE)
     return inst  # search keys a mixed cluster cannot honour were refused while loading
@@ -140,7 +141,10 @@ def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
     what = {"nominal": f"per iteration on {network}",
             "robust": f"worst case over {len(res.scenario_names)} scenarios",
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
-    return common_evidence_text(res, res.objective_s, what, res.plans_total,
+    if inst is not None:
+        what += quantile_phrase(inst.search.objective, res.objective_s)
+    return common_evidence_text(res, res.quantile_s if res.quantile_s is not None else res.objective_s, what,
+                                res.plans_total,
                                 "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
                                 not_covered=not_covered(res, inst) if inst is not None else ())
 
@@ -185,6 +189,7 @@ def result_json(res, inst, regs=None) -> dict:
     bd = res.breakdown
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
+        "quantile": inst.search.objective, "quantile_s": res.quantile_s,
         "iter_time_s": bd.iter_time_s if bd else None,
         "breakdown": breakdown_json(bd) if bd else None,
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
@@ -398,6 +403,7 @@ def register(sub) -> None:
     r.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
     r.add_argument("--json", action="store_true", help=HELP_JSON)
     r.add_argument("-o", "--output", help="write the new plan as YAML")
+    add_objective_arg(r)
     r.set_defaults(func=cmd_replan)
 
     t = sub.add_parser("timeline", help="choose a plan per period of a bandwidth timeline")
@@ -406,4 +412,5 @@ def register(sub) -> None:
     t.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
     t.add_argument("--json", action="store_true", help=HELP_JSON)
     t.add_argument("--quiet", action="store_true")
+    add_objective_arg(t)
     t.set_defaults(func=cmd_timeline)

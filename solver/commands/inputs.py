@@ -40,9 +40,19 @@ def add_instance_args(parser: argparse.ArgumentParser) -> None:
                        help="replace one key of the search space, e.g. --search tp=1,2,4"
                             " --search zero=1 (keys and values as under `search:` in the YAML);"
                             " repeatable")
+    add_objective_arg(parts)
     parts.add_argument("--seq-len", metavar="N",
                        help="training sequence length in tokens; replaces the model's (needed"
                             " with --hf-config: a config gives only the longest context)")
+
+
+def add_objective_arg(parser) -> None:
+    """--objective, which replaces search.objective (cost/objective.py)."""
+    parser.add_argument("--objective", metavar="mean|pNN", default=None,
+                        help="what the planner minimises: mean, the predicted iteration time, or"
+                             " pNN, its NN-th percentile under the cost model's out-of-sample"
+                             " error, so a plan far from published runs must win by more than"
+                             " its wider band (default: search.objective, else p90; README)")
 
 
 # the commands that plan a DualPipe job (job.pipeline_schedule: dualpipe) besides those that
@@ -67,7 +77,7 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Ins
         raise InstanceError("<arguments>", "INSTANCE" if not given else ", ".join(absent),
                             problem, "give an instance YAML, or all of --hf-config, --cluster"
                                      " and --job")
-    overrides = search_overrides(getattr(args, "search", None))
+    overrides = search_overrides(getattr(args, "search", None), getattr(args, "objective", None))
     hf_config = getattr(args, "hf_config", None)
     seq_len = parse_seq_len(getattr(args, "seq_len", None))
     if hf_config is not None and seq_len is None:
@@ -93,14 +103,17 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False) -> Ins
 SEARCH_SOURCE = "<--search>"
 
 
-def search_overrides(items: list[str] | None) -> dict:
+def search_overrides(items: list[str] | None, objective: str | None = None) -> dict:
     """--search KEY=V[,V...] options as a `search:` mapping of YAML values: list keys get a
     list (`tp=1,2,4` -> [1, 2, 4], `zero=1` -> [1]), the others one value (`max_pp=8`,
     `full_recompute=false`). Values are read as YAML scalars, so they are checked afterwards
-    exactly like the file's (cost/loader.override_search)."""
+    exactly like the file's (cost/loader.override_search). `objective`: --objective, as
+    --search objective=..."""
     from paraplan.cost.loader import SEARCH_KEYS, SEARCH_LIST_KEYS
 
     out: dict = {}
+    if objective is not None:
+        items = [*(items or []), f"objective={objective}"]
     for item in items or []:
         key, eq, text = item.partition("=")
         key = key.strip()

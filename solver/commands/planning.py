@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, exhaustive_stop_lines, space_json,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, quantile_phrase, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
@@ -63,7 +63,8 @@ def result_json(res, inst, trust=None) -> dict:
         from paraplan.cost.trust import plan_trust
         trust = plan_trust(inst, res.plan, res.iter_time_s)
     return {
-        "status": res.status, "iter_time_s": res.iter_time_s, "bound_s": res.bound_s,
+        "status": res.status, "iter_time_s": res.iter_time_s,
+        "quantile": res.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
         "space": space_json(res, res.space_size, not_covered(inst)),
@@ -126,7 +127,8 @@ def cmd_plan(args) -> int:
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(evidence_text(res, res.iter_time_s, "per iteration", res.space_size,
+        print(evidence_text(res, res.quantile_s, "per iteration" + quantile_phrase(res.objective, res.iter_time_s),
+                            res.space_size,
                             dominated=res.pruned_by_dominance, not_covered=not_covered(inst)))
         for line in notes:
             print(f"warning     model: {line}")
@@ -161,7 +163,7 @@ def cmd_plan_top(args, inst) -> int:
         raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
                             "run --sensitivity without --top, on the plan you pick")
     res = top_k(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
-    best = res.plans[0].iter_time_s if res.plans else None
+    best = res.plans[0].quantile_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
     costs = [_top_train_cost(inst, r) for r in res.plans]
     if args.json:
@@ -179,11 +181,13 @@ def cmd_plan_top(args, inst) -> int:
           f" {res.solve_time_s:.2f} s; {claim})")
     cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
-    rows = [[str(i + 1), seconds(r.iter_time_s), f"{100 * (r.iter_time_s / best - 1):+.2f}%",
+    quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
+    rows = [[str(i + 1), seconds(r.iter_time_s), *([seconds(r.quantile_s)] if quantile else []),
+             f"{100 * (r.quantile_s / best - 1):+.2f}%",
              f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), _plan_line(r.plan)]
             for i, (r, c) in enumerate(zip(res.plans, cells))]
-    print(table(["#", "iteration", "vs best", "tokens/s", *train_heads, "plan"], rows,
-                align="lrrr" + "r" * len(train_heads) + "l"))
+    heads = ["#", "iteration", *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
+    print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
     if not res.plans:  # under a limit that stopped it, nothing is proved about memory
         print("no plan fits memory" if res.status == "optimal" else "no plan found before the time limit")
     for path in written:

@@ -52,10 +52,11 @@ METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "solve_time_
 MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
 SCHEMAS: dict[str, dict] = {
-    "plan": {**EVIDENCE, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
+    # quantile: search.objective (mean | pNN); quantile_s: the plan's value of it, which bound_s bounds
+    "plan": {**EVIDENCE, "quantile": STR, "quantile_s": NUM_OR_NULL, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
              "trust": (dict, "null"), "model_warnings": [STR], "train_cost": (TRAIN_COST, "null")},
     "plan --top": {"status": STR, "solve_time_s": NUM, "solved": INT,
-                   "plans": [{"rank": INT, "iter_time_s": NUM, "vs_best": NUM, "plan": dict,
+                   "plans": [{"rank": INT, "iter_time_s": NUM, "quantile_s": NUM, "vs_best": NUM, "plan": dict,
                               "breakdown": BREAKDOWN, "train_cost": (TRAIN_COST, "null")}]},
     "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR]},
     "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
@@ -79,7 +80,7 @@ SCHEMAS: dict[str, dict] = {
                "stages": [{"stage": INT, "total_bytes": NUM,
                            "categories_bytes": {k: NUM for k in MEM_CATEGORIES}}]},
     "compare": {"status": STR, "faster": (STR, "null"), "speedup": NUM,
-                "plans": [{"file": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN,
+                "plans": [{"file": STR, "iter_time_s": NUM, "interval_s": INTERVAL, "breakdown": BREAKDOWN,
                            "train_cost": (TRAIN_COST, "null")}],
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
@@ -154,9 +155,10 @@ def validate(obj: Any, command: str) -> list[str]:
 
 def top_k_json(res, plan_to_mapping) -> dict:
     from paraplan.solver.format import breakdown_json
-    best = res.plans[0].iter_time_s if res.plans else None
+    best = res.plans[0].quantile_s if res.plans else None
     return {"status": res.status, "solve_time_s": res.solve_time_s, "solved": res.solved,
-            "plans": [{"rank": i + 1, "iter_time_s": r.iter_time_s, "vs_best": r.iter_time_s / best - 1,
+            "plans": [{"rank": i + 1, "iter_time_s": r.iter_time_s, "quantile_s": r.quantile_s,
+                       "vs_best": r.quantile_s / best - 1,
                        "plan": plan_to_mapping(r.plan), "breakdown": breakdown_json(r.breakdown)}
                       for i, r in enumerate(res.plans)]}
 

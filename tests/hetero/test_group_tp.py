@@ -157,6 +157,7 @@ def test_metis_case_a_tp_per_group_is_faster_on_32_a100_32_h100():
     one = plan_hetero(_without_group_tp(inst))
     assert full.status == one.status == "optimal"
     assert full.plan.group_tp
-    assert full.objective_s < one.objective_s * (1 - 1e-6)
+    # compared as minimised (search.objective: the quantile of the predicted time)
+    assert full.quantile_s < one.quantile_s * (1 - 1e-6)
     assert full.outer_configs > one.outer_configs
-    assert math.isfinite(full.bound_s) and full.bound_s <= full.objective_s + 1e-12
+    assert math.isfinite(full.bound_s) and full.bound_s <= full.quantile_s + 1e-12

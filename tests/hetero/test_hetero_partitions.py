@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from paraplan.cost.coefficients import build
+from paraplan.cost.objective import scaled_times
 from paraplan.cost.hetero_coefficients import class_outers, partitions_layer_fn
 from paraplan.cost.hetero_loader import (hetero_plan_from_mapping, hetero_plan_to_mapping,
                                          homogeneous_as_hetero, load_hetero_instance)
@@ -77,7 +78,7 @@ def test_assembled_class_coefficients_equal_a_direct_build():
     for i, o in enumerate(outers[:6]):
         placed = placer(inst, o)
         ch = OuterChoices(inst, o, [0], placed, class_outers(inst.job, o),
-                          lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
+                          lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs, prescaled=True))
         ch.optimistic()
         lst = ch.expand(float("inf"))
         for lb, _, coeffs, parts in lst.candidates[:: max(1, len(lst.candidates) // 5)]:
@@ -87,6 +88,7 @@ def test_assembled_class_coefficients_equal_a_direct_build():
                                reserve_bytes=inst.search.memory_reserve_bytes,
                                layer_fn=partitions_layer_fn(inst, inst.cluster, pl, o.classes[k].stage_groups,
                                                             parts[k]))
+                direct = scaled_times(direct, ch.factor)  # OuterChoices builds at the objective's scale
                 for f in STAGE_ARRAYS:
                     np.testing.assert_allclose(getattr(c, f), getattr(direct, f), rtol=1e-12, err_msg=f)
             checked += 1

@@ -141,7 +141,7 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
     checked = 0
     for o, f in zip(outers, plans):
         ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
-                          lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs))
+                          lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs, prescaled=True))
         if ch.total == 1:
             continue
         ch.optimistic()

@@ -180,7 +180,7 @@ def test_every_bundled_row_states_what_it_ran():
 
 def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
     # cost/framework_rules.unpriced_reason: ZeRO-2/3 with pp > 1 has no memory model here, so
-    # `simulate` refuses the plan in one line (exit 2) and `accuracy` reports such a row as not
+    # every command that reads the plan refuses it in one line (exit 2) and `accuracy` reports such a row as not
     # modelled instead of predicting it. The tiny instance's optimum is zero 3, pp 1, dp 8; the
     # same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the refused one.
     import yaml as _yaml
@@ -194,8 +194,13 @@ def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
                        full_recompute_layers=[0, 0])
     plan_path.write_text(_yaml.safe_dump(doc))
     capsys.readouterr()
-    assert main(["simulate", str(inst), "--plan", str(plan_path)]) == 2
-    assert "inside a pipeline is not priced" in capsys.readouterr().err
+    # refused as the plan is read: by every command that reads one
+    for argv in (["simulate", str(inst), "--plan", str(plan_path)], ["memory", str(inst), "--plan", str(plan_path)],
+                 ["compare", str(plan_path), str(plan_path), "--instance", str(inst)],
+                 ["export", str(plan_path), "--to", "torchtitan"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "inside a pipeline is not priced" in err and err.count("\n") == 1, (argv, err)
     row = _unknown_source_row("full")
     row["config"] = dict(row["config"], zero=3)
     (res,) = predict_rows([row])
@@ -205,22 +210,28 @@ def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
 def test_a_run_is_replanned_within_what_its_release_ran():
     # cost/framework_rules.release_space: Megatron-LM of 2021 (Narayanan et al., SC'21) had
     # interleaving but neither sequence parallelism, selective recomputation (Korthikanti et
-    # al., 2022) nor the distributed optimizer (ZeRO-1, 2022); of 2020 (v1) no interleaving
-    # either; a row that states no release (or another framework) gets the whole space
+    # al., 2022) nor the distributed optimizer (ZeRO-1, 2022), nor any sharding of gradients
+    # or parameters (ZeRO-2/3 came with Megatron-core's FSDP, 2025): zero 0 only; of 2020 (v1)
+    # no interleaving either; of 2022, ZeRO-1 and not 2/3; a row that states no release (or
+    # another framework) gets the whole space
     from paraplan.cost.calibration import load_published, row_to_instance_plan
     from paraplan.cost.framework_rules import release_space
     from paraplan.cost.loader import load_catalogue
     from paraplan.cost.specs import Framework, Recompute, SearchSpace
     old = release_space(Framework.MEGATRON, 2021)
     assert (old.sequence_parallel, old.recompute, old.zero, old.virtual_stages) == (
-        (False,), (Recompute.NONE,), (0, 2, 3), None)
+        (False,), (Recompute.NONE,), (0,), None)
     assert release_space(Framework.MEGATRON, 2020).virtual_stages == (1,)
-    assert release_space(Framework.MEGATRON, 2022) == SearchSpace()
+    assert release_space(Framework.MEGATRON, 2022) == SearchSpace(zero=(0, 1))
+    assert release_space(Framework.MEGATRON, 2025) == SearchSpace()
     assert release_space(Framework.MEGATRON, None) == SearchSpace()
-    assert release_space(Framework.DEEPSPEED, 2021) == SearchSpace()
+    # DeepSpeed of 2021 ran Megatron's model code of 2021 with its own ZeRO stages (all of them)
+    assert release_space(Framework.DEEPSPEED, 2021) == SearchSpace(sequence_parallel=(False,),
+                                                                   recompute=(Recompute.NONE,))
+    assert release_space(Framework.TORCHTITAN, 2021) == SearchSpace()
     rows = {r["id"]: r for r in load_published()}
     cat = load_catalogue()
     inst, _ = row_to_instance_plan(rows["narayanan21-t1-18.4B"], cat)
     assert inst.search == old
     inst, _ = row_to_instance_plan(rows["korthikanti22-t5-175B-sp-selective"], cat)
-    assert inst.search == SearchSpace()
+    assert inst.search == SearchSpace(zero=(0, 1))

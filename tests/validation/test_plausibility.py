@@ -13,6 +13,7 @@ cost model lands above that line first.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from paraplan.cost.calibration import load_published, row_to_instance_plan
@@ -76,3 +77,45 @@ def test_replanned_optimum_is_plausible(wl):
     res = plan(inst, time_limit_s=600)
     assert res.status == OPTIMAL, (row_id, res.status)
     assert res.breakdown.mfu <= BEST[cls] + MARGIN, (row_id, res.plan, res.breakdown.mfu, BEST[cls])
+
+
+# --- the optimum's promise over the published run (issue 31) ----------------------------------
+# Per workload of 256+ GPUs: the fastest published run's measured time over the re-planned
+# optimum's time at the default objective (p90: the time the plan says it stays under in 9 of
+# 10 out-of-sample runs), re-planned within what the run's framework release ran
+# (cost/framework_rules.release_space). The issue's bar: at most 1.4x on every workload, median
+# at most 1.15x. Two of Narayanan et al.'s 2021 Megatron-LM workloads are above it: their
+# published runs recomputed every layer at tp 8; the optimum keeps activations at tp 2-4 with
+# pp 4 (1.45x and 1.43x at p90, 1.53x and 1.51x on the predicted time). Whether that speed-up is
+# real or the model's error on those configurations, no published run says.
+PROMISE_MAX = 1.4
+PROMISE_MEDIAN_MAX = 1.15
+OPEN_PROMISE = {"narayanan21-t1-18.4B", "narayanan21-t1-39.1B"}
+
+
+def _fastest_runs():
+    best: dict[tuple, dict] = {}
+    for row in load_published():
+        if row["cluster"]["num_gpus"] >= MIN_GPUS:
+            k = workload_key(row)
+            if k not in best or float(row["measured"]["iter_time_s"]) < float(best[k]["measured"]["iter_time_s"]):
+                best[k] = row
+    return list(best.values())
+
+
+FASTEST = _fastest_runs()
+
+
+# about 100 s on 2 cores: the 24 workloads re-planned
+@pytest.mark.slow
+def test_the_optimum_promises_at_most_1_4x_over_the_published_run_median_1_15x():
+    promises = {}
+    for row in FASTEST:
+        inst, _ = row_to_instance_plan(row, load_catalogue())
+        res = plan(inst, time_limit_s=600)
+        assert res.status == OPTIMAL and inst.search.objective == "p90", row["id"]
+        promises[row["id"]] = float(row["measured"]["iter_time_s"]) / res.quantile_s
+    assert len(promises) == 24
+    assert float(np.median(list(promises.values()))) <= PROMISE_MEDIAN_MAX, promises
+    over = {k for k, v in promises.items() if v > PROMISE_MAX}
+    assert over == OPEN_PROMISE, promises  # the open ones stay listed only while they are open

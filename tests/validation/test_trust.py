@@ -253,3 +253,22 @@ def test_moe_plans_print_the_anchor_interval(capsys):
     assert main(["plan", str(REPO_ROOT / "instances" / "mixtral-8x7b-64xH100.yaml"), "--quiet"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("trust"))
     assert "mixture-of-experts anchors on H100" in line and f"{h100} published rows" in line
+
+
+def test_compare_prints_each_plans_own_interval(tmp_path, capsys):
+    # issue 31: every command that prints a predicted time prints its interval. compare's
+    # interval for a plan is the one simulate prints for it (the same plan_trust), and the upper
+    # end of a plan planned at p90 is its p90 objective (the planner minimised that end)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert main(["plan", str(TINY), "--json", "--quiet", "-o", str(a)]) == 0
+    planned = json.loads(capsys.readouterr().out, parse_constant=_no_nan)
+    assert main(["plan", str(TINY), "--objective", "mean", "--quiet", "-o", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b), "--instance", str(TINY), "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out, parse_constant=_no_nan)
+    assert main(["simulate", str(TINY), "--plan", str(a), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out, parse_constant=_no_nan)
+    assert cmp["plans"][0]["interval_s"] == pytest.approx(sim["interval_s"], rel=1e-12)
+    assert cmp["plans"][0]["interval_s"][1] == pytest.approx(planned["quantile_s"], rel=1e-9)
+    assert main(["compare", str(a), str(b), "--instance", str(TINY)]) == 0
+    assert "likely measured (80%)" in capsys.readouterr().out
