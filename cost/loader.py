@@ -741,7 +741,8 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
     --recompute-granularity takes one value, so recompute_modules (selective) excludes full
     recomputation of any layer."""
     need = {RecomputeModule.MLA_UP_PROJ: (model.mla is not None, "has no latent attention (model.mla)"),
-            RecomputeModule.MOE_ACT: (model.moe is not None, "has no routed experts (model.moe)")}
+            RecomputeModule.MOE_ACT: (model.moe is not None, "has no routed experts (model.moe)"),
+            RecomputeModule.MOE: (model.moe is not None, "has no routed experts (model.moe)")}
     for mod in job.recompute_modules:
         ok, why = need.get(mod, (True, ""))
         if not ok:

@@ -78,18 +78,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from paraplan.cost import comm, memory
+from paraplan.cost import comm, memory, moe_params
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
 from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, Link, Mlp, MoeDispatcher, Outer,
                                  PipelineSchedule, Precision, RecomputeModule)
 
 # Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
-# arXiv 2408.15664), for routing trained with load balancing (Mixtral, Qwen3-MoE, DeepSeek-V3):
-# 1.1. An assumption, not a transcribed measurement (cost/published/moe.yaml, imbalance_default,
-# says so); set model.moe.imbalance to override. tests/cost/test_moe.py prices a plan at 1.0,
-# 1.1 and 1.5. The published pairs imply more for fine-grained routing (IMBALANCE_RANGE).
-DEFAULT_IMBALANCE = 1.1
+# arXiv 2408.15664) under dropless routing not forced to balance: fitted to the MoE anchors
+# (cost/moe_params.py FITTED.dropless_imbalance, cost/moe_fit.py); set model.moe.imbalance to
+# override. `paraplan plan --sensitivity` moves it over IMBALANCE_RANGE.
+DEFAULT_IMBALANCE = moe_params.FITTED.dropless_imbalance
 # The range `paraplan plan --sensitivity` re-solves an MoE plan over: 1.0, perfectly even
 # routing (the busiest rank can carry no less than the mean), to 2.2, which covers every
 # imbalance the published forced-balance / dropless pairs imply (the value that reproduces a
@@ -103,6 +102,19 @@ IMBALANCE_RANGE = (1.0, 2.2)
 ROUTER_LOGIT_BYTES = 4
 # Permute and unpermute: each reads and writes every routed copy's hidden vector once.
 PERMUTE_PASSES = 2
+
+
+# The rows of one tile of a grouped GEMM's M axis: DeepGEMM's contiguous grouped layout aligns
+# each expert's segment to its M block of 128 rows (deepseek-ai/DeepGEMM README,
+# get_mk_alignment_for_contiguous_layout), the tile height of the Hopper and Blackwell GEMM
+# kernels; an expert's rows fill whole tiles, half a tile wasted on average.
+GROUPED_GEMM_TILE_ROWS = 128
+
+
+def padded_tokens(tokens_per_expert: float) -> float:
+    """The rows one expert's grouped GEMM computes for `tokens_per_expert` routed copies: its
+    last tile half empty on average (GROUPED_GEMM_TILE_ROWS); none for an expert without rows."""
+    return tokens_per_expert + GROUPED_GEMM_TILE_ROWS / 2 if tokens_per_expert > 0 else 0.0
 
 
 # FP8 dispatch bytes per element: one e4m3 byte plus one fp32 scale per 128 elements (DeepSeek-V3's
@@ -193,7 +205,8 @@ def shared_mlp_times_s(m, o: Outer, gpu: GpuSpec,
     return f, 2 * f
 
 
-# The fraction of the all-to-all time that fits under the paired compute which Megatron-core's
+# The fitted value (cost/moe_params.py; the measurement below is its unfitted start and
+# bounds-check) of the fraction of the all-to-all time that fits under the paired compute which Megatron-core's
 # combined 1F1B actually hides (a2a_overlap_split). Measured from the one published pair that
 # differs only in the overlap: Megatron-MoE-ModelZoo's Qwen3-235B table on 256 H100 (DeepEP,
 # tp 2, ep 32, pp 8, vpp 4) runs 19.7 s per step without and 17.6 s with
@@ -206,14 +219,14 @@ def shared_mlp_times_s(m, o: Outer, gpu: GpuSpec,
 # the experts, combine after them) leave part of each all-to-all without compute to run under.
 # Held out, the six other published overlap runs go from +13.8% to +1.9% mean error (mean
 # |error| 14.9% to 9.7%; README "Mixture of experts").
-COMBINED_1F1B_HIDDEN_FRACTION = 0.46
+COMBINED_1F1B_HIDDEN_FRACTION = moe_params.FITTED.combined_1f1b_hidden_fraction
 
 
 def a2a_hidden_fraction(job, o: Outer) -> float:
     """The share of the coverable all-to-all time the schedule that pairs this configuration's
     micro-batches hides (a2a_overlap_split): DualPipe's chunk pairs 1, Megatron-core's combined
     1F1B COMBINED_1F1B_HIDDEN_FRACTION."""
-    return 1.0 if dualpipe_applies(job, o) else COMBINED_1F1B_HIDDEN_FRACTION
+    return 1.0 if dualpipe_applies(job, o) else moe_params.active().combined_1f1b_hidden_fraction
 
 
 def a2a_overlap_split(a2a_s: float, compute_s: float, hidden_fraction: float = 1.0) -> tuple[float, float]:
@@ -230,8 +243,8 @@ def a2a_overlap_split(a2a_s: float, compute_s: float, hidden_fraction: float = 1
 
 def imbalance(m) -> float:
     """The factor applied to the busiest rank's routed tokens: the model's imbalance (default
-    DEFAULT_IMBALANCE), capped by its capacity factor."""
-    x = m.moe.imbalance if m.moe.imbalance is not None else DEFAULT_IMBALANCE
+    the fitted dropless imbalance, cost/moe_params.py), capped by its capacity factor."""
+    x = m.moe.imbalance if m.moe.imbalance is not None else moe_params.active().dropless_imbalance
     cap = m.moe.capacity_factor
     return x if cap is None else min(x, cap)
 
@@ -380,6 +393,10 @@ def expert_act_bytes(inst: Instance, o: Outer) -> float:
       probabilities       the permuted probabilities (fp32, one per copy) and the router's
                           fp32 probabilities over all experts for the rank's own tokens."""
     m, job = inst.model, inst.job
+    if RecomputeModule.MOE in job.recompute_modules:
+        # the part is rerun from its input, which the layer's attention view already stashes
+        # (the pre-MLP norm's input); nothing of the routed copies stays
+        return 0.0
     moe = m.moe
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     fe_tp = moe.expert_ffn / o.expert_tp
@@ -425,10 +442,16 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     wb = memory.FP8_BYTES if inst.job.precision is Precision.FP8 else BF16_BYTES
     grad_rw = 2 * memory.state_layout(inst.job.framework, inst.job.optimizer).grad
 
-    def gemm_s(per_weight_bytes: float) -> float:
-        return max(matmul_time_s(2 * per_expert * w, gpu), memory_time_s(w * per_weight_bytes, gpu))
-    gemms = local * (n_in + 1) * gemm_s(wb)  # forward; the input gradients' the same
-    gemms_w = local * (n_in + 1) * gemm_s(grad_rw)  # the weight gradients
+    params = moe_params.active()
+    # A grouped GEMM runs each expert's rows in whole tiles: forward and the input gradients
+    # (tokens on the GEMM's M axis) pay on average half a tile of padding per expert
+    # (padded_tokens); the weight gradients have the tokens on K and pay none. Each expert GEMM
+    # reaches params.grouped_gemm_eff of a dense GEMM of its FLOPs (cost/moe_params.py).
+    def gemm_s(tokens: float, per_weight_bytes: float) -> float:
+        return max(matmul_time_s(2 * tokens * w, gpu) / params.grouped_gemm_eff,
+                   memory_time_s(w * per_weight_bytes, gpu))
+    gemms = local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb)  # forward; input gradients the same
+    gemms_w = local * (n_in + 1) * gemm_s(per_expert, grad_rw)  # the weight gradients
     permute = PERMUTE_PASSES * 2 * routed / own * h * BF16_BYTES
     activation = (n_in + 1) * routed * fe / etp * BF16_BYTES
     router_elem = 3 * tokens / split * moe.experts * ROUTER_LOGIT_BYTES
@@ -437,9 +460,17 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     out_f = routed * (n_in * fe / etp + h)
     out_b = routed * (n_in * h + fe / etp)
     elem = memory_time_s(permute + activation + router_elem, gpu)
-    compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu)
-    compute_b = 2 * router + gemms + gemms_w + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
-    if RecomputeModule.MOE_ACT in inst.job.recompute_modules:
+    # the exposed host-side time of a dropless layer (cost/moe_params.py layer_fixed_s): one
+    # third in forward, two in backward, which issues twice the kernels
+    fixed = params.layer_fixed_s
+    compute_f = router + gemms + elem + memory_time_s(BF16_BYTES * out_f, gpu) + fixed / 3
+    compute_b = (2 * router + gemms + gemms_w + 2 * elem + memory_time_s(BF16_BYTES * out_b, gpu)
+                 + 2 * fixed / 3)
+    whole = RecomputeModule.MOE in inst.job.recompute_modules
+    if whole:
+        # the whole part rerun before backward (its forward once more, the activation with it)
+        compute_b += compute_f
+    elif RecomputeModule.MOE_ACT in inst.job.recompute_modules:
         # the activation rerun before backward: reads its stashed input, writes its output
         act_in = memory.activation_input_bytes(inst.job)
         compute_b += memory_time_s((act_in * n_in + BF16_BYTES) * routed * fe / etp, gpu)
@@ -466,6 +497,9 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
         params += local * (n_in * fe / etp + h)
     # the weight-gradient GEMMs of backward (the router's and the experts'), each the size of
     # its forward GEMM: what DualPipe defers into the bubble (cost/dualpipe.py)
-    return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a, a2a_b_s=a2a,
-                       tp_f_s=tp_pair, tp_b_s=tp_pair, act_bytes=act, params=params,
+    # with the whole part recomputed, backward runs the forward's dispatch, combine and etp
+    # collectives again before its own
+    return ExpertTerms(compute_f_s=compute_f, compute_b_s=compute_b, a2a_f_s=a2a,
+                       a2a_b_s=2 * a2a if whole else a2a, tp_f_s=tp_pair,
+                       tp_b_s=2 * tp_pair if whole else tp_pair, act_bytes=act, params=params,
                        wgrad_s=router + gemms_w)

@@ -109,6 +109,9 @@ class RecomputeModule(str, Enum):
     LAYERNORM = "layernorm"  # input_layernorm and pre_mlp_layernorm: their outputs
     MLA_UP_PROJ = "mla_up_proj"  # latent attention's up projections and RoPE: Q, K, V
     MOE_ACT = "moe_act"  # the routed experts' activation function: its output
+    # the whole routed-expert part of an MoE layer (router, dispatch, experts, combine): its
+    # input kept, the rest rerun before backward, all-to-alls included (Megatron-core's "moe")
+    MOE = "moe"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -121,6 +121,7 @@ def cmd_accuracy(args) -> int:
     cv_tables = accuracy_tables(cv_res)  # the same cuts as in sample, out of sample
     cv_coverage = coverage(cv_res) if len({r.features.family for r in cv_res}) > 1 else None
     moe = moe_anchor_prices() if args.moe else []
+    moe_cv = moe_cross_validation(moe, args.moe_refit, args.moe_write, log) if args.moe else None
     if args.json:
         emit_json({
             "files": label.split(", "),
@@ -148,7 +149,8 @@ def cmd_accuracy(args) -> int:
             "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped] + rejected,
             "status": "ok" if modelled else "no_rows",
             **({"moe_anchors": [dict(vars(a)) for a in moe],
-                "moe_head_to_heads": moe_head_to_heads_json(moe)} if args.moe else {}),
+                "moe_head_to_heads": moe_head_to_heads_json(moe),
+                "moe_cross_validation": moe_cv_json(moe_cv)} if args.moe else {}),
         })
         return 0
     print(table(["row", "gpu", "predicted", "80% interval", "measured", "error", "out of sample",
@@ -192,6 +194,8 @@ def cmd_accuracy(args) -> int:
     if args.moe:
         print()
         print(moe_anchor_text(moe))
+        print()
+        print(moe_cv_text(moe_cv))
     return 0
 
 
@@ -268,7 +272,8 @@ def moe_anchor_text(moe) -> str:
     errs = [a.error_pct for a in moe if not a.host_bound]
     return "\n".join([
         "mixture-of-experts anchors, each published configuration priced as it ran"
-        " (cost/published/moe.yaml; reported, never fitted):",
+        " (cost/published/moe.yaml), in sample: the MoE parameters (cost/moe_params.py) fitted on"
+        " every table (cross-validated below):",
         table(["anchor", "gpu", "published TF/GPU", "paraplan TF/GPU", "iteration", "error", "fits memory"],
               [[a.id, a.gpu, f"{a.published_tflops_per_gpu:,.1f}", f"{a.megatron_tflops_per_gpu:,.1f}",
                 f"{a.iter_time_s:.2f} s", f"{a.error_pct:+.1f}%", "yes" if a.fits_memory else "NO"]
@@ -279,6 +284,74 @@ def moe_anchor_text(moe) -> str:
         + [f"  on {d}: {len(e)} anchors, mean {sum(e) / len(e):+.1f}%, mean |error| {sum(map(abs, e)) / len(e):.1f}%"
            for d, e in _by_die([(a.gpu, a.error_pct) for a in moe if not a.host_bound])]
         + _head_to_head_lines(moe))
+
+
+def moe_cross_validation(moe, refit: bool, write: bool, log):
+    """The MoE anchors' leave-one-table-out cross-validation (cost/moe_fit.py): refitted now
+    with `refit` (about 40 s) and stored with `write`, else read from
+    cost/published/moe_crossval.yaml, which must match the in-sample prices."""
+    from paraplan.cost import moe_fit
+    if refit or write:
+        log("mixture-of-experts anchors: fitting with each table left out (about 40 s)")
+        cv = moe_fit.cross_validate()
+        if write:
+            moe_fit.write(cv)
+            log(f"wrote {moe_fit.CROSSVAL_FILE}")
+        rows = [moe_fit.StoredRow(**r) for r in moe_fit.to_mapping(cv)["rows"]]
+        return rows, moe_fit.to_mapping(cv), "refitted now"
+    stored = moe_fit.load_stored()
+    stale = moe_fit.stale_rows(stored, moe)
+    if stale:
+        raise InstanceError(str(moe_fit.CROSSVAL_FILE), "rows", f"stale for {len(stale)} anchors"
+                            f" ({stale[0]}, ...): the MoE cost model changed since it was written",
+                            "run `paraplan accuracy --moe --moe-write`")
+    from paraplan.cost.loader import read_yaml
+    return list(stored), read_yaml(moe_fit.CROSSVAL_FILE), f"stored in {moe_fit.CROSSVAL_FILE.name}"
+
+
+def _moe_cv_groups(rows) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in rows:
+        out.setdefault(r.table, []).append(r)
+    return out
+
+
+def moe_cv_json(cv) -> dict:
+    from paraplan.cost.moe_fit import mean_abs
+    rows, mapping, source = cv
+    return {"source": source,
+            "out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rows]),
+            "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rows]),
+            "rows": len(rows), "tables": len(_moe_cv_groups(rows)),
+            "by_table": {t: {"rows": len(rs),
+                             "out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rs]),
+                             "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rs])}
+                         for t, rs in _moe_cv_groups(rows).items()},
+            "by_row": {r.id: {"table": r.table, "in_sample_error_pct": r.in_sample_error_pct,
+                              "out_of_sample_error_pct": r.out_of_sample_error_pct} for r in rows},
+            "fitted": mapping["fitted"], "fitted_on_bound": mapping["fitted_on_bound"],
+            "folds": mapping["folds"]}
+
+
+def moe_cv_text(cv) -> str:
+    from paraplan.cost.moe_fit import mean_abs
+    from paraplan.solver.format import table
+    rows, mapping, source = cv
+    groups = _moe_cv_groups(rows)
+    bound = mapping["fitted_on_bound"]
+    lines = [f"mixture-of-experts anchors, leave one table out ({source}): each table's rows predicted"
+             " with the MoE parameters fitted on the other tables (cost/moe_fit.py):",
+             table(["table", "rows", "out of sample mean |error|", "in sample mean |error|"],
+                   [[t, str(len(rs)), f"{mean_abs([r.out_of_sample_error_pct for r in rs]):.1f}%",
+                     f"{mean_abs([r.in_sample_error_pct for r in rs]):.1f}%"] for t, rs in groups.items()],
+                   align="lrrr"),
+             f"out of sample (each table left out): mean |error| "
+             f"{mean_abs([r.out_of_sample_error_pct for r in rows]):.1f}% over {len(rows)} anchors of"
+             f" {len(groups)} tables; in sample: {mean_abs([r.in_sample_error_pct for r in rows]):.1f}%",
+             "fitted on every table: " + ", ".join(
+                 f"{k} {v:g}" + (f" (on its {bound[k]} bound)" if k in bound else "")
+                 for k, v in mapping["fitted"].items())]
+    return "\n".join(lines)
 
 
 def _head_to_head_lines(moe) -> list[str]:
@@ -328,5 +401,11 @@ def register(sub) -> None:
                    help="with --cv on the bundled rows: store the result in cost/published/crossval.yaml")
     a.add_argument("--moe", action="store_true",
                    help="also price the mixture-of-experts anchors of cost/published/moe.yaml as they"
-                        " ran, beside the published model TFLOP/s per GPU (reported, never fitted)")
+                        " ran, beside the published model TFLOP/s per GPU, and their leave-one-table-out"
+                        " cross-validation (cost/moe_fit.py)")
+    a.add_argument("--moe-refit", action="store_true",
+                   help="with --moe: fit the MoE parameters with each anchor table left out now (about"
+                        " 40 s) instead of reading cost/published/moe_crossval.yaml")
+    a.add_argument("--moe-write", action="store_true",
+                   help="with --moe: refit and store the result in cost/published/moe_crossval.yaml")
     a.set_defaults(func=cmd_accuracy)

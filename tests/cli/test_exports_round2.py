@@ -60,8 +60,11 @@ def test_every_bundled_export_that_exits_0_fits_and_keeps_the_plans_speed(instan
 MEAN_PLANNED = {"instances/llama3-70b-512xH100.yaml", "instances/llama3-8b-64xH100.yaml",
                 "instances/gpt3-175b-1024xA100.yaml"}
 WILL_NOT_RUN = [
-    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["84.8 GiB per GPU of 80.0 GiB"]),
-    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 80.0 GiB", "+141.0%"]),
+    # 84.8 GiB before the MoE goldens were re-frozen with the fitted MoE parameters (tp 2, pp 8;
+    # now tp 1, pp 16, 4 MoE layers a stage, cost/moe_params.py)
+    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["96.9 GiB per GPU of 80.0 GiB"]),
+    # +141.0% before the dense refit of the scale-terms merge (the plan's own time moved)
+    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 80.0 GiB", "+139.9%"]),
     ("instances/llama3-70b-512xH100.yaml", "deepspeed", ["125.2 GiB per GPU of 80.0 GiB"]),
     ("instances/llama3-8b-64xH100.yaml", "torchtitan", ["80.9 GiB per GPU of 80.0 GiB"]),
     ("instances/primepar/primepar-bloom-176b-32xV100.yaml", "megatron", ["of 32.0 GiB usable"]),
@@ -101,7 +104,7 @@ def test_force_writes_the_reason_and_both_predictions_into_the_file(tmp_path, ca
 def test_the_slowdown_gate_is_five_percent(tmp_path, capsys):
     # tiny-gpt to DeepSpeed runs +4.3% (kept: under 5%); GPT-3 175B / 1,024 A100 to DeepSpeed
     # +8.5% (its 6 virtual stages become 1, a larger bubble: refused), both measured on the
-    # golden plans before the fix
+    # golden plans before the fix; +8.4% after the dense refit of the scale-terms merge
     assert MAX_SLOWDOWN == 0.05
     code, out, _ = export(capsys, golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml"),
                           "--to", "deepspeed", "--json")
@@ -109,7 +112,7 @@ def test_the_slowdown_gate_is_five_percent(tmp_path, capsys):
     assert code == 0 and 1.03 < doc["emitted"]["iter_time_s"] / doc["plan"]["iter_time_s"] < 1.05
     code, _, err = export(capsys, mean_plan_file(tmp_path, "instances/gpt3-175b-1024xA100.yaml"),
                           "--to", "deepspeed")
-    assert code == 2 and "+8.5%, more than 5% slower" in err and "virtual_stages" in err
+    assert code == 2 and "+8.4%, more than 5% slower" in err and "virtual_stages" in err
 
 
 def test_strict_and_force_exclude_each_other(tmp_path, capsys):

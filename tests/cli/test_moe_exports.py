@@ -38,11 +38,28 @@ def tiny_plan(**kw) -> Plan:
     return Plan(**base)
 
 
+# The bundled Qwen3 instance's optimum before the MoE parameters were fitted (its golden plan
+# until then): the published runs' kind of layout, experts sharded, a deep pipeline
+QWEN3_PIPELINED = {"tp": 1, "pp": 16, "dp": 8, "cp": 2, "micro_batch": 1, "num_micro_batches": 128,
+                   "zero": 1, "ep": 8, "layers_per_stage": [6] * 15 + [4], "full_recompute_layers": [0] * 16}
+
+
+def plan_file(tmp_path, instance: str, plan: dict):
+    """`plan` on the bundled instance as `paraplan plan -o` writes it."""
+    import yaml
+
+    from paraplan.cost.loader import plan_file_mapping, plan_from_mapping
+    inst = load_instance(ROOT / instance)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan_from_mapping(plan, inst)), sort_keys=False))
+    return path
+
+
 # --- the bundled MoE plans ------------------------------------------------------------------
 
 def test_mixtral_exports_to_torchtitan_as_a_llama4_moe_flavor(tmp_path, capsys):
-    # golden plan: tp 1, pp 8 (4 layers each), dp 8, ep 1, micro-batch 1, 128 micro-batches,
-    # ZeRO-1 (torchtitan has none: FSDP kept gathered, ZeRO-2, one deviation)
+    # golden plan (re-frozen with the fitted MoE parameters, cost/moe_params.py): tp 1, pp 1,
+    # dp 64, ep 8, micro-batch 1, 16 micro-batches, ZeRO-2 (torchtitan: FSDP kept gathered)
     code, out, err = export(capsys, golden_plan_file(tmp_path, MIXTRAL), "--to", "torchtitan", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -51,10 +68,11 @@ def test_mixtral_exports_to_torchtitan_as_a_llama4_moe_flavor(tmp_path, capsys):
     # head width 4096 / 32 = 128 = Mixtral's: torchtitan's llama4 model, which pipelines
     assert cfg["model"] == {"name": "llama4", "flavor": "paraplan"}
     par = cfg["parallelism"]
-    # local batch = micro-batch 1 x 128 micro-batches; FSDP over the 8 data-parallel ranks
-    assert cfg["training"]["local_batch_size"] == 128
-    assert (par["data_parallel_shard_degree"], par["pipeline_parallel_degree"]) == (8, 8)
-    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
+    # no pipeline: the local batch is the micro-batch (1), gradient accumulation reaching the
+    # global 1,024 = 1 x 16 x 64; FSDP over the 64 data-parallel ranks, the experts over 8
+    assert (cfg["training"]["local_batch_size"], cfg["training"]["global_batch_size"]) == (1, 1024)
+    assert (par["data_parallel_shard_degree"], par["pipeline_parallel_degree"]) == (64, 1)
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (8, 1)
     # Mixtral's shape registered as a llama4 flavor: every layer MoE, 8 experts of 14,336
     # (14,336 >= int(8 x 4096 / 3) = 10,922: no multiplier, rounded up to multiple_of 14,336),
     # top-2
@@ -69,18 +87,19 @@ def test_mixtral_exports_to_deepspeed_with_its_moe_layer_arguments(tmp_path, cap
     doc = json.loads(out)
     assert doc["will_not_run"] is None and doc["exact"]
     cfg = json.loads(doc["config"])
-    # 1,024 sequences = micro-batch 1 x 128 accumulation steps x dp 8; ZeRO-1 kept (pp 8, so
-    # DeepSpeed's pipeline engine allows stages 0 and 1 only; 1 is the plan's)
-    assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (1024, 128)
-    assert cfg["zero_optimization"]["stage"] == 1
-    assert any("deepspeed.moe.layer.MoE(hidden_size=4096, num_experts=8, ep_size=1, k=2,"
+    # 1,024 sequences = micro-batch 1 x 16 accumulation steps x dp 64; ZeRO-2 kept (no
+    # pipeline, so any stage DeepSpeed has)
+    assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (1024, 16)
+    assert cfg["zero_optimization"]["stage"] == 2
+    assert any("deepspeed.moe.layer.MoE(hidden_size=4096, num_experts=8, ep_size=8, k=2,"
                " drop_tokens=False, enable_expert_tensor_parallelism=False)" in n for n in doc["notes"])
 
 
 def test_qwen3_with_pipeline_stages_is_refused_by_torchtitan(tmp_path, capsys):
-    # golden plan pp 16; head width 128 != 4096 / 64 = 64, which llama4 derives, and
-    # torchtitan 0.2's qwen3 model (its own head_dim) has no pipelining
-    code, out, err = export(capsys, golden_plan_file(tmp_path, QWEN3), "--to", "torchtitan", "--force")
+    # the published runs' kind of plan, pp 16 (QWEN3_PIPELINED); head width 128 != 4096 / 64 =
+    # 64, which llama4 derives, and torchtitan 0.2's qwen3 model (its own head_dim) has no
+    # pipelining
+    code, out, err = export(capsys, plan_file(tmp_path, QWEN3, QWEN3_PIPELINED), "--to", "torchtitan", "--force")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "pp = 16" in err and "head width 128 is not hidden / heads = 64" in err
 
@@ -100,9 +119,9 @@ def test_qwen3_without_pipeline_stages_is_torchtitans_named_qwen3_flavor():
 
 
 def test_qwen3_is_refused_by_deepspeeds_gate_and_written_under_force(tmp_path, capsys):
-    # golden plan: tp 1, cp 2, dp 8, ep 8, pp 16. DeepSpeed has no ring cp: cp folded into
+    # QWEN3_PIPELINED: tp 1, cp 2, dp 8, ep 8, pp 16. DeepSpeed has no ring cp: cp folded into
     # dp (16), ep 8 divides 16, emitted; predicted over 80 GiB and more than 5% slower
-    path = golden_plan_file(tmp_path, QWEN3)
+    path = plan_file(tmp_path, QWEN3, QWEN3_PIPELINED)
     code, out, err = export(capsys, path, "--to", "deepspeed")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "will not run as planned" in err and "more than 5% slower" in err

@@ -172,7 +172,8 @@ def test_expert_stash_in_fp8_is_one_byte_per_gemm_input():
     # 4,096 x 256 x 4 = 4,194,304. Sum 631,806,361.6 (the combine stashes nothing)
     from paraplan.cost import moe
     inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
-    inst = replace(inst, job=replace(inst.job, recompute_modules=(), activation_fp8_input_store=False))
+    inst = replace(inst, job=replace(inst.job, recompute_modules=(), activation_fp8_input_store=False),
+                   model=replace(inst.model, moe=replace(inst.model.moe, imbalance=1.1)))  # stated: 1.1
     o = Outer(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64)
     assert moe.expert_act_bytes(inst, o) == pytest.approx(631_806_361.6, **EXACT)
 

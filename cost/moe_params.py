@@ -1,0 +1,91 @@
+"""The fitted parameters of the mixture-of-experts cost model (cost/moe.py): one record, its
+physical ranges, and the values in force.
+
+Each parameter prices something fine-grained experts cost that no dense row exercises, so it
+is fitted to the MoE anchors (cost/published/moe.yaml) by cost/moe_fit.py, inside the range
+below, and judged by leave-one-table-out cross-validation there; never per row or per source.
+A fitted value on its bound means the model misses something the parameter is absorbing
+(`paraplan accuracy --moe` says so).
+
+| parameter | range | what bounds it |
+|---|---|---|
+| dropless_imbalance | 1.0-2.2 | busiest expert-parallel rank's routed tokens over the mean under dropless routing that is not forced to balance (1 + MaxVio per rank, L. Wang et al., arXiv 2408.15664): 1.0 is perfectly even routing (the busiest rank carries at least the mean); 2.2 covers every imbalance the published forced-balance / dropless pairs imply (cost/published/moe.yaml imbalance_default.range). Runs forced to balance, or with a capacity factor, set model.moe.imbalance / capacity_factor and do not read it |
+| combined_1f1b_hidden_fraction | 0.0-1.0 | the share of the all-to-all time that fits under the paired compute which Megatron-core's combined 1F1B (--overlap-moe-expert-parallel-comm) actually hides: 0 hides nothing, 1 everything that fits; measured 0.45-0.47 from the one published pair that differs only in the overlap (Megatron-MoE-ModelZoo Qwen3-235B H100 table, cost/moe.py) |
+| grouped_gemm_eff | 0.5-1.0 | achieved efficiency of an expert's GEMM inside a grouped GEMM over a dense GEMM of the same FLOPs: DeepGEMM's grouped contiguous layout reaches 1,233-1,297 TFLOP/s on H800 FP8 against up to 1,550 for its plain GEMMs (0.80-0.84; deepseek-ai/DeepGEMM README, performance tables); Transformer Engine's GroupedLinear issues one GEMM per expert on several streams (transformer_engine/pytorch/module/grouped_linear.py), no better; below 0.5 a grouped GEMM would lose to running the experts one after another at dense efficiency |
+| layer_fixed_s | 0-1e-3 s | exposed host-side time per MoE layer per micro-batch (forward and backward together): dropless routing syncs the device to learn the tokens per expert (Megatron-core's MoEAlltoAllTokenDispatcher.preprocess moves the counts to the host for the all-to-all split sizes and the grouped GEMM), which drains the GPU's queue, so the launches of the router, permutation and grouped-GEMM kernels that follow (tens per layer, 4-10 us each: CUDA's launch latency) show. 1 ms is a hundred such launches at 10 us, more than a layer issues; 0 when everything is captured in CUDA graphs |
+
+Grouped-GEMM tile padding (cost/moe.py GROUPED_GEMM_TILE_ROWS) is not fitted: it is the tile
+height of the Hopper/Blackwell GEMM kernels.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeParams:
+    dropless_imbalance: float
+    combined_1f1b_hidden_fraction: float
+    grouped_gemm_eff: float
+    layer_fixed_s: float
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            lo, hi = RANGES[f.name]
+            value = getattr(self, f.name)
+            assert lo <= value <= hi, f"{f.name} {value} outside its physical range [{lo}, {hi}]"
+
+    def on_bound(self, rel_tol: float = 1e-9) -> dict[str, str]:
+        """name -> 'lower' | 'upper' for each value on its range's bound."""
+        out = {}
+        for f in fields(self):
+            lo, hi = RANGES[f.name]
+            value = getattr(self, f.name)
+            span = (hi - lo) * rel_tol
+            if value <= lo + span:
+                out[f.name] = "lower"
+            elif value >= hi - span:
+                out[f.name] = "upper"
+        return out
+
+
+# (lo, hi) of each parameter, in its own unit (module docstring table says why)
+RANGES: dict[str, tuple[float, float]] = {
+    "dropless_imbalance": (1.0, 2.2),
+    "combined_1f1b_hidden_fraction": (0.0, 1.0),
+    "grouped_gemm_eff": (0.5, 1.0),
+    "layer_fixed_s": (0.0, 3e-3),
+}
+
+# What the MoE cost model used before any of them was fitted: the assumed imbalance 1.1, the
+# fraction measured from the one overlap pair, grouped GEMMs at dense efficiency, no fixed cost.
+# Each cross-validation fold starts its search here (cost/moe_fit.py).
+UNFITTED = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.46,
+                     grouped_gemm_eff=1.0, layer_fixed_s=0.0)
+
+# Fitted on every MoE anchor table (cost/moe_fit.fit over all of them; `paraplan accuracy --moe
+# --write` records the folds in cost/published/moe_crossval.yaml, and
+# tests/validation/test_moe_fit.py checks the fit still lands here).
+FITTED = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=1.0,
+                   grouped_gemm_eff=1.0, layer_fixed_s=1.5e-3)
+
+_ACTIVE: ContextVar[MoeParams] = ContextVar("moe_params", default=FITTED)
+
+
+def active() -> MoeParams:
+    """The parameters the MoE cost model prices with: FITTED, unless `using` overrides them."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def using(params: MoeParams):
+    """Price with `params` inside the block (cost/moe_fit.py's folds): a new Instance must be
+    priced inside it, since cost/coefficients memoises layer costs per instance."""
+    token = _ACTIVE.set(params)
+    try:
+        yield params
+    finally:
+        _ACTIVE.reset(token)

@@ -1,0 +1,137 @@
+"""The MoE parameters fitted to the MoE anchors and cross-validated leave-one-table-out
+(cost/moe_fit.py, cost/moe_params.py, cost/published/moe_crossval.yaml)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from paraplan.cost import moe_fit, moe_params
+from paraplan.cost.moe_anchors import price, priced_rows
+from paraplan.cost.moe_params import FITTED, RANGES, MoeParams
+
+
+def _prices():
+    return [price(r) for r in priced_rows()]
+
+
+def test_stored_cross_validation_matches_todays_prices():
+    # the in-sample error of every anchor stored with the folds is what the model prices now:
+    # a cost-model change that moves an anchor makes the file stale
+    assert moe_fit.stale_rows(moe_fit.load_stored(), _prices()) == []
+
+
+def test_stored_fit_is_the_parameters_in_force_inside_their_ranges():
+    from paraplan.cost.loader import read_yaml
+    stored = read_yaml(moe_fit.CROSSVAL_FILE)
+    assert MoeParams(**stored["fitted"]) == FITTED
+    for fold in stored["folds"]:
+        values = MoeParams(**fold["values"])  # validates each against RANGES
+        for name, v in fold["values"].items():
+            assert v in moe_fit.GRID[name]
+        assert fold["rows"] + fold["train_rows"] == len(stored["rows"])
+
+
+def test_the_fit_reports_the_parameters_on_their_bounds():
+    # a fitted value on its bound means the model misses something: said, not hidden
+    from paraplan.cost.loader import read_yaml
+    assert read_yaml(moe_fit.CROSSVAL_FILE)["fitted_on_bound"] == FITTED.on_bound()
+    assert MoeParams(dropless_imbalance=1.0, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=1.0,
+                     layer_fixed_s=1e-3).on_bound() == {"dropless_imbalance": "lower",
+                                                        "grouped_gemm_eff": "upper"}
+
+
+def test_a_value_outside_its_range_is_refused():
+    with pytest.raises(AssertionError, match="grouped_gemm_eff"):
+        MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=0.4,
+                  layer_fixed_s=0.0)
+
+
+def test_loss_and_argmin_by_hand():
+    # three rows on a 2-point grid of one axis (the others of size 1): rows 0 and 1 in table A,
+    # row 2 in table B; log errors at grid points 0 / 1:
+    #   row 0: +0.10 / -0.30, row 1: +0.20 / 0.00, row 2: -0.40 / +0.05
+    # level term: A's mean |e| 0.15 / 0.15, B's 0.40 / 0.05; over 2 tables 0.275 / 0.100.
+    # pairs (one table, published more than 5% apart): rows 0 and 1 (100 vs 150 TF/GPU):
+    # |e0 - e1| = 0.10 / 0.30, times PAIR_WEIGHT.
+    errors = np.array([[0.10, -0.30], [0.20, 0.00], [-0.40, 0.05]])
+    tables, published = ["A", "A", "B"], [100.0, 150.0, 80.0]
+    keep = np.ones(3, bool)
+    w = moe_fit.PAIR_WEIGHT
+    got = moe_fit._loss(errors, tables, published, keep)
+    assert got == pytest.approx([0.275 + w * 0.10, 0.100 + w * 0.30])
+    # B left out: A alone, 0.15 / 0.15 level, so the pair decides: point 0
+    assert moe_fit._argmin(moe_fit._loss(errors, tables, published, np.array([True, True, False]))) == (0,)
+
+
+def test_out_of_sample_error_of_a_table_uses_a_fit_without_it():
+    # each stored fold was fitted on the other tables' rows only: its training rows are the
+    # rest of the anchors, and the held-out rows' errors are those of the fold's parameters
+    from paraplan.cost.loader import read_yaml
+    stored = read_yaml(moe_fit.CROSSVAL_FILE)
+    rows = {r["id"]: r for r in moe_fit.fitted_rows()}
+    fold = next(f for f in stored["folds"] if f["rows"] == 1)
+    row = next(r for r in stored["rows"] if r["table"] == fold["table"])
+    got = moe_fit.price_with(rows[row["id"]], MoeParams(**fold["values"])).error_pct
+    assert got == pytest.approx(row["out_of_sample_error_pct"], abs=1e-3)
+
+
+def test_accuracy_moe_reports_the_cross_validation(capsys):
+    from paraplan.solver.commands.cli import main
+    stored = moe_fit.load_stored()
+    assert main(["accuracy", "--moe", "--json"]) == 0
+    cv = json.loads(capsys.readouterr().out)["moe_cross_validation"]
+    oos = [r.out_of_sample_error_pct for r in stored]
+    assert cv["out_of_sample_mean_abs_error_pct"] == pytest.approx(np.mean(np.abs(oos)))
+    assert cv["in_sample_mean_abs_error_pct"] == pytest.approx(
+        np.mean([abs(r.in_sample_error_pct) for r in stored]))
+    assert sum(t["rows"] for t in cv["by_table"].values()) == len(stored) == cv["rows"]
+    assert main(["accuracy", "--moe"]) == 0
+    text = capsys.readouterr().out
+    assert (f"out of sample (each table left out): mean |error| {np.mean(np.abs(oos)):.1f}% over"
+            f" {len(stored)} anchors") in text
+
+
+def test_moe_interval_is_built_from_out_of_sample_errors():
+    from paraplan.cost.trust import moe_trust
+    stored = moe_fit.load_stored()
+    rows = [(r.gpu, r.out_of_sample_error_pct, False) for r in stored]
+    got = moe_trust("H100-SXM5-80GB", 10.0)
+    assert got.interval_s == moe_trust("H100-SXM5-80GB", 10.0, anchors=rows).interval_s
+    assert "left out of the fit" in got.group
+    assert got.rows == sum(1 for r in stored if r.gpu.startswith("H100"))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31 target not met: leave-one-table-out mean |error|"
+                   " is 18.6%; the long-context H100 tables (attention priced with the dense fit's"
+                   " 2022-24 kernel efficiency) and the B200 / GB300 rows (catalogue efficiencies)"
+                   " carry most of it (cost/moe_fit.py, docs/moe.md)")
+def test_leave_one_table_out_mean_abs_error_at_most_12_pct():
+    oos = [r.out_of_sample_error_pct for r in moe_fit.load_stored()]
+    assert np.mean(np.abs(oos)) <= 12.0
+
+
+@pytest.mark.slow
+def test_cross_validation_reproduces_the_stored_file():
+    # about 40 s: the whole fit and its folds, recomputed
+    from paraplan.cost.loader import read_yaml
+    cv = moe_fit.cross_validate()
+    assert cv.fitted == FITTED
+    stored = read_yaml(moe_fit.CROSSVAL_FILE)
+    got = moe_fit.to_mapping(cv)
+    assert got["folds"] == stored["folds"]
+    for a, b in zip(got["rows"], stored["rows"], strict=True):
+        assert a["id"] == b["id"]
+        assert a["out_of_sample_error_pct"] == pytest.approx(b["out_of_sample_error_pct"], abs=1e-3)
+    assert not math.isnan(sum(cv.out_of_sample_error_pct))
+
+
+def test_moe_params_override_only_inside_the_block():
+    other = MoeParams(dropless_imbalance=2.0, combined_1f1b_hidden_fraction=0.0, grouped_gemm_eff=0.5,
+                      layer_fixed_s=0.0)
+    with moe_params.using(other):
+        assert moe_params.active() is other
+    assert moe_params.active() is FITTED
