@@ -472,8 +472,8 @@ def mfu_record_warning(inst: Instance, predicted_s: float,
 def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) -> list[str]:
     """Lines for what no published row calibrates at all: a GPU type without rows (its
     efficiencies are the catalogue defaults, cost/gpus.yaml: e.g. B200 and GB200) and a
-    mixture-of-experts model (cost/published/moe.yaml's anchors are reported beside the
-    prediction, never fitted)."""
+    mixture-of-experts model (cost/published/moe.yaml's anchors, to which four MoE parameters
+    are fitted, err far more than the dense rows: cost/moe_fit.py)."""
     lines = []
     gpu = inst.cluster.gpu.name
     if not any(r.features.gpu == gpu for r in res):
@@ -485,8 +485,8 @@ def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) ->
         here = [e for g, e in errs if die(g) == die(gpu)]
         on_gpu = (f"; on {die(gpu)} {len(here)} runs, {min(here):+.0f}% to {max(here):+.0f}%" if here
                   else f"; none on {die(gpu)}")
-        lines.append(f"mixture of experts (ep={plan.ep}{etp}): no MoE row is fitted; priced as they"
-                     f" ran, {len(errs)} published Megatron-core MoE runs come out {min(e for _, e in errs):+.0f}%"
+        lines.append(f"mixture of experts (ep={plan.ep}{etp}): four MoE parameters are fitted to"
+                     f" {len(errs)} published Megatron-core MoE runs (cost/moe_fit.py), which come out {min(e for _, e in errs):+.0f}%"
                      f" to {max(e for _, e in errs):+.0f}% (+: paraplan faster than measured; mean"
                      f" |error| {np.mean([abs(e) for _, e in errs]):.0f}%){on_gpu} (cost/published/moe.yaml)")
     return lines

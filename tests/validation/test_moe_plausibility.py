@@ -62,12 +62,12 @@ def _best_published(inst) -> tuple[float, str] | None:
     return best
 
 
-# Above the line today, and why: DeepSeek-V3 on 2,048 H800 under DualPipe plans DeepSeek's own
-# layout at 17.80 s, 1,726 tokens/s per GPU against the 1,543 DeepSeek measured with it
-# (+11.8%): DualPipe's all-to-alls priced as hidden whole (cost/moe.a2a_hidden_fraction), the
-# anchor's known optimism (README "Mixture of experts"), which no measured DualPipe pair yet
-# separates from the rest of the model.
-OPEN = {"deepseek-v3-shaped-2048xH800-dualpipe"}
+# None above the line today. DeepSeek-V3 on 2,048 H800 under DualPipe was: it planned DeepSeek's
+# own layout at 1,726 tokens/s per GPU against the 1,543 DeepSeek measured (+11.8%), DualPipe's
+# all-to-alls priced as hidden whole (cost/moe.a2a_hidden_fraction); with the MoE parameters
+# fitted to the anchors (cost/moe_fit.py: the fixed per-layer host time, grouped-GEMM padding)
+# and the dense refit it plans 1,601 (+3.7%).
+OPEN: set[str] = set()
 
 
 def _instance(name: str):
