@@ -578,7 +578,11 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
              ["status", result.status + (f": {result.reason}" if result.reason else "")]]
     p, bd = result.plan, result.breakdown
     if p is not None and bd is not None:
-        facts += [["iteration time", seconds(result.iter_time_s)],
+        at = ([[f"minimised ({inst.search.objective})", f"{seconds(result.quantile_s)}: the time the plan stays"
+                                                         f" under in {inst.search.objective[1:]}% of the cost model's"
+                                                         " out-of-sample errors"]]
+              if inst.search.objective != "mean" and result.quantile_s is not None else [])
+        facts += [["iteration time", seconds(result.iter_time_s)], *at,
                   ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%,"
                                  f" {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
                                  " Megatron-LM logs it"],
