@@ -9,7 +9,7 @@ import sys
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
 from paraplan.solver.commands.exit_codes import EPILOG
-from paraplan.solver.commands.parser import HELP_JSON, Parser
+from paraplan.solver.commands.parser import HELP_JSON, Parser, order_subcommands
 from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_instance
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     partition_cmd.register(sub)
     report.register(sub)
     sweep.register(sub)
+    order_subcommands(sub)
     return p
 
 

@@ -20,6 +20,14 @@ HELP_BACKEND_MIXED = "inner solver: cpsat (OR-Tools CP-SAT) or milp (CBC)"
 HELP_MAX_CANDIDATES = ("refuse, with an estimate of the count, a declared space of more candidate"
                        " plans than this")
 
+# the sub-commands in the order `paraplan --help` lists them: the order a user meets them (plan a
+# job, look at the plan, hand it to a framework), then the solver's own checks, mixed clusters,
+# the per-operator and batch tools, and last the cost model's evidence. Each module registers its
+# own commands, so the order is set here once, after they all have.
+COMMAND_ORDER = ("plan", "simulate", "memory", "compare", "report", "export", "model",
+                 "exhaustive", "verify", "replan", "timeline", "partition", "sweep",
+                 "accuracy", "calibrate", "bench")
+
 
 class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
     """Appends `(default: X)` to an option's help when X says something (not None or False),
@@ -55,3 +63,16 @@ def did_you_mean(message: str) -> str:
     choices = [c.strip().strip("'\"") for c in m.group(2).split(",")]
     close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def order_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Put the registered sub-commands in COMMAND_ORDER, both in the usage line (argparse builds
+    it from `choices`) and in the help list (from `_choices_actions`)."""
+    registered = set(sub.choices)
+    assert registered == set(COMMAND_ORDER), (
+        f"COMMAND_ORDER and the registered sub-commands differ: {registered ^ set(COMMAND_ORDER)}")
+    rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+    parsers = dict(sub.choices)
+    sub.choices.clear()
+    sub.choices.update((name, parsers[name]) for name in COMMAND_ORDER)
+    sub._choices_actions.sort(key=lambda action: rank[action.dest])

@@ -25,7 +25,17 @@ behaviour cited from the same release:
   a qwen3 flavor matches or the head width is not dim / n_heads (_moe_model).
   `parallelism.expert_parallel_degree` and `expert_tensor_parallel_degree` carry ep and etp
   (_experts gives ParallelDims' bounds). Module names (`module_fqns_per_model_part`) are
-  llama3's and llama4's: tok_embeddings, layers.<i>, norm, output.
+  llama3's, llama4's and deepseek_v3's: tok_embeddings, layers.<i>, norm, output.
+- A mixture-of-experts model with multi-head latent attention is emitted as deepseek_v3
+  (models/deepseek_v3, read at v0.2.0, commit 29624e37fa6d): DeepSeekV3ModelArgs takes the
+  latent sizes (q_lora_rank, 0 for no query compression; kv_lora_rank, qk_nope_head_dim,
+  qk_rope_head_dim, v_head_dim), n_dense_layers leading dense layers of width inter_dim, then
+  MoE layers of moe_inter_dim with MoEArgs' shared experts of that width; pipelining_fn
+  pipeline_llm. Its named flavors (16B, 236B, 671B) attend with FlexAttention, which its
+  context parallelism refuses (args.py update_from_config: "CP support for FlexAttention is
+  still in progress"), so with cp > 1 a flavor with scaled-dot-product attention is registered.
+  Its MoE layer is not given n_expert_groups / n_limited_groups (args.py: "node-limited routing
+  is not supported yet"). A dense latent-attention model has no torchtitan model.
 - `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
   `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
   floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
@@ -40,8 +50,7 @@ from dataclasses import replace
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
-                                          model_chunks, moe_note, refuse_dualpipe,
-                                          refuse_latent_attention)
+                                          model_chunks, moe_note, refuse_dualpipe)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
 
@@ -64,24 +73,71 @@ _QWEN3_MOE_FLAVORS = {
                       vocab=151936, moe_inter_dim=1536, num_experts=128, top_k=8),
 }
 
+# deepseek_v3 flavors of torchtitan v0.2.0 (torchtitan/models/deepseek_v3/__init__.py at
+# commit 29624e37fa6d): n_dense_layers dense layers of width inter_dim, then MoE layers of
+# num_experts routed experts of width moe_inter_dim, top_k per token, num_shared_experts shared
+# experts of that width; latent attention (q_lora_rank 0: queries not compressed). All three
+# attend with FlexAttention (use_flex_attn=True, attn_mask_type "block_causal").
+_DEEPSEEK_V3_FLAVORS = {
+    "16B": dict(dim=2048, n_layers=27, n_dense_layers=1, n_heads=16, vocab=102400, inter_dim=10944,
+                moe_inter_dim=1408, num_experts=64, num_shared_experts=2, top_k=6, q_lora_rank=0,
+                kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    "236B": dict(dim=5120, n_layers=60, n_dense_layers=1, n_heads=128, vocab=102400,
+                 inter_dim=12288, moe_inter_dim=1536, num_experts=160, num_shared_experts=2,
+                 top_k=6, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                 qk_rope_head_dim=64, v_head_dim=128),
+    "671B": dict(dim=7168, n_layers=61, n_dense_layers=3, n_heads=128, vocab=129280,
+                 inter_dim=18432, moe_inter_dim=2048, num_experts=256, num_shared_experts=1,
+                 top_k=8, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                 qk_rope_head_dim=64, v_head_dim=128),
+}
+
+
+def _deepseek_v3_args(m) -> dict:
+    """`m` in the keys of _DEEPSEEK_V3_FLAVORS (DeepSeekV3ModelArgs' names)."""
+    moe, mla = m.moe, m.mla
+    return dict(dim=m.hidden, n_layers=m.layers, n_dense_layers=moe.dense_layers, n_heads=m.heads,
+                vocab=m.vocab, inter_dim=m.ffn, moe_inter_dim=moe.expert_ffn,
+                num_experts=moe.experts, num_shared_experts=moe.shared_ffn // moe.expert_ffn,
+                top_k=moe.top_k, q_lora_rank=mla.q_lora_rank or 0, kv_lora_rank=mla.kv_lora_rank,
+                qk_nope_head_dim=mla.qk_nope_head_dim, qk_rope_head_dim=mla.qk_rope_head_dim,
+                v_head_dim=mla.v_head_dim)
+
+
+def _deepseek_v3_flavor(m, cp: int) -> str | None:
+    """The named deepseek_v3 flavor of `m`'s shape, or None; None with cp > 1 too: the named
+    flavors' FlexAttention does not run under torchtitan's context parallelism."""
+    if cp > 1:
+        return None
+    args = _deepseek_v3_args(m)
+    return next((name for name, f in _DEEPSEEK_V3_FLAVORS.items() if f == args), None)
+
+
+def _shared_experts_whole(m) -> None:
+    moe = m.moe
+    if moe.shared_ffn % moe.expert_ffn:
+        raise ExportRefused(
+            f"model {m.name}'s shared expert width {moe.shared_ffn} is not a multiple of the"
+            f" routed experts' {moe.expert_ffn}: torchtitan's MoEArgs.num_shared_experts counts"
+            " shared experts of the routed width")
+
 
 def _moe_model(m, pp: int) -> str:
-    """torchtitan's model for an MoE model without latent attention (module docstring): qwen3
-    where one of its flavors matches or the head width is not hidden / heads, else llama4;
-    refused where neither runs it. Both take shared experts as whole experts of the routed
-    width (MoEArgs.num_shared_experts: a FeedForward of num_shared_experts x the width)."""
+    """torchtitan's model for an MoE model (module docstring): deepseek_v3 with latent
+    attention; otherwise qwen3 where one of its flavors matches or the head width is not
+    hidden / heads, else llama4; refused where none runs it. All take shared experts as whole
+    experts of the routed width (MoEArgs.num_shared_experts: a FeedForward of
+    num_shared_experts x the width)."""
     moe = m.moe
+    _shared_experts_whole(m)
+    if m.mla is not None:
+        return "deepseek_v3"
     if moe.dense_layers:
         raise ExportRefused(
             f"model {m.name} has {moe.dense_layers} dense layers before its MoE layers:"
             " torchtitan's llama4 and qwen3 MoE models make every layer an MoE layer (or every"
             " k-th: interleave_moe_layer_step), and its deepseek_v3 model, which has leading"
             " dense layers, runs latent attention only")
-    if moe.shared_ffn % moe.expert_ffn:
-        raise ExportRefused(
-            f"model {m.name}'s shared expert width {moe.shared_ffn} is not a multiple of the"
-            f" routed experts' {moe.expert_ffn}: torchtitan's MoEArgs.num_shared_experts counts"
-            " shared experts of the routed width")
     if m.head_dim * m.heads == m.hidden and (pp > 1 or _qwen3_flavor(m) is None):
         return "llama4"
     if pp > 1:
@@ -114,7 +170,12 @@ def llama3_ffn(dim: int, ffn_dim_multiplier: float | None, multiple_of: int) -> 
 
 def runnable(inst: Instance, plan: Plan) -> Emitted:
     refuse_dualpipe(inst, Framework.TORCHTITAN)
-    refuse_latent_attention(inst, Framework.TORCHTITAN)
+    if inst.model.mla is not None and inst.model.moe is None:
+        raise ExportRefused(
+            f"model {inst.model.name} has multi-head latent attention and no mixture-of-experts"
+            f" layers: torchtitan {TORCHTITAN_VERSION}'s one latent-attention model, deepseek_v3,"
+            " makes every layer after its leading dense ones an MoE layer",
+            fix="export it to megatron")
     if inst.model.moe is not None:
         _moe_model(inst.model, plan.pp)
     if inst.model.mlp is not Mlp.SWIGLU:
@@ -153,13 +214,14 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                             f" = {divisor} (ParallelDims.seq_len_divisor)")
     if d.plan.pp > 1 and d.plan.virtual_stages == 1 and d.plan.num_micro_batches < d.plan.pp:
         d.note("torchtitan's 1F1B schedule wants at least as many micro-batches as stages")
-    flavor = _flavor(m, d.plan.pp)
+    flavor = _flavor(m, d.plan.pp, d.plan.cp)
     if flavor is None:
         name = _model_name(m, d.plan.pp)
-        args = "Qwen3ModelArgs" if name == "qwen3" else "TransformerModelArgs"
+        args = {"qwen3": "Qwen3ModelArgs", "deepseek_v3": "DeepSeekV3ModelArgs"}.get(
+            name, "TransformerModelArgs")
         d.note(f"model shape: torchtitan builds models from named flavors; register the {args}"
                f" written in the file as {name} flavor \"{_CUSTOM}\" (torchtitan/models/{name}/"
-               f"__init__.py, {name}_args)")
+               f"__init__.py, {name.replace('_', '')}_args)")
     if d.inst.job.precision is Precision.FP8 and m.moe is not None:
         d.deviate("fp8 precision with MoE layers: torchtitan's quantize.linear.float8 converts"
                   " nn.Linear modules only, and float8 for the experts' grouped GEMMs"
@@ -168,6 +230,15 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
         d.set_job(precision=Precision.BF16)
     if d.inst.job.precision is Precision.FP8:
         d.note("float8 linears need torchao installed beside torchtitan")
+    if m.mla is not None:
+        d.note("the latent attention is priced as Megatron-core's MLASelfAttention runs it"
+               " (cost/flops.py); torchtitan's deepseek_v3 Attention has the same projections"
+               " (wq or wq_a/wq_b, wkv_a, wkv_b, wo: models/deepseek_v3/model/model.py), so the"
+               " same FLOPs and weights")
+    if _model_name(m, d.plan.pp) == "deepseek_v3" and flavor is not None:
+        d.note(f"deepseek_v3 flavor {flavor} attends with FlexAttention and block_causal masks"
+               " (each document attends within itself: no more work than the causal attention"
+               " planned)")
     return d.done()
 
 
@@ -178,12 +249,15 @@ def _model_name(m, pp: int) -> str:
     return "llama3" if m.moe is None else _moe_model(m, pp)
 
 
-def _flavor(m, pp: int) -> str | None:
+def _flavor(m, pp: int, cp: int) -> str | None:
     """The named flavor of the model torchtitan builds for `m`, or None: a flavor to register
     (no llama4 flavor of v0.2.0 is an every-layer MoE without a shared expert of llama3's
     width rule, so MoE models on llama4 are always registered)."""
     if m.moe is not None:
-        return _qwen3_flavor(m) if _model_name(m, pp) == "qwen3" else None
+        name = _model_name(m, pp)
+        if name == "deepseek_v3":
+            return _deepseek_v3_flavor(m, cp)
+        return _qwen3_flavor(m) if name == "qwen3" else None
     for name, f in _LLAMA3_FLAVORS.items():
         if (f["dim"], f["n_layers"], f["n_heads"], f["n_kv_heads"], f["ffn"], f["vocab"]) == (
                 m.hidden, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab):
@@ -247,7 +321,9 @@ def _experts(d: Deviations) -> None:
     dropless_moe(d, "torchtitan's MoE layer routes every token (it has no capacity factor)")
     if moe.max_nodes_per_token is not None:
         d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing"
-                  " is not in torchtitan's llama4 or qwen3 MoE models; emitted unrestricted routing")
+                  " is not in torchtitan's MoE layer (llama4, qwen3; deepseek_v3 takes"
+                  " n_expert_groups and n_limited_groups but does not route by them); emitted"
+                  " unrestricted routing")
         d.set_model(moe=replace(d.inst.model.moe, max_nodes_per_token=None))
     moe_note(d, "torchtitan's MoE layer also dispatches tokens by all-to-all over the ep ranks"
                 " and runs its experts as grouped GEMMs")
@@ -284,7 +360,7 @@ def _activation_checkpoint(d: Deviations) -> None:
 
 def render(inst: Instance, e: Emitted) -> str:
     m, p, job = e.inst.model, e.plan, e.inst.job
-    flavor = _flavor(m, p.pp)
+    flavor = _flavor(m, p.pp, p.cp)
     name = _model_name(m, p.pp)
     model: list[tuple[str | None, object]] = [("name", name), ("flavor", flavor or _CUSTOM)]
     if job.precision is Precision.FP8:
@@ -344,8 +420,19 @@ def render(inst: Instance, e: Emitted) -> str:
         experts = (f"moe_args=MoEArgs(num_experts={moe.experts}, num_shared_experts="
                    f'{moe.shared_ffn // moe.expert_ffn}, top_k={moe.top_k}, score_func="softmax",'
                    " route_norm=True, score_before_experts=False)")
-        lines += ["#", f"# Register this flavor in torchtitan/models/{name}/__init__.py ({name}_args):"]
-        if name == "qwen3":
+        lines += ["#", f"# Register this flavor in torchtitan/models/{name}/__init__.py"
+                       f" ({name.replace('_', '')}_args):"]
+        if name == "deepseek_v3":
+            a = _deepseek_v3_args(m)
+            lines.append(f'#   "{_CUSTOM}": DeepSeekV3ModelArgs(vocab_size={m.vocab}, dim={m.hidden},'
+                         f" inter_dim={m.ffn}, moe_inter_dim={moe.expert_ffn}, n_layers={m.layers},"
+                         f" n_dense_layers={moe.dense_layers}, n_heads={m.heads}, {experts},"
+                         f" q_lora_rank={a['q_lora_rank']}, kv_lora_rank={a['kv_lora_rank']},"
+                         f" qk_nope_head_dim={a['qk_nope_head_dim']},"
+                         f" qk_rope_head_dim={a['qk_rope_head_dim']}, v_head_dim={a['v_head_dim']},"
+                         ' use_flex_attn=False, attn_mask_type="causal"),'
+                         "  # scaled-dot-product attention: runs under context parallelism")
+        elif name == "qwen3":
             lines.append(f'#   "{_CUSTOM}": Qwen3ModelArgs(vocab_size={m.vocab}, max_seq_len={m.seq_len},'
                          f" head_dim={m.head_dim}, dim={m.hidden}, n_layers={m.layers},"
                          f" n_heads={m.heads}, n_kv_heads={m.kv_heads}, qk_norm=False,"

@@ -334,6 +334,26 @@ def test_the_exit_statuses_are_in_the_help(capsys):
     assert "exit status:" in text and "4 proved infeasible" in text and "130 interrupted" in text
 
 
+# the order a user meets the commands (issue 34, "--help ... the subcommands are listed
+# unordered"): plan a job, look at the plan (simulate, memory, compare, report), hand it over
+# (export), check a model config, then the solver's checks, mixed clusters, per-operator and batch
+# tools, and the cost model's evidence. Written out here, not read from the parser.
+USER_ORDER = ["plan", "simulate", "memory", "compare", "report", "export", "model", "exhaustive",
+              "verify", "replan", "timeline", "partition", "sweep", "accuracy", "calibrate", "bench"]
+
+
+def test_help_lists_the_subcommands_in_the_order_users_meet_them(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    usage_choices = out.split("{", 1)[1].split("}", 1)[0].split(",")
+    # the help list: one line per command, its name indented by four spaces
+    listed = [line.split()[0] for line in out.splitlines()
+              if line.startswith("    ") and not line.startswith("     ") and line.split()]
+    assert usage_choices == USER_ORDER
+    assert listed == USER_ORDER
+
+
 @pytest.mark.parametrize("typed, meant", [("pln", "plan"), ("exprot", "export"), ("verfy", "verify")])
 def test_a_mistyped_subcommand_gets_a_suggestion(typed, meant, capsys):
     with pytest.raises(SystemExit) as info:

@@ -18,7 +18,7 @@ import pytest
 
 from export_support import GOLDENS, ROOT, export, golden_plan_file
 from paraplan.cost.loader import load_instance
-from paraplan.cost.specs import Mlp, MoeSpec, Plan
+from paraplan.cost.specs import MlaSpec, Mlp, MoeSpec, Plan
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_torchtitan
 MIXTRAL = "instances/mixtral-8x7b-64xH100.yaml"
 QWEN3 = "instances/qwen3-235b-a22b-256xH100.yaml"
@@ -136,11 +136,121 @@ def test_qwen3_is_refused_by_deepspeeds_gate_and_written_under_force(tmp_path, c
 
 
 @pytest.mark.parametrize("instance", DEEPSEEK)
-@pytest.mark.parametrize("to", ["torchtitan", "deepspeed"])
-def test_deepseek_latent_attention_is_refused_in_one_line(instance, to, tmp_path, capsys):
-    code, out, err = export(capsys, golden_plan_file(tmp_path, instance), "--to", to, "--force")
+def test_deepseek_latent_attention_is_refused_by_deepspeed_in_one_line(instance, tmp_path, capsys):
+    code, out, err = export(capsys, golden_plan_file(tmp_path, instance), "--to", "deepspeed", "--force")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
-    assert "multi-head latent attention" in err and f"not {to}" in err
+    assert "multi-head latent attention" in err and "not deepspeed" in err
+
+
+# --- latent attention to torchtitan's deepseek_v3 model -------------------------------------
+# torchtitan v0.2.0 (commit 29624e37fa6dd319fd671b009338651b5c665da2),
+# torchtitan/models/deepseek_v3/__init__.py, deepseekv3_args["671B"]: DeepSeekV3ModelArgs(
+# vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_layers=61,
+# n_dense_layers=3, n_heads=128, MoEArgs(num_experts=256, num_shared_experts=1, top_k=8, ...),
+# q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+# v_head_dim=128, use_flex_attn=True, ...). model/model.py: the shared experts are one
+# FeedForward of moe_inter_dim x num_shared_experts; layer i is MoE from n_dense_layers on.
+TORCHTITAN_DEEPSEEK_V3_671B = (129280, 7168, 18432, 2048, 61, 3, 128, 256, 1, 8, 1536, 512, 128, 64, 128)
+
+
+def _torchtitan_deepseek_fields(m) -> tuple:
+    """The bundled model in the order of TORCHTITAN_DEEPSEEK_V3_671B's fields."""
+    moe, mla = m.moe, m.mla
+    return (m.vocab, m.hidden, m.ffn, moe.expert_ffn, m.layers, moe.dense_layers, m.heads,
+            moe.experts, moe.shared_ffn // moe.expert_ffn, moe.top_k, mla.q_lora_rank,
+            mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim)
+
+
+@pytest.mark.parametrize("instance", DEEPSEEK)
+def test_deepseek_v3_exports_to_torchtitan_as_its_671B_flavor_behind_the_gate(instance, tmp_path, capsys):
+    inst = load_instance(ROOT / instance)
+    assert _torchtitan_deepseek_fields(inst.model) == TORCHTITAN_DEEPSEEK_V3_671B
+    golden = GOLDENS[f"{instance}:nominal"]["plan"]
+    path = golden_plan_file(tmp_path, instance)
+    # the gate is unchanged: the bundled plans lean on what only Megatron-core runs (BF16 Adam
+    # moments, module recompute, FP8 stashes, DeepEP, FP8 experts), so the emitted torchtitan
+    # configuration is refused in one line with both predictions
+    code, out, err = export(capsys, path, "--to", "torchtitan")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "will not run as planned" in err and "s per iteration against the plan's" in err
+    code, out, err = export(capsys, path, "--to", "torchtitan", "--force", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["force"] and doc["will_not_run"]
+    cfg = tomllib.loads(doc["config"])
+    assert golden["cp"] == 1  # the named flavor's FlexAttention runs without context parallelism
+    assert cfg["model"] == {"name": "deepseek_v3", "flavor": "671B"}
+    par = cfg["parallelism"]
+    assert (par["expert_parallel_degree"], par["pipeline_parallel_degree"]) == (golden["ep"], golden["pp"])
+    assert par["tensor_parallel_degree"] == golden["tp"]
+    # the layer split: the plan's layers per stage, layers.0 ... layers.60 once each, in order
+    parts = par["module_fqns_per_model_part"]
+    assert [sum(n.startswith("layers.") for n in part) for part in parts] == golden["layers_per_stage"]
+    assert [n for part in parts for n in part if n.startswith("layers.")] == [
+        f"layers.{i}" for i in range(61)]
+    assert any("multi-token prediction" in line for line in doc["deviations"])
+    routed = any("does not route by them" in line for line in doc["deviations"])
+    assert routed == (inst.model.moe.max_nodes_per_token is not None)  # node-limited routing
+
+
+def test_deepseek_v3_with_context_parallelism_registers_a_flavor_without_flex_attention():
+    # deepseek_v3/model/args.py (v0.2.0) update_from_config: context_parallel_degree > 1 with
+    # use_flex_attn raises NotImplementedError, and every named flavor sets use_flex_attn=True
+    instance = DEEPSEEK[0]
+    inst = load_instance(ROOT / instance)
+    golden = plan_from_golden(inst, instance)
+    # cp 2 out of the 128 data-parallel ranks: 64 x 2, 240 micro-batches keep 15,360 sequences
+    plan = replace(golden, cp=2, dp=64, num_micro_batches=240)
+    text = to_torchtitan(inst, plan).text
+    cfg = tomllib.loads(text)
+    assert cfg["model"] == {"name": "deepseek_v3", "flavor": "paraplan"}
+    assert cfg["parallelism"]["context_parallel_degree"] == 2
+    assert ("DeepSeekV3ModelArgs(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048,"
+            " n_layers=61, n_dense_layers=3, n_heads=128, moe_args=MoEArgs(num_experts=256,"
+            " num_shared_experts=1, top_k=8,") in text
+    assert ("q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,"
+            ' v_head_dim=128, use_flex_attn=False, attn_mask_type="causal")') in text
+
+
+def plan_from_golden(inst, instance: str) -> Plan:
+    from paraplan.cost.loader import plan_from_mapping
+    return plan_from_mapping(GOLDENS[f"{instance}:nominal"]["plan"], inst)
+
+
+# tiny-gpt's SwiGLU MoE with latent attention (queries uncompressed: torchtitan's q_lora_rank 0)
+# and one leading dense layer: a shape no named deepseek_v3 flavor has
+TINY_MLA = MlaSpec(q_lora_rank=None, kv_lora_rank=64, qk_nope_head_dim=64, qk_rope_head_dim=32,
+                   v_head_dim=64)
+TINY_MLA_MOE = replace(TINY_MOE, model=replace(
+    TINY_MOE.model, mla=TINY_MLA, moe=MoeSpec(experts=8, top_k=2, expert_ffn=2048, shared_ffn=2048,
+                                             dense_layers=1)))
+
+
+def test_a_latent_attention_moe_plan_exports_to_torchtitan_exactly(tmp_path, capsys):
+    import yaml
+
+    from paraplan.cost.loader import plan_file_mapping
+    # ZeRO-2 (FSDP kept gathered), ep 4 of dp 8: each a torchtitan knob, so no deviation
+    plan = tiny_plan(zero=2, ep=4)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan_file_mapping(TINY_MLA_MOE, plan), sort_keys=False))
+    code, out, err = export(capsys, path, "--to", "torchtitan", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["deviations"] == [] and doc["will_not_run"] is None
+    cfg = tomllib.loads(doc["config"])
+    assert cfg["model"] == {"name": "deepseek_v3", "flavor": "paraplan"}
+    assert ("n_layers=8, n_dense_layers=1, n_heads=16, moe_args=MoEArgs(num_experts=8,"
+            " num_shared_experts=1, top_k=2,") in doc["config"]
+    assert "q_lora_rank=0, kv_lora_rank=64, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64" in doc["config"]
+
+
+def test_a_dense_latent_attention_model_is_refused_by_torchtitan_with_its_reason():
+    inst = replace(TINY_MLA_MOE, model=replace(TINY_MLA_MOE.model, moe=None))
+    with pytest.raises(ExportRefused) as info:
+        to_torchtitan(inst, tiny_plan())
+    assert "no mixture-of-experts layers" in str(info.value) and "deepseek_v3" in str(info.value)
+    assert info.value.fix == "export it to megatron"
 
 
 # --- torchtitan's expert layout (ParallelDims._validate) ------------------------------------
