@@ -15,7 +15,7 @@ import numpy as np
 from paraplan.cost import schedule
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
-from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
+from paraplan.cost.class_coefficients import class_coefficients, group_pricing_instance, replica_time_s
 from paraplan.cost.plan_specs import Cluster, ClusterInstance, ClassPlan
 from paraplan.cost.specs import PipelineSchedule
 
@@ -94,15 +94,13 @@ def _dualpipe(inst: ClusterInstance, plan: ClassPlan, hc: Cluster, net: NetEffic
     cluster), priced by cost/dualpipe.iteration as `simulate` prices it on its homogeneous
     instance; its rows are devices (device d holds stages d and pp - 1 - d): the time per
     micro-batch of its two stages' mean, and its memory."""
-    from dataclasses import replace
-
     from paraplan.cost import dualpipe
-    from paraplan.cost.groups_loader import as_flat_plan, as_flat_instance
+    from paraplan.cost.groups_loader import as_flat_plan
 
     if len(hc.groups) != 1 or len(plan.classes) != 1:
         raise ValueError("a DualPipe plan runs one replica class on one node group")
-    hom = as_flat_instance(replace(inst, cluster=hc))
-    it = dualpipe.iteration(hom, as_flat_plan(plan), net, inst.search.memory_reserve_bytes)
+    it = dualpipe.iteration(group_pricing_instance(inst, hc, 0), as_flat_plan(plan), net,
+                            inst.search.memory_reserve_bytes)
     k = plan.classes[0]
     pipeline = float(it.steady_s.max() + it.bubble_s)
     tokens_per_s = inst.job.global_batch * inst.model.seq_len / it.iter_time_s

@@ -124,7 +124,8 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          catalogue_with_gpu_types, check_job_options, check_moe_overlaps, check_number,
                          cluster_from_section, check_gpu_prices,
                          check_mla_job, check_precision, config_errors_as, default_layer_split, describe, did_you_mean,
-                         enum_values, is_group_plan_mapping, job_from_section, model_from_section,
+                         enum_values, is_group_plan_mapping, job_from_section, load_instance_parts,
+                         model_from_section,
                          plan_from_mapping, plan_partitions, read_yaml,
                          search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
@@ -176,7 +177,12 @@ def is_groups_file(path: str | Path) -> bool:
 # --- instances -----------------------------------------------------------------------------
 
 def load_cluster_instance(path: str | Path) -> ClusterInstance:
-    return cluster_instance_from_mapping(read_yaml(path), path)
+    """The instance file at `path` as a cluster of node groups, read once: a node-group file as
+    written, a flat one (cost/loader.py) as its one group (as_one_group)."""
+    data = read_yaml(path)
+    if is_groups_mapping(data):
+        return cluster_instance_from_mapping(data, path)
+    return as_one_group(load_instance_parts(path, hf_config=None, cluster=None, job=None, data=data))
 
 
 def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> ClusterInstance:

@@ -51,9 +51,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost import dualpipe, schedule
-from paraplan.cost.groups_loader import as_flat_instance
 from paraplan.cost.coefficients import build
-from paraplan.cost.class_coefficients import class_outers, class_placement, partitions_layer_fn
+from paraplan.cost.class_coefficients import (class_outers, class_placement, group_pricing_instance,
+                                              partitions_layer_fn)
 from paraplan.cost.class_simulate import PlanBreakdown, simulate_classes
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, ClassPlan, ReplicaClass
@@ -291,9 +291,11 @@ def _placement(inst: ClusterInstance, placements: dict, i: int, o: ClassOuter, k
 def dualpipe_problem(inst: ClusterInstance, o: ClassOuter) -> DualPipeProblem:
     """The DualPipe split problem of a configuration of one class on one group
     (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
-    with (the nominal network; a DualPipe job has no scenarios of its own)."""
+    with (the nominal network; a DualPipe job has no scenarios of its own), on its one group's
+    pricing instance."""
     co = class_outers(inst.job, o)[0]
-    x = dualpipe.terms(as_flat_instance(inst), co, reserve_bytes=inst.search.memory_reserve_bytes)
+    x = dualpipe.terms(group_pricing_instance(inst, inst.cluster, 0), co,
+                       reserve_bytes=inst.search.memory_reserve_bytes)
     f = objective_factor_of(inst, o)  # the quantile objective (problem_of)
     c = scaled_times(x.coeffs, f)
     return DualPipeProblem(a=c.stage_time_s, t=c.layer_time_s, u=c.recompute_time_s, bw=f * x.bw_s, ru=f * x.ru_s,

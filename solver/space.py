@@ -697,9 +697,15 @@ def one_group_outers(inst: Instance) -> list[Outer]:
             for o in declared_outers(het, uniform=inst.search.uniform_split)]
 
 
-def one_group_plans_total(inst: Instance) -> int:
-    """Complete plans of a homogeneous instance's declared space (summarize of its one-group
-    class space: outer configurations x splits x recompute counts x layer plans)."""
+def one_group_summary(inst: Instance) -> SpaceSummary:
+    """The size of a homogeneous instance's declared space (summarize of its one-group class
+    space: outer configurations, and plans: outer configurations x splits x recompute counts x
+    layer plans)."""
     het = as_one_group(inst)
     uniform = inst.search.uniform_split
-    return summarize(het, declared_outers(het, uniform=uniform), uniform).plans_total
+    return summarize(het, declared_outers(het, uniform=uniform), uniform)
+
+
+def one_group_plans_total(inst: Instance) -> int:
+    """Complete plans of a homogeneous instance's declared space (one_group_summary)."""
+    return one_group_summary(inst).plans_total

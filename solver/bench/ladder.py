@@ -20,13 +20,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from paraplan.cost import units
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
 from paraplan.solver.class_route import plan
-from paraplan.solver.space import declared_outers, summarize
+from paraplan.solver.space import one_group_summary
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
 # (GPUs, layers) of the ladder; hidden 2048, 16 heads, seq 2048, 8-GPU A100-80GB nodes
@@ -87,9 +86,8 @@ def ladder_instance(gpus: int, layers: int) -> Instance:
 
 
 def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
-    het = as_one_group(inst)  # the space `plan` searches (solver/class_route.py)
-    outers = declared_outers(het)
-    total = summarize(het, outers).plans_total
+    space = one_group_summary(inst)  # the space `plan` searches (solver/class_route.py)
+    total = space.plans_total
     t = time.perf_counter()
     rc = plan(inst, backend="cpsat", time_limit_s=600)
     cpsat_s = time.perf_counter() - t
@@ -107,7 +105,7 @@ def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
         ref = ex.iter_time_s
         agree = all((v is None) == (ref is None) and (v is None or abs(v - ref) <= 1e-6 * ref) for v in vals)
     return Rung(name=inst.name, gpus=inst.cluster.num_gpus, layers=inst.model.layers,
-                outer_configs=len(outers), candidates=int(total), cpsat_s=cpsat_s,
+                outer_configs=space.outer_configs, candidates=int(total), cpsat_s=cpsat_s,
                 cpsat_status=rc.status, milp_s=milp_s, milp_status=milp_status,
                 exhaustive_s=ex_s, optimum_s=rc.iter_time_s, agree=agree)
 

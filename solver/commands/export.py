@@ -143,9 +143,8 @@ def _write(args, text: str) -> None:
 def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
-    from paraplan.cost.groups_loader import (as_one_group, is_groups_file, load_cluster_instance,
-                                             load_class_plan)
-    from paraplan.cost.loader import is_group_plan_mapping, load_instance, read_yaml
+    from paraplan.cost.groups_loader import load_cluster_instance, load_class_plan
+    from paraplan.cost.loader import is_group_plan_mapping, read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
     for flag in ("strict", "force"):
@@ -160,8 +159,7 @@ def cmd_layout(args) -> int:
     if not args.instance:
         raise InstanceError(args.plan, "instance", "a plan in the group format carries no instance",
                             "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    inst = (load_cluster_instance(args.instance) if is_groups_file(args.instance)
-            else as_one_group(load_instance(args.instance)))
+    inst = load_cluster_instance(args.instance)  # a flat file as its one group
     plan = load_class_plan(args.plan, inst)  # InstanceError names the file when they disagree
     text = to_layout(inst, plan)
     _write(args, text)

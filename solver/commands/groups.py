@@ -229,7 +229,7 @@ def cmd_plan(args, read, progress=None) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        plan_file(inst, res.plan, from_group_file(read)))
+                        plan_file(inst, res.plan, read))
     from paraplan.solver.commands.exit_codes import status_code
     return status_code(res.status)
 
@@ -296,21 +296,22 @@ def cmd_plan_top(args, read) -> int:
         for i, (val, _, plan, _) in enumerate(rows, start=1):
             path = str(out.with_name(f"{out.stem}-{i}{out.suffix}"))
             write_plan_file(path, f"# paraplan plan {i} of the {len(rows)} best for {inst.name}: {objective}"
-                            f" objective {val:.6g} s\n", plan_file(inst, plan, from_group_file(read)))
+                            f" objective {val:.6g} s\n", plan_file(inst, plan, read))
             print(f"wrote {path}")
     return code
 
 
-def plan_file(inst, plan, group_file: bool) -> dict:
+def plan_file(inst, plan, read) -> dict:
     """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
-    one-class format with its instance (as `paraplan plan` writes it: export, memory and
-    compare read it), any other (or any plan of a node-group file) in the group format."""
-    from paraplan.cost.groups_loader import class_plan_to_mapping, one_class_plan, as_flat_instance
+    one-class format with its instance (`read`: as read_instance read it, the instance `inst`
+    is the one group of; as `paraplan plan` writes it: export, memory and compare read it),
+    any other (or any plan of a node-group file) in the group format."""
+    from paraplan.cost.groups_loader import class_plan_to_mapping, one_class_plan
     from paraplan.cost.loader import plan_file_mapping
-    one = None if group_file else one_class_plan(plan, inst)
+    one = None if from_group_file(read) else one_class_plan(plan, inst)
     if one is None:
         return {"plan": class_plan_to_mapping(plan, inst)}
-    return plan_file_mapping(as_flat_instance(inst), one)
+    return plan_file_mapping(read, one)
 
 
 def cmd_simulate(args, read) -> int:
@@ -371,7 +372,7 @@ def cmd_replan(args) -> int:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
             # the format the instance reads (plan_file), without the instance: the event changed it
-            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, from_group_file(read))["plan"]
+            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, read)["plan"]
             write_plan_file(args.output, header, {"plan": plan})
 
 

@@ -14,10 +14,9 @@ from agreement_support import assert_mixed_backends_agree_with_exhaustive, asser
 from randinst import random_cluster_instance
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
+from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.class_simulate import simulate_classes
 from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
-from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Recompute, SearchSpace
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
@@ -158,7 +157,7 @@ def test_a_gradient_ring_across_two_classes_on_one_group_crosses_the_nodes_it_sp
     path = tmp_path / "two-nodes.yaml"
     path.write_text(text.replace("nodes: 1", "nodes: 2").replace("gpus_per_node: 8", "gpus_per_node: 2")
                     .replace("nic_gbit_per_s: 200", "nic_gbit_per_s: 10"))
-    inst = as_one_group(load_instance(str(path)))
+    inst = load_cluster_instance(path)
     stage = dict(stage_groups=(0, 0), layers_per_stage=(4, 4), full_recompute_layers=(0, 0))
     common = dict(tp=1, micro_batch=1, sequence_parallel=False, recompute=Recompute.NONE, zero=0)
     two = ClassPlan(**common, family="replica", classes=(

@@ -298,6 +298,15 @@ def test_homogeneous_as_hetero_and_group_instance():
     assert h100.name == "tiny-2types-h100" and h100.cluster.gpu.name == "H100-SXM5-80GB"
 
 
+def test_one_reader_reads_a_flat_file_as_its_one_group():
+    # load_cluster_instance is the one reader: a flat file comes back as the one-group cluster
+    # as_one_group makes of the flat record, equal record for record (the frozen dataclasses'
+    # equality compares every field)
+    path = INSTANCES / "tiny-gpt-8xA100.yaml"
+    assert load_cluster_instance(path) == as_one_group(load_instance(path))
+    assert len(load_cluster_instance(TINY).cluster.groups) == 2  # a node-group file as written
+
+
 # --- bad inputs: each names its field --------------------------------------------------------
 
 def bad_base() -> dict:

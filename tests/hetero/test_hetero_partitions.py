@@ -18,9 +18,8 @@ import pytest
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_outers, partitions_layer_fn
 from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_mapping,
-                                         as_one_group, load_cluster_instance)
+                                         load_cluster_instance)
 from paraplan.cost.objective import scaled_times
-from paraplan.cost.loader import load_instance
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
 from paraplan.solver.exhaustive import exhaustive_classes
@@ -45,7 +44,7 @@ def _with_partitions(inst, **search):
 def test_one_group_partitions_match_exhaustive_search():
     # tp 4 without sequence parallelism: 4^4 linear-op plans (K, N, P2x2, T) x 3 head
     # assignments = 768 layer plans, every one tried by exhaustive search
-    inst = _with_partitions(as_one_group(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")),
+    inst = _with_partitions(load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"),
                             tp=(4,), zero=(1,), sequence_parallel=(False,), micro_batch=(2,))
     res = search(inst)
     ex = exhaustive_classes(inst)

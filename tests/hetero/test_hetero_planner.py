@@ -66,7 +66,7 @@ def test_cross_group_hand_off_uses_the_group_link():
 
 def test_one_group_class_prices_like_the_homogeneous_model():
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
-    het = as_one_group(inst)
+    het = load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")  # the same file as one group
     for tp, pp, dp in [(2, 2, 2), (1, 4, 2), (4, 1, 2), (8, 1, 1)]:
         m = inst.job.global_batch // dp
         o = Outer(tp=tp, pp=pp, dp=dp, micro_batch=1, num_micro_batches=m, zero=1 if dp > 1 else 0)

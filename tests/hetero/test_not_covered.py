@@ -76,10 +76,8 @@ def test_dualpipe_named_for_moe_models_only():
     # DualPipe's win is hiding the experts' all-to-alls (cost/dualpipe.py); on a dense model its
     # bubble, (pp/2 - 1)(F&B + B - 3W), is no smaller than interleaving's, so it is named only
     # where it can beat the space
-    from paraplan.cost.groups_loader import as_one_group
-    from paraplan.cost.loader import load_instance
-    moe = as_one_group(load_instance("instances/mixtral-8x7b-64xH100.yaml"))
-    dense = as_one_group(load_instance("instances/llama3-8b-64xH100.yaml"))
+    moe = load_cluster_instance("instances/mixtral-8x7b-64xH100.yaml")
+    dense = load_cluster_instance("instances/llama3-8b-64xH100.yaml")
     assert any(x.startswith(DUALPIPE) for x in not_covered(moe))
     assert not any(x.startswith(DUALPIPE) for x in not_covered(dense))
 

@@ -16,7 +16,6 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from test_moe_mixed import moe_cluster_instance
 
 from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
-from paraplan.cost.loader import load_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bounds.batched import lower_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
@@ -33,7 +32,7 @@ def _instances():
         yield f"group tp {seed}", group_tp_instance(seed), ("nominal",)
     for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
         yield f"one group {seed}", as_one_group(random_instance(seed, variant=True)), ("nominal",)
-    yield "tiny-gpt", as_one_group(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")), ("nominal",)
+    yield "tiny-gpt", load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"), ("nominal",)
     yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
     # MoE with dense prefixes: the first stage's extra d x (dense - MoE layer) is negative where
     # the dense layers are the cheaper (seed 19: bounding it by 0 pruned the optimum)
@@ -44,7 +43,7 @@ def _instances():
 def _moe():
     """Mixtral on 64 H100: ep up to 8 and etp 1 in the space; every 7th configuration keeps
     the test short."""
-    inst = as_one_group(load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml"))
+    inst = load_cluster_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
     return inst, declared_outers(inst)[::7]
 
 

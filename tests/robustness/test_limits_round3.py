@@ -236,11 +236,10 @@ def test_exhaustive_in_streamed_blocks_gives_the_same_answer(monkeypatch, name):
     # _rows_until): with blocks of a few rows the same plans are counted and the same first
     # optimum is found as in one block
     import dataclasses
-    from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.groups_loader import load_cluster_instance
     from paraplan.solver import exhaustive
     path = ROOT / "instances" / name
-    inst = load_cluster_instance(path) if "hetero" in name else as_one_group(load_instance(path))
+    inst = load_cluster_instance(path)  # a flat file as its one group
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, micro_batch=(1, 2)))
     whole = exhaustive.exhaustive_classes(inst, max_candidates=10**12)
     monkeypatch.setattr(exhaustive, "ROW_BLOCK", 7)

@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import as_class_plan, as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.simulate import simulate
-from paraplan.cost.trust import Features, Residual, band_pool, distance_level, objective_factor_of, quantile_factor
+from paraplan.cost.trust import Features, Residual, band_pool, distance_level, objective_factor, quantile_factor
 from paraplan.solver.class_route import plan
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive
@@ -125,8 +124,12 @@ def test_the_quantile_optimum_is_exhaustive_search_s_and_bounded_by_the_mean_opt
 
 
 def _factor(inst, p) -> float:
-    """objective_factor_of a homogeneous plan, through its group form."""
-    return objective_factor_of(as_one_group(inst), as_class_plan(p))
+    """The quantile factor of a homogeneous plan, read off the flat records themselves (the
+    planner reads it off the group form: cost/trust.objective_factor_of): its one GPU type on
+    every GPU of the cluster, and the plan's ZeRO stage, cp and pp."""
+    return objective_factor(inst.search.objective, gpus=(inst.cluster.gpu.name,), num_gpus=inst.cluster.num_gpus,
+                            framework=inst.job.framework.value, precision=inst.job.precision.value,
+                            zero=p.zero, cp=p.cp, pp=p.pp, moe=inst.model.moe is not None)
 
 
 @pytest.mark.slow
