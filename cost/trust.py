@@ -584,3 +584,23 @@ def objective_factor_of(inst, modes) -> float:
                             framework=inst.job.framework.value, precision=inst.job.precision.value,
                             zero=modes.zero, cp=modes.cp, pp=max(len(c.stage_groups) for c in modes.classes),
                             moe=inst.model.moe is not None)
+
+
+def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
+    """A group-format plan's interval (a mixed cluster, or several classes on one): the band
+    of its least validated GPU type at its distance level, as objective_factor takes it (a
+    plan is as far from the measured runs as its least validated part), so a p90 plan's upper
+    end is its p90 time; a mixture-of-experts model's from the MoE anchors (moe_trust)."""
+    used = {g for c in plan.classes for g in c.stage_groups}
+    groups = inst.cluster.groups
+    gpus = sorted({groups[g].cluster.gpu.name for g in used})
+    if inst.model.moe is not None:
+        return max((moe_trust(g, predicted_s) for g in gpus), key=lambda t: t.interval_s[1])
+    res = published_residuals()
+    pp = max(len(c.stage_groups) for c in plan.classes)
+    full = any(any(c.full_recompute_layers) for c in plan.classes)
+    trusts = [trust_for(Features(family="", framework=inst.job.framework.value, gpu=g,
+                                 num_gpus=sum(x.cluster.num_gpus for x in groups), zero=plan.zero, cp=plan.cp,
+                                 pp=pp, precision=inst.job.precision.value, activations=activations(full)),
+                        predicted_s, res) for g in gpus]
+    return max(trusts, key=lambda t: (t.interval_s is not None, t.interval_s[1] if t.interval_s else 0.0))

@@ -236,3 +236,21 @@ def train_cost_json(tc) -> dict | None:
 def train_lines(tc) -> list[str]:
     """train_cost_lines under a `train` label in the column layout of `plan`'s evidence."""
     return [("train" if i == 0 else "").ljust(12) + line for i, line in enumerate(train_cost_lines(tc))]
+
+
+def trust_json(trust) -> dict | None:
+    if trust is None:
+        return None
+    return {"interval_s": list(trust.interval_s) if trust.interval_s else None, "group": trust.group,
+            "rows": trust.rows, "warnings": list(trust.warnings)}
+
+
+def trust_lines(trust) -> list[str]:
+    if trust.interval_s is None:
+        lines = ["trust       no published row to compare with: the prediction is unvalidated"]
+    else:
+        lo, hi = trust.interval_s
+        lines = [f"trust       measured time likely in {seconds(lo)} .. {seconds(hi)} (10th-90th percentile"
+                 f" of the errors of {trust.rows} published rows: {trust.group})"]
+    lines += [f"warning     {w}" for w in trust.warnings]
+    return lines

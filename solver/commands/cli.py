@@ -34,7 +34,7 @@ def cmd_simulate(args) -> int:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
     from paraplan.cost.model_notes import model_warnings
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.commands.planning import trust_json, trust_lines
+    from paraplan.solver.format import trust_json, trust_lines
     notes = model_warnings(inst, plan)
     trust = plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
     if args.json:

@@ -14,7 +14,7 @@ import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds,
+from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines,
                                     space_json, table, train_cost_json, train_lines)
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
@@ -184,12 +184,20 @@ def result_json(res, inst, regs=None) -> dict:
         "reason": res.reason or None,
         "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
-        "trust": None,  # cost/trust.py compares homogeneous published runs only
+        "trust": trust_json(_trust(inst, res)),
         "train_cost": train_cost_json(_train_cost(inst, bd)),
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
              "regret": r.regret} for r in regs],
     }
+
+
+def _trust(inst, res):
+    """The plan's interval on the nominal network (cost/trust.class_plan_trust), None without one."""
+    if res.plan is None or res.breakdown is None:
+        return None
+    from paraplan.cost.trust import class_plan_trust
+    return class_plan_trust(inst, res.plan, res.breakdown.iter_time_s)
 
 
 def _train_cost(inst, bd):
@@ -218,6 +226,8 @@ def cmd_plan(args, read, progress=None) -> int:
         print(evidence_text(res, inst=inst))
         if res.plan is not None:
             print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+            for line in trust_lines(_trust(inst, res)):
+                print(line)
             for line in train_lines(_train_cost(inst, res.breakdown)):
                 print(line)
             print()

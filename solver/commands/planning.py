@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, quantile_phrase, exhaustive_stop_lines, space_json,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
@@ -230,24 +230,6 @@ def _write_top_plans(args, inst, res) -> list[str]:
         write_plan_file(path, header, plan_file_mapping(inst, r.plan))
         paths.append(path)
     return paths
-
-
-def trust_json(trust) -> dict | None:
-    if trust is None:
-        return None
-    return {"interval_s": list(trust.interval_s) if trust.interval_s else None, "group": trust.group,
-            "rows": trust.rows, "warnings": list(trust.warnings)}
-
-
-def trust_lines(trust) -> list[str]:
-    if trust.interval_s is None:
-        lines = ["trust       no published row to compare with: the prediction is unvalidated"]
-    else:
-        lo, hi = trust.interval_s
-        lines = [f"trust       measured time likely in {seconds(lo)} .. {seconds(hi)} (10th-90th percentile"
-                 f" of the errors of {trust.rows} published rows: {trust.group})"]
-    lines += [f"warning     {w}" for w in trust.warnings]
-    return lines
 
 
 def _instance_with(inst, cat, net):

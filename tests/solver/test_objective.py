@@ -143,3 +143,17 @@ def test_gpt3_at_p90_is_no_worse_at_p90_than_the_mean_optimum():
     assert q.quantile_s == pytest.approx(q.iter_time_s * _factor(inst, q.plan), rel=1e-9)
     assert q.quantile_s <= mean.iter_time_s * _factor(inst, mean.plan) * (1 + 1e-9)
     assert q.iter_time_s >= mean.iter_time_s * (1 - 1e-9)
+
+
+def test_a_mixed_cluster_plan_prints_the_band_its_objective_took(capsys):
+    # a group-format plan's interval is its least validated GPU type's band (cost/trust
+    # class_plan_trust), the band objective_factor takes: the upper end of the 80% band is the
+    # p90 time the planner minimised (quantile_s), the lower end below the predicted time
+    path = ROOT / "instances" / "hetero" / "tiny-2types.yaml"
+    assert main(["plan", str(path), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lo, hi = out["trust"]["interval_s"]
+    assert hi == pytest.approx(out["quantile_s"], rel=1e-9)
+    assert lo < out["objective_s"] < hi
+    assert main(["plan", str(path), "--quiet"]) == 0
+    assert "trust       measured time likely in" in capsys.readouterr().out
