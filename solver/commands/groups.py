@@ -185,7 +185,7 @@ def result_json(res, inst, regs=None) -> dict:
         "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
         "trust": trust_json(_trust(inst, res)),
-        "train_cost": train_cost_json(_train_cost(inst, bd)),
+        "train_cost": train_cost_json(_train_cost(inst, bd, _trust(inst, res))),
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
              "regret": r.regret} for r in regs],
@@ -200,11 +200,13 @@ def _trust(inst, res):
     return class_plan_trust(inst, res.plan, res.breakdown.iter_time_s)
 
 
-def _train_cost(inst, bd):
-    """The time and cost to train at the plan's nominal iteration (no trust interval: see
-    result_json), or None without a plan or job.train_tokens."""
+def _train_cost(inst, bd, trust=None):
+    """The time and cost to train at the plan's nominal iteration, with the plan's trust
+    interval where `trust` is given (class_plan_trust), or None without a plan or
+    job.train_tokens."""
     from paraplan.cost.train_cost import instance_train_cost
-    return instance_train_cost(inst, None if bd is None else bd.iter_time_s)
+    return instance_train_cost(inst, None if bd is None else bd.iter_time_s,
+                               None if trust is None else trust.interval_s)
 
 
 def cmd_plan(args, read, progress=None) -> int:
@@ -228,7 +230,7 @@ def cmd_plan(args, read, progress=None) -> int:
             print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
             for line in trust_lines(_trust(inst, res)):
                 print(line)
-            for line in train_lines(_train_cost(inst, res.breakdown)):
+            for line in train_lines(_train_cost(inst, res.breakdown, _trust(inst, res))):
                 print(line)
             print()
             print(breakdown_text(res.breakdown, inst))

@@ -641,7 +641,9 @@ def build_class_report(inst, result, regrets=None) -> str:
                              f" peak, {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
                              f" Megatron-LM logs it, {bd.idle_gpus} idle GPUs"]]
     facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
-    facts += train_facts(instance_train_cost(inst, bd.iter_time_s))  # no trust interval here
+    from paraplan.cost.trust import class_plan_trust
+    trust = class_plan_trust(inst, p, bd.iter_time_s)  # as `plan` prints it (commands/groups._trust)
+    facts += train_facts(instance_train_cost(inst, bd.iter_time_s, trust.interval_s))
     body.append(_table(None, facts))
     body.append(_section(1, "evidence", _evidence_section(result, None)))
     coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
