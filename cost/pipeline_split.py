@@ -146,3 +146,12 @@ def megatron_split(layers: int, pp: int, v: int = 1, *, first: int | None = None
     if last is not None:
         split[-1] = last
     return tuple(split)
+
+
+def chunk_items_held(held: int, pp: int, v: int, chunk: int) -> int:
+    """How many of the first `held` forward passes of a rank run model chunk `chunk`: Megatron-
+    core's interleaved schedule takes its micro-batches in groups of pp, group g on chunk g mod v
+    (get_model_chunk_id, microbatch_group_size_per_vp_stage = pp by default)."""
+    groups, rest = divmod(held, pp)
+    full = sum(1 for g in range(groups) if g % v == chunk) * pp
+    return full + (rest if groups % v == chunk else 0)

@@ -7,10 +7,11 @@ and get_transformer_layer_offset at d98e8a64ddf3 (the formulas are restated in e
 import numpy as np
 import pytest
 
-from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.pipeline_split import chunk_layers, chunk_ranges, chunk_problem, megatron_split
-from paraplan.cost.schedule import iteration_time_s, stage_times_s
+from paraplan.cost.pipeline_split import (chunk_items_held, chunk_layers, chunk_problem, chunk_ranges,
+                                          megatron_split)
+from paraplan.cost.schedule import iteration_time_s, stage_times_s, uneven_chunk_mem_bytes
 from paraplan.cost.specs import Outer, Plan
 
 
@@ -74,14 +75,35 @@ def test_megatron_split_refuses_what_megatron_core_refuses(args, kw, words):
         megatron_split(*args, **kw)
 
 
-def _coefficients(pp: int, m: int, v: int, stage_s, layer_s) -> StageCoefficients:
+def _coefficients(pp: int, m: int, v: int, stage_s, layer_s, act_bytes: float = 0.0) -> StageCoefficients:
+    """Per layer: layer_s seconds; act_bytes of activations per micro-batch pass held, so
+    layer_act_bytes = act_bytes x in_flight as cost/coefficients.build stores it."""
     zeros = np.zeros(pp)
     outer = Outer(tp=1, pp=pp, dp=1, micro_batch=1, num_micro_batches=m, virtual_stages=v)
+    inflight = in_flight_micro_batches(pp, m, v)
     return StageCoefficients(outer=outer, layers=0, layer_time_s=np.full(pp, layer_s),
                              recompute_time_s=zeros, stage_time_s=np.array(stage_s, float),
                              layer_sync_time_s=zeros, stage_sync_time_s=zeros,
-                             layer_state_bytes=zeros, layer_act_bytes=zeros, layer_ckpt_bytes=zeros,
-                             stage_mem_bytes=zeros, capacity_bytes=np.full(pp, 1.0))
+                             layer_state_bytes=zeros, layer_act_bytes=act_bytes * inflight,
+                             layer_ckpt_bytes=zeros, stage_mem_bytes=zeros,
+                             capacity_bytes=np.full(pp, 1.0), in_flight=inflight)
+
+
+def test_memory_of_the_short_chunks_by_hand():
+    # pp 4, v 2, 8 micro-batches, split [3, 4, 4, 3] with the embedding and loss counted:
+    # chunks (1, 2), (2, 2), (2, 2), (2, 1). Megatron-core warms up 2 (pp - s - 1) + (v - 1) pp
+    # passes and holds one more: stage 0 holds 11, stage 3 holds 5 (in_flight 5.5 and 2.5).
+    # Passes run in groups of pp = 4 on chunk g mod 2:
+    #   stage 0: chunks 0 0 0 0 1 1 1 1 0 0 0 -> 7 passes of its 1-layer chunk, 4 of the
+    #            2-layer one: 7 + 8 = 15 layer activations; the stage average prices 5.5 x 3 = 16.5
+    #   stage 3: chunks 0 0 0 0 1 -> 1 pass of its 1-layer chunk, 4 of the other: 1 + 8 = 9;
+    #            priced 2.5 x 3 = 7.5
+    # so the correction is -1.5 and +1.5 layer activations (100 bytes each).
+    assert chunk_items_held(11, 4, 2, 0) == 7 and chunk_items_held(5, 4, 2, 1) == 1
+    c = _coefficients(4, 8, 2, [0, 0, 0, 0], 1e-3, act_bytes=100.0)
+    n, r = np.array([3.0, 4, 4, 3]), np.zeros(4)
+    assert uneven_chunk_mem_bytes(c, n, r, True, True) == pytest.approx([-150.0, 0, 0, 150.0])
+    assert uneven_chunk_mem_bytes(c, n, r, False, False) == pytest.approx([0, 0, 0, 0])
 
 
 def test_pipeline_time_of_an_uneven_interleaved_split_by_hand():
