@@ -407,7 +407,8 @@ def row_layer_split(config: Section, layers: int, pp: int, v: int) -> tuple[tupl
     its split keys state it (SPLIT_KEYS), else the default split; InstanceError naming the
     field where the split cannot be built."""
     from paraplan.cost.pipeline_split import megatron_split
-    stated = {k: config.raw[k] for k in SPLIT_KEYS if config.has_value(k)}
+    # a flag stated false says what its absence says
+    stated = {k: config.raw[k] for k in SPLIT_KEYS if config.has_value(k) and config.raw[k] is not False}
     if not stated:
         if layers % v:
             raise config.error("virtual_stages", f"{v} chunks per stage do not divide the {layers}"
