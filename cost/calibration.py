@@ -230,7 +230,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     rc = ran.recompute or cf.get("recompute") or "unknown"
     rc = "fit" if rc == "unknown" else rc
     pp, v = cf["pp"], cf.get("virtual_stages") or 1
-    split = default_layer_split(model.layers, pp, v)
+    split, embedding, loss = row_layer_split(Section(cf, row["id"], "config", None), model.layers, pp, v)
 
     def plan_with(mode: str) -> Plan:
         return Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
@@ -239,7 +239,8 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                     sequence_parallel=bool(cf.get("sequence_parallel")) and cf["tp"] > 1,
                     recompute=Recompute.SELECTIVE if mode == "selective" else Recompute.NONE,
                     zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
-                    full_recompute_layers=split if mode == "full" else (0,) * pp)
+                    full_recompute_layers=split if mode == "full" else (0,) * pp,
+                    embedding_in_split=embedding, loss_in_split=loss)
     if rc != "fit":
         return inst, plan_with(rc)
     for mode in ("none", "selective", "full"):
@@ -382,22 +383,53 @@ def _check_row(row: Section) -> None:
         if config.has_value(key):
             config.integer(key)
     virtual_stages = config.integer("virtual_stages") if config.has_value("virtual_stages") else 1
+    row_layer_split(config, layers, pp, virtual_stages)
     if config.has_value("recompute"):
         config.choice("recompute", ("none", "selective", "full", "unknown"))
     if config.has_value("sequence_parallel"):
         config.boolean("sequence_parallel", False)
     if config.has_value("zero"):
         config.integer("zero")
-    if layers % virtual_stages:
-        raise config.error("virtual_stages", f"{virtual_stages} chunks per stage do not divide"
-                           f" the {layers} layers", "give the interleaving the run used")
-    if layers // virtual_stages < pp:
-        raise config.error("pp", f"{pp} x {virtual_stages} chunks: more pipeline stages than the"
-                           f" {layers} layers", "give the pipeline degree the run used")
 
     row.section("measured", None).number("iter_time_s")
     if row.has("ran"):
         _check_ran(row.section("ran", RAN_KEYS))
+
+
+# A row's optional statement of its layer split, as Megatron-core was told it (cost/
+# pipeline_split.py): --decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-
+# pipeline-split. Absent: paraplan's default_layer_split.
+SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split")
+
+
+def row_layer_split(config: Section, layers: int, pp: int, v: int) -> tuple[tuple[int, ...], bool, bool]:
+    """(layers per stage, embedding_in_split, loss_in_split) of a row's `config` section: as
+    its split keys state it (SPLIT_KEYS), else the default split; InstanceError naming the
+    field where the split cannot be built."""
+    from paraplan.cost.pipeline_split import megatron_split
+    # a flag stated false says what its absence says
+    stated = {k: config.raw[k] for k in SPLIT_KEYS if config.has_value(k) and config.raw[k] is not False}
+    if not stated:
+        if layers % v:
+            raise config.error("virtual_stages", f"{v} chunks per stage do not divide the {layers}"
+                               " layers", "give the interleaving the run used, and where the run"
+                               " counted the embedding or loss as a layer, say so"
+                               " (embedding_in_split / loss_in_split: true) or give its"
+                               " first_stage_layers / last_stage_layers")
+        if layers // v < pp:
+            raise config.error("pp", f"{pp} x {v} chunks: more pipeline stages than the {layers}"
+                               " layers", "give the pipeline degree the run used")
+        return default_layer_split(layers, pp, v), False, False
+    ends = {k: config.integer(k) for k in SPLIT_KEYS[:2] if k in stated}
+    embedding = config.boolean("embedding_in_split", False) if "embedding_in_split" in stated else False
+    loss = config.boolean("loss_in_split", False) if "loss_in_split" in stated else False
+    try:
+        split = megatron_split(layers, pp, v, first=ends.get("first_stage_layers"),
+                               last=ends.get("last_stage_layers"), embedding=embedding, loss=loss)
+    except ConfigError as e:
+        raise config.error(next(iter(stated)), f"{e} ({layers} layers, pp {pp}, virtual_stages {v})",
+                           "give the split the run used, as Megatron-core takes it") from None
+    return split, embedding, loss
 
 
 def _check_ran(ran: Section) -> None:

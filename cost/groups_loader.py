@@ -252,7 +252,14 @@ def one_class_plan(plan: ClassPlan, inst: ClusterInstance) -> Plan | None:
 
 def as_class_plan(plan: Plan, path: str = "<memory>") -> ClassPlan:
     """`plan` as the one-class plan of as_one_group's instance: dp replicas whose pp
-    stages all sit on group 0, with the plan's per-operator partitions on group 0."""
+    stages all sit on group 0, with the plan's per-operator partitions on group 0. A plan
+    counting the embedding/loss as layer slots is refused: replica classes do not record them."""
+    for key in ("embedding_in_split", "loss_in_split"):
+        if getattr(plan, key):
+            raise InstanceError(path, f"plan.{key}", "the replica-class plans of a cluster shown as"
+                                " groups (scenarios, node groups) do not count the embedding or loss"
+                                " as a layer slot", "simulate it on the flat instance (without"
+                                " scenarios), or give layers_per_stage whose counts fill the chunks")
     return ClassPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
                       micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
                       recompute=plan.recompute, zero=plan.zero, family="stage", ep=plan.ep,

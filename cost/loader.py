@@ -229,7 +229,8 @@ _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s
              "cudnn_attention_speedup")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
-              "partitions", "ep", "etp")
+              "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
+              "embedding_in_split", "loss_in_split")
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group", "idle_gpus",
@@ -1293,7 +1294,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
     recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
 
-    layers_per_stage = sec.int_list("layers_per_stage", pp)
+    layers_per_stage, embedding, loss = plan_layer_split(sec, inst.model.layers, pp, virtual_stages)
     if layers_per_stage is None:
         layers = inst.model.layers
         if layers % virtual_stages:
@@ -1337,6 +1338,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             partitions=plan_partitions(sec),
             ep=sec.integer("ep", 1),
             etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
+            embedding_in_split=embedding, loss_in_split=loss,
         )
         plan.check_against(inst)
     # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
@@ -1346,6 +1348,46 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
         raise sec.error("zero", unpriced.split(";")[0],
                         "use zero 0 or 1 with pp > 1, or pp 1 (or plan the instance: the planner never proposes it)")
     return plan
+
+
+def plan_layer_split(sec: Section, layers: int, pp: int, v: int
+                     ) -> tuple[tuple[int, ...] | None, bool, bool]:
+    """(layers per stage, embedding_in_split, loss_in_split) of a plan section; the split is
+    None where the section leaves it to default_layer_split. It is given as `layers_per_stage`,
+    or as Megatron-core gives it (cost/pipeline_split.py): `first_stage_layers` /
+    `last_stage_layers` with the other stages even (--decoder-first/last-pipeline-num-layers), or
+    `embedding_in_split` / `loss_in_split` alone, every stage then holding as many layers with
+    the embedding / loss counted as one (--account-for-embedding/loss-in-pipeline-split). Each
+    stage's layers, with those counted, must fill its v model chunks equally."""
+    from paraplan.cost.pipeline_split import chunk_problem, megatron_split
+    embedding = sec.boolean("embedding_in_split", False)
+    loss = sec.boolean("loss_in_split", False)
+    ends = {key: sec.integer(key) for key in ("first_stage_layers", "last_stage_layers") if sec.has(key)}
+    if (embedding or loss) and pp == 1:
+        raise sec.error("embedding_in_split" if embedding else "loss_in_split",
+                        "counts the embedding or loss as a pipeline layer, but pp = 1",
+                        "remove it (it only places layers between pipeline stages)")
+    split = sec.int_list("layers_per_stage", pp)
+    if split is not None and ends:
+        raise sec.error(next(iter(ends)), "given beside layers_per_stage, which already fixes"
+                        " every stage's layers", f"remove {next(iter(ends))}, or layers_per_stage")
+    if split is None and (ends or embedding or loss):
+        key = next(iter(ends)) if ends else "embedding_in_split" if embedding else "loss_in_split"
+        try:
+            split = megatron_split(layers, pp, v, first=ends.get("first_stage_layers"),
+                                   last=ends.get("last_stage_layers"), embedding=embedding, loss=loss)
+        except ConfigError as e:
+            raise sec.error(key, f"{e} (the model has {layers} layers, pp={pp}, virtual_stages={v})",
+                            "give counts Megatron-core can split (cost/pipeline_split.py), or the"
+                            " whole split as layers_per_stage") from None
+    if split is not None:
+        problem = chunk_problem(split, v, embedding, loss)
+        if problem:
+            raise sec.error("layers_per_stage", problem,
+                            "give each stage a multiple of virtual_stages layers, counting the"
+                            " embedding (stage 0) and loss (last stage) as one layer where"
+                            " embedding_in_split / loss_in_split say so")
+    return split, embedding, loss
 
 
 def is_group_plan_mapping(data: Any) -> bool:
@@ -1395,6 +1437,9 @@ def plan_to_mapping(plan: Plan) -> dict:
         out["ep"] = plan.ep
     if plan.etp is not None:  # absent: etp = tp (plans without parallel folding stay as they were)
         out["etp"] = plan.etp
+    for key in ("embedding_in_split", "loss_in_split"):  # absent: false (files stay as they were)
+        if getattr(plan, key):
+            out[key] = True
     # Only with NONE does `full` read back as the same Plan (full maps to NONE).
     if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
         out["recompute"] = RECOMPUTE_FULL

@@ -49,7 +49,8 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     spp = w + g + opt
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
-    total = schedule.stage_mem_bytes(c, n, r)
+    uneven = schedule.uneven_chunk_mem_bytes(c, n, r, plan.embedding_in_split, plan.loss_in_split)
+    total = schedule.stage_mem_bytes(c, n, r) + uneven
     fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     runtime = memory.runtime_bytes(tp, cp, o.dp, pp)
@@ -81,7 +82,8 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
         if s == 0 and d:
             param_state += d * (c.layer_state_bytes[0] + (stage_state[0] - mtp_state) / d - dense_fp8)
         logits = memory.logits_activation_bytes(m, o.micro_batch, tp, cp, fw) * frag if s == pp - 1 else 0.0
-        acts = n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s]) + stage_act[s]
+        acts = (n[s] * c.layer_act_bytes[s] - r[s] * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s])
+                + stage_act[s] + uneven[s])
         workspace = c.stage_mem_bytes[s] - embed - logits - runtime - stage_state[s] - stage_act[s]
         cats = {"weights": (param_state * w / spp + moe_layers * (fp8 + ex_fp8 + ex * ew)
                             + (d * dense_fp8 if s == 0 else 0.0)),

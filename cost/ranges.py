@@ -189,6 +189,10 @@ RANGES: dict[str, Range] = {
                               " the layers' range", integer=True),
     "full_recompute_layers": Range(0, 1_000_000, "", "at most the layers' range",
                                    integer=True),
+    "first_stage_layers": Range(1, 1_000_000, "", "the first stage holds at least one layer,"
+                                " at most the layers' range", integer=True),
+    "last_stage_layers": Range(1, 1_000_000, "", "the last stage holds at least one layer,"
+                               " at most the layers' range", integer=True),
     "memory_reserve_gib": Range(0, 10_000, "GiB", "at most the HBM range (and less than the"
                                 " GPU's own memory)"),
     # --- calibration rows ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.pipeline_split import chunk_items_held
 
 
 def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -30,6 +31,32 @@ def sync_times_s(c: StageCoefficients, n: np.ndarray) -> np.ndarray:
 def stage_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
     return (c.stage_mem_bytes + n * (c.layer_state_bytes + c.layer_act_bytes)
             - r * (c.layer_act_bytes - c.layer_ckpt_bytes))
+
+
+def uneven_chunk_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray, embedding: bool,
+                           loss: bool) -> np.ndarray:
+    """Per stage, the activation memory stage_mem_bytes misses where a stage's chunks are not
+    equal: with the embedding (loss) counted as a layer slot (cost/pipeline_split.py), stage 0's
+    first (the last stage's last) chunk holds one layer fewer, while stage_mem_bytes holds every
+    chunk in flight at the stage's average (n_s / v layers; c.in_flight). Exactly, the stage
+    holds W = v in_flight_s chunk passes of (n_s + 1) / v layers, of which h, those of the short
+    chunk (chunk_items_held), one layer fewer: W (n_s + 1) / v - h layers' activations, i.e.
+    in_flight_s - h more than priced, each at the stage's average bytes per layer and pass.
+    Llama-3.1 405B on pp 8, v 8, 192 micro-batches: stage 0 holds 71 passes, 15 of them of its
+    first chunk: 127 layer activations where 133.1 are priced (-6.1); stage 7 holds 57, one
+    of its last: 113 where 106.9 are priced (+6.1). Zero without the flags, and with v = 1."""
+    pp, v = c.pp, c.outer.virtual_stages
+    out = np.zeros(pp)
+    if not c.in_flight.size:  # coefficients that hold no activations in flight
+        return out
+    for s, chunk, on in ((0, 0, embedding), (pp - 1, v - 1, loss)):
+        if not on or c.in_flight[s] == 0:
+            continue
+        held = int(round(c.in_flight[s] * v))
+        extra = c.in_flight[s] - chunk_items_held(held, pp, v, chunk)
+        per_layer = ((n[s] - r[s]) * c.layer_act_bytes[s] + r[s] * c.layer_ckpt_bytes[s]) / n[s]
+        out[s] += extra * per_layer / c.in_flight[s]
+    return out
 
 
 def pipeline_time_s(t: np.ndarray, m: int, v: int) -> np.ndarray:

@@ -67,7 +67,8 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
 
     t = schedule.stage_times_s(c, n, r)
     d = schedule.sync_times_s(c, n)
-    mem = schedule.stage_mem_bytes(c, n, r)
+    mem = schedule.stage_mem_bytes(c, n, r) + schedule.uneven_chunk_mem_bytes(
+        c, n, r, plan.embedding_in_split, plan.loss_in_split)
     iter_time = float(schedule.iteration_time_s(c, n, r))
 
     k = int(np.argmax(t))

@@ -14,6 +14,7 @@ from enum import Enum
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.partition_names import check_partitions
+from paraplan.cost.pipeline_split import chunk_layers, chunk_problem
 
 
 class Mlp(str, Enum):
@@ -699,7 +700,11 @@ class Plan(Outer):
 
     `layers_per_stage[s]` transformer layers sit on pipeline stage s (non-uniform allowed; the
     embedding lives on stage 0 and the output layer on stage pp-1). Of those,
-    `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`.
+    `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`. With
+    `virtual_stages` v, stage s's model chunks each hold 1/v of its layers plus slots, where
+    `embedding_in_split` / `loss_in_split` count the embedding / loss as a layer of stage 0's
+    first / stage pp-1's last chunk (Megatron-core's --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split; cost/pipeline_split.py has the placement).
     """
 
     layers_per_stage: tuple[int, ...] = field(default=())
@@ -707,6 +712,8 @@ class Plan(Outer):
     # per-operator tensor partitions, ((operator, partition), ...) as in cost/partition.py;
     # empty: Megatron 1-D tensor parallelism (the default)
     partitions: tuple[tuple[str, str], ...] = field(default=())
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     def __post_init__(self) -> None:
         Outer.__post_init__(self)
@@ -717,14 +724,22 @@ class Plan(Outer):
         for n, r in zip(self.layers_per_stage, self.full_recompute_layers):
             if n < 1 or not 0 <= r <= n:
                 raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
-            if n % self.virtual_stages:
-                raise ConfigError("each stage's layer count must be divisible by virtual_stages")
+        problem = chunk_problem(self.layers_per_stage, self.virtual_stages, self.embedding_in_split,
+                                self.loss_in_split)
+        if problem:
+            raise ConfigError(problem)
         if self.partitions:
             check_partitions(self)
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def chunk_layers(self) -> tuple[tuple[int, ...], ...]:
+        """Decoder layers of model chunk c on stage s, [s][c] (cost/pipeline_split.py)."""
+        return chunk_layers(self.layers_per_stage, self.virtual_stages, self.embedding_in_split,
+                            self.loss_in_split)
 
     @property
     def outer(self) -> Outer:
@@ -754,13 +769,13 @@ class Plan(Outer):
             raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError("sequence_parallel needs tp > 1")
-        if m.moe is not None and m.moe.dense_layers and \
-                self.layers_per_stage[0] < self.virtual_stages * m.moe.dense_layers:
+        first_chunk = self.chunk_layers[0][0]
+        if m.moe is not None and m.moe.dense_layers and first_chunk < m.moe.dense_layers:
             raise ConfigError(
-                f"stage 0 holds {self.layers_per_stage[0] // self.virtual_stages} layers per model"
-                f" chunk, fewer than the model's {m.moe.dense_layers} dense layers: paraplan prices"
-                f" the dense prefix on the first stage; give it at least"
-                f" {self.virtual_stages * m.moe.dense_layers} layers")
+                f"stage 0's first model chunk holds {first_chunk} layers, fewer than the model's"
+                f" {m.moe.dense_layers} dense layers: paraplan prices the dense prefix on the first"
+                f" stage; give it at least {self.virtual_stages * m.moe.dense_layers} layers"
+                + (" (without embedding_in_split)" if self.embedding_in_split else ""))
         if inst.job.recompute_modules and any(self.full_recompute_layers):
             raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
                               " (job.recompute_modules), and Megatron-LM's --recompute-granularity"

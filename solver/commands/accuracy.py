@@ -15,6 +15,7 @@ import sys
 from collections import defaultdict
 
 from paraplan.cost.errors import InstanceError
+from paraplan.solver.commands.exit_codes import EXIT_ROWS_REFUSED
 from paraplan.solver.commands.inputs import read_calibration_files
 from paraplan.solver.commands.jsonout import emit_json
 
@@ -147,12 +148,13 @@ def cmd_accuracy(args) -> int:
                                    "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
                                   for p in wrong]},
             "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped] + rejected,
+            "rows_refused": [r["id"] for r in rejected],
             "status": "ok" if modelled else "no_rows",
             **({"moe_anchors": [dict(vars(a)) for a in moe],
                 "moe_head_to_heads": moe_head_to_heads_json(moe),
                 "moe_cross_validation": moe_cv_json(moe_cv)} if args.moe else {}),
         })
-        return 0
+        return _status(rejected)
     print(table(["row", "gpu", "predicted", "80% interval", "measured", "error", "out of sample",
                  "fits memory"],
                 [[r.id, r.gpu, f"{r.predicted_iter_time_s:.3f} s",
@@ -183,7 +185,7 @@ def cmd_accuracy(args) -> int:
     for r in skipped:
         print(f"not modelled: {r.id}: {r.reason}")
     for r in rejected:
-        print(f"not read: {r['id']}: {r['reason']}")
+        print(f"not read: {r['id']} ({r['file']}): {r['field']}: {r['reason']}")
     oom = sum(1 for r in modelled if not r.fits_memory)
     bias = f", bias {100 * overall.bias:+.2f}%" if overall else ""
     headline = (f"out of sample (each source family left out of the fit): MAPE {100 * cv['mape']:.2f}%"
@@ -196,7 +198,13 @@ def cmd_accuracy(args) -> int:
         print(moe_anchor_text(moe))
         print()
         print(moe_cv_text(moe_cv))
-    return 0
+    return _status(rejected)
+
+
+def _status(rejected: list[dict]) -> int:
+    """1 where some rows were refused as read (each listed with its field and reason, the
+    rest priced), else 0."""
+    return EXIT_ROWS_REFUSED if rejected else 0
 
 
 def _cv_residuals(rows, results, oos):

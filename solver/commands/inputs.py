@@ -221,7 +221,8 @@ def read_calibration_files(files: list[str] | None, keep_going: bool = False):
         if bad and (not keep_going or not good):  # a file with no usable row is refused whole
             raise bad[0][1]
         rows.extend(good)
-        rejected.extend({"id": row_id, "reason": str(err)} for row_id, err in bad)
+        rejected.extend({"id": row_id, "field": err.field, "reason": f"{err.problem} (fix: {err.fix})",
+                         "file": path} for row_id, err in bad)
     label = ", ".join(paths)
     return (rows, label, rejected) if keep_going else (rows, label)
 

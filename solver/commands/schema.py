@@ -63,6 +63,7 @@ SCHEMAS: dict[str, dict] = {
                    "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
     "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
+                 "rows_refused": [STR],
                  "rows": [{"id": STR, "predicted_iter_time_s": NUM, "measured_iter_time_s": NUM,
                            "error": NUM, "fits_memory": BOOL}]},
     "timeline": {"status": STR, "iterations": NUM, "upper_bound_iterations": NUM, "gap": NUM,

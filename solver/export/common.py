@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
+from paraplan.cost.pipeline_split import chunk_ranges
 from paraplan.cost.specs import (Framework, Instance, MoeDispatcher, Optimizer, PipelineSchedule,
                                  Plan)
 from paraplan.cost.units import bytes_to_gib
@@ -252,15 +253,11 @@ def cross_framework_note(d: Deviations) -> None:
 
 
 def model_chunks(plan: Plan) -> list[tuple[int, int, int]]:
-    """(stage, first layer, layer count) of each model chunk, in chunk order k = c*pp + s."""
-    n, v, pp = plan.layers_per_stage, plan.virtual_stages, plan.pp
-    chunks, first = [], 0
-    for c in range(v):
-        for s in range(pp):
-            k = n[s] // v
-            chunks.append((s, first, k))
-            first += k
-    return chunks
+    """(stage, first layer, layer count) of each model chunk, in chunk order k = c*pp + s, as
+    Megatron-core places them (cost/pipeline_split.chunk_ranges)."""
+    return [(s, first, count) for s, _, first, count in
+            chunk_ranges(plan.layers_per_stage, plan.virtual_stages, plan.embedding_in_split,
+                         plan.loss_in_split)]
 
 
 @dataclass(frozen=True, slots=True)

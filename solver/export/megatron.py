@@ -8,6 +8,10 @@ relies on:
 - `--num-layers-per-virtual-pipeline-stage`, `--num-virtual-stages-per-pipeline-rank` and
   `--pipeline-model-parallel-layout` are mutually exclusive; uneven first/last stages with
   interleaving need `--num-virtual-stages-per-pipeline-rank`.
+- `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split` count the
+  embedding / loss as a layer: num_layers plus those must divide by pp, and each rank's share by
+  the virtual stages (TransformerConfig); they exclude the first/last counts and the layout.
+  cost/pipeline_split.py states the placement rules (R1-R6) these flags select.
 - `--overlap-param-gather` needs `--overlap-grad-reduce` and the distributed optimizer or
   Megatron-FSDP.
 - Megatron-FSDP (`--use-megatron-fsdp`, version 1) runs with the distributed optimizer, needs
@@ -24,8 +28,10 @@ relies on:
 
 from __future__ import annotations
 
+from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, ep_links, shared_overlap_applies
+from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, Optimizer,
                                  Plan, Precision, Recompute, RecomputeModule)
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
@@ -129,11 +135,11 @@ def _recompute(d: Deviations) -> None:
     if not any(r):
         return
     # --recompute-method block recomputes the first N layers of every model chunk (one chunk
-    # per stage, v with interleaving), so stage s gets v * min(N, n_s / v) layers. The largest
-    # per-chunk need recomputes at least the planned count on every stage, and exactly it when
-    # the stages that need fewer have no more layers than that.
-    per_chunk = max(-(-x // v) for x in r)
-    got = tuple(v * min(per_chunk, x // v) for x in n)
+    # per stage, v with interleaving), so stage s gets the sum over its chunks of min(N, chunk
+    # layers). The least N that reaches every stage's planned count recomputes at least it on
+    # every stage, and exactly it when the stages that need fewer have no more layers than that.
+    per_chunk = _recompute_per_chunk(p)
+    got = tuple(sum(min(per_chunk, c) for c in row) for row in p.chunk_layers)
     if got != r:
         where = "per model chunk on every pipeline stage" if v > 1 else "to every pipeline stage"
         d.deviate(f"the per-stage full-recompute counts {list(r)}: Megatron-LM applies one"
@@ -144,6 +150,14 @@ def _recompute(d: Deviations) -> None:
         d.deviate("selective recompute of the layers not fully recomputed: Megatron-LM's"
                   " --recompute-granularity takes one value and full was emitted, so those"
                   " layers keep all their activations", recompute=Recompute.NONE)
+
+
+def _recompute_per_chunk(p: Plan) -> int:
+    """The least --recompute-num-layers N for which every stage fully recomputes at least its
+    planned count: sum over its chunks of min(N, chunk layers) >= full_recompute_layers[s]."""
+    chunks = p.chunk_layers
+    return next(N for N in range(max(max(row) for row in chunks) + 1)
+                if all(sum(min(N, c) for c in row) >= r for row, r in zip(chunks, p.full_recompute_layers)))
 
 
 def vocab_divisor(vocab: int, tp: int) -> int | None:
@@ -326,7 +340,26 @@ def _moe_flags(m, job, routing_groups: int | None) -> list[tuple[str, object, st
 
 
 def _split_flags(p: Plan) -> list[tuple[str, object, str | None]]:
+    """The flags that make Megatron-core build the plan's split (cost/pipeline_split.py's rules
+    R2-R6): the embedding/loss accounting where the plan counts them and its split is the one
+    that accounting builds, else the even split, the first/last counts, or the layout."""
     n, v = p.layers_per_stage, p.virtual_stages
+    if p.embedding_in_split or p.loss_in_split:
+        try:
+            accounted = megatron_split(sum(n), p.pp, v, embedding=p.embedding_in_split,
+                                       loss=p.loss_in_split)
+        except ConfigError:
+            accounted = None
+        if accounted != n:  # only the layout places these chunk counts
+            return [("--pipeline-model-parallel-layout", f'"{megatron_layout(p)}"',
+                     f"layers per stage {list(n)}, the embedding/loss in a chunk's layer slot")]
+        flags = [(f"--account-for-{part}-in-pipeline-split", None,
+                  f"the {part} takes one layer slot of its stage's " + ("first" if part == "embedding" else "last")
+                  + f" chunk: layers per stage {list(n)}")
+                 for part, on in (("embedding", p.embedding_in_split), ("loss", p.loss_in_split)) if on]
+        if v > 1:
+            flags.append(("--num-virtual-stages-per-pipeline-rank", v, None))
+        return flags
     if len(set(n)) == 1:
         return [("--num-layers-per-virtual-pipeline-stage", n[0] // v, None)] if v > 1 else []
     middle = n[1:-1]
@@ -353,7 +386,8 @@ def megatron_layout(plan: Plan) -> str:
     out = []
     for k, (_, _, count) in enumerate(chunks):
         parts = ["E"] if k == 0 else []
-        parts.append("t" if count == 1 else f"t*{count}")
+        if count:  # (0: a chunk of the embedding or loss alone, embedding_in_split / loss_in_split)
+            parts.append("t" if count == 1 else f"t*{count}")
         if k == len(chunks) - 1:
             parts.append("L")
         out.append(",".join(parts))
@@ -361,7 +395,7 @@ def megatron_layout(plan: Plan) -> str:
 
 
 def _recompute_flags(p: Plan, job) -> list[tuple[str, object, str | None]]:
-    r, v = p.full_recompute_layers, p.virtual_stages
+    r = p.full_recompute_layers
     if not any(r):
         modules = (["core_attn"] if p.recompute is Recompute.SELECTIVE else []) + [
             x.value for x in job.recompute_modules]
@@ -371,7 +405,7 @@ def _recompute_flags(p: Plan, job) -> list[tuple[str, object, str | None]]:
         if p.recompute is Recompute.SELECTIVE:
             return [("--recompute-granularity", "selective", "the attention core (core_attn)")]
         return []
-    per_chunk = max(-(-x // v) for x in r)
+    per_chunk = _recompute_per_chunk(p)
     return [("--recompute-granularity", "full", None), ("--recompute-method", "block", None),
             ("--recompute-num-layers", per_chunk,
              f"fully recomputed layers per stage: {list(r)}")]

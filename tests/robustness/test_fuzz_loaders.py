@@ -36,7 +36,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import MAX_HF_CONFIG_BYTES
 from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
-from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
+from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, EXIT_ROWS_REFUSED
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 x A100 in one node, 8 layers, global batch 32
@@ -371,7 +371,8 @@ def test_random_plan_simulates_or_fails_in_one_line(capsys, tmp_path, plan):
                        max_edits=1), min_size=1, max_size=2),
     VALUES))
 def test_mutated_calibration_rows_score_or_fail_in_one_line(capsys, tmp_path, rows):
-    run_cli(capsys, ["accuracy", write_yaml(tmp_path / "rows.yaml", rows)])
+    # a row refused as read is listed and the rest priced: exit 1 (exit_codes.EXIT_ROWS_REFUSED)
+    run_cli(capsys, ["accuracy", write_yaml(tmp_path / "rows.yaml", rows)], ok=(0, EXIT_ROWS_REFUSED))
 
 
 def test_planner_keeps_its_time_limit_with_many_layers(tmp_path):

@@ -35,6 +35,9 @@ MEGATRON_MAIN_D98E8A6 = {
     "--num-layers-per-virtual-pipeline-stage": int, "--num-virtual-stages-per-pipeline-rank": int,
     "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
     "--pipeline-model-parallel-layout": str,
+    # TransformerConfig.account_for_embedding/loss_in_pipeline_split (store_true through
+    # ArgumentGroupFactory: a bool field defaulting to False)
+    "--account-for-embedding-in-pipeline-split": None, "--account-for-loss-in-pipeline-split": None,
     # batch (TrainingConfig)
     "--micro-batch-size": int, "--global-batch-size": int,
     # recompute (TransformerConfig)

@@ -89,6 +89,8 @@ def megatron_args(inst, plan) -> tuple[dict, list[str], list[str]]:
             check_value(kind if kind not in (int, float) else kind, typed, flag)
         args[flag] = value[0] if value else True
     assert sum(f in args for f in MEGATRON_EXCLUSIVE) <= 1
+    if any(f.startswith("--account-for-") for f in args):  # TransformerConfig: exclusive
+        assert not any(f.startswith("--decoder-") or f == "--pipeline-model-parallel-layout" for f in args)
     if "--overlap-param-gather" in args:  # validate_args
         assert "--overlap-grad-reduce" in args
         assert "--use-distributed-optimizer" in args or "--use-megatron-fsdp" in args
@@ -104,7 +106,16 @@ def megatron_args(inst, plan) -> tuple[dict, list[str], list[str]]:
 
 def megatron_split(args: dict, layers: int, pp: int) -> list[int]:
     """The split Megatron-core builds from these flags: the first/last counts where given, the
-    remaining layers evenly over the other stages."""
+    remaining layers evenly over the other stages; with the embedding/loss accounted, layers + 1
+    + 1 slots evenly, the embedding's and loss's stage one layer fewer (get_num_layers_to_build)."""
+    e = int("--account-for-embedding-in-pipeline-split" in args)
+    l_ = int("--account-for-loss-in-pipeline-split" in args)
+    if e or l_:
+        assert (layers + e + l_) % pp == 0
+        split = [(layers + e + l_) // pp] * pp
+        split[0] -= e
+        split[-1] -= l_
+        return split
     first = int(args.get("--decoder-first-pipeline-num-layers", 0)) or None
     last = int(args.get("--decoder-last-pipeline-num-layers", 0)) or None
     rest_stages = pp - (first is not None) - (last is not None)
@@ -359,6 +370,47 @@ def test_megatron_layout_with_virtual_stages():
     assert args["--pipeline-model-parallel-layout"] == "E,t|t*2|t|t*2|t|t*2|t|t*2,L"
     assert "--num-virtual-stages-per-pipeline-rank" not in args  # the layout fixes v
     assert unsupported == []
+
+
+# --- the embedding and loss counted as layers (Megatron-core's account-for flags) ----------
+
+# small-gpt with 14 layers: 14 + 2 = 16 slots, 4 per stage on pp 4
+SMALL14 = replace(SMALL, model=replace(SMALL.model, layers=14))
+
+
+def accounted_plan(layers, **kw) -> Plan:
+    return small_plan(layers, virtual_stages=2, embedding_in_split=True, loss_in_split=True, **kw)
+
+
+def test_megatron_accounted_split_uses_the_account_flags():
+    # [3, 4, 4, 3] is what Megatron-core builds from 16 slots on 4 ranks (4 each, one fewer on
+    # the embedding's and the loss's rank): the two flags and the virtual stages say it all
+    args, _, unsupported = megatron_args(SMALL14, accounted_plan([3, 4, 4, 3]))
+    assert args["--account-for-embedding-in-pipeline-split"] is True
+    assert args["--account-for-loss-in-pipeline-split"] is True
+    assert args["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert not any(k.startswith("--decoder-") for k in args)
+    assert megatron_split(args, 14, 4) == [3, 4, 4, 3]
+    assert unsupported == []
+
+
+def test_megatron_other_accounted_split_uses_the_layout():
+    # [3, 4, 2, 5] with both counted: slots [4, 4, 2, 6], chunks of 2, 2, 1, 3 slots; the
+    # embedding takes one of stage 0's chunk 0, the loss one of stage 3's chunk 1. In chunk
+    # order k = c*4 + s: 1 (+E), 2, 1, 3 | 2, 2, 1, 2 (+L): 14 layers
+    args, _, unsupported = megatron_args(SMALL14, accounted_plan([3, 4, 2, 5]))
+    assert args["--pipeline-model-parallel-layout"] == "E,t|t*2|t|t*3|t*2|t*2|t|t*2,L"
+    assert not any(k.startswith("--account-for-") for k in args)
+    assert unsupported == []
+
+
+def test_megatron_block_recompute_counts_uneven_chunks():
+    # stage 0 of [3, 4, 4, 3] holds chunks of 1 and 2 layers: --recompute-num-layers 1
+    # recomputes the first layer of every chunk, 2 on every stage (stage 3: chunks 2 and 1)
+    plan = accounted_plan([3, 4, 4, 3], full=[1, 0, 0, 0])
+    args, _, unsupported = megatron_args(SMALL14, plan)
+    assert args["--recompute-num-layers"] == "1"
+    assert mentions(unsupported, "[2, 2, 2, 2]")
 
 
 def test_torchtitan_non_uniform_split_is_exact():

@@ -30,6 +30,8 @@ LLAMA8B = load_instance(ROOT / "instances" / "llama3-8b-64xH100.yaml")  # 64 GPU
 TINY = load_instance(ROOT / "instances" / "tiny-gpt-8xA100.yaml")  # 8 GPUs, 8 layers, batch 32
 TINY_SW = replace(TINY, model=replace(TINY.model, mlp=Mlp.SWIGLU))
 FP8 = replace(LLAMA8B, job=replace(LLAMA8B.job, precision=Precision.FP8))
+# 30 layers: with the embedding and loss counted, 32 slots, 8 per stage on pp 4
+LLAMA30 = replace(LLAMA8B, model=replace(LLAMA8B.model, layers=30))
 
 
 def plan(layers, full=None, **kw) -> Plan:
@@ -49,6 +51,10 @@ CASES = {
     "pp-interleaved": (LLAMA8B, plan([8, 8, 8, 8], tp=2, dp=8, micro_batch=1,
                                      num_micro_batches=64, sequence_parallel=True, zero=1,
                                      virtual_stages=2)),
+    "pp-interleaved-accounted": (LLAMA30, plan([7, 8, 8, 7], tp=2, dp=8, micro_batch=1,
+                                               num_micro_batches=64, sequence_parallel=True,
+                                               zero=1, virtual_stages=2, embedding_in_split=True,
+                                               loss_in_split=True)),
     "cp-tp": (LLAMA8B, plan([32], tp=4, cp=2, dp=8, micro_batch=1, num_micro_batches=64,
                             sequence_parallel=True, zero=3)),
     "fp8": (FP8, plan([32], tp=8, dp=8, micro_batch=1, num_micro_batches=64,
@@ -184,5 +190,7 @@ def test_megatron_parser(case, monkeypatch):
     assert args.overlap_grad_reduce is (e.dp * e.cp > 1)
     assert args.overlap_param_gather is (e.zero == 3 and e.dp * e.cp > 1)
     assert (args.virtual_pipeline_model_parallel_size or 1) == e.virtual_stages
+    assert args.account_for_embedding_in_pipeline_split is e.embedding_in_split
+    assert args.account_for_loss_in_pipeline_split is e.loss_in_split
     if any(e.full_recompute_layers):
         assert args.recompute_granularity == "full" and args.recompute_method == "block"

@@ -10,6 +10,7 @@ from paraplan.cost.crossval import UNFITTED, fit_fold, load_stored, stale_rows, 
 from paraplan.cost.loader import load_catalogue
 from paraplan.cost.trust import coverage, published_residuals
 from paraplan.solver.commands.cli import main
+from paraplan.solver.commands.exit_codes import EXIT_ROWS_REFUSED
 
 
 def test_the_stored_cross_validation_is_the_current_models():
@@ -94,19 +95,21 @@ def _row(**over):
 
 
 def test_one_bad_row_never_refuses_the_file(capsys, tmp_path):
-    # A Megatron-Bridge style row: 126 layers in 8 stages of 8 virtual chunks, which the schema
-    # cannot state (the first and last stages take fewer layers); it is reported, the good row
-    # beside it is still predicted
+    # A Megatron-Bridge style row: 126 layers in 8 stages of 8 virtual chunks, without saying
+    # that the run counted the embedding and loss as layers (config.embedding_in_split /
+    # loss_in_split), so its chunks cannot be built; it is reported with its field, the good
+    # row beside it is still predicted, and the exit status says a row was refused
     bad = _row(id="bad")
     bad["model"] = dict(bad["model"], layers=126)
     bad["config"] = dict(bad["config"], pp=8, dp=1, virtual_stages=8)
     path = tmp_path / "rows.yaml"
     path.write_text(yaml.safe_dump([_row(), bad]))
-    assert main(["accuracy", str(path), "--json"]) == 0
+    assert main(["accuracy", str(path), "--json"]) == EXIT_ROWS_REFUSED
     doc = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in doc["rows"]] == ["x"]
     (rejected,) = doc["not_modelled"]
-    assert rejected["id"] == "bad" and "virtual_stages" in rejected["reason"]
+    assert rejected["id"] == "bad" and rejected["field"] == "[1].config.virtual_stages"
+    assert "embedding_in_split" in rejected["reason"]
 
 
 def test_an_unknown_attention_kernel_is_priced_both_ways(capsys, tmp_path):
