@@ -61,6 +61,24 @@ def test_distance_level_counts_unvalidated_features_at_the_plan_scale():
     assert distance_level(_f(gpu="H100-SXM5-80GB"), res) == 1
 
 
+def test_a_release_is_validated_only_by_rows_of_that_release():
+    # Pool: 3 megatron rows of nemo-24.07 and 3 of a release no source names (""), all at 64
+    # GPUs with the plan's other features. A plan of nemo-24.07: its release has 3 rows -> level
+    # 0. A plan of the current release core_v0.19.0: the framework has 6 rows, the release 0 ->
+    # level 1, with "release=megatron core_v0.19.0" unvalidated. Rows of an unknown release
+    # validate no release, not even a plan's unknown one -> level 1 without the nemo rows.
+    res = ([Residual(id=f"n{i}", features=_f(family="N", framework_version="nemo-24.07"), error=0.0)
+            for i in range(3)]
+           + [Residual(id=f"u{i}", features=_f(family="U", framework_version=""), error=0.0) for i in range(3)])
+    assert distance_level(_f(framework_version="nemo-24.07"), res) == 0
+    _, level, missing = band_pool(_f(), res)
+    assert level == 1 and missing == ["release=megatron core_v0.19.0"]
+    unknown = [r for r in res if r.features.family == "U"]
+    assert distance_level(_f(framework_version=""), unknown) == 1
+    # a torchtitan plan: neither its framework nor its release has a row -> level 2
+    assert distance_level(_f(framework="torchtitan", framework_version="v0.2.2"), res) == 2
+
+
 def test_quantile_factor_takes_the_residuals_at_the_plan_distance():
     # Families A and B: 3 rows each of _f() at 64 GPUs, log error 0.0; each validates all the
     # other's features -> level 0. Families D (512 GPUs) and E (2,048 GPUs): 3 rows each with
