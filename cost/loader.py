@@ -123,6 +123,15 @@ under torchtitan or composer) is refused with one InstanceError naming the searc
 framework; combinations the defaults bring in are filtered, not refused. With part files the
 check uses the final job, wherever its `search:` came from.
 
+`job.framework_version` names a release of `job.framework` that cost/releases.py lists (each
+with its date and what it changed that cost/ prices; an unknown one is refused, naming the known
+ones); left out, the job is for the framework's current release. An older release narrows the
+declared space to what it ran (cost/framework_rules.release_space: Megatron-LM v1.0 had no
+pipeline, nemo-24.07 no Megatron-FSDP): keys not listed take the release's values, and a listed
+value it cannot run is refused naming the release. The plan names the release its time is for
+(`plan` and `simulate` print it, `plan --json` gives `framework_version`), and its trust band counts a release that
+fewer than three published rows ran at its scale as unvalidated (cost/trust.py).
+
 Split files (`load_instance_parts`): a cluster file holds the `cluster:` section and optionally
 `gpu_types:`; a job file holds `job:` and optionally `search:`; the model may come from a
 Hugging Face config.json instead of `model:` (cost/hf_config.py). Each replaces the matching

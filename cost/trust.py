@@ -24,16 +24,25 @@ interval built from the other families' residuals, `coverage`: groups of similar
 of the left-out rows with an 80% band; they come from one or two sources, whose errors agree with
 each other and not with a new source). It is the residuals at the plan's *distance level*: the
 count of what the plan uses that fewer than MIN_VALIDATING_ROWS rows exercise in its scale band
-(its ZeRO stage, cp > 1, pp > 1, FP8, its GPU die, its framework; `unvalidated`), capped at 2. A
-row's own level is judged as it was predicted, against the other families' rows only. Measured
-on the 239 bundled rows (stored cross-validation, 80% band, each row's band without its family):
+(its ZeRO stage, cp > 1, pp > 1, FP8, its GPU die, its framework and its framework release;
+`unvalidated`), capped at 3. A row's own level is judged as it was predicted, against the other
+families' rows only. A release is validated only by rows of that release (cost/releases.py); a
+row that names none validates none. No bundled release is run by two source families, so every
+row's release counts as unvalidated and every row sits one level above its count without it;
+so does a plan of a release no row ran (every current release), while a plan of a release that
+three rows ran at its scale (nemo-24.07 on 9-64 GPUs) sits one level lower. Measured on the 239
+bundled rows (stored cross-validation, 80% band, each row's band without its family):
 
     level  rows  families  band (measured / predicted)  covered
-    0        21         3  0.91 .. 1.07                  67%
-    1       147         6  0.87 .. 1.06                  86%
-    2        71         5  0.90 .. 1.12                  89%
+    0         0         0  (none: every row's release is unvalidated)
+    1        21         3  0.91 .. 1.07                  67%
+    2       147         6  0.87 .. 1.06                  86%
+    3        71         5  0.90 .. 1.12                  89%
     all     239         8                                84.9% (one band for all: 87.4%)
 
+(the release in place of the framework, rather than beside it, put every Megatron row on the
+level of another framework's and covered 89.1%; FP8 validated only by FP8 rows of the same
+release, 90.0%: both wider than the 75-85% the band is for).
 so a plan that leans on several features no run validates gets a wider band on its slow side
 (before the scale terms and the refit of the dense efficiencies the levels were 0.92-1.05,
 0.85-1.11 and 0.84-1.16, covering 79.5%: the refit narrowed the errors of levels 1 and 2).
@@ -77,8 +86,10 @@ RANK_MIN_REL_DIFF = 0.05  # measured times must differ by more than 5% to form a
 MIN_GROUP_ROWS = 5  # MoE anchors: fewer on the plan's die than this take every die's
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
 INTERVAL_QUANTILES = (0.10, 0.90)
-# distance levels 0, 1, 2 (2 or more unvalidated features; module docstring); a level whose
-# residuals come from fewer than MIN_LEVEL_FAMILIES source families borrows every level's
+# distance levels 0..3 (3 or more unvalidated features; module docstring); a level whose
+# residuals come from fewer than MIN_LEVEL_FAMILIES source families borrows every level's.
+# Four, not three: the release (unvalidated for every bundled row) shifts each level by one
+# rather than merging the two farthest
 DISTANCE_LEVELS = 4
 MIN_LEVEL_FAMILIES = 2
 # the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
@@ -291,8 +302,8 @@ class Trust:
 def _feature_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
     """(what f uses, its name, whether another row's features exercise it) for each feature of f
     that rows validate per scale band: the ZeRO stage, cp > 1, pp > 1 and FP8, which the warnings
-    name, then f's GPU die and framework, which only the distance level counts (unvalidated_warnings
-    names a GPU type without any row)."""
+    name; f's GPU die, framework and release (`_context_uses`) only the distance level counts
+    (unvalidated_warnings names a GPU type without any row)."""
     uses = []
     if f.zero > 0:
         uses.append((f"zero={f.zero}", f"ZeRO-{f.zero}", lambda g: g.zero == f.zero))
@@ -338,7 +349,8 @@ def validation_warnings(f: Features, res: Sequence[Residual],
 
 def unvalidated(f: Features, res: Sequence[Residual], min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """What `f` uses that fewer than min_rows residuals exercise in f's scale band: its ZeRO
-    stage, cp > 1, pp > 1, FP8, GPU die and framework (each as `_feature_uses` names it)."""
+    stage, cp > 1, pp > 1, FP8, GPU die, framework and release (as `_feature_uses` and
+    `_context_uses` name them)."""
     return [used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(f, has, res) < min_rows]
 
 
