@@ -128,3 +128,19 @@ def test_a_row_with_a_bad_release_is_refused_naming_the_field(tmp_path):
     path.write_text(yaml.safe_dump([_row(framework="torchtitan", framework_version="core_v0.19.0")]))
     with pytest.raises(InstanceError, match=r"not a torchtitan release"):
         load_rows(str(path))
+
+
+def test_report_and_export_name_the_release(tmp_path, capsys):
+    # a NeMo 24.07 plan: the report says which release its time is for; exported to DeepSpeed
+    # (another framework) it is priced as DeepSpeed's current release, and the note says the
+    # plan's time was for nemo-24.07
+    inst = _tiny_with(tmp_path, {"framework_version": "nemo-24.07"})
+    plan, page = tmp_path / "plan.yaml", tmp_path / "report.html"
+    assert main(["plan", str(inst), "--quiet", "-o", str(plan)]) == 0
+    assert main(["report", str(inst), "-o", str(page)]) == 0
+    assert "the time is for megatron nemo-24.07 (2024-07, job.framework_version)" in page.read_text()
+    capsys.readouterr()
+    assert main(["export", str(plan), "--to", "deepspeed"]) == 0
+    err = capsys.readouterr().err
+    assert ("the plan's time is for megatron nemo-24.07 (2024-07, job.framework_version); this file"
+            " targets deepspeed's current release, v0.19.5") in err
