@@ -5,7 +5,7 @@ e = (predicted - measured) / measured and the log error is r = ln(predicted / me
 
 Accuracy tables (`paraplan accuracy`): MAPE = mean |e| and bias = mean e per group, for each
 cut in FEATURE_CUTS (source family, GPU, ZeRO stage, cp > 1, pp > 1, precision, framework,
-activations, scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
+framework release, activations, scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
 
 Ranking score: two rows of the same workload (same model shape, GPU, num_gpus, global batch,
 precision) whose measured iteration times differ by more than RANK_MIN_REL_DIFF form a pair; the
@@ -188,6 +188,7 @@ FEATURE_CUTS: dict[str, Callable[[Features], str]] = {
     "pp": lambda f: "pp > 1" if f.pp > 1 else "pp = 1",
     "precision": lambda f: f.precision,
     "framework": lambda f: f.framework,
+    "framework release": lambda f: f"{f.framework} {f.framework_version or '(release unknown)'}",
     "activations": lambda f: f.activations,
     "scale band": lambda f: f"{f.band} GPUs",
 }
