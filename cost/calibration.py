@@ -43,6 +43,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import may_run_unfused_attention, release_space, unpriced_reason
 from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
+from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                         Optimizer, Plan, Precision, Recompute)
@@ -99,7 +100,11 @@ class Ran:
     tp_comm_overlap: bool
     recompute_early_stop: bool | None  # None: the framework's default
     recompute: str | None  # None: the row's config.recompute holds
-    release_year: int | None  # the framework release's year (None: current; framework_rules)
+    # the framework release the run used (cost/releases.py), None where the row names none
+    framework_version: str | None
+    # its year: the stated release's, else the year the row states its release came out in
+    # (the version unknown), else None: the current release (framework_rules.release_space)
+    release_year: int | None
     unknown: tuple[str, ...]  # the facts the row does not state (RAN_DEFAULTS filled them)
 
 
@@ -108,7 +113,7 @@ class Ran:
 RAN_DEFAULTS = dict(framework=Framework.MEGATRON, attention=Attention.FLASH, dropout=0.0,
                     optimizer=Optimizer.ADAM, tp_comm_overlap=False, recompute_early_stop=None)
 _RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer)
-RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute", "release_year")
+RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute", "framework_version", "release_year")
 RAN_FILE = Path(__file__).resolve().parent / "published" / "ran.yaml"
 
 
@@ -132,8 +137,14 @@ def row_ran(row: dict) -> Ran:
         value = stated.get(key, default)
         values[key] = _RAN_TYPES[key](value) if key in _RAN_TYPES else value
     unknown = tuple(k for k in RAN_DEFAULTS if k not in stated)
-    return Ran(**values, recompute=stated.get("recompute"), release_year=stated.get("release_year"),
-               unknown=unknown)
+    version = stated.get("framework_version")
+    release = find_release(values["framework"], version) if version is not None else None
+    if version is not None and release is None:  # a row's own ran: is checked by load_rows
+        raise ConfigError(f"framework_version {version!r} is not a known {values['framework'].value}"
+                          " release (cost/releases.py)")
+    year = release.year if release is not None else stated.get("release_year")
+    return Ran(**values, recompute=stated.get("recompute"), framework_version=version,
+               release_year=year, unknown=unknown + (() if version is not None else ("framework_version",)))
 
 
 def row_recompute_early_stop(row: dict) -> bool | None:
@@ -442,6 +453,16 @@ def _check_ran(ran: Section) -> None:
     for key in ("tp_comm_overlap", "recompute_early_stop"):
         if ran.has(key):
             ran.boolean(key, False)
+    framework = Framework(ran.raw.get("framework", RAN_DEFAULTS["framework"].value))
+    if ran.has("framework_version"):
+        known = known_versions(framework)
+        if ran.raw["framework_version"] not in known:
+            raise ran.error("framework_version", f"{ran.raw['framework_version']!r} is not a"
+                            f" {framework.value} release paraplan knows", "use one of: " + ", ".join(known)
+                            + " (cost/releases.py), or leave it out: the release is then unknown")
+        if ran.has("release_year"):
+            raise ran.error("release_year", "the stated framework_version dates the release",
+                            "remove release_year (it is for a release whose version is unknown)")
     if ran.has("release_year"):
         ran.integer("release_year")
     if ran.has("recompute"):

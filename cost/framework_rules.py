@@ -170,19 +170,21 @@ def unpriced_reason(zero: int, pp: int) -> str | None:
 
 # When a framework first ran a parallel feature: a published run of an older release could not
 # use it, so re-planning that run's workload (tests/validation/test_plausibility.py, the promise
-# of an optimum over the published run) searches only what its release ran. Megatron-LM:
-# interleaved 1F1B came with Narayanan et al. (SC'21, arXiv 2104.04473, Megatron-LM v2, 2021);
-# sequence parallelism and selective activation recomputation with Korthikanti et al. (arXiv
-# 2205.05198, May 2022, Megatron-LM v3.0); the distributed optimizer (ZeRO-1,
+# of an optimum over the published run) searches only what its release ran. Megatron-LM (the
+# tags and their megatron/arguments.py are cost/releases.py's): pipeline parallelism and
+# interleaved 1F1B came with v2.0 (January 2021; Narayanan et al., SC'21, arXiv 2104.04473),
+# v1.0 had neither; sequence parallelism and selective activation recomputation with
+# Korthikanti et al. (arXiv 2205.05198, May 2022); the distributed optimizer (ZeRO-1,
 # --use-distributed-optimizer) in 2022 as well; sharded gradients and parameters (ZeRO-2/3) only
 # with Megatron-core's own FSDP (--use-custom-fsdp with --data-parallel-sharding-strategy
-# optim_grads / optim_grads_params, Megatron Core 0.11, 2025): before it a Megatron-LM run
-# sharded nothing of its model state (the ZeRO-3 baseline of Narayanan et al. SC'21 Sec. 5.2
-# ran DeepSpeed, a row of its own framework). A row states its release year in
-# cost/published/ran.yaml (`release_year`); a row or instance that states none is the current
-# release, with every feature.
-MEGATRON_FEATURE_YEARS = {"interleaving": 2021, "sequence_parallel": 2022, "selective_recompute": 2022,
-                          "distributed_optimizer": 2022, "fsdp": 2025,
+# optim_grads / optim_grads_params, core_v0.12.0, 2025): before it a Megatron-LM run sharded
+# nothing of its model state (the ZeRO-3 baseline of Narayanan et al. SC'21 Sec. 5.2 ran
+# DeepSpeed, a row of its own framework). A release is known by its year: the year of the
+# version a row or instance names (cost/releases.py), or for a row whose version no source
+# names the year its release came out (`release_year` in cost/published/ran.yaml); a row or
+# instance that states neither is the current release, with every feature.
+MEGATRON_FEATURE_YEARS = {"pipeline": 2021, "interleaving": 2021, "sequence_parallel": 2022,
+                          "selective_recompute": 2022, "distributed_optimizer": 2022, "fsdp": 2025,
                           # --use-flash-attn (FlashAttention, arXiv 2205.14135) came to Megatron-LM
                           # in 2023: a run of an older release may have stored the scores
                           "fused_attention": 2023}
@@ -196,7 +198,8 @@ def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:
 
 
 def release_space(framework: Framework, year: int | None) -> SearchSpace:
-    """The declared space a Megatron-LM release of `year` runs (every feature when None). A
+    """The declared space a Megatron-LM release of `year` runs (every feature when None: the
+    current release; cost/releases.Release.year gives a named version's year). A
     DeepSpeed run of a stated year ran Megatron's model code (Megatron-DeepSpeed; the ZeRO-3
     baseline of Narayanan et al. SC'21 Sec. 5.2): its sequence parallelism, selective
     recomputation and interleaving follow Megatron-LM's years, its ZeRO stages are DeepSpeed's
@@ -208,7 +211,38 @@ def release_space(framework: Framework, year: int | None) -> SearchSpace:
     zero = ((0,) + ((1,) if has["distributed_optimizer"] else ()) + ((2, 3) if has["fsdp"] else ())
             if framework is Framework.MEGATRON else SearchSpace().zero)
     return SearchSpace(
+        pp=None if has["pipeline"] else (1,),
         virtual_stages=None if has["interleaving"] else (1,),
         sequence_parallel=(False, True) if has["sequence_parallel"] else (False,),
         recompute=(Recompute.NONE, Recompute.SELECTIVE) if has["selective_recompute"] else (Recompute.NONE,),
         zero=zero)
+
+
+# the search keys a release narrows (release_space), each with the feature it names
+_RELEASE_KEYS = {"pp": "pipeline parallelism", "virtual_stages": "interleaved 1F1B",
+                 "sequence_parallel": "sequence parallelism", "recompute": "selective recomputation",
+                 "zero": "sharded model state (the distributed optimizer, Megatron-FSDP)"}
+
+
+def release_search(space: SearchSpace, framework: Framework, year: int | None,
+                   given: frozenset[str], version: str) -> tuple[SearchSpace, Refusal | None]:
+    """`space` narrowed to what the job's framework release runs (release_space of its year;
+    `version` names it in the refusal): a key the user did not list takes the release's values,
+    a listed value the release cannot run is refused. The current release narrows nothing."""
+    allowed = release_space(framework, year)
+    kw = {}
+    for key, feature in _RELEASE_KEYS.items():
+        mine, theirs = getattr(space, key), getattr(allowed, key)
+        if theirs is None or theirs == getattr(SearchSpace(), key):
+            continue
+        if key not in given:
+            kw[key] = theirs if mine is None else tuple(x for x in mine if x in theirs) or theirs
+            continue
+        bad = [x for x in (mine or ()) if x not in theirs]
+        if mine is None or bad:
+            shown = getattr(bad[0], "value", bad[0]) if bad else "any"
+            return space, Refusal(key, f"{framework.value} {version} cannot run {key} {shown}: it"
+                                  f" predates {feature} (cost/releases.py)",
+                                  "use " + ", ".join(str(getattr(x, "value", x)).lower() for x in theirs)
+                                  + ", or a later job.framework_version")
+    return (replace(space, **kw) if kw else space), None

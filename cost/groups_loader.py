@@ -127,7 +127,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          enum_values, is_group_plan_mapping, job_from_section, load_instance_parts,
                          model_from_section,
                          plan_from_mapping, plan_partitions, read_yaml,
-                         search_from_section, check_int)
+                         release_search_of, search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import groups_search_refusal
 from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule, Plan,
@@ -200,6 +200,8 @@ def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> C
                             " on a mixed cluster could sit on different GPU types)",
                             "remove pipeline_schedule, or plan a homogeneous cluster")
     search = search_from_section(top.section("search", SEARCH_KEYS)) if top.has("search") else None
+    released = release_search_of(path, search or SearchSpace(), job, frozenset(top.raw.get("search") or ()))
+    search = released if search is not None or released != SearchSpace() else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
     check_precision(path, job, tuple(g.cluster.gpu for g in net.groups))

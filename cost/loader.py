@@ -52,6 +52,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       global_batch: 1024             # sequences per optimizer step
       precision: bf16                # bf16 | fp16 | fp8 (FP8 linears), default bf16
       framework: megatron            # megatron | torchtitan | deepspeed | composer, default megatron
+      framework_version: core_v0.19.0  # the framework's release (cost/releases.py: what it
+                                     # could run, which release the plan's time is for); default
+                                     # the current release
       optimizer: adam                # adam | apex_distributed_adam | apex_distributed_adam_bf16 (NeMo)
                                      # | adam_bf16_moments (fp32 master, bf16 moments; megatron,
                                      # ZeRO-1), default adam
@@ -120,6 +123,15 @@ under torchtitan or composer) is refused with one InstanceError naming the searc
 framework; combinations the defaults bring in are filtered, not refused. With part files the
 check uses the final job, wherever its `search:` came from.
 
+`job.framework_version` names a release of `job.framework` that cost/releases.py lists (each
+with its date and what it changed that cost/ prices; an unknown one is refused, naming the known
+ones); left out, the job is for the framework's current release. An older release narrows the
+declared space to what it ran (cost/framework_rules.release_space: Megatron-LM v1.0 had no
+pipeline, nemo-24.07 no Megatron-FSDP): keys not listed take the release's values, and a listed
+value it cannot run is refused naming the release. The plan names the release its time is for
+(`plan` and `simulate` print it, `plan --json` gives `framework_version`), and its trust band counts a release that
+fewer than three published rows ran at its scale as unvalidated (cost/trust.py).
+
 Split files (`load_instance_parts`): a cluster file holds the `cluster:` section and optionally
 `gpu_types:`; a job file holds `job:` and optionally `search:`; the model may come from a
 Hugging Face config.json instead of `model:` (cost/hf_config.py). Each replaces the matching
@@ -183,7 +195,8 @@ from paraplan.cost import units
 from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.framework_rules import framework_refusal, unpriced_reason
+from paraplan.cost.framework_rules import framework_refusal, release_search, unpriced_reason
+from paraplan.cost.releases import known_versions
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import groups_search_refusal, search_refusal
@@ -220,7 +233,8 @@ _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
-JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "tp_comm_overlap",
+JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "framework_version",
+            "tp_comm_overlap",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
             "recompute_early_stop", "recompute_modules", "activation_fp8_input_store",
             "attention_output_e5m6", "train_tokens", "usd_per_gpu_hour")
@@ -876,6 +890,8 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                             f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
                             "set job.framework: megatron")
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
+    search = release_search_of(" + ".join(sources), search, job_spec,
+                               frozenset(search_sec.raw) if search_sec is not None else frozenset())
     check_mla_job(" + ".join(sources), job_spec, model_spec)
     check_precision(" + ".join(sources), job_spec, (cluster_spec.gpu,))
     check_gpu_prices(" + ".join(sources), job_spec, (cluster_spec.gpu,))
@@ -1198,7 +1214,8 @@ def job_from_section(sec: Section) -> JobSpec:
             precision=Precision(sec.choice("precision", enum_values(Precision), Precision.BF16.value)),
             optimizer=Optimizer(sec.choice("optimizer", enum_values(Optimizer), Optimizer.ADAM.value)),
             attention=Attention(sec.choice("attention", enum_values(Attention), Attention.FLASH.value)),
-            framework=Framework(sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)),
+            framework=Framework(framework),
+            framework_version=_framework_version(sec, Framework(framework)),
             tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
             moe_a2a_overlap=sec.boolean("moe_a2a_overlap", False),
             moe_shared_expert_overlap=sec.boolean("moe_shared_expert_overlap", False),
@@ -1213,6 +1230,29 @@ def job_from_section(sec: Section) -> JobSpec:
             train_tokens=train_tokens,
             usd_per_gpu_s=_gpu_prices(sec, train_tokens),
         )
+
+
+def release_search_of(source: str, space: SearchSpace, job: JobSpec, given: frozenset[str]) -> SearchSpace:
+    """`space` narrowed to what job.framework_version runs (framework_rules.release_search);
+    a listed search value that release cannot run is an InstanceError naming `source`."""
+    narrowed, refusal = release_search(space, job.framework, job.release.year, given, job.release.version)
+    if refusal is not None:
+        raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
+    return narrowed
+
+
+def _framework_version(sec: Section, framework: Framework) -> str | None:
+    """job.framework_version: a release of the job's framework that cost/releases.py knows
+    (None when absent: the current release)."""
+    if not sec.has_value("framework_version"):
+        return None
+    version = sec.raw["framework_version"]
+    known = known_versions(framework)
+    if not isinstance(version, str) or version not in known:
+        raise sec.error("framework_version", f"{_shown_value(version)} is not a {framework.value}"
+                        f" release paraplan knows", "use one of: " + ", ".join(known)
+                        + f" (or leave it out: the current release, {known[-1]})")
+    return version
 
 
 def _gpu_prices(sec: Section, train_tokens: float | None) -> tuple[tuple[str, float], ...]:
@@ -1490,6 +1530,8 @@ def instance_to_mapping(inst: Instance) -> dict:
     job = {"global_batch": inst.job.global_batch, "precision": inst.job.precision.value,
            "optimizer": inst.job.optimizer.value, "attention": inst.job.attention.value,
            "framework": inst.job.framework.value}
+    if inst.job.framework_version is not None:
+        job["framework_version"] = inst.job.framework_version
     if inst.job.tp_comm_overlap:
         job["tp_comm_overlap"] = True
     if inst.job.moe_a2a_overlap:
@@ -1564,6 +1606,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     job = job_from_section(top.section("job", JOB_KEYS))
     search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
               else SearchSpace())
+    search = release_search_of(path, search, job, frozenset(top.raw.get("search") or ()))
     check_mla_job(path, job, model)
     check_precision(path, job, (cluster.gpu,))
     check_gpu_prices(path, job, (cluster.gpu,))
@@ -1601,6 +1644,7 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     with config_errors_as(source, "search", "narrow the search space to valid values"):
         space = replace(inst.search, **fields)
     given = frozenset(raw)
+    space = release_search_of(source, space, inst.job, given)
     groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/plan_specs.py)
     refusal = (search_refusal(space, inst.model, inst.cluster, inst.job, given) if groups is None
                else groups_search_refusal(space, inst.model, [g.cluster for g in groups], given,

@@ -15,6 +15,7 @@ from paraplan.cost.errors import ConfigError
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_layers, chunk_problem
+from paraplan.cost.releases import Framework, Release, current_release, find_release, known_versions
 
 
 class Mlp(str, Enum):
@@ -39,16 +40,6 @@ class Precision(str, Enum):
     # FP8 linears (Transformer Engine / torchao float8: per-tensor scaled e4m3 forward, e5m2
     # gradients); attention, norms and the optimizer stay in bf16/fp32
     FP8 = "fp8"
-
-
-class Framework(str, Enum):
-    """The training framework that runs the plan: it decides what can run (solver/space.py)
-    and how ZeRO/FSDP, overlap and context parallelism behave (cost/framework.py)."""
-
-    MEGATRON = "megatron"  # Megatron-LM / Megatron-core / NeMo
-    TORCHTITAN = "torchtitan"  # PyTorch FSDP2 + DTensor TP, PP, CP
-    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO (with Megatron-DeepSpeed for tp/pp)
-    COMPOSER = "composer"  # MosaicML Composer / llm-foundry: PyTorch FSDP1 data parallel only
 
 
 class Attention(str, Enum):
@@ -430,6 +421,11 @@ class JobSpec:
     optimizer: Optimizer = Optimizer.ADAM
     attention: Attention = Attention.FLASH
     framework: Framework = Framework.MEGATRON
+    # The release of the framework the job runs, as its project tags it (cost/releases.py: e.g.
+    # core_v0.19.0 for megatron). None: the framework's current release (`release`). Which
+    # release a plan's time is for: plan, --json, report and export name it, and cost/trust.py
+    # widens the band of a release fewer than three published rows validate
+    framework_version: str | None = None
     # Transformer Engine userbuffers: tensor-parallel all-gathers / reduce-scatters pipelined
     # with the GEMMs beside them (Megatron-LM --tp-comm-overlap, NeMo ub_tp_comm_overlap).
     # Applies where the plan has tp > 1 inside one node with sequence parallelism, the only case
@@ -488,6 +484,10 @@ class JobSpec:
         if self.usd_per_gpu_s and self.train_tokens is None:
             raise ConfigError("job.usd_per_gpu_hour prices a run of job.train_tokens tokens:"
                               " add train_tokens, or remove usd_per_gpu_hour")
+        if self.framework_version is not None and self.release.version != self.framework_version:
+            raise ConfigError(f"job.framework_version {self.framework_version!r} is not a known"
+                              f" {self.framework.value} release: use one of "
+                              + ", ".join(known_versions(self.framework)))
         if self.optimizer is not Optimizer.ADAM and self.framework is not Framework.MEGATRON:
             what = ("Megatron-core's precision-aware optimizer" if self.optimizer is Optimizer.ADAM_BF16_MOMENTS
                     else "NeMo's Apex optimizer")
@@ -525,6 +525,12 @@ class JobSpec:
         if self.pipeline_schedule is PipelineSchedule.DUALPIPE and self.moe_a2a_overlap:
             raise ConfigError("job.pipeline_schedule dualpipe overlaps the all-to-alls itself"
                               " (forward/backward chunk pairs); remove moe_a2a_overlap")
+
+    @property
+    def release(self) -> Release:
+        """The framework release the job runs: the stated one, else the current release (an
+        unknown stated version yields the current one here and is refused by __post_init__)."""
+        return find_release(self.framework, self.framework_version) or current_release(self.framework)
 
 
 MAX_CLASSES_PER_GROUP = 4  # search.classes_per_group (cost/ranges.py says why)

@@ -5,7 +5,7 @@ e = (predicted - measured) / measured and the log error is r = ln(predicted / me
 
 Accuracy tables (`paraplan accuracy`): MAPE = mean |e| and bias = mean e per group, for each
 cut in FEATURE_CUTS (source family, GPU, ZeRO stage, cp > 1, pp > 1, precision, framework,
-activations, scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
+framework release, activations, scale band). A bias far from 0 in one group is a missing effect that the overall MAPE hides.
 
 Ranking score: two rows of the same workload (same model shape, GPU, num_gpus, global batch,
 precision) whose measured iteration times differ by more than RANK_MIN_REL_DIFF form a pair; the
@@ -24,16 +24,25 @@ interval built from the other families' residuals, `coverage`: groups of similar
 of the left-out rows with an 80% band; they come from one or two sources, whose errors agree with
 each other and not with a new source). It is the residuals at the plan's *distance level*: the
 count of what the plan uses that fewer than MIN_VALIDATING_ROWS rows exercise in its scale band
-(its ZeRO stage, cp > 1, pp > 1, FP8, its GPU die, its framework; `unvalidated`), capped at 2. A
-row's own level is judged as it was predicted, against the other families' rows only. Measured
-on the 239 bundled rows (stored cross-validation, 80% band, each row's band without its family):
+(its ZeRO stage, cp > 1, pp > 1, FP8, its GPU die, its framework and its framework release;
+`unvalidated`), capped at 3. A row's own level is judged as it was predicted, against the other
+families' rows only. A release is validated only by rows of that release (cost/releases.py); a
+row that names none validates none. No bundled release is run by two source families, so every
+row's release counts as unvalidated and every row sits one level above its count without it;
+so does a plan of a release no row ran (every current release), while a plan of a release that
+three rows ran at its scale (nemo-24.07 on 9-64 GPUs) sits one level lower. Measured on the 239
+bundled rows (stored cross-validation, 80% band, each row's band without its family):
 
     level  rows  families  band (measured / predicted)  covered
-    0        21         3  0.91 .. 1.07                  67%
-    1       147         6  0.87 .. 1.06                  86%
-    2        71         5  0.90 .. 1.12                  89%
+    0         0         0  (none: every row's release is unvalidated)
+    1        21         3  0.91 .. 1.07                  67%
+    2       147         6  0.87 .. 1.06                  86%
+    3        71         5  0.90 .. 1.12                  89%
     all     239         8                                84.9% (one band for all: 87.4%)
 
+(the release in place of the framework, rather than beside it, put every Megatron row on the
+level of another framework's and covered 89.1%; FP8 validated only by FP8 rows of the same
+release, 90.0%: both wider than the 75-85% the band is for).
 so a plan that leans on several features no run validates gets a wider band on its slow side
 (before the scale terms and the refit of the dense efficiencies the levels were 0.92-1.05,
 0.85-1.11 and 0.84-1.16, covering 79.5%: the refit narrowed the errors of levels 1 and 2).
@@ -66,6 +75,7 @@ import numpy as np
 
 from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
+from paraplan.cost.releases import describe
 from paraplan.cost.fit import die  # GPUs that share a compute die share a record
 from paraplan.cost.specs import Instance, Plan
 
@@ -76,9 +86,11 @@ RANK_MIN_REL_DIFF = 0.05  # measured times must differ by more than 5% to form a
 MIN_GROUP_ROWS = 5  # MoE anchors: fewer on the plan's die than this take every die's
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
 INTERVAL_QUANTILES = (0.10, 0.90)
-# distance levels 0, 1, 2 (2 or more unvalidated features; module docstring); a level whose
-# residuals come from fewer than MIN_LEVEL_FAMILIES source families borrows every level's
-DISTANCE_LEVELS = 3
+# distance levels 0..3 (3 or more unvalidated features; module docstring); a level whose
+# residuals come from fewer than MIN_LEVEL_FAMILIES source families borrows every level's.
+# Four, not three: the release (unvalidated for every bundled row) shifts each level by one
+# rather than merging the two farthest
+DISTANCE_LEVELS = 4
 MIN_LEVEL_FAMILIES = 2
 # the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
 # against the same records): below it single-node runs set records no cluster plan is held to
@@ -98,6 +110,9 @@ class Features:
 
     family: str  # source family (cost/calibration.py SOURCE_FAMILIES); "" for a plan
     framework: str
+    # the framework release (cost/releases.py) the run used or the plan is for; "" where a
+    # row names none: an unknown release validates no release, its own included
+    framework_version: str = ""
     gpu: str
     num_gpus: int
     zero: int
@@ -118,15 +133,17 @@ def activations(full_recompute: bool) -> str:
 def row_features(row: dict, full_recompute: bool) -> Features:
     """`full_recompute`: whether the row's modelled plan recomputes whole layers
     (RowResult.full_recompute: a row's `recompute: unknown` resolves as its family's default)."""
-    cf = row["config"]
-    return Features(family=source_family(row).name, framework=row_ran(row).framework.value, gpu=row["cluster"]["gpu"],
+    cf, ran = row["config"], row_ran(row)
+    return Features(family=source_family(row).name, framework=ran.framework.value,
+                    framework_version=ran.framework_version or "", gpu=row["cluster"]["gpu"],
                     num_gpus=row["cluster"]["num_gpus"], zero=cf.get("zero") or 0, cp=cf.get("cp") or 1,
                     pp=cf["pp"], precision=row.get("precision", "bf16"),
                     activations=activations(full_recompute))
 
 
 def plan_features(inst: Instance, plan: Plan) -> Features:
-    return Features(family="", framework=inst.job.framework.value, gpu=inst.cluster.gpu.name,
+    return Features(family="", framework=inst.job.framework.value,
+                    framework_version=inst.job.release.version, gpu=inst.cluster.gpu.name,
                     num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp, pp=plan.pp,
                     precision=inst.job.precision.value,
                     activations=activations(any(plan.full_recompute_layers)))
@@ -171,6 +188,7 @@ FEATURE_CUTS: dict[str, Callable[[Features], str]] = {
     "pp": lambda f: "pp > 1" if f.pp > 1 else "pp = 1",
     "precision": lambda f: f.precision,
     "framework": lambda f: f.framework,
+    "framework release": lambda f: f"{f.framework} {f.framework_version or '(release unknown)'}",
     "activations": lambda f: f.activations,
     "scale band": lambda f: f"{f.band} GPUs",
 }
@@ -276,13 +294,17 @@ class Trust:
     group: str  # which rows the interval comes from
     rows: int
     warnings: tuple[str, ...]
+    # the framework release the plan's time is for (cost/releases.describe); "" for a
+    # published row's own interval
+    release: str = ""
+    release_rows: int = 0  # published rows of that release the band could draw on
 
 
 def _feature_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
     """(what f uses, its name, whether another row's features exercise it) for each feature of f
     that rows validate per scale band: the ZeRO stage, cp > 1, pp > 1 and FP8, which the warnings
-    name, then f's GPU die and framework, which only the distance level counts (unvalidated_warnings
-    names a GPU type without any row)."""
+    name; f's GPU die, framework and release (`_context_uses`) only the distance level counts
+    (unvalidated_warnings names a GPU type without any row)."""
     uses = []
     if f.zero > 0:
         uses.append((f"zero={f.zero}", f"ZeRO-{f.zero}", lambda g: g.zero == f.zero))
@@ -296,8 +318,18 @@ def _feature_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool
 
 
 def _context_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
+    """f's GPU die, its framework and its framework release: rows of any release validate the
+    framework, only rows of the same release validate the release (a release changes kernels,
+    recipes and overlap: cost/releases.py), and a release no row names (an unknown one) is
+    validated by none. The release counts beside the framework rather than in its place: a run
+    of another release of the same framework is nearer than a run of another framework
+    (measured: in its place, the 80% band held 89.1% of the bundled rows instead of 84.9%)."""
+    release = f"{f.framework} {f.framework_version or '(release unknown)'}"
     return [(f"gpu={die(f.gpu)}", die(f.gpu), lambda g: die(g.gpu) == die(f.gpu)),
-            (f"framework={f.framework}", f.framework, lambda g: g.framework == f.framework)]
+            (f"framework={f.framework}", f.framework, lambda g: g.framework == f.framework),
+            (f"release={release}", release,
+             lambda g: bool(f.framework_version) and (g.framework, g.framework_version)
+             == (f.framework, f.framework_version))]
 
 
 def _validating(f: Features, has: Callable[[Features], bool], res: Sequence[Residual]) -> int:
@@ -318,7 +350,8 @@ def validation_warnings(f: Features, res: Sequence[Residual],
 
 def unvalidated(f: Features, res: Sequence[Residual], min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """What `f` uses that fewer than min_rows residuals exercise in f's scale band: its ZeRO
-    stage, cp > 1, pp > 1, FP8, GPU die and framework (each as `_feature_uses` names it)."""
+    stage, cp > 1, pp > 1, FP8, GPU die, framework and release (as `_feature_uses` and
+    `_context_uses` name them)."""
     return [used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(f, has, res) < min_rows]
 
 
@@ -414,7 +447,17 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
         trust = moe_trust(inst.cluster.gpu.name, predicted_s, trust.warnings)
     extra = tuple(unvalidated_warnings(inst, plan, res)
                   + mfu_record_warning(inst, predicted_s, mfu_records()))
-    return replace(trust, warnings=trust.warnings + extra) if extra else trust
+    trust = replace(trust, warnings=trust.warnings + extra) if extra else trust
+    return with_release(trust, inst.job, res)
+
+
+def with_release(trust: Trust, job, res: Sequence[Residual]) -> Trust:
+    """`trust` naming the framework release the time is for (`job`'s) and how many published
+    rows ran that release."""
+    version = job.release.version
+    rows = sum(1 for r in res if (r.features.framework, r.features.framework_version)
+               == (job.framework.value, version))
+    return replace(trust, release=describe(job.framework, job.framework_version), release_rows=rows)
 
 
 def measured_mfu(row: dict, inst: Instance) -> float:
@@ -594,13 +637,15 @@ def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
     used = {g for c in plan.classes for g in c.stage_groups}
     groups = inst.cluster.groups
     gpus = sorted({groups[g].cluster.gpu.name for g in used})
-    if inst.model.moe is not None:
-        return max((moe_trust(g, predicted_s) for g in gpus), key=lambda t: t.interval_s[1])
     res = published_residuals()
+    if inst.model.moe is not None:
+        return with_release(max((moe_trust(g, predicted_s) for g in gpus), key=lambda t: t.interval_s[1]),
+                            inst.job, res)
     pp = max(len(c.stage_groups) for c in plan.classes)
     full = any(any(c.full_recompute_layers) for c in plan.classes)
     trusts = [trust_for(Features(family="", framework=inst.job.framework.value, gpu=g,
                                  num_gpus=sum(x.cluster.num_gpus for x in groups), zero=plan.zero, cp=plan.cp,
                                  pp=pp, precision=inst.job.precision.value, activations=activations(full)),
                         predicted_s, res) for g in gpus]
-    return max(trusts, key=lambda t: (t.interval_s is not None, t.interval_s[1] if t.interval_s else 0.0))
+    best = max(trusts, key=lambda t: (t.interval_s is not None, t.interval_s[1] if t.interval_s else 0.0))
+    return with_release(best, inst.job, res)

@@ -242,7 +242,8 @@ def trust_json(trust) -> dict | None:
     if trust is None:
         return None
     return {"interval_s": list(trust.interval_s) if trust.interval_s else None, "group": trust.group,
-            "rows": trust.rows, "warnings": list(trust.warnings)}
+            "rows": trust.rows, "warnings": list(trust.warnings),
+            "release": trust.release or None, "release_rows": trust.release_rows}
 
 
 def trust_lines(trust) -> list[str]:
@@ -252,5 +253,15 @@ def trust_lines(trust) -> list[str]:
         lo, hi = trust.interval_s
         lines = [f"trust       measured time likely in {seconds(lo)} .. {seconds(hi)} (10th-90th percentile"
                  f" of the errors of {trust.rows} published rows: {trust.group})"]
+    if trust.release:
+        lines.append(f"release     {release_text(trust)}")
     lines += [f"warning     {w}" for w in trust.warnings]
     return lines
+
+
+def release_text(trust) -> str:
+    """Which framework release the time is for, and how many published rows ran it."""
+    ran = (f"{trust.release_rows} published row{'' if trust.release_rows == 1 else 's'} ran it"
+           if trust.release_rows else "no published row ran it: the efficiencies are fitted to"
+           " other releases, and the band counts the release as unvalidated")
+    return f"the time is for {trust.release}; {ran}"

@@ -173,6 +173,8 @@ def result_json(res, inst, regs=None) -> dict:
     bd = res.breakdown
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
+        # the framework release the time is for (job.framework_version, default the current)
+        "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
         "quantile": inst.search.objective, "quantile_s": res.quantile_s,
         "iter_time_s": bd.iter_time_s if bd else None,
         "breakdown": breakdown_json(bd) if bd else None,

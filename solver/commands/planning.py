@@ -64,6 +64,8 @@ def result_json(res, inst, trust=None) -> dict:
         trust = plan_trust(inst, res.plan, res.iter_time_s)
     return {
         "status": res.status, "iter_time_s": res.iter_time_s,
+        # the framework release the time is for (job.framework_version, default the current)
+        "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
         "quantile": res.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import FRAMEWORK_RULES
 from paraplan.cost.pipeline_split import chunk_ranges
+from paraplan.cost.releases import current_release, describe
 from paraplan.cost.specs import (Framework, Instance, MoeDispatcher, Optimizer, PipelineSchedule,
                                  Plan)
 from paraplan.cost.units import bytes_to_gib
@@ -92,7 +93,9 @@ class Deviations:
         self.deviations: list[str] = []
         self.notes: list[str] = []
         job = inst.job if target is Framework.MEGATRON else self._without_megatron_options(inst.job)
-        self.inst = replace(inst, job=replace(job, framework=target))
+        # another framework's release is its current one (the version names a source release)
+        version = job.framework_version if target is inst.job.framework else None
+        self.inst = replace(inst, job=replace(job, framework=target, framework_version=version))
         if target is not Framework.MEGATRON and inst.model.mtp_layers:
             self.deviations.append(f"model.mtp_layers {inst.model.mtp_layers}: Megatron-core's"
                                    f" --mtp-num-layers; {target.value} has no multi-token prediction"
@@ -245,6 +248,11 @@ def refuse_dualpipe(inst: Instance, target: Framework) -> None:
 
 
 def cross_framework_note(d: Deviations) -> None:
+    source_job = d.source_inst.job
+    if source_job.release != current_release(d.target):  # an older release, or another framework's
+        d.note(f"the plan's time is for {describe(source_job.framework, source_job.framework_version)};"
+               f" this file targets {d.target.value}'s current release,"
+               f" {current_release(d.target).version}, whose flags and defaults may differ")
     if d.source_framework is not d.target:
         d.note(f"the plan was made for {d.source_framework.value} (its instance's"
                f" job.framework); {d.target.value} gathers, reduces and stores differently"

@@ -32,7 +32,7 @@ from paraplan.cost.train_cost import instance_train_cost
 from paraplan.solver.bounds import one_class
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
-from paraplan.solver.format import count, seconds, train_cost_lines
+from paraplan.solver.format import count, release_text, seconds, train_cost_lines
 from paraplan.solver.commands.outputs import check_output_path, write_text
 
 DPI = 110
@@ -493,6 +493,8 @@ def evidence_rows(result, trust) -> list[list[str]]:
             rows.append(["trust", f"measured time likely in {seconds(lo)} .. {seconds(hi)}"
                                   f" (10th-90th percentile of the errors of {trust.rows} published"
                                   f" runs: {trust.group})"])
+        if trust.release:
+            rows.append(["release", release_text(trust)])
         rows += [["warning", w] for w in trust.warnings]
     return rows
 

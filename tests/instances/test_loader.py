@@ -49,6 +49,10 @@ BAD_FIXTURES = {
     "unknown_gpu": ("cluster.gpu", "did you mean 'A100-SXM4-80GB'?"),
     "unknown_enum": ("model.mlp", "unknown value 'relu' (fix: use one of: gelu, swiglu)"),
     "unknown_precision": ("job.precision", "use one of: bf16, fp16, fp8"),
+    # cost/releases.py: the known Megatron-core / Megatron-LM / NeMo releases, oldest first
+    "unknown_framework_version": ("job.framework_version", "use one of: v1.0, v2.0, v2.6, 23.04,"
+                                  " nemo-24.07, core_v0.12.0, core_v0.19.0"),
+    "framework_version_of_another_framework": ("job.framework_version", "not a torchtitan release"),
     "gpu_type_clash": ("gpu_types.A100-SXM4-80GB", "clashes with the bundled catalogue"),
     "efficiency_above_one": ("gpu_types.MyGPU.memory_eff", "larger than 1"),
     "absurd_layers": ("model.layers", "absurdly large"),

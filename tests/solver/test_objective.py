@@ -31,7 +31,8 @@ TINY = ROOT / "instances" / "tiny-gpt-8xA100.yaml"
 
 
 def _f(**kw) -> Features:
-    base = dict(family="", framework="megatron", gpu="A100-SXM4-80GB", num_gpus=64, zero=0, cp=1, pp=1,
+    # every row and plan of one release (cost/releases.py) unless a test says otherwise
+    base = dict(family="", framework="megatron", framework_version="core_v0.19.0", gpu="A100-SXM4-80GB", num_gpus=64, zero=0, cp=1, pp=1,
                 precision="bf16", activations="stored")
     return Features(**{**base, **kw})
 
@@ -60,11 +61,29 @@ def test_distance_level_counts_unvalidated_features_at_the_plan_scale():
     assert distance_level(_f(gpu="H100-SXM5-80GB"), res) == 1
 
 
+def test_a_release_is_validated_only_by_rows_of_that_release():
+    # Pool: 3 megatron rows of nemo-24.07 and 3 of a release no source names (""), all at 64
+    # GPUs with the plan's other features. A plan of nemo-24.07: its release has 3 rows -> level
+    # 0. A plan of the current release core_v0.19.0: the framework has 6 rows, the release 0 ->
+    # level 1, with "release=megatron core_v0.19.0" unvalidated. Rows of an unknown release
+    # validate no release, not even a plan's unknown one -> level 1 without the nemo rows.
+    res = ([Residual(id=f"n{i}", features=_f(family="N", framework_version="nemo-24.07"), error=0.0)
+            for i in range(3)]
+           + [Residual(id=f"u{i}", features=_f(family="U", framework_version=""), error=0.0) for i in range(3)])
+    assert distance_level(_f(framework_version="nemo-24.07"), res) == 0
+    _, level, missing = band_pool(_f(), res)
+    assert level == 1 and missing == ["release=megatron core_v0.19.0"]
+    unknown = [r for r in res if r.features.family == "U"]
+    assert distance_level(_f(framework_version=""), unknown) == 1
+    # a torchtitan plan: neither its framework nor its release has a row -> level 2
+    assert distance_level(_f(framework="torchtitan", framework_version="v0.2.2"), res) == 2
+
+
 def test_quantile_factor_takes_the_residuals_at_the_plan_distance():
     # Families A and B: 3 rows each of _f() at 64 GPUs, log error 0.0; each validates all the
     # other's features -> level 0. Families D (512 GPUs) and E (2,048 GPUs): 3 rows each with
     # pp = 2 and zero = 1, log error -0.2 (the model 18% fast); no other family has a row in
-    # their scale bands -> zero, pp, die, framework unvalidated -> level 2 (capped).
+    # their scale bands -> zero, pp, die, framework and release unvalidated -> level 3 (capped).
     res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(3)]
            + [Residual(id=f"{fam}{i}", features=_f(family=fam, pp=2, zero=1, num_gpus=n), error=math.expm1(-0.2))
               for fam, n in (("D", 512), ("E", 2048)) for i in range(3)])
@@ -72,20 +91,23 @@ def test_quantile_factor_takes_the_residuals_at_the_plan_distance():
     pool, level, missing = band_pool(_f(), res)
     assert level == 0 and missing == [] and {r.features.family for r in pool} == {"A", "B"}
     assert quantile_factor(_f(), 0.9, res) == pytest.approx(1.0)
-    # pp = 2 and zero = 1 on 64 GPUs: no row with either at 9-64 GPUs -> level 2; its pool is D
-    # and E, every log error -0.2 -> the 10th percentile is -0.2 -> p90 factor exp(0.2) = 1.2214
-    pool, level, missing = band_pool(_f(pp=2, zero=1), res)
-    assert level == 2 and missing == ["zero=1", "pp=2"] and {r.features.family for r in pool} == {"D", "E"}
-    assert quantile_factor(_f(pp=2, zero=1), 0.9, res) == pytest.approx(math.exp(0.2))
-    # without E, level 2 holds one family (< MIN_LEVEL_FAMILIES = 2): the pool is every level's,
+    # pp = 2 and zero = 1 on 64 H100s: no row with either, nor any H100 row, at 9-64 GPUs (its
+    # framework and release are A's and B's) -> level 3; its pool is D and E, every log error
+    # -0.2 -> the 10th percentile is -0.2 -> p90 factor exp(0.2) = 1.2214
+    far = _f(pp=2, zero=1, gpu="H100-SXM5-80GB")
+    pool, level, missing = band_pool(far, res)
+    assert level == 3 and missing == ["zero=1", "pp=2", "gpu=H100"]
+    assert {r.features.family for r in pool} == {"D", "E"}
+    assert quantile_factor(far, 0.9, res) == pytest.approx(math.exp(0.2))
+    # without E, level 3 holds one family (< MIN_LEVEL_FAMILIES = 2): the pool is every level's,
     # A, B and D, each family a third of the weight (a row 1/9). Sorted by log error, D's three
     # midpoints lie at cumulative 1/18, 3/18, 5/18, so the 10th percentile is D's -0.2 -> exp(0.2)
     no_e = [r for r in res if r.features.family != "E"]
-    pool, level, _ = band_pool(_f(pp=2, zero=1), no_e)
-    assert level == 2 and {r.features.family for r in pool} == {"A", "B", "D"}
-    assert quantile_factor(_f(pp=2, zero=1), 0.9, no_e) == pytest.approx(math.exp(0.2))
+    pool, level, _ = band_pool(far, no_e)
+    assert level == 3 and {r.features.family for r in pool} == {"A", "B", "D"}
+    assert quantile_factor(far, 0.9, no_e) == pytest.approx(math.exp(0.2))
     # and its median (p50) lies among A and B's 0.0 -> factor 1
-    assert quantile_factor(_f(pp=2, zero=1), 0.5, no_e) == pytest.approx(1.0)
+    assert quantile_factor(far, 0.5, no_e) == pytest.approx(1.0)
 
 
 def test_the_loader_and_the_command_line_take_the_objective(tmp_path, capsys):

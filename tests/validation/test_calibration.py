@@ -118,7 +118,8 @@ def test_a_source_of_no_known_family_is_priced_not_dropped():
     from paraplan.cost.specs import Framework
     row = _unknown_source_row("unknown")
     assert source_family(row) is OTHER_FAMILY and row_ran(row).framework is Framework.MEGATRON
-    assert set(row_ran(row).unknown) == set(RAN_DEFAULTS)
+    # and its framework release (cost/releases.py), which no default fills
+    assert set(row_ran(row).unknown) == set(RAN_DEFAULTS) | {"framework_version"}
     cat = load_catalogue()
     inst, plan = row_to_instance_plan(row, cat)
     assert plan.full_recompute_layers == plan.layers_per_stage

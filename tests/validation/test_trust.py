@@ -117,7 +117,8 @@ def test_ranking_through_the_cli(capsys, tmp_path):
 # --- a plan's interval and warnings ------------------------------------------------------------
 
 def _features(**kw):
-    base = dict(family="", framework="megatron", gpu="H100-SXM5-80GB", num_gpus=64, zero=1, cp=1, pp=2,
+    # every row and plan of one release (cost/releases.py) unless a test says otherwise
+    base = dict(family="", framework="megatron", framework_version="core_v0.19.0", gpu="H100-SXM5-80GB", num_gpus=64, zero=1, cp=1, pp=2,
                 precision="bf16", activations="stored")
     return Features(**{**base, **kw})
 
