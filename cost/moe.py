@@ -38,7 +38,9 @@ same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
                  tokens (routed / (experts / ep)), ffn split over etp, each GEMM priced by
                  the size-dependent matmul efficiency
                  (cost/coefficients.matmul_time_s: a small per-expert GEMM pays the fixed
-                 per-call cost, which is what makes fine-grained experts slow)
+                 per-call cost), at least the host's time to issue one GEMM per local expert
+                 in each grouped call (GROUPED_CALLS): what makes many small experts per
+                 rank slow
     combine      reduce-scatter over etp, then the all-to-all back, and the probability-weighted
                  sum of each token's top_k outputs
     permutation  gathering routed copies into expert order and scattering them back: two
@@ -115,6 +117,13 @@ def padded_tokens(tokens_per_expert: float) -> float:
     """The rows one expert's grouped GEMM computes for `tokens_per_expert` routed copies: its
     last tile half empty on average (GROUPED_GEMM_TILE_ROWS); none for an expert without rows."""
     return tokens_per_expert + GROUPED_GEMM_TILE_ROWS / 2 if tokens_per_expert > 0 else 0.0
+
+
+# Grouped calls of one MoE layer's experts per pass: Megatron-core's TEGroupedMLP runs MLP-in
+# (its gate fused in for SwiGLU: one GroupedLinear of width 2 x ffn) and MLP-out as two
+# Transformer Engine GroupedLinear layers (megatron/core/transformer/moe/experts.py), each one
+# loop over the rank's local experts.
+GROUPED_CALLS = 2
 
 
 # FP8 dispatch bytes per element: one e4m3 byte plus one fp32 scale per 128 elements (DeepSeek-V3's
@@ -450,8 +459,12 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     def gemm_s(tokens: float, per_weight_bytes: float) -> float:
         return max(matmul_time_s(2 * tokens * w, gpu) / params.grouped_gemm_eff,
                    memory_time_s(w * per_weight_bytes, gpu))
-    gemms = local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb)  # forward; input gradients the same
-    gemms_w = local * (n_in + 1) * gemm_s(per_expert, grad_rw)  # the weight gradients
+    # The host issues each grouped call's GEMMs one expert at a time (cost/moe_params.py
+    # expert_gemm_issue_s): a call takes at least local x that, however few its FLOPs; forward
+    # makes GROUPED_CALLS of them, backward as many for the input and for the weight gradients.
+    issue = GROUPED_CALLS * local * params.expert_gemm_issue_s
+    gemms = max(local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb), issue)  # forward; input gradients the same
+    gemms_w = max(local * (n_in + 1) * gemm_s(per_expert, grad_rw), issue)  # the weight gradients
     permute = PERMUTE_PASSES * 2 * routed / own * h * BF16_BYTES
     activation = (n_in + 1) * routed * fe / etp * BF16_BYTES
     router_elem = 3 * tokens / split * moe.experts * ROUTER_LOGIT_BYTES

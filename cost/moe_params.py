@@ -9,10 +9,11 @@ A fitted value on its bound means the model misses something the parameter is ab
 
 | parameter | range | what bounds it |
 |---|---|---|
-| dropless_imbalance | 1.0-2.2 | busiest expert-parallel rank's routed tokens over the mean under dropless routing that is not forced to balance (1 + MaxVio per rank, L. Wang et al., arXiv 2408.15664): 1.0 is perfectly even routing (the busiest rank carries at least the mean); 2.2 covers every imbalance the published forced-balance / dropless pairs imply (cost/published/moe.yaml imbalance_default.range). Runs forced to balance, or with a capacity factor, set model.moe.imbalance / capacity_factor and do not read it |
+| dropless_imbalance | 1.07-2.2 | busiest expert-parallel rank's routed tokens over the mean under dropless routing that is not forced to balance (1 + MaxVio per rank, L. Wang et al., arXiv 2408.15664): from the smallest imbalance a published forced-balance / dropless pair implies (Mixtral 8x22B, 1.07: every published pair measured dropless routing slower than forced, so 1.0, a tie, contradicts all of them; with 1.0 allowed the fit took it, tied every pair and priced DeepSeek-V3's DualPipe optimum 10% faster than DeepSeek measured) to above the largest (Qwen3-235B at 128k, 1.86; cost/published/moe.yaml imbalance_default.range, tests/validation/test_moe_anchor.py). Runs forced to balance, or with a capacity factor, set model.moe.imbalance / capacity_factor and do not read it |
 | combined_1f1b_hidden_fraction | 0.0-1.0 | the share of the all-to-all time that fits under the paired compute which Megatron-core's combined 1F1B (--overlap-moe-expert-parallel-comm) actually hides: 0 hides nothing, 1 everything that fits; measured 0.45-0.47 from the one published pair that differs only in the overlap (Megatron-MoE-ModelZoo Qwen3-235B H100 table, cost/moe.py) |
 | grouped_gemm_eff | 0.5-1.0 | achieved efficiency of an expert's GEMM inside a grouped GEMM over a dense GEMM of the same FLOPs: DeepGEMM's grouped contiguous layout reaches 1,233-1,297 TFLOP/s on H800 FP8 against up to 1,550 for its plain GEMMs (0.80-0.84; deepseek-ai/DeepGEMM README, performance tables); Transformer Engine's GroupedLinear issues one GEMM per expert on several streams (transformer_engine/pytorch/module/grouped_linear.py), no better; below 0.5 a grouped GEMM would lose to running the experts one after another at dense efficiency |
-| layer_fixed_s | 0-1e-3 s | exposed host-side time per MoE layer per micro-batch (forward and backward together): dropless routing syncs the device to learn the tokens per expert (Megatron-core's MoEAlltoAllTokenDispatcher.preprocess moves the counts to the host for the all-to-all split sizes and the grouped GEMM), which drains the GPU's queue, so the launches of the router, permutation and grouped-GEMM kernels that follow (tens per layer, 4-10 us each: CUDA's launch latency) show. 1 ms is a hundred such launches at 10 us, more than a layer issues; 0 when everything is captured in CUDA graphs |
+| layer_fixed_s | 0-3e-3 s | exposed host-side time per MoE layer per micro-batch (forward and backward together): dropless routing syncs the device to learn the tokens per expert (Megatron-core's MoEAlltoAllTokenDispatcher.preprocess moves the counts to the host for the all-to-all split sizes and the grouped GEMM), which drains the GPU's queue, so the launches of the router, permutation and grouped-GEMM kernels that follow (tens per layer, 4-10 us each: CUDA's launch latency) show. 3 ms is three hundred such launches at 10 us, more than a layer issues besides its expert GEMMs (expert_gemm_issue_s prices those); 0 when everything is captured in CUDA graphs |
+| expert_gemm_issue_s | 0-3e-5 s | host time to issue one expert's GEMM of a grouped call: Megatron-core's TEGroupedMLP runs each of its two grouped linears (MLP-in with the gate, MLP-out) as Transformer Engine's GroupedLinear, which loops over the rank's local experts issuing one cuBLASLt GEMM each on its multi-stream pool (transformer_engine/pytorch/module/grouped_linear.py; TE PR 853 "Grouped GEMM via multi-stream cuBLAS"), after PyTorch ops per expert around it (torch.split, two torch.empty per GEMM: TE issue 1499, where these CPU overheads dominate the GEMMs). So a grouped call takes at least local experts x this, whatever its FLOPs: the cost of many small experts per rank. 0 is one launch for all experts (a single-launch CUTLASS / cuBLAS grouped GEMM, DeepGEMM's); 30 us bounds it from the one published per-expert measurement of the multi-stream loop: 8 experts of 128 tokens (N = K = 2048, NVFP4 on B200) take 0.267 ms against 0.069 ms as one CUTLASS launch (TE PR 3134, benchmark_grouped_linear.py), 33 us per expert with its GEMM, 25 us beyond it |
 
 Grouped-GEMM tile padding (cost/moe.py GROUPED_GEMM_TILE_ROWS) is not fitted: it is the tile
 height of the Hopper/Blackwell GEMM kernels.
@@ -31,6 +32,7 @@ class MoeParams:
     combined_1f1b_hidden_fraction: float
     grouped_gemm_eff: float
     layer_fixed_s: float
+    expert_gemm_issue_s: float
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -54,23 +56,25 @@ class MoeParams:
 
 # (lo, hi) of each parameter, in its own unit (module docstring table says why)
 RANGES: dict[str, tuple[float, float]] = {
-    "dropless_imbalance": (1.0, 2.2),
+    "dropless_imbalance": (1.07, 2.2),
     "combined_1f1b_hidden_fraction": (0.0, 1.0),
     "grouped_gemm_eff": (0.5, 1.0),
     "layer_fixed_s": (0.0, 3e-3),
+    "expert_gemm_issue_s": (0.0, 3e-5),
 }
 
 # What the MoE cost model used before any of them was fitted: the assumed imbalance 1.1, the
-# fraction measured from the one overlap pair, grouped GEMMs at dense efficiency, no fixed cost.
+# fraction measured from the one overlap pair, grouped GEMMs at dense efficiency, no fixed cost,
+# no host time per expert GEMM.
 # Each cross-validation fold starts its search here (cost/moe_fit.py).
 UNFITTED = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.46,
-                     grouped_gemm_eff=1.0, layer_fixed_s=0.0)
+                     grouped_gemm_eff=1.0, layer_fixed_s=0.0, expert_gemm_issue_s=0.0)
 
 # Fitted on every MoE anchor table (cost/moe_fit.fit over all of them; `paraplan accuracy --moe
 # --write` records the folds in cost/published/moe_crossval.yaml, and
 # tests/validation/test_moe_fit.py checks the fit still lands here).
-FITTED = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=1.0,
-                   grouped_gemm_eff=1.0, layer_fixed_s=1.5e-3)
+FITTED = MoeParams(dropless_imbalance=1.07, combined_1f1b_hidden_fraction=1.0,
+                   grouped_gemm_eff=1.0, layer_fixed_s=1e-3, expert_gemm_issue_s=3e-5)
 
 _ACTIVE: ContextVar[MoeParams] = ContextVar("moe_params", default=FITTED)
 

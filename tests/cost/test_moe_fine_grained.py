@@ -43,7 +43,7 @@ def test_padding_is_half_a_tile_per_expert_with_rows():
 def test_fixed_time_is_one_third_forward_two_thirds_backward():
     # the fixed exposed time per MoE layer and micro-batch adds f/3 to forward, 2f/3 to backward
     base = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=1.0,
-                     layer_fixed_s=0.0)
+                     layer_fixed_s=0.0, expert_gemm_issue_s=0.0)
     inst = qwen3()
     with moe_params.using(base):
         a = _terms(qwen3())
@@ -57,7 +57,7 @@ def test_grouped_gemm_efficiency_scales_the_expert_gemms_only():
     # at efficiency 0.5 the compute-bound expert GEMMs take twice as long: forward grows by
     # what its GEMMs took (2x - x), backward by the input- and weight-gradient GEMMs'
     base = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=1.0,
-                     layer_fixed_s=0.0)
+                     layer_fixed_s=0.0, expert_gemm_issue_s=0.0)
     inst = qwen3()
     # Qwen3-235B: h 4,096, expert ffn 1,536, 128 experts top-8; tp 4 (sequence parallel),
     # etp 1, ep 8: routed copies 1.1 x 8 x 4,096 / 4 = 9,011.2 on the rank's 16 experts,
@@ -106,3 +106,48 @@ def test_moe_recompute_needs_an_moe_model(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(InstanceError, match="moe: .* has no routed experts"):
         load_instance(path)
+
+
+def test_many_small_experts_per_rank_are_bound_by_issuing_their_gemms():
+    # Qwen3-235B at ep 1 (all 128 experts on every rank), cp 2, one sequence per micro-batch,
+    # imbalance irrelevant at ep 1: 2,048 tokens x 8 copies / 128 experts = 128 rows each,
+    # padded to 192 on the forward and input-gradient GEMMs. One expert GEMM (W = 4,096 x 1,536
+    # weights) on H100: FLOPs (2 x 192 x W + 0.1 GFLOP) / (989 T x 0.6524) = 3.90 us, its bf16
+    # weight read 2 W bytes / (3.35 TB/s x 0.7098) = 5.29 us, the longer; 3 GEMMs (gate, up,
+    # out) = 15.87 us an expert. Issuing each expert's GEMM of the two grouped calls at 30 us
+    # takes 2 x 30 = 60 us an expert, so the forward and the input gradients each take 128 x
+    # 60 us = 7.68 ms instead of 128 x 15.87 us = 2.03 ms: +5.65 ms each. The weight
+    # gradients accumulate into the fp32 main gradient (8 bytes a weight: 21.16 us a GEMM,
+    # 63.5 us an expert) and stay above the issue time: backward grows by the input gradients'
+    # 5.65 ms only.
+    inst = qwen3()
+    o = Outer(tp=1, pp=16, dp=8, cp=2, micro_batch=1, num_micro_batches=64, ep=1)
+    base = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=1.0,
+                     layer_fixed_s=0.0, expert_gemm_issue_s=0.0)
+    w = 4096 * 1536
+    compute = 989e12 * 0.6524
+    hbm = 3.35e12 * 0.7098
+    gemm = max((2 * 192 * w + 1e8) / compute, 2 * w / hbm)
+    assert gemm == pytest.approx(5.29e-6, rel=1e-3)
+    with moe_params.using(base):
+        a = _terms(qwen3(), o)
+    with moe_params.using(replace(base, expert_gemm_issue_s=3e-5)):
+        b = _terms(inst, o)
+    grew = 128 * (2 * 3e-5 - 3 * gemm)
+    assert grew == pytest.approx(5.65e-3, rel=1e-3)
+    assert b.compute_f_s - a.compute_f_s == pytest.approx(grew, rel=1e-9)
+    assert b.compute_b_s - a.compute_b_s == pytest.approx(grew, rel=1e-9)
+    assert b.wgrad_s == a.wgrad_s
+
+
+def test_few_large_experts_per_rank_do_not_read_the_issue_time():
+    # Mixtral 8x22B's published layout (ep 8: one expert a rank, every GEMM tens of GFLOP)
+    # prices alike with and without the issue time: its GEMMs outlast 2 x 30 us
+    from paraplan.cost.moe_anchors import anchor_rows, price
+    row = next(r for r in anchor_rows() if r["id"] == "modelzoo-mixtral-8x22b-128xH100-forced")
+    base = replace(moe_params.FITTED, expert_gemm_issue_s=0.0)
+    with moe_params.using(base):
+        a = price(row).iter_time_s
+    with moe_params.using(replace(base, expert_gemm_issue_s=3e-5)):
+        b = price(row).iter_time_s
+    assert a == b
