@@ -296,11 +296,11 @@ def moe_anchor_text(moe) -> str:
 
 def moe_cross_validation(moe, refit: bool, write: bool, log):
     """The MoE anchors' leave-one-table-out cross-validation (cost/moe_fit.py): refitted now
-    with `refit` (about 40 s) and stored with `write`, else read from
+    with `refit` (about 2.5 min on two cores) and stored with `write`, else read from
     cost/published/moe_crossval.yaml, which must match the in-sample prices."""
     from paraplan.cost import moe_fit
     if refit or write:
-        log("mixture-of-experts anchors: fitting with each table left out (about 40 s)")
+        log("mixture-of-experts anchors: fitting with each table left out (about 2.5 min)")
         cv = moe_fit.cross_validate()
         if write:
             moe_fit.write(cv)
@@ -412,8 +412,8 @@ def register(sub) -> None:
                         " ran, beside the published model TFLOP/s per GPU, and their leave-one-table-out"
                         " cross-validation (cost/moe_fit.py)")
     a.add_argument("--moe-refit", action="store_true",
-                   help="with --moe: fit the MoE parameters with each anchor table left out now (about"
-                        " 40 s) instead of reading cost/published/moe_crossval.yaml")
+                   help="with --moe: fit the MoE parameters with each anchor table left out now (about 2.5"
+                        " min) instead of reading cost/published/moe_crossval.yaml")
     a.add_argument("--moe-write", action="store_true",
                    help="with --moe: refit and store the result in cost/published/moe_crossval.yaml")
     a.set_defaults(func=cmd_accuracy)
