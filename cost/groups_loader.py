@@ -123,7 +123,7 @@ from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_job_options, check_moe_overlaps, check_number,
                          cluster_from_section, check_gpu_prices,
-                         check_mla_job, check_precision, config_errors_as, default_layer_split, describe, did_you_mean,
+                         check_mla_job, check_gpu_features, config_errors_as, default_layer_split, describe, did_you_mean,
                          enum_values, is_group_plan_mapping, job_from_section, load_instance_parts,
                          model_from_section,
                          plan_from_mapping, plan_partitions, read_yaml,
@@ -204,7 +204,7 @@ def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> C
     search = released if search is not None or released != SearchSpace() else None
 
     net = _network(top.section("cluster", _HETERO_CLUSTER_KEYS), gpus)
-    check_precision(path, job, tuple(g.cluster.gpu for g in net.groups))
+    check_gpu_features(path, job, tuple(g.cluster.gpu for g in net.groups))
     check_gpu_prices(path, job, tuple(g.cluster.gpu for g in net.groups))
     check_moe_overlaps(path, job, model, search or SearchSpace())  # as a homogeneous file's
     check_job_options(path, job, model, search or SearchSpace())

@@ -76,6 +76,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       recompute_modules: [layernorm, mla_up_proj, moe_act]  # megatron: outputs recomputed in
                                      # backward (--recompute-modules); needs search
                                      # full_recompute: false; default none
+      offload_modules: [expert_fc1, moe_act]  # megatron, MoE: the experts' inputs stashed in
+                                     # host memory (--offload-modules); needs the GPU's
+                                     # host_link_gbytes_per_s; default none
       activation_fp8_input_store: false  # megatron: SwiGLU inputs stashed in fp8
       attention_output_e5m6: false   # fp8 jobs: DeepSeek-V3's 12-bit attention-output stash
       train_tokens: 15.0e+12         # tokens to train on: every plan then gives the time and
@@ -202,7 +205,7 @@ from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import groups_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
                         MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
-                        Recompute, RecomputeModule, SearchSpace)
+                        OffloadModule, Recompute, RecomputeModule, SearchSpace)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -236,11 +239,11 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "framework_version",
             "tp_comm_overlap",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
-            "recompute_early_stop", "recompute_modules", "activation_fp8_input_store",
+            "recompute_early_stop", "recompute_modules", "offload_modules", "activation_fp8_input_store",
             "attention_output_e5m6", "train_tokens", "usd_per_gpu_hour")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
-             "cudnn_attention_speedup")
+             "cudnn_attention_speedup", "host_link_gbytes_per_s")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
@@ -668,6 +671,9 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max")
     if sec.has("cudnn_attention_speedup"):
         optional["cudnn_attention_speedup"] = sec.number("cudnn_attention_speedup")
+    if sec.has("host_link_gbytes_per_s"):
+        optional["host_link_bw_bytes_per_s"] = units.gbytes_per_s_to_bytes_per_s(
+            sec.number("host_link_gbytes_per_s"))
     if sec.has("peak_tflops_fp8"):
         optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
     with config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
@@ -709,19 +715,25 @@ def check_mla_job(source: str, job: JobSpec, model: ModelSpec) -> None:
                             "set job.framework: megatron")
 
 
-def check_precision(source: str, job: JobSpec, gpus: tuple[GpuSpec, ...]) -> None:
-    """FP8 linears run on FP8 tensor cores (cost/coefficients.fp8_matmul_time_s): an fp8 job on
-    a GPU without them (V100, A100: no peak_tflops_fp8) is refused here, once, rather than when
-    the first configuration is priced, where every command would meet it differently."""
-    if job.precision is not Precision.FP8:
-        return
+def check_gpu_features(source: str, job: JobSpec, gpus: tuple[GpuSpec, ...]) -> None:
+    """What the job needs of every GPU type it may run on, refused here, once, rather than when
+    the first configuration is priced, where every command would meet it differently: FP8
+    linears run on FP8 tensor cores (cost/coefficients.fp8_matmul_time_s; V100 and A100 have no
+    peak_tflops_fp8), and offloaded activations (job.offload_modules) cross the GPU's link to
+    its host (cost/moe.offload_exposed_s), which the catalogue must give."""
     for gpu in gpus:
-        if gpu.peak_fp8_flops_per_s is None:
+        if job.precision is Precision.FP8 and gpu.peak_fp8_flops_per_s is None:
             raise InstanceError(source, "job.precision",
                                 f"fp8 needs FP8 tensor cores, and the {gpu.name} has none (its"
                                 " catalogue entry gives no peak_tflops_fp8)",
                                 "use precision: bf16, or a GPU with FP8 tensor cores (H100, H200,"
                                 " B200, ...)")
+        if job.offload_modules and gpu.host_link_bw_bytes_per_s is None:
+            raise InstanceError(source, "job.offload_modules",
+                                f"offloaded activations cross the GPU's link to its host, and the"
+                                f" catalogue entry of the {gpu.name} gives none",
+                                "add host_link_gbytes_per_s to the GPU's entry (gpu_types), or"
+                                " remove offload_modules")
 
 
 def check_moe_overlaps(source: str, job: JobSpec, model: ModelSpec, search: SearchSpace) -> None:
@@ -763,6 +775,9 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
         if not ok:
             raise InstanceError(source, "job.recompute_modules", f"{mod.value}: {model.name} {why}",
                                 f"remove {mod.value} from recompute_modules")
+    if job.offload_modules and model.moe is None:
+        raise InstanceError(source, "job.offload_modules", f"{model.name} has no routed experts"
+                            " (model.moe) whose inputs these offload", "remove offload_modules")
     if job.recompute_modules and search.full_recompute:
         raise InstanceError(source, "job.recompute_modules",
                             "Megatron-LM's --recompute-granularity is selective (these modules) or"
@@ -893,7 +908,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     search = release_search_of(" + ".join(sources), search, job_spec,
                                frozenset(search_sec.raw) if search_sec is not None else frozenset())
     check_mla_job(" + ".join(sources), job_spec, model_spec)
-    check_precision(" + ".join(sources), job_spec, (cluster_spec.gpu,))
+    check_gpu_features(" + ".join(sources), job_spec, (cluster_spec.gpu,))
     check_gpu_prices(" + ".join(sources), job_spec, (cluster_spec.gpu,))
     check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
     check_job_options(" + ".join(sources), job_spec, model_spec, search)
@@ -1168,6 +1183,23 @@ def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
         )
 
 
+def _module_list(sec: Section, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A job's list of Megatron-core module names (recompute_modules, offload_modules), each
+    known and listed once."""
+    if not sec.has(key):
+        return ()
+
+    def module(value: Any, field: str) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise InstanceError(sec.path, field, f"unknown module {_shown_value(value)}",
+                                "use some of: " + ", ".join(allowed))
+        return value
+    modules = sec.list_of(key, module, "modules (" + ", ".join(allowed) + ")")
+    if len(set(modules)) != len(modules):
+        raise sec.error(key, "lists a module twice", "list each module once")
+    return tuple(modules)
+
+
 def job_from_section(sec: Section) -> JobSpec:
     framework = sec.choice("framework", enum_values(Framework), Framework.MEGATRON.value)
     for key, flag in (("moe_a2a_overlap", "--overlap-moe-expert-parallel-comm"),
@@ -1183,6 +1215,7 @@ def job_from_section(sec: Section) -> JobSpec:
             raise sec.error("optimizer", f"{sec.raw['optimizer']} runs only with framework megatron,"
                             f" not {framework}", "use optimizer: adam, or set framework: megatron")
         for key, on in (("recompute_modules", sec.has("recompute_modules")),
+                        ("offload_modules", sec.has("offload_modules")),
                         ("activation_fp8_input_store", sec.boolean("activation_fp8_input_store", False))):
             if on:
                 raise sec.error(key, f"is a Megatron-core option, which framework {framework} does"
@@ -1195,18 +1228,8 @@ def job_from_section(sec: Section) -> JobSpec:
                 raise sec.error(key, "DualPipe overlaps every all-to-all with the paired"
                                 " forward/backward chunk's compute itself (cost/dualpipe.py)",
                                 f"remove {key}, or use pipeline_schedule: 1f1b")
-    modules: tuple[str, ...] = ()
-    if sec.has("recompute_modules"):
-        allowed = enum_values(RecomputeModule)
-
-        def module(value: Any, field: str) -> str:
-            if not isinstance(value, str) or value not in allowed:
-                raise InstanceError(sec.path, field, f"unknown module {_shown_value(value)}",
-                                    "use some of: " + ", ".join(allowed))
-            return value
-        modules = sec.list_of("recompute_modules", module, "modules (" + ", ".join(allowed) + ")")
-        if len(set(modules)) != len(modules):
-            raise sec.error("recompute_modules", "lists a module twice", "list each module once")
+    modules = _module_list(sec, "recompute_modules", enum_values(RecomputeModule))
+    offloads = _module_list(sec, "offload_modules", enum_values(OffloadModule))
     train_tokens = sec.number("train_tokens") if sec.has_value("train_tokens") else None
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
@@ -1225,6 +1248,7 @@ def job_from_section(sec: Section) -> JobSpec:
             recompute_early_stop=(sec.boolean("recompute_early_stop", False)
                                   if sec.has_value("recompute_early_stop") else None),
             recompute_modules=tuple(RecomputeModule(x) for x in modules),
+            offload_modules=tuple(OffloadModule(x) for x in offloads),
             activation_fp8_input_store=sec.boolean("activation_fp8_input_store", False),
             attention_output_e5m6=sec.boolean("attention_output_e5m6", False),
             train_tokens=train_tokens,
@@ -1546,6 +1570,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["recompute_early_stop"] = inst.job.recompute_early_stop
     if inst.job.recompute_modules:
         job["recompute_modules"] = [x.value for x in inst.job.recompute_modules]
+    if inst.job.offload_modules:
+        job["offload_modules"] = [x.value for x in inst.job.offload_modules]
     if inst.job.activation_fp8_input_store:
         job["activation_fp8_input_store"] = True
     if inst.job.attention_output_e5m6:
@@ -1574,6 +1600,8 @@ def _gpu_to_mapping(gpu: GpuSpec) -> dict:
            "cudnn_attention_speedup": gpu.cudnn_attention_speedup}
     if gpu.peak_fp8_flops_per_s is not None:
         out["peak_tflops_fp8"] = gpu.peak_fp8_flops_per_s / units.TFLOPS_FLOPS
+    if gpu.host_link_bw_bytes_per_s is not None:
+        out["host_link_gbytes_per_s"] = gpu.host_link_bw_bytes_per_s / units.GBYTE_BYTES
     return out
 
 
@@ -1608,7 +1636,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
               else SearchSpace())
     search = release_search_of(path, search, job, frozenset(top.raw.get("search") or ()))
     check_mla_job(path, job, model)
-    check_precision(path, job, (cluster.gpu,))
+    check_gpu_features(path, job, (cluster.gpu,))
     check_gpu_prices(path, job, (cluster.gpu,))
     check_moe_overlaps(path, job, model, search)
     check_job_options(path, job, model, search)

@@ -83,8 +83,8 @@ from typing import Callable
 from paraplan.cost import comm, memory, moe_params
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
-from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, Link, Mlp, MoeDispatcher, Outer,
-                                 PipelineSchedule, Precision, RecomputeModule)
+from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, Link, Mlp, MoeDispatcher,
+                                 OffloadModule, Outer, PipelineSchedule, Precision, RecomputeModule)
 
 # Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
 # arXiv 2408.15664) under dropless routing not forced to balance: fitted to the MoE anchors
@@ -415,7 +415,32 @@ def expert_act_bytes(inst: Instance, o: Outer) -> float:
     act_in = memory.activation_input_bytes(job)
     out = 0.0 if RecomputeModule.MOE_ACT in job.recompute_modules else lin_in * routed * fe_tp
     probs = routed * ROUTER_LOGIT_BYTES + o.micro_batch * m.seq_len / o.cp / split * moe.experts * ROUTER_LOGIT_BYTES
-    return lin_in * routed * m.hidden + act_in * n_in * routed * fe_tp + out + probs
+    inputs = _offloadable_bytes(inst, o)
+    kept = sum(b for mod, b in inputs.items() if mod not in job.offload_modules)
+    return kept + out + probs
+
+
+def _offloadable_bytes(inst: Instance, o: Outer) -> dict[OffloadModule, float]:
+    """The two expert inputs of one MoE layer one GPU stashes per micro-batch (expert_act_bytes:
+    MLP-in's input, the activation's input), by the offload module that names each."""
+    m, job = inst.model, inst.job
+    n_in = 2 if m.mlp is Mlp.SWIGLU else 1
+    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o))
+    return {OffloadModule.EXPERT_FC1: memory.linear_input_bytes(job.precision, job.framework) * routed * m.hidden,
+            OffloadModule.MOE_ACT: memory.activation_input_bytes(job) * n_in * routed * m.moe.expert_ffn / o.expert_tp}
+
+
+def offload_exposed_s(inst: Instance, o: Outer, gpu: GpuSpec, compute_s: float) -> float:
+    """Seconds one pass (forward or backward) of one MoE layer waits on activation offloading
+    (job.offload_modules), one micro-batch: the offloaded inputs cross the GPU's host link
+    (GpuSpec.host_link_bw_bytes_per_s, one direction) once each way, to the host after forward
+    and back before backward. Megatron-core copies them on a side stream
+    (fine_grained_activation_offloading at Megatron-LM d98e8a6), so the layer's own expert
+    compute of that pass, `compute_s`, hides them and only the excess shows."""
+    if not inst.job.offload_modules or RecomputeModule.MOE in inst.job.recompute_modules:
+        return 0.0
+    moved = sum(b for mod, b in _offloadable_bytes(inst, o).items() if mod in inst.job.offload_modules)
+    return max(0.0, moved / gpu.host_link_bw_bytes_per_s - compute_s)
 
 
 def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bool],
@@ -487,6 +512,9 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
         # the activation rerun before backward: reads its stashed input, writes its output
         act_in = memory.activation_input_bytes(inst.job)
         compute_b += memory_time_s((act_in * n_in + BF16_BYTES) * routed * fe / etp, gpu)
+
+    compute_f += offload_exposed_s(inst, o, gpu, compute_f)
+    compute_b += offload_exposed_s(inst, o, gpu, compute_b)
 
     if inst.job.moe_dispatcher is MoeDispatcher.DEEPEP and isinstance(links, EpLinks):
         # every token once (imbalance included), copied as deepep_copies says

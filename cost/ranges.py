@@ -151,6 +151,8 @@ RANGES: dict[str, Range] = {
     "peak_tflops_fp8": Range(1, 100_000, "TFLOP/s", "H100: 1,979, B200: 4,500 dense"),
     "hbm_gib": Range(1, 10_000, "GiB", "V100: 32, H200: 141, MI325X: 256"),
     "hbm_gbytes_per_s": Range(1, 100_000, "GB/s", "V100: 900, B200: 8,000"),
+    "host_link_gbytes_per_s": Range(1, 10_000, "GB/s", "one direction to the host: PCIe 5.0 x16"
+                                    " 64, NVLink-C2C 450"),
     "matmul_eff_max": Range(0.01, 1, "", "a fraction of the peak; no tuned kernel reaches"
                             " less than 1%"),
     "fp8_matmul_eff_max": Range(0.01, 1, "", "a fraction of the FP8 peak; no tuned kernel"

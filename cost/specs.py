@@ -106,6 +106,20 @@ class RecomputeModule(str, Enum):
     MOE = "moe"
 
 
+class OffloadModule(str, Enum):
+    """Inputs stashed for backward in host memory instead of HBM (job.offload_modules):
+    Megatron-core's fine-grained activation offloading (--fine-grained-activation-offloading
+    --offload-modules; TransformerConfig offload_modules at Megatron-LM d98e8a6). Each module's
+    input is copied to the host after its forward and back before its backward, on a side
+    stream. Priced for the routed experts' two inputs, the ones Megatron-core's MoE recipes
+    offload (yanring/Megatron-MoE-ModelZoo best_practice/qwen3/run_gb200_235b.sh, 020b813:
+    expert_fc1 moe_act); Megatron's other names (attention, norms) are not priced and are
+    refused at load."""
+
+    EXPERT_FC1 = "expert_fc1"  # MLP-in's input: the routed token copies
+    MOE_ACT = "moe_act"  # the activation's input: MLP-in's outputs
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoeSpec:
     """The mixture-of-experts layers of a model (Shazeer et al. 2017; Fedus et al. 2022, Switch;
@@ -356,6 +370,10 @@ class GpuSpec:
     # attention_eff is) on this GPU, for frameworks that run attention through Transformer
     # Engine (Behaviour.te_fused_attention); 1: not measured, or no faster cuDNN path
     cudnn_attention_speedup: float = 1.0
+    # one direction of the GPU's link to its host CPU's memory (PCIe, or NVLink-C2C on Grace
+    # superchips): what activation offloading (job.offload_modules) copies over; None: not in
+    # the catalogue, and offloading is refused on this GPU
+    host_link_bw_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.peak_flops_per_s, self.hbm_bytes, self.hbm_bw_bytes_per_s) <= 0:
@@ -365,6 +383,8 @@ class GpuSpec:
             raise ConfigError(f"gpu {self.name}: efficiencies must lie in (0, 1]")
         if self.cudnn_attention_speedup <= 0:
             raise ConfigError(f"gpu {self.name}: cudnn_attention_speedup must be > 0")
+        if self.host_link_bw_bytes_per_s is not None and self.host_link_bw_bytes_per_s <= 0:
+            raise ConfigError(f"gpu {self.name}: the host link's bandwidth must be > 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -455,6 +475,11 @@ class JobSpec:
     # (the recomputed work in backward, cost/coefficients.module_recompute_s); framework
     # megatron, no full recomputation
     recompute_modules: tuple[RecomputeModule, ...] = ()
+    # Megatron-core's fine-grained activation offloading (OffloadModule): the listed inputs
+    # live in host memory between forward and backward, priced in memory
+    # (cost/moe.expert_act_bytes) and in the copies over the GPU's host link that the layer's
+    # expert compute does not hide (cost/moe.offload_exposed_s); framework megatron, MoE models
+    offload_modules: tuple[OffloadModule, ...] = ()
     # The SwiGLU input stashed in fp8 (1 byte) and cast back before backward (Megatron-core's
     # TransformerConfig activation_func_fp8_input_store; DeepSeek-V3 Sec. 3.3.3 (2) stores the
     # MoE SwiGLU inputs in FP8); every SwiGLU MLP, framework megatron
@@ -494,6 +519,7 @@ class JobSpec:
             raise ConfigError(f"job.optimizer {self.optimizer.value} is {what} and runs only"
                               f" with framework megatron, not {self.framework.value}: use optimizer adam")
         for key, on in (("recompute_modules", bool(self.recompute_modules)),
+                        ("offload_modules", bool(self.offload_modules)),
                         ("activation_fp8_input_store", self.activation_fp8_input_store)):
             if on and self.framework is not Framework.MEGATRON:
                 raise ConfigError(f"job.{key} is a Megatron-core option, which framework"
@@ -501,6 +527,13 @@ class JobSpec:
                                   " framework: megatron")
         if len(set(self.recompute_modules)) != len(self.recompute_modules):
             raise ConfigError("job.recompute_modules lists a module twice: list each once")
+        if len(set(self.offload_modules)) != len(self.offload_modules):
+            raise ConfigError("job.offload_modules lists a module twice: list each once")
+        if self.offload_modules and RecomputeModule.MOE in self.recompute_modules:
+            # Megatron-core's TransformerConfig refuses offloading inside a recomputed MoE
+            # block (transformer_config.py, offload_inside_moe, d98e8a6): nothing is stashed
+            raise ConfigError("job.offload_modules: the routed experts' inputs are not stashed when"
+                              " recompute_modules has moe (the block is rerun): remove one of the two")
         if self.attention_output_e5m6 and self.precision is not Precision.FP8:
             raise ConfigError("job.attention_output_e5m6 is DeepSeek-V3's FP8 training's storage of the"
                               f" attention output, and the job's precision is {self.precision.value}:"
