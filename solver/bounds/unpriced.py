@@ -38,7 +38,7 @@ from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, de
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_outers, group_pricing_instance, group_site
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
-from paraplan.cost.trust import objective_factor_of
+from paraplan.cost.trust import objective_factors
 from paraplan.cost.specs import PipelineSchedule
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 
@@ -137,7 +137,8 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
             b = relaxed_s(A[ix], S[ix], np.zeros((len(ps), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
         out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)
     # the quantile objective scales each configuration's times (search.problem_of)
-    return out * np.array([objective_factor_of(inst, o) for o in outers] + [1.0] * (len(out) - len(outers)))
+    out[:len(outers)] *= objective_factors(inst, outers)
+    return out
 
 
 def _pipelined(pp: int) -> bool:
