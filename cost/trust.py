@@ -347,11 +347,15 @@ def band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None =
     pool = [r for r in res if r.features.family != exclude_family]
     missing = unvalidated(f, pool)
     level = min(len(missing), DISTANCE_LEVELS - 1)
+    return _level_pool(res, pool, level), level, missing
+
+
+def _level_pool(res: Sequence[Residual], pool: list[Residual], level: int) -> list[Residual]:
+    """Those of `pool` at distance `level` (each judged within `res`, _residual_levels), or
+    all of `pool` where they come from fewer than MIN_LEVEL_FAMILIES source families."""
     levels = _residual_levels(tuple(res))
     same = [r for r in pool if levels[r.id] == level]
-    if len({r.features.family for r in same}) >= MIN_LEVEL_FAMILIES:
-        pool = same
-    return pool, level, missing
+    return same if len({r.features.family for r in same}) >= MIN_LEVEL_FAMILIES else pool
 
 
 def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
@@ -377,7 +381,10 @@ def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> fl
     """predicted time at `quantile` / predicted time: the measured time stays below
     predicted * this in a `quantile` share of the out-of-sample residuals at f's distance
     level (family-weighted, as the interval): exp(-r_(1 - quantile))."""
-    pool, _, _ = band_pool(f, res)
+    return _pool_quantile_factor(band_pool(f, res)[0], quantile)
+
+
+def _pool_quantile_factor(pool: Sequence[Residual], quantile: float) -> float:
     if not pool:
         return 1.0
     (r,) = weighted_quantiles([r.log_error for r in pool], family_weights(pool), (1.0 - quantile,))
@@ -571,9 +578,16 @@ def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, fr
                  pp=min(pp, 2), precision=precision, activations="stored"), q) for g in gpus)
 
 
-@lru_cache(maxsize=256)
 def _published_quantile_factor(f: Features, quantile: float) -> float:
-    return quantile_factor(f, quantile, published_residuals())
+    """quantile_factor(f, quantile, published_residuals()): that reads f only through its
+    distance level (band_pool with no family left out), so each level's pool is read once."""
+    return _published_level_factor(distance_level(f, published_residuals()), quantile)
+
+
+@lru_cache(maxsize=64)
+def _published_level_factor(level: int, quantile: float) -> float:
+    res = published_residuals()
+    return _pool_quantile_factor(_level_pool(res, list(res), level), quantile)
 
 
 def objective_factors(inst, configs) -> np.ndarray:
