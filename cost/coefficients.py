@@ -716,6 +716,37 @@ def layer_time_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency 
     return (lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)) * (1 + slow)
 
 
+def output_layer_time_s(inst: Instance, o: Outer, tp_last: int, gpu: GpuSpec) -> float:
+    """The last stage's output layer per micro-batch on `gpu` at tp `tp_last`: the logits GEMM
+    forward and backward, the loss over the logits, the GEMM's output stores and the final
+    norm (build's "output_layer" stage part); it reads no link, so the planner's bound before
+    placement reads it too (output_layer_floor_s)."""
+    m, b, cp, sp = inst.model, o.micro_batch, o.cp, o.sequence_parallel
+    tokens = b * m.seq_len / cp
+    emb_io = tokens * m.hidden * BF16_BYTES
+    logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gpu)
+    # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
+    ce_bytes = tokens * m.vocab / tp_last * behaviour(inst.job.framework).loss_bytes_per_logit
+    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gpu)
+    # the logits GEMM's output store (forward) and its input gradient's (backward), as
+    # flops.gemm_output_elements prices the layers' GEMMs
+    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gpu)
+    head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gpu)  # final norm fwd + bwd
+    return head
+
+
+def output_layer_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency()) -> float:
+    """A lower bound of the last stage's stage time (StageCoefficients.stage_time_s[-1]) that
+    reads no link: its output layer (output_layer_time_s) times the slowest-rank wait build
+    puts on every stage term. The stage's other parts (p2p hand-offs, ZeRO-3's unhidden
+    gathers, multi-token prediction, and on a one-stage pipeline the embedding) are >= 0, and
+    an MoE model's dense prefix, the one part that can be negative, sits on the first stage,
+    which the planner's bound reads apart (dense_prefix_floor_s; on a one-stage pipeline the
+    two add, as in build)."""
+    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
+    return output_layer_time_s(inst, o, site.tp or o.tp, site.gpu) * (1 + slow)
+
+
 def dense_prefix_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency(),
                          moe_floor_s: float | None = None) -> float:
     """A lower bound of the first stage's dense-prefix extra that reads nothing of the
@@ -929,14 +960,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     embedding_s = emb_f + _mem_time_s(3 * emb_io, g0)
     stage_parts.add("embedding", {0: embedding_s})
     gl = pl.sites[-1].gpu
-    logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gl)
-    # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
-    ce_bytes = tokens * m.vocab / tp_last * behaviour(inst.job.framework).loss_bytes_per_logit
-    head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gl)
-    # the logits GEMM's output store (forward) and its input gradient's (backward), as
-    # flops.gemm_output_elements prices the layers' GEMMs
-    head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gl)
-    head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl)  # final norm fwd + bwd
+    head = output_layer_time_s(inst, o, tp_last, gl)
     stage_parts.add("output_layer", {pp - 1: head})
     if m.mtp_layers:
         # per depth and micro-batch: embed the shifted tokens, norm both inputs, project 2h -> h,

@@ -380,11 +380,15 @@ def band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None =
     pool = [r for r in res if r.features.family != exclude_family]
     missing = unvalidated(f, pool)
     level = min(len(missing), DISTANCE_LEVELS - 1)
+    return _level_pool(res, pool, level), level, missing
+
+
+def _level_pool(res: Sequence[Residual], pool: list[Residual], level: int) -> list[Residual]:
+    """Those of `pool` at distance `level` (each judged within `res`, _residual_levels), or
+    all of `pool` where they come from fewer than MIN_LEVEL_FAMILIES source families."""
     levels = _residual_levels(tuple(res))
     same = [r for r in pool if levels[r.id] == level]
-    if len({r.features.family for r in same}) >= MIN_LEVEL_FAMILIES:
-        pool = same
-    return pool, level, missing
+    return same if len({r.features.family for r in same}) >= MIN_LEVEL_FAMILIES else pool
 
 
 def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
@@ -410,7 +414,10 @@ def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> fl
     """predicted time at `quantile` / predicted time: the measured time stays below
     predicted * this in a `quantile` share of the out-of-sample residuals at f's distance
     level (family-weighted, as the interval): exp(-r_(1 - quantile))."""
-    pool, _, _ = band_pool(f, res)
+    return _pool_quantile_factor(band_pool(f, res)[0], quantile)
+
+
+def _pool_quantile_factor(pool: Sequence[Residual], quantile: float) -> float:
     if not pool:
         return 1.0
     (r,) = weighted_quantiles([r.log_error for r in pool], family_weights(pool), (1.0 - quantile,))
@@ -606,26 +613,61 @@ def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, fr
     if moe:
         logs = [_moe_anchor_logs(g)[0] for g in gpus]
         return max(math.exp(-float(np.quantile(np.asarray(x, dtype=float), 1.0 - q))) if x else 1.0 for x in logs)
+    # quantile_factor reads f only through its distance level, and that only through cp > 1
+    # and pp > 1 of the two (_feature_uses: the counts compare g.cp > 1, g.pp > 1): so cp and
+    # pp are read as min(., 2), and the planner's thousands of (cp, pp) share a few entries
+    return max(_published_quantile_factor(
+        Features(family="", framework=framework, gpu=g, num_gpus=num_gpus, zero=zero, cp=min(cp, 2),
+                 pp=min(pp, 2), precision=precision, activations="stored"), q) for g in gpus)
+
+
+def _published_quantile_factor(f: Features, quantile: float) -> float:
+    """quantile_factor(f, quantile, published_residuals()): that reads f only through its
+    distance level (band_pool with no family left out), so each level's pool is read once."""
+    return _published_level_factor(distance_level(f, published_residuals()), quantile)
+
+
+@lru_cache(maxsize=64)
+def _published_level_factor(level: int, quantile: float) -> float:
     res = published_residuals()
-    return max(quantile_factor(Features(family="", framework=framework, gpu=g, num_gpus=num_gpus, zero=zero,
-                                        cp=cp, pp=pp, precision=precision, activations="stored"), q, res)
-               for g in gpus)
+    return _pool_quantile_factor(_level_pool(res, list(res), level), quantile)
+
+
+def objective_factors(inst, configs) -> np.ndarray:
+    """objective_factor_of of each configuration or plan of `configs`, read in one pass: the
+    configurations of one class layout share their classes (solver/space.declared_outers
+    lists a layout's completions on one tuple), so each (layout, ZeRO stage, cp) is read once
+    (the floors read before pricing ask for every outer configuration: 142,906 on Llama-3 70B
+    over four GPU types)."""
+    if inst.search.objective == "mean":
+        return np.ones(len(configs))
+    memo: dict[tuple, float] = {}
+    out = np.empty(len(configs))
+    for j, modes in enumerate(configs):
+        key = (id(modes.classes), modes.zero, modes.cp)  # `configs` holds the tuples alive
+        f = memo.get(key)
+        if f is None:
+            f = memo[key] = objective_factor_of(inst, modes)
+        out[j] = f
+    return out
 
 
 def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
-    group-format instance (HeteroOuter or HeteroPlan on a HeteroInstance; objective_factor):
-    1 for `mean`. It depends only on what the configuration uses, so the planner scales its
-    time coefficients by it (solver/search.problem_of, the floors read before pricing)
-    and every bound and proof holds for the quantile."""
+    group-format instance (ClassOuter or ClassPlan on a ClusterInstance; objective_factor):
+    1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp and the deepest
+    class, so the planner scales its time coefficients by it (solver/search.problem_of, the
+    floors read before pricing) and every bound and proof holds for the quantile."""
     if inst.search.objective == "mean":
         return 1.0
-    used = {g for c in modes.classes for g in c.stage_groups}
     groups = inst.cluster.groups
+    used = {g for c in modes.classes for g in c.stage_groups}
+    # cp and pp as objective_factor reads them (min(., 2)), so that they share its cache entry
     return objective_factor(inst.search.objective, gpus=tuple(sorted({groups[g].cluster.gpu.name for g in used})),
                             num_gpus=sum(g.cluster.num_gpus for g in groups),
                             framework=inst.job.framework.value, precision=inst.job.precision.value,
-                            zero=modes.zero, cp=modes.cp, pp=max(len(c.stage_groups) for c in modes.classes),
+                            zero=modes.zero, cp=min(modes.cp, 2),
+                            pp=min(max(len(c.stage_groups) for c in modes.classes), 2),
                             moe=inst.model.moe is not None)
 
 

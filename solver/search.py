@@ -8,6 +8,9 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
    chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
    class coefficients on every network scenario the objective looks at
    (cost/class_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
+   Those the space's memory lower bound proves infeasible as their chunk comes up
+   (solver/bounds/memory.py: each configuration's own micro-batch, sp and ZeRO stage) are
+   dropped unpriced.
 2. Drop those a memory argument proves infeasible (solver/bounds/one_class.memory_infeasible, per class).
    Lower bound (solver/bounds/batched.py, every configuration at once): per scenario and class
    A_k <= max_s T_s and S_k <= sum_s T_s and D <= max sync, whatever the split; then
@@ -62,7 +65,7 @@ from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import class_partitions
-from paraplan.solver.bounds import one_class
+from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
@@ -632,8 +635,15 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                         heapq.heappush(heap, (lp.key, next(order), lp))
                 continue
             if isinstance(cand, _Unpriced):
-                new = price(cand.outers)
-                res.priced += len(cand.outers)
+                js = cand.outers
+                if not partitions and not dualpipe_job(inst):
+                    # those the space's memory bound proves infeasible are not priced
+                    # (solver/bounds/memory.py: no plan of theirs fits, as build would find)
+                    no_fit = memory_bound.proved_infeasible(inst, [outers[j] for j in js])
+                    res.pruned_by_memory += int(no_fit.sum())
+                    js = [j for j, out in zip(js, no_fit) if not out]
+                new = price(js)
+                res.priced += len(js)
                 probe(new)
                 for c in new:
                     heapq.heappush(heap, (c.key, next(order), c))

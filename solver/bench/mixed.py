@@ -28,6 +28,7 @@ from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.groups_loader import group_instance, load_event, load_cluster_instance
+from paraplan.solver.bench.growth import GPU_TYPES, growth_rows
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
 from paraplan.solver.search import search
@@ -40,6 +41,8 @@ EVENT = MIXED_DIR / "events" / "inter-site-degraded.yaml"
 # instances also solved with per-operator partitions (the larger ones' partition spaces are
 # far beyond the others' and are not part of the bench)
 PARTITIONS = ["llama3-70b-32xA100-32xH100"]
+# the growth rows (solver/bench/growth.py): Llama-3 70B on 1 to this many GPU types
+GROWTH_TYPES = len(GPU_TYPES)
 
 
 @dataclass
@@ -183,8 +186,16 @@ def run_mixed_bench(args) -> int:
     if dyn:
         text += "\n\n" + table(["instance", "robust worst regret", "expected worst regret",
                                 "slowest replan", "timeline gap to bound"], dyn, align="lrrrr")
+    growth = growth_rows(GROWTH_TYPES, log=(lambda m: None) if args.quiet else print)
+    text += "\n\n" + table(["GPU types (4 nodes each)", "GPUs", "outer configs", "priced",
+                             "infeasible by memory", "pruned by bound", "optimum", "CPU"],
+                            [[str(g.types), str(g.gpus), f"{g.outer_configs:,}", f"{g.priced:,}",
+                              f"{g.pruned_by_memory:,}", f"{g.pruned_by_bound:,}",
+                              f"{g.status} {_fmt(g.objective_s, '.3f')} s", f"{g.cpu_s:.2f} s"] for g in growth],
+                            align="rrrrrrrr")
     print(text)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"status": "ok", "rows": [asdict(r) for r in rows]}, fh, indent=2)
+            json.dump({"status": "ok", "rows": [asdict(r) for r in rows],
+                       "growth": [asdict(g) for g in growth]}, fh, indent=2)
     return 0

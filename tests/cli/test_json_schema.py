@@ -135,6 +135,7 @@ def test_bench_hetero(capsys, tmp_path, monkeypatch):
     # the bundled mixed clusters take about 2 minutes; the smallest one shows the shape
     from paraplan.solver.bench import mixed as mixed_bench
     monkeypatch.setattr(mixed_bench, "INSTANCES", ["tiny-2types"])
+    monkeypatch.setattr(mixed_bench, "GROWTH_TYPES", 1)  # one growth row (a second each)
     out = tmp_path / "hb.json"
     assert main(["bench", "--hetero", "--quiet", "--json", str(out)]) == 0
     check(json.loads(out.read_text()), "bench --hetero")

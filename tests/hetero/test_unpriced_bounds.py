@@ -97,6 +97,35 @@ def test_each_stage_floor_is_at_most_its_priced_layer_time():
     assert equal and below  # both cases met (ZeRO-3 configurations among them)
 
 
+def test_the_last_stage_floor_is_the_priced_output_layer():
+    """The last stage's term the bound reads (cost/coefficients.output_layer_floor_s) against
+    its configuration's priced coefficients: equal to build's "output_layer" part times the
+    slowest-rank wait build puts on every stage term (the same formula, so the bound loses
+    nothing there), and at most the priced last-stage time, of which that part is one
+    non-negative term (a one-stage class with an MoE dense prefix excepted: that stage's
+    negative prefix is bounded apart, dense_prefix_floor_s)."""
+    from paraplan.cost import scale
+    from paraplan.cost.coefficients import output_layer_floor_s, stage_outer
+    from paraplan.cost.comm import NetEfficiency
+    from paraplan.cost.class_coefficients import class_outers, group_site
+    checked = 0
+    for name, inst, _ in _instances():
+        slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, NetEfficiency().rank_jitter_rel)
+        outers = declared_outers(inst)[::4]  # every 4th keeps the test short
+        for o, p in zip(outers, problems_for(inst, outers, "nominal")):
+            if p is None:
+                continue
+            co = class_outers(inst.job, o)
+            for k, (c, cs) in enumerate(zip(o.classes, p.coeffs[0])):
+                site = group_site(inst.cluster, o, c.stage_groups[-1], rings=False)
+                f = output_layer_floor_s(inst, stage_outer(co[k], site), site)
+                assert f == pytest.approx(cs.stage_parts[-1]["output_layer"] * (1 + slow), rel=1e-12), (name, o, k)
+                if c.pp > 1 or "dense_prefix" not in cs.stage_parts[0]:
+                    assert f <= cs.stage_time_s[-1] * (1 + 1e-12), (name, o, k)
+                checked += 1
+    assert checked
+
+
 def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch):
     """The search with the bound before pricing, one configuration priced at a time (these
     instances have fewer configurations than a chunk), against the search that prices every
@@ -111,6 +140,8 @@ def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch
             with_floor = search(inst, objective="robust" if len(inst.scenarios) > 1 else "nominal")
         with monkeypatch.context() as mp:
             mp.setattr(search_module, "floor_bounds_s", lambda inst, outers, *a, **k: np.zeros(len(outers)))
+            # and every configuration priced, none refused by the memory proof (test_memory_bound.py)
+            mp.setattr(search_module.memory_bound, "proved_infeasible", lambda inst, outers: np.zeros(len(outers), bool))
             every = search(inst, objective=with_floor.objective)
         assert every.priced == every.outer_configs
         assert (with_floor.status, with_floor.plan, with_floor.objective_s) == (every.status, every.plan, every.objective_s)
