@@ -251,15 +251,19 @@ def cross_framework_note(d: Deviations) -> None:
                f" again as {d.target.value} runs it")
 
 
-def model_chunks(plan: Plan) -> list[tuple[int, int, int]]:
-    """(stage, first layer, layer count) of each model chunk, in chunk order k = c*pp + s."""
+def model_chunks(plan: Plan, v_shape: bool = False) -> list[tuple[int, int, int]]:
+    """(stage, first layer, layer count) of each model chunk, in chunk order k = c*pp + s.
+
+    v_shape: two chunks per stage placed as a V (torch's ZBVZeroBubble: rank s holds chunks s
+    and 2 pp - 1 - s), so chunk k sits on stage k for k < pp and on stage 2 pp - 1 - k after."""
     n, v, pp = plan.layers_per_stage, plan.virtual_stages, plan.pp
+    assert not v_shape or v == 2, "a V places two chunks per stage"
     chunks, first = [], 0
-    for c in range(v):
-        for s in range(pp):
-            k = n[s] // v
-            chunks.append((s, first, k))
-            first += k
+    for k in range(v * pp):
+        s = (2 * pp - 1 - k if k >= pp else k) if v_shape else k % pp
+        count = n[s] // v
+        chunks.append((s, first, count))
+        first += count
     return chunks
 
 
