@@ -36,6 +36,12 @@ behaviour cited from the same release:
   still in progress"), so with cp > 1 a flavor with scaled-dot-product attention is registered.
   Its MoE layer is not given n_expert_groups / n_limited_groups (args.py: "node-limited routing
   is not supported yet"). A dense latent-attention model has no torchtitan model.
+- `parallelism.pipeline_parallel_schedule`: a name of torch.distributed.pipelining's
+  get_schedule_class (distributed/pipeline_parallel.py, pipeline_llm). pipeline_module_split
+  builds the stages of `module_fqns_per_model_part` (one list per stage, in stage order) on rank
+  s as s, s + pp, ... ("loop"), or for ScheduleZBVZeroBubble as s and 2 pp - 1 - s ("v": two
+  stages per rank); multi-stage schedules want two stages per rank or more. The schedule written
+  is the fastest that torch runs for the plan and that fits memory (cost/torch_schedules.py).
 - `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
   `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
   floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
@@ -49,7 +55,8 @@ from dataclasses import replace
 
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
-from paraplan.cost.torch_schedules import fastest_fitting, planned_schedule, schedule_prices
+from paraplan.cost.torch_schedules import (SchedulePrice, fastest_fitting, planned_schedule,
+                                           schedule_prices)
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
@@ -249,12 +256,14 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
 _CUSTOM = "paraplan"
 
 
-def pipeline_schedule(inst: Instance, plan: Plan) -> TorchSchedule:
-    """The pipeline_parallel_schedule written: the fastest schedule torch runs for the plan's
-    pp, virtual stages and micro-batches that fits memory on its split (cost/torch_schedules.py;
-    a zero-bubble one where it fits), else the one the plan was priced with."""
-    best = fastest_fitting(schedule_prices(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes))
-    return planned_schedule(plan) if best is None else best.kind
+def pipeline_schedule(inst: Instance,
+                      plan: Plan) -> tuple[TorchSchedule, dict[TorchSchedule, SchedulePrice]]:
+    """The pipeline_parallel_schedule written, and every schedule torch runs for the plan
+    priced on its split (cost/torch_schedules.py): the fastest that fits memory (a zero-bubble
+    one where it runs), else the one the plan was priced with."""
+    prices = {x.kind: x for x in schedule_prices(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)}
+    best = fastest_fitting(list(prices.values()))
+    return (planned_schedule(plan) if best is None else best.kind), prices
 
 
 def _schedule_note(d: Deviations) -> None:
@@ -263,8 +272,7 @@ def _schedule_note(d: Deviations) -> None:
     p = d.plan
     if p.pp == 1:
         return
-    prices = {x.kind: x for x in schedule_prices(d.inst, p, reserve_bytes=d.inst.search.memory_reserve_bytes)}
-    kind, planned = pipeline_schedule(d.inst, p), planned_schedule(p)
+    (kind, prices), planned = pipeline_schedule(d.inst, p), planned_schedule(p)
     if kind is planned or planned not in prices:
         return
     new, old = prices[kind], prices[planned]
@@ -428,7 +436,7 @@ def render(inst: Instance, e: Emitted) -> str:
                         ("expert_tensor_parallel_degree", p.expert_tp)]
     parallelism.append(("pipeline_parallel_degree", p.pp))
     if p.pp > 1:
-        kind = pipeline_schedule(e.inst, p)
+        kind, _ = pipeline_schedule(e.inst, p)
         v_shape = kind is TorchSchedule.ZBV_ZERO_BUBBLE
         parts = []
         for k, (_, first, count) in enumerate(model_chunks(p, v_shape=v_shape)):
