@@ -133,6 +133,10 @@ def schedule_problem(kind: TorchSchedule, pp: int, v: int, m: int) -> str | None
     if kind is TorchSchedule.ZBV_ZERO_BUBBLE:
         if v != 2:
             return f"ZBVZeroBubble runs exactly two stages per rank (a V), not virtual_stages={v}"
+        if pp < 3:
+            # not torch's rule but paraplan's: v_shaped prices the rank without the output
+            # layer from a middle stage's terms
+            return "paraplan prices ZBVZeroBubble with pp >= 3 (a middle stage prices the bare rank)"
         if m < 2 * pp - 1:
             # ScheduleZBVZeroBubble pads to max(2 pp - 1, m) micro-batches and idles on the rest
             return (f"ZBVZeroBubble fills its V with 2 pp - 1 = {2 * pp - 1} micro-batches;"
@@ -173,6 +177,27 @@ def with_in_flight(c: StageCoefficients, held: np.ndarray) -> StageCoefficients:
                    layer_ckpt_bytes=c.layer_ckpt_bytes * scale,
                    stage_mem_bytes=c.stage_mem_bytes + c.stage_act_bytes * (scale - 1),
                    stage_act_bytes=c.stage_act_bytes * scale, in_flight=np.asarray(held, float))
+
+
+def v_shaped(c: StageCoefficients) -> StageCoefficients:
+    """`c` with ZBVZeroBubble's placement of the output layer: the V puts the last model chunk
+    (norm, output layer, loss) on rank 0 beside the first (embedding), and rank pp - 1 holds
+    two middle chunks. The last stage's per-stage terms beyond a middle stage's (the output
+    layer's time, weights, gradients, optimizer state, logits and its gradient sync) move to
+    stage 0; the last stage keeps a middle stage's (stage pp - 2's). Needs pp >= 3."""
+    assert c.pp >= 3, "a middle stage prices the bare rank"
+    mid, last = c.pp - 2, c.pp - 1
+
+    def moved(a: np.ndarray) -> np.ndarray:
+        a = np.array(a, float)
+        extra = a[last] - a[mid]
+        a[0] += extra
+        a[last] = a[mid]
+        return a
+
+    return replace(c, stage_time_s=moved(c.stage_time_s), stage_sync_time_s=moved(c.stage_sync_time_s),
+                   stage_mem_bytes=moved(c.stage_mem_bytes), stage_act_bytes=moved(c.stage_act_bytes),
+                   stage_state_bytes=moved(c.stage_state_bytes))
 
 
 def schedule_pipeline_time_s(t: np.ndarray, w: np.ndarray, m: int, v: int,

@@ -6,7 +6,8 @@ InterleavedZeroBubble and ZBVZeroBubble (cost/schedule.py prices them; TorchSche
 plan (its degrees, micro-batches and split fixed) each schedule that torch runs with the plan's
 pp, virtual stages and micro-batch count (schedule.schedule_problem) is priced on the same
 coefficients as cost/simulate.py: its iteration time (schedule.schedule_iteration_time_s) and
-its peak memory with the activations it holds (schedule.schedule_in_flight). 1F1B and
+its peak memory with the activations it holds (schedule.schedule_in_flight), ZBVZeroBubble with
+the output layer on rank 0 where its V puts it (schedule.v_shaped). 1F1B and
 Interleaved1F1B reproduce cost/simulate.py's time and memory exactly.
 """
 
@@ -53,6 +54,8 @@ def schedule_prices(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficien
     out = []
     for kind in kinds:
         ck = schedule.with_in_flight(c, schedule.schedule_in_flight(kind, pp, m, v))
+        if kind is TorchSchedule.ZBV_ZERO_BUBBLE:
+            ck = schedule.v_shaped(ck)  # the output layer on rank 0
         mem = schedule.stage_mem_bytes(ck, n, r)
         worst = int(np.argmax(mem / ck.capacity_bytes))
         out.append(SchedulePrice(

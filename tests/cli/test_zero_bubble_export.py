@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from export_support import GOLDENS, ROOT
+from export_support import GOLDENS, ROOT, zbv_split
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
 from paraplan.solver.export import to_torchtitan
@@ -25,9 +25,19 @@ def layers_of(part: list[str]) -> list[int]:
     return [int(x.split(".")[1]) for x in part if x.startswith("layers.")]
 
 
-def test_llama3_405b_exports_zbv_with_its_chunks_as_a_v():
-    # pp 32, v 2, 128 micro-batches >= 2 pp - 1: ZBV runs; rank s holds chunks s and 63 - s
+def test_llama3_405b_golden_plan_exports_interleaved_zero_bubble():
+    # its split puts the output layer's stage at 2 layers: under ZBV's V rank 0 would hold the
+    # output beside 4 layers and pace the pipeline; the interleaved zero-bubble schedule wins
     inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    par = tomllib.loads(to_torchtitan(inst, plan).text)["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "InterleavedZeroBubble"
+
+
+def test_llama3_405b_exports_zbv_with_its_chunks_as_a_v():
+    # pp 32, v 2, 128 micro-batches >= 2 pp - 1: ZBV runs; rank s holds chunks s and 63 - s; on
+    # the split shaped for the V (2 layers on stage 0, 4 on the last) it is the fastest
+    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    plan = zbv_split(plan)
     res = to_torchtitan(inst, plan)
     par = tomllib.loads(res.text)["parallelism"]
     assert par["pipeline_parallel_schedule"] == "ZBVZeroBubble"

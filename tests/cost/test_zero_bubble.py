@@ -13,6 +13,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.schedule import TorchSchedule as S
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Plan
+from export_support import zbv_split
 from paraplan.cost.torch_schedules import fastest_fitting, schedule_prices
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,8 @@ def test_weight_gradient_share_of_llama3_8b_from_its_flops():
     (S.INTERLEAVED_1F1B, 4, 2, 10, True), (S.INTERLEAVED_ZERO_BUBBLE, 4, 2, 9, False),
     (S.INTERLEAVED_ZERO_BUBBLE, 4, 1, 8, False),  # torchtitan: two stages per rank at least
     (S.ZBV_ZERO_BUBBLE, 4, 2, 7, True), (S.ZBV_ZERO_BUBBLE, 4, 2, 6, False),  # 2 pp - 1 = 7
-    (S.ZBV_ZERO_BUBBLE, 4, 3, 12, False), (S.ZBV_ZERO_BUBBLE, 1, 2, 8, False)])
+    (S.ZBV_ZERO_BUBBLE, 4, 3, 12, False), (S.ZBV_ZERO_BUBBLE, 1, 2, 8, False),
+    (S.ZBV_ZERO_BUBBLE, 2, 2, 8, False)])  # pp 2: no middle stage to price the bare rank
 def test_which_schedules_torch_runs(kind, pp, v, m, ok):
     assert (schedule.schedule_problem(kind, pp, v, m) is None) is ok
 
@@ -112,6 +114,31 @@ def test_the_planned_schedule_prices_as_the_simulator_and_zero_bubble_is_faster(
     assert planned.iter_time_s == pytest.approx(bd.iter_time_s, rel=1e-12)
     assert planned.peak_mem_bytes == pytest.approx(bd.peak_mem_bytes, rel=1e-12)
     assert prices[S.INTERLEAVED_ZERO_BUBBLE].peak_mem_bytes == pytest.approx(planned.peak_mem_bytes)
-    assert (prices[S.ZBV_ZERO_BUBBLE].iter_time_s < prices[S.INTERLEAVED_ZERO_BUBBLE].iter_time_s
-            < planned.iter_time_s)
-    assert fastest_fitting(list(prices.values())).kind is S.ZBV_ZERO_BUBBLE
+    assert prices[S.INTERLEAVED_ZERO_BUBBLE].iter_time_s < planned.iter_time_s
+    # the split was balanced with the output layer on the last stage (4 layers on stages 0-30,
+    # 2 on stage 31); ZBV puts it on rank 0 beside 4 layers, which then paces the pipeline
+    assert prices[S.ZBV_ZERO_BUBBLE].iter_time_s > prices[S.INTERLEAVED_ZERO_BUBBLE].iter_time_s
+    assert fastest_fitting(list(prices.values())).kind is S.INTERLEAVED_ZERO_BUBBLE
+    # the split shaped for the V (2 layers on stage 0, 4 on the last) makes ZBV the fastest
+    shaped = zbv_split(plan)
+    again = {p.kind: p for p in schedule_prices(inst, shaped, reserve_bytes=reserve)}
+    assert fastest_fitting(list(again.values())).kind is S.ZBV_ZERO_BUBBLE
+    assert again[S.ZBV_ZERO_BUBBLE].iter_time_s < planned.iter_time_s
+
+
+
+def test_zbv_moves_the_output_layer_to_rank_0():
+    # The V puts the last chunk (norm, output, loss) on rank 0: stage 0's terms gain what the
+    # last stage has beyond a middle one, and the last stage keeps a middle stage's terms
+    from paraplan.cost.coefficients import build
+    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    c = build(inst, plan.outer)
+    c = schedule.with_in_flight(c, schedule.schedule_in_flight(S.ZBV_ZERO_BUBBLE, plan.pp, 128, 2))
+    v = schedule.v_shaped(c)
+    for name in ("stage_time_s", "stage_mem_bytes", "stage_sync_time_s"):
+        before, after = getattr(c, name), getattr(v, name)
+        assert after[0] == pytest.approx(before[0] + before[-1] - before[-2])
+        assert after[-1] == pytest.approx(before[-2])
+        assert list(after[1:-1]) == list(before[1:-1])
+    # the output layer (128,256 x 16,384 over tp 8, its state and logits) is real memory
+    assert c.stage_mem_bytes[-1] - c.stage_mem_bytes[-2] > 2**30
