@@ -13,9 +13,13 @@ optimizer step follow the last backward: iteration_time = pipeline_time + max_s 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from enum import Enum
+
 import numpy as np
 
-from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
+from paraplan.cost.flops import layer_matmuls, moe_dense_view
 from paraplan.cost.pipeline_split import chunk_items_held
 
 
@@ -84,3 +88,164 @@ def fits(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
     n = np.asarray(n, float)
     mem_ok = (stage_mem_bytes(c, n, np.asarray(r, float)) <= c.capacity_bytes).all(axis=-1)
     return mem_ok & holds_dense_prefix(c, n)
+
+
+# --- the schedules of torch.distributed.pipelining (torchtitan's pipeline_parallel_schedule) ----
+#
+# Zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) split each
+# backward pass into B, the gradient of the stage's input, and W, the gradient of its weights.
+# Only B is on the pipeline's critical path (the previous stage waits for it), so W fills the
+# fill/drain idle time. With per-micro-batch times F, B, W on p uniform stages the paper gives
+# the fill/drain ("bubble") of
+#     1F1B                    (p - 1)(F + B + W)                   Sec. 2, Fig. 2
+#     ZB-H1                   (p - 1)(F + B - W)                   Sec. 2.1: 1/3 of 1F1B at F = B = W
+#     ZB-H2                   (p - 1)(F + B - 2W), 0 at F = B = W  Sec. 2.2, (2p - 1) micro-batches held
+#     ZB-V (2 chunks, V)      0 at F = B = W                       Sec. 6, held like 1F1B
+# torch.distributed.pipelining (read at 00722e648b, schedules.py) runs ScheduleInterleavedZeroBubble,
+# the paper's interleaved ZB-H1 ("ZB1P": its warm-up holds at most the interleaved 1F1B's
+# micro-batches, each W issued right after its B), and ScheduleZBVZeroBubble (exactly two
+# stages per rank placed as a V: rank s holds stages s and 2p - 1 - s). Neither runs under
+# torch.compile (_check_torch_compile_compatibility). ZB-H2 has no torch schedule: not priced.
+#
+# The non-uniform generalisation is the 1F1B one above: the steady state is paced by the slowest
+# stage s*, and the fill/drain passes once through every other stage, each now costing its
+# bubble term T'_s = T_s - k W_s (k = 2 for ZB-H1, clipped at 0 with k = 3 for ZB-V, ZB-H2's
+# F + B - 2W on ZB-V's half-size chunks), divided by the v model chunks as interleaving divides it:
+#     pipeline_time = m T_{s*} + (sum_s T'_s - T'_{s*}) / v.
+# W_s = w n_s layer_time_s: the layers' time splits into F, B and W as their FLOPs do
+# (weight_grad_share); the embedding, output layer and full-recompute forwards count no W (the
+# output layer's weight gradient is left on the critical path: a slight overestimate of the bubble).
+
+
+class TorchSchedule(str, Enum):
+    """torch.distributed.pipelining's schedule names as torchtitan's
+    parallelism.pipeline_parallel_schedule takes them (get_schedule_class)."""
+
+    ONE_F_ONE_B = "1F1B"
+    INTERLEAVED_1F1B = "Interleaved1F1B"
+    INTERLEAVED_ZERO_BUBBLE = "InterleavedZeroBubble"
+    ZBV_ZERO_BUBBLE = "ZBVZeroBubble"
+
+    @property
+    def zero_bubble(self) -> bool:
+        return self in (TorchSchedule.INTERLEAVED_ZERO_BUBBLE, TorchSchedule.ZBV_ZERO_BUBBLE)
+
+
+# W passes that each stage's fill/drain term loses (module comment); None: no B/W split
+_W_PASSES_SAVED = {TorchSchedule.ONE_F_ONE_B: 0, TorchSchedule.INTERLEAVED_1F1B: 0,
+                   TorchSchedule.INTERLEAVED_ZERO_BUBBLE: 2, TorchSchedule.ZBV_ZERO_BUBBLE: 3}
+
+
+def weight_grad_share(m, b: int, tp: int, cp: int, sp: bool = False) -> float:
+    """W / (F + B + W) of one transformer layer, from its FLOPs (cost/flops.layer_matmuls).
+
+    A linear layer's backward is two GEMMs of its forward's size, the input gradient (B) and the
+    weight gradient (W); the attention core (QK^T, softmax, PV) has no weights, so its backward
+    (twice its forward) is all B. With G the linear and A the attention-core forward FLOPs:
+    F = G + A, B = G + 2A, W = G, so W / (F + B + W) = G / (3 (G + A)), 1/3 without attention
+    (the paper's F = B = W). An MoE layer is taken as its dense view (its experts are linear too)."""
+    view = m if m.moe is None else moe_dense_view(m)
+    mm = layer_matmuls(view, b, tp, cp, sp)
+    linear = sum(mm.linear_calls)
+    return linear / (3 * (linear + mm.attention_core))
+
+
+def schedule_problem(kind: TorchSchedule, pp: int, v: int, m: int) -> str | None:
+    """Why torch.distributed.pipelining (as torchtitan 0.2 builds it) does not run `kind` with
+    pp ranks, v stages per rank and m micro-batches, or None."""
+    if pp < 2:
+        return "a pipeline schedule needs pp >= 2"
+    if kind is TorchSchedule.ONE_F_ONE_B:
+        return None if v == 1 else f"1F1B runs one stage per rank, not virtual_stages={v}"
+    if kind is TorchSchedule.ZBV_ZERO_BUBBLE:
+        if v != 2:
+            return f"ZBVZeroBubble runs exactly two stages per rank (a V), not virtual_stages={v}"
+        if pp < 3:
+            # not torch's rule but paraplan's: v_shaped prices the rank without the output
+            # layer from a middle stage's terms
+            return "paraplan prices ZBVZeroBubble with pp >= 3 (a middle stage prices the bare rank)"
+        if m < 2 * pp - 1:
+            # ScheduleZBVZeroBubble pads to max(2 pp - 1, m) micro-batches and idles on the rest
+            return (f"ZBVZeroBubble fills its V with 2 pp - 1 = {2 * pp - 1} micro-batches;"
+                    f" {m} leave it idle")
+        return None
+    if v < 2:
+        # torchtitan 0.2's pipeline_llm: "Multi-stage schedule requires at least 2 stages per
+        # rank" (torch's ZB1P would take one, ZB-H1; torchtitan does not build it so)
+        return f"{kind.value} runs two or more stages per rank (virtual_stages >= 2)"
+    # the interleaved schedules' rounds: max(1, m // pp) of them must divide m
+    rounds = max(1, m // pp)
+    if m % rounds:
+        return f"{kind.value} needs the {m} micro-batches a multiple of its {rounds} rounds (m // pp)"
+    return None
+
+
+def schedule_in_flight(kind: TorchSchedule, pp: int, m: int, v: int) -> np.ndarray:
+    """Micro-batches whose activations stage s holds at its peak, in whole-stage units.
+
+    1F1B / Interleaved1F1B: in_flight_micro_batches (Megatron-LM's counts, which torch's
+    warm-ups match). InterleavedZeroBubble: the same (Qi et al. Sec. 2.1: ZB-H1 holds no more
+    than 1F1B; torch's ZB1P warms up with fewer chunks than its interleaved 1F1B, and a W's
+    inputs live only until the W right after its B). ZBVZeroBubble: 2 pp half-stage chunks on
+    every rank (Sec. 6: "the same peak memory as 1F1B", balanced over the ranks; torch's order
+    warms rank s up with 2 pp - s - 1 chunk-0 and s chunk-1 forwards, then adds one chunk
+    before each B), so pp micro-batches on every stage, at most m."""
+    if kind is TorchSchedule.ZBV_ZERO_BUBBLE:
+        return np.full(pp, float(min(pp, m)))
+    return in_flight_micro_batches(pp, m, v)
+
+
+def with_in_flight(c: StageCoefficients, held: np.ndarray) -> StageCoefficients:
+    """`c` with each stage holding `held[s]` micro-batches' activations instead of c.in_flight
+    (the activation columns and the stashed part of the stage constant scale with the count,
+    as cost/dualpipe.py rescales them)."""
+    scale = np.asarray(held, float) / c.in_flight
+    return replace(c, layer_act_bytes=c.layer_act_bytes * scale,
+                   layer_ckpt_bytes=c.layer_ckpt_bytes * scale,
+                   stage_mem_bytes=c.stage_mem_bytes + c.stage_act_bytes * (scale - 1),
+                   stage_act_bytes=c.stage_act_bytes * scale, in_flight=np.asarray(held, float))
+
+
+def v_shaped(c: StageCoefficients) -> StageCoefficients:
+    """`c` with ZBVZeroBubble's placement of the output layer: the V puts the last model chunk
+    (norm, output layer, loss) on rank 0 beside the first (embedding), and rank pp - 1 holds
+    two middle chunks. The last stage's per-stage terms beyond a middle stage's (the output
+    layer's time, weights, gradients, optimizer state, logits and its gradient sync) move to
+    stage 0; the last stage keeps a middle stage's (stage pp - 2's). Needs pp >= 3."""
+    assert c.pp >= 3, "a middle stage prices the bare rank"
+    mid, last = c.pp - 2, c.pp - 1
+
+    def moved(a: np.ndarray) -> np.ndarray:
+        a = np.array(a, float)
+        extra = a[last] - a[mid]
+        a[0] += extra
+        a[last] = a[mid]
+        return a
+
+    return replace(c, stage_time_s=moved(c.stage_time_s), stage_sync_time_s=moved(c.stage_sync_time_s),
+                   stage_mem_bytes=moved(c.stage_mem_bytes), stage_act_bytes=moved(c.stage_act_bytes),
+                   stage_state_bytes=moved(c.stage_state_bytes))
+
+
+def schedule_pipeline_time_s(t: np.ndarray, w: np.ndarray, m: int, v: int,
+                             kind: TorchSchedule) -> np.ndarray:
+    """pipeline_time of `kind` for stage times t (..., pp) whose weight-gradient part is w
+    (..., pp) (module comment): m T_{s*} + (sum_s T'_s - T'_{s*}) / v."""
+    t, w = np.asarray(t, float), np.asarray(w, float)
+    k = _W_PASSES_SAVED[kind]
+    bubble = np.maximum(t - k * w, 0.0)
+    slowest = np.argmax(t, axis=-1)[..., None]
+    t_max = np.take_along_axis(t, slowest, axis=-1)[..., 0]
+    b_max = np.take_along_axis(bubble, slowest, axis=-1)[..., 0]
+    return m * t_max + (bubble.sum(axis=-1) - b_max) / v
+
+
+def schedule_iteration_time_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray,
+                              kind: TorchSchedule, w_share: float) -> np.ndarray:
+    """iteration_time_s under `kind`, for splits n, r; w_share: weight_grad_share of a layer.
+    1F1B and Interleaved1F1B give iteration_time_s exactly."""
+    n, r = np.asarray(n, float), np.asarray(r, float)
+    t = stage_times_s(c, n, r)
+    w = w_share * n * c.layer_time_s
+    return (schedule_pipeline_time_s(t, w, c.outer.num_micro_batches, c.outer.virtual_stages, kind)
+            + sync_times_s(c, n).max(axis=-1))

@@ -16,6 +16,7 @@ from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_layers, chunk_problem
 from paraplan.cost.releases import Framework, Release, current_release, find_release, known_versions
+from paraplan.cost.units import GIB_BYTES
 
 
 class Mlp(str, Enum):
@@ -567,6 +568,8 @@ class JobSpec:
 
 
 MAX_CLASSES_PER_GROUP = 4  # search.classes_per_group (cost/ranges.py says why)
+# search.memory_reserve_gib when the instance does not give one (SearchSpace.memory_reserve_bytes)
+DEFAULT_MEMORY_RESERVE_GIB = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -609,7 +612,13 @@ class SearchSpace:
     # a plan may run a stage-wise class (one pipeline across node groups) beside replica-wise
     # classes on the GPUs it leaves (solver/space.py; two node groups or more)
     mixed_families: bool = False
-    memory_reserve_bytes: float = 0.0  # kept free on every GPU, on top of the runtime allowance
+    # kept free on every GPU when planning, on top of the runtime allowance cost/memory.py
+    # prices (CUDA context, NCCL buffers, 5% allocator fragmentation of the activations): the
+    # caching allocator's reserved-but-unallocated memory measured at peak in public runs,
+    # which that allowance does not fully cover (docs/schema.md cites the figures). 0 plans
+    # to the HBM limit. The published rows of `paraplan accuracy` ran, so they are simulated
+    # without it (cost/calibration.py)
+    memory_reserve_bytes: float = DEFAULT_MEMORY_RESERVE_GIB * GIB_BYTES
     # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
     # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
     tensor_partitions: tuple[str, ...] = ("megatron",)

@@ -137,7 +137,7 @@ from paraplan.cost.class_coefficients import class_outer
 from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem
-from paraplan.cost.specs import Attention, Instance, Outer, PipelineSchedule
+from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
                                            tp_choices)
 from paraplan.solver.class_partitions import partition_count
@@ -385,6 +385,8 @@ def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> l
                    " count): job.pipeline_schedule is dualpipe (cost/dualpipe.schedule_problem)")
     elif inst.model.moe is not None and sum(g.num_gpus for g in groups) >= 2:
         out.append(DUALPIPE_NOT_COVERED)
+    if inst.job.framework is Framework.TORCHTITAN and sum(g.num_gpus for g in groups) >= 2:
+        out.append(ZERO_BUBBLE_NOT_COVERED)
     return out
 
 
@@ -408,6 +410,11 @@ def _dualpipe_runs(inst, o: ClassOuter) -> bool:
 # it. The job key brings it in, in place of 1F1B (formulations/dualpipe.py).
 DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe plans over it"
                         " instead of 1F1B, on one GPU type)")
+# torchtitan's zero-bubble schedules: priced on a plan's split and chosen by `export --to
+# torchtitan` (cost/torch_schedules.py), not searched: the proof covers 1F1B and Interleaved1F1B
+ZERO_BUBBLE_NOT_COVERED = ("torch's zero-bubble schedules InterleavedZeroBubble and ZBVZeroBubble"
+                           " (the proof covers 1F1B and Interleaved1F1B; export --to torchtitan"
+                           " prices them on the plan's split and writes the fastest that fits)")
 
 
 def empty_space_reason(inst: ClusterInstance) -> str:

@@ -40,3 +40,13 @@ def export(capsys, *argv) -> tuple[int, str, str]:
     code = main(["export", *map(str, argv)])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def zbv_split(plan):
+    """The plan with 2 layers moved from stage 0 to the last stage: the lighter rank 0 that
+    ZBV's V (output layer on rank 0) wants."""
+    import dataclasses
+    n = list(plan.layers_per_stage)
+    n[0] -= 2
+    n[-1] += 2
+    return dataclasses.replace(plan, layers_per_stage=tuple(n))

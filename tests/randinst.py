@@ -17,7 +17,9 @@ from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, M
 # exactly on each configuration's time: they plan the predicted time (`mean`). The quantile
 # objective only scales each configuration's times by a factor (cost/trust.objective_factor);
 # tests/solver/test_objective.py checks the planner and exhaustive search agree under it.
-Space = partial(SearchSpace, objective="mean")
+# Their toy GPUs hold 0.7 to 2.75 GiB: no planning reserve unless a generator draws one
+# (search.memory_reserve_gib's 2 GiB default would leave nothing).
+Space = partial(SearchSpace, objective="mean", memory_reserve_bytes=0.0)
 
 
 def random_instance(seed: int, variant: bool = False) -> Instance:

@@ -260,12 +260,27 @@ def cross_framework_note(d: Deviations) -> None:
                f" again as {d.target.value} runs it")
 
 
-def model_chunks(plan: Plan) -> list[tuple[int, int, int]]:
+def model_chunks(plan: Plan, v_shape: bool = False) -> list[tuple[int, int, int]]:
     """(stage, first layer, layer count) of each model chunk, in chunk order k = c*pp + s, as
-    Megatron-core places them (cost/pipeline_split.chunk_ranges)."""
-    return [(s, first, count) for s, _, first, count in
-            chunk_ranges(plan.layers_per_stage, plan.virtual_stages, plan.embedding_in_split,
-                         plan.loss_in_split)]
+    Megatron-core places them (cost/pipeline_split.chunk_ranges).
+
+    v_shape: two chunks per stage placed as a V (torch's ZBVZeroBubble: rank s holds chunks s
+    and 2 pp - 1 - s), so chunk k sits on stage k for k < pp and on stage 2 pp - 1 - k after;
+    torch's schedules count no embedding or loss slot in a stage's layers."""
+    if not v_shape:
+        return [(s, first, count) for s, _, first, count in
+                chunk_ranges(plan.layers_per_stage, plan.virtual_stages, plan.embedding_in_split,
+                             plan.loss_in_split)]
+    n, v, pp = plan.layers_per_stage, plan.virtual_stages, plan.pp
+    assert v == 2 and not (plan.embedding_in_split or plan.loss_in_split), \
+        "a V places two chunks per stage, decoder layers only"
+    chunks, first = [], 0
+    for k in range(v * pp):
+        s = 2 * pp - 1 - k if k >= pp else k
+        count = n[s] // v
+        chunks.append((s, first, count))
+        first += count
+    return chunks
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,12 @@ behaviour cited from the same release:
   still in progress"), so with cp > 1 a flavor with scaled-dot-product attention is registered.
   Its MoE layer is not given n_expert_groups / n_limited_groups (args.py: "node-limited routing
   is not supported yet"). A dense latent-attention model has no torchtitan model.
+- `parallelism.pipeline_parallel_schedule`: a name of torch.distributed.pipelining's
+  get_schedule_class (distributed/pipeline_parallel.py, pipeline_llm). pipeline_module_split
+  builds the stages of `module_fqns_per_model_part` (one list per stage, in stage order) on rank
+  s as s, s + pp, ... ("loop"), or for ScheduleZBVZeroBubble as s and 2 pp - 1 - s ("v": two
+  stages per rank); multi-stage schedules want two stages per rank or more. The schedule written
+  is the fastest that torch runs for the plan and that fits memory (cost/torch_schedules.py).
 - `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
   `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
   floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
@@ -47,7 +53,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from paraplan.cost.torch_schedules import (SchedulePrice, fastest_fitting, planned_schedule,
+                                           schedule_prices)
+from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
                                           model_chunks, moe_note, refuse_dualpipe)
@@ -214,6 +224,7 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                             f" = {divisor} (ParallelDims.seq_len_divisor)")
     if d.plan.pp > 1 and d.plan.virtual_stages == 1 and d.plan.num_micro_batches < d.plan.pp:
         d.note("torchtitan's 1F1B schedule wants at least as many micro-batches as stages")
+    _schedule_note(d)
     flavor = _flavor(m, d.plan.pp, d.plan.cp)
     if flavor is None:
         name = _model_name(m, d.plan.pp)
@@ -243,6 +254,36 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
 
 
 _CUSTOM = "paraplan"
+
+
+def pipeline_schedule(inst: Instance,
+                      plan: Plan) -> tuple[TorchSchedule, dict[TorchSchedule, SchedulePrice]]:
+    """The pipeline_parallel_schedule written, and every schedule torch runs for the plan
+    priced on its split (cost/torch_schedules.py): the fastest that fits memory (a zero-bubble
+    one where it runs), else the one the plan was priced with."""
+    prices = {x.kind: x for x in schedule_prices(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)}
+    best = fastest_fitting(list(prices.values()))
+    return (planned_schedule(plan) if best is None else best.kind), prices
+
+
+def _schedule_note(d: Deviations) -> None:
+    """A zero-bubble schedule runs the plan's split faster than the schedule it was priced with
+    (and, for ZBV, holds other activations): say by how much, and what it needs."""
+    p = d.plan
+    if p.pp == 1:
+        return
+    (kind, prices), planned = pipeline_schedule(d.inst, p), planned_schedule(p)
+    if kind is planned or planned not in prices:
+        return
+    new, old = prices[kind], prices[planned]
+    d.note(f"pipeline_parallel_schedule {kind.value}: torch's zero-bubble schedule splits each"
+           " backward into input and weight gradients and fills the pipeline's fill and drain"
+           " with the weight gradients (Qi et al., ICLR 2024); on this split it is priced at"
+           f" {new.iter_time_s:.4g} s per iteration against {old.iter_time_s:.4g} s as"
+           f" {planned.value} ({100 * (new.iter_time_s / old.iter_time_s - 1):+.1f}%), peak"
+           f" {bytes_to_gib(new.peak_mem_bytes):.1f} of {bytes_to_gib(new.capacity_bytes):.1f} GiB"
+           " usable; it does not run under torch.compile (leave compile.enable off), and"
+           f" pipeline_parallel_schedule = \"{planned.value}\" runs the plan as priced")
 
 
 def _model_name(m, pp: int) -> str:
@@ -395,15 +436,19 @@ def render(inst: Instance, e: Emitted) -> str:
                         ("expert_tensor_parallel_degree", p.expert_tp)]
     parallelism.append(("pipeline_parallel_degree", p.pp))
     if p.pp > 1:
+        kind, _ = pipeline_schedule(e.inst, p)
+        v_shape = kind is TorchSchedule.ZBV_ZERO_BUBBLE
         parts = []
-        for k, (_, first, count) in enumerate(model_chunks(p)):
+        for k, (_, first, count) in enumerate(model_chunks(p, v_shape=v_shape)):
             names = [f"layers.{i}" for i in range(first, first + count)]
             parts.append((["tok_embeddings"] if k == 0 else []) + names)
         parts[-1] += ["norm", "output"]
+        placement = ("rank s runs chunks s and 2*pp-1-s (a V)" if v_shape
+                     else "rank s runs chunks s, s+pp, ...")
         parallelism += [
-            ("pipeline_parallel_schedule", "Interleaved1F1B" if p.virtual_stages > 1 else "1F1B"),
+            ("pipeline_parallel_schedule", kind.value),
             ("pipeline_parallel_microbatch_size", p.micro_batch),
-            (None, "one list per model chunk; rank s runs chunks s, s+pp, ..."),
+            (None, f"one list per model chunk; {placement}"),
             ("module_fqns_per_model_part", parts),
         ]
     ac = _ac_keys(p)

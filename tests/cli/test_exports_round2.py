@@ -63,14 +63,18 @@ WILL_NOT_RUN = [
     # 84.8 GiB before the MoE goldens were re-frozen with the fitted MoE parameters (tp 2, pp 8;
     # now tp 1, pp 16, 4 MoE layers a stage, cost/moe_params.py); 96.9 GiB before the dropless
     # imbalance was refitted to 1.07 (the routed copies' stash is 3% smaller than at 1.1)
-    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["95.9 GiB per GPU of 80.0 GiB"]),
+    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["95.9 GiB per GPU of 78.0 GiB usable"]),
     # +141.0% before the dense refit of the scale-terms merge (the plan's own time moved)
-    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 80.0 GiB", "+139.9%"]),
-    ("instances/llama3-70b-512xH100.yaml", "deepspeed", ["125.2 GiB per GPU of 80.0 GiB"]),
-    ("instances/llama3-8b-64xH100.yaml", "torchtitan", ["80.9 GiB per GPU of 80.0 GiB"]),
-    ("instances/primepar/primepar-bloom-176b-32xV100.yaml", "megatron", ["of 32.0 GiB usable"]),
-    # 32.05 of 32.00: one decimal more than usual, so that it does not read '32.0 of 32.0'
-    ("instances/primepar/primepar-opt-175b-32xV100.yaml", "megatron", ["32.05 GiB per GPU of 32.00 GiB"]),
+    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 78.0 GiB usable", "+139.9%"]),
+    # 125.2 GiB before the 2 GiB default planning reserve (search.memory_reserve_gib) moved the
+    # mean-objective plan; the capacities below are the GPU's less that reserve ("usable")
+    ("instances/llama3-70b-512xH100.yaml", "deepspeed", ["117.0 GiB per GPU of 78.0 GiB usable"]),
+    ("instances/llama3-8b-64xH100.yaml", "torchtitan", ["80.9 GiB per GPU of 78.0 GiB usable"]),
+    # PrimePar BLOOM left out since the default reserve re-planned it (micro_batch 4 -> 2): its
+    # Megatron export now fits (30.0 of 30.0 GiB usable) at 2.3% slower and exits 0
+    # (test_every_bundled_export_that_exits_0_fits_and_keeps_the_plans_speed checks that)
+    # 32.05 of 32.00 GiB before the default reserve
+    ("instances/primepar/primepar-opt-175b-32xV100.yaml", "megatron", ["32.0 GiB per GPU of 30.0 GiB usable"]),
 ]
 
 
@@ -96,7 +100,7 @@ def test_force_writes_the_reason_and_both_predictions_into_the_file(tmp_path, ca
     assert code == 0 and out == ""
     text = target.read_text()
     forced = [line for line in text.splitlines() if line.startswith("# paraplan: forced:")]
-    assert len(forced) == 3 and "80.9 GiB per GPU of 80.0 GiB" in forced[0]
+    assert len(forced) == 3 and "80.9 GiB per GPU of 78.0 GiB usable" in forced[0]
     assert "the plan as planned (megatron)" in forced[1] and "DOES NOT FIT" in forced[2]
     import tomllib
     tomllib.loads(text)  # the comments keep it a valid TOML file

@@ -90,7 +90,9 @@ TORCHTITAN_V0_2_0 = {
 TORCHTITAN_V0_2_0_LLAMA3_FLAVORS = ("debugmodel", "debugmodel_flex_attn", "8B", "70B", "405B")
 TORCHTITAN_V0_2_0_CONVERTERS = ("quantize.linear.float8", "quantize.grouped_mm.float8",
                                 "quantize.linear.mx", "quantize.grouped_mm.mx")
-TORCHTITAN_SCHEDULES = ("1F1B", "Interleaved1F1B")  # torch.distributed.pipelining schedules
+# torch.distributed.pipelining schedule names torchtitan 0.2 takes (schedules.py __all__ and
+# get_schedule_class, read at 00722e648b), of those paraplan prices
+TORCHTITAN_SCHEDULES = ("1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble")
 
 # key -> type | nested table
 DEEPSPEED_V0_19 = {

@@ -42,7 +42,8 @@ def dualpipe_instance(tmp_path: Path, seed: int):
         raw["model"]["moe"]["dense_layers"] = rng.choice([0, 1, 2])
     raw["job"]["global_batch"] = rng.choice([16, 32, 64])
     raw["cluster"]["nodes"] = rng.choice([1, 2])
-    raw["search"] = {"tp": [1, 2], "full_recompute": rng.random() < 0.8}
+    # the GPU is cut to a few GiB below: no planning reserve (memory_reserve_gib's default)
+    raw["search"] = {"tp": [1, 2], "full_recompute": rng.random() < 0.8, "memory_reserve_gib": 0}
     path = tmp_path / f"dualpipe-{seed}.yaml"
     path.write_text(yaml.safe_dump(raw))
     inst = load_instance(path)

@@ -71,7 +71,9 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
     link = Link(bw_bytes_per_s=1e11, latency_s=1e-6)
     cluster = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=1, intra_node=link, inter_node=link)
     return Instance(name="one-gpu", model=model, cluster=cluster,
-                    job=JobSpec(global_batch=8, framework=framework), search=SearchSpace(**search))
+                    job=JobSpec(global_batch=8, framework=framework),
+                    # a GPU of about 1 GiB, derived by hand below: no planning reserve
+                    search=SearchSpace(**{"memory_reserve_bytes": 0.0, **search}))
 
 
 # Hand derivation, 1 GPU (tp = pp = dp = cp = 1, so ZeRO-0 and no sequence parallel), s = 1024,
