@@ -221,8 +221,15 @@ def cmd_plan(args, read, progress=None) -> int:
     regs = None
     if objective != "nominal" and res.plan is not None:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+    sens = None
+    if getattr(args, "sensitivity", False) and res.plan is not None:
+        from paraplan.solver.commands.planning import plan_sensitivity
+        sens = plan_sensitivity(args, inst, res.plan, backend, objective)
     if args.json:
-        emit_json(result_json(res, inst, regs))
+        out = result_json(res, inst, regs)
+        if sens is not None:
+            out["sensitivity"] = sens
+        emit_json(out)
     else:
         print(describe_cluster(inst))
         print(evidence_text(res, inst=inst))
@@ -237,6 +244,9 @@ def cmd_plan(args, read, progress=None) -> int:
         if regs:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
                                regret_rows(regs), align="lrrlr"))
+        if sens is not None:
+            from paraplan.solver.commands.planning import sensitivity_text
+            print("\n" + sensitivity_text(sens))
     if args.output and res.plan is not None:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"

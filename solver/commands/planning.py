@@ -84,11 +84,10 @@ def cmd_plan(args) -> int:
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
     inst = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
+    if getattr(args, "sensitivity", False) and args.top is not None:
+        raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
+                            "run --sensitivity without --top, on the plan you pick")
     if group_commands.shown_as_groups(inst):
-        if getattr(args, "sensitivity", False):  # offered on one-class plans only; never silently dropped
-            raise InstanceError(args.instance or "<arguments>", "--sensitivity", "not offered on mixed"
-                                " clusters, nor with classes_per_group or idle_gpus",
-                                "plan without --sensitivity (or plan one group alone)")
         if args.within is not None and args.top is None:
             raise InstanceError("<arguments>", "--within", "needs --top K",
                                 "add --top K, e.g. --top 5 --within 3")
@@ -117,7 +116,10 @@ def cmd_plan(args) -> int:
     if res.plan is not None:
         from paraplan.cost.trust import plan_trust
         trust = plan_trust(inst, res.plan, res.iter_time_s)
-    sens = sensitivity(inst, res, args) if getattr(args, "sensitivity", False) and res.plan else None
+    sens = None
+    if getattr(args, "sensitivity", False) and res.plan is not None:
+        from paraplan.cost.groups_loader import as_class_plan
+        sens = plan_sensitivity(args, group_commands.as_groups(inst), as_class_plan(res.plan), args.backend)
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
@@ -162,9 +164,6 @@ def cmd_plan_top(args, inst) -> int:
     from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.class_route import top
 
-    if getattr(args, "sensitivity", False):
-        raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
-                            "run --sensitivity without --top, on the plan you pick")
     res = top(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].quantile_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
@@ -232,71 +231,21 @@ def _write_top_plans(args, inst, res) -> list[str]:
     return paths
 
 
-def _instance_with(inst, cat, net):
-    """The instance priced with the catalogue's entry for its GPU and, because the planner prices
-    links at NetEfficiency()'s efficiencies, link bandwidths scaled by net / NetEfficiency()."""
-    from dataclasses import replace
-
-    from paraplan.cost.comm import NetEfficiency
-    base = NetEfficiency()
-    cl = inst.cluster
-    cluster = replace(cl, gpu=cat[cl.gpu.name],
-                      intra_node=replace(cl.intra_node, bw_bytes_per_s=cl.intra_node.bw_bytes_per_s
-                                         * net.intra_node / base.intra_node),
-                      inter_node=replace(cl.inter_node, bw_bytes_per_s=cl.inter_node.bw_bytes_per_s
-                                         * net.inter_node / base.inter_node))
-    return replace(inst, cluster=cluster)
+def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal") -> dict:
+    """--sensitivity of `plan` on `inst`, both as the planner plans them (a cluster of node
+    groups, a plan of replica classes; solver/sensitivity.py), re-planned by the backend that
+    planned it, with the arguments' time limit and threads."""
+    from paraplan.solver.sensitivity import sensitivity
+    return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
+                       describe_plan)
 
 
-def sensitivity(inst, res, args) -> dict:
-    """Re-solve with each fitted parameter at either end of its uncertainty range (one at a time,
-    cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1), and for an MoE
-    model with the routing imbalance at the ends of the range the published forced/dropless
-    pairs imply (cost/moe.py IMBALANCE_RANGE), and say whether the optimum stays optimal."""
-    from dataclasses import replace
-
-    from paraplan.cost.comm import NetEfficiency
-    from paraplan.cost.fit import MIN_ROWS_PER_DIE, parameter_table
-
-    net0 = NetEfficiency()
-    cat0 = {inst.cluster.gpu.name: inst.cluster.gpu}
-    cases = []
-    for p in parameter_table([inst.cluster.gpu.name] * MIN_ROWS_PER_DIE):
-        if not p.affects(inst.cluster.gpu.name):
-            continue
-        v0 = p.get(cat0, net0)
-        for end, v in (("low", v0 * (1 - p.uncertainty_rel)), ("high", v0 * (1 + p.uncertainty_rel))):
-            v = min(v, 1.0) if p.is_efficiency else v
-            if v == v0:
-                continue
-            cat, net = p.set(cat0, net0, v)
-            cases.append(_sensitivity_case(_instance_with(inst, cat, net), res, args, p.name, end, v))
-    m = inst.model
-    if m.moe is not None:  # the assumed routing imbalance, at the ends of its documented range
-        from paraplan.cost.moe import DEFAULT_IMBALANCE, IMBALANCE_RANGE
-        v0 = m.moe.imbalance if m.moe.imbalance is not None else DEFAULT_IMBALANCE
-        for end, v in zip(("low", "high"), IMBALANCE_RANGE):
-            if v == v0:
-                continue
-            moved = replace(inst, model=replace(m, moe=replace(m.moe, imbalance=v)))
-            cases.append(_sensitivity_case(moved, res, args, "model.moe.imbalance", end, v))
-    return {"robust": all(c["stays_optimal"] for c in cases), "cases": cases}
-
-
-def _sensitivity_case(moved, res, args, name: str, end: str, value: float) -> dict:
-    """Re-solve `moved` (the instance with one parameter moved) and say whether res's plan
-    stays optimal on it."""
-    from paraplan.cost.simulate import simulate
-    from paraplan.solver.class_route import plan
-
-    alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
-    ours = simulate(moved, res.plan)
-    ours_s = ours.iter_time_s if ours.fits else None
-    stays = (alt.plan == res.plan or (ours_s is not None and alt.iter_time_s is not None
-                                      and ours_s <= alt.iter_time_s * (1 + 1e-9) + alt.tolerance_s))
-    return {"parameter": name, "end": end, "value": value, "stays_optimal": stays,
-            "plan_iter_time_s": ours_s, "best_iter_time_s": alt.iter_time_s,
-            "best_plan": None if stays or alt.plan is None else _plan_line(alt.plan)}
+def describe_plan(plan, inst) -> str:
+    """One line for a plan: a homogeneous one as `plan` prints it, else its classes."""
+    from paraplan.cost.groups_loader import one_class_plan
+    from paraplan.solver.commands.groups import plan_lines
+    one = one_class_plan(plan, inst)
+    return _plan_line(one) if one is not None else "; ".join(x.strip() for x in plan_lines(plan, inst))
 
 
 def sensitivity_text(sens: dict) -> str:
