@@ -93,7 +93,7 @@ def sensitivity(inst: ClusterInstance, plan: ClassPlan, objective: str, backend:
 def _time_if_fits(inst: ClusterInstance, plan: ClassPlan, objective: str) -> float | None:
     """The plan's time for the objective (its scenarios' times aggregated, solver/search.
     aggregate_s), each scenario simulated once; None where it does not fit memory on one."""
-    from paraplan.cost.class_simulate import simulate_classes
+    from paraplan.cost.simulate import simulate_classes
     from paraplan.solver.search import aggregate_s, scenario_weights
 
     idx, _, _ = scenario_weights(inst, objective)

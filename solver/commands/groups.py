@@ -341,7 +341,7 @@ def cmd_simulate(args, read) -> int:
     read_instance read it), or with a plan file in the group format: the plan on every network
     scenario."""
     from paraplan.cost.groups_loader import load_class_plan
-    from paraplan.cost.class_simulate import simulate_classes
+    from paraplan.cost.simulate import simulate_classes
 
     from paraplan.cost.model_notes import model_warnings
 

@@ -312,7 +312,7 @@ def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
 
 def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
     from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.class_simulate import simulate_classes
+    from paraplan.cost.simulate import simulate_classes
     from paraplan.solver.commands.groups import plan_lines
 
     if args.json:

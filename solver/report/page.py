@@ -620,7 +620,7 @@ def build_class_report(inst, result, regrets=None) -> str:
     groups), per-stage time and memory, and the plan on every network scenario (with its regret
     against each scenario's own optimum when `regrets` is given)."""
     from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.class_simulate import simulate_classes
+    from paraplan.cost.simulate import simulate_classes
     from paraplan.solver.commands.groups import plan_lines
 
     title = f"paraplan report: {inst.name}"
@@ -688,7 +688,7 @@ def build_class_report(inst, result, regrets=None) -> str:
                            " iteration time there, the best time any plan reaches on that"
                            " scenario, and the regret, how much slower this plan is than that best"
                            " (this plan's time / the scenario's optimum &minus; 1). (Source:"
-                           " <code>cost/class_simulate.py</code>.)</p>"))
+                           " <code>cost/simulate.py</code>.)</p>"))
     return _page(title, "".join(body)).replace(
         f"<h2>5. {SECTIONS[4]}</h2>", "<h2>5. Network scenarios and regret</h2>")
 

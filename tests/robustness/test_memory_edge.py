@@ -19,7 +19,7 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_cluster_instance, random_instance
 
-from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.simulate import simulate
 from paraplan.formulations.quantize import fit_recompute_range
 from paraplan.solver.exhaustive import exhaustive, exhaustive_classes
