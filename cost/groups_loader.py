@@ -757,9 +757,13 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
 def load_class_plan(path: str | Path, inst: ClusterInstance) -> ClassPlan:
     """The plan file at `path` for `inst`: the group format, or on a one-group cluster also the
     homogeneous one (a homogeneous cluster is its one group: as_class_plan)."""
-    data = read_yaml(path)
+    return class_plan_from_data(read_yaml(path), inst, path)
+
+
+def class_plan_from_data(data: Any, inst: ClusterInstance, path: str | Path) -> ClassPlan:
+    """load_class_plan of a plan file's contents `data`, read from `path`."""
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
-        return as_class_plan(plan_from_mapping(data, as_flat_instance(inst), path), str(path))
+        return as_class_plan(plan_from_mapping(data, as_flat_instance(inst), str(path)), str(path))
     return class_plan_from_mapping(data, inst, str(path))
 
 
