@@ -336,23 +336,21 @@ def plan_file(inst, plan, read) -> dict:
     return plan_file_mapping(read, one)
 
 
-def cmd_simulate(args, read) -> int:
-    """`paraplan simulate INSTANCE --plan PLAN.yaml` of an instance shown as groups (`read`: as
-    read_instance read it), or with a plan file in the group format: the plan on every network
-    scenario."""
-    from paraplan.cost.groups_loader import load_class_plan
-    from paraplan.cost.simulate import simulate_classes
-
+def cmd_simulate(args, inst, plan) -> int:
+    """`paraplan simulate INSTANCE --plan PLAN.yaml` of a plan of replica classes on `inst` (a
+    cluster of node groups): the plan on every network scenario, each simulated once."""
     from paraplan.cost.model_notes import model_warnings
+    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.trust import class_plan_trust
 
-    inst = as_groups(read)
-    plan = load_class_plan(args.plan, inst)
     bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
+    trust = class_plan_trust(inst, plan, bds[0][1].iter_time_s)  # a simulated time is a prediction
     if args.json:
         nominal = bds[0][1]
         emit_json({"status": "fits" if nominal.fits else "out_of_memory",
                    "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
-                   "model_warnings": model_warnings(inst),
+                   "interval_s": list(trust.interval_s) if trust.interval_s else None,
+                   "trust": trust_json(trust), "model_warnings": model_warnings(inst),
                    "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
                                   "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
                                  for name, bd in bds]})
@@ -360,6 +358,7 @@ def cmd_simulate(args, read) -> int:
     print(describe_cluster(inst))
     print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
     print(breakdown_text(bds[0][1], inst))
+    print("\n".join(trust_lines(trust)))
     if len(bds) > 1:
         print("\n" + table(["scenario", "iteration", "tokens/s"],
                            [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],
