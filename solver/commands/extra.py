@@ -80,7 +80,7 @@ def cmd_memory(args) -> int:
     from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.planning import _plan_line
+    from paraplan.solver.commands.plan_text import plan_line
     from paraplan.solver.report.page import plan_coefficients
 
     inst = _homogeneous(args, "memory", simulate_only=args.plan is not None)  # a DualPipe plan file
@@ -116,7 +116,7 @@ def cmd_memory(args) -> int:
         return 0 if fits else 1
     print(f"{inst.name}: memory per GPU of {where}"
           + (" (DualPipe: device d holds stages d and pp - 1 - d)" if unit == "device" else ""))
-    print(f"plan  {_plan_line(plan)}")
+    print(f"plan  {plan_line(plan)}")
     print()
     rows = [[k] + [gib(cs[k]) for cs in cats] for k in CATEGORIES]
     rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])

@@ -20,7 +20,7 @@ from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.commands.partitions import partition_lines
+from paraplan.solver.commands.plan_text import describe_plan, plan_lines, sensitivity_text
 
 
 def as_groups(inst):
@@ -93,25 +93,6 @@ def describe_cluster(inst) -> str:
     parts = [f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})" for g in inst.cluster.groups]
     return (f"{inst.name}: {inst.model.name} on " + " + ".join(parts)
             + f", global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-
-
-def plan_lines(plan, inst) -> list[str]:
-    names = [g.name for g in inst.cluster.groups]
-    tp = (",".join(f"{names[g]}:{t}" for g, t in plan.group_tp) if plan.group_tp else plan.tp)
-    lines = [f"tp={tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
-             f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''}"
-             f"{f' ep={plan.ep}' if plan.ep > 1 else ''}{f' etp={plan.etp}' if plan.etp is not None else ''}"
-             f" micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
-             f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
-    for i, c in enumerate(plan.classes):
-        lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"
-                     f" stages on [{','.join(names[g] for g in c.stage_groups)}];"
-                     f" layers/stage [{','.join(map(str, c.layers_per_stage))}];"
-                     f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")
-        for g, parts in c.partitions:  # per-operator tensor partitions of its stages on g
-            gpn = inst.cluster.groups[g].cluster.gpus_per_node
-            lines += [f"    on {names[g]}: {x}" for x in partition_lines(parts, plan.tp_of(g), gpn)]
-    return lines
 
 
 def not_covered(res, inst) -> list[str]:
@@ -209,6 +190,15 @@ def _train_cost(inst, bd, trust=None):
                                None if trust is None else trust.interval_s)
 
 
+def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal") -> dict:
+    """--sensitivity of `plan` on `inst`, both as the planner plans them (a cluster of node
+    groups, a plan of replica classes; solver/sensitivity.py), re-planned by the backend that
+    planned it, with the arguments' time limit and threads."""
+    from paraplan.solver.sensitivity import sensitivity
+    return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
+                       describe_plan)
+
+
 def cmd_plan(args, read, progress=None) -> int:
     """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
@@ -223,7 +213,6 @@ def cmd_plan(args, read, progress=None) -> int:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
-        from paraplan.solver.commands.planning import plan_sensitivity
         sens = plan_sensitivity(args, inst, res.plan, backend, objective)
     if args.json:
         out = result_json(res, inst, regs)
@@ -245,7 +234,6 @@ def cmd_plan(args, read, progress=None) -> int:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
                                regret_rows(regs), align="lrrlr"))
         if sens is not None:
-            from paraplan.solver.commands.planning import sensitivity_text
             print("\n" + sensitivity_text(sens))
     if args.output and res.plan is not None:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"

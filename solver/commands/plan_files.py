@@ -40,8 +40,8 @@ def simulate_plan(inst, plan):
 
 def plan_line(plan, inst) -> str:
     """The plan in one line, as `plan` prints it."""
-    from paraplan.solver.commands.planning import _plan_line, describe_plan
-    return _plan_line(plan) if isinstance(plan, Plan) else describe_plan(plan, inst)
+    from paraplan.solver.commands import plan_text
+    return plan_text.plan_line(plan) if isinstance(plan, Plan) else plan_text.describe_plan(plan, inst)
 
 
 def plan_mapping(plan, inst) -> dict:

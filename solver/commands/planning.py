@@ -14,6 +14,7 @@ from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, 
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
+from paraplan.solver.commands.plan_text import plan_line, plan_lines, sensitivity_text
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -28,16 +29,6 @@ def add_progress_arg(parser) -> None:
     parser.add_argument("--progress", action="store_true",
                         help="show search progress on stderr even when it is not a terminal")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-def _plan_line(p) -> str:
-    rc = ",".join(str(x) for x in p.full_recompute_layers)
-    split = ",".join(str(x) for x in p.layers_per_stage)
-    return (f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} micro_batch={p.micro_batch}"
-            f" micro_batches={p.num_micro_batches} sp={'on' if p.sequence_parallel else 'off'}"
-            f" zero={p.zero} virtual_stages={p.virtual_stages} recompute={p.recompute.value}"
-            f"{f' ep={p.ep}' if p.ep > 1 else ''}{f' etp={p.etp}' if p.etp is not None else ''}"
-            f" layers/stage=[{split}] full-recompute/stage=[{rc}]")
 
 
 def not_covered(inst) -> list[str]:
@@ -119,7 +110,8 @@ def cmd_plan(args) -> int:
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
         from paraplan.cost.groups_loader import as_class_plan
-        sens = plan_sensitivity(args, group_commands.as_groups(inst), as_class_plan(res.plan), args.backend)
+        sens = group_commands.plan_sensitivity(args, group_commands.as_groups(inst), as_class_plan(res.plan),
+                                               args.backend)
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
@@ -138,7 +130,7 @@ def cmd_plan(args) -> int:
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:
-            print(f"plan        {_plan_line(res.plan)}")
+            print(f"plan        {plan_line(res.plan)}")
             from paraplan.solver.commands.partitions import describe_partitions
             for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
                 print(f"            {line}")
@@ -186,7 +178,7 @@ def cmd_plan_top(args, inst) -> int:
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
     rows = [[str(i + 1), seconds(r.iter_time_s), *([seconds(r.quantile_s)] if quantile else []),
              f"{100 * (r.quantile_s / best - 1):+.2f}%",
-             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), _plan_line(r.plan)]
+             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), plan_line(r.plan)]
             for i, (r, c) in enumerate(zip(res.plans, cells))]
     heads = ["#", "iteration", *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
     print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
@@ -229,39 +221,6 @@ def _write_top_plans(args, inst, res) -> list[str]:
         write_plan_file(path, header, plan_file_mapping(inst, r.plan))
         paths.append(path)
     return paths
-
-
-def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal") -> dict:
-    """--sensitivity of `plan` on `inst`, both as the planner plans them (a cluster of node
-    groups, a plan of replica classes; solver/sensitivity.py), re-planned by the backend that
-    planned it, with the arguments' time limit and threads."""
-    from paraplan.solver.sensitivity import sensitivity
-    return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
-                       describe_plan)
-
-
-def describe_plan(plan, inst) -> str:
-    """One line for a plan: a homogeneous one as `plan` prints it, else its classes."""
-    from paraplan.cost.groups_loader import one_class_plan
-    from paraplan.solver.commands.groups import plan_lines
-    one = one_class_plan(plan, inst)
-    return _plan_line(one) if one is not None else "; ".join(x.strip() for x in plan_lines(plan, inst))
-
-
-def sensitivity_text(sens: dict) -> str:
-    lines = ["sensitivity (each fitted parameter at the ends of its uncertainty range, cost/fit.py;"
-             " MoE: the routing imbalance from 1.0 to what the published forced/dropless pairs"
-             " imply, cost/moe.py):"]
-    for c in sens["cases"]:
-        head = f"  {c['parameter']} {c['end']} ({c['value']:.4g}): "
-        if c["stays_optimal"]:
-            lines.append(head + "the plan stays optimal")
-        else:
-            ours = "does not fit" if c["plan_iter_time_s"] is None else seconds(c["plan_iter_time_s"])
-            lines.append(head + f"{c['best_plan']} wins ({seconds(c['best_iter_time_s'])} vs this plan's {ours})")
-    lines.append("the optimum is robust to these parameters" if sens["robust"]
-                 else "the optimum depends on these parameters (see above)")
-    return "\n".join(lines)
 
 
 def cmd_exhaustive(args) -> int:
@@ -307,13 +266,12 @@ def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
         if res.complete:
             print(reason)
     else:
-        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {_plan_line(plan)}")
+        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {plan_line(plan)}")
 
 
 def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.simulate import simulate_classes
-    from paraplan.solver.commands.groups import plan_lines
 
     if args.json:
         _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,

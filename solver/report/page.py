@@ -24,7 +24,6 @@ import numpy as np
 
 from paraplan.cost import schedule, timeline
 from paraplan.cost.coefficients import StageCoefficients, build
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance, Outer, PipelineSchedule, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
@@ -544,7 +543,7 @@ def _any_plan_text(p, inst) -> str:
     """plan_text of a homogeneous plan; a plan of replica classes as `plan` prints it."""
     if isinstance(p, Plan):
         return plan_text(p)
-    from paraplan.solver.commands.groups import plan_lines
+    from paraplan.solver.commands.plan_text import plan_lines
     return "; ".join(line.strip() for line in plan_lines(p, inst))
 
 
@@ -632,7 +631,7 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
     with the optimum."""
     from paraplan.cost.class_coefficients import class_coefficients
     from paraplan.cost.simulate import simulate_classes
-    from paraplan.solver.commands.groups import plan_lines
+    from paraplan.solver.commands.plan_text import plan_lines
 
     title = f"paraplan report: {inst.name}"
     groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
