@@ -98,6 +98,7 @@ def test_accuracy(capsys):
     check(run_json(capsys, ["accuracy", "--json"]), "accuracy")
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_timeline(capsys):
     check(run_json(capsys, ["timeline", DYNAMIC, "--json", "--quiet"]), "timeline")
 
