@@ -426,6 +426,18 @@ def _network(sec: Section, gpus: dict[str, GpuSpec]) -> _Network:
 
 def _apply_changes(net: _Network, sec: Section, key: str) -> Cluster:
     """The nominal cluster with the change list under `sec[key]` applied (module docstring)."""
+    group_changes, link_changes = _sorted_changes(sec, key)
+    groups = list(net.groups)
+    for ch in group_changes:
+        _apply_group_change(net, groups, ch)
+    between = net.matrix(groups)
+    for ch in link_changes:
+        _apply_link_change(net, between, ch)
+    return net.cluster(groups, between)
+
+
+def _sorted_changes(sec: Section, key: str) -> tuple[list[Section], list[Section]]:
+    """The change list under `sec[key]` as (group or site changes, link changes)."""
     path = sec.path
     group_changes, link_changes = [], []
     for field, raw in _items(sec, key, each="change"):
@@ -440,65 +452,67 @@ def _apply_changes(net: _Network, sec: Section, key: str) -> Cluster:
                                 "write '- between: [x, y]' with scale or gbit_per_s, or"
                                 " '- group: NAME' with nic_gbit_per_s, nic_scale,"
                                 " intra_node_gbytes_per_s or intra_scale")
+    return group_changes, link_changes
 
-    groups = list(net.groups)
-    for ch in group_changes:
-        if ch.has("group") and ch.has("site"):
-            raise ch.error("site", "a change names both a group and a site",
-                           "keep one of `group:` and `site:`")
-        target = "group" if ch.has("group") else "site"
-        name = ch.string(target)
-        if target == "group" and name not in net.by_name or \
-                target == "site" and name not in net.sites:
-            known = tuple(net.by_name if target == "group" else net.sites)
-            raise ch.error(target, f"no {target} named {_shown(name)}",
-                           _did_you_mean(name, known, f"{target}s"))
-        members = [net.by_name[name]] if target == "group" else net.sites[name]
-        nic = _set_or_scale(ch, "nic_gbit_per_s", "nic_scale")
-        intra = _set_or_scale(ch, "intra_node_gbytes_per_s", "intra_scale")
-        if nic is None and intra is None:
-            raise ch.error(target, "the change changes nothing",
-                           "add nic_gbit_per_s, nic_scale, intra_node_gbytes_per_s or"
-                           " intra_scale")
-        for g in members:
-            c = groups[g].cluster
-            inter, intra_link = c.inter_node, c.intra_node
-            if nic is not None:
-                bw = units.gbit_per_s_to_bytes_per_s(nic[1]) if nic[0] == "set" \
-                    else inter.bw_bytes_per_s * nic[1]
-                _check_scaled(ch, "nic_scale", "nic_gbit_per_s", groups[g].name,
-                              bw / units.gbit_per_s_to_bytes_per_s(1))
-                inter = replace(inter, bw_bytes_per_s=bw)
-            if intra is not None:
-                # Bidirectional figure, halved as cost/loader.py does for the nominal one.
-                bw = units.gbytes_per_s_to_bytes_per_s(intra[1]) / 2 if intra[0] == "set" \
-                    else intra_link.bw_bytes_per_s * intra[1]
-                _check_scaled(ch, "intra_scale", "intra_node_gbytes_per_s", groups[g].name,
-                              2 * bw / units.gbytes_per_s_to_bytes_per_s(1))
-                intra_link = replace(intra_link, bw_bytes_per_s=bw)
-            groups[g] = replace(groups[g], cluster=replace(c, inter_node=inter,
-                                                           intra_node=intra_link))
 
-    between = net.matrix(groups)
-    for ch in link_changes:
-        pairs, _ = net.pairs(ch)
-        bw = _set_or_scale(ch, "gbit_per_s", "scale")
-        latency_us = _optional_number(ch, "latency_us")
-        if bw is None and latency_us is None:
-            raise ch.error("between", "the change changes nothing",
-                           "add `scale: f` (multiply) or `gbit_per_s: X` (set the bandwidth),"
-                           " and/or `latency_us: X`")
-        for a, b in pairs:
-            link = between[a][b]
-            new_bw = link.bw_bytes_per_s if bw is None else \
-                units.gbit_per_s_to_bytes_per_s(bw[1]) if bw[0] == "set" \
-                else link.bw_bytes_per_s * bw[1]
-            _check_scaled(ch, "scale", "gbit_per_s",
-                          f"{net.groups[a].name}-{net.groups[b].name}",
-                          new_bw / units.gbit_per_s_to_bytes_per_s(1))
-            latency_s = link.latency_s if latency_us is None else units.us_to_s(latency_us)
-            between[a][b] = between[b][a] = Link(bw_bytes_per_s=new_bw, latency_s=latency_s)
-    return net.cluster(groups, between)
+def _apply_group_change(net: _Network, groups: list, ch: Section) -> None:
+    """One `group:` or `site:` change applied to `groups` in place: its members' NIC and NVLink."""
+    if ch.has("group") and ch.has("site"):
+        raise ch.error("site", "a change names both a group and a site",
+                       "keep one of `group:` and `site:`")
+    target = "group" if ch.has("group") else "site"
+    name = ch.string(target)
+    if target == "group" and name not in net.by_name or \
+            target == "site" and name not in net.sites:
+        known = tuple(net.by_name if target == "group" else net.sites)
+        raise ch.error(target, f"no {target} named {_shown(name)}",
+                       _did_you_mean(name, known, f"{target}s"))
+    members = [net.by_name[name]] if target == "group" else net.sites[name]
+    nic = _set_or_scale(ch, "nic_gbit_per_s", "nic_scale")
+    intra = _set_or_scale(ch, "intra_node_gbytes_per_s", "intra_scale")
+    if nic is None and intra is None:
+        raise ch.error(target, "the change changes nothing",
+                       "add nic_gbit_per_s, nic_scale, intra_node_gbytes_per_s or"
+                       " intra_scale")
+    for g in members:
+        c = groups[g].cluster
+        inter, intra_link = c.inter_node, c.intra_node
+        if nic is not None:
+            bw = units.gbit_per_s_to_bytes_per_s(nic[1]) if nic[0] == "set" \
+                else inter.bw_bytes_per_s * nic[1]
+            _check_scaled(ch, "nic_scale", "nic_gbit_per_s", groups[g].name,
+                          bw / units.gbit_per_s_to_bytes_per_s(1))
+            inter = replace(inter, bw_bytes_per_s=bw)
+        if intra is not None:
+            # Bidirectional figure, halved as cost/loader.py does for the nominal one.
+            bw = units.gbytes_per_s_to_bytes_per_s(intra[1]) / 2 if intra[0] == "set" \
+                else intra_link.bw_bytes_per_s * intra[1]
+            _check_scaled(ch, "intra_scale", "intra_node_gbytes_per_s", groups[g].name,
+                          2 * bw / units.gbytes_per_s_to_bytes_per_s(1))
+            intra_link = replace(intra_link, bw_bytes_per_s=bw)
+        groups[g] = replace(groups[g], cluster=replace(c, inter_node=inter,
+                                                       intra_node=intra_link))
+
+
+def _apply_link_change(net: _Network, between: list, ch: Section) -> None:
+    """One `between:` change applied to the link matrix `between` in place (both directions)."""
+    pairs, _ = net.pairs(ch)
+    bw = _set_or_scale(ch, "gbit_per_s", "scale")
+    latency_us = _optional_number(ch, "latency_us")
+    if bw is None and latency_us is None:
+        raise ch.error("between", "the change changes nothing",
+                       "add `scale: f` (multiply) or `gbit_per_s: X` (set the bandwidth),"
+                       " and/or `latency_us: X`")
+    for a, b in pairs:
+        link = between[a][b]
+        new_bw = link.bw_bytes_per_s if bw is None else \
+            units.gbit_per_s_to_bytes_per_s(bw[1]) if bw[0] == "set" \
+            else link.bw_bytes_per_s * bw[1]
+        _check_scaled(ch, "scale", "gbit_per_s",
+                      f"{net.groups[a].name}-{net.groups[b].name}",
+                      new_bw / units.gbit_per_s_to_bytes_per_s(1))
+        latency_s = link.latency_s if latency_us is None else units.us_to_s(latency_us)
+        between[a][b] = between[b][a] = Link(bw_bytes_per_s=new_bw, latency_s=latency_s)
 
 
 def _check_scaled(sec: Section, key: str, quantity: str, what: str, value: float) -> None:
@@ -752,9 +766,13 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
 def load_class_plan(path: str | Path, inst: ClusterInstance) -> ClassPlan:
     """The plan file at `path` for `inst`: the group format, or on a one-group cluster also the
     homogeneous one (a homogeneous cluster is its one group: as_class_plan)."""
-    data = read_yaml(path)
+    return class_plan_from_data(read_yaml(path), inst, path)
+
+
+def class_plan_from_data(data: Any, inst: ClusterInstance, path: str | Path) -> ClassPlan:
+    """load_class_plan of a plan file's contents `data`, read from `path`."""
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
-        return as_class_plan(plan_from_mapping(data, as_flat_instance(inst), path), str(path))
+        return as_class_plan(plan_from_mapping(data, as_flat_instance(inst), str(path)), str(path))
     return class_plan_from_mapping(data, inst, str(path))
 
 

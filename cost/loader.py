@@ -1349,8 +1349,9 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
         raise InstanceError(path, "plan.classes", "a plan of replica classes (the group format, which"
                             " `paraplan plan` writes where search asks for classes_per_group or"
                             " idle_gpus) where a one-class plan is read",
-                            "simulate it with `paraplan simulate INSTANCE --plan PLAN`; compare, memory,"
-                            " report --plan and export read one-class plans")
+                            "simulate it with `paraplan simulate INSTANCE --plan PLAN` or compare it with"
+                            " `paraplan compare`; memory, export and report --plan beside a one-class"
+                            " optimum read one-class plans")
     sec = Section(mapping, path, "plan", _PLAN_KEYS)
     tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
     micro_batch = sec.integer("micro_batch")

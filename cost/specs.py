@@ -262,46 +262,9 @@ class ModelSpec:
     mtp_layers: int = 0
 
     def __post_init__(self) -> None:
-        if self.mtp_layers < 0:
-            raise ConfigError("model.mtp_layers must be >= 0")
-        for name in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len",
-                     "norms_per_layer"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"model.{name} must be >= 1")
-        # ffn 0 is a layer without an MLP: only the attention part of an MoE layer, which
-        # cost/moe.py prices beside its experts (the loader's range refuses it in a file)
-        if self.ffn < 0 or self.ffn == 0 and self.moe is not None:
-            raise ConfigError("model.ffn must be >= 1")
-        if self.moe is not None and self.moe.dense_layers >= self.layers:
-            raise ConfigError("model.moe.dense_layers must be fewer than the model's layers")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("model.dropout must lie in [0, 1)")
-        if self.attention_head_dim is None and self.hidden % self.heads and self.mla is None:
-            raise ConfigError("model.hidden must be divisible by model.heads (or give model.head_dim)")
-        if self.mla is not None and (self.kv_heads != self.heads or self.attention_head_dim is not None
-                                     or self.qkv_bias or self.parallel_blocks):
-            raise ConfigError("model.mla: latent attention has a key and value per head (kv_heads ="
-                              " heads), head widths of its own (no head_dim), no Q/K/V biases and"
-                              " sequential blocks")
-        if self.expert_bias and self.moe is None:
-            raise ConfigError("model.expert_bias needs model.moe (it adds the routed experts' and"
-                              " the router's biases)")
-        if self.qk_norm and self.mla is not None:
-            raise ConfigError("model.qk_norm: latent attention normalises its latents instead"
-                              " (model.mla); remove qk_norm")
-        if self.attention_head_dim is not None and self.attention_head_dim < 1:
-            raise ConfigError("model.head_dim must be >= 1")
-        if self.heads % self.kv_heads:
-            raise ConfigError("model.heads must be divisible by model.kv_heads")
-        if self.position_embeddings < 0:
-            raise ConfigError("model.position_embeddings must be >= 0")
-        if self.sliding_window_tokens is not None and self.sliding_window_tokens < 1:
-            raise ConfigError("model.sliding_window_tokens must be >= 1")
-        if self.sliding_window_layers is not None:
-            if self.sliding_window_tokens is None:
-                raise ConfigError("model.sliding_window_layers needs model.sliding_window_tokens")
-            if not 0 <= self.sliding_window_layers <= self.layers:
-                raise ConfigError("model.sliding_window_layers must lie in [0, layers]")
+        for broken, message in MODEL_RULES:  # in order: the first broken rule is named
+            if broken(self):
+                raise ConfigError(message(self) if callable(message) else message)
 
     @property
     def head_dim(self) -> int:
@@ -346,6 +309,44 @@ class ModelSpec:
         if self.sliding_window_tokens is None or self.sliding_window_tokens >= self.seq_len:
             return 0
         return self.layers if self.sliding_window_layers is None else self.sliding_window_layers
+
+
+def _small_field(m: ModelSpec) -> str | None:
+    return next((name for name in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len",
+                                   "norms_per_layer") if getattr(m, name) < 1), None)
+
+
+# ModelSpec's invariants as (broken(model), message or message(model)), checked in order
+MODEL_RULES = (
+    (lambda m: m.mtp_layers < 0, "model.mtp_layers must be >= 0"),
+    (lambda m: _small_field(m) is not None, lambda m: f"model.{_small_field(m)} must be >= 1"),
+    # ffn 0 is a layer without an MLP: only the attention part of an MoE layer, which
+    # cost/moe.py prices beside its experts (the loader's range refuses it in a file)
+    (lambda m: m.ffn < 0 or m.ffn == 0 and m.moe is not None, "model.ffn must be >= 1"),
+    (lambda m: m.moe is not None and m.moe.dense_layers >= m.layers,
+     "model.moe.dense_layers must be fewer than the model's layers"),
+    (lambda m: not 0.0 <= m.dropout < 1.0, "model.dropout must lie in [0, 1)"),
+    (lambda m: m.attention_head_dim is None and m.hidden % m.heads and m.mla is None,
+     "model.hidden must be divisible by model.heads (or give model.head_dim)"),
+    (lambda m: m.mla is not None and (m.kv_heads != m.heads or m.attention_head_dim is not None
+                                      or m.qkv_bias or m.parallel_blocks),
+     "model.mla: latent attention has a key and value per head (kv_heads = heads), head widths of"
+     " its own (no head_dim), no Q/K/V biases and sequential blocks"),
+    (lambda m: m.expert_bias and m.moe is None,
+     "model.expert_bias needs model.moe (it adds the routed experts' and the router's biases)"),
+    (lambda m: m.qk_norm and m.mla is not None,
+     "model.qk_norm: latent attention normalises its latents instead (model.mla); remove qk_norm"),
+    (lambda m: m.attention_head_dim is not None and m.attention_head_dim < 1,
+     "model.head_dim must be >= 1"),
+    (lambda m: m.heads % m.kv_heads, "model.heads must be divisible by model.kv_heads"),
+    (lambda m: m.position_embeddings < 0, "model.position_embeddings must be >= 0"),
+    (lambda m: m.sliding_window_tokens is not None and m.sliding_window_tokens < 1,
+     "model.sliding_window_tokens must be >= 1"),
+    (lambda m: m.sliding_window_layers is not None and m.sliding_window_tokens is None,
+     "model.sliding_window_layers needs model.sliding_window_tokens"),
+    (lambda m: m.sliding_window_layers is not None and not 0 <= m.sliding_window_layers <= m.layers,
+     "model.sliding_window_layers must lie in [0, layers]"),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

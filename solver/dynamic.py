@@ -30,7 +30,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.formulations.timeline import TimelineChoice, choose_plans

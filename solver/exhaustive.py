@@ -352,25 +352,10 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
         found[i] = []
         if any(len(x[0]) == 0 for x in rows):
             continue
-        for mv in mvecs:
-            if deadline is not None and time.perf_counter() > deadline:
-                return result(False)
-            # every combination of the classes' rows at once: class k on axis k + 1
-            K = len(rows)
-            P = D = None
-            for k, (_, _, A, S, Dk, _) in enumerate(rows):
-                shape = [A.shape[0]] + [1] * K
-                shape[k + 1] = A.shape[1]
-                pk = ((mv[k] - 1 / v) * A + S / v).reshape(shape)  # cost/schedule.pipeline_time_s
-                dk = Dk.reshape(shape)
-                P = pk if P is None else np.maximum(P, pk)
-                D = dk if D is None else np.maximum(D, dk)
-            per = P + D  # (scenarios, rows_1, ..., rows_K)
-            vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
-            flat = int(np.argmin(vals))
-            combo = np.unravel_index(flat, vals.shape)
-            found[i].append((float(vals.flat[flat]), (o, mv, [rows[k][0][j].copy() for k, j in enumerate(combo)],
-                                                      [rows[k][1][j].copy() for k, j in enumerate(combo)], parts)))
+        minima, whole = _class_minima(rows, mvecs, v, agg, weights, deadline)
+        found[i] = [(val, (o, mv, n, r, parts)) for mv, (val, n, r) in zip(mvecs, minima)]
+        if not whole:
+            return result(False)
         fold()
     for shape in list(pending):
         if not flush(shape):
@@ -378,6 +363,33 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
     bar.update(total)
     assert done == total, f"enumerated {done} plans but the space has {total}"
     return result(True)
+
+
+def _class_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float | None):
+    """(minima, whole): per micro-batch vector in order, (value, layers per class, recomputed
+    layers per class) of the first minimum over every combination of the classes' rows
+    (_class_rows); whole is False when the limit passed before the last vector."""
+    out = []
+    for mv in mvecs:
+        if deadline is not None and time.perf_counter() > deadline:
+            return out, False
+        # every combination of the classes' rows at once: class k on axis k + 1
+        K = len(rows)
+        P = D = None
+        for k, (_, _, A, S, Dk, _) in enumerate(rows):
+            shape = [A.shape[0]] + [1] * K
+            shape[k + 1] = A.shape[1]
+            pk = ((mv[k] - 1 / v) * A + S / v).reshape(shape)  # cost/schedule.pipeline_time_s
+            dk = Dk.reshape(shape)
+            P = pk if P is None else np.maximum(P, pk)
+            D = dk if D is None else np.maximum(D, dk)
+        per = P + D  # (scenarios, rows_1, ..., rows_K)
+        vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
+        flat = int(np.argmin(vals))
+        combo = np.unravel_index(flat, vals.shape)
+        out.append((float(vals.flat[flat]), [rows[k][0][j].copy() for k, j in enumerate(combo)],
+                    [rows[k][1][j].copy() for k, j in enumerate(combo)]))
+    return out, True
 
 
 def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: float | None):

@@ -37,7 +37,7 @@ as cutoff ("dp": the exact threshold search); no incumbent heuristic, no layer p
 
 Objectives over the instance's scenarios: "nominal" (scenario 0 only), "robust" (minimise the
 worst scenario's iteration time) and "expected" (probability-weighted). The plan is re-simulated
-on every scenario (cost/class_simulate.py); a mismatch beyond the tolerance is a bug and raises
+on every scenario (cost/simulate.py); a mismatch beyond the tolerance is a bug and raises
 `ResimulationMismatch`.
 """
 
@@ -57,7 +57,7 @@ from paraplan.cost import dualpipe, schedule
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import (class_outers, class_placement, group_pricing_instance,
                                               partitions_layer_fn)
-from paraplan.cost.class_simulate import PlanBreakdown, simulate_classes
+from paraplan.cost.simulate import PlanBreakdown, simulate_classes
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, ClassPlan, ReplicaClass
 from paraplan.cost.trust import objective_factor_of

@@ -19,15 +19,18 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def cmd_simulate(args) -> int:
-    from paraplan.cost.loader import load_plan
     from paraplan.cost.simulate import simulate
+    from paraplan.cost.specs import Plan
     from paraplan.solver.commands import groups as group_commands
+    from paraplan.solver.commands.plan_files import read_plans
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
 
-    inst = read_instance(args, simulate_only=True)
-    if group_commands.shown_as_groups(inst) or _group_plan_file(args.plan):
-        return group_commands.cmd_simulate(args, inst)
-    plan = load_plan(args.plan, inst)
+    read = read_instance(args, simulate_only=True)
+    if group_commands.shown_as_groups(read):  # the plan is read as a plan of replica classes
+        read = group_commands.as_groups(read)
+    inst, (plan,) = read_plans([args.plan], read)  # the plan file is read once, either format
+    if not isinstance(plan, Plan):
+        return group_commands.cmd_simulate(args, inst, plan)
     try:
         bd = simulate(inst, plan)
     except ConfigError as e:
@@ -54,13 +57,6 @@ def cmd_simulate(args) -> int:
             for s in over), file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     return 0
-
-
-def _group_plan_file(path: str) -> bool:
-    """The plan file lists replica classes (the group format), which the class simulator reads
-    on a one-group cluster too (cost/groups_loader.load_class_plan)."""
-    from paraplan.cost.loader import is_group_plan_mapping, read_yaml
-    return is_group_plan_mapping(read_yaml(path))
 
 
 def version() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import breakdown_json, gib, seconds, table, train_cost_json
+from paraplan.solver.format import gib, seconds, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
@@ -24,25 +24,25 @@ def _homogeneous(args, what: str, simulate_only: bool = False):
 
 
 def cmd_compare(args) -> int:
-    from paraplan.cost.loader import load_plan, plan_to_mapping
-    from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.planning import _plan_line
+    """Two plans of one instance side by side, on every cluster: plan files of either format
+    (solver/commands/plan_files.py), each simulated once."""
+    from paraplan.solver.commands.inputs import read_instance
+    from paraplan.solver.commands.plan_files import (breakdown_json, plan_line, plan_mapping, plan_trust,
+                                                     read_plans, simulate_plan)
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
-    inst = _homogeneous(args, "compare")
     names = (args.plan_a, args.plan_b)
-    plans = [load_plan(p, inst) for p in names]
-    bds = [simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes) for p in plans]
+    inst, plans = read_plans(names, read_instance(args))
+    bds = [simulate_plan(inst, p) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
-    costs = [fitting_train_cost(inst, p, bd) for p, bd in zip(plans, bds)]
-    from paraplan.cost.trust import plan_trust
     # each plan's interval: its own distance from the published runs (cost/trust.py), so two
     # plans close in predicted time may differ in how far each can be trusted
     trusts = [plan_trust(inst, p, bd.iter_time_s) for p, bd in zip(plans, bds)]
+    costs = [fitting_train_cost(inst, bd, t) for bd, t in zip(bds, trusts)]
     if args.json:
         out = {"status": "equal" if cmp.faster is None else f"{cmp.faster}_faster",
-               "plans": [{"file": f, "plan": plan_to_mapping(p), "iter_time_s": bd.iter_time_s,
+               "plans": [{"file": f, "plan": plan_mapping(p, inst), "iter_time_s": bd.iter_time_s,
                           "interval_s": None if t.interval_s is None else list(t.interval_s),
                           "breakdown": breakdown_json(bd), "train_cost": train_cost_json(tc)}
                          for f, p, bd, tc, t in zip(names, plans, bds, costs, trusts)],
@@ -51,7 +51,7 @@ def cmd_compare(args) -> int:
         return 0
     print(f"{inst.name}: A = {names[0]}, B = {names[1]}")
     for tag, p in zip("AB", plans):
-        print(f"{tag}  {_plan_line(p)}")
+        print(f"{tag}  {plan_line(p, inst)}")
     print()
     interval = [["likely measured (80%)", *("-" if t.interval_s is None else
                                             f"{seconds(t.interval_s[0])} .. {seconds(t.interval_s[1])}"
@@ -80,7 +80,7 @@ def cmd_memory(args) -> int:
     from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.planning import _plan_line
+    from paraplan.solver.commands.plan_text import plan_line
     from paraplan.solver.report.page import plan_coefficients
 
     inst = _homogeneous(args, "memory", simulate_only=args.plan is not None)  # a DualPipe plan file
@@ -116,7 +116,7 @@ def cmd_memory(args) -> int:
         return 0 if fits else 1
     print(f"{inst.name}: memory per GPU of {where}"
           + (" (DualPipe: device d holds stages d and pp - 1 - d)" if unit == "device" else ""))
-    print(f"plan  {_plan_line(plan)}")
+    print(f"plan  {plan_line(plan)}")
     print()
     rows = [[k] + [gib(cs[k]) for cs in cats] for k in CATEGORIES]
     rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])

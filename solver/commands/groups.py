@@ -20,7 +20,7 @@ from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.commands.partitions import partition_lines
+from paraplan.solver.commands.plan_text import describe_plan, plan_lines, sensitivity_text
 
 
 def as_groups(inst):
@@ -93,25 +93,6 @@ def describe_cluster(inst) -> str:
     parts = [f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})" for g in inst.cluster.groups]
     return (f"{inst.name}: {inst.model.name} on " + " + ".join(parts)
             + f", global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-
-
-def plan_lines(plan, inst) -> list[str]:
-    names = [g.name for g in inst.cluster.groups]
-    tp = (",".join(f"{names[g]}:{t}" for g, t in plan.group_tp) if plan.group_tp else plan.tp)
-    lines = [f"tp={tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
-             f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''}"
-             f"{f' ep={plan.ep}' if plan.ep > 1 else ''}{f' etp={plan.etp}' if plan.etp is not None else ''}"
-             f" micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
-             f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
-    for i, c in enumerate(plan.classes):
-        lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"
-                     f" stages on [{','.join(names[g] for g in c.stage_groups)}];"
-                     f" layers/stage [{','.join(map(str, c.layers_per_stage))}];"
-                     f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")
-        for g, parts in c.partitions:  # per-operator tensor partitions of its stages on g
-            gpn = inst.cluster.groups[g].cluster.gpus_per_node
-            lines += [f"    on {names[g]}: {x}" for x in partition_lines(parts, plan.tp_of(g), gpn)]
-    return lines
 
 
 def not_covered(res, inst) -> list[str]:
@@ -211,6 +192,15 @@ def _train_cost(inst, bd, trust=None):
                                None if trust is None else trust.interval_s)
 
 
+def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal") -> dict:
+    """--sensitivity of `plan` on `inst`, both as the planner plans them (a cluster of node
+    groups, a plan of replica classes; solver/sensitivity.py), re-planned by the backend that
+    planned it, with the arguments' time limit and threads."""
+    from paraplan.solver.sensitivity import sensitivity
+    return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
+                       describe_plan)
+
+
 def cmd_plan(args, read, progress=None) -> int:
     """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
@@ -223,8 +213,14 @@ def cmd_plan(args, read, progress=None) -> int:
     regs = None
     if objective != "nominal" and res.plan is not None:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+    sens = None
+    if getattr(args, "sensitivity", False) and res.plan is not None:
+        sens = plan_sensitivity(args, inst, res.plan, backend, objective)
     if args.json:
-        emit_json(result_json(res, inst, regs))
+        out = result_json(res, inst, regs)
+        if sens is not None:
+            out["sensitivity"] = sens
+        emit_json(out)
     else:
         print(describe_cluster(inst))
         print(evidence_text(res, inst=inst))
@@ -239,6 +235,8 @@ def cmd_plan(args, read, progress=None) -> int:
         if regs:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
                                regret_rows(regs), align="lrrlr"))
+        if sens is not None:
+            print("\n" + sensitivity_text(sens))
     if args.output and res.plan is not None:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
@@ -328,23 +326,21 @@ def plan_file(inst, plan, read) -> dict:
     return plan_file_mapping(read, one)
 
 
-def cmd_simulate(args, read) -> int:
-    """`paraplan simulate INSTANCE --plan PLAN.yaml` of an instance shown as groups (`read`: as
-    read_instance read it), or with a plan file in the group format: the plan on every network
-    scenario."""
-    from paraplan.cost.groups_loader import load_class_plan
-    from paraplan.cost.class_simulate import simulate_classes
-
+def cmd_simulate(args, inst, plan) -> int:
+    """`paraplan simulate INSTANCE --plan PLAN.yaml` of a plan of replica classes on `inst` (a
+    cluster of node groups): the plan on every network scenario, each simulated once."""
     from paraplan.cost.model_notes import model_warnings
+    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.trust import class_plan_trust
 
-    inst = as_groups(read)
-    plan = load_class_plan(args.plan, inst)
     bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
+    trust = class_plan_trust(inst, plan, bds[0][1].iter_time_s)  # a simulated time is a prediction
     if args.json:
         nominal = bds[0][1]
         emit_json({"status": "fits" if nominal.fits else "out_of_memory",
                    "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
-                   "model_warnings": model_warnings(inst),
+                   "interval_s": list(trust.interval_s) if trust.interval_s else None,
+                   "trust": trust_json(trust), "model_warnings": model_warnings(inst),
                    "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
                                   "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
                                  for name, bd in bds]})
@@ -352,6 +348,7 @@ def cmd_simulate(args, read) -> int:
     print(describe_cluster(inst))
     print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
     print(breakdown_text(bds[0][1], inst))
+    print("\n".join(trust_lines(trust)))
     if len(bds) > 1:
         print("\n" + table(["scenario", "iteration", "tokens/s"],
                            [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],

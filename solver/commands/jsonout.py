@@ -5,6 +5,8 @@ encoding it can never leave half an object on stdout. It is strict JSON: NaN and
 (which `json.dump` would write as the invalid tokens NaN and Infinity) become null, and an
 integer too long for Python's int -> str conversion (over 4,300 digits: a count of plans in an
 astronomical space) becomes a string in scientific notation, as `solver.format.count` writes it.
+Every document opens with `schema_version` (solver/commands/schema.SCHEMA_VERSION), so that a
+reader can tell which shape it holds.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import math
 import sys
 
+from paraplan.solver.commands.schema import SCHEMA_VERSION
 from paraplan.solver.format import count
 
 _MAX_INT_DIGITS = 4000  # below Python's default int -> str limit (4,300 digits)
@@ -33,6 +36,6 @@ def json_safe(obj):
     return obj
 
 
-def emit_json(obj) -> None:
-    text = json.dumps(json_safe(obj), indent=2, allow_nan=False)
+def emit_json(obj: dict) -> None:
+    text = json.dumps(json_safe({"schema_version": SCHEMA_VERSION, **obj}), indent=2, allow_nan=False)
     sys.stdout.write(text + "\n")

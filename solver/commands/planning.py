@@ -14,6 +14,7 @@ from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, 
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
+from paraplan.solver.commands.plan_text import plan_line, plan_lines, sensitivity_text
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -28,16 +29,6 @@ def add_progress_arg(parser) -> None:
     parser.add_argument("--progress", action="store_true",
                         help="show search progress on stderr even when it is not a terminal")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-def _plan_line(p) -> str:
-    rc = ",".join(str(x) for x in p.full_recompute_layers)
-    split = ",".join(str(x) for x in p.layers_per_stage)
-    return (f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} micro_batch={p.micro_batch}"
-            f" micro_batches={p.num_micro_batches} sp={'on' if p.sequence_parallel else 'off'}"
-            f" zero={p.zero} virtual_stages={p.virtual_stages} recompute={p.recompute.value}"
-            f"{f' ep={p.ep}' if p.ep > 1 else ''}{f' etp={p.etp}' if p.etp is not None else ''}"
-            f" layers/stage=[{split}] full-recompute/stage=[{rc}]")
 
 
 def not_covered(inst) -> list[str]:
@@ -86,11 +77,10 @@ def cmd_plan(args) -> int:
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
     inst = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
+    if getattr(args, "sensitivity", False) and args.top is not None:
+        raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
+                            "run --sensitivity without --top, on the plan you pick")
     if group_commands.shown_as_groups(inst):
-        if getattr(args, "sensitivity", False):  # offered on one-class plans only; never silently dropped
-            raise InstanceError(args.instance or "<arguments>", "--sensitivity", "not offered on mixed"
-                                " clusters, nor with classes_per_group or idle_gpus",
-                                "plan without --sensitivity (or plan one group alone)")
         if args.within is not None and args.top is None:
             raise InstanceError("<arguments>", "--within", "needs --top K",
                                 "add --top K, e.g. --top 5 --within 3")
@@ -119,7 +109,11 @@ def cmd_plan(args) -> int:
     if res.plan is not None:
         from paraplan.cost.trust import plan_trust
         trust = plan_trust(inst, res.plan, res.iter_time_s)
-    sens = sensitivity(inst, res, args) if getattr(args, "sensitivity", False) and res.plan else None
+    sens = None
+    if getattr(args, "sensitivity", False) and res.plan is not None:
+        from paraplan.cost.groups_loader import as_class_plan
+        sens = group_commands.plan_sensitivity(args, group_commands.as_groups(inst), as_class_plan(res.plan),
+                                               args.backend)
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
@@ -138,7 +132,7 @@ def cmd_plan(args) -> int:
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:
-            print(f"plan        {_plan_line(res.plan)}")
+            print(f"plan        {plan_line(res.plan)}")
             from paraplan.solver.commands.partitions import describe_partitions
             for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
                 print(f"            {line}")
@@ -164,9 +158,6 @@ def cmd_plan_top(args, inst) -> int:
     from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.class_route import top
 
-    if getattr(args, "sensitivity", False):
-        raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
-                            "run --sensitivity without --top, on the plan you pick")
     res = top(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
     best = res.plans[0].quantile_s if res.plans else None
     written = _write_top_plans(args, inst, res) if args.output else []
@@ -189,7 +180,7 @@ def cmd_plan_top(args, inst) -> int:
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
     rows = [[str(i + 1), seconds(r.iter_time_s), *([seconds(r.quantile_s)] if quantile else []),
              f"{100 * (r.quantile_s / best - 1):+.2f}%",
-             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), _plan_line(r.plan)]
+             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), plan_line(r.plan)]
             for i, (r, c) in enumerate(zip(res.plans, cells))]
     heads = ["#", "iteration", *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
     print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
@@ -232,89 +223,6 @@ def _write_top_plans(args, inst, res) -> list[str]:
         write_plan_file(path, header, plan_file_mapping(inst, r.plan))
         paths.append(path)
     return paths
-
-
-def _instance_with(inst, cat, net):
-    """The instance priced with the catalogue's entry for its GPU and, because the planner prices
-    links at NetEfficiency()'s efficiencies, link bandwidths scaled by net / NetEfficiency()."""
-    from dataclasses import replace
-
-    from paraplan.cost.comm import NetEfficiency
-    base = NetEfficiency()
-    cl = inst.cluster
-    cluster = replace(cl, gpu=cat[cl.gpu.name],
-                      intra_node=replace(cl.intra_node, bw_bytes_per_s=cl.intra_node.bw_bytes_per_s
-                                         * net.intra_node / base.intra_node),
-                      inter_node=replace(cl.inter_node, bw_bytes_per_s=cl.inter_node.bw_bytes_per_s
-                                         * net.inter_node / base.inter_node))
-    return replace(inst, cluster=cluster)
-
-
-def sensitivity(inst, res, args) -> dict:
-    """Re-solve with each fitted parameter at either end of its uncertainty range (one at a time,
-    cost/fit.py's table: value x (1 -+ uncertainty), efficiencies capped at 1), and for an MoE
-    model with the routing imbalance at the ends of the range the published forced/dropless
-    pairs imply (cost/moe.py IMBALANCE_RANGE), and say whether the optimum stays optimal."""
-    from dataclasses import replace
-
-    from paraplan.cost.comm import NetEfficiency
-    from paraplan.cost.fit import MIN_ROWS_PER_DIE, parameter_table
-
-    net0 = NetEfficiency()
-    cat0 = {inst.cluster.gpu.name: inst.cluster.gpu}
-    cases = []
-    for p in parameter_table([inst.cluster.gpu.name] * MIN_ROWS_PER_DIE):
-        if not p.affects(inst.cluster.gpu.name):
-            continue
-        v0 = p.get(cat0, net0)
-        for end, v in (("low", v0 * (1 - p.uncertainty_rel)), ("high", v0 * (1 + p.uncertainty_rel))):
-            v = min(v, 1.0) if p.is_efficiency else v
-            if v == v0:
-                continue
-            cat, net = p.set(cat0, net0, v)
-            cases.append(_sensitivity_case(_instance_with(inst, cat, net), res, args, p.name, end, v))
-    m = inst.model
-    if m.moe is not None:  # the assumed routing imbalance, at the ends of its documented range
-        from paraplan.cost.moe import DEFAULT_IMBALANCE, IMBALANCE_RANGE
-        v0 = m.moe.imbalance if m.moe.imbalance is not None else DEFAULT_IMBALANCE
-        for end, v in zip(("low", "high"), IMBALANCE_RANGE):
-            if v == v0:
-                continue
-            moved = replace(inst, model=replace(m, moe=replace(m.moe, imbalance=v)))
-            cases.append(_sensitivity_case(moved, res, args, "model.moe.imbalance", end, v))
-    return {"robust": all(c["stays_optimal"] for c in cases), "cases": cases}
-
-
-def _sensitivity_case(moved, res, args, name: str, end: str, value: float) -> dict:
-    """Re-solve `moved` (the instance with one parameter moved) and say whether res's plan
-    stays optimal on it."""
-    from paraplan.cost.simulate import simulate
-    from paraplan.solver.class_route import plan
-
-    alt = plan(moved, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads)
-    ours = simulate(moved, res.plan)
-    ours_s = ours.iter_time_s if ours.fits else None
-    stays = (alt.plan == res.plan or (ours_s is not None and alt.iter_time_s is not None
-                                      and ours_s <= alt.iter_time_s * (1 + 1e-9) + alt.tolerance_s))
-    return {"parameter": name, "end": end, "value": value, "stays_optimal": stays,
-            "plan_iter_time_s": ours_s, "best_iter_time_s": alt.iter_time_s,
-            "best_plan": None if stays or alt.plan is None else _plan_line(alt.plan)}
-
-
-def sensitivity_text(sens: dict) -> str:
-    lines = ["sensitivity (each fitted parameter at the ends of its uncertainty range, cost/fit.py;"
-             " MoE: the routing imbalance from 1.0 to what the published forced/dropless pairs"
-             " imply, cost/moe.py):"]
-    for c in sens["cases"]:
-        head = f"  {c['parameter']} {c['end']} ({c['value']:.4g}): "
-        if c["stays_optimal"]:
-            lines.append(head + "the plan stays optimal")
-        else:
-            ours = "does not fit" if c["plan_iter_time_s"] is None else seconds(c["plan_iter_time_s"])
-            lines.append(head + f"{c['best_plan']} wins ({seconds(c['best_iter_time_s'])} vs this plan's {ours})")
-    lines.append("the optimum is robust to these parameters" if sens["robust"]
-                 else "the optimum depends on these parameters (see above)")
-    return "\n".join(lines)
 
 
 def cmd_exhaustive(args) -> int:
@@ -360,13 +268,12 @@ def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
         if res.complete:
             print(reason)
     else:
-        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {_plan_line(plan)}")
+        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {plan_line(plan)}")
 
 
 def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
     from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.class_simulate import simulate_classes
-    from paraplan.solver.commands.groups import plan_lines
+    from paraplan.cost.simulate import simulate_classes
 
     if args.json:
         _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,

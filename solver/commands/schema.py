@@ -2,6 +2,9 @@
 
 Conventions, the same for every command:
 - the output is one JSON object (bench: written to the --json file) with a string `status`;
+- what a command prints opens with `schema_version` (SCHEMA_VERSION, an integer raised when a
+  key is removed or changes meaning; adding a key leaves it): the same shape, and the same
+  keys, for a plan of one group and one class as for a mixed cluster's;
 - times are numbers of seconds whose names end in `_s`; memory is bytes (`_bytes`);
   rates say their unit (`tokens_per_s`); shares are fractions (`gap`, `mfu`, `regret`);
 - a value that does not exist is null, never a string such as "-";
@@ -21,6 +24,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+SCHEMA_VERSION = 1
 
 NUM, INT, STR, BOOL, ANY = "number", "integer", "string", "boolean", "any"
 NUM_OR_NULL = (NUM, "null")
@@ -97,6 +102,10 @@ SCHEMAS["plan --top (mixed cluster)"] = {
 SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
 SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
+# what is printed carries its schema version (solver/commands/jsonout.emit_json); bench writes files
+for _name, _schema in SCHEMAS.items():
+    if not _name.startswith("bench"):
+        _schema["schema_version"] = INT
 
 
 def _type_ok(value: Any, name: str) -> bool:

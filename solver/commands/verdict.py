@@ -36,33 +36,41 @@ def report_verify(args, methods: list[tuple], tol_s: float, objective: str | Non
     values = [m[2] for m in proved]
     agree = bool(proved) and methods_agree(values, tol_s)
     verified = agree and not left_out
-    names = ", ".join(m[0] for m in proved)
-    why = "; ".join(f"{m[0]} ({m[4] or 'did not prove optimality: ' + m[1]})" for m in left_out)
-    if verified and all(v is None for v in values):  # every method proved that no plan fits
-        verdict = f"AGREE: {names} agree the instance is infeasible (no plan fits)"
-    elif verified:
-        verdict = f"AGREE: {names} found the same optimum"
-    elif not agree and len(proved) > 1:
-        verdict = f"DISAGREE: {names}" + (f"; not compared: {why}" if left_out else "")
-    else:
-        verdict = f"NOT VERIFIED: {names + (' agree' if len(proved) > 1 else ' alone') if proved else 'nothing compared'}; not compared: {why}"
     if args.json:
-        out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
-               "agree": agree, "verified": verified,
-               "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
-               "iter_time_s": values[0] if agree else None,
-               "methods": [{"method": m, "status": st, "iter_time_s": v, "solve_time_s": t, "note": note}
-                           for m, st, v, t, note in methods]}
-        if objective is not None:
-            out["objective"] = objective
-        emit_json(out)
+        _verify_json(methods, proved, left_out, agree, verified, objective)
     else:
         what = "iteration time (s)" if objective in (None, "nominal") else f"{objective} objective (s)"
         print(table(["method", "status", what, "time"],
                     [[m, st, "-" if v is None else f"{v:.9g}", note if t is None else f"{t:.2f} s"]
                      for m, st, v, t, note in methods], align="llrl"))
-        print(verdict)
+        print(_verdict_line(proved, left_out, agree, verified))
     return 0 if verified else EXIT_DISAGREE
+
+
+def _verdict_line(proved: list[tuple], left_out: list[tuple], agree: bool, verified: bool) -> str:
+    """AGREE, DISAGREE or NOT VERIFIED, naming the methods compared and why the others were not."""
+    names = ", ".join(m[0] for m in proved)
+    why = "; ".join(f"{m[0]} ({m[4] or 'did not prove optimality: ' + m[1]})" for m in left_out)
+    if verified and all(m[2] is None for m in proved):  # every method proved that no plan fits
+        return f"AGREE: {names} agree the instance is infeasible (no plan fits)"
+    if verified:
+        return f"AGREE: {names} found the same optimum"
+    if not agree and len(proved) > 1:
+        return f"DISAGREE: {names}" + (f"; not compared: {why}" if left_out else "")
+    compared = names + (" agree" if len(proved) > 1 else " alone") if proved else "nothing compared"
+    return f"NOT VERIFIED: {compared}; not compared: {why}"
+
+
+def _verify_json(methods, proved, left_out, agree: bool, verified: bool, objective: str | None) -> None:
+    out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
+           "agree": agree, "verified": verified,
+           "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
+           "iter_time_s": proved[0][2] if agree else None,
+           "methods": [{"method": m, "status": st, "iter_time_s": v, "solve_time_s": t, "note": note}
+                       for m, st, v, t, note in methods]}
+    if objective is not None:
+        out["objective"] = objective
+    emit_json(out)
 
 
 def methods_agree(values: list[float | None], tol_s: float) -> bool:

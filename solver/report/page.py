@@ -24,7 +24,6 @@ import numpy as np
 
 from paraplan.cost import schedule, timeline
 from paraplan.cost.coefficients import StageCoefficients, build
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance, Outer, PipelineSchedule, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
@@ -511,18 +510,20 @@ def _evidence_section(result, trust) -> str:
     return _table(None, evidence_rows(result, trust)) + caption
 
 
-def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> str:
-    from paraplan.cost.simulate import simulate
+def _comparison_section(inst, result, user_plan, label: str) -> str:
+    """Your plan against the optimum, on every cluster: `user_plan` of either kind
+    (solver/commands/plan_files.py), simulated once."""
+    from paraplan.solver.commands.plan_files import plan_trust, simulate_plan
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
-    ours = simulate(inst, user_plan, reserve_bytes=inst.search.memory_reserve_bytes)
+    ours = simulate_plan(inst, user_plan)
     best = result.breakdown
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
-    side = ([["plan", plan_text(user_plan), plan_text(result.plan)]] + side_rows(ours, best)
-            + train_rows(fitting_train_cost(inst, user_plan, ours),
-                         fitting_train_cost(inst, result.plan, best)))
+    side = ([["plan", _any_plan_text(user_plan, inst), _any_plan_text(result.plan, inst)]] + side_rows(ours, best)
+            + train_rows(*(fitting_train_cost(inst, bd, plan_trust(inst, p, bd.iter_time_s))
+                           for p, bd in ((user_plan, ours), (result.plan, best)))))
     if cmp.faster is None:
         verdict = "Your plan is as fast as the optimum."
     elif cmp.faster == "b":
@@ -538,6 +539,14 @@ def _comparison_section(inst: Instance, result, user_plan: Plan, label: str) -> 
             + _table(["", "your plan", "optimum"], side)
             + _table(["part of the critical path", "your plan", "optimum", "optimum - yours"],
                      part_rows(cmp)))
+
+
+def _any_plan_text(p, inst) -> str:
+    """plan_text of a homogeneous plan; a plan of replica classes as `plan` prints it."""
+    if isinstance(p, Plan):
+        return plan_text(p)
+    from paraplan.solver.commands.plan_text import plan_lines
+    return "; ".join(line.strip() for line in plan_lines(p, inst))
 
 
 def train_facts(tc) -> list[list[str]]:
@@ -617,13 +626,14 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
 
 # --- heterogeneous clusters ------------------------------------------------------------------
 
-def build_class_report(inst, result, regrets=None) -> str:
+def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_label: str = "") -> str:
     """A mixed-cluster plan: evidence, one Gantt per replica class (its stages on their node
     groups), per-stage time and memory, and the plan on every network scenario (with its regret
-    against each scenario's own optimum when `regrets` is given)."""
+    against each scenario's own optimum when `regrets` is given); `user_plan` a plan to compare
+    with the optimum."""
     from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.class_simulate import simulate_classes
-    from paraplan.solver.commands.groups import plan_lines
+    from paraplan.cost.simulate import simulate_classes
+    from paraplan.solver.commands.plan_text import plan_lines
 
     title = f"paraplan report: {inst.name}"
     groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
@@ -690,7 +700,9 @@ def build_class_report(inst, result, regrets=None) -> str:
                            " iteration time there, the best time any plan reaches on that"
                            " scenario, and the regret, how much slower this plan is than that best"
                            " (this plan's time / the scenario's optimum &minus; 1). (Source:"
-                           " <code>cost/class_simulate.py</code>.)</p>"))
+                           " <code>cost/simulate.py</code>.)</p>"))
+    if user_plan is not None:
+        body.append(_section(6, "comparison", _comparison_section(inst, result, user_plan, user_plan_label)))
     return _page(title, "".join(body)).replace(
         f"<h2>5. {SECTIONS[4]}</h2>", "<h2>5. Network scenarios and regret</h2>")
 
@@ -733,13 +745,12 @@ def cmd_report(args) -> int:
 def _mixed_report(args, read, progress):
     """(instance, result, page) of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
+    from paraplan.cost.groups_loader import load_class_plan
     from paraplan.solver.commands.groups import load_mixed
     from paraplan.solver.search import search
 
-    if args.plan:
-        raise InstanceError(args.plan, "--plan", "comparing a plan is not offered on mixed clusters",
-                            "run `paraplan simulate HETERO.yaml --plan PLAN.yaml` for that plan")
     inst, objective = load_mixed(args, read)
+    user_plan = load_class_plan(args.plan, inst) if args.plan else None  # either format on one group
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     if progress:
@@ -747,7 +758,7 @@ def _mixed_report(args, read, progress):
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
-    return inst, res, build_class_report(inst, res, regs)
+    return inst, res, build_class_report(inst, res, regs, user_plan, args.plan or "")
 
 
 def register(sub) -> None:

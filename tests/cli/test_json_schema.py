@@ -98,6 +98,7 @@ def test_accuracy(capsys):
     check(run_json(capsys, ["accuracy", "--json"]), "accuracy")
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_timeline(capsys):
     check(run_json(capsys, ["timeline", DYNAMIC, "--json", "--quiet"]), "timeline")
 
@@ -150,3 +151,14 @@ def test_validator_catches_what_the_issue_reported():
                      "plan": None}, "exhaustive")  # no status
     old_mixed = {k: None for k in SCHEMAS["plan (mixed cluster)"] if k != "iter_time_s"}
     assert any("iter_time_s: missing" in e for e in validate(old_mixed, "plan (mixed cluster)"))
+
+
+def test_every_printed_document_carries_the_one_schema_version(capsys, plan_file):
+    # one shape for a one-group plan and a mixed cluster's: both open with the same version
+    from paraplan.solver.commands.schema import SCHEMA_VERSION
+    flat = run_json(capsys, ["simulate", TINY, "--plan", plan_file, "--json"])
+    mixed = run_json(capsys, ["plan", MIXED, "--json", "--quiet"])
+    assert list(flat)[0] == list(mixed)[0] == "schema_version"
+    assert flat["schema_version"] == mixed["schema_version"] == SCHEMA_VERSION == 1
+    assert "schema_version: missing" in " ".join(validate({k: v for k, v in flat.items()
+                                                           if k != "schema_version"}, "simulate"))

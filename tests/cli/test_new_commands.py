@@ -256,6 +256,7 @@ def test_sensitivity_moves_the_moe_imbalance_over_its_range(tmp_path, capsys, ep
     assert lo <= out["iter_time_s"] <= hi
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_sensitivity_skips_the_imbalance_end_the_model_already_has(tmp_path, capsys):
     assert main(["plan", _tiny_moe(tmp_path, imbalance=2.2), "--sensitivity", "--quiet"]) == 0
     text = capsys.readouterr().out

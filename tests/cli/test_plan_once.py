@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost import class_simulate, simulate
+from paraplan.cost import simulate
 from paraplan.solver.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SIMULATORS = {"simulate": simulate.simulate, "simulate_classes": class_simulate.simulate_classes}
+SIMULATORS = {"simulate": simulate.simulate, "simulate_classes": simulate.simulate_classes}
 
 
 def _count_reads_and_simulations(monkeypatch, path: Path) -> dict[str, int]:

@@ -6,7 +6,7 @@ from pytest import approx
 
 from paraplan.cost.flops import megatron_flops_per_token
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Plan

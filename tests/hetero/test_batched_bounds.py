@@ -56,6 +56,7 @@ def test_balanced_splits_rows_are_independent():
     assert all((block[i] == balanced_split(a[i], t[i], 40, 2)).all() for i in range(50))
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_bisection_gives_the_partitions_split(monkeypatch):
     """Bit for bit, ties by stage order included, on rows too wide to brute-force."""
     rng = np.random.default_rng(11)

@@ -15,7 +15,7 @@ from randinst import random_cluster_instance
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
 from paraplan.cost.specs import Recompute, SearchSpace
 from paraplan.solver.commands.cli import main

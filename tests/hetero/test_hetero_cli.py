@@ -55,6 +55,7 @@ def test_verify_agrees_on_the_tiny_mixed_instance(capsys):
     assert res["agree"] and len(res["methods"]) == 3  # one JSON shape for verify (solver/commands/schema.py)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_replan_and_timeline(tmp_path, capsys):
     current = tmp_path / "current.yaml"
     # the predicted time (`--objective mean`): the running plan is then in the space of the

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
-from paraplan.cost.class_simulate import simulate_classes
+from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
 from paraplan.cost.specs import Recompute
 from paraplan.solver.commands.cli import main

@@ -271,6 +271,7 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
             7 / 8 * (layer_params(inst.model) - 2 * 512) * 18, rel=1e-12)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_planner_equals_exhaustive_with_sequence_parallel():
     """Per-operator plans on a split stream (2 x 4 GPUs): the optimum mixes token splits
     (attention) and P(2x2) composites, keeps the stream in PrimePar's B2x2 block layout (the

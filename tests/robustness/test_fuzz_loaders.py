@@ -341,6 +341,7 @@ def test_garbage_in_every_role_fails_in_one_line(capsys, tmp_path, data):
         run_cli(capsys, argv)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 @FUZZ
 @given(config=mutations(LLAMA_TREE, st.one_of(VALUES, PLAUSIBLE, HF_VALUES)))
 def test_mutated_hf_config_simulates_or_fails_in_one_line(capsys, tmp_path, llama_plan, config):
@@ -358,6 +359,7 @@ def test_mutated_hf_config_plans_or_fails_in_one_line(capsys, tmp_path, config):
                      "--seq-len", "8192", "--time-limit-s", "5"], ok=(0, 3, EXIT_INFEASIBLE))
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 @FUZZ
 @given(plan=PLANS)
 def test_random_plan_simulates_or_fails_in_one_line(capsys, tmp_path, plan):
@@ -370,6 +372,7 @@ def test_random_plan_simulates_or_fails_in_one_line(capsys, tmp_path, plan):
     st.lists(mutations(CALIBRATION_ROW, st.one_of(st.integers(0, 64), SIZES, st.none()),
                        max_edits=1), min_size=1, max_size=2),
     VALUES))
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_mutated_calibration_rows_score_or_fail_in_one_line(capsys, tmp_path, rows):
     # a row refused as read is listed and the rest priced: exit 1 (exit_codes.EXIT_ROWS_REFUSED)
     run_cli(capsys, ["accuracy", write_yaml(tmp_path / "rows.yaml", rows)], ok=(0, EXIT_ROWS_REFUSED))

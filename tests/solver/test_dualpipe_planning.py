@@ -119,6 +119,7 @@ def test_dualpipe_refuses_the_search_keys_it_does_not_search(tmp_path, key, valu
     assert err.value.field == f"search.{key}"
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path, capsys):
     # plan, exhaustive, verify, memory and report plan it (solver/commands/inputs.DUALPIPE_COMMANDS);
     # compare, built on the 1F1B formulations, refuses it in one line (exit 2); plan's file
