@@ -635,7 +635,13 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                         heapq.heappush(heap, (lp.key, next(order), lp))
                 continue
             if isinstance(cand, _Unpriced):
-                js = cand.outers
+                # the chunk is keyed by the least of its bounds before pricing; an outer whose
+                # own bound can no longer beat the bar never will (the bar only falls), and is
+                # not priced: its key once priced, (lb, j, 0) with lb >= floor[j], is at least
+                # (floor[j], j, 0), and Winners.beats fails for a larger value and key when it
+                # fails for a smaller (the last chunk priced whole up to 511 such outers)
+                js = [j for j in cand.outers if can_win((float(floor[j]), j, 0))]
+                res.pruned_by_bound += len(cand.outers) - len(js)
                 if not partitions and not dualpipe_job(inst):
                     # those the space's memory bound proves infeasible are not priced
                     # (solver/bounds/memory.py: no plan of theirs fits, as build would find)

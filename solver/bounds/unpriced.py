@@ -117,7 +117,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                 t = by_class.get(ck)
                 if t is None:
                     per_group = {g: floor(i, o, k, g, modes) for g in set(c.stage_groups)}
-                    t = by_class[ck] = (tuple(per_group[g] for g in c.stage_groups),
+                    t = by_class[ck] = (_canonical_row([per_group[g] for g in c.stage_groups]),
                                         first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
                                         last_stage_term(i, o, c.stage_groups[-1], modes, c.pp))
                 row_of.append(rows.setdefault((*t, o.virtual_stages), len(rows)))
@@ -162,6 +162,20 @@ def _pipelined(pp: int) -> bool:
     floor for each of its 17,019 configurations, every lookup a miss (issue 33);
     tests/hetero/test_unpriced_bounds.py checks the floors against pricing each pp alone."""
     return pp > 1
+
+
+def _canonical_row(t: list[float]) -> tuple[float, ...]:
+    """A class's per-stage floors with its interior stages (all but the first and the last) in
+    ascending order: the stage-wise pipelines of one layout through its groups in every order
+    (24 orders of four groups) share rows, so _split_terms computes each once. Why the terms
+    are the same, float for float: only the first and last stages carry stage terms (a_0,
+    a_last), so the interior stages are (0, t_s) pairs, and both A = min over splits of
+    max_s (a_s + n_s t_s) (balanced_splits: each stage's values a_s + k t_s are computed alone,
+    and the split's maximum is the same set of floats whatever the stages' order) and
+    S = sum_s a_s + L min_s t_s are symmetric in them."""
+    if len(t) <= 3:
+        return tuple(t)
+    return (t[0], *sorted(t[1:-1]), t[-1])
 
 
 def _split_terms(rows: list[tuple[tuple[float, ...], float, float, int]],
