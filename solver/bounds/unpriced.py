@@ -120,7 +120,10 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                     t = by_class[ck] = (tuple(per_group[g] for g in c.stage_groups),
                                         first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
                                         last_stage_term(i, o, c.stage_groups[-1], modes, c.pp))
-                row_of.append(rows.setdefault((*t, o.virtual_stages), len(rows)))
+                # the split's chunk step: v; with the embedding / loss slots an end stage holds
+                # v k - 1, so any positive count (a relaxation: the bound stays below)
+                step = 1 if o.embedding_in_split or o.loss_in_split else o.virtual_stages
+                row_of.append(rows.setdefault((*t, step), len(rows)))
     A, S = _split_terms(list(rows), L)
     at = np.array(row_of, np.int64)
     out = np.zeros(len(outers))  # the outers past `reached` keep 0
