@@ -73,7 +73,8 @@ def class_outer(ho: ClassOuter, k: int, num_micro_batches: int | None = None,
     return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
                  num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
-                 ep=ho.ep, etp=ho.etp)
+                 ep=ho.ep, etp=ho.etp, embedding_in_split=ho.embedding_in_split,
+                 loss_in_split=ho.loss_in_split)
 
 
 def class_outers(job, ho: ClassOuter) -> list[Outer]:

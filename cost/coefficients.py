@@ -34,6 +34,7 @@ from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwis
 from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
+from paraplan.cost.pipeline_split import slot_relief_bytes
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule)
 
@@ -816,6 +817,17 @@ def no_split_fits(state, act, ckpt, capacity, stage_mem, v: int, layers: int) ->
     return bool((nmax < v).any() or nmax.sum() < layers)
 
 
+def _no_split_fits(o: Outer, inflight, state, act, ckpt, capacity, stage_mem, layers: int) -> bool:
+    """no_split_fits for `o`'s chunk rule: v-multiples; with the embedding / loss counted as a
+    layer slot (cost/pipeline_split.py), a relaxation: any count of >= 1 layer per stage, and
+    stage memory lowered by what the short chunk's correction can take off
+    (pipeline_split.slot_relief_bytes), so that "no split fits" stays a proof."""
+    if not (o.embedding_in_split or o.loss_in_split):
+        return no_split_fits(state, act, ckpt, capacity, stage_mem, o.virtual_stages, layers)
+    relief = slot_relief_bytes(inflight, o.virtual_stages, o.embedding_in_split, o.loss_in_split, act, ckpt)
+    return no_split_fits(state, act, ckpt, capacity, stage_mem - relief, 1, layers)
+
+
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
           reserve_bytes: float = 0.0, placement: Placement | None = None,
           layer_fn=megatron_layer, dualpipe: bool = False,
@@ -949,7 +961,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_act[-1] += mtp_act
         stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
     capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
-    if skip_if_memory_infeasible and no_split_fits(state, act, ckpt, capacity, stage_mem, v, m.layers):
+    if skip_if_memory_infeasible and _no_split_fits(o, inflight, state, act, ckpt, capacity, stage_mem, m.layers):
         return None  # the time terms below would only be dropped (solver/search.problems_for)
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)

@@ -187,7 +187,10 @@ MEGATRON_FEATURE_YEARS = {"pipeline": 2021, "interleaving": 2021, "sequence_para
                           "selective_recompute": 2022, "distributed_optimizer": 2022, "fsdp": 2025,
                           # --use-flash-attn (FlashAttention, arXiv 2205.14135) came to Megatron-LM
                           # in 2023: a run of an older release may have stored the scores
-                          "fused_attention": 2023}
+                          "fused_attention": 2023,
+                          # --account-for-embedding-in-pipeline-split / --account-for-loss-in-
+                          # pipeline-split: Megatron-core 0.11.0 (2025-02, cost/pipeline_split.py)
+                          "split_slots": 2025}
 
 
 def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:

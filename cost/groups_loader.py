@@ -117,6 +117,7 @@ from typing import Any
 from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import unpriced_reason
+from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.plan_specs import (Cluster, ClusterInstance, ClassPlan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
 from paraplan.cost.hf_config import shown as _shown
@@ -129,7 +130,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          plan_from_mapping, plan_partitions, read_yaml,
                          release_search_of, search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
-from paraplan.cost.space_rules import groups_search_refusal
+from paraplan.cost.space_rules import groups_search_refusal, split_slots_run
 from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule, Plan,
                                  Recompute, SearchSpace)
 
@@ -152,7 +153,7 @@ _GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_nod
 _EVENT_FILE_KEYS = ("event",)
 _EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
 _PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
-              "ep", "etp", "classes")
+              "ep", "etp", "embedding_in_split", "loss_in_split", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
                "full_recompute_layers", "partitions")
 _ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
@@ -210,7 +211,8 @@ def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> C
     check_job_options(path, job, model, search or SearchSpace())
     if search is not None:  # listed values no plan on these groups can use
         refusal = groups_search_refusal(search, model, [g.cluster for g in net.groups],
-                                        frozenset(top.raw["search"]), job.attention is Attention.FLASH)
+                                        frozenset(top.raw["search"]), job.attention is Attention.FLASH,
+                                        split_slots_run(job, search))
         if refusal is not None:
             raise InstanceError(path, f"search.{refusal.key}", refusal.problem, refusal.fix)
     nominal = net.cluster()
@@ -255,17 +257,12 @@ def one_class_plan(plan: ClassPlan, inst: ClusterInstance) -> Plan | None:
 def as_class_plan(plan: Plan, path: str = "<memory>") -> ClassPlan:
     """`plan` as the one-class plan of as_one_group's instance: dp replicas whose pp
     stages all sit on group 0, with the plan's per-operator partitions on group 0. A plan
-    counting the embedding/loss as layer slots is refused: replica classes do not record them."""
-    for key in ("embedding_in_split", "loss_in_split"):
-        if getattr(plan, key):
-            raise InstanceError(path, f"plan.{key}", "the replica-class plans of a cluster shown as"
-                                " groups (scenarios, node groups) do not count the embedding or loss"
-                                " as a layer slot", "simulate it on the flat instance (without"
-                                " scenarios), or give layers_per_stage whose counts fill the chunks")
+    counting the embedding/loss as layer slots keeps them (ClassPlan's flags)."""
     return ClassPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
                       micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
                       recompute=plan.recompute, zero=plan.zero, family="stage", ep=plan.ep,
-                      etp=plan.etp, classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
+                      etp=plan.etp, embedding_in_split=plan.embedding_in_split,
+                      loss_in_split=plan.loss_in_split, classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
                                             num_micro_batches=plan.num_micro_batches,
                                             layers_per_stage=plan.layers_per_stage,
                                             full_recompute_layers=plan.full_recompute_layers,
@@ -279,6 +276,7 @@ def as_flat_plan(plan: ClassPlan) -> Plan:
                 micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
                 sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
                 zero=plan.zero, virtual_stages=plan.virtual_stages, ep=plan.ep, etp=plan.etp,
+                embedding_in_split=plan.embedding_in_split, loss_in_split=plan.loss_in_split,
                 layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers,
                 partitions=c.partitions_on(0))
 
@@ -669,6 +667,8 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
     zero, cp, v = sec.integer("zero", 0), sec.integer("cp", 1), sec.integer("virtual_stages", 1)
     recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
+    embedding = sec.boolean("embedding_in_split", False)
+    loss = sec.boolean("loss_in_split", False)
     classes = []
     for field, raw in _items(sec, "classes", each="class"):
         c = Section(raw, path, field, _CLASS_KEYS)
@@ -683,10 +683,14 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
             if inst.model.layers < pp:
                 raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
                               " layers", "use fewer pipeline stages")
-            if inst.model.layers % v or inst.model.layers < v * pp:
+            if embedding or loss:  # Megatron-core's split with the slots (R4)
+                with config_errors_as(path, field, "give layers_per_stage"):
+                    layers = megatron_split(inst.model.layers, pp, v, embedding=embedding, loss=loss)
+            elif inst.model.layers % v or inst.model.layers < v * pp:
                 raise c.error("stages", f"{pp} stages of {v} chunks do not split the model's"
                               f" {inst.model.layers} layers", "give layers_per_stage")
-            layers = default_layer_split(inst.model.layers, pp, v)
+            else:
+                layers = default_layer_split(inst.model.layers, pp, v)
         full = c.int_list("full_recompute_layers", pp)
         if full is None:
             full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
@@ -714,6 +718,7 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
             zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
             classes=tuple(classes),
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
+            embedding_in_split=embedding, loss_in_split=loss,
         )
         plan.check_against(inst)
     unpriced = unpriced_reason(zero, max(len(c.stage_groups) for c in plan.classes))
@@ -796,8 +801,9 @@ def class_plan_to_mapping(plan: ClassPlan, inst: ClusterInstance) -> dict:
     v = {"virtual_stages": plan.virtual_stages} if plan.virtual_stages > 1 else {}
     ep = {"ep": plan.ep} if plan.ep > 1 else {}
     etp = {"etp": plan.etp} if plan.etp is not None else {}
+    slots = {k: True for k in ("embedding_in_split", "loss_in_split") if getattr(plan, k)}
     tp = {names[g]: t for g, t in plan.group_tp} if plan.group_tp else plan.tp
-    return {"tp": tp, **cp, **v, **ep, **etp, "micro_batch": plan.micro_batch,
+    return {"tp": tp, **cp, **v, **slots, **ep, **etp, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
             "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,

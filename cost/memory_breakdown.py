@@ -49,8 +49,8 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     spp = w + g + opt
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
-    uneven = schedule.uneven_chunk_mem_bytes(c, n, r, plan.embedding_in_split, plan.loss_in_split)
-    total = schedule.stage_mem_bytes(c, n, r) + uneven
+    uneven = schedule.uneven_chunk_mem_bytes(c, n, r)  # included in stage_mem_bytes
+    total = schedule.stage_mem_bytes(c, n, r)
     fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     runtime = memory.runtime_bytes(tp, cp, o.dp, pp)

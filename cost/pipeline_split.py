@@ -155,3 +155,48 @@ def chunk_items_held(held: int, pp: int, v: int, chunk: int) -> int:
     groups, rest = divmod(held, pp)
     full = sum(1 for g in range(groups) if g % v == chunk) * pp
     return full + (rest if groups % v == chunk else 0)
+
+
+def slot_offsets(pp: int, embedding: bool, loss: bool) -> tuple[int, ...]:
+    """Per stage, the layer slots the embedding and loss take (R4): stage s holding k_s chunks of
+    equal slots holds v k_s - offset_s decoder layers. The search's split models (formulations/)
+    and exhaustive search read the rule here, so every backend allows the same counts."""
+    out = [0] * pp
+    out[0] += int(embedding)
+    out[-1] += int(loss)
+    return tuple(out)
+
+
+def stage_layer_counts(pp: int, v: int, slots: int, embedding: bool, loss: bool):
+    """(pp, slots // v) int array: the decoder layers stage s holds with k = 1..slots // v chunks
+    of v slots each (slot_offsets); slots = layers + the embedding's and loss's."""
+    import numpy as np
+    k = v * np.arange(1, slots // v + 1, dtype=np.int64)[None, :]
+    return k - np.asarray(slot_offsets(pp, embedding, loss), np.int64)[:, None]
+
+
+def short_chunk_factors(in_flight, v: int, embedding: bool, loss: bool):
+    """Per stage, f_s of cost/schedule.uneven_chunk_mem_bytes: (in_flight_s - h_s) / in_flight_s,
+    h_s the passes of the stage's short chunk among those it holds (chunk_items_held: stage 0's
+    first chunk with the embedding slot, the last stage's last with the loss slot); 0 on a stage
+    without one, or holding nothing."""
+    import numpy as np
+    in_flight = np.asarray(in_flight, float)
+    pp = len(in_flight)
+    out = np.zeros(pp)
+    for s, chunk, on in ((0, 0, embedding), (pp - 1, v - 1, loss)):
+        if not on or in_flight[s] == 0:
+            continue
+        held = int(round(in_flight[s] * v))
+        out[s] += (in_flight[s] - chunk_items_held(held, pp, v, chunk)) / in_flight[s]
+    return out
+
+
+def slot_relief_bytes(in_flight, v: int, embedding: bool, loss: bool, act, ckpt):
+    """Per stage, the most the short chunk's correction f_s ((n - r) act + r ckpt) / n can take
+    off the linear memory terms: -f_s max(act, ckpt, 0) where f_s < 0 (stage 0 with the
+    embedding slot holds fewer layer passes than its average prices); 0 elsewhere. A linear
+    memory row whose stage term is lowered by it accepts every split that fits."""
+    import numpy as np
+    f = short_chunk_factors(in_flight, v, embedding, loss)
+    return np.where(f < 0, -f * np.maximum(np.maximum(act, ckpt), 0), 0.0)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.partition_names import check_partitions
+from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.specs import (ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace,
                                  moe_fold_problem)
 
@@ -169,6 +170,10 @@ class _Modes:
     # every group the plan uses, with `tp` the first stage's group's; empty: `tp` on every group
     # (solver/space.py says where the space has several)
     group_tp: tuple[tuple[int, int], ...] = ()
+    # the embedding / loss counted as a layer slot of the first stage's first / the last
+    # stage's last model chunk (cost/specs.Outer, cost/pipeline_split.py), in every class
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     def tp_of(self, group: int) -> int:
         """The tensor-parallel degree of the stages on `group`."""
@@ -263,7 +268,8 @@ class ClassPlan(_Modes):
                            virtual_stages=self.virtual_stages,
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
-                           family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp)
+                           family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp,
+                           embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
 
     def _check_group_tp(self, inst: ClusterInstance) -> None:
         """group_tp's own rules (the space's, solver/space.py): one class, every group it
@@ -363,14 +369,17 @@ def _micro_batches_per_class(plan: ClassPlan, inst: ClusterInstance) -> None:
 
 def _virtual_stages(plan: ClassPlan, inst: ClusterInstance) -> None:
     v = plan.virtual_stages
+    for c in plan.classes:  # the chunk rule of cost/pipeline_split.py, with the slots
+        problem = chunk_problem(c.layers_per_stage, v, plan.embedding_in_split, plan.loss_in_split)
+        if problem:
+            raise ConfigError(problem)
     if v <= 1:
         return
     for c in plan.classes:
         pp = len(c.stage_groups)
-        if pp == 1 or c.num_micro_batches % pp or any(n % v for n in c.layers_per_stage):
-            raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1, a"
-                              " micro-batch count that is a multiple of pp and layer"
-                              " counts that are multiples of virtual_stages")
+        if pp == 1 or c.num_micro_batches % pp:
+            raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1 and a"
+                              " micro-batch count that is a multiple of pp")
         if len(plan.classes) > 1 and c.num_micro_batches < 2 * pp:
             raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
                               " micro-batches per replica (solver/space.py)")

@@ -20,7 +20,8 @@ import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
 from paraplan.cost.flops import layer_matmuls, moe_dense_view
-from paraplan.cost.pipeline_split import chunk_items_held
+from paraplan.cost.pipeline_split import short_chunk_factors
+from paraplan.cost.pipeline_split import slot_relief_bytes as _slot_relief_bytes
 
 
 def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -33,34 +34,52 @@ def sync_times_s(c: StageCoefficients, n: np.ndarray) -> np.ndarray:
 
 
 def stage_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
-    return (c.stage_mem_bytes + n * (c.layer_state_bytes + c.layer_act_bytes)
-            - r * (c.layer_act_bytes - c.layer_ckpt_bytes))
+    """Peak memory per stage of splits n (..., pp) with r (..., pp) fully recomputed layers:
+    the linear terms, plus uneven_chunk_mem_bytes where the outer counts the embedding or loss
+    as a layer slot (c.outer.embedding_in_split / loss_in_split)."""
+    linear = (c.stage_mem_bytes + n * (c.layer_state_bytes + c.layer_act_bytes)
+              - r * (c.layer_act_bytes - c.layer_ckpt_bytes))
+    if not (c.outer.embedding_in_split or c.outer.loss_in_split):
+        return linear
+    return linear + uneven_chunk_mem_bytes(c, n, r)
 
 
-def uneven_chunk_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray, embedding: bool,
-                           loss: bool) -> np.ndarray:
-    """Per stage, the activation memory stage_mem_bytes misses where a stage's chunks are not
+def uneven_chunk_factors(c: StageCoefficients) -> np.ndarray:
+    """Per stage, f_s of uneven_chunk_mem_bytes (pipeline_split.short_chunk_factors)."""
+    if not c.in_flight.size:  # coefficients that hold no activations in flight
+        return np.zeros(c.pp)
+    return short_chunk_factors(c.in_flight, c.outer.virtual_stages, c.outer.embedding_in_split,
+                               c.outer.loss_in_split)
+
+
+def uneven_chunk_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per stage, the activation memory the linear terms miss where a stage's chunks are not
     equal: with the embedding (loss) counted as a layer slot (cost/pipeline_split.py), stage 0's
-    first (the last stage's last) chunk holds one layer fewer, while stage_mem_bytes holds every
+    first (the last stage's last) chunk holds one layer fewer, while the linear terms hold every
     chunk in flight at the stage's average (n_s / v layers; c.in_flight). Exactly, the stage
     holds W = v in_flight_s chunk passes of (n_s + 1) / v layers, of which h, those of the short
     chunk (chunk_items_held), one layer fewer: W (n_s + 1) / v - h layers' activations, i.e.
-    in_flight_s - h more than priced, each at the stage's average bytes per layer and pass.
+    in_flight_s - h more than priced, each at the stage's average bytes per layer and pass:
+        f_s ((n_s - r_s) act_s + r_s ckpt_s) / n_s,   f_s = (in_flight_s - h) / in_flight_s.
     Llama-3.1 405B on pp 8, v 8, 192 micro-batches: stage 0 holds 71 passes, 15 of them of its
     first chunk: 127 layer activations where 133.1 are priced (-6.1); stage 7 holds 57, one
-    of its last: 113 where 106.9 are priced (+6.1). Zero without the flags, and with v = 1."""
-    pp, v = c.pp, c.outer.virtual_stages
-    out = np.zeros(pp)
-    if not c.in_flight.size:  # coefficients that hold no activations in flight
-        return out
-    for s, chunk, on in ((0, 0, embedding), (pp - 1, v - 1, loss)):
-        if not on or c.in_flight[s] == 0:
-            continue
-        held = int(round(c.in_flight[s] * v))
-        extra = c.in_flight[s] - chunk_items_held(held, pp, v, chunk)
-        per_layer = ((n[s] - r[s]) * c.layer_act_bytes[s] + r[s] * c.layer_ckpt_bytes[s]) / n[s]
-        out[s] += extra * per_layer / c.in_flight[s]
-    return out
+    of its last: 113 where 106.9 are priced (+6.1). Zero without the flags, and with v = 1.
+    f_s >= -1 (the exact count is >= 0), so the corrected memory still falls as r grows when
+    ckpt < act."""
+    f = uneven_chunk_factors(c)
+    n, r = np.asarray(n, float), np.asarray(r, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_layer = ((n - r) * c.layer_act_bytes + r * c.layer_ckpt_bytes) / n
+    return np.where(f != 0, f * np.nan_to_num(per_layer), 0.0)
+
+
+def slot_relief_bytes(c: StageCoefficients) -> np.ndarray:
+    """Per stage, the most uneven_chunk_mem_bytes can take off the linear terms
+    (pipeline_split.slot_relief_bytes): a linear memory row lowered by it is a relaxation."""
+    if not c.in_flight.size:
+        return np.zeros(c.pp)
+    return _slot_relief_bytes(c.in_flight, c.outer.virtual_stages, c.outer.embedding_in_split,
+                              c.outer.loss_in_split, c.layer_act_bytes, c.layer_ckpt_bytes)
 
 
 def pipeline_time_s(t: np.ndarray, m: int, v: int) -> np.ndarray:
@@ -75,11 +94,24 @@ def iteration_time_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.n
             + sync_times_s(c, n).max(axis=-1))
 
 
+def first_stage_min_layers(c: StageCoefficients) -> int:
+    """Fewest decoder layers stage 0 may hold so that its first model chunk holds the layers the
+    coefficients price there (StageCoefficients.first_chunk_min_layers = d: an MoE model's
+    dense prefix; 1 otherwise): v d. With the embedding counted as a layer slot of that chunk
+    (c.outer.embedding_in_split) the chunk holds (n_0 + 1) / v - 1 layers, so v (d + 1) - 1 for
+    a prefix of d > 1; without one (d = 1) the chunk may hold the embedding alone, as
+    Megatron-core allows, so v - 1. (The space offers no embedding slot to an MoE model with a
+    dense prefix, solver/space.py, where d = 1 would be ambiguous.)"""
+    v, d = c.outer.virtual_stages, c.first_chunk_min_layers
+    if not c.outer.embedding_in_split:
+        return v * d
+    return v * (d + 1) - 1 if d > 1 else v - 1
+
+
 def holds_dense_prefix(c: StageCoefficients, n: np.ndarray) -> np.ndarray:
-    """Whether stage 0's first model chunk (n_0 / v layers) holds the layers the coefficients
-    price there (StageCoefficients.first_chunk_min_layers: an MoE model's dense prefix)."""
-    n = np.asarray(n, float)
-    return n[..., 0] >= c.outer.virtual_stages * c.first_chunk_min_layers
+    """Whether stage 0's first model chunk holds the layers the coefficients price there
+    (first_stage_min_layers)."""
+    return n[..., 0] >= first_stage_min_layers(c)
 
 
 def fits(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:

@@ -97,8 +97,7 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
 
     t = schedule.stage_times_s(c, n, r)
     d = schedule.sync_times_s(c, n)
-    mem = schedule.stage_mem_bytes(c, n, r) + schedule.uneven_chunk_mem_bytes(
-        c, n, r, plan.embedding_in_split, plan.loss_in_split)
+    mem = schedule.stage_mem_bytes(c, n, r)  # with the short chunks' correction (plan.outer's flags)
     iter_time = float(schedule.iteration_time_s(c, n, r))
     exposed, overlapped, k = critical_path(c, plan.num_micro_batches, n, r, plan.virtual_stages,
                                            float(d.max()))

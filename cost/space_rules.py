@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paraplan.cost.dualpipe import schedule_problem
-from paraplan.cost.framework_rules import Refusal
-from paraplan.cost.specs import Attention, ClusterSpec, JobSpec, ModelSpec, PipelineSchedule, SearchSpace
+from paraplan.cost.framework_rules import MEGATRON_FEATURE_YEARS, Refusal
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, JobSpec, ModelSpec, PipelineSchedule,
+                                 SearchSpace)
 from paraplan.cost.units import bytes_to_gib
 
 
@@ -48,6 +49,30 @@ def _powers_of_two(limit: int) -> list[int]:
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def split_slots_run(job: JobSpec, space: SearchSpace) -> bool:
+    """Whether the job's framework release counts the embedding / loss as a pipeline layer slot
+    (Megatron-core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
+    split, from core 0.11.0: framework_rules.MEGATRON_FEATURE_YEARS), so that the space offers
+    those splits (solver/space.py). Not with search.uniform_split (the baseline's even split)
+    nor with per-operator layer plans beside Megatron's (search.tensor_partitions: the layer-plan
+    bounds of solver/class_partitions.py read whole chunks of v layers)."""
+    year = job.release.year if job.framework_version is not None else None
+    return (job.framework is Framework.MEGATRON and not space.uniform_split
+            and tuple(space.tensor_partitions) == ("megatron",)
+            and (year is None or year >= MEGATRON_FEATURE_YEARS["split_slots"]))
+
+
+def slot_modes(layers: int, v: int, slots: bool) -> list[tuple[bool, bool]]:
+    """The (embedding_in_split, loss_in_split) pairs a split into v model chunks per stage can
+    run: those with v dividing layers + the slots counted (cost/pipeline_split.py R4 with any
+    count per stage). With v = 1 the slots change no chunk, so none are offered; without
+    `slots` (split_slots_run) only v dividing the layers. The unflagged pair first, so that on
+    a tie the space's order keeps the plan without the flags."""
+    if v == 1 or not slots:
+        return [(False, False)] if layers % v == 0 else []
+    return [(e, l) for e in (False, True) for l in (False, True) if (layers + e + l) % v == 0]
 
 
 def tp_problem(t: int, model: ModelSpec, gpus: int, gpus_per_node: int,
@@ -319,12 +344,13 @@ def _micro_batch_rule(c: _Admitted) -> Refusal | None:
 def _virtual_stages_rule(c: _Admitted) -> Refusal | None:
     if "virtual_stages" not in c.given or c.space.virtual_stages is None:
         return None
-    layers = c.model.layers
+    layers, slots = c.model.layers, split_slots_run(c.job, c.space)
     for v in c.space.virtual_stages:
-        if v > 1 and layers % v:
+        if v > 1 and not slot_modes(layers, v, slots):
             return Refusal("virtual_stages", f"virtual_stages={v} does not divide the"
-                           f" model's {layers} layers", _DROP)
-        if v > 1 and not any(p > 1 and v * p <= layers for p in c.pps):
+                           f" model's {layers} layers" + (" (nor with the embedding and loss counted"
+                                                          " as layers)" if slots else ""), _DROP)
+        if v > 1 and not any(p > 1 and v * p <= layers + 2 * slots for p in c.pps):
             return Refusal("virtual_stages", f"virtual_stages={v} needs pp > 1 with"
                            f" {v} x pp <= {layers} layers, and no admissible pp has it", _DROP)
     return None
@@ -394,14 +420,14 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
 
 
 def groups_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
-                          given: frozenset[str], flash: bool = True) -> Refusal | None:
+                          given: frozenset[str], flash: bool = True, slots: bool = False) -> Refusal | None:
     """The first `search:` value (keys in `given`) a mixed cluster's plans can never use: the
     rules of GROUP_SEARCH_RULES in order.
 
     Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
     refused, never dropped: uniform_split and per-operator partitions; and a tp, cp or
     virtual_stages value that no plan can use."""
-    ctx = _GroupSearch(space, model, clusters, given, flash)
+    ctx = _GroupSearch(space, model, clusters, given, flash, slots)
     return next((refusal for rule in GROUP_SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
 
 
@@ -412,6 +438,7 @@ class _GroupSearch:
     clusters: list[ClusterSpec]  # one per node group
     given: frozenset[str]
     flash: bool
+    slots: bool = False  # split_slots_run: the embedding / loss may count as layer slots
 
 
 def _group_cp_rule(c: _GroupSearch) -> Refusal | None:
@@ -431,7 +458,7 @@ def _group_virtual_stages_rule(c: _GroupSearch) -> Refusal | None:
         return None
     layers = c.model.layers
     for v in c.space.virtual_stages:
-        if layers % v or layers < 2 * v:
+        if not slot_modes(layers, v, c.slots) or layers + 2 * c.slots < 2 * v:
             return Refusal("virtual_stages", f"virtual_stages={v} does not split the model's"
                            f" {layers} layers into chunks of two stages or more", _DROP)
     return None

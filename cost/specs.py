@@ -721,6 +721,12 @@ class Outer:
     # default). Stored canonically: an etp equal to tp is None, so a plan file without etp and
     # one naming etp = tp are the same plan. Read it through `expert_tp`.
     etp: int | None = None
+    # Megatron-core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
+    # split: the embedding (loss) counts as a layer slot of stage 0's first (stage pp-1's last)
+    # model chunk, which then holds one decoder layer fewer (cost/pipeline_split.py). A mode of
+    # the outer configuration, like v: it decides which layer counts each stage may hold.
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages",
@@ -761,8 +767,6 @@ class Plan(Outer):
     # per-operator tensor partitions, ((operator, partition), ...) as in cost/partition.py;
     # empty: Megatron 1-D tensor parallelism (the default)
     partitions: tuple[tuple[str, str], ...] = field(default=())
-    embedding_in_split: bool = False
-    loss_in_split: bool = False
 
     def __post_init__(self) -> None:
         Outer.__post_init__(self)

@@ -21,6 +21,9 @@ Parameters (per scenario and class, a `StageCoefficients` c[sigma][k] with array
 
 Variables
     n_ks in v..L, multiples of v; r_ks in 0..R   layers and fully recomputed layers of stage s of class k;
+            with the embedding / loss counted as a layer slot (the outer's flags, v > 1),
+            n_ks = v c_ks - o_s, c_ks >= 1 chunks, o_s the slots the first / last stage gives
+            them (cost/pipeline_split.slot_offsets); sum_s c_ks = (L + e + l) / v;
             n_k0 >= v d0_k (c.first_chunk_min_layers: an MoE model's dense prefix, priced on
             the class's first stage, must sit in its first model chunk; 1 otherwise)
     m_k  in lo_k..m_max_k, lo_k + st_k j_k       micro-batches per replica of class k
@@ -77,7 +80,8 @@ import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.class_coefficients import iteration_time_s
-from paraplan.cost.schedule import fits
+from paraplan.cost.schedule import first_stage_min_layers, fits
+from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S,
                                            exact_memory_points, relaxed_mem)
 from paraplan.formulations.result import SolverError
@@ -119,6 +123,18 @@ class MultiClassProblem:
 
     def pp(self, k: int) -> int:
         return self.coeffs[0][k].pp
+
+    @property
+    def slots(self) -> int:
+        """Layer slots of a pipeline: the layers, plus the embedding and the loss where the outer
+        counts them (cost/specs.Outer.embedding_in_split / loss_in_split)."""
+        o = self.coeffs[0][0].outer
+        return self.layers + o.embedding_in_split + o.loss_in_split
+
+    def slot_offsets(self, k: int) -> tuple[int, ...]:
+        """Per stage of class k, the slots the embedding and loss take (n_ks = v chunks - it)."""
+        o = self.coeffs[0][k].outer
+        return slot_offsets(self.pp(k), o.embedding_in_split, o.loss_in_split)
 
     def min_micro_batches(self, k: int) -> int:
         """lo_k of the module docstring."""
@@ -259,13 +275,14 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
         if st > 1:  # m_k = lo_k + st_k j_k
             j = model.new_int_var(0, (hi - lo) // st, f"j_k{k}")
             model.add(m[k] == lo + st * j)
-        if v > 1:  # whole chunks of v layers per stage
+        if v > 1:  # whole chunks of v slots per stage, the embedding / loss taking one each
+            off = p.slot_offsets(k)
             for s in range(pp):
-                chunks = model.new_int_var(1, L // v, f"chunks_k{k}_s{s}")
-                model.add(n[k][s] == v * chunks)
+                chunks = model.new_int_var(1, p.slots // v, f"chunks_k{k}_s{s}")
+                model.add(n[k][s] == v * chunks - off[s])
         model.add(sum(n[k]) == L)
-        if c.first_chunk_min_layers > 1:  # the dense prefix sits in stage 0's first chunk
-            model.add(n[k][0] >= v * c.first_chunk_min_layers)
+        if first_stage_min_layers(c) > v - p.slot_offsets(k)[0]:  # stage 0's first chunk holds the dense prefix
+            model.add(n[k][0] >= first_stage_min_layers(c))
         b, wq, h, cap = relaxed_mem(c, mu)
         for s in range(pp):
             model.add(r[k][s] <= n[k][s])

@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from paraplan.cost.schedule import stage_mem_bytes
+from paraplan.cost.schedule import first_stage_min_layers, slot_relief_bytes, stage_mem_bytes
 from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S, INTEGRALITY_TOL,
                                         MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model, run_model)
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done
@@ -123,13 +123,16 @@ def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, in
         n.append([api.int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
         r.append([api.int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
         api.add(sum(n[k]) == L, f"C1_layers_k{k}")
-        if c.first_chunk_min_layers > 1:  # the dense prefix sits in stage 0's first chunk
-            api.add(n[k][0] >= v * c.first_chunk_min_layers, f"C1_dense_prefix_k{k}")
-        if v > 1:  # whole chunks of v layers per stage
+        if first_stage_min_layers(c) > v - p.slot_offsets(k)[0]:  # stage 0's first chunk holds the dense prefix
+            api.add(n[k][0] >= first_stage_min_layers(c), f"C1_dense_prefix_k{k}")
+        if v > 1:  # whole chunks of v slots per stage, the embedding / loss taking one each
+            off = p.slot_offsets(k)
             for s in range(pp):
-                chunks = api.int_var(1, L // v, f"chunks_k{k}_s{s}")
-                api.add(n[k][s] == v * chunks, f"C1_chunks_k{k}_s{s}")
-        b = (c.stage_mem_bytes / MEM_UNIT_BYTES).tolist()
+                chunks = api.int_var(1, p.slots // v, f"chunks_k{k}_s{s}")
+                api.add(n[k][s] == v * chunks - off[s], f"C1_chunks_k{k}_s{s}")
+        # relaxed (cuts decide): the short chunk's correction lowers stage 0's memory at most by
+        # quantize.slot_relief_bytes
+        b = ((c.stage_mem_bytes - slot_relief_bytes(c)) / MEM_UNIT_BYTES).tolist()
         w = ((c.layer_state_bytes + c.layer_act_bytes) / MEM_UNIT_BYTES).tolist()
         h = ((c.layer_act_bytes - c.layer_ckpt_bytes) / MEM_UNIT_BYTES).tolist()
         cap = (c.capacity_bytes / MEM_UNIT_BYTES + MEM_MARGIN_MIB).tolist()  # relaxed: cuts decide

@@ -55,7 +55,8 @@ Objective: v times the iteration time, in quanta, so that every coefficient is a
     minimise  (v m - 1) T_max + Σ_s (â_s + v k_s t̂_s + r_s û_s) + v D_max
 
 Constraints
-    C1_layers          Σ_s v k_s = L
+    C1_layers          Σ_s v k_s = L   (with the embedding / loss slots, n_s = v k_s - o_s and
+                                       Σ_s v k_s = L + e + l: cost/pipeline_split.slot_offsets)
     C2_recompute_s{s}  r_s <= v k_s
     C3_mem_s{s}        b̂_s + v k_s ŵ_s - r_s ĥ_s <= K̂_s
     C4_pace_s{s}       T_max >= â_s + v k_s t̂_s + r_s û_s
@@ -79,6 +80,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.pipeline_split import stage_layer_counts
+from paraplan.cost.schedule import slot_relief_bytes, stage_mem_bytes
 
 TIME_QUANTUM_S = 1e-9  # finest time quantum: 1 ns
 OBJECTIVE_LIMIT_QUANTA = 2**40  # scaled objective stays well inside int64 and exact in a double
@@ -110,17 +113,22 @@ class QuantizedCoefficients:
 
 def fit_recompute_range(c: StageCoefficients, n: np.ndarray, max_recompute: int) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi), int64 arrays of shape (pp, len(n)): the fully recomputed layers r that fit
-    stage s with n[j] layers are exactly lo[s, j] <= r <= hi[s, j] (none where lo > hi), by the
-    predicate of the module docstring (Exact memory)."""
-    n = np.asarray(n, np.int64)[None, :]
+    stage s with n[j] layers (n: (len,), or (pp, len) per stage: the layer slots of
+    cost/pipeline_split.stage_layer_counts) are exactly lo[s, j] <= r <= hi[s, j] (none where
+    lo > hi), by the predicate of the module docstring (Exact memory)."""
+    n = np.asarray(n, np.int64)
+    n = n[None, :] if n.ndim == 1 else n
     r_cap = np.minimum(n, max_recompute) + np.zeros((c.pp, 1), np.int64)
     col = (slice(None), None)
-    saving = (c.layer_act_bytes - c.layer_ckpt_bytes)[col]
+    n_f = (n + np.zeros((c.pp, 1), np.int64)).astype(float).T  # (len, pp), as schedule reads it
 
-    def mem(r: np.ndarray) -> np.ndarray:  # cost.schedule.stage_mem_bytes, the same operations
-        return (c.stage_mem_bytes[col] + n.astype(float) * (c.layer_state_bytes + c.layer_act_bytes)[col]
-                - r.astype(float) * saving)
+    def mem(r: np.ndarray) -> np.ndarray:  # cost.schedule.stage_mem_bytes itself
+        return stage_mem_bytes(c, n_f, r.astype(float).T).T
 
+    # the bytes one more recomputed layer frees (linear in r; with the slots' correction too)
+    saving = (c.layer_act_bytes - c.layer_ckpt_bytes)[col] + np.zeros(r_cap.shape)
+    if c.outer.embedding_in_split or c.outer.loss_in_split:
+        saving = mem(np.zeros_like(r_cap)) - mem(np.ones_like(r_cap))
     cap = c.capacity_bytes[col]
     over = mem(np.zeros_like(r_cap)) - cap
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -156,7 +164,7 @@ def relaxed_mem(c: StageCoefficients, mu: int) -> tuple[list[int], list[int], li
     """(b, w, h, K) in quanta of mu bytes rounded the other way from `quantize` (use down,
     saving and capacity up, capacity one quantum more): every split that fits exactly
     satisfies b + w n - h r <= K, so a model with this row is a relaxation of the exact one."""
-    b = np.floor(c.stage_mem_bytes / mu)
+    b = np.floor((c.stage_mem_bytes - slot_relief_bytes(c)) / mu)
     w = np.floor((c.layer_state_bytes + c.layer_act_bytes) / mu)
     h = np.ceil((c.layer_act_bytes - c.layer_ckpt_bytes) / mu)
     K = np.ceil(c.capacity_bytes / mu) + 1
@@ -165,15 +173,18 @@ def relaxed_mem(c: StageCoefficients, mu: int) -> tuple[list[int], list[int], li
 
 def exact_memory_points(c: StageCoefficients, v: int, max_recompute: int, mu: int):
     """What a model with `relaxed_mem`'s rows must exclude to accept exactly the splits that fit:
-    per stage, (the layer counts n, multiples of v, with which some r fits; the (n, r) the
-    relaxed row accepts that do not fit). The second list is short: only splits within a few
-    quanta of a capacity differ."""
+    per stage, (the layer counts n it may hold, v k - offset_s for k chunks of v slots
+    (cost/pipeline_split.stage_layer_counts), with which some r fits; the (n, r) the relaxed
+    row accepts that do not fit). The second list is short: only splits within a few quanta of
+    a capacity differ."""
     b, w, h, K = relaxed_mem(c, mu)
-    n = v * np.arange(1, c.layers // v + 1, dtype=np.int64)
-    lo, hi = fit_recompute_range(c, n, max_recompute)
-    r_cap = np.minimum(n, max_recompute)
+    e, l = c.outer.embedding_in_split, c.outer.loss_in_split
+    grid = stage_layer_counts(c.pp, v, c.layers + e + l, e, l)
+    lo, hi = fit_recompute_range(c, grid, max_recompute)
     allowed, forbidden = [], []
     for s in range(c.pp):
+        n = grid[s]
+        r_cap = np.minimum(n, max_recompute)
         need = b[s] + w[s] * n - K[s]  # the relaxed row: h r >= need
         if h[s] > 0:
             rel_lo, rel_hi = np.maximum(0, -(-need // h[s])), r_cap

@@ -7,7 +7,10 @@ It solves the integer model of formulations/quantize.py on its quantised coeffic
 Sets
     S = {0, ..., pp-1}        pipeline stages
     J = {1, ..., N}           chunk counts of one stage, N = L / v (no split exists unless v | L
-                              and N >= pp: every stage holds at least one chunk)
+                              and N >= pp: every stage holds at least one chunk); with the
+                              embedding / loss counted as a layer slot (the outer's flags),
+                              N = (L + e + l) / v and stage s holds n = v k - o_s layers
+                              (cost/pipeline_split.stage_layer_counts)
 
 Parameters (integers; quantize.py's docstring, marked ^ there)
     â_s, t̂_s, û_s, ê_s, ĝ_s   [time quanta]   per-stage time coefficients
@@ -90,7 +93,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
-from paraplan.cost.schedule import fits, iteration_time_s
+from paraplan.cost.pipeline_split import slot_offsets, stage_layer_counts
+from paraplan.cost.schedule import first_stage_min_layers, fits, iteration_time_s
 from paraplan.formulations.quantize import QuantizedCoefficients, fit_recompute_range, quantize
 from paraplan.formulations.result import SolverError, SplitResult
 
@@ -111,12 +115,15 @@ class StageTables:
 
 
 def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], pp: int, layers: int,
-                 v: int, first_min: int = 1) -> StageTables:
+                 v: int, first_min: int | None = None, n: np.ndarray | None = None) -> StageTables:
     """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring; `fit` =
-    quantize.fit_recompute_range(c, v k for k in 1..N, R), the exact memory intervals; stage 0
-    needs k >= first_min (StageCoefficients.first_chunk_min_layers: an MoE dense prefix)."""
-    N = layers // v
-    n = v * np.arange(1, N + 1, dtype=np.int64)[None, :]  # (1, N)
+    quantize.fit_recompute_range(c, n, R), the exact memory intervals, for `n` (pp, N) the
+    layers stage s holds with k chunks (default v k; with the embedding / loss slots v k - 1 on
+    the end stage, cost/pipeline_split.stage_layer_counts); stage 0 needs n_0 >= first_min
+    (schedule.first_stage_min_layers: an MoE dense prefix in its first chunk)."""
+    first_min = v if first_min is None else first_min
+    if n is None:
+        n = v * np.arange(1, layers // v + 1, dtype=np.int64)[None, :] + np.zeros((pp, 1), np.int64)
 
     def col(x: np.ndarray) -> np.ndarray:
         return np.asarray(x, np.int64).reshape(pp, 1)
@@ -125,7 +132,7 @@ def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], p
     e, g = col(Q.stage_sync_q), col(Q.layer_sync_q)
     lo, hi = fit
     feasible = lo <= hi
-    feasible[0, :first_min - 1] = False
+    feasible[0] &= n[0] >= first_min
     r = np.where(u >= 0, lo, hi)
     stage = np.where(feasible, a + n * t + r * u, INF)
     sync = np.where(feasible, e + n * g + np.zeros_like(r), INF)
@@ -390,7 +397,7 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
             return SplitResult(status=status, layers_per_stage=None, full_recompute_layers=None,
                                objective_s=None, bound_s=bound, wall_time_s=time.perf_counter() - start,
                                backend="dp", quantum_s=Q.time_quantum_s)
-        n = v * k
+        n = grid[np.arange(pp), k - 1]
         r = tab.recompute[np.arange(pp), k - 1]
         if not fits(c, n, r):
             raise SolverError(f"dp split n={tuple(n)}, r={tuple(r)} does not fit after re-checking with "
@@ -401,12 +408,15 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
                            wall_time_s=time.perf_counter() - start, backend="dp",
                            quantum_s=Q.time_quantum_s)
 
-    if L % v or L // v < pp:
+    emb, loss = c.outer.embedding_in_split, c.outer.loss_in_split
+    slots = L + emb + loss  # k_s chunks of v slots; the embedding / loss take one each
+    if slots % v or slots // v < pp:
         tab = None
         return result("infeasible", None, None)
-    N = L // v
-    fit = fit_recompute_range(c, v * np.arange(1, N + 1), Q.max_recompute)
-    tab = stage_tables(Q, fit, pp, L, v, c.first_chunk_min_layers)
+    N = slots // v
+    grid = stage_layer_counts(pp, v, slots, emb, loss)
+    fit = fit_recompute_range(c, grid, Q.max_recompute)
+    tab = stage_tables(Q, fit, pp, L, v, first_stage_min_layers(c), grid)
     if not tab.feasible.any(axis=1).all():
         return result("infeasible", None, None)
     search = _Search(tab, N)
@@ -422,8 +432,9 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
     cut_f = best_f
     if hint is not None:
         hn = np.asarray(hint[0], np.int64)
-        if hn.shape == (pp,) and not (hn % v).any() and hn.sum() == L and (hn >= v).all():
-            hk = hn // v
+        off = np.asarray(slot_offsets(pp, emb, loss), np.int64)
+        if hn.shape == (pp,) and not ((hn + off) % v).any() and hn.sum() == L and (hn + off >= v).all():
+            hk = (hn + off) // v
             if feas[np.arange(pp), hk - 1].all():  # the table's r is at least as good as the hint's
                 val = _value(tab, hk, alpha, beta)
                 if val < best_f:

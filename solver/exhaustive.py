@@ -33,6 +33,7 @@ from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.groups_loader import as_flat_plan, as_one_group
 from paraplan.cost.plan_specs import ClusterInstance, ClassPlan
 from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
@@ -81,24 +82,33 @@ class ExhaustiveResult:
 
 
 @lru_cache(maxsize=256)
-def compositions(layers: int, pp: int, v: int) -> np.ndarray:
-    """All splits of `layers` into pp positive multiples of v, shape (K, pp), lexicographic."""
-    chunks = layers // v
-    rows = [tuple(v * (b - a) for a, b in zip((0,) + cut, cut + (chunks,)))
+def compositions(layers: int, pp: int, v: int, slots: tuple[bool, bool] = (False, False)) -> np.ndarray:
+    """All splits of `layers` into pp positive multiples of v, shape (K, pp), lexicographic;
+    with `slots` (the embedding / loss counted as a layer slot), of layers + slots into
+    multiples of v, less the first / last stage's slot (cost/pipeline_split.slot_offsets)."""
+    off = slot_offsets(pp, *slots)
+    chunks = (layers + sum(slots)) // v
+    rows = [tuple(v * (b - a) - o for a, b, o in zip((0,) + cut, cut + (chunks,), off))
             for cut in itertools.combinations(range(1, chunks), pp - 1)]
     return np.array(rows, float).reshape(-1, pp)
 
 
-def _composition_blocks(layers: int, pp: int, v: int, block: int):
+def _composition_blocks(layers: int, pp: int, v: int, block: int, slots: tuple[bool, bool] = (False, False)):
     """compositions(layers, pp, v) in consecutive blocks of at most `block` splits, in the same
     order, each listed when it is read: DeepSeek-V3's 61 layers on 16 stages have ~5e13 splits,
     which compositions() built whole, past any time limit (exhaustive --time-limit-s 2 ran > 120 s)."""
-    chunks = layers // v
+    chunks = (layers + sum(slots)) // v
+    off = np.array(slot_offsets(pp, *slots), float)
     cuts = itertools.combinations(range(1, chunks), pp - 1)
     while part := list(itertools.islice(cuts, block)):
         c = np.array(part, float).reshape(len(part), pp - 1)
         edges = np.hstack([np.zeros((len(part), 1)), c, np.full((len(part), 1), float(chunks))])
-        yield v * np.diff(edges, axis=1)
+        yield v * np.diff(edges, axis=1) - off if any(slots) else v * np.diff(edges, axis=1)
+
+
+def _slots(c) -> tuple[bool, bool]:
+    """The embedding / loss slots a class's coefficients are priced with (cost/specs.Outer)."""
+    return (c.outer.embedding_in_split, c.outer.loss_in_split)
 
 
 def _recompute_grid(n: np.ndarray) -> np.ndarray:
@@ -158,7 +168,8 @@ def _rows_of(splits: np.ndarray, recompute: bool) -> _Rows:
 
 
 @lru_cache(maxsize=64)
-def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool) -> _Rows:
+def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool,
+                slots: tuple[bool, bool] = (False, False)) -> _Rows:
     """Every (layer split n, recompute counts r) row of one class shape. They depend on the
     shape alone, not on the outer configuration, so they are built once per shape (read-only)
     rather than once per configuration."""
@@ -166,20 +177,21 @@ def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool) ->
         from paraplan.cost.loader import default_layer_split
         splits = np.array([default_layer_split(layers, pp, v)], float)
     else:
-        splits = compositions(layers, pp, v)
+        splits = compositions(layers, pp, v, slots)
     return _rows_of(splits, recompute)
 
 
-def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bool):
+def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bool,
+                      slots: tuple[bool, bool] = (False, False)):
     """_split_rows of one class shape in blocks of whole splits, about ROW_BLOCK rows each, in
     the same row order; a shape of at most ROW_BLOCK rows is one block, built once
     (_split_rows' cache), a larger one is built block by block each time (its rows are what
     does not fit in memory)."""
-    if uniform or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
-        yield _split_rows(layers, pp, v, uniform, recompute)
+    if uniform or count_splits(layers, pp, v, recompute, uniform, slots) <= ROW_BLOCK:
+        yield _split_rows(layers, pp, v, uniform, recompute, slots)
         return
     block, size = [], 0
-    for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS):
+    for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS, slots):
         if not recompute:  # a split is a row
             yield _rows_of(splits, recompute)
             continue
@@ -193,13 +205,14 @@ def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bo
         yield _rows_of(np.array(block), recompute)
 
 
-def _rows_until(layers: int, pp: int, v: int, uniform: bool, recompute: bool, deadline: float | None) -> _Rows | None:
+def _rows_until(layers: int, pp: int, v: int, uniform: bool, recompute: bool, deadline: float | None,
+                slots: tuple[bool, bool] = (False, False)) -> _Rows | None:
     """_split_rows of one class shape, the large ones listed block by block (_composition_blocks)
     with a look at the clock between blocks: None when `deadline` passed first."""
-    if uniform or count_splits(layers, pp, v, recompute, uniform) <= ROW_BLOCK:
-        return _split_rows(layers, pp, v, uniform, recompute)
+    if uniform or count_splits(layers, pp, v, recompute, uniform, slots) <= ROW_BLOCK:
+        return _split_rows(layers, pp, v, uniform, recompute, slots)
     parts = []
-    for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS):
+    for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS, slots):
         if deadline is not None and time.perf_counter() > deadline:
             return None
         parts.append(splits)
@@ -213,11 +226,14 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     count, (count, the mask of the rows that fit). The same arithmetic as cost/schedule.py (stage_mem_bytes, fits, stage_times_s,
     sync_times_s), element by element, on stage-major arrays."""
     c0, v = p.coeffs[0][k], p.virtual_stages
-    rows = _split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute) if rows is None else rows
+    rows = (_split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute, _slots(c0))
+            if rows is None else rows)
     col = (slice(None), None)  # a per-stage coefficient against stage-major rows
     nT, rT = rows.nT, rows.rT
     mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
            - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
+    if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
+        mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
     ok = (mem <= c0.capacity_bytes[col]).all(axis=0) & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
     of = rows.of
     if not keep_all:
@@ -336,13 +352,13 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages, p.paired)
         v = o.virtual_stages
         if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
-            shape = (p.layers, p.coeffs[0][0].pp, v, p.allow_full_recompute)
+            shape = (p.layers, p.coeffs[0][0].pp, v, p.allow_full_recompute, _slots(p.coeffs[0][0]))
             pending.setdefault(shape, []).append((i, p, mvecs, o, parts))
             if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
                 return result(False)
             continue
-        listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, p.allow_full_recompute, deadline)
-                  for k in range(p.classes)]
+        listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, p.allow_full_recompute, deadline,
+                              _slots(p.coeffs[0][k])) for k in range(p.classes)]
         if any(x is None for x in listed):
             return result(False)
         rows = [_class_rows(p, k, uniform, x) for k, x in enumerate(listed)]
@@ -402,7 +418,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     c0, v = p0.coeffs[0][0], p0.virtual_stages
     best = [[(math.inf, None, None)] * len(mvecs) for _, mvecs in problems]
     counted, fit = [0] * len(problems), [0] * len(problems)
-    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, p0.allow_full_recompute):
+    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, p0.allow_full_recompute, _slots(c0)):
         for q, (p, mvecs) in enumerate(problems):
             if deadline is not None and time.perf_counter() > deadline:
                 return None

@@ -66,7 +66,7 @@ from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import class_partitions
 from paraplan.solver.bounds import memory as memory_bound, one_class
-from paraplan.solver.bounds.batched import balanced_split, lower_bounds_s, over_m
+from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers,
@@ -247,10 +247,10 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     """The better of the even split and the nominal-balanced split (balanced_split), each with
     the fewest fully recomputed layers that fit and its best m: (value, m, n, r) or None."""
     v = p.virtual_stages
-    even = [one_class.even_split(c.layers, c.pp, v) for c in p.coeffs[0]]
+    even = [one_class.even_split(c.layers, c.pp, v, one_class.slots_of(c)) for c in p.coeffs[0]]
     found = [_incumbent_for(p, mvecs, even)]
     if not uniform:
-        bal = [balanced_split(c.stage_time_s, c.layer_time_s, c.layers, v) for c in p.coeffs[0]]
+        bal = [balanced_split_of(c) for c in p.coeffs[0]]
         found.append(_incumbent_for(p, mvecs, bal))
     found = [f for f in found if f is not None]
     return min(found, key=lambda f: f[0]) if found else None
@@ -261,7 +261,8 @@ def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> ClassPlan:
     return ClassPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
-                      etp=o.etp, group_tp=o.group_tp,
+                      etp=o.etp, group_tp=o.group_tp, embedding_in_split=o.embedding_in_split,
+                      loss_in_split=o.loss_in_split,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
                                                  layers_per_stage=tuple(int(x) for x in nk),

@@ -82,6 +82,18 @@ GPU, or with idle_gpus at most that, at least one replica class, every group of 
 class. Classes sit one after another on a group (class_placement), the stage-wise one first.
 mixed_layouts counts the family without listing it (32 A100 + 32 H100: 53,908 layouts).
 
+Embedding / loss layer slots (cost/pipeline_split.py R4; Megatron-core's
+--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split, core 0.11.0):
+for a job whose release runs them (cost/space_rules.split_slots_run) every v > 1 comes with the
+modes (embedding_in_split, loss_in_split) for which v divides layers + the slots counted
+(space_rules.slot_modes; unflagged first, so a tie keeps the plan without them), each stage
+holding at least one chunk. A mode, like v, rather than a choice inside the split: Megatron
+takes the flags once per job, the mode decides which counts each stage may hold (v k, or v k - 1
+on a flagged end stage) while the split models stay the same integer models with a fixed
+offset per stage, and the bounds read it as a relaxation in whole chunks
+(solver/bounds/one_class.slot_relaxation). So v need only divide layers, layers + 1 or layers
++ 2: 126 layers run v 8 on pp 8.
+
 Outside the space by default, so a proof does not cover them unless the option is on: a group
 used in part (search.idle_gpus), a stage-wise class beside replica-wise classes
 (search.mixed_families), more replica classes on one group than search.classes_per_group. The
@@ -136,7 +148,7 @@ from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.class_coefficients import class_outer
 from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
-from paraplan.cost.space_rules import expert_layouts, moe_problem
+from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
                                            tp_choices)
@@ -180,13 +192,19 @@ def capped_micro_batches(candidates: list[int], fits) -> list[int]:
     return kept
 
 
-def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bool) -> int:
+def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bool,
+                 slots: tuple[bool, bool] = (False, False)) -> int:
     """Exact number of (layer split, recompute counts) pairs for one outer configuration:
     compositions of layers/v chunks into pp positive parts, times prod_s (n_s + 1) recompute
-    choices; computed by dynamic programming over stages."""
-    if layers % v:
+    choices; computed by dynamic programming over stages. `slots`: the embedding / loss counted
+    as a layer slot (cost/pipeline_split.py): (layers + slots) / v chunks, the end stage
+    holding v k - 1 layers."""
+    flagged = sum(slots)
+    if (layers + flagged) % v:
         return 0
-    chunks = layers // v
+    chunks = (layers + flagged) // v
+    if uniform and flagged:
+        raise ValueError("the uniform split baseline does not count the embedding / loss slots")
     if uniform:
         from paraplan.cost.loader import default_layer_split
         split = default_layer_split(layers, pp, v)
@@ -202,25 +220,29 @@ def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bo
     # sum_{k>=1} (v k + 1) x^k = x (1 + v - x) / (1 - x)^2, so the count is the coefficient of
     # x^chunks in x^pp (1 + v - x)^pp (1 - x)^(-2 pp):
     #   sum_j C(pp, j) (1+v)^(pp-j) (-1)^j C(chunks - pp - j + 2pp - 1, 2pp - 1)
+    # A stage giving a slot to the embedding / loss has v k recompute counts, sum v k x^k =
+    # v x / (1 - x)^2: with f such stages, (1 + v - x)^(pp - f) v^f in place of (1 + v - x)^pp.
     # O(pp) big-integer terms instead of an O(pp * chunks^2) dynamic programme; each term from
     # the previous one by exact small-integer steps (C(n-1, k) = C(n, k) (n - k) / n), since a
     # fresh math.comb per term took 1.4 s at a million layers on 1,024 stages.
     k = 2 * pp - 1
+    q = pp - flagged  # stages without a slot
     n = chunks - pp + k  # C(n - j, k) with rest = chunks - pp - j
-    binom_pp, power, binom_rest = 1, (1 + v) ** pp, math.comb(n, k)
+    binom_pp, power, binom_rest = 1, (1 + v) ** q, math.comb(n, k)
     total = 0
-    for j in range(min(pp, chunks - pp) + 1):
+    for j in range(min(q, chunks - pp) + 1):
         total += (-1) ** j * binom_pp * power * binom_rest
-        binom_pp = binom_pp * (pp - j) // (j + 1)
+        binom_pp = binom_pp * (q - j) // (j + 1)
         power //= 1 + v
         binom_rest = binom_rest * (n - j - k) // (n - j) if n - j > 0 else 0
-    return total
+    return total * v ** flagged
 
 
 def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[ClassOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
-    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp)) that also breaks ties. `groups`: only plans
+    tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp), embedding / loss
+    slots) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
     m, s, gb = inst.model, inst.search, inst.job.global_batch
     G = len(inst.cluster.groups)
@@ -254,6 +276,10 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
                                     if etp is None or not group_tp]
                                for sp in s.sequence_parallel}
                     vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
+                    # the uniform-split baseline keeps the even split of whole chunks
+                    slots_of_v = {v: [x for x in slot_modes_of(inst, shapes, v) if not (uniform and any(x))]
+                                  for v in vs_all}
+                    vs_all = [v for v in vs_all if slots_of_v[v]]
                     pps = {c.pp for c in shapes}
                     for mb in micro_batch_values(inst, tpg, cp, shapes, uniform):
                         vs = [v for v in vs_all
@@ -269,7 +295,8 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
                                     if not all(rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp,
                                                             zero=zero, v=v) for pp in pps for t in tps):
                                         continue
-                                    for rc, (ep, etp) in itertools.product(modes, layouts[sp]):
+                                    for rc, (ep, etp), (emb, loss) in itertools.product(
+                                            modes, layouts[sp], slots_of_v[v]):
                                         if (v == 1 and pairs_unpipelined_micro_batches(inst.job, ep)
                                                 and not has_micro_batch_split(shapes, gb // mb, uniform,
                                                                               1, True)):
@@ -278,7 +305,8 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
                                                                sequence_parallel=sp, recompute=rc,
                                                                zero=zero, virtual_stages=v,
                                                                classes=shapes, family=family, ep=ep,
-                                                               etp=etp, group_tp=group_tp))
+                                                               etp=etp, group_tp=group_tp,
+                                                               embedding_in_split=emb, loss_in_split=loss))
     if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
         out = [o for o in out if _dualpipe_runs(inst, o)]
     return out
@@ -344,13 +372,28 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
 
 
 def virtual_stage_values(inst: ClusterInstance, shapes) -> list[int]:
-    """search.virtual_stages, or every v dividing the layers with v * pp_k <= layers for every
-    class (the homogeneous rule on each class: v divides the layers, v * pp <= layers); v > 1 only
-    where every class has a pipeline."""
+    """search.virtual_stages, or every v dividing the layers (or, where the release counts the
+    embedding / loss as layer slots, the layers plus one or two: space_rules.slot_modes) with
+    some slot mode for which v * pp_k <= the slots for every class (the homogeneous rule on each
+    class: every stage holds a chunk); v > 1 only where every class has a pipeline."""
     s, layers = inst.search, inst.model.layers
-    vals = s.virtual_stages if s.virtual_stages is not None else divisors(layers)
-    return [v for v in vals if v == 1 or (layers % v == 0 and all(1 < c.pp and v * c.pp <= layers
-                                                                  for c in shapes))]
+    slots = split_slots_run(inst.job, s)
+    vals = s.virtual_stages if s.virtual_stages is not None else sorted(
+        set(divisors(layers)) | (set(divisors(layers + 1)) | set(divisors(layers + 2)) if slots else set()))
+    return [v for v in vals if v == 1 or slot_modes_of(inst, shapes, v)]
+
+
+def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, bool]]:
+    """The (embedding_in_split, loss_in_split) modes of v (space_rules.slot_modes) with which
+    every class has a pipeline whose every stage holds a chunk: pp_k > 1 and v pp_k <= slots.
+    No embedding slot for an MoE model with a dense prefix: the prefix is priced in stage 0's
+    first chunk (schedule.first_stage_min_layers)."""
+    m = inst.model
+    prefix = m.moe is not None and m.moe.dense_layers > 0
+    L = m.layers
+    return [(e, l) for e, l in slot_modes(L, v, split_slots_run(inst.job, inst.search))
+            if all(1 < c.pp and v * c.pp <= L + e + l for c in shapes)
+            and not (e and prefix)] if v > 1 else [(False, False)]
 
 
 def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> list[str]:
@@ -681,14 +724,15 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
     for o in outers:
         v = o.virtual_stages
         paired = paired_counts(inst, o)
-        key = (id(o.classes), o.micro_batch, v, paired)
+        slots = (o.embedding_in_split, o.loss_in_split)
+        key = (id(o.classes), o.micro_batch, v, paired, slots)
         if key not in per_shape:
             per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v,
                                            paired)
             for c in o.classes:
-                if (c.pp, v) not in splits:
-                    splits[c.pp, v] = count_splits(L, c.pp, v, rc, uniform)
-                per *= splits[c.pp, v]
+                if (c.pp, v, slots) not in splits:
+                    splits[c.pp, v, slots] = count_splits(L, c.pp, v, rc, uniform, slots)
+                per *= splits[c.pp, v, slots]
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
     return SpaceSummary(outer_configs=len(outers), plans_total=total)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from dataclasses import replace
 from functools import partial
 
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
@@ -182,3 +183,20 @@ def mixed_family_instance(seed: int):
                           job=JobSpec(global_batch=rng.choice([6, 8, 12, 16, 24])),
                           search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,),
                                              cp=(1,), tp=(1,), mixed_families=True))
+
+
+def slot_instance(seed: int) -> Instance:
+    """random_instance's model and cluster with 5-11 layers, pipelines forced (pp 2, or 2 and 4
+    on 4 GPUs or more) and two of v = 1-4 chunks per stage, Megatron-core's current release:
+    where v does not divide the layers, the only interleaved splits count the embedding and/or
+    the loss as a layer slot (cost/pipeline_split.py R4), and where no listed v divides them,
+    every plan does."""
+    rng = random.Random(seed)
+    inst = random_instance(seed)
+    layers = rng.randint(5, 11)
+    gpus = inst.cluster.num_gpus
+    space = Space(virtual_stages=tuple(sorted(rng.sample([1, 2, 3, 4], 2))), cp=(1,), micro_batch=(1,),
+                  pp=(2, 4) if gpus >= 4 else (2,))
+    return Instance(name=f"slots{seed}", model=replace(inst.model, name=f"slots{seed}", layers=layers),
+                    cluster=inst.cluster, job=JobSpec(global_batch=gpus * rng.choice([2, 4, 8])),
+                    search=space)

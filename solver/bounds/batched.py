@@ -27,7 +27,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.formulations.multiclass import MultiClassProblem
+from paraplan.solver.bounds.one_class import slot_relaxation
 
 # (entries x stages x extra layers) floats per balanced-split block: ~64 MiB at most
 BLOCK_FLOATS = 8_000_000
@@ -103,6 +105,16 @@ def balanced_split(a: np.ndarray, t: np.ndarray, layers: int, v: int = 1) -> np.
     return balanced_splits(np.asarray(a, float)[None, :], np.asarray(t, float)[None, :], layers, v)[0]
 
 
+def balanced_split_of(c) -> np.ndarray:
+    """The nominal-balanced split of coefficients `c` with its outer's chunk rule: v-multiples,
+    or with the embedding / loss slots the balanced split of their relaxation
+    (one_class.slot_relaxation: the same stage times) less each end stage's slot."""
+    v = c.outer.virtual_stages
+    x = slot_relaxation(c)
+    off = np.asarray(slot_offsets(c.pp, c.outer.embedding_in_split, c.outer.loss_in_split), float)
+    return balanced_split(x.stage_time_s, x.layer_time_s, x.layers, v) - off
+
+
 def _aggregate(values: np.ndarray, agg: str, weights) -> np.ndarray:
     """values (scenarios, V) -> (V,)"""
     return values.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), values, 1)
@@ -145,8 +157,9 @@ def _terms(problems: list[MultiClassProblem]) -> tuple[np.ndarray, np.ndarray, n
     for i, p in enumerate(problems):
         first[i] = e
         for cs in p.coeffs:
-            for c in cs:
-                groups[c.pp, p.virtual_stages, p.layers].append((e, c))
+            for c in cs:  # with the embedding / loss slots, their relaxation in whole chunks
+                c = slot_relaxation(c)
+                groups[c.pp, p.virtual_stages, c.layers].append((e, c))
                 e += 1
     first[-1] = e
     A, S, Dk = np.empty(e), np.empty(e), np.empty(e)

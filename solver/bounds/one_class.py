@@ -47,11 +47,37 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import replace
+
 from paraplan.cost import coefficients, schedule
+from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.coefficients import StageCoefficients
 
 
+def slot_relaxation(c: StageCoefficients) -> StageCoefficients:
+    """The coefficients every bound here reads for a configuration that counts the embedding /
+    loss as a layer slot (c.outer's flags, cost/pipeline_split.py): a relaxation in whole chunks.
+    Its splits hold n'_s = n_s + o_s layers (o_s: the slot of the first / last stage), multiples
+    of v summing to L + e + l, so the module's v-chunk arguments apply unchanged. Times are
+    exact: a'_s = a_s - o_s t_s and d'_s = d_s - o_s g_s give a'_s + n'_s t_s = a_s + n_s t_s.
+    Memory is relaxed: c'_s = c_s - o_s (state + act)_s - relief_s, with
+    schedule.slot_relief_bytes the most the short chunk's correction takes off, so the linear
+    peak of n' is at most the true peak of n (and r_s <= n'_s allows more recompute). Every
+    split of `c` maps to one of the relaxation at the same time and no more memory: a bound of
+    the relaxation bounds `c`, and "no split fits" there proves it for `c`. Unflagged: `c`."""
+    e, l = c.outer.embedding_in_split, c.outer.loss_in_split
+    if not (e or l):
+        return c
+    off = np.asarray(slot_offsets(c.pp, e, l), float)
+    return replace(c, layers=c.layers + e + l, outer=replace(c.outer, embedding_in_split=False, loss_in_split=False),
+                   stage_time_s=c.stage_time_s - off * c.layer_time_s,
+                   stage_sync_time_s=c.stage_sync_time_s - off * c.layer_sync_time_s,
+                   stage_mem_bytes=(c.stage_mem_bytes - off * (c.layer_state_bytes + c.layer_act_bytes)
+                                    - schedule.slot_relief_bytes(c)))
+
+
 def lower_bound_s(c: StageCoefficients) -> float:
+    c = slot_relaxation(c)
     m, v, pp, L = c.outer.num_micro_batches, c.outer.virtual_stages, c.pp, c.layers
     a, t = c.stage_time_s, c.layer_time_s
     d, g = c.stage_sync_time_s, c.layer_sync_time_s
@@ -241,6 +267,7 @@ def coupled_bound_above(c: StageCoefficients, allow_full_recompute: bool, cutoff
     above theta is above the cutoff; one whose stages are all within theta has max D at least
     sync_within(theta), so it is above the cutoff when (m - 1/v) tau* + sigma* / v +
     sync_within(theta) is."""
+    c = slot_relaxation(c)
     m, v = c.outer.num_micro_batches, c.outer.virtual_stages
     arrays = {f: np.atleast_2d(getattr(c, f)) for f in TIGHT_ARRAYS}
     tau, sigma, delta, fits = tight_class_terms(arrays, c.layers, v, allow_full_recompute)
@@ -264,6 +291,7 @@ def coupled_above(c: dict, L: int, v: int, m: float, allow_full_recompute: bool,
 def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True) -> float:
     """Lower bound with memory and forced recompute (module docstring): tight_class_terms of
     this one configuration; >= lower_bound_s(c)."""
+    c = slot_relaxation(c)
     m, v = c.outer.num_micro_batches, c.outer.virtual_stages
     tau, sigma, delta, fits = tight_class_terms({f: np.atleast_2d(getattr(c, f)) for f in TIGHT_ARRAYS},
                                                 c.layers, v, allow_full_recompute)
@@ -273,12 +301,14 @@ def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True)
 
 
 def max_layers_per_stage(c: StageCoefficients) -> np.ndarray:
+    c = slot_relaxation(c)  # (of the relaxation: with the slots, a cap on n_s + o_s)
     return coefficients.max_layers_per_stage(c.layer_state_bytes, c.layer_act_bytes, c.layer_ckpt_bytes,
                                              c.capacity_bytes, c.stage_mem_bytes, c.outer.virtual_stages,
                                              c.layers)
 
 
 def memory_infeasible(c: StageCoefficients) -> bool:
+    c = slot_relaxation(c)
     return coefficients.no_split_fits(c.layer_state_bytes, c.layer_act_bytes, c.layer_ckpt_bytes,
                                       c.capacity_bytes, c.stage_mem_bytes, c.outer.virtual_stages, c.layers)
 
@@ -311,9 +341,16 @@ def min_recompute(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
     return r if schedule.fits(c, n, r) else None
 
 
-def even_split(layers: int, pp: int, v: int) -> np.ndarray:
+def even_split(layers: int, pp: int, v: int, slots: tuple[bool, bool] = (False, False)) -> np.ndarray:
+    """The even split (cost/loader.default_layer_split); with the embedding / loss slots, the
+    even split of the slots less each end stage's slot (Megatron-core's R4 where it divides)."""
     from paraplan.cost.loader import default_layer_split
-    return np.array(default_layer_split(layers, pp, v), float)
+    off = np.asarray(slot_offsets(pp, *slots), float)
+    return np.array(default_layer_split(layers + sum(slots), pp, v), float) - off
+
+
+def slots_of(c: StageCoefficients) -> tuple[bool, bool]:
+    return (c.outer.embedding_in_split, c.outer.loss_in_split)
 
 
 def fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute: bool) -> np.ndarray | None:
@@ -327,12 +364,12 @@ def fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute:
 
 
 def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
-    n = even_split(c.layers, c.pp, c.outer.virtual_stages)
+    n = even_split(c.layers, c.pp, c.outer.virtual_stages, slots_of(c))
     r = fitting_recompute(c, n, allow_full_recompute)
     return None if r is None else (float(schedule.iteration_time_s(c, n, r)), n, r)
 
 
 def min_peak_mem_bytes(c: StageCoefficients) -> float:
     """Peak stage memory of the even split with every layer recomputed (for messages)."""
-    n = even_split(c.layers, c.pp, c.outer.virtual_stages)
+    n = even_split(c.layers, c.pp, c.outer.virtual_stages, slots_of(c))
     return float(schedule.stage_mem_bytes(c, n, n).max())

@@ -70,7 +70,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     floors: dict[tuple, float] = {}  # (scenario, group, the layer's outer) -> floor
     prefix: dict[tuple, float] = {}  # the same -> the first stage's dense-prefix extra
     head: dict[tuple, float] = {}  # the same -> the output layer, if its stage is the last
-    rows: dict[tuple, int] = {}  # (t row, v) -> its index among the distinct rows
+    rows: dict[tuple, int] = {}  # (t row, a_0, a_last, v, layers) -> its index among the distinct rows
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
     def floor(i: int, o, k: int, g: int, modes: tuple) -> float:
@@ -110,7 +110,10 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
         if deadline is not None and j % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
             reached = j
             break
-        modes = tuple(getattr(o, f) for f in fields)
+        # an MoE layer reads v only through whether it interleaves (moe.a2a_overlap_applies),
+        # as it reads pp only through _pipelined: the v values the embedding / loss slots
+        # bring in (v dividing L + 1 or L + 2) share one floor
+        modes = tuple(getattr(o, f) if f != "virtual_stages" else o.virtual_stages > 1 for f in fields)
         for i in idx:
             for k, c in enumerate(o.classes):
                 ck = (i, o.tp, o.group_tp, modes, c.stage_groups)
@@ -120,8 +123,8 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                     t = by_class[ck] = (_canonical_row([per_group[g] for g in c.stage_groups]),
                                         first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
                                         last_stage_term(i, o, c.stage_groups[-1], modes, c.pp))
-                row_of.append(rows.setdefault((*t, o.virtual_stages), len(rows)))
-    A, S = _split_terms(list(rows), L)
+                row_of.append(rows.setdefault(_slot_row(t, o, L), len(rows)))
+    A, S = _split_terms(list(rows))
     at = np.array(row_of, np.int64)
     out = np.zeros(len(outers))  # the outers past `reached` keep 0
     outers = outers[:reached]
@@ -178,16 +181,28 @@ def _canonical_row(t: list[float]) -> tuple[float, ...]:
     return (t[0], *sorted(t[1:-1]), t[-1])
 
 
-def _split_terms(rows: list[tuple[tuple[float, ...], float, float, int]],
-                 layers: int) -> tuple[np.ndarray, np.ndarray]:
-    """(A, S) of each distinct (t row, a_0, a_last, v): the balanced split's slowest stage with
-    stage terms a = (a_0, 0, ..., 0, a_last) (one stage: a_0 + a_last), and
+def _slot_row(t: tuple, o, layers: int) -> tuple:
+    """The distinct row (t row, a_0, a_last, v, layers) of a class's floors `t` = (t row, a_0,
+    a_last). With the embedding / loss counted as a layer slot (o's flags) the row of its
+    relaxation in whole chunks, as one_class.slot_relaxation: stage s holds n'_s = n_s + o_s
+    layers of L + e + l, a'_s = a_s - o_s t_s, so a'_s + n'_s t_s = a_s + n_s t_s on every
+    split, and the bounds below hold for the flagged splits."""
+    row, a0, alast = t
+    e, l = o.embedding_in_split, o.loss_in_split
+    if e or l:
+        a0, alast = a0 - e * row[0], alast - l * row[-1]
+    return (row, a0, alast, o.virtual_stages, layers + e + l)
+
+
+def _split_terms(rows: list[tuple[tuple[float, ...], float, float, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S) of each distinct (t row, a_0, a_last, v, layers): the balanced split's slowest
+    stage with stage terms a = (a_0, 0, ..., 0, a_last) (one stage: a_0 + a_last), and
     sum_s a_s + L min_s t_s."""
     A, S = np.empty(len(rows)), np.empty(len(rows))
-    blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for r, (t, _, _, v) in enumerate(rows):
-        blocks[len(t), v].append(r)
-    for (pp, v), rs in blocks.items():
+    blocks: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for r, (t, _, _, v, layers) in enumerate(rows):
+        blocks[len(t), v, layers].append(r)
+    for (pp, v, layers), rs in blocks.items():
         t = np.array([rows[r][0] for r in rs], float)
         a = np.zeros_like(t)
         a[:, 0] = [rows[r][1] for r in rs]

@@ -6,6 +6,11 @@ from paraplan.solver.commands.partitions import partition_lines
 from paraplan.solver.format import seconds
 
 
+def slots_text(p) -> str:
+    """' embedding_in_split loss_in_split' for the flags a plan sets (cost/pipeline_split.py)."""
+    return "".join(f" {k}" for k in ("embedding_in_split", "loss_in_split") if getattr(p, k))
+
+
 def plan_line(p) -> str:
     """A homogeneous plan in one line, as `plan` prints it."""
     rc = ",".join(str(x) for x in p.full_recompute_layers)
@@ -14,7 +19,7 @@ def plan_line(p) -> str:
             f" micro_batches={p.num_micro_batches} sp={'on' if p.sequence_parallel else 'off'}"
             f" zero={p.zero} virtual_stages={p.virtual_stages} recompute={p.recompute.value}"
             f"{f' ep={p.ep}' if p.ep > 1 else ''}{f' etp={p.etp}' if p.etp is not None else ''}"
-            f" layers/stage=[{split}] full-recompute/stage=[{rc}]")
+            f"{slots_text(p)} layers/stage=[{split}] full-recompute/stage=[{rc}]")
 
 
 def plan_lines(plan, inst) -> list[str]:
@@ -22,6 +27,7 @@ def plan_lines(plan, inst) -> list[str]:
     tp = (",".join(f"{names[g]}:{t}" for g, t in plan.group_tp) if plan.group_tp else plan.tp)
     lines = [f"tp={tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
              f"{f' virtual_stages={plan.virtual_stages}' if plan.virtual_stages > 1 else ''}"
+             f"{slots_text(plan)}"
              f"{f' ep={plan.ep}' if plan.ep > 1 else ''}{f' etp={plan.etp}' if plan.etp is not None else ''}"
              f" micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
              f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]

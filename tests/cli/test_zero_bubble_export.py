@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from export_support import GOLDENS, ROOT, zbv_split
+from export_support import GOLDENS, ROOT, llama405_v2, zbv_split
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
 from paraplan.solver.export import to_torchtitan
@@ -21,10 +21,11 @@ def layers_of(part: list[str]) -> list[int]:
     return [int(x.split(".")[1]) for x in part if x.startswith("layers.")]
 
 
-def test_llama3_405b_golden_plan_exports_interleaved_zero_bubble():
-    # its split puts the output layer's stage at 2 layers: under ZBV's V rank 0 would hold the
-    # output beside 4 layers and pace the pipeline; the interleaved zero-bubble schedule wins
-    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+def test_llama3_405b_v2_plan_exports_interleaved_zero_bubble():
+    # the pre-slots optimum (export_support.LLAMA405_V2_PLAN) puts the output layer's stage at 2
+    # layers: under ZBV's V rank 0 would hold the output beside 4 layers and pace the pipeline;
+    # the interleaved zero-bubble schedule wins
+    inst, plan = llama405_v2()
     par = tomllib.loads(to_torchtitan(inst, plan).text)["parallelism"]
     assert par["pipeline_parallel_schedule"] == "InterleavedZeroBubble"
 
@@ -32,7 +33,7 @@ def test_llama3_405b_golden_plan_exports_interleaved_zero_bubble():
 def test_llama3_405b_exports_zbv_with_its_chunks_as_a_v():
     # pp 32, v 2, 128 micro-batches >= 2 pp - 1: ZBV runs; rank s holds chunks s and 63 - s; on
     # the split shaped for the V (2 layers on stage 0, 4 on the last) it is the fastest
-    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    inst, plan = llama405_v2()
     plan = zbv_split(plan)
     res = to_torchtitan(inst, plan)
     par = tomllib.loads(res.text)["parallelism"]
@@ -71,7 +72,7 @@ def test_one_stage_per_rank_keeps_1f1b():
 def test_where_no_schedule_fits_the_planned_one_is_written():
     # a reserve that leaves less than the plan's own peak: no schedule fits its split, so the
     # export writes the schedule the plan was priced with (its gate then refuses the file)
-    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    inst, plan = llama405_v2()
     reserve = inst.cluster.gpu.hbm_bytes - 20 * 1024**3  # 20 GiB usable: its peaks are 32 to 47 GiB
     tight = dataclasses.replace(inst, search=dataclasses.replace(inst.search, memory_reserve_bytes=reserve))
     assert not any(p.fits for p in schedule_prices(tight, plan, reserve_bytes=reserve))

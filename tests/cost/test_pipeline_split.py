@@ -4,6 +4,8 @@ first/last counts and the embedding/loss accounting, and the pipeline time of su
 Every expected placement below is derived by hand from Megatron-core's get_num_layers_to_build
 and get_transformer_layer_offset at d98e8a64ddf3 (the formulas are restated in each comment)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,8 @@ from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batche
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import (chunk_items_held, chunk_layers, chunk_problem, chunk_ranges,
                                           megatron_split)
-from paraplan.cost.schedule import iteration_time_s, stage_times_s, uneven_chunk_mem_bytes
+from paraplan.cost.schedule import (iteration_time_s, stage_mem_bytes, stage_times_s,
+                                    uneven_chunk_mem_bytes)
 from paraplan.cost.specs import Outer, Plan
 
 
@@ -102,8 +105,13 @@ def test_memory_of_the_short_chunks_by_hand():
     assert chunk_items_held(11, 4, 2, 0) == 7 and chunk_items_held(5, 4, 2, 1) == 1
     c = _coefficients(4, 8, 2, [0, 0, 0, 0], 1e-3, act_bytes=100.0)
     n, r = np.array([3.0, 4, 4, 3]), np.zeros(4)
-    assert uneven_chunk_mem_bytes(c, n, r, True, True) == pytest.approx([-150.0, 0, 0, 150.0])
-    assert uneven_chunk_mem_bytes(c, n, r, False, False) == pytest.approx([0, 0, 0, 0])
+    flagged = replace(c, outer=replace(c.outer, embedding_in_split=True, loss_in_split=True))
+    assert uneven_chunk_mem_bytes(flagged, n, r) == pytest.approx([-150.0, 0, 0, 150.0])
+    assert uneven_chunk_mem_bytes(c, n, r) == pytest.approx([0, 0, 0, 0])
+    # stage_mem_bytes, which every backend's memory check reads, includes it (the linear
+    # terms price 5.5 x 3 x 100 = 1650 and 2.5 x 3 x 100 = 750 bytes; 1500 and 900 held; the
+    # middle stages hold 4.5 and 3.5 passes of 4 layers, unchanged)
+    assert stage_mem_bytes(flagged, n, r) == pytest.approx([1500.0, 1800, 1400, 900.0])
 
 
 def test_pipeline_time_of_an_uneven_interleaved_split_by_hand():

@@ -13,7 +13,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.schedule import TorchSchedule as S
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Plan
-from export_support import zbv_split
+from export_support import llama405_v2, zbv_split
 from paraplan.cost.torch_schedules import fastest_fitting, schedule_prices
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_zbv_holds_pp_micro_batches_on_every_stage():
 
 def test_the_planned_schedule_prices_as_the_simulator_and_zero_bubble_is_faster():
     # Llama-3.1 405B / 16,384 H100: pp 32, v 2, 128 micro-batches (m >= 2 pp - 1 = 63)
-    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    inst, plan = llama405_v2()
     reserve = inst.search.memory_reserve_bytes
     bd = simulate(inst, plan, reserve_bytes=reserve)
     prices = {p.kind: p for p in schedule_prices(inst, plan, reserve_bytes=reserve)}
@@ -131,7 +131,7 @@ def test_zbv_moves_the_output_layer_to_rank_0():
     # The V puts the last chunk (norm, output, loss) on rank 0: stage 0's terms gain what the
     # last stage has beyond a middle one, and the last stage keeps a middle stage's terms
     from paraplan.cost.coefficients import build
-    inst, plan = golden("instances/llama3-405b-16384xH100.yaml")
+    inst, plan = llama405_v2()
     c = build(inst, plan.outer)
     c = schedule.with_in_flight(c, schedule.schedule_in_flight(S.ZBV_ZERO_BUBBLE, plan.pp, 128, 2))
     v = schedule.v_shaped(c)

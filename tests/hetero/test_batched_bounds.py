@@ -22,11 +22,15 @@ from paraplan.solver.space import declared_outers, micro_batch_vectors
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _splits(layers: int, pp: int, v: int):
-    """Every split of `layers` into pp stages of >= v layers each, multiples of v."""
-    for cut in itertools.combinations(range(1, layers // v), pp - 1):
-        edges = (0,) + cut + (layers // v,)
-        yield np.array([v * (b - a) for a, b in zip(edges, edges[1:])], float)
+def _splits(layers: int, pp: int, v: int, slots: tuple[bool, bool] = (False, False)):
+    """Every split of `layers` into pp stages of >= v layers each, multiples of v; with the
+    embedding / loss counted as a layer slot (cost/pipeline_split.py), of layers + slots, the
+    first / last stage holding one layer fewer."""
+    off = (int(slots[0]),) + (0,) * (pp - 2) + (int(slots[1]),) if pp > 1 else (sum(slots),)
+    chunks = (layers + sum(slots)) // v
+    for cut in itertools.combinations(range(1, chunks), pp - 1):
+        edges = (0,) + cut + (chunks,)
+        yield np.array([v * (b - a) - o for a, b, o in zip(edges, edges[1:], off)], float)
 
 
 @pytest.mark.parametrize("way", ["partition", "bisection"])
@@ -106,7 +110,8 @@ def test_batched_bounds_equal_each_problem_bounded_alone(uniform):
 def _relaxed_optimum(o, p) -> float:
     """min over micro-batch vectors and splits (r = 0, memory ignored) of the exact objective."""
     mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, False, o.virtual_stages)
-    splits = [list(_splits(p.layers, p.pp(k), p.virtual_stages)) for k in range(p.classes)]
+    splits = [list(_splits(p.layers, p.pp(k), p.virtual_stages, (o.embedding_in_split, o.loss_in_split)))
+              for k in range(p.classes)]
     best = np.inf
     for m in mvecs:
         for n in itertools.product(*splits):

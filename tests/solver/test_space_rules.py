@@ -152,10 +152,16 @@ def test_composer_rules():
 
 def test_default_virtual_stages_are_every_even_chunking():
     # 8 layers, pp = 2, 16 micro-batches (batch 32 / dp, micro-batch 1; a multiple of pp):
-    # v | 8 and 2v <= 8 -> v in {1, 2, 4}
+    # v | 8 and 2v <= 8 -> v in {1, 2, 4}; Megatron-core (current release) may count the
+    # embedding and/or loss as a layer slot: v | 9 with 2v <= 9 adds 3, v | 10 with 2v <= 10 adds 5
     outs = outer_configs(_eight_gpus(Framework.MEGATRON))
-    assert {o.virtual_stages for o in outs if o.pp == 2 and o.dp == 1} == {1, 2, 4}
-    # pp = 8: 8 layers -> one layer per stage, v = 1 only
+    assert {o.virtual_stages for o in outs if o.pp == 2 and o.dp == 1} == {1, 2, 3, 4, 5}
+    # the slots each v needs: 3 one (either), 5 both; 2 none or both (8 or 10 slots), 4 none
+    modes = {(o.virtual_stages, o.embedding_in_split, o.loss_in_split) for o in outs if o.pp == 2}
+    assert {m for m in modes if m[0] in (3, 5)} == {(3, True, False), (3, False, True), (5, True, True)}
+    assert {m for m in modes if m[0] == 2} == {(2, False, False), (2, True, True)}
+    assert {m for m in modes if m[0] == 4} == {(4, False, False)}
+    # pp = 8: 8 layers (10 slots) -> one layer per stage, v = 1 only
     assert {o.virtual_stages for o in outs if o.pp == 8} == {1}
 
 

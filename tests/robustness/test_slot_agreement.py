@@ -1,0 +1,113 @@
+"""The embedding / loss layer slots (Megatron-core's --account-for-embedding-in-pipeline-split and
+--account-for-loss-in-pipeline-split, cost/pipeline_split.py) in the search: on seeded random
+small instances whose interleaved splits need them (randinst.slot_instance: v not dividing the
+layers), the exact DP, CP-SAT and MILP prove exhaustive search's optimum over the widened space,
+every plan re-simulates to its objective, and every bound stays below the optimum it bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
+from randinst import slot_instance
+from paraplan.cost import schedule
+from paraplan.cost.coefficients import build
+from paraplan.cost.groups_loader import as_one_group
+from paraplan.solver.bounds import one_class
+from paraplan.solver.bounds.batched import lower_bounds_s
+from paraplan.solver.bounds.memory import proved_infeasible
+from paraplan.solver.bounds.unpriced import floor_bounds_s
+from paraplan.solver.exhaustive import _recompute_grid, compositions, exhaustive
+from paraplan.solver.search import problems_for, scenario_weights
+from paraplan.solver.space import declared_outers, micro_batch_vectors, one_group_outers
+
+SEEDS = small_seeds(slot_instance, 0, 30, 20_000)
+
+
+def _slots(o) -> tuple[bool, bool]:
+    return (o.embedding_in_split, o.loss_in_split)
+
+
+# the seeds whose space holds configurations with a slot (every v listed may divide the layers)
+FLAGGED_SEEDS = [s for s in SEEDS if any(any(_slots(o)) for o in one_group_outers(slot_instance(s)))][:12]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_all_methods_agree_with_the_slots(seed):
+    assert_backends_agree_with_exhaustive(slot_instance(seed))
+
+
+def test_the_slot_instances_cover_optima_that_need_a_slot():
+    """Agreement means something only if optima use the slots, including where they must: no
+    listed v > 1 divides the layers and v = 1 is not listed (seen over the 30 seeds: 15 optima
+    with a slot, 9 of them forced)."""
+    used = forced = 0
+    for seed in SEEDS:
+        inst = slot_instance(seed)
+        ex = exhaustive(inst)
+        if ex.plan is None or not any(_slots(ex.plan)):
+            continue
+        used += 1
+        L, v = inst.model.layers, ex.plan.virtual_stages
+        # the chunk rule by hand: stage s holds v k_s slots, the slots at the ends
+        slots = np.array(ex.plan.layers_per_stage)
+        slots[0] += ex.plan.embedding_in_split
+        slots[-1] += ex.plan.loss_in_split
+        assert not (slots % v).any() and slots.sum() == L + sum(_slots(ex.plan))
+        forced += all(x > 1 and L % x for x in inst.search.virtual_stages)
+    assert used >= 10 and forced >= 5, (used, forced)
+
+
+def _brute_optimum(c, allow_rc: bool) -> float | None:
+    """The configuration's optimum over every split its chunk rule allows (compositions with
+    the slots) and every recompute count, from cost/schedule alone."""
+    best = None
+    for n in compositions(c.layers, c.pp, c.outer.virtual_stages, _slots(c.outer)):
+        r = _recompute_grid(n) if allow_rc else np.zeros((1, c.pp))
+        nn = np.broadcast_to(n, r.shape)
+        ok = schedule.fits(c, nn, r)
+        if ok.any():
+            t = float(schedule.iteration_time_s(c, nn[ok], r[ok]).min())
+            best = t if best is None else min(best, t)
+    return best
+
+
+@pytest.mark.parametrize("seed", FLAGGED_SEEDS)
+def test_bounds_of_slot_configurations_never_exceed_the_brute_force_optimum(seed):
+    """solver/bounds/one_class.py reads a flagged configuration through slot_relaxation: both
+    bounds stay below the brute-force optimum, and 'no split fits' only where none does."""
+    inst = slot_instance(seed)
+    allow = inst.search.full_recompute
+    for o in (o for o in one_group_outers(inst) if any(_slots(o))):
+        c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
+        opt = _brute_optimum(c, allow)
+        tight = one_class.tight_lower_bound_s(c, allow)
+        assert tight >= one_class.lower_bound_s(c)
+        if one_class.memory_infeasible(c):
+            assert opt is None, o
+        if opt is None:
+            continue
+        assert one_class.lower_bound_s(c) <= opt * (1 + 1e-12), o
+        assert tight <= opt * (1 + 1e-12), (o, tight, opt)
+
+
+@pytest.mark.parametrize("seed", FLAGGED_SEEDS)
+def test_bounds_before_pricing_hold_on_slot_configurations(seed):
+    """The bound before pricing (solver/bounds/unpriced.py) is at most the priced bound
+    (batched.lower_bounds_s), and the memory proof (solver/bounds/memory.py) refuses only
+    configurations whose inner problem has no split that fits."""
+    inst = as_one_group(slot_instance(seed))
+    outers = [o for o in declared_outers(inst) if any(_slots(o))]
+    idx, agg, weights = scenario_weights(inst, "nominal")
+    floor = floor_bounds_s(inst, outers, idx, agg, weights)
+    problems = problems_for(inst, outers, "nominal")
+    live = [j for j, p in enumerate(problems) if p is not None]
+    mv = [micro_batch_vectors(outers[j].classes, problems[j].total_micro_batches, False,
+                              outers[j].virtual_stages) for j in live]
+    priced = lower_bounds_s([problems[j] for j in live], lambda i: mv[i])
+    for i, j in enumerate(live):
+        assert floor[j] <= priced[i] * (1 + 1e-12), (outers[j], floor[j], priced[i])
+    refused = [o for o, r in zip(outers, proved_infeasible(inst, outers)) if r]
+    for o, p in zip(refused, problems_for(inst, refused, "nominal")):
+        assert p is None, o
