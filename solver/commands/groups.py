@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines,
                                     space_json, table, train_cost_json, train_lines)
 from paraplan.solver.commands.inputs import add_objective_arg
@@ -204,12 +203,11 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
 def cmd_plan(args, read, progress=None) -> int:
     """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.search import search
+    from paraplan.solver.solve import solve
 
     inst, objective = load_mixed(args, read)
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress,
-                      threads=getattr(args, "threads", 1))
+    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), progress, objective)
     regs = None
     if objective != "nominal" and res.plan is not None:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
@@ -252,29 +250,16 @@ def cmd_plan_top(args, read) -> int:
     search with K winners (search.Winners), for the objective asked for, each re-simulated
     once on the scenarios that objective reads (as `plan` shows them: fewest_classes)."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.solver import class_partitions
     from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
     from paraplan.solver.planner import INFEASIBLE, OPTIMAL
-    from paraplan.solver.search import check_resimulation, fewest_classes, search
+    from paraplan.solver.solve import solve
 
     inst, objective = load_mixed(args, read)
-    if args.top < 1:
-        raise InstanceError("<arguments>", "--top", f"must be >= 1, got {args.top}", "ask for e.g. --top 5")
-    if args.within is not None and not args.within >= 0:
-        raise InstanceError("<arguments>", "--within", f"must be >= 0, got {args.within}",
-                            "give a percentage, e.g. --within 5")
-    if class_partitions.enabled(inst):  # as on one class: class_route.top
-        raise InstanceError(inst.source, "search.tensor_partitions",
-                            "--top is not offered with per-operator partitions",
-                            "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = search(inst, backend, args.time_limit_s, objective=objective, threads=getattr(args, "threads", 1),
-                 resimulate=False, winners=args.top, within_pct=args.within)
-    rows = []  # (what was minimised, the plan's time, plan, breakdown)
-    for val, plan in res.ranked:
-        plan = fewest_classes(inst, plan, objective)
-        bd = check_resimulation(inst, plan, objective, val, res.tolerance_s)[1]
-        rows.append((val, val / objective_factor_of(inst, plan), plan, bd))
+    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), objective=objective,
+                winners=args.top, within_pct=args.within)
+    # (what was minimised, the plan's time, plan, breakdown)
+    rows = [(r.quantile_s, r.objective_s, r.plan, r.breakdown) for r in res.ranked]
     proved = res.status in (OPTIMAL, INFEASIBLE)
     code = 0 if rows else EXIT_INFEASIBLE if proved else status_code("timeout")
     best = rows[0][0] if rows else None

@@ -57,10 +57,10 @@ def result_json(res, inst, trust=None) -> dict:
         "status": res.status, "iter_time_s": res.iter_time_s,
         # the framework release the time is for (job.framework_version, default the current)
         "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
-        "quantile": res.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
+        "quantile": inst.search.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, res.space_size, not_covered(inst)),
+        "space": space_json(res, res.plans_total, not_covered(inst)),
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan) if res.plan else None,
         "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
@@ -71,7 +71,6 @@ def result_json(res, inst, trust=None) -> dict:
 
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
-    from paraplan.solver.class_route import plan
     from paraplan.solver.commands import groups as group_commands
 
     log = progress_printer(args)
@@ -101,8 +100,9 @@ def cmd_plan(args) -> int:
     if args.within is not None:
         raise InstanceError("<arguments>", "--within", "needs --top K",
                             "add --top K, e.g. --top 5 --within 3")
-    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
-               progress=log)
+    from paraplan.solver.solve import solve
+    res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
+                progress=log)
     if log:
         log.done()
     trust = None
@@ -126,8 +126,8 @@ def cmd_plan(args) -> int:
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(evidence_text(res, res.quantile_s, "per iteration" + quantile_phrase(res.objective, res.iter_time_s),
-                            res.space_size,
+        print(evidence_text(res, res.quantile_s, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
+                            res.plans_total,
                             dominated=res.pruned_by_dominance, not_covered=not_covered(inst)))
         for line in notes:
             print(f"warning     model: {line}")
@@ -156,12 +156,13 @@ def cmd_plan(args) -> int:
 
 def cmd_plan_top(args, inst) -> int:
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.class_route import top
+    from paraplan.solver.solve import solve
 
-    res = top(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
-    best = res.plans[0].quantile_s if res.plans else None
+    res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, winners=args.top,
+                within_pct=args.within)
+    best = res.ranked[0].quantile_s if res.ranked else None
     written = _write_top_plans(args, inst, res) if args.output else []
-    costs = [_top_train_cost(inst, r) for r in res.plans]
+    costs = [_top_train_cost(inst, r) for r in res.ranked]
     if args.json:
         from paraplan.solver.commands.schema import top_k_json
         out = top_k_json(res, plan_to_mapping)
@@ -171,21 +172,21 @@ def cmd_plan_top(args, inst) -> int:
         return _top_code(res)
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
     claim = ("proved: no other outer configuration's best plan belongs in this list"
-             if res.status == "optimal" else "NOT proved (time limit): the list may be incomplete")
+             if proved(res) else "NOT proved (time limit): the list may be incomplete")
     print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
           f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
           f" {res.solve_time_s:.2f} s; {claim})")
     cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
-    rows = [[str(i + 1), seconds(r.iter_time_s), *([seconds(r.quantile_s)] if quantile else []),
+    rows = [[str(i + 1), seconds(r.objective_s), *([seconds(r.quantile_s)] if quantile else []),
              f"{100 * (r.quantile_s / best - 1):+.2f}%",
              f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), plan_line(r.plan)]
-            for i, (r, c) in enumerate(zip(res.plans, cells))]
+            for i, (r, c) in enumerate(zip(res.ranked, cells))]
     heads = ["#", "iteration", *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
     print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
-    if not res.plans:  # under a limit that stopped it, nothing is proved about memory
-        print("no plan fits memory" if res.status == "optimal" else "no plan found before the time limit")
+    if not res.ranked:  # under a limit that stopped it, nothing is proved about memory
+        print("no plan fits memory" if proved(res) else "no plan found before the time limit")
     for path in written:
         print(f"wrote {path}")
     return _top_code(res)
@@ -197,15 +198,21 @@ def _top_train_cost(inst, ranked):
     if inst.job.train_tokens is None:
         return None
     from paraplan.cost.trust import plan_trust
-    return plan_train_cost(inst, ranked.iter_time_s, plan_trust(inst, ranked.plan, ranked.iter_time_s))
+    return plan_train_cost(inst, ranked.objective_s, plan_trust(inst, ranked.plan, ranked.objective_s))
 
 
 def _top_code(res) -> int:
     """--top's exit status: EXIT_INFEASIBLE when it proved that no plan fits, 3 when the time
     limit stopped it before any plan (status_code's 'timeout')."""
-    if res.plans:
+    if res.ranked:
         return 0
-    return EXIT_INFEASIBLE if res.status == "optimal" else status_code("timeout")
+    return EXIT_INFEASIBLE if proved(res) else status_code("timeout")
+
+
+def proved(res) -> bool:
+    """Whether --top's list is proved to be the K best: the search settled every configuration
+    (optimal), or proved that none fits (infeasible)."""
+    return res.status in ("optimal", "infeasible")
 
 
 def _write_top_plans(args, inst, res) -> list[str]:
@@ -216,10 +223,10 @@ def _write_top_plans(args, inst, res) -> list[str]:
     from paraplan.cost.loader import plan_file_mapping
     out = Path(args.output)
     paths = []
-    for k, r in enumerate(res.plans, start=1):
+    for k, r in enumerate(res.ranked, start=1):
         path = str(out.with_name(f"{out.stem}-{k}{out.suffix}"))
-        header = (f"# paraplan plan {k} of the {len(res.plans)} best for {inst.name}:"
-                  f" iteration {r.iter_time_s:.6g} s\n")
+        header = (f"# paraplan plan {k} of the {len(res.ranked)} best for {inst.name}:"
+                  f" iteration {r.objective_s:.6g} s\n")
         write_plan_file(path, header, plan_file_mapping(inst, r.plan))
         paths.append(path)
     return paths
@@ -387,7 +394,7 @@ def register(sub) -> None:
                    " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
     p.add_argument("--top", type=int, metavar="K",
-                   help="list the K best plans with distinct outer configurations (solver/class_route.top)")
+                   help="list the K best plans with distinct outer configurations (solver/solve.py)")
     p.add_argument("--within", type=float, metavar="PCT",
                    help="with --top: only plans within PCT percent of the optimum")
     p.add_argument("--sensitivity", action="store_true",

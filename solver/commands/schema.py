@@ -171,12 +171,13 @@ def validate(obj: Any, command: str) -> list[str]:
 
 def top_k_json(res, plan_to_mapping) -> dict:
     from paraplan.solver.format import breakdown_json
-    best = res.plans[0].quantile_s if res.plans else None
-    return {"status": res.status, "solve_time_s": res.solve_time_s, "solved": res.solved,
-            "plans": [{"rank": i + 1, "iter_time_s": r.iter_time_s, "quantile_s": r.quantile_s,
+    best = res.ranked[0].quantile_s if res.ranked else None
+    status = "optimal" if res.status in ("optimal", "infeasible") else "feasible"  # of the list
+    return {"status": status, "solve_time_s": res.solve_time_s, "solved": res.solved,
+            "plans": [{"rank": i + 1, "iter_time_s": r.objective_s, "quantile_s": r.quantile_s,
                        "vs_best": r.quantile_s / best - 1,
                        "plan": plan_to_mapping(r.plan), "breakdown": breakdown_json(r.breakdown)}
-                      for i, r in enumerate(res.plans)]}
+                      for i, r in enumerate(res.ranked)]}
 
 
 def _describe(spec: Any, indent: int = 0) -> str:
