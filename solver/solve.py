@@ -30,7 +30,7 @@ from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import class_partitions, partition_plans
 from paraplan.solver.search import check_resimulation as check_class_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
-from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult, check_resimulation,
+from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, check_resimulation,
                                      coefficient_table, dualpipe_infeasible_reason, infeasible_reason)
 
 
@@ -115,6 +115,9 @@ def _check_top(inst, k: int, within_pct: float | None) -> None:
     if within_pct is not None and not within_pct >= 0:
         raise InstanceError("<arguments>", "--within", f"must be >= 0, got {within_pct}",
                             "give a percentage, e.g. --within 5")
+    if dualpipe_job(inst):  # --top ranks the 1F1B formulations' configurations
+        raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
+                            " the 1F1B formulations' configurations)", "plan without --top")
     partitions = (class_partitions.enabled(inst) if isinstance(inst, ClusterInstance)
                   else partition_plans.enabled(inst))
     if partitions:

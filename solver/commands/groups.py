@@ -244,60 +244,6 @@ def cmd_plan(args, read, progress=None) -> int:
     return status_code(res.status)
 
 
-def cmd_plan_top(args, read) -> int:
-    """`paraplan plan --top K [--within PCT]` of an instance shown as groups (`read`: as
-    read_instance read it): the K best plans of distinct outer configurations by the one
-    search with K winners (search.Winners), for the objective asked for, each re-simulated
-    once on the scenarios that objective reads (as `plan` shows them: fewest_classes)."""
-    from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
-    from paraplan.solver.planner import INFEASIBLE, OPTIMAL
-    from paraplan.solver.solve import solve
-
-    inst, objective = load_mixed(args, read)
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), objective=objective,
-                winners=args.top, within_pct=args.within)
-    # (what was minimised, the plan's time, plan, breakdown)
-    rows = [(r.quantile_s, r.objective_s, r.plan, r.breakdown) for r in res.ranked]
-    proved = res.status in (OPTIMAL, INFEASIBLE)
-    code = 0 if rows else EXIT_INFEASIBLE if proved else status_code("timeout")
-    best = rows[0][0] if rows else None
-    if args.json:
-        emit_json({"status": "optimal" if proved else "feasible", "objective": objective,
-                   "solve_time_s": res.solve_time_s, "solved": res.solved,
-                   "plans": [{"rank": i + 1, "objective_s": time_s, "quantile_s": val,
-                              "iter_time_s": bd.iter_time_s,
-                              "vs_best": val / best - 1, "plan": class_plan_to_mapping(plan, inst),
-                              "breakdown": breakdown_json(bd), "train_cost": train_cost_json(_train_cost(inst, bd))}
-                             for i, (val, time_s, plan, bd) in enumerate(rows)]})
-        return code
-    print(describe_cluster(inst))
-    limit = f" within {args.within:g}% of the optimum" if args.within is not None else ""
-    claim = ("proved: no other outer configuration's best plan belongs in this list" if proved
-             else "NOT proved (time limit): the list may be incomplete")
-    print(f"the {args.top} best plans with distinct outer configurations{limit}, {objective} objective"
-          f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
-          f" {res.solve_time_s:.2f} s; {claim})")
-    quantile = inst.search.objective != "mean"
-    for i, (val, time_s, plan, bd) in enumerate(rows):
-        at = f" (predicted {seconds(time_s)})" if quantile else ""
-        print(f"#{i + 1}  {seconds(val)}{' at ' + inst.search.objective if quantile else ''}{at}"
-              f" ({100 * (val / best - 1):+.2f}%), {bd.tokens_per_s:,.0f} tokens/s\n    "
-              + "\n    ".join(plan_lines(plan, inst)))
-    if not rows:  # under a limit that stopped it, nothing is proved about memory
-        print("no plan fits memory" if proved else "no plan found before the time limit")
-    if args.output:
-        from pathlib import Path
-        out = Path(args.output)
-        for i, (val, _, plan, _) in enumerate(rows, start=1):
-            path = str(out.with_name(f"{out.stem}-{i}{out.suffix}"))
-            write_plan_file(path, f"# paraplan plan {i} of the {len(rows)} best for {inst.name}: {objective}"
-                            f" objective {val:.6g} s\n", plan_file(inst, plan, read))
-            print(f"wrote {path}")
-    return code
-
-
 def plan_file(inst, plan, read) -> dict:
     """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
     one-class format with its instance (`read`: as read_instance read it, the instance `inst`

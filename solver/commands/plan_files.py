@@ -51,6 +51,14 @@ def plan_mapping(plan, inst) -> dict:
     return plan_to_mapping(plan) if isinstance(plan, Plan) else class_plan_to_mapping(plan, inst)
 
 
+def plan_file(inst, plan, read) -> dict:
+    """The plan file's mapping, as `plan -o` writes it (`read`: the instance as read_instance
+    read it; `inst`: as planned)."""
+    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver.commands import groups
+    return plan_file_mapping(read, plan) if isinstance(plan, Plan) else groups.plan_file(inst, plan, read)
+
+
 def breakdown_json(bd) -> dict:
     """The breakdown's JSON (solver/commands/schema.BREAKDOWN) for either kind."""
     from paraplan.solver import format as fmt

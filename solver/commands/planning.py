@@ -79,27 +79,18 @@ def cmd_plan(args) -> int:
     if getattr(args, "sensitivity", False) and args.top is not None:
         raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
                             "run --sensitivity without --top, on the plan you pick")
-    if group_commands.shown_as_groups(inst):
-        if args.within is not None and args.top is None:
-            raise InstanceError("<arguments>", "--within", "needs --top K",
-                                "add --top K, e.g. --top 5 --within 3")
+    if args.within is not None and args.top is None:
+        raise InstanceError("<arguments>", "--within", "needs --top K",
+                            "add --top K, e.g. --top 5 --within 3")
+    if args.top is not None or group_commands.shown_as_groups(inst):
         try:
             if args.top is not None:
-                return group_commands.cmd_plan_top(args, inst)
+                return cmd_plan_top(args, inst)
             return group_commands.cmd_plan(args, inst, progress=log)
         finally:
             if log:
                 log.done()
     group_commands.no_scenarios(args)
-    if args.top is not None:
-        from paraplan.cost.specs import PipelineSchedule
-        if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # top_k ranks 1F1B splits
-            raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
-                                " the 1F1B formulations' configurations)", "plan without --top")
-        return cmd_plan_top(args, inst)
-    if args.within is not None:
-        raise InstanceError("<arguments>", "--within", "needs --top K",
-                            "add --top K, e.g. --top 5 --within 3")
     from paraplan.solver.solve import solve
     res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
                 progress=log)
@@ -154,51 +145,75 @@ def cmd_plan(args) -> int:
     return status_code(res.status)
 
 
-def cmd_plan_top(args, inst) -> int:
-    from paraplan.cost.loader import plan_to_mapping
+def cmd_plan_top(args, read) -> int:
+    """`paraplan plan --top K [--within PCT]` on every cluster (`read`: as read_instance read
+    it): the K best plans of distinct outer configurations by the one search with K winners
+    (solver/solve.py), for the objective asked for, each re-simulated once."""
+    from paraplan.solver.commands import plan_files
     from paraplan.solver.solve import solve
 
-    res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, winners=args.top,
-                within_pct=args.within)
+    inst, objective, backend = _top_instance(args, read)
+    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), objective=objective,
+                winners=args.top, within_pct=args.within)
     best = res.ranked[0].quantile_s if res.ranked else None
-    written = _write_top_plans(args, inst, res) if args.output else []
+    # the time to train at each plan's simulated iteration time, with the plan's trust interval
     costs = [_top_train_cost(inst, r) for r in res.ranked]
     if args.json:
-        from paraplan.solver.commands.schema import top_k_json
-        out = top_k_json(res, plan_to_mapping)
-        for entry, tc in zip(out["plans"], costs):
-            entry["train_cost"] = train_cost_json(tc)
-        _emit_json(out)
+        if args.output:  # the files are named in the text output only
+            _write_top_plans(args, inst, read, res, objective)
+        _emit_json({"status": "optimal" if proved(res) else "feasible", "objective": objective,
+                    "solve_time_s": res.solve_time_s, "solved": res.solved,
+                    "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
+                               "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
+                               "plan": plan_files.plan_mapping(r.plan, inst),
+                               "breakdown": plan_files.breakdown_json(r.breakdown),
+                               "train_cost": train_cost_json(tc)}
+                              for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
         return _top_code(res)
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
+    network = "" if objective == "nominal" else f", {objective} objective"
     claim = ("proved: no other outer configuration's best plan belongs in this list"
              if proved(res) else "NOT proved (time limit): the list may be incomplete")
-    print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
+    print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}{network}"
           f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
           f" {res.solve_time_s:.2f} s; {claim})")
     cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
     rows = [[str(i + 1), seconds(r.objective_s), *([seconds(r.quantile_s)] if quantile else []),
-             f"{100 * (r.quantile_s / best - 1):+.2f}%",
-             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), plan_line(r.plan)]
+             f"{100 * (r.quantile_s / best - 1):+.2f}%", f"{r.breakdown.tokens_per_s:,.0f}",
+             *(value for _, value in c), plan_files.plan_line(r.plan, inst)]
             for i, (r, c) in enumerate(zip(res.ranked, cells))]
-    heads = ["#", "iteration", *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
+    heads = ["#", "iteration" if objective == "nominal" else objective,
+             *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
     print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
     if not res.ranked:  # under a limit that stopped it, nothing is proved about memory
         print("no plan fits memory" if proved(res) else "no plan found before the time limit")
-    for path in written:
+    for path in _write_top_plans(args, inst, read, res, objective) if args.output else []:
         print(f"wrote {path}")
     return _top_code(res)
 
 
+def _top_instance(args, read):
+    """(instance, objective, backend) --top plans: a flat instance as it is, on the nominal
+    network; one shown as node groups (commands/groups.shown_as_groups) with the objective
+    asked for, by the multi-class formulations (dp solves the single-class split only)."""
+    from paraplan.solver.commands import groups
+    if not groups.shown_as_groups(read):
+        groups.no_scenarios(args)
+        return read, "nominal", args.backend
+    inst, objective = groups.load_mixed(args, read)
+    return inst, objective, "milp" if args.backend == "milp" else "cpsat"
+
+
 def _top_train_cost(inst, ranked):
-    """The time and cost to train under one of --top's plans, with its trust interval; None
-    without job.train_tokens."""
+    """The time and cost to train under one of --top's plans at its simulated iteration time,
+    with its trust interval; None without job.train_tokens."""
     if inst.job.train_tokens is None:
         return None
-    from paraplan.cost.trust import plan_trust
-    return plan_train_cost(inst, ranked.objective_s, plan_trust(inst, ranked.plan, ranked.objective_s))
+    from paraplan.solver.commands.plan_files import plan_trust
+    t = ranked.breakdown.iter_time_s
+    return plan_train_cost(inst, t, plan_trust(inst, ranked.plan, t))
 
 
 def _top_code(res) -> int:
@@ -215,19 +230,19 @@ def proved(res) -> bool:
     return res.status in ("optimal", "infeasible")
 
 
-def _write_top_plans(args, inst, res) -> list[str]:
+def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
     """-o FILE with --top K: plan k goes to FILE's stem + '-k' (plans-1.yaml, plans-2.yaml, ...),
-    each a plan file with its instance, like plan -o writes."""
+    each a plan file like plan -o writes (commands/plan_files.plan_file)."""
     from pathlib import Path
 
-    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver.commands.plan_files import plan_file
     out = Path(args.output)
     paths = []
     for k, r in enumerate(res.ranked, start=1):
         path = str(out.with_name(f"{out.stem}-{k}{out.suffix}"))
         header = (f"# paraplan plan {k} of the {len(res.ranked)} best for {inst.name}:"
-                  f" iteration {r.objective_s:.6g} s\n")
-        write_plan_file(path, header, plan_file_mapping(inst, r.plan))
+                  f" {objective} objective {r.objective_s:.6g} s\n")
+        write_plan_file(path, header, plan_file(inst, r.plan, read))
         paths.append(path)
     return paths
 
