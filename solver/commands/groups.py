@@ -107,9 +107,7 @@ def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
     if inst is not None:
         what += quantile_phrase(inst.search.objective, res.objective_s)
-    return common_evidence_text(res, res.quantile_s if res.quantile_s is not None else res.objective_s, what,
-                                res.plans_total,
-                                "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
+    return common_evidence_text(res, what, "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
                                 not_covered=not_covered(res, inst) if inst is not None else ())
 
 
@@ -162,7 +160,7 @@ def result_json(res, inst, regs=None) -> dict:
         "model_warnings": model_warnings(inst),
         "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
         "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "space": space_json(res, res.plans_total, not_covered(res, inst)),
+        "space": space_json(res, not_covered(res, inst)),
         "reason": res.reason or None,
         "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None,
         "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,

@@ -9,7 +9,7 @@ from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_tex
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
-from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled, read_instance,
+from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled, read_instance,
                                              read_calibration_files)
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
@@ -60,7 +60,7 @@ def result_json(res, inst, trust=None) -> dict:
         "quantile": inst.search.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
         "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, res.plans_total, not_covered(inst)),
+        "space": space_json(res, not_covered(inst)),
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan) if res.plan else None,
         "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
@@ -117,9 +117,8 @@ def cmd_plan(args) -> int:
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(evidence_text(res, res.quantile_s, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
-                            res.plans_total,
-                            dominated=res.pruned_by_dominance, not_covered=not_covered(inst)))
+        print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
+                            not_covered=not_covered(inst)))
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:
