@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
+from paraplan.solver.commands import plan_files
+from paraplan.solver.format import (breakdown_text, evidence_text, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
@@ -31,14 +32,6 @@ def add_progress_arg(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def not_covered(inst) -> list[str]:
-    """What a one-group plan's claim leaves out (solver/space.not_covered: the cluster
-    as the class planner plans it, one group, never idle)."""
-    from paraplan.cost.groups_loader import as_one_group
-    from paraplan.solver.space import not_covered as outside
-    return outside(as_one_group(inst))
-
-
 def plan_train_cost(inst, iter_time_s: float | None, trust=None):
     """The time and cost to train (cost/train_cost.py) with the trust interval of `trust`
     (cost/trust.Trust or None); None without a plan or without job.train_tokens."""
@@ -46,26 +39,34 @@ def plan_train_cost(inst, iter_time_s: float | None, trust=None):
     return instance_train_cost(inst, iter_time_s, None if trust is None else trust.interval_s)
 
 
-def result_json(res, inst, trust=None) -> dict:
-    """The JSON of a one-group plan (plan, sweep); with job.train_tokens its time and cost to
-    train, whose interval is `trust`'s (computed here when not given)."""
-    from paraplan.cost.loader import plan_to_mapping
-    if trust is None and res.plan is not None and inst.job.train_tokens is not None:
-        from paraplan.cost.trust import plan_trust
-        trust = plan_trust(inst, res.plan, res.iter_time_s)
+def result_json(res, inst, regs=None) -> dict:
+    """The one JSON of a SolveResult (plan, sweep), on every cluster: the plan's simulated
+    iteration time on the nominal network and, with job.train_tokens, its time and cost to
+    train there with its trust interval; on node groups the objective's value per scenario, and
+    `regs` (solver/dynamic.regrets) under --robust / --expected."""
+    from paraplan.solver.commands import plan_files
+    bd = res.breakdown
+    t = None if bd is None else bd.iter_time_s
+    trust = None if res.plan is None or bd is None else plan_files.plan_trust(inst, res.plan, t)
     return {
-        "status": res.status, "iter_time_s": res.iter_time_s,
+        "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
         # the framework release the time is for (job.framework_version, default the current)
         "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
-        "quantile": inst.search.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
-        "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
+        "quantile": inst.search.objective, "quantile_s": res.quantile_s, "iter_time_s": t,
+        "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
+        "bound_s": res.bound_s, "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, not_covered(inst)),
+        "space": space_json(res, plan_files.not_covered(inst, res.plan)),
         "reason": res.reason or None,
-        "plan": plan_to_mapping(res.plan) if res.plan else None,
-        "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
-        "train_cost": train_cost_json(plan_train_cost(inst, res.iter_time_s if res.plan else None,
-                                                      trust)),
+        "plan": plan_files.plan_mapping(res.plan, inst) if res.plan else None,
+        "breakdown": plan_files.breakdown_json(bd) if bd else None,
+        "tokens_per_s": None if bd is None else bd.tokens_per_s,
+        "trust": trust_json(trust),
+        "model_warnings": plan_files.model_warnings(inst, res.plan),
+        "train_cost": train_cost_json(plan_train_cost(inst, t, trust)),
+        "regret": None if regs is None else [
+            {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
+             "regret": r.regret} for r in regs],
     }
 
 
@@ -86,7 +87,7 @@ def cmd_plan(args) -> int:
         try:
             if args.top is not None:
                 return cmd_plan_top(args, inst)
-            return group_commands.cmd_plan(args, inst, progress=log)
+            return _cmd_plan_groups(args, inst, progress=log)
         finally:
             if log:
                 log.done()
@@ -108,9 +109,7 @@ def cmd_plan(args) -> int:
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
-        out = result_json(res, inst, trust)
-        out["trust"] = trust_json(trust)
-        out["model_warnings"] = notes
+        out = result_json(res, inst)
         if sens is not None:
             out["sensitivity"] = sens
         _emit_json(out)
@@ -118,7 +117,7 @@ def cmd_plan(args) -> int:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
         print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
-                            not_covered=not_covered(inst)))
+                            not_covered=plan_files.not_covered(inst, res.plan)))
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:
@@ -141,6 +140,50 @@ def cmd_plan(args) -> int:
                   f" bound {bound}, backend {res.backend}\n")
         # the instance rides along, so that export and simulate need no instance file
         write_plan_file(args.output, header, plan_file_mapping(inst, res.plan))
+    return status_code(res.status)
+
+
+def _cmd_plan_groups(args, read, progress=None) -> int:
+    """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
+    from paraplan.solver.commands import groups
+    from paraplan.solver.dynamic import regrets, scenario_optima
+    from paraplan.solver.solve import solve
+
+    inst, objective = groups.load_mixed(args, read)
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
+    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), progress, objective)
+    regs = None
+    if objective != "nominal" and res.plan is not None:
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+    sens = None
+    if getattr(args, "sensitivity", False) and res.plan is not None:
+        sens = groups.plan_sensitivity(args, inst, res.plan, backend, objective)
+    if args.json:
+        out = result_json(res, inst, regs)
+        if sens is not None:
+            out["sensitivity"] = sens
+        _emit_json(out)
+    else:
+        print(groups.describe_cluster(inst))
+        print(groups.evidence_text(res, inst=inst))
+        if res.plan is not None:
+            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+            for line in trust_lines(groups.plan_trust(inst, res)):
+                print(line)
+            for line in train_lines(groups.train_cost(inst, res.breakdown, groups.plan_trust(inst, res))):
+                print(line)
+            print()
+            print(groups.breakdown_text(res.breakdown, inst))
+        if regs:
+            print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
+                               groups.regret_rows(regs), align="lrrlr"))
+        if sens is not None:
+            print("\n" + sensitivity_text(sens))
+    if args.output and res.plan is not None:
+        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
+        write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
+                        f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
+                        groups.plan_file(inst, res.plan, read))
     return status_code(res.status)
 
 

@@ -58,7 +58,10 @@ MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "wor
 
 SCHEMAS: dict[str, dict] = {
     # quantile: search.objective (mean | pNN); quantile_s: the plan's value of it, which bound_s bounds
-    "plan": {**EVIDENCE, "quantile": STR, "quantile_s": NUM_OR_NULL, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
+    # objective: the network objective (nominal on a flat cluster) and objective_s its value,
+    # per_scenario_s on each scenario it reads (none on a flat cluster)
+    "plan": {**EVIDENCE, "objective": STR, "objective_s": NUM_OR_NULL, "per_scenario_s": MapOf(NUM),
+             "quantile": STR, "quantile_s": NUM_OR_NULL, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
              "trust": (dict, "null"), "model_warnings": [STR], "train_cost": (TRAIN_COST, "null")},
     # objective: the network objective (nominal on a flat cluster); objective_s each plan's value
     # of it, iter_time_s its simulated time on the nominal network
@@ -97,8 +100,6 @@ SCHEMAS: dict[str, dict] = {
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields
-SCHEMAS["plan (mixed cluster)"] = {**SCHEMAS["plan"], "objective": STR, "objective_s": NUM_OR_NULL,
-                                   "per_scenario_s": MapOf(NUM)}
 SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
 SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
