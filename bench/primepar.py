@@ -39,7 +39,7 @@ from paraplan.formulations.partition import solve_partition_milp  # noqa: E402
 from paraplan.formulations.partition_dp import min_time, pareto_front  # noqa: E402
 from paraplan.solver import partition_plans  # noqa: E402
 from paraplan.solver.commands.partitions import describe_partitions  # noqa: E402
-from paraplan.solver.class_route import plan  # noqa: E402
+from paraplan.solver.solve import solve  # noqa: E402
 
 MODELS = ("opt-175b", "llama2-70b", "bloom-176b")
 GPUS = (4, 8, 16, 32)
@@ -121,11 +121,11 @@ def _pair(inst):
     meg_inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tensor_partitions=MEGATRON_ONLY))
     st_inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, sequence_parallel=SPLIT_STREAM))
     t0 = time.perf_counter()
-    meg = plan(meg_inst)
+    meg = solve(meg_inst)
     t1 = time.perf_counter()
-    st = plan(st_inst)
+    st = solve(st_inst)
     t2 = time.perf_counter()
-    meg_sp = plan(dataclasses.replace(meg_inst, search=dataclasses.replace(
+    meg_sp = solve(dataclasses.replace(meg_inst, search=dataclasses.replace(
         meg_inst.search, sequence_parallel=SPLIT_STREAM)))
     return meg, st, meg_sp, t1 - t0, t2 - t1, st_inst
 
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
         inst = dataclasses.replace(inst, search=dataclasses.replace(
             inst.search, tensor_partitions=("megatron", "spatial_temporal")))
         t0 = time.perf_counter()
-        res = plan(inst)
+        res = solve(inst)
         wall = time.perf_counter() - t0
         out += ["", "## Joint solve time, Llama-3 70B on 512 H100 (instances/llama3-70b-512xH100.yaml"
                 " + tensor_partitions)", "",

@@ -3,9 +3,9 @@
     from paraplan.solver import api
     inst = api.load_instance("instances/llama3-8b-64xH100.yaml")
     inst = api.override_search(inst, {"tp": [1, 2, 4], "zero": [1]})   # like --search
-    res = api.plan(inst)                    # PlanResult: status, plan, iter_time_s, bound_s, gap
+    res = api.plan(inst)                    # SolveResult: status, plan, iter_time_s, bound_s, gap
     bd = api.simulate(inst, res.plan)       # Breakdown: exposed_s, overlapped_s, stages, mfu
-    best = api.top_k(inst, 5, within_pct=3)  # the 5 best distinct outer configurations
+    best = api.top_k(inst, 5, within_pct=3)  # SolveResult; .ranked: the 5 best distinct outer configurations
     mem = api.memory_by_category(inst, res.plan)   # per stage: weights, grads, ... runtime
     html = api.build_report(inst, res)      # the `paraplan report` page as a string
 
@@ -30,8 +30,8 @@ from paraplan.cost.simulate import simulate as _simulate
 from paraplan.cost.specs import Instance, Plan
 from paraplan.solver.report.compare import compare
 from paraplan.solver.search import search
-from paraplan.solver.class_route import TopK, plan as _plan, top as _top_k
-from paraplan.solver.planner import PlanResult
+from paraplan.solver.planner import SolveResult
+from paraplan.solver.solve import solve
 from paraplan.solver.report.page import build_class_report, build_report as _build_report
 from paraplan.solver.commands.schema import validate as validate_json
 
@@ -49,7 +49,7 @@ _KINDS = {
              " (api.load_cluster_instance) is planned by api.search"),
     "plan": (Plan, "a Plan", "pass a plan: api.plan(inst).plan, api.load_plan(path, inst) or"
              " api.plan_from_mapping({...}, inst)"),
-    "result": (PlanResult, "a PlanResult", "pass what api.plan(inst) returned"),
+    "result": (SolveResult, "a SolveResult", "pass what api.plan(inst) returned"),
 }
 
 
@@ -78,15 +78,15 @@ def _check_solve(func: str, backend: Any, time_limit_s: Any) -> None:
 
 
 def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
-         progress=None) -> PlanResult:
-    """The optimal plan of `inst` over its declared space (`paraplan plan`; solver/class_route.py):
+         progress=None) -> SolveResult:
+    """The optimal plan of `inst` over its declared space (`paraplan plan`; solver/solve.py):
     backend "dp", "cpsat" or "milp"."""
     _check("plan", inst=inst)
     _check_solve("plan", backend, time_limit_s)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise _error("plan", "threads", f"expected an integer >= 1, got {describe(threads)}",
                      "give e.g. threads=1")
-    return _plan(inst, backend, time_limit_s, threads, progress)
+    return solve(inst, backend, time_limit_s, threads, progress)
 
 
 def simulate(inst: Instance, p: Plan, **options) -> Any:
@@ -101,9 +101,10 @@ def simulate(inst: Instance, p: Plan, **options) -> Any:
 
 
 def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str = "cpsat",
-          time_limit_s: float = 60.0) -> TopK:
+          time_limit_s: float = 60.0) -> SolveResult:
     """The k best distinct outer configurations of `inst` (`paraplan plan --top`;
-    solver/class_route.top), within `within_pct` percent of the optimum when given."""
+    solver/solve.py), within `within_pct` percent of the optimum when given: the result's
+    `ranked`, best first (planner.Ranked: plan, objective_s, breakdown, quantile_s)."""
     _check("top_k", inst=inst)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise _error("top_k", "k", f"expected an integer >= 1, got {describe(k)}", "ask for e.g. k=5")
@@ -112,7 +113,7 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
         raise _error("top_k", "within_pct", f"expected a percentage >= 0 or None, got"
                      f" {describe(within_pct)}", "give e.g. within_pct=3")
     _check_solve("top_k", backend, time_limit_s)
-    return _top_k(inst, k, within_pct, backend, time_limit_s)
+    return solve(inst, backend, time_limit_s, winners=k, within_pct=within_pct)
 
 
 def memory_by_category(inst: Instance, p: Plan) -> list[dict[str, float]]:
@@ -128,8 +129,8 @@ def memory_by_category(inst: Instance, p: Plan) -> list[dict[str, float]]:
     return stage_categories_bytes(inst, p, plan_coefficients(inst, p))
 
 
-def build_report(inst: Instance, result: PlanResult, **options) -> str:
-    """The `paraplan report` page of `result`, a PlanResult of api.plan(inst), as one HTML
+def build_report(inst: Instance, result: SolveResult, **options) -> str:
+    """The `paraplan report` page of `result`, a SolveResult of api.plan(inst), as one HTML
     string (solver/report/page.py)."""
     _check("build_report", inst=inst, result=result)
     if result.plan is not None:

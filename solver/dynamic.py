@@ -34,7 +34,8 @@ from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
-from paraplan.solver.search import SearchResult, search
+from paraplan.solver.planner import SolveResult
+from paraplan.solver.search import search
 from paraplan.solver.planner import REL_TOL
 from paraplan.solver.weight_space import extreme_points
 
@@ -51,11 +52,11 @@ class Regret:
         return self.plan_time_s / self.optimum_s - 1
 
 
-def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) -> list[SearchResult]:
+def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) -> list[SolveResult]:
     return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: ClusterInstance, plan: ClassPlan, optima: list[SearchResult]) -> list[Regret]:
+def regrets(inst: ClusterInstance, plan: ClassPlan, optima: list[SolveResult]) -> list[Regret]:
     out = []
     for sc, opt in zip(inst.scenarios, optima):
         t = simulate_classes(inst, plan, sc.cluster).iter_time_s
@@ -70,7 +71,7 @@ class ReplanResult:
     event: str
     current_time_s: float  # the running plan on the changed network
     before_time_s: float  # the running plan before the change
-    new: SearchResult
+    new: SolveResult
     switch_s: float
     remaining_iterations: float
     stay_s: float
@@ -171,7 +172,7 @@ def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: f
         labels.append(label)
         return len(cands) - 1
 
-    optimum: dict[int, SearchResult] = {}
+    optimum: dict[int, SolveResult] = {}
     for s in used:
         # every scenario needs its optimum (or a bound): each keeps at least a slice of the limit
         left = max(deadline - time.perf_counter(), 1e-3) / (len(used) - used.index(s))

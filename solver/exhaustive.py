@@ -58,7 +58,7 @@ class SpaceTooLarge(ValueError):
 @dataclass
 class ClassExhaustiveResult:
     plan: ClassPlan | None
-    objective_s: float | None  # the plan's time (SearchResult.objective_s)
+    objective_s: float | None  # the plan's time (SolveResult.objective_s)
     candidates: int
     outer_configs: int
     wall_time_s: float
@@ -78,7 +78,7 @@ class ExhaustiveResult:
     outer_configs: int
     wall_time_s: float
     complete: bool = True
-    quantile_s: float | None = None  # what was minimised (search.objective; PlanResult)
+    quantile_s: float | None = None  # what was minimised (search.objective; SolveResult)
 
 
 @lru_cache(maxsize=256)

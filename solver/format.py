@@ -102,11 +102,11 @@ def breakdown_json(bd: Breakdown) -> dict:
     }
 
 
-def space_json(res, candidates: int, not_covered: list[str] = ()) -> dict:
-    """How a planner result accounted for its declared space (`candidates`: its plans in all),
-    as the JSON outputs write it (solver/commands/schema.SPACE); `not_covered`: the kinds of
-    plan outside it (solver/space.not_covered)."""
-    return {"outer_configs": res.outer_configs, "candidates": candidates, "priced": res.priced,
+def space_json(res, not_covered: list[str] = ()) -> dict:
+    """How a SolveResult accounted for its declared space, as the JSON outputs write it
+    (solver/commands/schema.SPACE); `not_covered`: the kinds of plan outside it
+    (solver/space.not_covered)."""
+    return {"outer_configs": res.outer_configs, "candidates": res.plans_total, "priced": res.priced,
             "solved": res.solved, "pruned_by_bound": res.pruned_by_bound,
             "pruned_by_memory": res.pruned_by_memory, "pruned_by_dominance": res.pruned_by_dominance,
             "inner_infeasible": res.inner_infeasible, "unresolved": res.unresolved,
@@ -121,12 +121,13 @@ def quantile_phrase(objective: str, predicted_s: float | None = None) -> str:
     return f" at {objective} (under it in {objective[1:]}% of the model's out-of-sample errors){pred}"
 
 
-def evidence_text(res, value_s: float | None, what: str, plans: int, space: str = "declared space",
-                  bound_note: str = "", dominated: int = 0, not_covered: list[str] = ()) -> str:
-    """The optimality evidence `plan` prints, on one group and mixed clusters: `value_s` the
-    objective, `what` what it measures, `plans` the complete plans of the space, `dominated`
-    the (outer, layer plan) pairs dominance removed (one group, per-operator partitions),
-    `not_covered` the kinds of plan outside the space (solver/space.not_covered)."""
+def evidence_text(res, what: str, space: str = "declared space", bound_note: str = "",
+                  not_covered: list[str] = ()) -> str:
+    """The optimality evidence `plan` prints of a SolveResult, on every cluster: its objective
+    (what was minimised), `what` it measures, `not_covered` the kinds of plan outside the
+    space (solver/space.not_covered)."""
+    value_s, dominated = res.quantile_s if res.quantile_s is not None else res.objective_s, res.pruned_by_dominance
+    plans = res.plans_total
     claim = {"optimal": f"OPTIMAL (proved over the {space})",
              "feasible": "FEASIBLE (not proved optimal: time limit)",
              "infeasible": "INFEASIBLE (proved: no plan in the space fits)",

@@ -1,11 +1,10 @@
-"""What every planner result shares: statuses, the homogeneous result record (`PlanResult`),
-the re-simulation check and the homogeneous coefficient table (for the report's frontier and
-the reason an instance fits nowhere).
+"""What every planner result shares: statuses, the one result record (`SolveResult`, returned
+by solver/solve.py for a plan of either shape), the re-simulation check of a one-class plan and
+the flat coefficient table (for the report's frontier and the reason an instance fits nowhere).
 
-The search itself is the class planner's (solver/search.py), which plans a homogeneous
-instance as a one-group cluster (solver/class_route.py). Complete coefficient tables are cached
-per instance (TABLE_CACHE_SIZE), so a report and an infeasibility reason of one instance price
-it once.
+The search itself is solver/search.py, which plans a flat instance as a one-group cluster
+(solver/solve.py). Complete coefficient tables are cached per instance (TABLE_CACHE_SIZE), so a
+report and an infeasibility reason of one instance price it once.
 
 A returned plan is re-simulated by cost/simulate.py; a mismatch with the objective beyond the
 quantisation tolerance raises `ResimulationMismatch`: it would be a bug, never a user error.
@@ -17,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 
 from paraplan.cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
-from paraplan.cost.simulate import Breakdown, simulate
+from paraplan.cost.plan_specs import ClassPlan
+from paraplan.cost.simulate import Breakdown, PlanBreakdown, simulate
 from paraplan.cost.specs import Instance, Plan
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver import partition_plans
@@ -34,16 +34,43 @@ class ResimulationMismatch(AssertionError):
     """The solver's objective and the simulator disagree: a bug in cost/ or formulations/."""
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One of `--top`'s plans (SolveResult.ranked), re-simulated once."""
+
+    plan: Plan | ClassPlan
+    objective_s: float  # the plan's objective (its iteration time on the nominal network)
+    breakdown: Breakdown | PlanBreakdown
+    quantile_s: float  # what the plans are ranked by: objective_s at search.objective
+
+
 @dataclass(kw_only=True)
-class SearchAccount:
-    """What every planner result records besides its plan: status, bound and how the declared
-    space was accounted for (the homogeneous PlanResult, search.SearchResult)."""
+class SolveResult:
+    """What the one search returns (solve, search.search), for a plan of either shape: its
+    status, plan, objective, bound and how the declared space was accounted for."""
 
     status: str
+    # the plan in the shape of the instance planned: a Plan (one class on a flat cluster) or a
+    # ClassPlan (a cluster of node groups)
+    plan: Plan | ClassPlan | None
+    # which network objective was aggregated (nominal, robust, expected) and its value for the
+    # plan: the iteration time on the nominal network
+    objective: str
+    objective_s: float | None
     bound_s: float | None
     solve_time_s: float
     backend: str
     outer_configs: int
+    plans_total: int  # complete plans in the declared space
+    per_scenario_s: tuple[float, ...] | None = None
+    scenario_names: tuple[str, ...] = ()
+    breakdown: Breakdown | PlanBreakdown | None = None
+    # the `winners` best plans of distinct candidates, best first: (objective s, ClassPlan)
+    # from search.search, Ranked (re-simulated) from solve
+    ranked: tuple = ()
+    # what was minimised: objective_s times the plan's search.objective factor
+    # (cost/trust.objective_factor; objective_s itself for `mean`); bound_s bounds this value
+    quantile_s: float | None = None
     # outer configurations priced (cost/coefficients.build); the others were pruned by the
     # bound read before pricing (solver/bounds/unpriced.py), counted in pruned_by_bound
     priced: int = 0
@@ -58,21 +85,15 @@ class SearchAccount:
     reason: str = ""
     log: list[str] = field(default_factory=list)
 
-
-@dataclass(kw_only=True)
-class PlanResult(SearchAccount):
-    plan: Plan | None
-    iter_time_s: float | None  # the plan's predicted iteration time
-    space_size: int
-    breakdown: Breakdown | None = None
-    # what was minimised (search.objective) and its value for the plan: iter_time_s for "mean",
-    # its quantile for "pNN" (cost/trust.objective_factor); bound_s bounds this value
-    objective: str = "mean"
-    quantile_s: float | None = None
+    @property
+    def iter_time_s(self) -> float | None:
+        """The plan's predicted iteration time (docs/python-api.md): objective_s, which is it
+        on the nominal network."""
+        return self.objective_s
 
     @property
     def gap(self) -> float | None:
-        value = self.iter_time_s if self.quantile_s is None else self.quantile_s
+        value = self.objective_s if self.quantile_s is None else self.quantile_s
         if value is None or self.bound_s is None:
             return None
         return max(0.0, (value - self.bound_s) / value)

@@ -21,7 +21,7 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 3. Visit configurations by (bound, index); solve those that can still win with CP-SAT or MILP
    (formulations/multiclass*.py), prune the rest (a lone class first tries the tight bound and
    the exact DP with a cutoff: _cannot_win_alone). Backend "dp" (the class route of a
-   homogeneous instance, solver/class_route.py) solves a lone class on one network by that DP
+   homogeneous instance, solver/solve.py) solves a lone class on one network by that DP
    with the incumbent as cutoff, as the homogeneous planner does. Tie rule as in the
    homogeneous planner.
 
@@ -73,7 +73,7 @@ from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_ou
                                           micro_batch_vectors, paired_counts, summarize)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
-                                     ResimulationMismatch, SearchAccount)
+                                     ResimulationMismatch, SolveResult)
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -109,31 +109,6 @@ PLANS_CHUNK = 64
 # (7.6 GiB for a million layers on 1,024 stages; --backend cpsat was killed for memory there).
 # The MILP lists none and takes any split.
 DP_MAX_CELLS = 1 << 19
-
-
-@dataclass(kw_only=True)
-class SearchResult(SearchAccount):
-    plan: ClassPlan | None
-    objective: str
-    objective_s: float | None  # the aggregated objective: nominal, worst or expected time
-    per_scenario_s: tuple[float, ...] | None
-    scenario_names: tuple[str, ...]
-    plans_total: int
-    breakdown: PlanBreakdown | None = None
-    # the `winners` best plans of distinct candidates, (objective s, plan) best first (search's
-    # `winners`, within its `within_pct`): the first is `plan` before fewest_classes; the values
-    # are what was minimised (quantile_s)
-    ranked: tuple[tuple[float, ClassPlan], ...] = ()
-    # what was minimised: objective_s times the plan's search.objective factor
-    # (cost/trust.objective_factor; objective_s itself for `mean`); bound_s bounds this value
-    quantile_s: float | None = None
-
-    @property
-    def gap(self) -> float | None:
-        value = self.objective_s if self.quantile_s is None else self.quantile_s
-        if value is None or self.bound_s is None:
-            return None
-        return max(0.0, (value - self.bound_s) / value)
 
 
 def scenario_weights(inst: ClusterInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
@@ -476,12 +451,12 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
                 warm_plan: ClassPlan | None = None, progress=None, threads: int = 1,
-                resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SearchResult:
+                resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
     """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
     many configurations at once (the planner's best-first order, in batches of configurations
     that can each still win when the batch starts), which changes the time to the answer but
     not the answer: every configuration that could win under the tie rule is still solved.
-    `resimulate` False: the caller re-simulates the plan itself (solver/class_route.py, with
+    `resimulate` False: the caller re-simulates the plan itself (solver/solve.py, with
     the simulator whose breakdown it shows), so that each plan is simulated once; the result
     then has no breakdown or per-scenario times. `winners` K > 1 (`paraplan plan --top K`):
     the same branch and bound keeps the K best plans of distinct candidates (the K-th is the
@@ -497,7 +472,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
     idx, agg, weights = scenario_weights(inst, objective)
     outers = declared_outers(inst, families, groups, uniform)
     summary = summarize(inst, outers, uniform)
-    res = SearchResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
+    res = SolveResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
@@ -789,7 +764,7 @@ class _LayerPlans:
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1
 
-    def expand(self, upper_s: float, res: SearchResult) -> list[_Candidate]:
+    def expand(self, upper_s: float, res: SolveResult) -> list[_Candidate]:
         lst = self.choices.expand(upper_s)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
@@ -801,7 +776,7 @@ class _LayerPlans:
 
 
 def _layer_plans(inst: ClusterInstance, o: ClassOuter, i: int, objective: str, placements: dict,
-                 uniform: bool, res: SearchResult) -> _LayerPlans | None:
+                 uniform: bool, res: SolveResult) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
     when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
     idx, _, _ = scenario_weights(inst, objective)

@@ -740,7 +740,7 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
 
 def one_group_outers(inst: Instance) -> list[Outer]:
     """The declared space of a homogeneous instance (its one-group class space, searched as
-    solver/class_route.py plans it), each configuration as the Outer that prices it
+    solver/solve.py plans it), each configuration as the Outer that prices it
     (cost/class_coefficients.class_outer, the lone class at the count the batch gives it)."""
     het = as_one_group(inst)
     gb = inst.job.global_batch

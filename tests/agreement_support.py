@@ -10,7 +10,7 @@ import pytest
 from paraplan.cost.simulate import simulate
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver import search
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 BACKENDS = ("dp", "cpsat", "milp")

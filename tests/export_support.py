@@ -28,7 +28,7 @@ def mean_plan_file(tmp_path: Path, instance: str) -> Path:
     `paraplan plan -o` writes it."""
     import dataclasses
 
-    from paraplan.solver.class_route import plan
+    from paraplan.solver.solve import solve as plan
     inst = load_instance(ROOT / instance)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
     path = tmp_path / Path(instance).name

@@ -24,7 +24,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve
 from paraplan.solver.space import one_group_summary
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"
@@ -86,15 +86,15 @@ def ladder_instance(gpus: int, layers: int) -> Instance:
 
 
 def _run(inst: Instance, max_exhaustive_s: float, log) -> Rung:
-    space = one_group_summary(inst)  # the space `plan` searches (solver/class_route.py)
+    space = one_group_summary(inst)  # the space `plan` searches (solver/solve.py)
     total = space.plans_total
     t = time.perf_counter()
-    rc = plan(inst, backend="cpsat", time_limit_s=600)
+    rc = solve(inst, backend="cpsat", time_limit_s=600)
     cpsat_s = time.perf_counter() - t
     milp_s, milp_status, rm = None, "skipped", None
     if total < 1e30:  # the big production rungs: CP-SAT only, to keep the run short
         t = time.perf_counter()
-        rm = plan(inst, backend="milp", time_limit_s=600)
+        rm = solve(inst, backend="milp", time_limit_s=600)
         milp_s, milp_status = time.perf_counter() - t, rm.status
     ex_s = agree = None
     if total <= max_exhaustive_s * ESTIMATED_RATE_PER_S:

@@ -32,7 +32,7 @@ from paraplan.solver.bench.growth import GPU_TYPES, growth_rows
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
 from paraplan.solver.search import search
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve
 from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 
 MIXED_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
@@ -112,7 +112,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> MixedBe
     # the full homogeneous space: the files narrow cp and interleaving for the mixed-cluster
     # planner's time only (instances/hetero/*.yaml), not for this baseline
     alone = replace(alone, search=replace(alone.search, cp=None, virtual_stages=None))
-    homo = plan(alone, time_limit_s=time_limit_s)
+    homo = solve(alone, time_limit_s=time_limit_s)
     log(f"{name}: largest group {inst.cluster.groups[g].name} {homo.status} {homo.iter_time_s} s")
     uni = search(inst, time_limit_s=time_limit_s, uniform=True)
     log(f"{name}: uniform {uni.status} {uni.objective_s} s")

@@ -87,7 +87,7 @@ def cmd_memory(args) -> int:
     if args.plan:
         plan, where = load_plan(args.plan, inst), args.plan
     else:
-        from paraplan.solver.class_route import plan as solve
+        from paraplan.solver.solve import solve
         res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s)
         if res.status == "infeasible":  # proved: nothing to estimate, and not an input error
             from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE

@@ -1,8 +1,9 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
-`paraplan plan` and `simulate` hand an instance planned as a cluster of node groups (a
-`cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file whose search asks for
-several replica classes: `shown_as_groups`) to the functions here, and `exhaustive` and `verify`
+`paraplan plan` (solver/commands/planning.py) and `simulate` show an instance planned as a
+cluster of node groups (a `cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file
+whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
+`exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
 Every command reads its instance file once (commands/inputs.read_instance) and hands on what
 it read.
@@ -13,14 +14,13 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines,
-                                    space_json, table, train_cost_json, train_lines)
+                                    table)
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.commands.plan_text import describe_plan, plan_lines, sensitivity_text
+from paraplan.solver.commands.plan_text import describe_plan, plan_lines
 
 
 def as_groups(inst):
@@ -95,23 +95,21 @@ def describe_cluster(inst) -> str:
             + f", global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
 
 
-def not_covered(res, inst) -> list[str]:
-    """What the result's claim leaves out on this cluster (solver/space.not_covered)."""
-    from paraplan.solver.space import not_covered as outside
-    used = None if res.plan is None else {g for c in res.plan.classes for g in c.stage_groups}
-    return outside(inst, used)
-
-
 def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
     what = {"nominal": f"per iteration on {network}",
             "robust": f"worst case over {len(res.scenario_names)} scenarios",
             "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
     if inst is not None:
         what += quantile_phrase(inst.search.objective, res.objective_s)
-    return common_evidence_text(res, res.quantile_s if res.quantile_s is not None else res.objective_s, what,
-                                res.plans_total,
-                                "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
-                                not_covered=not_covered(res, inst) if inst is not None else ())
+    return common_evidence_text(res, what, "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
+                                not_covered=not_covered(inst, res.plan) if inst is not None else ())
+
+
+def not_covered(inst, plan) -> list[str]:
+    """What the plan's claim leaves out on this cluster (solver/space.not_covered): the groups
+    it leaves idle among them."""
+    from paraplan.solver.space import not_covered as outside
+    return outside(inst, None if plan is None else {g for c in plan.classes for g in c.stage_groups})
 
 
 def breakdown_text(bd, inst) -> str:
@@ -148,34 +146,7 @@ def breakdown_json(bd) -> dict:
     }
 
 
-def result_json(res, inst, regs=None) -> dict:
-    from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.model_notes import model_warnings
-    bd = res.breakdown
-    return {
-        "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
-        # the framework release the time is for (job.framework_version, default the current)
-        "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
-        "quantile": inst.search.objective, "quantile_s": res.quantile_s,
-        "iter_time_s": bd.iter_time_s if bd else None,
-        "breakdown": breakdown_json(bd) if bd else None,
-        "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
-        "model_warnings": model_warnings(inst),
-        "bound_s": res.bound_s, "gap": res.gap, "tolerance_s": res.tolerance_s,
-        "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "space": space_json(res, res.plans_total, not_covered(res, inst)),
-        "reason": res.reason or None,
-        "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None,
-        "tokens_per_s": res.breakdown.tokens_per_s if res.breakdown else None,
-        "trust": trust_json(_trust(inst, res)),
-        "train_cost": train_cost_json(_train_cost(inst, bd, _trust(inst, res))),
-        "regret": None if regs is None else [
-            {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
-             "regret": r.regret} for r in regs],
-    }
-
-
-def _trust(inst, res):
+def plan_trust(inst, res):
     """The plan's interval on the nominal network (cost/trust.class_plan_trust), None without one."""
     if res.plan is None or res.breakdown is None:
         return None
@@ -183,7 +154,7 @@ def _trust(inst, res):
     return class_plan_trust(inst, res.plan, res.breakdown.iter_time_s)
 
 
-def _train_cost(inst, bd, trust=None):
+def train_cost(inst, bd, trust=None):
     """The time and cost to train at the plan's nominal iteration, with the plan's trust
     interval where `trust` is given (class_plan_trust), or None without a plan or
     job.train_tokens."""
@@ -199,118 +170,6 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
     from paraplan.solver.sensitivity import sensitivity
     return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
                        describe_plan)
-
-
-def cmd_plan(args, read, progress=None) -> int:
-    """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
-    from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.search import search
-
-    inst, objective = load_mixed(args, read)
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress,
-                      threads=getattr(args, "threads", 1))
-    regs = None
-    if objective != "nominal" and res.plan is not None:
-        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
-    sens = None
-    if getattr(args, "sensitivity", False) and res.plan is not None:
-        sens = plan_sensitivity(args, inst, res.plan, backend, objective)
-    if args.json:
-        out = result_json(res, inst, regs)
-        if sens is not None:
-            out["sensitivity"] = sens
-        emit_json(out)
-    else:
-        print(describe_cluster(inst))
-        print(evidence_text(res, inst=inst))
-        if res.plan is not None:
-            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
-            for line in trust_lines(_trust(inst, res)):
-                print(line)
-            for line in train_lines(_train_cost(inst, res.breakdown, _trust(inst, res))):
-                print(line)
-            print()
-            print(breakdown_text(res.breakdown, inst))
-        if regs:
-            print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
-                               regret_rows(regs), align="lrrlr"))
-        if sens is not None:
-            print("\n" + sensitivity_text(sens))
-    if args.output and res.plan is not None:
-        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
-        write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
-                        f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        plan_file(inst, res.plan, read))
-    from paraplan.solver.commands.exit_codes import status_code
-    return status_code(res.status)
-
-
-def cmd_plan_top(args, read) -> int:
-    """`paraplan plan --top K [--within PCT]` of an instance shown as groups (`read`: as
-    read_instance read it): the K best plans of distinct outer configurations by the one
-    search with K winners (search.Winners), for the objective asked for, each re-simulated
-    once on the scenarios that objective reads (as `plan` shows them: fewest_classes)."""
-    from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.solver import class_partitions
-    from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
-    from paraplan.solver.planner import INFEASIBLE, OPTIMAL
-    from paraplan.solver.search import check_resimulation, fewest_classes, search
-
-    inst, objective = load_mixed(args, read)
-    if args.top < 1:
-        raise InstanceError("<arguments>", "--top", f"must be >= 1, got {args.top}", "ask for e.g. --top 5")
-    if args.within is not None and not args.within >= 0:
-        raise InstanceError("<arguments>", "--within", f"must be >= 0, got {args.within}",
-                            "give a percentage, e.g. --within 5")
-    if class_partitions.enabled(inst):  # as on one class: class_route.top
-        raise InstanceError(inst.source, "search.tensor_partitions",
-                            "--top is not offered with per-operator partitions",
-                            "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = search(inst, backend, args.time_limit_s, objective=objective, threads=getattr(args, "threads", 1),
-                 resimulate=False, winners=args.top, within_pct=args.within)
-    rows = []  # (what was minimised, the plan's time, plan, breakdown)
-    for val, plan in res.ranked:
-        plan = fewest_classes(inst, plan, objective)
-        bd = check_resimulation(inst, plan, objective, val, res.tolerance_s)[1]
-        rows.append((val, val / objective_factor_of(inst, plan), plan, bd))
-    proved = res.status in (OPTIMAL, INFEASIBLE)
-    code = 0 if rows else EXIT_INFEASIBLE if proved else status_code("timeout")
-    best = rows[0][0] if rows else None
-    if args.json:
-        emit_json({"status": "optimal" if proved else "feasible", "objective": objective,
-                   "solve_time_s": res.solve_time_s, "solved": res.solved,
-                   "plans": [{"rank": i + 1, "objective_s": time_s, "quantile_s": val,
-                              "iter_time_s": bd.iter_time_s,
-                              "vs_best": val / best - 1, "plan": class_plan_to_mapping(plan, inst),
-                              "breakdown": breakdown_json(bd), "train_cost": train_cost_json(_train_cost(inst, bd))}
-                             for i, (val, time_s, plan, bd) in enumerate(rows)]})
-        return code
-    print(describe_cluster(inst))
-    limit = f" within {args.within:g}% of the optimum" if args.within is not None else ""
-    claim = ("proved: no other outer configuration's best plan belongs in this list" if proved
-             else "NOT proved (time limit): the list may be incomplete")
-    print(f"the {args.top} best plans with distinct outer configurations{limit}, {objective} objective"
-          f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
-          f" {res.solve_time_s:.2f} s; {claim})")
-    quantile = inst.search.objective != "mean"
-    for i, (val, time_s, plan, bd) in enumerate(rows):
-        at = f" (predicted {seconds(time_s)})" if quantile else ""
-        print(f"#{i + 1}  {seconds(val)}{' at ' + inst.search.objective if quantile else ''}{at}"
-              f" ({100 * (val / best - 1):+.2f}%), {bd.tokens_per_s:,.0f} tokens/s\n    "
-              + "\n    ".join(plan_lines(plan, inst)))
-    if not rows:  # under a limit that stopped it, nothing is proved about memory
-        print("no plan fits memory" if proved else "no plan found before the time limit")
-    if args.output:
-        from pathlib import Path
-        out = Path(args.output)
-        for i, (val, _, plan, _) in enumerate(rows, start=1):
-            path = str(out.with_name(f"{out.stem}-{i}{out.suffix}"))
-            write_plan_file(path, f"# paraplan plan {i} of the {len(rows)} best for {inst.name}: {objective}"
-                            f" objective {val:.6g} s\n", plan_file(inst, plan, read))
-            print(f"wrote {path}")
-    return code
 
 
 def plan_file(inst, plan, read) -> dict:

@@ -11,6 +11,7 @@ path: read the plans, simulate each once, render.
 from __future__ import annotations
 
 from paraplan.cost.loader import is_group_plan_mapping, read_yaml
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.specs import Plan
 
 
@@ -51,11 +52,35 @@ def plan_mapping(plan, inst) -> dict:
     return plan_to_mapping(plan) if isinstance(plan, Plan) else class_plan_to_mapping(plan, inst)
 
 
+def plan_file(inst, plan, read) -> dict:
+    """The plan file's mapping, as `plan -o` writes it (`read`: the instance as read_instance
+    read it; `inst`: as planned)."""
+    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver.commands import groups
+    return plan_file_mapping(read, plan) if isinstance(plan, Plan) else groups.plan_file(inst, plan, read)
+
+
 def breakdown_json(bd) -> dict:
     """The breakdown's JSON (solver/commands/schema.BREAKDOWN) for either kind."""
     from paraplan.solver import format as fmt
     from paraplan.solver.commands import groups
     return groups.breakdown_json(bd) if hasattr(bd, "classes") else fmt.breakdown_json(bd)
+
+
+def not_covered(inst, plan) -> list[str]:
+    """What the plan's claim leaves out (solver/space.not_covered): a flat instance as the
+    search plans it, one group, never idle; on node groups, the groups the plan leaves idle."""
+    from paraplan.cost.groups_loader import as_one_group
+    from paraplan.solver.commands import groups
+    from paraplan.solver.space import not_covered as outside
+    return groups.not_covered(inst, plan) if isinstance(inst, ClusterInstance) else outside(as_one_group(inst))
+
+
+def model_warnings(inst, plan) -> list[str]:
+    """What the model's pricing leaves out, for the plan where it is one class (a plan of
+    several classes differs class by class: cost/model_notes.model_warnings)."""
+    from paraplan.cost.model_notes import model_warnings as notes
+    return notes(inst, plan if isinstance(plan, Plan) else None)
 
 
 def plan_trust(inst, plan, predicted_s: float):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
+from paraplan.solver.commands import plan_files
+from paraplan.solver.format import (breakdown_text, evidence_text, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
-from paraplan.solver.commands.inputs import (add_instance_args, load_from_args, progress_enabled, read_instance,
+from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled, read_instance,
                                              read_calibration_files)
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
@@ -31,14 +32,6 @@ def add_progress_arg(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def not_covered(inst) -> list[str]:
-    """What a one-group plan's claim leaves out (solver/space.not_covered: the cluster
-    as the class planner plans it, one group, never idle)."""
-    from paraplan.cost.groups_loader import as_one_group
-    from paraplan.solver.space import not_covered as outside
-    return outside(as_one_group(inst))
-
-
 def plan_train_cost(inst, iter_time_s: float | None, trust=None):
     """The time and cost to train (cost/train_cost.py) with the trust interval of `trust`
     (cost/trust.Trust or None); None without a plan or without job.train_tokens."""
@@ -46,32 +39,39 @@ def plan_train_cost(inst, iter_time_s: float | None, trust=None):
     return instance_train_cost(inst, iter_time_s, None if trust is None else trust.interval_s)
 
 
-def result_json(res, inst, trust=None) -> dict:
-    """The JSON of a one-group plan (plan, sweep); with job.train_tokens its time and cost to
-    train, whose interval is `trust`'s (computed here when not given)."""
-    from paraplan.cost.loader import plan_to_mapping
-    if trust is None and res.plan is not None and inst.job.train_tokens is not None:
-        from paraplan.cost.trust import plan_trust
-        trust = plan_trust(inst, res.plan, res.iter_time_s)
+def result_json(res, inst, regs=None) -> dict:
+    """The one JSON of a SolveResult (plan, sweep), on every cluster: the plan's simulated
+    iteration time on the nominal network and, with job.train_tokens, its time and cost to
+    train there with its trust interval; on node groups the objective's value per scenario, and
+    `regs` (solver/dynamic.regrets) under --robust / --expected."""
+    from paraplan.solver.commands import plan_files
+    bd = res.breakdown
+    t = None if bd is None else bd.iter_time_s
+    trust = None if res.plan is None or bd is None else plan_files.plan_trust(inst, res.plan, t)
     return {
-        "status": res.status, "iter_time_s": res.iter_time_s,
+        "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
         # the framework release the time is for (job.framework_version, default the current)
         "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
-        "quantile": res.objective, "quantile_s": res.quantile_s, "bound_s": res.bound_s,
-        "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
+        "quantile": inst.search.objective, "quantile_s": res.quantile_s, "iter_time_s": t,
+        "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
+        "bound_s": res.bound_s, "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, res.space_size, not_covered(inst)),
+        "space": space_json(res, plan_files.not_covered(inst, res.plan)),
         "reason": res.reason or None,
-        "plan": plan_to_mapping(res.plan) if res.plan else None,
-        "breakdown": breakdown_json(res.breakdown) if res.breakdown else None,
-        "train_cost": train_cost_json(plan_train_cost(inst, res.iter_time_s if res.plan else None,
-                                                      trust)),
+        "plan": plan_files.plan_mapping(res.plan, inst) if res.plan else None,
+        "breakdown": plan_files.breakdown_json(bd) if bd else None,
+        "tokens_per_s": None if bd is None else bd.tokens_per_s,
+        "trust": trust_json(trust),
+        "model_warnings": plan_files.model_warnings(inst, res.plan),
+        "train_cost": train_cost_json(plan_train_cost(inst, t, trust)),
+        "regret": None if regs is None else [
+            {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
+             "regret": r.regret} for r in regs],
     }
 
 
 def cmd_plan(args) -> int:
     from paraplan.cost.loader import plan_file_mapping
-    from paraplan.solver.class_route import plan
     from paraplan.solver.commands import groups as group_commands
 
     log = progress_printer(args)
@@ -80,29 +80,21 @@ def cmd_plan(args) -> int:
     if getattr(args, "sensitivity", False) and args.top is not None:
         raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
                             "run --sensitivity without --top, on the plan you pick")
-    if group_commands.shown_as_groups(inst):
-        if args.within is not None and args.top is None:
-            raise InstanceError("<arguments>", "--within", "needs --top K",
-                                "add --top K, e.g. --top 5 --within 3")
+    if args.within is not None and args.top is None:
+        raise InstanceError("<arguments>", "--within", "needs --top K",
+                            "add --top K, e.g. --top 5 --within 3")
+    if args.top is not None or group_commands.shown_as_groups(inst):
         try:
             if args.top is not None:
-                return group_commands.cmd_plan_top(args, inst)
-            return group_commands.cmd_plan(args, inst, progress=log)
+                return cmd_plan_top(args, inst)
+            return _cmd_plan_groups(args, inst, progress=log)
         finally:
             if log:
                 log.done()
     group_commands.no_scenarios(args)
-    if args.top is not None:
-        from paraplan.cost.specs import PipelineSchedule
-        if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # top_k ranks 1F1B splits
-            raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
-                                " the 1F1B formulations' configurations)", "plan without --top")
-        return cmd_plan_top(args, inst)
-    if args.within is not None:
-        raise InstanceError("<arguments>", "--within", "needs --top K",
-                            "add --top K, e.g. --top 5 --within 3")
-    res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
-               progress=log)
+    from paraplan.solver.solve import solve
+    res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
+                progress=log)
     if log:
         log.done()
     trust = None
@@ -117,18 +109,15 @@ def cmd_plan(args) -> int:
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
     if args.json:
-        out = result_json(res, inst, trust)
-        out["trust"] = trust_json(trust)
-        out["model_warnings"] = notes
+        out = result_json(res, inst)
         if sens is not None:
             out["sensitivity"] = sens
         _emit_json(out)
     else:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(evidence_text(res, res.quantile_s, "per iteration" + quantile_phrase(res.objective, res.iter_time_s),
-                            res.space_size,
-                            dominated=res.pruned_by_dominance, not_covered=not_covered(inst)))
+        print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
+                            not_covered=plan_files.not_covered(inst, res.plan)))
         for line in notes:
             print(f"warning     model: {line}")
         if res.plan is not None:
@@ -154,73 +143,148 @@ def cmd_plan(args) -> int:
     return status_code(res.status)
 
 
-def cmd_plan_top(args, inst) -> int:
-    from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.class_route import top
+def _cmd_plan_groups(args, read, progress=None) -> int:
+    """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
+    from paraplan.solver.commands import groups
+    from paraplan.solver.dynamic import regrets, scenario_optima
+    from paraplan.solver.solve import solve
 
-    res = top(inst, args.top, args.within, backend=args.backend, time_limit_s=args.time_limit_s)
-    best = res.plans[0].quantile_s if res.plans else None
-    written = _write_top_plans(args, inst, res) if args.output else []
-    costs = [_top_train_cost(inst, r) for r in res.plans]
+    inst, objective = groups.load_mixed(args, read)
+    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
+    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), progress, objective)
+    regs = None
+    if objective != "nominal" and res.plan is not None:
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+    sens = None
+    if getattr(args, "sensitivity", False) and res.plan is not None:
+        sens = groups.plan_sensitivity(args, inst, res.plan, backend, objective)
     if args.json:
-        from paraplan.solver.commands.schema import top_k_json
-        out = top_k_json(res, plan_to_mapping)
-        for entry, tc in zip(out["plans"], costs):
-            entry["train_cost"] = train_cost_json(tc)
+        out = result_json(res, inst, regs)
+        if sens is not None:
+            out["sensitivity"] = sens
         _emit_json(out)
+    else:
+        print(groups.describe_cluster(inst))
+        print(groups.evidence_text(res, inst=inst))
+        if res.plan is not None:
+            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+            for line in trust_lines(groups.plan_trust(inst, res)):
+                print(line)
+            for line in train_lines(groups.train_cost(inst, res.breakdown, groups.plan_trust(inst, res))):
+                print(line)
+            print()
+            print(groups.breakdown_text(res.breakdown, inst))
+        if regs:
+            print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
+                               groups.regret_rows(regs), align="lrrlr"))
+        if sens is not None:
+            print("\n" + sensitivity_text(sens))
+    if args.output and res.plan is not None:
+        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
+        write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
+                        f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
+                        groups.plan_file(inst, res.plan, read))
+    return status_code(res.status)
+
+
+def cmd_plan_top(args, read) -> int:
+    """`paraplan plan --top K [--within PCT]` on every cluster (`read`: as read_instance read
+    it): the K best plans of distinct outer configurations by the one search with K winners
+    (solver/solve.py), for the objective asked for, each re-simulated once."""
+    from paraplan.solver.commands import plan_files
+    from paraplan.solver.solve import solve
+
+    inst, objective, backend = _top_instance(args, read)
+    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), objective=objective,
+                winners=args.top, within_pct=args.within)
+    best = res.ranked[0].quantile_s if res.ranked else None
+    # the time to train at each plan's simulated iteration time, with the plan's trust interval
+    costs = [_top_train_cost(inst, r) for r in res.ranked]
+    if args.json:
+        if args.output:  # the files are named in the text output only
+            _write_top_plans(args, inst, read, res, objective)
+        _emit_json({"status": "optimal" if proved(res) else "feasible", "objective": objective,
+                    "solve_time_s": res.solve_time_s, "solved": res.solved,
+                    "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
+                               "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
+                               "plan": plan_files.plan_mapping(r.plan, inst),
+                               "breakdown": plan_files.breakdown_json(r.breakdown),
+                               "train_cost": train_cost_json(tc)}
+                              for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
         return _top_code(res)
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
+    network = "" if objective == "nominal" else f", {objective} objective"
     claim = ("proved: no other outer configuration's best plan belongs in this list"
-             if res.status == "optimal" else "NOT proved (time limit): the list may be incomplete")
-    print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}"
+             if proved(res) else "NOT proved (time limit): the list may be incomplete")
+    print(f"{inst.name}: the {args.top} best plans with distinct outer configurations{within}{network}"
           f" ({res.solved:,} of {res.outer_configs:,} configurations solved exactly,"
           f" {res.solve_time_s:.2f} s; {claim})")
     cells = [train_cost_cells(tc) if tc is not None else [] for tc in costs]
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
-    rows = [[str(i + 1), seconds(r.iter_time_s), *([seconds(r.quantile_s)] if quantile else []),
-             f"{100 * (r.quantile_s / best - 1):+.2f}%",
-             f"{r.breakdown.tokens_per_s:,.0f}", *(value for _, value in c), plan_line(r.plan)]
-            for i, (r, c) in enumerate(zip(res.plans, cells))]
-    heads = ["#", "iteration", *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
+    rows = [[str(i + 1), seconds(r.objective_s), *([seconds(r.quantile_s)] if quantile else []),
+             f"{100 * (r.quantile_s / best - 1):+.2f}%", f"{r.breakdown.tokens_per_s:,.0f}",
+             *(value for _, value in c), plan_files.plan_line(r.plan, inst)]
+            for i, (r, c) in enumerate(zip(res.ranked, cells))]
+    heads = ["#", "iteration" if objective == "nominal" else objective,
+             *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
     print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
-    if not res.plans:  # under a limit that stopped it, nothing is proved about memory
-        print("no plan fits memory" if res.status == "optimal" else "no plan found before the time limit")
-    for path in written:
+    if not res.ranked:  # under a limit that stopped it, nothing is proved about memory
+        print("no plan fits memory" if proved(res) else "no plan found before the time limit")
+    for path in _write_top_plans(args, inst, read, res, objective) if args.output else []:
         print(f"wrote {path}")
     return _top_code(res)
 
 
+def _top_instance(args, read):
+    """(instance, objective, backend) --top plans: a flat instance as it is, on the nominal
+    network; one shown as node groups (commands/groups.shown_as_groups) with the objective
+    asked for, by the multi-class formulations (dp solves the single-class split only)."""
+    from paraplan.solver.commands import groups
+    if not groups.shown_as_groups(read):
+        groups.no_scenarios(args)
+        return read, "nominal", args.backend
+    inst, objective = groups.load_mixed(args, read)
+    return inst, objective, "milp" if args.backend == "milp" else "cpsat"
+
+
 def _top_train_cost(inst, ranked):
-    """The time and cost to train under one of --top's plans, with its trust interval; None
-    without job.train_tokens."""
+    """The time and cost to train under one of --top's plans at its simulated iteration time,
+    with its trust interval; None without job.train_tokens."""
     if inst.job.train_tokens is None:
         return None
-    from paraplan.cost.trust import plan_trust
-    return plan_train_cost(inst, ranked.iter_time_s, plan_trust(inst, ranked.plan, ranked.iter_time_s))
+    from paraplan.solver.commands.plan_files import plan_trust
+    t = ranked.breakdown.iter_time_s
+    return plan_train_cost(inst, t, plan_trust(inst, ranked.plan, t))
 
 
 def _top_code(res) -> int:
     """--top's exit status: EXIT_INFEASIBLE when it proved that no plan fits, 3 when the time
     limit stopped it before any plan (status_code's 'timeout')."""
-    if res.plans:
+    if res.ranked:
         return 0
-    return EXIT_INFEASIBLE if res.status == "optimal" else status_code("timeout")
+    return EXIT_INFEASIBLE if proved(res) else status_code("timeout")
 
 
-def _write_top_plans(args, inst, res) -> list[str]:
+def proved(res) -> bool:
+    """Whether --top's list is proved to be the K best: the search settled every configuration
+    (optimal), or proved that none fits (infeasible)."""
+    return res.status in ("optimal", "infeasible")
+
+
+def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
     """-o FILE with --top K: plan k goes to FILE's stem + '-k' (plans-1.yaml, plans-2.yaml, ...),
-    each a plan file with its instance, like plan -o writes."""
+    each a plan file like plan -o writes (commands/plan_files.plan_file)."""
     from pathlib import Path
 
-    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.solver.commands.plan_files import plan_file
     out = Path(args.output)
     paths = []
-    for k, r in enumerate(res.plans, start=1):
+    for k, r in enumerate(res.ranked, start=1):
         path = str(out.with_name(f"{out.stem}-{k}{out.suffix}"))
-        header = (f"# paraplan plan {k} of the {len(res.plans)} best for {inst.name}:"
-                  f" iteration {r.iter_time_s:.6g} s\n")
-        write_plan_file(path, header, plan_file_mapping(inst, r.plan))
+        header = (f"# paraplan plan {k} of the {len(res.ranked)} best for {inst.name}:"
+                  f" {objective} objective {r.objective_s:.6g} s\n")
+        write_plan_file(path, header, plan_file(inst, r.plan, read))
         paths.append(path)
     return paths
 
@@ -387,7 +451,7 @@ def register(sub) -> None:
                    " with --top K, plan k to the file name with -k before its suffix")
     add_progress_arg(p)
     p.add_argument("--top", type=int, metavar="K",
-                   help="list the K best plans with distinct outer configurations (solver/class_route.top)")
+                   help="list the K best plans with distinct outer configurations (solver/solve.py)")
     p.add_argument("--within", type=float, metavar="PCT",
                    help="with --top: only plans within PCT percent of the optimum")
     p.add_argument("--sensitivity", action="store_true",

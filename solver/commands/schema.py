@@ -58,11 +58,17 @@ MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "wor
 
 SCHEMAS: dict[str, dict] = {
     # quantile: search.objective (mean | pNN); quantile_s: the plan's value of it, which bound_s bounds
-    "plan": {**EVIDENCE, "quantile": STR, "quantile_s": NUM_OR_NULL, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
+    # objective: the network objective (nominal on a flat cluster) and objective_s its value,
+    # per_scenario_s on each scenario it reads (none on a flat cluster)
+    "plan": {**EVIDENCE, "objective": STR, "objective_s": NUM_OR_NULL, "per_scenario_s": MapOf(NUM),
+             "quantile": STR, "quantile_s": NUM_OR_NULL, "plan": (dict, "null"), "breakdown": (BREAKDOWN, "null"),
              "trust": (dict, "null"), "model_warnings": [STR], "train_cost": (TRAIN_COST, "null")},
-    "plan --top": {"status": STR, "solve_time_s": NUM, "solved": INT,
-                   "plans": [{"rank": INT, "iter_time_s": NUM, "quantile_s": NUM, "vs_best": NUM, "plan": dict,
-                              "breakdown": BREAKDOWN, "train_cost": (TRAIN_COST, "null")}]},
+    # objective: the network objective (nominal on a flat cluster); objective_s each plan's value
+    # of it, iter_time_s its simulated time on the nominal network
+    "plan --top": {"status": STR, "objective": STR, "solve_time_s": NUM, "solved": INT,
+                   "plans": [{"rank": INT, "objective_s": NUM, "iter_time_s": NUM, "quantile_s": NUM,
+                              "vs_best": NUM, "plan": dict, "breakdown": BREAKDOWN,
+                              "train_cost": (TRAIN_COST, "null")}]},
     "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR]},
     "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
@@ -94,11 +100,6 @@ SCHEMAS: dict[str, dict] = {
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields
-SCHEMAS["plan (mixed cluster)"] = {**SCHEMAS["plan"], "objective": STR, "objective_s": NUM_OR_NULL,
-                                   "per_scenario_s": MapOf(NUM)}
-SCHEMAS["plan --top (mixed cluster)"] = {
-    **SCHEMAS["plan --top"], "objective": STR,
-    "plans": [{**SCHEMAS["plan --top"]["plans"][0], "objective_s": NUM}]}
 SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
 SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
@@ -167,16 +168,6 @@ def validate(obj: Any, command: str) -> list[str]:
                 walk(x, f"{path}[{i}]")
     walk(obj, command)
     return errs
-
-
-def top_k_json(res, plan_to_mapping) -> dict:
-    from paraplan.solver.format import breakdown_json
-    best = res.plans[0].quantile_s if res.plans else None
-    return {"status": res.status, "solve_time_s": res.solve_time_s, "solved": res.solved,
-            "plans": [{"rank": i + 1, "iter_time_s": r.iter_time_s, "quantile_s": r.quantile_s,
-                       "vs_best": r.quantile_s / best - 1,
-                       "plan": plan_to_mapping(r.plan), "breakdown": breakdown_json(r.breakdown)}
-                      for i, r in enumerate(res.plans)]}
 
 
 def _describe(spec: Any, indent: int = 0) -> str:

@@ -464,8 +464,7 @@ def evidence_rows(result, trust) -> list[list[str]]:
              "feasible": "FEASIBLE: not proved optimal (time limit)",
              "infeasible": "INFEASIBLE: proved, no plan in the space fits",
              "timeout": "TIMEOUT: no plan found within the time limit"}[result.status]
-    objective = getattr(result, "objective_s", None)
-    objective = result.iter_time_s if objective is None and hasattr(result, "iter_time_s") else objective
+    objective = result.objective_s
     rows = [["status", claim]]
     if objective is not None:
         rows.append(["objective", seconds(objective)])
@@ -474,13 +473,13 @@ def evidence_rows(result, trust) -> list[list[str]]:
         rows.append(["gap", f"{100 * (result.gap or 0):.4f}%"])
     rows.append(["quantisation tolerance", f"{result.tolerance_s:.3g} s"])
     rows.append(["solve time", f"{result.solve_time_s:.2f} s ({result.backend})"])
-    total = getattr(result, "space_size", None) or getattr(result, "plans_total", 0)
-    rows.append(["declared space", f"{result.outer_configs:,} outer configurations, {count(total)} plans"])
+    rows.append(["declared space", f"{result.outer_configs:,} outer configurations,"
+                 f" {count(result.plans_total)} plans"])
     rows.append(["accounted for", f"{result.solved:,} solved exactly ({result.inner_infeasible:,}"
                  f" infeasible), {result.pruned_by_bound:,} pruned by a lower bound,"
                  f" {result.pruned_by_memory:,} proved infeasible by memory,"
                  f" {result.unresolved:,} unresolved"])
-    if getattr(result, "pruned_by_dominance", 0):
+    if result.pruned_by_dominance:
         rows.append(["dominated layer plans", f"{result.pruned_by_dominance:,} (outer, layer plan) pairs"])
     if result.reason:
         rows.append(["reason", result.reason])
@@ -571,7 +570,7 @@ def _page(title: str, body: str) -> str:
 
 def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None = None,
                  trust=None, user_plan: Plan | None = None, user_plan_label: str = "") -> str:
-    """The report as one HTML string. `result` is a solver.planner.PlanResult; `coeffs` the
+    """The report as one HTML string. `result` is a solver.planner.SolveResult; `coeffs` the
     instance's coefficient table when the caller has it (else it is built); `trust` the
     cost/trust.py interval of the plan; `user_plan` a plan to compare with the optimum."""
     from paraplan.solver.commands.partitions import describe_partitions
@@ -713,7 +712,7 @@ def cmd_report(args) -> int:
     from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.planning import progress_printer
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.class_route import plan
+    from paraplan.solver.solve import solve
     from paraplan.solver.planner import coefficient_table
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
@@ -725,7 +724,7 @@ def cmd_report(args) -> int:
     else:
         user_plan = load_plan(args.plan, inst) if args.plan else None
         t0 = time.perf_counter()
-        res = plan(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
+        res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
         if progress:
             progress.done()
         trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None

@@ -283,10 +283,10 @@ def run_job(job: SweepJob) -> dict:
     if os.environ.get(TEST_CRASH_ENV) == job.name:
         os._exit(TEST_CRASH_EXIT_CODE)
     from paraplan.solver.commands.planning import result_json
-    from paraplan.solver.class_route import plan
+    from paraplan.solver.solve import solve
 
-    res = plan(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
-               threads=job.threads)
+    res = solve(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
+                threads=job.threads)
     return {"result": result_json(res, job.instance)}
 
 

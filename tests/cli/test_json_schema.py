@@ -58,7 +58,7 @@ def test_plan_top(capsys):
 
 def test_plan_mixed_cluster_has_iter_time_and_breakdown(capsys):
     out = run_json(capsys, ["plan", MIXED, "--json", "--quiet"])
-    check(out, "plan (mixed cluster)")
+    check(out, "plan")
     # the nominal objective is the plan's iteration time
     assert out["iter_time_s"] == pytest.approx(out["objective_s"], rel=1e-6)
     assert out["breakdown"]["iter_time_s"] == out["iter_time_s"]
@@ -149,8 +149,8 @@ def test_validator_catches_what_the_issue_reported():
                                   "time": "0.12 s"}]}, "verify")
     assert validate({"iter_time_s": 1.0, "candidates": 1, "outer_configs": 1, "solve_time_s": 1.0,
                      "plan": None}, "exhaustive")  # no status
-    old_mixed = {k: None for k in SCHEMAS["plan (mixed cluster)"] if k != "iter_time_s"}
-    assert any("iter_time_s: missing" in e for e in validate(old_mixed, "plan (mixed cluster)"))
+    old_mixed = {k: None for k in SCHEMAS["plan"] if k != "iter_time_s"}
+    assert any("iter_time_s: missing" in e for e in validate(old_mixed, "plan"))
 
 
 def test_every_printed_document_carries_the_one_schema_version(capsys, plan_file):

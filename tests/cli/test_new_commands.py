@@ -16,10 +16,10 @@ from paraplan.cost.loader import load_instance, override_search, plan_from_mappi
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import coefficient_table
 from paraplan.solver.report.page import plan_coefficients
-from paraplan.solver.class_route import top as top_k
+from paraplan.solver.solve import solve
 
 INSTANCES = Path(instances.__file__).parent
 TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")
@@ -64,15 +64,15 @@ def test_top_k_equals_brute_force_ranking():
                                                  "recompute": ["selective"], "micro_batch": [2, 4],
                                                  "objective": "mean"})
     ranking = brute_force_ranking(inst)
-    res = top_k(inst, 6)
+    res = solve(inst, "cpsat", winners=6)
     assert res.status == "optimal"
-    got = [r.iter_time_s for r in res.plans]
+    got = [r.objective_s for r in res.ranked]
     assert got == pytest.approx(ranking[:6], rel=1e-6)
-    assert len({r.plan.outer for r in res.plans}) == 6  # distinct outer configurations
+    assert len({r.plan.outer for r in res.ranked}) == 6  # distinct outer configurations
     assert got[0] == pytest.approx(plan(inst).iter_time_s, rel=1e-9)  # the planner's optimum
-    within = top_k(inst, 50, within_pct=2.0)
+    within = solve(inst, "cpsat", winners=50, within_pct=2.0)
     expected = [t for t in ranking if t <= ranking[0] * 1.02 * (1 + 1e-9)]
-    assert [r.iter_time_s for r in within.plans] == pytest.approx(expected, rel=1e-6)
+    assert [r.objective_s for r in within.ranked] == pytest.approx(expected, rel=1e-6)
 
 
 def test_top_k_output_and_bad_arguments(capsys):

@@ -41,7 +41,7 @@ def _count_reads_and_simulations(monkeypatch, path: Path) -> dict[str, int]:
             return fn(*args, **kwargs)
         return wrapper
 
-    import paraplan.solver.class_route  # noqa: F401  (the route `plan` takes, loaded before patching)
+    import paraplan.solver.solve  # noqa: F401  (the route `plan` takes, loaded before patching)
     import paraplan.solver.commands.planning  # noqa: F401
     for name, fn in SIMULATORS.items():
         wrapper = counting(name, fn)

@@ -102,7 +102,7 @@ def test_mixed_cluster_prices_each_gpu_type(capsys, tmp_path):
     path = with_job(MIXED_RAW, tmp_path, train_tokens=3.2768e10,
                     usd_per_gpu_hour={A100: 1.5, H100: 2.5})
     doc = plan_json(capsys, path)
-    assert not validate(doc, "plan (mixed cluster)")
+    assert not validate(doc, "plan")
     t = doc["iter_time_s"]
     tc = doc["train_cost"]
     N = 10**6

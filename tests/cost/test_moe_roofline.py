@@ -64,7 +64,7 @@ def test_the_bundled_qwen3_optimum_at_one_sequence_per_micro_batch_shards_its_ex
     # micro-batch 4, 1,024 tokens per expert (docs/moe.md)
     from dataclasses import replace
 
-    from paraplan.solver.class_route import plan
+    from paraplan.solver.solve import solve as plan
     inst = load_instance(QWEN3)
     res = plan(replace(inst, search=replace(inst.search, micro_batch=(1,))))
     assert res.status == "optimal" and res.plan.ep >= 8

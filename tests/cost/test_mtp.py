@@ -20,7 +20,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.memory import mtp_stage_params
 from paraplan.cost.memory_breakdown import stage_categories_bytes
 from paraplan.cost.specs import Outer, Plan
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.export import FORMATS
 from paraplan.solver.report.page import plan_coefficients
 

@@ -51,24 +51,18 @@ HETERO_OBJECTIVES = ("nominal", "robust", "expected")
 HETERO_SEEDS = range(40)
 
 
-def _homogeneous_record(inst) -> dict:
-    from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.class_route import plan
-
-    res = plan(inst)  # objective_s: what the planner minimised (search.objective)
-    return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
-            "outer_configs": res.outer_configs, "plans": res.space_size,
-            "plan": None if res.plan is None else plan_to_mapping(res.plan)}
-
-
-def _class_record(inst, objective: str) -> dict:
+def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
+    """A case planned by the one entry (solver/solve.py), its plan as its plan file writes it."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.solver.search import search
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.plan_specs import ClusterInstance
+    from paraplan.solver.solve import solve
 
-    res = search(inst, objective=objective)
+    res = solve(inst, backend, objective=objective)  # objective_s: what was minimised (search.objective)
+    plan = None if res.plan is None else (class_plan_to_mapping(res.plan, inst)
+                                          if isinstance(inst, ClusterInstance) else plan_to_mapping(res.plan))
     return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
-            "outer_configs": res.outer_configs, "plans": res.plans_total,
-            "plan": None if res.plan is None else class_plan_to_mapping(res.plan, inst)}
+            "outer_configs": res.outer_configs, "plans": res.plans_total, "plan": plan}
 
 
 def bundled_cases() -> list[tuple[str, str]]:
@@ -95,8 +89,8 @@ def plan_bundled(rel: str, objective: str) -> dict:
     from paraplan.cost.loader import load_instance
 
     if is_groups_file(ROOT / rel):
-        return _class_record(load_cluster_instance(ROOT / rel), objective)
-    return _homogeneous_record(load_instance(ROOT / rel))
+        return _record(load_cluster_instance(ROOT / rel), objective, "cpsat")
+    return _record(load_instance(ROOT / rel))
 
 
 def homogeneous_seeds() -> list[int]:
@@ -106,12 +100,12 @@ def homogeneous_seeds() -> list[int]:
 
 def plan_random_homogeneous(seed: int) -> dict:
     from randinst import random_instance
-    return _homogeneous_record(random_instance(seed, variant=True))
+    return _record(random_instance(seed, variant=True))
 
 
 def plan_random_cluster(seed: int, objective: str) -> dict:
     from randinst import random_cluster_instance
-    return _class_record(random_cluster_instance(seed), objective)
+    return _record(random_cluster_instance(seed), objective, "cpsat")
 
 
 def compute_all() -> dict[str, dict[str, dict]]:

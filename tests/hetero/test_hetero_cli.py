@@ -131,7 +131,7 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
 
     from paraplan.cost.loader import load_instance, load_plan
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.class_route import plan
+    from paraplan.solver.solve import solve as plan
 
     tiny = str(ROOT / "instances/tiny-gpt-8xA100.yaml")
     current = tmp_path / "current.yaml"

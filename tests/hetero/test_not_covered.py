@@ -116,7 +116,7 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
     from paraplan.cost.loader import load_instance
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule, Plan
-    from paraplan.solver.class_route import plan as plan_homogeneous
+    from paraplan.solver.solve import solve as plan_homogeneous
     inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
     dual = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE))
     lines = not_covered(as_one_group(dual))

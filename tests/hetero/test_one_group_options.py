@@ -17,7 +17,7 @@ import yaml
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive_classes
 

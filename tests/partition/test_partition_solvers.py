@@ -15,7 +15,7 @@ from paraplan.cost.specs import Link, Mlp, SearchSpace
 from paraplan.formulations.partition import pareto_front_milp, solve_partition_milp
 from paraplan.formulations.partition_dp import min_time, pareto_front
 from paraplan.solver import partition_plans as PP
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.exhaustive import exhaustive
 
 # the hand derivations below assume an ideal network: wire speed, no per-call latency and

@@ -11,7 +11,7 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_instance
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 N_INSTANCES = 240

@@ -10,7 +10,7 @@ import pytest
 
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 A100 = GpuSpec(name="A100-like", peak_flops_per_s=312e12, hbm_bytes=80 * 2**30,

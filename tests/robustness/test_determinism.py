@@ -10,7 +10,7 @@ import pytest
 
 from paraplan.cost.loader import load_instance
 from paraplan.formulations.result import SolverError
-from paraplan.solver import class_route
+from paraplan.solver.solve import solve
 from paraplan.solver.commands import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +30,12 @@ RUNS = [pytest.param(n, b, marks=pytest.mark.slow) if n == INSTANCES[-1] else (n
 
 @pytest.mark.parametrize(("name", "backend"), RUNS)
 def test_same_answer_every_run_and_any_thread_count(name, backend):
-    # `paraplan plan`'s route (solver/class_route.py: the class planner, which prices afresh
+    # `paraplan plan`'s route (solver/solve.py: the class planner, which prices afresh
     # on every call)
     inst = load_instance(ROOT / "instances" / f"{name}.yaml")
-    first = class_route.plan(inst, backend=backend, threads=1)
-    again = class_route.plan(inst, backend=backend, threads=1)
-    parallel = class_route.plan(inst, backend=backend, threads=3)
+    first = solve(inst, backend=backend, threads=1)
+    again = solve(inst, backend=backend, threads=1)
+    parallel = solve(inst, backend=backend, threads=3)
     assert first.status == "optimal"
     assert _key(first) == _key(again)
     # with threads the visiting order within a batch changes how many solves run, never the answer
@@ -46,9 +46,9 @@ def test_same_answer_every_run_and_any_thread_count(name, backend):
 def test_backends_agree_on_bundled_instances():
     for name in INSTANCES:
         inst = load_instance(ROOT / "instances" / f"{name}.yaml")
-        a = class_route.plan(inst, backend="cpsat")
-        b = class_route.plan(inst, backend="milp")
-        d = class_route.plan(inst, backend="dp")
+        a = solve(inst, backend="cpsat")
+        b = solve(inst, backend="milp")
+        d = solve(inst, backend="dp")
         assert a.iter_time_s == pytest.approx(b.iter_time_s, rel=1e-9, abs=a.tolerance_s + b.tolerance_s)
         assert d.iter_time_s == pytest.approx(a.iter_time_s, rel=1e-9, abs=a.tolerance_s + d.tolerance_s)
 

@@ -417,9 +417,9 @@ def _no_solve(monkeypatch):
     """Make every solve fail loudly: an output check must come first."""
     def boom(*a, **k):
         raise AssertionError("solved before checking the output path")
-    from paraplan.solver import class_route, search
-    monkeypatch.setattr(class_route, "plan", boom)
-    monkeypatch.setattr(class_route, "search", boom)
+    from paraplan.solver import search, solve
+    monkeypatch.setattr(solve, "solve", boom)
+    monkeypatch.setattr(solve, "search", boom)
     monkeypatch.setattr(search, "search", boom)
 
 

@@ -28,7 +28,7 @@ from randinst import random_instance
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 from paraplan.solver.space import declared_outers, one_group_plans_total
 

@@ -253,7 +253,7 @@ def test_a_dualpipe_job_that_fits_nowhere_is_infeasible_with_its_reason(tmp_path
     import yaml
 
     from paraplan.cost.loader import load_instance
-    from paraplan.solver.class_route import plan
+    from paraplan.solver.solve import solve as plan
     raw = {"name": "dualpipe-nowhere",
            "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096,
                      "vocab": 32000, "seq_len": 1024, "mlp": "gelu"},

@@ -326,5 +326,5 @@ def test_api_still_answers_good_arguments(tiny_api):
     assert res.status == "optimal"
     assert api.simulate(inst, res.plan).iter_time_s == pytest.approx(res.iter_time_s, rel=1e-9)
     assert len(api.memory_by_category(inst, res.plan)) == res.plan.pp
-    assert len(api.top_k(inst, 2).plans) == 2
+    assert len(api.top_k(inst, 2).ranked) == 2
     assert api.build_report(inst, res).lstrip().lower().startswith("<!doctype html>")

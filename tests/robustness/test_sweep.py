@@ -22,7 +22,7 @@ from paraplan import instances
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
 from paraplan.solver.sweep import run as sweep
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"

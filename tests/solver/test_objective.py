@@ -21,7 +21,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.simulate import simulate
 from paraplan.cost.trust import Features, Residual, band_pool, distance_level, objective_factor, quantile_factor
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive
 from randinst import random_instance

@@ -14,7 +14,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import GpuSpec, Instance
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 from paraplan.solver.space import one_group_plans_total
 from randinst import random_instance

@@ -26,7 +26,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Outer, Recompute
 from paraplan.cost.timeline import EventKind, makespan_s, one_f_one_b_events
 from paraplan.solver.report import page as report
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 TINY = Path(instances.__file__).parent / "tiny-gpt-8xA100.yaml"

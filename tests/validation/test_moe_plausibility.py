@@ -25,7 +25,7 @@ from paraplan.cost.fit import die
 from paraplan.cost.flops import megatron_flops_per_token
 from paraplan.cost.loader import load_instance
 from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
 from paraplan.cost.fit import die
 from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, mfu_records, workload_key
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 
 MIN_GPUS = MFU_RECORD_MIN_GPUS  # 256

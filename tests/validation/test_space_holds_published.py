@@ -20,7 +20,7 @@ from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import SearchSpace
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 
 MAX_OUT_OF_MEMORY = 6  # cost/memory.py's open rows: 4 NeMo FP8, 2 Megatron v1
