@@ -14,7 +14,7 @@ from paraplan.cost.loader import load_instance
 from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.simulate import simulate
 from paraplan.cost.space_rules import slot_modes, split_slots_run
-from paraplan.solver.class_route import plan
+from paraplan.solver.solve import solve
 from paraplan.solver.commands.plan_text import plan_line
 from paraplan.solver.export import FORMATS
 from paraplan.solver.planner import OPTIMAL
@@ -54,7 +54,7 @@ def test_releases_before_the_flags_keep_whole_chunks(inst405):
 
 
 def test_llama31_405b_on_pp8_is_planned_with_v8_and_both_slots(inst405):
-    res = plan(inst405)  # about 1 s
+    res = solve(inst405)  # about 1 s
     assert res.status == OPTIMAL
     p = res.plan
     assert (p.pp, p.virtual_stages, p.embedding_in_split, p.loss_in_split) == (8, 8, True, True)
