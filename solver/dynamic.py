@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, Scenario
 from paraplan.cost.switching import switch_time_s
+from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
 from paraplan.solver.planner import SolveResult
 from paraplan.solver.search import search
@@ -139,6 +140,15 @@ def _weighted(inst: ClusterInstance, weights: dict[int, float]) -> ClusterInstan
     return dataclasses.replace(inst, scenarios=scen, timeline=())
 
 
+def objective_time_s(inst: ClusterInstance, plan: ClassPlan, cluster=None) -> float:
+    """`plan`'s iteration time as the planner minimises it, on `cluster` (default: the
+    instance's): the predicted time times the quantile objective's factor
+    (cost/trust.objective_factor_of; 1 for `mean`). The timeline counts iterations in these
+    units, so that a scenario optimum's proved bound (in the same units) bounds every choice and
+    the weighted solves' minimised times are the times the choice reads."""
+    return simulate_classes(inst, plan, cluster).iter_time_s * objective_factor_of(inst, plan)
+
+
 def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                   progress=None) -> TimelineResult:
     from paraplan.formulations.timeline import timeline_iterations
@@ -191,12 +201,12 @@ def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: f
             res = search(_weighted(inst, w), backend, left, objective="expected")
             if res.plan is None:
                 return None
-            t = [simulate_classes(inst, res.plan, inst.scenarios[s].cluster).iter_time_s for s in used]
+            t = [objective_time_s(inst, res.plan, inst.scenarios[s].cluster) for s in used]
             if res.status != "optimal":  # a plan, but no proof: kept as a candidate only
                 add(res.plan, "weighted, unproved")
                 return None
-            return res.plan, t, res.tolerance_s + REL_TOL * max(1.0, res.objective_s)
-        start = [(optimum[s].plan, [simulate_classes(inst, optimum[s].plan, inst.scenarios[u].cluster).iter_time_s
+            return res.plan, t, res.tolerance_s + REL_TOL * max(1.0, res.quantile_s)
+        start = [(optimum[s].plan, [objective_time_s(inst, optimum[s].plan, inst.scenarios[u].cluster)
                                     for u in used]) for s in used if optimum[s].plan is not None]
         plans, _, found_all = extreme_points(
             solve, len(used), start,
@@ -205,7 +215,7 @@ def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: f
         for c in plans:
             add(c, "extreme point of the scenarios' times")
     n_scen = len(inst.scenarios)
-    times = [[simulate_classes(inst, c, inst.scenarios[s].cluster).iter_time_s if s in used else float("inf")
+    times = [[objective_time_s(inst, c, inst.scenarios[s].cluster) if s in used else float("inf")
               for s in range(n_scen)] for c in cands]
     sw = switch_time_s(inst.model, inst.switching)
     choice = choose_plans(times, periods, sw)
