@@ -243,19 +243,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     fam = _FAMILIES[family_key]
 
     _check_expert_spellings(raw, name)
-    moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
-    if moe_key is not None and family_key not in MOE_FAMILIES:
-        moe_key = moe_key or MOE_KEYS[0]
-        experts = raw.get(moe_key)
-        per_token = raw.get("num_experts_per_tok")
-        counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
-                  if experts is not None and per_token is not None else "")
-        raise InstanceError(name, moe_key,
-                            f"{fam.label} declares mixture-of-experts layers{counts}, and MoE is"
-                            " read only from Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3,"
-                            " Llama-4 and gpt-oss configs",
-                            "describe the model (with its moe: section) under 'model:' in the"
-                            " instance YAML")
+    _refuse_experts_of_dense_family(raw, name, family_key, fam.label)
 
     cfg = _Config(raw, name, fam.label)
     cfg.mark_read(*MOE_KEYS, "num_experts_per_tok")
@@ -275,32 +263,12 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         notes += _deepseek_notes(cfg)
         # DeepSeek-V3's multi-token prediction modules (ModelSpec.mtp_layers)
         mtp = cfg.integer(("num_nextn_predict_layers",), "mtp_layers", optional=True) or 0
-        if kv_heads not in (None, heads):
-            raise InstanceError(name, "num_key_value_heads", f"{kv_heads} key/value heads with"
-                                f" multi-head latent attention, which up-projects a key and a"
-                                f" value for each of the {heads} heads",
-                                "give num_key_value_heads = num_attention_heads, or leave it out")
-        kv_heads = heads
+        kv_heads = _latent_kv_heads(name, kv_heads, heads)
     if family_key == "qwen3_moe":  # Qwen3MoeAttention: q_norm, k_norm as Qwen3's
         layout["qk_norm"] = True
-    if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
-        layout["attention_head_dim"] = None  # the default width: one spelling of one model
-    if layout.get("attention_head_dim") is None and hidden % heads and mla is None:
-        raise InstanceError(name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
-                            f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
-    kv_heads = heads if kv_heads is None else kv_heads
-    if heads % kv_heads:
-        raise InstanceError(name, cfg.used_key(("num_key_value_heads", "num_kv_heads",
-                                                "n_head_kv")),
-                            f"{heads} attention heads are not divisible by {kv_heads} kv heads",
-                            "correct the key/value head count; it must divide the head count")
+    kv_heads = _check_heads(cfg, fam, layout, hidden, heads, kv_heads, latent=mla is not None)
     if family_key == "opt":
-        proj = cfg.integer(("word_embed_proj_dim",), "hidden", optional=True)
-        if proj is not None and proj != hidden:
-            raise InstanceError(name, "word_embed_proj_dim",
-                                f"{proj} differs from hidden_size={hidden}; OPT's project_in /"
-                                " project_out layers are not modelled",
-                                "describe the model under 'model:' in the instance YAML")
+        _refuse_opt_projection(cfg, hidden)
 
     seq = _seq_len(cfg, fam, seq_len)
     if family_key == "llama4":
@@ -327,6 +295,63 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
         )
     except ConfigError as e:  # every invariant is checked above; kept as a safety net
         raise InstanceError(name, "<file>", str(e), "correct the config's sizes") from None
+
+
+def _refuse_experts_of_dense_family(raw: dict, name: str, family_key: str, label: str) -> None:
+    """A config of a family read as dense that declares experts: refused, not read as dense."""
+    moe_key = next((k for k in MOE_KEYS if _declares_experts(raw.get(k))), None)
+    if moe_key is None or family_key in MOE_FAMILIES:
+        return
+    experts = raw.get(moe_key)
+    per_token = raw.get("num_experts_per_tok")
+    counts = (f" ({shown(experts)} experts, {shown(per_token)} per token)"
+              if experts is not None and per_token is not None else "")
+    raise InstanceError(name, moe_key,
+                        f"{label} declares mixture-of-experts layers{counts}, and MoE is"
+                        " read only from Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3,"
+                        " Llama-4 and gpt-oss configs",
+                        "describe the model (with its moe: section) under 'model:' in the"
+                        " instance YAML")
+
+
+def _latent_kv_heads(name: str, kv_heads: int | None, heads: int) -> int:
+    """Multi-head latent attention up-projects a key and a value for every head."""
+    if kv_heads not in (None, heads):
+        raise InstanceError(name, "num_key_value_heads", f"{kv_heads} key/value heads with"
+                            f" multi-head latent attention, which up-projects a key and a"
+                            f" value for each of the {heads} heads",
+                            "give num_key_value_heads = num_attention_heads, or leave it out")
+    return heads
+
+
+def _check_heads(cfg: _Config, fam, layout: dict, hidden: int, heads: int, kv_heads: int | None,
+                 latent: bool) -> int:
+    """The key/value head count (the head count when the config gives none), after checking
+    that the heads split the width (unless the head width is given, or attention is latent) and
+    the key/value heads divide the heads. A given head width equal to the default is dropped
+    from `layout`: one spelling of one model."""
+    if layout.get("attention_head_dim") is not None and layout["attention_head_dim"] * heads == hidden:
+        layout["attention_head_dim"] = None
+    if layout.get("attention_head_dim") is None and hidden % heads and not latent:
+        raise InstanceError(cfg.name, cfg.used_key(fam.hidden), f"{hidden} is not divisible by"
+                            f" {cfg.used_key(fam.heads)}={heads}", "correct the sizes; the head dimension must be whole")
+    kv_heads = heads if kv_heads is None else kv_heads
+    if heads % kv_heads:
+        raise InstanceError(cfg.name, cfg.used_key(("num_key_value_heads", "num_kv_heads",
+                                                    "n_head_kv")),
+                            f"{heads} attention heads are not divisible by {kv_heads} kv heads",
+                            "correct the key/value head count; it must divide the head count")
+    return kv_heads
+
+
+def _refuse_opt_projection(cfg: _Config, hidden: int) -> None:
+    """OPT-350m's project_in / project_out around a narrower embedding are not modelled."""
+    proj = cfg.integer(("word_embed_proj_dim",), "hidden", optional=True)
+    if proj is not None and proj != hidden:
+        raise InstanceError(cfg.name, "word_embed_proj_dim",
+                            f"{proj} differs from hidden_size={hidden}; OPT's project_in /"
+                            " project_out layers are not modelled",
+                            "describe the model under 'model:' in the instance YAML")
 
 
 # MoE architectures, with the dense family whose attention layout (cost/hf_layout.py) they share
