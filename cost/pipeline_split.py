@@ -114,17 +114,28 @@ def megatron_split(layers: int, pp: int, v: int = 1, *, first: int | None = None
             raise ConfigError("first/last stage counts and the embedding/loss accounting need pp > 1")
         return (layers,)
     if embedding or loss:
-        slots = layers + int(embedding) + int(loss)
-        if slots % pp or (slots // pp) % v:
-            raise ConfigError(f"{layers} layers + {int(embedding) + int(loss)} accounted = {slots}"
-                              f" slots: Megatron-core needs them divisible by pp={pp} and each"
-                              f" rank's {slots / pp:g} by virtual_stages={v}")
-        split = [slots // pp] * pp
-        split[0] -= int(embedding)
-        split[-1] -= int(loss)
-        if min(split) < 1:
-            raise ConfigError(f"{slots} slots on {pp} stages leave a stage without a decoder layer")
-        return tuple(split)
+        return _slot_split(layers, pp, v, embedding, loss)
+    return _first_last_split(layers, pp, v, first, last)
+
+
+def _slot_split(layers: int, pp: int, v: int, embedding: bool, loss: bool) -> tuple[int, ...]:
+    """R4: the embedding and loss each take a layer slot on the first / last rank."""
+    slots = layers + int(embedding) + int(loss)
+    if slots % pp or (slots // pp) % v:
+        raise ConfigError(f"{layers} layers + {int(embedding) + int(loss)} accounted = {slots}"
+                          f" slots: Megatron-core needs them divisible by pp={pp} and each"
+                          f" rank's {slots / pp:g} by virtual_stages={v}")
+    split = [slots // pp] * pp
+    split[0] -= int(embedding)
+    split[-1] -= int(loss)
+    if min(split) < 1:
+        raise ConfigError(f"{slots} slots on {pp} stages leave a stage without a decoder layer")
+    return tuple(split)
+
+
+def _first_last_split(layers: int, pp: int, v: int, first: int | None,
+                      last: int | None) -> tuple[int, ...]:
+    """R2-R3: given first/last stage counts, the middle ranks share the rest evenly."""
     middle_ranks = pp - (first is not None) - (last is not None)
     middle = layers - (first or 0) - (last or 0)
     for name, count in (("first", first), ("last", last)):
