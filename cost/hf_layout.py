@@ -131,7 +131,9 @@ class ConfigReader(Protocol):
 
 
 def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, Any], list[str]]:
-    """(ModelSpec keyword arguments, lines for what is not priced) of `family`'s layout."""
+    """(ModelSpec keyword arguments, lines for what is not priced) of `family`'s layout: the
+    head width and attention bias defaults of the tables below, then the family's own reader
+    (_FAMILY_LAYOUT), the sliding windows and the dropout."""
     spec: dict[str, Any] = {}
     notes: list[str] = []
     if family in _HEAD_DIM_DEFAULT:
@@ -140,64 +142,103 @@ def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, 
     if family in _ATTENTION_BIAS_DEFAULT:
         bias = cfg.boolean("attention_bias", _ATTENTION_BIAS_DEFAULT[family])
         spec.update(qkv_bias=bias, attn_out_bias=bias)
-    if family == "llama":
-        spec["mlp_bias"] = cfg.boolean("mlp_bias", False)
-    if family == "qwen2":
-        spec["qkv_bias"] = True
-    if family in ("qwen3", "gemma3"):  # Qwen3Attention, Gemma3Attention: q_norm, k_norm
-        spec["qk_norm"] = True
-    if family == "gemma3" and cfg.boolean("use_bidirectional_attention", False):
+    own = _FAMILY_LAYOUT.get(family)
+    if own is not None:
+        own(cfg, spec, notes)
+    spec.update(_windows(cfg, family, layers))
+    spec["dropout"] = _dropout(cfg, family, notes)
+    return spec, notes
+
+
+# Each family's reader: (config, ModelSpec keyword arguments to add to, notes to add to).
+
+def _llama(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    spec["mlp_bias"] = cfg.boolean("mlp_bias", False)
+
+
+def _qwen2(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    spec["qkv_bias"] = True
+
+
+def _qwen3(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    spec["qk_norm"] = True  # Qwen3Attention: q_norm, k_norm
+
+
+def _gemma2(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    spec["norms_per_layer"] = 4
+    for key, what in (("attn_logit_softcapping", "the tanh capping every attention score"),
+                      ("final_logit_softcapping", "the tanh capping every logit")):
+        cap = cfg.number(key, "logit_softcapping")
+        if cap:  # null or 0: no capping
+            notes.append(f"{key} {cap:g}: {what} is not priced (a few element-wise FLOPs"
+                         " each)")
+
+
+def _gemma3(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    spec["qk_norm"] = True  # Gemma3Attention: q_norm, k_norm
+    if cfg.boolean("use_bidirectional_attention", False):
         raise InstanceError(cfg.name, "use_bidirectional_attention", "true: attention without the"
                             " causal mask (an embedding model's, EmbeddingGemma) is not modelled;"
                             " paraplan prices causal decoders", "plan a causal Gemma-3"
                             " (use_bidirectional_attention false or absent)")
-    if family == "llama4":
-        # Llama4TextL2Norm: a weightless L2 norm of Q and K (element-wise work only)
-        cfg.mark_read("use_qk_norm", "attention_chunk_size", "no_rope_layers", "layer_types",
-                      "moe_layers", "interleave_moe_layer_step")
-    if family == "gpt_oss":  # GptOssAttention.sinks; GptOssExperts' and GptOssTopKRouter's biases
-        spec.update(attention_sinks=True, expert_bias=True)
-    if family in ("gemma2", "gemma3"):
-        spec["norms_per_layer"] = 4
-        for key, what in (("attn_logit_softcapping", "the tanh capping every attention score"),
-                          ("final_logit_softcapping", "the tanh capping every logit")):
-            cap = cfg.number(key, "logit_softcapping")
-            if cap:  # null or 0: no capping
-                notes.append(f"{key} {cap:g}: {what} is not priced (a few element-wise FLOPs"
-                             " each)")
-    if family in ("gpt2", "bloom"):
-        spec.update(qkv_bias=True, attn_out_bias=True, mlp_bias=True, norm_bias=True)
-    if family == "gpt_neox":
-        bias = cfg.boolean("attention_bias", True)
-        spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=True, norm_bias=True,
-                    parallel_blocks=cfg.boolean("use_parallel_residual", True))
-    if family == "opt":
-        bias = cfg.boolean("enable_bias", True)
-        spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True)
-        if not cfg.boolean("layer_norm_elementwise_affine", True):
-            notes.append("layer_norm_elementwise_affine false: the norms have no parameters,"
-                         " but their scale and bias are counted (2 x hidden per norm)")
-        if cfg.boolean("_remove_final_layer_norm", False):
-            notes.append("_remove_final_layer_norm true: the final norm is counted although"
-                         " the model has none")
-        layerdrop = cfg.number("layerdrop", "dropout")
-        if layerdrop:
-            notes.append(f"layerdrop {layerdrop:g}: every layer is priced as run in every step")
-    if family == "bloom":
-        spec["embedding_norm"] = True
-        cfg.mark_read("n_inner")  # BloomMLP is hidden -> 4 x hidden whatever n_inner says
-    if family == "falcon":
-        bias = cfg.boolean("bias", False)
-        parallel = cfg.boolean("parallel_attn", True)
-        new_decoder = cfg.boolean("new_decoder_architecture", cfg.raw.get("model_type") == "RefinedWeb")
-        norms = cfg.integer(("num_ln_in_parallel_attn",), "norms_per_layer", optional=True)
-        if norms is None:
-            norms = 2 if new_decoder or not parallel else 1
-        spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True,
-                    parallel_blocks=parallel, norms_per_layer=2 if not parallel else norms)
-    spec.update(_windows(cfg, family, layers))
-    spec["dropout"] = _dropout(cfg, family, notes)
-    return spec, notes
+    _gemma2(cfg, spec, notes)
+
+
+def _llama4(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    # Llama4TextL2Norm: a weightless L2 norm of Q and K (element-wise work only)
+    cfg.mark_read("use_qk_norm", "attention_chunk_size", "no_rope_layers", "layer_types",
+                  "moe_layers", "interleave_moe_layer_step")
+
+
+def _gpt_oss(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    # GptOssAttention.sinks; GptOssExperts' and GptOssTopKRouter's biases
+    spec.update(attention_sinks=True, expert_bias=True)
+
+
+def _gpt2(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    spec.update(qkv_bias=True, attn_out_bias=True, mlp_bias=True, norm_bias=True)
+
+
+def _bloom(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    _gpt2(cfg, spec, notes)
+    spec["embedding_norm"] = True
+    cfg.mark_read("n_inner")  # BloomMLP is hidden -> 4 x hidden whatever n_inner says
+
+
+def _gpt_neox(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    bias = cfg.boolean("attention_bias", True)
+    spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=True, norm_bias=True,
+                parallel_blocks=cfg.boolean("use_parallel_residual", True))
+
+
+def _opt(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    bias = cfg.boolean("enable_bias", True)
+    spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True)
+    if not cfg.boolean("layer_norm_elementwise_affine", True):
+        notes.append("layer_norm_elementwise_affine false: the norms have no parameters,"
+                     " but their scale and bias are counted (2 x hidden per norm)")
+    if cfg.boolean("_remove_final_layer_norm", False):
+        notes.append("_remove_final_layer_norm true: the final norm is counted although"
+                     " the model has none")
+    layerdrop = cfg.number("layerdrop", "dropout")
+    if layerdrop:
+        notes.append(f"layerdrop {layerdrop:g}: every layer is priced as run in every step")
+
+
+def _falcon(cfg: ConfigReader, spec: dict, notes: list[str]) -> None:
+    bias = cfg.boolean("bias", False)
+    parallel = cfg.boolean("parallel_attn", True)
+    new_decoder = cfg.boolean("new_decoder_architecture", cfg.raw.get("model_type") == "RefinedWeb")
+    norms = cfg.integer(("num_ln_in_parallel_attn",), "norms_per_layer", optional=True)
+    if norms is None:
+        norms = 2 if new_decoder or not parallel else 1
+    spec.update(qkv_bias=bias, attn_out_bias=bias, mlp_bias=bias, norm_bias=True,
+                parallel_blocks=parallel, norms_per_layer=2 if not parallel else norms)
+
+
+_FAMILY_LAYOUT = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "gemma2": _gemma2,
+                  "gemma3": _gemma3, "llama4": _llama4, "gpt_oss": _gpt_oss, "gpt2": _gpt2,
+                  "bloom": _bloom, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon}
 
 
 # head_dim when the config leaves it out: LlamaConfig and MistralConfig hidden // heads (None),
