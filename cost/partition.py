@@ -478,15 +478,28 @@ class LayerTable:
 def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
                 spatial_temporal: bool = True) -> LayerTable:
     ctx = LayerContext(inst, o, site, net)
-    t, T, h = o.tp, ctx.tokens, inst.model.hidden
+    t = o.tp
     st = spatial_temporal and spatial_temporal_allowed(o)
     links = group_links(inst, o, site)
     dims = op_dims(inst)
     cands = {op: tuple(op_candidates(t, st)) for op in LINEAR_OPS}
     cands["attn_core"] = tuple(core_candidates(t, st))
-    sp = o.sequence_parallel
-    cands[STREAM] = tuple(stream_candidates(t, sp, st))
+    cands[STREAM] = tuple(stream_candidates(t, o.sequence_parallel, st))
 
+    unary, ring, compute, inter, rep, sync = _unary_terms(ctx, cands, dims, o.sequence_parallel)
+    pair, pair_inter, pair_hidden = _stream_pairs(inst, ctx, links, cands, dims)
+    for edge in CHAIN_EDGES:
+        pair[edge], pair_inter[edge] = _chain_pair(ctx, links, cands, dims, edge)
+    return LayerTable(candidates=cands, unary=unary, pair=pair, base=_base_terms(inst, o, site, net, ctx, cands, unary),
+                      ring_overlapped=ring, compute=compute, inter_node=inter,
+                      pair_inter_node=pair_inter, replicated_params=rep, grad_sync_s=sync,
+                      pair_hidden=pair_hidden)
+
+
+def _unary_terms(ctx: LayerContext, cands: dict, dims: dict, sp: bool):
+    """Per op and candidate: (fwd_s, bwd_s, stash, buffer) rows, the ring's overlapped and the
+    compute seconds, the exposed inter-node part, replicated parameters and gradient sync."""
+    T, t = ctx.tokens, ctx.outer.tp
     unary, ring, compute, inter, rep, sync = {}, {}, {}, {}, {}, {}
     for op in PLAN_OPS:
         rep[op], sync[op] = np.zeros(len(cands[op])), np.zeros(len(cands[op]))
@@ -514,11 +527,16 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
         fwd, bwd, inter_s = stream_cost(ctx, name)
         unary[STREAM][i, :2] = (fwd, bwd)
         inter[STREAM][i] = inter_s
+    return unary, ring, compute, inter, rep, sync
 
+
+def _stream_pairs(inst: Instance, ctx: LayerContext, links, cands: dict, dims: dict):
+    """(pair, pair_inter, pair_hidden) of STREAM_EDGES: the stream meets the first and last op
+    of each chain."""
+    T, t = ctx.tokens, ctx.outer.tp
     pair, pair_inter, pair_hidden = {}, {}, {}
-    qkv_w, core_w, mlp_w = dims["qkv"][1], dims["attn_out"][0], dims["mlp_out"][0]
     async_b = behaviour(inst.job.framework).tp_backward_async
-    for a, b in STREAM_EDGES:  # the stream meets the first and last op of each chain
+    for a, b in STREAM_EDGES:
         N, K, _ = dims[b]
         arr = np.zeros((len(cands[a]), len(cands[b]), 2))
         arr_inter = np.zeros((len(cands[a]), len(cands[b])))
@@ -550,28 +568,39 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
                 arr[i, k] = (f[0], bk[0])
                 arr_inter[i, k] = f[1] + bk[1]
         pair[(a, b)], pair_inter[(a, b)], pair_hidden[(a, b)] = arr, arr_inter, hidden
-    for a, b in CHAIN_EDGES:
-        arr = np.zeros((len(cands[a]), len(cands[b]), 2))
-        arr_inter = np.zeros((len(cands[a]), len(cands[b])))
-        for i, pa in enumerate(cands[a]):
-            for k, pb in enumerate(cands[b]):
-                if (a, b) == ("qkv", "attn_core"):
-                    core = core_layout(pb, t)
-                    f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), core, (T, qkv_w))
-                    bk = _move_split(ctx, links, None, (core, 1), op_layout(pa, t, "dy")[0], (T, qkv_w))
-                elif (a, b) == ("attn_core", "attn_out"):
-                    core = core_layout(pa, t)
-                    f = _move_split(ctx, links, None, (core, 1), op_layout(pb, t, "in")[0], (T, core_w))
-                    bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), core, (T, core_w))
-                else:  # mlp_in output -> activation function -> mlp_out input ([T, f])
-                    f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), op_layout(pb, t, "in")[0], (T, mlp_w))
-                    bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), op_layout(pa, t, "dy")[0], (T, mlp_w))
-                arr[i, k] = (f[0], bk[0])
-                arr_inter[i, k] = f[1] + bk[1]
-        pair[(a, b)], pair_inter[(a, b)] = arr, arr_inter
+    return pair, pair_inter, pair_hidden
 
-    # the rest of the layer (attention core, elementwise, context parallel) as megatron_layer
-    # prices it: subtract its linear GEMMs, tp collectives and linear-input stashes
+
+def _chain_pair(ctx: LayerContext, links, cands: dict, dims: dict, edge: tuple[str, str]):
+    """(pair, pair_inter) of one CHAIN_EDGES edge: the re-layout between two ops of a chain."""
+    a, b = edge
+    T, t = ctx.tokens, ctx.outer.tp
+    qkv_w, core_w, mlp_w = dims["qkv"][1], dims["attn_out"][0], dims["mlp_out"][0]
+    arr = np.zeros((len(cands[a]), len(cands[b]), 2))
+    arr_inter = np.zeros((len(cands[a]), len(cands[b])))
+    for i, pa in enumerate(cands[a]):
+        for k, pb in enumerate(cands[b]):
+            if edge == ("qkv", "attn_core"):
+                core = core_layout(pb, t)
+                f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), core, (T, qkv_w))
+                bk = _move_split(ctx, links, None, (core, 1), op_layout(pa, t, "dy")[0], (T, qkv_w))
+            elif edge == ("attn_core", "attn_out"):
+                core = core_layout(pa, t)
+                f = _move_split(ctx, links, None, (core, 1), op_layout(pb, t, "in")[0], (T, core_w))
+                bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), core, (T, core_w))
+            else:  # mlp_in output -> activation function -> mlp_out input ([T, f])
+                f = _move_split(ctx, links, pa, op_layout(pa, t, "out"), op_layout(pb, t, "in")[0], (T, mlp_w))
+                bk = _move_split(ctx, links, pb, op_layout(pb, t, "dx"), op_layout(pa, t, "dy")[0], (T, mlp_w))
+            arr[i, k] = (f[0], bk[0])
+            arr_inter[i, k] = f[1] + bk[1]
+    return arr, arr_inter
+
+
+def _base_terms(inst: Instance, o: Outer, site: Site, net: NetEfficiency, ctx: LayerContext,
+                cands: dict, unary: dict) -> LayerTerms:
+    """The rest of the layer (attention core, elementwise, context parallel) as megatron_layer
+    prices it: its linear GEMMs, tp collectives and linear-input stashes subtracted."""
+    t, T, h = o.tp, ctx.tokens, inst.model.hidden
     mt = megatron_layer(inst, o, site, net)
     lin_f = sum(linear_op_cost(ctx, op, OpPartition("K", t, 1)).fwd_s for op in LINEAR_OPS)
     tp_link, tp_inter = site.tp_link
@@ -580,7 +609,7 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
     # the base holds no tp time: megatron_layer's exposed backward part is the forward's less
     # what its async backward hides (the table's pair entries carry that split themselves)
     tp_b_exposed = mt.parts["tp_comm"] - tp_f
-    base = LayerTerms(
+    return LayerTerms(
         fwd_s=mt.fwd_s - lin_f - tp_f, bwd_s=mt.bwd_s - BACKWARD_LINEAR_FACTOR * lin_f - tp_b_exposed,
         rc_fwd_s=mt.rc_fwd_s - lin_f - tp_f,
         parts={"compute": mt.parts["compute"] - (1 + BACKWARD_LINEAR_FACTOR) * lin_f,
@@ -588,10 +617,6 @@ def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
         overlapped={k: v for k, v in mt.overlapped.items() if k != "tp_comm"},
         act_bytes=mt.act_bytes - mt_stash,
         ckpt_bytes=mt.ckpt_bytes, workspace_bytes=mt.workspace_bytes)
-    return LayerTable(candidates=cands, unary=unary, pair=pair, base=base,
-                      ring_overlapped=ring, compute=compute, inter_node=inter,
-                      pair_inter_node=pair_inter, replicated_params=rep, grad_sync_s=sync,
-                      pair_hidden=pair_hidden)
 
 
 def stream_cost(ctx: LayerContext, name: str) -> tuple[float, float, float]:
