@@ -233,15 +233,8 @@ def _done(p: MultiClassProblem, status, backend, start, bound, tol, m=None, n=No
                             wall_time_s=time.perf_counter() - start, backend=backend, tolerance_s=tol)
 
 
-def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, seed: int = 0,
-                           hint: tuple | None = None) -> MultiClassResult:
-    """Optimal micro-batch counts and splits of `p` by CP-SAT (one worker, reproducible);
-    hint = (m, n, r) warm-starts it."""
-    from ortools.sat.python import cp_model
-    start = time.perf_counter()
-    L, Kc = p.layers, p.classes
-    R = L if p.allow_full_recompute else 0
-    ub = _upper_bounds(p, R)
+def _quantisation(p: MultiClassProblem, ub: list[float], R: int) -> tuple[float, list[int], float]:
+    """(time quantum q, rounded weights, quantisation error E) of the module docstring."""
     q = TIME_QUANTUM_S
     while max(ub) / q > OBJECTIVE_LIMIT_QUANTA:
         q *= 2
@@ -251,83 +244,117 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
         w_sum = sum(w_hat) / WEIGHT_SCALE
     else:
         w_hat, weight_err, w_sum = [1] * len(p.coeffs), 0.0, 1.0
-    v = p.virtual_stages
+    v, L = p.virtual_stages, p.layers
     mult = max((v * p.max_micro_batches(k) - 1) * (1 + L + R) + p.pp(k) + L + R
-               for k in range(Kc)) / v + 1 + L
-    E = q * mult * w_sum + weight_err
+               for k in range(p.classes)) / v + 1 + L
+    return q, w_hat, q * mult * w_sum + weight_err
+
+
+def _class_split(model, p: MultiClassProblem, k: int, R: int):
+    """Class k's variables n, r (per stage) and m, with C1-C4 (layers, chunks, dense prefix,
+    recompute, exact memory, micro-batch count); None when a stage holds no count that fits."""
+    from ortools.sat.python import cp_model
+    c, pp, v, L = p.coeffs[0][k], p.pp(k), p.virtual_stages, p.layers
+    allowed, forbidden = exact_memory_points(c, v, R, MEM_QUANTUM_BYTES)
+    if not all(allowed):
+        return None
+    n = [model.new_int_var_from_domain(cp_model.Domain.from_values(allowed[s]), f"n_k{k}_s{s}")
+         for s in range(pp)]
+    r = [model.new_int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)]
+    lo, hi, st = p.min_micro_batches(k), p.max_micro_batches(k), p.micro_batch_step(k)
+    m = model.new_int_var(lo, hi, f"m_k{k}")
+    if st > 1:  # m_k = lo_k + st_k j_k
+        j = model.new_int_var(0, (hi - lo) // st, f"j_k{k}")
+        model.add(m == lo + st * j).with_name(f"C4_count_k{k}")
+    if v > 1:  # whole chunks of v slots per stage, the embedding / loss taking one each
+        off = p.slot_offsets(k)
+        for s in range(pp):
+            chunks = model.new_int_var(1, p.slots // v, f"chunks_k{k}_s{s}")
+            model.add(n[s] == v * chunks - off[s]).with_name(f"C1_chunks_k{k}_s{s}")
+    model.add(sum(n) == L).with_name(f"C1_layers_k{k}")
+    if first_stage_min_layers(c) > v - p.slot_offsets(k)[0]:  # stage 0's first chunk holds the dense prefix
+        model.add(n[0] >= first_stage_min_layers(c)).with_name(f"C1_dense_prefix_k{k}")
+    b, wq, h, cap = relaxed_mem(c, MEM_QUANTUM_BYTES)
+    for s in range(pp):
+        model.add(r[s] <= n[s]).with_name(f"C2_recompute_k{k}_s{s}")
+        model.add(b[s] + wq[s] * n[s] - h[s] * r[s] <= cap[s]).with_name(f"C3_mem_k{k}_s{s}")
+        if forbidden[s]:
+            model.add_forbidden_assignments([n[s], r[s]], forbidden[s]).with_name(f"C3x_mem_k{k}_s{s}")
+    return n, r, m
+
+
+def _iteration_quanta(model, p: MultiClassProblem, si: int, cs, n, r, m, top: int, q: float):
+    """v times scenario si's iteration time in quanta q: Z (the slowest class's pipeline, C6 and
+    C8, the product (v m_k - 1) T_max kept exact, C9) plus v D (the gradient sync, C7)."""
+    v = p.virtual_stages
 
     def qt(x) -> list[int]:
         return np.rint(np.asarray(x, float) / q).astype(np.int64).tolist()
 
-    mu = MEM_QUANTUM_BYTES
+    Z = model.new_int_var(0, v * top, f"Z_sc{si}")
+    D = model.new_int_var(-top, top, f"D_sc{si}")
+    for k, c in enumerate(cs):
+        a, t, u = qt(c.stage_time_s), qt(c.layer_time_s), qt(c.recompute_time_s)
+        e, g = qt(c.stage_sync_time_s), qt(c.layer_sync_time_s)
+        T = [a[s] + t[s] * n[k][s] + u[s] * r[k][s] for s in range(c.pp)]
+        T_max = model.new_int_var(0, top, f"T_sc{si}_k{k}")
+        for s in range(c.pp):
+            model.add(T_max >= T[s]).with_name(f"C6_pace_sc{si}_k{k}_s{s}")
+            model.add(D >= e[s] + g[s] * n[k][s]).with_name(f"C7_sync_sc{si}_k{k}_s{s}")
+        m_less = model.new_int_var(v * p.min_micro_batches(k) - 1, v * p.max_micro_batches(k) - 1,
+                                   f"m1_sc{si}_k{k}")
+        model.add(m_less == v * m[k] - 1)
+        prod = model.new_int_var(0, v * p.max_micro_batches(k) * top, f"mT_sc{si}_k{k}")
+        model.add_multiplication_equality(prod, [m_less, T_max]).with_name(f"C9_product_sc{si}_k{k}")
+        model.add(Z >= prod + sum(T)).with_name(f"C8_pipeline_sc{si}_k{k}")  # v times the pipeline time
+    return Z + v * D
+
+
+def _add_hint(model, hint: tuple, m, n, r) -> None:
+    """hint = (m, n, r), values of the variables of the same names."""
+    hm, hn, hr = hint
+    for k, mk in enumerate(m):
+        model.add_hint(mk, int(hm[k]))
+        for s in range(len(n[k])):
+            model.add_hint(n[k][s], int(hn[k][s]))
+            model.add_hint(r[k][s], int(hr[k][s]))
+
+
+def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, seed: int = 0,
+                           hint: tuple | None = None) -> MultiClassResult:
+    """Optimal micro-batch counts and splits of `p` by CP-SAT (one worker, reproducible);
+    hint = (m, n, r) warm-starts it. Constraints are named as multiclass_milp._formulate names
+    them (C1 layers ... C10 worst), so the two backends' models read alike."""
+    from ortools.sat.python import cp_model
+    start = time.perf_counter()
+    L, Kc, v = p.layers, p.classes, p.virtual_stages
+    R = L if p.allow_full_recompute else 0
+    ub = _upper_bounds(p, R)
+    q, w_hat, E = _quantisation(p, ub, R)
     model = cp_model.CpModel()
     n, r, m = [], [], []
     for k in range(Kc):
-        c, pp = p.coeffs[0][k], p.pp(k)
-        allowed, forbidden = exact_memory_points(c, v, R, mu)
-        if not all(allowed):  # a stage holds no layer count that fits: nothing does
+        got = _class_split(model, p, k, R)
+        if got is None:  # a stage holds no layer count that fits: nothing does
             return _done(p, "infeasible", "cpsat", start, math.inf, 2 * E)
-        n.append([model.new_int_var_from_domain(cp_model.Domain.from_values(allowed[s]), f"n_k{k}_s{s}")
-                  for s in range(pp)])
-        r.append([model.new_int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
-        lo, hi, st = p.min_micro_batches(k), p.max_micro_batches(k), p.micro_batch_step(k)
-        m.append(model.new_int_var(lo, hi, f"m_k{k}"))
-        if st > 1:  # m_k = lo_k + st_k j_k
-            j = model.new_int_var(0, (hi - lo) // st, f"j_k{k}")
-            model.add(m[k] == lo + st * j)
-        if v > 1:  # whole chunks of v slots per stage, the embedding / loss taking one each
-            off = p.slot_offsets(k)
-            for s in range(pp):
-                chunks = model.new_int_var(1, p.slots // v, f"chunks_k{k}_s{s}")
-                model.add(n[k][s] == v * chunks - off[s])
-        model.add(sum(n[k]) == L)
-        if first_stage_min_layers(c) > v - p.slot_offsets(k)[0]:  # stage 0's first chunk holds the dense prefix
-            model.add(n[k][0] >= first_stage_min_layers(c))
-        b, wq, h, cap = relaxed_mem(c, mu)
-        for s in range(pp):
-            model.add(r[k][s] <= n[k][s])
-            model.add(b[s] + wq[s] * n[k][s] - h[s] * r[k][s] <= cap[s])
-            if forbidden[s]:
-                model.add_forbidden_assignments([n[k][s], r[k][s]], forbidden[s])
-    model.add(sum(x * mk for x, mk in zip(p.replicas, m)) == p.total_micro_batches)
-
-    iters = []
-    for si, cs in enumerate(p.coeffs):
-        top = int(math.ceil(ub[si] / q)) + 1
-        Z = model.new_int_var(0, v * top, f"Z_sc{si}")
-        D = model.new_int_var(-top, top, f"D_sc{si}")
-        for k, c in enumerate(cs):
-            a, t, u = qt(c.stage_time_s), qt(c.layer_time_s), qt(c.recompute_time_s)
-            e, g = qt(c.stage_sync_time_s), qt(c.layer_sync_time_s)
-            T = [a[s] + t[s] * n[k][s] + u[s] * r[k][s] for s in range(c.pp)]
-            T_max = model.new_int_var(0, top, f"T_sc{si}_k{k}")
-            for s in range(c.pp):
-                model.add(T_max >= T[s])
-                model.add(D >= e[s] + g[s] * n[k][s])
-            m_less = model.new_int_var(v * p.min_micro_batches(k) - 1, v * p.max_micro_batches(k) - 1,
-                                       f"m1_sc{si}_k{k}")
-            model.add(m_less == v * m[k] - 1)
-            prod = model.new_int_var(0, v * p.max_micro_batches(k) * top, f"mT_sc{si}_k{k}")
-            model.add_multiplication_equality(prod, [m_less, T_max])
-            model.add(Z >= prod + sum(T))  # v times the pipeline time
-        iters.append(Z + v * D)
+        n.append(got[0])
+        r.append(got[1])
+        m.append(got[2])
+    model.add(sum(x * mk for x, mk in zip(p.replicas, m)) == p.total_micro_batches).with_name("C5_batch")
+    iters = [_iteration_quanta(model, p, si, cs, n, r, m, int(math.ceil(ub[si] / q)) + 1, q)
+             for si, cs in enumerate(p.coeffs)]
     if p.objective == "max":
         top = max(int(math.ceil(u / q)) + 1 for u in ub)
         W = model.new_int_var(-v * top, 2 * v * top, "worst")
-        for it in iters:
-            model.add(W >= it)
+        for si, it in enumerate(iters):
+            model.add(W >= it).with_name(f"C10_worst_sc{si}")
         model.minimize(W)
     else:
         model.minimize(sum(wh * it for wh, it in zip(w_hat, iters)))
     scale = q / v / (WEIGHT_SCALE if p.objective == "weighted" else 1)
 
     if hint is not None:
-        hm, hn, hr = hint
-        for k in range(Kc):
-            model.add_hint(m[k], int(hm[k]))
-            for s in range(p.pp(k)):
-                model.add_hint(n[k][s], int(hn[k][s]))
-                model.add_hint(r[k][s], int(hr[k][s]))
+        _add_hint(model, hint, m, n, r)
 
     # the wall clock's share: the limit less the seconds spent building the model
     solver = deterministic_solver(time_limit_s, seed, time_limit_s - (time.perf_counter() - start))
