@@ -32,9 +32,15 @@ Variables
             (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) T + sum T, 1F1B)
     Z_s  >= P_sk for all k;  D_s >= e + g n_ks for all k, s   iteration_sigma = Z_s + D_s
 
-Constraints
-    sum_s n_ks = L;  r_ks <= n_ks;  b + w n_ks - h r_ks <= K (per stage, memory);
-    sum_k x_k m_k = M
+Constraints (named alike in both backends: CP-SAT here, the MILP in multiclass_milp.py)
+    C1 layers   sum_s n_ks = L (C1_chunks, C1_dense_prefix: the chunk and dense-prefix rules above)
+    C2 recompute  r_ks <= n_ks
+    C3 mem      b + w n_ks - h r_ks <= K per stage (C3x: the exact-memory exclusions)
+    C4 count    m_k = lo_k + st_k j_k
+    C5 batch    sum_k x_k m_k = M
+    C6 pace     T_sk >= a + t n_ks + u r_ks;  C7 sync  D_s >= e + g n_ks
+    C8 pipeline Z_s >= P_sk, with C9 product the term (v m_k - 1) T_sk (CP-SAT: exact; MILP: binary
+                expansion of m_k);  C10 worst  W >= Z_s + D_s ("max")
 Objective
     "max":      minimise max_sigma (Z_s + D_s)      (robust; one scenario = plain minimum)
     "weighted": minimise sum_sigma omega_sigma (Z_s + D_s)
