@@ -115,72 +115,19 @@ def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, in
     """The model of the module docstring on a new `backend` model: (model, bits, n, r, eps);
     `cuts` (class, stage, n0, r0): splits found not to fit, excluded with what they imply."""
     api = new_model(backend)
-    L, Kc, v = p.layers, p.classes, p.virtual_stages
-    R = L if p.allow_full_recompute else 0
+    Kc = p.classes
     n, r, m_expr, bits = [], [], [], []
     for k in range(Kc):
-        c, pp = p.coeffs[0][k], p.pp(k)
-        n.append([api.int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)])
-        r.append([api.int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)])
-        api.add(sum(n[k]) == L, f"C1_layers_k{k}")
-        if first_stage_min_layers(c) > v - p.slot_offsets(k)[0]:  # stage 0's first chunk holds the dense prefix
-            api.add(n[k][0] >= first_stage_min_layers(c), f"C1_dense_prefix_k{k}")
-        if v > 1:  # whole chunks of v slots per stage, the embedding / loss taking one each
-            off = p.slot_offsets(k)
-            for s in range(pp):
-                chunks = api.int_var(1, p.slots // v, f"chunks_k{k}_s{s}")
-                api.add(n[k][s] == v * chunks - off[s], f"C1_chunks_k{k}_s{s}")
-        # relaxed (cuts decide): the short chunk's correction lowers stage 0's memory at most by
-        # quantize.slot_relief_bytes
-        b = ((c.stage_mem_bytes - slot_relief_bytes(c)) / MEM_UNIT_BYTES).tolist()
-        w = ((c.layer_state_bytes + c.layer_act_bytes) / MEM_UNIT_BYTES).tolist()
-        h = ((c.layer_act_bytes - c.layer_ckpt_bytes) / MEM_UNIT_BYTES).tolist()
-        cap = (c.capacity_bytes / MEM_UNIT_BYTES + MEM_MARGIN_MIB).tolist()  # relaxed: cuts decide
-        for s in range(pp):
-            api.add(r[k][s] <= n[k][s], f"C2_recompute_k{k}_s{s}")
-            api.add(b[s] + w[s] * n[k][s] - h[s] * r[k][s] <= cap[s], f"C3_mem_k{k}_s{s}")
-        for i, (kk, s, n0, r0) in enumerate(cuts):
-            if kk == k:
-                _exclude(api, c, s, n[k][s], r[k][s], n0, r0, L, R, f"C3x_mem_k{k}_s{s}_{i}")
-        lo, st = p.min_micro_batches(k), p.micro_batch_step(k)
-        span = (p.max_micro_batches(k) - lo) // st
-        J = span.bit_length() if Kc > 1 else 0
-        bits.append([api.int_var(0, 1, f"beta_k{k}_j{j}") for j in range(J)])
-        m_expr.append(lo + st * sum(2**j * bits[k][j] for j in range(J)))
-        if J:
-            api.add(m_expr[k] <= p.max_micro_batches(k), f"C4_count_k{k}")
+        nk, rk, mk, bk = _class_rows(api, p, k, [cut for cut in enumerate(cuts) if cut[1][0] == k])
+        n.append(nk)
+        r.append(rk)
+        m_expr.append(mk)
+        bits.append(bk)
     if Kc > 1:
         api.add(sum(x * mk for x, mk in zip(p.replicas, m_expr)) == p.total_micro_batches, "C5_batch")
-    else:
-        fixed = p.total_micro_batches // p.replicas[0]
-
-    iters, U_max, g_max, tu_max = [], 0.0, 0.0, 0.0
+    iters, big = [], [0.0, 0.0, 0.0]  # the largest U, g and t + u: the tolerance's terms
     for si, cs in enumerate(p.coeffs):
-        Z = api.real_var(f"Z_sc{si}")
-        D = api.real_var(f"D_sc{si}")
-        for k, c in enumerate(cs):
-            a, t, u = c.stage_time_s.tolist(), c.layer_time_s.tolist(), c.recompute_time_s.tolist()
-            e, g = c.stage_sync_time_s.tolist(), c.layer_sync_time_s.tolist()
-            T = [a[s] + t[s] * n[k][s] + u[s] * r[k][s] for s in range(c.pp)]
-            U = float((np.abs(c.stage_time_s) + L * np.abs(c.layer_time_s)
-                       + R * np.abs(c.recompute_time_s)).max())
-            U_max, g_max = max(U_max, U), max(g_max, float(np.abs(c.layer_sync_time_s).max()))
-            tu_max = max(tu_max, float((np.abs(c.layer_time_s) + np.abs(c.recompute_time_s)).max()))
-            T_max = api.real_var(f"T_sc{si}_k{k}")
-            for s in range(c.pp):
-                api.add(T_max >= T[s], f"C6_pace_sc{si}_k{k}_s{s}")
-                api.add(D >= e[s] + g[s] * n[k][s], f"C7_sync_sc{si}_k{k}_s{s}")
-            if Kc == 1:
-                api.add(Z >= (fixed - 1 / v) * T_max + sum(T) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
-                continue
-            ys = []
-            for j, beta in enumerate(bits[k]):
-                y = api.real_var(f"y_sc{si}_k{k}_j{j}", lb=0.0)
-                api.add(y >= T_max - U * (1 - beta), f"C9_product_sc{si}_k{k}_j{j}")
-                ys.append(2**j * p.micro_batch_step(k) * y)
-            api.add(Z >= (p.min_micro_batches(k) - 1 / v) * T_max + sum(ys) + sum(T) * (1 / v),
-                    f"C8_pipeline_sc{si}_k{k}")
-        iters.append(Z + D)
+        iters.append(_scenario_rows(api, p, si, cs, n, r, bits, big))
     if p.objective == "max":
         W = api.real_var("worst")
         for si, it in enumerate(iters):
@@ -190,12 +137,83 @@ def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, in
     else:
         api.minimise(sum(w * it for w, it in zip(p.weights, iters)))
         w_sum = float(sum(p.weights))
+    U_max, g_max, tu_max = big
     m_max = max(p.max_micro_batches(k) for k in range(Kc))
     pp_max = max(p.pp(k) for k in range(Kc))
     bits_term = m_max * U_max * (2 + pp_max) if Kc > 1 else 0.0
     eps = w_sum * (INTEGRALITY_TOL * (bits_term + (m_max + pp_max) * tu_max + g_max)
                    + FEASIBILITY_TOL_S * (m_max + 3))
     return api, bits, n, r, eps
+
+
+def _class_rows(api, p: MultiClassProblem, k: int, cuts):
+    """Class k's variables n, r (per stage), its micro-batch count's expression and bits, with
+    C1-C4 (layers, dense prefix, chunks, recompute, relaxed memory and its cuts, count);
+    `cuts`: (index, (class, stage, n0, r0)) of this class."""
+    c, pp, v, L = p.coeffs[0][k], p.pp(k), p.virtual_stages, p.layers
+    R = L if p.allow_full_recompute else 0
+    n = [api.int_var(1, L, f"n_k{k}_s{s}") for s in range(pp)]
+    r = [api.int_var(0, R, f"r_k{k}_s{s}") for s in range(pp)]
+    api.add(sum(n) == L, f"C1_layers_k{k}")
+    if first_stage_min_layers(c) > v - p.slot_offsets(k)[0]:  # stage 0's first chunk holds the dense prefix
+        api.add(n[0] >= first_stage_min_layers(c), f"C1_dense_prefix_k{k}")
+    if v > 1:  # whole chunks of v slots per stage, the embedding / loss taking one each
+        off = p.slot_offsets(k)
+        for s in range(pp):
+            chunks = api.int_var(1, p.slots // v, f"chunks_k{k}_s{s}")
+            api.add(n[s] == v * chunks - off[s], f"C1_chunks_k{k}_s{s}")
+    # relaxed (cuts decide): the short chunk's correction lowers stage 0's memory at most by
+    # quantize.slot_relief_bytes
+    b = ((c.stage_mem_bytes - slot_relief_bytes(c)) / MEM_UNIT_BYTES).tolist()
+    w = ((c.layer_state_bytes + c.layer_act_bytes) / MEM_UNIT_BYTES).tolist()
+    h = ((c.layer_act_bytes - c.layer_ckpt_bytes) / MEM_UNIT_BYTES).tolist()
+    cap = (c.capacity_bytes / MEM_UNIT_BYTES + MEM_MARGIN_MIB).tolist()  # relaxed: cuts decide
+    for s in range(pp):
+        api.add(r[s] <= n[s], f"C2_recompute_k{k}_s{s}")
+        api.add(b[s] + w[s] * n[s] - h[s] * r[s] <= cap[s], f"C3_mem_k{k}_s{s}")
+    for i, (_, s, n0, r0) in cuts:
+        _exclude(api, c, s, n[s], r[s], n0, r0, L, R, f"C3x_mem_k{k}_s{s}_{i}")
+    lo, st = p.min_micro_batches(k), p.micro_batch_step(k)
+    span = (p.max_micro_batches(k) - lo) // st
+    J = span.bit_length() if p.classes > 1 else 0
+    bits = [api.int_var(0, 1, f"beta_k{k}_j{j}") for j in range(J)]
+    m_expr = lo + st * sum(2**j * bits[j] for j in range(J))
+    if J:
+        api.add(m_expr <= p.max_micro_batches(k), f"C4_count_k{k}")
+    return n, r, m_expr, bits
+
+
+def _scenario_rows(api, p: MultiClassProblem, si: int, cs, n, r, bits, big: list[float]):
+    """Scenario si's iteration time Z + D with C6-C9 (pace, sync, pipeline, the product of the
+    count's bits and T_max); `big` [U, g, t + u] raised to this scenario's largest."""
+    L, v = p.layers, p.virtual_stages
+    R = L if p.allow_full_recompute else 0
+    Z = api.real_var(f"Z_sc{si}")
+    D = api.real_var(f"D_sc{si}")
+    for k, c in enumerate(cs):
+        a, t, u = c.stage_time_s.tolist(), c.layer_time_s.tolist(), c.recompute_time_s.tolist()
+        e, g = c.stage_sync_time_s.tolist(), c.layer_sync_time_s.tolist()
+        T = [a[s] + t[s] * n[k][s] + u[s] * r[k][s] for s in range(c.pp)]
+        U = float((np.abs(c.stage_time_s) + L * np.abs(c.layer_time_s)
+                   + R * np.abs(c.recompute_time_s)).max())
+        big[0], big[1] = max(big[0], U), max(big[1], float(np.abs(c.layer_sync_time_s).max()))
+        big[2] = max(big[2], float((np.abs(c.layer_time_s) + np.abs(c.recompute_time_s)).max()))
+        T_max = api.real_var(f"T_sc{si}_k{k}")
+        for s in range(c.pp):
+            api.add(T_max >= T[s], f"C6_pace_sc{si}_k{k}_s{s}")
+            api.add(D >= e[s] + g[s] * n[k][s], f"C7_sync_sc{si}_k{k}_s{s}")
+        if p.classes == 1:
+            fixed = p.total_micro_batches // p.replicas[0]
+            api.add(Z >= (fixed - 1 / v) * T_max + sum(T) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
+            continue
+        ys = []
+        for j, beta in enumerate(bits[k]):
+            y = api.real_var(f"y_sc{si}_k{k}_j{j}", lb=0.0)
+            api.add(y >= T_max - U * (1 - beta), f"C9_product_sc{si}_k{k}_j{j}")
+            ys.append(2**j * p.micro_batch_step(k) * y)
+        api.add(Z >= (p.min_micro_batches(k) - 1 / v) * T_max + sum(ys) + sum(T) * (1 / v),
+                f"C8_pipeline_sc{si}_k{k}")
+    return Z + D
 
 
 def _exclude(api, c, s: int, n_var, r_var, n0: int, r0: int, L: int, R: int, name: str) -> None:
