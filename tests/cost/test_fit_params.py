@@ -1,9 +1,9 @@
 """cost/fit.py's parameter table: which efficiencies one fitted value sets together.
 
 Expected values by hand from the published benchmarks the module cites: FlashAttention-2 at
-175 of 312 TFLOP/s on A100 (Dao 2023, Fig. 4) and 322 of 989 on H100 (Shah et al. 2024, Figs.
-5-6: forward 333, backward 318 TFLOP/s at 8k tokens; the backward has 2.5x the forward's FLOPs,
-so 3.5 / (1/333 + 2.5/318) = 322.1).
+175 of 312 TFLOP/s on A100 (Dao 2023, Fig. 4 (a); cost/fit.py says why not (d)'s 182) and 322
+of 989 on H100 (Shah et al. 2024, Figs. 5-6: forward 333, backward 318 TFLOP/s at 8k tokens;
+the backward has 2.5x the forward's FLOPs, so 3.5 / (1/333 + 2.5/318) = 322.1).
 """
 
 import pytest
