@@ -179,3 +179,17 @@ def test_a_published_row_cannot_state_what_its_framework_cannot_run(tmp_path):
         load_rows(str(path))
     text = str(e.value)
     assert "[0].ran.grad_reduce_dtype" in text and "fp32 only" in text, text
+
+
+def test_the_megatron_bridge_moe_anchors_reduce_in_bf16_and_the_modelzoo_ones_in_fp32():
+    # every Megatron-Bridge performance recipe runs _benchmark_common, which sets
+    # ddp.grad_reduce_in_fp32 = False (perf_recipes/_common.py, d3412bf and 067f987); the
+    # ModelZoo scripts pass Megatron-LM's default, fp32 main gradients (--main-grads-dtype fp32)
+    from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
+    rows = [r for r in anchor_rows() if r.get("paraplan_instance")]
+    bridge = [r for r in rows if r["source"].startswith("NVIDIA-NeMo/Megatron-Bridge")]
+    zoo = [r for r in rows if r["source"].startswith("yanring/Megatron-MoE-ModelZoo")]
+    assert len(bridge) == 7 and zoo
+    assert all(anchor_instance(r).job.grad_reduce is GradReduceDtype.BF16 for r in bridge)
+    assert all(r["config"]["grad_reduce_dtype"] == "bf16" for r in bridge)
+    assert all(anchor_instance(r).job.grad_reduce is GradReduceDtype.FP32 for r in zoo)
