@@ -456,7 +456,8 @@ def _check_ran(ran: Section, precision: Precision) -> None:
     if ran.has_value("grad_reduce_dtype"):
         refusal = grad_reduce_refusal(Framework(ran.raw.get("framework", RAN_DEFAULTS["framework"].value)),
                                       Optimizer(ran.raw.get("optimizer", RAN_DEFAULTS["optimizer"].value)),
-                                      precision, GradReduceDtype(ran.raw["grad_reduce_dtype"]))
+                                      precision, GradReduceDtype(ran.raw["grad_reduce_dtype"]),
+                                      ran.raw.get("framework_version"))
         if refusal is not None:
             raise ran.error("grad_reduce_dtype", *refusal)
     if ran.has("dropout"):

@@ -1236,7 +1236,7 @@ def job_from_section(sec: Section) -> JobSpec:
     modules = _module_list(sec, "recompute_modules", enum_values(RecomputeModule))
     offloads = _module_list(sec, "offload_modules", enum_values(OffloadModule))
     train_tokens = sec.number("train_tokens") if sec.has_value("train_tokens") else None
-    grad_reduce = _grad_reduce_dtype(sec, Framework(framework))
+    grad_reduce = _grad_reduce_dtype(sec, Framework(framework), _framework_version(sec, Framework(framework)))
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -1272,7 +1272,7 @@ def release_search_of(source: str, space: SearchSpace, job: JobSpec, given: froz
     return narrowed
 
 
-def _grad_reduce_dtype(sec: Section, framework: Framework) -> GradReduceDtype | None:
+def _grad_reduce_dtype(sec: Section, framework: Framework, version: str | None) -> GradReduceDtype | None:
     """job.grad_reduce_dtype (None when absent: the framework's default, JobSpec.grad_reduce),
     refused where the job's framework, optimizer or precision cannot run it (specs.
     grad_reduce_refusal)."""
@@ -1281,7 +1281,7 @@ def _grad_reduce_dtype(sec: Section, framework: Framework) -> GradReduceDtype | 
     dtype = GradReduceDtype(sec.choice("grad_reduce_dtype", enum_values(GradReduceDtype)))
     optimizer = Optimizer(sec.choice("optimizer", enum_values(Optimizer), Optimizer.ADAM.value))
     precision = Precision(sec.choice("precision", enum_values(Precision), Precision.BF16.value))
-    refusal = grad_reduce_refusal(framework, optimizer, precision, dtype)
+    refusal = grad_reduce_refusal(framework, optimizer, precision, dtype, version)
     if refusal is not None:
         raise sec.error("grad_reduce_dtype", *refusal)
     return dtype

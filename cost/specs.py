@@ -517,6 +517,14 @@ GRAD_REDUCE_REFUSALS = (
 )
 
 
+# Megatron-LM releases (cost/releases.py) whose launcher cannot reduce bf16 training's gradients
+# in bf16: v1.0 and v2.0 train no bf16 at all (megatron/arguments.py at those tags has no
+# --bf16); at v2.6 and 23.04 --bf16 turns accumulate_allreduce_grads_in_fp32 on (arguments.py),
+# and the opt-out --grad-reduce-in-bf16 came with core_v0.12.0. NeMo 24.07 builds Megatron-core's
+# DDP config itself (grad_reduce_in_fp32 from its optim.grad_sync_dtype).
+FP32_REDUCE_ONLY_RELEASES = {Framework.MEGATRON: ("v1.0", "v2.0", "v2.6", "23.04")}
+
+
 def training_half_dtype(precision: Precision) -> GradReduceDtype:
     """The 16-bit dtype a job's gradients are in before any fp32 accumulation: fp16 for fp16
     training, bf16 otherwise (FP8 linears keep bf16 parameters and gradients)."""
@@ -524,10 +532,12 @@ def training_half_dtype(precision: Precision) -> GradReduceDtype:
 
 
 def grad_reduce_refusal(framework: Framework, optimizer: Optimizer, precision: Precision,
-                        dtype: GradReduceDtype | None) -> tuple[str, str] | None:
+                        dtype: GradReduceDtype | None,
+                        version: str | None = None) -> tuple[str, str] | None:
     """(problem, fix) where a stated job.grad_reduce_dtype cannot run, or is not priced, with
-    this framework, optimizer and precision (GRAD_REDUCE_REFUSALS); None where it can, or where
-    none is stated. The loaders name the file and field around it."""
+    this framework, optimizer, precision and release (`version`, None: the current one;
+    GRAD_REDUCE_REFUSALS, FP32_REDUCE_ONLY_RELEASES); None where it can, or where none is
+    stated. The loaders name the file and field around it."""
     if dtype is None:
         return None
     half = training_half_dtype(precision)
@@ -538,6 +548,10 @@ def grad_reduce_refusal(framework: Framework, optimizer: Optimizer, precision: P
     for r in GRAD_REDUCE_REFUSALS:
         if r.who in (framework, optimizer) and r.fp32 == (dtype is GradReduceDtype.FP32):
             return f"{dtype.value} with {r.who.value}: {r.problem}", r.fix
+    if dtype is GradReduceDtype.BF16 and version in FP32_REDUCE_ONLY_RELEASES.get(framework, ()):
+        return (f"bf16 with {framework.value} {version}: that release reduces bf16 training's"
+                " gradients in fp32 only (--grad-reduce-in-bf16 came with core_v0.12.0)",
+                "write fp32, or a later job.framework_version")
     return None
 
 
@@ -668,7 +682,7 @@ class JobSpec:
                               f" runs (job.framework: {self.framework.value}); remove"
                               f" moe_a2a_overlap or set framework: megatron")
         refusal = grad_reduce_refusal(self.framework, self.optimizer, self.precision,
-                                      self.grad_reduce_dtype)
+                                      self.grad_reduce_dtype, self.framework_version)
         if refusal is not None:
             raise ConfigError(f"job.grad_reduce_dtype {refusal[0]}: {refusal[1]}")
         if self.pipeline_schedule is PipelineSchedule.DUALPIPE and self.moe_a2a_overlap:

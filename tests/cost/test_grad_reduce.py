@@ -149,6 +149,8 @@ def _write(tmp_path, **job_extra) -> Path:
      "use optimizer: adam"),
     ({"precision": "fp16", "grad_reduce_dtype": "bf16"}, "not the 16-bit dtype", "write fp16 or fp32"),
     ({"grad_reduce_dtype": "fp8"}, "unknown value", "fp32"),
+    # Megatron-LM 23.04's arguments.py turns fp32 accumulation on for --bf16
+    ({"framework_version": "23.04", "grad_reduce_dtype": "bf16"}, "fp32 only", "a later job.framework_version"),
 ])
 def test_the_loader_names_file_field_and_fix(tmp_path, extra, words, fix):
     path = _write(tmp_path, **extra)
@@ -156,6 +158,13 @@ def test_the_loader_names_file_field_and_fix(tmp_path, extra, words, fix):
         load_instance(path)
     text = str(e.value)
     assert str(path) in text and "job.grad_reduce_dtype" in text and words in text and fix in text, text
+
+
+def test_nemo_and_current_megatron_releases_reduce_in_bf16(tmp_path):
+    # NeMo 24.07 sets Megatron-core's DDP config itself; core_v0.12.0 added --grad-reduce-in-bf16
+    for version in ("nemo-24.07", "core_v0.12.0"):
+        inst = load_instance(_write(tmp_path, framework_version=version, grad_reduce_dtype="bf16"))
+        assert inst.job.grad_reduce is GradReduceDtype.BF16
 
 
 def test_a_stated_dtype_loads_and_round_trips(tmp_path):
