@@ -45,8 +45,9 @@ from paraplan.cost.loader import (Section, check_head_shape, default_layer_split
                          load_catalogue)
 from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
-                        Optimizer, Plan, Precision, Recompute)
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance,
+                        JobSpec, Link, Mlp, ModelSpec, Optimizer, Plan, Precision, Recompute,
+                        grad_reduce_refusal)
 
 # Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per
 # GPU as Megatron's V100 cluster had), DGX A100 (8x 200 Gb/s HDR ConnectX-6), DGX H100/H200
@@ -99,6 +100,7 @@ class Ran:
     optimizer: Optimizer
     tp_comm_overlap: bool
     recompute_early_stop: bool | None  # None: the framework's default
+    grad_reduce_dtype: GradReduceDtype | None  # None: the framework's default (JobSpec.grad_reduce)
     recompute: str | None  # None: the row's config.recompute holds
     # the framework release the run used (cost/releases.py), None where the row names none
     framework_version: str | None
@@ -111,8 +113,10 @@ class Ran:
 # What a run that states nothing is priced with: a current Megatron-style stack (fused attention,
 # no dropout, Adam, no tensor-parallel overlap). Each such fact is listed in Ran.unknown.
 RAN_DEFAULTS = dict(framework=Framework.MEGATRON, attention=Attention.FLASH, dropout=0.0,
-                    optimizer=Optimizer.ADAM, tp_comm_overlap=False, recompute_early_stop=None)
-_RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer)
+                    optimizer=Optimizer.ADAM, tp_comm_overlap=False, recompute_early_stop=None,
+                    grad_reduce_dtype=None)
+_RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer,
+                  grad_reduce_dtype=GradReduceDtype)
 RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute", "framework_version", "release_year")
 RAN_FILE = Path(__file__).resolve().parent / "published" / "ran.yaml"
 
@@ -135,7 +139,7 @@ def row_ran(row: dict) -> Ran:
     values = {}
     for key, default in RAN_DEFAULTS.items():
         value = stated.get(key, default)
-        values[key] = _RAN_TYPES[key](value) if key in _RAN_TYPES else value
+        values[key] = _RAN_TYPES[key](value) if key in _RAN_TYPES and value is not None else value
     unknown = tuple(k for k in RAN_DEFAULTS if k not in stated)
     version = stated.get("framework_version")
     release = find_release(values["framework"], version) if version is not None else None
@@ -229,7 +233,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
                   optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
                   tp_comm_overlap=ran.tp_comm_overlap,
-                  recompute_early_stop=ran.recompute_early_stop)
+                  recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype)
     # the space of the run's own release: what re-planning its workload may choose
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration",
                     search=release_space(ran.framework, ran.release_year))
@@ -404,7 +408,7 @@ def _check_row(row: Section) -> None:
 
     row.section("measured", None).number("iter_time_s")
     if row.has("ran"):
-        _check_ran(row.section("ran", RAN_KEYS))
+        _check_ran(row.section("ran", RAN_KEYS), Precision(row.raw.get("precision", "bf16")))
 
 
 # A row's optional statement of its layer split, as Megatron-core was told it (cost/
@@ -443,11 +447,19 @@ def row_layer_split(config: Section, layers: int, pp: int, v: int) -> tuple[tupl
     return split, embedding, loss
 
 
-def _check_ran(ran: Section) -> None:
-    """A row's optional `ran:` mapping (module docstring): each fact one of its known values."""
+def _check_ran(ran: Section, precision: Precision) -> None:
+    """A row's optional `ran:` mapping (module docstring): each fact one of its known values,
+    and a stated grad_reduce_dtype one the row's framework, optimizer and precision run."""
     for key, kind in _RAN_TYPES.items():
         if ran.has(key):
             ran.choice(key, tuple(v.value for v in kind))
+    if ran.has_value("grad_reduce_dtype"):
+        refusal = grad_reduce_refusal(Framework(ran.raw.get("framework", RAN_DEFAULTS["framework"].value)),
+                                      Optimizer(ran.raw.get("optimizer", RAN_DEFAULTS["optimizer"].value)),
+                                      precision, GradReduceDtype(ran.raw["grad_reduce_dtype"]),
+                                      ran.raw.get("framework_version"))
+        if refusal is not None:
+            raise ran.error("grad_reduce_dtype", *refusal)
     if ran.has("dropout"):
         ran.number("dropout")
     for key in ("tp_comm_overlap", "recompute_early_stop"):

@@ -571,7 +571,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     # data-parallel sync (Megatron-core finalize_model_grads: params marked sequence_parallel)
     rep = replicated_layer_params(m)
     rep_params = rep * (1 - 1 / tp)
-    rep_sync = (comm.all_reduce_time_s(rep * fwb.grad_reduce_bytes, tp, tp_link, tp_inter, net)
+    rep_sync = (comm.all_reduce_time_s(rep * inst.job.grad_reduce.bytes, tp, tp_link, tp_inter, net)
                 if rep_params and sp else 0.0)
     return LayerTerms(
         fwd_s=fwd, bwd_s=bwd, rc_fwd_s=rc_fwd,
@@ -611,6 +611,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
                  layer_fn) -> _LayerCosts:
     m, gpu = inst.model, site.gpu
     fw = behaviour(inst.job.framework)
+    grad_bytes = inst.job.grad_reduce.bytes  # per element of every gradient reduction
     dp_link, dp_inter = site.dp_link
     lt = layer_fn(inst, o, site, net)
     fwd, bwd, rc_fwd = lt.fwd_s, lt.bwd_s, lt.rc_fwd_s
@@ -638,13 +639,13 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         if dp_n > 1:
             ag = comm.all_gather_time_s(lp * BF16_BYTES, dp_n, dp_link, dp_inter, net,
                                         gather_calls(fw, layer_param_tensors(m)))
-            rs = comm.all_gather_time_s(lp * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net,
+            rs = comm.all_gather_time_s(lp * grad_bytes, dp_n, dp_link, dp_inter, net,
                                         bucket_calls(fw.scatter_bucket_params, lp))
         if edp > 1:
             e_link, e_inter = site.edp_link or site.dp_link
             ag += comm.all_gather_time_s(ex * BF16_BYTES, edp, e_link, e_inter, net,
                                          gather_calls(fw, moe.expert_param_tensors(m, o)))
-            rs += comm.all_gather_time_s(ex * fw.grad_reduce_bytes_zero3, edp, e_link, e_inter, net,
+            rs += comm.all_gather_time_s(ex * grad_bytes, edp, e_link, e_inter, net,
                                          bucket_calls(fw.scatter_bucket_params, ex))
         ahead = 1.0 if fw.prefetch_params is None else min(1.0, fw.prefetch_params / (lp + ex))
         # the recompute pass gathers the layer; the weights the framework releases before
@@ -676,7 +677,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         g_sync, g_exposed, ag_after = 0.0, 0.0, 0.0
         step_s += _mem_time_s(ex / edp * ADAM_STEP_BYTES_PER_PARAM, gpu)  # the expert shard's step
     else:
-        gb = lp * fw.grad_reduce_bytes
+        gb = lp * grad_bytes
         calls = bucket_calls(fw.grad_bucket_params_zero2 if o.zero == 2 else fw.grad_bucket_params, lp)
         if o.zero == 0:
             g_sync = comm.all_reduce_time_s(gb, dp_n, dp_link, dp_inter, net, calls)
@@ -689,7 +690,8 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         g_sync += lt.grad_sync_s
         if lt.expert_params:  # MoE: expert gradients over the expert-data-parallel group
             e_sync, e_ag, e_step = _expert_sync(lt.expert_params, moe.edp_ranks(dp_n, o),
-                                                site.edp_link or site.dp_link, o.zero, fw, gpu, net)
+                                                site.edp_link or site.dp_link, o.zero, fw, grad_bytes,
+                                                gpu, net)
             g_sync, ag_after, step_s = g_sync + e_sync, ag_after + e_ag, step_s + e_step
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it
         g_exposed = max(0.0, g_sync - bwd)
@@ -772,14 +774,14 @@ def dense_prefix_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficienc
     return moe.dense_layers * (dense - moe_floor_s)
 
 
-def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, fw, gpu,
-                 net: NetEfficiency) -> tuple[float, float, float]:
+def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, fw,
+                 grad_bytes: int, gpu, net: NetEfficiency) -> tuple[float, float, float]:
     """Once per iteration, a GPU's expert weights over the expert-data-parallel group (ZeRO 0:
     all-reduce; 1 and 2: the distributed optimizer's reduce-scatter and all-gather, the state
     sharded over that group, as Megatron-core's distributed optimizer shards expert
     parameters): (gradient reduction, weight all-gather, optimizer step) seconds."""
     lk, inter = link
-    gb = params * fw.grad_reduce_bytes
+    gb = params * grad_bytes
     calls = bucket_calls(fw.grad_bucket_params_zero2 if zero == 2 else fw.grad_bucket_params, params)
     step = _mem_time_s(params / (ranks if zero >= 1 else 1) * ADAM_STEP_BYTES_PER_PARAM, gpu)
     if zero == 0:
@@ -881,7 +883,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     tp, tp_last = tps[0], tps[-1]
 
     # --- memory (cost/memory.py: what each framework allocates)
-    fw, opt = inst.job.framework, inst.job.optimizer
+    fw, sb = inst.job.framework, memory.state_layout(inst.job)
     inflight = in_flight_micro_batches(pp, mb, v)
     overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
     if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
@@ -891,27 +893,27 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # Transformer Engine's cached fp8 weight copies
     uniq_state = []  # once per distinct site's costs, as the layer costs above
     for x, ts in zip(uniq, uniq_tp):
-        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, fw, opt)
-              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, sb)
+              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, sb)
               + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
         if x.terms.expert_params:  # sharded over the expert-data-parallel group
-            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), fw, opt)
+            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), sb)
             st += memory.fp8_expert_weight_bytes(x.terms.expert_params, inst.job.precision, fw)
         uniq_state.append(st)
     state = np.array(uniq_state, float)[at]
     stage_mem = np.zeros(pp)
-    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, fw, opt)
+    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, sb)
     if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, fw, opt)
+        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, sb)
     transient = np.array([x.terms.workspace_bytes for x in uniq], float)[at]
     dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
     if dense is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense.terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
-        z3 = [memory.zero3_gathered_bytes(m, tps[s], fw, s == 0, s == pp - 1, per_stage[s].terms.expert_params)
+        z3 = [memory.zero3_gathered_bytes(m, tps[s], fw, sb, s == 0, s == pp - 1, per_stage[s].terms.expert_params)
               for s in range(pp)]
         if dense is not None:  # the first stage gathers its dense prefix layers too: the larger block
-            z3[0] = max(z3[0], memory.zero3_gathered_bytes(moe_dense_view(m), tp, fw, True, pp == 1))
+            z3[0] = max(z3[0], memory.zero3_gathered_bytes(moe_dense_view(m), tp, fw, sb, True, pp == 1))
         transient += z3
     transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
     stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
@@ -945,8 +947,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # (cost/model_notes.py says so).
         d = inst.model.moe.dense_layers
         dv = moe_dense_view(m)
-        dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, fw, opt)
-                       + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+        dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, sb)
+                       + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, sb)
                        + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
         stage_state[0] = d * (dense_state - state[0])
         stage_act[0] = d * (dense.terms.act_bytes * inflight[0] * frag - act[0])
@@ -961,7 +963,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         d_mtp = m.mtp_layers
         p_mtp = memory.mtp_stage_params(m, pp) / tp_last
         stash = 4 * tokens * m.hidden * BF16_BYTES / (tp_last if sp else 1)
-        mtp_state = d_mtp * state[-1] + p_mtp * memory.state_bytes_per_param(o.zero, dp_n, fw, opt)
+        mtp_state = d_mtp * state[-1] + p_mtp * memory.state_bytes_per_param(o.zero, dp_n, sb)
         mtp_act = d_mtp * (act[-1] + stash * inflight[-1] * frag)
         stage_state[-1] += mtp_state
         stage_act[-1] += mtp_act
@@ -1030,7 +1032,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         emb_state_params[s] = memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s]
     # multi-token prediction's projections and embedding copy sync and step with them
     emb_state_params[-1] += memory.mtp_stage_params(m, pp) / tp_last
-    fw = behaviour(inst.job.framework)
+    grad_bytes = inst.job.grad_reduce.bytes
     if o.zero == 3 and dp_n > 1:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
         # before it) and the embedding / output-layer weights, gathered and reduce-scattered
@@ -1041,7 +1043,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
             p = emb_state_params[s]
             z3.append(per_stage[s].gather_s
                       + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-                      + comm.all_gather_time_s(p * fw.grad_reduce_bytes_zero3, dp_n, dp_link, dp_inter, net))
+                      + comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
         stage_parts.add("zero3_unhidden", z3)
     stage_time = stage_parts.totals()
 
@@ -1055,14 +1057,14 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         if o.zero == 3:
             sync = 0.0  # reduce-scattered every micro-batch (stage time above)
         elif o.zero == 0:
-            sync = comm.all_reduce_time_s(p * fw.grad_reduce_bytes, dp_n, dp_link, dp_inter, net)
+            sync = comm.all_reduce_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
         else:
-            sync = (comm.all_gather_time_s(p * fw.grad_reduce_bytes, dp_n, dp_link, dp_inter, net)
+            sync = (comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
         stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
     if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients
         link, inter = pl.tie
-        tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * fw.grad_reduce_bytes, 2,
+        tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * grad_bytes, 2,
                                      link, inter, net)
         stage_sync[0] += tie
         stage_sync[-1] += tie

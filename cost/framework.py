@@ -36,9 +36,7 @@ class Behaviour:
     # recompute inside the block's backward, after its one pre-backward gather (None: always
     # reused)
     max_reuse_distance_params: float | None
-    # bytes per element of the gradient reduction (reduce-scatter or all-reduce)
-    grad_reduce_bytes_zero3: int
-    grad_reduce_bytes: int  # ZeRO 0-2
+    # (the bytes per element of the gradient reduction are the job's: JobSpec.grad_reduce)
     # reduce-scatter of ZeRO-3 gradients: bucket size in parameters (one call each); None:
     # one call per FSDP unit (transformer block)
     scatter_bucket_params: float | None
@@ -103,44 +101,37 @@ LOSS_BYTES_TORCH_CE_METRIC_FP32 = (2 + 4) + (4 + 4)
 COMPOSER_MPT_TRAIN_METRICS = 2
 
 _TABLE = {
-    # Megatron-core DDP: fp32 gradient buffers reduced in fp32 for bf16 training
-    # (accumulate_allreduce_grads_in_fp32), buckets of max(40M, 1M x dp) parameters
+    # Megatron-core DDP: buckets of max(40M, 1M x dp) parameters
     # (--ddp-bucket-size), overlapped with backward (--overlap-grad-reduce, set by NeMo);
     # Megatron-FSDP gathers per transformer block like torch FSDP.
     Framework.MEGATRON: Behaviour(Framework.MEGATRON, gather_per_tensor=False, prefetch_params=None,
-                                  max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
-                                  grad_reduce_bytes=4, scatter_bucket_params=None,
+                                  max_reuse_distance_params=None, scatter_bucket_params=None,
                                   grad_bucket_params=40e6, grad_bucket_params_zero2=40e6,
                                   fp8_weight_cache=True, tp_backward_async=True,
                                   te_fused_attention=True),
-    # torchtitan: FSDP2 per transformer block, reshard after forward, reduce in fp32
-    # (training.mixed_precision_reduce = float32); full AC wraps each block in
+    # torchtitan: FSDP2 per transformer block, reshard after forward; full AC wraps each block in
     # ptd_checkpoint_wrapper, whose default is the non-reentrant checkpoint; DDP (dp_replicate)
     # buckets of 25 MB (torch DistributedDataParallel's bucket_cap_mb default) of fp32
     # gradients. Float8 linears are torchao's Float8Linear with its default dynamic tensorwise
     # recipe.
     Framework.TORCHTITAN: Behaviour(Framework.TORCHTITAN, gather_per_tensor=False, prefetch_params=None,
-                                    max_reuse_distance_params=None, grad_reduce_bytes_zero3=4,
-                                    grad_reduce_bytes=4, scatter_bucket_params=None,
+                                    max_reuse_distance_params=None, scatter_bucket_params=None,
                                     grad_bucket_params=25e6 / 4, grad_bucket_params_zero2=None,
                                     fp8_dynamic_scaling=True, recompute_early_stop=True),
     # DeepSpeed ZeRO-3: stage3_prefetch_bucket_size 5e7 parameters, one all-gather per
     # parameter tensor ("ZeRO3 launches too many all_gathers", deepspeedai/DeepSpeed#5047;
-    # gathers dominating the forward even on NVLink, #1174), gradients reduced in the
-    # training precision, reduce_bucket_size 5e8 elements.
+    # gathers dominating the forward even on NVLink, #1174), reduce_bucket_size 5e8 elements.
     Framework.DEEPSPEED: Behaviour(Framework.DEEPSPEED, gather_per_tensor=True, prefetch_params=5e7,
-                                   max_reuse_distance_params=1e9, grad_reduce_bytes_zero3=2,
-                                   grad_reduce_bytes=2, scatter_bucket_params=5e8,
+                                   max_reuse_distance_params=1e9, scatter_bucket_params=5e8,
                                    grad_bucket_params=5e8, grad_bucket_params_zero2=5e8),
     # Composer (llm-foundry): torch FSDP1, one unit per block, BACKWARD_PRE prefetch; the MPT
-    # recipes train with mixed_precision PURE, i.e. bf16 reduce. FP8 (amp_fp8) swaps the
+    # recipes train with mixed_precision PURE (bf16 reduce: cost/specs.REDUCES_IN_TRAINING_DTYPE). FP8 (amp_fp8) swaps the
     # linears for plain te.Linear (`fc_type: te`, scripts/train/benchmarking/submit_benchmarks.py
     # on H100), which MPT calls without is_first_microbatch: every input and every weight is
     # cast in a kernel of its own, each micro-batch. Activation checkpointing is non-reentrant
     # (submit_benchmarks.py sets fsdp_config.activation_checkpointing_reentrant = False).
     Framework.COMPOSER: Behaviour(Framework.COMPOSER, gather_per_tensor=False, prefetch_params=None,
-                                  max_reuse_distance_params=None, grad_reduce_bytes_zero3=2,
-                                  grad_reduce_bytes=2, scatter_bucket_params=None,
+                                  max_reuse_distance_params=None, scatter_bucket_params=None,
                                   grad_bucket_params=25e6 / 2, grad_bucket_params_zero2=None,
                                   fp8_fused_input_casts=False, recompute_early_stop=True,
                                   loss_bytes_per_logit=LOSS_BYTES_FUSED_CE

@@ -81,6 +81,11 @@ Instance file (units in the key names; "required" unless a default is given)::
                                      # host_link_gbytes_per_s; default none
       activation_fp8_input_store: false  # megatron: SwiGLU inputs stashed in fp8
       attention_output_e5m6: false   # fp8 jobs: DeepSeek-V3's 12-bit attention-output stash
+      grad_reduce_dtype: fp32        # fp32 | bf16 | fp16 (the training's 16-bit dtype): what the
+                                     # gradients are kept and reduced in; never searched (it
+                                     # changes numerics); default the framework's: fp32 for
+                                     # megatron and torchtitan, the training dtype for deepspeed,
+                                     # composer and NeMo's apex optimizers (cost/specs.py)
       train_tokens: 15.0e+12         # tokens to train on: every plan then gives the time and
                                      # GPU-hours to train (cost/train_cost.py); default none.
                                      # Write the exponent's sign: YAML reads 15.0e12 as text
@@ -203,9 +208,9 @@ from paraplan.cost.releases import known_versions
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import groups_search_refusal, search_refusal
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link, Mlp,
-                        MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
-                        OffloadModule, Recompute, RecomputeModule, SearchSpace)
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, JobSpec,
+                        Link, Mlp, MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
+                        OffloadModule, Recompute, RecomputeModule, SearchSpace, grad_reduce_refusal)
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -240,7 +245,7 @@ JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", 
             "tp_comm_overlap",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
             "recompute_early_stop", "recompute_modules", "offload_modules", "activation_fp8_input_store",
-            "attention_output_e5m6", "train_tokens", "usd_per_gpu_hour")
+            "attention_output_e5m6", "grad_reduce_dtype", "train_tokens", "usd_per_gpu_hour")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
              "cudnn_attention_speedup", "host_link_gbytes_per_s")
@@ -1231,6 +1236,7 @@ def job_from_section(sec: Section) -> JobSpec:
     modules = _module_list(sec, "recompute_modules", enum_values(RecomputeModule))
     offloads = _module_list(sec, "offload_modules", enum_values(OffloadModule))
     train_tokens = sec.number("train_tokens") if sec.has_value("train_tokens") else None
+    grad_reduce = _grad_reduce_dtype(sec, Framework(framework), _framework_version(sec, Framework(framework)))
     with config_errors_as(sec.path, sec.prefix, "correct the job description"):
         return JobSpec(
             global_batch=sec.integer("global_batch"),
@@ -1251,6 +1257,7 @@ def job_from_section(sec: Section) -> JobSpec:
             offload_modules=tuple(OffloadModule(x) for x in offloads),
             activation_fp8_input_store=sec.boolean("activation_fp8_input_store", False),
             attention_output_e5m6=sec.boolean("attention_output_e5m6", False),
+            grad_reduce_dtype=grad_reduce,
             train_tokens=train_tokens,
             usd_per_gpu_s=_gpu_prices(sec, train_tokens),
         )
@@ -1263,6 +1270,21 @@ def release_search_of(source: str, space: SearchSpace, job: JobSpec, given: froz
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     return narrowed
+
+
+def _grad_reduce_dtype(sec: Section, framework: Framework, version: str | None) -> GradReduceDtype | None:
+    """job.grad_reduce_dtype (None when absent: the framework's default, JobSpec.grad_reduce),
+    refused where the job's framework, optimizer or precision cannot run it (specs.
+    grad_reduce_refusal)."""
+    if not sec.has_value("grad_reduce_dtype"):
+        return None
+    dtype = GradReduceDtype(sec.choice("grad_reduce_dtype", enum_values(GradReduceDtype)))
+    optimizer = Optimizer(sec.choice("optimizer", enum_values(Optimizer), Optimizer.ADAM.value))
+    precision = Precision(sec.choice("precision", enum_values(Precision), Precision.BF16.value))
+    refusal = grad_reduce_refusal(framework, optimizer, precision, dtype, version)
+    if refusal is not None:
+        raise sec.error("grad_reduce_dtype", *refusal)
+    return dtype
 
 
 def _framework_version(sec: Section, framework: Framework) -> str | None:
@@ -1577,6 +1599,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["activation_fp8_input_store"] = True
     if inst.job.attention_output_e5m6:
         job["attention_output_e5m6"] = True
+    if inst.job.grad_reduce_dtype is not None:
+        job["grad_reduce_dtype"] = inst.job.grad_reduce_dtype.value
     if inst.job.train_tokens is not None:
         job["train_tokens"] = inst.job.train_tokens
     if inst.job.usd_per_gpu_s:

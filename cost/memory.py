@@ -5,11 +5,21 @@ optimizer state per parameter), per framework (`STATE_BYTES`):
     Megatron-LM   2 bf16 weight + 4 fp32 main gradient (its --accumulate-allreduce-grads-in-fp32
                   buffer) + 12 (fp32 master weight, momentum, variance)              = 18
     DeepSpeed     2 fp16/bf16 weight + 2 gradient + 12 (ZeRO paper's accounting)    = 16
+The gradient of these two is kept in the dtype it is reduced in (job.grad_reduce_dtype,
+`state_layout`): Megatron-core allocates main_grad in fp32 only with grad_reduce_in_fp32,
+else in the parameter's bf16 (megatron/core/distributed/param_and_grad_buffer.py
+group_params_for_buffers, NVIDIA/Megatron-LM d98e8a6): 2 + 2 + 12 = 16 with a bf16 reduction.
+Its optimizers then cast the gradient to fp32 at the step (distrib_optimizer.py copy_group_grads:
+shard_model_grad.float(), 4 bytes per parameter of the rank's shard; optimizer.py
+_copy_model_grads_to_main_grads: main_grad.float(), 4 per parameter without the distributed
+optimizer); that copy lives from the step to the next zero_grad, when no activation is stored,
+so it is not part of the backward's peak this module prices. The precision-aware optimizer
+hands the bf16 shard over as decoupled_grad and copies nothing.
     PyTorch FSDP  (torchtitan FSDP2, Composer FSDP1): the sharded parameter *is* the fp32 master
                   (MixedPrecisionPolicy param_dtype=bf16 only for the gathered copy), fp32
-                  gradients (reduce_dtype=float32: torchtitan config_manager.py
-                  --training.mixed_precision_reduce, Composer's DEFAULT mixed precision),
-                  8 bytes of Adam moments                                          = 4 + 4 + 8 = 16
+                  gradients (the sharded parameter's dtype, whatever FSDP reduces in:
+                  reduce_dtype only sets the reduce-scatter's), 8 bytes of Adam moments
+                                                                                   = 4 + 4 + 8 = 16
 ZeRO stage k shards over the data-parallel group (dp*cp ranks): 1 the optimizer state, 2 also the
 gradients, 3 also the weights.
 
@@ -100,7 +110,7 @@ dynamic (activation) memory it recycles (`ALLOCATOR_FRAGMENTATION`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, latent_width,
                         layer_params, linear_weight_params, norm_params,
@@ -140,9 +150,23 @@ OPTIMIZER_STATE_BYTES = {
 }
 
 
-def state_layout(framework: Framework, optimizer: Optimizer = Optimizer.ADAM) -> StateBytes:
-    """Bytes per parameter of weights, gradients and optimizer state, before sharding."""
-    return OPTIMIZER_STATE_BYTES.get(optimizer) or STATE_BYTES[framework]
+# Frameworks whose gradient buffer is in the reduce dtype (module docstring); the FSDP ones keep
+# the reduced shard in the fp32 parameter's dtype
+GRAD_IN_REDUCE_DTYPE = frozenset({Framework.MEGATRON, Framework.DEEPSPEED})
+
+
+def state_layout(job: JobSpec) -> StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state, before sharding: the
+    framework's (or its optimizer's) layout with the gradient in job.grad_reduce's dtype where
+    the framework keeps it so."""
+    sb = OPTIMIZER_STATE_BYTES.get(job.optimizer) or STATE_BYTES[job.framework]
+    if job.framework in GRAD_IN_REDUCE_DTYPE:
+        return replace(sb, grad=job.grad_reduce.bytes)
+    return sb
+
+
+# Megatron-LM with Adam and fp32 gradients: the layout of a job that states nothing
+MEGATRON_ADAM = STATE_BYTES[Framework.MEGATRON]
 
 
 LOGITS_BYTES = {
@@ -170,10 +194,9 @@ NCCL_BYTES_PER_COMMUNICATOR = 2 * 16 * 4 * 1024**2
 ALLOCATOR_FRAGMENTATION = 0.05
 
 
-def state_bytes_per_param(zero: int, shard: int, framework: Framework = Framework.MEGATRON,
-                          optimizer: Optimizer = Optimizer.ADAM) -> float:
-    """Bytes per parameter on one GPU for weights + gradients + optimizer state."""
-    sb = state_layout(framework, optimizer)
+def state_bytes_per_param(zero: int, shard: int, sb: StateBytes = MEGATRON_ADAM) -> float:
+    """Bytes per parameter on one GPU for weights + gradients + optimizer state (`sb`:
+    state_layout of the job)."""
     w = sb.weight / (shard if zero >= 3 else 1)
     g = sb.grad / (shard if zero >= 2 else 1)
     o = sb.optimizer / (shard if zero >= 1 else 1)
@@ -181,9 +204,8 @@ def state_bytes_per_param(zero: int, shard: int, framework: Framework = Framewor
 
 
 def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int,
-                      framework: Framework = Framework.MEGATRON,
-                      optimizer: Optimizer = Optimizer.ADAM) -> float:
-    return layer_params(m) / tp * state_bytes_per_param(zero, shard, framework, optimizer)
+                      sb: StateBytes = MEGATRON_ADAM) -> float:
+    return layer_params(m) / tp * state_bytes_per_param(zero, shard, sb)
 
 
 def mtp_stage_params(m: ModelSpec, pp: int) -> float:
@@ -212,10 +234,8 @@ def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
 
 
 def embedding_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int, first: bool, last: bool,
-                          framework: Framework = Framework.MEGATRON,
-                          optimizer: Optimizer = Optimizer.ADAM) -> float:
-    return (embedding_stage_params(m, first, last) / tp
-            * state_bytes_per_param(zero, shard, framework, optimizer))
+                          sb: StateBytes = MEGATRON_ADAM) -> float:
+    return (embedding_stage_params(m, first, last) / tp * state_bytes_per_param(zero, shard, sb))
 
 
 def fp8_weight_bytes(m: ModelSpec, tp: int, precision: Precision, framework: Framework) -> float:
@@ -415,19 +435,19 @@ def backward_workspace_bytes(m: ModelSpec, b: int, tp: int, cp: int) -> float:
     return 2 * BF16_BYTES * t * widest
 
 
-def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, first: bool, last: bool,
-                         expert_params: float = 0.0) -> float:
+def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, sb: StateBytes, first: bool,
+                         last: bool, expert_params: float = 0.0) -> float:
     """ZeRO-3 / FSDP: unsharded parameters and gradients alive at a stage's peak (module
-    docstring). `first`/`last`: the stage holds the embedding / output layer. `expert_params`:
-    an MoE layer's routed-expert weights on one GPU (its experts / ep, 1/etp each), gathered
-    with the block they belong to."""
+    docstring). `sb`: the job's state_layout. `first`/`last`: the stage holds the embedding /
+    output layer. `expert_params`: an MoE layer's routed-expert weights on one GPU (its experts
+    / ep, 1/etp each), gathered with the block they belong to."""
     block = layer_params(m) / tp + expert_params
     if framework is Framework.DEEPSPEED:
         params = block + DEEPSPEED_PREFETCH_BUCKET_PARAMS
         grads = min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, m.layers * block)
-        return BF16_BYTES * params + STATE_BYTES[framework].grad * grads
+        return BF16_BYTES * params + sb.grad * grads
     root = embedding_stage_params(m, first, last) / tp
-    reduce_bytes = STATE_BYTES[framework].grad  # fp32 reduce_dtype copy (Megatron: main grads)
+    reduce_bytes = sb.grad  # the reduce_dtype copy (Megatron-FSDP: its main grads)
     return BF16_BYTES * (2 * block + root) + (BF16_BYTES + reduce_bytes) * block
 
 

@@ -33,9 +33,8 @@ from paraplan.cost.specs import Instance, Plan
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
 
-def _state_shares(zero: int, shard: int, framework, optimizer) -> tuple[float, float, float]:
+def _state_shares(zero: int, shard: int, sb: memory.StateBytes) -> tuple[float, float, float]:
     """Bytes per parameter of (weights, grads, optimizer) on one GPU after ZeRO sharding."""
-    sb = memory.state_layout(framework, optimizer)
     return (sb.weight / (shard if zero >= 3 else 1), sb.grad / (shard if zero >= 2 else 1),
             sb.optimizer / (shard if zero >= 1 else 1))
 
@@ -45,7 +44,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     m, o, fw = inst.model, plan.outer, inst.job.framework
     pp, tp, cp = o.pp, o.tp, o.cp
     shard = homogeneous_placement(inst.cluster, o).dp_ranks
-    w, g, opt = _state_shares(o.zero, shard, fw, inst.job.optimizer)
+    w, g, opt = _state_shares(o.zero, shard, memory.state_layout(inst.job))
     spp = w + g + opt
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
@@ -59,7 +58,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     # group's shares (cost/moe.py)
     ex = (m.moe.experts // o.ep) * expert_params(m) / o.expert_tp if m.moe is not None else 0.0
     ex_fp8 = memory.fp8_expert_weight_bytes(ex, inst.job.precision, fw)  # the experts' fp8 copies
-    ew, eg, eo = _state_shares(o.zero, moe.edp_ranks(shard, o), fw, inst.job.optimizer)
+    ew, eg, eo = _state_shares(o.zero, moe.edp_ranks(shard, o), memory.state_layout(inst.job))
     # an MoE model's dense prefix (first stage): d dense layers in place of d MoE layers, whose
     # difference the coefficients carry as stage extras (stage_state_bytes, stage_act_bytes)
     d = m.moe.dense_layers if m.moe is not None else 0
@@ -70,7 +69,8 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     mtp_params = memory.mtp_stage_params(m, pp) / tp
     out = []
     for s in range(pp):
-        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, fw, inst.job.optimizer)
+        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1,
+                                             memory.state_layout(inst.job))
         mtp = m.mtp_layers if s == pp - 1 else 0
         mtp_state = mtp * c.layer_state_bytes[s] + (mtp_params * spp if s == pp - 1 else 0.0)
         moe_layers = n[s] + mtp - (d if s == 0 else 0)

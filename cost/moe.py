@@ -474,7 +474,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     # accumulate into the gradient buffer (read + write of the framework's gradient bytes).
     w = h * fe / etp  # elements of one expert's MLP-in (n_in of them) and of its MLP-out
     wb = memory.FP8_BYTES if inst.job.precision is Precision.FP8 else BF16_BYTES
-    grad_rw = 2 * memory.state_layout(inst.job.framework, inst.job.optimizer).grad
+    grad_rw = 2 * memory.state_layout(inst.job).grad
 
     params = moe_params.active()
     # A grouped GEMM runs each expert's rows in whole tiles: forward and the input gradients

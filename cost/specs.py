@@ -90,6 +90,28 @@ class Optimizer(str, Enum):
     ADAM_BF16_MOMENTS = "adam_bf16_moments"
 
 
+class GradReduceDtype(str, Enum):
+    """The dtype data-parallel gradients are accumulated, kept and reduced in (job.grad_reduce_dtype).
+
+    It changes the numerics of training, so it is the user's statement, never a search choice:
+    the planner prices what the job says, and a job that says nothing gets its framework's
+    default (`JobSpec.grad_reduce`, GRAD_REDUCE_DEFAULTS). Where it is priced:
+        memory  the gradient buffer of frameworks that keep the gradient in the reduce dtype
+                (Megatron-core's main_grad buffer, DeepSpeed's 16-bit gradients;
+                cost/memory.state_layout); FSDP frameworks keep the reduced shard in the fp32
+                parameter's dtype whatever they reduce in
+        time    the bytes of the gradient reduce-scatter / all-reduce (cost/coefficients.py)
+    """
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"  # fp16 training's own 16-bit dtype
+
+    @property
+    def bytes(self) -> int:
+        return 4 if self is GradReduceDtype.FP32 else 2
+
+
 class RecomputeModule(str, Enum):
     """Parts of every layer recomputed in backward whatever the plan's recompute choice
     (job.recompute_modules): Megatron-core's --recompute-modules names (TransformerConfig
@@ -436,6 +458,103 @@ class ClusterSpec:
         return self.nodes * self.gpus_per_node
 
 
+# What a job that states no job.grad_reduce_dtype reduces in: fp32, except where the framework
+# (or the optimizer, whose layout is its own) reduces in the training's 16-bit dtype.
+#   megatron    fp32. Megatron-LM's megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a6)
+#               turns accumulate_allreduce_grads_in_fp32 on for bf16 training unless
+#               --grad-reduce-in-bf16 (core_v0.12.0 on) says otherwise, and Megatron-core's DDP
+#               then allocates main_grad in fp32 (param_and_grad_buffer.py
+#               group_params_for_buffers: grad_dtype fp32 if grad_reduce_in_fp32, else the
+#               parameter's dtype). Megatron-core's own DistributedDataParallelConfig defaults
+#               grad_reduce_in_fp32 to False: a launcher that builds it directly decides, e.g.
+#               Megatron-Bridge's performance recipes set it False (perf_recipes/_common.py
+#               _benchmark_common, NVIDIA-NeMo/Megatron-Bridge 067f987), which their rows state.
+#               Megatron-LM leaves fp16 training at a 16-bit reduction; fp16 jobs are still
+#               priced at fp32 unless they say otherwise (docs/cost-model.md says why).
+#   torchtitan  fp32: training.mixed_precision_reduce is Literal["float32"] (torchtitan/config/
+#               configs.py at b5bcd76; job_config.py at v0.1.0 and v0.2.2), FSDP2's reduce_dtype.
+#   deepspeed   the training dtype: gradients are reduced in the model's dtype unless
+#               communication_data_type says otherwise (deepspeed.ai/docs/config-json).
+#   composer    the training dtype: llm-foundry's recipes run FSDP mixed_precision PURE
+#               (reduce_dtype bf16; cost/framework.py).
+#   NeMo's distributed_fused_adam (apex_distributed_adam[_bf16]): optim.grad_sync_dtype bf16, as
+#               every NeMo-Framework-Launcher 24.07 training example sets it (Optimizer above).
+REDUCES_IN_TRAINING_DTYPE = frozenset({Framework.DEEPSPEED, Framework.COMPOSER,
+                                       Optimizer.APEX_DISTRIBUTED_ADAM,
+                                       Optimizer.APEX_DISTRIBUTED_ADAM_BF16})
+
+
+@dataclass(frozen=True, slots=True)
+class GradReduceRefusal:
+    """A job.grad_reduce_dtype that `who` (a framework or an optimizer) cannot run, or that
+    cost/ does not price for it: the reduce dtype's width, the problem, the fix."""
+
+    who: Framework | Optimizer
+    fp32: bool  # True: refused in fp32; False: refused in 16 bits
+    problem: str
+    fix: str
+
+
+GRAD_REDUCE_REFUSALS = (
+    GradReduceRefusal(Framework.TORCHTITAN, False, "torchtitan reduces FSDP gradients in fp32 only"
+                      " (training.mixed_precision_reduce accepts only float32: torchtitan/config/"
+                      "configs.py at b5bcd76, job_config.py at v0.1.0-v0.2.2)",
+                      "leave grad_reduce_dtype out, or write fp32"),
+    GradReduceRefusal(Framework.DEEPSPEED, True, "DeepSpeed reduces in fp32 only through"
+                      " communication_data_type, which casts each reduce bucket to an fp32 copy"
+                      " beside the 16-bit gradients, a buffer cost/ does not price",
+                      "leave grad_reduce_dtype out (DeepSpeed reduces in the training dtype)"),
+    GradReduceRefusal(Optimizer.APEX_DISTRIBUTED_ADAM, True, "NeMo's distributed_fused_adam is"
+                      " priced with optim.grad_sync_dtype bf16 (a 16-bit gradient buffer and"
+                      " shard); grad_sync_dtype fp32 is not priced",
+                      "leave grad_reduce_dtype out, or use optimizer: adam (Megatron-core's fp32"
+                      " main gradients)"),
+    GradReduceRefusal(Optimizer.APEX_DISTRIBUTED_ADAM_BF16, True, "NeMo's distributed_fused_adam"
+                      " is priced with optim.grad_sync_dtype bf16 (a 16-bit gradient buffer and"
+                      " shard); grad_sync_dtype fp32 is not priced",
+                      "leave grad_reduce_dtype out, or use optimizer: adam (Megatron-core's fp32"
+                      " main gradients)"),
+)
+
+
+# Megatron-LM releases (cost/releases.py) whose launcher cannot reduce bf16 training's gradients
+# in bf16: v1.0 and v2.0 train no bf16 at all (megatron/arguments.py at those tags has no
+# --bf16); at v2.6 and 23.04 --bf16 turns accumulate_allreduce_grads_in_fp32 on (arguments.py),
+# and the opt-out --grad-reduce-in-bf16 came with core_v0.12.0. NeMo 24.07 builds Megatron-core's
+# DDP config itself (grad_reduce_in_fp32 from its optim.grad_sync_dtype).
+FP32_REDUCE_ONLY_RELEASES = {Framework.MEGATRON: ("v1.0", "v2.0", "v2.6", "23.04")}
+
+
+def training_half_dtype(precision: Precision) -> GradReduceDtype:
+    """The 16-bit dtype a job's gradients are in before any fp32 accumulation: fp16 for fp16
+    training, bf16 otherwise (FP8 linears keep bf16 parameters and gradients)."""
+    return GradReduceDtype.FP16 if precision is Precision.FP16 else GradReduceDtype.BF16
+
+
+def grad_reduce_refusal(framework: Framework, optimizer: Optimizer, precision: Precision,
+                        dtype: GradReduceDtype | None,
+                        version: str | None = None) -> tuple[str, str] | None:
+    """(problem, fix) where a stated job.grad_reduce_dtype cannot run, or is not priced, with
+    this framework, optimizer, precision and release (`version`, None: the current one;
+    GRAD_REDUCE_REFUSALS, FP32_REDUCE_ONLY_RELEASES); None where it can, or where none is
+    stated. The loaders name the file and field around it."""
+    if dtype is None:
+        return None
+    half = training_half_dtype(precision)
+    if dtype is not GradReduceDtype.FP32 and dtype is not half:
+        return (f"{dtype.value} is not the 16-bit dtype of a {precision.value} job: its"
+                f" gradients are {half.value} before any fp32 accumulation",
+                f"write {half.value} or fp32")
+    for r in GRAD_REDUCE_REFUSALS:
+        if r.who in (framework, optimizer) and r.fp32 == (dtype is GradReduceDtype.FP32):
+            return f"{dtype.value} with {r.who.value}: {r.problem}", r.fix
+    if dtype is GradReduceDtype.BF16 and version in FP32_REDUCE_ONLY_RELEASES.get(framework, ()):
+        return (f"bf16 with {framework.value} {version}: that release reduces bf16 training's"
+                " gradients in fp32 only (--grad-reduce-in-bf16 came with core_v0.12.0)",
+                "write fp32, or a later job.framework_version")
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     global_batch: int  # sequences per optimizer step
@@ -492,6 +611,11 @@ class JobSpec:
     # projection's weight gradient, instead of a bf16 copy and an fp8 copy. FP8 jobs only; no
     # framework paraplan exports to has it (the exports list it)
     attention_output_e5m6: bool = False
+    # The dtype data-parallel gradients are kept and reduced in (GradReduceDtype): Megatron-core's
+    # grad_reduce_in_fp32 / --grad-reduce-in-bf16, FSDP's reduce_dtype. None: the framework's
+    # default (`grad_reduce`). Never searched: it changes the numerics, so it is the user's
+    # statement
+    grad_reduce_dtype: GradReduceDtype | None = None
     # Tokens the run trains on, its whole budget (job.train_tokens): with it every plan gives
     # the wall-clock time and GPU-hours to train (cost/train_cost.py). None: not given. A
     # float, as budgets are written (15.0e+12); it prices nothing else
@@ -557,9 +681,23 @@ class JobSpec:
                               f" --overlap-moe-expert-parallel-comm, which only framework megatron"
                               f" runs (job.framework: {self.framework.value}); remove"
                               f" moe_a2a_overlap or set framework: megatron")
+        refusal = grad_reduce_refusal(self.framework, self.optimizer, self.precision,
+                                      self.grad_reduce_dtype, self.framework_version)
+        if refusal is not None:
+            raise ConfigError(f"job.grad_reduce_dtype {refusal[0]}: {refusal[1]}")
         if self.pipeline_schedule is PipelineSchedule.DUALPIPE and self.moe_a2a_overlap:
             raise ConfigError("job.pipeline_schedule dualpipe overlaps the all-to-alls itself"
                               " (forward/backward chunk pairs); remove moe_a2a_overlap")
+
+    @property
+    def grad_reduce(self) -> GradReduceDtype:
+        """The dtype the job's gradients are kept and reduced in: the stated one, else the
+        framework's (or its optimizer's) default (REDUCES_IN_TRAINING_DTYPE)."""
+        if self.grad_reduce_dtype is not None:
+            return self.grad_reduce_dtype
+        if self.framework in REDUCES_IN_TRAINING_DTYPE or self.optimizer in REDUCES_IN_TRAINING_DTYPE:
+            return training_half_dtype(self.precision)
+        return GradReduceDtype.FP32
 
     @property
     def release(self) -> Release:

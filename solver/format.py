@@ -260,6 +260,14 @@ def trust_lines(trust) -> list[str]:
     return lines
 
 
+def grad_reduce_line(job) -> str:
+    """The dtype the plan's gradients are kept and reduced in (JobSpec.grad_reduce): a fact of
+    the job, never chosen by the planner, since it changes the numerics."""
+    how = ("job.grad_reduce_dtype" if job.grad_reduce_dtype is not None
+           else f"{job.framework.value}'s default; job.grad_reduce_dtype states another")
+    return f"gradients   kept and reduced in {job.grad_reduce.value} ({how})"
+
+
 def release_text(trust) -> str:
     """Which framework release the time is for, and how many published rows ran it."""
     ran = (f"{trust.release_rows} published row{'' if trust.release_rows == 1 else 's'} ran it"

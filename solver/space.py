@@ -167,7 +167,7 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     ranks = dp * cp if zero_ranks is None else zero_ranks
-    state = (memory.layer_state_bytes(m, tp, zero, ranks, fw, inst.job.optimizer)
+    state = (memory.layer_state_bytes(m, tp, zero, ranks, memory.state_layout(inst.job))
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)

@@ -37,11 +37,12 @@ def cmd_simulate(args) -> int:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
     from paraplan.cost.model_notes import model_warnings
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.format import trust_json, trust_lines
+    from paraplan.solver.format import grad_reduce_line, trust_json, trust_lines
     notes = model_warnings(inst, plan)
     trust = plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
+                    "grad_reduce_dtype": inst.job.grad_reduce.value,
                     "interval_s": list(trust.interval_s) if trust.interval_s else None,
                     "trust": trust_json(trust), "breakdown": breakdown_json(bd), "model_warnings": notes})
     else:
@@ -50,6 +51,7 @@ def cmd_simulate(args) -> int:
             print(f"warning     model: {line}")
         print(breakdown_text(bd))
         print("\n".join(trust_lines(trust)))
+        print(grad_reduce_line(inst.job))
     if not bd.fits:  # the numbers above are still shown: they say by how much
         over = [s for s in bd.stages if s.mem_bytes > s.capacity_bytes]
         print("paraplan: the plan does not fit memory: " + "; ".join(

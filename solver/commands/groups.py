@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines,
+from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines, grad_reduce_line,
                                     table)
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
@@ -208,6 +208,7 @@ def cmd_simulate(args, inst, plan) -> int:
     print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
     print(breakdown_text(bds[0][1], inst))
     print("\n".join(trust_lines(trust)))
+    print(grad_reduce_line(inst.job))
     if len(bds) > 1:
         print("\n" + table(["scenario", "iteration", "tokens/s"],
                            [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],

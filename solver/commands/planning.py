@@ -6,7 +6,7 @@ import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.commands import plan_files
-from paraplan.solver.format import (breakdown_text, evidence_text, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
+from paraplan.solver.format import (breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, write_plan_file
@@ -52,6 +52,8 @@ def result_json(res, inst, regs=None) -> dict:
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
         # the framework release the time is for (job.framework_version, default the current)
         "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
+        # the dtype gradients are kept and reduced in (job.grad_reduce_dtype, default the framework's)
+        "grad_reduce_dtype": inst.job.grad_reduce.value,
         "quantile": inst.search.objective, "quantile_s": res.quantile_s, "iter_time_s": t,
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
         "bound_s": res.bound_s, "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
@@ -127,6 +129,7 @@ def cmd_plan(args) -> int:
                 print(f"            {line}")
             for line in trust_lines(trust):
                 print(line)
+            print(grad_reduce_line(inst.job))
             for line in train_lines(plan_train_cost(inst, res.iter_time_s, trust)):
                 print(line)
             print()
@@ -170,6 +173,7 @@ def _cmd_plan_groups(args, read, progress=None) -> int:
             print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
             for line in trust_lines(groups.plan_trust(inst, res)):
                 print(line)
+            print(grad_reduce_line(inst.job))
             for line in train_lines(groups.train_cost(inst, res.breakdown, groups.plan_trust(inst, res))):
                 print(line)
             print()

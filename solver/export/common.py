@@ -30,7 +30,7 @@ from paraplan.cost.framework_rules import FRAMEWORK_RULES
 from paraplan.cost.pipeline_split import chunk_ranges
 from paraplan.cost.releases import current_release, describe
 from paraplan.cost.specs import (Framework, Instance, MoeDispatcher, Optimizer, PipelineSchedule,
-                                 Plan)
+                                 Plan, grad_reduce_refusal)
 from paraplan.cost.units import bytes_to_gib
 
 # An emitted configuration predicted more than this fraction slower than the plan is not handed
@@ -93,6 +93,11 @@ class Deviations:
         self.deviations: list[str] = []
         self.notes: list[str] = []
         job = inst.job if target is Framework.MEGATRON else self._without_megatron_options(inst.job)
+        refusal = grad_reduce_refusal(target, job.optimizer, job.precision, job.grad_reduce_dtype)
+        if refusal is not None:
+            self.deviations.append(f"job.grad_reduce_dtype {job.grad_reduce_dtype.value}: {refusal[0]};"
+                                   f" emitted {target.value}'s own reduction")
+            job = replace(job, grad_reduce_dtype=None)
         # another framework's release is its current one (the version names a source release)
         version = job.framework_version if target is inst.job.framework else None
         self.inst = replace(inst, job=replace(job, framework=target, framework_version=version))

@@ -13,7 +13,8 @@ cost/framework.py prices is written out rather than left to a default:
   stays gathered for the backward after it, the distance cost/framework.py prices);
 - overlap_comm true: gradient reduction hidden behind backward (DeepSpeed's default is true only
   for stage 3);
-- communication_data_type in the training precision: the 2-byte gradient reduction priced.
+- communication_data_type in the training precision: the 2-byte gradient reduction priced
+  (JobSpec.grad_reduce; a stated fp32 reduction is refused for deepspeed, cost/specs.py).
 DeepSpeed's PipelineEngine accepts ZeRO stages 0 and 1 only (deepspeed/runtime/pipe/engine.py)
 and runs one model chunk per stage; its sequence parallelism is Ulysses (all-to-all over heads),
 not the K/V ring that cost/ prices. Mixture-of-experts layers are deepspeed.moe.layer.MoE

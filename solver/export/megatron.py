@@ -32,8 +32,9 @@ from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, ep_links, shared_overlap_applies
 from paraplan.cost.pipeline_split import megatron_split
-from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, Optimizer,
-                                 Plan, Precision, Recompute, RecomputeModule)
+from paraplan.cost.specs import (Attention, Framework, GradReduceDtype, Instance, JobSpec, Mlp,
+                                 MoeDispatcher, Optimizer, Plan, Precision, Recompute,
+                                 RecomputeModule)
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks,
                                   refuse_dualpipe)
@@ -264,7 +265,7 @@ def render(inst: Instance, e: Emitted) -> str:
     rec = _recompute_flags(p, job)
     if rec:
         sections.append(("activation recompute", rec))
-    zero = _zero_flags(p, fsdp)
+    zero = _zero_flags(p, fsdp, job)
     if job.optimizer is Optimizer.ADAM_BF16_MOMENTS:
         if not any(flag == "--use-distributed-optimizer" for flag, _, _ in zero):
             zero.append(("--use-distributed-optimizer", None, "the precision-aware optimizer runs only in it"))
@@ -419,13 +420,32 @@ def _zero_title(p: Plan) -> str:
             3: "data parallel: Megatron-FSDP, weights, gradients and optimizer sharded (ZeRO-3)"}[p.zero]
 
 
-def _zero_flags(p: Plan, fsdp: bool) -> list[tuple[str, object, str | None]]:
+def _grad_dtype_flags(job: JobSpec, fsdp: bool, what: str) -> list[tuple[str, object, str | None]]:
+    """The dtype main_grad is kept and reduced in, as priced (job.grad_reduce). fp32 is written
+    out as before (Megatron-LM's default for bf16, not for fp16); a 16-bit reduction of a bf16
+    job needs --grad-reduce-in-bf16 (megatron/training/arguments.py otherwise turns fp32
+    accumulation on for bf16), and fp16's 16-bit reduction is Megatron-LM's own default.
+    Megatron-FSDP's main-gradient buffer has a flag of its own, written explicitly."""
+    if job.grad_reduce is GradReduceDtype.FP32:
+        flags = [("--accumulate-allreduce-grads-in-fp32", None, f"fp32 {what}, as priced")]
+    elif job.grad_reduce is GradReduceDtype.BF16:
+        flags = [("--grad-reduce-in-bf16", None, f"job.grad_reduce_dtype bf16: bf16 {what}, as priced"
+                  " (Megatron-LM accumulates bf16 training's gradients in fp32 otherwise)")]
+    else:
+        flags = []  # fp16 training reduces in fp16 unless told otherwise
+    if fsdp:
+        flags.append(("--megatron-fsdp-main-grads-dtype", job.grad_reduce.value,
+                      "Megatron-FSDP's main-gradient buffer, as priced"))
+    return flags
+
+
+def _zero_flags(p: Plan, fsdp: bool, job: JobSpec) -> list[tuple[str, object, str | None]]:
     """ZeRO mode and the overlap cost/coefficients.py assumes: the data-parallel gradient
     reduction hides behind backward (--overlap-grad-reduce); ZeRO-3 weight gathers are
     prefetched behind compute (--overlap-param-gather); the distributed optimizer's all-gather
     of updated weights is priced as exposed after the step, so it is not overlapped."""
     if p.dp * p.cp == 1:
-        return [("--accumulate-allreduce-grads-in-fp32", None, "fp32 main gradients, as priced")]
+        return _grad_dtype_flags(job, False, "main gradients")
     flags: list[tuple[str, object, str | None]] = []
     if fsdp:
         flags += [("--use-megatron-fsdp", None, None),
@@ -434,7 +454,7 @@ def _zero_flags(p: Plan, fsdp: bool) -> list[tuple[str, object, str | None]]:
                   ("--ckpt-format", "fsdp_dtensor", "required by Megatron-FSDP")]
     elif p.zero == 1:
         flags.append(("--use-distributed-optimizer", None, None))
-    flags.append(("--accumulate-allreduce-grads-in-fp32", None, "fp32 gradient reduction, as priced"))
+    flags += _grad_dtype_flags(job, fsdp, "gradient reduction")
     flags.append(("--overlap-grad-reduce", None, "gradient reduction hidden behind backward"))
     if p.zero == 3:
         flags.append(("--overlap-param-gather", None, "weight gathers prefetched behind compute"))

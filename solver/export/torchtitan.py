@@ -12,7 +12,8 @@ behaviour cited from the same release:
 - `parallelism.context_parallel_rotate_method`: "alltoall" passes each K/V shard to the next
   rank (torch's _AllToAllRotater: permute_tensor to rank + 1), the ring cost/ prices;
   "allgather" (the default) gathers every shard at once.
-- `training.mixed_precision_reduce = "float32"`: the fp32 reduction cost/framework.py prices.
+- `training.mixed_precision_reduce = "float32"`: its only value, the fp32 reduction priced
+  (JobSpec.grad_reduce; a stated bf16 reduction is refused for torchtitan, cost/specs.py).
 - `model.converters = ["quantize.linear.float8"]` with `[quantize.linear.float8]`
   recipe_name "tensorwise": torchao's per-tensor scaled float8 linears; FSDP all-gathers stay
   in bf16 (enable_fsdp_float8_all_gather false), as cost/ prices them.

@@ -110,9 +110,11 @@ def test_force_writes_the_reason_and_both_predictions_into_the_file(tmp_path, ca
 def test_the_slowdown_gate_is_five_percent(tmp_path, capsys):
     # tiny-gpt to DeepSpeed runs +4.3% (kept: under 5%); GPT-3 175B / 1,024 A100 to DeepSpeed
     # +8.5% (its 6 virtual stages become 1, a larger bubble: refused), both measured on the
-    # golden plans before the fix; +8.4% after the dense refit of the scale-terms merge
+    # golden plans before the fix; +8.4% after the dense refit of the scale-terms merge. Both on
+    # the optimum for the mean (the p90 golden of tiny-gpt is a ZeRO-2 plan since the Apex rows'
+    # bf16 reduction moved the bands, and DeepSpeed's bf16 reduction makes that one faster)
     assert MAX_SLOWDOWN == 0.05
-    code, out, _ = export(capsys, golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml"),
+    code, out, _ = export(capsys, mean_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml"),
                           "--to", "deepspeed", "--json")
     doc = json.loads(out)
     assert code == 0 and 1.03 < doc["emitted"]["iter_time_s"] / doc["plan"]["iter_time_s"] < 1.05

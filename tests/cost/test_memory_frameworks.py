@@ -59,7 +59,8 @@ def test_torchtitan_peak_memory_within_ten_percent():
     (Optimizer.ADAM, 8, 7.5),
 ])
 def test_state_bytes_per_param_by_optimizer(optimizer, shard, want):
-    assert memory.state_bytes_per_param(1, shard, Framework.MEGATRON, optimizer) == pytest.approx(want)
+    assert memory.state_bytes_per_param(1, shard, memory.state_layout(
+        JobSpec(global_batch=1, framework=Framework.MEGATRON, optimizer=optimizer))) == pytest.approx(want)
 
 
 def test_nemo_fp8_rows_price_nemo_optimizer():

@@ -41,10 +41,11 @@ def test_bf16_moments_bytes_per_parameter():
     # Megatron with fp32 moments: 2 (bf16 weight) + 4 (fp32 main grad) + 12 (master, m, v) = 18.
     # With bf16 moments (DeepSeek-V3 Sec. 3.3.3): 2 + 4 + (4 + 2 + 2) = 14; ZeRO-1 over 128
     # ranks shards only the optimizer's 8: 2 + 4 + 8/128 = 6.0625
-    mega = Framework.MEGATRON
-    assert memory.state_bytes_per_param(0, 1, mega, Optimizer.ADAM) == 18
-    assert memory.state_bytes_per_param(0, 1, mega, Optimizer.ADAM_BF16_MOMENTS) == 14
-    assert memory.state_bytes_per_param(1, 128, mega, Optimizer.ADAM_BF16_MOMENTS) == 6.0625
+    adam = memory.state_layout(job(optimizer=Optimizer.ADAM))
+    bf16_moments = memory.state_layout(job(optimizer=Optimizer.ADAM_BF16_MOMENTS))
+    assert memory.state_bytes_per_param(0, 1, adam) == 18
+    assert memory.state_bytes_per_param(0, 1, bf16_moments) == 14
+    assert memory.state_bytes_per_param(1, 128, bf16_moments) == 6.0625
 
 
 def test_bf16_moments_need_megatron_and_the_distributed_optimizer():

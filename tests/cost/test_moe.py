@@ -257,8 +257,8 @@ def test_memory_categories_split_expert_state_by_the_expert_data_parallel_group(
     p = Plan.of(o, (32,), (0,))
     c = coefficients.build(inst, o)
     (cats,) = stage_categories_bytes(inst, p, c)
-    emb = memory.embedding_state_bytes(inst.model, 1, 1, 64, True, True, inst.job.framework,
-                                       inst.job.optimizer)
+    emb = memory.embedding_state_bytes(inst.model, 1, 1, 64, True, True,
+                                       memory.state_layout(inst.job))
     emb_opt = emb * (12 / 64) / (6 + 12 / 64)
     assert cats["optimizer"] == pytest.approx(8_707_620_864 + emb_opt, rel=1e-9)
     assert cats["grads"] == pytest.approx(32 * (176_160_768 + 41_984_000) * 4 + emb * 4 / 6.1875,

@@ -53,6 +53,10 @@ MEGATRON_MAIN_D98E8A6 = {
     "--ckpt-format": ("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"),
     "--overlap-grad-reduce": None, "--overlap-param-gather": None, "--ddp-bucket-size": int,
     "--accumulate-allreduce-grads-in-fp32": None,
+    # --grad-reduce-in-bf16 (_add_mixed_precision_args, store_true) and Megatron-FSDP's
+    # main-gradient dtype (_add_distributed_args' Megatron-FSDP group)
+    "--grad-reduce-in-bf16": None,
+    "--megatron-fsdp-main-grads-dtype": ("fp32", "bf16", "fp16", "auto"),
     # precision and kernels (ModelParallelConfig, TransformerConfig)
     "--bf16": None, "--fp16": None, "--fp8-format": ("e4m3", "hybrid"),
     # _add_training_args' precision-aware optimizer group (arguments.py)

@@ -182,15 +182,17 @@ def test_every_bundled_row_states_what_it_ran():
 def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
     # cost/framework_rules.unpriced_reason: ZeRO-2/3 with pp > 1 has no memory model here, so
     # every command that reads the plan refuses it in one line (exit 2) and `accuracy` reports such a row as not
-    # modelled instead of predicting it. The tiny instance's optimum is zero 3, pp 1, dp 8; the
-    # same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the refused one.
+    # modelled instead of predicting it. The tiny instance's optimum shards its state with FSDP
+    # (zero 2 at p90 since the NeMo Apex rows' bf16 reduction moved the bands; zero 3 before),
+    # pp 1, dp 8; the same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the
+    # refused one.
     import yaml as _yaml
     from paraplan.solver.commands.cli import main
     inst = REPO_ROOT / "instances" / "tiny-gpt-8xA100.yaml"
     plan_path = tmp_path / "plan.yaml"
     assert main(["plan", str(inst), "--quiet", "-o", str(plan_path)]) == 0
     doc = _yaml.safe_load(plan_path.read_text())
-    assert doc["plan"]["zero"] == 3 and doc["plan"]["pp"] == 1
+    assert doc["plan"]["zero"] >= 2 and doc["plan"]["pp"] == 1
     doc["plan"].update(pp=2, dp=4, num_micro_batches=2, layers_per_stage=[4, 4],
                        full_recompute_layers=[0, 0])
     plan_path.write_text(_yaml.safe_dump(doc))
