@@ -257,6 +257,7 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
     modes = list(s.recompute[:1] if flash else s.recompute)
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     out: list[ClassOuter] = []
+    bound_memo: dict = {}  # micro_batch_values' memory bounds, shared by the shapes
     for family in families:
         for used in subsets:
             for tpg, cp in ((t, c) for t in tp_choices(inst, used, family)
@@ -281,32 +282,41 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
                                   for v in vs_all}
                     vs_all = [v for v in vs_all if slots_of_v[v]]
                     pps = {c.pp for c in shapes}
-                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform):
+                    # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size:
+                    # read once per shape, not per micro-batch size (0.1 s of GPT-3's listing)
+                    modes_left = []  # (sp, zero, the v admitted with them)
+                    for sp in s.sequence_parallel:
+                        if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
+                               for t in tps):
+                            continue
+                        for zero in s.zero:
+                            if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                                continue
+                            modes_left.append((sp, zero, {v for v in vs_all if all(
+                                rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
+                                for pp in pps for t in tps)}))
+                    paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
+                              for lay in layouts.values() for ep, _ in lay}
+                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, bound_memo):
                         vs = [v for v in vs_all
                               if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
-                        for sp in s.sequence_parallel:
-                            if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
-                                   for t in tps):
-                                continue
-                            for zero in s.zero:
-                                if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                        # no counts of >= 2 on its pp = 1 classes (read only where needed)
+                        unpaired = (any(paired.values()) and 1 in vs
+                                    and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
+                        for sp, zero, admitted in modes_left:
+                            for v in vs:
+                                if v not in admitted:
                                     continue
-                                for v in vs:
-                                    if not all(rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp,
-                                                            zero=zero, v=v) for pp in pps for t in tps):
-                                        continue
-                                    for rc, (ep, etp), (emb, loss) in itertools.product(
-                                            modes, layouts[sp], slots_of_v[v]):
-                                        if (v == 1 and pairs_unpipelined_micro_batches(inst.job, ep)
-                                                and not has_micro_batch_split(shapes, gb // mb, uniform,
-                                                                              1, True)):
-                                            continue  # no counts of >= 2 on its pp = 1 classes
-                                        out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
-                                                               sequence_parallel=sp, recompute=rc,
-                                                               zero=zero, virtual_stages=v,
-                                                               classes=shapes, family=family, ep=ep,
-                                                               etp=etp, group_tp=group_tp,
-                                                               embedding_in_split=emb, loss_in_split=loss))
+                                for rc, (ep, etp), (emb, loss) in itertools.product(
+                                        modes, layouts[sp], slots_of_v[v]):
+                                    if v == 1 and unpaired and paired[ep]:
+                                        continue  # no counts of >= 2 on its pp = 1 classes
+                                    out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
+                                                           sequence_parallel=sp, recompute=rc,
+                                                           zero=zero, virtual_stages=v,
+                                                           classes=shapes, family=family, ep=ep,
+                                                           etp=etp, group_tp=group_tp,
+                                                           embedding_in_split=emb, loss_in_split=loss))
     if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
         out = [o for o in out if _dualpipe_runs(inst, o)]
     return out
@@ -336,7 +346,7 @@ def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes)
 
 
 def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes,
-                       uniform: bool = False) -> list[int]:
+                       uniform: bool = False, bound_memo: dict | None = None) -> list[int]:
     """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
     the global batch (within max_micro_batch) that split it between the replicas
     (has_micro_batch_split), capped from memory by the homogeneous rule
@@ -345,7 +355,9 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
     sharding over every replica of the plan) fits: its last stage's on the GPU of its last
     stage's group, at that group's tp, and its fullest stage's on some group of the class, at
     that group's tp (the stage holding the most layers may sit on any of them). With one class
-    on one group this is the homogeneous space's list. `tpg`: group -> tp."""
+    on one group this is the homogeneous space's list. `tpg`: group -> tp. `bound_memo`: the
+    lower bounds already read for `inst` (declared_outers shares one between the shapes: they
+    depend on a class's degrees and modes, which many shapes repeat)."""
     s, gb = inst.search, inst.job.global_batch
     if s.micro_batch is not None:
         return [b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
@@ -358,9 +370,14 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
     capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     replicas = sum(c.replicas for c in shapes)
 
+    memo = {} if bound_memo is None else bound_memo
+
     def parts(c, g: int, b: int, sp: bool, z: int) -> tuple[float, float]:
-        return micro_batch_lower_bound_parts(inst, tp=tpg[g], cp=cp, pp=c.pp, dp=c.replicas,
-                                             micro_batch=b, sp=sp, zero=z, zero_ranks=replicas * cp)
+        key = (tpg[g], cp, c.pp, c.replicas, b, sp, z, replicas * cp)
+        if key not in memo:
+            memo[key] = micro_batch_lower_bound_parts(inst, tp=tpg[g], cp=cp, pp=c.pp, dp=c.replicas,
+                                                      micro_batch=b, sp=sp, zero=z, zero_ranks=replicas * cp)
+        return memo[key]
 
     def class_fits(c, b: int, sp: bool, z: int) -> bool:
         last = c.stage_groups[-1]
