@@ -393,11 +393,9 @@ def virtual_stage_values(inst: ClusterInstance, shapes) -> list[int]:
     embedding / loss as layer slots, the layers plus one or two: space_rules.slot_modes) with
     some slot mode for which v * pp_k <= the slots for every class (the homogeneous rule on each
     class: every stage holds a chunk); v > 1 only where every class has a pipeline."""
-    s, layers = inst.search, inst.model.layers
-    slots = split_slots_run(inst.job, s)
-    vals = s.virtual_stages if s.virtual_stages is not None else sorted(
-        set(divisors(layers)) | (set(divisors(layers + 1)) | set(divisors(layers + 2)) if slots else set()))
-    return [v for v in vals if v == 1 or slot_modes_of(inst, shapes, v)]
+    s = inst.search
+    listed = tuple(s.virtual_stages) if s.virtual_stages is not None else None
+    return list(_virtual_stage_values(*_slot_facts(inst), listed, _depths(shapes)))
 
 
 def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, bool]]:
@@ -405,12 +403,34 @@ def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, boo
     every class has a pipeline whose every stage holds a chunk: pp_k > 1 and v pp_k <= slots.
     No embedding slot for an MoE model with a dense prefix: the prefix is priced in stage 0's
     first chunk (schedule.first_stage_min_layers)."""
+    return list(_slot_modes_of(*_slot_facts(inst), _depths(shapes), v))
+
+
+# What the two functions above read of an instance and of the classes (the layers, whether an
+# MoE dense prefix rules out the embedding slot, whether the release counts slots; the classes'
+# stage counts), so that they are read once per distinct value: the listing asked them 7,054
+# times for GPT-3 175B's 364 class shapes, with a handful of distinct answers.
+def _slot_facts(inst: ClusterInstance) -> tuple[int, bool, bool]:
     m = inst.model
-    prefix = m.moe is not None and m.moe.dense_layers > 0
-    L = m.layers
-    return [(e, l) for e, l in slot_modes(L, v, split_slots_run(inst.job, inst.search))
-            if all(1 < c.pp and v * c.pp <= L + e + l for c in shapes)
-            and not (e and prefix)] if v > 1 else [(False, False)]
+    return m.layers, m.moe is not None and m.moe.dense_layers > 0, split_slots_run(inst.job, inst.search)
+
+
+def _depths(shapes) -> tuple[int, ...]:
+    return tuple(sorted({c.pp for c in shapes}))
+
+
+@lru_cache(maxsize=4096)
+def _virtual_stage_values(layers: int, prefix: bool, slots: bool, listed, pps: tuple[int, ...]) -> tuple[int, ...]:
+    vals = listed if listed is not None else sorted(
+        set(divisors(layers)) | (set(divisors(layers + 1)) | set(divisors(layers + 2)) if slots else set()))
+    return tuple(v for v in vals if v == 1 or _slot_modes_of(layers, prefix, slots, pps, v))
+
+
+@lru_cache(maxsize=65536)
+def _slot_modes_of(layers: int, prefix: bool, slots: bool, pps: tuple[int, ...], v: int) -> tuple[tuple[bool, bool], ...]:
+    return tuple((e, l) for e, l in slot_modes(layers, v, slots)
+                 if all(1 < pp and v * pp <= layers + e + l for pp in pps)
+                 and not (e and prefix)) if v > 1 else ((False, False),)
 
 
 def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> list[str]:
@@ -602,6 +622,12 @@ def paired_counts(inst: ClusterInstance, o: ClassOuter) -> bool:
 
 
 def _count_form(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """_count_form_of, cached: the listing reads it for every micro-batch size and v of a shape."""
+    return _count_form_of(tuple(shapes), v, paired)
+
+
+@lru_cache(maxsize=65536)
+def _count_form_of(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(x, lo, step) with m_k = step_k * j_k, j_k >= lo_k and sum_k x_k j_k = total: plain
     1F1B takes m_k >= pp_k with several classes, m >= 1 for a lone class (step 1); interleaving
     (v > 1) takes m_k a multiple of pp_k (Megatron-LM's interleaved schedule), and with several
