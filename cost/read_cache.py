@@ -24,8 +24,11 @@ from types import ModuleType
 from typing import Any
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paraplan"
+def cache_dir() -> Path | None:
+    """$XDG_CACHE_HOME/paraplan or ~/.cache/paraplan; None without a home to put it in (where
+    `~` does not expand, it would name a folder in the working directory)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "paraplan" if os.path.isabs(base) else None
 
 
 def cached(path: Path, read: Callable[[Path], Any], readers: tuple[ModuleType, ...]) -> Any:
@@ -34,7 +37,10 @@ def cached(path: Path, read: Callable[[Path], Any], readers: tuple[ModuleType, .
     digest = hashlib.sha256()
     for part in (path, *(Path(m.__file__) for m in readers)):
         digest.update(part.read_bytes())
-    copy = cache_dir() / f"{path.stem}-{digest.hexdigest()[:32]}.json"
+    folder = cache_dir()
+    if folder is None:
+        return read(path)
+    copy = folder / f"{path.stem}-{digest.hexdigest()[:32]}.json"
     try:
         return json.loads(copy.read_text(encoding="utf-8"))
     except (OSError, ValueError):

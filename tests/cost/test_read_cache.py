@@ -71,3 +71,16 @@ def test_the_bundled_rows_and_stored_predictions_are_what_the_strict_loader_read
         assert crossval.load_stored() == tuple(
             crossval.StoredRow(**r) for r in calibration.read_yaml(crossval.CROSSVAL_FILE, calibration=True)["rows"])
     assert len(list(cache_home.glob("*.json"))) == 3
+
+
+def test_no_home_reads_the_file_and_writes_nothing(tmp_path, monkeypatch):
+    # without $XDG_CACHE_HOME and with a `~` that does not expand, a relative ~/.cache would be a
+    # folder in the working directory: nothing is cached
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr("os.path.expanduser", lambda p: p)
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "rows.json"
+    src.write_text("[1]")
+    assert read_cache.cache_dir() is None
+    assert read_cache.cached(src, lambda p: json.loads(p.read_text()), ()) == [1]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["rows.json"]
