@@ -162,7 +162,8 @@ BUNDLED_FILES = (PUBLISHED_DIR / "published.yaml", PUBLISHED_DIR / "published-fp
 def load_published(paths: list[str] | None = None) -> list[dict]:
     """The rows of `paths` (each checked by load_rows), or of both bundled files when None:
     those are read once per process (a plan's trust lines read them twice otherwise, 0.6 s
-    each), and their rows are shared, so callers copy a row before changing it."""
+    each) and parsed once per installation (_checked_rows), and their rows are shared, so
+    callers copy a row before changing it."""
     if not paths:
         return list(_bundled_rows())
     rows: list[dict] = []
