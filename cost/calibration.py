@@ -166,7 +166,8 @@ BUNDLED_FILES = (PUBLISHED_DIR / "published.yaml", PUBLISHED_DIR / "published-fp
 def load_published(paths: list[str] | None = None) -> list[dict]:
     """The rows of `paths` (each checked by load_rows), or of both bundled files when None:
     those are read once per process (a plan's trust lines read them twice otherwise, 0.6 s
-    each), and their rows are shared, so callers copy a row before changing it."""
+    each) and parsed once per installation (_checked_rows), and their rows are shared, so
+    callers copy a row before changing it."""
     if not paths:
         return list(_bundled_rows())
     rows: list[dict] = []
@@ -177,7 +178,18 @@ def load_published(paths: list[str] | None = None) -> list[dict]:
 
 @lru_cache(maxsize=1)
 def _bundled_rows() -> tuple[dict, ...]:
-    return tuple(r for p in BUNDLED_FILES for r in load_rows(str(p)))
+    return tuple(r for p in BUNDLED_FILES for r in _checked_rows(p))
+
+
+def _checked_rows(path: Path) -> list[dict]:
+    """load_rows(path) of a bundled file, parsed once per installation (cost/read_cache.py:
+    cached under a digest of the file and of this module and cost/loader.py, which read and
+    check it)."""
+    import sys
+
+    from paraplan.cost import loader
+    from paraplan.cost.read_cache import cached
+    return cached(path, lambda p: load_rows(str(p)), (sys.modules[__name__], loader))
 
 
 INTRA_LATENCY_US = 5.0

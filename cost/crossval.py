@@ -136,8 +136,9 @@ def write(path: Path, mapping: dict) -> None:
 
 
 def load_stored(path: Path = CROSSVAL_FILE) -> tuple[StoredRow, ...]:
-    from paraplan.cost.loader import read_yaml
-    data = read_yaml(path, calibration=True)
+    from paraplan.cost import loader
+    from paraplan.cost.read_cache import cached  # parsed once per installation
+    data = cached(path, lambda p: loader.read_yaml(p, calibration=True), (loader,))
     return tuple(StoredRow(**r) for r in data["rows"])
 
 

@@ -369,7 +369,13 @@ def _residual_levels(res: tuple[Residual, ...]) -> dict[str, int]:
     for r in res:
         by_family.setdefault(r.features.family, []).append(r)
     others = {fam: [x for x in res if x.features.family != fam] for fam in by_family}
-    return {r.id: distance_level(r.features, others[r.features.family]) for r in res}
+    # a level depends on the row's features alone (its family among them): the 239 bundled
+    # rows have 83 distinct ones, each judged once
+    level: dict[Features, int] = {}
+    for r in res:
+        if r.features not in level:
+            level[r.features] = distance_level(r.features, others[r.features.family])
+    return {r.id: level[r.features] for r in res}
 
 
 def band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None = None

@@ -257,6 +257,7 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
     modes = list(s.recompute[:1] if flash else s.recompute)
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     out: list[ClassOuter] = []
+    bound_memo: dict = {}  # micro_batch_values' memory bounds, shared by the shapes
     for family in families:
         for used in subsets:
             for tpg, cp in ((t, c) for t in tp_choices(inst, used, family)
@@ -281,32 +282,41 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
                                   for v in vs_all}
                     vs_all = [v for v in vs_all if slots_of_v[v]]
                     pps = {c.pp for c in shapes}
-                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform):
+                    # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size:
+                    # read once per shape, not per micro-batch size (0.1 s of GPT-3's listing)
+                    modes_left = []  # (sp, zero, the v admitted with them)
+                    for sp in s.sequence_parallel:
+                        if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
+                               for t in tps):
+                            continue
+                        for zero in s.zero:
+                            if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                                continue
+                            modes_left.append((sp, zero, {v for v in vs_all if all(
+                                rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
+                                for pp in pps for t in tps)}))
+                    paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
+                              for lay in layouts.values() for ep, _ in lay}
+                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, bound_memo):
                         vs = [v for v in vs_all
                               if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
-                        for sp in s.sequence_parallel:
-                            if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
-                                   for t in tps):
-                                continue
-                            for zero in s.zero:
-                                if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                        # no counts of >= 2 on its pp = 1 classes (read only where needed)
+                        unpaired = (any(paired.values()) and 1 in vs
+                                    and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
+                        for sp, zero, admitted in modes_left:
+                            for v in vs:
+                                if v not in admitted:
                                     continue
-                                for v in vs:
-                                    if not all(rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp,
-                                                            zero=zero, v=v) for pp in pps for t in tps):
-                                        continue
-                                    for rc, (ep, etp), (emb, loss) in itertools.product(
-                                            modes, layouts[sp], slots_of_v[v]):
-                                        if (v == 1 and pairs_unpipelined_micro_batches(inst.job, ep)
-                                                and not has_micro_batch_split(shapes, gb // mb, uniform,
-                                                                              1, True)):
-                                            continue  # no counts of >= 2 on its pp = 1 classes
-                                        out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
-                                                               sequence_parallel=sp, recompute=rc,
-                                                               zero=zero, virtual_stages=v,
-                                                               classes=shapes, family=family, ep=ep,
-                                                               etp=etp, group_tp=group_tp,
-                                                               embedding_in_split=emb, loss_in_split=loss))
+                                for rc, (ep, etp), (emb, loss) in itertools.product(
+                                        modes, layouts[sp], slots_of_v[v]):
+                                    if v == 1 and unpaired and paired[ep]:
+                                        continue  # no counts of >= 2 on its pp = 1 classes
+                                    out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
+                                                           sequence_parallel=sp, recompute=rc,
+                                                           zero=zero, virtual_stages=v,
+                                                           classes=shapes, family=family, ep=ep,
+                                                           etp=etp, group_tp=group_tp,
+                                                           embedding_in_split=emb, loss_in_split=loss))
     if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
         out = [o for o in out if _dualpipe_runs(inst, o)]
     return out
@@ -336,7 +346,7 @@ def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes)
 
 
 def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes,
-                       uniform: bool = False) -> list[int]:
+                       uniform: bool = False, bound_memo: dict | None = None) -> list[int]:
     """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
     the global batch (within max_micro_batch) that split it between the replicas
     (has_micro_batch_split), capped from memory by the homogeneous rule
@@ -345,7 +355,9 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
     sharding over every replica of the plan) fits: its last stage's on the GPU of its last
     stage's group, at that group's tp, and its fullest stage's on some group of the class, at
     that group's tp (the stage holding the most layers may sit on any of them). With one class
-    on one group this is the homogeneous space's list. `tpg`: group -> tp."""
+    on one group this is the homogeneous space's list. `tpg`: group -> tp. `bound_memo`: the
+    lower bounds already read for `inst` (declared_outers shares one between the shapes: they
+    depend on a class's degrees and modes, which many shapes repeat)."""
     s, gb = inst.search, inst.job.global_batch
     if s.micro_batch is not None:
         return [b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
@@ -358,9 +370,14 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
     capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     replicas = sum(c.replicas for c in shapes)
 
+    memo = {} if bound_memo is None else bound_memo
+
     def parts(c, g: int, b: int, sp: bool, z: int) -> tuple[float, float]:
-        return micro_batch_lower_bound_parts(inst, tp=tpg[g], cp=cp, pp=c.pp, dp=c.replicas,
-                                             micro_batch=b, sp=sp, zero=z, zero_ranks=replicas * cp)
+        key = (tpg[g], cp, c.pp, c.replicas, b, sp, z, replicas * cp)
+        if key not in memo:
+            memo[key] = micro_batch_lower_bound_parts(inst, tp=tpg[g], cp=cp, pp=c.pp, dp=c.replicas,
+                                                      micro_batch=b, sp=sp, zero=z, zero_ranks=replicas * cp)
+        return memo[key]
 
     def class_fits(c, b: int, sp: bool, z: int) -> bool:
         last = c.stage_groups[-1]
@@ -376,11 +393,9 @@ def virtual_stage_values(inst: ClusterInstance, shapes) -> list[int]:
     embedding / loss as layer slots, the layers plus one or two: space_rules.slot_modes) with
     some slot mode for which v * pp_k <= the slots for every class (the homogeneous rule on each
     class: every stage holds a chunk); v > 1 only where every class has a pipeline."""
-    s, layers = inst.search, inst.model.layers
-    slots = split_slots_run(inst.job, s)
-    vals = s.virtual_stages if s.virtual_stages is not None else sorted(
-        set(divisors(layers)) | (set(divisors(layers + 1)) | set(divisors(layers + 2)) if slots else set()))
-    return [v for v in vals if v == 1 or slot_modes_of(inst, shapes, v)]
+    s = inst.search
+    listed = tuple(s.virtual_stages) if s.virtual_stages is not None else None
+    return list(_virtual_stage_values(*_slot_facts(inst), listed, _depths(shapes)))
 
 
 def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, bool]]:
@@ -388,12 +403,34 @@ def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, boo
     every class has a pipeline whose every stage holds a chunk: pp_k > 1 and v pp_k <= slots.
     No embedding slot for an MoE model with a dense prefix: the prefix is priced in stage 0's
     first chunk (schedule.first_stage_min_layers)."""
+    return list(_slot_modes_of(*_slot_facts(inst), _depths(shapes), v))
+
+
+# What the two functions above read of an instance and of the classes (the layers, whether an
+# MoE dense prefix rules out the embedding slot, whether the release counts slots; the classes'
+# stage counts), so that they are read once per distinct value: the listing asked them 7,054
+# times for GPT-3 175B's 364 class shapes, with a handful of distinct answers.
+def _slot_facts(inst: ClusterInstance) -> tuple[int, bool, bool]:
     m = inst.model
-    prefix = m.moe is not None and m.moe.dense_layers > 0
-    L = m.layers
-    return [(e, l) for e, l in slot_modes(L, v, split_slots_run(inst.job, inst.search))
-            if all(1 < c.pp and v * c.pp <= L + e + l for c in shapes)
-            and not (e and prefix)] if v > 1 else [(False, False)]
+    return m.layers, m.moe is not None and m.moe.dense_layers > 0, split_slots_run(inst.job, inst.search)
+
+
+def _depths(shapes) -> tuple[int, ...]:
+    return tuple(sorted({c.pp for c in shapes}))
+
+
+@lru_cache(maxsize=4096)
+def _virtual_stage_values(layers: int, prefix: bool, slots: bool, listed, pps: tuple[int, ...]) -> tuple[int, ...]:
+    vals = listed if listed is not None else sorted(
+        set(divisors(layers)) | (set(divisors(layers + 1)) | set(divisors(layers + 2)) if slots else set()))
+    return tuple(v for v in vals if v == 1 or _slot_modes_of(layers, prefix, slots, pps, v))
+
+
+@lru_cache(maxsize=65536)
+def _slot_modes_of(layers: int, prefix: bool, slots: bool, pps: tuple[int, ...], v: int) -> tuple[tuple[bool, bool], ...]:
+    return tuple((e, l) for e, l in slot_modes(layers, v, slots)
+                 if all(1 < pp and v * pp <= layers + e + l for pp in pps)
+                 and not (e and prefix)) if v > 1 else ((False, False),)
 
 
 def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> list[str]:
@@ -585,6 +622,12 @@ def paired_counts(inst: ClusterInstance, o: ClassOuter) -> bool:
 
 
 def _count_form(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """_count_form_of, cached: the listing reads it for every micro-batch size and v of a shape."""
+    return _count_form_of(tuple(shapes), v, paired)
+
+
+@lru_cache(maxsize=65536)
+def _count_form_of(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(x, lo, step) with m_k = step_k * j_k, j_k >= lo_k and sum_k x_k j_k = total: plain
     1F1B takes m_k >= pp_k with several classes, m >= 1 for a lone class (step 1); interleaving
     (v > 1) takes m_k a multiple of pp_k (Megatron-LM's interleaved schedule), and with several

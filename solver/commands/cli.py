@@ -70,9 +70,44 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """--version: the installed version, looked up only when asked for (importlib.metadata
+    takes 0.02 s to load, on every command line otherwise)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"paraplan {version()}\n", sys.stdout)
+        parser.exit()
+
+
+# The modules that register the sub-commands (each module's `register`), and the commands each
+# registers besides "simulate" (this module's): a command line naming one of them imports only
+# its module, so that `paraplan plan` does not load the sweep runner, the report page or the
+# export writers (0.10 s of a fresh process's start-up, issue 33). Help, --version and an unknown
+# command register every module (argparse lists them all). tests/cli/test_startup.py checks this
+# table against what each module registers.
+COMMAND_MODULES = (
+    ("paraplan.solver.commands.accuracy", ("accuracy",)),
+    ("paraplan.solver.commands.planning", ("plan", "exhaustive", "verify", "bench", "calibrate",
+                                           "replan", "timeline")),
+    ("paraplan.solver.commands.extra", ("compare", "memory")),
+    ("paraplan.solver.commands.model", ("model",)),
+    ("paraplan.solver.commands.export", ("export",)),
+    ("paraplan.solver.commands.partitions", ("partition",)),
+    ("paraplan.solver.report.page", ("report",)),
+    ("paraplan.solver.sweep.run", ("sweep",)),
+)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command-line parser; given `argv` whose first word names a sub-command, with only
+    that sub-command's module registered (COMMAND_MODULES)."""
+    import importlib
     p = Parser(prog="paraplan", description="Provably optimal parallel training plans.", epilog=EPILOG)
-    p.add_argument("--version", action="version", version=f"paraplan {version()}")
+    p.add_argument("--version", action=_VersionAction)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("simulate", help="predict one iteration of a given plan")
@@ -81,23 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=HELP_JSON)
     s.set_defaults(func=cmd_simulate)
 
-    from paraplan.solver.commands import accuracy
-    from paraplan.solver.commands import planning as commands
-    from paraplan.solver.commands import export as export_cmd
-    from paraplan.solver.commands import extra as extra_commands
-    from paraplan.solver.commands import model as model_cmd
-    from paraplan.solver.commands import partitions as partition_cmd
-    from paraplan.solver.report import page as report
-    from paraplan.solver.sweep import run as sweep
-    accuracy.register(sub)
-    commands.register(sub)
-    extra_commands.register(sub)
-    model_cmd.register(sub)
-    export_cmd.register(sub)
-    partition_cmd.register(sub)
-    report.register(sub)
-    sweep.register(sub)
-    order_subcommands(sub)
+    named = argv[0] if argv else None
+    only = [mod for mod, names in COMMAND_MODULES if named in names]
+    for mod in (only or ([] if named == "simulate" else [mod for mod, _ in COMMAND_MODULES])):
+        importlib.import_module(mod).register(sub)
+    if not only and named != "simulate":
+        order_subcommands(sub)
     return p
 
 
@@ -149,7 +173,8 @@ def _discard_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     stdout = sys.stdout
     sys.stdout = _GuardedStdout(stdout)
     try:

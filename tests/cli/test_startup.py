@@ -47,3 +47,37 @@ def test_a_solver_backend_still_imports_its_library(backend, library):
     # configuration before a solver runs, whatever the backend
     got = _loaded(ROOT / "instances" / "hetero" / "tiny-2types.yaml", ["--backend", backend])
     assert got["code"] == 0 and library in got["loaded"], got
+
+
+def test_command_modules_lists_what_each_module_registers():
+    # cli.COMMAND_MODULES lets a command line import only its command's module: each module must
+    # register exactly the commands the table gives it, and every command must be in the table
+    # (else `paraplan <command>` would fail to parse without the whole parser)
+    import argparse
+
+    from paraplan.solver.commands import cli
+    from paraplan.solver.commands.parser import COMMAND_ORDER
+
+    seen = {"simulate"}
+    for mod, names in cli.COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers(dest="command")
+        __import__(mod, fromlist=["register"]).register(sub)
+        assert set(sub.choices) == set(names), mod
+        seen |= set(names)
+    assert seen == set(COMMAND_ORDER)
+    # a command line naming one command registers only its module's commands
+    sub = next(a for a in cli.build_parser(["plan"])._actions if a.dest == "command")
+    assert set(sub.choices) == {"simulate", *dict(cli.COMMAND_MODULES)["paraplan.solver.commands.planning"]}
+
+
+def test_plan_loads_no_other_command_module():
+    # the sweep runner, the report page and the export writers are other commands' modules
+    code = ("import contextlib, io, sys\n"
+            "from paraplan.solver.commands.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    main(['plan', {str(ROOT / 'instances' / 'tiny-gpt-8xA100.yaml')!r}, '--quiet'])\n"
+            "print(sorted(m for m in sys.modules if m in ('paraplan.solver.sweep.run',"
+            " 'paraplan.solver.report.page', 'paraplan.solver.commands.export', 'importlib.metadata')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
