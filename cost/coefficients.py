@@ -66,8 +66,15 @@ STANDARD_ATTENTION_SCORE_PASSES = 6
 # (A100, H100; head dim 64, 128) are each fitted best at n_half = 480-550 (within 1%), but the
 # model with 500 (with Fig. 4 (d)'s 182 for cost/fit.py's A100 point, every fitted value
 # refitted) cross-validated no better: leave-one-family-out MAPE 5.43% -> 5.6%, MosaicML 5.3% ->
-# 5.7%, torchtitan 8.0% -> 8.3%, NeMo 5.2% -> 4.9%, coverage 84.9% -> 84.1%; it is kept. A
-# ring-attention step calls the kernel on seq_len / cp keys, so context parallelism pays it.
+# 5.7%, torchtitan 8.0% -> 8.3%, NeMo 5.2% -> 4.9%, coverage 84.9% -> 84.1%; it is kept.
+# Context parallelism pays it per ring step, priced at seq_len / cp keys. Transformer Engine's
+# ring (AttnFuncWithCPAndKVP2P, read at d0067d0) calls the kernel once per step and direction:
+# step 0 causal on the rank's s/cp queries and keys; the others unmasked, on s/cp queries and
+# the s/(2cp) keys of the sender's first chunk, or on the rank's second chunk's s/(2cp) queries
+# and all s/cp keys. The curve was read on causal calls, whose query rows see n/2 keys on
+# average; an unmasked call of n keys sits near the causal curve's 2n: s/cp for the first kind
+# (as priced), 2s/cp for the second (priced slower). Pricing every step at s/(2cp) or at 2s/cp
+# moves the long-context MoE anchors with cp > 1 (32k-128k) by at most 1 point (docs/moe.md).
 ATTENTION_HALF_KEYS = 300
 # Ring attention (context parallelism) merges each step's partial result into the running one:
 # forward, out = out * exp(lse - lse') + out_step * exp(lse_step - lse') on an fp32 accumulator
@@ -522,7 +529,8 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
 
     # context parallel: a ring of cp - 1 steps (Liu et al. 2023, Ring Attention; Megatron-core
     # / Transformer Engine and torch context_parallel). Causal load balance (each rank holds
-    # sequence chunks i and 2cp-1-i) gives every step 1/cp of the attention core. Each step
+    # sequence chunks i and 2cp-1-i) gives every step 1/cp of the attention core
+    # (tests/cost/test_cp_attention_work.py counts Transformer Engine's sections). Each step
     # computes on the block in hand while the next K,V block arrives (double buffering: one
     # block ahead, no more), so a step's transfer hides only behind that step's attention;
     # backward also sends dK, dV on. Merging each step's partial output (forward) and

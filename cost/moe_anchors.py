@@ -9,7 +9,7 @@ recorded `paraplan_prediction` to what this module computes now.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.calibration import PUBLISHED_DIR
@@ -70,6 +70,73 @@ def price(row: dict) -> AnchorPrice:
                        iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
                        error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,
                        host_bound=bool(row.get("host_bound", False)))
+
+
+def _simulated(row: dict, **gpu):
+    """`simulate` of the row's plan, with the named GpuSpec fields of its GPU replaced."""
+    inst = anchor_instance(row)
+    if gpu:
+        inst = replace(inst, cluster=replace(inst.cluster, gpu=replace(inst.cluster.gpu, **gpu)))
+    return simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]))
+
+
+# the relative slow-down of one kind of work that time_split differentiates by: small enough
+# that no overlap changes side (every hidden transfer hides behind compute either way), large
+# enough that the float sums of a 400 s iteration resolve it
+SPLIT_STEP = 1.001
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """One anchor's predicted iteration time split by what it waits on, with the model's own
+    pricing: `attention_s` and `gemm_s` are the seconds the iteration loses per unit slow-down of
+    the attention core and of every GEMM (d T / d ln time), so they count that work wherever it
+    sits on the critical path (the slowest stage's compute, its share of the pipeline bubble,
+    the slowest-rank allowance); `a2a_s` and `cp_comm_s` are the exposed all-to-all and
+    context-parallel transfers; `other_s` the rest (memory-bound passes, tp collectives, host
+    time, the sync and step)."""
+
+    id: str
+    seq_len: int
+    cp: int
+    iter_time_s: float
+    attention_s: float
+    gemm_s: float
+    a2a_s: float
+    cp_comm_s: float
+    published_tflops_per_gpu: float
+    megatron_tflops_per_gpu: float
+
+    @property
+    def other_s(self) -> float:
+        return self.iter_time_s - self.attention_s - self.gemm_s - self.a2a_s - self.cp_comm_s
+
+    @property
+    def implied_attention_speedup(self) -> float:
+        """The factor on the attention core's speed that would make the predicted time the
+        measured one were everything else priced right; not capped (> 1 / attention_eff means
+        beyond the peak): inf when the rest alone already takes longer than the measured time."""
+        measured_s = self.iter_time_s * self.megatron_tflops_per_gpu / self.published_tflops_per_gpu
+        attention_s = measured_s - (self.iter_time_s - self.attention_s)
+        return self.attention_s / attention_s if attention_s > 0 else float("inf")
+
+
+def time_split(row: dict) -> TimeSplit:
+    """The row's TimeSplit: each derivative by slowing that work by SPLIT_STEP (efficiencies
+    divided by it, so none leaves (0, 1])."""
+    g = anchor_instance(row).cluster.gpu
+    bd = _simulated(row)
+    t = bd.iter_time_s
+    slow_attention = _simulated(row, attention_eff=g.attention_eff / SPLIT_STEP).iter_time_s
+    slow_gemm = _simulated(row, matmul_eff_max=g.matmul_eff_max / SPLIT_STEP,
+                           fp8_matmul_eff_max=g.fp8_matmul_eff_max / SPLIT_STEP).iter_time_s
+    return TimeSplit(id=row["id"], seq_len=int(row["config"]["seq_len"]),
+                     cp=int(row["paraplan_plan"].get("cp", 1)), iter_time_s=t,
+                     attention_s=(slow_attention - t) / (SPLIT_STEP - 1),
+                     gemm_s=(slow_gemm - t) / (SPLIT_STEP - 1),
+                     a2a_s=bd.exposed_s.get("ep_a2a", 0.0), cp_comm_s=bd.exposed_s.get("cp_comm_exposed", 0.0),
+                     published_tflops_per_gpu=float(row["measured"]["value"]),
+                     megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu)
 
 
 def priced_rows() -> list[dict]:
