@@ -28,7 +28,8 @@ import numpy as np
 from paraplan.cost import flops, memory, moe, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
 from paraplan.cost.flops import expert_params
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
@@ -42,7 +43,7 @@ def _state_shares(zero: int, shard: int, framework, optimizer) -> tuple[float, f
 
 def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> list[dict[str, float]]:
     """Per stage, bytes per category (CATEGORIES); they sum to schedule.stage_mem_bytes."""
-    m, o, fw = inst.model, plan.outer, inst.job.framework
+    m, o, fw = inst.model, plan.flat_outer, inst.job.framework
     pp, tp, cp = o.pp, o.tp, o.cp
     shard = homogeneous_placement(inst.cluster, o).dp_ranks
     w, g, opt = _state_shares(o.zero, shard, fw, inst.job.optimizer)

@@ -12,62 +12,115 @@ model's source declares is dropped silently. The lines come from two places:
 from __future__ import annotations
 
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
-from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Plan, RecomputeModule
+from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, RecomputeModule
 
 
 def model_warnings(inst: Instance | ClusterInstance, plan: Plan | None = None) -> list[str]:
     """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space, and
-    a mixed-cluster plan, whose classes differ)."""
-    m = inst.model
-    lines = list(m.unmodelled)
-    n = m.windowed_layers
-    if 0 < n < m.layers and (plan is None or plan.pp > 1):
-        share = causal_score_fraction(m.seq_len, m.sliding_window_tokens) / CAUSAL_ATTENTION_FRACTION
-        lines.append(f"{n} of {m.layers} layers attend to a {m.sliding_window_tokens}-token"
-                     f" window ({share:.0%} of full causal attention's scores): every layer is"
-                     " priced as their mean, exact for the model, not for a pipeline stage"
-                     " holding more or fewer windowed layers than its share")
-    if n and plan is not None and plan.cp > 1:
-        lines.append(f"context parallel cp={plan.cp} with a sliding window: the K/V ring is priced"
-                     " as passing every block (cp - 1 steps), as for full attention, although a"
-                     " windowed query needs only the blocks its window reaches")
-    if m.parallel_blocks and (plan is None or plan.tp > 1):
-        lines.append("parallel attention/MLP blocks: tensor-parallel all-reduces are priced as"
-                     " two per direction, as Megatron-LM issues them (GPT-NeoX sums the two"
-                     " branches before one forward all-reduce)")
-    if m.parallel_blocks and (plan is None and "spatial_temporal" in inst.search.tensor_partitions
-                              or plan is not None and plan.partitions):
-        lines.append("per-operator partitions price a parallel block's MLP as reading the"
-                     " attention output's layout, as in a sequential block")
-    if m.mla is not None and RecomputeModule.MLA_UP_PROJ not in getattr(inst.job, "recompute_modules", ()):
-        lines.append("multi-head latent attention: the up projections' outputs are stashed;"
-                     " Megatron-core's recomputation of them (DeepSeek-V3's memory saving) is"
-                     " job.recompute_modules: [mla_up_proj], off in this job")
-    if m.moe is not None and m.moe.dense_layers:
-        lines.append(f"the first {m.moe.dense_layers} of {m.layers} layers are dense, priced on"
-                     " the first pipeline stage (which must hold them in its first model chunk);"
-                     " full recompute there is priced per MoE layer, and on mixed clusters they"
-                     " are priced as MoE layers")
-    if m.moe is not None and inst.job.moe_a2a_overlap and isinstance(plan, Plan):
-        if not a2a_overlap_applies(inst.job, plan.outer):
-            lines.append("job.moe_a2a_overlap: this plan runs without it (Megatron-core overlaps"
-                         " the all-to-all only with ep > 1 and pp = 1 or interleaving), so its"
-                         " all-to-alls are priced exposed")
-    if m.moe is not None and inst.job.moe_shared_expert_overlap and isinstance(plan, Plan):
-        if not shared_overlap_applies(inst.job, plan.outer):
-            lines.append("job.moe_shared_expert_overlap: this plan has ep = 1, so there is no"
-                         " all-to-all to run the shared expert under")
-    if (m.moe is not None and m.moe.max_nodes_per_token is not None
-            and getattr(inst.job, "moe_dispatcher", None) is not MoeDispatcher.DEEPEP):
-        lines.append("model.moe.max_nodes_per_token changes no traffic with Megatron-core's"
-                     " all-to-all dispatcher (every routed copy travels to its expert's GPU);"
-                     " it counts with job.moe_dispatcher: deepep, which sends a token once per"
-                     " node (cost/moe.py)")
-    if (getattr(inst.job, "pipeline_schedule", None) is PipelineSchedule.DUALPIPE
-            and isinstance(plan, Plan)):
-        lines.append("DualPipe: the stages listed are devices (device d holds stages d and"
-                     " pp - 1 - d); the bubble is DualPipe's formula for equal chunks, and"
-                     " its memory counts both stages' transient buffers (cost/dualpipe.py)")
+    a mixed-cluster plan, whose classes differ): the model's own, then NOTES' in order."""
+    lines = list(inst.model.unmodelled)
+    for note in NOTES:
+        line = note(inst, plan)
+        if line:
+            lines.append(line)
     return lines
+
+
+# --- the notes, in the order they are shown; each a line or None -------------------------------
+
+def _windowed_layers(inst, plan) -> str | None:
+    m = inst.model
+    n = m.windowed_layers
+    if not (0 < n < m.layers and (plan is None or plan.pp > 1)):
+        return None
+    share = causal_score_fraction(m.seq_len, m.sliding_window_tokens) / CAUSAL_ATTENTION_FRACTION
+    return (f"{n} of {m.layers} layers attend to a {m.sliding_window_tokens}-token"
+            f" window ({share:.0%} of full causal attention's scores): every layer is"
+            " priced as their mean, exact for the model, not for a pipeline stage"
+            " holding more or fewer windowed layers than its share")
+
+
+def _windowed_context_parallel(inst, plan) -> str | None:
+    if not (inst.model.windowed_layers and plan is not None and plan.cp > 1):
+        return None
+    return (f"context parallel cp={plan.cp} with a sliding window: the K/V ring is priced"
+            " as passing every block (cp - 1 steps), as for full attention, although a"
+            " windowed query needs only the blocks its window reaches")
+
+
+def _parallel_blocks_all_reduce(inst, plan) -> str | None:
+    if not (inst.model.parallel_blocks and (plan is None or plan.tp > 1)):
+        return None
+    return ("parallel attention/MLP blocks: tensor-parallel all-reduces are priced as"
+            " two per direction, as Megatron-LM issues them (GPT-NeoX sums the two"
+            " branches before one forward all-reduce)")
+
+
+def _parallel_blocks_partitions(inst, plan) -> str | None:
+    partitioned = ("spatial_temporal" in inst.search.tensor_partitions if plan is None
+                   else bool(plan.partitions))
+    if not (inst.model.parallel_blocks and partitioned):
+        return None
+    return ("per-operator partitions price a parallel block's MLP as reading the"
+            " attention output's layout, as in a sequential block")
+
+
+def _latent_attention_stash(inst, plan) -> str | None:
+    if inst.model.mla is None or RecomputeModule.MLA_UP_PROJ in getattr(inst.job, "recompute_modules", ()):
+        return None
+    return ("multi-head latent attention: the up projections' outputs are stashed;"
+            " Megatron-core's recomputation of them (DeepSeek-V3's memory saving) is"
+            " job.recompute_modules: [mla_up_proj], off in this job")
+
+
+def _dense_prefix(inst, plan) -> str | None:
+    m = inst.model
+    if m.moe is None or not m.moe.dense_layers:
+        return None
+    return (f"the first {m.moe.dense_layers} of {m.layers} layers are dense, priced on"
+            " the first pipeline stage (which must hold them in its first model chunk);"
+            " full recompute there is priced per MoE layer, and on mixed clusters they"
+            " are priced as MoE layers")
+
+
+def _a2a_overlap_unused(inst, plan) -> str | None:
+    if (inst.model.moe is None or not inst.job.moe_a2a_overlap or plan is None
+            or a2a_overlap_applies(inst.job, plan.flat_outer)):
+        return None
+    return ("job.moe_a2a_overlap: this plan runs without it (Megatron-core overlaps"
+            " the all-to-all only with ep > 1 and pp = 1 or interleaving), so its"
+            " all-to-alls are priced exposed")
+
+
+def _shared_expert_overlap_unused(inst, plan) -> str | None:
+    if (inst.model.moe is None or not inst.job.moe_shared_expert_overlap or plan is None
+            or shared_overlap_applies(inst.job, plan.flat_outer)):
+        return None
+    return ("job.moe_shared_expert_overlap: this plan has ep = 1, so there is no"
+            " all-to-all to run the shared expert under")
+
+
+def _node_limited_routing(inst, plan) -> str | None:
+    moe = inst.model.moe
+    if (moe is None or moe.max_nodes_per_token is None
+            or getattr(inst.job, "moe_dispatcher", None) is MoeDispatcher.DEEPEP):
+        return None
+    return ("model.moe.max_nodes_per_token changes no traffic with Megatron-core's"
+            " all-to-all dispatcher (every routed copy travels to its expert's GPU);"
+            " it counts with job.moe_dispatcher: deepep, which sends a token once per"
+            " node (cost/moe.py)")
+
+
+def _dualpipe_rows(inst, plan) -> str | None:
+    if getattr(inst.job, "pipeline_schedule", None) is not PipelineSchedule.DUALPIPE or plan is None:
+        return None
+    return ("DualPipe: the stages listed are devices (device d holds stages d and"
+            " pp - 1 - d); the bubble is DualPipe's formula for equal chunks, and"
+            " its memory counts both stages' transient buffers (cost/dualpipe.py)")
+
+
+NOTES = (_windowed_layers, _windowed_context_parallel, _parallel_blocks_all_reduce,
+         _parallel_blocks_partitions, _latent_attention_stash, _dense_prefix, _a2a_overlap_unused,
+         _shared_expert_overlap_unused, _node_limited_routing, _dualpipe_rows)

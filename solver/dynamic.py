@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from paraplan.cost.simulate import simulate_classes
-from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, Scenario
+from paraplan.cost.plan_specs import ClusterInstance, Plan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
 from paraplan.solver.planner import SolveResult
@@ -56,7 +56,7 @@ def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) ->
     return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: ClusterInstance, plan: ClassPlan, optima: list[SolveResult]) -> list[Regret]:
+def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult]) -> list[Regret]:
     out = []
     for sc, opt in zip(inst.scenarios, optima):
         t = simulate_classes(inst, plan, sc.cluster).iter_time_s
@@ -89,7 +89,7 @@ class ReplanResult:
         return self.switch_s / (self.current_time_s - self.new.objective_s)
 
 
-def replan(inst: ClusterInstance, current: ClassPlan, event: Scenario, remaining_s: float | None,
+def replan(inst: ClusterInstance, current: Plan, event: Scenario, remaining_s: float | None,
            remaining_iterations: int | None, backend: str = "cpsat",
            time_limit_s: float = 60.0) -> ReplanResult:
     t0 = time.perf_counter()
@@ -108,7 +108,7 @@ def replan(inst: ClusterInstance, current: ClassPlan, event: Scenario, remaining
 @dataclass
 class TimelineResult:
     choice: TimelineChoice
-    candidates: list[ClassPlan]
+    candidates: list[Plan]
     candidate_labels: list[str]
     times_s: list[list[float]]  # [candidate][scenario]
     upper_bound_iterations: float
@@ -160,10 +160,10 @@ def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: f
         raise ValueError("the instance has no timeline: add a `timeline:` section")
     periods = [(p.scenario, p.duration_s) for p in inst.timeline]
     used = sorted({s for s, _ in periods})
-    cands: list[ClassPlan] = []
+    cands: list[Plan] = []
     labels: list[str] = []
 
-    def add(plan: ClassPlan | None, label: str) -> int | None:
+    def add(plan: Plan | None, label: str) -> int | None:
         if plan is None:
             return None
         if plan in cands:

@@ -30,9 +30,9 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.cost.groups_loader import as_flat_plan, as_one_group
-from paraplan.cost.plan_specs import ClusterInstance, ClassPlan
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.groups_loader import as_one_group
+from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.class_partitions import all_partitions
@@ -57,7 +57,7 @@ class SpaceTooLarge(ValueError):
 
 @dataclass
 class ClassExhaustiveResult:
-    plan: ClassPlan | None
+    plan: Plan | None
     objective_s: float | None  # the plan's time (SolveResult.objective_s)
     candidates: int
     outer_configs: int
@@ -438,7 +438,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     return list(zip(counted, fit, best))
 
 
-def _time_s(inst: ClusterInstance, plan: ClassPlan, objective: str, value_s: float) -> float:
+def _time_s(inst: ClusterInstance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
 
@@ -448,7 +448,7 @@ def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
     """Brute force over a homogeneous instance's declared space, as a one-group cluster."""
     res = exhaustive_classes(as_one_group(inst), max_candidates=max_candidates, progress=progress,
                              time_limit_s=time_limit_s)
-    return ExhaustiveResult(plan=None if res.plan is None else as_flat_plan(res.plan),
+    return ExhaustiveResult(plan=res.plan,
                             iter_time_s=res.objective_s, candidates=res.candidates, feasible=res.feasible,
                             outer_configs=res.outer_configs, wall_time_s=res.wall_time_s, complete=res.complete,
                             quantile_s=res.quantile_s)

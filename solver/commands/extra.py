@@ -27,8 +27,9 @@ def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
     (solver/commands/plan_files.py), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.commands.plan_files import (breakdown_json, plan_line, plan_mapping, plan_trust,
+    from paraplan.solver.commands.plan_files import (breakdown_json, plan_mapping, plan_trust,
                                                      read_plans, simulate_plan)
+    from paraplan.solver.commands.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
@@ -51,7 +52,7 @@ def cmd_compare(args) -> int:
         return 0
     print(f"{inst.name}: A = {names[0]}, B = {names[1]}")
     for tag, p in zip("AB", plans):
-        print(f"{tag}  {plan_line(p, inst)}")
+        print(f"{tag}  {describe_plan(p, inst)}")
     print()
     interval = [["likely measured (80%)", *("-" if t.interval_s is None else
                                             f"{seconds(t.interval_s[0])} .. {seconds(t.interval_s[1])}"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from paraplan.cost import partition as P
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 
 
 def _where(ranks_span: int, gpus_per_node: int) -> str:

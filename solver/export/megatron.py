@@ -33,7 +33,8 @@ from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, ep_links, shared_overlap_applies
 from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.specs import (Attention, Framework, Instance, Mlp, MoeDispatcher, Optimizer,
-                                 Plan, Precision, Recompute, RecomputeModule)
+                                 Precision, Recompute, RecomputeModule)
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks,
                                   refuse_dualpipe)
@@ -225,11 +226,11 @@ def render(inst: Instance, e: Emitted) -> str:
     sections.append(("model", model))
     if m.moe is not None:
         flags = _moe_flags(m, job, _routing_groups(e.inst, p))
-        if a2a_overlap_applies(job, p.outer):
+        if a2a_overlap_applies(job, p.flat_outer):
             flags.append(("--overlap-moe-expert-parallel-comm", None,
                           "job.moe_a2a_overlap: the all-to-alls run under the paired"
                           " micro-batch's compute (combined 1F1B), as priced"))
-        if shared_overlap_applies(job, p.outer):
+        if shared_overlap_applies(job, p.flat_outer):
             flags.append(("--moe-shared-expert-overlap", None,
                           "job.moe_shared_expert_overlap: the shared expert runs under the"
                           " all-to-alls, as priced"))
