@@ -69,7 +69,7 @@ class ClassExhaustiveResult:
 
 @dataclass
 class ExhaustiveResult:
-    """`exhaustive`'s result for a homogeneous instance: the plan as a homogeneous Plan."""
+    """`exhaustive`'s result for a flat instance: its plan one class on every GPU."""
 
     plan: Plan | None
     iter_time_s: float | None  # the plan's predicted iteration time

@@ -4,8 +4,8 @@ Every plan is one record (cost/plan_specs.Plan). A flat instance whose plan file
 is priced as the flat instance (cost/simulate.simulate, its trust interval from the plan's own
 features, cost/trust.plan_trust); any other instance as node groups (cost/simulate.
 simulate_classes, cost/trust.class_plan_trust). Until cost/ holds one instance record (issue 32),
-this module is the one place that tells the two instance kinds apart, so that each command has
-one path: read the plans, simulate each once, render.
+the commands tell the two instance kinds apart here (and in commands/outputs.plan_file, the
+`plan -o` mapping), so that each command has one path: read the plans, simulate each once, render.
 """
 
 from __future__ import annotations
