@@ -12,26 +12,23 @@ model's source declares is dropped silently. The lines come from two places:
 from __future__ import annotations
 
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, RecomputeModule
 
 
 def model_warnings(inst: Instance | ClusterInstance, plan: Plan | None = None) -> list[str]:
     """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space, and
-    a mixed-cluster plan, whose classes differ): the model's own, then NOTES' in order."""
-    lines = list(inst.model.unmodelled)
-    for note in NOTES:
-        line = note(inst, plan)
-        if line:
-            lines.append(line)
-    return lines
+    a mixed-cluster plan, whose classes differ): the model's own `unmodelled` lines, then one
+    line per rule of NOTES that applies."""
+    return list(inst.model.unmodelled) + [line for rule in NOTES
+                                          if (line := rule(inst.model, inst, plan)) is not None]
 
 
-# --- the notes, in the order they are shown; each a line or None -------------------------------
+# Each rule: (model, instance, plan or None) -> its line, or None where it does not apply.
 
-def _windowed_layers(inst, plan) -> str | None:
-    m = inst.model
+def _window_share(m, inst, plan) -> str | None:
     n = m.windowed_layers
     if not (0 < n < m.layers and (plan is None or plan.pp > 1)):
         return None
@@ -42,41 +39,40 @@ def _windowed_layers(inst, plan) -> str | None:
             " holding more or fewer windowed layers than its share")
 
 
-def _windowed_context_parallel(inst, plan) -> str | None:
-    if not (inst.model.windowed_layers and plan is not None and plan.cp > 1):
+def _window_ring(m, inst, plan) -> str | None:
+    if not (m.windowed_layers and plan is not None and plan.cp > 1):
         return None
     return (f"context parallel cp={plan.cp} with a sliding window: the K/V ring is priced"
             " as passing every block (cp - 1 steps), as for full attention, although a"
             " windowed query needs only the blocks its window reaches")
 
 
-def _parallel_blocks_all_reduce(inst, plan) -> str | None:
-    if not (inst.model.parallel_blocks and (plan is None or plan.tp > 1)):
+def _parallel_block_reduces(m, inst, plan) -> str | None:
+    if not (m.parallel_blocks and (plan is None or plan.tp > 1)):
         return None
     return ("parallel attention/MLP blocks: tensor-parallel all-reduces are priced as"
             " two per direction, as Megatron-LM issues them (GPT-NeoX sums the two"
             " branches before one forward all-reduce)")
 
 
-def _parallel_blocks_partitions(inst, plan) -> str | None:
+def _parallel_block_partitions(m, inst, plan) -> str | None:
     partitioned = ("spatial_temporal" in inst.search.tensor_partitions if plan is None
                    else bool(plan.partitions))
-    if not (inst.model.parallel_blocks and partitioned):
+    if not (m.parallel_blocks and partitioned):
         return None
     return ("per-operator partitions price a parallel block's MLP as reading the"
             " attention output's layout, as in a sequential block")
 
 
-def _latent_attention_stash(inst, plan) -> str | None:
-    if inst.model.mla is None or RecomputeModule.MLA_UP_PROJ in getattr(inst.job, "recompute_modules", ()):
+def _mla_stash(m, inst, plan) -> str | None:
+    if m.mla is None or RecomputeModule.MLA_UP_PROJ in getattr(inst.job, "recompute_modules", ()):
         return None
     return ("multi-head latent attention: the up projections' outputs are stashed;"
             " Megatron-core's recomputation of them (DeepSeek-V3's memory saving) is"
             " job.recompute_modules: [mla_up_proj], off in this job")
 
 
-def _dense_prefix(inst, plan) -> str | None:
-    m = inst.model
+def _dense_prefix(m, inst, plan) -> str | None:
     if m.moe is None or not m.moe.dense_layers:
         return None
     return (f"the first {m.moe.dense_layers} of {m.layers} layers are dense, priced on"
@@ -85,26 +81,25 @@ def _dense_prefix(inst, plan) -> str | None:
             " are priced as MoE layers")
 
 
-def _a2a_overlap_unused(inst, plan) -> str | None:
-    if (inst.model.moe is None or not inst.job.moe_a2a_overlap or plan is None
-            or a2a_overlap_applies(inst.job, plan.flat_outer)):
+def _a2a_overlap_off(m, inst, plan) -> str | None:
+    if not (m.moe is not None and inst.job.moe_a2a_overlap and plan is not None
+            and not a2a_overlap_applies(inst.job, plan.flat_outer)):
         return None
     return ("job.moe_a2a_overlap: this plan runs without it (Megatron-core overlaps"
             " the all-to-all only with ep > 1 and pp = 1 or interleaving), so its"
             " all-to-alls are priced exposed")
 
 
-def _shared_expert_overlap_unused(inst, plan) -> str | None:
-    if (inst.model.moe is None or not inst.job.moe_shared_expert_overlap or plan is None
-            or shared_overlap_applies(inst.job, plan.flat_outer)):
+def _shared_overlap_off(m, inst, plan) -> str | None:
+    if not (m.moe is not None and inst.job.moe_shared_expert_overlap and plan is not None
+            and not shared_overlap_applies(inst.job, plan.flat_outer)):
         return None
     return ("job.moe_shared_expert_overlap: this plan has ep = 1, so there is no"
             " all-to-all to run the shared expert under")
 
 
-def _node_limited_routing(inst, plan) -> str | None:
-    moe = inst.model.moe
-    if (moe is None or moe.max_nodes_per_token is None
+def _node_limit_without_deepep(m, inst, plan) -> str | None:
+    if (m.moe is None or m.moe.max_nodes_per_token is None
             or getattr(inst.job, "moe_dispatcher", None) is MoeDispatcher.DEEPEP):
         return None
     return ("model.moe.max_nodes_per_token changes no traffic with Megatron-core's"
@@ -113,14 +108,14 @@ def _node_limited_routing(inst, plan) -> str | None:
             " node (cost/moe.py)")
 
 
-def _dualpipe_rows(inst, plan) -> str | None:
-    if getattr(inst.job, "pipeline_schedule", None) is not PipelineSchedule.DUALPIPE or plan is None:
+def _dualpipe_stages(m, inst, plan) -> str | None:
+    if not (getattr(inst.job, "pipeline_schedule", None) is PipelineSchedule.DUALPIPE
+            and plan is not None):
         return None
     return ("DualPipe: the stages listed are devices (device d holds stages d and"
             " pp - 1 - d); the bubble is DualPipe's formula for equal chunks, and"
             " its memory counts both stages' transient buffers (cost/dualpipe.py)")
 
 
-NOTES = (_windowed_layers, _windowed_context_parallel, _parallel_blocks_all_reduce,
-         _parallel_blocks_partitions, _latent_attention_stash, _dense_prefix, _a2a_overlap_unused,
-         _shared_expert_overlap_unused, _node_limited_routing, _dualpipe_rows)
+NOTES = (_window_share, _window_ring, _parallel_block_reduces, _parallel_block_partitions, _mla_stash,
+         _dense_prefix, _a2a_overlap_off, _shared_overlap_off, _node_limit_without_deepep, _dualpipe_stages)
