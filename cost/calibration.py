@@ -46,8 +46,9 @@ from paraplan.cost.loader import (Section, check_head_shape, default_layer_split
 from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance,
-                        JobSpec, Link, Mlp, ModelSpec, Optimizer, Plan, Precision, Recompute,
+                        JobSpec, Link, Mlp, ModelSpec, Optimizer, Precision, Recompute,
                         grad_reduce_refusal)
+from paraplan.cost.plan_specs import Plan
 
 # Per-GPU NIC of the reference systems: DGX-1 V100 (4x100 Gb/s IB for 8 GPUs, taken as 100 per
 # GPU as Megatron's V100 cluster had), DGX A100 (8x 200 Gb/s HDR ConnectX-6), DGX H100/H200
@@ -260,7 +261,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     split, embedding, loss = row_layer_split(Section(cf, row["id"], "config", None), model.layers, pp, v)
 
     def plan_with(mode: str) -> Plan:
-        return Plan(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
+        return Plan.flat(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
                     num_micro_batches=cf["global_batch"] // (dp * mb),
                     # Megatron-LM's validate_args turns sequence parallelism off at tp 1
                     sequence_parallel=bool(cf.get("sequence_parallel")) and cf["tp"] > 1,

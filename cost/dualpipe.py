@@ -56,7 +56,8 @@ from paraplan.cost import coefficients, memory, moe, schedule
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.flops import layer_matmuls, moe_attention_view
-from paraplan.cost.specs import Instance, PipelineSchedule, Plan, Precision
+from paraplan.cost.specs import Instance, PipelineSchedule, Precision
+from paraplan.cost.plan_specs import Plan
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     problem = plan_problem(plan)
     if problem is not None:
         raise ConfigError(problem)
-    x = terms(inst, plan.outer, net, reserve_bytes)
+    x = terms(inst, plan.flat_outer, net, reserve_bytes)
     c = x.coeffs
     pp, m = plan.pp, plan.num_micro_batches
     n = np.array(plan.layers_per_stage, float)

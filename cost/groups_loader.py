@@ -118,7 +118,7 @@ from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import unpriced_reason
 from paraplan.cost.pipeline_split import megatron_split
-from paraplan.cost.plan_specs import (Cluster, ClusterInstance, ClassPlan, NodeGroup, Period,
+from paraplan.cost.plan_specs import (Cluster, ClusterInstance, Plan, NodeGroup, Period,
                                ReplicaClass, Scenario, Switching)
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
@@ -131,13 +131,13 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          release_search_of, search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import groups_search_refusal, split_slots_run
-from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule, Plan,
+from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule,
                                  Recompute, SearchSpace)
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
 _HOUR_S = 3600.0
 NOMINAL = "nominal"  # the name of the scenario that is the cluster as declared
-FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.ClassPlan.family
+FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.Plan.family
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
              "switching")
@@ -243,42 +243,6 @@ def as_flat_instance(inst: ClusterInstance) -> Instance:
     if len(inst.cluster.groups) != 1:
         raise ValueError(f"{inst.name} has {len(inst.cluster.groups)} node groups, not one")
     return replace(group_instance(inst, 0), name=inst.name)
-
-
-def one_class_plan(plan: ClassPlan, inst: ClusterInstance) -> Plan | None:
-    """`plan` as a homogeneous plan of as_flat_instance(inst), or None where it is not
-    one (several classes, or GPUs left idle)."""
-    if len(inst.cluster.groups) != 1 or len(plan.classes) != 1:
-        return None
-    homo = as_flat_plan(plan)
-    return homo if homo.num_gpus == inst.cluster.groups[0].num_gpus else None
-
-
-def as_class_plan(plan: Plan, path: str = "<memory>") -> ClassPlan:
-    """`plan` as the one-class plan of as_one_group's instance: dp replicas whose pp
-    stages all sit on group 0, with the plan's per-operator partitions on group 0. A plan
-    counting the embedding/loss as layer slots keeps them (ClassPlan's flags)."""
-    return ClassPlan(tp=plan.tp, cp=plan.cp, virtual_stages=plan.virtual_stages,
-                      micro_batch=plan.micro_batch, sequence_parallel=plan.sequence_parallel,
-                      recompute=plan.recompute, zero=plan.zero, family="stage", ep=plan.ep,
-                      etp=plan.etp, embedding_in_split=plan.embedding_in_split,
-                      loss_in_split=plan.loss_in_split, classes=(ReplicaClass(replicas=plan.dp, stage_groups=(0,) * plan.pp,
-                                            num_micro_batches=plan.num_micro_batches,
-                                            layers_per_stage=plan.layers_per_stage,
-                                            full_recompute_layers=plan.full_recompute_layers,
-                                            partitions=((0, plan.partitions),) if plan.partitions else ()),))
-
-
-def as_flat_plan(plan: ClassPlan) -> Plan:
-    """The inverse of as_class_plan (one class on group 0)."""
-    (c,) = plan.classes
-    return Plan(tp=plan.tp, pp=len(c.stage_groups), dp=c.replicas, cp=plan.cp,
-                micro_batch=plan.micro_batch, num_micro_batches=c.num_micro_batches,
-                sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
-                zero=plan.zero, virtual_stages=plan.virtual_stages, ep=plan.ep, etp=plan.etp,
-                embedding_in_split=plan.embedding_in_split, loss_in_split=plan.loss_in_split,
-                layers_per_stage=c.layers_per_stage, full_recompute_layers=c.full_recompute_layers,
-                partitions=c.partitions_on(0))
 
 
 def group_instance(inst: ClusterInstance, g: int) -> Instance:
@@ -654,8 +618,8 @@ def _network_of(inst: ClusterInstance, path: str) -> _Network:
 # --- plans ---------------------------------------------------------------------------------
 
 def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
-                             path: str | Path = "<memory>") -> ClassPlan:
-    """A ClassPlan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
+                             path: str | Path = "<memory>") -> Plan:
+    """A Plan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
     path = str(path)
     if isinstance(mapping, dict) and list(mapping) == ["plan"]:
         mapping = mapping["plan"]
@@ -711,7 +675,7 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
                             " stage", "give every group the plan uses its tp")
         tp = dict(by_group)[first]
     with config_errors_as(path, "plan", agree):
-        plan = ClassPlan(
+        plan = Plan(
             tp=tp, group_tp=by_group, micro_batch=micro_batch, cp=cp, virtual_stages=v,
             sequence_parallel=sec.boolean("sequence_parallel", False),
             recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
@@ -768,20 +732,20 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
                         _did_you_mean(value if isinstance(value, str) else "", names, "groups"))
 
 
-def load_class_plan(path: str | Path, inst: ClusterInstance) -> ClassPlan:
+def load_class_plan(path: str | Path, inst: ClusterInstance) -> Plan:
     """The plan file at `path` for `inst`: the group format, or on a one-group cluster also the
-    homogeneous one (a homogeneous cluster is its one group: as_class_plan)."""
+    flat one (a flat plan is the one-class plan on group 0)."""
     return class_plan_from_data(read_yaml(path), inst, path)
 
 
-def class_plan_from_data(data: Any, inst: ClusterInstance, path: str | Path) -> ClassPlan:
+def class_plan_from_data(data: Any, inst: ClusterInstance, path: str | Path) -> Plan:
     """load_class_plan of a plan file's contents `data`, read from `path`."""
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
-        return as_class_plan(plan_from_mapping(data, as_flat_instance(inst), str(path)), str(path))
+        return plan_from_mapping(data, as_flat_instance(inst), str(path))
     return class_plan_from_mapping(data, inst, str(path))
 
 
-def class_plan_to_mapping(plan: ClassPlan, inst: ClusterInstance) -> dict:
+def class_plan_to_mapping(plan: Plan, inst: ClusterInstance) -> dict:
     """Plain YAML-safe mapping that class_plan_from_mapping turns back into `plan`."""
     names = [x.name for x in inst.cluster.groups]
     all_full = plan.recompute is Recompute.NONE and all(

@@ -209,8 +209,9 @@ from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown 
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import groups_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, JobSpec,
-                        Link, Mlp, MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Plan, Precision,
+                        Link, Mlp, MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Precision,
                         OffloadModule, Recompute, RecomputeModule, SearchSpace, grad_reduce_refusal)
+from paraplan.cost.plan_specs import Plan
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -1412,7 +1413,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
              f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads,"
              f" {m.kv_heads} kv_heads, seq_len {m.seq_len}")
     with config_errors_as(path, "plan", agree):
-        plan = Plan(
+        plan = Plan.flat(
             tp=tp, pp=pp, dp=dp, cp=sec.integer("cp", 1),
             micro_batch=micro_batch,
             num_micro_batches=num_micro_batches,

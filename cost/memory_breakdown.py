@@ -23,12 +23,16 @@ cost/schedule.stage_mem_bytes exactly; tests check each category against its own
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from paraplan.cost import flops, memory, moe, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
 from paraplan.cost.flops import expert_params
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.class_coefficients import class_placement
+from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.specs import Instance, Outer
 
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
@@ -40,25 +44,41 @@ def _state_shares(zero: int, shard: int, sb: memory.StateBytes) -> tuple[float, 
 
 
 def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> list[dict[str, float]]:
-    """Per stage, bytes per category (CATEGORIES); they sum to schedule.stage_mem_bytes."""
-    m, o, fw = inst.model, plan.outer, inst.job.framework
-    pp, tp, cp = o.pp, o.tp, o.cp
-    shard = homogeneous_placement(inst.cluster, o).dp_ranks
-    w, g, opt = _state_shares(o.zero, shard, memory.state_layout(inst.job))
-    spp = w + g + opt
-    n = np.array(plan.layers_per_stage, float)
-    r = np.array(plan.full_recompute_layers, float)
+    """Per stage of a flat instance's plan, bytes per category (CATEGORIES); they sum to
+    schedule.stage_mem_bytes."""
+    o = plan.flat_outer
+    return _categories(inst, (o,) * o.pp, homogeneous_placement(inst.cluster, o).dp_ranks,
+                       plan.layers_per_stage, plan.full_recompute_layers, c)
+
+
+def class_categories_bytes(inst: ClusterInstance, plan: Plan,
+                           coeffs: list[StageCoefficients]) -> list[list[dict[str, float]]]:
+    """Per replica class and stage of a plan on node groups, bytes per category, from the
+    class's coefficients (cost/class_coefficients.class_coefficients): each stage with its own
+    group's tp, the state sharded over the gradient ring of every replica (class_placement)."""
+    out = []
+    for k, (rc, c) in enumerate(zip(plan.classes, coeffs)):
+        stage_outers = tuple(replace(c.outer, tp=plan.tp_of(g)) for g in rc.stage_groups)
+        shard = class_placement(inst.cluster, plan.outer, k).dp_ranks
+        out.append(_categories(inst, stage_outers, shard, rc.layers_per_stage, rc.full_recompute_layers, c))
+    return out
+
+
+def _categories(inst, stage_outers: tuple[Outer, ...], shard: int, layers_per_stage,
+                full_recompute_layers, c: StageCoefficients) -> list[dict[str, float]]:
+    """Per stage, bytes per category of one pipeline whose stage s is priced by
+    `stage_outers[s]` (its own tp on a mixed cluster, cost/coefficients.stage_outer), its
+    state sharded over `shard` data x context parallel ranks (Placement.dp_ranks)."""
+    m, fw, layout = inst.model, inst.job.framework, memory.state_layout(inst.job)
+    o, last = stage_outers[0], stage_outers[-1]
+    pp, cp = o.pp, o.cp
+    w, g, opt_share = _state_shares(o.zero, shard, layout)
+    spp = w + g + opt_share
+    n = np.array(layers_per_stage, float)
+    r = np.array(full_recompute_layers, float)
     uneven = schedule.uneven_chunk_mem_bytes(c, n, r)  # included in stage_mem_bytes
     total = schedule.stage_mem_bytes(c, n, r)
-    fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    runtime = memory.runtime_bytes(tp, cp, o.dp, pp)
-    # MoE: a GPU's experts (experts / ep, each 1/etp) are sharded over the expert-data-parallel
-    # group (moe.edp_ranks: shard * tp / (ep * etp) ranks), so their state splits by that
-    # group's shares (cost/moe.py)
-    ex = (m.moe.experts // o.ep) * expert_params(m) / o.expert_tp if m.moe is not None else 0.0
-    ex_fp8 = memory.fp8_expert_weight_bytes(ex, inst.job.precision, fw)  # the experts' fp8 copies
-    ew, eg, eo = _state_shares(o.zero, moe.edp_ranks(shard, o), memory.state_layout(inst.job))
     # an MoE model's dense prefix (first stage): d dense layers in place of d MoE layers, whose
     # difference the coefficients carry as stage extras (stage_state_bytes, stage_act_bytes)
     d = m.moe.dense_layers if m.moe is not None else 0
@@ -66,11 +86,20 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     stage_act = c.stage_act_bytes if c.stage_act_bytes.size else np.zeros(pp)
     # multi-token prediction (last stage): its layers as more layers of the stage, its
     # projections and embedding copy as parameter state (cost/coefficients.build)
-    mtp_params = memory.mtp_stage_params(m, pp) / tp
+    mtp_params = memory.mtp_stage_params(m, pp) / last.tp
     out = []
-    for s in range(pp):
-        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1,
-                                             memory.state_layout(inst.job))
+    for s, os in enumerate(stage_outers):
+        tp = os.tp
+        fp8 = memory.fp8_weight_bytes(m, tp, inst.job.precision, fw)
+        # the gradient ring's communicator spans every replica: shard / cp of them
+        runtime = memory.runtime_bytes(tp, cp, shard // cp, pp)
+        # MoE: a GPU's experts (experts / ep, each 1/etp) are sharded over the expert-data-
+        # parallel group (moe.edp_ranks: shard * tp / (ep * etp) ranks), so their state splits
+        # by that group's shares (cost/moe.py)
+        ex = (m.moe.experts // os.ep) * expert_params(m) / os.expert_tp if m.moe is not None else 0.0
+        ex_fp8 = memory.fp8_expert_weight_bytes(ex, inst.job.precision, fw)  # the experts' fp8 copies
+        ew, eg, eo = _state_shares(os.zero, moe.edp_ranks(shard, os), layout)
+        embed = memory.embedding_state_bytes(m, tp, o.zero, shard, s == 0, s == pp - 1, layout)
         mtp = m.mtp_layers if s == pp - 1 else 0
         mtp_state = mtp * c.layer_state_bytes[s] + (mtp_params * spp if s == pp - 1 else 0.0)
         moe_layers = n[s] + mtp - (d if s == 0 else 0)
@@ -88,8 +117,8 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
         cats = {"weights": (param_state * w / spp + moe_layers * (fp8 + ex_fp8 + ex * ew)
                             + (d * dense_fp8 if s == 0 else 0.0)),
                 "grads": param_state * g / spp + moe_layers * ex * eg,
-                "optimizer": param_state * opt / spp + moe_layers * ex * eo, "activations": float(acts), "logits": logits,
-                "workspace": float(workspace), "runtime": runtime}
+                "optimizer": param_state * opt_share / spp + moe_layers * ex * eo, "activations": float(acts),
+                "logits": logits, "workspace": float(workspace), "runtime": runtime}
         assert abs(sum(cats.values()) - total[s]) <= 1e-6 * total[s], "categories must sum to the total"
         out.append({k: float(v) for k, v in cats.items()})
     return out

@@ -14,7 +14,8 @@ from __future__ import annotations
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
-from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Plan, RecomputeModule
+from paraplan.cost.plan_specs import Plan
+from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, RecomputeModule
 
 
 def model_warnings(inst: Instance | ClusterInstance, plan: Plan | None = None) -> list[str]:
@@ -81,8 +82,8 @@ def _dense_prefix(m, inst, plan) -> str | None:
 
 
 def _a2a_overlap_off(m, inst, plan) -> str | None:
-    if not (m.moe is not None and inst.job.moe_a2a_overlap and isinstance(plan, Plan)
-            and not a2a_overlap_applies(inst.job, plan.outer)):
+    if not (m.moe is not None and inst.job.moe_a2a_overlap and plan is not None
+            and not a2a_overlap_applies(inst.job, plan.flat_outer)):
         return None
     return ("job.moe_a2a_overlap: this plan runs without it (Megatron-core overlaps"
             " the all-to-all only with ep > 1 and pp = 1 or interleaving), so its"
@@ -90,8 +91,8 @@ def _a2a_overlap_off(m, inst, plan) -> str | None:
 
 
 def _shared_overlap_off(m, inst, plan) -> str | None:
-    if not (m.moe is not None and inst.job.moe_shared_expert_overlap and isinstance(plan, Plan)
-            and not shared_overlap_applies(inst.job, plan.outer)):
+    if not (m.moe is not None and inst.job.moe_shared_expert_overlap and plan is not None
+            and not shared_overlap_applies(inst.job, plan.flat_outer)):
         return None
     return ("job.moe_shared_expert_overlap: this plan has ep = 1, so there is no"
             " all-to-all to run the shared expert under")
@@ -109,7 +110,7 @@ def _node_limit_without_deepep(m, inst, plan) -> str | None:
 
 def _dualpipe_stages(m, inst, plan) -> str | None:
     if not (getattr(inst.job, "pipeline_schedule", None) is PipelineSchedule.DUALPIPE
-            and isinstance(plan, Plan)):
+            and plan is not None):
         return None
     return ("DualPipe: the stages listed are devices (device d holds stages d and"
             " pp - 1 - d); the bubble is DualPipe's formula for equal chunks, and"

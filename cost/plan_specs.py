@@ -1,11 +1,15 @@
-"""Frozen records for heterogeneous clusters, changing networks and heterogeneous plans.
+"""Frozen records for clusters of node groups, changing networks, and the one plan record.
 
 A heterogeneous cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
 scenario's changes once (cost/groups_loader.py), so nothing downstream edits links.
 
-Heterogeneous plan (the declared space is in solver/space.py):
+A plan (`Plan`; the declared space is in solver/space.py) is the modes every replica shares and
+its replica classes; a flat plan file's plan is the one-class case (`Plan.flat`), dp replicas of
+pp stages on group 0 using every GPU, whose degrees and split read as one-class properties
+(`pp`, `dp`, `num_micro_batches`, `layers_per_stage`, ...; `flat_outer` the Outer it is priced by).
+In every plan:
 
 - every replica runs 1F1B over its own pipeline (interleaved with `virtual_stages` v > 1 model
   chunks per stage, the same v for every class); tensor parallelism (`tp`) inside a node, or
@@ -31,8 +35,9 @@ from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
-from paraplan.cost.specs import (ClusterSpec, JobSpec, Link, ModelSpec, Recompute, SearchSpace,
-                                 moe_fold_problem)
+from paraplan.cost.pipeline_split import chunk_layers
+from paraplan.cost.specs import (ClusterSpec, Instance, JobSpec, Link, ModelSpec, Outer, Recompute,
+                                 SearchSpace, moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,8 +264,54 @@ class _LayerPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClassPlan(_Modes):
+class Plan(_Modes):
+    """A plan: the modes every replica shares and its replica classes. A homogeneous plan (the
+    flat plan file, `Plan.flat`) is the one-class case: dp replicas whose pp stages all sit on
+    group 0 with every GPU used; its degrees and split read as one-class properties (`pp`, `dp`,
+    `num_micro_batches`, `layers_per_stage`, ...), which a plan of several classes has not."""
+
     classes: tuple[ReplicaClass, ...]
+
+    @classmethod
+    def flat(cls, *, layers_per_stage, full_recompute_layers, partitions=(), **outer) -> "Plan":
+        """The one-class plan of a flat plan file: an Outer's degrees and modes (`outer`), the
+        layer split and per-stage full-recompute counts, and the per-operator tensor partitions
+        ((operator, partition), ...; empty: Megatron 1-D) of its stages on group 0."""
+        return cls.of(Outer(**outer), layers_per_stage, full_recompute_layers, partitions)
+
+    @classmethod
+    def of(cls, o: Outer, layers_per_stage, full_recompute_layers, partitions=()) -> "Plan":
+        """The one-class plan of Outer `o` (validated by Outer) with its layer split.
+
+        `layers_per_stage[s]` transformer layers sit on pipeline stage s (non-uniform allowed;
+        the embedding lives on stage 0 and the output layer on stage pp-1). Of those,
+        `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`. With
+        `virtual_stages` v, stage s's model chunks each hold 1/v of its layers plus slots
+        (cost/pipeline_split.py has the placement)."""
+        n = tuple(int(x) for x in layers_per_stage)
+        r = tuple(int(x) for x in full_recompute_layers)
+        partitions = tuple(partitions)
+        if len(n) != o.pp:
+            raise ConfigError(f"plan.layers_per_stage needs {o.pp} entries (one per stage)")
+        if len(r) != o.pp:
+            raise ConfigError(f"plan.full_recompute_layers needs {o.pp} entries")
+        if any(x < 1 or not 0 <= y <= x for x, y in zip(n, r)):
+            raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
+        problem = chunk_problem(n, o.virtual_stages, o.embedding_in_split, o.loss_in_split)
+        if problem:
+            raise ConfigError(problem)
+        plan = cls(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
+                   sequence_parallel=o.sequence_parallel, recompute=o.recompute, zero=o.zero,
+                   ep=o.ep, etp=o.etp, embedding_in_split=o.embedding_in_split,
+                   loss_in_split=o.loss_in_split,
+                   classes=(ReplicaClass(replicas=o.dp, stage_groups=(0,) * o.pp,
+                                         num_micro_batches=o.num_micro_batches,
+                                         layers_per_stage=n, full_recompute_layers=r,
+                                         partitions=((0, partitions),) if partitions else ()),))
+        if partitions:
+            check_partitions(_LayerPlan(partitions=partitions, tp=o.tp, zero=o.zero,
+                                        sequence_parallel=o.sequence_parallel))
+        return plan
 
     @property
     def outer(self) -> ClassOuter:
@@ -270,6 +321,76 @@ class ClassPlan(_Modes):
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
                            family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp,
                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
+
+    # --- the one-class case -----------------------------------------------------------------
+
+    def is_flat_on(self, cluster: Cluster) -> bool:
+        """Whether this plan is the flat plan file's case on `cluster`: one node group, one
+        replica class, every GPU used."""
+        return (len(cluster.groups) == 1 and len(self.classes) == 1 and not self.group_tp
+                and self.num_gpus == cluster.num_gpus)
+
+    @property
+    def one_class(self) -> ReplicaClass:
+        """The plan's only replica class (ValueError for a plan of several)."""
+        if len(self.classes) != 1:
+            raise ValueError(f"a plan of {len(self.classes)} replica classes has no single"
+                             " pp, dp or layer split: read its classes")
+        return self.classes[0]
+
+    @property
+    def pp(self) -> int:
+        return len(self.one_class.stage_groups)
+
+    @property
+    def dp(self) -> int:
+        return self.one_class.replicas
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.one_class.num_micro_batches
+
+    @property
+    def layers_per_stage(self) -> tuple[int, ...]:
+        return self.one_class.layers_per_stage
+
+    @property
+    def full_recompute_layers(self) -> tuple[int, ...]:
+        return self.one_class.full_recompute_layers
+
+    @property
+    def partitions(self) -> tuple[tuple[str, str], ...]:
+        """The layer plan of the one class's first stage's group (empty: Megatron 1-D)."""
+        c = self.one_class
+        return c.partitions_on(c.stage_groups[0])
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def chunk_layers(self) -> tuple[tuple[int, ...], ...]:
+        """Decoder layers of model chunk c on stage s, [s][c] (cost/pipeline_split.py)."""
+        return chunk_layers(self.layers_per_stage, self.virtual_stages, self.embedding_in_split,
+                            self.loss_in_split)
+
+    def replace_flat(self, **changes) -> "Plan":
+        """The one-class plan with some of its flat fields (an Outer's, `layers_per_stage`,
+        `full_recompute_layers`, `partitions`) changed, validated as `flat` validates."""
+        o = self.flat_outer
+        fields = {f: getattr(o, f) for f in o.__dataclass_fields__}
+        fields.update(layers_per_stage=self.layers_per_stage,
+                      full_recompute_layers=self.full_recompute_layers, partitions=self.partitions)
+        return Plan.flat(**{**fields, **changes})
+
+    @property
+    def flat_outer(self) -> Outer:
+        """The one class's Outer: the key its stages are priced by (cost/coefficients.build)."""
+        return Outer(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, micro_batch=self.micro_batch,
+                     num_micro_batches=self.num_micro_batches,
+                     sequence_parallel=self.sequence_parallel, recompute=self.recompute,
+                     zero=self.zero, virtual_stages=self.virtual_stages, ep=self.ep, etp=self.etp,
+                     embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
 
     def _check_group_tp(self, inst: ClusterInstance) -> None:
         """group_tp's own rules (the space's, solver/space.py): one class, every group it
@@ -293,16 +414,87 @@ class ClassPlan(_Modes):
         if any(t < 1 for _, t in self.group_tp):
             raise ConfigError("every group's tp must be >= 1")
 
-    def check_against(self, inst: ClusterInstance) -> None:
-        """Raise ConfigError unless this plan is a valid way to run `inst`: the rules of
-        PLAN_RULES in order, the first broken one named."""
-        for rule in PLAN_RULES:
+    def check_against(self, inst: Instance | ClusterInstance) -> None:
+        """Raise ConfigError unless this plan is a valid way to run `inst`: the rules in order,
+        the first broken one named. A flat instance (one cluster, no groups) runs one class on
+        every GPU (FLAT_RULES); a cluster of node groups any classes (PLAN_RULES)."""
+        for rule in PLAN_RULES if isinstance(inst, ClusterInstance) else FLAT_RULES:
             rule(self, inst)
 
 
-# --- ClassPlan.check_against's rules, in the order they are checked -------------------------
+# --- check_against's rules on a flat instance, in the order they are checked ----------------
 
-def _stages_and_layers(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _one_class_on_every_gpu(plan: Plan, inst: Instance) -> None:
+    if len(plan.classes) != 1 or set(plan.one_class.stage_groups) != {0} or plan.group_tp:
+        raise ConfigError("a flat instance runs one replica class on its one cluster")
+    c = inst.cluster
+    if plan.num_gpus != c.num_gpus:
+        raise ConfigError(f"tp*pp*dp*cp = {plan.num_gpus} but the cluster has {c.num_gpus} GPUs")
+
+
+def _flat_layers_and_batch(plan: Plan, inst: Instance) -> None:
+    m = inst.model
+    if sum(plan.layers_per_stage) != m.layers:
+        raise ConfigError(f"layers_per_stage sums to {sum(plan.layers_per_stage)}, model has {m.layers}")
+    if plan.dp * plan.micro_batch * plan.num_micro_batches != inst.job.global_batch:
+        raise ConfigError(
+            f"dp*micro_batch*num_micro_batches = {plan.dp * plan.micro_batch * plan.num_micro_batches}"
+            f" but global_batch = {inst.job.global_batch}")
+
+
+def _flat_heads_and_sequence(plan: Plan, inst: Instance) -> None:
+    m = inst.model
+    if m.heads % plan.tp or m.kv_heads % plan.tp and plan.tp % m.kv_heads:
+        raise ConfigError(f"tp={plan.tp} must divide the {m.heads} attention heads")
+    if m.seq_len % (plan.cp * (plan.tp if plan.sequence_parallel else 1)):
+        raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
+    if plan.sequence_parallel and plan.tp == 1:
+        raise ConfigError("sequence_parallel needs tp > 1")
+
+
+def _dense_prefix(plan: Plan, inst: Instance) -> None:
+    m = inst.model
+    first_chunk = plan.chunk_layers[0][0]
+    if m.moe is not None and m.moe.dense_layers and first_chunk < m.moe.dense_layers:
+        raise ConfigError(
+            f"stage 0's first model chunk holds {first_chunk} layers, fewer than the model's"
+            f" {m.moe.dense_layers} dense layers: paraplan prices the dense prefix on the first"
+            f" stage; give it at least {plan.virtual_stages * m.moe.dense_layers} layers"
+            + (" (without embedding_in_split)" if plan.embedding_in_split else ""))
+
+
+def _selective_or_full(plan: Plan, inst: Instance) -> None:
+    if inst.job.recompute_modules and any(plan.full_recompute_layers):
+        raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
+                          " (job.recompute_modules), and Megatron-LM's --recompute-granularity"
+                          " is either selective or full; set every count to 0, or remove"
+                          " recompute_modules")
+
+
+def _flat_latent_attention(plan: Plan, inst: Instance) -> None:
+    if inst.model.mla is not None and plan.partitions:
+        raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
+                          " attention's projections; remove partitions (Megatron 1-D)")
+    if inst.model.mla is not None and plan.zero == 3:
+        raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
+                          " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
+
+
+def _flat_expert_fold(plan: Plan, inst: Instance) -> None:
+    if plan.ep > 1 or plan.etp is not None:
+        problem = moe_fold_problem(inst.model, plan.tp, plan.dp * plan.cp, plan.sequence_parallel,
+                                   plan.ep, plan.expert_tp)
+        if problem:
+            raise ConfigError(problem)
+
+
+FLAT_RULES = (_one_class_on_every_gpu, _flat_layers_and_batch, _flat_heads_and_sequence,
+              _dense_prefix, _selective_or_full, _flat_latent_attention, _flat_expert_fold)
+
+
+# --- check_against's rules on a cluster of node groups, in the order they are checked -------
+
+def _stages_and_layers(plan: Plan, inst: ClusterInstance) -> None:
     G = len(inst.cluster.groups)
     for c in plan.classes:
         if any(not 0 <= g < G for g in c.stage_groups):
@@ -312,11 +504,11 @@ def _stages_and_layers(plan: ClassPlan, inst: ClusterInstance) -> None:
                               f" the model has {inst.model.layers}")
 
 
-def _group_tp(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _group_tp(plan: Plan, inst: ClusterInstance) -> None:
     plan._check_group_tp(inst)
 
 
-def _gpus_per_group(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _gpus_per_group(plan: Plan, inst: ClusterInstance) -> None:
     hc = inst.cluster
     used = plan.outer.gpus_per_group(len(hc.groups))
     for g, grp in enumerate(hc.groups):
@@ -329,27 +521,27 @@ def _gpus_per_group(plan: ClassPlan, inst: ClusterInstance) -> None:
                               " node, or take whole nodes of it")
 
 
-def _global_batch(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _global_batch(plan: Plan, inst: ClusterInstance) -> None:
     seqs = sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch
     if seqs != inst.job.global_batch:
         raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
                           f" global_batch = {inst.job.global_batch}")
 
 
-def _heads(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _heads(plan: Plan, inst: ClusterInstance) -> None:
     m = inst.model
     for t in plan.tp_degrees:
         if m.heads % t or m.kv_heads % t and t % m.kv_heads:
             raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
 
 
-def _latent_attention(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _latent_attention(plan: Plan, inst: ClusterInstance) -> None:
     if inst.model.mla is not None and (plan.zero == 3 or any(c.partitions for c in plan.classes)):
         raise ConfigError("latent attention (model.mla) is not priced with ZeRO-3 or per-operator"
                           " partitions; use zero 0, 1 or 2 and Megatron 1-D")
 
 
-def _context_and_sequence_parallel(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _context_and_sequence_parallel(plan: Plan, inst: ClusterInstance) -> None:
     seq_len = inst.model.seq_len
     if plan.cp < 1 or seq_len % plan.cp:
         raise ConfigError(f"cp={plan.cp} must be >= 1 and divide seq_len {seq_len}")
@@ -358,7 +550,7 @@ def _context_and_sequence_parallel(plan: ClassPlan, inst: ClusterInstance) -> No
                           " every group")
 
 
-def _micro_batches_per_class(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _micro_batches_per_class(plan: Plan, inst: ClusterInstance) -> None:
     if len(plan.classes) > 1:
         for c in plan.classes:
             if c.num_micro_batches < len(c.stage_groups):
@@ -367,7 +559,7 @@ def _micro_batches_per_class(plan: ClassPlan, inst: ClusterInstance) -> None:
                                   " replica (solver/space.py)")
 
 
-def _virtual_stages(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _virtual_stages(plan: Plan, inst: ClusterInstance) -> None:
     v = plan.virtual_stages
     for c in plan.classes:  # the chunk rule of cost/pipeline_split.py, with the slots
         problem = chunk_problem(c.layers_per_stage, v, plan.embedding_in_split, plan.loss_in_split)
@@ -385,7 +577,7 @@ def _virtual_stages(plan: ClassPlan, inst: ClusterInstance) -> None:
                               " micro-batches per replica (solver/space.py)")
 
 
-def _zero_and_expert_degrees(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _zero_and_expert_degrees(plan: Plan, inst: ClusterInstance) -> None:
     if plan.zero not in (0, 1, 2, 3):
         raise ConfigError("plan.zero must be 0, 1, 2 or 3")
     if plan.ep < 1 or plan.expert_tp < 1:
@@ -395,7 +587,7 @@ def _zero_and_expert_degrees(plan: ClassPlan, inst: ClusterInstance) -> None:
                           " experts split as its tp)")
 
 
-def _expert_fold(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _expert_fold(plan: Plan, inst: ClusterInstance) -> None:
     if plan.ep > 1 or plan.etp is not None:
         # an expert group lies inside one class's tp x data x context parallel ranks of a stage
         for c in plan.classes:
@@ -405,20 +597,20 @@ def _expert_fold(plan: ClassPlan, inst: ClusterInstance) -> None:
                 raise ConfigError(f"{problem} (a class has {c.replicas} replicas x cp {plan.cp})")
 
 
-def _partitions(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _partitions(plan: Plan, inst: ClusterInstance) -> None:
     for c in plan.classes:
         for g, parts in c.partitions:
             check_partitions(_LayerPlan(partitions=parts, tp=plan.tp_of(g), zero=plan.zero,
                                         sequence_parallel=plan.sequence_parallel))
 
 
-def _zero_shards(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _zero_shards(plan: Plan, inst: ClusterInstance) -> None:
     if plan.zero and plan.outer.replicas * plan.cp == 1:
         raise ConfigError(f"ZeRO-{plan.zero} shards over replicas and context-parallel ranks,"
                           " and the plan has one of each")
 
 
-def _framework_runs_it(plan: ClassPlan, inst: ClusterInstance) -> None:
+def _framework_runs_it(plan: Plan, inst: ClusterInstance) -> None:
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     for c, t in itertools.product(plan.classes, plan.tp_degrees):
         if not rules.admits(tp=t, pp=len(c.stage_groups), cp=plan.cp, dp=plan.outer.replicas,

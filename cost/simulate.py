@@ -15,7 +15,7 @@ quantisation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,8 +25,8 @@ from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
 from paraplan.cost.partition import plan_layer_fn
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, ClassPlan
-from paraplan.cost.specs import Instance, PipelineSchedule, Plan
+from paraplan.cost.plan_specs import Cluster, ClusterInstance, Plan
+from paraplan.cost.specs import Instance, PipelineSchedule
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     plan.check_against(inst)
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
         return _simulate_dualpipe(inst, plan, net, reserve_bytes)
-    c = coeffs if coeffs is not None else build(inst, plan.outer, net, reserve_bytes,
+    c = coeffs if coeffs is not None else build(inst, plan.flat_outer, net, reserve_bytes,
                                                 layer_fn=plan_layer_fn(plan.partitions))
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
@@ -207,7 +207,7 @@ class PlanBreakdown:
                                                          k.capacity_bytes))]
 
 
-def simulate_classes(inst: ClusterInstance, plan: ClassPlan, cluster: Cluster | None = None,
+def simulate_classes(inst: ClusterInstance, plan: Plan, cluster: Cluster | None = None,
                      net: NetEfficiency = NetEfficiency()) -> PlanBreakdown:
     plan.check_against(inst)
     hc = cluster if cluster is not None else inst.cluster
@@ -249,7 +249,7 @@ def simulate_classes(inst: ClusterInstance, plan: ClassPlan, cluster: Cluster | 
                          exposed_s=exposed, overlapped_s=overlapped)
 
 
-def _dualpipe_classes(inst: ClusterInstance, plan: ClassPlan, hc: Cluster,
+def _dualpipe_classes(inst: ClusterInstance, plan: Plan, hc: Cluster,
                       net: NetEfficiency) -> PlanBreakdown:
     """A DualPipe plan, one class on one group (the loaders refuse DualPipe on a mixed
     cluster), priced by cost/dualpipe.iteration as `simulate` prices it on its homogeneous
@@ -258,11 +258,9 @@ def _dualpipe_classes(inst: ClusterInstance, plan: ClassPlan, hc: Cluster,
     if len(hc.groups) != 1 or len(plan.classes) != 1:
         raise ValueError("a DualPipe plan runs one replica class on one node group")
     (k,) = plan.classes
-    flat = Plan(tp=plan.tp, pp=len(k.stage_groups), dp=k.replicas, cp=plan.cp,
-                micro_batch=plan.micro_batch, num_micro_batches=k.num_micro_batches,
-                sequence_parallel=plan.sequence_parallel, recompute=plan.recompute, zero=plan.zero,
-                virtual_stages=plan.virtual_stages, ep=plan.ep, etp=plan.etp,
-                layers_per_stage=k.layers_per_stage, full_recompute_layers=k.full_recompute_layers)
+    # the one class as this route always priced it: without its layer plan or embedding/loss slots
+    flat = Plan.of(replace(plan.flat_outer, embedding_in_split=False, loss_in_split=False),
+                   k.layers_per_stage, k.full_recompute_layers)
     it = dualpipe.iteration(group_pricing_instance(inst, hc, 0), flat, net,
                             inst.search.memory_reserve_bytes)
     bd = _dualpipe_breakdown(it, inst.model, inst.job.global_batch, hc.num_gpus,

@@ -1,4 +1,5 @@
-"""Frozen records for everything the simulator reads: model, GPU, cluster, job, plan.
+"""Frozen records for everything the simulator reads: model, GPU, cluster, job, outer
+configuration (the plan, whose flat form is its one-class case, is cost/plan_specs.Plan).
 
 All numbers are in internal units (seconds, bytes, FLOP/s, bytes/s); the loader converts the
 YAML's unit-carrying keys before building these. Records validate their own invariants in
@@ -8,13 +9,11 @@ loader's job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
-from paraplan.cost.partition_names import check_partitions
-from paraplan.cost.pipeline_split import chunk_layers, chunk_problem
 from paraplan.cost.releases import Framework, Release, current_release, find_release, known_versions
 from paraplan.cost.units import GIB_BYTES
 
@@ -885,101 +884,3 @@ class Outer:
     def expert_tp(self) -> int:
         """The expert tensor parallel degree: etp, or tp where the plan leaves it out."""
         return self.tp if self.etp is None else self.etp
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan(Outer):
-    """One parallel configuration, complete enough to simulate: an Outer plus the split.
-
-    `layers_per_stage[s]` transformer layers sit on pipeline stage s (non-uniform allowed; the
-    embedding lives on stage 0 and the output layer on stage pp-1). Of those,
-    `full_recompute_layers[s]` are fully recomputed; the rest use `recompute`. With
-    `virtual_stages` v, stage s's model chunks each hold 1/v of its layers plus slots, where
-    `embedding_in_split` / `loss_in_split` count the embedding / loss as a layer of stage 0's
-    first / stage pp-1's last chunk (Megatron-core's --account-for-embedding-in-pipeline-split
-    and --account-for-loss-in-pipeline-split; cost/pipeline_split.py has the placement).
-    """
-
-    layers_per_stage: tuple[int, ...] = field(default=())
-    full_recompute_layers: tuple[int, ...] = field(default=())
-    # per-operator tensor partitions, ((operator, partition), ...) as in cost/partition.py;
-    # empty: Megatron 1-D tensor parallelism (the default)
-    partitions: tuple[tuple[str, str], ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        Outer.__post_init__(self)
-        if len(self.layers_per_stage) != self.pp:
-            raise ConfigError(f"plan.layers_per_stage needs {self.pp} entries (one per stage)")
-        if len(self.full_recompute_layers) != self.pp:
-            raise ConfigError(f"plan.full_recompute_layers needs {self.pp} entries")
-        for n, r in zip(self.layers_per_stage, self.full_recompute_layers):
-            if n < 1 or not 0 <= r <= n:
-                raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
-        problem = chunk_problem(self.layers_per_stage, self.virtual_stages, self.embedding_in_split,
-                                self.loss_in_split)
-        if problem:
-            raise ConfigError(problem)
-        if self.partitions:
-            check_partitions(self)
-
-    @property
-    def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp * self.cp
-
-    @property
-    def chunk_layers(self) -> tuple[tuple[int, ...], ...]:
-        """Decoder layers of model chunk c on stage s, [s][c] (cost/pipeline_split.py)."""
-        return chunk_layers(self.layers_per_stage, self.virtual_stages, self.embedding_in_split,
-                            self.loss_in_split)
-
-    @property
-    def outer(self) -> Outer:
-        return Outer(**{f.name: getattr(self, f.name) for f in fields(Outer)})
-
-    @classmethod
-    def of(cls, outer: Outer, layers_per_stage, full_recompute_layers, partitions=()) -> "Plan":
-        return cls(**{f.name: getattr(outer, f.name) for f in fields(Outer)},
-                   layers_per_stage=tuple(int(x) for x in layers_per_stage),
-                   full_recompute_layers=tuple(int(x) for x in full_recompute_layers),
-                   partitions=tuple(partitions))
-
-    def check_against(self, inst: Instance) -> None:
-        """Raise ConfigError unless this plan is a valid way to run `inst`."""
-        m, c = inst.model, inst.cluster
-        if self.num_gpus != c.num_gpus:
-            raise ConfigError(f"tp*pp*dp*cp = {self.num_gpus} but the cluster has {c.num_gpus} GPUs")
-        if sum(self.layers_per_stage) != m.layers:
-            raise ConfigError(f"layers_per_stage sums to {sum(self.layers_per_stage)}, model has {m.layers}")
-        if self.dp * self.micro_batch * self.num_micro_batches != inst.job.global_batch:
-            raise ConfigError(
-                f"dp*micro_batch*num_micro_batches = {self.dp * self.micro_batch * self.num_micro_batches}"
-                f" but global_batch = {inst.job.global_batch}")
-        if m.heads % self.tp or m.kv_heads % self.tp and self.tp % m.kv_heads:
-            raise ConfigError(f"tp={self.tp} must divide the {m.heads} attention heads")
-        if m.seq_len % (self.cp * (self.tp if self.sequence_parallel else 1)):
-            raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
-        if self.sequence_parallel and self.tp == 1:
-            raise ConfigError("sequence_parallel needs tp > 1")
-        first_chunk = self.chunk_layers[0][0]
-        if m.moe is not None and m.moe.dense_layers and first_chunk < m.moe.dense_layers:
-            raise ConfigError(
-                f"stage 0's first model chunk holds {first_chunk} layers, fewer than the model's"
-                f" {m.moe.dense_layers} dense layers: paraplan prices the dense prefix on the first"
-                f" stage; give it at least {self.virtual_stages * m.moe.dense_layers} layers"
-                + (" (without embedding_in_split)" if self.embedding_in_split else ""))
-        if inst.job.recompute_modules and any(self.full_recompute_layers):
-            raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
-                              " (job.recompute_modules), and Megatron-LM's --recompute-granularity"
-                              " is either selective or full; set every count to 0, or remove"
-                              " recompute_modules")
-        if m.mla is not None and self.partitions:
-            raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
-                              " attention's projections; remove partitions (Megatron 1-D)")
-        if m.mla is not None and self.zero == 3:
-            raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
-                              " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
-        if self.ep > 1 or self.etp is not None:
-            problem = moe_fold_problem(m, self.tp, self.dp * self.cp, self.sequence_parallel,
-                                       self.ep, self.expert_tp)
-            if problem:
-                raise ConfigError(problem)

@@ -22,7 +22,8 @@ from paraplan.cost.coefficients import build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.simulate import plan_layer_fn
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +47,10 @@ def schedule_prices(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficien
     kinds = [k for k in TorchSchedule if schedule.schedule_problem(k, pp, v, m) is None]
     if not kinds:
         return []
-    c = build(inst, plan.outer, net, reserve_bytes, layer_fn=plan_layer_fn(plan.partitions))
+    c = build(inst, plan.flat_outer, net, reserve_bytes, layer_fn=plan_layer_fn(plan.partitions))
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
-    o = plan.outer
+    o = plan.flat_outer
     w_share = schedule.weight_grad_share(inst.model, o.micro_batch, o.tp, o.cp, o.sequence_parallel)
     out = []
     for kind in kinds:

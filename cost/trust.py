@@ -77,7 +77,8 @@ from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
 from paraplan.cost.fit import die  # GPUs that share a compute die share a record
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.plan_specs import Plan
+from paraplan.cost.specs import Instance
 
 # (lowest, highest or None, label): the scale bands of the accuracy tables, in GPUs
 SCALE_BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 255, "65-255"), (256, 1023, "256-1023"),
@@ -660,7 +661,7 @@ def objective_factors(inst, configs) -> np.ndarray:
 
 def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
-    group-format instance (ClassOuter or ClassPlan on a ClusterInstance; objective_factor):
+    group-format instance (ClassOuter or Plan on a ClusterInstance; objective_factor):
     1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp and the deepest
     class, so the planner scales its time coefficients by it (solver/search.problem_of, the
     floors read before pricing) and every bound and proof holds for the quantile."""

@@ -27,7 +27,8 @@ from paraplan.cost.loader import (describe, load_instance, load_instance_parts, 
                                   plan_from_mapping)
 from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
 from paraplan.cost.simulate import simulate as _simulate
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.report.compare import compare
 from paraplan.solver.search import search
 from paraplan.solver.planner import SolveResult

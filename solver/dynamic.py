@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from paraplan.cost.simulate import simulate_classes
-from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, Scenario
+from paraplan.cost.plan_specs import ClusterInstance, Plan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
@@ -57,7 +57,7 @@ def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) ->
     return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: ClusterInstance, plan: ClassPlan, optima: list[SolveResult]) -> list[Regret]:
+def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult]) -> list[Regret]:
     out = []
     for sc, opt in zip(inst.scenarios, optima):
         t = simulate_classes(inst, plan, sc.cluster).iter_time_s
@@ -90,7 +90,7 @@ class ReplanResult:
         return self.switch_s / (self.current_time_s - self.new.objective_s)
 
 
-def replan(inst: ClusterInstance, current: ClassPlan, event: Scenario, remaining_s: float | None,
+def replan(inst: ClusterInstance, current: Plan, event: Scenario, remaining_s: float | None,
            remaining_iterations: int | None, backend: str = "cpsat",
            time_limit_s: float = 60.0) -> ReplanResult:
     t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def replan(inst: ClusterInstance, current: ClassPlan, event: Scenario, remaining
 @dataclass
 class TimelineResult:
     choice: TimelineChoice
-    candidates: list[ClassPlan]
+    candidates: list[Plan]
     candidate_labels: list[str]
     times_s: list[list[float]]  # [candidate][scenario]
     upper_bound_iterations: float
@@ -140,7 +140,7 @@ def _weighted(inst: ClusterInstance, weights: dict[int, float]) -> ClusterInstan
     return dataclasses.replace(inst, scenarios=scen, timeline=())
 
 
-def objective_time_s(inst: ClusterInstance, plan: ClassPlan, cluster=None) -> float:
+def objective_time_s(inst: ClusterInstance, plan: Plan, cluster=None) -> float:
     """`plan`'s iteration time as the planner minimises it, on `cluster` (default: the
     instance's): the predicted time times the quantile objective's factor
     (cost/trust.objective_factor_of; 1 for `mean`). The timeline counts iterations in these
@@ -170,10 +170,10 @@ def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: f
         raise ValueError("the instance has no timeline: add a `timeline:` section")
     periods = [(p.scenario, p.duration_s) for p in inst.timeline]
     used = sorted({s for s, _ in periods})
-    cands: list[ClassPlan] = []
+    cands: list[Plan] = []
     labels: list[str] = []
 
-    def add(plan: ClassPlan | None, label: str) -> int | None:
+    def add(plan: Plan | None, label: str) -> int | None:
         if plan is None:
             return None
         if plan in cands:

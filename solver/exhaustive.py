@@ -30,9 +30,9 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.cost.groups_loader import as_flat_plan, as_one_group
-from paraplan.cost.plan_specs import ClusterInstance, ClassPlan
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.groups_loader import as_one_group
+from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.class_partitions import all_partitions
@@ -56,29 +56,22 @@ class SpaceTooLarge(ValueError):
 
 
 @dataclass
-class ClassExhaustiveResult:
-    plan: ClassPlan | None
+class ExhaustiveResult:
+    """Brute force's answer on every instance kind (a flat one searched as its one group)."""
+
+    plan: Plan | None
     objective_s: float | None  # the plan's time (SolveResult.objective_s)
     candidates: int
     outer_configs: int
     wall_time_s: float
     feasible: int = 0  # candidates that fit memory
     complete: bool = True  # False: the time limit stopped it; the plan is only the best seen
-    quantile_s: float | None = None  # what was minimised (HeteroResult.quantile_s)
+    quantile_s: float | None = None  # what was minimised (SolveResult.quantile_s)
 
-
-@dataclass
-class ExhaustiveResult:
-    """`exhaustive`'s result for a homogeneous instance: the plan as a homogeneous Plan."""
-
-    plan: Plan | None
-    iter_time_s: float | None  # the plan's predicted iteration time
-    candidates: int
-    feasible: int
-    outer_configs: int
-    wall_time_s: float
-    complete: bool = True
-    quantile_s: float | None = None  # what was minimised (search.objective; SolveResult)
+    @property
+    def iter_time_s(self) -> float | None:
+        """The plan's time, as SolveResult.iter_time_s names it."""
+        return self.objective_s
 
 
 @lru_cache(maxsize=256)
@@ -247,7 +240,7 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     return nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok)
 
 
-def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ClassExhaustiveResult:
+def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
     """A DualPipe job's space (one class on one group per configuration): every split and
     recompute row of each configuration (_split_rows), its time and memory from the DualPipe
     problem's terms (search.dualpipe_problem, cost/dualpipe.terms), the first minimum
@@ -269,7 +262,7 @@ def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadlin
                     best_val, best = float(val[i]), (o, [p.num_micro_batches], [n[i]], [r[i]])
     complete = deadline is None or time.perf_counter() <= deadline
     plan = None if best is None else _plan_of(*best)
-    return ClassExhaustiveResult(plan=plan, quantile_s=None if best is None else best_val,
+    return ExhaustiveResult(plan=plan, quantile_s=None if best is None else best_val,
                                   objective_s=None if best is None else _time_s(inst, plan, "nominal", best_val),
                                   candidates=done, outer_configs=len(outers), wall_time_s=time.perf_counter() - t0,
                                   feasible=feasible, complete=complete)
@@ -277,7 +270,7 @@ def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadlin
 
 def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
-                      time_limit_s: float | None = None) -> ClassExhaustiveResult:
+                      time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring). With time_limit_s
     (wall clock) it stops when the limit passes (checked per outer configuration and micro-batch
     vector) and returns complete=False: then nothing is proved."""
@@ -331,7 +324,7 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
         bar.update(done)
         return True
 
-    def result(complete: bool) -> ClassExhaustiveResult:
+    def result(complete: bool) -> ExhaustiveResult:
         fold()
         val_s, chosen = best_val, best
         for i in sorted(found):  # stopped by the limit: those past a gap, in order
@@ -339,7 +332,7 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
                 if val < val_s * (1 - 1e-9):
                     val_s, chosen = float(val), b
         plan = None if chosen is None else _plan_of(*chosen)
-        return ClassExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
+        return ExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
                                       objective_s=None if chosen is None else _time_s(inst, plan, objective, val_s),
                                       candidates=done, outer_configs=len(outers),
                                       wall_time_s=time.perf_counter() - t0, feasible=feasible, complete=complete)
@@ -438,17 +431,13 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     return list(zip(counted, fit, best))
 
 
-def _time_s(inst: ClusterInstance, plan: ClassPlan, objective: str, value_s: float) -> float:
+def _time_s(inst: ClusterInstance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
 
 
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
-    """Brute force over a homogeneous instance's declared space, as a one-group cluster."""
-    res = exhaustive_classes(as_one_group(inst), max_candidates=max_candidates, progress=progress,
-                             time_limit_s=time_limit_s)
-    return ExhaustiveResult(plan=None if res.plan is None else as_flat_plan(res.plan),
-                            iter_time_s=res.objective_s, candidates=res.candidates, feasible=res.feasible,
-                            outer_configs=res.outer_configs, wall_time_s=res.wall_time_s, complete=res.complete,
-                            quantile_s=res.quantile_s)
+    """Brute force over a flat instance's declared space, as its one group."""
+    return exhaustive_classes(as_one_group(inst), max_candidates=max_candidates, progress=progress,
+                              time_limit_s=time_limit_s)

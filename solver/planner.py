@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 
 from paraplan.cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
-from paraplan.cost.plan_specs import ClassPlan
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.simulate import Breakdown, PlanBreakdown, simulate
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver import partition_plans
 from paraplan.solver.bounds import one_class
@@ -38,7 +38,7 @@ class ResimulationMismatch(AssertionError):
 class Ranked:
     """One of `--top`'s plans (SolveResult.ranked), re-simulated once."""
 
-    plan: Plan | ClassPlan
+    plan: Plan
     objective_s: float  # the plan's objective (its iteration time on the nominal network)
     breakdown: Breakdown | PlanBreakdown
     quantile_s: float  # what the plans are ranked by: objective_s at search.objective
@@ -50,9 +50,8 @@ class SolveResult:
     status, plan, objective, bound and how the declared space was accounted for."""
 
     status: str
-    # the plan in the shape of the instance planned: a Plan (one class on a flat cluster) or a
-    # ClassPlan (a cluster of node groups)
-    plan: Plan | ClassPlan | None
+    # the plan: one class on every GPU of a flat cluster, any classes on a cluster of node groups
+    plan: Plan | None
     # which network objective was aggregated (nominal, robust, expected) and its value for the
     # plan: the iteration time on the nominal network
     objective: str
@@ -65,7 +64,7 @@ class SolveResult:
     per_scenario_s: tuple[float, ...] | None = None
     scenario_names: tuple[str, ...] = ()
     breakdown: Breakdown | PlanBreakdown | None = None
-    # the `winners` best plans of distinct candidates, best first: (objective s, ClassPlan)
+    # the `winners` best plans of distinct candidates, best first: (objective s, Plan)
     # from search.search, Ranked (re-simulated) from solve
     ranked: tuple = ()
     # what was minimised: objective_s times the plan's search.objective factor

@@ -59,7 +59,7 @@ from paraplan.cost.class_coefficients import (class_outers, class_placement, gro
                                               partitions_layer_fn)
 from paraplan.cost.simulate import PlanBreakdown, simulate_classes
 from paraplan.cost.objective import scaled_times
-from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, ClassPlan, ReplicaClass
+from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, Plan, ReplicaClass
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
@@ -231,9 +231,9 @@ def incumbent(p: MultiClassProblem, mvecs: np.ndarray, uniform: bool = False):
     return min(found, key=lambda f: f[0]) if found else None
 
 
-def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> ClassPlan:
+def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> Plan:
     parts = partitions or ((),) * len(o.classes)
-    return ClassPlan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
+    return Plan(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
                       etp=o.etp, group_tp=o.group_tp, embedding_in_split=o.embedding_in_split,
@@ -450,7 +450,7 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
 def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: ClassPlan | None = None, progress=None, threads: int = 1,
+                warm_plan: Plan | None = None, progress=None, threads: int = 1,
                 resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
     """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
     many configurations at once (the planner's best-first order, in batches of configurations
@@ -793,8 +793,8 @@ def _layer_plans(inst: ClusterInstance, o: ClassOuter, i: int, objective: str, p
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
 
 
-def fewest_classes(inst: ClusterInstance, plan: ClassPlan, objective: str,
-                   families: tuple[str, ...] = FAMILIES) -> ClassPlan:
+def fewest_classes(inst: ClusterInstance, plan: Plan, objective: str,
+                   families: tuple[str, ...] = FAMILIES) -> Plan:
     """`plan` with its twin classes merged where that ties: classes on one group alike in all
     but their replicas (search.classes_per_group lists them apart, as they may run different
     micro-batch counts) become one, e.g. 1 + 7 replicas of one stage running 1 micro-batch each
@@ -824,7 +824,7 @@ def fewest_classes(inst: ClusterInstance, plan: ClassPlan, objective: str,
     return twin if all(bd.fits for bd in bds) and after <= before else plan
 
 
-def _simulated(inst: ClusterInstance, plan: ClassPlan, objective: str) -> tuple[float, list[PlanBreakdown]]:
+def _simulated(inst: ClusterInstance, plan: Plan, objective: str) -> tuple[float, list[PlanBreakdown]]:
     """The plan's objective as `cost` prices it (simulate on each scenario the objective
     reads, aggregated as it does, times the quantile objective's factor), with the breakdowns."""
     idx, _, _ = scenario_weights(inst, objective)
@@ -840,14 +840,14 @@ def aggregate_s(inst: ClusterInstance, objective: str, per_scenario_s) -> float:
     return max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
 
 
-def plan_time_s(inst: ClusterInstance, plan: ClassPlan, objective: str) -> float:
+def plan_time_s(inst: ClusterInstance, plan: Plan, objective: str) -> float:
     """The plan's time (aggregate_s of its simulated scenarios), without the factor."""
     idx, _, _ = scenario_weights(inst, objective)
     return aggregate_s(inst, objective, [simulate_classes(inst, plan, inst.scenarios[i].cluster).iter_time_s
                                          for i in idx])
 
 
-def check_resimulation(inst: ClusterInstance, plan: ClassPlan, objective: str, objective_s: float,
+def check_resimulation(inst: ClusterInstance, plan: Plan, objective: str, objective_s: float,
                        tolerance_s: float) -> tuple[tuple[float, ...], PlanBreakdown]:
     value, bds = _simulated(inst, plan, objective)
     per = [bd.iter_time_s for bd in bds]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, ClassPlan
+from paraplan.cost.plan_specs import Cluster, ClusterInstance, Plan
 from paraplan.cost.specs import ClusterSpec, Link
 
 # relative tolerance under which the plan's time ties the re-planned optimum (solver/planner.REL_TOL)
@@ -72,7 +72,7 @@ def moved_instances(inst: ClusterInstance):
                 yield "model.moe.imbalance", end, v, replace(inst, model=replace(m, moe=replace(m.moe, imbalance=v)))
 
 
-def sensitivity(inst: ClusterInstance, plan: ClassPlan, objective: str, backend: str,
+def sensitivity(inst: ClusterInstance, plan: Plan, objective: str, backend: str,
                 time_limit_s: float, threads: int, describe) -> dict:
     """{"robust", "cases"}: each case re-plans the moved instance (solver/search.py) and says
     whether `plan` stays optimal on it; `describe(plan, inst)` writes a winning plan's line."""
@@ -90,7 +90,7 @@ def sensitivity(inst: ClusterInstance, plan: ClassPlan, objective: str, backend:
     return {"robust": all(c["stays_optimal"] for c in cases), "cases": cases}
 
 
-def _time_if_fits(inst: ClusterInstance, plan: ClassPlan, objective: str) -> float | None:
+def _time_if_fits(inst: ClusterInstance, plan: Plan, objective: str) -> float | None:
     """The plan's time for the objective (its scenarios' times aggregated, solver/search.
     aggregate_s), each scenario simulated once; None where it does not fit memory on one."""
     from paraplan.cost.simulate import simulate_classes

@@ -3,8 +3,8 @@ search (solver/search.py) and returns the one result record (planner.SolveResult
 
 A cluster of node groups is searched as it is. A flat instance is searched as its one group
 (the one-group class space is the flat space: tests/goldens pins the optima and plans), and
-its plan comes back as the one-class Plan it is, re-simulated once by the simulator whose
-breakdown `paraplan plan` shows. With `winners` K > 1 (`paraplan plan --top K`) the same branch
+its one-class plan is re-simulated once on the flat instance, whose breakdown `paraplan plan`
+shows. With `winners` K > 1 (`paraplan plan --top K`) the same branch
 and bound keeps the K best plans of distinct outer configurations, each re-simulated once
 (`ranked`).
 
@@ -22,7 +22,7 @@ import math
 import time
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import as_flat_plan, as_one_group
+from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
@@ -48,10 +48,10 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         _check_top(inst, winners, within_pct)
     if isinstance(inst, ClusterInstance):
         return _solve_groups(inst, backend, time_limit_s, threads, progress, objective, winners, within_pct)
-    if several_classes(inst.search):  # a Plan holds one class on every GPU
+    if several_classes(inst.search):  # a flat instance runs one class on every GPU
         key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
         raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
-                            " idle GPUs are group-format plans, which a one-class Plan cannot hold",
+                            " idle GPUs are group-format plans, which a flat plan file cannot hold",
                             "plan it as its one group: api.search(as_one_group(inst))"
                             " (what `paraplan plan` does)")
     group = as_one_group(inst)
@@ -68,9 +68,9 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
     if winners is not None:
         ranked = []
         for val, p in res.ranked:  # each re-simulated once, by the simulator whose breakdown is shown
-            flat, factor = as_flat_plan(p), objective_factor_of(group, p)  # val: at search.objective
-            bd = check_resimulation(inst, flat, val / factor, res.tolerance_s / factor)
-            ranked.append(Ranked(flat, bd.iter_time_s if factor != 1.0 else val, bd, val))
+            factor = objective_factor_of(group, p)  # val: at search.objective
+            bd = check_resimulation(inst, p, val / factor, res.tolerance_s / factor)
+            ranked.append(Ranked(p, bd.iter_time_s if factor != 1.0 else val, bd, val))
         res.ranked = tuple(ranked)
         return res
     res.ranked = ()
@@ -78,7 +78,7 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         # re-simulated once, against the plan's time: the minimised value over its
         # configuration's quantile factor, the tolerance scaled alike; the time reported is the
         # simulator's where the factor divided it
-        res.plan, factor = as_flat_plan(res.plan), res.quantile_s / res.objective_s
+        factor = res.quantile_s / res.objective_s
         res.breakdown = check_resimulation(inst, res.plan, res.objective_s, res.tolerance_s / factor)
         if factor != 1.0:
             res.objective_s = res.breakdown.iter_time_s

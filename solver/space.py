@@ -63,7 +63,7 @@ goldens keep the space sizes).
 Rules that stay specific to plans of several classes, and why: one tp for every class (a
 layer's gradients are reduced in one ring over every replica of every class, and replicas with
 different tp hold different shards of the layer, which that ring cannot reduce; so the
-replica family and a tp per group exclude each other, cost/plan_specs.ClassPlan.check_against);
+replica family and a tp per group exclude each other, cost/plan_specs.Plan.check_against);
 every replica runs at least as
 many micro-batches as it has stages (1F1B steady state), and with interleaving (v > 1) a
 multiple of its stage count and at least twice it, and a pipeline-free replica whose

@@ -45,11 +45,10 @@ def export(capsys, *argv) -> tuple[int, str, str]:
 def zbv_split(plan):
     """The plan with 2 layers moved from stage 0 to the last stage: the lighter rank 0 that
     ZBV's V (output layer on rank 0) wants."""
-    import dataclasses
     n = list(plan.layers_per_stage)
     n[0] -= 2
     n[-1] += 2
-    return dataclasses.replace(plan, layers_per_stage=tuple(n))
+    return type(plan).of(plan.flat_outer, n, plan.full_recompute_layers, plan.partitions)
 
 
 # Llama-3.1 405B's proved optimum before the embedding/loss layer slots entered the space (its

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.commands.exit_codes import EXIT_ROWS_REFUSED
@@ -92,9 +94,8 @@ def row_intervals(rows, results, oos):
 
 
 def cmd_accuracy(args) -> int:
-    from paraplan.cost.calibration import mape, predict_rows
+    from paraplan.cost.calibration import predict_rows
     from paraplan.cost.trust import accuracy_tables, coverage, group_stats, ranking_pairs, residuals
-    from paraplan.solver.format import table
 
     rows, label, rejected = read_calibration_files(args.file, keep_going=True)
     try:
@@ -123,82 +124,122 @@ def cmd_accuracy(args) -> int:
     cv_coverage = coverage(cv_res) if len({r.features.family for r in cv_res}) > 1 else None
     moe = moe_anchor_prices() if args.moe else []
     moe_cv = moe_cross_validation(moe, args.moe_refit, args.moe_write, log) if args.moe else None
+    acc = _Accuracy(label=label, results=results, spans=spans, oos=oos, overall=overall, cv=cv,
+                    oos_from=oos_from, cv_tables=cv_tables, cv_coverage=cv_coverage, by_gpu=by_gpu,
+                    tables=tables, pairs=pairs, wrong=wrong, skipped=skipped, rejected=rejected,
+                    modelled=modelled, args=args, moe=moe, moe_cv=moe_cv)
     if args.json:
-        emit_json({
-            "files": label.split(", "),
-            "rows": [{"id": r.id, "predicted_iter_time_s": r.predicted_iter_time_s,
-                      "measured_iter_time_s": r.measured_iter_time_s, "error": r.error,
-                      "fits_memory": r.fits_memory,
-                      "interval_s": list(spans[i][0]) if spans[i][0] else None,
-                      "out_of_sample_iter_time_s": oos.get(i),
-                      "out_of_sample_interval_s": list(spans[i][1]) if spans[i][1] else None}
-                     for i, r in enumerate(results) if r.error is not None],
-            "mape": _finite(mape(results)),
-            "bias": overall.bias if overall else None,
-            "cv_mape": cv["mape"], "cv_bias": cv["bias"], "cv_rows": cv["rows"],
-            "cv_by_family": cv["by_family"], "cv_source": oos_from,
-            "cv_by_feature": {cut: {g: {"rows": st.rows, "mape": st.mape, "bias": st.bias}
-                                    for g, st in groups.items()} for cut, groups in cv_tables.items()},
-            "cv_interval_coverage": cv["coverage"], "cv_interval_coverage_nested": cv_coverage,
-            "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(by_gpu.items())},
-            "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
-                                 for g, s in groups.items()} for cut, groups in tables.items()},
-            "ranking": {"right": len(pairs) - len(wrong), "total": len(pairs),
-                        "wrong": [{"faster_measured": p.first, "slower_measured": p.second,
-                                   "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
-                                  for p in wrong]},
-            "not_modelled": [{"id": r.id, "reason": r.reason} for r in skipped] + rejected,
-            "rows_refused": [r["id"] for r in rejected],
-            "status": "ok" if modelled else "no_rows",
-            **({"moe_anchors": [dict(vars(a)) for a in moe],
-                "moe_head_to_heads": moe_head_to_heads_json(moe),
-                "moe_cross_validation": moe_cv_json(moe_cv)} if args.moe else {}),
-        })
-        return _status(rejected)
+        _accuracy_json(acc)
+    else:
+        _accuracy_text(acc)
+    return _status(rejected)
+
+
+@dataclass(frozen=True)
+class _Accuracy:
+    """What `accuracy` computed, for its JSON and its text."""
+
+    label: Any
+    results: Any
+    spans: Any
+    oos: Any
+    overall: Any
+    cv: Any
+    oos_from: Any
+    cv_tables: Any
+    cv_coverage: Any
+    by_gpu: Any
+    tables: Any
+    pairs: Any
+    wrong: Any
+    skipped: Any
+    rejected: Any
+    modelled: Any
+    args: Any
+    moe: Any
+    moe_cv: Any
+
+
+def _accuracy_json(acc: _Accuracy) -> None:
+    from paraplan.cost.calibration import mape
+    emit_json({
+        "files": acc.label.split(", "),
+        "rows": [{"id": r.id, "predicted_iter_time_s": r.predicted_iter_time_s,
+                  "measured_iter_time_s": r.measured_iter_time_s, "error": r.error,
+                  "fits_memory": r.fits_memory,
+                  "interval_s": list(acc.spans[i][0]) if acc.spans[i][0] else None,
+                  "out_of_sample_iter_time_s": acc.oos.get(i),
+                  "out_of_sample_interval_s": list(acc.spans[i][1]) if acc.spans[i][1] else None}
+                 for i, r in enumerate(acc.results) if r.error is not None],
+        "mape": _finite(mape(acc.results)),
+        "bias": acc.overall.bias if acc.overall else None,
+        "cv_mape": acc.cv["mape"], "cv_bias": acc.cv["bias"], "cv_rows": acc.cv["rows"],
+        "cv_by_family": acc.cv["by_family"], "cv_source": acc.oos_from,
+        "cv_by_feature": {cut: {g: {"rows": st.rows, "mape": st.mape, "bias": st.bias}
+                                for g, st in groups.items()} for cut, groups in acc.cv_tables.items()},
+        "cv_interval_coverage": acc.cv["coverage"], "cv_interval_coverage_nested": acc.cv_coverage,
+        "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(acc.by_gpu.items())},
+        "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
+                             for g, s in groups.items()} for cut, groups in acc.tables.items()},
+        "ranking": {"right": len(acc.pairs) - len(acc.wrong), "total": len(acc.pairs),
+                    "wrong": [{"faster_measured": p.first, "slower_measured": p.second,
+                               "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
+                              for p in acc.wrong]},
+        "not_modelled": [{"id": r.id, "reason": r.reason} for r in acc.skipped] + acc.rejected,
+        "rows_refused": [r["id"] for r in acc.rejected],
+        "status": "ok" if acc.modelled else "no_rows",
+        **({"moe_anchors": [dict(vars(a)) for a in acc.moe],
+            "moe_head_to_heads": moe_head_to_heads_json(acc.moe),
+            "moe_cross_validation": moe_cv_json(acc.moe_cv)} if acc.args.moe else {}),
+    })
+
+
+def _accuracy_text(acc: _Accuracy) -> None:
+    from paraplan.cost.calibration import mape
+    from paraplan.solver.format import table
     print(table(["row", "gpu", "predicted", "80% interval", "measured", "error", "out of sample",
                  "fits memory"],
                 [[r.id, r.gpu, f"{r.predicted_iter_time_s:.3f} s",
-                  f"{spans[i][0][0]:.3f}-{spans[i][0][1]:.3f} s",
+                  f"{acc.spans[i][0][0]:.3f}-{acc.spans[i][0][1]:.3f} s",
                   f"{r.measured_iter_time_s:.3f} s", f"{100 * r.error:+.1f}%",
-                  f"{100 * (oos[i] / r.measured_iter_time_s - 1):+.1f}%" if oos.get(i) else "-",
+                  f"{100 * (acc.oos[i] / r.measured_iter_time_s - 1):+.1f}%" if acc.oos.get(i) else "-",
                   "yes" if r.fits_memory else "NO (model says OOM)"]
-                 for i, r in enumerate(results) if r.error is not None], align="llrrrrrl"))
-    for cut, groups in tables.items():
+                 for i, r in enumerate(acc.results) if r.error is not None], align="llrrrrrl"))
+    for cut, groups in acc.tables.items():
         print()
         print(table([cut, "rows", "MAPE", "bias"],
                     [[g, str(s.rows), f"{100 * s.mape:.1f}%", f"{100 * s.bias:+.1f}%"]
                      for g, s in groups.items()]))
     print()
-    print(_cv_text(cv, oos_from, cv_coverage))
-    for cut, groups in cv_tables.items():
+    print(_cv_text(acc.cv, acc.oos_from, acc.cv_coverage))
+    for cut, groups in acc.cv_tables.items():
         if cut == "source family":
             continue  # the table above
         print()
         print(table([f"{cut} (out of sample)", "rows", "MAPE", "bias"],
                     [[g, str(st.rows), f"{100 * st.mape:.1f}%", f"{100 * st.bias:+.1f}%"]
                      for g, st in groups.items()]))
-    print(f"\nranking: {len(pairs) - len(wrong)} / {len(pairs)} pairs of the same workload (measured"
+    print(f"\nranking: {len(acc.pairs) - len(acc.wrong)} / {len(acc.pairs)} pairs of the same workload (measured"
           " times more than 5% apart) ordered right (a predicted tie counts as wrong)")
-    for p in wrong:
+    for p in acc.wrong:
         print(f"  wrong: {p.first} measured {p.measured_s[0]:.3f} s < {p.second} {p.measured_s[1]:.3f} s,"
               f" predicted {p.predicted_s[0]:.3f} s vs {p.predicted_s[1]:.3f} s")
-    for r in skipped:
+    for r in acc.skipped:
         print(f"not modelled: {r.id}: {r.reason}")
-    for r in rejected:
+    for r in acc.rejected:
         print(f"not read: {r['id']} ({r['file']}): {r['field']}: {r['reason']}")
-    oom = sum(1 for r in modelled if not r.fits_memory)
-    bias = f", bias {100 * overall.bias:+.2f}%" if overall else ""
-    headline = (f"out of sample (each source family left out of the fit): MAPE {100 * cv['mape']:.2f}%"
-                f" over {cv['rows']} rows; " if cv["mape"] is not None else "")
-    print(f"\n{headline}in sample: MAPE {100 * mape(results):.2f}%{bias} over {len(modelled)} rows"
-          f" ({len(skipped) + len(rejected)} not modelled; {oom} predicted not to fit memory although"
+    oom = sum(1 for r in acc.modelled if not r.fits_memory)
+    bias = f", bias {100 * acc.overall.bias:+.2f}%" if acc.overall else ""
+    headline = (f"out of sample (each source family left out of the fit): MAPE {100 * acc.cv['mape']:.2f}%"
+                f" over {acc.cv['rows']} rows; " if acc.cv["mape"] is not None else "")
+    print(f"\n{headline}in sample: MAPE {100 * mape(acc.results):.2f}%{bias} over {len(acc.modelled)} rows"
+          f" ({len(acc.skipped) + len(acc.rejected)} not modelled; {oom} predicted not to fit memory although"
           " they ran)")
-    if args.moe:
+    if acc.args.moe:
         print()
-        print(moe_anchor_text(moe))
+        print(moe_anchor_text(acc.moe))
         print()
-        print(moe_cv_text(moe_cv))
-    return _status(rejected)
+        print(moe_cv_text(acc.moe_cv))
 
 
 def _status(rejected: list[dict]) -> int:

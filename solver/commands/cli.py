@@ -20,7 +20,7 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 def cmd_simulate(args) -> int:
     from paraplan.cost.simulate import simulate
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.plan_files import read_plans
     from paraplan.solver.format import breakdown_json, breakdown_text, gib
@@ -29,7 +29,7 @@ def cmd_simulate(args) -> int:
     if group_commands.shown_as_groups(read):  # the plan is read as a plan of replica classes
         read = group_commands.as_groups(read)
     inst, (plan,) = read_plans([args.plan], read)  # the plan file is read once, either format
-    if not isinstance(plan, Plan):
+    if isinstance(inst, ClusterInstance):
         return group_commands.cmd_simulate(args, inst, plan)
     try:
         bd = simulate(inst, plan)

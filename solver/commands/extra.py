@@ -11,24 +11,13 @@ from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
 
-def _homogeneous(args, what: str, simulate_only: bool = False):
-    from paraplan.solver.commands import groups as group_commands
-    from paraplan.solver.commands.inputs import read_instance
-
-    inst = read_instance(args, simulate_only)
-    if group_commands.shown_as_groups(inst):
-        raise InstanceError(args.instance, "cluster", f"{what} is offered for one-class plans of a"
-                            " single-group cluster", "for a mixed cluster, or a search with"
-                            " classes_per_group or idle_gpus, use `paraplan simulate INSTANCE --plan PLAN.yaml`")
-    return inst
-
-
 def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
     (solver/commands/plan_files.py), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.commands.plan_files import (breakdown_json, plan_line, plan_mapping, plan_trust,
+    from paraplan.solver.commands.plan_files import (breakdown_json, plan_mapping, plan_trust,
                                                      read_plans, simulate_plan)
+    from paraplan.solver.commands.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
@@ -51,7 +40,7 @@ def cmd_compare(args) -> int:
         return 0
     print(f"{inst.name}: A = {names[0]}, B = {names[1]}")
     for tag, p in zip("AB", plans):
-        print(f"{tag}  {plan_line(p, inst)}")
+        print(f"{tag}  {describe_plan(p, inst)}")
     print()
     interval = [["likely measured (80%)", *("-" if t.interval_s is None else
                                             f"{seconds(t.interval_s[0])} .. {seconds(t.interval_s[1])}"
@@ -75,28 +64,24 @@ def cmd_compare(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    """Peak memory per GPU by category of a plan file's plan, or of the optimal plan: a flat
+    instance's per stage, a plan on node groups per class and stage."""
     from paraplan.cost import dualpipe
-    from paraplan.cost.loader import load_plan, plan_to_mapping
-    from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.memory_breakdown import stage_categories_bytes
+    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.plan_text import plan_line
     from paraplan.solver.report.page import plan_coefficients
 
-    inst = _homogeneous(args, "memory", simulate_only=args.plan is not None)  # a DualPipe plan file
-    if args.plan:
-        plan, where = load_plan(args.plan, inst), args.plan
-    else:
-        from paraplan.solver.solve import solve
-        res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s)
-        if res.status == "infeasible":  # proved: nothing to estimate, and not an input error
-            from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
-            print(f"paraplan: infeasible: no plan to estimate: {res.reason}", file=sys.stderr)
-            return EXIT_INFEASIBLE
-        if res.plan is None:
-            raise InstanceError(inst.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",
-                                "pass a plan with --plan")
-        plan, where = res.plan, f"the optimal plan ({res.status})"
+    inst, plan, where = _memory_plan(args)
+    if plan is None:  # proved: nothing to estimate, and not an input error
+        from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
+        print(f"paraplan: infeasible: no plan to estimate: {where}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    if isinstance(inst, ClusterInstance):
+        return _memory_classes(args, inst, plan, where)
     reserve = inst.search.memory_reserve_bytes
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # columns are devices
         it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)
@@ -118,13 +103,84 @@ def cmd_memory(args) -> int:
           + (" (DualPipe: device d holds stages d and pp - 1 - d)" if unit == "device" else ""))
     print(f"plan  {plan_line(plan)}")
     print()
-    rows = [[k] + [gib(cs[k]) for cs in cats] for k in CATEGORIES]
-    rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])
-    rows.append(["usable capacity"] + [gib(x) for x in c.capacity_bytes])
-    print(table(["per GPU"] + [f"{unit} {s}" for s in range(len(cats))], rows))
+    print(_category_table([f"{unit} {s}" for s in range(len(cats))], cats, c.capacity_bytes))
     print()
     print(f"peak {gib(peak)} of {gib(cap)} usable: " + ("fits" if fits else "DOES NOT FIT"))
     return 0 if fits else 1
+
+
+def _memory_plan(args):
+    """(instance, plan, where it came from) for `memory`: the plan file read as `simulate`
+    reads it, or the instance planned as `plan` plans it; with no plan (proved infeasible) the
+    reason in place of `where`."""
+    from paraplan.solver.commands import groups as group_commands
+    from paraplan.solver.commands.inputs import read_instance
+    from paraplan.solver.commands.plan_files import read_plans
+
+    read = read_instance(args, args.plan is not None)  # a DualPipe plan file
+    if group_commands.shown_as_groups(read):
+        read = group_commands.as_groups(read)
+    if args.plan:
+        inst, (plan,) = read_plans([args.plan], read)
+        return inst, plan, args.plan
+    from paraplan.solver.solve import solve
+    res = solve(read, backend=args.backend, time_limit_s=args.time_limit_s)
+    if res.status == "infeasible":
+        return read, None, res.reason
+    if res.plan is None:
+        raise InstanceError(read.source, "plan", f"no plan to estimate ({res.status}): {res.reason}",
+                            "pass a plan with --plan")
+    return read, res.plan, f"the optimal plan ({res.status})"
+
+
+def _category_table(columns: list[str], cats: list[dict[str, float]], capacity_bytes) -> str:
+    from paraplan.cost.memory_breakdown import CATEGORIES
+    rows = [[k] + [gib(cs[k]) for cs in cats] for k in CATEGORIES]
+    rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])
+    rows.append(["usable capacity"] + [gib(x) for x in capacity_bytes])
+    return table(["per GPU"] + columns, rows)
+
+
+def _memory_classes(args, inst, plan, where: str) -> int:
+    """`memory` of a plan on node groups: one column per class and stage, each stage with its
+    group's GPU, tp and the gradient ring of every replica (cost/memory_breakdown.py)."""
+    from paraplan.cost.class_coefficients import class_coefficients
+    from paraplan.cost.groups_loader import class_plan_to_mapping
+    from paraplan.cost.memory_breakdown import class_categories_bytes
+    from paraplan.cost.simulate import simulate_classes
+    from paraplan.solver.commands.groups import describe_cluster
+    from paraplan.solver.commands.plan_text import plan_lines
+
+    from paraplan.cost.specs import PipelineSchedule
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        raise InstanceError(inst.source, "job.pipeline_schedule", "memory of a DualPipe plan is"
+                            " priced on a flat cluster (cost/dualpipe.py)",
+                            "write the cluster without `groups:`")
+    bd = simulate_classes(inst, plan)  # checks the plan against the instance
+    coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=inst.search.memory_reserve_bytes,
+                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
+                                partitions=tuple(k.partitions for k in plan.classes))
+    cats = class_categories_bytes(inst, plan, coeffs)
+    rows = bd.stage_rows()  # (class, stage, group, time, memory, capacity), classes in order
+    flat_cats = [cs for per_class in cats for cs in per_class]
+    if args.json:
+        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": class_plan_to_mapping(plan, inst),
+               "capacity_bytes": min(cap for *_, cap in rows), "peak_mem_bytes": bd.peak_mem_bytes,
+               "fits_memory": bd.fits,
+               "stages": [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()),
+                           "capacity_bytes": cap, "categories_bytes": cs}
+                          for (k, s, g, _, _, cap), cs in zip(rows, flat_cats)]})
+        return 0 if bd.fits else 1
+    print(describe_cluster(inst))
+    print(f"memory per GPU of {where}")
+    print("plan  " + "\n      ".join(plan_lines(plan, inst)))
+    print()
+    print(_category_table([f"class {k} stage {s} ({g})" for k, s, g, *_ in rows], flat_cats,
+                          [cap for *_, cap in rows]))
+    print()
+    over = [f"class {k} stage {s} on {g} needs {gib(mem)} of {gib(cap)}" for k, s, g, _, mem, cap in rows if mem > cap]
+    print(f"peak {gib(bd.peak_mem_bytes)}: " + ("fits" if bd.fits else "DOES NOT FIT: " + "; ".join(over)))
+    return 0 if bd.fits else 1
 
 
 def register(sub) -> None:

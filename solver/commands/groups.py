@@ -18,7 +18,7 @@ from paraplan.solver.format import (evidence_text as common_evidence_text, gib, 
                                     table)
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
-from paraplan.solver.commands.outputs import check_output_path, write_plan_file
+from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
 from paraplan.solver.commands.plan_text import describe_plan, plan_lines
 
@@ -170,19 +170,6 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
     from paraplan.solver.sensitivity import sensitivity
     return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
                        describe_plan)
-
-
-def plan_file(inst, plan, read) -> dict:
-    """A plan file's mapping: a homogeneous instance's plan of one class on every GPU in the
-    one-class format with its instance (`read`: as read_instance read it, the instance `inst`
-    is the one group of; as `paraplan plan` writes it: export, memory and compare read it),
-    any other (or any plan of a node-group file) in the group format."""
-    from paraplan.cost.groups_loader import class_plan_to_mapping, one_class_plan
-    from paraplan.cost.loader import plan_file_mapping
-    one = None if from_group_file(read) else one_class_plan(plan, inst)
-    if one is None:
-        return {"plan": class_plan_to_mapping(plan, inst)}
-    return plan_file_mapping(read, one)
 
 
 def cmd_simulate(args, inst, plan) -> int:

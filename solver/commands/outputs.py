@@ -67,3 +67,17 @@ def write_plan_file(path: str, header: str, mapping: dict) -> None:
     after the result is shown (stdout flushed first), so that a full disk loses nothing."""
     sys.stdout.flush()
     write_text(path, header + yaml.safe_dump(mapping, sort_keys=False), "-o/--output")
+
+
+def plan_file(inst, plan, read) -> dict:
+    """The plan file's mapping, as `plan -o` writes it (`read`: the instance as read_instance
+    read it; `inst`: as planned): a flat file's plan of one class on every GPU in the flat
+    format with its instance (export, memory and compare read it), any other (or any plan of
+    a node-group file) in the group format."""
+    from paraplan.cost.groups_loader import class_plan_to_mapping
+    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.cost.plan_specs import ClusterInstance
+    if isinstance(inst, ClusterInstance) and (isinstance(read, ClusterInstance)
+                                              or not plan.is_flat_on(inst.cluster)):
+        return {"plan": class_plan_to_mapping(plan, inst)}
+    return plan_file_mapping(read, plan)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from paraplan.cost import partition as P
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 
 
 def _where(ranks_span: int, gpus_per_node: int) -> str:
@@ -44,26 +45,12 @@ def partition_lines(partitions, tp: int, gpn: int) -> list[str]:
     return out
 
 
-def cmd_partition(args) -> int:
-    """`paraplan partition INSTANCE --tp T`: the per-layer partition problem of one tensor-parallel
-    group, solved by the segmented DP (its whole Pareto front) and checked point by point by the
-    MILP; exit 1 if they disagree."""
-    import math
-
-    from paraplan.cost.coefficients import homogeneous_placement
-    from paraplan.cost.comm import NetEfficiency
+def _check_partition_args(args, inst) -> None:
+    """`partition`'s refusals, each naming its argument: a model cost/partition.py prices, a
+    micro-batch and cp in range, a tp that can carry per-operator partitions."""
     from paraplan.cost.errors import InstanceError
     from paraplan.cost.space_rules import per_operator_problem
-    from paraplan.cost.specs import Outer
-    from paraplan.formulations.partition import solve_partition_milp
-    from paraplan.formulations.result import SolverError
-    from paraplan.formulations.partition_dp import pareto_front
-    from paraplan.solver.format import gib, seconds, table
-    from paraplan.solver.commands.jsonout import emit_json
-    from paraplan.solver.commands.inputs import load_from_args
-    from paraplan.solver.partition_plans import problem_from_table
 
-    inst = load_from_args(args)
     problem = per_operator_problem(inst.model)
     if problem is not None:  # as plan refuses search tensor_partitions: spatial_temporal
         raise InstanceError(inst.source, "model.mla" if inst.model.mla is not None else "model.moe",
@@ -84,6 +71,29 @@ def cmd_partition(args) -> int:
     if m.seq_len % args.cp:
         raise InstanceError(inst.source, "--cp", f"cp={args.cp} does not divide seq_len {m.seq_len}",
                             "use a divisor of the sequence length")
+
+
+def cmd_partition(args) -> int:
+    """`paraplan partition INSTANCE --tp T`: the per-layer partition problem of one tensor-parallel
+    group, solved by the segmented DP (its whole Pareto front) and checked point by point by the
+    MILP; exit 1 if they disagree."""
+    import math
+
+    from paraplan.cost.coefficients import homogeneous_placement
+    from paraplan.cost.comm import NetEfficiency
+    from paraplan.cost.errors import InstanceError
+    from paraplan.cost.specs import Outer
+    from paraplan.formulations.partition import solve_partition_milp
+    from paraplan.formulations.result import SolverError
+    from paraplan.formulations.partition_dp import pareto_front
+    from paraplan.solver.format import gib, seconds, table
+    from paraplan.solver.commands.jsonout import emit_json
+    from paraplan.solver.commands.inputs import load_from_args
+    from paraplan.solver.partition_plans import problem_from_table
+
+    inst = load_from_args(args)
+    _check_partition_args(args, inst)
+    t = args.tp
     o = Outer(tp=t, pp=1, dp=1, cp=args.cp, micro_batch=args.micro_batch, num_micro_batches=1,
               sequence_parallel=args.sequence_parallel)
     site = homogeneous_placement(inst.cluster, o).sites[0]

@@ -9,13 +9,13 @@ from paraplan.solver.commands import plan_files
 from paraplan.solver.format import (breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
-from paraplan.solver.commands.outputs import check_output_path, write_plan_file
+from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled, read_instance,
                                              read_calibration_files)
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
-from paraplan.solver.commands.plan_text import plan_line, plan_lines, sensitivity_text
+from paraplan.solver.commands.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -105,8 +105,7 @@ def cmd_plan(args) -> int:
         trust = plan_trust(inst, res.plan, res.iter_time_s)
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
-        from paraplan.cost.groups_loader import as_class_plan
-        sens = group_commands.plan_sensitivity(args, group_commands.as_groups(inst), as_class_plan(res.plan),
+        sens = group_commands.plan_sensitivity(args, group_commands.as_groups(inst), res.plan,
                                                args.backend)
     from paraplan.cost.model_notes import model_warnings
     notes = model_warnings(inst, res.plan)
@@ -187,7 +186,7 @@ def _cmd_plan_groups(args, read, progress=None) -> int:
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
                         f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        groups.plan_file(inst, res.plan, read))
+                        plan_file(inst, res.plan, read))
     return status_code(res.status)
 
 
@@ -228,7 +227,7 @@ def cmd_plan_top(args, read) -> int:
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
     rows = [[str(i + 1), seconds(r.objective_s), *([seconds(r.quantile_s)] if quantile else []),
              f"{100 * (r.quantile_s / best - 1):+.2f}%", f"{r.breakdown.tokens_per_s:,.0f}",
-             *(value for _, value in c), plan_files.plan_line(r.plan, inst)]
+             *(value for _, value in c), describe_plan(r.plan, inst)]
             for i, (r, c) in enumerate(zip(res.ranked, cells))]
     heads = ["#", "iteration" if objective == "nominal" else objective,
              *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
@@ -278,10 +277,9 @@ def proved(res) -> bool:
 
 def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
     """-o FILE with --top K: plan k goes to FILE's stem + '-k' (plans-1.yaml, plans-2.yaml, ...),
-    each a plan file like plan -o writes (commands/plan_files.plan_file)."""
+    each a plan file like plan -o writes (commands/outputs.plan_file)."""
     from pathlib import Path
 
-    from paraplan.solver.commands.plan_files import plan_file
     out = Path(args.output)
     paths = []
     for k, r in enumerate(res.ranked, start=1):
@@ -315,10 +313,9 @@ def cmd_exhaustive(args) -> int:
 
 
 def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
-    from paraplan.cost.groups_loader import as_flat_plan
     from paraplan.cost.loader import plan_to_mapping
 
-    plan = None if res.plan is None else as_flat_plan(res.plan)
+    plan = res.plan
     reason = None if plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
         _emit_json({"status": status, "complete": res.complete, "iter_time_s": res.objective_s,

@@ -103,6 +103,9 @@ SCHEMAS: dict[str, dict] = {
 SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
 SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
+SCHEMAS["memory (mixed cluster)"] = {**SCHEMAS["memory"], "stages": [
+    {"class": INT, "stage": INT, "group": STR, "total_bytes": NUM, "capacity_bytes": NUM,
+     "categories_bytes": {k: NUM for k in MEM_CATEGORIES}}]}
 # what is printed carries its schema version (solver/commands/jsonout.emit_json); bench writes files
 for _name, _schema in SCHEMAS.items():
     if not _name.startswith("bench"):

@@ -30,7 +30,8 @@ from paraplan.cost.framework_rules import FRAMEWORK_RULES
 from paraplan.cost.pipeline_split import chunk_ranges
 from paraplan.cost.releases import current_release, describe
 from paraplan.cost.specs import (Framework, Instance, MoeDispatcher, Optimizer, PipelineSchedule,
-                                 Plan, grad_reduce_refusal)
+                                 grad_reduce_refusal)
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.units import bytes_to_gib
 
 # An emitted configuration predicted more than this fraction slower than the plan is not handed
@@ -149,7 +150,7 @@ class Deviations:
     def deviate(self, line: str, **plan_changes) -> None:
         self.deviations.append(line)
         if plan_changes:
-            self.plan = replace(self.plan, **plan_changes)
+            self.plan = self.plan.replace_flat(**plan_changes)
 
     def note(self, line: str) -> None:
         self.notes.append(line)

@@ -28,7 +28,8 @@ import json
 from dataclasses import replace
 
 from paraplan.cost.framework import behaviour
-from paraplan.cost.specs import Framework, Instance, Plan, Precision, Recompute
+from paraplan.cost.specs import Framework, Instance, Precision, Recompute
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
                                           fold_cp_into_dp, moe_note, refuse_dualpipe,

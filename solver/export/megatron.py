@@ -33,8 +33,9 @@ from paraplan.cost.framework import behaviour
 from paraplan.cost.moe import a2a_overlap_applies, ep_links, shared_overlap_applies
 from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.specs import (Attention, Framework, GradReduceDtype, Instance, JobSpec, Mlp,
-                                 MoeDispatcher, Optimizer, Plan, Precision, Recompute,
+                                 MoeDispatcher, Optimizer, Precision, Recompute,
                                  RecomputeModule)
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                   cross_framework_note, drop_partitions, model_chunks,
                                   refuse_dualpipe)
@@ -183,12 +184,12 @@ def _vocab(d: Deviations) -> None:
 
 # --- rendering -----------------------------------------------------------------------------
 
-def render(inst: Instance, e: Emitted) -> str:
-    m, p, job = e.inst.model, e.plan, e.inst.job
-    fsdp = p.zero >= 2 and p.dp * p.cp > 1
-    sections: list[tuple[str, list[tuple[str, object, str | None]]]] = []
+Flag = tuple[str, object, str | None]  # (flag, value or None, comment or None)
 
-    model: list[tuple[str, object, str | None]] = [
+
+def _model_flags(m, p: Plan) -> list[Flag]:
+    """The model's shape, as cost/flops.py prices it."""
+    model: list[Flag] = [
         ("--num-layers", m.layers, None), ("--hidden-size", m.hidden, None),
         ("--ffn-hidden-size", m.ffn, None), ("--num-attention-heads", m.heads, None),
     ]
@@ -223,20 +224,12 @@ def render(inst: Instance, e: Emitted) -> str:
     divisor = vocab_divisor(m.vocab, p.tp)
     model.append(("--make-vocab-size-divisible-by", divisor or 128,
                   f"padded vocabulary: {m.vocab} with tp = {p.tp}"))
-    sections.append(("model", model))
-    if m.moe is not None:
-        flags = _moe_flags(m, job, _routing_groups(e.inst, p))
-        if a2a_overlap_applies(job, p.outer):
-            flags.append(("--overlap-moe-expert-parallel-comm", None,
-                          "job.moe_a2a_overlap: the all-to-alls run under the paired"
-                          " micro-batch's compute (combined 1F1B), as priced"))
-        if shared_overlap_applies(job, p.outer):
-            flags.append(("--moe-shared-expert-overlap", None,
-                          "job.moe_shared_expert_overlap: the shared expert runs under the"
-                          " all-to-alls, as priced"))
-        sections.append(("mixture of experts", flags))
+    return model
 
-    par: list[tuple[str, object, str | None]] = [
+
+def _parallel_flags(m, p: Plan, job) -> list[Flag]:
+    """The degrees (the layer split's flags follow them: _split_flags)."""
+    par: list[Flag] = [
         ("--tensor-model-parallel-size", p.tp, None),
         ("--pipeline-model-parallel-size", p.pp, None),
         ("--context-parallel-size", p.cp, None),
@@ -255,7 +248,41 @@ def render(inst: Instance, e: Emitted) -> str:
         if job.tp_comm_overlap and p.tp > 1:
             par.append(("--tp-comm-overlap", None, "job.tp_comm_overlap: Transformer Engine"
                         " userbuffers pipeline the tp collectives with the GEMMs, as priced"))
-    par += _split_flags(p)
+    return par
+
+
+def _precision_flags(job) -> list[Flag]:
+    """Precision and the attention kernel, as cost/ prices them."""
+    prec: list[Flag] = []
+    if job.precision is Precision.FP16:
+        prec.append(("--fp16", None, None))
+    else:
+        prec.append(("--bf16", None, None))
+    if job.precision is Precision.FP8:
+        prec += [("--fp8-format", "hybrid", "e4m3 forward, e5m2 gradients"),
+                 ("--fp8-recipe", "delayed", "per-tensor scaling (Transformer Engine)")]
+    prec.append(("--attention-backend", "flash" if job.attention is Attention.FLASH else "unfused",
+                 None if job.attention is Attention.FLASH else "job.attention: standard stores the s x s scores"))
+    return prec
+
+
+def render(inst: Instance, e: Emitted) -> str:
+    m, p, job = e.inst.model, e.plan, e.inst.job
+    fsdp = p.zero >= 2 and p.dp * p.cp > 1
+    sections: list[tuple[str, list[Flag]]] = [("model", _model_flags(m, p))]
+    if m.moe is not None:
+        flags = _moe_flags(m, job, _routing_groups(e.inst, p))
+        if a2a_overlap_applies(job, p.flat_outer):
+            flags.append(("--overlap-moe-expert-parallel-comm", None,
+                          "job.moe_a2a_overlap: the all-to-alls run under the paired"
+                          " micro-batch's compute (combined 1F1B), as priced"))
+        if shared_overlap_applies(job, p.flat_outer):
+            flags.append(("--moe-shared-expert-overlap", None,
+                          "job.moe_shared_expert_overlap: the shared expert runs under the"
+                          " all-to-alls, as priced"))
+        sections.append(("mixture of experts", flags))
+
+    par = _parallel_flags(m, p, job) + _split_flags(p)
     sections.append(("parallelism (data parallel size = world size / (tp * pp * cp) ="
                      f" {p.dp})", par))
 
@@ -274,17 +301,7 @@ def render(inst: Instance, e: Emitted) -> str:
                  ("--exp-avg-sq-dtype", "bf16", "Adam's second moment in bf16, as priced")]
     sections.append((_zero_title(p), zero))
 
-    prec: list[tuple[str, object, str | None]] = []
-    if job.precision is Precision.FP16:
-        prec.append(("--fp16", None, None))
-    else:
-        prec.append(("--bf16", None, None))
-    if job.precision is Precision.FP8:
-        prec += [("--fp8-format", "hybrid", "e4m3 forward, e5m2 gradients"),
-                 ("--fp8-recipe", "delayed", "per-tensor scaling (Transformer Engine)")]
-    prec.append(("--attention-backend", "flash" if job.attention is Attention.FLASH else "unfused",
-                 None if job.attention is Attention.FLASH else "job.attention: standard stores the s x s scores"))
-    sections.append(("precision and kernels", prec))
+    sections.append(("precision and kernels", _precision_flags(job)))
 
     lines = [f"# Megatron-LM arguments for {inst.name} (paraplan export; plan made for"
              f" {inst.job.framework.value}).",

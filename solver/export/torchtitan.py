@@ -55,7 +55,8 @@ import json
 from dataclasses import replace
 
 from paraplan.cost.schedule import TorchSchedule
-from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Plan, Precision, Recompute
+from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Precision, Recompute
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.torch_schedules import (SchedulePrice, fastest_fitting, planned_schedule,
                                            schedule_prices)
 from paraplan.cost.units import bytes_to_gib

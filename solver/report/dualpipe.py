@@ -18,7 +18,8 @@ import numpy as np
 
 from paraplan.cost import dualpipe
 from paraplan.cost.memory_breakdown import CATEGORIES
-from paraplan.cost.specs import Instance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.format import seconds
 from paraplan.solver.report.svg import Phase

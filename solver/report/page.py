@@ -24,7 +24,8 @@ import numpy as np
 
 from paraplan.cost import schedule, timeline
 from paraplan.cost.coefficients import StageCoefficients, build
-from paraplan.cost.specs import Instance, Outer, PipelineSchedule, Plan
+from paraplan.cost.specs import Instance, Outer, PipelineSchedule
+from paraplan.cost.plan_specs import ClusterInstance, Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.train_cost import instance_train_cost
@@ -250,7 +251,7 @@ def _section(k: int, anchor: str, body: str, title: str | None = None) -> str:
 def plan_coefficients(inst: Instance, p: Plan) -> StageCoefficients:
     """The coefficients the plan was priced with: its own per-operator partitions included
     (cost/partition.py), so that the chart ends where the planner's objective does."""
-    return build(inst, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
+    return build(inst, p.flat_outer, reserve_bytes=inst.search.memory_reserve_bytes,
                  layer_fn=plan_layer_fn(p.partitions))
 
 
@@ -435,7 +436,7 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
     best = None
     if result.plan is not None and result.breakdown is not None:
         bd = result.breakdown
-        best = FrontierPoint(result.plan.outer, bd.iter_time_s, bd.tokens_per_s, bd.peak_mem_bytes)
+        best = FrontierPoint(result.plan.flat_outer, bd.iter_time_s, bd.tokens_per_s, bd.peak_mem_bytes)
     front = pareto_front(points + ([best] if best else []))
     cap = float(min(c.capacity_bytes.min() for c in coeffs)) if coeffs else 0.0
     rows = [[outer_label(f.outer) + (" (optimal plan)" if f is best else ""), f"{f.tokens_per_s:,.0f}",
@@ -541,8 +542,8 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
 
 
 def _any_plan_text(p, inst) -> str:
-    """plan_text of a homogeneous plan; a plan of replica classes as `plan` prints it."""
-    if isinstance(p, Plan):
+    """plan_text of a plan of a flat instance; one on node groups as `plan` prints it."""
+    if not isinstance(inst, ClusterInstance):
         return plan_text(p)
     from paraplan.solver.commands.plan_text import plan_lines
     return "; ".join(line.strip() for line in plan_lines(p, inst))

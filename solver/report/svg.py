@@ -191,10 +191,25 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
         if s % 2:
             out.append(f'<rect x="{LEFT_PX}" y="{y}" width="{WIDTH_PX - LEFT_PX - RIGHT_PX}"'
                        f' height="{ROW_PX}" fill="#f6f6f6"/>')
+    ybot = top + pp * ROW_PX
+    out += _time_axis(ax, cut, span, top, ybot)
+    out += _event_rects(events, ax, top, labels, v)
+    if cut:
+        out.append(_steady_marks(ax, cut, top, pp, objective_s))
+    xo = ax.x(objective_s)
+    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top - 6}" y2="{ybot + 4}" stroke="black"'
+               f' stroke-dasharray="5 3" stroke-width="1.4"><title>planner objective'
+               f' {seconds(objective_s)}</title></line>')
+    out.append("</svg>")
+    return "".join(out), cut
+
+
+def _time_axis(ax: _Axis, cut: Cut | None, span: float, top: float, ybot: float) -> list[str]:
+    """The grid, the tick labels and the axis title of a Gantt chart."""
+    out = []
     unit_div, unit = (1e-3, "ms") if span < 1.0 else (1.0, "s")
     # grid and ticks in real time, on both sides of the cut
     step = _nice_step((span - (cut.omitted_s if cut else 0)) / unit_div) * unit_div
-    ybot = top + pp * ROW_PX
     k = 0
     while k * step <= span * (1 + 1e-9):
         t = k * step
@@ -215,6 +230,13 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
                    f' fill="#a00">{t / unit_div:.4g}</text>')
     out.append(f'<text x="{(LEFT_PX + WIDTH_PX) / 2}" y="{ybot + 34}" font-size="11"'
                f' text-anchor="middle">time since the start of the iteration ({unit})</text>')
+    return out
+
+
+def _event_rects(events: list[timeline.Event], ax: _Axis, top: float, labels: list[str], v: int) -> list[str]:
+    """One rectangle per event piece, with its tooltip and, where it is wide enough, its
+    micro-batch."""
+    out = []
     for e in events:
         colour = KIND_COLOURS[e.kind]
         opacity = 1.0 if e.chunk % 2 == 0 else 0.6
@@ -232,14 +254,7 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
                 out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y + ROW_PX / 2 + 1:.1f}"'
                            f' font-size="9" fill="white" text-anchor="middle"'
                            f' pointer-events="none">{mb}</text>')
-    if cut:
-        out.append(_steady_marks(ax, cut, top, pp, objective_s))
-    xo = ax.x(objective_s)
-    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top - 6}" y2="{ybot + 4}" stroke="black"'
-               f' stroke-dasharray="5 3" stroke-width="1.4"><title>planner objective'
-               f' {seconds(objective_s)}</title></line>')
-    out.append("</svg>")
-    return "".join(out), cut
+    return out
 
 
 def _steady_marks(ax: _Axis, cut: Cut, top: float, pp: int, total_s: float) -> str:

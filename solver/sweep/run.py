@@ -156,24 +156,10 @@ class _Input:
 
 # --- the sweep file --------------------------------------------------------------------------
 
-def load_sweep(path: str | Path) -> Sweep:
-    """The sweep `path` describes, every instance loaded; raises `InstanceError`."""
-    source = str(path)
-    top = Section(read_yaml(source), source, "", _SWEEP_KEYS)
-    name = top.string("name")
-    backend = top.choice("backend", BACKENDS, "cpsat")
-    time_limit_s = top.number("time_limit_s", 60.0)
-    threads = top.integer("threads", 1)
-    base = Path(source).parent
-
-    def inputs(key: str, role: str) -> tuple[_Input, ...]:
-        return top.list_of(key, lambda v, f: _input(v, f, role, base, source), f"{role} paths")
-
-    # (field, inputs, seq_len, display name or None)
-    specs: list[tuple[str, tuple[_Input, ...], int | None, str | None]] = []
-    if top.has("instances"):
-        specs += [(f"instances[{i}]", (inp,), None, None)
-                  for i, inp in enumerate(inputs("instances", "instance"))]
+def _cross_product(top: Section, inputs) -> list[tuple[str, tuple[_Input, ...], int | None, None]]:
+    """The models x clusters x jobs jobs of a sweep (none without those keys), each with the
+    sweep's seq_len; `inputs(key, role)` reads one key's paths."""
+    specs = []
     given = [k for k in _CROSS_KEYS if top.has(k)]
     if given and len(given) < len(_CROSS_KEYS):
         missing = next(k for k in _CROSS_KEYS if not top.has(k))
@@ -195,6 +181,28 @@ def load_sweep(path: str | Path) -> Sweep:
         for (i, m), (j, c), (k, jb) in itertools.product(
                 enumerate(models), enumerate(clusters), enumerate(jobs)):
             specs.append((f"models[{i}] x clusters[{j}] x jobs[{k}]", (m, c, jb), seq_len, None))
+    return specs
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """The sweep `path` describes, every instance loaded; raises `InstanceError`."""
+    source = str(path)
+    top = Section(read_yaml(source), source, "", _SWEEP_KEYS)
+    name = top.string("name")
+    backend = top.choice("backend", BACKENDS, "cpsat")
+    time_limit_s = top.number("time_limit_s", 60.0)
+    threads = top.integer("threads", 1)
+    base = Path(source).parent
+
+    def inputs(key: str, role: str) -> tuple[_Input, ...]:
+        return top.list_of(key, lambda v, f: _input(v, f, role, base, source), f"{role} paths")
+
+    # (field, inputs, seq_len, display name or None)
+    specs: list[tuple[str, tuple[_Input, ...], int | None, str | None]] = []
+    if top.has("instances"):
+        specs += [(f"instances[{i}]", (inp,), None, None)
+                  for i, inp in enumerate(inputs("instances", "instance"))]
+    specs += _cross_product(top, inputs)
     if top.has("runs"):
         specs += top.list_of("runs", lambda v, f: _run(v, f, base, source), "mappings")
     if not specs:

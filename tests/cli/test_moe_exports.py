@@ -18,7 +18,8 @@ import pytest
 
 from export_support import GOLDENS, ROOT, export, golden_plan_file
 from paraplan.cost.loader import load_instance
-from paraplan.cost.specs import MlaSpec, Mlp, MoeSpec, Plan
+from paraplan.cost.specs import MlaSpec, Mlp, MoeSpec
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_torchtitan
 MIXTRAL = "instances/mixtral-8x7b-64xH100.yaml"
 QWEN3 = "instances/qwen3-235b-a22b-256xH100.yaml"
@@ -35,7 +36,7 @@ def tiny_plan(**kw) -> Plan:
     base = dict(tp=1, pp=1, dp=8, micro_batch=1, num_micro_batches=4, zero=1,
                 layers_per_stage=(8,), full_recompute_layers=(0,))
     base.update(kw)
-    return Plan(**base)
+    return Plan.flat(**base)
 
 
 # The bundled Qwen3 instance's optimum before the MoE parameters were fitted (its golden plan
@@ -109,7 +110,7 @@ def test_qwen3_without_pipeline_stages_is_torchtitans_named_qwen3_flavor():
     # torchtitan/models/qwen3 (4096 wide, 94 layers, 64 / 4 heads of 128, 128 experts of 1,536,
     # top-8), no registration needed
     inst = load_instance(ROOT / QWEN3)
-    p = Plan(tp=1, pp=1, dp=256, ep=8, micro_batch=1, num_micro_batches=4, zero=1,
+    p = Plan.flat(tp=1, pp=1, dp=256, ep=8, micro_batch=1, num_micro_batches=4, zero=1,
              layers_per_stage=(94,), full_recompute_layers=(0,))
     res = to_torchtitan(inst, p)
     cfg = tomllib.loads(res.text)
@@ -200,7 +201,8 @@ def test_deepseek_v3_with_context_parallelism_registers_a_flavor_without_flex_at
     inst = load_instance(ROOT / instance)
     golden = plan_from_golden(inst, instance)
     # cp 2 out of the 128 data-parallel ranks: 64 x 2, 240 micro-batches keep 15,360 sequences
-    plan = replace(golden, cp=2, dp=64, num_micro_batches=240)
+    plan = Plan.of(replace(golden.flat_outer, cp=2, dp=64, num_micro_batches=240),
+                   golden.layers_per_stage, golden.full_recompute_layers)
     text = to_torchtitan(inst, plan).text
     cfg = tomllib.loads(text)
     assert cfg["model"] == {"name": "deepseek_v3", "flavor": "paraplan"}
@@ -372,7 +374,7 @@ def test_torchtitan_parses_the_moe_export_and_builds_the_experts(case, tmp_path)
 
     if case == "mixtral":
         inst = load_instance(ROOT / MIXTRAL)
-        p = Plan(**{k: tuple(v) if isinstance(v, list) else v
+        p = Plan.flat(**{k: tuple(v) if isinstance(v, list) else v
                     for k, v in GOLDENS[f"{MIXTRAL}:nominal"]["plan"].items()})
     else:
         inst, p = TINY_MOE, tiny_plan(tp=2, dp=4, ep=8, etp=1, sequence_parallel=True,

@@ -19,7 +19,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.loader import instance_to_mapping, load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import MoeDispatcher, Outer, PipelineSchedule, Plan
+from paraplan.cost.specs import MoeDispatcher, Outer, PipelineSchedule
+from paraplan.cost.plan_specs import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEPSEEK = ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml"
@@ -134,7 +135,7 @@ def test_dualpipe_device_memory_counts_both_stages_and_one_runtime():
 
 def _plan(inst, n, r=None, m=120, pp=16):
     o = replace(ANCHOR, pp=pp, num_micro_batches=m, dp=2048 // pp)
-    return Plan(**{f: getattr(o, f) for f in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches",
+    return Plan.flat(**{f: getattr(o, f) for f in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches",
                                              "sequence_parallel", "recompute", "zero", "virtual_stages", "ep")},
                 layers_per_stage=tuple(n), full_recompute_layers=tuple(r or [0] * len(n)))
 
@@ -350,7 +351,7 @@ def test_dualpipe_shrinks_a_dense_pipelines_bubble_to_its_formula():
     # (4/2 - 1) max_d (U_d + U_{3-d}) / 2 with U = T + B - 3W of each stage: one chunk's worth,
     # and a chunk's U is below its T (B - 3W < 0: backward is 2 forwards of GEMMs, W one)
     inst = load_instance(ROOT / "instances" / "llama3-70b-512xH100.yaml")
-    plan = Plan(tp=2, pp=4, dp=16, cp=4, micro_batch=1, num_micro_batches=64, sequence_parallel=True,
+    plan = Plan.flat(tp=2, pp=4, dp=16, cp=4, micro_batch=1, num_micro_batches=64, sequence_parallel=True,
                 zero=1, layers_per_stage=(20, 20, 20, 20), full_recompute_layers=(0, 0, 0, 0))
     one = simulate(inst, plan)
     dual = simulate(replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE)), plan)

@@ -29,6 +29,7 @@ from paraplan.cost.flops import (CAUSAL_ATTENTION_FRACTION, layer_matmuls, layer
 from paraplan.cost.loader import load_catalogue, load_instance, plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import ClusterSpec, Link, Mlp, ModelSpec
+from paraplan.cost.plan_specs import Plan
 
 INSTANCES = Path(instances.__file__).parent
 EXACT = dict(rel=1e-12)  # the formulas are exact; only float rounding separates the two sides
@@ -389,7 +390,7 @@ def test_full_recompute_trades_memory_for_time(mapping):
     inst = load_instance(SMALL)
     base = simulate(inst, plan_from_mapping(mapping, inst))
     plan = plan_from_mapping(mapping, inst)
-    full = simulate(inst, replace(plan, full_recompute_layers=plan.layers_per_stage))
+    full = simulate(inst, Plan.of(plan.flat_outer, plan.layers_per_stage, plan.layers_per_stage))
     assert full.iter_time_s > base.iter_time_s
     for b, f in zip(base.stages, full.stages):
         assert f.mem_bytes < b.mem_bytes

@@ -146,7 +146,7 @@ def test_standard_attention_score_traffic_is_linear_in_the_micro_batch():
 
     def fwd_compute(b):
         plan = plan_from_mapping(dict(tp=1, pp=1, dp=16, micro_batch=b), inst)
-        o = plan.outer
+        o = plan.flat_outer
         site = homogeneous_placement(inst.cluster, o).sites[0]
         return megatron_layer(inst, o, site, NetEfficiency()).fwd_s
 
@@ -263,7 +263,7 @@ def test_fp8_weight_casts_once_per_iteration_where_megatron_caches_them():
     terms = {}
     for fw in (Framework.MEGATRON, Framework.COMPOSER):
         inst = replace(base, job=replace(base.job, framework=fw, precision=Precision.FP8))
-        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).outer
+        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).flat_outer
         site = homogeneous_placement(inst.cluster, o).sites[0]
         terms[fw] = megatron_layer(inst, o, site, NetEfficiency())
     meg, com = terms[Framework.MEGATRON], terms[Framework.COMPOSER]
@@ -290,7 +290,7 @@ def test_non_reentrant_checkpoint_stops_the_recompute_before_the_mlp_out_gemm():
     terms = {}
     for fw in (Framework.MEGATRON, Framework.COMPOSER):
         inst = replace(base, job=replace(base.job, framework=fw))
-        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).outer
+        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).flat_outer
         terms[fw] = megatron_layer(inst, o, homogeneous_placement(inst.cluster, o).sites[0], NetEfficiency())
     meg, com = terms[Framework.MEGATRON], terms[Framework.COMPOSER]
     assert meg.rc_fwd_s == meg.fwd_s and com.fwd_s == pytest.approx(meg.fwd_s, rel=1e-12)
@@ -359,7 +359,7 @@ def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
     assert inst.job.framework is Framework.DEEPSPEED
     for fw, ahead in ((Framework.DEEPSPEED, 5e7 / layer_params(inst.model)), (Framework.TORCHTITAN, 1.0)):
         i = replace(inst, job=replace(inst.job, framework=fw))
-        o = plan.outer
+        o = plan.flat_outer
         site = homogeneous_placement(i.cluster, o).sites[0]
         lc = _layer_costs(i, o, site, o.dp, NetEfficiency(), megatron_layer)
         ag, rs, fwd, bwd = lc.gather_s, lc.scatter_s, lc.terms.fwd_s, lc.terms.bwd_s
@@ -391,7 +391,7 @@ def test_megatron_overlaps_backward_tp_communication_with_the_gradient_gemms():
     terms = {}
     for fw in (Framework.MEGATRON, Framework.TORCHTITAN):
         inst = replace(base, job=replace(base.job, framework=fw))
-        o = plan_from_mapping(dict(tp=8, pp=8, dp=16, micro_batch=1, sequence_parallel=True), inst).outer
+        o = plan_from_mapping(dict(tp=8, pp=8, dp=16, micro_batch=1, sequence_parallel=True), inst).flat_outer
         site = homogeneous_placement(inst.cluster, o).sites[0]
         terms[fw] = megatron_layer(inst, o, site, NetEfficiency())
     meg, tt = terms[Framework.MEGATRON], terms[Framework.TORCHTITAN]
@@ -418,7 +418,7 @@ def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
     def fwd(framework, speedup):
         i = replace(inst, job=replace(inst.job, framework=framework),
                     cluster=replace(inst.cluster, gpu=replace(gpu, cudnn_attention_speedup=speedup)))
-        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), i).outer
+        o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), i).flat_outer
         return megatron_layer(i, o, homogeneous_placement(i.cluster, o).sites[0], NetEfficiency()).fwd_s
 
     core_flops = 2 * (2 * 8192 * 8192 * 4096) / 2

@@ -9,7 +9,7 @@ from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Plan
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.search import search
 
 
@@ -33,7 +33,7 @@ def test_dense_count_is_narayanans_formula_with_causal_scores():
 def test_breakdowns_carry_it_on_both_cluster_kinds():
     # tokens/s x FLOPs per token / every GPU of the cluster (Megatron-LM divides by its world size)
     inst = load_instance("instances/gpt3-175b-1024xA100.yaml")
-    plan = Plan(tp=8, pp=8, dp=16, micro_batch=1, num_micro_batches=96, zero=1,
+    plan = Plan.flat(tp=8, pp=8, dp=16, micro_batch=1, num_micro_batches=96, zero=1,
                 layers_per_stage=(12,) * 8, full_recompute_layers=(0,) * 8)
     bd = simulate(inst, plan)
     want = bd.tokens_per_s * megatron_flops_per_token(inst.model) / 1024 / 1e12

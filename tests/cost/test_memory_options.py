@@ -241,7 +241,7 @@ def test_dense_prefix_categories_keep_the_workspace_its_own():
     from paraplan.cost.memory_breakdown import stage_categories_bytes
     inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
     plan = plan_from_mapping(ANCHOR_PLAN, inst)
-    cats = stage_categories_bytes(inst, plan, coefficients.build(inst, plan.outer))
+    cats = stage_categories_bytes(inst, plan, coefficients.build(inst, plan.flat_outer))
     assert cats[0]["workspace"] == pytest.approx(cats[1]["workspace"], rel=1e-12) and cats[0]["workspace"] > 0
 
 

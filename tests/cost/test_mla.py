@@ -26,7 +26,8 @@ from paraplan.cost.flops import (attention_in_weights, attention_projections, ge
                                  linear_weight_params, model_flops_per_token, moe_attention_view,
                                  replicated_layer_params)
 from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
-from paraplan.cost.specs import MlaSpec, Mlp, ModelSpec, Outer, Plan
+from paraplan.cost.specs import MlaSpec, Mlp, ModelSpec, Outer
+from paraplan.cost.plan_specs import Plan
 
 INSTANCES = Path(instances.__file__).parent
 DEEPSEEK = INSTANCES / "deepseek-v3-shaped-2048xH800.yaml"

@@ -21,7 +21,8 @@ from paraplan.cost.flops import (attended_keys, causal_score_fraction, layer_mat
                         model_flops_per_token, model_params)
 from paraplan.cost.loader import load_instance
 from paraplan.cost.model_notes import model_warnings
-from paraplan.cost.specs import Mlp, ModelSpec, Outer, Plan
+from paraplan.cost.specs import Mlp, ModelSpec, Outer
+from paraplan.cost.plan_specs import Plan
 
 INSTANCES = Path(instances.__file__).parent
 EXACT = dict(rel=1e-12)
@@ -208,19 +209,19 @@ def test_model_warnings_name_what_is_priced_approximately():
     m = replace(inst.model, sliding_window_tokens=256, sliding_window_layers=4,
                 parallel_blocks=True, unmodelled=("a config line",))
     inst = replace(inst, model=m)
-    one_stage = Plan(tp=1, pp=1, dp=8, micro_batch=1, num_micro_batches=4,
+    one_stage = Plan.flat(tp=1, pp=1, dp=8, micro_batch=1, num_micro_batches=4,
                      layers_per_stage=(8,), full_recompute_layers=(0,))
     lines = model_warnings(inst, one_stage)
     # one stage holds every layer, so the mean layer is exact; tp = 1 has no all-reduces
     assert lines == ["a config line"]
-    two = Plan(tp=2, pp=2, dp=2, micro_batch=1, num_micro_batches=16,
+    two = Plan.flat(tp=2, pp=2, dp=2, micro_batch=1, num_micro_batches=16,
                layers_per_stage=(4, 4), full_recompute_layers=(0, 0))
     lines = model_warnings(inst, two)
     assert len(lines) == 3 and "4 of 8 layers attend to a 256-token window" in lines[1]
     # 256 of 1,024 tokens: fraction 1/4 - 1/32 = 0.21875 of s^2, 44% of causal's 0.5
     assert "(44% of full causal attention's scores)" in lines[1]
     assert "two per direction" in lines[2]
-    with_cp = Plan(tp=1, pp=1, dp=4, cp=2, micro_batch=1, num_micro_batches=8,
+    with_cp = Plan.flat(tp=1, pp=1, dp=4, cp=2, micro_batch=1, num_micro_batches=8,
                    layers_per_stage=(8,), full_recompute_layers=(0,))
     assert [line.split(":")[0] for line in model_warnings(inst, with_cp)[1:]] == [
         "context parallel cp=2 with a sliding window"]

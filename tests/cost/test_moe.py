@@ -235,7 +235,7 @@ def test_plan_file_round_trips_ep(tmp_path):
     from paraplan.cost.loader import load_plan, plan_to_mapping
     inst = mixtral()
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=2, ep=4)
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     p = Plan.of(o, (32,), (0,))
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(plan_to_mapping(p)))
@@ -251,7 +251,7 @@ def test_memory_categories_split_expert_state_by_the_expert_data_parallel_group(
     # 0.1875) = 32 * 272,113,152 = 8,707,620,864, plus the embedding stage's share (its own formula)
     from paraplan.cost import memory
     from paraplan.cost.memory_breakdown import stage_categories_bytes
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     inst = mixtral()
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
     p = Plan.of(o, (32,), (0,))
@@ -309,7 +309,7 @@ def test_dense_prefix_is_priced_as_dense_layers_on_the_first_stage():
 
 def test_a_plan_whose_first_stage_cannot_hold_the_dense_prefix_is_refused():
     from paraplan.cost.errors import ConfigError
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     inst = mixtral()
     pre = replace(inst, model=replace(inst.model, moe=replace(inst.model.moe, dense_layers=3)))
     o = Outer(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=64, zero=1, ep=8)
@@ -406,7 +406,7 @@ def test_a2a_overlap_on_a_dense_model_is_refused(tmp_path):
 
 
 def test_a2a_overlap_round_trips_and_is_exported_where_it_applies(tmp_path):
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     from paraplan.solver.export.megatron import to_megatron
     inst = _overlapped(mixtral())
     back = instance_from_mapping(yaml.safe_load(yaml.safe_dump(instance_to_mapping(inst))), "p.yaml")
@@ -420,7 +420,7 @@ def test_a2a_overlap_round_trips_and_is_exported_where_it_applies(tmp_path):
 
 def test_a_plan_the_overlap_does_not_apply_to_says_so():
     from paraplan.cost.model_notes import model_warnings
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     inst = _overlapped(mixtral())
     off = Plan.of(Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8),
                   (16, 16), (0, 0))
@@ -496,7 +496,7 @@ def test_shared_expert_overlap_is_refused_where_it_cannot_run(tmp_path, job, moe
 
 
 def test_shared_expert_overlap_round_trips_and_is_exported_where_it_applies():
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     from paraplan.solver.export.megatron import to_megatron
     inst = _shared(mixtral(), shared_ffn=4096)
     inst = replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True))
@@ -504,7 +504,7 @@ def test_shared_expert_overlap_round_trips_and_is_exported_where_it_applies():
     assert back == replace(inst, source="p.yaml")
     on = Plan.of(Outer(tp=1, pp=2, dp=32, micro_batch=1, num_micro_batches=32, zero=1, ep=8),
                  (16, 16), (0, 0))
-    off = Plan.of(replace(on.outer, ep=1), (16, 16), (0, 0))
+    off = Plan.of(replace(on.flat_outer, ep=1), (16, 16), (0, 0))
     assert "--moe-shared-expert-overlap" in to_megatron(inst, on).text
     assert "--moe-shared-expert-overlap" not in to_megatron(inst, off).text
 

@@ -16,7 +16,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping, search_from_section
 from paraplan.cost.space_rules import expert_layouts, moe_refusal
-from paraplan.cost.specs import Outer, Plan
+from paraplan.cost.specs import Outer
+from paraplan.cost.plan_specs import Plan
 
 MIXTRAL = Path(__file__).resolve().parents[2] / "instances" / "mixtral-8x7b-64xH100.yaml"
 NVLINK_BW = 0.8 * 450e9

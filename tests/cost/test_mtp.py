@@ -19,7 +19,8 @@ from paraplan.cost.hf_config import model_from_hf_config
 from paraplan.cost.loader import load_instance
 from paraplan.cost.memory import mtp_stage_params
 from paraplan.cost.memory_breakdown import stage_categories_bytes
-from paraplan.cost.specs import Outer, Plan
+from paraplan.cost.specs import Outer
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.export import FORMATS
 from paraplan.solver.report.page import plan_coefficients
@@ -73,7 +74,7 @@ def test_the_last_stage_runs_one_more_layer_and_head_per_depth():
 def test_memory_categories_sum_to_the_stage_total_with_mtp():
     # the breakdown asserts its categories sum to the stage memory (cost/memory_breakdown.py)
     inst = with_mtp(load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml"))
-    p = Plan(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=64, zero=1, ep=8,
+    p = Plan.flat(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=64, zero=1, ep=8,
              layers_per_stage=(8, 8, 8, 8), full_recompute_layers=(0, 0, 0, 0))
     cats = stage_categories_bytes(inst, p, plan_coefficients(inst, p))
     assert cats[3]["weights"] > cats[2]["weights"]  # the MTP layer and the embedding copy

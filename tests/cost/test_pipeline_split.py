@@ -15,7 +15,8 @@ from paraplan.cost.pipeline_split import (chunk_items_held, chunk_layers, chunk_
                                           megatron_split)
 from paraplan.cost.schedule import (iteration_time_s, stage_mem_bytes, stage_times_s,
                                     uneven_chunk_mem_bytes)
-from paraplan.cost.specs import Outer, Plan
+from paraplan.cost.specs import Outer
+from paraplan.cost.plan_specs import Plan
 
 
 def test_embedding_and_loss_accounted_interleaved_placement():
@@ -125,7 +126,7 @@ def test_pipeline_time_of_an_uneven_interleaved_split_by_hand():
     n, r = np.array([3, 4, 4, 3]), np.zeros(4)
     assert stage_times_s(c, n, r) == pytest.approx([3.5e-3, 4e-3, 4e-3, 4.5e-3])
     assert float(iteration_time_s(c, n, r)) == pytest.approx(41.75e-3)
-    plan = Plan(tp=1, pp=4, dp=1, micro_batch=1, num_micro_batches=8, virtual_stages=2,
+    plan = Plan.flat(tp=1, pp=4, dp=1, micro_batch=1, num_micro_batches=8, virtual_stages=2,
                 layers_per_stage=(3, 4, 4, 3), full_recompute_layers=(0,) * 4,
                 embedding_in_split=True, loss_in_split=True)
     assert plan.chunk_layers == ((1, 2), (2, 2), (2, 2), (2, 1))

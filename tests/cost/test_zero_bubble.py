@@ -12,7 +12,7 @@ from paraplan.cost import schedule
 from paraplan.cost.loader import load_instance
 from paraplan.cost.schedule import TorchSchedule as S
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Plan
+from paraplan.cost.plan_specs import Plan
 from export_support import llama405_v2, zbv_split
 from paraplan.cost.torch_schedules import fastest_fitting, schedule_prices
 
@@ -22,7 +22,7 @@ GOLDENS = json.loads((ROOT / "tests" / "goldens" / "bundled.json").read_text())
 
 def golden(name: str) -> tuple:
     inst = load_instance(ROOT / name)
-    plan = Plan(**{k: tuple(v) if isinstance(v, list) else v
+    plan = Plan.flat(**{k: tuple(v) if isinstance(v, list) else v
                    for k, v in GOLDENS[f"{name}:nominal"]["plan"].items()})
     return inst, plan
 
@@ -132,7 +132,7 @@ def test_zbv_moves_the_output_layer_to_rank_0():
     # last stage has beyond a middle one, and the last stage keeps a middle stage's terms
     from paraplan.cost.coefficients import build
     inst, plan = llama405_v2()
-    c = build(inst, plan.outer)
+    c = build(inst, plan.flat_outer)
     c = schedule.with_in_flight(c, schedule.schedule_in_flight(S.ZBV_ZERO_BUBBLE, plan.pp, 128, 2))
     v = schedule.v_shaped(c)
     for name in ("stage_time_s", "stage_mem_bytes", "stage_sync_time_s"):

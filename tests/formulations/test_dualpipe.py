@@ -150,7 +150,7 @@ def test_problem_terms_are_what_simulate_prices(tmp_path):
     from paraplan.cost import dualpipe
     from paraplan.cost.groups_loader import as_one_group
     from paraplan.cost.loader import load_instance
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     from paraplan.solver.search import dualpipe_problem
     from paraplan.solver.space import declared_outers
     inst = load_instance(_tiny_dualpipe(tmp_path))

@@ -16,7 +16,7 @@ from randinst import random_cluster_instance
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.simulate import simulate_classes
-from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
+from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute, SearchSpace
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
@@ -160,8 +160,8 @@ def test_a_gradient_ring_across_two_classes_on_one_group_crosses_the_nodes_it_sp
     inst = load_cluster_instance(path)
     stage = dict(stage_groups=(0, 0), layers_per_stage=(4, 4), full_recompute_layers=(0, 0))
     common = dict(tp=1, micro_batch=1, sequence_parallel=False, recompute=Recompute.NONE, zero=0)
-    two = ClassPlan(**common, family="replica", classes=(
+    two = Plan(**common, family="replica", classes=(
         ReplicaClass(replicas=1, num_micro_batches=16, **stage),) * 2)
-    one = ClassPlan(**common, family="stage", classes=(
+    one = Plan(**common, family="stage", classes=(
         ReplicaClass(replicas=2, num_micro_batches=16, **stage),))
     assert simulate_classes(inst, two).sync_s > 20 * simulate_classes(inst, one).sync_s

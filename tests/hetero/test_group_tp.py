@@ -16,7 +16,7 @@ from paraplan.cost.errors import ConfigError
 from paraplan.cost.class_coefficients import class_coefficients
 from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_mapping,
                                          load_cluster_instance)
-from paraplan.cost.plan_specs import ClassShape, ClassOuter, ClassPlan, ReplicaClass
+from paraplan.cost.plan_specs import ClassShape, ClassOuter, Plan, ReplicaClass
 from paraplan.cost.loader import InstanceError
 from paraplan.solver.exhaustive import exhaustive_classes
 from paraplan.solver.search import search
@@ -142,7 +142,7 @@ def test_a_tp_per_group_needs_one_class():
                         full_recompute_layers=(0,)),
            ReplicaClass(replicas=4, stage_groups=(1,), num_micro_batches=8, layers_per_stage=(8,),
                         full_recompute_layers=(0,))]
-    plan = ClassPlan(tp=4, group_tp=((0, 4), (1, 2)), micro_batch=1, classes=tuple(cls), family="replica")
+    plan = Plan(tp=4, group_tp=((0, 4), (1, 2)), micro_batch=1, classes=tuple(cls), family="replica")
     with pytest.raises(ConfigError, match="one replica class"):
         plan.check_against(inst)
 

@@ -17,7 +17,7 @@ from paraplan.cost.groups_loader import (event_from_mapping, group_instance, clu
                                 class_plan_from_mapping, class_plan_to_mapping,
                                 as_one_group, is_groups_file, is_groups_mapping,
                                 load_event, load_cluster_instance, load_class_plan)
-from paraplan.cost.plan_specs import ClusterInstance, ClassPlan, ReplicaClass
+from paraplan.cost.plan_specs import ClusterInstance, Plan, ReplicaClass
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Recompute
 
@@ -255,7 +255,7 @@ TINY_PLAN = {"tp": 4, "micro_batch": 1, "recompute": "selective", "zero": 1, "fa
 def test_plan_round_trip(tmp_path):
     inst = load_cluster_instance(TINY)
     plan = class_plan_from_mapping(TINY_PLAN, inst, "p.yaml")
-    assert plan == ClassPlan(tp=4, micro_batch=1, recompute=Recompute.SELECTIVE, zero=1,
+    assert plan == Plan(tp=4, micro_batch=1, recompute=Recompute.SELECTIVE, zero=1,
                               classes=(ReplicaClass(replicas=2, stage_groups=(0, 1),
                                                     num_micro_batches=16,
                                                     layers_per_stage=(3, 5),

@@ -9,7 +9,7 @@ import pytest
 
 from paraplan.cost.groups_loader import as_one_group, load_cluster_instance
 from paraplan.cost.simulate import simulate_classes
-from paraplan.cost.plan_specs import ClassPlan, ReplicaClass
+from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute
 from paraplan.solver.commands.cli import main
 from paraplan.solver.space import declared_outers, not_covered
@@ -39,7 +39,7 @@ def test_the_excluded_plans_are_real_plans_the_cost_model_prices():
     H100 node idle: a valid plan (check_against) that simulate prices, whose outer
     configuration the space does not list: what the printed line warns of."""
     tiny = load_cluster_instance(TINY)
-    plan = ClassPlan(tp=1, micro_batch=1, recompute=Recompute.NONE, family="replica", classes=(
+    plan = Plan(tp=1, micro_batch=1, recompute=Recompute.NONE, family="replica", classes=(
         ReplicaClass(replicas=4, stage_groups=(0,), num_micro_batches=4, layers_per_stage=(8,),
                      full_recompute_layers=(0,)),
         ReplicaClass(replicas=2, stage_groups=(0, 0), num_micro_batches=8, layers_per_stage=(4, 4),
@@ -93,10 +93,10 @@ def test_dualpipe_beats_the_proved_1f1b_optimum_on_the_deepseek_instance():
 
     from paraplan.cost.loader import load_instance
     from paraplan.cost.simulate import simulate
-    from paraplan.cost.specs import PipelineSchedule, Plan
+    from paraplan.cost.specs import PipelineSchedule
     inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
     dual = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE))
-    plan = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
+    plan = Plan.flat(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
                 layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
     golden = json.load(open("tests/goldens/bundled.json"))
     optimum_s = golden["instances/deepseek-v3-shaped-2048xH800.yaml:nominal"]["objective_s"]
@@ -115,7 +115,7 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
 
     from paraplan.cost.loader import load_instance
     from paraplan.cost.simulate import simulate
-    from paraplan.cost.specs import PipelineSchedule, Plan
+    from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.solve import solve as plan_homogeneous
     inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
     dual = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE))
@@ -123,7 +123,7 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
     assert not any(x.startswith(DUALPIPE) for x in lines)
     assert any(x.startswith("the 1F1B and interleaved 1F1B schedules") for x in lines)
     res = plan_homogeneous(dual)
-    deepseek = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
+    deepseek = Plan.flat(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
                     layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
     assert res.status == "optimal"
     assert res.iter_time_s == pytest.approx(simulate(dual, deepseek).iter_time_s, rel=1e-9)

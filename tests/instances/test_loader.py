@@ -13,7 +13,8 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
                          load_instance, load_plan, plan_from_mapping,
                          plan_to_mapping)
-from paraplan.cost.specs import GpuSpec, Plan, Recompute
+from paraplan.cost.specs import GpuSpec, Recompute
+from paraplan.cost.plan_specs import Plan
 
 INSTANCES = Path(instances.__file__).parent
 BAD = Path(__file__).parent / "bad"
@@ -289,14 +290,14 @@ def test_recompute_full_with_explicit_layer_counts():
 
 
 ROUND_TRIP_PLANS = [
-    Plan(tp=2, pp=2, dp=2, micro_batch=1, num_micro_batches=16, layers_per_stage=(4, 4),
+    Plan.flat(tp=2, pp=2, dp=2, micro_batch=1, num_micro_batches=16, layers_per_stage=(4, 4),
          full_recompute_layers=(0, 0)),
-    Plan(tp=2, pp=2, dp=2, micro_batch=2, num_micro_batches=8, sequence_parallel=True,
+    Plan.flat(tp=2, pp=2, dp=2, micro_batch=2, num_micro_batches=8, sequence_parallel=True,
          recompute=Recompute.SELECTIVE, zero=1, virtual_stages=2, layers_per_stage=(2, 6),
          full_recompute_layers=(2, 1)),
-    Plan(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8, layers_per_stage=(5, 3),
+    Plan.flat(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8, layers_per_stage=(5, 3),
          full_recompute_layers=(5, 3)),  # every layer fully recomputed: written as 'full'
-    Plan(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8, recompute=Recompute.SELECTIVE,
+    Plan.flat(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8, recompute=Recompute.SELECTIVE,
          layers_per_stage=(5, 3), full_recompute_layers=(5, 3)),  # not 'full': mode differs
 ]
 

@@ -160,18 +160,18 @@ def test_chained_p_ops_pay_only_the_skew():
 
 def test_plan_layer_fn_and_validation():
     from paraplan.cost.errors import ConfigError
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     assert P.plan_layer_fn(()) is megatron_layer
     parts = tuple((op, "P2x2" if op in P.LINEAR_OPS else "heads") for op in P.OPS)
-    Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+    Plan.flat(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
          full_recompute_layers=(0,), partitions=parts)
     with pytest.raises(ConfigError, match="not a partition of tp=8"):
-        Plan(tp=8, pp=1, dp=1, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+        Plan.flat(tp=8, pp=1, dp=1, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
              full_recompute_layers=(0,), partitions=parts)
-    Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+    Plan.flat(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
          full_recompute_layers=(0,), partitions=parts, sequence_parallel=True)
     with pytest.raises(ConfigError, match="need 4 <= tp <= 32"):
-        Plan(tp=2, pp=1, dp=4, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+        Plan.flat(tp=2, pp=1, dp=4, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
              full_recompute_layers=(0,), partitions=tuple((op, "T" if op in P.LINEAR_OPS else "heads")
                                                           for op in P.OPS))
 
@@ -274,12 +274,12 @@ def test_token_split_state_and_sync_enter_the_coefficients():
 
 def test_token_split_is_not_offered_with_zero3():
     from paraplan.cost.errors import ConfigError
-    from paraplan.cost.specs import Plan
+    from paraplan.cost.plan_specs import Plan
     parts = tuple((op, dict(P.MEGATRON_DEFAULT, mlp_in="T")[op]) for op in P.OPS)
-    Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+    Plan.flat(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
          full_recompute_layers=(0,), partitions=parts, zero=1)
     with pytest.raises(ConfigError, match="not offered with zero: 3"):
-        Plan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
+        Plan.flat(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
              full_recompute_layers=(0,), partitions=parts, zero=3)
 
 

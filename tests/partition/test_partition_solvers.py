@@ -255,7 +255,7 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
     assert r.status == "optimal"
     assert r.iter_time_s == pytest.approx(e.iter_time_s, rel=1e-9)
     parts = dict(r.plan.partitions)
-    c = build(inst, r.plan.outer, layer_fn=P.plan_layer_fn(r.plan.partitions))
+    c = build(inst, r.plan.flat_outer, layer_fn=P.plan_layer_fn(r.plan.partitions))
     base = memory.layer_state_bytes(inst.model, 8, 0, 1)
     from paraplan.solver.commands.partitions import describe_partitions
     assert "mlp.fc2: T@nodes" in describe_partitions(r.plan, inst)  # the group spans 2 nodes

@@ -12,7 +12,7 @@ from partition_support import instance_and_site
 from paraplan.cost import partition as P
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.specs import Plan
+from paraplan.cost.plan_specs import Plan
 
 # the hand derivations below assume an ideal network: wire speed, no per-call latency and
 # no overlap slowdown (the measured defaults of cost/comm.py are checked in tests/cost)
@@ -132,11 +132,11 @@ def test_block_stream_needs_sequence_parallel():
              + (("stream", "B2x2"),))
     kw = dict(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8, layers_per_stage=(4,),
               full_recompute_layers=(0,), partitions=parts)
-    Plan(**kw, sequence_parallel=True)
+    Plan.flat(**kw, sequence_parallel=True)
     with pytest.raises(ConfigError, match="needs sequence_parallel"):
-        Plan(**kw)
+        Plan.flat(**kw)
     with pytest.raises(ConfigError, match="not a partition of tp=4"):
-        Plan(**dict(kw, partitions=parts[:-1] + (("stream", "B4x4"),)), sequence_parallel=True)
+        Plan.flat(**dict(kw, partitions=parts[:-1] + (("stream", "B4x4"),)), sequence_parallel=True)
     table, inst, o, site = _table(4, nodes=1, sp=False)
     assert table.candidates[P.STREAM] == ("replicated",)
     with pytest.raises(ValueError, match="needs sequence_parallel"):

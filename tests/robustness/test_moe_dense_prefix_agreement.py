@@ -91,5 +91,5 @@ def test_some_overlapped_optimum_uses_the_overlap():
     for seed in SEEDS:
         inst = overlapped(seed)
         ex = exhaustive(inst)
-        used += ex.plan is not None and a2a_overlap_applies(inst.job, ex.plan.outer)
+        used += ex.plan is not None and a2a_overlap_applies(inst.job, ex.plan.flat_outer)
     assert used >= 1

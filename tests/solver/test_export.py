@@ -22,7 +22,8 @@ import yaml
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance, plan_file_mapping, plan_to_mapping
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Attention, Framework, Mlp, Plan, Precision, Recompute
+from paraplan.cost.specs import Attention, Framework, Mlp, Precision, Recompute
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.commands.cli import main as cli_main
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_megatron, to_torchtitan
 from paraplan.solver.commands.export import register, render
@@ -54,7 +55,7 @@ TINY_SW, SMALL_SW = swiglu(TINY), swiglu(SMALL)
 
 
 def make_plan(*, layers, full=None, **kw) -> Plan:
-    return Plan(layers_per_stage=tuple(layers), pp=len(layers),
+    return Plan.flat(layers_per_stage=tuple(layers), pp=len(layers),
                 full_recompute_layers=tuple(full or [0] * len(layers)), **kw)
 
 
@@ -843,7 +844,7 @@ def test_megatron_export_of_deepseek_memory_options():
     # (no command-line flag) and the E5M6 attention output (in no framework) are one deviation
     # line each, and the emitted configuration is priced without them
     inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
-    plan = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
+    plan = Plan.flat(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
                 layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
     res = to_megatron(inst, plan)
     unsupported = res.unsupported

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.loader import load_instance
-from paraplan.cost.specs import Mlp, Plan, Precision, Recompute
+from paraplan.cost.specs import Mlp, Precision, Recompute
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export import to_deepspeed, to_megatron, to_torchtitan
 
 pytestmark = pytest.mark.framework
@@ -35,7 +36,7 @@ LLAMA30 = replace(LLAMA8B, model=replace(LLAMA8B.model, layers=30))
 
 
 def plan(layers, full=None, **kw) -> Plan:
-    return Plan(layers_per_stage=tuple(layers), pp=len(layers),
+    return Plan.flat(layers_per_stage=tuple(layers), pp=len(layers),
                 full_recompute_layers=tuple(full or [0] * len(layers)), **kw)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from randinst import random_instance
 
-from paraplan.cost.groups_loader import as_flat_plan, as_one_group
+from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.simulate import simulate
 from paraplan.solver.exhaustive import exhaustive_classes
 from paraplan.solver.search import search
@@ -40,5 +40,5 @@ def test_one_group_plans_fewer_micro_batches_than_stages(seed):
         tol = het.tolerance_s + 1e-9 * ex.objective_s
         assert het.objective_s == pytest.approx(ex.objective_s, abs=tol)
         # the plan the homogeneous simulator prices at the same time (cost/simulate.py)
-        bd = simulate(inst, as_flat_plan(het.plan), reserve_bytes=inst.search.memory_reserve_bytes)
+        bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
         assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)

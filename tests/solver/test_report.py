@@ -375,7 +375,7 @@ def test_partitioned_plan_is_drawn_with_its_own_coefficients():
     n = np.array(res.plan.layers_per_stage, float)
     r = np.array(res.plan.full_recompute_layers, float)
     assert makespan_s(one_f_one_b_events(c, n, r)) == pytest.approx(res.iter_time_s, rel=1e-6)
-    megatron = build(inst, res.plan.outer)
+    megatron = build(inst, res.plan.flat_outer)
     assert abs(makespan_s(one_f_one_b_events(megatron, n, r)) - res.iter_time_s) > 1e-6 * res.iter_time_s
     page = report.build_report(inst, res)
     assert "<th>partition</th>" in page

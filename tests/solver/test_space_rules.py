@@ -58,7 +58,7 @@ def test_published_outer_is_in_the_default_space(inst_plan):
     assert inst.search == release_space(ran.framework, ran.release_year)
     assert ran.release_year is not None or inst.search == SearchSpace()
     space = {_modulo_flash(inst, o) for o in outer_configs(inst)}
-    assert _modulo_flash(inst, plan.outer) in space
+    assert _modulo_flash(inst, plan.flat_outer) in space
 
 
 # --- the micro-batch cap from memory ---------------------------------------------------------

@@ -26,10 +26,11 @@ from paraplan.cost.flops import megatron_flops_per_token
 from paraplan.cost.loader import load_instance, plan_from_mapping, read_yaml
 from paraplan.cost.moe_anchors import anchor_instance, anchor_rows, price
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import ModelSpec, MoeDispatcher, Optimizer, PipelineSchedule, Plan
+from paraplan.cost.specs import ModelSpec, MoeDispatcher, Optimizer, PipelineSchedule
+from paraplan.cost.plan_specs import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAN = Plan(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
+PLAN = Plan.flat(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
             layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
 
 
@@ -99,7 +100,7 @@ def test_anchor_layer_activations_by_hand():
     #   router probabilities, fp32                        t x 256 x 4          =   4,194,304
     #                                                                 sum 399,270,215.68
     inst = load_instance(ROOT / _row()["paraplan_instance"].split()[0])
-    c = coefficients.build(inst, PLAN.outer)
+    c = coefficients.build(inst, PLAN.flat_outer)
     per_mb = c.layer_act_bytes[1] / c.in_flight[1] / 1.05  # the fragmentation allowance
     assert per_mb == pytest.approx(264_765_440 + 399_270_215.68, rel=1e-12)
     # DualPipe holds 15 micro-batches of stage 1 and 2 of stage 14 on device 1 (4 layers

@@ -54,7 +54,7 @@ def test_optimum_is_no_slower_than_the_published_configuration(rid, inst, publis
     pub = simulate(inst, published)
     if not pub.fits:
         pytest.skip("published plan predicted out of memory (memory model's open rows)")
-    narrowed = dataclasses.replace(inst, search=_only(published.outer))
+    narrowed = dataclasses.replace(inst, search=_only(published.flat_outer))
     res = plan(narrowed, time_limit_s=120)
     assert res.status == OPTIMAL, res.status
     assert res.iter_time_s <= pub.iter_time_s + res.tolerance_s + 1e-9, (res.plan, pub.iter_time_s)
