@@ -30,7 +30,7 @@ R5 R3 and R4 exclude each other (TransformerConfig raises ValueError), and both 
    layout of R6.
 R6 --pipeline-model-parallel-layout lists every chunk's layers (E, t*k, L), any counts.
 
-paraplan's plan (cost/specs.Plan) records the split as decoder layers per rank
+paraplan's plan (cost/plan_specs.Plan) records the split as decoder layers per rank
 (`layers_per_stage`) plus R4's two flags (`embedding_in_split`, `loss_in_split`). Its chunk rule
 is R4 generalised to any per-rank count (R6 runs it): rank s carries n_s decoder layers plus its
 slots (the embedding on rank 0, the loss on rank p-1, where flagged); v divides that total and
