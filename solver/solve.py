@@ -22,7 +22,6 @@ import math
 import time
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
@@ -52,9 +51,9 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
         raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
                             " idle GPUs are group-format plans, which a flat plan file cannot hold",
-                            "plan it as its one group: api.search(as_one_group(inst))"
+                            "plan it as its one group: api.search(ClusterInstance.one_group(inst))"
                             " (what `paraplan plan` does)")
-    group = as_one_group(inst)
+    group = ClusterInstance.one_group(inst)
     res = search(group, backend, time_limit_s, progress=progress, threads=threads, resimulate=False,
                  winners=winners or 1, within_pct=within_pct)  # re-simulated once, below
     if partition_plans.enabled(inst):  # a flat plan counts (outer, layer plan) pairs
