@@ -26,7 +26,7 @@ from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver import class_partitions, partition_plans
+from paraplan.solver import partition_plans
 from paraplan.solver.search import check_resimulation as check_class_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
 from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, check_resimulation,
@@ -117,9 +117,7 @@ def _check_top(inst, k: int, within_pct: float | None) -> None:
     if dualpipe_job(inst):  # --top ranks the 1F1B formulations' configurations
         raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
                             " the 1F1B formulations' configurations)", "plan without --top")
-    partitions = (class_partitions.enabled(inst) if isinstance(inst, ClusterInstance)
-                  else partition_plans.enabled(inst))
-    if partitions:
+    if partition_plans.enabled(inst):  # search.tensor_partitions, read alike on either kind
         raise InstanceError(inst.source, "search.tensor_partitions",
                             "--top is not offered with per-operator partitions",
                             "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")
