@@ -212,14 +212,6 @@ def class_layer_fn(pl: Placement, stage_groups: tuple[int, ...], by_group: dict)
     return layer_fn
 
 
-def group_pricing_instance(inst, hc: Cluster, g: int) -> Instance:
-    """`inst` (model, job, search) on group g's own cluster: what a layer plan on group g is
-    priced with, since cost/partition.py reads the links of a tp group's sub-blocks (across
-    nodes) from the instance's cluster."""
-    return Instance(name=inst.name, model=inst.model, cluster=hc.groups[g].cluster, job=inst.job,
-                    search=inst.search, source=inst.source)
-
-
 def on_group(layer_fn, group_inst: Instance):
     """`layer_fn` priced with `group_inst` whatever instance build passes."""
     return lambda _inst, o, site, net: layer_fn(group_inst, o, site, net)
@@ -231,7 +223,7 @@ def partitions_layer_fn(inst, hc: Cluster, pl: Placement, stage_groups: tuple[in
     if not partitions:
         return megatron_layer
     return class_layer_fn(pl, stage_groups, {
-        g: on_group(plan_layer_fn(parts), group_pricing_instance(inst, hc, g)) for g, parts in partitions})
+        g: on_group(plan_layer_fn(parts), inst.group_alone(g, hc)) for g, parts in partitions})
 
 
 def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = NetEfficiency(),

@@ -131,7 +131,7 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          release_search_of, search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import groups_search_refusal, split_slots_run
-from paraplan.cost.specs import (Attention, GpuSpec, Instance, Link, PipelineSchedule,
+from paraplan.cost.specs import (Attention, GpuSpec, Link, PipelineSchedule,
                                  Recompute, SearchSpace)
 
 # Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
@@ -179,11 +179,11 @@ def is_groups_file(path: str | Path) -> bool:
 
 def load_cluster_instance(path: str | Path) -> ClusterInstance:
     """The instance file at `path` as a cluster of node groups, read once: a node-group file as
-    written, a flat one (cost/loader.py) as its one group (as_one_group)."""
+    written, a flat one (cost/loader.py) as its one group (ClusterInstance.one_group)."""
     data = read_yaml(path)
     if is_groups_mapping(data):
         return cluster_instance_from_mapping(data, path)
-    return as_one_group(load_instance_parts(path, hf_config=None, cluster=None, job=None, data=data))
+    return ClusterInstance.one_group(load_instance_parts(path, hf_config=None, cluster=None, job=None, data=data))
 
 
 def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> ClusterInstance:
@@ -226,31 +226,6 @@ def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> C
     return ClusterInstance(name=name, model=model, cluster=nominal, job=job,
                           scenarios=tuple(scenarios), timeline=timeline, switching=switching,
                           source=path, **kw)
-
-
-def as_one_group(inst: Instance) -> ClusterInstance:
-    """`inst` as a one-group heterogeneous instance (group and site named after the GPU)."""
-    c = inst.cluster
-    group = NodeGroup(name=c.gpu.name, site=c.gpu.name, cluster=c)
-    return ClusterInstance(name=inst.name, model=inst.model,
-                          cluster=Cluster(groups=(group,), between=((c.inter_node,),)),
-                          job=inst.job, search=inst.search, source=inst.source)
-
-
-def as_flat_instance(inst: ClusterInstance) -> Instance:
-    """The inverse of as_one_group: a one-group instance's nominal cluster as a
-    homogeneous instance of the same name."""
-    if len(inst.cluster.groups) != 1:
-        raise ValueError(f"{inst.name} has {len(inst.cluster.groups)} node groups, not one")
-    return replace(group_instance(inst, 0), name=inst.name)
-
-
-def group_instance(inst: ClusterInstance, g: int) -> Instance:
-    """The homogeneous instance of group `g` of the nominal cluster alone, same model, job and
-    search, named `<instance>-<group>`."""
-    group = inst.cluster.groups[g]
-    return Instance(name=f"{inst.name}-{group.name}", model=inst.model, cluster=group.cluster,
-                    job=inst.job, search=inst.search, source=inst.source)
 
 
 # --- groups, sites and links ---------------------------------------------------------------
@@ -741,7 +716,7 @@ def load_class_plan(path: str | Path, inst: ClusterInstance) -> Plan:
 def class_plan_from_data(data: Any, inst: ClusterInstance, path: str | Path) -> Plan:
     """load_class_plan of a plan file's contents `data`, read from `path`."""
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
-        return plan_from_mapping(data, as_flat_instance(inst), str(path))
+        return plan_from_mapping(data, inst.group_alone(0), str(path))
     return class_plan_from_mapping(data, inst, str(path))
 
 

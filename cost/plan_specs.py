@@ -133,6 +133,24 @@ class ClusterInstance:
         if not self.scenarios:
             object.__setattr__(self, "scenarios", (Scenario(name="nominal", cluster=self.cluster),))
 
+    @classmethod
+    def one_group(cls, inst: Instance) -> "ClusterInstance":
+        """The flat instance `inst` as the one-group cluster it is (group and site named after
+        its GPU): what the planner searches and the group rules check."""
+        c = inst.cluster
+        group = NodeGroup(name=c.gpu.name, site=c.gpu.name, cluster=c)
+        return cls(name=inst.name, model=inst.model, cluster=Cluster(groups=(group,), between=((c.inter_node,),)),
+                   job=inst.job, search=inst.search, source=inst.source)
+
+    def group_alone(self, g: int, cluster: Cluster | None = None) -> Instance:
+        """Group `g` of `cluster` (default: the nominal one) alone, same name, model, job and
+        search: the flat instance its stages are priced on (cost/coefficients.build reads one
+        ClusterSpec, and cost/partition.py a tp group's links from it); of a one-group
+        instance, the flat instance it is (`one_group`'s inverse)."""
+        group = (self.cluster if cluster is None else cluster).groups[g]
+        return Instance(name=self.name, model=self.model, cluster=group.cluster, job=self.job,
+                        search=self.search, source=self.source)
+
     def with_cluster(self, cluster: Cluster) -> "ClusterInstance":
         """The same job on another network (scenarios dropped: the cluster is the nominal one)."""
         return ClusterInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,

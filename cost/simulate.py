@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from paraplan.cost import dualpipe, schedule
-from paraplan.cost.class_coefficients import class_coefficients, group_pricing_instance, replica_time_s
+from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
@@ -261,7 +261,7 @@ def _dualpipe_classes(inst: ClusterInstance, plan: Plan, hc: Cluster,
     # the one class as this route always priced it: without its layer plan or embedding/loss slots
     flat = Plan.of(replace(plan.flat_outer, embedding_in_split=False, loss_in_split=False),
                    k.layers_per_stage, k.full_recompute_layers)
-    it = dualpipe.iteration(group_pricing_instance(inst, hc, 0), flat, net,
+    it = dualpipe.iteration(inst.group_alone(0, hc), flat, net,
                             inst.search.memory_reserve_bytes)
     bd = _dualpipe_breakdown(it, inst.model, inst.job.global_batch, hc.num_gpus,
                              hc.groups[0].cluster.gpu.peak_flops_per_s, flat)

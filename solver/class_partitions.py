@@ -54,7 +54,7 @@ import numpy as np
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.class_coefficients import class_layer_fn, group_pricing_instance, on_group
+from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
@@ -137,7 +137,7 @@ class OuterChoices:
         self.cg = {(k, g): _on_group(self.co[k], o, g) for k, g in keys}  # per choice: its tp
         self.first_stage = {(k, g): o.classes[k].stage_groups.index(g) for k, g in keys}
         self.masks = {(k, g): np.array(o.classes[k].stage_groups) == g for k, g in keys}
-        self.ginst = {(i, g): group_pricing_instance(inst, inst.scenarios[i].cluster, g)
+        self.ginst = {(i, g): inst.group_alone(g, inst.scenarios[i].cluster)
                       for i in scenarios for _, g in keys}
         # (k, g) choices with more than Megatron's plan
         self.open = [(k, g) for k, g in keys if P.spatial_temporal_allowed(self.cg[k, g])]
@@ -446,7 +446,7 @@ def all_partitions(inst, o, placed, co: list, net: NetEfficiency = NetEfficiency
         cg = _on_group(co[k], o, g)
         if enabled(inst) and P.spatial_temporal_allowed(cg):
             site = placed(0, k).sites[o.classes[k].stage_groups.index(g)]
-            table = P.table_for(group_pricing_instance(inst, inst.cluster, g), cg, site, net)
+            table = P.table_for(inst.group_alone(g, inst.cluster), cg, site, net)
             idx, _ = P.all_plans(table)
             for row in idx:
                 plan = P.plan_from_indices(table, row)

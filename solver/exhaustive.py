@@ -30,7 +30,6 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance, Plan
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
@@ -439,5 +438,5 @@ def _time_s(inst: ClusterInstance, plan: Plan, objective: str, value_s: float) -
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over a flat instance's declared space, as its one group."""
-    return exhaustive_classes(as_one_group(inst), max_candidates=max_candidates, progress=progress,
+    return exhaustive_classes(ClusterInstance.one_group(inst), max_candidates=max_candidates, progress=progress,
                               time_limit_s=time_limit_s)

@@ -55,8 +55,7 @@ import numpy as np
 
 from paraplan.cost import dualpipe, schedule
 from paraplan.cost.coefficients import build
-from paraplan.cost.class_coefficients import (class_outers, class_placement, group_pricing_instance,
-                                              partitions_layer_fn)
+from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import PlanBreakdown, simulate_classes
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, Plan, ReplicaClass
@@ -273,7 +272,7 @@ def dualpipe_problem(inst: ClusterInstance, o: ClassOuter) -> DualPipeProblem:
     with (the nominal network; a DualPipe job has no scenarios of its own), on its one group's
     pricing instance."""
     co = class_outers(inst.job, o)[0]
-    x = dualpipe.terms(group_pricing_instance(inst, inst.cluster, 0), co,
+    x = dualpipe.terms(inst.group_alone(0, inst.cluster), co,
                        reserve_bytes=inst.search.memory_reserve_bytes)
     f = objective_factor_of(inst, o)  # the quantile objective (problem_of)
     c = scaled_times(x.coeffs, f)

@@ -22,12 +22,11 @@ import math
 import time
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver import class_partitions, partition_plans
+from paraplan.solver import partition_plans
 from paraplan.solver.search import check_resimulation as check_class_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
 from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, check_resimulation,
@@ -52,9 +51,9 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
         raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
                             " idle GPUs are group-format plans, which a flat plan file cannot hold",
-                            "plan it as its one group: api.search(as_one_group(inst))"
+                            "plan it as its one group: api.search(ClusterInstance.one_group(inst))"
                             " (what `paraplan plan` does)")
-    group = as_one_group(inst)
+    group = ClusterInstance.one_group(inst)
     res = search(group, backend, time_limit_s, progress=progress, threads=threads, resimulate=False,
                  winners=winners or 1, within_pct=within_pct)  # re-simulated once, below
     if partition_plans.enabled(inst):  # a flat plan counts (outer, layer plan) pairs
@@ -118,9 +117,7 @@ def _check_top(inst, k: int, within_pct: float | None) -> None:
     if dualpipe_job(inst):  # --top ranks the 1F1B formulations' configurations
         raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
                             " the 1F1B formulations' configurations)", "plan without --top")
-    partitions = (class_partitions.enabled(inst) if isinstance(inst, ClusterInstance)
-                  else partition_plans.enabled(inst))
-    if partitions:
+    if partition_plans.enabled(inst):  # search.tensor_partitions, read alike on either kind
         raise InstanceError(inst.source, "search.tensor_partitions",
                             "--top is not offered with per-operator partitions",
                             "remove spatial_temporal (e.g. --search tensor_partitions=megatron)")

@@ -53,8 +53,8 @@ the replicas, within search.max_micro_batch, capped from memory by the homogeneo
 (capped_micro_batches and micro_batch_lower_bound_parts below; micro_batch_values says how a
 class spanning groups is bounded). A lone class runs the count the batch gives it,
 fewer micro-batches than stages included, as on one group; with search.uniform_split (which
-reaches the class planner only from a homogeneous instance, cost/groups_loader.
-as_one_group: a mixed-cluster file listing it is refused) the planner searches even
+reaches the class planner only from a homogeneous instance, cost/plan_specs.
+ClusterInstance.one_group: a mixed-cluster file listing it is refused) the planner searches even
 layer splits, the homogeneous rule. So a
 one-group cluster's space is the homogeneous space, outer configuration for outer configuration
 and plan for plan (checked against the homogeneous enumeration until it was deleted; the
@@ -146,7 +146,6 @@ from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.class_coefficients import class_outer
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule
@@ -785,7 +784,7 @@ def one_group_outers(inst: Instance) -> list[Outer]:
     """The declared space of a homogeneous instance (its one-group class space, searched as
     solver/solve.py plans it), each configuration as the Outer that prices it
     (cost/class_coefficients.class_outer, the lone class at the count the batch gives it)."""
-    het = as_one_group(inst)
+    het = ClusterInstance.one_group(inst)
     gb = inst.job.global_batch
     return [class_outer(o, 0, gb // o.micro_batch // o.classes[0].replicas)
             for o in declared_outers(het, uniform=inst.search.uniform_split)]
@@ -795,7 +794,7 @@ def one_group_summary(inst: Instance) -> SpaceSummary:
     """The size of a homogeneous instance's declared space (summarize of its one-group class
     space: outer configurations, and plans: outer configurations x splits x recompute counts x
     layer plans)."""
-    het = as_one_group(inst)
+    het = ClusterInstance.one_group(inst)
     uniform = inst.search.uniform_split
     return summarize(het, declared_outers(het, uniform=uniform), uniform)
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import group_instance, load_event, load_cluster_instance
+from paraplan.cost.groups_loader import load_event, load_cluster_instance
 from paraplan.solver.bench.growth import GPU_TYPES, growth_rows
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
@@ -108,7 +108,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> MixedBe
     solve_s = time.perf_counter() - t0
     log(f"{name}: optimum {opt.status} {opt.objective_s} s in {solve_s:.2f} s")
     g = max(range(len(inst.cluster.groups)), key=lambda i: (inst.cluster.groups[i].num_gpus, -i))
-    alone = group_instance(inst, g)
+    alone = inst.group_alone(g)
     # the full homogeneous space: the files narrow cp and interleaving for the mixed-cluster
     # planner's time only (instances/hetero/*.yaml), not for this baseline
     alone = replace(alone, search=replace(alone.search, cp=None, virtual_stages=None))

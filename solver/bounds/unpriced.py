@@ -43,7 +43,7 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_prefix_floor_s,
                                         layer_time_floor_s, output_layer_floor_s, stage_outer)
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.class_coefficients import class_outers, group_pricing_instance, group_site
+from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.trust import objective_factors
 from paraplan.cost.specs import PipelineSchedule
@@ -87,7 +87,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
             # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
             head[key] = 0.0 if dualpipe else output_layer_floor_s(inst, lo, site)
             if layer_plans and P.spatial_temporal_allowed(lo):
-                table = P.table_for(group_pricing_instance(inst, inst.scenarios[i].cluster, g), lo, site,
+                table = P.table_for(inst.group_alone(g, inst.scenarios[i].cluster), lo, site,
                                     NetEfficiency())
                 opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
                 f = min(f, opt.fwd_s + opt.bwd_s)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines, grad_reduce_line,
                                     table)
@@ -25,9 +26,8 @@ from paraplan.solver.commands.plan_text import describe_plan, plan_lines
 
 def as_groups(inst):
     """`inst` (read_instance's) as a cluster of node groups: a homogeneous instance is its one
-    group (cost/groups_loader.as_one_group)."""
-    from paraplan.cost.groups_loader import as_one_group
-    return inst if from_group_file(inst) else as_one_group(inst)
+    group (cost/plan_specs.ClusterInstance.one_group)."""
+    return inst if from_group_file(inst) else ClusterInstance.one_group(inst)
 
 
 def from_group_file(inst) -> bool:
@@ -56,8 +56,8 @@ def no_scenarios(args) -> None:
 
 def class_instance(args):
     """(instance, objective, homogeneous instance or None): the instance the arguments name as
-    the class planner plans it, a one-group file as a one-group cluster (cost/groups_loader.
-    as_one_group) together with the homogeneous instance it was read as, which is None
+    the class planner plans it, a one-group file as a one-group cluster (cost/plan_specs.
+    ClusterInstance.one_group) together with the homogeneous instance it was read as, which is None
     where the plans are shown in the group format (shown_as_groups)."""
     from paraplan.solver.commands.inputs import read_instance
     read = read_instance(args)

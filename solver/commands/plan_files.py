@@ -53,12 +53,11 @@ def breakdown_json(bd) -> dict:
 
 
 def not_covered(inst, plan) -> list[str]:
-    """What the plan's claim leaves out (solver/space.not_covered): a flat instance as the
-    search plans it, one group, never idle; on node groups, the groups the plan leaves idle."""
-    from paraplan.cost.groups_loader import as_one_group
+    """What the plan's claim leaves out (solver/space.not_covered) on the cluster as the search
+    plans it (a flat instance: its one group, which a flat plan uses whole): the groups the
+    plan leaves idle, then the rules."""
     from paraplan.solver.commands import groups
-    from paraplan.solver.space import not_covered as outside
-    return groups.not_covered(inst, plan) if isinstance(inst, ClusterInstance) else outside(as_one_group(inst))
+    return groups.not_covered(groups.as_groups(inst), plan)
 
 
 def model_warnings(inst, plan) -> list[str]:

@@ -8,6 +8,7 @@ import tomllib
 import pytest
 
 from export_support import GOLDENS, ROOT, llama405_v2, zbv_split
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
 from paraplan.solver.export import to_torchtitan
@@ -112,13 +113,12 @@ def test_torchtitan_parses_the_schedule_and_builds_its_stages(instance, tmp_path
 def test_the_proof_names_the_schedules_it_leaves_out_for_torchtitan(tmp_path):
     import yaml
 
-    from paraplan.cost.groups_loader import as_one_group
     from paraplan.solver.space import ZERO_BUBBLE_NOT_COVERED, not_covered
     raw = yaml.safe_load((ROOT / "instances" / "llama3-8b-64xH100.yaml").read_text())
     assert raw["job"].get("framework", "megatron") == "megatron"
     megatron = load_instance(ROOT / "instances" / "llama3-8b-64xH100.yaml")
-    assert ZERO_BUBBLE_NOT_COVERED not in not_covered(as_one_group(megatron))
+    assert ZERO_BUBBLE_NOT_COVERED not in not_covered(ClusterInstance.one_group(megatron))
     raw["job"]["framework"] = "torchtitan"
     path = tmp_path / "tt.yaml"
     path.write_text(yaml.safe_dump(raw))
-    assert ZERO_BUBBLE_NOT_COVERED in not_covered(as_one_group(load_instance(path)))
+    assert ZERO_BUBBLE_NOT_COVERED in not_covered(ClusterInstance.one_group(load_instance(path)))

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from paraplan import instances
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.groups_loader import as_one_group, class_plan_from_data, class_plan_to_mapping
+from paraplan.cost.groups_loader import class_plan_from_data, class_plan_to_mapping
 from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 
@@ -18,7 +19,7 @@ def test_a_flat_file_reads_as_the_same_record_on_the_flat_instance_and_on_its_on
     # before issue 32 the one-group reading went through a converter (as_class_plan); now both
     # readers return the one record, so the two must be equal field by field
     flat = load_instance(TINY)
-    group = as_one_group(flat)
+    group = ClusterInstance.one_group(flat)
     on_flat = plan_from_mapping(FLAT, flat)
     on_group = class_plan_from_data({"plan": FLAT}, group, "<memory>")
     assert on_flat == on_group
@@ -37,7 +38,7 @@ def test_a_flat_file_reads_as_the_same_record_on_the_flat_instance_and_on_its_on
 
 def test_several_classes_have_no_one_class_properties_and_are_not_flat():
     flat = load_instance(TINY)
-    group = as_one_group(flat)
+    group = ClusterInstance.one_group(flat)
     two = Plan(tp=2, micro_batch=2, zero=1, family="replica", classes=(
         ReplicaClass(replicas=1, stage_groups=(0, 0), num_micro_batches=8, layers_per_stage=(4, 4),
                      full_recompute_layers=(0, 0)),

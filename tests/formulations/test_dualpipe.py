@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.formulations.dualpipe import DualPipeProblem, balanced, solve_cpsat, solve_exact, solve_milp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +149,6 @@ def test_problem_terms_are_what_simulate_prices(tmp_path):
     # cost/dualpipe.terms) evaluates a split to the time cost/dualpipe.iteration gives the
     # plan, and its memory check is the simulator's, on random splits of a small MoE model
     from paraplan.cost import dualpipe
-    from paraplan.cost.groups_loader import as_one_group
     from paraplan.cost.loader import load_instance
     from paraplan.cost.plan_specs import Plan
     from paraplan.solver.search import dualpipe_problem
@@ -157,7 +157,7 @@ def test_problem_terms_are_what_simulate_prices(tmp_path):
     # the terms as simulate prices them: the predicted time (a quantile objective scales them,
     # solver/search.dualpipe_problem)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
-    het = as_one_group(inst)
+    het = ClusterInstance.one_group(inst)
     rng = random.Random(1)
     outers = [o for o in declared_outers(het) if o.classes[0].pp == 4][:6]
     assert outers

@@ -13,9 +13,9 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import (event_from_mapping, group_instance, cluster_instance_from_mapping,
+from paraplan.cost.groups_loader import (event_from_mapping, cluster_instance_from_mapping,
                                 class_plan_from_mapping, class_plan_to_mapping,
-                                as_one_group, is_groups_file, is_groups_mapping,
+                                is_groups_file, is_groups_mapping,
                                 load_event, load_cluster_instance, load_class_plan)
 from paraplan.cost.plan_specs import ClusterInstance, Plan, ReplicaClass
 from paraplan.cost.loader import load_instance
@@ -285,25 +285,29 @@ def test_plan_defaults_and_full_recompute_round_trip():
 
 # --- homogeneous <-> heterogeneous ---------------------------------------------------------
 
-def test_homogeneous_as_hetero_and_group_instance():
+def test_one_group_and_group_alone():
     homo = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml")
-    inst = as_one_group(homo)
+    inst = ClusterInstance.one_group(homo)
     assert [x.name for x in inst.cluster.groups] == ["A100-SXM4-80GB"]
     assert inst.cluster.groups[0].cluster == homo.cluster
     assert inst.cluster.between[0][0] == homo.cluster.inter_node
     assert (inst.model, inst.job, inst.search) == (homo.model, homo.job, homo.search)
-    back = group_instance(inst, 0)
+    back = inst.group_alone(0)
     assert back.cluster == homo.cluster and back.model == homo.model
-    h100 = group_instance(load_cluster_instance(TINY), 1)
-    assert h100.name == "tiny-2types-h100" and h100.cluster.gpu.name == "H100-SXM5-80GB"
+    tiny = load_cluster_instance(TINY)
+    h100 = tiny.group_alone(1)
+    assert h100.name == "tiny-2types" and h100.cluster == tiny.cluster.groups[1].cluster
+    dynamic = load_cluster_instance(DYNAMIC)  # a scenario's group, as its pricing reads it
+    for scenario in dynamic.scenarios:
+        assert dynamic.group_alone(0, scenario.cluster).cluster == scenario.cluster.groups[0].cluster
 
 
 def test_one_reader_reads_a_flat_file_as_its_one_group():
     # load_cluster_instance is the one reader: a flat file comes back as the one-group cluster
-    # as_one_group makes of the flat record, equal record for record (the frozen dataclasses'
+    # ClusterInstance.one_group makes of the flat record, equal record for record (the frozen dataclasses'
     # equality compares every field)
     path = INSTANCES / "tiny-gpt-8xA100.yaml"
-    assert load_cluster_instance(path) == as_one_group(load_instance(path))
+    assert load_cluster_instance(path) == ClusterInstance.one_group(load_instance(path))
     assert len(load_cluster_instance(TINY).cluster.groups) == 2  # a node-group file as written
 
 

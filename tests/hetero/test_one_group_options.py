@@ -14,8 +14,8 @@ import json
 import pytest
 import yaml
 
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.commands.cli import main
@@ -47,7 +47,7 @@ def _json(capsys, argv) -> dict:
 def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, key, value, tmp_path, capsys):
     path = _file(tmp_path, batch)
     inst = load_instance(path)
-    grown = as_one_group(dataclasses.replace(
+    grown = ClusterInstance.one_group(dataclasses.replace(
         inst, search=dataclasses.replace(inst.search, **{key: value})))
     brute = exhaustive_classes(grown)  # the independent reference: every plan of the space
     assert brute.complete and brute.plan is not None

@@ -23,8 +23,8 @@ import pytest
 
 import ortools.sat.python.cp_model  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s;
 import pulp  # noqa: F401                  the formulations import them where they solve)
-from paraplan.cost.groups_loader import as_one_group
 from randinst import random_instance
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
@@ -96,7 +96,7 @@ def test_time_limited_plans_are_honest(seed, variant, limit_s, backend):
         # ... and never below the planner's own proven bound: the least bound before pricing
         # (solver/bounds/unpriced.py), which is what a configuration the limit left unpriced
         # holds (the planner prices in chunks from 8 up and stops pricing at the limit)
-        het = as_one_group(inst)
+        het = ClusterInstance.one_group(inst)
         uniform = het.search.uniform_split
         own = float(floor_bounds_s(het, declared_outers(het, uniform=uniform), [0], "max", (), uniform).min())
         if res.plan is not None and math.isfinite(own):

@@ -19,6 +19,7 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_cluster_instance, random_instance
 
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.simulate import simulate
 from paraplan.formulations.quantize import fit_recompute_range
@@ -140,7 +141,6 @@ def dualpipe_instance(tmp_path, seed: int):
 
     import yaml
 
-    from paraplan.cost.groups_loader import as_one_group
     from paraplan.cost.loader import load_instance
     rng = random.Random(seed)
     raw = yaml.safe_load(yaml.safe_dump(DUALPIPE_BASE))
@@ -158,7 +158,7 @@ def dualpipe_instance(tmp_path, seed: int):
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.03, 0.04])
     cut = replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
-    het = as_one_group(replace(inst, cluster=cut))
+    het = ClusterInstance.one_group(replace(inst, cluster=cut))
     return recompute_forced(het)
 
 

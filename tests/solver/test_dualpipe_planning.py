@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.loader import load_instance
 from paraplan.solver.exhaustive import exhaustive_classes
 from paraplan.solver.search import search
@@ -49,7 +49,7 @@ def dualpipe_instance(tmp_path: Path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.04, 0.08, 1.0])
-    return as_one_group(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
+    return ClusterInstance.one_group(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
 
 
 SEEDS = range(12)

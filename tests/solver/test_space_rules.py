@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.calibration import load_rows, row_to_instance_plan
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import release_space
 from paraplan.cost.loader import load_catalogue, load_instance, load_instance_parts
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
                         ModelSpec, Recompute, SearchSpace)
-from paraplan.cost.groups_loader import as_one_group
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.solver.space import micro_batch_values
 from paraplan.solver.space import one_group_outers as outer_configs
@@ -91,7 +91,7 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
 def test_micro_batch_cap_from_memory_lower_bound():
     inst = _one_gpu(1100)
     one = (ClassShape(replicas=1, stage_groups=(0,)),)  # tp = pp = dp = cp = 1
-    assert micro_batch_values(as_one_group(inst), {0: 1}, 1, one) == [1, 2, 4]
+    assert micro_batch_values(ClusterInstance.one_group(inst), {0: 1}, 1, one) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(inst)}) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(_one_gpu(1120))}) == [1, 2, 4, 8]
 
