@@ -42,6 +42,11 @@ second, each pair may hold at most cap_h = max {N : P_h(N) <= X, U_h(N) <= Y, D_
 layers, and the least Z with sum_h cap_h >= L (binary search) completes the best plan with
 those two maxima: min over (X, Y) of m/2 X + c Y + Z is the optimum, exactly (ties to the
 first found). Pairs whose stages differ go to CP-SAT.
+
+CP-SAT. Where pairs_alike holds, the same argument makes pair h's sums functions of N_h alone
+(at R*_h(N_h)): the model's variables are the pairs' layer counts, sum_h N_h = L, each pair's
+three sums read from its tables by element constraints (_pair_model), memory exact through the
+tables. Otherwise the per-stage model above (n_s, r_s; memory as in Memory).
 """
 
 from __future__ import annotations
@@ -394,8 +399,9 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
     m X + (pp/2 - 1) Y + 2 Z. Charging each rounded coefficient a quantum, a pair's rounded sum
     is within q (2 + L + R) of the true one, so the scaled objective is within
         E = q [ (m/2 + c)(2 + L + R) + 2 + L ]
-    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E. Memory is
-    decided exactly (module docstring, Memory): each pair's row in 1 KiB quanta rounded the
+    of Z (c the bubble weight); bound = q (solver bound) / 2 - E, tolerance 2E. Where
+    pairs_alike holds, the pair model (_pair_model; one solve, memory exact through the pair
+    tables). Otherwise memory is decided exactly (module docstring, Memory): each pair's row in 1 KiB quanta rounded the
     other way (_relaxed_rows, a relaxation), and a solution whose pair does not fit by
     pair_fits is cut off with memory_cut and the model solved again, until the solution fits;
     the relaxation holds every split that fits, so every solve's bound is valid and the first
@@ -417,25 +423,14 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
     cut = cutoff_s is not None and math.isfinite(cutoff_s)
     cuts: list[tuple[tuple[str, int, int, int], ...]] = []
     spent = 0.0  # deterministic time of the solves so far
-    if p.pairs_alike():  # the pairs' own tables: memory exact, no cuts (_pair_model)
-        model, pick = _pair_model(p, q, math.floor(2 * (cutoff_s + E) / q) if cut else None)
-        solver = deterministic_solver(time_limit_s, seed)
-        code = solver.solve(model)
-        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-                  cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)
-        if status is None:
-            raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a DualPipe split")
-        raw = solver.best_objective_bound
-        bound = raw * q / 2 - E if math.isfinite(raw) else None
-        if status == "infeasible":
-            return (_result(p, "cutoff", "cpsat", start, cutoff_s, 2 * E) if cut
-                    else _result(p, status, "cpsat", start, math.inf, 2 * E))
-        if status == "timeout":
-            return _result(p, status, "cpsat", start, bound, 2 * E)
-        nv, rv = pick(solver)
-        return _result(p, status, "cpsat", start, bound, 2 * E, nv, rv)
+    alike = p.pairs_alike()  # the pairs' own tables: memory exact, no cuts (_pair_model)
     while True:
-        model, n, r = _cpsat_model(p, q, R, cuts, math.floor(2 * (cutoff_s + E) / q) if cut else None)
+        limit_q = math.floor(2 * (cutoff_s + E) / q) if cut else None
+        if alike:
+            model, pick = _pair_model(p, q, limit_q)
+        else:
+            model, n, r = _cpsat_model(p, q, R, cuts, limit_q)
+            pick = lambda s, n=n, r=r: ([s.value(x) for x in n], [s.value(x) for x in r])  # noqa: E731
         solver = deterministic_solver(max(time_limit_s - spent, 1e-3), seed)
         code = solver.solve(model)
         spent += solver.response_proto.deterministic_time
@@ -451,8 +446,8 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
             return _result(p, status, "cpsat", start, math.inf, 2 * E)
         if status == "timeout":
             return _result(p, status, "cpsat", start, bound, 2 * E)
-        nv, rv = [solver.value(x) for x in n], [solver.value(x) for x in r]
-        over = p.overfull_pairs(nv, rv)
+        nv, rv = pick(solver)
+        over = [] if alike else p.overfull_pairs(nv, rv)  # alike: _result re-checks the fit
         if not over:
             return _result(p, status, "cpsat", start, bound, 2 * E, nv, rv)
         if spent >= time_limit_s:
