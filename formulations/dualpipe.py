@@ -43,10 +43,11 @@ layers, and the least Z with sum_h cap_h >= L (binary search) completes the best
 those two maxima: min over (X, Y) of m/2 X + c Y + Z is the optimum, exactly (ties to the
 first found). Pairs whose stages differ go to CP-SAT.
 
-CP-SAT. Where pairs_alike holds, the same argument makes pair h's sums functions of N_h alone
-(at R*_h(N_h)): the model's variables are the pairs' layer counts, sum_h N_h = L, each pair's
-three sums read from its tables by element constraints (_pair_model), memory exact through the
-tables. Otherwise the per-stage model above (n_s, r_s; memory as in Memory).
+CP-SAT and MILP. Where pairs_alike holds, the same argument makes pair h's sums functions of N_h
+alone (at R*_h(N_h)): the models' variables are the pairs' layer counts, sum_h N_h = L, each
+pair's three sums read from its tables (CP-SAT: element constraints, _pair_model; MILP: a chain of
+binaries z_hj = [N_h >= lo_h + j] and the tables' steps, _solve_milp_pairs), memory exact
+through the tables. Otherwise the per-stage model above (n_s, r_s; memory as in Memory).
 """
 
 from __future__ import annotations
@@ -455,6 +456,19 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
         cuts += [memory_cut(p, h, nv, rv) for h in over]
 
 
+def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
+    """Pair h's three sums (P, U, D of the module docstring) at N = lo_N, lo_N + 1, ... with
+    R*_h(N) recomputed layers (_pair_tables; where nothing fits, priced at R = 0 and never
+    chosen)."""
+    s0, s1 = h, p.pp - 1 - h
+    N = lo_N + np.arange(len(R), dtype=float)
+    Rz = np.where(np.isfinite(R), R, 0.0)
+    P = p.a[s0] + p.a[s1] + p.t[s0] * N + p.u[s0] * Rz
+    U = P + p.bw[s0] * N + p.ru[s0] * Rz
+    D = p.e[s0] + p.e[s1] + p.g[s0] * N
+    return P, U, D
+
+
 def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
     """CP-SAT's model where pairs_alike holds (the exact search's condition): a pair's three
     sums depend only on its layers N_h and recomputed layers R_h and grow with R_h, so it takes
@@ -475,16 +489,11 @@ def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
     tables, idx = [], []
     for h in range(p.pairs):
         lo_N, R, split = _pair_tables(p, h)
-        s0, s1 = h, pp - 1 - h
         ok = np.flatnonzero(np.isfinite(R))
         if len(ok) == 0:  # the pair fits not even its fewest layers: nothing does
             model.add_bool_or([])
             return model, None
-        N = lo_N + np.arange(len(R), dtype=float)
-        Rz = np.where(np.isfinite(R), R, 0.0)
-        P = p.a[s0] + p.a[s1] + p.t[s0] * N + p.u[s0] * Rz
-        U = P + p.bw[s0] * N + p.ru[s0] * Rz
-        D = p.e[s0] + p.e[s1] + p.g[s0] * N
+        P, U, D = _pair_sums(p, h, lo_N, R)
         i = model.new_int_var_from_domain(cp_model.Domain.from_values(ok.tolist()), f"N{h}_index")
         for name, vals, bound in (("P", P, X), ("U", U, Y), ("D", D, Z)):
             v = model.new_int_var(-big, big, f"{name}{h}")
@@ -556,6 +565,74 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
 
 # --- MILP -----------------------------------------------------------------------------------
 
+def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
+                      cutoff_s: float | None) -> MultiClassResult | None:
+    """solve_milp where pairs_alike holds (as _pair_model for CP-SAT): pair h holds N_h =
+    lo_h + sum_j z_hj layers, z_hj binary with z_hj >= z_h,j+1 (z_hj = 1: at least lo_h + j),
+    and each of its sums is its table's first value plus the steps it climbs,
+    P_h = P_h0 + sum_j (P_hj - P_h,j-1) z_hj (U, D alike), so memory is exact through the
+    tables and no cut is needed. An integral z accepted iota off moves a pair's sum by at most
+    iota times the table's total variation V, so the bound subtracts
+        eps = iota (m/2 + c + 1) V_max + phi (m/2 + c + 1).
+    None where a pair's feasible counts are not one run from its fewest (the per-stage model
+    then decides)."""
+    from paraplan.formulations.milp import FEASIBILITY_TOL_S, INTEGRALITY_TOL, new_model, run_model
+    start = time.perf_counter()
+    L, pp, m = p.layers, p.pp, p.num_micro_batches
+    rows = []
+    for h in range(p.pairs):
+        lo_N, R, split = _pair_tables(p, h)
+        ok = np.flatnonzero(np.isfinite(R))
+        if len(ok) == 0:
+            return _result(p, "infeasible", backend, start, math.inf, 0.0)
+        if ok[0] != 0 or ok[-1] != len(ok) - 1:
+            return None
+        sums = [x[: len(ok)] for x in _pair_sums(p, h, lo_N, R)]
+        rows.append((lo_N, split, sums))
+    if all(len(sums[0]) == 1 for _, _, sums in rows):  # every pair at its one count: nothing to choose
+        if sum(lo_N for lo_N, _, _ in rows) != L:
+            return _result(p, "infeasible", backend, start, math.inf, 0.0)
+        return None  # the per-stage model prices the one split
+    weight = m / 2 + p.bubble_weight + 1
+    variation = max(float(np.abs(np.diff(x)).sum()) for _, _, sums in rows for x in sums)
+    eps = INTEGRALITY_TOL * weight * variation + FEASIBILITY_TOL_S * weight
+    api = new_model(backend)
+    X, Y, Z = api.real_var("X"), api.real_var("Y"), api.real_var("Z")
+    steps, layers = [], []
+    for h, (lo_N, _, sums) in enumerate(rows):
+        z = [api.int_var(0, 1, f"z_h{h}_j{j}") for j in range(1, len(sums[0]))]
+        for j in range(1, len(z)):
+            api.add(z[j] <= z[j - 1], f"C1_order_h{h}_j{j + 1}")
+        for name, bound, x in (("C3_steady", X, sums[0]), ("C4_bubble", Y, sums[1]), ("C5_sync", Z, sums[2])):
+            api.add(bound >= float(x[0]) + sum(float(x[j] - x[j - 1]) * z[j - 1] for j in range(1, len(x))),
+                    f"{name}_h{h}")
+        steps.append(z)
+        layers.append(lo_N + sum(z))
+    api.add(sum(layers) == L, "C1_layers")
+    objective = m / 2 * X + p.bubble_weight * Y + Z
+    if cutoff_s is not None and math.isfinite(cutoff_s):
+        api.add(objective <= cutoff_s + eps, "C8_cutoff")
+    api.minimise(objective)
+    status, _, bound, read_error = run_model(api, backend, time_limit_s, 1, "a DualPipe split")
+    tol = 2 * eps + read_error
+    if status == "infeasible":
+        cut = cutoff_s is not None and math.isfinite(cutoff_s)
+        return _result(p, "cutoff" if cut else "infeasible", backend, start, cutoff_s if cut else math.inf, tol)
+    if status == "timeout":
+        return _result(p, "timeout", backend, start, None, tol)
+    n, r = [0] * pp, [0] * pp
+    for h, ((lo_N, split, _), z) in enumerate(zip(rows, steps)):
+        j = sum(int(round(api.value(x) or 0.0)) for x in z)
+        n0, r0, r1 = (int(x) for x in split[j])
+        n[h], n[pp - 1 - h] = n0, lo_N + j - n0
+        r[h], r[pp - 1 - h] = r0, r1
+    if sum(n) != L:
+        raise SolverError(f"{backend}: DualPipe pair counts {n} do not sum to {L} layers")
+    bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
+    return _result(p, status, backend, start, bound, tol, n, r)
+
+
+
 def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc",
                cutoff_s: float | None = None) -> MultiClassResult:
     """The model as a MILP (X, Y, Z continuous; n, r integer; memory in MiB, each pair's
@@ -574,6 +651,10 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
     start = time.perf_counter()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if p.pairs_alike():  # the pairs' own tables: memory exact, no cuts (_solve_milp_pairs)
+        got = _solve_milp_pairs(p, time_limit_s, backend, cutoff_s)
+        if got is not None:
+            return got
     L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
     R = L if p.allow_full_recompute else 0
     lo = p.lows()

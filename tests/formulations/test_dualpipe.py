@@ -99,13 +99,14 @@ def test_pairs_priced_unlike_reach_the_enumerated_optimum(seed):
         assert res.objective_s == pytest.approx(want, abs=res.tolerance_s + 1e-12), res.backend
 
 
-@pytest.mark.slow  # about 15 s on the 2-core machine (two searches of 9,715 configurations)
-def test_cpsat_proves_the_qwen3_dualpipe_bench_row():
+@pytest.mark.slow  # about 25 s on the 2-core machine (three searches of 9,715 configurations)
+def test_cpsat_and_milp_prove_the_qwen3_dualpipe_bench_row():
     """The bench's Qwen3-235B DualPipe row (solver/bench/ladder.dualpipe_instance): its first
     configuration (pp 16, 64 micro-batches, 94 layers, recomputation needed on most stages) left
     the per-stage CP-SAT model a 3.5% gap after 30 s, so the row ran to the 600 s limit
-    unproved. CP-SAT must prove it well inside 120 s, at the optimum the exact threshold search
-    (backend dp: the same pair tables, a different search over the pairs' layers) proves."""
+    unproved; the MILP's per-stage model was feasible only at 60 s. CP-SAT and the MILP (each
+    with its pair model now) must prove it well inside 120 s, at the optimum the exact threshold
+    search (backend dp: the same pair tables, a different search over the pairs' layers) proves."""
     from paraplan.solver.bench.ladder import dualpipe_instance
     from paraplan.solver.solve import solve
 
@@ -116,6 +117,9 @@ def test_cpsat_proves_the_qwen3_dualpipe_bench_row():
     assert cp.status == "optimal"
     assert cp.iter_time_s == pytest.approx(ref.iter_time_s, rel=1e-9)
     assert cp.plan == ref.plan
+    milp = solve(inst, "milp", 120)
+    assert milp.status == "optimal"
+    assert milp.iter_time_s == pytest.approx(ref.iter_time_s, rel=1e-9)
 
 
 def test_the_random_problems_exercise_memory():
