@@ -1093,17 +1093,19 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
         stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
     if per_step and dp_n > 1:
-        # FSDP inside a pipeline gathers on each stage's first forward of the step, which
-        # waits for the stages before it: the fill carries every stage's first block's gather
-        # (nothing runs before it), its root unit's (embedding, output layer) and each layer's
-        # exposed gather (fill_gather_s), once. On one group that sum is the same for every
-        # split (L layers in all), so every stage's once-per-step term carries it whole and
-        # the iteration pays it once; on a mixed cluster each stage counts the L layers at its
-        # own site's exposure (the fill's, within the dearest and cheapest sites')
+        # FSDP inside a pipeline gathers on each model chunk's first forward of the step,
+        # which waits for the chunks before it (the first micro-batch's path through the v pp
+        # chunks): the fill carries every chunk's first block's gather (nothing runs before
+        # it: each chunk is an FSDP root of its own, torchtitan's pipeline model parts), the
+        # root units' (embedding, output layer) and each layer's exposed gather
+        # (fill_gather_s), once. On one group that sum is the same for every split (L layers
+        # in all), so every stage's once-per-step term carries it whole and the iteration pays
+        # it once; on a mixed cluster each stage counts the L layers at its own site's
+        # exposure (the fill's, within the dearest and cheapest sites')
         fill = 0.0
         for s in range(pp):
             dp_link, dp_inter = pl.sites[s].dp_link
-            fill += per_stage[s].gather_s + comm.all_gather_time_s(
+            fill += v * per_stage[s].gather_s + comm.all_gather_time_s(
                 emb_state_params[s] * BF16_BYTES, dp_n, dp_link, dp_inter, net)
         stage_sync += fill + m.layers * col("fill_gather_s")
     if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients

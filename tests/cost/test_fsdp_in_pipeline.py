@@ -97,6 +97,11 @@ def test_the_first_forward_gathers_are_paid_once_in_the_fill(llama8b):
     first_blocks = 2 * comm.all_gather_time_s(LLAMA8B_BLOCK_PARAMS * 2, 32, link, inter, comm.NetEfficiency(), 1)
     assert (c.stage_sync_time_s >= first_blocks).all()
     assert build(llama8b, _outer(3, 2, 32, 64)).stage_sync_time_s == pytest.approx(c.stage_sync_time_s)
+    # interleaved (v = 2): each of the 4 model chunks is an FSDP root of its own, so 2 more
+    # first blocks gathered with nothing before them; the L layers' exposure is the same
+    inter = build(llama8b, Outer(tp=1, pp=2, dp=32, cp=1, micro_batch=1, num_micro_batches=16,
+                                 sequence_parallel=False, zero=3, virtual_stages=2))
+    assert inter.stage_sync_time_s - c.stage_sync_time_s == pytest.approx([first_blocks] * 2, rel=1e-9)
 
 
 @pytest.mark.parametrize("framework,zero,priced", [
