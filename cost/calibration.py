@@ -316,7 +316,7 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
                     measured_iter_time_s=measured)
         try:
             inst, plan = row_to_instance_plan(row, catalogue)
-            unpriced = unpriced_reason(plan.zero, plan.pp)
+            unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
             if unpriced:
                 raise ConfigError(unpriced)
             bd = simulate(inst, plan, net)

@@ -603,7 +603,10 @@ class _LayerCosts:
     overlapped: dict[str, float]
     terms: LayerTerms
     gather_s: float = 0.0  # ZeRO-3: one layer's parameter all-gather
-    scatter_s: float = 0.0  # ZeRO-3: one layer's gradient reduce-scatter
+    scatter_s: float = 0.0  # ZeRO-3: one layer's gradient reduce-scatter (per micro-batch)
+    # FSDP inside a pipeline: a layer's gather as the step's first forward exposes it, the next
+    # layer's prefetched behind it (its hidden part with the overlap slowdown)
+    fill_gather_s: float = 0.0
 
 
 def hidden_window(comm_s: float, prefetchable_s: float, compute_s: float) -> tuple[float, float]:
@@ -641,6 +644,9 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     # experts are sharded over the expert-data-parallel group instead (Megatron-FSDP shards
     # expert parameters over it, as the distributed optimizer does their state): their gather
     # and reduce-scatter run on that group's link, after the dense part's (one stream)
+    # Inside a pipeline (memory.gathered_per_step) the same gathers and reduce-scatters run
+    # once per step instead (the sync below), none per micro-batch.
+    per_step = memory.gathered_per_step(o.zero, o.pp)
     ag = rs = 0.0
     z3 = {"f": (0.0, 0.0), "b": (0.0, 0.0), "b_rc": (0.0, 0.0)}
     if o.zero == 3 and (dp_n > 1 or edp > 1):
@@ -668,6 +674,11 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         # layer i-1 starts (no prefetch) queues behind the reduce-scatter, so both show.
         z3["b"] = hidden_window(ag + rs, ahead * (ag + rs), bwd)
         z3["b_rc"] = hidden_window(gathers_rc + rs, ahead * (gathers_rc + rs), bwd + rc_fwd)
+    first_fwd = (0.0, 0.0)
+    if per_step:  # the per-micro-batch windows stay empty; the gather's window is the step's first forward
+        z3 = {"f": (0.0, 0.0), "b": (0.0, 0.0), "b_rc": (0.0, 0.0)}
+        if ag:
+            first_fwd = hidden_window(ag, ahead * ag, fwd)
     exp_f, hid_f = z3["f"]
     exp_b, hid_b = z3["b"]
     exp_rc, hid_rc = z3["b_rc"]
@@ -681,7 +692,13 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     # per layer, once per iteration: gradient sync and optimizer step
     shard = dp_n if o.zero >= 1 else 1
     step_s = _mem_time_s(lp / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
-    if o.zero == 3:
+    if per_step:
+        # FSDP inside a pipeline, once per step (memory.py's docstring): torch's REDUCE_GRAD
+        # action runs the stage's reduce-scatters after its last backward, behind nothing of
+        # its own. The gathers wait for the step's first forward (fill_gather_s; build)
+        g_sync, g_exposed, ag_after = rs, rs, 0.0
+        step_s += _mem_time_s(ex / edp * ADAM_STEP_BYTES_PER_PARAM, gpu)
+    elif o.zero == 3:
         g_sync, g_exposed, ag_after = 0.0, 0.0, 0.0
         step_s += _mem_time_s(ex / edp * ADAM_STEP_BYTES_PER_PARAM, gpu)  # the expert shard's step
     else:
@@ -710,7 +727,8 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
                        recompute_time=rc_fwd + z3_b_rc - z3_b,
                        layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s + lt.per_iteration_s,
                        grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
-                       gather_s=ag, scatter_s=rs)
+                       gather_s=ag, scatter_s=0.0 if per_step else rs,
+                       fill_gather_s=first_fwd[0] + kappa * first_fwd[1] if per_step else 0.0)
 
 
 def _overlap_slowdown_s(lt: LayerTerms, net: NetEfficiency) -> float:
@@ -891,7 +909,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     tp, tp_last = tps[0], tps[-1]
 
     # --- memory (cost/memory.py: what each framework allocates)
-    fw, sb = inst.job.framework, memory.state_layout(inst.job)
+    fw = inst.job.framework
+    sb = memory.pipeline_state_layout(memory.state_layout(inst.job), o.zero, pp, inst.job.grad_reduce.bytes)
     inflight = in_flight_micro_batches(pp, mb, v)
     overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
     if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
@@ -1041,7 +1060,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # multi-token prediction's projections and embedding copy sync and step with them
     emb_state_params[-1] += memory.mtp_stage_params(m, pp) / tp_last
     grad_bytes = inst.job.grad_reduce.bytes
-    if o.zero == 3 and dp_n > 1:
+    per_step = memory.gathered_per_step(o.zero, pp)
+    if o.zero == 3 and dp_n > 1 and not per_step:
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
         # before it) and the embedding / output-layer weights, gathered and reduce-scattered
         # by the stages that hold them (FSDP's root unit)
@@ -1062,7 +1082,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         p, gpu = emb_state_params[s], pl.sites[s].gpu
         dp_link, dp_inter = pl.sites[s].dp_link
         step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
-        if o.zero == 3:
+        if per_step:  # the root unit's reduce-scatter; its gather is in the fill below
+            sync = comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
+        elif o.zero == 3:
             sync = 0.0  # reduce-scattered every micro-batch (stage time above)
         elif o.zero == 0:
             sync = comm.all_reduce_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
@@ -1070,6 +1092,22 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
             sync = (comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
                     + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
         stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
+    if per_step and dp_n > 1:
+        # FSDP inside a pipeline gathers on each model chunk's first forward of the step,
+        # which waits for the chunks before it (the first micro-batch's path through the v pp
+        # chunks): the fill carries every chunk's first block's gather (nothing runs before
+        # it: each chunk is an FSDP root of its own, torchtitan's pipeline model parts), the
+        # root units' (embedding, output layer) and each layer's exposed gather
+        # (fill_gather_s), once. On one group that sum is the same for every split (L layers
+        # in all), so every stage's once-per-step term carries it whole and the iteration pays
+        # it once; on a mixed cluster each stage counts the L layers at its own site's
+        # exposure (the fill's, within the dearest and cheapest sites')
+        fill = 0.0
+        for s in range(pp):
+            dp_link, dp_inter = pl.sites[s].dp_link
+            fill += v * per_stage[s].gather_s + comm.all_gather_time_s(
+                emb_state_params[s] * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+        stage_sync += fill + m.layers * col("fill_gather_s")
     if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients
         link, inter = pl.tie
         tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * grad_bytes, 2,
@@ -1166,7 +1204,8 @@ _LAYER_COSTS: dict[tuple, tuple] = {}
 @lru_cache(maxsize=65536)
 def _dense_layer_view(o: Outer) -> Outer:
     """`o` without what a dense layer's costs do not read: the memo key of _shared_layer_costs."""
-    return replace(o, pp=1, dp=1, num_micro_batches=1, virtual_stages=1)
+    # ZeRO-3 reads whether there is a pipeline (memory.gathered_per_step: once per step inside one)
+    return replace(o, pp=min(o.pp, 2) if o.zero == 3 else 1, dp=1, num_micro_batches=1, virtual_stages=1)
 
 
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,

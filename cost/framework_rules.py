@@ -65,12 +65,16 @@ FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
     # torchtitan: FSDP2 fully_shard (ZeRO-3; reshard_after_forward=False is ZeRO-2), DDP
     # (dp_replicate, ZeRO-0) but no ZeRO-1. Its parallelize functions raise "DDP has not
     # supported > 1D parallelism" when DDP meets tp, pp or cp (with cp, FSDP shards over the
-    # dp_shard_cp mesh instead). torchtitan does run FSDP inside a pipeline, but cost/ does not
-    # price FSDP with pp > 1 yet, so ZeRO-2/3 stay with pp = 1 here. Its TP plan shards the
+    # dp_shard_cp mesh instead). FSDP inside a pipeline is ZeRO-3 only: with pp > 1
+    # apply_fsdp's default policy keeps parameters gathered after forward (reshard_after_forward
+    # = not pp_enabled, v0.2.0 29624e37fa torchtitan/models/llama3/infra/parallelize.py), and
+    # torch.distributed.pipelining keeps them and the gradients unsharded until the step's
+    # REDUCE_GRAD (cost/memory.py prices it, gathered_per_step); its "never" policy, ZeRO-2
+    # here, then runs the same steps, so ZeRO-2 with pp > 1 would be ZeRO-3 twice. Its TP plan shards the
     # sequence for norms and dropout (SequenceParallel on the norms), so sp is always on with
     # tp > 1. Context parallelism and the interleaved schedules (Interleaved1F1B) are available.
     Framework.TORCHTITAN: FrameworkRules(
-        zero_stages=(0, 2, 3), zero_with_pipeline=(0,), tensor_parallel=True, pipeline=True,
+        zero_stages=(0, 2, 3), zero_with_pipeline=(0, 3), tensor_parallel=True, pipeline=True,
         context_parallel=True, interleaving=True, sequence_parallel_optional=False,
         replicate_only_alone=True),
     # MosaicML Composer / llm-foundry: PyTorch FSDP data parallelism, sharding_strategy
@@ -152,19 +156,24 @@ def framework_refusal(space: SearchSpace, framework: Framework,
     return None
 
 
-def unpriced_reason(zero: int, pp: int) -> str | None:
-    """Why cost/ cannot price a plan of this ZeRO stage and pipeline degree, or None.
+def unpriced_reason(framework: Framework, zero: int, pp: int) -> str | None:
+    """Why cost/ cannot price a plan of this framework, ZeRO stage and pipeline degree, or None.
 
-    ZeRO-2/3 (FSDP) inside a pipeline: Megatron-LM and DeepSpeed assert against it (above), and
-    torchtitan's path, which runs it, gathers and shards per micro-batch in a way cost/memory.py
-    does not model (published runs simulated anyway lost 54-74% of their memory, issue 31).
-    The planner never proposes it (FRAMEWORK_RULES); a plan file holding it is refused as it is
-    read (cost/loader.plan_from_mapping, cost/groups_loader.class_plan_from_mapping), so every
-    command that reads a plan refuses it, and `accuracy` reports such a row as not modelled,
-    rather than mis-price it."""
-    if zero >= 2 and pp > 1:
-        return (f"zero={zero} with pp={pp}: ZeRO-2/3 (FSDP) inside a pipeline is not priced;"
-                " use zero 0 or 1 with pp > 1, or pp 1")
+    ZeRO-2/3 (FSDP) inside a pipeline is priced where the framework runs it
+    (FrameworkRules.zero_with_pipeline: torchtitan's ZeRO-3, gathered once per step,
+    cost/memory.gathered_per_step) and refused elsewhere: Megatron-LM and DeepSpeed assert
+    against it, Composer has no pipeline, and torchtitan's ZeRO-2 with pp > 1 runs as its
+    ZeRO-3 (above). The planner never proposes a refused one (FRAMEWORK_RULES); a plan file
+    holding it is refused as it is read (cost/loader.plan_from_mapping,
+    cost/groups_loader.class_plan_from_mapping), so every command that reads a plan refuses it,
+    and `accuracy` reports such a row as not modelled, rather than mis-price it."""
+    runs = FRAMEWORK_RULES[framework].zero_with_pipeline
+    if zero >= 2 and pp > 1 and zero not in runs:
+        inside = [z for z in runs if z >= 2]
+        fix = (f"use zero {inside[0]} or 0 with pp > 1, or pp 1" if inside
+               else "use zero 0 or 1 with pp > 1, or pp 1" if 1 in runs else "use pp 1")
+        return (f"zero={zero} with pp={pp}: {framework.value} does not run ZeRO-{zero} (FSDP)"
+                f" inside a pipeline; {fix}")
     return None
 
 

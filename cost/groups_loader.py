@@ -660,10 +660,10 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
             embedding_in_split=embedding, loss_in_split=loss,
         )
         plan.check_against(inst)
-    unpriced = unpriced_reason(zero, max(len(c.stage_groups) for c in plan.classes))
+    unpriced = unpriced_reason(inst.job.framework, zero, max(len(c.stage_groups) for c in plan.classes))
     if unpriced:  # as cost/loader.plan_from_mapping: no command prices it
-        raise sec.error("zero", unpriced.split(";")[0],
-                        "use zero 0 or 1 with pp > 1, or pp 1 (or plan the instance: the planner never proposes it)")
+        problem, fix = unpriced.split("; ", 1)
+        raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
     return plan
 
 

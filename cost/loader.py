@@ -1431,10 +1431,10 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
         plan.check_against(inst)
     # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
     # refused as the plan is read, so simulate, memory, compare, report and export all refuse it
-    unpriced = unpriced_reason(plan.zero, plan.pp)
+    unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
     if unpriced:
-        raise sec.error("zero", unpriced.split(";")[0],
-                        "use zero 0 or 1 with pp > 1, or pp 1 (or plan the instance: the planner never proposes it)")
+        problem, fix = unpriced.split("; ", 1)
+        raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
     return plan
 
 

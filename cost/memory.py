@@ -40,6 +40,22 @@ contrib/optimizers/distributed_fused_adam.py:
               data-parallel group (the optimizer's process group is the dp group with context
               parallel ranks, NeMo distributed_adam.py MegatronDistributedFusedAdam.__init__).
 
+FSDP inside a pipeline (ZeRO-3 with pp > 1; cost/framework_rules.py admits it for torchtitan only)
+is gathered once per step, not per micro-batch (`pipeline_state_layout`). torchtitan v0.2.0
+(29624e37fa, torchtitan/models/llama3/infra/parallelize.py apply_fsdp) resolves its default
+reshard_after_forward_policy to `reshard_after_forward = not pp_enabled` ("For PP, by default do
+not reshard after forward to avoid per-microbatch all-gathers"), and torch.distributed.pipelining
+(torch/distributed/pipelining/stage.py, backward_maybe_with_nosync and perform_reduce_grad)
+turns off resharding after backward and the gradient reduction for every micro-batch's backward
+and runs FSDP's post-backward (the reduce-scatters, then resharding) in one REDUCE_GRAD action
+"scheduled after all microbatches W, B actions". So from the first forward of the step to its
+end a stage holds its parameters unsharded in the bf16 param_dtype (2 bytes per parameter) and,
+from its first backward, their gradients unsharded: FSDP2 accumulates them in the reduce_dtype
+when it differs from param_dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+to_accumulated_grad_if_needed: unsharded_accumulated_grad = grad.to(reduce_dtype)), fp32 in
+torchtitan (4). The sharded fp32 parameter, gradient and Adam moments stay as above (16 / dp).
+The one transient left is the block's bf16 gradient before it is added into the fp32 buffer.
+
 ZeRO-3 / FSDP keeps some units unsharded at the peak (`zero3_gathered_bytes`):
     FSDP (torchtitan, Composer, Megatron-core FSDP): one unit per transformer block; the block
         being computed and the one prefetched (FSDP2 prefetches one block ahead; FSDP1
@@ -129,6 +145,10 @@ class StateBytes:
     weight: float
     grad: float
     optimizer: float
+    # held unsharded whatever the ZeRO stage: FSDP inside a pipeline keeps its gathered bf16
+    # weights and its accumulated gradients through the step (pipeline_state_layout)
+    weight_whole: float = 0.0
+    grad_whole: float = 0.0
 
 
 STATE_BYTES = {
@@ -163,6 +183,22 @@ def state_layout(job: JobSpec) -> StateBytes:
     if job.framework in GRAD_IN_REDUCE_DTYPE:
         return replace(sb, grad=job.grad_reduce.bytes)
     return sb
+
+
+def gathered_per_step(zero: int, pp: int) -> bool:
+    """Whether ZeRO-3 gathers each stage's parameters once per step rather than per micro-batch:
+    FSDP inside a pipeline, as torchtitan runs it (module docstring). The frameworks that do
+    not run it refuse such a plan (cost/framework_rules.py), so no other behaviour is priced."""
+    return zero == 3 and pp > 1
+
+
+def pipeline_state_layout(sb: StateBytes, zero: int, pp: int, reduce_bytes: float) -> StateBytes:
+    """`sb` with what FSDP inside a pipeline holds unsharded through the step (module
+    docstring): the bf16 gathered weight and the gradient accumulated in the reduce dtype
+    (`reduce_bytes`, job.grad_reduce); `sb` itself otherwise."""
+    if not gathered_per_step(zero, pp):
+        return sb
+    return replace(sb, weight_whole=BF16_BYTES, grad_whole=reduce_bytes)
 
 
 # Megatron-LM with Adam and fp32 gradients: the layout of a job that states nothing
@@ -200,7 +236,7 @@ def state_bytes_per_param(zero: int, shard: int, sb: StateBytes = MEGATRON_ADAM)
     w = sb.weight / (shard if zero >= 3 else 1)
     g = sb.grad / (shard if zero >= 2 else 1)
     o = sb.optimizer / (shard if zero >= 1 else 1)
-    return w + g + o
+    return w + g + o + sb.weight_whole + sb.grad_whole
 
 
 def layer_state_bytes(m: ModelSpec, tp: int, zero: int, shard: int,
@@ -440,8 +476,12 @@ def zero3_gathered_bytes(m: ModelSpec, tp: int, framework: Framework, sb: StateB
     """ZeRO-3 / FSDP: unsharded parameters and gradients alive at a stage's peak (module
     docstring). `sb`: the job's state_layout. `first`/`last`: the stage holds the embedding /
     output layer. `expert_params`: an MoE layer's routed-expert weights on one GPU (its experts
-    / ep, 1/etp each), gathered with the block they belong to."""
+    / ep, 1/etp each), gathered with the block they belong to. Inside a pipeline
+    (sb.weight_whole: everything is gathered already, pipeline_state_layout) only the block's
+    bf16 gradient before FSDP adds it into the accumulated one."""
     block = layer_params(m) / tp + expert_params
+    if sb.weight_whole:
+        return BF16_BYTES * block
     if framework is Framework.DEEPSPEED:
         params = block + DEEPSPEED_PREFETCH_BUCKET_PARAMS
         grads = min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, m.layers * block)

@@ -39,7 +39,8 @@ CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspa
 
 def _state_shares(zero: int, shard: int, sb: memory.StateBytes) -> tuple[float, float, float]:
     """Bytes per parameter of (weights, grads, optimizer) on one GPU after ZeRO sharding."""
-    return (sb.weight / (shard if zero >= 3 else 1), sb.grad / (shard if zero >= 2 else 1),
+    return (sb.weight / (shard if zero >= 3 else 1) + sb.weight_whole,
+            sb.grad / (shard if zero >= 2 else 1) + sb.grad_whole,
             sb.optimizer / (shard if zero >= 1 else 1))
 
 
@@ -69,9 +70,10 @@ def _categories(inst, stage_outers: tuple[Outer, ...], shard: int, layers_per_st
     """Per stage, bytes per category of one pipeline whose stage s is priced by
     `stage_outers[s]` (its own tp on a mixed cluster, cost/coefficients.stage_outer), its
     state sharded over `shard` data x context parallel ranks (Placement.dp_ranks)."""
-    m, fw, layout = inst.model, inst.job.framework, memory.state_layout(inst.job)
+    m, fw = inst.model, inst.job.framework
     o, last = stage_outers[0], stage_outers[-1]
     pp, cp = o.pp, o.cp
+    layout = memory.pipeline_state_layout(memory.state_layout(inst.job), o.zero, pp, inst.job.grad_reduce.bytes)
     w, g, opt_share = _state_shares(o.zero, shard, layout)
     spp = w + g + opt_share
     n = np.array(layers_per_stage, float)

@@ -8,7 +8,8 @@ behaviour cited from the same release:
   divisible by tp * 2 * cp.
 - `parallelism.fsdp_reshard_after_forward`: "always" reshards each block's weights after
   forward (ZeRO-3), "never" keeps them gathered until backward (ZeRO-2); "default" picks by
-  pipeline parallelism, so it is always written explicitly.
+  pipeline parallelism ("always" without one, "never" with one), so it is written only for
+  ZeRO-3 inside a pipeline, where the planner priced the gathers once per step.
 - `parallelism.context_parallel_rotate_method`: "alltoall" passes each K/V shard to the next
   rank (torch's _AllToAllRotater: permute_tensor to rank + 1), the ring cost/ prices;
   "allgather" (the default) gathers every shard at once.
@@ -103,6 +104,21 @@ _DEEPSEEK_V3_FLAVORS = {
                  top_k=8, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
                  qk_rope_head_dim=64, v_head_dim=128),
 }
+
+
+# ZeRO-3 inside a pipeline is torchtitan's "default" policy, which keeps the parameters gathered
+# after forward when pp > 1 (reshard_after_forward = not pp_enabled: v0.2.0 29624e37fa,
+# torchtitan/models/llama3/infra/parallelize.py apply_fsdp) and is what cost/memory.py prices
+# (gathered_per_step); "always" would gather again every micro-batch
+_RESHARD_NOTE = {False: "ZeRO-3: reshard after forward; ZeRO-2: keep gathered until backward",
+                 True: "ZeRO-3 inside a pipeline: the default policy keeps parameters gathered"
+                       " through the step (one all-gather and one reduce-scatter per step)"}
+
+
+def _reshard_policy(zero: int, pp: int) -> str:
+    if zero == 3:
+        return "default" if pp > 1 else "always"
+    return "never"
 
 
 def _deepseek_v3_args(m) -> dict:
@@ -422,8 +438,8 @@ def render(inst: Instance, e: Emitted) -> str:
     parallelism: list[tuple[str | None, object]] = [
         ("data_parallel_replicate_degree", replicate),
         ("data_parallel_shard_degree", shard),
-        (None, "ZeRO-3: reshard after forward; ZeRO-2: keep gathered until backward"),
-        ("fsdp_reshard_after_forward", "always" if p.zero == 3 else "never"),
+        (None, _RESHARD_NOTE[p.zero == 3 and p.pp > 1]),
+        ("fsdp_reshard_after_forward", _reshard_policy(p.zero, p.pp)),
         ("tensor_parallel_degree", p.tp),
         ("context_parallel_degree", p.cp),
     ]

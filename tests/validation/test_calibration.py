@@ -180,9 +180,10 @@ def test_every_bundled_row_states_what_it_ran():
 
 
 def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
-    # cost/framework_rules.unpriced_reason: ZeRO-2/3 with pp > 1 has no memory model here, so
-    # every command that reads the plan refuses it in one line (exit 2) and `accuracy` reports such a row as not
-    # modelled instead of predicting it. The tiny instance's optimum shards its state with FSDP
+    # cost/framework_rules.unpriced_reason: ZeRO-2/3 with pp > 1 is priced only where the
+    # framework runs it (torchtitan's ZeRO-3: tests/cost/test_fsdp_in_pipeline.py); Megatron-LM
+    # asserts against it, so every command that reads such a plan refuses it in one line (exit
+    # 2) and `accuracy` reports such a row as not modelled instead of predicting it. The tiny instance's optimum shards its state with FSDP
     # (zero 2 at p90 since the NeMo Apex rows' bf16 reduction moved the bands; zero 3 before),
     # pp 1, dp 8; the same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the
     # refused one.
@@ -203,11 +204,11 @@ def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
                  ["export", str(plan_path), "--to", "torchtitan"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert "inside a pipeline is not priced" in err and err.count("\n") == 1, (argv, err)
+        assert "megatron does not run ZeRO-2 (FSDP) inside a pipeline" in err and err.count("\n") == 1, (argv, err)
     row = _unknown_source_row("full")
     row["config"] = dict(row["config"], zero=3)
     (res,) = predict_rows([row])
-    assert res.predicted_iter_time_s is None and "inside a pipeline is not priced" in res.reason
+    assert res.predicted_iter_time_s is None and "does not run ZeRO-3 (FSDP) inside a pipeline" in res.reason
 
 
 def test_a_run_is_replanned_within_what_its_release_ran():
