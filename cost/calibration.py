@@ -8,7 +8,9 @@ every row by id with the evidence. A fact a row does not state takes RAN_DEFAULT
 recorded as unknown (Ran.unknown), so the trust interval can treat it as uncertain. The
 documented defaults of the schema's own fields:
 
-    micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size)
+    micro_batch null         -> 1 (Megatron-LM's default --micro-batch-size), unless ran.yaml
+                                states the run's (its `configs`, from the run's launch scripts;
+                                likewise virtual_stages)
     recompute unknown        -> priced both as the least recomputation under which the run
                                 fits memory (none, then selective, then full: every published
                                 run fitted) and as full recomputation, and predicted at the
@@ -133,6 +135,38 @@ def _bundled_ran() -> dict[str, dict]:
     return out
 
 
+# config fields a bundled row leaves null that cost/published/ran.yaml states for it by id (an
+# entry's `configs:`), read from the run's own launch scripts; the row's own value, where it
+# gives one, is the row's (stating it in ran.yaml too is refused)
+RAN_CONFIG_KEYS = ("micro_batch", "virtual_stages")
+
+
+@lru_cache(maxsize=1)
+def _bundled_configs() -> dict[str, dict[str, int]]:
+    """Row id -> the config fields cost/published/ran.yaml states for it (RAN_CONFIG_KEYS)."""
+    out: dict[str, dict[str, int]] = {}
+    for entry in read_yaml(RAN_FILE):
+        for row_id, fields in (entry.get("configs") or {}).items():
+            bad = [k for k in fields if k not in RAN_CONFIG_KEYS]
+            if bad or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in fields.values()):
+                raise ConfigError(f"{RAN_FILE}: configs.{row_id}: {fields}: give only"
+                                  f" {', '.join(RAN_CONFIG_KEYS)}, each a positive integer")
+            out[row_id] = dict(fields)
+    return out
+
+
+def row_config(row: dict) -> dict:
+    """`row`'s config with the fields it leaves null filled from ran.yaml's `configs` for its id
+    (RAN_CONFIG_KEYS: what the run's launch scripts set); ConfigError where both state one."""
+    stated = _bundled_configs().get(row.get("id"), {})
+    cf = row["config"]
+    both = [k for k in stated if cf.get(k) is not None]
+    if both:
+        raise ConfigError(f"row {row['id']}: config.{both[0]} is stated by the row and by {RAN_FILE}:"
+                          " remove it from ran.yaml's configs (the row's own value holds)")
+    return {**cf, **stated} if stated else cf
+
+
 def row_ran(row: dict) -> Ran:
     """What `row` ran: its own `ran:` mapping, else ran.yaml's entry for its id, else defaults."""
     stated = dict(_bundled_ran().get(row.get("id"), {}))
@@ -222,7 +256,7 @@ class RowResult:
 
 
 def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Instance, Plan]:
-    md, cl, cf = row["model"], row["cluster"], row["config"]
+    md, cl, cf = row["model"], row["cluster"], row_config(row)
     ran = row_ran(row)
     model = ModelSpec(name=row["id"], layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
                       kv_heads=md.get("kv_heads") or md["heads"], ffn=md["ffn"], vocab=md["vocab"],

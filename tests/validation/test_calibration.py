@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from paraplan.cost.errors import ConfigError
+
 from paraplan.cost.calibration import PUBLISHED_DIR, load_rows, mape, predict_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -177,6 +179,31 @@ def test_every_bundled_row_states_what_it_ran():
     named = collections.Counter(i for e in read_yaml(RAN_FILE) for i in e["rows"])
     ids = [r["id"] for r in load_published()]
     assert set(named) == set(ids) and set(named.values()) == {1}
+
+
+def test_table_1_rows_are_priced_as_the_papers_scripts_ran_them():
+    # Narayanan et al. SC'21 Table 1 gives no micro-batch; the paper's reproduction script
+    # (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh) sets MBS=8 for the 18B model and MBS=2
+    # with --num-layers-per-virtual-pipeline-stage 5 for the 76B one; ran.yaml states both.
+    # 18.4B: global batch 1024 over dp 32 = 32 sequences a replica, in 32 / 8 = 4 micro-batches.
+    # 76.1B: 60 layers over pp 4 = 15 a stage, in chunks of 5: virtual_stages 3; global batch
+    # 1792 over dp 32 = 56 a replica, in 56 / 2 = 28 micro-batches.
+    from paraplan.cost.calibration import load_published, row_config, row_to_instance_plan
+    from paraplan.cost.loader import load_catalogue
+    rows = {r["id"]: r for r in load_published()}
+    cat = load_catalogue()
+    _, plan = row_to_instance_plan(rows["narayanan21-t1-18.4B"], cat)
+    assert (plan.micro_batch, plan.classes[0].num_micro_batches) == (8, 4)
+    _, plan = row_to_instance_plan(rows["narayanan21-t1-76.1B"], cat)
+    assert (plan.micro_batch, plan.virtual_stages, plan.classes[0].num_micro_batches) == (2, 3, 28)
+    assert plan.classes[0].layers_per_stage == (15, 15, 15, 15)
+    # the row's own value is the row's: stated by both, the row is refused, naming ran.yaml
+    both = {**rows["narayanan21-t1-18.4B"], "config": {**rows["narayanan21-t1-18.4B"]["config"], "micro_batch": 8}}
+    with pytest.raises(ConfigError, match="ran.yaml"):
+        row_config(both)
+    # a row ran.yaml does not name keeps its own config (no other row gains a field)
+    other = rows["narayanan21-t2-ptdp-529.6B-560gpu"]
+    assert row_config(other) is other["config"]
 
 
 def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):

@@ -15,7 +15,7 @@ import yaml
 
 from paraplan.cost.calibration import BUNDLED_FILES, RowResult, load_rows
 from paraplan.cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
-                        trust_for, validation_warnings, coverage)
+                        trust_for, validation_warnings, coverage, coverage_report)
 from paraplan.solver.commands.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -157,6 +157,25 @@ def test_coverage_counts_rows_inside_the_other_families_band():
     res = [Residual(id=f"{f}{i}", features=_features(family=f), error=math.expm1(e))
            for f, e in (("A", 0.0), ("B", 0.0), ("C", 0.5)) for i in range(2)]
     assert coverage(res) == pytest.approx(4 / 6)
+
+
+def test_coverage_report_weighs_rows_families_and_scale_bands():
+    # A and B: two rows each on 8 GPUs, log error 0.0; C: four rows on 1024 GPUs, log error 0.5.
+    # Every row sits at distance level 3: judged against the other families, its band holds
+    # fewer than 3 rows of its scale (2 for A and B, 0 for C), so its ZeRO stage, pp, die,
+    # framework and release are all unvalidated; the pools are therefore the other families'.
+    # An A row's band from B (weights 1/4, 1/4) and C (1/8 x 4): midpoints 1/8, 3/8 at 0.0 and
+    # 9/16 .. 15/16 at 0.5: q = 0.1 -> 0.0 (clamped), q = 0.9 -> 0.5: [0.0, 0.5] holds 0.0.
+    # Likewise B. A C row's band from A and B is [0.0, 0.0], which 0.5 misses.
+    # Row-weighted 4 / 8; family-weighted (1 + 1 + 0) / 3; by band 1-8: 4 rows, all held;
+    # >= 1024: 4 rows, none held.
+    res = [Residual(id=f"{f}{i}", features=_features(family=f, num_gpus=n), error=math.expm1(e))
+           for f, n, e, k in (("A", 8, 0.0, 2), ("B", 8, 0.0, 2), ("C", 1024, 0.5, 4)) for i in range(k)]
+    rep = coverage_report(res)
+    assert rep.row_weighted == pytest.approx(0.5) == coverage(res)
+    assert rep.family_weighted == pytest.approx(2 / 3)
+    assert rep.by_family == (("A", 2, 1.0), ("B", 2, 1.0), ("C", 4, 0.0))
+    assert rep.by_band == (("1-8", 4, 1.0), (">= 1024", 4, 0.0))
 
 
 def test_warning_when_fewer_than_three_rows_validate_a_feature_at_the_plan_scale():
