@@ -44,7 +44,10 @@ same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
     combine      reduce-scatter over etp, then the all-to-all back, and the probability-weighted
                  sum of each token's top_k outputs
     permutation  gathering routed copies into expert order and scattering them back: two
-                 memory-bound passes that each read and write the rank's routed / etp copies
+                 memory-bound passes that each read and write the rank's routed / etp copies;
+                 with the all-to-all dispatcher and several experts a rank, two more over the
+                 routed copies it received, sorting them by local expert and back
+                 (CHUNK_SORT_PASSES)
 
 Memory per GPU: expert weights (and their gradients and optimizer state, sharded over the
 edp group by ZeRO 1-2) experts / ep x 3 (SwiGLU; 2 for GELU) x hidden x expert_ffn / etp;
@@ -104,6 +107,21 @@ IMBALANCE_RANGE = (1.0, 2.2)
 ROUTER_LOGIT_BYTES = 4
 # Permute and unpermute: each reads and writes every routed copy's hidden vector once.
 PERMUTE_PASSES = 2
+# Megatron-core's all-to-all dispatcher permutes a rank's copies by destination rank, and after
+# the all-to-all (and the etp all-gather) sorts the copies it received by local expert, the
+# chunks of each source rank regrouped expert by expert; the combine sorts them back before
+# the reverse all-to-all ("Permutation 2": MoEAlltoAllTokenDispatcher.dispatch_postprocess and
+# combine_preprocess, moe_utils.sort_chunks_by_idxs, run whenever the rank holds more than one
+# expert; Megatron-LM megatron/core/transformer/moe/token_dispatcher.py). Each reads and writes
+# every received copy's hidden vector once. DeepEP's dispatch hands the received tokens to the
+# flex dispatcher's one permute by expert (MoEFlexTokenDispatcher), which PERMUTE_PASSES prices.
+CHUNK_SORT_PASSES = 2
+
+
+def chunk_sort_passes(job, local_experts: int) -> int:
+    """Memory passes over a rank's received copies that sort them by local expert and back
+    (CHUNK_SORT_PASSES): the all-to-all dispatcher's, where the rank holds several experts."""
+    return CHUNK_SORT_PASSES if job.moe_dispatcher is MoeDispatcher.ALLTOALL and local_experts > 1 else 0
 
 
 # The rows of one tile of a grouped GEMM's M axis: DeepGEMM's contiguous grouped layout aligns
@@ -491,6 +509,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     gemms = max(local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb), issue)  # forward; input gradients the same
     gemms_w = max(local * (n_in + 1) * gemm_s(per_expert, grad_rw), issue)  # the weight gradients
     permute = PERMUTE_PASSES * 2 * routed / own * h * BF16_BYTES
+    permute += chunk_sort_passes(inst.job, local) * 2 * routed * h * BF16_BYTES  # on what the rank received
     activation = (n_in + 1) * routed * fe / etp * BF16_BYTES
     router_elem = 3 * tokens / split * moe.experts * ROUTER_LOGIT_BYTES
     # GEMM output stores (cost/flops.gemm_output_elements): forward MLP-in and MLP-out
