@@ -211,7 +211,7 @@ def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
     # framework runs it (torchtitan's ZeRO-3: tests/cost/test_fsdp_in_pipeline.py); Megatron-LM
     # asserts against it, so every command that reads such a plan refuses it in one line (exit
     # 2) and `accuracy` reports such a row as not modelled instead of predicting it. The tiny instance's optimum shards its state with FSDP
-    # (zero 2 at p90 since the NeMo Apex rows' bf16 reduction moved the bands; zero 3 before),
+    # (zero 2 or 3: which one moves with the stored bands' p90 factors, so the test reads it),
     # pp 1, dp 8; the same plan cut into 2 stages of 4 layers (dp 4, 2 micro-batches of 4) is the
     # refused one.
     import yaml as _yaml
@@ -231,7 +231,8 @@ def test_fsdp_inside_a_pipeline_is_refused_not_mispriced(capsys, tmp_path):
                  ["export", str(plan_path), "--to", "torchtitan"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert "megatron does not run ZeRO-2 (FSDP) inside a pipeline" in err and err.count("\n") == 1, (argv, err)
+        assert f"megatron does not run ZeRO-{doc['plan']['zero']} (FSDP) inside a pipeline" in err \
+            and err.count("\n") == 1, (argv, err)
     row = _unknown_source_row("full")
     row["config"] = dict(row["config"], zero=3)
     (res,) = predict_rows([row])
