@@ -434,15 +434,22 @@ class Plan(_Modes):
 
     def check_against(self, inst: Instance | ClusterInstance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`: the rules in order,
-        the first broken one named. A flat instance (one cluster, no groups) runs one class on
-        every GPU (FLAT_RULES); a cluster of node groups any classes (PLAN_RULES)."""
-        for rule in PLAN_RULES if isinstance(inst, ClusterInstance) else FLAT_RULES:
+        the first broken one named. A flat instance is the one-group cluster it is
+        (ClusterInstance.one_group) whose plan runs one class on every GPU: that rule first,
+        then RULES, the rules of every cluster. A cluster of node groups adds GROUP_RULES."""
+        if isinstance(inst, ClusterInstance):
+            rules = RULES + GROUP_RULES
+        else:
+            _one_class_on_every_gpu(self, inst)
+            inst, rules = ClusterInstance.one_group(inst), RULES
+        for rule in rules:
             rule(self, inst)
 
 
-# --- check_against's rules on a flat instance, in the order they are checked ----------------
+# --- check_against's rules, in the order they are checked ----------------------------------
 
 def _one_class_on_every_gpu(plan: Plan, inst: Instance) -> None:
+    """The flat plan file's own rule: one replica class on the one cluster, every GPU used."""
     if len(plan.classes) != 1 or set(plan.one_class.stage_groups) != {0} or plan.group_tp:
         raise ConfigError("a flat instance runs one replica class on its one cluster")
     c = inst.cluster
@@ -450,76 +457,19 @@ def _one_class_on_every_gpu(plan: Plan, inst: Instance) -> None:
         raise ConfigError(f"tp*pp*dp*cp = {plan.num_gpus} but the cluster has {c.num_gpus} GPUs")
 
 
-def _flat_layers_and_batch(plan: Plan, inst: Instance) -> None:
-    m = inst.model
-    if sum(plan.layers_per_stage) != m.layers:
-        raise ConfigError(f"layers_per_stage sums to {sum(plan.layers_per_stage)}, model has {m.layers}")
-    if plan.dp * plan.micro_batch * plan.num_micro_batches != inst.job.global_batch:
-        raise ConfigError(
-            f"dp*micro_batch*num_micro_batches = {plan.dp * plan.micro_batch * plan.num_micro_batches}"
-            f" but global_batch = {inst.job.global_batch}")
-
-
-def _flat_heads_and_sequence(plan: Plan, inst: Instance) -> None:
-    m = inst.model
-    if m.heads % plan.tp or m.kv_heads % plan.tp and plan.tp % m.kv_heads:
-        raise ConfigError(f"tp={plan.tp} must divide the {m.heads} attention heads")
-    if m.seq_len % (plan.cp * (plan.tp if plan.sequence_parallel else 1)):
-        raise ConfigError("seq_len must be divisible by cp (and by tp with sequence parallel)")
-    if plan.sequence_parallel and plan.tp == 1:
-        raise ConfigError("sequence_parallel needs tp > 1")
-
-
-def _dense_prefix(plan: Plan, inst: Instance) -> None:
-    m = inst.model
-    first_chunk = plan.chunk_layers[0][0]
-    if m.moe is not None and m.moe.dense_layers and first_chunk < m.moe.dense_layers:
-        raise ConfigError(
-            f"stage 0's first model chunk holds {first_chunk} layers, fewer than the model's"
-            f" {m.moe.dense_layers} dense layers: paraplan prices the dense prefix on the first"
-            f" stage; give it at least {plan.virtual_stages * m.moe.dense_layers} layers"
-            + (" (without embedding_in_split)" if plan.embedding_in_split else ""))
-
-
-def _selective_or_full(plan: Plan, inst: Instance) -> None:
-    if inst.job.recompute_modules and any(plan.full_recompute_layers):
-        raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
-                          " (job.recompute_modules), and Megatron-LM's --recompute-granularity"
-                          " is either selective or full; set every count to 0, or remove"
-                          " recompute_modules")
-
-
-def _flat_latent_attention(plan: Plan, inst: Instance) -> None:
-    if inst.model.mla is not None and plan.partitions:
-        raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
-                          " attention's projections; remove partitions (Megatron 1-D)")
-    if inst.model.mla is not None and plan.zero == 3:
-        raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
-                          " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
-
-
-def _flat_expert_fold(plan: Plan, inst: Instance) -> None:
-    if plan.ep > 1 or plan.etp is not None:
-        problem = moe_fold_problem(inst.model, plan.tp, plan.dp * plan.cp, plan.sequence_parallel,
-                                   plan.ep, plan.expert_tp)
-        if problem:
-            raise ConfigError(problem)
-
-
-FLAT_RULES = (_one_class_on_every_gpu, _flat_layers_and_batch, _flat_heads_and_sequence,
-              _dense_prefix, _selective_or_full, _flat_latent_attention, _flat_expert_fold)
-
-
-# --- check_against's rules on a cluster of node groups, in the order they are checked -------
-
 def _stages_and_layers(plan: Plan, inst: ClusterInstance) -> None:
     G = len(inst.cluster.groups)
     for c in plan.classes:
         if any(not 0 <= g < G for g in c.stage_groups):
             raise ConfigError(f"stage_groups {c.stage_groups} names a group outside 0..{G - 1}")
         if sum(c.layers_per_stage) != inst.model.layers:
-            raise ConfigError(f"a class's layers_per_stage sums to {sum(c.layers_per_stage)},"
+            raise ConfigError(f"{_of_class(plan)}layers_per_stage sums to {sum(c.layers_per_stage)},"
                               f" the model has {inst.model.layers}")
+
+
+def _of_class(plan: Plan) -> str:
+    """The subject of a per-class message: a one-class plan's fields are the plan's own."""
+    return "" if len(plan.classes) == 1 else "a class's "
 
 
 def _group_tp(plan: Plan, inst: ClusterInstance) -> None:
@@ -542,8 +492,9 @@ def _gpus_per_group(plan: Plan, inst: ClusterInstance) -> None:
 def _global_batch(plan: Plan, inst: ClusterInstance) -> None:
     seqs = sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch
     if seqs != inst.job.global_batch:
-        raise ConfigError(f"sum of replicas*num_micro_batches*micro_batch = {seqs} but"
-                          f" global_batch = {inst.job.global_batch}")
+        terms = "dp*micro_batch*num_micro_batches" if len(plan.classes) == 1 else \
+            "sum of replicas*num_micro_batches*micro_batch"
+        raise ConfigError(f"{terms} = {seqs} but global_batch = {inst.job.global_batch}")
 
 
 def _heads(plan: Plan, inst: ClusterInstance) -> None:
@@ -551,12 +502,6 @@ def _heads(plan: Plan, inst: ClusterInstance) -> None:
     for t in plan.tp_degrees:
         if m.heads % t or m.kv_heads % t and t % m.kv_heads:
             raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
-
-
-def _latent_attention(plan: Plan, inst: ClusterInstance) -> None:
-    if inst.model.mla is not None and (plan.zero == 3 or any(c.partitions for c in plan.classes)):
-        raise ConfigError("latent attention (model.mla) is not priced with ZeRO-3 or per-operator"
-                          " partitions; use zero 0, 1 or 2 and Megatron 1-D")
 
 
 def _context_and_sequence_parallel(plan: Plan, inst: ClusterInstance) -> None:
@@ -568,6 +513,40 @@ def _context_and_sequence_parallel(plan: Plan, inst: ClusterInstance) -> None:
                           " every group")
 
 
+def _dense_prefix(plan: Plan, inst: ClusterInstance) -> None:
+    m = inst.model
+    if m.moe is None or not m.moe.dense_layers:
+        return
+    for c in plan.classes:
+        first_chunk = chunk_layers(c.layers_per_stage, plan.virtual_stages, plan.embedding_in_split,
+                                   plan.loss_in_split)[0][0]
+        if first_chunk < m.moe.dense_layers:
+            raise ConfigError(
+                f"stage 0's first model chunk holds {first_chunk} layers, fewer than the model's"
+                f" {m.moe.dense_layers} dense layers: paraplan prices the dense prefix on the first"
+                f" stage; give it at least {plan.virtual_stages * m.moe.dense_layers} layers"
+                + (" (without embedding_in_split)" if plan.embedding_in_split else ""))
+
+
+def _selective_or_full(plan: Plan, inst: ClusterInstance) -> None:
+    if inst.job.recompute_modules and any(any(c.full_recompute_layers) for c in plan.classes):
+        raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
+                          " (job.recompute_modules), and Megatron-LM's --recompute-granularity"
+                          " is either selective or full; set every count to 0, or remove"
+                          " recompute_modules")
+
+
+def _latent_attention(plan: Plan, inst: ClusterInstance) -> None:
+    if inst.model.mla is None:
+        return
+    if any(c.partitions for c in plan.classes):
+        raise ConfigError("plan.partitions: per-operator partitions are not priced for latent"
+                          " attention's projections; remove partitions (Megatron 1-D)")
+    if plan.zero == 3:
+        raise ConfigError("zero=3: ZeRO-3 of latent attention's down projections (whole on every"
+                          " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
+
+
 def _micro_batches_per_class(plan: Plan, inst: ClusterInstance) -> None:
     if len(plan.classes) > 1:
         for c in plan.classes:
@@ -577,12 +556,16 @@ def _micro_batches_per_class(plan: Plan, inst: ClusterInstance) -> None:
                                   " replica (solver/space.py)")
 
 
-def _virtual_stages(plan: Plan, inst: ClusterInstance) -> None:
-    v = plan.virtual_stages
+def _model_chunks(plan: Plan, inst: ClusterInstance) -> None:
     for c in plan.classes:  # the chunk rule of cost/pipeline_split.py, with the slots
-        problem = chunk_problem(c.layers_per_stage, v, plan.embedding_in_split, plan.loss_in_split)
+        problem = chunk_problem(c.layers_per_stage, plan.virtual_stages, plan.embedding_in_split,
+                                plan.loss_in_split)
         if problem:
             raise ConfigError(problem)
+
+
+def _interleaved_micro_batches(plan: Plan, inst: ClusterInstance) -> None:
+    v = plan.virtual_stages
     if v <= 1:
         return
     for c in plan.classes:
@@ -612,7 +595,8 @@ def _expert_fold(plan: Plan, inst: ClusterInstance) -> None:
             problem = moe_fold_problem(inst.model, plan.tp, c.replicas * plan.cp, plan.sequence_parallel,
                                        plan.ep, plan.expert_tp)
             if problem:
-                raise ConfigError(f"{problem} (a class has {c.replicas} replicas x cp {plan.cp})")
+                raise ConfigError(problem if len(plan.classes) == 1 else
+                                  f"{problem} (a class has {c.replicas} replicas x cp {plan.cp})")
 
 
 def _partitions(plan: Plan, inst: ClusterInstance) -> None:
@@ -639,6 +623,13 @@ def _framework_runs_it(plan: Plan, inst: ClusterInstance) -> None:
                               f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")
 
 
-PLAN_RULES = (_stages_and_layers, _group_tp, _gpus_per_group, _global_batch, _heads, _latent_attention,
-              _context_and_sequence_parallel, _micro_batches_per_class, _virtual_stages,
-              _zero_and_expert_degrees, _expert_fold, _partitions, _zero_shards, _framework_runs_it)
+RULES = (_stages_and_layers, _group_tp, _gpus_per_group, _global_batch, _heads,
+         _context_and_sequence_parallel, _dense_prefix, _selective_or_full, _latent_attention,
+         _micro_batches_per_class, _model_chunks, _zero_and_expert_degrees, _expert_fold,
+         _partitions, _zero_shards)
+# What a plan over node groups must also keep, and a flat plan need not: the flat plan is also
+# the record `simulate` prices what-ifs and each exporter's emitted configuration with (a
+# framework's refusals of it are cost/framework_rules.unpriced_reason's, read where a plan file
+# or a published row is loaded), and its interleaved schedule prices any micro-batch count
+# (cost/schedule.py) where the class schedule of several groups needs whole rounds of pp.
+GROUP_RULES = (_interleaved_micro_batches, _framework_runs_it)
