@@ -194,6 +194,10 @@ class _Candidate:
     key: tuple[float, int, int]  # (lower bound, outer index, layer-plan combination index)
     uniform: bool = False
     partitions: tuple = ()  # per class, ReplicaClass.partitions (solver/class_partitions.py)
+    # a lone class's tight bound per scenario, computed with its chunk's (_settle_alone), and
+    # the bar against which its tight and coupled bounds were then tested (and failed)
+    tight_s: tuple[float, ...] | None = None
+    settled_bar: tuple | None = None
 
     @property
     def mvecs(self) -> np.ndarray:
@@ -359,24 +363,27 @@ def problems_for(inst: ClusterInstance, outers: list[ClassOuter], objective: str
     return out
 
 
-def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_limit_s: float) -> bool:
+def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_limit_s: float,
+                      tight_s: tuple[float, ...] | None = None, bounds_tested: bool = False) -> bool:
     """Whether a lone class is proved unable to beat the incumbent `best_s` (on a tie: unless
     its key is the earlier one). On each network its problem is exactly the homogeneous split
     problem of its coefficients, which the tight bound (solver/bounds/one_class.py) and the exact dynamic
     programme with a cutoff (formulations/split_dp.py) settle quickly: the worst case ("max")
     is above the cutoff as soon as one network's time is; a weighted time as soon as the
     weighted tight bounds are. Only a proof of "no" is used: the plan itself still comes from
-    the backend's own solve."""
+    the backend's own solve. `tight_s`: the tight bounds per network, where already computed;
+    `bounds_tested`: the tight and coupled bounds already failed against this cutoff (they
+    would again), so only the DP is left."""
     if p.classes > 1 or not math.isfinite(best_s):
         return False
     dp_fits = _dp_cells(p) <= DP_MAX_CELLS
     cutoff = best_s * (1 + REL_TOL) if earlier else best_s * (1 - REL_TOL)
-    tight = [one_class.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs]
+    tight = (list(tight_s) if tight_s is not None else
+             [one_class.tight_lower_bound_s(cs[0], p.allow_full_recompute) for cs in p.coeffs])
     if p.objective == "weighted":
-        return float(np.dot(p.weights, tight)) > cutoff
-    if max(tight) > cutoff:
-        return True
-    if any(one_class.coupled_bound_above(cs[0], p.allow_full_recompute, cutoff) for cs in p.coeffs):
+        return not bounds_tested and float(np.dot(p.weights, tight)) > cutoff
+    if not bounds_tested and (max(tight) > cutoff or any(
+            one_class.coupled_bound_above(cs[0], p.allow_full_recompute, cutoff) for cs in p.coeffs)):
         return True
     if not dp_fits:
         return False
@@ -388,6 +395,50 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
         if sr.status == CUTOFF:
             return True
     return False
+
+
+def _settle_alone(cands: list[_Candidate], won: Winners) -> list[_Candidate]:
+    """A newly priced chunk less its lone classes proved unable to beat the bar now: the first
+    two tests of _cannot_win_alone (the tight bound, aggregated over the networks, then the
+    coupled bound on each), for the whole chunk at once (one_class.tight_lower_bounds_s,
+    coupled_bounds_above: the numbers of one at a time). The bar only falls, so one that
+    cannot win now never will. The others keep their tight bounds for when they come up;
+    those whose priced bound already loses (the key the heap prunes them by) are not read.
+    One at a time these tests were about a third of the four-GPU-type growth search."""
+    bar_val, bar_key = won.bar()
+    if not math.isfinite(bar_val):  # no incumbent yet: nothing to settle against
+        return cands
+    # those whose priced bound already loses are left to it (the bar only falls): no tight bound read
+    lone = [c for c in cands if not isinstance(c.problem, DualPipeProblem) and c.problem.classes == 1
+            and won.beats(c.key[0], c.key)]
+    if not lone:
+        return cands
+    rows = [cs[0] for c in lone for cs in c.problem.coeffs]
+    tight = one_class.tight_lower_bounds_s(rows, lone[0].problem.allow_full_recompute).tolist()
+    at = 0
+    for c in lone:
+        c.tight_s = tuple(tight[at:at + len(c.problem.coeffs)])
+        c.settled_bar = (bar_val, bar_key)
+        at += len(c.problem.coeffs)
+    out = set()
+    coupled: list[tuple[_Candidate, float]] = []  # (worst-case candidate, its cutoff)
+    for c in lone:
+        p = c.problem
+        lb = float(np.dot(p.weights, c.tight_s)) if p.objective == "weighted" else max(c.tight_s)
+        if not won.beats(lb, c.key):
+            out.add(id(c))
+        elif p.objective != "weighted":
+            coupled.append((c, bar_val * (1 + REL_TOL) if c.key < bar_key else bar_val * (1 - REL_TOL)))
+    if coupled:
+        rows = [cs[0] for c, _ in coupled for cs in c.problem.coeffs]
+        cuts = np.array([cut for c, cut in coupled for _ in c.problem.coeffs])
+        above = one_class.coupled_bounds_above(rows, lone[0].problem.allow_full_recompute, cuts).tolist()
+        at = 0
+        for c, _ in coupled:
+            if any(above[at:at + len(c.problem.coeffs)]):
+                out.add(id(c))
+            at += len(c.problem.coeffs)
+    return [c for c in cands if id(c) not in out]
 
 
 def _dp_cells(p: MultiClassProblem) -> int:
@@ -626,6 +677,10 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                 new = price(js)
                 res.priced += len(js)
                 probe(new)
+                if not uniform:  # (uniform: each is settled by its incumbent, no bound read)
+                    kept = _settle_alone(new, won)
+                    res.pruned_by_bound += len(new) - len(kept)
+                    new = kept
                 for c in new:
                     heapq.heappush(heap, (c.key, next(order), c))
                 continue
@@ -653,8 +708,10 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                 continue
             if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
                 c0 = p.coeffs[0][0]
-                tight = one_class.tight_lower_bound_s(c0, p.allow_full_recompute)
-                if (not can_win(key, tight)
+                tight = (cand.tight_s[0] if cand.tight_s is not None
+                         else one_class.tight_lower_bound_s(c0, p.allow_full_recompute))
+                if cand.settled_bar != (bar_val, bar_key) and (  # else both failed already
+                        not can_win(key, tight)
                         or math.isfinite(cutoff) and one_class.coupled_bound_above(c0, p.allow_full_recompute, cutoff)):
                     res.pruned_by_bound += 1
                     continue
@@ -665,7 +722,8 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                                   f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
                                   " was bounded, not solved; --backend milp solves it")
                     continue
-            elif _cannot_win_alone(p, bar_val, key < bar_key, remaining):
+            elif _cannot_win_alone(p, bar_val, key < bar_key, remaining, cand.tight_s,
+                                   cand.settled_bar == (bar_val, bar_key)):
                 res.pruned_by_bound += 1
                 continue
             elif backend in ("cpsat", "dp") and _dp_cells(p) > DP_MAX_CELLS:  # CP-SAT's model: the same

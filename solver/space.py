@@ -163,6 +163,19 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
     """LB(b) of the module docstring in its two parts, per GPU: (the last stage's, the fullest
     stage's). `zero_ranks`: the ranks ZeRO shards over (default dp * cp; a mixed-cluster class
     shards over every replica of the plan)."""
+    every_stage, logits, state, ckpt = micro_batch_lower_bound_terms(
+        inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, sp=sp, zero=zero, zero_ranks=zero_ranks)
+    last_stage = logits + state + ckpt
+    fullest_stage = -(-inst.model.layers // pp) * (state + ckpt)
+    return every_stage + last_stage, every_stage + fullest_stage
+
+
+def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
+                                  micro_batch: int, sp: bool, zero: int,
+                                  zero_ranks: int | None = None) -> tuple[float, float, float, float]:
+    """The terms of micro_batch_lower_bound_parts, per GPU: (on every stage: the runtime
+    allowance and the backward workspace; on the last: the logits; per layer: its state, and
+    its input checkpoint for one micro-batch in flight)."""
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     ranks = dp * cp if zero_ranks is None else zero_ranks
@@ -173,9 +186,7 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
     view = moe_attention_view(m) if m.moe is not None else m
     every_stage = (memory.runtime_bytes(tp, cp, ranks // cp, pp)  # the ring spans `ranks`
                    + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
-    last_stage = memory.logits_activation_bytes(m, b, tp, cp, fw) * frag + state + ckpt
-    fullest_stage = -(-m.layers // pp) * (state + ckpt)
-    return every_stage + last_stage, every_stage + fullest_stage
+    return every_stage, memory.logits_activation_bytes(m, b, tp, cp, fw) * frag, state, ckpt
 
 
 def capped_micro_batches(candidates: list[int], fits) -> list[int]:

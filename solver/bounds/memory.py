@@ -6,23 +6,30 @@ solver/search.py prices configurations in the order of the bound read before pri
 so: 1,055 of the 1,528 priced for GPT-3 175B on 1,024 A100 and 4,722 of 7,672 for Llama-3 70B
 on three GPU types of 32 GPUs each (issue 33), each after a full build. This module proves most
 of them infeasible from the space's memory lower bound alone (solver/space.py's module
-docstring, micro_batch_lower_bound_parts), read with each configuration's own micro-batch size,
-sequence-parallel flag and ZeRO stage:
+docstring, micro_batch_lower_bound_terms), read with each configuration's own micro-batch size,
+sequence-parallel flag and ZeRO stage: on stage s of class c, on group g_s at its tp, ZeRO
+sharding over every replica of the plan (as build shards), n layers take at least
 
-    LB_last(c, g)    = runtime + f workspace + f logits + state + f ckpt
-    LB_fullest(c, g) = runtime + f workspace + ceil(L / pp_c) (state + f ckpt)
+    LB_s(n) = runtime + f workspace + [s first or last] embedding state + [s last] f logits
+              + n (state + f_s f ckpt)
 
-for class c at group g's tp, ZeRO sharding over every replica of the plan (as build shards).
-Why it proves infeasibility: every stage holds >= 1 layer and some stage holds >= ceil(L/pp)
-layers; each layer costs at least its state plus its input checkpoint (full recomputation is
-the least a layer can keep) times its in-flight micro-batches (>= 1 on every stage and
-schedule); the runtime allowance and backward workspace are on every stage, the logits on the
-last; every other term is >= 0 (the space's docstring gives each step). So if the class's last
-stage's bound exceeds its group's capacity, or the fullest stage's exceeds the capacity of every
-group the class runs on (the fullest stage may sit on any of them), no split of the class fits,
-and with it no plan of the configuration: build's no_split_fits says the same after pricing.
-A relative margin (MARGIN) keeps a peak that build's own float sums put exactly at the
-capacity (which fits) from being refused by this sum's rounding.
+Why: each layer costs at least its state plus its input checkpoint (full recomputation is the
+least a layer can keep) times its in-flight micro-batches f_s: build's own count
+(cost/coefficients.in_flight_micro_batches at the count cost/class_coefficients.class_outers
+prices the class with; the expert all-to-all overlap's schedule holds at least as many);
+the runtime allowance and backward workspace are on every stage, the logits on the last, the
+input embedding's and output layer's weights and optimizer state on the first and the last
+(cost/memory.embedding_state_bytes, build's own term); every
+other term is >= 0 (the space's docstring gives each step). So stage s holds at most nmax_s
+layers, the most with LB_s(n) within its group's capacity, and every stage holds >= 1 layer,
+all of them L: if some nmax_s < 1 or sum_s nmax_s < L, no split of the class fits, and with it
+no plan of the configuration: build's no_split_fits says the same after pricing. (Until issue
+33 the test was the last stage's LB with one layer and the fullest stage's with ceil(L / pp) on
+every group of the class, which this sum implies; on a pipeline through groups of unlike memory
+the sum proves more. With the embedding / loss counted as layer slots, cost/pipeline_split.py,
+an end stage's short chunk can hold less than this LB: those configurations keep that test.) A
+relative margin (MARGIN) keeps a peak that build's own float sums put
+exactly at the capacity (which fits) from being refused by this sum's rounding.
 
 Not used for DualPipe (its memory is cost/dualpipe.py's, another schedule) nor with per-operator
 partitions (their layer plans hold other activations: the search prices those).
@@ -34,7 +41,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.solver.space import micro_batch_lower_bound_parts
+from paraplan.cost import memory
+from paraplan.cost.class_coefficients import class_outers
+from paraplan.cost.coefficients import in_flight_micro_batches
+from paraplan.solver.space import micro_batch_lower_bound_terms
 
 MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, far below any real gap
 
@@ -44,21 +54,57 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     the module's bound proves that no plan of it fits memory."""
     groups = inst.cluster.groups
     capacity = [g.cluster.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in groups]
+    L = inst.model.layers
+    layout = memory.state_layout(inst.job)
 
     @lru_cache(maxsize=None)
-    def parts(tp: int, cp: int, pp: int, dp: int, b: int, sp: bool, zero: int, ranks: int) -> tuple[float, float]:
-        last, fullest = micro_batch_lower_bound_parts(inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b, sp=sp,
-                                                      zero=zero, zero_ranks=ranks)
-        return last * (1 - MARGIN), fullest * (1 - MARGIN)
+    def most_layers(g: int, tp: int, cp: int, pp: int, dp: int, b: int, sp: bool, zero: int, ranks: int,
+                    first: bool, last: bool, in_flight: float) -> int:
+        """nmax of the module docstring for a stage on group g (at most L)."""
+        every, logits, state, ckpt = micro_batch_lower_bound_terms(
+            inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b, sp=sp, zero=zero, zero_ranks=ranks)
+        # as build: the first stage's entry holds the output layer too on a one-stage pipeline
+        embedding = (memory.embedding_state_bytes(inst.model, tp, zero, ranks, first, last, layout)
+                     if first or last else 0.0)
+        base, per = every + embedding + (logits if last else 0.0), state + in_flight * ckpt
 
+        def fits(n: int) -> bool:
+            return (base + n * per) * (1 - MARGIN) <= capacity[g]
+        if per <= 0:
+            return L if fits(0) else 0
+        n = int(min(max((capacity[g] / (1 - MARGIN) - base) // per, 0), L))  # a guess: step onto fits
+        while n < L and fits(n + 1):
+            n += 1
+        while n > 0 and not fits(n):
+            n -= 1
+        return n
+
+    def refused(o, c, co, ranks: int) -> bool:
+        def held(g: int, first: bool, last: bool, in_flight: float) -> int:
+            return most_layers(g, o.tp_of(g), o.cp, c.pp, c.replicas, o.micro_batch, o.sequence_parallel, o.zero,
+                               ranks, first, last, in_flight)
+        if o.embedding_in_split or o.loss_in_split:
+            # an end stage's short chunk can hold up to a layer's stashed activations less
+            # (cost/pipeline_split.slot_relief_bytes): the test before issue 33, one micro-batch
+            # in flight, no embedding state, the last stage's one layer and the fullest stage's
+            # ceil(L / pp) on some group of the class
+            return (held(c.stage_groups[-1], False, True, 1.0) < 1
+                    or all(held(g, False, False, 1.0) < -(-L // c.pp) for g in set(c.stage_groups)))
+        flight = in_flight_micro_batches(c.pp, co.num_micro_batches, o.virtual_stages).tolist()
+        most = [held(g, s == 0, s == c.pp - 1, flight[s]) for s, g in enumerate(c.stage_groups)]
+        return min(most) < 1 or sum(most) < L
+
+    # outers of one shape differ mostly in what this bound does not read (recompute mode): one
+    # verdict per shape (declared_outers gives those outers one tuple object) and what it reads
+    verdicts: dict[tuple, tuple] = {}
     out = np.zeros(len(outers), bool)
     for j, o in enumerate(outers):
-        ranks = sum(c.replicas for c in o.classes) * o.cp
-        for c in o.classes:
-            def lb(g: int, c=c) -> tuple[float, float]:
-                return parts(o.tp_of(g), o.cp, c.pp, c.replicas, o.micro_batch, o.sequence_parallel, o.zero, ranks)
-            last = c.stage_groups[-1]
-            if lb(last)[0] > capacity[last] or all(lb(g)[1] > capacity[g] for g in set(c.stage_groups)):
-                out[j] = True
-                break
+        key = (id(o.classes), o.tp, o.group_tp, o.cp, o.micro_batch, o.sequence_parallel, o.zero,
+               o.virtual_stages, o.ep, o.embedding_in_split, o.loss_in_split)
+        hit = verdicts.get(key)
+        if hit is None or hit[0] is not o.classes:
+            ranks = sum(c.replicas for c in o.classes) * o.cp
+            hit = verdicts[key] = (o.classes, any(refused(o, c, co, ranks)
+                                                  for c, co in zip(o.classes, class_outers(inst.job, o))))
+        out[j] = hit[1]
     return out

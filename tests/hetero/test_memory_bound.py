@@ -82,3 +82,25 @@ def test_the_planner_answers_the_same_without_the_proof(monkeypatch):
         assert with_proof.priced <= without.priced
         fewer += with_proof.priced < without.priced
     assert fewer
+
+
+@pytest.mark.slow
+def test_the_per_stage_sum_refuses_what_pricing_refuses_on_three_gpu_types():
+    """The three-type growth instance (solver/bench/growth.py: H100, A100-80GB and H200, 4 nodes
+    each), its 1,585 configurations with the lowest bound before pricing (those the planner
+    prices: their bound lies below the optimum). Pricing finds that 606 of them fit no split
+    (measured); the test before issue 33 (the last stage's one layer, the fullest stage's
+    ceil(L / pp) on some group, one micro-batch in flight) refused 380 of those (the search
+    priced 1,205), the per-stage sum with build's in-flight counts and the embedding state
+    refuses all of them (979 priced), and none that fits."""
+    from paraplan.solver.bench.growth import growth_instance
+    from paraplan.solver.bounds.unpriced import floor_bounds_s
+    inst = growth_instance(3)
+    outers = declared_outers(inst)
+    floor = floor_bounds_s(inst, outers, [0], "max", ())
+    first = [outers[j] for j in np.argsort(floor, kind="stable")[:1585]]
+    refused = proved_infeasible(inst, first)
+    priced = problems_for(inst, first, "nominal")
+    no_fit = np.array([p is None for p in priced])
+    assert no_fit.sum() == 606
+    assert (refused == no_fit).all()
