@@ -62,11 +62,13 @@ MEAN_PLANNED = {"instances/llama3-70b-512xH100.yaml", "instances/llama3-8b-64xH1
 WILL_NOT_RUN = [
     # 84.8 GiB before the MoE goldens were re-frozen with the fitted MoE parameters (tp 2, pp 8;
     # now tp 1, pp 16, 4 MoE layers a stage, cost/moe_params.py); 96.9 GiB before the dropless
-    # imbalance was refitted to 1.07 (the routed copies' stash is 3% smaller than at 1.1)
-    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["95.9 GiB per GPU of 78.0 GiB usable"]),
+    # imbalance was refitted to 1.07 (the routed copies' stash is 3% smaller than at 1.1); 95.9
+    # GiB at 1.07, 96.9 again since the dense refit (matmul_half_flops off its bound) put it back at 1.1
+    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["96.9 GiB per GPU of 78.0 GiB usable"]),
     # +141.0% before the dense refit of the scale-terms merge (the plan's own time moved);
-    # +139.9% on the plan before the embedding/loss slots (v 2), +154.0% on its v 4 one (116.0 GiB)
-    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 78.0 GiB usable", "+154.0%"]),
+    # +139.9% on the plan before the embedding/loss slots (v 2), +154.0% on its v 4 one (116.0 GiB);
+    # +151.6% since the dense refit moved matmul_half_flops off its 1e8 FLOP bound (the plan 6.322 s)
+    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 78.0 GiB usable", "+151.6%"]),
     # 125.2 GiB before the 2 GiB default planning reserve (search.memory_reserve_gib) moved the
     # mean-objective plan; the capacities below are the GPU's less that reserve ("usable")
     ("instances/llama3-70b-512xH100.yaml", "deepspeed", ["117.0 GiB per GPU of 78.0 GiB usable"]),

@@ -63,8 +63,10 @@ def test_two_groups_partitions_cpsat_equals_milp_and_beat_megatron():
     assert cpsat.status == milp.status == "optimal"
     tol = cpsat.tolerance_s + milp.tolerance_s + 1e-12
     assert cpsat.objective_s == pytest.approx(milp.objective_s, abs=tol)
-    # the space with partitions contains Megatron's plans: never slower; here 24% faster
-    assert cpsat.objective_s < off.objective_s * 0.8
+    # the space with partitions contains Megatron's plans: never slower; here 14.9% faster
+    # (measured: 21.26 against 24.98 ms; 24% before the dense refit moved matmul_half_flops off
+    # its 1e8 FLOP bound, which makes the small GEMMs of both spaces dearer alike)
+    assert cpsat.objective_s < off.objective_s * 0.87
     assert cpsat.plans_total > off.plans_total and cpsat.pruned_by_dominance > 0
 
 

@@ -26,10 +26,15 @@ pytestmark = pytest.mark.usefixtures("small_price_chunks")
 TINY = "instances/tiny-gpt-8xA100.yaml"  # 8 A100 in one node, global batch 32
 
 # (global batch, option): tiny-gpt with a batch that divides no replica count of 8 GPUs but 1,
-# where the option wins (measured; the reference below is exhaustive search). Batch 7: two
-# classes of one shape, with 4 and 3 micro-batches, 9.18 -> 9.02 ms. Batch 3: 3 replicas of
-# tp 2 on 6 GPUs, 2 left idle, 5.39 -> 5.26 ms, against one replica of tp 4 x cp 2.
-WINS = [(7, "classes_per_group", 2), (3, "idle_gpus", True)]
+# where the option wins (measured; the reference below is exhaustive search). Batch 7, idle
+# GPUs: 11.583 -> 11.468 ms. Before the dense refit moved matmul_half_flops off its 1e8 FLOP
+# bound (6.44e9: tiny-gpt's small GEMMs now cost a fixed ~10 us each), two classes won at batch
+# 7 (9.18 -> 9.02 ms) and idle GPUs at batch 3 (5.39 -> 5.26 ms); since, two classes tie the
+# one-class optimum at every batch tried (3-23), so the classes_per_group cases wait for an
+# instance where two classes win again (strict xfail: they report when one does).
+NO_TWO_CLASS_WIN = pytest.mark.xfail(strict=True, reason="since the dense refit (matmul_half_flops "
+                                     "6.44e9) no tiny-gpt batch has a two-class optimum faster than one class")
+WINS = [pytest.param(7, "classes_per_group", 2, marks=NO_TWO_CLASS_WIN), (7, "idle_gpus", True)]
 
 
 def _file(tmp_path, batch: int) -> str:
@@ -58,6 +63,7 @@ def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, ke
     assert out["objective_s"] < before["iter_time_s"] * (1 - 1e-3)
 
 
+@NO_TWO_CLASS_WIN
 def test_a_plan_of_two_classes_is_written_in_the_group_format_and_simulates(tmp_path, capsys):
     path = _file(tmp_path, 7)
     out = tmp_path / "plan.yaml"
@@ -132,6 +138,7 @@ def test_a_one_group_file_takes_the_job_options_priced_for_one_gpu_type(tmp_path
     assert grouped["objective_s"] == pytest.approx(homogeneous["iter_time_s"], rel=1e-9)
 
 
+@NO_TWO_CLASS_WIN
 def test_compare_and_report_read_a_group_format_plan_beside_a_one_class_one(tmp_path, capsys):
     # batch 7: the two-class optimum beats the one-class optimum (exhaustive search, above:
     # 9.02 vs 9.18 ms); compare and report --plan read both formats on the one group

@@ -155,7 +155,7 @@ def test_catalogue_conversions_from_datasheet_units():
     assert h100.peak_flops_per_s == pytest.approx(989e12)
     assert h100.hbm_bytes == 80 * 2**30
     assert h100.hbm_bw_bytes_per_s == pytest.approx(3.35e12)
-    assert h100.matmul_half_flops == pytest.approx(0.1e9)  # matmul_half_gflops: 0.1
+    assert h100.matmul_half_flops == pytest.approx(6.44e9)  # matmul_half_gflops: 6.44
     assert gpus["A100-SXM4-40GB"].hbm_bw_bytes_per_s == pytest.approx(1555e9)
     assert gpus["A100-SXM4-80GB"].hbm_bw_bytes_per_s == pytest.approx(2039e9)
     assert gpus["MI300X"].peak_flops_per_s == pytest.approx(1307.4e12)

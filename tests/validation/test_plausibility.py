@@ -85,7 +85,9 @@ def test_replanned_optimum_is_plausible(wl):
 # 10 out-of-sample runs), re-planned within what the run's framework release ran
 # (cost/framework_rules.release_space). The issue's bar: at most 1.4x on every workload, median
 # at most 1.15x. Three workloads are above it, all of Narayanan et al. SC'21 (docs/accuracy.md,
-# "Where the optimum lands"). Two 2021 Megatron-LM workloads (18.4B and 39.1B): their published
+# "Where the optimum lands"); two since the dense refit moved matmul_half_flops off its bound
+# (the 39.1B workload 1.415x -> 1.399x, the 18.4B 1.432x -> 1.423x, the 530B 1.469x -> 1.466x).
+# Two 2021 Megatron-LM workloads (18.4B and 39.1B): their published
 # runs recomputed every layer at tp 8 (examples/sc21/run_table_1.sh, the paper's one recipe);
 # the optimum keeps activations at tp 2-4 with interleaved pp 4 at 97-98% of HBM (1.44x and
 # 1.43x at p90): recomputation is a third of the step (Korthikanti et al. 2022 measured 1.29x
@@ -96,7 +98,7 @@ def test_replanned_optimum_is_plausible(wl):
 # in 256 s), and the model prices the ZeRO-3 run 15% fast.
 PROMISE_MAX = 1.4
 PROMISE_MEDIAN_MAX = 1.15
-OPEN_PROMISE = {"narayanan21-t1-18.4B", "narayanan21-t1-39.1B", "narayanan21-t2-zero3-529.6B-640gpu"}
+OPEN_PROMISE = {"narayanan21-t1-18.4B", "narayanan21-t2-zero3-529.6B-640gpu"}
 
 
 def _fastest_runs():
