@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -123,6 +124,7 @@ def test_the_base_files_are_valid(tmp_path, capsys):
     assert main(["timeline", str(inst), "--quiet"]) == 0
 
 
+@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 @FUZZ
 @given(tree=mutants(INSTANCE))
 def test_mutated_instances(tmp_path, capsys, tree):

@@ -6,8 +6,8 @@ with no bound, memory proof or dominance (solver/exhaustive.py), so it is the ch
 pruning of layouts and configurations the planner does (bounds before pricing, the memory
 proof, the tight bound and the DP's cutoff, and any pruning of partial layouts) is exact on
 more than two groups, where the other agreement tests (two groups) cannot see an order of
-three groups in a pipeline or a group a mixed layout leaves to replica classes. Seeds whose
-space holds more than MAX_CANDIDATES plans are skipped."""
+three groups in a pipeline or a group a mixed layout leaves to replica classes. The seeds are
+those whose space holds at most MAX_CANDIDATES plans."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from randinst import Space
 
 from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec
-from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive_classes
 from paraplan.solver.search import search
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
@@ -57,23 +57,35 @@ def many_types_instance(seed: int) -> ClusterInstance:
                                         full_recompute=False))
 
 
-def test_planner_proves_the_exhaustive_optimum_on_three_and_four_gpu_types():
-    checked, sizes, seed = 0, set(), 0
-    while checked < INSTANCES:
-        inst = many_types_instance(seed)
-        seed += 1
-        try:
-            ex = exhaustive_classes(inst, max_candidates=MAX_CANDIDATES)
-        except SpaceTooLarge:
-            continue
-        res = search(inst, "cpsat", time_limit_s=30)
-        assert res.status in ("optimal", "infeasible"), (seed - 1, res.status)
-        if ex.objective_s is None:
-            assert res.objective_s is None, seed - 1
-        else:
-            assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s, (
-                seed - 1, res.objective_s, ex.objective_s)
-            sizes.add(len({g for c in res.plan.classes for g in c.stage_groups}))
-        checked += 1
-    # not vacuous: some optima run on three groups or more (measured on these seeds)
+# The first 16 seeds whose space holds at most MAX_CANDIDATES plans (0, 6, 8, 14, 16 and 17 hold
+# more). Listed rather than found by trying seeds in the test: exhaustive_classes' refusals of the
+# others took a fifth of its time (issue 32). A listed seed whose space outgrows the cap fails with
+# SpaceTooLarge instead of being skipped: re-measure the list then. One case per seed, so the
+# suite's workers share them.
+SEEDS = (1, 2, 3, 4, 5, 7, 9, 10, 11, 12, 13, 15, 18, 19, 20, 21)
+# of those, the seeds whose optimum ran on three groups or more when the list was measured
+ON_THREE_GROUPS_OR_MORE = (10, 11, 13, 18)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_planner_proves_the_exhaustive_optimum_on_three_and_four_gpu_types(seed):
+    inst = many_types_instance(seed)
+    ex = exhaustive_classes(inst, max_candidates=MAX_CANDIDATES)
+    res = search(inst, "cpsat", time_limit_s=30)
+    assert res.status in ("optimal", "infeasible"), res.status
+    if ex.objective_s is None:
+        assert res.objective_s is None
+    else:
+        assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s, (
+            res.objective_s, ex.objective_s)
+
+
+def test_some_checked_optima_run_on_three_groups_or_more():
+    # not vacuous: the agreement above covers plans over three groups or more, not only the
+    # one- and two-group plans the other agreement tests see
+    sizes = set()
+    for seed in ON_THREE_GROUPS_OR_MORE:
+        res = search(many_types_instance(seed), "cpsat", time_limit_s=30)
+        assert res.status == "optimal", (seed, res.status)
+        sizes.add(len({g for c in res.plan.classes for g in c.stage_groups}))
     assert max(sizes) >= 3, sizes

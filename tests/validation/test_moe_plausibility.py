@@ -85,7 +85,8 @@ def _instance(name: str):
 
 
 # over 5 s each: slow (CI runs them; -m "not slow" leaves them out)
-SLOW = {"deepseek-v3-shaped-1152xGB200-dualpipe"}
+SLOW = {"deepseek-v3-shaped-1152xGB200-dualpipe", "qwen3-235b-a22b-256xH100",
+        "qwen3-235b-a22b-256xH100-dualpipe"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
