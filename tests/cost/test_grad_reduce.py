@@ -18,6 +18,7 @@ import yaml
 from paraplan.cost import memory
 from paraplan.cost.calibration import load_rows, predict_rows, row_to_instance_plan
 from paraplan.cost.errors import ConfigError, InstanceError
+from tests.job_files import tiny_with_job
 from paraplan.cost.loader import instance_to_mapping, load_catalogue, load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework, GradReduceDtype, JobSpec, Optimizer, Precision
@@ -133,14 +134,6 @@ def test_the_record_refuses_what_the_framework_cannot_run(changes, words):
         JobSpec(global_batch=8, **changes)
 
 
-def _write(tmp_path, **job_extra) -> Path:
-    data = yaml.safe_load((ROOT / "instances" / "tiny-gpt-8xA100.yaml").read_text())
-    data["job"].update(job_extra)
-    path = tmp_path / "inst.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.parametrize("extra, words, fix", [
     ({"framework": "torchtitan", "grad_reduce_dtype": "bf16"}, "torchtitan reduces FSDP gradients in fp32 only",
      "or write fp32"),
@@ -153,7 +146,7 @@ def _write(tmp_path, **job_extra) -> Path:
     ({"framework_version": "23.04", "grad_reduce_dtype": "bf16"}, "fp32 only", "a later job.framework_version"),
 ])
 def test_the_loader_names_file_field_and_fix(tmp_path, extra, words, fix):
-    path = _write(tmp_path, **extra)
+    path = tiny_with_job(tmp_path, **extra)
     with pytest.raises(InstanceError) as e:
         load_instance(path)
     text = str(e.value)
@@ -163,17 +156,17 @@ def test_the_loader_names_file_field_and_fix(tmp_path, extra, words, fix):
 def test_nemo_and_current_megatron_releases_reduce_in_bf16(tmp_path):
     # NeMo 24.07 sets Megatron-core's DDP config itself; core_v0.12.0 added --grad-reduce-in-bf16
     for version in ("nemo-24.07", "core_v0.12.0"):
-        inst = load_instance(_write(tmp_path, framework_version=version, grad_reduce_dtype="bf16"))
+        inst = load_instance(tiny_with_job(tmp_path, framework_version=version, grad_reduce_dtype="bf16"))
         assert inst.job.grad_reduce is GradReduceDtype.BF16
 
 
 def test_a_stated_dtype_loads_and_round_trips(tmp_path):
-    inst = load_instance(_write(tmp_path, grad_reduce_dtype="bf16"))
+    inst = load_instance(tiny_with_job(tmp_path, grad_reduce_dtype="bf16"))
     assert inst.job.grad_reduce_dtype is GradReduceDtype.BF16
     mapping = instance_to_mapping(inst)
     assert mapping["job"]["grad_reduce_dtype"] == "bf16"
     # a job that states nothing writes nothing: the default stays the framework's
-    plain = load_instance(_write(tmp_path))
+    plain = load_instance(tiny_with_job(tmp_path))
     assert plain.job.grad_reduce_dtype is None and "grad_reduce_dtype" not in instance_to_mapping(plain)["job"]
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from paraplan.cost import coefficients, dualpipe, memory
 from paraplan.cost.errors import ConfigError, InstanceError
+from tests.job_files import tiny_with_job
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import (Framework, JobSpec, Mlp, ModelSpec, Optimizer, Outer, Precision,
                                  RecomputeModule)
@@ -123,14 +124,6 @@ def test_norm_recompute_time_is_one_pass_over_each_norm():
 
 # --- loader ----------------------------------------------------------------------------------
 
-def _write(tmp_path, **job_extra) -> Path:
-    data = yaml.safe_load((ROOT / "instances" / "tiny-gpt-8xA100.yaml").read_text())
-    data["job"].update(job_extra)
-    path = tmp_path / "inst.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.parametrize("extra, field, words", [
     ({"recompute_modules": ["layernorm", "qkv"]}, "job.recompute_modules[1]", "unknown module"),
     ({"recompute_modules": ["moe_act"]}, "job.recompute_modules", "no routed experts"),
@@ -141,7 +134,7 @@ def _write(tmp_path, **job_extra) -> Path:
     ({"optimizer": "adam_bf16", }, "job.optimizer", "unknown value"),
 ])
 def test_bad_options_name_file_field_and_fix(tmp_path, extra, field, words):
-    path = _write(tmp_path, **extra)
+    path = tiny_with_job(tmp_path, **extra)
     with pytest.raises(InstanceError) as e:
         load_instance(path)
     text = str(e.value)
