@@ -347,8 +347,12 @@ def zero_bubble_modes(inst: ClusterInstance, o: ClassOuter) -> list[ZeroBubble]:
         return []
     c = o.classes[0]
     m = inst.job.global_batch // o.micro_batch // c.replicas
+    # ZBVZeroBubble's V prices the output layer on the first stage from the last stage's terms
+    # and the bare last rank from a middle stage's (zero_bubble.v_shaped): one node group only
+    one_group = len(set(c.stage_groups)) == 1
     return [k.mode for k in TorchSchedule
-            if k.zero_bubble and torch_schedule_problem(k, c.pp, o.virtual_stages, m) is None]
+            if k.zero_bubble and (one_group or k is not TorchSchedule.ZBV_ZERO_BUBBLE)
+            and torch_schedule_problem(k, c.pp, o.virtual_stages, m) is None]
 
 
 def with_zero_bubble(inst: ClusterInstance, outers: list[ClassOuter]) -> list[ClassOuter]:
@@ -505,7 +509,7 @@ def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> l
     elif inst.model.moe is not None and sum(g.num_gpus for g in groups) >= 2:
         out.append(DUALPIPE_NOT_COVERED)
     if inst.job.framework is Framework.TORCHTITAN and sum(g.num_gpus for g in groups) >= 2:
-        out.append(ZERO_BUBBLE_NOT_COVERED)
+        out.append(ZERO_BUBBLE_NOT_COVERED + (ZBV_ACROSS_GROUPS if len(groups) >= 2 else ""))
     return out
 
 
@@ -534,6 +538,7 @@ DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe 
 ZERO_BUBBLE_NOT_COVERED = ("torch's zero-bubble schedules on plans of several replica classes or"
                            " per-operator layer plans (searched for one class of Megatron 1-D"
                            " layers), and Qi et al.'s ZB-H2, which torch does not run")
+ZBV_ACROSS_GROUPS = "; ZBVZeroBubble on a pipeline across node groups"
 
 
 def empty_space_reason(inst: ClusterInstance) -> str:
