@@ -87,6 +87,20 @@ def test_the_pacing_stage_is_the_one_whose_path_is_longest():
     assert abs(hi - lo) < 1e-8
 
 
+def test_interleaved_zero_bubble_is_never_slower_than_interleaved_1f1b():
+    # the dominance solver/space.with_zero_bubble leaves Interleaved1F1B out by: stage s's path
+    # m T_s + sum_{s' != s} (T_s' - 2 W_s') / v <= m T_s + sum_{s' != s} T_s' / v <= the
+    # slowest stage's 1F1B path; checked on random stage times with 0 <= 3 W_s <= T_s
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        pp, m, v = int(rng.integers(2, 9)), int(rng.integers(1, 17)), int(rng.integers(2, 5))
+        t = rng.uniform(0.1, 2.0, pp)
+        w = t * rng.uniform(0, 1 / 3, pp)
+        zb = schedule.schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_ZERO_BUBBLE)
+        assert zb <= schedule.schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_1F1B)
+        assert zb >= m * t.max()  # the slowest stage still runs m micro-batches
+
+
 def test_the_schedule_a_plan_runs():
     inst, plan = llama405_v2()
     assert S.of(plan) is S.INTERLEAVED_1F1B

@@ -58,8 +58,10 @@ SEEDS = (0, 1, 2, 6, 12, 27)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_backends_agree_with_exhaustive_with_the_schedule_free(seed):
     inst = torchtitan_instance(seed)
+    # v = 2 only: every configuration runs InterleavedZeroBubble, which leaves the dominated
+    # Interleaved1F1B out (space.with_zero_bubble), and some ZBVZeroBubble
     offered = {o.zero_bubble for o in one_group_outers(inst)}
-    assert offered == {None, ZeroBubble.INTERLEAVED, ZeroBubble.V}
+    assert offered == {ZeroBubble.INTERLEAVED, ZeroBubble.V}
     assert_backends_agree_with_exhaustive(inst)
 
 
