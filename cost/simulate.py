@@ -66,17 +66,23 @@ class Breakdown:
 
 def critical_path(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v: int,
                   sync_s: float) -> tuple[dict[str, float], dict[str, float], int]:
-    """(exposed, overlapped, slowest stage) of one replica's 1F1B pipeline (interleaved with v
-    model chunks) over its stages with `m` micro-batches, followed by a sync and step of
-    `sync_s`: the exposed parts of its slowest stage k times m, the bubble (the other stages'
-    times over v), then the sync; they sum to schedule.pipeline_time_s + sync_s."""
+    """(exposed, overlapped, pacing stage) of one replica's 1F1B pipeline (interleaved with v
+    model chunks, or under c's zero-bubble schedule) over its stages with `m` micro-batches,
+    followed by a sync and step of `sync_s`: the exposed parts of its pacing stage k (the
+    slowest; under a zero-bubble schedule the one whose path is longest) times m, the bubble
+    (the other stages' passes over v), then the sync; they sum to schedule.pipeline_time_s +
+    sync_s."""
     t = schedule.stage_times_s(c, n, r)
-    k = int(np.argmax(t))
+    saving = schedule.drain_savings_s(c, n)
+    # each stage's pass through the fill and drain: T_s, or under a zero-bubble schedule
+    # T_s - k W_s, with the pacing stage the one whose path is longest (schedule.pipeline_time_s)
+    passes = t if saving is None else np.maximum(t - saving, 0.0)
+    k = int(np.argmax(t)) if saving is None else int(np.argmax(m * t + (passes.sum() - passes) / v))
     exposed = {name: m * n[k] * val for name, val in c.layer_parts.items()}
     exposed["recompute"] = m * r[k] * c.recompute_time_s[k]
     for name, val in c.stage_parts[k].items():  # (slowest_rank: a layer part and a stage part)
         exposed[name] = exposed.get(name, 0.0) + m * val
-    exposed["pipeline_bubble"] = float(t.sum() - t[k]) / v
+    exposed["pipeline_bubble"] = float(passes.sum() - passes[k]) / v
     exposed["grad_sync_and_optimizer"] = sync_s
     exposed = {key: float(val) for key, val in exposed.items()}
     overlapped = {name: float(m * n[k] * val) for name, val in c.overlapped_per_layer_s.items()

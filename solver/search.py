@@ -240,7 +240,7 @@ def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> Plan:
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
                       etp=o.etp, group_tp=o.group_tp, embedding_in_split=o.embedding_in_split,
-                      loss_in_split=o.loss_in_split,
+                      loss_in_split=o.loss_in_split, zero_bubble=o.zero_bubble,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
                                                  layers_per_stage=tuple(int(x) for x in nk),
