@@ -520,9 +520,52 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     if inst.model.moe is not None:
         trust = moe_trust(inst.cluster.gpu.name, predicted_s, trust.warnings)
     extra = tuple(unvalidated_warnings(inst, plan, res)
-                  + mfu_record_warning(inst, predicted_s, mfu_records()))
+                  + mfu_record_warning(inst, predicted_s, mfu_records())
+                  + memory_headroom_warning(inst, plan))
     trust = replace(trust, warnings=trust.warnings + extra) if extra else trust
     return with_release(trust, inst.job, res)
+
+
+def peak_memory_fraction(inst: Instance, plan: Plan) -> float:
+    """The plan's fullest stage: its priced peak memory over its GPU's HBM (no reserve)."""
+    from paraplan.cost.simulate import simulate
+    return max(st.mem_bytes / st.capacity_bytes for st in simulate(inst, plan).stages)
+
+
+@lru_cache(maxsize=len(SCALE_BANDS))
+def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
+    """(peak_memory_fraction, id) of every bundled published row in scale band `band`, priced
+    as it ran, fullest first: how full a run's memory the cost model has been checked at."""
+    from paraplan.cost.calibration import load_published, row_to_instance_plan
+    from paraplan.cost.loader import load_catalogue
+    cat = load_catalogue()
+    out = []
+    for row in load_published():
+        if scale_band(row["cluster"]["num_gpus"]) == band:
+            inst, plan = row_to_instance_plan(row, cat)
+            out.append((peak_memory_fraction(inst, plan), row["id"]))
+    return tuple(sorted(out, reverse=True))
+
+
+def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
+    """One line when fewer than min_rows published rows of the plan's scale band fill their
+    memory as far as the plan's fullest stage does. A plan that stores activations up to the
+    edge of HBM is priced by the same memory model, but no run checks that it fits or runs at
+    that speed there (allocator fragmentation, the runtime's own buffers); the band does not
+    count it, because the planner's quantile is read before its inner problem chooses the
+    recomputation that sets the memory (docs/accuracy.md, "Planning under the model's
+    uncertainty")."""
+    if inst.model.moe is not None:
+        return []
+    mine = peak_memory_fraction(inst, plan)
+    rows = published_memory_fractions(scale_band(inst.cluster.num_gpus))
+    reach = [f for f, _ in rows if f >= mine]
+    if len(reach) >= min_rows:
+        return []
+    best = (f"; the fullest {100 * rows[0][0]:.1f}% ({rows[0][1]})" if rows else "")
+    return [f"peak memory {100 * mine:.1f}% of HBM on {inst.cluster.num_gpus} GPUs: {len(reach)} published"
+            f" row{'' if len(reach) == 1 else 's'} at {scale_band(inst.cluster.num_gpus)} GPUs fill"
+            f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band does not count memory headroom"]
 
 
 def with_release(trust: Trust, job, res: Sequence[Residual]) -> Trust:
