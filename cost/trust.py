@@ -526,10 +526,20 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     return with_release(trust, inst.job, res)
 
 
-def peak_memory_fraction(inst: Instance, plan: Plan) -> float:
-    """The plan's fullest stage: its priced peak memory over its GPU's HBM (no reserve)."""
-    from paraplan.cost.simulate import simulate
-    return max(st.mem_bytes / st.capacity_bytes for st in simulate(inst, plan).stages)
+def peak_memory_fraction(inst: Instance, plan: Plan) -> float | None:
+    """The plan's fullest stage: its priced peak memory over its GPU's HBM (no reserve), from
+    the memory terms alone (cost/simulate.simulate prices the same with the times: a plan's
+    command simulates it once); None for DualPipe, whose memory cost/dualpipe.py prices."""
+    from paraplan.cost import schedule
+    from paraplan.cost.coefficients import build
+    from paraplan.cost.partition import plan_layer_fn
+    from paraplan.cost.specs import PipelineSchedule
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return None
+    c = build(inst, plan.flat_outer, layer_fn=plan_layer_fn(plan.partitions))
+    mem = schedule.stage_mem_bytes(c, np.array(plan.layers_per_stage, float),
+                                   np.array(plan.full_recompute_layers, float))
+    return float(np.max(mem / c.capacity_bytes))
 
 
 @lru_cache(maxsize=len(SCALE_BANDS))
@@ -543,7 +553,9 @@ def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
     for row in load_published():
         if scale_band(row["cluster"]["num_gpus"]) == band:
             inst, plan = row_to_instance_plan(row, cat)
-            out.append((peak_memory_fraction(inst, plan), row["id"]))
+            fraction = peak_memory_fraction(inst, plan)
+            if fraction is not None:
+                out.append((fraction, row["id"]))
     return tuple(sorted(out, reverse=True))
 
 
@@ -555,9 +567,9 @@ def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALI
     count it, because the planner's quantile is read before its inner problem chooses the
     recomputation that sets the memory (docs/accuracy.md, "Planning under the model's
     uncertainty")."""
-    if inst.model.moe is not None:
+    mine = None if inst.model.moe is not None else peak_memory_fraction(inst, plan)
+    if mine is None:
         return []
-    mine = peak_memory_fraction(inst, plan)
     rows = published_memory_fractions(scale_band(inst.cluster.num_gpus))
     reach = [f for f, _ in rows if f >= mine]
     if len(reach) >= min_rows:
