@@ -31,7 +31,7 @@ as the rows as far from the others' runs did, and the nearer rows would understa
 of one level come from one or two families whose errors agree with each other and not with a new
 source: each level's own rows held 62% of level 1). And from rows whose die was fitted as the
 plan's is (`die_fitted`: 5+ rows of other families on it, cost/fit.MIN_ROWS_PER_DIE): a row
-predicted on a die's catalogue defaults (the two V100 rows, +15% and +22%) speaks for plans on
+predicted on a die's catalogue defaults (the two V100 rows, +16% and +25%) speaks for plans on
 such dies only. Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider
 pool. Bands of the 239 bundled rows (stored cross-validation, fitted dies):
 
