@@ -30,7 +30,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from paraplan.cost.simulate import simulate_classes
+from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import ClusterInstance, Plan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
@@ -60,7 +60,7 @@ def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) ->
 def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult]) -> list[Regret]:
     out = []
     for sc, opt in zip(inst.scenarios, optima):
-        t = simulate_classes(inst, plan, sc.cluster).iter_time_s
+        t = simulate(inst, plan, cluster=sc.cluster).iter_time_s
         out.append(Regret(scenario=sc.name, plan_time_s=t,
                           optimum_s=opt.objective_s if opt.objective_s is not None else float("nan"),
                           optimum_status=opt.status))
@@ -95,8 +95,8 @@ def replan(inst: ClusterInstance, current: Plan, event: Scenario, remaining_s: f
            time_limit_s: float = 60.0) -> ReplanResult:
     t0 = time.perf_counter()
     changed = inst.with_cluster(event.cluster)
-    before = simulate_classes(inst, current).iter_time_s
-    t_cur = simulate_classes(changed, current).iter_time_s
+    before = simulate(inst, current).iter_time_s
+    t_cur = simulate(changed, current).iter_time_s
     new = search(changed, backend, time_limit_s, warm_plan=current)
     n = float(remaining_iterations) if remaining_iterations is not None else remaining_s / t_cur
     sw = switch_time_s(inst.model, inst.switching)
@@ -146,7 +146,7 @@ def objective_time_s(inst: ClusterInstance, plan: Plan, cluster=None) -> float:
     (cost/trust.objective_factor_of; 1 for `mean`). The timeline counts iterations in these
     units, so that a scenario optimum's proved bound (in the same units) bounds every choice and
     the weighted solves' minimised times are the times the choice reads."""
-    return simulate_classes(inst, plan, cluster).iter_time_s * objective_factor_of(inst, plan)
+    return simulate(inst, plan, cluster=cluster).iter_time_s * objective_factor_of(inst, plan)
 
 
 def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,

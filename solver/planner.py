@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from paraplan.cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
 from paraplan.cost.plan_specs import Plan
-from paraplan.cost.simulate import Breakdown, PlanBreakdown, simulate
+from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver import partition_plans
@@ -40,7 +40,7 @@ class Ranked:
 
     plan: Plan
     objective_s: float  # the plan's objective (its iteration time on the nominal network)
-    breakdown: Breakdown | PlanBreakdown
+    breakdown: Breakdown
     quantile_s: float  # what the plans are ranked by: objective_s at search.objective
 
 
@@ -63,7 +63,7 @@ class SolveResult:
     plans_total: int  # complete plans in the declared space
     per_scenario_s: tuple[float, ...] | None = None
     scenario_names: tuple[str, ...] = ()
-    breakdown: Breakdown | PlanBreakdown | None = None
+    breakdown: Breakdown | None = None
     # the `winners` best plans of distinct candidates, best first: (objective s, Plan)
     # from search.search, Ranked (re-simulated) from solve
     ranked: tuple = ()
@@ -183,7 +183,7 @@ def dualpipe_infeasible_reason(inst: Instance) -> str:
 
 def check_resimulation(inst: Instance, p: Plan, objective_s: float, tolerance_s: float,
                        coeffs: StageCoefficients | None = None) -> Breakdown:
-    bd = simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes)
+    bd = simulate(inst, p)
     tol = tolerance_s + REL_TOL * max(1.0, objective_s)
     if abs(bd.iter_time_s - objective_s) > tol:
         raise ResimulationMismatch(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import gib, seconds, table, train_cost_json
+from paraplan.solver.format import breakdown_json, gib, seconds, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
@@ -15,15 +15,15 @@ def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
     (solver/commands/plan_files.py), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.commands.plan_files import (breakdown_json, plan_mapping, plan_trust,
-                                                     read_plans, simulate_plan)
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands.plan_files import plan_mapping, plan_trust, read_plans
     from paraplan.solver.commands.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
     names = (args.plan_a, args.plan_b)
     inst, plans = read_plans(names, read_instance(args))
-    bds = [simulate_plan(inst, p) for p in plans]
+    bds = [simulate(inst, p) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
     # each plan's interval: its own distance from the published runs (cost/trust.py), so two
     # plans close in predicted time may differ in how far each can be trusted
@@ -90,7 +90,7 @@ def cmd_memory(args) -> int:
     else:
         c = plan_coefficients(inst, plan)
         cats, unit = stage_categories_bytes(inst, plan, c), "stage"
-        bd = simulate(inst, plan, reserve_bytes=reserve, coeffs=c)
+        bd = simulate(inst, plan, coeffs=[c])
         peak, fits = bd.peak_mem_bytes, bd.fits
     cap = float(c.capacity_bytes.min())
     if args.json:
@@ -147,7 +147,7 @@ def _memory_classes(args, inst, plan, where: str) -> int:
     from paraplan.cost.class_coefficients import class_coefficients
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.memory_breakdown import class_categories_bytes
-    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.groups import describe_cluster
     from paraplan.solver.commands.plan_text import plan_lines
 
@@ -156,7 +156,7 @@ def _memory_classes(args, inst, plan, where: str) -> int:
         raise InstanceError(inst.source, "job.pipeline_schedule", "memory of a DualPipe plan is"
                             " priced on a flat cluster (cost/dualpipe.py)",
                             "write the cluster without `groups:`")
-    bd = simulate_classes(inst, plan)  # checks the plan against the instance
+    bd = simulate(inst, plan)  # checks the plan against the instance
     coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=inst.search.memory_reserve_bytes,
                                 num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
                                 partitions=tuple(k.partitions for k in plan.classes))

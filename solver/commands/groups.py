@@ -15,8 +15,8 @@ import sys
 
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines, grad_reduce_line,
-                                    table)
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text as common_evidence_text, gib,
+                                    quantile_phrase, seconds, trust_json, trust_lines, grad_reduce_line, table)
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
@@ -112,38 +112,9 @@ def not_covered(inst, plan) -> list[str]:
     return outside(inst, None if plan is None else {g for c in plan.classes for g in c.stage_groups})
 
 
-def breakdown_text(bd, inst) -> str:
-    rows = [[str(k), str(s), g, seconds(t), gib(mem), gib(cap),
-             "yes" if mem <= cap else "NO"] for k, s, g, t, mem, cap in bd.stage_rows()]
-    pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
-    return "\n".join([
-        f"iteration {seconds(bd.iter_time_s)} = slowest pipeline {seconds(bd.pipeline_s)} ({pipes})"
-        f" + sync/optimizer {seconds(bd.sync_s)}",
-        f"tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}% of all GPUs' peak   idle GPUs {bd.idle_gpus}",
-        megatron_tflops_line(bd.megatron_tflops_per_gpu),
-        "", table(["class", "stage", "group", "time/micro-batch", "memory", "capacity", "fits"], rows)])
-
-
 def regret_rows(regs) -> list[list[str]]:
     return [[r.scenario, seconds(r.plan_time_s), seconds(r.optimum_s), r.optimum_status,
              f"{100 * r.regret:+.2f}%"] for r in regs]
-
-
-def breakdown_json(bd) -> dict:
-    """A mixed-cluster breakdown with the homogeneous one's core fields (solver/commands/schema.py):
-    the critical path is the slowest replica's pipeline, then the slowest sync + step."""
-    return {
-        "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
-        "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu,
-        "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
-        "idle_gpus": bd.idle_gpus,
-        "exposed_s": {"pipeline": bd.pipeline_s, "grad_sync_and_optimizer": bd.sync_s},
-        "stages": [{"class": k, "stage": s, "group": g, "time_per_micro_batch_s": t,
-                    "mem_bytes": mem, "capacity_bytes": cap} for k, s, g, t, mem, cap in bd.stage_rows()],
-        "classes": [{"replicas": c.replicas, "num_micro_batches": c.num_micro_batches,
-                     "pipeline_time_s": c.pipeline_time_s, "stage_groups": list(c.stage_groups)}
-                    for c in bd.classes],
-    }
 
 
 def plan_trust(inst, res):
@@ -176,10 +147,10 @@ def cmd_simulate(args, inst, plan) -> int:
     """`paraplan simulate INSTANCE --plan PLAN.yaml` of a plan of replica classes on `inst` (a
     cluster of node groups): the plan on every network scenario, each simulated once."""
     from paraplan.cost.model_notes import model_warnings
-    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.simulate import simulate
     from paraplan.cost.trust import class_plan_trust
 
-    bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
+    bds = [(sc.name, simulate(inst, plan, cluster=sc.cluster)) for sc in inst.scenarios]
     trust = class_plan_trust(inst, plan, bds[0][1].iter_time_s)  # a simulated time is a prediction
     if args.json:
         nominal = bds[0][1]
@@ -193,7 +164,7 @@ def cmd_simulate(args, inst, plan) -> int:
         return 0 if nominal.fits else 1
     print(describe_cluster(inst))
     print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
-    print(breakdown_text(bds[0][1], inst))
+    print(breakdown_text(bds[0][1]))
     print("\n".join(trust_lines(trust)))
     print(grad_reduce_line(inst.job))
     if len(bds) > 1:

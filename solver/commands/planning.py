@@ -6,7 +6,7 @@ import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.commands import plan_files
-from paraplan.solver.format import (breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
@@ -61,7 +61,7 @@ def result_json(res, inst, regs=None) -> dict:
         "space": space_json(res, plan_files.not_covered(inst, res.plan)),
         "reason": res.reason or None,
         "plan": plan_files.plan_mapping(res.plan, inst) if res.plan else None,
-        "breakdown": plan_files.breakdown_json(bd) if bd else None,
+        "breakdown": breakdown_json(bd) if bd else None,
         "tokens_per_s": None if bd is None else bd.tokens_per_s,
         "trust": trust_json(trust),
         "model_warnings": plan_files.model_warnings(inst, res.plan),
@@ -176,7 +176,7 @@ def _cmd_plan_groups(args, read, progress=None) -> int:
             for line in train_lines(groups.train_cost(inst, res.breakdown, groups.plan_trust(inst, res))):
                 print(line)
             print()
-            print(groups.breakdown_text(res.breakdown, inst))
+            print(breakdown_text(res.breakdown))
         if regs:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
                                groups.regret_rows(regs), align="lrrlr"))
@@ -211,7 +211,7 @@ def cmd_plan_top(args, read) -> int:
                     "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
                                "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
                                "plan": plan_files.plan_mapping(r.plan, inst),
-                               "breakdown": plan_files.breakdown_json(r.breakdown),
+                               "breakdown": breakdown_json(r.breakdown),
                                "train_cost": train_cost_json(tc)}
                               for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
         return _top_code(res)
@@ -338,11 +338,11 @@ def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
 
 def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
     from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.simulate import simulate
 
     if args.json:
         _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,
-                    "iter_time_s": None if res.plan is None else simulate_classes(inst, res.plan).iter_time_s,
+                    "iter_time_s": None if res.plan is None else simulate(inst, res.plan).iter_time_s,
                     "candidates": res.candidates, "outer_configs": res.outer_configs,
                     "solve_time_s": res.wall_time_s,
                     "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None})

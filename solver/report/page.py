@@ -513,10 +513,11 @@ def _evidence_section(result, trust) -> str:
 def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
     (solver/commands/plan_files.py), simulated once."""
-    from paraplan.solver.commands.plan_files import plan_trust, simulate_plan
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands.plan_files import plan_trust
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
-    ours = simulate_plan(inst, user_plan)
+    ours = simulate(inst, user_plan)
     best = result.breakdown
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
@@ -632,7 +633,7 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
     against each scenario's own optimum when `regrets` is given); `user_plan` a plan to compare
     with the optimum."""
     from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.plan_text import plan_lines
 
     title = f"paraplan report: {inst.name}"
@@ -689,7 +690,7 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
     sc_rows = []
     by_name = {r.scenario: r for r in (regrets or [])}
     for sc in inst.scenarios:
-        t = simulate_classes(inst, p, sc.cluster).iter_time_s
+        t = simulate(inst, p, cluster=sc.cluster).iter_time_s
         reg = by_name.get(sc.name)
         sc_rows.append([sc.name, "-" if sc.probability is None else f"{sc.probability:g}", seconds(t),
                         "-" if reg is None else seconds(reg.optimum_s),
