@@ -57,10 +57,16 @@ def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) ->
     return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult]) -> list[Regret]:
+def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult],
+            times_s: tuple[float, ...] | None = None) -> list[Regret]:
+    """The plan against each scenario's optimum; `times_s`: the plan's time on each scenario
+    where the caller has them all (SolveResult.per_scenario_s of a robust or expected plan, whose
+    re-simulation priced it on every scenario), else simulated here."""
+    if times_s is not None and len(times_s) != len(inst.scenarios):
+        times_s = None  # a nominal plan's: the nominal network's only
     out = []
-    for sc, opt in zip(inst.scenarios, optima):
-        t = simulate(inst, plan, cluster=sc.cluster).iter_time_s
+    for i, (sc, opt) in enumerate(zip(inst.scenarios, optima)):
+        t = times_s[i] if times_s is not None else simulate(inst, plan, cluster=sc.cluster).iter_time_s
         out.append(Regret(scenario=sc.name, plan_time_s=t,
                           optimum_s=opt.objective_s if opt.objective_s is not None else float("nan"),
                           optimum_status=opt.status))

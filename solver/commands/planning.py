@@ -156,7 +156,8 @@ def _cmd_plan_groups(args, read, progress=None) -> int:
     res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), progress, objective)
     regs = None
     if objective != "nominal" and res.plan is not None:
-        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+        # the plan's times as the search's re-simulation priced them on every scenario
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
         sens = groups.plan_sensitivity(args, inst, res.plan, backend, objective)

@@ -758,7 +758,7 @@ def _mixed_report(args, read, progress):
         progress.done()
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
-        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     return inst, res, build_class_report(inst, res, regs, user_plan, args.plan or "")
 
 

@@ -2,7 +2,8 @@
 
 Before issue 32 a plan of a homogeneous instance read the file 4 times (twice to learn whether
 it holds node groups, twice to build the instance) and re-simulated the plan with both
-simulators. One simulator prices every plan (cost/simulate.simulate). The counts
+simulators, and `--robust` priced its plan on every scenario twice (the search's re-simulation,
+then the regret table). One simulator prices every plan (cost/simulate.simulate). The counts
 below are what one run needs: one read to build the instance, and one simulation of each plan
 shown on each network its objective reads (solver/planner.check_resimulation and
 solver/search.check_resimulation, whose breakdowns `plan` prints).
@@ -58,6 +59,10 @@ def _count_reads_and_simulations(monkeypatch, path: Path, extra: list[str]) -> t
     ("instances/tiny-gpt-8xA100.yaml", ["--json", "-o", "{tmp}/plan.yaml"], 1),
     ("instances/hetero/tiny-2types.yaml", [], 1),  # two GPU types
     ("instances/tiny-gpt-8xA100.yaml", ["--top", "3"], 3),  # three plans, each once
+    # its 3 scenarios: the plan once on each, and each scenario's own optimum (the regret
+    # table's reference, searched on that network alone) once there; the regret table reads
+    # the plan's times from its re-simulation (9 calls when it priced them again)
+    ("instances/hetero/llama3-8b-dynamic.yaml", ["--robust"], 3 + 3),
 ])
 def test_plan_reads_its_instance_once_and_simulates_its_plan_once(monkeypatch, capsys, tmp_path, rel,
                                                                    extra, simulations):
