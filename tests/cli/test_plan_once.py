@@ -5,8 +5,8 @@ it holds node groups, twice to build the instance) and re-simulated the plan wit
 simulators, and `--robust` priced its plan on every scenario twice (the search's re-simulation,
 then the regret table). One simulator prices every plan (cost/simulate.simulate). The counts
 below are what one run needs: one read to build the instance, and one simulation of each plan
-shown on each network its objective reads (solver/planner.check_resimulation and
-solver/search.check_resimulation, whose breakdowns `plan` prints).
+shown on each network its objective reads (solver/search.check_resimulation, whose breakdown
+`plan` prints).
 """
 
 from __future__ import annotations
