@@ -1,6 +1,6 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
-`paraplan plan` (solver/commands/planning.py) and `simulate` show an instance planned as a
+`paraplan plan` (solver/commands/planning.py) shows an instance planned as a
 cluster of node groups (a `cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file
 whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
 `exhaustive` and `verify`
@@ -15,8 +15,7 @@ import sys
 
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text as common_evidence_text, gib,
-                                    quantile_phrase, seconds, trust_json, trust_lines, grad_reduce_line, table)
+from paraplan.solver.format import evidence_text as common_evidence_text, quantile_phrase, seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
@@ -141,45 +140,6 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
     from paraplan.solver.sensitivity import sensitivity
     return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
                        describe_plan)
-
-
-def cmd_simulate(args, inst, plan) -> int:
-    """`paraplan simulate INSTANCE --plan PLAN.yaml` of a plan of replica classes on `inst` (a
-    cluster of node groups): the plan on every network scenario, each simulated once."""
-    from paraplan.cost.model_notes import model_warnings
-    from paraplan.cost.simulate import simulate
-    from paraplan.cost.trust import class_plan_trust
-
-    bds = [(sc.name, simulate(inst, plan, cluster=sc.cluster)) for sc in inst.scenarios]
-    trust = class_plan_trust(inst, plan, bds[0][1].iter_time_s)  # a simulated time is a prediction
-    if args.json:
-        nominal = bds[0][1]
-        emit_json({"status": "fits" if nominal.fits else "out_of_memory",
-                   "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
-                   "interval_s": list(trust.interval_s) if trust.interval_s else None,
-                   "trust": trust_json(trust), "model_warnings": model_warnings(inst),
-                   "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
-                                  "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
-                                 for name, bd in bds]})
-        return 0 if nominal.fits else 1
-    print(describe_cluster(inst))
-    print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
-    print(breakdown_text(bds[0][1]))
-    print("\n".join(trust_lines(trust)))
-    print(grad_reduce_line(inst.job))
-    if len(bds) > 1:
-        print("\n" + table(["scenario", "iteration", "tokens/s"],
-                           [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],
-                           align="lrr"))
-    if not bds[0][1].fits:
-        print("paraplan: the plan does not fit memory: " + _no_fit_reason(bds[0][1]), file=sys.stderr)
-        return 1
-    return 0
-
-
-def _no_fit_reason(bd) -> str:
-    return "; ".join(f"class {k} stage {s} on {g} needs {gib(mem)} of {gib(cap)} usable" for k, s, g, _, mem, cap in bd.stage_rows()
-                     if mem > cap)
 
 
 def cmd_replan(args) -> int:

@@ -75,7 +75,9 @@ SCHEMAS: dict[str, dict] = {
                    "plans": [{"rank": INT, "objective_s": NUM, "iter_time_s": NUM, "quantile_s": NUM,
                               "vs_best": NUM, "plan": dict, "breakdown": BREAKDOWN,
                               "train_cost": (TRAIN_COST, "null")}]},
-    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR]},
+    # one row per network of the instance (a flat instance: its nominal one)
+    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR],
+                 "scenarios": [SCENARIO]},
     "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
     "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
@@ -106,7 +108,6 @@ SCHEMAS: dict[str, dict] = {
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields
-SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
 SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
 SCHEMAS["memory (mixed cluster)"] = {**SCHEMAS["memory"], "stages": [

@@ -70,7 +70,7 @@ def test_simulate(capsys, plan_file):
 
 def test_simulate_mixed_cluster(capsys, mixed_plan_file):
     out = run_json(capsys, ["simulate", MIXED, "--plan", mixed_plan_file, "--json"])
-    check(out, "simulate (mixed cluster)")
+    check(out, "simulate")
     assert out["scenarios"][0]["scenario"] == "nominal"
 
 
