@@ -116,23 +116,6 @@ def regret_rows(regs) -> list[list[str]]:
              f"{100 * r.regret:+.2f}%"] for r in regs]
 
 
-def plan_trust(inst, res):
-    """The plan's interval on the nominal network (cost/trust.class_plan_trust), None without one."""
-    if res.plan is None or res.breakdown is None:
-        return None
-    from paraplan.cost.trust import class_plan_trust
-    return class_plan_trust(inst, res.plan, res.breakdown.iter_time_s)
-
-
-def train_cost(inst, bd, trust=None):
-    """The time and cost to train at the plan's nominal iteration, with the plan's trust
-    interval where `trust` is given (class_plan_trust), or None without a plan or
-    job.train_tokens."""
-    from paraplan.cost.train_cost import instance_train_cost
-    return instance_train_cost(inst, None if bd is None else bd.iter_time_s,
-                               None if trust is None else trust.interval_s)
-
-
 def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal") -> dict:
     """--sensitivity of `plan` on `inst`, both as the planner plans them (a cluster of node
     groups, a plan of replica classes; solver/sensitivity.py), re-planned by the backend that
