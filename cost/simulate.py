@@ -63,7 +63,7 @@ class ClassReport:
 class Breakdown:
     """Iteration time = pipeline_s + sync_s = sum(exposed_s.values()); `overlapped_s` is hidden
     behind compute. The parts are the slowest replica's class's (`bottleneck_class`), at its
-    slowest stage (`bottleneck_stage`; a DualPipe plan's slowest device)."""
+    slowest stage (`bottleneck_stage`; a DualPipe plan's slowest device, `unit`)."""
 
     iter_time_s: float
     pipeline_s: float  # slowest replica
@@ -79,7 +79,7 @@ class Breakdown:
     bottleneck_class: int
     bottleneck_stage: int
     idle_gpus: int
-    dualpipe: bool = False  # rows are devices, each holding two stages
+    unit: str = "stage"  # what a row is: "device" for a DualPipe plan, each device holding two stages
 
     @property
     def stages(self) -> tuple[StageReport, ...]:
@@ -170,7 +170,7 @@ def simulate(inst: Instance | ClusterInstance, plan: Plan, net: NetEfficiency = 
 
 def _breakdown(inst: ClusterInstance, plan: Plan, hc: Cluster, iter_time_s: float, pipeline_s: float,
                sync_s: float, exposed: dict, overlapped: dict, classes: tuple[ClassReport, ...],
-               bottleneck_class: int, bottleneck_stage: int, dualpipe: bool = False) -> Breakdown:
+               bottleneck_class: int, bottleneck_stage: int, unit: str = "stage") -> Breakdown:
     """The throughput figures of an iteration of `iter_time_s`, against every GPU of `hc`."""
     tokens_per_s = inst.job.global_batch * inst.model.seq_len / iter_time_s
     peak = sum(g.num_gpus * g.cluster.gpu.peak_flops_per_s for g in hc.groups)
@@ -181,7 +181,7 @@ def _breakdown(inst: ClusterInstance, plan: Plan, hc: Cluster, iter_time_s: floa
                      exposed_s=exposed, overlapped_s=overlapped, classes=classes,
                      bottleneck_class=bottleneck_class, bottleneck_stage=bottleneck_stage,
                      idle_gpus=hc.num_gpus - sum(plan.outer.gpus_per_group(len(hc.groups))),
-                     dualpipe=dualpipe)
+                     unit=unit)
 
 
 def _dualpipe(inst: ClusterInstance, plan: Plan, hc: Cluster, net: NetEfficiency,
@@ -219,4 +219,4 @@ def _dualpipe(inst: ClusterInstance, plan: Plan, hc: Cluster, net: NetEfficiency
                                  sync_time_s=float(it.sync_s[d]), mem_bytes=float(it.mem_bytes[d]),
                                  capacity_bytes=float(it.capacity_bytes[d])) for d in range(plan.pp)))
     return _breakdown(inst, plan, hc, it.iter_time_s, report.pipeline_time_s, float(it.sync_s.max()),
-                      exposed, overlapped, (report,), 0, k, dualpipe=True)
+                      exposed, overlapped, (report,), 0, k, unit="device")

@@ -87,7 +87,7 @@ def breakdown_text(bd: Breakdown) -> str:
     groups = len({s.group for s in bd.stages}) > 1
     # (heading, alignment, cell of class i's stage s): the class and group only where they vary
     columns = [*([("class", "l", lambda i, s: str(i + 1))] if several else []),
-               ("device" if bd.dualpipe else "stage", "r" if several else "l", lambda i, s: str(s.stage)),
+               (bd.unit, "r" if several else "l", lambda i, s: str(s.stage)),
                *([("group", "l", lambda i, s: s.group)] if groups else []),
                ("layers", "r", lambda i, s: str(s.layers)),
                ("full recompute", "r", lambda i, s: str(s.full_recompute_layers)),
@@ -116,7 +116,7 @@ def breakdown_json(bd: Breakdown) -> dict:
         "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu, "fits_memory": bd.fits,
         "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s, "idle_gpus": bd.idle_gpus,
         "bottleneck_class": bd.bottleneck_class + 1, "bottleneck_stage": bd.bottleneck_stage,
-        "unit": "device" if bd.dualpipe else "stage",
+        "unit": bd.unit,
         "exposed_s": bd.exposed_s, "overlapped_s": bd.overlapped_s,
         "stages": [{"class": i + 1, "stage": s.stage, "group": s.group, "layers": s.layers,
                     "full_recompute_layers": s.full_recompute_layers,
