@@ -104,11 +104,20 @@ def cmd_memory(args) -> int:
                            "capacity_bytes": cap, "categories_bytes": cs}
                           for (k, s, g, _, _, cap), cs in zip(rows, cats)]})
         return 0 if bd.fits else 1
-    one = len(plan.classes) == 1 and len({g for _, _, g, *_ in rows}) == 1  # columns: its stages
     print(f"{inst.name}: memory per GPU of {where}" if flat else describe_cluster(inst)
           + f"\nmemory per GPU of {where}")
     print("plan  " + "\n      ".join([plan_line(plan)] if flat else plan_lines(plan, inst)))
     print()
+    _show_categories(bd, cats)
+    return 0 if bd.fits else 1
+
+
+def _show_categories(bd, cats: list[dict[str, float]]) -> None:
+    """`memory`'s table, one column per stage of every class (`cats`, in the order of
+    bd.stage_rows), and its peak line: a plan of one class on one group names its stages
+    alone."""
+    rows = bd.stage_rows()
+    one = len(bd.classes) == 1 and len({g for _, _, g, *_ in rows}) == 1
     print(_category_table([f"stage {s}" if one else f"class {k} stage {s} ({g})" for k, s, g, *_ in rows],
                           cats, [cap for *_, cap in rows]))
     print()
@@ -116,7 +125,6 @@ def cmd_memory(args) -> int:
             for k, s, g, _, mem, cap in rows if mem > cap]
     print(f"peak {gib(bd.peak_mem_bytes)} of {gib(min(cap for *_, cap in rows))} usable: "
           + ("fits" if bd.fits else "DOES NOT FIT: " + "; ".join(over)))
-    return 0 if bd.fits else 1
 
 
 def _memory_dualpipe(args, inst, plan, where: str) -> int:
