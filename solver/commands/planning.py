@@ -277,68 +277,44 @@ def cmd_exhaustive(args) -> int:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
-    if homo is not None:
-        _show_one_group_exhaustive(args, homo, res, status)
-    else:
-        _show_mixed_exhaustive(args, inst, res, status, objective)
-    return status_code(status)
-
-
-def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
-    from paraplan.cost.loader import plan_to_mapping
-
-    plan = res.plan
-    reason = None if plan is not None else exhaustive_reason(inst, res.outer_configs)
+    flat = homo is not None  # shown and written as the flat instance it was read as
+    shown, unit = (homo, "candidates") if flat else (inst, "plans")
+    reason = None if res.plan is not None else exhaustive_reason(shown, res.outer_configs)
     if args.json:
-        _emit_json({"status": status, "complete": res.complete, "iter_time_s": res.objective_s,
+        from paraplan.cost.simulate import simulate
+        from paraplan.solver.commands.plan_files import plan_mapping
+        _emit_json({"status": status, "complete": res.complete, "objective": objective,
+                    "objective_s": res.objective_s,
+                    "iter_time_s": res.objective_s if flat or res.plan is None else simulate(inst, res.plan).iter_time_s,
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
-                    "plan": plan_to_mapping(plan) if plan else None})
-        return
-    print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
-          f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
-    for line in exhaustive_stop_lines(res.complete, plan is not None, args.time_limit_s,
-                                      res.candidates, "candidates"):
-        print(line)
-    if plan is None:
-        if res.complete:
-            print(reason)
-    else:
-        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {plan_line(plan)}")
-
-
-def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
-    from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.simulate import simulate
-
-    if args.json:
-        _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,
-                    "iter_time_s": None if res.plan is None else simulate(inst, res.plan).iter_time_s,
-                    "candidates": res.candidates, "outer_configs": res.outer_configs,
-                    "solve_time_s": res.wall_time_s,
-                    "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None})
-        return
-    print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
-    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
-                                      res.candidates, "plans"):
+                    "plan": plan_mapping(res.plan, shown) if res.plan else None})
+        return status_code(status)
+    print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
+          f" {res.wall_time_s:.2f} s")
+    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s, res.candidates, unit):
         print(line)
     if res.plan is None:
         if res.complete:
-            from paraplan.solver.space import empty_space_reason
-            print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
-                  if res.outer_configs == 0 else "no plan fits memory")
+            print(reason)
     else:
-        print(f"best        {seconds(res.objective_s)} ({objective})")
-        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+        print(f"best        {seconds(res.objective_s)} " + ("per iteration" if flat else f"({objective})"))
+        print("plan        " + "\n            ".join([plan_line(res.plan)] if flat else plan_lines(res.plan, inst)))
+    return status_code(status)
 
 
 def exhaustive_reason(inst, outer_configs: int) -> str:
-    """Why exhaustive search found no plan: an empty space (the planner's wording), or memory."""
-    if outer_configs == 0:
-        from paraplan.solver.planner import infeasible_reason
-        return infeasible_reason(inst, [])
-    return "no plan fits memory"
+    """Why exhaustive search found no plan: an empty space (the planner's wording; on node
+    groups the rule that emptied it), or memory."""
+    if outer_configs:
+        return "no plan fits memory"
+    from paraplan.cost.plan_specs import ClusterInstance
+    if isinstance(inst, ClusterInstance):
+        from paraplan.solver.space import empty_space_reason
+        return "the declared heterogeneous space is empty: " + empty_space_reason(inst)
+    from paraplan.solver.planner import infeasible_reason
+    return infeasible_reason(inst, [])
 
 
 def cmd_verify(args) -> int:

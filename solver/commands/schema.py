@@ -78,8 +78,10 @@ SCHEMAS: dict[str, dict] = {
     # one row per network of the instance (a flat instance: its nominal one)
     "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR],
                  "scenarios": [SCENARIO]},
-    "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
-                   "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
+    # one shape on every cluster: objective (nominal on a flat cluster) and its value objective_s
+    "exhaustive": {"status": STR, "complete": BOOL, "objective": STR, "objective_s": NUM_OR_NULL,
+                   "iter_time_s": NUM_OR_NULL, "candidates": INT, "feasible": INT,
+                   "outer_configs": INT, "solve_time_s": NUM, "reason": (STR, "null"), "plan": (dict, "null")},
     "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
                  "rows_refused": [STR],
@@ -108,7 +110,6 @@ SCHEMAS: dict[str, dict] = {
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields
-SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
 SCHEMAS["memory (mixed cluster)"] = {**SCHEMAS["memory"], "stages": [
     {"class": INT, "stage": INT, "group": STR, "total_bytes": NUM, "capacity_bytes": NUM,
