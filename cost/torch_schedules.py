@@ -20,7 +20,7 @@ from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.schedule import TorchSchedule
-from paraplan.cost.simulate import plan_layer_fn
+from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import Plan
 

@@ -312,7 +312,7 @@ class Comparison:
 def predict(inst: Instance, plan: Plan) -> Prediction:
     from paraplan.cost.simulate import simulate
 
-    bd = simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)
+    bd = simulate(inst, plan)
     worst = max(bd.stages, key=lambda s: s.mem_bytes / s.capacity_bytes)
     return Prediction(bd.iter_time_s, worst.mem_bytes, worst.capacity_bytes, bd.fits)
 
