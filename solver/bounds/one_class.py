@@ -49,7 +49,8 @@ import numpy as np
 
 from dataclasses import replace
 
-from paraplan.cost import coefficients, schedule
+from paraplan.cost import coefficients, recompute_patterns, schedule
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.coefficients import StageCoefficients
 
@@ -428,9 +429,26 @@ def fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute:
     return np.zeros_like(n) if schedule.fits(c, n, np.zeros_like(n)) else None
 
 
-def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
-    n = even_split(c.layers, c.pp, c.outer.virtual_stages, slots_of(c))
+def pattern_fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute: bool,
+                              pattern: RecomputePattern) -> np.ndarray | None:
+    """fitting_recompute among the counts the framework's pattern runs: the first of its values
+    (cost/recompute_patterns.options, growing in every count) whose counts make split n fit."""
     r = fitting_recompute(c, n, allow_full_recompute)
+    if r is None or pattern is RecomputePattern.PER_STAGE or not r.any():
+        return r
+    o = c.outer
+    for got in recompute_patterns.options(pattern, np.asarray(n, np.int64), o.virtual_stages,
+                                          o.embedding_in_split, o.loss_in_split):
+        if schedule.fits(c, np.asarray(n, float), got.astype(float)):
+            return got.astype(float)
+    return None
+
+
+def incumbent(c: StageCoefficients, allow_full_recompute: bool,
+              pattern: RecomputePattern = RecomputePattern.PER_STAGE) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The even split with the fewest recomputed layers that fit and that `pattern` runs."""
+    n = even_split(c.layers, c.pp, c.outer.virtual_stages, slots_of(c))
+    r = pattern_fitting_recompute(c, n, allow_full_recompute, pattern)
     return None if r is None else (float(schedule.iteration_time_s(c, n, r)), n, r)
 
 
