@@ -104,22 +104,60 @@ def options(pattern: RecomputePattern, n: np.ndarray, v: int, embedding: bool = 
     raise ValueError(f"{pattern} has no parameter: every per-stage count runs")
 
 
+def value_counts(pattern: RecomputePattern, i: int, n: np.ndarray, v: int, embedding: bool = False,
+                 loss: bool = False, max_stage_layers: int | None = None,
+                 max_chunk_layers: int | None = None) -> np.ndarray:
+    """options(...)[i] alone, without listing the other values (a million-layer model has a
+    million of them): the counts (..., pp) of layer counts n under the pattern's i-th value."""
+    n = np.asarray(n, np.int64)
+    if pattern is RecomputePattern.ALL_OR_NONE:
+        return n.copy() if i else np.zeros_like(n)
+    if pattern is RecomputePattern.FIRST_PER_CHUNK:
+        cuts = chunk_cuts(n.shape[-1], v, embedding, loss)
+        size = (n + cuts.sum(axis=1)) // v
+        return np.minimum(i, size[..., None] - cuts).sum(axis=-1)  # N = i
+    if pattern is RecomputePattern.EVERY_KTH:
+        top = int(n.max(initial=0)) if max_stage_layers is None else max_stage_layers
+        return n // (top + 1 - i)  # k = top + 1 - i
+    raise ValueError(f"{pattern} has no parameter: every per-stage count runs")
+
+
+def _bounds(layers, v: int, embedding: bool, loss: bool) -> tuple[int, int]:
+    """(largest stage, largest chunk) over the rows of `layers` (one per class)."""
+    n = [np.asarray(x, np.int64) for x in layers]
+    top_c = max(int(((x + chunk_cuts(x.size, v, embedding, loss).sum(axis=1)) // v).max()) for x in n)
+    return max(int(x.max()) for x in n), top_c
+
+
+def covering_value(pattern: RecomputePattern, layers, recompute, v: int, embedding: bool = False,
+                   loss: bool = False) -> int:
+    """The first value index whose counts reach `recompute` on every stage of every class (one
+    row per class), by bisection: options' counts grow with the index in every stage; the last
+    value (every layer, or the most the pattern gives) when none does."""
+    top_n, top_c = _bounds(layers, v, embedding, loss)
+
+    def reaches(i: int) -> bool:
+        return all((value_counts(pattern, i, n, v, embedding, loss, top_n, top_c)
+                    >= np.asarray(r, np.int64)).all() for n, r in zip(layers, recompute))
+
+    lo, hi = 0, parameter_count(pattern, top_n, top_c) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if not reaches(mid) else (lo, mid)
+    return lo
+
+
 def runs(pattern: RecomputePattern, layers, recompute, v: int, embedding: bool = False,
          loss: bool = False) -> bool:
     """Whether one parameter value gives every row of `recompute` from the same row of `layers`
-    (one row per replica class: a job has one setting for all of them)."""
+    (one row per replica class: a job has one setting for all of them). The counts grow with
+    the value, so if some value gives them, the first value that reaches them does."""
     if pattern is RecomputePattern.PER_STAGE:
         return True
-    n = [np.asarray(x, np.int64) for x in layers]
-    r = [np.asarray(x, np.int64) for x in recompute]
-    top_n = max(int(x.max()) for x in n)
-    top_c = max(int(((x + chunk_cuts(x.size, v, embedding, loss).sum(axis=1)) // v).max()) for x in n)
-    ok = None
-    for nk, rk in zip(n, r):
-        got = options(pattern, nk, v, embedding, loss, top_n, top_c)
-        match = (got == rk[None]).all(axis=-1)
-        ok = match if ok is None else ok & match
-    return bool(ok.any())
+    top_n, top_c = _bounds(layers, v, embedding, loss)
+    i = covering_value(pattern, layers, recompute, v, embedding, loss)
+    return all((value_counts(pattern, i, n, v, embedding, loss, top_n, top_c)
+                == np.asarray(r, np.int64)).all() for n, r in zip(layers, recompute))
 
 
 def refusal(pattern: RecomputePattern, framework: str, layers, recompute, v: int,

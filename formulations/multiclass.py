@@ -152,16 +152,22 @@ class MultiClassProblem:
         o = self.coeffs[0][k].outer
         return slot_offsets(self.pp(k), o.embedding_in_split, o.loss_in_split)
 
-    def recompute_counts(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(counts (P, pp_k, N), grid (pp_k, N)): the fully recomputed layers of stage s of
-        class k holding grid[s, j] layers (j + 1 chunks) under each of the pattern's P values
-        (cost/recompute_patterns.options; P and the values' meaning shared by the classes)."""
+    def recompute_values(self) -> int:
+        """How many values the pattern has here (cost/recompute_patterns.parameter_count, with
+        bounds shared by the classes, so that a value means the same N or k in every class)."""
+        top_c = self.slots // self.virtual_stages - min(self.pp(j) for j in range(self.classes)) + 1
+        return recompute_patterns.parameter_count(self.recompute_pattern, self.virtual_stages * top_c, top_c)
+
+    def recompute_counts(self, k: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(counts (pp_k, N), grid (pp_k, N)): the fully recomputed layers of stage s of class k
+        holding grid[s, j] layers (j + 1 chunks) under the pattern's value i
+        (cost/recompute_patterns.value_counts)."""
         o, v = self.coeffs[0][k].outer, self.virtual_stages
         grid = stage_layer_counts(self.pp(k), v, self.slots, o.embedding_in_split, o.loss_in_split)
         top_c = self.slots // v - min(self.pp(j) for j in range(self.classes)) + 1
-        t = recompute_patterns.options(self.recompute_pattern, grid.T, v, o.embedding_in_split,
-                                       o.loss_in_split, v * top_c, top_c)
-        return np.swapaxes(t, 1, 2), grid
+        t = recompute_patterns.value_counts(self.recompute_pattern, i, grid.T, v, o.embedding_in_split,
+                                            o.loss_in_split, v * top_c, top_c)
+        return t.T, grid
 
     def min_micro_batches(self, k: int) -> int:
         """lo_k of the module docstring."""
@@ -308,9 +314,9 @@ def _class_split(model, p: MultiClassProblem, k: int, R: int):
         if forbidden[s]:
             model.add_forbidden_assignments([n[s], r[s]], forbidden[s]).with_name(f"C3x_mem_k{k}_s{s}")
     if p.recompute_value is not None:  # r_ks = the pattern's count for n_ks
-        counts, grid = p.recompute_counts(k)
+        counts, grid = p.recompute_counts(k, p.recompute_value)
         for s in range(pp):
-            pairs = [(int(x), int(y)) for x, y in zip(grid[s], counts[p.recompute_value, s])
+            pairs = [(int(x), int(y)) for x, y in zip(grid[s], counts[s])
                      if x in allowed[s] and y <= R]
             if not pairs:
                 return None

@@ -20,8 +20,6 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
-
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 
@@ -31,10 +29,9 @@ Solve = Callable[[MultiClassProblem, float], MultiClassResult]
 def distinct_values(p: MultiClassProblem) -> list[int]:
     """The pattern's value indices whose counts differ on some class, stage and layer count (the
     first of each kind, in cost/recompute_patterns.options' order)."""
-    tables = [p.recompute_counts(k)[0] for k in range(p.classes)]
     seen, out = set(), []
-    for i in range(tables[0].shape[0]):
-        key = b"".join(np.ascontiguousarray(t[i]).tobytes() for t in tables)
+    for i in range(p.recompute_values()):
+        key = b"".join(p.recompute_counts(k, i)[0].tobytes() for k in range(p.classes))
         if key not in seen:
             seen.add(key)
             out.append(i)

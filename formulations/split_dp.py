@@ -99,6 +99,7 @@ objective_s - bound_s <= 2E.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -446,27 +447,28 @@ def _solve_pattern(c: StageCoefficients, pattern: RecomputePattern, time_limit_s
     v, pp = c.outer.virtual_stages, c.pp
     slots = c.layers + emb + loss
     grid = stage_layer_counts(pp, v, slots, emb, loss)  # (pp, N)
-    top_chunk = slots // v - (pp - 1)
-    tables = recompute_patterns.options(pattern, grid.T, v, emb, loss, int(grid.max()), top_chunk)
-    tables = np.swapaxes(tables, 1, 2)  # (P, pp, N), indexed as grid
+    top_n, top_c = int(grid.max()), slots // v - (pp - 1)
+    P = recompute_patterns.parameter_count(pattern, top_n, top_c)
+
+    def table(i: int) -> np.ndarray:  # (pp, N): r_s(k) under value i, indexed as grid
+        return recompute_patterns.value_counts(pattern, i, grid.T, v, emb, loss, top_n, top_c).T
+
+    first = 0
     if relaxed.layers_per_stage is not None:
-        n, r = np.asarray(relaxed.layers_per_stage), np.asarray(relaxed.full_recompute_layers)
-        k = (n + np.asarray(slot_offsets(pp, emb, loss))) // v - 1
-        at = tables[:, np.arange(pp), k]  # (P, pp): each value's counts on the relaxed split
-        if relaxed.status == "optimal" and (at == r).all(axis=1).any():
+        n, r = relaxed.layers_per_stage, relaxed.full_recompute_layers
+        if relaxed.status == "optimal" and recompute_patterns.runs(pattern, [n], [r], v, emb, loss):
             return replace(relaxed, wall_time_s=time.perf_counter() - start)
-        cover = np.flatnonzero((at >= r).all(axis=1))
-        first = int(cover[0]) if cover.size else 0
-        order = [first] + [i for i in range(len(tables)) if i != first]
-        hint = (relaxed.layers_per_stage, relaxed.full_recompute_layers)
-    else:
-        order = list(range(len(tables)))
+        first = recompute_patterns.covering_value(pattern, [n], [r], v, emb, loss)
+        hint = (n, r)
+    # the value that covers the free optimum's counts, then fewer recomputed layers, then more
+    order = itertools.chain([first], range(first - 1, -1, -1), range(first + 1, P))
     deadline = start + time_limit_s
     Q = quantize(c, True)
     fit = fit_recompute_range(c, grid, Q.max_recompute)
     results, seen, best_s = [], set(), cutoff_s
     for i in order:
-        key = tables[i].tobytes()
+        tab_i = table(i)
+        key = hash(tab_i.tobytes())
         if key in seen:
             continue
         seen.add(key)
@@ -476,7 +478,7 @@ def _solve_pattern(c: StageCoefficients, pattern: RecomputePattern, time_limit_s
                                        objective_s=None, bound_s=None, wall_time_s=0.0, backend="dp",
                                        quantum_s=relaxed.quantum_s))
             break
-        got = _solve_split(c, True, left, threads, hint, best_s, recompute=tables[i], prepared=(Q, fit))
+        got = _solve_split(c, True, left, threads, hint, best_s, recompute=tab_i, prepared=(Q, fit))
         results.append(got)
         if got.objective_s is not None and (best_s is None or got.objective_s < best_s):
             best_s = got.objective_s

@@ -219,13 +219,26 @@ def pattern_recompute(p: MultiClassProblem, n: list[np.ndarray]) -> list[np.ndar
     o, v = p.coeffs[0][0].outer, p.virtual_stages
     top_n = max(int(np.max(nk)) for nk in n)
     top_c = (p.slots // v) - min(p.pp(k) for k in range(p.classes)) + 1
-    opts = [recompute_patterns.options(p.recompute_pattern, np.asarray(nk, np.int64), v, o.embedding_in_split,
-                                       o.loss_in_split, top_n, top_c) for nk in n]
-    for i in range(len(opts[0])):
-        got = [x[i].astype(float) for x in opts]
-        if all(schedule.fits(c, np.asarray(nk, float), rk) for c, nk, rk in zip(p.coeffs[0], n, got)):
-            return got
-    return None
+
+    def at(i: int) -> list[np.ndarray] | None:
+        got = [recompute_patterns.value_counts(p.recompute_pattern, i, nk, v, o.embedding_in_split,
+                                               o.loss_in_split, top_n, top_c).astype(float) for nk in n]
+        ok = all(schedule.fits(c, np.asarray(nk, float), rk) for c, nk, rk in zip(p.coeffs[0], n, got))
+        return got if ok else None
+
+    # the first value that fits, by bisection: memory falls as the counts grow (a recomputed
+    # layer frees memory, cost/memory.py), so "fits" holds from some value on; the found value
+    # is re-checked, so an incumbent always fits
+    lo, hi = 0, recompute_patterns.parameter_count(p.recompute_pattern, top_n, top_c) - 1
+    if at(hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at(mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return at(lo) or at(recompute_patterns.parameter_count(p.recompute_pattern, top_n, top_c) - 1)
 
 
 def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):

@@ -437,11 +437,23 @@ def pattern_fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_re
     if r is None or pattern is RecomputePattern.PER_STAGE or not r.any():
         return r
     o = c.outer
-    for got in recompute_patterns.options(pattern, np.asarray(n, np.int64), o.virtual_stages,
-                                          o.embedding_in_split, o.loss_in_split):
-        if schedule.fits(c, np.asarray(n, float), got.astype(float)):
-            return got.astype(float)
-    return None
+    top_n = int(np.max(n))
+    top_c = (c.layers + o.embedding_in_split + o.loss_in_split) // o.virtual_stages - c.pp + 1
+
+    def fitting(i: int) -> np.ndarray | None:
+        got = recompute_patterns.value_counts(pattern, i, n, o.virtual_stages, o.embedding_in_split,
+                                              o.loss_in_split, top_n, top_c).astype(float)
+        return got if schedule.fits(c, np.asarray(n, float), got) else None
+
+    # the first value that fits, by bisection (memory falls as the counts grow; re-checked)
+    lo, hi = 0, recompute_patterns.parameter_count(pattern, top_n, top_c) - 1
+    if fitting(hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if fitting(mid) is None else (lo, mid)
+    return fitting(lo) if fitting(lo) is not None else fitting(
+        recompute_patterns.parameter_count(pattern, top_n, top_c) - 1)
 
 
 def incumbent(c: StageCoefficients, allow_full_recompute: bool,
