@@ -465,13 +465,12 @@ def _solve_pattern(c: StageCoefficients, pattern: RecomputePattern, time_limit_s
     deadline = start + time_limit_s
     Q = quantize(c, True)
     fit = fit_recompute_range(c, grid, Q.max_recompute)
-    results, seen, best_s = [], set(), cutoff_s
+    results, last, best_s = [], None, cutoff_s
     for i in order:
         tab_i = table(i)
-        key = hash(tab_i.tobytes())
-        if key in seen:
-            continue
-        seen.add(key)
+        if last is not None and np.array_equal(tab_i, last):
+            continue  # the same table as the value before it (N past every chunk, k giving equal floors)
+        last = tab_i
         left = deadline - time.perf_counter()
         if left <= 0:
             results.append(SplitResult(status="timeout", layers_per_stage=None, full_recompute_layers=None,
