@@ -465,12 +465,37 @@ def _solve_pattern(c: StageCoefficients, pattern: RecomputePattern, time_limit_s
     deadline = start + time_limit_s
     Q = quantize(c, True)
     fit = fit_recompute_range(c, grid, Q.max_recompute)
-    results, last, best_s = [], None, cutoff_s
+    lo, hi = fit
+    u = Q.recompute_time_q.reshape(pp, 1)
+
+    def beyond(t: np.ndarray, more: bool) -> np.ndarray:
+        """One table bounding every value past t's at once (more: the values above it, whose
+        counts are >= t's everywhere; else those below, <= t's): each (s, k) feasible when some
+        count on that side fits, at the count of least time (rows of infeasible get hi + 1)."""
+        if more:
+            low, high = np.maximum(t, lo), hi
+        else:
+            low, high = lo, np.minimum(t, hi)
+        return np.where(low <= high, np.where(u >= 0, low, high), hi + 1)
+
+    results, last, best_s, ended = [], None, cutoff_s, set()
     for i in order:
+        side = None if i == first else i > first
+        if side in ended:
+            continue
         tab_i = table(i)
         if last is not None and np.array_equal(tab_i, last):
             continue  # the same table as the value before it (N past every chunk, k giving equal floors)
         last = tab_i
+        if side is not None and best_s is not None and time.perf_counter() < deadline:
+            # every value from i on in this direction at once: when that relaxation cannot beat
+            # the best time, none of them can (the bound's result stands for them)
+            whole = _solve_split(c, True, deadline - time.perf_counter(), threads, None, best_s,
+                                 recompute=beyond(tab_i, side), prepared=(Q, fit))
+            if whole.status in ("cutoff", "infeasible"):
+                results.append(whole)
+                ended.add(side)
+                continue
         left = deadline - time.perf_counter()
         if left <= 0:
             results.append(SplitResult(status="timeout", layers_per_stage=None, full_recompute_layers=None,
@@ -536,7 +561,6 @@ def _solve_split(c: StageCoefficients, allow_full_recompute: bool = True,
     tab = stage_tables(Q, fit, pp, L, v, first_stage_min_layers(c), grid, recompute)
     if not tab.feasible.any(axis=1).all():
         return result("infeasible", None, None)
-    search = _Search(tab, N)
     feas = tab.feasible
     taus = np.unique(tab.stage_q[feas])
     deltas = np.unique(tab.sync_q[feas])
@@ -556,6 +580,15 @@ def _solve_split(c: StageCoefficients, allow_full_recompute: bool = True,
                 val = _value(tab, hk, alpha, beta)
                 if val < best_f:
                     best_f, best_k = val, hk
+    if best_k is None and cut_f < INF:
+        # before the hulls of _Search: T_max >= every stage's cheapest time and >= the mean
+        # stage time Lsum / pp, D_max >= every stage's cheapest sync, sum T >= Lsum
+        cheapest = np.where(feas, tab.stage_q, INF).min(axis=1)
+        tau_lb = max(int(cheapest.max()), -(-int(lsum) // pp))
+        delta_lb = int(np.where(feas, tab.sync_q, INF).min(axis=1).max())
+        if alpha * tau_lb + beta * delta_lb + lsum >= best_f:
+            return result("cutoff", None, cut_f)
+    search = _Search(tab, N)
 
     def first_feasible_tau(delta: int, i_lo: int, i_hi: int) -> int | None:
         """Smallest index i in [i_lo, i_hi] with taus[i] passing the necessary test."""
