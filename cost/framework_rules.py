@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Framework, Optimizer, Recompute, SearchSpace
 
 
@@ -24,6 +25,10 @@ class FrameworkRules:
     context_parallel: bool
     interleaving: bool
     sequence_parallel_optional: bool  # False: with tp > 1 the sequence is always sharded
+    # the per-stage full-recompute counts it runs (cost/recompute_patterns.py)
+    recompute_pattern: RecomputePattern
+    # True: some layers fully recomputed beside selective recompute of the others
+    full_beside_selective: bool
     # True: plain (ZeRO-0) data parallelism only when it is the sole parallelism
     replicate_only_alone: bool = False
     # runs torch.distributed.pipelining's zero-bubble schedules (cost/zero_bubble.py) on the
@@ -52,19 +57,27 @@ FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
     # (--use-torch-fsdp2, Megatron-FSDP), and megatron/training/arguments.py asserts
     # "--use-torch-fsdp2 is not supported with pipeline parallelism". tp with optional
     # --sequence-parallel, --context-parallel-size (ring attention) and
-    # --num-layers-per-virtual-pipeline-stage (interleaved 1F1B) are all available.
+    # --num-layers-per-virtual-pipeline-stage (interleaved 1F1B) are all available. Full
+    # recompute is --recompute-method block --recompute-num-layers N, the first N layers of
+    # every model chunk (megatron/core/recompute.py), and --recompute-granularity is full or
+    # selective, not both (TransformerConfig; arguments.py: no recompute method with selective).
     Framework.MEGATRON: FrameworkRules(
         zero_stages=(0, 1, 2, 3), zero_with_pipeline=(0, 1), tensor_parallel=True, pipeline=True,
-        context_parallel=True, interleaving=True, sequence_parallel_optional=True),
+        context_parallel=True, interleaving=True, sequence_parallel_optional=True,
+        recompute_pattern=RecomputePattern.FIRST_PER_CHUNK, full_beside_selective=False),
     # DeepSpeed ZeRO 0-3, tp/pp through Megatron-DeepSpeed. deepspeed/runtime/pipe/engine.py:
     # PipelineEngine asserts zero_optimization_stage() < 2 ("ZeRO-2 and ZeRO-3 are incompatible
     # with pipeline parallelism"). Its pipeline runs DeepSpeed's own 1F1B TrainSchedule (no
     # interleaving). Its sequence parallelism is Ulysses (all-to-all over heads), not the ring
     # context parallelism cost/ prices, so cp = 1. Megatron-DeepSpeed keeps Megatron's
-    # optional --sequence-parallel for tp.
+    # optional --sequence-parallel for tp. Which layers are recomputed is the model code's:
+    # the layers call deepspeed.checkpointing.checkpoint themselves, and each rank builds only
+    # its own stage's layers (PipelineModule), so each stage may checkpoint its own count
+    # (solver/export/deepspeed.py leaves the choice to the training script).
     Framework.DEEPSPEED: FrameworkRules(
         zero_stages=(0, 1, 2, 3), zero_with_pipeline=(0, 1), tensor_parallel=True, pipeline=True,
-        context_parallel=False, interleaving=False, sequence_parallel_optional=True),
+        context_parallel=False, interleaving=False, sequence_parallel_optional=True,
+        recompute_pattern=RecomputePattern.PER_STAGE, full_beside_selective=True),
     # torchtitan: FSDP2 fully_shard (ZeRO-3; reshard_after_forward=False is ZeRO-2), DDP
     # (dp_replicate, ZeRO-0) but no ZeRO-1. Its parallelize functions raise "DDP has not
     # supported > 1D parallelism" when DDP meets tp, pp or cp (with cp, FSDP shards over the
@@ -80,16 +93,25 @@ FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
     # (parallelism.pipeline_parallel_schedule, looked up by get_schedule_class in
     # torch/distributed/pipelining/schedules.py; torchtitan 0.2's pipeline_llm builds them with
     # two stages per rank or more, ZBVZeroBubble as a V).
+    # Its activation_checkpoint section applies one mode to every block of every rank: "full",
+    # "selective" with an integer k (every k-th block of a rank, one counter per process over
+    # its model parts: v0.2.2 torchtitan/distributed/activation_checkpoint.py _apply_layer_sac,
+    # distributed/pipeline_parallel.py pipeline_llm parallelizing each part in turn), "selective"
+    # with "op" (the op-level policy priced as its selective recompute), or "none".
     Framework.TORCHTITAN: FrameworkRules(
         zero_stages=(0, 2, 3), zero_with_pipeline=(0, 3), tensor_parallel=True, pipeline=True,
         context_parallel=True, interleaving=True, sequence_parallel_optional=False,
+        recompute_pattern=RecomputePattern.EVERY_KTH, full_beside_selective=False,
         replicate_only_alone=True, zero_bubble=True),
     # MosaicML Composer / llm-foundry: PyTorch FSDP data parallelism, sharding_strategy
     # NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2), FULL_SHARD (ZeRO-3); the published MPT
-    # configurations use no tensor, pipeline or context parallelism, so tp = pp = cp = 1.
+    # configurations use no tensor, pipeline or context parallelism, so tp = pp = cp = 1: one
+    # stage, whose count of checkpointed blocks is the model's choice (llm-foundry's
+    # activation_checkpointing_target).
     Framework.COMPOSER: FrameworkRules(
         zero_stages=(0, 2, 3), zero_with_pipeline=(), tensor_parallel=False, pipeline=False,
-        context_parallel=False, interleaving=False, sequence_parallel_optional=True),
+        context_parallel=False, interleaving=False, sequence_parallel_optional=True,
+        recompute_pattern=RecomputePattern.PER_STAGE, full_beside_selective=True),
 }
 
 
@@ -115,6 +137,16 @@ def rules_for(framework: Framework, optimizer: Optimizer = Optimizer.ADAM) -> Fr
         return rules
     return replace(rules, zero_stages=tuple(z for z in rules.zero_stages if z in stages),
                    zero_with_pipeline=tuple(z for z in rules.zero_with_pipeline if z in stages))
+
+
+def recompute_pattern(framework: Framework, recompute: Recompute) -> RecomputePattern:
+    """The per-stage full-recompute counts `framework` runs beside `recompute` (the mode of the
+    layers not fully recomputed): its rules' pattern, or every layer or none where its
+    granularity takes one value and the others recompute selectively."""
+    rules = FRAMEWORK_RULES[framework]
+    if recompute is Recompute.SELECTIVE and not rules.full_beside_selective:
+        return RecomputePattern.ALL_OR_NONE
+    return rules.recompute_pattern
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,13 @@ import itertools
 from dataclasses import dataclass, field
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.framework_rules import rules_for
+from paraplan.cost import recompute_patterns
+from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.pipeline_split import chunk_layers
-from paraplan.cost.specs import (ClusterSpec, Instance, JobSpec, Link, ModelSpec, Outer, Recompute,
-                                 SearchSpace, ZeroBubble, moe_fold_problem)
+from paraplan.cost.specs import (ClusterSpec, Instance, JobSpec, Link, ModelSpec, Outer, PipelineSchedule,
+                                 Recompute, SearchSpace, ZeroBubble, moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -540,6 +541,23 @@ def _selective_or_full(plan: Plan, inst: ClusterInstance) -> None:
                           " recompute_modules")
 
 
+def _recompute_pattern(plan: Plan, inst: ClusterInstance) -> None:
+    """The per-stage full-recompute counts must be ones the job's framework runs with one
+    setting for every stage and class (cost/recompute_patterns.py, its FRAMEWORK_RULES entry).
+    A DualPipe job runs DeepSeek's own code, which no framework we export to runs
+    (solver/export/common.refuse_dualpipe): its model code picks each stage's layers, as the
+    DualPipe problem (formulations/dualpipe.py) lets it."""
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return
+    fw = inst.job.framework
+    problem = recompute_patterns.refusal(
+        recompute_pattern(fw, plan.recompute), fw.value,
+        [c.layers_per_stage for c in plan.classes], [c.full_recompute_layers for c in plan.classes],
+        plan.virtual_stages, plan.embedding_in_split, plan.loss_in_split)
+    if problem:
+        raise ConfigError(problem + "; use counts it runs, or plan the job again")
+
+
 def _latent_attention(plan: Plan, inst: ClusterInstance) -> None:
     if inst.model.mla is None:
         return
@@ -628,7 +646,8 @@ def _framework_runs_it(plan: Plan, inst: ClusterInstance) -> None:
 
 
 RULES = (_stages_and_layers, _group_tp, _gpus_per_group, _global_batch, _heads,
-         _context_and_sequence_parallel, _dense_prefix, _selective_or_full, _latent_attention,
+         _context_and_sequence_parallel, _dense_prefix, _selective_or_full, _recompute_pattern,
+         _latent_attention,
          _micro_batches_per_class, _model_chunks, _zero_and_expert_degrees, _expert_fold,
          _partitions, _zero_shards)
 # What a plan over node groups must also keep, and a flat plan need not: the flat plan is also

@@ -38,7 +38,8 @@ Variables
 
 Constraints (named alike in both backends: CP-SAT here, the MILP in multiclass_milp.py)
     C1 layers   sum_s n_ks = L (C1_chunks, C1_dense_prefix: the chunk and dense-prefix rules above)
-    C2 recompute  r_ks <= n_ks
+    C2 recompute  r_ks <= n_ks (C2_pattern: with one value of the framework's pattern fixed,
+                r_ks its count for n_ks; formulations/recompute_choice.py tries each value)
     C3 mem      b + w n_ks - h r_ks <= K per stage (C3x: the exact-memory exclusions)
     C4 count    m_k = lo_k + st_k j_k
     C5 batch    sum_k x_k m_k = M
@@ -90,9 +91,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.class_coefficients import iteration_time_s
 from paraplan.cost.schedule import first_stage_min_layers, fits
-from paraplan.cost.pipeline_split import slot_offsets
+from paraplan.cost import recompute_patterns
+from paraplan.cost.pipeline_split import slot_offsets, stage_layer_counts
 from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S,
                                            exact_memory_points, relaxed_mem)
 from paraplan.formulations.result import SolverError
@@ -114,7 +117,14 @@ class MultiClassProblem:
     objective: str = "max"  # "max" | "weighted"
     weights: tuple[float, ...] = ()
     allow_full_recompute: bool = True
+    # the per-stage counts the job's framework runs (cost/recompute_patterns.py): one parameter
+    # value for every stage of every class
+    recompute_pattern: RecomputePattern = RecomputePattern.PER_STAGE
     virtual_stages: int = 1
+    # one parameter value of the pattern (its index in recompute_counts), fixing every r_ks
+    # as a function of n_ks (C2_pattern); None: the backends choose it
+    # (formulations/recompute_choice.py)
+    recompute_value: int | None = None
     # Megatron-core's combined 1F1B runs on the pipeline-free classes (lo_k above)
     paired: bool = False
 
@@ -146,6 +156,23 @@ class MultiClassProblem:
         """Per stage of class k, the slots the embedding and loss take (n_ks = v chunks - it)."""
         o = self.coeffs[0][k].outer
         return slot_offsets(self.pp(k), o.embedding_in_split, o.loss_in_split)
+
+    def recompute_values(self) -> int:
+        """How many values the pattern has here (cost/recompute_patterns.parameter_count, with
+        bounds shared by the classes, so that a value means the same N or k in every class)."""
+        top_c = self.slots // self.virtual_stages - min(self.pp(j) for j in range(self.classes)) + 1
+        return recompute_patterns.parameter_count(self.recompute_pattern, self.virtual_stages * top_c, top_c)
+
+    def recompute_counts(self, k: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(counts (pp_k, N), grid (pp_k, N)): the fully recomputed layers of stage s of class k
+        holding grid[s, j] layers (j + 1 chunks) under the pattern's value i
+        (cost/recompute_patterns.value_counts)."""
+        o, v = self.coeffs[0][k].outer, self.virtual_stages
+        grid = stage_layer_counts(self.pp(k), v, self.slots, o.embedding_in_split, o.loss_in_split)
+        top_c = self.slots // v - min(self.pp(j) for j in range(self.classes)) + 1
+        t = recompute_patterns.value_counts(self.recompute_pattern, i, grid.T, v, o.embedding_in_split,
+                                            o.loss_in_split, v * top_c, top_c)
+        return t.T, grid
 
     def min_micro_batches(self, k: int) -> int:
         """lo_k of the module docstring."""
@@ -293,6 +320,14 @@ def _class_split(model, p: MultiClassProblem, k: int, R: int):
         model.add(b[s] + wq[s] * n[s] - h[s] * r[s] <= cap[s]).with_name(f"C3_mem_k{k}_s{s}")
         if forbidden[s]:
             model.add_forbidden_assignments([n[s], r[s]], forbidden[s]).with_name(f"C3x_mem_k{k}_s{s}")
+    if p.recompute_value is not None:  # r_ks = the pattern's count for n_ks
+        counts, grid = p.recompute_counts(k, p.recompute_value)
+        for s in range(pp):
+            pairs = [(int(x), int(y)) for x, y in zip(grid[s], counts[s])
+                     if x in allowed[s] and y <= R]
+            if not pairs:
+                return None
+            model.add_allowed_assignments([n[s], r[s]], pairs).with_name(f"C2_pattern_k{k}_s{s}")
     return n, r, m
 
 

@@ -173,6 +173,14 @@ def _class_rows(api, p: MultiClassProblem, k: int, cuts):
         api.add(b[s] + w[s] * n[s] - h[s] * r[s] <= cap[s], f"C3_mem_k{k}_s{s}")
     for i, (_, s, n0, r0) in cuts:
         _exclude(api, c, s, n[s], r[s], n0, r0, L, R, f"C3x_mem_k{k}_s{s}_{i}")
+    if p.recompute_value is not None:  # r_ks = the pattern's count for n_ks, one binary per count
+        counts, grid = p.recompute_counts(k, p.recompute_value)
+        for s in range(pp):
+            z = [api.int_var(0, 1, f"z_k{k}_s{s}_n{int(x)}") for x in grid[s]]
+            api.add(sum(z) == 1, f"C2_pattern_one_k{k}_s{s}")
+            api.add(n[s] == sum(int(x) * zj for x, zj in zip(grid[s], z)), f"C2_pattern_n_k{k}_s{s}")
+            api.add(r[s] == sum(int(y) * zj for y, zj in zip(counts[s], z)),
+                    f"C2_pattern_r_k{k}_s{s}")
     lo, st = p.min_micro_batches(k), p.micro_batch_step(k)
     span = (p.max_micro_batches(k) - lo) // st
     J = span.bit_length() if p.classes > 1 else 0

@@ -25,6 +25,19 @@ Per-stage tables (the exact per-stage choice of the recompute count)
     best r is the interval's lower end when û_s >= 0 and its upper end otherwise. That gives, for
     every (s, k), feasible_s(k), T_s(k) and D_s(k) = ê_s + n ĝ_s  (arrays of shape (pp, N)).
 
+Recompute patterns (cost/recompute_patterns.py: the counts the job's framework runs)
+    A framework sets one value p for every stage (Megatron-LM's N, torchtitan's k), and the value
+    fixes r_s = rho_p(s, k) for every (s, k) (recompute_patterns.options on the grid of n). With
+    p fixed the tables read r instead of choosing it: feasible_s(k) iff lo_s(n) <= rho_p(s, k) <=
+    hi_s(n), T_s(k) = â_s + n t̂_s + rho_p û_s; the recurrence below is unchanged, so
+        OPT_pattern = min over p of OPT(tables of p).
+    The free choice (PER_STAGE) is a relaxation of every pattern (each rho_p lies in [0, min(n,
+    R)]), so its optimum, solved first, bounds OPT_pattern from below, and is OPT_pattern when
+    its counts are some rho_p's on its split. Otherwise each distinct table is solved with the
+    cutoff of the best time so far, from the value whose counts cover the free optimum's; a
+    value is dropped before any DP when alpha tau_0 + beta delta_0 + Lsum reaches the cutoff
+    (tau_0, delta_0 the least thresholds with an admissible split: a lower bound on its F).
+
 Problem (equivalent to quantize.py's model after eliminating r)
     minimise  F(k) = alpha max_s T_s(k_s) + Σ_s T_s(k_s) + beta max_s D_s(k_s)
     over k in J^pp with Σ_s k_s = N and feasible_s(k_s) for every s.
@@ -92,13 +105,16 @@ objective_s - bound_s <= 2E.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from paraplan.cost import recompute_patterns
 from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.pipeline_split import slot_offsets, stage_layer_counts
 from paraplan.cost.schedule import first_stage_min_layers, fits, iteration_time_s
 from paraplan.formulations.quantize import QuantizedCoefficients, fit_recompute_range, quantize
@@ -128,12 +144,15 @@ class StageTables:
 
 
 def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], pp: int, layers: int,
-                 v: int, first_min: int | None = None, n: np.ndarray | None = None) -> StageTables:
+                 v: int, first_min: int | None = None, n: np.ndarray | None = None,
+                 recompute: np.ndarray | None = None) -> StageTables:
     """feasible_s(k), the best r_s(k), T_s(k) and D_s(k) of the module docstring; `fit` =
     quantize.fit_recompute_range(c, n, R), the exact memory intervals, for `n` (pp, N) the
     layers stage s holds with k chunks (default v k; with the embedding / loss slots v k - 1 on
     the end stage, cost/pipeline_split.stage_layer_counts); stage 0 needs n_0 >= first_min
-    (schedule.first_stage_min_layers: an MoE dense prefix in its first chunk)."""
+    (schedule.first_stage_min_layers: an MoE dense prefix in its first chunk). `recompute`
+    (pp, N): r_s(k) fixed by one parameter of the framework's pattern (Recompute patterns in
+    the module docstring) instead of chosen; (s, k) is then feasible when it fits."""
     first_min = v if first_min is None else first_min
     if n is None:
         n = v * np.arange(1, layers // v + 1, dtype=np.int64)[None, :] + np.zeros((pp, 1), np.int64)
@@ -144,9 +163,13 @@ def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], p
     a, t, u = col(Q.stage_time_q), col(Q.layer_time_q), col(Q.recompute_time_q)
     e, g = col(Q.stage_sync_q), col(Q.layer_sync_q)
     lo, hi = fit
-    feasible = lo <= hi
+    if recompute is None:
+        feasible = lo <= hi
+        r = np.where(u >= 0, lo, hi)
+    else:
+        r = np.asarray(recompute, np.int64)
+        feasible = (lo <= r) & (r <= hi)
     feasible[0] &= n[0] >= first_min
-    r = np.where(u >= 0, lo, hi)
     stage = np.where(feasible, a + n * t + r * u, INF)
     sync = np.where(feasible, e + n * g + np.zeros_like(r), INF)
     prefix = bool((np.diff(feasible.astype(np.int8), axis=1) <= 0).all())
@@ -403,10 +426,129 @@ def _value(tab: StageTables, k: np.ndarray, alpha: int, beta: int) -> int:
 def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
                    time_limit_s: float = 10.0, threads: int = 1,
                    hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
-                   cutoff_s: float | None = None) -> SplitResult:
+                   cutoff_s: float | None = None,
+                   pattern: RecomputePattern = RecomputePattern.PER_STAGE) -> SplitResult:
+    """Best layer split (n_s, r_s) of `c` whose recompute counts the framework's `pattern` runs
+    (cost/recompute_patterns.py; module docstring, Recompute patterns), by the exact bottleneck
+    enumeration + DP of the module docstring. time_limit_s is wall-clock; threads is accepted for
+    the backends' common signature (the algorithm is sequential); hint (n, r) seeds the
+    incumbent; cutoff_s as in _solve_split."""
+    if pattern is RecomputePattern.PER_STAGE or not allow_full_recompute:
+        return _solve_split(c, allow_full_recompute, time_limit_s, threads, hint, cutoff_s)
+    return _solve_pattern(c, pattern, time_limit_s, threads, hint, cutoff_s)
+
+
+def _combined(results: list[SplitResult], relaxed: SplitResult, start: float) -> SplitResult:
+    """One answer from the DP of each parameter value (`results`) and of the free per-stage
+    choice (`relaxed`, a relaxation: every pattern's counts are among its choices): the best
+    split found; the bound, the larger of the relaxation's and the least over the values; the
+    status optimal only when every value was solved, proved infeasible or cut off."""
+    found = [x for x in results if x.objective_s is not None]
+    best = min(found, key=lambda x: x.objective_s) if found else None
+    done = all(x.status in ("optimal", "infeasible", "cutoff") for x in results)
+    bounds = [math.inf if x.status == "infeasible" else x.bound_s for x in results]
+    bound = None if any(b is None for b in bounds) else min(bounds, default=math.inf)
+    if relaxed.bound_s is not None:
+        bound = relaxed.bound_s if bound is None else max(bound, relaxed.bound_s)
+    if best is None:
+        status = ("infeasible" if all(x.status == "infeasible" for x in results)
+                  else "cutoff" if done else "timeout")
+        bound = math.inf if status == "infeasible" else bound
+        return SplitResult(status=status, layers_per_stage=None, full_recompute_layers=None,
+                           objective_s=None, bound_s=bound, wall_time_s=time.perf_counter() - start,
+                           backend="dp", quantum_s=relaxed.quantum_s)
+    return SplitResult(status="optimal" if done else "feasible", layers_per_stage=best.layers_per_stage,
+                       full_recompute_layers=best.full_recompute_layers, objective_s=best.objective_s,
+                       bound_s=bound if bound is None else min(bound, best.bound_s),
+                       wall_time_s=time.perf_counter() - start, backend="dp", quantum_s=relaxed.quantum_s)
+
+
+def _solve_pattern(c: StageCoefficients, pattern: RecomputePattern, time_limit_s: float, threads: int,
+                   hint, cutoff_s: float | None) -> SplitResult:
+    """The DP of the module docstring once per parameter value of `pattern` (Recompute patterns),
+    after the free per-stage choice: when its optimum is a pattern's counts it is the answer;
+    otherwise the values run from the one that covers its counts, each cut off at the best
+    time so far (a value whose first bound reaches it costs one set of tables)."""
+    start = time.perf_counter()
+    relaxed = _solve_split(c, True, time_limit_s, threads, hint, cutoff_s)
+    if relaxed.status in ("infeasible", "cutoff"):
+        return relaxed
+    emb, loss = c.outer.embedding_in_split, c.outer.loss_in_split
+    v, pp = c.outer.virtual_stages, c.pp
+    slots = c.layers + emb + loss
+    grid = stage_layer_counts(pp, v, slots, emb, loss)  # (pp, N)
+    top_n, top_c = int(grid.max()), slots // v - (pp - 1)
+    P = recompute_patterns.parameter_count(pattern, top_n, top_c)
+
+    def table(i: int) -> np.ndarray:  # (pp, N): r_s(k) under value i, indexed as grid
+        return recompute_patterns.value_counts(pattern, i, grid.T, v, emb, loss, top_n, top_c).T
+
+    first = 0
+    if relaxed.layers_per_stage is not None:
+        n, r = relaxed.layers_per_stage, relaxed.full_recompute_layers
+        if relaxed.status == "optimal" and recompute_patterns.runs(pattern, [n], [r], v, emb, loss):
+            return replace(relaxed, wall_time_s=time.perf_counter() - start)
+        first = recompute_patterns.covering_value(pattern, [n], [r], v, emb, loss)
+        hint = (n, r)
+    # the value that covers the free optimum's counts, then fewer recomputed layers, then more
+    order = itertools.chain([first], range(first - 1, -1, -1), range(first + 1, P))
+    deadline = start + time_limit_s
+    Q = quantize(c, True)
+    fit = fit_recompute_range(c, grid, Q.max_recompute)
+    lo, hi = fit
+    u = Q.recompute_time_q.reshape(pp, 1)
+
+    def beyond(t: np.ndarray, more: bool) -> np.ndarray:
+        """One table bounding every value past t's at once (more: the values above it, whose
+        counts are >= t's everywhere; else those below, <= t's): each (s, k) feasible when some
+        count on that side fits, at the count of least time (rows of infeasible get hi + 1)."""
+        if more:
+            low, high = np.maximum(t, lo), hi
+        else:
+            low, high = lo, np.minimum(t, hi)
+        return np.where(low <= high, np.where(u >= 0, low, high), hi + 1)
+
+    results, last, best_s, ended = [], None, cutoff_s, set()
+    for i in order:
+        side = None if i == first else i > first
+        if side in ended:
+            continue
+        tab_i = table(i)
+        if last is not None and np.array_equal(tab_i, last):
+            continue  # the same table as the value before it (N past every chunk, k giving equal floors)
+        last = tab_i
+        if side is not None and best_s is not None and time.perf_counter() < deadline:
+            # every value from i on in this direction at once: when that relaxation cannot beat
+            # the best time, none of them can (the bound's result stands for them)
+            whole = _solve_split(c, True, deadline - time.perf_counter(), threads, None, best_s,
+                                 recompute=beyond(tab_i, side), prepared=(Q, fit))
+            if whole.status in ("cutoff", "infeasible"):
+                results.append(whole)
+                ended.add(side)
+                continue
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            results.append(SplitResult(status="timeout", layers_per_stage=None, full_recompute_layers=None,
+                                       objective_s=None, bound_s=None, wall_time_s=0.0, backend="dp",
+                                       quantum_s=relaxed.quantum_s))
+            break
+        got = _solve_split(c, True, left, threads, hint, best_s, recompute=tab_i, prepared=(Q, fit))
+        results.append(got)
+        if got.objective_s is not None and (best_s is None or got.objective_s < best_s):
+            best_s = got.objective_s
+            hint = (got.layers_per_stage, got.full_recompute_layers)
+    return _combined(results, relaxed, start)
+
+
+def _solve_split(c: StageCoefficients, allow_full_recompute: bool = True,
+                 time_limit_s: float = 10.0, threads: int = 1,
+                 hint: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+                 cutoff_s: float | None = None, recompute: np.ndarray | None = None,
+                 prepared: tuple | None = None) -> SplitResult:
     """Best layer split (n_s, r_s) of `c` by the exact bottleneck enumeration + DP of the module
-    docstring. time_limit_s is wall-clock; threads is accepted for the backends' common
-    signature (the algorithm is sequential); hint (n, r) seeds the incumbent.
+    docstring, each stage's r chosen freely, or read from `recompute` (pp, N) (stage_tables);
+    `prepared`: (quantize(c, True), its fit_recompute_range on the grid), shared by the values
+    of one pattern.
 
     cutoff_s: only splits whose iteration time could be <= cutoff_s are of interest. The search
     starts with F_best = C = floor((cutoff_s + E) v / q) + 1 quanta: every split x with true
@@ -417,7 +559,7 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         raise ValueError(f"threads must be >= 1 and time_limit_s > 0, got {threads}, {time_limit_s}")
     deadline = start + time_limit_s
     pp, L, m, v = c.pp, c.layers, c.outer.num_micro_batches, c.outer.virtual_stages
-    Q = quantize(c, allow_full_recompute)
+    Q = quantize(c, allow_full_recompute) if prepared is None else prepared[0]
     alpha, beta = v * m - 1, v
 
     def result(status: str, k: np.ndarray | None, bound_q: float | None) -> SplitResult:
@@ -445,13 +587,12 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         return result("infeasible", None, None)
     N = slots // v
     grid = stage_layer_counts(pp, v, slots, emb, loss)
-    fit = fit_recompute_range(c, grid, Q.max_recompute)
-    tab = stage_tables(Q, fit, pp, L, v, first_stage_min_layers(c), grid)
+    fit = fit_recompute_range(c, grid, Q.max_recompute) if prepared is None else prepared[1]
+    tab = stage_tables(Q, fit, pp, L, v, first_stage_min_layers(c), grid, recompute)
     if not tab.feasible.any(axis=1).all():
         return result("infeasible", None, None)
     if Q.drain_saving_q is not None:  # a zero-bubble schedule: tau over the pacing table
         tab, alpha = zero_bubble_tables(tab, Q.drain_saving_q, grid, alpha), 1
-    search = _Search(tab, N)
     feas = tab.feasible
     taus = np.unique(tab.pace[feas])
     deltas = np.unique(tab.sync_q[feas])
@@ -471,6 +612,15 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
                 val = _value(tab, hk, alpha, beta)
                 if val < best_f:
                     best_f, best_k = val, hk
+    if best_k is None and cut_f < INF:
+        # before the hulls of _Search: T_max >= every stage's cheapest time and >= the mean
+        # stage time Lsum / pp, D_max >= every stage's cheapest sync, sum T >= Lsum
+        cheapest = np.where(feas, tab.stage_q, INF).min(axis=1)
+        tau_lb = max(int(cheapest.max()), -(-int(lsum) // pp))
+        delta_lb = int(np.where(feas, tab.sync_q, INF).min(axis=1).max())
+        if alpha * tau_lb + beta * delta_lb + lsum >= best_f:
+            return result("cutoff", None, cut_f)
+    search = _Search(tab, N)
 
     def first_feasible_tau(delta: int, i_lo: int, i_hi: int) -> int | None:
         """Smallest index i in [i_lo, i_hi] with taus[i] passing the necessary test."""
@@ -497,6 +647,10 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
         else:
             d_hi = mid
 
+    if best_k is None and cut_f < INF and alpha * int(taus[i0]) + beta * int(deltas[d_lo]) + lsum >= best_f:
+        # every split has T_max >= taus[i0], D_max >= deltas[d_lo] and sum T >= Lsum: none
+        # beats the cutoff (a pattern's value that cannot win costs no DP)
+        return result("cutoff", None, cut_f)
     seen: set[bytes] = set()
     open_bounds: list[int] = []  # bounds of the regions the time limit left unexplored
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost import schedule
+from paraplan.cost import recompute_patterns, schedule
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.plan_specs import ClusterInstance, Plan
 from paraplan.cost.specs import Instance
@@ -36,7 +36,8 @@ from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
-from paraplan.solver.space import count_splits, dualpipe_job, declared_outers, micro_batch_vectors, summarize
+from paraplan.solver.space import (count_splits, dualpipe_job, declared_outers, micro_batch_vectors,
+                                   pattern_values, recompute_rows, summarize)
 
 DEFAULT_MAX_CANDIDATES = 20_000_000
 # (split, recompute) rows of a lone class evaluated at a time
@@ -141,12 +142,25 @@ class _Rows:
     rT: np.ndarray
     splits: np.ndarray
     of: np.ndarray
+    param: np.ndarray | None = None  # (rows,) the pattern's parameter value of each row
 
 
-def _rows_of(splits: np.ndarray, recompute: bool) -> _Rows:
+def _rows_of(splits: np.ndarray, recompute, v: int = 1, slots: tuple[bool, bool] = (False, False)) -> _Rows:
     """The rows of `splits`, each split's recompute counts in _recompute_grid's order (built
-    stage-major directly: np.indices is that grid, transposed)."""
+    stage-major directly: np.indices is that grid, transposed); with a framework's pattern
+    (space.recompute_rows), one row per parameter value, in cost/recompute_patterns.options'
+    order."""
     pp = splits.shape[1]
+    if isinstance(recompute, tuple):
+        pattern, top_n, top_c = recompute
+        r = recompute_patterns.options(pattern, splits.astype(np.int64), v, *slots, top_n, top_c)  # (P, K, pp)
+        P = r.shape[0]
+        rT = np.transpose(r, (2, 1, 0)).reshape(pp, -1).astype(float)  # split-major, values inside
+        out = _Rows(nT=np.repeat(splits.T, P, axis=1), rT=rT, splits=splits,
+                    of=np.repeat(np.arange(len(splits)), P), param=np.tile(np.arange(P), len(splits)))
+        for x in (out.nT, out.rT, out.splits, out.of, out.param):
+            x.setflags(write=False)
+        return out
     if recompute:
         rT = np.concatenate([np.indices((n + 1).astype(int)).reshape(pp, -1) for n in splits], axis=1).astype(float)
         counts = np.prod(splits + 1, axis=1).astype(int)
@@ -170,7 +184,7 @@ def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool,
         splits = np.array([default_layer_split(layers, pp, v)], float)
     else:
         splits = compositions(layers, pp, v, slots)
-    return _rows_of(splits, recompute)
+    return _rows_of(splits, recompute, v, slots)
 
 
 def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bool,
@@ -184,8 +198,8 @@ def _split_row_blocks(layers: int, pp: int, v: int, uniform: bool, recompute: bo
         return
     block, size = [], 0
     for splits in _composition_blocks(layers, pp, v, STREAM_SPLITS, slots):
-        if not recompute:  # a split is a row
-            yield _rows_of(splits, recompute)
+        if not recompute or isinstance(recompute, tuple):  # a split is a row, or pattern_values rows
+            yield _rows_of(splits, recompute, v, slots)
             continue
         for n in splits:
             block.append(n)
@@ -208,7 +222,7 @@ def _rows_until(layers: int, pp: int, v: int, uniform: bool, recompute: bool, de
         if deadline is not None and time.perf_counter() > deadline:
             return None
         parts.append(splits)
-    return _rows_of(np.concatenate(parts), recompute)
+    return _rows_of(np.concatenate(parts), recompute, v, slots)
 
 
 def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: bool = False):
@@ -218,7 +232,7 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     count, (count, the mask of the rows that fit). The same arithmetic as cost/schedule.py (stage_mem_bytes, fits, stage_times_s,
     sync_times_s), element by element, on stage-major arrays."""
     c0, v = p.coeffs[0][k], p.virtual_stages
-    rows = (_split_rows(p.layers, c0.pp, v, uniform, p.allow_full_recompute, _slots(c0))
+    rows = (_split_rows(p.layers, c0.pp, v, uniform, _recompute_rows(p), _slots(c0))
             if rows is None else rows)
     col = (slice(None), None)  # a per-stage coefficient against stage-major rows
     nT, rT = rows.nT, rows.rT
@@ -227,9 +241,10 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
         mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
     ok = (mem <= c0.capacity_bytes[col]).all(axis=0) & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
-    of = rows.of
+    of, param = rows.of, rows.param
     if not keep_all:
         nT, rT, of = nT[:, ok], rT[:, ok], of[ok]
+        param = None if param is None else param[ok]
     A, S, D = [], [], []
     for cs in p.coeffs:
         c = cs[k]
@@ -240,7 +255,14 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
         else:
             A.append(t.max(axis=0)), S.append(t.sum(axis=0))
         D.append(schedule.sync_times_s(c, rows.splits).max(axis=1)[of])
-    return nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok)
+    return (nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok),
+            param)
+
+
+def _recompute_rows(p) -> bool | tuple:
+    """The recompute rows of p's classes (space.recompute_rows: the job framework's pattern)."""
+    return recompute_rows(p.allow_full_recompute, p.recompute_pattern, p.layers, p.slots, p.virtual_stages,
+                          min(p.pp(k) for k in range(p.classes)))
 
 
 def _zero_bubble_terms(p, c, t: np.ndarray, nT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -360,24 +382,27 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages, p.paired)
         v = o.virtual_stages
         if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
-            shape = (p.layers, p.coeffs[0][0].pp, v, p.allow_full_recompute, _slots(p.coeffs[0][0]))
+            shape = (p.layers, p.coeffs[0][0].pp, v, _recompute_rows(p), _slots(p.coeffs[0][0]))
             pending.setdefault(shape, []).append((i, p, mvecs, o, parts))
             if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
                 return result(False)
             continue
-        listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, p.allow_full_recompute, deadline,
+        rc = _recompute_rows(p)
+        listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, rc, deadline,
                               _slots(p.coeffs[0][k])) for k in range(p.classes)]
         if any(x is None for x in listed):
             return result(False)
         rows = [_class_rows(p, k, uniform, x) for k, x in enumerate(listed)]
-        done += len(mvecs) * math.prod(x[5] for x in rows)
-        feasible += len(mvecs) * math.prod(len(x[0]) for x in rows)
+        P = pattern_values(rc)  # with a pattern, every class takes the same value
+        done += len(mvecs) * P * math.prod(x[5] // P for x in rows)
+        feasible += len(mvecs) * (math.prod(len(x[0]) for x in rows) if P == 1 else
+                                  sum(math.prod(int((x[6] == i).sum()) for x in rows) for i in range(P)))
         bar.update(done)
         found[i] = []
         if any(len(x[0]) == 0 for x in rows):
             continue
         minima, whole = _class_minima(rows, mvecs, v, agg, weights, deadline)
-        found[i] = [(val, (o, mv, n, r, parts)) for mv, (val, n, r) in zip(mvecs, minima)]
+        found[i] = [(val, (o, mv, n, r, parts)) for mv, (val, n, r) in zip(mvecs, minima) if n is not None]
         if not whole:
             return result(False)
         fold()
@@ -392,7 +417,27 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
 def _class_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float | None):
     """(minima, whole): per micro-batch vector in order, (value, layers per class, recomputed
     layers per class) of the first minimum over every combination of the classes' rows
-    (_class_rows); whole is False when the limit passed before the last vector."""
+    (_class_rows) that share one value of the framework's pattern; whole is False when the
+    limit passed before the last vector."""
+    if rows[0][6] is None:
+        return _combined_minima(rows, mvecs, v, agg, weights, deadline)
+    best = [(math.inf, None, None)] * len(mvecs)
+    for i in range(int(max(x[6].max(initial=-1) for x in rows)) + 1):
+        sub = [tuple(y[x[6] == i] for y in x[:2]) + tuple(y[:, x[6] == i] for y in x[2:5]) + x[5:]
+               for x in rows]
+        if any(len(x[0]) == 0 for x in sub):
+            continue
+        got, whole = _combined_minima(sub, mvecs, v, agg, weights, deadline)
+        for j, g in enumerate(got):
+            if g[0] < best[j][0]:
+                best[j] = g
+        if not whole:
+            return best[:len(got)], False
+    return best, True
+
+
+def _combined_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float | None):
+    """_class_minima over every combination of the classes' rows."""
     out = []
     for mv in mvecs:
         if deadline is not None and time.perf_counter() > deadline:
@@ -400,7 +445,7 @@ def _class_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float 
         # every combination of the classes' rows at once: class k on axis k + 1
         K = len(rows)
         P = D = None
-        for k, (_, _, A, S, Dk, _) in enumerate(rows):
+        for k, (_, _, A, S, Dk, _, _) in enumerate(rows):
             shape = [A.shape[0]] + [1] * K
             shape[k + 1] = A.shape[1]
             pk = ((mv[k] - 1 / v) * A + S / v).reshape(shape)  # cost/schedule.pipeline_time_s
@@ -426,11 +471,11 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     c0, v = p0.coeffs[0][0], p0.virtual_stages
     best = [[(math.inf, None, None)] * len(mvecs) for _, mvecs in problems]
     counted, fit = [0] * len(problems), [0] * len(problems)
-    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, p0.allow_full_recompute, _slots(c0)):
+    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, _recompute_rows(p0), _slots(c0)):
         for q, (p, mvecs) in enumerate(problems):
             if deadline is not None and time.perf_counter() > deadline:
                 return None
-            n, r, A, S, D, (total, ok) = _class_rows(p, 0, uniform, block, keep_all=True)
+            n, r, A, S, D, (total, ok), _ = _class_rows(p, 0, uniform, block, keep_all=True)
             fitting = int(ok.sum())
             counted[q] += len(mvecs) * total
             fit[q] += len(mvecs) * fitting

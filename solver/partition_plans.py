@@ -294,6 +294,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     deadline (a time.perf_counter() value): past it the list stops growing, and is not whole."""
     import time
 
+    from paraplan.cost.framework_rules import recompute_pattern
     from paraplan.solver.bounds import one_class
 
     def late(i: int) -> bool:
@@ -312,7 +313,8 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
             fastest = plans[int(np.argmin(rows[:, 0] + rows[:, 1]))]
             probes.append(_plan_coefficients(inst, o, pl, fastest, reserve_bytes, net))
         for c in probes:
-            inc = None if one_class.memory_infeasible(c) else one_class.incumbent(c, allow_rc)
+            inc = (None if one_class.memory_infeasible(c) else
+                   one_class.incumbent(c, allow_rc, recompute_pattern(inst.job.framework, o.recompute)))
             if inc is not None:
                 best_u = min(best_u, inc[0])
         prepared.append((o, pl, plans, rows, meg))

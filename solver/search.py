@@ -53,7 +53,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import dualpipe, schedule
+from paraplan.cost import dualpipe, recompute_patterns, schedule
+from paraplan.cost.framework_rules import recompute_pattern
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import Breakdown, simulate
@@ -207,9 +209,41 @@ class _Candidate:
                                    self.outer.virtual_stages, self.problem.paired)
 
 
-def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
+def pattern_recompute(p: MultiClassProblem, n: list[np.ndarray]) -> list[np.ndarray] | None:
+    """Per class, the fewest fully recomputed layers per stage that make split n fit and that
+    the framework runs (one parameter value of p.recompute_pattern for every class: the first
+    that fits, the values growing in every count); None when none fits."""
     r = [one_class.fitting_recompute(c, nk, p.allow_full_recompute) for c, nk in zip(p.coeffs[0], n)]
-    if any(rk is None for rk in r):
+    if any(rk is None for rk in r) or p.recompute_pattern is RecomputePattern.PER_STAGE:
+        return None if any(rk is None for rk in r) else r
+    o, v = p.coeffs[0][0].outer, p.virtual_stages
+    top_n = max(int(np.max(nk)) for nk in n)
+    top_c = (p.slots // v) - min(p.pp(k) for k in range(p.classes)) + 1
+
+    def at(i: int) -> list[np.ndarray] | None:
+        got = [recompute_patterns.value_counts(p.recompute_pattern, i, nk, v, o.embedding_in_split,
+                                               o.loss_in_split, top_n, top_c).astype(float) for nk in n]
+        ok = all(schedule.fits(c, np.asarray(nk, float), rk) for c, nk, rk in zip(p.coeffs[0], n, got))
+        return got if ok else None
+
+    # the first value that fits, by bisection: memory falls as the counts grow (a recomputed
+    # layer frees memory, cost/memory.py), so "fits" holds from some value on; the found value
+    # is re-checked, so an incumbent always fits
+    lo, hi = 0, recompute_patterns.parameter_count(p.recompute_pattern, top_n, top_c) - 1
+    if at(hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at(mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return at(lo) or at(recompute_patterns.parameter_count(p.recompute_pattern, top_n, top_c) - 1)
+
+
+def _incumbent_for(p: MultiClassProblem, mvecs: np.ndarray, n: list[np.ndarray]):
+    r = pattern_recompute(p, n)
+    if r is None:
         return None
     A = [[float(schedule.stage_times_s(c, nk, rk).max()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
     S = [[float(schedule.stage_times_s(c, nk, rk).sum()) for c, nk, rk in zip(cs, n, r)] for cs in p.coeffs]
@@ -301,6 +335,7 @@ def problem_of(inst: ClusterInstance, o: ClassOuter, objective: str, coeffs,
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
                              objective=agg, weights=weights,
                              allow_full_recompute=inst.search.full_recompute,
+                             recompute_pattern=recompute_pattern(inst.job.framework, o.recompute),
                              virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 
@@ -391,7 +426,8 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
     for i in np.argsort(tight)[::-1]:  # the network closest to the cutoff first
         cs = p.coeffs[i]
         sr = solve_split_dp(cs[0], allow_full_recompute=p.allow_full_recompute,
-                            time_limit_s=max(deadline - time.perf_counter(), 1e-3), cutoff_s=cutoff)
+                            time_limit_s=max(deadline - time.perf_counter(), 1e-3), cutoff_s=cutoff,
+                            pattern=p.recompute_pattern)
         if sr.status == CUTOFF:
             return True
     return False
@@ -458,7 +494,7 @@ def _solve_lone_dp(p: MultiClassProblem, time_limit_s: float, hint, cutoff_s: fl
     """formulations/split_dp.py on a lone class (see _lone_dp), as the homogeneous planner
     solves a configuration: status "cutoff" when no split can be at or below `cutoff_s`."""
     sr = solve_split_dp(p.coeffs[0][0], allow_full_recompute=p.allow_full_recompute,
-                        time_limit_s=time_limit_s,
+                        time_limit_s=time_limit_s, pattern=p.recompute_pattern,
                         hint=None if hint is None else (tuple(hint[1][0]), tuple(hint[2][0])),
                         cutoff_s=cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None)
     found = sr.layers_per_stage is not None
@@ -487,13 +523,17 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
         raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
     if _lone_dp(p, backend):
         return _solve_lone_dp(p, time_limit_s, hint, cutoff_s)
+    # the framework's recompute pattern: one solve per value (formulations/recompute_choice.py)
+    from paraplan.formulations.recompute_choice import solve_over_pattern
     if backend in ("cpsat", "dp"):  # dp: the split DP for a lone class on one network only
         from paraplan.formulations.multiclass import solve_multiclass_cpsat
-        return solve_multiclass_cpsat(p, time_limit_s=time_limit_s, hint=hint)
+        return solve_over_pattern(p, lambda q, left: solve_multiclass_cpsat(q, time_limit_s=left, hint=hint),
+                                  time_limit_s)
     if backend in ("milp", "scip", "highs"):  # milp: CBC, as on a homogeneous cluster
         from paraplan.formulations.multiclass_milp import solve_multiclass_milp
-        return solve_multiclass_milp(p, time_limit_s=time_limit_s,
-                                     backend="cbc" if backend == "milp" else backend)
+        milp = "cbc" if backend == "milp" else backend
+        return solve_over_pattern(p, lambda q, left: solve_multiclass_milp(q, time_limit_s=left, backend=milp),
+                                  time_limit_s)
     raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
 
 

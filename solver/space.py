@@ -144,7 +144,9 @@ from paraplan.cost import memory
 from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
-from paraplan.cost.framework_rules import rules_for
+from paraplan.cost import recompute_patterns
+from paraplan.cost.framework_rules import recompute_pattern, rules_for
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.class_coefficients import class_outer
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
@@ -204,13 +206,38 @@ def capped_micro_batches(candidates: list[int], fits) -> list[int]:
     return kept
 
 
-def count_splits(layers: int, pp: int, v: int, full_recompute: bool, uniform: bool,
+def recompute_rows(full_recompute: bool, pattern: RecomputePattern, layers: int, slots: int, v: int,
+                   pp_min: int):
+    """How exhaustive search lists the recompute counts of one outer configuration, and how
+    count_splits counts them: False (none), True (every count on every stage: PER_STAGE), or
+    (pattern, largest stage, largest chunk), the bounds cost/recompute_patterns.options lists a
+    pattern's parameter values for, shared by the classes (one value for all of them). `slots`:
+    layers + the embedding / loss slots; pp_min: the fewest stages of a class."""
+    if not full_recompute:
+        return False
+    if pattern is RecomputePattern.PER_STAGE:
+        return True
+    top_chunk = slots // v - pp_min + 1
+    return (pattern, v * top_chunk, top_chunk)
+
+
+def pattern_values(rows) -> int:
+    """The parameter values a pattern's recompute_rows key lists (1 without a pattern)."""
+    if isinstance(rows, tuple):
+        return recompute_patterns.parameter_count(*rows)
+    return 1
+
+
+def count_splits(layers: int, pp: int, v: int, full_recompute, uniform: bool,
                  slots: tuple[bool, bool] = (False, False)) -> int:
     """Exact number of (layer split, recompute counts) pairs for one outer configuration:
     compositions of layers/v chunks into pp positive parts, times prod_s (n_s + 1) recompute
     choices; computed by dynamic programming over stages. `slots`: the embedding / loss counted
     as a layer slot (cost/pipeline_split.py): (layers + slots) / v chunks, the end stage
-    holding v k - 1 layers."""
+    holding v k - 1 layers. `full_recompute`: a recompute_rows key; with a pattern, each split
+    has one row per parameter value (pattern_values; rows that repeat are counted)."""
+    if isinstance(full_recompute, tuple):
+        return count_splits(layers, pp, v, False, uniform, slots) * pattern_values(full_recompute)
     flagged = sum(slots)
     if (layers + flagged) % v:
         return 0
@@ -815,19 +842,25 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
     # (class shapes, micro-batch, v) once (tens of thousands of outers on large instances);
     # declared_outers gives the outers of one shape one tuple object, so its id is the cheap key
     per_shape: dict[tuple, int] = {}
-    splits: dict[tuple[int, int], int] = {}  # per class: depends on (pp, v) only
+    splits: dict[tuple, int] = {}  # per class: depends on (pp, v, slots, recompute rows) only
+    dual = dualpipe_job(inst)
     for o in outers:
         v = o.virtual_stages
         paired = paired_counts(inst, o)
         slots = (o.embedding_in_split, o.loss_in_split)
-        key = (id(o.classes), o.micro_batch, v, paired, slots)
+        key = (id(o.classes), o.micro_batch, v, paired, slots, o.recompute)
         if key not in per_shape:
             per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v,
                                            paired)
+            # one value of a framework's pattern for every class (recompute_rows)
+            rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, o.recompute), L,
+                                                  L + sum(slots), v, min(c.pp for c in o.classes))
+            per *= pattern_values(rows)
+            each = False if isinstance(rows, tuple) else rows
             for c in o.classes:
-                if (c.pp, v, slots) not in splits:
-                    splits[c.pp, v, slots] = count_splits(L, c.pp, v, rc, uniform, slots)
-                per *= splits[c.pp, v, slots]
+                if (c.pp, v, slots, each) not in splits:
+                    splits[c.pp, v, slots, each] = count_splits(L, c.pp, v, each, uniform, slots)
+                per *= splits[c.pp, v, slots, each]
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
     return SpaceSummary(outer_configs=len(outers), plans_total=total)

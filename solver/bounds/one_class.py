@@ -49,7 +49,8 @@ import numpy as np
 
 from dataclasses import replace
 
-from paraplan.cost import coefficients, schedule
+from paraplan.cost import coefficients, recompute_patterns, schedule
+from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.coefficients import StageCoefficients
 
@@ -444,9 +445,38 @@ def fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute:
     return np.zeros_like(n) if schedule.fits(c, n, np.zeros_like(n)) else None
 
 
-def incumbent(c: StageCoefficients, allow_full_recompute: bool) -> tuple[float, np.ndarray, np.ndarray] | None:
-    n = even_split(c.layers, c.pp, c.outer.virtual_stages, slots_of(c))
+def pattern_fitting_recompute(c: StageCoefficients, n: np.ndarray, allow_full_recompute: bool,
+                              pattern: RecomputePattern) -> np.ndarray | None:
+    """fitting_recompute among the counts the framework's pattern runs: the first of its values
+    (cost/recompute_patterns.options, growing in every count) whose counts make split n fit."""
     r = fitting_recompute(c, n, allow_full_recompute)
+    if r is None or pattern is RecomputePattern.PER_STAGE or not r.any():
+        return r
+    o = c.outer
+    top_n = int(np.max(n))
+    top_c = (c.layers + o.embedding_in_split + o.loss_in_split) // o.virtual_stages - c.pp + 1
+
+    def fitting(i: int) -> np.ndarray | None:
+        got = recompute_patterns.value_counts(pattern, i, n, o.virtual_stages, o.embedding_in_split,
+                                              o.loss_in_split, top_n, top_c).astype(float)
+        return got if schedule.fits(c, np.asarray(n, float), got) else None
+
+    # the first value that fits, by bisection (memory falls as the counts grow; re-checked)
+    lo, hi = 0, recompute_patterns.parameter_count(pattern, top_n, top_c) - 1
+    if fitting(hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if fitting(mid) is None else (lo, mid)
+    return fitting(lo) if fitting(lo) is not None else fitting(
+        recompute_patterns.parameter_count(pattern, top_n, top_c) - 1)
+
+
+def incumbent(c: StageCoefficients, allow_full_recompute: bool,
+              pattern: RecomputePattern = RecomputePattern.PER_STAGE) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The even split with the fewest recomputed layers that fit and that `pattern` runs."""
+    n = even_split(c.layers, c.pp, c.outer.virtual_stages, slots_of(c))
+    r = pattern_fitting_recompute(c, n, allow_full_recompute, pattern)
     return None if r is None else (float(schedule.iteration_time_s(c, n, r)), n, r)
 
 

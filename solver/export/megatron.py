@@ -138,8 +138,10 @@ def _recompute(d: Deviations) -> None:
         return
     # --recompute-method block recomputes the first N layers of every model chunk (one chunk
     # per stage, v with interleaving), so stage s gets the sum over its chunks of min(N, chunk
-    # layers). The least N that reaches every stage's planned count recomputes at least it on
-    # every stage, and exactly it when the stages that need fewer have no more layers than that.
+    # layers). A plan made for Megatron-LM holds such counts (cost/recompute_patterns.py; a plan
+    # file that does not is refused by check_against), and the least N that gives them is
+    # emitted as planned. Only a plan made for another framework (DeepSpeed's per-stage counts,
+    # torchtitan's every k-th block) can need more: the least N that reaches every stage's count.
     per_chunk = _recompute_per_chunk(p)
     got = tuple(sum(min(per_chunk, c) for c in row) for row in p.chunk_layers)
     if got != r:

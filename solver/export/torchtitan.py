@@ -398,6 +398,8 @@ def _activation_checkpoint(d: Deviations) -> None:
         selective = False
     if not any(r) or r == n:
         return
+    # a plan made for torchtitan holds every k-th block's counts (cost/recompute_patterns.py;
+    # check_against refuses a plan file that does not); one made for another framework may not
     for k in range(2, max(n) + 1):
         if all(x // k == y for x, y in zip(n, r)):
             if selective:

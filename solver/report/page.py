@@ -149,12 +149,15 @@ def memory_figure(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> bytes:
 # --- section 4: frontier ---------------------------------------------------------------------
 
 def frontier_points(inst: Instance, coeffs: list[StageCoefficients]) -> list[FrontierPoint]:
-    """Each outer configuration's even split with the fewest fully recomputed layers that fit
-    (solver.one_class.incumbent); configurations where that split does not fit are left out."""
+    """Each outer configuration's even split with the fewest fully recomputed layers that fit,
+    among the counts the job's framework runs (solver.one_class.incumbent); configurations where
+    that split does not fit are left out."""
+    from paraplan.cost.framework_rules import recompute_pattern
     tokens = inst.job.global_batch * inst.model.seq_len
     out = []
     for c in coeffs:
-        inc = one_class.incumbent(c, inst.search.full_recompute)
+        inc = one_class.incumbent(c, inst.search.full_recompute,
+                                  recompute_pattern(inst.job.framework, c.outer.recompute))
         if inc is None:
             continue
         t, n, r = inc

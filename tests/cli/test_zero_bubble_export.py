@@ -9,6 +9,7 @@ import pytest
 
 from export_support import GOLDENS, ROOT, llama405_v2, zbv_split
 from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Framework
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
 from paraplan.solver.export import to_torchtitan
@@ -54,12 +55,13 @@ def test_llama3_405b_exports_zbv_with_its_chunks_as_a_v():
 
 
 def test_llama3_70b_exports_interleaved_zero_bubble():
-    # pp 4, v 5: ZBV needs exactly 2 stages per rank, so the interleaved zero-bubble schedule
+    # pp 4, v 10 (v 5 with [1, 0, 0, 0] recomputed before Megatron's one N was the rule): ZBV
+    # needs exactly 2 stages per rank, so the interleaved zero-bubble schedule; 2 layers a chunk
     inst, plan = golden("instances/llama3-70b-512xH100.yaml")
     par = tomllib.loads(to_torchtitan(inst, plan).text)["parallelism"]
-    assert plan.virtual_stages == 5
+    assert plan.virtual_stages == 10
     assert par["pipeline_parallel_schedule"] == "InterleavedZeroBubble"
-    assert [layers_of(p)[0] for p in par["module_fqns_per_model_part"]][:2] == [0, 4]
+    assert [layers_of(p)[0] for p in par["module_fqns_per_model_part"]][:2] == [0, 2]
 
 
 def test_one_stage_per_rank_keeps_1f1b():
@@ -122,3 +124,30 @@ def test_the_proof_names_the_schedules_it_leaves_out_for_torchtitan(tmp_path):
     path = tmp_path / "tt.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert ZERO_BUBBLE_NOT_COVERED in not_covered(ClusterInstance.one_group(load_instance(path)))
+
+
+@pytest.mark.slow
+def test_llama3_70b_planned_for_torchtitan_exports_as_planned():
+    """Issue 34: planned for torchtitan on 512 H100, the optimum recomputed one layer on stage 0
+    only ([1, 0, 0, 0] of [20, 20, 20, 20]), which torchtitan cannot run, so its export was
+    refused as planned (mode "full", 25% slower). The planner now offers only counts torchtitan
+    runs (cost/recompute_patterns.py: every k-th block of a rank), so the optimum exports with
+    no deviation and its activation_checkpoint section gives the planned counts."""
+    from paraplan.cost.recompute_patterns import RecomputePattern, runs
+    from paraplan.solver.solve import solve
+    inst = load_instance(ROOT / "instances" / "llama3-70b-512xH100.yaml")
+    inst = dataclasses.replace(inst, job=dataclasses.replace(inst.job, framework=Framework.TORCHTITAN))
+    res = solve(inst)
+    p = res.plan
+    assert runs(RecomputePattern.EVERY_KTH, [p.layers_per_stage], [p.full_recompute_layers], p.virtual_stages)
+    out = to_torchtitan(inst, p)
+    assert out.unsupported == []
+    ac = tomllib.loads(out.text)["activation_checkpoint"]
+    n, r = p.layers_per_stage, p.full_recompute_layers
+    if ac["mode"] == "none":
+        assert not any(r)
+    elif ac["mode"] == "full":
+        assert r == n
+    else:  # every k-th block of a rank: floor(n_s / k) on stage s
+        k = int(ac["selective_ac_option"])
+        assert tuple(x // k for x in n) == r

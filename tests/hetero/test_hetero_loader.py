@@ -247,19 +247,21 @@ def test_event_with_iterations_and_a_nic_change_keeps_explicit_links():
 
 # --- plans ---------------------------------------------------------------------------------
 
-TINY_PLAN = {"tp": 4, "micro_batch": 1, "recompute": "selective", "zero": 1, "family": "stage",
+# full_recompute_layers [1, 1]: Megatron-LM's --recompute-num-layers 1 on both stages (its one
+# granularity: no selective recompute beside it)
+TINY_PLAN = {"tp": 4, "micro_batch": 1, "recompute": "none", "zero": 1, "family": "stage",
              "classes": [{"replicas": 2, "stages": ["a100", "h100"], "num_micro_batches": 16,
-                          "layers_per_stage": [3, 5], "full_recompute_layers": [1, 0]}]}
+                          "layers_per_stage": [3, 5], "full_recompute_layers": [1, 1]}]}
 
 
 def test_plan_round_trip(tmp_path):
     inst = load_cluster_instance(TINY)
     plan = class_plan_from_mapping(TINY_PLAN, inst, "p.yaml")
-    assert plan == Plan(tp=4, micro_batch=1, recompute=Recompute.SELECTIVE, zero=1,
+    assert plan == Plan(tp=4, micro_batch=1, recompute=Recompute.NONE, zero=1,
                               classes=(ReplicaClass(replicas=2, stage_groups=(0, 1),
                                                     num_micro_batches=16,
                                                     layers_per_stage=(3, 5),
-                                                    full_recompute_layers=(1, 0)),))
+                                                    full_recompute_layers=(1, 1)),))
     out = class_plan_to_mapping(plan, inst)
     assert out["classes"][0]["stages"] == ["a100", "h100"]
     path = tmp_path / "plan.yaml"

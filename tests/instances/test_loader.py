@@ -284,17 +284,18 @@ def test_recompute_full_maps_to_none_plus_every_layer():
 
 def test_recompute_full_with_explicit_layer_counts():
     inst = load_instance(TINY)
+    # [2, 2] of [4, 4]: Megatron-LM's --recompute-num-layers 2 (cost/recompute_patterns.py)
     plan = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2,
-                              "recompute": "full", "full_recompute_layers": [2, 0]}, inst)
-    assert plan.recompute is Recompute.NONE and plan.full_recompute_layers == (2, 0)
+                              "recompute": "full", "full_recompute_layers": [2, 2]}, inst)
+    assert plan.recompute is Recompute.NONE and plan.full_recompute_layers == (2, 2)
 
 
 ROUND_TRIP_PLANS = [
     Plan.flat(tp=2, pp=2, dp=2, micro_batch=1, num_micro_batches=16, layers_per_stage=(4, 4),
          full_recompute_layers=(0, 0)),
+    # v = 2 chunks of 1 and 3 layers: --recompute-num-layers 1 recomputes 2 on each stage
     Plan.flat(tp=2, pp=2, dp=2, micro_batch=2, num_micro_batches=8, sequence_parallel=True,
-         recompute=Recompute.SELECTIVE, zero=1, virtual_stages=2, layers_per_stage=(2, 6),
-         full_recompute_layers=(2, 1)),
+         zero=1, virtual_stages=2, layers_per_stage=(2, 6), full_recompute_layers=(2, 2)),
     Plan.flat(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8, layers_per_stage=(5, 3),
          full_recompute_layers=(5, 3)),  # every layer fully recomputed: written as 'full'
     Plan.flat(tp=1, pp=2, dp=4, micro_batch=1, num_micro_batches=8, recompute=Recompute.SELECTIVE,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paraplan.cost.errors import InstanceError
+from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.loader import load_instance, plan_file_mapping, plan_to_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Attention, Framework, Mlp, Precision, Recompute
@@ -407,11 +407,20 @@ def test_megatron_other_accounted_split_uses_the_layout():
 
 def test_megatron_block_recompute_counts_uneven_chunks():
     # stage 0 of [3, 4, 4, 3] holds chunks of 1 and 2 layers: --recompute-num-layers 1
-    # recomputes the first layer of every chunk, 2 on every stage (stage 3: chunks 2 and 1)
-    plan = accounted_plan([3, 4, 4, 3], full=[1, 0, 0, 0])
+    # recomputes the first layer of every chunk, 2 on every stage (stage 3: chunks 2 and 1),
+    # which the plan states and the export writes as planned
+    plan = accounted_plan([3, 4, 4, 3], full=[2, 2, 2, 2])
     args, _, unsupported = megatron_args(SMALL14, plan)
     assert args["--recompute-num-layers"] == "1"
-    assert mentions(unsupported, "[2, 2, 2, 2]")
+    assert unsupported == []
+
+
+def test_megatron_refuses_per_stage_recompute_counts():
+    # [1, 0, 0, 0]: no N gives it (N = 1 already recomputes 2 on every stage): the plan is
+    # refused before any export, with what Megatron-LM runs
+    plan = accounted_plan([3, 4, 4, 3], full=[1, 0, 0, 0])
+    with pytest.raises(ConfigError, match="one --recompute-num-layers N"):
+        megatron_args(SMALL14, plan)
 
 
 def test_torchtitan_non_uniform_split_is_exact():
@@ -554,22 +563,31 @@ def test_interleaved_uneven_chunks():
 
 # --- per-stage recompute counts ------------------------------------------------------------
 
-def test_megatron_differing_recompute_counts_emit_the_max_and_report_them():
+def test_per_stage_recompute_counts_are_refused_where_the_framework_cannot_run_them():
+    # [3, 2, 1, 0] of [3, 3, 3, 3]: Megatron's N recomputes min(N, 3) on every stage and
+    # torchtitan's k floor(3 / k) on every stage, equal counts either way: check_against
+    # refuses the plan file before any export, with what the framework runs
     plan = small_plan([3, 3, 3, 3], full=[3, 2, 1, 0])
-    args, _, unsupported = megatron_args(SMALL, plan)
-    assert (args["--recompute-granularity"], args["--recompute-method"],
-            args["--recompute-num-layers"]) == ("full", "block", "3")
-    assert mentions(unsupported, "[3, 2, 1, 0]", "[3, 3, 3, 3]")
+    with pytest.raises(ConfigError, match="one --recompute-num-layers N"):
+        megatron_args(SMALL, plan)
+    titan = with_framework(SMALL_SW, Framework.TORCHTITAN)
+    with pytest.raises(ConfigError, match="every k-th block"):
+        torchtitan_config(titan, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0], zero=3))
 
 
-def test_torchtitan_differing_recompute_counts_fall_back_to_full():
-    cfg, unsupported = torchtitan_config(SMALL_SW, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0], zero=3))
+def test_a_megatron_plan_exported_to_torchtitan_falls_back_to_full():
+    # N = 3 on [2, 6] recomputes [2, 3] (Megatron runs it); torchtitan's floor(n / k) gives 2 on
+    # stage 0 only with k = 1, which recomputes all 6 on stage 1: emitted mode "full"
+    plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[2, 6], full=[2, 3])
+    cfg, unsupported = torchtitan_config(TINY_SW, plan)
     assert cfg["activation_checkpoint"] == {"mode": "full"}
-    assert mentions(unsupported, "[3, 2, 1, 0]")
+    assert mentions(unsupported, "[2, 3]")
 
 
 def test_deepspeed_recompute_section_and_note():
-    cfg, unsupported, notes = deepspeed_config(SMALL, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0]))
+    # DeepSpeed's layers checkpoint themselves (cost/framework_rules.py): any per-stage count
+    deep = with_framework(SMALL, Framework.DEEPSPEED)
+    cfg, unsupported, notes = deepspeed_config(deep, small_plan([3, 3, 3, 3], full=[3, 2, 1, 0]))
     assert cfg["activation_checkpointing"]["partition_activations"] is False  # no sequence parallel
     assert unsupported == [] and mentions(notes, "[3, 2, 1, 0]")
 
@@ -591,25 +609,33 @@ def test_every_kth_layer_recompute():
     assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
 
 
-@pytest.mark.parametrize("full, per_chunk, exact", [([2, 2], "1", True), ([3, 3], "2", False),
-                                                    ([4, 4], "2", True)])
-def test_megatron_recompute_count_is_per_model_chunk(full, per_chunk, exact):
+@pytest.mark.parametrize("full, per_chunk", [([2, 2], "1"), ([4, 4], "2")])
+def test_megatron_recompute_count_is_per_model_chunk(full, per_chunk):
     # v = 2, 4 layers per stage = 2 chunks of 2: N per chunk recomputes 2 * min(N, 2) per stage.
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, virtual_stages=2,
                      layers=[4, 4], full=full)
     args, _, unsupported = megatron_args(TINY, plan)
     assert args["--recompute-num-layers"] == per_chunk
-    assert (unsupported == []) is exact
-    if not exact:
-        assert mentions(unsupported, str(full), "per model chunk")
+    assert unsupported == []
 
 
-def test_selective_with_full_layers_is_reported():
+def test_megatron_refuses_an_odd_count_on_two_chunks():
+    # 3 of 4 layers in 2 chunks of 2: 2 min(N, 2) is 0, 2 or 4, never 3
+    plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, virtual_stages=2,
+                     layers=[4, 4], full=[3, 3])
+    with pytest.raises(ConfigError, match="first min"):
+        megatron_args(TINY, plan)
+
+
+def test_selective_beside_some_full_layers_is_refused():
+    # Megatron-LM's --recompute-granularity is full or selective: 1 of 4 layers fully
+    # recomputed beside selective recompute of the others runs nowhere; all 4 runs (as full)
     plan = make_plan(tp=2, dp=2, micro_batch=2, num_micro_batches=8, layers=[4, 4], full=[1, 1],
                      recompute=Recompute.SELECTIVE)
-    args, _, unsupported = megatron_args(TINY, plan)
-    assert args["--recompute-granularity"] == "full"
-    assert mentions(unsupported, "selective recompute")
+    with pytest.raises(ConfigError, match="granularity takes one value"):
+        megatron_args(TINY, plan)
+    args, _, unsupported = megatron_args(TINY, plan.replace_flat(full_recompute_layers=(4, 4)))
+    assert args["--recompute-granularity"] == "full" and args["--recompute-num-layers"] == "4"
 
 
 def test_all_layers_recomputed():
