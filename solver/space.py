@@ -150,8 +150,10 @@ from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
+                                           stage_replicas, stage_representatives, stage_shapes,
                                            tp_choices)
 from paraplan.solver.class_partitions import partition_count
+from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
 MAX_MICRO_BATCH_VECTORS = 5_000_000
@@ -254,7 +256,175 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
     tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp), embedding / loss
     slots) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
-    m, s, gb = inst.model, inst.search, inst.job.global_batch
+    return [o for b in declared_blocks(inst, families, groups, uniform) for o in b.outers()]
+
+
+@dataclass(frozen=True)
+class OuterBlock:
+    """The outer configurations of one class layout (family, groups, tp per group, cp, class
+    shapes) at one micro-batch size, not yet listed: consecutive in declared_outers' order, so
+    that a search may bound a block (solver/bounds/layouts.py) and list only those that can win,
+    each in its place. `modes`: what the listing reads per completion (see outers())."""
+
+    family: str
+    classes: tuple
+    tp: int
+    group_tp: tuple
+    cp: int
+    micro_batch: int
+    vs: tuple  # the v values some (sp, ZeRO) admits here
+    modes_left: tuple  # (sp, zero, admitted v values)
+    recompute: tuple  # base recompute modes
+    layouts: dict  # sp -> [(ep, etp)]
+    slots_of_v: dict  # v -> [(embedding_in_split, loss_in_split)]
+    paired: dict  # ep -> whether the all-to-all overlap pairs micro-batches
+    unpaired: bool
+
+    def specs(self):
+        """(sp, zero, v, recompute, ep, etp, embedding_in_split, loss_in_split) of each outer, in
+        order (what outers() builds, without building it)."""
+        for sp, zero, admitted in self.modes_left:
+            for v in self.vs:
+                if v not in admitted:
+                    continue
+                for rc, (ep, etp), (emb, loss) in itertools.product(
+                        self.recompute, self.layouts[sp], self.slots_of_v[v]):
+                    if v == 1 and self.unpaired and self.paired[ep]:
+                        continue  # no counts of >= 2 on its pp = 1 classes
+                    yield sp, zero, v, rc, ep, etp, emb, loss
+
+    def outers(self) -> list[ClassOuter]:
+        return [self.outer(*x) for x in self.specs()]
+
+    def outer(self, sp: bool, zero: int, v: int, rc, ep: int, etp, emb: bool, loss: bool) -> ClassOuter:
+        return ClassOuter(tp=self.tp, cp=self.cp, micro_batch=self.micro_batch, sequence_parallel=sp,
+                          recompute=rc, zero=zero, virtual_stages=v, classes=self.classes,
+                          family=self.family, ep=ep, etp=etp, group_tp=self.group_tp,
+                          embedding_in_split=emb, loss_in_split=loss)
+
+
+def declared_blocks(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+                    groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[OuterBlock]:
+    """declared_outers in blocks (OuterBlock), in its order; a DualPipe job's blocks list only
+    the configurations DualPipe runs (declared_outers filters them)."""
+    out: list[OuterBlock] = [blk for part in declared_partials(inst, families, groups, uniform)
+                             for blk in part.blocks()]
+    if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
+        out = [_DualPipeBlock(inst, b) for b in out]
+    return out
+
+
+@dataclass
+class _Listing:
+    """What the listing of one instance reads once (declared_partials): the subsets, the
+    recompute modes, the framework's rules and the micro-batch caps' memory bounds."""
+
+    inst: ClusterInstance
+    uniform: bool
+    modes: tuple
+    rules: object
+    bound_memo: dict = field(default_factory=dict)
+    invariants: dict = field(default_factory=dict)  # shape_blocks' reads of a layout's degrees
+
+    def shape_blocks(self, family: str, tpg: dict[int, int], cp: int, shapes) -> list[OuterBlock]:
+        """The blocks (one per micro-batch size) of one class layout, in declared order."""
+        inst, uniform = self.inst, self.uniform
+        gb = inst.job.global_batch
+        # ClassOuter's tp: the first stage's group's; group_tp where they differ
+        tp = tpg[shapes[0].stage_groups[0]]
+        tps = tuple(sorted(set(tpg.values())))
+        group_tp = tuple(sorted(tpg.items())) if len(tps) > 1 else ()
+        # all but the micro-batch sizes reads the classes' replicas and depths only: read once
+        # for the layouts that share them (the orders of a stage-wise pipeline, its last group's
+        # representatives in declared_partials)
+        key = (family, tp, tps, cp, tuple((c.replicas, c.pp) for c in shapes))
+        got = self.invariants.get(key)
+        if got is None:
+            got = self.invariants[key] = self._invariants(tp, tps, group_tp, cp, shapes)
+        layouts, slots_of_v, modes_left, paired, per_mb = got
+        out = []
+        for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, self.bound_memo):
+            if mb not in per_mb:
+                vs_all = [v for v in slots_of_v]
+                vs = tuple(v for v in vs_all if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v))
+                # no counts of >= 2 on its pp = 1 classes (read only where needed)
+                unpaired = (any(paired.values()) and 1 in vs
+                            and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
+                per_mb[mb] = (vs, unpaired)
+            vs, unpaired = per_mb[mb]
+            out.append(OuterBlock(family, shapes, tp, group_tp, cp, mb, vs, modes_left, self.modes,
+                                  layouts, slots_of_v, paired, unpaired))
+        return out
+
+    def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
+        """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
+        ep, {}: the micro-batch sizes' v values, filled in by shape_blocks) of a layout."""
+        inst, uniform, rules = self.inst, self.uniform, self.rules
+        m, s = inst.model, inst.search
+        replicas = sum(c.replicas for c in shapes)
+        # an expert group lies inside one class's tp x dp x cp ranks
+        # (cost/space_rules.expert_layouts: (ep, etp) pairs)
+        ranks = math.gcd(*(c.replicas * cp for c in shapes))
+        # with a tp per group, experts split as each group's tp (etp = tp): a
+        # folded etp would need an expert layout per group
+        layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
+                        if etp is None or not group_tp]
+                   for sp in s.sequence_parallel}
+        vs_all = virtual_stage_values(inst, shapes)
+        # the uniform-split baseline keeps the even split of whole chunks
+        slots_of_v = {v: [x for x in slot_modes_of(inst, shapes, v) if not (uniform and any(x))]
+                      for v in vs_all}
+        slots_of_v = {v: x for v, x in slots_of_v.items() if x}
+        vs_all = list(slots_of_v)
+        pps = {c.pp for c in shapes}
+        # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size:
+        # read once per shape, not per micro-batch size (0.1 s of GPT-3's listing)
+        modes_left = []  # (sp, zero, the v admitted with them)
+        for sp in s.sequence_parallel:
+            if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0) for t in tps):
+                continue
+            for zero in s.zero:
+                if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                    continue
+                modes_left.append((sp, zero, {v for v in vs_all if all(
+                    rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
+                    for pp in pps for t in tps)}))
+        paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
+                  for lay in layouts.values() for ep, _ in lay}
+        return layouts, slots_of_v, tuple(modes_left), paired, {}
+
+
+@dataclass
+class Partial:
+    """A partial layout: the family, the groups used, their tp and cp, and for the stage family
+    the replicas dp (of the other families one class layout), with its class layouts not yet listed (blocks() lists them, in declared
+    order; consecutive in declared_outers). `reps`: (orders, blocks) of representative layouts,
+    each standing for `orders` layouts whose blocks list as many outers, mode for mode: a
+    stage-wise pipeline through the groups in every order is represented by one order per last
+    group (of the order, the micro-batch cap reads only the last stage's group and the set of
+    groups, micro_batch_values; the modes, v and slots read the depth); of the other families
+    each layout stands for itself (solver/bounds/layouts.py bounds each)."""
+
+    listing: _Listing
+    family: str
+    used: tuple[int, ...]
+    tpg: dict
+    cp: int
+    dp: int | None
+    reps: list
+
+    def blocks(self) -> list[OuterBlock]:
+        lst = self.listing
+        if self.dp is None:  # the reps are the layouts themselves
+            return [blk for _, blks in self.reps for blk in blks]
+        return [blk for shapes in stage_shapes(lst.inst, self.tpg, self.used, self.cp, self.dp)
+                for blk in lst.shape_blocks(self.family, self.tpg, self.cp, shapes)]
+
+
+def declared_partials(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+                      groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[Partial]:
+    """The declared space as partial layouts (Partial), in declared_outers' order."""
+    s = inst.search
     G = len(inst.cluster.groups)
     check_layouts(inst)
     if groups is not None:
@@ -264,72 +434,31 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
     else:
         subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
     flash = inst.job.attention is Attention.FLASH
-    modes = list(s.recompute[:1] if flash else s.recompute)
-    rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-    out: list[ClassOuter] = []
-    bound_memo: dict = {}  # micro_batch_values' memory bounds, shared by the shapes
+    lst = _Listing(inst, uniform, tuple(s.recompute[:1] if flash else s.recompute),
+                   rules_for(inst.job.framework, inst.job.optimizer))  # the optimizer narrows ZeRO
+    out: list[Partial] = []
     for family in families:
         for used in subsets:
-            for tpg, cp in ((t, c) for t in tp_choices(inst, used, family)
-                            for c in cp_values(inst, used, t)):
-                tps = sorted(set(tpg.values()))
-                for shapes in class_shapes(inst, tpg, used, family, cp):
-                    # ClassOuter's tp: the first stage's group's; group_tp where they differ
-                    tp = tpg[shapes[0].stage_groups[0]]
-                    group_tp = tuple(sorted(tpg.items())) if len(tps) > 1 else ()
-                    replicas = sum(c.replicas for c in shapes)
-                    # an expert group lies inside one class's tp x dp x cp ranks
-                    # (cost/space_rules.expert_layouts: (ep, etp) pairs)
-                    ranks = math.gcd(*(c.replicas * cp for c in shapes))
-                    # with a tp per group, experts split as each group's tp (etp = tp): a
-                    # folded etp would need an expert layout per group
-                    layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
-                                    if etp is None or not group_tp]
-                               for sp in s.sequence_parallel}
-                    vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
-                    # the uniform-split baseline keeps the even split of whole chunks
-                    slots_of_v = {v: [x for x in slot_modes_of(inst, shapes, v) if not (uniform and any(x))]
-                                  for v in vs_all}
-                    vs_all = [v for v in vs_all if slots_of_v[v]]
-                    pps = {c.pp for c in shapes}
-                    # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size:
-                    # read once per shape, not per micro-batch size (0.1 s of GPT-3's listing)
-                    modes_left = []  # (sp, zero, the v admitted with them)
-                    for sp in s.sequence_parallel:
-                        if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
-                               for t in tps):
-                            continue
-                        for zero in s.zero:
-                            if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
-                                continue
-                            modes_left.append((sp, zero, {v for v in vs_all if all(
-                                rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
-                                for pp in pps for t in tps)}))
-                    paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
-                              for lay in layouts.values() for ep, _ in lay}
-                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, bound_memo):
-                        vs = [v for v in vs_all
-                              if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
-                        # no counts of >= 2 on its pp = 1 classes (read only where needed)
-                        unpaired = (any(paired.values()) and 1 in vs
-                                    and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
-                        for sp, zero, admitted in modes_left:
-                            for v in vs:
-                                if v not in admitted:
-                                    continue
-                                for rc, (ep, etp), (emb, loss) in itertools.product(
-                                        modes, layouts[sp], slots_of_v[v]):
-                                    if v == 1 and unpaired and paired[ep]:
-                                        continue  # no counts of >= 2 on its pp = 1 classes
-                                    out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
-                                                           sequence_parallel=sp, recompute=rc,
-                                                           zero=zero, virtual_stages=v,
-                                                           classes=shapes, family=family, ep=ep,
-                                                           etp=etp, group_tp=group_tp,
-                                                           embedding_in_split=emb, loss_in_split=loss))
-    if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
-        out = [o for o in out if _dualpipe_runs(inst, o)]
+            for tpg, cp in ((t, c) for t in tp_choices(inst, used, family) for c in cp_values(inst, used, t)):
+                if family != "stage":  # each layout its own
+                    out += [Partial(lst, family, used, tpg, cp, None, [(1, lst.shape_blocks(family, tpg, cp, shapes))])
+                            for shapes in class_shapes(inst, tpg, used, family, cp)]
+                    continue
+                for dp in stage_replicas(inst, tpg, used, cp):
+                    reps = [(n, lst.shape_blocks(family, tpg, cp, shapes))
+                            for n, shapes in stage_representatives(inst, tpg, used, cp, dp)]
+                    out.append(Partial(lst, family, used, tpg, cp, dp, reps))
     return out
+
+
+class _DualPipeBlock:
+    """An OuterBlock of a DualPipe job: its outers those DualPipe runs (declared_outers)."""
+
+    def __init__(self, inst: ClusterInstance, block: OuterBlock) -> None:
+        self.inst, self.block = inst, block
+
+    def outers(self) -> list[ClassOuter]:
+        return [o for o in self.block.outers() if _dualpipe_runs(self.inst, o)]
 
 
 def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
@@ -789,6 +918,45 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
     return SpaceSummary(outer_configs=len(outers), plans_total=total)
+
+
+def summarize_partials(inst: ClusterInstance, partials: list[Partial]) -> SpaceSummary:
+    """summarize(inst, declared_outers(...)) read from the partial layouts' representatives
+    (Partial.reps), without listing the layouts they stand for."""
+    outers = total = 0
+    for part in partials:
+        for n, blocks in part.reps:
+            x = summarize_blocks(inst, blocks)
+            outers += n * x.outer_configs
+            total += n * x.plans_total
+    return SpaceSummary(outer_configs=outers, plans_total=total)
+
+
+def summarize_blocks(inst: ClusterInstance, blocks: list[OuterBlock]) -> SpaceSummary:
+    """summarize(inst, [every outer of `blocks`]) read from the blocks' specs (OuterBlock.specs),
+    without listing the outers. Per-operator partitions are not counted (partition_count reads
+    each outer): searches with them list every block."""
+    if partitions_enabled(inst):
+        raise ValueError("summarize_blocks does not count layer-plan combinations: use summarize")
+    L, rc, gb = inst.model.layers, inst.search.full_recompute, inst.job.global_batch
+    outers = total = 0
+    per_shape: dict[tuple, int] = {}
+    splits: dict[tuple, int] = {}
+    for b in blocks:
+        for _, _, v, _, ep, _, emb, loss in b.specs():
+            outers += 1
+            paired = pairs_unpipelined_micro_batches(inst.job, ep)
+            key = (b.classes, b.micro_batch, v, paired, (emb, loss))
+            per = per_shape.get(key)
+            if per is None:
+                per = count_micro_batch_splits(b.classes, gb // b.micro_batch, False, v, paired)
+                for c in b.classes:
+                    if (c.pp, v, (emb, loss)) not in splits:
+                        splits[c.pp, v, (emb, loss)] = count_splits(L, c.pp, v, rc, False, (emb, loss))
+                    per *= splits[c.pp, v, (emb, loss)]
+                per_shape[key] = per
+            total += per
+    return SpaceSummary(outer_configs=outers, plans_total=total)
 
 
 def one_group_outers(inst: Instance) -> list[Outer]:
