@@ -574,8 +574,7 @@ class _Partials:
         partials = declared_partials(inst, families, groups)
         memo: dict = {}
         bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo)
-        sizes = [sum(n * sum(1 for blk in blks for _ in blk.specs()) for n, blks in part.reps)
-                 for part in partials]
+        sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
         return cls(partials, bounds, sizes, summarize_partials(inst, partials), memo)
 
 

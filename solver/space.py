@@ -279,6 +279,7 @@ class OuterBlock:
     slots_of_v: dict  # v -> [(embedding_in_split, loss_in_split)]
     paired: dict  # ep -> whether the all-to-all overlap pairs micro-batches
     unpaired: bool
+    tally: "Tally"  # what specs() lists, counted (shared by the blocks of equal modes)
 
     def specs(self):
         """(sp, zero, v, recompute, ep, etp, embedding_in_split, loss_in_split) of each outer, in
@@ -296,11 +297,55 @@ class OuterBlock:
     def outers(self) -> list[ClassOuter]:
         return [self.outer(*x) for x in self.specs()]
 
+    def tp_of(self, group: int) -> int:
+        """The tensor-parallel degree of the stages on `group` (ClassOuter.tp_of)."""
+        return dict(self.group_tp).get(group, self.tp)
+
     def outer(self, sp: bool, zero: int, v: int, rc, ep: int, etp, emb: bool, loss: bool) -> ClassOuter:
         return ClassOuter(tp=self.tp, cp=self.cp, micro_batch=self.micro_batch, sequence_parallel=sp,
                           recompute=rc, zero=zero, virtual_stages=v, classes=self.classes,
                           family=self.family, ep=ep, etp=etp, group_tp=self.group_tp,
                           embedding_in_split=emb, loss_in_split=loss)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What an OuterBlock's specs() lists, without listing it: how many outers per (v, ep,
+    embedding_in_split, loss_in_split) (those are all summarize reads of an outer beside its
+    classes and micro-batch), the sequence-parallel flags, ZeRO stages, v values and embedding /
+    loss slots that occur, each in order of first occurrence, and the first spec."""
+
+    counts: dict
+    sps: tuple
+    zeros: tuple
+    vslots: tuple  # (v, embedding_in_split, loss_in_split)
+    first: tuple | None
+
+    @property
+    def outers(self) -> int:
+        return sum(self.counts.values())
+
+    @classmethod
+    def of(cls, block_fields: tuple) -> "Tally":
+        counts: dict = {}
+        sps, zeros, vslots = {}, {}, {}
+        first = None
+        modes_left, vs, recompute, layouts, slots_of_v, paired, unpaired = block_fields
+        for sp, zero, admitted in modes_left:
+            for v in vs:
+                if v not in admitted:
+                    continue
+                for ep, etp in layouts[sp]:
+                    if v == 1 and unpaired and paired[ep]:
+                        continue  # as specs()
+                    for emb, loss in slots_of_v[v]:
+                        if not recompute:
+                            continue
+                        if first is None:
+                            first = (sp, zero, v, recompute[0], ep, etp, emb, loss)
+                        counts[v, ep, emb, loss] = counts.get((v, ep, emb, loss), 0) + len(recompute)
+                        sps[sp] = zeros[zero] = vslots[v, emb, loss] = None
+        return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first)
 
 
 def declared_blocks(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
@@ -337,7 +382,7 @@ class _Listing:
         # all but the micro-batch sizes reads the classes' replicas and depths only: read once
         # for the layouts that share them (the orders of a stage-wise pipeline, its last group's
         # representatives in declared_partials)
-        key = (family, tp, tps, cp, tuple((c.replicas, c.pp) for c in shapes))
+        key = (tp, tps, cp, tuple((c.replicas, c.pp) for c in shapes))
         got = self.invariants.get(key)
         if got is None:
             got = self.invariants[key] = self._invariants(tp, tps, group_tp, cp, shapes)
@@ -350,10 +395,11 @@ class _Listing:
                 # no counts of >= 2 on its pp = 1 classes (read only where needed)
                 unpaired = (any(paired.values()) and 1 in vs
                             and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
-                per_mb[mb] = (vs, unpaired)
-            vs, unpaired = per_mb[mb]
+                per_mb[mb] = (vs, unpaired, Tally.of((modes_left, vs, self.modes, layouts, slots_of_v,
+                                                       paired, unpaired)))
+            vs, unpaired, tally = per_mb[mb]
             out.append(OuterBlock(family, shapes, tp, group_tp, cp, mb, vs, modes_left, self.modes,
-                                  layouts, slots_of_v, paired, unpaired))
+                                  layouts, slots_of_v, paired, unpaired, tally))
         return out
 
     def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
@@ -376,22 +422,26 @@ class _Listing:
                       for v in vs_all}
         slots_of_v = {v: x for v, x in slots_of_v.items() if x}
         vs_all = list(slots_of_v)
-        pps = {c.pp for c in shapes}
-        # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size:
-        # read once per shape, not per micro-batch size (0.1 s of GPT-3's listing)
-        modes_left = []  # (sp, zero, the v admitted with them)
-        for sp in s.sequence_parallel:
-            if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0) for t in tps):
-                continue
-            for zero in s.zero:
-                if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+        pps = tuple(sorted({c.pp for c in shapes}))
+        # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size nor on tp's
+        # place: read once per tp values, cp, replicas, depths and v values
+        mk = ("modes", tps, cp, replicas, pps, tuple(vs_all))
+        modes_left = self.invariants.get(mk)
+        if modes_left is None:
+            modes_left = []  # (sp, zero, the v admitted with them)
+            for sp in s.sequence_parallel:
+                if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0) for t in tps):
                     continue
-                modes_left.append((sp, zero, {v for v in vs_all if all(
-                    rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
-                    for pp in pps for t in tps)}))
+                for zero in s.zero:
+                    if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                        continue
+                    modes_left.append((sp, zero, {v for v in vs_all if all(
+                        rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
+                        for pp in pps for t in tps)}))
+            modes_left = self.invariants[mk] = tuple(modes_left)
         paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
                   for lay in layouts.values() for ep, _ in lay}
-        return layouts, slots_of_v, tuple(modes_left), paired, {}
+        return layouts, slots_of_v, modes_left, paired, {}
 
 
 @dataclass
@@ -498,18 +548,27 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
     lower bounds already read for `inst` (declared_outers shares one between the shapes: they
     depend on a class's degrees and modes, which many shapes repeat)."""
     s, gb = inst.search, inst.job.global_batch
-    if s.micro_batch is not None:
-        return [b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
-    cands = [d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
-             and has_micro_batch_split(shapes, gb // d, uniform)]
-    sps, zeros = _sp_zero_values(inst, tpg, cp, shapes)
+    memo = {} if bound_memo is None else bound_memo
+    # what reads the classes' degrees only (the split of the batch, the sp flags and ZeRO
+    # stages admitted): once per degrees, not per layout
+    degrees = ("degrees", tuple((c.replicas, c.pp) for c in shapes), tuple(sorted(set(tpg.values()))), cp, uniform)
+    if degrees not in memo:
+        if s.micro_batch is not None:
+            memo[degrees] = ([b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)],
+                             None)
+        else:
+            memo[degrees] = ([d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
+                              and has_micro_batch_split(shapes, gb // d, uniform)],
+                             _sp_zero_values(inst, tpg, cp, shapes))
+    cands, sp_zero = memo[degrees]
+    if sp_zero is None:
+        return cands
+    sps, zeros = sp_zero
     if not cands or not sps or not zeros:
         return cands[:1]
     groups = inst.cluster.groups
     capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     replicas = sum(c.replicas for c in shapes)
-
-    memo = {} if bound_memo is None else bound_memo
 
     def parts(c, g: int, b: int, sp: bool, z: int) -> tuple[float, float]:
         key = (tpg[g], cp, c.pp, c.replicas, b, sp, z, replicas * cp)
@@ -922,40 +981,40 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
 
 def summarize_partials(inst: ClusterInstance, partials: list[Partial]) -> SpaceSummary:
     """summarize(inst, declared_outers(...)) read from the partial layouts' representatives
-    (Partial.reps), without listing the layouts they stand for."""
-    outers = total = 0
-    for part in partials:
-        for n, blocks in part.reps:
-            x = summarize_blocks(inst, blocks)
-            outers += n * x.outer_configs
-            total += n * x.plans_total
-    return SpaceSummary(outer_configs=outers, plans_total=total)
+    (Partial.reps, each counted for the layouts it stands for), without listing the others."""
+    return summarize_blocks(inst, [(n, blk) for part in partials for n, blks in part.reps for blk in blks])
 
 
-def summarize_blocks(inst: ClusterInstance, blocks: list[OuterBlock]) -> SpaceSummary:
-    """summarize(inst, [every outer of `blocks`]) read from the blocks' specs (OuterBlock.specs),
-    without listing the outers. Per-operator partitions are not counted (partition_count reads
-    each outer): searches with them list every block."""
+def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock]]) -> SpaceSummary:
+    """summarize(inst, [the outers of `blocks`, each block `n` times]) read from the blocks'
+    tallies (OuterBlock.tally), without listing the outers. Per-operator partitions are not
+    counted (partition_count reads each outer): searches with them list every block."""
     if partitions_enabled(inst):
         raise ValueError("summarize_blocks does not count layer-plan combinations: use summarize")
     L, rc, gb = inst.model.layers, inst.search.full_recompute, inst.job.global_batch
     outers = total = 0
+    # the counts read each class's replicas and depth, the micro-batch count, v, whether the
+    # expert all-to-all pairs micro-batches and the slots: each read once
     per_shape: dict[tuple, int] = {}
     splits: dict[tuple, int] = {}
-    for b in blocks:
-        for _, _, v, _, ep, _, emb, loss in b.specs():
-            outers += 1
-            paired = pairs_unpipelined_micro_batches(inst.job, ep)
-            key = (b.classes, b.micro_batch, v, paired, (emb, loss))
+    paired_of: dict[int, bool] = {}
+    for n, b in weighted:
+        degrees = tuple((c.replicas, c.pp) for c in b.classes)
+        for (v, ep, emb, loss), count in b.tally.counts.items():
+            outers += n * count
+            if ep not in paired_of:
+                paired_of[ep] = pairs_unpipelined_micro_batches(inst.job, ep)
+            paired = paired_of[ep]
+            key = (degrees, b.micro_batch, v, paired, emb, loss)
             per = per_shape.get(key)
             if per is None:
                 per = count_micro_batch_splits(b.classes, gb // b.micro_batch, False, v, paired)
                 for c in b.classes:
-                    if (c.pp, v, (emb, loss)) not in splits:
-                        splits[c.pp, v, (emb, loss)] = count_splits(L, c.pp, v, rc, False, (emb, loss))
-                    per *= splits[c.pp, v, (emb, loss)]
+                    if (c.pp, v, emb, loss) not in splits:
+                        splits[c.pp, v, emb, loss] = count_splits(L, c.pp, v, rc, False, (emb, loss))
+                    per *= splits[c.pp, v, emb, loss]
                 per_shape[key] = per
-            total += per
+            total += n * count * per
     return SpaceSummary(outer_configs=outers, plans_total=total)
 
 

@@ -36,7 +36,26 @@ from types import SimpleNamespace
 import numpy as np
 
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.bounds.unpriced import floor_bounds_s
+from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
+from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
+
+
+def _factor_memo(inst):
+    """The least quantile factor of a block's ZeRO stages (trust.objective_factor_of reads the
+    GPU types used, ZeRO, cp and the deepest class: kept by those)."""
+    factors: dict[tuple, float] = {}
+
+    def least(b) -> float:
+        used = tuple(sorted({g for c in b.classes for g in c.stage_groups}))
+        deep = min(max(c.pp for c in b.classes), 2)
+        out = float("inf")
+        for z in b.tally.zeros:
+            key = (used, z, min(b.cp, 2), deep)
+            if key not in factors:
+                factors[key] = objective_factor_of(inst, SimpleNamespace(classes=b.classes, zero=z, cp=b.cp))
+            out = min(out, factors[key])
+        return out
+    return least
 
 
 def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
@@ -44,25 +63,17 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
     aggregated as `agg` (solver/search.scenario_weights); inf for a block of no configuration.
     `memo`: unpriced.floor_bounds_s's."""
     out = np.full(len(blocks), np.inf)
-    factors: dict[tuple, float] = {}  # what objective_factor_of reads -> the factor
-
-    def factor_of(b, zero: int) -> float:
-        key = (id(b.classes), zero, b.cp)  # the blocks hold their classes alive
-        if key not in factors:
-            factors[key] = objective_factor_of(inst, SimpleNamespace(classes=b.classes, zero=zero, cp=b.cp))
-        return factors[key]
+    least_factor = _factor_memo(inst)
     # representatives by the flags their floors take the least over (a call of floor_bounds_s each)
     reps: dict[tuple, list] = defaultdict(list)  # (sp flags, recompute modes) -> [(block, outer, factor)]
     for bi, b in enumerate(blocks):
-        specs = list(b.specs())
-        if not specs:
+        ty = b.tally
+        if ty.first is None:
             continue
-        sps = tuple(dict.fromkeys(x[0] for x in specs))
-        factor = min(factor_of(b, z) for z in dict.fromkeys(x[1] for x in specs))
-        first = specs[0]
-        for v, emb, loss in dict.fromkeys((x[2], x[6], x[7]) for x in specs):
-            rep = b.outer(sps[0], first[1], v, b.recompute[0], first[4], first[5], emb, loss)
-            reps[sps, b.recompute].append((bi, rep, factor))
+        factor = least_factor(b)
+        _, zero, _, rc, ep, etp, _, _ = ty.first
+        for v, emb, loss in ty.vslots:
+            reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
     for (sps, rcs), items in reps.items():
         lbs = floor_bounds_s(inst, [o for _, o, _ in items], idx, agg, weights, sp_values=sps,
                              recompute_values=rcs, factors=np.array([f for _, _, f in items]), memo=memo)
@@ -74,24 +85,23 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
                      memo: dict | None = None) -> np.ndarray:
     """A lower bound of every configuration of each partial layout (solver/space.Partial), on
     scenarios `idx` aggregated as `agg`: of the other families the least block bound
-    (block_bounds_s) of its layouts; of a stage-wise one, through its groups in every order,
+    (block_bounds_s) of its layout; of a stage-wise one, through its groups in every order,
     one bound per representative (last group g, stage counts, micro-batch size), which holds
     for every order ending on g (stage_bound_rows says why); inf for one of no configuration."""
     out = np.full(len(partials), np.inf)
-    blocks, owner = [], []
-    rows = []  # (partial, block of the representative, its weight ignored)
+    blocks, owner, rows, row_owner = [], [], [], []
     for i, part in enumerate(partials):
         for _, blks in part.reps:
             if part.dp is None:
                 blocks += blks
                 owner += [i] * len(blks)
             else:
-                rows += [(i, b) for b in blks]
+                rows += blks
+                row_owner += [i] * len(blks)
     if blocks:
         np.minimum.at(out, np.array(owner, np.int64), block_bounds_s(inst, blocks, idx, agg, weights, memo))
     if rows:
-        lbs = stage_bound_rows(inst, [b for _, b in rows], idx, agg, weights, memo)
-        np.minimum.at(out, np.array([i for i, _ in rows], np.int64), lbs)
+        np.minimum.at(out, np.array(row_owner, np.int64), stage_bound_rows(inst, rows, idx, agg, weights, memo))
     return out
 
 
@@ -115,41 +125,39 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     x = dp, lo = 1 or pp with v > 1, M = the batch's micro-batches) and the least over v, times
     the least quantile factor of the block's ZeRO stages (layouts' module docstring: the bound
     grows with A and S)."""
-    from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
-    from paraplan.solver.bounds.unpriced import stage_floor_terms
-
     L, gb = inst.model.layers, inst.job.global_batch
     n = len(idx)
     out = np.full(len(blocks), np.inf)
-    factors: dict[tuple, float] = {}
-    by_pp: dict[int, list] = defaultdict(list)  # pp -> [(block index, t (n, pp), h (n,), e, l, factor)]
+    least_factor = _factor_memo(inst)
+    # (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) -> (t_g, h_g)
+    per_group: dict[tuple, tuple[float, float]] = {}
+    by_pp: dict[int, list] = defaultdict(list)
     for bi, b in enumerate(blocks):
-        specs = list(b.specs())
-        if not specs:
+        ty = b.tally
+        if ty.first is None:
             continue
         c = b.classes[0]
-        sps = tuple(dict.fromkeys(x[0] for x in specs))
-        zeros = tuple(dict.fromkeys(x[1] for x in specs))
-        first = specs[0]
-        alts = [b.outer(sp, first[1], 1, rc, first[4], first[5], False, False) for sp in sps for rc in b.recompute]
         t = np.empty((n, c.pp))
         h = np.empty(n)
+        alts = None
         for si, i in enumerate(idx):
-            per_group = {}
-            for g in set(c.stage_groups):
-                terms = [stage_floor_terms(inst, i, o, 0, g, False, memo) for o in alts]
-                per_group[g] = (min(x[0] for x in terms), min(x[2] for x in terms))
-            t[si] = [per_group[g][0] for g in c.stage_groups]
-            h[si] = per_group[c.stage_groups[-1]][1]
-        e = max(x[6] for x in specs)
-        l_ = max(x[7] for x in specs)
-        for z in zeros:
-            key = (id(b.classes), z, b.cp)
-            if key not in factors:
-                factors[key] = objective_factor_of(inst, SimpleNamespace(classes=b.classes, zero=z, cp=b.cp))
-        factor = min(factors[id(b.classes), z, b.cp] for z in zeros)
-        vs = tuple(dict.fromkeys(x[2] for x in specs))
-        by_pp[c.pp].append((bi, t, h, int(e), int(l_), factor, vs, c.replicas, gb // b.micro_batch))
+            tg = {}
+            for g in dict.fromkeys(c.stage_groups):
+                key = (i, g, b.tp_of(g), b.cp, b.micro_batch, ty.sps, b.recompute)
+                got = per_group.get(key)
+                if got is None:
+                    if alts is None:
+                        _, zero, _, _, ep, etp, _, _ = ty.first
+                        alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False) for sp in ty.sps for rc in b.recompute]
+                    terms = [stage_floor_terms(inst, i, o, 0, g, False, memo) for o in alts]
+                    got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
+                tg[g] = got
+            t[si] = [tg[g][0] for g in c.stage_groups]
+            h[si] = tg[c.stage_groups[-1]][1]
+        e = max(x[1] for x in ty.vslots)
+        l_ = max(x[2] for x in ty.vslots)
+        vs = tuple(dict.fromkeys(x[0] for x in ty.vslots))
+        by_pp[c.pp].append((bi, t, h, int(e), int(l_), least_factor(b), vs, c.replicas, gb // b.micro_batch))
     for pp, items in by_pp.items():
         t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
