@@ -44,10 +44,14 @@ def _factor_memo(inst):
     """The least quantile factor of a block's ZeRO stages (trust.objective_factor_of reads the
     GPU types used, ZeRO, cp and the deepest class: kept by those)."""
     factors: dict[tuple, float] = {}
+    reads: dict[int, tuple] = {}  # id(classes) -> (groups used, deepest class up to 2)
 
     def least(b) -> float:
-        used = tuple(sorted({g for c in b.classes for g in c.stage_groups}))
-        deep = min(max(c.pp for c in b.classes), 2)
+        got = reads.get(id(b.classes))
+        if got is None or got[0] is not b.classes:  # the blocks hold their classes alive
+            got = reads[id(b.classes)] = (b.classes, tuple(sorted({g for c in b.classes for g in c.stage_groups})),
+                                          min(max(c.pp for c in b.classes), 2))
+        _, used, deep = got
         out = float("inf")
         for z in b.tally.zeros:
             key = (used, z, min(b.cp, 2), deep)

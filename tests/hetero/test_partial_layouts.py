@@ -63,6 +63,7 @@ def test_partial_bound_is_at_most_each_of_its_configurations_bound_before_pricin
     assert at == len(outers)
 
 
+@pytest.mark.slow  # exhaustive search of each seed's space (about 15 s each on the test machine)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_search_lists_the_partial_layouts_that_can_win_and_returns_the_exhaustive_optimum(seed, monkeypatch):
     # one partial layout listed at a time: each is listed when it comes up in bound order iff
