@@ -181,7 +181,7 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     ranks = dp * cp if zero_ranks is None else zero_ranks
-    state = (memory.layer_state_bytes(m, tp, zero, ranks, memory.state_layout(inst.job))
+    state = (memory.layer_state_bytes(m, tp, zero, ranks, _state_layout(inst.job))
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
@@ -189,6 +189,20 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
     every_stage = (memory.runtime_bytes(tp, cp, ranks // cp, pp)  # the ring spans `ranks`
                    + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
     return every_stage, memory.logits_activation_bytes(m, b, tp, cp, fw) * frag, state, ckpt
+
+
+_STATE_LAYOUTS: dict[int, tuple] = {}  # id(job) -> (job, memory.state_layout(job))
+
+
+def _state_layout(job):
+    """memory.state_layout(job), read once per job object (the listing's memory caps ask it for
+    every class, group and micro-batch size: 8,324 times on GPT-3 175B's space, 0.05 s)."""
+    got = _STATE_LAYOUTS.get(id(job))
+    if got is None or got[0] is not job:  # the entry keeps its job alive: no other takes its id
+        if len(_STATE_LAYOUTS) >= 64:  # a few jobs per process, many in a test session
+            _STATE_LAYOUTS.clear()
+        got = _STATE_LAYOUTS[id(job)] = (job, memory.state_layout(job))
+    return got[1]
 
 
 def capped_micro_batches(candidates: list[int], fits) -> list[int]:
