@@ -4,7 +4,12 @@ The same decomposition as solver/planner.py, over the heterogeneous space (solve
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
-   (solver/bounds/unpriced.py: layer-time floors per group, no placement). In that order, in
+   (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
+   (no partitions, DualPipe, uniform split, --top or running plan) the space is enumerated a
+   partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
+   tp per group, cp and replicas, or one other class layout), each bounded before it is
+   listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
+   still win (_Partials: the outers' ranks order the keys as the full listing's indices do). In that order, in
    chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
    class coefficients on every network scenario the objective looks at
    (cost/class_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
@@ -559,7 +564,7 @@ def _lists_partials(inst: ClusterInstance, uniform: bool, winners: int, within_p
 @dataclass
 class _Partials:
     """The declared space as partial layouts (solver/space.declared_partials), each bounded
-    before it is listed (solver/bounds/layouts.block_bounds_s on its representatives' blocks),
+    before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives),
     with the space's summary read from the representatives."""
 
     partials: list
