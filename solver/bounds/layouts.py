@@ -25,7 +25,9 @@ a factor > 0 keep the order. So a block whose bound cannot beat a plan's value h
 configuration that can, and search's answer, with its tie rule, is that of the full listing.
 
 Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) without per-operator
-partitions and not under DualPipe or the uniform split: search.py lists every block there.
+partitions and not under DualPipe, torch's zero-bubble schedules (whose bound before pricing
+takes a weight-gradient share off the layers' sum, unpriced._zero_bubble_row) or the uniform
+split: search.py lists every block there.
 """
 
 from __future__ import annotations
