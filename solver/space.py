@@ -357,8 +357,8 @@ class OuterBlock:
 @dataclass(frozen=True)
 class Tally:
     """What an OuterBlock's specs() lists, without listing it: how many outers per (v, ep,
-    embedding_in_split, loss_in_split) (those are all summarize reads of an outer beside its
-    classes and micro-batch), the sequence-parallel flags, ZeRO stages, v values and embedding /
+    embedding_in_split, loss_in_split, recompute mode) (those are all summarize reads of an outer
+    beside its classes and micro-batch), the sequence-parallel flags, ZeRO stages, v values and embedding /
     loss slots that occur, each in order of first occurrence, and the first spec."""
 
     counts: dict
@@ -389,7 +389,8 @@ class Tally:
                             continue
                         if first is None:
                             first = (sp, zero, v, recompute[0], ep, etp, emb, loss)
-                        counts[v, ep, emb, loss] = counts.get((v, ep, emb, loss), 0) + len(recompute)
+                        for rc in recompute:  # the framework's recompute pattern reads the mode
+                            counts[v, ep, emb, loss, rc] = counts.get((v, ep, emb, loss, rc), 0) + 1
                         sps[sp] = zeros[zero] = vslots[v, emb, loss] = None
         return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first)
 
@@ -1082,6 +1083,7 @@ def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock
     if partitions_enabled(inst):
         raise ValueError("summarize_blocks does not count layer-plan combinations: use summarize")
     L, rc, gb = inst.model.layers, inst.search.full_recompute, inst.job.global_batch
+    dual = dualpipe_job(inst)
     outers = total = 0
     # the counts read each class's replicas and depth, the micro-batch count, v, whether the
     # expert all-to-all pairs micro-batches and the slots: each read once
@@ -1090,19 +1092,24 @@ def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock
     paired_of: dict[int, bool] = {}
     for n, b in weighted:
         degrees = tuple((c.replicas, c.pp) for c in b.classes)
-        for (v, ep, emb, loss), count in b.tally.counts.items():
+        for (v, ep, emb, loss, mode), count in b.tally.counts.items():
             outers += n * count
             if ep not in paired_of:
                 paired_of[ep] = pairs_unpipelined_micro_batches(inst.job, ep)
             paired = paired_of[ep]
-            key = (degrees, b.micro_batch, v, paired, emb, loss)
+            key = (degrees, b.micro_batch, v, paired, emb, loss, mode)
             per = per_shape.get(key)
             if per is None:
                 per = count_micro_batch_splits(b.classes, gb // b.micro_batch, False, v, paired)
+                # one value of a framework's pattern for every class, as summarize counts it
+                rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode), L,
+                                                      L + emb + loss, v, min(c.pp for c in b.classes))
+                per *= pattern_values(rows)
+                each = False if isinstance(rows, tuple) else rows
                 for c in b.classes:
-                    if (c.pp, v, emb, loss) not in splits:
-                        splits[c.pp, v, emb, loss] = count_splits(L, c.pp, v, rc, False, (emb, loss))
-                    per *= splits[c.pp, v, emb, loss]
+                    if (c.pp, v, (emb, loss), each) not in splits:
+                        splits[c.pp, v, (emb, loss), each] = count_splits(L, c.pp, v, each, False, (emb, loss))
+                    per *= splits[c.pp, v, (emb, loss), each]
                 per_shape[key] = per
             total += n * count * per
     return SpaceSummary(outer_configs=outers, plans_total=total)
