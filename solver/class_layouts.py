@@ -83,12 +83,7 @@ def class_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ..
     idle = inst.search.idle_gpus
     if family == "stage":
         for dp in _stage_replicas(gpus, units, idle):
-            for counts in itertools.product(*_stage_counts(inst, gpus, units, dp, idle)):
-                if not _pp_ok(inst, sum(counts)):
-                    continue
-                for order in itertools.permutations(range(len(used))):
-                    groups = tuple(g for i in order for g in [used[i]] * counts[i])
-                    yield (ClassShape(replicas=dp, stage_groups=groups),)
+            yield from stage_shapes(inst, tpg, used, cp, dp)
     elif family == "replica" and (len(used) >= 2 or inst.search.classes_per_group > 1):
         per_group = inst.search.classes_per_group
         options = []
@@ -102,6 +97,41 @@ def class_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ..
                 yield shapes
     elif family == "mixed" and inst.search.mixed_families:
         yield from _mixed_shapes(inst, used, gpus, units)
+
+
+def stage_replicas(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int) -> list[int]:
+    """The stage family's replica counts on the groups `used` (class_shapes' outer loop)."""
+    return _stage_replicas([inst.cluster.groups[g].num_gpus for g in used], [tpg[g] * cp for g in used],
+                           inst.search.idle_gpus)
+
+
+def _stage_count_vectors(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
+    gpus = [inst.cluster.groups[g].num_gpus for g in used]
+    units = [tpg[g] * cp for g in used]
+    for counts in itertools.product(*_stage_counts(inst, gpus, units, dp, inst.search.idle_gpus)):
+        if _pp_ok(inst, sum(counts)):
+            yield counts
+
+
+def stage_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
+    """The stage family's layouts of dp replicas on the groups `used`, in class_shapes' order:
+    per stage-count vector, every order of the groups."""
+    for counts in _stage_count_vectors(inst, tpg, used, cp, dp):
+        for order in itertools.permutations(range(len(used))):
+            groups = tuple(g for i in order for g in [used[i]] * counts[i])
+            yield (ClassShape(replicas=dp, stage_groups=groups),)
+
+
+def stage_representatives(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
+    """(orders, shapes): of stage_shapes, per stage-count vector one order per last group, the
+    other groups in index order before it, standing for the (k - 1)! orders of k groups that
+    end on that group."""
+    k = len(used)
+    for counts in _stage_count_vectors(inst, tpg, used, cp, dp):
+        for g in range(k):
+            order = [i for i in range(k) if i != g] + [g]
+            groups = tuple(x for i in order for x in [used[i]] * counts[i])
+            yield math.factorial(k - 1), (ClassShape(replicas=dp, stage_groups=groups),)
 
 
 def _mixed_shapes(inst: ClusterInstance, used: tuple[int, ...], gpus: list[int], units: list[int]):

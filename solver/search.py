@@ -4,7 +4,12 @@ The same decomposition as solver/planner.py, over the heterogeneous space (solve
 with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
-   (solver/bounds/unpriced.py: layer-time floors per group, no placement). In that order, in
+   (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
+   (no partitions, DualPipe, uniform split, --top or running plan) the space is enumerated a
+   partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
+   tp per group, cp and replicas, or one other class layout), each bounded before it is
+   listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
+   still win (_Partials: the outers' ranks order the keys as the full listing's indices do). In that order, in
    chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
    class coefficients on every network scenario the objective looks at
    (cost/class_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
@@ -61,6 +66,7 @@ from paraplan.cost.class_coefficients import (class_outers, class_placement, par
 from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, Plan, ReplicaClass
+from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
@@ -70,8 +76,9 @@ from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
-from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers,
-                                          micro_batch_vectors, paired_counts, summarize)
+from paraplan.solver.bounds.layouts import partial_bounds_s
+from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, declared_partials,
+                                   micro_batch_vectors, paired_counts, summarize, summarize_partials)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
                                      ResimulationMismatch, SolveResult)
@@ -559,14 +566,93 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
     # listing it is refused, cost/space_rules.groups_search_refusal): on one group the uniform
     # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
+    scenario_weights(inst, objective)  # an unknown objective is refused before any listing
+    lazy = None
+    if _lists_partials(inst, uniform, winners, within_pct, warm_plan):
+        lazy = _Partials.of(inst, objective, families, groups)
+        outers, summary = [], lazy.summary
+    else:
+        outers = declared_outers(inst, families, groups, uniform)
+        summary = summarize(inst, outers, uniform)
+    return _search_over(inst, outers, summary, backend, time_limit_s, objective, families, uniform,
+                        warm_plan, progress, threads, resimulate, winners, within_pct, t0, lazy)
+
+
+# A partial layout's key is its bound (solver/bounds/layouts.py) lowered by this much: that bound
+# is computed from other floats than its configurations' own floors, so a last-digit difference
+# must not pop it after one of its configurations could have been priced
+PARTIAL_MARGIN = 1e-9
+# outer configurations listed at once (those of the partial layouts next in the heap, one call of
+# the floors for all): a few chunks' worth, so that each call's setup is spread, and few enough
+# that those listed are not many more than the incumbent leaves to list
+PARTIAL_OUTERS_AT_ONCE = 256
+# An outer's rank (the second entry of its key) is its partial layout's index times this plus its
+# place in that layout's listing: ranks order the outers as their indices in declared_outers do
+# (the partial layouts are consecutive there, in order), without counting those before them
+RANK_STRIDE = 1 << 40
+
+
+def _lists_partials(inst: ClusterInstance, uniform: bool, winners: int, within_pct: float | None,
+                    warm_plan: Plan | None) -> bool:
+    """Whether search lists the space a partial layout at a time, as the search reaches each
+    (_Partials): one winner (a ranking reads the K-th plan), a dense model, no per-operator
+    partitions, not DualPipe, torch's zero-bubble schedules nor the uniform baseline
+    (solver/bounds/layouts.py says why), no running plan to keep (replanning looks it up among
+    the outers first)."""
+    return (winners == 1 and within_pct is None and warm_plan is None and not uniform
+            and inst.model.moe is None and not class_partitions.enabled(inst) and not dualpipe_job(inst)
+            # torch's zero-bubble variants (space.with_zero_bubble) lower the bound before
+            # pricing by a weight-gradient share that solver/bounds/layouts.py does not read
+            and not rules_for(inst.job.framework, inst.job.optimizer).zero_bubble)
+
+
+@dataclass
+class _Partials:
+    """The declared space as partial layouts (solver/space.declared_partials), each bounded
+    before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives),
+    with the space's summary read from the representatives."""
+
+    partials: list
+    bounds: np.ndarray
+    sizes: list[int]  # outer configurations per partial layout
+    summary: object
+    memo: dict  # the stage floors priced so far (unpriced.floor_bounds_s's memo)
+
+    @classmethod
+    def of(cls, inst: ClusterInstance, objective: str, families, groups) -> "_Partials":
+        idx, agg, weights = scenario_weights(inst, objective)
+        partials = declared_partials(inst, families, groups)
+        memo: dict = {}
+        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo)
+        sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
+        return cls(partials, bounds, sizes, summarize_partials(inst, partials), memo)
+
+
+@dataclass
+class _Partial:
+    """A partial layout not yet listed, keyed by its bound (_Partials), which is at most every one
+    of its configurations' bound before pricing, so at most their keys."""
+
+    index: int
+    key: tuple[float, int, int]
+    weight: int  # outer configurations it stands for
+
+
+def _search_over(inst: ClusterInstance, outers: list, summary, backend: str, time_limit_s: float,
+                 objective: str, families: tuple[str, ...], uniform: bool, warm_plan: Plan | None, progress,
+                 threads: int, resimulate: bool, winners: int, within_pct: float | None, t0: float,
+                 lazy: _Partials | None) -> SolveResult:
+    """search over `outers` (declared_outers), the space's `summary`; with `lazy`, `outers`
+    grows as the search lists each partial layout, and `rank` gives each its key's index."""
     idx, agg, weights = scenario_weights(inst, objective)
-    outers = declared_outers(inst, families, groups, uniform)
-    summary = summarize(inst, outers, uniform)
     res = SolveResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
     won = Winners(winners, within_pct)
+    # each outer's index in its keys: its place in declared_outers, or with `lazy` a rank in the
+    # same order (RANK_STRIDE), appended as the partial layouts are listed
+    rank: range | list[int] = range(len(outers)) if lazy is None else []
 
     floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
     groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
@@ -591,7 +677,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             if p is None:
                 res.pruned_by_memory += 1
             else:
-                cands.append(_Candidate(outers[j], p, (0.0, int(j), 0), uniform))
+                cands.append(_Candidate(outers[j], p, (0.0, rank[j], 0), uniform))
         if dualpipe_job(inst):  # formulations/dualpipe.DualPipeProblem.lower_bound_s
             bounds = [c.problem.lower_bound_s() for c in cands]
         else:
@@ -613,10 +699,51 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
     # (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound reaches
     # the incumbent
     # (past the limit the rest are bounded by 0: priced in the order listed, only for a first plan)
-    floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, deadline=floor_by)
-    by_floor = np.argsort(floor, kind="stable")
-    unpriced = [_Unpriced(js, (float(floor[js[0]]), -1, -1))
-                for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
+    if lazy is None:
+        floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, deadline=floor_by)
+        by_floor = np.argsort(floor, kind="stable")
+        unpriced = [_Unpriced(js, (float(floor[js[0]]), -1, -1))
+                    for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
+    else:  # partial layouts, listed as the search reaches them (list_partials)
+        floor = []
+        unpriced = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
+                    for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
+    listed_partials = [0]
+
+    def list_partials(first: _Partial) -> None:
+        """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
+        configurations or a little more, while they can still win), bound their outers before
+        pricing and push each, keyed by that bound (gather prices them in chunks)."""
+        got, n = [first], first.weight
+        while (heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(heap[0][2], _Partial)
+               and can_win(heap[0][0])):
+            got.append(heapq.heappop(heap)[2])
+            n += got[-1].weight
+        listed_partials[0] += len(got)
+        start = len(outers)
+        for part in got:
+            listed = [o for blk in lazy.partials[part.index].blocks() for o in blk.outers()]
+            outers.extend(listed)
+            rank.extend(range(part.index * RANK_STRIDE, part.index * RANK_STRIDE + len(listed)))
+        js = list(range(start, len(outers)))
+        floor.extend(floor_bounds_s(inst, outers[start:], idx, agg, weights, uniform,
+                                    deadline=floor_by, memo=lazy.memo).tolist())
+        for k in np.argsort(np.asarray(floor[start:]), kind="stable").tolist():
+            node = _Unpriced([js[k]], (float(floor[js[k]]), -1, -1))
+            heapq.heappush(heap, (node.key, next(order), node))
+
+    chunk_size = [FIRST_PRICE_CHUNK]
+
+    def gather(first: _Unpriced) -> _Unpriced:
+        """`first` (one listed outer) and the listed outers next in the heap, in the order of
+        their bounds before pricing, up to the chunk size, which grows from FIRST_PRICE_CHUNK
+        to PRICE_CHUNK as the full listing's chunks do: the outers of every partial layout
+        listed so far are priced in one order, as if listed together."""
+        js = list(first.outers)
+        while heap and len(js) < chunk_size[0] and isinstance(heap[0][2], _Unpriced):
+            js += heapq.heappop(heap)[2].outers
+        chunk_size[0] = min(2 * chunk_size[0], PRICE_CHUNK)
+        return _Unpriced(js, first.key)
 
     def probe(cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
@@ -626,7 +753,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             inc = incumbent(cand.problem, cand.mvecs, uniform)
             if inc is not None:
                 won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
-    res.log.append(f"{len(outers)} outer configs; setup {time.perf_counter() - t0:.2f} s")
+    res.log.append(f"{summary.outer_configs} outer configs; setup {time.perf_counter() - t0:.2f} s")
 
     def can_win(key, lb: float | None = None) -> bool:
         """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
@@ -687,13 +814,16 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (not won.found and isinstance(cand, _Unpriced)
+            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial))
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
+            if isinstance(cand, _Partial):
+                list_partials(cand)
+                continue
             if isinstance(cand, _Unpriced) and cand.layer_plans is not None:
                 for i in cand.outers:
                     lp = _layer_plans(inst, outers[i], i, objective, placements, uniform, res)
@@ -701,12 +831,14 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
                         heapq.heappush(heap, (lp.key, next(order), lp))
                 continue
             if isinstance(cand, _Unpriced):
+                if lazy is not None:
+                    cand = gather(cand)
                 # the chunk is keyed by the least of its bounds before pricing; an outer whose
                 # own bound can no longer beat the bar never will (the bar only falls), and is
                 # not priced: its key once priced, (lb, j, 0) with lb >= floor[j], is at least
                 # (floor[j], j, 0), and Winners.beats fails for a larger value and key when it
                 # fails for a smaller (the last chunk priced whole up to 511 such outers)
-                js = [j for j in cand.outers if can_win((float(floor[j]), j, 0))]
+                js = [j for j in cand.outers if can_win((float(floor[j]), rank[j], 0))]
                 res.pruned_by_bound += len(cand.outers) - len(js)
                 if not partitions and not dualpipe_job(inst):
                     # those the space's memory bound proves infeasible are not priced
@@ -788,6 +920,9 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
             pool.shutdown()
 
     res.solve_time_s = time.perf_counter() - t0
+    if lazy is not None:
+        res.log.append(f"{len(outers)} of {summary.outer_configs} outer configs listed,"
+                       f" {listed_partials[0]} of {len(lazy.partials)} partial layouts")
     if not won.found:
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
@@ -796,7 +931,7 @@ def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 
         else:
             res.status = INFEASIBLE
             res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(inst)
-                          if not outers else
+                          if not summary.outer_configs else
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
         return res

@@ -154,8 +154,10 @@ from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule, ZeroBubble
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
+                                           stage_replicas, stage_representatives, stage_shapes,
                                            tp_choices)
 from paraplan.solver.class_partitions import partition_count
+from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
 MAX_MICRO_BATCH_VECTORS = 5_000_000
@@ -183,7 +185,7 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     ranks = dp * cp if zero_ranks is None else zero_ranks
-    state = (memory.layer_state_bytes(m, tp, zero, ranks, memory.state_layout(inst.job))
+    state = (memory.layer_state_bytes(m, tp, zero, ranks, _state_layout(inst.job))
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
     # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
@@ -191,6 +193,20 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
     every_stage = (memory.runtime_bytes(tp, cp, ranks // cp, pp)  # the ring spans `ranks`
                    + memory.backward_workspace_bytes(view, b, tp, cp) * frag)
     return every_stage, memory.logits_activation_bytes(m, b, tp, cp, fw) * frag, state, ckpt
+
+
+_STATE_LAYOUTS: dict[int, tuple] = {}  # id(job) -> (job, memory.state_layout(job))
+
+
+def _state_layout(job):
+    """memory.state_layout(job), read once per job object (the listing's memory caps ask it for
+    every class, group and micro-batch size: 8,324 times on GPT-3 175B's space, 0.05 s)."""
+    got = _STATE_LAYOUTS.get(id(job))
+    if got is None or got[0] is not job:  # the entry keeps its job alive: no other takes its id
+        if len(_STATE_LAYOUTS) >= 64:  # a few jobs per process, many in a test session
+            _STATE_LAYOUTS.clear()
+        got = _STATE_LAYOUTS[id(job)] = (job, memory.state_layout(job))
+    return got[1]
 
 
 def capped_micro_batches(candidates: list[int], fits) -> list[int]:
@@ -283,7 +299,229 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
     tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp), embedding / loss
     slots) that also breaks ties. `groups`: only plans
     using exactly these groups; `uniform`: only plans using every group."""
-    m, s, gb = inst.model, inst.search, inst.job.global_batch
+    out = [o for b in declared_blocks(inst, families, groups, uniform) for o in b.outers()]
+    if not dualpipe_job(inst) and rules_for(inst.job.framework, inst.job.optimizer).zero_bubble:
+        out = with_zero_bubble(inst, out)  # each in its place, after the outer it varies
+    return out
+
+
+@dataclass(frozen=True)
+class OuterBlock:
+    """The outer configurations of one class layout (family, groups, tp per group, cp, class
+    shapes) at one micro-batch size, not yet listed: consecutive in declared_outers' order, so
+    that a search may bound a block (solver/bounds/layouts.py) and list only those that can win,
+    each in its place. `modes`: what the listing reads per completion (see outers())."""
+
+    family: str
+    classes: tuple
+    tp: int
+    group_tp: tuple
+    cp: int
+    micro_batch: int
+    vs: tuple  # the v values some (sp, ZeRO) admits here
+    modes_left: tuple  # (sp, zero, admitted v values)
+    recompute: tuple  # base recompute modes
+    layouts: dict  # sp -> [(ep, etp)]
+    slots_of_v: dict  # v -> [(embedding_in_split, loss_in_split)]
+    paired: dict  # ep -> whether the all-to-all overlap pairs micro-batches
+    unpaired: bool
+    tally: "Tally"  # what specs() lists, counted (shared by the blocks of equal modes)
+
+    def specs(self):
+        """(sp, zero, v, recompute, ep, etp, embedding_in_split, loss_in_split) of each outer, in
+        order (what outers() builds, without building it)."""
+        for sp, zero, admitted in self.modes_left:
+            for v in self.vs:
+                if v not in admitted:
+                    continue
+                for rc, (ep, etp), (emb, loss) in itertools.product(
+                        self.recompute, self.layouts[sp], self.slots_of_v[v]):
+                    if v == 1 and self.unpaired and self.paired[ep]:
+                        continue  # no counts of >= 2 on its pp = 1 classes
+                    yield sp, zero, v, rc, ep, etp, emb, loss
+
+    def outers(self) -> list[ClassOuter]:
+        return [self.outer(*x) for x in self.specs()]
+
+    def tp_of(self, group: int) -> int:
+        """The tensor-parallel degree of the stages on `group` (ClassOuter.tp_of)."""
+        return dict(self.group_tp).get(group, self.tp)
+
+    def outer(self, sp: bool, zero: int, v: int, rc, ep: int, etp, emb: bool, loss: bool) -> ClassOuter:
+        return ClassOuter(tp=self.tp, cp=self.cp, micro_batch=self.micro_batch, sequence_parallel=sp,
+                          recompute=rc, zero=zero, virtual_stages=v, classes=self.classes,
+                          family=self.family, ep=ep, etp=etp, group_tp=self.group_tp,
+                          embedding_in_split=emb, loss_in_split=loss)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What an OuterBlock's specs() lists, without listing it: how many outers per (v, ep,
+    embedding_in_split, loss_in_split, recompute mode) (those are all summarize reads of an outer
+    beside its classes and micro-batch), the sequence-parallel flags, ZeRO stages, v values and embedding /
+    loss slots that occur, each in order of first occurrence, and the first spec."""
+
+    counts: dict
+    sps: tuple
+    zeros: tuple
+    vslots: tuple  # (v, embedding_in_split, loss_in_split)
+    first: tuple | None
+
+    @property
+    def outers(self) -> int:
+        return sum(self.counts.values())
+
+    @classmethod
+    def of(cls, block_fields: tuple) -> "Tally":
+        counts: dict = {}
+        sps, zeros, vslots = {}, {}, {}
+        first = None
+        modes_left, vs, recompute, layouts, slots_of_v, paired, unpaired = block_fields
+        for sp, zero, admitted in modes_left:
+            for v in vs:
+                if v not in admitted:
+                    continue
+                for ep, etp in layouts[sp]:
+                    if v == 1 and unpaired and paired[ep]:
+                        continue  # as specs()
+                    for emb, loss in slots_of_v[v]:
+                        if not recompute:
+                            continue
+                        if first is None:
+                            first = (sp, zero, v, recompute[0], ep, etp, emb, loss)
+                        for rc in recompute:  # the framework's recompute pattern reads the mode
+                            counts[v, ep, emb, loss, rc] = counts.get((v, ep, emb, loss, rc), 0) + 1
+                        sps[sp] = zeros[zero] = vslots[v, emb, loss] = None
+        return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first)
+
+
+def declared_blocks(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+                    groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[OuterBlock]:
+    """declared_outers in blocks (OuterBlock), in its order; a DualPipe job's blocks list only
+    the configurations DualPipe runs (declared_outers filters them)."""
+    out: list[OuterBlock] = [blk for part in declared_partials(inst, families, groups, uniform)
+                             for blk in part.blocks()]
+    if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
+        out = [_DualPipeBlock(inst, b) for b in out]
+    return out
+
+
+@dataclass
+class _Listing:
+    """What the listing of one instance reads once (declared_partials): the subsets, the
+    recompute modes, the framework's rules and the micro-batch caps' memory bounds."""
+
+    inst: ClusterInstance
+    uniform: bool
+    modes: tuple
+    rules: object
+    bound_memo: dict = field(default_factory=dict)
+    invariants: dict = field(default_factory=dict)  # shape_blocks' reads of a layout's degrees
+
+    def shape_blocks(self, family: str, tpg: dict[int, int], cp: int, shapes) -> list[OuterBlock]:
+        """The blocks (one per micro-batch size) of one class layout, in declared order."""
+        inst, uniform = self.inst, self.uniform
+        gb = inst.job.global_batch
+        # ClassOuter's tp: the first stage's group's; group_tp where they differ
+        tp = tpg[shapes[0].stage_groups[0]]
+        tps = tuple(sorted(set(tpg.values())))
+        group_tp = tuple(sorted(tpg.items())) if len(tps) > 1 else ()
+        # all but the micro-batch sizes reads the classes' replicas and depths only: read once
+        # for the layouts that share them (the orders of a stage-wise pipeline, its last group's
+        # representatives in declared_partials)
+        key = (tp, tps, cp, tuple((c.replicas, c.pp) for c in shapes))
+        got = self.invariants.get(key)
+        if got is None:
+            got = self.invariants[key] = self._invariants(tp, tps, group_tp, cp, shapes)
+        layouts, slots_of_v, modes_left, paired, per_mb = got
+        out = []
+        for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, self.bound_memo):
+            if mb not in per_mb:
+                vs_all = [v for v in slots_of_v]
+                vs = tuple(v for v in vs_all if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v))
+                # no counts of >= 2 on its pp = 1 classes (read only where needed)
+                unpaired = (any(paired.values()) and 1 in vs
+                            and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
+                per_mb[mb] = (vs, unpaired, Tally.of((modes_left, vs, self.modes, layouts, slots_of_v,
+                                                       paired, unpaired)))
+            vs, unpaired, tally = per_mb[mb]
+            out.append(OuterBlock(family, shapes, tp, group_tp, cp, mb, vs, modes_left, self.modes,
+                                  layouts, slots_of_v, paired, unpaired, tally))
+        return out
+
+    def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
+        """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
+        ep, {}: the micro-batch sizes' v values, filled in by shape_blocks) of a layout."""
+        inst, uniform, rules = self.inst, self.uniform, self.rules
+        m, s = inst.model, inst.search
+        replicas = sum(c.replicas for c in shapes)
+        # an expert group lies inside one class's tp x dp x cp ranks
+        # (cost/space_rules.expert_layouts: (ep, etp) pairs)
+        ranks = math.gcd(*(c.replicas * cp for c in shapes))
+        # with a tp per group, experts split as each group's tp (etp = tp): a
+        # folded etp would need an expert layout per group
+        layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
+                        if etp is None or not group_tp]
+                   for sp in s.sequence_parallel}
+        vs_all = virtual_stage_values(inst, shapes)
+        # the uniform-split baseline keeps the even split of whole chunks
+        slots_of_v = {v: [x for x in slot_modes_of(inst, shapes, v) if not (uniform and any(x))]
+                      for v in vs_all}
+        slots_of_v = {v: x for v, x in slots_of_v.items() if x}
+        vs_all = list(slots_of_v)
+        pps = tuple(sorted({c.pp for c in shapes}))
+        # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size nor on tp's
+        # place: read once per tp values, cp, replicas, depths and v values
+        mk = ("modes", tps, cp, replicas, pps, tuple(vs_all))
+        modes_left = self.invariants.get(mk)
+        if modes_left is None:
+            modes_left = []  # (sp, zero, the v admitted with them)
+            for sp in s.sequence_parallel:
+                if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0) for t in tps):
+                    continue
+                for zero in s.zero:
+                    if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
+                        continue
+                    modes_left.append((sp, zero, {v for v in vs_all if all(
+                        rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
+                        for pp in pps for t in tps)}))
+            modes_left = self.invariants[mk] = tuple(modes_left)
+        paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
+                  for lay in layouts.values() for ep, _ in lay}
+        return layouts, slots_of_v, modes_left, paired, {}
+
+
+@dataclass
+class Partial:
+    """A partial layout: the family, the groups used, their tp and cp, and for the stage family
+    the replicas dp (of the other families one class layout), with its class layouts not yet listed (blocks() lists them, in declared
+    order; consecutive in declared_outers). `reps`: (orders, blocks) of representative layouts,
+    each standing for `orders` layouts whose blocks list as many outers, mode for mode: a
+    stage-wise pipeline through the groups in every order is represented by one order per last
+    group (of the order, the micro-batch cap reads only the last stage's group and the set of
+    groups, micro_batch_values; the modes, v and slots read the depth); of the other families
+    each layout stands for itself (solver/bounds/layouts.py bounds each)."""
+
+    listing: _Listing
+    family: str
+    used: tuple[int, ...]
+    tpg: dict
+    cp: int
+    dp: int | None
+    reps: list
+
+    def blocks(self) -> list[OuterBlock]:
+        lst = self.listing
+        if self.dp is None:  # the reps are the layouts themselves
+            return [blk for _, blks in self.reps for blk in blks]
+        return [blk for shapes in stage_shapes(lst.inst, self.tpg, self.used, self.cp, self.dp)
+                for blk in lst.shape_blocks(self.family, self.tpg, self.cp, shapes)]
+
+
+def declared_partials(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+                      groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[Partial]:
+    """The declared space as partial layouts (Partial), in declared_outers' order."""
+    s = inst.search
     G = len(inst.cluster.groups)
     check_layouts(inst)
     if groups is not None:
@@ -293,73 +531,20 @@ def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
     else:
         subsets = [u for k in range(1, G + 1) for u in itertools.combinations(range(G), k)]
     flash = inst.job.attention is Attention.FLASH
-    modes = list(s.recompute[:1] if flash else s.recompute)
-    rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
-    out: list[ClassOuter] = []
-    bound_memo: dict = {}  # micro_batch_values' memory bounds, shared by the shapes
+    lst = _Listing(inst, uniform, tuple(s.recompute[:1] if flash else s.recompute),
+                   rules_for(inst.job.framework, inst.job.optimizer))  # the optimizer narrows ZeRO
+    out: list[Partial] = []
     for family in families:
         for used in subsets:
-            for tpg, cp in ((t, c) for t in tp_choices(inst, used, family)
-                            for c in cp_values(inst, used, t)):
-                tps = sorted(set(tpg.values()))
-                for shapes in class_shapes(inst, tpg, used, family, cp):
-                    # ClassOuter's tp: the first stage's group's; group_tp where they differ
-                    tp = tpg[shapes[0].stage_groups[0]]
-                    group_tp = tuple(sorted(tpg.items())) if len(tps) > 1 else ()
-                    replicas = sum(c.replicas for c in shapes)
-                    # an expert group lies inside one class's tp x dp x cp ranks
-                    # (cost/space_rules.expert_layouts: (ep, etp) pairs)
-                    ranks = math.gcd(*(c.replicas * cp for c in shapes))
-                    # with a tp per group, experts split as each group's tp (etp = tp): a
-                    # folded etp would need an expert layout per group
-                    layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
-                                    if etp is None or not group_tp]
-                               for sp in s.sequence_parallel}
-                    vs_all = virtual_stage_values(inst, shapes)  # loop invariants, hoisted
-                    # the uniform-split baseline keeps the even split of whole chunks
-                    slots_of_v = {v: [x for x in slot_modes_of(inst, shapes, v) if not (uniform and any(x))]
-                                  for v in vs_all}
-                    vs_all = [v for v in vs_all if slots_of_v[v]]
-                    pps = {c.pp for c in shapes}
-                    # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size:
-                    # read once per shape, not per micro-batch size (0.1 s of GPT-3's listing)
-                    modes_left = []  # (sp, zero, the v admitted with them)
-                    for sp in s.sequence_parallel:
-                        if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0)
-                               for t in tps):
-                            continue
-                        for zero in s.zero:
-                            if zero and replicas * cp == 1 or any(moe_problem(m, t, sp, zero) for t in tps):
-                                continue
-                            modes_left.append((sp, zero, {v for v in vs_all if all(
-                                rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
-                                for pp in pps for t in tps)}))
-                    paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
-                              for lay in layouts.values() for ep, _ in lay}
-                    for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, bound_memo):
-                        vs = [v for v in vs_all
-                              if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v)]
-                        # no counts of >= 2 on its pp = 1 classes (read only where needed)
-                        unpaired = (any(paired.values()) and 1 in vs
-                                    and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
-                        for sp, zero, admitted in modes_left:
-                            for v in vs:
-                                if v not in admitted:
-                                    continue
-                                for rc, (ep, etp), (emb, loss) in itertools.product(
-                                        modes, layouts[sp], slots_of_v[v]):
-                                    if v == 1 and unpaired and paired[ep]:
-                                        continue  # no counts of >= 2 on its pp = 1 classes
-                                    out.append(ClassOuter(tp=tp, cp=cp, micro_batch=mb,
-                                                           sequence_parallel=sp, recompute=rc,
-                                                           zero=zero, virtual_stages=v,
-                                                           classes=shapes, family=family, ep=ep,
-                                                           etp=etp, group_tp=group_tp,
-                                                           embedding_in_split=emb, loss_in_split=loss))
-    if dualpipe_job(inst):  # the configurations DualPipe runs, in the same order
-        out = [o for o in out if _dualpipe_runs(inst, o)]
-    elif rules.zero_bubble:
-        out = with_zero_bubble(inst, out)
+            for tpg, cp in ((t, c) for t in tp_choices(inst, used, family) for c in cp_values(inst, used, t)):
+                if family != "stage":  # each layout its own
+                    out += [Partial(lst, family, used, tpg, cp, None, [(1, lst.shape_blocks(family, tpg, cp, shapes))])
+                            for shapes in class_shapes(inst, tpg, used, family, cp)]
+                    continue
+                for dp in stage_replicas(inst, tpg, used, cp):
+                    reps = [(n, lst.shape_blocks(family, tpg, cp, shapes))
+                            for n, shapes in stage_representatives(inst, tpg, used, cp, dp)]
+                    out.append(Partial(lst, family, used, tpg, cp, dp, reps))
     return out
 
 
@@ -400,6 +585,16 @@ def with_zero_bubble(inst: ClusterInstance, outers: list[ClassOuter]) -> list[Cl
     return out
 
 
+class _DualPipeBlock:
+    """An OuterBlock of a DualPipe job: its outers those DualPipe runs (declared_outers)."""
+
+    def __init__(self, inst: ClusterInstance, block: OuterBlock) -> None:
+        self.inst, self.block = inst, block
+
+    def outers(self) -> list[ClassOuter]:
+        return [o for o in self.block.outers() if _dualpipe_runs(self.inst, o)]
+
+
 def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
     """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
     admitted with some value of the other and some v (`tpg`: group -> tp)."""
@@ -437,18 +632,27 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
     lower bounds already read for `inst` (declared_outers shares one between the shapes: they
     depend on a class's degrees and modes, which many shapes repeat)."""
     s, gb = inst.search, inst.job.global_batch
-    if s.micro_batch is not None:
-        return [b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
-    cands = [d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
-             and has_micro_batch_split(shapes, gb // d, uniform)]
-    sps, zeros = _sp_zero_values(inst, tpg, cp, shapes)
+    memo = {} if bound_memo is None else bound_memo
+    # what reads the classes' degrees only (the split of the batch, the sp flags and ZeRO
+    # stages admitted): once per degrees, not per layout
+    degrees = ("degrees", tuple((c.replicas, c.pp) for c in shapes), tuple(sorted(set(tpg.values()))), cp, uniform)
+    if degrees not in memo:
+        if s.micro_batch is not None:
+            memo[degrees] = ([b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)],
+                             None)
+        else:
+            memo[degrees] = ([d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
+                              and has_micro_batch_split(shapes, gb // d, uniform)],
+                             _sp_zero_values(inst, tpg, cp, shapes))
+    cands, sp_zero = memo[degrees]
+    if sp_zero is None:
+        return cands
+    sps, zeros = sp_zero
     if not cands or not sps or not zeros:
         return cands[:1]
     groups = inst.cluster.groups
     capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     replicas = sum(c.replicas for c in shapes)
-
-    memo = {} if bound_memo is None else bound_memo
 
     def parts(c, g: int, b: int, sp: bool, z: int) -> tuple[float, float]:
         key = (tpg[g], cp, c.pp, c.replicas, b, sp, z, replicas * cp)
@@ -864,6 +1068,51 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
             per_shape[key] = per
         total += per_shape[key] * partition_count(inst, o)
     return SpaceSummary(outer_configs=len(outers), plans_total=total)
+
+
+def summarize_partials(inst: ClusterInstance, partials: list[Partial]) -> SpaceSummary:
+    """summarize(inst, declared_outers(...)) read from the partial layouts' representatives
+    (Partial.reps, each counted for the layouts it stands for), without listing the others."""
+    return summarize_blocks(inst, [(n, blk) for part in partials for n, blks in part.reps for blk in blks])
+
+
+def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock]]) -> SpaceSummary:
+    """summarize(inst, [the outers of `blocks`, each block `n` times]) read from the blocks'
+    tallies (OuterBlock.tally), without listing the outers. Per-operator partitions are not
+    counted (partition_count reads each outer): searches with them list every block."""
+    if partitions_enabled(inst):
+        raise ValueError("summarize_blocks does not count layer-plan combinations: use summarize")
+    L, rc, gb = inst.model.layers, inst.search.full_recompute, inst.job.global_batch
+    dual = dualpipe_job(inst)
+    outers = total = 0
+    # the counts read each class's replicas and depth, the micro-batch count, v, whether the
+    # expert all-to-all pairs micro-batches and the slots: each read once
+    per_shape: dict[tuple, int] = {}
+    splits: dict[tuple, int] = {}
+    paired_of: dict[int, bool] = {}
+    for n, b in weighted:
+        degrees = tuple((c.replicas, c.pp) for c in b.classes)
+        for (v, ep, emb, loss, mode), count in b.tally.counts.items():
+            outers += n * count
+            if ep not in paired_of:
+                paired_of[ep] = pairs_unpipelined_micro_batches(inst.job, ep)
+            paired = paired_of[ep]
+            key = (degrees, b.micro_batch, v, paired, emb, loss, mode)
+            per = per_shape.get(key)
+            if per is None:
+                per = count_micro_batch_splits(b.classes, gb // b.micro_batch, False, v, paired)
+                # one value of a framework's pattern for every class, as summarize counts it
+                rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode), L,
+                                                      L + emb + loss, v, min(c.pp for c in b.classes))
+                per *= pattern_values(rows)
+                each = False if isinstance(rows, tuple) else rows
+                for c in b.classes:
+                    if (c.pp, v, (emb, loss), each) not in splits:
+                        splits[c.pp, v, (emb, loss), each] = count_splits(L, c.pp, v, each, False, (emb, loss))
+                    per *= splits[c.pp, v, (emb, loss), each]
+                per_shape[key] = per
+            total += n * count * per
+    return SpaceSummary(outer_configs=outers, plans_total=total)
 
 
 def one_group_outers(inst: Instance) -> list[Outer]:

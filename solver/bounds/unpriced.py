@@ -33,6 +33,7 @@ terms are >= 0).
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
 from collections import defaultdict
@@ -55,7 +56,9 @@ from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 
 def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, uniform: bool = False,
-                   layer_plans: bool = False, deadline: float | None = None) -> np.ndarray:
+                   layer_plans: bool = False, deadline: float | None = None,
+                   sp_values: tuple | None = None, recompute_values: tuple | None = None,
+                   factors: np.ndarray | None = None, memo: dict | None = None) -> np.ndarray:
     """The module's bound of each of `outers` (ClassOuter) on scenarios `idx` of `inst`,
     aggregated as `agg` ("max" or "weighted" with `weights`, solver/search.
     scenario_weights). `layer_plans`: a bound of every combination of the outer's layer plans
@@ -64,7 +67,12 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     each term at its minimum over the plans). `deadline` (a time.perf_counter() value): the
     outers not reached by then are bounded by 0 (an iteration takes no less), so that a small
     time limit is not spent here (pricing a floor is most of this function: 10,470 distinct
-    MoE layers on Qwen3 235B / 256 H100)."""
+    MoE layers on Qwen3 235B / 256 H100). `sp_values`, `recompute_values`: each outer stands for
+    every outer that differs from it only in its sequence-parallel flag and recompute mode
+    among these, and the floors of a stage (layer, dense prefix, output layer) are each the
+    least over them (solver/bounds/layouts.py: the bound is increasing in every floor);
+    `factors`: the quantile objective's factor of each outer, in place of its own. `memo`: the
+    stage floors already priced for `inst` (a dict kept by the caller between calls)."""
     L = inst.model.layers
     moe = inst.model.moe is not None
     total = inst.job.global_batch
@@ -75,24 +83,24 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     rows: dict[tuple, int] = {}  # (t row, a_0, a_last, v, layers) -> its index among the distinct rows
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
+    single = {} if memo is None else memo  # stage_floor_terms' memo
+
+    def floor_of(i: int, o, k: int, g: int) -> tuple[float, float, float]:
+        return stage_floor_terms(inst, i, o, k, g, layer_plans, single)
+
     def floor(i: int, o, k: int, g: int, modes: tuple) -> float:
         # what the layer reads: the site (group, its tp, cp, expert layout) and `modes`
         # (coefficients.DENSE_LAYER_FIELDS; of an MoE layer MOE_LAYER_FIELDS, of its stage
         # count only whether there is a pipeline: _pipelined)
         key = (i, g, o.tp_of(g), modes, _pipelined(o.classes[k].pp) if moe else None)
         if key not in floors:
-            site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
-            lo = stage_outer(class_outers(inst.job, o)[k], site)
-            f = layer_time_floor_s(inst, lo, site)
-            prefix[key] = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f)
-            # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
-            head[key] = 0.0 if dualpipe else output_layer_floor_s(inst, lo, site)
-            if layer_plans and P.spatial_temporal_allowed(lo):
-                table = P.table_for(inst.group_alone(g, inst.scenarios[i].cluster), lo, site,
-                                    NetEfficiency())
-                opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
-                f = min(f, opt.fwd_s + opt.bwd_s)
-            floors[key] = f
+            if sp_values is None and recompute_values is None:
+                terms = [floor_of(i, o, k, g)]
+            else:
+                terms = [floor_of(i, dataclasses.replace(o, sequence_parallel=sp, recompute=rc), k, g)
+                         for sp in (sp_values or (o.sequence_parallel,))
+                         for rc in (recompute_values or (o.recompute,))]
+            floors[key], prefix[key], head[key] = (min(x) for x in zip(*terms))
         return floors[key]
 
     def first_stage_term(i: int, o, g: int, modes: tuple, pp: int) -> float:
@@ -196,8 +204,35 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
             b = relaxed_s(A[ix], S[ix], np.zeros((len(js), n, 1)), x, lo, M, v, uniform)  # (outers, scenarios)
         out[js] = b.max(-1) if agg == "max" else b @ np.asarray(weights, float)
     # the quantile objective scales each configuration's times (search.problem_of)
-    out[:len(outers)] *= objective_factors(inst, outers)
+    out[:len(outers)] *= objective_factors(inst, outers) if factors is None else factors[:len(outers)]
     return out
+
+
+def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False,
+                      memo: dict | None = None) -> tuple[float, float, float]:
+    """(layer floor, dense-prefix extra a_0, output layer a_last) of a stage of outer o's class k
+    on group g, on scenario i (the module docstring's terms), kept in `memo` by what they read:
+    the scenario, the group, its tp and the layer's fields (an MoE layer's also whether it is
+    pipelined)."""
+    moe = inst.model.moe is not None
+    fields = MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS
+    key = (i, g, o.tp_of(g), tuple(getattr(o, f) for f in fields if f not in ("tp", "pp")),
+           _pipelined(o.classes[k].pp) if moe else None, layer_plans)
+    if memo is not None and key in memo:
+        return memo[key]
+    site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+    lo = stage_outer(class_outers(inst.job, o)[k], site)
+    f = layer_time_floor_s(inst, lo, site)
+    a0 = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f)
+    # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
+    alast = 0.0 if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE else output_layer_floor_s(inst, lo, site)
+    if layer_plans and P.spatial_temporal_allowed(lo):
+        table = P.table_for(inst.group_alone(g, inst.scenarios[i].cluster), lo, site, NetEfficiency())
+        opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
+        f = min(f, opt.fwd_s + opt.bwd_s)
+    if memo is not None:
+        memo[key] = (f, a0, alast)
+    return f, a0, alast
 
 
 def _pipelined(pp: int) -> bool:

@@ -1,0 +1,189 @@
+"""A lower bound of every outer configuration of a block before the block is listed.
+
+solver/space.declared_blocks cuts the declared space into blocks: the outer configurations of
+one class layout (family, groups, tp per group, cp, class shapes) at one micro-batch size,
+which differ only in their sequence-parallel flag, ZeRO stage, v, recompute mode and embedding /
+loss slots. solver/search.py bounds each block here, finds a plan on the blocks of least bound,
+and lists only the blocks whose bound can still reach that plan's value (issue 33: "prune
+before listing"); the others' configurations are never built, bounded or priced.
+
+The bound of a block is the bound read before pricing (unpriced.py) of every configuration in
+it, at most: per (v, slots) of the block one representative configuration, its floors per
+stage (layer, dense prefix, output layer) each the least over the block's sequence-parallel
+flags and recompute modes (unpriced.floor_bounds_s's sp_values, recompute_values: those are
+all a dense layer's floor reads beside tp, cp and the micro-batch, coefficients.
+DENSE_LAYER_FIELDS; ZeRO is not among them), and its quantile factor the least over the block's
+ZeRO stages (the factor reads the GPU types, ZeRO, cp and the deepest class, trust.
+objective_factor_of). Then min over the representatives. Why it is at most each
+configuration's own bound: per scenario and class, A = min over splits max_s (a_s + n_s t_s)
+and S = sum_s a_s + L min_s t_s grow with every t_s and a_s, and batched.relaxed_s =
+max(floor_z, cont) grows with every A_k and S_k (floor_z = max_k (lo_k - 1/v) A_k + S_k/v with
+lo_k >= 1 >= 1/v; cont is the Z where f(Z) = sum_k x_k ((Z - S_k/v)/A_k + 1/v) reaches M, f is
+increasing in Z and, at every Z >= max_k S_k/v, which the result is, falling in each A_k and
+S_k; so a larger A or S cannot give a smaller result); max or a weighted sum over scenarios and
+a factor > 0 keep the order. So a block whose bound cannot beat a plan's value holds no
+configuration that can, and search's answer, with its tie rule, is that of the full listing.
+
+Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) without per-operator
+partitions and not under DualPipe, torch's zero-bubble schedules (whose bound before pricing
+takes a weight-gradient share off the layers' sum, unpriced._zero_bubble_row) or the uniform
+split: search.py lists every block there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+import numpy as np
+
+from paraplan.cost.trust import objective_factor_of
+from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
+from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
+
+
+def _factor_memo(inst):
+    """The least quantile factor of a block's ZeRO stages (trust.objective_factor_of reads the
+    GPU types used, ZeRO, cp and the deepest class: kept by those)."""
+    factors: dict[tuple, float] = {}
+    reads: dict[int, tuple] = {}  # id(classes) -> (groups used, deepest class up to 2)
+
+    def least(b) -> float:
+        got = reads.get(id(b.classes))
+        if got is None or got[0] is not b.classes:  # the blocks hold their classes alive
+            got = reads[id(b.classes)] = (b.classes, tuple(sorted({g for c in b.classes for g in c.stage_groups})),
+                                          min(max(c.pp for c in b.classes), 2))
+        _, used, deep = got
+        out = float("inf")
+        for z in b.tally.zeros:
+            key = (used, z, min(b.cp, 2), deep)
+            if key not in factors:
+                factors[key] = objective_factor_of(inst, SimpleNamespace(classes=b.classes, zero=z, cp=b.cp))
+            out = min(out, factors[key])
+        return out
+    return least
+
+
+def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
+    """The module's bound of each block (solver/space.OuterBlock) of `inst`, on scenarios `idx`
+    aggregated as `agg` (solver/search.scenario_weights); inf for a block of no configuration.
+    `memo`: unpriced.floor_bounds_s's."""
+    out = np.full(len(blocks), np.inf)
+    least_factor = _factor_memo(inst)
+    # representatives by the flags their floors take the least over (a call of floor_bounds_s each)
+    reps: dict[tuple, list] = defaultdict(list)  # (sp flags, recompute modes) -> [(block, outer, factor)]
+    for bi, b in enumerate(blocks):
+        ty = b.tally
+        if ty.first is None:
+            continue
+        factor = least_factor(b)
+        _, zero, _, rc, ep, etp, _, _ = ty.first
+        for v, emb, loss in ty.vslots:
+            reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
+    for (sps, rcs), items in reps.items():
+        lbs = floor_bounds_s(inst, [o for _, o, _ in items], idx, agg, weights, sp_values=sps,
+                             recompute_values=rcs, factors=np.array([f for _, _, f in items]), memo=memo)
+        np.minimum.at(out, np.array([bi for bi, _, _ in items], np.int64), lbs)
+    return out
+
+
+def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
+                     memo: dict | None = None) -> np.ndarray:
+    """A lower bound of every configuration of each partial layout (solver/space.Partial), on
+    scenarios `idx` aggregated as `agg`: of the other families the least block bound
+    (block_bounds_s) of its layout; of a stage-wise one, through its groups in every order,
+    one bound per representative (last group g, stage counts, micro-batch size), which holds
+    for every order ending on g (stage_bound_rows says why); inf for one of no configuration."""
+    out = np.full(len(partials), np.inf)
+    blocks, owner, rows, row_owner = [], [], [], []
+    for i, part in enumerate(partials):
+        for _, blks in part.reps:
+            if part.dp is None:
+                blocks += blks
+                owner += [i] * len(blks)
+            else:
+                rows += blks
+                row_owner += [i] * len(blks)
+    if blocks:
+        np.minimum.at(out, np.array(owner, np.int64), block_bounds_s(inst, blocks, idx, agg, weights, memo))
+    if rows:
+        np.minimum.at(out, np.array(row_owner, np.int64), stage_bound_rows(inst, rows, idx, agg, weights, memo))
+    return out
+
+
+def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
+    """Per block of a lone stage-wise class ending on group g, a lower bound of the bound before
+    pricing (unpriced.floor_bounds_s) of every configuration of that block and of every block
+    that differs from it only in the order of the stages before the last: the class's stages
+    hold the same groups, so the same floors, in another order.
+
+    Per scenario, with t_s the least layer floor of stage s over the block's sequence-parallel
+    flags and recompute modes (unpriced.stage_floor_terms), h the least output layer on g, and
+    a dense model (no dense-prefix term: a_0 = 0):
+        A = min over integer splits n_s >= 1 of max_s (a_s + n_s t_s),  a = (0, ..., 0, h)
+    which is symmetric in the stages before the last (so one order stands for all), and at most
+    the configuration's own A: its floors are >= t_s, its a_last >= h, and its split, in chunks
+    of v or with the embedding / loss as slots (whose relaxation, unpriced._slot_row, gives
+    each stage the same a_s + n_s t_s for its real count n_s >= v - 1 >= 1), is one of these
+    integer splits. S = h + L min_s t_s - e (max_s t_s - min_s t_s) - l (t_last - min_s t_s),
+    e and l the most the block's slot modes flag: the relaxed row's S is h' - e t_0 - l t_last
+    + (L + e + l) min_s t_s with h' >= h. Then batched.relaxed_s per v of the block (one class:
+    x = dp, lo = 1 or pp with v > 1, M = the batch's micro-batches) and the least over v, times
+    the least quantile factor of the block's ZeRO stages (layouts' module docstring: the bound
+    grows with A and S)."""
+    L, gb = inst.model.layers, inst.job.global_batch
+    n = len(idx)
+    out = np.full(len(blocks), np.inf)
+    least_factor = _factor_memo(inst)
+    # (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) -> (t_g, h_g)
+    per_group: dict[tuple, tuple[float, float]] = {}
+    by_pp: dict[int, list] = defaultdict(list)
+    for bi, b in enumerate(blocks):
+        ty = b.tally
+        if ty.first is None:
+            continue
+        c = b.classes[0]
+        t = np.empty((n, c.pp))
+        h = np.empty(n)
+        alts = None
+        for si, i in enumerate(idx):
+            tg = {}
+            for g in dict.fromkeys(c.stage_groups):
+                key = (i, g, b.tp_of(g), b.cp, b.micro_batch, ty.sps, b.recompute)
+                got = per_group.get(key)
+                if got is None:
+                    if alts is None:
+                        _, zero, _, _, ep, etp, _, _ = ty.first
+                        alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False) for sp in ty.sps for rc in b.recompute]
+                    terms = [stage_floor_terms(inst, i, o, 0, g, False, memo) for o in alts]
+                    got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
+                tg[g] = got
+            t[si] = [tg[g][0] for g in c.stage_groups]
+            h[si] = tg[c.stage_groups[-1]][1]
+        e = max(x[1] for x in ty.vslots)
+        l_ = max(x[2] for x in ty.vslots)
+        vs = tuple(dict.fromkeys(x[0] for x in ty.vslots))
+        by_pp[c.pp].append((bi, t, h, int(e), int(l_), least_factor(b), vs, c.replicas, gb // b.micro_batch))
+    for pp, items in by_pp.items():
+        t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
+        h = np.stack([x[2] for x in items])  # (rows, scenarios)
+        a = np.zeros_like(t)
+        a[:, :, -1] += h
+        N = len(items)
+        flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
+        A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
+        tmin, tmax = t.min(axis=2), t.max(axis=2)
+        e = np.array([x[3] for x in items], float)[:, None]
+        l_ = np.array([x[4] for x in items], float)[:, None]
+        S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
+        x = np.array([x[7] for x in items], float)[:, None, None]
+        M = np.array([x[8] for x in items], float)[:, None, None]
+        best = np.full((N, n), np.inf)
+        for v in sorted({v for it in items for v in it[6]}):
+            has = np.array([v in it[6] for it in items])
+            lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
+            b = relaxed_s(A[:, :, None], S[:, :, None], np.zeros((N, n, 1)), x, lo, M, float(v), False)
+            best = np.where(has[:, None], np.minimum(best, b), best)
+        agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
+        out[[x[0] for x in items]] = agg_b * np.array([x[5] for x in items])
+    return out

@@ -1,0 +1,87 @@
+"""Pruning partial layouts before their completions are listed (issue 33; solver/space.
+declared_partials, solver/bounds/layouts.py, solver/search._Partials).
+
+Three things make it exact, each checked against something computed without it:
+- the representatives count the space: the outer configurations and complete plans that
+  summarize_partials reads from one layout per last group (a stage-wise pipeline's other
+  orders not listed) are those of summarize over the full listing;
+- a partial layout's bound is at most the bound before pricing (unpriced.floor_bounds_s, the
+  bound the search keys every configuration by) of each configuration it holds, computed on
+  the full listing;
+- the search lists exactly the partial layouts whose bound can still beat the optimum, and
+  returns exhaustive search's optimum (solver/exhaustive.py: no bound, no pruning)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from test_many_types_agreement import many_types_instance
+
+from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.solver import search as search_mod
+from paraplan.solver.bounds.layouts import partial_bounds_s
+from paraplan.solver.bounds.unpriced import floor_bounds_s
+from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.planner import REL_TOL
+from paraplan.solver.search import search
+from paraplan.solver.space import declared_outers, declared_partials, summarize, summarize_partials
+
+# many_types_instance seeds (three or four toy GPU types, classes_per_group 2, idle_gpus and
+# mixed_families on: every family and the idle-GPU stage counts) whose spaces exhaustive search
+# lists quickly; 10, 11 and 13 have their optimum on three groups or more
+SEEDS = (1, 2, 10, 11, 13)
+BUNDLED = ("instances/hetero/tiny-2types.yaml", "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+
+
+def _instances():
+    return [many_types_instance(s) for s in SEEDS] + [load_cluster_instance(f) for f in BUNDLED]
+
+
+@pytest.mark.parametrize("inst", _instances(), ids=lambda i: i.name)
+def test_representatives_count_the_space(inst):
+    assert summarize_partials(inst, declared_partials(inst)) == summarize(inst, declared_outers(inst))
+
+
+@pytest.mark.parametrize("inst", _instances(), ids=lambda i: i.name)
+def test_partial_bound_is_at_most_each_of_its_configurations_bound_before_pricing(inst):
+    partials = declared_partials(inst)
+    bounds = partial_bounds_s(inst, partials, [0], "max", ())
+    outers = declared_outers(inst)
+    floors = floor_bounds_s(inst, outers, [0], "max", ())
+    # the partial layouts are consecutive in declared_outers: each one's outers, counted from
+    # its own listing
+    at = 0
+    for part, lb in zip(partials, bounds):
+        n = sum(len(b.outers()) for b in part.blocks())
+        if n:
+            assert lb <= floors[at:at + n].min() * (1 + 1e-12), (part.family, part.used, part.dp)
+        else:
+            assert lb == np.inf
+        at += n
+    assert at == len(outers)
+
+
+@pytest.mark.slow  # exhaustive search of each seed's space (about 15 s each on the test machine)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_search_lists_the_partial_layouts_that_can_win_and_returns_the_exhaustive_optimum(seed, monkeypatch):
+    # one partial layout listed at a time: each is listed when it comes up in bound order iff
+    # its bound can still beat the incumbent, which by then is the optimum (the optimum's own
+    # partial layout and configuration have smaller keys); so the outers listed are those of
+    # the partial layouts whose bound lies below the optimum
+    monkeypatch.setattr(search_mod, "PARTIAL_OUTERS_AT_ONCE", 1)
+    inst = many_types_instance(seed)
+    ex = exhaustive_classes(inst, max_candidates=300_000)
+    res = search(inst, "cpsat", time_limit_s=60)
+    assert res.status == "optimal" and ex.objective_s is not None
+    assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s
+    lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
+    margin = 1 - search_mod.PARTIAL_MARGIN
+    opt = res.quantile_s
+    near = [b for b in lazy.bounds if abs(b * margin - opt) <= 2 * REL_TOL * opt]
+    assert not near  # no bound in the tie band, where the keys would decide
+    expected = sum(n for b, n in zip(lazy.bounds, lazy.sizes) if b * margin < opt)
+    listed = int(re.search(r"(\d+) of \d+ outer configs listed", " ".join(res.log)).group(1))
+    assert listed == expected
+    assert expected < res.outer_configs  # the test reads a pruning (every seed prunes some)
