@@ -48,13 +48,16 @@ def test_no_fold_fits_a_parameter_onto_its_bound():
     # absorbs (cost/fit.py). Until Narayanan et al.'s Table 1 rows were priced with the
     # micro-batches their script ran (cost/published/ran.yaml `configs`), seven of the eight
     # folds put matmul_half_flops on its 1e8 FLOP lower bound, all but the fold without those
-    # rows; every fold now fits every parameter inside its range.
+    # rows; with Transformer Engine's attention priced at its kernel's benchmark, the folds
+    # without MosaicML and without those rows did again, and matmul_half_flops is now held at
+    # cuBLAS's measured size curve (cost/fit.py), fitted by no fold; every fold fits every other
+    # parameter inside its range.
     from paraplan.cost.crossval import CROSSVAL_FILE
     from paraplan.cost.loader import read_yaml
     folds = read_yaml(CROSSVAL_FILE)["folds"]
     assert len(folds) == 8
     assert {f["family"]: f["on_bound"] for f in folds if f["on_bound"]} == {}
-    assert all(1e8 < f["values"]["matmul_half_flops"] < 1e11 for f in folds)
+    assert not any("matmul_half_flops" in f["values"] for f in folds)
 
 
 def _adopted_fit():
@@ -62,7 +65,7 @@ def _adopted_fit():
     the catalogue the code prices with (cost/gpus.yaml)."""
     from paraplan.cost.comm import NetEfficiency
     from paraplan.cost.fit import fitted_rows, parameter_table
-    params = parameter_table([r["cluster"]["gpu"] for r in fitted_rows(load_published())])
+    params = [p for p in parameter_table([r["cluster"]["gpu"] for r in fitted_rows(load_published())]) if p.fitted]
     cat = load_catalogue()
     return params, {p.name: p.get(cat, NetEfficiency()) for p in params}
 
@@ -71,7 +74,7 @@ def test_the_adopted_fit_has_no_parameter_on_its_bound():
     # As for every fold: the values in force sit inside their physical ranges. Before Table 1
     # was priced as its script ran, the adopted matmul_half_flops sat on its 1e8 FLOP lower bound.
     params, values = _adopted_fit()
-    assert {p.name for p in params} >= {"matmul_half_flops", "memory_eff", "H100.matmul_eff_max"}
+    assert {p.name for p in params} >= {"attention_of_fa2_benchmark", "memory_eff", "H100.matmul_eff_max"}
     assert {p.name: p.on_bound(values[p.name]) for p in params if p.on_bound(values[p.name])} == {}
 
 
