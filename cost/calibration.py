@@ -308,7 +308,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     if rc != "fit":
         return inst, plan_with(rc)
     for mode in ("none", "selective", "full"):
-        if simulate(inst, plan_with(mode)).fits:
+        if simulate(inst, plan_with(mode), reserve_bytes=0.0).fits:  # the row ran: whole HBM
             return inst, plan_with(mode)
     return inst, plan_with("full")
 
@@ -355,7 +355,7 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
             unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
             if unpriced:
                 raise ConfigError(unpriced)
-            bd = simulate(inst, plan, net)
+            bd = simulate(inst, plan, net, reserve_bytes=0.0)  # the row ran: against the whole HBM
         except (ConfigError, KeyError, ValueError) as e:
             out.append(RowResult(**base, predicted_iter_time_s=None, reason=str(e)))
             continue
@@ -376,7 +376,7 @@ def _variant_time(row: dict, catalogue, net) -> float | None:
     """The predicted time of a variant of a row, None where it cannot run (or not fit)."""
     try:
         inst, plan = row_to_instance_plan(row, catalogue)
-        bd = simulate(inst, plan, net)
+        bd = simulate(inst, plan, net, reserve_bytes=0.0)
     except (ConfigError, KeyError, ValueError):
         return None
     return bd.iter_time_s if bd.fits else None

@@ -74,7 +74,7 @@ def class_outer(ho: ClassOuter, k: int, num_micro_batches: int | None = None,
                  num_micro_batches=m, virtual_stages=v,
                  sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
                  ep=ho.ep, etp=ho.etp, embedding_in_split=ho.embedding_in_split,
-                 loss_in_split=ho.loss_in_split)
+                 loss_in_split=ho.loss_in_split, zero_bubble=ho.zero_bubble)
 
 
 def class_outers(job, ho: ClassOuter) -> list[Outer]:
@@ -246,7 +246,8 @@ def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = N
 
 def replica_time_s(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v: int = 1) -> float:
     """One replica's pipeline time: 1F1B (interleaved with v > 1) over its stages, m micro-batches."""
-    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, v))
+    return float(schedule.pipeline_time_s(schedule.stage_times_s(c, n, r), m, v,
+                                          schedule.drain_savings_s(c, np.asarray(n, float))))
 
 
 def iteration_time_s(coeffs: list[StageCoefficients], m: list[int], n: list[np.ndarray],

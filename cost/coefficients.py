@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost import comm, memory, moe, scale
+from paraplan.cost import comm, memory, moe, scale, zero_bubble
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, recompute_regather_params,
                                       recompute_stops_early)
@@ -36,7 +36,7 @@ from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
-                        Outer, PipelineSchedule, Precision, Recompute, RecomputeModule)
+                        Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
 BACKWARD_LINEAR_FACTOR = 2.0
@@ -167,6 +167,9 @@ class StageCoefficients:
     # schedule holding another number of micro-batches (cost/dualpipe.py) rescales the former
     stage_act_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stage_state_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per stage, the time one layer takes out of the stage's pass through the fill and drain
+    # under a zero-bubble schedule (k W per layer, cost/zero_bubble.py); empty: 1F1B / interleaved
+    layer_drain_saving_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def pp(self) -> int:
@@ -937,6 +940,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     fw = inst.job.framework
     sb = memory.pipeline_state_layout(memory.state_layout(inst.job), o.zero, pp, inst.job.grad_reduce.bytes)
     inflight = in_flight_micro_batches(pp, mb, v)
+    if o.zero_bubble is ZeroBubble.V:
+        inflight = zero_bubble.v_in_flight(pp, mb)
     overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
     if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
         warm = a2a_overlap_warmup_chunks(pp, mb, v)
@@ -1021,7 +1026,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_act[-1] += mtp_act
         stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
     capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
-    if skip_if_memory_infeasible and _no_split_fits(o, inflight, state, act, ckpt, capacity, stage_mem, m.layers):
+    # (ZBVZeroBubble's V moves the output layer's memory after this: not checked on it)
+    if (skip_if_memory_infeasible and o.zero_bubble is not ZeroBubble.V
+            and _no_split_fits(o, inflight, state, act, ckpt, capacity, stage_mem, m.layers)):
         return None  # the time terms below would only be dropped (solver/search.problems_for)
 
     # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
@@ -1162,7 +1169,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
     first = per_stage[0]
     layer_parts = dict(first.parts, slowest_rank=slow * first.layer_time) if slow else first.parts
-    return StageCoefficients(
+    c = StageCoefficients(
         outer=o, layers=m.layers,
         layer_time_s=col("layer_time") * (1 + slow), recompute_time_s=col("recompute_time") * (1 + slow),
         stage_time_s=stage_time,
@@ -1174,6 +1181,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
         first_chunk_min_layers=min_chunk, stage_act_bytes=stage_act, stage_state_bytes=stage_state,
     )
+    return c if o.zero_bubble is None else zero_bubble.shaped(c, m)
 
 
 def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net: NetEfficiency,
@@ -1230,7 +1238,8 @@ _LAYER_COSTS: dict[tuple, tuple] = {}
 def _dense_layer_view(o: Outer) -> Outer:
     """`o` without what a dense layer's costs do not read: the memo key of _shared_layer_costs."""
     # ZeRO-3 reads whether there is a pipeline (memory.gathered_per_step: once per step inside one)
-    return replace(o, pp=min(o.pp, 2) if o.zero == 3 else 1, dp=1, num_micro_batches=1, virtual_stages=1)
+    return replace(o, pp=min(o.pp, 2) if o.zero == 3 else 1, dp=1, num_micro_batches=1, virtual_stages=1,
+                   zero_bubble=None)
 
 
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,

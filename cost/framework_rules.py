@@ -26,6 +26,9 @@ class FrameworkRules:
     sequence_parallel_optional: bool  # False: with tp > 1 the sequence is always sharded
     # True: plain (ZeRO-0) data parallelism only when it is the sole parallelism
     replicate_only_alone: bool = False
+    # runs torch.distributed.pipelining's zero-bubble schedules (cost/zero_bubble.py) on the
+    # configurations torch runs them with (cost/schedule.schedule_problem)
+    zero_bubble: bool = False
 
     def admits(self, *, tp: int, pp: int, cp: int, dp: int, sp: bool, zero: int, v: int) -> bool:
         if zero not in self.zero_stages or pp > 1 and zero not in self.zero_with_pipeline:
@@ -72,11 +75,15 @@ FRAMEWORK_RULES: dict[Framework, FrameworkRules] = {
     # REDUCE_GRAD (cost/memory.py prices it, gathered_per_step); its "never" policy, ZeRO-2
     # here, then runs the same steps, so ZeRO-2 with pp > 1 would be ZeRO-3 twice. Its TP plan shards the
     # sequence for norms and dropout (SequenceParallel on the norms), so sp is always on with
-    # tp > 1. Context parallelism and the interleaved schedules (Interleaved1F1B) are available.
+    # tp > 1. Context parallelism and the interleaved schedules (Interleaved1F1B) are available,
+    # and so are torch's zero-bubble InterleavedZeroBubble and ZBVZeroBubble
+    # (parallelism.pipeline_parallel_schedule, looked up by get_schedule_class in
+    # torch/distributed/pipelining/schedules.py; torchtitan 0.2's pipeline_llm builds them with
+    # two stages per rank or more, ZBVZeroBubble as a V).
     Framework.TORCHTITAN: FrameworkRules(
         zero_stages=(0, 2, 3), zero_with_pipeline=(0, 3), tensor_parallel=True, pipeline=True,
         context_parallel=True, interleaving=True, sequence_parallel_optional=False,
-        replicate_only_alone=True),
+        replicate_only_alone=True, zero_bubble=True),
     # MosaicML Composer / llm-foundry: PyTorch FSDP data parallelism, sharding_strategy
     # NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2), FULL_SHARD (ZeRO-3); the published MPT
     # configurations use no tensor, pipeline or context parallelism, so tp = pp = cp = 1.

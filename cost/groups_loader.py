@@ -127,9 +127,11 @@ from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_
                          check_mla_job, check_gpu_features, config_errors_as, default_layer_split, describe, did_you_mean,
                          enum_values, is_group_plan_mapping, job_from_section, load_instance_parts,
                          model_from_section,
-                         plan_from_mapping, plan_partitions, read_yaml,
+                         plan_from_mapping, plan_partitions, plan_zero_bubble, read_yaml,
                          release_search_of, search_from_section, check_int)
 from paraplan.cost.ranges import out_of_range, range_text
+from paraplan.cost.schedule import TorchSchedule
+from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.space_rules import groups_search_refusal, split_slots_run
 from paraplan.cost.specs import (Attention, GpuSpec, Link, PipelineSchedule,
                                  Recompute, SearchSpace)
@@ -153,7 +155,7 @@ _GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_nod
 _EVENT_FILE_KEYS = ("event",)
 _EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
 _PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
-              "ep", "etp", "embedding_in_split", "loss_in_split", "classes")
+              "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
                "full_recompute_layers", "partitions")
 _ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
@@ -608,6 +610,7 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
                            Recompute.NONE.value)
     embedding = sec.boolean("embedding_in_split", False)
     loss = sec.boolean("loss_in_split", False)
+    zero_bubble = plan_zero_bubble(sec, inst)
     classes = []
     for field, raw in _items(sec, "classes", each="class"):
         c = Section(raw, path, field, _CLASS_KEYS)
@@ -657,9 +660,17 @@ def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
             zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
             classes=tuple(classes),
             family=sec.choice("family", FAMILIES, FAMILIES[0]),
-            embedding_in_split=embedding, loss_in_split=loss,
+            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
         )
         plan.check_against(inst)
+    if zero_bubble is not None:
+        c0 = plan.classes[0]
+        problem = ("the space plans a zero-bubble schedule for one replica class" if len(plan.classes) > 1
+                   else torch_schedule_problem(TorchSchedule(zero_bubble.value), len(c0.stage_groups), v,
+                                               c0.num_micro_batches))
+        if problem:
+            raise sec.error("zero_bubble", problem, "leave zero_bubble out, or give the plan a shape"
+                            " torch runs the schedule with")
     unpriced = unpriced_reason(inst.job.framework, zero, max(len(c.stage_groups) for c in plan.classes))
     if unpriced:  # as cost/loader.plan_from_mapping: no command prices it
         problem, fix = unpriced.split("; ", 1)
@@ -741,8 +752,9 @@ def class_plan_to_mapping(plan: Plan, inst: ClusterInstance) -> dict:
     ep = {"ep": plan.ep} if plan.ep > 1 else {}
     etp = {"etp": plan.etp} if plan.etp is not None else {}
     slots = {k: True for k in ("embedding_in_split", "loss_in_split") if getattr(plan, k)}
+    zb = {"zero_bubble": plan.zero_bubble.value} if plan.zero_bubble is not None else {}
     tp = {names[g]: t for g, t in plan.group_tp} if plan.group_tp else plan.tp
-    return {"tp": tp, **cp, **v, **slots, **ep, **etp, "micro_batch": plan.micro_batch,
+    return {"tp": tp, **cp, **v, **slots, **zb, **ep, **etp, "micro_batch": plan.micro_batch,
             "sequence_parallel": plan.sequence_parallel,
             # Only with NONE does `full` read back as the same plan (full maps to NONE).
             "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,

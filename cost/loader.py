@@ -207,12 +207,15 @@ from paraplan.cost.objective import parse_objective
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import framework_refusal, release_search, unpriced_reason
 from paraplan.cost.releases import known_versions
+from paraplan.cost.schedule import TorchSchedule
+from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import groups_search_refusal, search_refusal
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, JobSpec,
                         Link, Mlp, MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Precision,
-                        OffloadModule, Recompute, RecomputeModule, SearchSpace, grad_reduce_refusal)
+                        OffloadModule, Recompute, RecomputeModule, SearchSpace, ZeroBubble,
+                        grad_reduce_refusal)
 from paraplan.cost.plan_specs import Plan
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
@@ -255,7 +258,7 @@ _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
-              "embedding_in_split", "loss_in_split")
+              "embedding_in_split", "loss_in_split", "zero_bubble")
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group", "idle_gpus",
@@ -1388,6 +1391,7 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
                            Recompute.NONE.value)
 
     layers_per_stage, embedding, loss = plan_layer_split(sec, inst.model.layers, pp, virtual_stages)
+    zero_bubble = plan_zero_bubble(sec, inst)
     if layers_per_stage is None:
         layers = inst.model.layers
         if layers % virtual_stages:
@@ -1431,9 +1435,15 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             partitions=plan_partitions(sec),
             ep=sec.integer("ep", 1),
             etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
-            embedding_in_split=embedding, loss_in_split=loss,
+            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
         )
         plan.check_against(inst)
+    if zero_bubble is not None:
+        problem = torch_schedule_problem(TorchSchedule(zero_bubble.value), plan.pp, plan.virtual_stages,
+                                         plan.num_micro_batches)
+        if problem:
+            raise sec.error("zero_bubble", problem, "leave zero_bubble out, or give the plan a shape"
+                            " torch runs the schedule with")
     # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
     # refused as the plan is read, so simulate, memory, compare, report and export all refuse it
     unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
@@ -1441,6 +1451,19 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
         problem, fix = unpriced.split("; ", 1)
         raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
     return plan
+
+
+def plan_zero_bubble(sec, inst) -> ZeroBubble | None:
+    """A plan section's zero_bubble (torch's zero-bubble schedule, cost/zero_bubble.py): only
+    torchtitan runs one (the plan's shape is checked against torch's rules once it is read)."""
+    if not sec.has("zero_bubble"):
+        return None
+    kind = ZeroBubble(sec.choice("zero_bubble", enum_values(ZeroBubble)))
+    if inst.job.framework is not Framework.TORCHTITAN:
+        raise sec.error("zero_bubble", f"{kind.value} is a torch.distributed.pipelining schedule;"
+                        f" framework {inst.job.framework.value} does not run it",
+                        "leave zero_bubble out (1F1B, interleaved with virtual_stages > 1)")
+    return kind
 
 
 def plan_layer_split(sec: Section, layers: int, pp: int, v: int
@@ -1533,6 +1556,8 @@ def plan_to_mapping(plan: Plan) -> dict:
     for key in ("embedding_in_split", "loss_in_split"):  # absent: false (files stay as they were)
         if getattr(plan, key):
             out[key] = True
+    if plan.zero_bubble is not None:  # absent: 1F1B / interleaved (files stay as they were)
+        out["zero_bubble"] = plan.zero_bubble.value
     # Only with NONE does `full` read back as the same Plan (full maps to NONE).
     if plan.recompute is Recompute.NONE and plan.full_recompute_layers == plan.layers_per_stage:
         out["recompute"] = RECOMPUTE_FULL

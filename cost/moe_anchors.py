@@ -64,7 +64,8 @@ class AnchorPrice:
 
 def price(row: dict) -> AnchorPrice:
     inst = anchor_instance(row)
-    bd = simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]))
+    # the row ran: priced against the whole HBM, no planning reserve
+    bd = simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]), reserve_bytes=0.0)
     published = float(row["measured"]["value"])
     return AnchorPrice(id=row["id"], gpu=row["cluster"]["gpu"], published_tflops_per_gpu=published,
                        iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
@@ -77,7 +78,7 @@ def _simulated(row: dict, **gpu):
     inst = anchor_instance(row)
     if gpu:
         inst = replace(inst, cluster=replace(inst.cluster, gpu=replace(inst.cluster.gpu, **gpu)))
-    return simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]))
+    return simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]), reserve_bytes=0.0)
 
 
 # the relative slow-down of one kind of work that time_split differentiates by: small enough

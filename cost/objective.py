@@ -23,7 +23,8 @@ def parse_objective(text: str) -> float | None:
     raise ValueError(f"objective must be 'mean' or 'pNN' with NN in 1..99 (e.g. p90), got {text!r}")
 
 
-TIME_FIELDS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s", "stage_sync_time_s")
+TIME_FIELDS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s", "stage_sync_time_s",
+               "layer_drain_saving_s")
 
 
 def scaled_times(coeffs, factor: float):

@@ -37,7 +37,7 @@ from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.pipeline_split import chunk_layers
 from paraplan.cost.specs import (ClusterSpec, Instance, JobSpec, Link, ModelSpec, Outer, Recompute,
-                                 SearchSpace, moe_fold_problem)
+                                 SearchSpace, ZeroBubble, moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,6 +197,8 @@ class _Modes:
     # stage's last model chunk (cost/specs.Outer, cost/pipeline_split.py), in every class
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # torch's zero-bubble schedule every class runs (cost/specs.Outer.zero_bubble; torchtitan)
+    zero_bubble: ZeroBubble | None = None
 
     def tp_of(self, group: int) -> int:
         """The tensor-parallel degree of the stages on `group`."""
@@ -321,7 +323,7 @@ class Plan(_Modes):
         plan = cls(tp=o.tp, micro_batch=o.micro_batch, cp=o.cp, virtual_stages=o.virtual_stages,
                    sequence_parallel=o.sequence_parallel, recompute=o.recompute, zero=o.zero,
                    ep=o.ep, etp=o.etp, embedding_in_split=o.embedding_in_split,
-                   loss_in_split=o.loss_in_split,
+                   loss_in_split=o.loss_in_split, zero_bubble=o.zero_bubble,
                    classes=(ReplicaClass(replicas=o.dp, stage_groups=(0,) * o.pp,
                                          num_micro_batches=o.num_micro_batches,
                                          layers_per_stage=n, full_recompute_layers=r,
@@ -338,7 +340,8 @@ class Plan(_Modes):
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                            zero=self.zero, classes=tuple(c.shape for c in self.classes),
                            family=self.family, ep=self.ep, etp=self.etp, group_tp=self.group_tp,
-                           embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
+                           embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split,
+                           zero_bubble=self.zero_bubble)
 
     # --- the one-class case -----------------------------------------------------------------
 
@@ -408,7 +411,8 @@ class Plan(_Modes):
                      num_micro_batches=self.num_micro_batches,
                      sequence_parallel=self.sequence_parallel, recompute=self.recompute,
                      zero=self.zero, virtual_stages=self.virtual_stages, ep=self.ep, etp=self.etp,
-                     embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
+                     embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split,
+                     zero_bubble=self.zero_bubble)
 
     def _check_group_tp(self, inst: ClusterInstance) -> None:
         """group_tp's own rules (the space's, solver/space.py): one class, every group it

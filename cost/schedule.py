@@ -19,9 +19,11 @@ from enum import Enum
 import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
-from paraplan.cost.flops import layer_matmuls, moe_dense_view
 from paraplan.cost.pipeline_split import short_chunk_factors
 from paraplan.cost.pipeline_split import slot_relief_bytes as _slot_relief_bytes
+from paraplan.cost.specs import ZeroBubble
+# v_shaped and weight_grad_share re-exported: cost/torch_schedules.py and the tests read them here
+from paraplan.cost.zero_bubble import W_PASSES_SAVED, v_in_flight, v_shaped, weight_grad_share  # noqa: F401
 
 
 def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -82,15 +84,35 @@ def slot_relief_bytes(c: StageCoefficients) -> np.ndarray:
                               c.outer.loss_in_split, c.layer_act_bytes, c.layer_ckpt_bytes)
 
 
-def pipeline_time_s(t: np.ndarray, m: int, v: int) -> np.ndarray:
-    t_max = t.max(axis=-1)
-    return m * t_max + (t.sum(axis=-1) - t_max) / v
+def pipeline_time_s(t: np.ndarray, m: int, v: int, drain_saving: np.ndarray | None = None) -> np.ndarray:
+    """The pipeline term for stage times t (..., pp). drain_saving (..., pp): under a zero-bubble
+    schedule, the time k W_s each stage's pass through the fill and drain loses
+    (cost/zero_bubble.py), so that a pass costs B_s = T_s - k W_s (never below 0). The stage
+    s* that paces the pipeline is then the one whose path is longest:
+
+        pipeline_time = max_s [ m T_s + (sum_s' B_s' - B_s) / v ]
+
+    With no saving (1F1B, interleaved) that path is longest at the slowest stage (m >= 1/v), the
+    module docstring's formula. With one, s* is the slowest stage unless another's T_s lies
+    within k (W_s - W_slowest) / (v m - 1) of it: reading s* as the slowest stage alone would
+    make the time jump by k (W_s* - W_s) / v where two stage times cross, and a fixed
+    schedule's makespan (a longest path through its passes) is continuous in their times."""
+    if drain_saving is None:
+        t_max = t.max(axis=-1)
+        return m * t_max + (t.sum(axis=-1) - t_max) / v
+    b = np.maximum(t - drain_saving, 0.0)
+    return (m * t + (b.sum(axis=-1)[..., None] - b) / v).max(axis=-1)
+
+
+def drain_savings_s(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
+    """k W_s of splits n (..., pp) under c's zero-bubble schedule; None without one."""
+    return c.layer_drain_saving_s * n if c.layer_drain_saving_s.size else None
 
 
 def iteration_time_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
     n, r = np.asarray(n, float), np.asarray(r, float)
     t = stage_times_s(c, n, r)
-    return (pipeline_time_s(t, c.outer.num_micro_batches, c.outer.virtual_stages)
+    return (pipeline_time_s(t, c.outer.num_micro_batches, c.outer.virtual_stages, drain_savings_s(c, n))
             + sync_times_s(c, n).max(axis=-1))
 
 
@@ -124,29 +146,11 @@ def fits(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
 
 # --- the schedules of torch.distributed.pipelining (torchtitan's pipeline_parallel_schedule) ----
 #
-# Zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) split each
-# backward pass into B, the gradient of the stage's input, and W, the gradient of its weights.
-# Only B is on the pipeline's critical path (the previous stage waits for it), so W fills the
-# fill/drain idle time. With per-micro-batch times F, B, W on p uniform stages the paper gives
-# the fill/drain ("bubble") of
-#     1F1B                    (p - 1)(F + B + W)                   Sec. 2, Fig. 2
-#     ZB-H1                   (p - 1)(F + B - W)                   Sec. 2.1: 1/3 of 1F1B at F = B = W
-#     ZB-H2                   (p - 1)(F + B - 2W), 0 at F = B = W  Sec. 2.2, (2p - 1) micro-batches held
-#     ZB-V (2 chunks, V)      0 at F = B = W                       Sec. 6, held like 1F1B
 # torch.distributed.pipelining (read at 00722e648b, schedules.py) runs ScheduleInterleavedZeroBubble,
 # the paper's interleaved ZB-H1 ("ZB1P": its warm-up holds at most the interleaved 1F1B's
 # micro-batches, each W issued right after its B), and ScheduleZBVZeroBubble (exactly two
 # stages per rank placed as a V: rank s holds stages s and 2p - 1 - s). Neither runs under
-# torch.compile (_check_torch_compile_compatibility). ZB-H2 has no torch schedule: not priced.
-#
-# The non-uniform generalisation is the 1F1B one above: the steady state is paced by the slowest
-# stage s*, and the fill/drain passes once through every other stage, each now costing its
-# bubble term T'_s = T_s - k W_s (k = 2 for ZB-H1, clipped at 0 with k = 3 for ZB-V, ZB-H2's
-# F + B - 2W on ZB-V's half-size chunks), divided by the v model chunks as interleaving divides it:
-#     pipeline_time = m T_{s*} + (sum_s T'_s - T'_{s*}) / v.
-# W_s = w n_s layer_time_s: the layers' time splits into F, B and W as their FLOPs do
-# (weight_grad_share); the embedding, output layer and full-recompute forwards count no W (the
-# output layer's weight gradient is left on the critical path: a slight overestimate of the bubble).
+# torch.compile (_check_torch_compile_compatibility). Their stage terms: cost/zero_bubble.py.
 
 
 class TorchSchedule(str, Enum):
@@ -162,24 +166,28 @@ class TorchSchedule(str, Enum):
     def zero_bubble(self) -> bool:
         return self in (TorchSchedule.INTERLEAVED_ZERO_BUBBLE, TorchSchedule.ZBV_ZERO_BUBBLE)
 
+    @property
+    def mode(self) -> ZeroBubble | None:
+        """The outer configuration's zero_bubble mode that runs it (None: 1F1B / interleaved)."""
+        return ZeroBubble(self.value) if self.zero_bubble else None
 
-# W passes that each stage's fill/drain term loses (module comment); None: no B/W split
-_W_PASSES_SAVED = {TorchSchedule.ONE_F_ONE_B: 0, TorchSchedule.INTERLEAVED_1F1B: 0,
-                   TorchSchedule.INTERLEAVED_ZERO_BUBBLE: 2, TorchSchedule.ZBV_ZERO_BUBBLE: 3}
+    @classmethod
+    def of(cls, outer) -> "TorchSchedule":
+        """The schedule an Outer (or a plan) runs: its zero-bubble mode, else 1F1B, interleaved
+        with v > 1."""
+        if outer.zero_bubble is not None:
+            return cls(outer.zero_bubble.value)
+        return cls.INTERLEAVED_1F1B if outer.virtual_stages > 1 else cls.ONE_F_ONE_B
 
 
-def weight_grad_share(m, b: int, tp: int, cp: int, sp: bool = False) -> float:
-    """W / (F + B + W) of one transformer layer, from its FLOPs (cost/flops.layer_matmuls).
-
-    A linear layer's backward is two GEMMs of its forward's size, the input gradient (B) and the
-    weight gradient (W); the attention core (QK^T, softmax, PV) has no weights, so its backward
-    (twice its forward) is all B. With G the linear and A the attention-core forward FLOPs:
-    F = G + A, B = G + 2A, W = G, so W / (F + B + W) = G / (3 (G + A)), 1/3 without attention
-    (the paper's F = B = W). An MoE layer is taken as its dense view (its experts are linear too)."""
-    view = m if m.moe is None else moe_dense_view(m)
-    mm = layer_matmuls(view, b, tp, cp, sp)
-    linear = sum(mm.linear_calls)
-    return linear / (3 * (linear + mm.attention_core))
+def schedule_pipeline_time_s(t: np.ndarray, w: np.ndarray, m: int, v: int,
+                             kind: TorchSchedule) -> np.ndarray:
+    """pipeline_time of `kind` for stage times t (..., pp) whose weight-gradient part is w
+    (..., pp): pipeline_time_s with the drain saving k w (cost/zero_bubble.py)."""
+    t, w = np.asarray(t, float), np.asarray(w, float)
+    if kind.mode is None:
+        return pipeline_time_s(t, m, v)
+    return pipeline_time_s(t, m, v, W_PASSES_SAVED[kind.mode] * w)
 
 
 def schedule_problem(kind: TorchSchedule, pp: int, v: int, m: int) -> str | None:
@@ -213,17 +221,11 @@ def schedule_problem(kind: TorchSchedule, pp: int, v: int, m: int) -> str | None
 
 
 def schedule_in_flight(kind: TorchSchedule, pp: int, m: int, v: int) -> np.ndarray:
-    """Micro-batches whose activations stage s holds at its peak, in whole-stage units.
-
-    1F1B / Interleaved1F1B: in_flight_micro_batches (Megatron-LM's counts, which torch's
-    warm-ups match). InterleavedZeroBubble: the same (Qi et al. Sec. 2.1: ZB-H1 holds no more
-    than 1F1B; torch's ZB1P warms up with fewer chunks than its interleaved 1F1B, and a W's
-    inputs live only until the W right after its B). ZBVZeroBubble: 2 pp half-stage chunks on
-    every rank (Sec. 6: "the same peak memory as 1F1B", balanced over the ranks; torch's order
-    warms rank s up with 2 pp - s - 1 chunk-0 and s chunk-1 forwards, then adds one chunk
-    before each B), so pp micro-batches on every stage, at most m."""
+    """Micro-batches whose activations stage s holds at its peak, in whole-stage units:
+    in_flight_micro_batches (Megatron-LM's counts, which torch's warm-ups match), but for
+    ZBVZeroBubble (cost/zero_bubble.py, Memory)."""
     if kind is TorchSchedule.ZBV_ZERO_BUBBLE:
-        return np.full(pp, float(min(pp, m)))
+        return v_in_flight(pp, m)
     return in_flight_micro_batches(pp, m, v)
 
 
@@ -236,48 +238,3 @@ def with_in_flight(c: StageCoefficients, held: np.ndarray) -> StageCoefficients:
                    layer_ckpt_bytes=c.layer_ckpt_bytes * scale,
                    stage_mem_bytes=c.stage_mem_bytes + c.stage_act_bytes * (scale - 1),
                    stage_act_bytes=c.stage_act_bytes * scale, in_flight=np.asarray(held, float))
-
-
-def v_shaped(c: StageCoefficients) -> StageCoefficients:
-    """`c` with ZBVZeroBubble's placement of the output layer: the V puts the last model chunk
-    (norm, output layer, loss) on rank 0 beside the first (embedding), and rank pp - 1 holds
-    two middle chunks. The last stage's per-stage terms beyond a middle stage's (the output
-    layer's time, weights, gradients, optimizer state, logits and its gradient sync) move to
-    stage 0; the last stage keeps a middle stage's (stage pp - 2's). Needs pp >= 3."""
-    assert c.pp >= 3, "a middle stage prices the bare rank"
-    mid, last = c.pp - 2, c.pp - 1
-
-    def moved(a: np.ndarray) -> np.ndarray:
-        a = np.array(a, float)
-        extra = a[last] - a[mid]
-        a[0] += extra
-        a[last] = a[mid]
-        return a
-
-    return replace(c, stage_time_s=moved(c.stage_time_s), stage_sync_time_s=moved(c.stage_sync_time_s),
-                   stage_mem_bytes=moved(c.stage_mem_bytes), stage_act_bytes=moved(c.stage_act_bytes),
-                   stage_state_bytes=moved(c.stage_state_bytes))
-
-
-def schedule_pipeline_time_s(t: np.ndarray, w: np.ndarray, m: int, v: int,
-                             kind: TorchSchedule) -> np.ndarray:
-    """pipeline_time of `kind` for stage times t (..., pp) whose weight-gradient part is w
-    (..., pp) (module comment): m T_{s*} + (sum_s T'_s - T'_{s*}) / v."""
-    t, w = np.asarray(t, float), np.asarray(w, float)
-    k = _W_PASSES_SAVED[kind]
-    bubble = np.maximum(t - k * w, 0.0)
-    slowest = np.argmax(t, axis=-1)[..., None]
-    t_max = np.take_along_axis(t, slowest, axis=-1)[..., 0]
-    b_max = np.take_along_axis(bubble, slowest, axis=-1)[..., 0]
-    return m * t_max + (bubble.sum(axis=-1) - b_max) / v
-
-
-def schedule_iteration_time_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray,
-                              kind: TorchSchedule, w_share: float) -> np.ndarray:
-    """iteration_time_s under `kind`, for splits n, r; w_share: weight_grad_share of a layer.
-    1F1B and Interleaved1F1B give iteration_time_s exactly."""
-    n, r = np.asarray(n, float), np.asarray(r, float)
-    t = stage_times_s(c, n, r)
-    w = w_share * n * c.layer_time_s
-    return (schedule_pipeline_time_s(t, w, c.outer.num_micro_batches, c.outer.virtual_stages, kind)
-            + sync_times_s(c, n).max(axis=-1))

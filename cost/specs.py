@@ -58,6 +58,15 @@ class PipelineSchedule(str, Enum):
     DUALPIPE = "dualpipe"
 
 
+class ZeroBubble(str, Enum):
+    """torch.distributed.pipelining's zero-bubble schedules, by the names torchtitan's
+    parallelism.pipeline_parallel_schedule takes (cost/zero_bubble.py prices them): a mode of
+    the outer configuration that a torchtitan plan may run in place of Interleaved1F1B."""
+
+    INTERLEAVED = "InterleavedZeroBubble"  # Qi et al.'s ZB-H1, interleaved (torch's ZB1P)
+    V = "ZBVZeroBubble"  # Qi et al.'s ZB-V: two chunks per rank placed as a V
+
+
 class MoeDispatcher(str, Enum):
     """How an MoE layer's tokens reach their experts (job.moe_dispatcher, cost/moe.py)."""
 
@@ -881,6 +890,9 @@ class Outer:
     # the outer configuration, like v: it decides which layer counts each stage may hold.
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # torch's zero-bubble schedule the plan runs (torchtitan); None: 1F1B, interleaved with
+    # virtual_stages > 1. A mode like v: it changes the stage terms (cost/zero_bubble.py)
+    zero_bubble: ZeroBubble | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "virtual_stages",
@@ -896,6 +908,9 @@ class Outer:
             raise ConfigError("plan.zero must be 0, 1, 2 or 3")
         if self.virtual_stages > 1 and self.pp == 1:
             raise ConfigError("virtual_stages > 1 needs pp > 1")
+        if self.zero_bubble is not None and self.virtual_stages < 2:
+            raise ConfigError(f"plan.zero_bubble {self.zero_bubble.value} runs two or more model"
+                              " chunks per stage (virtual_stages >= 2)")
 
     @property
     def expert_tp(self) -> int:

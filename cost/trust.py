@@ -19,49 +19,37 @@ percentiles of those log errors, each source family weighing the same (a row wei
 
     interval_s = [predicted_s * exp(-r_90), predicted_s * exp(-r_10)].
 
-The pool is not a narrow group of rows like the plan (measured on the bundled rows, each row's
-interval built from the other families' residuals, `coverage`: groups of similar rows covered 59%
-of the left-out rows with an 80% band; they come from one or two sources, whose errors agree with
-each other and not with a new source). It is the residuals at the plan's *distance level*: the
-count of what the plan uses that fewer than MIN_VALIDATING_ROWS rows exercise in its scale band
-(its ZeRO stage, cp > 1, pp > 1, FP8, its GPU die, its framework and its framework release;
-`unvalidated`), capped at 3. A row's own level is judged as it was predicted, against the other
-families' rows only. A release is validated only by rows of that release (cost/releases.py); a
-row that names none validates none. No bundled release is run by two source families, so every
-row's release counts as unvalidated and every row sits one level above its count without it;
-so does a plan of a release no row ran (every current release), while a plan of a release that
-three rows ran at its scale (nemo-24.07 on 9-64 GPUs) sits one level lower. Measured on the 239
-bundled rows (stored cross-validation, 80% band, each row's band without its family):
+Which residuals (`band_pool`). A plan's *distance level* is the count of what it uses that fewer
+than MIN_VALIDATING_ROWS rows exercise in its scale band (its ZeRO stage, cp > 1, pp > 1, FP8, its
+GPU die, its framework and its framework release; `unvalidated`), capped at 3; a row's own level
+is judged as it was predicted, against the other families' rows only. A release is validated
+only by rows of that release (cost/releases.py); no bundled release is run by two source
+families, so every row's release counts as unvalidated and every row sits one level above its
+count without it, as does a plan of a release no row ran (every current release). The band comes
+from the rows *at the plan's level or farther*: a new source at a given distance errs at least
+as the rows as far from the others' runs did, and the nearer rows would understate it (the rows
+of one level come from one or two families whose errors agree with each other and not with a new
+source: each level's own rows held 62% of level 1). And from rows whose die was fitted as the
+plan's is (`die_fitted`: 5+ rows of other families on it, cost/fit.MIN_ROWS_PER_DIE): a row
+predicted on a die's catalogue defaults (the two V100 rows, +16% and +25%) speaks for plans on
+such dies only. Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider
+pool. Bands of the 239 bundled rows (stored cross-validation, fitted dies):
 
-    level  rows  families  band (measured / predicted)  covered
-    0         0         0  (none: every row's release is unvalidated)
-    1        21         3  0.93 .. 1.06                  62%
-    2       147         6  0.84 .. 1.06                  87%
-    3        71         5  0.90 .. 1.12                  89%
-    all     239         8                                85.4% (one band for all: 89.1%)
+    level  rows  band from (rows, families)  band (measured / predicted)  covered
+    0         0  237, 7                      0.92 .. 1.06                  (none)
+    1        21  237, 7                      0.92 .. 1.06                  95%
+    2       147  216, 6                      0.92 .. 1.06                  80%
+    3        71   71, 5                      0.90 .. 1.12                  89%
+    all     239                                                            84.1%
 
-(the release in place of the framework, rather than beside it, put every Megatron row on the
-level of another framework's and covered 89.1%; FP8 validated only by FP8 rows of the same
-release, 90.0%: both wider than the 75-85% the band is for).
-so a plan that leans on several features no run validates gets a wider band on its slow side
-(before the scale terms and the refit of the dense efficiencies the levels were 0.92-1.05,
-0.85-1.11 and 0.84-1.16, covering 79.5%: the refit narrowed the errors of levels 1 and 2).
-A level whose residuals come from fewer than MIN_LEVEL_FAMILIES families takes every level's.
-
-(85.8% before Narayanan et al.'s Table 1 rows were priced with the micro-batches their script
-ran, cost/published/ran.yaml: level 1 then held 67%.) Counted per source family
-(`coverage_report`: each family's share averaged) the same bands hold 61.7% (68.5% before), and
-69.7% of the 33 rows on 256+ GPUs (78.8% before): level 1's band now comes, for a Korthikanti
-row, from two families whose errors agree (Narayanan's, +0.7% bias, and the NeMo launcher's),
-and Korthikanti's rows (+4.7%, the slow side) fall outside 4 times in 10. Pooling by scale band,
-by single node vs several, by the count of priced parallel dimensions, a width growing with the
-count of unvalidated features, a random-effects normal, and levels of 3+ families were each
-measured: none puts the rows in 75-85% with the families and the 256+ rows nearer 80%. One does
-(docs/accuracy.md, "The band by family and by scale"): no levels, the residuals of rows whose
-die was fitted apart from those whose die was not, each family weighing its effective rows
-n / (1 + (n - 1) rho) (rho the residuals' intraclass correlation, 0.20): 84.5%, 69.8%, 79%. It
-is not adopted here: its pNN factor would be one number for every configuration on a fitted
-die (p90 plans = mean plans) and a die without rows would lose its wider band.
+Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
+so are the levels and fitted dies of the rows it is built from (a left-out family validates
+nothing). Counted per row 84.1%, per family (each family's share averaged) 68.8%, on 256+ GPUs
+78.8%. A plan in unvalidated territory gets the wider band on its slow side: the rows three or
+more features from the others' runs erred so (p90 factor 1.118 against 1.063). Measured the same
+way and not adopted (docs/accuracy.md, "The band by family and by scale"): each level's own
+rows (72.4%, 60.0%, 72.7%), recomputation (none / selective / full) and memory above 90% of HBM
+as distance features, weights by effective rows.
 
 Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
@@ -91,7 +79,7 @@ import numpy as np
 from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
-from paraplan.cost.fit import die  # GPUs that share a compute die share a record
+from paraplan.cost.fit import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 
@@ -377,47 +365,68 @@ def distance_level(f: Features, res: Sequence[Residual]) -> int:
     return min(len(unvalidated(f, res)), DISTANCE_LEVELS - 1)
 
 
-@lru_cache(maxsize=4)
-def _residual_levels(res: tuple[Residual, ...]) -> dict[str, int]:
-    """Each residual's distance level judged as its row was predicted: against the residuals
-    of the other source families (the fit it was predicted by saw only those)."""
-    by_family: dict[str, list[Residual]] = {}
-    for r in res:
-        by_family.setdefault(r.features.family, []).append(r)
-    others = {fam: [x for x in res if x.features.family != fam] for fam in by_family}
-    # a level depends on the row's features alone (its family among them): the 239 bundled
-    # rows have 83 distinct ones, each judged once
-    level: dict[Features, int] = {}
-    for r in res:
-        if r.features not in level:
-            level[r.features] = distance_level(r.features, others[r.features.family])
-    return {r.id: level[r.features] for r in res}
-
-
 def band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None = None
               ) -> tuple[list[Residual], int, list[str]]:
     """(the residuals a prediction with features `f` takes its band from, f's distance level,
-    what f uses unvalidated): those of `res` outside `exclude_family` at f's distance level,
-    or all of them where that level holds fewer than MIN_LEVEL_FAMILIES source families."""
-    pool = [r for r in res if r.features.family != exclude_family]
+    what f uses unvalidated), from those of `res` outside `exclude_family` (the pool): the pool's
+    rows whose die was fitted as f's is (`die_fitted`; all of them where those come from fewer
+    than MIN_LEVEL_FAMILIES source families), and of those the rows at f's distance level or
+    farther (all of them where those come from fewer than MIN_LEVEL_FAMILIES families). Every
+    level and fitted die is judged within the pool (module docstring): a left-out family's
+    rows validate nothing its own band is built from."""
+    pool = tuple(r for r in res if r.features.family != exclude_family)
     missing = unvalidated(f, pool)
     level = min(len(missing), DISTANCE_LEVELS - 1)
-    return _level_pool(res, pool, level), level, missing
+    return _level_pool(pool, level, die_fitted(f, pool)), level, missing
 
 
-def _level_pool(res: Sequence[Residual], pool: list[Residual], level: int) -> list[Residual]:
-    """Those of `pool` at distance `level` (each judged within `res`, _residual_levels), or
-    all of `pool` where they come from fewer than MIN_LEVEL_FAMILIES source families."""
-    levels = _residual_levels(tuple(res))
-    same = [r for r in pool if levels[r.id] == level]
-    return same if len({r.features.family for r in same}) >= MIN_LEVEL_FAMILIES else pool
+def die_fitted(f: Features, res: Sequence[Residual]) -> bool:
+    """Whether a prediction with features `f` ran on efficiencies fitted to its die: the
+    residuals of other source families than f's hold MIN_ROWS_PER_DIE or more rows on it (the
+    fit leaves a die with fewer at its catalogue defaults, cost/fit.py)."""
+    d = die(f.gpu)
+    return sum(1 for r in res if die(r.features.gpu) == d and r.features.family != f.family) >= MIN_ROWS_PER_DIE
+
+
+@lru_cache(maxsize=16)
+def _pool_facts(pool: tuple[Residual, ...]) -> tuple[dict[str, int], dict[str, bool]]:
+    """Each residual's distance level and whether its die was fitted, judged as its row was
+    predicted: against the pool's residuals of the other source families (the fit it was
+    predicted by saw only those)."""
+    by_family: dict[str, list[Residual]] = {}
+    for r in pool:
+        by_family.setdefault(r.features.family, []).append(r)
+    others = {fam: [x for x in pool if x.features.family != fam] for fam in by_family}
+    # both depend on the row's features alone (its family among them): the 239 bundled rows
+    # have 83 distinct ones, each judged once
+    level: dict[Features, int] = {}
+    fitted: dict[Features, bool] = {}
+    for r in pool:
+        if r.features not in level:
+            level[r.features] = distance_level(r.features, others[r.features.family])
+            fitted[r.features] = die_fitted(r.features, pool)
+    return {r.id: level[r.features] for r in pool}, {r.id: fitted[r.features] for r in pool}
+
+
+def _families(res: Sequence[Residual]) -> int:
+    return len({r.features.family for r in res})
+
+
+def _level_pool(pool: tuple[Residual, ...], level: int, fitted: bool) -> list[Residual]:
+    """Those of `pool` on a die fitted as `fitted` says, at distance `level` or farther
+    (band_pool), each judged within the pool (_pool_facts)."""
+    levels, die_fit = _pool_facts(pool)
+    same_die = [r for r in pool if die_fit[r.id] == fitted]
+    base = same_die if _families(same_die) >= MIN_LEVEL_FAMILIES else list(pool)
+    far = [r for r in base if levels[r.id] >= level]
+    return far if _families(far) >= MIN_LEVEL_FAMILIES else base
 
 
 def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
               exclude_family: str | None = None) -> Trust:
     """The prediction interval from the family-weighted out-of-sample residuals `res` at f's
-    distance level (module docstring), leaving out `exclude_family`'s (a published row's own
-    source, for coverage)."""
+    distance level or farther (band_pool, module docstring), leaving out `exclude_family`'s (a
+    published row's own source, for coverage)."""
     warnings = tuple(validation_warnings(f, res))
     pool, level, missing = band_pool(f, res, exclude_family)
     if not pool:
@@ -427,15 +436,15 @@ def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
     return Trust(interval_s=log_quantile_interval(predicted_s, [r.log_error for r in pool],
                                                   weights=family_weights(pool)),
                  group=f"out of sample: each row predicted by a model fitted without its source;"
-                       f" {families} source families weighted equally; distance level {level}"
+                       f" {families} source families weighted equally; rows at distance level {level} or farther"
                        f" ({what})",
                  rows=len(pool), warnings=warnings)
 
 
 def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> float:
     """predicted time at `quantile` / predicted time: the measured time stays below
-    predicted * this in a `quantile` share of the out-of-sample residuals at f's distance
-    level (family-weighted, as the interval): exp(-r_(1 - quantile))."""
+    predicted * this in a `quantile` share of the out-of-sample residuals band_pool gives f
+    (family-weighted, as the interval): exp(-r_(1 - quantile))."""
     return _pool_quantile_factor(band_pool(f, res)[0], quantile)
 
 
@@ -448,7 +457,8 @@ def _pool_quantile_factor(pool: Sequence[Residual], quantile: float) -> float:
 
 def covered(res: Sequence[Residual], quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> list[bool]:
     """For each residual, whether it lies inside the interval built, as for a plan, from the
-    residuals of the other source families at the row's distance level."""
+    residuals of the other source families (band_pool: their levels and fitted dies judged
+    without the row's family too)."""
     inside = []
     for r in res:
         pool, _, _ = band_pool(r.features, res, exclude_family=r.features.family)
@@ -510,9 +520,64 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     if inst.model.moe is not None:
         trust = moe_trust(inst.cluster.gpu.name, predicted_s, trust.warnings)
     extra = tuple(unvalidated_warnings(inst, plan, res)
-                  + mfu_record_warning(inst, predicted_s, mfu_records()))
+                  + mfu_record_warning(inst, predicted_s, mfu_records())
+                  + memory_headroom_warning(inst, plan))
     trust = replace(trust, warnings=trust.warnings + extra) if extra else trust
     return with_release(trust, inst.job, res)
+
+
+def peak_memory_fraction(inst: Instance, plan: Plan) -> float | None:
+    """The plan's fullest stage: its priced peak memory over its GPU's HBM (no reserve), from
+    the memory terms alone (cost/simulate.simulate prices the same with the times: a plan's
+    command simulates it once); None for DualPipe, whose memory cost/dualpipe.py prices."""
+    from paraplan.cost import schedule
+    from paraplan.cost.coefficients import build
+    from paraplan.cost.partition import plan_layer_fn
+    from paraplan.cost.specs import PipelineSchedule
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return None
+    c = build(inst, plan.flat_outer, layer_fn=plan_layer_fn(plan.partitions))
+    mem = schedule.stage_mem_bytes(c, np.array(plan.layers_per_stage, float),
+                                   np.array(plan.full_recompute_layers, float))
+    return float(np.max(mem / c.capacity_bytes))
+
+
+@lru_cache(maxsize=len(SCALE_BANDS))
+def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
+    """(peak_memory_fraction, id) of every bundled published row in scale band `band`, priced
+    as it ran, fullest first: how full a run's memory the cost model has been checked at."""
+    from paraplan.cost.calibration import load_published, row_to_instance_plan
+    from paraplan.cost.loader import load_catalogue
+    cat = load_catalogue()
+    out = []
+    for row in load_published():
+        if scale_band(row["cluster"]["num_gpus"]) == band:
+            inst, plan = row_to_instance_plan(row, cat)
+            fraction = peak_memory_fraction(inst, plan)
+            if fraction is not None:
+                out.append((fraction, row["id"]))
+    return tuple(sorted(out, reverse=True))
+
+
+def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
+    """One line when fewer than min_rows published rows of the plan's scale band fill their
+    memory as far as the plan's fullest stage does. A plan that stores activations up to the
+    edge of HBM is priced by the same memory model, but no run checks that it fits or runs at
+    that speed there (allocator fragmentation, the runtime's own buffers); the band does not
+    count it, because the planner's quantile is read before its inner problem chooses the
+    recomputation that sets the memory (docs/accuracy.md, "Planning under the model's
+    uncertainty")."""
+    mine = None if inst.model.moe is not None else peak_memory_fraction(inst, plan)
+    if mine is None:
+        return []
+    rows = published_memory_fractions(scale_band(inst.cluster.num_gpus))
+    reach = [f for f, _ in rows if f >= mine]
+    if len(reach) >= min_rows:
+        return []
+    best = (f"; the fullest {100 * rows[0][0]:.1f}% ({rows[0][1]})" if rows else "")
+    return [f"peak memory {100 * mine:.1f}% of HBM on {inst.cluster.num_gpus} GPUs: {len(reach)} published"
+            f" row{'' if len(reach) == 1 else 's'} at {scale_band(inst.cluster.num_gpus)} GPUs fill"
+            f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band does not count memory headroom"]
 
 
 def with_release(trust: Trust, job, res: Sequence[Residual]) -> Trust:
@@ -680,14 +745,15 @@ def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, fr
 
 def _published_quantile_factor(f: Features, quantile: float) -> float:
     """quantile_factor(f, quantile, published_residuals()): that reads f only through its
-    distance level (band_pool with no family left out), so each level's pool is read once."""
-    return _published_level_factor(distance_level(f, published_residuals()), quantile)
+    distance level and whether its die is fitted (band_pool with no family left out), so each
+    such pool is read once."""
+    res = published_residuals()
+    return _published_level_factor(distance_level(f, res), die_fitted(f, res), quantile)
 
 
 @lru_cache(maxsize=64)
-def _published_level_factor(level: int, quantile: float) -> float:
-    res = published_residuals()
-    return _pool_quantile_factor(_level_pool(res, list(res), level), quantile)
+def _published_level_factor(level: int, fitted: bool, quantile: float) -> float:
+    return _pool_quantile_factor(_level_pool(published_residuals(), level, fitted), quantile)
 
 
 def objective_factors(inst, configs) -> np.ndarray:

@@ -31,6 +31,10 @@ Variables
     P_sk  = (m_k - 1/v) T_sk + sum_s (a + t n_ks + u r_ks) / v     one replica's pipeline
             (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) T + sum T, 1F1B)
     Z_s  >= P_sk for all k;  D_s >= e + g n_ks for all k, s   iteration_sigma = Z_s + D_s
+    Under a zero-bubble schedule (one class, m fixed; c.layer_drain_saving_s = s_s per layer,
+    cost/zero_bubble.py) P_sk = max_s [(m - 1/v) T_sk + s_s n_s / v] + sum_s (T_sk - s_s n_s) / v:
+    C6z P >= (m - 1/v) T_s + s_s n_s / v per stage, an epigraph that needs no indicator of the
+    pacing stage (the minimum of the maximum over stages takes the longest path)
 
 Constraints (named alike in both backends: CP-SAT here, the MILP in multiclass_milp.py)
     C1 layers   sum_s n_ks = L (C1_chunks, C1_dense_prefix: the chunk and dense-prefix rules above)
@@ -55,7 +59,8 @@ fit forbidden (`exact_memory_points`), so CP-SAT accepts exactly the splits that
 rounded to multiples of 2^-16. The returned objective is always re-evaluated exactly
 (`evaluate`); the bound is the solver's minus the quantisation error
 
-    E = q * [ max_k ((v m_max_k - 1)(1 + L + R) + pp_k + L + R) / v + 1 + L ] * sum_sigma omega^_sigma
+    E = q * [ max_k ((v m_max_k - 1)(1 + L + R) + pp_k + L + R) / v + 1 + L (+ 2 L / v under a
+              zero-bubble schedule: ŝ n in C6z and in the sum) ] * sum_sigma omega^_sigma
         + sum_sigma |omega_sigma - omega^_sigma| * (upper bound of iteration_sigma)
 
 so "optimal" means optimal within `tolerance_s` = 2E.
@@ -253,6 +258,8 @@ def _quantisation(p: MultiClassProblem, ub: list[float], R: int) -> tuple[float,
     v, L = p.virtual_stages, p.layers
     mult = max((v * p.max_micro_batches(k) - 1) * (1 + L + R) + p.pp(k) + L + R
                for k in range(p.classes)) / v + 1 + L
+    if any(c.layer_drain_saving_s.size for cs in p.coeffs for c in cs):
+        mult += 2 * L / v  # ŝ n in the pacing term and the sum (quantize.py, Zero bubble)
     return q, w_hat, q * mult * w_sum + weight_err
 
 
@@ -307,6 +314,9 @@ def _iteration_quanta(model, p: MultiClassProblem, si: int, cs, n, r, m, top: in
         for s in range(c.pp):
             model.add(T_max >= T[s]).with_name(f"C6_pace_sc{si}_k{k}_s{s}")
             model.add(D >= e[s] + g[s] * n[k][s]).with_name(f"C7_sync_sc{si}_k{k}_s{s}")
+        if c.layer_drain_saving_s.size:  # a zero-bubble schedule (C6z; one class, m fixed)
+            model.add(Z >= _zero_bubble_pace(model, p, si, k, c, T, n[k], top, qt) + sum(T))
+            continue
         m_less = model.new_int_var(v * p.min_micro_batches(k) - 1, v * p.max_micro_batches(k) - 1,
                                    f"m1_sc{si}_k{k}")
         model.add(m_less == v * m[k] - 1)
@@ -314,6 +324,21 @@ def _iteration_quanta(model, p: MultiClassProblem, si: int, cs, n, r, m, top: in
         model.add_multiplication_equality(prod, [m_less, T_max]).with_name(f"C9_product_sc{si}_k{k}")
         model.add(Z >= prod + sum(T)).with_name(f"C8_pipeline_sc{si}_k{k}")  # v times the pipeline time
     return Z + v * D
+
+
+def _zero_bubble_pace(model, p: MultiClassProblem, si: int, k: int, c, T, n, top: int, qt):
+    """v times the pipeline term of a zero-bubble schedule less sum_s T_s (cost/schedule.
+    pipeline_time_s): P >= (v m - 1) T_s + ŝ_s n_s for every stage (C6z, the pacing stage's
+    path; the minimum of their maximum needs no choice of it), less sum_s ŝ_s n_s. Its class is
+    alone (solver/space.zero_bubble_modes), so m is the batch's and the rows are linear."""
+    assert p.classes == 1, "zero-bubble schedules are planned for one class"
+    vm = p.virtual_stages * (p.total_micro_batches // p.replicas[0])
+    sav = qt(c.layer_drain_saving_s)
+    w = [sav[s] * n[s] for s in range(c.pp)]
+    pace = model.new_int_var(0, vm * top + p.layers * max(sav), f"P_sc{si}_k{k}")
+    for s in range(c.pp):
+        model.add(pace >= (vm - 1) * T[s] + w[s]).with_name(f"C6z_pace_sc{si}_k{k}_s{s}")
+    return pace - sum(w)
 
 
 def _add_hint(model, hint: tuple, m, n, r) -> None:

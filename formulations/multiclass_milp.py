@@ -202,6 +202,16 @@ def _scenario_rows(api, p: MultiClassProblem, si: int, cs, n, r, bits, big: list
         for s in range(c.pp):
             api.add(T_max >= T[s], f"C6_pace_sc{si}_k{k}_s{s}")
             api.add(D >= e[s] + g[s] * n[k][s], f"C7_sync_sc{si}_k{k}_s{s}")
+        if p.classes == 1 and c.layer_drain_saving_s.size:  # a zero-bubble schedule (C6z)
+            fixed = p.total_micro_batches // p.replicas[0]
+            w = [float(x) * n[k][s] for s, x in enumerate(c.layer_drain_saving_s.tolist())]
+            big[2] = max(big[2], float((np.abs(c.layer_time_s) + np.abs(c.recompute_time_s)
+                                        + 2 * c.layer_drain_saving_s).max()))
+            pace = api.real_var(f"P_sc{si}_k{k}")
+            for s in range(c.pp):
+                api.add(pace >= (fixed - 1 / v) * T[s] + w[s] * (1 / v), f"C6z_pace_sc{si}_k{k}_s{s}")
+            api.add(Z >= pace + (sum(T) - sum(w)) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
+            continue
         if p.classes == 1:
             fixed = p.total_micro_batches // p.replicas[0]
             api.add(Z >= (fixed - 1 / v) * T_max + sum(T) * (1 / v), f"C8_pipeline_sc{si}_k{k}")

@@ -62,14 +62,24 @@ Constraints
     C4_pace_s{s}       T_max >= â_s + v k_s t̂_s + r_s û_s
     C5_sync_s{s}       D_max >= ê_s + v k_s ĝ_s
 
+Zero bubble. Under a zero-bubble schedule (c.layer_drain_saving_s = s_s, cost/zero_bubble.py;
+ŝ_s = round(s_s/q)) each stage's pass through the fill and drain costs T_s - n_s s_s and the
+pacing stage is the one whose path is longest (cost/schedule.pipeline_time_s):
+    minimise  max_s [ (v m - 1) T_s + n_s ŝ_s ] + Σ_s (T_s - n_s ŝ_s) + v D_max
+with T_s = â_s + v k_s t̂_s + r_s û_s. The max is an epigraph (C4 with the saving added to the
+bound each stage sets): no choice of the pacing stage is needed, since the minimum of a maximum
+takes the largest path. T_s - n_s s_s >= 0 (k w <= 1), so torch's clip at 0 never binds.
+
 Tolerance. Charging each rounded time coefficient a full quantum q (q/2 from rounding, the rest
 absorbs floating-point error), the scaled objective q Ẑ(x)/v differs from the true iteration
 time Z(x) of the same split x by at most
 
     E = (q / v) * [ (v m - 1)(1 + L + R) + (pp + L + R) + v (1 + L) ]
 
-(`QuantizedCoefficients.objective_error_s`). Hence bound_s = q * (integer bound) / v - E is a
-valid lower bound on min Z, and an "optimal" split is within 2E of the true optimum
+(`QuantizedCoefficients.objective_error_s`), plus (q / v) 2 L under a zero-bubble schedule
+(n ŝ is within q n/2 <= q L of n s in the pacing term and in the sum). Hence
+bound_s = q * (integer bound) / v - E is a valid lower bound on min Z, and an "optimal" split
+is within 2E of the true optimum
 (objective_s - bound_s <= 2E), over the splits that fit with the memory rounding above.
 """
 
@@ -109,6 +119,9 @@ class QuantizedCoefficients:
     recompute_saving_q: np.ndarray  # ĥ, rounded down
     capacity_q: np.ndarray  # K̂, rounded down
     objective_error_s: float  # E: max |q Ẑ(x)/v - Z(x)| over all splits x
+    # ŝ, the per-layer drain saving of a zero-bubble schedule (c.layer_drain_saving_s); None
+    # under 1F1B / interleaved
+    drain_saving_q: np.ndarray | None = None
 
 
 def fit_recompute_range(c: StageCoefficients, n: np.ndarray, max_recompute: int) -> tuple[np.ndarray, np.ndarray]:
@@ -227,6 +240,11 @@ def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> Quantiz
         return np.rint(np.asarray(x, float) / q).astype(np.int64)
 
     multipliers = (v * m - 1) * (1 + L + R) + (pp + L + R) + v * (1 + L)
+    drain = None
+    if c.layer_drain_saving_s.size:
+        # ŝ n enters the pacing term once and the sum once, each within q L (Zero bubble)
+        drain = nearest(c.layer_drain_saving_s)
+        multipliers += 2 * L
     return QuantizedCoefficients(
         time_quantum_s=q, mem_quantum_bytes=mu, max_recompute=R,
         stage_time_q=nearest(c.stage_time_s), layer_time_q=nearest(c.layer_time_s),
@@ -236,7 +254,7 @@ def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> Quantiz
         layer_mem_q=np.ceil(layer_mem / mu).astype(np.int64),
         recompute_saving_q=np.floor(saving / mu).astype(np.int64),
         capacity_q=np.floor(c.capacity_bytes / mu).astype(np.int64),
-        objective_error_s=q * multipliers / v,
+        objective_error_s=q * multipliers / v, drain_saving_q=drain,
     )
 
 

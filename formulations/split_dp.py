@@ -29,6 +29,12 @@ Problem (equivalent to quantize.py's model after eliminating r)
     minimise  F(k) = alpha max_s T_s(k_s) + Σ_s T_s(k_s) + beta max_s D_s(k_s)
     over k in J^pp with Σ_s k_s = N and feasible_s(k_s) for every s.
 
+Under a zero-bubble schedule (quantize.py, Zero bubble) the pacing term is max_s P_s(k_s) with
+P_s = alpha T_s + n ŝ_s and the sum reads the passes B_s = T_s - n ŝ_s (zero_bubble_tables): the
+same problem with P for alpha T (alpha then 1) and B for T in the sum, so everything below holds
+with the thresholds tau ranging over P. The pacing stage needs no enumeration of its own: the
+smallest admissible maximum is what tau already enumerates.
+
 Recurrence. For thresholds tau in 𝒯 = {T_s(k)} and delta in 𝒟 = {D_s(k)} (over feasible (s, k))
 let A_s(tau, delta) = {k feasible : T_s(k) <= tau, D_s(k) <= delta} and
     f_0(j) = T_0(j) if j in A_0 else inf,
@@ -112,6 +118,13 @@ class StageTables:
     stage_q: np.ndarray  # T_s(k) in time quanta (INF where infeasible)
     sync_q: np.ndarray  # D_s(k) in time quanta (INF where infeasible)
     monotone: bool  # feasible k form a prefix and T, D are non-decreasing on it, every stage
+    # the pacing table the thresholds tau read: T_s(k) itself, or under a zero-bubble schedule
+    # P_s(k) = alpha T_s(k) + n ŝ_s with stage_q then the passes T_s(k) - n ŝ_s (zero_bubble_tables)
+    pace_q: np.ndarray | None = None
+
+    @property
+    def pace(self) -> np.ndarray:
+        return self.stage_q if self.pace_q is None else self.pace_q
 
 
 def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], pp: int, layers: int,
@@ -140,6 +153,23 @@ def stage_tables(Q: QuantizedCoefficients, fit: tuple[np.ndarray, np.ndarray], p
     monotone = prefix and bool((np.diff(stage, axis=1) >= 0).all() and (np.diff(sync, axis=1) >= 0).all())
     return StageTables(feasible=feasible, recompute=np.where(feasible, r, 0), stage_q=stage,
                        sync_q=sync, monotone=monotone)
+
+
+def zero_bubble_tables(tab: StageTables, drain_q: np.ndarray, n: np.ndarray, alpha: int) -> StageTables:
+    """`tab` for the objective of a zero-bubble schedule (quantize.py, Zero bubble):
+        F(k) = max_s P_s(k_s) + Σ_s B_s(k_s) + beta max_s D_s(k_s),
+        P_s(k) = alpha T_s(k) + n ŝ_s,   B_s(k) = T_s(k) - n ŝ_s,
+    the docstring's problem with P in place of alpha T (the thresholds tau now range over P, at
+    coefficient 1) and B in place of T in the sum: the recurrence and bounds read the pacing
+    table for the caps and the summed one for the sums, so they hold as stated."""
+    feasible = tab.feasible
+    saved = np.asarray(n, np.int64) * np.asarray(drain_q, np.int64).reshape(-1, 1)
+    pace = np.where(feasible, alpha * tab.stage_q + saved, INF)
+    passes = np.where(feasible, tab.stage_q - saved, INF)
+    prefix = bool((np.diff(feasible.astype(np.int8), axis=1) <= 0).all())
+    monotone = prefix and all(bool((np.diff(x, axis=1) >= 0).all()) for x in (pace, passes, tab.sync_q))
+    return StageTables(feasible=feasible, recompute=tab.recompute, stage_q=passes, sync_q=tab.sync_q,
+                       monotone=monotone, pace_q=pace)
 
 
 def lagrangian_sum_bound(T: np.ndarray, feasible: np.ndarray, N: int,
@@ -213,7 +243,7 @@ class _Search:
         self.pp = tab.stage_q.shape[0]
         self.fast = tab.monotone
         if self.fast:  # A_s = {1, ..., cap_s}: caps by one vectorised binary search per threshold
-            self.flat_t, self.off_t = self._flatten(tab.stage_q)
+            self.flat_t, self.off_t = self._flatten(tab.pace)
             self.flat_d, self.off_d = self._flatten(tab.sync_q)
             self.f_count = tab.feasible.sum(axis=1)
             self.fast = self.flat_t is not None and self.flat_d is not None
@@ -301,7 +331,7 @@ class _Search:
         return np.searchsorted(flat, level + off, side="right") - np.arange(self.pp) * width
 
     def mask(self, tau: int, delta: int) -> np.ndarray:
-        return self.tab.feasible & (self.tab.stage_q <= tau) & (self.tab.sync_q <= delta)
+        return self.tab.feasible & (self.tab.pace <= tau) & (self.tab.sync_q <= delta)
 
     def limits(self, tau: int, delta: int):
         """(lo, hi, key): min and max of every A_s (1-based; hi = 0 when empty) and a hashable
@@ -367,7 +397,7 @@ def _value(tab: StageTables, k: np.ndarray, alpha: int, beta: int) -> int:
     """F(k) in quanta (exact integers)."""
     idx = (np.arange(k.size), k - 1)
     T, D = tab.stage_q[idx], tab.sync_q[idx]
-    return int(alpha * int(T.max()) + int(T.sum()) + beta * int(D.max()))
+    return int(alpha * int(tab.pace[idx].max()) + int(T.sum()) + beta * int(D.max()))
 
 
 def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
@@ -419,9 +449,11 @@ def solve_split_dp(c: StageCoefficients, allow_full_recompute: bool = True,
     tab = stage_tables(Q, fit, pp, L, v, first_stage_min_layers(c), grid)
     if not tab.feasible.any(axis=1).all():
         return result("infeasible", None, None)
+    if Q.drain_saving_q is not None:  # a zero-bubble schedule: tau over the pacing table
+        tab, alpha = zero_bubble_tables(tab, Q.drain_saving_q, grid, alpha), 1
     search = _Search(tab, N)
     feas = tab.feasible
-    taus = np.unique(tab.stage_q[feas])
+    taus = np.unique(tab.pace[feas])
     deltas = np.unique(tab.sync_q[feas])
     if alpha == 0:
         taus = taus[-1:]

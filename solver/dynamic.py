@@ -30,7 +30,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from paraplan.cost.simulate import simulate_classes
+from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import ClusterInstance, Plan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
@@ -57,10 +57,16 @@ def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) ->
     return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult]) -> list[Regret]:
+def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult],
+            times_s: tuple[float, ...] | None = None) -> list[Regret]:
+    """The plan against each scenario's optimum; `times_s`: the plan's time on each scenario
+    where the caller has them all (SolveResult.per_scenario_s of a robust or expected plan, whose
+    re-simulation priced it on every scenario), else simulated here."""
+    if times_s is not None and len(times_s) != len(inst.scenarios):
+        times_s = None  # a nominal plan's: the nominal network's only
     out = []
-    for sc, opt in zip(inst.scenarios, optima):
-        t = simulate_classes(inst, plan, sc.cluster).iter_time_s
+    for i, (sc, opt) in enumerate(zip(inst.scenarios, optima)):
+        t = times_s[i] if times_s is not None else simulate(inst, plan, cluster=sc.cluster).iter_time_s
         out.append(Regret(scenario=sc.name, plan_time_s=t,
                           optimum_s=opt.objective_s if opt.objective_s is not None else float("nan"),
                           optimum_status=opt.status))
@@ -95,8 +101,8 @@ def replan(inst: ClusterInstance, current: Plan, event: Scenario, remaining_s: f
            time_limit_s: float = 60.0) -> ReplanResult:
     t0 = time.perf_counter()
     changed = inst.with_cluster(event.cluster)
-    before = simulate_classes(inst, current).iter_time_s
-    t_cur = simulate_classes(changed, current).iter_time_s
+    before = simulate(inst, current).iter_time_s
+    t_cur = simulate(changed, current).iter_time_s
     new = search(changed, backend, time_limit_s, warm_plan=current)
     n = float(remaining_iterations) if remaining_iterations is not None else remaining_s / t_cur
     sw = switch_time_s(inst.model, inst.switching)
@@ -146,7 +152,7 @@ def objective_time_s(inst: ClusterInstance, plan: Plan, cluster=None) -> float:
     (cost/trust.objective_factor_of; 1 for `mean`). The timeline counts iterations in these
     units, so that a scenario optimum's proved bound (in the same units) bounds every choice and
     the weighted solves' minimised times are the times the choice reads."""
-    return simulate_classes(inst, plan, cluster).iter_time_s * objective_factor_of(inst, plan)
+    return simulate(inst, plan, cluster=cluster).iter_time_s * objective_factor_of(inst, plan)
 
 
 def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,

@@ -234,9 +234,25 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     for cs in p.coeffs:
         c = cs[k]
         t = c.stage_time_s[col] + nT * c.layer_time_s[col] + rT * c.recompute_time_s[col]
-        A.append(t.max(axis=0)), S.append(t.sum(axis=0))
+        if c.layer_drain_saving_s.size:  # a zero-bubble schedule: _zero_bubble_terms
+            a, b = _zero_bubble_terms(p, c, t, nT)
+            A.append(a), S.append(b)
+        else:
+            A.append(t.max(axis=0)), S.append(t.sum(axis=0))
         D.append(schedule.sync_times_s(c, rows.splits).max(axis=1)[of])
     return nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok)
+
+
+def _zero_bubble_terms(p, c, t: np.ndarray, nT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S) of stage-major stage times t under c's zero-bubble schedule, such that
+    (m - 1/v) A + S / v is cost/schedule.pipeline_time_s's max_s [m T_s + (sum B - B_s) / v],
+    B_s = max(T_s - k W_s, 0): A = max_s [(v m - 1) T_s + T_s - B_s] / (v m - 1), S = sum_s B_s
+    (then (m - 1/v) A + S / v = max_s [v m T_s - B_s + sum B] / v). Its class is alone
+    (solver/space.zero_bubble_modes): m is the batch's."""
+    v = p.virtual_stages
+    vm = v * (p.total_micro_batches // p.replicas[0])
+    b = np.maximum(t - nT * c.layer_drain_saving_s[:, None], 0.0)
+    return ((vm - 1) * t + (t - b)).max(axis=0) / (vm - 1), b.sum(axis=0)
 
 
 def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:

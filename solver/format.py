@@ -64,21 +64,39 @@ def table(headers: list[str], rows: list[list[str]], align: str | None = None) -
 
 
 def breakdown_text(bd: Breakdown) -> str:
+    """A plan's breakdown as `plan`, `simulate` and `compare` print it, on every cluster: the
+    critical path's parts, the throughput, the hidden communication, then one row per stage
+    (of a DualPipe plan: per device); a plan of several classes also shows each class's
+    pipeline, and the class and node group of each stage."""
     total = bd.iter_time_s
     rows = [[name, seconds(val), f"{100 * val / total:.1f}%"]
             for name, val in bd.exposed_s.items() if val > 0]
+    several = len(bd.classes) > 1
+    where = f"stage {bd.bottleneck_stage}" + (f" of class {bd.bottleneck_class + 1}" if several else "")
+    lines = [f"iteration time {seconds(total)}   tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}%"
+             f"   (bottleneck {where})"]
+    if several or bd.idle_gpus:  # MFU counts every GPU of the cluster, idle ones too
+        pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
+        lines.append(f"slowest pipeline {seconds(bd.pipeline_s)} ({pipes}) + sync/optimizer"
+                     f" {seconds(bd.sync_s)}   idle GPUs {bd.idle_gpus}")
     parts = [table(["time on the critical path", "time", "share"], rows),
-             f"iteration time {seconds(total)}   tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}%"
-             f"   (bottleneck stage {bd.bottleneck_stage})\n"
-             + megatron_tflops_line(bd.megatron_tflops_per_gpu)]
+             "\n".join([*lines, megatron_tflops_line(bd.megatron_tflops_per_gpu)])]
     hidden = [[name, seconds(val)] for name, val in bd.overlapped_s.items() if val > 0]
     if hidden:
         parts.append(table(["overlapped (hidden) communication", "time"], hidden))
-    mem_rows = [[str(s.stage), str(s.layers), str(s.full_recompute_layers),
-                 seconds(s.time_per_micro_batch_s), gib(s.mem_bytes), gib(s.capacity_bytes),
-                 "yes" if s.mem_bytes <= s.capacity_bytes else "NO"] for s in bd.stages]
-    parts.append(table(["stage", "layers", "full recompute", "time/micro-batch", "memory",
-                        "capacity", "fits"], mem_rows))
+    groups = len({s.group for s in bd.stages}) > 1
+    # (heading, alignment, cell of class i's stage s): the class and group only where they vary
+    columns = [*([("class", "l", lambda i, s: str(i + 1))] if several else []),
+               (bd.unit, "r" if several else "l", lambda i, s: str(s.stage)),
+               *([("group", "l", lambda i, s: s.group)] if groups else []),
+               ("layers", "r", lambda i, s: str(s.layers)),
+               ("full recompute", "r", lambda i, s: str(s.full_recompute_layers)),
+               ("time/micro-batch", "r", lambda i, s: seconds(s.time_per_micro_batch_s)),
+               ("memory", "r", lambda i, s: gib(s.mem_bytes)),
+               ("capacity", "r", lambda i, s: gib(s.capacity_bytes)),
+               ("fits", "r", lambda i, s: "yes" if s.fits else "NO")]
+    stage_rows = [[cell(i, s) for _, _, cell in columns] for i, k in enumerate(bd.classes) for s in k.stages]
+    parts.append(table([h for h, _, _ in columns], stage_rows, align="".join(a for _, a, _ in columns)))
     return "\n\n".join(parts)
 
 
@@ -90,15 +108,24 @@ def megatron_tflops_line(tflops: float) -> str:
 
 
 def breakdown_json(bd: Breakdown) -> dict:
+    """A plan's breakdown as every `--json` writes it (solver/commands/schema.BREAKDOWN), one
+    shape on every cluster: classes numbered from 1, each stage with its class (of a DualPipe
+    plan, `unit` "device": each row a device holding two stages)."""
     return {
         "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
-        "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu,
-        "fits_memory": bd.fits, "bottleneck_stage": bd.bottleneck_stage,
+        "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu, "fits_memory": bd.fits,
+        "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s, "idle_gpus": bd.idle_gpus,
+        "bottleneck_class": bd.bottleneck_class + 1, "bottleneck_stage": bd.bottleneck_stage,
+        "unit": bd.unit,
         "exposed_s": bd.exposed_s, "overlapped_s": bd.overlapped_s,
-        "stages": [{"stage": s.stage, "layers": s.layers,
+        "stages": [{"class": i + 1, "stage": s.stage, "group": s.group, "layers": s.layers,
                     "full_recompute_layers": s.full_recompute_layers,
                     "time_per_micro_batch_s": s.time_per_micro_batch_s, "sync_time_s": s.sync_time_s,
-                    "mem_bytes": s.mem_bytes, "capacity_bytes": s.capacity_bytes} for s in bd.stages],
+                    "mem_bytes": s.mem_bytes, "capacity_bytes": s.capacity_bytes}
+                   for i, k in enumerate(bd.classes) for s in k.stages],
+        "classes": [{"replicas": k.replicas, "num_micro_batches": k.num_micro_batches,
+                     "pipeline_time_s": k.pipeline_time_s, "stage_groups": list(k.stage_groups)}
+                    for k in bd.classes],
     }
 
 

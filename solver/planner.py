@@ -1,13 +1,13 @@
 """What every planner result shares: statuses, the one result record (`SolveResult`, returned
-by solver/solve.py for a plan of either shape), the re-simulation check of a one-class plan and
-the flat coefficient table (for the report's frontier and the reason an instance fits nowhere).
+by solver/solve.py for a plan of either shape) and the flat coefficient table (for the report's frontier and the reason an instance fits nowhere).
 
 The search itself is solver/search.py, which plans a flat instance as a one-group cluster
 (solver/solve.py). Complete coefficient tables are cached per instance (TABLE_CACHE_SIZE), so a
 report and an infeasibility reason of one instance price it once.
 
-A returned plan is re-simulated by cost/simulate.py; a mismatch with the objective beyond the
-quantisation tolerance raises `ResimulationMismatch`: it would be a bug, never a user error.
+A returned plan is re-simulated by cost/simulate.py (solver/search.check_resimulation); a
+mismatch with the objective beyond the quantisation tolerance raises `ResimulationMismatch`: it
+would be a bug, never a user error.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from paraplan.cost.coefficients import Placement, StageCoefficients, build, homogeneous_placement
 from paraplan.cost.plan_specs import Plan
-from paraplan.cost.simulate import Breakdown, PlanBreakdown, simulate
+from paraplan.cost.simulate import Breakdown
 from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver import partition_plans
@@ -40,7 +40,7 @@ class Ranked:
 
     plan: Plan
     objective_s: float  # the plan's objective (its iteration time on the nominal network)
-    breakdown: Breakdown | PlanBreakdown
+    breakdown: Breakdown
     quantile_s: float  # what the plans are ranked by: objective_s at search.objective
 
 
@@ -63,7 +63,7 @@ class SolveResult:
     plans_total: int  # complete plans in the declared space
     per_scenario_s: tuple[float, ...] | None = None
     scenario_names: tuple[str, ...] = ()
-    breakdown: Breakdown | PlanBreakdown | None = None
+    breakdown: Breakdown | None = None
     # the `winners` best plans of distinct candidates, best first: (objective s, Plan)
     # from search.search, Ranked (re-simulated) from solve
     ranked: tuple = ()
@@ -179,16 +179,3 @@ def dualpipe_infeasible_reason(inst: Instance) -> str:
             f" GiB per GPU (tp={o.tp}, pp={o.pp}, cp={o.cp}, dp={o.dp}, micro_batch={o.micro_batch},"
             f" zero={o.zero}, every layer fully recomputed); {inst.cluster.gpu.name} has"
             f" {bytes_to_gib(capacity):.1f} GiB usable")
-
-
-def check_resimulation(inst: Instance, p: Plan, objective_s: float, tolerance_s: float,
-                       coeffs: StageCoefficients | None = None) -> Breakdown:
-    bd = simulate(inst, p, reserve_bytes=inst.search.memory_reserve_bytes)
-    tol = tolerance_s + REL_TOL * max(1.0, objective_s)
-    if abs(bd.iter_time_s - objective_s) > tol:
-        raise ResimulationMismatch(
-            f"plan re-simulates to {bd.iter_time_s!r} s but the solver's objective is"
-            f" {objective_s!r} s (tolerance {tol:.3g} s)")
-    if not bd.fits:
-        raise ResimulationMismatch("the solver's plan does not fit memory when re-simulated")
-    return bd

@@ -56,7 +56,7 @@ import numpy as np
 from paraplan.cost import dualpipe, schedule
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
-from paraplan.cost.simulate import PlanBreakdown, simulate_classes
+from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.objective import scaled_times
 from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, Plan, ReplicaClass
 from paraplan.cost.trust import objective_factor_of
@@ -240,7 +240,7 @@ def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> Plan:
                       sequence_parallel=o.sequence_parallel,
                       recompute=o.recompute, zero=o.zero, family=o.family, ep=o.ep,
                       etp=o.etp, group_tp=o.group_tp, embedding_in_split=o.embedding_in_split,
-                      loss_in_split=o.loss_in_split,
+                      loss_in_split=o.loss_in_split, zero_bubble=o.zero_bubble,
                       classes=tuple(ReplicaClass(replicas=c.replicas, stage_groups=c.stage_groups,
                                                  num_micro_batches=int(mk),
                                                  layers_per_stage=tuple(int(x) for x in nk),
@@ -881,11 +881,11 @@ def fewest_classes(inst: ClusterInstance, plan: Plan, objective: str,
     return twin if all(bd.fits for bd in bds) and after <= before else plan
 
 
-def _simulated(inst: ClusterInstance, plan: Plan, objective: str) -> tuple[float, list[PlanBreakdown]]:
+def _simulated(inst: ClusterInstance, plan: Plan, objective: str) -> tuple[float, list[Breakdown]]:
     """The plan's objective as `cost` prices it (simulate on each scenario the objective
     reads, aggregated as it does, times the quantile objective's factor), with the breakdowns."""
     idx, _, _ = scenario_weights(inst, objective)
-    bds = [simulate_classes(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    bds = [simulate(inst, plan, cluster=inst.scenarios[i].cluster) for i in idx]
     return objective_factor_of(inst, plan) * aggregate_s(inst, objective, [bd.iter_time_s for bd in bds]), bds
 
 
@@ -900,12 +900,12 @@ def aggregate_s(inst: ClusterInstance, objective: str, per_scenario_s) -> float:
 def plan_time_s(inst: ClusterInstance, plan: Plan, objective: str) -> float:
     """The plan's time (aggregate_s of its simulated scenarios), without the factor."""
     idx, _, _ = scenario_weights(inst, objective)
-    return aggregate_s(inst, objective, [simulate_classes(inst, plan, inst.scenarios[i].cluster).iter_time_s
+    return aggregate_s(inst, objective, [simulate(inst, plan, cluster=inst.scenarios[i].cluster).iter_time_s
                                          for i in idx])
 
 
 def check_resimulation(inst: ClusterInstance, plan: Plan, objective: str, objective_s: float,
-                       tolerance_s: float) -> tuple[tuple[float, ...], PlanBreakdown]:
+                       tolerance_s: float) -> tuple[tuple[float, ...], Breakdown]:
     value, bds = _simulated(inst, plan, objective)
     per = [bd.iter_time_s for bd in bds]
     tol = tolerance_s + REL_TOL * max(1.0, objective_s)

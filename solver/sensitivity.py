@@ -93,9 +93,9 @@ def sensitivity(inst: ClusterInstance, plan: Plan, objective: str, backend: str,
 def _time_if_fits(inst: ClusterInstance, plan: Plan, objective: str) -> float | None:
     """The plan's time for the objective (its scenarios' times aggregated, solver/search.
     aggregate_s), each scenario simulated once; None where it does not fit memory on one."""
-    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.simulate import simulate
     from paraplan.solver.search import aggregate_s, scenario_weights
 
     idx, _, _ = scenario_weights(inst, objective)
-    bds = [simulate_classes(inst, plan, inst.scenarios[i].cluster) for i in idx]
+    bds = [simulate(inst, plan, cluster=inst.scenarios[i].cluster) for i in idx]
     return aggregate_s(inst, objective, [bd.iter_time_s for bd in bds]) if all(bd.fits for bd in bds) else None

@@ -3,8 +3,8 @@ search (solver/search.py) and returns the one result record (planner.SolveResult
 
 A cluster of node groups is searched as it is. A flat instance is searched as its one group
 (the one-group class space is the flat space: tests/goldens pins the optima and plans), and
-its one-class plan is re-simulated once on the flat instance, whose breakdown `paraplan plan`
-shows. With `winners` K > 1 (`paraplan plan --top K`) the same branch
+its one-class plan is re-simulated once on that group (search.check_resimulation, as every
+plan is), whose breakdown `paraplan plan` shows. With `winners` K > 1 (`paraplan plan --top K`) the same branch
 and bound keeps the K best plans of distinct outer configurations, each re-simulated once
 (`ranked`).
 
@@ -27,10 +27,10 @@ from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
-from paraplan.solver.search import check_resimulation as check_class_resimulation, fewest_classes, search
+from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
-from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, check_resimulation,
-                                     coefficient_table, dualpipe_infeasible_reason, infeasible_reason)
+from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, coefficient_table,
+                                     dualpipe_infeasible_reason, infeasible_reason)
 
 
 def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: float = 60.0,
@@ -66,20 +66,18 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         res.reason = "time limit reached: not every configuration was solved or pruned"
     if winners is not None:
         ranked = []
-        for val, p in res.ranked:  # each re-simulated once, by the simulator whose breakdown is shown
-            factor = objective_factor_of(group, p)  # val: at search.objective
-            bd = check_resimulation(inst, p, val / factor, res.tolerance_s / factor)
-            ranked.append(Ranked(p, bd.iter_time_s if factor != 1.0 else val, bd, val))
+        for val, p in res.ranked:  # each re-simulated once; val: at search.objective
+            bd = check_resimulation(group, p, "nominal", val, res.tolerance_s)[1]
+            ranked.append(Ranked(p, bd.iter_time_s if objective_factor_of(group, p) != 1.0 else val, bd, val))
         res.ranked = tuple(ranked)
         return res
     res.ranked = ()
     if res.plan is not None:
-        # re-simulated once, against the plan's time: the minimised value over its
-        # configuration's quantile factor, the tolerance scaled alike; the time reported is the
-        # simulator's where the factor divided it
-        factor = res.quantile_s / res.objective_s
-        res.breakdown = check_resimulation(inst, res.plan, res.objective_s, res.tolerance_s / factor)
-        if factor != 1.0:
+        # re-simulated once, against the minimised value (the plan's time times its
+        # configuration's quantile factor); the time reported is the simulator's where the
+        # factor divided it
+        res.breakdown = check_resimulation(group, res.plan, "nominal", res.quantile_s, res.tolerance_s)[1]
+        if res.quantile_s != res.objective_s:
             res.objective_s = res.breakdown.iter_time_s
         res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
     return res
@@ -100,7 +98,7 @@ def _solve_groups(inst: ClusterInstance, backend: str, time_limit_s: float, thre
     ranked = []
     for val, p in res.ranked:
         p = fewest_classes(inst, p, objective)
-        bd = check_class_resimulation(inst, p, objective, val, res.tolerance_s)[1]
+        bd = check_resimulation(inst, p, objective, val, res.tolerance_s)[1]
         ranked.append(Ranked(p, val / objective_factor_of(inst, p), bd, val))
     return dataclasses.replace(res, ranked=tuple(ranked))
 

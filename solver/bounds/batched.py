@@ -4,7 +4,9 @@ every configuration of a search at once.
 For each inner problem (formulations/multiclass.MultiClassProblem), scenario sigma and class k,
 with r = 0 and memory ignored (both only add time or remove splits):
     A_k >= min over splits of max_s (a_s + n_s t_s)      (balanced_split: exact)
-    S_k >= sum_s a_s + L min_s t_s
+    S_k >= sum_s a_s + L min_s t_s      (under a zero-bubble schedule each pass less its drain
+                                         saving, t_s - k w t_s: cost/zero_bubble.py; the pacing
+                                         term (v m - 1) T_s + k W_s >= (v m - 1) A_k)
     D   >= max_k max( (sum_s d_s + L min_s g_s) / pp_k,  max_s (d_s + g_s) )
 and the pipeline time grows with each (m_k >= 1 > 1/v). Then over micro-batch vectors m: for a
 worst-case ("max") objective the relaxation of `relaxed_s`, for a weighted one the exact
@@ -173,7 +175,11 @@ def _terms(problems: list[MultiClassProblem]) -> tuple[np.ndarray, np.ndarray, n
             d = np.stack([c.stage_sync_time_s for _, c in block])
             g = np.stack([c.layer_sync_time_s for _, c in block])
             A[at] = (a + balanced_splits(a, t, L, v) * t).max(axis=1)
-            S[at] = a.sum(axis=1) + L * t.min(axis=1)
+            # under a zero-bubble schedule the sum term reads each pass less its drain saving
+            # (one_class.drain_credit_s): sum_s (T_s - k W_s) >= sum a + L min (t - saving)
+            b = np.stack([c.layer_time_s - c.layer_drain_saving_s if c.layer_drain_saving_s.size
+                          else c.layer_time_s for _, c in block])
+            S[at] = a.sum(axis=1) + L * b.min(axis=1)
             Dk[at] = np.maximum((d.sum(axis=1) + L * g.min(axis=1)) / pp, (d + g).max(axis=1))
     return A, S, Dk, first
 

@@ -31,8 +31,10 @@ an end stage's short chunk can hold less than this LB: those configurations keep
 relative margin (MARGIN) keeps a peak that build's own float sums put
 exactly at the capacity (which fits) from being refused by this sum's rounding.
 
-Not used for DualPipe (its memory is cost/dualpipe.py's, another schedule) nor with per-operator
-partitions (their layer plans hold other activations: the search prices those).
+ZBVZeroBubble (cost/zero_bubble.py) holds pp micro-batches on every stage and the output layer
+and logits on the first: LB_s reads them there. Not used for DualPipe (its memory is
+cost/dualpipe.py's, another schedule) nor with per-operator partitions (their layer plans hold
+other activations: the search prices those).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ import numpy as np
 from paraplan.cost import memory
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.coefficients import in_flight_micro_batches
+from paraplan.cost.specs import ZeroBubble
+from paraplan.cost.zero_bubble import v_in_flight
 from paraplan.solver.space import micro_batch_lower_bound_terms
 
 MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, far below any real gap
@@ -90,6 +94,12 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
             # ceil(L / pp) on some group of the class
             return (held(c.stage_groups[-1], False, True, 1.0) < 1
                     or all(held(g, False, False, 1.0) < -(-L // c.pp) for g in set(c.stage_groups)))
+        if o.zero_bubble is ZeroBubble.V:
+            # ZBVZeroBubble's V: pp micro-batches on every stage, the output layer and logits on
+            # the first stage (cost/zero_bubble.py), whose one embedding state LB counts
+            f = float(v_in_flight(c.pp, co.num_micro_batches)[0])
+            most = [held(g, s == 0, s == 0, f) for s, g in enumerate(c.stage_groups)]
+            return min(most) < 1 or sum(most) < L
         flight = in_flight_micro_batches(c.pp, co.num_micro_batches, o.virtual_stages).tolist()
         most = [held(g, s == 0, s == c.pp - 1, flight[s]) for s, g in enumerate(c.stage_groups)]
         return min(most) < 1 or sum(most) < L
@@ -100,7 +110,7 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     out = np.zeros(len(outers), bool)
     for j, o in enumerate(outers):
         key = (id(o.classes), o.tp, o.group_tp, o.cp, o.micro_batch, o.sequence_parallel, o.zero,
-               o.virtual_stages, o.ep, o.embedding_in_split, o.loss_in_split)
+               o.virtual_stages, o.ep, o.embedding_in_split, o.loss_in_split, o.zero_bubble)
         hit = verdicts.get(key)
         if hit is None or hit[0] is not o.classes:
             ranks = sum(c.replicas for c in o.classes) * o.cp

@@ -76,7 +76,20 @@ def slot_relaxation(c: StageCoefficients) -> StageCoefficients:
                                     - schedule.slot_relief_bytes(c)))
 
 
+def drain_credit_s(c: StageCoefficients) -> float:
+    """What a zero-bubble schedule (c.layer_drain_saving_s, cost/zero_bubble.py) can take off the
+    1F1B form this module bounds: its pipeline term, max_s [(v m - 1) T_s + k W_s] / v
+    + sum_s (T_s - k W_s) / v, is at least (m - 1/v) max T + sum T / v - sum_s k W_s / v, and
+    sum_s k W_s = sum_s n_s k w t_s <= L max_s k w t_s. 0 without a zero-bubble schedule, so
+    every bound below less this credit is a bound under any schedule c prices."""
+    saving = c.layer_drain_saving_s
+    if not saving.size:
+        return 0.0
+    return float(c.layers * saving.max() / c.outer.virtual_stages)
+
+
 def lower_bound_s(c: StageCoefficients) -> float:
+    credit = drain_credit_s(c)
     c = slot_relaxation(c)
     m, v, pp, L = c.outer.num_micro_batches, c.outer.virtual_stages, c.pp, c.layers
     a, t = c.stage_time_s, c.layer_time_s
@@ -84,7 +97,7 @@ def lower_bound_s(c: StageCoefficients) -> float:
     sum_t = a.sum() + L * t.min()
     max_t = max(sum_t / pp, float((a + v * t).max()))
     max_d = max((d.sum() + L * g.min()) / pp, float((d + v * g).max()))
-    return float((m - 1 / v) * max_t + sum_t / v + max_d)
+    return float((m - 1 / v) * max_t + sum_t / v + max_d) - credit
 
 
 # relative margin by which the tight bounds are lowered: bisection ends and float sums may round up
@@ -267,6 +280,7 @@ def coupled_bound_above(c: StageCoefficients, allow_full_recompute: bool, cutoff
     above theta is above the cutoff; one whose stages are all within theta has max D at least
     sync_within(theta), so it is above the cutoff when (m - 1/v) tau* + sigma* / v +
     sync_within(theta) is."""
+    cutoff_s = cutoff_s + drain_credit_s(c)  # above it under 1F1B's form: above cutoff_s
     c = slot_relaxation(c)
     m, v = c.outer.num_micro_batches, c.outer.virtual_stages
     arrays = {f: np.atleast_2d(getattr(c, f)) for f in TIGHT_ARRAYS}
@@ -290,14 +304,16 @@ def coupled_above(c: dict, L: int, v: int, m: float, allow_full_recompute: bool,
 
 def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True) -> float:
     """Lower bound with memory and forced recompute (module docstring): tight_class_terms of
-    this one configuration; >= lower_bound_s(c)."""
+    this one configuration; >= lower_bound_s(c). Less drain_credit_s(c) under a zero-bubble
+    schedule."""
+    credit = drain_credit_s(c)
     c = slot_relaxation(c)
     m, v = c.outer.num_micro_batches, c.outer.virtual_stages
     tau, sigma, delta, fits = tight_class_terms({f: np.atleast_2d(getattr(c, f)) for f in TIGHT_ARRAYS},
                                                 c.layers, v, allow_full_recompute)
     if not fits[0]:
         return float("inf")  # no split fits: proved as in memory_infeasible
-    return max(float((m - 1 / v) * tau[0] + sigma[0] / v + delta[0]), lower_bound_s(c))
+    return max(float((m - 1 / v) * tau[0] + sigma[0] / v + delta[0]) - credit, lower_bound_s(c))
 
 
 def _rows_by_shape(cs: list[StageCoefficients]):
@@ -341,7 +357,7 @@ def tight_lower_bounds_s(cs: list[StageCoefficients], allow_full_recompute: bool
         with np.errstate(invalid="ignore"):  # rows that fit no split (inf terms) are inf below
             tight = np.maximum((m - 1 / v) * tau + sigma / v + delta, free)
         out[[i for i, _ in items]] = np.where(fits, tight, np.inf)
-    return out
+    return out - np.array([drain_credit_s(c) for c in cs])
 
 
 def coupled_bounds_above(cs: list[StageCoefficients], allow_full_recompute: bool, cutoff_s: np.ndarray) -> np.ndarray:
@@ -353,7 +369,7 @@ def coupled_bounds_above(cs: list[StageCoefficients], allow_full_recompute: bool
         arrays, m = _stacked(items)
         at = [i for i, _ in items]
         tau, sigma, delta, fits = tight_class_terms(arrays, L, v, allow_full_recompute)
-        cut = cutoff_s[at]
+        cut = cutoff_s[at] + np.array([drain_credit_s(c) for _, c in items])
         alpha = m - 1 / v
         with np.errstate(divide="ignore", invalid="ignore"):  # rows that fit no split: True below
             base = alpha * tau + sigma / v

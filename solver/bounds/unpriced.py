@@ -46,7 +46,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.trust import objective_factors
-from paraplan.cost.specs import PipelineSchedule
+from paraplan.cost.specs import PipelineSchedule, ZeroBubble
+from paraplan.cost.zero_bubble import W_PASSES_SAVED, weight_grad_share
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 
 CLOCK_EVERY = 64  # outers bounded between two looks at the clock
@@ -146,10 +147,11 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                                             last_stage_term(i, o, c.stage_groups[-1], modes, c.pp))
                     e = entry_of[ek] = len(entries)
                     entries.append(t)
-                rk = (e, v, o.embedding_in_split, o.loss_in_split)
+                rk = (e, v, o.embedding_in_split, o.loss_in_split, o.zero_bubble)  # e keys the modes w reads
                 r = row_at.get(rk)
                 if r is None:
-                    r = row_at[rk] = rows.setdefault(_slot_row(entries[e], o, L), len(rows))
+                    r = row_at[rk] = rows.setdefault(_zero_bubble_row(_slot_row(entries[e], o, L), inst, o),
+                                                     len(rows))
                 row_of.append(r)
         sh = shape_of.get(id(o.classes))
         if sh is None:
@@ -234,13 +236,29 @@ def _slot_row(t: tuple, o, layers: int) -> tuple:
     return (row, a0, alast, o.virtual_stages, layers + e + l)
 
 
-def _split_terms(rows: list[tuple[tuple[float, ...], float, float, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(A, S) of each distinct (t row, a_0, a_last, v, layers): the balanced split's slowest
-    stage with stage terms a = (a_0, 0, ..., 0, a_last) (one stage: a_0 + a_last), and
-    sum_s a_s + L min_s t_s."""
+def _zero_bubble_row(row: tuple, inst, o) -> tuple:
+    """`row` (t row, a_0, a_last, v, layers) with the share of a pass a zero-bubble schedule
+    keeps (cost/zero_bubble.py): each stage's pass through the fill and drain costs
+    T_s - k W_s >= a_s + n_s (1 - k w) t_s, so S = sum_s a_s + L (1 - k w) min_s t_s bounds
+    the sum term, and the pacing term (v m - 1) T_s + k W_s is at least (v m - 1) A. Under
+    ZBVZeroBubble the V puts the output layer on the first stage (zero_bubble.v_shaped):
+    a_last moves to a_0. 1 (and the row as it was) under 1F1B / interleaved."""
+    if o.zero_bubble is None:
+        return (*row, 1.0)
+    t, a0, alast, v, layers = row
+    if o.zero_bubble is ZeroBubble.V:
+        a0, alast = a0 + alast, 0.0
+    w = weight_grad_share(inst.model, o.micro_batch, o.tp, o.cp, o.sequence_parallel)
+    return (t, a0, alast, v, layers, 1.0 - W_PASSES_SAVED[o.zero_bubble] * w)
+
+
+def _split_terms(rows: list[tuple[tuple[float, ...], float, float, int, int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S) of each distinct (t row, a_0, a_last, v, layers, keep): the balanced split's
+    slowest stage with stage terms a = (a_0, 0, ..., 0, a_last) (one stage: a_0 + a_last), and
+    sum_s a_s + L min_s t_s, the layers' part times keep (_zero_bubble_row)."""
     A, S = np.empty(len(rows)), np.empty(len(rows))
     blocks: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for r, (t, _, _, v, layers) in enumerate(rows):
+    for r, (t, _, _, v, layers, _) in enumerate(rows):
         blocks[len(t), v, layers].append(r)
     for (pp, v, layers), rs in blocks.items():
         t = np.array([rows[r][0] for r in rs], float)
@@ -248,5 +266,6 @@ def _split_terms(rows: list[tuple[tuple[float, ...], float, float, int, int]]) -
         a[:, 0] = [rows[r][1] for r in rs]
         a[:, -1] += [rows[r][2] for r in rs]
         A[rs] = (a + balanced_splits(a, t, layers, v) * t).max(axis=1)
-        S[rs] = a.sum(axis=1) + layers * t.min(axis=1)
+        keep = np.array([rows[r][5] for r in rs], float)
+        S[rs] = a.sum(axis=1) + layers * t.min(axis=1) * keep
     return A, S

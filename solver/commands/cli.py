@@ -19,44 +19,55 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
 def cmd_simulate(args) -> int:
-    from paraplan.cost.simulate import simulate
+    """`paraplan simulate INSTANCE --plan PLAN.yaml`, a plan file of either format: the plan
+    on every network of the instance (a flat instance has one), each simulated once."""
     from paraplan.cost.plan_specs import ClusterInstance
-    from paraplan.solver.commands import groups as group_commands
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands import groups as group_commands, plan_files
     from paraplan.solver.commands.plan_files import read_plans
-    from paraplan.solver.format import breakdown_json, breakdown_text, gib
+    from paraplan.solver.commands.plan_text import plan_line, plan_lines
+    from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
+                                        table, trust_json, trust_lines)
 
     read = read_instance(args, simulate_only=True)
     if group_commands.shown_as_groups(read):  # the plan is read as a plan of replica classes
         read = group_commands.as_groups(read)
     inst, (plan,) = read_plans([args.plan], read)  # the plan file is read once, either format
-    if isinstance(inst, ClusterInstance):
-        return group_commands.cmd_simulate(args, inst, plan)
+    networks = ([(sc.name, sc.cluster) for sc in inst.scenarios] if isinstance(inst, ClusterInstance)
+                else [("nominal", None)])
     try:
-        bd = simulate(inst, plan)
+        bds = [(name, simulate(inst, plan, cluster=net)) for name, net in networks]
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
-    from paraplan.cost.model_notes import model_warnings
-    from paraplan.cost.trust import plan_trust
-    from paraplan.solver.format import grad_reduce_line, trust_json, trust_lines
-    notes = model_warnings(inst, plan)
-    trust = plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
+    bd = bds[0][1]
+    notes = plan_files.model_warnings(inst, plan)
+    trust = plan_files.plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
                     "grad_reduce_dtype": inst.job.grad_reduce.value,
                     "interval_s": list(trust.interval_s) if trust.interval_s else None,
-                    "trust": trust_json(trust), "breakdown": breakdown_json(bd), "model_warnings": notes})
+                    "trust": trust_json(trust), "breakdown": breakdown_json(bd), "model_warnings": notes,
+                    "scenarios": [{"scenario": name, "iter_time_s": b.iter_time_s,
+                                   "tokens_per_s": b.tokens_per_s, "fits_memory": b.fits} for name, b in bds]})
     else:
-        print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
+        print(group_commands.describe_cluster(inst) if isinstance(inst, ClusterInstance) else
+              f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
+        print("plan        " + "\n            ".join(plan_lines(plan, inst) if isinstance(inst, ClusterInstance)
+                                                   else [plan_line(plan)]))
         for line in notes:
             print(f"warning     model: {line}")
         print(breakdown_text(bd))
         print("\n".join(trust_lines(trust)))
         print(grad_reduce_line(inst.job))
+        if len(bds) > 1:
+            print("\n" + table(["scenario", "iteration", "tokens/s"],
+                               [[name, seconds(b.iter_time_s), f"{b.tokens_per_s:,.0f}"] for name, b in bds],
+                               align="lrr"))
     if not bd.fits:  # the numbers above are still shown: they say by how much
-        over = [s for s in bd.stages if s.mem_bytes > s.capacity_bytes]
+        several, groups = len(bd.classes) > 1, len({s.group for s in bd.stages}) > 1
         print("paraplan: the plan does not fit memory: " + "; ".join(
-            f"stage {s.stage} needs {gib(s.mem_bytes)} of {gib(s.capacity_bytes)} usable"
-            for s in over), file=sys.stderr)
+            f"{f'class {k} ' if several else ''}stage {s}{f' on {g}' if groups else ''} needs {gib(mem)}"
+            f" of {gib(cap)} usable" for k, s, g, _, mem, cap in bd.stage_rows() if mem > cap), file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     return 0
 

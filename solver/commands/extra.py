@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import gib, seconds, table, train_cost_json
+from paraplan.solver.format import breakdown_json, gib, seconds, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
@@ -15,15 +15,15 @@ def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
     (solver/commands/plan_files.py), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.commands.plan_files import (breakdown_json, plan_mapping, plan_trust,
-                                                     read_plans, simulate_plan)
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands.plan_files import plan_mapping, plan_trust, read_plans
     from paraplan.solver.commands.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
     names = (args.plan_a, args.plan_b)
     inst, plans = read_plans(names, read_instance(args))
-    bds = [simulate_plan(inst, p) for p in plans]
+    bds = [simulate(inst, p) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
     # each plan's interval: its own distance from the published runs (cost/trust.py), so two
     # plans close in predicted time may differ in how far each can be trusted
@@ -64,46 +64,91 @@ def cmd_compare(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    """Peak memory per GPU by category of a plan file's plan, or of the optimal plan: a flat
-    instance's per stage, a plan on node groups per class and stage."""
-    from paraplan.cost import dualpipe
-    from paraplan.cost.loader import plan_to_mapping
-    from paraplan.cost.memory_breakdown import stage_categories_bytes
+    """Peak memory per GPU by category of a plan file's plan, or of the optimal plan, on every
+    cluster: per stage of every class (a flat instance: its one group), each with its group's
+    GPU, tp and the gradient ring of every replica (cost/memory_breakdown.py); a DualPipe plan
+    per device."""
+    from paraplan.cost.class_coefficients import class_coefficients
+    from paraplan.cost.memory_breakdown import class_categories_bytes
     from paraplan.cost.plan_specs import ClusterInstance
-    from paraplan.cost.specs import PipelineSchedule
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.plan_text import plan_line
-    from paraplan.solver.report.page import plan_coefficients
+    from paraplan.cost.specs import PipelineSchedule
+    from paraplan.solver.commands.groups import as_groups, describe_cluster
+    from paraplan.solver.commands.plan_files import plan_mapping
+    from paraplan.solver.commands.plan_text import plan_line, plan_lines
 
     inst, plan, where = _memory_plan(args)
     if plan is None:  # proved: nothing to estimate, and not an input error
         from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
         print(f"paraplan: infeasible: no plan to estimate: {where}", file=sys.stderr)
         return EXIT_INFEASIBLE
-    if isinstance(inst, ClusterInstance):
-        return _memory_classes(args, inst, plan, where)
+    flat = not isinstance(inst, ClusterInstance)
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        if not flat:
+            raise InstanceError(inst.source, "job.pipeline_schedule", "memory of a DualPipe plan is"
+                                " priced on a flat cluster (cost/dualpipe.py)",
+                                "write the cluster without `groups:`")
+        return _memory_dualpipe(args, inst, plan, where)
+    group = as_groups(inst)
+    coeffs = class_coefficients(group, group.cluster, plan.outer, reserve_bytes=inst.search.memory_reserve_bytes,
+                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
+                                partitions=tuple(k.partitions for k in plan.classes))
+    bd = simulate(inst, plan, coeffs=coeffs)  # checks the plan against the instance
+    rows = bd.stage_rows()  # (class, stage, group, time, memory, capacity), classes in order
+    cats = [cs for per_class in class_categories_bytes(group, plan, coeffs) for cs in per_class]
+    if args.json:
+        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": plan_mapping(plan, inst),
+               "capacity_bytes": min(cap for *_, cap in rows), "peak_mem_bytes": bd.peak_mem_bytes,
+               "fits_memory": bd.fits,
+               "stages": [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()),
+                           "capacity_bytes": cap, "categories_bytes": cs}
+                          for (k, s, g, _, _, cap), cs in zip(rows, cats)]})
+        return 0 if bd.fits else 1
+    print(f"{inst.name}: memory per GPU of {where}" if flat else describe_cluster(inst)
+          + f"\nmemory per GPU of {where}")
+    print("plan  " + "\n      ".join([plan_line(plan)] if flat else plan_lines(plan, inst)))
+    print()
+    _show_categories(bd, cats)
+    return 0 if bd.fits else 1
+
+
+def _show_categories(bd, cats: list[dict[str, float]]) -> None:
+    """`memory`'s table, one column per stage of every class (`cats`, in the order of
+    bd.stage_rows), and its peak line: a plan of one class on one group names its stages
+    alone."""
+    rows = bd.stage_rows()
+    one = len(bd.classes) == 1 and len({g for _, _, g, *_ in rows}) == 1
+    print(_category_table([f"stage {s}" if one else f"class {k} stage {s} ({g})" for k, s, g, *_ in rows],
+                          cats, [cap for *_, cap in rows]))
+    print()
+    over = [f"{'' if one else f'class {k} '}stage {s}{'' if one else f' on {g}'} needs {gib(mem)}"
+            for k, s, g, _, mem, cap in rows if mem > cap]
+    print(f"peak {gib(bd.peak_mem_bytes)} of {gib(min(cap for *_, cap in rows))} usable: "
+          + ("fits" if bd.fits else "DOES NOT FIT: " + "; ".join(over)))
+
+
+def _memory_dualpipe(args, inst, plan, where: str) -> int:
+    """`memory` of a DualPipe plan: one column per device, which holds stages d and
+    pp - 1 - d (cost/dualpipe.device_categories_bytes)."""
+    from paraplan.cost import dualpipe
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.solver.commands.plan_text import plan_line
+
     reserve = inst.search.memory_reserve_bytes
-    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:  # columns are devices
-        it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)
-        c, cats, unit = it.coeffs, dualpipe.device_categories_bytes(inst, plan, reserve_bytes=reserve), "device"
-        peak, fits = float(it.mem_bytes.max()), bool((it.mem_bytes <= it.capacity_bytes).all())
-    else:
-        c = plan_coefficients(inst, plan)
-        cats, unit = stage_categories_bytes(inst, plan, c), "stage"
-        bd = simulate(inst, plan, reserve_bytes=reserve, coeffs=c)
-        peak, fits = bd.peak_mem_bytes, bd.fits
-    cap = float(c.capacity_bytes.min())
+    it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)
+    cats = dualpipe.device_categories_bytes(inst, plan, reserve_bytes=reserve)
+    peak, fits = float(it.mem_bytes.max()), bool((it.mem_bytes <= it.capacity_bytes).all())
+    cap = float(it.capacity_bytes.min())
     if args.json:
         _dump({"status": "fits" if fits else "out_of_memory", "plan": plan_to_mapping(plan),
                "capacity_bytes": cap, "peak_mem_bytes": peak, "fits_memory": fits,
-               "stages": [{"stage": s, "total_bytes": sum(cs.values()), "categories_bytes": cs}
-                          for s, cs in enumerate(cats)]})
+               "stages": [{"stage": d, "total_bytes": sum(cs.values()), "categories_bytes": cs}
+                          for d, cs in enumerate(cats)]})
         return 0 if fits else 1
-    print(f"{inst.name}: memory per GPU of {where}"
-          + (" (DualPipe: device d holds stages d and pp - 1 - d)" if unit == "device" else ""))
+    print(f"{inst.name}: memory per GPU of {where} (DualPipe: device d holds stages d and pp - 1 - d)")
     print(f"plan  {plan_line(plan)}")
     print()
-    print(_category_table([f"{unit} {s}" for s in range(len(cats))], cats, c.capacity_bytes))
+    print(_category_table([f"device {d}" for d in range(len(cats))], cats, it.capacity_bytes))
     print()
     print(f"peak {gib(peak)} of {gib(cap)} usable: " + ("fits" if fits else "DOES NOT FIT"))
     return 0 if fits else 1
@@ -139,48 +184,6 @@ def _category_table(columns: list[str], cats: list[dict[str, float]], capacity_b
     rows.append(["total"] + [gib(sum(cs.values())) for cs in cats])
     rows.append(["usable capacity"] + [gib(x) for x in capacity_bytes])
     return table(["per GPU"] + columns, rows)
-
-
-def _memory_classes(args, inst, plan, where: str) -> int:
-    """`memory` of a plan on node groups: one column per class and stage, each stage with its
-    group's GPU, tp and the gradient ring of every replica (cost/memory_breakdown.py)."""
-    from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.memory_breakdown import class_categories_bytes
-    from paraplan.cost.simulate import simulate_classes
-    from paraplan.solver.commands.groups import describe_cluster
-    from paraplan.solver.commands.plan_text import plan_lines
-
-    from paraplan.cost.specs import PipelineSchedule
-    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
-        raise InstanceError(inst.source, "job.pipeline_schedule", "memory of a DualPipe plan is"
-                            " priced on a flat cluster (cost/dualpipe.py)",
-                            "write the cluster without `groups:`")
-    bd = simulate_classes(inst, plan)  # checks the plan against the instance
-    coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=inst.search.memory_reserve_bytes,
-                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
-                                partitions=tuple(k.partitions for k in plan.classes))
-    cats = class_categories_bytes(inst, plan, coeffs)
-    rows = bd.stage_rows()  # (class, stage, group, time, memory, capacity), classes in order
-    flat_cats = [cs for per_class in cats for cs in per_class]
-    if args.json:
-        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": class_plan_to_mapping(plan, inst),
-               "capacity_bytes": min(cap for *_, cap in rows), "peak_mem_bytes": bd.peak_mem_bytes,
-               "fits_memory": bd.fits,
-               "stages": [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()),
-                           "capacity_bytes": cap, "categories_bytes": cs}
-                          for (k, s, g, _, _, cap), cs in zip(rows, flat_cats)]})
-        return 0 if bd.fits else 1
-    print(describe_cluster(inst))
-    print(f"memory per GPU of {where}")
-    print("plan  " + "\n      ".join(plan_lines(plan, inst)))
-    print()
-    print(_category_table([f"class {k} stage {s} ({g})" for k, s, g, *_ in rows], flat_cats,
-                          [cap for *_, cap in rows]))
-    print()
-    over = [f"class {k} stage {s} on {g} needs {gib(mem)} of {gib(cap)}" for k, s, g, _, mem, cap in rows if mem > cap]
-    print(f"peak {gib(bd.peak_mem_bytes)}: " + ("fits" if bd.fits else "DOES NOT FIT: " + "; ".join(over)))
-    return 0 if bd.fits else 1
 
 
 def register(sub) -> None:

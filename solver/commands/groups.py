@@ -1,6 +1,6 @@
 """Sub-commands for heterogeneous clusters and changing networks.
 
-`paraplan plan` (solver/commands/planning.py) and `simulate` show an instance planned as a
+`paraplan plan` (solver/commands/planning.py) shows an instance planned as a
 cluster of node groups (a `cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file
 whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
 `exhaustive` and `verify`
@@ -15,8 +15,7 @@ import sys
 
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import (evidence_text as common_evidence_text, gib, megatron_tflops_line, quantile_phrase, seconds, trust_json, trust_lines, grad_reduce_line,
-                                    table)
+from paraplan.solver.format import evidence_text as common_evidence_text, quantile_phrase, seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
@@ -112,55 +111,9 @@ def not_covered(inst, plan) -> list[str]:
     return outside(inst, None if plan is None else {g for c in plan.classes for g in c.stage_groups})
 
 
-def breakdown_text(bd, inst) -> str:
-    rows = [[str(k), str(s), g, seconds(t), gib(mem), gib(cap),
-             "yes" if mem <= cap else "NO"] for k, s, g, t, mem, cap in bd.stage_rows()]
-    pipes = ", ".join(f"class {i + 1} {seconds(c.pipeline_time_s)}" for i, c in enumerate(bd.classes))
-    return "\n".join([
-        f"iteration {seconds(bd.iter_time_s)} = slowest pipeline {seconds(bd.pipeline_s)} ({pipes})"
-        f" + sync/optimizer {seconds(bd.sync_s)}",
-        f"tokens/s {bd.tokens_per_s:,.0f}   MFU {100 * bd.mfu:.1f}% of all GPUs' peak   idle GPUs {bd.idle_gpus}",
-        megatron_tflops_line(bd.megatron_tflops_per_gpu),
-        "", table(["class", "stage", "group", "time/micro-batch", "memory", "capacity", "fits"], rows)])
-
-
 def regret_rows(regs) -> list[list[str]]:
     return [[r.scenario, seconds(r.plan_time_s), seconds(r.optimum_s), r.optimum_status,
              f"{100 * r.regret:+.2f}%"] for r in regs]
-
-
-def breakdown_json(bd) -> dict:
-    """A mixed-cluster breakdown with the homogeneous one's core fields (solver/commands/schema.py):
-    the critical path is the slowest replica's pipeline, then the slowest sync + step."""
-    return {
-        "iter_time_s": bd.iter_time_s, "tokens_per_s": bd.tokens_per_s, "mfu": bd.mfu,
-        "megatron_tflops_per_gpu": bd.megatron_tflops_per_gpu,
-        "fits_memory": bd.fits, "pipeline_s": bd.pipeline_s, "sync_s": bd.sync_s,
-        "idle_gpus": bd.idle_gpus,
-        "exposed_s": {"pipeline": bd.pipeline_s, "grad_sync_and_optimizer": bd.sync_s},
-        "stages": [{"class": k, "stage": s, "group": g, "time_per_micro_batch_s": t,
-                    "mem_bytes": mem, "capacity_bytes": cap} for k, s, g, t, mem, cap in bd.stage_rows()],
-        "classes": [{"replicas": c.replicas, "num_micro_batches": c.num_micro_batches,
-                     "pipeline_time_s": c.pipeline_time_s, "stage_groups": list(c.stage_groups)}
-                    for c in bd.classes],
-    }
-
-
-def plan_trust(inst, res):
-    """The plan's interval on the nominal network (cost/trust.class_plan_trust), None without one."""
-    if res.plan is None or res.breakdown is None:
-        return None
-    from paraplan.cost.trust import class_plan_trust
-    return class_plan_trust(inst, res.plan, res.breakdown.iter_time_s)
-
-
-def train_cost(inst, bd, trust=None):
-    """The time and cost to train at the plan's nominal iteration, with the plan's trust
-    interval where `trust` is given (class_plan_trust), or None without a plan or
-    job.train_tokens."""
-    from paraplan.cost.train_cost import instance_train_cost
-    return instance_train_cost(inst, None if bd is None else bd.iter_time_s,
-                               None if trust is None else trust.interval_s)
 
 
 def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal") -> dict:
@@ -170,45 +123,6 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
     from paraplan.solver.sensitivity import sensitivity
     return sensitivity(inst, plan, objective, backend, args.time_limit_s, getattr(args, "threads", 1),
                        describe_plan)
-
-
-def cmd_simulate(args, inst, plan) -> int:
-    """`paraplan simulate INSTANCE --plan PLAN.yaml` of a plan of replica classes on `inst` (a
-    cluster of node groups): the plan on every network scenario, each simulated once."""
-    from paraplan.cost.model_notes import model_warnings
-    from paraplan.cost.simulate import simulate_classes
-    from paraplan.cost.trust import class_plan_trust
-
-    bds = [(sc.name, simulate_classes(inst, plan, sc.cluster)) for sc in inst.scenarios]
-    trust = class_plan_trust(inst, plan, bds[0][1].iter_time_s)  # a simulated time is a prediction
-    if args.json:
-        nominal = bds[0][1]
-        emit_json({"status": "fits" if nominal.fits else "out_of_memory",
-                   "iter_time_s": nominal.iter_time_s, "breakdown": breakdown_json(nominal),
-                   "interval_s": list(trust.interval_s) if trust.interval_s else None,
-                   "trust": trust_json(trust), "model_warnings": model_warnings(inst),
-                   "scenarios": [{"scenario": name, "iter_time_s": bd.iter_time_s,
-                                  "tokens_per_s": bd.tokens_per_s, "fits_memory": bd.fits}
-                                 for name, bd in bds]})
-        return 0 if nominal.fits else 1
-    print(describe_cluster(inst))
-    print("plan        " + "\n            ".join(plan_lines(plan, inst)) + "\n")
-    print(breakdown_text(bds[0][1], inst))
-    print("\n".join(trust_lines(trust)))
-    print(grad_reduce_line(inst.job))
-    if len(bds) > 1:
-        print("\n" + table(["scenario", "iteration", "tokens/s"],
-                           [[name, seconds(bd.iter_time_s), f"{bd.tokens_per_s:,.0f}"] for name, bd in bds],
-                           align="lrr"))
-    if not bds[0][1].fits:
-        print("paraplan: the plan does not fit memory: " + _no_fit_reason(bds[0][1]), file=sys.stderr)
-        return 1
-    return 0
-
-
-def _no_fit_reason(bd) -> str:
-    return "; ".join(f"class {k} stage {s} on {g} needs {gib(mem)} of {gib(cap)} usable" for k, s, g, _, mem, cap in bd.stage_rows()
-                     if mem > cap)
 
 
 def cmd_replan(args) -> int:

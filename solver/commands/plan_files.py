@@ -1,9 +1,9 @@
 """Plan files of either format, for the commands that take plans (compare, memory, report --plan).
 
 Every plan is one record (cost/plan_specs.Plan). A flat instance whose plan files are all flat
-is priced as the flat instance (cost/simulate.simulate, its trust interval from the plan's own
-features, cost/trust.plan_trust); any other instance as node groups (cost/simulate.
-simulate_classes, cost/trust.class_plan_trust). Until cost/ holds one instance record (issue 32),
+is priced as the flat instance (its trust interval from the plan's own features,
+cost/trust.plan_trust); any other instance as node groups (cost/trust.class_plan_trust); both by
+the one simulator (cost/simulate.simulate). Until cost/ holds one instance record (issue 32),
 the commands tell the two instance kinds apart here (and in commands/outputs.plan_file, the
 `plan -o` mapping), so that each command has one path: read the plans, simulate each once, render.
 """
@@ -29,27 +29,11 @@ def read_plans(paths, read):
     return inst, [class_plan_from_data(d, inst, p) for d, p in zip(data, paths)]
 
 
-def simulate_plan(inst, plan):
-    """The plan's breakdown, simulated once (either kind has iter_time_s, exposed_s, fits,
-    peak_mem_bytes, tokens_per_s and mfu)."""
-    from paraplan.cost.simulate import simulate, simulate_classes
-    if isinstance(inst, ClusterInstance):
-        return simulate_classes(inst, plan)
-    return simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)
-
-
 def plan_mapping(plan, inst) -> dict:
     """The plan as its plan file writes it."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.loader import plan_to_mapping
     return class_plan_to_mapping(plan, inst) if isinstance(inst, ClusterInstance) else plan_to_mapping(plan)
-
-
-def breakdown_json(bd) -> dict:
-    """The breakdown's JSON (solver/commands/schema.BREAKDOWN) for either kind."""
-    from paraplan.solver import format as fmt
-    from paraplan.solver.commands import groups
-    return groups.breakdown_json(bd) if hasattr(bd, "classes") else fmt.breakdown_json(bd)
 
 
 def not_covered(inst, plan) -> list[str]:

@@ -7,8 +7,10 @@ from paraplan.solver.format import seconds
 
 
 def slots_text(p) -> str:
-    """' embedding_in_split loss_in_split' for the flags a plan sets (cost/pipeline_split.py)."""
-    return "".join(f" {k}" for k in ("embedding_in_split", "loss_in_split") if getattr(p, k))
+    """' embedding_in_split loss_in_split' for the flags a plan sets (cost/pipeline_split.py),
+    and ' zero_bubble=NAME' for the zero-bubble schedule it runs (cost/zero_bubble.py)."""
+    zb = f" zero_bubble={p.zero_bubble.value}" if p.zero_bubble is not None else ""
+    return "".join(f" {k}" for k in ("embedding_in_split", "loss_in_split") if getattr(p, k)) + zb
 
 
 def plan_line(p) -> str:

@@ -6,7 +6,7 @@ import sys
 
 from paraplan.cost.errors import InstanceError
 from paraplan.solver.commands import plan_files
-from paraplan.solver.format import (breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
@@ -61,7 +61,7 @@ def result_json(res, inst, regs=None) -> dict:
         "space": space_json(res, plan_files.not_covered(inst, res.plan)),
         "reason": res.reason or None,
         "plan": plan_files.plan_mapping(res.plan, inst) if res.plan else None,
-        "breakdown": plan_files.breakdown_json(bd) if bd else None,
+        "breakdown": breakdown_json(bd) if bd else None,
         "tokens_per_s": None if bd is None else bd.tokens_per_s,
         "trust": trust_json(trust),
         "model_warnings": plan_files.model_warnings(inst, res.plan),
@@ -73,121 +73,93 @@ def result_json(res, inst, regs=None) -> dict:
 
 
 def cmd_plan(args) -> int:
-    from paraplan.cost.loader import plan_file_mapping
-    from paraplan.solver.commands import groups as group_commands
+    """`paraplan plan` on every cluster: the instance read once, planned by the one entry
+    (solver/solve.py) for the objective asked for, its plan re-simulated once on each network the
+    objective reads, shown with the one breakdown renderer (a flat instance: its own header,
+    evidence wording and plan line)."""
+    from paraplan.cost.plan_specs import ClusterInstance
+    from paraplan.solver.commands import groups
+    from paraplan.solver.dynamic import regrets, scenario_optima
+    from paraplan.solver.solve import solve
 
     log = progress_printer(args)
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    inst = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
+    read = read_instance(args)  # the instance file is read once (tests/cli/test_plan_once.py)
     if getattr(args, "sensitivity", False) and args.top is not None:
         raise InstanceError("<arguments>", "--sensitivity", "is not offered with --top",
                             "run --sensitivity without --top, on the plan you pick")
     if args.within is not None and args.top is None:
         raise InstanceError("<arguments>", "--within", "needs --top K",
                             "add --top K, e.g. --top 5 --within 3")
-    if args.top is not None or group_commands.shown_as_groups(inst):
-        try:
-            if args.top is not None:
-                return cmd_plan_top(args, inst)
-            return _cmd_plan_groups(args, inst, progress=log)
-        finally:
-            if log:
-                log.done()
-    group_commands.no_scenarios(args)
-    from paraplan.solver.solve import solve
-    res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, threads=args.threads,
-                progress=log)
-    if log:
-        log.done()
-    trust = None
-    if res.plan is not None:
-        from paraplan.cost.trust import plan_trust
-        trust = plan_trust(inst, res.plan, res.iter_time_s)
-    sens = None
-    if getattr(args, "sensitivity", False) and res.plan is not None:
-        sens = group_commands.plan_sensitivity(args, group_commands.as_groups(inst), res.plan,
-                                               args.backend)
-    from paraplan.cost.model_notes import model_warnings
-    notes = model_warnings(inst, res.plan)
-    if args.json:
-        out = result_json(res, inst)
-        if sens is not None:
-            out["sensitivity"] = sens
-        _emit_json(out)
-    else:
-        print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
-              f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
-                            not_covered=plan_files.not_covered(inst, res.plan)))
-        for line in notes:
-            print(f"warning     model: {line}")
-        if res.plan is not None:
-            print(f"plan        {plan_line(res.plan)}")
-            from paraplan.solver.commands.partitions import describe_partitions
-            for line in describe_partitions(res.plan, inst):  # per-operator tensor partitions
-                print(f"            {line}")
-            for line in trust_lines(trust):
-                print(line)
-            print(grad_reduce_line(inst.job))
-            for line in train_lines(plan_train_cost(inst, res.iter_time_s, trust)):
-                print(line)
-            print()
-            print(breakdown_text(res.breakdown))
-        if sens is not None:
-            print()
-            print(sensitivity_text(sens))
-    if args.output and res.plan is not None:  # after the result is shown: a full disk loses nothing
-        bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
-        header = (f"# paraplan plan for {inst.name}: {res.status}, iteration {res.iter_time_s:.6g} s,"
-                  f" bound {bound}, backend {res.backend}\n")
-        # the instance rides along, so that export and simulate need no instance file
-        write_plan_file(args.output, header, plan_file_mapping(inst, res.plan))
-    return status_code(res.status)
-
-
-def _cmd_plan_groups(args, read, progress=None) -> int:
-    """`paraplan plan` of an instance shown as groups (`read`: as read_instance read it)."""
-    from paraplan.solver.commands import groups
-    from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.solver.solve import solve
-
-    inst, objective = groups.load_mixed(args, read)
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), progress, objective)
+    try:
+        if args.top is not None:
+            return cmd_plan_top(args, read)
+        inst, objective, backend = _top_instance(args, read)
+        res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), log, objective)
+    finally:
+        if log:
+            log.done()
+    flat = not isinstance(inst, ClusterInstance)
     regs = None
     if objective != "nominal" and res.plan is not None:
-        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+        # the plan's times as the search's re-simulation priced them on every scenario
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
-        sens = groups.plan_sensitivity(args, inst, res.plan, backend, objective)
+        sens = groups.plan_sensitivity(args, groups.as_groups(inst), res.plan, backend, objective)
     if args.json:
         out = result_json(res, inst, regs)
         if sens is not None:
             out["sensitivity"] = sens
         _emit_json(out)
     else:
-        print(groups.describe_cluster(inst))
-        print(groups.evidence_text(res, inst=inst))
-        if res.plan is not None:
-            print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
-            for line in trust_lines(groups.plan_trust(inst, res)):
-                print(line)
-            print(grad_reduce_line(inst.job))
-            for line in train_lines(groups.train_cost(inst, res.breakdown, groups.plan_trust(inst, res))):
-                print(line)
-            print()
-            print(groups.breakdown_text(res.breakdown, inst))
+        _show_plan(inst, res, flat)
         if regs:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
                                groups.regret_rows(regs), align="lrrlr"))
         if sens is not None:
             print("\n" + sensitivity_text(sens))
-    if args.output and res.plan is not None:
+    if args.output and res.plan is not None:  # after the result is shown: a full disk loses nothing
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
-        write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {objective}"
-                        f" objective {res.objective_s:.6g} s, bound {bound}, backend {res.backend}\n",
-                        plan_file(inst, res.plan, read))
+        value = (f"iteration {res.iter_time_s:.6g} s" if flat else
+                 f"{objective} objective {res.objective_s:.6g} s")
+        # a flat plan carries its instance, so that export and simulate need no instance file
+        write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {value},"
+                        f" bound {bound}, backend {res.backend}\n", plan_file(inst, res.plan, read))
     return status_code(res.status)
+
+
+def _show_plan(inst, res, flat: bool) -> None:
+    """`plan`'s text of a SolveResult: the instance, the evidence, the model's warnings, the
+    plan, its trust, dtype and cost to train, then its breakdown."""
+    from paraplan.solver.commands import groups
+    from paraplan.solver.commands.partitions import describe_partitions
+
+    # the time the trust band and the cost to train are read at: a flat plan's predicted time, a
+    # cluster's plan's on the nominal network (objective_s is a robust or expected aggregate)
+    t = res.iter_time_s if flat or res.breakdown is None else res.breakdown.iter_time_s
+    trust = None if res.plan is None else plan_files.plan_trust(inst, res.plan, t)
+    if flat:
+        print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
+              f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
+        print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
+                            not_covered=plan_files.not_covered(inst, res.plan)))
+        for line in plan_files.model_warnings(inst, res.plan):
+            print(f"warning     model: {line}")
+    else:
+        print(groups.describe_cluster(inst))
+        print(groups.evidence_text(res, inst=inst))
+    if res.plan is None:
+        return
+    lines = [plan_line(res.plan), *describe_partitions(res.plan, inst)] if flat else plan_lines(res.plan, inst)
+    print("plan        " + "\n            ".join(lines))
+    for line in trust_lines(trust):
+        print(line)
+    print(grad_reduce_line(inst.job))
+    for line in train_lines(plan_train_cost(inst, t, trust)):
+        print(line)
+    print()
+    print(breakdown_text(res.breakdown))
 
 
 def cmd_plan_top(args, read) -> int:
@@ -211,7 +183,7 @@ def cmd_plan_top(args, read) -> int:
                     "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
                                "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
                                "plan": plan_files.plan_mapping(r.plan, inst),
-                               "breakdown": plan_files.breakdown_json(r.breakdown),
+                               "breakdown": breakdown_json(r.breakdown),
                                "train_cost": train_cost_json(tc)}
                               for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
         return _top_code(res)
@@ -305,68 +277,44 @@ def cmd_exhaustive(args) -> int:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
-    if homo is not None:
-        _show_one_group_exhaustive(args, homo, res, status)
-    else:
-        _show_mixed_exhaustive(args, inst, res, status, objective)
-    return status_code(status)
-
-
-def _show_one_group_exhaustive(args, inst, res, status: str) -> None:
-    from paraplan.cost.loader import plan_to_mapping
-
-    plan = res.plan
-    reason = None if plan is not None else exhaustive_reason(inst, res.outer_configs)
+    flat = homo is not None  # shown and written as the flat instance it was read as
+    shown, unit = (homo, "candidates") if flat else (inst, "plans")
+    reason = None if res.plan is not None else exhaustive_reason(shown, res.outer_configs)
     if args.json:
-        _emit_json({"status": status, "complete": res.complete, "iter_time_s": res.objective_s,
+        from paraplan.cost.simulate import simulate
+        from paraplan.solver.commands.plan_files import plan_mapping
+        _emit_json({"status": status, "complete": res.complete, "objective": objective,
+                    "objective_s": res.objective_s,
+                    "iter_time_s": res.objective_s if flat or res.plan is None else simulate(inst, res.plan).iter_time_s,
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
-                    "plan": plan_to_mapping(plan) if plan else None})
-        return
-    print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs),"
-          f" {res.feasible:,} fit memory, {res.wall_time_s:.2f} s")
-    for line in exhaustive_stop_lines(res.complete, plan is not None, args.time_limit_s,
-                                      res.candidates, "candidates"):
-        print(line)
-    if plan is None:
-        if res.complete:
-            print(reason)
-    else:
-        print(f"best        {seconds(res.objective_s)} per iteration\nplan        {plan_line(plan)}")
-
-
-def _show_mixed_exhaustive(args, inst, res, status: str, objective: str) -> None:
-    from paraplan.cost.groups_loader import class_plan_to_mapping
-    from paraplan.cost.simulate import simulate_classes
-
-    if args.json:
-        _emit_json({"status": status, "objective": objective, "objective_s": res.objective_s,
-                    "iter_time_s": None if res.plan is None else simulate_classes(inst, res.plan).iter_time_s,
-                    "candidates": res.candidates, "outer_configs": res.outer_configs,
-                    "solve_time_s": res.wall_time_s,
-                    "plan": class_plan_to_mapping(res.plan, inst) if res.plan else None})
-        return
-    print(f"{res.candidates:,} plans ({res.outer_configs:,} outer configs), {res.wall_time_s:.2f} s")
-    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s,
-                                      res.candidates, "plans"):
+                    "plan": plan_mapping(res.plan, shown) if res.plan else None})
+        return status_code(status)
+    print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
+          f" {res.wall_time_s:.2f} s")
+    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s, res.candidates, unit):
         print(line)
     if res.plan is None:
         if res.complete:
-            from paraplan.solver.space import empty_space_reason
-            print("the declared heterogeneous space is empty: " + empty_space_reason(inst)
-                  if res.outer_configs == 0 else "no plan fits memory")
+            print(reason)
     else:
-        print(f"best        {seconds(res.objective_s)} ({objective})")
-        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
+        print(f"best        {seconds(res.objective_s)} " + ("per iteration" if flat else f"({objective})"))
+        print("plan        " + "\n            ".join([plan_line(res.plan)] if flat else plan_lines(res.plan, inst)))
+    return status_code(status)
 
 
 def exhaustive_reason(inst, outer_configs: int) -> str:
-    """Why exhaustive search found no plan: an empty space (the planner's wording), or memory."""
-    if outer_configs == 0:
-        from paraplan.solver.planner import infeasible_reason
-        return infeasible_reason(inst, [])
-    return "no plan fits memory"
+    """Why exhaustive search found no plan: an empty space (the planner's wording; on node
+    groups the rule that emptied it), or memory."""
+    if outer_configs:
+        return "no plan fits memory"
+    from paraplan.cost.plan_specs import ClusterInstance
+    if isinstance(inst, ClusterInstance):
+        from paraplan.solver.space import empty_space_reason
+        return "the declared heterogeneous space is empty: " + empty_space_reason(inst)
+    from paraplan.solver.planner import infeasible_reason
+    return infeasible_reason(inst, [])
 
 
 def cmd_verify(args) -> int:

@@ -25,7 +25,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 2: one breakdown shape on every cluster (solver/format.breakdown_json): every stage names its
+# class and group, a mixed cluster's exposed_s holds the critical path's parts (was pipeline +
+# sync), and a flat plan's breakdown has classes, pipeline_s, sync_s and idle_gpus
+SCHEMA_VERSION = 2
 
 NUM, INT, STR, BOOL, ANY = "number", "integer", "string", "boolean", "any"
 NUM_OR_NULL = (NUM, "null")
@@ -36,10 +39,13 @@ class MapOf:
     value: Any
 
 
-STAGE = {"stage": INT, "mem_bytes": NUM, "capacity_bytes": NUM, "time_per_micro_batch_s": NUM}
+STAGE = {"class": INT, "stage": INT, "group": STR, "layers": INT, "full_recompute_layers": INT,
+         "time_per_micro_batch_s": NUM, "sync_time_s": NUM, "mem_bytes": NUM, "capacity_bytes": NUM}
+CLASS = {"replicas": INT, "num_micro_batches": INT, "pipeline_time_s": NUM, "stage_groups": [STR]}
 BREAKDOWN = {"iter_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM, "megatron_tflops_per_gpu": NUM,
-             "fits_memory": BOOL,
-             "exposed_s": MapOf(NUM), "stages": [STAGE]}
+             "fits_memory": BOOL, "pipeline_s": NUM, "sync_s": NUM, "idle_gpus": INT,
+             "bottleneck_class": INT, "bottleneck_stage": INT, "unit": STR,
+             "exposed_s": MapOf(NUM), "overlapped_s": MapOf(NUM), "stages": [STAGE], "classes": [CLASS]}
 SPACE = {"outer_configs": INT, "candidates": INT, "priced": INT, "solved": INT, "pruned_by_bound": INT,
          "pruned_by_memory": INT, "pruned_by_dominance": INT, "inner_infeasible": INT, "unresolved": INT,
          "not_covered": [STR]}
@@ -69,9 +75,13 @@ SCHEMAS: dict[str, dict] = {
                    "plans": [{"rank": INT, "objective_s": NUM, "iter_time_s": NUM, "quantile_s": NUM,
                               "vs_best": NUM, "plan": dict, "breakdown": BREAKDOWN,
                               "train_cost": (TRAIN_COST, "null")}]},
-    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR]},
-    "exhaustive": {"status": STR, "iter_time_s": NUM_OR_NULL, "candidates": INT,
-                   "outer_configs": INT, "solve_time_s": NUM, "plan": (dict, "null")},
+    # one row per network of the instance (a flat instance: its nominal one)
+    "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR],
+                 "scenarios": [SCENARIO]},
+    # one shape on every cluster: objective (nominal on a flat cluster) and its value objective_s
+    "exhaustive": {"status": STR, "complete": BOOL, "objective": STR, "objective_s": NUM_OR_NULL,
+                   "iter_time_s": NUM_OR_NULL, "candidates": INT, "feasible": INT,
+                   "outer_configs": INT, "solve_time_s": NUM, "reason": (STR, "null"), "plan": (dict, "null")},
     "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
                  "rows_refused": [STR],
@@ -100,8 +110,6 @@ SCHEMAS: dict[str, dict] = {
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields
-SCHEMAS["simulate (mixed cluster)"] = {**SCHEMAS["simulate"], "scenarios": [SCENARIO]}
-SCHEMAS["exhaustive (mixed cluster)"] = {**SCHEMAS["exhaustive"], "objective": STR}
 SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
 SCHEMAS["memory (mixed cluster)"] = {**SCHEMAS["memory"], "stages": [
     {"class": INT, "stage": INT, "group": STR, "total_bytes": NUM, "capacity_bytes": NUM,

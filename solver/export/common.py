@@ -102,6 +102,10 @@ class Deviations:
         # another framework's release is its current one (the version names a source release)
         version = job.framework_version if target is inst.job.framework else None
         self.inst = replace(inst, job=replace(job, framework=target, framework_version=version))
+        if target is not Framework.TORCHTITAN and plan.zero_bubble is not None:
+            self.deviate(f"zero_bubble {plan.zero_bubble.value}: torch.distributed.pipelining's"
+                         f" zero-bubble schedule; {target.value} runs interleaved 1F1B: emitted"
+                         " with it (slower than planned)", zero_bubble=None)
         if target is not Framework.MEGATRON and inst.model.mtp_layers:
             self.deviations.append(f"model.mtp_layers {inst.model.mtp_layers}: Megatron-core's"
                                    f" --mtp-num-layers; {target.value} has no multi-token prediction"
@@ -308,7 +312,7 @@ class Comparison:
 def predict(inst: Instance, plan: Plan) -> Prediction:
     from paraplan.cost.simulate import simulate
 
-    bd = simulate(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)
+    bd = simulate(inst, plan)
     worst = max(bd.stages, key=lambda s: s.mem_bytes / s.capacity_bytes)
     return Prediction(bd.iter_time_s, worst.mem_bytes, worst.capacity_bytes, bd.fits)
 

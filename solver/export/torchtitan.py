@@ -43,7 +43,8 @@ behaviour cited from the same release:
   builds the stages of `module_fqns_per_model_part` (one list per stage, in stage order) on rank
   s as s, s + pp, ... ("loop"), or for ScheduleZBVZeroBubble as s and 2 pp - 1 - s ("v": two
   stages per rank); multi-stage schedules want two stages per rank or more. The schedule written
-  is the fastest that torch runs for the plan and that fits memory (cost/torch_schedules.py).
+  is the plan's for a torchtitan job (searched with it), else the fastest that torch runs for
+  the plan and that fits memory (cost/torch_schedules.py).
 - `activation_checkpoint.mode`: "full" wraps every block, "selective" with an integer
   `selective_ac_option` k wraps every k-th block of a rank (a per-process counter, so
   floor(n_s / k) on stage s), "selective" with "op" is the op-level policy cost/memory.py
@@ -58,8 +59,7 @@ from dataclasses import replace
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Precision, Recompute
 from paraplan.cost.plan_specs import Plan
-from paraplan.cost.torch_schedules import (SchedulePrice, fastest_fitting, planned_schedule,
-                                           schedule_prices)
+from paraplan.cost.torch_schedules import fastest_fitting, planned_schedule, schedule_prices
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
@@ -242,7 +242,7 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
                             f" = {divisor} (ParallelDims.seq_len_divisor)")
     if d.plan.pp > 1 and d.plan.virtual_stages == 1 and d.plan.num_micro_batches < d.plan.pp:
         d.note("torchtitan's 1F1B schedule wants at least as many micro-batches as stages")
-    _schedule_note(d)
+    _choose_schedule(d)
     flavor = _flavor(m, d.plan.pp, d.plan.cp)
     if flavor is None:
         name = _model_name(m, d.plan.pp)
@@ -274,27 +274,23 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
 _CUSTOM = "paraplan"
 
 
-def pipeline_schedule(inst: Instance,
-                      plan: Plan) -> tuple[TorchSchedule, dict[TorchSchedule, SchedulePrice]]:
-    """The pipeline_parallel_schedule written, and every schedule torch runs for the plan
-    priced on its split (cost/torch_schedules.py): the fastest that fits memory (a zero-bubble
-    one where it runs), else the one the plan was priced with."""
-    prices = {x.kind: x for x in schedule_prices(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)}
-    best = fastest_fitting(list(prices.values()))
-    return (planned_schedule(plan) if best is None else best.kind), prices
-
-
-def _schedule_note(d: Deviations) -> None:
-    """A zero-bubble schedule runs the plan's split faster than the schedule it was priced with
-    (and, for ZBV, holds other activations): say by how much, and what it needs."""
+def _choose_schedule(d: Deviations) -> None:
+    """The schedule the emitted plan runs (its zero_bubble mode, written as
+    pipeline_parallel_schedule). A torchtitan job's plan keeps the schedule it was planned with
+    (the planner searches them: solver/space.zero_bubble_modes). A plan made for another
+    framework, whose space has none of torch's zero-bubble schedules, runs the fastest that torch
+    runs for it and that fits memory, priced on its split (cost/torch_schedules.py); where that
+    is a zero-bubble one, a note says by how much and what it needs."""
     p = d.plan
-    if p.pp == 1:
+    if p.pp == 1 or d.source_framework is Framework.TORCHTITAN:
         return
-    (kind, prices), planned = pipeline_schedule(d.inst, p), planned_schedule(p)
-    if kind is planned or planned not in prices:
+    prices = {x.kind: x for x in schedule_prices(d.inst, p, reserve_bytes=d.inst.search.memory_reserve_bytes)}
+    best, planned = fastest_fitting(list(prices.values())), planned_schedule(p)
+    if best is None or best.kind is planned or planned not in prices:
         return
-    new, old = prices[kind], prices[planned]
-    d.note(f"pipeline_parallel_schedule {kind.value}: torch's zero-bubble schedule splits each"
+    new, old = best, prices[planned]
+    d.plan = p.replace_flat(zero_bubble=best.kind.mode)
+    d.note(f"pipeline_parallel_schedule {best.kind.value}: torch's zero-bubble schedule splits each"
            " backward into input and weight gradients and fills the pipeline's fill and drain"
            " with the weight gradients (Qi et al., ICLR 2024); on this split it is priced at"
            f" {new.iter_time_s:.4g} s per iteration against {old.iter_time_s:.4g} s as"
@@ -454,7 +450,7 @@ def render(inst: Instance, e: Emitted) -> str:
                         ("expert_tensor_parallel_degree", p.expert_tp)]
     parallelism.append(("pipeline_parallel_degree", p.pp))
     if p.pp > 1:
-        kind, _ = pipeline_schedule(e.inst, p)
+        kind = planned_schedule(p)
         v_shape = kind is TorchSchedule.ZBV_ZERO_BUBBLE
         parts = []
         for k, (_, first, count) in enumerate(model_chunks(p, v_shape=v_shape)):

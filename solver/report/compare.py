@@ -1,7 +1,7 @@
 """Two plans of one instance side by side, and why one is faster.
 
 Both plans are priced by cost/simulate.py. Its breakdown splits each iteration time into the
-exposed parts of its critical path (`exposed_s` of either breakdown, which sum to the
+exposed parts of its critical path (`exposed_s`, which sum to the
 iteration time: cost/simulate.critical_path), so the difference of two iteration times is exactly the sum of the part-by-part
 differences: "why B is faster" is the list of parts that differ, largest first. Used by
 `paraplan compare` and by the report's "your plan vs the optimum" section.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.simulate import Breakdown, PlanBreakdown
+from paraplan.cost.simulate import Breakdown
 from paraplan.solver.format import gib, seconds, train_cost_cells
 
 # A part whose difference is below this share of the faster plan's time is not named as a
@@ -40,7 +40,7 @@ class Comparison:
     reasons: tuple[str, ...]  # one line per part that explains the difference
 
 
-def compare(a: Breakdown | PlanBreakdown, b: Breakdown | PlanBreakdown, names: tuple[str, str] = ("A", "B")) -> Comparison:
+def compare(a: Breakdown, b: Breakdown, names: tuple[str, str] = ("A", "B")) -> Comparison:
     keys = list(dict.fromkeys([*a.exposed_s, *b.exposed_s]))
     parts = sorted((PartDiff(k, a.exposed_s.get(k, 0.0), b.exposed_s.get(k, 0.0)) for k in keys),
                    key=lambda d: -abs(d.diff_s))

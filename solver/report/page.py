@@ -396,12 +396,12 @@ def _dualpipe_memory_section(inst: Instance, p: Plan) -> str:
                       "used"], rows))
 
 
-def _breakdown_section(bd, unit: str = "stage") -> str:
+def _breakdown_section(bd) -> str:
     rows = [[name, seconds(val), f"{100 * val / bd.iter_time_s:.1f}%"]
             for name, val in bd.exposed_s.items() if val > 0]
     rows.append(["total (iteration time)", seconds(bd.iter_time_s), "100.0%"])
     hidden = [[name, seconds(val)] for name, val in bd.overlapped_s.items() if val > 0]
-    where = (f"the slowest pipeline stage ({unit} {bd.bottleneck_stage})" if unit == "stage" else
+    where = (f"the slowest pipeline stage (stage {bd.bottleneck_stage})" if bd.unit == "stage" else
              f"the slowest device pair (device {bd.bottleneck_stage} and its mirror)")
     caption = ("Where the time of one iteration goes. Solid bars: the parts of the critical path,"
                f" the work on {where} plus the pipeline bubble and the gradient sync and optimizer"
@@ -513,10 +513,11 @@ def _evidence_section(result, trust) -> str:
 def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
     (solver/commands/plan_files.py), simulated once."""
-    from paraplan.solver.commands.plan_files import plan_trust, simulate_plan
+    from paraplan.cost.simulate import simulate
+    from paraplan.solver.commands.plan_files import plan_trust
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
-    ours = simulate_plan(inst, user_plan)
+    ours = simulate(inst, user_plan)
     best = result.breakdown
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
@@ -603,13 +604,12 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
                                                  None if trust is None else trust.interval_s))
         facts += [["partition" if i == 0 else "", line]
                   for i, line in enumerate(describe_partitions(p, inst))]
+        s2 = _breakdown_section(bd)
         if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
             s1, s3 = _dualpipe_timeline_section(inst, p), _dualpipe_memory_section(inst, p)
-            s2 = _breakdown_section(bd, "device")
         else:
             c = plan_coefficients(inst, p)
             s1 = _timeline_section(c, p, result.iter_time_s)
-            s2 = _breakdown_section(bd)
             s3 = _memory_section(c, p, bd)
     else:
         none = f"<p>No plan to show ({html.escape(result.status)}).</p>"
@@ -632,7 +632,7 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
     against each scenario's own optimum when `regrets` is given); `user_plan` a plan to compare
     with the optimum."""
     from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.simulate import simulate_classes
+    from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.plan_text import plan_lines
 
     title = f"paraplan report: {inst.name}"
@@ -683,13 +683,13 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
     body.append(_section(3, "breakdown",
                          f"<p>iteration {html.escape(seconds(bd.iter_time_s))} = slowest pipeline"
                          f" {html.escape(seconds(bd.pipeline_s))} + gradient sync/optimizer"
-                         f" {html.escape(seconds(bd.sync_s))}</p>"))
+                         f" {html.escape(seconds(bd.sync_s))}</p>" + _breakdown_section(bd)))
     body.append(_section(4, "memory", _table(["class", "stage", "group", "time/micro-batch",
                                               "memory", "capacity", "used"], rows)))
     sc_rows = []
     by_name = {r.scenario: r for r in (regrets or [])}
     for sc in inst.scenarios:
-        t = simulate_classes(inst, p, sc.cluster).iter_time_s
+        t = simulate(inst, p, cluster=sc.cluster).iter_time_s
         reg = by_name.get(sc.name)
         sc_rows.append([sc.name, "-" if sc.probability is None else f"{sc.probability:g}", seconds(t),
                         "-" if reg is None else seconds(reg.optimum_s),
@@ -757,7 +757,7 @@ def _mixed_report(args, read, progress):
         progress.done()
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
-        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s))
+        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     return inst, res, build_class_report(inst, res, regs, user_plan, args.plan or "")
 
 

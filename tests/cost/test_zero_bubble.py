@@ -74,6 +74,40 @@ def test_uneven_stages_pass_every_other_stage_once():
         schedule.pipeline_time_s(t, 8, 1))
 
 
+def test_the_pacing_stage_is_the_one_whose_path_is_longest():
+    # T = (4.1, 4), W = (0.5, 1), m = 2, v = 2, InterleavedZeroBubble (k = 2): passes
+    # B = T - 2W = (3.1, 2). Stage 0's path m T_0 + B_1 / v = 8.2 + 1 = 9.2; stage 1's
+    # m T_1 + B_0 / v = 8 + 1.55 = 9.55. The time is 9.55: stage 1 paces although stage 0 is
+    # slower (taking the slowest stage's path alone would jump from 9.55 to 9.2 as T_0 crosses 4)
+    t, w = np.array([4.1, 4.0]), np.array([0.5, 1.0])
+    assert schedule.schedule_pipeline_time_s(t, w, 2, 2, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(9.55)
+    # and it is continuous there: at T_0 = 4 + 1e-9 and 4 - 1e-9 the same to 1e-8
+    lo, hi = (schedule.schedule_pipeline_time_s(np.array([4.0 + d, 4.0]), w, 2, 2, S.INTERLEAVED_ZERO_BUBBLE)
+              for d in (-1e-9, 1e-9))
+    assert abs(hi - lo) < 1e-8
+
+
+def test_interleaved_zero_bubble_is_never_slower_than_interleaved_1f1b():
+    # the dominance solver/space.with_zero_bubble leaves Interleaved1F1B out by: stage s's path
+    # m T_s + sum_{s' != s} (T_s' - 2 W_s') / v <= m T_s + sum_{s' != s} T_s' / v <= the
+    # slowest stage's 1F1B path; checked on random stage times with 0 <= 3 W_s <= T_s
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        pp, m, v = int(rng.integers(2, 9)), int(rng.integers(1, 17)), int(rng.integers(2, 5))
+        t = rng.uniform(0.1, 2.0, pp)
+        w = t * rng.uniform(0, 1 / 3, pp)
+        zb = schedule.schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_ZERO_BUBBLE)
+        assert zb <= schedule.schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_1F1B)
+        assert zb >= m * t.max()  # the slowest stage still runs m micro-batches
+
+
+def test_the_schedule_a_plan_runs():
+    inst, plan = llama405_v2()
+    assert S.of(plan) is S.INTERLEAVED_1F1B
+    assert S.of(plan.replace_flat(zero_bubble=S.ZBV_ZERO_BUBBLE.mode)) is S.ZBV_ZERO_BUBBLE
+    assert S.of(plan.replace_flat(virtual_stages=1, layers_per_stage=(4,) * 31 + (2,))) is S.ONE_F_ONE_B
+
+
 def test_weight_gradient_share_of_llama3_8b_from_its_flops():
     # Llama-3 8B, per token: linear GEMMs G = 2*4096*(4096 + 2*1024) [q, k, v] + 2*4096*4096
     # [out] + 3 * 2*4096*14336 [SwiGLU] = 436,207,616; the causal attention core at half the

@@ -15,7 +15,7 @@ from randinst import random_cluster_instance
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.cost.simulate import simulate_classes
+from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute, SearchSpace
 from paraplan.solver.commands.cli import main
@@ -166,4 +166,4 @@ def test_a_gradient_ring_across_two_classes_on_one_group_crosses_the_nodes_it_sp
         ReplicaClass(replicas=1, num_micro_batches=16, **stage),) * 2)
     one = Plan(**common, family="stage", classes=(
         ReplicaClass(replicas=2, num_micro_batches=16, **stage),))
-    assert simulate_classes(inst, two).sync_s > 20 * simulate_classes(inst, one).sync_s
+    assert simulate(inst, two).sync_s > 20 * simulate(inst, one).sync_s

@@ -23,7 +23,7 @@ def test_compare_two_plans_of_a_mixed_cluster(tmp_path, capsys):
     times = [_json(capsys, ["simulate", MIXED, "--plan", str(p)])["iter_time_s"] for p in (a, b)]
     out = _json(capsys, ["compare", str(a), str(b), "--instance", MIXED])
     assert [p["iter_time_s"] for p in out["plans"]] == pytest.approx(times, rel=1e-12)
-    # the parts sum to each plan's iteration time (cost/simulate.PlanBreakdown.exposed_s)
+    # the parts sum to each plan's iteration time (cost/simulate.Breakdown.exposed_s)
     for k, side in enumerate(("a_s", "b_s")):
         assert sum(p[side] for p in out["parts"]) == pytest.approx(times[k], rel=1e-9)
     assert out["faster"] == (str(a) if times[0] < times[1] else str(b))

@@ -14,7 +14,7 @@ from paraplan.cost.class_coefficients import class_coefficients
 from paraplan.cost.groups_loader import class_plan_from_mapping, load_cluster_instance
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES, class_categories_bytes, stage_categories_bytes
-from paraplan.cost.simulate import simulate_classes
+from paraplan.cost.simulate import simulate
 from paraplan.solver.commands.cli import main
 from paraplan.solver.commands.schema import validate
 from paraplan.solver.report.page import plan_coefficients
@@ -55,7 +55,7 @@ def test_mixed_cluster_categories_sum_to_each_stage_and_shard_over_every_replica
                                         {"replicas": 2, "stages": ["a100", "h100"], "num_micro_batches": 8,
                                          "layers_per_stage": [3, 5]}]}, inst)
     (cats,) = _class_categories(inst, plan)
-    rows = simulate_classes(inst, plan).stage_rows()
+    rows = simulate(inst, plan).stage_rows()
     assert [g for _, _, g, *_ in rows] == ["a100", "h100"]
     for cs, (_, _, _, _, mem, _) in zip(cats, rows):
         assert set(cs) == set(CATEGORIES)

@@ -9,7 +9,7 @@ import pytest
 
 from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.cost.simulate import simulate_classes
+from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute
 from paraplan.solver.commands.cli import main
@@ -47,7 +47,7 @@ def test_the_excluded_plans_are_real_plans_the_cost_model_prices():
                      full_recompute_layers=(0, 0))))
     # 4 x 4 + 2 x 8 = 32 sequences = the job's global batch at micro-batch 1
     assert tiny.job.global_batch == 32
-    bd = simulate_classes(tiny, plan)
+    bd = simulate(tiny, plan)
     assert bd.iter_time_s > 0 and bd.idle_gpus == 8
     assert plan.outer not in declared_outers(tiny)
     # and the key the line names brings it in

@@ -20,7 +20,6 @@ from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_cluster_instance, random_instance
 
 from paraplan.cost.plan_specs import ClusterInstance
-from paraplan.cost.simulate import simulate_classes
 from paraplan.cost.simulate import simulate
 from paraplan.formulations.quantize import fit_recompute_range
 from paraplan.solver.exhaustive import exhaustive, exhaustive_classes
@@ -53,8 +52,8 @@ def homogeneous_pairs(inst, plan):
 
 
 def cluster_pairs(inst, plan):
-    bd = simulate_classes(inst, plan)
-    return [(m, c) for k in bd.classes for m, c in zip(k.mem_bytes, k.capacity_bytes)]
+    bd = simulate(inst, plan)
+    return [(s.mem_bytes, s.capacity_bytes) for s in bd.stages]
 
 
 def edge_instances(inst, pairs_of, solve):

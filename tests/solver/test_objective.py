@@ -79,26 +79,32 @@ def test_a_release_is_validated_only_by_rows_of_that_release():
     assert distance_level(_f(framework="torchtitan", framework_version="v0.2.2"), res) == 2
 
 
-def test_quantile_factor_takes_the_residuals_at_the_plan_distance():
+def test_quantile_factor_takes_the_residuals_at_the_plan_distance_or_farther():
     # Families A and B: 3 rows each of _f() at 64 GPUs, log error 0.0; each validates all the
     # other's features -> level 0. Families D (512 GPUs) and E (2,048 GPUs): 3 rows each with
     # pp = 2 and zero = 1, log error -0.2 (the model 18% fast); no other family has a row in
     # their scale bands -> zero, pp, die, framework and release unvalidated -> level 3 (capped).
+    # Every row is on A100, which 5+ rows of the other families run: every die fitted.
     res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(3)]
            + [Residual(id=f"{fam}{i}", features=_f(family=fam, pp=2, zero=1, num_gpus=n), error=math.expm1(-0.2))
               for fam, n in (("D", 512), ("E", 2048)) for i in range(3)])
-    # a plain plan on 64 GPUs is level 0: its pool is A and B, every log error 0 -> factor 1
+    # a plain plan on 64 GPUs is level 0: its pool is every row at level 0 or farther, all four
+    # families, each row 1/12. Sorted, D's and E's -0.2 sit at midpoints 1/24 .. 11/24, A's and
+    # B's 0.0 at 13/24 .. 23/24: the 10th percentile is -0.2 -> p90 factor exp(0.2); the median
+    # interpolates halfway from 11/24 to 13/24 -> -0.1 -> p50 factor exp(0.1)
     pool, level, missing = band_pool(_f(), res)
-    assert level == 0 and missing == [] and {r.features.family for r in pool} == {"A", "B"}
-    assert quantile_factor(_f(), 0.9, res) == pytest.approx(1.0)
+    assert level == 0 and missing == [] and {r.features.family for r in pool} == {"A", "B", "D", "E"}
+    assert quantile_factor(_f(), 0.9, res) == pytest.approx(math.exp(0.2))
+    assert quantile_factor(_f(), 0.5, res) == pytest.approx(math.exp(0.1))
     # pp = 2 and zero = 1 on 64 H100s: no row with either, nor any H100 row, at 9-64 GPUs (its
     # framework and release are A's and B's) -> level 3; its pool is D and E, every log error
-    # -0.2 -> the 10th percentile is -0.2 -> p90 factor exp(0.2) = 1.2214
+    # -0.2 -> p90 and p50 factors exp(0.2): the far plan's median is the wider one
     far = _f(pp=2, zero=1, gpu="H100-SXM5-80GB")
     pool, level, missing = band_pool(far, res)
     assert level == 3 and missing == ["zero=1", "pp=2", "gpu=H100"]
     assert {r.features.family for r in pool} == {"D", "E"}
     assert quantile_factor(far, 0.9, res) == pytest.approx(math.exp(0.2))
+    assert quantile_factor(far, 0.5, res) == pytest.approx(math.exp(0.2))
     # without E, level 3 holds one family (< MIN_LEVEL_FAMILIES = 2): the pool is every level's,
     # A, B and D, each family a third of the weight (a row 1/9). Sorted by log error, D's three
     # midpoints lie at cumulative 1/18, 3/18, 5/18, so the 10th percentile is D's -0.2 -> exp(0.2)
@@ -106,8 +112,41 @@ def test_quantile_factor_takes_the_residuals_at_the_plan_distance():
     pool, level, _ = band_pool(far, no_e)
     assert level == 3 and {r.features.family for r in pool} == {"A", "B", "D"}
     assert quantile_factor(far, 0.9, no_e) == pytest.approx(math.exp(0.2))
-    # and its median (p50) lies among A and B's 0.0 -> factor 1
+    # and its median (p50) lies among A and B's 0.0 (midpoints 7/18 .. 17/18) -> factor 1
     assert quantile_factor(far, 0.5, no_e) == pytest.approx(1.0)
+
+
+def test_a_left_out_family_validates_nothing_its_band_is_built_from():
+    # Four families of 3 rows at 64 GPUs: A with pp = 2 and E with cp = 2 (log error -0.2), B
+    # and D plain (0.0); C, the family left out, has pp = 2 and cp = 2. A ZeRO-1 query is level 1
+    # (no row has ZeRO-1). Judged within the pool A, B, D, E, A's pp > 1 and E's cp > 1 have no
+    # other family's rows -> A and E are level 1, B and D level 0: the pool at level 1 or
+    # farther is A and E (2 families). Were C's rows counted, they would validate both and
+    # every row would be level 0.
+    res = [Residual(id=f"{fam}{i}", features=_f(family=fam, **kw), error=math.expm1(e))
+           for fam, kw, e in (("A", dict(pp=2), -0.2), ("B", {}, 0.0), ("C", dict(pp=2, cp=2), 0.0),
+                              ("D", {}, 0.0), ("E", dict(cp=2), -0.2)) for i in range(3)]
+    pool, level, missing = band_pool(_f(zero=1), res, exclude_family="C")
+    assert level == 1 and missing == ["zero=1"]
+    assert {r.features.family for r in pool} == {"A", "E"}
+
+
+def test_rows_on_a_die_without_fitted_efficiencies_are_kept_apart():
+    # A and B: 5 rows each on A100 at 64 GPUs, log error 0.0; C: 2 rows on V100, -0.5. A and B
+    # each see 5 A100 rows of another family (MIN_ROWS_PER_DIE = 5): fitted; C's V100 has no
+    # other family's rows: its efficiencies stay the catalogue defaults. An A100 plan (10 rows
+    # on its die) takes A and B only: every log error 0 -> p90 factor 1. A V100 plan's
+    # unfitted-die rows are C's alone (1 family < MIN_LEVEL_FAMILIES): it takes all three
+    # families, a third each; C's -0.5 sits at midpoints 1/12, 3/12 -> the 10th percentile
+    # is -0.5 -> exp(0.5)
+    res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(5)]
+           + [Residual(id=f"c{i}", features=_f(family="C", gpu="V100-SXM-32GB"), error=math.expm1(-0.5))
+              for i in range(2)])
+    assert {r.features.family for r in band_pool(_f(), res)[0]} == {"A", "B"}
+    assert quantile_factor(_f(), 0.9, res) == pytest.approx(1.0)
+    v100 = _f(gpu="V100-SXM-32GB")
+    assert {r.features.family for r in band_pool(v100, res)[0]} == {"A", "B", "C"}
+    assert quantile_factor(v100, 0.9, res) == pytest.approx(math.exp(0.5))
 
 
 def test_the_loader_and_the_command_line_take_the_objective(tmp_path, capsys):

@@ -19,7 +19,7 @@ import pytest
 from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
 from paraplan.cost.fit import die
-from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, mfu_records, workload_key
+from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, memory_headroom_warning, mfu_records, workload_key
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 
@@ -84,18 +84,24 @@ def test_replanned_optimum_is_plausible(wl):
 # optimum's time at the default objective (p90: the time the plan says it stays under in 9 of
 # 10 out-of-sample runs), re-planned within what the run's framework release ran
 # (cost/framework_rules.release_space). The issue's bar: at most 1.4x on every workload, median
-# at most 1.15x. Three workloads are above it, all of Narayanan et al. SC'21 (docs/accuracy.md,
-# "Where the optimum lands"); two since the dense refit moved matmul_half_flops off its bound
-# (the 39.1B workload 1.415x -> 1.399x, the 18.4B 1.432x -> 1.423x, the 530B 1.469x -> 1.466x).
-# Two 2021 Megatron-LM workloads (18.4B and 39.1B): their published
-# runs recomputed every layer at tp 8 (examples/sc21/run_table_1.sh, the paper's one recipe);
-# the optimum keeps activations at tp 2-4 with interleaved pp 4 at 97-98% of HBM (1.44x and
-# 1.43x at p90): recomputation is a third of the step (Korthikanti et al. 2022 measured 1.29x
-# from removing most of it), tp 8 -> 2-4 the rest; no published row checks a plan that full.
-# And the 530B workload on 640 GPUs, whose only published run is the ZeRO-3 baseline
-# (DeepSpeed): the optimum is a tp x pp plan (1.47x at p90); the same paper's PTD-P run of the
-# model trains 1.24x faster per GPU (2,240 sequences on 560 GPUs in 206 s against 2,560 on 640
-# in 256 s), and the model prices the ZeRO-3 run 15% fast.
+# at most 1.15x. Measured (the 24 re-planned): median 1.091x, 90th percentile 1.369x, max
+# 1.466x; two above the bar, both of Narayanan et al. SC'21 (docs/accuracy.md, "Where the
+# optimum lands"; the 39.1B workload is at 1.396x):
+# - 18.4B on 256 A100, 1.420x: the published run recomputed every layer at tp 8
+#   (examples/sc21/run_table_1.sh, the paper's one recipe); the optimum (tp 2, pp 4 x 5 chunks,
+#   micro-batch 1) recomputes none and fills 95.8% of HBM. 7 rows at 256-1023 GPUs store their
+#   activations, so that is validated; the memory is not: the fullest run at that scale fills
+#   91.5% (NeMo's GPT-3 175B on 512 H100), the next 83.5% and 80.6%, and only 4 rows anywhere
+#   fill 95.8% or more (three of MosaicML's on 8-64 GPUs, NeMo's GPT-3 20B on 64). The band
+#   does not say so: the optimum is at distance level 1 (its release only), 0.92-1.06 of the
+#   prediction (p90 factor 1.063); its trust warns of the memory instead
+#   (cost/trust.memory_headroom_warning).
+# - 530B on 640 A100, 1.466x: its only published run is DeepSpeed's ZeRO-3 baseline, which the
+#   model prices 15% fast; the optimum is a tp 8 x pp 16 ZeRO-1 plan with 12 of 105 layers
+#   recomputed at 97.0% of HBM (2 rows anywhere fill that much, none on 256+ GPUs). Level 2
+#   (ZeRO-1 at 256-1023 GPUs, its release), p90 factor 1.064: the band does not say so either.
+#   The same paper's PTD-P run of the model trains 1.24x faster per GPU than the baseline and
+#   Korthikanti et al. 2022 measured 1.29x from storing most activations: 1.60x measured.
 PROMISE_MAX = 1.4
 PROMISE_MEDIAN_MAX = 1.15
 OPEN_PROMISE = {"narayanan21-t1-18.4B", "narayanan21-t2-zero3-529.6B-640gpu"}
@@ -123,6 +129,8 @@ def test_the_optimum_promises_at_most_1_4x_over_the_published_run_median_1_15x()
         res = plan(inst, time_limit_s=600)
         assert res.status == OPTIMAL and inst.search.objective == "p90", row["id"]
         promises[row["id"]] = float(row["measured"]["iter_time_s"]) / res.quantile_s
+        if row["id"] in OPEN_PROMISE:  # each fills HBM past every run at its scale: its trust says so
+            assert memory_headroom_warning(inst, res.plan), row["id"]
     assert len(promises) == 24
     assert float(np.median(list(promises.values()))) <= PROMISE_MEDIAN_MAX, promises
     over = {k for k, v in promises.items() if v > PROMISE_MAX}

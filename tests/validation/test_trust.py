@@ -292,3 +292,21 @@ def test_compare_prints_each_plans_own_interval(tmp_path, capsys):
     assert cmp["plans"][0]["interval_s"][1] == pytest.approx(planned["quantile_s"], rel=1e-9)
     assert main(["compare", str(a), str(b), "--instance", str(TINY)]) == 0
     assert "likely measured (80%)" in capsys.readouterr().out
+
+
+def test_memory_headroom_warning_when_fewer_than_three_rows_of_the_scale_fill_memory_as_far(monkeypatch):
+    # The rule alone, on hand-made fractions: a plan whose fullest stage holds 95% of HBM, on
+    # the tiny instance's 8 GPUs (band 1-8). Rows of that band at 97%, 96% and 90%: 2 reach
+    # 95% (< MIN_VALIDATING_ROWS = 3) -> one line naming 2 rows and the fullest, 97.0%. A third
+    # row at 95% (>= counts: the plan is no fuller than it) -> 3 -> no line.
+    from paraplan.cost import trust
+    from paraplan.cost.loader import load_instance
+    inst = load_instance(TINY)
+    monkeypatch.setattr(trust, "peak_memory_fraction", lambda inst, plan: 0.95)
+    rows = ((0.97, "r1"), (0.96, "r2"), (0.90, "r3"))
+    monkeypatch.setattr(trust, "published_memory_fractions", lambda band: rows if band == "1-8" else ())
+    (line,) = trust.memory_headroom_warning(inst, plan=None)
+    assert line.startswith("peak memory 95.0% of HBM on 8 GPUs: 2 published rows at 1-8 GPUs fill memory as far;"
+                           " the fullest 97.0% (r1)")
+    rows = ((0.97, "r1"), (0.96, "r2"), (0.95, "r4"), (0.90, "r3"))
+    assert trust.memory_headroom_warning(inst, plan=None) == []
