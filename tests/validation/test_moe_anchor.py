@@ -91,24 +91,24 @@ def test_anchor_layer_activations_by_hand():
     #   shared MLP-out input, fp8                         1 x t x 2,048       =   8,388,608
     #   flash log-sum-exp, fp32                           4 x 128 x t         =   2,097,152
     #                                                                 sum 264,765,440
-    # Experts: routed copies 1.2 x 8 x t = 39,321.6 (the fitted dropless imbalance x top_k x
-    # tokens, cost/moe_params.py):
-    #   MLP-in's input, fp8                               39,321.6 x 7,168     = 281,857,228.8
-    #   SwiGLU input, fp8                                 39,321.6 x 2 x 2,048 = 161,061,273.6
+    # Experts: routed copies 8 x t = 32,768 (top_k x tokens: a rank stashes the mean rank's
+    # copies, cost/moe.STASH_IMBALANCE; the fitted dropless imbalance 1.2 is a time factor):
+    #   MLP-in's input, fp8                               32,768 x 7,168       = 234,881,024
+    #   SwiGLU input, fp8                                 32,768 x 2 x 2,048   = 134,217,728
     #   (its output: recomputed, moe_act; the combine stashes nothing)
-    #   permuted probabilities, fp32                      39,321.6 x 4         =     157,286.4
+    #   permuted probabilities, fp32                      32,768 x 4           =     131,072
     #   router probabilities, fp32                        t x 256 x 4          =   4,194,304
-    #                                                                 sum 447,270,092.8
+    #                                                                 sum 373,424,128
     inst = load_instance(ROOT / _row()["paraplan_instance"].split()[0])
     c = coefficients.build(inst, PLAN.flat_outer)
     per_mb = c.layer_act_bytes[1] / c.in_flight[1] / 1.05  # the fragmentation allowance
-    assert per_mb == pytest.approx(264_765_440 + 447_270_092.8, rel=1e-12)
+    assert per_mb == pytest.approx(264_765_440 + 373_424_128, rel=1e-12)
     # DualPipe holds 15 micro-batches of stage 1 and 2 of stage 14 on device 1 (4 layers
-    # each): 17 x 4 x 712,035,532.8 x 1.05 bytes = 47.35 GiB of activations
+    # each): 17 x 4 x 638,189,568 x 1.05 bytes = 42.44 GiB of activations
     # beside each stage's state and buffers, with the runtime (CUDA context 0.5 GiB, NCCL
     # 128 MiB for each of the dp and pp groups) counted once
     it = dualpipe.iteration(_dualpipe(inst), PLAN)
-    state_and_rest = it.mem_bytes[1] - 17 * 4 * 712_035_532.8 * 1.05
+    state_and_rest = it.mem_bytes[1] - 17 * 4 * 638_189_568 * 1.05
     stage_rest = c.stage_mem_bytes[1] + 4 * c.layer_state_bytes[1]
     assert state_and_rest == pytest.approx(2 * stage_rest - 0.5 * 2**30 - 2 * 128 * 2**20, rel=1e-9)
 
