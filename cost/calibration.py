@@ -102,6 +102,7 @@ class Ran:
     dropout: float
     optimizer: Optimizer
     tp_comm_overlap: bool
+    cudnn_attention: bool  # Transformer Engine's attention kernel (JobSpec.cudnn_attention)
     recompute_early_stop: bool | None  # None: the framework's default
     grad_reduce_dtype: GradReduceDtype | None  # None: the framework's default (JobSpec.grad_reduce)
     recompute: str | None  # None: the row's config.recompute holds
@@ -116,7 +117,8 @@ class Ran:
 # What a run that states nothing is priced with: a current Megatron-style stack (fused attention,
 # no dropout, Adam, no tensor-parallel overlap). Each such fact is listed in Ran.unknown.
 RAN_DEFAULTS = dict(framework=Framework.MEGATRON, attention=Attention.FLASH, dropout=0.0,
-                    optimizer=Optimizer.ADAM, tp_comm_overlap=False, recompute_early_stop=None,
+                    optimizer=Optimizer.ADAM, tp_comm_overlap=False, cudnn_attention=True,
+                    recompute_early_stop=None,
                     grad_reduce_dtype=None)
 _RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer,
                   grad_reduce_dtype=GradReduceDtype)
@@ -279,7 +281,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                         latency_s=units.us_to_s(INTER_LATENCY_US)))
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
                   optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
-                  tp_comm_overlap=ran.tp_comm_overlap,
+                  tp_comm_overlap=ran.tp_comm_overlap, cudnn_attention=ran.cudnn_attention,
                   recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype)
     # the space of the run's own release: what re-planning its workload may choose
     inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration",
@@ -509,7 +511,7 @@ def _check_ran(ran: Section, precision: Precision) -> None:
             raise ran.error("grad_reduce_dtype", *refusal)
     if ran.has("dropout"):
         ran.number("dropout")
-    for key in ("tp_comm_overlap", "recompute_early_stop"):
+    for key in ("tp_comm_overlap", "cudnn_attention", "recompute_early_stop"):
         if ran.has(key):
             ran.boolean(key, False)
     framework = Framework(ran.raw.get("framework", RAN_DEFAULTS["framework"].value))

@@ -56,6 +56,9 @@ FP8_CAST_BYTES_PER_ELEMENT = 4
 # the PV GEMM reads it (both GEMMs have K = head dim, so that traffic is not hidden by their
 # FLOPs); backward twice that (BACKWARD_LINEAR_FACTOR).
 STANDARD_ATTENTION_SCORE_PASSES = 6
+# the key length of FlashAttention-2's benchmark point (GpuSpec.fa2_benchmark_flops_per_s: 8k
+# tokens, causal, head dim 128), where the key-length curve below is read against it
+ATTENTION_BENCHMARK_KEYS = 8192
 # FlashAttention's throughput grows with the key length of a call: a kernel launch and the
 # pipeline fill of each tile are fixed costs. eff(n) = attention_eff * n / (n + n_half), n_half =
 # 300 keys. FlashAttention-2 on A100, causal, head dim 128, forward + backward (Dao 2023, arXiv
@@ -458,6 +461,30 @@ def module_recompute_s(job, m: ModelSpec, b: int, tp: int, cp: int, sp: bool, gp
     return out
 
 
+def attention_efficiency(job, gpu: GpuSpec, keys: float) -> float:
+    """Achieved fraction of the bf16 peak of the fused attention core, in calls of `keys` keys.
+
+    Transformer Engine (Behaviour.te_fused_attention) runs at the benchmark of the kernel it
+    calls: cuDNN's fused attention (job.cudnn_attention, its default, preferred on Hopper and
+    newer), cudnn_attention_speedup times FlashAttention-2's, or Dao's FlashAttention-2
+    (GpuSpec.fa2_benchmark_flops_per_s, read at ATTENTION_BENCHMARK_KEYS). Measured so by two
+    sets of published runs: NeMo 24.07's H100 rows (FlashAttention-2 through TE) come out within
+    -5..+6% priced at it, and Megatron-core's long-context Qwen3-235B anchors (cuDNN, 16k-128k
+    tokens) need about cuDNN's own benchmark (docs/moe.md, "Long context"). The other
+    frameworks' training steps reach one fitted fraction of FlashAttention-2's benchmark
+    (attention_eff, cost/fit.py), whatever kernel they call; what costs them the rest is not
+    identified. A GPU without a published benchmark runs at attention_eff under every
+    framework. Both follow the key-length curve n / (n + ATTENTION_HALF_KEYS)."""
+    curve = keys / (keys + ATTENTION_HALF_KEYS)
+    if not behaviour(job.framework).te_fused_attention:
+        return gpu.attention_eff * curve
+    speedup = gpu.cudnn_attention_speedup if job.cudnn_attention else 1.0
+    if gpu.fa2_benchmark_flops_per_s is None:
+        return gpu.attention_eff * curve * speedup
+    at_benchmark = ATTENTION_BENCHMARK_KEYS / (ATTENTION_BENCHMARK_KEYS + ATTENTION_HALF_KEYS)
+    return gpu.fa2_benchmark_flops_per_s / gpu.peak_flops_per_s * curve / at_benchmark * speedup
+
+
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:
     """Megatron-LM 1-D tensor parallelism (column-then-row splits, optional sequence parallel)."""
     if inst.model.moe is not None:
@@ -473,9 +500,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     fp8 = inst.job.precision is Precision.FP8
     lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls if f)
     keys = m.seq_len / cp  # keys per kernel call (one ring step with cp > 1)
-    attn_eff = gpu.attention_eff * keys / (keys + ATTENTION_HALF_KEYS)
-    if behaviour(inst.job.framework).te_fused_attention:
-        attn_eff *= gpu.cudnn_attention_speedup
+    attn_eff = attention_efficiency(inst.job, gpu, keys)
     attn_f = mms.attention_core / (gpu.peak_flops_per_s * attn_eff)
     if flash:
         attn_b = BACKWARD_FLASH_FACTOR * attn_f

@@ -4,9 +4,10 @@ stored in cost/gpus.yaml and cost/comm.py, never applied per row).
 Objective: sum over rows of w_row * |ln(predicted / measured)| with w_row = 1 / (rows of the
 row's source family) / (number of families), so that each source family counts equally: the 181
 MosaicML rows cannot outvote the 6 DeepSpeed ZeRO-3 rows and hide a bias there. |log| treats
-over- and under-prediction alike. Method: the global parameter (matmul_half_flops) is profiled
+over- and under-prediction alike. Method: a global parameter marked `profiled` is profiled
 over a log grid of its range, the per-die parameters refitted at each point (moved alone it
-trades off against every die's matmul_eff_max, and a step search stalls); then cyclic
+trades off against every die's matmul_eff_max, and a step search stalls; none is today: the
+GEMM-size constant is measured); then cyclic
 coordinate search on a shrinking multiplicative grid (steps 1.25, 1.118, ... : six sweeps end
 at 0.7%, four at 2.8%, coarser than the ~1-3% the scale term moves a row: with four, the fitted
 values carried a 2-3% grid noise into every prediction and CV MAPE was 6.9% instead of 6.6%),
@@ -21,9 +22,9 @@ the model is missing something the parameter is absorbing.
 | parameter | range | uncertainty | source of the range |
 |---|---|---|---|
 | <die>.matmul_eff_max | 0.50-0.90 | +-10% | largest achieved fraction of the tensor-core peak in large GEMMs, bf16 and FP8 alike: 85.9% of bf16 peak on A100 SXM, 83.0% on GH200 (S. Bekman, ml-engineering, compute/accelerator "Maximum Achievable Matmul FLOPS comparison table", mamf-finder.py); FP8: torchao's roofline assumes the same 78% achievable for both (torchao/testing/training/roofline_utils.py), DeepGEMM reaches 1,550 of 1,979 TFLOP/s (78%) on H800; training kernels at odd shapes reach less. One value per die for both precisions (sets fp8_matmul_eff_max too): fitted apart, the FP8 value had only torchtitan's and MosaicML's FP8 rows to go on once NeMo's were left out and fell onto its 0.50 bound |
-| attention_of_fa2_benchmark (one value for every fitted die) | 0.30-1.00 | +-15% | the fraction of FlashAttention-2's own benchmark throughput a training step reaches, the same on every die: <die>.attention_eff = it x FA2_PEAK_FRACTION (A100 175 of 312 TFLOP/s, Dao 2023, arXiv 2307.08691, Fig. 4; H100 322 of 989, Shah et al. 2024, arXiv 2407.08608, Figs. 5-6; forward + backward, causal, head dim 128, 8k tokens); a benchmark is the kernel's best case, hence the bound 1. Fitted per die, A100's and H100's came out at 0.607 and 0.582 of their benchmarks, and A100's was unidentified without MosaicML (every other A100 source ran unfused attention): its rows fell 10-20% too fast out of sample. 175 of the 181 MosaicML rows ran llm-foundry's FlashAttention Triton kernel, not FlashAttention-2 (cost/published/ran.yaml), yet are priced at this same fraction: the fit without them finds the same value, their attention-bound rows imply 0.55-0.60 of FlashAttention-2's benchmark (tests/validation/test_attention_kernel.py), and priced at the Triton kernel's published speed (Dao 2023, Fig. 4: 0.42-0.51 of FlashAttention-2) the fraction refits to 0.70 and MosaicML goes +37% slow out of sample (docs/accuracy.md) |
+| attention_of_fa2_benchmark (one value for every fitted die) | 0.30-1.00 | +-15% | the fraction of FlashAttention-2's own benchmark throughput a training step of a framework other than Transformer Engine's (torchtitan, Composer / llm-foundry, DeepSpeed) reaches, the same on every die (Transformer Engine runs at the benchmark of the kernel it calls: cost/coefficients.attention_efficiency; NeMo 24.07's rows, FlashAttention-2 through it, are priced so at +0.3% bias in sample): <die>.attention_eff = it x FA2_PEAK_FRACTION (A100 175 of 312 TFLOP/s, Dao 2023, arXiv 2307.08691, Fig. 4; H100 322 of 989, Shah et al. 2024, arXiv 2407.08608, Figs. 5-6; forward + backward, causal, head dim 128, 8k tokens); a benchmark is the kernel's best case, hence the bound 1. Fitted per die, A100's and H100's came out at 0.607 and 0.582 of their benchmarks, and A100's was unidentified without MosaicML (every other A100 source ran unfused attention): its rows fell 10-20% too fast out of sample. 175 of the 181 MosaicML rows ran llm-foundry's FlashAttention Triton kernel, not FlashAttention-2 (cost/published/ran.yaml), yet are priced at this same fraction: the fit without them finds the same value, their attention-bound rows imply 0.55-0.60 of FlashAttention-2's benchmark (tests/validation/test_attention_kernel.py), and priced at the Triton kernel's published speed (Dao 2023, Fig. 4: 0.42-0.51 of FlashAttention-2) the fraction refits to 0.70 and MosaicML goes +37% slow out of sample (docs/accuracy.md) |
 | memory_eff (one value for every fitted die) | 0.60-0.95 | +-10% | elementwise kernels reach 60-90% of datasheet HBM bandwidth; stream-copy benchmarks about 90% |
-| matmul_half_flops | 1e8-1e11 FLOP | +-50% | the GEMM size at half the large-GEMM efficiency: MAMF sweeps reach their peak only above ~1e10-1e11 FLOP shapes (same source as matmul_eff_max) |
+| matmul_half_flops (measured, not fitted; its range and uncertainty serve `plan --sensitivity`) | 1e8-1e11 FLOP | +-50% | the GEMM size at half the large-GEMM efficiency: cuBLAS on H100 reaches half its large-GEMM rate at 6.05e9 FLOP (a fixed 8.0 us per GEMM: GLOBAL_PARAMETERS below); MAMF sweeps reach their peak only above ~1e10-1e11 FLOP shapes (same source as matmul_eff_max) |
 | overlap_slowdown | 0.10-0.40 | +-25% | compute slowdown per second of overlapped communication: 18.9% on average, up to 40%, on A100/H100 (Lee et al. 2025, arXiv 2507.03114); NCCL takes one SM per channel |
 
 memory_eff is one value shared by the fitted dies: the same framework kernels (norms, adds,
@@ -46,6 +47,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.calibration import predict_rows, source_family
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.loader import load_catalogue
 from paraplan.cost.specs import GpuSpec
 
 Catalogue = dict[str, GpuSpec]
@@ -67,6 +69,8 @@ class Param:
     affects: Callable[[str], bool]  # whether a row on this GPU type depends on the parameter
     is_efficiency: bool = True  # a fraction of a datasheet figure: never above 1
     profiled: bool = False  # global: scanned over its range with the others refitted (fit)
+    # False: held at a measured value (the catalogue's), moved only by `plan --sensitivity`
+    fitted: bool = True
 
     def on_bound(self, value: float, rel_tol: float = 1e-6) -> str | None:
         if value <= self.lo * (1 + rel_tol):
@@ -117,19 +121,32 @@ def _global_gpu_param(field: str, lo: float, hi: float, unc: float, is_efficienc
 # per-die: (field, lo, hi, uncertainty); ranges and sources: the module docstring's table
 DIE_PARAMETERS = (("matmul_eff_max", 0.50, 0.90, 0.10),)
 # FlashAttention-2's own benchmark throughput, forward + backward, causal, head dim 128, 8k
-# tokens, as a fraction of the die's dense bf16 peak: A100 175 of 312 TFLOP/s (Dao 2023, arXiv
-# 2307.08691, Fig. 4); H100 ~322 of 989 (forward 333, backward 318: Shah et al. 2024, arXiv
-# 2407.08608, Figs. 5-6). A training step reaches one fraction of it on every die (the same
-# kernel, the same launch and layout overheads around it): attention_eff = that fraction x this.
+# tokens, as a fraction of the die's dense bf16 peak, read from the catalogue
+# (GpuSpec.fa2_benchmark_flops_per_s, cost/gpus.yaml cites it): A100 175 of 312 TFLOP/s (Dao
+# 2023, arXiv 2307.08691, Fig. 4); H100 ~322 of 989 (forward 333, backward 318: Shah et al.
+# 2024, arXiv 2407.08608, Figs. 5-6). A training step of a framework that does not call that
+# kernel itself reaches one fraction of it on every die (the same kernels, the same launch and
+# layout overheads around them): attention_eff = that fraction x this. Transformer Engine calls
+# the benchmarked kernels themselves and is priced at the benchmark (cost/coefficients).
 # Read exactly, Fig. 4 (d) (causal, head dim 128) gives 182 at 8k; 175 is panel (a)'s (no mask,
 # head dim 64). With 182 the fit is the same (0.580, in-sample MAPE 4.84%) and leave-one-family-
 # out no better (Korthikanti 4.4% -> 6.7%, NeMo 5.2% -> 4.8%, coverage 84.9% -> 82.8%), so the
 # value the published fit used stays until a change that needs it is cross-validated with it
-FA2_PEAK_FRACTION = {"A100": 175 / 312, "H100": 322 / 989}
+FA2_PEAK_FRACTION = {die(n): g.fa2_benchmark_flops_per_s / g.peak_flops_per_s
+                     for n, g in sorted(load_catalogue().items()) if g.fa2_benchmark_flops_per_s}
 # one value for all fitted dies (the module docstring says why)
 SHARED_DIE_PARAMETERS = (("memory_eff", 0.60, 0.95, 0.10),)
 # the network efficiencies and NCCL latencies are measured (cost/comm.py), not fitted
-GLOBAL_PARAMETERS = (_global_gpu_param("matmul_half_flops", 1e8, 1e11, 0.50, is_efficiency=False),
+# matmul_half_flops is measured, not fitted: cuBLAS's own GEMM size curve on H100 SXM (bf16/fp16
+# tensor cores, cublasGemmEx: 540.9, 726.4, 749.9 TFLOP/s at 2,048^3, 4,096^3 and 8,192^3;
+# waynehacking8/blackwell-tensorcore-kernels results/bench_sm90a.csv at fd74d2a) is a fixed
+# 8.0 us per GEMM beside a 754 TFLOP/s rate (least squares on time = F / rate + fixed), i.e.
+# half the large-GEMM rate at 6.05e9 FLOP (6.9e9 weighting each point by its own time). Fitted
+# (a profile over 1e8-1e11) it came out 5.4e9-6.4e9 on all rows, but the folds without MosaicML
+# or without Narayanan et al. ran onto the 1e8 bound once Transformer Engine's attention was
+# priced at its kernel's benchmark: held at the measurement, no fold does.
+GLOBAL_PARAMETERS = (replace(_global_gpu_param("matmul_half_flops", 1e8, 1e11, 0.50, is_efficiency=False),
+                             profiled=False, fitted=False),
                      )
 # overlap_slowdown (cost/comm.py) is measured too: fitted, it runs to its 0.40 bound to absorb
 # the DeepSpeed ZeRO-3 rows, the sign of a missing effect rather than a slower overlap
@@ -247,7 +264,8 @@ def fitted_rows(rows: Sequence[dict]) -> list[dict]:
 def fit(rows: list[dict], catalogue: Catalogue, sweeps: int = 6, log=print,
         params: Sequence[Param] | None = None) -> FitResult:
     rows = fitted_rows(rows)
-    params = tuple(params if params is not None else parameter_table([r["cluster"]["gpu"] for r in rows]))
+    params = tuple(p for p in (params if params is not None else parameter_table([r["cluster"]["gpu"] for r in rows]))
+                   if p.fitted)
     base_net = NetEfficiency()
     start = {p.name: p.get(catalogue, base_net) for p in params}
     values = {n: min(p.hi, max(p.lo, start[n])) for n, p in zip(start, params)}

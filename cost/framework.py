@@ -75,9 +75,12 @@ class Behaviour:
     # prefers cuDNN's fused attention to FlashAttention ("Disabling FlashAttention to give
     # FusedAttention preference on Hopper+ for performance reasons": get_attention_backend in
     # transformer_engine/pytorch/attention.py, TE 1.x); on Ampere it runs FlashAttention-2.
-    # Priced by the GPU's cudnn_attention_speedup (cost/gpus.yaml). The others run
-    # FlashAttention-2: llm-foundry's attn_impl 'flash' (the flash-attn package), torchtitan
-    # and DeepSpeed through torch's scaled_dot_product_attention.
+    # TE runs the kernel it calls (cuDNN's, or Dao's FlashAttention-2 with NVTE_FUSED_ATTN=0:
+    # JobSpec.cudnn_attention) at that kernel's benchmark, as NeMo's and Megatron-core's
+    # published runs measure (cost/coefficients.attention_efficiency). The others' training
+    # steps reach a fitted fraction of FlashAttention-2's benchmark, whatever kernel they call
+    # (llm-foundry's attn_impl 'triton' or 'flash'; torchtitan and DeepSpeed through torch's
+    # scaled_dot_product_attention).
     te_fused_attention: bool = False
 
 

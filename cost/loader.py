@@ -61,6 +61,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       attention: flash               # flash | standard (stores the s x s scores), default flash
       tp_comm_overlap: false         # Transformer Engine's tp comm/GEMM overlap (megatron only;
                                      # used where tp > 1 inside a node with sequence parallel)
+      cudnn_attention: true          # Transformer Engine's cuDNN fused attention (NVTE_FUSED_ATTN,
+                                     # default 1); false: FlashAttention-2 (megatron only)
       moe_a2a_overlap: false         # MoE: Megatron-core's --overlap-moe-expert-parallel-comm
                                      # (megatron only; used where ep > 1 and pp = 1 or
                                      # interleaved; needs search full_recompute: false)
@@ -246,13 +248,13 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
                  "nvlink_domain_gpus")
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "framework_version",
-            "tp_comm_overlap",
+            "tp_comm_overlap", "cudnn_attention",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
             "recompute_early_stop", "recompute_modules", "offload_modules", "activation_fp8_input_store",
             "attention_output_e5m6", "grad_reduce_dtype", "train_tokens", "usd_per_gpu_hour")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
-             "cudnn_attention_speedup", "host_link_gbytes_per_s")
+             "cudnn_attention_speedup", "fa2_benchmark_tflops", "host_link_gbytes_per_s")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
@@ -680,6 +682,8 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
         optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max")
     if sec.has("cudnn_attention_speedup"):
         optional["cudnn_attention_speedup"] = sec.number("cudnn_attention_speedup")
+    if sec.has("fa2_benchmark_tflops"):
+        optional["fa2_benchmark_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("fa2_benchmark_tflops"))
     if sec.has("host_link_gbytes_per_s"):
         optional["host_link_bw_bytes_per_s"] = units.gbytes_per_s_to_bytes_per_s(
             sec.number("host_link_gbytes_per_s"))
@@ -1250,6 +1254,7 @@ def job_from_section(sec: Section) -> JobSpec:
             framework=Framework(framework),
             framework_version=_framework_version(sec, Framework(framework)),
             tp_comm_overlap=sec.boolean("tp_comm_overlap", False),
+            cudnn_attention=sec.boolean("cudnn_attention", True),
             moe_a2a_overlap=sec.boolean("moe_a2a_overlap", False),
             moe_shared_expert_overlap=sec.boolean("moe_shared_expert_overlap", False),
             pipeline_schedule=PipelineSchedule(schedule),
@@ -1607,6 +1612,8 @@ def instance_to_mapping(inst: Instance) -> dict:
         job["framework_version"] = inst.job.framework_version
     if inst.job.tp_comm_overlap:
         job["tp_comm_overlap"] = True
+    if not inst.job.cudnn_attention:
+        job["cudnn_attention"] = False
     if inst.job.moe_a2a_overlap:
         job["moe_a2a_overlap"] = True
     if inst.job.moe_shared_expert_overlap:
@@ -1651,6 +1658,8 @@ def _gpu_to_mapping(gpu: GpuSpec) -> dict:
            "cudnn_attention_speedup": gpu.cudnn_attention_speedup}
     if gpu.peak_fp8_flops_per_s is not None:
         out["peak_tflops_fp8"] = gpu.peak_fp8_flops_per_s / units.TFLOPS_FLOPS
+    if gpu.fa2_benchmark_flops_per_s is not None:
+        out["fa2_benchmark_tflops"] = gpu.fa2_benchmark_flops_per_s / units.TFLOPS_FLOPS
     if gpu.host_link_bw_bytes_per_s is not None:
         out["host_link_gbytes_per_s"] = gpu.host_link_bw_bytes_per_s / units.GBYTE_BYTES
     return out

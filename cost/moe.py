@@ -101,6 +101,22 @@ DEFAULT_IMBALANCE = moe_params.FITTED.dropless_imbalance
 # imbalance_default.range): Mixtral 8x22B 1.07, Qwen3-235B 1.72 at 16k up to 2.13 at 128k
 # tokens. No per-rank statistic was transcribed; these are read back through this model.
 IMBALANCE_RANGE = (1.0, 2.2)
+# What a rank stashes for backward is priced at the mean rank's routed copies, not the busiest's.
+# The imbalance is a TIME factor: every dispatch / combine all-to-all waits for the rank that
+# received the most copies of THAT layer and micro-batch, so time sums the per-collective maxima
+# (E[max over ep ranks] per layer). A rank's memory peak instead sums its own copies over every
+# (layer, micro-batch) it holds stashed at once: on DeepSeek-V3's DualPipe layout 8 layers
+# (two 4-layer stages) times the in-flight micro-batches (cost/dualpipe.py), each layer routing
+# to other experts. The busiest rank of one collective is not the busiest of the next, so the
+# excess of a sum of n draws shrinks as 1/sqrt(n): with a per-collective maximum of 1.2 over 64
+# ranks (a relative spread of 0.2 / 2.4, 2.4 the expected maximum of 64 normal draws), about
+# 1 + 0.2 / sqrt(n), under 1.01 for n >= 400 independent draws and at most 1.07 if the skew
+# persisted over a whole step's micro-batches (n = 8 layers). DeepSeek-V3's auxiliary-loss-free
+# balancing (arXiv 2412.19437 Sec. 2.1.2) adjusts each expert's routing bias after every step
+# precisely against such persistent skew. The 1.0 here is therefore the low end of a documented
+# 1.0-1.07 range on that layout; the published layout's own fit (tests/cost/test_memory_options.py)
+# is what checks it. A capacity factor caps the copies as before (routed_tokens).
+STASH_IMBALANCE = 1.0
 # Router logits and probabilities are fp32 in Megatron-core (--moe-router-dtype fp32 for
 # stability; DeepSeek-V3 computes its gate in fp32 too): 4 bytes per token x expert, written by
 # the router GEMM, read and written by softmax / top-k.
@@ -333,12 +349,14 @@ class ExpertTerms:
     wgrad_s: float = 0.0  # backward's weight-gradient GEMMs (router and experts)
 
 
-def routed_tokens(m, b: int, cp: int, ep: int, fold: float = 1.0) -> float:
+def routed_tokens(m, b: int, cp: int, ep: int, fold: float = 1.0, balanced: bool = False) -> float:
     """Routed token copies the busiest ep rank's experts process per micro-batch (the whole etp
     group's): imbalance (ep > 1) x top_k x the tokens of one replica's cp shard x `fold`, the
     etp group's share of them (fold(o): etp / tp; 1 where etp = tp). Balanced, every rank
-    receives what it sends: its tokens' top_k copies, and the etp group gathers its ranks'."""
-    return (imbalance(m) if ep > 1 else 1.0) * m.moe.top_k * b * m.seq_len / cp * fold
+    receives what it sends: its tokens' top_k copies, and the etp group gathers its ranks'.
+    `balanced`: the mean rank's copies, without the imbalance (what a rank stashes: STASH_IMBALANCE)."""
+    skew = 1.0 if ep <= 1 else (min(STASH_IMBALANCE, imbalance(m)) if balanced else imbalance(m))
+    return skew * m.moe.top_k * b * m.seq_len / cp * fold
 
 
 def fold(o: Outer) -> float:
@@ -428,22 +446,24 @@ def expert_act_bytes(inst: Instance, o: Outer) -> float:
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
     fe_tp = moe.expert_ffn / o.expert_tp
     split = o.tp if o.sequence_parallel else 1
-    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o))
+    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o), balanced=True)  # STASH_IMBALANCE
     lin_in = memory.linear_input_bytes(job.precision, job.framework)
     act_in = memory.activation_input_bytes(job)
     out = 0.0 if RecomputeModule.MOE_ACT in job.recompute_modules else lin_in * routed * fe_tp
     probs = routed * ROUTER_LOGIT_BYTES + o.micro_batch * m.seq_len / o.cp / split * moe.experts * ROUTER_LOGIT_BYTES
-    inputs = _offloadable_bytes(inst, o)
+    inputs = _offloadable_bytes(inst, o, balanced=True)
     kept = sum(b for mod, b in inputs.items() if mod not in job.offload_modules)
     return kept + out + probs
 
 
-def _offloadable_bytes(inst: Instance, o: Outer) -> dict[OffloadModule, float]:
+def _offloadable_bytes(inst: Instance, o: Outer, balanced: bool = False) -> dict[OffloadModule, float]:
     """The two expert inputs of one MoE layer one GPU stashes per micro-batch (expert_act_bytes:
-    MLP-in's input, the activation's input), by the offload module that names each."""
+    MLP-in's input, the activation's input), by the offload module that names each: the busiest
+    rank's (what its copies over the host link take, a time) or, `balanced`, the mean rank's
+    (what a rank holds, STASH_IMBALANCE)."""
     m, job = inst.model, inst.job
     n_in = 2 if m.mlp is Mlp.SWIGLU else 1
-    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o))
+    routed = routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o), balanced=balanced)
     return {OffloadModule.EXPERT_FC1: memory.linear_input_bytes(job.precision, job.framework) * routed * m.hidden,
             OffloadModule.MOE_ACT: memory.activation_input_bytes(job) * n_in * routed * m.moe.expert_ffn / o.expert_tp}
 

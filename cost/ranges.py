@@ -161,6 +161,8 @@ RANGES: dict[str, Range] = {
                         " reaches less than 1%"),
     "attention_eff": Range(0.01, 1, "", "a fraction of the peak; no tuned kernel reaches less"
                            " than 1%"),
+    "fa2_benchmark_tflops": Range(1, 100_000, "TFLOP/s", "FlashAttention-2's own benchmark:"
+                                  " A100 175, H100 322"),
     "cudnn_attention_speedup": Range(0.5, 3, "", "cuDNN's fused attention over"
                                      " FlashAttention-2: about 1.6 on H100"),
     "matmul_half_gflops": Range(0, 10_000, "GFLOP", "the fitted value is 0.1; a 10 TFLOP"

@@ -398,10 +398,16 @@ class GpuSpec:
     # dense FP8 tensor-core peak; None: the GPU has no FP8 tensor cores (V100, A100)
     peak_fp8_flops_per_s: float | None = None
     fp8_matmul_eff_max: float = 0.6  # as matmul_eff_max, for FP8 GEMMs against the FP8 peak
-    # throughput of cuDNN's fused attention over FlashAttention-2 (whose efficiency
-    # attention_eff is) on this GPU, for frameworks that run attention through Transformer
-    # Engine (Behaviour.te_fused_attention); 1: not measured, or no faster cuDNN path
+    # throughput of cuDNN's fused attention over FlashAttention-2 on this GPU, where the
+    # framework runs attention through Transformer Engine (Behaviour.te_fused_attention) and
+    # that runs cuDNN (JobSpec.cudnn_attention); 1: not measured, or no faster cuDNN path
     cudnn_attention_speedup: float = 1.0
+    # FlashAttention-2's own benchmark throughput on this GPU (forward + backward, causal, head
+    # dim 128, 8k tokens; cost/gpus.yaml cites it), FLOP/s: the speed of the benchmarked kernel
+    # when a framework calls it directly (Behaviour.te_fused_attention; times
+    # cudnn_attention_speedup where it runs cuDNN's). None: no published benchmark, and such a
+    # framework's attention runs at attention_eff like the others'
+    fa2_benchmark_flops_per_s: float | None = None
     # one direction of the GPU's link to its host CPU's memory (PCIe, or NVLink-C2C on Grace
     # superchips): what activation offloading (job.offload_modules) copies over; None: not in
     # the catalogue, and offloading is refused on this GPU
@@ -415,6 +421,8 @@ class GpuSpec:
             raise ConfigError(f"gpu {self.name}: efficiencies must lie in (0, 1]")
         if self.cudnn_attention_speedup <= 0:
             raise ConfigError(f"gpu {self.name}: cudnn_attention_speedup must be > 0")
+        if self.fa2_benchmark_flops_per_s is not None and not 0 < self.fa2_benchmark_flops_per_s <= self.peak_flops_per_s:
+            raise ConfigError(f"gpu {self.name}: FlashAttention-2's benchmark must lie in (0, peak]")
         if self.host_link_bw_bytes_per_s is not None and self.host_link_bw_bytes_per_s <= 0:
             raise ConfigError(f"gpu {self.name}: the host link's bandwidth must be > 0")
 
@@ -580,6 +588,11 @@ class JobSpec:
     # Applies where the plan has tp > 1 inside one node with sequence parallelism, the only case
     # Transformer Engine runs it (cost/coefficients.tp_overlap_exposed).
     tp_comm_overlap: bool = False
+    # Whether Transformer Engine runs cuDNN's fused attention, its default where the GPU has it
+    # (NVTE_FUSED_ATTN=1; TE prefers it to FlashAttention on Hopper and newer), or Dao's
+    # FlashAttention-2 (NVTE_FUSED_ATTN=0, as NeMo's 24.07 launcher set it). Megatron only
+    # (Behaviour.te_fused_attention); priced by cost/coefficients.attention_efficiency
+    cudnn_attention: bool = True
     # Megatron-core's --overlap-moe-expert-parallel-comm: an MoE model's expert-parallel
     # all-to-alls of one micro-batch's forward run under another's backward compute (combined
     # 1F1B). Applies where Megatron-core runs it: ep > 1, and pp = 1 or interleaving
@@ -676,6 +689,10 @@ class JobSpec:
             raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
                               f" remove tp_comm_overlap or set framework: megatron")
+        if not self.cudnn_attention and self.framework is not Framework.MEGATRON:
+            raise ConfigError(f"job.cudnn_attention chooses Transformer Engine's attention kernel, which"
+                              f" only framework megatron runs (job.framework: {self.framework.value});"
+                              f" remove cudnn_attention or set framework: megatron")
         if self.recompute_early_stop and self.framework in (Framework.MEGATRON, Framework.DEEPSPEED):
             raise ConfigError(f"job.recompute_early_stop: framework {self.framework.value} recomputes"
                               f" whole layers with its own reentrant checkpoint function; remove"

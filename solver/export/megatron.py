@@ -316,6 +316,9 @@ def render(inst: Instance, e: Emitted) -> str:
     elif p.tp > 1 or p.cp > 1:
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # validate_args: tensor/context"
                      " parallelism before Blackwell, so communication is issued in order")
+    if not inst.job.cudnn_attention:
+        lines.append("export NVTE_FUSED_ATTN=0  # job.cudnn_attention: false: Transformer Engine runs"
+                     " FlashAttention-2, not cuDNN's fused attention")
     lines.append("MEGATRON_ARGS=(")
     for title, flags in sections:
         lines.append(f"  # {title}")

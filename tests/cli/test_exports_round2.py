@@ -63,12 +63,16 @@ WILL_NOT_RUN = [
     # 84.8 GiB before the MoE goldens were re-frozen with the fitted MoE parameters (tp 2, pp 8;
     # now tp 1, pp 16, 4 MoE layers a stage, cost/moe_params.py); 96.9 GiB before the dropless
     # imbalance was refitted to 1.07 (the routed copies' stash is 3% smaller than at 1.1); 95.9
-    # GiB at 1.07, 96.9 again since the dense refit (matmul_half_flops off its bound) put it back at 1.1
-    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["96.9 GiB per GPU of 78.0 GiB usable"]),
+    # GiB at 1.07, 96.9 again since the dense refit (matmul_half_flops off its bound) put it back at 1.1;
+    # 93.6 since the stash is the mean rank's copies (cost/moe.STASH_IMBALANCE, whatever the
+    # imbalance): 96.9 - 0.1 x (96.9 - 95.9) / 0.03 = 93.6, the 0.1 of the imbalance it held
+    ("instances/deepseek-v3-shaped-2048xH800.yaml", "megatron", ["93.6 GiB per GPU of 78.0 GiB usable"]),
     # +141.0% before the dense refit of the scale-terms merge (the plan's own time moved);
     # +139.9% on the plan before the embedding/loss slots (v 2), +154.0% on its v 4 one (116.0 GiB);
-    # +151.6% since the dense refit moved matmul_half_flops off its 1e8 FLOP bound (the plan 6.322 s)
-    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 78.0 GiB usable", "+151.6%"]),
+    # +151.6% since the dense refit moved matmul_half_flops off its 1e8 FLOP bound (the plan 6.322 s);
+    # +162.2% since the plan's Megatron attention runs at cuDNN's benchmark (the plan 6.103 s, the
+    # emitted DeepSpeed configuration, at the fitted 0.58 of FlashAttention-2's, 16.0 s: 2.622x)
+    ("instances/llama3-405b-16384xH100.yaml", "deepspeed", ["of 78.0 GiB usable", "+162.2%"]),
     # 125.2 GiB before the 2 GiB default planning reserve (search.memory_reserve_gib) moved the
     # mean-objective plan; the capacities below are the GPU's less that reserve ("usable");
     # 117.0 GiB before Megatron's one --recompute-num-layers was the rule (issue 34: the plan,
@@ -112,19 +116,25 @@ def test_force_writes_the_reason_and_both_predictions_into_the_file(tmp_path, ca
 
 
 def test_the_slowdown_gate_is_five_percent(tmp_path, capsys):
-    # tiny-gpt to DeepSpeed runs +4.3% (kept: under 5%); GPT-3 175B / 1,024 A100 to DeepSpeed
-    # +8.5% (its 6 virtual stages become 1, a larger bubble: refused), both measured on the
-    # golden plans before the fix; +8.4% after the dense refit of the scale-terms merge. Both on
-    # the optimum for the mean (the p90 golden of tiny-gpt is a ZeRO-2 plan since the Apex rows'
-    # bf16 reduction moved the bands, and DeepSpeed's bf16 reduction makes that one faster)
+    # A slower export under 5% is kept, one over it refused. Under: PrimePar's Llama 2 70B / 32 V100
+    # golden plan to torchtitan, +1.3% (V100 has no published FlashAttention-2 benchmark, so its
+    # attention is priced alike under every framework). tiny-gpt to DeepSpeed, +4.3% when written,
+    # is +9.2% since Megatron's attention runs at the benchmark of Transformer Engine's kernel
+    # (FlashAttention-2's 175 TFLOP/s on A100) and DeepSpeed's at the fitted 0.58 of it: refused.
+    # Over: GPT-3 175B / 1,024 A100 to DeepSpeed, +8.5% (its 6 virtual stages become 1, a larger
+    # bubble) before the fix, +8.4% after the dense refit of the scale-terms merge, +10.1% with the
+    # attention change (19.54 s against the plan's 17.75 s), on the optimum for the mean
     assert MAX_SLOWDOWN == 0.05
-    code, out, _ = export(capsys, mean_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml"),
-                          "--to", "deepspeed", "--json")
+    code, out, err = export(capsys, golden_plan_file(tmp_path, "instances/primepar/primepar-llama2-70b-32xV100.yaml"),
+                            "--to", "torchtitan", "--json")
+    assert code == 0, err
     doc = json.loads(out)
-    assert code == 0 and 1.03 < doc["emitted"]["iter_time_s"] / doc["plan"]["iter_time_s"] < 1.05
+    assert doc["emitted"]["fits"] and 1.01 < doc["emitted"]["iter_time_s"] / doc["plan"]["iter_time_s"] < 1.02
+    code, _, err = export(capsys, mean_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml"), "--to", "deepspeed")
+    assert code == 2 and "more than 5% slower" in err
     code, _, err = export(capsys, mean_plan_file(tmp_path, "instances/gpt3-175b-1024xA100.yaml"),
                           "--to", "deepspeed")
-    assert code == 2 and "+8.4%, more than 5% slower" in err and "virtual_stages" in err
+    assert code == 2 and "+10.1%, more than 5% slower" in err and "virtual_stages" in err
 
 
 def test_strict_and_force_exclude_each_other(tmp_path, capsys):

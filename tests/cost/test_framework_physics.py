@@ -16,6 +16,7 @@ import pytest
 from paraplan import instances
 from paraplan.cost import comm
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework import behaviour, recompute_regather_params
 from paraplan.cost.flops import layer_weight_sizes
 from paraplan.cost.loader import load_instance, plan_from_mapping
@@ -31,10 +32,11 @@ def _gpt(hidden: int, layers: int = 2) -> ModelSpec:
 
 
 def _fa2_everywhere(inst):
-    """The instance with cuDNN attention priced as FlashAttention-2, so that two frameworks
-    differ only in the behaviour a test compares (on Hopper Megatron's attention kernel is
-    faster: test_transformer_engine_runs_cudnn_attention_on_hopper_only)."""
-    gpu = replace(inst.cluster.gpu, cudnn_attention_speedup=1.0)
+    """The instance with Transformer Engine's attention priced as the other frameworks' (no
+    cuDNN speedup, no benchmark of its own), so that two frameworks differ only in the
+    behaviour a test compares (Megatron's attention kernel is faster:
+    test_transformer_engine_runs_cudnn_attention_on_hopper_only)."""
+    gpu = replace(inst.cluster.gpu, cudnn_attention_speedup=1.0, fa2_benchmark_flops_per_s=None)
     return replace(inst, cluster=replace(inst.cluster, gpu=gpu))
 
 
@@ -83,9 +85,10 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     # backward sends K,V and dK,dV (twice the bytes). With NVLink slowed so that a transfer
     # outlasts its step's attention, per layer and micro-batch:
     #   exposed = (cp-1) * (p - a_f/cp) + (cp-1) * (2p - a_b/cp)
-    # with p one block's p2p time, a_f the attention core forward (FlashAttention: causal
-    # FLOPs / (peak * attention_eff * n / (n + 300)), n = seq_len / cp keys per call) and
-    # a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
+    # with p one block's p2p time, a_f the attention core forward (Megatron on A100: Transformer
+    # Engine's FlashAttention-2 at its benchmark, 175 TFLOP/s at 8k keys (Dao 2023, Fig. 4), on
+    # the key-length curve: causal FLOPs / (175e12 * (n / (n + 300)) / (8192 / 8492)), n =
+    # seq_len / cp keys per call) and a_b = 2.5 a_f. cp = 4, tp = 1, micro-batch 1; the
     # breakdown sums it over the layers and micro-batches of the first stage.
     from paraplan.cost.coefficients import ATTENTION_HALF_KEYS, BACKWARD_FLASH_FACTOR
     from paraplan.cost.flops import layer_matmuls
@@ -99,8 +102,9 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     link, inter = comm.group_link(inst.cluster, cp, 1)
     p = comm.p2p_time_s(2 * tokens * m.kv_hidden * 2, link, inter, NetEfficiency())
     keys = m.seq_len / cp
-    eff = gpu.attention_eff * keys / (keys + ATTENTION_HALF_KEYS)
-    a_f = layer_matmuls(m, 1, 1, cp).attention_core / (gpu.peak_flops_per_s * eff)
+    assert gpu.fa2_benchmark_flops_per_s == 175e12
+    rate = 175e12 * keys / (keys + ATTENTION_HALF_KEYS) / (8192 / (8192 + 300))
+    a_f = layer_matmuls(m, 1, 1, cp).attention_core / rate
     a_b = BACKWARD_FLASH_FACTOR * a_f
     assert p > a_b / cp  # the regime under test: every step is transfer-bound
     per_layer = (cp - 1) * (p - a_f / cp) + (cp - 1) * (2 * p - a_b / cp)
@@ -193,7 +197,6 @@ def test_tp_overlap_applies_only_with_sequence_parallelism_inside_a_node():
 
 
 def test_tp_overlap_is_refused_outside_megatron():
-    from paraplan.cost.errors import ConfigError
     from paraplan.cost.specs import JobSpec
     with pytest.raises(ConfigError, match="tp_comm_overlap"):
         JobSpec(global_batch=8, framework=Framework.TORCHTITAN, tp_comm_overlap=True)
@@ -387,7 +390,7 @@ def test_megatron_overlaps_backward_tp_communication_with_the_gradient_gemms():
     from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
     from paraplan.cost.flops import layer_matmuls
     from paraplan.cost.coefficients import _mm_time_s
-    base = load_instance(INSTANCES / "gpt3-175b-1024xA100.yaml")
+    base = _fa2_everywhere(load_instance(INSTANCES / "gpt3-175b-1024xA100.yaml"))
     terms = {}
     for fw in (Framework.MEGATRON, Framework.TORCHTITAN):
         inst = replace(base, job=replace(base.job, framework=fw))
@@ -404,29 +407,50 @@ def test_megatron_overlaps_backward_tp_communication_with_the_gradient_gemms():
 
 def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
     # Transformer Engine prefers cuDNN's fused attention to FlashAttention on Hopper and newer
-    # (Behaviour.te_fused_attention; Megatron/NeMo only). On H100 cuDNN runs the core 1.6x as
-    # fast as FlashAttention-2 (Shah et al. 2024, Figs. 5-6: 484/298 forward, 465/291 backward
-    # at 2k tokens, head dim 128). Llama 3 8B (32 heads x 128 = 4,096, s = 8,192), tp 1, cp 1,
-    # micro-batch 1: the causal core is 2 x (2 x 8192 x 8192 x 4096) / 2 = 5.498e11 FLOP
-    # forward per layer (a causal kernel computes half the score blocks); at 989e12 x attention_eff x 8192 / (8192 + 300)
-    # it takes t_fa2, and cuDNN saves t_fa2 x (1 - 1/1.6) of the forward.
+    # (Behaviour.te_fused_attention; Megatron/NeMo only), and calls either kernel itself, so it
+    # runs at the kernel's own benchmark (cost/coefficients.attention_efficiency): H100
+    # FlashAttention-2 322 TFLOP/s at 8k tokens (Shah et al. 2024, Figs. 5-6: forward 333,
+    # backward 318), cuDNN 1.6x that (Figs. 5-6: 484/298 forward, 465/291 backward at 2k
+    # tokens). Llama 3 8B (32 heads x 128 = 4,096, s = 8,192), tp 1, cp 1, micro-batch 1: the
+    # causal core is 2 x (2 x 8192 x 8192 x 4096) / 2 = 5.498e11 FLOP forward per layer (a
+    # causal kernel computes half the score blocks); at 8,192 keys, the benchmark's own length,
+    # the key-length curve is 1, so FlashAttention-2 takes t_fa2 = 5.498e11 / 322e12 = 1.707 ms
+    # and cuDNN saves t_fa2 x (1 - 1/1.6) = 0.640 ms of the forward. NVTE_FUSED_ATTN=0
+    # (job.cudnn_attention: false) runs FlashAttention-2 whatever the GPU's speedup.
     from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
     inst = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
     m, gpu = inst.model, inst.cluster.gpu
     assert (m.hidden, m.heads, m.seq_len, gpu.cudnn_attention_speedup) == (4096, 32, 8192, 1.6)
+    assert gpu.fa2_benchmark_flops_per_s == 322e12
 
-    def fwd(framework, speedup):
-        i = replace(inst, job=replace(inst.job, framework=framework),
+    def fwd(framework, speedup, cudnn=True):
+        i = replace(inst, job=replace(inst.job, framework=framework, cudnn_attention=cudnn),
                     cluster=replace(inst.cluster, gpu=replace(gpu, cudnn_attention_speedup=speedup)))
         o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), i).flat_outer
         return megatron_layer(i, o, homogeneous_placement(i.cluster, o).sites[0], NetEfficiency()).fwd_s
 
     core_flops = 2 * (2 * 8192 * 8192 * 4096) / 2
-    t_fa2 = core_flops / (989e12 * gpu.attention_eff * 8192 / (8192 + 300))
+    t_fa2 = core_flops / 322e12
+    assert t_fa2 == pytest.approx(1.707e-3, rel=1e-3)
     assert fwd(Framework.MEGATRON, 1.0) - fwd(Framework.MEGATRON, 1.6) == pytest.approx(
         t_fa2 * (1 - 1 / 1.6), rel=1e-9)
-    # torchtitan (torch SDPA's FlashAttention-2) does not use it
+    assert fwd(Framework.MEGATRON, 1.6, cudnn=False) == fwd(Framework.MEGATRON, 1.0)
+    # torchtitan (torch SDPA's FlashAttention-2) does not use it, and runs at the fitted
+    # fraction of the benchmark: its core takes 5.498e11 / (989e12 x attention_eff x 8192 / 8492)
     assert fwd(Framework.TORCHTITAN, 1.6) == fwd(Framework.TORCHTITAN, 1.0)
+    t_tt = core_flops / (989e12 * gpu.attention_eff * 8192 / (8192 + 300))
+    fitted_rate = _fa2_everywhere(inst)  # Megatron at the fitted rate too
+    o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), fitted_rate).flat_outer
+    fitted = megatron_layer(fitted_rate, o, homogeneous_placement(fitted_rate.cluster, o).sites[0],
+                            NetEfficiency()).fwd_s
+    assert fitted - fwd(Framework.MEGATRON, 1.0) == pytest.approx(t_tt - t_fa2, rel=1e-9)
+
+
+def test_transformer_engine_kernel_is_a_megatron_fact():
+    # job.cudnn_attention picks Transformer Engine's kernel; no other framework runs it
+    inst = load_instance(INSTANCES / "llama3-8b-64xH100.yaml")
+    with pytest.raises(ConfigError, match="cudnn_attention"):
+        replace(inst.job, framework=Framework.TORCHTITAN, cudnn_attention=False)
 
 
 def test_a100_keeps_flashattention_under_transformer_engine():

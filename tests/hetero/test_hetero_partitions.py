@@ -151,7 +151,14 @@ def test_partitions_compose_with_robust_and_expected_objectives():
         assert len(cpsat.per_scenario_s) == 2
 
 
-@pytest.mark.parametrize("seed", range(10))
+# Seeds 0-9, and the first seed past them whose optimum runs a partition (the check below keeps
+# the cross-check from being vacuous): seed 7 did until Transformer Engine's attention was priced
+# at its kernel's benchmark and the GEMM-size constant at cuBLAS's measured 6.05e9 FLOP; since
+# then none of 0-30 does, and 31 (then 95, 109) is the first that does.
+SEEDS = (*range(10), 31)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_random_mixed_partitions_cpsat_equals_milp_equals_exhaustive(seed):
     """Two groups (4 + 2 GPUs of random catalogue types), a tp per group, per-operator
     partitions: CP-SAT and CBC prove exhaustive search's optimum, which tries every layer plan
@@ -167,7 +174,7 @@ def test_random_mixed_partitions_cpsat_equals_milp_equals_exhaustive(seed):
 
 def test_some_random_mixed_partition_optimum_uses_a_partition():
     """Not vacuous: the seeds above include an optimum whose tp-4 group runs a layer plan
-    beyond Megatron's (seed 7 when written)."""
+    beyond Megatron's (seed 7 when written; seed 31 now, SEEDS)."""
     from randinst import partition_mixed_instance
     assert any(any(c.partitions for c in search(partition_mixed_instance(s)).plan.classes)
-               for s in range(10))
+               for s in SEEDS)

@@ -861,6 +861,16 @@ def test_megatron_tp_comm_overlap_only_where_it_is_priced():
     assert "--tp-comm-overlap" not in args
 
 
+def test_megatron_export_sets_the_attention_kernel_the_plan_was_priced_with():
+    # job.cudnn_attention: false prices Transformer Engine's FlashAttention-2; TE takes the
+    # kernel from NVTE_FUSED_ATTN, not from an argument, so the snippet exports it (and only then)
+    plan = make_plan(layers=[12], tp=2, dp=8, micro_batch=1, num_micro_batches=8,
+                     sequence_parallel=True)
+    assert "NVTE_FUSED_ATTN" not in to_megatron(SMALL, plan).text
+    fa2 = replace(SMALL, job=replace(SMALL.job, cudnn_attention=False))
+    assert "export NVTE_FUSED_ATTN=0" in to_megatron(fa2, plan).text
+
+
 # --- DeepSeek-V3's memory options (cost/specs.JobSpec) --------------------------------------
 
 def test_megatron_export_of_deepseek_memory_options():

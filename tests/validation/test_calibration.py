@@ -267,3 +267,21 @@ def test_a_run_is_replanned_within_what_its_release_ran():
     assert inst.search == old
     inst, _ = row_to_instance_plan(rows["korthikanti22-t5-175B-sp-selective"], cat)
     assert inst.search == SearchSpace(zero=(0, 1))
+
+
+def test_nemo_2407_rows_ran_flashattention_2_through_transformer_engine():
+    # NeMo-Framework-Launcher's conf/config.yaml at tag 24.07 sets env_vars NVTE_FUSED_ATTN: 0
+    # (ran.yaml quotes it), so Transformer Engine ran Dao's FlashAttention-2, not cuDNN: those 12
+    # H100 rows state cudnn_attention false and are priced at FlashAttention-2's benchmark (322
+    # TFLOP/s, no cuDNN speedup); no other bundled row states it.
+    from paraplan.cost.calibration import load_published, row_ran, row_to_instance_plan
+    from paraplan.cost.coefficients import attention_efficiency
+    from paraplan.cost.loader import load_catalogue
+    rows = load_published()
+    fa2 = [r["id"] for r in rows if not row_ran(r).cudnn_attention]
+    assert len(fa2) == 12 and all(i.startswith("nemo2407-") for i in fa2)
+    row = next(r for r in rows if r["id"] == "nemo2407-LLAMA3-70B-64gpu")
+    inst, _ = row_to_instance_plan(row, load_catalogue())
+    assert inst.job.cudnn_attention is False
+    # at the benchmark's own 8,192 keys: exactly 322 / 989 of the peak
+    assert attention_efficiency(inst.job, inst.cluster.gpu, 8192) == pytest.approx(322 / 989, rel=1e-12)
