@@ -334,34 +334,28 @@ def test_search_override_is_checked_like_the_files_search():
     assert override_search(inst, {"tp": [1, 2]}).search.tp == (1, 2)
 
 
+def _my_gpu(tmp_path, **keys) -> str:
+    """An instance on a user GPU type "MyGPU" (100 TFLOP/s, 48 GiB, 1 TB/s) with `keys` added."""
+    gpu_type = {"peak_tflops_bf16": 100, "hbm_gib": 48, "hbm_gbytes_per_s": 1000, **keys}
+    return _instance_with(tmp_path, {"gpu_types": {"MyGPU": gpu_type}}, gpu="MyGPU")
+
+
 def test_user_gpu_type_gives_its_cudnn_attention_speedup_within_range(tmp_path):
     # cost/ranges.py: cudnn_attention_speedup lies in 0.5-3 (1.6 on H100); absent, it is 1
     # (no faster cuDNN path priced)
-    gpu_type = {"peak_tflops_bf16": 100, "hbm_gib": 48, "hbm_gbytes_per_s": 1000}
-    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type)}}, gpu="MyGPU")
-    assert load_instance(path).cluster.gpu.cudnn_attention_speedup == 1.0
-    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type, cudnn_attention_speedup=1.4)}},
-                          gpu="MyGPU")
-    assert load_instance(path).cluster.gpu.cudnn_attention_speedup == 1.4
-    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type, cudnn_attention_speedup=16)}},
-                          gpu="MyGPU")
+    assert load_instance(_my_gpu(tmp_path)).cluster.gpu.cudnn_attention_speedup == 1.0
+    assert load_instance(_my_gpu(tmp_path, cudnn_attention_speedup=1.4)).cluster.gpu.cudnn_attention_speedup == 1.4
     with pytest.raises(InstanceError, match="gpu_types.MyGPU.cudnn_attention_speedup"):
-        load_instance(path)
+        load_instance(_my_gpu(tmp_path, cudnn_attention_speedup=16))
 
 
 def test_user_gpu_type_gives_its_fa2_benchmark_and_a_job_its_attention_kernel(tmp_path):
     # fa2_benchmark_tflops: the speed Transformer Engine's attention runs at (absent: None, the
     # fitted attention_eff holds); above the GPU's own peak it is refused naming the key
-    gpu_type = {"peak_tflops_bf16": 100, "hbm_gib": 48, "hbm_gbytes_per_s": 1000}
-    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type)}}, gpu="MyGPU")
-    assert load_instance(path).cluster.gpu.fa2_benchmark_flops_per_s is None
-    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type, fa2_benchmark_tflops=40)}},
-                          gpu="MyGPU")
-    assert load_instance(path).cluster.gpu.fa2_benchmark_flops_per_s == 40e12
-    path = _instance_with(tmp_path, {"gpu_types": {"MyGPU": dict(gpu_type, fa2_benchmark_tflops=140)}},
-                          gpu="MyGPU")
+    assert load_instance(_my_gpu(tmp_path)).cluster.gpu.fa2_benchmark_flops_per_s is None
+    assert load_instance(_my_gpu(tmp_path, fa2_benchmark_tflops=40)).cluster.gpu.fa2_benchmark_flops_per_s == 40e12
     with pytest.raises(InstanceError, match="gpu_types.MyGPU"):
-        load_instance(path)
+        load_instance(_my_gpu(tmp_path, fa2_benchmark_tflops=140))
     # job.cudnn_attention: true by default (TE's NVTE_FUSED_ATTN=1); false only under megatron
     assert load_instance(TINY).job.cudnn_attention is True
     path = _instance_with(tmp_path, {"job": {"global_batch": 16, "cudnn_attention": False}})
