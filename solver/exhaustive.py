@@ -387,21 +387,13 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
             if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
                 return result(False)
             continue
-        rc = _recompute_rows(p)
-        listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, rc, deadline,
-                              _slots(p.coeffs[0][k])) for k in range(p.classes)]
-        if any(x is None for x in listed):
+        got = _several_classes(p, mvecs, v, uniform, agg, weights, deadline)
+        if got is None:
             return result(False)
-        rows = [_class_rows(p, k, uniform, x) for k, x in enumerate(listed)]
-        P = pattern_values(rc)  # with a pattern, every class takes the same value
-        done += len(mvecs) * P * math.prod(x[5] // P for x in rows)
-        feasible += len(mvecs) * (math.prod(len(x[0]) for x in rows) if P == 1 else
-                                  sum(math.prod(int((x[6] == i).sum()) for x in rows) for i in range(P)))
+        counted, fit, minima, whole = got
+        done += counted
+        feasible += fit
         bar.update(done)
-        found[i] = []
-        if any(len(x[0]) == 0 for x in rows):
-            continue
-        minima, whole = _class_minima(rows, mvecs, v, agg, weights, deadline)
         found[i] = [(val, (o, mv, n, r, parts)) for mv, (val, n, r) in zip(mvecs, minima) if n is not None]
         if not whole:
             return result(False)
@@ -412,6 +404,26 @@ def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
     bar.update(total)
     assert done == total, f"enumerated {done} plans but the space has {total}"
     return result(True)
+
+
+def _several_classes(p, mvecs, v: int, uniform: bool, agg: str, weights, deadline: float | None):
+    """One outer configuration of several replica classes: (plans counted, plans that fit,
+    _class_minima's minima per micro-batch vector, whether they are whole), or None when the
+    time limit passed while its rows were listed."""
+    rc = _recompute_rows(p)
+    listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, rc, deadline,
+                          _slots(p.coeffs[0][k])) for k in range(p.classes)]
+    if any(x is None for x in listed):
+        return None
+    rows = [_class_rows(p, k, uniform, x) for k, x in enumerate(listed)]
+    P = pattern_values(rc)  # with a pattern, every class takes the same value
+    counted = len(mvecs) * P * math.prod(x[5] // P for x in rows)
+    fit = len(mvecs) * (math.prod(len(x[0]) for x in rows) if P == 1 else
+                        sum(math.prod(int((x[6] == i).sum()) for x in rows) for i in range(P)))
+    if any(len(x[0]) == 0 for x in rows):
+        return counted, fit, [], True
+    minima, whole = _class_minima(rows, mvecs, v, agg, weights, deadline)
+    return counted, fit, minima, whole
 
 
 def _class_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float | None):
