@@ -840,6 +840,24 @@ def _no_groups(data: Any, path: str) -> Any:
     return data
 
 
+def _check_part_arguments(instance, hf_config, cluster, job, seq_len) -> None:
+    """load_instance_parts' arguments: without an instance file every part is given; a
+    sequence length is an integer in its range."""
+    if instance is None:
+        absent = [key for key, value in (("hf_config", hf_config), ("cluster", cluster),
+                                         ("job", job)) if value is None]
+        if absent:
+            raise InstanceError("<arguments>", ", ".join(absent),
+                                "no instance file, and the parts are incomplete",
+                                "give an instance YAML, or all of a Hugging Face config, a"
+                                " cluster file and a job file")
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                or out_of_range("seq_len", seq_len) is not None):
+        raise InstanceError("<arguments>", "seq_len",
+                            f"expected an integer, got {describe(seq_len)} ({range_text('seq_len')})",
+                            "give the training sequence length in tokens")
+
+
 def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | None,
                         cluster: str | Path | None, job: str | Path | None,
                         seq_len: int | None = None, data: Any = None) -> Instance:
@@ -861,20 +879,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     `<model>-<GPUs>x<GPU type>`. Every file is checked in full, sections that a part replaces
     included, and every error names the file it comes from.
     """
-    if instance is None:
-        absent = [key for key, value in (("hf_config", hf_config), ("cluster", cluster),
-                                         ("job", job)) if value is None]
-        if absent:
-            raise InstanceError("<arguments>", ", ".join(absent),
-                                "no instance file, and the parts are incomplete",
-                                "give an instance YAML, or all of a Hugging Face config, a"
-                                " cluster file and a job file")
-    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
-                                or out_of_range("seq_len", seq_len) is not None):
-        raise InstanceError("<arguments>", "seq_len",
-                            f"expected an integer, got {describe(seq_len)} ({range_text('seq_len')})",
-                            "give the training sequence length in tokens")
-
+    _check_part_arguments(instance, hf_config, cluster, job, seq_len)
     name = model_spec = cluster_spec = job_spec = None
     search_sec: Section | None = None  # parsed once the job (and its framework) is known
     sources = []
