@@ -25,6 +25,13 @@ from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 
 Solve = Callable[[MultiClassProblem, float], MultiClassResult]
 
+# A value's counts are a (stages x chunk counts) table per class, and C2_pattern states one
+# allowed pair (CP-SAT) or one binary (MILP) per entry. Above this many entries (the million-layer
+# probes of tests/robustness: 1,024 stages x 10^6 counts, 7.6 GiB a table) the tables alone
+# would exhaust memory and the model could not be built within any time limit: the backend
+# then answers as a time limit would (no plan, no bound), and the search keeps its other answers.
+PATTERN_TABLE_CAP = 5_000_000
+
 
 def distinct_values(p: MultiClassProblem) -> list[int]:
     """The pattern's value indices whose counts differ on some class, stage and layer count (the
@@ -45,6 +52,8 @@ def solve_over_pattern(p: MultiClassProblem, solve: Solve, time_limit_s: float) 
             or p.recompute_value is not None):
         return solve(p, time_limit_s)
     start = time.perf_counter()
+    if sum(p.pp(k) for k in range(p.classes)) * (p.slots // p.virtual_stages) > PATTERN_TABLE_CAP:
+        return combine([None], start)
     results = []
     for i in distinct_values(p):
         left = time_limit_s - (time.perf_counter() - start)
