@@ -1048,9 +1048,14 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
     per_shape: dict[tuple, int] = {}
     splits: dict[tuple, int] = {}  # per class: depends on (pp, v, slots, recompute rows) only
     dual = dualpipe_job(inst)
+    # read once per instance and per ep, not per outer (a Qwen3-235B space lists 167,326)
+    parts = partitions_enabled(inst)
+    paired_of: dict[int, bool] = {}
     for o in outers:
         v = o.virtual_stages
-        paired = paired_counts(inst, o)
+        paired = paired_of.get(o.ep)
+        if paired is None:
+            paired = paired_of[o.ep] = paired_counts(inst, o)
         slots = (o.embedding_in_split, o.loss_in_split)
         key = (id(o.classes), o.micro_batch, v, paired, slots, o.recompute)
         if key not in per_shape:
@@ -1066,7 +1071,7 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
                     splits[c.pp, v, slots, each] = count_splits(L, c.pp, v, each, uniform, slots)
                 per *= splits[c.pp, v, slots, each]
             per_shape[key] = per
-        total += per_shape[key] * partition_count(inst, o)
+        total += per_shape[key] * (partition_count(inst, o) if parts else 1)
     return SpaceSummary(outer_configs=len(outers), plans_total=total)
 
 
