@@ -231,7 +231,10 @@ def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: f
     upper = (sum(dur / b for (_, dur), b in zip(periods, bounds_s))
              if all(b is not None and b > 0 for b in bounds_s) else float("inf"))
     static = [timeline_iterations(times, periods, sw, [j] * len(periods)) for j in range(len(cands))]
-    follow_plan = [cands.index(optimum[s].plan) for s, _ in periods]
+    # always switching to each period's scenario optimum; a limit that left a scenario without
+    # one (no plan within it) has that period follow the fastest candidate found for it
+    follow_plan = [cands.index(optimum[s].plan) if optimum[s].plan is not None
+                   else min(range(len(cands)), key=lambda j: times[j][s]) for s, _ in periods]
     return TimelineResult(choice=choice, candidates=cands, candidate_labels=labels, times_s=times,
                           upper_bound_iterations=upper, static_iterations=max(static),
                           static_candidate=max(range(len(cands)), key=lambda j: static[j]),

@@ -149,3 +149,33 @@ def test_deep_models_are_proved_optimal(layers, nodes, seed):
     res = plan(inst, time_limit_s=60)
     assert res.status == OPTIMAL, (res.status, res.solve_time_s, res.reason)
     assert res.bound_s == res.quantile_s  # the bound bounds what was minimised (search.objective)
+
+
+@pytest.mark.slow
+def test_a_timeline_whose_limit_leaves_a_scenario_without_a_plan_still_answers(monkeypatch):
+    # a limit can end a scenario's own search before any plan (status timeout, plan None): the
+    # timeline then still answers, not complete, and that period's "always switching" baseline
+    # follows the fastest candidate found for its scenario. Forced here: the second scenario's
+    # search reports no plan, so its periods follow the fastest of the first scenario's optimum
+    # and whatever else was found, each timed on the second scenario.
+    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.solver import dynamic
+    inst = load_cluster_instance(str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"))
+    second = inst.scenarios[1].cluster
+    real = dynamic.search
+
+    def search(i, *args, **kw):
+        res = real(i, *args, **kw)
+        if i.cluster == second and kw.get("objective") is None:
+            return dataclasses.replace(res, plan=None, status="timeout", bound_s=None)
+        return res
+
+    monkeypatch.setattr(dynamic, "search", search)
+    r = dynamic.plan_timeline(inst, "cpsat", 60.0)
+    assert not r.complete
+    from paraplan.formulations.timeline import timeline_iterations
+    periods = [(p.scenario, p.duration_s) for p in inst.timeline]
+    assert any(s == 1 for s, _ in periods)
+    # the first scenario's optimum is its fastest candidate (equal times give equal iterations)
+    follow = [min(range(len(r.candidates)), key=lambda j: r.times_s[j][s]) for s, _ in periods]
+    assert r.follow_iterations == timeline_iterations(r.times_s, periods, r.switch_s, follow)
