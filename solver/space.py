@@ -1036,11 +1036,28 @@ class SpaceSummary:
     plans_total: int  # outer configs x micro-batch splits x per-class layer splits and recompute
 
 
+def _plans_per_shape(inst: ClusterInstance, classes, micro_batch: int, v: int, paired: bool, slots: tuple,
+                     mode, uniform: bool, dual: bool, splits: dict) -> int:
+    """Plans of one outer configuration without per-operator partitions: its micro-batch vectors
+    x one value of the framework's recompute pattern for every class (recompute_rows) x each
+    class's layer splits; `splits` caches the last per (pp, v, slots, recompute rows)."""
+    L, rc = inst.model.layers, inst.search.full_recompute
+    per = count_micro_batch_splits(classes, inst.job.global_batch // micro_batch, uniform, v, paired)
+    rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode), L,
+                                          L + sum(slots), v, min(c.pp for c in classes))
+    per *= pattern_values(rows)
+    each = False if isinstance(rows, tuple) else rows
+    for c in classes:
+        if (c.pp, v, slots, each) not in splits:
+            splits[c.pp, v, slots, each] = count_splits(L, c.pp, v, each, uniform, slots)
+        per *= splits[c.pp, v, slots, each]
+    return per
+
+
 def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = False) -> SpaceSummary:
     """plans_total counts, per outer configuration, its micro-batch vectors x per-class layer
     splits and recompute counts x layer-plan combinations (solver/class_partitions.py; 1
     without per-operator partitions)."""
-    L, rc = inst.model.layers, inst.search.full_recompute
     total = 0
     # outers differ mostly in sp, ZeRO and recompute mode, which change no count: count each
     # (class shapes, micro-batch, v) once (tens of thousands of outers on large instances);
@@ -1059,18 +1076,8 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
         slots = (o.embedding_in_split, o.loss_in_split)
         key = (id(o.classes), o.micro_batch, v, paired, slots, o.recompute)
         if key not in per_shape:
-            per = count_micro_batch_splits(o.classes, inst.job.global_batch // o.micro_batch, uniform, v,
-                                           paired)
-            # one value of a framework's pattern for every class (recompute_rows)
-            rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, o.recompute), L,
-                                                  L + sum(slots), v, min(c.pp for c in o.classes))
-            per *= pattern_values(rows)
-            each = False if isinstance(rows, tuple) else rows
-            for c in o.classes:
-                if (c.pp, v, slots, each) not in splits:
-                    splits[c.pp, v, slots, each] = count_splits(L, c.pp, v, each, uniform, slots)
-                per *= splits[c.pp, v, slots, each]
-            per_shape[key] = per
+            per_shape[key] = _plans_per_shape(inst, o.classes, o.micro_batch, v, paired, slots, o.recompute,
+                                              uniform, dual, splits)
         total += per_shape[key] * (partition_count(inst, o) if parts else 1)
     return SpaceSummary(outer_configs=len(outers), plans_total=total)
 
@@ -1087,7 +1094,6 @@ def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock
     counted (partition_count reads each outer): searches with them list every block."""
     if partitions_enabled(inst):
         raise ValueError("summarize_blocks does not count layer-plan combinations: use summarize")
-    L, rc, gb = inst.model.layers, inst.search.full_recompute, inst.job.global_batch
     dual = dualpipe_job(inst)
     outers = total = 0
     # the counts read each class's replicas and depth, the micro-batch count, v, whether the
@@ -1105,17 +1111,8 @@ def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock
             key = (degrees, b.micro_batch, v, paired, emb, loss, mode)
             per = per_shape.get(key)
             if per is None:
-                per = count_micro_batch_splits(b.classes, gb // b.micro_batch, False, v, paired)
-                # one value of a framework's pattern for every class, as summarize counts it
-                rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode), L,
-                                                      L + emb + loss, v, min(c.pp for c in b.classes))
-                per *= pattern_values(rows)
-                each = False if isinstance(rows, tuple) else rows
-                for c in b.classes:
-                    if (c.pp, v, (emb, loss), each) not in splits:
-                        splits[c.pp, v, (emb, loss), each] = count_splits(L, c.pp, v, each, False, (emb, loss))
-                    per *= splits[c.pp, v, (emb, loss), each]
-                per_shape[key] = per
+                per = per_shape[key] = _plans_per_shape(inst, b.classes, b.micro_batch, v, paired, (emb, loss),
+                                                        mode, False, dual, splits)
             total += n * count * per
     return SpaceSummary(outer_configs=outers, plans_total=total)
 
