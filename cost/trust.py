@@ -814,3 +814,17 @@ def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
                         predicted_s, res) for g in gpus]
     best = max(trusts, key=lambda t: (t.interval_s is not None, t.interval_s[1] if t.interval_s else 0.0))
     return with_release(best, inst.job, res)
+
+
+# --- the band by level, for the accuracy page (cost/accuracy_doc.py) ---------------------------
+
+def level_pool(res: Sequence[Residual], level: int, fitted: bool = True) -> list[Residual]:
+    """The residuals a prediction at distance `level`, on a die fitted as `fitted` says, takes
+    its band from (band_pool with no family left out)."""
+    return _level_pool(tuple(res), level, fitted)
+
+
+def row_levels(res: Sequence[Residual]) -> dict[str, int]:
+    """Each residual's distance level, judged as its row was predicted: against the other
+    source families' rows."""
+    return _pool_facts(tuple(res))[0]

@@ -1,0 +1,61 @@
+"""Generated regions of the docs/ pages: text between two HTML comments that a generator owns.
+
+A page holds hand-written prose and, between
+
+    <!-- BEGIN generated NAME: COMMAND -->
+    ...
+    <!-- END generated NAME -->
+
+a region that COMMAND writes (cost/schema_doc.py, cost/accuracy_doc.py). The generators replace
+only those regions, so prose around them is left alone, and a test compares each region with
+what its generator writes now: a change of the source (a key's description, a stored
+cross-validation) shows up as a doc diff, never as a page that silently drifts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- BEGIN generated {re.escape(name)}: [^\n]*-->\n)(.*?)(<!-- END generated "
+                      rf"{re.escape(name)} -->)", re.S)
+
+
+def region(text: str, name: str) -> str:
+    """The body of region `name` in `text`; ValueError where the page has no such region."""
+    m = _pattern(name).search(text)
+    if m is None:
+        raise ValueError(f"no generated region {name!r}: the page needs its BEGIN/END comments")
+    return m.group(2)
+
+
+def regions(text: str) -> list[str]:
+    """The names of the generated regions in `text`, in order."""
+    return re.findall(r"<!-- BEGIN generated ([\w.-]+): ", text)
+
+
+def replace_region(text: str, name: str, body: str) -> str:
+    """`text` with region `name`'s body replaced by `body` (which ends with a newline)."""
+    region(text, name)  # raises where absent
+    return _pattern(name).sub(lambda m: m.group(1) + body + m.group(3), text, count=1)
+
+
+def update(page: Path, bodies: dict[str, str]) -> bool:
+    """Write `bodies` (region name -> body) into `page`; True where the page changed."""
+    old = page.read_text()
+    new = old
+    for name, body in bodies.items():
+        new = replace_region(new, name, body)
+    if new != old:
+        page.write_text(new)
+    return new != old
+
+
+def stale(page: Path, bodies: dict[str, str]) -> list[str]:
+    """The regions of `page` whose body differs from `bodies`."""
+    text = page.read_text()
+    return [name for name, body in bodies.items() if region(text, name) != body]

@@ -1,0 +1,77 @@
+"""docs/schema.md's key reference is generated from cost/schema_keys.py (one description per
+key), and that table describes exactly the keys the readers accept, section by section."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+from paraplan.cost import schema_doc
+from paraplan.cost.doc_regions import region, replace_region
+from paraplan.cost.schema_keys import SECTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+READERS = ("cost.loader", "cost.groups_loader")
+
+
+def test_the_page_is_what_the_generator_writes():
+    # A description edited in cost/schema_keys.py (or a range in cost/ranges.py) without
+    # `python -m paraplan.cost.schema_doc` leaves the page stale: this fails until it is rerun.
+    assert region(schema_doc.PAGE.read_text(), schema_doc.REGION) == schema_doc.render()
+    assert schema_doc.main(["--check"]) == 0
+
+
+def _accepted(section) -> tuple[str, ...]:
+    module, name = section.accepted.split(":")
+    return getattr(importlib.import_module(f"paraplan.{module}"), name)
+
+
+def test_every_key_a_reader_accepts_is_described_and_no_other():
+    for sec in SECTIONS:
+        documented = [k.name for k in sec.keys]
+        if sec.includes:
+            documented += [k.name for k in sec.includes.keys]
+        assert len(documented) == len(set(documented)), sec.title
+        assert set(documented) == set(_accepted(sec)), sec.title
+
+
+def _key_tables_read() -> set[tuple[str, str]]:
+    """(module, tuple name) of every key tuple the readers hand to `Section(...)` or
+    `.section(name, ...)`: the keys some file may hold. Read from the source, so a section a
+    reader adds later is found without this test naming it."""
+    found = set()
+    for module in READERS:
+        tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+        imported = {a.asname or a.name: node.module.removeprefix("paraplan.")
+                    for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                    for a in node.names}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            f = node.func
+            if not ((isinstance(f, ast.Name) and f.id == "Section")
+                    or (isinstance(f, ast.Attribute) and f.attr == "section")):
+                continue
+            last = node.args[-1]
+            if isinstance(last, ast.Name) and last.id.endswith("KEYS"):
+                found.add((imported.get(last.id, module), last.id))
+    return found
+
+
+def test_every_section_a_reader_reads_has_a_description():
+    read = _key_tables_read()
+    # the readers' sections, at the time of writing: the instance's six, MoE, MLA, the GPU
+    # entry, the plan, the two part files, and the group format's thirteen (its model, job
+    # and search sections are the one-type ones)
+    assert len(read) >= 20
+    described = {tuple(s.accepted.split(":")) for s in SECTIONS}
+    assert read <= described, sorted(read - described)
+
+
+def test_a_region_is_replaced_and_the_prose_around_it_kept():
+    page = ("intro\n<!-- BEGIN generated keys: cmd -->\nold\n<!-- END generated keys -->\n"
+            "prose\n")
+    out = replace_region(page, "keys", "new\n")
+    assert out == page.replace("old\n", "new\n")
+    assert region(out, "keys") == "new\n"
