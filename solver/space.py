@@ -550,15 +550,15 @@ def declared_partials(inst: ClusterInstance, families: tuple[str, ...] = FAMILIE
 
 def zero_bubble_modes(inst: ClusterInstance, o: ClassOuter) -> list[ZeroBubble]:
     """The zero-bubble schedules (cost/zero_bubble.py) torch runs for configuration `o` of a
-    framework that has them (FrameworkRules.zero_bubble): Megatron's 1-D layers (the layer-plan
-    bounds of solver/class_partitions.py read 1F1B's form), and torch's rules on every class's
+    framework that has them (FrameworkRules.zero_bubble), with any layer plan (the layer-plan
+    bounds of solver/class_partitions.py take the drain credit per plan), by torch's rules on every class's
     pp, v and micro-batch count (cost/schedule.schedule_problem: v >= 2, ZBVZeroBubble v = 2 and
     m >= 2 pp - 1, priced with pp >= 3). A lone class runs the count the batch gives it; of
     several, whose counts are decisions m_k = 2 pp_k + pp_k j (formulations/multiclass.py, lo_k
     and st_k with v > 1), every value passes when the least does: m_k >= 2 pp_k > 2 pp_k - 1,
     and a multiple of pp_k is a multiple of its m_k // pp_k rounds. So each class is checked at
     its least count."""
-    if o.virtual_stages < 2 or inst.search.tensor_partitions != ("megatron",):
+    if o.virtual_stages < 2:
         return []
     if len(o.classes) == 1:
         counts = [inst.job.global_batch // o.micro_batch // o.classes[0].replicas]
@@ -779,12 +779,9 @@ def _dualpipe_runs(inst, o: ClassOuter) -> bool:
 # it. The job key brings it in, in place of 1F1B (formulations/dualpipe.py).
 DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe plans over it"
                         " instead of 1F1B, on one GPU type)")
-# torchtitan's zero-bubble schedules are searched on Megatron 1-D layers, one class or several
-# (zero_bubble_modes); what is left out: per-operator layer plans with them, and ZB-H2, which
-# torch does not run
-ZERO_BUBBLE_NOT_COVERED = ("torch's zero-bubble schedules on per-operator layer plans (searched"
-                           " on Megatron 1-D layers), and Qi et al.'s ZB-H2, which torch does"
-                           " not run")
+# torchtitan's zero-bubble schedules are searched with one class or several, on any layer plan
+# (zero_bubble_modes); what is left out: ZB-H2, which torch does not run
+ZERO_BUBBLE_NOT_COVERED = "Qi et al.'s zero-bubble ZB-H2 schedule, which torch does not run"
 ZBV_ACROSS_GROUPS = "; ZBVZeroBubble on a pipeline across node groups"
 
 
