@@ -343,7 +343,11 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
         " entry to hide that kind. (Sources: <code>cost/timeline.py</code> for the replay,"
         " <code>cost/schedule.py</code> for the formula.)"
         + _cut_text(cut, p.virtual_stages, p.pp, analytic_s)
-        + (" All stages take the same time, so the replay ends exactly at the objective."
+        + (f" The replay ends {html.escape(seconds(abs(replay_s - analytic_s)))}"
+           f" ({100 * rel:+.2g}%) {'before' if rel < 0 else 'after'} the objective: it runs each"
+           " backward whole where the zero-bubble schedule moves the weight gradients into the"
+           " fill and drain." if p.zero_bubble is not None else
+           " All stages take the same time, so the replay ends exactly at the objective."
            if uniform else " The stages differ a little, yet the replay ends at the objective"
            " (to 1e-6): the formula is exact here, as it is whenever the slowest stage is the"
            " last one (README, Cost model: Pipeline)." if same else

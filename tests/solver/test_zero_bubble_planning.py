@@ -153,3 +153,14 @@ def test_llama3_70b_planned_for_torchtitan_runs_zbv(tmp_path, monkeypatch):
     assert (before.plan.pp, before.plan.virtual_stages) == (4, 10)
     assert res.objective_s < before.objective_s
 
+
+def test_the_report_of_a_zero_bubble_plan_says_what_its_chart_draws():
+    # seed 1's optimum runs ZBVZeroBubble (above); the chart replays interleaved 1F1B's order
+    # with whole backwards, so it ends after the priced time: the caption says so, and does not
+    # explain the gap as 1F1B's formula being an upper bound of the replay
+    from paraplan.solver.report.page import build_report
+    inst = torchtitan_instance(1)
+    res = solve(inst, backend="dp")
+    page = build_report(inst, res)
+    assert "the plan runs torch's ZBVZeroBubble" in page
+    assert "runs each backward whole" in page and "the formula charges the slowest stage" not in page
