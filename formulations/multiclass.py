@@ -31,10 +31,13 @@ Variables
     P_sk  = (m_k - 1/v) T_sk + sum_s (a + t n_ks + u r_ks) / v     one replica's pipeline
             (cost/schedule.pipeline_time_s; v = 1: (m_k - 1) T + sum T, 1F1B)
     Z_s  >= P_sk for all k;  D_s >= e + g n_ks for all k, s   iteration_sigma = Z_s + D_s
-    Under a zero-bubble schedule (one class, m fixed; c.layer_drain_saving_s = s_s per layer,
-    cost/zero_bubble.py) P_sk = max_s [(m - 1/v) T_sk + s_s n_s / v] + sum_s (T_sk - s_s n_s) / v:
-    C6z P >= (m - 1/v) T_s + s_s n_s / v per stage, an epigraph that needs no indicator of the
-    pacing stage (the minimum of the maximum over stages takes the longest path)
+    Under a zero-bubble schedule (c.layer_drain_saving_s = s_s per layer, cost/zero_bubble.py)
+    P_sk = max_s [(m_k - 1/v) T_sk,s + s_s n_ks / v] + sum_s (T_sk,s - s_s n_ks) / v:
+    C6z P >= (m_k - 1/v) T_s + s_s n_s / v per stage, an epigraph that needs no indicator of the
+    pacing stage (the minimum of the maximum over stages takes the longest path). A lone class's
+    m is fixed by the batch and the rows are linear; with several classes m_k is a decision and
+    each row holds the product (v m_k - 1) T_sk,s, kept as C9 keeps (v m_k - 1) T_sk (C9z: CP-SAT
+    exact, the MILP the same binary expansion with one y per stage and bit)
 
 Constraints (named alike in both backends: CP-SAT here, the MILP in multiclass_milp.py)
     C1 layers   sum_s n_ks = L (C1_chunks, C1_dense_prefix: the chunk and dense-prefix rules above)
@@ -349,8 +352,8 @@ def _iteration_quanta(model, p: MultiClassProblem, si: int, cs, n, r, m, top: in
         for s in range(c.pp):
             model.add(T_max >= T[s]).with_name(f"C6_pace_sc{si}_k{k}_s{s}")
             model.add(D >= e[s] + g[s] * n[k][s]).with_name(f"C7_sync_sc{si}_k{k}_s{s}")
-        if c.layer_drain_saving_s.size:  # a zero-bubble schedule (C6z; one class, m fixed)
-            model.add(Z >= _zero_bubble_pace(model, p, si, k, c, T, n[k], top, qt) + sum(T))
+        if c.layer_drain_saving_s.size:  # a zero-bubble schedule (C6z)
+            model.add(Z >= _zero_bubble_pace(model, p, si, k, c, T, n[k], m[k], top, qt) + sum(T))
             continue
         m_less = model.new_int_var(v * p.min_micro_batches(k) - 1, v * p.max_micro_batches(k) - 1,
                                    f"m1_sc{si}_k{k}")
@@ -361,18 +364,30 @@ def _iteration_quanta(model, p: MultiClassProblem, si: int, cs, n, r, m, top: in
     return Z + v * D
 
 
-def _zero_bubble_pace(model, p: MultiClassProblem, si: int, k: int, c, T, n, top: int, qt):
+def _zero_bubble_pace(model, p: MultiClassProblem, si: int, k: int, c, T, n, m, top: int, qt):
     """v times the pipeline term of a zero-bubble schedule less sum_s T_s (cost/schedule.
     pipeline_time_s): P >= (v m - 1) T_s + ŝ_s n_s for every stage (C6z, the pacing stage's
-    path; the minimum of their maximum needs no choice of it), less sum_s ŝ_s n_s. Its class is
-    alone (solver/space.zero_bubble_modes), so m is the batch's and the rows are linear."""
-    assert p.classes == 1, "zero-bubble schedules are planned for one class"
-    vm = p.virtual_stages * (p.total_micro_batches // p.replicas[0])
+    path; the minimum of their maximum needs no choice of it), less sum_s ŝ_s n_s. A lone
+    class's m is the batch's, so its rows are linear; of several, m_k is a decision and each
+    row's (v m_k - 1) T_s is a product kept exact as C9 keeps (v m_k - 1) T_max (C9z)."""
+    v = p.virtual_stages
     sav = qt(c.layer_drain_saving_s)
     w = [sav[s] * n[s] for s in range(c.pp)]
-    pace = model.new_int_var(0, vm * top + p.layers * max(sav), f"P_sc{si}_k{k}")
+    hi_m = p.max_micro_batches(k) if p.classes > 1 else p.total_micro_batches // p.replicas[0]
+    pace = model.new_int_var(0, v * hi_m * top + p.layers * max(sav), f"P_sc{si}_k{k}")
+    if p.classes == 1:
+        vm = v * hi_m
+        for s in range(c.pp):
+            model.add(pace >= (vm - 1) * T[s] + w[s]).with_name(f"C6z_pace_sc{si}_k{k}_s{s}")
+        return pace - sum(w)
+    m_less = model.new_int_var(v * p.min_micro_batches(k) - 1, v * hi_m - 1, f"m1z_sc{si}_k{k}")
+    model.add(m_less == v * m - 1)
     for s in range(c.pp):
-        model.add(pace >= (vm - 1) * T[s] + w[s]).with_name(f"C6z_pace_sc{si}_k{k}_s{s}")
+        T_s = model.new_int_var(-top, top, f"Tz_sc{si}_k{k}_s{s}")
+        model.add(T_s == T[s])
+        prod = model.new_int_var(-v * hi_m * top, v * hi_m * top, f"mTz_sc{si}_k{k}_s{s}")
+        model.add_multiplication_equality(prod, [m_less, T_s]).with_name(f"C9z_product_sc{si}_k{k}_s{s}")
+        model.add(pace >= prod + w[s]).with_name(f"C6z_pace_sc{si}_k{k}_s{s}")
     return pace - sum(w)
 
 

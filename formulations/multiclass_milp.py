@@ -12,7 +12,10 @@ scenario and bit a variable y_skj >= 0 with
 so at an optimum y_skj = beta_kj T_sk and
 P_sk = (lo_k - 1/v) T_sk + st_k sum_j 2^j y_skj + sum_s T / v. With v > 1 a stage's layers are
 v times an integer chunk count.
-With one class the count is fixed by sum_k x_k m_k = M and no expansion is needed.
+With one class the count is fixed by sum_k x_k m_k = M and no expansion is needed. Under a
+zero-bubble schedule each stage's row C6z holds (m_k - 1/v) T_sk,s (multiclass.py): of several
+classes, the same expansion with one y_sksj >= T_sk,s - U_sk (1 - beta_kj) per stage and bit
+(C9z), exact at an optimum as above.
 
 Tolerance. A backend accepts beta within its integrality tolerance iota of 0/1, so y may sit
 up to iota * U_sk below beta T, and every other row may be violated by its feasibility
@@ -210,14 +213,14 @@ def _scenario_rows(api, p: MultiClassProblem, si: int, cs, n, r, bits, big: list
         for s in range(c.pp):
             api.add(T_max >= T[s], f"C6_pace_sc{si}_k{k}_s{s}")
             api.add(D >= e[s] + g[s] * n[k][s], f"C7_sync_sc{si}_k{k}_s{s}")
-        if p.classes == 1 and c.layer_drain_saving_s.size:  # a zero-bubble schedule (C6z)
-            fixed = p.total_micro_batches // p.replicas[0]
+        if c.layer_drain_saving_s.size:  # a zero-bubble schedule (C6z)
             w = [float(x) * n[k][s] for s, x in enumerate(c.layer_drain_saving_s.tolist())]
             big[2] = max(big[2], float((np.abs(c.layer_time_s) + np.abs(c.recompute_time_s)
                                         + 2 * c.layer_drain_saving_s).max()))
             pace = api.real_var(f"P_sc{si}_k{k}")
             for s in range(c.pp):
-                api.add(pace >= (fixed - 1 / v) * T[s] + w[s] * (1 / v), f"C6z_pace_sc{si}_k{k}_s{s}")
+                api.add(pace >= _count_times(api, p, si, k, s, T[s], U, bits[k]) + w[s] * (1 / v),
+                        f"C6z_pace_sc{si}_k{k}_s{s}")
             api.add(Z >= pace + (sum(T) - sum(w)) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
             continue
         if p.classes == 1:
@@ -232,6 +235,22 @@ def _scenario_rows(api, p: MultiClassProblem, si: int, cs, n, r, bits, big: list
         api.add(Z >= (p.min_micro_batches(k) - 1 / v) * T_max + sum(ys) + sum(T) * (1 / v),
                 f"C8_pipeline_sc{si}_k{k}")
     return Z + D
+
+
+def _count_times(api, p: MultiClassProblem, si: int, k: int, s: int, T_s, U: float, bits):
+    """(m_k - 1/v) T_s of a zero-bubble schedule's row C6z for stage s: linear for a lone class
+    (m fixed by the batch); of several, m_k = lo_k + st_k sum_j 2^j beta_kj and each bit's
+    product with T_s a y_skj >= T_s - U (1 - beta_kj), y >= 0 (C9z, as C9 for T_max): at an
+    optimum y = beta T_s, and any larger y only lengthens the row."""
+    v = p.virtual_stages
+    if p.classes == 1:
+        return (p.total_micro_batches // p.replicas[0] - 1 / v) * T_s
+    ys = []
+    for j, beta in enumerate(bits):
+        y = api.real_var(f"yz_sc{si}_k{k}_s{s}_j{j}", lb=0.0)
+        api.add(y >= T_s - U * (1 - beta), f"C9z_product_sc{si}_k{k}_s{s}_j{j}")
+        ys.append(2**j * p.micro_batch_step(k) * y)
+    return (p.min_micro_batches(k) - 1 / v) * T_s + sum(ys)
 
 
 def _exclude(api, c, s: int, n_var, r_var, n0: int, r0: int, L: int, R: int, name: str) -> None:

@@ -59,7 +59,7 @@ from paraplan.cost.objective import scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
 from paraplan.solver.bounds.batched import relaxed_s
-from paraplan.solver.partition_plans import (STAGE_ARRAYS, elementwise_min, enabled, joint_candidates,
+from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
@@ -92,9 +92,10 @@ def _assemble(base: StageCoefficients, parts) -> StageCoefficients:
     """`base` with the stage rows of each (mask, coefficients) in `parts` taken from those."""
     if not parts:
         return base
-    arrays = {f: getattr(base, f).copy() for f in STAGE_ARRAYS}
+    fields = stage_arrays(base)
+    arrays = {f: getattr(base, f).copy() for f in fields}
     for mask, c in parts:
-        for f in STAGE_ARRAYS:
+        for f in fields:
             arrays[f][mask] = getattr(c, f)[mask]
     return dataclasses.replace(base, **arrays)
 
@@ -385,6 +386,8 @@ class OuterChoices:
         out["capacity_bytes"] = np.broadcast_to(base[0, k].capacity_bytes, (C, base[0, k].pp))
         out.update({f: rows(f, si) for f in ("stage_time_s", "layer_time_s", "recompute_time_s",
                                              "stage_sync_time_s", "layer_sync_time_s")})
+        if base[si, k].layer_drain_saving_s.size:  # a zero-bubble schedule (_class_terms)
+            out["layer_drain_saving_s"] = rows("layer_drain_saving_s", si)
         return out
 
     def _class_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, priced, base):
@@ -398,6 +401,11 @@ class OuterChoices:
         for si in range(len(self.scenarios)):
             arrays = self._class_arrays(k, members, kept, picks, priced, base, si)
             tau, sigma, delta, fits = tight_class_terms(arrays, L, v, self.inst.search.full_recompute)
+            if "layer_drain_saving_s" in arrays:
+                # under torch's zero-bubble schedules the sum term reads the passes T_s - k W_s
+                # (one_class.drain_credit_s): sum_s n_s k w t_s <= L max_s k w t_s, per choice;
+                # the pacing rows (v m - 1) T_s + k W_s stay above (v m - 1) max T
+                sigma = sigma - L * arrays["layer_drain_saving_s"].max(axis=1)
             A.append(tau), Sm.append(sigma), D.append(delta)
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
 

@@ -267,14 +267,26 @@ def _recompute_rows(p) -> bool | tuple:
 
 def _zero_bubble_terms(p, c, t: np.ndarray, nT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(A, S) of stage-major stage times t under c's zero-bubble schedule, such that
-    (m - 1/v) A + S / v is cost/schedule.pipeline_time_s's max_s [m T_s + (sum B - B_s) / v],
-    B_s = max(T_s - k W_s, 0): A = max_s [(v m - 1) T_s + T_s - B_s] / (v m - 1), S = sum_s B_s
-    (then (m - 1/v) A + S / v = max_s [v m T_s - B_s + sum B] / v). Its class is alone
-    (solver/space.zero_bubble_modes): m is the batch's."""
+    _pipeline_s(A, S, m, v) is cost/schedule.pipeline_time_s's max_s [m T_s + (sum B - B_s) / v],
+    B_s = max(T_s - k W_s, 0), S = sum_s B_s. A lone class's m is the batch's: A = max_s
+    [(v m - 1) T_s + T_s - B_s] / (v m - 1), one number a row (then (m - 1/v) A + S / v =
+    max_s [v m T_s - B_s + sum B] / v). Of several classes m_k is a decision, so A keeps both
+    per-stage rows, (rows, 2, pp): T_s and B_s, read per count by _pipeline_s."""
     v = p.virtual_stages
-    vm = v * (p.total_micro_batches // p.replicas[0])
     b = np.maximum(t - nT * c.layer_drain_saving_s[:, None], 0.0)
+    if p.classes > 1:
+        return np.stack([t.T, b.T], axis=1), b.sum(axis=0)
+    vm = v * (p.total_micro_batches // p.replicas[0])
     return ((vm - 1) * t + (t - b)).max(axis=0) / (vm - 1), b.sum(axis=0)
+
+
+def _pipeline_s(A: np.ndarray, S: np.ndarray, m: int, v: int) -> np.ndarray:
+    """One replica's pipeline term (cost/schedule.pipeline_time_s) of every row at m micro-batches
+    from _class_rows' A and S: (m - 1/v) A + S / v, or with A's per-stage rows T_s and B_s
+    (_zero_bubble_terms, several classes) max_s [m T_s - B_s / v] + S / v."""
+    if A.ndim == S.ndim:
+        return (m - 1 / v) * A + S / v
+    return (m * A[..., 0, :] - A[..., 1, :] / v).max(axis=-1) + S / v
 
 
 def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
@@ -460,7 +472,7 @@ def _combined_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: flo
         for k, (_, _, A, S, Dk, _, _) in enumerate(rows):
             shape = [A.shape[0]] + [1] * K
             shape[k + 1] = A.shape[1]
-            pk = ((mv[k] - 1 / v) * A + S / v).reshape(shape)  # cost/schedule.pipeline_time_s
+            pk = _pipeline_s(A, S, mv[k], v).reshape(shape)  # cost/schedule.pipeline_time_s
             dk = Dk.reshape(shape)
             P = pk if P is None else np.maximum(P, pk)
             D = dk if D is None else np.maximum(D, dk)

@@ -240,6 +240,15 @@ STAGE_ARRAYS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_
            "stage_mem_bytes")
 
 
+def stage_arrays(c: StageCoefficients) -> tuple[str, ...]:
+    """The per-stage arrays of `c` a layer plan sets: STAGE_ARRAYS, and under torch's
+    zero-bubble schedules each layer's drain saving k w t_s (cost/zero_bubble.py), which follows
+    the plan's layer time (empty, and not one of them, otherwise). Its elementwise minimum
+    k w min(t) stays below every plan's, and every bound reads a pass T_s - k W_s, which grows
+    with t as k w <= 1: optimistic coefficients still bound every plan."""
+    return STAGE_ARRAYS + (("layer_drain_saving_s",) if c.layer_drain_saving_s.size else ())
+
+
 def _plan_coefficients(inst, o, pl, plan, reserve_bytes, net) -> StageCoefficients:
     if P.is_megatron(plan):
         return build(inst, o, net, reserve_bytes, placement=pl)
@@ -264,7 +273,7 @@ def optimistic_terms(table: P.LayerTable, rows: np.ndarray) -> tuple[P.LayerTerm
 
 def elementwise_min(lo: StageCoefficients, hi: StageCoefficients) -> StageCoefficients:
     """`lo` with every per-stage array the elementwise minimum of the two."""
-    return dataclasses.replace(lo, **{f: np.minimum(getattr(lo, f), getattr(hi, f)) for f in STAGE_ARRAYS})
+    return dataclasses.replace(lo, **{f: np.minimum(getattr(lo, f), getattr(hi, f)) for f in stage_arrays(lo)})
 
 
 def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -> StageCoefficients:

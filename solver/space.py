@@ -550,21 +550,28 @@ def declared_partials(inst: ClusterInstance, families: tuple[str, ...] = FAMILIE
 
 def zero_bubble_modes(inst: ClusterInstance, o: ClassOuter) -> list[ZeroBubble]:
     """The zero-bubble schedules (cost/zero_bubble.py) torch runs for configuration `o` of a
-    framework that has them (FrameworkRules.zero_bubble): one class (their pacing stage is
-    one pipeline's; several classes keep 1F1B / interleaved), Megatron's 1-D layers (the
-    layer-plan bounds of solver/class_partitions.py read 1F1B's form), and torch's rules on its pp, v
-    and micro-batch count (cost/schedule.schedule_problem: v >= 2, ZBVZeroBubble v = 2 and
-    m >= 2 pp - 1, priced with pp >= 3)."""
-    if len(o.classes) != 1 or o.virtual_stages < 2 or inst.search.tensor_partitions != ("megatron",):
+    framework that has them (FrameworkRules.zero_bubble), with any layer plan (the layer-plan
+    bounds of solver/class_partitions.py take the drain credit per plan), by torch's rules on every class's
+    pp, v and micro-batch count (cost/schedule.schedule_problem: v >= 2, ZBVZeroBubble v = 2 and
+    m >= 2 pp - 1, priced with pp >= 3). A lone class runs the count the batch gives it; of
+    several, whose counts are decisions m_k = 2 pp_k + pp_k j (formulations/multiclass.py, lo_k
+    and st_k with v > 1), every value passes when the least does: m_k >= 2 pp_k > 2 pp_k - 1,
+    and a multiple of pp_k is a multiple of its m_k // pp_k rounds. So each class is checked at
+    its least count."""
+    if o.virtual_stages < 2:
         return []
-    c = o.classes[0]
-    m = inst.job.global_batch // o.micro_batch // c.replicas
+    if len(o.classes) == 1:
+        counts = [inst.job.global_batch // o.micro_batch // o.classes[0].replicas]
+    else:
+        counts = [2 * c.pp for c in o.classes]
     # ZBVZeroBubble's V prices the output layer on the first stage from the last stage's terms
-    # and the bare last rank from a middle stage's (zero_bubble.v_shaped): one node group only
-    one_group = len(set(c.stage_groups)) == 1
+    # and the bare last rank from a middle stage's (zero_bubble.v_shaped): each pipeline on one
+    # node group
+    one_group = all(len(set(c.stage_groups)) == 1 for c in o.classes)
     return [k.mode for k in TorchSchedule
             if k.zero_bubble and (one_group or k is not TorchSchedule.ZBV_ZERO_BUBBLE)
-            and torch_schedule_problem(k, c.pp, o.virtual_stages, m) is None]
+            and all(torch_schedule_problem(k, c.pp, o.virtual_stages, m) is None
+                    for c, m in zip(o.classes, counts))]
 
 
 def with_zero_bubble(inst: ClusterInstance, outers: list[ClassOuter]) -> list[ClassOuter]:
@@ -772,11 +779,9 @@ def _dualpipe_runs(inst, o: ClassOuter) -> bool:
 # it. The job key brings it in, in place of 1F1B (formulations/dualpipe.py).
 DUALPIPE_NOT_COVERED = ("the DualPipe schedule (job.pipeline_schedule: dualpipe plans over it"
                         " instead of 1F1B, on one GPU type)")
-# torchtitan's zero-bubble schedules are searched for one class (zero_bubble_modes); what is left
-# out: several classes or per-operator layer plans with them, and ZB-H2, which torch does not run
-ZERO_BUBBLE_NOT_COVERED = ("torch's zero-bubble schedules on plans of several replica classes or"
-                           " per-operator layer plans (searched for one class of Megatron 1-D"
-                           " layers), and Qi et al.'s ZB-H2, which torch does not run")
+# torchtitan's zero-bubble schedules are searched with one class or several, on any layer plan
+# (zero_bubble_modes); what is left out: ZB-H2, which torch does not run
+ZERO_BUBBLE_NOT_COVERED = "Qi et al.'s zero-bubble ZB-H2 schedule, which torch does not run"
 ZBV_ACROSS_GROUPS = "; ZBVZeroBubble on a pipeline across node groups"
 
 

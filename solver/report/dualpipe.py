@@ -23,6 +23,7 @@ from paraplan.cost.plan_specs import Plan
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.format import seconds
 from paraplan.solver.report.svg import Phase
+from paraplan.solver.report.bars import total_labels
 
 MEMORY_COLOURS = {"weights": "#4c72b0", "grads": "#64b5cd", "optimizer": "#8172b3",
                   "activations": "#dd8452", "logits": "#c44e52", "workspace": "#ccb974",
@@ -94,10 +95,8 @@ def memory_figure(inst: Instance, plan: Plan, reserve_bytes: float):
             continue
         ax.bar(x, gib, bottom=bottom, color=MEMORY_COLOURS[name], label=name, width=0.6)
         bottom += gib
-    for d in range(pairs):
-        ax.text(d, bottom[d], f"{bottom[d]:.2f}", ha="center", va="bottom", fontsize=8, zorder=4,
-                bbox=dict(facecolor="white", edgecolor="none", pad=1.0))
     cap = bytes_to_gib(float(it.capacity_bytes.min()))
+    total_labels(ax, bottom, cap, max(cap, bottom.max()) * 1.25)
     ax.axhline(cap, color="crimson", linestyle="--", linewidth=1.4, label=f"usable capacity {cap:.1f} GiB")
     ax.set_xticks(x, [f"{d} & {plan.pp - 1 - d}" for d in range(pairs)])
     pad = max(0.0, (3 - pairs) / 2)

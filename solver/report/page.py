@@ -30,9 +30,10 @@ from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.train_cost import instance_train_cost
 from paraplan.solver.bounds import one_class
+from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
-from paraplan.solver.format import count, release_text, seconds, train_cost_lines
+from paraplan.solver.format import count, quantile_phrase, release_text, seconds, train_cost_lines
 from paraplan.solver.commands.outputs import check_output_path, write_text
 
 DPI = 110
@@ -41,6 +42,9 @@ SAME_TIME_REL = 1e-6
 # The frontier plot draws the capacity line only when it lies within this factor of the
 # largest peak memory plotted.
 CAPACITY_SHOWN_BEYOND_DATA = 1.5
+# The frontier's memory axis starts near its smallest point, not at 0, where every point needs
+# more than this share of the axis' right end (_axis_start).
+ZOOM_FROM = 0.4
 
 SECTIONS = ("Optimality evidence", "Pipeline timeline", "Time breakdown", "Memory per stage",
             "Throughput vs memory frontier", "Your plan vs the optimum")
@@ -128,10 +132,8 @@ def memory_figure(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> bytes:
         gib = np.array([bytes_to_gib(b) for b in val])
         ax.bar(x, gib, bottom=bottom, color=colour, label=name, width=0.6)
         bottom += gib
-    for s in range(pp):
-        ax.text(s, bottom[s], f"{bottom[s]:.2f}", ha="center", va="bottom", fontsize=8, zorder=4,
-                bbox=dict(facecolor="white", edgecolor="none", pad=1.0))
     cap = bytes_to_gib(float(c.capacity_bytes.min()))
+    report_bars.total_labels(ax, bottom, cap, max(cap, bottom.max()) * 1.25)
     ax.axhline(cap, color="crimson", linestyle="--", linewidth=1.4,
                label=f"usable capacity {cap:.1f} GiB")
     ax.set_xticks(x, [str(s) for s in range(pp)])
@@ -196,12 +198,13 @@ def frontier_figure(points: list[FrontierPoint], front: list[FrontierPoint],
     cap = bytes_to_gib(capacity_bytes)
     right = max([bytes_to_gib(p.peak_mem_bytes) for p in points + ([best] if best else [])],
                 default=cap)
+    left = min([bytes_to_gib(p.peak_mem_bytes) for p in points + ([best] if best else [])], default=0.0)
     if 0 < cap <= CAPACITY_SHOWN_BEYOND_DATA * right:
         ax.axvline(cap, color="crimson", linestyle="--", linewidth=1,
                    label=f"usable capacity {cap:.1f} GiB")
-        ax.set_xlim(0, cap * 1.04)
+        ax.set_xlim(_axis_start(left, cap * 1.04), cap * 1.04)
     elif right > 0:  # far right of every point: drawing it would squeeze the points
-        ax.set_xlim(0, right * 1.1)
+        ax.set_xlim(_axis_start(left, right * 1.1), right * 1.1)
         ax.text(0.99, 0.02, f"usable capacity {cap:.1f} GiB: far right of the axis",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="crimson")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
@@ -213,6 +216,15 @@ def frontier_figure(points: list[FrontierPoint], front: list[FrontierPoint],
         fig.legend(loc="outside lower center", fontsize=8, ncol=4, frameon=False)
     ax.set_title("Throughput vs peak memory of every outer configuration", fontsize=10)
     return _png(fig)
+
+
+def _axis_start(lo: float, hi: float) -> float:
+    """0, or just left of the smallest value `lo` where every value lies in the right part of
+    [0, hi] (ZOOM_FROM): BLOOM-176B's 1,700 configurations all need 26-30 of 30 GiB, and from 0
+    they were one vertical smear at the right edge."""
+    if lo <= ZOOM_FROM * hi:
+        return 0.0
+    return lo - 0.06 * (hi - lo)
 
 
 # --- HTML ------------------------------------------------------------------------------------
@@ -281,6 +293,23 @@ def _cut_text(cut, v: int, pp: int, total_s: float) -> str:
             " identical on the replayed events before any was left out.")
 
 
+def _many(k: int, one: str, more: str) -> str:
+    return f"{k} {one if k == 1 else more}"
+
+
+def _zero_bubble_drawn(p: Plan) -> str:
+    """What the chart of a plan running torch's zero-bubble schedule draws: the replay
+    (cost/timeline.py) orders passes as interleaved 1F1B does and does not split a backward into
+    its input and weight gradients, so the chart is that schedule's, and the plan's priced time
+    (the dashed line) is the zero-bubble schedule's, shorter by the weight gradients that fill
+    the fill and drain (cost/zero_bubble.py)."""
+    if p.zero_bubble is None:
+        return ""
+    return (f" (the plan runs torch's {p.zero_bubble.value}, whose weight-gradient passes fill the"
+            " fill and drain; the chart draws the same passes in interleaved 1F1B's order, backward"
+            " passes whole, so it ends after the priced time by what those weight gradients save)")
+
+
 def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
     n, r = np.array(p.layers_per_stage, float), np.array(p.full_recompute_layers, float)
     events = timeline.one_f_one_b_events(c, n, r)
@@ -293,9 +322,11 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
                             "One iteration of the plan, one row per pipeline stage")
     caption = (
         f"What each GPU of the pipeline does during one iteration: one row per stage, time to the"
-        f" right, {p.num_micro_batches} micro-batches flowing through {p.pp} stage(s) under"
+        f" right, {_many(p.num_micro_batches, 'micro-batch', 'micro-batches')} flowing through"
+        f" {_many(p.pp, 'stage', 'stages')} under"
         + (" the 1F1B schedule" if p.virtual_stages == 1 else
            f" interleaved 1F1B with {p.virtual_stages} model chunks per stage (odd chunks lighter)")
+        + _zero_bubble_drawn(p)
         + ", each pass placed as soon as its stage and the pass it waits for are free, with the"
         " plan's own times" + (" (its per-operator tensor partitions included)" if p.partitions else "")
         + ". Blue boxes are forward passes, green backward passes (numbered by micro-batch), orange"
@@ -304,12 +335,19 @@ def _timeline_section(c: StageCoefficients, p: Plan, analytic_s: float) -> str:
         " pipeline bubble, when a stage waits. The forward/backward split of a stage's time is"
         " drawn as 1 : 2 (the linear layers' ratio; the cost model prices only their sum, so the"
         " split is an approximation). The dashed line is the iteration time the planner priced,"
-        " (m &minus; 1/v)&middot;max T<sub>s</sub> + &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>."
-        " Hover a box for its times (its micro-batch lights up on every stage); click a legend"
+        + (" (m &minus; 1/v)&middot;max T<sub>s</sub> + &Sigma;T<sub>s</sub>/v + max D<sub>s</sub>."
+           if p.zero_bubble is None else
+           " max<sub>s</sub> [m T<sub>s</sub> + (&Sigma;B &minus; B<sub>s</sub>)/v] + max D<sub>s</sub>,"
+           " B<sub>s</sub> the stage's pass through the fill and drain less its weight gradients.")
+        + " Hover a box for its times (its micro-batch lights up on every stage); click a legend"
         " entry to hide that kind. (Sources: <code>cost/timeline.py</code> for the replay,"
         " <code>cost/schedule.py</code> for the formula.)"
         + _cut_text(cut, p.virtual_stages, p.pp, analytic_s)
-        + (" All stages take the same time, so the replay ends exactly at the objective."
+        + (f" The replay ends {html.escape(seconds(abs(replay_s - analytic_s)))}"
+           f" ({100 * rel:+.2g}%) {'before' if rel < 0 else 'after'} the objective: it runs each"
+           " backward whole where the zero-bubble schedule moves the weight gradients into the"
+           " fill and drain." if p.zero_bubble is not None else
+           " All stages take the same time, so the replay ends exactly at the objective."
            if uniform else " The stages differ a little, yet the replay ends at the objective"
            " (to 1e-6): the formula is exact here, as it is whenever the slowest stage is the"
            " last one (README, Cost model: Pipeline)." if same else
@@ -454,6 +492,11 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
         " beats on both throughput and memory. Red star: the optimal plan, with its solved layer"
         " split." + (f" {len(coeffs) - len(points)} configurations do not fit with the even split"
                      " and are not shown." if coeffs else "")
+        + ("" if inst.search.objective == "mean" else
+           f" Points sit at their predicted throughput; the plans were ranked by the time at"
+           f" {inst.search.objective} (the predicted time times a factor from the cost model's"
+           " errors on comparable published runs, which differs between configurations), so a"
+           " point above the star can still rank below it.")
         + " (Source: <code>solver/bounds/one_class.py</code>, incumbent.)")
     png = frontier_figure(points, front, best, cap)
     return (f"<figure>{_img(png, 'throughput vs memory')}<figcaption>{caption}</figcaption></figure>"
@@ -461,19 +504,22 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
                       "peak memory"], rows))
 
 
-def evidence_rows(result, trust) -> list[list[str]]:
+def evidence_rows(result, trust, quantile: str = "mean") -> list[list[str]]:
     """Optimality evidence of a (homogeneous or heterogeneous) planner result, and how far to
-    trust its time (cost/trust.py)."""
+    trust its time (cost/trust.py). The objective row is what was minimised (the predicted time
+    at search.objective `quantile`, as `plan` prints it), the value the bound bounds: shown as
+    the predicted time, the bound sat above the objective on every p90 report."""
     claim = {"optimal": "OPTIMAL: proved over the declared space",
              "feasible": "FEASIBLE: not proved optimal (time limit)",
              "infeasible": "INFEASIBLE: proved, no plan in the space fits",
              "timeout": "TIMEOUT: no plan found within the time limit"}[result.status]
-    objective = result.objective_s
+    predicted = result.objective_s
+    value = result.quantile_s if result.quantile_s is not None else predicted
     rows = [["status", claim]]
-    if objective is not None:
-        rows.append(["objective", seconds(objective)])
+    if value is not None:
+        rows.append(["objective", seconds(value) + quantile_phrase(quantile, predicted)])
     if result.bound_s is not None:
-        rows.append(["best lower bound", seconds(result.bound_s)])
+        rows.append(["best lower bound", f"{seconds(result.bound_s)} (on the objective)"])
         rows.append(["gap", f"{100 * (result.gap or 0):.4f}%"])
     rows.append(["quantisation tolerance", f"{result.tolerance_s:.3g} s"])
     rows.append(["solve time", f"{result.solve_time_s:.2f} s ({result.backend})"])
@@ -501,7 +547,7 @@ def evidence_rows(result, trust) -> list[list[str]]:
     return rows
 
 
-def _evidence_section(result, trust) -> str:
+def _evidence_section(result, trust, quantile: str = "mean") -> str:
     caption = ("<p>Whether the plan is proved best, and how far to trust its time. \"Optimal\" is"
                " printed only when every configuration of the declared space was solved exactly,"
                " shown not to fit memory, or ruled out because a lower bound on its time was"
@@ -510,7 +556,7 @@ def _evidence_section(result, trust) -> str:
                " range the measured time is likely to fall in, from the errors of comparable"
                " published runs. (Sources: <code>solver/bounds/one_class.py</code>,"
                " <code>cost/trust.py</code>.)</p>")
-    return _table(None, evidence_rows(result, trust)) + caption
+    return _table(None, evidence_rows(result, trust, quantile)) + caption
 
 
 def _comparison_section(inst, result, user_plan, label: str) -> str:
@@ -618,7 +664,7 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
         none = f"<p>No plan to show ({html.escape(result.status)}).</p>"
         s1 = s2 = s3 = none
     body = (f"<h1>{html.escape(title)}</h1>" + _table(None, facts)
-            + _section(1, "evidence", _evidence_section(result, trust))
+            + _section(1, "evidence", _evidence_section(result, trust, inst.search.objective))
             + _section(2, "timeline", s1) + _section(3, "breakdown", s2)
             + _section(4, "memory", s3, "Memory per device pair" if dual and p is not None else None)
             + _section(5, "frontier", _DUALPIPE_NO_FRONTIER if dual else _frontier_section(inst, coeffs, result)))
@@ -643,12 +689,12 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
                         for g in inst.cluster.groups)
     facts = [["instance", inst.name], ["model", f"{inst.model.name}: {inst.model.layers} layers"],
              ["cluster", groups], ["global batch", f"{inst.job.global_batch} sequences"],
-             ["objective", result.objective]]
+             ["network objective", result.objective]]
     p, bd = result.plan, result.breakdown
     body = [f"<h1>{html.escape(title)}</h1>"]
     if p is None or bd is None:
         body.append(_table(None, facts))
-        body.append(_section(1, "evidence", _evidence_section(result, None)))
+        body.append(_section(1, "evidence", _evidence_section(result, None, inst.search.objective)))
         body.append(f"<p>No plan to show ({html.escape(result.status)}).</p>")
         return _page(title, "".join(body))
     facts += [["iteration time", f"{seconds(bd.iter_time_s)} on the nominal network"],
@@ -660,7 +706,7 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
     trust = class_plan_trust(inst, p, bd.iter_time_s)  # as `plan` prints it (commands/groups._trust)
     facts += train_facts(instance_train_cost(inst, bd.iter_time_s, trust.interval_s))
     body.append(_table(None, facts))
-    body.append(_section(1, "evidence", _evidence_section(result, None)))
+    body.append(_section(1, "evidence", _evidence_section(result, None, inst.search.objective)))
     coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
                                 num_micro_batches=tuple(k.num_micro_batches for k in p.classes))
     figs = []
@@ -671,8 +717,8 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
         fig, cut = gantt_figure(events, len(n), k.num_micro_batches, p.virtual_stages, bd.iter_time_s,
                                 f"class {i + 1}", [f"{s}: {g}" for s, g in enumerate(names)])
         replay_s = timeline.makespan_s(events)
-        figs.append(f"<h3>class {i + 1}: {k.replicas} replica(s), {k.num_micro_batches} micro-batches"
-                    f" each</h3>{fig}<figcaption>What each GPU of one replica of class {i + 1} does"
+        figs.append(f"<h3>class {i + 1}: {_many(k.replicas, 'replica', 'replicas')},"
+                    f" {_many(k.num_micro_batches, 'micro-batch', 'micro-batches')} each</h3>{fig}<figcaption>What each GPU of one replica of class {i + 1} does"
                     " during one iteration: one row per pipeline stage, labelled with the node group"
                     " it runs on, forward passes blue, backward green, the gradient sync and"
                     " optimizer step brown, white space waiting. This replica finishes at"

@@ -40,6 +40,12 @@ MIN_OMITTED_MICRO_BATCHES = 8
 # Geometry (px).
 WIDTH_PX, LEFT_PX, RIGHT_PX, ROW_PX, TOP_PX, AXIS_PX = 1000, 78, 16, 24, 14, 42
 BREAK_PX = 12  # the gap where the axis jumps over the repeated periods not drawn
+# Where the drawn forward/backward boxes are narrower than this at WIDTH_PX (median), the chart
+# is widened until they are not, up to MAX_WIDTH_PX, and scrolls sideways: interleaved plans
+# with many chunks (Llama-3 70B at v 10: 80 boxes per stage and period, 2-5 px each at 1000 px)
+# drew a barcode in which no box, number or gap could be read.
+MIN_BOX_PX = 16
+MAX_WIDTH_PX = 8000
 BRACKET_PX = 18  # room above the rows for the steady period's "x N" bracket
 LABEL_MIN_PX = 13  # micro-batch numbers inside boxes at least this wide
 REL_TOL = 1e-7  # periodicity check: relative to the iteration time
@@ -139,10 +145,10 @@ def compact_steady_state(events: list[timeline.Event], pp: int, m: int, v: int) 
 class _Axis:
     """Maps iteration time to x pixels, the time not drawn (if any) replaced by a BREAK_PX gap."""
 
-    def __init__(self, span_s: float, cut: Cut | None):
-        self.cut = cut
+    def __init__(self, span_s: float, cut: Cut | None, width_px: float = WIDTH_PX):
+        self.cut, self.width_px = cut, width_px
         shown_s = span_s - (cut.omitted_s if cut else 0.0)
-        self.px_per_s = (WIDTH_PX - LEFT_PX - RIGHT_PX - (BREAK_PX if cut else 0)) / shown_s
+        self.px_per_s = (width_px - LEFT_PX - RIGHT_PX - (BREAK_PX if cut else 0)) / shown_s
 
     def x(self, t_s: float) -> float:
         c = self.cut
@@ -177,19 +183,22 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     """One iteration as an SVG string, and the steady-state cut it made (None: none)."""
     span = max(max((e.end_s for e in events), default=0.0), objective_s)
     cut = compact_steady_state(events, pp, m, v) if compact else None
-    ax = _Axis(span, cut)
+    width = chart_width_px(events, span, cut)
+    ax = _Axis(span, cut, width)
     top = TOP_PX + (BRACKET_PX if cut else 0)
     height = top + pp * ROW_PX + AXIS_PX
     labels = row_labels or [f"stage {s}" for s in range(pp)]
-    out = [f'<svg class="gantt" viewBox="0 0 {WIDTH_PX} {height}"'
-           f' width="{WIDTH_PX}" height="{height}" role="img"><title>{html.escape(title)}</title>',
+    # a widened chart keeps its size (the page scrolls it sideways) instead of shrinking back
+    wide = ' style="max-width:none"' if width > WIDTH_PX else ""
+    out = [f'<svg class="gantt" viewBox="0 0 {width:.0f} {height}"'
+           f' width="{width:.0f}" height="{height}"{wide} role="img"><title>{html.escape(title)}</title>',
            '<rect width="100%" height="100%" fill="white"/>']
     for s in range(pp):
         y = top + s * ROW_PX
         out.append(f'<text x="{LEFT_PX - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
                    f' font-size="11">{html.escape(labels[s])}</text>')
         if s % 2:
-            out.append(f'<rect x="{LEFT_PX}" y="{y}" width="{WIDTH_PX - LEFT_PX - RIGHT_PX}"'
+            out.append(f'<rect x="{LEFT_PX}" y="{y}" width="{width - LEFT_PX - RIGHT_PX:.0f}"'
                        f' height="{ROW_PX}" fill="#f6f6f6"/>')
     ybot = top + pp * ROW_PX
     out += _time_axis(ax, cut, span, top, ybot)
@@ -204,12 +213,27 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     return "".join(out), cut
 
 
+def chart_width_px(events: list[timeline.Event], span_s: float, cut: Cut | None) -> float:
+    """WIDTH_PX, or wider where the median forward/backward box drawn at WIDTH_PX would be
+    narrower than MIN_BOX_PX (MIN_BOX_PX module comment), at most MAX_WIDTH_PX."""
+    ax = _Axis(span_s, cut)
+    widths = sorted(sum(b - a for a, b in ax.pieces(e.start_s, e.end_s)) for e in events
+                    if e.kind in (timeline.EventKind.FORWARD, timeline.EventKind.BACKWARD))
+    widths = [w for w in widths if w > 0]
+    if not widths or widths[len(widths) // 2] >= MIN_BOX_PX:
+        return float(WIDTH_PX)
+    inner = WIDTH_PX - LEFT_PX - RIGHT_PX - (BREAK_PX if cut else 0)
+    scale = MIN_BOX_PX / widths[len(widths) // 2]
+    return float(min(MAX_WIDTH_PX, math.ceil(WIDTH_PX + inner * (scale - 1))))
+
+
 def _time_axis(ax: _Axis, cut: Cut | None, span: float, top: float, ybot: float) -> list[str]:
     """The grid, the tick labels and the axis title of a Gantt chart."""
     out = []
     unit_div, unit = (1e-3, "ms") if span < 1.0 else (1.0, "s")
     # grid and ticks in real time, on both sides of the cut
-    step = _nice_step((span - (cut.omitted_s if cut else 0)) / unit_div) * unit_div
+    ticks = max(8, round(8 * ax.width_px / WIDTH_PX))  # about one tick per 125 px
+    step = _nice_step((span - (cut.omitted_s if cut else 0)) / unit_div, ticks) * unit_div
     k = 0
     while k * step <= span * (1 + 1e-9):
         t = k * step
@@ -228,8 +252,10 @@ def _time_axis(ax: _Axis, cut: Cut | None, span: float, top: float, ybot: float)
         x = ax.x(t) + 1
         out.append(f'<text x="{x:.1f}" y="{ybot + 16}" font-size="10" text-anchor="start"'
                    f' fill="#a00">{t / unit_div:.4g}</text>')
-    out.append(f'<text x="{(LEFT_PX + WIDTH_PX) / 2}" y="{ybot + 34}" font-size="11"'
-               f' text-anchor="middle">time since the start of the iteration ({unit})</text>')
+    # the axis title at every screen width's middle: a widened chart scrolls, so once per 1000 px
+    for x in range(WIDTH_PX // 2, int(ax.width_px), WIDTH_PX):
+        out.append(f'<text x="{x + LEFT_PX / 2}" y="{ybot + 34}" font-size="11"'
+                   f' text-anchor="middle">time since the start of the iteration ({unit})</text>')
     return out
 
 

@@ -355,11 +355,30 @@ def test_64_interleaved_micro_batches_draw_one_steady_period_times_n():
                       + report_svg.BRACKET_PX + 3) + '"', svg)
     assert len(fwd0) == v * (m - (cut.repeats - 1) * p)  # one box per drawn forward: none twice
     # the drawn width: warm-up + one period + cool-down fill the plot, the gap stands for the rest
-    plot_px = report_svg.WIDTH_PX - report_svg.LEFT_PX - report_svg.RIGHT_PX - report_svg.BREAK_PX
+    # (the chart is widened: at 1,000 px its boxes, 0.05 s forwards and 0.1 s backwards of ~4 s
+    # drawn, were under report_svg.MIN_BOX_PX)
+    width = float(re.search(r'<svg class="gantt" viewBox="0 0 [0-9.]+ [0-9.]+" width="([0-9.]+)"', svg).group(1))
+    assert width > report_svg.WIDTH_PX and 'style="max-width:none"' in svg
+    plot_px = width - report_svg.LEFT_PX - report_svg.RIGHT_PX - report_svg.BREAK_PX
     drawn_s = a["warmup"] + a["period"] + a["cooldown"]
     x_end = float(re.search(r'<line x1="([0-9.]+)"[^>]*stroke-dasharray="5 3"', svg).group(1))
     assert x_end == pytest.approx(report_svg.LEFT_PX + plot_px + report_svg.BREAK_PX, abs=0.1)
     assert drawn_s == pytest.approx(total - (cut.repeats - 1) * a["period"], rel=1e-12)
+    # the median forward/backward box drawn is then MIN_BOX_PX wide (its width is set so)
+    boxes = sorted(float(w) for w in re.findall(
+        r'<rect class="ev k-(?:forward|backward)"[^>]* width="([0-9.]+)"', svg))
+    assert boxes[len(boxes) // 2] == pytest.approx(report_svg.MIN_BOX_PX, abs=0.5)
+
+
+def test_a_chart_of_wide_boxes_keeps_the_page_width():
+    # 1F1B on 4 stages and 8 micro-batches of T = 0.3 s: the iteration (m + p - 1) T = 3.3 s
+    # over the 906 px plot, a forward (T/3 = 0.1 s) 27.5 px, a backward 55 px, so the median
+    # box is above MIN_BOX_PX (16) and the chart stays 1,000 px wide
+    from paraplan.solver.report import svg as report_svg
+    p, m, t = 4, 8, 0.3
+    events = one_f_one_b_events(_stage_table([t] * p, m, 1), np.zeros(p), np.zeros(p))
+    svg, cut = report_svg.gantt_svg(events, p, m, 1, (m + p - 1) * t, "t")
+    assert cut is None and f'width="{report_svg.WIDTH_PX}"' in svg and "max-width:none" not in svg
 
 
 def test_partitioned_plan_is_drawn_with_its_own_coefficients():
@@ -456,3 +475,41 @@ def test_captions_say_what_is_drawn_before_citing_a_file(tiny_report):
         assert ".py" not in first and "_s" not in first, first
         assert len(first.split()) >= 6, first
         assert "Source" in text  # the file reference follows
+
+
+def test_the_evidence_objective_is_the_value_the_bound_bounds():
+    # a p90 plan: predicted 10 s, 11 s at p90 (what was minimised), bound 10.9 s on that value.
+    # The row pair must read objective >= bound: 11.000 s, then 10.900 s; showing the predicted
+    # 10 s as the objective put the bound above it on every p90 report
+    from paraplan.solver.planner import SolveResult
+    from paraplan.solver.report.page import evidence_rows
+    res = SolveResult(status="optimal", plan=None, objective="nominal", objective_s=10.0, bound_s=10.9,
+                      solve_time_s=1.0, backend="dp", outer_configs=1, plans_total=1, quantile_s=11.0)
+    rows = dict((r[0], r[1]) for r in evidence_rows(res, None, "p90"))
+    assert rows["objective"].startswith("11.000 s at p90") and rows["objective"].endswith("predicted 10.000 s")
+    assert rows["best lower bound"] == "10.900 s (on the objective)"
+    assert rows["gap"] == f"{100 * (11.0 - 10.9) / 11.0:.4f}%"
+
+
+def test_the_frontier_axis_starts_near_its_points_where_they_crowd_the_right():
+    # BLOOM-176B's points need 26.7 .. 30 GiB of a 31.2 GiB axis: all beyond 0.4 x 31.2 = 12.48,
+    # so the axis starts 6% of the span left of the smallest, 26.7 - 0.06 x 4.5 = 26.43; points
+    # from 5 GiB keep the axis at 0
+    from paraplan.solver.report.page import _axis_start
+    assert _axis_start(26.7, 31.2) == pytest.approx(26.43, abs=1e-12)
+    assert _axis_start(5.0, 81.1) == 0.0
+
+
+def test_memory_totals_go_inside_their_bars_where_one_would_sit_on_the_capacity_line():
+    # capacity 78 GiB on an axis of 78 x 1.25 = 97.5: a 75.61 GiB total is 2.39 below the line,
+    # within 7% of 97.5 (6.825), so every total is written inside its bar's top in white; with
+    # totals of 60 and 50 (18 and 28 below) they stay above their bars
+    from matplotlib.figure import Figure
+    from paraplan.solver.report.bars import total_labels
+    ax = Figure().add_subplot()
+    total_labels(ax, [75.61, 69.64], 78.0, 97.5)
+    assert [(t.get_text(), t.get_va(), t.get_color()) for t in ax.texts] == [
+        ("75.61", "top", "white"), ("69.64", "top", "white")]
+    ax = Figure().add_subplot()
+    total_labels(ax, [60.0, 50.0], 78.0, 97.5)
+    assert {(t.get_va(), t.get_color()) for t in ax.texts} == {("bottom", "black")}
