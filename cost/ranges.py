@@ -163,8 +163,9 @@ RANGES: dict[str, Range] = {
                            " than 1%"),
     "fa2_benchmark_tflops": Range(1, 100_000, "TFLOP/s", "FlashAttention-2's own benchmark:"
                                   " A100 175, H100 322"),
-    "cudnn_attention_speedup": Range(0.5, 3, "", "cuDNN's fused attention over"
-                                     " FlashAttention-2: about 1.6 on H100"),
+    "cudnn_attention_speedup": Range(0.5, 4, "", "cuDNN's fused attention over"
+                                     " FlashAttention-2: 1.6 on H100, 3.0-3.6 on Blackwell"
+                                     " (cost/gpus.yaml)"),
     "matmul_half_gflops": Range(0, 10_000, "GFLOP", "the fitted value is 0.1; a 10 TFLOP"
                                 " matmul saturates any GPU"),
     # --- job --------------------------------------------------------------------------------
