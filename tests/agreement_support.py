@@ -30,11 +30,12 @@ def pricing_in_small_chunks():
         search.PRICE_CHUNK, search.PLANS_CHUNK = saved
 
 
-def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS):
+def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS, ex=None):
     """Each backend proves the exhaustive optimum (within its quantisation tolerance) or agrees
     that the space is infeasible, and its plan fits and re-simulates to its own objective; the
-    planner prices in small chunks (pricing_in_small_chunks)."""
-    ex = exhaustive(inst)
+    planner prices in small chunks (pricing_in_small_chunks). `ex`: exhaustive(inst), where the
+    caller already has it."""
+    ex = exhaustive(inst) if ex is None else ex
     for backend in backends:
         with pricing_in_small_chunks():
             res = plan(inst, backend=backend)
