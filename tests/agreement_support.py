@@ -14,6 +14,10 @@ from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
 
 BACKENDS = ("dp", "cpsat", "milp")
+# the planner's limit in these checks guards a hang and is no part of them: beside seven other
+# jobs on two cores, 30 s of wall ran out on mixed-family seeds 10 and 191 (MILP status
+# feasible, a false failure)
+GUARD_LIMIT_S = 600.0
 
 
 @contextmanager
@@ -70,7 +74,7 @@ def assert_mixed_backends_agree_with_exhaustive(inst) -> None:
     from paraplan.solver.exhaustive import exhaustive_classes
     ex = exhaustive_classes(inst)
     for backend in ("cpsat", "milp"):
-        res = search.search(inst, backend, time_limit_s=30)
+        res = search.search(inst, backend, time_limit_s=GUARD_LIMIT_S)
         assert res.status in ("optimal", "infeasible"), (backend, res.status)
         if ex.objective_s is None:
             assert res.objective_s is None, backend
