@@ -132,6 +132,7 @@ def test_bench_quick(capsys, tmp_path):
     check(json.loads(out.read_text()), "bench")
 
 
+@pytest.mark.slow  # 5.9 s of CPU (issue 32)
 def test_bench_hetero(capsys, tmp_path, monkeypatch):
     # the bundled mixed clusters take about 2 minutes; the smallest one shows the shape
     from paraplan.solver.bench import mixed as mixed_bench

@@ -62,7 +62,8 @@ def _count_reads_and_simulations(monkeypatch, path: Path, extra: list[str]) -> t
     # its 3 scenarios: the plan once on each, and each scenario's own optimum (the regret
     # table's reference, searched on that network alone) once there; the regret table reads
     # the plan's times from its re-simulation (9 calls when it priced them again)
-    ("instances/hetero/llama3-8b-dynamic.yaml", ["--robust"], 3 + 3),
+    # (10.4 s of CPU: slow, issue 32)
+    pytest.param("instances/hetero/llama3-8b-dynamic.yaml", ["--robust"], 3 + 3, marks=pytest.mark.slow),
 ])
 def test_plan_reads_its_instance_once_and_simulates_its_plan_once(monkeypatch, capsys, tmp_path, rel,
                                                                    extra, simulations):

@@ -4,9 +4,10 @@ derived by hand in the comments from the published configuration and the formula
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -240,12 +241,21 @@ def test_options_round_trip(tmp_path):
     assert back.job == inst.job and back.model.moe == inst.model.moe
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "paraplan.solver.commands.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT)
+def _cli(*args) -> subprocess.CompletedProcess:
+    """`paraplan ARGS` run by the console script's main() in this process: what is checked here
+    is each command's answer and exit status, not the process boundary (tests/cli/test_packaging.py
+    and tests/robustness/test_round3_inputs.py start real processes). Five interpreters started
+    for it cost ~2 s of imports each (issue 32)."""
+    from paraplan.solver.commands.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's own refusals exit, as they would in a process
+            code = e.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
-@pytest.mark.slow
 def test_plan_plans_dualpipe_other_planning_commands_refuse_it_and_simulate_prices_it(tmp_path):
     raw = yaml.safe_load(DEEPSEEK.read_text())
     raw["job"].update(pipeline_schedule="dualpipe", moe_dispatcher="deepep")

@@ -12,6 +12,7 @@ those whose space holds at most MAX_CANDIDATES plans."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 
 import pytest
@@ -67,11 +68,21 @@ SEEDS = (1, 2, 3, 4, 5, 7, 9, 10, 11, 12, 13, 15, 18, 19, 20, 21)
 ON_THREE_GROUPS_OR_MORE = (10, 11, 13, 18)
 
 
+@functools.lru_cache(maxsize=None)
+def _planned(seed: int):
+    """A seed's CP-SAT search, once per test process: the three-groups check below reads the
+    optima the agreement cases on its worker already proved (issue 32). The limit is a guard
+    against a hang, not part of the check: at load 12 on two cores, seed 4's search had 2.5 s of
+    CPU in 30 s of wall and stopped unproved (status feasible, a false failure); 120 s leaves a
+    slowdown of ten or more room to prove it."""
+    return search(many_types_instance(seed), "cpsat", time_limit_s=120)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_planner_proves_the_exhaustive_optimum_on_three_and_four_gpu_types(seed):
     inst = many_types_instance(seed)
     ex = exhaustive_classes(inst, max_candidates=MAX_CANDIDATES)
-    res = search(inst, "cpsat", time_limit_s=30)
+    res = _planned(seed)
     assert res.status in ("optimal", "infeasible"), res.status
     if ex.objective_s is None:
         assert res.objective_s is None
@@ -85,7 +96,7 @@ def test_some_checked_optima_run_on_three_groups_or_more():
     # one- and two-group plans the other agreement tests see
     sizes = set()
     for seed in ON_THREE_GROUPS_OR_MORE:
-        res = search(many_types_instance(seed), "cpsat", time_limit_s=30)
+        res = _planned(seed)
         assert res.status == "optimal", (seed, res.status)
         sizes.add(len({g for c in res.plan.classes for g in c.stage_groups}))
     assert max(sizes) >= 3, sizes

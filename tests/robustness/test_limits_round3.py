@@ -1,5 +1,6 @@
 """Issue 35, "Memory and time", as properties of the whole command, each run in a fresh
-process (its wall time and peak RSS are the command's, imports included):
+process (its time and peak RSS are the command's, imports included; its time is its own, the
+waits for a core on a loaded machine left out: _own_s):
 
 - under a small --time-limit-s, `plan` on the largest bundled instances, on a million-layer
   model and on a global batch of 2^24 returns within the limit plus the command's own start
@@ -36,18 +37,41 @@ PROCESS_SLACK_S = 4.0
 PROBE_RSS_LIMIT_MIB = 600
 
 
+# a child's timeout_s is the hang guard of an idle machine; a loaded one stretches wall time by
+# the jobs per core (seven other jobs on two cores took a 5 s probe past 60 s of wall)
+LOAD_ROOM = 10
+
+
 def _run(code: str, timeout_s: float) -> dict:
     """Run `code` in a fresh interpreter under a 4 GB address-space cap; it prints one JSON line."""
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (4_000_000_000, 4_000_000_000))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout_s * LOAD_ROOM,
                           cwd=ROOT, preexec_fn=cap, env={**os.environ, "PYTHONHASHSEED": "0"})
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _own_s(got: dict) -> float:
+    """The command's own time: its wall time less its waits for a core. Every command here runs
+    on one thread (threads=1, CP-SAT num_workers 1) and waits only on its children (CBC, a
+    sweep's worker), whose CPU counts once they end; so on an idle machine its wall time is its
+    CPU time (cpu_s), and on a loaded one the wall time adds the waits, which are the machine's:
+    seven other jobs on two cores made the start alone take 10 s of wall."""
+    return got["cpu_s"]
+
+
+def _search_own_s(got: dict) -> float:
+    """The search's own time: its solve_time_s (a wall time) less the
+    command's waits for a core (wall_s - cpu_s, an upper bound of the search's own waits; 0 on
+    an idle machine)."""
+    return got["solve_s"] - max(0.0, got["wall_s"] - got["cpu_s"])
+
+
 def _plan_code(path: str, argv: list[str]) -> str:
-    """The CLI's `plan --json` in-process, timed from before its imports, with the peak RSS."""
+    """The CLI's `plan --json` in-process, timed from before its imports, with its CPU time and
+    peak RSS."""
     return f"""
 import contextlib, io, json, resource, time
 t0 = time.perf_counter()
@@ -57,8 +81,10 @@ with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
     code = main(["plan", {path!r}, "--json", "--quiet", *{argv!r}])
 wall = time.perf_counter() - t0
 got = json.loads(out.getvalue()) if code in (0, 3) else {{}}
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({{"code": code, "wall_s": wall, "status": got.get("status"), "solve_s": got.get("solve_time_s"),
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+                  "cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "rss_mib": own.ru_maxrss / 1024}}))
 """
 
 
@@ -86,7 +112,7 @@ def test_million_layer_probes_keep_time_and_memory(tmp_path, pp):
     got = _run(_plan_code(_million_layers(tmp_path), ["--search", f"pp={pp}", "--time-limit-s", str(limit_s)]),
                timeout_s=60)
     assert got["code"] == 0
-    assert got["wall_s"] <= limit_s + PROCESS_SLACK_S, got
+    assert _own_s(got) <= limit_s + PROCESS_SLACK_S, got
     assert got["rss_mib"] <= PROBE_RSS_LIMIT_MIB, got
     # its split (a million layers) is beyond the exact DP: bounded, not proved
     assert got["status"] == "feasible", got
@@ -111,8 +137,8 @@ SEARCH_SLACK_S = 2.5
 def test_a_small_limit_bounds_the_largest_bundled_instances(path, limit_s):
     got = _run(_plan_code(str(ROOT / path), ["--time-limit-s", str(limit_s)]), timeout_s=60)
     assert got["code"] in (0, 3), got  # 3: no plan within the allowance (status timeout)
-    assert got["solve_s"] <= limit_s + SEARCH_SLACK_S, got
-    assert got["wall_s"] <= limit_s + PROCESS_SLACK_S, got
+    assert _search_own_s(got) <= limit_s + SEARCH_SLACK_S, got
+    assert _own_s(got) <= limit_s + PROCESS_SLACK_S, got
     assert got["status"] in ("feasible", "timeout"), got  # 10 ms proves none of them
 
 
@@ -123,16 +149,17 @@ def test_a_huge_batch_is_answered_within_its_limit(tmp_path):
     path = _with_lines(tmp_path, "batch.yaml", {"global_batch: 32\n": "global_batch: 16777216\n"})
     for limit_s in (0.01, 2.0):
         got = _run(_plan_code(path, ["--time-limit-s", str(limit_s)]), timeout_s=60)
-        assert got["code"] == 0 and got["wall_s"] <= limit_s + PROCESS_SLACK_S, got
+        assert got["code"] == 0 and _own_s(got) <= limit_s + PROCESS_SLACK_S, got
 
 
 @pytest.mark.slow
 def test_exhaustive_search_streams():
     # tiny-2types with per-operator partitions and every micro-batch size: millions of plans.
-    # Peak RSS after a 4 s and a 16 s run (each from the start, the second enumerating about
-    # twice the plans on this loaded machine: 1.64M and 3.28M measured) stays within 40 MiB: the
-    # search keeps one best per (outer, layer plans) and micro-batch vector until folded, not
-    # every plan (it grew ~13 MB/s before)
+    # Peak RSS after a 2 s and an 8 s run (each from the start, the second enumerating more
+    # plans: at 4 s and 16 s, 1.64M and 3.28M measured on a loaded machine) stays within 40 MiB:
+    # the search keeps one best per (outer, layer plans) and micro-batch vector until folded, not
+    # every plan (it grew ~13 MB/s before: over the 6 s more, ~78 MB, twice the bound; the runs
+    # were 4 s and 16 s, 12 s of CPU more than needed to see it, issue 32)
     code = """
 import dataclasses, json, resource
 from paraplan.cost.groups_loader import load_cluster_instance
@@ -141,15 +168,15 @@ inst = load_cluster_instance("instances/hetero/tiny-2types.yaml")
 inst = dataclasses.replace(inst, search=dataclasses.replace(
     inst.search, tensor_partitions=("megatron", "spatial_temporal"), micro_batch=None))
 out = {}
-for limit_s in (4.0, 16.0):
+for limit_s in (2.0, 8.0):
     r = exhaustive_classes(inst, max_candidates=10**15, time_limit_s=limit_s)
     out[str(limit_s)] = [r.candidates, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, r.complete]
 print(json.dumps(out))
 """
     got = _run(code, timeout_s=60)
-    (n4, rss4, _), (n16, rss16, done16) = got["4.0"], got["16.0"]
-    assert n16 > 1.5 * n4 or done16, got
-    assert rss16 - rss4 <= 40, got
+    (n2, rss2, _), (n8, rss8, done8) = got["2.0"], got["8.0"]
+    assert n8 > 1.5 * n2 or done8, got
+    assert rss8 - rss2 <= 40, got
 
 
 @pytest.mark.slow
@@ -162,24 +189,27 @@ def test_the_solver_backends_keep_to_the_limit(tmp_path, backend):
     got = _run(_plan_code(_million_layers(tmp_path), ["--search", "pp=1024", "--time-limit-s", str(limit_s),
                                                       "--backend", backend]), timeout_s=90)
     assert got["code"] == 0 and got["status"] == "feasible", got
-    assert got["solve_s"] <= limit_s + 1.0, got
-    assert got["wall_s"] <= limit_s + PROCESS_SLACK_S, got
+    assert _search_own_s(got) <= limit_s + 1.0, got
+    assert _own_s(got) <= limit_s + PROCESS_SLACK_S, got
     assert got["rss_mib"] <= PROBE_RSS_LIMIT_MIB, got
 
 
 def _command(argv: list[str], timeout_s: float) -> tuple[int, str, float]:
-    """A whole `paraplan` command in a fresh process: (exit status, stdout, wall seconds)."""
+    """A whole `paraplan` command in a fresh process: (exit status, stdout, its own seconds:
+    _own_s)."""
     code = f"""
-import contextlib, io, json, time
+import contextlib, io, json, resource, time
 t0 = time.perf_counter()
 from paraplan.solver.commands.cli import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
     code = main({argv!r})
-print(json.dumps({{"code": code, "out": out.getvalue(), "wall_s": time.perf_counter() - t0}}))
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({{"code": code, "out": out.getvalue(), "wall_s": time.perf_counter() - t0,
+                  "cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime}}))
 """
     got = _run(code, timeout_s)
-    return got["code"], got["out"], got["wall_s"]
+    return got["code"], got["out"], _own_s(got)
 
 
 HUGE = str(10**130)  # --max-candidates past every bundled space
@@ -192,10 +222,10 @@ def test_exhaustive_stops_at_its_limit_and_says_so(path):
     # a deep class shape (61 layers on 16 stages: ~5e13 splits) was listed whole before the
     # clock was read: > 120 s under a 2 s limit; measured 2.5 s after
     limit_s = 2.0
-    code, out, wall = _command(["exhaustive", str(ROOT / path), "--time-limit-s", str(limit_s),
+    code, out, own_s = _command(["exhaustive", str(ROOT / path), "--time-limit-s", str(limit_s),
                                 "--max-candidates", HUGE, "--quiet"], timeout_s=60)
     assert code == 3 and "STOPPED by the time limit" in out and "nothing is proved" in out, out
-    assert wall <= limit_s + PROCESS_SLACK_S, wall
+    assert own_s <= limit_s + PROCESS_SLACK_S, own_s
 
 
 @pytest.mark.slow
@@ -204,9 +234,9 @@ def test_exhaustive_stops_at_its_limit_and_says_so(path):
 def test_verify_under_a_small_limit_ends_near_it(path):
     # every method shares the limit; measured 0.9-1.1 s whole command at 0.01 s
     limit_s = 0.01
-    code, out, wall = _command(["verify", str(ROOT / path), "--time-limit-s", str(limit_s), "--quiet"], timeout_s=60)
+    code, out, own_s = _command(["verify", str(ROOT / path), "--time-limit-s", str(limit_s), "--quiet"], timeout_s=60)
     assert code == 1 and "NOT VERIFIED" in out, out  # nothing proved in 10 ms
-    assert wall <= limit_s + PROCESS_SLACK_S, wall
+    assert own_s <= limit_s + PROCESS_SLACK_S, own_s
 
 
 @pytest.mark.slow
@@ -216,12 +246,12 @@ def test_a_sweep_under_a_small_limit_ends_near_it(tmp_path):
     sweep = tmp_path / "big.yaml"
     sweep.write_text("name: big\nbackend: cpsat\ntime_limit_s: 0.01\ninstances:\n"
                      + "".join(f"  - {ROOT / p}\n" for p in LARGEST), encoding="utf-8")
-    code, _, wall = _command(["sweep", str(sweep), "-o", str(tmp_path / "big.csv"), "--workers", "1",
+    code, _, own_s = _command(["sweep", str(sweep), "-o", str(tmp_path / "big.csv"), "--workers", "1",
                               "--quiet"], timeout_s=120)
     rows = (tmp_path / "big.csv").read_text(encoding="utf-8").splitlines()
     assert code == 0 and len(rows) == 1 + len(LARGEST)
     assert all(",optimal," not in r for r in rows[1:]), rows
-    assert wall <= len(LARGEST) * (limit_s + SEARCH_SLACK_S) + PROCESS_SLACK_S, wall
+    assert own_s <= len(LARGEST) * (limit_s + SEARCH_SLACK_S) + PROCESS_SLACK_S, own_s
 
 
 def test_verify_of_a_proved_infeasible_instance_says_infeasible(capsys):
@@ -261,11 +291,11 @@ def test_top_plans_stopped_by_the_limit_do_not_claim_infeasible():
     # exited 0; now it says what stopped it and exits 3, and it prices in chunks of 64 between
     # looks at the clock, so the whole command ends near the limit (measured 0.66 s)
     limit_s = 0.01
-    code, out, wall = _command(["plan", str(ROOT / LARGEST[0]), "--top", "3", "--time-limit-s", str(limit_s),
+    code, out, own_s = _command(["plan", str(ROOT / LARGEST[0]), "--top", "3", "--time-limit-s", str(limit_s),
                                 "--quiet"], timeout_s=120)
     assert "NOT proved (time limit)" in out and "fits memory" not in out, out
     assert code == (3 if "no plan found before the time limit" in out else 0), out
-    assert wall <= limit_s + PROCESS_SLACK_S, wall
+    assert own_s <= limit_s + PROCESS_SLACK_S, own_s
 
 
 @pytest.mark.slow
@@ -274,7 +304,7 @@ def test_report_keeps_to_a_small_limit():
     # --time-limit-s 0.01) after the plan; the table now stops at the same limit (3.5 s whole,
     # most of it drawing the figures)
     limit_s = 0.01
-    code, out, wall = _command(["report", str(ROOT / LARGEST[0]), "--time-limit-s", str(limit_s),
+    code, out, own_s = _command(["report", str(ROOT / LARGEST[0]), "--time-limit-s", str(limit_s),
                                 "-o", "/dev/null", "--quiet"], timeout_s=120)
     assert code in (0, 3), out
-    assert wall <= limit_s + PROCESS_SLACK_S + 2.0, wall  # + the three figures (~1.5 s measured)
+    assert own_s <= limit_s + PROCESS_SLACK_S + 2.0, own_s  # + the three figures (~1.5 s measured)

@@ -13,6 +13,8 @@ cost model lands above that line first.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -69,12 +71,20 @@ def _param(wl):
     return pytest.param(wl, id=wl[0], marks=marks)
 
 
+@functools.lru_cache(maxsize=None)
+def _planned(inst):
+    """The instance's optimum, once per test process: 17 of the 24 workloads' first rows give
+    the same instance as their fastest rows, so the promise test below reads the optima the
+    plausibility cases on its worker already proved (issue 32)."""
+    return plan(inst, time_limit_s=600)
+
+
 # about 100 s for all 24 workloads on 2 cores (the exact DP and the tight bound)
 @pytest.mark.slow
 @pytest.mark.parametrize("wl", [_param(w) for w in WORKLOADS])
 def test_replanned_optimum_is_plausible(wl):
     row_id, inst, cls = wl
-    res = plan(inst, time_limit_s=600)
+    res = _planned(inst)
     assert res.status == OPTIMAL, (row_id, res.status)
     assert res.breakdown.mfu <= BEST[cls] + MARGIN, (row_id, res.plan, res.breakdown.mfu, BEST[cls])
 
@@ -126,7 +136,7 @@ def test_the_optimum_promises_at_most_1_4x_over_the_published_run_median_1_15x()
     promises = {}
     for row in FASTEST:
         inst, _ = row_to_instance_plan(row, load_catalogue())
-        res = plan(inst, time_limit_s=600)
+        res = _planned(inst)
         assert res.status == OPTIMAL and inst.search.objective == "p90", row["id"]
         promises[row["id"]] = float(row["measured"]["iter_time_s"]) / res.quantile_s
         if row["id"] in OPEN_PROMISE:  # each fills HBM past every run at its scale: its trust says so
