@@ -111,7 +111,9 @@ def test_bundled_moe_optimum_is_plausible(name):
     inst = _instance(name)
     ref = _best_published(inst)
     assert ref is not None, f"{name}: no published run of its workload on its die"
-    res = plan(inst)
+    # a hang guard, not a budget: the Qwen3 DualPipe proof takes about 35 s of CPU (measured at
+    # load 7, 77 s wall), past the default 60 s limit on a loaded machine
+    res = plan(inst, time_limit_s=600)
     assert res.status == OPTIMAL
     per_gpu = inst.job.global_batch * inst.model.seq_len / res.iter_time_s / inst.cluster.num_gpus
     if name in OPEN:  # the list stays true: an open case is above the line
