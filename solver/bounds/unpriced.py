@@ -41,8 +41,9 @@ from collections import defaultdict
 import numpy as np
 
 from paraplan.cost import partition as P
-from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_prefix_floor_s,
-                                        layer_time_floor_s, output_layer_floor_s, stage_outer)
+from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_layer_floor_s,
+                                        dense_prefix_floor_s, layer_time_floor_s, output_layer_floor_s,
+                                        stage_outer)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
@@ -213,25 +214,35 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
     """(layer floor, dense-prefix extra a_0, output layer a_last) of a stage of outer o's class k
     on group g, on scenario i (the module docstring's terms), kept in `memo` by what they read:
     the scenario, the group, its tp and the layer's fields (an MoE layer's also whether it is
-    pipelined)."""
+    pipelined). The dense prefix layer's floor and the output layer read only a dense layer's
+    fields (cost/coefficients.dense_layer_floor_s; output_layer_time_s: micro-batch, cp, sp and
+    the tp), and are kept by those apart: DeepSeek-V3 on 2,048 H800 asks for 7,821 MoE layer
+    floors, of 252 such dense keys (issue 33)."""
     moe = inst.model.moe is not None
     fields = MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS
-    key = (i, g, o.tp_of(g), tuple(getattr(o, f) for f in fields if f not in ("tp", "pp")),
+    memo = {} if memo is None else memo
+    tp = o.tp_of(g)
+    key = (i, g, tp, tuple(getattr(o, f) for f in fields if f not in ("tp", "pp")),
            _pipelined(o.classes[k].pp) if moe else None, layer_plans)
-    if memo is not None and key in memo:
+    if key in memo:
         return memo[key]
     site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
     lo = stage_outer(class_outers(inst.job, o)[k], site)
     f = layer_time_floor_s(inst, lo, site)
-    a0 = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f)
-    # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
-    alast = 0.0 if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE else output_layer_floor_s(inst, lo, site)
+    dense_key = ("dense", i, g, tp, tuple(getattr(o, name) for name in DENSE_LAYER_FIELDS if name != "tp"))
+    dense = memo.get(dense_key)
+    if dense is None:
+        # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
+        dense = memo[dense_key] = (dense_layer_floor_s(inst, lo, site),
+                                   0.0 if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
+                                   else output_layer_floor_s(inst, lo, site))
+    a0 = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f, dense_floor_s=dense[0])
+    alast = dense[1]
     if layer_plans and P.spatial_temporal_allowed(lo):
         table = P.table_for(inst.group_alone(g, inst.scenarios[i].cluster), lo, site, NetEfficiency())
         opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
         f = min(f, opt.fwd_s + opt.bwd_s)
-    if memo is not None:
-        memo[key] = (f, a0, alast)
+    memo[key] = (f, a0, alast)
     return f, a0, alast
 
 
