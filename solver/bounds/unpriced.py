@@ -184,7 +184,7 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     v_all = np.array(v_of, float)
     mb_all = np.array(mb_of, np.int64)
     least_all = np.where(np.array(paired_of, bool), 2.0, 1.0)
-    for K in np.unique(classes_of).tolist():
+    for K in sorted(set(classes_of.tolist())):  # not np.unique: it loads numpy.ma (0.02 s)
         js = np.flatnonzero(classes_of == K)
         ix = at[first[js][:, None, None] + np.arange(n * K).reshape(1, n, K)]  # (outers, scenarios, classes)
         of_shape = [sh for sh in range(len(shapes)) if len(shapes[sh]) == K]
