@@ -46,7 +46,7 @@ from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, de
                                         stage_outer)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_outers, group_site
-from paraplan.cost.moe import pairs_unpipelined_micro_batches
+from paraplan.cost.moe import a2a_overlap_applies, dualpipe_applies, pairs_unpipelined_micro_batches
 from paraplan.cost.trust import objective_factors
 from paraplan.cost.specs import PipelineSchedule, ZeroBubble
 from paraplan.cost.zero_bubble import W_PASSES_SAVED, weight_grad_share
@@ -228,7 +228,13 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         return memo[key]
     site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
     lo = stage_outer(class_outers(inst.job, o)[k], site)
-    f = layer_time_floor_s(inst, lo, site)
+    if moe:  # kept by what an MoE layer reads of its pipeline (_moe_layer_key)
+        layer_key = _moe_layer_key(inst.job, i, g, lo)
+        f = memo.get(layer_key)
+        if f is None:
+            f = memo[layer_key] = layer_time_floor_s(inst, lo, site)
+    else:
+        f = layer_time_floor_s(inst, lo, site)
     dense_key = ("dense", i, g, tp, tuple(getattr(o, name) for name in DENSE_LAYER_FIELDS if name != "tp"))
     dense = memo.get(dense_key)
     if dense is None:
@@ -244,6 +250,17 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         f = min(f, opt.fwd_s + opt.bwd_s)
     memo[key] = (f, a0, alast)
     return f, a0, alast
+
+
+def _moe_layer_key(job, i: int, g: int, lo) -> tuple:
+    """The MoE layer floor's key of stage outer `lo` on group g, scenario i: its fields but the
+    pipeline's (MOE_LAYER_FIELDS but pp and v), and of the pipeline all the layer's price
+    reads: whether the all-to-all overlaps apply (cost/moe.a2a_overlap_applies and
+    dualpipe_applies; a2a_hidden_fraction reads the latter). Where neither overlap is on, the
+    pipelined and unpipelined, interleaved and plain configurations share one floor:
+    DeepSeek-V3 on 2,048 H800 prices 3,957 MoE layer floors, not 7,821 (issue 33)."""
+    return ("moe", i, g, *(getattr(lo, name) for name in MOE_LAYER_FIELDS if name not in ("pp", "virtual_stages")),
+            a2a_overlap_applies(job, lo), dualpipe_applies(job, lo))
 
 
 def _pipelined(pp: int) -> bool:
