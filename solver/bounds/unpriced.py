@@ -214,10 +214,11 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
     """(layer floor, dense-prefix extra a_0, output layer a_last) of a stage of outer o's class k
     on group g, on scenario i (the module docstring's terms), kept in `memo` by what they read:
     the scenario, the group, its tp and the layer's fields (an MoE layer's also whether it is
-    pipelined). The dense prefix layer's floor and the output layer read only a dense layer's
+    pipelined). Under that key each term is kept by what it reads: an MoE layer's floor by
+    _moe_layer_key, and the dense prefix layer's floor and the output layer by a dense layer's
     fields (cost/coefficients.dense_layer_floor_s; output_layer_time_s: micro-batch, cp, sp and
-    the tp), and are kept by those apart: DeepSeek-V3 on 2,048 H800 asks for 7,821 MoE layer
-    floors, of 252 such dense keys (issue 33)."""
+    the tp): DeepSeek-V3 on 2,048 H800 asks for 7,821 stage floors, of 3,957 MoE layer keys and
+    252 dense ones (issue 33)."""
     moe = inst.model.moe is not None
     fields = MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS
     memo = {} if memo is None else memo
