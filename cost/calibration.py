@@ -127,10 +127,19 @@ RAN_FILE = Path(__file__).resolve().parent / "published" / "ran.yaml"
 
 
 @lru_cache(maxsize=1)
+def _ran_entries() -> list[dict]:
+    """cost/published/ran.yaml's entries, read once per process for both readers below (each
+    parsed it on every `paraplan plan` before) and parsed once per installation
+    (read_cache.bundled_yaml). Shared: the readers copy what they keep."""
+    from paraplan.cost.read_cache import bundled_yaml
+    return bundled_yaml(RAN_FILE)
+
+
+@lru_cache(maxsize=1)
 def _bundled_ran() -> dict[str, dict]:
     """Row id -> the facts cost/published/ran.yaml states for it."""
     out: dict[str, dict] = {}
-    for entry in read_yaml(RAN_FILE):
+    for entry in _ran_entries():
         facts = {k: v for k, v in entry.items() if k in RAN_KEYS}
         for row_id in entry["rows"]:
             out[row_id] = facts
@@ -147,7 +156,7 @@ RAN_CONFIG_KEYS = ("micro_batch", "virtual_stages")
 def _bundled_configs() -> dict[str, dict[str, int]]:
     """Row id -> the config fields cost/published/ran.yaml states for it (RAN_CONFIG_KEYS)."""
     out: dict[str, dict[str, int]] = {}
-    for entry in read_yaml(RAN_FILE):
+    for entry in _ran_entries():
         for row_id, fields in (entry.get("configs") or {}).items():
             bad = [k for k in fields if k not in RAN_CONFIG_KEYS]
             if bad or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in fields.values()):

@@ -810,19 +810,31 @@ def output_layer_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficienc
     return output_layer_time_s(inst, o, site.tp or o.tp, site.gpu) * (1 + slow)
 
 
+def dense_layer_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency()) -> float:
+    """layer_time_floor_s of an MoE model's dense prefix layer (its dense view,
+    flops.moe_dense_view), 0 without a dense prefix. It reads of `o` only DENSE_LAYER_FIELDS:
+    the planner keeps it by those (solver/bounds/unpriced.stage_floor_terms), where the MoE
+    layer's floor beside it reads the expert layout and the pipeline too."""
+    moe = inst.model.moe
+    if moe is None or not moe.dense_layers:
+        return 0.0
+    return layer_time_floor_s(_with_model(inst, moe_dense_view(inst.model)), o, site, net)
+
+
 def dense_prefix_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency(),
-                         moe_floor_s: float | None = None) -> float:
+                         moe_floor_s: float | None = None, dense_floor_s: float | None = None) -> float:
     """A lower bound of the first stage's dense-prefix extra that reads nothing of the
     data-parallel ring (build's "dense_prefix" stage part, d x (dense layer - MoE layer), which
     is negative where the dense layer is the cheaper): d x (the dense layer's floor - the MoE
     layer's floor): exactly that extra without ZeRO-3, the only term the floors leave out. With
     ZeRO-3 a bound still: the first stage holds n >= d layers, and (n - d) x MoE layer + d x
     dense layer >= (n - d) x MoE floor + d x dense floor, which is n x MoE floor + this. 0
-    without a dense prefix. `moe_floor_s`: the MoE layer's floor, if the caller has it."""
+    without a dense prefix. `moe_floor_s`, `dense_floor_s`: the MoE layer's floor and
+    dense_layer_floor_s, if the caller has them."""
     moe = inst.model.moe
     if moe is None or not moe.dense_layers:
         return 0.0
-    dense = layer_time_floor_s(_with_model(inst, moe_dense_view(inst.model)), o, site, net)
+    dense = dense_layer_floor_s(inst, o, site, net) if dense_floor_s is None else dense_floor_s
     if moe_floor_s is None:
         moe_floor_s = layer_time_floor_s(inst, o, site, net)
     return moe.dense_layers * (dense - moe_floor_s)
@@ -1204,17 +1216,21 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
 # attention view and a dense prefix layer identically, and the space holds several of them per
 # degree and batch configuration (cost/space_rules.expert_layouts): keep those results by
 # everything else they read (the instance and GPU by identity, held in the entry so that their
-# ids cannot be reused while it lives).
+# ids cannot be reused while it lives). The attention view is megatron_layer alone, which reads
+# DENSE_LAYER_FIELDS of the outer and no data-parallel link: kept by those, configurations that
+# differ in their pipeline, ZeRO stage or rings share it too (the floors read before pricing on
+# DeepSeek-V3 / 2,048 H800: 1,637 views priced, 252 distinct; issue 33).
 _EXPERT_FREE: dict[tuple, tuple[Instance, GpuSpec, object]] = {}
-_OUTER_FIELDS: dict[type, tuple[str, ...]] = {}
+_OUTER_FIELDS: dict[tuple[str, type], tuple[str, ...]] = {}
 
 
 def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEfficiency, dp_n: int, price):
-    names = _OUTER_FIELDS.get(type(o))
+    names = _OUTER_FIELDS.get((kind, type(o)))
     if names is None:
-        names = _OUTER_FIELDS[type(o)] = tuple(f.name for f in fields(o) if f.name not in ("ep", "etp"))
-    key = (kind, id(inst), id(site.gpu), site.tp, site.tp_link, site.cp_link, site.dp_link, net, dp_n,
-           tuple(getattr(o, n) for n in names))
+        names = _OUTER_FIELDS[kind, type(o)] = (
+            DENSE_LAYER_FIELDS if kind == "view" else tuple(f.name for f in fields(o) if f.name not in ("ep", "etp")))
+    key = (kind, id(inst), id(site.gpu), site.tp, site.tp_link, site.cp_link,
+           None if kind == "view" else site.dp_link, net, dp_n, tuple(getattr(o, n) for n in names))
     hit = _EXPERT_FREE.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site.gpu:
         return hit[2]

@@ -191,11 +191,13 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from collections.abc import Hashable
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -706,9 +708,24 @@ def _gpu_types(raw: Any, path: str, prefix: str) -> dict[str, GpuSpec]:
 
 
 def load_catalogue(path: str | Path | None = None) -> dict[str, GpuSpec]:
-    """GPU types by name, from `path` or the bundled cost/gpus.yaml."""
+    """GPU types by name, from `path` or the bundled cost/gpus.yaml: a new dict on every call
+    (callers add their own types to it), of records read once per process while the file's
+    modification time and size stay (`paraplan plan` asked for the catalogue four times:
+    loading the instance, cost/fit's attention fractions, the trust band's MFU records and
+    memory fractions; issue 33)."""
     path = CATALOGUE_PATH if path is None else path
-    return _gpu_types(read_yaml(path), str(path), "")
+    try:
+        st = os.stat(path)
+    except OSError:  # read_yaml names the file and the problem
+        return _gpu_types(read_yaml(path), str(path), "")
+    return dict(_catalogue(str(path), st.st_mtime_ns, st.st_size))
+
+
+@lru_cache(maxsize=16)
+def _catalogue(path: str, mtime_ns: int, size: int) -> dict[str, GpuSpec]:
+    """load_catalogue's records of `path` as it was at (mtime_ns, size), the cache's key;
+    shared, so never handed out itself."""
+    return _gpu_types(read_yaml(path), path, "")
 
 
 # --- instances -----------------------------------------------------------------------------

@@ -669,8 +669,8 @@ def _moe_anchor_rows() -> tuple[tuple[str, float, bool], ...]:
     """(GPU, error %, host_bound) of every MoE anchor priced as it ran (cost/published/moe.yaml,
     paraplan_prediction.error_pct; > 0: paraplan's time below the measured one)."""
     from paraplan.cost.calibration import PUBLISHED_DIR
-    from paraplan.cost.loader import read_yaml
-    rows = read_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
+    from paraplan.cost.read_cache import bundled_yaml
+    rows = bundled_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
     return tuple((r["cluster"]["gpu"], float(r["paraplan_prediction"]["error_pct"]), bool(r.get("host_bound")))
                  for r in rows if (r.get("paraplan_prediction") or {}).get("error_pct") is not None)
 
@@ -685,9 +685,9 @@ def _moe_out_of_sample_rows() -> tuple[tuple[str, float, bool], ...]:
     """(GPU, out-of-sample error %, False) of every anchor in cost/published/moe_crossval.yaml,
     read here: cost/moe_fit, which writes it, imports this module."""
     from paraplan.cost.calibration import PUBLISHED_DIR
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.read_cache import bundled_yaml
     return tuple((r["gpu"], float(r["out_of_sample_error_pct"]), False)
-                 for r in read_yaml(PUBLISHED_DIR / "moe_crossval.yaml")["rows"])
+                 for r in bundled_yaml(PUBLISHED_DIR / "moe_crossval.yaml")["rows"])
 
 
 def _moe_anchor_logs(gpu: str, min_group_rows: int = MIN_GROUP_ROWS,

@@ -53,7 +53,6 @@ import heapq
 import itertools
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -766,7 +765,11 @@ def _search_over(inst: ClusterInstance, outers: list, summary, backend: str, tim
     heapq.heapify(heap)
     open_bounds: list[float] = []
     batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
-    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    pool = None
+    if threads > 1:  # imported here: concurrent.futures loads logging and threading, 0.01 s of
+        # every plan's start-up (issue 33), for --threads only
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(max_workers=threads)
 
     def flush() -> None:
         """Solve the batch (at once with threads > 1) and take its results in key order."""

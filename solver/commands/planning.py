@@ -79,7 +79,6 @@ def cmd_plan(args) -> int:
     evidence wording and plan line)."""
     from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.commands import groups
-    from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.solve import solve
 
     log = progress_printer(args)
@@ -102,6 +101,9 @@ def cmd_plan(args) -> int:
     flat = not isinstance(inst, ClusterInstance)
     regs = None
     if objective != "nominal" and res.plan is not None:
+        # imported here: the network timeline's module (solver/dynamic.py) and its choice
+        # formulation serve only the scenario objectives (issue 33, start-up)
+        from paraplan.solver.dynamic import regrets, scenario_optima
         # the plan's times as the search's re-simulation priced them on every scenario
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     sens = None

@@ -3,7 +3,10 @@ exact split DP) loads neither OR-Tools nor PuLP. OR-Tools' CP-SAT module imports
 about 0.2 s of a fresh process's start-up that the default backend never uses (GPT-3 175B on
 1,024 A100, the whole command: 2.19 -> 1.72 s of CPU, median of 5, once it moved into the
 functions that solve with it). The solvers' own backends still load them, which the second
-case checks, so the first cannot pass by checking the wrong module names."""
+case checks, so the first cannot pass by checking the wrong module names. Nor does it load the
+report's plotting library (matplotlib), the sweep's cluster scheduler (dask, distributed), the
+thread pool of --threads (concurrent.futures) or the scenario objectives' module
+(paraplan.solver.dynamic), each checked loaded where its own feature runs."""
 
 from __future__ import annotations
 
@@ -21,13 +24,16 @@ import contextlib, io, json, sys
 from paraplan.solver.commands.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["plan", {path!r}, "--quiet", *{argv!r}])
-print(json.dumps({{"code": code, "loaded": sorted({{m.split(".")[0] for m in sys.modules}}
-                                                & {{"ortools", "pulp", "pandas"}})}}))
+print(json.dumps({{"code": code, "loaded": sorted(({{m.split(".")[0] for m in sys.modules}} | set(sys.modules))
+                                                & set({watched!r}))}}))
 """
+# what a plan with the default backend never uses (module docstring)
+WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "concurrent.futures",
+           "paraplan.solver.dynamic")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:
-    done = subprocess.run([sys.executable, "-c", _CODE.format(path=str(path), argv=argv)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", _CODE.format(path=str(path), argv=argv, watched=WATCHED)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -47,6 +53,30 @@ def test_a_solver_backend_still_imports_its_library(backend, library):
     # configuration before a solver runs, whatever the backend
     got = _loaded(ROOT / "instances" / "hetero" / "tiny-2types.yaml", ["--backend", backend])
     assert got["code"] == 0 and library in got["loaded"], got
+
+
+@pytest.mark.parametrize("argv,module", [(["--threads", "2"], "concurrent.futures"),
+                                         (["--robust"], "paraplan.solver.dynamic")])
+def test_a_feature_still_imports_its_module(argv, module):
+    # the thread pool where --threads asks for it; the regret table's module under a scenario
+    # objective (the 8B file's bandwidth scenarios)
+    got = _loaded(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml", argv)
+    assert got["code"] == 0 and module in got["loaded"], got
+
+
+def test_the_watched_libraries_are_the_ones_the_code_imports():
+    # the report's figures import matplotlib and the sweep's scheduler distributed (which loads
+    # dask), the formulations OR-Tools and PuLP, inside the functions that use them: the names
+    # the plan test watches are those
+    import ast
+    names = set()
+    for path in [*(ROOT / "solver").rglob("*.py"), *(ROOT / "formulations").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+    assert {"matplotlib", "distributed", "ortools", "pulp", "concurrent"} <= names
 
 
 def test_command_modules_lists_what_each_module_registers():

@@ -82,3 +82,26 @@ def test_an_moe_layer_reads_only_its_listed_fields():
                 assert megatron_layer(inst, replace(oe, **{field: value}), site, NetEfficiency()) == base, (oe, field)
             checked += 1
     assert checked
+
+
+def test_an_moe_layers_attention_view_is_kept_by_its_dense_fields():
+    # coefficients._expert_free keeps an MoE layer's attention view (megatron_layer of the
+    # view model) by DENSE_LAYER_FIELDS: the terms priced with that cache warm (configurations
+    # differing in pp, v, ZeRO, dp and the expert layout share a view) equal those priced with
+    # it emptied before each layer (DeepSeek-V3-shaped: latent attention, a shared expert)
+    from paraplan.cost import coefficients
+    inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
+    variants = [dict(pp=4), dict(pp=8, virtual_stages=2), dict(pp=1, zero=2), dict(dp=3), dict(ep=8),
+                dict(ep=16, etp=1)]
+    outers = [replace(o, **v) for o in _outers() for v in variants]
+    coefficients._EXPERT_FREE.clear()
+    warm = []
+    for o in outers:
+        site = homogeneous_placement(inst.cluster, o).sites[0]
+        warm.append(megatron_layer(inst, o, site, NetEfficiency()))
+    views = sum(1 for key in coefficients._EXPERT_FREE if key[0] == "view")
+    assert views < len(outers)  # shared, so the comparison below is not vacuous
+    for o, w in zip(outers, warm):
+        coefficients._EXPERT_FREE.clear()
+        site = homogeneous_placement(inst.cluster, o).sites[0]
+        assert megatron_layer(inst, o, site, NetEfficiency()) == w, o

@@ -221,3 +221,22 @@ def test_interior_stage_order_leaves_every_floor_unchanged():
     finally:
         unpriced._canonical_row = canonical
     assert np.array_equal(sorted_key, own_order)
+
+
+def test_dense_prefix_and_output_floors_shared_by_dense_fields_equal_each_alone():
+    """stage_floor_terms keeps a stage's dense prefix layer floor and output layer by a dense
+    layer's fields alone (tp, cp, micro-batch, sp, recompute), under the MoE floor's finer key.
+    DeepSeek-V3-shaped on 2,048 H800 (3 dense layers, latent attention, ep up to 64): every
+    41st configuration of its space bounded at once (one shared memo) equals each bounded alone
+    (its own memo); a dense key missing one of the fields it needs would mix floors here. The
+    outers sampled hold more distinct MoE keys than dense ones (counted), so the dense entries
+    are shared, not each computed once."""
+    inst = load_cluster_instance(ROOT / "instances/deepseek-v3-shaped-2048xH800.yaml")
+    outers = declared_outers(inst)[::41]
+    idx, agg, weights = scenario_weights(inst, "nominal")
+    memo: dict = {}
+    together = floor_bounds_s(inst, outers, idx, agg, weights, memo=memo)
+    alone = [floor_bounds_s(inst, [o], idx, agg, weights)[0] for o in outers]
+    assert together.tolist() == alone
+    dense = sum(1 for key in memo if key[0] == "dense")
+    assert 0 < dense < len(memo) - dense, (dense, len(memo))

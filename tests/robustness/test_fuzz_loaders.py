@@ -738,3 +738,27 @@ for name in {sorted(cases)!r}:
         "line 1, column 101 | nested more than 100 levels deep",
         "line 2, column 1 | duplicate key 'a'",
         "line 1, column 4 | malformed YAML: cannot read 'abc' as int (ValueError)"], out
+
+
+def test_pure_python_yaml_parser_reads_every_bundled_file_alike():
+    """The strict loader parses with libyaml where PyYAML has it (loader._SAFE_LOADER) and
+    with the pure-Python parser otherwise: every bundled YAML file (the GPU catalogue, the
+    published rows and the MoE anchors, every instance, cluster, job and sweep file) reads to
+    the same data either way, compared by repr (floats, keys and their order included)."""
+    root = Path(__file__).parents[2]
+    files = sorted(str(p) for d in ("cost", "instances") for p in (root / d).rglob("*.yaml"))
+    assert len(files) > 30
+    script = f"""
+import sys, yaml
+if sys.argv[1] == "python":
+    del yaml.CSafeLoader
+from paraplan.cost import loader
+assert (loader._SAFE_LOADER is yaml.SafeLoader) == (sys.argv[1] == "python")
+for path in {files!r}:
+    big = "/published/" in path
+    print(repr(loader.read_yaml(path, calibration=big)))
+"""
+    outs = [subprocess.run([sys.executable, "-c", script, parser], capture_output=True, text=True,
+                           timeout=300, cwd=root, check=True).stdout for parser in ("libyaml", "python")]
+    assert len(outs[0].splitlines()) == len(files)
+    assert outs[0] == outs[1]
