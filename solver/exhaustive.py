@@ -30,7 +30,7 @@ import numpy as np
 
 from paraplan.cost import recompute_patterns, schedule
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
@@ -277,7 +277,7 @@ def _zero_bubble_terms(p, c, t: np.ndarray, nT: np.ndarray) -> tuple[np.ndarray,
     return ((vm - 1) * t + (t - b)).max(axis=0) / (vm - 1), b.sum(axis=0)
 
 
-def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
+def _dualpipe_exhaustive(inst: Instance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
     """A DualPipe job's space (one class on one group per configuration): every split and
     recompute row of each configuration (_split_rows), its time and memory from the DualPipe
     problem's terms (search.dualpipe_problem, cost/dualpipe.terms), the first minimum
@@ -305,7 +305,7 @@ def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadlin
                                   feasible=feasible, complete=complete)
 
 
-def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
+def exhaustive_classes(inst: Instance, objective: str = "nominal",
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
                       time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring). With time_limit_s
@@ -503,7 +503,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     return list(zip(counted, fit, best))
 
 
-def _time_s(inst: ClusterInstance, plan: Plan, objective: str, value_s: float) -> float:
+def _time_s(inst: Instance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
 
@@ -511,5 +511,5 @@ def _time_s(inst: ClusterInstance, plan: Plan, objective: str, value_s: float) -
 def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
                progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over a flat instance's declared space, as its one group."""
-    return exhaustive_classes(ClusterInstance.one_group(inst), max_candidates=max_candidates, progress=progress,
+    return exhaustive_classes(inst, max_candidates=max_candidates, progress=progress,
                               time_limit_s=time_limit_s)

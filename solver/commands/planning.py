@@ -77,7 +77,6 @@ def cmd_plan(args) -> int:
     (solver/solve.py) for the objective asked for, its plan re-simulated once on each network the
     objective reads, shown with the one breakdown renderer (a flat instance: its own header,
     evidence wording and plan line)."""
-    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.commands import groups
     from paraplan.solver.dynamic import regrets, scenario_optima
     from paraplan.solver.solve import solve
@@ -99,14 +98,14 @@ def cmd_plan(args) -> int:
     finally:
         if log:
             log.done()
-    flat = not isinstance(inst, ClusterInstance)
+    flat = not groups.shown_as_groups(inst)
     regs = None
     if objective != "nominal" and res.plan is not None:
         # the plan's times as the search's re-simulation priced them on every scenario
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
-        sens = groups.plan_sensitivity(args, groups.as_groups(inst), res.plan, backend, objective)
+        sens = groups.plan_sensitivity(args, inst, res.plan, backend, objective)
     if args.json:
         out = result_json(res, inst, regs)
         if sens is not None:
@@ -309,8 +308,8 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
     groups the rule that emptied it), or memory."""
     if outer_configs:
         return "no plan fits memory"
-    from paraplan.cost.plan_specs import ClusterInstance
-    if isinstance(inst, ClusterInstance):
+    from paraplan.solver.commands.groups import shown_as_groups
+    if shown_as_groups(inst):
         from paraplan.solver.space import empty_space_reason
         return "the declared heterogeneous space is empty: " + empty_space_reason(inst)
     from paraplan.solver.planner import infeasible_reason

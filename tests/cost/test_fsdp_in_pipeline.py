@@ -151,10 +151,10 @@ def test_one_group_prices_it_like_one_homogeneous_cluster(tmp_path):
     # one model of the problem: the class planner (cost/class_coefficients.py on a one-group
     # cluster) prices FSDP inside a pipeline through the same build, so its optimum is the time
     # the homogeneous simulator gives its plan
-    from paraplan.cost.plan_specs import ClusterInstance
+    from paraplan.cost.specs import Instance
     from paraplan.solver.search import search
     inst = load_instance(_torchtitan(tmp_path, "tiny-gpt-8xA100", pp=[2], zero=[3]))
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     assert het.status == "optimal" and het.plan.pp == 2 and het.plan.zero == 3
     bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)

@@ -55,12 +55,11 @@ def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
     """A case planned by the one entry (solver/solve.py), its plan as its plan file writes it."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.solve import solve
 
     res = solve(inst, backend, objective=objective)  # objective_s: what was minimised (search.objective)
-    plan = None if res.plan is None else (class_plan_to_mapping(res.plan, inst)
-                                          if isinstance(inst, ClusterInstance) else plan_to_mapping(res.plan))
+    plan = None if res.plan is None else (plan_to_mapping(res.plan) if inst.flat
+                                          else class_plan_to_mapping(res.plan, inst))
     return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
             "outer_configs": res.outer_configs, "plans": res.plans_total, "plan": plan}
 

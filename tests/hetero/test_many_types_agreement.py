@@ -17,7 +17,9 @@ import random
 import pytest
 from randinst import Space
 
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
+from paraplan.cost.specs import Instance
+
+from paraplan.cost.plan_specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive_classes
 from paraplan.solver.search import search
@@ -28,7 +30,7 @@ INSTANCES = 16
 MAX_CANDIDATES = 300_000
 
 
-def many_types_instance(seed: int) -> ClusterInstance:
+def many_types_instance(seed: int) -> Instance:
     """Three or four groups of 1 to 4 toy GPUs, each its own GPU type (speed and memory drawn:
     0.7-3 GiB, so memory binds), links within and between groups drawn, one tp, and a global
     batch that the groups' counts do not all divide; every layout option on."""
@@ -50,7 +52,7 @@ def many_types_instance(seed: int) -> ClusterInstance:
             for a in range(G) for b in range(a + 1, G)}
     between = tuple(tuple(groups[a].cluster.inter_node if a == b else pair[min(a, b), max(a, b)]
                           for b in range(G)) for a in range(G))
-    return ClusterInstance(name=f"types{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
+    return Instance(name=f"types{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                            job=JobSpec(global_batch=rng.choice([6, 8, 12])),
                            search=Space(micro_batch=(1, 2), zero=(0,), virtual_stages=(1,), cp=(1,), tp=(1,),
                                         classes_per_group=2, idle_gpus=True, mixed_families=True,

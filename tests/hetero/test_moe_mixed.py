@@ -15,7 +15,7 @@ import pytest
 import yaml
 from randinst import random_cluster_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
@@ -43,7 +43,7 @@ def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster(ep, zero):
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
     inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
                    search=replace(inst.search, ep=(ep,), zero=zero))
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     assert het.status == "optimal" and het.plan.ep == ep and het.plan.zero in zero
     bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
@@ -58,7 +58,7 @@ def test_one_group_prices_parallel_folding_like_one_homogeneous_cluster(ep):
     inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
                    search=replace(inst.search, ep=(ep,), etp=(1,), tp=(2, 4), sequence_parallel=(True,),
                                   zero=(0, 1, 2)))
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     assert het.status == "optimal" and het.plan.ep == ep and het.plan.etp == 1
     bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)

@@ -19,7 +19,7 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_cluster_instance, random_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.simulate import simulate
 from paraplan.formulations.quantize import fit_recompute_range
 from paraplan.solver.exhaustive import exhaustive, exhaustive_classes
@@ -156,8 +156,8 @@ def dualpipe_instance(tmp_path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.03, 0.04])
-    cut = replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
-    het = ClusterInstance.one_group(replace(inst, cluster=cut))
+    cut = replace(inst.cluster.one_group, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
+    het = replace(inst, cluster=Cluster.of(cut))
     return recompute_forced(het)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
 from paraplan.solver.exhaustive import exhaustive_classes
@@ -49,7 +49,7 @@ def dualpipe_instance(tmp_path: Path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.04, 0.08, 1.0])
-    return ClusterInstance.one_group(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
+    return replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
 
 
 SEEDS = range(12)
