@@ -305,7 +305,7 @@ def _dualpipe_exhaustive(inst: Instance, outers: list, t0: float, deadline: floa
                                   feasible=feasible, complete=complete)
 
 
-def exhaustive_classes(inst: Instance, objective: str = "nominal",
+def exhaustive(inst: Instance, objective: str = "nominal",
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
                       time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring). With time_limit_s
@@ -494,7 +494,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
             if not fitting:
                 continue
             for i, mv in enumerate(mvecs):
-                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as exhaustive_classes
+                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as exhaustive
                 vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
                 j = int(np.argmin(np.where(ok, vals, np.inf)))  # the first fitting minimum
                 if vals[j] < best[q][i][0]:  # strictly: an equal value later in row order is not first
@@ -506,10 +506,3 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
 def _time_s(inst: Instance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
-
-
-def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
-               progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
-    """Brute force over a flat instance's declared space, as its one group."""
-    return exhaustive_classes(inst, max_candidates=max_candidates, progress=progress,
-                              time_limit_s=time_limit_s)

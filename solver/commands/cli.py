@@ -28,8 +28,8 @@ def cmd_simulate(args) -> int:
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
                                         table, trust_json, trust_lines)
 
-    read = read_instance(args, simulate_only=True)
-    inst, (plan,) = read_plans([args.plan], read)  # the plan file is read once, either format
+    inst = read_instance(args, simulate_only=True)
+    (plan,) = read_plans([args.plan], inst)  # the plan file is read once, either format
     grouped = group_commands.shown_as_groups(inst, plan)
     networks = [(sc.name, sc.cluster) for sc in inst.scenarios] if grouped else [("nominal", None)]
     try:

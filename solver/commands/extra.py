@@ -22,7 +22,8 @@ def cmd_compare(args) -> int:
                                                side_rows, train_rows)
 
     names = (args.plan_a, args.plan_b)
-    inst, plans = read_plans(names, read_instance(args))
+    inst = read_instance(args)
+    plans = read_plans(names, inst)
     bds = [simulate(inst, p) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
     # each plan's interval: its own distance from the published runs (cost/trust.py), so two
@@ -163,8 +164,7 @@ def _memory_plan(args):
 
     read = read_instance(args, args.plan is not None)  # a DualPipe plan file
     if args.plan:
-        inst, (plan,) = read_plans([args.plan], read)
-        return inst, plan, args.plan
+        return read, read_plans([args.plan], read)[0], args.plan
     from paraplan.solver.solve import solve
     res = solve(read, backend=args.backend, time_limit_s=args.time_limit_s)
     if res.status == "infeasible":

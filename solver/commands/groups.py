@@ -40,15 +40,14 @@ def no_scenarios(args) -> None:
 
 
 def class_instance(args):
-    """(instance, objective, homogeneous instance or None): the instance the arguments name as
-    the class planner plans it, together with the instance it was read as where its plans are
-    shown in the flat format, else None (shown_as_groups)."""
+    """(instance, objective): the instance the arguments name and the objective asked for,
+    nominal on an instance shown in the flat format (shown_as_groups)."""
     from paraplan.solver.commands.inputs import read_instance
     read = read_instance(args)
     if shown_as_groups(read):
-        return (*load_mixed(args, read), None)
+        return load_mixed(args, read)
     no_scenarios(args)
-    return read, "nominal", read
+    return read, "nominal"
 
 
 def objective_of(args) -> str:

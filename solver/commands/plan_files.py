@@ -14,13 +14,11 @@ from paraplan.cost.loader import read_yaml
 from paraplan.solver.commands.groups import shown_as_groups
 
 
-def read_plans(paths, read):
-    """(instance, plans) of the plan files at `paths` for the instance `read` (as
-    read_instance read it), each file in either format (a flat one on a one-group cluster)."""
+def read_plans(paths, inst) -> list:
+    """The plans of the plan files at `paths` for `inst`, each file read once, in either format
+    (a flat one on a one-group cluster)."""
     from paraplan.cost.groups_loader import class_plan_from_data
-
-    data = [read_yaml(p) for p in paths]  # each file read once
-    return read, [class_plan_from_data(d, read, p) for d, p in zip(data, paths)]
+    return [class_plan_from_data(read_yaml(p), inst, p) for p in paths]
 
 
 def plan_mapping(plan, inst) -> dict:

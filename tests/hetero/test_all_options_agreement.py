@@ -19,7 +19,7 @@ import pytest
 
 from paraplan.cost.plan_specs import Cluster, Scenario
 from paraplan.cost.specs import Link
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from randinst import partition_mixed_instance
 
@@ -45,7 +45,7 @@ def all_options_instance(seed: int):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_all_options_cpsat_equals_milp_equals_exhaustive(seed):
     inst = all_options_instance(seed)
-    ex = exhaustive_classes(inst, "robust", max_candidates=10**8)
+    ex = exhaustive(inst, "robust", max_candidates=10**8)
     if ex.plan is None:
         for backend in ("cpsat", "milp"):
             assert search(inst, backend, objective="robust").status == "infeasible"
@@ -66,7 +66,7 @@ def test_the_options_are_reached():
     a layer plan beyond Megatron's (partitions), each at least twice."""
     seen = {"zero3": 0, "cp2": 0, "v2": 0, "partitions": 0}
     for seed in SEEDS:
-        p = exhaustive_classes(all_options_instance(seed), "robust", max_candidates=10**8).plan
+        p = exhaustive(all_options_instance(seed), "robust", max_candidates=10**8).plan
         if p is None:
             continue
         seen["zero3"] += p.zero == 3

@@ -9,7 +9,7 @@ import math
 import pytest
 from randinst import random_cluster_instance
 
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 
@@ -30,7 +30,7 @@ def _close(a, b, tol) -> bool:
 @pytest.mark.parametrize("objective", ["nominal", "robust", "expected"])
 def test_solvers_match_exhaustive(seed, objective):
     inst = random_cluster_instance(seed)
-    ex = exhaustive_classes(inst, objective)
+    ex = exhaustive(inst, objective)
     for backend in ("cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30, objective=objective)
         assert res.status in ("optimal", "infeasible"), (backend, res.status)
@@ -51,7 +51,7 @@ def test_random_instances_exercise_the_space():
     agreement above is not vacuous."""
     seen = {"stage": 0, "replica": 0, "recompute": 0, "infeasible": 0, "two_groups": 0}
     for seed in SEEDS:
-        ex = exhaustive_classes(random_cluster_instance(seed))
+        ex = exhaustive(random_cluster_instance(seed))
         if ex.plan is None:
             seen["infeasible"] += 1
             continue
@@ -103,7 +103,7 @@ def test_solvers_match_exhaustive_with_zero_2_3_and_tp_across_nodes(seed):
     single-stage classes) and tp over whole nodes of a group: CP-SAT = MILP = exhaustive over
     the grown space, robust objective (both scenarios priced)."""
     inst = _grown(seed)
-    ex = exhaustive_classes(inst, "robust")
+    ex = exhaustive(inst, "robust")
     for backend in ("cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30, objective="robust")
         assert res.status in ("optimal", "infeasible"), (backend, res.status)
@@ -120,13 +120,13 @@ def test_the_grown_options_win_on_some_random_mixed_clusters():
     zero, across = [], []
     for seed in SEEDS:
         inst = _grown(seed)
-        p = exhaustive_classes(inst, "robust").plan
+        p = exhaustive(inst, "robust").plan
         if p is not None and p.zero >= 2:
             zero.append(seed)
         if not any(g.cluster.gpus_per_node == 1 and g.cluster.nodes == 2 for g in inst.cluster.groups):
             continue
         forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(2,)))
-        ex = exhaustive_classes(forced, "robust")
+        ex = exhaustive(forced, "robust")
         if ex.plan is None:
             continue
         used = {g for c in ex.plan.classes for g in c.stage_groups}
@@ -143,7 +143,7 @@ def _robust_agreement(inst, seed):
     """Exhaustive search on the robust objective; where a plan exists, CP-SAT and MILP must
     prove the same optimum (and the same forced options: their plans are checked by the
     callers through the exhaustive plan). None where the space has no plan."""
-    ex = exhaustive_classes(inst, "robust")
+    ex = exhaustive(inst, "robust")
     if ex.plan is None:
         return None
     for backend in ("cpsat", "milp"):

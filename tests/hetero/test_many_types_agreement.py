@@ -21,7 +21,7 @@ from paraplan.cost.specs import Instance
 
 from paraplan.cost.plan_specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
@@ -60,7 +60,7 @@ def many_types_instance(seed: int) -> Instance:
 
 
 # The first 16 seeds whose space holds at most MAX_CANDIDATES plans (0, 6, 8, 14, 16 and 17 hold
-# more). Listed rather than found by trying seeds in the test: exhaustive_classes' refusals of the
+# more). Listed rather than found by trying seeds in the test: exhaustive's refusals of the
 # others took a fifth of its time (issue 32). A listed seed whose space outgrows the cap fails with
 # SpaceTooLarge instead of being skipped: re-measure the list then. One case per seed, so the
 # suite's workers share them.
@@ -72,7 +72,7 @@ ON_THREE_GROUPS_OR_MORE = (10, 11, 13, 18)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_planner_proves_the_exhaustive_optimum_on_three_and_four_gpu_types(seed):
     inst = many_types_instance(seed)
-    ex = exhaustive_classes(inst, max_candidates=MAX_CANDIDATES)
+    ex = exhaustive(inst, max_candidates=MAX_CANDIDATES)
     res = search(inst, "cpsat", time_limit_s=30)
     assert res.status in ("optimal", "infeasible"), res.status
     if ex.objective_s is None:

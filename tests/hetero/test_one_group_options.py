@@ -19,7 +19,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
 from paraplan.solver.api import plan, search
 from paraplan.solver.commands.cli import main
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -58,7 +58,7 @@ def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, se
     inst = load_instance(path)
     grown = dataclasses.replace(
         inst, search=dataclasses.replace(inst.search, **{key: value}))
-    brute = exhaustive_classes(grown)  # the independent reference: every plan of the space
+    brute = exhaustive(grown)  # the independent reference: every plan of the space
     assert brute.complete and brute.plan is not None
     out = _json(capsys, ["plan", path, "--search", f"{key}={str(value).lower()}"])
     assert out["status"] == "optimal"

@@ -17,7 +17,7 @@ from randinst import random_instance
 
 from paraplan.cost.specs import Instance
 from paraplan.cost.simulate import simulate
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 
@@ -31,7 +31,7 @@ FEW_MICRO_BATCH_SEEDS = (1014, 1019, 1020, 1034, 1045, 1059)
 def test_one_group_plans_fewer_micro_batches_than_stages(seed):
     inst = random_instance(seed, variant=True)
     het_inst = inst
-    ex = exhaustive_classes(het_inst)
+    ex = exhaustive(het_inst)
     (c,) = ex.plan.classes
     assert c.num_micro_batches < len(c.stage_groups)
     for backend in ("dp", "cpsat", "milp"):
