@@ -308,6 +308,24 @@ def test_a_flat_file_is_one_group_and_group_alone_one_group_of_a_cluster():
         assert dynamic.group_alone(0, scenario.cluster).cluster.one_group == scenario.cluster.groups[0].cluster
 
 
+def test_the_nominal_scenario_follows_a_copied_cluster():
+    # scenarios[0] is the nominal network, the record's cluster: a flat instance copied onto
+    # other hardware (dataclasses.replace, as the tests and sensitivity do) prices its nominal
+    # network there, not on the cluster it was read with; tiny-gpt: 1 node of 8 -> 2 nodes, 16
+    import dataclasses
+    from paraplan.cost.specs import Cluster
+    inst = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml")
+    two = Cluster.of(dataclasses.replace(inst.cluster.one_group, nodes=2))
+    moved = dataclasses.replace(inst, cluster=two)
+    assert [sc.cluster.num_gpus for sc in moved.scenarios] == [16]
+    # a declared scenario keeps its own network: llama3-8b-dynamic's nominal plus two changes
+    dynamic = load_cluster_instance(DYNAMIC)
+    west_only = Cluster(groups=dynamic.cluster.groups[1:], between=((dynamic.cluster.between[1][1],),))
+    moved = dataclasses.replace(dynamic, cluster=west_only)
+    assert moved.scenarios[0].cluster == west_only and moved.scenarios[0].probability == dynamic.scenarios[0].probability
+    assert moved.scenarios[1:] == dynamic.scenarios[1:]
+
+
 def test_one_reader_reads_a_flat_file_as_its_one_group():
     # load_cluster_instance is the one reader: a flat file comes back as the record
     # load_instance reads, equal record for record (the frozen dataclasses' equality compares
