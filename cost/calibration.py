@@ -47,7 +47,7 @@ from paraplan.cost.loader import (Section, check_head_shape, default_layer_split
                          load_catalogue)
 from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance,
+from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, Cluster,
                         JobSpec, Link, Mlp, ModelSpec, Optimizer, Precision, Recompute,
                         grad_reduce_refusal)
 from paraplan.cost.plan_specs import Plan
@@ -293,7 +293,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                   tp_comm_overlap=ran.tp_comm_overlap, cudnn_attention=ran.cudnn_attention,
                   recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype)
     # the space of the run's own release: what re-planning its workload may choose
-    inst = Instance(name=row["id"], model=model, cluster=cluster, job=job, source="calibration",
+    inst = Instance(name=row["id"], model=model, cluster=Cluster.of(cluster), job=job, source="calibration",
                     search=release_space(ran.framework, ran.release_year))
 
     mb = cf.get("micro_batch") or 1

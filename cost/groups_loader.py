@@ -118,8 +118,8 @@ from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import unpriced_reason
 from paraplan.cost.pipeline_split import megatron_split
-from paraplan.cost.plan_specs import (Cluster, ClusterInstance, Plan, NodeGroup, Period,
-                               ReplicaClass, Scenario, Switching)
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Cluster, Plan, NodeGroup, Period, ReplicaClass, Scenario, Switching
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.loader import (CLUSTER_KEYS, JOB_KEYS, MODEL_KEYS, RECOMPUTE_FULL, SEARCH_KEYS, Section,
                          catalogue_with_gpu_types, check_job_options, check_moe_overlaps, check_number,
@@ -179,16 +179,16 @@ def is_groups_file(path: str | Path) -> bool:
 
 # --- instances -----------------------------------------------------------------------------
 
-def load_cluster_instance(path: str | Path) -> ClusterInstance:
+def load_cluster_instance(path: str | Path) -> Instance:
     """The instance file at `path` as a cluster of node groups, read once: a node-group file as
-    written, a flat one (cost/loader.py) as its one group (ClusterInstance.one_group)."""
+    written, a flat one (cost/loader.py) as its one group (cost/specs.Cluster.of)."""
     data = read_yaml(path)
     if is_groups_mapping(data):
         return cluster_instance_from_mapping(data, path)
-    return ClusterInstance.one_group(load_instance_parts(path, hf_config=None, cluster=None, job=None, data=data))
+    return load_instance_parts(path, hf_config=None, cluster=None, job=None, data=data)
 
 
-def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> ClusterInstance:
+def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> Instance:
     """The instance described by `data`, a whole heterogeneous instance file as read."""
     path = str(path)
     top = Section(data, path, "", _TOP_KEYS)
@@ -225,7 +225,7 @@ def cluster_instance_from_mapping(data: Any, path: str | Path = "<memory>") -> C
     switching = _switching(top.section("switching", _SWITCHING_KEYS)) \
         if top.has("switching") else Switching()
     kw = {} if search is None else {"search": search}
-    return ClusterInstance(name=name, model=model, cluster=nominal, job=job,
+    return Instance(name=name, model=model, cluster=nominal, job=job,
                           scenarios=tuple(scenarios), timeline=timeline, switching=switching,
                           source=path, **kw)
 
@@ -553,14 +553,14 @@ def _switching(sec: Section) -> Switching:
 # --- events --------------------------------------------------------------------------------
 
 def load_event(path: str | Path,
-               inst: ClusterInstance) -> tuple[Scenario, float | None, int | None]:
+               inst: Instance) -> tuple[Scenario, float | None, int | None]:
     """The network event in `path` (module docstring) applied to `inst`'s nominal cluster:
     (the scenario it makes, remaining seconds or None, remaining iterations or None); exactly
     one of the two is given."""
     return event_from_mapping(read_yaml(path), inst, path)
 
 
-def event_from_mapping(data: Any, inst: ClusterInstance,
+def event_from_mapping(data: Any, inst: Instance,
                        path: str | Path = "<memory>") -> tuple[Scenario, float | None, int | None]:
     path = str(path)
     sec = Section(data, path, "", _EVENT_FILE_KEYS).section("event", _EVENT_KEYS)
@@ -578,7 +578,7 @@ def event_from_mapping(data: Any, inst: ClusterInstance,
             remaining_iterations)
 
 
-def _network_of(inst: ClusterInstance, path: str) -> _Network:
+def _network_of(inst: Instance, path: str) -> _Network:
     """The instance's nominal cluster as a _Network: every link that differs from the default
     derived from the groups' NICs counts as explicitly given."""
     groups = list(inst.cluster.groups)
@@ -594,7 +594,7 @@ def _network_of(inst: ClusterInstance, path: str) -> _Network:
 
 # --- plans ---------------------------------------------------------------------------------
 
-def class_plan_from_mapping(mapping: Any, inst: ClusterInstance,
+def class_plan_from_mapping(mapping: Any, inst: Instance,
                              path: str | Path = "<memory>") -> Plan:
     """A Plan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
     path = str(path)
@@ -718,20 +718,20 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
                         _did_you_mean(value if isinstance(value, str) else "", names, "groups"))
 
 
-def load_class_plan(path: str | Path, inst: ClusterInstance) -> Plan:
+def load_class_plan(path: str | Path, inst: Instance) -> Plan:
     """The plan file at `path` for `inst`: the group format, or on a one-group cluster also the
     flat one (a flat plan is the one-class plan on group 0)."""
     return class_plan_from_data(read_yaml(path), inst, path)
 
 
-def class_plan_from_data(data: Any, inst: ClusterInstance, path: str | Path) -> Plan:
+def class_plan_from_data(data: Any, inst: Instance, path: str | Path) -> Plan:
     """load_class_plan of a plan file's contents `data`, read from `path`."""
     if len(inst.cluster.groups) == 1 and not is_group_plan_mapping(data):
         return plan_from_mapping(data, inst.group_alone(0), str(path))
     return class_plan_from_mapping(data, inst, str(path))
 
 
-def class_plan_to_mapping(plan: Plan, inst: ClusterInstance) -> dict:
+def class_plan_to_mapping(plan: Plan, inst: Instance) -> dict:
     """Plain YAML-safe mapping that class_plan_from_mapping turns back into `plan`."""
     names = [x.name for x in inst.cluster.groups]
     all_full = plan.recompute is Recompute.NONE and all(

@@ -214,7 +214,7 @@ from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 from paraplan.cost.space_rules import groups_search_refusal, search_refusal
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, JobSpec,
+from paraplan.cost.specs import (Attention, Cluster, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, JobSpec,
                         Link, Mlp, MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Precision,
                         OffloadModule, Recompute, RecomputeModule, SearchSpace, ZeroBubble,
                         grad_reduce_refusal)
@@ -954,7 +954,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
             raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
     if name is None:
         name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
-    return Instance(name=name, model=model_spec, cluster=cluster_spec, job=job_spec,
+    return Instance(name=name, model=model_spec, cluster=Cluster.of(cluster_spec), job=job_spec,
                     search=search, source=" + ".join(sources))
 
 
@@ -1722,7 +1722,7 @@ def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE
     check_gpu_prices(path, job, (cluster.gpu,))
     check_moe_overlaps(path, job, model, search)
     check_job_options(path, job, model, search)
-    return Instance(name=name, model=model, cluster=cluster, job=job, search=search, source=path)
+    return Instance(name=name, model=model, cluster=Cluster.of(cluster), job=job, search=search, source=path)
 
 
 def plan_file_instance(path: str | Path) -> Instance | None:
@@ -1755,8 +1755,8 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
         space = replace(inst.search, **fields)
     given = frozenset(raw)
     space = release_search_of(source, space, inst.job, given)
-    groups = getattr(inst.cluster, "groups", None)  # a mixed cluster (cost/plan_specs.py)
-    refusal = (search_refusal(space, inst.model, inst.cluster, inst.job, given) if groups is None
+    groups = inst.cluster.groups
+    refusal = (search_refusal(space, inst.model, inst.cluster.one_group, inst.job, given) if len(groups) == 1
                else groups_search_refusal(space, inst.model, [g.cluster for g in groups], given,
                                           inst.job.attention is Attention.FLASH))
     if refusal is not None:

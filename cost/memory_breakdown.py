@@ -31,7 +31,7 @@ from paraplan.cost import flops, memory, moe, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
 from paraplan.cost.flops import expert_params
 from paraplan.cost.class_coefficients import class_placement
-from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance, Outer
 
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
@@ -52,7 +52,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
                        plan.layers_per_stage, plan.full_recompute_layers, c)
 
 
-def class_categories_bytes(inst: ClusterInstance, plan: Plan,
+def class_categories_bytes(inst: Instance, plan: Plan,
                            coeffs: list[StageCoefficients]) -> list[list[dict[str, float]]]:
     """Per replica class and stage of a plan on node groups, bytes per category, from the
     class's coefficients (cost/class_coefficients.class_coefficients): each stage with its own

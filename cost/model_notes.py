@@ -12,13 +12,13 @@ model's source declares is dropped silently. The lines come from two places:
 from __future__ import annotations
 
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
-from paraplan.cost.plan_specs import ClusterInstance
+
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, RecomputeModule
 
 
-def model_warnings(inst: Instance | ClusterInstance, plan: Plan | None = None) -> list[str]:
+def model_warnings(inst: Instance, plan: Plan | None = None) -> list[str]:
     """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space, and
     a mixed-cluster plan, whose classes differ): the model's own `unmodelled` lines, then one
     line per rule of NOTES that applies."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from paraplan.cost.calibration import PUBLISHED_DIR
 from paraplan.cost.loader import instance_from_mapping, plan_from_mapping, read_yaml
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Instance
+from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.trust import RANK_MIN_REL_DIFF
 
 ANCHORS_PATH = PUBLISHED_DIR / "moe.yaml"
@@ -77,7 +77,7 @@ def _simulated(row: dict, **gpu):
     """`simulate` of the row's plan, with the named GpuSpec fields of its GPU replaced."""
     inst = anchor_instance(row)
     if gpu:
-        inst = replace(inst, cluster=replace(inst.cluster, gpu=replace(inst.cluster.gpu, **gpu)))
+        inst = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, gpu=replace(inst.cluster.gpu, **gpu))))
     return simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]), reserve_bytes=0.0)
 
 

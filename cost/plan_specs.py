@@ -29,7 +29,7 @@ All replicas synchronise gradients every iteration; the iteration ends with the 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost import recompute_patterns
@@ -37,125 +37,9 @@ from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.pipeline_split import chunk_layers
-from paraplan.cost.specs import (ClusterSpec, Instance, JobSpec, Link, ModelSpec, Outer, PipelineSchedule,
-                                 Recompute, SearchSpace, ZeroBubble, moe_fold_problem)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeGroup:
-    name: str
-    site: str  # racks / data centres: groups on one site share its links to other sites
-    cluster: ClusterSpec  # the group alone: GPU type, nodes, NVLink, NIC
-
-    @property
-    def num_gpus(self) -> int:
-        return self.cluster.num_gpus
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Cluster:
-    """`between[a][b]`: the path one GPU of group a sees to a GPU of group b (a != b), per GPU
-    and one direction; the diagonal repeats the group's own NIC and is not used."""
-
-    groups: tuple[NodeGroup, ...]
-    between: tuple[tuple[Link, ...], ...]
-
-    def __post_init__(self) -> None:
-        g = len(self.groups)
-        if g < 1:
-            raise ConfigError("cluster.groups needs at least one group")
-        if len({x.name for x in self.groups}) != g:
-            raise ConfigError("cluster.groups names must be unique")
-        if len(self.between) != g or any(len(row) != g for row in self.between):
-            raise ConfigError(f"the group link matrix must be {g} x {g}")
-
-    @property
-    def num_gpus(self) -> int:
-        return sum(x.num_gpus for x in self.groups)
-
-    def index(self, name: str) -> int:
-        for i, x in enumerate(self.groups):
-            if x.name == name:
-                return i
-        raise ConfigError(f"no node group named {name!r}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scenario:
-    """A network state: its cluster (links changed), and how likely or when it holds."""
-
-    name: str
-    cluster: Cluster
-    probability: float | None = None
-    window_h: tuple[float, float] | None = None  # hours of the day, informational
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Period:
-    scenario: int  # index into ClusterInstance.scenarios
-    duration_s: float
-
-    def __post_init__(self) -> None:
-        if self.duration_s <= 0:
-            raise ConfigError("timeline period durations must be > 0")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Switching:
-    """What a change of plan costs: save the checkpoint, restart, load and reshard it.
-
-    `storage_bw_bytes_per_s` is the aggregate checkpoint-storage bandwidth of the cluster (each
-    of save and load moves the whole model state once); `restart_s` is the fixed cost of
-    stopping and relaunching the job."""
-
-    storage_bw_bytes_per_s: float = 10e9
-    restart_s: float = 120.0
-
-    def __post_init__(self) -> None:
-        if self.storage_bw_bytes_per_s <= 0 or self.restart_s < 0:
-            raise ConfigError("switching: storage bandwidth must be > 0 and restart time >= 0")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterInstance:
-    """`scenarios[0]` is the nominal network (`cluster`); the rest are the declared changes."""
-
-    name: str
-    model: ModelSpec
-    cluster: Cluster
-    job: JobSpec
-    search: SearchSpace = field(default_factory=SearchSpace)
-    scenarios: tuple[Scenario, ...] = ()
-    timeline: tuple[Period, ...] = ()
-    switching: Switching = field(default_factory=Switching)
-    source: str = "<memory>"
-
-    def __post_init__(self) -> None:
-        if not self.scenarios:
-            object.__setattr__(self, "scenarios", (Scenario(name="nominal", cluster=self.cluster),))
-
-    @classmethod
-    def one_group(cls, inst: Instance) -> "ClusterInstance":
-        """The flat instance `inst` as the one-group cluster it is (group and site named after
-        its GPU): what the planner searches and the group rules check."""
-        c = inst.cluster
-        group = NodeGroup(name=c.gpu.name, site=c.gpu.name, cluster=c)
-        return cls(name=inst.name, model=inst.model, cluster=Cluster(groups=(group,), between=((c.inter_node,),)),
-                   job=inst.job, search=inst.search, source=inst.source)
-
-    def group_alone(self, g: int, cluster: Cluster | None = None) -> Instance:
-        """Group `g` of `cluster` (default: the nominal one) alone, same name, model, job and
-        search: the flat instance its stages are priced on (cost/coefficients.build reads one
-        ClusterSpec, and cost/partition.py a tp group's links from it); of a one-group
-        instance, the flat instance it is (`one_group`'s inverse)."""
-        group = (self.cluster if cluster is None else cluster).groups[g]
-        return Instance(name=self.name, model=self.model, cluster=group.cluster, job=self.job,
-                        search=self.search, source=self.source)
-
-    def with_cluster(self, cluster: Cluster) -> "ClusterInstance":
-        """The same job on another network (scenarios dropped: the cluster is the nominal one)."""
-        return ClusterInstance(name=self.name, model=self.model, cluster=cluster, job=self.job,
-                              search=self.search, switching=self.switching, source=self.source)
+# the cluster and instance records live in cost/specs.py; importable from here too
+from paraplan.cost.specs import (Cluster, Instance, NodeGroup, Outer, Period, PipelineSchedule,  # noqa: F401
+                                 Recompute, Scenario, Switching, ZeroBubble, moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -415,7 +299,7 @@ class Plan(_Modes):
                      embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split,
                      zero_bubble=self.zero_bubble)
 
-    def _check_group_tp(self, inst: ClusterInstance) -> None:
+    def _check_group_tp(self, inst: Instance) -> None:
         """group_tp's own rules (the space's, solver/space.py): one class, every group it
         uses named once, `tp` the first stage's group's, and not every degree the same."""
         if not self.group_tp:
@@ -437,17 +321,15 @@ class Plan(_Modes):
         if any(t < 1 for _, t in self.group_tp):
             raise ConfigError("every group's tp must be >= 1")
 
-    def check_against(self, inst: Instance | ClusterInstance) -> None:
+    def check_against(self, inst: Instance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`: the rules in order,
-        the first broken one named. A flat instance is the one-group cluster it is
-        (ClusterInstance.one_group) whose plan runs one class on every GPU: that rule first,
-        then RULES, the rules of every cluster. A cluster of node groups adds GROUP_RULES."""
-        if isinstance(inst, ClusterInstance):
-            rules = RULES + GROUP_RULES
-        else:
+        the first broken one named. A one-class plan of a flat instance (`inst.flat`) runs on
+        every GPU: that rule first, then RULES, the rules of every cluster. A cluster of node
+        groups, or a plan of several classes, adds GROUP_RULES."""
+        flat = inst.flat and len(self.classes) == 1
+        if flat:
             _one_class_on_every_gpu(self, inst)
-            inst, rules = ClusterInstance.one_group(inst), RULES
-        for rule in rules:
+        for rule in RULES if flat else RULES + GROUP_RULES:
             rule(self, inst)
 
 
@@ -462,7 +344,7 @@ def _one_class_on_every_gpu(plan: Plan, inst: Instance) -> None:
         raise ConfigError(f"tp*pp*dp*cp = {plan.num_gpus} but the cluster has {c.num_gpus} GPUs")
 
 
-def _stages_and_layers(plan: Plan, inst: ClusterInstance) -> None:
+def _stages_and_layers(plan: Plan, inst: Instance) -> None:
     G = len(inst.cluster.groups)
     for c in plan.classes:
         if any(not 0 <= g < G for g in c.stage_groups):
@@ -477,11 +359,11 @@ def _of_class(plan: Plan) -> str:
     return "" if len(plan.classes) == 1 else "a class's "
 
 
-def _group_tp(plan: Plan, inst: ClusterInstance) -> None:
+def _group_tp(plan: Plan, inst: Instance) -> None:
     plan._check_group_tp(inst)
 
 
-def _gpus_per_group(plan: Plan, inst: ClusterInstance) -> None:
+def _gpus_per_group(plan: Plan, inst: Instance) -> None:
     hc = inst.cluster
     used = plan.outer.gpus_per_group(len(hc.groups))
     for g, grp in enumerate(hc.groups):
@@ -494,7 +376,7 @@ def _gpus_per_group(plan: Plan, inst: ClusterInstance) -> None:
                               " node, or take whole nodes of it")
 
 
-def _global_batch(plan: Plan, inst: ClusterInstance) -> None:
+def _global_batch(plan: Plan, inst: Instance) -> None:
     seqs = sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch
     if seqs != inst.job.global_batch:
         terms = "dp*micro_batch*num_micro_batches" if len(plan.classes) == 1 else \
@@ -502,14 +384,14 @@ def _global_batch(plan: Plan, inst: ClusterInstance) -> None:
         raise ConfigError(f"{terms} = {seqs} but global_batch = {inst.job.global_batch}")
 
 
-def _heads(plan: Plan, inst: ClusterInstance) -> None:
+def _heads(plan: Plan, inst: Instance) -> None:
     m = inst.model
     for t in plan.tp_degrees:
         if m.heads % t or m.kv_heads % t and t % m.kv_heads:
             raise ConfigError(f"tp={t} must divide the {m.heads} attention heads")
 
 
-def _context_and_sequence_parallel(plan: Plan, inst: ClusterInstance) -> None:
+def _context_and_sequence_parallel(plan: Plan, inst: Instance) -> None:
     seq_len = inst.model.seq_len
     if plan.cp < 1 or seq_len % plan.cp:
         raise ConfigError(f"cp={plan.cp} must be >= 1 and divide seq_len {seq_len}")
@@ -518,7 +400,7 @@ def _context_and_sequence_parallel(plan: Plan, inst: ClusterInstance) -> None:
                           " every group")
 
 
-def _dense_prefix(plan: Plan, inst: ClusterInstance) -> None:
+def _dense_prefix(plan: Plan, inst: Instance) -> None:
     m = inst.model
     if m.moe is None or not m.moe.dense_layers:
         return
@@ -533,7 +415,7 @@ def _dense_prefix(plan: Plan, inst: ClusterInstance) -> None:
                 + (" (without embedding_in_split)" if plan.embedding_in_split else ""))
 
 
-def _selective_or_full(plan: Plan, inst: ClusterInstance) -> None:
+def _selective_or_full(plan: Plan, inst: Instance) -> None:
     if inst.job.recompute_modules and any(any(c.full_recompute_layers) for c in plan.classes):
         raise ConfigError("full_recompute_layers: the job recomputes modules selectively"
                           " (job.recompute_modules), and Megatron-LM's --recompute-granularity"
@@ -541,7 +423,7 @@ def _selective_or_full(plan: Plan, inst: ClusterInstance) -> None:
                           " recompute_modules")
 
 
-def _recompute_pattern(plan: Plan, inst: ClusterInstance) -> None:
+def _recompute_pattern(plan: Plan, inst: Instance) -> None:
     """The per-stage full-recompute counts must be ones the job's framework runs with one
     setting for every stage and class (cost/recompute_patterns.py, its FRAMEWORK_RULES entry).
     A DualPipe job runs DeepSeek's own code, which no framework we export to runs
@@ -558,7 +440,7 @@ def _recompute_pattern(plan: Plan, inst: ClusterInstance) -> None:
         raise ConfigError(problem + "; use counts it runs, or plan the job again")
 
 
-def _latent_attention(plan: Plan, inst: ClusterInstance) -> None:
+def _latent_attention(plan: Plan, inst: Instance) -> None:
     if inst.model.mla is None:
         return
     if any(c.partitions for c in plan.classes):
@@ -569,7 +451,7 @@ def _latent_attention(plan: Plan, inst: ClusterInstance) -> None:
                           " tensor-parallel rank) is not priced yet; use zero 0, 1 or 2")
 
 
-def _micro_batches_per_class(plan: Plan, inst: ClusterInstance) -> None:
+def _micro_batches_per_class(plan: Plan, inst: Instance) -> None:
     if len(plan.classes) > 1:
         for c in plan.classes:
             if c.num_micro_batches < len(c.stage_groups):
@@ -578,7 +460,7 @@ def _micro_batches_per_class(plan: Plan, inst: ClusterInstance) -> None:
                                   " replica (solver/space.py)")
 
 
-def _model_chunks(plan: Plan, inst: ClusterInstance) -> None:
+def _model_chunks(plan: Plan, inst: Instance) -> None:
     for c in plan.classes:  # the chunk rule of cost/pipeline_split.py, with the slots
         problem = chunk_problem(c.layers_per_stage, plan.virtual_stages, plan.embedding_in_split,
                                 plan.loss_in_split)
@@ -586,7 +468,7 @@ def _model_chunks(plan: Plan, inst: ClusterInstance) -> None:
             raise ConfigError(problem)
 
 
-def _interleaved_micro_batches(plan: Plan, inst: ClusterInstance) -> None:
+def _interleaved_micro_batches(plan: Plan, inst: Instance) -> None:
     v = plan.virtual_stages
     if v <= 1:
         return
@@ -600,7 +482,7 @@ def _interleaved_micro_batches(plan: Plan, inst: ClusterInstance) -> None:
                               " micro-batches per replica (solver/space.py)")
 
 
-def _zero_and_expert_degrees(plan: Plan, inst: ClusterInstance) -> None:
+def _zero_and_expert_degrees(plan: Plan, inst: Instance) -> None:
     if plan.zero not in (0, 1, 2, 3):
         raise ConfigError("plan.zero must be 0, 1, 2 or 3")
     if plan.ep < 1 or plan.expert_tp < 1:
@@ -610,7 +492,7 @@ def _zero_and_expert_degrees(plan: Plan, inst: ClusterInstance) -> None:
                           " experts split as its tp)")
 
 
-def _expert_fold(plan: Plan, inst: ClusterInstance) -> None:
+def _expert_fold(plan: Plan, inst: Instance) -> None:
     if plan.ep > 1 or plan.etp is not None:
         # an expert group lies inside one class's tp x data x context parallel ranks of a stage
         for c in plan.classes:
@@ -621,20 +503,20 @@ def _expert_fold(plan: Plan, inst: ClusterInstance) -> None:
                                   f"{problem} (a class has {c.replicas} replicas x cp {plan.cp})")
 
 
-def _partitions(plan: Plan, inst: ClusterInstance) -> None:
+def _partitions(plan: Plan, inst: Instance) -> None:
     for c in plan.classes:
         for g, parts in c.partitions:
             check_partitions(_LayerPlan(partitions=parts, tp=plan.tp_of(g), zero=plan.zero,
                                         sequence_parallel=plan.sequence_parallel))
 
 
-def _zero_shards(plan: Plan, inst: ClusterInstance) -> None:
+def _zero_shards(plan: Plan, inst: Instance) -> None:
     if plan.zero and plan.outer.replicas * plan.cp == 1:
         raise ConfigError(f"ZeRO-{plan.zero} shards over replicas and context-parallel ranks,"
                           " and the plan has one of each")
 
 
-def _framework_runs_it(plan: Plan, inst: ClusterInstance) -> None:
+def _framework_runs_it(plan: Plan, inst: Instance) -> None:
     rules = rules_for(inst.job.framework, inst.job.optimizer)  # the optimizer narrows ZeRO
     for c, t in itertools.product(plan.classes, plan.tp_degrees):
         if not rules.admits(tp=t, pp=len(c.stage_groups), cp=plan.cp, dp=plan.outer.replicas,

@@ -2,7 +2,7 @@
 
 One simulator for every plan: `simulate` prices a plan of replica classes on a cluster of node
 groups (each class's pipeline, the slowest replica, the slowest sync, memory per stage of every
-class). A flat instance is the one-group cluster it is (ClusterInstance.one_group) and its plan
+class). A flat instance is a one-group cluster (cost/specs.Instance.flat) and its plan
 the one-class case, priced by the same code. The iteration time is split into the exposed parts
 of its critical path (`critical_path`): the slowest replica's slowest stage, its pipeline bubble,
 then the slowest gradient sync and optimizer step.
@@ -24,7 +24,7 @@ from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, Plan
+from paraplan.cost.plan_specs import Cluster, Plan
 from paraplan.cost.specs import Instance, PipelineSchedule
 
 
@@ -128,7 +128,7 @@ def critical_path(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v:
     return exposed, overlapped, k
 
 
-def simulate(inst: Instance | ClusterInstance, plan: Plan, net: NetEfficiency = NetEfficiency(),
+def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
              reserve_bytes: float | None = None, coeffs: list[StageCoefficients] | None = None,
              cluster: Cluster | None = None) -> Breakdown:
     """The breakdown of `plan` on `inst` (a flat instance: its one group), on network `cluster`
@@ -136,13 +136,12 @@ def simulate(inst: Instance | ClusterInstance, plan: Plan, net: NetEfficiency = 
     instance's search.memory_reserve_bytes) and `coeffs`, one per class, where the caller has
     them priced."""
     plan.check_against(inst)  # a flat instance's plan: one class on every GPU
-    group = inst if isinstance(inst, ClusterInstance) else ClusterInstance.one_group(inst)
-    hc = group.cluster if cluster is None else cluster
-    reserve = group.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
-    if group.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
-        return _dualpipe(group, plan, hc, net, reserve)
+    hc = inst.cluster if cluster is None else cluster
+    reserve = inst.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return _dualpipe(inst, plan, hc, net, reserve)
     if coeffs is None:
-        coeffs = class_coefficients(group, hc, plan.outer, net, reserve,
+        coeffs = class_coefficients(inst, hc, plan.outer, net, reserve,
                                     tuple(k.num_micro_batches for k in plan.classes),
                                     tuple(k.partitions for k in plan.classes))
     reports, splits, syncs = [], [], []
@@ -170,11 +169,11 @@ def simulate(inst: Instance | ClusterInstance, plan: Plan, net: NetEfficiency = 
         # a class across node groups: its named parts are its first group's layer (class_coefficients),
         # so its slowest stage on another group is not split into parts: the pipeline as one
         exposed, overlapped = {"pipeline": max(pipes), "grad_sync_and_optimizer": max(syncs)}, {}
-    return _breakdown(group, plan, hc, iter_time, max(pipes), max(syncs), exposed, overlapped,
+    return _breakdown(inst, plan, hc, iter_time, max(pipes), max(syncs), exposed, overlapped,
                       tuple(reports), slowest, stage)
 
 
-def _breakdown(inst: ClusterInstance, plan: Plan, hc: Cluster, iter_time_s: float, pipeline_s: float,
+def _breakdown(inst: Instance, plan: Plan, hc: Cluster, iter_time_s: float, pipeline_s: float,
                sync_s: float, exposed: dict, overlapped: dict, classes: tuple[ClassReport, ...],
                bottleneck_class: int, bottleneck_stage: int, unit: str = "stage") -> Breakdown:
     """The throughput figures of an iteration of `iter_time_s`, against every GPU of `hc`."""
@@ -190,7 +189,7 @@ def _breakdown(inst: ClusterInstance, plan: Plan, hc: Cluster, iter_time_s: floa
                      unit=unit)
 
 
-def _dualpipe(inst: ClusterInstance, plan: Plan, hc: Cluster, net: NetEfficiency,
+def _dualpipe(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,
               reserve_bytes: float) -> Breakdown:
     """A DualPipe plan (cost/dualpipe.py), one class on one group (the loaders refuse DualPipe
     on a mixed cluster): the breakdown of its bottleneck device d, which holds stages d and

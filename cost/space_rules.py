@@ -15,9 +15,9 @@ Mixed clusters (cost/groups_loader.py, solver/space.py) have no uniform_split: l
 it there is refused instead of dropped (groups_search_refusal). `mixed_families` needs two node
 groups, so a one-group cluster refuses it, in either file format.
 
-`several_classes` says when a homogeneous file's search asks for plans only the group format
-holds (several replica classes on its one group, or GPUs left idle): the commands then plan it as
-the one-group cluster it is (solver/commands/groups.shown_as_groups).
+`SearchSpace.several_classes` says when a homogeneous file's search asks for plans only the
+group format holds (several replica classes on its one group, or GPUs left idle): the commands
+then show it as the one-group cluster it is (solver/commands/groups.shown_as_groups).
 """
 
 from __future__ import annotations
@@ -34,12 +34,6 @@ from paraplan.cost.units import bytes_to_gib
 MIXED_FAMILIES_ONE_GROUP = Refusal(
     "mixed_families", "a pipeline across groups beside replica classes needs two node groups;"
     " this cluster has one", "remove mixed_families")
-
-
-def several_classes(space: SearchSpace) -> bool:
-    """The space holds plans of more than one replica class, or leaving GPUs idle: plans written
-    in the group format (cost/groups_loader.py) even on a one-group cluster."""
-    return space.classes_per_group > 1 or space.idle_gpus
 
 
 def _powers_of_two(limit: int) -> list[int]:

@@ -9,7 +9,7 @@ loader's job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from paraplan.cost.errors import ConfigError
@@ -768,7 +768,7 @@ class SearchSpace:
     # how many replica classes one node group may host (solver/space.py): 1, a class
     # per group; more lets replicas of different pipeline depths, or of different micro-batch
     # counts, share a group (a homogeneous file is planned as its one group then: plans of
-    # several classes are written in the group format, cost/space_rules.several_classes)
+    # several classes are written in the group format, several_classes)
     classes_per_group: int = 1
     # a used node group may leave some of its GPUs idle (solver/space.py): e.g. 2 of a
     # group's 3 nodes, where a pipeline or the batch does not divide all 3 (as classes_per_group)
@@ -819,15 +819,188 @@ class SearchSpace:
         if not self.tensor_partitions or not set(self.tensor_partitions) <= {"megatron", "spatial_temporal"}:
             raise ConfigError("search.tensor_partitions must list megatron and/or spatial_temporal")
 
+    @property
+    def several_classes(self) -> bool:
+        """The space holds plans of more than one replica class, or leaving GPUs idle: plans
+        written in the group format (cost/groups_loader.py) even on a one-group cluster."""
+        return self.classes_per_group > 1 or self.idle_gpus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroup:
+    name: str
+    site: str  # racks / data centres: groups on one site share its links to other sites
+    cluster: ClusterSpec  # the group alone: GPU type, nodes, NVLink, NIC
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """`between[a][b]`: the path one GPU of group a sees to a GPU of group b (a != b), per GPU
+    and one direction; the diagonal repeats the group's own NIC and is not used."""
+
+    groups: tuple[NodeGroup, ...]
+    between: tuple[tuple[Link, ...], ...]
+
+    def __post_init__(self) -> None:
+        g = len(self.groups)
+        if g < 1:
+            raise ConfigError("cluster.groups needs at least one group")
+        if len({x.name for x in self.groups}) != g:
+            raise ConfigError("cluster.groups names must be unique")
+        if len(self.between) != g or any(len(row) != g for row in self.between):
+            raise ConfigError(f"the group link matrix must be {g} x {g}")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(x.num_gpus for x in self.groups)
+
+    def index(self, name: str) -> int:
+        for i, x in enumerate(self.groups):
+            if x.name == name:
+                return i
+        raise ConfigError(f"no node group named {name!r}")
+
+    @classmethod
+    def of(cls, spec: ClusterSpec, name: str | None = None) -> "Cluster":
+        """The one-group cluster of `spec` (what a flat instance file writes), its group and
+        site named `name`, by default after its GPU."""
+        name = spec.gpu.name if name is None else name
+        return cls(groups=(NodeGroup(name=name, site=name, cluster=spec),), between=((spec.inter_node,),))
+
+    # --- the one-group case: a one-group cluster reads as its group's hardware -------------
+
+    @property
+    def one_group(self) -> ClusterSpec:
+        """The hardware of the cluster's only node group (ValueError for a cluster of several)."""
+        if len(self.groups) != 1:
+            raise ValueError(f"a cluster of {len(self.groups)} node groups has no single GPU type,"
+                             " node count or link: read its groups")
+        return self.groups[0].cluster
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.one_group.gpu
+
+    @property
+    def nodes(self) -> int:
+        return self.one_group.nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.one_group.gpus_per_node
+
+    @property
+    def intra_node(self) -> Link:
+        return self.one_group.intra_node
+
+    @property
+    def inter_node(self) -> Link:
+        return self.one_group.inter_node
+
+    @property
+    def intra_node_kind(self) -> str:
+        return self.one_group.intra_node_kind
+
+    @property
+    def nvlink_domain_gpus(self) -> int | None:
+        return self.one_group.nvlink_domain_gpus
+
+    @property
+    def domain_gpus(self) -> int:
+        return self.one_group.domain_gpus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """A network state: its cluster (links changed), and how likely or when it holds."""
+
+    name: str
+    cluster: Cluster
+    probability: float | None = None
+    window_h: tuple[float, float] | None = None  # hours of the day, informational
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Period:
+    scenario: int  # index into Instance.scenarios
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0:
+            raise ConfigError("timeline period durations must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switching:
+    """What a change of plan costs: save the checkpoint, restart, load and reshard it.
+
+    `storage_bw_bytes_per_s` is the aggregate checkpoint-storage bandwidth of the cluster (each
+    of save and load moves the whole model state once); `restart_s` is the fixed cost of
+    stopping and relaunching the job."""
+
+    storage_bw_bytes_per_s: float = 10e9
+    restart_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.storage_bw_bytes_per_s <= 0 or self.restart_s < 0:
+            raise ConfigError("switching: storage bandwidth must be > 0 and restart time >= 0")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Instance:
+    """What to plan: a model, a job and its declared search over a cluster of node groups. A
+    flat instance file writes the one-group case (`flat`). `scenarios[0]` is the nominal
+    network (`cluster`); the rest are the declared changes."""
+
     name: str
     model: ModelSpec
-    cluster: ClusterSpec
+    cluster: Cluster
     job: JobSpec
     search: SearchSpace = field(default_factory=SearchSpace)
+    scenarios: tuple[Scenario, ...] = ()
+    timeline: tuple[Period, ...] = ()
+    switching: Switching = field(default_factory=Switching)
     source: str = "<memory>"  # file the instance came from, for messages
+
+    def __post_init__(self) -> None:
+        if not self.scenarios:
+            object.__setattr__(self, "scenarios", (Scenario(name="nominal", cluster=self.cluster),))
+        elif self.scenarios[0].cluster is not self.cluster and self.scenarios[0].cluster != self.cluster:
+            # the nominal scenario is the cluster: a record copied with another cluster
+            # (dataclasses.replace) prices its nominal network on that one
+            nominal = replace(self.scenarios[0], cluster=self.cluster)
+            object.__setattr__(self, "scenarios", (nominal, *self.scenarios[1:]))
+
+    @property
+    def written_as_groups(self) -> bool:
+        """Whether only the node-group file format writes this instance: several node groups,
+        network scenarios or a timeline (a flat instance file writes one group on one network)."""
+        return len(self.cluster.groups) > 1 or len(self.scenarios) > 1 or bool(self.timeline)
+
+    @property
+    def flat(self) -> bool:
+        """Whether a flat instance file writes this instance and a flat plan file its plans:
+        one group on one network, and a search of one replica class on every GPU
+        (SearchSpace.several_classes)."""
+        return not self.written_as_groups and not self.search.several_classes
+
+    def group_alone(self, g: int, cluster: Cluster | None = None) -> "Instance":
+        """Group `g` of `cluster` (default: the nominal one) alone, same name, model, job and
+        search: the one-group instance its stages are priced on (cost/coefficients.build reads
+        one group's hardware, and cost/partition.py a tp group's links from it)."""
+        group = (self.cluster if cluster is None else cluster).groups[g]
+        return Instance(name=self.name, model=self.model, job=self.job, search=self.search,
+                        cluster=Cluster(groups=(group,), between=((group.cluster.inter_node,),)),
+                        source=self.source)
+
+    def with_cluster(self, cluster: Cluster) -> "Instance":
+        """The same job on another network (scenarios dropped: the cluster is the nominal one)."""
+        return Instance(name=self.name, model=self.model, cluster=cluster, job=self.job,
+                        search=self.search, switching=self.switching, source=self.source)
 
 
 def moe_fold_problem(model, tp: int, ranks: int, sp: bool, ep: int, etp: int) -> str | None:

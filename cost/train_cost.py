@@ -67,13 +67,9 @@ class TrainCost:
 
 
 def gpus_by_type(cluster) -> dict[str, int]:
-    """{GPU type: GPUs} of a cluster: a one-group `Cluster` (cost/specs.py) or a mixed one's
-    node groups (cost/plan_specs.Cluster), several groups of one type summed."""
-    groups = getattr(cluster, "groups", None)
-    if groups is None:
-        return {cluster.gpu.name: cluster.num_gpus}
+    """{GPU type: GPUs} of a cluster (cost/specs.Cluster), several groups of one type summed."""
     out: Counter[str] = Counter()
-    for g in groups:
+    for g in cluster.groups:
         out[g.cluster.gpu.name] += g.num_gpus
     return dict(out)
 
@@ -104,8 +100,8 @@ def _ceil_div(tokens: float, per_iteration: int) -> int:
 
 def instance_train_cost(inst, iter_time_s: float | None,
                         iter_interval_s: tuple[float, float] | None = None) -> TrainCost | None:
-    """train_cost of a plan of `iter_time_s` per iteration on `inst` (an Instance or a
-    ClusterInstance: its job, model and cluster); None without a plan (`iter_time_s` None)."""
+    """train_cost of a plan of `iter_time_s` per iteration on `inst` (its job, model and
+    cluster); None without a plan (`iter_time_s` None)."""
     if iter_time_s is None:
         return None
     return train_cost(inst.job, inst.model.seq_len, gpus_by_type(inst.cluster), iter_time_s,

@@ -777,7 +777,7 @@ def objective_factors(inst, configs) -> np.ndarray:
 
 def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
-    group-format instance (ClassOuter or Plan on a ClusterInstance; objective_factor):
+    group-format instance (ClassOuter or Plan on a Instance; objective_factor):
     1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp and the deepest
     class, so the planner scales its time coefficients by it (solver/search.problem_of, the
     floors read before pricing) and every bound and proof holds for the quantile."""

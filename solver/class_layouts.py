@@ -13,7 +13,8 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.plan_specs import ClassShape, ClusterInstance
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import ClassShape
 from paraplan.cost.space_rules import cp_problem, group_tp_problem
 from paraplan.cost.specs import Attention
 
@@ -34,7 +35,7 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 
-def tp_values(inst: ClusterInstance, used: tuple[int, ...]) -> list[int]:
+def tp_values(inst: Instance, used: tuple[int, ...]) -> list[int]:
     """One tp for every group used: each group's rule (cost/space_rules.group_tp_problem, the
     homogeneous one plus whole nodes across nodes) on each of them."""
     m, s = inst.model, inst.search
@@ -45,7 +46,7 @@ def tp_values(inst: ClusterInstance, used: tuple[int, ...]) -> list[int]:
             if all(group_tp_problem(t, m, c, s.tp_across_nodes) is None for c in clusters)]
 
 
-def tp_choices(inst: ClusterInstance, used: tuple[int, ...], family: str) -> list[dict[int, int]]:
+def tp_choices(inst: Instance, used: tuple[int, ...], family: str) -> list[dict[int, int]]:
     """The tensor-parallel degrees of the groups `used`, as {group: tp}: one tp for every group
     (tp_values), or, for one class across several groups (the stage family) with
     search.tp_per_group, each group's own (each group's tp_values, every combination)."""
@@ -55,7 +56,7 @@ def tp_choices(inst: ClusterInstance, used: tuple[int, ...], family: str) -> lis
     return [dict(zip(used, ts)) for ts in itertools.product(*per)]
 
 
-def cp_values(inst: ClusterInstance, used: tuple[int, ...], tpg: dict[int, int]) -> list[int]:
+def cp_values(inst: Instance, used: tuple[int, ...], tpg: dict[int, int]) -> list[int]:
     """One cp for every group used: search.cp's values, or powers of two, each dividing seq_len
     and every used group's GPUs left by its tp (`tpg`: group -> tp; cost/space_rules.cp_problem,
     the homogeneous rule)."""
@@ -66,7 +67,7 @@ def cp_values(inst: ClusterInstance, used: tuple[int, ...], tpg: dict[int, int])
     return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp, flash) is None for n in gpus)]
 
 
-def _pp_ok(inst: ClusterInstance, pp: int) -> bool:
+def _pp_ok(inst: Instance, pp: int) -> bool:
     """The homogeneous pp rule (cost/space_rules.pp_problem): at most one stage per layer,
     within search.max_pp and search.pp (no other cap, as on one group)."""
     s = inst.search
@@ -74,7 +75,7 @@ def _pp_ok(inst: ClusterInstance, pp: int) -> bool:
     return 1 <= pp <= min(inst.model.layers, max_pp) and (s.pp is None or pp in s.pp)
 
 
-def class_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], family: str,
+def class_shapes(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], family: str,
                  cp: int = 1):
     """(family, shapes) for the groups `used`, in a fixed order; a stage of a replica on group g
     is tpg[g] * cp GPUs (`units` below)."""
@@ -99,13 +100,13 @@ def class_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ..
         yield from _mixed_shapes(inst, used, gpus, units)
 
 
-def stage_replicas(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int) -> list[int]:
+def stage_replicas(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int) -> list[int]:
     """The stage family's replica counts on the groups `used` (class_shapes' outer loop)."""
     return _stage_replicas([inst.cluster.groups[g].num_gpus for g in used], [tpg[g] * cp for g in used],
                            inst.search.idle_gpus)
 
 
-def _stage_count_vectors(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
+def _stage_count_vectors(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
     gpus = [inst.cluster.groups[g].num_gpus for g in used]
     units = [tpg[g] * cp for g in used]
     for counts in itertools.product(*_stage_counts(inst, gpus, units, dp, inst.search.idle_gpus)):
@@ -113,7 +114,7 @@ def _stage_count_vectors(inst: ClusterInstance, tpg: dict[int, int], used: tuple
             yield counts
 
 
-def stage_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
+def stage_shapes(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
     """The stage family's layouts of dp replicas on the groups `used`, in class_shapes' order:
     per stage-count vector, every order of the groups."""
     for counts in _stage_count_vectors(inst, tpg, used, cp, dp):
@@ -122,7 +123,7 @@ def stage_shapes(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ..
             yield (ClassShape(replicas=dp, stage_groups=groups),)
 
 
-def stage_representatives(inst: ClusterInstance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
+def stage_representatives(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int, dp: int):
     """(orders, shapes): of stage_shapes, per stage-count vector one order per last group, the
     other groups in index order before it, standing for the (k - 1)! orders of k groups that
     end on that group."""
@@ -134,7 +135,7 @@ def stage_representatives(inst: ClusterInstance, tpg: dict[int, int], used: tupl
             yield math.factorial(k - 1), (ClassShape(replicas=dp, stage_groups=groups),)
 
 
-def _mixed_shapes(inst: ClusterInstance, used: tuple[int, ...], gpus: list[int], units: list[int]):
+def _mixed_shapes(inst: Instance, used: tuple[int, ...], gpus: list[int], units: list[int]):
     """The mixed family on the groups `used`: a stage-wise class of dp replicas across a subset
     S of them (>= 2 groups, c_g stages on g, every order of S), then replica classes filling
     what it leaves of each used group (group_shares; with search.idle_gpus at most that), at
@@ -171,7 +172,7 @@ def _mixed_shapes(inst: ClusterInstance, used: tuple[int, ...], gpus: list[int],
                             yield (ClassShape(replicas=dp, stage_groups=stages),) + replicas
 
 
-def mixed_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
+def mixed_layouts(inst: Instance, stop: int | None = None) -> int:
     """len of the mixed family's listing (_mixed_shapes) over every group subset, tp and cp,
     counted without listing: per subset S and dp a polynomial in the pipeline depth whose
     coefficients count the replica classes each stage count leaves room for."""
@@ -229,7 +230,7 @@ def _stage_replicas(gpus: list[int], units: list[int], idle: bool) -> list[int]:
     return divisors(math.gcd(*(x // u for x, u in zip(gpus, units))))
 
 
-def _stage_counts(inst: ClusterInstance, gpus: list[int], units: list[int], dp: int,
+def _stage_counts(inst: Instance, gpus: list[int], units: list[int], dp: int,
                   idle: bool) -> list[range]:
     """Per used group, its stage counts c_g with dp replicas: the group's slots exactly, or with
     search.idle_gpus 1 to as many as fit (within the layers: pp <= layers)."""
@@ -238,14 +239,14 @@ def _stage_counts(inst: ClusterInstance, gpus: list[int], units: list[int], dp: 
     return [range(1, min(x // (dp * u), inst.model.layers) + 1) for x, u in zip(gpus, units)]
 
 
-def _replica_pps(inst: ClusterInstance, x: int, u: int, idle: bool) -> list[int]:
+def _replica_pps(inst: Instance, x: int, u: int, idle: bool) -> list[int]:
     """The pipeline depths of a replica class on a group of x GPUs, u per stage."""
     if x % u and not idle:
         return []
     return [pp for pp in range(1, x // u + 1) if _pp_ok(inst, pp)]
 
 
-def space_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
+def space_layouts(inst: Instance, stop: int | None = None) -> int:
     """How many class layouts the space lists (every group subset, tp and cp, before
     micro-batch sizes and modes multiply them): what search.classes_per_group > 1,
     search.idle_gpus and search.mixed_families make grow, counted without listing them; `stop`: return as soon as the
@@ -273,7 +274,7 @@ def space_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
     return total
 
 
-def replica_layouts(inst: ClusterInstance, stop: int | None = None) -> int:
+def replica_layouts(inst: Instance, stop: int | None = None) -> int:
     """How many replica-family class layouts the space lists (every group subset, tp and cp,
     before micro-batch sizes and modes multiply them): what search.classes_per_group > 1 makes
     grow, counted without listing them; `stop`: return as soon as the count passes it."""
@@ -320,7 +321,7 @@ def _share_count(units: int, pps: tuple[int, ...], most: int, exact: bool = True
 MAX_LAYOUTS = 100_000
 
 
-def check_layouts(inst: ClusterInstance) -> None:
+def check_layouts(inst: Instance) -> None:
     """Refuse, before listing it, a space that search.classes_per_group, search.idle_gpus or
     search.mixed_families makes too large to plan."""
     s = inst.search

@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass
 
 from paraplan.cost.simulate import simulate
-from paraplan.cost.plan_specs import ClusterInstance, Plan, Scenario
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan, Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
@@ -53,11 +54,11 @@ class Regret:
         return self.plan_time_s / self.optimum_s - 1
 
 
-def scenario_optima(inst: ClusterInstance, backend: str, time_limit_s: float) -> list[SolveResult]:
+def scenario_optima(inst: Instance, backend: str, time_limit_s: float) -> list[SolveResult]:
     return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
-def regrets(inst: ClusterInstance, plan: Plan, optima: list[SolveResult],
+def regrets(inst: Instance, plan: Plan, optima: list[SolveResult],
             times_s: tuple[float, ...] | None = None) -> list[Regret]:
     """The plan against each scenario's optimum; `times_s`: the plan's time on each scenario
     where the caller has them all (SolveResult.per_scenario_s of a robust or expected plan, whose
@@ -96,7 +97,7 @@ class ReplanResult:
         return self.switch_s / (self.current_time_s - self.new.objective_s)
 
 
-def replan(inst: ClusterInstance, current: Plan, event: Scenario, remaining_s: float | None,
+def replan(inst: Instance, current: Plan, event: Scenario, remaining_s: float | None,
            remaining_iterations: int | None, backend: str = "cpsat",
            time_limit_s: float = 60.0) -> ReplanResult:
     t0 = time.perf_counter()
@@ -141,12 +142,12 @@ class TimelineResult:
         return self.choice.status if self.complete else "feasible"
 
 
-def _weighted(inst: ClusterInstance, weights: dict[int, float]) -> ClusterInstance:
+def _weighted(inst: Instance, weights: dict[int, float]) -> Instance:
     scen = tuple(dataclasses.replace(inst.scenarios[i], probability=w) for i, w in sorted(weights.items()))
     return dataclasses.replace(inst, scenarios=scen, timeline=())
 
 
-def objective_time_s(inst: ClusterInstance, plan: Plan, cluster=None) -> float:
+def objective_time_s(inst: Instance, plan: Plan, cluster=None) -> float:
     """`plan`'s iteration time as the planner minimises it, on `cluster` (default: the
     instance's): the predicted time times the quantile objective's factor
     (cost/trust.objective_factor_of; 1 for `mean`). The timeline counts iterations in these
@@ -155,7 +156,7 @@ def objective_time_s(inst: ClusterInstance, plan: Plan, cluster=None) -> float:
     return simulate(inst, plan, cluster=cluster).iter_time_s * objective_factor_of(inst, plan)
 
 
-def plan_timeline(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
                   progress=None) -> TimelineResult:
     from paraplan.formulations.timeline import timeline_iterations
 

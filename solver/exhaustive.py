@@ -30,7 +30,7 @@ import numpy as np
 
 from paraplan.cost import recompute_patterns, schedule
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
@@ -289,7 +289,7 @@ def _pipeline_s(A: np.ndarray, S: np.ndarray, m: int, v: int) -> np.ndarray:
     return (m * A[..., 0, :] - A[..., 1, :] / v).max(axis=-1) + S / v
 
 
-def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
+def _dualpipe_exhaustive(inst: Instance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
     """A DualPipe job's space (one class on one group per configuration): every split and
     recompute row of each configuration (_split_rows), its time and memory from the DualPipe
     problem's terms (search.dualpipe_problem, cost/dualpipe.terms), the first minimum
@@ -317,7 +317,7 @@ def _dualpipe_exhaustive(inst: ClusterInstance, outers: list, t0: float, deadlin
                                   feasible=feasible, complete=complete)
 
 
-def exhaustive_classes(inst: ClusterInstance, objective: str = "nominal",
+def exhaustive(inst: Instance, objective: str = "nominal",
                       max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
                       time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring). With time_limit_s
@@ -506,7 +506,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
             if not fitting:
                 continue
             for i, mv in enumerate(mvecs):
-                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as exhaustive_classes
+                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as exhaustive
                 vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
                 j = int(np.argmin(np.where(ok, vals, np.inf)))  # the first fitting minimum
                 if vals[j] < best[q][i][0]:  # strictly: an equal value later in row order is not first
@@ -515,13 +515,6 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     return list(zip(counted, fit, best))
 
 
-def _time_s(inst: ClusterInstance, plan: Plan, objective: str, value_s: float) -> float:
+def _time_s(inst: Instance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
-
-
-def exhaustive(inst: Instance, max_candidates: int = DEFAULT_MAX_CANDIDATES,
-               progress: bool = False, time_limit_s: float | None = None) -> ExhaustiveResult:
-    """Brute force over a flat instance's declared space, as its one group."""
-    return exhaustive_classes(ClusterInstance.one_group(inst), max_candidates=max_candidates, progress=progress,
-                              time_limit_s=time_limit_s)

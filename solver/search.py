@@ -64,7 +64,8 @@ from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.objective import scaled_times
-from paraplan.cost.plan_specs import ClusterInstance, ClassOuter, Plan, ReplicaClass
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import ClassOuter, Plan, ReplicaClass
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.dualpipe import DualPipeProblem
@@ -118,7 +119,7 @@ PLANS_CHUNK = 64
 DP_MAX_CELLS = 1 << 19
 
 
-def scenario_weights(inst: ClusterInstance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
+def scenario_weights(inst: Instance, objective: str) -> tuple[list[int], str, tuple[float, ...]]:
     """(scenario indices, aggregation, weights) for an objective."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -289,7 +290,7 @@ def _plan_of(o: ClassOuter, m, n, r, partitions=()) -> Plan:
                                     for c, mk, nk, rk, pk in zip(o.classes, m, n, r, parts)))
 
 
-def placer(inst: ClusterInstance, o: ClassOuter, placements: dict | None = None):
+def placer(inst: Instance, o: ClassOuter, placements: dict | None = None):
     """placed(i, k): class k's placement on scenario i, kept in `placements` across the
     configurations of one instance: it depends only on the scenario, tp (per group), cp, v and
     the class shapes, ep and etp (cost/class_coefficients.class_placement), so configurations differing in
@@ -301,7 +302,7 @@ def placer(inst: ClusterInstance, o: ClassOuter, placements: dict | None = None)
     return placed
 
 
-def _placement(inst: ClusterInstance, placements: dict, i: int, o: ClassOuter, k: int):
+def _placement(inst: Instance, placements: dict, i: int, o: ClassOuter, k: int):
     """placer's lookup: keyed by the shapes' identity (hashing them per configuration costs more
     than the lookup saves); the entry keeps the shapes alive, so no other object takes their id."""
     key = (i, o.tp, o.group_tp, o.cp, o.virtual_stages, o.ep, o.etp, id(o.classes), k)
@@ -310,7 +311,7 @@ def _placement(inst: ClusterInstance, placements: dict, i: int, o: ClassOuter, k
     return placements[key][1]
 
 
-def dualpipe_problem(inst: ClusterInstance, o: ClassOuter) -> DualPipeProblem:
+def dualpipe_problem(inst: Instance, o: ClassOuter) -> DualPipeProblem:
     """The DualPipe split problem of a configuration of one class on one group
     (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
     with (the nominal network; a DualPipe job has no scenarios of its own), on its one group's
@@ -327,7 +328,7 @@ def dualpipe_problem(inst: ClusterInstance, o: ClassOuter) -> DualPipeProblem:
                            first_min=c.first_chunk_min_layers, allow_full_recompute=inst.search.full_recompute)
 
 
-def problem_of(inst: ClusterInstance, o: ClassOuter, objective: str, coeffs,
+def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
                prescaled: bool = False) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class], its times scaled by the
     quantile objective's factor (cost/trust.objective_factor_of) unless `prescaled` (the
@@ -345,7 +346,7 @@ def problem_of(inst: ClusterInstance, o: ClassOuter, objective: str, coeffs,
                              virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 
-def problem_for(inst: ClusterInstance, o: ClassOuter, objective: str, placements: dict | None = None,
+def problem_for(inst: Instance, o: ClassOuter, objective: str, placements: dict | None = None,
                 partitions: tuple | None = None) -> MultiClassProblem:
     """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
     plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
@@ -368,7 +369,7 @@ def problem_for(inst: ClusterInstance, o: ClassOuter, objective: str, placements
     return problem_of(inst, o, objective, tuple(tuple(priced(i, k) for k in range(K)) for i in idx))
 
 
-def problems_for(inst: ClusterInstance, outers: list[ClassOuter], objective: str,
+def problems_for(inst: Instance, outers: list[ClassOuter], objective: str,
                  placements: dict | None = None) -> list[MultiClassProblem | None]:
     """problem_for(inst, o, objective) of every outer, None where a class is proved infeasible
     by memory (cost/coefficients.no_split_fits; memory does not depend on the network), in
@@ -543,7 +544,7 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
     raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
 
 
-def search(inst: ClusterInstance, backend: str = "cpsat", time_limit_s: float = 60.0,
+def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                 groups: tuple[int, ...] | None = None, uniform: bool = False,
                 warm_plan: Plan | None = None, progress=None, threads: int = 1,
@@ -591,7 +592,7 @@ PARTIAL_OUTERS_AT_ONCE = 256
 RANK_STRIDE = 1 << 40
 
 
-def _lists_partials(inst: ClusterInstance, uniform: bool, winners: int, within_pct: float | None,
+def _lists_partials(inst: Instance, uniform: bool, winners: int, within_pct: float | None,
                     warm_plan: Plan | None) -> bool:
     """Whether search lists the space a partial layout at a time, as the search reaches each
     (_Partials): one winner (a ranking reads the K-th plan), a dense model, no per-operator
@@ -618,7 +619,7 @@ class _Partials:
     memo: dict  # the stage floors priced so far (unpriced.floor_bounds_s's memo)
 
     @classmethod
-    def of(cls, inst: ClusterInstance, objective: str, families, groups) -> "_Partials":
+    def of(cls, inst: Instance, objective: str, families, groups) -> "_Partials":
         idx, agg, weights = scenario_weights(inst, objective)
         partials = declared_partials(inst, families, groups)
         memo: dict = {}
@@ -637,7 +638,7 @@ class _Partial:
     weight: int  # outer configurations it stands for
 
 
-def _search_over(inst: ClusterInstance, outers: list, summary, backend: str, time_limit_s: float,
+def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
                  objective: str, families: tuple[str, ...], uniform: bool, warm_plan: Plan | None, progress,
                  threads: int, resimulate: bool, winners: int, within_pct: float | None, t0: float,
                  lazy: _Partials | None) -> SolveResult:
@@ -991,7 +992,7 @@ class _LayerPlans:
 
     choices: class_partitions.OuterChoices
     key: tuple[float, int, int]
-    inst: ClusterInstance
+    inst: Instance
     objective: str
     uniform: bool
 
@@ -1010,7 +1011,7 @@ class _LayerPlans:
                        for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key)
 
 
-def _layer_plans(inst: ClusterInstance, o: ClassOuter, i: int, objective: str, placements: dict,
+def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placements: dict,
                  uniform: bool, res: SolveResult) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
     when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
@@ -1028,7 +1029,7 @@ def _layer_plans(inst: ClusterInstance, o: ClassOuter, i: int, objective: str, p
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
 
 
-def fewest_classes(inst: ClusterInstance, plan: Plan, objective: str,
+def fewest_classes(inst: Instance, plan: Plan, objective: str,
                    families: tuple[str, ...] = FAMILIES) -> Plan:
     """`plan` with its twin classes merged where that ties: classes on one group alike in all
     but their replicas (search.classes_per_group lists them apart, as they may run different
@@ -1059,7 +1060,7 @@ def fewest_classes(inst: ClusterInstance, plan: Plan, objective: str,
     return twin if all(bd.fits for bd in bds) and after <= before else plan
 
 
-def _simulated(inst: ClusterInstance, plan: Plan, objective: str) -> tuple[float, list[Breakdown]]:
+def _simulated(inst: Instance, plan: Plan, objective: str) -> tuple[float, list[Breakdown]]:
     """The plan's objective as `cost` prices it (simulate on each scenario the objective
     reads, aggregated as it does, times the quantile objective's factor), with the breakdowns."""
     idx, _, _ = scenario_weights(inst, objective)
@@ -1067,7 +1068,7 @@ def _simulated(inst: ClusterInstance, plan: Plan, objective: str) -> tuple[float
     return objective_factor_of(inst, plan) * aggregate_s(inst, objective, [bd.iter_time_s for bd in bds]), bds
 
 
-def aggregate_s(inst: ClusterInstance, objective: str, per_scenario_s) -> float:
+def aggregate_s(inst: Instance, objective: str, per_scenario_s) -> float:
     """Times on the scenarios the objective reads, aggregated as it does (nominal, worst or
     expected), without the quantile objective's factor."""
     _, agg, weights = scenario_weights(inst, objective)
@@ -1075,14 +1076,14 @@ def aggregate_s(inst: ClusterInstance, objective: str, per_scenario_s) -> float:
     return max(per) if agg == "max" else float(sum(w * x for w, x in zip(weights, per)))
 
 
-def plan_time_s(inst: ClusterInstance, plan: Plan, objective: str) -> float:
+def plan_time_s(inst: Instance, plan: Plan, objective: str) -> float:
     """The plan's time (aggregate_s of its simulated scenarios), without the factor."""
     idx, _, _ = scenario_weights(inst, objective)
     return aggregate_s(inst, objective, [simulate(inst, plan, cluster=inst.scenarios[i].cluster).iter_time_s
                                          for i in idx])
 
 
-def check_resimulation(inst: ClusterInstance, plan: Plan, objective: str, objective_s: float,
+def check_resimulation(inst: Instance, plan: Plan, objective: str, objective_s: float,
                        tolerance_s: float) -> tuple[tuple[float, ...], Breakdown]:
     value, bds = _simulated(inst, plan, objective)
     per = [bd.iter_time_s for bd in bds]

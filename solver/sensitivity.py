@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, Plan
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Cluster, Plan
 from paraplan.cost.specs import ClusterSpec, Link
 
 # relative tolerance under which the plan's time ties the re-planned optimum (solver/planner.REL_TOL)
@@ -42,14 +43,14 @@ def _moved_cluster(cluster: Cluster, cat: dict, net: NetEfficiency) -> Cluster:
                    between=tuple(tuple(_scaled(x, inter) for x in row) for row in cluster.between))
 
 
-def moved_instance(inst: ClusterInstance, cat: dict, net: NetEfficiency) -> ClusterInstance:
+def moved_instance(inst: Instance, cat: dict, net: NetEfficiency) -> Instance:
     """The instance priced with catalogue `cat` and efficiencies `net`, on every scenario."""
     return replace(inst, cluster=_moved_cluster(inst.cluster, cat, net),
                    scenarios=tuple(replace(s, cluster=_moved_cluster(s.cluster, cat, net))
                                    for s in inst.scenarios))
 
 
-def moved_instances(inst: ClusterInstance):
+def moved_instances(inst: Instance):
     """(parameter, end, value, moved instance) of every case, in a fixed order."""
     from paraplan.cost.fit import MIN_ROWS_PER_DIE, parameter_table
 
@@ -72,7 +73,7 @@ def moved_instances(inst: ClusterInstance):
                 yield "model.moe.imbalance", end, v, replace(inst, model=replace(m, moe=replace(m.moe, imbalance=v)))
 
 
-def sensitivity(inst: ClusterInstance, plan: Plan, objective: str, backend: str,
+def sensitivity(inst: Instance, plan: Plan, objective: str, backend: str,
                 time_limit_s: float, threads: int, describe) -> dict:
     """{"robust", "cases"}: each case re-plans the moved instance (solver/search.py) and says
     whether `plan` stays optimal on it; `describe(plan, inst)` writes a winning plan's line."""
@@ -90,7 +91,7 @@ def sensitivity(inst: ClusterInstance, plan: Plan, objective: str, backend: str,
     return {"robust": all(c["stays_optimal"] for c in cases), "cases": cases}
 
 
-def _time_if_fits(inst: ClusterInstance, plan: Plan, objective: str) -> float | None:
+def _time_if_fits(inst: Instance, plan: Plan, objective: str) -> float | None:
     """The plan's time for the objective (its scenarios' times aggregated, solver/search.
     aggregate_s), each scenario simulated once; None where it does not fit memory on one."""
     from paraplan.cost.simulate import simulate

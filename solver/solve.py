@@ -22,8 +22,6 @@ import math
 import time
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.plan_specs import ClusterInstance
-from paraplan.cost.space_rules import several_classes
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
@@ -33,7 +31,7 @@ from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, 
                                      dualpipe_infeasible_reason, infeasible_reason)
 
 
-def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: float = 60.0,
+def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
           threads: int = 1, progress=None, objective: str = "nominal", winners: int | None = None,
           within_pct: float | None = None) -> SolveResult:
     """The optimal plan of `inst` over its declared space (module docstring). Backend "dp"
@@ -45,16 +43,9 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
     if winners is not None:
         _check_top(inst, winners, within_pct)
-    if isinstance(inst, ClusterInstance):
+    if not inst.flat:
         return _solve_groups(inst, backend, time_limit_s, threads, progress, objective, winners, within_pct)
-    if several_classes(inst.search):  # a flat instance runs one class on every GPU
-        key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
-        raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
-                            " idle GPUs are group-format plans, which a flat plan file cannot hold",
-                            "plan it as its one group: api.search(ClusterInstance.one_group(inst))"
-                            " (what `paraplan plan` does)")
-    group = ClusterInstance.one_group(inst)
-    res = search(group, backend, time_limit_s, progress=progress, threads=threads, resimulate=False,
+    res = search(inst, backend, time_limit_s, progress=progress, threads=threads, resimulate=False,
                  winners=winners or 1, within_pct=within_pct)  # re-simulated once, below
     if partition_plans.enabled(inst):  # a flat plan counts (outer, layer plan) pairs
         res.outer_configs = sum(partition_plans.plans_per_outer(inst, o) for o in one_group_outers(inst))
@@ -67,8 +58,8 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
     if winners is not None:
         ranked = []
         for val, p in res.ranked:  # each re-simulated once; val: at search.objective
-            bd = check_resimulation(group, p, "nominal", val, res.tolerance_s)[1]
-            ranked.append(Ranked(p, bd.iter_time_s if objective_factor_of(group, p) != 1.0 else val, bd, val))
+            bd = check_resimulation(inst, p, "nominal", val, res.tolerance_s)[1]
+            ranked.append(Ranked(p, bd.iter_time_s if objective_factor_of(inst, p) != 1.0 else val, bd, val))
         res.ranked = tuple(ranked)
         return res
     res.ranked = ()
@@ -76,14 +67,14 @@ def solve(inst: Instance | ClusterInstance, backend: str = "dp", time_limit_s: f
         # re-simulated once, against the minimised value (the plan's time times its
         # configuration's quantile factor); the time reported is the simulator's where the
         # factor divided it
-        res.breakdown = check_resimulation(group, res.plan, "nominal", res.quantile_s, res.tolerance_s)[1]
+        res.breakdown = check_resimulation(inst, res.plan, "nominal", res.quantile_s, res.tolerance_s)[1]
         if res.quantile_s != res.objective_s:
             res.objective_s = res.breakdown.iter_time_s
         res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
     return res
 
 
-def _solve_groups(inst: ClusterInstance, backend: str, time_limit_s: float, threads: int, progress,
+def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: int, progress,
                   objective: str, winners: int | None, within_pct: float | None) -> SolveResult:
     """A cluster of node groups: the search re-simulates its plan; --top's plans are shown as
     `plan` shows them (fewest_classes), each re-simulated once on the scenarios the objective

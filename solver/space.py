@@ -53,8 +53,8 @@ the replicas, within search.max_micro_batch, capped from memory by the homogeneo
 (capped_micro_batches and micro_batch_lower_bound_parts below; micro_batch_values says how a
 class spanning groups is bounded). A lone class runs the count the batch gives it,
 fewer micro-batches than stages included, as on one group; with search.uniform_split (which
-reaches the class planner only from a homogeneous instance, cost/plan_specs.
-ClusterInstance.one_group: a mixed-cluster file listing it is refused) the planner searches even
+reaches the class planner only from a homogeneous instance, cost/specs.Instance.flat: a
+mixed-cluster file listing it is refused) the planner searches even
 layer splits, the homogeneous rule. So a
 one-group cluster's space is the homogeneous space, outer configuration for outer configuration
 and plan for plan (checked against the homogeneous enumeration until it was deleted; the
@@ -148,7 +148,7 @@ from paraplan.cost import recompute_patterns
 from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.class_coefficients import class_outer
-from paraplan.cost.plan_specs import ClusterInstance, ClassOuter
+from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
@@ -293,7 +293,7 @@ def count_splits(layers: int, pp: int, v: int, full_recompute, uniform: bool,
     return total * v ** flagged
 
 
-def declared_outers(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+def declared_outers(inst: Instance, families: tuple[str, ...] = FAMILIES,
                   groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[ClassOuter]:
     """Every outer configuration, in a fixed order (families, group subsets by size then index,
     tp, cp, shapes, micro_batch, sp, zero, virtual stages, recompute, (ep, etp), embedding / loss
@@ -395,7 +395,7 @@ class Tally:
         return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first)
 
 
-def declared_blocks(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+def declared_blocks(inst: Instance, families: tuple[str, ...] = FAMILIES,
                     groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[OuterBlock]:
     """declared_outers in blocks (OuterBlock), in its order; a DualPipe job's blocks list only
     the configurations DualPipe runs (declared_outers filters them)."""
@@ -411,7 +411,7 @@ class _Listing:
     """What the listing of one instance reads once (declared_partials): the subsets, the
     recompute modes, the framework's rules and the micro-batch caps' memory bounds."""
 
-    inst: ClusterInstance
+    inst: Instance
     uniform: bool
     modes: tuple
     rules: object
@@ -518,7 +518,7 @@ class Partial:
                 for blk in lst.shape_blocks(self.family, self.tpg, self.cp, shapes)]
 
 
-def declared_partials(inst: ClusterInstance, families: tuple[str, ...] = FAMILIES,
+def declared_partials(inst: Instance, families: tuple[str, ...] = FAMILIES,
                       groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[Partial]:
     """The declared space as partial layouts (Partial), in declared_outers' order."""
     s = inst.search
@@ -548,7 +548,7 @@ def declared_partials(inst: ClusterInstance, families: tuple[str, ...] = FAMILIE
     return out
 
 
-def zero_bubble_modes(inst: ClusterInstance, o: ClassOuter) -> list[ZeroBubble]:
+def zero_bubble_modes(inst: Instance, o: ClassOuter) -> list[ZeroBubble]:
     """The zero-bubble schedules (cost/zero_bubble.py) torch runs for configuration `o` of a
     framework that has them (FrameworkRules.zero_bubble), with any layer plan (the layer-plan
     bounds of solver/class_partitions.py take the drain credit per plan), by torch's rules on every class's
@@ -574,7 +574,7 @@ def zero_bubble_modes(inst: ClusterInstance, o: ClassOuter) -> list[ZeroBubble]:
                     for c, m in zip(o.classes, counts))]
 
 
-def with_zero_bubble(inst: ClusterInstance, outers: list[ClassOuter]) -> list[ClassOuter]:
+def with_zero_bubble(inst: Instance, outers: list[ClassOuter]) -> list[ClassOuter]:
     """`outers` with each one's zero-bubble variants (zero_bubble_modes) in its place, in the
     order of cost/schedule.TorchSchedule. Where InterleavedZeroBubble runs, the Interleaved1F1B
     configuration is left out: it is dominated. The two price the same stage terms and memory
@@ -595,14 +595,14 @@ def with_zero_bubble(inst: ClusterInstance, outers: list[ClassOuter]) -> list[Cl
 class _DualPipeBlock:
     """An OuterBlock of a DualPipe job: its outers those DualPipe runs (declared_outers)."""
 
-    def __init__(self, inst: ClusterInstance, block: OuterBlock) -> None:
+    def __init__(self, inst: Instance, block: OuterBlock) -> None:
         self.inst, self.block = inst, block
 
     def outers(self) -> list[ClassOuter]:
         return [o for o in self.block.outers() if _dualpipe_runs(self.inst, o)]
 
 
-def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
+def _sp_zero_values(inst: Instance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
     """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
     admitted with some value of the other and some v (`tpg`: group -> tp)."""
     m, s = inst.model, inst.search
@@ -625,7 +625,7 @@ def _sp_zero_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes)
     return sps, zeros
 
 
-def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shapes,
+def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
                        uniform: bool = False, bound_memo: dict | None = None) -> list[int]:
     """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
     the global batch (within max_micro_batch) that split it between the replicas
@@ -677,7 +677,7 @@ def micro_batch_values(inst: ClusterInstance, tpg: dict[int, int], cp: int, shap
                                                      for sp in sps for z in zeros))
 
 
-def virtual_stage_values(inst: ClusterInstance, shapes) -> list[int]:
+def virtual_stage_values(inst: Instance, shapes) -> list[int]:
     """search.virtual_stages, or every v dividing the layers (or, where the release counts the
     embedding / loss as layer slots, the layers plus one or two: space_rules.slot_modes) with
     some slot mode for which v * pp_k <= the slots for every class (the homogeneous rule on each
@@ -687,7 +687,7 @@ def virtual_stage_values(inst: ClusterInstance, shapes) -> list[int]:
     return list(_virtual_stage_values(*_slot_facts(inst), listed, _depths(shapes)))
 
 
-def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, bool]]:
+def slot_modes_of(inst: Instance, shapes, v: int) -> list[tuple[bool, bool]]:
     """The (embedding_in_split, loss_in_split) modes of v (space_rules.slot_modes) with which
     every class has a pipeline whose every stage holds a chunk: pp_k > 1 and v pp_k <= slots.
     No embedding slot for an MoE model with a dense prefix: the prefix is priced in stage 0's
@@ -699,7 +699,7 @@ def slot_modes_of(inst: ClusterInstance, shapes, v: int) -> list[tuple[bool, boo
 # MoE dense prefix rules out the embedding slot, whether the release counts slots; the classes'
 # stage counts), so that they are read once per distinct value: the listing asked them 7,054
 # times for GPT-3 175B's 364 class shapes, with a handful of distinct answers.
-def _slot_facts(inst: ClusterInstance) -> tuple[int, bool, bool]:
+def _slot_facts(inst: Instance) -> tuple[int, bool, bool]:
     m = inst.model
     return m.layers, m.moe is not None and m.moe.dense_layers > 0, split_slots_run(inst.job, inst.search)
 
@@ -722,7 +722,7 @@ def _slot_modes_of(layers: int, prefix: bool, slots: bool, pps: tuple[int, ...],
                  and not (e and prefix)) if v > 1 else ((False, False),)
 
 
-def not_covered(inst: ClusterInstance, used_groups: set[int] | None = None) -> list[str]:
+def not_covered(inst: Instance, used_groups: set[int] | None = None) -> list[str]:
     """The kinds of plan this instance's cluster can run that the space leaves out (the module
     docstring's "Outside the space by default"), each with the search key that brings it in, so
     that a proof over the space says nothing about them: what `plan` prints and records beside
@@ -785,7 +785,7 @@ ZERO_BUBBLE_NOT_COVERED = "Qi et al.'s zero-bubble ZB-H2 schedule, which torch d
 ZBV_ACROSS_GROUPS = "; ZBVZeroBubble on a pipeline across node groups"
 
 
-def empty_space_reason(inst: ClusterInstance) -> str:
+def empty_space_reason(inst: Instance) -> str:
     """Why `declared_outers(inst)` is empty: the first rule of EMPTY_SPACE_RULES, in enumeration
     order, that leaves no configuration (an empty space is never reported without its cause)."""
     if dualpipe_job(inst):
@@ -805,7 +805,7 @@ def empty_space_reason(inst: ClusterInstance) -> str:
 class _Left:
     """What the space's rules have left so far, stage by stage (EMPTY_SPACE_RULES fill it in)."""
 
-    inst: ClusterInstance
+    inst: Instance
     with_tp: list = field(default_factory=list)  # (groups used, tp per group)
     with_cp: list = field(default_factory=list)  # (groups used, tp per group, cp)
     shapes: list = field(default_factory=list)  # (tp of the first stage's group, cp, class shapes)
@@ -903,7 +903,7 @@ EMPTY_SPACE_RULES = (_no_tp, _no_cp, _no_pipeline_shape, _no_micro_batch_split, 
                      _no_sequence_parallel, _no_zero_to_shard, _no_framework_mode)
 
 
-def paired_counts(inst: ClusterInstance, o: ClassOuter) -> bool:
+def paired_counts(inst: Instance, o: ClassOuter) -> bool:
     """Whether the expert all-to-all overlap pairs the micro-batches of o's pipeline-free
     classes (cost/moe.pairs_unpipelined_micro_batches): _count_form's `paired`."""
     return pairs_unpipelined_micro_batches(inst.job, o.ep)
@@ -1041,7 +1041,7 @@ class SpaceSummary:
     plans_total: int  # outer configs x micro-batch splits x per-class layer splits and recompute
 
 
-def _plans_per_shape(inst: ClusterInstance, classes, micro_batch: int, v: int, paired: bool, slots: tuple,
+def _plans_per_shape(inst: Instance, classes, micro_batch: int, v: int, paired: bool, slots: tuple,
                      mode, uniform: bool, dual: bool, splits: dict) -> int:
     """Plans of one outer configuration without per-operator partitions: its micro-batch vectors
     x one value of the framework's recompute pattern for every class (recompute_rows) x each
@@ -1059,7 +1059,7 @@ def _plans_per_shape(inst: ClusterInstance, classes, micro_batch: int, v: int, p
     return per
 
 
-def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = False) -> SpaceSummary:
+def summarize(inst: Instance, outers: list[ClassOuter], uniform: bool = False) -> SpaceSummary:
     """plans_total counts, per outer configuration, its micro-batch vectors x per-class layer
     splits and recompute counts x layer-plan combinations (solver/class_partitions.py; 1
     without per-operator partitions)."""
@@ -1087,13 +1087,13 @@ def summarize(inst: ClusterInstance, outers: list[ClassOuter], uniform: bool = F
     return SpaceSummary(outer_configs=len(outers), plans_total=total)
 
 
-def summarize_partials(inst: ClusterInstance, partials: list[Partial]) -> SpaceSummary:
+def summarize_partials(inst: Instance, partials: list[Partial]) -> SpaceSummary:
     """summarize(inst, declared_outers(...)) read from the partial layouts' representatives
     (Partial.reps, each counted for the layouts it stands for), without listing the others."""
     return summarize_blocks(inst, [(n, blk) for part in partials for n, blks in part.reps for blk in blks])
 
 
-def summarize_blocks(inst: ClusterInstance, weighted: list[tuple[int, OuterBlock]]) -> SpaceSummary:
+def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> SpaceSummary:
     """summarize(inst, [the outers of `blocks`, each block `n` times]) read from the blocks'
     tallies (OuterBlock.tally), without listing the outers. Per-operator partitions are not
     counted (partition_count reads each outer): searches with them list every block."""
@@ -1126,19 +1126,17 @@ def one_group_outers(inst: Instance) -> list[Outer]:
     """The declared space of a homogeneous instance (its one-group class space, searched as
     solver/solve.py plans it), each configuration as the Outer that prices it
     (cost/class_coefficients.class_outer, the lone class at the count the batch gives it)."""
-    het = ClusterInstance.one_group(inst)
     gb = inst.job.global_batch
     return [class_outer(o, 0, gb // o.micro_batch // o.classes[0].replicas)
-            for o in declared_outers(het, uniform=inst.search.uniform_split)]
+            for o in declared_outers(inst, uniform=inst.search.uniform_split)]
 
 
 def one_group_summary(inst: Instance) -> SpaceSummary:
     """The size of a homogeneous instance's declared space (summarize of its one-group class
     space: outer configurations, and plans: outer configurations x splits x recompute counts x
     layer plans)."""
-    het = ClusterInstance.one_group(inst)
     uniform = inst.search.uniform_split
-    return summarize(het, declared_outers(het, uniform=uniform), uniform)
+    return summarize(inst, declared_outers(inst, uniform=uniform), uniform)
 
 
 def one_group_plans_total(inst: Instance) -> int:

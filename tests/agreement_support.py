@@ -70,9 +70,9 @@ def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda out
 
 def assert_mixed_backends_agree_with_exhaustive(inst) -> None:
     """CP-SAT and MILP prove the exhaustive optimum of a mixed-cluster instance (or agree that
-    it has no plan); exhaustive search (solver/exhaustive.exhaustive_classes) is the reference."""
-    from paraplan.solver.exhaustive import exhaustive_classes
-    ex = exhaustive_classes(inst)
+    it has no plan); exhaustive search (solver/exhaustive.exhaustive) is the reference."""
+    from paraplan.solver.exhaustive import exhaustive
+    ex = exhaustive(inst)
     for backend in ("cpsat", "milp"):
         res = search.search(inst, backend, time_limit_s=GUARD_LIMIT_S)
         assert res.status in ("optimal", "infeasible"), (backend, res.status)

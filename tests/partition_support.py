@@ -1,7 +1,7 @@
 """Small instances and sites shared by tests/partition/ (tests/ is on sys.path)."""
 
 from paraplan.cost.coefficients import homogeneous_placement
-from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, Outer,
+from paraplan.cost.specs import (Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, Outer,
                         SearchSpace)
 
 
@@ -15,7 +15,7 @@ def small_instance(*, nodes=2, gpus_per_node=4, layers=4, hidden=1024, heads=16,
                      inter_node=Link(bw_bytes_per_s=3.125e9, latency_s=10e-6))
     m = ModelSpec(name="test", layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                   ffn=ffn, vocab=32000, seq_len=seq_len, mlp=mlp)
-    return Instance(name="test", model=m, cluster=cl, job=JobSpec(global_batch=global_batch),
+    return Instance(name="test", model=m, cluster=Cluster.of(cl), job=JobSpec(global_batch=global_batch),
                     search=search or SearchSpace())
 
 

@@ -12,7 +12,7 @@ import random
 from dataclasses import replace
 from functools import partial
 
-from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
+from paraplan.cost.specs import Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
 
 # The agreement tests check that the formulations, exhaustive search and the simulator agree
 # exactly on each configuration's time: they plan the predicted time (`mean`). The quantile
@@ -51,7 +51,7 @@ def random_instance(seed: int, variant: bool = False) -> Instance:
                             uniform_split=rng.random() < 0.3, full_recompute=rng.random() < 0.7,
                             zero=tuple(sorted(rng.sample([0, 1, 2, 3], 2))),
                             memory_reserve_bytes=rng.choice([0.0, 2**26]))
-    return Instance(name=f"rand{seed}", model=model, cluster=cluster,
+    return Instance(name=f"rand{seed}", model=model, cluster=Cluster.of(cluster),
                     job=JobSpec(global_batch=gb), search=space)
 
 
@@ -61,7 +61,7 @@ def random_cluster_instance(seed: int):
     """Two node groups of different toy GPUs (speed, memory, links drawn per group), a group
     link, and a degraded-network scenario with a probability: small enough for exhaustive search
     of the heterogeneous space (solver/exhaustive.py)."""
-    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup, Scenario
+    from paraplan.cost.plan_specs import Cluster, NodeGroup, Scenario
 
     rng = random.Random(10_000 + seed)
     base = random_instance(seed)
@@ -91,7 +91,7 @@ def random_cluster_instance(seed: int):
     gpus = sum(g.num_gpus for g in groups)
     space = Space(micro_batch=(1, 2), full_recompute=rng.random() < 0.8,
                         zero=(0, 1), memory_reserve_bytes=rng.choice([0.0, 2**26]))
-    return ClusterInstance(
+    return Instance(
         name=f"hrand{seed}", model=model, cluster=nominal,
         job=JobSpec(global_batch=rng.choice([2, 4]) * gpus), search=space,
         scenarios=(Scenario(name="nominal", cluster=nominal, probability=1 - p),
@@ -101,7 +101,7 @@ def group_tp_instance(seed: int):
     a model wide enough for tensor parallelism to pay on one group and not on the other: the
     instances where a tp per group (ClassOuter.group_tp) can win. Small enough for exhaustive
     search."""
-    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
+    from paraplan.cost.plan_specs import Cluster, NodeGroup
 
     rng = random.Random(seed)
     heads = 8
@@ -122,7 +122,7 @@ def group_tp_instance(seed: int):
     hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                        (link, groups[1].cluster.inter_node)))
     gpus = sum(g.num_gpus for g in groups)
-    return ClusterInstance(name=f"gtp{seed}", model=model, cluster=hc,
+    return Instance(name=f"gtp{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([2, 4, 8]) * gpus),
                           search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,)))
 
@@ -133,7 +133,7 @@ def partition_mixed_instance(seed: int):
     2 or 4 per group and partitions in the space: only the 4-GPU group can run tp 4, the least
     a spatial-temporal plan needs, so exhaustive search tries every layer plan of one group
     (768 at tp 4 without sequence parallelism) and stays quick."""
-    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
+    from paraplan.cost.plan_specs import Cluster, NodeGroup
     from paraplan.cost.loader import load_catalogue
 
     rng = random.Random(7000 + seed)
@@ -150,7 +150,7 @@ def partition_mixed_instance(seed: int):
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
     hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                        (link, groups[1].cluster.inter_node)))
-    return ClusterInstance(name=f"pm{seed}", model=model, cluster=hc, job=JobSpec(global_batch=rng.choice([12, 24])),
+    return Instance(name=f"pm{seed}", model=model, cluster=hc, job=JobSpec(global_batch=rng.choice([12, 24])),
                           search=Space(micro_batch=(2,), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(2, 4),
                                              sequence_parallel=(False,),
                                              tensor_partitions=("megatron", "spatial_temporal")))
@@ -161,7 +161,7 @@ def mixed_family_instance(seed: int):
     and a global batch that their counts do not all divide: the instances where a pipeline
     across both groups beside replica classes on the GPUs it leaves (search.mixed_families)
     can win. Small enough for exhaustive search."""
-    from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
+    from paraplan.cost.plan_specs import Cluster, NodeGroup
 
     rng = random.Random(seed)
     heads = 8
@@ -179,7 +179,7 @@ def mixed_family_instance(seed: int):
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
     hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                        (link, groups[1].cluster.inter_node)))
-    return ClusterInstance(name=f"mix{seed}", model=model, cluster=hc,
+    return Instance(name=f"mix{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([6, 8, 12, 16, 24])),
                           search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,),
                                              cp=(1,), tp=(1,), mixed_families=True))

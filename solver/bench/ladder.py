@@ -21,7 +21,7 @@ from pathlib import Path
 
 from paraplan.cost import units
 from paraplan.cost.loader import load_instance
-from paraplan.cost.specs import ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
+from paraplan.cost.specs import Cluster, ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
 from paraplan.solver.solve import solve
@@ -81,7 +81,7 @@ def ladder_instance(gpus: int, layers: int) -> Instance:
         inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(200), latency_s=units.us_to_s(10)))
     # a space small enough to enumerate: the structure of the full one, fewer batch choices
     space = SearchSpace(micro_batch=(1, 2), cp=(1,), virtual_stages=(1, 2), zero=(0, 1, 3))
-    return Instance(name=f"ladder-{gpus}gpu-{layers}L", model=model, cluster=cluster,
+    return Instance(name=f"ladder-{gpus}gpu-{layers}L", model=model, cluster=Cluster.of(cluster),
                     job=JobSpec(global_batch=4 * gpus), search=space)
 
 

@@ -21,7 +21,6 @@ EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 def cmd_simulate(args) -> int:
     """`paraplan simulate INSTANCE --plan PLAN.yaml`, a plan file of either format: the plan
     on every network of the instance (a flat instance has one), each simulated once."""
-    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands import groups as group_commands, plan_files
     from paraplan.solver.commands.plan_files import read_plans
@@ -29,12 +28,10 @@ def cmd_simulate(args) -> int:
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
                                         table, trust_json, trust_lines)
 
-    read = read_instance(args, simulate_only=True)
-    if group_commands.shown_as_groups(read):  # the plan is read as a plan of replica classes
-        read = group_commands.as_groups(read)
-    inst, (plan,) = read_plans([args.plan], read)  # the plan file is read once, either format
-    networks = ([(sc.name, sc.cluster) for sc in inst.scenarios] if isinstance(inst, ClusterInstance)
-                else [("nominal", None)])
+    inst = read_instance(args, simulate_only=True)
+    (plan,) = read_plans([args.plan], inst)  # the plan file is read once, either format
+    grouped = group_commands.shown_as_groups(inst, plan)
+    networks = [(sc.name, sc.cluster) for sc in inst.scenarios] if grouped else [("nominal", None)]
     try:
         bds = [(name, simulate(inst, plan, cluster=net)) for name, net in networks]
     except ConfigError as e:
@@ -50,9 +47,9 @@ def cmd_simulate(args) -> int:
                     "scenarios": [{"scenario": name, "iter_time_s": b.iter_time_s,
                                    "tokens_per_s": b.tokens_per_s, "fits_memory": b.fits} for name, b in bds]})
     else:
-        print(group_commands.describe_cluster(inst) if isinstance(inst, ClusterInstance) else
+        print(group_commands.describe_cluster(inst) if grouped else
               f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
-        print("plan        " + "\n            ".join(plan_lines(plan, inst) if isinstance(inst, ClusterInstance)
+        print("plan        " + "\n            ".join(plan_lines(plan, inst) if grouped
                                                    else [plan_line(plan)]))
         for line in notes:
             print(f"warning     model: {line}")

@@ -22,7 +22,8 @@ def cmd_compare(args) -> int:
                                                side_rows, train_rows)
 
     names = (args.plan_a, args.plan_b)
-    inst, plans = read_plans(names, read_instance(args))
+    inst = read_instance(args)
+    plans = read_plans(names, inst)
     bds = [simulate(inst, p) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
     # each plan's interval: its own distance from the published runs (cost/trust.py), so two
@@ -70,10 +71,9 @@ def cmd_memory(args) -> int:
     per device."""
     from paraplan.cost.class_coefficients import class_coefficients
     from paraplan.cost.memory_breakdown import class_categories_bytes
-    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
-    from paraplan.solver.commands.groups import as_groups, describe_cluster
+    from paraplan.solver.commands.groups import describe_cluster, shown_as_groups
     from paraplan.solver.commands.plan_files import plan_mapping
     from paraplan.solver.commands.plan_text import plan_line, plan_lines
 
@@ -82,14 +82,14 @@ def cmd_memory(args) -> int:
         from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
         print(f"paraplan: infeasible: no plan to estimate: {where}", file=sys.stderr)
         return EXIT_INFEASIBLE
-    flat = not isinstance(inst, ClusterInstance)
+    flat = not shown_as_groups(inst, plan)
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
         if not flat:
             raise InstanceError(inst.source, "job.pipeline_schedule", "memory of a DualPipe plan is"
                                 " priced on a flat cluster (cost/dualpipe.py)",
                                 "write the cluster without `groups:`")
         return _memory_dualpipe(args, inst, plan, where)
-    group = as_groups(inst)
+    group = inst
     coeffs = class_coefficients(group, group.cluster, plan.outer, reserve_bytes=inst.search.memory_reserve_bytes,
                                 num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
                                 partitions=tuple(k.partitions for k in plan.classes))
@@ -163,11 +163,8 @@ def _memory_plan(args):
     from paraplan.solver.commands.plan_files import read_plans
 
     read = read_instance(args, args.plan is not None)  # a DualPipe plan file
-    if group_commands.shown_as_groups(read):
-        read = group_commands.as_groups(read)
     if args.plan:
-        inst, (plan,) = read_plans([args.plan], read)
-        return inst, plan, args.plan
+        return read, read_plans([args.plan], read)[0], args.plan
     from paraplan.solver.solve import solve
     res = solve(read, backend=args.backend, time_limit_s=args.time_limit_s)
     if res.status == "infeasible":

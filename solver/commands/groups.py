@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 
-from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.solver.format import evidence_text as common_evidence_text, quantile_phrase, seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
@@ -23,25 +22,12 @@ from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_
 from paraplan.solver.commands.plan_text import describe_plan, plan_lines
 
 
-def as_groups(inst):
-    """`inst` (read_instance's) as a cluster of node groups: a homogeneous instance is its one
-    group (cost/plan_specs.ClusterInstance.one_group)."""
-    return inst if from_group_file(inst) else ClusterInstance.one_group(inst)
-
-
-def from_group_file(inst) -> bool:
-    """Whether `inst` (read_instance's) was read from a node-group file."""
-    from paraplan.cost.plan_specs import ClusterInstance
-    return isinstance(inst, ClusterInstance)
-
-
-def shown_as_groups(inst) -> bool:
-    """Whether the plans of `inst` (read_instance's) are planned and shown as a cluster of node
-    groups: it was read from a node-group file, or its search asks for plans only the group
-    format holds (several replica classes on its one group, or GPUs left idle:
-    cost/space_rules.several_classes), planned as the one-group cluster it is."""
-    from paraplan.cost.space_rules import several_classes
-    return from_group_file(inst) or several_classes(inst.search)
+def shown_as_groups(inst, plan=None) -> bool:
+    """Whether `inst` (and `plan`, where given) is shown as a cluster of node groups: it is not
+    flat (cost/specs.Instance.flat: several groups or networks, or a search asking for plans
+    only the group format holds, SearchSpace.several_classes), or the plan is not one
+    class on every GPU."""
+    return not inst.flat or (plan is not None and not plan.is_flat_on(inst.cluster))
 
 
 def no_scenarios(args) -> None:
@@ -54,16 +40,14 @@ def no_scenarios(args) -> None:
 
 
 def class_instance(args):
-    """(instance, objective, homogeneous instance or None): the instance the arguments name as
-    the class planner plans it, a one-group file as a one-group cluster (cost/plan_specs.
-    ClusterInstance.one_group) together with the homogeneous instance it was read as, which is None
-    where the plans are shown in the group format (shown_as_groups)."""
+    """(instance, objective): the instance the arguments name and the objective asked for,
+    nominal on an instance shown in the flat format (shown_as_groups)."""
     from paraplan.solver.commands.inputs import read_instance
     read = read_instance(args)
     if shown_as_groups(read):
-        return (*load_mixed(args, read), None)
+        return load_mixed(args, read)
     no_scenarios(args)
-    return as_groups(read), "nominal", read
+    return read, "nominal"
 
 
 def objective_of(args) -> str:
@@ -74,9 +58,9 @@ def objective_of(args) -> str:
 def load_mixed(args, read):
     """The instance the arguments name (`read`: as read_instance read it) as a cluster of node
     groups, and the objective asked for, which its scenarios must allow."""
-    if not from_group_file(read):
+    if not read.written_as_groups:
         no_scenarios(args)
-    inst, objective = as_groups(read), objective_of(args)
+    inst, objective = read, objective_of(args)
     if objective == "nominal":
         return inst, objective
     if len(inst.scenarios) < 2:
@@ -133,7 +117,7 @@ def cmd_replan(args) -> int:
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
     read = read_instance(args)
-    inst = as_groups(read)  # a homogeneous cluster is the one-group case: its group is named after its GPU
+    inst = read  # a homogeneous cluster is the one-group case: its group is named after its GPU
     current = load_class_plan(args.plan, inst)  # either plan format on one group
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
@@ -179,7 +163,7 @@ def cmd_timeline(args) -> int:
     from paraplan.solver.commands.inputs import read_instance
 
     inst = read_instance(args)
-    if not from_group_file(inst):
+    if not inst.written_as_groups:
         raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
                             "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
     if not inst.timeline:

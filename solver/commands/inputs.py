@@ -63,7 +63,7 @@ DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory", "report")
 
 def read_instance(args: argparse.Namespace, simulate_only: bool = False):
     """The instance the arguments name, its file read once: a node-group file given alone
-    (`cluster:` with `groups:`, cost/groups_loader.py) as the ClusterInstance it describes, the
+    (`cluster:` with `groups:`, cost/groups_loader.py) as the Instance it describes, the
     --search overrides checked like its own `search:`; any other as load_from_args's Instance."""
     from paraplan.cost.groups_loader import cluster_instance_from_mapping, is_groups_mapping
     from paraplan.cost.loader import override_search, read_yaml

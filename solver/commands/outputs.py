@@ -76,8 +76,6 @@ def plan_file(inst, plan, read) -> dict:
     a node-group file) in the group format."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.loader import plan_file_mapping
-    from paraplan.cost.plan_specs import ClusterInstance
-    if isinstance(inst, ClusterInstance) and (isinstance(read, ClusterInstance)
-                                              or not plan.is_flat_on(inst.cluster)):
+    if inst.written_as_groups or not inst.flat and not plan.is_flat_on(inst.cluster):
         return {"plan": class_plan_to_mapping(plan, inst)}
     return plan_file_mapping(read, plan)

@@ -3,37 +3,29 @@
 Every plan is one record (cost/plan_specs.Plan). A flat instance whose plan files are all flat
 is priced as the flat instance (its trust interval from the plan's own features,
 cost/trust.plan_trust); any other instance as node groups (cost/trust.class_plan_trust); both by
-the one simulator (cost/simulate.simulate). Until cost/ holds one instance record (issue 32),
-the commands tell the two instance kinds apart here (and in commands/outputs.plan_file, the
-`plan -o` mapping), so that each command has one path: read the plans, simulate each once, render.
+the one simulator (cost/simulate.simulate). Which of the two a plan is, the record says
+(commands/groups.shown_as_groups), so that each command has one path: read the plans, simulate
+each once, render.
 """
 
 from __future__ import annotations
 
-from paraplan.cost.loader import is_group_plan_mapping, read_yaml
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.loader import read_yaml
+from paraplan.solver.commands.groups import shown_as_groups
 
 
-def read_plans(paths, read):
-    """(instance, plans) of the plan files at `paths` for the instance `read` (as
-    read_instance read it): the flat instance when it is one and every file is in the flat
-    format, else the instance as node groups."""
+def read_plans(paths, inst) -> list:
+    """The plans of the plan files at `paths` for `inst`, each file read once, in either format
+    (a flat one on a one-group cluster)."""
     from paraplan.cost.groups_loader import class_plan_from_data
-    from paraplan.cost.loader import plan_from_mapping
-    from paraplan.solver.commands.groups import as_groups, from_group_file
-
-    data = [read_yaml(p) for p in paths]  # each file read once
-    if not from_group_file(read) and not any(is_group_plan_mapping(d) for d in data):
-        return read, [plan_from_mapping(d, read, str(p)) for d, p in zip(data, paths)]
-    inst = as_groups(read)
-    return inst, [class_plan_from_data(d, inst, p) for d, p in zip(data, paths)]
+    return [class_plan_from_data(read_yaml(p), inst, p) for p in paths]
 
 
 def plan_mapping(plan, inst) -> dict:
     """The plan as its plan file writes it."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.loader import plan_to_mapping
-    return class_plan_to_mapping(plan, inst) if isinstance(inst, ClusterInstance) else plan_to_mapping(plan)
+    return class_plan_to_mapping(plan, inst) if shown_as_groups(inst, plan) else plan_to_mapping(plan)
 
 
 def not_covered(inst, plan) -> list[str]:
@@ -41,19 +33,19 @@ def not_covered(inst, plan) -> list[str]:
     plans it (a flat instance: its one group, which a flat plan uses whole): the groups the
     plan leaves idle, then the rules."""
     from paraplan.solver.commands import groups
-    return groups.not_covered(groups.as_groups(inst), plan)
+    return groups.not_covered(inst, plan)
 
 
 def model_warnings(inst, plan) -> list[str]:
     """What the model's pricing leaves out, for the plan where it is one class (a plan of
     several classes differs class by class: cost/model_notes.model_warnings)."""
     from paraplan.cost.model_notes import model_warnings as notes
-    return notes(inst, None if isinstance(inst, ClusterInstance) else plan)
+    return notes(inst, None if shown_as_groups(inst, plan) else plan)
 
 
 def plan_trust(inst, plan, predicted_s: float):
     """How far to trust the plan's predicted time (cost/trust.py)."""
     from paraplan.cost import trust
-    if isinstance(inst, ClusterInstance):
+    if shown_as_groups(inst, plan):
         return trust.class_plan_trust(inst, plan, predicted_s)
     return trust.plan_trust(inst, plan, predicted_s)

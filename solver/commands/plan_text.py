@@ -47,8 +47,7 @@ def plan_lines(plan, inst) -> list[str]:
 def describe_plan(plan, inst) -> str:
     """One line for a plan: one class on every GPU of a flat instance or of one node group as
     `plan` prints a flat plan, else its classes."""
-    from paraplan.cost.plan_specs import ClusterInstance
-    if not isinstance(inst, ClusterInstance) or plan.is_flat_on(inst.cluster):
+    if plan.is_flat_on(inst.cluster):
         return plan_line(plan)
     return "; ".join(x.strip() for x in plan_lines(plan, inst))
 

@@ -77,7 +77,6 @@ def cmd_plan(args) -> int:
     (solver/solve.py) for the objective asked for, its plan re-simulated once on each network the
     objective reads, shown with the one breakdown renderer (a flat instance: its own header,
     evidence wording and plan line)."""
-    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.commands import groups
     from paraplan.solver.solve import solve
 
@@ -98,7 +97,7 @@ def cmd_plan(args) -> int:
     finally:
         if log:
             log.done()
-    flat = not isinstance(inst, ClusterInstance)
+    flat = not groups.shown_as_groups(inst)
     regs = None
     if objective != "nominal" and res.plan is not None:
         # imported here: the network timeline's module (solver/dynamic.py) and its choice
@@ -108,7 +107,7 @@ def cmd_plan(args) -> int:
         regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
     sens = None
     if getattr(args, "sensitivity", False) and res.plan is not None:
-        sens = groups.plan_sensitivity(args, groups.as_groups(inst), res.plan, backend, objective)
+        sens = groups.plan_sensitivity(args, inst, res.plan, backend, objective)
     if args.json:
         out = result_json(res, inst, regs)
         if sens is not None:
@@ -269,19 +268,19 @@ def cmd_exhaustive(args) -> int:
     """Brute force over the declared space: one search on one group and on mixed clusters, a
     one-group file shown as its homogeneous plan."""
     from paraplan.solver.commands.groups import class_instance
-    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
+    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
-    inst, objective, homo = class_instance(args)
+    inst, objective = class_instance(args)
     try:  # progress bar and time limit alike on every cluster
-        res = exhaustive_classes(inst, objective, max_candidates=args.max_candidates,
+        res = exhaustive(inst, objective, max_candidates=args.max_candidates,
                                 progress=progress_enabled(args), time_limit_s=args.time_limit_s)
     except SpaceTooLarge as e:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
-    flat = homo is not None  # shown and written as the flat instance it was read as
-    shown, unit = (homo, "candidates") if flat else (inst, "plans")
-    reason = None if res.plan is not None else exhaustive_reason(shown, res.outer_configs)
+    flat = inst.flat  # shown and written as the flat instance it was read as
+    unit = "candidates" if flat else "plans"
+    reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
         from paraplan.cost.simulate import simulate
         from paraplan.solver.commands.plan_files import plan_mapping
@@ -291,7 +290,7 @@ def cmd_exhaustive(args) -> int:
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
-                    "plan": plan_mapping(res.plan, shown) if res.plan else None})
+                    "plan": plan_mapping(res.plan, inst) if res.plan else None})
         return status_code(status)
     print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
           f" {res.wall_time_s:.2f} s")
@@ -311,8 +310,8 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
     groups the rule that emptied it), or memory."""
     if outer_configs:
         return "no plan fits memory"
-    from paraplan.cost.plan_specs import ClusterInstance
-    if isinstance(inst, ClusterInstance):
+    from paraplan.solver.commands.groups import shown_as_groups
+    if shown_as_groups(inst):
         from paraplan.solver.space import empty_space_reason
         return "the declared heterogeneous space is empty: " + empty_space_reason(inst)
     from paraplan.solver.planner import infeasible_reason
@@ -326,21 +325,22 @@ def cmd_verify(args) -> int:
     from paraplan.solver.commands.limits import Deadline
     from paraplan.solver.search import search
 
-    inst, objective, homo = class_instance(args)
+    inst, objective = class_instance(args)
+    flat = inst.flat
     deadline = Deadline(args.time_limit_s)
     methods = []  # (method, status, objective or None, solve time or None, note)
     tol = 0.0
-    for backend in ("dp", "cpsat", "milp") if homo is not None else ("cpsat", "milp"):
-        if homo is not None and deadline.expired():
+    for backend in ("dp", "cpsat", "milp") if flat else ("cpsat", "milp"):
+        if flat and deadline.expired():
             methods.append((backend, "skipped", None, None, "time limit reached before it started"))
             continue
         res = search(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
     methods.append(exhaustive_method(inst, objective, args.max_candidates,
-                                     homo is not None and progress_enabled(args), deadline,
-                                     "candidates" if homo is not None else "plans"))
-    code = report_verify(args, methods, tol, None if homo is not None else objective)
+                                     flat and progress_enabled(args), deadline,
+                                     "candidates" if flat else "plans"))
+    code = report_verify(args, methods, tol, None if flat else objective)
     # verified (every method proved its answer, all agree) and no method found a plan
     return EXIT_INFEASIBLE if code == 0 and all(m[2] is None for m in methods) else code
 

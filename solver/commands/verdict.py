@@ -13,11 +13,11 @@ def exhaustive_method(inst, objective: str, max_candidates: int, progress: bool,
                       unit: str) -> tuple:
     """verify's exhaustive row, within the planners' shared time limit: a space too large or a
     search the limit stops is reported as skipped, with why."""
-    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
+    from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
     try:
         if deadline.expired():
             raise TimeoutError("time limit reached before it started")
-        ex = exhaustive_classes(inst, objective, max_candidates=max_candidates, progress=progress,
+        ex = exhaustive(inst, objective, max_candidates=max_candidates, progress=progress,
                                time_limit_s=deadline.remaining_s())
         if not ex.complete:
             raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} {unit}")

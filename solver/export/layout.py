@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import yaml
 
-from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.specs import Instance
+
+from paraplan.cost.plan_specs import Plan
 
 LAYOUT_VERSION = 1
 
 
-def stage_ranks(inst: ClusterInstance, plan: Plan) -> dict[tuple[int, int, int], tuple[int, int]]:
+def stage_ranks(inst: Instance, plan: Plan) -> dict[tuple[int, int, int], tuple[int, int]]:
     """(class, replica, stage) -> its [first, last] rank, numbered as the module docstring says."""
     groups = inst.cluster.groups
     next_rank, first = [], 0
@@ -50,7 +52,7 @@ def stage_ranks(inst: ClusterInstance, plan: Plan) -> dict[tuple[int, int, int],
     return ranks
 
 
-def layout_mapping(inst: ClusterInstance, plan: Plan) -> dict:
+def layout_mapping(inst: Instance, plan: Plan) -> dict:
     """The layout file's mapping (module docstring)."""
     names = [g.name for g in inst.cluster.groups]
     ranks = stage_ranks(inst, plan)
@@ -82,7 +84,7 @@ def layout_mapping(inst: ClusterInstance, plan: Plan) -> dict:
             "seq_len": inst.model.seq_len, "modes": modes, "groups": groups, "classes": classes}
 
 
-def to_layout(inst: ClusterInstance, plan: Plan) -> str:
+def to_layout(inst: Instance, plan: Plan) -> str:
     """The layout file's text: a comment saying what it is, then the mapping."""
     return ("# paraplan launch layout (solver/export/layout.py): which ranks run which stage on"
             " which node group;\n# no framework runs this plan as one job configuration, so"

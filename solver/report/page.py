@@ -25,7 +25,7 @@ import numpy as np
 from paraplan.cost import schedule, timeline
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.specs import Instance, Outer, PipelineSchedule
-from paraplan.cost.plan_specs import ClusterInstance, Plan
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.train_cost import instance_train_cost
@@ -593,7 +593,8 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
 
 def _any_plan_text(p, inst) -> str:
     """plan_text of a plan of a flat instance; one on node groups as `plan` prints it."""
-    if not isinstance(inst, ClusterInstance):
+    from paraplan.solver.commands.groups import shown_as_groups
+    if not shown_as_groups(inst, p):
         return plan_text(p)
     from paraplan.solver.commands.plan_text import plan_lines
     return "; ".join(line.strip() for line in plan_lines(p, inst))

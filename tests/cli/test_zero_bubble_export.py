@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from export_support import GOLDENS, ROOT, llama405_v2, zbv_split
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.specs import Framework
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
@@ -119,11 +119,11 @@ def test_the_proof_names_the_schedules_it_leaves_out_for_torchtitan(tmp_path):
     raw = yaml.safe_load((ROOT / "instances" / "llama3-8b-64xH100.yaml").read_text())
     assert raw["job"].get("framework", "megatron") == "megatron"
     megatron = load_instance(ROOT / "instances" / "llama3-8b-64xH100.yaml")
-    assert ZERO_BUBBLE_NOT_COVERED not in not_covered(ClusterInstance.one_group(megatron))
+    assert ZERO_BUBBLE_NOT_COVERED not in not_covered(megatron)
     raw["job"]["framework"] = "torchtitan"
     path = tmp_path / "tt.yaml"
     path.write_text(yaml.safe_dump(raw))
-    assert ZERO_BUBBLE_NOT_COVERED in not_covered(ClusterInstance.one_group(load_instance(path)))
+    assert ZERO_BUBBLE_NOT_COVERED in not_covered(load_instance(path))
 
 
 @pytest.mark.slow

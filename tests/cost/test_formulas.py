@@ -28,7 +28,7 @@ from paraplan.cost.flops import (CAUSAL_ATTENTION_FRACTION, layer_matmuls, layer
                         model_params)
 from paraplan.cost.loader import load_catalogue, load_instance, plan_from_mapping
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import ClusterSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, ClusterSpec, Link, Mlp, ModelSpec
 from paraplan.cost.plan_specs import Plan
 
 INSTANCES = Path(instances.__file__).parent
@@ -349,9 +349,9 @@ def with_batch(inst, global_batch):
 
 
 def with_nic_scaled(inst, factor):
-    cl = inst.cluster
+    cl = inst.cluster.one_group
     nic = replace(cl.inter_node, bw_bytes_per_s=cl.inter_node.bw_bytes_per_s * factor)
-    return replace(inst, cluster=replace(cl, inter_node=nic))
+    return replace(inst, cluster=Cluster.of(replace(cl, inter_node=nic)))
 
 
 @pytest.mark.parametrize("mapping", PLANS)

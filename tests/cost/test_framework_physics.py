@@ -21,7 +21,7 @@ from paraplan.cost.framework import behaviour, recompute_regather_params
 from paraplan.cost.flops import layer_weight_sizes
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Framework, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, Framework, Mlp, ModelSpec
 
 INSTANCES = Path(instances.__file__).parent
 
@@ -37,7 +37,7 @@ def _fa2_everywhere(inst):
     behaviour a test compares (Megatron's attention kernel is faster:
     test_transformer_engine_runs_cudnn_attention_on_hopper_only)."""
     gpu = replace(inst.cluster.gpu, cudnn_attention_speedup=1.0, fa2_benchmark_flops_per_s=None)
-    return replace(inst, cluster=replace(inst.cluster, gpu=gpu))
+    return replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, gpu=gpu)))
 
 
 def test_deepspeed_regathers_what_lies_beyond_the_reuse_distance():
@@ -94,7 +94,7 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     from paraplan.cost.flops import layer_matmuls
     inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
     slow = replace(inst.cluster.intra_node, bw_bytes_per_s=1e9)
-    inst = replace(inst, cluster=replace(inst.cluster, intra_node=slow))
+    inst = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, intra_node=slow)))
     plan = plan_from_mapping(dict(tp=1, pp=1, dp=4, cp=4, micro_batch=1), inst)
     bd = simulate(inst, plan)
     m, gpu, cp = inst.model, inst.cluster.gpu, 4
@@ -425,7 +425,7 @@ def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
 
     def fwd(framework, speedup, cudnn=True):
         i = replace(inst, job=replace(inst.job, framework=framework, cudnn_attention=cudnn),
-                    cluster=replace(inst.cluster, gpu=replace(gpu, cudnn_attention_speedup=speedup)))
+                    cluster=Cluster.of(replace(inst.cluster.one_group, gpu=replace(gpu, cudnn_attention_speedup=speedup))))
         o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), i).flat_outer
         return megatron_layer(i, o, homogeneous_placement(i.cluster, o).sites[0], NetEfficiency()).fwd_s
 

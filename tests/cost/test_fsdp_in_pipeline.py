@@ -151,10 +151,10 @@ def test_one_group_prices_it_like_one_homogeneous_cluster(tmp_path):
     # one model of the problem: the class planner (cost/class_coefficients.py on a one-group
     # cluster) prices FSDP inside a pipeline through the same build, so its optimum is the time
     # the homogeneous simulator gives its plan
-    from paraplan.cost.plan_specs import ClusterInstance
+    from paraplan.cost.specs import Instance
     from paraplan.solver.search import search
     inst = load_instance(_torchtitan(tmp_path, "tiny-gpt-8xA100", pp=[2], zero=[3]))
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     assert het.status == "optimal" and het.plan.pp == 2 and het.plan.zero == 3
     bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
@@ -164,10 +164,10 @@ def test_one_group_prices_it_like_one_homogeneous_cluster(tmp_path):
 def test_a_mixed_cluster_plans_it_as_exhaustive_search_does(tmp_path):
     # one model of the problem on two GPU types (instances/hetero/tiny-2types.yaml: 8 A100 + 8
     # H100), torchtitan with ZeRO-3 only: the class planner's optimum equals brute force over
-    # the same declared space (solver/exhaustive.exhaustive_classes); the optimum pipelines
+    # the same declared space (solver/exhaustive.exhaustive); the optimum pipelines
     # (a stage on each group) with FSDP inside it
     from paraplan.cost.groups_loader import load_cluster_instance
-    from paraplan.solver.exhaustive import exhaustive_classes
+    from paraplan.solver.exhaustive import exhaustive
     from paraplan.solver.search import search
     raw = yaml.safe_load((ROOT / "instances/hetero/tiny-2types.yaml").read_text())
     raw["job"]["framework"] = "torchtitan"
@@ -175,7 +175,7 @@ def test_a_mixed_cluster_plans_it_as_exhaustive_search_does(tmp_path):
     path = tmp_path / "tiny-2types-torchtitan.yaml"
     path.write_text(yaml.safe_dump(raw))
     inst = load_cluster_instance(path)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     res = search(inst)
     assert res.status == "optimal" and ex.plan is not None
     assert res.objective_s == pytest.approx(ex.iter_time_s, rel=1e-9)

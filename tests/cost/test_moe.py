@@ -17,7 +17,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import active_params, model_flops_per_token, model_params
 from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import MoeSpec, Outer
+from paraplan.cost.specs import Cluster, MoeSpec, Outer
 
 # the layer formulas alone, without the wait for the slowest rank (tests/cost/test_scale.py)
 NO_WAIT = NetEfficiency(rank_jitter_rel=0.0)
@@ -64,7 +64,7 @@ def test_all_to_all_bytes_and_time_by_hand():
     v = moe.a2a_bytes(m, b=1, tp=2, cp=1, sp=True, ep=4)
     assert v == 2_097_152
     net = NetEfficiency()
-    cl = inst.cluster  # 8 GPUs per node: NVLink 450 GB/s per direction (900 both), NIC 400 Gbit/s
+    cl = inst.cluster.one_group  # 8 GPUs per node: NVLink 450 GB/s per direction (900 both), NIC 400 Gbit/s
     # ep = 4 ranks, 2 apart, all in one node: 3/4 of the bytes over NVLink at 0.8 x 450 GB/s,
     # plus NCCL's call latency (8.4 us) and one NVLink hop (5 us):
     # 8.4e-6 + 5e-6 + 1,572,864 / 360e9 = 17.769e-6 s
@@ -154,7 +154,7 @@ def test_imbalance_slows_the_plan_and_a_capacity_factor_caps_it():
 def test_nvlink_domain_prices_groups_beyond_a_tray_on_nvlink():
     from paraplan.cost import comm
     inst = mixtral()
-    nvl = replace(inst.cluster, nodes=18, gpus_per_node=4, nvlink_domain_gpus=72)
+    nvl = replace(inst.cluster.one_group, nodes=18, gpus_per_node=4, nvlink_domain_gpus=72)
     link, inter = comm.group_link(nvl, 16, 1)  # tp = 16 over 4 trays of one NVL72 rack
     assert not inter and link == nvl.intra_node
     assert comm.group_link(replace(nvl, nvlink_domain_gpus=None), 16, 1)[1]
@@ -162,8 +162,8 @@ def test_nvlink_domain_prices_groups_beyond_a_tray_on_nvlink():
 
 def test_instance_with_moe_and_nvlink_domain_round_trips(tmp_path):
     inst = mixtral()
-    inst = replace(inst, cluster=replace(inst.cluster, nodes=16, gpus_per_node=4,
-                                         nvlink_domain_gpus=32),
+    inst = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, nodes=16, gpus_per_node=4,
+                                         nvlink_domain_gpus=32)),
                    model=replace(inst.model, moe=replace(inst.model.moe, capacity_factor=1.25,
                                                          imbalance=1.2)))
     text = yaml.safe_dump(instance_to_mapping(inst))

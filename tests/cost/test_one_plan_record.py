@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from paraplan import instances
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.groups_loader import class_plan_from_data, class_plan_to_mapping
 from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping
@@ -19,7 +19,7 @@ def test_a_flat_file_reads_as_the_same_record_on_the_flat_instance_and_on_its_on
     # before issue 32 the one-group reading went through a converter (as_class_plan); now both
     # readers return the one record, so the two must be equal field by field
     flat = load_instance(TINY)
-    group = ClusterInstance.one_group(flat)
+    group = flat
     on_flat = plan_from_mapping(FLAT, flat)
     on_group = class_plan_from_data({"plan": FLAT}, group, "<memory>")
     assert on_flat == on_group
@@ -38,7 +38,7 @@ def test_a_flat_file_reads_as_the_same_record_on_the_flat_instance_and_on_its_on
 
 def test_several_classes_have_no_one_class_properties_and_are_not_flat():
     flat = load_instance(TINY)
-    group = ClusterInstance.one_group(flat)
+    group = flat
     two = Plan(tp=2, micro_batch=2, zero=1, family="replica", classes=(
         ReplicaClass(replicas=1, stage_groups=(0, 0), num_micro_batches=8, layers_per_stage=(4, 4),
                      full_recompute_layers=(0, 0)),
@@ -48,8 +48,14 @@ def test_several_classes_have_no_one_class_properties_and_are_not_flat():
     with pytest.raises(ValueError, match="2 replica classes"):
         two.pp
     assert not two.is_flat_on(group.cluster)
-    with pytest.raises(ConfigError, match="one replica class"):
-        two.check_against(flat)  # a flat instance runs one class on every GPU
+    # one instance record: the flat file's instance takes a group-format plan of two classes
+    # (checked above), and a one-class plan on it must still use every GPU: 1 replica x 2 stages
+    # x tp 2 = 4 of the 8 GPUs (1 x 16 micro-batches x 2 = the 32 sequences)
+    half = Plan(tp=2, micro_batch=2, zero=0, classes=(
+        ReplicaClass(replicas=1, stage_groups=(0, 0), num_micro_batches=16, layers_per_stage=(4, 4),
+                     full_recompute_layers=(0, 0)),))
+    with pytest.raises(ConfigError, match="tp\\*pp\\*dp\\*cp = 4 but the cluster has 8 GPUs"):
+        half.check_against(flat)
 
 
 def test_replace_flat_validates_as_flat_does():

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paraplan.cost.specs import Cluster
 from paraplan import instances
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.loader import load_instance, plan_from_mapping
@@ -73,7 +74,7 @@ def test_more_ranks_wait_longer():
     inst = load_instance(SMALL)
     eff = NetEfficiency(rank_jitter_rel=0.02)
     t16 = simulate(inst, plan_from_mapping(dict(tp=2, pp=2, dp=4, micro_batch=1), inst), eff)
-    big = replace(inst, cluster=replace(inst.cluster, nodes=inst.cluster.nodes * 64))
+    big = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, nodes=inst.cluster.nodes * 64)))
     job = replace(big.job, global_batch=big.job.global_batch * 64)
     big = replace(big, job=job)
     t1024 = simulate(big, plan_from_mapping(dict(tp=2, pp=2, dp=256, micro_batch=1), big), eff)

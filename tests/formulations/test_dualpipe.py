@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.formulations.dualpipe import DualPipeProblem, balanced, solve_cpsat, solve_exact, solve_milp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +205,7 @@ def test_problem_terms_are_what_simulate_prices(tmp_path):
     # the terms as simulate prices them: the predicted time (a quantile objective scales them,
     # solver/search.dualpipe_problem)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
-    het = ClusterInstance.one_group(inst)
+    het = inst
     rng = random.Random(1)
     outers = [o for o in declared_outers(het) if o.classes[0].pp == 4][:6]
     assert outers

@@ -61,15 +61,14 @@ def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
     """A case planned by the one entry (solver/solve.py), its plan as its plan file writes it."""
     from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.cost.plan_specs import ClusterInstance
     from paraplan.solver.solve import solve
 
     # objective_s: what was minimised (search.objective). The limit only guards against a hang:
     # every golden is proved (optimal or infeasible), and the 60 s default ran out on the
     # slowest bundled instances when seven other jobs shared the two cores (status feasible)
     res = solve(inst, backend, time_limit_s=GUARD_LIMIT_S, objective=objective)
-    plan = None if res.plan is None else (class_plan_to_mapping(res.plan, inst)
-                                          if isinstance(inst, ClusterInstance) else plan_to_mapping(res.plan))
+    plan = None if res.plan is None else (plan_to_mapping(res.plan) if inst.flat
+                                          else class_plan_to_mapping(res.plan, inst))
     return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
             "outer_configs": res.outer_configs, "plans": res.plans_total, "plan": plan}
 

@@ -20,7 +20,7 @@ import pytest
 
 from paraplan.cost.plan_specs import Cluster, Scenario
 from paraplan.cost.specs import Link
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from randinst import partition_mixed_instance
 
@@ -47,7 +47,7 @@ def all_options_instance(seed: int):
 def _exhaustive(seed: int):
     """A seed's exhaustive optimum, searched once per test process: the options-reached check
     below reads the optima the agreement cases on its worker already listed (issue 32)."""
-    return exhaustive_classes(all_options_instance(seed), "robust", max_candidates=10**8)
+    return exhaustive(all_options_instance(seed), "robust", max_candidates=10**8)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -19,7 +19,7 @@ from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute, SearchSpace
 from paraplan.solver.commands.cli import main
-from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive_classes
+from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import class_shapes, cp_values, group_shares, replica_layouts, tp_choices
 from paraplan.solver.space import declared_outers, not_covered
@@ -97,7 +97,7 @@ def test_two_classes_on_one_group_win_on_some_random_instances():
     than with one and shares a group."""
     for seed in SEEDS:
         inst = random_cluster_instance(seed)
-        one, two = exhaustive_classes(inst), exhaustive_classes(_per_group(inst, 2))
+        one, two = exhaustive(inst), exhaustive(_per_group(inst, 2))
         assert two.plan is not None and _shared(two.plan), seed
         assert one.objective_s is None or two.objective_s < one.objective_s * (1 - 1e-6), seed
 

@@ -18,7 +18,7 @@ from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_
                                          load_cluster_instance)
 from paraplan.cost.plan_specs import ClassShape, ClassOuter, Plan, ReplicaClass
 from paraplan.cost.loader import InstanceError
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers
 
@@ -40,14 +40,14 @@ def _without_group_tp(inst):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_solvers_match_exhaustive_where_a_tp_per_group_wins(seed):
     inst = group_tp_instance(seed)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     assert ex.plan is not None and ex.plan.group_tp, "the seed no longer exercises a tp per group"
     for backend in ("cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30)
         assert res.status == "optimal", (backend, res.status)
         assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s
     # the space with one tp for every group is a subset, and here its optimum is slower
-    narrow = exhaustive_classes(_without_group_tp(inst))
+    narrow = exhaustive(_without_group_tp(inst))
     assert narrow.objective_s is None or narrow.objective_s > ex.objective_s * (1 + 1e-9)
 
 

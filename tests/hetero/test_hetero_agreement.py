@@ -10,7 +10,7 @@ import math
 import pytest
 from randinst import random_cluster_instance
 
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 
@@ -31,7 +31,7 @@ def _close(a, b, tol) -> bool:
 def _exhaustive(seed: int, objective: str):
     """A seed's exhaustive optimum, listed once per test process: the coverage check below reads
     what the nominal agreement cases on its worker listed (issue 32)."""
-    return exhaustive_classes(random_cluster_instance(seed), objective)
+    return exhaustive(random_cluster_instance(seed), objective)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -109,7 +109,7 @@ def _grown(seed: int):
 def _grown_exhaustive(seed: int):
     """The grown space's robust exhaustive optimum, listed once per test process: the check
     that the grown options win reads what the cases on its worker listed (issue 32)."""
-    return exhaustive_classes(_grown(seed), "robust")
+    return exhaustive(_grown(seed), "robust")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -141,7 +141,7 @@ def test_the_grown_options_win_on_some_random_mixed_clusters():
         if not any(g.cluster.gpus_per_node == 1 and g.cluster.nodes == 2 for g in inst.cluster.groups):
             continue
         forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(2,)))
-        ex = exhaustive_classes(forced, "robust")
+        ex = exhaustive(forced, "robust")
         if ex.plan is None:
             continue
         used = {g for c in ex.plan.classes for g in c.stage_groups}
@@ -158,7 +158,7 @@ def _robust_agreement(inst, seed):
     """Exhaustive search on the robust objective; where a plan exists, CP-SAT and MILP must
     prove the same optimum (and the same forced options: their plans are checked by the
     callers through the exhaustive plan). None where the space has no plan."""
-    ex = exhaustive_classes(inst, "robust")
+    ex = exhaustive(inst, "robust")
     if ex.plan is None:
         return None
     for backend in ("cpsat", "milp"):

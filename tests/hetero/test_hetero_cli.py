@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from paraplan.cost.specs import Cluster
 from paraplan.cost.groups_loader import load_cluster_instance, load_class_plan
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
@@ -148,9 +149,9 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
                  "-o", str(new)]) == 0
     r = json.loads(capsys.readouterr().out)
     inst = load_instance(tiny)
-    cl = inst.cluster
-    slow = dataclasses.replace(inst, cluster=dataclasses.replace(cl, intra_node=dataclasses.replace(
-        cl.intra_node, bw_bytes_per_s=cl.intra_node.bw_bytes_per_s * 0.1)))
+    cl = inst.cluster.one_group
+    slow = dataclasses.replace(inst, cluster=Cluster.of(dataclasses.replace(cl, intra_node=dataclasses.replace(
+        cl.intra_node, bw_bytes_per_s=cl.intra_node.bw_bytes_per_s * 0.1))))
     ref = plan(slow)
     assert r["new_status"] == "optimal"
     assert r["new_s"] == pytest.approx(ref.iter_time_s, rel=1e-9, abs=ref.tolerance_s + 1e-12)

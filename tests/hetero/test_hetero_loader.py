@@ -17,7 +17,8 @@ from paraplan.cost.groups_loader import (event_from_mapping, cluster_instance_fr
                                 class_plan_from_mapping, class_plan_to_mapping,
                                 is_groups_file, is_groups_mapping,
                                 load_event, load_cluster_instance, load_class_plan)
-from paraplan.cost.plan_specs import ClusterInstance, Plan, ReplicaClass
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Recompute
 
@@ -74,7 +75,7 @@ def test_bundled_hetero_instances_are_the_documented_set():
 def test_bundled_hetero_instance_loads(path):
     assert is_groups_file(path)
     inst = load_cluster_instance(path)
-    assert isinstance(inst, ClusterInstance)
+    assert isinstance(inst, Instance)
     assert inst.name == path.stem and inst.source == str(path)
     assert inst.scenarios[0].name == "nominal" and inst.scenarios[0].cluster == inst.cluster
     g = len(inst.cluster.groups)
@@ -287,29 +288,50 @@ def test_plan_defaults_and_full_recompute_round_trip():
 
 # --- homogeneous <-> heterogeneous ---------------------------------------------------------
 
-def test_one_group_and_group_alone():
-    homo = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml")
-    inst = ClusterInstance.one_group(homo)
-    assert [x.name for x in inst.cluster.groups] == ["A100-SXM4-80GB"]
-    assert inst.cluster.groups[0].cluster == homo.cluster
-    assert inst.cluster.between[0][0] == homo.cluster.inter_node
-    assert (inst.model, inst.job, inst.search) == (homo.model, homo.job, homo.search)
-    back = inst.group_alone(0)
-    assert back.cluster == homo.cluster and back.model == homo.model
+def test_a_flat_file_is_one_group_and_group_alone_one_group_of_a_cluster():
+    # one instance record: the flat file's cluster is its one group, named after its GPU, whose
+    # hardware the one-group cluster reads as (Cluster.gpu, .nodes, ...); tiny-gpt: 1 node of 8
+    inst = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml")
+    assert [x.name for x in inst.cluster.groups] == ["A100-SXM4-80GB"] and inst.flat
+    spec = inst.cluster.groups[0].cluster
+    assert (inst.cluster.gpu, inst.cluster.nodes, inst.cluster.gpus_per_node) == (spec.gpu, 1, 8)
+    assert inst.cluster.between[0][0] == inst.cluster.inter_node == spec.inter_node
+    assert inst.group_alone(0) == inst  # a one-group instance alone is itself
     tiny = load_cluster_instance(TINY)
     h100 = tiny.group_alone(1)
-    assert h100.name == "tiny-2types" and h100.cluster == tiny.cluster.groups[1].cluster
+    assert h100.name == "tiny-2types" and h100.cluster.groups == tiny.cluster.groups[1:]
+    assert not tiny.flat and h100.flat
+    with pytest.raises(ValueError, match="2 node groups"):
+        tiny.cluster.gpu  # several groups have no single GPU type
     dynamic = load_cluster_instance(DYNAMIC)  # a scenario's group, as its pricing reads it
     for scenario in dynamic.scenarios:
-        assert dynamic.group_alone(0, scenario.cluster).cluster == scenario.cluster.groups[0].cluster
+        assert dynamic.group_alone(0, scenario.cluster).cluster.one_group == scenario.cluster.groups[0].cluster
+
+
+def test_the_nominal_scenario_follows_a_copied_cluster():
+    # scenarios[0] is the nominal network, the record's cluster: a flat instance copied onto
+    # other hardware (dataclasses.replace, as the tests and sensitivity do) prices its nominal
+    # network there, not on the cluster it was read with; tiny-gpt: 1 node of 8 -> 2 nodes, 16
+    import dataclasses
+    from paraplan.cost.specs import Cluster
+    inst = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml")
+    two = Cluster.of(dataclasses.replace(inst.cluster.one_group, nodes=2))
+    moved = dataclasses.replace(inst, cluster=two)
+    assert [sc.cluster.num_gpus for sc in moved.scenarios] == [16]
+    # a declared scenario keeps its own network: llama3-8b-dynamic's nominal plus two changes
+    dynamic = load_cluster_instance(DYNAMIC)
+    west_only = Cluster(groups=dynamic.cluster.groups[1:], between=((dynamic.cluster.between[1][1],),))
+    moved = dataclasses.replace(dynamic, cluster=west_only)
+    assert moved.scenarios[0].cluster == west_only and moved.scenarios[0].probability == dynamic.scenarios[0].probability
+    assert moved.scenarios[1:] == dynamic.scenarios[1:]
 
 
 def test_one_reader_reads_a_flat_file_as_its_one_group():
-    # load_cluster_instance is the one reader: a flat file comes back as the one-group cluster
-    # ClusterInstance.one_group makes of the flat record, equal record for record (the frozen dataclasses'
-    # equality compares every field)
+    # load_cluster_instance is the one reader: a flat file comes back as the record
+    # load_instance reads, equal record for record (the frozen dataclasses' equality compares
+    # every field)
     path = INSTANCES / "tiny-gpt-8xA100.yaml"
-    assert load_cluster_instance(path) == ClusterInstance.one_group(load_instance(path))
+    assert load_cluster_instance(path) == load_instance(path)
     assert len(load_cluster_instance(TINY).cluster.groups) == 2  # a node-group file as written
 
 

@@ -22,7 +22,7 @@ from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_
 from paraplan.cost.objective import scaled_times
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import placer, search, problem_of
 from paraplan.solver.space import declared_outers
 from paraplan.solver.partition_plans import STAGE_ARRAYS
@@ -47,7 +47,7 @@ def test_one_group_partitions_match_exhaustive_search():
     inst = _with_partitions(load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"),
                             tp=(4,), zero=(1,), sequence_parallel=(False,), micro_batch=(2,))
     res = search(inst)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     assert res.status == "optimal" and ex.objective_s is not None
     assert res.objective_s == pytest.approx(ex.objective_s, abs=res.tolerance_s + 1e-12)
     assert res.plan.classes[0].partitions  # the optimum is not Megatron's plan here (token splits)
@@ -166,7 +166,7 @@ def test_random_mixed_partitions_cpsat_equals_milp_equals_exhaustive(seed):
     of the tp-4 group with no dominance or bound (solver/exhaustive.py); priced in chunks of 2."""
     from randinst import partition_mixed_instance
     inst = partition_mixed_instance(seed)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     for backend in ("cpsat", "milp"):
         res = search(inst, backend)
         assert res.status == "optimal"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from randinst import random_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_coefficients
 from paraplan.cost.groups_loader import load_event, load_cluster_instance
@@ -88,7 +88,7 @@ def test_one_group_optimum_matches_exhaustive_search(seed):
     inst = dataclasses.replace(inst, search=SearchSpace(micro_batch=(1, 2), cp=(1, 2), virtual_stages=(1, 2),
                                                         zero=(0, 1, 2, 3)))
     ex = exhaustive(inst)
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     if ex.plan is None:
         assert het.plan is None
         return

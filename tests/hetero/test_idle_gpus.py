@@ -14,7 +14,7 @@ from agreement_support import assert_mixed_backends_agree_with_exhaustive, asser
 from randinst import random_cluster_instance
 
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import FAMILIES, class_shapes, cp_values, space_layouts, tp_choices
 from paraplan.solver.space import declared_outers, not_covered
@@ -74,7 +74,7 @@ def test_solvers_match_exhaustive_with_idle_gpus(seed):
 def test_leaving_gpus_idle_wins_on_some_random_instances():
     for seed in WINS:
         inst = random_cluster_instance(seed)
-        whole, part = exhaustive_classes(inst), exhaustive_classes(_with(inst, idle_gpus=True))
+        whole, part = exhaustive(inst), exhaustive(_with(inst, idle_gpus=True))
         assert part.plan is not None and _idle_in_a_used_group(part.plan, inst), seed
         assert whole.objective_s is None or part.objective_s < whole.objective_s * (1 - 1e-6), seed
 

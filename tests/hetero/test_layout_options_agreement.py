@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 from randinst import mixed_family_instance
 
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
 MAX_CANDIDATES = 2_000_000
 # The first 100 seeds of mixed_family_instance whose space holds at most MAX_CANDIDATES plans
 # (measured: the 216 others below 315 hold more). Listed rather than found by trying seeds in the
-# test: exhaustive_classes' refusals of the others took a sixth of its time (issue 32). A listed
+# test: exhaustive's refusals of the others took a sixth of its time (issue 32). A listed
 # seed whose space outgrows the cap fails with SpaceTooLarge instead of being skipped: re-measure
 # the list then.
 SEEDS = (2, 3, 4, 8, 13, 15, 18, 19, 20, 21, 24, 30, 31, 34, 39, 40, 46, 49, 57, 59, 60, 62, 70,
@@ -62,7 +62,7 @@ def test_backends_prove_the_exhaustive_optimum_with_every_layout_option():
     options_won = set()
     for seed in SEEDS:
         inst = _options_on(seed)
-        ex = exhaustive_classes(inst, max_candidates=MAX_CANDIDATES)
+        ex = exhaustive(inst, max_candidates=MAX_CANDIDATES)
         for backend in ("cpsat", "milp", "dp"):
             res = search(inst, backend, time_limit_s=30)
             assert res.status in ("optimal", "infeasible"), (seed, backend, res.status)

@@ -18,9 +18,11 @@ import random
 import pytest
 from randinst import Space
 
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
+from paraplan.cost.specs import Instance
+
+from paraplan.cost.plan_specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
@@ -29,7 +31,7 @@ INSTANCES = 16
 MAX_CANDIDATES = 300_000
 
 
-def many_types_instance(seed: int) -> ClusterInstance:
+def many_types_instance(seed: int) -> Instance:
     """Three or four groups of 1 to 4 toy GPUs, each its own GPU type (speed and memory drawn:
     0.7-3 GiB, so memory binds), links within and between groups drawn, one tp, and a global
     batch that the groups' counts do not all divide; every layout option on."""
@@ -51,7 +53,7 @@ def many_types_instance(seed: int) -> ClusterInstance:
             for a in range(G) for b in range(a + 1, G)}
     between = tuple(tuple(groups[a].cluster.inter_node if a == b else pair[min(a, b), max(a, b)]
                           for b in range(G)) for a in range(G))
-    return ClusterInstance(name=f"types{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
+    return Instance(name=f"types{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                            job=JobSpec(global_batch=rng.choice([6, 8, 12])),
                            search=Space(micro_batch=(1, 2), zero=(0,), virtual_stages=(1,), cp=(1,), tp=(1,),
                                         classes_per_group=2, idle_gpus=True, mixed_families=True,
@@ -59,7 +61,7 @@ def many_types_instance(seed: int) -> ClusterInstance:
 
 
 # The first 16 seeds whose space holds at most MAX_CANDIDATES plans (0, 6, 8, 14, 16 and 17 hold
-# more). Listed rather than found by trying seeds in the test: exhaustive_classes' refusals of the
+# more). Listed rather than found by trying seeds in the test: exhaustive's refusals of the
 # others took a fifth of its time (issue 32). A listed seed whose space outgrows the cap fails with
 # SpaceTooLarge instead of being skipped: re-measure the list then. One case per seed, so the
 # suite's workers share them.
@@ -81,7 +83,7 @@ def _planned(seed: int):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_planner_proves_the_exhaustive_optimum_on_three_and_four_gpu_types(seed):
     inst = many_types_instance(seed)
-    ex = exhaustive_classes(inst, max_candidates=MAX_CANDIDATES)
+    ex = exhaustive(inst, max_candidates=MAX_CANDIDATES)
     res = _planned(seed)
     assert res.status in ("optimal", "infeasible"), res.status
     if ex.objective_s is None:

@@ -12,7 +12,7 @@ import pytest
 from randinst import group_tp_instance, random_cluster_instance, random_instance
 from test_moe_mixed import moe_cluster_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.loader import load_instance
 from paraplan.solver import search as search_module
@@ -29,7 +29,7 @@ def _instances():
     for seed in (19, 41):
         yield f"group tp {seed}", group_tp_instance(seed)
     for seed in (1, 2, 5):  # ZeRO 2 and 3 in the space
-        yield f"one group {seed}", ClusterInstance.one_group(random_instance(seed, variant=True))
+        yield f"one group {seed}", random_instance(seed, variant=True)
     for seed in (3, 11):
         yield f"moe {seed}", moe_cluster_instance(seed)
     yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml")
@@ -50,7 +50,7 @@ def test_the_proof_refuses_most_of_what_pricing_refuses_on_gpt3():
     no split (measured when this proof was added); the proof refuses the most of those, and
     none that fits."""
     from paraplan.solver.bounds.unpriced import floor_bounds_s
-    inst = ClusterInstance.one_group(load_instance(ROOT / "instances/gpt3-175b-1024xA100.yaml"))
+    inst = load_instance(ROOT / "instances/gpt3-175b-1024xA100.yaml")
     outers = declared_outers(inst)
     floor = floor_bounds_s(inst, outers, [0], "max", ())
     first = [outers[j] for j in np.argsort(floor, kind="stable")[:1528]]
@@ -69,7 +69,7 @@ def test_the_planner_answers_the_same_without_the_proof(monkeypatch):
     reaches (the proof replaced by "refuses nothing"): the same status, plan and objective,
     every configuration accounted for, and fewer priced somewhere."""
     fewer = 0
-    cases = [random_cluster_instance(s) for s in range(4)] + [ClusterInstance.one_group(random_instance(s, variant=True)) for s in (1, 2)]
+    cases = [random_cluster_instance(s) for s in range(4)] + [random_instance(s, variant=True) for s in (1, 2)]
     for inst in cases:
         objective = "robust" if len(inst.scenarios) > 1 else "nominal"
         with_proof = search(inst, objective=objective)

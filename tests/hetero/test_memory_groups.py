@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from paraplan import instances
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost import memory
 from paraplan.cost.class_coefficients import class_coefficients
 from paraplan.cost.groups_loader import class_plan_from_mapping, load_cluster_instance
@@ -38,7 +38,7 @@ def test_one_group_categories_are_the_flat_ones():
     plan = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "recompute": "selective",
                               "zero": 1}, flat)
     want = stage_categories_bytes(flat, plan, plan_coefficients(flat, plan))
-    (got,) = _class_categories(ClusterInstance.one_group(flat), plan)
+    (got,) = _class_categories(flat, plan)
     assert len(got) == len(want) == 2
     for g, w in zip(got, want):
         assert g == pytest.approx(w, rel=1e-12)

@@ -14,7 +14,7 @@ from agreement_support import assert_mixed_backends_agree_with_exhaustive, asser
 from randinst import mixed_family_instance
 
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import class_shapes, cp_values, mixed_layouts, tp_choices
 from paraplan.solver.space import declared_outers, not_covered
@@ -77,7 +77,7 @@ def test_solvers_match_exhaustive_with_mixed_families(seed):
 def test_a_pipeline_beside_replica_classes_wins_on_some_random_instances():
     for seed in WINS:
         inst = mixed_family_instance(seed)
-        one, mixed = exhaustive_classes(_with(inst, mixed_families=False)), exhaustive_classes(inst)
+        one, mixed = exhaustive(_with(inst, mixed_families=False)), exhaustive(inst)
         assert mixed.plan.family == "mixed", seed
         assert one.objective_s is None or mixed.objective_s < one.objective_s * (1 - 1e-6), seed
 

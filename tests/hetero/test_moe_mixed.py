@@ -15,12 +15,12 @@ import pytest
 import yaml
 from randinst import random_cluster_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers
 
@@ -43,7 +43,7 @@ def test_one_group_prices_an_moe_model_like_one_homogeneous_cluster(ep, zero):
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
     inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
                    search=replace(inst.search, ep=(ep,), zero=zero))
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     assert het.status == "optimal" and het.plan.ep == ep and het.plan.zero in zero
     bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
@@ -58,7 +58,7 @@ def test_one_group_prices_parallel_folding_like_one_homogeneous_cluster(ep):
     inst = replace(inst, model=replace(inst.model, moe=MoeSpec(**MOE, dense_layers=1)),
                    search=replace(inst.search, ep=(ep,), etp=(1,), tp=(2, 4), sequence_parallel=(True,),
                                   zero=(0, 1, 2)))
-    het = search(ClusterInstance.one_group(inst))
+    het = search(inst)
     assert het.status == "optimal" and het.plan.ep == ep and het.plan.etp == 1
     bd = simulate(inst, het.plan, reserve_bytes=inst.search.memory_reserve_bytes)
     assert bd.fits and bd.iter_time_s == pytest.approx(het.objective_s, rel=1e-9)
@@ -153,7 +153,7 @@ def test_solvers_match_exhaustive_on_random_mixed_moe_with_deepep_and_moe_act(se
 def _solvers_match_exhaustive(inst, objective: str = "nominal"):
     """Assert CP-SAT and MILP reach exhaustive search's optimum of `inst`; their feasible
     results, for further checks."""
-    ex = exhaustive_classes(inst, objective)
+    ex = exhaustive(inst, objective)
     out = []
     for backend in ("cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30, objective=objective)
@@ -176,7 +176,7 @@ def test_random_mixed_moe_instances_exercise_expert_parallelism():
     seen = {"ep>1": 0, "ep>1 on both groups": 0, "prefix of 2": 0, "ep=1": 0, "infeasible": 0}
     for seed in MOE_SEEDS:
         inst = moe_cluster_instance(seed)
-        ex = exhaustive_classes(inst)
+        ex = exhaustive(inst)
         if ex.plan is None:
             seen["infeasible"] += 1
             continue
@@ -212,7 +212,7 @@ def test_solvers_match_exhaustive_on_random_mixed_folding(seed):
 def test_random_mixed_folding_instances_fold():
     seen = {"etp!=tp": 0, "etp=tp or infeasible": 0}
     for seed in FOLD_SEEDS:
-        plan = exhaustive_classes(fold_cluster_instance(seed)).plan
+        plan = exhaustive(fold_cluster_instance(seed)).plan
         seen["etp!=tp" if plan is not None and plan.etp is not None else "etp=tp or infeasible"] += 1
     assert seen["etp!=tp"] >= 4, seen
 
@@ -221,9 +221,9 @@ def test_a_mixed_plan_file_keeps_its_expert_tensor_parallel_degree():
     # a folded optimum of the random mixed instances, written as a plan file and read back:
     # the same plan, etp included (a plan without etp writes none: etp = tp)
     from paraplan.cost.groups_loader import class_plan_from_mapping, class_plan_to_mapping
-    seed = next(s for s in FOLD_SEEDS if exhaustive_classes(fold_cluster_instance(s)).plan is not None)
+    seed = next(s for s in FOLD_SEEDS if exhaustive(fold_cluster_instance(s)).plan is not None)
     inst = fold_cluster_instance(seed)
-    plan = exhaustive_classes(inst).plan
+    plan = exhaustive(inst).plan
     assert plan.etp is not None
     out = class_plan_to_mapping(plan, inst)
     assert out["etp"] == plan.etp
@@ -318,7 +318,7 @@ def test_the_pairing_rule_removes_exactly_the_single_micro_batch_counts(tmp_path
                        for o in two)
     assert len(declared_outers(on)) == len(outers)
     assert summarize(off, outers).plans_total - summarize(on, declared_outers(on)).plans_total == 2 * len(two)
-    assert exhaustive_classes(on).candidates == summarize(on, declared_outers(on)).plans_total
+    assert exhaustive(on).candidates == summarize(on, declared_outers(on)).plans_total
 
 
 SHARED_SEEDS = [s for s in MOE_SEEDS if moe_cluster_instance(s).model.moe.shared_ffn][:6]

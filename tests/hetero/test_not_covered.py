@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
@@ -120,7 +120,7 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
     from paraplan.solver.solve import solve as plan_homogeneous
     inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
     dual = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.DUALPIPE))
-    lines = not_covered(ClusterInstance.one_group(dual))
+    lines = not_covered(dual)
     assert not any(x.startswith(DUALPIPE) for x in lines)
     assert any(x.startswith("the 1F1B and interleaved 1F1B schedules") for x in lines)
     res = plan_homogeneous(dual)

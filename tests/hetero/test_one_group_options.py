@@ -14,12 +14,12 @@ import json
 import pytest
 import yaml
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
-from paraplan.solver.solve import solve as plan
+from paraplan.solver.api import plan, search
 from paraplan.solver.commands.cli import main
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -56,9 +56,9 @@ def test_the_options_on_a_homogeneous_file_give_the_exhaustive_optimum(batch, se
                                                                        tmp_path, capsys):
     path = _file(tmp_path, batch, seq_len, space)
     inst = load_instance(path)
-    grown = ClusterInstance.one_group(dataclasses.replace(
-        inst, search=dataclasses.replace(inst.search, **{key: value})))
-    brute = exhaustive_classes(grown)  # the independent reference: every plan of the space
+    grown = dataclasses.replace(
+        inst, search=dataclasses.replace(inst.search, **{key: value}))
+    brute = exhaustive(grown)  # the independent reference: every plan of the space
     assert brute.complete and brute.plan is not None
     out = _json(capsys, ["plan", path, "--search", f"{key}={str(value).lower()}"])
     assert out["status"] == "optimal"
@@ -121,8 +121,10 @@ def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
 
 def test_the_one_class_api_refuses_the_options_naming_the_group_plan():
     inst = load_instance(TINY)
+    idle = dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True))
     with pytest.raises(InstanceError, match="search.idle_gpus.*search"):
-        plan(dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True)))
+        plan(idle)
+    assert search(idle).status == "optimal"  # the fix it names plans the same record
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.planner import REL_TOL
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers, declared_partials, summarize, summarize_partials
@@ -72,7 +72,7 @@ def test_search_lists_the_partial_layouts_that_can_win_and_returns_the_exhaustiv
     # the partial layouts whose bound lies below the optimum
     monkeypatch.setattr(search_mod, "PARTIAL_OUTERS_AT_ONCE", 1)
     inst = many_types_instance(seed)
-    ex = exhaustive_classes(inst, max_candidates=300_000)
+    ex = exhaustive(inst, max_candidates=300_000)
     res = search(inst, "cpsat", time_limit_s=60)
     assert res.status == "optimal" and ex.objective_s is not None
     assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s

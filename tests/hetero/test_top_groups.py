@@ -16,7 +16,7 @@ from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.loader import override_search
 from paraplan.solver.commands.cli import main
 from paraplan.solver.commands.schema import validate
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 MIXED = "instances/hetero/tiny-2types.yaml"
@@ -36,7 +36,7 @@ def ranking():
 def test_top_k_is_the_prefix_of_the_unpruned_ranking(ranking):
     inst, values = ranking
     # the values ranked are what was minimised (search.objective: quantile_s)
-    assert values[0] == pytest.approx(exhaustive_classes(inst).quantile_s, rel=1e-9)
+    assert values[0] == pytest.approx(exhaustive(inst).quantile_s, rel=1e-9)
     top = search(inst, "cpsat", 120.0, winners=5, resimulate=False)
     assert [val for val, _ in top.ranked] == pytest.approx(values[:5], rel=1e-6)
     assert len({plan.outer for _, plan in top.ranked}) == 5  # distinct outer configurations

@@ -15,7 +15,7 @@ import pytest
 from randinst import group_tp_instance, random_cluster_instance, random_instance
 from test_moe_mixed import moe_cluster_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bench.growth import growth_instance
@@ -34,7 +34,7 @@ def _instances():
     for seed in (19, 41):  # their optima run a tp per group (test_group_tp.py)
         yield f"group tp {seed}", group_tp_instance(seed), ("nominal",)
     for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
-        yield f"one group {seed}", ClusterInstance.one_group(random_instance(seed, variant=True)), ("nominal",)
+        yield f"one group {seed}", random_instance(seed, variant=True), ("nominal",)
     yield "tiny-gpt", load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"), ("nominal",)
     yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
     # MoE with dense prefixes: the first stage's extra d x (dense - MoE layer) is negative where

@@ -11,17 +11,17 @@ import random
 import pytest
 
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, pricing_in_small_chunks
-from paraplan.cost.plan_specs import Cluster, ClusterInstance, NodeGroup
+from paraplan.cost.plan_specs import Cluster, Instance, NodeGroup
 from paraplan.cost.releases import Framework
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec, ZeroBubble
 from paraplan.solver import search
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.space import declared_outers
 from randinst import Space
 
 
-def zero_bubble_classes_instance(seed: int) -> ClusterInstance:
+def zero_bubble_classes_instance(seed: int) -> Instance:
     """Two single-node groups of 3, 4 or 6 toy GPUs, 6 or 8 layers, v = 2 and FSDP (torchtitan
     runs plain data parallelism only alone, and ZeRO-3 inside a pipeline): replica classes of
     pp 2-4 on each group, whose counts are multiples of pp_k from 2 pp_k, beside one pipeline
@@ -43,7 +43,7 @@ def zero_bubble_classes_instance(seed: int) -> ClusterInstance:
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
     hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
                                                 (link, groups[1].cluster.inter_node)))
-    return ClusterInstance(name=f"zbk{seed}", model=model, cluster=hc,
+    return Instance(name=f"zbk{seed}", model=model, cluster=hc,
                            job=JobSpec(global_batch=rng.choice([14, 18, 20, 24, 28]), framework=Framework.TORCHTITAN),
                            search=Space(micro_batch=(1,), zero=(3,), virtual_stages=(2,), cp=(1,), tp=(1,)))
 
@@ -58,7 +58,7 @@ SEVERAL = {3: ZeroBubble.INTERLEAVED, 8: ZeroBubble.V, 10: ZeroBubble.INTERLEAVE
 @pytest.mark.parametrize("seed", sorted(SEVERAL) + [7])
 def test_backends_agree_with_exhaustive_on_several_classes(seed):
     inst = zero_bubble_classes_instance(seed)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     if seed in SEVERAL:  # the seed covers what the list says
         assert len(ex.plan.classes) == 2 and ex.plan.zero_bubble is SEVERAL[seed]
         bd = simulate(inst, ex.plan, reserve_bytes=inst.search.memory_reserve_bytes)
@@ -80,7 +80,7 @@ def test_several_classes_are_offered_both_schedules():
 
 def test_the_dp_backend_proves_the_two_class_zbv_optimum():
     inst = zero_bubble_classes_instance(8)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     res = search.search(inst, "dp", time_limit_s=30)
     assert res.status == "optimal"
     assert abs(res.objective_s - ex.objective_s) <= res.tolerance_s + 1e-9 * ex.objective_s

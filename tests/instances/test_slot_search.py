@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.loader import load_instance
 from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.simulate import simulate
@@ -49,8 +49,8 @@ def test_releases_before_the_flags_keep_whole_chunks(inst405):
     old = replace(inst405, job=replace(inst405.job, framework_version="nemo-24.07"))
     assert split_slots_run(inst405.job, inst405.search) and not split_slots_run(old.job, old.search)
     shapes = (type("Shape", (), {"pp": 8})(),)
-    assert virtual_stage_values(ClusterInstance.one_group(inst405), shapes) == [8]
-    assert virtual_stage_values(ClusterInstance.one_group(old), shapes) == []
+    assert virtual_stage_values(inst405, shapes) == [8]
+    assert virtual_stage_values(old, shapes) == []
 
 
 def test_llama31_405b_on_pp8_is_planned_with_v8_and_both_slots(inst405):

@@ -11,7 +11,7 @@ from partition_support import instance_and_site, small_instance
 from paraplan.cost import partition as P
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.coefficients import build, homogeneous_placement
-from paraplan.cost.specs import Link, Mlp, SearchSpace
+from paraplan.cost.specs import Cluster, Link, Mlp, SearchSpace
 from paraplan.formulations.partition import pareto_front_milp, solve_partition_milp
 from paraplan.formulations.partition_dp import min_time, pareto_front
 from paraplan.solver import partition_plans as PP
@@ -206,7 +206,7 @@ def _random_instance(seed):
                                              virtual_stages=(1,), tp_across_nodes=True,
                                              tensor_partitions=("megatron", "spatial_temporal")))
     link = Link(bw_bytes_per_s=float(rng.choice([16e9, 150e9])), latency_s=5e-6)
-    return dataclasses.replace(inst, cluster=dataclasses.replace(inst.cluster, intra_node=link))
+    return dataclasses.replace(inst, cluster=Cluster.of(dataclasses.replace(inst.cluster.one_group, intra_node=link)))
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ import pytest
 
 from agreement_support import assert_backends_agree_with_exhaustive
 from partition_support import small_instance
-from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.releases import Framework
 from paraplan.cost.specs import Link, Mlp, SearchSpace, ZeroBubble
 from paraplan.solver.exhaustive import exhaustive
@@ -41,7 +40,7 @@ def zero_bubble_partition_instance(seed: int):
 
 
 def test_layer_plans_are_offered_the_zero_bubble_schedules():
-    inst = ClusterInstance.one_group(zero_bubble_partition_instance(1))
+    inst = zero_bubble_partition_instance(1)
     assert {o.zero_bubble for o in declared_outers(inst)} == {ZeroBubble.INTERLEAVED}
     assert "per-operator" not in " ".join(not_covered(inst))
 
@@ -68,7 +67,7 @@ def test_every_layer_plan_bound_is_below_its_optimum(seed):
     from paraplan.solver.search import SolveResult, _layer_plans
     inst = zero_bubble_partition_instance(seed)
     best = exhaustive(inst)
-    ci = ClusterInstance.one_group(inst)
+    ci = inst
     p = best.plan
     (i, o), = [(i, o) for i, o in enumerate(declared_outers(ci))  # the optimum's configuration
                if (o.micro_batch, o.recompute, o.zero_bubble) == (p.micro_batch, p.recompute, p.zero_bubble)]

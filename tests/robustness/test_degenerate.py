@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
@@ -23,7 +23,7 @@ def instance(layers=4, gpus_per_node=8, nodes=1, global_batch=8, gpu=A100) -> In
     cluster = ClusterSpec(gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node,
                           intra_node=Link(bw_bytes_per_s=300e9, latency_s=5e-6),
                           inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
-    return Instance(name="degenerate", model=model, cluster=cluster, job=JobSpec(global_batch=global_batch))
+    return Instance(name="degenerate", model=model, cluster=Cluster.of(cluster), job=JobSpec(global_batch=global_batch))
 
 
 def _agrees_with_exhaustive(inst):

@@ -24,7 +24,7 @@ import pytest
 import ortools.sat.python.cp_model  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s;
 import pulp  # noqa: F401                  the formulations import them where they solve)
 from randinst import random_instance
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Cluster, Instance
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
@@ -105,7 +105,7 @@ def test_time_limited_plans_are_honest(seed, variant, limit_s, backend):
         # ... and never below the planner's own proven bound: the least bound before pricing
         # (solver/bounds/unpriced.py), which is what a configuration the limit left unpriced
         # holds (the planner prices in chunks from 8 up and stops pricing at the limit)
-        het = ClusterInstance.one_group(inst)
+        het = inst
         uniform = het.search.uniform_split
         own = float(floor_bounds_s(het, declared_outers(het, uniform=uniform), [0], "max", (), uniform).min())
         if res.plan is not None and math.isfinite(own):
@@ -152,7 +152,7 @@ def test_deep_models_are_proved_optimal(layers, nodes, seed):
     inst = load_instance(TINY)
     rng = random.Random(seed)
     model = dataclasses.replace(inst.model, layers=layers, seq_len=rng.choice([512, 1024, 2048]))
-    cluster = dataclasses.replace(inst.cluster, nodes=nodes)
+    cluster = Cluster.of(dataclasses.replace(inst.cluster.one_group, nodes=nodes))
     inst = dataclasses.replace(inst, model=model, cluster=cluster,
                                job=dataclasses.replace(inst.job, global_batch=rng.choice([32, 64, 128])))
     res = plan(inst, time_limit_s=60)

@@ -163,13 +163,13 @@ def test_exhaustive_search_streams():
     code = """
 import dataclasses, json, resource
 from paraplan.cost.groups_loader import load_cluster_instance
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 inst = load_cluster_instance("instances/hetero/tiny-2types.yaml")
 inst = dataclasses.replace(inst, search=dataclasses.replace(
     inst.search, tensor_partitions=("megatron", "spatial_temporal"), micro_batch=None))
 out = {}
 for limit_s in (2.0, 8.0):
-    r = exhaustive_classes(inst, max_candidates=10**15, time_limit_s=limit_s)
+    r = exhaustive(inst, max_candidates=10**15, time_limit_s=limit_s)
     out[str(limit_s)] = [r.candidates, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, r.complete]
 print(json.dumps(out))
 """
@@ -275,10 +275,10 @@ def test_exhaustive_in_streamed_blocks_gives_the_same_answer(monkeypatch, name):
     path = ROOT / "instances" / name
     inst = load_cluster_instance(path)  # a flat file as its one group
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, micro_batch=(1, 2)))
-    whole = exhaustive.exhaustive_classes(inst, max_candidates=10**12)
+    whole = exhaustive.exhaustive(inst, max_candidates=10**12)
     monkeypatch.setattr(exhaustive, "ROW_BLOCK", 7)
     monkeypatch.setattr(exhaustive, "STREAM_SPLITS", 3)
-    streamed = exhaustive.exhaustive_classes(inst, max_candidates=10**12)
+    streamed = exhaustive.exhaustive(inst, max_candidates=10**12)
     assert whole.complete and streamed.complete
     assert (streamed.candidates, streamed.feasible) == (whole.candidates, whole.feasible)
     assert (streamed.plan, streamed.objective_s) == (whole.plan, whole.objective_s)

@@ -19,10 +19,10 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_cluster_instance, random_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.simulate import simulate
 from paraplan.formulations.quantize import fit_recompute_range
-from paraplan.solver.exhaustive import exhaustive, exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 # bytes the capacity is moved off the optimum's peak: 0 is the edge itself, negative cuts it
@@ -108,9 +108,9 @@ HETERO_SEEDS = range(6)
 @pytest.mark.parametrize("objective", ["nominal", "robust", "expected"])
 def test_mixed_cluster_objectives_agree_at_the_edge(seed, objective):
     inst = random_cluster_instance(seed)
-    cases = edge_instances(inst, cluster_pairs, lambda i: exhaustive_classes(i, objective).plan)
+    cases = edge_instances(inst, cluster_pairs, lambda i: exhaustive(i, objective).plan)
     for offset, moved in cases:
-        ex = exhaustive_classes(moved, objective)
+        ex = exhaustive(moved, objective)
         for backend in ("cpsat", "milp"):
             res = search(moved, backend, time_limit_s=30, objective=objective)
             if ex.objective_s is None:
@@ -156,8 +156,8 @@ def dualpipe_instance(tmp_path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.03, 0.04])
-    cut = replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
-    het = ClusterInstance.one_group(replace(inst, cluster=cut))
+    cut = replace(inst.cluster.one_group, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))
+    het = replace(inst, cluster=Cluster.of(cut))
     return recompute_forced(het)
 
 
@@ -165,7 +165,7 @@ def recompute_forced(inst, steps: int = 20):
     """`inst` with its reserve moved one byte past its optimum's peak, again and again, until
     the optimum recomputes layers or nothing fits (seen: 0 to 6 steps)."""
     for _ in range(steps):
-        plan = exhaustive_classes(inst).plan
+        plan = exhaustive(inst).plan
         if plan is None or sum(plan.classes[0].full_recompute_layers) > 0:
             return inst
         moved = onto_edge(inst, cluster_pairs(inst, plan), -1)
@@ -186,9 +186,9 @@ def test_dualpipe_backends_agree_at_the_edge(tmp_path, seed):
     prices them, which simulate reports); DP, CP-SAT and the MILP each return exhaustive
     search's status and objective."""
     inst = dualpipe_instance(tmp_path, seed)
-    cases = edge_instances(inst, cluster_pairs, lambda i: exhaustive_classes(i).plan)
+    cases = edge_instances(inst, cluster_pairs, lambda i: exhaustive(i).plan)
     for offset, moved in cases:
-        ex = exhaustive_classes(moved)
+        ex = exhaustive(moved)
         if offset >= 0:  # the optimum still fits
             assert ex.plan is not None, offset
         for backend in ("dp", "cpsat", "milp"):
@@ -208,10 +208,10 @@ def test_the_dualpipe_edge_is_reached_and_recomputes(tmp_path):
     placed = recomputing = 0
     for seed in DUALPIPE_SEEDS:
         inst = dualpipe_instance(tmp_path, seed)
-        cases = dict(edge_instances(inst, cluster_pairs, lambda i: exhaustive_classes(i).plan))
+        cases = dict(edge_instances(inst, cluster_pairs, lambda i: exhaustive(i).plan))
         if 0 in cases:
             placed += 1
-            plan = exhaustive_classes(cases[0]).plan
+            plan = exhaustive(cases[0]).plan
             recomputing += sum(plan.classes[0].full_recompute_layers) > 0
     assert placed >= 3 and recomputing >= 3, (placed, recomputing)
 

@@ -13,7 +13,7 @@ import pytest
 
 from paraplan.cost import moe_params
 from paraplan.cost.moe_params import FITTED, MoeParams
-from paraplan.cost.specs import MoeSpec
+from paraplan.cost.specs import Cluster, MoeSpec
 from paraplan.solver.exhaustive import exhaustive
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_instance
@@ -34,7 +34,7 @@ def moe_instance(seed: int):
     gpu = replace(base.cluster.gpu, hbm_bytes=base.cluster.gpu.hbm_bytes * rng.choice([0.75, 1.0, 1.5]))
     zero = tuple(z for z in base.search.zero if z < 3) or (0, 1)
     return replace(base, name=f"moe{seed}", model=replace(m, moe=moe),
-                   cluster=replace(base.cluster, gpu=gpu),
+                   cluster=Cluster.of(replace(base.cluster.one_group, gpu=gpu)),
                    search=replace(base.search, zero=zero))
 
 

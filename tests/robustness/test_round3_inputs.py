@@ -18,6 +18,7 @@ import yaml
 
 from test_fuzz_loaders import INSTANCES, TINY, expect_error, write_yaml
 
+from paraplan.cost.specs import Cluster
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 TINY_RAW = yaml.safe_load(TINY.read_text())  # 8 A100, 8 layers, 16 heads, global batch 32
@@ -315,7 +316,7 @@ def test_api_refuses_a_plan_of_another_instance(tiny_api):
     from dataclasses import replace
     from paraplan.cost.errors import InstanceError
     api, inst, res = tiny_api
-    other = replace(inst, cluster=replace(inst.cluster, nodes=2))
+    other = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, nodes=2)))
     for func in ("simulate", "memory_by_category"):
         with pytest.raises(InstanceError, match=rf"^<api>: {func}\(plan\): tp\*pp\*dp\*cp = 8 but the cluster has 16"):
             getattr(api, func)(other, res.plan)

@@ -11,7 +11,7 @@ import pytest
 
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import slot_instance
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
 from paraplan.solver.bounds import one_class
@@ -97,7 +97,7 @@ def test_bounds_before_pricing_hold_on_slot_configurations(seed):
     """The bound before pricing (solver/bounds/unpriced.py) is at most the priced bound
     (batched.lower_bounds_s), and the memory proof (solver/bounds/memory.py) refuses only
     configurations whose inner problem has no split that fits."""
-    inst = ClusterInstance.one_group(slot_instance(seed))
+    inst = slot_instance(seed)
     outers = [o for o in declared_outers(inst) if any(_slots(o))]
     idx, agg, weights = scenario_weights(inst, "nominal")
     floor = floor_bounds_s(inst, outers, idx, agg, weights)

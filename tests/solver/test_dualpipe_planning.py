@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers, summarize
 
@@ -49,7 +49,7 @@ def dualpipe_instance(tmp_path: Path, seed: int):
     inst = load_instance(path)
     gpu = inst.cluster.gpu
     scale = rng.choice([0.02, 0.04, 0.08, 1.0])
-    return ClusterInstance.one_group(replace(inst, cluster=replace(inst.cluster, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
+    return replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, gpu=replace(gpu, hbm_bytes=gpu.hbm_bytes * scale))))
 
 
 SEEDS = range(12)
@@ -60,7 +60,7 @@ SLOW_SEEDS = {4}  # over 5 s: slow (CI runs it; -m "not slow" leaves it out)
                                   for s in SEEDS])
 def test_every_backend_reaches_the_exhaustive_optimum(tmp_path, seed):
     inst = dualpipe_instance(tmp_path, seed)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     assert ex.candidates == summarize(inst, declared_outers(inst)).plans_total
     for backend in ("dp", "cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30)
@@ -75,7 +75,7 @@ def test_the_random_instances_are_not_vacuous(tmp_path):
     # seen: 5 of 12 infeasible, 7 optimal, one with recomputed layers on 4 stages
     seen = {"infeasible": 0, "optimal": 0, "recompute": 0, "pp>=4": 0}
     for seed in SEEDS:
-        plan = exhaustive_classes(dualpipe_instance(tmp_path, seed)).plan
+        plan = exhaustive(dualpipe_instance(tmp_path, seed)).plan
         if plan is None:
             seen["infeasible"] += 1
             continue

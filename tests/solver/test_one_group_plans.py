@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 from randinst import random_instance
 
-from paraplan.cost.plan_specs import ClusterInstance
+from paraplan.cost.specs import Instance
 from paraplan.cost.simulate import simulate
-from paraplan.solver.exhaustive import exhaustive_classes
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
 
@@ -30,8 +30,8 @@ FEW_MICRO_BATCH_SEEDS = (1014, 1019, 1020, 1034, 1045, 1059)
 @pytest.mark.parametrize("seed", FEW_MICRO_BATCH_SEEDS)
 def test_one_group_plans_fewer_micro_batches_than_stages(seed):
     inst = random_instance(seed, variant=True)
-    het_inst = ClusterInstance.one_group(inst)
-    ex = exhaustive_classes(het_inst)
+    het_inst = inst
+    ex = exhaustive(het_inst)
     (c,) = ex.plan.classes
     assert c.num_micro_batches < len(c.stage_groups)
     for backend in ("dp", "cpsat", "milp"):

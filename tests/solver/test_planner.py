@@ -12,7 +12,7 @@ import pytest
 
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import GpuSpec, Instance
+from paraplan.cost.specs import Cluster, GpuSpec, Instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
@@ -79,7 +79,7 @@ def test_model_that_fits_nowhere_reports_infeasible_with_numbers():
     tiny_gpu = GpuSpec(name="toy-256MiB", peak_flops_per_s=1e14, hbm_bytes=256 * 2**20,
                        hbm_bw_bytes_per_s=1e12)
     from dataclasses import replace
-    inst = replace(inst, cluster=replace(inst.cluster, gpu=tiny_gpu))
+    inst = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, gpu=tiny_gpu)))
     res = plan(inst, backend="cpsat")
     assert res.status == INFEASIBLE and res.plan is None
     assert "GiB" in res.reason and "toy-256MiB" in res.reason

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.calibration import load_rows, row_to_instance_plan
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import release_space
 from paraplan.cost.loader import load_catalogue, load_instance, load_instance_parts
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
+from paraplan.cost.specs import (Cluster, Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
                         ModelSpec, Recompute, SearchSpace)
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.solver.space import micro_batch_values
@@ -70,7 +69,7 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
                   hbm_bw_bytes_per_s=1e12)
     link = Link(bw_bytes_per_s=1e11, latency_s=1e-6)
     cluster = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=1, intra_node=link, inter_node=link)
-    return Instance(name="one-gpu", model=model, cluster=cluster,
+    return Instance(name="one-gpu", model=model, cluster=Cluster.of(cluster),
                     job=JobSpec(global_batch=8, framework=framework),
                     # a GPU of about 1 GiB, derived by hand below: no planning reserve
                     search=SearchSpace(**{"memory_reserve_bytes": 0.0, **search}))
@@ -91,7 +90,7 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
 def test_micro_batch_cap_from_memory_lower_bound():
     inst = _one_gpu(1100)
     one = (ClassShape(replicas=1, stage_groups=(0,)),)  # tp = pp = dp = cp = 1
-    assert micro_batch_values(ClusterInstance.one_group(inst), {0: 1}, 1, one) == [1, 2, 4]
+    assert micro_batch_values(inst, {0: 1}, 1, one) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(inst)}) == [1, 2, 4]
     assert sorted({o.micro_batch for o in outer_configs(_one_gpu(1120))}) == [1, 2, 4, 8]
 

@@ -16,12 +16,12 @@ import yaml
 from agreement_support import assert_backends_agree_with_exhaustive
 from paraplan.cost.loader import load_plan, plan_to_mapping
 from paraplan.cost.releases import Framework
-from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+from paraplan.cost.specs import (Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                                  ZeroBubble)
 from paraplan.solver.export import to_torchtitan
 from paraplan.solver.solve import solve
 from paraplan.solver.space import not_covered, one_group_outers
-from paraplan.cost.plan_specs import ClusterInstance
+
 from randinst import Space
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def torchtitan_instance(seed: int) -> Instance:
                           inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
     gb = cluster.num_gpus * rng.choice([3, 4, 6])
     space = Space(micro_batch=(1, 2), virtual_stages=(2,), tp=(1,), cp=(1,))
-    return Instance(name=f"zb{seed}", model=model, cluster=cluster,
+    return Instance(name=f"zb{seed}", model=model, cluster=Cluster.of(cluster),
                     job=JobSpec(global_batch=gb, framework=Framework.TORCHTITAN), search=space)
 
 
@@ -94,7 +94,7 @@ def test_a_zero_bubble_plan_file_needs_torchtitan(tmp_path):
 
 
 def test_not_covered_names_only_what_is_left_out():
-    inst = ClusterInstance.one_group(torchtitan_instance(1))
+    inst = torchtitan_instance(1)
     line = " ".join(not_covered(inst))
     assert "ZB-H2" in line
     # searched: tests/hetero/test_zero_bubble_classes.py, tests/partition/test_zero_bubble_partitions.py
@@ -120,10 +120,10 @@ def test_a_stage_wise_class_across_two_gpu_types_agrees_with_exhaustive(tmp_path
     # finds InterleavedZeroBubble on stages (h100, a100), which every backend proves
     from agreement_support import assert_mixed_backends_agree_with_exhaustive
     from paraplan.cost.groups_loader import load_cluster_instance
-    from paraplan.solver.exhaustive import exhaustive_classes
+    from paraplan.solver.exhaustive import exhaustive
     inst = load_cluster_instance(_torchtitan("instances/hetero/tiny-2types.yaml", tmp_path,
                                              {"virtual_stages": [2], "tp": [2, 4], "objective": "mean"}))
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     assert ex.plan.zero_bubble is ZeroBubble.INTERLEAVED
     assert [c.stage_groups for c in ex.plan.classes] == [(1, 0)]
     assert_mixed_backends_agree_with_exhaustive(inst)

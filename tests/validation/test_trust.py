@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from paraplan.cost.specs import Cluster
 from paraplan.cost.calibration import BUNDLED_FILES, RowResult, load_rows
 from paraplan.cost.trust import (FEATURE_CUTS, Features, Residual, log_quantile_interval, ranking_pairs, scale_band,
                         trust_for, validation_warnings, coverage, coverage_report)
@@ -212,7 +213,7 @@ def test_mfu_record_warning_above_the_published_record_only():
     from paraplan.cost.trust import mfu_record_warning
 
     inst = load_instance(REPO_ROOT / "instances" / "gpt3-175b-1024xA100.yaml")
-    cl = inst.cluster
+    cl = inst.cluster.one_group
     work = inst.job.global_batch * inst.model.seq_len * model_flops_per_token(inst.model)
 
     def time_for(mfu, gpus=cl.num_gpus):
@@ -223,7 +224,7 @@ def test_mfu_record_warning_above_the_published_record_only():
     assert "(50.0%, row-x)" in line
     assert mfu_record_warning(inst, time_for(0.499), records) == []
     assert mfu_record_warning(inst, time_for(0.51), {}) == []  # no record for the die
-    small = replace(inst, cluster=replace(cl, nodes=16))
+    small = replace(inst, cluster=Cluster.of(replace(cl, nodes=16)))
     assert small.cluster.num_gpus == 128
     assert mfu_record_warning(small, time_for(0.9, 128), records) == []
 
