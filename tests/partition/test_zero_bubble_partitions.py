@@ -14,6 +14,7 @@ import pytest
 from agreement_support import assert_backends_agree_with_exhaustive
 from partition_support import small_instance
 from paraplan.cost.releases import Framework
+from paraplan.cost.specs import Cluster
 from paraplan.cost.specs import Link, Mlp, SearchSpace, ZeroBubble
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.space import declared_outers, not_covered
@@ -35,7 +36,7 @@ def zero_bubble_partition_instance(seed: int):
                                              memory_reserve_bytes=0.0, virtual_stages=(2,),
                                              tensor_partitions=("megatron", "spatial_temporal")))
     link = Link(bw_bytes_per_s=float(rng.choice([16e9, 150e9])), latency_s=5e-6)
-    return dataclasses.replace(inst, cluster=dataclasses.replace(inst.cluster, intra_node=link),
+    return dataclasses.replace(inst, cluster=Cluster.of(dataclasses.replace(inst.cluster.one_group, intra_node=link)),
                                job=dataclasses.replace(inst.job, framework=Framework.TORCHTITAN))
 
 
