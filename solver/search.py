@@ -75,6 +75,7 @@ from paraplan.solver import class_partitions
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
+from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
 from paraplan.solver.class_layouts import FAMILIES
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, declared_partials,
@@ -733,6 +734,24 @@ def _search_over(inst: ClusterInstance, outers: list, summary, backend: str, tim
             heapq.heappush(heap, (node.key, next(order), node))
 
     chunk_size = [FIRST_PRICE_CHUNK]
+    floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
+    layer_memo: dict = {}  # the layers' terms (unpriced_memory)
+
+    def unpriced_memory(js: list[int]) -> list[int]:
+        """Outers `js` less those the bound before pricing that reads memory proves unable to
+        win (solver/bounds/unpriced_memory.py), counted: no split fits (memory), or the bound
+        cannot beat the bar. Tested with the outer's key before pricing, (floor, rank, 0), at
+        most its key once priced (as the floors' own test above)."""
+        lbs = memory_floor_bounds_s(inst, [outers[j] for j in js], idx, agg, weights, floor_memo, layer_memo)
+        kept = []
+        for j, lb in zip(js, lbs.tolist()):
+            if math.isinf(lb):
+                res.pruned_by_memory += 1
+            elif not can_win((float(floor[j]), rank[j], 0), lb):
+                res.pruned_by_bound += 1
+            else:
+                kept.append(j)
+        return kept
 
     def gather(first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
@@ -846,6 +865,8 @@ def _search_over(inst: ClusterInstance, outers: list, summary, backend: str, tim
                     no_fit = memory_bound.proved_infeasible(inst, [outers[j] for j in js])
                     res.pruned_by_memory += int(no_fit.sum())
                     js = [j for j, out in zip(js, no_fit) if not out]
+                    if not uniform:
+                        js = unpriced_memory(js)
                 new = price(js)
                 res.priced += len(js)
                 probe(new)
