@@ -35,6 +35,7 @@ from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtit
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
+from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
@@ -948,9 +949,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     tps = [uniq_tp[i] for i in where]
     tp, tp_last = tps[0], tps[-1]
 
-    # --- memory (cost/memory.py: what each framework allocates)
-    fw = inst.job.framework
-    sb = memory.pipeline_state_layout(memory.state_layout(inst.job), o.zero, pp, inst.job.grad_reduce.bytes)
+    # --- memory (cost/stage_memory.py: what each framework allocates)
     inflight = in_flight_micro_batches(pp, mb, v)
     if o.zero_bubble is ZeroBubble.V:
         inflight = zero_bubble.v_in_flight(pp, mb)
@@ -958,42 +957,11 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
         warm = a2a_overlap_warmup_chunks(pp, mb, v)
         inflight = np.minimum(warm + 1, mb * v) / v
-    # per GPU: the layer's 1/tp share plus the weights its token-split ops replicate, plus
-    # Transformer Engine's cached fp8 weight copies
-    uniq_state = []  # once per distinct site's costs, as the layer costs above
-    for x, ts in zip(uniq, uniq_tp):
-        st = (memory.layer_state_bytes(m, ts, o.zero, dp_n, sb)
-              + x.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, sb)
-              + memory.fp8_weight_bytes(m, ts, inst.job.precision, fw))
-        if x.terms.expert_params:  # sharded over the expert-data-parallel group
-            st += x.terms.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), sb)
-            st += memory.fp8_expert_weight_bytes(x.terms.expert_params, inst.job.precision, fw)
-        uniq_state.append(st)
-    state = np.array(uniq_state, float)[at]
-    stage_mem = np.zeros(pp)
-    stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, sb)
-    if pp > 1:
-        stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, sb)
-    transient = np.array([x.terms.workspace_bytes for x in uniq], float)[at]
     dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
-    if dense is not None:  # the first stage's largest layer sets its workspace
-        transient[0] = max(transient[0], dense.terms.workspace_bytes)
-    if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
-        z3 = [memory.zero3_gathered_bytes(m, tps[s], fw, sb, s == 0, s == pp - 1, per_stage[s].terms.expert_params)
-              for s in range(pp)]
-        if dense is not None:  # the first stage gathers its dense prefix layers too: the larger block
-            z3[0] = max(z3[0], memory.zero3_gathered_bytes(moe_dense_view(m), tp, fw, sb, True, pp == 1))
-        transient += z3
-    transient[-1] += memory.logits_activation_bytes(m, b, tp_last, cp, fw)
-    stage_mem += transient * (1 + memory.ALLOCATOR_FRAGMENTATION)
-    distinct_tp = set(tps)
-    # the gradient ring's communicator spans every replica of the plan (dp_n / cp ranks, as
-    # many as ZeRO shards over): on a mixed cluster more than this class's own o.dp
-    runtime = {t: memory.runtime_bytes(t, cp, dp_n // cp, pp) for t in distinct_tp}
-    stage_mem += runtime[tp] if len(distinct_tp) == 1 else np.array([runtime[t] for t in tps])
-    if inst.job.tp_comm_overlap and o.sequence_parallel:  # TE allocates them at start-up
-        ub = memory.userbuffers_bytes(m, b, cp, inst.job.precision)
-        stage_mem += np.array([ub if t > 1 else 0.0 for t in tps])
+    mem = stage_memory(inst, o, [x.terms for x in uniq], where, uniq_tp, [st.gpu.hbm_bytes for st in uniq_sites],
+                       dp_n, inflight, reserve_bytes, None if dense is None else dense.terms)
+    state, act, ckpt = mem.layer_state_bytes, mem.layer_act_bytes, mem.layer_ckpt_bytes
+    stage_mem, capacity = mem.stage_mem_bytes, mem.capacity_bytes
 
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(x, attr) for x in uniq], float)[at]
@@ -1001,43 +969,6 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     def col_terms(attr: str) -> np.ndarray:
         return np.array([getattr(x.terms, attr) for x in uniq], float)[at]
 
-    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    act = col_terms("act_bytes") * inflight * frag
-    ckpt = col_terms("ckpt_bytes") * inflight * frag
-    min_chunk = 1
-    stage_act = np.zeros(pp)
-    stage_state = np.zeros(pp)
-    if dense is not None:
-        # An MoE model's first d layers are dense (DeepSeek-V3: 3, FFN 18,432). The split
-        # prices every layer alike, so the first stage, which holds them in its first model
-        # chunk (first_chunk_min_layers, enforced by every backend), pays d x (dense layer -
-        # MoE layer) as a stage extra, as it pays the embedding: time, sync and step, state
-        # and stashed activations. Full recompute on that stage is priced per MoE layer
-        # (cost/model_notes.py says so).
-        d = inst.model.moe.dense_layers
-        dv = moe_dense_view(m)
-        dense_state = (memory.layer_state_bytes(dv, tp, o.zero, dp_n, sb)
-                       + dense.terms.replicated_params * memory.state_bytes_per_param(o.zero, dp_n, sb)
-                       + memory.fp8_weight_bytes(dv, tp, inst.job.precision, fw))
-        stage_state[0] = d * (dense_state - state[0])
-        stage_act[0] = d * (dense.terms.act_bytes * inflight[0] * frag - act[0])
-        stage_mem[0] += stage_state[0] + stage_act[0]
-        min_chunk = d
-    if m.mtp_layers:
-        # multi-token prediction on the last stage (ModelSpec.mtp_layers): per depth one more
-        # layer's state and stashed activations, the projection's input (2h) and its two norms'
-        # (h each) stashed per micro-batch in flight, and its logits beside the main head's;
-        # the projections and an embedding copy as parameter state (memory.mtp_stage_params).
-        # Not recomputed with full recomputation (the split's counts cover the main layers).
-        d_mtp = m.mtp_layers
-        p_mtp = memory.mtp_stage_params(m, pp) / tp_last
-        stash = 4 * tokens * m.hidden * BF16_BYTES / (tp_last if sp else 1)
-        mtp_state = d_mtp * state[-1] + p_mtp * memory.state_bytes_per_param(o.zero, dp_n, sb)
-        mtp_act = d_mtp * (act[-1] + stash * inflight[-1] * frag)
-        stage_state[-1] += mtp_state
-        stage_act[-1] += mtp_act
-        stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
-    capacity = np.array([st.gpu.hbm_bytes - reserve_bytes for st in uniq_sites], float)[at]
     # (ZBVZeroBubble's V moves the output layer's memory after this: not checked on it)
     if (skip_if_memory_infeasible and o.zero_bubble is not ZeroBubble.V
             and _no_split_fits(o, inflight, state, act, ckpt, capacity, stage_mem, m.layers)):
@@ -1167,6 +1098,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     if m.mtp_layers:  # the multi-token prediction layers' gradient sync and step
         stage_sync[-1] += m.mtp_layers * layer_sync[-1]
     if dense is not None:  # the dense prefix's time and sync on the first stage (above)
+        d = inst.model.moe.dense_layers
         dense_prefix_s = d * (dense.layer_time - per_stage[0].layer_time)
         stage_parts.add("dense_prefix", {0: dense_prefix_s})
         stage_time[0] += dense_prefix_s
@@ -1191,7 +1123,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         capacity_bytes=capacity,
         layer_parts=layer_parts, recompute_parts={"recompute": first.recompute_time * (1 + slow)},
         stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
-        first_chunk_min_layers=min_chunk, stage_act_bytes=stage_act, stage_state_bytes=stage_state,
+        first_chunk_min_layers=mem.first_chunk_min_layers, stage_act_bytes=mem.stage_act_bytes,
+        stage_state_bytes=mem.stage_state_bytes,
     )
     return c if o.zero_bubble is None else zero_bubble.shaped(c, m)
 

@@ -75,6 +75,8 @@ from paraplan.solver import class_partitions
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
+from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
+from paraplan.solver.bounds import pattern_values
 from paraplan.solver.class_layouts import FAMILIES
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, declared_partials,
@@ -531,17 +533,51 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
     if _lone_dp(p, backend):
         return _solve_lone_dp(p, time_limit_s, hint, cutoff_s)
     # the framework's recompute pattern: one solve per value (formulations/recompute_choice.py)
-    from paraplan.formulations.recompute_choice import solve_over_pattern
+    from paraplan.formulations.recompute_choice import distinct_values, solve_over_pattern
     if backend in ("cpsat", "dp"):  # dp: the split DP for a lone class on one network only
         from paraplan.formulations.multiclass import solve_multiclass_cpsat
-        return solve_over_pattern(p, lambda q, left: solve_multiclass_cpsat(q, time_limit_s=left, hint=hint),
-                                  time_limit_s)
-    if backend in ("milp", "scip", "highs"):  # milp: CBC, as on a homogeneous cluster
+
+        def solve(q, left):
+            return solve_multiclass_cpsat(q, time_limit_s=left, hint=hint)
+    elif backend in ("milp", "scip", "highs"):  # milp: CBC, as on a homogeneous cluster
         from paraplan.formulations.multiclass_milp import solve_multiclass_milp
         milp = "cbc" if backend == "milp" else backend
-        return solve_over_pattern(p, lambda q, left: solve_multiclass_milp(q, time_limit_s=left, backend=milp),
-                                  time_limit_s)
-    raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
+
+        def solve(q, left):
+            return solve_multiclass_milp(q, time_limit_s=left, backend=milp)
+    else:
+        raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
+    cut = _values_cut(p, cutoff_s, distinct_values)
+    if cut is None:
+        return solve_over_pattern(p, solve, time_limit_s)
+    if cut[0]:  # no value can reach the cutoff: as the DP's cutoff answer
+        return MultiClassResult(status=CUTOFF, micro_batches=None, layers_per_stage=None,
+                                full_recompute_layers=None, objective_s=None, per_scenario_s=None,
+                                bound_s=cut[1], wall_time_s=0.0, backend=backend, tolerance_s=0.0)
+    return solve_over_pattern(p, lambda q, left: (_below_cutoff(backend) if q.recompute_value in cut[2]
+                                                  else solve(q, left)), time_limit_s)
+
+
+def _values_cut(p: MultiClassProblem, cutoff_s: float | None, distinct_values):
+    """The recompute-pattern values of `p` whose bound (solver/bounds/pattern_values.py) is
+    above `cutoff_s`: (every one, the least bound, that set), or None where the bound is not
+    read (no finite cutoff, a pattern of one value per stage, or a problem it does not cover)."""
+    if (cutoff_s is None or not math.isfinite(cutoff_s) or p.recompute_value is not None
+            or p.recompute_pattern is RecomputePattern.PER_STAGE or not pattern_values.applies(p)):
+        return None
+    values = distinct_values(p)
+    bounds = pattern_values.value_bounds_s(p, values)
+    above = {i for i in values if bounds[i] > cutoff_s}
+    return len(above) == len(values), min(bounds.values()), above
+
+
+def _below_cutoff(backend: str) -> MultiClassResult:
+    """A pattern value whose bound is above the cutoff, answered to solve_over_pattern as an
+    infeasible one: none of its plans can beat the cutoff, so the configuration's answer (the
+    best of its other values) is its optimum wherever that can win (and a real plan otherwise)."""
+    return MultiClassResult(status=INFEASIBLE, micro_batches=None, layers_per_stage=None,
+                            full_recompute_layers=None, objective_s=None, per_scenario_s=None,
+                            bound_s=math.inf, wall_time_s=0.0, backend=backend, tolerance_s=0.0)
 
 
 def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
@@ -733,6 +769,24 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
             heapq.heappush(heap, (node.key, next(order), node))
 
     chunk_size = [FIRST_PRICE_CHUNK]
+    floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
+    layer_memo: dict = {}  # the layers' terms (unpriced_memory)
+
+    def unpriced_memory(js: list[int]) -> list[int]:
+        """Outers `js` less those the bound before pricing that reads memory proves unable to
+        win (solver/bounds/unpriced_memory.py), counted: no split fits (memory), or the bound
+        cannot beat the bar. Tested with the outer's key before pricing, (floor, rank, 0), at
+        most its key once priced (as the floors' own test above)."""
+        lbs = memory_floor_bounds_s(inst, [outers[j] for j in js], idx, agg, weights, floor_memo, layer_memo)
+        kept = []
+        for j, lb in zip(js, lbs.tolist()):
+            if math.isinf(lb):
+                res.pruned_by_memory += 1
+            elif not can_win((float(floor[j]), rank[j], 0), lb):
+                res.pruned_by_bound += 1
+            else:
+                kept.append(j)
+        return kept
 
     def gather(first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
@@ -850,6 +904,8 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
                     no_fit = memory_bound.proved_infeasible(inst, [outers[j] for j in js])
                     res.pruned_by_memory += int(no_fit.sum())
                     js = [j for j, out in zip(js, no_fit) if not out]
+                    if not uniform:
+                        js = unpriced_memory(js)
                 new = price(js)
                 res.priced += len(js)
                 probe(new)

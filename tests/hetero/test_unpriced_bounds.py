@@ -146,6 +146,8 @@ def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch
             mp.setattr(search_module, "floor_bounds_s", lambda inst, outers, *a, **k: np.zeros(len(outers)))
             # and every configuration priced, none refused by the memory proof (test_memory_bound.py)
             mp.setattr(search_module.memory_bound, "proved_infeasible", lambda inst, outers: np.zeros(len(outers), bool))
+            # nor by the bound that reads memory (test_unpriced_memory.py)
+            mp.setattr(search_module, "memory_floor_bounds_s", lambda inst, outers, *a: np.zeros(len(outers)))
             every = search(inst, objective=with_floor.objective)
         assert every.priced == every.outer_configs
         assert (with_floor.status, with_floor.plan, with_floor.objective_s) == (every.status, every.plan, every.objective_s)
