@@ -24,13 +24,12 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bounds import memory as memory_bound
 from paraplan.solver.bounds import unpriced_memory
 from paraplan.solver.bounds.unpriced import floor_bounds_s
-from paraplan.solver.exhaustive import compositions, exhaustive_classes
+from paraplan.solver.exhaustive import compositions, exhaustive
 from paraplan.solver.search import pattern_recompute, problems_for, scenario_weights, search
 from paraplan.solver.space import declared_outers, micro_batch_vectors
 
@@ -44,7 +43,7 @@ def _instances():
     for seed in (19, 41):  # their optima run a tp per group (test_group_tp.py)
         yield f"group tp {seed}", group_tp_instance(seed)
     for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
-        yield f"one group {seed}", ClusterInstance.one_group(random_instance(seed, variant=True))
+        yield f"one group {seed}", random_instance(seed, variant=True)
     yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml")
 
 
@@ -118,7 +117,7 @@ def test_the_search_prices_what_the_bound_leaves_and_finds_the_exhaustive_optimu
     configurations that must be priced (the memory proof keeps them and their bound is below
     the optimum: counted here from the bound alone) and fewer than without the bound."""
     inst = random_cluster_instance(4)
-    ex = exhaustive_classes(inst)
+    ex = exhaustive(inst)
     res = search(inst, backend="cpsat", time_limit_s=60)
     assert res.status == "optimal" and res.objective_s == pytest.approx(ex.objective_s, rel=1e-6)
     idx, agg, weights = scenario_weights(inst, "nominal")
