@@ -33,6 +33,12 @@ Solve = Callable[[MultiClassProblem, float], MultiClassResult]
 PATTERN_TABLE_CAP = 5_000_000
 
 
+def tables_too_large(p: MultiClassProblem) -> bool:
+    """Whether p's pattern tables exceed PATTERN_TABLE_CAP entries (the comment above): then
+    neither a backend nor a bound may list its values."""
+    return sum(p.pp(k) for k in range(p.classes)) * (p.slots // p.virtual_stages) > PATTERN_TABLE_CAP
+
+
 def distinct_values(p: MultiClassProblem) -> list[int]:
     """The pattern's value indices whose counts differ on some class, stage and layer count (the
     first of each kind, in cost/recompute_patterns.options' order)."""
@@ -52,7 +58,7 @@ def solve_over_pattern(p: MultiClassProblem, solve: Solve, time_limit_s: float) 
             or p.recompute_value is not None):
         return solve(p, time_limit_s)
     start = time.perf_counter()
-    if sum(p.pp(k) for k in range(p.classes)) * (p.slots // p.virtual_stages) > PATTERN_TABLE_CAP:
+    if tables_too_large(p):
         return combine([None], start)
     results = []
     for i in distinct_values(p):

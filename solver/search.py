@@ -533,7 +533,7 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
     if _lone_dp(p, backend):
         return _solve_lone_dp(p, time_limit_s, hint, cutoff_s)
     # the framework's recompute pattern: one solve per value (formulations/recompute_choice.py)
-    from paraplan.formulations.recompute_choice import distinct_values, solve_over_pattern
+    from paraplan.formulations.recompute_choice import distinct_values, solve_over_pattern, tables_too_large
     if backend in ("cpsat", "dp"):  # dp: the split DP for a lone class on one network only
         from paraplan.formulations.multiclass import solve_multiclass_cpsat
 
@@ -547,7 +547,9 @@ def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, 
             return solve_multiclass_milp(q, time_limit_s=left, backend=milp)
     else:
         raise ValueError(f"unknown backend {backend!r}: use cpsat, milp or dp")
-    cut = _values_cut(p, cutoff_s, distinct_values)
+    # no per-value bound where the values' tables are too large to list (solve_over_pattern
+    # then answers as a time limit would)
+    cut = None if tables_too_large(p) else _values_cut(p, cutoff_s, distinct_values)
     if cut is None:
         return solve_over_pattern(p, solve, time_limit_s)
     if cut[0]:  # no value can reach the cutoff: as the DP's cutoff answer
