@@ -475,15 +475,36 @@ def attention_efficiency(job, gpu: GpuSpec, keys: float) -> float:
     frameworks' training steps reach one fitted fraction of FlashAttention-2's benchmark
     (attention_eff, cost/fit.py), whatever kernel they call; what costs them the rest is not
     identified. A GPU without a published benchmark runs at attention_eff under every
-    framework. Both follow the key-length curve n / (n + ATTENTION_HALF_KEYS)."""
+    framework. Both follow the key-length curve n / (n + ATTENTION_HALF_KEYS). Where cuDNN is
+    measured per call length (GpuSpec.cudnn_attention_flops_per_s_by_keys: Blackwell, whose
+    cuDNN lead over FlashAttention-2 grows with length), its cuDNN path runs at that curve
+    instead (cudnn_measured_flops_per_s)."""
     curve = keys / (keys + ATTENTION_HALF_KEYS)
     if not behaviour(job.framework).te_fused_attention:
         return gpu.attention_eff * curve
+    measured = gpu.cudnn_attention_flops_per_s_by_keys
+    if job.cudnn_attention and measured:
+        return cudnn_measured_flops_per_s(measured, keys) / gpu.peak_flops_per_s
     speedup = gpu.cudnn_attention_speedup if job.cudnn_attention else 1.0
     if gpu.fa2_benchmark_flops_per_s is None:
         return gpu.attention_eff * curve * speedup
     at_benchmark = ATTENTION_BENCHMARK_KEYS / (ATTENTION_BENCHMARK_KEYS + ATTENTION_HALF_KEYS)
     return gpu.fa2_benchmark_flops_per_s / gpu.peak_flops_per_s * curve / at_benchmark * speedup
+
+
+def cudnn_measured_flops_per_s(points: tuple[tuple[int, float], ...], keys: float) -> float:
+    """cuDNN's attention throughput in calls of `keys` keys from its measured (keys, FLOP/s)
+    points: linear in log2(keys) between two points (the benchmark doubles the length from row
+    to row); beyond the longest, the longest's (the kernel is saturated there: B200 1.33-1.45
+    PFLOP/s from 16k to 128k keys); below the shortest, the shortest's on the key-length curve
+    n / (n + ATTENTION_HALF_KEYS), which a shorter call's fixed costs follow."""
+    ks = [k for k, _ in points]
+    fs = [f for _, f in points]
+    if keys <= ks[0]:
+        return fs[0] * (keys / (keys + ATTENTION_HALF_KEYS)) / (ks[0] / (ks[0] + ATTENTION_HALF_KEYS))
+    if keys >= ks[-1]:
+        return fs[-1]
+    return float(np.interp(np.log2(keys), np.log2(ks), fs))
 
 
 def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTerms:

@@ -256,7 +256,8 @@ JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", 
             "attention_output_e5m6", "grad_reduce_dtype", "train_tokens", "usd_per_gpu_hour")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
-             "cudnn_attention_speedup", "fa2_benchmark_tflops", "host_link_gbytes_per_s")
+             "cudnn_attention_speedup", "fa2_benchmark_tflops", "cudnn_attention_tflops",
+             "host_link_gbytes_per_s")
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
               "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
               "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
@@ -667,6 +668,23 @@ def config_errors_as(path: str, field: str, fix: str) -> Iterator[None]:
 
 # --- GPU catalogue -------------------------------------------------------------------------
 
+def _cudnn_curve(sec: Section) -> tuple[tuple[int, float], ...]:
+    """`cudnn_attention_tflops`: a mapping of call length in keys to cuDNN's measured forward +
+    backward TFLOP/s there (GpuSpec.cudnn_attention_flops_per_s_by_keys), as (keys, FLOP/s) in
+    increasing keys."""
+    key = "cudnn_attention_tflops"
+    raw = sec.raw[key]
+    if not isinstance(raw, dict) or not raw:
+        raise sec.error(key, f"expected a mapping of key lengths to TFLOP/s, got {describe(raw)}",
+                        "write it like {4096: 739, 8192: 998}")
+    field = sec.field(key)
+    points = sorted((check_int(k, sec.path, f"{field}.{_key_text(k)}", "seq_len"),
+                     units.tflops_to_flops_per_s(check_number(v, sec.path, f"{field}.{_key_text(k)}",
+                                                              key)))
+                    for k, v in raw.items())
+    return tuple(points)
+
+
 def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> GpuSpec:
     """One GPU type from its YAML mapping (catalogue entry or user `gpu_types` entry)."""
     sec = Section(mapping, str(path), field_prefix, _GPU_KEYS)
@@ -689,6 +707,8 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
     if sec.has("host_link_gbytes_per_s"):
         optional["host_link_bw_bytes_per_s"] = units.gbytes_per_s_to_bytes_per_s(
             sec.number("host_link_gbytes_per_s"))
+    if sec.has("cudnn_attention_tflops"):
+        optional["cudnn_attention_flops_per_s_by_keys"] = _cudnn_curve(sec)
     if sec.has("peak_tflops_fp8"):
         optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
     with config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
@@ -1684,6 +1704,9 @@ def _gpu_to_mapping(gpu: GpuSpec) -> dict:
         out["fa2_benchmark_tflops"] = gpu.fa2_benchmark_flops_per_s / units.TFLOPS_FLOPS
     if gpu.host_link_bw_bytes_per_s is not None:
         out["host_link_gbytes_per_s"] = gpu.host_link_bw_bytes_per_s / units.GBYTE_BYTES
+    if gpu.cudnn_attention_flops_per_s_by_keys:
+        out["cudnn_attention_tflops"] = {k: f / units.TFLOPS_FLOPS
+                                         for k, f in gpu.cudnn_attention_flops_per_s_by_keys}
     return out
 
 

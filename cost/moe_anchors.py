@@ -128,11 +128,14 @@ def time_split(row: dict) -> TimeSplit:
     g = anchor_instance(row).cluster.gpu
     bd = _simulated(row)
     t = bd.iter_time_s
-    # both attention speeds (cost/coefficients.attention_efficiency: the fitted one, and the
-    # benchmark Transformer Engine runs at), so the derivative holds under every framework
+    # every attention speed (cost/coefficients.attention_efficiency: the fitted one, and the
+    # benchmarks Transformer Engine runs at), so the derivative holds under every framework
     bench = g.fa2_benchmark_flops_per_s and g.fa2_benchmark_flops_per_s / SPLIT_STEP
+    # cuDNN's measured curve (Blackwell) slowed alike
+    cudnn = tuple((k, f / SPLIT_STEP) for k, f in g.cudnn_attention_flops_per_s_by_keys)
     slow_attention = _simulated(row, attention_eff=g.attention_eff / SPLIT_STEP,
-                                fa2_benchmark_flops_per_s=bench).iter_time_s
+                                fa2_benchmark_flops_per_s=bench,
+                                cudnn_attention_flops_per_s_by_keys=cudnn).iter_time_s
     slow_gemm = _simulated(row, matmul_eff_max=g.matmul_eff_max / SPLIT_STEP,
                            fp8_matmul_eff_max=g.fp8_matmul_eff_max / SPLIT_STEP).iter_time_s
     return TimeSplit(id=row["id"], seq_len=int(row["config"]["seq_len"]),

@@ -74,7 +74,7 @@ UNFITTED = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.46,
 # --write` records the folds in cost/published/moe_crossval.yaml, and
 # tests/validation/test_moe_fit.py checks the fit still lands here).
 FITTED = MoeParams(dropless_imbalance=1.2, combined_1f1b_hidden_fraction=1.0,
-                   grouped_gemm_eff=1.0, layer_fixed_s=1.5e-3, expert_gemm_issue_s=3e-5)
+                   grouped_gemm_eff=1.0, layer_fixed_s=1e-3, expert_gemm_issue_s=3e-5)
 
 _ACTIVE: ContextVar[MoeParams] = ContextVar("moe_params", default=FITTED)
 

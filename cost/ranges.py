@@ -163,6 +163,9 @@ RANGES: dict[str, Range] = {
                            " than 1%"),
     "fa2_benchmark_tflops": Range(1, 100_000, "TFLOP/s", "FlashAttention-2's own benchmark:"
                                   " A100 175, H100 322"),
+    "cudnn_attention_tflops": Range(1, 100_000, "TFLOP/s", "cuDNN's fused attention, forward +"
+                                    " backward, per call length: B200 1,000 at 8k keys"
+                                    " (cost/gpus.yaml)"),
     "cudnn_attention_speedup": Range(0.5, 4, "", "cuDNN's fused attention over"
                                      " FlashAttention-2: 1.6 on H100, 3.0-3.6 on Blackwell"
                                      " (cost/gpus.yaml)"),

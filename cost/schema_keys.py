@@ -299,6 +299,10 @@ GPU = SectionDoc("gpu_types.NAME", "`gpu_types.NAME:` (and cost/gpus.yaml)", "On
                      Key("fa2_benchmark_tflops", "number", "FlashAttention-2's own benchmark"
                          " (forward + backward, causal, head dim 128, 8k tokens): the speed of"
                          " attention where Transformer Engine calls the kernel", "none"),
+                     Key("cudnn_attention_tflops", "mapping", "cuDNN's fused attention measured"
+                         " per call length (keys: forward + backward TFLOP/s, causal); where"
+                         " given, Transformer Engine's cuDNN path runs at it, interpolated in log"
+                         " keys, instead of cudnn_attention_speedup", "none"),
                      Key("host_link_gbytes_per_s", "number", "one direction of the link to host"
                          " memory (PCIe or NVLink-C2C): what activation offloading copies over;"
                          " left out, offloading is refused", "none"),

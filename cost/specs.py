@@ -408,6 +408,13 @@ class GpuSpec:
     # cudnn_attention_speedup where it runs cuDNN's). None: no published benchmark, and such a
     # framework's attention runs at attention_eff like the others'
     fa2_benchmark_flops_per_s: float | None = None
+    # cuDNN's fused attention measured per call length on this GPU: (keys, forward + backward
+    # FLOP/s of a causal call of that many keys) in increasing keys (cost/gpus.yaml cites the
+    # rows). Where given, Transformer Engine's cuDNN path runs at it, interpolated in log keys
+    # (cost/coefficients.attention_efficiency), not at cudnn_attention_speedup x
+    # FlashAttention-2's curve: on Blackwell cuDNN's lead over FlashAttention-2 grows with length
+    # (B200 1.9x at 2k, 3.0x at 8k), which one factor cannot follow. Empty: not measured
+    cudnn_attention_flops_per_s_by_keys: tuple[tuple[int, float], ...] = ()
     # one direction of the GPU's link to its host CPU's memory (PCIe, or NVLink-C2C on Grace
     # superchips): what activation offloading (job.offload_modules) copies over; None: not in
     # the catalogue, and offloading is refused on this GPU
@@ -425,6 +432,12 @@ class GpuSpec:
             raise ConfigError(f"gpu {self.name}: FlashAttention-2's benchmark must lie in (0, peak]")
         if self.host_link_bw_bytes_per_s is not None and self.host_link_bw_bytes_per_s <= 0:
             raise ConfigError(f"gpu {self.name}: the host link's bandwidth must be > 0")
+        measured = self.cudnn_attention_flops_per_s_by_keys
+        keys = [k for k, _ in measured]
+        if any(k < 1 for k in keys) or keys != sorted(set(keys)):
+            raise ConfigError(f"gpu {self.name}: cuDNN's attention curve needs distinct key lengths >= 1")
+        if not all(0 < f <= self.peak_flops_per_s for _, f in measured):
+            raise ConfigError(f"gpu {self.name}: cuDNN's measured attention must lie in (0, peak]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

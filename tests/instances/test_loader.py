@@ -349,6 +349,25 @@ def test_user_gpu_type_gives_its_cudnn_attention_speedup_within_range(tmp_path):
         load_instance(_my_gpu(tmp_path, cudnn_attention_speedup=16))
 
 
+def test_user_gpu_type_gives_its_cudnn_attention_curve(tmp_path):
+    # cudnn_attention_tflops: {keys: TFLOP/s}, read as (keys, FLOP/s) in increasing keys; absent,
+    # none (the one speedup holds); a value outside cost/ranges.py's 1-100,000 TFLOP/s, above the
+    # GPU's own peak (100 here), a length that is not a whole count, or a list is refused
+    # naming the key
+    assert load_instance(_my_gpu(tmp_path)).cluster.gpu.cudnn_attention_flops_per_s_by_keys == ()
+    gpu = load_instance(_my_gpu(tmp_path, cudnn_attention_tflops={8192: 60, 2048: 30})).cluster.gpu
+    assert gpu.cudnn_attention_flops_per_s_by_keys == ((2048, 30e12), (8192, 60e12))
+    # a plan file carries the user GPU (instance_to_mapping) and reads back the same curve
+    import yaml
+    from paraplan.cost.loader import instance_from_mapping, instance_to_mapping
+    inst = load_instance(_my_gpu(tmp_path, cudnn_attention_tflops={8192: 60, 2048: 30}))
+    back = instance_from_mapping(yaml.safe_load(yaml.safe_dump(instance_to_mapping(inst))), "p.yaml")
+    assert back.cluster.gpu == gpu
+    for bad in ({8192: 0}, {8192: 140}, {"8k": 60}, {2048.5: 30}, [[8192, 60]], {}):
+        with pytest.raises(InstanceError, match="gpu_types.MyGPU"):
+            load_instance(_my_gpu(tmp_path, cudnn_attention_tflops=bad))
+
+
 def test_user_gpu_type_gives_its_fa2_benchmark_and_a_job_its_attention_kernel(tmp_path):
     # fa2_benchmark_tflops: the speed Transformer Engine's attention runs at (absent: None, the
     # fitted attention_eff holds); above the GPU's own peak it is refused naming the key
