@@ -844,10 +844,15 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
         unpriced += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
     listed_partials = [0]
 
-    def list_partials(first: _Partial) -> None:
+    def list_partials(first: _Partial | _Family) -> None:
         """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
         configurations or a little more, while they can still win), bound their outers before
-        pricing and push each, keyed by that bound (gather prices them in chunks)."""
+        pricing and push each, keyed by that bound (gather prices them in chunks); a stage or
+        replica family is set up instead, its partial layouts that can still win pushed."""
+        if isinstance(first, _Family):
+            for node in lazy.open_family(first.index, lambda lb: can_win((lb, -1, -1))):
+                heapq.heappush(heap, (node.key, next(order), node))
+            return
         got, n = [first], first.weight
         while (heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(heap[0][2], _Partial)
                and can_win(heap[0][0])):
@@ -978,12 +983,8 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
-            if isinstance(cand, _Partial):
+            if isinstance(cand, (_Partial, _Family)):
                 list_partials(cand)
-                continue
-            if isinstance(cand, _Family):
-                for node in lazy.open_family(cand.index, lambda lb: can_win((lb, -1, -1))):
-                    heapq.heappush(heap, (node.key, next(order), node))
                 continue
             if isinstance(cand, _Unpriced) and cand.layer_plans is not None:
                 for i in cand.outers:
