@@ -81,7 +81,7 @@ from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, t
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, stage_families
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
-                                   layout_partials, partial_rank, stage_partial,
+                                   partial_rank, replica_partial, stage_partial,
                                    micro_batch_vectors, paired_counts, summarize, summarize_partials)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
@@ -707,21 +707,30 @@ class _Partials:
             out.family_bounds = [out.fb.family_bound(f) * (1 - FAMILY_MARGIN) for f in out.families]
         return out
 
-    def open_family(self, f: int, can_win) -> list["_Partial"]:
-        """Set up stage family f's partial layouts whose bound can still win (`can_win(bound)`),
-        each bounded (layouts.partial_bounds_s) and appended: their heap nodes."""
-        fam, inst = self.families[f], self.lst.inst
+    def open_family(self, f: int, can_win) -> list["_Choice"]:
+        """Family f's tp choices or class layouts whose bound can still win (`can_win(bound)`),
+        as heap nodes keyed by their bounds (set up by set_up when they come up)."""
         self.opened += 1
-        if isinstance(fam, ReplicaFamily):
-            new = layout_partials(self.lst, "replica", fam.used, dict.fromkeys(fam.used, fam.tp), fam.cp, fam.at)
-        else:
-            new = []
-            for ti, tpg in self.fb.choices(fam, lambda lb: can_win(lb * (1 - FAMILY_MARGIN))):
-                cps = cp_values(inst, fam.used, tpg)
-                dps = stage_replicas(inst, tpg, fam.used, fam.cp) if fam.cp in cps else []
-                if fam.dp in dps:
-                    rank = partial_rank(*fam.at, ti, cps.index(fam.cp), dps.index(fam.dp))
-                    new.append(stage_partial(self.lst, fam.used, tpg, fam.cp, fam.dp, rank))
+        return [_Choice(f, x, (lb * (1 - FAMILY_MARGIN), -1, -1))
+                for x, lb in self.fb.choices(self.families[f], lambda lb: can_win(lb * (1 - FAMILY_MARGIN)))]
+
+    def set_up(self, choices: list["_Choice"]) -> list["_Partial"]:
+        """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s) and
+        appended: their heap nodes."""
+        inst = self.lst.inst
+        new = []
+        for ch in choices:
+            fam = self.families[ch.family]
+            if isinstance(fam, ReplicaFamily):
+                new.append(replica_partial(self.lst, "replica", fam.used, dict.fromkeys(fam.used, fam.tp), fam.cp,
+                                           ch.index, self.fb.replica_at(fam, ch.index), fam.at))
+                continue
+            tpg = self.fb.tpg_at(fam, ch.index)
+            cps = cp_values(inst, fam.used, tpg)
+            dps = stage_replicas(inst, tpg, fam.used, fam.cp) if fam.cp in cps else []
+            if fam.dp in dps:
+                rank = partial_rank(*fam.at, ch.index, cps.index(fam.cp), dps.index(fam.dp))
+                new.append(stage_partial(self.lst, fam.used, tpg, fam.cp, fam.dp, rank))
         if not new:
             return []
         bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo)
@@ -747,6 +756,23 @@ class _Partial:
     index: int
     key: tuple[float, int, int]
     weight: int  # outer configurations it stands for
+
+
+@dataclass
+class _Choice:
+    """A tp choice (stage family) or class layout (replica family) of an opened family, not
+    yet set up, keyed by its own bound (solver/bounds/stage_families.py), at most its partial
+    layout's."""
+
+    family: int
+    index: int
+    key: tuple[float, int, int]
+    weight: int = 0
+
+
+# tp choices or class layouts set up at once (the heap's next, while they can win): one call of
+# the partial layouts' bounds for all
+CHOICES_AT_ONCE = 32
 
 
 @dataclass
@@ -844,13 +870,21 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
         unpriced += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
     listed_partials = [0]
 
-    def list_partials(first: _Partial | _Family) -> None:
+    def list_partials(first: _Partial | _Family | _Choice) -> None:
         """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
         configurations or a little more, while they can still win), bound their outers before
         pricing and push each, keyed by that bound (gather prices them in chunks); a stage or
         replica family is set up instead, its partial layouts that can still win pushed."""
-        if isinstance(first, _Family):
-            for node in lazy.open_family(first.index, lambda lb: can_win((lb, -1, -1))):
+        if isinstance(first, (_Family, _Choice)):
+            if isinstance(first, _Family):
+                nodes = lazy.open_family(first.index, lambda lb: can_win((lb, -1, -1)))
+            else:
+                got = [first]
+                while (heap and len(got) < CHOICES_AT_ONCE and isinstance(heap[0][2], _Choice)
+                       and can_win(heap[0][0])):
+                    got.append(heapq.heappop(heap)[2])
+                nodes = lazy.set_up(got)
+            for node in nodes:
                 heapq.heappush(heap, (node.key, next(order), node))
             return
         got, n = [first], first.weight
@@ -976,14 +1010,14 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial, _Family))
+            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
-            if isinstance(cand, (_Partial, _Family)):
+            if isinstance(cand, (_Partial, _Family, _Choice)):
                 list_partials(cand)
                 continue
             if isinstance(cand, _Unpriced) and cand.layer_plans is not None:

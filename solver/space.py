@@ -154,8 +154,8 @@ from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule, ZeroBubble
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
-                                           stage_replicas, stage_representatives, stage_shapes,
-                                           tp_choices)
+                                           replica_shapes, stage_replicas, stage_representatives,
+                                           stage_shapes, tp_choices)
 from paraplan.solver.class_partitions import partition_count
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 
@@ -580,11 +580,20 @@ def layout_partials(lst: _Listing, family: str, used: tuple[int, ...], tpg: dict
     indices: of the stage family one per dp, of the others one per class layout."""
     inst = lst.inst
     if family != "stage":  # each layout its own
-        return [Partial(lst, family, used, tpg, cp, None, [(1, lst.shape_blocks(family, tpg, cp, shapes))],
-                        partial_rank(*at, x))
-                for x, shapes in enumerate(class_shapes(inst, tpg, used, family, cp))]
+        shapes = (replica_shapes(inst, tpg, used, cp) if family == "replica" and (
+            len(used) >= 2 or inst.search.classes_per_group > 1) else
+            enumerate(class_shapes(inst, tpg, used, family, cp)))
+        return [replica_partial(lst, family, used, tpg, cp, x, layout, at) for x, layout in shapes]
     return [stage_partial(lst, used, tpg, cp, dp, partial_rank(*at, x))
             for x, dp in enumerate(stage_replicas(inst, tpg, used, cp))]
+
+
+def replica_partial(lst: _Listing, family: str, used: tuple[int, ...], tpg: dict, cp: int, x: int, shapes,
+                    at: tuple[int, ...]) -> Partial:
+    """The partial layout of one class layout `shapes` of a family other than the stage
+    family, the x-th of its (family, groups, tp, cp) (`at`)."""
+    return Partial(lst, family, used, tpg, cp, None, [(1, lst.shape_blocks(family, tpg, cp, shapes))],
+                   partial_rank(*at, x))
 
 
 def stage_partial(lst: _Listing, used: tuple[int, ...], tpg: dict, cp: int, dp: int, rank: int) -> Partial:

@@ -51,7 +51,8 @@ from paraplan.cost.space_rules import cp_problem, split_slots_run
 from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.unpriced import stage_floor_terms
-from paraplan.solver.class_layouts import _powers_of_two, cp_values, divisors, tp_choices, tp_values
+from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
+                                           tp_values)
 
 
 def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> float:
@@ -192,26 +193,62 @@ class FamilyBounds:
         return self.replica_bound(fam) if isinstance(fam, ReplicaFamily) else self.bound(fam)
 
     def replica_bound(self, fam: ReplicaFamily) -> float:
-        """The bound of every layout of a replica family: per scenario and micro-batch size b,
-        M L / sum_g N_g / (tp cp f_g), M = global batch / b (replica_bound's docstring in the
-        module's)."""
+        """The least bound of the family's class layouts (replica_combos)."""
+        _, bounds = self.replica_combos(fam)
+        return float(bounds.min()) if bounds.size else float("inf")
+
+    def replica_combos(self, fam: ReplicaFamily) -> tuple[np.ndarray, np.ndarray]:
+        """(index in the product of class_layouts.replica_options, bound) of each of the
+        family's class layouts, all at once. Per scenario and micro-batch size b (M = global
+        batch / b), a class k of x_k replicas and pp_k stages on group g has A_k >= L f_g / pp_k
+        (the mean of its stages' a_s + n_s t_s, the slots relaxed as in unpriced._slot_row)
+        and S_k >= L f_g, so batched.relaxed_s's second bound, which grows with every A_k and
+        S_k, is at least
+            L (M + sum_k x_k (pp_k - 1) / v) / sum_g U_g / f_g,   U_g = sum_(k on g) x_k pp_k;
+        v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so M >= sum_g U_g, and
+        v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 sum_g U_g, its least at v_max."""
         inst = self.inst
         L, gb = inst.model.layers, inst.job.global_batch
-        rate = 0.0
-        units = 0
-        for g in fam.used:
-            n = inst.cluster.groups[g].num_gpus
-            rate = rate + n / (fam.tp * fam.cp) / self.floor(g, fam.tp, fam.cp)
-            units += n // (fam.tp * fam.cp)
-        M = np.floor(gb / self.mbs)
+        options = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        if not all(options):
+            return np.zeros(0, np.int64), np.zeros(0)
+        grid = np.indices([len(o) for o in options]).reshape(len(options), -1)
+        bubble = np.zeros(grid.shape[1])
+        slots = np.zeros(grid.shape[1])
+        classes = np.zeros(grid.shape[1], np.int64)
+        deep = np.ones(grid.shape[1], bool)
+        den = 0.0
+        for k, (g, opts) in enumerate(zip(fam.used, options)):
+            sel = grid[k]
+            u = np.array([sum(c.replicas * c.pp for c in o) for o in opts], float)[sel]
+            bubble += np.array([sum(c.replicas * (c.pp - 1) for c in o) for o in opts], float)[sel]
+            classes += np.array([len(o) for o in opts])[sel]
+            deep &= np.array([all(c.pp > 1 for c in o) for o in opts])[sel]
+            slots += u
+            den = den + u[:, None, None] / self.floor(g, fam.tp, fam.cp)[None]
+        M = np.floor(gb / self.mbs)[None, :, None]
+        s_ = slots[:, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = (M * L)[:, None] / rate
-        # classes that use their groups whole take m_k >= pp_k each (space._count_form_of, m_k
-        # >= 2 pp_k with v > 1), so sum_k x_k m_k = M >= sum_k x_k pp_k, every stage slot
-        fits = (M >= units) if not inst.search.idle_gpus else np.ones_like(M, bool)
-        z = np.where(np.isnan(z) | ~fits[:, None], np.inf, z)
-        per_mb = z.max(axis=1) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        return float(per_mb.min()) * self.factor(fam.used, fam.cp, (1, 2))
+            z = np.where(M >= s_, L * (M + bubble[:, None, None]) / den, np.inf)
+            if self.v_max >= 2:
+                z = np.minimum(z, np.where(deep[:, None, None] & (M >= 2 * s_),
+                                           L * (M + bubble[:, None, None] / self.v_max) / den, np.inf))
+        z = np.where(np.isnan(z) | (classes < 2)[:, None, None], np.inf, z)
+        per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
+        index = np.arange(grid.shape[1], dtype=np.int64)
+        return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (1, 2))
+
+    def replica_at(self, fam: ReplicaFamily, x: int) -> tuple:
+        """The class layout of index x (replica_combos) of the family."""
+        key = ("options", fam)
+        options = self.factors.get(key)
+        if options is None:
+            options = self.factors[key] = replica_options(self.inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        picks, rest = [], x
+        for opts in reversed(options):
+            rest, i = divmod(rest, len(opts))
+            picks.append(opts[i])
+        return tuple(c for group in reversed(picks) for c in group)
 
     def bound(self, fam: StageFamily) -> float:
         """The least bound of the family's tp choices (combos)."""
@@ -256,18 +293,18 @@ class FamilyBounds:
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (len(fam.used),))
 
-    def choices(self, fam: StageFamily, can_win) -> list[tuple[int, dict]]:
-        """The family's tp choices, in declared order, whose bound can still win
-        (`can_win(bound)`), as (index in tp_choices, {group: tp})."""
-        index, bounds = self.combos(fam)
-        sizes = [len(tp_values(self.inst, (g,))) for g in fam.used]
+    def choices(self, fam, can_win) -> list[tuple[int, float]]:
+        """(index, bound) of the family's tp choices (a StageFamily) or class layouts (a
+        ReplicaFamily) whose bound can still win (`can_win(bound)`), in declared order."""
+        index, bounds = self.replica_combos(fam) if isinstance(fam, ReplicaFamily) else self.combos(fam)
+        keep = [k for k, lb in enumerate(bounds.tolist()) if can_win(lb)]
+        return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+
+    def tpg_at(self, fam: StageFamily, ti: int) -> dict:
+        """The tp per group of the tp choice of index ti (tp_choices' order)."""
         values = [tp_values(self.inst, (g,)) for g in fam.used]
-        out = []
-        for ti, lb in zip(index.tolist(), bounds.tolist()):
-            if can_win(lb):
-                tpg, rest = {}, ti
-                for k in range(len(fam.used) - 1, -1, -1):
-                    rest, i = divmod(rest, sizes[k])
-                    tpg[fam.used[k]] = values[k][i]
-                out.append((ti, dict(sorted(tpg.items()))))
-        return out
+        tpg, rest = {}, ti
+        for k in range(len(fam.used) - 1, -1, -1):
+            rest, i = divmod(rest, len(values[k]))
+            tpg[fam.used[k]] = values[k][i]
+        return dict(sorted(tpg.items()))

@@ -64,7 +64,7 @@ def _every_family_opened(inst):
     spans = []
     for f in range(len(lazy.families)):
         start = len(lazy.partials)
-        lazy.open_family(f, lambda lb: True)
+        lazy.set_up(lazy.open_family(f, lambda lb: True))
         spans.append((f, start, len(lazy.partials)))
     return lazy, eager, spans
 
@@ -84,6 +84,11 @@ def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, defe
         own = partial_bounds_s(inst, lazy.partials[a:b], [0], "max", ())
         if b > a and own.min() < float("inf"):
             assert lazy.family_bounds[f] <= own.min() * (1 + 1e-12), fam
+        # each tp choice's or class layout's own bound is at most its partial layout's
+        choices = {c.index: c.key[0] for c in lazy.open_family(f, lambda lb: True)}
+        for part, lb in zip(lazy.partials[a:b], own.tolist()):
+            x = part.rank & ((1 << 64) - 1) if part.dp is None else (part.rank >> 128) & ((1 << 64) - 1)
+            assert choices[x] <= lb * (1 + 1e-12), (fam, x)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
