@@ -71,10 +71,10 @@ ISSUE_ROWS = (("4 types x 16 nodes, full space", lambda: growth_instance(4, 16, 
               ("8 NVIDIA types x 8 nodes", lambda: growth_instance(8, 8, EIGHT_TYPES)))
 
 
-def issue_rows(time_limit_s: float = 120.0, log=print) -> list[tuple[str, GrowthRow]]:
-    """ISSUE_ROWS, each searched once (CPU seconds as growth_rows)."""
+def issue_rows(time_limit_s: float = 120.0, log=print, rows=ISSUE_ROWS) -> list[tuple[str, GrowthRow]]:
+    """`rows` (ISSUE_ROWS), each searched once (CPU seconds as growth_rows)."""
     out = []
-    for name, make in ISSUE_ROWS:
+    for name, make in rows:
         inst = make()
         t0 = time.process_time()
         res = search(inst, time_limit_s=time_limit_s)
