@@ -277,7 +277,8 @@ class FamilyBounds:
         # a pipeline's depth: its stages exactly, or with idle GPUs at least one per group
         pp = np.full_like(stages, len(fam.used)) if s.idle_gpus else stages
         most = min(L, s.max_pp if s.max_pp is not None else L)
-        ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None else True)
+        # (with idle GPUs pp is only a least depth: search.pp is read on the exact one only)
+        ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
         m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             a0 = L * fam.dp / rate
