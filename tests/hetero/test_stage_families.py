@@ -34,9 +34,10 @@ SEEDS = (0, 1, 2, 3)
 MAX_CANDIDATES = 300_000
 
 
-def repeated_types_instance(seed: int) -> Instance:
+def repeated_types_instance(seed: int, options: bool = False) -> Instance:
     """Three or four groups of one or two nodes of 2 toy GPUs, each group one of two GPU types
-    (speed and memory drawn, 1-3 GiB so memory binds), tp 1 or 2 per group."""
+    (speed and memory drawn, 1-3 GiB so memory binds), tp 1 or 2 per group; `options`:
+    search.classes_per_group 2 and search.idle_gpus."""
     rng = random.Random(seed)
     heads = 8
     hidden = heads * 64
@@ -55,7 +56,7 @@ def repeated_types_instance(seed: int) -> Instance:
     return Instance(name=f"rep{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                     job=JobSpec(global_batch=rng.choice([8, 12])),
                     search=Space(micro_batch=(1, 2), zero=(0,), virtual_stages=(1,), cp=(1,), tp=(1, 2),
-                                 full_recompute=False))
+                                 full_recompute=False, classes_per_group=2 if options else 1, idle_gpus=options))
 
 
 def _every_family_opened(inst):
@@ -74,9 +75,9 @@ def deferred(monkeypatch):
     monkeypatch.setattr(search_mod, "DEFER_TP_CHOICES", 0)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, deferred):
-    inst = repeated_types_instance(seed)
+@pytest.mark.parametrize("seed, options", [(s, False) for s in SEEDS] + [(0, True), (1, True)])
+def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, options, deferred):
+    inst = repeated_types_instance(seed, options)
     lazy, _, spans = _every_family_opened(inst)
     assert lazy.families and any(isinstance(f, ReplicaFamily) for f in lazy.families)
     for f, a, b in spans:
