@@ -86,18 +86,32 @@ def class_shapes(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], fam
         for dp in _stage_replicas(gpus, units, idle):
             yield from stage_shapes(inst, tpg, used, cp, dp)
     elif family == "replica" and (len(used) >= 2 or inst.search.classes_per_group > 1):
-        per_group = inst.search.classes_per_group
-        options = []
-        for g, x, u in zip(used, gpus, units):
-            pps = _replica_pps(inst, x, u, idle)
-            options.append([tuple(ClassShape(replicas=r, stage_groups=(g,) * pp) for pp, r in shares)
-                            for shares in group_shares(x // u, pps, per_group, exact=not idle)])
-        for combo in itertools.product(*options):
-            shapes = tuple(c for group in combo for c in group)
-            if len(shapes) >= 2:  # one class on one group: the stage family's plan
-                yield shapes
+        for _, shapes in replica_shapes(inst, tpg, used, cp):
+            yield shapes
     elif family == "mixed" and inst.search.mixed_families:
         yield from _mixed_shapes(inst, used, gpus, units)
+
+
+def replica_options(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int) -> list[list[tuple]]:
+    """The replica family's classes per group used: each group's ways (group_shares) to host
+    its classes, as tuples of ClassShape; a layout takes one of each group's."""
+    idle, most = inst.search.idle_gpus, inst.search.classes_per_group
+    options = []
+    for g in used:
+        x, u = inst.cluster.groups[g].num_gpus, tpg[g] * cp
+        options.append([tuple(ClassShape(replicas=r, stage_groups=(g,) * pp) for pp, r in shares)
+                        for shares in group_shares(x // u, _replica_pps(inst, x, u, idle), most, exact=not idle)])
+    return options
+
+
+def replica_shapes(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int):
+    """(index, shapes) of the replica family's layouts on the groups `used`, in class_shapes'
+    order; the index is the layout's place in the product of replica_options (increasing)."""
+    options = replica_options(inst, tpg, used, cp)
+    for index, combo in enumerate(itertools.product(*options)):
+        shapes = tuple(c for group in combo for c in group)
+        if len(shapes) >= 2:  # one class on one group: the stage family's plan
+            yield index, shapes
 
 
 def stage_replicas(inst: Instance, tpg: dict[int, int], used: tuple[int, ...], cp: int) -> list[int]:

@@ -77,9 +77,11 @@ from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, ov
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
 from paraplan.solver.bounds import pattern_values
-from paraplan.solver.class_layouts import FAMILIES
+from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
 from paraplan.solver.bounds.layouts import partial_bounds_s
-from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, declared_partials,
+from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, stage_families
+from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
+                                   partial_rank, replica_partial, stage_partial,
                                    micro_batch_vectors, paired_counts, summarize, summarize_partials)
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
@@ -644,26 +646,106 @@ def _lists_partials(inst: Instance, uniform: bool, winners: int, within_pct: flo
             and not rules_for(inst.job.framework, inst.job.optimizer).zero_bubble)
 
 
+# Above this many tp choices of the stage family across groups (every subset's product of its
+# groups' tp values; the bundled three-type file has 112, four types 608, eight 86,000), the
+# stage family's layouts across groups are set up as the search reaches them, a stage family
+# (groups, cp, dp) at a time (solver/bounds/stage_families.py); below it the space is counted
+# whole (its count, in every result and golden, is then exact and cheap)
+DEFER_TP_CHOICES = 256
+# a stage family's key is its bound lowered by this much: it is computed from other floats than
+# its layouts' own bounds, so a last-digit difference must not set them up late
+FAMILY_MARGIN = 1e-6
+
+
+def _defers_stage(inst: Instance, families, groups) -> bool:
+    """Whether the search sets up the stage family's layouts across groups as it reaches them
+    (DEFER_TP_CHOICES)."""
+    if "stage" not in families or not inst.search.tp_per_group:
+        return False
+    G = len(inst.cluster.groups)
+    subsets = ([tuple(sorted(groups))] if groups is not None else
+               [u for k in range(2, G + 1) for u in itertools.combinations(range(G), k)])
+    per = [len(tp_values(inst, (g,))) for g in range(G)]
+    return sum(math.prod(per[g] for g in u) for u in subsets if len(u) > 1) > DEFER_TP_CHOICES
+
+
 @dataclass
 class _Partials:
     """The declared space as partial layouts (solver/space.declared_partials), each bounded
     before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives),
-    with the space's summary read from the representatives."""
+    with the space's summary read from the representatives. Where the search defers the stage
+    family across groups (_defers_stage), its stage families (solver/bounds/stage_families.py)
+    are bounded here and their partial layouts appended as the search opens each (open_family);
+    the summary then counts the partial layouts set up."""
 
     partials: list
     bounds: np.ndarray
     sizes: list[int]  # outer configurations per partial layout
     summary: object
     memo: dict  # the stage floors priced so far (unpriced.floor_bounds_s's memo)
+    ranks: list[int] = dataclasses.field(default_factory=list)  # Partial.rank of each
+    families: list = dataclasses.field(default_factory=list)  # StageFamily, not yet set up
+    family_bounds: list[float] = dataclasses.field(default_factory=list)
+    lst: object = None  # the listing the families' partial layouts share (space._Listing)
+    fb: FamilyBounds | None = None
+    scenarios: tuple = ()  # scenario_weights' (idx, agg, weights)
+    opened: int = 0  # stage families set up
 
     @classmethod
     def of(cls, inst: Instance, objective: str, families, groups) -> "_Partials":
         idx, agg, weights = scenario_weights(inst, objective)
-        partials = declared_partials(inst, families, groups)
+        partials, lst, deferred = partials_and_families(inst, families, groups,
+                                                        defer_stage=_defers_stage(inst, families, groups))
         memo: dict = {}
         bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
-        return cls(partials, bounds, sizes, summarize_partials(inst, partials), memo)
+        out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo,
+                  [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
+        if deferred:
+            out.fb = FamilyBounds(inst, idx, agg, weights, memo, lst.modes)
+            out.families = stage_families(inst, deferred)
+            out.family_bounds = [out.fb.family_bound(f) * (1 - FAMILY_MARGIN) for f in out.families]
+        return out
+
+    def open_family(self, f: int, can_win) -> list["_Choice"]:
+        """Family f's tp choices or class layouts whose bound can still win (`can_win(bound)`),
+        as heap nodes keyed by their bounds (set up by set_up when they come up)."""
+        self.opened += 1
+        return [_Choice(f, x, (lb * (1 - FAMILY_MARGIN), -1, -1))
+                for x, lb in self.fb.choices(self.families[f], lambda lb: can_win(lb * (1 - FAMILY_MARGIN)))]
+
+    def set_up(self, choices: list["_Choice"]) -> list["_Partial"]:
+        """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s) and
+        appended: their heap nodes."""
+        inst = self.lst.inst
+        new = []
+        for ch in choices:
+            fam = self.families[ch.family]
+            if isinstance(fam, ReplicaFamily):
+                new.append(replica_partial(self.lst, "replica", fam.used, dict.fromkeys(fam.used, fam.tp), fam.cp,
+                                           ch.index, self.fb.replica_at(fam, ch.index), fam.at))
+                continue
+            tpg = self.fb.tpg_at(fam, ch.index)
+            cps = cp_values(inst, fam.used, tpg)
+            dps = stage_replicas(inst, tpg, fam.used, fam.cp) if fam.cp in cps else []
+            if fam.dp in dps:
+                rank = partial_rank(*fam.at, ch.index, cps.index(fam.cp), dps.index(fam.dp))
+                new.append(stage_partial(self.lst, fam.used, tpg, fam.cp, fam.dp, rank))
+        if not new:
+            return []
+        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo)
+        start = len(self.partials)
+        self.partials += new
+        self.bounds = np.concatenate([self.bounds, bounds])
+        self.sizes += [sum(n * blk.tally.outers for n, blks in p.reps for blk in blks) for p in new]
+        self.ranks += [p.rank for p in new]
+        return [_Partial(start + k, (lb * (1 - PARTIAL_MARGIN), -1, -1), self.sizes[start + k])
+                for k, lb in enumerate(bounds.tolist()) if math.isfinite(lb)]
+
+    def counted(self):
+        """The space's summary as far as it is set up (every partial layout but the stage
+        families never opened)."""
+        return summarize_partials(self.lst.inst, self.partials) if self.families else self.summary
 
 
 @dataclass
@@ -674,6 +756,45 @@ class _Partial:
     index: int
     key: tuple[float, int, int]
     weight: int  # outer configurations it stands for
+
+
+@dataclass
+class _Choice:
+    """A tp choice (stage family) or class layout (replica family) of an opened family, not
+    yet set up, keyed by its own bound (solver/bounds/stage_families.py), at most its partial
+    layout's."""
+
+    family: int
+    index: int
+    key: tuple[float, int, int]
+    weight: int = 0
+
+
+# tp choices or class layouts set up at once (the heap's next, while they can win): one call of
+# the partial layouts' bounds for all
+CHOICES_AT_ONCE = 32
+
+
+@dataclass
+class _Family:
+    """A stage family not yet set up (_Partials.open_family), keyed by its bound, which is at
+    most every one of its partial layouts' bound (solver/bounds/stage_families.py); its
+    configurations are not counted before it is set up."""
+
+    index: int
+    key: tuple[float, int, int]
+    weight: int = 0
+
+
+def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int) -> None:
+    """The result's space as far as the search set it up (_Partials.counted), logged."""
+    if lazy.families:
+        counted = lazy.counted()
+        res.outer_configs, res.plans_total = counted.outer_configs, counted.plans_total
+        res.log.append(f"{lazy.opened} of {len(lazy.families)} stage families (groups, cp, dp) across"
+                       " groups set up: the space's count is of the partial layouts set up")
+    res.log.append(f"{listed} of {res.outer_configs} outer configs listed,"
+                   f" {partials_listed} of {len(lazy.partials)} partial layouts")
 
 
 def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
@@ -746,12 +867,26 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
         floor = []
         unpriced = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
                     for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
+        unpriced += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
     listed_partials = [0]
 
-    def list_partials(first: _Partial) -> None:
+    def list_partials(first: _Partial | _Family | _Choice) -> None:
         """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
         configurations or a little more, while they can still win), bound their outers before
-        pricing and push each, keyed by that bound (gather prices them in chunks)."""
+        pricing and push each, keyed by that bound (gather prices them in chunks); a stage or
+        replica family is set up instead, its partial layouts that can still win pushed."""
+        if isinstance(first, (_Family, _Choice)):
+            if isinstance(first, _Family):
+                nodes = lazy.open_family(first.index, lambda lb: can_win((lb, -1, -1)))
+            else:
+                got = [first]
+                while (heap and len(got) < CHOICES_AT_ONCE and isinstance(heap[0][2], _Choice)
+                       and can_win(heap[0][0])):
+                    got.append(heapq.heappop(heap)[2])
+                nodes = lazy.set_up(got)
+            for node in nodes:
+                heapq.heappush(heap, (node.key, next(order), node))
+            return
         got, n = [first], first.weight
         while (heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(heap[0][2], _Partial)
                and can_win(heap[0][0])):
@@ -762,7 +897,8 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
         for part in got:
             listed = [o for blk in lazy.partials[part.index].blocks() for o in blk.outers()]
             outers.extend(listed)
-            rank.extend(range(part.index * RANK_STRIDE, part.index * RANK_STRIDE + len(listed)))
+            at = lazy.ranks[part.index] * RANK_STRIDE
+            rank.extend(range(at, at + len(listed)))
         js = list(range(start, len(outers)))
         floor.extend(floor_bounds_s(inst, outers[start:], idx, agg, weights, uniform,
                                     deadline=floor_by, memo=lazy.memo).tolist())
@@ -874,14 +1010,14 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial))
+            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
                 open_bounds.append(key[0])
                 res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
                 break
-            if isinstance(cand, _Partial):
+            if isinstance(cand, (_Partial, _Family, _Choice)):
                 list_partials(cand)
                 continue
             if isinstance(cand, _Unpriced) and cand.layer_plans is not None:
@@ -983,8 +1119,7 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
 
     res.solve_time_s = time.perf_counter() - t0
     if lazy is not None:
-        res.log.append(f"{len(outers)} of {summary.outer_configs} outer configs listed,"
-                       f" {listed_partials[0]} of {len(lazy.partials)} partial layouts")
+        _count_set_up(res, lazy, len(outers), listed_partials[0])
     if not won.found:
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"

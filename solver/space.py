@@ -154,8 +154,8 @@ from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule, ZeroBubble
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
-                                           stage_replicas, stage_representatives, stage_shapes,
-                                           tp_choices)
+                                           replica_shapes, stage_replicas, stage_representatives,
+                                           stage_shapes, tp_choices)
 from paraplan.solver.class_partitions import partition_count
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 
@@ -509,6 +509,10 @@ class Partial:
     cp: int
     dp: int | None
     reps: list
+    # its place in declared_outers' order: (family, subset, tp choice, cp, dp or layout) as
+    # indices, in that order (partial_rank): a search that sets up partial layouts as it reaches
+    # them (solver/bounds/stage_families.py) ranks them without counting those before them
+    rank: int = 0
 
     def blocks(self) -> list[OuterBlock]:
         lst = self.listing
@@ -521,6 +525,30 @@ class Partial:
 def declared_partials(inst: Instance, families: tuple[str, ...] = FAMILIES,
                       groups: tuple[int, ...] | None = None, uniform: bool = False) -> list[Partial]:
     """The declared space as partial layouts (Partial), in declared_outers' order."""
+    return partials_and_families(inst, families, groups, uniform)[0]
+
+
+# bits per field of a partial layout's rank (partial_rank): each field is an index into a list
+# of at most 2^RANK_FIELD_BITS entries (group subsets, tp choices, cp values, dp values, layouts)
+RANK_FIELD_BITS = 64
+
+
+def partial_rank(*indices: int) -> int:
+    """(family, subset, tp choice, cp, dp or layout) indices as one integer whose order is their
+    lexicographic order: the order of declared_partials' loops."""
+    out = 0
+    for i in indices:
+        out = (out << RANK_FIELD_BITS) | i
+    return out
+
+
+def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
+                          groups: tuple[int, ...] | None = None, uniform: bool = False,
+                          defer_stage: bool = False) -> tuple[list[Partial], _Listing, list]:
+    """declared_partials, and with `defer_stage` the layouts across two groups or more of the
+    stage family (with a tp per group) and of the replica family left out of the list, as
+    (family index, subset index, family, groups) (solver/bounds/stage_families.py sets them up
+    as the search reaches them); the listing they share."""
     s = inst.search
     G = len(inst.cluster.groups)
     check_layouts(inst)
@@ -534,18 +562,45 @@ def declared_partials(inst: Instance, families: tuple[str, ...] = FAMILIES,
     lst = _Listing(inst, uniform, tuple(s.recompute[:1] if flash else s.recompute),
                    rules_for(inst.job.framework, inst.job.optimizer))  # the optimizer narrows ZeRO
     out: list[Partial] = []
-    for family in families:
-        for used in subsets:
-            for tpg, cp in ((t, c) for t in tp_choices(inst, used, family) for c in cp_values(inst, used, t)):
-                if family != "stage":  # each layout its own
-                    out += [Partial(lst, family, used, tpg, cp, None, [(1, lst.shape_blocks(family, tpg, cp, shapes))])
-                            for shapes in class_shapes(inst, tpg, used, family, cp)]
-                    continue
-                for dp in stage_replicas(inst, tpg, used, cp):
-                    reps = [(n, lst.shape_blocks(family, tpg, cp, shapes))
-                            for n, shapes in stage_representatives(inst, tpg, used, cp, dp)]
-                    out.append(Partial(lst, family, used, tpg, cp, dp, reps))
-    return out
+    deferred: list = []
+    for fi, family in enumerate(families):
+        for si, used in enumerate(subsets):
+            if defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica"):
+                deferred.append((fi, si, family, used))
+                continue
+            for ti, tpg in enumerate(tp_choices(inst, used, family)):
+                for ci, cp in enumerate(cp_values(inst, used, tpg)):
+                    out += layout_partials(lst, family, used, tpg, cp, (fi, si, ti, ci))
+    return out, lst, deferred
+
+
+def layout_partials(lst: _Listing, family: str, used: tuple[int, ...], tpg: dict, cp: int,
+                     at: tuple[int, ...]) -> list[Partial]:
+    """The partial layouts of one (family, groups, tp per group, cp), `at` its rank's first
+    indices: of the stage family one per dp, of the others one per class layout."""
+    inst = lst.inst
+    if family != "stage":  # each layout its own
+        shapes = (replica_shapes(inst, tpg, used, cp) if family == "replica" and (
+            len(used) >= 2 or inst.search.classes_per_group > 1) else
+            enumerate(class_shapes(inst, tpg, used, family, cp)))
+        return [replica_partial(lst, family, used, tpg, cp, x, layout, at) for x, layout in shapes]
+    return [stage_partial(lst, used, tpg, cp, dp, partial_rank(*at, x))
+            for x, dp in enumerate(stage_replicas(inst, tpg, used, cp))]
+
+
+def replica_partial(lst: _Listing, family: str, used: tuple[int, ...], tpg: dict, cp: int, x: int, shapes,
+                    at: tuple[int, ...]) -> Partial:
+    """The partial layout of one class layout `shapes` of a family other than the stage
+    family, the x-th of its (family, groups, tp, cp) (`at`)."""
+    return Partial(lst, family, used, tpg, cp, None, [(1, lst.shape_blocks(family, tpg, cp, shapes))],
+                   partial_rank(*at, x))
+
+
+def stage_partial(lst: _Listing, used: tuple[int, ...], tpg: dict, cp: int, dp: int, rank: int) -> Partial:
+    """The stage family's partial layout of dp replicas on the groups `used` at tp `tpg`, cp."""
+    reps = [(n, lst.shape_blocks("stage", tpg, cp, shapes))
+            for n, shapes in stage_representatives(lst.inst, tpg, used, cp, dp)]
+    return Partial(lst, "stage", used, tpg, cp, dp, reps, rank)
 
 
 def zero_bubble_modes(inst: Instance, o: ClassOuter) -> list[ZeroBubble]:

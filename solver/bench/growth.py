@@ -24,6 +24,17 @@ BASE = Path(__file__).resolve().parents[2] / "instances" / "hetero" / "llama3-70
 GPU_TYPES = (("h100", "H100-SXM5-80GB", 900, 400), ("a100-80g", "A100-SXM4-80GB", 600, 200),
              ("h200", "H200-SXM-141GB", 900, 400), ("a100-40g", "A100-SXM4-40GB", 600, 200))
 NODES_PER_GROUP = 4
+# issue 33's larger rows: the 4 types above on 16 nodes each with cp and interleaving open, and
+# the catalogue's 8 NVIDIA types of 8-GPU nodes (cost/gpus.yaml, in its order) on 8 nodes each.
+# (intra-node link, GB/s per GPU; NIC Gbit/s per GPU): NVIDIA DGX-1 V100 (NVLink 300 GB/s, four
+# 100 Gbit/s InfiniBand ports for 8 GPUs), DGX A100 / H100 / H200 as above (the 96 GB H100 in
+# the H100's node), DGX B200 (NVLink 1.8 TB/s, eight 400 Gbit/s ConnectX-7); the L40S, which
+# has no NVLink, on PCIe Gen4 x16 (64 GB/s both directions) with 100 Gbit/s per GPU (an
+# assumed server: the catalogue names no L40S node)
+EIGHT_TYPES = (("v100", "V100-SXM-32GB", "nvlink", 300, 50), ("a100-40g", "A100-SXM4-40GB", "nvlink", 600, 200),
+               ("a100-80g", "A100-SXM4-80GB", "nvlink", 600, 200), ("h100", "H100-SXM5-80GB", "nvlink", 900, 400),
+               ("h100-96g", "H100-SXM5-96GB", "nvlink", 900, 400), ("h200", "H200-SXM-141GB", "nvlink", 900, 400),
+               ("l40s", "L40S", "pcie", 64, 100), ("b200", "B200-SXM-180GB", "nvlink", 1800, 400))
 
 
 @dataclass
@@ -39,15 +50,42 @@ class GrowthRow:
     cpu_s: float
 
 
-def growth_instance(types: int, nodes: int = NODES_PER_GROUP):
-    """The base file's model, job and space on the first `types` GPU types of GPU_TYPES."""
+def growth_instance(types: int, nodes: int = NODES_PER_GROUP, gpu_types=None, full: bool = False):
+    """The base file's model, job and space on the first `types` GPU types of GPU_TYPES (or of
+    `gpu_types`: (name, GPU, link, GB/s, Gbit/s) each), `nodes` each; `full`: cp and
+    interleaving over every value the planner admits (mixed.full_space)."""
     data = read_yaml(BASE)
     data["name"] = f"llama3-70b-{types}types-{nodes}nodes"
+    kinds = gpu_types if gpu_types is not None else [(n, g, "nvlink", nv, nic) for n, g, nv, nic in GPU_TYPES]
     data["cluster"] = {"groups": [
         {"name": name, "site": "dc", "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
-         "intra_node_link": "nvlink", "intra_node_gbytes_per_s": nvlink, "nic_gbit_per_s": nic}
-        for name, gpu, nvlink, nic in GPU_TYPES[:types]]}
+         "intra_node_link": link, "intra_node_gbytes_per_s": gbytes, "nic_gbit_per_s": nic}
+        for name, gpu, link, gbytes, nic in kinds[:types]]}
+    if full:
+        data["search"] = {k: v for k, v in data["search"].items() if k not in ("cp", "virtual_stages")}
     return cluster_instance_from_mapping(data, f"<{data['name']}>")
+
+
+# issue 33's rows (row name, instance): each is one search, proved within 10 s of CPU on its bar
+ISSUE_ROWS = (("4 types x 16 nodes, full space", lambda: growth_instance(4, 16, full=True)),
+              ("8 NVIDIA types x 8 nodes", lambda: growth_instance(8, 8, EIGHT_TYPES)))
+
+
+def issue_rows(time_limit_s: float = 120.0, log=print, rows=ISSUE_ROWS) -> list[tuple[str, GrowthRow]]:
+    """`rows` (ISSUE_ROWS), each searched once (CPU seconds as growth_rows)."""
+    out = []
+    for name, make in rows:
+        inst = make()
+        t0 = time.process_time()
+        res = search(inst, time_limit_s=time_limit_s)
+        cpu_s = time.process_time() - t0
+        out.append((name, GrowthRow(types=len(inst.cluster.groups), gpus=inst.cluster.num_gpus, status=res.status,
+                                    objective_s=res.objective_s, outer_configs=res.outer_configs,
+                                    priced=res.priced, pruned_by_memory=res.pruned_by_memory,
+                                    pruned_by_bound=res.pruned_by_bound, cpu_s=cpu_s)))
+        log(f"{name}: {res.outer_configs} outer configs counted, {res.priced} priced,"
+            f" {res.status} {res.objective_s} s in {cpu_s:.2f} s of CPU")
+    return out
 
 
 def growth_rows(max_types: int = len(GPU_TYPES), time_limit_s: float = 300.0, log=print) -> list[GrowthRow]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.groups_loader import load_event, load_cluster_instance
-from paraplan.solver.bench.growth import GPU_TYPES, growth_rows
+from paraplan.solver.bench.growth import GPU_TYPES, ISSUE_ROWS, growth_rows, issue_rows
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
 from paraplan.solver.search import search
@@ -43,6 +43,10 @@ EVENT = MIXED_DIR / "events" / "inter-site-degraded.yaml"
 PARTITIONS = ["llama3-70b-32xA100-32xH100"]
 # the growth rows (solver/bench/growth.py): Llama-3 70B on 1 to this many GPU types
 GROWTH_TYPES = len(GPU_TYPES)
+# issue 33's larger rows (growth.ISSUE_ROWS): each search's wall limit, past the 10 s of CPU
+# each is meant to be proved in, so that the row shows how far it got
+ISSUE_LIMIT_S = 60.0
+ISSUE = ISSUE_ROWS
 
 
 @dataclass
@@ -193,9 +197,17 @@ def run_mixed_bench(args) -> int:
                               f"{g.pruned_by_memory:,}", f"{g.pruned_by_bound:,}",
                               f"{g.status} {_fmt(g.objective_s, '.3f')} s", f"{g.cpu_s:.2f} s"] for g in growth],
                             align="rrrrrrrr")
+    issue = issue_rows(ISSUE_LIMIT_S, log=(lambda m: None) if args.quiet else print, rows=ISSUE)
+    text += "\n\n" + table(["issue 33 row", "GPUs", "outer configs set up", "priced", "infeasible by memory",
+                             "pruned by bound", "result", "CPU"],
+                            [[name, str(g.gpus), f"{g.outer_configs:,}", f"{g.priced:,}", f"{g.pruned_by_memory:,}",
+                              f"{g.pruned_by_bound:,}", f"{g.status} {_fmt(g.objective_s, '.3f')} s",
+                              f"{g.cpu_s:.2f} s"] for name, g in issue],
+                            align="lrrrrrrr")
     print(text)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"status": "ok", "rows": [asdict(r) for r in rows],
-                       "growth": [asdict(g) for g in growth]}, fh, indent=2)
+                       "growth": [asdict(g) for g in growth],
+                       "issue_rows": [dict(asdict(g), row=name) for name, g in issue]}, fh, indent=2)
     return 0

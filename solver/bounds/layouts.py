@@ -33,13 +33,12 @@ split: search.py lists every block there.
 from __future__ import annotations
 
 from collections import defaultdict
-from types import SimpleNamespace
 
 import numpy as np
 
-from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
+from paraplan.solver.bounds.stage_families import group_factor
 
 
 def _factor_memo(inst):
@@ -58,7 +57,7 @@ def _factor_memo(inst):
         for z in b.tally.zeros:
             key = (used, z, min(b.cp, 2), deep)
             if key not in factors:
-                factors[key] = objective_factor_of(inst, SimpleNamespace(classes=b.classes, zero=z, cp=b.cp))
+                factors[key] = group_factor(inst, used, z, b.cp, deep, factors)
             out = min(out, factors[key])
         return out
     return least

@@ -1,0 +1,311 @@
+"""A lower bound of every stage-wise partial layout on a set of groups, at one cp and dp, before
+its tensor-parallel degree per group is chosen (issue 33: with search.tp_per_group the tp
+choices of a pipeline through k groups number about 4^k, so a space listed whole grows as 4^types).
+
+A *stage family* is (the groups used, cp, dp): the stage-wise partial layouts
+(solver/space.stage_partial) of every tp per group that admits that cp and dp. The search keeps
+each family on its heap, keyed by the bound below, and sets up only the tp choices whose bound,
+with their own tp fixed, can still beat the incumbent, each then bounded as any partial layout
+(layouts.partial_bounds_s) and listed only when it comes up.
+
+Per scenario and micro-batch size b, let f_g(t) be the least layer floor of a stage on group g at
+tp t, cp and b over the sequence-parallel flags that tp admits and the recompute modes
+(unpriced.stage_floor_terms, the floor layouts.stage_bound_rows takes the least of, over a
+superset of the flags), and r_g(t) = N_g / (t cp f_g(t)), N_g the group's GPUs. A block of the
+family (dp replicas, c_g stages on g, c_g <= N_g / (t_g cp dp); fewer with search.idle_gpus) is
+bounded in stage_bound_rows by, per v,
+    Z_v = (m - 1/v) A + S / v,   m = (global batch / b) / dp >= 1
+(batched.relaxed_s of one class, its second bound). There A = min over integer splits of
+max_s (a_s + n_s t_s) with a_s >= 0, t_s >= f_g(t_g) for a stage s on g; as max_s n_s t_s <= A
+gives n_s <= A / t_s and sum_s n_s = L,
+    A >= A0 = L / sum_s (1 / t_s) >= L dp / sum_g r_g(t_g).
+S = h + L t_min - e (t_max - t_min) - l (t_last - t_min) with h >= 0 and the slot flags e, l in
+{0, 1}, both 0 at v = 1 (space._slot_modes_of), so S >= S0 = L t_min - c_v (t_max - t_min) with
+c_1 = 0 and c_v = 2 for v > 1 where the job runs the slots (else 0), t_min >= the least f_g(t_g)
+and t_max <= the largest over the family's groups. Z_v grows with A (m - 1/v >= 0) and S, so
+Z_v >= (m - 1/v) A0 + S0 / v, which for v >= 2 is linear in 1/v on [1/v_max, 1/2]: the least over
+the block's v is at least the least of this at v = 1, 2 and v_max (search.virtual_stages' largest,
+else the layers plus two). Where a group's tp is not yet chosen, r_g is its largest and f_g its
+least / largest over the tp values left (every term above moves the bound down with r_g up and
+t_min down, t_max up). Over scenarios the bound is aggregated as the search's objective does
+(max, or a weighted sum with weights >= 0: both monotone), times the least quantile factor of
+the family's ZeRO stages (the factor reads the GPU types used, ZeRO, cp and the deepest class:
+min(pp, 2) = 2 for a class through two groups or more), and the least over b (every micro-batch
+size the space may offer, a superset of each block's). So the bound is at most each block's
+bound, so at most each partial layout's (the least of its blocks'), so at most every
+configuration's bound before pricing: a family or a tp choice whose bound cannot beat a plan's
+value holds no configuration that can, and the search's answer, with its tie rule, is that of
+the full listing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from paraplan.cost.plan_specs import ClassOuter, ClassShape
+from paraplan.cost.space_rules import cp_problem, split_slots_run
+from paraplan.cost.specs import Attention
+from paraplan.cost.trust import objective_factor_of
+from paraplan.solver.bounds.unpriced import stage_floor_terms
+from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
+                                           tp_values)
+
+
+def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> float:
+    """trust.objective_factor_of of a configuration on the groups `used` at ZeRO `zero`, cp and
+    deepest class `depth`, as the largest of each group's alone: the factor is the largest
+    quantile factor over the GPU types used (trust.objective_factor), each read at the same
+    cluster size, so of many subsets of many types each type is read once (8 types: 2,024
+    subsets' factors at 70 ms each before)."""
+    out = 0.0
+    for g in used:
+        key = ("group factor", g, zero, min(cp, 2), min(depth, 2))
+        if key not in memo:
+            memo[key] = objective_factor_of(inst, SimpleNamespace(
+                classes=(ClassShape(replicas=1, stage_groups=(g,) * min(depth, 2)),), zero=zero, cp=cp))
+        out = max(out, memo[key])
+    return out
+
+
+@dataclass(frozen=True)
+class StageFamily:
+    """The stage-wise partial layouts of dp replicas on the groups `used` at cp, over every tp
+    per group in `tps` (per used group, (index in its tp_values, tp) of the values that admit
+    this cp and dp); `at`: (family index, subset index) of declared_partials' loops."""
+
+    used: tuple[int, ...]
+    cp: int
+    dp: int
+    tps: tuple[tuple[tuple[int, int], ...], ...]
+    at: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ReplicaFamily:
+    """The replica family's layouts on the groups `used` at one tp and cp (every class layout
+    of class_layouts.class_shapes); `at`: (family, subset, tp choice, cp) indices of
+    declared_partials' loops."""
+
+    used: tuple[int, ...]
+    tp: int
+    cp: int
+    at: tuple[int, int, int, int]
+
+
+def stage_families(inst, deferred: list) -> list:
+    """The families (StageFamily, ReplicaFamily) of the (family index, subset index, family,
+    groups) that space.partials_and_families deferred: of the stage family every cp and dp
+    some tp per group admits, of the replica family every tp and cp."""
+    out = []
+    for fi, si, family, used in deferred:
+        if family == "replica":
+            out += [ReplicaFamily(used, tpg[used[0]], cp, (fi, si, ti, ci))
+                    for ti, tpg in enumerate(tp_choices(inst, used, family))
+                    for ci, cp in enumerate(cp_values(inst, used, tpg))]
+        else:
+            out += _stage_families(inst, fi, si, used)
+    return out
+
+
+def _stage_families(inst, fi: int, si: int, used: tuple[int, ...]) -> list[StageFamily]:
+    s, m = inst.search, inst.model
+    flash = inst.job.attention is Attention.FLASH
+    idle = s.idle_gpus
+    out = []
+    gpus = {g: inst.cluster.groups[g].num_gpus for g in used}
+    per = {g: list(enumerate(tp_values(inst, (g,)))) for g in used}
+    cps = s.cp if s.cp is not None else _powers_of_two(max(gpus.values()))
+    for cp in cps:
+        ok = {g: [(i, t) for i, t in per[g]
+                  if cp_problem(cp, m, gpus[g] // t, s.max_cp, flash) is None and (idle or gpus[g] % (t * cp) == 0)]
+              for g in used}
+        if not all(ok.values()):
+            continue
+        slots = {g: {gpus[g] // (t * cp) for _, t in ok[g]} for g in used}
+        most = min(max(x) for x in slots.values())
+        dps = range(1, most + 1) if idle else sorted({d for g in used for x in slots[g] for d in divisors(x)})
+        for dp in dps:
+            tps = tuple(tuple((i, t) for i, t in ok[g]
+                              if (dp <= gpus[g] // (t * cp) if idle else (gpus[g] // (t * cp)) % dp == 0))
+                        for g in used)
+            if all(tps):
+                out.append(StageFamily(used, cp, dp, tps, (fi, si)))
+    return out
+
+
+@dataclass
+class FamilyBounds:
+    """The module's bound of stage families and of their tp choices, on scenarios `idx`
+    aggregated as `agg`; `memo`: unpriced.floor_bounds_s's (the floors are shared)."""
+
+    inst: object
+    idx: list
+    agg: str
+    weights: tuple
+    memo: dict
+    recompute: tuple  # the listing's recompute modes
+    floors: dict = field(default_factory=dict)  # (g, tp, cp) -> (mb sizes, scenarios) least floors
+    factors: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        inst = self.inst
+        s, gb, L = inst.search, inst.job.global_batch, inst.model.layers
+        mbs = ([b for b in s.micro_batch if gb % b == 0] if s.micro_batch is not None else
+               [d for d in divisors(gb) if s.max_micro_batch is None or d <= s.max_micro_batch])
+        self.mbs = np.array(mbs, float)
+        slots = split_slots_run(inst.job, s)
+        self.v_max = max(s.virtual_stages) if s.virtual_stages is not None else L + 2 * slots
+        self.slot_c = 2.0 if slots else 0.0
+
+    def floor(self, g: int, tp: int, cp: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): f_g(tp) of the module docstring."""
+        key = (g, tp, cp)
+        got = self.floors.get(key)
+        if got is None:
+            inst = self.inst
+            sps = [sp for sp in inst.search.sequence_parallel
+                   if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))] or [False]
+            got = np.full((len(self.mbs), len(self.idx)), np.inf)
+            for bi, b in enumerate(self.mbs.astype(int).tolist()):
+                for sp, rc in itertools.product(sps, self.recompute):
+                    o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
+                                   classes=(ClassShape(replicas=1, stage_groups=(g,)),))
+                    for si, i in enumerate(self.idx):
+                        got[bi, si] = min(got[bi, si], stage_floor_terms(inst, i, o, 0, g, False, self.memo)[0])
+            self.floors[key] = got
+        return got
+
+    def factor(self, used: tuple[int, ...], cp: int, depths: tuple[int, ...]) -> float:
+        """The least quantile factor over the ZeRO stages and the deepest classes `depths`
+        (group_factor: of the groups used, ZeRO, cp and min(deepest pp, 2))."""
+        key = (used, cp, depths)
+        if key not in self.factors:
+            self.factors[key] = min(group_factor(self.inst, used, z, cp, d, self.factors)
+                                    for z in self.inst.search.zero for d in depths)
+        return self.factors[key]
+
+    def family_bound(self, fam) -> float:
+        """The bound of every partial layout of a StageFamily or ReplicaFamily."""
+        return self.replica_bound(fam) if isinstance(fam, ReplicaFamily) else self.bound(fam)
+
+    def replica_bound(self, fam: ReplicaFamily) -> float:
+        """The least bound of the family's class layouts (replica_combos)."""
+        _, bounds = self.replica_combos(fam)
+        return float(bounds.min()) if bounds.size else float("inf")
+
+    def replica_combos(self, fam: ReplicaFamily) -> tuple[np.ndarray, np.ndarray]:
+        """(index in the product of class_layouts.replica_options, bound) of each of the
+        family's class layouts, all at once. Per scenario and micro-batch size b (M = global
+        batch / b), a class k of x_k replicas and pp_k stages on group g has A_k >= L f_g / pp_k
+        (the mean of its stages' a_s + n_s t_s, the slots relaxed as in unpriced._slot_row)
+        and S_k >= L f_g, so batched.relaxed_s's second bound, which grows with every A_k and
+        S_k, is at least
+            L (M + sum_k x_k (pp_k - 1) / v) / sum_g U_g / f_g,   U_g = sum_(k on g) x_k pp_k;
+        v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so M >= sum_g U_g, and
+        v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 sum_g U_g, its least at v_max."""
+        inst = self.inst
+        L, gb = inst.model.layers, inst.job.global_batch
+        options = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        if not all(options):
+            return np.zeros(0, np.int64), np.zeros(0)
+        grid = np.indices([len(o) for o in options]).reshape(len(options), -1)
+        bubble = np.zeros(grid.shape[1])
+        slots = np.zeros(grid.shape[1])
+        classes = np.zeros(grid.shape[1], np.int64)
+        deep = np.ones(grid.shape[1], bool)
+        den = 0.0
+        for k, (g, opts) in enumerate(zip(fam.used, options)):
+            sel = grid[k]
+            u = np.array([sum(c.replicas * c.pp for c in o) for o in opts], float)[sel]
+            bubble += np.array([sum(c.replicas * (c.pp - 1) for c in o) for o in opts], float)[sel]
+            classes += np.array([len(o) for o in opts])[sel]
+            deep &= np.array([all(c.pp > 1 for c in o) for o in opts])[sel]
+            slots += u
+            den = den + u[:, None, None] / self.floor(g, fam.tp, fam.cp)[None]
+        M = np.floor(gb / self.mbs)[None, :, None]
+        s_ = slots[:, None, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(M >= s_, L * (M + bubble[:, None, None]) / den, np.inf)
+            if self.v_max >= 2:
+                z = np.minimum(z, np.where(deep[:, None, None] & (M >= 2 * s_),
+                                           L * (M + bubble[:, None, None] / self.v_max) / den, np.inf))
+        z = np.where(np.isnan(z) | (classes < 2)[:, None, None], np.inf, z)
+        per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
+        index = np.arange(grid.shape[1], dtype=np.int64)
+        return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (1, 2))
+
+    def replica_at(self, fam: ReplicaFamily, x: int) -> tuple:
+        """The class layout of index x (replica_combos) of the family."""
+        key = ("options", fam)
+        options = self.factors.get(key)
+        if options is None:
+            options = self.factors[key] = replica_options(self.inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        picks, rest = [], x
+        for opts in reversed(options):
+            rest, i = divmod(rest, len(opts))
+            picks.append(opts[i])
+        return tuple(c for group in reversed(picks) for c in group)
+
+    def bound(self, fam: StageFamily) -> float:
+        """The least bound of the family's tp choices (combos)."""
+        _, bounds = self.combos(fam)
+        return float(bounds.min()) if bounds.size else float("inf")
+
+    def combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray]:
+        """(index in tp_choices, bound) of each of the family's tp choices, in declared order
+        (tp_choices: the product of the groups' tp_values), all at once."""
+        inst = self.inst
+        s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
+        sizes = [len(tp_values(inst, (g,))) for g in fam.used]
+        grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)  # (groups, choices)
+        rate, lo, hi = 0.0, np.inf, -np.inf
+        stages = np.zeros(grid.shape[1], np.int64)
+        index = np.zeros(grid.shape[1], np.int64)
+        for k, g in enumerate(fam.used):
+            tps = np.array([t for _, t in fam.tps[k]])
+            at = np.array([i for i, _ in fam.tps[k]])
+            fs = np.stack([self.floor(g, int(t), fam.cp) for t in tps])[grid[k]]  # (choices, mbs, scenarios)
+            n = inst.cluster.groups[g].num_gpus
+            rate = rate + (n / (tps[grid[k]] * fam.cp))[:, None, None] / fs
+            lo, hi = np.minimum(lo, fs), np.maximum(hi, fs)
+            stages += n // (tps[grid[k]] * fam.cp * fam.dp)
+            index = index * sizes[k] + at[grid[k]]
+        # a pipeline's depth: its stages exactly, or with idle GPUs at least one per group
+        pp = np.full_like(stages, len(fam.used)) if s.idle_gpus else stages
+        most = min(L, s.max_pp if s.max_pp is not None else L)
+        # (with idle GPUs pp is only a least depth: search.pp is read on the exact one only)
+        ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
+        m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            a0 = L * fam.dp / rate
+            s0 = L * lo - self.slot_c * (hi - lo)
+            z = (m - 1) * a0 + L * lo  # v = 1: no slots, any m >= 1 (a lone class)
+            # v > 1: m a multiple of pp (space._count_form_of)
+            deep = m >= pp[:, None, None]
+            if self.v_max >= 2:
+                for v in (2.0, float(self.v_max)):
+                    z = np.where(deep, np.minimum(z, (m - 1 / v) * a0 + s0 / v), z)
+        # no replica without a micro-batch; 0 x inf (floors of no plan) is no bound either
+        z = np.where((m >= 1) & ~np.isnan(z) & ok[:, None, None], z, np.inf)
+        per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
+        return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (len(fam.used),))
+
+    def choices(self, fam, can_win) -> list[tuple[int, float]]:
+        """(index, bound) of the family's tp choices (a StageFamily) or class layouts (a
+        ReplicaFamily) whose bound can still win (`can_win(bound)`), in declared order."""
+        index, bounds = self.replica_combos(fam) if isinstance(fam, ReplicaFamily) else self.combos(fam)
+        keep = [k for k, lb in enumerate(bounds.tolist()) if can_win(lb)]
+        return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+
+    def tpg_at(self, fam: StageFamily, ti: int) -> dict:
+        """The tp per group of the tp choice of index ti (tp_choices' order)."""
+        values = [tp_values(self.inst, (g,)) for g in fam.used]
+        tpg, rest = {}, ti
+        for k in range(len(fam.used) - 1, -1, -1):
+            rest, i = divmod(rest, len(values[k]))
+            tpg[fam.used[k]] = values[k][i]
+        return dict(sorted(tpg.items()))
