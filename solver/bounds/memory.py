@@ -49,7 +49,8 @@ from paraplan.cost.zero_bubble import v_in_flight
 from paraplan.solver.space import micro_batch_lower_bound_terms
 
 MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, far below any real gap
-# id(inst) -> (inst, {most_layers' arguments: its nmax}), kept across calls: the search calls
+# id(inst) -> (inst, {most_layers' arguments: its nmax; ("in flight", pp, m, v): in-flight
+# micro-batches per stage}), kept across calls: the search calls
 # proved_infeasible once per chunk it prices, and the chunks' stages repeat (GPT-3 175B on
 # 1,024 A100: 4,423 stages over 38 chunks, 473 distinct terms); the entry keeps its instance
 # alive, so no other takes its id
@@ -114,7 +115,10 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
             f = float(v_in_flight(c.pp, co.num_micro_batches)[0])
             most = [held(g, s == 0, s == 0, f) for s, g in enumerate(c.stage_groups)]
             return min(most) < 1 or sum(most) < L
-        flight = in_flight_micro_batches(c.pp, co.num_micro_batches, o.virtual_stages).tolist()
+        fk = ("in flight", c.pp, co.num_micro_batches, o.virtual_stages)
+        flight = nmax.get(fk)
+        if flight is None:  # a few distinct per search (a numpy call each: kept with the caps)
+            flight = nmax[fk] = in_flight_micro_batches(c.pp, co.num_micro_batches, o.virtual_stages).tolist()
         most = [held(g, s == 0, s == c.pp - 1, flight[s]) for s, g in enumerate(c.stage_groups)]
         return min(most) < 1 or sum(most) < L
 

@@ -220,13 +220,13 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
     the tp): DeepSeek-V3 on 2,048 H800 asks for 7,821 stage floors, of 3,957 MoE layer keys and
     252 dense ones (issue 33)."""
     moe = inst.model.moe is not None
-    fields = MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS
     memo = {} if memo is None else memo
     tp = o.tp_of(g)
-    key = (i, g, tp, tuple(getattr(o, f) for f in fields if f not in ("tp", "pp")),
+    key = (i, g, tp, (_READ_MOE_FIELDS if moe else _READ_DENSE_FIELDS)(o),
            _pipelined(o.classes[k].pp) if moe else None, layer_plans)
-    if key in memo:
-        return memo[key]
+    got = memo.get(key)
+    if got is not None:
+        return got
     site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
     lo = stage_outer(class_outers(inst.job, o)[k], site)
     if moe:  # kept by what an MoE layer reads of its pipeline (_moe_layer_key)
@@ -236,7 +236,7 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
             f = memo[layer_key] = layer_time_floor_s(inst, lo, site)
     else:
         f = layer_time_floor_s(inst, lo, site)
-    dense_key = ("dense", i, g, tp, tuple(getattr(o, name) for name in DENSE_LAYER_FIELDS if name != "tp"))
+    dense_key = ("dense", i, g, tp, _READ_DENSE_FIELDS(o))
     dense = memo.get(dense_key)
     if dense is None:
         # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
@@ -251,6 +251,12 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         f = min(f, opt.fwd_s + opt.bwd_s)
     memo[key] = (f, a0, alast)
     return f, a0, alast
+
+
+# the layer fields stage_floor_terms keys by, read in C (tp apart: the group's own; pp apart: an
+# MoE layer reads only whether there is a pipeline). The same tuples as reading them one by one.
+_READ_DENSE_FIELDS = operator.attrgetter(*(f for f in DENSE_LAYER_FIELDS if f != "tp"))
+_READ_MOE_FIELDS = operator.attrgetter(*(f for f in MOE_LAYER_FIELDS if f not in ("tp", "pp")))
 
 
 def _moe_layer_key(job, i: int, g: int, lo) -> tuple:
