@@ -440,7 +440,7 @@ class _Listing:
     bound_memo: dict = field(default_factory=dict)
     invariants: dict = field(default_factory=dict)  # shape_blocks' reads of a layout's degrees
     # shape_blocks' v values per micro-batch size and its tallies, kept by what they read: the
-    # layouts of GPT-3 175B's space (224) repeat 24 tallies over 1,885 micro-batch sizes
+    # layouts of GPT-3 175B's space (224) repeat 24 tallies over their 1,885 micro-batch sizes
     splits: dict = field(default_factory=dict)
     tallies: dict = field(default_factory=dict)
 
@@ -524,8 +524,9 @@ class _Listing:
             modes_left = self.invariants[mk] = tuple(modes_left)
         paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
                   for lay in layouts.values() for ep, _ in lay}
-        # all a Tally reads of the layout, as values (modes_left is kept by mk)
-        tally_key = (mk, tuple((sp, tuple(lay)) for sp, lay in layouts.items()),
+        # all a Tally reads of the layout, as values: layouts of other degrees share tallies
+        tally_key = (tuple((sp, zero, frozenset(adm)) for sp, zero, adm in modes_left),
+                     tuple((sp, tuple(lay)) for sp, lay in layouts.items()),
                      tuple((v, tuple(x)) for v, x in slots_of_v.items()), tuple(paired.items()))
         return layouts, slots_of_v, modes_left, paired, {}, tally_key
 
