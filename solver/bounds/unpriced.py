@@ -42,8 +42,8 @@ import numpy as np
 
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_layer_floor_s,
-                                        dense_prefix_floor_s, layer_time_floor_s, output_layer_floor_s,
-                                        stage_outer)
+                                        dense_prefix_floor_s, layer_time_floor_s, megatron_layer,
+                                        output_layer_floor_s, stage_outer)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.moe import a2a_overlap_applies, dualpipe_applies, pairs_unpipelined_micro_batches
@@ -235,7 +235,11 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         if f is None:
             f = memo[layer_key] = layer_time_floor_s(inst, lo, site)
     else:
-        f = layer_time_floor_s(inst, lo, site)
+        def kept(inst_, o_, site_, net):  # layer_time_floor_s's own pricing, its terms kept
+            lt = megatron_layer(inst_, o_, site_, net)
+            memo[_layer_key(i, g, tp, key[3])] = (lt, site_.tp or o_.tp)
+            return lt
+        f = layer_time_floor_s(inst, lo, site, layer_fn=kept)
     dense_key = ("dense", i, g, tp, _READ_DENSE_FIELDS(o))
     dense = memo.get(dense_key)
     if dense is None:
@@ -251,6 +255,18 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         f = min(f, opt.fwd_s + opt.bwd_s)
     memo[key] = (f, a0, alast)
     return f, a0, alast
+
+
+def floor_layer_terms(memo: dict, i: int, o, g: int):
+    """(LayerTerms, the tp its stage runs) of the dense layer whose floor stage_floor_terms
+    priced for outer o on group g, scenario i, kept in `memo`; None where it has not. The floor
+    reads only these (the group's site without rings, DENSE_LAYER_FIELDS): the bound that
+    reads memory (unpriced_memory.py) prices the same layer from them, not again."""
+    return memo.get(_layer_key(i, g, o.tp_of(g), _READ_DENSE_FIELDS(o)))
+
+
+def _layer_key(i: int, g: int, tp: int, fields: tuple) -> tuple:
+    return ("layer", i, g, tp, fields)
 
 
 # the layer fields stage_floor_terms keys by, read in C (tp apart: the group's own; pp apart: an
