@@ -227,7 +227,12 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
     got = memo.get(key)
     if got is not None:
         return got
-    site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+    # the site without rings reads of o the group's tp, cp, whether tp is per group and the
+    # expert layout (class_coefficients.group_site): one per those, not per floor
+    site_key = ("site", i, g, tp, o.cp, bool(o.group_tp), o.ep, o.etp)
+    site = memo.get(site_key)
+    if site is None:
+        site = memo[site_key] = group_site(inst.scenarios[i].cluster, o, g, rings=False)
     lo = stage_outer(class_outers(inst.job, o)[k], site)
     if moe:  # kept by what an MoE layer reads of its pipeline (_moe_layer_key)
         layer_key = _moe_layer_key(inst.job, i, g, lo)
