@@ -367,7 +367,7 @@ class OuterBlock:
 
     def tp_of(self, group: int) -> int:
         """The tensor-parallel degree of the stages on `group` (ClassOuter.tp_of)."""
-        return dict(self.group_tp).get(group, self.tp)
+        return dict(self.group_tp).get(group, self.tp) if self.group_tp else self.tp
 
     def outer(self, sp: bool, zero: int, v: int, rc, ep: int, etp, emb: bool, loss: bool) -> ClassOuter:
         return ClassOuter(tp=self.tp, cp=self.cp, micro_batch=self.micro_batch, sequence_parallel=sp,
