@@ -26,6 +26,7 @@ arXiv 2505.05713) adds to it, so the fitted range is 0.5-3.7%.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from statistics import NormalDist
 
 # Blom's plotting position for the largest of N (Blom 1958): alpha = 0.375
@@ -33,8 +34,11 @@ _BLOM_ALPHA = 0.375
 _STANDARD_NORMAL = NormalDist()
 
 
+@lru_cache(maxsize=1024)
 def expected_max_standard_normal(n: int) -> float:
-    """E[max of n independent standard normals] (Blom's approximation; 0 for one rank)."""
+    """E[max of n independent standard normals] (Blom's approximation; 0 for one rank). Kept
+    per n: every layer floor and stage term priced asks it for the job's rank count (GPT-3 175B
+    / 1,024 A100: about 3,000 times per plan, each an inverse normal CDF)."""
     if n <= 1:
         return 0.0
     return _STANDARD_NORMAL.inv_cdf((n - _BLOM_ALPHA) / (n - 2 * _BLOM_ALPHA + 1))

@@ -176,15 +176,37 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
     return every_stage + last_stage, every_stage + fullest_stage
 
 
+# id(inst) -> (inst, {what micro_batch_lower_bound_terms reads: its terms}): the listing's
+# micro-batch caps and the memory proof before pricing (solver/bounds/memory.py) ask for the
+# same terms (GPT-3 175B on 1,024 A100: 8,274 asks, 4,162 distinct); the entry keeps its
+# instance alive, so no other takes its id
+_LB_TERMS: dict[int, tuple] = {}
+
+
 def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
                                   micro_batch: int, sp: bool, zero: int,
                                   zero_ranks: int | None = None) -> tuple[float, float, float, float]:
     """The terms of micro_batch_lower_bound_parts, per GPU: (on every stage: the runtime
     allowance and the backward workspace; on the last: the logits; per layer: its state, and
-    its input checkpoint for one micro-batch in flight)."""
+    its input checkpoint for one micro-batch in flight). They read dp only as the ZeRO ranks'
+    default."""
+    ranks = dp * cp if zero_ranks is None else zero_ranks
+    got = _LB_TERMS.get(id(inst))
+    if got is None or got[0] is not inst:
+        if len(_LB_TERMS) >= 64:  # a few instances per process, many in a test session
+            _LB_TERMS.clear()
+        got = _LB_TERMS[id(inst)] = (inst, {})
+    key = (tp, cp, pp, micro_batch, sp, zero, ranks)
+    terms = got[1].get(key)
+    if terms is None:
+        terms = got[1][key] = _lower_bound_terms(inst, tp, cp, pp, micro_batch, sp, zero, ranks)
+    return terms
+
+
+def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: int, sp: bool, zero: int,
+                       ranks: int) -> tuple[float, float, float, float]:
     m, b, fw = inst.model, micro_batch, inst.job.framework
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    ranks = dp * cp if zero_ranks is None else zero_ranks
     state = (memory.layer_state_bytes(m, tp, zero, ranks, _state_layout(inst.job))
              + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
     ckpt = memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag
@@ -345,7 +367,7 @@ class OuterBlock:
 
     def tp_of(self, group: int) -> int:
         """The tensor-parallel degree of the stages on `group` (ClassOuter.tp_of)."""
-        return dict(self.group_tp).get(group, self.tp)
+        return dict(self.group_tp).get(group, self.tp) if self.group_tp else self.tp
 
     def outer(self, sp: bool, zero: int, v: int, rc, ep: int, etp, emb: bool, loss: bool) -> ClassOuter:
         return ClassOuter(tp=self.tp, cp=self.cp, micro_batch=self.micro_batch, sequence_parallel=sp,
@@ -417,6 +439,10 @@ class _Listing:
     rules: object
     bound_memo: dict = field(default_factory=dict)
     invariants: dict = field(default_factory=dict)  # shape_blocks' reads of a layout's degrees
+    # shape_blocks' v values per micro-batch size and its tallies, kept by what they read: the
+    # layouts of GPT-3 175B's space (224) repeat 24 tallies over their 1,885 micro-batch sizes
+    splits: dict = field(default_factory=dict)
+    tallies: dict = field(default_factory=dict)
 
     def shape_blocks(self, family: str, tpg: dict[int, int], cp: int, shapes) -> list[OuterBlock]:
         """The blocks (one per micro-batch size) of one class layout, in declared order."""
@@ -433,17 +459,26 @@ class _Listing:
         got = self.invariants.get(key)
         if got is None:
             got = self.invariants[key] = self._invariants(tp, tps, group_tp, cp, shapes)
-        layouts, slots_of_v, modes_left, paired, per_mb = got
+        layouts, slots_of_v, modes_left, paired, per_mb, tally_key = got
         out = []
         for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, self.bound_memo):
             if mb not in per_mb:
-                vs_all = [v for v in slots_of_v]
-                vs = tuple(v for v in vs_all if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v))
-                # no counts of >= 2 on its pp = 1 classes (read only where needed)
-                unpaired = (any(paired.values()) and 1 in vs
-                            and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
-                per_mb[mb] = (vs, unpaired, Tally.of((modes_left, vs, self.modes, layouts, slots_of_v,
-                                                       paired, unpaired)))
+                # the v values and the pairing read the classes' replicas and depths, the
+                # batch's micro-batches and the v values offered (has_micro_batch_split)
+                sk = (key[3], gb // mb, tuple(slots_of_v), tuple(paired.values()))
+                split = self.splits.get(sk)
+                if split is None:
+                    vs = tuple(v for v in slots_of_v if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v))
+                    # no counts of >= 2 on its pp = 1 classes (read only where needed)
+                    unpaired = (any(paired.values()) and 1 in vs
+                                and not has_micro_batch_split(shapes, gb // mb, uniform, 1, True))
+                    split = self.splits[sk] = (vs, unpaired)
+                vs, unpaired = split
+                tally = self.tallies.get((tally_key, vs, unpaired))
+                if tally is None:
+                    tally = self.tallies[tally_key, vs, unpaired] = Tally.of(
+                        (modes_left, vs, self.modes, layouts, slots_of_v, paired, unpaired))
+                per_mb[mb] = (vs, unpaired, tally)
             vs, unpaired, tally = per_mb[mb]
             out.append(OuterBlock(family, shapes, tp, group_tp, cp, mb, vs, modes_left, self.modes,
                                   layouts, slots_of_v, paired, unpaired, tally))
@@ -451,7 +486,8 @@ class _Listing:
 
     def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
         """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
-        ep, {}: the micro-batch sizes' v values, filled in by shape_blocks) of a layout."""
+        ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, and the key of its
+        tallies: what Tally.of reads of the layout) of a layout."""
         inst, uniform, rules = self.inst, self.uniform, self.rules
         m, s = inst.model, inst.search
         replicas = sum(c.replicas for c in shapes)
@@ -488,7 +524,11 @@ class _Listing:
             modes_left = self.invariants[mk] = tuple(modes_left)
         paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
                   for lay in layouts.values() for ep, _ in lay}
-        return layouts, slots_of_v, modes_left, paired, {}
+        # all a Tally reads of the layout, as values: layouts of other degrees share tallies
+        tally_key = (tuple((sp, zero, frozenset(adm)) for sp, zero, adm in modes_left),
+                     tuple((sp, tuple(lay)) for sp, lay in layouts.items()),
+                     tuple((v, tuple(x)) for v, x in slots_of_v.items()), tuple(paired.items()))
+        return layouts, slots_of_v, modes_left, paired, {}, tally_key
 
 
 @dataclass

@@ -42,8 +42,8 @@ import numpy as np
 
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_layer_floor_s,
-                                        dense_prefix_floor_s, layer_time_floor_s, output_layer_floor_s,
-                                        stage_outer)
+                                        dense_prefix_floor_s, layer_time_floor_s, megatron_layer,
+                                        output_layer_floor_s, stage_outer)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.moe import a2a_overlap_applies, dualpipe_applies, pairs_unpipelined_micro_batches
@@ -220,14 +220,19 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
     the tp): DeepSeek-V3 on 2,048 H800 asks for 7,821 stage floors, of 3,957 MoE layer keys and
     252 dense ones (issue 33)."""
     moe = inst.model.moe is not None
-    fields = MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS
     memo = {} if memo is None else memo
     tp = o.tp_of(g)
-    key = (i, g, tp, tuple(getattr(o, f) for f in fields if f not in ("tp", "pp")),
+    key = (i, g, tp, (_READ_MOE_FIELDS if moe else _READ_DENSE_FIELDS)(o),
            _pipelined(o.classes[k].pp) if moe else None, layer_plans)
-    if key in memo:
-        return memo[key]
-    site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    # the site without rings reads of o the group's tp, cp, whether tp is per group and the
+    # expert layout (class_coefficients.group_site): one per those, not per floor
+    site_key = ("site", i, g, tp, o.cp, bool(o.group_tp), o.ep, o.etp)
+    site = memo.get(site_key)
+    if site is None:
+        site = memo[site_key] = group_site(inst.scenarios[i].cluster, o, g, rings=False)
     lo = stage_outer(class_outers(inst.job, o)[k], site)
     if moe:  # kept by what an MoE layer reads of its pipeline (_moe_layer_key)
         layer_key = _moe_layer_key(inst.job, i, g, lo)
@@ -235,8 +240,12 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         if f is None:
             f = memo[layer_key] = layer_time_floor_s(inst, lo, site)
     else:
-        f = layer_time_floor_s(inst, lo, site)
-    dense_key = ("dense", i, g, tp, tuple(getattr(o, name) for name in DENSE_LAYER_FIELDS if name != "tp"))
+        def kept(inst_, o_, site_, net):  # layer_time_floor_s's own pricing, its terms kept
+            lt = megatron_layer(inst_, o_, site_, net)
+            memo[_layer_key(i, g, tp, key[3])] = (lt, site_.tp or o_.tp)
+            return lt
+        f = layer_time_floor_s(inst, lo, site, layer_fn=kept)
+    dense_key = ("dense", i, g, tp, _READ_DENSE_FIELDS(o))
     dense = memo.get(dense_key)
     if dense is None:
         # DualPipe's terms are its own (cost/dualpipe.py): its bound keeps the layers only
@@ -251,6 +260,24 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
         f = min(f, opt.fwd_s + opt.bwd_s)
     memo[key] = (f, a0, alast)
     return f, a0, alast
+
+
+def floor_layer_terms(memo: dict, i: int, o, g: int):
+    """(LayerTerms, the tp its stage runs) of the dense layer whose floor stage_floor_terms
+    priced for outer o on group g, scenario i, kept in `memo`; None where it has not. The floor
+    reads only these (the group's site without rings, DENSE_LAYER_FIELDS): the bound that
+    reads memory (unpriced_memory.py) prices the same layer from them, not again."""
+    return memo.get(_layer_key(i, g, o.tp_of(g), _READ_DENSE_FIELDS(o)))
+
+
+def _layer_key(i: int, g: int, tp: int, fields: tuple) -> tuple:
+    return ("layer", i, g, tp, fields)
+
+
+# the layer fields stage_floor_terms keys by, read in C (tp apart: the group's own; pp apart: an
+# MoE layer reads only whether there is a pipeline). The same tuples as reading them one by one.
+_READ_DENSE_FIELDS = operator.attrgetter(*(f for f in DENSE_LAYER_FIELDS if f != "tp"))
+_READ_MOE_FIELDS = operator.attrgetter(*(f for f in MOE_LAYER_FIELDS if f not in ("tp", "pp")))
 
 
 def _moe_layer_key(job, i: int, g: int, lo) -> tuple:

@@ -49,7 +49,7 @@ from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, tight_class_terms
-from paraplan.solver.bounds.unpriced import stage_floor_terms
+from paraplan.solver.bounds.unpriced import floor_layer_terms, stage_floor_terms
 
 
 def applies(inst, o) -> bool:
@@ -119,6 +119,10 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
         group's site as the floors price it (group_site without rings)."""
         key = (i, g, o.tp_of(g), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.group_tp)
         hit = layer_memo.get(key)
+        if hit is None:  # the floors' own pricing of it, where they priced it (most do)
+            hit = floor_layer_terms(memo, i, o, g)
+            if hit is not None:
+                layer_memo[key] = hit
         if hit is None:
             site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
             hit = layer_memo[key] = (megatron_layer(inst, stage_outer(co, site), site, net), site.tp or co.tp)
