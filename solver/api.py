@@ -33,13 +33,12 @@ from paraplan.solver.report.compare import compare
 from paraplan.solver.search import search
 from paraplan.solver.planner import SolveResult
 from paraplan.solver.solve import solve
-from paraplan.solver.report.page import build_class_report, build_report as _build_report
+from paraplan.solver.report.page import build_report as _build_report
 from paraplan.solver.commands.schema import validate as validate_json
 
 __all__ = ["load_instance", "load_instance_parts", "load_cluster_instance", "load_plan",
            "plan_from_mapping", "override_search", "plan", "search", "simulate", "top_k",
-           "compare", "memory_by_category", "MEMORY_CATEGORIES", "build_report",
-           "build_class_report", "validate_json"]
+           "compare", "memory_by_category", "MEMORY_CATEGORIES", "build_report", "validate_json"]
 
 # the backends `paraplan plan --backend` offers (solver/commands/planning.py)
 BACKENDS = ("dp", "cpsat", "milp")
@@ -144,8 +143,9 @@ def memory_by_category(inst: Instance, p: Plan) -> list[dict[str, float]]:
 
 
 def build_report(inst: Instance, result: SolveResult, **options) -> str:
-    """The `paraplan report` page of `result`, a SolveResult of api.plan(inst), as one HTML
-    string (solver/report/page.py)."""
+    """The `paraplan report` page of `result`, a SolveResult of api.plan(inst) or
+    api.search(inst) (any plan: one class or several, on one group or many), as one HTML string
+    (solver/report/page.py)."""
     _check("build_report", inst=inst, result=result)
     if result.plan is not None:
         try:
