@@ -122,8 +122,10 @@ def test_dualpipe_refuses_the_search_keys_it_does_not_search(tmp_path, key, valu
 @pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path, capsys):
     # plan, exhaustive, verify, memory and report plan it (solver/commands/inputs.DUALPIPE_COMMANDS);
-    # compare, built on the 1F1B formulations, refuses it in one line (exit 2); plan's file
-    # simulates to the time plan printed
+    # plan's file simulates to the time plan printed; compare prices both plans by the same
+    # simulator (it refused a DualPipe job before, as if it solved the 1F1B formulations), so a
+    # plan against itself takes the same time; partition, on the 1F1B formulations, refuses it in
+    # one line (exit 2)
     import json
 
     from paraplan.solver.commands.cli import main
@@ -140,7 +142,11 @@ def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path
     capsys.readouterr()
     assert main(["simulate", str(path), "--plan", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iter_time_s"] == pytest.approx(planned["iter_time_s"], rel=1e-12)
-    assert main(["compare", str(out), str(out), "--instance", str(path)]) == 2
+    assert main(["compare", str(out), str(out), "--instance", str(path), "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["status"] == "equal"
+    assert [p["iter_time_s"] for p in compared["plans"]] == pytest.approx([planned["iter_time_s"]] * 2, rel=1e-12)
+    assert main(["partition", str(path), "--tp", "2"]) == 2
     assert "paraplan plan" in capsys.readouterr().err
 
 
