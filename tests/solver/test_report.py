@@ -431,6 +431,24 @@ def test_mixed_cluster_report():
     assert minimised == upper == seconds(res.quantile_s)
 
 
+def test_a_flat_file_and_its_one_group_file_get_the_same_page(tmp_path):
+    # one group == homogeneous: tiny-gpt written as one node group (the same node, named) is the
+    # same instance, so the one builder writes the same page, byte for byte, but the measured
+    # solve time
+    import yaml
+
+    from paraplan.cost.groups_loader import load_cluster_instance
+    raw = yaml.safe_load(TINY.read_text(encoding="utf-8"))
+    raw["cluster"] = {"groups": [{"name": "a100", **raw["cluster"]}]}
+    path = tmp_path / "one-group.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    pages = []
+    for inst in (load_instance(TINY), load_cluster_instance(path)):
+        res = plan(inst, time_limit_s=30)
+        pages.append(re.sub(r"<th>solve time</th><td>[^<]*", "", report.build_report(inst, res)))
+    assert pages[0] == pages[1]
+
+
 def test_a_plan_of_two_classes_on_one_group_is_drawn_class_by_class(tmp_path):
     # tiny-gpt on its one 8-GPU node, batch 15 at 2,048 tokens, with two replica classes
     # allowed: the proved optimum is two classes (1 replica of 1 micro-batch beside 7 of 2,
