@@ -1,4 +1,5 @@
-"""`paraplan report`: one self-contained HTML page about an instance's optimal plan.
+"""The page of `paraplan report` (the command: solver/commands/report.py): one self-contained
+HTML page about an instance's optimal plan, of any kind, rendered by one builder (build_report).
 
 Sections: (1) the optimality evidence, (2) the pipeline timeline of one iteration
 (cost/timeline.py replays the schedule event by event; a long steady state is drawn once with
@@ -6,6 +7,8 @@ its repeat count, svg.py), (3) the time breakdown of cost/simulate.py, (4) memor
 against capacity, (5) throughput against peak memory for every outer configuration of the
 declared space, with the Pareto frontier. A DualPipe plan (report/dualpipe.py) gets its priced
 phases per device pair for (2) and its memory per device pair for (4); (5) is not drawn for it.
+A plan of several replica classes, or on node groups, gets a Gantt per class for (2), its
+stages' time and memory for (4) and its time on every network scenario for (5).
 Each caption says first what its figure shows, in plain words, and then where it comes from. Figures are PNGs drawn with matplotlib's Agg canvas and
 embedded as base64 data URIs, so the page has no external files. matplotlib is imported only
 when a report is built, so the other sub-commands do not pay for it.
