@@ -598,12 +598,6 @@ def _any_plan_text(p, inst) -> str:
     return "; ".join(line.strip() for line in plan_lines(p, inst))
 
 
-def train_facts(tc) -> list[list[str]]:
-    """The time, GPU-hours and cost to train as rows of the facts table (none without
-    job.train_tokens): plan's two lines (solver/format.train_cost_lines)."""
-    return [["time to train" if i == 0 else "", line] for i, line in enumerate(train_cost_lines(tc))]
-
-
 def plan_text(p: Plan) -> str:
     out = (outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
            f" full recompute/stage {list(p.full_recompute_layers)}")
@@ -660,7 +654,9 @@ def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> l
                                                f" full recompute/stage {list(p.full_recompute_layers)}"])
     else:
         facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
-    facts += train_facts(instance_train_cost(inst, t, None if trust is None else trust.interval_s))
+    # the time, GPU-hours and cost to train (none without job.train_tokens): plan's two lines
+    tc = instance_train_cost(inst, t, None if trust is None else trust.interval_s)
+    facts += [["time to train" if i == 0 else "", line] for i, line in enumerate(train_cost_lines(tc))]
     if one_class:  # a plan of classes lists its partitions per group in its plan lines
         facts += [["partition" if i == 0 else "", line] for i, line in enumerate(describe_partitions(p, inst))]
     return facts
