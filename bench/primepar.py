@@ -38,7 +38,7 @@ from paraplan.cost.simulate import simulate  # noqa: E402
 from paraplan.formulations.partition import solve_partition_milp  # noqa: E402
 from paraplan.formulations.partition_dp import min_time, pareto_front  # noqa: E402
 from paraplan.solver import partition_plans  # noqa: E402
-from paraplan.solver.commands.partitions import describe_partitions  # noqa: E402
+from paraplan.solver.plan_text import describe_partitions  # noqa: E402
 from paraplan.solver.solve import solve  # noqa: E402
 
 MODELS = ("opt-175b", "llama2-70b", "bloom-176b")

@@ -3,10 +3,10 @@
 Each section of a file is one `SectionDoc`; each key the readers accept there is one `Key` with
 its type, its default ("required" where it has none), its allowed values and what it means. Two
 things are not written here because they have a source of their own, which the page generator
-(cost/schema_doc.py) reads: a number's physical range and unit (cost/ranges.RANGES, the table
+(cost/docs/schema.py) reads: a number's physical range and unit (cost/ranges.RANGES, the table
 every reader checks numbers against) and the values of a closed set (the enum the reader
 parses it into, e.g. cost/specs.Precision). docs/schema.md's key reference is generated from
-this table (`python -m paraplan.cost.schema_doc`), and tests/instances/test_schema_doc.py fails
+this table (`python -m paraplan.cost.docs.schema`), and tests/instances/test_schema_doc.py fails
 when the page differs from what the generator writes, or when a reader accepts a key this
 table does not describe (each section names the reader's key tuple, `accepted`).
 

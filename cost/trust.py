@@ -819,7 +819,7 @@ def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
     return with_release(best, inst.job, res)
 
 
-# --- the band by level, for the accuracy page (cost/accuracy_doc.py) ---------------------------
+# --- the band by level, for the accuracy page (cost/docs/accuracy.py) ---------------------------
 
 def level_pool(res: Sequence[Residual], level: int, fitted: bool = True) -> list[Residual]:
     """The residuals a prediction at distance `level`, on a die fitted as `fitted` says, takes

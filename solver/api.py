@@ -33,13 +33,12 @@ from paraplan.solver.report.compare import compare
 from paraplan.solver.search import search
 from paraplan.solver.planner import SolveResult
 from paraplan.solver.solve import solve
-from paraplan.solver.report.page import build_class_report, build_report as _build_report
+from paraplan.solver.report.page import build_report as _build_report
 from paraplan.solver.commands.schema import validate as validate_json
 
 __all__ = ["load_instance", "load_instance_parts", "load_cluster_instance", "load_plan",
            "plan_from_mapping", "override_search", "plan", "search", "simulate", "top_k",
-           "compare", "memory_by_category", "MEMORY_CATEGORIES", "build_report",
-           "build_class_report", "validate_json"]
+           "compare", "memory_by_category", "MEMORY_CATEGORIES", "build_report", "validate_json"]
 
 # the backends `paraplan plan --backend` offers (solver/commands/planning.py)
 BACKENDS = ("dp", "cpsat", "milp")
@@ -78,23 +77,11 @@ def _check_solve(func: str, backend: Any, time_limit_s: Any) -> None:
                      f" {describe(time_limit_s)}", "give e.g. time_limit_s=60")
 
 
-def _one_class(inst: Instance) -> None:
-    """plan and top_k return plans of one class on every GPU of a one-group instance (or of
-    a cluster of node groups): a flat instance whose search asks for others is planned by
-    api.search."""
-    if len(inst.cluster.groups) == 1 and inst.search.several_classes:
-        key = "classes_per_group" if inst.search.classes_per_group > 1 else "idle_gpus"
-        raise InstanceError(inst.source, f"search.{key}", "plans of several replica classes or with"
-                            " idle GPUs are group-format plans, which a flat plan file cannot hold",
-                            "plan it as its one group: api.search(inst) (what `paraplan plan` does)")
-
-
 def plan(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0, threads: int = 1,
          progress=None) -> SolveResult:
     """The optimal plan of `inst` over its declared space (`paraplan plan`; solver/solve.py):
-    backend "dp", "cpsat" or "milp"."""
+    backend "dp", "cpsat" or "milp"; of any classes where the search allows them."""
     _check("plan", inst=inst)
-    _one_class(inst)
     _check_solve("plan", backend, time_limit_s)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise _error("plan", "threads", f"expected an integer >= 1, got {describe(threads)}",
@@ -119,7 +106,6 @@ def top_k(inst: Instance, k: int, within_pct: float | None = None, backend: str 
     solver/solve.py), within `within_pct` percent of the optimum when given: the result's
     `ranked`, best first (planner.Ranked: plan, objective_s, breakdown, quantile_s)."""
     _check("top_k", inst=inst)
-    _one_class(inst)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise _error("top_k", "k", f"expected an integer >= 1, got {describe(k)}", "ask for e.g. k=5")
     if within_pct is not None and (isinstance(within_pct, bool) or not isinstance(within_pct, (int, float))
@@ -144,8 +130,9 @@ def memory_by_category(inst: Instance, p: Plan) -> list[dict[str, float]]:
 
 
 def build_report(inst: Instance, result: SolveResult, **options) -> str:
-    """The `paraplan report` page of `result`, a SolveResult of api.plan(inst), as one HTML
-    string (solver/report/page.py)."""
+    """The `paraplan report` page of `result`, a SolveResult of api.plan(inst) or
+    api.search(inst) (any plan: one class or several, on one group or many), as one HTML string
+    (solver/report/page.py)."""
     _check("build_report", inst=inst, result=result)
     if result.plan is not None:
         try:

@@ -103,9 +103,6 @@ def _check_top(inst, k: int, within_pct: float | None) -> None:
     if within_pct is not None and not within_pct >= 0:
         raise InstanceError("<arguments>", "--within", f"must be >= 0, got {within_pct}",
                             "give a percentage, e.g. --within 5")
-    if dualpipe_job(inst):  # --top ranks the 1F1B formulations' configurations
-        raise InstanceError(inst.source, "--top", "is not offered for a DualPipe job (it ranks"
-                            " the 1F1B formulations' configurations)", "plan without --top")
     if partition_plans.enabled(inst):  # search.tensor_partitions, read alike on either kind
         raise InstanceError(inst.source, "search.tensor_partitions",
                             "--top is not offered with per-operator partitions",

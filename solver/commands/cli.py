@@ -35,7 +35,7 @@ def cmd_simulate(args) -> int:
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands import groups as group_commands, plan_files
     from paraplan.solver.commands.plan_files import read_plans
-    from paraplan.solver.commands.plan_text import plan_line, plan_lines
+    from paraplan.solver.plan_text import plan_line, plan_lines
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
                                         table, trust_json, trust_lines)
 
@@ -116,7 +116,7 @@ COMMAND_MODULES = (
     ("paraplan.solver.commands.model", ("model",)),
     ("paraplan.solver.commands.export", ("export",)),
     ("paraplan.solver.commands.partitions", ("partition",)),
-    ("paraplan.solver.report.page", ("report",)),
+    ("paraplan.solver.commands.report", ("report",)),
     ("paraplan.solver.sweep.run", ("sweep",)),
 )
 

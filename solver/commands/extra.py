@@ -17,7 +17,7 @@ def cmd_compare(args) -> int:
     from paraplan.solver.commands.inputs import read_instance
     from paraplan.cost.simulate import simulate
     from paraplan.solver.commands.plan_files import plan_mapping, plan_trust, read_plans
-    from paraplan.solver.commands.plan_text import describe_plan
+    from paraplan.solver.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
@@ -75,7 +75,7 @@ def cmd_memory(args) -> int:
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.commands.groups import describe_cluster, shown_as_groups
     from paraplan.solver.commands.plan_files import plan_mapping
-    from paraplan.solver.commands.plan_text import plan_line, plan_lines
+    from paraplan.solver.plan_text import plan_line, plan_lines
 
     inst, plan, where = _memory_plan(args)
     if plan is None:  # proved: nothing to estimate, and not an input error
@@ -132,7 +132,7 @@ def _memory_dualpipe(args, inst, plan, where: str) -> int:
     pp - 1 - d (cost/dualpipe.device_categories_bytes)."""
     from paraplan.cost import dualpipe
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.commands.plan_text import plan_line
+    from paraplan.solver.plan_text import plan_line
 
     reserve = inst.search.memory_reserve_bytes
     it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)

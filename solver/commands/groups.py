@@ -19,15 +19,8 @@ from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.commands.plan_text import describe_plan, plan_lines
-
-
-def shown_as_groups(inst, plan=None) -> bool:
-    """Whether `inst` (and `plan`, where given) is shown as a cluster of node groups: it is not
-    flat (cost/specs.Instance.flat: several groups or networks, or a search asking for plans
-    only the group format holds, SearchSpace.several_classes), or the plan is not one
-    class on every GPU."""
-    return not inst.flat or (plan is not None and not plan.is_flat_on(inst.cluster))
+# shown_as_groups: read here by commands/plan_files.py
+from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups  # noqa: F401
 
 
 def no_scenarios(args) -> None:

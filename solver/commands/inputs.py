@@ -55,10 +55,11 @@ def add_objective_arg(parser) -> None:
                              " its wider band (default: search.objective, else p90; README)")
 
 
-# the commands that plan a DualPipe job (job.pipeline_schedule: dualpipe) besides those that
-# only price a plan (`simulate_only`): the planner solves its split problem
-# (formulations/dualpipe.py); the others work on the 1F1B schedules' formulations
-DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory", "report")
+# the commands that plan or price a DualPipe job (job.pipeline_schedule: dualpipe) besides those
+# that only price a plan (`simulate_only`): the planner solves its split problem
+# (formulations/dualpipe.py), compare simulates each plan (cost/dualpipe.py); the others work on
+# the 1F1B schedules' formulations
+DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory", "report", "compare")
 
 
 def read_instance(args: argparse.Namespace, simulate_only: bool = False):
@@ -113,7 +114,7 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False, data=N
             and getattr(args, "command", None) not in DUALPIPE_COMMANDS):
         raise InstanceError(inst.source, "job.pipeline_schedule",
                             "dualpipe is planned by `paraplan plan`, `exhaustive`, `verify`,"
-                            " `memory` and `report` and priced by `paraplan simulate`;"
+                            " `memory` and `report` and priced by `simulate` and `compare`;"
                             f" `paraplan {getattr(args, 'command', '...')}` works on the 1F1B and"
                             " interleaved schedules (cost/dualpipe.py)",
                             "use pipeline_schedule: 1f1b here, or plan / simulate the DualPipe job")

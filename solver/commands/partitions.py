@@ -1,48 +1,8 @@
-"""Readable per-operator partitions of a plan, for `paraplan plan` (cost/partition.py)."""
+"""`paraplan partition`: the per-operator partition of one tensor-parallel group (cost/partition.py)."""
 
 from __future__ import annotations
 
 from paraplan.cost import partition as P
-from paraplan.cost.specs import Instance
-from paraplan.cost.plan_specs import Plan
-
-
-def _where(ranks_span: int, gpus_per_node: int) -> str:
-    """'node' when a group of consecutive-rank span `ranks_span` fits in one node."""
-    return "node" if ranks_span <= gpus_per_node else "nodes"
-
-
-def describe_partitions(plan: Plan, inst: Instance) -> list[str]:
-    """One line per operator, e.g. `mlp.fc1: K@nodes, P2x2@node` or `mlp.fc2: T@node` (token
-    split, weights replicated on the group); [] for a Megatron plan."""
-    return partition_lines(plan.partitions, plan.tp, inst.cluster.gpus_per_node)
-
-
-def partition_lines(partitions, tp: int, gpn: int) -> list[str]:
-    """describe_partitions of a layer plan over a tp group on nodes of `gpn` GPUs."""
-    if not partitions or P.is_megatron(dict(partitions)):
-        return []
-    out = []
-    for op, spec in partitions:
-        if op == P.STREAM:  # a block stream (Megatron's layouts are not recorded)
-            q = P.stream_grid(spec)
-            out.append(f"{P.DISPLAY_NAMES[op]}: {spec}@{_where(q, gpn)} (token rows x hidden"
-                       f" columns, norm statistics all-reduced over {q} GPUs)")
-            continue
-        if op == "attn_core":
-            line = f"{P.DISPLAY_NAMES[op]}: heads@{_where(tp, gpn)}"
-            if spec != "heads":
-                q = spec.split("P")[1].rstrip("s")
-                what = "skewed input" if spec.endswith("s") else "output"
-                line += f" (chunks aligned to the P{q}x{q} {what})"
-            out.append(line)
-            continue
-        p = P.parse_op(spec, tp)
-        inner = _where(p.q * p.q, gpn)
-        # the outer split's ranks are q^2 apart and span the whole group
-        outer = _where(tp, gpn)
-        out.append(f"{P.DISPLAY_NAMES[op]}: {p.describe((outer, inner))}")
-    return out
 
 
 def _check_partition_args(args, inst) -> None:

@@ -15,7 +15,7 @@ from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
-from paraplan.solver.commands.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
+from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -134,7 +134,7 @@ def _show_plan(inst, res, flat: bool) -> None:
     """`plan`'s text of a SolveResult: the instance, the evidence, the model's warnings, the
     plan, its trust, dtype and cost to train, then its breakdown."""
     from paraplan.solver.commands import groups
-    from paraplan.solver.commands.partitions import describe_partitions
+    from paraplan.solver.plan_text import describe_partitions
 
     # the time the trust band and the cost to train are read at: a flat plan's predicted time, a
     # cluster's plan's on the nominal network (objective_s is a robust or expected aggregate)

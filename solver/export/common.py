@@ -184,7 +184,7 @@ class Deviations:
 def drop_partitions(d: Deviations) -> None:
     """Per-operator tensor partitions (PrimePar) exist in no framework we export to."""
     if d.plan.partitions:
-        from paraplan.solver.commands.partitions import describe_partitions
+        from paraplan.solver.plan_text import describe_partitions
         lines = describe_partitions(d.plan, d.source_inst) or [str(dict(d.plan.partitions))]
         d.deviate("the per-operator tensor partitions (" + "; ".join(lines) + "): no framework"
                   f" runs them; emitted Megatron 1-D tensor parallelism over tp={d.plan.tp}",

@@ -1,4 +1,5 @@
-"""`paraplan report`: one self-contained HTML page about an instance's optimal plan.
+"""The page of `paraplan report` (the command: solver/commands/report.py): one self-contained
+HTML page about an instance's optimal plan, of any kind, rendered by one builder (build_report).
 
 Sections: (1) the optimality evidence, (2) the pipeline timeline of one iteration
 (cost/timeline.py replays the schedule event by event; a long steady state is drawn once with
@@ -6,6 +7,8 @@ its repeat count, svg.py), (3) the time breakdown of cost/simulate.py, (4) memor
 against capacity, (5) throughput against peak memory for every outer configuration of the
 declared space, with the Pareto frontier. A DualPipe plan (report/dualpipe.py) gets its priced
 phases per device pair for (2) and its memory per device pair for (4); (5) is not drawn for it.
+A plan of several replica classes, or on node groups, gets a Gantt per class for (2), its
+stages' time and memory for (4) and its time on every network scenario for (5).
 Each caption says first what its figure shows, in plain words, and then where it comes from. Figures are PNGs drawn with matplotlib's Agg canvas and
 embedded as base64 data URIs, so the page has no external files. matplotlib is imported only
 when a report is built, so the other sub-commands do not pay for it.
@@ -16,8 +19,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
 from paraplan.solver.format import count, quantile_phrase, release_text, seconds, train_cost_lines
-from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.plan_text import describe_partitions, plan_lines, shown_as_groups
 
 DPI = 110
 # The replay "ends at the objective" when the two agree to this relative precision.
@@ -563,7 +564,6 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
     (solver/commands/plan_files.py), simulated once."""
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.plan_files import plan_trust
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
     ours = simulate(inst, user_plan)
@@ -572,7 +572,7 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
     side = ([["plan", _any_plan_text(user_plan, inst), _any_plan_text(result.plan, inst)]] + side_rows(ours, best)
-            + train_rows(*(fitting_train_cost(inst, bd, plan_trust(inst, p, bd.iter_time_s))
+            + train_rows(*(fitting_train_cost(inst, bd, _plan_trust(inst, p, bd.iter_time_s))
                            for p, bd in ((user_plan, ours), (result.plan, best)))))
     if cmp.faster is None:
         verdict = "Your plan is as fast as the optimum."
@@ -593,17 +593,9 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
 
 def _any_plan_text(p, inst) -> str:
     """plan_text of a plan of a flat instance; one on node groups as `plan` prints it."""
-    from paraplan.solver.commands.groups import shown_as_groups
     if not shown_as_groups(inst, p):
         return plan_text(p)
-    from paraplan.solver.commands.plan_text import plan_lines
     return "; ".join(line.strip() for line in plan_lines(p, inst))
-
-
-def train_facts(tc) -> list[list[str]]:
-    """The time, GPU-hours and cost to train as rows of the facts table (none without
-    job.train_tokens): plan's two lines (solver/format.train_cost_lines)."""
-    return [["time to train" if i == 0 else "", line] for i, line in enumerate(train_cost_lines(tc))]
 
 
 def plan_text(p: Plan) -> str:
@@ -620,94 +612,59 @@ def _page(title: str, body: str) -> str:
             f"<body>{body}<script>{report_svg.SCRIPT}</script></body></html>\n")
 
 
-def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None = None,
-                 trust=None, user_plan: Plan | None = None, user_plan_label: str = "") -> str:
-    """The report as one HTML string. `result` is a solver.planner.SolveResult; `coeffs` the
-    instance's coefficient table when the caller has it (else it is built); `trust` the
-    cost/trust.py interval of the plan; `user_plan` a plan to compare with the optimum."""
-    from paraplan.solver.commands.partitions import describe_partitions
-    from paraplan.solver.planner import coefficient_table
 
-    dual = inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
-    if coeffs is None:
-        coeffs = [] if dual else coefficient_table(inst)
+def _plan_trust(inst: Instance, p: Plan, predicted_s: float):
+    """How far to trust the plan's time (cost/trust.py), as `plan` prints it: the same choice
+    as solver/commands/plan_files.plan_trust, which the report does not import (commands/ sits
+    above report/); one trust function for every plan is the plan readers' change."""
+    from paraplan.cost import trust
+    if shown_as_groups(inst, p):
+        return trust.class_plan_trust(inst, p, predicted_s)
+    return trust.plan_trust(inst, p, predicted_s)
+
+
+def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> list[list[str]]:
+    """The fact sheet at the top: the instance, the status and, with a plan, its time `t`
+    (on the nominal network), throughput, the plan itself and the time to train."""
     m, cl = inst.model, inst.cluster
-    title = f"paraplan report: {inst.name}"
+    cluster = (f"{cl.num_gpus} x {cl.gpu.name} ({cl.nodes} nodes)" if inst.flat else
+               " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})" for g in cl.groups))
+    scenarios = len(inst.scenarios) > 1
     facts = [["instance", inst.name],
              ["model", f"{m.name}: {m.layers} layers, hidden {m.hidden}, seq_len {m.seq_len}"],
-             ["cluster", f"{cl.num_gpus} x {cl.gpu.name} ({cl.nodes} nodes)"],
-             ["global batch", f"{inst.job.global_batch} sequences"],
+             ["cluster", cluster], ["global batch", f"{inst.job.global_batch} sequences"],
              ["status", result.status + (f": {result.reason}" if result.reason else "")]]
+    if scenarios:
+        facts.append(["network objective", result.objective])
     p, bd = result.plan, result.breakdown
-    if p is not None and bd is not None:
-        at = ([[f"minimised ({inst.search.objective})", f"{seconds(result.quantile_s)}: the time the plan stays"
-                                                         f" under in {inst.search.objective[1:]}% of the cost model's"
-                                                         " out-of-sample errors"]]
-              if inst.search.objective != "mean" and result.quantile_s is not None else [])
-        facts += [["iteration time", seconds(result.iter_time_s)], *at,
-                  ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%,"
-                                 f" {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
-                                 " Megatron-LM logs it"],
-                  ["plan", outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
-                                            f" full recompute/stage {list(p.full_recompute_layers)}"]]
-        facts += train_facts(instance_train_cost(inst, result.iter_time_s,
-                                                 None if trust is None else trust.interval_s))
-        facts += [["partition" if i == 0 else "", line]
-                  for i, line in enumerate(describe_partitions(p, inst))]
-        s2 = _breakdown_section(bd)
-        if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
-            s1, s3 = _dualpipe_timeline_section(inst, p), _dualpipe_memory_section(inst, p)
-        else:
-            c = plan_coefficients(inst, p)
-            s1 = _timeline_section(c, p, result.iter_time_s)
-            s3 = _memory_section(c, p, bd)
-    else:
-        none = f"<p>No plan to show ({html.escape(result.status)}).</p>"
-        s1 = s2 = s3 = none
-    body = (f"<h1>{html.escape(title)}</h1>" + _table(None, facts)
-            + _section(1, "evidence", _evidence_section(result, trust, inst.search.objective))
-            + _section(2, "timeline", s1) + _section(3, "breakdown", s2)
-            + _section(4, "memory", s3, "Memory per device pair" if dual and p is not None else None)
-            + _section(5, "frontier", _DUALPIPE_NO_FRONTIER if dual else _frontier_section(inst, coeffs, result)))
-    if user_plan is not None:
-        body += _section(6, "comparison", _comparison_section(inst, result, user_plan, user_plan_label))
-    return _page(title, body)
-
-
-# --- heterogeneous clusters ------------------------------------------------------------------
-
-def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_label: str = "") -> str:
-    """A mixed-cluster plan: evidence, one Gantt per replica class (its stages on their node
-    groups), per-stage time and memory, and the plan on every network scenario (with its regret
-    against each scenario's own optimum when `regrets` is given); `user_plan` a plan to compare
-    with the optimum."""
-    from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.plan_text import plan_lines
-
-    title = f"paraplan report: {inst.name}"
-    groups = " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})"
-                        for g in inst.cluster.groups)
-    facts = [["instance", inst.name], ["model", f"{inst.model.name}: {inst.model.layers} layers"],
-             ["cluster", groups], ["global batch", f"{inst.job.global_batch} sequences"],
-             ["network objective", result.objective]]
-    p, bd = result.plan, result.breakdown
-    body = [f"<h1>{html.escape(title)}</h1>"]
     if p is None or bd is None:
-        body.append(_table(None, facts))
-        body.append(_section(1, "evidence", _evidence_section(result, None, inst.search.objective)))
-        body.append(f"<p>No plan to show ({html.escape(result.status)}).</p>")
-        return _page(title, "".join(body))
-    facts += [["iteration time", f"{seconds(bd.iter_time_s)} on the nominal network"],
-              ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}% of all GPUs'"
-                             f" peak, {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
-                             f" Megatron-LM logs it, {bd.idle_gpus} idle GPUs"]]
-    facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
-    from paraplan.cost.trust import class_plan_trust
-    trust = class_plan_trust(inst, p, bd.iter_time_s)  # as `plan` prints it (commands/groups._trust)
-    facts += train_facts(instance_train_cost(inst, bd.iter_time_s, trust.interval_s))
-    body.append(_table(None, facts))
-    body.append(_section(1, "evidence", _evidence_section(result, None, inst.search.objective)))
+        return facts
+    at = ([[f"minimised ({inst.search.objective})", f"{seconds(result.quantile_s)}: the time the plan stays"
+                                                     f" under in {inst.search.objective[1:]}% of the cost model's"
+                                                     " out-of-sample errors"]]
+          if inst.search.objective != "mean" and result.quantile_s is not None else [])
+    idle = f", {bd.idle_gpus} idle GPUs" if bd.idle_gpus else ""
+    peak = "" if inst.flat else " of all GPUs' peak"  # of GPU types that differ
+    facts += [["iteration time", seconds(t) + (" on the nominal network" if scenarios else "")], *at,
+              ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%{peak},"
+                             f" {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
+                             f" Megatron-LM logs it{idle}"]]
+    if one_class:
+        facts.append(["plan", outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
+                                               f" full recompute/stage {list(p.full_recompute_layers)}"])
+    else:
+        facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
+    # the time, GPU-hours and cost to train (none without job.train_tokens): plan's two lines
+    tc = instance_train_cost(inst, t, None if trust is None else trust.interval_s)
+    facts += [["time to train" if i == 0 else "", line] for i, line in enumerate(train_cost_lines(tc))]
+    if one_class:  # a plan of classes lists its partitions per group in its plan lines
+        facts += [["partition" if i == 0 else "", line] for i, line in enumerate(describe_partitions(p, inst))]
+    return facts
+
+
+def _class_timelines_section(inst: Instance, p: Plan, bd) -> str:
+    """One Gantt per replica class, its stages labelled with the node groups they run on."""
+    from paraplan.cost.class_coefficients import class_coefficients
     coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
                                 num_micro_batches=tuple(k.num_micro_batches for k in p.classes))
     figs = []
@@ -727,101 +684,83 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
                     " time, set by the slowest replica's pipeline plus the slowest gradient sync and"
                     " optimizer step. (Source: <code>cost/timeline.py</code>.)"
                     + _cut_text(cut, 1, len(n), bd.iter_time_s) + "</figcaption></figure>")
-    body.append(_section(2, "timeline", "".join(figs)))
+    return "".join(figs)
+
+
+def _class_breakdown_section(bd) -> str:
+    return (f"<p>iteration {html.escape(seconds(bd.iter_time_s))} = slowest pipeline"
+            f" {html.escape(seconds(bd.pipeline_s))} + gradient sync/optimizer"
+            f" {html.escape(seconds(bd.sync_s))}</p>" + _breakdown_section(bd))
+
+
+def _stage_table_section(bd) -> str:
     rows = [[f"{k}", str(s), g, seconds(t), f"{bytes_to_gib(mem):.2f} GiB", f"{bytes_to_gib(cap):.2f} GiB",
              f"{100 * mem / cap:.0f}%"] for k, s, g, t, mem, cap in bd.stage_rows()]
-    body.append(_section(3, "breakdown",
-                         f"<p>iteration {html.escape(seconds(bd.iter_time_s))} = slowest pipeline"
-                         f" {html.escape(seconds(bd.pipeline_s))} + gradient sync/optimizer"
-                         f" {html.escape(seconds(bd.sync_s))}</p>" + _breakdown_section(bd)))
-    body.append(_section(4, "memory", _table(["class", "stage", "group", "time/micro-batch",
-                                              "memory", "capacity", "used"], rows)))
-    sc_rows = []
+    return _table(["class", "stage", "group", "time/micro-batch", "memory", "capacity", "used"], rows)
+
+
+def _scenario_section(inst: Instance, p: Plan, regrets) -> str:
+    """The plan on every declared network scenario, with its regret against each scenario's
+    own optimum where `regrets` (solver/dynamic.regrets) gives it."""
+    from paraplan.cost.simulate import simulate
+    rows = []
     by_name = {r.scenario: r for r in (regrets or [])}
     for sc in inst.scenarios:
         t = simulate(inst, p, cluster=sc.cluster).iter_time_s
         reg = by_name.get(sc.name)
-        sc_rows.append([sc.name, "-" if sc.probability is None else f"{sc.probability:g}", seconds(t),
-                        "-" if reg is None else seconds(reg.optimum_s),
-                        "-" if reg is None else f"{100 * reg.regret:+.2f}%"])
-    body.append(_section(5, "frontier", _table(["scenario", "probability", "this plan",
-                                                "scenario's optimum", "regret"], sc_rows)
-                         + "<p>How this plan fares on each declared network scenario: its"
-                           " iteration time there, the best time any plan reaches on that"
-                           " scenario, and the regret, how much slower this plan is than that best"
-                           " (this plan's time / the scenario's optimum &minus; 1). (Source:"
-                           " <code>cost/simulate.py</code>.)</p>"))
-    if user_plan is not None:
-        body.append(_section(6, "comparison", _comparison_section(inst, result, user_plan, user_plan_label)))
-    return _page(title, "".join(body)).replace(
-        f"<h2>5. {SECTIONS[4]}</h2>", "<h2>5. Network scenarios and regret</h2>")
+        rows.append([sc.name, "-" if sc.probability is None else f"{sc.probability:g}", seconds(t),
+                     "-" if reg is None else seconds(reg.optimum_s),
+                     "-" if reg is None else f"{100 * reg.regret:+.2f}%"])
+    return (_table(["scenario", "probability", "this plan", "scenario's optimum", "regret"], rows)
+            + "<p>How this plan fares on each declared network scenario: its"
+              " iteration time there, the best time any plan reaches on that"
+              " scenario, and the regret, how much slower this plan is than that best"
+              " (this plan's time / the scenario's optimum &minus; 1). (Source:"
+              " <code>cost/simulate.py</code>.)</p>")
 
 
-def cmd_report(args) -> int:
-    from paraplan.cost.loader import load_plan
-    from paraplan.cost.trust import plan_trust
-    from paraplan.solver.commands import groups as group_commands
-    from paraplan.solver.commands.planning import progress_printer
-    from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.solve import solve
-    from paraplan.solver.planner import coefficient_table
-
-    check_output_path(args.output, "-o/--output")  # before anything is solved
-    progress = progress_printer(args)
-    inst = read_instance(args)
-    if group_commands.shown_as_groups(inst):
-        inst, res, page = _mixed_report(args, inst, progress)
-        what = f"objective {seconds(res.objective_s)}" if res.objective_s is not None else res.reason
+def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None = None, regrets=None,
+                 user_plan: Plan | None = None, user_plan_label: str = "") -> str:
+    """The report of any planner result (solver/solve.py's SolveResult) as one HTML string: the
+    facts, the optimality evidence with the plan's trust interval (cost/trust.py), then
+    (2) timeline, (3) breakdown, (4) memory and (5) a view of the alternatives. A plan of one
+    class on every GPU of a flat cluster gets its Gantt checked against the formula, its memory
+    per stage and the throughput-memory frontier of the declared configurations (`coeffs`, the
+    instance's coefficient table, built when not given; a DualPipe plan: per device pair, no
+    frontier). A plan of several classes, or on node groups, gets a Gantt per class, its stages'
+    time and memory, and its time on every network scenario (with the regret against each
+    scenario's optimum, `regrets`). `user_plan`, of either kind: compared with the optimum."""
+    p, bd = result.plan, result.breakdown
+    one_class = not shown_as_groups(inst, p)
+    dual = inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
+    if coeffs is None:
+        from paraplan.solver.planner import coefficient_table
+        coeffs = coefficient_table(inst) if one_class and not dual else []
+    t = trust = None
+    if p is not None and bd is not None:
+        t = result.iter_time_s if one_class else bd.iter_time_s  # a cluster's: the nominal network's
+        trust = _plan_trust(inst, p, t)
+    title = f"paraplan report: {inst.name}"
+    body = (f"<h1>{html.escape(title)}</h1>" + _table(None, _facts(inst, result, trust, t, one_class))
+            + _section(1, "evidence", _evidence_section(result, trust, inst.search.objective)))
+    if p is None or bd is None:
+        none = f"<p>No plan to show ({html.escape(result.status)}).</p>"
+        if not one_class:  # without a plan there is no scenario to price it on
+            return _page(title, body + none)
+        s1 = s2 = s3 = none
+    elif not one_class:
+        s1, s2, s3 = _class_timelines_section(inst, p, bd), _class_breakdown_section(bd), _stage_table_section(bd)
+    elif dual:
+        s1, s2, s3 = _dualpipe_timeline_section(inst, p), _breakdown_section(bd), _dualpipe_memory_section(inst, p)
     else:
-        user_plan = load_plan(args.plan, inst) if args.plan else None
-        t0 = time.perf_counter()
-        res = solve(inst, backend=args.backend, time_limit_s=args.time_limit_s, progress=progress)
-        if progress:
-            progress.done()
-        trust = plan_trust(inst, res.plan, res.iter_time_s) if res.plan is not None else None
-        # the frontier's table keeps to the same limit (a prefix of the configurations past it:
-        # the caption counts the points it drew)
-        coeffs = ([] if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE  # no 1F1B frontier
-                  else coefficient_table(inst, deadline=t0 + args.time_limit_s))
-        page = build_report(inst, res, coeffs=coeffs, trust=trust, user_plan=user_plan,
-                            user_plan_label=args.plan or "")
-        what = f"iteration {seconds(res.iter_time_s)}" if res.iter_time_s is not None else res.reason
-    write_text(args.output, page, "-o/--output")
-    print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
-    from paraplan.solver.commands.exit_codes import status_code
-    return status_code(res.status)
-
-
-def _mixed_report(args, read, progress):
-    """(instance, result, page) of an instance shown as groups (`read`: as read_instance read it)."""
-    from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.cost.groups_loader import load_class_plan
-    from paraplan.solver.commands.groups import load_mixed
-    from paraplan.solver.search import search
-
-    inst, objective = load_mixed(args, read)
-    user_plan = load_class_plan(args.plan, inst) if args.plan else None  # either format on one group
-    backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
-    res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress)
-    if progress:
-        progress.done()
-    regs = None
-    if res.plan is not None and len(inst.scenarios) > 1:
-        regs = regrets(inst, res.plan, scenario_optima(inst, backend, args.time_limit_s), res.per_scenario_s)
-    return inst, res, build_class_report(inst, res, regs, user_plan, args.plan or "")
-
-
-def register(sub) -> None:
-    from paraplan.solver.commands.planning import add_progress_arg, _add_objective_args
-    from paraplan.solver.commands.inputs import add_instance_args
-
-    r = sub.add_parser("report", help="HTML report of the optimal plan (evidence, timeline,"
-                                      " breakdown, memory, frontier; mixed clusters: scenarios)")
-    add_instance_args(r)
-    r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
-    r.add_argument("--plan", help="your own plan YAML, compared with the optimum")
-    r.add_argument("--backend", choices=("dp", "cpsat", "milp"), default="dp")
-    r.add_argument("--time-limit-s", type=float, default=60.0)
-    _add_objective_args(r)
-    add_progress_arg(r)
-    r.set_defaults(func=cmd_report)
+        c = plan_coefficients(inst, p)
+        s1, s2, s3 = _timeline_section(c, p, result.iter_time_s), _breakdown_section(bd), _memory_section(c, p, bd)
+    if not one_class:
+        s5 = _section(5, "frontier", _scenario_section(inst, p, regrets), "Network scenarios and regret")
+    else:
+        s5 = _section(5, "frontier", _DUALPIPE_NO_FRONTIER if dual else _frontier_section(inst, coeffs, result))
+    body += (_section(2, "timeline", s1) + _section(3, "breakdown", s2)
+             + _section(4, "memory", s3, "Memory per device pair" if dual and one_class and p is not None else None) + s5)
+    if user_plan is not None:
+        body += _section(6, "comparison", _comparison_section(inst, result, user_plan, user_plan_label))
+    return _page(title, body)

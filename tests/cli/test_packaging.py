@@ -34,3 +34,16 @@ def test_the_folders_are_not_installed_as_top_level_modules(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_every_package_folder_is_installed():
+    """Each folder with an __init__.py under the installed trees is in pyproject.toml's package
+    list: a wheel lacks one left out (solver/bounds/ was missing, so `pip install .` without -e
+    could not import the planner), while an editable install still finds it."""
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(("paraplan",) + f.parent.relative_to(root).parts)
+             for top in ("cost", "formulations", "solver", "instances") for f in (root / top).rglob("__init__.py")}
+    assert found - listed == set()

@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance
 from paraplan.solver.api import plan, search
 from paraplan.solver.commands.cli import main
@@ -119,12 +118,15 @@ def test_mixed_families_on_a_homogeneous_file_is_refused(capsys):
     assert "needs two node groups" in capsys.readouterr().err
 
 
-def test_the_one_class_api_refuses_the_options_naming_the_group_plan():
+def test_the_api_plans_the_options_as_the_command_does():
+    # api.plan used to refuse them ("group-format plans, which a flat plan file cannot hold"),
+    # a refusal of the code's seam: the record holds any classes, and solve plans them by the
+    # one search, so it answers as api.search does, the same plan and time
     inst = load_instance(TINY)
     idle = dataclasses.replace(inst, search=dataclasses.replace(inst.search, idle_gpus=True))
-    with pytest.raises(InstanceError, match="search.idle_gpus.*search"):
-        plan(idle)
-    assert search(idle).status == "optimal"  # the fix it names plans the same record
+    planned, searched = plan(idle), search(idle)
+    assert planned.status == searched.status == "optimal"
+    assert planned.plan == searched.plan and planned.objective_s == pytest.approx(searched.objective_s, rel=1e-9)
 
 
 @pytest.mark.slow

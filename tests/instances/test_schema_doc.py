@@ -7,8 +7,8 @@ import ast
 import importlib
 from pathlib import Path
 
-from paraplan.cost import schema_doc
-from paraplan.cost.doc_regions import region, replace_region
+from paraplan.cost.docs import schema as schema_doc
+from paraplan.cost.docs.regions import region, replace_region
 from paraplan.cost.schema_keys import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +17,7 @@ READERS = ("cost.loader", "cost.groups_loader")
 
 def test_the_page_is_what_the_generator_writes():
     # A description edited in cost/schema_keys.py (or a range in cost/ranges.py) without
-    # `python -m paraplan.cost.schema_doc` leaves the page stale: this fails until it is rerun.
+    # `python -m paraplan.cost.docs.schema` leaves the page stale: this fails until it is rerun.
     assert region(schema_doc.PAGE.read_text(), schema_doc.REGION) == schema_doc.render()
     assert schema_doc.main(["--check"]) == 0
 

@@ -15,7 +15,7 @@ from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.simulate import simulate
 from paraplan.cost.space_rules import slot_modes, split_slots_run
 from paraplan.solver.solve import solve
-from paraplan.solver.commands.plan_text import plan_line
+from paraplan.solver.plan_text import plan_line
 from paraplan.solver.export import FORMATS
 from paraplan.solver.planner import OPTIMAL
 from paraplan.solver.space import virtual_stage_values

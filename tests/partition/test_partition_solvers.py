@@ -259,7 +259,7 @@ def test_planner_equals_exhaustive_when_token_splits_win(sp):
     parts = dict(r.plan.partitions)
     c = build(inst, r.plan.flat_outer, layer_fn=P.plan_layer_fn(r.plan.partitions))
     base = memory.layer_state_bytes(inst.model, 8, 0, 1)
-    from paraplan.solver.commands.partitions import describe_partitions
+    from paraplan.solver.plan_text import describe_partitions
     assert "mlp.fc2: T@nodes" in describe_partitions(r.plan, inst)  # the group spans 2 nodes
     if sp == (False,):
         assert parts["mlp_in"] == parts["mlp_out"] == "T"

@@ -122,8 +122,10 @@ def test_dualpipe_refuses_the_search_keys_it_does_not_search(tmp_path, key, valu
 @pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path, capsys):
     # plan, exhaustive, verify, memory and report plan it (solver/commands/inputs.DUALPIPE_COMMANDS);
-    # compare, built on the 1F1B formulations, refuses it in one line (exit 2); plan's file
-    # simulates to the time plan printed
+    # plan's file simulates to the time plan printed; compare prices both plans by the same
+    # simulator (it refused a DualPipe job before, as if it solved the 1F1B formulations), so a
+    # plan against itself takes the same time; partition, on the 1F1B formulations, refuses it in
+    # one line (exit 2)
     import json
 
     from paraplan.solver.commands.cli import main
@@ -140,5 +142,34 @@ def test_the_commands_that_plan_a_dualpipe_job_and_those_that_refuse_it(tmp_path
     capsys.readouterr()
     assert main(["simulate", str(path), "--plan", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iter_time_s"] == pytest.approx(planned["iter_time_s"], rel=1e-12)
-    assert main(["compare", str(out), str(out), "--instance", str(path)]) == 2
+    assert main(["compare", str(out), str(out), "--instance", str(path), "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["status"] == "equal"
+    assert [p["iter_time_s"] for p in compared["plans"]] == pytest.approx([planned["iter_time_s"]] * 2, rel=1e-12)
+    assert main(["partition", str(path), "--tp", "2"]) == 2
     assert "paraplan plan" in capsys.readouterr().err
+
+
+def test_top_k_ranks_a_dualpipe_jobs_configurations_as_brute_force_does(tmp_path):
+    # --top refused a DualPipe job ("it ranks the 1F1B formulations' configurations"), a refusal
+    # of the code's seam: the one search ranks DualPipe's configurations by their own inner
+    # problem (formulations/dualpipe.py). Reference: every split and recompute row of each
+    # configuration, priced alone by exhaustive search (_dualpipe_exhaustive over that one
+    # configuration), each configuration's best value kept, sorted.
+    from paraplan.solver.exhaustive import _dualpipe_exhaustive
+    from paraplan.solver.solve import solve
+    path = tmp_path / "dualpipe.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    inst = load_instance(path)
+    per_outer = [_dualpipe_exhaustive(inst, [o], 0.0, None).quantile_s
+                 for o in declared_outers(inst, uniform=inst.search.uniform_split)]
+    ranking = sorted(v for v in per_outer if v is not None)
+    assert len(ranking) > 4
+    for backend in ("dp", "cpsat"):
+        res = solve(inst, backend, 60.0, winners=4)
+        assert res.status == "optimal"
+        assert [r.quantile_s for r in res.ranked] == pytest.approx(ranking[:4], rel=1e-6)
+        assert len({r.plan.outer for r in res.ranked}) == 4  # distinct configurations
+    within = solve(inst, "dp", 60.0, winners=50, within_pct=3.0)
+    expected = [v for v in ranking if v <= ranking[0] * 1.03 * (1 + 1e-9)]
+    assert [r.quantile_s for r in within.ranked] == pytest.approx(expected, rel=1e-6)

@@ -25,6 +25,7 @@ from paraplan.cost.coefficients import StageCoefficients, build, in_flight_micro
 from paraplan.cost.loader import load_instance
 from paraplan.cost.specs import Outer, Recompute
 from paraplan.cost.timeline import EventKind, makespan_s, one_f_one_b_events
+from paraplan.solver.format import seconds
 from paraplan.solver.report import page as report
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
@@ -211,8 +212,9 @@ def test_report_has_its_sections_and_embedded_images(tiny_report):
 
 
 def test_report_subcommand_writes_the_file(tmp_path, capsys):
+    from paraplan.solver.commands import report as report_command
     parser = argparse.ArgumentParser(prog="paraplan")
-    report.register(parser.add_subparsers(dest="command", required=True))
+    report_command.register(parser.add_subparsers(dest="command", required=True))
     out = tmp_path / "r.html"
     args = parser.parse_args(["report", str(TINY), "-o", str(out), "--backend", "milp",
                               "--time-limit-s", "30"])
@@ -417,9 +419,53 @@ def test_mixed_cluster_report():
     inst = load_cluster_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
     res = search(inst, "cpsat", 30)
     assert res.status == OPTIMAL
-    page = report.build_class_report(inst, res)
+    page = report.build_report(inst, res)  # the one builder, as for a flat plan
     assert page.count('<svg class="gantt"') == len(res.plan.classes)
     assert "Network scenarios and regret" in page and "OPTIMAL: proved" in page
+    # the evidence carries the plan's trust band, as `plan` prints it: the search minimised the
+    # p90 time (search.objective's default), and a p90 plan's band ends at its p90 time
+    # (cost/trust.class_plan_trust), so the band's upper end is the minimised value on the page
+    assert inst.search.objective == "p90"
+    minimised = re.search(r"<th>minimised \(p90\)</th><td>([^:<]+):", page).group(1)
+    upper = re.search(r"<th>trust</th><td>measured time likely in [^<]* \.\. ([^ ]+ m?s) ", page).group(1)
+    assert minimised == upper == seconds(res.quantile_s)
+
+
+def test_a_flat_file_and_its_one_group_file_get_the_same_page(tmp_path):
+    # one group == homogeneous: tiny-gpt written as one node group (the same node, named) is the
+    # same instance, so the one builder writes the same page, byte for byte, but the measured
+    # solve time
+    import yaml
+
+    from paraplan.cost.groups_loader import load_cluster_instance
+    raw = yaml.safe_load(TINY.read_text(encoding="utf-8"))
+    raw["cluster"] = {"groups": [{"name": "a100", **raw["cluster"]}]}
+    path = tmp_path / "one-group.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    pages = []
+    for inst in (load_instance(TINY), load_cluster_instance(path)):
+        res = plan(inst, time_limit_s=30)
+        pages.append(re.sub(r"<th>solve time</th><td>[^<]*", "", report.build_report(inst, res)))
+    assert pages[0] == pages[1]
+
+
+def test_a_plan_of_two_classes_on_one_group_is_drawn_class_by_class(tmp_path):
+    # tiny-gpt on its one 8-GPU node, batch 15 at 2,048 tokens, with two replica classes
+    # allowed: the proved optimum is two classes (1 replica of 1 micro-batch beside 7 of 2,
+    # 33.76 ms against the one-class plan's 61.21, exhaustive search in
+    # tests/hetero/test_one_group_options.py), which a one-class page cannot draw; the one
+    # builder gives it a Gantt per class and its stages' table, and no frontier (whose points
+    # are one-class plans)
+    import dataclasses
+    from tests.hetero.test_one_group_options import TWO_CLASSES, _file
+    inst = load_instance(_file(tmp_path, *TWO_CLASSES))
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, classes_per_group=2))
+    res = plan(inst, "cpsat", 30)
+    assert res.status == OPTIMAL and len(res.plan.classes) == 2
+    page = report.build_report(inst, res)
+    assert page.count('<svg class="gantt"') == 2 and "<h3>class 2:" in page
+    assert "<th>class</th><th>stage</th><th>group</th>" in page
+    assert "Pareto frontier" not in page
 
 
 # --- DualPipe (solver/report/dualpipe.py) -------------------------------------------------------

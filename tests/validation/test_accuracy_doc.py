@@ -1,6 +1,6 @@
-"""The figures of docs/accuracy.md and docs/moe.md are generated (cost/accuracy_doc.py) from the
+"""The figures of docs/accuracy.md and docs/moe.md are generated (cost/docs/accuracy.py) from the
 stored cross-validations, and the README quotes the same ones: a model change that re-stores a
-cross-validation must come with the regenerated pages (`python -m paraplan.cost.accuracy_doc`)."""
+cross-validation must come with the regenerated pages (`python -m paraplan.cost.docs.accuracy`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost import accuracy_doc
+from paraplan.cost.docs import accuracy as accuracy_doc
 from paraplan.cost.crossval import load_stored
-from paraplan.cost.doc_regions import region, regions
+from paraplan.cost.docs.regions import region, regions
 from paraplan.cost.trust import published_residuals
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ A page holds hand-written prose and, between
     ...
     <!-- END generated NAME -->
 
-a region that COMMAND writes (cost/schema_doc.py, cost/accuracy_doc.py). The generators replace
+a region that COMMAND writes (cost/docs/schema.py, cost/docs/accuracy.py). The generators replace
 only those regions, so prose around them is left alone, and a test compares each region with
 what its generator writes now: a change of the source (a key's description, a stored
 cross-validation) shows up as a doc diff, never as a page that silently drifts.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
+DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _pattern(name: str) -> re.Pattern[str]:

@@ -1,7 +1,7 @@
 """Writes the figures of docs/accuracy.md and docs/moe.md from the stored cross-validations:
-`python -m paraplan.cost.accuracy_doc` (`--check`: write nothing, exit 1 where a page is stale).
+`python -m paraplan.cost.docs.accuracy` (`--check`: write nothing, exit 1 where a page is stale).
 
-Every table of figures in those pages is a generated region (cost/doc_regions.py) built here
+Every table of figures in those pages is a generated region (cost/docs/regions.py) built here
 from what `paraplan accuracy --cv --write` stores (cost/published/crossval.yaml: each dense
 row's measured time, its in-sample prediction and the one fitted without its source family)
 and what `paraplan accuracy --moe --moe-write` stores (cost/published/moe_crossval.yaml: each
@@ -27,12 +27,12 @@ from collections.abc import Callable, Sequence
 from paraplan.cost import moe_fit, moe_params
 from paraplan.cost.calibration import RowResult, load_published
 from paraplan.cost.crossval import StoredRow, load_stored
-from paraplan.cost.doc_regions import DOCS_DIR, stale, update
+from paraplan.cost.docs.regions import DOCS_DIR, stale, update
 from paraplan.cost.trust import (DISTANCE_LEVELS, FEATURE_CUTS, INTERVAL_QUANTILES, Residual, coverage_report,
                                  family_weights, group_stats, level_pool, published_residuals, ranking_pairs,
                                  row_levels, weighted_quantiles)
 
-COMMAND = "python -m paraplan.cost.accuracy_doc"
+COMMAND = "python -m paraplan.cost.docs.accuracy"
 ACCURACY_PAGE = DOCS_DIR / "accuracy.md"
 MOE_PAGE = DOCS_DIR / "moe.md"
 P90 = 0.9

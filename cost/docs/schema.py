@@ -1,4 +1,4 @@
-"""Writes docs/schema.md's key reference from cost/schema_keys.py: `python -m paraplan.cost.schema_doc`.
+"""Writes docs/schema.md's key reference from cost/schema_keys.py: `python -m paraplan.cost.docs.schema`.
 
 The key reference is one table per section of a file: each key's type and unit, its default,
 its allowed values or physical range, and what it means. Units and ranges come from
@@ -15,13 +15,13 @@ from __future__ import annotations
 import sys
 from enum import Enum
 
-from paraplan.cost.doc_regions import DOCS_DIR, stale, update
+from paraplan.cost.docs.regions import DOCS_DIR, stale, update
 from paraplan.cost.ranges import RANGES, fmt
 from paraplan.cost.schema_keys import GROUP_FORMAT, ONE_TYPE, Key, SectionDoc
 
 PAGE = DOCS_DIR / "schema.md"
 REGION = "keys"
-COMMAND = "python -m paraplan.cost.schema_doc"
+COMMAND = "python -m paraplan.cost.docs.schema"
 
 
 def _quantity(key: Key) -> str | None:

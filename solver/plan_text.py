@@ -1,9 +1,59 @@
-"""Plans as text: the lines `plan`, `simulate`, `compare`, `report` and --sensitivity print."""
+"""Plans as text: the lines `plan`, `simulate`, `compare`, `report`, the exports' comments and
+--sensitivity print, per-operator partitions included (cost/partition.py). Commands, report and
+export render with it, so it sits below all three."""
 
 from __future__ import annotations
 
-from paraplan.solver.commands.partitions import partition_lines
+from paraplan.cost import partition as P
+from paraplan.cost.specs import Instance
+from paraplan.cost.plan_specs import Plan
 from paraplan.solver.format import seconds
+
+
+def shown_as_groups(inst, plan=None) -> bool:
+    """Whether `inst` (and `plan`, where given) is shown as a cluster of node groups: it is not
+    flat (cost/specs.Instance.flat: several groups or networks, or a search asking for plans
+    only the group format holds, SearchSpace.several_classes), or the plan is not one
+    class on every GPU."""
+    return not inst.flat or (plan is not None and not plan.is_flat_on(inst.cluster))
+
+
+def _where(ranks_span: int, gpus_per_node: int) -> str:
+    """'node' when a group of consecutive-rank span `ranks_span` fits in one node."""
+    return "node" if ranks_span <= gpus_per_node else "nodes"
+
+
+def describe_partitions(plan: Plan, inst: Instance) -> list[str]:
+    """One line per operator, e.g. `mlp.fc1: K@nodes, P2x2@node` or `mlp.fc2: T@node` (token
+    split, weights replicated on the group); [] for a Megatron plan."""
+    return partition_lines(plan.partitions, plan.tp, inst.cluster.gpus_per_node)
+
+
+def partition_lines(partitions, tp: int, gpn: int) -> list[str]:
+    """describe_partitions of a layer plan over a tp group on nodes of `gpn` GPUs."""
+    if not partitions or P.is_megatron(dict(partitions)):
+        return []
+    out = []
+    for op, spec in partitions:
+        if op == P.STREAM:  # a block stream (Megatron's layouts are not recorded)
+            q = P.stream_grid(spec)
+            out.append(f"{P.DISPLAY_NAMES[op]}: {spec}@{_where(q, gpn)} (token rows x hidden"
+                       f" columns, norm statistics all-reduced over {q} GPUs)")
+            continue
+        if op == "attn_core":
+            line = f"{P.DISPLAY_NAMES[op]}: heads@{_where(tp, gpn)}"
+            if spec != "heads":
+                q = spec.split("P")[1].rstrip("s")
+                what = "skewed input" if spec.endswith("s") else "output"
+                line += f" (chunks aligned to the P{q}x{q} {what})"
+            out.append(line)
+            continue
+        p = P.parse_op(spec, tp)
+        inner = _where(p.q * p.q, gpn)
+        # the outer split's ranks are q^2 apart and span the whole group
+        outer = _where(tp, gpn)
+        out.append(f"{P.DISPLAY_NAMES[op]}: {p.describe((outer, inner))}")
+    return out
 
 
 def slots_text(p) -> str:
