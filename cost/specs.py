@@ -796,8 +796,15 @@ class SearchSpace:
     # what the planner minimises (cost/objective.py): "mean", the predicted iteration time, or
     # "pNN", its NN-th percentile under the cost model's out-of-sample error (cost/trust.py)
     objective: str = DEFAULT_OBJECTIVE
+    # the largest fraction of each GPU's HBM a plan may fill (its priced peak memory, besides
+    # memory_reserve_bytes' cap). Not an instance key: the planner's memory tiers set it
+    # (solver/memory_tiers.py) to search the plans within the memory fill the published runs of
+    # their scale reach apart from the fuller ones, whose quantile band is wider (cost/trust.py)
+    memory_fill_cap: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.memory_fill_cap <= 1.0:
+            raise ConfigError(f"search.memory_fill_cap must be in (0, 1], got {self.memory_fill_cap}")
         try:
             parse_objective(self.objective)
         except ValueError as e:

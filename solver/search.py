@@ -63,7 +63,7 @@ from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import Breakdown, simulate
-from paraplan.cost.objective import scaled_times
+from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import ClassOuter, Plan, ReplicaClass
 from paraplan.cost.framework_rules import rules_for
@@ -71,7 +71,7 @@ from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
-from paraplan.solver import class_partitions
+from paraplan.solver import class_partitions, memory_tiers
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
@@ -333,12 +333,14 @@ def dualpipe_problem(inst: Instance, o: ClassOuter) -> DualPipeProblem:
 def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
                prescaled: bool = False) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class], its times scaled by the
-    quantile objective's factor (cost/trust.objective_factor_of) unless `prescaled` (the
-    layer-plan combinations of solver/class_partitions.py are built scaled)."""
+    quantile objective's factor (cost/trust.objective_factor_of) and its memory capped at the
+    search's memory tier (search.memory_fill_cap, solver/memory_tiers.py) unless `prescaled`
+    (the layer-plan combinations of solver/class_partitions.py are built so)."""
     _, agg, weights = scenario_weights(inst, objective)
-    factor = 1.0 if prescaled else objective_factor_of(inst, o)
-    if factor != 1.0:
-        coeffs = [[scaled_times(c, factor) for c in cs] for cs in coeffs]
+    if not prescaled:
+        factor, cap = objective_factor_of(inst, o), inst.search.memory_fill_cap
+        reserve = inst.search.memory_reserve_bytes
+        coeffs = [[capped_memory(scaled_times(c, factor), cap, reserve) for c in cs] for cs in coeffs]
     return MultiClassProblem(coeffs=tuple(tuple(cs) for cs in coeffs),
                              replicas=tuple(c.replicas for c in o.classes),
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
@@ -583,14 +585,30 @@ def _below_cutoff(backend: str) -> MultiClassResult:
 
 
 def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
-                groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: Plan | None = None, progress=None, threads: int = 1,
-                resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
-    """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
-    many configurations at once (the planner's best-first order, in batches of configurations
-    that can each still win when the batch starts), which changes the time to the answer but
-    not the answer: every configuration that could win under the tie rule is still solved.
+           objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
+           groups: tuple[int, ...] | None = None, uniform: bool = False,
+           warm_plan: Plan | None = None, progress=None, threads: int = 1,
+           resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
+    """The optimal plan over the declared space (module docstring) at search.objective, its
+    memory tiers searched apart (solver/memory_tiers.py; one search where there is one tier):
+    each plan's time is scaled by its own factor, so the returned plan is valued at its tier
+    (memory_tiers.plan_tier) and re-simulated there. Arguments as _search_tier's."""
+    return memory_tiers.search_tiers(
+        inst, lambda t, left: _search_tier(t, backend, left, objective, families, groups, uniform, warm_plan,
+                                           progress, threads, resimulate, winners, within_pct),
+        time_limit_s, within_pct)
+
+
+def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
+                 groups: tuple[int, ...] | None = None, uniform: bool = False,
+                 warm_plan: Plan | None = None, progress=None, threads: int = 1,
+                 resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
+    """The optimal plan over the declared space within `inst`'s memory tier
+    (search.memory_fill_cap; module docstring). `threads` > 1 solves that many configurations
+    at once (the planner's best-first order, in batches of configurations that can each still
+    win when the batch starts), which changes the time to the answer but not the answer: every
+    configuration that could win under the tie rule is still solved.
     `resimulate` False: the caller re-simulates the plan itself (solver/solve.py, with
     the simulator whose breakdown it shows), so that each plan is simulated once; the result
     then has no breakdown or per-scenario times. `winners` K > 1 (`paraplan plan --top K`):

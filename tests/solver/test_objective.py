@@ -149,6 +149,109 @@ def test_rows_on_a_die_without_fitted_efficiencies_are_kept_apart():
     assert quantile_factor(v100, 0.9, res) == pytest.approx(math.exp(0.5))
 
 
+def test_a_memory_fill_beyond_every_row_of_its_scale_is_one_level_farther():
+    # A and B: 3 rows each of _f() at 64 GPUs (band 9-64), A's filling 0.80 of HBM, B's 0.90;
+    # every other feature validated for a plain plan (level 0). A plan filling 0.85: B's rows
+    # fill as far (MIN_MEMORY_ROWS = 1) -> level 0; filling 0.95: no row of 9-64 GPUs does ->
+    # "memory=95.0%" unvalidated, level 1. A row on 512 GPUs filling 0.99 validates nothing at
+    # 9-64 GPUs (the fill is judged in the plan's scale band). No fill (a DualPipe plan):
+    # nothing counted, level 0.
+    res = ([Residual(id=f"a{i}", features=_f(family="A", memory_fill=0.80), error=0.0) for i in range(3)]
+           + [Residual(id=f"b{i}", features=_f(family="B", memory_fill=0.90), error=0.0) for i in range(3)]
+           + [Residual(id="c", features=_f(family="C", num_gpus=512, memory_fill=0.99), error=0.0)])
+    assert distance_level(_f(memory_fill=0.85), res) == 0
+    assert band_pool(_f(memory_fill=0.95), res)[2] == ["memory=95.0%"]
+    assert distance_level(_f(memory_fill=0.95), res) == 1
+    assert distance_level(_f(memory_fill=None), res) == 0
+    # judged without B (a left-out family validates nothing): A's 0.80 is the fullest -> 0.85
+    # is beyond it
+    assert band_pool(_f(memory_fill=0.85), res, exclude_family="B")[1] == 1
+
+
+def test_the_memory_tiers_cap_the_fill_at_the_fullest_row_of_the_scale():
+    # the planner's tiers (cost/trust.memory_fill_caps): the fullest bundled row of the
+    # instance's scale band and all of HBM. tiny-gpt runs 8 A100 (band 1-8); its cap is the
+    # largest fill of the published rows there (published_memory_fractions, the same pricing
+    # as every row's memory_fill), below 1
+    from paraplan.cost.trust import memory_fill_caps, published_memory_fractions
+    inst = load_instance(TINY)
+    fullest = max(f for f, _ in published_memory_fractions("1-8"))
+    assert memory_fill_caps(inst) == (fullest, 1.0) and fullest < 1.0
+    # `mean` reads no band: one tier
+    mean = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
+    assert memory_fill_caps(mean) == (1.0,)
+
+
+def test_a_memory_tier_caps_each_stage_at_its_share_of_hbm():
+    # cost/objective.capped_memory: capacity = min(HBM - reserve, cap x HBM), HBM given as
+    # capacity + reserve. 80 GiB with a 2 GiB reserve: 78 GiB; at cap 0.9, 72 GiB (0.9 x 80);
+    # at cap 0.99, 79.2 GiB > 78: the reserve binds, 78 GiB
+    import numpy as np
+    from paraplan.cost.objective import capped_memory
+    gib = 2.0 ** 30
+
+    @dataclasses.dataclass(frozen=True)
+    class Coeffs:
+        capacity_bytes: np.ndarray
+    c = Coeffs(capacity_bytes=np.array([78 * gib, 78 * gib]))
+    assert list(capped_memory(c, 0.9, 2 * gib).capacity_bytes) == pytest.approx([72 * gib] * 2)
+    assert list(capped_memory(c, 0.99, 2 * gib).capacity_bytes) == pytest.approx([78 * gib] * 2)
+    assert capped_memory(c, 1.0, 2 * gib) is c
+
+
+def _tight_tiny():
+    """tiny-gpt widened to hidden 8192 (64 heads of 128, ffn 4 x hidden) at 4,096 tokens, one
+    configuration: tp 1, pp 2, dp 4, ZeRO-0, micro-batch 4 (2 micro-batches), no selective
+    recompute. Storing every activation does not fit 80 GiB less the 2 GiB reserve; the fastest
+    split that fits fills more of HBM than any published row on 1-8 GPUs, so the memory tier
+    decides its factor (on 8 A100 at pp 2: 1.065 within, 1.120 beyond)."""
+    from paraplan.cost.specs import Recompute
+    base = load_instance(TINY)
+    return dataclasses.replace(
+        base, model=dataclasses.replace(base.model, seq_len=4096, hidden=8192, heads=64, ffn=4 * 8192),
+        search=dataclasses.replace(base.search, tp=(1,), pp=(2,), cp=(1,), zero=(0,), micro_batch=(4,),
+                                   sequence_parallel=(False,), recompute=(Recompute.NONE,), virtual_stages=(1,)))
+
+
+def test_the_memory_aware_quantile_optimum_is_brute_force_s_over_every_plan():
+    # Brute force, without the planner's tiers: every split (n, 8 - n) and every count of fully
+    # recomputed layers per stage that Megatron runs (the plan records refuse the others) is
+    # simulated; a plan that fits is valued at its time x the factor of its own memory fill
+    # (_factor: the fill read off its simulated stages, judged against the published rows).
+    # The planner's tiered optimum (solver/memory_tiers.py) must be that minimum on every
+    # backend and in exhaustive search.
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.plan_specs import Plan
+    from paraplan.cost.specs import Recompute
+    inst = _tight_tiny()
+    values = []
+    for n in range(1, 8):
+        for r in ((a, b) for a in range(n + 1) for b in range(8 - n + 1)):
+            try:
+                p = Plan.flat(layers_per_stage=(n, 8 - n), full_recompute_layers=r, tp=1, pp=2, dp=4, cp=1,
+                              micro_batch=4, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
+                              virtual_stages=1, num_micro_batches=2)
+                bd = simulate(inst, p)
+            except ConfigError:
+                continue
+            if bd.fits:
+                values.append((bd.iter_time_s * _factor(inst, p), bd.iter_time_s, p))
+    best_value, best_time, _ = min(values, key=lambda v: v[0])
+    fastest_value, fastest_time, fastest = min(values, key=lambda v: v[1])
+    # the memory term bites: the fastest plan fills beyond the fullest row of 1-8 GPUs, so
+    # its factor is the next level's (at the emptier tier's factor it would be valued lower)
+    within = _factor(inst, Plan.flat(layers_per_stage=(4, 4), full_recompute_layers=(4, 4), tp=1, pp=2, dp=4, cp=1,
+                                     micro_batch=4, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
+                                     virtual_stages=1, num_micro_batches=2))
+    assert fastest_value / fastest_time > within * (1 + 1e-6)
+    for backend in ("dp", "cpsat", "milp"):
+        res = plan(inst, backend=backend)
+        assert res.status == "optimal"
+        assert res.quantile_s == pytest.approx(best_value, rel=1e-6, abs=res.tolerance_s), backend
+        assert res.quantile_s == pytest.approx(simulate(inst, res.plan).iter_time_s * _factor(inst, res.plan), rel=1e-9)
+    assert exhaustive(inst).quantile_s == pytest.approx(best_value, rel=1e-9)
+
+
 def test_the_loader_and_the_command_line_take_the_objective(tmp_path, capsys):
     assert load_instance(TINY).search.objective == "p90"  # not stated: the default
     text = TINY.read_text() + "\nsearch:\n  objective: p101\n"
@@ -187,10 +290,13 @@ def test_the_quantile_optimum_is_exhaustive_search_s_and_bounded_by_the_mean_opt
 def _factor(inst, p) -> float:
     """The quantile factor of a homogeneous plan, read off the flat records themselves (the
     planner reads it off the group form: cost/trust.objective_factor_of): its one GPU type on
-    every GPU of the cluster, and the plan's ZeRO stage, cp and pp."""
+    every GPU of the cluster, the plan's ZeRO stage, cp and pp, and its own memory fill (its
+    fullest stage's simulated memory over HBM), which the planner's tiers never read."""
+    fill = max(s.mem_bytes / s.capacity_bytes for s in simulate(inst, p, reserve_bytes=0.0).stages)
     return objective_factor(inst.search.objective, gpus=(inst.cluster.gpu.name,), num_gpus=inst.cluster.num_gpus,
                             framework=inst.job.framework.value, precision=inst.job.precision.value,
-                            zero=p.zero, cp=p.cp, pp=p.pp, moe=inst.model.moe is not None)
+                            zero=p.zero, cp=p.cp, pp=p.pp, moe=inst.model.moe is not None,
+                            memory_fill=None if inst.model.moe is not None else fill)
 
 
 @pytest.mark.slow
