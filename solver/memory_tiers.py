@@ -31,7 +31,7 @@ from collections.abc import Callable
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import FILL_REL_TOL, class_plan_memory_fill, memory_fill_caps
-from paraplan.solver.planner import INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, SolveResult
+from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, SolveResult
 
 
 def tier(inst: Instance, cap: float) -> Instance:
@@ -73,9 +73,10 @@ def search_tiers(inst: Instance, run: Callable[[Instance, float], SolveResult],
 def merged(results: list[SolveResult], within_pct: float | None = None) -> SolveResult:
     """One result of the tiers' `results` (emptier tier first): the lowest minimised value,
     the earlier tier on a tie; optimal only when every tier is settled (optimal, or no plan
-    fits it); the least of the tiers' bounds; the ranked plans merged per outer configuration
-    (a configuration in the K best overall is in the K best of the tier that values it
-    lowest: the configurations ranked above it there are valued at least as low overall)."""
+    fits it), else feasible with the unsettled tier's reason; the least of the tiers' bounds;
+    the ranked plans merged per outer configuration (a configuration in the K best overall is
+    in the K best of the tier that values it lowest: the configurations ranked above it there
+    are valued at least as low overall)."""
     found = [r for r in results if r.plan is not None]
     open_bounds = [r.bound_s for r in results if r.status != INFEASIBLE]
     if not found:
@@ -95,7 +96,8 @@ def merged(results: list[SolveResult], within_pct: float | None = None) -> Solve
     k = max(len(r.ranked) for r in found)
     top = sorted(ranked.values(), key=lambda x: x[0])[:k]
     most = best.quantile_s * (1 + within_pct / 100) * (1 + REL_TOL) if within_pct is not None else float("inf")
-    return dataclasses.replace(best, status=OPTIMAL if settled else best.status, bound_s=bound,
+    reason = best.reason or next((r.reason for r in results if r.status not in (OPTIMAL, INFEASIBLE)), "")
+    return dataclasses.replace(best, status=OPTIMAL if settled else FEASIBLE, bound_s=bound, reason=reason,
                                ranked=tuple(x for x in top if x[0] <= most), **_counts(results))
 
 

@@ -324,3 +324,21 @@ def test_a_mixed_cluster_plan_prints_the_band_its_objective_took(capsys):
     assert lo < out["objective_s"] < hi
     assert main(["plan", str(path), "--quiet"]) == 0
     assert "trust       measured time likely in" in capsys.readouterr().out
+
+
+def test_the_memory_tiers_merge_to_the_lower_value_and_prove_only_when_both_are_settled():
+    # solver/memory_tiers.merged on hand-made results (emptier tier first). Values 10 s (A)
+    # and 9 s (B): B's plan, bound min(10, 9) = 9; optimal since both are. A tie at 10 s keeps
+    # A's. B stopped by the limit with a plan at 11 s and bound 8 s: A's 10 s plan is kept
+    # but the optimum is not proved (feasible), and the bound is the lesser, 8 s.
+    from paraplan.solver.memory_tiers import merged
+    from paraplan.solver.planner import SolveResult
+
+    def res(status, val, bound, name):
+        return SolveResult(status=status, plan=name, objective="nominal", objective_s=val, bound_s=bound,
+                           solve_time_s=1.0, backend="dp", outer_configs=4, plans_total=4, quantile_s=val)
+    m = merged([res("optimal", 10.0, 10.0, "A"), res("optimal", 9.0, 9.0, "B")])
+    assert (m.plan, m.status, m.bound_s, m.solve_time_s) == ("B", "optimal", 9.0, 2.0)
+    assert merged([res("optimal", 10.0, 10.0, "A"), res("optimal", 10.0, 10.0, "B")]).plan == "A"
+    m = merged([res("optimal", 10.0, 10.0, "A"), res("feasible", 11.0, 8.0, "B")])
+    assert (m.plan, m.status, m.bound_s) == ("A", "feasible", 8.0)
