@@ -66,8 +66,20 @@ def search_tiers(inst: Instance, run: Callable[[Instance, float], SolveResult],
     results = []
     for n, t in enumerate(ts):
         left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0 and any(r.plan is not None for r in results):
+            # the limit is spent and a plan is in hand: the tiers left are unsettled, not
+            # searched (each search would go on past the limit for a first plan of its own)
+            results.append(_not_searched(results[-1]))
+            continue
         results.append(run(t, max(left / (len(ts) - n), 1e-3)))
     return merged(results, within_pct)
+
+
+def _not_searched(last: SolveResult) -> SolveResult:
+    """A tier the limit left no time for: no plan, no bound, every configuration unresolved."""
+    return dataclasses.replace(last, status=TIMEOUT, plan=None, objective_s=None, quantile_s=None, bound_s=None,
+                               ranked=(), solve_time_s=0.0, unresolved=last.outer_configs, log=[],
+                               reason="time limit reached before this memory tier was searched")
 
 
 def merged(results: list[SolveResult], within_pct: float | None = None) -> SolveResult:
