@@ -862,14 +862,25 @@ def _fill_counted(inst, fill: float | None) -> float | None:
 def memory_fill_caps(inst) -> tuple[float, ...]:
     """The memory tiers the planner searches apart (solver/memory_tiers.py), as caps on the
     fraction of HBM a plan fills: (the fullest published row of the instance's scale band,
-    1.0) where a quantile objective counts the memory fill and that row fills less than all of
-    HBM; (1.0,) otherwise. A plan within the first is validated in memory (_memory_uses), one
+    1.0) where a quantile objective counts the memory fill, that row fills less than all of
+    HBM and the fill changes some configuration's factor; (1.0,) otherwise. A plan within the first is validated in memory (_memory_uses), one
     beyond it is not, and its factor is the next distance level's."""
     if parse_objective(inst.search.objective) is None or _fill_counted(inst, 1.0) is None:
         return (1.0,)
     cap = inst.search.memory_fill_cap
-    rows = published_memory_fractions(scale_band(sum(g.cluster.num_gpus for g in inst.cluster.groups)))
+    num_gpus = sum(g.cluster.num_gpus for g in inst.cluster.groups)
+    rows = published_memory_fractions(scale_band(num_gpus))
     if not rows or rows[0][0] >= cap:
+        return (cap,)
+    # one tier where the fill changes no configuration's factor (every configuration already
+    # at level 3, say): a configuration's factor is the largest over its GPU types of one
+    # read per type, ZeRO stage, cp > 1 and pp > 1 (objective_factor_of)
+    kw = dict(num_gpus=num_gpus, framework=inst.job.framework.value, precision=inst.job.precision.value, moe=False)
+    if all(objective_factor(inst.search.objective, gpus=(g.cluster.gpu.name,), zero=z, cp=cp, pp=pp,
+                            memory_fill=rows[0][0], **kw)
+           == objective_factor(inst.search.objective, gpus=(g.cluster.gpu.name,), zero=z, cp=cp, pp=pp,
+                               memory_fill=cap, **kw)
+           for g in inst.cluster.groups for z in inst.search.zero for cp in (1, 2) for pp in (1, 2)):
         return (cap,)
     return (rows[0][0], cap)
 
