@@ -875,7 +875,8 @@ def memory_fill_caps(inst) -> tuple[float, ...]:
     # one tier where the fill changes no configuration's factor (every configuration already
     # at level 3, say): a configuration's factor is the largest over its GPU types of one
     # read per type, ZeRO stage, cp > 1 and pp > 1 (objective_factor_of)
-    kw = dict(num_gpus=num_gpus, framework=inst.job.framework.value, precision=inst.job.precision.value, moe=False)
+    kw = dict(num_gpus=num_gpus, framework=inst.job.framework.value, precision=inst.job.precision.value,
+              moe=False)
     if all(objective_factor(inst.search.objective, gpus=(g.cluster.gpu.name,), zero=z, cp=cp, pp=pp,
                             memory_fill=rows[0][0], **kw)
            == objective_factor(inst.search.objective, gpus=(g.cluster.gpu.name,), zero=z, cp=cp, pp=pp,
