@@ -863,8 +863,9 @@ def memory_fill_caps(inst) -> tuple[float, ...]:
     """The memory tiers the planner searches apart (solver/memory_tiers.py), as caps on the
     fraction of HBM a plan fills: (the fullest published row of the instance's scale band,
     1.0) where a quantile objective counts the memory fill, that row fills less than all of
-    HBM and the fill changes some configuration's factor; (1.0,) otherwise. A plan within the first is validated in memory (_memory_uses), one
-    beyond it is not, and its factor is the next distance level's."""
+    HBM and the fill changes some configuration's factor; (1.0,) otherwise. A plan within the
+    first is validated in memory (_memory_uses), one beyond it is not, and its factor is the
+    next distance level's."""
     if parse_objective(inst.search.objective) is None or _fill_counted(inst, 1.0) is None:
         return (1.0,)
     cap = inst.search.memory_fill_cap
