@@ -612,10 +612,9 @@ def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALI
     """One line when fewer than min_rows published rows of the plan's scale band fill their
     memory as far as the plan's fullest stage does. A plan that stores activations up to the
     edge of HBM is priced by the same memory model, but no run checks that it fits or runs at
-    that speed there (allocator fragmentation, the runtime's own buffers); the band does not
-    count it, because the planner's quantile is read before its inner problem chooses the
-    recomputation that sets the memory (docs/accuracy.md, "Planning under the model's
-    uncertainty")."""
+    that speed there (allocator fragmentation, the runtime's own buffers); the band counts it
+    one distance level only beyond the fullest of them (_memory_uses), where the rows give
+    their errors no wider spread (docs/accuracy.md, "Memory fill")."""
     mine = None if inst.model.moe is not None else peak_memory_fraction(inst, plan)
     if mine is None:
         return []
@@ -626,7 +625,7 @@ def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALI
     best = (f"; the fullest {100 * rows[0][0]:.1f}% ({rows[0][1]})" if rows else "")
     return [f"peak memory {100 * mine:.1f}% of HBM on {inst.cluster.num_gpus} GPUs: {len(reach)} published"
             f" row{'' if len(reach) == 1 else 's'} at {scale_band(inst.cluster.num_gpus)} GPUs fill"
-            f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band does not count memory headroom"]
+            f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band widens only past the fullest row"]
 
 
 def with_release(trust: Trust, job, res: Sequence[Residual]) -> Trust:
