@@ -76,8 +76,9 @@ def search_tiers(inst: Instance, run: Callable[[Instance, float], SolveResult],
 
 
 def _not_searched(last: SolveResult) -> SolveResult:
-    """A tier the limit left no time for: no plan, no bound, every configuration unresolved."""
-    return dataclasses.replace(last, status=TIMEOUT, plan=None, objective_s=None, quantile_s=None, bound_s=None,
+    """A tier the limit left no time for: no plan, every configuration unresolved, and the one
+    bound that holds without a look at its plans, 0."""
+    return dataclasses.replace(last, status=TIMEOUT, plan=None, objective_s=None, quantile_s=None, bound_s=0.0,
                                ranked=(), solve_time_s=0.0, unresolved=last.outer_configs, log=[],
                                reason="time limit reached before this memory tier was searched")
 
