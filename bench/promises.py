@@ -15,7 +15,6 @@ import numpy as np
 
 from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
-from paraplan.cost.plan_specs import ClusterInstance
 from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, class_plan_memory_fill, workload_key
 from paraplan.solver.solve import solve
 
@@ -35,7 +34,7 @@ def main(argv: list[str]) -> int:
     for row in fastest_runs():
         inst, _ = row_to_instance_plan(row, load_catalogue())
         res = solve(inst, time_limit_s=600)
-        fill = class_plan_memory_fill(ClusterInstance.one_group(inst), res.plan)
+        fill = class_plan_memory_fill(inst, res.plan)
         promise = float(row["measured"]["iter_time_s"]) / res.quantile_s
         out[row["id"]] = {"status": res.status, "promise": promise, "fill": fill,
                           "factor": res.quantile_s / res.objective_s, "p90_s": res.quantile_s}
