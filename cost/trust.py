@@ -830,8 +830,8 @@ def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
     group-format instance (ClassOuter or Plan on a Instance; objective_factor):
     1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp, the deepest
-    class and the memory fill the search admits (search.memory_fill_cap: the planner searches
-    each memory tier apart, solver/memory_tiers.py), so the planner scales its time
+    class and the memory fill the search admits (search.memory_fill_cap, or the fill its
+    relaxation reads, search.factor_memory_fill: solver/memory_tiers.py), so the planner scales its time
     coefficients by it (solver/search.problem_of, the floors read before pricing) and every
     bound and proof holds for the quantile."""
     if inst.search.objective == "mean":
@@ -845,7 +845,13 @@ def objective_factor_of(inst, modes) -> float:
                             zero=modes.zero, cp=min(modes.cp, 2),
                             pp=min(max(len(c.stage_groups) for c in modes.classes), 2),
                             moe=inst.model.moe is not None,
-                            memory_fill=_fill_counted(inst, inst.search.memory_fill_cap))
+                            memory_fill=_fill_counted(inst, factor_fill(inst.search)))
+
+
+def factor_fill(search) -> float:
+    """The memory fill a search's objective factor is read at (search.factor_memory_fill,
+    else its cap: every plan of the search fills at most that)."""
+    return search.memory_fill_cap if search.factor_memory_fill is None else search.factor_memory_fill
 
 
 def _fill_counted(inst, fill: float | None) -> float | None:
@@ -887,13 +893,20 @@ def memory_fill_caps(inst) -> tuple[float, ...]:
 
 
 def class_plan_memory_fill(inst, plan) -> float | None:
-    """A group-format plan's fullest stage: its priced peak memory over its GPU's HBM (the
-    breakdown with no reserve, as peak_memory_fraction prices a flat plan); None where the band
-    does not count it (_fill_counted)."""
+    """A group-format plan's fullest stage: its priced peak memory over its GPU's HBM, from the
+    memory terms alone, as peak_memory_fraction prices a flat plan (cost/simulate.simulate
+    prices the same stage memory with the times: a plan's command simulates it once); None
+    where the band does not count it (_fill_counted)."""
     if _fill_counted(inst, 1.0) is None:
         return None
-    from paraplan.cost.simulate import simulate
-    return max(s.mem_bytes / s.capacity_bytes for s in simulate(inst, plan, reserve_bytes=0.0).stages)
+    from paraplan.cost import schedule
+    from paraplan.cost.class_coefficients import class_coefficients
+    coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=0.0,
+                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
+                                partitions=tuple(k.partitions for k in plan.classes))
+    return max(float(np.max(schedule.stage_mem_bytes(c, np.array(k.layers_per_stage, float),
+                                                     np.array(k.full_recompute_layers, float)) / c.capacity_bytes))
+               for c, k in zip(coeffs, plan.classes))
 
 
 def class_plan_trust(inst, plan, predicted_s: float) -> Trust:

@@ -155,15 +155,26 @@ class Winners:
     and layer-plan combination), as (value, key, plan) in (value, key) order: with k = 1 the
     incumbent. The value of a candidate's plan enters the search here only (`offer`), and the
     search prunes against `bar`: the k-th value, or with `within_pct` at most the best value
-    times (1 + within_pct / 100), past which a plan is not listed."""
+    times (1 + within_pct / 100), past which a plan is not listed, or at most `ceiling_s`."""
 
     k: int = 1
     within_pct: float | None = None
     found: list = dataclasses.field(default_factory=list)
+    # the value of a plan in hand outside the search (solver/memory_tiers.py: the relaxation's
+    # plan at its own factor): no plan above it can be the answer, so the bar is at most
+    # (ceiling_s, ANY_KEY): a plan of that value (a tie within REL_TOL) still enters
+    ceiling_s: float = float("inf")
+
+    @property
+    def in_hand(self) -> bool:
+        """Whether a plan is known, found here or held outside (ceiling_s)."""
+        return bool(self.found) or math.isfinite(self.ceiling_s)
 
     def bar(self) -> tuple[float, tuple]:
         """(value, key) a candidate must beat to enter."""
         val, key = NO_BAR if len(self.found) < self.k else self.found[self.k - 1][:2]
+        if self.ceiling_s < val:
+            val, key = self.ceiling_s, ANY_KEY
         if self.within_pct is not None and self.found:
             cap = self.found[0][0] * (1 + self.within_pct / 100)
             if cap < val:
@@ -594,16 +605,18 @@ def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
     each plan's time is scaled by its own factor, so the returned plan is valued at its tier
     (memory_tiers.plan_tier) and re-simulated there. Arguments as _search_tier's."""
     return memory_tiers.search_tiers(
-        inst, lambda t, left: _search_tier(t, backend, left, objective, families, groups, uniform, warm_plan,
-                                           progress, threads, resimulate, winners, within_pct),
-        time_limit_s, within_pct)
+        inst, lambda t, left, ceiling_s: _search_tier(t, backend, left, objective, families, groups, uniform,
+                                                      warm_plan, progress, threads, resimulate, winners,
+                                                      within_pct, ceiling_s),
+        time_limit_s, winners, within_pct)
 
 
 def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
                  objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
                  groups: tuple[int, ...] | None = None, uniform: bool = False,
                  warm_plan: Plan | None = None, progress=None, threads: int = 1,
-                 resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
+                 resimulate: bool = True, winners: int = 1, within_pct: float | None = None,
+                 ceiling_s: float | None = None) -> SolveResult:
     """The optimal plan over the declared space within `inst`'s memory tier
     (search.memory_fill_cap; module docstring). `threads` > 1 solves that many configurations
     at once (the planner's best-first order, in batches of configurations that can each still
@@ -614,8 +627,12 @@ def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 6
     then has no breakdown or per-scenario times. `winners` K > 1 (`paraplan plan --top K`):
     the same branch and bound keeps the K best plans of distinct candidates (the K-th is the
     bar it prunes against, Winners), in `ranked`; `within_pct` drops those more than that
-    much slower than the best."""
+    much slower than the best. `ceiling_s` (one winner only): the value of a plan held outside
+    the search (Winners.ceiling_s); where none of the space's plans is at or below it, the
+    answer is INFEASIBLE with no plan, its reason saying so."""
     t0 = time.perf_counter()
+    if ceiling_s is not None and winners != 1:
+        raise ValueError(f"a ceiling prunes for one winner only, got winners={winners}")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
@@ -631,7 +648,7 @@ def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 6
         outers = declared_outers(inst, families, groups, uniform)
         summary = summarize(inst, outers, uniform)
     return _search_over(inst, outers, summary, backend, time_limit_s, objective, families, uniform,
-                        warm_plan, progress, threads, resimulate, winners, within_pct, t0, lazy)
+                        warm_plan, progress, threads, resimulate, winners, within_pct, t0, lazy, ceiling_s)
 
 
 # A partial layout's key is its bound (solver/bounds/layouts.py) lowered by this much: that bound
@@ -697,7 +714,7 @@ class _Partial:
 def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
                  objective: str, families: tuple[str, ...], uniform: bool, warm_plan: Plan | None, progress,
                  threads: int, resimulate: bool, winners: int, within_pct: float | None, t0: float,
-                 lazy: _Partials | None) -> SolveResult:
+                 lazy: _Partials | None, ceiling_s: float | None = None) -> SolveResult:
     """search over `outers` (declared_outers), the space's `summary`; with `lazy`, `outers`
     grows as the search lists each partial layout, and `rank` gives each its key's index."""
     idx, agg, weights = scenario_weights(inst, objective)
@@ -705,7 +722,7 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
-    won = Winners(winners, within_pct)
+    won = Winners(winners, within_pct, ceiling_s=float("inf") if ceiling_s is None else ceiling_s)
     # each outer's index in its keys: its place in declared_outers, or with `lazy` a rank in the
     # same order (RANK_STRIDE), appended as the partial layouts are listed
     rank: range | list[int] = range(len(outers)) if lazy is None else []
@@ -892,7 +909,7 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial))
+            if remaining <= 0 and not (not won.in_hand and isinstance(cand, (_Unpriced, _Partial))
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
@@ -1007,7 +1024,12 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
                                                f" went on {FIRST_PLAN_ALLOWANCE_S:g} s past it for one)")
+            if won.in_hand:
+                res.reason = "time limit reached before any plan at or below the plan in hand was found"
             res.bound_s = min(open_bounds) if open_bounds else None
+        elif won.in_hand:
+            res.status = INFEASIBLE  # settled: nothing here is at or below the plan in hand
+            res.reason = f"no plan at or below the plan in hand ({won.ceiling_s:.6g}) in this search"
         else:
             res.status = INFEASIBLE
             res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(inst)

@@ -213,29 +213,55 @@ def _tight_tiny():
                                    sequence_parallel=(False,), recompute=(Recompute.NONE,), virtual_stages=(1,)))
 
 
-def test_the_memory_aware_quantile_optimum_is_brute_force_s_over_every_plan():
-    # Brute force, without the planner's tiers: every split (n, 8 - n) and every count of fully
-    # recomputed layers per stage that Megatron runs (the plan records refuse the others) is
-    # simulated; a plan that fits is valued at its time x the factor of its own memory fill
-    # (_factor: the fill read off its simulated stages, judged against the published rows).
-    # The planner's tiered optimum (solver/memory_tiers.py) must be that minimum on every
-    # backend and in exhaustive search.
+def _every_plan_value(inst) -> list[tuple[float, float, object]]:
+    """(value at its own factor, time, plan) of every plan of a one-configuration instance of
+    tp 1, pp 2, dp 4, ZeRO-0, no selective recompute and 2 micro-batches (_tight_tiny's and
+    _relaxation_misleads' spaces), by brute force, without the planner's tiers: every split
+    (n, L - n) and every count of fully recomputed layers per stage that Megatron runs (the plan
+    records refuse the others) is simulated; a plan that fits is valued at its time x the
+    factor of its own memory fill (_factor: the fill read off its simulated stages, judged
+    against the published rows)."""
     from paraplan.cost.errors import ConfigError
     from paraplan.cost.plan_specs import Plan
     from paraplan.cost.specs import Recompute
-    inst = _tight_tiny()
+    layers, mb = inst.model.layers, inst.search.micro_batch[0]
     values = []
-    for n in range(1, 8):
-        for r in ((a, b) for a in range(n + 1) for b in range(8 - n + 1)):
+    for n in range(1, layers):
+        for r in ((a, b) for a in range(n + 1) for b in range(layers - n + 1)):
             try:
-                p = Plan.flat(layers_per_stage=(n, 8 - n), full_recompute_layers=r, tp=1, pp=2, dp=4, cp=1,
-                              micro_batch=4, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
+                p = Plan.flat(layers_per_stage=(n, layers - n), full_recompute_layers=r, tp=1, pp=2, dp=4, cp=1,
+                              micro_batch=mb, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
                               virtual_stages=1, num_micro_batches=2)
                 bd = simulate(inst, p)
             except ConfigError:
                 continue
             if bd.fits:
                 values.append((bd.iter_time_s * _factor(inst, p), bd.iter_time_s, p))
+    return values
+
+
+class _Searches:
+    """Counts the searches of the declared space (solver/search._search_tier) one plan takes:
+    the relaxation, and the two memory tiers where it does not end the search."""
+
+    def __init__(self, monkeypatch):
+        from paraplan.solver import search as search_module
+        self.calls: list = []
+        run = search_module._search_tier
+
+        def counted(inst, *args, **kwargs):
+            self.calls.append((inst.search.memory_fill_cap, inst.search.factor_memory_fill))
+            return run(inst, *args, **kwargs)
+        monkeypatch.setattr(search_module, "_search_tier", counted)
+
+
+def test_the_memory_aware_quantile_optimum_is_brute_force_s_over_every_plan(monkeypatch):
+    # The planner's tiered optimum (solver/memory_tiers.py) must be brute force's minimum
+    # (_every_plan_value) on every backend and in exhaustive search.
+    from paraplan.cost.plan_specs import Plan
+    from paraplan.cost.specs import Recompute
+    inst = _tight_tiny()
+    values = _every_plan_value(inst)
     best_value, best_time, _ = min(values, key=lambda v: v[0])
     fastest_value, fastest_time, fastest = min(values, key=lambda v: v[1])
     # the memory term bites: the fastest plan fills beyond the fullest row of 1-8 GPUs, so
@@ -244,12 +270,79 @@ def test_the_memory_aware_quantile_optimum_is_brute_force_s_over_every_plan():
                                      micro_batch=4, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
                                      virtual_stages=1, num_micro_batches=2))
     assert fastest_value / fastest_time > within * (1 + 1e-6)
+    searches = _Searches(monkeypatch)
     for backend in ("dp", "cpsat", "milp"):
         res = plan(inst, backend=backend)
         assert res.status == "optimal"
         assert res.quantile_s == pytest.approx(best_value, rel=1e-6, abs=res.tolerance_s), backend
         assert res.quantile_s == pytest.approx(simulate(inst, res.plan).iter_time_s * _factor(inst, res.plan), rel=1e-9)
+    # the relaxation's plan (the fastest, valued at the emptier tier's factor) fills beyond
+    # the tier: the two tiers are searched too, three searches per plan
+    assert len(searches.calls) == 9
     assert exhaustive(inst).quantile_s == pytest.approx(best_value, rel=1e-9)
+
+
+def _relaxation_misleads():
+    """tiny-gpt at 16 layers of hidden 6144 (48 heads of 128, ffn 4 x hidden) at 2,048 tokens,
+    one configuration: tp 1, pp 2, dp 4, ZeRO-0, micro-batch 4 (2 micro-batches), no selective
+    recompute. Each 8-layer stage must recompute some layers to fit 80 GiB less the 2 GiB
+    reserve; 5 per stage is the fastest that fits and fills more of HBM than the fullest
+    published row on 1-8 GPUs, 6 per stage fills less."""
+    from paraplan.cost.specs import Recompute
+    base = load_instance(TINY)
+    return dataclasses.replace(
+        base, model=dataclasses.replace(base.model, layers=16, seq_len=2048, hidden=6144, heads=48, kv_heads=48,
+                                        ffn=4 * 6144),
+        search=dataclasses.replace(base.search, tp=(1,), pp=(2,), cp=(1,), zero=(0,), micro_batch=(4,),
+                                   sequence_parallel=(False,), recompute=(Recompute.NONE,), virtual_stages=(1,)))
+
+
+def test_where_the_relaxation_s_plan_fills_beyond_the_tier_the_tiers_find_a_better_one(monkeypatch):
+    # Brute force (_every_plan_value): 8 plans fit, all split (8, 8). The fastest recomputes 5
+    # layers per stage (3.328 s) and fills beyond the fullest published row of 1-8 GPUs (its
+    # factor is level 2's, 1.120 on 8 A100 at pp 2); 6 per stage (3.436 s, 3.2% slower) fills
+    # within it (level 1, 1.065). 1.032 < 1.120 / 1.065 = 1.052, so the p90 optimum is the
+    # slower plan: 3.436 x 1.065 = 3.658 s against 3.328 x 1.120 = 3.727 s. The relaxation
+    # (every plan at 1.065, no cap) picks the fastest, at 3.328 x 1.065 = 3.543 s, below the
+    # optimum as a relaxation must be; its plan is not valued at its own factor, so the tiers
+    # are searched (three searches) and their answer replaces it.
+    from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
+    from paraplan.solver.memory_tiers import relaxation
+    inst = _relaxation_misleads()
+    values = _every_plan_value(inst)
+    best_value, _, best = min(values, key=lambda v: v[0])
+    fastest_value, fastest_time, fastest = min(values, key=lambda v: v[1])
+    assert (best.full_recompute_layers, fastest.full_recompute_layers) == ((6, 6), (5, 5))
+    assert fastest_value > best_value
+    cap = memory_fill_caps(inst)[0]
+    relaxed = plan(relaxation(inst), backend="dp")
+    assert relaxed.plan.classes[0].full_recompute_layers == (5, 5)
+    assert class_plan_memory_fill(inst, relaxed.plan) > cap
+    assert relaxed.quantile_s == pytest.approx(fastest_time * _factor(inst, best), rel=1e-9)
+    assert relaxed.quantile_s < best_value
+    searches = _Searches(monkeypatch)
+    for backend in ("dp", "cpsat", "milp"):
+        searches.calls.clear()
+        res = plan(inst, backend=backend)
+        assert res.status == "optimal" and len(searches.calls) == 3, backend
+        assert res.plan.classes[0].full_recompute_layers == (6, 6), backend
+        assert res.quantile_s == pytest.approx(best_value, rel=1e-6, abs=res.tolerance_s), backend
+        assert res.bound_s <= res.quantile_s * (1 + 1e-9)
+    assert exhaustive(inst).quantile_s == pytest.approx(best_value, rel=1e-9)
+
+
+def test_where_the_relaxation_s_plan_fills_within_the_tier_one_search_is_the_answer(monkeypatch):
+    # tiny-gpt as bundled at p90 has two memory tiers (test_the_memory_tiers_cap_...); its
+    # optimum fills far less than the fullest published row of 1-8 GPUs, so the relaxation's
+    # plan is valued at its own factor and ends the search: one search per plan, the answer
+    # exhaustive search finds over both tiers apart
+    from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
+    inst = load_instance(TINY)
+    searches = _Searches(monkeypatch)
+    res = plan(inst, backend="dp")
+    assert res.status == "optimal" and len(searches.calls) == 1
+    assert class_plan_memory_fill(inst, res.plan) <= memory_fill_caps(inst)[0]
+    assert res.quantile_s == pytest.approx(exhaustive(inst).quantile_s, rel=1e-6, abs=res.tolerance_s)
 
 
 def test_the_loader_and_the_command_line_take_the_objective(tmp_path, capsys):
