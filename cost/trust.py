@@ -58,8 +58,9 @@ Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan -
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
 level, the time it stays under in NN% of the out-of-sample residuals. The factor depends on what
 the configuration uses (ZeRO stage, cp, pp) and the instance, and on the plan's memory fill,
-which the inner problem sets: the planner searches the plans within the fullest row of their
-scale and those beyond it apart (`memory_fill_caps`, solver/memory_tiers.py), scaling each
+which the inner problem sets: the planner solves a relaxation (every plan at the factor within
+the fullest row of its scale) and, where its plan fills beyond that row, searches the plans
+within it and those beyond it apart (`memory_fill_caps`, solver/memory_tiers.py), scaling each
 configuration's time coefficients by its factor in that tier, so its proof holds for the
 quantile.
 

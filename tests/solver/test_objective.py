@@ -435,3 +435,19 @@ def test_the_memory_tiers_merge_to_the_lower_value_and_prove_only_when_both_are_
     assert merged([res("optimal", 10.0, 10.0, "A"), res("optimal", 10.0, 10.0, "B")]).plan == "A"
     m = merged([res("optimal", 10.0, 10.0, "A"), res("feasible", 11.0, 8.0, "B")])
     assert (m.plan, m.status, m.bound_s) == ("A", "feasible", 8.0)
+
+
+def test_a_ceiling_keeps_the_search_s_answer_where_it_can_win_and_settles_it_empty_where_not():
+    # search's ceiling_s (the relaxation's plan in hand, solver/memory_tiers.py): the bar is at
+    # most the ceiling, a tie entering. tiny-gpt at `mean` (one memory tier): its optimum is
+    # exhaustive search's; under a ceiling at that value the search returns it, proved; under
+    # a ceiling 1e-6 below it, where no plan of the space can be, it is settled (INFEASIBLE)
+    # with no plan and says so
+    from paraplan.solver.search import _search_tier
+    base = load_instance(TINY)
+    inst = dataclasses.replace(base, search=dataclasses.replace(base.search, objective="mean"))
+    best = exhaustive(inst).quantile_s
+    at = _search_tier(inst, "dp", 60.0, ceiling_s=best)
+    assert at.status == "optimal" and at.quantile_s == pytest.approx(best, rel=1e-9, abs=at.tolerance_s)
+    below = _search_tier(inst, "dp", 60.0, ceiling_s=best * (1 - 1e-6))
+    assert below.status == "infeasible" and below.plan is None and "plan in hand" in below.reason
