@@ -552,9 +552,11 @@ def published_residuals() -> tuple[Residual, ...]:
 
 
 def published_memory_fills() -> dict[str, float]:
-    """id -> peak_memory_fraction of every bundled published row priced as it ran (the
-    memory model is not fitted, so the fill is the same in and out of sample)."""
-    return {row_id: fill for _, _, label in SCALE_BANDS for fill, row_id in published_memory_fractions(label)}
+    """id -> peak_memory_fraction of every bundled published row priced as it ran
+    (row_memory_fill), as the stored cross-validation holds it (cost/crossval.StoredRow:
+    tests/validation/test_crossval.py checks it against the pricing)."""
+    from paraplan.cost.crossval import load_stored
+    return {s.id: s.memory_fill for s in load_stored() if s.memory_fill is not None}
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
@@ -588,14 +590,14 @@ def peak_memory_fraction(inst: Instance, plan: Plan) -> float | None:
 @lru_cache(maxsize=len(SCALE_BANDS))
 def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
     """(peak_memory_fraction, id) of every bundled published row in scale band `band`, priced
-    as it ran, fullest first: how full a run's memory the cost model has been checked at."""
+    as it ran (published_memory_fills), fullest first: how full a run's memory the cost model
+    has been checked at."""
     from paraplan.cost.calibration import load_published
+    fills = published_memory_fills()
     out = []
     for row in load_published():
-        if scale_band(row["cluster"]["num_gpus"]) == band:
-            fraction = row_memory_fill(row)
-            if fraction is not None:
-                out.append((fraction, row["id"]))
+        if scale_band(row["cluster"]["num_gpus"]) == band and row["id"] in fills:
+            out.append((fills[row["id"]], row["id"]))
     return tuple(sorted(out, reverse=True))
 
 
@@ -868,27 +870,17 @@ def _fill_counted(inst, fill: float | None) -> float | None:
 def memory_fill_caps(inst) -> tuple[float, ...]:
     """The memory tiers the planner searches apart (solver/memory_tiers.py), as caps on the
     fraction of HBM a plan fills: (the fullest published row of the instance's scale band,
-    1.0) where a quantile objective counts the memory fill, that row fills less than all of
-    HBM and the fill changes some configuration's factor; (1.0,) otherwise. A plan within the
-    first is validated in memory (_memory_uses), one beyond it is not, and its factor is the
-    next distance level's."""
+    1.0) where a quantile objective counts the memory fill and that row fills less than all of
+    HBM; (1.0,) otherwise. A plan within the first is validated in memory (_memory_uses), one
+    beyond it is not, and its factor is the next distance level's, or the same where its
+    configuration is at level 3 already: then the planner's relaxation, whose plan is valued at
+    its own factor, ends the search (solver/memory_tiers.py)."""
     if parse_objective(inst.search.objective) is None or _fill_counted(inst, 1.0) is None:
         return (1.0,)
     cap = inst.search.memory_fill_cap
     num_gpus = sum(g.cluster.num_gpus for g in inst.cluster.groups)
     rows = published_memory_fractions(scale_band(num_gpus))
     if not rows or rows[0][0] >= cap:
-        return (cap,)
-    # one tier where the fill changes no configuration's factor (every configuration already
-    # at level 3, say): a configuration's factor is the largest over its GPU types of one
-    # read per type, ZeRO stage, cp > 1 and pp > 1 (objective_factor_of)
-    kw = dict(num_gpus=num_gpus, framework=inst.job.framework.value, precision=inst.job.precision.value,
-              moe=False)
-    if all(objective_factor(inst.search.objective, gpus=(g.cluster.gpu.name,), zero=z, cp=cp, pp=pp,
-                            memory_fill=rows[0][0], **kw)
-           == objective_factor(inst.search.objective, gpus=(g.cluster.gpu.name,), zero=z, cp=cp, pp=pp,
-                               memory_fill=cap, **kw)
-           for g in inst.cluster.groups for z in inst.search.zero for cp in (1, 2) for pp in (1, 2)):
         return (cap,)
     return (rows[0][0], cap)
 

@@ -22,6 +22,10 @@ def test_the_stored_cross_validation_is_the_current_models():
     assert [s.id for s in stored] == [r["id"] for r in rows]
     assert stale_rows(stored, predict_rows(rows)) == []
     assert all(s.out_of_sample_s is not None for s in stored)
+    # and each row's memory fill, which the band reads from here (cost/trust.published_memory_fills),
+    # is the memory model's pricing of the row as it ran, float for float
+    from paraplan.cost.trust import row_memory_fill
+    assert [s.memory_fill for s in stored] == [row_memory_fill(r) for r in rows]
     # a family's rows were predicted by a fit that never saw them: its fold trained on every
     # other row, and where the fold's fitted values differ from those in force, the in-sample
     # and out-of-sample predictions differ for every family of 6 rows or more. (A fold can land
