@@ -39,8 +39,8 @@ value of a plan within F is at least A's, so B wins only with a plan beyond F, a
 returned is valued at its own tier (plan_tier).
 
 Where one tier is all there is (a `mean` objective, a mixture-of-experts model or a DualPipe
-job, whose bands do not count memory; a scale whose fullest row fills all of HBM; a fill that
-changes no configuration's factor) the search runs once, as before.
+job, whose bands do not count memory; a scale whose fullest row fills all of HBM) there is no
+relaxation: the search runs once, as before.
 """
 
 from __future__ import annotations

@@ -601,9 +601,10 @@ def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
            warm_plan: Plan | None = None, progress=None, threads: int = 1,
            resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
     """The optimal plan over the declared space (module docstring) at search.objective, its
-    memory tiers searched apart (solver/memory_tiers.py; one search where there is one tier):
-    each plan's time is scaled by its own factor, so the returned plan is valued at its tier
-    (memory_tiers.plan_tier) and re-simulated there. Arguments as _search_tier's."""
+    memory fill read exactly (solver/memory_tiers.py: the relaxation, which settles it in one
+    search wherever its plan is valued at its own factor, else the memory tiers apart): the
+    returned plan is valued at its own tier (memory_tiers.plan_tier) and re-simulated there.
+    Arguments as _search_tier's."""
     return memory_tiers.search_tiers(
         inst, lambda t, left, ceiling_s: _search_tier(t, backend, left, objective, families, groups, uniform,
                                                       warm_plan, progress, threads, resimulate, winners,
