@@ -34,3 +34,14 @@ def scaled_times(coeffs, factor: float):
     if factor == 1.0:
         return coeffs
     return replace(coeffs, **{name: getattr(coeffs, name) * factor for name in TIME_FIELDS})
+
+
+def capped_memory(coeffs, fill_cap: float, reserve_bytes: float):
+    """`coeffs` with each stage's capacity at most `fill_cap` of its GPU's HBM, which build
+    (cost/coefficients.py) gives as capacity_bytes + reserve_bytes: the inner problem of a
+    memory tier (solver/memory_tiers.py) admits only plans that fill HBM that far."""
+    if fill_cap >= 1.0:
+        return coeffs
+    import numpy as np
+    cap = np.minimum(coeffs.capacity_bytes, fill_cap * (coeffs.capacity_bytes + reserve_bytes))
+    return replace(coeffs, capacity_bytes=cap)

@@ -809,8 +809,21 @@ class SearchSpace:
     # what the planner minimises (cost/objective.py): "mean", the predicted iteration time, or
     # "pNN", its NN-th percentile under the cost model's out-of-sample error (cost/trust.py)
     objective: str = DEFAULT_OBJECTIVE
+    # the largest fraction of each GPU's HBM a plan may fill (its priced peak memory, besides
+    # memory_reserve_bytes' cap). Not an instance key: the planner's memory tiers set it
+    # (solver/memory_tiers.py) to search the plans within the memory fill the published runs of
+    # their scale reach apart from the fuller ones, whose quantile band is wider (cost/trust.py)
+    memory_fill_cap: float = 1.0
+    # the memory fill at which the quantile objective's factor is read (None: memory_fill_cap,
+    # the fullest a plan of the search may be). Not an instance key: the planner's relaxation
+    # (solver/memory_tiers.py) reads every plan at the emptier tier's factor, uncapped
+    factor_memory_fill: float | None = None
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.memory_fill_cap <= 1.0:
+            raise ConfigError(f"search.memory_fill_cap must be in (0, 1], got {self.memory_fill_cap}")
+        if self.factor_memory_fill is not None and not 0.0 < self.factor_memory_fill <= 1.0:
+            raise ConfigError(f"search.factor_memory_fill must be in (0, 1], got {self.factor_memory_fill}")
         try:
             parse_objective(self.objective)
         except ValueError as e:

@@ -21,41 +21,48 @@ percentiles of those log errors, each source family weighing the same (a row wei
 
 Which residuals (`band_pool`). A plan's *distance level* is the count of what it uses that fewer
 than MIN_VALIDATING_ROWS rows exercise in its scale band (its ZeRO stage, cp > 1, pp > 1, FP8, its
-GPU die, its framework and its framework release; `unvalidated`), capped at 3; a row's own level
-is judged as it was predicted, against the other families' rows only. A release is validated
-only by rows of that release (cost/releases.py); no bundled release is run by two source
-families, so every row's release counts as unvalidated and every row sits one level above its
-count without it, as does a plan of a release no row ran (every current release). The band comes
-from the rows *at the plan's level or farther*: a new source at a given distance errs at least
-as the rows as far from the others' runs did, and the nearer rows would understate it (the rows
-of one level come from one or two families whose errors agree with each other and not with a new
-source: each level's own rows held 62% of level 1). And from rows whose die was fitted as the
-plan's is (`die_fitted`: 5+ rows of other families on it, cost/fit.MIN_ROWS_PER_DIE): a row
-predicted on a die's catalogue defaults (the two V100 rows, +16% and +25%) speaks for plans on
-such dies only. Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider
-pool. Bands of the 239 bundled rows (stored cross-validation, fitted dies):
+GPU die, its framework and its framework release; `unvalidated`), and its memory fill where no
+row of its scale band fills HBM as far (MIN_MEMORY_ROWS; each row's fill priced by the memory
+model as the row ran, `row_memory_fill`), capped at 3; a row's own level is judged as it was
+predicted, against the other families' rows only. A release is validated only by rows of that
+release (cost/releases.py); no bundled release is run by two source families, so every row's
+release counts as unvalidated and every row sits one level above its count without it, as does a
+plan of a release no row ran (every current release). The band comes from the rows *at the
+plan's level or farther*: a new source at a given distance errs at least as the rows as far from
+the others' runs did, and the nearer rows would understate it (the rows of one level come from
+one or two families whose errors agree with each other and not with a new source: each level's
+own rows held 62% of level 1). And from rows whose die was fitted as the plan's is
+(`die_fitted`: 5+ rows of other families on it, cost/fit.MIN_ROWS_PER_DIE): a row predicted on a
+die's catalogue defaults (the two V100 rows, +16% and +25%) speaks for plans on such dies only.
+Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider pool. Bands of the
+239 bundled rows (stored cross-validation, fitted dies):
 
     level  rows  band from (rows, families)  band (measured / predicted)  covered
     0         0  237, 7                      0.92 .. 1.06                  (none)
-    1        21  237, 7                      0.92 .. 1.06                  95%
-    2       147  216, 6                      0.92 .. 1.06                  80%
-    3        71   71, 5                      0.90 .. 1.12                  89%
-    all     239                                                            84.1%
+    1        20  237, 7                      0.92 .. 1.06                  95%
+    2       146  217, 7                      0.93 .. 1.06                  78%
+    3        73   73, 5                      0.90 .. 1.12                  89%
+    all     239                                                            82.8%
 
 Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
 so are the levels and fitted dies of the rows it is built from (a left-out family validates
-nothing). Counted per row 84.1%, per family (each family's share averaged) 68.8%, on 256+ GPUs
-78.8%. A plan in unvalidated territory gets the wider band on its slow side: the rows three or
-more features from the others' runs erred so (p90 factor 1.118 against 1.063). Measured the same
-way and not adopted (docs/accuracy.md, "The band by family and by scale"): each level's own
-rows (72.4%, 60.0%, 72.7%), recomputation (none / selective / full) and memory above 90% of HBM
-as distance features, weights by effective rows.
+nothing). Counted per row 82.8%, per family (each family's share averaged) 67.5%, on 256+ GPUs
+75.8% (without the memory fill: 82.4%, 66.5%, 75.8%). A plan in unvalidated territory gets the
+wider band on its slow side: the rows three or more features from the others' runs erred so
+(p90 factor 1.120 against 1.065). Measured the same way and not adopted (docs/accuracy.md, "The
+band by family and by scale"): each level's own rows (72.4%, 60.0%, 72.7%), recomputation
+(none / selective / full) as a distance feature, memory above a fixed 90% of HBM, a memory fill
+that fewer than 3 rows of its scale reach (86.2% per row), weights by effective rows.
 
 Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
-level, the time it stays under in NN% of the out-of-sample residuals. The factor depends only on
-what the configuration uses (ZeRO stage, cp, pp) and the instance, so the planner scales each
-configuration's time coefficients by it and its proof holds for the quantile.
+level, the time it stays under in NN% of the out-of-sample residuals. The factor depends on what
+the configuration uses (ZeRO stage, cp, pp) and the instance, and on the plan's memory fill,
+which the inner problem sets: the planner solves a relaxation (every plan at the factor within
+the fullest row of its scale) and, where its plan fills beyond that row, searches the plans
+within it and those beyond it apart (`memory_fill_caps`, solver/memory_tiers.py), scaling each
+configuration's time coefficients by its factor in that tier, so its proof holds for the
+quantile.
 
 A mixture-of-experts plan takes its interval from the MoE anchors instead (`moe_trust`): no
 dense row exercises experts, all-to-alls or routing imbalance.
@@ -89,6 +96,15 @@ SCALE_BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 255, "65-255"), (256, 1023, 
 RANK_MIN_REL_DIFF = 0.05  # measured times must differ by more than 5% to form a ranking pair
 MIN_GROUP_ROWS = 5  # MoE anchors: fewer on the plan's die than this take every die's
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
+# a memory fill is validated by a published row of its scale band that fills its HBM as far:
+# one row, not MIN_VALIDATING_ROWS, so that the feature marks the fills beyond every run of the
+# scale. Measured (nested coverage, per row / per family / 256+ GPUs): 82.8% / 67.5% / 75.8% with
+# one row, 86.2% / 68.1% / 75.8% with three (per row above the 75-85% target), 82.4% / 66.5% /
+# 75.8% without the feature
+MIN_MEMORY_ROWS = 1
+# fills that equal to this relative tolerance are equal: a plan searched under a memory cap
+# (solver/memory_tiers.py) and priced again lands on the cap up to rounding
+FILL_REL_TOL = 1e-9
 INTERVAL_QUANTILES = (0.10, 0.90)
 # distance levels 0..3 (3 or more unvalidated features; module docstring); a level whose
 # residuals come from fewer than MIN_LEVEL_FAMILIES source families borrows every level's.
@@ -124,6 +140,9 @@ class Features:
     pp: int
     precision: str
     activations: str  # "stored" (no or selective recompute) or "full recompute" (any layer)
+    # the fullest stage's priced peak memory over its GPU's HBM (peak_memory_fraction); None
+    # where it is not priced (a DualPipe plan): such a prediction counts no memory feature
+    memory_fill: float | None = None
 
     @property
     def band(self) -> str:
@@ -134,15 +153,16 @@ def activations(full_recompute: bool) -> str:
     return "full recompute" if full_recompute else "stored"
 
 
-def row_features(row: dict, full_recompute: bool) -> Features:
+def row_features(row: dict, full_recompute: bool, memory_fill: float | None = None) -> Features:
     """`full_recompute`: whether the row's modelled plan recomputes whole layers
-    (RowResult.full_recompute: a row's `recompute: unknown` resolves as its family's default)."""
+    (RowResult.full_recompute: a row's `recompute: unknown` resolves as its family's default);
+    `memory_fill`: its priced fill of HBM (row_memory_fill; None: not counted)."""
     cf, ran = row["config"], row_ran(row)
     return Features(family=source_family(row).name, framework=ran.framework.value,
                     framework_version=ran.framework_version or "", gpu=row["cluster"]["gpu"],
                     num_gpus=row["cluster"]["num_gpus"], zero=cf.get("zero") or 0, cp=cf.get("cp") or 1,
                     pp=cf["pp"], precision=row.get("precision", "bf16"),
-                    activations=activations(full_recompute))
+                    activations=activations(full_recompute), memory_fill=memory_fill)
 
 
 def plan_features(inst: Instance, plan: Plan) -> Features:
@@ -150,7 +170,8 @@ def plan_features(inst: Instance, plan: Plan) -> Features:
                     framework_version=inst.job.release.version, gpu=inst.cluster.gpu.name,
                     num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp, pp=plan.pp,
                     precision=inst.job.precision.value,
-                    activations=activations(any(plan.full_recompute_layers)))
+                    activations=activations(any(plan.full_recompute_layers)),
+                    memory_fill=None if inst.model.moe is not None else peak_memory_fraction(inst, plan))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -337,6 +358,19 @@ def _context_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool
              == (f.framework, f.framework_version))]
 
 
+def _memory_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
+    """f's memory fill: validated by MIN_MEMORY_ROWS rows of its scale band that fill their HBM
+    as far (their priced peak, as f's is priced). A run that stores activations up to the edge
+    of HBM exercises what no emptier run does (the allocator's fragmentation, the runtime's
+    buffers, the memory model's own error at the edge), so a plan fuller than every row of its
+    scale is one feature farther from the measured runs."""
+    if f.memory_fill is None:
+        return []
+    fill = f.memory_fill
+    return [(f"memory={100 * fill:.1f}%", "its memory fill",
+             lambda g: g.memory_fill is not None and g.memory_fill * (1 + FILL_REL_TOL) >= fill)]
+
+
 def _validating(f: Features, has: Callable[[Features], bool], res: Sequence[Residual]) -> int:
     band = f.band  # read once, not per row (the planner's quantile factor and the trust band
     # judge 83 features against the 239 published rows each, a scale band per comparison)
@@ -359,7 +393,8 @@ def unvalidated(f: Features, res: Sequence[Residual], min_rows: int = MIN_VALIDA
     """What `f` uses that fewer than min_rows residuals exercise in f's scale band: its ZeRO
     stage, cp > 1, pp > 1, FP8, GPU die, framework and release (as `_feature_uses` and
     `_context_uses` name them)."""
-    return [used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(f, has, res) < min_rows]
+    return ([used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(f, has, res) < min_rows]
+            + [used for used, _, has in _memory_uses(f) if _validating(f, has, res) < MIN_MEMORY_ROWS])
 
 
 def distance_level(f: Features, res: Sequence[Residual]) -> int:
@@ -513,8 +548,18 @@ def published_residuals() -> tuple[Residual, ...]:
     from paraplan.cost.calibration import load_published
     from paraplan.cost.crossval import load_stored
     rows = {r["id"]: r for r in load_published()}
-    return tuple(Residual(id=s.id, features=row_features(rows[s.id], s.full_recompute), error=s.error)
+    fills = published_memory_fills()
+    return tuple(Residual(id=s.id, features=row_features(rows[s.id], s.full_recompute, fills.get(s.id)),
+                          error=s.error)
                  for s in load_stored() if s.error is not None and s.id in rows)
+
+
+def published_memory_fills() -> dict[str, float]:
+    """id -> peak_memory_fraction of every bundled published row priced as it ran
+    (row_memory_fill), as the stored cross-validation holds it (cost/crossval.StoredRow:
+    tests/validation/test_crossval.py checks it against the pricing)."""
+    from paraplan.cost.crossval import load_stored
+    return {s.id: s.memory_fill for s in load_stored() if s.memory_fill is not None}
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
@@ -548,28 +593,34 @@ def peak_memory_fraction(inst: Instance, plan: Plan) -> float | None:
 @lru_cache(maxsize=len(SCALE_BANDS))
 def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
     """(peak_memory_fraction, id) of every bundled published row in scale band `band`, priced
-    as it ran, fullest first: how full a run's memory the cost model has been checked at."""
-    from paraplan.cost.calibration import load_published, row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
-    cat = load_catalogue()
+    as it ran (published_memory_fills), fullest first: how full a run's memory the cost model
+    has been checked at."""
+    from paraplan.cost.calibration import load_published
+    fills = published_memory_fills()
     out = []
     for row in load_published():
-        if scale_band(row["cluster"]["num_gpus"]) == band:
-            inst, plan = row_to_instance_plan(row, cat)
-            fraction = peak_memory_fraction(inst, plan)
-            if fraction is not None:
-                out.append((fraction, row["id"]))
+        if scale_band(row["cluster"]["num_gpus"]) == band and row["id"] in fills:
+            out.append((fills[row["id"]], row["id"]))
     return tuple(sorted(out, reverse=True))
+
+
+def row_memory_fill(row: dict) -> float | None:
+    """A published row's peak_memory_fraction, priced as it ran (its layer split and
+    recomputation, cost/calibration.row_to_instance_plan): the memory model is not fitted,
+    so the fill is the same in and out of sample."""
+    from paraplan.cost.calibration import row_to_instance_plan
+    from paraplan.cost.loader import load_catalogue
+    inst, plan = row_to_instance_plan(row, load_catalogue())
+    return peak_memory_fraction(inst, plan)
 
 
 def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """One line when fewer than min_rows published rows of the plan's scale band fill their
     memory as far as the plan's fullest stage does. A plan that stores activations up to the
     edge of HBM is priced by the same memory model, but no run checks that it fits or runs at
-    that speed there (allocator fragmentation, the runtime's own buffers); the band does not
-    count it, because the planner's quantile is read before its inner problem chooses the
-    recomputation that sets the memory (docs/accuracy.md, "Planning under the model's
-    uncertainty")."""
+    that speed there (allocator fragmentation, the runtime's own buffers); the band counts it
+    one distance level only beyond the fullest of them (_memory_uses), where the rows give
+    their errors no wider spread (docs/accuracy.md, "Memory fill")."""
     mine = None if inst.model.moe is not None else peak_memory_fraction(inst, plan)
     if mine is None:
         return []
@@ -580,7 +631,7 @@ def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALI
     best = (f"; the fullest {100 * rows[0][0]:.1f}% ({rows[0][1]})" if rows else "")
     return [f"peak memory {100 * mine:.1f}% of HBM on {inst.cluster.num_gpus} GPUs: {len(reach)} published"
             f" row{'' if len(reach) == 1 else 's'} at {scale_band(inst.cluster.num_gpus)} GPUs fill"
-            f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band does not count memory headroom"]
+            f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band widens only past the fullest row"]
 
 
 def with_release(trust: Trust, job, res: Sequence[Residual]) -> Trust:
@@ -727,10 +778,12 @@ def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
 
 @lru_cache(maxsize=4096)
 def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, framework: str,
-                     precision: str, zero: int, cp: int, pp: int, moe: bool) -> float:
+                     precision: str, zero: int, cp: int, pp: int, moe: bool,
+                     memory_fill: float | None = None) -> float:
     """The objective's time / the predicted time of a configuration (module docstring): 1 for
     `mean`; for pNN the largest quantile_factor over the plan's GPU types (a mixed cluster is as
-    far from the measured runs as its least validated type); a mixture-of-experts model takes
+    far from the measured runs as its least validated type), its plans filling at most
+    `memory_fill` of HBM (None: the memory fill not counted); a mixture-of-experts model takes
     the MoE anchors' quantile, the same for every configuration."""
     q = parse_objective(objective)
     if q is None:
@@ -743,7 +796,8 @@ def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, fr
     # pp are read as min(., 2), and the planner's thousands of (cp, pp) share a few entries
     return max(_published_quantile_factor(
         Features(family="", framework=framework, gpu=g, num_gpus=num_gpus, zero=zero, cp=min(cp, 2),
-                 pp=min(pp, 2), precision=precision, activations="stored"), q) for g in gpus)
+                 pp=min(pp, 2), precision=precision, activations="stored", memory_fill=memory_fill), q)
+        for g in gpus)
 
 
 def _published_quantile_factor(f: Features, quantile: float) -> float:
@@ -781,9 +835,11 @@ def objective_factors(inst, configs) -> np.ndarray:
 def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
     group-format instance (ClassOuter or Plan on a Instance; objective_factor):
-    1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp and the deepest
-    class, so the planner scales its time coefficients by it (solver/search.problem_of, the
-    floors read before pricing) and every bound and proof holds for the quantile."""
+    1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp, the deepest
+    class and the memory fill the search admits (search.memory_fill_cap, or the fill its
+    relaxation reads, search.factor_memory_fill: solver/memory_tiers.py), so the planner scales its time
+    coefficients by it (solver/search.problem_of, the floors read before pricing) and every
+    bound and proof holds for the quantile."""
     if inst.search.objective == "mean":
         return 1.0
     groups = inst.cluster.groups
@@ -794,7 +850,59 @@ def objective_factor_of(inst, modes) -> float:
                             framework=inst.job.framework.value, precision=inst.job.precision.value,
                             zero=modes.zero, cp=min(modes.cp, 2),
                             pp=min(max(len(c.stage_groups) for c in modes.classes), 2),
-                            moe=inst.model.moe is not None)
+                            moe=inst.model.moe is not None,
+                            memory_fill=_fill_counted(inst, factor_fill(inst.search)))
+
+
+def factor_fill(search) -> float:
+    """The memory fill a search's objective factor is read at (search.factor_memory_fill,
+    else its cap: every plan of the search fills at most that)."""
+    return search.memory_fill_cap if search.factor_memory_fill is None else search.factor_memory_fill
+
+
+def _fill_counted(inst, fill: float | None) -> float | None:
+    """`fill` where the band counts a plan's memory fill: not for a mixture-of-experts model
+    (its band is the MoE anchors') nor a DualPipe job (peak_memory_fraction does not price its
+    memory)."""
+    from paraplan.cost.specs import PipelineSchedule
+    if inst.model.moe is not None or inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
+        return None
+    return fill
+
+
+def memory_fill_caps(inst) -> tuple[float, ...]:
+    """The memory tiers the planner searches apart (solver/memory_tiers.py), as caps on the
+    fraction of HBM a plan fills: (the fullest published row of the instance's scale band,
+    1.0) where a quantile objective counts the memory fill and that row fills less than all of
+    HBM; (1.0,) otherwise. A plan within the first is validated in memory (_memory_uses), one
+    beyond it is not, and its factor is the next distance level's, or the same where its
+    configuration is at level 3 already: then the planner's relaxation, whose plan is valued at
+    its own factor, ends the search (solver/memory_tiers.py)."""
+    if parse_objective(inst.search.objective) is None or _fill_counted(inst, 1.0) is None:
+        return (1.0,)
+    cap = inst.search.memory_fill_cap
+    num_gpus = sum(g.cluster.num_gpus for g in inst.cluster.groups)
+    rows = published_memory_fractions(scale_band(num_gpus))
+    if not rows or rows[0][0] >= cap:
+        return (cap,)
+    return (rows[0][0], cap)
+
+
+def class_plan_memory_fill(inst, plan) -> float | None:
+    """A group-format plan's fullest stage: its priced peak memory over its GPU's HBM, from the
+    memory terms alone, as peak_memory_fraction prices a flat plan (cost/simulate.simulate
+    prices the same stage memory with the times: a plan's command simulates it once); None
+    where the band does not count it (_fill_counted)."""
+    if _fill_counted(inst, 1.0) is None:
+        return None
+    from paraplan.cost import schedule
+    from paraplan.cost.class_coefficients import class_coefficients
+    coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=0.0,
+                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
+                                partitions=tuple(k.partitions for k in plan.classes))
+    return max(float(np.max(schedule.stage_mem_bytes(c, np.array(k.layers_per_stage, float),
+                                                     np.array(k.full_recompute_layers, float)) / c.capacity_bytes))
+               for c, k in zip(coeffs, plan.classes))
 
 
 def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
@@ -811,10 +919,11 @@ def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
                             inst.job, res)
     pp = max(len(c.stage_groups) for c in plan.classes)
     full = any(any(c.full_recompute_layers) for c in plan.classes)
+    fill = class_plan_memory_fill(inst, plan)
     trusts = [trust_for(Features(family="", framework=inst.job.framework.value, gpu=g,
                                  num_gpus=sum(x.cluster.num_gpus for x in groups), zero=plan.zero, cp=plan.cp,
-                                 pp=pp, precision=inst.job.precision.value, activations=activations(full)),
-                        predicted_s, res) for g in gpus]
+                                 pp=pp, precision=inst.job.precision.value, activations=activations(full),
+                                 memory_fill=fill), predicted_s, res) for g in gpus]
     best = max(trusts, key=lambda t: (t.interval_s is not None, t.interval_s[1] if t.interval_s else 0.0))
     return with_release(best, inst.job, res)
 

@@ -55,7 +55,7 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
-from paraplan.cost.objective import scaled_times
+from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
 from paraplan.solver.bounds.batched import relaxed_s
@@ -147,13 +147,15 @@ class OuterChoices:
         self.meg: dict = {}
         self.problem = None  # the MultiClassProblem of the optimistic coefficients
         self._opt_cache: dict = {}
-        # the quantile objective's factor (search.problem_of): every build here is
-        # scaled by it, so the bounds and the listed candidates are in the objective's seconds;
-        # `problem_of` takes them as they are
+        # the quantile objective's factor and the memory tier's cap (search.problem_of): every
+        # build here is scaled and capped so, so the bounds and the listed candidates are in the
+        # objective's seconds; `problem_of` takes them as they are
         self.factor = objective_factor_of(inst, o)
 
     def _build(self, *args, **kwargs) -> StageCoefficients:
-        return scaled_times(build(*args, **kwargs), self.factor)
+        s = self.inst.search
+        return capped_memory(scaled_times(build(*args, **kwargs), self.factor), s.memory_fill_cap,
+                             s.memory_reserve_bytes)
 
     def _where(self, k: int, g: int) -> list:
         """(instance priced with, site, ring ranks) of choice (k, g) per scenario."""

@@ -37,6 +37,7 @@ from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
 from paraplan.solver.planner import SolveResult
+from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import search
 from paraplan.solver.planner import REL_TOL
 from paraplan.solver.weight_space import extreme_points
@@ -150,10 +151,11 @@ def _weighted(inst: Instance, weights: dict[int, float]) -> Instance:
 def objective_time_s(inst: Instance, plan: Plan, cluster=None) -> float:
     """`plan`'s iteration time as the planner minimises it, on `cluster` (default: the
     instance's): the predicted time times the quantile objective's factor
-    (cost/trust.objective_factor_of; 1 for `mean`). The timeline counts iterations in these
+    (cost/trust.objective_factor_of at the plan's memory tier, solver/memory_tiers.py; 1 for
+    `mean`). The timeline counts iterations in these
     units, so that a scenario optimum's proved bound (in the same units) bounds every choice and
     the weighted solves' minimised times are the times the choice reads."""
-    return simulate(inst, plan, cluster=cluster).iter_time_s * objective_factor_of(inst, plan)
+    return simulate(inst, plan, cluster=cluster).iter_time_s * objective_factor_of(plan_tier(inst, plan), plan)
 
 
 def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,

@@ -19,6 +19,7 @@ rung has tens of millions of rows).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import sys
@@ -34,6 +35,7 @@ from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
+from paraplan.solver import memory_tiers
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
 from paraplan.solver.space import (count_splits, dualpipe_job, declared_outers, micro_batch_vectors,
@@ -318,9 +320,29 @@ def _dualpipe_exhaustive(inst: Instance, outers: list, t0: float, deadline: floa
 
 
 def exhaustive(inst: Instance, objective: str = "nominal",
-                      max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
-                      time_limit_s: float | None = None) -> ExhaustiveResult:
-    """Brute force over the declared space of `inst` (module docstring). With time_limit_s
+               max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
+               time_limit_s: float | None = None) -> ExhaustiveResult:
+    """Brute force over the declared space of `inst` (module docstring), each memory tier
+    apart as the search does (solver/memory_tiers.py): the lower minimised value, the emptier
+    tier's on a tie; the candidates counted once (the last tier's: every plan)."""
+    ts = memory_tiers.tiers(inst)
+    t0 = time.perf_counter()
+    out = []
+    for n, t in enumerate(ts):
+        left = None if time_limit_s is None else max(
+            (time_limit_s - (time.perf_counter() - t0)) / (len(ts) - n), 1e-3)
+        out.append(_exhaustive_tier(t, objective, max_candidates, progress, left))
+    found = [r for r in out if r.plan is not None]
+    best = min(found, key=lambda r: r.quantile_s) if found else out[-1]
+    return dataclasses.replace(best, candidates=out[-1].candidates, feasible=out[-1].feasible,
+                               outer_configs=out[-1].outer_configs, complete=all(r.complete for r in out),
+                               wall_time_s=time.perf_counter() - t0)
+
+
+def _exhaustive_tier(inst: Instance, objective: str = "nominal",
+                     max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
+                     time_limit_s: float | None = None) -> ExhaustiveResult:
+    """Brute force over the declared space of `inst` within its memory tier. With time_limit_s
     (wall clock) it stops when the limit passes (checked per outer configuration and micro-batch
     vector) and returns complete=False: then nothing is proved."""
     t0 = time.perf_counter()

@@ -63,7 +63,7 @@ from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import Breakdown, simulate
-from paraplan.cost.objective import scaled_times
+from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import ClassOuter, Plan, ReplicaClass
 from paraplan.cost.framework_rules import rules_for
@@ -71,7 +71,7 @@ from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
-from paraplan.solver import class_partitions
+from paraplan.solver import class_partitions, memory_tiers
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
@@ -157,15 +157,26 @@ class Winners:
     and layer-plan combination), as (value, key, plan) in (value, key) order: with k = 1 the
     incumbent. The value of a candidate's plan enters the search here only (`offer`), and the
     search prunes against `bar`: the k-th value, or with `within_pct` at most the best value
-    times (1 + within_pct / 100), past which a plan is not listed."""
+    times (1 + within_pct / 100), past which a plan is not listed, or at most `ceiling_s`."""
 
     k: int = 1
     within_pct: float | None = None
     found: list = dataclasses.field(default_factory=list)
+    # the value of a plan in hand outside the search (solver/memory_tiers.py: the relaxation's
+    # plan at its own factor): no plan above it can be the answer, so the bar is at most
+    # (ceiling_s, ANY_KEY): a plan of that value (a tie within REL_TOL) still enters
+    ceiling_s: float = float("inf")
+
+    @property
+    def in_hand(self) -> bool:
+        """Whether a plan is known, found here or held outside (ceiling_s)."""
+        return bool(self.found) or math.isfinite(self.ceiling_s)
 
     def bar(self) -> tuple[float, tuple]:
         """(value, key) a candidate must beat to enter."""
         val, key = NO_BAR if len(self.found) < self.k else self.found[self.k - 1][:2]
+        if self.ceiling_s < val:
+            val, key = self.ceiling_s, ANY_KEY
         if self.within_pct is not None and self.found:
             cap = self.found[0][0] * (1 + self.within_pct / 100)
             if cap < val:
@@ -335,12 +346,14 @@ def dualpipe_problem(inst: Instance, o: ClassOuter) -> DualPipeProblem:
 def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
                prescaled: bool = False) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class], its times scaled by the
-    quantile objective's factor (cost/trust.objective_factor_of) unless `prescaled` (the
-    layer-plan combinations of solver/class_partitions.py are built scaled)."""
+    quantile objective's factor (cost/trust.objective_factor_of) and its memory capped at the
+    search's memory tier (search.memory_fill_cap, solver/memory_tiers.py) unless `prescaled`
+    (the layer-plan combinations of solver/class_partitions.py are built so)."""
     _, agg, weights = scenario_weights(inst, objective)
-    factor = 1.0 if prescaled else objective_factor_of(inst, o)
-    if factor != 1.0:
-        coeffs = [[scaled_times(c, factor) for c in cs] for cs in coeffs]
+    if not prescaled:
+        factor, cap = objective_factor_of(inst, o), inst.search.memory_fill_cap
+        reserve = inst.search.memory_reserve_bytes
+        coeffs = [[capped_memory(scaled_times(c, factor), cap, reserve) for c in cs] for cs in coeffs]
     return MultiClassProblem(coeffs=tuple(tuple(cs) for cs in coeffs),
                              replicas=tuple(c.replicas for c in o.classes),
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
@@ -585,21 +598,44 @@ def _below_cutoff(backend: str) -> MultiClassResult:
 
 
 def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
-                groups: tuple[int, ...] | None = None, uniform: bool = False,
-                warm_plan: Plan | None = None, progress=None, threads: int = 1,
-                resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
-    """The optimal plan over the declared space (module docstring). `threads` > 1 solves that
-    many configurations at once (the planner's best-first order, in batches of configurations
-    that can each still win when the batch starts), which changes the time to the answer but
-    not the answer: every configuration that could win under the tie rule is still solved.
+           objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
+           groups: tuple[int, ...] | None = None, uniform: bool = False,
+           warm_plan: Plan | None = None, progress=None, threads: int = 1,
+           resimulate: bool = True, winners: int = 1, within_pct: float | None = None) -> SolveResult:
+    """The optimal plan over the declared space (module docstring) at search.objective, its
+    memory fill read exactly (solver/memory_tiers.py: the relaxation, which settles it in one
+    search wherever its plan is valued at its own factor, else the memory tiers apart): the
+    returned plan is valued at its own tier (memory_tiers.plan_tier) and re-simulated there.
+    Arguments as _search_tier's."""
+    return memory_tiers.search_tiers(
+        inst, lambda t, left, ceiling_s: _search_tier(t, backend, left, objective, families, groups, uniform,
+                                                      warm_plan, progress, threads, resimulate, winners,
+                                                      within_pct, ceiling_s),
+        time_limit_s, winners, within_pct)
+
+
+def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                 objective: str = "nominal", families: tuple[str, ...] = FAMILIES,
+                 groups: tuple[int, ...] | None = None, uniform: bool = False,
+                 warm_plan: Plan | None = None, progress=None, threads: int = 1,
+                 resimulate: bool = True, winners: int = 1, within_pct: float | None = None,
+                 ceiling_s: float | None = None) -> SolveResult:
+    """The optimal plan over the declared space within `inst`'s memory tier
+    (search.memory_fill_cap; module docstring). `threads` > 1 solves that many configurations
+    at once (the planner's best-first order, in batches of configurations that can each still
+    win when the batch starts), which changes the time to the answer but not the answer: every
+    configuration that could win under the tie rule is still solved.
     `resimulate` False: the caller re-simulates the plan itself (solver/solve.py, with
     the simulator whose breakdown it shows), so that each plan is simulated once; the result
     then has no breakdown or per-scenario times. `winners` K > 1 (`paraplan plan --top K`):
     the same branch and bound keeps the K best plans of distinct candidates (the K-th is the
     bar it prunes against, Winners), in `ranked`; `within_pct` drops those more than that
-    much slower than the best."""
+    much slower than the best. `ceiling_s` (one winner only): the value of a plan held outside
+    the search (Winners.ceiling_s); where none of the space's plans is at or below it, the
+    answer is INFEASIBLE with no plan, its reason saying so."""
     t0 = time.perf_counter()
+    if ceiling_s is not None and winners != 1:
+        raise ValueError(f"a ceiling prunes for one winner only, got winners={winners}")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
@@ -615,7 +651,7 @@ def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
         outers = declared_outers(inst, families, groups, uniform)
         summary = summarize(inst, outers, uniform)
     return _search_over(inst, outers, summary, backend, time_limit_s, objective, families, uniform,
-                        warm_plan, progress, threads, resimulate, winners, within_pct, t0, lazy)
+                        warm_plan, progress, threads, resimulate, winners, within_pct, t0, lazy, ceiling_s)
 
 
 # A partial layout's key is its bound (solver/bounds/layouts.py) lowered by this much: that bound
@@ -800,7 +836,7 @@ def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_liste
 def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
                  objective: str, families: tuple[str, ...], uniform: bool, warm_plan: Plan | None, progress,
                  threads: int, resimulate: bool, winners: int, within_pct: float | None, t0: float,
-                 lazy: _Partials | None) -> SolveResult:
+                 lazy: _Partials | None, ceiling_s: float | None = None) -> SolveResult:
     """search over `outers` (declared_outers), the space's `summary`; with `lazy`, `outers`
     grows as the search lists each partial layout, and `rank` gives each its key's index."""
     idx, agg, weights = scenario_weights(inst, objective)
@@ -808,7 +844,7 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
                        per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
                        bound_s=None, solve_time_s=0.0, backend=backend,
                        outer_configs=summary.outer_configs, plans_total=summary.plans_total)
-    won = Winners(winners, within_pct)
+    won = Winners(winners, within_pct, ceiling_s=float("inf") if ceiling_s is None else ceiling_s)
     # each outer's index in its keys: its place in declared_outers, or with `lazy` a rank in the
     # same order (RANK_STRIDE), appended as the partial layouts are listed
     rank: range | list[int] = range(len(outers)) if lazy is None else []
@@ -1010,7 +1046,7 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
             remaining = time_limit_s - (now - t0)
             # without an incumbent, pricing goes on past the limit (or past the setup, where that
             # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (not won.found and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
+            if remaining <= 0 and not (not won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
                                        and now < first_plan_by):
                 flush()
                 open_bounds.extend(k[0] for k, _, _ in heap)
@@ -1124,7 +1160,12 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
                                                f" went on {FIRST_PLAN_ALLOWANCE_S:g} s past it for one)")
+            if won.in_hand:
+                res.reason = "time limit reached before any plan at or below the plan in hand was found"
             res.bound_s = min(open_bounds) if open_bounds else None
+        elif won.in_hand:
+            res.status = INFEASIBLE  # settled: nothing here is at or below the plan in hand
+            res.reason = f"no plan at or below the plan in hand ({won.ceiling_s:.6g}) in this search"
         else:
             res.status = INFEASIBLE
             res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(inst)

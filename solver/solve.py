@@ -25,6 +25,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
+from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
 from paraplan.solver.planner import (FEASIBLE, INFEASIBLE, Ranked, SolveResult, coefficient_table,
@@ -58,8 +59,9 @@ def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
     if winners is not None:
         ranked = []
         for val, p in res.ranked:  # each re-simulated once; val: at search.objective
-            bd = check_resimulation(inst, p, "nominal", val, res.tolerance_s)[1]
-            ranked.append(Ranked(p, bd.iter_time_s if objective_factor_of(inst, p) != 1.0 else val, bd, val))
+            at = plan_tier(inst, p)  # the memory tier it was valued at (solver/memory_tiers.py)
+            bd = check_resimulation(at, p, "nominal", val, res.tolerance_s)[1]
+            ranked.append(Ranked(p, bd.iter_time_s if objective_factor_of(at, p) != 1.0 else val, bd, val))
         res.ranked = tuple(ranked)
         return res
     res.ranked = ()
@@ -67,7 +69,8 @@ def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
         # re-simulated once, against the minimised value (the plan's time times its
         # configuration's quantile factor); the time reported is the simulator's where the
         # factor divided it
-        res.breakdown = check_resimulation(inst, res.plan, "nominal", res.quantile_s, res.tolerance_s)[1]
+        res.breakdown = check_resimulation(plan_tier(inst, res.plan), res.plan, "nominal", res.quantile_s,
+                                           res.tolerance_s)[1]
         if res.quantile_s != res.objective_s:
             res.objective_s = res.breakdown.iter_time_s
         res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
@@ -88,9 +91,10 @@ def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: in
                  resimulate=False, winners=winners, within_pct=within_pct)
     ranked = []
     for val, p in res.ranked:
-        p = fewest_classes(inst, p, objective)
-        bd = check_resimulation(inst, p, objective, val, res.tolerance_s)[1]
-        ranked.append(Ranked(p, val / objective_factor_of(inst, p), bd, val))
+        at = plan_tier(inst, p)  # the memory tier it was valued at (solver/memory_tiers.py)
+        p = fewest_classes(at, p, objective)
+        bd = check_resimulation(at, p, objective, val, res.tolerance_s)[1]
+        ranked.append(Ranked(p, val / objective_factor_of(at, p), bd, val))
     return dataclasses.replace(res, ranked=tuple(ranked))
 
 

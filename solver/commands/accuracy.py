@@ -69,7 +69,7 @@ def row_intervals(rows, results, oos):
     (cost/calibration.unknown_variants) gets the band from its fastest possibility's lower end
     to its slowest one's upper end."""
     from paraplan.cost.calibration import load_published, source_family
-    from paraplan.cost.trust import published_residuals, row_features, trust_for
+    from paraplan.cost.trust import published_residuals, row_features, row_memory_fill, trust_for
     bundled = {r["id"] for r in load_published()}
     res = published_residuals()
     out = []
@@ -78,7 +78,7 @@ def row_intervals(rows, results, oos):
             out.append((None, None, None))
             continue
         own = source_family(row).name if row["id"] in bundled else None
-        f = row_features(row, bool(r.full_recompute))
+        f = row_features(row, bool(r.full_recompute), row_memory_fill(row))
         spans = []
         for pred in (r.predicted_iter_time_s, oos.get(i)):
             if pred is None:
@@ -249,8 +249,8 @@ def _status(rejected: list[dict]) -> int:
 
 
 def _cv_residuals(rows, results, oos):
-    from paraplan.cost.trust import Residual, row_features
-    return [Residual(id=r.id, features=row_features(row, bool(r.full_recompute)),
+    from paraplan.cost.trust import Residual, row_features, row_memory_fill
+    return [Residual(id=r.id, features=row_features(row, bool(r.full_recompute), row_memory_fill(row)),
                      error=oos[i] / r.measured_iter_time_s - 1)
             for i, (row, r) in enumerate(zip(rows, results)) if oos.get(i) and r.error is not None]
 

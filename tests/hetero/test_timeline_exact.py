@@ -19,6 +19,7 @@ from paraplan.cost.plan_specs import Cluster, Period, Scenario, Switching
 from paraplan.cost.specs import Link
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.dynamic import plan_timeline
+from paraplan.solver import memory_tiers
 from paraplan.solver.exhaustive import _class_rows
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.solver.search import placer, problem_for
@@ -49,7 +50,18 @@ def timeline_instance(seed: int):
 
 
 def every_plan_times(inst) -> np.ndarray:
-    """(plans, scenarios): the time of every plan of the declared space on every scenario."""
+    """(plans, scenarios): the time of every plan of the declared space on every scenario, at
+    the objective's factor of its own memory tier (solver/memory_tiers.py). Each tier's arrays
+    list the plans that fit its memory cap at its factor: a plan within the emptier tier is
+    listed there at its own factor and again in the fuller one at a factor at least as high,
+    a copy slower on every scenario, which never adds iterations to the best choice; a plan
+    beyond it is listed only in the fuller tier, at its own factor. So the union of the tiers'
+    lists has the same most iterations as every plan at its own factor."""
+    return np.array([t for tier in memory_tiers.tiers(inst) for t in _tier_plan_times(tier)])
+
+
+def _tier_plan_times(inst) -> list:
+    """every_plan_times within `inst`'s memory tier (search.memory_fill_cap)."""
     out = []
     placements: dict = {}
     uniform = inst.search.uniform_split
@@ -67,7 +79,7 @@ def every_plan_times(inst) -> np.ndarray:
                                    for k, j in enumerate(combo)], axis=0)
                     sync = np.max([rows[k][4][:, j] for k, j in enumerate(combo)], axis=0)
                     out.append(pipe + sync)
-    return np.array(out)
+    return out
 
 
 def best_iterations(times: np.ndarray, periods, switch_s: float) -> float:

@@ -149,6 +149,202 @@ def test_rows_on_a_die_without_fitted_efficiencies_are_kept_apart():
     assert quantile_factor(v100, 0.9, res) == pytest.approx(math.exp(0.5))
 
 
+def test_a_memory_fill_beyond_every_row_of_its_scale_is_one_level_farther():
+    # A and B: 3 rows each of _f() at 64 GPUs (band 9-64), A's filling 0.80 of HBM, B's 0.90;
+    # every other feature validated for a plain plan (level 0). A plan filling 0.85: B's rows
+    # fill as far (MIN_MEMORY_ROWS = 1) -> level 0; filling 0.95: no row of 9-64 GPUs does ->
+    # "memory=95.0%" unvalidated, level 1. A row on 512 GPUs filling 0.99 validates nothing at
+    # 9-64 GPUs (the fill is judged in the plan's scale band). No fill (a DualPipe plan):
+    # nothing counted, level 0.
+    res = ([Residual(id=f"a{i}", features=_f(family="A", memory_fill=0.80), error=0.0) for i in range(3)]
+           + [Residual(id=f"b{i}", features=_f(family="B", memory_fill=0.90), error=0.0) for i in range(3)]
+           + [Residual(id="c", features=_f(family="C", num_gpus=512, memory_fill=0.99), error=0.0)])
+    assert distance_level(_f(memory_fill=0.85), res) == 0
+    assert band_pool(_f(memory_fill=0.95), res)[2] == ["memory=95.0%"]
+    assert distance_level(_f(memory_fill=0.95), res) == 1
+    assert distance_level(_f(memory_fill=None), res) == 0
+    # judged without B (a left-out family validates nothing): A's 0.80 is the fullest -> 0.85
+    # is beyond it
+    assert band_pool(_f(memory_fill=0.85), res, exclude_family="B")[1] == 1
+
+
+def test_the_memory_tiers_cap_the_fill_at_the_fullest_row_of_the_scale():
+    # the planner's tiers (cost/trust.memory_fill_caps): the fullest bundled row of the
+    # instance's scale band and all of HBM. tiny-gpt runs 8 A100 (band 1-8); its cap is the
+    # largest fill of the published rows there (published_memory_fractions, the same pricing
+    # as every row's memory_fill), below 1
+    from paraplan.cost.trust import memory_fill_caps, published_memory_fractions
+    inst = load_instance(TINY)
+    fullest = max(f for f, _ in published_memory_fractions("1-8"))
+    assert memory_fill_caps(inst) == (fullest, 1.0) and fullest < 1.0
+    # `mean` reads no band: one tier
+    mean = dataclasses.replace(inst, search=dataclasses.replace(inst.search, objective="mean"))
+    assert memory_fill_caps(mean) == (1.0,)
+
+
+def test_a_memory_tier_caps_each_stage_at_its_share_of_hbm():
+    # cost/objective.capped_memory: capacity = min(HBM - reserve, cap x HBM), HBM given as
+    # capacity + reserve. 80 GiB with a 2 GiB reserve: 78 GiB; at cap 0.9, 72 GiB (0.9 x 80);
+    # at cap 0.99, 79.2 GiB > 78: the reserve binds, 78 GiB
+    import numpy as np
+    from paraplan.cost.objective import capped_memory
+    gib = 2.0 ** 30
+
+    @dataclasses.dataclass(frozen=True)
+    class Coeffs:
+        capacity_bytes: np.ndarray
+    c = Coeffs(capacity_bytes=np.array([78 * gib, 78 * gib]))
+    assert list(capped_memory(c, 0.9, 2 * gib).capacity_bytes) == pytest.approx([72 * gib] * 2)
+    assert list(capped_memory(c, 0.99, 2 * gib).capacity_bytes) == pytest.approx([78 * gib] * 2)
+    assert capped_memory(c, 1.0, 2 * gib) is c
+
+
+def _tight_tiny():
+    """tiny-gpt widened to hidden 8192 (64 heads of 128, ffn 4 x hidden) at 4,096 tokens, one
+    configuration: tp 1, pp 2, dp 4, ZeRO-0, micro-batch 4 (2 micro-batches), no selective
+    recompute. Storing every activation does not fit 80 GiB less the 2 GiB reserve; the fastest
+    split that fits fills more of HBM than any published row on 1-8 GPUs, so the memory tier
+    decides its factor (on 8 A100 at pp 2: 1.065 within, 1.120 beyond)."""
+    from paraplan.cost.specs import Recompute
+    base = load_instance(TINY)
+    return dataclasses.replace(
+        base, model=dataclasses.replace(base.model, seq_len=4096, hidden=8192, heads=64, ffn=4 * 8192),
+        search=dataclasses.replace(base.search, tp=(1,), pp=(2,), cp=(1,), zero=(0,), micro_batch=(4,),
+                                   sequence_parallel=(False,), recompute=(Recompute.NONE,), virtual_stages=(1,)))
+
+
+def _every_plan_value(inst) -> list[tuple[float, float, object]]:
+    """(value at its own factor, time, plan) of every plan of a one-configuration instance of
+    tp 1, pp 2, dp 4, ZeRO-0, no selective recompute and 2 micro-batches (_tight_tiny's and
+    _relaxation_misleads' spaces), by brute force, without the planner's tiers: every split
+    (n, L - n) and every count of fully recomputed layers per stage that Megatron runs (the plan
+    records refuse the others) is simulated; a plan that fits is valued at its time x the
+    factor of its own memory fill (_factor: the fill read off its simulated stages, judged
+    against the published rows)."""
+    from paraplan.cost.errors import ConfigError
+    from paraplan.cost.plan_specs import Plan
+    from paraplan.cost.specs import Recompute
+    layers, mb = inst.model.layers, inst.search.micro_batch[0]
+    values = []
+    for n in range(1, layers):
+        for r in ((a, b) for a in range(n + 1) for b in range(layers - n + 1)):
+            try:
+                p = Plan.flat(layers_per_stage=(n, layers - n), full_recompute_layers=r, tp=1, pp=2, dp=4, cp=1,
+                              micro_batch=mb, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
+                              virtual_stages=1, num_micro_batches=2)
+                bd = simulate(inst, p)
+            except ConfigError:
+                continue
+            if bd.fits:
+                values.append((bd.iter_time_s * _factor(inst, p), bd.iter_time_s, p))
+    return values
+
+
+class _Searches:
+    """Counts the searches of the declared space (solver/search._search_tier) one plan takes:
+    the relaxation, and the two memory tiers where it does not end the search."""
+
+    def __init__(self, monkeypatch):
+        from paraplan.solver import search as search_module
+        self.calls: list = []
+        run = search_module._search_tier
+
+        def counted(inst, *args, **kwargs):
+            self.calls.append((inst.search.memory_fill_cap, inst.search.factor_memory_fill))
+            return run(inst, *args, **kwargs)
+        monkeypatch.setattr(search_module, "_search_tier", counted)
+
+
+def test_the_memory_aware_quantile_optimum_is_brute_force_s_over_every_plan(monkeypatch):
+    # The planner's tiered optimum (solver/memory_tiers.py) must be brute force's minimum
+    # (_every_plan_value) on every backend and in exhaustive search.
+    from paraplan.cost.plan_specs import Plan
+    from paraplan.cost.specs import Recompute
+    inst = _tight_tiny()
+    values = _every_plan_value(inst)
+    best_value, best_time, _ = min(values, key=lambda v: v[0])
+    fastest_value, fastest_time, fastest = min(values, key=lambda v: v[1])
+    # the memory term bites: the fastest plan fills beyond the fullest row of 1-8 GPUs, so
+    # its factor is the next level's (at the emptier tier's factor it would be valued lower)
+    within = _factor(inst, Plan.flat(layers_per_stage=(4, 4), full_recompute_layers=(4, 4), tp=1, pp=2, dp=4, cp=1,
+                                     micro_batch=4, sequence_parallel=False, recompute=Recompute.NONE, zero=0,
+                                     virtual_stages=1, num_micro_batches=2))
+    assert fastest_value / fastest_time > within * (1 + 1e-6)
+    searches = _Searches(monkeypatch)
+    for backend in ("dp", "cpsat", "milp"):
+        res = plan(inst, backend=backend)
+        assert res.status == "optimal"
+        assert res.quantile_s == pytest.approx(best_value, rel=1e-6, abs=res.tolerance_s), backend
+        assert res.quantile_s == pytest.approx(simulate(inst, res.plan).iter_time_s * _factor(inst, res.plan), rel=1e-9)
+    # the relaxation's plan (the fastest, valued at the emptier tier's factor) fills beyond
+    # the tier: the two tiers are searched too, three searches per plan
+    assert len(searches.calls) == 9
+    assert exhaustive(inst).quantile_s == pytest.approx(best_value, rel=1e-9)
+
+
+def _relaxation_misleads():
+    """tiny-gpt at 16 layers of hidden 6144 (48 heads of 128, ffn 4 x hidden) at 2,048 tokens,
+    one configuration: tp 1, pp 2, dp 4, ZeRO-0, micro-batch 4 (2 micro-batches), no selective
+    recompute. Each 8-layer stage must recompute some layers to fit 80 GiB less the 2 GiB
+    reserve; 5 per stage is the fastest that fits and fills more of HBM than the fullest
+    published row on 1-8 GPUs, 6 per stage fills less."""
+    from paraplan.cost.specs import Recompute
+    base = load_instance(TINY)
+    return dataclasses.replace(
+        base, model=dataclasses.replace(base.model, layers=16, seq_len=2048, hidden=6144, heads=48, kv_heads=48,
+                                        ffn=4 * 6144),
+        search=dataclasses.replace(base.search, tp=(1,), pp=(2,), cp=(1,), zero=(0,), micro_batch=(4,),
+                                   sequence_parallel=(False,), recompute=(Recompute.NONE,), virtual_stages=(1,)))
+
+
+def test_where_the_relaxation_s_plan_fills_beyond_the_tier_the_tiers_find_a_better_one(monkeypatch):
+    # Brute force (_every_plan_value): 8 plans fit, all split (8, 8). The fastest recomputes 5
+    # layers per stage (3.328 s) and fills beyond the fullest published row of 1-8 GPUs (its
+    # factor is level 2's, 1.120 on 8 A100 at pp 2); 6 per stage (3.436 s, 3.2% slower) fills
+    # within it (level 1, 1.065). 1.032 < 1.120 / 1.065 = 1.052, so the p90 optimum is the
+    # slower plan: 3.436 x 1.065 = 3.658 s against 3.328 x 1.120 = 3.727 s. The relaxation
+    # (every plan at 1.065, no cap) picks the fastest, at 3.328 x 1.065 = 3.543 s, below the
+    # optimum as a relaxation must be; its plan is not valued at its own factor, so the tiers
+    # are searched (three searches) and their answer replaces it.
+    from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
+    from paraplan.solver.memory_tiers import relaxation
+    inst = _relaxation_misleads()
+    values = _every_plan_value(inst)
+    best_value, _, best = min(values, key=lambda v: v[0])
+    fastest_value, fastest_time, fastest = min(values, key=lambda v: v[1])
+    assert (best.full_recompute_layers, fastest.full_recompute_layers) == ((6, 6), (5, 5))
+    assert fastest_value > best_value
+    cap = memory_fill_caps(inst)[0]
+    relaxed = plan(relaxation(inst), backend="dp")
+    assert relaxed.plan.classes[0].full_recompute_layers == (5, 5)
+    assert class_plan_memory_fill(inst, relaxed.plan) > cap
+    assert relaxed.quantile_s == pytest.approx(fastest_time * _factor(inst, best), rel=1e-9)
+    assert relaxed.quantile_s < best_value
+    searches = _Searches(monkeypatch)
+    for backend in ("dp", "cpsat", "milp"):
+        searches.calls.clear()
+        res = plan(inst, backend=backend)
+        assert res.status == "optimal" and len(searches.calls) == 3, backend
+        assert res.plan.classes[0].full_recompute_layers == (6, 6), backend
+        assert res.quantile_s == pytest.approx(best_value, rel=1e-6, abs=res.tolerance_s), backend
+        assert res.bound_s <= res.quantile_s * (1 + 1e-9)
+    assert exhaustive(inst).quantile_s == pytest.approx(best_value, rel=1e-9)
+
+
+def test_where_the_relaxation_s_plan_fills_within_the_tier_one_search_is_the_answer(monkeypatch):
+    # tiny-gpt as bundled at p90 has two memory tiers (test_the_memory_tiers_cap_...); its
+    # optimum fills far less than the fullest published row of 1-8 GPUs, so the relaxation's
+    # plan is valued at its own factor and ends the search: one search per plan, the answer
+    # exhaustive search finds over both tiers apart
+    from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
+    inst = load_instance(TINY)
+    searches = _Searches(monkeypatch)
+    res = plan(inst, backend="dp")
+    assert res.status == "optimal" and len(searches.calls) == 1
+    assert class_plan_memory_fill(inst, res.plan) <= memory_fill_caps(inst)[0]
+    assert res.quantile_s == pytest.approx(exhaustive(inst).quantile_s, rel=1e-6, abs=res.tolerance_s)
+
+
 def test_the_loader_and_the_command_line_take_the_objective(tmp_path, capsys):
     assert load_instance(TINY).search.objective == "p90"  # not stated: the default
     text = TINY.read_text() + "\nsearch:\n  objective: p101\n"
@@ -187,10 +383,13 @@ def test_the_quantile_optimum_is_exhaustive_search_s_and_bounded_by_the_mean_opt
 def _factor(inst, p) -> float:
     """The quantile factor of a homogeneous plan, read off the flat records themselves (the
     planner reads it off the group form: cost/trust.objective_factor_of): its one GPU type on
-    every GPU of the cluster, and the plan's ZeRO stage, cp and pp."""
+    every GPU of the cluster, the plan's ZeRO stage, cp and pp, and its own memory fill (its
+    fullest stage's simulated memory over HBM), which the planner's tiers never read."""
+    fill = max(s.mem_bytes / s.capacity_bytes for s in simulate(inst, p, reserve_bytes=0.0).stages)
     return objective_factor(inst.search.objective, gpus=(inst.cluster.gpu.name,), num_gpus=inst.cluster.num_gpus,
                             framework=inst.job.framework.value, precision=inst.job.precision.value,
-                            zero=p.zero, cp=p.cp, pp=p.pp, moe=inst.model.moe is not None)
+                            zero=p.zero, cp=p.cp, pp=p.pp, moe=inst.model.moe is not None,
+                            memory_fill=None if inst.model.moe is not None else fill)
 
 
 @pytest.mark.slow
@@ -218,3 +417,37 @@ def test_a_mixed_cluster_plan_prints_the_band_its_objective_took(capsys):
     assert lo < out["objective_s"] < hi
     assert main(["plan", str(path), "--quiet"]) == 0
     assert "trust       measured time likely in" in capsys.readouterr().out
+
+
+def test_the_memory_tiers_merge_to_the_lower_value_and_prove_only_when_both_are_settled():
+    # solver/memory_tiers.merged on hand-made results (emptier tier first). Values 10 s (A)
+    # and 9 s (B): B's plan, bound min(10, 9) = 9; optimal since both are. A tie at 10 s keeps
+    # A's. B stopped by the limit with a plan at 11 s and bound 8 s: A's 10 s plan is kept
+    # but the optimum is not proved (feasible), and the bound is the lesser, 8 s.
+    from paraplan.solver.memory_tiers import merged
+    from paraplan.solver.planner import SolveResult
+
+    def res(status, val, bound, name):
+        return SolveResult(status=status, plan=name, objective="nominal", objective_s=val, bound_s=bound,
+                           solve_time_s=1.0, backend="dp", outer_configs=4, plans_total=4, quantile_s=val)
+    m = merged([res("optimal", 10.0, 10.0, "A"), res("optimal", 9.0, 9.0, "B")])
+    assert (m.plan, m.status, m.bound_s, m.solve_time_s) == ("B", "optimal", 9.0, 2.0)
+    assert merged([res("optimal", 10.0, 10.0, "A"), res("optimal", 10.0, 10.0, "B")]).plan == "A"
+    m = merged([res("optimal", 10.0, 10.0, "A"), res("feasible", 11.0, 8.0, "B")])
+    assert (m.plan, m.status, m.bound_s) == ("A", "feasible", 8.0)
+
+
+def test_a_ceiling_keeps_the_search_s_answer_where_it_can_win_and_settles_it_empty_where_not():
+    # search's ceiling_s (the relaxation's plan in hand, solver/memory_tiers.py): the bar is at
+    # most the ceiling, a tie entering. tiny-gpt at `mean` (one memory tier): its optimum is
+    # exhaustive search's; under a ceiling at that value the search returns it, proved; under
+    # a ceiling 1e-6 below it, where no plan of the space can be, it is settled (INFEASIBLE)
+    # with no plan and says so
+    from paraplan.solver.search import _search_tier
+    base = load_instance(TINY)
+    inst = dataclasses.replace(base, search=dataclasses.replace(base.search, objective="mean"))
+    best = exhaustive(inst).quantile_s
+    at = _search_tier(inst, "dp", 60.0, ceiling_s=best)
+    assert at.status == "optimal" and at.quantile_s == pytest.approx(best, rel=1e-9, abs=at.tolerance_s)
+    below = _search_tier(inst, "dp", 60.0, ceiling_s=best * (1 - 1e-6))
+    assert below.status == "infeasible" and below.plan is None and "plan in hand" in below.reason
