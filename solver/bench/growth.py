@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.cost.groups_loader import cluster_instance_from_mapping
+from paraplan.cost.loader import instance_from_mapping
 from paraplan.cost.loader import read_yaml
 from paraplan.solver.search import search
 
@@ -47,7 +47,7 @@ def growth_instance(types: int, nodes: int = NODES_PER_GROUP):
         {"name": name, "site": "dc", "gpu": gpu, "nodes": nodes, "gpus_per_node": 8,
          "intra_node_link": "nvlink", "intra_node_gbytes_per_s": nvlink, "nic_gbit_per_s": nic}
         for name, gpu, nvlink, nic in GPU_TYPES[:types]]}
-    return cluster_instance_from_mapping(data, f"<{data['name']}>")
+    return instance_from_mapping(data, f"<{data['name']}>")
 
 
 def growth_rows(max_types: int = len(GPU_TYPES), time_limit_s: float = 300.0, log=print) -> list[GrowthRow]:

@@ -44,10 +44,12 @@ def result_json(res, inst, regs=None) -> dict:
     iteration time on the nominal network and, with job.train_tokens, its time and cost to
     train there with its trust interval; on node groups the objective's value per scenario, and
     `regs` (solver/dynamic.regrets) under --robust / --expected."""
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.commands import plan_files
     bd = res.breakdown
     t = None if bd is None else bd.iter_time_s
-    trust = None if res.plan is None or bd is None else plan_files.plan_trust(inst, res.plan, t)
+    trust = None if res.plan is None or bd is None else plan_trust(inst, res.plan, t)
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
         # the framework release the time is for (job.framework_version, default the current)
@@ -60,7 +62,7 @@ def result_json(res, inst, regs=None) -> dict:
         "tolerance_s": res.tolerance_s,
         "space": space_json(res, plan_files.not_covered(inst, res.plan)),
         "reason": res.reason or None,
-        "plan": plan_files.plan_mapping(res.plan, inst) if res.plan else None,
+        "plan": plan_to_mapping(res.plan, inst) if res.plan else None,
         "breakdown": breakdown_json(bd) if bd else None,
         "tokens_per_s": None if bd is None else bd.tokens_per_s,
         "trust": trust_json(trust),
@@ -133,13 +135,14 @@ def cmd_plan(args) -> int:
 def _show_plan(inst, res, flat: bool) -> None:
     """`plan`'s text of a SolveResult: the instance, the evidence, the model's warnings, the
     plan, its trust, dtype and cost to train, then its breakdown."""
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.commands import groups
     from paraplan.solver.commands.partitions import describe_partitions
 
     # the time the trust band and the cost to train are read at: a flat plan's predicted time, a
     # cluster's plan's on the nominal network (objective_s is a robust or expected aggregate)
     t = res.iter_time_s if flat or res.breakdown is None else res.breakdown.iter_time_s
-    trust = None if res.plan is None else plan_files.plan_trust(inst, res.plan, t)
+    trust = None if res.plan is None else plan_trust(inst, res.plan, t)
     if flat:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
@@ -167,6 +170,7 @@ def cmd_plan_top(args, read) -> int:
     """`paraplan plan --top K [--within PCT]` on every cluster (`read`: as read_instance read
     it): the K best plans of distinct outer configurations by the one search with K winners
     (solver/solve.py), for the objective asked for, each re-simulated once."""
+    from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.commands import plan_files
     from paraplan.solver.solve import solve
 
@@ -183,7 +187,7 @@ def cmd_plan_top(args, read) -> int:
                     "solve_time_s": res.solve_time_s, "solved": res.solved,
                     "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
                                "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
-                               "plan": plan_files.plan_mapping(r.plan, inst),
+                               "plan": plan_to_mapping(r.plan, inst),
                                "breakdown": breakdown_json(r.breakdown),
                                "train_cost": train_cost_json(tc)}
                               for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
@@ -227,9 +231,9 @@ def _top_instance(args, read):
 def _top_train_cost(inst, ranked):
     """The time and cost to train under one of --top's plans at its simulated iteration time,
     with its trust interval; None without job.train_tokens."""
+    from paraplan.cost.trust import plan_trust
     if inst.job.train_tokens is None:
         return None
-    from paraplan.solver.commands.plan_files import plan_trust
     t = ranked.breakdown.iter_time_s
     return plan_train_cost(inst, t, plan_trust(inst, ranked.plan, t))
 
@@ -267,6 +271,7 @@ def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
 def cmd_exhaustive(args) -> int:
     """Brute force over the declared space: one search on one group and on mixed clusters, a
     one-group file shown as its homogeneous plan."""
+    from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
@@ -283,14 +288,13 @@ def cmd_exhaustive(args) -> int:
     reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
         from paraplan.cost.simulate import simulate
-        from paraplan.solver.commands.plan_files import plan_mapping
         _emit_json({"status": status, "complete": res.complete, "objective": objective,
                     "objective_s": res.objective_s,
                     "iter_time_s": res.objective_s if flat or res.plan is None else simulate(inst, res.plan).iter_time_s,
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
-                    "plan": plan_mapping(res.plan, inst) if res.plan else None})
+                    "plan": plan_to_mapping(res.plan, inst) if res.plan else None})
         return status_code(status)
     print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
           f" {res.wall_time_s:.2f} s")

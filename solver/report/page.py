@@ -563,7 +563,7 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
     (solver/commands/plan_files.py), simulated once."""
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.plan_files import plan_trust
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
     ours = simulate(inst, user_plan)
@@ -703,8 +703,8 @@ def build_class_report(inst, result, regrets=None, user_plan=None, user_plan_lab
                              f" peak, {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
                              f" Megatron-LM logs it, {bd.idle_gpus} idle GPUs"]]
     facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
-    from paraplan.cost.trust import class_plan_trust
-    trust = class_plan_trust(inst, p, bd.iter_time_s)  # as `plan` prints it (commands/groups._trust)
+    from paraplan.cost.trust import plan_trust
+    trust = plan_trust(inst, p, bd.iter_time_s)  # as `plan` prints it (commands/groups._trust)
     facts += train_facts(instance_train_cost(inst, bd.iter_time_s, trust.interval_s))
     body.append(_table(None, facts))
     body.append(_section(1, "evidence", _evidence_section(result, None, inst.search.objective)))
@@ -795,12 +795,12 @@ def cmd_report(args) -> int:
 def _mixed_report(args, read, progress):
     """(instance, result, page) of an instance shown as groups (`read`: as read_instance read it)."""
     from paraplan.solver.dynamic import regrets, scenario_optima
-    from paraplan.cost.groups_loader import load_class_plan
+    from paraplan.cost.loader import load_plan
     from paraplan.solver.commands.groups import load_mixed
     from paraplan.solver.search import search
 
     inst, objective = load_mixed(args, read)
-    user_plan = load_class_plan(args.plan, inst) if args.plan else None  # either format on one group
+    user_plan = load_plan(args.plan, inst) if args.plan else None  # either format on one group
     backend = "milp" if args.backend == "milp" else "cpsat"  # dp: the single-class split only
     res = search(inst, backend, args.time_limit_s, objective=objective, progress=progress)
     if progress:

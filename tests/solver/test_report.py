@@ -412,9 +412,9 @@ def test_report_compares_a_users_plan(tiny_report):
 
 
 def test_mixed_cluster_report():
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver.search import search
-    inst = load_cluster_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
+    inst = load_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
     res = search(inst, "cpsat", 30)
     assert res.status == OPTIMAL
     page = report.build_class_report(inst, res)
