@@ -1046,28 +1046,44 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         if top.has("search"):
             search_sec = top.section("search", SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
-    if model_spec.moe is not None and job_spec.framework is not Framework.MEGATRON:
-        raise InstanceError(" + ".join(sources), "job.framework",
-                            f"{model_spec.name} is a mixture-of-experts model, and paraplan prices"
-                            f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
-                            "set job.framework: megatron")
+    source = " + ".join(sources)
+    _check_moe_framework(source, job_spec, model_spec)
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
-    search = release_search_of(" + ".join(sources), search, job_spec,
+    search = release_search_of(source, search, job_spec,
                                frozenset(search_sec.raw) if search_sec is not None else frozenset())
-    check_mla_job(" + ".join(sources), job_spec, model_spec)
-    check_gpu_features(" + ".join(sources), job_spec, (cluster_spec.gpu,))
-    check_gpu_prices(" + ".join(sources), job_spec, (cluster_spec.gpu,))
-    check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
-    check_job_options(" + ".join(sources), job_spec, model_spec, search)
-    if search_sec is not None:  # listed values the instance's shape can never run
-        refusal = search_refusal(search, model_spec, Cluster.of(cluster_spec), job_spec,
-                                 frozenset(search_sec.raw))
-        if refusal is not None:
-            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
     if name is None:
         name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
-    return Instance(name=name, model=model_spec, cluster=Cluster.of(cluster_spec), job=job_spec,
-                    search=search, source=" + ".join(sources))
+    return _checked(Instance(name=name, model=model_spec, cluster=Cluster.of(cluster_spec), job=job_spec,
+                             search=search, source=source), search_sec)
+
+
+def _check_moe_framework(source: str, job: JobSpec, model: ModelSpec) -> None:
+    """MoE layers are priced as Megatron-core runs them (cost/moe.py): another framework's is
+    refused, not priced as Megatron's."""
+    if model.moe is not None and job.framework is not Framework.MEGATRON:
+        raise InstanceError(source, "job.framework",
+                            f"{model.name} is a mixture-of-experts model, and paraplan prices"
+                            f" MoE layers as Megatron-core runs them, not {job.framework.value}",
+                            "set job.framework: megatron")
+
+
+def _checked(inst: Instance, search_sec: Section | None) -> Instance:
+    """`inst` after the checks every instance reader makes of the whole: latent attention's
+    framework, what the job needs of every GPU type and its options against the model and the
+    space, and the values listed in `search_sec` (None: none) that no plan can run
+    (cost/space_rules.search_refusal), named in that section's file."""
+    source, job, model, search = inst.source, inst.job, inst.model, inst.search
+    check_mla_job(source, job, model)
+    gpus = tuple(g.cluster.gpu for g in inst.cluster.groups)
+    check_gpu_features(source, job, gpus)
+    check_gpu_prices(source, job, gpus)
+    check_moe_overlaps(source, job, model, search)
+    check_job_options(source, job, model, search)
+    if search_sec is not None:
+        refusal = search_refusal(search, model, inst.cluster, job, frozenset(search_sec.raw))
+        if refusal is not None:
+            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
+    return inst
 
 
 def catalogue_with_gpu_types(top: Section) -> dict[str, GpuSpec]:
@@ -1828,36 +1844,27 @@ def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str 
     gpus = catalogue_with_gpu_types(top)
     model = model_from_section(top.section("model", MODEL_KEYS), name)
     job = job_from_section(top.section("job", JOB_KEYS))
-    check_mla_job(path, job, model)
     if groups and job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
         raise InstanceError(path, "job.pipeline_schedule", "DualPipe is planned and priced for"
                             " one GPU type only (cost/dualpipe.py: a device holds two stages, which"
                             " on a mixed cluster could sit on different GPU types)",
                             "remove pipeline_schedule, or plan a homogeneous cluster")
-    given = frozenset(top.raw.get("search") or ())
-    search = (search_from_section(top.section("search", SEARCH_KEYS), None if groups else job.framework)
-              if top.has("search") else SearchSpace())
-    search = release_search_of(path, search, job, given)
+    search_sec = top.section("search", SEARCH_KEYS) if top.has("search") else None
+    search = (SearchSpace() if search_sec is None
+              else search_from_section(search_sec, None if groups else job.framework))
+    search = release_search_of(path, search, job, frozenset(top.raw.get("search") or ()))
     net = (_network(top.section("cluster", _GROUPS_CLUSTER_KEYS), gpus) if groups
            else None)
     nominal = net.cluster() if groups else Cluster.of(
         cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus))
-    gpu_types = tuple(g.cluster.gpu for g in nominal.groups)
-    check_gpu_features(path, job, gpu_types)
-    check_gpu_prices(path, job, gpu_types)
-    check_moe_overlaps(path, job, model, search)
-    check_job_options(path, job, model, search)
-    if groups and given:  # listed values no plan on these groups can use
-        refusal = search_refusal(search, model, nominal, job, given)
-        if refusal is not None:
-            raise InstanceError(path, f"search.{refusal.key}", refusal.problem, refusal.fix)
+    nominal_inst = _checked(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
+                                     source=path), search_sec if groups else None)
     scenarios = _scenarios(top, net, nominal) if top.has("scenarios") else ()
     timeline = _timeline(top, scenarios or [Scenario(name=NOMINAL, cluster=nominal)]) \
         if top.has("timeline") else ()
     switching = _switching(top.section("switching", _SWITCHING_KEYS)) \
         if top.has("switching") else Switching()
-    return Instance(name=name, model=model, cluster=nominal, job=job, search=search,
-                    scenarios=tuple(scenarios), timeline=timeline, switching=switching, source=path)
+    return replace(nominal_inst, scenarios=tuple(scenarios), timeline=timeline, switching=switching)
 
 
 def plan_file_instance(data: Any, path: str | Path) -> Instance | None:
