@@ -22,7 +22,8 @@ def cmd_simulate(args) -> int:
     """`paraplan simulate INSTANCE --plan PLAN.yaml`, a plan file of either format: the plan
     on every network of the instance (a flat instance has one), each simulated once."""
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands import groups as group_commands, plan_files
+    from paraplan.cost.model_notes import model_warnings
+    from paraplan.solver.commands import groups as group_commands
     from paraplan.cost.loader import load_plan
     from paraplan.cost.trust import plan_trust
     from paraplan.solver.commands.plan_text import plan_line, plan_lines
@@ -38,7 +39,7 @@ def cmd_simulate(args) -> int:
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
     bd = bds[0][1]
-    notes = plan_files.model_warnings(inst, plan)
+    notes = model_warnings(inst, plan)
     trust = plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,

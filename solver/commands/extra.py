@@ -13,7 +13,7 @@ from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_L
 
 def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
-    (solver/commands/plan_files.py), each simulated once."""
+    (cost/loader.load_plan), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
     from paraplan.cost.simulate import simulate
     from paraplan.cost.loader import load_plan, plan_to_mapping

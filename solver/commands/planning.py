@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.commands import plan_files
 from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
@@ -16,6 +15,7 @@ from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
 from paraplan.solver.commands.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
+from paraplan.solver.commands.groups import not_covered
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -45,8 +45,8 @@ def result_json(res, inst, regs=None) -> dict:
     train there with its trust interval; on node groups the objective's value per scenario, and
     `regs` (solver/dynamic.regrets) under --robust / --expected."""
     from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.model_notes import model_warnings
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.commands import plan_files
     bd = res.breakdown
     t = None if bd is None else bd.iter_time_s
     trust = None if res.plan is None or bd is None else plan_trust(inst, res.plan, t)
@@ -60,13 +60,13 @@ def result_json(res, inst, regs=None) -> dict:
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
         "bound_s": res.bound_s, "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, plan_files.not_covered(inst, res.plan)),
+        "space": space_json(res, not_covered(inst, res.plan)),
         "reason": res.reason or None,
         "plan": plan_to_mapping(res.plan, inst) if res.plan else None,
         "breakdown": breakdown_json(bd) if bd else None,
         "tokens_per_s": None if bd is None else bd.tokens_per_s,
         "trust": trust_json(trust),
-        "model_warnings": plan_files.model_warnings(inst, res.plan),
+        "model_warnings": model_warnings(inst, res.plan),
         "train_cost": train_cost_json(plan_train_cost(inst, t, trust)),
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
@@ -135,6 +135,7 @@ def cmd_plan(args) -> int:
 def _show_plan(inst, res, flat: bool) -> None:
     """`plan`'s text of a SolveResult: the instance, the evidence, the model's warnings, the
     plan, its trust, dtype and cost to train, then its breakdown."""
+    from paraplan.cost.model_notes import model_warnings
     from paraplan.cost.trust import plan_trust
     from paraplan.solver.commands import groups
     from paraplan.solver.commands.partitions import describe_partitions
@@ -147,8 +148,8 @@ def _show_plan(inst, res, flat: bool) -> None:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
         print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
-                            not_covered=plan_files.not_covered(inst, res.plan)))
-        for line in plan_files.model_warnings(inst, res.plan):
+                            not_covered=not_covered(inst, res.plan)))
+        for line in model_warnings(inst, res.plan):
             print(f"warning     model: {line}")
     else:
         print(groups.describe_cluster(inst))
@@ -171,7 +172,6 @@ def cmd_plan_top(args, read) -> int:
     it): the K best plans of distinct outer configurations by the one search with K winners
     (solver/solve.py), for the objective asked for, each re-simulated once."""
     from paraplan.cost.loader import plan_to_mapping
-    from paraplan.solver.commands import plan_files
     from paraplan.solver.solve import solve
 
     inst, objective, backend = _top_instance(args, read)

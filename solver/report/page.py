@@ -561,7 +561,7 @@ def _evidence_section(result, trust, quantile: str = "mean") -> str:
 
 def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
-    (solver/commands/plan_files.py), simulated once."""
+    (cost/loader.load_plan), simulated once."""
     from paraplan.cost.simulate import simulate
     from paraplan.cost.trust import plan_trust
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
