@@ -1851,7 +1851,7 @@ def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str 
                             "remove pipeline_schedule, or plan a homogeneous cluster")
     search_sec = top.section("search", SEARCH_KEYS) if top.has("search") else None
     search = (SearchSpace() if search_sec is None
-              else search_from_section(search_sec, None if groups else job.framework))
+              else search_from_section(search_sec, job.framework))
     search = release_search_of(path, search, job, frozenset(top.raw.get("search") or ()))
     net = (_network(top.section("cluster", _GROUPS_CLUSTER_KEYS), gpus) if groups
            else None)

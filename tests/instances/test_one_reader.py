@@ -90,3 +90,17 @@ def test_override_search_refuses_by_the_same_table_on_several_groups():
         override_search(load_instance(TWO), {"uniform_split": True})
     assert e.value.field == "search.uniform_split"
     assert override_search(load_instance(FLAT), {"recompute": ["none"]}).search.recompute == (Recompute.NONE,)
+
+
+def test_a_node_group_file_refuses_what_its_framework_cannot_run_as_a_flat_file_does():
+    # DeepSpeed has no context parallelism (cost/framework_rules.py): `cp: [2]` is refused on a
+    # flat file, and now on node groups too, where it was filtered out without a word
+    import yaml
+    from paraplan.cost.loader import instance_from_mapping
+    for path in (FLAT, TWO):
+        data = yaml.safe_load(path.read_text())
+        data["job"]["framework"] = "deepspeed"
+        data["search"] = {"cp": [2]}
+        with pytest.raises(InstanceError) as e:
+            instance_from_mapping(data, path)
+        assert e.value.field == "search.cp" and "deepspeed" in str(e.value)
