@@ -1591,15 +1591,23 @@ def _flat_plan(mapping: Any, inst: Instance, path: str) -> Plan:
             embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
         )
         plan.check_against(inst)
-    if zero_bubble is not None:
-        problem = torch_schedule_problem(TorchSchedule(zero_bubble.value), plan.pp, plan.virtual_stages,
-                                         plan.num_micro_batches)
+    return _plan_runs(sec, inst, plan)
+
+
+def _plan_runs(sec: Section, inst: Instance, plan: Plan) -> Plan:
+    """`plan`, read from `sec`, once what every plan reader refuses is ruled out: a zero-bubble
+    schedule on a shape torch does not run it with (one class only), and what no command may
+    price, ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason), refused as the plan is
+    read, so simulate, memory, compare, report and export all refuse it."""
+    if plan.zero_bubble is not None:
+        c0 = plan.classes[0]
+        problem = ("the space plans a zero-bubble schedule for one replica class" if len(plan.classes) > 1
+                   else torch_schedule_problem(TorchSchedule(plan.zero_bubble.value), len(c0.stage_groups),
+                                               plan.virtual_stages, c0.num_micro_batches))
         if problem:
             raise sec.error("zero_bubble", problem, "leave zero_bubble out, or give the plan a shape"
                             " torch runs the schedule with")
-    # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
-    # refused as the plan is read, so simulate, memory, compare, report and export all refuse it
-    unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
+    unpriced = unpriced_reason(inst.job.framework, plan.zero, max(len(c.stage_groups) for c in plan.classes))
     if unpriced:
         problem, fix = unpriced.split("; ", 1)
         raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
@@ -2373,19 +2381,7 @@ def _class_plan(mapping: Any, inst: Instance, path: str) -> Plan:
             embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
         )
         plan.check_against(inst)
-    if zero_bubble is not None:
-        c0 = plan.classes[0]
-        problem = ("the space plans a zero-bubble schedule for one replica class" if len(plan.classes) > 1
-                   else torch_schedule_problem(TorchSchedule(zero_bubble.value), len(c0.stage_groups), v,
-                                               c0.num_micro_batches))
-        if problem:
-            raise sec.error("zero_bubble", problem, "leave zero_bubble out, or give the plan a shape"
-                            " torch runs the schedule with")
-    unpriced = unpriced_reason(inst.job.framework, zero, max(len(c.stage_groups) for c in plan.classes))
-    if unpriced:  # as _flat_plan: no command prices it
-        problem, fix = unpriced.split("; ", 1)
-        raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
-    return plan
+    return _plan_runs(sec, inst, plan)
 
 
 def _group_tp(sec: Section, names: tuple[str, ...], path: str) -> tuple[tuple[int, int], ...]:
