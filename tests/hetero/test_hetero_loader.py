@@ -1,4 +1,4 @@
-"""cost/groups_loader.py: bundled heterogeneous files load, unit conversions and link rules
+"""cost/loader.py, node-group files: bundled ones load, unit conversions and link rules
 checked by hand, plans round-trip, and each malformed input names its field.
 
 Expected numbers are datasheet figures converted by hand: 400 Gbit/s = 50e9 bytes/s, 200 Gbit/s
