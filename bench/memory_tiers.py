@@ -55,11 +55,9 @@ def searches(path: Path) -> dict:
 
 
 def tiers(path: Path) -> int:
-    from paraplan.cost.groups_loader import load_cluster_instance
-    from paraplan.cost.loader import load_instance, read_yaml
-    from paraplan.cost.groups_loader import is_groups_mapping
+    from paraplan.cost.loader import load_instance
     from paraplan.cost.trust import memory_fill_caps
-    inst = load_cluster_instance(path) if is_groups_mapping(read_yaml(path)) else load_instance(path)
+    inst = load_instance(path)  # either form
     return len(memory_fill_caps(inst))
 
 

@@ -1,4 +1,4 @@
-"""Per-stage coefficients of a heterogeneous plan: one `StageCoefficients` per replica class.
+"""Per-stage coefficients of a plan: one `StageCoefficients` per replica class.
 
 A class's stage s runs on GPUs of group `stage_groups[s]`, so its compute, memory capacity and
 tensor-parallel link are that group's (cost/coefficients.py prices a layer per `Site`). Where

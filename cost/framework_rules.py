@@ -156,6 +156,7 @@ class Refusal:
     key: str
     problem: str
     fix: str
+    rule: str = ""  # the rule that refused it: a name in cost/space_rules.SEARCH_RULES, "" for the framework's
 
 
 def framework_refusal(space: SearchSpace, framework: Framework,
@@ -204,7 +205,7 @@ def unpriced_reason(framework: Framework, zero: int, pp: int) -> str | None:
     against it, Composer has no pipeline, and torchtitan's ZeRO-2 with pp > 1 runs as its
     ZeRO-3 (above). The planner never proposes a refused one (FRAMEWORK_RULES); a plan file
     holding it is refused as it is read (cost/loader.plan_from_mapping,
-    cost/groups_loader.class_plan_from_mapping), so every command that reads a plan refuses it,
+    either form), so every command that reads a plan refuses it,
     and `accuracy` reports such a row as not modelled, rather than mis-price it."""
     runs = FRAMEWORK_RULES[framework].zero_with_pipeline
     if zero >= 2 and pp > 1 and zero not in runs:

@@ -185,6 +185,112 @@ document nested more than MAX_YAML_DEPTH (100) levels, or holding more than MAX_
 ("billion laughs"), while it is parsed; so are cyclic aliases, duplicate keys and integer
 literals over 100 digits. Keys must be printable one-line strings, so every message stays on
 one line.
+
+Node groups, network events and plans of replica classes: the general form of the flat files
+above, which are its one-group, one-class case. The same rules hold. `load_instance` and
+`instance_from_mapping` read an instance in either form (is_groups_mapping: the file's
+`cluster:` lists `groups:` or `links:`, or it declares scenarios, a timeline or switching
+costs); `load_plan` and `plan_from_mapping` a plan in either form (a plan listing `classes:`,
+else the flat one); `plan_to_mapping` writes the flat form where the instance is flat and the
+plan its one class on every GPU, else the classes.
+
+Instance file with node groups (required unless a default is given)::
+
+    name: llama3-70b-32xA100-32xH100
+    model: {...}                     # exactly as in the flat form above
+    job: {...}                       # exactly as in the flat form above
+    gpu_types: {...}                 # optional, as in the flat form above
+    search: {...}                    # optional, the keys of the flat form above's `search:`
+    cluster:
+      groups:                        # one or more node groups, each homogeneous
+        - name: h100                 # unique among the groups
+          site: east                 # default: the group's own name
+          gpu: H100-SXM5-80GB        # then exactly the homogeneous cluster keys: gpu, nodes,
+          nodes: 4                   #   gpus_per_node, intra_node_link, intra_node_gbytes_per_s,
+          gpus_per_node: 8           #   intra_node_latency_us, nic_gbit_per_s,
+          intra_node_gbytes_per_s: 900   # inter_node_latency_us (same units and defaults)
+          nic_gbit_per_s: 400
+      links:                         # optional
+        - between: [east, west]      # two group or site names
+          gbit_per_s: 100            # per GPU, one direction
+          latency_us: 2000           # default: the larger inter_node latency of the two groups
+    scenarios:                       # optional; the declared network as it is is "nominal"
+      - name: inter-site-25pct       # unique, not "nominal"
+        probability: 0.2             # optional, in [0, 1]; all scenarios give one or none does
+        window_h: [18, 24]           # optional, hours of the day in [0, 24], informational
+        changes:                     # non-empty list; syntax under "Changes" below
+          - between: [east, west]
+            scale: 0.25
+    timeline:                        # optional; periods in order
+      - scenario: nominal            # "nominal" or a declared scenario's name
+        duration_h: 8                # hours, > 0
+    switching:                       # optional; defaults as in cost/plan_specs.Switching
+      storage_gbytes_per_s: 10       # aggregate checkpoint-storage bandwidth, GB/s
+      restart_s: 120                 # seconds to stop and relaunch the job
+
+Names in `between` (links and changes): a group's name means that group; otherwise a site's
+name means every group on that site. A site may share its name with a group only when that
+group is the site's only one (the default `site:`), so a name never means two different sets.
+`between: [x, y]` covers every pair of distinct groups (a, b), a in x and b in y; `[east, east]`
+covers the pairs inside site east. A pair covered by no pair at all is an error.
+
+Links between groups (`Cluster.between`, symmetric, per GPU and one direction):
+
+- not given: the slower of the two groups' NICs, and the larger of their inter-node latencies;
+- given between sites: applies to every pair of groups across them;
+- a more specific link overrides a less specific one: one naming two groups overrides one
+  naming a group and a site, which overrides one naming two sites. Two links of the same
+  specificity covering the same pair are an error;
+- the diagonal repeats each group's own NIC link (`cluster.inter_node`).
+
+Probabilities (`--expected`): either no scenario gives `probability:` (every `Scenario.
+probability` is None), or every one does; the nominal scenario then gets 1 minus their sum,
+which must not be negative (a sum above 1 is an error).
+
+Changes (scenarios and events), applied to the nominal cluster in two steps:
+
+1. group changes, in order. `group: NAME` or `site: NAME` (every group on the site), then at
+   least one of: `nic_gbit_per_s: X` (set) or `nic_scale: f` (multiply), and
+   `intra_node_gbytes_per_s: X` (set; bidirectional as vendors quote it, halved as in
+   the flat form above) or `intra_scale: f`. The changed NIC also changes the group's diagonal
+   entry and every *default* link derived from it (they are rebuilt from the changed NICs);
+   links given explicitly under `cluster.links` keep their nominal figures, since they
+   describe a path of their own (an inter-site fibre), not the group's NIC. To throttle such
+   a link too, add a `between` change.
+2. link changes, in order. `between: [x, y]` then at most one of `scale: f` (multiply the
+   current bandwidth) or `gbit_per_s: X` (set it), and/or `latency_us: X` (set); at least
+   one of the three.
+Scales are > 0 (above 1 is an upgrade).
+
+Event file (`paraplan replan --event EVENT.yaml`, `load_event`)::
+
+    event:
+      name: inter-site-degraded      # default: the file's stem
+      changes: [...]                 # as above, applied to the instance's nominal cluster
+      remaining_hours: 200           # exactly one of remaining_hours (> 0) and
+      remaining_iterations: 5000     #   remaining_iterations (integer >= 1)
+
+An event sees only the loaded instance, not its file: a link between two groups that differs
+from the default derived from their NICs counts as explicitly given (kept under a NIC change);
+one given explicitly but equal to that default is rebuilt like a default link.
+
+Plan file of replica classes, at top level or under a `plan:` key::
+
+    tp: 8                            # tensor parallelism, all classes: inside a node or whole nodes
+    micro_batch: 1
+    sequence_parallel: false         # default false
+    recompute: selective             # none | selective | full, default none (full as in
+                                     #   the flat form above: every layer fully recomputed)
+    zero: 1                          # 0 | 1 | 2 | 3, default 0 (where the framework runs it)
+    ep: 1                            # expert parallel degree (MoE models), default 1
+    etp: 1                           # expert tensor parallel degree (MoE models), default: tp
+    family: stage                    # stage | replica | mixed, default stage
+    classes:                         # non-empty list of replica classes
+      - replicas: 2
+        stages: [h100, h100, a100]   # the group name hosting each pipeline stage
+        num_micro_batches: 32        # per replica and iteration
+        layers_per_stage: [30, 30, 20]   # default: cost/loader.default_layer_split
+        full_recompute_layers: [0, 0, 0] # default all 0, or layers_per_stage for full
 """
 
 from __future__ import annotations
@@ -213,12 +319,13 @@ from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.hf_config import model_from_hf_config, read_text_file, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
-from paraplan.cost.space_rules import groups_search_refusal, search_refusal
+from paraplan.cost.space_rules import search_refusal
 from paraplan.cost.specs import (Attention, Cluster, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, JobSpec,
                         Link, Mlp, MlaSpec, ModelSpec, MoeDispatcher, MoeSpec, Optimizer, PipelineSchedule, Precision,
                         OffloadModule, Recompute, RecomputeModule, SearchSpace, ZeroBubble,
                         grad_reduce_refusal)
-from paraplan.cost.plan_specs import Plan
+from paraplan.cost.pipeline_split import megatron_split
+from paraplan.cost.plan_specs import NodeGroup, Period, Plan, ReplicaClass, Scenario, Switching
 
 CATALOGUE_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -751,6 +858,8 @@ def _catalogue(path: str, mtime_ns: int, size: int) -> dict[str, GpuSpec]:
 # --- instances -----------------------------------------------------------------------------
 
 def load_instance(path: str | Path) -> Instance:
+    """The instance file at `path`, read once, in either form: a flat `cluster:` as its one
+    node group (cost/specs.Cluster.of), a `cluster:` with `groups:` as the groups it lists."""
     return load_instance_parts(path, hf_config=None, cluster=None, job=None)
 
 
@@ -866,14 +975,13 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
 
 
 def _no_groups(data: Any, path: str) -> Any:
-    """A heterogeneous cluster (cost/groups_loader.py) here would fail on its first unknown
-    key; say what it is and where it can go instead."""
-    if isinstance(data, dict) and isinstance(data.get("cluster"), dict) and "groups" in data["cluster"]:
+    """Node groups beside part files (or in a cluster part file) would fail on their first
+    unknown key; say what they are and where they can go instead."""
+    if is_groups_mapping(data):
         raise InstanceError(path, "cluster.groups",
-                            "node groups (a heterogeneous cluster) are not supported here",
-                            "pass the heterogeneous instance file alone (no --cluster/--job/"
-                            "--hf-config parts) to plan, exhaustive, verify, simulate, replan or"
-                            " timeline; report, export and sweep take one GPU type")
+                            "node groups (several GPU types or sites) are not supported beside part files",
+                            "pass the instance file of node groups alone (no --cluster/--job/"
+                            "--hf-config parts); a cluster part file takes one GPU type")
     return data
 
 
@@ -897,7 +1005,7 @@ def _check_part_arguments(instance, hf_config, cluster, job, seq_len) -> None:
 
 def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | None,
                         cluster: str | Path | None, job: str | Path | None,
-                        seq_len: int | None = None, data: Any = None) -> Instance:
+                        seq_len: int | None = None) -> Instance:
     """An instance assembled from an instance file and/or separate part files.
 
     - `instance`: an instance YAML (module docstring). Its `model:`, `cluster:` and `job:`
@@ -909,8 +1017,9 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     - `job`: a job YAML with `job:` and optionally `search:`; a `search:` there replaces the
       instance file's, otherwise the instance file's (or the default space) is kept.
     - `seq_len`: replaces the model's sequence length, wherever the model comes from.
-    - `data`: the instance file as a caller already read it (`read_yaml(instance)`), so that a
-      command which looked at the file to choose its route reads it once.
+
+    An instance file of node groups (`cluster:` with `groups:`) is read alone, as the groups it
+    lists; beside part files it is refused, naming what to do instead.
 
     Without `instance`, all three parts are required and the instance is named
     `<model>-<GPUs>x<GPU type>`. Every file is checked in full, sections that a part replaces
@@ -923,7 +1032,10 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     if instance is not None:
         path = str(instance)
         sources.append(path)
-        top = Section(_no_groups(read_yaml(path) if data is None else data, path), path, "", _TOP_KEYS)
+        data = read_yaml(path)
+        if is_groups_mapping(data) and hf_config is cluster is job is seq_len is None:
+            return instance_from_mapping(data, path, prefix="")
+        top = Section(_no_groups(data, path), path, "", _TOP_KEYS)
         name = top.string("name")
         gpus = catalogue_with_gpu_types(top)
         if top.has("search"):
@@ -954,28 +1066,44 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         if top.has("search"):
             search_sec = top.section("search", SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
-    if model_spec.moe is not None and job_spec.framework is not Framework.MEGATRON:
-        raise InstanceError(" + ".join(sources), "job.framework",
-                            f"{model_spec.name} is a mixture-of-experts model, and paraplan prices"
-                            f" MoE layers as Megatron-core runs them, not {job_spec.framework.value}",
-                            "set job.framework: megatron")
+    source = " + ".join(sources)
+    _check_moe_framework(source, job_spec, model_spec)
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
-    search = release_search_of(" + ".join(sources), search, job_spec,
+    search = release_search_of(source, search, job_spec,
                                frozenset(search_sec.raw) if search_sec is not None else frozenset())
-    check_mla_job(" + ".join(sources), job_spec, model_spec)
-    check_gpu_features(" + ".join(sources), job_spec, (cluster_spec.gpu,))
-    check_gpu_prices(" + ".join(sources), job_spec, (cluster_spec.gpu,))
-    check_moe_overlaps(" + ".join(sources), job_spec, model_spec, search)
-    check_job_options(" + ".join(sources), job_spec, model_spec, search)
-    if search_sec is not None:  # listed values the instance's shape can never run
-        refusal = search_refusal(search, model_spec, cluster_spec, job_spec,
-                                 frozenset(search_sec.raw))
-        if refusal is not None:
-            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
     if name is None:
         name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
-    return Instance(name=name, model=model_spec, cluster=Cluster.of(cluster_spec), job=job_spec,
-                    search=search, source=" + ".join(sources))
+    return _checked(Instance(name=name, model=model_spec, cluster=Cluster.of(cluster_spec), job=job_spec,
+                             search=search, source=source), search_sec)
+
+
+def _check_moe_framework(source: str, job: JobSpec, model: ModelSpec) -> None:
+    """MoE layers are priced as Megatron-core runs them (cost/moe.py): another framework's is
+    refused, not priced as Megatron's."""
+    if model.moe is not None and job.framework is not Framework.MEGATRON:
+        raise InstanceError(source, "job.framework",
+                            f"{model.name} is a mixture-of-experts model, and paraplan prices"
+                            f" MoE layers as Megatron-core runs them, not {job.framework.value}",
+                            "set job.framework: megatron")
+
+
+def _checked(inst: Instance, search_sec: Section | None) -> Instance:
+    """`inst` after the checks every instance reader makes of the whole: latent attention's
+    framework, what the job needs of every GPU type and its options against the model and the
+    space, and the values listed in `search_sec` (None: none) that no plan can run
+    (cost/space_rules.search_refusal), named in that section's file."""
+    source, job, model, search = inst.source, inst.job, inst.model, inst.search
+    check_mla_job(source, job, model)
+    gpus = tuple(g.cluster.gpu for g in inst.cluster.groups)
+    check_gpu_features(source, job, gpus)
+    check_gpu_prices(source, job, gpus)
+    check_moe_overlaps(source, job, model, search)
+    check_job_options(source, job, model, search)
+    if search_sec is not None:
+        refusal = search_refusal(search, model, inst.cluster, job, frozenset(search_sec.raw))
+        if refusal is not None:
+            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
+    return inst
 
 
 def catalogue_with_gpu_types(top: Section) -> dict[str, GpuSpec]:
@@ -1413,18 +1541,21 @@ def default_layer_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[
     return tuple(c * virtual_stages for c in counts)
 
 
-def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> Plan:
-    """A Plan for `inst` from a plan mapping (bare, or wrapped as {'plan': {...}})."""
+def plan_from_mapping(mapping: Any, inst: Instance, path: str | Path = "<memory>") -> Plan:
+    """A Plan for `inst` from a plan mapping (bare, or as a plan file writes it: {'plan': {...}},
+    with the instance it was made for under `instance:`, which plan_file_instance reads), in
+    either form: replica classes (`classes:`), or a flat plan, the one class on every GPU of a
+    one-group cluster."""
     path = str(path)
     if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
-        mapping = mapping["plan"]  # a plan file; its instance is read by plan_file_instance
-    if is_group_plan_mapping(mapping):
-        raise InstanceError(path, "plan.classes", "a plan of replica classes (the group format, which"
-                            " `paraplan plan` writes where search asks for classes_per_group or"
-                            " idle_gpus) where a one-class plan is read",
-                            "simulate it with `paraplan simulate INSTANCE --plan PLAN` or compare it with"
-                            " `paraplan compare`; memory, export and report --plan beside a one-class"
-                            " optimum read one-class plans")
+        mapping = mapping["plan"]
+    if len(inst.cluster.groups) > 1 or isinstance(mapping, dict) and "classes" in mapping:
+        return _class_plan(mapping, inst, path)
+    return _flat_plan(mapping, inst.group_alone(0), path)
+
+
+def _flat_plan(mapping: Any, inst: Instance, path: str) -> Plan:
+    """plan_from_mapping of a flat plan (module docstring) on `inst`'s one group."""
     sec = Section(mapping, path, "plan", _PLAN_KEYS)
     tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
     micro_batch = sec.integer("micro_batch")
@@ -1480,15 +1611,23 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str = "<memory>") -> P
             embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
         )
         plan.check_against(inst)
-    if zero_bubble is not None:
-        problem = torch_schedule_problem(TorchSchedule(zero_bubble.value), plan.pp, plan.virtual_stages,
-                                         plan.num_micro_batches)
+    return _plan_runs(sec, inst, plan)
+
+
+def _plan_runs(sec: Section, inst: Instance, plan: Plan) -> Plan:
+    """`plan`, read from `sec`, once what every plan reader refuses is ruled out: a zero-bubble
+    schedule on a shape torch does not run it with (one class only), and what no command may
+    price, ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason), refused as the plan is
+    read, so simulate, memory, compare, report and export all refuse it."""
+    if plan.zero_bubble is not None:
+        c0 = plan.classes[0]
+        problem = ("the space plans a zero-bubble schedule for one replica class" if len(plan.classes) > 1
+                   else torch_schedule_problem(TorchSchedule(plan.zero_bubble.value), len(c0.stage_groups),
+                                               plan.virtual_stages, c0.num_micro_batches))
         if problem:
             raise sec.error("zero_bubble", problem, "leave zero_bubble out, or give the plan a shape"
                             " torch runs the schedule with")
-    # what no command may price: ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason),
-    # refused as the plan is read, so simulate, memory, compare, report and export all refuse it
-    unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
+    unpriced = unpriced_reason(inst.job.framework, plan.zero, max(len(c.stage_groups) for c in plan.classes))
     if unpriced:
         problem, fix = unpriced.split("; ", 1)
         raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
@@ -1548,14 +1687,6 @@ def plan_layer_split(sec: Section, layers: int, pp: int, v: int
     return split, embedding, loss
 
 
-def is_group_plan_mapping(data: Any) -> bool:
-    """A plan mapping (bare or as a plan file) in the group format (cost/groups_loader.py): it
-    lists replica classes."""
-    if isinstance(data, dict) and isinstance(data.get("plan"), dict):
-        data = data["plan"]
-    return isinstance(data, dict) and "classes" in data
-
-
 def plan_partitions(sec: Section, key: str = "partitions") -> tuple[tuple[str, str], ...]:
     """`partitions: {qkv: K, attn_core: heads, ..., stream: B2x2}` (cost/partition.py; the
     stream is optional: absent, Megatron's layout of the plan's sequence_parallel flag);
@@ -1573,11 +1704,17 @@ def plan_partitions(sec: Section, key: str = "partitions") -> tuple[tuple[str, s
 
 
 def load_plan(path: str | Path, inst: Instance) -> Plan:
-    return plan_from_mapping(read_yaml(path), inst, str(path))
+    """The plan file at `path` for `inst`, in either form (plan_from_mapping)."""
+    return plan_from_mapping(read_yaml(path), inst, path)
 
 
-def plan_to_mapping(plan: Plan) -> dict:
-    """Plain YAML-safe mapping that plan_from_mapping / load_plan turn back into `plan`."""
+def plan_to_mapping(plan: Plan, inst: Instance | None = None) -> dict:
+    """Plain YAML-safe mapping that plan_from_mapping / load_plan turn back into `plan` on
+    `inst`: the flat form where `inst` is flat (cost/specs.Instance.flat) and the plan its one
+    class on every GPU (Plan.is_flat_on; without `inst`, a plan of one class), else replica
+    classes on `inst`'s groups."""
+    if inst is not None and not (inst.flat and plan.is_flat_on(inst.cluster)):
+        return _class_plan_mapping(plan, inst)
     out = {
         "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp,
         "micro_batch": plan.micro_batch,
@@ -1647,39 +1784,7 @@ def instance_to_mapping(inst: Instance) -> dict:
     }
     if cl.nvlink_domain_gpus is not None:
         cluster["nvlink_domain_gpus"] = cl.nvlink_domain_gpus
-    job = {"global_batch": inst.job.global_batch, "precision": inst.job.precision.value,
-           "optimizer": inst.job.optimizer.value, "attention": inst.job.attention.value,
-           "framework": inst.job.framework.value}
-    if inst.job.framework_version is not None:
-        job["framework_version"] = inst.job.framework_version
-    if inst.job.tp_comm_overlap:
-        job["tp_comm_overlap"] = True
-    if not inst.job.cudnn_attention:
-        job["cudnn_attention"] = False
-    if inst.job.moe_a2a_overlap:
-        job["moe_a2a_overlap"] = True
-    if inst.job.moe_shared_expert_overlap:
-        job["moe_shared_expert_overlap"] = True
-    if inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
-        job["pipeline_schedule"] = inst.job.pipeline_schedule.value
-    if inst.job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
-        job["moe_dispatcher"] = inst.job.moe_dispatcher.value
-    if inst.job.recompute_early_stop is not None:
-        job["recompute_early_stop"] = inst.job.recompute_early_stop
-    if inst.job.recompute_modules:
-        job["recompute_modules"] = [x.value for x in inst.job.recompute_modules]
-    if inst.job.offload_modules:
-        job["offload_modules"] = [x.value for x in inst.job.offload_modules]
-    if inst.job.activation_fp8_input_store:
-        job["activation_fp8_input_store"] = True
-    if inst.job.attention_output_e5m6:
-        job["attention_output_e5m6"] = True
-    if inst.job.grad_reduce_dtype is not None:
-        job["grad_reduce_dtype"] = inst.job.grad_reduce_dtype.value
-    if inst.job.train_tokens is not None:
-        job["train_tokens"] = inst.job.train_tokens
-    if inst.job.usd_per_gpu_s:
-        job["usd_per_gpu_hour"] = {name: usd * units.HOUR_S for name, usd in inst.job.usd_per_gpu_s}
+    job = _job_to_mapping(inst.job)
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
         out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
@@ -1687,6 +1792,35 @@ def instance_to_mapping(inst: Instance) -> dict:
     if search:
         out["search"] = search
     return out
+
+
+def _job_to_mapping(job: JobSpec) -> dict:
+    """The job section of instance_to_mapping: its five plain keys, then each optional one only
+    where it differs from its default (None: left out), so files stay as they were written."""
+    def flag(on: bool):
+        return True if on else None
+
+    optional = (
+        ("framework_version", job.framework_version),
+        ("tp_comm_overlap", flag(job.tp_comm_overlap)),
+        ("cudnn_attention", None if job.cudnn_attention else False),
+        ("moe_a2a_overlap", flag(job.moe_a2a_overlap)),
+        ("moe_shared_expert_overlap", flag(job.moe_shared_expert_overlap)),
+        ("pipeline_schedule", None if job.pipeline_schedule is PipelineSchedule.ONE_F_ONE_B
+         else job.pipeline_schedule.value),
+        ("moe_dispatcher", None if job.moe_dispatcher is MoeDispatcher.ALLTOALL else job.moe_dispatcher.value),
+        ("recompute_early_stop", job.recompute_early_stop),
+        ("recompute_modules", [x.value for x in job.recompute_modules] or None),
+        ("offload_modules", [x.value for x in job.offload_modules] or None),
+        ("activation_fp8_input_store", flag(job.activation_fp8_input_store)),
+        ("attention_output_e5m6", flag(job.attention_output_e5m6)),
+        ("grad_reduce_dtype", None if job.grad_reduce_dtype is None else job.grad_reduce_dtype.value),
+        ("train_tokens", job.train_tokens),
+        ("usd_per_gpu_hour", {name: usd * units.HOUR_S for name, usd in job.usd_per_gpu_s} or None),
+    )
+    return {"global_batch": job.global_batch, "precision": job.precision.value,
+            "optimizer": job.optimizer.value, "attention": job.attention.value,
+            "framework": job.framework.value, **{k: v for k, v in optional if v is not None}}
 
 
 def _gpu_to_mapping(gpu: GpuSpec) -> dict:
@@ -1728,33 +1862,48 @@ def _search_to_mapping(space: SearchSpace) -> dict:
     return out
 
 
-def instance_from_mapping(data: Any, path: str, prefix: str = PLAN_FILE_INSTANCE_KEY) -> Instance:
-    """An instance written inside another file (a plan file's `instance:`), checked like an
-    instance file; errors name `path` and the field under `prefix`."""
-    top = Section(_no_groups(data, path), path, prefix, _TOP_KEYS)
+def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str = "") -> Instance:
+    """The instance `data` describes (an instance file as read, `prefix` ""; or the instance a
+    plan file carries under `instance:`), in either form: a flat `cluster:` as its one node
+    group, a `cluster:` with `groups:` as the groups it lists, with its scenarios, timeline and
+    switching costs. Checked like an instance file; errors name `path` and the field under
+    `prefix`."""
+    path = str(path)
+    groups = is_groups_mapping(data)
+    top = Section(data, path, prefix, _GROUP_TOP_KEYS if groups else _TOP_KEYS)
     name = top.string("name")
     gpus = catalogue_with_gpu_types(top)
     model = model_from_section(top.section("model", MODEL_KEYS), name)
-    cluster = cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus)
     job = job_from_section(top.section("job", JOB_KEYS))
-    search = (search_from_section(top.section("search", SEARCH_KEYS), job.framework) if top.has("search")
-              else SearchSpace())
+    if groups and job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
+        raise InstanceError(path, "job.pipeline_schedule", "DualPipe is planned and priced for"
+                            " one GPU type only (cost/dualpipe.py: a device holds two stages, which"
+                            " on a mixed cluster could sit on different GPU types)",
+                            "remove pipeline_schedule, or plan a homogeneous cluster")
+    search_sec = top.section("search", SEARCH_KEYS) if top.has("search") else None
+    search = (SearchSpace() if search_sec is None
+              else search_from_section(search_sec, job.framework))
     search = release_search_of(path, search, job, frozenset(top.raw.get("search") or ()))
-    check_mla_job(path, job, model)
-    check_gpu_features(path, job, (cluster.gpu,))
-    check_gpu_prices(path, job, (cluster.gpu,))
-    check_moe_overlaps(path, job, model, search)
-    check_job_options(path, job, model, search)
-    return Instance(name=name, model=model, cluster=Cluster.of(cluster), job=job, search=search, source=path)
+    net = (_network(top.section("cluster", _GROUPS_CLUSTER_KEYS), gpus) if groups
+           else None)
+    nominal = net.cluster() if groups else Cluster.of(
+        cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus))
+    nominal_inst = _checked(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
+                                     source=path), search_sec if groups else None)
+    scenarios = _scenarios(top, net, nominal) if top.has("scenarios") else ()
+    timeline = _timeline(top, scenarios or [Scenario(name=NOMINAL, cluster=nominal)]) \
+        if top.has("timeline") else ()
+    switching = _switching(top.section("switching", _SWITCHING_KEYS)) \
+        if top.has("switching") else Switching()
+    return replace(nominal_inst, scenarios=tuple(scenarios), timeline=timeline, switching=switching)
 
 
-def plan_file_instance(path: str | Path) -> Instance | None:
-    """The instance a plan file carries under `instance:`; None when it carries none (plan
-    files written before paraplan wrote it, or written by hand)."""
-    data = read_yaml(path)
+def plan_file_instance(data: Any, path: str | Path) -> Instance | None:
+    """The instance the plan file `data` (as read from `path`) carries under `instance:`; None
+    when it carries none (plan files written before paraplan wrote it, or written by hand)."""
     if not isinstance(data, dict) or PLAN_FILE_INSTANCE_KEY not in data:
         return None
-    return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], str(path))
+    return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], path, PLAN_FILE_INSTANCE_KEY)
 
 
 def plan_file_mapping(inst: Instance, plan: Plan) -> dict:
@@ -1778,12 +1927,551 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
         space = replace(inst.search, **fields)
     given = frozenset(raw)
     space = release_search_of(source, space, inst.job, given)
-    groups = inst.cluster.groups
-    refusal = (search_refusal(space, inst.model, inst.cluster.one_group, inst.job, given) if len(groups) == 1
-               else groups_search_refusal(space, inst.model, [g.cluster for g in groups], given,
-                                          inst.job.attention is Attention.FLASH))
+    refusal = search_refusal(space, inst.model, inst.cluster, inst.job, given)
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     check_moe_overlaps(source, inst.job, inst.model, space)
     check_job_options(source, inst.job, inst.model, space)  # group files take these options too
     return replace(inst, search=space)
+
+
+# --- node groups, scenarios, events and plans of replica classes ---------------------------
+
+# Hours appear only in timeline and event files; cost/units.py has no hour constant yet.
+_HOUR_S = 3600.0
+NOMINAL = "nominal"  # the name of the scenario that is the cluster as declared
+FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.Plan.family
+
+_GROUP_TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
+             "switching")
+_GROUPS_CLUSTER_KEYS = ("groups", "links")
+_GROUP_KEYS = ("name", "site", *CLUSTER_KEYS)
+_LINK_KEYS = ("between", "gbit_per_s", "latency_us")
+_SCENARIO_KEYS = ("name", "probability", "window_h", "changes")
+_PERIOD_KEYS = ("scenario", "duration_h")
+_SWITCHING_KEYS = ("storage_gbytes_per_s", "restart_s")
+_LINK_CHANGE_KEYS = ("between", "scale", "gbit_per_s", "latency_us")
+_GROUP_CHANGE_KEYS = ("group", "site", "nic_gbit_per_s", "nic_scale", "intra_node_gbytes_per_s",
+                      "intra_scale")
+_EVENT_FILE_KEYS = ("event",)
+_EVENT_KEYS = ("name", "changes", "remaining_hours", "remaining_iterations")
+_CLASS_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
+              "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble", "classes")
+_CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
+               "full_recompute_layers", "partitions")
+_ABSENT = object()  # default of keys that may be left out; an explicit null is still refused
+_MAX_ITEMS = 4096  # groups, links, scenarios, periods, changes, classes
+_PROBABILITY_SLACK = 1e-9  # 0.7 + 0.2 + 0.1 may sum to 1.0000000000000002
+
+
+# --- which loader --------------------------------------------------------------------------
+
+def is_groups_mapping(data: Any) -> bool:
+    """True when `data` (a whole instance file, as read) is written in the form of node groups:
+    its `cluster:` lists `groups:` or `links:`, or it declares what only that form holds
+    (scenarios, a timeline, switching costs), so that a missing `groups:` is named as such."""
+    return isinstance(data, dict) and (
+        isinstance(data.get("cluster"), dict) and bool({"groups", "links"} & data["cluster"].keys())
+        or bool({"scenarios", "timeline", "switching"} & data.keys()))
+
+
+# --- groups, sites and links ---------------------------------------------------------------
+
+class _Network:
+    """The nominal groups and the explicitly given links, from which every scenario's
+    Cluster is built (module docstring, "Changes")."""
+
+    def __init__(self, path: str, groups: list[NodeGroup],
+                 explicit: dict[tuple[int, int], Link]):
+        self.path, self.groups, self.explicit = path, groups, explicit
+        self.by_name = {x.name: i for i, x in enumerate(groups)}
+        self.sites: dict[str, list[int]] = {}
+        for i, x in enumerate(groups):
+            self.sites.setdefault(x.site, []).append(i)
+
+    def resolve(self, sec: Section, key: str, value: Any) -> tuple[set[int], bool]:
+        """The groups a group or site name stands for, and whether it named a group."""
+        field = sec.field(key)
+        if not isinstance(value, str) or not value:
+            raise InstanceError(self.path, field, f"expected a group or site name, got"
+                                f" {describe(value)}", "write the name of a node group or site")
+        if value in self.by_name:
+            return {self.by_name[value]}, True
+        if value in self.sites:
+            return set(self.sites[value]), False
+        known = sorted({*self.by_name, *self.sites})
+        raise InstanceError(self.path, field, f"no group or site named {_shown(value)}",
+                            _did_you_mean(value, known, "groups and sites"))
+
+    def pairs(self, sec: Section) -> tuple[list[tuple[int, int]], int]:
+        """The ordered pairs (a, b), a < b, that `between:` covers, and its specificity (the
+        number of its two names that are group names)."""
+        if not sec.has("between"):
+            raise sec.error("between", "missing required key 'between'",
+                            "add 'between: [x, y]' with two group or site names")
+        raw = sec.raw["between"]
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise sec.error("between", f"expected a list of two names, got {describe(raw)}",
+                            "write [group-or-site, group-or-site], e.g. [east, west]")
+        (xs, gx), (ys, gy) = (self.resolve(sec, f"between[{i}]", v) for i, v in enumerate(raw))
+        pairs = sorted({(min(a, b), max(a, b)) for a in xs for b in ys if a != b})
+        if not pairs:
+            raise sec.error("between", f"{_shown(raw[0])} and {_shown(raw[1])} cover no two"
+                            " distinct groups", "name two different groups, or sites holding"
+                            " different groups")
+        return pairs, gx + gy
+
+    def default_link(self, a: int, b: int, groups: list[NodeGroup]) -> Link:
+        x, y = groups[a].cluster.inter_node, groups[b].cluster.inter_node
+        return Link(bw_bytes_per_s=min(x.bw_bytes_per_s, y.bw_bytes_per_s),
+                    latency_s=max(x.latency_s, y.latency_s))
+
+    def matrix(self, groups: list[NodeGroup]) -> list[list[Link]]:
+        n = len(groups)
+        return [[groups[a].cluster.inter_node if a == b else
+                 self.explicit.get((min(a, b), max(a, b))) or self.default_link(a, b, groups)
+                 for b in range(n)] for a in range(n)]
+
+    def cluster(self, groups: list[NodeGroup] | None = None,
+                between: list[list[Link]] | None = None) -> Cluster:
+        groups = self.groups if groups is None else groups
+        between = self.matrix(groups) if between is None else between
+        with config_errors_as(self.path, "cluster", "correct the cluster description"):
+            return Cluster(groups=tuple(groups),
+                                 between=tuple(tuple(row) for row in between))
+
+
+def _did_you_mean(name: str, known, what: str) -> str:
+    """A fix for an unknown name: the closest known one, else the list of them."""
+    return did_you_mean(name, known) or f"the {what} are: " + ", ".join(sorted(known))
+
+
+def _items(sec: Section, key: str, *, each: str) -> list[tuple[str, Any]]:
+    """(dotted field, raw item) for each entry of the non-empty list under `key`; `each`
+    names one entry for the messages."""
+    if not sec.has(key):
+        raise sec.error(key, f"missing required key '{key}'",
+                        f"add '{key}:' with one '- ...' entry per {each}")
+    value = sec.raw[key]
+    if not isinstance(value, list) or not value:
+        got = "an empty list" if value == [] else describe(value)
+        raise sec.error(key, f"expected a non-empty list, got {got}",
+                        f"write one '- ...' entry per {each}")
+    if len(value) > _MAX_ITEMS:
+        raise sec.error(key, f"has {len(value)} entries", f"list at most {_MAX_ITEMS}")
+    return [(f"{sec.field(key)}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _network(sec: Section, gpus: dict[str, GpuSpec]) -> _Network:
+    path = sec.path
+    groups: list[NodeGroup] = []
+    for field, raw in _items(sec, "groups", each="group"):
+        item = Section(raw, path, field, _GROUP_KEYS)
+        name = item.string("name")
+        if any(x.name == name for x in groups):
+            raise item.error("name", f"a second group named {_shown(name)}",
+                             "give every node group its own name")
+        groups.append(NodeGroup(name=name, site=item.string("site", name),
+                                cluster=cluster_from_section(item, gpus)))
+    by_name = {x.name: x for x in groups}
+    for i, x in enumerate(groups):
+        owner = by_name.get(x.site)
+        if owner is not None and owner is not x:
+            raise InstanceError(path, f"cluster.groups[{i}].site",
+                                f"site {_shown(x.site)} is also the name of group"
+                                f" {_shown(owner.name)}, so `between:` could not tell them"
+                                " apart", "name sites differently from groups (a site may"
+                                " share its name only with its one group)")
+
+    net = _Network(path, groups, {})
+    if sec.has("links"):
+        given: dict[tuple[int, int], tuple[int, str]] = {}  # pair -> (specificity, field)
+        for field, raw in _items(sec, "links", each="link"):
+            item = Section(raw, path, field, _LINK_KEYS)
+            pairs, specificity = net.pairs(item)
+            bw = units.gbit_per_s_to_bytes_per_s(item.number("gbit_per_s"))
+            latency_us = _optional_number(item, "latency_us")
+            for a, b in pairs:
+                before = given.get((a, b))
+                if before is not None and before[0] == specificity:
+                    raise item.error("between", f"sets the link between {_shown(groups[a].name)}"
+                                     f" and {_shown(groups[b].name)}, as {before[1]} already"
+                                     " does", "keep one of the two links")
+                if before is not None and before[0] > specificity:
+                    continue
+                given[(a, b)] = (specificity, field)
+                latency_s = net.default_link(a, b, groups).latency_s if latency_us is None \
+                    else units.us_to_s(latency_us)
+                net.explicit[(a, b)] = Link(bw_bytes_per_s=bw, latency_s=latency_s)
+    return net
+
+
+# --- scenarios, timeline, switching --------------------------------------------------------
+
+def _apply_changes(net: _Network, sec: Section, key: str) -> Cluster:
+    """The nominal cluster with the change list under `sec[key]` applied (module docstring)."""
+    group_changes, link_changes = _sorted_changes(sec, key)
+    groups = list(net.groups)
+    for ch in group_changes:
+        _apply_group_change(net, groups, ch)
+    between = net.matrix(groups)
+    for ch in link_changes:
+        _apply_link_change(net, between, ch)
+    return net.cluster(groups, between)
+
+
+def _sorted_changes(sec: Section, key: str) -> tuple[list[Section], list[Section]]:
+    """The change list under `sec[key]` as (group or site changes, link changes)."""
+    path = sec.path
+    group_changes, link_changes = [], []
+    for field, raw in _items(sec, key, each="change"):
+        if isinstance(raw, dict) and "between" in raw:
+            link_changes.append(Section(raw, path, field, _LINK_CHANGE_KEYS))
+        elif isinstance(raw, dict) and ("group" in raw or "site" in raw):
+            group_changes.append(Section(raw, path, field, _GROUP_CHANGE_KEYS))
+        else:
+            raise InstanceError(path, field, "a change names no `between:`, `group:` or `site:`"
+                                if isinstance(raw, dict) else
+                                f"expected a mapping, got {describe(raw)}",
+                                "write '- between: [x, y]' with scale or gbit_per_s, or"
+                                " '- group: NAME' with nic_gbit_per_s, nic_scale,"
+                                " intra_node_gbytes_per_s or intra_scale")
+    return group_changes, link_changes
+
+
+def _apply_group_change(net: _Network, groups: list, ch: Section) -> None:
+    """One `group:` or `site:` change applied to `groups` in place: its members' NIC and NVLink."""
+    if ch.has("group") and ch.has("site"):
+        raise ch.error("site", "a change names both a group and a site",
+                       "keep one of `group:` and `site:`")
+    target = "group" if ch.has("group") else "site"
+    name = ch.string(target)
+    if target == "group" and name not in net.by_name or \
+            target == "site" and name not in net.sites:
+        known = tuple(net.by_name if target == "group" else net.sites)
+        raise ch.error(target, f"no {target} named {_shown(name)}",
+                       _did_you_mean(name, known, f"{target}s"))
+    members = [net.by_name[name]] if target == "group" else net.sites[name]
+    nic = _set_or_scale(ch, "nic_gbit_per_s", "nic_scale")
+    intra = _set_or_scale(ch, "intra_node_gbytes_per_s", "intra_scale")
+    if nic is None and intra is None:
+        raise ch.error(target, "the change changes nothing",
+                       "add nic_gbit_per_s, nic_scale, intra_node_gbytes_per_s or"
+                       " intra_scale")
+    for g in members:
+        c = groups[g].cluster
+        inter, intra_link = c.inter_node, c.intra_node
+        if nic is not None:
+            bw = units.gbit_per_s_to_bytes_per_s(nic[1]) if nic[0] == "set" \
+                else inter.bw_bytes_per_s * nic[1]
+            _check_scaled(ch, "nic_scale", "nic_gbit_per_s", groups[g].name,
+                          bw / units.gbit_per_s_to_bytes_per_s(1))
+            inter = replace(inter, bw_bytes_per_s=bw)
+        if intra is not None:
+            # Bidirectional figure, halved as cost/loader.py does for the nominal one.
+            bw = units.gbytes_per_s_to_bytes_per_s(intra[1]) / 2 if intra[0] == "set" \
+                else intra_link.bw_bytes_per_s * intra[1]
+            _check_scaled(ch, "intra_scale", "intra_node_gbytes_per_s", groups[g].name,
+                          2 * bw / units.gbytes_per_s_to_bytes_per_s(1))
+            intra_link = replace(intra_link, bw_bytes_per_s=bw)
+        groups[g] = replace(groups[g], cluster=replace(c, inter_node=inter,
+                                                       intra_node=intra_link))
+
+
+def _apply_link_change(net: _Network, between: list, ch: Section) -> None:
+    """One `between:` change applied to the link matrix `between` in place (both directions)."""
+    pairs, _ = net.pairs(ch)
+    bw = _set_or_scale(ch, "gbit_per_s", "scale")
+    latency_us = _optional_number(ch, "latency_us")
+    if bw is None and latency_us is None:
+        raise ch.error("between", "the change changes nothing",
+                       "add `scale: f` (multiply) or `gbit_per_s: X` (set the bandwidth),"
+                       " and/or `latency_us: X`")
+    for a, b in pairs:
+        link = between[a][b]
+        new_bw = link.bw_bytes_per_s if bw is None else \
+            units.gbit_per_s_to_bytes_per_s(bw[1]) if bw[0] == "set" \
+            else link.bw_bytes_per_s * bw[1]
+        _check_scaled(ch, "scale", "gbit_per_s",
+                      f"{net.groups[a].name}-{net.groups[b].name}",
+                      new_bw / units.gbit_per_s_to_bytes_per_s(1))
+        latency_s = link.latency_s if latency_us is None else units.us_to_s(latency_us)
+        between[a][b] = between[b][a] = Link(bw_bytes_per_s=new_bw, latency_s=latency_s)
+
+
+def _check_scaled(sec: Section, key: str, quantity: str, what: str, value: float) -> None:
+    """A bandwidth after a change (scales compound) stays in its quantity's physical range."""
+    if sec.has(key) and out_of_range(quantity, value) is not None:
+        raise sec.error(key, f"scales the {quantity} of {_shown(what)} to {value:.6g}, outside"
+                        f" its {range_text(quantity)}", "give a scale that keeps the bandwidth"
+                        " in its range, or set the figure itself")
+
+
+def _optional_number(sec: Section, key: str) -> float | None:
+    """The number under `key`, or None when the key is absent (a null is refused)."""
+    value = sec.number(key, _ABSENT)
+    return None if value is _ABSENT else value
+
+
+def _set_or_scale(sec: Section, set_key: str, scale_key: str) -> tuple[str, float] | None:
+    """("set", value in the key's unit) or ("scale", factor), or None when neither is given."""
+    if sec.has(set_key) and sec.has(scale_key):
+        raise sec.error(scale_key, f"both {set_key} and {scale_key} are given",
+                        f"keep one: {set_key} sets the figure, {scale_key} multiplies it")
+    if sec.has(set_key):
+        return "set", sec.number(set_key)
+    if sec.has(scale_key):
+        return "scale", sec.number(scale_key)
+    return None
+
+
+def _scenarios(top: Section, net: _Network, nominal: Cluster) -> list[Scenario]:
+    path = top.path
+    out: list[Scenario] = []
+    probabilities: list[tuple[str, float | None]] = []
+    for field, raw in _items(top, "scenarios", each="scenario"):
+        sec = Section(raw, path, field, _SCENARIO_KEYS)
+        name = sec.string("name")
+        if name == NOMINAL:
+            raise sec.error("name", f"'{NOMINAL}' is the declared network itself",
+                            "give the scenario another name; the timeline may refer to"
+                            f" '{NOMINAL}' without declaring it")
+        if any(s.name == name for s in out):
+            raise sec.error("name", f"a second scenario named {_shown(name)}",
+                            "give every scenario its own name")
+        probability = _optional_number(sec, "probability")
+        probabilities.append((field, probability))
+        window = None
+        if sec.has("window_h"):
+            window = sec.list_of("window_h", lambda v, f: _hour_of_day(path, v, f),
+                                 "hours of the day")
+            if len(window) != 2 or window[0] == window[1]:
+                raise sec.error("window_h", f"expected two different hours, got {list(window)}",
+                                "write [start, end], e.g. [18, 24]")
+        out.append(Scenario(name=name, cluster=_apply_changes(net, sec, "changes"),
+                            probability=probability, window_h=window))
+
+    given = [p for _, p in probabilities if p is not None]
+    nominal_probability = None
+    if given:
+        missing = [f for f, p in probabilities if p is None]
+        if missing:
+            raise InstanceError(path, f"{missing[0]}.probability", "some scenarios give a"
+                                " probability and this one does not",
+                                "give every scenario a probability, or none")
+        total = sum(given)
+        if total > 1 + _PROBABILITY_SLACK:
+            raise InstanceError(path, "scenarios", f"the probabilities sum to {total:g}, above 1",
+                                "lower them; the nominal network gets 1 minus their sum")
+        nominal_probability = max(0.0, 1.0 - total)
+    return [Scenario(name=NOMINAL, cluster=nominal, probability=nominal_probability), *out]
+
+
+def _hour_of_day(path: str, value: Any, field: str) -> float:
+    return check_number(value, path, field, "window_h")
+
+
+def _timeline(top: Section, scenarios: list[Scenario]) -> tuple[Period, ...]:
+    names = [s.name for s in scenarios]
+    periods = []
+    for field, raw in _items(top, "timeline", each="period"):
+        sec = Section(raw, top.path, field, _PERIOD_KEYS)
+        name = sec.string("scenario")
+        if name not in names:
+            raise sec.error("scenario", f"no scenario named {_shown(name)}",
+                            _did_you_mean(name, names, "scenarios"))
+        duration_s = sec.number("duration_h") * _HOUR_S
+        periods.append(Period(scenario=names.index(name), duration_s=duration_s))
+    return tuple(periods)
+
+
+def _switching(sec: Section) -> Switching:
+    defaults = Switching()
+    bw = _optional_number(sec, "storage_gbytes_per_s")
+    restart_s = sec.number("restart_s", defaults.restart_s)
+    with config_errors_as(sec.path, sec.prefix, "correct the switching costs"):
+        return Switching(storage_bw_bytes_per_s=defaults.storage_bw_bytes_per_s if bw is None
+                         else units.gbytes_per_s_to_bytes_per_s(bw),
+                         restart_s=restart_s)
+
+
+# --- events --------------------------------------------------------------------------------
+
+def load_event(path: str | Path,
+               inst: Instance) -> tuple[Scenario, float | None, int | None]:
+    """The network event in `path` (module docstring) applied to `inst`'s nominal cluster:
+    (the scenario it makes, remaining seconds or None, remaining iterations or None); exactly
+    one of the two is given."""
+    return event_from_mapping(read_yaml(path), inst, path)
+
+
+def event_from_mapping(data: Any, inst: Instance,
+                       path: str | Path = "<memory>") -> tuple[Scenario, float | None, int | None]:
+    path = str(path)
+    sec = Section(data, path, "", _EVENT_FILE_KEYS).section("event", _EVENT_KEYS)
+    name = sec.string("name", Path(path).stem)
+    has_hours, has_iterations = sec.has("remaining_hours"), sec.has("remaining_iterations")
+    if has_hours == has_iterations:
+        raise sec.error("remaining_hours", "both remaining_hours and remaining_iterations are"
+                        " given" if has_hours else "neither remaining_hours nor"
+                        " remaining_iterations is given",
+                        "give exactly one: how long the changed network lasts")
+    remaining_s = sec.number("remaining_hours") * _HOUR_S if has_hours else None
+    remaining_iterations = sec.integer("remaining_iterations") if has_iterations else None
+    net = _network_of(inst, path)
+    return (Scenario(name=name, cluster=_apply_changes(net, sec, "changes")), remaining_s,
+            remaining_iterations)
+
+
+def _network_of(inst: Instance, path: str) -> _Network:
+    """The instance's nominal cluster as a _Network: every link that differs from the default
+    derived from the groups' NICs counts as explicitly given."""
+    groups = list(inst.cluster.groups)
+    net = _Network(path, groups, {})
+    n = len(groups)
+    for a in range(n):
+        for b in range(a + 1, n):
+            link = inst.cluster.between[a][b]
+            if link != net.default_link(a, b, groups):
+                net.explicit[(a, b)] = link
+    return net
+
+
+# --- plans ---------------------------------------------------------------------------------
+
+def _class_plan(mapping: Any, inst: Instance, path: str) -> Plan:
+    """plan_from_mapping of a plan of replica classes (module docstring)."""
+    sec = Section(mapping, path, "plan", _CLASS_PLAN_KEYS)
+    names = tuple(x.name for x in inst.cluster.groups)
+    micro_batch = sec.integer("micro_batch")
+    by_group = _group_tp(sec, names, path)  # tp: {GROUP: N, ...}, a tp per group
+    tp = 0 if by_group else sec.integer("tp")
+    zero, cp, v = sec.integer("zero", 0), sec.integer("cp", 1), sec.integer("virtual_stages", 1)
+    recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
+                           Recompute.NONE.value)
+    embedding = sec.boolean("embedding_in_split", False)
+    loss = sec.boolean("loss_in_split", False)
+    zero_bubble = plan_zero_bubble(sec, inst)
+    classes = []
+    for field, raw in _items(sec, "classes", each="class"):
+        c = Section(raw, path, field, _CLASS_KEYS)
+        if not c.has("stages"):
+            raise c.error("stages", "missing required key 'stages'",
+                          "add 'stages: [GROUP, ...]', the group hosting each pipeline stage")
+        stages = c.list_of("stages", lambda v, f: _group_index(path, names, v, f),
+                           "group names")
+        pp = len(stages)
+        layers = c.int_list("layers_per_stage", pp)
+        if layers is None:
+            if inst.model.layers < pp:
+                raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
+                              " layers", "use fewer pipeline stages")
+            if embedding or loss:  # Megatron-core's split with the slots (R4)
+                with config_errors_as(path, field, "give layers_per_stage"):
+                    layers = megatron_split(inst.model.layers, pp, v, embedding=embedding, loss=loss)
+            elif inst.model.layers % v or inst.model.layers < v * pp:
+                raise c.error("stages", f"{pp} stages of {v} chunks do not split the model's"
+                              f" {inst.model.layers} layers", "give layers_per_stage")
+            else:
+                layers = default_layer_split(inst.model.layers, pp, v)
+        full = c.int_list("full_recompute_layers", pp)
+        if full is None:
+            full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
+        parts = _class_partitions(c, names, stages, path)
+        with config_errors_as(path, field, "correct the replica class"):
+            classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
+                                        num_micro_batches=c.integer("num_micro_batches"),
+                                        layers_per_stage=layers, full_recompute_layers=full,
+                                        partitions=parts))
+
+    m = inst.model
+    agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
+             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
+    if by_group:  # `tp` is the first stage's group's (ClassOuter.group_tp)
+        first = classes[0].stage_groups[0] if classes else 0
+        if first not in dict(by_group):
+            raise sec.error("tp", f"names no tp for group {names[first]!r}, which hosts the first"
+                            " stage", "give every group the plan uses its tp")
+        tp = dict(by_group)[first]
+    with config_errors_as(path, "plan", agree):
+        plan = Plan(
+            tp=tp, group_tp=by_group, micro_batch=micro_batch, cp=cp, virtual_stages=v,
+            sequence_parallel=sec.boolean("sequence_parallel", False),
+            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
+            zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
+            classes=tuple(classes),
+            family=sec.choice("family", FAMILIES, FAMILIES[0]),
+            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
+        )
+        plan.check_against(inst)
+    return _plan_runs(sec, inst, plan)
+
+
+def _group_tp(sec: Section, names: tuple[str, ...], path: str) -> tuple[tuple[int, int], ...]:
+    """`tp: {GROUP: N, ...}` as ((group, tp), ...) by ascending group; () for `tp: N`."""
+    if not isinstance(sec.raw.get("tp"), dict):
+        return ()
+    sub = sec.section("tp", names)
+    out = tuple(sorted((names.index(n), check_int(sub.raw[n], path, sub.field(n), "tp"))
+                       for n in names if sub.has(n)))
+    if len(out) < 2:
+        raise sec.error("tp", "a tp per group names each group the plan uses",
+                        f"give each of {', '.join(names)} that the plan uses its tp, or write one"
+                        " number, e.g. tp: 4")
+    if len({t for _, t in out}) == 1:
+        raise sec.error("tp", "a tp per group needs at least two different degrees",
+                        "write one number, e.g. tp: 4, when every group runs the same")
+    return out
+
+
+def _class_partitions(c: Section, names: tuple[str, ...], stages: tuple[int, ...], path: str):
+    """`partitions: {GROUP: {qkv: K, attn_core: heads, ...}}`: the layer plan of the class's
+    stages on each group named (cost/loader's plan `partitions:`; absent: Megatron 1-D)."""
+    if not c.has("partitions"):
+        return ()
+    used = tuple(dict.fromkeys(names[g] for g in stages))
+    sub = c.section("partitions", used)
+    out = []
+    for name in used:
+        if sub.has(name):
+            parts = plan_partitions(sub, name)
+            out.append((names.index(name), parts))
+    return tuple(sorted(out))
+
+
+def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> int:
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    shown = _shown(value) if isinstance(value, str) else describe(value)
+    raise InstanceError(path, field, f"no group named {shown}",
+                        _did_you_mean(value if isinstance(value, str) else "", names, "groups"))
+
+
+def _class_plan_mapping(plan: Plan, inst: Instance) -> dict:
+    """plan_to_mapping of a plan in the form of replica classes."""
+    names = [x.name for x in inst.cluster.groups]
+    all_full = plan.recompute is Recompute.NONE and all(
+        c.full_recompute_layers == c.layers_per_stage for c in plan.classes)
+    classes = []
+    for c in plan.classes:
+        item = {"replicas": c.replicas, "stages": [names[g] for g in c.stage_groups],
+                "num_micro_batches": c.num_micro_batches,
+                "layers_per_stage": list(c.layers_per_stage)}
+        if not all_full:
+            item["full_recompute_layers"] = list(c.full_recompute_layers)
+        if c.partitions:
+            item["partitions"] = {names[g]: dict(parts) for g, parts in c.partitions}
+        classes.append(item)
+    # written only where used: plans without cp or interleaving read as before
+    cp = {"cp": plan.cp} if plan.cp > 1 else {}
+    v = {"virtual_stages": plan.virtual_stages} if plan.virtual_stages > 1 else {}
+    ep = {"ep": plan.ep} if plan.ep > 1 else {}
+    etp = {"etp": plan.etp} if plan.etp is not None else {}
+    slots = {k: True for k in ("embedding_in_split", "loss_in_split") if getattr(plan, k)}
+    zb = {"zero_bubble": plan.zero_bubble.value} if plan.zero_bubble is not None else {}
+    tp = {names[g]: t for g, t in plan.group_tp} if plan.group_tp else plan.tp
+    return {"tp": tp, **cp, **v, **slots, **zb, **ep, **etp, "micro_batch": plan.micro_batch,
+            "sequence_parallel": plan.sequence_parallel,
+            # Only with NONE does `full` read back as the same plan (full maps to NONE).
+            "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value,
+            "zero": plan.zero, "family": plan.family, "classes": classes}

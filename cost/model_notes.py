@@ -19,9 +19,12 @@ from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Recom
 
 
 def model_warnings(inst: Instance, plan: Plan | None = None) -> list[str]:
-    """Lines for `inst`'s model, and for `plan` when given (None: every plan of the space, and
-    a mixed-cluster plan, whose classes differ): the model's own `unmodelled` lines, then one
-    line per rule of NOTES that applies."""
+    """Lines for `inst`'s model, and for `plan` where it is one class on every GPU of a flat
+    instance (None, or a plan of several classes or groups, which differ class by class: every
+    plan of the space): the model's own `unmodelled` lines, then one line per rule of NOTES
+    that applies."""
+    if plan is not None and not (inst.flat and plan.is_flat_on(inst.cluster)):
+        plan = None
     return list(inst.model.unmodelled) + [line for rule in NOTES
                                           if (line := rule(inst.model, inst, plan)) is not None]
 

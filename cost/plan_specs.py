@@ -1,9 +1,9 @@
 """Frozen records for clusters of node groups, changing networks, and the one plan record.
 
-A heterogeneous cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
+A cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
-scenario's changes once (cost/groups_loader.py), so nothing downstream edits links.
+scenario's changes once (cost/loader.py), so nothing downstream edits links.
 
 A plan (`Plan`; the declared space is in solver/space.py) is the modes every replica shares and
 its replica classes; a flat plan file's plan is the one-class case (`Plan.flat`), dp replicas of
@@ -56,7 +56,7 @@ class ClassShape:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Modes:
-    """What every replica class of a heterogeneous plan shares."""
+    """What every replica class of a plan shares."""
 
     tp: int
     micro_batch: int

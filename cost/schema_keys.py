@@ -404,12 +404,12 @@ PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `pl
                           "none (1F1B)", ZeroBubble),
                   ))
 
-# --- node groups, scenarios, events (cost/groups_loader.py) ---------------------------------
+# --- node groups, scenarios, events (cost/loader.py) ---------------------------------------
 
 GROUPS_TOP = SectionDoc("", "Group-format instance file, top level", "A file is in the group"
                         " format when its `cluster:` holds `groups:`; `model`, `job`,"
                         " `gpu_types` and `search` are as above.",
-                        "cost.groups_loader:_TOP_KEYS", (
+                        "cost.loader:_GROUP_TOP_KEYS", (
                             Key("name", "string", "the instance's name"),
                             Key("model", "mapping", "as in the one-type file"),
                             Key("cluster", "mapping", "node groups and the links between them"),
@@ -424,7 +424,7 @@ GROUPS_TOP = SectionDoc("", "Group-format instance file, top level", "A file is 
                         ))
 
 GROUPS_CLUSTER = SectionDoc("cluster", "`cluster:` (group format)", "",
-                            "cost.groups_loader:_HETERO_CLUSTER_KEYS", (
+                            "cost.loader:_GROUPS_CLUSTER_KEYS", (
                                 Key("groups", "list", "one or more node groups, each homogeneous"),
                                 Key("links", "list", "links between groups or sites; a pair no"
                                     " link names gets the slower NIC and the larger latency of"
@@ -433,21 +433,21 @@ GROUPS_CLUSTER = SectionDoc("cluster", "`cluster:` (group format)", "",
 
 GROUP = SectionDoc("cluster.groups[]", "`cluster.groups[]`", "Each group also takes every key of"
                    " a one-type `cluster:`, with the same units and defaults.",
-                   "cost.groups_loader:_GROUP_KEYS", (
+                   "cost.loader:_GROUP_KEYS", (
                        Key("name", "string", "unique among the groups"),
                        Key("site", "string", "the site the group is at; links may name it",
                            "the group's own name"),
                    ), includes=CLUSTER)
 
 LINK = SectionDoc("cluster.links[]", "`cluster.links[]`", "Per GPU, one direction.",
-                  "cost.groups_loader:_LINK_KEYS", (
+                  "cost.loader:_LINK_KEYS", (
                       Key("between", "two names", "two group or site names"),
                       Key("gbit_per_s", "number", "bandwidth per GPU, one direction"),
                       Key("latency_us", "number", "latency of one message",
                           "the larger inter-node latency of the two groups"),
                   ))
 
-SCENARIO = SectionDoc("scenarios[]", "`scenarios[]`", "", "cost.groups_loader:_SCENARIO_KEYS", (
+SCENARIO = SectionDoc("scenarios[]", "`scenarios[]`", "", "cost.loader:_SCENARIO_KEYS", (
     Key("name", "string", "unique, not \"nominal\""),
     Key("probability", "number", "for `--expected`: either every scenario gives one or none"
         " does; the nominal one gets 1 minus their sum", "none"),
@@ -459,7 +459,7 @@ GROUP_CHANGE = SectionDoc("changes[] (group)", "Group change (in `changes:`)", "
                           " in order. Sets or scales a group's NIC and node link; the group's"
                           " default links follow its NIC, links given under `cluster.links`"
                           " keep theirs. Needs `group` or `site` and at least one of the others.",
-                          "cost.groups_loader:_GROUP_CHANGE_KEYS", (
+                          "cost.loader:_GROUP_CHANGE_KEYS", (
                               Key("group", "string", "the group changed", "none"),
                               Key("site", "string", "every group on this site", "none"),
                               Key("nic_gbit_per_s", "number", "the NIC's new bandwidth", "none"),
@@ -472,20 +472,20 @@ GROUP_CHANGE = SectionDoc("changes[] (group)", "Group change (in `changes:`)", "
 
 LINK_CHANGE = SectionDoc("changes[] (link)", "Link change (in `changes:`)", "Applied after the"
                          " group changes, in order: at most one of `scale` and `gbit_per_s`,"
-                         " and/or `latency_us`.", "cost.groups_loader:_LINK_CHANGE_KEYS", (
+                         " and/or `latency_us`.", "cost.loader:_LINK_CHANGE_KEYS", (
                              Key("between", "two names", "two group or site names"),
                              Key("scale", "number", "the current bandwidth times this", "none"),
                              Key("gbit_per_s", "number", "the link's new bandwidth", "none"),
                              Key("latency_us", "number", "the link's new latency", "none"),
                          ))
 
-PERIOD = SectionDoc("timeline[]", "`timeline[]`", "", "cost.groups_loader:_PERIOD_KEYS", (
+PERIOD = SectionDoc("timeline[]", "`timeline[]`", "", "cost.loader:_PERIOD_KEYS", (
     Key("scenario", "string", "\"nominal\" or a declared scenario's name"),
     Key("duration_h", "number", "how long the period lasts"),
 ))
 
 SWITCHING = SectionDoc("switching", "`switching:`", "The cost of changing plans"
-                       " (cost/switching.py).", "cost.groups_loader:_SWITCHING_KEYS", (
+                       " (cost/switching.py).", "cost.loader:_SWITCHING_KEYS", (
                            Key("storage_gbytes_per_s", "number", "aggregate checkpoint-storage"
                                " bandwidth", f"{_SWITCHING['storage_bw_bytes_per_s'] / GBYTE_BYTES:g}"),
                            Key("restart_s", "number", "time to stop and relaunch the job",
@@ -493,12 +493,12 @@ SWITCHING = SectionDoc("switching", "`switching:`", "The cost of changing plans"
                        ))
 
 EVENT_FILE = SectionDoc("", "Event file (`paraplan replan --event`)", "",
-                        "cost.groups_loader:_EVENT_FILE_KEYS", (
+                        "cost.loader:_EVENT_FILE_KEYS", (
                             Key("event", "mapping", "the network change (below)"),
                         ))
 
 EVENT = SectionDoc("event", "`event:`", "Exactly one of `remaining_hours` and"
-                   " `remaining_iterations`.", "cost.groups_loader:_EVENT_KEYS", (
+                   " `remaining_iterations`.", "cost.loader:_EVENT_KEYS", (
                        Key("name", "string", "the event's name", "the file's stem"),
                        Key("changes", "list", "group and link changes as in a scenario, applied"
                            " to the instance's nominal cluster"),
@@ -508,7 +508,7 @@ EVENT = SectionDoc("event", "`event:`", "Exactly one of `remaining_hours` and"
 
 GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "At top level or under `plan:`."
                          " The plan's classes share its degrees and modes.",
-                         "cost.groups_loader:_PLAN_KEYS", (
+                         "cost.loader:_CLASS_PLAN_KEYS", (
                              Key("tp", "integer", "tensor-parallel degree of every class: inside"
                                  " a node or whole nodes"),
                              Key("cp", "integer", "context-parallel degree", "1"),
@@ -534,7 +534,7 @@ GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "At top level or un
                              Key("classes", "list", "a non-empty list of replica classes (below)"),
                          ))
 
-CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.groups_loader:_CLASS_KEYS", (
+CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.loader:_CLASS_KEYS", (
     Key("replicas", "integer", "replicas of this class"),
     Key("stages", "list of group names", "the group hosting each pipeline stage"),
     Key("num_micro_batches", "integer", "micro-batches per replica and step"),

@@ -11,9 +11,10 @@ instance and the other keys' admissible values. Values the defaults bring in are
 space, never refused; a space that is empty only through a combination of individually possible
 values is reported by the planner and by exhaustive search as empty, with the reason.
 
-Mixed clusters (cost/groups_loader.py, solver/space.py) have no uniform_split: listing
-it there is refused instead of dropped (groups_search_refusal). `mixed_families` needs two node
-groups, so a one-group cluster refuses it, in either file format.
+One table, SEARCH_RULES, holds the rules for one node group and for several; each refusal names
+its rule. Clusters of several groups (solver/space.py) have no uniform_split: listing it there
+is refused instead of dropped. `mixed_families` needs two node groups, so a one-group cluster
+refuses it, in either file form.
 
 `SearchSpace.several_classes` says when a homogeneous file's search asks for plans only the
 group format holds (several replica classes on its one group, or GPUs left idle): the commands
@@ -22,12 +23,12 @@ then show it as the one-group cluster it is (solver/commands/groups.shown_as_gro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.framework_rules import MEGATRON_FEATURE_YEARS, Refusal
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, JobSpec, ModelSpec, PipelineSchedule,
-                                 SearchSpace)
+from paraplan.cost.specs import (Attention, Cluster, ClusterSpec, Framework, JobSpec, ModelSpec,
+                                 PipelineSchedule, SearchSpace)
 from paraplan.cost.units import bytes_to_gib
 
 
@@ -240,12 +241,22 @@ def moe_refusal(space: SearchSpace, model: ModelSpec, given: frozenset[str]) -> 
     return None
 
 
-def search_refusal(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+def search_refusal(space: SearchSpace, model: ModelSpec, cluster: Cluster, job: JobSpec,
                    given: frozenset[str]) -> Refusal | None:
-    """The first listed `search:` value (keys in `given`) that the instance can never run: the
-    rules of SEARCH_RULES in order, each on the degrees the previous ones admitted (_Admitted)."""
-    ctx = _Admitted(space, model, cluster, job, given)
-    return next((refusal for rule in SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
+    """The first listed `search:` value (keys in `given`) that no plan of the instance can run,
+    on one node group or many: the rules of SEARCH_RULES in order, each on the degrees the
+    previous ones admitted (_Admitted), the refusal naming its rule (Refusal.rule).
+
+    On several groups, until the mixed-cluster space is the one-group one (issue 12), a key it
+    cannot honour is refused, never dropped (uniform_split, per-operator partitions), and a tp,
+    cp or virtual_stages value is refused only where no group can use it."""
+    ctx = _Admitted(space, model, [g.cluster for g in cluster.groups], job, given)
+    column = 1 if len(ctx.clusters) == 1 else 2
+    for row in SEARCH_RULES:
+        refusal = row[column](ctx) if row[column] is not None else None
+        if refusal is not None:
+            return replace(refusal, rule=row[0])
+    return None
 
 
 _DROP = "drop it from the list"
@@ -253,16 +264,28 @@ _DROP = "drop it from the list"
 
 @dataclass
 class _Admitted:
-    """One homogeneous instance's search and the degrees its rules admitted so far."""
+    """One instance's search and the degrees its one-group rules admitted so far."""
 
     space: SearchSpace
     model: ModelSpec
-    cluster: ClusterSpec
+    clusters: list[ClusterSpec]  # one per node group
     job: JobSpec
     given: frozenset[str]
     tps: list[int] = field(default_factory=list)
     cps: list[int] = field(default_factory=list)
     pps: list[int] = field(default_factory=list)
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.clusters[0]
+
+    @property
+    def flash(self) -> bool:
+        return self.job.attention is Attention.FLASH
+
+    @property
+    def slots(self) -> bool:
+        return split_slots_run(self.job, self.space)
 
 
 def _moe_rule(c: _Admitted) -> Refusal | None:
@@ -369,13 +392,6 @@ def _reserve_rule(c: _Admitted) -> Refusal | None:
     return reserve_refusal(c.space, c.cluster)
 
 
-# search_refusal's rules, in the order the values are reported: tp before cp before pp (each
-# judged on the degrees the earlier ones admitted), then the values those degrees bound
-SEARCH_RULES = (_moe_rule, _mixed_families_rule, _tp_rule, _cp_rule, _pp_rule, _dualpipe_rule,
-                _micro_batch_rule, _virtual_stages_rule, _sequence_parallel_rule, _zero_rule,
-                _reserve_rule)
-
-
 def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) -> Refusal | None:
     """A listed `search:` value that a DualPipe job (job.pipeline_schedule: dualpipe) can never
     run, by DualPipe's own rule (cost/dualpipe.schedule_problem: an even pp >= 2, one chunk per
@@ -413,29 +429,7 @@ def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
     return None
 
 
-def groups_search_refusal(space: SearchSpace, model: ModelSpec, clusters: list[ClusterSpec],
-                          given: frozenset[str], flash: bool = True, slots: bool = False) -> Refusal | None:
-    """The first `search:` value (keys in `given`) a mixed cluster's plans can never use: the
-    rules of GROUP_SEARCH_RULES in order.
-
-    Until the mixed-cluster space is the homogeneous one (issue 12), a key it cannot honour is
-    refused, never dropped: uniform_split and per-operator partitions; and a tp, cp or
-    virtual_stages value that no plan can use."""
-    ctx = _GroupSearch(space, model, clusters, given, flash, slots)
-    return next((refusal for rule in GROUP_SEARCH_RULES if (refusal := rule(ctx)) is not None), None)
-
-
-@dataclass(frozen=True)
-class _GroupSearch:
-    space: SearchSpace
-    model: ModelSpec
-    clusters: list[ClusterSpec]  # one per node group
-    given: frozenset[str]
-    flash: bool
-    slots: bool = False  # split_slots_run: the embedding / loss may count as layer slots
-
-
-def _group_cp_rule(c: _GroupSearch) -> Refusal | None:
+def _group_cp_rule(c: _Admitted) -> Refusal | None:
     if "cp" not in c.given or c.space.cp is None:
         return None
     for cp in c.space.cp:
@@ -447,7 +441,7 @@ def _group_cp_rule(c: _GroupSearch) -> Refusal | None:
     return None
 
 
-def _group_virtual_stages_rule(c: _GroupSearch) -> Refusal | None:
+def _group_virtual_stages_rule(c: _Admitted) -> Refusal | None:
     if "virtual_stages" not in c.given or c.space.virtual_stages is None:
         return None
     layers = c.model.layers
@@ -458,17 +452,7 @@ def _group_virtual_stages_rule(c: _GroupSearch) -> Refusal | None:
     return None
 
 
-def _group_moe_rule(c: _GroupSearch) -> Refusal | None:
-    return moe_refusal(c.space, c.model, c.given)
-
-
-def _group_mixed_families_rule(c: _GroupSearch) -> Refusal | None:
-    if "mixed_families" in c.given and c.space.mixed_families and len(c.clusters) < 2:
-        return MIXED_FAMILIES_ONE_GROUP
-    return None
-
-
-def _group_uniform_split_rule(c: _GroupSearch) -> Refusal | None:
+def _group_uniform_split_rule(c: _Admitted) -> Refusal | None:
     if "uniform_split" in c.given and c.space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
                        " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
@@ -476,7 +460,7 @@ def _group_uniform_split_rule(c: _GroupSearch) -> Refusal | None:
     return None
 
 
-def _group_tp_rule(c: _GroupSearch) -> Refusal | None:
+def _group_tp_rule(c: _Admitted) -> Refusal | None:
     if "tp" not in c.given or c.space.tp is None:
         return None
     for t in c.space.tp:
@@ -488,7 +472,7 @@ def _group_tp_rule(c: _GroupSearch) -> Refusal | None:
     return None
 
 
-def _group_pp_rule(c: _GroupSearch) -> Refusal | None:
+def _group_pp_rule(c: _Admitted) -> Refusal | None:
     if "pp" not in c.given or c.space.pp is None:
         return None
     for p in c.space.pp:
@@ -497,10 +481,24 @@ def _group_pp_rule(c: _GroupSearch) -> Refusal | None:
     return None
 
 
-def _group_reserve_rule(c: _GroupSearch) -> Refusal | None:
+def _group_reserve_rule(c: _Admitted) -> Refusal | None:
     return next((r for cl in c.clusters if (r := reserve_refusal(c.space, cl)) is not None), None)
 
 
-GROUP_SEARCH_RULES = (_group_cp_rule, _group_virtual_stages_rule, _group_moe_rule,
-                      _group_mixed_families_rule, _group_uniform_split_rule, _group_tp_rule,
-                      _group_pp_rule, _group_reserve_rule)
+# search_refusal's rules, in the order the values are reported: (name, rule on one node group,
+# rule on several; None: the rule does not apply there). On one group tp before cp before pp,
+# each judged on the degrees the earlier ones admitted, then the values those degrees bound.
+SEARCH_RULES = (
+    ("moe", _moe_rule, _moe_rule),
+    ("mixed_families", _mixed_families_rule, None),
+    ("uniform_split", None, _group_uniform_split_rule),
+    ("tp", _tp_rule, _group_tp_rule),
+    ("cp", _cp_rule, _group_cp_rule),
+    ("pp", _pp_rule, _group_pp_rule),
+    ("dualpipe", _dualpipe_rule, None),
+    ("micro_batch", _micro_batch_rule, None),
+    ("virtual_stages", _virtual_stages_rule, _group_virtual_stages_rule),
+    ("sequence_parallel", _sequence_parallel_rule, None),
+    ("zero", _zero_rule, None),
+    ("memory_reserve", _reserve_rule, _group_reserve_rule),
+)

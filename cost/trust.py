@@ -165,15 +165,6 @@ def row_features(row: dict, full_recompute: bool, memory_fill: float | None = No
                     activations=activations(full_recompute), memory_fill=memory_fill)
 
 
-def plan_features(inst: Instance, plan: Plan) -> Features:
-    return Features(family="", framework=inst.job.framework.value,
-                    framework_version=inst.job.release.version, gpu=inst.cluster.gpu.name,
-                    num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp, pp=plan.pp,
-                    precision=inst.job.precision.value,
-                    activations=activations(any(plan.full_recompute_layers)),
-                    memory_fill=None if inst.model.moe is not None else peak_memory_fraction(inst, plan))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Residual:
     id: str
@@ -563,15 +554,42 @@ def published_memory_fills() -> dict[str, float]:
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
+    """How far to trust a plan's predicted time, for a plan of any shape: the band of its least
+    validated GPU type at its distance level (trust_for; a plan is as far from the measured runs
+    as its least validated part), a mixture-of-experts model's from the MoE anchors
+    (moe_trust); named with the framework release the time is for (with_release).
+
+    The flat case (a flat instance, the plan its one class on every GPU) is read with its
+    release and carries the checks made of one class on one GPU type: uncalibrated GPU or
+    experts, a predicted MFU above the published ones, memory fuller than any published run.
+    A plan of several classes or groups is read as objective_factor reads it, the quantile the
+    planner minimised (no release), so a p90 plan's upper end is its p90 time."""
     res = published_residuals()
-    trust = trust_for(plan_features(inst, plan), predicted_s, res)
+    flat = inst.flat and plan.is_flat_on(inst.cluster)
+    groups = inst.cluster.groups
+    gpus = sorted({groups[g].cluster.gpu.name for c in plan.classes for g in c.stage_groups})
+    full = any(any(c.full_recompute_layers) for c in plan.classes)
+    # the memory fill the band counts (a distance feature past every published row of the scale)
+    fill = ((None if inst.model.moe is not None else peak_memory_fraction(inst, plan)) if flat
+            else class_plan_memory_fill(inst, plan))
+    trusts = [trust_for(Features(family="", framework=inst.job.framework.value,
+                                 framework_version=inst.job.release.version if flat else "", gpu=g,
+                                 num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp,
+                                 pp=max(len(c.stage_groups) for c in plan.classes),
+                                 precision=inst.job.precision.value, activations=activations(full),
+                                 memory_fill=fill), predicted_s, res) for g in gpus]
+    trust = max(trusts, key=_upper_end)
     if inst.model.moe is not None:
-        trust = moe_trust(inst.cluster.gpu.name, predicted_s, trust.warnings)
-    extra = tuple(unvalidated_warnings(inst, plan, res)
-                  + mfu_record_warning(inst, predicted_s, mfu_records())
-                  + memory_headroom_warning(inst, plan))
+        trust = max((moe_trust(g, predicted_s, trust.warnings if flat else ()) for g in gpus), key=_upper_end)
+    extra = tuple(unvalidated_warnings(inst, plan, res) + mfu_record_warning(inst, predicted_s, mfu_records())
+                  + memory_headroom_warning(inst, plan)) if flat else ()
     trust = replace(trust, warnings=trust.warnings + extra) if extra else trust
     return with_release(trust, inst.job, res)
+
+
+def _upper_end(trust: Trust) -> tuple[bool, float]:
+    """The order in which plan_trust takes the widest of its GPU types' bands."""
+    return trust.interval_s is not None, trust.interval_s[1] if trust.interval_s else 0.0
 
 
 def peak_memory_fraction(inst: Instance, plan: Plan) -> float | None:
@@ -903,29 +921,6 @@ def class_plan_memory_fill(inst, plan) -> float | None:
     return max(float(np.max(schedule.stage_mem_bytes(c, np.array(k.layers_per_stage, float),
                                                      np.array(k.full_recompute_layers, float)) / c.capacity_bytes))
                for c, k in zip(coeffs, plan.classes))
-
-
-def class_plan_trust(inst, plan, predicted_s: float) -> Trust:
-    """A group-format plan's interval (a mixed cluster, or several classes on one): the band
-    of its least validated GPU type at its distance level, as objective_factor takes it (a
-    plan is as far from the measured runs as its least validated part), so a p90 plan's upper
-    end is its p90 time; a mixture-of-experts model's from the MoE anchors (moe_trust)."""
-    used = {g for c in plan.classes for g in c.stage_groups}
-    groups = inst.cluster.groups
-    gpus = sorted({groups[g].cluster.gpu.name for g in used})
-    res = published_residuals()
-    if inst.model.moe is not None:
-        return with_release(max((moe_trust(g, predicted_s) for g in gpus), key=lambda t: t.interval_s[1]),
-                            inst.job, res)
-    pp = max(len(c.stage_groups) for c in plan.classes)
-    full = any(any(c.full_recompute_layers) for c in plan.classes)
-    fill = class_plan_memory_fill(inst, plan)
-    trusts = [trust_for(Features(family="", framework=inst.job.framework.value, gpu=g,
-                                 num_gpus=sum(x.cluster.num_gpus for x in groups), zero=plan.zero, cp=plan.cp,
-                                 pp=pp, precision=inst.job.precision.value, activations=activations(full),
-                                 memory_fill=fill), predicted_s, res) for g in gpus]
-    best = max(trusts, key=lambda t: (t.interval_s is not None, t.interval_s[1] if t.interval_s else 0.0))
-    return with_release(best, inst.job, res)
 
 
 # --- the band by level, for the accuracy page (cost/docs/accuracy.py) ---------------------------

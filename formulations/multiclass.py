@@ -1,4 +1,4 @@
-"""The inner problem of a heterogeneous plan: micro-batch counts and layer splits of several
+"""The inner problem of a plan of replica classes: micro-batch counts and layer splits of several
 replica classes, optionally over several network scenarios. Shared definition + CP-SAT model.
 
 Sets

@@ -1,4 +1,4 @@
-"""MILP form of the heterogeneous inner problem (formulations/multiclass.py has the model and
+"""MILP form of the inner problem of replica classes (formulations/multiclass.py has the model and
 the notation), built on formulations/milp.py's modelling calls and solved by the same solvers:
 CBC through PuLP (backend "cbc", the planners' `milp`, as for one outer configuration of a
 homogeneous cluster), SCIP or HiGHS through OR-Tools' pywraplp.

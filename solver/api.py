@@ -22,7 +22,6 @@ import math
 from typing import Any
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.groups_loader import load_cluster_instance
 from paraplan.cost.loader import (describe, load_instance, load_instance_parts, load_plan, override_search,
                                   plan_from_mapping)
 from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
@@ -36,7 +35,7 @@ from paraplan.solver.solve import solve
 from paraplan.solver.report.page import build_report as _build_report
 from paraplan.solver.commands.schema import validate as validate_json
 
-__all__ = ["load_instance", "load_instance_parts", "load_cluster_instance", "load_plan",
+__all__ = ["load_instance", "load_instance_parts", "load_plan",
            "plan_from_mapping", "override_search", "plan", "search", "simulate", "top_k",
            "compare", "memory_by_category", "MEMORY_CATEGORIES", "build_report", "validate_json"]
 
@@ -45,8 +44,7 @@ BACKENDS = ("dp", "cpsat", "milp")
 
 # what each argument must be, and how to get one: (type, what it is, the fix)
 _KINDS = {
-    "inst": (Instance, "an Instance", "load it first: api.load_instance(path) or"
-             " api.load_cluster_instance(path)"),
+    "inst": (Instance, "an Instance", "load it first: api.load_instance(path)"),
     "plan": (Plan, "a Plan", "pass a plan: api.plan(inst).plan, api.load_plan(path, inst) or"
              " api.plan_from_mapping({...}, inst)"),
     "result": (SolveResult, "a SolveResult", "pass what api.plan(inst) returned"),

@@ -639,7 +639,7 @@ def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 6
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     # search.uniform_split reaches here only from a homogeneous instance (a mixed-cluster file
-    # listing it is refused, cost/space_rules.groups_search_refusal): on one group the uniform
+    # listing it is refused, cost/space_rules.search_refusal): on one group the uniform
     # baseline is even layer splits, the homogeneous rule
     uniform = uniform or inst.search.uniform_split
     scenario_weights(inst, objective)  # an unknown objective is refused before any listing

@@ -1,4 +1,4 @@
-"""The declared space of heterogeneous plans (cost/plan_specs.py), enumerated once.
+"""The declared space of plans (cost/plan_specs.py), enumerated once.
 
 A plan = an outer configuration (`ClassOuter`: tp, cp, micro-batch size, sequence parallel, base
 recompute mode, ZeRO stage, and the replica classes' shapes) + per class its micro-batch count,

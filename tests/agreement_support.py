@@ -87,9 +87,9 @@ def assert_plan_file_round_trip(inst, res, tmp_path) -> None:
     planner's objective."""
     import yaml
 
-    from paraplan.cost.groups_loader import class_plan_to_mapping, load_class_plan
+    from paraplan.cost.loader import plan_to_mapping, load_plan
     path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(class_plan_to_mapping(res.plan, inst)))
-    back = load_class_plan(str(path), inst)
+    path.write_text(yaml.safe_dump(plan_to_mapping(res.plan, inst)))
+    back = load_plan(str(path), inst)
     assert back == res.plan
     assert simulate(inst, back).iter_time_s == pytest.approx(res.objective_s, rel=1e-9)

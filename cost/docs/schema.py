@@ -74,7 +74,7 @@ def render() -> str:
            " reader checks (cost/ranges.py), in the unit of the type column.", "",
            "## One GPU type (`cost/loader.py`)", ""]
     out += [section_table(s) for s in ONE_TYPE]
-    out += ["## Node groups, scenarios, events (`cost/groups_loader.py`)", ""]
+    out += ["## Node groups, scenarios, events", ""]
     out += [section_table(s) for s in GROUP_FORMAT]
     return "\n".join(out)
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.cost.groups_loader import cluster_instance_from_mapping
+from paraplan.cost.loader import instance_from_mapping
 from paraplan.cost.loader import read_yaml
 from paraplan.solver.search import search
 
@@ -63,7 +63,7 @@ def growth_instance(types: int, nodes: int = NODES_PER_GROUP, gpu_types=None, fu
         for name, gpu, link, gbytes, nic in kinds[:types]]}
     if full:
         data["search"] = {k: v for k, v in data["search"].items() if k not in ("cp", "virtual_stages")}
-    return cluster_instance_from_mapping(data, f"<{data['name']}>")
+    return instance_from_mapping(data, f"<{data['name']}>")
 
 
 # issue 33's rows (row name, instance): each is one search, proved within 10 s of CPU on its bar

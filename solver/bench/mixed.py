@@ -1,4 +1,4 @@
-"""`paraplan bench --hetero`: the optimal heterogeneous plan of each bundled mixed-cluster
+"""`paraplan bench --hetero`: the optimal plan of each bundled mixed-cluster
 instance against the two plans a user would otherwise pick, measured in one run:
 
 (a) the best plan on the largest homogeneous group alone (the homogeneous planner, full space:
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import load_event, load_cluster_instance
+from paraplan.cost.loader import load_event, load_instance
 from paraplan.solver.bench.growth import GPU_TYPES, ISSUE_ROWS, growth_rows, issue_rows
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table
@@ -106,7 +106,7 @@ def _tokens_per_s(inst, t_s: float | None) -> float | None:
 
 
 def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> MixedBenchRow:
-    inst = load_cluster_instance(MIXED_DIR / f"{name}.yaml")
+    inst = load_instance(MIXED_DIR / f"{name}.yaml")
     t0 = time.perf_counter()
     opt = search(inst, time_limit_s=time_limit_s)
     solve_s = time.perf_counter() - t0

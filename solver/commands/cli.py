@@ -21,7 +21,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.formulations.result import SolverError
 from paraplan.solver.commands.exit_codes import EPILOG
 from paraplan.solver.commands.parser import HELP_JSON, Parser, order_subcommands
-from paraplan.solver.commands.inputs import add_instance_args, load_from_args, read_instance
+from paraplan.solver.commands.inputs import add_instance_args, read_instance
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 
 EXIT_BAD_INPUT = 2
@@ -33,14 +33,16 @@ def cmd_simulate(args) -> int:
     """`paraplan simulate INSTANCE --plan PLAN.yaml`, a plan file of either format: the plan
     on every network of the instance (a flat instance has one), each simulated once."""
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands import groups as group_commands, plan_files
-    from paraplan.solver.commands.plan_files import read_plans
+    from paraplan.cost.model_notes import model_warnings
+    from paraplan.solver.commands import groups as group_commands
+    from paraplan.cost.loader import load_plan
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.plan_text import plan_line, plan_lines
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
                                         table, trust_json, trust_lines)
 
     inst = read_instance(args, simulate_only=True)
-    (plan,) = read_plans([args.plan], inst)  # the plan file is read once, either format
+    plan = load_plan(args.plan, inst)  # the plan file is read once, either format
     grouped = group_commands.shown_as_groups(inst, plan)
     networks = [(sc.name, sc.cluster) for sc in inst.scenarios] if grouped else [("nominal", None)]
     try:
@@ -48,8 +50,8 @@ def cmd_simulate(args) -> int:
     except ConfigError as e:
         raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
     bd = bds[0][1]
-    notes = plan_files.model_warnings(inst, plan)
-    trust = plan_files.plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
+    notes = model_warnings(inst, plan)
+    trust = plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
     if args.json:
         _emit_json({"status": "fits" if bd.fits else "out_of_memory", "iter_time_s": bd.iter_time_s,
                     "grad_reduce_dtype": inst.job.grad_reduce.value,

@@ -73,9 +73,12 @@ MIXED_FIX = ("write its per-group launch layout with --to layout --instance INST
              " for one GPU type (an instance without cluster.groups) to export it")
 
 
-def _classes(data: dict) -> str:
-    """The replica classes of a group-format plan mapping, in a few words."""
-    classes = data["plan"]["classes"] if "plan" in data else data["classes"]
+def _classes(data) -> str | None:
+    """The replica classes a plan file (as read) lists, in a few words; None for a flat plan."""
+    plan = data.get("plan", data) if isinstance(data, dict) else None
+    classes = plan.get("classes") if isinstance(plan, dict) else None
+    if classes is None:
+        return None
     if not isinstance(classes, list):
         return "replica classes"
     parts = [f"{c.get('replicas', '?')} x [{', '.join(map(str, c.get('stages', [])))}]"
@@ -83,33 +86,29 @@ def _classes(data: dict) -> str:
     return f"{len(classes)} replica class{'es' if len(classes) != 1 else ''} ({'; '.join(parts)})"
 
 
-def _refuse_groups(args) -> None:
-    """A plan in the group format, or a mixed-cluster instance: refused with MIXED_REASON."""
-    from paraplan.cost.groups_loader import is_groups_file
-    from paraplan.cost.loader import is_group_plan_mapping, read_yaml
+def _load(args):
+    """(instance, plan) of the export, each file read once: the instance --instance names, else
+    the one the plan file carries; a plan of replica classes, or a cluster of several node
+    groups, is refused with MIXED_REASON."""
+    from paraplan.cost.loader import load_instance, plan_file_instance, plan_from_mapping, read_yaml
 
     data = read_yaml(args.plan)
-    if is_group_plan_mapping(data):
-        raise InstanceError(args.plan, "plan.classes", "a plan in the group format,"
-                            f" {_classes(data)}: {MIXED_REASON}", MIXED_FIX)
-    if args.instance and is_groups_file(args.instance):
-        raise InstanceError(args.instance, "cluster.groups", "a cluster of several node groups:"
+    classes = _classes(data)
+    if classes is not None:
+        raise InstanceError(args.plan, "plan.classes", f"a plan in the group format, {classes}:"
                             f" {MIXED_REASON}", MIXED_FIX)
-
-
-def _load(args):
-    from paraplan.cost.loader import load_instance, load_plan, plan_file_instance
-
-    _refuse_groups(args)
     if args.instance:
         inst = load_instance(args.instance)
+        if len(inst.cluster.groups) > 1:
+            raise InstanceError(args.instance, "cluster.groups", "a cluster of several node groups:"
+                                f" {MIXED_REASON}", MIXED_FIX)
     else:
-        inst = plan_file_instance(args.plan)
+        inst = plan_file_instance(data, args.plan)
         if inst is None:
             raise InstanceError(args.plan, "instance", "the plan file carries no instance (written"
                                 " by hand, or by a paraplan before plan files carried one)",
                                 "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    return inst, load_plan(args.plan, inst)  # InstanceError names the file when they disagree
+    return inst, plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
 
 
 def _why(inst, e) -> str:
@@ -143,8 +142,7 @@ def _write(args, text: str) -> None:
 def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
-    from paraplan.cost.groups_loader import load_cluster_instance, load_class_plan
-    from paraplan.cost.loader import is_group_plan_mapping, read_yaml
+    from paraplan.cost.loader import load_instance, plan_from_mapping, read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
     for flag in ("strict", "force"):
@@ -152,15 +150,16 @@ def cmd_layout(args) -> int:
             raise InstanceError("<arguments>", f"--{flag}", "has no meaning with --to layout (a"
                                 " layout is written as planned, nothing in it is replaced)",
                                 f"drop --{flag}")
-    if not is_group_plan_mapping(read_yaml(args.plan)):
+    data = read_yaml(args.plan)
+    if _classes(data) is None:
         raise InstanceError(args.plan, "--to layout", "a plan of one replica class on one GPU type"
                             " runs as one framework configuration", "export it --to megatron,"
                             " torchtitan or deepspeed")
     if not args.instance:
         raise InstanceError(args.plan, "instance", "a plan in the group format carries no instance",
                             "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    inst = load_cluster_instance(args.instance)  # a flat file as its one group
-    plan = load_class_plan(args.plan, inst)  # InstanceError names the file when they disagree
+    inst = load_instance(args.instance)  # a flat file as its one group
+    plan = plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
     text = to_layout(inst, plan)
     _write(args, text)
     if args.json:

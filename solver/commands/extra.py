@@ -13,17 +13,18 @@ from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_L
 
 def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
-    (solver/commands/plan_files.py), each simulated once."""
+    (cost/loader.load_plan), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
     from paraplan.cost.simulate import simulate
-    from paraplan.solver.commands.plan_files import plan_mapping, plan_trust, read_plans
+    from paraplan.cost.loader import load_plan, plan_to_mapping
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
                                                side_rows, train_rows)
 
     names = (args.plan_a, args.plan_b)
     inst = read_instance(args)
-    plans = read_plans(names, inst)
+    plans = [load_plan(p, inst) for p in names]
     bds = [simulate(inst, p) for p in plans]
     cmp = compare(bds[0], bds[1], ("A", "B"))
     # each plan's interval: its own distance from the published runs (cost/trust.py), so two
@@ -32,7 +33,7 @@ def cmd_compare(args) -> int:
     costs = [fitting_train_cost(inst, bd, t) for bd, t in zip(bds, trusts)]
     if args.json:
         out = {"status": "equal" if cmp.faster is None else f"{cmp.faster}_faster",
-               "plans": [{"file": f, "plan": plan_mapping(p, inst), "iter_time_s": bd.iter_time_s,
+               "plans": [{"file": f, "plan": plan_to_mapping(p, inst), "iter_time_s": bd.iter_time_s,
                           "interval_s": None if t.interval_s is None else list(t.interval_s),
                           "breakdown": breakdown_json(bd), "train_cost": train_cost_json(tc)}
                          for f, p, bd, tc, t in zip(names, plans, bds, costs, trusts)],
@@ -74,7 +75,7 @@ def cmd_memory(args) -> int:
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.commands.groups import describe_cluster, shown_as_groups
-    from paraplan.solver.commands.plan_files import plan_mapping
+    from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.plan_text import plan_line, plan_lines
 
     inst, plan, where = _memory_plan(args)
@@ -97,7 +98,7 @@ def cmd_memory(args) -> int:
     rows = bd.stage_rows()  # (class, stage, group, time, memory, capacity), classes in order
     cats = [cs for per_class in class_categories_bytes(group, plan, coeffs) for cs in per_class]
     if args.json:
-        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": plan_mapping(plan, inst),
+        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": plan_to_mapping(plan, inst),
                "capacity_bytes": min(cap for *_, cap in rows), "peak_mem_bytes": bd.peak_mem_bytes,
                "fits_memory": bd.fits,
                "stages": [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()),
@@ -160,11 +161,11 @@ def _memory_plan(args):
     reason in place of `where`."""
     from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.solver.commands.plan_files import read_plans
+    from paraplan.cost.loader import load_plan
 
     read = read_instance(args, args.plan is not None)  # a DualPipe plan file
     if args.plan:
-        return read, read_plans([args.plan], read)[0], args.plan
+        return read, load_plan(args.plan, read), args.plan
     from paraplan.solver.solve import solve
     res = solve(read, backend=args.backend, time_limit_s=args.time_limit_s)
     if res.status == "infeasible":

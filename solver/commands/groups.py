@@ -1,7 +1,7 @@
-"""Sub-commands for heterogeneous clusters and changing networks.
+"""Sub-commands for clusters of several node groups and changing networks.
 
 `paraplan plan` (solver/commands/planning.py) shows an instance planned as a
-cluster of node groups (a `cluster:` with `groups:`, cost/groups_loader.py, or a homogeneous file
+cluster of node groups (a `cluster:` with `groups:`, cost/loader.py, or a homogeneous file
 whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
 `exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
@@ -19,7 +19,6 @@ from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-# shown_as_groups: read here by commands/plan_files.py
 from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups  # noqa: F401
 
 
@@ -103,7 +102,7 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
 
 
 def cmd_replan(args) -> int:
-    from paraplan.cost.groups_loader import class_plan_to_mapping, load_event, load_class_plan
+    from paraplan.cost.loader import load_event, load_plan
     from paraplan.solver.dynamic import replan
 
     from paraplan.solver.commands.inputs import read_instance
@@ -111,11 +110,11 @@ def cmd_replan(args) -> int:
     check_output_path(args.output, "-o/--output")  # before anything is solved
     read = read_instance(args)
     inst = read  # a homogeneous cluster is the one-group case: its group is named after its GPU
-    current = load_class_plan(args.plan, inst)  # either plan format on one group
+    current = load_plan(args.plan, inst)
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:
-        return _show_replan(args, inst, r, class_plan_to_mapping)
+        return _show_replan(args, inst, r)
     finally:  # after the result is shown: a full disk loses nothing
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
@@ -125,14 +124,15 @@ def cmd_replan(args) -> int:
             write_plan_file(args.output, header, {"plan": plan})
 
 
-def _show_replan(args, inst, r, class_plan_to_mapping) -> int:
+def _show_replan(args, inst, r) -> int:
     if args.json:
+        from paraplan.cost.loader import plan_to_mapping
         emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
                    "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,
                    "break_even_iterations": r.break_even_iterations, "solve_time_s": r.solve_time_s,
-                   "new_plan": class_plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
+                   "new_plan": plan_to_mapping(r.new.plan, inst) if r.new.plan else None})
         return 0
     print(describe_cluster(inst))
     print(f"event       {r.event}")
@@ -172,13 +172,13 @@ def cmd_timeline(args) -> int:
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
-        from paraplan.cost.groups_loader import class_plan_to_mapping
+        from paraplan.cost.loader import plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
                    r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
                    "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
-                   "candidates": [{"label": lab, "plan": class_plan_to_mapping(c, inst)}
+                   "candidates": [{"label": lab, "plan": plan_to_mapping(c, inst)}
                                   for lab, c in zip(r.candidate_labels, r.candidates)],
                    "solve_time_s": r.solve_time_s})
         return 0

@@ -62,29 +62,10 @@ def add_objective_arg(parser) -> None:
 DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory", "report", "compare")
 
 
-def read_instance(args: argparse.Namespace, simulate_only: bool = False):
-    """The instance the arguments name, its file read once: a node-group file given alone
-    (`cluster:` with `groups:`, cost/groups_loader.py) as the Instance it describes, the
-    --search overrides checked like its own `search:`; any other as load_from_args's Instance."""
-    from paraplan.cost.groups_loader import cluster_instance_from_mapping, is_groups_mapping
-    from paraplan.cost.loader import override_search, read_yaml
-
-    instance = getattr(args, "instance", None)
-    if instance is None or any(getattr(args, dest, None) is not None for dest, _ in _PARTS):
-        return load_from_args(args, simulate_only)  # parts: a node-group file is refused there
-    data = read_yaml(instance)
-    if not is_groups_mapping(data):
-        return load_from_args(args, simulate_only, data=data)
-    inst = cluster_instance_from_mapping(data, instance)
-    overrides = search_overrides(getattr(args, "search", None), getattr(args, "objective", None))
-    if overrides:  # search keys a node-group file cannot honour were refused while loading
-        inst = override_search(inst, overrides, SEARCH_SOURCE)
-    return inst
-
-
-def load_from_args(args: argparse.Namespace, simulate_only: bool = False, data=None) -> Instance:
-    """The instance the arguments added by add_instance_args describe (`data`: the instance
-    file as already read, load_instance_parts). A DualPipe job (job.pipeline_schedule) is
+def read_instance(args: argparse.Namespace, simulate_only: bool = False) -> Instance:
+    """The instance the arguments added by add_instance_args describe, its file read once, in
+    either form (cost/loader.load_instance_parts), the --search overrides checked like its own
+    `search:`. A DualPipe job (job.pipeline_schedule) is
     planned by `paraplan plan` and priced by `paraplan simulate` (cost/dualpipe.py): every
     other command refuses it here, in one line, unless `simulate_only`."""
     from paraplan.cost.loader import load_instance_parts
@@ -105,7 +86,7 @@ def load_from_args(args: argparse.Namespace, simulate_only: bool = False, data=N
         refuse_maximum_context(hf_config)
     inst = load_instance_parts(instance, hf_config=hf_config,
                                cluster=getattr(args, "cluster", None),
-                               job=getattr(args, "job", None), seq_len=seq_len, data=data)
+                               job=getattr(args, "job", None), seq_len=seq_len)
     if overrides:
         from paraplan.cost.loader import override_search
         inst = override_search(inst, overrides, SEARCH_SOURCE)

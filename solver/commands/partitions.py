@@ -48,10 +48,10 @@ def cmd_partition(args) -> int:
     from paraplan.formulations.partition_dp import pareto_front
     from paraplan.solver.format import gib, seconds, table
     from paraplan.solver.commands.jsonout import emit_json
-    from paraplan.solver.commands.inputs import load_from_args
+    from paraplan.solver.commands.inputs import read_instance
     from paraplan.solver.partition_plans import problem_from_table
 
-    inst = load_from_args(args)
+    inst = read_instance(args)
     _check_partition_args(args, inst)
     t = args.tp
     o = Outer(tp=t, pp=1, dp=1, cp=args.cp, micro_batch=args.micro_batch, num_micro_batches=1,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.commands import plan_files
 from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
@@ -16,6 +15,7 @@ from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
 from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
+from paraplan.solver.commands.groups import not_covered
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -44,10 +44,12 @@ def result_json(res, inst, regs=None) -> dict:
     iteration time on the nominal network and, with job.train_tokens, its time and cost to
     train there with its trust interval; on node groups the objective's value per scenario, and
     `regs` (solver/dynamic.regrets) under --robust / --expected."""
-    from paraplan.solver.commands import plan_files
+    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.model_notes import model_warnings
+    from paraplan.cost.trust import plan_trust
     bd = res.breakdown
     t = None if bd is None else bd.iter_time_s
-    trust = None if res.plan is None or bd is None else plan_files.plan_trust(inst, res.plan, t)
+    trust = None if res.plan is None or bd is None else plan_trust(inst, res.plan, t)
     return {
         "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
         # the framework release the time is for (job.framework_version, default the current)
@@ -58,13 +60,13 @@ def result_json(res, inst, regs=None) -> dict:
         "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
         "bound_s": res.bound_s, "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
         "tolerance_s": res.tolerance_s,
-        "space": space_json(res, plan_files.not_covered(inst, res.plan)),
+        "space": space_json(res, not_covered(inst, res.plan)),
         "reason": res.reason or None,
-        "plan": plan_files.plan_mapping(res.plan, inst) if res.plan else None,
+        "plan": plan_to_mapping(res.plan, inst) if res.plan else None,
         "breakdown": breakdown_json(bd) if bd else None,
         "tokens_per_s": None if bd is None else bd.tokens_per_s,
         "trust": trust_json(trust),
-        "model_warnings": plan_files.model_warnings(inst, res.plan),
+        "model_warnings": model_warnings(inst, res.plan),
         "train_cost": train_cost_json(plan_train_cost(inst, t, trust)),
         "regret": None if regs is None else [
             {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
@@ -133,19 +135,21 @@ def cmd_plan(args) -> int:
 def _show_plan(inst, res, flat: bool) -> None:
     """`plan`'s text of a SolveResult: the instance, the evidence, the model's warnings, the
     plan, its trust, dtype and cost to train, then its breakdown."""
+    from paraplan.cost.model_notes import model_warnings
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.commands import groups
     from paraplan.solver.plan_text import describe_partitions
 
     # the time the trust band and the cost to train are read at: a flat plan's predicted time, a
     # cluster's plan's on the nominal network (objective_s is a robust or expected aggregate)
     t = res.iter_time_s if flat or res.breakdown is None else res.breakdown.iter_time_s
-    trust = None if res.plan is None else plan_files.plan_trust(inst, res.plan, t)
+    trust = None if res.plan is None else plan_trust(inst, res.plan, t)
     if flat:
         print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
               f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
         print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
-                            not_covered=plan_files.not_covered(inst, res.plan)))
-        for line in plan_files.model_warnings(inst, res.plan):
+                            not_covered=not_covered(inst, res.plan)))
+        for line in model_warnings(inst, res.plan):
             print(f"warning     model: {line}")
     else:
         print(groups.describe_cluster(inst))
@@ -167,7 +171,7 @@ def cmd_plan_top(args, read) -> int:
     """`paraplan plan --top K [--within PCT]` on every cluster (`read`: as read_instance read
     it): the K best plans of distinct outer configurations by the one search with K winners
     (solver/solve.py), for the objective asked for, each re-simulated once."""
-    from paraplan.solver.commands import plan_files
+    from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.solve import solve
 
     inst, objective, backend = _top_instance(args, read)
@@ -183,7 +187,7 @@ def cmd_plan_top(args, read) -> int:
                     "solve_time_s": res.solve_time_s, "solved": res.solved,
                     "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
                                "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
-                               "plan": plan_files.plan_mapping(r.plan, inst),
+                               "plan": plan_to_mapping(r.plan, inst),
                                "breakdown": breakdown_json(r.breakdown),
                                "train_cost": train_cost_json(tc)}
                               for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
@@ -227,9 +231,9 @@ def _top_instance(args, read):
 def _top_train_cost(inst, ranked):
     """The time and cost to train under one of --top's plans at its simulated iteration time,
     with its trust interval; None without job.train_tokens."""
+    from paraplan.cost.trust import plan_trust
     if inst.job.train_tokens is None:
         return None
-    from paraplan.solver.commands.plan_files import plan_trust
     t = ranked.breakdown.iter_time_s
     return plan_train_cost(inst, t, plan_trust(inst, ranked.plan, t))
 
@@ -267,6 +271,7 @@ def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
 def cmd_exhaustive(args) -> int:
     """Brute force over the declared space: one search on one group and on mixed clusters, a
     one-group file shown as its homogeneous plan."""
+    from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
@@ -283,14 +288,13 @@ def cmd_exhaustive(args) -> int:
     reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     if args.json:
         from paraplan.cost.simulate import simulate
-        from paraplan.solver.commands.plan_files import plan_mapping
         _emit_json({"status": status, "complete": res.complete, "objective": objective,
                     "objective_s": res.objective_s,
                     "iter_time_s": res.objective_s if flat or res.plan is None else simulate(inst, res.plan).iter_time_s,
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
-                    "plan": plan_mapping(res.plan, inst) if res.plan else None})
+                    "plan": plan_to_mapping(res.plan, inst) if res.plan else None})
         return status_code(status)
     print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
           f" {res.wall_time_s:.2f} s")

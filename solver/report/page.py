@@ -30,6 +30,7 @@ from paraplan.cost.plan_specs import Plan
 from paraplan.cost.units import MS_S, bytes_to_gib
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.train_cost import instance_train_cost
+from paraplan.cost.trust import plan_trust
 from paraplan.solver.bounds import one_class
 from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
@@ -562,7 +563,7 @@ def _evidence_section(result, trust, quantile: str = "mean") -> str:
 
 def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
-    (solver/commands/plan_files.py), simulated once."""
+    (cost/loader.load_plan), simulated once."""
     from paraplan.cost.simulate import simulate
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 
@@ -572,7 +573,7 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
     side = ([["plan", _any_plan_text(user_plan, inst), _any_plan_text(result.plan, inst)]] + side_rows(ours, best)
-            + train_rows(*(fitting_train_cost(inst, bd, _plan_trust(inst, p, bd.iter_time_s))
+            + train_rows(*(fitting_train_cost(inst, bd, plan_trust(inst, p, bd.iter_time_s))
                            for p, bd in ((user_plan, ours), (result.plan, best)))))
     if cmp.faster is None:
         verdict = "Your plan is as fast as the optimum."
@@ -611,16 +612,6 @@ def _page(title: str, body: str) -> str:
             f"<title>{html.escape(title)}</title><style>{CSS}{report_svg.CSS}</style></head>\n"
             f"<body>{body}<script>{report_svg.SCRIPT}</script></body></html>\n")
 
-
-
-def _plan_trust(inst: Instance, p: Plan, predicted_s: float):
-    """How far to trust the plan's time (cost/trust.py), as `plan` prints it: the same choice
-    as solver/commands/plan_files.plan_trust, which the report does not import (commands/ sits
-    above report/); one trust function for every plan is the plan readers' change."""
-    from paraplan.cost import trust
-    if shown_as_groups(inst, p):
-        return trust.class_plan_trust(inst, p, predicted_s)
-    return trust.plan_trust(inst, p, predicted_s)
 
 
 def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> list[list[str]]:
@@ -739,7 +730,7 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
     t = trust = None
     if p is not None and bd is not None:
         t = result.iter_time_s if one_class else bd.iter_time_s  # a cluster's: the nominal network's
-        trust = _plan_trust(inst, p, t)
+        trust = plan_trust(inst, p, t)
     title = f"paraplan report: {inst.name}"
     body = (f"<h1>{html.escape(title)}</h1>" + _table(None, _facts(inst, result, trust, t, one_class))
             + _section(1, "evidence", _evidence_section(result, trust, inst.search.objective)))

@@ -98,7 +98,7 @@ def test_iterations_are_whole_steps(capsys, tmp_path):
 def test_mixed_cluster_prices_each_gpu_type(capsys, tmp_path):
     # 8 A100 at $1.5 and 8 H100 at $2.5 per GPU-hour: the cluster costs 8 x 1.5 + 8 x 2.5 = $32
     # per hour of wall clock; 8 x 10**5 iterations of t s; GPU-hours over all 16 GPUs. The interval:
-    # the same formulas at the ends of the plan's trust interval (cost/trust.class_plan_trust)
+    # the same formulas at the ends of the plan's trust interval (cost/trust.plan_trust)
     path = with_job(MIXED_RAW, tmp_path, train_tokens=2.62144e10,  # 8 x 10**5 x 32,768 tokens
                     usd_per_gpu_hour={A100: 1.5, H100: 2.5})
     doc = plan_json(capsys, path)

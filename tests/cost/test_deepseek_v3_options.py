@@ -341,17 +341,17 @@ def test_mixed_clusters_refuse_dualpipe_and_take_deepep(tmp_path):
     # DualPipe is priced by `simulate` of one GPU type only (cost/dualpipe.py): refused on a
     # mixed cluster rather than ignored. DeepEP's dispatch is priced there (an expert group lies
     # inside one class's stage on one group: tests/hetero/test_moe_mixed.py)
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.cost.specs import MoeDispatcher
     raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
     raw["job"]["pipeline_schedule"] = "dualpipe"
     with pytest.raises(InstanceError) as info:
-        load_cluster_instance(_write(tmp_path, raw, "h.yaml"))
+        load_instance(_write(tmp_path, raw, "h.yaml"))
     assert info.value.field == "job.pipeline_schedule"
     del raw["job"]["pipeline_schedule"]
     raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
     raw["job"]["moe_dispatcher"] = "deepep"
-    inst = load_cluster_instance(_write(tmp_path, raw, "h2.yaml"))
+    inst = load_instance(_write(tmp_path, raw, "h2.yaml"))
     assert inst.job.moe_dispatcher is MoeDispatcher.DEEPEP
 
 
@@ -376,13 +376,13 @@ def test_dualpipe_shrinks_a_dense_pipelines_bubble_to_its_formula():
 def test_a_search_override_on_a_group_file_is_checked_against_its_recompute_modules(tmp_path):
     # group files take recompute_modules (selective), which excludes full recomputation as in
     # Megatron-LM; `--search full_recompute=true` must be refused there as in a homogeneous file
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.cost.loader import override_search
     raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
     raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
     raw["job"]["recompute_modules"] = ["moe_act"]
     raw["search"] = {**raw.get("search", {}), "full_recompute": False}
-    inst = load_cluster_instance(_write(tmp_path, raw, "h.yaml"))
+    inst = load_instance(_write(tmp_path, raw, "h.yaml"))
     with pytest.raises(InstanceError) as info:
         override_search(inst, {"full_recompute": True})
     assert info.value.field == "job.recompute_modules"

@@ -166,7 +166,7 @@ def test_a_mixed_cluster_plans_it_as_exhaustive_search_does(tmp_path):
     # H100), torchtitan with ZeRO-3 only: the class planner's optimum equals brute force over
     # the same declared space (solver/exhaustive.exhaustive); the optimum pipelines
     # (a stage on each group) with FSDP inside it
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver.exhaustive import exhaustive
     from paraplan.solver.search import search
     raw = yaml.safe_load((ROOT / "instances/hetero/tiny-2types.yaml").read_text())
@@ -174,7 +174,7 @@ def test_a_mixed_cluster_plans_it_as_exhaustive_search_does(tmp_path):
     raw["search"]["zero"] = [3]
     path = tmp_path / "tiny-2types-torchtitan.yaml"
     path.write_text(yaml.safe_dump(raw))
-    inst = load_cluster_instance(path)
+    inst = load_instance(path)
     ex = exhaustive(inst)
     res = search(inst)
     assert res.status == "optimal" and ex.plan is not None

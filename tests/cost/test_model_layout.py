@@ -238,7 +238,7 @@ def test_standard_attention_keeps_the_whole_score_matrix():
 def test_tensor_parallel_splits_heads_not_hidden(tmp_path):
     # hidden 1,000 with 16 heads of 64: tp splits the 16 heads (Q 1,024 wide), so every power
     # of two up to the node's 8 GPUs divides the attention; hidden itself need not divide
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver.class_layouts import tp_values
-    inst = load_cluster_instance(_instance_with_model(tmp_path, hidden=1000, head_dim=64))  # as one group
+    inst = load_instance(_instance_with_model(tmp_path, hidden=1000, head_dim=64))  # as one group
     assert tp_values(inst, (0,)) == [1, 2, 4, 8]

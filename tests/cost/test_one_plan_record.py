@@ -7,7 +7,7 @@ import pytest
 from paraplan import instances
 from paraplan.cost.specs import Instance
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.groups_loader import class_plan_from_data, class_plan_to_mapping
+from paraplan.cost.loader import plan_from_mapping, plan_to_mapping
 from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 
@@ -21,7 +21,7 @@ def test_a_flat_file_reads_as_the_same_record_on_the_flat_instance_and_on_its_on
     flat = load_instance(TINY)
     group = flat
     on_flat = plan_from_mapping(FLAT, flat)
-    on_group = class_plan_from_data({"plan": FLAT}, group, "<memory>")
+    on_group = plan_from_mapping({"plan": FLAT}, group, "<memory>")
     assert on_flat == on_group
     # tiny-gpt: 8 layers, 8 GPUs, global batch 32 = dp 2 x micro-batch 2 x 8 micro-batches
     assert (on_flat.pp, on_flat.dp, on_flat.num_micro_batches) == (2, 2, 8)
@@ -33,7 +33,7 @@ def test_a_flat_file_reads_as_the_same_record_on_the_flat_instance_and_on_its_on
     assert on_flat.is_flat_on(group.cluster)
     # each file kind's writer reads back as the record it wrote
     assert plan_from_mapping(plan_to_mapping(on_flat), flat) == on_flat
-    assert class_plan_from_data({"plan": class_plan_to_mapping(on_group, group)}, group, "<memory>") == on_group
+    assert plan_from_mapping({"plan": plan_to_mapping(on_group, group)}, group, "<memory>") == on_group
 
 
 def test_several_classes_have_no_one_class_properties_and_are_not_flat():

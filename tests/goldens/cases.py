@@ -59,7 +59,6 @@ HETERO_SEEDS = range(40)
 
 def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
     """A case planned by the one entry (solver/solve.py), its plan as its plan file writes it."""
-    from paraplan.cost.groups_loader import class_plan_to_mapping
     from paraplan.cost.loader import plan_to_mapping
     from paraplan.solver.solve import solve
 
@@ -67,8 +66,7 @@ def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
     # every golden is proved (optimal or infeasible), and the 60 s default ran out on the
     # slowest bundled instances when seven other jobs shared the two cores (status feasible)
     res = solve(inst, backend, time_limit_s=GUARD_LIMIT_S, objective=objective)
-    plan = None if res.plan is None else (plan_to_mapping(res.plan) if inst.flat
-                                          else class_plan_to_mapping(res.plan, inst))
+    plan = None if res.plan is None else plan_to_mapping(res.plan, inst)
     return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
             "outer_configs": res.outer_configs, "plans": res.plans_total, "plan": plan}
 
@@ -76,14 +74,14 @@ def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
 def bundled_cases() -> list[tuple[str, str]]:
     """(instance file, objective) of every bundled golden; mixed clusters with scenarios are
     planned for every objective their scenarios allow."""
-    from paraplan.cost.groups_loader import is_groups_file, load_cluster_instance
+    from paraplan.cost.loader import load_instance
 
     out = []
     for rel in BUNDLED:
-        if not is_groups_file(ROOT / rel):
+        if not _written_with_groups(rel):
             out.append((rel, "nominal"))
             continue
-        inst = load_cluster_instance(ROOT / rel)
+        inst = load_instance(ROOT / rel)
         out.append((rel, "nominal"))
         if len(inst.scenarios) > 1:
             out.append((rel, "robust"))
@@ -92,13 +90,18 @@ def bundled_cases() -> list[tuple[str, str]]:
     return out
 
 
+def _written_with_groups(rel: str) -> bool:
+    """Whether the bundled file lists node groups (`cluster:` with `groups:`): its goldens were
+    planned with CP-SAT."""
+    from paraplan.cost.loader import is_groups_mapping, read_yaml
+    return is_groups_mapping(read_yaml(ROOT / rel))
+
+
 def plan_bundled(rel: str, objective: str) -> dict:
-    from paraplan.cost.groups_loader import is_groups_file, load_cluster_instance
     from paraplan.cost.loader import load_instance
 
-    if is_groups_file(ROOT / rel):
-        return _record(load_cluster_instance(ROOT / rel), objective, "cpsat")
-    return _record(load_instance(ROOT / rel))
+    inst = load_instance(ROOT / rel)
+    return _record(inst, objective, "cpsat") if _written_with_groups(rel) else _record(inst)
 
 
 def homogeneous_seeds() -> list[int]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from randinst import random_cluster_instance
 
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver.bounds import batched
 from paraplan.solver.bounds.batched import balanced_split, balanced_splits, lower_bounds_s
 from paraplan.solver.search import problems_for
@@ -83,8 +83,8 @@ def _problems(inst, objective: str, uniform: bool = False):
 
 
 def _instances():
-    yield "tiny-gpt as one group", load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"), ("nominal",)
-    yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
+    yield "tiny-gpt as one group", load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"), ("nominal",)
+    yield "tiny-2types", load_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
     for seed in (0, 1, 2):
         yield f"random {seed}", random_cluster_instance(seed), ("nominal", "robust", "expected")
 

@@ -14,7 +14,7 @@ from agreement_support import assert_mixed_backends_agree_with_exhaustive, asser
 from randinst import random_cluster_instance
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute, SearchSpace
@@ -61,7 +61,7 @@ def test_one_class_per_group_is_the_replica_family_as_before():
 def test_replica_layouts_counts_what_the_space_lists(k):
     # replica_layouts counts without listing (cost of the refusal); here the listing itself
     # over every group subset, tp and cp of the replica family is the reference
-    inst = _per_group(load_cluster_instance(TINY), k)
+    inst = _per_group(load_instance(TINY), k)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
     G = len(inst.cluster.groups)
     listed = sum(1 for n in range(1, G + 1) for used in itertools.combinations(range(G), n)
@@ -73,7 +73,7 @@ def test_replica_layouts_counts_what_the_space_lists(k):
 def test_several_classes_per_group_only_add_plans():
     # classes_per_group 1 is the former space, outer configuration for outer configuration;
     # 2 keeps every one of them and adds layouts with two classes on one group
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     one, two = declared_outers(inst), declared_outers(_per_group(inst, 2))
     assert set(one) < set(two)
     assert all(_shared(o) for o in set(two) - set(one))
@@ -104,7 +104,7 @@ def test_two_classes_on_one_group_win_on_some_random_instances():
 
 def test_a_plan_with_two_classes_on_one_group_round_trips_and_resimulates(tmp_path):
     # the replica family on the A100 group alone: every plan there has >= 2 classes on it
-    inst = _per_group(load_cluster_instance(TINY), 2)
+    inst = _per_group(load_instance(TINY), 2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
     res = search(inst, families=("replica",), groups=(0,))
     assert res.status == "optimal" and len(res.plan.classes) >= 2 and _shared(res.plan)
@@ -112,7 +112,7 @@ def test_a_plan_with_two_classes_on_one_group_round_trips_and_resimulates(tmp_pa
 
 
 def test_not_covered_names_one_class_more_than_declared():
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     assert "two replica classes on one group (search.classes_per_group)" in not_covered(inst)
     assert "more than 2 replica classes on one group (search.classes_per_group)" in not_covered(_per_group(inst, 2))
     # 8 GPUs per group host up to 8 classes of one GPU each: 5 is still outside with 4
@@ -138,7 +138,7 @@ def test_twin_classes_that_tie_are_merged_into_one():
     # (one node: every hand-off and ring on NVLink), so the plan is that one class. Since the
     # dense refit (matmul_half_flops 1e8 -> 6.44e9 FLOP) the optimum is one class of 8 replicas
     # of two stages, the first on the H100 node, the second on the A100 one
-    inst = _per_group(load_cluster_instance(TINY), 2)
+    inst = _per_group(load_instance(TINY), 2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4, 8)))
     res = search(inst)
     one = search(_per_group(inst, 1))
@@ -159,7 +159,7 @@ def test_a_gradient_ring_across_two_classes_on_one_group_crosses_the_nodes_it_sp
     path = tmp_path / "two-nodes.yaml"
     path.write_text(text.replace("nodes: 1", "nodes: 2").replace("gpus_per_node: 8", "gpus_per_node: 2")
                     .replace("nic_gbit_per_s: 200", "nic_gbit_per_s: 10"))
-    inst = load_cluster_instance(path)
+    inst = load_instance(path)
     stage = dict(stage_groups=(0, 0), layers_per_stage=(4, 4), full_recompute_layers=(0, 0))
     common = dict(tp=1, micro_batch=1, sequence_parallel=False, recompute=Recompute.NONE, zero=0)
     two = Plan(**common, family="replica", classes=(

@@ -14,8 +14,8 @@ from randinst import group_tp_instance
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.class_coefficients import class_coefficients
-from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_mapping,
-                                         load_cluster_instance)
+from paraplan.cost.loader import (plan_from_mapping, plan_to_mapping,
+                                         load_instance)
 from paraplan.cost.plan_specs import ClassShape, ClassOuter, Plan, ReplicaClass
 from paraplan.cost.loader import InstanceError
 from paraplan.solver.exhaustive import exhaustive
@@ -74,7 +74,7 @@ def _two_stage_outer(inst, tp_a: int, tp_b: int, sp: bool = True) -> ClassOuter:
 
 
 def _tiny():
-    return load_cluster_instance("instances/hetero/tiny-2types.yaml")
+    return load_instance("instances/hetero/tiny-2types.yaml")
 
 
 def test_each_stage_is_priced_at_its_own_groups_tp():
@@ -121,17 +121,17 @@ def test_plan_file_round_trip_and_errors():
                "classes": [{"replicas": 2, "stages": ["a100", "h100"], "num_micro_batches": 8,
                             "layers_per_stage": [3, 5]}]}
     # a100: 2 replicas x tp 4 = 8 GPUs; h100: 2 x 2 = 4 of its 8 (part of a group is allowed)
-    plan = class_plan_from_mapping(mapping, inst)
+    plan = plan_from_mapping(mapping, inst)
     assert plan.tp == 4 and plan.group_tp == ((0, 4), (1, 2))
     assert plan.outer.gpus_per_group(2) == [8, 4]
-    again = class_plan_from_mapping(class_plan_to_mapping(plan, inst), inst)
+    again = plan_from_mapping(plan_to_mapping(plan, inst), inst)
     assert again == plan
     with pytest.raises(InstanceError, match="two different degrees"):
-        class_plan_from_mapping({**mapping, "tp": {"a100": 2, "h100": 2}}, inst)
+        plan_from_mapping({**mapping, "tp": {"a100": 2, "h100": 2}}, inst)
     with pytest.raises(InstanceError, match="a100"):
-        class_plan_from_mapping({**mapping, "tp": {"h100": 2}}, inst)
+        plan_from_mapping({**mapping, "tp": {"h100": 2}}, inst)
     with pytest.raises(InstanceError, match="unknown key"):
-        class_plan_from_mapping({**mapping, "tp": {"a100": 4, "v100": 2}}, inst)
+        plan_from_mapping({**mapping, "tp": {"a100": 4, "v100": 2}}, inst)
 
 
 def test_a_tp_per_group_needs_one_class():
@@ -153,7 +153,7 @@ def test_metis_case_a_tp_per_group_is_faster_on_32_a100_32_h100():
     0.6-0.9% with tp 4 on the A100 stages and tp 2 on the H100 stages (issue 12). With a tp per
     group in the space the proved optimum runs different degrees per group and is faster than
     the one-tp optimum."""
-    inst = load_cluster_instance("instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    inst = load_instance("instances/hetero/llama3-70b-32xA100-32xH100.yaml")
     # the limit guards a hang: beside seven other jobs on two cores these took 170-370 s of wall
     full = search(inst, time_limit_s=600)
     one = search(_without_group_tp(inst), time_limit_s=600)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.specs import Cluster
-from paraplan.cost.groups_loader import load_cluster_instance, load_class_plan
+from paraplan.cost.loader import load_instance, load_plan
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,8 +24,8 @@ def test_plan_writes_a_plan_that_loads_back(tmp_path, capsys):
     assert main(["plan", DYNAMIC, "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "OPTIMAL (proved over the declared heterogeneous space)" in text
-    inst = load_cluster_instance(DYNAMIC)
-    plan = load_class_plan(out, inst)
+    inst = load_instance(DYNAMIC)
+    plan = load_plan(out, inst)
     assert sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch == 256
 
 

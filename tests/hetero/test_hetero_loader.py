@@ -1,4 +1,4 @@
-"""cost/groups_loader.py: bundled heterogeneous files load, unit conversions and link rules
+"""cost/loader.py, node-group files: bundled ones load, unit conversions and link rules
 checked by hand, plans round-trip, and each malformed input names its field.
 
 Expected numbers are datasheet figures converted by hand: 400 Gbit/s = 50e9 bytes/s, 200 Gbit/s
@@ -13,10 +13,10 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import (event_from_mapping, cluster_instance_from_mapping,
-                                class_plan_from_mapping, class_plan_to_mapping,
-                                is_groups_file, is_groups_mapping,
-                                load_event, load_cluster_instance, load_class_plan)
+from paraplan.cost.loader import (event_from_mapping, instance_from_mapping,
+                                plan_from_mapping, plan_to_mapping,
+                                is_groups_mapping, read_yaml,
+                                load_event, load_instance, load_plan)
 from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.loader import load_instance
@@ -73,8 +73,8 @@ def test_bundled_hetero_instances_are_the_documented_set():
 
 @pytest.mark.parametrize("path", sorted(HETERO.glob("*.yaml")), ids=lambda p: p.stem)
 def test_bundled_hetero_instance_loads(path):
-    assert is_groups_file(path)
-    inst = load_cluster_instance(path)
+    assert is_groups_mapping(read_yaml(path))
+    inst = load_instance(path)
     assert isinstance(inst, Instance)
     assert inst.name == path.stem and inst.source == str(path)
     assert inst.scenarios[0].name == "nominal" and inst.scenarios[0].cluster == inst.cluster
@@ -91,17 +91,17 @@ def test_errors_name_the_file(tmp_path):
     data = yaml.safe_load(TINY.read_text())
     data["cluster"]["groups"][1]["nodes"] = 0
     path.write_text(yaml.safe_dump(data))
-    err = error(load_cluster_instance, path)
+    err = error(load_instance, path)
     assert (err.path, err.field) == (str(path), "cluster.groups[1].nodes")
 
 
 def test_homogeneous_files_are_not_hetero():
-    assert not is_groups_file(INSTANCES / "tiny-gpt-8xA100.yaml")
+    assert not is_groups_mapping(read_yaml(INSTANCES / "tiny-gpt-8xA100.yaml"))
     assert not is_groups_mapping({"cluster": {"gpu": "x"}}) and not is_groups_mapping([1])
 
 
 def test_three_types_two_sites_is_the_solve_time_target():
-    inst = load_cluster_instance(THREE_TYPES)
+    inst = load_instance(THREE_TYPES)
     hc = inst.cluster
     assert [x.name for x in hc.groups] == ["h100", "a100-80g", "a100-40g"]
     assert sum(x.cluster.nodes for x in hc.groups) == 64
@@ -114,7 +114,7 @@ def test_three_types_two_sites_is_the_solve_time_target():
 
 
 def test_unit_conversions_by_hand():
-    inst = load_cluster_instance(HETERO / "llama3-70b-32xA100-32xH100.yaml")
+    inst = load_instance(HETERO / "llama3-70b-32xA100-32xH100.yaml")
     h100, a100 = (x.cluster for x in inst.cluster.groups)
     assert h100.inter_node.bw_bytes_per_s == pytest.approx(50e9)  # 400 Gbit/s
     assert h100.intra_node.bw_bytes_per_s == pytest.approx(450e9)  # 900 GB/s both ways, halved
@@ -127,7 +127,7 @@ def test_unit_conversions_by_hand():
 # --- links ---------------------------------------------------------------------------------
 
 def test_default_link_is_the_slower_nic_and_larger_latency():
-    hc = cluster_instance_from_mapping(mapping(THREE_GROUPS)).cluster
+    hc = instance_from_mapping(mapping(THREE_GROUPS)).cluster
     assert bw(hc, 0, 1) == pytest.approx(25e9)  # 400 vs 200 Gbit/s
     assert bw(hc, 0, 0) == pytest.approx(50e9)  # diagonal: the group's own NIC
     assert hc.between[0][2].latency_s == pytest.approx(30e-6)  # max(10 us, 30 us)
@@ -136,7 +136,7 @@ def test_default_link_is_the_slower_nic_and_larger_latency():
 
 def test_site_link_applies_to_every_pair_across_the_sites():
     links = [{"between": ["east", "west"], "gbit_per_s": 100, "latency_us": 2000}]
-    hc = cluster_instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
+    hc = instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
     for a in (0, 1):
         assert bw(hc, a, 2) == bw(hc, 2, a) == pytest.approx(12.5e9)
         assert hc.between[a][2].latency_s == pytest.approx(2e-3)
@@ -145,7 +145,7 @@ def test_site_link_applies_to_every_pair_across_the_sites():
 
 def test_site_link_latency_defaults_to_the_larger_group_latency():
     links = [{"between": ["east", "west"], "gbit_per_s": 100}]
-    hc = cluster_instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
+    hc = instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
     assert hc.between[0][2].latency_s == pytest.approx(30e-6)
 
 
@@ -153,19 +153,19 @@ def test_group_pair_link_overrides_site_link_in_either_order():
     site = {"between": ["west", "east"], "gbit_per_s": 100}
     pair = {"between": ["c", "b"], "gbit_per_s": 40}
     for links in ([site, pair], [pair, site]):
-        hc = cluster_instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
+        hc = instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
         assert bw(hc, 1, 2) == bw(hc, 2, 1) == pytest.approx(5e9)  # 40 Gbit/s
         assert bw(hc, 0, 2) == pytest.approx(12.5e9)
 
 
 def test_link_inside_a_site():
     links = [{"between": ["east", "east"], "gbit_per_s": 800}]
-    hc = cluster_instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
+    hc = instance_from_mapping(mapping(THREE_GROUPS, links)).cluster
     assert bw(hc, 0, 1) == pytest.approx(100e9)
 
 
 def test_site_defaults_to_the_group_name():
-    hc = load_cluster_instance(TINY).cluster
+    hc = load_instance(TINY).cluster
     assert [x.site for x in hc.groups] == ["a100", "h100"]
     assert bw(hc, 0, 1) == pytest.approx(25e9)
 
@@ -173,7 +173,7 @@ def test_site_defaults_to_the_group_name():
 # --- scenarios, timeline, switching ---------------------------------------------------------
 
 def test_scenarios_probabilities_and_scale():
-    inst = load_cluster_instance(DYNAMIC)
+    inst = load_instance(DYNAMIC)
     names = [s.name for s in inst.scenarios]
     assert names == ["nominal", "inter-site-5pct", "west-nic-50g"]
     nominal, degraded, nic = inst.scenarios
@@ -190,7 +190,7 @@ def test_scenarios_probabilities_and_scale():
 
 
 def test_timeline_durations_and_switching():
-    inst = load_cluster_instance(DYNAMIC)
+    inst = load_instance(DYNAMIC)
     assert [(p.scenario, p.duration_s) for p in inst.timeline] == [
         (0, 2 * 3600), (2, 2 * 3600), (0, 14 * 3600), (1, 6 * 3600)]
     assert sum(p.duration_s for p in inst.timeline) == 24 * 3600
@@ -204,7 +204,7 @@ def test_nic_change_rebuilds_default_links_but_not_explicit_ones():
                                                  "intra_scale": 0.5}]},
                  {"name": "slow-b", "changes": [{"group": "b", "nic_gbit_per_s": 50,
                                                  "intra_node_gbytes_per_s": 300}]}]
-    inst = cluster_instance_from_mapping(mapping(THREE_GROUPS, links, scenarios=scenarios))
+    inst = instance_from_mapping(mapping(THREE_GROUPS, links, scenarios=scenarios))
     slow_a, slow_b = inst.scenarios[1].cluster, inst.scenarios[2].cluster
     assert bw(slow_a, 0, 0) == pytest.approx(12.5e9)  # 400 Gbit/s x 0.25
     assert slow_a.groups[0].cluster.intra_node.bw_bytes_per_s == pytest.approx(150e9)  # 600/2 x 0.5
@@ -218,14 +218,14 @@ def test_nic_change_rebuilds_default_links_but_not_explicit_ones():
 def test_nominal_probability_is_the_rest_and_may_be_zero():
     scenarios = [{"name": "x", "probability": 0.7, "changes": [{"group": "a", "nic_scale": 0.5}]},
                  {"name": "y", "probability": 0.3, "changes": [{"group": "b", "nic_scale": 0.5}]}]
-    inst = cluster_instance_from_mapping(mapping(THREE_GROUPS, scenarios=scenarios))
+    inst = instance_from_mapping(mapping(THREE_GROUPS, scenarios=scenarios))
     assert inst.scenarios[0].probability == pytest.approx(0.0)
 
 
 # --- events --------------------------------------------------------------------------------
 
 def test_event_file():
-    inst = load_cluster_instance(DYNAMIC)
+    inst = load_instance(DYNAMIC)
     scenario, remaining_s, remaining_iterations = load_event(EVENT, inst)
     assert scenario.name == "inter-site-degraded"
     assert remaining_s == 200 * 3600 and remaining_iterations is None
@@ -235,7 +235,7 @@ def test_event_file():
 
 
 def test_event_with_iterations_and_a_nic_change_keeps_explicit_links():
-    inst = load_cluster_instance(THREE_TYPES)
+    inst = load_instance(THREE_TYPES)
     data = {"event": {"changes": [{"group": "a100-40g", "nic_gbit_per_s": 100}],
                       "remaining_iterations": 5000}}
     scenario, remaining_s, remaining_iterations = event_from_mapping(data, inst, "ev.yaml")
@@ -256,34 +256,34 @@ TINY_PLAN = {"tp": 4, "micro_batch": 1, "recompute": "none", "zero": 1, "family"
 
 
 def test_plan_round_trip(tmp_path):
-    inst = load_cluster_instance(TINY)
-    plan = class_plan_from_mapping(TINY_PLAN, inst, "p.yaml")
+    inst = load_instance(TINY)
+    plan = plan_from_mapping(TINY_PLAN, inst, "p.yaml")
     assert plan == Plan(tp=4, micro_batch=1, recompute=Recompute.NONE, zero=1,
                               classes=(ReplicaClass(replicas=2, stage_groups=(0, 1),
                                                     num_micro_batches=16,
                                                     layers_per_stage=(3, 5),
                                                     full_recompute_layers=(1, 1)),))
-    out = class_plan_to_mapping(plan, inst)
+    out = plan_to_mapping(plan, inst)
     assert out["classes"][0]["stages"] == ["a100", "h100"]
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump({"plan": out}))
-    assert load_class_plan(path, inst) == plan
+    assert load_plan(path, inst) == plan
 
 
 def test_plan_defaults_and_full_recompute_round_trip():
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     data = {"tp": 8, "micro_batch": 2, "recompute": "full", "family": "replica",
             "classes": [{"replicas": 1, "stages": ["a100"], "num_micro_batches": 8},
                         {"replicas": 1, "stages": ["h100", "h100"], "num_micro_batches": 8}]}
     with pytest.raises(InstanceError, match="uses 16 GPUs of group 'h100'"):
-        class_plan_from_mapping(data, inst)
+        plan_from_mapping(data, inst)
     data["tp"] = 4
-    plan = class_plan_from_mapping(data, inst)
+    plan = plan_from_mapping(data, inst)
     assert plan.recompute is Recompute.NONE and plan.family == "replica"
     assert plan.classes[1].layers_per_stage == (4, 4) == plan.classes[1].full_recompute_layers
-    out = class_plan_to_mapping(plan, inst)
+    out = plan_to_mapping(plan, inst)
     assert out["recompute"] == "full" and "full_recompute_layers" not in out["classes"][0]
-    assert class_plan_from_mapping(out, inst) == plan
+    assert plan_from_mapping(out, inst) == plan
 
 
 # --- homogeneous <-> heterogeneous ---------------------------------------------------------
@@ -297,13 +297,13 @@ def test_a_flat_file_is_one_group_and_group_alone_one_group_of_a_cluster():
     assert (inst.cluster.gpu, inst.cluster.nodes, inst.cluster.gpus_per_node) == (spec.gpu, 1, 8)
     assert inst.cluster.between[0][0] == inst.cluster.inter_node == spec.inter_node
     assert inst.group_alone(0) == inst  # a one-group instance alone is itself
-    tiny = load_cluster_instance(TINY)
+    tiny = load_instance(TINY)
     h100 = tiny.group_alone(1)
     assert h100.name == "tiny-2types" and h100.cluster.groups == tiny.cluster.groups[1:]
     assert not tiny.flat and h100.flat
     with pytest.raises(ValueError, match="2 node groups"):
         tiny.cluster.gpu  # several groups have no single GPU type
-    dynamic = load_cluster_instance(DYNAMIC)  # a scenario's group, as its pricing reads it
+    dynamic = load_instance(DYNAMIC)  # a scenario's group, as its pricing reads it
     for scenario in dynamic.scenarios:
         assert dynamic.group_alone(0, scenario.cluster).cluster.one_group == scenario.cluster.groups[0].cluster
 
@@ -319,7 +319,7 @@ def test_the_nominal_scenario_follows_a_copied_cluster():
     moved = dataclasses.replace(inst, cluster=two)
     assert [sc.cluster.num_gpus for sc in moved.scenarios] == [16]
     # a declared scenario keeps its own network: llama3-8b-dynamic's nominal plus two changes
-    dynamic = load_cluster_instance(DYNAMIC)
+    dynamic = load_instance(DYNAMIC)
     west_only = Cluster(groups=dynamic.cluster.groups[1:], between=((dynamic.cluster.between[1][1],),))
     moved = dataclasses.replace(dynamic, cluster=west_only)
     assert moved.scenarios[0].cluster == west_only and moved.scenarios[0].probability == dynamic.scenarios[0].probability
@@ -327,12 +327,12 @@ def test_the_nominal_scenario_follows_a_copied_cluster():
 
 
 def test_one_reader_reads_a_flat_file_as_its_one_group():
-    # load_cluster_instance is the one reader: a flat file comes back as the record
+    # load_instance is the one reader: a flat file comes back as the record
     # load_instance reads, equal record for record (the frozen dataclasses' equality compares
     # every field)
     path = INSTANCES / "tiny-gpt-8xA100.yaml"
-    assert load_cluster_instance(path) == load_instance(path)
-    assert len(load_cluster_instance(TINY).cluster.groups) == 2  # a node-group file as written
+    assert load_instance(path) == load_instance(path)
+    assert len(load_instance(TINY).cluster.groups) == 2  # a node-group file as written
 
 
 # --- bad inputs: each names its field --------------------------------------------------------
@@ -436,7 +436,7 @@ BAD = {
 
 
 def test_bad_base_is_valid():
-    inst = cluster_instance_from_mapping(bad_base(), "bad.yaml")
+    inst = instance_from_mapping(bad_base(), "bad.yaml")
     assert [s.probability for s in inst.scenarios] == [0.5, 0.5]
 
 
@@ -445,7 +445,7 @@ def test_bad_instance_names_the_field(name):
     change, field, words = BAD[name]
     data = bad_base()
     change(data)
-    err = error(cluster_instance_from_mapping, data, "bad.yaml")
+    err = error(instance_from_mapping, data, "bad.yaml")
     assert err.path == "bad.yaml"
     assert err.field == field, str(err)
     assert words in str(err)
@@ -464,7 +464,7 @@ def test_bad_instance_names_the_field(name):
     ({"remaining_hours": 1}, "event.changes", "missing required key"),
 ])
 def test_bad_event_names_the_field(event, field, words):
-    inst = load_cluster_instance(DYNAMIC)
+    inst = load_instance(DYNAMIC)
     err = error(event_from_mapping, {"event": event}, inst, "ev.yaml")
     assert err.field == field, str(err)
     assert words in str(err)
@@ -486,10 +486,10 @@ def test_bad_event_names_the_field(event, field, words):
     (lambda p: p.update(tp=True), "plan.tp", "expected an integer, got the boolean true"),
 ])
 def test_bad_plan_names_the_field(change, field, words):
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     data = copy.deepcopy(TINY_PLAN)
     change(data)
-    err = error(class_plan_from_mapping, data, inst, "p.yaml")
+    err = error(plan_from_mapping, data, inst, "p.yaml")
     assert err.field == field, str(err)
     assert words in str(err)
 
@@ -511,9 +511,9 @@ def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words
 
     data = bad_base()
     data["search"] = {key: value}
-    err = error(cluster_instance_from_mapping, data, "bad.yaml")
+    err = error(instance_from_mapping, data, "bad.yaml")
     assert err.field == f"search.{key}" and words in str(err), str(err)
-    inst = cluster_instance_from_mapping(bad_base(), "bad.yaml")
+    inst = instance_from_mapping(bad_base(), "bad.yaml")
     err = error(override_search, inst, {key: value}, "<--search>")
     assert err.path == "<--search>" and err.field == f"search.{key}" and words in str(err), str(err)
 
@@ -521,7 +521,7 @@ def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words
 def test_search_keys_a_mixed_cluster_honours_are_kept():
     from paraplan.cost.loader import override_search
 
-    inst = cluster_instance_from_mapping(bad_base(), "bad.yaml")
+    inst = instance_from_mapping(bad_base(), "bad.yaml")
     for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("cp", [1, 2]), ("max_cp", 4),
                        ("virtual_stages", [1]), ("virtual_stages", [1, 2, 4]), ("uniform_split", False),
                        ("tp_across_nodes", True),

@@ -17,8 +17,8 @@ import pytest
 
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_outers, partitions_layer_fn
-from paraplan.cost.groups_loader import (class_plan_from_mapping, class_plan_to_mapping,
-                                         load_cluster_instance)
+from paraplan.cost.loader import (plan_from_mapping, plan_to_mapping,
+                                         load_instance)
 from paraplan.cost.objective import scaled_times
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
@@ -44,7 +44,7 @@ def _with_partitions(inst, **search):
 def test_one_group_partitions_match_exhaustive_search():
     # tp 4 without sequence parallelism: 4^4 linear-op plans (K, N, P2x2, T) x 3 head
     # assignments = 768 layer plans, every one tried by exhaustive search
-    inst = _with_partitions(load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"),
+    inst = _with_partitions(load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"),
                             tp=(4,), zero=(1,), sequence_parallel=(False,), micro_batch=(2,))
     res = search(inst)
     ex = exhaustive(inst)
@@ -55,7 +55,7 @@ def test_one_group_partitions_match_exhaustive_search():
 
 
 def test_two_groups_partitions_cpsat_equals_milp_and_beat_megatron():
-    inst = load_cluster_instance(TINY2)
+    inst = load_instance(TINY2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(4,)))
     on = _with_partitions(inst)
     off = search(inst)
@@ -74,7 +74,7 @@ def test_two_groups_partitions_cpsat_equals_milp_and_beat_megatron():
 def test_assembled_class_coefficients_equal_a_direct_build():
     """The planner prices each (class, group, plan) once and assembles combinations row by
     row; every assembled candidate must equal pricing its whole plan directly."""
-    inst = _with_partitions(load_cluster_instance(TINY2))
+    inst = _with_partitions(load_instance(TINY2))
     outers = [o for o in declared_outers(inst) if len({g for c in o.classes for g in c.stage_groups}) == 2]
     checked = 0
     for i, o in enumerate(outers[:6]):
@@ -102,7 +102,7 @@ def test_vectorised_class_bound_is_below_the_optimum():
     """The combination bound the planner keys candidates by never exceeds a candidate's optimum
     (solved by CP-SAT). (It is solver/bounds/one_class.tight_class_terms, which tight_lower_bound_s also
     computes, row by row: tests/solver/test_bounds.py checks that against brute force.)"""
-    inst = _with_partitions(load_cluster_instance(TINY2))
+    inst = _with_partitions(load_instance(TINY2))
     seen = 0
     for i, o in enumerate(declared_outers(inst)[::37]):
         ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
@@ -120,11 +120,11 @@ def test_vectorised_class_bound_is_below_the_optimum():
 
 
 def test_plan_file_keeps_partitions_per_group():
-    on = _with_partitions(load_cluster_instance(TINY2), tp=(4,))
+    on = _with_partitions(load_instance(TINY2), tp=(4,))
     plan = search(on).plan
-    mapping = class_plan_to_mapping(plan, on)
+    mapping = plan_to_mapping(plan, on)
     assert set(mapping["classes"][0]["partitions"]) <= {"a100", "h100"}
-    assert class_plan_from_mapping(mapping, on) == plan
+    assert plan_from_mapping(mapping, on) == plan
 
 
 @pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
@@ -136,7 +136,7 @@ def test_partitions_compose_with_robust_and_expected_objectives():
     from paraplan.cost.plan_specs import Cluster, Scenario
     from paraplan.cost.specs import Link
 
-    inst = _with_partitions(load_cluster_instance(TINY2), tp=(4,), zero=(1,), sequence_parallel=(False,))
+    inst = _with_partitions(load_instance(TINY2), tp=(4,), zero=(1,), sequence_parallel=(False,))
     hc = inst.cluster
     slow = tuple(tuple(x if a == b else Link(bw_bytes_per_s=x.bw_bytes_per_s / 10, latency_s=x.latency_s)
                        for b, x in enumerate(row)) for a, row in enumerate(hc.between))

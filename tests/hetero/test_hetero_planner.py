@@ -13,7 +13,7 @@ from randinst import random_instance
 from paraplan.cost.specs import Instance
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_coefficients
-from paraplan.cost.groups_loader import load_event, load_cluster_instance
+from paraplan.cost.loader import load_event, load_instance
 from paraplan.cost.plan_specs import ClassShape, ClassOuter
 from paraplan.cost.loader import load_instance
 from paraplan.cost.switching import switch_time_s
@@ -50,7 +50,7 @@ def test_balanced_split_is_the_min_max_split():
 
 
 def test_cross_group_hand_off_uses_the_group_link():
-    inst = load_cluster_instance(TINY2)
+    inst = load_instance(TINY2)
     o = ClassOuter(tp=1, micro_batch=1, classes=(ClassShape(replicas=8, stage_groups=(0, 1)),))
     c = class_coefficients(inst, inst.cluster, o)[0]
     # tiny-gpt: seq 1024 x hidden 1024 x 2 bytes = 2,097,152 bytes per micro-batch, tp = 1;
@@ -67,7 +67,7 @@ def test_cross_group_hand_off_uses_the_group_link():
 
 def test_one_group_class_prices_like_the_homogeneous_model():
     inst = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")
-    het = load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")  # the same file as one group
+    het = load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml")  # the same file as one group
     for tp, pp, dp in [(2, 2, 2), (1, 4, 2), (4, 1, 2), (8, 1, 1)]:
         m = inst.job.global_batch // dp
         o = Outer(tp=tp, pp=pp, dp=dp, micro_batch=1, num_micro_batches=m, zero=1 if dp > 1 else 0)
@@ -96,7 +96,7 @@ def test_one_group_optimum_matches_exhaustive_search(seed):
 
 
 def test_switch_time_by_hand():
-    inst = load_cluster_instance(DYNAMIC)
+    inst = load_instance(DYNAMIC)
     # Llama 3 8B: 8,030,261,248 parameters (the released model's count); checkpoint 14 bytes
     # each, written and read once at 20 GB/s, plus the 180 s restart of the instance file
     expected = 180 + 2 * 8_030_261_248 * 14 / 20e9
@@ -104,7 +104,7 @@ def test_switch_time_by_hand():
 
 
 def test_replan_warm_start_gives_the_cold_optimum():
-    inst = load_cluster_instance(DYNAMIC)
+    inst = load_instance(DYNAMIC)
     current = search(inst).plan
     event, remaining_s, _ = load_event(EVENT, inst)
     r = replan(inst, current, event, remaining_s, None)
@@ -153,7 +153,7 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
     m * max_s t_s + sum_s t_s - max_s t_s (Narayanan et al. SC'21), plus its slowest sync."""
     from paraplan.cost import schedule
 
-    inst = load_cluster_instance(ROOT / "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    inst = load_instance(ROOT / "instances/hetero/llama3-70b-32xA100-32xH100.yaml")
     p = search(inst).plan
     counts = tuple(k.num_micro_batches for k in p.classes)
     assert any(m > len(k.stage_groups) for m, k in zip(counts, p.classes))  # not the stage count
@@ -180,7 +180,7 @@ def test_a_plans_class_coefficients_carry_its_micro_batch_counts():
 ])
 def test_an_empty_mixed_cluster_space_says_why(space, words):
     """The API path (no loader refusal): the planner's reason names the rule that empties it."""
-    inst = load_cluster_instance(TINY2)
+    inst = load_instance(TINY2)
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **space))
     res = search(inst)
     assert res.status == "infeasible" and res.outer_configs == 0
@@ -199,7 +199,7 @@ def test_interleaving_micro_batch_vectors_and_an_empty_space_say_why():
     assert count_micro_batch_splits(shapes, 24, v=2) == 3 and has_micro_batch_split(shapes, 24, v=2)
     assert count_micro_batch_splits(shapes, 24) == 9
     from paraplan.solver.space import empty_space_reason, declared_outers
-    inst = load_cluster_instance(TINY2)
+    inst = load_instance(TINY2)
     narrow = dataclasses.replace(inst, search=dataclasses.replace(inst.search, virtual_stages=(64,)))
     assert declared_outers(narrow) == []
     assert "search.virtual_stages [64]" in empty_space_reason(narrow)

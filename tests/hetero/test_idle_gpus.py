@@ -13,7 +13,7 @@ import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import random_cluster_instance
 
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import FAMILIES, class_shapes, cp_values, space_layouts, tp_choices
@@ -41,7 +41,7 @@ def _idle_in_a_used_group(plan, inst) -> bool:
 @pytest.mark.parametrize("idle", [False, True])
 def test_space_layouts_counts_what_the_space_lists(per_group, idle):
     # the reference is the listing itself, over every family, group subset, tp and cp
-    inst = _with(load_cluster_instance(TINY), tp=(1, 2, 4, 8), classes_per_group=per_group, idle_gpus=idle)
+    inst = _with(load_instance(TINY), tp=(1, 2, 4, 8), classes_per_group=per_group, idle_gpus=idle)
     G = len(inst.cluster.groups)
     listed = sum(1 for n in range(1, G + 1) for used in itertools.combinations(range(G), n)
                  for fam in FAMILIES for tpg in tp_choices(inst, used, fam)
@@ -50,7 +50,7 @@ def test_space_layouts_counts_what_the_space_lists(per_group, idle):
 
 
 def test_idle_gpus_only_add_plans_that_leave_gpus_idle():
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     whole, part = declared_outers(inst), declared_outers(_with(inst, idle_gpus=True))
     assert set(whole) < set(part)
     for o in set(part) - set(whole):
@@ -87,7 +87,7 @@ def test_a_plan_with_idle_gpus_round_trips_and_resimulates(tmp_path):
 
 
 def test_not_covered_stops_naming_idle_gpus():
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     assert "some GPUs of a used group idle (search.idle_gpus)" in not_covered(inst, {0})
     assert any(x.startswith("part of group 'h100'") for x in not_covered(inst, {0}))
     assert not_covered(_with(inst, idle_gpus=True), {0}) == ["two replica classes on one group (search.classes_per_group)",

@@ -13,7 +13,7 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from test_moe_mixed import moe_cluster_instance
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.cost.loader import load_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bounds.memory import proved_infeasible
@@ -32,7 +32,7 @@ def _instances():
         yield f"one group {seed}", random_instance(seed, variant=True)
     for seed in (3, 11):
         yield f"moe {seed}", moe_cluster_instance(seed)
-    yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml")
+    yield "tiny-2types", load_instance(ROOT / "instances/hetero/tiny-2types.yaml")
 
 
 @pytest.mark.parametrize("name,inst", list(_instances()), ids=lambda x: x if isinstance(x, str) else "")

@@ -11,7 +11,7 @@ from paraplan import instances
 from paraplan.cost.specs import Instance
 from paraplan.cost import memory
 from paraplan.cost.class_coefficients import class_coefficients
-from paraplan.cost.groups_loader import class_plan_from_mapping, load_cluster_instance
+from paraplan.cost.loader import plan_from_mapping, load_instance
 from paraplan.cost.loader import load_instance, plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES, class_categories_bytes, stage_categories_bytes
 from paraplan.cost.simulate import simulate
@@ -49,8 +49,8 @@ def test_mixed_cluster_categories_sum_to_each_stage_and_shard_over_every_replica
     # ZeRO-1 under Megatron: per parameter 2 B weights and 4 B grads on every GPU, 12 B of Adam
     # state over the 2 data-parallel ranks, so optimizer = 3 x weights and grads = 2 x weights
     # (no fp8, no experts); the runtime term is cost/memory.runtime_bytes(tp, cp, dp, pp)
-    inst = load_cluster_instance(TWO_TYPES)
-    plan = class_plan_from_mapping({"tp": 4, "micro_batch": 2, "sequence_parallel": True, "zero": 1,
+    inst = load_instance(TWO_TYPES)
+    plan = plan_from_mapping({"tp": 4, "micro_batch": 2, "sequence_parallel": True, "zero": 1,
                                     "recompute": "none", "classes": [
                                         {"replicas": 2, "stages": ["a100", "h100"], "num_micro_batches": 8,
                                          "layers_per_stage": [3, 5]}]}, inst)

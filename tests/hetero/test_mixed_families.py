@@ -13,7 +13,7 @@ import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import mixed_family_instance
 
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import class_shapes, cp_values, mixed_layouts, tp_choices
@@ -39,19 +39,19 @@ def _listed(inst) -> int:
 @pytest.mark.parametrize("per_group", [1, 2])
 @pytest.mark.parametrize("idle", [False, True])
 def test_mixed_layouts_counts_what_the_family_lists(per_group, idle):
-    inst = _with(load_cluster_instance(TINY), tp=(1, 2, 4, 8), mixed_families=True,
+    inst = _with(load_instance(TINY), tp=(1, 2, 4, 8), mixed_families=True,
                  classes_per_group=per_group, idle_gpus=idle)
     assert mixed_layouts(inst) == _listed(inst) > 0
 
 
 def test_mixed_layouts_counts_three_groups():
     # three groups of 128, 256 and 128 GPUs, narrowed to tp 8 and at most 6 stages
-    inst = _with(load_cluster_instance(THREE), tp=(8,), max_pp=6, mixed_families=True)
+    inst = _with(load_instance(THREE), tp=(8,), max_pp=6, mixed_families=True)
     assert mixed_layouts(inst) == _listed(inst) > 0
 
 
 def test_the_family_adds_a_pipeline_across_groups_beside_replica_classes():
-    inst = load_cluster_instance(TINY)
+    inst = load_instance(TINY)
     before, after = declared_outers(inst), declared_outers(_with(inst, mixed_families=True))
     assert set(before) < set(after)
     for o in set(after) - set(before):
@@ -90,7 +90,7 @@ def test_a_mixed_plan_round_trips_and_resimulates(tmp_path):
 
 
 def test_not_covered_stops_naming_mixed_families():
-    inst = load_cluster_instance(THREE)
+    inst = load_instance(THREE)
     mixed = "a stage-wise class beside replica-wise classes (search.mixed_families)"
     assert mixed in not_covered(inst)
     assert mixed not in not_covered(_with(inst, mixed_families=True))

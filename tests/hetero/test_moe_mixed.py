@@ -16,7 +16,7 @@ import yaml
 from randinst import random_cluster_instance
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec
@@ -75,13 +75,13 @@ def _mixed(tmp_path, search=None) -> Path:
 
 
 def test_mixed_cluster_plans_an_moe_model_with_ep_1(tmp_path):
-    res = search(load_cluster_instance(_mixed(tmp_path)))
+    res = search(load_instance(_mixed(tmp_path)))
     assert res.status == "optimal"
 
 
 def test_mixed_cluster_plans_a_listed_ep_above_1(tmp_path):
     # ep 2 over the tiny GPT's 8 experts: every plan of the listed space shards them in two
-    res = search(load_cluster_instance(_mixed(tmp_path, {"ep": [2], "micro_batch": [2],
+    res = search(load_instance(_mixed(tmp_path, {"ep": [2], "micro_batch": [2],
                                                              "tp": [4, 8]})))
     assert res.status == "optimal" and res.plan.ep == 2
     assert all((c.replicas * res.plan.cp) % 2 == 0 for c in res.plan.classes)
@@ -220,16 +220,16 @@ def test_random_mixed_folding_instances_fold():
 def test_a_mixed_plan_file_keeps_its_expert_tensor_parallel_degree():
     # a folded optimum of the random mixed instances, written as a plan file and read back:
     # the same plan, etp included (a plan without etp writes none: etp = tp)
-    from paraplan.cost.groups_loader import class_plan_from_mapping, class_plan_to_mapping
+    from paraplan.cost.loader import plan_from_mapping, plan_to_mapping
     seed = next(s for s in FOLD_SEEDS if exhaustive(fold_cluster_instance(s)).plan is not None)
     inst = fold_cluster_instance(seed)
     plan = exhaustive(inst).plan
     assert plan.etp is not None
-    out = class_plan_to_mapping(plan, inst)
+    out = plan_to_mapping(plan, inst)
     assert out["etp"] == plan.etp
-    assert class_plan_from_mapping({"plan": out}, inst) == plan
+    assert plan_from_mapping({"plan": out}, inst) == plan
     unfolded = replace(plan, etp=None)
-    assert "etp" not in class_plan_to_mapping(unfolded, inst)
+    assert "etp" not in plan_to_mapping(unfolded, inst)
 
 
 def test_the_all_to_all_overlap_keeps_two_micro_batches_on_a_pipeline_free_class():
@@ -261,7 +261,7 @@ def test_a_paired_class_is_priced_for_every_count_it_may_run():
     from paraplan.cost.class_coefficients import class_outer, class_outers
     from paraplan.cost.plan_specs import ClassShape, ClassOuter
     from paraplan.solver.search import placer
-    inst = load_cluster_instance(_mixed_pp1(Path(tempfile.mkdtemp()), 16, overlap=True))
+    inst = load_instance(_mixed_pp1(Path(tempfile.mkdtemp()), 16, overlap=True))
     o = ClassOuter(tp=4, cp=1, micro_batch=1, sequence_parallel=True, recompute="selective", zero=1,
                     virtual_stages=1, ep=2, classes=(ClassShape(replicas=2, stage_groups=(0,)),
                                                       ClassShape(replicas=2, stage_groups=(1,))))
@@ -294,8 +294,8 @@ def test_a_mixed_cluster_plans_with_the_expert_all_to_all_overlaps(tmp_path, ove
     # faster than without the overlap on this instance (all-to-alls inside one node, hidden
     # behind the paired compute or the shared expert's GEMMs; seen: 46.9 vs 47.9 ms combined,
     # two classes of 7 and 9 micro-batches)
-    on = load_cluster_instance(_mixed_pp1(tmp_path, 32, overlap, shared))
-    off = load_cluster_instance(_mixed_pp1(tmp_path, 32))
+    on = load_instance(_mixed_pp1(tmp_path, 32, overlap, shared))
+    off = load_instance(_mixed_pp1(tmp_path, 32))
     got = _solvers_match_exhaustive(on)
     assert got and got[0].objective_s < search(off).objective_s
     plan = got[0].plan
@@ -310,8 +310,8 @@ def test_the_pairing_rule_removes_exactly_the_single_micro_batch_counts(tmp_path
     # classes of 1 replica (the rest idle) lose (1, 7) and (7, 1) of 7, so 2 plans per
     # two-class outer; every outer is kept (each still has (2, 2) or (2..6, 6..2))
     from paraplan.solver.space import micro_batch_vectors, summarize
-    on = load_cluster_instance(_mixed_pp1(tmp_path, 8, overlap=True))
-    off = load_cluster_instance(_mixed_pp1(tmp_path, 8))
+    on = load_instance(_mixed_pp1(tmp_path, 8, overlap=True))
+    off = load_instance(_mixed_pp1(tmp_path, 8))
     outers = declared_outers(off)
     two = [o for o in outers if len(o.classes) == 2]
     assert two and all(len(micro_batch_vectors(o.classes, 8)) == {2: 3, 1: 7}[o.classes[0].replicas]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute
@@ -23,13 +23,13 @@ MIXED = "a stage-wise class beside replica-wise classes (search.mixed_families)"
 
 
 def test_rules_named_where_the_cluster_has_a_plan_they_exclude():
-    tiny = load_cluster_instance(TINY)
+    tiny = load_instance(TINY)
     assert not_covered(tiny, {0, 1}) == [PART, SHARED, MIXED]
-    assert not_covered(load_cluster_instance(THREE), {0, 1, 2}) == [PART, SHARED, MIXED]
+    assert not_covered(load_instance(THREE), {0, 1, 2}) == [PART, SHARED, MIXED]
 
 
 def test_an_idle_group_is_named_first():
-    tiny = load_cluster_instance(TINY)
+    tiny = load_instance(TINY)
     out = not_covered(tiny, {0})  # the plan leaves group 1 (h100) idle: the rule shows there
     assert out[0].startswith("part of group 'h100' (idle in this plan")
     assert out[1:] == [PART, SHARED, MIXED]
@@ -39,7 +39,7 @@ def test_the_excluded_plans_are_real_plans_the_cost_model_prices():
     """Two classes on the A100 node (4 replicas of one stage, 2 of two stages, tp 1) and the
     H100 node idle: a valid plan (check_against) that simulate prices, whose outer
     configuration the space does not list: what the printed line warns of."""
-    tiny = load_cluster_instance(TINY)
+    tiny = load_instance(TINY)
     plan = Plan(tp=1, micro_batch=1, recompute=Recompute.NONE, family="replica", classes=(
         ReplicaClass(replicas=4, stage_groups=(0,), num_micro_batches=4, layers_per_stage=(8,),
                      full_recompute_layers=(0,)),
@@ -77,8 +77,8 @@ def test_dualpipe_named_for_moe_models_only():
     # DualPipe's win is hiding the experts' all-to-alls (cost/dualpipe.py); on a dense model its
     # bubble, (pp/2 - 1)(F&B + B - 3W), is no smaller than interleaving's, so it is named only
     # where it can beat the space
-    moe = load_cluster_instance("instances/mixtral-8x7b-64xH100.yaml")
-    dense = load_cluster_instance("instances/llama3-8b-64xH100.yaml")
+    moe = load_instance("instances/mixtral-8x7b-64xH100.yaml")
+    dense = load_instance("instances/llama3-8b-64xH100.yaml")
     assert any(x.startswith(DUALPIPE) for x in not_covered(moe))
     assert not any(x.startswith(DUALPIPE) for x in not_covered(dense))
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from test_many_types_agreement import many_types_instance
 
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
@@ -36,7 +36,7 @@ BUNDLED = ("instances/hetero/tiny-2types.yaml", "instances/hetero/llama3-70b-32x
 
 
 def _instances():
-    return [many_types_instance(s) for s in SEEDS] + [load_cluster_instance(f) for f in BUNDLED]
+    return [many_types_instance(s) for s in SEEDS] + [load_instance(f) for f in BUNDLED]
 
 
 @pytest.mark.parametrize("inst", _instances(), ids=lambda i: i.name)

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver.commands.cli import main
 from paraplan.solver.class_layouts import MAX_LAYOUTS, space_layouts
 from paraplan.solver.space import declared_outers
@@ -28,7 +28,7 @@ OPTIONS = [  # (key, value, the fix the refusal gives)
 def test_a_space_too_large_to_list_is_refused_before_listing(key, value, fix, capsys):
     # each option alone takes the three-type instance past the limit (README: 9e9 layouts with
     # classes_per_group 2 or idle_gpus, 7e8 with mixed_families); 1,587 replica layouts without
-    inst = load_cluster_instance(THREE)
+    inst = load_instance(THREE)
     assert space_layouts(inst) < MAX_LAYOUTS
     grown = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **{key: value}))
     assert space_layouts(grown) > MAX_LAYOUTS

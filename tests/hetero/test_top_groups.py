@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.cost.loader import override_search
 from paraplan.solver.commands.cli import main
 from paraplan.solver.commands.schema import validate
@@ -27,7 +27,7 @@ NARROW = {"zero": [1], "sequence_parallel": [True]}
 
 @pytest.fixture(scope="module")
 def ranking():
-    inst = override_search(load_cluster_instance(MIXED), NARROW)
+    inst = override_search(load_instance(MIXED), NARROW)
     every = search(inst, "cpsat", 120.0, winners=10_000, resimulate=False)
     assert every.status == "optimal" and every.solved == every.outer_configs == len(every.ranked)
     return inst, [val for val, _ in every.ranked]

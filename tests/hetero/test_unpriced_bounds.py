@@ -16,7 +16,7 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from test_moe_mixed import moe_cluster_instance
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bench.growth import growth_instance
 from paraplan.solver.bounds import unpriced
@@ -35,8 +35,8 @@ def _instances():
         yield f"group tp {seed}", group_tp_instance(seed), ("nominal",)
     for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
         yield f"one group {seed}", random_instance(seed, variant=True), ("nominal",)
-    yield "tiny-gpt", load_cluster_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"), ("nominal",)
-    yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
+    yield "tiny-gpt", load_instance(ROOT / "instances/tiny-gpt-8xA100.yaml"), ("nominal",)
+    yield "tiny-2types", load_instance(ROOT / "instances/hetero/tiny-2types.yaml"), ("nominal",)
     # MoE with dense prefixes: the first stage's extra d x (dense - MoE layer) is negative where
     # the dense layers are the cheaper (seed 19: bounding it by 0 pruned the optimum)
     for seed in (3, 11, 19):
@@ -46,7 +46,7 @@ def _instances():
 def _moe():
     """Mixtral on 64 H100: ep up to 8 and etp 1 in the space; every 7th configuration keeps
     the test short."""
-    inst = load_cluster_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
+    inst = load_instance(ROOT / "instances/mixtral-8x7b-64xH100.yaml")
     return inst, declared_outers(inst)[::7]
 
 
@@ -169,7 +169,7 @@ def test_the_layer_plan_bound_before_pricing_is_at_most_each_outers_optimistic_b
     from paraplan.solver.search import placer, problem_of
     from paraplan.solver.bounds.one_class import FLOAT_SAFETY
     from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
-    inst = load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml")
+    inst = load_instance(ROOT / "instances/hetero/tiny-2types.yaml")
     inst = replace(inst, search=replace(inst.search, tensor_partitions=("megatron", SPATIAL_TEMPORAL)))
     outers = declared_outers(inst)
     plans = floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True) * (1 - FLOAT_SAFETY)
@@ -233,7 +233,7 @@ def test_dense_prefix_and_output_floors_shared_by_dense_fields_equal_each_alone(
     (its own memo); a dense key missing one of the fields it needs would mix floors here. The
     outers sampled hold more distinct MoE keys than dense ones (counted), so the dense entries
     are shared, not each computed once."""
-    inst = load_cluster_instance(ROOT / "instances/deepseek-v3-shaped-2048xH800.yaml")
+    inst = load_instance(ROOT / "instances/deepseek-v3-shaped-2048xH800.yaml")
     outers = declared_outers(inst)[::41]
     idx, agg, weights = scenario_weights(inst, "nominal")
     memo: dict = {}

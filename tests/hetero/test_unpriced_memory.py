@@ -24,7 +24,7 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bounds import memory as memory_bound
 from paraplan.solver.bounds import unpriced_memory
@@ -44,7 +44,7 @@ def _instances():
         yield f"group tp {seed}", group_tp_instance(seed)
     for seed in (1, 2, 5):  # one group; ZeRO 2 and 3 in the space (randinst variant)
         yield f"one group {seed}", random_instance(seed, variant=True)
-    yield "tiny-2types", load_cluster_instance(ROOT / "instances/hetero/tiny-2types.yaml")
+    yield "tiny-2types", load_instance(ROOT / "instances/hetero/tiny-2types.yaml")
 
 
 def _rows_and_problems(inst, objective: str = "nominal"):

@@ -267,7 +267,7 @@ def test_hf_config_without_seq_len_is_refused_naming_the_maximum():
     import argparse
 
     from paraplan import instances
-    from paraplan.solver.commands.inputs import add_instance_args, load_from_args
+    from paraplan.solver.commands.inputs import add_instance_args, read_instance
     parts = Path(instances.__file__).parent
     parser = argparse.ArgumentParser()
     add_instance_args(parser)
@@ -275,11 +275,11 @@ def test_hf_config_without_seq_len_is_refused_naming_the_maximum():
             str(parts / "clusters" / "dgx-h100-32nodes.yaml"),
             "--job", str(parts / "jobs" / "pretrain-4m-tokens.yaml")]
     with pytest.raises(InstanceError) as info:
-        load_from_args(parser.parse_args(argv))
+        read_instance(parser.parse_args(argv))
     err = info.value
     assert (err.path, err.field) == (str(HF / "qwen2-7b"), "--seq-len")
     assert "131,072 tokens" in str(err) and "--seq-len 131072" in err.fix and "\n" not in str(err)
-    assert load_from_args(parser.parse_args(argv + ["--seq-len", "4096"])).model.seq_len == 4096
+    assert read_instance(parser.parse_args(argv + ["--seq-len", "4096"])).model.seq_len == 4096
 
 
 def test_gemma3_bidirectional_attention_is_refused(tmp_path):

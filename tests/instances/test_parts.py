@@ -14,7 +14,7 @@ from paraplan import instances
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.loader import load_instance, load_instance_parts
 from paraplan.cost.specs import SearchSpace
-from paraplan.solver.commands.inputs import add_instance_args, load_from_args
+from paraplan.solver.commands.inputs import add_instance_args, read_instance
 
 INSTANCES = Path(instances.__file__).parent
 CLUSTERS = INSTANCES / "clusters"
@@ -227,17 +227,17 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_args_with_an_instance_only():
     args = parse(TINY)
-    assert load_from_args(args) == load_instance(TINY)
+    assert read_instance(args) == load_instance(TINY)
 
 
 def test_args_with_parts_only():
     args = parse("--hf-config", LLAMA3_8B, "--cluster", H200, "--job", JOB_4M, "--seq-len", "4096")
-    inst = load_from_args(args)
+    inst = read_instance(args)
     assert inst.model.seq_len == 4096 and inst.cluster.num_gpus == 128
 
 
 def test_args_with_an_instance_and_an_override():
-    inst = load_from_args(parse(TINY, "--cluster", DGX_A100))
+    inst = read_instance(parse(TINY, "--cluster", DGX_A100))
     assert inst.name == "tiny-gpt-8xA100" and inst.cluster.num_gpus == 128
 
 
@@ -249,7 +249,7 @@ def test_args_with_an_instance_and_an_override():
 ])
 def test_args_refused_in_one_line(argv, field, words):
     with pytest.raises(InstanceError) as info:
-        load_from_args(parse(*argv))
+        read_instance(parse(*argv))
     err = info.value
     assert (err.path, err.field) == ("<arguments>", field)
     assert words in str(err) and "\n" not in str(err)

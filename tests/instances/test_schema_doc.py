@@ -12,7 +12,7 @@ from paraplan.cost.docs.regions import region, replace_region
 from paraplan.cost.schema_keys import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-READERS = ("cost.loader", "cost.groups_loader")
+READERS = ("cost.loader",)
 
 
 def test_the_page_is_what_the_generator_writes():

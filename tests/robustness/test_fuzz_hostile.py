@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from paraplan import instances
 from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.groups_loader import event_from_mapping, cluster_instance_from_mapping
+from paraplan.cost.loader import event_from_mapping, instance_from_mapping
 from paraplan.cost.loader import load_instance, load_instance_parts, plan_from_mapping
 from paraplan.cost.ranges import RANGES
 from paraplan.solver.sweep import run as sweep
@@ -139,7 +139,7 @@ def _field(path) -> str:
 
 KINDS = {
     "instance": (INSTANCE_DOC, lambda p, d: load_instance(write_yaml(p / "i.yaml", d))),
-    "hetero": (HETERO_DOC, lambda p, d: cluster_instance_from_mapping(d, "h.yaml")),
+    "hetero": (HETERO_DOC, lambda p, d: instance_from_mapping(d, "h.yaml")),
     "event": (EVENT_DOC, lambda p, d: event_from_mapping(d, _cluster_instance(), "e.yaml")),
     "event-iterations": (EVENT_ITER_DOC, lambda p, d: event_from_mapping(d, _cluster_instance(), "e.yaml")),
     "plan": (PLAN_DOC, lambda p, d: plan_from_mapping(d, load_instance(TINY), "plan.yaml")),
@@ -154,7 +154,7 @@ KINDS = {
 
 
 def _cluster_instance():
-    return cluster_instance_from_mapping(HETERO_DOC, "h.yaml")
+    return instance_from_mapping(HETERO_DOC, "h.yaml")
 
 
 def _json(folder: Path, data) -> Path:

@@ -167,9 +167,9 @@ def test_a_timeline_whose_limit_leaves_a_scenario_without_a_plan_still_answers(m
     # follows the fastest candidate found for its scenario. Forced here: the second scenario's
     # search reports no plan, so its periods follow the fastest of the first scenario's optimum
     # and whatever else was found, each timed on the second scenario.
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver import dynamic
-    inst = load_cluster_instance(str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"))
+    inst = load_instance(str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"))
     second = inst.scenarios[1].cluster
     real = dynamic.search
 

@@ -162,9 +162,9 @@ def test_exhaustive_search_streams():
     # were 4 s and 16 s, 12 s of CPU more than needed to see it, issue 32)
     code = """
 import dataclasses, json, resource
-from paraplan.cost.groups_loader import load_cluster_instance
+from paraplan.cost.loader import load_instance
 from paraplan.solver.exhaustive import exhaustive
-inst = load_cluster_instance("instances/hetero/tiny-2types.yaml")
+inst = load_instance("instances/hetero/tiny-2types.yaml")
 inst = dataclasses.replace(inst, search=dataclasses.replace(
     inst.search, tensor_partitions=("megatron", "spatial_temporal"), micro_batch=None))
 out = {}
@@ -270,10 +270,10 @@ def test_exhaustive_in_streamed_blocks_gives_the_same_answer(monkeypatch, name):
     # _rows_until): with blocks of a few rows the same plans are counted and the same first
     # optimum is found as in one block
     import dataclasses
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver import exhaustive
     path = ROOT / "instances" / name
-    inst = load_cluster_instance(path)  # a flat file as its one group
+    inst = load_instance(path)  # a flat file as its one group
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, micro_batch=(1, 2)))
     whole = exhaustive.exhaustive(inst, max_candidates=10**12)
     monkeypatch.setattr(exhaustive, "ROW_BLOCK", 7)

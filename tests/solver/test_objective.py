@@ -407,7 +407,7 @@ def test_gpt3_at_p90_is_no_worse_at_p90_than_the_mean_optimum():
 
 def test_a_mixed_cluster_plan_prints_the_band_its_objective_took(capsys):
     # a group-format plan's interval is its least validated GPU type's band (cost/trust
-    # class_plan_trust), the band objective_factor takes: the upper end of the 80% band is the
+    # plan_trust), the band objective_factor takes: the upper end of the 80% band is the
     # p90 time the planner minimised (quantile_s), the lower end below the predicted time
     path = ROOT / "instances" / "hetero" / "tiny-2types.yaml"
     assert main(["plan", str(path), "--json", "--quiet"]) == 0

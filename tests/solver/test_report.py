@@ -414,9 +414,9 @@ def test_report_compares_a_users_plan(tiny_report):
 
 
 def test_mixed_cluster_report():
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver.search import search
-    inst = load_cluster_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
+    inst = load_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
     res = search(inst, "cpsat", 30)
     assert res.status == OPTIMAL
     page = report.build_report(inst, res)  # the one builder, as for a flat plan
@@ -424,7 +424,7 @@ def test_mixed_cluster_report():
     assert "Network scenarios and regret" in page and "OPTIMAL: proved" in page
     # the evidence carries the plan's trust band, as `plan` prints it: the search minimised the
     # p90 time (search.objective's default), and a p90 plan's band ends at its p90 time
-    # (cost/trust.class_plan_trust), so the band's upper end is the minimised value on the page
+    # (cost/trust.plan_trust), so the band's upper end is the minimised value on the page
     assert inst.search.objective == "p90"
     minimised = re.search(r"<th>minimised \(p90\)</th><td>([^:<]+):", page).group(1)
     upper = re.search(r"<th>trust</th><td>measured time likely in [^<]* \.\. ([^ ]+ m?s) ", page).group(1)
@@ -437,13 +437,12 @@ def test_a_flat_file_and_its_one_group_file_get_the_same_page(tmp_path):
     # solve time
     import yaml
 
-    from paraplan.cost.groups_loader import load_cluster_instance
     raw = yaml.safe_load(TINY.read_text(encoding="utf-8"))
     raw["cluster"] = {"groups": [{"name": "a100", **raw["cluster"]}]}
     path = tmp_path / "one-group.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     pages = []
-    for inst in (load_instance(TINY), load_cluster_instance(path)):
+    for inst in (load_instance(TINY), load_instance(path)):
         res = plan(inst, time_limit_s=30)
         pages.append(re.sub(r"<th>solve time</th><td>[^<]*", "", report.build_report(inst, res)))
     assert pages[0] == pages[1]

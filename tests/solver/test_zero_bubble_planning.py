@@ -119,9 +119,9 @@ def test_a_stage_wise_class_across_two_gpu_types_agrees_with_exhaustive(tmp_path
     # space.zero_bubble_modes); exhaustive search over every class shape, split and schedule
     # finds InterleavedZeroBubble on stages (h100, a100), which every backend proves
     from agreement_support import assert_mixed_backends_agree_with_exhaustive
-    from paraplan.cost.groups_loader import load_cluster_instance
+    from paraplan.cost.loader import load_instance
     from paraplan.solver.exhaustive import exhaustive
-    inst = load_cluster_instance(_torchtitan("instances/hetero/tiny-2types.yaml", tmp_path,
+    inst = load_instance(_torchtitan("instances/hetero/tiny-2types.yaml", tmp_path,
                                              {"virtual_stages": [2], "tp": [2, 4], "objective": "mean"}))
     ex = exhaustive(inst)
     assert ex.plan.zero_bubble is ZeroBubble.INTERLEAVED
