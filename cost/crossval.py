@@ -96,7 +96,7 @@ class StoredRow:
     in_sample_s: float | None  # the prediction of the full fit when the file was written
     out_of_sample_s: float | None  # the prediction fitted without the row's family
     full_recompute: bool  # whether the row's modelled plan recomputes whole layers
-    # its fullest stage's priced peak memory over HBM as it ran (cost/trust.row_memory_fill;
+    # its fullest stage's priced peak memory over HBM as it ran (cost/memory_fill.row_memory_fill;
     # None: not priced). The memory model is not fitted, so it is one value in and out of
     # sample; stored so that a plan's band reads the 239 rows' fills without pricing them
     memory_fill: float | None = None
@@ -115,7 +115,7 @@ class StoredRow:
 
 def to_mapping(rows: Sequence[dict], in_sample: Sequence[RowResult],
                out_of_sample: Sequence[RowResult], folds: Sequence[Fold]) -> dict:
-    from paraplan.cost.trust import row_memory_fill
+    from paraplan.cost.memory_fill import row_memory_fill
     return {
         "folds": [{"family": f.family, "rows": f.rows, "train_rows": f.train_rows,
                    "values": {k: float(f"{v:.6g}") for k, v in sorted(f.values.items())},

@@ -87,6 +87,7 @@ from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
 from paraplan.cost.fit import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
+from paraplan.cost.memory_fill import peak_memory_fraction, row_memory_fill  # noqa: F401 (read here)
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 
@@ -592,22 +593,6 @@ def _upper_end(trust: Trust) -> tuple[bool, float]:
     return trust.interval_s is not None, trust.interval_s[1] if trust.interval_s else 0.0
 
 
-def peak_memory_fraction(inst: Instance, plan: Plan) -> float | None:
-    """The plan's fullest stage: its priced peak memory over its GPU's HBM (no reserve), from
-    the memory terms alone (cost/simulate.simulate prices the same with the times: a plan's
-    command simulates it once); None for DualPipe, whose memory cost/dualpipe.py prices."""
-    from paraplan.cost import schedule
-    from paraplan.cost.coefficients import build
-    from paraplan.cost.partition import plan_layer_fn
-    from paraplan.cost.specs import PipelineSchedule
-    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
-        return None
-    c = build(inst, plan.flat_outer, layer_fn=plan_layer_fn(plan.partitions))
-    mem = schedule.stage_mem_bytes(c, np.array(plan.layers_per_stage, float),
-                                   np.array(plan.full_recompute_layers, float))
-    return float(np.max(mem / c.capacity_bytes))
-
-
 @lru_cache(maxsize=len(SCALE_BANDS))
 def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
     """(peak_memory_fraction, id) of every bundled published row in scale band `band`, priced
@@ -620,16 +605,6 @@ def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
         if scale_band(row["cluster"]["num_gpus"]) == band and row["id"] in fills:
             out.append((fills[row["id"]], row["id"]))
     return tuple(sorted(out, reverse=True))
-
-
-def row_memory_fill(row: dict) -> float | None:
-    """A published row's peak_memory_fraction, priced as it ran (its layer split and
-    recomputation, cost/calibration.row_to_instance_plan): the memory model is not fitted,
-    so the fill is the same in and out of sample."""
-    from paraplan.cost.calibration import row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
-    inst, plan = row_to_instance_plan(row, load_catalogue())
-    return peak_memory_fraction(inst, plan)
 
 
 def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
