@@ -3,6 +3,7 @@ exhaustive search over the same declared space, and each optimum re-simulated by
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 
 import pytest
@@ -53,6 +54,16 @@ def assert_backends_agree_with_exhaustive(inst, backends=BACKENDS, ex=None):
         assert bd.fits
         assert bd.iter_time_s == pytest.approx(res.iter_time_s, rel=1e-12, abs=1e-15)
     return ex
+
+
+@functools.lru_cache(maxsize=None)
+def random_cluster_optimum(seed: int, objective: str = "nominal"):
+    """exhaustive(randinst.random_cluster_instance(seed), objective), listed once per test
+    process: test_hetero_agreement, test_idle_gpus, test_classes_per_group and
+    test_pattern_values each compare against the same random mixed clusters' optima (issue 32).
+    Read only: the result is shared."""
+    from randinst import random_cluster_instance
+    return exhaustive(random_cluster_instance(seed), objective)
 
 
 def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda outers: True) -> list[int]:

@@ -8,6 +8,7 @@ import functools
 import math
 
 import pytest
+from agreement_support import random_cluster_optimum
 from randinst import random_cluster_instance
 
 from paraplan.solver.exhaustive import exhaustive
@@ -27,11 +28,11 @@ def _close(a, b, tol) -> bool:
     return abs(a - b) <= tol + 1e-9 * max(1.0, b)
 
 
-@functools.lru_cache(maxsize=None)
 def _exhaustive(seed: int, objective: str):
-    """A seed's exhaustive optimum, listed once per test process: the coverage check below reads
-    what the nominal agreement cases on its worker listed (issue 32)."""
-    return exhaustive(random_cluster_instance(seed), objective)
+    """A seed's exhaustive optimum, listed once per test process (agreement_support): the
+    coverage check below reads what the nominal agreement cases on its worker listed, and the
+    other mixed-cluster files what these listed (issue 32)."""
+    return random_cluster_optimum(seed, objective)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
