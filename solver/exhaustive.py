@@ -226,12 +226,15 @@ def _rows_until(layers: int, pp: int, v: int, uniform: bool, recompute: bool, de
 
 
 def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: bool = False,
-                times: tuple | None = None):
+                times: tuple | None = None, scratch: tuple | None = None):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit,
     and how many rows there were. `rows`: the rows to evaluate (default: every row of the
     class's shape); `keep_all`: every row instead (no copy of the rows), and in place of the
     count, (count, the mask of the rows that fit); `times`: (A, S) of these rows from another
-    problem whose time terms are equal (_time_key; with keep_all only). The same arithmetic as
+    problem whose time terms are equal (_time_key; with keep_all only); `scratch`: two float
+    arrays and a bool array of the rows' stage-major shape, written in place of temporaries
+    (with keep_all only; a block of a lone class has a million rows, and fresh temporaries of
+    that size cost page faults as large as the arithmetic). The same arithmetic as
     cost/schedule.py (stage_mem_bytes, fits, stage_times_s, sync_times_s), element by element,
     on stage-major arrays."""
     c0, v = p.coeffs[0][k], p.virtual_stages
@@ -239,27 +242,42 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
             if rows is None else rows)
     col = (slice(None), None)  # a per-stage coefficient against stage-major rows
     nT, rT = rows.nT, rows.rT
-    mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
-           - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
-    if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
-        mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
-    ok = (mem <= c0.capacity_bytes[col]).all(axis=0) & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
+    if scratch is not None and not any(_slots(c0)):  # the same operations, into `scratch`
+        mem, tmp, below = scratch
+        np.add(c0.stage_mem_bytes[col], np.multiply(nT, (c0.layer_state_bytes + c0.layer_act_bytes)[col], out=mem),
+               out=mem)
+        np.subtract(mem, np.multiply(rT, (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col], out=tmp), out=mem)
+        fits = np.less_equal(mem, c0.capacity_bytes[col], out=below).all(axis=0)
+    else:
+        mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
+               - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
+        if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
+            mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
+        fits = (mem <= c0.capacity_bytes[col]).all(axis=0)
+    ok = fits & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
     of, param = rows.of, rows.param
     if not keep_all:
         nT, rT, of = nT[:, ok], rT[:, ok], of[ok]
         param = None if param is None else param[ok]
-    A, S = _stage_terms(p, k, nT, rT) if times is None else times
+    A, S = _stage_terms(p, k, nT, rT, scratch) if times is None else times
     D = np.array([schedule.sync_times_s(cs[k], rows.splits).max(axis=1)[of] for cs in p.coeffs])
     return nT.T, rT.T, A, S, D, (len(ok), ok) if keep_all else len(ok), param
 
 
-def _stage_terms(p, k: int, nT: np.ndarray, rT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per scenario A (max T) and S (sum T) of class k's stage-major rows (_class_rows)."""
+def _stage_terms(p, k: int, nT: np.ndarray, rT: np.ndarray,
+                 scratch: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per scenario A (max T) and S (sum T) of class k's stage-major rows (_class_rows), the
+    stage times written into `scratch` where it is given."""
     col = (slice(None), None)
     A, S = [], []
     for cs in p.coeffs:
         c = cs[k]
-        t = c.stage_time_s[col] + nT * c.layer_time_s[col] + rT * c.recompute_time_s[col]
+        if scratch is not None and not c.layer_drain_saving_s.size:  # the same operations, in place
+            t, tmp, _ = scratch
+            np.add(c.stage_time_s[col], np.multiply(nT, c.layer_time_s[col], out=t), out=t)
+            np.add(t, np.multiply(rT, c.recompute_time_s[col], out=tmp), out=t)
+        else:
+            t = c.stage_time_s[col] + nT * c.layer_time_s[col] + rT * c.recompute_time_s[col]
         if c.layer_drain_saving_s.size:  # a zero-bubble schedule: _zero_bubble_terms
             a, b = _zero_bubble_terms(p, c, t, nT)
             A.append(a), S.append(b)
@@ -565,13 +583,15 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     order = sorted(range(len(problems)), key=keys.__getitem__)
     for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, _recompute_rows(p0), _slots(c0)):
         held, times = None, None
+        scratch = np.empty_like(block.nT), np.empty_like(block.nT), np.empty(block.nT.shape, bool)
         for q in order:
             p, mvecs = problems[q]
             if deadline is not None and time.perf_counter() > deadline:
                 return None
             if keys[q] != held:
                 held, times, pipes = keys[q], None, {}
-            n, r, A, S, D, (total, ok), _ = _class_rows(p, 0, uniform, block, keep_all=True, times=times)
+            n, r, A, S, D, (total, ok), _ = _class_rows(p, 0, uniform, block, keep_all=True, times=times,
+                                                        scratch=scratch)
             times = A, S
             fitting = int(ok.sum())
             counted[q] += len(mvecs) * total
