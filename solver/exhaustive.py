@@ -227,38 +227,75 @@ def _rows_until(layers: int, pp: int, v: int, uniform: bool, recompute: bool, de
     return _rows_of(np.concatenate(parts), recompute, v, slots)
 
 
-def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: bool = False):
+def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: bool = False,
+                times: tuple | None = None, scratch: tuple | None = None):
     """n, r (rows, pp) and per scenario A (max T), S (sum T), D (max sync), only rows that fit,
     and how many rows there were. `rows`: the rows to evaluate (default: every row of the
     class's shape); `keep_all`: every row instead (no copy of the rows), and in place of the
-    count, (count, the mask of the rows that fit). The same arithmetic as cost/schedule.py (stage_mem_bytes, fits, stage_times_s,
-    sync_times_s), element by element, on stage-major arrays."""
+    count, (count, the mask of the rows that fit); `times`: (A, S) of these rows from another
+    problem whose time terms are equal (_time_key; with keep_all only); `scratch`: two float
+    arrays and a bool array of the rows' stage-major shape, written in place of temporaries
+    (with keep_all only; a block of a lone class has a million rows, and fresh temporaries of
+    that size cost page faults as large as the arithmetic). The same arithmetic as
+    cost/schedule.py (stage_mem_bytes, fits, stage_times_s, sync_times_s), element by element,
+    on stage-major arrays."""
     c0, v = p.coeffs[0][k], p.virtual_stages
     rows = (_split_rows(p.layers, c0.pp, v, uniform, _recompute_rows(p), _slots(c0))
             if rows is None else rows)
     col = (slice(None), None)  # a per-stage coefficient against stage-major rows
     nT, rT = rows.nT, rows.rT
-    mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
-           - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
-    if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
-        mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
-    ok = (mem <= c0.capacity_bytes[col]).all(axis=0) & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
+    if scratch is not None and not any(_slots(c0)):  # the same operations, into `scratch`
+        mem, tmp, below = scratch
+        np.add(c0.stage_mem_bytes[col], np.multiply(nT, (c0.layer_state_bytes + c0.layer_act_bytes)[col], out=mem),
+               out=mem)
+        np.subtract(mem, np.multiply(rT, (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col], out=tmp), out=mem)
+        fits = np.less_equal(mem, c0.capacity_bytes[col], out=below).all(axis=0)
+    else:
+        mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
+               - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
+        if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
+            mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
+        fits = (mem <= c0.capacity_bytes[col]).all(axis=0)
+    ok = fits & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
     of, param = rows.of, rows.param
     if not keep_all:
         nT, rT, of = nT[:, ok], rT[:, ok], of[ok]
         param = None if param is None else param[ok]
-    A, S, D = [], [], []
+    A, S = _stage_terms(p, k, nT, rT, scratch) if times is None else times
+    D = np.array([schedule.sync_times_s(cs[k], rows.splits).max(axis=1)[of] for cs in p.coeffs])
+    return nT.T, rT.T, A, S, D, (len(ok), ok) if keep_all else len(ok), param
+
+
+def _stage_terms(p, k: int, nT: np.ndarray, rT: np.ndarray,
+                 scratch: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per scenario A (max T) and S (sum T) of class k's stage-major rows (_class_rows), the
+    stage times written into `scratch` where it is given."""
+    col = (slice(None), None)
+    A, S = [], []
     for cs in p.coeffs:
         c = cs[k]
-        t = c.stage_time_s[col] + nT * c.layer_time_s[col] + rT * c.recompute_time_s[col]
+        if scratch is not None and not c.layer_drain_saving_s.size:  # the same operations, in place
+            t, tmp, _ = scratch
+            np.add(c.stage_time_s[col], np.multiply(nT, c.layer_time_s[col], out=t), out=t)
+            np.add(t, np.multiply(rT, c.recompute_time_s[col], out=tmp), out=t)
+        else:
+            t = c.stage_time_s[col] + nT * c.layer_time_s[col] + rT * c.recompute_time_s[col]
         if c.layer_drain_saving_s.size:  # a zero-bubble schedule: _zero_bubble_terms
             a, b = _zero_bubble_terms(p, c, t, nT)
             A.append(a), S.append(b)
         else:
             A.append(t.max(axis=0)), S.append(t.sum(axis=0))
-        D.append(schedule.sync_times_s(c, rows.splits).max(axis=1)[of])
-    return (nT.T, rT.T, np.array(A), np.array(S), np.array(D), (len(ok), ok) if keep_all else len(ok),
-            param)
+    return np.array(A), np.array(S)
+
+
+def _time_key(p, k: int) -> tuple:
+    """What _stage_terms reads of p besides the rows: class k's time terms on each scenario,
+    and a zero-bubble schedule's micro-batch count. Configurations that differ only in what
+    memory or the gradient sync reads (ZeRO stage, the sync's ring) price equal time terms;
+    with equal keys they share A and S, computed once per block of rows."""
+    terms = tuple((c.stage_time_s.tobytes(), c.layer_time_s.tobytes(), c.recompute_time_s.tobytes(),
+                   c.layer_drain_saving_s.tobytes()) for c in (cs[k] for cs in p.coeffs))
+    return terms, p.virtual_stages, p.classes, p.total_micro_batches // p.replicas[0]
 
 
 def _recompute_rows(p) -> bool | tuple:
@@ -473,7 +510,7 @@ def _class_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float 
                for x in rows]
         if any(len(x[0]) == 0 for x in sub):
             continue
-        got, whole = _combined_minima(sub, mvecs, v, agg, weights, deadline)
+        got, whole = _combined_minima(sub, mvecs, v, agg, weights, deadline, every_plan=True)
         for j, g in enumerate(got):
             if g[0] < best[j][0]:
                 best[j] = g
@@ -482,29 +519,73 @@ def _class_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float 
     return best, True
 
 
-def _combined_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float | None):
-    """_class_minima over every combination of the classes' rows."""
-    out = []
-    for mv in mvecs:
+def _combined_minima(rows: list, mvecs, v: int, agg: str, weights, deadline: float | None,
+                     every_plan: bool = False):
+    """_class_minima over every combination of the classes' rows: class k on axis k + 1 of a
+    (scenarios, rows_1, ..., rows_K) array. The slowest sync does not depend on the counts, so
+    it is combined once; the pipeline terms of a block of micro-batch vectors are evaluated
+    together (_vector_blocks), each element by the same operations as one vector at a time, so
+    the values and the first minimum of each vector are the same. A vector whose minimum is
+    not below an earlier vector's of this configuration cannot become the best (exhaustive's
+    fold takes a value only below the best by a relative 1e-9) and gets no plan, (value,
+    None, None), unless `every_plan` (_class_minima takes the least over the pattern's values
+    of each vector's minima)."""
+    K = len(rows)
+    dims = [rows[0][3].shape[0]] + [x[3].shape[1] for x in rows]  # S: (scenarios, rows_k)
+
+    def axis_k(a: np.ndarray, k: int, lead: int) -> np.ndarray:  # rows of class k on axis lead + k
+        shape = list(a.shape[:lead]) + [1] * K
+        shape[lead + k] = a.shape[lead]
+        return a.reshape(shape)
+
+    D = None
+    for k, x in enumerate(rows):
+        dk = axis_k(x[4], k, 1)
+        D = dk if D is None else np.maximum(D, dk)
+    out, least = [], math.inf
+    for lo, hi in _vector_blocks(len(mvecs), math.prod(dims)):
         if deadline is not None and time.perf_counter() > deadline:
             return out, False
-        # every combination of the classes' rows at once: class k on axis k + 1
-        K = len(rows)
-        P = D = None
-        for k, (_, _, A, S, Dk, _, _) in enumerate(rows):
-            shape = [A.shape[0]] + [1] * K
-            shape[k + 1] = A.shape[1]
-            pk = _pipeline_s(A, S, mv[k], v).reshape(shape)  # cost/schedule.pipeline_time_s
-            dk = Dk.reshape(shape)
+        P = None
+        for k, x in enumerate(rows):  # cost/schedule.pipeline_time_s of every vector of the block
+            pk = axis_k(_pipeline_s_of(x[2], x[3], mvecs[lo:hi, k], v), k, 2)
             P = pk if P is None else np.maximum(P, pk)
-            D = dk if D is None else np.maximum(D, dk)
-        per = P + D  # (scenarios, rows_1, ..., rows_K)
-        vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
-        flat = int(np.argmin(vals))
-        combo = np.unravel_index(flat, vals.shape)
-        out.append((float(vals.flat[flat]), [rows[k][0][j].copy() for k, j in enumerate(combo)],
-                    [rows[k][1][j].copy() for k, j in enumerate(combo)]))
+        per = P + D  # (vectors, scenarios, rows_1, ..., rows_K)
+        if agg == "max":
+            vals = per.max(axis=1).reshape(hi - lo, -1)
+        else:  # one vector at a time: the same dot product as evaluated alone
+            w = np.asarray(weights)
+            vals = np.stack([np.tensordot(w, per[i].copy(), 1).reshape(-1)
+                             for i in range(hi - lo)])
+        first = vals.argmin(axis=1)
+        for flat, val in zip(first.tolist(), vals[np.arange(hi - lo), first].tolist()):
+            if val >= least and not every_plan:
+                out.append((val, None, None))
+                continue
+            least = val
+            combo = np.unravel_index(flat, dims[1:])
+            out.append((val, [rows[k][0][j].copy() for k, j in enumerate(combo)],
+                        [rows[k][1][j].copy() for k, j in enumerate(combo)]))
     return out, True
+
+
+# elements of one block of micro-batch vectors' (vectors, scenarios, rows_1, ..., rows_K) array
+VECTOR_BLOCK_ELEMENTS = 1 << 21
+
+
+def _vector_blocks(vectors: int, per_vector: int):
+    """(first, end) of consecutive blocks of `vectors` micro-batch vectors, each of at most
+    VECTOR_BLOCK_ELEMENTS elements of per_vector each (at least one vector a block)."""
+    step = max(1, VECTOR_BLOCK_ELEMENTS // max(per_vector, 1))
+    return [(lo, min(lo + step, vectors)) for lo in range(0, vectors, step)]
+
+
+def _pipeline_s_of(A: np.ndarray, S: np.ndarray, m: np.ndarray, v: int) -> np.ndarray:
+    """_pipeline_s at each count of `m` (vectors,), stacked on a first axis: the same
+    operations, element by element."""
+    if A.ndim == S.ndim:
+        return (m - 1 / v)[:, None, None] * A + S / v
+    return (m[:, None, None, None] * A[..., 0, :] - A[..., 1, :] / v).max(axis=-1) + S / v
 
 
 def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: float | None):
@@ -517,18 +598,33 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     c0, v = p0.coeffs[0][0], p0.virtual_stages
     best = [[(math.inf, None, None)] * len(mvecs) for _, mvecs in problems]
     counted, fit = [0] * len(problems), [0] * len(problems)
+    # the problems in order of their time terms, those with equal terms together, so that one
+    # (A, S) per block is alive at a time; each problem keeps its own minima, so the order in
+    # which problems are evaluated does not change them
+    keys = [_time_key(p, 0) for p, _ in problems]
+    order = sorted(range(len(problems)), key=keys.__getitem__)
     for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, _recompute_rows(p0), _slots(c0)):
-        for q, (p, mvecs) in enumerate(problems):
+        held, times = None, None
+        scratch = np.empty_like(block.nT), np.empty_like(block.nT), np.empty(block.nT.shape, bool)
+        for q in order:
+            p, mvecs = problems[q]
             if deadline is not None and time.perf_counter() > deadline:
                 return None
-            n, r, A, S, D, (total, ok), _ = _class_rows(p, 0, uniform, block, keep_all=True)
+            if keys[q] != held:
+                held, times, pipes = keys[q], None, {}
+            n, r, A, S, D, (total, ok), _ = _class_rows(p, 0, uniform, block, keep_all=True, times=times,
+                                                        scratch=scratch)
+            times = A, S
             fitting = int(ok.sum())
             counted[q] += len(mvecs) * total
             fit[q] += len(mvecs) * fitting
             if not fitting:
                 continue
             for i, mv in enumerate(mvecs):
-                per = (mv[0] - 1 / v) * A + S / v + D  # (scenarios, rows), as exhaustive
+                m = int(mv[0])
+                if m not in pipes:  # the pipeline term, shared as A and S are
+                    pipes[m] = (mv[0] - 1 / v) * A + S / v
+                per = pipes[m] + D  # (scenarios, rows), as exhaustive
                 vals = per.max(axis=0) if agg == "max" else np.tensordot(np.asarray(weights), per, 1)
                 j = int(np.argmin(np.where(ok, vals, np.inf)))  # the first fitting minimum
                 if vals[j] < best[q][i][0]:  # strictly: an equal value later in row order is not first

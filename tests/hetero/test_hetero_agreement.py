@@ -8,6 +8,7 @@ import functools
 import math
 
 import pytest
+from agreement_support import random_cluster_case, random_cluster_optimum
 from randinst import random_cluster_instance
 
 from paraplan.solver.exhaustive import exhaustive
@@ -27,17 +28,17 @@ def _close(a, b, tol) -> bool:
     return abs(a - b) <= tol + 1e-9 * max(1.0, b)
 
 
-@functools.lru_cache(maxsize=None)
 def _exhaustive(seed: int, objective: str):
-    """A seed's exhaustive optimum, listed once per test process: the coverage check below reads
-    what the nominal agreement cases on its worker listed (issue 32)."""
-    return exhaustive(random_cluster_instance(seed), objective)
+    """A seed's exhaustive optimum, listed once per test process (agreement_support): the
+    coverage check below reads what the nominal agreement cases on its worker listed, and the
+    other mixed-cluster files what these listed (issue 32)."""
+    return random_cluster_optimum(seed, objective)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("objective", ["nominal", "robust", "expected"])
 def test_solvers_match_exhaustive(seed, objective):
-    inst = random_cluster_instance(seed)
+    inst = random_cluster_case(seed)
     ex = _exhaustive(seed, objective)
     for backend in ("cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30, objective=objective)
@@ -96,9 +97,11 @@ def test_one_solver_per_backend_name():
     assert compared >= 10
 
 
+@functools.lru_cache(maxsize=None)
 def _grown(seed: int):
     """The random instance with the options the mixed-cluster space gained: ZeRO 0-3 and tp
-    across nodes."""
+    across nodes; one object per test process, shared by its exhaustive and planner searches
+    (agreement_support.random_cluster_case)."""
     import dataclasses
     inst = random_cluster_instance(seed)
     return dataclasses.replace(inst, search=dataclasses.replace(inst.search, zero=(0, 1, 2, 3),

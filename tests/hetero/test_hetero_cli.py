@@ -29,7 +29,6 @@ def test_plan_writes_a_plan_that_loads_back(tmp_path, capsys):
     assert sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch == 256
 
 
-@pytest.mark.slow  # the robust optimum and each scenario's own: 10-12 s of CPU (issue 32)
 def test_robust_reports_regret_per_scenario(capsys):
     # the limit guards a hang: beside seven other jobs on two cores these took 170-370 s of wall
     assert main(["plan", DYNAMIC, "--robust", "--json", "--time-limit-s", "600"]) == 0
@@ -58,7 +57,6 @@ def test_verify_agrees_on_the_tiny_mixed_instance(capsys):
     assert res["agree"] and len(res["methods"]) == 3  # one JSON shape for verify (solver/commands/schema.py)
 
 
-@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_replan_and_timeline(tmp_path, capsys):
     current = tmp_path / "current.yaml"
     # the predicted time (`--objective mean`): the running plan is then in the space of the

@@ -70,7 +70,6 @@ def test_two_groups_partitions_cpsat_equals_milp_and_beat_megatron():
     assert cpsat.plans_total > off.plans_total and cpsat.pruned_by_dominance > 0
 
 
-@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_assembled_class_coefficients_equal_a_direct_build():
     """The planner prices each (class, group, plan) once and assembles combinations row by
     row; every assembled candidate must equal pricing its whole plan directly."""
@@ -97,7 +96,6 @@ def test_assembled_class_coefficients_equal_a_direct_build():
     assert checked >= 10
 
 
-@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_vectorised_class_bound_is_below_the_optimum():
     """The combination bound the planner keys candidates by never exceeds a candidate's optimum
     (solved by CP-SAT). (It is solver/bounds/one_class.tight_class_terms, which tight_lower_bound_s also
@@ -127,7 +125,6 @@ def test_plan_file_keeps_partitions_per_group():
     assert plan_from_mapping(mapping, on) == plan
 
 
-@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_partitions_compose_with_robust_and_expected_objectives():
     """Two network scenarios (the link between the groups cut to a tenth in the second): per
     class and group only plans dominated on both networks' sites are dropped, and CP-SAT and

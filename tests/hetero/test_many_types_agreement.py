@@ -25,7 +25,7 @@ from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelS
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
+pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
 INSTANCES = 16
 MAX_CANDIDATES = 300_000
@@ -68,6 +68,10 @@ def many_types_instance(seed: int) -> Instance:
 SEEDS = (1, 2, 3, 4, 5, 7, 9, 10, 11, 12, 13, 15, 18, 19, 20, 21)
 # of those, the seeds whose optimum ran on three groups or more when the list was measured
 ON_THREE_GROUPS_OR_MORE = (10, 11, 13, 18)
+# the seeds whose case takes over about 5 s on an idle core, marked slow: per-test CPU in a
+# whole-suite run at 32a2953 (issue 32, load 12-14), 3: 6.0 s, 4: 10.9, 5: 4.9, 12: 6.6,
+# 20: 9.6, 21: 4.5; the other ten 0.03-2.3 s (the module was marked slow whole)
+SLOW_SEEDS = (3, 4, 5, 12, 20, 21)
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,7 +84,8 @@ def _planned(seed: int):
     return search(many_types_instance(seed), "cpsat", time_limit_s=120)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SEEDS else s
+                                  for s in SEEDS])
 def test_planner_proves_the_exhaustive_optimum_on_three_and_four_gpu_types(seed):
     inst = many_types_instance(seed)
     ex = exhaustive(inst, max_candidates=MAX_CANDIDATES)

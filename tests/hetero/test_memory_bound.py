@@ -43,7 +43,6 @@ def test_every_configuration_refused_before_pricing_fits_no_split(name, inst):
         assert p is None, (name, o)
 
 
-@pytest.mark.slow
 def test_the_proof_refuses_most_of_what_pricing_refuses_on_gpt3():
     """GPT-3 175B on 1,024 A100 (the README's first plan), its 1,528 configurations with the
     lowest bound before pricing (as the planner prices them): pricing finds 1,055 of them fit
@@ -87,7 +86,6 @@ def test_the_planner_answers_the_same_without_the_proof(monkeypatch):
     assert fewer
 
 
-@pytest.mark.slow
 def test_the_per_stage_sum_refuses_what_pricing_refuses_on_three_gpu_types():
     """The three-type growth instance (solver/bench/growth.py: H100, A100-80GB and H200, 4 nodes
     each), its 1,585 configurations with the lowest bound before pricing (those the planner

@@ -92,7 +92,6 @@ def test_a_one_class_optimum_is_written_in_the_one_class_format(tmp_path, capsys
     assert main(["export", str(out), "--to", "megatron"]) == 0
 
 
-@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_sensitivity_is_the_same_with_the_options(capsys):
     # --sensitivity plans every instance as its groups (solver/sensitivity.py): with idle_gpus
     # the plan is shown in the group format, yet the cases (tiny-gpt's A100 parameters at the

@@ -63,8 +63,9 @@ def test_partial_bound_is_at_most_each_of_its_configurations_bound_before_pricin
     assert at == len(outers)
 
 
-@pytest.mark.slow  # exhaustive search of each seed's space (about 15 s each on the test machine)
-@pytest.mark.parametrize("seed", SEEDS)
+# seed 10 over about 4 s of CPU alone (issue 32: -n 0 at load ~20, 4.1 s), marked slow; the
+# others 0.5-2.6 s (it was "about 15 s each" when the whole test was marked)
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s == 10 else s for s in SEEDS])
 def test_search_lists_the_partial_layouts_that_can_win_and_returns_the_exhaustive_optimum(seed, monkeypatch):
     # one partial layout listed at a time: each is listed when it comes up in bound order iff
     # its bound can still beat the incumbent, which by then is the optimum (the optimum's own

@@ -52,7 +52,6 @@ def test_search_tensor_partitions_key(tmp_path):
         load_instance(bad)
 
 
-@pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
 def test_cli_plan_shows_per_operator_partitions(tmp_path):
     out = tmp_path / "plan.yaml"
     proc = subprocess.run([sys.executable, "-m", "paraplan.solver.commands.cli", "plan", str(OPT), "-o", str(out)],

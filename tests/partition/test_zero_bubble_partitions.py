@@ -51,7 +51,6 @@ def test_layer_plans_are_offered_the_zero_bubble_schedules():
 SEEDS = (1, 5)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_backends_agree_with_exhaustive_over_layer_plans(seed):
     ex = assert_backends_agree_with_exhaustive(zero_bubble_partition_instance(seed))
@@ -59,7 +58,6 @@ def test_backends_agree_with_exhaustive_over_layer_plans(seed):
     assert ex.plan.layers_per_stage == (4, 2)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_layer_plan_bound_is_below_its_optimum(seed):
     # the optimal combination is one of the candidates of its outer configuration, so the least
