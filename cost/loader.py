@@ -1297,7 +1297,8 @@ def job_from_section(sec: Section) -> JobSpec:
 def release_search_of(source: str, space: SearchSpace, job: JobSpec, given: frozenset[str]) -> SearchSpace:
     """`space` narrowed to what job.framework_version runs (framework_rules.release_search);
     a listed search value that release cannot run is an InstanceError naming `source`."""
-    narrowed, refusal = release_search(space, job.framework, job.release.year, given, job.release.version)
+    narrowed, refusal = release_search(space, job.framework, job.release.year, given, job.release.version,
+                                       job.release.month)
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     return narrowed
