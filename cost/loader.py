@@ -1695,8 +1695,8 @@ def _search_to_mapping(space: SearchSpace) -> dict:
     out: dict[str, Any] = {}
     for f in fields(space):
         value = getattr(space, f.name)
-        if value == getattr(default, f.name):
-            continue
+        if value == getattr(default, f.name) or f.name == "partial_recompute":
+            continue  # partial_recompute: no key; the job's release sets it again as it is read
         if f.name == "memory_reserve_bytes":
             out["memory_reserve_gib"] = units.bytes_to_gib(value)
         elif isinstance(value, tuple):

@@ -15,7 +15,7 @@ import yaml
 from paraplan.cost.calibration import load_published, load_rows, row_ran
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import recompute_pattern, release_has, release_space
-from paraplan.cost.loader import load_instance
+from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Framework, Recompute
@@ -46,6 +46,8 @@ def test_partial_recompute_came_in_august_2021():
 def test_a_release_without_it_runs_every_layer_or_none(tmp_path):
     old = _tiny(tmp_path, "v2.0")  # 2021-01
     assert not old.search.partial_recompute
+    # no search key states it: a plan file's instance gets it from its release again
+    assert instance_from_mapping(instance_to_mapping(old), "<plan file>").search == old.search
     assert _tiny(tmp_path, "v2.6").search.partial_recompute  # 2021-08
     assert load_instance(TINY).search.partial_recompute  # the current release
     assert recompute_pattern(Framework.MEGATRON, Recompute.NONE, False) is RecomputePattern.ALL_OR_NONE
