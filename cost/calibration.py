@@ -111,6 +111,9 @@ class Ran:
     # its year: the stated release's, else the year the row states its release came out in
     # (the version unknown), else None: the current release (framework_rules.release_space)
     release_year: int | None
+    # its month, where the stated release or the row dates it (release_month); None: unknown,
+    # counted as the year's last (framework_rules.release_has)
+    release_month: int | None
     unknown: tuple[str, ...]  # the facts the row does not state (RAN_DEFAULTS filled them)
 
 
@@ -122,7 +125,7 @@ RAN_DEFAULTS = dict(framework=Framework.MEGATRON, attention=Attention.FLASH, dro
                     grad_reduce_dtype=None)
 _RAN_TYPES = dict(framework=Framework, attention=Attention, optimizer=Optimizer,
                   grad_reduce_dtype=GradReduceDtype)
-RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute", "framework_version", "release_year")
+RAN_KEYS = tuple(RAN_DEFAULTS) + ("recompute", "framework_version", "release_year", "release_month")
 RAN_FILE = Path(__file__).resolve().parent / "published" / "ran.yaml"
 
 
@@ -193,8 +196,9 @@ def row_ran(row: dict) -> Ran:
         raise ConfigError(f"framework_version {version!r} is not a known {values['framework'].value}"
                           " release (cost/releases.py)")
     year = release.year if release is not None else stated.get("release_year")
+    month = release.month if release is not None else stated.get("release_month")
     return Ran(**values, recompute=stated.get("recompute"), framework_version=version,
-               release_year=year, unknown=unknown + (() if version is not None else ("framework_version",)))
+               release_year=year, release_month=month, unknown=unknown + (() if version is not None else ("framework_version",)))
 
 
 def row_recompute_early_stop(row: dict) -> bool | None:
@@ -294,7 +298,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                   recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype)
     # the space of the run's own release: what re-planning its workload may choose
     inst = Instance(name=row["id"], model=model, cluster=Cluster.of(cluster), job=job, source="calibration",
-                    search=release_space(ran.framework, ran.release_year))
+                    search=release_space(ran.framework, ran.release_year, ran.release_month))
 
     mb = cf.get("micro_batch") or 1
     dp = cf["dp"]
@@ -530,10 +534,16 @@ def _check_ran(ran: Section, precision: Precision) -> None:
             raise ran.error("framework_version", f"{ran.raw['framework_version']!r} is not a"
                             f" {framework.value} release paraplan knows", "use one of: " + ", ".join(known)
                             + " (cost/releases.py), or leave it out: the release is then unknown")
-        if ran.has("release_year"):
-            raise ran.error("release_year", "the stated framework_version dates the release",
-                            "remove release_year (it is for a release whose version is unknown)")
+        for key in ("release_year", "release_month"):
+            if ran.has(key):
+                raise ran.error(key, "the stated framework_version dates the release",
+                                f"remove {key} (it is for a release whose version is unknown)")
     if ran.has("release_year"):
         ran.integer("release_year")
+    if ran.has("release_month"):
+        if not ran.has("release_year"):
+            raise ran.error("release_month", "a month without its year dates nothing",
+                            "give release_year too, or remove release_month")
+        ran.integer("release_month")
     if ran.has("recompute"):
         ran.choice("recompute", ("none", "selective", "full"))

@@ -139,12 +139,14 @@ def rules_for(framework: Framework, optimizer: Optimizer = Optimizer.ADAM) -> Fr
                    zero_with_pipeline=tuple(z for z in rules.zero_with_pipeline if z in stages))
 
 
-def recompute_pattern(framework: Framework, recompute: Recompute) -> RecomputePattern:
+def recompute_pattern(framework: Framework, recompute: Recompute, partial: bool = True) -> RecomputePattern:
     """The per-stage full-recompute counts `framework` runs beside `recompute` (the mode of the
     layers not fully recomputed): its rules' pattern, or every layer or none where its
-    granularity takes one value and the others recompute selectively."""
+    granularity takes one value and the others recompute selectively, or where its release
+    recomputes no part of the layers alone (`partial` False: SearchSpace.partial_recompute,
+    release_space)."""
     rules = FRAMEWORK_RULES[framework]
-    if recompute is Recompute.SELECTIVE and not rules.full_beside_selective:
+    if not partial or recompute is Recompute.SELECTIVE and not rules.full_beside_selective:
         return RecomputePattern.ALL_OR_NONE
     return rules.recompute_pattern
 
@@ -242,6 +244,26 @@ MEGATRON_FEATURE_YEARS = {"pipeline": 2021, "interleaving": 2021, "sequence_para
                           "split_slots": 2025}
 
 
+# Features first in a release of a known month, (year, month) (a release known by its year alone
+# counts as that year's last: cost/calibration.Ran.release_month). Megatron-LM's
+# --activations-checkpoint-method block, full recompute of the first N layers of each model chunk
+# and none of the others, came with commit c1e0689d92 ("Checkpoint a set number of individual
+# Transformer layers", 2021-08-10), first tagged in v2.5 (2021-08-10). Before it
+# --checkpoint-activations checkpointed every layer (megatron/model/transformer.py at v2.0,
+# ParallelTransformer._checkpointed_forward: every layer, in units of --checkpoint-num-layers),
+# so a stage recomputed all of its layers or none; DeepSpeed runs of the time trained Megatron's
+# model code (release_space), whose checkpointing was the same.
+MEGATRON_FEATURE_MONTHS = {"partial_recompute": (2021, 8)}
+
+
+def release_has(feature: str, year: int, month: int | None) -> bool:
+    """Whether a Megatron-LM release of `year` (and `month`, None: unknown, counted as December)
+    ran `feature` (MEGATRON_FEATURE_MONTHS, else MEGATRON_FEATURE_YEARS)."""
+    if feature in MEGATRON_FEATURE_MONTHS:
+        return (year, month or 12) >= MEGATRON_FEATURE_MONTHS[feature]
+    return year >= MEGATRON_FEATURE_YEARS[feature]
+
+
 def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:
     """Whether a run of this release could have run the unfused attention core (scores stored):
     a current release (year None) runs fused attention by default."""
@@ -249,9 +271,10 @@ def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:
             and year < MEGATRON_FEATURE_YEARS["fused_attention"])
 
 
-def release_space(framework: Framework, year: int | None) -> SearchSpace:
-    """The declared space a Megatron-LM release of `year` runs (every feature when None: the
-    current release; cost/releases.Release.year gives a named version's year). A
+def release_space(framework: Framework, year: int | None, month: int | None = None) -> SearchSpace:
+    """The declared space a Megatron-LM release of `year` (and `month`, where known: features
+    dated by month, MEGATRON_FEATURE_MONTHS) runs (every feature when None: the current release;
+    cost/releases.Release gives a named version's year and month). A
     DeepSpeed run of a stated year ran Megatron's model code (Megatron-DeepSpeed; the ZeRO-3
     baseline of Narayanan et al. SC'21 Sec. 5.2): its sequence parallelism, selective
     recomputation and interleaving follow Megatron-LM's years, its ZeRO stages are DeepSpeed's
@@ -259,7 +282,8 @@ def release_space(framework: Framework, year: int | None) -> SearchSpace:
     above already hold what they run)."""
     if year is None or framework not in (Framework.MEGATRON, Framework.DEEPSPEED):
         return SearchSpace()
-    has = {f: year >= y for f, y in MEGATRON_FEATURE_YEARS.items()}  # fused attention: a fact of the row
+    # fused attention: a fact of the row
+    has = {f: release_has(f, year, month) for f in (*MEGATRON_FEATURE_YEARS, *MEGATRON_FEATURE_MONTHS)}
     zero = ((0,) + ((1,) if has["distributed_optimizer"] else ()) + ((2, 3) if has["fsdp"] else ())
             if framework is Framework.MEGATRON else SearchSpace().zero)
     return SearchSpace(
@@ -267,7 +291,7 @@ def release_space(framework: Framework, year: int | None) -> SearchSpace:
         virtual_stages=None if has["interleaving"] else (1,),
         sequence_parallel=(False, True) if has["sequence_parallel"] else (False,),
         recompute=(Recompute.NONE, Recompute.SELECTIVE) if has["selective_recompute"] else (Recompute.NONE,),
-        zero=zero)
+        partial_recompute=has["partial_recompute"], zero=zero)
 
 
 # the search keys a release narrows (release_space), each with the feature it names
@@ -277,12 +301,13 @@ _RELEASE_KEYS = {"pp": "pipeline parallelism", "virtual_stages": "interleaved 1F
 
 
 def release_search(space: SearchSpace, framework: Framework, year: int | None,
-                   given: frozenset[str], version: str) -> tuple[SearchSpace, Refusal | None]:
-    """`space` narrowed to what the job's framework release runs (release_space of its year;
-    `version` names it in the refusal): a key the user did not list takes the release's values,
-    a listed value the release cannot run is refused. The current release narrows nothing."""
-    allowed = release_space(framework, year)
-    kw = {}
+                   given: frozenset[str], version: str, month: int | None = None) -> tuple[SearchSpace, Refusal | None]:
+    """`space` narrowed to what the job's framework release runs (release_space of its year and
+    month; `version` names it in the refusal): a key the user did not list takes the release's
+    values, a listed value the release cannot run is refused; partial recomputation, which no
+    key lists, is off where the release predates it. The current release narrows nothing."""
+    allowed = release_space(framework, year, month)
+    kw = {} if allowed.partial_recompute else {"partial_recompute": False}
     for key, feature in _RELEASE_KEYS.items():
         mine, theirs = getattr(space, key), getattr(allowed, key)
         if theirs is None or theirs == getattr(SearchSpace(), key):

@@ -1445,7 +1445,8 @@ def job_from_section(sec: Section) -> JobSpec:
 def release_search_of(source: str, space: SearchSpace, job: JobSpec, given: frozenset[str]) -> SearchSpace:
     """`space` narrowed to what job.framework_version runs (framework_rules.release_search);
     a listed search value that release cannot run is an InstanceError naming `source`."""
-    narrowed, refusal = release_search(space, job.framework, job.release.year, given, job.release.version)
+    narrowed, refusal = release_search(space, job.framework, job.release.year, given, job.release.version,
+                                       job.release.month)
     if refusal is not None:
         raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
     return narrowed
@@ -1851,8 +1852,8 @@ def _search_to_mapping(space: SearchSpace) -> dict:
     out: dict[str, Any] = {}
     for f in fields(space):
         value = getattr(space, f.name)
-        if value == getattr(default, f.name):
-            continue
+        if value == getattr(default, f.name) or f.name == "partial_recompute":
+            continue  # partial_recompute: no key; the job's release sets it again as it is read
         if f.name == "memory_reserve_bytes":
             out["memory_reserve_gib"] = units.bytes_to_gib(value)
         elif isinstance(value, tuple):

@@ -433,7 +433,7 @@ def _recompute_pattern(plan: Plan, inst: Instance) -> None:
         return
     fw = inst.job.framework
     problem = recompute_patterns.refusal(
-        recompute_pattern(fw, plan.recompute), fw.value,
+        recompute_pattern(fw, plan.recompute, inst.search.partial_recompute), fw.value,
         [c.layers_per_stage for c in plan.classes], [c.full_recompute_layers for c in plan.classes],
         plan.virtual_stages, plan.embedding_in_split, plan.loss_in_split)
     if problem:

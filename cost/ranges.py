@@ -59,6 +59,7 @@ RANGES: dict[str, Range] = {
     "dropout": Range(0, 0.99, "", "a probability; 1 would drop every activation"),
     "release_year": Range(2015, 2100, "", "a framework release's year (calibration rows' ran:):"
                           " transformer training frameworks date from 2017", integer=True),
+    "release_month": Range(1, 12, "", "a month of the year (calibration rows' ran:)", integer=True),
     "head_dim": Range(1, 65_536, "", "2**16, 256x the widest published attention heads"
                       " (Gemma: 256)", integer=True),
     "norms_per_layer": Range(1, 4, "", "one shared norm (GPT-J, Falcon-7B) to four (Gemma-2's"

@@ -773,6 +773,10 @@ class SearchSpace:
     virtual_stages: tuple[int, ...] | None = None
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE)
     full_recompute: bool = True  # per-stage counts of fully recomputed layers are searched
+    # False: every layer of every stage fully recomputed, or none (RecomputePattern.ALL_OR_NONE),
+    # as a framework release without partial recomputation ran it (not a YAML key: the job's
+    # release sets it, cost/framework_rules.release_space)
+    partial_recompute: bool = True
     uniform_split: bool = False  # True: only the even layer split (for comparisons)
     tp_across_nodes: bool = False
     # a mixed cluster's stage-wise class (one pipeline across node groups) may run a tp per

@@ -323,7 +323,8 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
             probes.append(_plan_coefficients(inst, o, pl, fastest, reserve_bytes, net))
         for c in probes:
             inc = (None if one_class.memory_infeasible(c) else
-                   one_class.incumbent(c, allow_rc, recompute_pattern(inst.job.framework, o.recompute)))
+                   one_class.incumbent(c, allow_rc, recompute_pattern(inst.job.framework, o.recompute,
+                                                                       inst.search.partial_recompute)))
             if inc is not None:
                 best_u = min(best_u, inc[0])
         prepared.append((o, pl, plans, rows, meg))

@@ -359,7 +359,8 @@ def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
                              total_micro_batches=inst.job.global_batch // o.micro_batch,
                              objective=agg, weights=weights,
                              allow_full_recompute=inst.search.full_recompute,
-                             recompute_pattern=recompute_pattern(inst.job.framework, o.recompute),
+                             recompute_pattern=recompute_pattern(inst.job.framework, o.recompute,
+                                                                inst.search.partial_recompute),
                              virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 

@@ -1143,7 +1143,7 @@ def _plans_per_shape(inst: Instance, classes, micro_batch: int, v: int, paired: 
     class's layer splits; `splits` caches the last per (pp, v, slots, recompute rows)."""
     L, rc = inst.model.layers, inst.search.full_recompute
     per = count_micro_batch_splits(classes, inst.job.global_batch // micro_batch, uniform, v, paired)
-    rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode), L,
+    rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode, inst.search.partial_recompute), L,
                                           L + sum(slots), v, min(c.pp for c in classes))
     per *= pattern_values(rows)
     each = False if isinstance(rows, tuple) else rows

@@ -161,7 +161,8 @@ def frontier_points(inst: Instance, coeffs: list[StageCoefficients]) -> list[Fro
     out = []
     for c in coeffs:
         inc = one_class.incumbent(c, inst.search.full_recompute,
-                                  recompute_pattern(inst.job.framework, c.outer.recompute))
+                                  recompute_pattern(inst.job.framework, c.outer.recompute,
+                                                    inst.search.partial_recompute))
         if inc is None:
             continue
         t, n, r = inc

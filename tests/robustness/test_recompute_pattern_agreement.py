@@ -35,7 +35,7 @@ def instance(framework: Framework, seed: int):
 def free_optimum(inst, monkeypatch):
     """Exhaustive search with every stage's count free: the relaxation the pattern narrows."""
     with monkeypatch.context() as m:
-        free = lambda framework, recompute: RecomputePattern.PER_STAGE  # noqa: E731
+        free = lambda framework, recompute, partial=True: RecomputePattern.PER_STAGE  # noqa: E731
         m.setattr(search, "recompute_pattern", free)
         m.setattr(space, "recompute_pattern", free)
         return exhaustive(inst)

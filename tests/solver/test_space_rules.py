@@ -54,7 +54,7 @@ def test_published_outer_is_in_the_default_space(inst_plan):
     # whole default space for a row that states no release) holds what the run ran
     inst, plan = inst_plan
     ran = row_ran_by_id(inst.name)
-    assert inst.search == release_space(ran.framework, ran.release_year)
+    assert inst.search == release_space(ran.framework, ran.release_year, ran.release_month)
     assert ran.release_year is not None or inst.search == SearchSpace()
     space = {_modulo_flash(inst, o) for o in outer_configs(inst)}
     assert _modulo_flash(inst, plan.flat_outer) in space
