@@ -99,7 +99,9 @@ def test_replanned_optimum_is_plausible(wl):
 # runs (April 2021) predate Megatron-LM's partial recomputation (v2.5, 2021-08:
 # framework_rules.MEGATRON_FEATURE_MONTHS), so their re-plans recompute every layer or none:
 # the 530B ZeRO-3 baseline on 640 A100 went from 1.461x (12 of 105 layers recomputed) to
-# 1.234x (tp 8 x pp 20 ZeRO-1, none recomputed).
+# 1.234x (tp 8 x pp 20 ZeRO-1, none recomputed, 97% of HBM), and with the memory-aware p90
+# (the fill counted past the fullest run of its scale) to 1.228x (tp 4 x pp 10 ZeRO-1, every
+# layer recomputed, 88% of HBM).
 # - 18.4B on 256 A100, 1.413x (39.1B: 1.390x): the published run recomputed every layer at tp 8
 #   with torch DDP (examples/sc21/run_table_1.sh); the optimum (tp 2, pp 4 x 5 chunks,
 #   micro-batch 1) recomputes none and fills 95.8% of HBM with the unfused attention's scores
