@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -144,10 +144,13 @@ class Features:
     # the fullest stage's priced peak memory over its GPU's HBM (peak_memory_fraction); None
     # where it is not priced (a DualPipe plan): such a prediction counts no memory feature
     memory_fill: float | None = None
+    # the scale band of num_gpus, kept rather than derived per read: the planner's quantile
+    # factor and the band compare each feature against every published row's band (about
+    # 120,000 reads for one GPT-3 plan)
+    band: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def band(self) -> str:
-        return scale_band(self.num_gpus)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "band", scale_band(self.num_gpus))
 
 
 def activations(full_recompute: bool) -> str:
