@@ -42,12 +42,13 @@ from pathlib import Path
 from paraplan.cost import units
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.framework_rules import may_run_unfused_attention, release_space, unpriced_reason
+from paraplan.cost.framework_rules import (may_run_unfused_attention, release_has, release_space,
+                                           unpriced_reason)
 from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
                          load_catalogue)
 from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, Cluster,
+from paraplan.cost.specs import (APEX_OPTIMIZERS, Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, Cluster,
                         JobSpec, Link, Mlp, ModelSpec, Optimizer, Precision, Recompute,
                         grad_reduce_refusal)
 from paraplan.cost.plan_specs import Plan
@@ -295,7 +296,8 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
                   optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
                   tp_comm_overlap=ran.tp_comm_overlap, cudnn_attention=ran.cudnn_attention,
-                  recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype)
+                  recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype,
+                  grad_reduce_overlap=_grad_reduce_overlap(ran))
     # the space of the run's own release: what re-planning its workload may choose
     inst = Instance(name=row["id"], model=model, cluster=Cluster.of(cluster), job=job, source="calibration",
                     search=release_space(ran.framework, ran.release_year, ran.release_month))
@@ -324,6 +326,16 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
         if simulate(inst, plan_with(mode), reserve_bytes=0.0).fits:  # the row ran: whole HBM
             return inst, plan_with(mode)
     return inst, plan_with("full")
+
+
+def _grad_reduce_overlap(ran: Ran) -> bool | None:
+    """job.grad_reduce_overlap of a run of Megatron-LM's own optimizer whose release is dated
+    (framework_version or release_year): whether that release overlapped its gradient reduction
+    (framework_rules.MEGATRON_FEATURE_MONTHS); None otherwise (the current release's)."""
+    if (ran.framework is not Framework.MEGATRON or ran.optimizer in APEX_OPTIMIZERS
+            or ran.release_year is None):
+        return None
+    return release_has("overlap_grad_reduce", ran.release_year, ran.release_month)
 
 
 def unknown_variants(row: dict) -> list[dict]:

@@ -26,8 +26,8 @@ import numpy as np
 
 from paraplan.cost import comm, memory, moe, scale, zero_bubble
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, recompute_regather_params,
-                                      recompute_stops_early)
+from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, grad_reduce_overlaps,
+                                      recompute_regather_params, recompute_stops_early)
 from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwise_bytes, layer_matmuls,
                         layer_param_tensors, layer_params, layer_weight_sizes, logits_flops,
                         replicated_layer_params, tp_gather_width)
@@ -768,8 +768,10 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
                                                 site.edp_link or site.dp_link, o.zero, fw, grad_bytes,
                                                 gpu, net)
             g_sync, ag_after, step_s = g_sync + e_sync, ag_after + e_ag, step_s + e_step
-        # a layer's reduction overlaps the last micro-batch's backward of the layers below it
-        g_exposed = max(0.0, g_sync - bwd)
+        # a layer's reduction overlaps the last micro-batch's backward of the layers below it,
+        # where the framework release overlaps it at all (grad_reduce_overlaps)
+        overlaps = grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)
+        g_exposed = max(0.0, g_sync - bwd) if overlaps else g_sync
     g_hidden = g_sync - g_exposed
     overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
     # layer_time_floor_s is this less the ZeRO-3 terms (keep the two in step)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.specs import Framework, JobSpec, Precision
+from paraplan.cost.framework_rules import MEGATRON_FEATURE_MONTHS
+from paraplan.cost.specs import APEX_OPTIMIZERS, Framework, JobSpec, Precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,28 @@ def recompute_stops_early(job: JobSpec) -> bool:
     if job.framework is Framework.COMPOSER and job.precision is Precision.FP8:
         return False
     return behaviour(job.framework).recompute_early_stop
+
+
+def grad_reduce_overlaps(job: JobSpec, pp: int, v: int, zero: int) -> bool:
+    """Whether the data-parallel gradient reduction of a ZeRO 0-2 plan can hide behind the last
+    micro-batch's backward (cost/coefficients prices it so) rather than run after it.
+
+    Megatron-LM's own reduction (its local DDP and distributed optimizer; not NeMo's Apex
+    optimizers, which overlap their own) overlaps from --overlap-grad-reduce on (2023-08,
+    framework_rules.MEGATRON_FEATURE_MONTHS), or as job.grad_reduce_overlap states. Before it
+    Megatron-LM reduced after the backward, except through PyTorch's DistributedDataParallel
+    (--DDP-impl torch), whose bucket hooks overlap the backward: Megatron-LM ran that only
+    without pipelining, interleaving or a sharded optimizer (megatron/training.py at v2.6 asserts
+    local DDP for pp > 1 or several model chunks; the distributed optimizer is its own), so a
+    plan with pp = v = 1 and ZeRO-0 overlaps in every release. Other frameworks: overlapped."""
+    if job.framework is not Framework.MEGATRON or job.optimizer in APEX_OPTIMIZERS:
+        return True
+    if pp == 1 and v == 1 and zero == 0:
+        return True
+    if job.grad_reduce_overlap is not None:
+        return job.grad_reduce_overlap
+    r = job.release
+    return (r.year, r.month) >= MEGATRON_FEATURE_MONTHS["overlap_grad_reduce"]
 
 
 def gather_calls(b: Behaviour, layer_tensors: int) -> int:

@@ -253,7 +253,11 @@ MEGATRON_FEATURE_YEARS = {"pipeline": 2021, "interleaving": 2021, "sequence_para
 # ParallelTransformer._checkpointed_forward: every layer, in units of --checkpoint-num-layers),
 # so a stage recomputed all of its layers or none; DeepSpeed runs of the time trained Megatron's
 # model code (release_space), whose checkpointing was the same.
-MEGATRON_FEATURE_MONTHS = {"partial_recompute": (2021, 8)}
+# Megatron-LM's own data-parallel gradient reduction overlapped the backward from
+# --overlap-grad-reduce on (commit 2d5220a424, 2023-08-16); before it train_step reduced every
+# gradient after forward_backward_func returned (megatron/training.py: v2.0
+# model.allreduce_params, 23.04 optimizer.reduce_model_grads), cost/framework.grad_reduce_overlaps.
+MEGATRON_FEATURE_MONTHS = {"partial_recompute": (2021, 8), "overlap_grad_reduce": (2023, 8)}
 
 
 def release_has(feature: str, year: int, month: int | None) -> bool:

@@ -75,6 +75,9 @@ Instance file (units in the key names; "required" unless a default is given)::
       recompute_early_stop: true     # torchtitan / composer: a full recompute stops before
                                      # MLP-out (torch.utils.checkpoint non-reentrant, PyTorch >=
                                      # 2.1); false for older PyTorch; default: the framework's
+      grad_reduce_overlap: false     # megatron (adam): its gradient reduction hides behind the
+                                     # backward (--overlap-grad-reduce); default: as the release
+                                     # ran it (from 2023-08); pp 1 without ZeRO always overlaps
       recompute_modules: [layernorm, mla_up_proj, moe_act]  # megatron: outputs recomputed in
                                      # backward (--recompute-modules); needs search
                                      # full_recompute: false; default none
@@ -359,7 +362,7 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "framework_version",
             "tp_comm_overlap", "cudnn_attention",
             "moe_a2a_overlap", "moe_shared_expert_overlap", "pipeline_schedule", "moe_dispatcher",
-            "recompute_early_stop", "recompute_modules", "offload_modules", "activation_fp8_input_store",
+            "recompute_early_stop", "grad_reduce_overlap", "recompute_modules", "offload_modules", "activation_fp8_input_store",
             "attention_output_e5m6", "grad_reduce_dtype", "train_tokens", "usd_per_gpu_hour")
 _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s", "matmul_eff_max",
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
@@ -1432,6 +1435,8 @@ def job_from_section(sec: Section) -> JobSpec:
                                                     MoeDispatcher.ALLTOALL.value)),
             recompute_early_stop=(sec.boolean("recompute_early_stop", False)
                                   if sec.has_value("recompute_early_stop") else None),
+            grad_reduce_overlap=(sec.boolean("grad_reduce_overlap", False)
+                                 if sec.has_value("grad_reduce_overlap") else None),
             recompute_modules=tuple(RecomputeModule(x) for x in modules),
             offload_modules=tuple(OffloadModule(x) for x in offloads),
             activation_fp8_input_store=sec.boolean("activation_fp8_input_store", False),
@@ -1811,6 +1816,7 @@ def _job_to_mapping(job: JobSpec) -> dict:
          else job.pipeline_schedule.value),
         ("moe_dispatcher", None if job.moe_dispatcher is MoeDispatcher.ALLTOALL else job.moe_dispatcher.value),
         ("recompute_early_stop", job.recompute_early_stop),
+        ("grad_reduce_overlap", job.grad_reduce_overlap),
         ("recompute_modules", [x.value for x in job.recompute_modules] or None),
         ("offload_modules", [x.value for x in job.offload_modules] or None),
         ("activation_fp8_input_store", flag(job.activation_fp8_input_store)),

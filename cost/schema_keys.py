@@ -246,6 +246,11 @@ JOB = SectionDoc("job", "`job:`", "What one optimizer step is and how the framew
                      Key("recompute_early_stop", "boolean", "torchtitan and composer: a full"
                          " recompute stops before MLP-out (torch.utils.checkpoint non-reentrant,"
                          " PyTorch >= 2.1); false for older PyTorch", "the framework's"),
+                     Key("grad_reduce_overlap", "boolean", "megatron with optimizer adam or"
+                         " adam_bf16_moments: the data-parallel gradient reduction hides behind"
+                         " the backward (--overlap-grad-reduce); plans with pp 1, no"
+                         " interleaving and ZeRO-0 always overlap (torch DDP)",
+                         "the release's: true from 2023-08"),
                      Key("recompute_modules", "list of strings", "megatron: module outputs"
                          " recomputed in backward (--recompute-modules); needs"
                          " `search.full_recompute: false`", "[]", RecomputeModule),

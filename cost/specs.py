@@ -98,6 +98,10 @@ class Optimizer(str, Enum):
     ADAM_BF16_MOMENTS = "adam_bf16_moments"
 
 
+# NeMo's Apex optimizers, which reduce the gradients themselves rather than Megatron-LM's DDP
+APEX_OPTIMIZERS = frozenset({Optimizer.APEX_DISTRIBUTED_ADAM, Optimizer.APEX_DISTRIBUTED_ADAM_BF16})
+
+
 class GradReduceDtype(str, Enum):
     """The dtype data-parallel gradients are accumulated, kept and reduced in (job.grad_reduce_dtype).
 
@@ -625,6 +629,12 @@ class JobSpec:
     # (cost/framework.recompute_stops_early). None: the framework's own behaviour; false for a
     # torchtitan or Composer run on older PyTorch; megatron and deepspeed replay whole layers.
     recompute_early_stop: bool | None = None
+    # Whether Megatron-LM's own data-parallel gradient reduction (optimizer adam or
+    # adam_bf16_moments: its DDP and distributed optimizer) overlaps the backward
+    # (--overlap-grad-reduce). None: as the job's release ran it (cost/framework.
+    # grad_reduce_overlaps: from 2023-08 on); false: reduced after the backward, as every release
+    # before it did; framework megatron only
+    grad_reduce_overlap: bool | None = None
     # Megatron-core's --recompute-modules beyond the plan's recompute (RecomputeModule): priced
     # in memory (cost/memory.job_activation_savings_bytes, cost/moe.expert_act_bytes) and time
     # (the recomputed work in backward, cost/coefficients.module_recompute_s); framework
@@ -710,6 +720,12 @@ class JobSpec:
             raise ConfigError(f"job.recompute_early_stop: framework {self.framework.value} recomputes"
                               f" whole layers with its own reentrant checkpoint function; remove"
                               f" recompute_early_stop or set framework: torchtitan or composer")
+        if self.grad_reduce_overlap is not None and (self.framework is not Framework.MEGATRON
+                                                     or self.optimizer in APEX_OPTIMIZERS):
+            raise ConfigError(f"job.grad_reduce_overlap is Megatron-LM's own gradient reduction"
+                              f" (job.framework: {self.framework.value}, job.optimizer:"
+                              f" {self.optimizer.value}); remove grad_reduce_overlap, or set"
+                              f" framework: megatron with optimizer adam or adam_bf16_moments")
         if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
             raise ConfigError("job.moe_a2a_overlap and job.moe_shared_expert_overlap: Megatron-core"
                               " refuses --moe-shared-expert-overlap with"

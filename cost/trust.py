@@ -40,16 +40,16 @@ Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider po
     level  rows  band from (rows, families)  band (measured / predicted)  covered
     0         0  237, 7                      0.92 .. 1.06                  (none)
     1        20  237, 7                      0.92 .. 1.06                  95%
-    2       146  217, 7                      0.93 .. 1.06                  78%
+    2       146  217, 7                      0.93 .. 1.06                  81%
     3        73   73, 5                      0.90 .. 1.12                  89%
-    all     239                                                            82.8%
+    all     239                                                            84.5%
 
 Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
 so are the levels and fitted dies of the rows it is built from (a left-out family validates
-nothing). Counted per row 82.8%, per family (each family's share averaged) 67.5%, on 256+ GPUs
-75.8% (without the memory fill: 82.4%, 66.5%, 75.8%). A plan in unvalidated territory gets the
+nothing). Counted per row 84.5%, per family (each family's share averaged) 67.8%, on 256+ GPUs
+75.8% (without the memory fill: 84.1%, 66.7%, 75.8%). A plan in unvalidated territory gets the
 wider band on its slow side: the rows three or more features from the others' runs erred so
-(p90 factor 1.120 against 1.065). Measured the same way and not adopted (docs/accuracy.md, "The
+(p90 factor 1.120 against 1.064). Measured the same way and not adopted (docs/accuracy.md, "The
 band by family and by scale"): each level's own rows (72.4%, 60.0%, 72.7%), recomputation
 (none / selective / full) as a distance feature, memory above a fixed 90% of HBM, a memory fill
 that fewer than 3 rows of its scale reach (86.2% per row), weights by effective rows.
@@ -99,9 +99,10 @@ MIN_GROUP_ROWS = 5  # MoE anchors: fewer on the plan's die than this take every 
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
 # a memory fill is validated by a published row of its scale band that fills its HBM as far:
 # one row, not MIN_VALIDATING_ROWS, so that the feature marks the fills beyond every run of the
-# scale. Measured (nested coverage, per row / per family / 256+ GPUs): 82.8% / 67.5% / 75.8% with
-# one row, 86.2% / 68.1% / 75.8% with three (per row above the 75-85% target), 82.4% / 66.5% /
-# 75.8% without the feature
+# scale. Measured (nested coverage, per row / per family / 256+ GPUs): 84.5% / 67.8% / 75.8% with
+# one row, 87.4% / 68.3% / 75.8% with three (per row above the 75-85% target), 84.1% / 66.7% /
+# 75.8% without the feature (82.8 / 67.5 / 75.8, 86.2 / 68.1 / 75.8 and 82.4 / 66.5 / 75.8
+# before Megatron-LM's release-dated gradient reduction and its refit)
 MIN_MEMORY_ROWS = 1
 # fills that equal to this relative tolerance are equal: a plan searched under a memory cap
 # (solver/memory_tiers.py) and priced again lands on the cap up to rounding

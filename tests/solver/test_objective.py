@@ -204,7 +204,7 @@ def _tight_tiny():
     configuration: tp 1, pp 2, dp 4, ZeRO-0, micro-batch 4 (2 micro-batches), no selective
     recompute. Storing every activation does not fit 80 GiB less the 2 GiB reserve; the fastest
     split that fits fills more of HBM than any published row on 1-8 GPUs, so the memory tier
-    decides its factor (on 8 A100 at pp 2: 1.065 within, 1.120 beyond)."""
+    decides its factor (on 8 A100 at pp 2: 1.064 within, 1.120 beyond)."""
     from paraplan.cost.specs import Recompute
     base = load_instance(TINY)
     return dataclasses.replace(
@@ -299,11 +299,11 @@ def _relaxation_misleads():
 
 def test_where_the_relaxation_s_plan_fills_beyond_the_tier_the_tiers_find_a_better_one(monkeypatch):
     # Brute force (_every_plan_value): 8 plans fit, all split (8, 8). The fastest recomputes 5
-    # layers per stage (3.328 s) and fills beyond the fullest published row of 1-8 GPUs (its
-    # factor is level 2's, 1.120 on 8 A100 at pp 2); 6 per stage (3.436 s, 3.2% slower) fills
-    # within it (level 1, 1.065). 1.032 < 1.120 / 1.065 = 1.052, so the p90 optimum is the
-    # slower plan: 3.436 x 1.065 = 3.658 s against 3.328 x 1.120 = 3.727 s. The relaxation
-    # (every plan at 1.065, no cap) picks the fastest, at 3.328 x 1.065 = 3.543 s, below the
+    # layers per stage (3.325 s) and fills beyond the fullest published row of 1-8 GPUs (its
+    # factor is level 2's, 1.1196 on 8 A100 at pp 2); 6 per stage (3.433 s, 3.2% slower) fills
+    # within it (level 1, 1.0644). 1.032 < 1.1196 / 1.0644 = 1.052, so the p90 optimum is the
+    # slower plan: 3.433 x 1.0644 = 3.654 s against 3.325 x 1.1196 = 3.722 s. The relaxation
+    # (every plan at 1.0644, no cap) picks the fastest, at 3.325 x 1.0644 = 3.539 s, below the
     # optimum as a relaxation must be; its plan is not valued at its own factor, so the tiers
     # are searched (three searches) and their answer replaces it.
     from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
