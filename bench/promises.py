@@ -13,25 +13,15 @@ import sys
 
 import numpy as np
 
-from paraplan.cost.calibration import load_published, row_to_instance_plan
+from paraplan.cost.calibration import row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
-from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, class_plan_memory_fill, workload_key
+from paraplan.cost.trust import class_plan_memory_fill, fastest_published_runs
 from paraplan.solver.solve import solve
-
-
-def fastest_runs() -> list[dict]:
-    best: dict[tuple, dict] = {}
-    for row in load_published():
-        if row["cluster"]["num_gpus"] >= MFU_RECORD_MIN_GPUS:
-            k = workload_key(row)
-            if k not in best or float(row["measured"]["iter_time_s"]) < float(best[k]["measured"]["iter_time_s"]):
-                best[k] = row
-    return list(best.values())
 
 
 def main(argv: list[str]) -> int:
     out = {}
-    for row in fastest_runs():
+    for row in fastest_published_runs():
         inst, _ = row_to_instance_plan(row, load_catalogue())
         res = solve(inst, time_limit_s=600)
         fill = class_plan_memory_fill(inst, res.plan)

@@ -240,6 +240,20 @@ def workload_key(row: dict) -> tuple:
             row["config"]["global_batch"], row.get("precision", "bf16"))
 
 
+def fastest_published_runs(min_gpus: int = MFU_RECORD_MIN_GPUS) -> list[dict]:
+    """The fastest bundled published run of each workload (workload_key) on min_gpus or more
+    GPUs: the run a re-planned optimum's promise is measured against (bench/promises.py,
+    tests/validation/test_plausibility.py)."""
+    from paraplan.cost.calibration import load_published
+    best: dict[tuple, dict] = {}
+    for row in load_published():
+        if row["cluster"]["num_gpus"] >= min_gpus:
+            k = workload_key(row)
+            if k not in best or float(row["measured"]["iter_time_s"]) < float(best[k]["measured"]["iter_time_s"]):
+                best[k] = row
+    return list(best.values())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankPair:
     first: str  # the row measured faster

@@ -21,7 +21,8 @@ import pytest
 from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.loader import load_catalogue
 from paraplan.cost.fit import die
-from paraplan.cost.trust import MFU_RECORD_MIN_GPUS, memory_headroom_warning, mfu_records, workload_key
+from paraplan.cost.trust import (MFU_RECORD_MIN_GPUS, fastest_published_runs, memory_headroom_warning,
+                                 mfu_records, workload_key)
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 
@@ -123,17 +124,7 @@ PROMISE_MEDIAN_MAX = 1.15
 OPEN_PROMISE = {"narayanan21-t1-18.4B"}
 
 
-def _fastest_runs():
-    best: dict[tuple, dict] = {}
-    for row in load_published():
-        if row["cluster"]["num_gpus"] >= MIN_GPUS:
-            k = workload_key(row)
-            if k not in best or float(row["measured"]["iter_time_s"]) < float(best[k]["measured"]["iter_time_s"]):
-                best[k] = row
-    return list(best.values())
-
-
-FASTEST = _fastest_runs()
+FASTEST = fastest_published_runs(MIN_GPUS)
 
 
 # about 100 s on 2 cores: the 24 workloads re-planned
