@@ -584,14 +584,17 @@ def partial_rank(*indices: int) -> int:
 
 def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
                           groups: tuple[int, ...] | None = None, uniform: bool = False,
-                          defer_stage: bool = False) -> tuple[list[Partial], _Listing, list]:
+                          defer_stage: bool = False, defer_options: bool = False) -> tuple[list[Partial], _Listing, list]:
     """declared_partials, and with `defer_stage` the layouts across two groups or more of the
     stage family (with a tp per group) and of the replica family left out of the list, as
     (family index, subset index, family, groups) (solver/bounds/stage_families.py sets them up
-    as the search reaches them); the listing they share."""
+    as the search reaches them); with `defer_options` every layout of the replica and mixed
+    families left out so (solver/option_families.py sets them up under its bound: no count of
+    them is refused); the listing they share."""
     s = inst.search
     G = len(inst.cluster.groups)
-    check_layouts(inst)
+    if not defer_options:
+        check_layouts(inst)
     if groups is not None:
         subsets = [tuple(sorted(groups))]
     elif uniform:
@@ -605,7 +608,8 @@ def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
     deferred: list = []
     for fi, family in enumerate(families):
         for si, used in enumerate(subsets):
-            if defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica"):
+            if defer_options and family != "stage" or (
+                    defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica")):
                 deferred.append((fi, si, family, used))
                 continue
             for ti, tpg in enumerate(tp_choices(inst, used, family)):
