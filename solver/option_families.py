@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.solver.class_layouts import MAX_LAYOUTS, _pp_ok, group_shares, too_many_layouts
 from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank
@@ -142,6 +143,9 @@ class OptionBounds:
         self.nodes: list = []  # partial choices on the search's heap (_Node; None once expanded)
         self.root_memo: dict = {}
         self.listed: dict[tuple, int] = {}  # (group, tp, cp) -> its ways in the full listing
+        rules = rules_for(inst.job.framework, inst.job.optimizer)
+        # the ZeRO stages a plan with a pipeline runs (FrameworkRules.admits: pp > 1)
+        self.pipe_zeros = tuple(z for z in inst.search.zero if z in rules.zero_with_pipeline)
         self.set_up = 0  # class layouts set up
         self.profiles: dict[int, tuple] = {}
         self.ways: dict[tuple, list] = {}
@@ -230,8 +234,11 @@ class OptionBounds:
         """The family's roots: a replica family's one (no class fixed), a mixed family's one per
         stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed."""
         if fam not in self.root_memo:
-            if fam.family == "replica":
-                roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam), None)]
+            if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
+                roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None),
+                         self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None)]
+                if roots[0] is not None:
+                    roots[0].pipelined = True
             else:
                 roots = list(self._mixed_roots(fam))
             self.root_memo[fam] = [n for n in roots if n is not None]
@@ -254,8 +261,14 @@ class OptionBounds:
         node.bound = self._relaxed(node, state, 0)
         return node
 
-    def _replica_ways(self, fam: OptionFamily) -> list[list[tuple]]:
-        """Per group its ways (class_layouts.replica_options, as (pp, replicas) shares)."""
+    def _replica_ways(self, fam: OptionFamily, pipelined: bool) -> list[list[tuple]]:
+        """Per group its ways (class_layouts.replica_options, as (pp, replicas) shares): with
+        `pipelined`, those whose classes fit at a ZeRO stage the framework runs with a pipeline
+        (a layout of them needs a class of pp > 1: _leaves); else those of single-stage classes
+        only, fitting at any ZeRO stage of the space. A layout with a class of pp > 1 runs one
+        ZeRO stage for every class, one the framework runs with pipelines
+        (FrameworkRules.admits), so each of its classes fits at such a stage; the two sets are
+        disjoint and hold every layout whose classes can fit."""
         units = [self.inst.cluster.groups[g].num_gpus for g in fam.used]
         u = fam.tp * fam.cp
         if not self.inst.search.idle_gpus and any(x % u for x in units):
@@ -265,12 +278,14 @@ class OptionBounds:
             key = (g, fam.tp, fam.cp)
             if key not in self.listed:  # the full listing's ways, for the index of a layout
                 self.listed[key] = len(_shares(self.inst, x // u, False, lambda pp: True))
-            out.append(self._ways(("replica",) + key, lambda: _shares(self.inst, x // u, False, self._fits(*key))))
+            fits = self._fits(*key, self.pipe_zeros if pipelined else self.inst.search.zero)
+            out.append(self._ways(("replica", pipelined) + key, lambda: _shares(
+                self.inst, x // u, False, fits if pipelined else lambda pp: pp == 1 and fits(pp))))
         return out
 
-    def _fits(self, g: int, tp: int, cp: int):
+    def _fits(self, g: int, tp: int, cp: int, zeros: tuple):
         """fits(pp): whether a replica class of pp stages on group g at tp and cp fits the GPU
-        for some micro-batch size, sequence-parallel flag and ZeRO stage of the space: the
+        for some micro-batch size, sequence-parallel flag and ZeRO stage of `zeros`: the
         listing's lower bound (space.micro_batch_lower_bound_parts, its last and its fullest
         stage, both on g) at most the GPU's memory less the reserve. ZeRO shards over every
         replica of the plan times cp, at most every stage slot of the cluster (one replica
@@ -285,12 +300,12 @@ class OptionBounds:
         mbs = self.fb.mbs.astype(int).tolist()
 
         def fits(pp: int) -> bool:
-            key = ("fits", g, tp, cp, pp)
+            key = ("fits", g, tp, cp, pp, tuple(zeros))
             if key not in self.ways:
                 self.ways[key] = any(
                     max(micro_batch_lower_bound_parts(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp,
                                                       zero=z, zero_ranks=ranks)) <= cap
-                    for b in [min(mbs)] for sp in sps for z in s.zero)
+                    for b in [min(mbs)] for sp in sps for z in zeros)
             return self.ways[key]
         return fits
 
@@ -311,7 +326,7 @@ class OptionBounds:
             lb = self._relaxed(node, state, j + 1)
             if can_win(lb):
                 out.append(self._keep(_Node(node.fam, node.order, node.stage, node.ways, node.levels, node.f, node.rest,
-                                            node.factor, state, node.picked + (i,), lb)))
+                                            node.factor, state, node.picked + (i,), lb, node.pipelined)))
         return out
 
     def _leaves(self, node: "_Node", can_win):
@@ -325,8 +340,8 @@ class OptionBounds:
                                    np.array([deep and q.deep for q in qs]))
         picked = [node.levels[k][i] for k, i in enumerate(node.picked)]
         for q, lb in zip(qs, zz.tolist()):
-            if classes + q.classes < 2 or not can_win(lb):
-                continue
+            if classes + q.classes < 2 or not can_win(lb) or node.pipelined and bv + q.bubble == 0:
+                continue  # (a pipelined root's layout without a class of pp > 1 is the other root's)
             for picks in itertools.product(*(p.members for p in picked), q.members):
                 yield from self._layouts_of(node, picks)
 
@@ -364,7 +379,7 @@ class OptionBounds:
         slots = {g: x // (tp * cp) for g, x in zip(used, gpus)}
         floors = {g: self.fb.floor(g, tp, cp) for g in used}
 
-        fits = {g: self._fits(g, tp, cp) for g in used}
+        fits = {g: self._fits(g, tp, cp, self.pipe_zeros) for g in used}  # beside a pipeline
 
         def fill(g: int, left: int, optional: bool) -> list[tuple]:
             return self._ways(("fill", g, tp, cp, left, optional), lambda: _shares(inst, left, optional, fits[g]))
@@ -402,6 +417,7 @@ class _Node:
     state: tuple
     picked: tuple
     bound: float
+    pipelined: bool = False  # a replica family's layouts with a class of pp > 1 (_replica_ways)
 
     @property
     def depth(self) -> int:
