@@ -115,7 +115,10 @@ MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a sca
 # scale. Measured (nested coverage, per row / per family / 256+ GPUs): 84.5% / 67.8% / 75.8% with
 # one row, 87.4% / 68.3% / 75.8% with three (per row above the 75-85% target), 84.1% / 66.7% /
 # 75.8% without the feature (82.8 / 67.5 / 75.8, 86.2 / 68.1 / 75.8 and 82.4 / 66.5 / 75.8
-# before Megatron-LM's release-dated gradient reduction and its refit)
+# before Megatron-LM's release-dated gradient reduction and its refit). On
+# ../shared/calibration/published.yaml read alone (per row / per family), with MIN_POOL_ROWS:
+# 87.9% / 61.3% with one row and without the feature, 83.6% / 60.5% with three (54.2% / 54.4%
+# with one row before the minimum pool); published-fp8.yaml 68.0% / 60.3% in every case
 MIN_MEMORY_ROWS = 1
 # fills that equal to this relative tolerance are equal: a plan searched under a memory cap
 # (solver/memory_tiers.py) and priced again lands on the cap up to rounding
