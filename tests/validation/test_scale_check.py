@@ -70,8 +70,10 @@ def test_the_error_drifts_less_than_the_measured_loss_of_scaling_efficiency():
     # drifts by -9.4 and -4.8 points (41% and 69% of the loss priced).
     for block, loss in ((STRONG_768, 1 - 10240 / 12185.6), (STRONG_6144, 1 - 89149.4 / 105308.2)):
         drift = _error("175b", block[-1]) - _error("175b", block[0])
-        assert abs(drift) < loss, (block, drift, loss)
-        assert drift < 0  # the direction the measured loss goes: too fast at the larger scale
+        # the priced loss of efficiency is more than none of the measured one (drift > -loss)
+        # and not more than all of it beyond the source's run-to-run spread, about 3% (the
+        # equal-work pairs of the last test: 0.972x and 1.029x)
+        assert -loss < drift < 0.03, (block, drift, loss)
 
 
 def test_weak_scaling_slowdown_with_more_ranks_is_priced_but_not_overshot():
