@@ -298,7 +298,6 @@ Plan file of replica classes, at top level or under a `plan:` key::
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -758,7 +757,9 @@ def check_number(value: Any, path: str, field: str, quantity: str) -> float:
 
 def did_you_mean(name: str, known) -> str:
     """"did you mean 'X'?" for the known name closest to `name`, else "" (a name of 100 or more
-    characters is not compared: difflib's matching is quadratic)."""
+    characters is not compared: difflib's matching is quadratic). difflib is imported here: only
+    a mistyped name reads it (issue 33, start-up)."""
+    import difflib
     close = difflib.get_close_matches(name, list(known), n=1) if len(name) < 100 else []
     return f"did you mean '{close[0]}'?" if close else ""
 

@@ -99,7 +99,7 @@ import numpy as np
 from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
-from paraplan.cost.fit import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
+from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
 from paraplan.cost.memory_fill import peak_memory_fraction, row_memory_fill  # noqa: F401 (read here)
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
@@ -612,20 +612,26 @@ def published_residuals() -> tuple[Residual, ...]:
     """The out-of-sample residuals of both bundled published files (cost/crossval.py's stored
     leave-one-family-out predictions, read once per process; nothing is simulated)."""
     from paraplan.cost.calibration import load_published
-    from paraplan.cost.crossval import load_stored
     rows = {r["id"]: r for r in load_published()}
     fills = published_memory_fills()
     return tuple(Residual(id=s.id, features=row_features(rows[s.id], s.full_recompute, fills.get(s.id)),
                           error=s.error)
-                 for s in load_stored() if s.error is not None and s.id in rows)
+                 for s in _stored_crossval() if s.error is not None and s.id in rows)
 
 
 def published_memory_fills() -> dict[str, float]:
     """id -> peak_memory_fraction of every bundled published row priced as it ran
     (row_memory_fill), as the stored cross-validation holds it (cost/crossval.StoredRow:
     tests/validation/test_crossval.py checks it against the pricing)."""
+    return {s.id: s.memory_fill for s in _stored_crossval() if s.memory_fill is not None}
+
+
+@lru_cache(maxsize=1)
+def _stored_crossval() -> tuple:
+    """cost/crossval.load_stored(), read once per process as published_residuals is: a plan read
+    it three times (the residuals, their memory fills, the plan's memory-fill warning), 2 ms each."""
     from paraplan.cost.crossval import load_stored
-    return {s.id: s.memory_fill for s in load_stored() if s.memory_fill is not None}
+    return load_stored()
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
