@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.calibration import predict_rows, source_family
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.specs import GpuSpec
 
 Catalogue = dict[str, GpuSpec]

@@ -3,7 +3,7 @@
 A cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
-scenario's changes once (cost/loader.py), so nothing downstream edits links.
+scenario's changes once (cost/readers/scenarios.py), so nothing downstream edits links.
 
 A plan (`Plan`; the declared space is in solver/space.py) is the modes every replica shares and
 its replica classes; a flat plan file's plan is the one-class case (`Plan.flat`), dp replicas of

@@ -182,7 +182,7 @@ def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool,
     shape alone, not on the outer configuration, so they are built once per shape (read-only)
     rather than once per configuration."""
     if uniform:
-        from paraplan.cost.loader import default_layer_split
+        from paraplan.cost.readers.plan_reader import default_layer_split
         splits = np.array([default_layer_split(layers, pp, v)], float)
     else:
         splits = compositions(layers, pp, v, slots)

@@ -134,7 +134,7 @@ def partition_mixed_instance(seed: int):
     a spatial-temporal plan needs, so exhaustive search tries every layer plan of one group
     (768 at tp 4 without sequence parallelism) and stays quick."""
     from paraplan.cost.plan_specs import Cluster, NodeGroup
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
 
     rng = random.Random(7000 + seed)
     catalogue = load_catalogue()

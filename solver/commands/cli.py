@@ -35,7 +35,7 @@ def cmd_simulate(args) -> int:
     from paraplan.cost.simulate import simulate
     from paraplan.cost.model_notes import model_warnings
     from paraplan.solver.commands import groups as group_commands
-    from paraplan.cost.loader import load_plan
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.cost.trust import plan_trust
     from paraplan.solver.plan_text import plan_line, plan_lines
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,

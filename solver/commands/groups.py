@@ -1,7 +1,7 @@
 """Sub-commands for clusters of several node groups and changing networks.
 
 `paraplan plan` (solver/commands/planning.py) shows an instance planned as a
-cluster of node groups (a `cluster:` with `groups:`, cost/loader.py, or a homogeneous file
+cluster of node groups (a `cluster:` with `groups:`, cost/readers/cluster.py, or a homogeneous file
 whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
 `exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
@@ -102,7 +102,8 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
 
 
 def cmd_replan(args) -> int:
-    from paraplan.cost.loader import load_event, load_plan
+    from paraplan.cost.readers.scenarios import load_event
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.solver.dynamic import replan
 
     from paraplan.solver.commands.inputs import read_instance
@@ -126,7 +127,7 @@ def cmd_replan(args) -> int:
 
 def _show_replan(args, inst, r) -> int:
     if args.json:
-        from paraplan.cost.loader import plan_to_mapping
+        from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
@@ -172,7 +173,7 @@ def cmd_timeline(args) -> int:
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
-        from paraplan.cost.loader import plan_to_mapping
+        from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
                    r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
                    "static_iterations": r.static_iterations,

@@ -44,7 +44,7 @@ def result_json(res, inst, regs=None) -> dict:
     iteration time on the nominal network and, with job.train_tokens, its time and cost to
     train there with its trust interval; on node groups the objective's value per scenario, and
     `regs` (solver/dynamic.regrets) under --robust / --expected."""
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.cost.model_notes import model_warnings
     from paraplan.cost.trust import plan_trust
     bd = res.breakdown
@@ -171,7 +171,7 @@ def cmd_plan_top(args, read) -> int:
     """`paraplan plan --top K [--within PCT]` on every cluster (`read`: as read_instance read
     it): the K best plans of distinct outer configurations by the one search with K winners
     (solver/solve.py), for the objective asked for, each re-simulated once."""
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.solve import solve
 
     inst, objective, backend = _top_instance(args, read)
@@ -271,7 +271,7 @@ def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
 def cmd_exhaustive(args) -> int:
     """Brute force over the declared space: one search on one group and on mixed clusters, a
     one-group file shown as its homogeneous plan."""
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
@@ -362,7 +362,7 @@ def cmd_bench(args) -> int:
 def cmd_calibrate(args) -> int:
     from paraplan.cost.calibration import predict_rows
     from paraplan.cost.fit import apply_params, family_weights, fit
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
 
     rows, _ = read_calibration_files(args.file)
     cat = load_catalogue()

@@ -96,7 +96,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import Section, load_instance_parts, read_yaml
+from paraplan.cost.readers.fields import Section
+from paraplan.cost.readers.instance import load_instance_parts
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.commands.jsonout import json_safe

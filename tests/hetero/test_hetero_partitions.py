@@ -17,8 +17,9 @@ import pytest
 
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_outers, partitions_layer_fn
-from paraplan.cost.loader import (plan_from_mapping, plan_to_mapping,
-                                         load_instance)
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import scaled_times
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance, override_search, plan_from_mapping, plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.search import override_search
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.plan_specs import ReplicaClass
 from paraplan.cost.space_rules import SEARCH_RULES, search_refusal
 from paraplan.cost.specs import PipelineSchedule, Recompute
@@ -96,7 +99,7 @@ def test_a_node_group_file_refuses_what_its_framework_cannot_run_as_a_flat_file_
     # DeepSpeed has no context parallelism (cost/framework_rules.py): `cp: [2]` is refused on a
     # flat file, and now on node groups too, where it was filtered out without a word
     import yaml
-    from paraplan.cost.loader import instance_from_mapping
+    from paraplan.cost.readers.instance import instance_from_mapping
     for path in (FLAT, TWO):
         data = yaml.safe_load(path.read_text())
         data["job"]["framework"] = "deepspeed"

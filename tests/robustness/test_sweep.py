@@ -20,7 +20,7 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.sweep import run as sweep
 from paraplan.solver.solve import solve as plan
 
