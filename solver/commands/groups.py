@@ -17,9 +17,10 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.solver.format import evidence_text as common_evidence_text, quantile_phrase, seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
-from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
+from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
 from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups  # noqa: F401
+from paraplan.solver.result_json import not_covered
 
 
 def no_scenarios(args) -> None:
@@ -78,13 +79,6 @@ def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
         what += quantile_phrase(inst.search.objective, res.objective_s)
     return common_evidence_text(res, what, "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
                                 not_covered=not_covered(inst, res.plan) if inst is not None else ())
-
-
-def not_covered(inst, plan) -> list[str]:
-    """What the plan's claim leaves out on this cluster (solver/space.not_covered): the groups
-    it leaves idle among them."""
-    from paraplan.solver.space import not_covered as outside
-    return outside(inst, None if plan is None else {g for c in plan.classes for g in c.stage_groups})
 
 
 def regret_rows(regs) -> list[list[str]]:

@@ -7,7 +7,7 @@ import sys
 import time
 
 from paraplan.solver.format import seconds
-from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.outputs import check_output_path, write_text
 
 
 def cmd_report(args) -> int:

@@ -46,7 +46,7 @@ cost, each with the low and high ends of the plan's trust interval (cost/train_c
 floats at full precision, absent values empty. status is the planner's (optimal |
 feasible | infeasible | timeout; `paraplan plan` explains each) or failed, with the error in
 `error`. --json also appends one JSON object per job: job_id, instance, inputs, attempts,
-status, error, and result (`solver.commands.result_json`, with the whole plan; null if failed).
+status, error, and result (`solver.result_json.result_json`, with the whole plan; null if failed).
 Both outputs must be regular files or absent; their directory is checked before anything is
 solved. Without --resume an existing output file is an error, not overwritten: a sweep may hold
 hours of results. With --resume the done rows are kept, failed rows are dropped, and every job
@@ -101,8 +101,8 @@ from paraplan.cost.readers.instance import load_instance_parts
 from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.commands.jsonout import json_safe
-from paraplan.solver.commands.outputs import check_output_path
+from paraplan.solver.outputs import check_output_path
+from paraplan.solver.result_json import json_safe, result_json
 
 BACKENDS = ("cpsat", "milp")
 DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
@@ -292,7 +292,6 @@ def run_job(job: SweepJob) -> dict:
     """Solve one job (in a worker process): `result_json` of the plan."""
     if os.environ.get(TEST_CRASH_ENV) == job.name:
         os._exit(TEST_CRASH_EXIT_CODE)
-    from paraplan.solver.commands.planning import result_json
     from paraplan.solver.solve import solve
 
     res = solve(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
