@@ -37,9 +37,8 @@ from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.pipeline_split import chunk_layers
-# the cluster and instance records live in cost/specs.py; importable from here too
-from paraplan.cost.specs import (Cluster, Instance, NodeGroup, Outer, Period, PipelineSchedule,  # noqa: F401
-                                 Recompute, Scenario, Switching, ZeroBubble, moe_fold_problem)
+from paraplan.cost.specs import (Cluster, Instance, Outer, PipelineSchedule, Recompute, ZeroBubble,
+                                 moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from paraplan.cost.plan_specs import Switching
+from paraplan.cost.specs import Switching
 from paraplan.cost.releases import Framework
 from paraplan.cost.specs import (Attention, GpuSpec, GradReduceDtype, Mlp, MoeDispatcher, OffloadModule,
                                  Optimizer, PipelineSchedule, Precision, Recompute, RecomputeModule,

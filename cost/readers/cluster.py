@@ -29,7 +29,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.ranges import out_of_range
 from paraplan.cost.specs import Cluster, ClusterSpec, GpuSpec, Link
-from paraplan.cost.plan_specs import NodeGroup
+from paraplan.cost.specs import NodeGroup
 from paraplan.cost.readers.fields import (Section, config_errors_as, describe, did_you_mean,
                                           did_you_mean_or_known, list_items, optional_number)
 

@@ -191,7 +191,7 @@ from paraplan.cost.hf_config import model_from_hf_config
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import search_refusal
 from paraplan.cost.specs import Cluster, Instance, PipelineSchedule, SearchSpace
-from paraplan.cost.plan_specs import Scenario, Switching
+from paraplan.cost.specs import Scenario, Switching
 from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.readers.fields import Section, describe
 from paraplan.cost.readers.gpus import catalogue_with_gpu_types

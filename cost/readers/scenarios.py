@@ -44,7 +44,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.specs import Cluster, Instance, Link
-from paraplan.cost.plan_specs import Period, Scenario, Switching
+from paraplan.cost.specs import Period, Scenario, Switching
 from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.readers.fields import (Section, check_number, config_errors_as, describe,
                                           did_you_mean_or_known, list_items, optional_number)

@@ -75,7 +75,8 @@ def cmd_memory(args) -> int:
     from paraplan.cost.memory_breakdown import class_categories_bytes
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
-    from paraplan.solver.commands.groups import describe_cluster, shown_as_groups
+    from paraplan.solver.commands.groups import describe_cluster
+    from paraplan.solver.plan_text import shown_as_groups
     from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.plan_text import plan_line, plan_lines
 
@@ -160,7 +161,6 @@ def _memory_plan(args):
     """(instance, plan, where it came from) for `memory`: the plan file read as `simulate`
     reads it, or the instance planned as `plan` plans it; with no plan (proved infeasible) the
     reason in place of `where`."""
-    from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.inputs import read_instance
     from paraplan.cost.readers.plan_reader import load_plan
 

@@ -19,7 +19,7 @@ from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups  # noqa: F401
+from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
 from paraplan.solver.result_json import not_covered
 
 

@@ -14,7 +14,7 @@ from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
-from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
+from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text, shown_as_groups
 from paraplan.solver.result_json import not_covered, plan_train_cost, result_json
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
@@ -57,7 +57,7 @@ def cmd_plan(args) -> int:
     finally:
         if log:
             log.done()
-    flat = not groups.shown_as_groups(inst)
+    flat = not shown_as_groups(inst)
     regs = None
     if objective != "nominal" and res.plan is not None:
         # imported here: the network timeline's module (solver/dynamic.py) and its choice
@@ -176,10 +176,10 @@ def cmd_plan_top(args, read) -> int:
 
 def _top_instance(args, read):
     """(instance, objective, backend) --top plans: a flat instance as it is, on the nominal
-    network; one shown as node groups (commands/groups.shown_as_groups) with the objective
+    network; one shown as node groups (solver/plan_text.shown_as_groups) with the objective
     asked for, by the multi-class formulations (dp solves the single-class split only)."""
     from paraplan.solver.commands import groups
-    if not groups.shown_as_groups(read):
+    if not shown_as_groups(read):
         groups.no_scenarios(args)
         return read, "nominal", args.backend
     inst, objective = groups.load_mixed(args, read)
@@ -272,7 +272,7 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
     groups the rule that emptied it), or memory."""
     if outer_configs:
         return "no plan fits memory"
-    from paraplan.solver.commands.groups import shown_as_groups
+    from paraplan.solver.plan_text import shown_as_groups
     if shown_as_groups(inst):
         from paraplan.solver.space import empty_space_reason
         return "the declared heterogeneous space is empty: " + empty_space_reason(inst)

@@ -131,7 +131,7 @@ def test_partitions_compose_with_robust_and_expected_objectives():
     class and group only plans dominated on both networks' sites are dropped, and CP-SAT and
     CBC agree on the worst-case and the expected optimum; each is re-simulated on every
     scenario by the planner itself."""
-    from paraplan.cost.plan_specs import Cluster, Scenario
+    from paraplan.cost.specs import Cluster, Scenario
     from paraplan.cost.specs import Link
 
     inst = _with_partitions(load_instance(TINY2), tp=(4,), zero=(1,), sequence_parallel=(False,))

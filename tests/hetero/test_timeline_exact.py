@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paraplan.cost.plan_specs import Cluster, Period, Scenario, Switching
+from paraplan.cost.specs import Cluster, Period, Scenario, Switching
 from paraplan.cost.specs import Link
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.dynamic import plan_timeline
