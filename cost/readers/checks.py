@@ -14,15 +14,20 @@ from paraplan.cost.specs import (Framework, GpuSpec, JobSpec, Mlp, ModelSpec, Mo
 from paraplan.cost.readers.fields import did_you_mean
 
 
-def check_mla_job(source: str, job: JobSpec, model: ModelSpec) -> None:
-    """Latent attention is priced as Megatron-core's MLASelfAttention runs it (cost/flops.py):
-    another framework's layout (torchtitan's DeepSeek-V3 model, say) is refused, not priced as
-    Megatron's."""
-    if model.mla is not None and job.framework is not Framework.MEGATRON:
-        raise InstanceError(source, "job.framework",
-                            f"{model.name} has multi-head latent attention (model.mla), which"
-                            f" paraplan prices as Megatron-core runs it, not {job.framework.value}",
-                            "set job.framework: megatron")
+def check_megatron_only(source: str, job: JobSpec, model: ModelSpec) -> None:
+    """MoE layers (cost/moe.py) and latent attention (Megatron-core's MLASelfAttention,
+    cost/flops.py) are priced as Megatron-core runs them: another framework's layout
+    (torchtitan's DeepSeek-V3 model, say) is refused, not priced as Megatron's."""
+    if job.framework is Framework.MEGATRON:
+        return
+    for present, what in ((model.moe is not None, "is a mixture-of-experts model, and paraplan"
+                           " prices MoE layers as Megatron-core runs them"),
+                          (model.mla is not None, "has multi-head latent attention (model.mla),"
+                           " which paraplan prices as Megatron-core runs it")):
+        if present:
+            raise InstanceError(source, "job.framework",
+                                f"{model.name} {what}, not {job.framework.value}",
+                                "set job.framework: megatron")
 
 
 def check_gpu_features(source: str, job: JobSpec, gpus: tuple[GpuSpec, ...]) -> None:
@@ -123,16 +128,6 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
                             f"Megatron-core stores the activation input in fp8 only for SwiGLU, and"
                             f" {model.name}'s MLP is {model.mlp.value}",
                             "remove activation_fp8_input_store")
-
-
-def check_moe_framework(source: str, job: JobSpec, model: ModelSpec) -> None:
-    """MoE layers are priced as Megatron-core runs them (cost/moe.py): another framework's is
-    refused, not priced as Megatron's."""
-    if model.moe is not None and job.framework is not Framework.MEGATRON:
-        raise InstanceError(source, "job.framework",
-                            f"{model.name} is a mixture-of-experts model, and paraplan prices"
-                            f" MoE layers as Megatron-core runs them, not {job.framework.value}",
-                            "set job.framework: megatron")
 
 
 def check_gpu_prices(source: str, job: JobSpec, gpus: tuple[GpuSpec, ...]) -> None:

@@ -198,7 +198,7 @@ from paraplan.cost.readers.gpus import catalogue_with_gpu_types
 from paraplan.cost.readers.model import MODEL_KEYS, model_from_section
 from paraplan.cost.readers.job import JOB_KEYS, job_from_section
 from paraplan.cost.readers.checks import (check_gpu_features, check_gpu_prices, check_job_options,
-                                          check_mla_job, check_moe_framework, check_moe_overlaps)
+                                          check_megatron_only, check_moe_overlaps)
 from paraplan.cost.readers.search import SEARCH_KEYS, release_search_of, search_from_section
 from paraplan.cost.readers.cluster import (CLUSTER_KEYS, GROUPS_CLUSTER_KEYS, cluster_from_section,
                                            is_groups_mapping, network_from_section)
@@ -310,7 +310,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
             search_sec = top.section("search", SEARCH_KEYS)
     assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
     source = " + ".join(sources)
-    check_moe_framework(source, job_spec, model_spec)
+    check_megatron_only(source, job_spec, model_spec)  # before the search meets framework rules
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     search = release_search_of(source, search, job_spec,
                                frozenset(search_sec.raw) if search_sec is not None else frozenset())
@@ -321,12 +321,12 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
 
 
 def _checked(inst: Instance, search_sec: Section | None) -> Instance:
-    """`inst` after the checks every instance reader makes of the whole: latent attention's
-    framework, what the job needs of every GPU type and its options against the model and the
+    """`inst` after the checks every instance reader makes of the whole: MoE layers' and latent
+    attention's framework, what the job needs of every GPU type and its options against the model and the
     space, and the values listed in `search_sec` (None: none) that no plan can run
     (cost/space_rules.search_refusal), named in that section's file."""
     source, job, model, search = inst.source, inst.job, inst.model, inst.search
-    check_mla_job(source, job, model)
+    check_megatron_only(source, job, model)
     gpus = tuple(g.cluster.gpu for g in inst.cluster.groups)
     check_gpu_features(source, job, gpus)
     check_gpu_prices(source, job, gpus)
