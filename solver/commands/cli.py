@@ -119,7 +119,7 @@ COMMAND_MODULES = (
     ("paraplan.solver.commands.export", ("export",)),
     ("paraplan.solver.commands.partitions", ("partition",)),
     ("paraplan.solver.commands.report", ("report",)),
-    ("paraplan.solver.sweep.run", ("sweep",)),
+    ("paraplan.solver.commands.sweep", ("sweep",)),
 )
 
 
