@@ -145,18 +145,11 @@ class Section:
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
-        value = self._get(key, default, "true|false")
-        if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {describe(value)}",
-                             "write true or false")
-        return value
+        return check_bool(self._get(key, default, "true|false"), self.path, self.field(key))
 
     def choice(self, key: str, allowed: tuple[str, ...], default: Any = _REQUIRED) -> str:
-        value = self._get(key, default, " | ".join(allowed))
-        if not isinstance(value, str) or value not in allowed:
-            raise self.error(key, f"unknown value {shown_value(value)}",
-                             "use one of: " + ", ".join(allowed))
-        return value
+        return check_choice(self._get(key, default, " | ".join(allowed)), allowed, self.path,
+                            self.field(key))
 
     def list_of(self, key: str, check, what: str) -> tuple:
         """A non-empty list under `key`, each item passed through check(value, field)."""
@@ -228,6 +221,22 @@ def check_int(value: Any, path: str, field: str, quantity: str) -> int:
     problem = out_of_range(quantity, value)
     if problem is not None:
         raise InstanceError(path, field, problem, range_fix(quantity))
+    return value
+
+
+def check_bool(value: Any, path: str, field: str) -> bool:
+    """`value` as a boolean (a key's value or a list item): true or false, nothing else."""
+    if not isinstance(value, bool):
+        raise InstanceError(path, field, f"expected true or false, got {describe(value)}",
+                            "write true or false")
+    return value
+
+
+def check_choice(value: Any, allowed: tuple[str, ...], path: str, field: str) -> str:
+    """`value` as one of the names `allowed` (a key's value or a list item)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise InstanceError(path, field, f"unknown value {shown_value(value)}",
+                            "use one of: " + ", ".join(allowed))
     return value
 
 

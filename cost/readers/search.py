@@ -30,8 +30,8 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import framework_refusal, release_search
 from paraplan.cost.space_rules import search_refusal
 from paraplan.cost.specs import Framework, Instance, JobSpec, Recompute, SearchSpace
-from paraplan.cost.readers.fields import (Section, check_int, config_errors_as, describe,
-                                          enum_values, shown_value)
+from paraplan.cost.readers.fields import (Section, check_bool, check_choice, check_int,
+                                          config_errors_as, enum_values)
 from paraplan.cost.readers.checks import check_job_options, check_moe_overlaps
 
 
@@ -50,11 +50,12 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
             kw[key] = sec.list_of(key, lambda v, f, key=key: check_int(v, sec.path, f, key),
                                   "integers")
     if sec.has("sequence_parallel"):
-        kw["sequence_parallel"] = sec.list_of("sequence_parallel", _check_bool(sec), "true/false values")
+        kw["sequence_parallel"] = sec.list_of(
+            "sequence_parallel", lambda v, f: check_bool(v, sec.path, f), "true/false values")
     if sec.has("recompute"):
         allowed = enum_values(Recompute)
         kw["recompute"] = tuple(Recompute(v) for v in sec.list_of(
-            "recompute", _check_choice(sec, allowed), " | ".join(allowed)))
+            "recompute", lambda v, f: check_choice(v, allowed, sec.path, f), " | ".join(allowed)))
     for key in ("max_micro_batch", "max_pp", "max_cp", "classes_per_group"):
         if sec.has(key):
             kw[key] = sec.integer(key)
@@ -74,7 +75,8 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
                             "write mean (the predicted time) or pNN with NN in 1..99, e.g. p90") from None
     if sec.has("tensor_partitions"):
         allowed = ("megatron", "spatial_temporal")
-        kw["tensor_partitions"] = sec.list_of("tensor_partitions", _check_choice(sec, allowed),
+        kw["tensor_partitions"] = sec.list_of("tensor_partitions",
+                                              lambda v, f: check_choice(v, allowed, sec.path, f),
                                               " | ".join(allowed))
     with config_errors_as(sec.path, sec.prefix, "narrow the search space to valid values"):
         space = SearchSpace(**kw)
@@ -84,24 +86,6 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
             raise sec.error(refusal.key, f"{refusal.problem} (job.framework: {framework.value})",
                             refusal.fix)
     return space
-
-
-def _check_bool(sec: Section):
-    def check(value: Any, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise InstanceError(sec.path, field, f"expected true or false, got {describe(value)}",
-                                "write true or false")
-        return value
-    return check
-
-
-def _check_choice(sec: Section, allowed: tuple[str, ...]):
-    def check(value: Any, field: str) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise InstanceError(sec.path, field, f"unknown value {shown_value(value)}",
-                                "use one of: " + ", ".join(allowed))
-        return value
-    return check
 
 
 def release_search_of(source: str, space: SearchSpace, job: JobSpec, given: frozenset[str]) -> SearchSpace:
