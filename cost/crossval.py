@@ -146,9 +146,9 @@ def write(path: Path, mapping: dict) -> None:
 
 
 def load_stored(path: Path = CROSSVAL_FILE) -> tuple[StoredRow, ...]:
-    from paraplan.cost import loader
+    from paraplan.cost.readers import strict_yaml
     from paraplan.cost.read_cache import cached  # parsed once per installation
-    data = cached(path, lambda p: loader.read_yaml(p, calibration=True), (loader,))
+    data = cached(path, lambda p: strict_yaml.read_yaml(p, calibration=True), (strict_yaml,))
     return tuple(StoredRow(**r) for r in data["rows"])
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost.calibration import predict_rows, source_family
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # noqa: F401 (read from here too)
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.specs import GpuSpec
 
 Catalogue = dict[str, GpuSpec]

@@ -731,7 +731,7 @@ def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
     """(GPU die, precision) -> (the best measured MFU among the published rows on
     MFU_RECORD_MIN_GPUS or more GPUs, that row's id)."""
     from paraplan.cost.calibration import load_published, row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     cat = load_catalogue()
     best: dict[tuple[str, str], tuple[float, str]] = {}
     for row in load_published():

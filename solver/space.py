@@ -288,7 +288,7 @@ def count_splits(layers: int, pp: int, v: int, full_recompute, uniform: bool,
     if uniform and flagged:
         raise ValueError("the uniform split baseline does not count the embedding / loss slots")
     if uniform:
-        from paraplan.cost.loader import default_layer_split
+        from paraplan.cost.readers.plan_reader import default_layer_split
         split = default_layer_split(layers, pp, v)
         if not full_recompute:
             return 1

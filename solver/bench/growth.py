@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.cost.loader import instance_from_mapping
-from paraplan.cost.loader import read_yaml
+from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.solver.search import search
 
 BASE = Path(__file__).resolve().parents[2] / "instances" / "hetero" / "llama3-70b-32xA100-32xH100.yaml"

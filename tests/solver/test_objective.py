@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.simulate import simulate
 from paraplan.cost.trust import (MIN_POOL_ROWS, Features, Residual, band_pool, distance_level, objective_factor,

@@ -227,7 +227,7 @@ def test_mfu_record_warning_above_the_published_record_only():
     from dataclasses import replace
 
     from paraplan.cost.flops import model_flops_per_token
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.trust import mfu_record_warning
 
     inst = load_instance(REPO_ROOT / "instances" / "gpt3-175b-1024xA100.yaml")
@@ -319,7 +319,7 @@ def test_memory_headroom_warning_when_fewer_than_three_rows_of_the_scale_fill_me
     # 95% (< MIN_VALIDATING_ROWS = 3) -> one line naming 2 rows and the fullest, 97.0%. A third
     # row at 95% (>= counts: the plan is no fuller than it) -> 3 -> no line.
     from paraplan.cost import trust
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     inst = load_instance(TINY)
     monkeypatch.setattr(trust, "peak_memory_fraction", lambda inst, plan: 0.95)
     rows = ((0.97, "r1"), (0.96, "r2"), (0.90, "r3"))
