@@ -55,7 +55,7 @@ def searches(path: Path) -> dict:
 
 
 def tiers(path: Path) -> int:
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.trust import memory_fill_caps
     inst = load_instance(path)  # either form
     return len(memory_fill_caps(inst))

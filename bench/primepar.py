@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from paraplan.cost import partition as P  # noqa: E402
 from paraplan.cost.coefficients import homogeneous_placement  # noqa: E402
 from paraplan.cost.comm import NetEfficiency  # noqa: E402
-from paraplan.cost.loader import load_instance  # noqa: E402
+from paraplan.cost.readers.instance import load_instance  # noqa: E402
 from paraplan.cost.simulate import simulate  # noqa: E402
 from paraplan.formulations.partition import solve_partition_milp  # noqa: E402
 from paraplan.formulations.partition_dp import min_time, pareto_front  # noqa: E402

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from paraplan.cost.calibration import row_to_instance_plan
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.trust import class_plan_memory_fill, fastest_published_runs
 from paraplan.solver.solve import solve
 

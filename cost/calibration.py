@@ -44,8 +44,11 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import (may_run_unfused_attention, release_has, release_space,
                                            unpriced_reason)
-from paraplan.cost.loader import (Section, check_head_shape, default_layer_split, read_yaml,
-                         load_catalogue)
+from paraplan.cost.readers.fields import Section
+from paraplan.cost.readers.model import check_head_shape
+from paraplan.cost.readers.plan_reader import default_layer_split
+from paraplan.cost.readers.strict_yaml import read_yaml
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import (APEX_OPTIMIZERS, Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, Cluster,
@@ -234,13 +237,14 @@ def _bundled_rows() -> tuple[dict, ...]:
 
 def _checked_rows(path: Path) -> list[dict]:
     """load_rows(path) of a bundled file, parsed once per installation (cost/read_cache.py:
-    cached under a digest of the file and of this module and cost/loader.py, which read and
-    check it)."""
+    cached under a digest of the file and of this module and the readers it uses, cost/readers/
+    strict_yaml.py, fields.py and model.py, which read and check it)."""
     import sys
 
-    from paraplan.cost import loader
+    from paraplan.cost.readers import fields, model as model_reader, strict_yaml
     from paraplan.cost.read_cache import cached
-    return cached(path, lambda p: load_rows(str(p)), (sys.modules[__name__], loader))
+    return cached(path, lambda p: load_rows(str(p)),
+                  (sys.modules[__name__], strict_yaml, fields, model_reader))
 
 
 INTRA_LATENCY_US = 5.0
@@ -417,7 +421,7 @@ def load_rows(path: str, keep_going: bool = False):
     shared/calibration/README.md, so that predict_rows meets only rows it can model or explain.
 
     Every problem raises one InstanceError naming the row's field, e.g. `[3].config.pp`; the
-    file's limits are cost/loader.py's for calibration files (64 MiB, 200,000 nodes). Fields
+    file's limits are cost/readers/strict_yaml.py's for calibration files (64 MiB, 200,000 nodes). Fields
     the schema does not list are kept and ignored, and null means "not published" where the
     schema allows it. With `keep_going`, returns (good rows, [(row id, InstanceError)]) instead:
     a row that breaks the schema is set aside, the file still read (the file's own problems

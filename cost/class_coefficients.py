@@ -38,7 +38,8 @@ import numpy as np
 from paraplan.cost import comm, moe, schedule
 from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build, megatron_layer
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.plan_specs import Cluster, ClassOuter
+from paraplan.cost.specs import Cluster
+from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.specs import Instance, Link, Outer
 

@@ -29,11 +29,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.cost.calibration import PUBLISHED_DIR, RowResult, predict_rows, source_family
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.fit import Catalogue, apply_params, fit
 from paraplan.cost.specs import GpuSpec
+
+if TYPE_CHECKING:  # the fitter is imported where a fold is fitted: a plan reads the stored
+    # predictions only (load_stored), never fits (issue 33, start-up)
+    from paraplan.cost.fit import Catalogue
 
 CROSSVAL_FILE = PUBLISHED_DIR / "crossval.yaml"
 
@@ -62,6 +66,7 @@ def fit_fold(rows: Sequence[dict], family: str, catalogue: Catalogue, sweeps: in
              ) -> tuple[list[RowResult], Fold]:
     """The predictions of `family`'s rows (in their order) by a fit on every other row, started
     from the unfitted defaults (module docstring)."""
+    from paraplan.cost.fit import apply_params, fit
     test = [r for r in rows if source_family(r).name == family]
     train = [r for r in rows if source_family(r).name != family]
     start = unfitted_catalogue(catalogue)
@@ -141,9 +146,9 @@ def write(path: Path, mapping: dict) -> None:
 
 
 def load_stored(path: Path = CROSSVAL_FILE) -> tuple[StoredRow, ...]:
-    from paraplan.cost import loader
+    from paraplan.cost.readers import strict_yaml
     from paraplan.cost.read_cache import cached  # parsed once per installation
-    data = cached(path, lambda p: loader.read_yaml(p, calibration=True), (loader,))
+    data = cached(path, lambda p: strict_yaml.read_yaml(p, calibration=True), (strict_yaml,))
     return tuple(StoredRow(**r) for r in data["rows"])
 
 

@@ -47,15 +47,11 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.calibration import predict_rows, source_family
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # noqa: F401 (read from here too)
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.specs import GpuSpec
 
 Catalogue = dict[str, GpuSpec]
-
-
-def die(name: str) -> str:
-    """GPUs that share a compute die share efficiency parameters (A100-SXM4-40GB/-80GB)."""
-    return name.split("-")[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,7 +148,6 @@ GLOBAL_PARAMETERS = (replace(_global_gpu_param("matmul_half_flops", 1e8, 1e11, 0
 # the DeepSpeed ZeRO-3 rows, the sign of a missing effect rather than a slower overlap
 PROFILE_POINTS = 7  # log-spaced values of a global parameter, each with the others refitted
 PROFILE_SWEEPS = 2
-MIN_ROWS_PER_DIE = 5  # fewer rows than this leave a die at its catalogue values
 
 
 def _attention_param(dies: Sequence[str], lo: float, hi: float, unc: float) -> Param:

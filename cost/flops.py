@@ -199,7 +199,7 @@ def torchtitan_block_mms(m: ModelSpec, tp: int) -> tuple[tuple[float, float], ..
     row-parallel wo and w2 produce full-width partial sums). Its op-level selective
     activation checkpointing saves the outputs of every other one (the 1st, 3rd, ...) and
     recomputes the rest in backward (parallelize_llama._apply_ac_to_transformer_block)."""
-    assert m.mla is None, "latent attention is priced for framework megatron only (cost/loader.py)"
+    assert m.mla is None, "latent attention is priced for framework megatron only (cost/readers/checks.py)"
     h, hk, f, q = m.hidden, m.kv_hidden, m.ffn, m.q_hidden
     mlp_in = ((h, f / tp),) * (2 if m.mlp is Mlp.SWIGLU else 1)
     return ((h, q / tp), (h, hk / tp), (h, hk / tp), (q / tp, h), *mlp_in, (f / tp, h))

@@ -206,7 +206,7 @@ def unpriced_reason(framework: Framework, zero: int, pp: int) -> str | None:
     cost/memory.gathered_per_step) and refused elsewhere: Megatron-LM and DeepSpeed assert
     against it, Composer has no pipeline, and torchtitan's ZeRO-2 with pp > 1 runs as its
     ZeRO-3 (above). The planner never proposes a refused one (FRAMEWORK_RULES); a plan file
-    holding it is refused as it is read (cost/loader.plan_from_mapping,
+    holding it is refused as it is read (cost/readers/plan_reader.plan_from_mapping,
     either form), so every command that reads a plan refuses it,
     and `accuracy` reports such a row as not modelled, rather than mis-price it."""
     runs = FRAMEWORK_RULES[framework].zero_with_pipeline

@@ -583,7 +583,7 @@ def _declares_experts(value: Any) -> bool:
 def read_text_file(path: str | Path, max_bytes: int) -> str:
     """The UTF-8 text of `path`, refusing files over `max_bytes` before reading them.
 
-    Shared by every user-file reader (cost/loader.py, cost/calibration.py). The size is checked
+    Shared by every user-file reader (cost/readers/, cost/calibration.py). The size is checked
     twice: from the file system before reading, and by reading at most one byte more than the
     limit, which also bounds files whose size the system does not know (/dev/zero, pipes).
     """

@@ -32,6 +32,6 @@ def row_memory_fill(row: dict) -> float | None:
     recomputation, cost/calibration.row_to_instance_plan): the memory model is not fitted,
     so the fill is the same in and out of sample."""
     from paraplan.cost.calibration import row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     inst, plan = row_to_instance_plan(row, load_catalogue())
     return peak_memory_fraction(inst, plan)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.calibration import PUBLISHED_DIR
-from paraplan.cost.loader import instance_from_mapping, plan_from_mapping, read_yaml
+from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.trust import RANK_MIN_REL_DIFF

@@ -227,7 +227,7 @@ class StoredRow:
 
 
 def load_stored(path: Path = CROSSVAL_FILE) -> tuple[StoredRow, ...]:
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     return tuple(StoredRow(**r) for r in read_yaml(path)["rows"])
 
 

@@ -3,7 +3,7 @@
 A cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
-scenario's changes once (cost/loader.py), so nothing downstream edits links.
+scenario's changes once (cost/readers/scenarios.py), so nothing downstream edits links.
 
 A plan (`Plan`; the declared space is in solver/space.py) is the modes every replica shares and
 its replica classes; a flat plan file's plan is the one-class case (`Plan.flat`), dp replicas of
@@ -37,9 +37,8 @@ from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.pipeline_split import chunk_layers
-# the cluster and instance records live in cost/specs.py; importable from here too
-from paraplan.cost.specs import (Cluster, Instance, NodeGroup, Outer, Period, PipelineSchedule,  # noqa: F401
-                                 Recompute, Scenario, Switching, ZeroBubble, moe_fold_problem)
+from paraplan.cost.specs import (Cluster, Instance, Outer, PipelineSchedule, Recompute, ZeroBubble,
+                                 moe_fold_problem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,7 +3,7 @@
 Every numeric key of an instance, cluster or job part file, mixed-cluster file, GPU catalogue
 entry or `gpu_types:` entry, event, plan, calibration row and sweep file, and every Hugging Face
 config field paraplan reads, is checked against its row of `RANGES` when it is read
-(cost/loader.py's `Section.number` / `Section.integer`, which cost/calibration.py and solver/sweep/run.py use; cost/hf_config.py maps its JSON keys to these
+(cost/readers/fields.py's `Section.number` / `Section.integer`, which cost/calibration.py and solver/sweep/run.py use; cost/hf_config.py maps its JSON keys to these
 quantities). A value outside its range is refused with one `InstanceError` line naming the file,
 the field, the range and why it is the range: values far outside what any hardware, model or
 run has are unit mistakes or typos, and planning with them would "prove" absurd answers (a NIC
@@ -12,7 +12,7 @@ one to three orders of magnitude beyond the largest (or smallest) real figure ci
 input is refused.
 
 Values derived from others are checked against the same rows: a scaled link or NIC after a
-network change (cost/loader.py), the GPU count of a cluster (`num_gpus`). Keys and
+network change (cost/readers/scenarios.py), the GPU count of a cluster (`num_gpus`). Keys and
 quantities share names; a Hugging Face key names its quantity in cost/hf_config.py.
 
 The table is `RANGES` below: one row per quantity with its bounds, its unit and the reason (the

@@ -1,6 +1,6 @@
 """Bundled data files read once per installation, not once per process.
 
-The strict YAML loader (cost/loader.read_yaml) composes its nodes in Python: the published rows
+The strict YAML loader (cost/readers/strict_yaml.read_yaml) composes its nodes in Python: the published rows
 (cost/published/published*.yaml, 187 KB) took 0.14-0.2 s of CPU and the stored
 cross-validation 0.04 s on every `paraplan plan`, which reads them for the trust band and the
 quantile objective (issue 33: a third of the command's start-up). `cached` keeps what a
@@ -59,9 +59,9 @@ def cached(path: Path, read: Callable[[Path], Any], readers: tuple[ModuleType, .
 
 
 def bundled_yaml(path: Path) -> Any:
-    """loader.read_yaml(path) of a data file shipped with the package (cost/published/ran.yaml,
+    """strict_yaml.read_yaml(path) of a data file shipped with the package (cost/published/ran.yaml,
     moe.yaml, moe_crossval.yaml), parsed once per installation: `cached` under a digest of the
-    file and of cost/loader.py, the reader. moe.yaml alone took 0.04-0.06 s of CPU in each
+    file and of cost/readers/strict_yaml.py, the reader. moe.yaml alone took 0.04-0.06 s of CPU in each
     `paraplan plan` of an MoE model (issue 33)."""
-    from paraplan.cost import loader
-    return cached(path, loader.read_yaml, (loader,))
+    from paraplan.cost.readers import strict_yaml
+    return cached(path, strict_yaml.read_yaml, (strict_yaml,))

@@ -11,6 +11,17 @@ variation between the GPUs of a cluster (up to 22%), from manufacturing variatio
 GPUs' power management, with outliers up to 1.5x slower than the median (a failing GPU, which
 operators drain, not priced here).
 
+Which N: every GPU of the job. The variation Sinha et al. measure is a GPU's own, so it persists
+from one micro-batch to the next: a tensor-parallel group runs at its slowest member's pace, a
+pipeline at its slowest stage's, and the gradient reduction after the last backward waits for
+the slowest replica, so the step lasts as long as the slowest of all N GPUs needs. Taking N as
+one tp group or one replica instead would price no growth when only the data-parallel degree
+grows; MegaScale's 530B Megatron-LM runs (Jiang et al., NSDI'24, arXiv 2402.15627, Figure 9) ran
+the same work per replica on 2,240 and 11,200 GPUs and took 2.07% longer at the larger scale
+(priced 0.6% longer, about half of it this term's: tests/validation/test_scale_check.py,
+docs/accuracy.md "One source at eleven scales", which also says why a larger sigma is not the
+rest).
+
 If a rank's speed varies about the mean with relative standard deviation sigma, the slowest of
 N ranks needs (1 + sigma * E[max of N standard normals]) times the mean. E[max] grows like
 sqrt(2 ln N) (Cramer 1946); for the N of real jobs Blom's approximation Phi^-1((N - 0.375) /

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from paraplan.cost.plan_specs import Switching
+from paraplan.cost.specs import Switching
 from paraplan.cost.releases import Framework
 from paraplan.cost.specs import (Attention, GpuSpec, GradReduceDtype, Mlp, MoeDispatcher, OffloadModule,
                                  Optimizer, PipelineSchedule, Precision, Recompute, RecomputeModule,
@@ -60,10 +60,10 @@ class SectionDoc:
     includes: SectionDoc | None = None
 
 
-# --- one GPU type (cost/loader.py) ----------------------------------------------------------
+# --- one GPU type (cost/readers/) -------------------------------------------------------------
 
 TOP = SectionDoc("", "Instance file, top level", "An instance is a model, a cluster and a job;"
-                 " `gpu_types` and `search` are optional.", "cost.loader:_TOP_KEYS", (
+                 " `gpu_types` and `search` are optional.", "cost.readers.instance:_TOP_KEYS", (
                      Key("name", "string", "the instance's name, shown with every plan"),
                      Key("model", "mapping", "the transformer to train (below)"),
                      Key("cluster", "mapping", "the GPUs: one GPU type (below), or node groups"
@@ -80,21 +80,21 @@ TOP = SectionDoc("", "Instance file, top level", "An instance is a model, a clus
 
 CLUSTER_FILE = SectionDoc("", "Cluster part file (`--cluster`)", "Replaces an instance's"
                           " `cluster:`; examples in instances/clusters/.",
-                          "cost.loader:_CLUSTER_FILE_KEYS", (
+                          "cost.readers.instance:_CLUSTER_FILE_KEYS", (
                               Key("cluster", "mapping", "as an instance's `cluster:`"),
                               Key("gpu_types", "mapping", "as an instance's `gpu_types:`", "none"),
                           ))
 
 JOB_FILE = SectionDoc("", "Job part file (`--job`)", "Replaces an instance's `job:` (and"
                       " `search:` where it has one); examples in instances/jobs/.",
-                      "cost.loader:_JOB_FILE_KEYS", (
+                      "cost.readers.instance:_JOB_FILE_KEYS", (
                           Key("job", "mapping", "as an instance's `job:`"),
                           Key("search", "mapping", "as an instance's `search:`", "the whole space"),
                       ))
 
 MODEL = SectionDoc("model", "`model:`", "Widths are unit-free counts. A Hugging Face config.json"
                    " (`--hf-config`, cost/hf_config.py) gives the same record.",
-                   "cost.loader:MODEL_KEYS", (
+                   "cost.readers.model:MODEL_KEYS", (
                        Key("name", "string", "the model's name", "the instance's name"),
                        Key("layers", "integer", "transformer layers (MoE and dense together)"),
                        Key("hidden", "integer", "model width; divisible by `heads` unless"
@@ -153,7 +153,7 @@ MODEL = SectionDoc("model", "`model:`", "Widths are unit-free counts. A Hugging 
 
 MOE = SectionDoc("model.moe", "`model.moe:`", "Mixture-of-experts layers, priced by cost/moe.py"
                  " ([moe.md](moe.md)); instances/mixtral-8x7b-64xH100.yaml is an example.",
-                 "cost.loader:MOE_KEYS", (
+                 "cost.readers.model:MOE_KEYS", (
                      Key("experts", "integer", "routed experts per MoE layer"),
                      Key("top_k", "integer", "experts each token is routed to; at most `experts`"),
                      Key("expert_ffn", "integer", "one expert's MLP width (the model's `mlp` kind)"),
@@ -174,7 +174,7 @@ MOE = SectionDoc("model.moe", "`model.moe:`", "Mixture-of-experts layers, priced
 MLA = SectionDoc("model.mla", "`model.mla:`", "Multi-head latent attention (DeepSeek-V2/V3,"
                  " cost/specs.MlaSpec). Needs `kv_heads` equal to `heads` (or left out), no"
                  " `head_dim`, no `qkv_bias`, and `job.framework: megatron`.",
-                 "cost.loader:MLA_KEYS", (
+                 "cost.readers.model:MLA_KEYS", (
                      Key("q_lora_rank", "integer or null", "width of the query latent; null: Q is"
                          " projected from the layer input directly (DeepSeek-V2-Lite)"),
                      Key("kv_lora_rank", "integer", "width of the key/value latent"),
@@ -187,7 +187,7 @@ MLA = SectionDoc("model.mla", "`model.mla:`", "Multi-head latent attention (Deep
 CLUSTER = SectionDoc("cluster", "`cluster:` (one GPU type)", "Bandwidths are per GPU. NVLink is"
                      " given as vendors quote it (bidirectional) and stored halved, one"
                      " direction (900 GB/s -> 450e9 bytes/s); the NIC is one direction already"
-                     " (400 Gbit/s -> 50e9 bytes/s).", "cost.loader:CLUSTER_KEYS", (
+                     " (400 Gbit/s -> 50e9 bytes/s).", "cost.readers.cluster:CLUSTER_KEYS", (
                          Key("gpu", "string", "a GPU type of cost/gpus.yaml or of `gpu_types`"),
                          Key("nodes", "integer", "nodes of the cluster"),
                          Key("gpus_per_node", "integer", "GPUs per node"),
@@ -208,7 +208,7 @@ CLUSTER = SectionDoc("cluster", "`cluster:` (one GPU type)", "Bandwidths are per
 
 JOB = SectionDoc("job", "`job:`", "What one optimizer step is and how the framework runs it."
                  " Options a framework does not run are refused naming the framework.",
-                 "cost.loader:JOB_KEYS", (
+                 "cost.readers.job:JOB_KEYS", (
                      Key("global_batch", "integer", "sequences per optimizer step"),
                      Key("precision", "string", "training precision; fp8: FP8 linears"
                          " (attention, norms and the optimizer stay in bf16/fp32)", "bf16",
@@ -280,7 +280,7 @@ GPU = SectionDoc("gpu_types.NAME", "`gpu_types.NAME:` (and cost/gpus.yaml)", "On
                  " Peaks are dense (no 2:4 sparsity); a vendor's \"80 GB\" is `hbm_gib: 80`;"
                  " bandwidths are decimal (10^9 bytes/s). Efficiencies left out take the"
                  " unfitted defaults: treat such a GPU's predictions as uncalibrated.",
-                 "cost.loader:_GPU_KEYS", (
+                 "cost.readers.gpus:_GPU_KEYS", (
                      Key("peak_tflops_bf16", "number", "dense bf16 tensor-core peak"),
                      Key("peak_tflops_fp8", "number", "dense FP8 tensor-core peak; left out, the"
                          " GPU refuses precision: fp8", "none"),
@@ -318,7 +318,7 @@ SEARCH = SectionDoc("search", "`search:`", "Narrows the declared space the plann
                     " (cost/space_rules.py) or its framework (cost/framework_rules.py) can never"
                     " run is refused naming the value and why; values the defaults bring in are"
                     " filtered. `--search KEY=V,...` on the command line sets the same keys.",
-                    "cost.loader:SEARCH_KEYS", (
+                    "cost.readers.search:SEARCH_KEYS", (
                         Key("tp", "list of integers", "tensor-parallel degrees", "powers of two"
                             " dividing the heads, within one node"),
                         Key("pp", "list of integers", "pipeline-parallel degrees", "every divisor"
@@ -371,7 +371,7 @@ SEARCH = SectionDoc("search", "`search:`", "Narrows the declared space the plann
 
 PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `plan:`. `paraplan"
                   " plan -o` also writes the instance it was made for beside it, under"
-                  " `instance:`.", "cost.loader:_PLAN_KEYS", (
+                  " `instance:`.", "cost.readers.plan_reader:_PLAN_KEYS", (
                       Key("tp", "integer", "tensor-parallel degree"),
                       Key("pp", "integer", "pipeline stages"),
                       Key("dp", "integer", "data-parallel replicas"),
@@ -387,7 +387,7 @@ PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `pl
                       Key("zero", "integer", "ZeRO stage", "0"),
                       Key("virtual_stages", "integer", "interleaved model chunks per stage", "1"),
                       Key("layers_per_stage", "list of integers", "layers of each stage",
-                          "the default split (cost/loader.default_layer_split)"),
+                          "the default split (cost/readers/plan_reader.default_layer_split)"),
                       Key("full_recompute_layers", "list of integers", "fully recomputed layers"
                           " of each stage", "all 0, or layers_per_stage for recompute: full"),
                       Key("partitions", "mapping of operator to partition", "one partition per"
@@ -409,12 +409,12 @@ PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `pl
                           "none (1F1B)", ZeroBubble),
                   ))
 
-# --- node groups, scenarios, events (cost/loader.py) ---------------------------------------
+# --- node groups, scenarios, events (cost/readers/) ------------------------------------------
 
 GROUPS_TOP = SectionDoc("", "Group-format instance file, top level", "A file is in the group"
                         " format when its `cluster:` holds `groups:`; `model`, `job`,"
                         " `gpu_types` and `search` are as above.",
-                        "cost.loader:_GROUP_TOP_KEYS", (
+                        "cost.readers.instance:_GROUP_TOP_KEYS", (
                             Key("name", "string", "the instance's name"),
                             Key("model", "mapping", "as in the one-type file"),
                             Key("cluster", "mapping", "node groups and the links between them"),
@@ -429,7 +429,7 @@ GROUPS_TOP = SectionDoc("", "Group-format instance file, top level", "A file is 
                         ))
 
 GROUPS_CLUSTER = SectionDoc("cluster", "`cluster:` (group format)", "",
-                            "cost.loader:_GROUPS_CLUSTER_KEYS", (
+                            "cost.readers.cluster:GROUPS_CLUSTER_KEYS", (
                                 Key("groups", "list", "one or more node groups, each homogeneous"),
                                 Key("links", "list", "links between groups or sites; a pair no"
                                     " link names gets the slower NIC and the larger latency of"
@@ -438,21 +438,21 @@ GROUPS_CLUSTER = SectionDoc("cluster", "`cluster:` (group format)", "",
 
 GROUP = SectionDoc("cluster.groups[]", "`cluster.groups[]`", "Each group also takes every key of"
                    " a one-type `cluster:`, with the same units and defaults.",
-                   "cost.loader:_GROUP_KEYS", (
+                   "cost.readers.cluster:_GROUP_KEYS", (
                        Key("name", "string", "unique among the groups"),
                        Key("site", "string", "the site the group is at; links may name it",
                            "the group's own name"),
                    ), includes=CLUSTER)
 
 LINK = SectionDoc("cluster.links[]", "`cluster.links[]`", "Per GPU, one direction.",
-                  "cost.loader:_LINK_KEYS", (
+                  "cost.readers.cluster:_LINK_KEYS", (
                       Key("between", "two names", "two group or site names"),
                       Key("gbit_per_s", "number", "bandwidth per GPU, one direction"),
                       Key("latency_us", "number", "latency of one message",
                           "the larger inter-node latency of the two groups"),
                   ))
 
-SCENARIO = SectionDoc("scenarios[]", "`scenarios[]`", "", "cost.loader:_SCENARIO_KEYS", (
+SCENARIO = SectionDoc("scenarios[]", "`scenarios[]`", "", "cost.readers.scenarios:_SCENARIO_KEYS", (
     Key("name", "string", "unique, not \"nominal\""),
     Key("probability", "number", "for `--expected`: either every scenario gives one or none"
         " does; the nominal one gets 1 minus their sum", "none"),
@@ -464,7 +464,7 @@ GROUP_CHANGE = SectionDoc("changes[] (group)", "Group change (in `changes:`)", "
                           " in order. Sets or scales a group's NIC and node link; the group's"
                           " default links follow its NIC, links given under `cluster.links`"
                           " keep theirs. Needs `group` or `site` and at least one of the others.",
-                          "cost.loader:_GROUP_CHANGE_KEYS", (
+                          "cost.readers.scenarios:_GROUP_CHANGE_KEYS", (
                               Key("group", "string", "the group changed", "none"),
                               Key("site", "string", "every group on this site", "none"),
                               Key("nic_gbit_per_s", "number", "the NIC's new bandwidth", "none"),
@@ -477,20 +477,20 @@ GROUP_CHANGE = SectionDoc("changes[] (group)", "Group change (in `changes:`)", "
 
 LINK_CHANGE = SectionDoc("changes[] (link)", "Link change (in `changes:`)", "Applied after the"
                          " group changes, in order: at most one of `scale` and `gbit_per_s`,"
-                         " and/or `latency_us`.", "cost.loader:_LINK_CHANGE_KEYS", (
+                         " and/or `latency_us`.", "cost.readers.scenarios:_LINK_CHANGE_KEYS", (
                              Key("between", "two names", "two group or site names"),
                              Key("scale", "number", "the current bandwidth times this", "none"),
                              Key("gbit_per_s", "number", "the link's new bandwidth", "none"),
                              Key("latency_us", "number", "the link's new latency", "none"),
                          ))
 
-PERIOD = SectionDoc("timeline[]", "`timeline[]`", "", "cost.loader:_PERIOD_KEYS", (
+PERIOD = SectionDoc("timeline[]", "`timeline[]`", "", "cost.readers.scenarios:_PERIOD_KEYS", (
     Key("scenario", "string", "\"nominal\" or a declared scenario's name"),
     Key("duration_h", "number", "how long the period lasts"),
 ))
 
 SWITCHING = SectionDoc("switching", "`switching:`", "The cost of changing plans"
-                       " (cost/switching.py).", "cost.loader:_SWITCHING_KEYS", (
+                       " (cost/switching.py).", "cost.readers.scenarios:SWITCHING_KEYS", (
                            Key("storage_gbytes_per_s", "number", "aggregate checkpoint-storage"
                                " bandwidth", f"{_SWITCHING['storage_bw_bytes_per_s'] / GBYTE_BYTES:g}"),
                            Key("restart_s", "number", "time to stop and relaunch the job",
@@ -498,12 +498,12 @@ SWITCHING = SectionDoc("switching", "`switching:`", "The cost of changing plans"
                        ))
 
 EVENT_FILE = SectionDoc("", "Event file (`paraplan replan --event`)", "",
-                        "cost.loader:_EVENT_FILE_KEYS", (
+                        "cost.readers.scenarios:_EVENT_FILE_KEYS", (
                             Key("event", "mapping", "the network change (below)"),
                         ))
 
 EVENT = SectionDoc("event", "`event:`", "Exactly one of `remaining_hours` and"
-                   " `remaining_iterations`.", "cost.loader:_EVENT_KEYS", (
+                   " `remaining_iterations`.", "cost.readers.scenarios:_EVENT_KEYS", (
                        Key("name", "string", "the event's name", "the file's stem"),
                        Key("changes", "list", "group and link changes as in a scenario, applied"
                            " to the instance's nominal cluster"),
@@ -513,7 +513,7 @@ EVENT = SectionDoc("event", "`event:`", "Exactly one of `remaining_hours` and"
 
 GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "At top level or under `plan:`."
                          " The plan's classes share its degrees and modes.",
-                         "cost.loader:_CLASS_PLAN_KEYS", (
+                         "cost.readers.plan_reader:_CLASS_PLAN_KEYS", (
                              Key("tp", "integer", "tensor-parallel degree of every class: inside"
                                  " a node or whole nodes"),
                              Key("cp", "integer", "context-parallel degree", "1"),
@@ -539,12 +539,12 @@ GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "At top level or un
                              Key("classes", "list", "a non-empty list of replica classes (below)"),
                          ))
 
-CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.loader:_CLASS_KEYS", (
+CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.readers.plan_reader:_CLASS_KEYS", (
     Key("replicas", "integer", "replicas of this class"),
     Key("stages", "list of group names", "the group hosting each pipeline stage"),
     Key("num_micro_batches", "integer", "micro-batches per replica and step"),
     Key("layers_per_stage", "list of integers", "layers of each stage",
-        "the default split (cost/loader.default_layer_split)"),
+        "the default split (cost/readers/plan_reader.default_layer_split)"),
     Key("full_recompute_layers", "list of integers", "fully recomputed layers of each stage",
         "all 0, or layers_per_stage for recompute: full"),
     Key("partitions", "mapping", "one partition per operator, as in the one-type plan",

@@ -24,7 +24,8 @@ from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
-from paraplan.cost.plan_specs import Cluster, Plan
+from paraplan.cost.specs import Cluster
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance, PipelineSchedule
 
 

@@ -18,7 +18,7 @@ refuses it, in either file form.
 
 `SearchSpace.several_classes` says when a homogeneous file's search asks for plans only the
 group format holds (several replica classes on its one group, or GPUs left idle): the commands
-then show it as the one-group cluster it is (solver/commands/groups.shown_as_groups).
+then show it as the one-group cluster it is (solver/plan_text.shown_as_groups).
 """
 
 from __future__ import annotations

@@ -868,7 +868,7 @@ class SearchSpace:
     @property
     def several_classes(self) -> bool:
         """The space holds plans of more than one replica class, or leaving GPUs idle: plans
-        written in the group format (cost/loader.py) even on a one-group cluster."""
+        written in the group format (cost/readers/plan_writer.py) even on a one-group cluster."""
         return self.classes_per_group > 1 or self.idle_gpus
 
 

@@ -11,7 +11,7 @@ rescheduling and initialising the job.
 from __future__ import annotations
 
 from paraplan.cost.flops import model_params
-from paraplan.cost.plan_specs import Switching
+from paraplan.cost.specs import Switching
 from paraplan.cost.specs import ModelSpec
 
 CHECKPOINT_BYTES_PER_PARAM = 14

@@ -34,8 +34,13 @@ one or two families whose errors agree with each other and not with a new source
 own rows held 62% of level 1). And from rows whose die was fitted as the plan's is
 (`die_fitted`: 5+ rows of other families on it, cost/fit.MIN_ROWS_PER_DIE): a row predicted on a
 die's catalogue defaults (the two V100 rows, +16% and +25%) speaks for plans on such dies only.
-Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider pool. Bands of the
-239 bundled rows (stored cross-validation, fitted dies):
+Either cut that leaves a thin pool takes the wider one: fewer than MIN_LEVEL_FAMILIES families,
+or fewer than MIN_POOL_ROWS rows, from which a 10th or 90th percentile is not bracketed by the
+rows themselves (the constant says why), so the band's end would fall where the pool happens to
+stop. A thin level steps down one level at a time (`_level_pool`): its pool keeps its own rows
+and adds the nearest ones, rather than jumping to the band of all the rows. Bands of the 239
+bundled rows (stored cross-validation, fitted dies; every level's pool holds 73 or more rows,
+so none borrows):
 
     level  rows  band from (rows, families)  band (measured / predicted)  covered
     0         0  237, 7                      0.92 .. 1.06                  (none)
@@ -47,12 +52,20 @@ Either cut that leaves fewer than MIN_LEVEL_FAMILIES families takes the wider po
 Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
 so are the levels and fitted dies of the rows it is built from (a left-out family validates
 nothing). Counted per row 84.5%, per family (each family's share averaged) 67.8%, on 256+ GPUs
-75.8% (without the memory fill: 84.1%, 66.7%, 75.8%). A plan in unvalidated territory gets the
+75.8% (without the memory fill: 84.1%, 66.7%, 75.8%). On one file alone (`paraplan accuracy FILE`,
+its rows' residuals the only pool) the pools are thin: ../shared/calibration/published.yaml
+holds 87.9% (54.2% before the minimum pool, when MosaicML's rows read a level-3 pool of 21 rows
+of 3 families), published-fp8.yaml 68.0% (every band there is the file's other 13-19 rows of
+two families already). A plan in unvalidated territory gets the
 wider band on its slow side: the rows three or more features from the others' runs erred so
 (p90 factor 1.120 against 1.064). Measured the same way and not adopted (docs/accuracy.md, "The
 band by family and by scale"): each level's own rows (72.4%, 60.0%, 72.7%), recomputation
 (none / selective / full) as a distance feature, memory above a fixed 90% of HBM, a memory fill
-that fewer than 3 rows of its scale reach (86.2% per row), weights by effective rows.
+that fewer than 3 rows of its scale reach (86.2% per row), weights by effective rows, quantiles
+at the order-statistic positions (the cumulative weight over that of n_eff + 1 rows, n_eff
+Kish's effective rows, rather than the midpoints: the distribution-free widening for a pool of
+n_eff exchangeable draws; 87.9%, 70.4%, 78.8%, per row outside the 75-85% target, and no file
+alone moved).
 
 Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
@@ -86,7 +99,7 @@ import numpy as np
 from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
-from paraplan.cost.fit import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
+from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
 from paraplan.cost.memory_fill import peak_memory_fraction, row_memory_fill  # noqa: F401 (read here)
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
@@ -102,7 +115,10 @@ MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a sca
 # scale. Measured (nested coverage, per row / per family / 256+ GPUs): 84.5% / 67.8% / 75.8% with
 # one row, 87.4% / 68.3% / 75.8% with three (per row above the 75-85% target), 84.1% / 66.7% /
 # 75.8% without the feature (82.8 / 67.5 / 75.8, 86.2 / 68.1 / 75.8 and 82.4 / 66.5 / 75.8
-# before Megatron-LM's release-dated gradient reduction and its refit)
+# before Megatron-LM's release-dated gradient reduction and its refit). On
+# ../shared/calibration/published.yaml read alone (per row / per family), with MIN_POOL_ROWS:
+# 87.9% / 61.3% with one row and without the feature, 83.6% / 60.5% with three (54.2% / 54.4%
+# with one row before the minimum pool); published-fp8.yaml 68.0% / 60.3% in every case
 MIN_MEMORY_ROWS = 1
 # fills that equal to this relative tolerance are equal: a plan searched under a memory cap
 # (solver/memory_tiers.py) and priced again lands on the cap up to rounding
@@ -114,6 +130,21 @@ INTERVAL_QUANTILES = (0.10, 0.90)
 # rather than merging the two farthest
 DISTANCE_LEVELS = 4
 MIN_LEVEL_FAMILIES = 2
+# ... and a level whose residuals are fewer than MIN_POOL_ROWS takes the next nearer level's
+# pool (`_level_pool`): a 10th percentile read from n residuals is bracketed by them (the
+# lowest lies below the true 10th percentile) with probability 1 - 0.9^n, at least 95% from
+# n = ln 0.05 / ln 0.9 = 28.4, so 29 rows (Wilks' order-statistic bound; the same for the 90th
+# and the highest). Fewer, and the band's end is where the pool happens to stop. Measured
+# (nested coverage): `paraplan accuracy` on ../shared/calibration/published.yaml 54.2% ->
+# 87.9% (MosaicML's rows, whose level-3 pool in that file alone is 21 rows of 3 families, 87
+# -> 159 of 174 held), published-fp8.yaml 68.0% either way (no pool in that file reaches 29
+# rows: each row's band was all the file's other rows already), the stored pool unchanged
+# (per row 84.5%, per family 67.8%, 256+ GPUs 75.8%: its thinnest level pool holds 73 rows).
+# Counted in effective rows (Kish's (sum w)^2 / sum w^2 of the family weights) rather than rows
+# (stored: 82.8% / 67.6% / 75.8%; published.yaml 87.9%): the stored level-3 pool holds 29.3,
+# on the bound's edge, so the next refit could flip the planner's level-3 factor (1.120 <->
+# 1.064) for no physical reason; not adopted
+MIN_POOL_ROWS = 29
 # the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
 # against the same records): below it single-node runs set records no cluster plan is held to
 MFU_RECORD_MIN_GPUS = 256
@@ -417,15 +448,24 @@ def band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None =
               ) -> tuple[list[Residual], int, list[str]]:
     """(the residuals a prediction with features `f` takes its band from, f's distance level,
     what f uses unvalidated), from those of `res` outside `exclude_family` (the pool): the pool's
-    rows whose die was fitted as f's is (`die_fitted`; all of them where those come from fewer
-    than MIN_LEVEL_FAMILIES source families), and of those the rows at f's distance level or
-    farther (all of them where those come from fewer than MIN_LEVEL_FAMILIES families). Every
-    level and fitted die is judged within the pool (module docstring): a left-out family's
-    rows validate nothing its own band is built from."""
+    rows whose die was fitted as f's is (`die_fitted`; all of them where those are thin: fewer
+    than MIN_POOL_ROWS rows or MIN_LEVEL_FAMILIES source families), and of those the rows at f's
+    distance level or farther (where those are thin, the next nearer level's: `_level_pool`).
+    Every level and fitted die is judged within the pool (module docstring): a left-out
+    family's rows validate nothing its own band is built from."""
+    rows, level, _, missing = _band_pool(f, res, exclude_family)
+    return rows, level, missing
+
+
+def _band_pool(f: Features, res: Sequence[Residual], exclude_family: str | None = None
+               ) -> tuple[list[Residual], int, int, list[str]]:
+    """band_pool's (residuals, level, missing) and, third, the level whose pool the residuals
+    are (`_level_pool`: below f's level where that level's is thin)."""
     pool = tuple(r for r in res if r.features.family != exclude_family)
     missing = unvalidated(f, pool)
     level = min(len(missing), DISTANCE_LEVELS - 1)
-    return _level_pool(pool, level, die_fitted(f, pool)), level, missing
+    rows, taken = _level_pool(pool, level, die_fitted(f, pool))
+    return rows, level, taken, missing
 
 
 def die_fitted(f: Features, res: Sequence[Residual]) -> bool:
@@ -460,14 +500,27 @@ def _families(res: Sequence[Residual]) -> int:
     return len({r.features.family for r in res})
 
 
-def _level_pool(pool: tuple[Residual, ...], level: int, fitted: bool) -> list[Residual]:
-    """Those of `pool` on a die fitted as `fitted` says, at distance `level` or farther
-    (band_pool), each judged within the pool (_pool_facts)."""
+def _thick(rows: Sequence[Residual]) -> bool:
+    """Whether a band's 10th and 90th percentiles can be read from `rows`: MIN_POOL_ROWS or more
+    of MIN_LEVEL_FAMILIES or more source families (the constants say why)."""
+    return len(rows) >= MIN_POOL_ROWS and _families(rows) >= MIN_LEVEL_FAMILIES
+
+
+def _level_pool(pool: tuple[Residual, ...], level: int, fitted: bool) -> tuple[list[Residual], int]:
+    """(those of `pool` on a die fitted as `fitted` says at distance `level` or farther, `level`),
+    each row judged within the pool (_pool_facts); where that cut is thin (`_thick`), the rows
+    at level - 1 or farther, and so on to every level's (level 0). The pools are nested, so each
+    step down keeps the farther rows and adds the nearer ones: a thin level borrows only the
+    rows nearest it in distance, not the band of all the rows at once. Likewise a thin die cut
+    takes every die's rows."""
     levels, die_fit = _pool_facts(pool)
     same_die = [r for r in pool if die_fit[r.id] == fitted]
-    base = same_die if _families(same_die) >= MIN_LEVEL_FAMILIES else list(pool)
-    far = [r for r in base if levels[r.id] >= level]
-    return far if _families(far) >= MIN_LEVEL_FAMILIES else base
+    base = same_die if _thick(same_die) else list(pool)
+    for nearest in range(level, 0, -1):
+        far = [r for r in base if levels[r.id] >= nearest]
+        if _thick(far):
+            return far, nearest
+    return base, 0
 
 
 def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
@@ -476,16 +529,19 @@ def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
     distance level or farther (band_pool, module docstring), leaving out `exclude_family`'s (a
     published row's own source, for coverage)."""
     warnings = tuple(validation_warnings(f, res))
-    pool, level, missing = band_pool(f, res, exclude_family)
+    pool, level, taken, missing = _band_pool(f, res, exclude_family)
     if not pool:
         return Trust(interval_s=None, group="no published rows", rows=0, warnings=warnings)
     families = len({r.features.family for r in pool})
     what = f"unvalidated: {', '.join(missing)}" if missing else "every feature validated"
+    # a level too thin for a 10-90 band reads the nearer levels' rows too (_level_pool)
+    where = (f"rows at distance level {level} or farther" if taken == level else
+             f"rows at distance level {taken} or farther (level {level}: fewer than {MIN_POOL_ROWS} rows"
+             f" of {MIN_LEVEL_FAMILIES}+ families)")
     return Trust(interval_s=log_quantile_interval(predicted_s, [r.log_error for r in pool],
                                                   weights=family_weights(pool)),
                  group=f"out of sample: each row predicted by a model fitted without its source;"
-                       f" {families} source families weighted equally; rows at distance level {level} or farther"
-                       f" ({what})",
+                       f" {families} source families weighted equally; {where} ({what})",
                  rows=len(pool), warnings=warnings)
 
 
@@ -556,20 +612,26 @@ def published_residuals() -> tuple[Residual, ...]:
     """The out-of-sample residuals of both bundled published files (cost/crossval.py's stored
     leave-one-family-out predictions, read once per process; nothing is simulated)."""
     from paraplan.cost.calibration import load_published
-    from paraplan.cost.crossval import load_stored
     rows = {r["id"]: r for r in load_published()}
     fills = published_memory_fills()
     return tuple(Residual(id=s.id, features=row_features(rows[s.id], s.full_recompute, fills.get(s.id)),
                           error=s.error)
-                 for s in load_stored() if s.error is not None and s.id in rows)
+                 for s in _stored_crossval() if s.error is not None and s.id in rows)
 
 
 def published_memory_fills() -> dict[str, float]:
     """id -> peak_memory_fraction of every bundled published row priced as it ran
     (row_memory_fill), as the stored cross-validation holds it (cost/crossval.StoredRow:
     tests/validation/test_crossval.py checks it against the pricing)."""
+    return {s.id: s.memory_fill for s in _stored_crossval() if s.memory_fill is not None}
+
+
+@lru_cache(maxsize=1)
+def _stored_crossval() -> tuple:
+    """cost/crossval.load_stored(), read once per process as published_residuals is: a plan read
+    it three times (the residuals, their memory fills, the plan's memory-fill warning), 2 ms each."""
     from paraplan.cost.crossval import load_stored
-    return {s.id: s.memory_fill for s in load_stored() if s.memory_fill is not None}
+    return load_stored()
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
@@ -669,7 +731,7 @@ def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
     """(GPU die, precision) -> (the best measured MFU among the published rows on
     MFU_RECORD_MIN_GPUS or more GPUs, that row's id)."""
     from paraplan.cost.calibration import load_published, row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     cat = load_catalogue()
     best: dict[tuple[str, str], tuple[float, str]] = {}
     for row in load_published():
@@ -821,7 +883,7 @@ def _published_quantile_factor(f: Features, quantile: float) -> float:
 
 @lru_cache(maxsize=64)
 def _published_level_factor(level: int, fitted: bool, quantile: float) -> float:
-    return _pool_quantile_factor(_level_pool(published_residuals(), level, fitted), quantile)
+    return _pool_quantile_factor(_level_pool(published_residuals(), level, fitted)[0], quantile)
 
 
 def objective_factors(inst, configs) -> np.ndarray:
@@ -921,7 +983,7 @@ def class_plan_memory_fill(inst, plan) -> float | None:
 def level_pool(res: Sequence[Residual], level: int, fitted: bool = True) -> list[Residual]:
     """The residuals a prediction at distance `level`, on a die fitted as `fitted` says, takes
     its band from (band_pool with no family left out)."""
-    return _level_pool(tuple(res), level, fitted)
+    return _level_pool(tuple(res), level, fitted)[0]
 
 
 def row_levels(res: Sequence[Residual]) -> dict[str, int]:

@@ -22,8 +22,10 @@ import math
 from typing import Any
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.loader import (describe, load_instance, load_instance_parts, load_plan, override_search,
-                                  plan_from_mapping)
+from paraplan.cost.readers.fields import describe
+from paraplan.cost.readers.instance import load_instance, load_instance_parts
+from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
+from paraplan.cost.readers.search import override_search
 from paraplan.cost.memory_breakdown import CATEGORIES as MEMORY_CATEGORIES
 from paraplan.cost.simulate import simulate as _simulate
 from paraplan.cost.specs import Instance

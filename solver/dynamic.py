@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Instance
-from paraplan.cost.plan_specs import Plan, Scenario
+from paraplan.cost.plan_specs import Plan
+from paraplan.cost.specs import Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans

@@ -182,7 +182,7 @@ def _split_rows(layers: int, pp: int, v: int, uniform: bool, recompute: bool,
     shape alone, not on the outer configuration, so they are built once per shape (read-only)
     rather than once per configuration."""
     if uniform:
-        from paraplan.cost.loader import default_layer_split
+        from paraplan.cost.readers.plan_reader import default_layer_split
         splits = np.array([default_layer_split(layers, pp, v)], float)
     else:
         splits = compositions(layers, pp, v, slots)
@@ -306,26 +306,17 @@ def _recompute_rows(p) -> bool | tuple:
 
 def _zero_bubble_terms(p, c, t: np.ndarray, nT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(A, S) of stage-major stage times t under c's zero-bubble schedule, such that
-    _pipeline_s(A, S, m, v) is cost/schedule.pipeline_time_s's max_s [m T_s + (sum B - B_s) / v],
+    _pipeline_s_of(A, S, m, v) is cost/schedule.pipeline_time_s's max_s [m T_s + (sum B - B_s) / v],
     B_s = max(T_s - k W_s, 0), S = sum_s B_s. A lone class's m is the batch's: A = max_s
     [(v m - 1) T_s + T_s - B_s] / (v m - 1), one number a row (then (m - 1/v) A + S / v =
     max_s [v m T_s - B_s + sum B] / v). Of several classes m_k is a decision, so A keeps both
-    per-stage rows, (rows, 2, pp): T_s and B_s, read per count by _pipeline_s."""
+    per-stage rows, (rows, 2, pp): T_s and B_s, read per count by _pipeline_s_of."""
     v = p.virtual_stages
     b = np.maximum(t - nT * c.layer_drain_saving_s[:, None], 0.0)
     if p.classes > 1:
         return np.stack([t.T, b.T], axis=1), b.sum(axis=0)
     vm = v * (p.total_micro_batches // p.replicas[0])
     return ((vm - 1) * t + (t - b)).max(axis=0) / (vm - 1), b.sum(axis=0)
-
-
-def _pipeline_s(A: np.ndarray, S: np.ndarray, m: int, v: int) -> np.ndarray:
-    """One replica's pipeline term (cost/schedule.pipeline_time_s) of every row at m micro-batches
-    from _class_rows' A and S: (m - 1/v) A + S / v, or with A's per-stage rows T_s and B_s
-    (_zero_bubble_terms, several classes) max_s [m T_s - B_s / v] + S / v."""
-    if A.ndim == S.ndim:
-        return (m - 1 / v) * A + S / v
-    return (m * A[..., 0, :] - A[..., 1, :] / v).max(axis=-1) + S / v
 
 
 def _dualpipe_exhaustive(inst: Instance, outers: list, t0: float, deadline: float | None) -> ExhaustiveResult:
@@ -581,8 +572,10 @@ def _vector_blocks(vectors: int, per_vector: int):
 
 
 def _pipeline_s_of(A: np.ndarray, S: np.ndarray, m: np.ndarray, v: int) -> np.ndarray:
-    """_pipeline_s at each count of `m` (vectors,), stacked on a first axis: the same
-    operations, element by element."""
+    """One replica's pipeline term (cost/schedule.pipeline_time_s) of every row at each count of
+    `m` (vectors,), stacked on a first axis, from _class_rows' A and S: (m - 1/v) A + S / v, or
+    with A's per-stage rows T_s and B_s (_zero_bubble_terms, several classes)
+    max_s [m T_s - B_s / v] + S / v."""
     if A.ndim == S.ndim:
         return (m - 1 / v)[:, None, None] * A + S / v
     return (m[:, None, None, None] * A[..., 0, :] - A[..., 1, :] / v).max(axis=-1) + S / v

@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.specs import Instance
-from paraplan.cost.plan_specs import Cluster, Plan
+from paraplan.cost.specs import Cluster
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import ClusterSpec, Link
 
 # relative tolerance under which the plan's time ties the re-planned optimum (solver/planner.REL_TOL)

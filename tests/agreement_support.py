@@ -108,7 +108,8 @@ def assert_plan_file_round_trip(inst, res, tmp_path) -> None:
     planner's objective."""
     import yaml
 
-    from paraplan.cost.loader import plan_to_mapping, load_plan
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
+    from paraplan.cost.readers.plan_reader import load_plan
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan_to_mapping(res.plan, inst)))
     back = load_plan(str(path), inst)

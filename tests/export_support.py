@@ -6,7 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from paraplan.cost.loader import load_instance, plan_file_mapping, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_writer import plan_file_mapping
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.solver.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -61,7 +61,7 @@ def random_cluster_instance(seed: int):
     """Two node groups of different toy GPUs (speed, memory, links drawn per group), a group
     link, and a degraded-network scenario with a probability: small enough for exhaustive search
     of the heterogeneous space (solver/exhaustive.py)."""
-    from paraplan.cost.plan_specs import Cluster, NodeGroup, Scenario
+    from paraplan.cost.specs import Cluster, NodeGroup, Scenario
 
     rng = random.Random(10_000 + seed)
     base = random_instance(seed)
@@ -101,7 +101,7 @@ def group_tp_instance(seed: int):
     a model wide enough for tensor parallelism to pay on one group and not on the other: the
     instances where a tp per group (ClassOuter.group_tp) can win. Small enough for exhaustive
     search."""
-    from paraplan.cost.plan_specs import Cluster, NodeGroup
+    from paraplan.cost.specs import Cluster, NodeGroup
 
     rng = random.Random(seed)
     heads = 8
@@ -133,8 +133,8 @@ def partition_mixed_instance(seed: int):
     2 or 4 per group and partitions in the space: only the 4-GPU group can run tp 4, the least
     a spatial-temporal plan needs, so exhaustive search tries every layer plan of one group
     (768 at tp 4 without sequence parallelism) and stays quick."""
-    from paraplan.cost.plan_specs import Cluster, NodeGroup
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.specs import Cluster, NodeGroup
+    from paraplan.cost.readers.gpus import load_catalogue
 
     rng = random.Random(7000 + seed)
     catalogue = load_catalogue()
@@ -161,7 +161,7 @@ def mixed_family_instance(seed: int):
     and a global batch that their counts do not all divide: the instances where a pipeline
     across both groups beside replica classes on the GPUs it leaves (search.mixed_families)
     can win. Small enough for exhaustive search."""
-    from paraplan.cost.plan_specs import Cluster, NodeGroup
+    from paraplan.cost.specs import Cluster, NodeGroup
 
     rng = random.Random(seed)
     heads = 8

@@ -151,6 +151,29 @@ def test_no_cycles_between_rooms():
     assert _tangles(rooms) == KNOWN_TANGLES
 
 
+RENDER_ROOMS = ("solver.report", "solver.export", "solver.sweep", "solver.bench")
+
+
+def _imports_of_commands(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() if _room(m) in RENDER_ROOMS
+                  for d in deps if _room(d) == "solver.commands")
+
+
+def test_render_rooms_never_import_commands():
+    """report/, export/, sweep/ and bench/ render and drive only; commands/ sits above them and
+    passes them what they need (the sweep's per-job JSON is solver/result_json.py, below both),
+    so none of their modules imports a command module, deferred imports included."""
+    graph = _graph()
+    assert {m for m in graph if _room(m) == "solver.sweep"}  # the rooms are seen at all
+    assert _imports_of_commands(graph) == []
+
+
+def test_commands_import_finder_finds_a_planted_one():
+    assert _imports_of_commands({"solver.sweep.run": {"solver.commands.planning", "solver.format"},
+                                 "solver.commands.cli": {"solver.sweep.run"}}) == \
+        ["solver.sweep.run imports solver.commands.planning"]
+
+
 def test_tangle_finder_finds_planted_tangles():
     # a -> b -> c -> a and d <-> e are two tangles; f hangs off c and is in none
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "f"}, "d": {"e"}, "e": {"d"}, "f": set()}

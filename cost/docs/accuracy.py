@@ -228,7 +228,7 @@ SIMULATED = {MOE_PAGE: ("moe-long-context",)}  # regions priced now rather than 
 def bodies(simulate: bool = True) -> dict:
     """page -> {region name -> body}; without `simulate`, the regions read from the stored
     records only (SIMULATED left out)."""
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     stored = load_stored()
     res = published_residuals()
     moe_rows = moe_fit.load_stored()

@@ -72,7 +72,7 @@ def render() -> str:
            f"Generated from cost/schema_keys.py and cost/ranges.py by `{COMMAND}`; edit those, not"
            " this table. \"required\": the key has no default. Ranges are the physical ones every"
            " reader checks (cost/ranges.py), in the unit of the type column.", "",
-           "## One GPU type (`cost/loader.py`)", ""]
+           "## One GPU type (`cost/readers/`)", ""]
     out += [section_table(s) for s in ONE_TYPE]
     out += ["## Node groups, scenarios, events", ""]
     out += [section_table(s) for s in GROUP_FORMAT]

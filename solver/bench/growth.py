@@ -17,8 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import instance_from_mapping, load_instance
-from paraplan.cost.loader import read_yaml
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 from paraplan.solver.search import search
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from paraplan.cost import units
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Cluster, ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
@@ -71,7 +71,7 @@ class Rung:
 
 
 def ladder_instance(gpus: int, layers: int) -> Instance:
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     gpu = load_catalogue()["A100-SXM4-80GB"]
     model = ModelSpec(name=f"gpt-{layers}L-2048h", layers=layers, hidden=2048, heads=16, kv_heads=16,
                       ffn=8192, vocab=51200, seq_len=2048, mlp=Mlp.GELU)

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_event, load_instance
+from paraplan.cost.readers.scenarios import load_event
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.bench.growth import GPU_TYPES, ISSUE_ROWS, growth_rows, issue_rows
 from paraplan.solver.dynamic import replan
 from paraplan.solver.format import table

@@ -424,9 +424,9 @@ def min_recompute(c: StageCoefficients, n: np.ndarray) -> np.ndarray | None:
 
 
 def even_split(layers: int, pp: int, v: int, slots: tuple[bool, bool] = (False, False)) -> np.ndarray:
-    """The even split (cost/loader.default_layer_split); with the embedding / loss slots, the
+    """The even split (cost/readers/plan_reader.default_layer_split); with the embedding / loss slots, the
     even split of the slots less each end stage's slot (Megatron-core's R4 where it divides)."""
-    from paraplan.cost.loader import default_layer_split
+    from paraplan.cost.readers.plan_reader import default_layer_split
     off = np.asarray(slot_offsets(pp, *slots), float)
     return np.array(default_layer_split(layers + sum(slots), pp, v), float) - off
 

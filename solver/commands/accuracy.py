@@ -40,7 +40,7 @@ def out_of_sample(rows, results, live: bool, log):
     never fitted, so their prediction is out of sample already."""
     from paraplan.cost.calibration import load_published
     from paraplan.cost.crossval import load_stored, stale_rows
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     if live:
         from paraplan.cost.crossval import leave_one_family_out
         oos, folds = leave_one_family_out(rows, load_catalogue(), log=log)
@@ -354,7 +354,7 @@ def moe_cross_validation(moe, refit: bool, write: bool, log):
         raise InstanceError(str(moe_fit.CROSSVAL_FILE), "rows", f"stale for {len(stale)} anchors"
                             f" ({stale[0]}, ...): the MoE cost model changed since it was written",
                             "run `paraplan accuracy --moe --moe-write`")
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     return list(stored), read_yaml(moe_fit.CROSSVAL_FILE), f"stored in {moe_fit.CROSSVAL_FILE.name}"
 
 

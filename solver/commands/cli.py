@@ -35,15 +35,15 @@ def cmd_simulate(args) -> int:
     from paraplan.cost.simulate import simulate
     from paraplan.cost.model_notes import model_warnings
     from paraplan.solver.commands import groups as group_commands
-    from paraplan.cost.loader import load_plan
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.plan_text import plan_line, plan_lines
+    from paraplan.solver.plan_text import plan_line, plan_lines, shown_as_groups
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
                                         table, trust_json, trust_lines)
 
     inst = read_instance(args, simulate_only=True)
     plan = load_plan(args.plan, inst)  # the plan file is read once, either format
-    grouped = group_commands.shown_as_groups(inst, plan)
+    grouped = shown_as_groups(inst, plan)
     networks = [(sc.name, sc.cluster) for sc in inst.scenarios] if grouped else [("nominal", None)]
     try:
         bds = [(name, simulate(inst, plan, cluster=net)) for name, net in networks]
@@ -119,7 +119,7 @@ COMMAND_MODULES = (
     ("paraplan.solver.commands.export", ("export",)),
     ("paraplan.solver.commands.partitions", ("partition",)),
     ("paraplan.solver.commands.report", ("report",)),
-    ("paraplan.solver.sweep.run", ("sweep",)),
+    ("paraplan.solver.commands.sweep", ("sweep",)),
 )
 
 

@@ -90,7 +90,9 @@ def _load(args):
     """(instance, plan) of the export, each file read once: the instance --instance names, else
     the one the plan file carries; a plan of replica classes, or a cluster of several node
     groups, is refused with MIXED_REASON."""
-    from paraplan.cost.loader import load_instance, plan_file_instance, plan_from_mapping, read_yaml
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
+    from paraplan.cost.readers.strict_yaml import read_yaml
 
     data = read_yaml(args.plan)
     classes = _classes(data)
@@ -142,7 +144,9 @@ def _write(args, text: str) -> None:
 def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
-    from paraplan.cost.loader import load_instance, plan_from_mapping, read_yaml
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
+    from paraplan.cost.readers.strict_yaml import read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
     for flag in ("strict", "force"):
@@ -204,7 +208,7 @@ def cmd_export(args) -> int:
     # another framework, a deviation, or a model the framework changes (a padded vocabulary)
     differs = e.inst != inst or e.plan != plan
     if args.json:
-        from paraplan.cost.loader import plan_to_mapping
+        from paraplan.cost.readers.plan_writer import plan_to_mapping
 
         def pred(p, framework):
             return {"framework": framework, "iter_time_s": p.iter_time_s,

@@ -13,10 +13,11 @@ from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_L
 
 def cmd_compare(args) -> int:
     """Two plans of one instance side by side, on every cluster: plan files of either format
-    (cost/loader.load_plan), each simulated once."""
+    (cost/readers/plan_reader.load_plan), each simulated once."""
     from paraplan.solver.commands.inputs import read_instance
     from paraplan.cost.simulate import simulate
-    from paraplan.cost.loader import load_plan, plan_to_mapping
+    from paraplan.cost.readers.plan_reader import load_plan
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.cost.trust import plan_trust
     from paraplan.solver.plan_text import describe_plan
     from paraplan.solver.report.compare import (compare, comparison_json, fitting_train_cost, part_rows,
@@ -74,8 +75,9 @@ def cmd_memory(args) -> int:
     from paraplan.cost.memory_breakdown import class_categories_bytes
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
-    from paraplan.solver.commands.groups import describe_cluster, shown_as_groups
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.solver.commands.groups import describe_cluster
+    from paraplan.solver.plan_text import shown_as_groups
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.plan_text import plan_line, plan_lines
 
     inst, plan, where = _memory_plan(args)
@@ -132,7 +134,7 @@ def _memory_dualpipe(args, inst, plan, where: str) -> int:
     """`memory` of a DualPipe plan: one column per device, which holds stages d and
     pp - 1 - d (cost/dualpipe.device_categories_bytes)."""
     from paraplan.cost import dualpipe
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.plan_text import plan_line
 
     reserve = inst.search.memory_reserve_bytes
@@ -159,9 +161,8 @@ def _memory_plan(args):
     """(instance, plan, where it came from) for `memory`: the plan file read as `simulate`
     reads it, or the instance planned as `plan` plans it; with no plan (proved infeasible) the
     reason in place of `where`."""
-    from paraplan.solver.commands import groups as group_commands
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.cost.loader import load_plan
+    from paraplan.cost.readers.plan_reader import load_plan
 
     read = read_instance(args, args.plan is not None)  # a DualPipe plan file
     if args.plan:

@@ -1,7 +1,7 @@
 """Sub-commands for clusters of several node groups and changing networks.
 
 `paraplan plan` (solver/commands/planning.py) shows an instance planned as a
-cluster of node groups (a `cluster:` with `groups:`, cost/loader.py, or a homogeneous file
+cluster of node groups (a `cluster:` with `groups:`, cost/readers/cluster.py, or a homogeneous file
 whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
 `exhaustive` and `verify`
 read every instance through `class_instance`; `replan` and `timeline` are their own commands.
@@ -17,9 +17,10 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.solver.format import evidence_text as common_evidence_text, quantile_phrase, seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
-from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
+from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups  # noqa: F401
+from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
+from paraplan.solver.result_json import not_covered
 
 
 def no_scenarios(args) -> None:
@@ -80,13 +81,6 @@ def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
                                 not_covered=not_covered(inst, res.plan) if inst is not None else ())
 
 
-def not_covered(inst, plan) -> list[str]:
-    """What the plan's claim leaves out on this cluster (solver/space.not_covered): the groups
-    it leaves idle among them."""
-    from paraplan.solver.space import not_covered as outside
-    return outside(inst, None if plan is None else {g for c in plan.classes for g in c.stage_groups})
-
-
 def regret_rows(regs) -> list[list[str]]:
     return [[r.scenario, seconds(r.plan_time_s), seconds(r.optimum_s), r.optimum_status,
              f"{100 * r.regret:+.2f}%"] for r in regs]
@@ -102,7 +96,8 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
 
 
 def cmd_replan(args) -> int:
-    from paraplan.cost.loader import load_event, load_plan
+    from paraplan.cost.readers.scenarios import load_event
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.solver.dynamic import replan
 
     from paraplan.solver.commands.inputs import read_instance
@@ -126,7 +121,7 @@ def cmd_replan(args) -> int:
 
 def _show_replan(args, inst, r) -> int:
     if args.json:
-        from paraplan.cost.loader import plan_to_mapping
+        from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
                    "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
@@ -172,7 +167,7 @@ def cmd_timeline(args) -> int:
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
     if args.json:
-        from paraplan.cost.loader import plan_to_mapping
+        from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
                    r.upper_bound_iterations if r.gap is not None else None, "gap": r.gap,
                    "static_iterations": r.static_iterations,

@@ -5,7 +5,7 @@
                   --job instances/jobs/pretrain-4m-tokens.yaml --seq-len 8192
     paraplan plan instances/llama3-8b-64xH100.yaml --cluster instances/clusters/dgx-h100-32nodes.yaml
 
-A part replaces the matching section of the instance file (cost/loader.py,
+A part replaces the matching section of the instance file (cost/readers/instance.py,
 `load_instance_parts`); without an instance file all three parts are needed. Bad input raises
 `InstanceError`, which the CLI prints as one line and exits 2.
 """
@@ -64,11 +64,11 @@ DUALPIPE_COMMANDS = ("plan", "exhaustive", "verify", "memory", "report", "compar
 
 def read_instance(args: argparse.Namespace, simulate_only: bool = False) -> Instance:
     """The instance the arguments added by add_instance_args describe, its file read once, in
-    either form (cost/loader.load_instance_parts), the --search overrides checked like its own
+    either form (cost/readers/instance.load_instance_parts), the --search overrides checked like its own
     `search:`. A DualPipe job (job.pipeline_schedule) is
     planned by `paraplan plan` and priced by `paraplan simulate` (cost/dualpipe.py): every
     other command refuses it here, in one line, unless `simulate_only`."""
-    from paraplan.cost.loader import load_instance_parts
+    from paraplan.cost.readers.instance import load_instance_parts
 
     instance = getattr(args, "instance", None)
     absent = [flag for dest, flag in _PARTS if getattr(args, dest, None) is None]
@@ -88,7 +88,7 @@ def read_instance(args: argparse.Namespace, simulate_only: bool = False) -> Inst
                                cluster=getattr(args, "cluster", None),
                                job=getattr(args, "job", None), seq_len=seq_len)
     if overrides:
-        from paraplan.cost.loader import override_search
+        from paraplan.cost.readers.search import override_search
         inst = override_search(inst, overrides, SEARCH_SOURCE)
     from paraplan.cost.specs import PipelineSchedule
     if (inst.job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B and not simulate_only
@@ -109,9 +109,9 @@ def search_overrides(items: list[str] | None, objective: str | None = None) -> d
     """--search KEY=V[,V...] options as a `search:` mapping of YAML values: list keys get a
     list (`tp=1,2,4` -> [1, 2, 4], `zero=1` -> [1]), the others one value (`max_pp=8`,
     `full_recompute=false`). Values are read as YAML scalars, so they are checked afterwards
-    exactly like the file's (cost/loader.override_search). `objective`: --objective, as
+    exactly like the file's (cost/readers/search.override_search). `objective`: --objective, as
     --search objective=..."""
-    from paraplan.cost.loader import SEARCH_KEYS, SEARCH_LIST_KEYS
+    from paraplan.cost.readers.search import SEARCH_KEYS, SEARCH_LIST_KEYS
 
     out: dict = {}
     if objective is not None:

@@ -5,7 +5,6 @@ epilog, and a close match suggested for a mistyped sub-command or choice."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 
 # an option's help text, shared by the commands that take the option
@@ -60,6 +59,7 @@ def did_you_mean(message: str) -> str:
     m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
     if m is None:
         return ""
+    import difflib  # here: only a mistyped choice reads it (issue 33, start-up)
     choices = [c.strip().strip("'\"") for c in m.group(2).split(",")]
     close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""

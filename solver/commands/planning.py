@@ -5,17 +5,17 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_json, trust_lines, exhaustive_stop_lines, space_json,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_lines, exhaustive_stop_lines,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
-from paraplan.solver.commands.outputs import check_output_path, plan_file, write_plan_file
+from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled, read_instance,
                                              read_calibration_files)
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
-from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text
-from paraplan.solver.commands.groups import not_covered
+from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text, shown_as_groups
+from paraplan.solver.result_json import not_covered, plan_train_cost, result_json
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -30,48 +30,6 @@ def add_progress_arg(parser) -> None:
     parser.add_argument("--progress", action="store_true",
                         help="show search progress on stderr even when it is not a terminal")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-def plan_train_cost(inst, iter_time_s: float | None, trust=None):
-    """The time and cost to train (cost/train_cost.py) with the trust interval of `trust`
-    (cost/trust.Trust or None); None without a plan or without job.train_tokens."""
-    from paraplan.cost.train_cost import instance_train_cost
-    return instance_train_cost(inst, iter_time_s, None if trust is None else trust.interval_s)
-
-
-def result_json(res, inst, regs=None) -> dict:
-    """The one JSON of a SolveResult (plan, sweep), on every cluster: the plan's simulated
-    iteration time on the nominal network and, with job.train_tokens, its time and cost to
-    train there with its trust interval; on node groups the objective's value per scenario, and
-    `regs` (solver/dynamic.regrets) under --robust / --expected."""
-    from paraplan.cost.loader import plan_to_mapping
-    from paraplan.cost.model_notes import model_warnings
-    from paraplan.cost.trust import plan_trust
-    bd = res.breakdown
-    t = None if bd is None else bd.iter_time_s
-    trust = None if res.plan is None or bd is None else plan_trust(inst, res.plan, t)
-    return {
-        "status": res.status, "objective": res.objective, "objective_s": res.objective_s,
-        # the framework release the time is for (job.framework_version, default the current)
-        "framework": inst.job.framework.value, "framework_version": inst.job.release.version,
-        # the dtype gradients are kept and reduced in (job.grad_reduce_dtype, default the framework's)
-        "grad_reduce_dtype": inst.job.grad_reduce.value,
-        "quantile": inst.search.objective, "quantile_s": res.quantile_s, "iter_time_s": t,
-        "per_scenario_s": dict(zip(res.scenario_names, res.per_scenario_s or ())),
-        "bound_s": res.bound_s, "gap": res.gap, "solve_time_s": res.solve_time_s, "backend": res.backend,
-        "tolerance_s": res.tolerance_s,
-        "space": space_json(res, not_covered(inst, res.plan)),
-        "reason": res.reason or None,
-        "plan": plan_to_mapping(res.plan, inst) if res.plan else None,
-        "breakdown": breakdown_json(bd) if bd else None,
-        "tokens_per_s": None if bd is None else bd.tokens_per_s,
-        "trust": trust_json(trust),
-        "model_warnings": model_warnings(inst, res.plan),
-        "train_cost": train_cost_json(plan_train_cost(inst, t, trust)),
-        "regret": None if regs is None else [
-            {"scenario": r.scenario, "plan_time_s": r.plan_time_s, "optimum_s": r.optimum_s,
-             "regret": r.regret} for r in regs],
-    }
 
 
 def cmd_plan(args) -> int:
@@ -99,7 +57,7 @@ def cmd_plan(args) -> int:
     finally:
         if log:
             log.done()
-    flat = not groups.shown_as_groups(inst)
+    flat = not shown_as_groups(inst)
     regs = None
     if objective != "nominal" and res.plan is not None:
         # imported here: the network timeline's module (solver/dynamic.py) and its choice
@@ -171,7 +129,7 @@ def cmd_plan_top(args, read) -> int:
     """`paraplan plan --top K [--within PCT]` on every cluster (`read`: as read_instance read
     it): the K best plans of distinct outer configurations by the one search with K winners
     (solver/solve.py), for the objective asked for, each re-simulated once."""
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.solve import solve
 
     inst, objective, backend = _top_instance(args, read)
@@ -218,10 +176,10 @@ def cmd_plan_top(args, read) -> int:
 
 def _top_instance(args, read):
     """(instance, objective, backend) --top plans: a flat instance as it is, on the nominal
-    network; one shown as node groups (commands/groups.shown_as_groups) with the objective
+    network; one shown as node groups (solver/plan_text.shown_as_groups) with the objective
     asked for, by the multi-class formulations (dp solves the single-class split only)."""
     from paraplan.solver.commands import groups
-    if not groups.shown_as_groups(read):
+    if not shown_as_groups(read):
         groups.no_scenarios(args)
         return read, "nominal", args.backend
     inst, objective = groups.load_mixed(args, read)
@@ -254,7 +212,7 @@ def proved(res) -> bool:
 
 def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
     """-o FILE with --top K: plan k goes to FILE's stem + '-k' (plans-1.yaml, plans-2.yaml, ...),
-    each a plan file like plan -o writes (commands/outputs.plan_file)."""
+    each a plan file like plan -o writes (solver/outputs.plan_file)."""
     from pathlib import Path
 
     out = Path(args.output)
@@ -271,7 +229,7 @@ def _write_top_plans(args, inst, read, res, objective: str) -> list[str]:
 def cmd_exhaustive(args) -> int:
     """Brute force over the declared space: one search on one group and on mixed clusters, a
     one-group file shown as its homogeneous plan."""
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
 
@@ -314,7 +272,7 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
     groups the rule that emptied it), or memory."""
     if outer_configs:
         return "no plan fits memory"
-    from paraplan.solver.commands.groups import shown_as_groups
+    from paraplan.solver.plan_text import shown_as_groups
     if shown_as_groups(inst):
         from paraplan.solver.space import empty_space_reason
         return "the declared heterogeneous space is empty: " + empty_space_reason(inst)
@@ -362,7 +320,7 @@ def cmd_bench(args) -> int:
 def cmd_calibrate(args) -> int:
     from paraplan.cost.calibration import predict_rows
     from paraplan.cost.fit import apply_params, family_weights, fit
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
 
     rows, _ = read_calibration_files(args.file)
     cat = load_catalogue()

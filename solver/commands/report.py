@@ -7,14 +7,14 @@ import sys
 import time
 
 from paraplan.solver.format import seconds
-from paraplan.solver.commands.outputs import check_output_path, write_text
+from paraplan.solver.outputs import check_output_path, write_text
 
 
 def cmd_report(args) -> int:
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.commands.exit_codes import status_code
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.cost.loader import load_plan
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.solver.commands.planning import _top_instance, progress_printer
     from paraplan.solver.planner import coefficient_table
     from paraplan.solver.plan_text import shown_as_groups

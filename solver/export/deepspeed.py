@@ -31,7 +31,7 @@ from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Precision, Recompute
 from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                          cross_framework_note, drop_partitions, dropless_moe,
+                                          cross_framework_note, drop_partitions,
                                           fold_cp_into_dp, moe_note, refuse_dualpipe,
                                           refuse_latent_attention)
 

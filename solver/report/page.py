@@ -564,7 +564,7 @@ def _evidence_section(result, trust, quantile: str = "mean") -> str:
 
 def _comparison_section(inst, result, user_plan, label: str) -> str:
     """Your plan against the optimum, on every cluster: `user_plan` of either kind
-    (cost/loader.load_plan), simulated once."""
+    (cost/readers/plan_reader.load_plan), simulated once."""
     from paraplan.cost.simulate import simulate
     from paraplan.solver.report.compare import compare, fitting_train_cost, part_rows, side_rows, train_rows
 

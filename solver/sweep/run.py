@@ -46,7 +46,7 @@ cost, each with the low and high ends of the plan's trust interval (cost/train_c
 floats at full precision, absent values empty. status is the planner's (optimal |
 feasible | infeasible | timeout; `paraplan plan` explains each) or failed, with the error in
 `error`. --json also appends one JSON object per job: job_id, instance, inputs, attempts,
-status, error, and result (`solver.commands.result_json`, with the whole plan; null if failed).
+status, error, and result (`solver.result_json.result_json`, with the whole plan; null if failed).
 Both outputs must be regular files or absent; their directory is checked before anything is
 solved. Without --resume an existing output file is an error, not overwritten: a sweep may hold
 hours of results. With --resume the done rows are kept, failed rows are dropped, and every job
@@ -79,7 +79,6 @@ would; tests/robustness/test_sweep.py uses it. Nothing else reads the variable.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import itertools
@@ -87,7 +86,6 @@ import json
 import multiprocessing
 import os
 import stat
-import sys
 import uuid
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -96,11 +94,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import Section, load_instance_parts, read_yaml
+from paraplan.cost.readers.fields import Section
+from paraplan.cost.readers.instance import load_instance_parts
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.specs import Instance
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.commands.jsonout import json_safe
-from paraplan.solver.commands.outputs import check_output_path
+from paraplan.solver.outputs import check_output_path
+from paraplan.solver.result_json import json_safe, result_json
 
 BACKENDS = ("cpsat", "milp")
 DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
@@ -290,7 +290,6 @@ def run_job(job: SweepJob) -> dict:
     """Solve one job (in a worker process): `result_json` of the plan."""
     if os.environ.get(TEST_CRASH_ENV) == job.name:
         os._exit(TEST_CRASH_EXIT_CODE)
-    from paraplan.solver.commands.planning import result_json
     from paraplan.solver.solve import solve
 
     res = solve(job.instance, backend=job.backend, time_limit_s=job.time_limit_s,
@@ -697,80 +696,3 @@ def run_sweep(sweep: Sweep, *, csv_path: str, jsonl_path: str | None = None,
         executor.close(interrupted)
         results.close()
     return outcome
-
-
-# --- the sub-command -------------------------------------------------------------------------
-
-def _progress_line(outcome: SweepOutcome, in_progress: int) -> None:
-    finished = sum(outcome.statuses.values())
-    to_run = outcome.total - outcome.skipped
-    skipped = f", {outcome.skipped} skipped as done" if outcome.skipped else ""
-    sys.stderr.write(f"\r  {finished}/{to_run} jobs finished, {len(outcome.failed)} failed,"
-                     f" {in_progress} in progress{skipped}  ")
-    sys.stderr.flush()
-
-
-def _positive_workers(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InstanceError("<arguments>", "--workers", f"expected a positive integer, got {text!r}",
-                            "give the number of worker processes, e.g. --workers 4")
-    return value
-
-
-def cmd_sweep(args) -> int:
-    workers = _positive_workers(args.workers)
-    if workers is not None and args.dask_scheduler is not None:
-        raise InstanceError("<arguments>", "--workers", "applies to the local process pool only",
-                            "drop it; with --dask-scheduler the Dask workers set the parallelism")
-    sweep = load_sweep(args.sweep)
-    csv_path = args.output or f"{sweep.name}.csv"
-    show = not args.quiet and sys.stderr.isatty()
-    outcome = run_sweep(sweep, csv_path=csv_path, jsonl_path=args.json, workers=workers,
-                        cluster=args.dask_scheduler, resume=args.resume,
-                        progress=_progress_line if show else None)
-    if show and outcome.total > outcome.skipped:
-        sys.stderr.write("\n")
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.statuses.items()))
-    print(f"{sweep.name}: {outcome.total} jobs; {outcome.skipped} already done"
-          f"{'; ' + counts if counts else ''}; results in {csv_path}")
-    for row in outcome.failed:
-        print(f"failed: {row['job_id']} {row['instance']} after {row['attempts']} tries:"
-              f" {row['error']}", file=sys.stderr)
-    return 1 if outcome.failed else 0
-
-
-class _DeprecatedCluster(argparse.Action):
-    """`sweep --cluster ADDRESS`: still accepted, with one deprecation line on stderr."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print("paraplan: warning: `sweep --cluster` is deprecated (elsewhere --cluster is a cluster"
-              " YAML); use --dask-scheduler ADDRESS", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def register(sub) -> None:
-    s = sub.add_parser("sweep", help="plan every job of a sweep file, in parallel",
-                       description="Plan every job of SWEEP (see solver/sweep/run.py for the file),"
-                                   " on local worker processes or a Dask cluster; one CSV row"
-                                   " per job, written as each finishes.")
-    s.add_argument("sweep", metavar="SWEEP", help="sweep YAML")
-    s.add_argument("--workers", metavar="N",
-                   help="local worker processes (default: the CPU count divided by the"
-                        " sweep's solver threads)")
-    s.add_argument("--dask-scheduler", metavar="ADDRESS", dest="dask_scheduler",
-                   help="run on this dask.distributed scheduler, e.g. tcp://host:8786")
-    # the old spelling, deprecated: `--cluster` names a cluster YAML in every other command
-    s.add_argument("--cluster", metavar="ADDRESS", dest="dask_scheduler", action=_DeprecatedCluster,
-                   help=argparse.SUPPRESS)
-    s.add_argument("-o", "--output", metavar="CSV", help="results CSV (default: <name>.csv)")
-    s.add_argument("--json", metavar="JSONL", help="also write one JSON object per job")
-    s.add_argument("--resume", action="store_true",
-                   help="keep the CSV's done rows and run only the other jobs")
-    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    s.set_defaults(func=cmd_sweep)

@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from export_support import GOLDENS, ROOT, export, golden_plan_file
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import MlaSpec, Mlp, MoeSpec
 from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export import ExportRefused, to_deepspeed, to_torchtitan
@@ -49,7 +49,8 @@ def plan_file(tmp_path, instance: str, plan: dict):
     """`plan` on the bundled instance as `paraplan plan -o` writes it."""
     import yaml
 
-    from paraplan.cost.loader import plan_file_mapping, plan_from_mapping
+    from paraplan.cost.readers.plan_writer import plan_file_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     inst = load_instance(ROOT / instance)
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan_file_mapping(inst, plan_from_mapping(plan, inst)), sort_keys=False))
@@ -244,7 +245,7 @@ def test_deepseek_v3_with_context_parallelism_registers_a_flavor_without_flex_at
 
 
 def plan_from_golden(inst, instance: str) -> Plan:
-    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     return plan_from_mapping(GOLDENS[f"{instance}:nominal"]["plan"], inst)
 
 
@@ -260,7 +261,7 @@ TINY_MLA_MOE = replace(TINY_MOE, model=replace(
 def test_a_latent_attention_moe_plan_exports_to_torchtitan_exactly(tmp_path, capsys):
     import yaml
 
-    from paraplan.cost.loader import plan_file_mapping
+    from paraplan.cost.readers.plan_writer import plan_file_mapping
     # ZeRO-2 (FSDP kept gathered), ep 4 of dp 8: each a torchtitan knob, so no deviation
     plan = tiny_plan(zero=2, ep=4)
     path = tmp_path / "plan.yaml"

@@ -12,7 +12,9 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost import memory, schedule
-from paraplan.cost.loader import load_instance, override_search, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.search import override_search
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main

@@ -6,7 +6,10 @@ functions that solve with it). The solvers' own backends still load them, which 
 case checks, so the first cannot pass by checking the wrong module names. Nor does it load the
 report's plotting library (matplotlib), the sweep's cluster scheduler (dask, distributed), the
 thread pool of --threads (concurrent.futures) or the scenario objectives' module
-(paraplan.solver.dynamic), each checked loaded where its own feature runs."""
+(paraplan.solver.dynamic), each checked loaded where its own feature runs; nor the calibration's
+fitter (paraplan.cost.fit: a plan reads the stored predictions and each GPU's die, cost/dies.py)
+or difflib, which only a mistyped name or choice reads (the did-you-mean tests in tests/cli and
+tests/instances run it)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ print(json.dumps({{"code": code, "loaded": sorted(({{m.split(".")[0] for m in sy
 """
 # what a plan with the default backend never uses (module docstring)
 WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "concurrent.futures",
-           "paraplan.solver.dynamic")
+           "paraplan.solver.dynamic", "paraplan.cost.fit", "difflib")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:

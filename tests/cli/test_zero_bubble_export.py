@@ -10,7 +10,8 @@ import pytest
 from export_support import GOLDENS, ROOT, llama405_v2, zbv_split
 from paraplan.cost.specs import Instance
 from paraplan.cost.specs import Framework
-from paraplan.cost.loader import load_instance, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
 from paraplan.solver.export import to_torchtitan
 

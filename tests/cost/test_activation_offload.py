@@ -13,7 +13,7 @@ import yaml
 
 from paraplan.cost import moe, moe_params
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.moe_params import MoeParams
 from paraplan.cost.specs import OffloadModule, Outer, RecomputeModule
 

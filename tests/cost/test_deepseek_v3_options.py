@@ -18,7 +18,8 @@ import yaml
 from paraplan.cost import coefficients, dualpipe, moe
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.loader import instance_to_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeDispatcher, Outer, PipelineSchedule
 from paraplan.cost.plan_specs import Plan
@@ -234,7 +235,7 @@ def test_deepep_on_a_dense_model_is_refused(tmp_path):
 
 
 def test_options_round_trip(tmp_path):
-    from paraplan.cost.loader import instance_from_mapping
+    from paraplan.cost.readers.instance import instance_from_mapping
     inst = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP,
                              pipeline_schedule=PipelineSchedule.DUALPIPE), max_nodes_per_token=4)
     back = instance_from_mapping(instance_to_mapping(inst), "<test>")
@@ -329,7 +330,7 @@ def test_megatron_export_leaves_out_routing_groups_that_cannot_bind_or_be_expres
 def test_search_ep_on_the_command_line_is_a_list():
     # `--search ep=64` narrows the expert-parallel degrees as `search: {ep: [64]}` does (it was
     # refused as "takes one value"); the published layout on the bundled instance
-    from paraplan.cost.loader import override_search
+    from paraplan.cost.readers.search import override_search
     from paraplan.solver.commands.inputs import search_overrides
     assert search_overrides(["ep=64"]) == {"ep": [64]}
     assert search_overrides(["ep=8,64"]) == {"ep": [8, 64]}
@@ -341,7 +342,7 @@ def test_mixed_clusters_refuse_dualpipe_and_take_deepep(tmp_path):
     # DualPipe is priced by `simulate` of one GPU type only (cost/dualpipe.py): refused on a
     # mixed cluster rather than ignored. DeepEP's dispatch is priced there (an expert group lies
     # inside one class's stage on one group: tests/hetero/test_moe_mixed.py)
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.specs import MoeDispatcher
     raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
     raw["job"]["pipeline_schedule"] = "dualpipe"
@@ -376,8 +377,8 @@ def test_dualpipe_shrinks_a_dense_pipelines_bubble_to_its_formula():
 def test_a_search_override_on_a_group_file_is_checked_against_its_recompute_modules(tmp_path):
     # group files take recompute_modules (selective), which excludes full recomputation as in
     # Megatron-LM; `--search full_recompute=true` must be refused there as in a homogeneous file
-    from paraplan.cost.loader import load_instance
-    from paraplan.cost.loader import override_search
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.search import override_search
     raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
     raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
     raw["job"]["recompute_modules"] = ["moe_act"]

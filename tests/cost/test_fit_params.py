@@ -10,7 +10,7 @@ import pytest
 
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.fit import FA2_PEAK_FRACTION, MIN_ROWS_PER_DIE, parameter_table
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 
 ROWS = ["A100-SXM4-80GB"] * MIN_ROWS_PER_DIE + ["H100-SXM5-80GB"] * MIN_ROWS_PER_DIE
 

@@ -26,7 +26,9 @@ from paraplan.cost.coefficients import in_flight_micro_batches
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import (CAUSAL_ATTENTION_FRACTION, layer_matmuls, layer_params, logits_flops,
                         model_params)
-from paraplan.cost.loader import load_catalogue, load_instance, plan_from_mapping
+from paraplan.cost.readers.gpus import load_catalogue
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Cluster, ClusterSpec, Link, Mlp, ModelSpec
 from paraplan.cost.plan_specs import Plan

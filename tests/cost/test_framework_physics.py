@@ -19,7 +19,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.framework import behaviour, recompute_regather_params
 from paraplan.cost.flops import layer_weight_sizes
-from paraplan.cost.loader import load_instance, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Cluster, Framework, Mlp, ModelSpec
 
@@ -331,7 +332,7 @@ def test_recompute_early_stop_loads_and_round_trips(tmp_path):
     # job.recompute_early_stop in an instance file reaches the JobSpec, and instance_to_mapping
     # writes it back; left out, it stays None (the framework decides)
     import yaml
-    from paraplan.cost.loader import instance_to_mapping
+    from paraplan.cost.readers.instance_writer import instance_to_mapping
     raw = yaml.safe_load((INSTANCES / "llama3-8b-64xH100.yaml").read_text())
     raw["job"]["framework"] = "torchtitan"
     raw["job"]["recompute_early_stop"] = False
@@ -356,7 +357,7 @@ def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
     from paraplan.cost.calibration import load_published, row_to_instance_plan
     from paraplan.cost.coefficients import _layer_costs, homogeneous_placement, megatron_layer
     from paraplan.cost.flops import layer_params
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     row = next(r for r in load_published() if r["id"] == "narayanan21-t2-zero3-174.6B-384gpu")
     inst, plan = row_to_instance_plan(row, load_catalogue())
     assert inst.job.framework is Framework.DEEPSPEED
@@ -455,7 +456,7 @@ def test_transformer_engine_kernel_is_a_megatron_fact():
 
 def test_a100_keeps_flashattention_under_transformer_engine():
     # Ampere: TE runs FlashAttention-2, so the catalogue gives no cuDNN speedup there.
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     cat = load_catalogue()
     assert cat["A100-SXM4-80GB"].cudnn_attention_speedup == 1.0
     assert cat["H200-SXM-141GB"].cudnn_attention_speedup == cat["H100-SXM5-80GB"].cudnn_attention_speedup

@@ -13,7 +13,8 @@ import yaml
 from paraplan.cost import comm
 from paraplan.cost.coefficients import ADAM_STEP_BYTES_PER_PARAM, build, homogeneous_placement, memory_time_s
 from paraplan.cost.framework_rules import FRAMEWORK_RULES, unpriced_reason
-from paraplan.cost.loader import load_instance, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework, Outer
 from paraplan.solver.exhaustive import exhaustive
@@ -166,7 +167,7 @@ def test_a_mixed_cluster_plans_it_as_exhaustive_search_does(tmp_path):
     # H100), torchtitan with ZeRO-3 only: the class planner's optimum equals brute force over
     # the same declared space (solver/exhaustive.exhaustive); the optimum pipelines
     # (a stage on each group) with FSDP inside it
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.exhaustive import exhaustive
     from paraplan.solver.search import search
     raw = yaml.safe_load((ROOT / "instances/hetero/tiny-2types.yaml").read_text())

@@ -19,7 +19,9 @@ from paraplan.cost import memory
 from paraplan.cost.calibration import load_rows, predict_rows, row_to_instance_plan
 from paraplan.cost.errors import ConfigError, InstanceError
 from tests.job_files import tiny_with_job
-from paraplan.cost.loader import instance_to_mapping, load_catalogue, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
+from paraplan.cost.readers.gpus import load_catalogue
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework, GradReduceDtype, JobSpec, Optimizer, Precision
 

@@ -16,7 +16,9 @@ import yaml
 from paraplan.cost.calibration import load_published, row_to_instance_plan
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework import grad_reduce_overlaps
-from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_catalogue, load_instance
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework, JobSpec, Optimizer

@@ -14,7 +14,7 @@ import pytest
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, build, homogeneous_placement, layer_time_floor_s,
                                         megatron_layer)
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Outer, Recompute
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ publish (tests/validation/test_moe_anchor.py reproduces their step-time / TFLOP/
 from pytest import approx
 
 from paraplan.cost.flops import megatron_flops_per_token
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.plan_specs import Plan
 from paraplan.solver.search import search
 

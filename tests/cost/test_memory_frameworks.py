@@ -7,7 +7,7 @@ import pytest
 from paraplan.cost import memory
 from paraplan.cost.calibration import BUNDLED_FILES, load_rows, predict_rows, row_to_instance_plan
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework, JobSpec, Optimizer
 
@@ -83,7 +83,7 @@ def test_apex_optimizer_space_is_zero1():
     # full gradient buffer: ZeRO-1 only (cost/framework_rules.OPTIMIZER_ZERO_STAGES); the same
     # instance with Adam keeps Megatron's four stages
     import dataclasses
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.space import one_group_outers as outer_configs
     inst = load_instance(str(Path(__file__).resolve().parents[2] / "instances" / "tiny-gpt-8xA100.yaml"))
     apex = dataclasses.replace(inst, job=dataclasses.replace(inst.job, optimizer=Optimizer.APEX_DISTRIBUTED_ADAM))

@@ -17,7 +17,7 @@ import yaml
 from paraplan.cost import coefficients, dualpipe, memory
 from paraplan.cost.errors import ConfigError, InstanceError
 from tests.job_files import tiny_with_job
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import (Framework, JobSpec, Mlp, ModelSpec, Optimizer, Outer, Precision,
                                  RecomputeModule)
 
@@ -142,7 +142,8 @@ def test_bad_options_name_file_field_and_fix(tmp_path, extra, field, words):
 
 
 def test_options_load_and_round_trip(tmp_path):
-    from paraplan.cost.loader import instance_from_mapping, instance_to_mapping
+    from paraplan.cost.readers.instance import instance_from_mapping
+    from paraplan.cost.readers.instance_writer import instance_to_mapping
     data = yaml.safe_load((ROOT / "instances" / "tiny-gpt-8xA100.yaml").read_text())
     data["model"]["mlp"] = "swiglu"
     data["job"].update(recompute_modules=["layernorm"], activation_fp8_input_store=True,
@@ -232,7 +233,7 @@ def test_dense_prefix_categories_keep_the_workspace_its_own():
     # The first stage holds DeepSeek-V3's 3 dense layers: its workspace is one layer's backward
     # buffers, as on stage 1 (both widest at MLA's Q + K + V = 65,536 > 2 x 18,432), not the
     # dense layers' state and activations leaking into it (it read -50.7 GiB before)
-    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.cost.memory_breakdown import stage_categories_bytes
     inst = load_instance(ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml")
     plan = plan_from_mapping(ANCHOR_PLAN, inst)
@@ -245,7 +246,7 @@ def test_memory_command_shows_dualpipe_devices(tmp_path, capsys):
     # summing to cost/dualpipe.iteration's memory (77.5 GiB on device 1 when written; 75.0 GiB
     # since a rank's expert stash is the mean rank's, cost/moe.STASH_IMBALANCE, with the fitted
     # imbalance 1.2, which priced as a stash factor made it 79.9 of the 78.0 GiB usable)
-    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.solver.commands.cli import main
     raw = yaml.safe_load((ROOT / "instances" / "deepseek-v3-shaped-2048xH800.yaml").read_text())
     raw["job"]["pipeline_schedule"] = "dualpipe"

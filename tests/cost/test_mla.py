@@ -25,7 +25,8 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import (attention_in_weights, attention_projections, gemm_output_elements, layer_matmuls, layer_params,
                                  linear_weight_params, model_flops_per_token, moe_attention_view,
                                  replicated_layer_params)
-from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
 from paraplan.cost.specs import MlaSpec, Mlp, ModelSpec, Outer
 from paraplan.cost.plan_specs import Plan
 

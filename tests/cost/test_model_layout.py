@@ -19,7 +19,7 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import (attended_keys, causal_score_fraction, layer_matmuls, layer_params,
                         model_flops_per_token, model_params)
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.model_notes import model_warnings
 from paraplan.cost.specs import Mlp, ModelSpec, Outer
 from paraplan.cost.plan_specs import Plan
@@ -238,7 +238,7 @@ def test_standard_attention_keeps_the_whole_score_matrix():
 def test_tensor_parallel_splits_heads_not_hidden(tmp_path):
     # hidden 1,000 with 16 heads of 64: tp splits the 16 heads (Q 1,024 wide), so every power
     # of two up to the node's 8 GPUs divides the attention; hidden itself need not divide
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.class_layouts import tp_values
     inst = load_instance(_instance_with_model(tmp_path, hidden=1000, head_dim=64))  # as one group
     assert tp_values(inst, (0,)) == [1, 2, 4, 8]

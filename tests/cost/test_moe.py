@@ -15,7 +15,8 @@ from paraplan.cost.moe import COMBINED_1F1B_HIDDEN_FRACTION
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import active_params, model_flops_per_token, model_params
-from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Cluster, MoeSpec, Outer
 
@@ -239,7 +240,8 @@ def test_the_space_holds_ep_divisors_and_the_moe_rules():
 
 
 def test_plan_file_round_trips_ep(tmp_path):
-    from paraplan.cost.loader import load_plan, plan_to_mapping
+    from paraplan.cost.readers.plan_reader import load_plan
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     inst = mixtral()
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=2, ep=4)
     from paraplan.cost.plan_specs import Plan

@@ -11,7 +11,7 @@ import pytest
 
 from paraplan.cost import coefficients, moe, moe_params
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.moe_params import MoeParams
 from paraplan.cost.specs import Outer, RecomputeModule
 

@@ -14,7 +14,10 @@ import pytest
 from paraplan.cost import coefficients, moe
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping, search_from_section
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
+from paraplan.cost.readers.search import search_from_section
 from paraplan.cost.space_rules import expert_layouts, moe_refusal
 from paraplan.cost.specs import Outer
 from paraplan.cost.plan_specs import Plan
@@ -153,7 +156,8 @@ def test_search_space_pairs():
     assert expert_layouts(inst.model, inst.search, 4, 2, False) == [(1, None), (2, None)]
     listed = replace(inst.search, etp=(2,))  # exactly the listed value
     assert expert_layouts(inst.model, listed, 4, 2, True) == [(1, 2), (2, 2), (4, 2)]
-    from paraplan.cost.loader import Section, SEARCH_KEYS
+    from paraplan.cost.readers.fields import Section
+    from paraplan.cost.readers.search import SEARCH_KEYS
     bad = search_from_section(Section({"etp": [3]}, "x.yaml", "search", SEARCH_KEYS))
     refusal = moe_refusal(bad, inst.model, frozenset({"etp"}))
     assert refusal is not None and "14336" in refusal.problem

@@ -13,7 +13,7 @@ import pytest
 
 from paraplan.cost import coefficients, moe
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Outer
 
 QWEN3 = Path(__file__).resolve().parents[2] / "instances" / "qwen3-235b-a22b-256xH100.yaml"

@@ -17,7 +17,7 @@ import pytest
 
 from paraplan.cost import coefficients
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Outer
 
 MIXTRAL = Path(__file__).resolve().parents[2] / "instances" / "mixtral-8x7b-64xH100.yaml"

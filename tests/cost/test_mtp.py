@@ -16,7 +16,7 @@ from paraplan.cost import coefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import expert_params, layer_params, model_params, output_params
 from paraplan.cost.hf_config import model_from_hf_config
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.memory import mtp_stage_params
 from paraplan.cost.memory_breakdown import stage_categories_bytes
 from paraplan.cost.specs import Outer

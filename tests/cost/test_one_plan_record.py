@@ -7,8 +7,11 @@ import pytest
 from paraplan import instances
 from paraplan.cost.specs import Instance
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.loader import plan_from_mapping, plan_to_mapping
-from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 
 TINY = Path(instances.__file__).parent / "tiny-gpt-8xA100.yaml"

@@ -20,7 +20,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.flops import (active_params, expert_params, layer_elementwise_bytes,
                                  layer_params, model_params)
-from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
 from paraplan.cost.specs import Outer
 
 INSTANCES = Path(__file__).resolve().parents[2] / "instances"

@@ -90,7 +90,7 @@ def test_the_bundled_data_files_read_through_the_cache_are_what_the_strict_loade
     # ran.yaml, moe.yaml and moe_crossval.yaml (read_cache.bundled_yaml): written to a fresh
     # cache, then read from it, both equal to parsing the file; each is cached (JSON gives it
     # back equal), so a later process reads the copy
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     files = [calibration.RAN_FILE, calibration.PUBLISHED_DIR / "moe.yaml",
              calibration.PUBLISHED_DIR / "moe_crossval.yaml"]
     for _ in range(2):
@@ -100,29 +100,30 @@ def test_the_bundled_data_files_read_through_the_cache_are_what_the_strict_loade
 
 
 def test_the_catalogue_is_read_once_while_its_file_stays(tmp_path, monkeypatch):
-    from paraplan.cost import loader
+    from paraplan.cost.errors import InstanceError
+    from paraplan.cost.readers import gpus, strict_yaml
     src = tmp_path / "gpus.yaml"
-    src.write_text(loader.CATALOGUE_PATH.read_text(encoding="utf-8"), encoding="utf-8")
+    src.write_text(gpus.CATALOGUE_PATH.read_text(encoding="utf-8"), encoding="utf-8")
     reads: list = []
-    real = loader.read_yaml
-    monkeypatch.setattr(loader, "read_yaml", lambda path, **kw: reads.append(path) or real(path, **kw))
-    first = loader.load_catalogue(src)
+    real = strict_yaml.read_yaml
+    monkeypatch.setattr(gpus, "read_yaml", lambda path, **kw: reads.append(path) or real(path, **kw))
+    first = gpus.load_catalogue(src)
     first["mine"] = None  # a caller's own types (catalogue_with_gpu_types) stay its own
-    second = loader.load_catalogue(src)
+    second = gpus.load_catalogue(src)
     assert len(reads) == 1 and "mine" not in second
-    assert second == loader._gpu_types(real(src), str(src), "")
+    assert second == gpus._gpu_types(real(src), str(src), "")
     # the file rewritten (another size, as its time may not move within a clock tick): read
     # again, its new value in force
     text = src.read_text(encoding="utf-8")
     line = "hbm_gib: 80               # NVIDIA H100"
     assert text.count(line) == 1
     src.write_text(text.replace(line, "hbm_gib: 79.5               # NVIDIA H100"), encoding="utf-8")
-    changed = loader.load_catalogue(src)
+    changed = gpus.load_catalogue(src)
     assert len(reads) == 2
     assert (second["H100-SXM5-80GB"].hbm_bytes, changed["H100-SXM5-80GB"].hbm_bytes) == (80 * 2**30, 79.5 * 2**30)
     missing = tmp_path / "none.yaml"  # the reader's own error, naming the file
-    with pytest.raises(loader.InstanceError) as err:
-        loader.load_catalogue(missing)
+    with pytest.raises(InstanceError) as err:
+        gpus.load_catalogue(missing)
     assert err.value.path == str(missing)
 
 
@@ -134,9 +135,9 @@ def test_a_plan_parses_each_yaml_file_at_most_once_and_none_of_the_cached_ones(t
     import sys
     root = Path(__file__).resolve().parents[2]
     code = ("import collections, contextlib, io, sys\n"
-            "from paraplan.cost import loader\n"
-            "real, seen = loader.read_yaml, collections.Counter()\n"
-            "loader.read_yaml = lambda path, **kw: seen.update([str(path).rsplit('/', 1)[-1]]) or real(path, **kw)\n"
+            "from paraplan.cost.readers import strict_yaml\n"
+            "real, seen = strict_yaml.read_yaml, collections.Counter()\n"
+            "strict_yaml.read_yaml = lambda path, **kw: seen.update([str(path).rsplit('/', 1)[-1]]) or real(path, **kw)\n"
             "from paraplan.solver.commands.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main(['plan', {str(root / 'instances' / 'tiny-gpt-8xA100.yaml')!r}, '--quiet'])\n"

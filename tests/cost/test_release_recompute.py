@@ -15,7 +15,8 @@ import yaml
 from paraplan.cost.calibration import load_published, load_rows, row_ran
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import recompute_pattern, release_has, release_space
-from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Framework, Recompute

@@ -13,7 +13,8 @@ import yaml
 
 from paraplan.cost.calibration import load_rows, row_ran
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.instance_writer import instance_to_mapping
 from paraplan.cost.releases import current_release, find_release
 from paraplan.cost.specs import Framework, JobSpec, SearchSpace
 from paraplan.solver.commands.cli import main

@@ -15,7 +15,8 @@ import pytest
 from paraplan.cost.specs import Cluster
 from paraplan import instances
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_instance, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.scale import expected_max_standard_normal, slowest_rank_fraction
 from paraplan.cost.simulate import simulate
 

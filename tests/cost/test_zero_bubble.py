@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from paraplan.cost import schedule
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.schedule import TorchSchedule as S
 from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan

@@ -197,7 +197,7 @@ def test_problem_terms_are_what_simulate_prices(tmp_path):
     # cost/dualpipe.terms) evaluates a split to the time cost/dualpipe.iteration gives the
     # plan, and its memory check is the simulator's, on random splits of a small MoE model
     from paraplan.cost import dualpipe
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.plan_specs import Plan
     from paraplan.solver.search import dualpipe_problem
     from paraplan.solver.space import declared_outers

@@ -59,7 +59,7 @@ HETERO_SEEDS = range(40)
 
 def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
     """A case planned by the one entry (solver/solve.py), its plan as its plan file writes it."""
-    from paraplan.cost.loader import plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.solve import solve
 
     # objective_s: what was minimised (search.objective). The limit only guards against a hang:
@@ -74,7 +74,7 @@ def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
 def bundled_cases() -> list[tuple[str, str]]:
     """(instance file, objective) of every bundled golden; mixed clusters with scenarios are
     planned for every objective their scenarios allow."""
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
 
     out = []
     for rel in BUNDLED:
@@ -93,12 +93,13 @@ def bundled_cases() -> list[tuple[str, str]]:
 def _written_with_groups(rel: str) -> bool:
     """Whether the bundled file lists node groups (`cluster:` with `groups:`): its goldens were
     planned with CP-SAT."""
-    from paraplan.cost.loader import is_groups_mapping, read_yaml
+    from paraplan.cost.readers.cluster import is_groups_mapping
+    from paraplan.cost.readers.strict_yaml import read_yaml
     return is_groups_mapping(read_yaml(ROOT / rel))
 
 
 def plan_bundled(rel: str, objective: str) -> dict:
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
 
     inst = load_instance(ROOT / rel)
     return _record(inst, objective, "cpsat") if _written_with_groups(rel) else _record(inst)

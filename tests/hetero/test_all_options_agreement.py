@@ -18,7 +18,7 @@ import functools
 
 import pytest
 
-from paraplan.cost.plan_specs import Cluster, Scenario
+from paraplan.cost.specs import Cluster, Scenario
 from paraplan.cost.specs import Link
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search

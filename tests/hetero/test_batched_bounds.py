@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from randinst import random_cluster_instance
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.bounds import batched
 from paraplan.solver.bounds.batched import balanced_split, balanced_splits, lower_bounds_s
 from paraplan.solver.search import problems_for

@@ -3,7 +3,7 @@ clusters had before the one-planner merge is a subset of the instance's declared
 is a subset of the full space, so their optima can only improve in that order (each is proved
 optimal over its own space)."""
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.bench.mixed import MIXED_DIR, full_space, previous_space
 from paraplan.solver.search import search
 

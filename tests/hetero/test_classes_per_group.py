@@ -15,7 +15,7 @@ from agreement_support import (assert_mixed_backends_agree_with_exhaustive, asse
 from randinst import random_cluster_instance
 
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute, SearchSpace

@@ -14,10 +14,11 @@ from randinst import group_tp_instance
 
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.class_coefficients import class_coefficients
-from paraplan.cost.loader import (plan_from_mapping, plan_to_mapping,
-                                         load_instance)
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.plan_specs import ClassShape, ClassOuter, Plan, ReplicaClass
-from paraplan.cost.loader import InstanceError
+from paraplan.cost.errors import InstanceError
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers

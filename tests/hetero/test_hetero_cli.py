@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.specs import Cluster
-from paraplan.cost.loader import load_instance, load_plan
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import load_plan
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +131,8 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
 
     import yaml
 
-    from paraplan.cost.loader import load_instance, load_plan
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.cost.simulate import simulate
     from paraplan.solver.solve import solve as plan
 

@@ -1,5 +1,5 @@
-"""cost/loader.py, node-group files: bundled ones load, unit conversions and link rules
-checked by hand, plans round-trip, and each malformed input names its field.
+"""cost/readers/ (cluster.py, scenarios.py), node-group files: bundled ones load, unit
+conversions and link rules checked by hand, plans round-trip, and each malformed input names its field.
 
 Expected numbers are datasheet figures converted by hand: 400 Gbit/s = 50e9 bytes/s, 200 Gbit/s
 = 25e9, 100 Gbit/s = 12.5e9; NVLink 900 GB/s (both directions) = 450e9 bytes/s one direction.
@@ -13,13 +13,15 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import (event_from_mapping, instance_from_mapping,
-                                plan_from_mapping, plan_to_mapping,
-                                is_groups_mapping, read_yaml,
-                                load_event, load_instance, load_plan)
+from paraplan.cost.readers.scenarios import event_from_mapping, load_event
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping, load_plan
+from paraplan.cost.readers.plan_writer import plan_to_mapping
+from paraplan.cost.readers.cluster import is_groups_mapping
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import Plan, ReplicaClass
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Recompute
 
 INSTANCES = Path(instances.__file__).parent
@@ -507,7 +509,7 @@ UNHONOURED_SEARCH = [
 
 @pytest.mark.parametrize("key, value, words", UNHONOURED_SEARCH)
 def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words):
-    from paraplan.cost.loader import override_search
+    from paraplan.cost.readers.search import override_search
 
     data = bad_base()
     data["search"] = {key: value}
@@ -519,7 +521,7 @@ def test_search_keys_a_mixed_cluster_cannot_honour_are_refused(key, value, words
 
 
 def test_search_keys_a_mixed_cluster_honours_are_kept():
-    from paraplan.cost.loader import override_search
+    from paraplan.cost.readers.search import override_search
 
     inst = instance_from_mapping(bad_base(), "bad.yaml")
     for key, value in [("zero", [0, 1]), ("zero", [1, 3]), ("zero", [3]), ("cp", [1]), ("cp", [1, 2]), ("max_cp", 4),

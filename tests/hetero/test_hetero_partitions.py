@@ -17,8 +17,9 @@ import pytest
 
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_outers, partitions_layer_fn
-from paraplan.cost.loader import (plan_from_mapping, plan_to_mapping,
-                                         load_instance)
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import scaled_times
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
 from paraplan.solver.class_partitions import OuterChoices
@@ -130,7 +131,7 @@ def test_partitions_compose_with_robust_and_expected_objectives():
     class and group only plans dominated on both networks' sites are dropped, and CP-SAT and
     CBC agree on the worst-case and the expected optimum; each is re-simulated on every
     scenario by the planner itself."""
-    from paraplan.cost.plan_specs import Cluster, Scenario
+    from paraplan.cost.specs import Cluster, Scenario
     from paraplan.cost.specs import Link
 
     inst = _with_partitions(load_instance(TINY2), tp=(4,), zero=(1,), sequence_parallel=(False,))

@@ -13,9 +13,10 @@ from randinst import random_instance
 from paraplan.cost.specs import Instance
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_coefficients
-from paraplan.cost.loader import load_event, load_instance
+from paraplan.cost.readers.scenarios import load_event
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.plan_specs import ClassShape, ClassOuter
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.specs import Outer, SearchSpace
 from paraplan.formulations.timeline import choose_plans, timeline_iterations

@@ -14,7 +14,7 @@ from agreement_support import (assert_mixed_backends_agree_with_exhaustive, asse
                                random_cluster_optimum)
 from randinst import random_cluster_instance
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import FAMILIES, class_shapes, cp_values, space_layouts, tp_choices

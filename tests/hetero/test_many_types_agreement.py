@@ -20,7 +20,7 @@ from randinst import Space
 
 from paraplan.cost.specs import Instance
 
-from paraplan.cost.plan_specs import Cluster, NodeGroup
+from paraplan.cost.specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search

@@ -13,8 +13,8 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from test_moe_mixed import moe_cluster_instance
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.loader import load_instance
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bounds.memory import proved_infeasible
 from paraplan.solver.search import problems_for, search

@@ -11,8 +11,10 @@ from paraplan import instances
 from paraplan.cost.specs import Instance
 from paraplan.cost import memory
 from paraplan.cost.class_coefficients import class_coefficients
-from paraplan.cost.loader import plan_from_mapping, load_instance
-from paraplan.cost.loader import load_instance, plan_from_mapping
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.memory_breakdown import CATEGORIES, class_categories_bytes, stage_categories_bytes
 from paraplan.cost.simulate import simulate
 from paraplan.solver.commands.cli import main

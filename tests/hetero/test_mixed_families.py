@@ -13,7 +13,7 @@ import pytest
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, assert_plan_file_round_trip
 from randinst import mixed_family_instance
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.class_layouts import class_shapes, cp_values, mixed_layouts, tp_choices

@@ -16,8 +16,8 @@ import yaml
 from randinst import random_cluster_instance
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.loader import load_instance
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import MoeSpec
 from paraplan.solver.exhaustive import exhaustive
@@ -220,7 +220,8 @@ def test_random_mixed_folding_instances_fold():
 def test_a_mixed_plan_file_keeps_its_expert_tensor_parallel_degree():
     # a folded optimum of the random mixed instances, written as a plan file and read back:
     # the same plan, etp included (a plan without etp writes none: etp = tp)
-    from paraplan.cost.loader import plan_from_mapping, plan_to_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     seed = next(s for s in FOLD_SEEDS if exhaustive(fold_cluster_instance(s)).plan is not None)
     inst = fold_cluster_instance(seed)
     plan = exhaustive(inst).plan

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.specs import Recompute
@@ -92,7 +92,7 @@ def test_dualpipe_beats_the_proved_1f1b_optimum_on_the_deepseek_instance():
     1,543 / 2,048)."""
     from dataclasses import replace
 
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
     inst = load_instance("instances/deepseek-v3-shaped-2048xH800.yaml")
@@ -114,7 +114,7 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
     the report's layout is optimal in paraplan's model of its schedule."""
     from dataclasses import replace
 
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.solve import solve as plan_homogeneous

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.api import plan, search
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive

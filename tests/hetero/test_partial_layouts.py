@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from test_many_types_agreement import many_types_instance
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.commands.cli import main
 from paraplan.solver.class_layouts import MAX_LAYOUTS, space_layouts
 from paraplan.solver.space import declared_outers

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paraplan.cost.plan_specs import Cluster, Period, Scenario, Switching
+from paraplan.cost.specs import Cluster, Period, Scenario, Switching
 from paraplan.cost.specs import Link
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.dynamic import plan_timeline
@@ -134,7 +134,7 @@ def test_timeline_at_p90_equals_brute_force(seed):
 def test_bundled_timeline_within_its_bound():
     """On the bundled dynamic instance (p90 by default) the choice does at most the iterations of
     every period at its scenario's optimum (the bound U of solver/dynamic's docstring)."""
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     inst = load_instance(Path(__file__).parents[2] / "instances/hetero/llama3-8b-dynamic.yaml")
     r = plan_timeline(inst, time_limit_s=600)  # a hang guard: the 60 s default ran out at load 15
     assert r.gap is not None and r.gap >= -1e-9

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from paraplan.cost.loader import load_instance
-from paraplan.cost.loader import override_search
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.search import override_search
 from paraplan.solver.commands.cli import main
 from paraplan.solver.commands.schema import validate
 from paraplan.solver.exhaustive import exhaustive

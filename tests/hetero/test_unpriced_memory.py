@@ -24,7 +24,7 @@ from randinst import group_tp_instance, random_cluster_instance, random_instance
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import search as search_module
 from paraplan.solver.bounds import memory as memory_bound
 from paraplan.solver.bounds import unpriced_memory

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from agreement_support import assert_mixed_backends_agree_with_exhaustive, pricing_in_small_chunks
-from paraplan.cost.plan_specs import Cluster, Instance, NodeGroup
+from paraplan.cost.specs import Cluster, Instance, NodeGroup
 from paraplan.cost.releases import Framework
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec, ZeroBubble

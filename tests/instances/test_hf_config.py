@@ -553,13 +553,14 @@ def test_any_expert_count_is_refused_as_moe(tmp_path):
 @pytest.mark.parametrize("stem", ["gemma-2-9b", "mistral-nemo-12b", "gpt2", "opt-1.3b", "qwen2-7b",
                                   "qwen3-8b", "gpt-oss-20b"])
 def test_imported_model_survives_a_plan_file(stem):
-    # `plan -o` writes the instance into the plan file (cost/loader.py instance_to_mapping): the
+    # `plan -o` writes the instance into the plan file (cost/readers/instance_writer.py): the
     # layout fields and the unpriced lines come back unchanged
     from dataclasses import replace as _replace
 
     import yaml as _yaml
 
-    from paraplan.cost.loader import instance_from_mapping, instance_to_mapping, load_instance
+    from paraplan.cost.readers.instance import instance_from_mapping, load_instance
+    from paraplan.cost.readers.instance_writer import instance_to_mapping
     from paraplan.instances import __file__ as instances_init
     base = load_instance(Path(instances_init).parent / "tiny-gpt-8xA100.yaml")
     inst = _replace(base, model=load(stem, seq_len=1024))

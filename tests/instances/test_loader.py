@@ -1,4 +1,4 @@
-"""cost/loader.py: bundled files load, unit conversions, plan defaults, and one fixture per error.
+"""cost/readers/: bundled files load, unit conversions, plan defaults, and one fixture per error.
 
 Expected numbers are the vendors' datasheet figures converted by hand (see cost/gpus.yaml).
 """
@@ -10,9 +10,10 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import (CATALOGUE_PATH, default_layer_split, gpu_from_mapping, load_catalogue,
-                         load_instance, load_plan, plan_from_mapping,
-                         plan_to_mapping)
+from paraplan.cost.readers.gpus import CATALOGUE_PATH, gpu_from_mapping, load_catalogue
+from paraplan.cost.readers.plan_reader import default_layer_split, load_plan, plan_from_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.specs import GpuSpec, Recompute
 from paraplan.cost.plan_specs import Plan
 
@@ -325,7 +326,7 @@ def test_plan_error_names_the_file(tmp_path):
 def test_search_override_is_checked_like_the_files_search():
     """--search tp=3 on 8 GPUs was planned as an empty space ("no plan fits"); it is refused
     naming the value, as `search: {tp: [3]}` in the file is."""
-    from paraplan.cost.loader import override_search
+    from paraplan.cost.readers.search import override_search
 
     inst = load_instance(TINY)
     with pytest.raises(InstanceError) as e:
@@ -359,7 +360,8 @@ def test_user_gpu_type_gives_its_cudnn_attention_curve(tmp_path):
     assert gpu.cudnn_attention_flops_per_s_by_keys == ((2048, 30e12), (8192, 60e12))
     # a plan file carries the user GPU (instance_to_mapping) and reads back the same curve
     import yaml
-    from paraplan.cost.loader import instance_from_mapping, instance_to_mapping
+    from paraplan.cost.readers.instance import instance_from_mapping
+    from paraplan.cost.readers.instance_writer import instance_to_mapping
     inst = load_instance(_my_gpu(tmp_path, cudnn_attention_tflops={8192: 60, 2048: 30}))
     back = instance_from_mapping(yaml.safe_load(yaml.safe_dump(instance_to_mapping(inst))), "p.yaml")
     assert back.cluster.gpu == gpu

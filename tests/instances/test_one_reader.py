@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance, override_search, plan_from_mapping, plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.search import override_search
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.plan_specs import ReplicaClass
 from paraplan.cost.space_rules import SEARCH_RULES, search_refusal
 from paraplan.cost.specs import PipelineSchedule, Recompute
@@ -96,7 +99,7 @@ def test_a_node_group_file_refuses_what_its_framework_cannot_run_as_a_flat_file_
     # DeepSpeed has no context parallelism (cost/framework_rules.py): `cp: [2]` is refused on a
     # flat file, and now on node groups too, where it was filtered out without a word
     import yaml
-    from paraplan.cost.loader import instance_from_mapping
+    from paraplan.cost.readers.instance import instance_from_mapping
     for path in (FLAT, TWO):
         data = yaml.safe_load(path.read_text())
         data["job"]["framework"] = "deepspeed"
@@ -104,3 +107,26 @@ def test_a_node_group_file_refuses_what_its_framework_cannot_run_as_a_flat_file_
         with pytest.raises(InstanceError) as e:
             instance_from_mapping(data, path)
         assert e.value.field == "search.cp" and "deepspeed" in str(e.value)
+
+
+@pytest.mark.parametrize("section, words", [
+    ({"moe": {"experts": 4, "top_k": 2, "expert_ffn": 256}}, "is a mixture-of-experts model"),
+    ({"mla": {"q_lora_rank": None, "kv_lora_rank": 64, "qk_nope_head_dim": 16,
+              "qk_rope_head_dim": 8, "v_head_dim": 16}}, "has multi-head latent attention"),
+])
+@pytest.mark.parametrize("path", [FLAT, TWO])
+def test_either_form_refuses_megatron_only_layers_under_another_framework(tmp_path, path, section, words):
+    # MoE layers and latent attention are priced as Megatron-core runs them, so a job under
+    # torchtitan is refused by whichever reader reads the file: on main the node-group reader
+    # let an MoE model under torchtitan through, priced as Megatron's (the flat one refused it)
+    import yaml
+    raw = yaml.safe_load(path.read_text())
+    raw["model"].update(section)
+    raw["model"].pop("kv_heads", None)  # latent attention needs kv_heads = heads
+    raw["job"]["framework"] = "torchtitan"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InstanceError) as err:
+        load_instance(bad)
+    assert (err.value.field, err.value.fix) == ("job.framework", "set job.framework: megatron")
+    assert words in err.value.problem and err.value.problem.endswith("not torchtitan")

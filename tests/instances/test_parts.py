@@ -1,4 +1,4 @@
-"""cost/loader.py `load_instance_parts` and solver/commands/inputs.py: instances assembled from an
+"""cost/readers/instance.py `load_instance_parts` and solver/commands/inputs.py: instances assembled from an
 instance file, a Hugging Face config, a cluster file and a job file; overrides; and errors that
 name the file they come from.
 """
@@ -12,7 +12,7 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance, load_instance_parts
+from paraplan.cost.readers.instance import load_instance, load_instance_parts
 from paraplan.cost.specs import SearchSpace
 from paraplan.solver.commands.inputs import add_instance_args, read_instance
 

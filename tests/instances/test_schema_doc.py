@@ -12,7 +12,9 @@ from paraplan.cost.docs.regions import region, replace_region
 from paraplan.cost.schema_keys import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-READERS = ("cost.loader",)
+# every module of the readers' room (cost/readers/), found on disk so a reader added later is read
+READERS = tuple(f"cost.readers.{p.stem}" for p in sorted((ROOT / "cost" / "readers").glob("*.py"))
+                if p.stem != "__init__")
 
 
 def test_the_page_is_what_the_generator_writes():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from paraplan.cost.specs import Instance
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.simulate import simulate
 from paraplan.cost.space_rules import slot_modes, split_slots_run

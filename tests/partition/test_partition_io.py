@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance, load_plan, plan_from_mapping, plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
+from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -150,7 +150,9 @@ def test_block_stream_round_trips_and_simulates():
     from pathlib import Path
 
     from paraplan.cost.errors import InstanceError
-    from paraplan.cost.loader import load_instance, plan_from_mapping, plan_to_mapping
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.cost.simulate import simulate
     inst = load_instance(Path(__file__).resolve().parents[2] / "instances" / "primepar"
                          / "primepar-opt-175b-32xV100.yaml")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.formulations.result import SolverError
 from paraplan.solver.solve import solve
 from paraplan.solver.commands import cli

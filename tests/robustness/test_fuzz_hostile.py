@@ -41,8 +41,10 @@ from hypothesis import strategies as st
 from paraplan import instances
 from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import event_from_mapping, instance_from_mapping
-from paraplan.cost.loader import load_instance, load_instance_parts, plan_from_mapping
+from paraplan.cost.readers.scenarios import event_from_mapping
+from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.readers.instance import load_instance, load_instance_parts
+from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.ranges import RANGES
 from paraplan.solver.sweep import run as sweep
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main

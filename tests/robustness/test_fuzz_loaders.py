@@ -1,6 +1,6 @@
 """Bad input of any shape: `paraplan` exits 2 with one stderr line, never a traceback or a hang.
 
-Contract (solver/commands/cli.py, cost/loader.py): a run either succeeds (exit 0) or exits 2 with exactly
+Contract (solver/commands/cli.py, cost/readers/): a run either succeeds (exit 0) or exits 2 with exactly
 one stderr line, `paraplan: error: FILE: FIELD: problem (fix: ...)`, FIELD being `<file>` for
 whole-file problems. Hypothesis drives the CLI in-process with
   (a) mutations of instances/tiny-gpt-8xA100.yaml (a value replaced, a key deleted or added),
@@ -10,7 +10,7 @@ whole-file problems. Hypothesis drives the CLI in-process with
   (e) mutations of a calibration row (`paraplan accuracy`);
 then explicit cases: empty, oversized and binary files, YAML bombs, deep nesting, 1e30 GPUs,
 NaN, unicode keys, tabs, duplicate keys. The size, alias and depth limits tested here are
-documented in cost/loader.py.
+documented in cost/readers/.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from paraplan import instances
 from paraplan.cost.calibration import load_rows
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import MAX_HF_CONFIG_BYTES
-from paraplan.cost.loader import MAX_FILE_BYTES, MAX_YAML_DEPTH
+from paraplan.cost.readers.strict_yaml import MAX_FILE_BYTES, MAX_YAML_DEPTH
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, EXIT_ROWS_REFUSED
 
@@ -154,7 +154,7 @@ KEYS = st.one_of(st.text(min_size=1, max_size=10),
                                   "a\nb", "plan", "<<"]))
 SIZES = st.one_of(st.integers(1, 64), st.sampled_from([128, 1024, 4096, 32000, 10**6, 10**9]))
 SMALL_LISTS = st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3, unique=True)
-# Every instance key (cost/loader.py's docstring) with values of its own type, mostly valid.
+# Every instance key (cost/readers/instance.py's docstring) with values of its own type, mostly valid.
 INSTANCE_VALUES = {
     ("model",): {"layers": st.integers(1, 64), "hidden": st.sampled_from([64, 256, 1024, 4096]),
                  "heads": st.sampled_from([1, 2, 4, 8, 16]), "kv_heads": st.sampled_from([1, 2, 4]),
@@ -723,7 +723,8 @@ def test_pure_python_yaml_parser_keeps_the_limits(tmp_path):
 import yaml
 del yaml.CSafeLoader
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import read_yaml, load_instance
+from paraplan.cost.readers.strict_yaml import read_yaml
+from paraplan.cost.readers.instance import load_instance
 assert load_instance({str(TINY)!r}).cluster.num_gpus == 8
 for name in {sorted(cases)!r}:
     try:
@@ -741,7 +742,7 @@ for name in {sorted(cases)!r}:
 
 
 def test_pure_python_yaml_parser_reads_every_bundled_file_alike():
-    """The strict loader parses with libyaml where PyYAML has it (loader._SAFE_LOADER) and
+    """The strict loader parses with libyaml where PyYAML has it (strict_yaml._SAFE_LOADER) and
     with the pure-Python parser otherwise: every bundled YAML file (the GPU catalogue, the
     published rows and the MoE anchors, every instance, cluster, job and sweep file) reads to
     the same data either way, compared by repr (floats, keys and their order included)."""
@@ -752,11 +753,11 @@ def test_pure_python_yaml_parser_reads_every_bundled_file_alike():
 import sys, yaml
 if sys.argv[1] == "python":
     del yaml.CSafeLoader
-from paraplan.cost import loader
-assert (loader._SAFE_LOADER is yaml.SafeLoader) == (sys.argv[1] == "python")
+from paraplan.cost.readers import strict_yaml
+assert (strict_yaml._SAFE_LOADER is yaml.SafeLoader) == (sys.argv[1] == "python")
 for path in {files!r}:
     big = "/published/" in path
-    print(repr(loader.read_yaml(path, calibration=big)))
+    print(repr(strict_yaml.read_yaml(path, calibration=big)))
 """
     outs = [subprocess.run([sys.executable, "-c", script, parser], capture_output=True, text=True,
                            timeout=300, cwd=root, check=True).stdout for parser in ("libyaml", "python")]

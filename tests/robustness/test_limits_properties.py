@@ -148,7 +148,7 @@ def test_deep_models_are_proved_optimal(layers, nodes, seed):
     """tiny-gpt made deep (hundreds to thousands of layers) on 8 or 16 A100s: proved optimal
     within the default limit, the plan re-simulates (the planner checks it), and the bound is
     the optimum."""
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     inst = load_instance(TINY)
     rng = random.Random(seed)
     model = dataclasses.replace(inst.model, layers=layers, seq_len=rng.choice([512, 1024, 2048]))
@@ -167,7 +167,7 @@ def test_a_timeline_whose_limit_leaves_a_scenario_without_a_plan_still_answers(m
     # follows the fastest candidate found for its scenario. Forced here: the second scenario's
     # search reports no plan, so its periods follow the fastest of the first scenario's optimum
     # and whatever else was found, each timed on the second scenario.
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver import dynamic
     inst = load_instance(str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"))
     second = inst.scenarios[1].cluster

@@ -162,7 +162,7 @@ def test_exhaustive_search_streams():
     # were 4 s and 16 s, 12 s of CPU more than needed to see it, issue 32)
     code = """
 import dataclasses, json, resource
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.exhaustive import exhaustive
 inst = load_instance("instances/hetero/tiny-2types.yaml")
 inst = dataclasses.replace(inst, search=dataclasses.replace(
@@ -270,7 +270,7 @@ def test_exhaustive_in_streamed_blocks_gives_the_same_answer(monkeypatch, name):
     # _rows_until): with blocks of a few rows the same plans are counted and the same first
     # optimum is found as in one block
     import dataclasses
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver import exhaustive
     path = ROOT / "instances" / name
     inst = load_instance(path)  # a flat file as its one group

@@ -140,7 +140,7 @@ def dualpipe_instance(tmp_path, seed: int):
 
     import yaml
 
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     rng = random.Random(seed)
     raw = yaml.safe_load(yaml.safe_dump(DUALPIPE_BASE))
     raw["model"]["layers"] = rng.randint(4, 8)
@@ -251,7 +251,7 @@ def test_a_dualpipe_job_that_fits_nowhere_is_infeasible_with_its_reason(tmp_path
     the runtime allowance exceeds it, so exhaustive search finds nothing either."""
     import yaml
 
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.solve import solve as plan
     raw = {"name": "dualpipe-nowhere",
            "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096,

@@ -20,7 +20,8 @@ import yaml
 
 from paraplan import instances
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
+from paraplan.solver.commands import sweep as sweep_command
 from paraplan.solver.sweep import run as sweep
 from paraplan.solver.solve import solve as plan
 
@@ -52,7 +53,7 @@ def write_sweep(folder: Path, **extra) -> Path:
 def run_cli(argv: list[str]) -> int:
     """`paraplan sweep ...` through the sub-command's own parser (cli.py registers the same)."""
     parser = argparse.ArgumentParser(prog="paraplan")
-    sweep.register(parser.add_subparsers(dest="command", required=True))
+    sweep_command.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 

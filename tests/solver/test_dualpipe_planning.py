@@ -14,7 +14,7 @@ import yaml
 
 from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers, summarize

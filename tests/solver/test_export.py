@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.loader import load_instance, plan_file_mapping, plan_to_mapping
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_writer import plan_file_mapping, plan_to_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Attention, Framework, Mlp, Precision, Recompute
 from paraplan.cost.plan_specs import Plan

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Mlp, Precision, Recompute
 from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export import to_deepspeed, to_megatron, to_torchtitan

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.simulate import simulate
-from paraplan.cost.trust import Features, Residual, band_pool, distance_level, objective_factor, quantile_factor
+from paraplan.cost.trust import (MIN_POOL_ROWS, Features, Residual, band_pool, distance_level, objective_factor,
+                                 quantile_factor, trust_for)
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive
@@ -80,18 +81,20 @@ def test_a_release_is_validated_only_by_rows_of_that_release():
 
 
 def test_quantile_factor_takes_the_residuals_at_the_plan_distance_or_farther():
-    # Families A and B: 3 rows each of _f() at 64 GPUs, log error 0.0; each validates all the
-    # other's features -> level 0. Families D (512 GPUs) and E (2,048 GPUs): 3 rows each with
+    # Families A and B: 15 rows each of _f() at 64 GPUs, log error 0.0; each validates all the
+    # other's features -> level 0. Families D (512 GPUs) and E (2,048 GPUs): 15 rows each with
     # pp = 2 and zero = 1, log error -0.2 (the model 18% fast); no other family has a row in
     # their scale bands -> zero, pp, die, framework and release unvalidated -> level 3 (capped).
-    # Every row is on A100, which 5+ rows of the other families run: every die fitted.
-    res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(3)]
+    # Every row is on A100, which 5+ rows of the other families run: every die fitted. (D and E
+    # hold 30 rows, MIN_POOL_ROWS = 29 or more: their level's pool is thick enough to be read.)
+    res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(15)]
            + [Residual(id=f"{fam}{i}", features=_f(family=fam, pp=2, zero=1, num_gpus=n), error=math.expm1(-0.2))
-              for fam, n in (("D", 512), ("E", 2048)) for i in range(3)])
+              for fam, n in (("D", 512), ("E", 2048)) for i in range(15)])
     # a plain plan on 64 GPUs is level 0: its pool is every row at level 0 or farther, all four
-    # families, each row 1/12. Sorted, D's and E's -0.2 sit at midpoints 1/24 .. 11/24, A's and
-    # B's 0.0 at 13/24 .. 23/24: the 10th percentile is -0.2 -> p90 factor exp(0.2); the median
-    # interpolates halfway from 11/24 to 13/24 -> -0.1 -> p50 factor exp(0.1)
+    # families, a quarter each (a row 1/60). Sorted, D's and E's -0.2 sit at midpoints 1/120 ..
+    # 59/120, A's and B's 0.0 at 61/120 .. 119/120: the 10th percentile is -0.2 -> p90 factor
+    # exp(0.2); the median interpolates halfway from 59/120 to 61/120 -> -0.1 -> p50 factor
+    # exp(0.1)
     pool, level, missing = band_pool(_f(), res)
     assert level == 0 and missing == [] and {r.features.family for r in pool} == {"A", "B", "D", "E"}
     assert quantile_factor(_f(), 0.9, res) == pytest.approx(math.exp(0.2))
@@ -105,41 +108,84 @@ def test_quantile_factor_takes_the_residuals_at_the_plan_distance_or_farther():
     assert {r.features.family for r in pool} == {"D", "E"}
     assert quantile_factor(far, 0.9, res) == pytest.approx(math.exp(0.2))
     assert quantile_factor(far, 0.5, res) == pytest.approx(math.exp(0.2))
-    # without E, level 3 holds one family (< MIN_LEVEL_FAMILIES = 2): the pool is every level's,
-    # A, B and D, each family a third of the weight (a row 1/9). Sorted by log error, D's three
-    # midpoints lie at cumulative 1/18, 3/18, 5/18, so the 10th percentile is D's -0.2 -> exp(0.2)
+    # without E, level 3 holds one family (< MIN_LEVEL_FAMILIES = 2), as do levels 2 and 1 (no
+    # row sits there): the pool is every level's, A, B and D, each family a third of the weight
+    # (a D row 1/45). Sorted by log error, D's 15 midpoints lie at cumulative 1/90 .. 29/90, so
+    # the 10th percentile is D's -0.2 -> exp(0.2)
     no_e = [r for r in res if r.features.family != "E"]
     pool, level, _ = band_pool(far, no_e)
     assert level == 3 and {r.features.family for r in pool} == {"A", "B", "D"}
     assert quantile_factor(far, 0.9, no_e) == pytest.approx(math.exp(0.2))
-    # and its median (p50) lies among A and B's 0.0 (midpoints 7/18 .. 17/18) -> factor 1
+    # and its median (p50) lies among A and B's 0.0 (midpoints 1/3 + 1/90 .. 89/90) -> factor 1
     assert quantile_factor(far, 0.5, no_e) == pytest.approx(1.0)
 
 
 def test_a_left_out_family_validates_nothing_its_band_is_built_from():
-    # Four families of 3 rows at 64 GPUs: A with pp = 2 and E with cp = 2 (log error -0.2), B
+    # Four families of 15 rows at 64 GPUs: A with pp = 2 and E with cp = 2 (log error -0.2), B
     # and D plain (0.0); C, the family left out, has pp = 2 and cp = 2. A ZeRO-1 query is level 1
     # (no row has ZeRO-1). Judged within the pool A, B, D, E, A's pp > 1 and E's cp > 1 have no
     # other family's rows -> A and E are level 1, B and D level 0: the pool at level 1 or
-    # farther is A and E (2 families). Were C's rows counted, they would validate both and
-    # every row would be level 0.
+    # farther is A and E (2 families, 30 rows >= MIN_POOL_ROWS = 29). Were C's rows counted, they
+    # would validate both and every row would be level 0.
     res = [Residual(id=f"{fam}{i}", features=_f(family=fam, **kw), error=math.expm1(e))
            for fam, kw, e in (("A", dict(pp=2), -0.2), ("B", {}, 0.0), ("C", dict(pp=2, cp=2), 0.0),
-                              ("D", {}, 0.0), ("E", dict(cp=2), -0.2)) for i in range(3)]
+                              ("D", {}, 0.0), ("E", dict(cp=2), -0.2)) for i in range(15)]
     pool, level, missing = band_pool(_f(zero=1), res, exclude_family="C")
     assert level == 1 and missing == ["zero=1"]
     assert {r.features.family for r in pool} == {"A", "E"}
 
 
+def test_a_level_thinner_than_the_minimum_pool_borrows_the_next_nearer_level():
+    # MIN_POOL_ROWS is the smallest n whose lowest of n draws lies below the true 10th
+    # percentile with 95% probability: 1 - 0.9^n >= 0.95, 0.9^28 = 0.0523, 0.9^29 = 0.0471 -> 29
+    assert 0.9 ** 28 > 0.05 >= 0.9 ** 29 and MIN_POOL_ROWS == 29
+    # A and B: 15 plain rows each at 64 GPUs (band 9-64), log error 0.0: they validate each
+    # other -> level 0. G: 15 rows at 64 GPUs with zero = 1 and pp = 2, log error +0.1: no other
+    # family runs either at 9-64 GPUs -> level 2. D (512 GPUs) and E (2,048 GPUs): 14 rows each
+    # with zero = 1 and pp = 2, log error -0.2: no other family's row in their scale bands ->
+    # ZeRO-1, pp, die, framework and release unvalidated -> level 3. Every row on A100.
+    # A plan on 128 GPUs (65-255: no row at all) with zero = 1, pp = 2 is level 3. Its level's
+    # pool, D and E, holds 28 rows of 2 families: thin (28 < 29), so it reads the rows at level
+    # 2 or farther: D, E and G, 43 rows of 3 families, a third of the weight each (a D or E row
+    # 1/42, a G row 1/45). Sorted, D's and E's -0.2 sit at midpoints 1/84 .. 55/84 (= 0.655),
+    # G's +0.1 at 2/3 + 1/90 (= 0.678) .. 89/90: r_10 = -0.2, r_90 = +0.1 -> the interval of a
+    # 10 s prediction is [10 e^-0.1, 10 e^0.2] = [9.048, 12.214] s, and the p10 factor e^-0.1.
+    def rows(e_rows):
+        return ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(15)]
+                + [Residual(id=f"g{i}", features=_f(family="G", zero=1, pp=2), error=math.expm1(0.1))
+                   for i in range(15)]
+                + [Residual(id=f"{fam}{i}", features=_f(family=fam, zero=1, pp=2, num_gpus=n),
+                            error=math.expm1(-0.2)) for fam, n, k in (("D", 512, 14), ("E", 2048, e_rows))
+                   for i in range(k)])
+    plan = _f(zero=1, pp=2, num_gpus=128)
+    res = rows(14)
+    pool, level, missing = band_pool(plan, res)
+    assert level == 3 and len(missing) == 5
+    assert len(pool) == 43 and {r.features.family for r in pool} == {"D", "E", "G"}
+    t = trust_for(plan, 10.0, res)
+    assert t.interval_s == pytest.approx((10 * math.exp(-0.1), 10 * math.exp(0.2)))
+    assert t.interval_s == pytest.approx((9.048, 12.214), abs=1e-3)
+    assert "rows at distance level 2 or farther (level 3: fewer than 29 rows" in t.group
+    assert quantile_factor(plan, 0.1, res) == pytest.approx(math.exp(-0.1))
+    # one more E row: level 3 holds 29 rows, thick enough -> D and E alone, every log error
+    # -0.2 -> the interval [10 e^0.2, 10 e^0.2] and the p10 factor e^0.2
+    res = rows(15)
+    pool, level, _ = band_pool(plan, res)
+    assert len(pool) == 29 and {r.features.family for r in pool} == {"D", "E"}
+    assert trust_for(plan, 10.0, res).interval_s == pytest.approx((10 * math.exp(0.2),) * 2)
+    assert quantile_factor(plan, 0.1, res) == pytest.approx(math.exp(0.2))
+
+
 def test_rows_on_a_die_without_fitted_efficiencies_are_kept_apart():
-    # A and B: 5 rows each on A100 at 64 GPUs, log error 0.0; C: 2 rows on V100, -0.5. A and B
-    # each see 5 A100 rows of another family (MIN_ROWS_PER_DIE = 5): fitted; C's V100 has no
-    # other family's rows: its efficiencies stay the catalogue defaults. An A100 plan (10 rows
-    # on its die) takes A and B only: every log error 0 -> p90 factor 1. A V100 plan's
+    # A and B: 15 rows each on A100 at 64 GPUs, log error 0.0; C: 2 rows on V100, -0.5. A and B
+    # each see 15 A100 rows of another family (MIN_ROWS_PER_DIE = 5): fitted; C's V100 has no
+    # other family's rows: its efficiencies stay the catalogue defaults. An A100 plan (30 rows
+    # on its die, MIN_POOL_ROWS = 29 or more) takes A and B only: every log error 0 -> p90
+    # factor 1. A V100 plan's
     # unfitted-die rows are C's alone (1 family < MIN_LEVEL_FAMILIES): it takes all three
     # families, a third each; C's -0.5 sits at midpoints 1/12, 3/12 -> the 10th percentile
     # is -0.5 -> exp(0.5)
-    res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(5)]
+    res = ([Residual(id=f"{fam}{i}", features=_f(family=fam), error=0.0) for fam in "AB" for i in range(15)]
            + [Residual(id=f"c{i}", features=_f(family="C", gpu="V100-SXM-32GB"), error=math.expm1(-0.5))
               for i in range(2)])
     assert {r.features.family for r in band_pool(_f(), res)[0]} == {"A", "B"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Cluster, GpuSpec, Instance
 from paraplan.solver.exhaustive import exhaustive

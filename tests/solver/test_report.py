@@ -22,7 +22,7 @@ import pytest
 from paraplan import instances
 from paraplan.cost import schedule
 from paraplan.cost.coefficients import StageCoefficients, build, in_flight_micro_batches
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Outer, Recompute
 from paraplan.cost.timeline import EventKind, makespan_s, one_f_one_b_events
 from paraplan.solver.format import seconds
@@ -386,7 +386,7 @@ def test_a_chart_of_wide_boxes_keeps_the_page_width():
 def test_partitioned_plan_is_drawn_with_its_own_coefficients():
     # A per-operator plan (here token splits) has its own layer times: the chart must end at
     # the planner's objective (pp = 1: formula and replay coincide), not at the Megatron plan's.
-    from paraplan.cost.loader import override_search
+    from paraplan.cost.readers.search import override_search
     inst = override_search(load_instance(TINY), {
         "tp": [4], "pp": [1], "zero": [0], "recompute": ["none"], "micro_batch": [4],
         "tensor_partitions": ["megatron", "spatial_temporal"]})
@@ -403,7 +403,7 @@ def test_partitioned_plan_is_drawn_with_its_own_coefficients():
 
 
 def test_report_compares_a_users_plan(tiny_report):
-    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     inst = load_instance(TINY)
     res = plan(inst, time_limit_s=30)
     mine = plan_from_mapping({"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "recompute": "selective",
@@ -414,7 +414,7 @@ def test_report_compares_a_users_plan(tiny_report):
 
 
 def test_mixed_cluster_report():
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.search import search
     inst = load_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
     res = search(inst, "cpsat", 30)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import space
 from paraplan.solver.bounds import memory as memory_bound
 from paraplan.solver.search import search

@@ -10,7 +10,8 @@ import yaml
 from paraplan.cost.calibration import load_rows, row_to_instance_plan
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import release_space
-from paraplan.cost.loader import load_catalogue, load_instance, load_instance_parts
+from paraplan.cost.readers.gpus import load_catalogue
+from paraplan.cost.readers.instance import load_instance, load_instance_parts
 from paraplan.cost.specs import (Cluster, Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
                         ModelSpec, Recompute, SearchSpace)
 from paraplan.cost.plan_specs import ClassShape

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from agreement_support import assert_backends_agree_with_exhaustive
-from paraplan.cost.loader import load_plan, plan_to_mapping
+from paraplan.cost.readers.plan_reader import load_plan
+from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.releases import Framework
 from paraplan.cost.specs import (Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                                  ZeroBubble)
@@ -119,7 +120,7 @@ def test_a_stage_wise_class_across_two_gpu_types_agrees_with_exhaustive(tmp_path
     # space.zero_bubble_modes); exhaustive search over every class shape, split and schedule
     # finds InterleavedZeroBubble on stages (h100, a100), which every backend proves
     from agreement_support import assert_mixed_backends_agree_with_exhaustive
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.exhaustive import exhaustive
     inst = load_instance(_torchtitan("instances/hetero/tiny-2types.yaml", tmp_path,
                                              {"virtual_stages": [2], "tp": [2, 4], "objective": "mean"}))
@@ -137,7 +138,7 @@ def test_llama3_70b_planned_for_torchtitan_runs_zbv(tmp_path, monkeypatch):
     # layer recomputed on stage 0 alone before the framework's recompute pattern was searched,
     # which torchtitan cannot run); with them pp 4, v 2 under ZBVZeroBubble (18.429 s), proved,
     # re-simulated with its schedule, and faster
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.simulate import simulate
     from paraplan.solver import space
     inst = load_instance(_torchtitan("instances/llama3-70b-512xH100.yaml", tmp_path))

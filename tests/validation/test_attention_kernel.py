@@ -19,7 +19,7 @@ import pytest
 from paraplan.cost.calibration import load_published, predict_rows
 from paraplan.cost.coefficients import ATTENTION_HALF_KEYS
 from paraplan.cost.flops import layer_matmuls
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.specs import ModelSpec
 
 # Dao 2023: the fastest FlashAttention-1-era kernel at 16k keys, causal, head dim 128 (the

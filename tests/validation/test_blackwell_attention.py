@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.cost.coefficients import attention_efficiency
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.releases import Framework
 from paraplan.cost.specs import JobSpec
 

@@ -116,7 +116,7 @@ def test_a_source_of_no_known_family_is_priced_not_dropped():
     # full recomputation is what the run must have used, and the row is predicted.
     from paraplan.cost.calibration import (OTHER_FAMILY, RAN_DEFAULTS, row_ran, row_to_instance_plan,
                                            source_family)
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import Framework
     row = _unknown_source_row("unknown")
@@ -138,7 +138,7 @@ def test_sequence_parallel_with_tp_1_is_ignored_as_megatron_does():
     # parallelism is disabled". A row that says sequence_parallel: true at tp 1 (NeMo's configs
     # keep the key on) is priced without it, not refused.
     from paraplan.cost.calibration import row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     row = _unknown_source_row("none")
     row["model"] = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
                         seq_len=8192, mlp="swiglu")
@@ -157,7 +157,7 @@ def test_a_stated_recompute_is_never_overridden_by_the_source():
     # 2022 default (none) belongs to the bundled rows' evidence, not to their source, and the
     # facts the row does not state are listed as unknown, priced with RAN_DEFAULTS.
     from paraplan.cost.calibration import row_ran, row_to_instance_plan, source_family
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     from paraplan.cost.specs import Attention, Recompute
     row = _unknown_source_row("selective")
     row["id"], row["source"] = "nemo-launcher-unbundled", "NVIDIA/NeMo-Megatron-Launcher README"
@@ -176,7 +176,7 @@ def test_every_bundled_row_states_what_it_ran():
     # cost/published/ran.yaml names each bundled row exactly once, and only bundled rows
     import collections
     from paraplan.cost.calibration import RAN_FILE, load_published
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     named = collections.Counter(i for e in read_yaml(RAN_FILE) for i in e["rows"])
     ids = [r["id"] for r in load_published()]
     assert set(named) == set(ids) and set(named.values()) == {1}
@@ -190,7 +190,7 @@ def test_table_1_rows_are_priced_as_the_papers_scripts_ran_them():
     # 76.1B: 60 layers over pp 4 = 15 a stage, in chunks of 5: virtual_stages 3; global batch
     # 1792 over dp 32 = 56 a replica, in 56 / 2 = 28 micro-batches.
     from paraplan.cost.calibration import load_published, row_config, row_to_instance_plan
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     rows = {r["id"]: r for r in load_published()}
     cat = load_catalogue()
     _, plan = row_to_instance_plan(rows["narayanan21-t1-18.4B"], cat)
@@ -249,7 +249,7 @@ def test_a_run_is_replanned_within_what_its_release_ran():
     # another framework) gets the whole space
     from paraplan.cost.calibration import load_published, row_to_instance_plan
     from paraplan.cost.framework_rules import release_space
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     from paraplan.cost.specs import Framework, Recompute, SearchSpace
     old = release_space(Framework.MEGATRON, 2021)
     assert (old.sequence_parallel, old.recompute, old.zero, old.virtual_stages) == (
@@ -281,7 +281,7 @@ def test_nemo_2407_rows_ran_flashattention_2_through_transformer_engine():
     # TFLOP/s, no cuDNN speedup); no other bundled row states it.
     from paraplan.cost.calibration import load_published, row_ran, row_to_instance_plan
     from paraplan.cost.coefficients import attention_efficiency
-    from paraplan.cost.loader import load_catalogue
+    from paraplan.cost.readers.gpus import load_catalogue
     rows = load_published()
     fa2 = [r["id"] for r in rows if not row_ran(r).cudnn_attention]
     assert len(fa2) == 12 and all(i.startswith("nemo2407-") for i in fa2)

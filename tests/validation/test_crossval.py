@@ -7,7 +7,7 @@ import yaml
 
 from paraplan.cost.calibration import load_published, predict_rows, source_family
 from paraplan.cost.crossval import UNFITTED, fit_fold, load_stored, stale_rows, unfitted_catalogue
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.trust import coverage, coverage_report, published_residuals
 from paraplan.solver.commands.cli import main
 from paraplan.solver.commands.exit_codes import EXIT_ROWS_REFUSED
@@ -31,7 +31,7 @@ def test_the_stored_cross_validation_is_the_current_models():
     # and out-of-sample predictions differ for every family of 6 rows or more. (A fold can land
     # on the fit of all rows: without the 6 ZeRO-3 rows the fit takes the same grid point.)
     from paraplan.cost.crossval import CROSSVAL_FILE
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     folds = {f["family"]: f for f in read_yaml(CROSSVAL_FILE)["folds"]}
     _, adopted = _adopted_fit()
     by_family = {}
@@ -57,7 +57,7 @@ def test_no_fold_fits_a_parameter_onto_its_bound():
     # cuBLAS's measured size curve (cost/fit.py), fitted by no fold; every fold fits every other
     # parameter inside its range.
     from paraplan.cost.crossval import CROSSVAL_FILE
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     folds = read_yaml(CROSSVAL_FILE)["folds"]
     assert len(folds) == 8
     assert {f["family"]: f["on_bound"] for f in folds if f["on_bound"]} == {}

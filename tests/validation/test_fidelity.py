@@ -14,7 +14,7 @@ import pytest
 
 from paraplan.cost.calibration import BUNDLED_FILES, load_rows, predict_rows, row_to_instance_plan, source_family
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.simulate import simulate
 from paraplan.cost.trust import ranking_pairs
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.cost.coefficients import fp8_matmul_time_s, memory_time_s
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 
 # (groups, M per group, N, K, measured TFLOP/s)
 DEEPGEMM_H800 = [

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from paraplan.cost.calibration import load_catalogue, load_published, predict_rows, row_to_instance_plan
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import DEFAULT_MEMORY_RESERVE_GIB
 from paraplan.cost.units import GIB_BYTES

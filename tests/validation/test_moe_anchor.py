@@ -23,7 +23,9 @@ import pytest
 from paraplan.cost import coefficients, dualpipe
 from paraplan.cost.calibration import PUBLISHED_DIR
 from paraplan.cost.flops import megatron_flops_per_token
-from paraplan.cost.loader import load_instance, plan_from_mapping, read_yaml
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.moe_anchors import anchor_instance, anchor_rows, price
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import ModelSpec, MoeDispatcher, Optimizer, PipelineSchedule

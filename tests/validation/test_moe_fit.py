@@ -25,7 +25,7 @@ def test_stored_cross_validation_matches_todays_prices():
 
 
 def test_stored_fit_is_the_parameters_in_force_inside_their_ranges():
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     stored = read_yaml(moe_fit.CROSSVAL_FILE)
     assert MoeParams(**stored["fitted"]) == FITTED
     for fold in stored["folds"]:
@@ -37,7 +37,7 @@ def test_stored_fit_is_the_parameters_in_force_inside_their_ranges():
 
 def test_the_fit_reports_the_parameters_on_their_bounds():
     # a fitted value on its bound means the model misses something: said, not hidden
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     assert read_yaml(moe_fit.CROSSVAL_FILE)["fitted_on_bound"] == FITTED.on_bound()
     assert MoeParams(dropless_imbalance=1.07, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=1.0,
                      layer_fixed_s=1e-3, expert_gemm_issue_s=1e-5).on_bound() == {"dropless_imbalance": "lower",
@@ -70,7 +70,7 @@ def test_loss_and_argmin_by_hand():
 def test_out_of_sample_error_of_a_table_uses_a_fit_without_it():
     # each stored fold was fitted on the other tables' rows only: its training rows are the
     # rest of the anchors, and the held-out rows' errors are those of the fold's parameters
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     stored = read_yaml(moe_fit.CROSSVAL_FILE)
     rows = {r["id"]: r for r in moe_fit.fitted_rows()}
     fold = next(f for f in stored["folds"] if f["rows"] == 1)
@@ -114,7 +114,7 @@ def test_leave_one_table_out_mean_abs_error_at_most_12_pct():
 @pytest.mark.slow
 def test_cross_validation_reproduces_the_stored_file():
     # about 2.5 min: the whole fit and its folds, recomputed
-    from paraplan.cost.loader import read_yaml
+    from paraplan.cost.readers.strict_yaml import read_yaml
     cv = moe_fit.cross_validate()
     assert cv.fitted == FITTED
     stored = read_yaml(moe_fit.CROSSVAL_FILE)

@@ -24,7 +24,7 @@ import pytest
 
 from paraplan.cost.fit import die
 from paraplan.cost.flops import megatron_flops_per_token
-from paraplan.cost.loader import load_instance
+from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from paraplan.cost.calibration import load_published, row_to_instance_plan
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.fit import die
 from paraplan.cost.trust import (MFU_RECORD_MIN_GPUS, fastest_published_runs, memory_headroom_warning,
                                  mfu_records, workload_key)

@@ -17,7 +17,7 @@ import dataclasses
 import pytest
 
 from paraplan.cost.calibration import load_published, row_to_instance_plan
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import SearchSpace
 from paraplan.solver.solve import solve as plan

@@ -77,6 +77,24 @@ def test_accuracy_json_has_no_nan_when_nothing_is_modelled(capsys, tmp_path):
     assert report["mape"] is None and report["bias"] is None and len(report["not_modelled"]) == 1
 
 
+@pytest.mark.parametrize("path, floor", [(BUNDLED_FILES[0], 0.730), (BUNDLED_FILES[1], 0.594)],
+                         ids=lambda x: getattr(x, "name", str(x)))
+def test_a_file_read_alone_keeps_its_nested_coverage(capsys, path, floor):
+    # `paraplan accuracy FILE --json`, key cv_interval_coverage_nested: each row's band built
+    # from that file's other families' residuals alone (cost/trust.covered), where the pools are
+    # thin. A calibrated 80% band's coverage of n independent rows is binomial, sd
+    # sqrt(0.16 / n), 99% of samples above 80 - 2.576 sd: 73.0% for the 214 bf16 rows (sd 2.73
+    # points), 59.4% for the 25 FP8 rows (sd 8.0). The bound is one-sided: 174 of the 214 are
+    # MosaicML's, whose errors share one offset, so the figure moves in steps of their share
+    # (a band holds about half of them or nearly all) and reads above the binomial upper end,
+    # 87.9% (159 of 174 MosaicML rows), while the regression this guards against, a band drawn
+    # from 21 rows of 3 families at MosaicML's distance level, read 54.2% (cost/trust.py,
+    # MIN_POOL_ROWS). The FP8 file reads 68.0%: every band there is the file's other rows.
+    assert main(["accuracy", str(path), "--json"]) == 0
+    nested = json.loads(capsys.readouterr().out, parse_constant=_no_nan)["cv_interval_coverage_nested"]
+    assert floor <= nested < 1.0
+
+
 # --- ranking -----------------------------------------------------------------------------------
 
 def _row(id_, tp, pp, dp, measured_s, batch=8):
@@ -209,7 +227,7 @@ def test_mfu_record_warning_above_the_published_record_only():
     from dataclasses import replace
 
     from paraplan.cost.flops import model_flops_per_token
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.trust import mfu_record_warning
 
     inst = load_instance(REPO_ROOT / "instances" / "gpt3-175b-1024xA100.yaml")
@@ -301,7 +319,7 @@ def test_memory_headroom_warning_when_fewer_than_three_rows_of_the_scale_fill_me
     # 95% (< MIN_VALIDATING_ROWS = 3) -> one line naming 2 rows and the fullest, 97.0%. A third
     # row at 95% (>= counts: the plan is no fuller than it) -> 3 -> no line.
     from paraplan.cost import trust
-    from paraplan.cost.loader import load_instance
+    from paraplan.cost.readers.instance import load_instance
     inst = load_instance(TINY)
     monkeypatch.setattr(trust, "peak_memory_fraction", lambda inst, plan: 0.95)
     rows = ((0.97, "r1"), (0.96, "r2"), (0.90, "r3"))

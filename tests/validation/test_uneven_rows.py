@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from paraplan.cost.calibration import load_rows, predict_rows, row_to_instance_plan
-from paraplan.cost.loader import load_catalogue
+from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.solver.commands.cli import main
 from paraplan.solver.commands.exit_codes import EXIT_ROWS_REFUSED
 from paraplan.solver.commands.inputs import read_calibration_files

@@ -74,7 +74,7 @@ def plan_file(inst, plan, read) -> dict:
     read it; `inst`: as planned): a flat file's plan of one class on every GPU in the flat
     format with its instance (export, memory and compare read it), any other (or any plan of
     a node-group file) in the group format."""
-    from paraplan.cost.loader import plan_file_mapping, plan_to_mapping
+    from paraplan.cost.readers.plan_writer import plan_file_mapping, plan_to_mapping
     if inst.written_as_groups or not inst.flat and not plan.is_flat_on(inst.cluster):
         return {"plan": plan_to_mapping(plan, inst)}
     return plan_file_mapping(read, plan)

@@ -1,0 +1,377 @@
+"""The one plan reader: a plan file in either form, flat or of replica classes.
+
+Plan file, at top level or under a `plan:` key (`paraplan plan -o` also writes the instance it
+was made for beside it, under `instance:`, in cost/readers/instance.py's schema; see
+`plan_file_instance`)::
+
+    tp: 8
+    pp: 4
+    dp: 2
+    cp: 1                            # default 1
+    micro_batch: 1                   # sequences per micro-batch
+    num_micro_batches: 64            # default global_batch / (dp * micro_batch), must divide
+    sequence_parallel: true          # default false
+    recompute: selective             # none | selective | full, default none
+    zero: 1                          # 0..3, default 0
+    virtual_stages: 1                # default 1
+    layers_per_stage: [20, 20, 20, 20]   # default: default_layer_split()
+    full_recompute_layers: [0, 0, 0, 0]  # default all 0, or layers_per_stage for recompute: full
+
+`recompute: full` becomes `Recompute.NONE` with every layer in `full_recompute_layers` (unless
+that list is given); `plan_to_mapping` writes it back the same way.
+
+Plan file of replica classes, at top level or under a `plan:` key::
+
+    tp: 8                            # tensor parallelism, all classes: inside a node or whole nodes
+    micro_batch: 1
+    sequence_parallel: false         # default false
+    recompute: selective             # none | selective | full, default none (full as in
+                                     #   the flat form above: every layer fully recomputed)
+    zero: 1                          # 0 | 1 | 2 | 3, default 0 (where the framework runs it)
+    ep: 1                            # expert parallel degree (MoE models), default 1
+    etp: 1                           # expert tensor parallel degree (MoE models), default: tp
+    family: stage                    # stage | replica | mixed, default stage
+    classes:                         # non-empty list of replica classes
+      - replicas: 2
+        stages: [h100, h100, a100]   # the group name hosting each pipeline stage
+        num_micro_batches: 32        # per replica and iteration
+        layers_per_stage: [30, 30, 20]   # default: default_layer_split
+        full_recompute_layers: [0, 0, 0] # default all 0, or layers_per_stage for full
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.framework_rules import unpriced_reason
+from paraplan.cost.schedule import TorchSchedule
+from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
+from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.specs import Framework, Instance, Recompute, ZeroBubble
+from paraplan.cost.pipeline_split import megatron_split
+from paraplan.cost.plan_specs import Plan, ReplicaClass
+from paraplan.cost.readers.strict_yaml import read_yaml
+from paraplan.cost.readers.fields import (Section, check_int, config_errors_as, describe,
+                                          did_you_mean_or_known, enum_values, list_items)
+from paraplan.cost.readers.instance import instance_from_mapping
+
+
+_PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
+              "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
+              "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
+              "embedding_in_split", "loss_in_split", "zero_bubble")
+RECOMPUTE_FULL = "full"
+
+
+def default_layer_split(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
+    """Layers per pipeline stage when the plan gives none: as even as possible.
+
+    The split is done in chunks of `virtual_stages` layers, so every stage stays divisible by
+    it. Leftover chunks go one each to the middle stages 1..pp-2, because the first and last
+    stages also carry the embedding and the output layer. Only when the leftover is pp-1 does
+    one more go to stage 0: the embedding lookup is nearly free, while the last stage's output
+    projection and loss cost about a layer of compute. E.g. 10 layers on 4 stages: [2, 3, 3, 2];
+    7 layers on 4 stages: [2, 2, 2, 1].
+    """
+    assert layers % virtual_stages == 0 and layers // virtual_stages >= pp >= 1
+    chunks, leftover = divmod(layers // virtual_stages, pp)
+    counts = [chunks] * pp
+    for stage in [*range(1, pp - 1), 0][:leftover]:
+        counts[stage] += 1
+    return tuple(c * virtual_stages for c in counts)
+
+
+def plan_from_mapping(mapping: Any, inst: Instance, path: str | Path = "<memory>") -> Plan:
+    """A Plan for `inst` from a plan mapping (bare, or as a plan file writes it: {'plan': {...}},
+    with the instance it was made for under `instance:`, which plan_file_instance reads), in
+    either form: replica classes (`classes:`), or a flat plan, the one class on every GPU of a
+    one-group cluster."""
+    path = str(path)
+    if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
+        mapping = mapping["plan"]
+    if len(inst.cluster.groups) > 1 or isinstance(mapping, dict) and "classes" in mapping:
+        return _class_plan(mapping, inst, path)
+    return _flat_plan(mapping, inst.group_alone(0), path)
+
+
+def _flat_plan(mapping: Any, inst: Instance, path: str) -> Plan:
+    """plan_from_mapping of a flat plan (module docstring) on `inst`'s one group."""
+    sec = Section(mapping, path, "plan", _PLAN_KEYS)
+    tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
+    micro_batch = sec.integer("micro_batch")
+    virtual_stages = sec.integer("virtual_stages", 1)
+    recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
+                           Recompute.NONE.value)
+
+    layers_per_stage, embedding, loss = plan_layer_split(sec, inst.model.layers, pp, virtual_stages)
+    zero_bubble = plan_zero_bubble(sec, inst)
+    if layers_per_stage is None:
+        layers = inst.model.layers
+        if layers % virtual_stages:
+            raise sec.error("virtual_stages", f"the model's {layers} layers do not divide into"
+                            f" chunks of virtual_stages={virtual_stages}",
+                            "choose virtual_stages dividing the layer count")
+        if layers // virtual_stages < pp:
+            raise sec.error("pp", f"pp={pp} stages x virtual_stages={virtual_stages} exceed the"
+                            f" model's {layers} layers", "use fewer pipeline stages")
+        layers_per_stage = default_layer_split(layers, pp, virtual_stages)
+
+    full = sec.int_list("full_recompute_layers", pp)
+    if full is None:
+        full = layers_per_stage if recompute == RECOMPUTE_FULL else (0,) * pp
+
+    if sec.has("num_micro_batches"):
+        num_micro_batches = sec.integer("num_micro_batches")
+    else:
+        batch = inst.job.global_batch
+        if batch % (dp * micro_batch):
+            raise sec.error("num_micro_batches", f"cannot be derived: global_batch={batch} is not"
+                            f" divisible by dp*micro_batch={dp * micro_batch}",
+                            "choose dp and micro_batch whose product divides global_batch")
+        num_micro_batches = batch // (dp * micro_batch)
+
+    m = inst.model
+    agree = (f"make the plan agree with instance '{inst.name}': {inst.cluster.num_gpus} GPUs,"
+             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads,"
+             f" {m.kv_heads} kv_heads, seq_len {m.seq_len}")
+    with config_errors_as(path, "plan", agree):
+        plan = Plan.flat(
+            tp=tp, pp=pp, dp=dp, cp=sec.integer("cp", 1),
+            micro_batch=micro_batch,
+            num_micro_batches=num_micro_batches,
+            sequence_parallel=sec.boolean("sequence_parallel", False),
+            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
+            zero=sec.integer("zero", 0),
+            virtual_stages=virtual_stages,
+            layers_per_stage=layers_per_stage,
+            full_recompute_layers=full,
+            partitions=plan_partitions(sec),
+            ep=sec.integer("ep", 1),
+            etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
+            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
+        )
+        plan.check_against(inst)
+    return _plan_runs(sec, inst, plan)
+
+
+def _plan_runs(sec: Section, inst: Instance, plan: Plan) -> Plan:
+    """`plan`, read from `sec`, once what every plan reader refuses is ruled out: a zero-bubble
+    schedule on a shape torch does not run it with (one class only), and what no command may
+    price, ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason), refused as the plan is
+    read, so simulate, memory, compare, report and export all refuse it."""
+    if plan.zero_bubble is not None:
+        c0 = plan.classes[0]
+        problem = ("the space plans a zero-bubble schedule for one replica class" if len(plan.classes) > 1
+                   else torch_schedule_problem(TorchSchedule(plan.zero_bubble.value), len(c0.stage_groups),
+                                               plan.virtual_stages, c0.num_micro_batches))
+        if problem:
+            raise sec.error("zero_bubble", problem, "leave zero_bubble out, or give the plan a shape"
+                            " torch runs the schedule with")
+    unpriced = unpriced_reason(inst.job.framework, plan.zero, max(len(c.stage_groups) for c in plan.classes))
+    if unpriced:
+        problem, fix = unpriced.split("; ", 1)
+        raise sec.error("zero", problem, fix + " (or plan the instance: the planner never proposes it)")
+    return plan
+
+
+def plan_zero_bubble(sec, inst) -> ZeroBubble | None:
+    """A plan section's zero_bubble (torch's zero-bubble schedule, cost/zero_bubble.py): only
+    torchtitan runs one (the plan's shape is checked against torch's rules once it is read)."""
+    if not sec.has("zero_bubble"):
+        return None
+    kind = ZeroBubble(sec.choice("zero_bubble", enum_values(ZeroBubble)))
+    if inst.job.framework is not Framework.TORCHTITAN:
+        raise sec.error("zero_bubble", f"{kind.value} is a torch.distributed.pipelining schedule;"
+                        f" framework {inst.job.framework.value} does not run it",
+                        "leave zero_bubble out (1F1B, interleaved with virtual_stages > 1)")
+    return kind
+
+
+def plan_layer_split(sec: Section, layers: int, pp: int, v: int
+                     ) -> tuple[tuple[int, ...] | None, bool, bool]:
+    """(layers per stage, embedding_in_split, loss_in_split) of a plan section; the split is
+    None where the section leaves it to default_layer_split. It is given as `layers_per_stage`,
+    or as Megatron-core gives it (cost/pipeline_split.py): `first_stage_layers` /
+    `last_stage_layers` with the other stages even (--decoder-first/last-pipeline-num-layers), or
+    `embedding_in_split` / `loss_in_split` alone, every stage then holding as many layers with
+    the embedding / loss counted as one (--account-for-embedding/loss-in-pipeline-split). Each
+    stage's layers, with those counted, must fill its v model chunks equally."""
+    from paraplan.cost.pipeline_split import chunk_problem, megatron_split
+    embedding = sec.boolean("embedding_in_split", False)
+    loss = sec.boolean("loss_in_split", False)
+    ends = {key: sec.integer(key) for key in ("first_stage_layers", "last_stage_layers") if sec.has(key)}
+    if (embedding or loss) and pp == 1:
+        raise sec.error("embedding_in_split" if embedding else "loss_in_split",
+                        "counts the embedding or loss as a pipeline layer, but pp = 1",
+                        "remove it (it only places layers between pipeline stages)")
+    split = sec.int_list("layers_per_stage", pp)
+    if split is not None and ends:
+        raise sec.error(next(iter(ends)), "given beside layers_per_stage, which already fixes"
+                        " every stage's layers", f"remove {next(iter(ends))}, or layers_per_stage")
+    if split is None and (ends or embedding or loss):
+        key = next(iter(ends)) if ends else "embedding_in_split" if embedding else "loss_in_split"
+        try:
+            split = megatron_split(layers, pp, v, first=ends.get("first_stage_layers"),
+                                   last=ends.get("last_stage_layers"), embedding=embedding, loss=loss)
+        except ConfigError as e:
+            raise sec.error(key, f"{e} (the model has {layers} layers, pp={pp}, virtual_stages={v})",
+                            "give counts Megatron-core can split (cost/pipeline_split.py), or the"
+                            " whole split as layers_per_stage") from None
+    if split is not None:
+        problem = chunk_problem(split, v, embedding, loss)
+        if problem:
+            raise sec.error("layers_per_stage", problem,
+                            "give each stage a multiple of virtual_stages layers, counting the"
+                            " embedding (stage 0) and loss (last stage) as one layer where"
+                            " embedding_in_split / loss_in_split say so")
+    return split, embedding, loss
+
+
+def plan_partitions(sec: Section, key: str = "partitions") -> tuple[tuple[str, str], ...]:
+    """`partitions: {qkv: K, attn_core: heads, ..., stream: B2x2}` (cost/partition.py; the
+    stream is optional: absent, Megatron's layout of the plan's sequence_parallel flag);
+    absent: Megatron. `key`: the field of `sec` holding it."""
+    if not sec.has(key):
+        return ()
+    from paraplan.cost.partition import OPS, PLAN_OPS, STREAM
+    sub = sec.section(key, PLAN_OPS)
+    out = []
+    for op in OPS:
+        out.append((op, sub.string(op)))
+    if sub.has(STREAM):
+        out.append((STREAM, sub.string(STREAM)))
+    return tuple(out)
+
+
+def load_plan(path: str | Path, inst: Instance) -> Plan:
+    """The plan file at `path` for `inst`, in either form (plan_from_mapping)."""
+    return plan_from_mapping(read_yaml(path), inst, path)
+
+
+# `paraplan plan -o` writes the instance beside the plan, so that a plan made from part files
+# (--hf-config --cluster --job) can be exported or simulated without an instance file.
+
+PLAN_FILE_INSTANCE_KEY = "instance"
+
+
+def plan_file_instance(data: Any, path: str | Path) -> Instance | None:
+    """The instance the plan file `data` (as read from `path`) carries under `instance:`; None
+    when it carries none (plan files written before paraplan wrote it, or written by hand)."""
+    if not isinstance(data, dict) or PLAN_FILE_INSTANCE_KEY not in data:
+        return None
+    return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], path, PLAN_FILE_INSTANCE_KEY)
+FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.Plan.family
+_CLASS_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
+              "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble", "classes")
+_CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
+               "full_recompute_layers", "partitions")
+
+
+def _class_plan(mapping: Any, inst: Instance, path: str) -> Plan:
+    """plan_from_mapping of a plan of replica classes (module docstring)."""
+    sec = Section(mapping, path, "plan", _CLASS_PLAN_KEYS)
+    names = tuple(x.name for x in inst.cluster.groups)
+    micro_batch = sec.integer("micro_batch")
+    by_group = _group_tp(sec, names, path)  # tp: {GROUP: N, ...}, a tp per group
+    tp = 0 if by_group else sec.integer("tp")
+    zero, cp, v = sec.integer("zero", 0), sec.integer("cp", 1), sec.integer("virtual_stages", 1)
+    recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
+                           Recompute.NONE.value)
+    embedding = sec.boolean("embedding_in_split", False)
+    loss = sec.boolean("loss_in_split", False)
+    zero_bubble = plan_zero_bubble(sec, inst)
+    classes = []
+    for field, raw in list_items(sec, "classes", each="class"):
+        c = Section(raw, path, field, _CLASS_KEYS)
+        if not c.has("stages"):
+            raise c.error("stages", "missing required key 'stages'",
+                          "add 'stages: [GROUP, ...]', the group hosting each pipeline stage")
+        stages = c.list_of("stages", lambda v, f: _group_index(path, names, v, f),
+                           "group names")
+        pp = len(stages)
+        layers = c.int_list("layers_per_stage", pp)
+        if layers is None:
+            if inst.model.layers < pp:
+                raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
+                              " layers", "use fewer pipeline stages")
+            if embedding or loss:  # Megatron-core's split with the slots (R4)
+                with config_errors_as(path, field, "give layers_per_stage"):
+                    layers = megatron_split(inst.model.layers, pp, v, embedding=embedding, loss=loss)
+            elif inst.model.layers % v or inst.model.layers < v * pp:
+                raise c.error("stages", f"{pp} stages of {v} chunks do not split the model's"
+                              f" {inst.model.layers} layers", "give layers_per_stage")
+            else:
+                layers = default_layer_split(inst.model.layers, pp, v)
+        full = c.int_list("full_recompute_layers", pp)
+        if full is None:
+            full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
+        parts = _class_partitions(c, names, stages, path)
+        with config_errors_as(path, field, "correct the replica class"):
+            classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
+                                        num_micro_batches=c.integer("num_micro_batches"),
+                                        layers_per_stage=layers, full_recompute_layers=full,
+                                        partitions=parts))
+
+    m = inst.model
+    agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
+             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
+    if by_group:  # `tp` is the first stage's group's (ClassOuter.group_tp)
+        first = classes[0].stage_groups[0] if classes else 0
+        if first not in dict(by_group):
+            raise sec.error("tp", f"names no tp for group {names[first]!r}, which hosts the first"
+                            " stage", "give every group the plan uses its tp")
+        tp = dict(by_group)[first]
+    with config_errors_as(path, "plan", agree):
+        plan = Plan(
+            tp=tp, group_tp=by_group, micro_batch=micro_batch, cp=cp, virtual_stages=v,
+            sequence_parallel=sec.boolean("sequence_parallel", False),
+            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
+            zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
+            classes=tuple(classes),
+            family=sec.choice("family", FAMILIES, FAMILIES[0]),
+            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
+        )
+        plan.check_against(inst)
+    return _plan_runs(sec, inst, plan)
+
+
+def _group_tp(sec: Section, names: tuple[str, ...], path: str) -> tuple[tuple[int, int], ...]:
+    """`tp: {GROUP: N, ...}` as ((group, tp), ...) by ascending group; () for `tp: N`."""
+    if not isinstance(sec.raw.get("tp"), dict):
+        return ()
+    sub = sec.section("tp", names)
+    out = tuple(sorted((names.index(n), check_int(sub.raw[n], path, sub.field(n), "tp"))
+                       for n in names if sub.has(n)))
+    if len(out) < 2:
+        raise sec.error("tp", "a tp per group names each group the plan uses",
+                        f"give each of {', '.join(names)} that the plan uses its tp, or write one"
+                        " number, e.g. tp: 4")
+    if len({t for _, t in out}) == 1:
+        raise sec.error("tp", "a tp per group needs at least two different degrees",
+                        "write one number, e.g. tp: 4, when every group runs the same")
+    return out
+
+
+def _class_partitions(c: Section, names: tuple[str, ...], stages: tuple[int, ...], path: str):
+    """`partitions: {GROUP: {qkv: K, attn_core: heads, ...}}`: the layer plan of the class's
+    stages on each group named (a flat plan's `partitions:`; absent: Megatron 1-D)."""
+    if not c.has("partitions"):
+        return ()
+    used = tuple(dict.fromkeys(names[g] for g in stages))
+    sub = c.section("partitions", used)
+    out = []
+    for name in used:
+        if sub.has(name):
+            parts = plan_partitions(sub, name)
+            out.append((names.index(name), parts))
+    return tuple(sorted(out))
+
+
+def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> int:
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    shown = _shown(value) if isinstance(value, str) else describe(value)
+    raise InstanceError(path, field, f"no group named {shown}",
+                        did_you_mean_or_known(value if isinstance(value, str) else "", names, "groups"))
