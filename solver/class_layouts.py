@@ -328,29 +328,41 @@ def _share_count(units: int, pps: tuple[int, ...], most: int, exact: bool = True
     return int(ways[1:, units].sum() if exact else ways[1:, 1:].sum())
 
 
-# Above this many class layouts (space_layouts) the enumeration alone takes minutes and the
+# Above this many class layouts (space_layouts of a space listed whole, or those a search sets
+# up under the bound, solver/option_families.py) the enumeration alone takes minutes and the
 # planner's outer configurations run to millions: measured on 32 A100 + 32 H100 with
 # classes_per_group 2, 57,518 layouts -> 259,240 outer configurations, planned in 15 s on 2
 # cores; with 3, 7.5 million layouts.
 MAX_LAYOUTS = 100_000
 
 
-def check_layouts(inst: Instance) -> None:
-    """Refuse, before listing it, a space that search.classes_per_group, search.idle_gpus or
-    search.mixed_families makes too large to plan."""
+def grown_by(inst: Instance) -> dict[str, str]:
+    """The options on that grow the class layouts, each with how to turn it back."""
     s = inst.search
-    grown = {name: undo for name, on, undo in (
+    return {name: undo for name, on, undo in (
         ("classes_per_group", s.classes_per_group > 1, "lower classes_per_group"),
         ("idle_gpus", s.idle_gpus, "set idle_gpus false"),
         ("mixed_families", s.mixed_families, "set mixed_families false")) if on}
-    if not grown:
-        return
-    n = space_layouts(inst, stop=MAX_LAYOUTS)
-    if n > MAX_LAYOUTS:
-        names = " and ".join(f"search.{k}" for k in grown)
-        raise InstanceError(inst.source, names, f"the space grows to more than {MAX_LAYOUTS:,} class"
-                            " layouts, the most this planner lists",
-                            f"{' or '.join(grown.values())}, or narrow search.tp, search.pp or search.max_pp")
+
+
+def too_many_layouts(inst: Instance, what: str) -> InstanceError:
+    """The refusal of a space whose class layouts to list (`what` says which) pass MAX_LAYOUTS,
+    naming the options that grow them and how to narrow the space."""
+    grown = grown_by(inst)
+    names = " and ".join(f"search.{k}" for k in grown) or "search"
+    return InstanceError(inst.source, names, f"{what} more than {MAX_LAYOUTS:,} class layouts, the most"
+                         " this planner lists", f"{' or '.join(grown.values())}, or narrow search.tp,"
+                         " search.pp or search.max_pp")
+
+
+def check_layouts(inst: Instance) -> None:
+    """Refuse, before listing it, a space listed whole (space.declared_outers: per-operator
+    partitions, MoE, --top, ...) that search.classes_per_group, search.idle_gpus or
+    search.mixed_families makes too large to plan. A search that lists the space a partial
+    layout at a time sets the options' layouts up under a bound instead
+    (solver/option_families.py), which refuses only past MAX_LAYOUTS set up."""
+    if grown_by(inst) and space_layouts(inst, stop=MAX_LAYOUTS) > MAX_LAYOUTS:
+        raise too_many_layouts(inst, "the space grows to")
 
 
 def group_shares(units: int, pps: list[int], most: int,

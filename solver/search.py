@@ -71,7 +71,7 @@ from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.formulations.split_dp import solve_split_dp
-from paraplan.solver import class_partitions, memory_tiers
+from paraplan.solver import class_partitions, memory_tiers, option_families
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.unpriced import floor_bounds_s
@@ -699,6 +699,8 @@ def _defers_stage(inst: Instance, families, groups) -> bool:
     (DEFER_TP_CHOICES)."""
     if "stage" not in families or not inst.search.tp_per_group:
         return False
+    if inst.search.idle_gpus:  # a pipeline's stage counts per group grow as a power: bounded first
+        return True
     G = len(inst.cluster.groups)
     subsets = ([tuple(sorted(groups))] if groups is not None else
                [u for k in range(2, G + 1) for u in itertools.combinations(range(G), k)])
@@ -725,14 +727,17 @@ class _Partials:
     family_bounds: list[float] = dataclasses.field(default_factory=list)
     lst: object = None  # the listing the families' partial layouts share (space._Listing)
     fb: FamilyBounds | None = None
+    ob: object = None  # option_families.OptionBounds, where the options' families are deferred
     scenarios: tuple = ()  # scenario_weights' (idx, agg, weights)
     opened: int = 0  # stage families set up
 
     @classmethod
     def of(cls, inst: Instance, objective: str, families, groups) -> "_Partials":
         idx, agg, weights = scenario_weights(inst, objective)
+        lazy_options = option_families.options_on(inst)
         partials, lst, deferred = partials_and_families(inst, families, groups,
-                                                        defer_stage=_defers_stage(inst, families, groups))
+                                                        defer_stage=_defers_stage(inst, families, groups),
+                                                        defer_options=lazy_options)
         memo: dict = {}
         bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
@@ -740,24 +745,37 @@ class _Partials:
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
         if deferred:
             out.fb = FamilyBounds(inst, idx, agg, weights, memo, lst.modes)
-            out.families = stage_families(inst, deferred)
-            out.family_bounds = [out.fb.family_bound(f) * (1 - FAMILY_MARGIN) for f in out.families]
+            # with the options on, the replica and mixed families are solver/option_families.py's
+            mine = [d for d in deferred if lazy_options and d[2] != "stage"]
+            out.families = (stage_families(inst, [d for d in deferred if d not in mine])
+                            + option_families.option_families(inst, mine))
+            out.ob = option_families.OptionBounds(out.fb)
+            out.family_bounds = [(out.ob.family_bound(f) if isinstance(f, option_families.OptionFamily)
+                                  else out.fb.family_bound(f)) * (1 - FAMILY_MARGIN) for f in out.families]
         return out
 
     def open_family(self, f: int, can_win) -> list["_Choice"]:
         """Family f's tp choices or class layouts whose bound can still win (`can_win(bound)`),
         as heap nodes keyed by their bounds (set up by set_up when they come up)."""
         self.opened += 1
-        return [_Choice(f, x, (lb * (1 - FAMILY_MARGIN), -1, -1))
-                for x, lb in self.fb.choices(self.families[f], lambda lb: can_win(lb * (1 - FAMILY_MARGIN)))]
+        fam, margin = self.families[f], lambda lb: can_win(lb * (1 - FAMILY_MARGIN))
+        got = (self.ob.open(fam, margin) if isinstance(fam, option_families.OptionFamily)
+               else self.fb.choices(fam, margin))
+        return [_Choice(f, x, (lb * (1 - FAMILY_MARGIN), -1, -1)) for x, lb in got]
 
-    def set_up(self, choices: list["_Choice"]) -> list["_Partial"]:
+    def set_up(self, choices: list["_Choice"], can_win=lambda lb: True) -> list:
         """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s) and
-        appended: their heap nodes."""
+        appended: their heap nodes; of an option family's partial choice, its children whose
+        bound can still win (`can_win(bound)`, solver/option_families.py)."""
         inst = self.lst.inst
-        new = []
+        new, kids = [], []
         for ch in choices:
             fam = self.families[ch.family]
+            if isinstance(fam, option_families.OptionFamily):
+                nodes, parts = self.ob.expand(self.lst, ch.index, lambda lb: can_win(lb * (1 - FAMILY_MARGIN)))
+                kids += [_Choice(ch.family, x, (lb * (1 - FAMILY_MARGIN), -1, -1)) for x, lb in nodes]
+                new += parts
+                continue
             if isinstance(fam, ReplicaFamily):
                 new.append(replica_partial(self.lst, "replica", fam.used, dict.fromkeys(fam.used, fam.tp), fam.cp,
                                            ch.index, self.fb.replica_at(fam, ch.index), fam.at))
@@ -769,15 +787,15 @@ class _Partials:
                 rank = partial_rank(*fam.at, ch.index, cps.index(fam.cp), dps.index(fam.dp))
                 new.append(stage_partial(self.lst, fam.used, tpg, fam.cp, fam.dp, rank))
         if not new:
-            return []
+            return kids
         bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo)
         start = len(self.partials)
         self.partials += new
         self.bounds = np.concatenate([self.bounds, bounds])
         self.sizes += [sum(n * blk.tally.outers for n, blks in p.reps for blk in blks) for p in new]
         self.ranks += [p.rank for p in new]
-        return [_Partial(start + k, (lb * (1 - PARTIAL_MARGIN), -1, -1), self.sizes[start + k])
-                for k, lb in enumerate(bounds.tolist()) if math.isfinite(lb)]
+        return kids + [_Partial(start + k, (lb * (1 - PARTIAL_MARGIN), -1, -1), self.sizes[start + k])
+                       for k, lb in enumerate(bounds.tolist()) if math.isfinite(lb)]
 
     def counted(self):
         """The space's summary as far as it is set up (every partial layout but the stage
@@ -920,7 +938,7 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
                 while (heap and len(got) < CHOICES_AT_ONCE and isinstance(heap[0][2], _Choice)
                        and can_win(heap[0][0])):
                     got.append(heapq.heappop(heap)[2])
-                nodes = lazy.set_up(got)
+                nodes = lazy.set_up(got, lambda lb: can_win((lb, -1, -1)))
             for node in nodes:
                 heapq.heappush(heap, (node.key, next(order), node))
             return

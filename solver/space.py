@@ -24,8 +24,9 @@ non-empty subset U of the node groups, listed and counted in solver/class_layout
   group is the stage family's plan. With classes_per_group 1 this needs |U| >= 2; with more,
   replicas of different depths may share one group (e.g. on 8 GPUs, 2 replicas of pp 2 beside
   1 of pp 4), or two classes of one shape run different micro-batch counts. The layouts grow
-  as a power of classes_per_group (replica_layouts counts them; above MAX_LAYOUTS the
-  planner refuses the space before listing it, space_layouts).
+  as a power of classes_per_group (replica_layouts counts them; a search that lists partial
+  layouts sets them up under a bound as it reaches them, solver/option_families.py; a space
+  listed whole is refused above MAX_LAYOUTS before listing, space_layouts).
 
 search.idle_gpus (default false) lets a used group leave GPUs idle, in both families: a group
 of 3 nodes may run a pipeline, or a batch split, that only 2 divide. The idle GPUs sit after
@@ -97,8 +98,9 @@ offset per stage, and the bounds read it as a relaxation in whole chunks
 Outside the space by default, so a proof does not cover them unless the option is on: a group
 used in part (search.idle_gpus), a stage-wise class beside replica-wise classes
 (search.mixed_families), more replica classes on one group than search.classes_per_group. The
-options are off by default because each grows the layouts as a power (MAX_LAYOUTS refuses the
-largest); cost prices every such plan (simulate takes them), and `plan` names each kind the
+options are off by default because each grows the layouts as a power (a search sets them up
+under a bound, solver/option_families.py, but with all three on 32 A100 + 32 H100 is not proved
+within 10 s; MAX_LAYOUTS refuses the largest listed whole); cost prices every such plan (simulate takes them), and `plan` names each kind the
 cluster can run beside its claim (not_covered below), first a group the optimum leaves idle.
 
 `uniform=True` is the "uniform split" baseline: every group used, even layer splits, and the
@@ -589,14 +591,17 @@ def partial_rank(*indices: int) -> int:
 
 def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
                           groups: tuple[int, ...] | None = None, uniform: bool = False,
-                          defer_stage: bool = False) -> tuple[list[Partial], _Listing, list]:
+                          defer_stage: bool = False, defer_options: bool = False) -> tuple[list[Partial], _Listing, list]:
     """declared_partials, and with `defer_stage` the layouts across two groups or more of the
     stage family (with a tp per group) and of the replica family left out of the list, as
     (family index, subset index, family, groups) (solver/bounds/stage_families.py sets them up
-    as the search reaches them); the listing they share."""
+    as the search reaches them); with `defer_options` every layout of the replica and mixed
+    families left out so (solver/option_families.py sets them up under its bound: no count of
+    them is refused); the listing they share."""
     s = inst.search
     G = len(inst.cluster.groups)
-    check_layouts(inst)
+    if not defer_options:
+        check_layouts(inst)
     if groups is not None:
         subsets = [tuple(sorted(groups))]
     elif uniform:
@@ -610,7 +615,8 @@ def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
     deferred: list = []
     for fi, family in enumerate(families):
         for si, used in enumerate(subsets):
-            if defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica"):
+            if defer_options and family != "stage" or (
+                    defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica")):
                 deferred.append((fi, si, family, used))
                 continue
             for ti, tpg in enumerate(tp_choices(inst, used, family)):

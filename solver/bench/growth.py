@@ -10,12 +10,16 @@ the outer configurations: priced (built), proved infeasible by memory, pruned by
 
 from __future__ import annotations
 
+import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
-from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.readers.instance import instance_from_mapping, load_instance
 from paraplan.cost.readers.strict_yaml import read_yaml
+from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 from paraplan.solver.search import search
 
 BASE = Path(__file__).resolve().parents[2] / "instances" / "hetero" / "llama3-70b-32xA100-32xH100.yaml"
@@ -48,6 +52,9 @@ class GrowthRow:
     pruned_by_memory: int
     pruned_by_bound: int
     cpu_s: float
+    # the process's peak resident memory after the row (ru_maxrss: a high-water mark of the
+    # whole bench process so far, so an upper bound of the row's own)
+    peak_rss_gib: float | None = None
 
 
 def growth_instance(types: int, nodes: int = NODES_PER_GROUP, gpu_types=None, full: bool = False):
@@ -66,9 +73,28 @@ def growth_instance(types: int, nodes: int = NODES_PER_GROUP, gpu_types=None, fu
     return instance_from_mapping(data, f"<{data['name']}>")
 
 
+def bundled_full(name: str, partitions: bool, options: bool):
+    """instances/hetero/NAME.yaml with cp and interleaving open (mixed.full_space), with
+    per-operator (spatial-temporal) partitions beside Megatron's and with the three layout
+    options (classes_per_group 2, idle_gpus, mixed_families) where asked."""
+    inst = load_instance(BASE.parent / f"{name}.yaml")
+    extra = {"cp": None, "virtual_stages": None}
+    if partitions:
+        extra["tensor_partitions"] = ("megatron", SPATIAL_TEMPORAL)
+    if options:
+        extra.update(classes_per_group=2, idle_gpus=True, mixed_families=True)
+    return replace(inst, search=replace(inst.search, **extra))
+
+
 # issue 33's rows (row name, instance): each is one search, proved within 10 s of CPU on its bar
 ISSUE_ROWS = (("4 types x 16 nodes, full space", lambda: growth_instance(4, 16, full=True)),
-              ("8 NVIDIA types x 8 nodes", lambda: growth_instance(8, 8, EIGHT_TYPES)))
+              ("8 NVIDIA types x 8 nodes", lambda: growth_instance(8, 8, EIGHT_TYPES)),
+              ("32 A100 + 32 H100, full space, the three layout options",
+               lambda: bundled_full("llama3-70b-32xA100-32xH100", False, True)),
+              ("32 A100 + 32 H100, full space, partitions, the three layout options",
+               lambda: bundled_full("llama3-70b-32xA100-32xH100", True, True)),
+              ("three types on two sites, full space, partitions",
+               lambda: bundled_full("llama3-70b-3types-2sites", True, False)))
 
 
 def issue_rows(time_limit_s: float = 120.0, log=print, rows=ISSUE_ROWS) -> list[tuple[str, GrowthRow]]:
@@ -77,12 +103,18 @@ def issue_rows(time_limit_s: float = 120.0, log=print, rows=ISSUE_ROWS) -> list[
     for name, make in rows:
         inst = make()
         t0 = time.process_time()
-        res = search(inst, time_limit_s=time_limit_s)
+        try:
+            res = search(inst, time_limit_s=time_limit_s)
+        except InstanceError as e:  # a space the planner refuses to list (class_layouts.MAX_LAYOUTS)
+            res = SimpleNamespace(status="refused", objective_s=None, outer_configs=0, priced=0,
+                                  pruned_by_memory=0, pruned_by_bound=0)
+            log(f"{name}: refused ({e})")
         cpu_s = time.process_time() - t0
         out.append((name, GrowthRow(types=len(inst.cluster.groups), gpus=inst.cluster.num_gpus, status=res.status,
                                     objective_s=res.objective_s, outer_configs=res.outer_configs,
                                     priced=res.priced, pruned_by_memory=res.pruned_by_memory,
-                                    pruned_by_bound=res.pruned_by_bound, cpu_s=cpu_s)))
+                                    pruned_by_bound=res.pruned_by_bound, cpu_s=cpu_s,
+                                    peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)))
         log(f"{name}: {res.outer_configs} outer configs counted, {res.priced} priced,"
             f" {res.status} {res.objective_s} s in {cpu_s:.2f} s of CPU")
     return out

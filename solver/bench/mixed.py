@@ -200,11 +200,11 @@ def run_mixed_bench(args) -> int:
                             align="rrrrrrrr")
     issue = issue_rows(ISSUE_LIMIT_S, log=(lambda m: None) if args.quiet else print, rows=ISSUE)
     text += "\n\n" + table(["issue 33 row", "GPUs", "outer configs set up", "priced", "infeasible by memory",
-                             "pruned by bound", "result", "CPU"],
+                             "pruned by bound", "result", "CPU", "peak RSS"],
                             [[name, str(g.gpus), f"{g.outer_configs:,}", f"{g.priced:,}", f"{g.pruned_by_memory:,}",
                               f"{g.pruned_by_bound:,}", f"{g.status} {_fmt(g.objective_s, '.3f')} s",
-                              f"{g.cpu_s:.2f} s"] for name, g in issue],
-                            align="lrrrrrrr")
+                              f"{g.cpu_s:.2f} s", f"{_fmt(g.peak_rss_gib, '.2f')} GiB"] for name, g in issue],
+                            align="lrrrrrrrr")
     print(text)
     if args.json:
         with open(args.json, "w") as fh:

@@ -99,7 +99,7 @@ SCHEMAS: dict[str, dict] = {
     "bench --hetero": {"status": STR, "rows": [dict],
                        "growth": [{"types": INT, "gpus": INT, "status": STR, "objective_s": NUM_OR_NULL,
                                    "outer_configs": INT, "priced": INT, "pruned_by_memory": INT,
-                                   "pruned_by_bound": INT, "cpu_s": NUM}],
+                                   "pruned_by_bound": INT, "cpu_s": NUM, "peak_rss_gib": NUM_OR_NULL}],
                        "issue_rows": [dict]},
     "memory": {"status": STR, "plan": dict, "capacity_bytes": NUM, "peak_mem_bytes": NUM,
                "fits_memory": BOOL,

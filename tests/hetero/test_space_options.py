@@ -27,7 +27,8 @@ OPTIONS = [  # (key, value, the fix the refusal gives)
 @pytest.mark.parametrize("key, value, fix", OPTIONS)
 def test_a_space_too_large_to_list_is_refused_before_listing(key, value, fix, capsys):
     # each option alone takes the three-type instance past the limit (README: 9e9 layouts with
-    # classes_per_group 2 or idle_gpus, 7e8 with mixed_families); 1,587 replica layouts without
+    # classes_per_group 2 or idle_gpus, 7e8 with mixed_families); 1,587 replica layouts without.
+    # Refused where the space is listed whole (declared_outers; `--top 2` ranks over it)
     inst = load_instance(THREE)
     assert space_layouts(inst) < MAX_LAYOUTS
     grown = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **{key: value}))
@@ -35,8 +36,36 @@ def test_a_space_too_large_to_list_is_refused_before_listing(key, value, fix, ca
     with pytest.raises(InstanceError, match=f"search.{key}"):
         declared_outers(grown)
     text = str(value).lower()
-    assert main(["plan", THREE, "--search", f"{key}={text}"]) == 2
+    assert main(["plan", THREE, "--top", "2", "--search", f"{key}={text}"]) == 2
     assert fix in capsys.readouterr().err
+
+
+def test_a_search_refuses_only_the_layouts_its_bound_leaves(monkeypatch):
+    # the search that lists partial layouts sets the options' layouts up under the bound
+    # (solver/option_families.py): tiny-2types with all three options holds 62 class layouts
+    # (space_layouts), of which the search sets up 24 (measured; counted by the hook below); a
+    # cap of that many plans it, one less refuses it naming the options
+    import paraplan.solver.option_families as of
+    from paraplan.solver.search import search
+    inst = load_instance("instances/hetero/tiny-2types.yaml")
+    grown = dataclasses.replace(inst, search=dataclasses.replace(
+        inst.search, classes_per_group=2, idle_gpus=True, mixed_families=True))
+    set_up = []
+    real = of.OptionBounds.expand
+
+    def counted(self, lst, x, can_win):
+        nodes, parts = real(self, lst, x, can_win)
+        set_up.extend(parts)
+        return nodes, parts
+    monkeypatch.setattr(of.OptionBounds, "expand", counted)
+    assert search(grown).status == "optimal"
+    n = len(set_up)
+    assert 0 < n < space_layouts(grown)
+    monkeypatch.setattr(of, "MAX_LAYOUTS", n)
+    assert search(grown).status == "optimal"
+    monkeypatch.setattr(of, "MAX_LAYOUTS", n - 1)
+    with pytest.raises(InstanceError, match="search.classes_per_group and search.idle_gpus and search.mixed_families"):
+        search(grown)
 
 
 def test_mixed_families_on_one_group_is_refused(tmp_path, capsys):

@@ -25,6 +25,7 @@ from paraplan.cost.specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.layouts import partial_bounds_s
+from paraplan.solver.option_families import OptionFamily
 from paraplan.solver.bounds.stage_families import ReplicaFamily
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import FAMILIES, search
@@ -65,7 +66,9 @@ def _every_family_opened(inst):
     spans = []
     for f in range(len(lazy.families)):
         start = len(lazy.partials)
-        lazy.set_up(lazy.open_family(f, lambda lb: True))
+        nodes = lazy.open_family(f, lambda lb: True)
+        while nodes:  # an option family's partial choices expand into more (option_families.py)
+            nodes = [n for n in lazy.set_up(nodes) if isinstance(n, search_mod._Choice)]
         spans.append((f, start, len(lazy.partials)))
     return lazy, eager, spans
 
@@ -79,12 +82,16 @@ def deferred(monkeypatch):
 def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, options, deferred):
     inst = repeated_types_instance(seed, options)
     lazy, _, spans = _every_family_opened(inst)
-    assert lazy.families and any(isinstance(f, ReplicaFamily) for f in lazy.families)
+    # with the layout options on, the replica family's layouts are option_families.py's
+    # (tests/hetero/test_option_families.py checks their partial choices' bounds)
+    assert lazy.families and any(isinstance(f, (ReplicaFamily, OptionFamily)) for f in lazy.families)
     for f, a, b in spans:
         fam = lazy.families[f]
         own = partial_bounds_s(inst, lazy.partials[a:b], [0], "max", ())
         if b > a and own.min() < float("inf"):
             assert lazy.family_bounds[f] <= own.min() * (1 + 1e-12), fam
+        if isinstance(fam, OptionFamily):
+            continue
         # each tp choice's or class layout's own bound is at most its partial layout's
         choices = {c.index: c.key[0] for c in lazy.open_family(f, lambda lb: True)}
         for part, lb in zip(lazy.partials[a:b], own.tolist()):

@@ -1,0 +1,444 @@
+"""The class layouts that search.classes_per_group, search.idle_gpus and search.mixed_families
+add (issue 33), set up under a bound as the search reaches them instead of counted and listed
+whole: on 32 A100 + 32 H100 the three together list 1.5e9 class layouts (class_layouts.
+space_layouts), which no listing survives, while a bound per layout leaves few that can win.
+
+An *option family* is (family, groups used, tp, cp) of the replica family (every class layout
+of class_layouts.replica_options: 1 to classes_per_group classes per group, idle GPUs of a group
+a count) or of the mixed family (class_layouts._mixed_shapes: a stage-wise class across a subset
+S of the groups beside replica classes on what it leaves). The search keeps each family on its
+heap keyed by its least bound (at most every one of its layouts', below) and, when the family
+comes up, enumerates only the layouts whose bound can still win: a branch and bound over the
+groups, each group's ways to host its classes grouped by what the bound reads of them
+(_Profile), a partial choice of the first groups bounded with the rest relaxed (_relaxed) and
+dropped, with every completion, where that bound cannot win. Symmetry is the listing's own:
+classes on one group are a multiset (class_layouts.group_shares), idle GPUs a count, the k!
+orders of a stage-wise class share one bound.
+
+**The bound of one layout** (per scenario and micro-batch size b, M = global batch / b; f_g the
+least layer floor of a stage on group g at tp, cp and b, stage_families.FamilyBounds.floor).
+Class k of x_k replicas runs m_k micro-batches with Z >= (m_k - 1/v) A_k + S_k / v for the
+layout's bound Z (batched.relaxed_s's second bound on the floors, which layouts.py's bound of
+each of the layout's blocks is at least), A_k the least over splits of its slowest stage and
+S_k the sum of its stages (S_k >= 0), so
+    m_k <= (Z - S_k/v) / A_k + 1/v <= Z / A_lo - S_lo / (v A_lo) + 1/v
+for any A_lo <= A_k, S_lo <= S_k (Z >= S_k / v). With n_s layers on stage s (sum L) at
+t_s >= f_g(s): A_k >= L / sum_s 1/t_s >= L / R_k, R_k = sum_g c_g / f_g for c_g stages on g.
+- a replica class (pp_k stages on g): R_k = pp_k / f_g, S_lo = L f_g, so S_lo / A_lo = pp_k:
+  m_k <= Z R_k / L - (pp_k - 1) / v (stage_families.replica_combos' bound);
+- the stage-wise class of the mixed family: at v = 1 (no embedding / loss slots,
+  space._slot_modes_of) S_k >= L min_g f_g, so m_k <= Z R_k / L - (f_min R_k - 1); at v > 1,
+  S_lo = 0: m_k <= Z R_k / L + 1/v.
+Summed with weights x_k and sum_k x_k m_k = M:
+    Z >= L (M + B_v / v) / D,   D = sum_k x_k R_k,   B_v = sum_k x_k b_k(v),
+b_k the bubbles above. v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so
+M >= P = sum_k x_k pp_k; v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 P; in 1/v the
+bound is linear, so its least over v in [2, v_max] is at v = 2 or v_max. Aggregated over
+scenarios as the objective (max or weights >= 0: monotone), least over every micro-batch size
+the space may offer, times the least quantile factor of the layouts (FamilyBounds.factor: the
+groups used, cp, deepest class 1 or 2). A layout of one class is not in these families (inf).
+
+**The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
+(through the conditions on M); a completion adds, per group left, at most that group's largest
+x pp / f_g over its ways, at least its least bubble and its least stage slots; and its classes
+are all deep only if some way of each group left is. Bounding with those is at most every
+completion's bound. So a family, or a partial choice, whose bound cannot beat a plan's value
+holds no layout that can, and the search's answer, with its tie rule (each layout keeps the
+rank of its place in the full listing, _rank_fields), is that of the full listing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost.framework_rules import rules_for
+from paraplan.cost.plan_specs import ClassShape
+from paraplan.solver.class_layouts import MAX_LAYOUTS, _pp_ok, group_shares, too_many_layouts
+from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank
+
+
+@dataclass(frozen=True)
+class OptionFamily:
+    """The class layouts of `family` ("replica" or "mixed") on the groups `used` at one tp and
+    cp; `at`: (family, subset, tp choice, cp) indices of space.partials_and_families' loops."""
+
+    family: str
+    used: tuple[int, ...]
+    tp: int
+    cp: int
+    at: tuple[int, int, int, int]
+
+
+@dataclass
+class _Profile:
+    """The ways of one group (tuples of ClassShape) that the bound reads alike: stage slots
+    used U = sum x pp, bubble B = sum x (pp - 1), classes n (0, 1 or >= 2: 2), all deep."""
+
+    slots: int
+    bubble: int
+    classes: int
+    deep: bool
+    members: list
+
+
+def _profiles(ways: list[tuple]) -> list[_Profile]:
+    """The profiles of a group's ways, each a tuple of (pp, replicas) classes."""
+    out: dict[tuple, _Profile] = {}
+    for i, (_, way) in enumerate(ways):
+        u = b = 0
+        deep = True
+        for pp, r in way:
+            u += pp * r
+            b += (pp - 1) * r
+            deep = deep and pp > 1
+        key = (u, b, min(len(way), 2), deep)
+        got = out.get(key)
+        if got is None:
+            got = out[key] = _Profile(*key, [])
+        got.members.append(i)
+    return list(out.values())
+
+
+def _shares(inst, room: int, optional: bool, fits) -> list[tuple]:
+    """A group's ways to host replica classes on `room` stage slots (class_layouts.group_shares
+    with the depths _replica_pps admits; with search.idle_gpus at most the room), with () first
+    where it may host none (`optional`, and the room empty or idle GPUs allowed): the order of
+    class_layouts.replica_options and _mixed_shapes' fill. Of those, the ways whose every class
+    fits the group's memory (`fits(pp)`, OptionBounds._fits) are kept, with their place."""
+    s = inst.search
+    out = [()] if optional and (room == 0 or s.idle_gpus) else []
+    if room:
+        pps = [p for p in range(1, room + 1) if _pp_ok(inst, p)]
+        out += group_shares(room, pps, s.classes_per_group, exact=not s.idle_gpus)
+    return [(i, w) for i, w in enumerate(out) if all(fits(pp) for pp, _ in w)]
+
+
+@dataclass
+class _Base:
+    """What the layout's fixed part adds to the bound: the stage-wise class of a mixed layout
+    (or nothing): D (mbs, scenarios), B at v = 1 (mbs, scenarios), B at v > 1, P, classes."""
+
+    d: np.ndarray | float = 0.0
+    b1: np.ndarray | float = 0.0
+    bv: float = 0.0
+    slots: int = 0
+    classes: int = 0
+
+
+class OptionBounds:
+    """The module's bounds over the families, on the floors and factors of `fb`
+    (stage_families.FamilyBounds: its floors, micro-batch sizes, v_max and factors)."""
+
+    def __init__(self, fb) -> None:
+        self.fb = fb
+        inst = fb.inst
+        self.inst = inst
+        self.L = inst.model.layers
+        self.M = np.floor(inst.job.global_batch / fb.mbs)[:, None]  # (mbs, 1)
+        self.vs = [v for v in (2.0, float(fb.v_max)) if fb.v_max >= 2]
+        self.nodes: list = []  # partial choices on the search's heap (_Node; None once expanded)
+        self.root_memo: dict = {}
+        self.listed: dict[tuple, int] = {}  # (group, tp, cp) -> its ways in the full listing
+        rules = rules_for(inst.job.framework, inst.job.optimizer)
+        # the ZeRO stages a plan with a pipeline runs (FrameworkRules.admits: pp > 1)
+        self.pipe_zeros = tuple(z for z in inst.search.zero if z in rules.zero_with_pipeline)
+        self.set_up = 0  # class layouts set up
+        self.profiles: dict[int, tuple] = {}
+        self.ways: dict[tuple, list] = {}
+
+    def _profiles_of(self, ways: list[tuple]) -> list[_Profile]:
+        """_profiles(ways), once per list of ways (the fills of one group and room repeat
+        across the stage-wise class's replicas and stage counts; _ways keeps each list alive)."""
+        return self._summary(ways)[0]
+
+    def _summary(self, ways: list[tuple]) -> tuple:
+        """(profiles, (largest slots, least bubble, least slots, some deep)) of a group's ways."""
+        got = self.profiles.get(id(ways))
+        if got is None or got[0] is not ways:
+            lv = _profiles(ways)
+            got = self.profiles[id(ways)] = (ways, (lv, (max(q.slots for q in lv), min(q.bubble for q in lv),
+                                                         min(q.slots for q in lv), any(q.deep for q in lv))))
+        return got[1]
+
+    def _ways(self, key: tuple, make) -> list[tuple]:
+        """The ways `make()` lists, once per `key` (group, room, whether none is allowed, ...)."""
+        got = self.ways.get(key)
+        if got is None:
+            got = self.ways[key] = make()
+        return got
+
+    # -- the bound ------------------------------------------------------------------------
+    def _z(self, d, b1, bv, slots, deep) -> np.ndarray:
+        """Per micro-batch size (leading axes kept): the module's Z, aggregated over scenarios.
+        d, b1: (..., mbs, scenarios); bv, slots, deep: (...) broadcastable."""
+        fb, M, L = self.fb, self.M, self.L
+        slots = np.asarray(slots, float)[..., None, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(M >= slots, L * (M + b1) / d, np.inf)
+            ok = np.asarray(deep)[..., None, None] & (M >= 2 * slots)
+            for v in self.vs:
+                z = np.minimum(z, np.where(ok, L * (M + np.asarray(bv, float)[..., None, None] / v) / d, np.inf))
+        z = np.where(np.isnan(z) | (z < 0), np.inf, z)
+        per_mb = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)
+        return per_mb.min(axis=-1)
+
+    def family_bound(self, fam: OptionFamily) -> float:
+        """At most every layout's bound of the family: a replica family's root's; of a mixed
+        family, every stage slot at its group's rate (D <= sum_g slots_g / f_g: the stage-wise
+        class's c_g dp and the replica classes' slots on g add to at most g's slots), no bubble
+        at v = 1 (each class's is >= 0), B >= -dp >= -(the most slots of a group) at v > 1 (the
+        stage-wise class's -dp, the replica classes' >= 0) and P >= 2 (its stage-wise class
+        runs >= 2 stages): each relaxes its roots' bounds, so it is at most each."""
+        if fam.family == "replica":
+            return min((node.bound for node in self._roots(fam)), default=float("inf"))
+        groups = self.inst.cluster.groups
+        u = fam.tp * fam.cp
+        if not self.inst.search.idle_gpus and any(groups[g].num_gpus % u for g in fam.used):
+            return float("inf")
+        slots = [groups[g].num_gpus // u for g in fam.used]
+        d = sum(x / self.fb.floor(g, fam.tp, fam.cp) for g, x in zip(fam.used, slots))
+        return float(self.fb.factor(fam.used, fam.cp, (1, 2)) * self._z(d, 0.0, -float(max(slots)), 2, True))
+
+    def open(self, fam: OptionFamily, can_win) -> list[tuple[int, float]]:
+        """(node, bound) of the family's roots whose bound can still win."""
+        return [self._keep(n) for n in self._roots(fam) if can_win(n.bound)]
+
+    def expand(self, lst, x: int, can_win) -> tuple[list[tuple[int, float]], list[Partial]]:
+        """Node x's children whose bound can win: (node, bound) of partial choices, and the
+        partial layouts of the class layouts it completes."""
+        node = self.nodes[x]
+        self.nodes[x] = None  # expanded once
+        if node.depth < len(node.levels) - 1:
+            return self._children(node, can_win), []
+        out = []
+        for fields, shapes in self._leaves(node, can_win):
+            if self.set_up >= MAX_LAYOUTS:
+                raise too_many_layouts(self.inst, "the bound leaves")
+            self.set_up += 1
+            tpg = dict.fromkeys(node.fam.used, node.fam.tp)
+            out.append(Partial(lst, node.fam.family, node.fam.used, tpg, node.fam.cp, None,
+                               [(1, lst.shape_blocks(node.fam.family, tpg, node.fam.cp, shapes))],
+                               partial_rank(*node.fam.at, *fields)))
+        return [], out
+
+    def _keep(self, node: "_Node") -> tuple[int, float]:
+        self.nodes.append(node)
+        return len(self.nodes) - 1, node.bound
+
+    # -- the branch and bound -------------------------------------------------------------
+    def _roots(self, fam: OptionFamily) -> list["_Node"]:
+        """The family's roots: a replica family's one (no class fixed), a mixed family's one per
+        stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed."""
+        if fam not in self.root_memo:
+            if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
+                roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None),
+                         self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None)]
+                if roots[0] is not None:
+                    roots[0].pipelined = True
+            else:
+                roots = list(self._mixed_roots(fam))
+            self.root_memo[fam] = [n for n in roots if n is not None]
+        return self.root_memo[fam]
+
+    def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage) -> "_Node | None":
+        if not all(ways):
+            return None
+        f = [self.fb.floor(g, fam.tp, fam.cp) for g in order]
+        levels = [self._profiles_of(w) for w in ways]
+        # per level, the relaxation of the levels from it on: (D, B, P, some deep)
+        rest = [(0.0, 0, 0, True)]
+        for w, fg in zip(reversed(ways), reversed(f)):
+            d, b, p, deep = rest[0]
+            top, least_b, least_p, some_deep = self._summary(w)[1]
+            rest.insert(0, (d + top / fg, b + least_b, p + least_p, deep and some_deep))
+        factor = self.fb.factor(fam.used, fam.cp, (1, 2))
+        state = (base.d, base.b1, base.bv, base.slots, base.classes, True)
+        node = _Node(fam, order, stage, ways, levels, f, rest, factor, state, (), 0.0)
+        node.bound = self._relaxed(node, state, 0)
+        return node
+
+    def _replica_ways(self, fam: OptionFamily, pipelined: bool) -> list[list[tuple]]:
+        """Per group its ways (class_layouts.replica_options, as (pp, replicas) shares): with
+        `pipelined`, those whose classes fit at a ZeRO stage the framework runs with a pipeline
+        (a layout of them needs a class of pp > 1: _leaves); else those of single-stage classes
+        only, fitting at any ZeRO stage of the space. A layout with a class of pp > 1 runs one
+        ZeRO stage for every class, one the framework runs with pipelines
+        (FrameworkRules.admits), so each of its classes fits at such a stage; the two sets are
+        disjoint and hold every layout whose classes can fit."""
+        units = [self.inst.cluster.groups[g].num_gpus for g in fam.used]
+        u = fam.tp * fam.cp
+        if not self.inst.search.idle_gpus and any(x % u for x in units):
+            return [[] for _ in fam.used]
+        out = []
+        for g, x in zip(fam.used, units):
+            key = (g, fam.tp, fam.cp)
+            if key not in self.listed:  # the full listing's ways, for the index of a layout
+                self.listed[key] = len(_shares(self.inst, x // u, False, lambda pp: True))
+            fits = self._fits(*key, self.pipe_zeros if pipelined else self.inst.search.zero)
+            out.append(self._ways(("replica", pipelined) + key, lambda: _shares(
+                self.inst, x // u, False, fits if pipelined else lambda pp: pp == 1 and fits(pp))))
+        return out
+
+    def _fits(self, g: int, tp: int, cp: int, zeros: tuple):
+        """fits(pp): whether a replica class of pp stages on group g at tp and cp fits the GPU
+        for some micro-batch size, sequence-parallel flag and ZeRO stage of `zeros`: the
+        listing's lower bound (space.micro_batch_lower_bound_parts, its last and its fullest
+        stage, both on g) at most the GPU's memory less the reserve. ZeRO shards over every
+        replica of the plan times cp, at most every stage slot of the cluster (one replica
+        each) times cp; the bound's state falls with those ranks and its other terms do not
+        read them beyond the ring's existence (>= 2 classes: >= 2 ranks), so the bound at the
+        most ranks is at most the plan's own, and a class that fails it fails in every layout
+        (a plan of it is refused by memory, which build would find: the layout never wins)."""
+        inst, s = self.inst, self.inst.search
+        cap = inst.cluster.groups[g].cluster.gpu.hbm_bytes - s.memory_reserve_bytes
+        ranks = max(2, sum(x.num_gpus // (tp * cp) for x in inst.cluster.groups) * cp)
+        sps = [sp for sp in s.sequence_parallel if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))]
+        mbs = self.fb.mbs.astype(int).tolist()
+
+        def fits(pp: int) -> bool:
+            key = ("fits", g, tp, cp, pp, tuple(zeros))
+            if key not in self.ways:
+                self.ways[key] = any(
+                    max(micro_batch_lower_bound_parts(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp,
+                                                      zero=z, zero_ranks=ranks)) <= cap
+                    for b in [min(mbs)] for sp in sps for z in zeros)
+            return self.ways[key]
+        return fits
+
+    def _relaxed(self, node: "_Node", state, j: int) -> float:
+        """The bound of `state` (the first j groups chosen) with the groups from j relaxed."""
+        d, b1, bv, slots, _, deep = state
+        rd, rb, rp, rdeep = node.rest[j]
+        return float(node.factor * self._z(d + rd, b1 + rb, bv + rb, slots + rp, deep and rdeep))
+
+    def _children(self, node: "_Node", can_win) -> list[tuple[int, float]]:
+        """Node's children (one more group's profile chosen) whose bound can win."""
+        j = node.depth
+        d, b1, bv, slots, classes, deep = node.state
+        out = []
+        for i, q in enumerate(node.levels[j]):
+            state = (d + q.slots / node.f[j], b1 + q.bubble, bv + q.bubble, slots + q.slots,
+                     classes + q.classes, deep and q.deep)
+            lb = self._relaxed(node, state, j + 1)
+            if can_win(lb):
+                out.append(self._keep(_Node(node.fam, node.order, node.stage, node.ways, node.levels, node.f, node.rest,
+                                            node.factor, state, node.picked + (i,), lb, node.pipelined)))
+        return out
+
+    def _leaves(self, node: "_Node", can_win):
+        """(rank fields, shapes) of the class layouts completing `node` by the last group's
+        profiles whose bound can win, every way at once."""
+        j, qs = node.depth, node.levels[-1]
+        d, b1, bv, slots, classes, deep = node.state
+        bb = np.array([q.bubble for q in qs], float)
+        zz = node.factor * self._z(d + np.array([q.slots for q in qs], float)[:, None, None] / node.f[-1],
+                                   b1 + bb[:, None, None], bv + bb, slots + np.array([q.slots for q in qs]),
+                                   np.array([deep and q.deep for q in qs]))
+        picked = [node.levels[k][i] for k, i in enumerate(node.picked)]
+        for q, lb in zip(qs, zz.tolist()):
+            if classes + q.classes < 2 or not can_win(lb) or node.pipelined and bv + q.bubble == 0:
+                continue  # (a pipelined root's layout without a class of pp > 1 is the other root's)
+            for picks in itertools.product(*(p.members for p in picked), q.members):
+                yield from self._layouts_of(node, picks)
+
+    def _layouts_of(self, node: "_Node", picks: tuple):
+        """(rank fields, shapes) of the layouts of one way per group (`picks`)."""
+        ways, order = node.ways, node.order
+        replicas = tuple(ClassShape(replicas=r, stage_groups=(g,) * pp)
+                         for g, w, i in zip(order, ways, picks) for pp, r in w[i][1])
+        picks = tuple(w[i][0] for w, i in zip(ways, picks))  # places in the full listing's ways
+        if node.stage is None:  # the replica family: the index in the product of its ways
+            index = 0
+            for g, i in zip(order, picks):
+                index = index * self.listed[(g, node.fam.tp, node.fam.cp)] + i
+            yield (index,), replicas
+            return
+        if not replicas:
+            return
+        si, S, dp, counts = node.stage
+        G, k = len(self.inst.cluster.groups), len(S)
+        for oi, perm in enumerate(itertools.permutations(range(k))):
+            stages = tuple(g for i in perm for g in [S[i]] * counts[i])
+            fields = (si, dp, *counts, *(0,) * (G - k), *picks, *(0,) * (G - len(picks)), oi)
+            yield fields, (ClassShape(replicas=dp, stage_groups=stages),) + replicas
+
+    def _mixed_roots(self, fam: OptionFamily):
+        """The mixed family's roots, in class_layouts._mixed_shapes' order: per subset S, dp and
+        stage counts, the stage-wise class fixed (its _Base) and the replica classes' ways per
+        group (S's groups first, the rest after, as the listing's product takes them)."""
+        inst = self.inst
+        idle, most = inst.search.idle_gpus, inst.search.classes_per_group
+        used, tp, cp = fam.used, fam.tp, fam.cp
+        gpus = [inst.cluster.groups[g].num_gpus for g in used]
+        if not idle and any(x % (tp * cp) for x in gpus):
+            return
+        slots = {g: x // (tp * cp) for g, x in zip(used, gpus)}
+        floors = {g: self.fb.floor(g, tp, cp) for g in used}
+
+        fits = {g: self._fits(g, tp, cp, self.pipe_zeros) for g in used}  # beside a pipeline
+
+        def fill(g: int, left: int, optional: bool) -> list[tuple]:
+            return self._ways(("fill", g, tp, cp, left, optional), lambda: _shares(inst, left, optional, fits[g]))
+
+        subsets = [S for k in range(2, len(used) + 1) for S in itertools.combinations(used, k)]
+        for si, S in enumerate(subsets):
+            rest = [g for g in used if g not in S]
+            fmin = np.minimum.reduce([floors[g] for g in S])
+            for dp in range(1, min(slots[g] for g in S) + 1):
+                for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
+                    if not _pp_ok(inst, sum(counts)):
+                        continue
+                    rate = sum(c / floors[g] for g, c in zip(S, counts))  # R of the stage-wise class
+                    base = _Base(d=dp * rate, b1=dp * (fmin * rate - 1), bv=-float(dp), slots=dp * sum(counts),
+                                 classes=1)
+                    ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
+                            + [fill(g, slots[g], False) for g in rest])
+                    yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts))
+
+
+@dataclass
+class _Node:
+    """A partial choice of one family: the first `depth` groups' profiles `picked` (in `order`
+    of the root: S's groups first for a mixed layout), `state` what they add to the bound
+    (D, B at v = 1, B at v > 1, P, classes, all deep), `bound` its relaxed bound (_relaxed)."""
+
+    fam: OptionFamily
+    order: tuple  # the groups of `ways`, in their order
+    stage: tuple | None  # (S's place, S, dp, counts) of a mixed layout's stage-wise class
+    ways: list
+    levels: list
+    f: list
+    rest: list
+    factor: float
+    state: tuple
+    picked: tuple
+    bound: float
+    pipelined: bool = False  # a replica family's layouts with a class of pp > 1 (_replica_ways)
+
+    @property
+    def depth(self) -> int:
+        return len(self.picked)
+
+
+def options_on(inst) -> bool:
+    """Whether one of the three options is on: the search then sets up the replica and mixed
+    families' layouts as this module says."""
+    s = inst.search
+    return s.classes_per_group > 1 or s.idle_gpus or s.mixed_families
+
+
+def option_families(inst, deferred: list) -> list[OptionFamily]:
+    """The OptionFamily of each (family index, subset index, family, groups) that
+    space.partials_and_families deferred for the options, one per tp and cp."""
+    from paraplan.solver.class_layouts import cp_values, tp_choices
+    s = inst.search
+    return [OptionFamily(family, used, tpg[used[0]], cp, (fi, si, ti, ci))
+            for fi, si, family, used in deferred
+            if (family == "replica" and (len(used) >= 2 or s.classes_per_group > 1)
+                or family == "mixed" and s.mixed_families and len(used) >= 2)
+            for ti, tpg in enumerate(tp_choices(inst, used, family))
+            for ci, cp in enumerate(cp_values(inst, used, tpg))]
