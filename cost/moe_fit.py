@@ -22,7 +22,7 @@ in-sample and -0.4 points of out-of-sample mean |error|). Method: exhaustive sea
 parameter's physical range (GRID): every row is priced at every grid point of the parameters
 that move its price (a row priced alike at both ends of a parameter's grid does not read it),
 so each fold's optimum on the grid is exact, not a local search's, and the folds share the
-prices. About 2.5 minutes on one core.
+prices. About half a minute on one core.
 
 Leave one table out: for each table T, the parameters are fitted on the other tables' rows and
 T's rows predicted with them. Those out-of-sample errors are what `paraplan accuracy --moe`

@@ -12,7 +12,6 @@ from __future__ import annotations
 LONGEST_FIRST = (
     "tests/hetero/test_many_types_agreement.py",
     "tests/validation/test_moe_fit.py",
-    "tests/hetero/test_layout_options_agreement.py",
     "tests/validation/test_crossval.py",
     "tests/partition/test_partition_solvers.py",
     "tests/formulations/test_dualpipe.py",

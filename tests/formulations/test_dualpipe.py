@@ -99,7 +99,7 @@ def test_pairs_priced_unlike_reach_the_enumerated_optimum(seed):
         assert res.objective_s == pytest.approx(want, abs=res.tolerance_s + 1e-12), res.backend
 
 
-@pytest.mark.slow  # about 25 s on the 2-core machine (three searches of 9,715 configurations)
+@pytest.mark.slow  # about 55 s of CPU: three searches of 9,715 configurations, about 18 s each
 def test_cpsat_and_milp_prove_the_qwen3_dualpipe_bench_row():
     """The bench's Qwen3-235B DualPipe row (solver/bench/ladder.dualpipe_instance): its first
     configuration (pp 16, 64 micro-batches, 94 layers, recomputation needed on most stages) left

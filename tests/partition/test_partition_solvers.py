@@ -2,6 +2,7 @@
 agree; the planner's candidate plans lose no optimum; plan == exhaustive with partitions on."""
 
 import dataclasses
+import functools
 import itertools
 
 import numpy as np
@@ -209,21 +210,41 @@ def _random_instance(seed):
     return dataclasses.replace(inst, cluster=Cluster.of(dataclasses.replace(inst.cluster.one_group, intra_node=link)))
 
 
-@pytest.mark.slow
-def test_planner_and_exhaustive_agree_on_random_instances():
+# the seeds whose case takes over 5 s of CPU, marked slow: per-test CPU clock, -n 0, load 7-9
+# (issue 32): 0: 9.0 s, 1: 12.4, 4: 9.1, 5: 7.8, 6: 9.3, 7: 9.9; 2: 3.0 and 3: 2.5 (brute force
+# over every layer plan is nearly all of it)
+RANDOM_SLOW_SEEDS = (0, 1, 4, 5, 6, 7)
+
+
+@functools.lru_cache(maxsize=None)
+def _random_agreement(seed: int) -> bool:
+    """plan() with per-operator partitions against brute force over every layer plan on
+    _random_instance(seed), once per test process; whether the optimum uses the P primitive.
+    One case per seed, so that pytest-xdist shares the 8 among its workers (one test of 8 seeds
+    ran alone on one worker: 52 s of CPU, issue 32)."""
+    inst = _random_instance(seed)
+    r, e = plan(inst, backend="milp" if seed % 2 else "cpsat"), exhaustive(inst)
+    if e.iter_time_s is None:
+        assert r.status == "infeasible"
+        return False
+    assert r.status == "optimal"
+    assert r.iter_time_s == pytest.approx(e.iter_time_s, rel=1e-6)
+    return any("P" in spec for _, spec in r.plan.partitions)
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s in RANDOM_SLOW_SEEDS else s
+                                  for s in range(8)])
+def test_planner_and_exhaustive_agree_on_random_instances(seed):
     """Seeded random instances (model width, GPUs, link speed, memory, ZeRO): the optimum of
     plan() with per-operator partitions equals brute force over every layer plan."""
-    used_p = 0
-    for seed in range(8):
-        inst = _random_instance(seed)
-        r, e = plan(inst, backend="milp" if seed % 2 else "cpsat"), exhaustive(inst)
-        if e.iter_time_s is None:
-            assert r.status == "infeasible"
-            continue
-        assert r.status == "optimal"
-        assert r.iter_time_s == pytest.approx(e.iter_time_s, rel=1e-6)
-        used_p += any("P" in spec for _, spec in r.plan.partitions)
-    assert used_p >= 1  # the primitive wins somewhere, so the agreement is not Megatron-only
+    _random_agreement(seed)
+
+
+@pytest.mark.slow  # it plans seed 6 where its worker did not (9.3 s)
+def test_the_partition_primitive_wins_on_a_random_instance():
+    # not vacuous: the agreement above is not Megatron-only (measured over the 8 seeds: seed 6's
+    # optimum uses the P primitive, no other's does; seed 0 is infeasible)
+    assert _random_agreement(6)
 
 
 def test_same_answer_for_any_threads_and_backend():

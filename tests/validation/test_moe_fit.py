@@ -113,7 +113,7 @@ def test_leave_one_table_out_mean_abs_error_at_most_12_pct():
 
 @pytest.mark.slow
 def test_cross_validation_reproduces_the_stored_file():
-    # about 2.5 min: the whole fit and its folds, recomputed
+    # about 25 s of CPU: the whole fit and its folds, recomputed
     from paraplan.cost.readers.strict_yaml import read_yaml
     cv = moe_fit.cross_validate()
     assert cv.fitted == FITTED
