@@ -18,7 +18,9 @@ bounded in stage_bound_rows by, per v,
 (batched.relaxed_s of one class, its second bound). There A = min over integer splits of
 max_s (a_s + n_s t_s) with a_s >= 0, t_s >= f_g(t_g) for a stage s on g; as max_s n_s t_s <= A
 gives n_s <= A / t_s and sum_s n_s = L,
-    A >= A0 = L / sum_s (1 / t_s) >= L dp / sum_g r_g(t_g).
+    A >= A0 = L / sum_s (1 / t_s) >= L dp / sum_g r_g(t_g),
+and as every stage holds a layer (n_s >= 1), A >= max_s t_s >= the largest f_g(t_g) of the
+groups used (a pipeline through a slow group waits on its stage however few layers it holds).
 S = h + L t_min - e (t_max - t_min) - l (t_last - t_min) with h >= 0 and the slot flags e, l in
 {0, 1}, both 0 at v = 1 (space._slot_modes_of), so S >= S0 = L t_min - c_v (t_max - t_min) with
 c_1 = 0 and c_v = 2 for v > 1 where the job runs the slots (else 0), t_min >= the least f_g(t_g)
@@ -36,6 +38,11 @@ bound, so at most each partial layout's (the least of its blocks'), so at most e
 configuration's bound before pricing: a family or a tp choice whose bound cannot beat a plan's
 value holds no configuration that can, and the search's answer, with its tie rule, is that of
 the full listing.
+
+A tp choice or class-layout option that solver/bounds/class_memory.py proves unable to fit
+memory in any order, micro-batch size, mode or ZeRO stage is bounded inf: its configurations
+are all refused by memory (before or after pricing), so none is a candidate and the tie rule
+reads none of them.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.cost.space_rules import cp_problem, split_slots_run
 from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
+from paraplan.solver.bounds.class_memory import ClassMemory
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
@@ -160,6 +168,7 @@ class FamilyBounds:
         slots = split_slots_run(inst.job, s)
         self.v_max = max(s.virtual_stages) if s.virtual_stages is not None else L + 2 * slots
         self.slot_c = 2.0 if slots else 0.0
+        self.memory = ClassMemory(inst, int(self.mbs.min())) if len(self.mbs) else None
 
     def floor(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f_g(tp) of the module docstring."""
@@ -206,7 +215,13 @@ class FamilyBounds:
         S_k, is at least
             L (M + sum_k x_k (pp_k - 1) / v) / sum_g U_g / f_g,   U_g = sum_(k on g) x_k pp_k;
         v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so M >= sum_g U_g, and
-        v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 sum_g U_g, its least at v_max."""
+        v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 sum_g U_g, its least at v_max.
+        Its first bound, max_k (lo_k - 1/v) A_k + S_k / v (every class runs its least count),
+        is at least max_k L f_g (2 - 1/pp_k): at v = 1, (pp_k - 1) L f_g / pp_k + L f_g, and at
+        v > 1 (lo_k = 2 pp_k) L f_g (2 + (1 - 1/pp_k) / v), more (on 8 GPU types a V100 class of
+        one stage running its one micro-batch of all 80 layers: the layouts of pp 1 that led
+        the throughput bound at 1.2 s are at 2.8 s). An option (a group's classes) with a class
+        class_memory.py refuses is inf."""
         inst = self.inst
         L, gb = inst.model.layers, inst.job.global_batch
         options = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
@@ -215,17 +230,27 @@ class FamilyBounds:
         grid = np.indices([len(o) for o in options]).reshape(len(options), -1)
         bubble = np.zeros(grid.shape[1])
         slots = np.zeros(grid.shape[1])
+        least = np.zeros((grid.shape[1], len(self.mbs), len(self.idx)))  # max_k L f_g (2 - 1/pp_k)
         classes = np.zeros(grid.shape[1], np.int64)
         deep = np.ones(grid.shape[1], bool)
         den = 0.0
+        refused = np.zeros(grid.shape[1], bool)
+        groups = inst.cluster.groups
+        ranks = (fam.cp * len(fam.used), fam.cp * sum(groups[g].num_gpus // (fam.tp * fam.cp) for g in fam.used))
         for k, (g, opts) in enumerate(zip(fam.used, options)):
             sel = grid[k]
+            if self.memory is not None:  # an option with a class no plan fits (class_memory.py)
+                refused |= np.array([any(self.memory.replica_class_refused(g, fam.tp, fam.cp, c.pp, ranks) for c in o)
+                                     for o in opts])[sel]
             u = np.array([sum(c.replicas * c.pp for c in o) for o in opts], float)[sel]
             bubble += np.array([sum(c.replicas * (c.pp - 1) for c in o) for o in opts], float)[sel]
             classes += np.array([len(o) for o in opts])[sel]
             deep &= np.array([all(c.pp > 1 for c in o) for o in opts])[sel]
             slots += u
-            den = den + u[:, None, None] / self.floor(g, fam.tp, fam.cp)[None]
+            f = self.floor(g, fam.tp, fam.cp)
+            den = den + u[:, None, None] / f[None]
+            deepest = np.array([max(2 - 1 / c.pp for c in o) for o in opts])[sel]
+            least = np.maximum(least, L * deepest[:, None, None] * f[None])
         M = np.floor(gb / self.mbs)[None, :, None]
         s_ = slots[:, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -233,7 +258,8 @@ class FamilyBounds:
             if self.v_max >= 2:
                 z = np.minimum(z, np.where(deep[:, None, None] & (M >= 2 * s_),
                                            L * (M + bubble[:, None, None] / self.v_max) / den, np.inf))
-        z = np.where(np.isnan(z) | (classes < 2)[:, None, None], np.inf, z)
+            z = np.maximum(z, least)
+        z = np.where(np.isnan(z) | ((classes < 2) | refused)[:, None, None], np.inf, z)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         index = np.arange(grid.shape[1], dtype=np.int64)
         return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (1, 2))
@@ -281,7 +307,7 @@ class FamilyBounds:
         ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
         m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            a0 = L * fam.dp / rate
+            a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
             z = (m - 1) * a0 + L * lo  # v = 1: no slots, any m >= 1 (a lone class)
             # v > 1: m a multiple of pp (space._count_form_of)
@@ -290,9 +316,34 @@ class FamilyBounds:
                 for v in (2.0, float(self.v_max)):
                     z = np.where(deep, np.minimum(z, (m - 1 / v) * a0 + s0 / v), z)
         # no replica without a micro-batch; 0 x inf (floors of no plan) is no bound either
+        ok &= ~self._stage_refused(fam, grid, stages)
         z = np.where((m >= 1) & ~np.isnan(z) & ok[:, None, None], z, np.inf)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (len(fam.used),))
+
+    def _stage_refused(self, fam: StageFamily, grid: np.ndarray, stages: np.ndarray) -> np.ndarray:
+        """Per tp choice of the grid (groups, choices), whether no order of its pipeline fits
+        memory (class_memory.py: each group's stages at the least in-flight counts, the depth at
+        the family's least, in some mode every group's tp admits)."""
+        out = np.zeros(grid.shape[1], bool)
+        if self.memory is None or self.inst.search.idle_gpus or not grid.shape[1]:
+            return out
+        cm, L, groups = self.memory, self.inst.model.layers, self.inst.cluster.groups
+        m = self.inst.job.global_batch // int(self.mbs.min()) // fam.dp
+        pp = int(stages.min())
+        fits = np.zeros(grid.shape[1], bool)
+        for mode in cm.stage_modes([t for tps in fam.tps for _, t in tps], fam.cp, pp, fam.dp):
+            held, every_ok, last_ok, full_ok = 0, np.ones_like(fits), np.zeros_like(fits), np.zeros_like(fits)
+            for k, g in enumerate(fam.used):
+                n = groups[g].num_gpus
+                rows = np.array([cm.stage_group(g, t, fam.cp, fam.dp, n // (t * fam.cp * fam.dp), pp, m, mode)
+                                 for _, t in fam.tps[k]], float)[grid[k]]
+                held = held + rows[:, 0]
+                every_ok &= (rows[:, 0] >= 0) & (rows[:, 1] > 0)
+                last_ok |= rows[:, 2] >= 1
+                full_ok |= rows[:, 3] >= -(-L // np.maximum(stages, 1))
+            fits |= every_ok & (last_ok & full_ok if mode[3] else held >= L)
+        return ~fits
 
     def choices(self, fam, can_win) -> list[tuple[int, float]]:
         """(index, bound) of the family's tp choices (a StageFamily) or class layouts (a

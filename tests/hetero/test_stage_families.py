@@ -83,13 +83,17 @@ def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, opti
     for f, a, b in spans:
         fam = lazy.families[f]
         own = partial_bounds_s(inst, lazy.partials[a:b], [0], "max", ())
-        if b > a and own.min() < float("inf"):
-            assert lazy.family_bounds[f] <= own.min() * (1 + 1e-12), fam
-        # each tp choice's or class layout's own bound is at most its partial layout's
+        # each tp choice's or class layout's own bound is at most its partial layout's, but
+        # where it is inf: memory refuses it (test_class_memory.py: none of its configurations fits)
         choices = {c.index: c.key[0] for c in lazy.open_family(f, lambda lb: True)}
+        fitting = []
         for part, lb in zip(lazy.partials[a:b], own.tolist()):
             x = part.rank & ((1 << 64) - 1) if part.dp is None else (part.rank >> 128) & ((1 << 64) - 1)
-            assert choices[x] <= lb * (1 + 1e-12), (fam, x)
+            if choices[x] < float("inf"):
+                assert choices[x] <= lb * (1 + 1e-12), (fam, x)
+                fitting.append(lb)
+        if fitting:
+            assert lazy.family_bounds[f] <= min(fitting) * (1 + 1e-12), fam
 
 
 @pytest.mark.parametrize("seed", SEEDS)
