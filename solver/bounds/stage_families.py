@@ -21,6 +21,14 @@ gives n_s <= A / t_s and sum_s n_s = L,
     A >= A0 = L / sum_s (1 / t_s) >= L dp / sum_g r_g(t_g),
 and as every stage holds a layer (n_s >= 1), A >= max_s t_s >= the largest f_g(t_g) of the
 groups used (a pipeline through a slow group waits on its stage however few layers it holds).
+At v = 1 the bound reads S = sum_s (a_s + n_s t_s) >= sum_g c_g f_g(t_g) + (L - pp) t_min
+(each stage one layer at least, the rest at the least floor; with search.idle_gpus one stage
+per group): a deep pipeline of few micro-batches (8 types: 26 stages, 8 micro-batches) pays
+each stage's floor. This is more than the bound before pricing's S (sum_s a_s + L t_min), so a
+family's or choice's key may exceed the priced key of a configuration it holds, but never that
+configuration's value; the key is lowered by FAMILY_MARGIN (1e-6, far above the tie tolerance
+planner.REL_TOL, 1e-9), so a family holding a plan that ties the incumbent is still opened,
+and the tie rule reads that plan's own key as in the full listing.
 S = h + L t_min - e (t_max - t_min) - l (t_last - t_min) with h >= 0 and the slot flags e, l in
 {0, 1}, both 0 at v = 1 (space._slot_modes_of), so S >= S0 = L t_min - c_v (t_max - t_min) with
 c_1 = 0 and c_v = 2 for v > 1 where the job runs the slots (else 0), t_min >= the least f_g(t_g)
@@ -288,7 +296,7 @@ class FamilyBounds:
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
         grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)  # (groups, choices)
-        rate, lo, hi = 0.0, np.inf, -np.inf
+        rate, lo, hi, held = 0.0, np.inf, -np.inf, 0.0
         stages = np.zeros(grid.shape[1], np.int64)
         index = np.zeros(grid.shape[1], np.int64)
         for k, g in enumerate(fam.used):
@@ -299,6 +307,9 @@ class FamilyBounds:
             rate = rate + (n / (tps[grid[k]] * fam.cp))[:, None, None] / fs
             lo, hi = np.minimum(lo, fs), np.maximum(hi, fs)
             stages += n // (tps[grid[k]] * fam.cp * fam.dp)
+            # its stages each hold a layer (one stage at least with idle GPUs)
+            least = np.ones(grid.shape[1]) if s.idle_gpus else n // (tps[grid[k]] * fam.cp * fam.dp)
+            held = held + least[:, None, None] * fs
             index = index * sizes[k] + at[grid[k]]
         # a pipeline's depth: its stages exactly, or with idle GPUs at least one per group
         pp = np.full_like(stages, len(fam.used)) if s.idle_gpus else stages
@@ -309,7 +320,8 @@ class FamilyBounds:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
-            z = (m - 1) * a0 + L * lo  # v = 1: no slots, any m >= 1 (a lone class)
+            # v = 1: no slots, any m >= 1 (a lone class); S >= sum_s t_s + (L - pp) t_min
+            z = (m - 1) * a0 + held + (L - pp)[:, None, None] * lo
             # v > 1: m a multiple of pp (space._count_form_of)
             deep = m >= pp[:, None, None]
             if self.v_max >= 2:
