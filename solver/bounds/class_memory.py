@@ -48,6 +48,8 @@ _lists_partials) are families set up at all.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from paraplan.cost import memory
@@ -134,6 +136,27 @@ class ClassMemory:
         """The modes (_modes) some of the tp values `tps` admits for a pipeline of at least pp
         stages (fewer stages admit every v more do)."""
         return sorted({x for t in set(tps) for x in self._modes(t, cp, pp, dp)})
+
+    def stage_group_best(self, g: int, tp: int, cp: int, dp: int, count: int, pp: int, m: int,
+                         modes: list) -> tuple[float, float, float]:
+        """Over `modes`, each group in its own (a relaxation: a plan runs one mode on every
+        group, so a choice no group-wise pick fits is refused in every mode): (the most layers
+        group g's stages hold without slots, -inf where no mode gives each stage a layer; with
+        the slots, the most a last stage and another stage hold, -1 where no slot mode runs)."""
+        key = ("best", g, tp, cp, dp, count, pp, m, tuple(modes))
+        got = self.memo.get(key)
+        if got is None:
+            held, last1, one = -math.inf, -1.0, -1.0
+            for mode in modes:
+                h, ok, lt, on = self.stage_group(g, tp, cp, dp, count, pp, m, mode)
+                if h < 0:  # tp does not admit it
+                    continue
+                if mode[3]:
+                    last1, one = max(last1, lt), max(one, on)
+                elif ok:
+                    held = max(held, h)
+            got = self.memo[key] = (held, last1, one)
+        return got
 
     def stage_group(self, g: int, tp: int, cp: int, dp: int, count: int, pp: int, m: int,
                     mode: tuple[bool, int, int, bool]) -> tuple[int, bool, int, int]:

@@ -229,27 +229,30 @@ class FamilyBounds:
         v > 1 (lo_k = 2 pp_k) L f_g (2 + (1 - 1/pp_k) / v), more (on 8 GPU types a V100 class of
         one stage running its one micro-batch of all 80 layers: the layouts of pp 1 that led
         the throughput bound at 1.2 s are at 2.8 s). An option (a group's classes) with a class
-        class_memory.py refuses is inf."""
+        class_memory.py refuses is left out (its layouts' bound is inf: not returned)."""
         inst = self.inst
         L, gb = inst.model.layers, inst.job.global_batch
-        options = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
-        if not all(options):
+        every = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        groups = inst.cluster.groups
+        ranks = (fam.cp * len(fam.used), fam.cp * sum(groups[g].num_gpus // (fam.tp * fam.cp) for g in fam.used))
+        kept = [[i for i, o in enumerate(opts) if self.memory is None or not any(
+            self.memory.replica_class_refused(g, fam.tp, fam.cp, c.pp, ranks) for c in o)]
+            for g, opts in zip(fam.used, every)]
+        if not all(kept):
             return np.zeros(0, np.int64), np.zeros(0)
+        options = [[opts[i] for i in kp] for opts, kp in zip(every, kept)]
         grid = np.indices([len(o) for o in options]).reshape(len(options), -1)
+        index = np.zeros(grid.shape[1], np.int64)  # in the product of every option
+        for k, (opts, kp) in enumerate(zip(every, kept)):
+            index = index * len(opts) + np.array(kp, np.int64)[grid[k]]
         bubble = np.zeros(grid.shape[1])
         slots = np.zeros(grid.shape[1])
         least = np.zeros((grid.shape[1], len(self.mbs), len(self.idx)))  # max_k L f_g (2 - 1/pp_k)
         classes = np.zeros(grid.shape[1], np.int64)
         deep = np.ones(grid.shape[1], bool)
         den = 0.0
-        refused = np.zeros(grid.shape[1], bool)
-        groups = inst.cluster.groups
-        ranks = (fam.cp * len(fam.used), fam.cp * sum(groups[g].num_gpus // (fam.tp * fam.cp) for g in fam.used))
         for k, (g, opts) in enumerate(zip(fam.used, options)):
             sel = grid[k]
-            if self.memory is not None:  # an option with a class no plan fits (class_memory.py)
-                refused |= np.array([any(self.memory.replica_class_refused(g, fam.tp, fam.cp, c.pp, ranks) for c in o)
-                                     for o in opts])[sel]
             u = np.array([sum(c.replicas * c.pp for c in o) for o in opts], float)[sel]
             bubble += np.array([sum(c.replicas * (c.pp - 1) for c in o) for o in opts], float)[sel]
             classes += np.array([len(o) for o in opts])[sel]
@@ -257,8 +260,8 @@ class FamilyBounds:
             slots += u
             f = self.floor(g, fam.tp, fam.cp)
             den = den + u[:, None, None] / f[None]
-            deepest = np.array([max(2 - 1 / c.pp for c in o) for o in opts])[sel]
-            least = np.maximum(least, L * deepest[:, None, None] * f[None])
+            deepest = np.array([max(2 - 1 / c.pp for c in o) for o in opts])
+            least = np.maximum(least, (L * deepest[:, None, None] * f[None])[sel])
         M = np.floor(gb / self.mbs)[None, :, None]
         s_ = slots[:, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -267,9 +270,8 @@ class FamilyBounds:
                 z = np.minimum(z, np.where(deep[:, None, None] & (M >= 2 * s_),
                                            L * (M + bubble[:, None, None] / self.v_max) / den, np.inf))
             z = np.maximum(z, least)
-        z = np.where(np.isnan(z) | ((classes < 2) | refused)[:, None, None], np.inf, z)
+        z = np.where(np.isnan(z) | (classes < 2)[:, None, None], np.inf, z)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        index = np.arange(grid.shape[1], dtype=np.int64)
         return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (1, 2))
 
     def replica_at(self, fam: ReplicaFamily, x: int) -> tuple:
@@ -336,25 +338,24 @@ class FamilyBounds:
     def _stage_refused(self, fam: StageFamily, grid: np.ndarray, stages: np.ndarray) -> np.ndarray:
         """Per tp choice of the grid (groups, choices), whether no order of its pipeline fits
         memory (class_memory.py: each group's stages at the least in-flight counts, the depth at
-        the family's least, in some mode every group's tp admits)."""
+        the family's least, each group in its own best mode)."""
         out = np.zeros(grid.shape[1], bool)
         if self.memory is None or self.inst.search.idle_gpus or not grid.shape[1]:
             return out
         cm, L, groups = self.memory, self.inst.model.layers, self.inst.cluster.groups
         m = self.inst.job.global_batch // int(self.mbs.min()) // fam.dp
         pp = int(stages.min())
-        fits = np.zeros(grid.shape[1], bool)
-        for mode in cm.stage_modes([t for tps in fam.tps for _, t in tps], fam.cp, pp, fam.dp):
-            held, every_ok, last_ok, full_ok = 0, np.ones_like(fits), np.zeros_like(fits), np.zeros_like(fits)
-            for k, g in enumerate(fam.used):
-                n = groups[g].num_gpus
-                rows = np.array([cm.stage_group(g, t, fam.cp, fam.dp, n // (t * fam.cp * fam.dp), pp, m, mode)
-                                 for _, t in fam.tps[k]], float)[grid[k]]
-                held = held + rows[:, 0]
-                every_ok &= (rows[:, 0] >= 0) & (rows[:, 1] > 0)
-                last_ok |= rows[:, 2] >= 1
-                full_ok |= rows[:, 3] >= -(-L // np.maximum(stages, 1))
-            fits |= every_ok & (last_ok & full_ok if mode[3] else held >= L)
+        modes = cm.stage_modes([t for tps in fam.tps for _, t in tps], fam.cp, pp, fam.dp)
+        # each group at its own best mode (a relaxation of one mode for all: stage_group_best)
+        held, last_ok, full_ok = 0.0, np.zeros(grid.shape[1], bool), np.zeros(grid.shape[1], bool)
+        for k, g in enumerate(fam.used):
+            n = groups[g].num_gpus
+            rows = np.array([cm.stage_group_best(g, t, fam.cp, fam.dp, n // (t * fam.cp * fam.dp), pp, m, modes)
+                             for _, t in fam.tps[k]], float)[grid[k]]
+            held = held + rows[:, 0]
+            last_ok |= rows[:, 1] >= 1
+            full_ok |= rows[:, 2] >= -(-L // np.maximum(stages, 1))
+        fits = (held >= L) | (last_ok & full_ok)
         return ~fits
 
     def choices(self, fam, can_win) -> list[tuple[int, float]]:

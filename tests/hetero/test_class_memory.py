@@ -22,6 +22,7 @@ from paraplan.cost.plan_specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.stage_families import ReplicaFamily
+from paraplan.solver.class_layouts import replica_options
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import FAMILIES, problems_for, search
 
@@ -70,9 +71,13 @@ def _refused_partials(inst):
         if isinstance(fam, ReplicaFamily):
             groups = inst.cluster.groups
             ranks = (fam.cp * len(fam.used), fam.cp * sum(groups[g].num_gpus // (fam.tp * fam.cp) for g in fam.used))
-            index, _ = fb.replica_combos(fam)
-            bad = [x for x in index.tolist() if any(fb.memory.replica_class_refused(
-                c.stage_groups[0], fam.tp, fam.cp, c.pp, ranks) for c in fb.replica_at(fam, x))]
+            options = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+            layouts = range(int(np.prod([len(o) for o in options])))
+            bad = [x for x in layouts if len(fb.replica_at(fam, x)) > 1 and any(
+                fb.memory.replica_class_refused(c.stage_groups[0], fam.tp, fam.cp, c.pp, ranks)
+                for c in fb.replica_at(fam, x))]
+            listed, _ = fb.replica_combos(fam)  # the layouts the family bounds: none refused
+            assert not set(listed.tolist()) & set(bad)
         else:
             grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)
             stages = sum(inst.cluster.groups[g].num_gpus // (np.array([t for _, t in fam.tps[k]])[grid[k]]
