@@ -75,6 +75,13 @@ class ClassMemory:
         """(sp, zero, v, slots) the framework admits for a class of pp stages at tp and cp with
         dp replicas in the plan (for one class of several: the most the plan may have);
         `slots`: v comes with the embedding / loss as layer slots."""
+        key = ("modes", tp, cp, pp, dp)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = self._read_modes(tp, cp, pp, dp)
+        return got
+
+    def _read_modes(self, tp: int, cp: int, pp: int, dp: int) -> list[tuple[bool, int, int, bool]]:
         inst, s = self.inst, self.inst.search
         m = inst.model
         sps = [sp for sp in s.sequence_parallel if not (sp and (tp == 1 or m.seq_len % (tp * cp)))]
@@ -86,6 +93,13 @@ class ClassMemory:
                         if not (z and dp * cp == 1)
                         and self.rules.admits(tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, zero=z, v=v)]
         return out
+
+    def _admitted(self, tp: int, cp: int, pp: int, dp: int) -> frozenset:
+        key = ("admitted", tp, cp, pp, dp)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = frozenset(self._modes(tp, cp, pp, dp))
+        return got
 
     def _terms(self, tp: int, cp: int, pp: int, sp: bool, zero: int, ranks: tuple[int, int]):
         """(every stage, logits, per-layer state, checkpoint, embedding state of an end stage
@@ -173,7 +187,7 @@ class ClassMemory:
 
     def _stage_group(self, g: int, tp: int, cp: int, dp: int, count: int, pp: int, m: int, mode) -> tuple:
         sp, zero, v, slots = mode
-        if mode not in self._modes(tp, cp, pp, dp):
+        if mode not in self._admitted(tp, cp, pp, dp):
             return -1, False, -1, -1
         L, cap = self.inst.model.layers, self.capacity[g]
         every, logits, state, ckpt, _ = self._terms(tp, cp, pp, sp, zero, (dp * cp, dp * cp))
