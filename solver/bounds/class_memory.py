@@ -161,7 +161,16 @@ class ClassMemory:
         got = self.memo.get(key)
         if got is None:
             held, last1, one = -math.inf, -1.0, -1.0
-            for mode in modes:
+            # of the modes tp admits, those no other of the same v and slots dominates:
+            # sequence parallelism and a higher ZeRO stage each hold no more (the checkpoint
+            # shrinks by tp, the state with the stage; nothing else LB_s reads moves)
+            admitted = self._admitted(tp, cp, pp, dp)
+            top: dict = {}  # (v, slots, sp) -> the highest ZeRO stage admitted with them
+            for sp, z, v, slots in modes:
+                if (sp, z, v, slots) in admitted and z >= top.get((v, slots, sp), -1):
+                    top[v, slots, sp] = z
+            for mode in [(sp, z, v, slots) for (v, slots, sp), z in top.items()
+                         if sp or top.get((v, slots, True), -1) < z]:
                 h, ok, lt, on = self.stage_group(g, tp, cp, dp, count, pp, m, mode)
                 if h < 0:  # tp does not admit it
                     continue
