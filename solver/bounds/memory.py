@@ -57,6 +57,21 @@ MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, f
 _MOST_LAYERS: dict[int, tuple] = {}
 
 
+def layers_within(base_bytes: float, per_layer_bytes: float, capacity_bytes: float, most: int) -> int:
+    """The most layers n <= `most` whose LB = base + n per_layer fits `capacity_bytes` (within
+    MARGIN), 0 where none does."""
+    def fits(n: int) -> bool:
+        return (base_bytes + n * per_layer_bytes) * (1 - MARGIN) <= capacity_bytes
+    if per_layer_bytes <= 0:
+        return most if fits(0) else 0
+    n = int(min(max((capacity_bytes / (1 - MARGIN) - base_bytes) // per_layer_bytes, 0), most))  # a guess
+    while n < most and fits(n + 1):
+        n += 1
+    while n > 0 and not fits(n):
+        n -= 1
+    return n
+
+
 def proved_infeasible(inst, outers: list) -> np.ndarray:
     """Per configuration of `outers` (ClassOuter on the group-format instance `inst`), whether
     the module's bound proves that no plan of it fits memory."""
@@ -85,18 +100,8 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
         # as build: the first stage's entry holds the output layer too on a one-stage pipeline
         embedding = (memory.embedding_state_bytes(inst.model, tp, zero, ranks, first, last, layout)
                      if first or last else 0.0)
-        base, per = every + embedding + (logits if last else 0.0), state + in_flight * ckpt
-
-        def fits(n: int) -> bool:
-            return (base + n * per) * (1 - MARGIN) <= capacity[g]
-        if per <= 0:
-            return L if fits(0) else 0
-        n = int(min(max((capacity[g] / (1 - MARGIN) - base) // per, 0), L))  # a guess: step onto fits
-        while n < L and fits(n + 1):
-            n += 1
-        while n > 0 and not fits(n):
-            n -= 1
-        return n
+        return layers_within(every + embedding + (logits if last else 0.0), state + in_flight * ckpt,
+                             capacity[g], L)
 
     def refused(o, c, co, ranks: int) -> bool:
         def held(g: int, first: bool, last: bool, in_flight: float) -> int:

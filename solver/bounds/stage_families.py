@@ -18,7 +18,17 @@ bounded in stage_bound_rows by, per v,
 (batched.relaxed_s of one class, its second bound). There A = min over integer splits of
 max_s (a_s + n_s t_s) with a_s >= 0, t_s >= f_g(t_g) for a stage s on g; as max_s n_s t_s <= A
 gives n_s <= A / t_s and sum_s n_s = L,
-    A >= A0 = L / sum_s (1 / t_s) >= L dp / sum_g r_g(t_g).
+    A >= A0 = L / sum_s (1 / t_s) >= L dp / sum_g r_g(t_g),
+and as every stage holds a layer (n_s >= 1), A >= max_s t_s >= the largest f_g(t_g) of the
+groups used (a pipeline through a slow group waits on its stage however few layers it holds).
+At v = 1 the bound reads S = sum_s (a_s + n_s t_s) >= sum_g c_g f_g(t_g) + (L - pp) t_min
+(each stage one layer at least, the rest at the least floor; with search.idle_gpus one stage
+per group): a deep pipeline of few micro-batches (8 types: 26 stages, 8 micro-batches) pays
+each stage's floor. This is more than the bound before pricing's S (sum_s a_s + L t_min), so a
+family's or choice's key may exceed the priced key of a configuration it holds, but never that
+configuration's value; the key is lowered by FAMILY_MARGIN (1e-6, far above the tie tolerance
+planner.REL_TOL, 1e-9), so a family holding a plan that ties the incumbent is still opened,
+and the tie rule reads that plan's own key as in the full listing.
 S = h + L t_min - e (t_max - t_min) - l (t_last - t_min) with h >= 0 and the slot flags e, l in
 {0, 1}, both 0 at v = 1 (space._slot_modes_of), so S >= S0 = L t_min - c_v (t_max - t_min) with
 c_1 = 0 and c_v = 2 for v > 1 where the job runs the slots (else 0), t_min >= the least f_g(t_g)
@@ -36,6 +46,11 @@ bound, so at most each partial layout's (the least of its blocks'), so at most e
 configuration's bound before pricing: a family or a tp choice whose bound cannot beat a plan's
 value holds no configuration that can, and the search's answer, with its tie rule, is that of
 the full listing.
+
+A tp choice or class-layout option that solver/bounds/class_memory.py proves unable to fit
+memory in any order, micro-batch size, mode or ZeRO stage is bounded inf: its configurations
+are all refused by memory (before or after pricing), so none is a candidate and the tie rule
+reads none of them.
 """
 
 from __future__ import annotations
@@ -50,6 +65,7 @@ from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.cost.space_rules import cp_problem, split_slots_run
 from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
+from paraplan.solver.bounds.class_memory import ClassMemory
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
@@ -160,6 +176,7 @@ class FamilyBounds:
         slots = split_slots_run(inst.job, s)
         self.v_max = max(s.virtual_stages) if s.virtual_stages is not None else L + 2 * slots
         self.slot_c = 2.0 if slots else 0.0
+        self.memory = ClassMemory(inst, int(self.mbs.min())) if len(self.mbs) else None
 
     def floor(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f_g(tp) of the module docstring."""
@@ -206,15 +223,31 @@ class FamilyBounds:
         S_k, is at least
             L (M + sum_k x_k (pp_k - 1) / v) / sum_g U_g / f_g,   U_g = sum_(k on g) x_k pp_k;
         v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so M >= sum_g U_g, and
-        v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 sum_g U_g, its least at v_max."""
+        v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 sum_g U_g, its least at v_max.
+        Its first bound, max_k (lo_k - 1/v) A_k + S_k / v (every class runs its least count),
+        is at least max_k L f_g (2 - 1/pp_k): at v = 1, (pp_k - 1) L f_g / pp_k + L f_g, and at
+        v > 1 (lo_k = 2 pp_k) L f_g (2 + (1 - 1/pp_k) / v), more (on 8 GPU types a V100 class of
+        one stage running its one micro-batch of all 80 layers: the layouts of pp 1 that led
+        the throughput bound at 1.2 s are at 2.8 s). An option (a group's classes) with a class
+        class_memory.py refuses is left out (its layouts' bound is inf: not returned)."""
         inst = self.inst
         L, gb = inst.model.layers, inst.job.global_batch
-        options = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
-        if not all(options):
+        every = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        groups = inst.cluster.groups
+        ranks = (fam.cp * len(fam.used), fam.cp * sum(groups[g].num_gpus // (fam.tp * fam.cp) for g in fam.used))
+        kept = [[i for i, o in enumerate(opts) if self.memory is None or not any(
+            self.memory.replica_class_refused(g, fam.tp, fam.cp, c.pp, ranks) for c in o)]
+            for g, opts in zip(fam.used, every)]
+        if not all(kept):
             return np.zeros(0, np.int64), np.zeros(0)
+        options = [[opts[i] for i in kp] for opts, kp in zip(every, kept)]
         grid = np.indices([len(o) for o in options]).reshape(len(options), -1)
+        index = np.zeros(grid.shape[1], np.int64)  # in the product of every option
+        for k, (opts, kp) in enumerate(zip(every, kept)):
+            index = index * len(opts) + np.array(kp, np.int64)[grid[k]]
         bubble = np.zeros(grid.shape[1])
         slots = np.zeros(grid.shape[1])
+        least = np.zeros((grid.shape[1], len(self.mbs), len(self.idx)))  # max_k L f_g (2 - 1/pp_k)
         classes = np.zeros(grid.shape[1], np.int64)
         deep = np.ones(grid.shape[1], bool)
         den = 0.0
@@ -225,7 +258,10 @@ class FamilyBounds:
             classes += np.array([len(o) for o in opts])[sel]
             deep &= np.array([all(c.pp > 1 for c in o) for o in opts])[sel]
             slots += u
-            den = den + u[:, None, None] / self.floor(g, fam.tp, fam.cp)[None]
+            f = self.floor(g, fam.tp, fam.cp)
+            den = den + u[:, None, None] / f[None]
+            deepest = np.array([max(2 - 1 / c.pp for c in o) for o in opts])
+            least = np.maximum(least, (L * deepest[:, None, None] * f[None])[sel])
         M = np.floor(gb / self.mbs)[None, :, None]
         s_ = slots[:, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -233,9 +269,9 @@ class FamilyBounds:
             if self.v_max >= 2:
                 z = np.minimum(z, np.where(deep[:, None, None] & (M >= 2 * s_),
                                            L * (M + bubble[:, None, None] / self.v_max) / den, np.inf))
+            z = np.maximum(z, least)
         z = np.where(np.isnan(z) | (classes < 2)[:, None, None], np.inf, z)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        index = np.arange(grid.shape[1], dtype=np.int64)
         return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (1, 2))
 
     def replica_at(self, fam: ReplicaFamily, x: int) -> tuple:
@@ -262,7 +298,7 @@ class FamilyBounds:
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
         grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)  # (groups, choices)
-        rate, lo, hi = 0.0, np.inf, -np.inf
+        rate, lo, hi, held = 0.0, np.inf, -np.inf, 0.0
         stages = np.zeros(grid.shape[1], np.int64)
         index = np.zeros(grid.shape[1], np.int64)
         for k, g in enumerate(fam.used):
@@ -273,6 +309,9 @@ class FamilyBounds:
             rate = rate + (n / (tps[grid[k]] * fam.cp))[:, None, None] / fs
             lo, hi = np.minimum(lo, fs), np.maximum(hi, fs)
             stages += n // (tps[grid[k]] * fam.cp * fam.dp)
+            # its stages each hold a layer (one stage at least with idle GPUs)
+            least = np.ones(grid.shape[1]) if s.idle_gpus else n // (tps[grid[k]] * fam.cp * fam.dp)
+            held = held + least[:, None, None] * fs
             index = index * sizes[k] + at[grid[k]]
         # a pipeline's depth: its stages exactly, or with idle GPUs at least one per group
         pp = np.full_like(stages, len(fam.used)) if s.idle_gpus else stages
@@ -281,18 +320,43 @@ class FamilyBounds:
         ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
         m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            a0 = L * fam.dp / rate
+            a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
-            z = (m - 1) * a0 + L * lo  # v = 1: no slots, any m >= 1 (a lone class)
+            # v = 1: no slots, any m >= 1 (a lone class); S >= sum_s t_s + (L - pp) t_min
+            z = (m - 1) * a0 + held + (L - pp)[:, None, None] * lo
             # v > 1: m a multiple of pp (space._count_form_of)
             deep = m >= pp[:, None, None]
             if self.v_max >= 2:
                 for v in (2.0, float(self.v_max)):
                     z = np.where(deep, np.minimum(z, (m - 1 / v) * a0 + s0 / v), z)
         # no replica without a micro-batch; 0 x inf (floors of no plan) is no bound either
+        ok &= ~self._stage_refused(fam, grid, stages)
         z = np.where((m >= 1) & ~np.isnan(z) & ok[:, None, None], z, np.inf)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (len(fam.used),))
+
+    def _stage_refused(self, fam: StageFamily, grid: np.ndarray, stages: np.ndarray) -> np.ndarray:
+        """Per tp choice of the grid (groups, choices), whether no order of its pipeline fits
+        memory (class_memory.py: each group's stages at the least in-flight counts, the depth at
+        the family's least, each group in its own best mode)."""
+        out = np.zeros(grid.shape[1], bool)
+        if self.memory is None or self.inst.search.idle_gpus or not grid.shape[1]:
+            return out
+        cm, L, groups = self.memory, self.inst.model.layers, self.inst.cluster.groups
+        m = self.inst.job.global_batch // int(self.mbs.min()) // fam.dp
+        pp = int(stages.min())
+        modes = cm.stage_modes([t for tps in fam.tps for _, t in tps], fam.cp, pp, fam.dp)
+        # each group at its own best mode (a relaxation of one mode for all: stage_group_best)
+        held, last_ok, full_ok = 0.0, np.zeros(grid.shape[1], bool), np.zeros(grid.shape[1], bool)
+        for k, g in enumerate(fam.used):
+            n = groups[g].num_gpus
+            rows = np.array([cm.stage_group_best(g, t, fam.cp, fam.dp, n // (t * fam.cp * fam.dp), pp, m, modes)
+                             for _, t in fam.tps[k]], float)[grid[k]]
+            held = held + rows[:, 0]
+            last_ok |= rows[:, 1] >= 1
+            full_ok |= rows[:, 2] >= -(-L // np.maximum(stages, 1))
+        fits = (held >= L) | (last_ok & full_ok)
+        return ~fits
 
     def choices(self, fam, can_win) -> list[tuple[int, float]]:
         """(index, bound) of the family's tp choices (a StageFamily) or class layouts (a

@@ -88,15 +88,38 @@ def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, opti
     for f, a, b in spans:
         fam = lazy.families[f]
         own = partial_bounds_s(inst, lazy.partials[a:b], [0], "max", ())
-        if b > a and own.min() < float("inf"):
-            assert lazy.family_bounds[f] <= own.min() * (1 + 1e-12), fam
         if isinstance(fam, OptionFamily):
+            if b > a and own.min() < float("inf"):
+                assert lazy.family_bounds[f] <= own.min() * (1 + 1e-12), fam
             continue
-        # each tp choice's or class layout's own bound is at most its partial layout's
+        # each tp choice's or class layout's own bound is at most its partial layout's, but
+        # where it is inf: memory refuses it (test_class_memory.py: none of its configurations fits)
         choices = {c.index: c.key[0] for c in lazy.open_family(f, lambda lb: True)}
+        fitting = []
         for part, lb in zip(lazy.partials[a:b], own.tolist()):
             x = part.rank & ((1 << 64) - 1) if part.dp is None else (part.rank >> 128) & ((1 << 64) - 1)
+            if choices[x] == float("inf"):
+                continue
+            if part.dp is not None and choices[x] > lb * (1 + 1e-12):  # a stage family's S reads
+                # each stage's floor: it may pass the partial layout's bound, not its optima
+                lb = _least_optimum(inst, part)
             assert choices[x] <= lb * (1 + 1e-12), (fam, x)
+            fitting.append(lb)
+        if fitting:
+            assert lazy.family_bounds[f] <= min(fitting) * (1 + 1e-12), fam
+
+
+def _least_optimum(inst, part) -> float:
+    """The least optimum of the configurations of a stage-wise partial layout (a lone class on
+    one network): each priced and solved by the exact split DP."""
+    outers = [o for blk in part.blocks() for o in blk.outers()]
+    best = float("inf")
+    for p in search_mod.problems_for(inst, outers, "nominal"):
+        if p is not None:
+            sr = search_mod._solve_lone_dp(p, 60.0, None, None)
+            if sr.objective_s is not None:
+                best = min(best, sr.objective_s)
+    return best
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -131,7 +154,10 @@ def test_a_familys_partial_layouts_keep_their_ranks_in_the_full_listing(seed, de
         return p.family, p.used, tuple(sorted(p.tpg.items())), p.cp, p.dp, repr(p.reps)
     of = {key(p): p.rank for p in full if any(blks for _, blks in p.reps)}
     lazy, _, _ = _every_family_opened(inst)
-    assert sorted(p.rank for p in lazy.partials) == ranks  # the same layouts, none twice
+    got = sorted(p.rank for p in lazy.partials)
+    # the same layouts, none twice, less the class-layout options memory refuses (never set
+    # up: test_class_memory.py builds their configurations, none fits)
+    assert len(set(got)) == len(got) and set(got) <= set(ranks)
     checked = [p for p in lazy.partials if any(blks for _, blks in p.reps)]
     assert checked
     for p in checked:
