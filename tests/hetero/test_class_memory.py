@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from randinst import Space
 
-from paraplan.cost.plan_specs import Cluster, NodeGroup
+from paraplan.cost.specs import Cluster, NodeGroup
 from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.stage_families import ReplicaFamily
