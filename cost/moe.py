@@ -175,12 +175,11 @@ def expert_host_s(local_experts: int, per_expert_call_s: float) -> float:
     GEMM loops. The device reaches the call with no queued work to hide that loop under: the
     dispatcher synchronised the host with it for the tokens per expert, which the call needs
     on the host (Megatron-core's MoEAlltoAllTokenDispatcher.preprocess, the cuda_sync_point
-    before the all-to-all; DeepEP's dispatch waits on the host for its receive counts), and
-    backward replays that order. So the call takes the host loop plus its GEMMs; where the
-    host runs ahead (a single launch for all experts, DeepGEMM's, or a CUDA graph) the loop
-    is 0. Backward needs no sync, but the host is ahead only by what it queued before, and a
-    pass whose expert loops outlast their GEMMs leaves it nothing queued, so backward's loops
-    are priced alike."""
+    before the all-to-all; DeepEP's dispatch waits on the host for its receive counts). So the
+    call takes the host loop plus its GEMMs. Backward needs no sync, but the host is ahead
+    only by what it queued before, and a pass whose expert loops outlast their GEMMs leaves it
+    nothing queued, so backward's loops are priced alike. A single launch for all experts
+    (DeepGEMM's) or a CUDA graph has no such loop: 0."""
     return GROUPED_CALLS * local_experts * per_expert_call_s
 
 
@@ -546,13 +545,9 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     def gemm_s(tokens: float, per_weight_bytes: float) -> float:
         return max(matmul_time_s(2 * tokens * w, gpu) / params.grouped_gemm_eff,
                    memory_time_s(w * per_weight_bytes, gpu))
-    # The host's work per local expert in each grouped call (cost/moe_params.py
-    # expert_gemm_issue_s; expert_host_s): Transformer Engine's GroupedLinear prepares every
-    # expert (its input split and quantized, its weight's cached copy looked up, its output
-    # allocated) before it launches the first expert GEMM, so the device, which the dispatch
-    # just synchronised with the host, waits for it: it adds to the GEMMs, not under them.
-    # Forward makes GROUPED_CALLS calls; backward as many loops for the input gradients and as
-    # many for the weight gradients.
+    # The host loop over the local experts that each grouped call runs before its GEMMs
+    # (expert_host_s: beside them, not under them); backward runs it for the input and again
+    # for the weight gradients.
     issue = expert_host_s(local, params.expert_gemm_issue_s)
     gemms = local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb) + issue  # forward; input gradients the same
     gemms_w = local * (n_in + 1) * gemm_s(per_expert, grad_rw) + issue  # the weight gradients
