@@ -38,9 +38,9 @@ same collectives again; Megatron-core's MoEAlltoAllTokenDispatcher):
                  tokens (routed / (experts / ep)), ffn split over etp, each GEMM priced by
                  the size-dependent matmul efficiency
                  (cost/coefficients.matmul_time_s: a small per-expert GEMM pays the fixed
-                 per-call cost), at least the host's time to issue one GEMM per local expert
-                 in each grouped call (GROUPED_CALLS): what makes many small experts per
-                 rank slow
+                 per-call cost), plus the host's loop over the local experts that each
+                 grouped call (GROUPED_CALLS) runs before its GEMMs (expert_host_s): what
+                 makes many small experts per rank slow
     combine      reduce-scatter over etp, then the all-to-all back, and the probability-weighted
                  sum of each token's top_k outputs
     permutation  gathering routed copies into expert order and scattering them back: two
@@ -158,6 +158,29 @@ def padded_tokens(tokens_per_expert: float) -> float:
 # Transformer Engine GroupedLinear layers (megatron/core/transformer/moe/experts.py), each one
 # loop over the rank's local experts.
 GROUPED_CALLS = 2
+
+
+def expert_host_s(local_experts: int, per_expert_call_s: float) -> float:
+    """Host seconds of one pass's GROUPED_CALLS grouped calls over `local_experts` experts (one
+    loop of a backward's input or weight gradients counts as a pass), at `per_expert_call_s`
+    per expert and call (cost/moe_params.py expert_gemm_issue_s).
+
+    Priced beside the expert GEMMs, not under them. Transformer Engine's GroupedLinear
+    (transformer_engine/pytorch/module/grouped_linear.py at d0067d0) runs, per call, a host
+    loop over the experts before the first GEMM: forward splits and quantizes each expert's
+    input (_split_quantize), looks up each expert's cached weight copy (quantize_weight, a
+    Python loop) and allocates the output, then issues the GEMMs (general_grouped_gemm, one
+    cuBLASLt call per expert); backward first gathers each expert's main-gradient buffer and
+    quantizer and splits the output gradient, then runs the input- and the weight-gradient
+    GEMM loops. The device reaches the call with no queued work to hide that loop under: the
+    dispatcher synchronised the host with it for the tokens per expert, which the call needs
+    on the host (Megatron-core's MoEAlltoAllTokenDispatcher.preprocess, the cuda_sync_point
+    before the all-to-all; DeepEP's dispatch waits on the host for its receive counts). So the
+    call takes the host loop plus its GEMMs. Backward needs no sync, but the host is ahead
+    only by what it queued before, and a pass whose expert loops outlast their GEMMs leaves it
+    nothing queued, so backward's loops are priced alike. A single launch for all experts
+    (DeepGEMM's) or a CUDA graph has no such loop: 0."""
+    return GROUPED_CALLS * local_experts * per_expert_call_s
 
 
 # FP8 dispatch bytes per element: one e4m3 byte plus one fp32 scale per 128 elements (DeepSeek-V3's
@@ -522,12 +545,12 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
     def gemm_s(tokens: float, per_weight_bytes: float) -> float:
         return max(matmul_time_s(2 * tokens * w, gpu) / params.grouped_gemm_eff,
                    memory_time_s(w * per_weight_bytes, gpu))
-    # The host issues each grouped call's GEMMs one expert at a time (cost/moe_params.py
-    # expert_gemm_issue_s): a call takes at least local x that, however few its FLOPs; forward
-    # makes GROUPED_CALLS of them, backward as many for the input and for the weight gradients.
-    issue = GROUPED_CALLS * local * params.expert_gemm_issue_s
-    gemms = max(local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb), issue)  # forward; input gradients the same
-    gemms_w = max(local * (n_in + 1) * gemm_s(per_expert, grad_rw), issue)  # the weight gradients
+    # The host loop over the local experts that each grouped call runs before its GEMMs
+    # (expert_host_s: beside them, not under them); backward runs it for the input and again
+    # for the weight gradients.
+    issue = expert_host_s(local, params.expert_gemm_issue_s)
+    gemms = local * (n_in + 1) * gemm_s(padded_tokens(per_expert), wb) + issue  # forward; input gradients the same
+    gemms_w = local * (n_in + 1) * gemm_s(per_expert, grad_rw) + issue  # the weight gradients
     permute = PERMUTE_PASSES * 2 * routed / own * h * BF16_BYTES
     permute += chunk_sort_passes(inst.job, local) * 2 * routed * h * BF16_BYTES  # on what the rank received
     activation = (n_in + 1) * routed * fe / etp * BF16_BYTES

@@ -59,7 +59,7 @@ GRID: dict[str, tuple[float, ...]] = {
     "combined_1f1b_hidden_fraction": (0.0, 0.2, 0.46, 0.6, 0.8, 1.0),
     "grouped_gemm_eff": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
     "layer_fixed_s": (0.0, 2.5e-4, 5e-4, 7.5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3),
-    "expert_gemm_issue_s": (0.0, 5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5),
+    "expert_gemm_issue_s": (0.0, 5e-6, 1e-5, 1.5e-5, 2e-5, 2.5e-5, 3e-5, 3.34e-5),
 }
 NAMES = tuple(f.name for f in fields(MoeParams))
 assert set(GRID) == set(NAMES)

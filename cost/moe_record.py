@@ -1,7 +1,8 @@
-"""Re-record each priced MoE anchor's `paraplan_prediction` in cost/published/moe.yaml: what
-cost/moe_anchors.price computes now, rounded as AnchorPrice.recorded writes it. Run after
-anything moves the MoE prices (a refit, `paraplan accuracy --moe --moe-write`, or a changed
-plan): `python -m paraplan.cost.moe_record`. tests/validation/test_moe_anchor.py pins the
+"""Re-record each priced MoE anchor's `paraplan_prediction` in cost/published/moe.yaml, and each
+fine-grained check's in cost/published/moe_checks.yaml: what cost/moe_anchors.price computes
+now, rounded as AnchorPrice.recorded writes it. Run after anything moves the MoE prices (a
+refit, `paraplan accuracy --moe --moe-write`, or a changed plan): `python -m
+paraplan.cost.moe_record`. tests/validation/test_moe_anchor.py and test_moe_checks.py pin the
 recorded values to the live ones, so a stale record fails there.
 
 The file is edited as text, row by row, so its comments, anchors and layout stay as written;
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from paraplan.cost.moe_anchors import ANCHORS_PATH, price, priced_rows
+from paraplan.cost.moe_anchors import ANCHORS_PATH, CHECKS_PATH, check_rows, price, priced_rows
 
 ROW_SEPARATOR = "\n  - id: "
 _PREDICTION = re.compile(r"paraplan_prediction: \{[^}]*\}")
@@ -36,9 +37,10 @@ def _flow(recorded: dict) -> str:
     return "\n".join(lines).removeprefix("    ")
 
 
-def rerecorded(text: str, recorded: dict[str, dict]) -> str:
-    """`text` (moe.yaml) with the prediction of every row in `recorded` (id -> AnchorPrice
-    .recorded()) replaced; each id must name a row with one prediction mapping."""
+def rerecorded(text: str, recorded: dict[str, dict], path: Path = ANCHORS_PATH) -> str:
+    """`text` (moe.yaml, or another file of such rows at `path`) with the prediction of every
+    row in `recorded` (id -> AnchorPrice.recorded()) replaced; each id must name a row with one
+    prediction mapping."""
     blocks = text.split(ROW_SEPARATOR)
     seen = set()
     for i, block in enumerate(blocks[1:], start=1):
@@ -46,18 +48,19 @@ def rerecorded(text: str, recorded: dict[str, dict]) -> str:
         if rid in recorded:
             blocks[i], n = _PREDICTION.subn(lambda _: _flow(recorded[rid]), block, count=1)
             if n != 1:
-                raise ValueError(f"{ANCHORS_PATH}: row {rid} has no paraplan_prediction mapping to replace")
+                raise ValueError(f"{path}: row {rid} has no paraplan_prediction mapping to replace")
             seen.add(rid)
     missing = set(recorded) - seen
     if missing:
-        raise ValueError(f"{ANCHORS_PATH}: no rows {sorted(missing)}")
+        raise ValueError(f"{path}: no rows {sorted(missing)}")
     return ROW_SEPARATOR.join(blocks)
 
 
-def main(path: Path = ANCHORS_PATH) -> None:
-    recorded = {r["id"]: price(r).recorded() for r in priced_rows()}
-    path.write_text(rerecorded(path.read_text(), recorded))
-    print(f"re-recorded {len(recorded)} predictions in {path}")
+def main(path: Path = ANCHORS_PATH, checks_path: Path = CHECKS_PATH) -> None:
+    for file, rows in ((path, priced_rows()), (checks_path, check_rows())):
+        recorded = {r["id"]: price(r).recorded() for r in rows}
+        file.write_text(rerecorded(file.read_text(), recorded, file))
+        print(f"re-recorded {len(recorded)} predictions in {file}")
 
 
 if __name__ == "__main__":

@@ -167,6 +167,10 @@ def test_dualpipe_iteration_of_the_anchor_is_its_formula():
     routed = 1.1 * 8 * 4096
     w += mm(2 * 4096 * 7168 * 256, site.gpu)  # router (bf16 in cost/moe? priced by the same mm)
     w += 4 * 3 * mm(2 * routed / 4 * 7168 * 2048, site.gpu)
+    # and the host loop over those 4 experts that the weight-gradient GEMMs' 2 grouped calls run
+    # before them (cost/moe.expert_host_s): 2 x 4 x 30 us, deferred with them
+    from paraplan.cost import moe, moe_params
+    w += moe.expert_host_s(4, moe_params.FITTED.expert_gemm_issue_s)
     u = t + na * b - 3 * na * w
     mi = 15 - np.arange(16)
     steady = 60 * (t + t[mi])

@@ -1,6 +1,6 @@
 """What fine-grained experts cost beyond their FLOPs (cost/moe.py, cost/moe_params.py):
-grouped-GEMM tile padding, the fixed time per MoE layer, the whole-MoE recompute; numbers
-derived by hand in the comments."""
+grouped-GEMM tile padding, the fixed time per MoE layer, the host loop over local experts, the
+whole-MoE recompute; numbers derived by hand in the comments."""
 
 from __future__ import annotations
 
@@ -108,66 +108,68 @@ def test_moe_recompute_needs_an_moe_model(tmp_path):
         load_instance(path)
 
 
-def test_many_small_experts_per_rank_are_bound_by_issuing_their_gemms():
-    # Qwen3-235B at ep 1 (all 128 experts on every rank), cp 2, one sequence per micro-batch,
-    # imbalance irrelevant at ep 1: 2,048 tokens x 8 copies / 128 experts = 128 rows each,
-    # padded to 192 on the forward and input-gradient GEMMs. One expert GEMM (W = 4,096 x 1,536
-    # weights) on H100: FLOPs (2 x 192 x W + 6.05 GFLOP) / (989 T x 0.6300) = 13.59 us, the
-    # longer: its bf16 weight read 2 W bytes / (3.35 TB/s x 0.7299) = 5.15 us; 3 GEMMs (gate,
-    # up, out) = 40.76 us an expert. Issuing each expert's GEMM of the two grouped calls at 30 us
-    # takes 2 x 30 = 60 us an expert, so the forward and the input gradients each take 128 x
-    # 60 us = 7.68 ms instead of 128 x 40.76 us = 5.22 ms: +2.46 ms each. The weight
-    # gradients accumulate into the fp32 main gradient (8 bytes a weight: 20.58 us a GEMM,
-    # above its (2 x 128 x W + 6.05 GFLOP) / (989 T x 0.6300) = 12.29 us; 61.75 us an expert)
-    # and stay above the issue time: backward grows by the input gradients' 2.46 ms only.
-    inst = qwen3()
-    o = Outer(tp=1, pp=16, dp=8, cp=2, micro_batch=1, num_micro_batches=64, ep=1)
-    base = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=1.0,
-                     layer_fixed_s=0.0, expert_gemm_issue_s=0.0)
-    w = 4096 * 1536
-    compute = 989e12 * 0.6300
-    hbm = 3.35e12 * 0.7299
-    gemm = max((2 * 192 * w + 6.05e9) / compute, 2 * w / hbm)
-    assert gemm == pytest.approx(13.59e-6, rel=1e-3)
-    assert 3 * max((2 * 128 * w + 6.05e9) / compute, 8 * w / hbm) > 2 * 3e-5
-    with moe_params.using(base):
-        a = _terms(qwen3(), o)
-    with moe_params.using(replace(base, expert_gemm_issue_s=3e-5)):
-        b = _terms(inst, o)
-    grew = 128 * (2 * 3e-5 - 3 * gemm)
-    assert grew == pytest.approx(2.462e-3, rel=1e-3)
-    assert b.compute_f_s - a.compute_f_s == pytest.approx(grew, rel=1e-9)
-    assert b.compute_b_s - a.compute_b_s == pytest.approx(grew, rel=1e-9)
-    assert b.wgrad_s == a.wgrad_s
+def test_the_host_loop_over_local_experts_adds_to_the_gemms_on_the_tp4_anchor():
+    # Megatron-MoE-ModelZoo's Qwen3-235B "intra-node EP" row (modelzoo-qwen3-235b-256xH100-
+    # deepep-tp4): tp 4, ep 8, etp 1, so 128 / 8 = 16 experts a rank. Each MoE layer's experts
+    # run as 2 Transformer Engine GroupedLinear calls (MLP-in with its gate, MLP-out), and each
+    # call loops over the 16 experts on the host before its GEMMs: per pass 2 x 16 = 32 expert
+    # loops. At 30 us an expert and call: forward 32 x 30 us = 0.96 ms; backward runs the loop
+    # for the input gradients and again for the weight gradients, 2 x 0.96 = 1.92 ms; the
+    # weight-gradient part (what DualPipe defers) 0.96 ms. Added to the GEMMs, whatever their
+    # size: the same seconds with the GEMMs twice as slow (grouped_gemm_eff 0.5).
+    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
+    row = next(r for r in anchor_rows() if r["id"] == "modelzoo-qwen3-235b-256xH100-deepep-tp4")
+    inst = anchor_instance(row)
+    o = plan_from_mapping(row["paraplan_plan"], inst, row["id"]).flat_outer
+    assert (o.tp, o.ep, o.expert_tp, inst.model.moe.experts // o.ep) == (4, 8, 1, 16)
+    assert moe.expert_host_s(16, 3e-5) == pytest.approx(2 * 16 * 3e-5)
+    for eff in (1.0, 0.5):
+        base = MoeParams(dropless_imbalance=1.1, combined_1f1b_hidden_fraction=0.5, grouped_gemm_eff=eff,
+                         layer_fixed_s=0.0, expert_gemm_issue_s=0.0)
+        with moe_params.using(base):
+            a = _terms(anchor_instance(row), o)
+        with moe_params.using(replace(base, expert_gemm_issue_s=3e-5)):
+            b = _terms(anchor_instance(row), o)
+        assert b.compute_f_s - a.compute_f_s == pytest.approx(0.96e-3, rel=1e-9)
+        assert b.compute_b_s - a.compute_b_s == pytest.approx(1.92e-3, rel=1e-9)
+        assert b.wgrad_s - a.wgrad_s == pytest.approx(0.96e-3, rel=1e-9)
 
 
-def test_few_large_experts_per_rank_do_not_read_the_issue_time():
-    # Mixtral 8x22B's published layout (ep 8: one expert a rank, every GEMM tens of GFLOP)
-    # prices alike with and without the issue time: its GEMMs outlast 2 x 30 us
-    from paraplan.cost.moe_anchors import anchor_rows, price
+def test_one_expert_a_rank_pays_one_loop_step_per_call():
+    # Mixtral 8x22B's published layout (ep 8: one expert a rank): each pass's 2 grouped calls
+    # loop over one expert, 2 x 1 x 30 us = 60 us forward, 120 us backward, against the tp4
+    # anchor's 16 experts' 0.96 ms: the host loop is what many local experts cost
+    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
     row = next(r for r in anchor_rows() if r["id"] == "modelzoo-mixtral-8x22b-128xH100-forced")
+    inst = anchor_instance(row)
+    o = plan_from_mapping(row["paraplan_plan"], inst, row["id"]).flat_outer
+    assert inst.model.moe.experts // o.ep == 1
     base = replace(moe_params.FITTED, expert_gemm_issue_s=0.0)
     with moe_params.using(base):
-        a = price(row).iter_time_s
+        a = _terms(anchor_instance(row), o)
     with moe_params.using(replace(base, expert_gemm_issue_s=3e-5)):
-        b = price(row).iter_time_s
-    assert a == b
+        b = _terms(anchor_instance(row), o)
+    assert b.compute_f_s - a.compute_f_s == pytest.approx(60e-6, rel=1e-9)
+    assert b.compute_b_s - a.compute_b_s == pytest.approx(120e-6, rel=1e-9)
 
 
 def test_the_all_to_all_dispatcher_sorts_the_received_copies_by_local_expert_and_back():
     # Qwen3-235B at 4,096 tokens, tp 4 (sequence parallel), ep 8, etp 1: 128 / 8 = 16 experts a
-    # rank, dropless at imbalance 1.2 (FITTED). The etp group's routed copies:
-    # 1.2 x 8 (top-k) x 4,096 x 1 / 4 (etp / tp) = 9,830.4; sorting them by local expert and
-    # back reads and writes each copy's 4,096 bf16 once per pass: 2 passes x 2 x 9,830.4 x 4,096
-    # x 2 bytes = 3.221e8 bytes, at H100's 3.35 TB/s x memory_eff 0.7299 = 1.3174e-4 s forward;
+    # rank, dropless at imbalance 1.1 (FITTED). The etp group's routed copies:
+    # 1.1 x 8 (top-k) x 4,096 x 1 / 4 (etp / tp) = 9,011.2; sorting them by local expert and
+    # back reads and writes each copy's 4,096 bf16 once per pass: 2 passes x 2 x 9,011.2 x 4,096
+    # x 2 bytes = 2.953e8 bytes, at H100's 3.35 TB/s x memory_eff 0.7299 = 1.2076e-4 s forward;
     # backward runs every memory-bound pass twice. DeepEP's dispatch (one permute, as priced for
     # both) and a rank with one expert sort nothing.
     from paraplan.cost.specs import MoeDispatcher
     base = qwen3(moe_dispatcher=MoeDispatcher.DEEPEP)
     a2a = qwen3(moe_dispatcher=MoeDispatcher.ALLTOALL)
     x, y = _terms(base), _terms(a2a)
-    sort_s = 2 * 2 * (1.2 * 8 * 4096 / 4) * 4096 * 2 / (3350e9 * 0.7299)
-    assert sort_s == pytest.approx(1.3174e-4, rel=1e-4)
+    assert moe_params.FITTED.dropless_imbalance == 1.1
+    sort_s = 2 * 2 * (1.1 * 8 * 4096 / 4) * 4096 * 2 / (3350e9 * 0.7299)
+    assert sort_s == pytest.approx(1.2076e-4, rel=1e-4)
     assert y.compute_f_s - x.compute_f_s == pytest.approx(sort_s, rel=1e-9)
     assert y.compute_b_s - x.compute_b_s == pytest.approx(2 * sort_s, rel=1e-9)
     # ep 128 (tp 4 x dp 32 = 128 GPUs a stage, etp 1): one expert a rank, no chunks to sort

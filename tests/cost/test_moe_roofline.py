@@ -2,7 +2,8 @@
 tokens per expert it is bound by that read, not by its FLOPs. Numbers by hand for Qwen3-235B-A22B
 (hidden 4096, 128 experts of ffn 1536, top-8, SwiGLU, 4096-token sequences) on H100 (989 TFLOP/s
 bf16 peak at the fitted matmul efficiency 0.6300, half-efficiency size 6.05 GFLOP (measured); 3.35
-TB/s HBM at the fitted memory efficiency 0.7299), routing balanced (imbalance 1.0)."""
+TB/s HBM at the fitted memory efficiency 0.7299), routing balanced (imbalance 1.0), without the
+host loop over local experts (priced beside the GEMMs: tests/cost/test_moe_fine_grained.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost import coefficients, moe
+from paraplan.cost import coefficients, moe, moe_params
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.specs import Outer
@@ -31,8 +32,9 @@ def qwen3():
 def wgrad_s(o: Outer) -> float:
     inst = qwen3()
     site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
-    return moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link, site.ep_links,
-                            NetEfficiency(), coefficients.matmul_time_s, coefficients.memory_time_s).wgrad_s
+    with moe_params.using(replace(moe_params.FITTED, expert_gemm_issue_s=0.0)):
+        return moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link, site.ep_links, NetEfficiency(),
+                                coefficients.matmul_time_s, coefficients.memory_time_s).wgrad_s
 
 
 def test_few_tokens_per_expert_are_bound_by_the_weight_read():

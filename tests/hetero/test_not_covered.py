@@ -109,9 +109,11 @@ def test_dualpipe_beats_the_proved_1f1b_optimum_on_the_deepseek_instance():
 def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal():
     """With job.pipeline_schedule: dualpipe the space is DualPipe's (formulations/dualpipe.py)
     and the line names 1F1B as what it leaves out. On the DeepSeek-V3 instance the proved
-    optimum is exactly the price of DeepSeek's own layout above (17.80 s; the optimum's split
-    may differ where pairs of stages tie, as their sums are what DualPipe's time reads), i.e.
-    the report's layout is optimal in paraplan's model of its schedule."""
+    optimum is DeepSeek's own layout but for ep 128 (two experts a rank, not four): 16.78 s
+    against its 16.94 s, 0.9% apart, the host loop over local experts that the instance's
+    Megatron-core grouped GEMM pays per expert (cost/moe.expert_host_s; DeepSeek's DeepGEMM,
+    one launch, does not), with DualPipe hiding the wider all-to-all. Before that loop was
+    priced beside the GEMMs the optimum was exactly DeepSeek's layout."""
     from dataclasses import replace
 
     from paraplan.cost.readers.instance import load_instance
@@ -127,6 +129,8 @@ def test_a_dualpipe_job_plans_over_dualpipe_and_proves_deepseeks_layout_optimal(
     deepseek = Plan.flat(tp=1, pp=16, dp=128, micro_batch=1, num_micro_batches=120, zero=1, ep=64,
                     layers_per_stage=(3,) + (4,) * 14 + (2,), full_recompute_layers=(0,) * 16)
     assert res.status == "optimal"
-    assert res.iter_time_s == pytest.approx(simulate(dual, deepseek).iter_time_s, rel=1e-9)
+    theirs = simulate(dual, deepseek).iter_time_s
+    assert res.iter_time_s < theirs < 1.01 * res.iter_time_s
     p = res.plan
-    assert (p.tp, p.pp, p.dp, p.ep, p.zero, p.num_micro_batches) == (1, 16, 128, 64, 1, 120)
+    assert (p.tp, p.pp, p.dp, p.ep, p.zero, p.num_micro_batches) == (1, 16, 128, 128, 1, 120)
+    assert res.iter_time_s == pytest.approx(simulate(dual, deepseek.replace_flat(ep=128)).iter_time_s, rel=1e-9)

@@ -66,15 +66,16 @@ def test_all_methods_agree_with_a_dense_prefix(seed, make):
 def test_the_prefix_binds_on_some_instance():
     """Agreement means little unless the lower bound on stage 0 cuts off some split the
     all-MoE pricing would choose: on some instance the optimum without the rule gives stage 0
-    fewer layers than the prefix. Priced without the fitted fixed time per MoE layer
-    (cost/moe_params.py layer_fixed_s, 1.5 ms per micro-batch), which dwarfs these tiny
-    instances' layers, makes every layer cost alike and so every optimum split even: the rule
-    is exercised on the same instances with that one parameter at 0."""
+    fewer layers than the prefix. Priced with the fitted host times of an MoE layer
+    (cost/moe_params.py: the fixed time per layer, layer_fixed_s, and the host loop over
+    local experts, expert_gemm_issue_s, 30 us an expert and grouped call), which dwarf these
+    tiny instances' layers, every layer costs alike and so every optimum split is even: the
+    rule is exercised on the same instances with both at 0."""
     from dataclasses import replace as with_value
 
     from paraplan.cost import moe_params
     binds = 0
-    with moe_params.using(with_value(moe_params.FITTED, layer_fixed_s=0.0)):
+    with moe_params.using(with_value(moe_params.FITTED, layer_fixed_s=0.0, expert_gemm_issue_s=0.0)):
         for seed in SEEDS:
             ex = exhaustive(moe_instance(seed))
             d = prefixed(seed).model.moe.dense_layers

@@ -90,7 +90,10 @@ def _best_published(inst) -> tuple[float, str] | None:
 # measured benchmark the MoE refit's fixed time per MoE layer is 1.5 ms (1 before): the same
 # layout plans at 18.18 s, 1,690 tokens/s per GPU (+9.5%); with job.cudnn_attention false
 # 19.76 s, 1,554 (+0.7%). Since Blackwell's cuDNN attention is priced per call length the refit
-# gives 1 ms a layer again: 17.90 s, 1,716 (+11.2%), the same layout.
+# gives 1 ms a layer again: 17.90 s, 1,716 (+11.2%), the same layout. Since the host loop over
+# local experts is priced beside their GEMMs the refit gives no fixed time per layer and the
+# dropless imbalance 1.1: DeepSeek's layout 16.94 s, 1,813 (+17.5%), and the optimum the same
+# layout at ep 128 (two experts a rank), 16.78 s, 1,831 (+18.7%).
 OPEN: set[str] = {"deepseek-v3-shaped-2048xH800-dualpipe"}
 
 
