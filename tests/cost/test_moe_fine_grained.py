@@ -117,7 +117,7 @@ def test_the_host_loop_over_local_experts_adds_to_the_gemms_on_the_tp4_anchor():
     # for the input gradients and again for the weight gradients, 2 x 0.96 = 1.92 ms; the
     # weight-gradient part (what DualPipe defers) 0.96 ms. Added to the GEMMs, whatever their
     # size: the same seconds with the GEMMs twice as slow (grouped_gemm_eff 0.5).
-    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
     row = next(r for r in anchor_rows() if r["id"] == "modelzoo-qwen3-235b-256xH100-deepep-tp4")
     inst = anchor_instance(row)
@@ -140,7 +140,7 @@ def test_one_expert_a_rank_pays_one_loop_step_per_call():
     # Mixtral 8x22B's published layout (ep 8: one expert a rank): each pass's 2 grouped calls
     # loop over one expert, 2 x 1 x 30 us = 60 us forward, 120 us backward, against the tp4
     # anchor's 16 experts' 0.96 ms: the host loop is what many local experts cost
-    from paraplan.cost.loader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
     row = next(r for r in anchor_rows() if r["id"] == "modelzoo-mixtral-8x22b-128xH100-forced")
     inst = anchor_instance(row)
