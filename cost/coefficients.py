@@ -138,6 +138,7 @@ class StageParts(Sequence):
 
 @dataclass(frozen=True)
 class StageCoefficients:
+    """One outer configuration's cost terms per stage and layer: the arrays formulations read."""
     outer: Outer
     layers: int
     layer_time_s: np.ndarray

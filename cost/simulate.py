@@ -50,6 +50,7 @@ class StageReport:
 
 @dataclass(frozen=True)
 class ClassReport:
+    """The simulated pipeline of one replica class: its time and each stage's report."""
     replicas: int
     num_micro_batches: int
     pipeline_time_s: float  # one replica, all its micro-batches

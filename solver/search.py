@@ -211,6 +211,7 @@ class Winners:
 
 @dataclass
 class _Candidate:
+    """A configuration waiting in the search's queue, ordered by its lower bound."""
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
 
     outer: ClassOuter

@@ -1148,6 +1148,7 @@ def _vectors(x: tuple[int, ...], lo: tuple[int, ...], total: int, uniform: bool)
 
 @dataclass(frozen=True)
 class SpaceSummary:
+    """The size of the declared space: outer configurations and whole plans."""
     outer_configs: int
     plans_total: int  # outer configs x micro-batch splits x per-class layer splits and recompute
 
