@@ -253,6 +253,7 @@ INTER_LATENCY_US = 10.0
 
 @dataclass(frozen=True)
 class RowResult:
+    """One published row's measured iteration time beside the model's prediction for it."""
     id: str
     gpu: str
     source: str

@@ -138,6 +138,7 @@ class StageParts(Sequence):
 
 @dataclass(frozen=True)
 class StageCoefficients:
+    """One outer configuration's cost terms per stage and layer: the arrays formulations read."""
     outer: Outer
     layers: int
     layer_time_s: np.ndarray
@@ -880,13 +881,54 @@ def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, 
             comm.all_gather_time_s(params * BF16_BYTES, ranks, lk, inter, net, calls), step)
 
 
+# one stage row's inputs to max_layers_per_stage (their bytes, v, layers) -> its caps: the
+# bound before pricing that reads memory (solver/bounds/unpriced_memory.py) computes the caps
+# of build's own memory arrays, and build's no_split_fits then reads the same row again
+# (GPT-3 175B on 1,024 A100: most of the configurations it prices). Each row's caps depend only
+# on that row (every operation is per element), so a row cached from a batch is the caps a
+# call on that row alone returns. Cleared when full: many instances in a test session.
+_CAPS: dict[tuple, np.ndarray] = {}
+_CAPS_MAX_ROWS = 100_000
+
+
+def _caps_key(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> tuple:
+    return (state.tobytes(), act.tobytes(), ckpt.tobytes(), capacity.tobytes(), stage_mem.tobytes(), v, layers)
+
+
 def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> np.ndarray:
     """Per stage, the most layers (a multiple of v, at most `layers`) that fit beside the stage's
     fixed memory with each layer at its least: its state plus its input checkpoints where full
     recomputation frees memory (per-layer bytes, in-flight micro-batches included). "Fit" is
     cost/schedule.fits's peak <= capacity evaluated with its own float operations, so a count
     whose peak equals the capacity is held: the quotient's floor, which rounding can put one
-    below it, is only the first guess."""
+    below it, is only the first guess. One row (1-D float arrays of one shape) is read from
+    the rows computed before (_CAPS); a batch of rows (2-D) leaves each of its rows there."""
+    arrays = (state, act, ckpt, capacity, stage_mem)
+    one_row = all(isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype == np.float64 and a.shape == state.shape
+                  for a in arrays)
+    if one_row:
+        key = _caps_key(*arrays, v, layers)
+        got = _CAPS.get(key)
+        if got is None:
+            if len(_CAPS) >= _CAPS_MAX_ROWS:
+                _CAPS.clear()
+            got = _CAPS[key] = _max_layers_per_stage(*arrays, v, layers)
+            got.flags.writeable = False
+        return got
+    n = _max_layers_per_stage(*arrays, v, layers)
+    rows = [np.broadcast_to(a, n.shape) for a in arrays]
+    if n.ndim == 2 and all(a.dtype == np.float64 for a in rows):
+        if len(_CAPS) + len(n) > _CAPS_MAX_ROWS:
+            _CAPS.clear()
+        for r in range(len(n)):
+            row = n[r].copy()
+            row.flags.writeable = False
+            _CAPS.setdefault(_caps_key(*(np.ascontiguousarray(a[r]) for a in rows), v, layers), row)
+    return n
+
+
+def _max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> np.ndarray:
+    """max_layers_per_stage, computed."""
     saving = act - ckpt
     frees = saving > 0
 

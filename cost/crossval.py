@@ -55,6 +55,7 @@ def unfitted_catalogue(catalogue: Catalogue) -> Catalogue:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fold:
+    """One family held out: the parameters fitted without its rows, and those left on a bound."""
     family: str
     rows: int  # rows predicted out of sample
     train_rows: int
@@ -95,6 +96,7 @@ def leave_one_family_out(rows: Sequence[dict], catalogue: Catalogue,
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredRow:
+    """One row of the stored cross-validation: its in-sample and out-of-sample predictions."""
     id: str
     family: str
     measured_iter_time_s: float

@@ -19,6 +19,7 @@ from paraplan.cost.specs import APEX_OPTIMIZERS, Framework, JobSpec, Precision
 
 @dataclass(frozen=True, slots=True)
 class Behaviour:
+    """What a framework does that cost/ prices: its sharding, prefetch and overlap habits."""
     framework: Framework
     # --- ZeRO-3 / FSDP full sharding
     # parameter all-gathers per transformer layer: FSDP wraps each transformer block as one

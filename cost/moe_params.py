@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoeParams:
+    """The mixture-of-experts cost model's fitted parameters, each checked against its range."""
     dropless_imbalance: float
     combined_1f1b_hidden_fraction: float
     grouped_gemm_eff: float

@@ -315,6 +315,7 @@ def _p2p_s(n_bytes: float, link: tuple[Link, bool], net: NetEfficiency) -> float
 
 @dataclass(frozen=True)
 class OpCost:
+    """One operator's time and memory under one partition of its tensors."""
     fwd_s: float
     bwd_s: float
     compute_s: float  # GEMM time, forward + backward

@@ -108,6 +108,7 @@ class _Modes:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClassOuter(_Modes):
+    """An outer configuration whose replicas form several classes, each of its own shape."""
     classes: tuple[ClassShape, ...]
 
     @property
@@ -124,6 +125,7 @@ class ClassOuter(_Modes):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicaClass:
+    """A plan's class of identical pipeline replicas: micro-batches, layer split, recompute."""
     replicas: int
     stage_groups: tuple[int, ...]
     num_micro_batches: int

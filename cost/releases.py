@@ -33,6 +33,7 @@ class Framework(str, Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Release:
+    """A framework release: its tag, date and what it changed that cost/ prices."""
     framework: Framework
     version: str  # as the project tags it
     year: int  # the release's date: what it could run (framework_rules.release_space)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import dualpipe, schedule
+from paraplan.cost import schedule
 from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
@@ -50,6 +50,7 @@ class StageReport:
 
 @dataclass(frozen=True)
 class ClassReport:
+    """The simulated pipeline of one replica class: its time and each stage's report."""
     replicas: int
     num_micro_batches: int
     pipeline_time_s: float  # one replica, all its micro-batches
@@ -198,6 +199,7 @@ def _dualpipe(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,
     micro-batch."""
     if len(hc.groups) != 1 or len(plan.classes) != 1:
         raise ValueError("a DualPipe plan runs one replica class on one node group")
+    from paraplan.cost import dualpipe  # here: only a DualPipe job reads it (issue 33's start-up)
     it = dualpipe.iteration(inst.group_alone(0, hc), plan, net, reserve_bytes)
     c, k, m = it.coeffs, it.bottleneck_device, plan.num_micro_batches
     n = np.array(plan.layers_per_stage, float)

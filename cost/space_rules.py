@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.framework_rules import MEGATRON_FEATURE_YEARS, Refusal
 from paraplan.cost.specs import (Attention, Cluster, ClusterSpec, Framework, JobSpec, ModelSpec,
                                  PipelineSchedule, SearchSpace)
@@ -400,6 +399,7 @@ def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) ->
     DualPipe runs (pp 2, 4 micro-batches), so that only the value's own rule can fail."""
     if job.pipeline_schedule is not PipelineSchedule.DUALPIPE:
         return None
+    from paraplan.cost.dualpipe import schedule_problem  # here: only a DualPipe job reads it
     fix = "drop it from the list, or use job.pipeline_schedule: 1f1b"
     if "virtual_stages" in given and space.virtual_stages is not None:
         for v in space.virtual_stages:

@@ -463,6 +463,7 @@ class Link:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSpec:
+    """A cluster of one GPU type: its nodes, their GPUs and the links between them."""
     gpu: GpuSpec
     nodes: int
     gpus_per_node: int
@@ -590,6 +591,7 @@ def grad_reduce_refusal(framework: Framework, optimizer: Optimizer, precision: P
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
+    """The training job: batch, precision, optimizer, framework, and what the search may choose."""
     global_batch: int  # sequences per optimizer step
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
@@ -874,6 +876,7 @@ class SearchSpace:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGroup:
+    """A named group of nodes of one GPU type on one site of a mixed cluster."""
     name: str
     site: str  # racks / data centres: groups on one site share its links to other sites
     cluster: ClusterSpec  # the group alone: GPU type, nodes, NVLink, NIC
@@ -972,6 +975,7 @@ class Scenario:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Period:
+    """One period of a timeline: which scenario holds, and for how long."""
     scenario: int  # index into Instance.scenarios
     duration_s: float
 

@@ -26,6 +26,7 @@ from paraplan.cost.specs import JobSpec
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainCost:
+    """The whole training run a plan implies: iterations, time and price."""
     train_tokens: float  # job.train_tokens
     tokens_per_iteration: int  # global batch x sequence length
     iterations: int  # ceil(train_tokens / tokens_per_iteration)

@@ -203,6 +203,7 @@ def row_features(row: dict, full_recompute: bool, memory_fill: float | None = No
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Residual:
+    """One published row's relative prediction error, with the features that group it."""
     id: str
     features: Features
     error: float  # (predicted - measured) / measured
@@ -220,6 +221,7 @@ def residuals(rows: Sequence[dict], results: Sequence[RowResult]) -> list[Residu
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupStats:
+    """The prediction error over a group of published rows: count, MAPE and bias."""
     rows: int
     mape: float
     bias: float  # mean signed relative error: > 0 over-predicts the iteration time
@@ -287,6 +289,7 @@ def fastest_published_runs(min_gpus: int = MFU_RECORD_MIN_GPUS) -> list[dict]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankPair:
+    """Two published rows whose measured order the predictions may or may not keep."""
     first: str  # the row measured faster
     second: str
     measured_s: tuple[float, float]
@@ -356,6 +359,7 @@ def family_weights(res: Sequence[Residual]) -> list[float]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Trust:
+    """How far to trust a plan's predicted iteration time: interval, rows behind it, warnings."""
     interval_s: tuple[float, float] | None  # None: no published row to compare with
     group: str  # which rows the interval comes from
     rows: int

@@ -114,6 +114,7 @@ WALL_GRACE_S = 0.25
 
 @dataclass(frozen=True)
 class MultiClassProblem:
+    """The split problem over replica classes: coefficients, replicas, micro-batches to share."""
     coeffs: tuple[tuple[StageCoefficients, ...], ...]  # [scenario][class]
     replicas: tuple[int, ...]
     total_micro_batches: int
@@ -214,6 +215,7 @@ class MultiClassProblem:
 
 @dataclass(frozen=True)
 class MultiClassResult:
+    """A solved multi-class split: micro-batches, layers and recompute per class, objective."""
     status: str
     micro_batches: tuple[int, ...] | None
     layers_per_stage: tuple[tuple[int, ...], ...] | None

@@ -68,6 +68,7 @@ ACT_STEP_BYTES = 1024
 
 @dataclass(frozen=True)
 class PartitionProblem:
+    """One partition per operator to choose: each candidate's time and memory, the op edges."""
     ops: tuple[str, ...]
     edges: tuple[tuple[str, str], ...]
     labels: dict[str, tuple[str, ...]]  # candidate names, for reports
@@ -98,6 +99,7 @@ class PartitionProblem:
 
 @dataclass(frozen=True)
 class PartitionResult:
+    """A solved partition choice: each operator's candidate, its time and memory."""
     status: str  # optimal | infeasible
     choice: dict[str, int] | None
     time_s: float | None

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -61,7 +62,9 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build, homogeneous_placement
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.specs import Instance, Outer
-from paraplan.formulations.partition import PartitionProblem
+
+if TYPE_CHECKING:  # imported where a partition problem is set up (problem_from_table)
+    from paraplan.formulations.partition import PartitionProblem
 
 SPATIAL_TEMPORAL = "spatial_temporal"  # the search.tensor_partitions value that opts in
 
@@ -72,6 +75,8 @@ def enabled(inst: Instance) -> bool:
 
 def problem_from_table(table: P.LayerTable) -> PartitionProblem:
     """The formulations' arrays of one LayerTable (time = forward + backward)."""
+    # here: only a search over tensor partitions reads it (issue 33's start-up)
+    from paraplan.formulations.partition import PartitionProblem
     return PartitionProblem(
         ops=P.PLAN_OPS, edges=P.EDGES,
         labels={o: tuple(P.spec_of(c) for c in table.candidates[o]) for o in P.PLAN_OPS},

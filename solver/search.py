@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import dualpipe, recompute_patterns, schedule
+from paraplan.cost import recompute_patterns, schedule
 from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.coefficients import build
@@ -211,6 +211,7 @@ class Winners:
 
 @dataclass
 class _Candidate:
+    """A configuration waiting in the search's queue, ordered by its lower bound."""
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
 
     outer: ClassOuter
@@ -331,6 +332,7 @@ def dualpipe_problem(inst: Instance, o: ClassOuter) -> DualPipeProblem:
     (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
     with (the nominal network; a DualPipe job has no scenarios of its own), on its one group's
     pricing instance."""
+    from paraplan.cost import dualpipe  # here: only a DualPipe job reads it (issue 33's start-up)
     co = class_outers(inst.job, o)[0]
     x = dualpipe.terms(inst.group_alone(0, inst.cluster), co,
                        reserve_bytes=inst.search.memory_reserve_bytes)

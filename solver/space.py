@@ -143,7 +143,6 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost import memory
-from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
 from paraplan.cost import recompute_patterns
@@ -878,6 +877,7 @@ def dualpipe_job(inst) -> bool:
 
 
 def _dualpipe_runs(inst, o: ClassOuter) -> bool:
+    from paraplan.cost.dualpipe import schedule_problem  # here: only a DualPipe job reads it
     c = o.classes[0]
     m = inst.job.global_batch // o.micro_batch // c.replicas
     return len(o.classes) == 1 and schedule_problem(c.pp, o.virtual_stages, m) is None
@@ -1148,6 +1148,7 @@ def _vectors(x: tuple[int, ...], lo: tuple[int, ...], total: int, uniform: bool)
 
 @dataclass(frozen=True)
 class SpaceSummary:
+    """The size of the declared space: outer configurations and whole plans."""
     outer_configs: int
     plans_total: int  # outer configs x micro-batch splits x per-class layer splits and recompute
 

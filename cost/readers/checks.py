@@ -7,7 +7,6 @@ every command meets the refusal the same way.
 
 from __future__ import annotations
 
-from paraplan.cost.dualpipe import schedule_problem
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import (Framework, GpuSpec, JobSpec, Mlp, ModelSpec, MoeDispatcher,
                                  PipelineSchedule, Precision, RecomputeModule, SearchSpace)
@@ -117,6 +116,7 @@ def check_job_options(source: str, job: JobSpec, model: ModelSpec, search: Searc
                                     " dualpipe (the DualPipe split problem, formulations/dualpipe.py,"
                                     " searches Megatron 1-D layer splits)", f"set search {fix}, or use"
                                     " pipeline_schedule: 1f1b")
+        from paraplan.cost.dualpipe import schedule_problem  # here: only a DualPipe job reads it
         problem = schedule_problem(2, 1, job.global_batch)
         if problem is not None:  # not even the shortest pipeline runs: no plan can
             raise InstanceError(source, "job.global_batch", f"{job.global_batch}: {problem} (dp ="

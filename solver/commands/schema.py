@@ -36,6 +36,7 @@ NUM_OR_NULL = (NUM, "null")
 
 @dataclass(frozen=True)
 class MapOf:
+    """A JSON object whose keys are free and whose values all follow one schema."""
     value: Any
 
 

@@ -9,7 +9,9 @@ thread pool of --threads (concurrent.futures) or the scenario objectives' module
 (paraplan.solver.dynamic), each checked loaded where its own feature runs; nor the calibration's
 fitter (paraplan.cost.fit: a plan reads the stored predictions and each GPU's die, cost/dies.py)
 or difflib, which only a mistyped name or choice reads (the did-you-mean tests in tests/cli and
-tests/instances run it)."""
+tests/instances run it); nor DualPipe's pricing (paraplan.cost.dualpipe) or the per-operator
+partition problem (paraplan.formulations.partition), which only a DualPipe job and the
+partition command read, each checked loaded there."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ print(json.dumps({{"code": code, "loaded": sorted(({{m.split(".")[0] for m in sy
 """
 # what a plan with the default backend never uses (module docstring)
 WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "concurrent.futures",
-           "paraplan.solver.dynamic", "paraplan.cost.fit", "difflib")
+           "paraplan.solver.dynamic", "paraplan.cost.fit", "difflib", "paraplan.cost.dualpipe",
+           "paraplan.formulations.partition")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:
@@ -65,6 +68,27 @@ def test_a_feature_still_imports_its_module(argv, module):
     # objective (the 8B file's bandwidth scenarios)
     got = _loaded(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml", argv)
     assert got["code"] == 0 and module in got["loaded"], got
+
+
+def test_a_dualpipe_job_still_imports_its_pricing(tmp_path):
+    # tests/formulations/test_dualpipe.py's tiny MoE under DualPipe
+    from tests.formulations.test_dualpipe import TINY_DUALPIPE
+    path = tmp_path / "tiny-dualpipe.yaml"
+    path.write_text(TINY_DUALPIPE)
+    got = _loaded(path, [])
+    assert got["code"] == 0 and "paraplan.cost.dualpipe" in got["loaded"], got
+
+
+def test_the_partition_command_still_imports_its_problem():
+    # `paraplan partition` solves the per-operator problem of one layer (tp 4 on the tiny GPT)
+    code = ("import contextlib, io, sys\n"
+            "from paraplan.solver.commands.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    code = main(['partition', {str(ROOT / 'instances' / 'tiny-gpt-8xA100.yaml')!r}, '--tp', '4'])\n"
+            "print(code, 'paraplan.formulations.partition' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 True"
 
 
 def test_the_watched_libraries_are_the_ones_the_code_imports():
