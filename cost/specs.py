@@ -672,24 +672,57 @@ class JobSpec:
     usd_per_gpu_s: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        """Check the job's fields, in the order that fixes which error a bad file sees first."""
+        self._check_batch()
+        self._check_train_tokens()
+        self._check_prices()
+        self._check_release()
+        self._check_optimizer()
+        self._check_megatron_core_options()
+        self._check_module_lists()
+        self._check_attention_output_e5m6()
+        self._check_transformer_engine()
+        self._check_recompute_early_stop()
+        self._check_grad_reduce_overlap()
+        self._check_moe_a2a_overlap()
+        self._check_grad_reduce_dtype()
+        self._check_dualpipe()
+
+    def _check_batch(self) -> None:
+        """Refuse a global batch below one sequence."""
         if self.global_batch < 1:
             raise ConfigError("job.global_batch must be >= 1")
+
+    def _check_train_tokens(self) -> None:
+        """Refuse a token budget that is given but not positive."""
         if self.train_tokens is not None and not self.train_tokens > 0:
             raise ConfigError("job.train_tokens must be > 0")
+
+    def _check_prices(self) -> None:
+        """Refuse a non-positive GPU price, or prices without a token budget to price."""
         if any(not usd > 0 for _, usd in self.usd_per_gpu_s):
             raise ConfigError("job.usd_per_gpu_hour: every price must be > 0")
         if self.usd_per_gpu_s and self.train_tokens is None:
             raise ConfigError("job.usd_per_gpu_hour prices a run of job.train_tokens tokens:"
                               " add train_tokens, or remove usd_per_gpu_hour")
+
+    def _check_release(self) -> None:
+        """Refuse a framework_version that is not a known release of the framework."""
         if self.framework_version is not None and self.release.version != self.framework_version:
             raise ConfigError(f"job.framework_version {self.framework_version!r} is not a known"
                               f" {self.framework.value} release: use one of "
                               + ", ".join(known_versions(self.framework)))
+
+    def _check_optimizer(self) -> None:
+        """Refuse a Megatron-only optimizer under another framework."""
         if self.optimizer is not Optimizer.ADAM and self.framework is not Framework.MEGATRON:
             what = ("Megatron-core's precision-aware optimizer" if self.optimizer is Optimizer.ADAM_BF16_MOMENTS
                     else "NeMo's Apex optimizer")
             raise ConfigError(f"job.optimizer {self.optimizer.value} is {what} and runs only"
                               f" with framework megatron, not {self.framework.value}: use optimizer adam")
+
+    def _check_megatron_core_options(self) -> None:
+        """Refuse Megatron-core-only module options under another framework."""
         for key, on in (("recompute_modules", bool(self.recompute_modules)),
                         ("offload_modules", bool(self.offload_modules)),
                         ("activation_fp8_input_store", self.activation_fp8_input_store)):
@@ -697,6 +730,9 @@ class JobSpec:
                 raise ConfigError(f"job.{key} is a Megatron-core option, which framework"
                                   f" {self.framework.value} does not run: remove {key}, or set"
                                   " framework: megatron")
+
+    def _check_module_lists(self) -> None:
+        """Refuse repeated modules, and offloading inside a recomputed MoE block."""
         if len(set(self.recompute_modules)) != len(self.recompute_modules):
             raise ConfigError("job.recompute_modules lists a module twice: list each once")
         if len(set(self.offload_modules)) != len(self.offload_modules):
@@ -706,10 +742,16 @@ class JobSpec:
             # block (transformer_config.py, offload_inside_moe, d98e8a6): nothing is stashed
             raise ConfigError("job.offload_modules: the routed experts' inputs are not stashed when"
                               " recompute_modules has moe (the block is rerun): remove one of the two")
+
+    def _check_attention_output_e5m6(self) -> None:
+        """Refuse the E5M6 attention-output store outside FP8 training."""
         if self.attention_output_e5m6 and self.precision is not Precision.FP8:
             raise ConfigError("job.attention_output_e5m6 is DeepSeek-V3's FP8 training's storage of the"
                               f" attention output, and the job's precision is {self.precision.value}:"
                               " remove attention_output_e5m6, or set precision: fp8")
+
+    def _check_transformer_engine(self) -> None:
+        """Refuse Transformer Engine options (userbuffers, attention kernel) outside megatron."""
         if self.tp_comm_overlap and self.framework is not Framework.MEGATRON:
             raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
@@ -718,16 +760,25 @@ class JobSpec:
             raise ConfigError(f"job.cudnn_attention chooses Transformer Engine's attention kernel, which"
                               f" only framework megatron runs (job.framework: {self.framework.value});"
                               f" remove cudnn_attention or set framework: megatron")
+
+    def _check_recompute_early_stop(self) -> None:
+        """Refuse recompute_early_stop for frameworks that replay whole layers."""
         if self.recompute_early_stop and self.framework in (Framework.MEGATRON, Framework.DEEPSPEED):
             raise ConfigError(f"job.recompute_early_stop: framework {self.framework.value} recomputes"
                               f" whole layers with its own reentrant checkpoint function; remove"
                               f" recompute_early_stop or set framework: torchtitan or composer")
+
+    def _check_grad_reduce_overlap(self) -> None:
+        """Refuse grad_reduce_overlap outside Megatron-LM's own gradient reduction."""
         if self.grad_reduce_overlap is not None and (self.framework is not Framework.MEGATRON
                                                      or self.optimizer in APEX_OPTIMIZERS):
             raise ConfigError(f"job.grad_reduce_overlap is Megatron-LM's own gradient reduction"
                               f" (job.framework: {self.framework.value}, job.optimizer:"
                               f" {self.optimizer.value}); remove grad_reduce_overlap, or set"
                               f" framework: megatron with optimizer adam or adam_bf16_moments")
+
+    def _check_moe_a2a_overlap(self) -> None:
+        """Refuse moe_a2a_overlap beside the shared-expert overlap or outside megatron."""
         if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
             raise ConfigError("job.moe_a2a_overlap and job.moe_shared_expert_overlap: Megatron-core"
                               " refuses --moe-shared-expert-overlap with"
@@ -737,10 +788,16 @@ class JobSpec:
                               f" --overlap-moe-expert-parallel-comm, which only framework megatron"
                               f" runs (job.framework: {self.framework.value}); remove"
                               f" moe_a2a_overlap or set framework: megatron")
+
+    def _check_grad_reduce_dtype(self) -> None:
+        """Refuse a grad_reduce_dtype the framework, optimizer or release does not run."""
         refusal = grad_reduce_refusal(self.framework, self.optimizer, self.precision,
                                       self.grad_reduce_dtype, self.framework_version)
         if refusal is not None:
             raise ConfigError(f"job.grad_reduce_dtype {refusal[0]}: {refusal[1]}")
+
+    def _check_dualpipe(self) -> None:
+        """Refuse moe_a2a_overlap under DualPipe, which overlaps the all-to-alls itself."""
         if self.pipeline_schedule is PipelineSchedule.DUALPIPE and self.moe_a2a_overlap:
             raise ConfigError("job.pipeline_schedule dualpipe overlaps the all-to-alls itself"
                               " (forward/backward chunk pairs); remove moe_a2a_overlap")
