@@ -165,37 +165,109 @@ def framework_refusal(space: SearchSpace, framework: Framework,
                       given: frozenset[str]) -> Refusal | None:
     """The first value of a `search:` key the user listed (`given`) that `framework` cannot
     run in any combination the space allows; None when every listed value can run. Values the
-    defaults bring in are filtered by `outer_configs`, never refused."""
-    rules, name = FRAMEWORK_RULES[framework], framework.value
-    pp_forced = "pp" in given and space.pp is not None and min(space.pp) > 1
-    if "zero" in given:
-        for z in space.zero:
-            if z not in rules.zero_stages:
-                return Refusal("zero", f"{name} has no ZeRO-{z}",
-                               "use one of: " + ", ".join(map(str, rules.zero_stages)))
-            if pp_forced and z not in rules.zero_with_pipeline:
-                return Refusal("zero", f"{name} runs ZeRO-{z} only with pp = 1, but search.pp"
-                               f" lists only pp > 1", "add 1 to search.pp or drop"
-                               f" ZeRO-{z} from search.zero")
-    if "tp" in given and space.tp is not None and not rules.tensor_parallel and max(space.tp) > 1:
-        return Refusal("tp", f"{name} has no tensor parallelism", "use tp: [1]")
-    if "pp" in given and space.pp is not None and not rules.pipeline and max(space.pp) > 1:
-        return Refusal("pp", f"{name} has no pipeline parallelism", "use pp: [1]")
-    if "cp" in given and space.cp is not None and not rules.context_parallel and max(space.cp) > 1:
-        return Refusal("cp", f"{name} has no ring context parallelism", "use cp: [1]")
-    if ("virtual_stages" in given and space.virtual_stages is not None and not rules.interleaving
-            and max(space.virtual_stages) > 1):
-        return Refusal("virtual_stages", f"{name} has no interleaved pipeline schedule",
-                       "use virtual_stages: [1]")
-    if "sequence_parallel" in given:
-        if True in space.sequence_parallel and not rules.tensor_parallel:
-            return Refusal("sequence_parallel", f"{name} has no tensor parallelism to shard the"
-                           " sequence over", "use sequence_parallel: [false]")
-        tp_forced = "tp" in given and space.tp is not None and min(space.tp) > 1
-        if False in space.sequence_parallel and tp_forced and not rules.sequence_parallel_optional:
-            return Refusal("sequence_parallel", f"{name} always shards the sequence with tp > 1,"
-                           " and search.tp lists only tp > 1", "use sequence_parallel: [true]")
+    defaults bring in are filtered by `outer_configs`, never refused.
+
+    The rules of FRAMEWORK_REFUSAL_RULES in order, as cost/space_rules.SEARCH_RULES: the first
+    refusal is the one reported. Its `rule` stays "" (a framework's refusal, not a search rule)."""
+    listed = _Listed(space, FRAMEWORK_RULES[framework], framework.value, given)
+    for _name, rule in FRAMEWORK_REFUSAL_RULES:
+        refusal = rule(listed)
+        if refusal is not None:
+            return refusal
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """One `search:` section, the keys the user listed and the rules of its framework."""
+
+    space: SearchSpace
+    rules: FrameworkRules
+    name: str  # the framework's name, as the messages show it
+    given: frozenset[str]
+
+    def exceeds_one(self, key: str, values: tuple[int, ...] | None) -> bool:
+        """Whether the user listed `key` and some value of it is above 1."""
+        return key in self.given and values is not None and max(values) > 1
+
+    def only_above_one(self, key: str, values: tuple[int, ...] | None) -> bool:
+        """Whether the user listed `key` and every value of it is above 1."""
+        return key in self.given and values is not None and min(values) > 1
+
+
+def _zero_refusal(listed: _Listed) -> Refusal | None:
+    """A listed ZeRO stage the framework lacks, or runs only at the pp = 1 search.pp excludes."""
+    if "zero" not in listed.given:
+        return None
+    rules, name = listed.rules, listed.name
+    pp_forced = listed.only_above_one("pp", listed.space.pp)
+    for z in listed.space.zero:
+        if z not in rules.zero_stages:
+            return Refusal("zero", f"{name} has no ZeRO-{z}",
+                           "use one of: " + ", ".join(map(str, rules.zero_stages)))
+        if pp_forced and z not in rules.zero_with_pipeline:
+            return Refusal("zero", f"{name} runs ZeRO-{z} only with pp = 1, but search.pp"
+                           f" lists only pp > 1", "add 1 to search.pp or drop"
+                           f" ZeRO-{z} from search.zero")
+    return None
+
+
+def _tp_refusal(listed: _Listed) -> Refusal | None:
+    """A listed tp > 1 for a framework without tensor parallelism."""
+    if not listed.rules.tensor_parallel and listed.exceeds_one("tp", listed.space.tp):
+        return Refusal("tp", f"{listed.name} has no tensor parallelism", "use tp: [1]")
+    return None
+
+
+def _pp_refusal(listed: _Listed) -> Refusal | None:
+    """A listed pp > 1 for a framework without pipeline parallelism."""
+    if not listed.rules.pipeline and listed.exceeds_one("pp", listed.space.pp):
+        return Refusal("pp", f"{listed.name} has no pipeline parallelism", "use pp: [1]")
+    return None
+
+
+def _cp_refusal(listed: _Listed) -> Refusal | None:
+    """A listed cp > 1 for a framework without ring context parallelism."""
+    if not listed.rules.context_parallel and listed.exceeds_one("cp", listed.space.cp):
+        return Refusal("cp", f"{listed.name} has no ring context parallelism", "use cp: [1]")
+    return None
+
+
+def _virtual_stages_refusal(listed: _Listed) -> Refusal | None:
+    """A listed virtual_stages > 1 for a framework without an interleaved schedule."""
+    stages = listed.space.virtual_stages
+    if not listed.rules.interleaving and listed.exceeds_one("virtual_stages", stages):
+        return Refusal("virtual_stages", f"{listed.name} has no interleaved pipeline schedule",
+                       "use virtual_stages: [1]")
+    return None
+
+
+def _sequence_parallel_refusal(listed: _Listed) -> Refusal | None:
+    """A listed sequence_parallel value the framework cannot run: true without tensor
+    parallelism, or false where it always shards and search.tp lists only tp > 1."""
+    if "sequence_parallel" not in listed.given:
+        return None
+    rules, name, values = listed.rules, listed.name, listed.space.sequence_parallel
+    if True in values and not rules.tensor_parallel:
+        return Refusal("sequence_parallel", f"{name} has no tensor parallelism to shard the"
+                       " sequence over", "use sequence_parallel: [false]")
+    tp_forced = listed.only_above_one("tp", listed.space.tp)
+    if False in values and tp_forced and not rules.sequence_parallel_optional:
+        return Refusal("sequence_parallel", f"{name} always shards the sequence with tp > 1,"
+                       " and search.tp lists only tp > 1", "use sequence_parallel: [true]")
+    return None
+
+
+# framework_refusal's rules, in the order the values are reported: (search key, rule). The loader
+# raises only the first refusal, so this order is the message a file with several faults gets.
+FRAMEWORK_REFUSAL_RULES = (
+    ("zero", _zero_refusal),
+    ("tp", _tp_refusal),
+    ("pp", _pp_refusal),
+    ("cp", _cp_refusal),
+    ("virtual_stages", _virtual_stages_refusal),
+    ("sequence_parallel", _sequence_parallel_refusal),
+)
 
 
 def unpriced_reason(framework: Framework, zero: int, pp: int) -> str | None:
