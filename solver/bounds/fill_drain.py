@@ -44,6 +44,8 @@ import numpy as np
 TIE_MARGIN = 1e-6
 # (rows x levels x stage kinds) floats per block: ~64 MiB at most
 BLOCK_FLOATS = 8_000_000
+# levels tried per kind of stage (_block): from the least a split can have; past them, one bound
+WINDOW_LEVELS = 24
 
 
 def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
@@ -71,7 +73,7 @@ def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m
     ok &= (cap * count).sum(1) >= layers
     rows = np.flatnonzero(ok)
     m = np.broadcast_to(np.asarray(m, float), (N,))
-    per = max(1, BLOCK_FLOATS // (K * K * most))
+    per = max(1, BLOCK_FLOATS // (K * K * min(most, WINDOW_LEVELS)))
     for start in range(0, len(rows), per):
         r = rows[start:start + per]
         out[r] = _block(a[r], t[r], count[r], cap[r], layers, m[r], most)
@@ -79,11 +81,28 @@ def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m
 
 
 def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
+    """fill_drain_s of rows that fit, over WINDOW_LEVELS levels per kind from the least level
+    a split can have (below it no split fits: each stage holds a layer, and kind j's stages
+    hold at most (Z - a_j) / t_j layers each, so Z >= max_j (a_j + t_j) and
+    Z >= (L + sum_j c_j a_j / t_j) / sum_j c_j / t_j); every level past the window is at least
+    the least first level past it, Z_top, where (m - 1) Z + G(Z) >= (m - 1) Z_top + G(inf)
+    (G falls with Z): that is the rest's bound. Exact where the window's least is below it."""
     N, K = t.shape
-    k = np.arange(1, most + 1, dtype=float)
-    vals = a[:, :, None] + k[None, None, :] * t[:, :, None]  # (N, K, most): a stage of kind j at k layers
-    vals = np.where(k[None, None, :] <= cap[:, :, None], vals, np.inf)
-    Z = vals.reshape(N, -1)  # (N, levels): every level a split's slowest stage can take
+    live = count > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z_lo = np.maximum(np.where(live, a + t, -np.inf).max(axis=1),
+                          (layers + (count * a / t).sum(axis=1)) / (count / t).sum(axis=1))
+        start = np.maximum(1.0, np.floor((z_lo[:, None] - a) / t) - 1)  # a level below z_lo at most
+    W = min(most, WINDOW_LEVELS)
+    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
+    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
+    vals = np.where((k <= cap[:, :, None]) & live[:, :, None], vals, np.inf)
+    Z = vals.reshape(N, -1)  # (N, levels): the window's levels a split's slowest stage can take
+    past = start + W
+    z_top = np.where(live & (past <= cap), a + past * t, np.inf).min(axis=1)
+    G_inf = _least_sum(a, t, count, cap[:, None, :], layers)[:, 0]
+    with np.errstate(invalid="ignore"):
+        tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
     # layers a stage of each kind holds at level Z: the quotient's guess, corrected where
     # rounding put it one off (the same float expression a + k t as the levels, so a stage's
     # own level counts itself)
@@ -93,6 +112,16 @@ def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
         for _ in range(2):
             held = held + ((held < cc) & (aa + (held + 1) * tt <= zz))
             held = held - ((held >= 1) & (aa + held * tt > zz))
+    G = _least_sum(a, t, count, held, layers)
+    with np.errstate(invalid="ignore"):  # (m - 1) x inf at a level beyond a cap: not feasible
+        F = np.where(np.isfinite(Z), (m[:, None] - 1) * Z + G, np.inf)
+    return np.minimum(F.min(axis=1), tail)
+
+
+def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
+    """(N, levels): G, the least sum_s T_s with each stage of kind j holding 1 to held[.., j]
+    layers (held: (N, levels, K)): the layers past each stage's first go to the cheapest kinds
+    first; inf where they do not fit."""
     order = np.argsort(t, axis=1, kind="stable")  # cheapest kind first
     cnt = np.take_along_axis(count, order, axis=1)[:, None, :]
     room = cnt * (np.take_along_axis(held, order[:, None, :], axis=2) - 1)  # beyond each stage's first layer
@@ -100,11 +129,9 @@ def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
     extra = (layers - count.sum(axis=1))[:, None, None]
     before = np.cumsum(room, axis=2) - room
     take = np.clip(extra - before, 0, np.maximum(room, 0))
-    feasible = ((room >= 0) | (cnt == 0)).all(axis=2) & (room.sum(axis=2) >= extra[..., 0]) & np.isfinite(Z)
+    feasible = ((room >= 0) | (cnt == 0)).all(axis=2) & (room.sum(axis=2) >= extra[..., 0])
     G = (count * (a + t)).sum(axis=1)[:, None] + (take * ts).sum(axis=2)
-    with np.errstate(invalid="ignore"):  # (m - 1) x inf at a level beyond a cap: not feasible
-        F = np.where(feasible, (m[:, None] - 1) * Z + G, np.inf)
-    return F.min(axis=1)
+    return np.where(feasible, G, np.inf)
 
 
 def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray) -> np.ndarray:

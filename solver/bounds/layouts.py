@@ -175,8 +175,9 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         e = max(x[1] for x in ty.vslots)
         l_ = max(x[2] for x in ty.vslots)
         vs = tuple(dict.fromkeys(x[0] for x in ty.vslots))
-        # the v whose every configuration runs no embedding / loss slot (fill_drain reads those)
-        plain = frozenset(v for v in vs if not any(x[1] or x[2] for x in ty.vslots if x[0] == v))
+        # the v whose every configuration runs no embedding / loss slot (fill_drain reads those);
+        # none through one group: there every split's sum is h + L t, so J is A and S's bound
+        plain = frozenset(v for v in vs if len(uniq) > 1 and not any(x[1] or x[2] for x in ty.vslots if x[0] == v))
         by_pp[c.pp].append((bi, t, h, int(e), int(l_), least_factor(b), vs, c.replicas, gb // b.micro_batch,
                             plain))
     for pp, items in by_pp.items():

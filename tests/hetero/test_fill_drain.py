@@ -23,6 +23,7 @@ from test_many_types_agreement import many_types_instance
 from test_stage_families import _every_family_opened, _least_optimum, repeated_types_instance
 
 from paraplan.solver import search as search_mod
+from paraplan.solver.bounds import fill_drain
 from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s, fill_drain_s
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.bounds.stage_families import StageFamily
@@ -66,6 +67,26 @@ def test_fill_drain_is_the_least_pipeline_over_every_split():
                    + (count * t).sum() + (layers - count.sum()) * t[count > 0].min())
             exercised += want > sep * (1 + 1e-9)
     assert exercised  # some split problems where reading the terms together binds
+
+
+def test_a_narrow_window_of_levels_still_bounds_every_split(monkeypatch):
+    # past its window of levels per kind, fill_drain_s bounds the rest by (m - 1) Z_top + G(inf):
+    # with one or two levels it is below the least over every split, never above it
+    rng = random.Random(3)
+    below = 0
+    for window in (1, 2):
+        monkeypatch.setattr(fill_drain, "WINDOW_LEVELS", window)
+        for _ in range(150):
+            K = rng.randint(1, 3)
+            count = np.array([rng.randint(1, 2) for _ in range(K)])
+            layers = rng.randint(int(count.sum()), 8)
+            t = np.array([rng.choice([0.5, 0.7, 1.0, 1.5, 3.0]) for _ in range(K)])
+            a, m = np.zeros(K), float(rng.randint(1, 9))
+            got = fill_drain.fill_drain_s(a[None], t[None], count[None], layers, np.array([m]))[0]
+            want = _enumerated(a, t, count, layers, m, np.full(K, layers))
+            assert got <= want * (1 + 1e-12)
+            below += got < want * (1 - 1e-9)
+    assert below  # the tail bound is what some rows read
 
 
 def test_the_relaxed_bound_lies_between_the_separate_terms_and_the_exact_one():
