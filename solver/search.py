@@ -808,7 +808,10 @@ class _Partials:
 @dataclass
 class _Partial:
     """A partial layout not yet listed, keyed by its bound (_Partials), which is at most every one
-    of its configurations' bound before pricing, so at most their keys."""
+    of its configurations' bound before pricing, so at most their keys; or, where a stage-wise
+    layout's bound reads its pipeline's slowest stage and sum together (solver/bounds/
+    fill_drain.py), at most their values, lowered by fill_drain.TIE_MARGIN (1e-6): a layout
+    holding a plan that ties the incumbent is still listed, and each plan keeps its own key."""
 
     index: int
     key: tuple[float, int, int]

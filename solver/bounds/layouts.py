@@ -37,6 +37,7 @@ from collections import defaultdict
 import numpy as np
 
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
+from paraplan.solver.bounds.fill_drain import TIE_MARGIN, fill_drain_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
 from paraplan.solver.bounds.stage_families import group_factor
 
@@ -129,7 +130,11 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     + (L + e + l) min_s t_s with h' >= h. Then batched.relaxed_s per v of the block (one class:
     x = dp, lo = 1 or pp with v > 1, M = the batch's micro-batches) and the least over v, times
     the least quantile factor of the block's ZeRO stages (layouts' module docstring: the bound
-    grows with A and S)."""
+    grows with A and S). Per v whose configurations run no embedding / loss slot, that is
+    raised to fill_drain.fill_drain_s / v of the same floors and output layer (_fill_drain_rows):
+    the slowest stage and the stages' sum read together, at most each configuration's value
+    (fill_drain's module docstring), not at most its bound before pricing: lowered by
+    fill_drain.TIE_MARGIN, so a layout holding a plan that ties the incumbent is still listed."""
     L, gb = inst.model.layers, inst.job.global_batch
     n = len(idx)
     out = np.full(len(blocks), np.inf)
@@ -170,7 +175,11 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         e = max(x[1] for x in ty.vslots)
         l_ = max(x[2] for x in ty.vslots)
         vs = tuple(dict.fromkeys(x[0] for x in ty.vslots))
-        by_pp[c.pp].append((bi, t, h, int(e), int(l_), least_factor(b), vs, c.replicas, gb // b.micro_batch))
+        # the v whose every configuration runs no embedding / loss slot (fill_drain reads those);
+        # none through one group: there every split's sum is h + L t, so J is A and S's bound
+        plain = frozenset(v for v in vs if len(uniq) > 1 and not any(x[1] or x[2] for x in ty.vslots if x[0] == v))
+        by_pp[c.pp].append((bi, t, h, int(e), int(l_), least_factor(b), vs, c.replicas, gb // b.micro_batch,
+                            plain))
     for pp, items in by_pp.items():
         t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
@@ -190,7 +199,40 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             has = np.array([v in it[6] for it in items])
             lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
             b = relaxed_s(A[:, :, None], S[:, :, None], np.zeros((N, n, 1)), x, lo, M, float(v), False)
+            b = np.maximum(b, _fill_drain_rows(items, t, h, L, v, has))
             best = np.where(has[:, None], np.minimum(best, b), best)
         agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
         out[[x[0] for x in items]] = agg_b * np.array([x[5] for x in items])
+    return out
+
+
+def _fill_drain_rows(items: list, t: np.ndarray, h: np.ndarray, layers: int, v: int, has: np.ndarray) -> np.ndarray:
+    """(rows, scenarios): fill_drain.fill_drain_s / v of the rows (stage_bound_rows' items, of
+    floors t: (rows, scenarios, pp) and output layer h on the last stage) that run v with no
+    embedding / loss slot, at their one class's micro-batch count m = M / x (v m in the
+    interleaved form: fill_drain's module docstring); 0 (no bound) elsewhere. The stages before
+    the last enter as kinds (one per distinct floor, with its count), so the bound is symmetric
+    in them as A is, and holds for every order the row stands for; lowered by TIE_MARGIN."""
+    N, n, pp = t.shape
+    out = np.zeros((N, n))
+    rows = [k for k, it in enumerate(items) if has[k] and v in it[9]]
+    if not rows:
+        return out
+    m = np.repeat(np.array([max(items[k][8] / items[k][7], 1.0) * v for k in rows], float), n)
+    flat = t[rows].reshape(-1, pp)
+    R = len(flat)
+    srt = np.sort(flat[:, :-1], axis=1)
+    new = np.ones(srt.shape, bool)
+    new[:, 1:] = srt[:, 1:] != srt[:, :-1]
+    kind = np.cumsum(new, axis=1) - 1
+    K = int(kind.max()) + 2 if pp > 1 else 1
+    count = np.zeros((R, K))
+    tk, ak = np.ones((R, K)), np.zeros((R, K))
+    if pp > 1:
+        r = np.broadcast_to(np.arange(R)[:, None], kind.shape)
+        np.add.at(count, (r, kind), 1.0)
+        tk[r[new], kind[new]] = srt[new]
+    count[:, -1], tk[:, -1], ak[:, -1] = 1.0, flat[:, -1], h[rows].reshape(-1)
+    j = fill_drain_s(ak, tk, count, layers, m)
+    out[rows] = j.reshape(len(rows), n) / v * (1 - TIE_MARGIN)
     return out

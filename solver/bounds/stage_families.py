@@ -28,7 +28,10 @@ each stage's floor. This is more than the bound before pricing's S (sum_s a_s + 
 family's or choice's key may exceed the priced key of a configuration it holds, but never that
 configuration's value; the key is lowered by FAMILY_MARGIN (1e-6, far above the tie tolerance
 planner.REL_TOL, 1e-9), so a family holding a plan that ties the incumbent is still opened,
-and the tie rule reads that plan's own key as in the full listing.
+and the tie rule reads that plan's own key as in the full listing. When a family is opened,
+the v = 1 term of each tp choice that can still win is raised further to fill_drain.
+fill_drain_relaxed_s of its stages (FamilyBounds.fill_drain_choices: the slowest stage and the
+sum read together, at most every configuration's pipeline at v = 1), under the same margin.
 S = h + L t_min - e (t_max - t_min) - l (t_last - t_min) with h >= 0 and the slot flags e, l in
 {0, 1}, both 0 at v = 1 (space._slot_modes_of), so S >= S0 = L t_min - c_v (t_max - t_min) with
 c_1 = 0 and c_v = 2 for v > 1 where the job runs the slots (else 0), t_min >= the least f_g(t_g)
@@ -66,6 +69,7 @@ from paraplan.cost.space_rules import cp_problem, split_slots_run
 from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.class_memory import ClassMemory
+from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
@@ -294,6 +298,13 @@ class FamilyBounds:
     def combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray]:
         """(index in tp_choices, bound) of each of the family's tp choices, in declared order
         (tp_choices: the product of the groups' tp_values), all at once."""
+        index, bound, _ = self._combos(fam)
+        return index, bound
+
+    def _combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray, tuple]:
+        """combos, and the terms fill_drain_choices reads: (z at v = 1, z's least at v > 1,
+        the choices' stages per group (choices, groups), floors (choices, groups, mbs,
+        scenarios), whether each (choice, mb) holds a configuration, the quantile factor)."""
         inst = self.inst
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
@@ -301,11 +312,14 @@ class FamilyBounds:
         rate, lo, hi, held = 0.0, np.inf, -np.inf, 0.0
         stages = np.zeros(grid.shape[1], np.int64)
         index = np.zeros(grid.shape[1], np.int64)
+        per_group, floors = [], []
         for k, g in enumerate(fam.used):
             tps = np.array([t for _, t in fam.tps[k]])
             at = np.array([i for i, _ in fam.tps[k]])
             fs = np.stack([self.floor(g, int(t), fam.cp) for t in tps])[grid[k]]  # (choices, mbs, scenarios)
             n = inst.cluster.groups[g].num_gpus
+            per_group.append(n // (tps[grid[k]] * fam.cp * fam.dp))
+            floors.append(fs)
             rate = rate + (n / (tps[grid[k]] * fam.cp))[:, None, None] / fs
             lo, hi = np.minimum(lo, fs), np.maximum(hi, fs)
             stages += n // (tps[grid[k]] * fam.cp * fam.dp)
@@ -323,17 +337,45 @@ class FamilyBounds:
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
             # v = 1: no slots, any m >= 1 (a lone class); S >= sum_s t_s + (L - pp) t_min
-            z = (m - 1) * a0 + held + (L - pp)[:, None, None] * lo
+            z1 = (m - 1) * a0 + held + (L - pp)[:, None, None] * lo
             # v > 1: m a multiple of pp (space._count_form_of)
+            zv = np.full_like(z1, np.inf)
             deep = m >= pp[:, None, None]
             if self.v_max >= 2:
                 for v in (2.0, float(self.v_max)):
-                    z = np.where(deep, np.minimum(z, (m - 1 / v) * a0 + s0 / v), z)
+                    zv = np.where(deep, np.minimum(zv, (m - 1 / v) * a0 + s0 / v), zv)
+            z = np.minimum(z1, zv)
         # no replica without a micro-batch; 0 x inf (floors of no plan) is no bound either
         ok &= ~self._stage_refused(fam, grid, stages)
-        z = np.where((m >= 1) & ~np.isnan(z) & ok[:, None, None], z, np.inf)
+        valid = (m >= 1) & ~np.isnan(z) & ok[:, None, None]
+        z = np.where(valid, z, np.inf)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        return index, per_mb.min(axis=1) * self.factor(fam.used, fam.cp, (len(fam.used),))
+        factor = self.factor(fam.used, fam.cp, (len(fam.used),))
+        terms = (z1, zv, np.stack(per_group, axis=1), np.stack(floors, axis=1), valid, factor)
+        return index, per_mb.min(axis=1) * factor, terms
+
+    def fill_drain_choices(self, fam: StageFamily, keep: list[int], terms: tuple) -> np.ndarray:
+        """The bound of each tp choice `keep` (positions in combos' order) with its v = 1 term
+        raised to fill_drain.fill_drain_relaxed_s (at most J) of its stages (group g's c_g stages each at its floor
+        f_g, the output layer's term >= 0 left out: J grows with every a_s), at its lone class's
+        m = (global batch / b) / dp micro-batches: the configuration's pipeline at v = 1 is at
+        least J (fill_drain's module docstring), as it is at least the v = 1 term, so at least
+        their larger; the least over v, the scenarios' aggregate, the least over b and the
+        factor as combos. Without search.idle_gpus only (there c_g is a least count)."""
+        z1, zv, counts, floors, valid, factor = terms
+        L, gb = self.inst.model.layers, self.inst.job.global_batch
+        k = np.asarray(keep, np.int64)
+        C, G = len(k), counts.shape[1]
+        nb, ns = floors.shape[2], floors.shape[3]
+        t = np.moveaxis(floors[k], 1, -1).reshape(-1, G)  # (choices x mbs x scenarios, groups)
+        count = np.repeat(counts[k].astype(float), nb * ns, axis=0)
+        m = np.tile(np.repeat(np.floor(gb / self.mbs) / fam.dp, ns), C)
+        j = fill_drain_relaxed_s(t, count, L, np.maximum(m, 1.0)).reshape(C, nb, ns)
+        with np.errstate(invalid="ignore"):
+            z = np.minimum(np.maximum(z1[k], j), zv[k])
+        z = np.where(valid[k] & ~np.isnan(z), z, np.inf)
+        per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
+        return per_mb.min(axis=1) * factor
 
     def _stage_refused(self, fam: StageFamily, grid: np.ndarray, stages: np.ndarray) -> np.ndarray:
         """Per tp choice of the grid (groups, choices), whether no order of its pipeline fits
@@ -361,8 +403,16 @@ class FamilyBounds:
     def choices(self, fam, can_win) -> list[tuple[int, float]]:
         """(index, bound) of the family's tp choices (a StageFamily) or class layouts (a
         ReplicaFamily) whose bound can still win (`can_win(bound)`), in declared order."""
-        index, bounds = self.replica_combos(fam) if isinstance(fam, ReplicaFamily) else self.combos(fam)
+        if isinstance(fam, ReplicaFamily):
+            index, bounds = self.replica_combos(fam)
+            keep = [k for k, lb in enumerate(bounds.tolist()) if can_win(lb)]
+            return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+        index, bounds, terms = self._combos(fam)
         keep = [k for k, lb in enumerate(bounds.tolist()) if can_win(lb)]
+        if keep and not self.inst.search.idle_gpus:
+            bounds = bounds.copy()
+            bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep, terms))
+            keep = [k for k in keep if can_win(float(bounds[k]))]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:

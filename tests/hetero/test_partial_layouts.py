@@ -7,7 +7,8 @@ Three things make it exact, each checked against something computed without it:
   orders not listed) are those of summarize over the full listing;
 - a partial layout's bound is at most the bound before pricing (unpriced.floor_bounds_s, the
   bound the search keys every configuration by) of each configuration it holds, computed on
-  the full listing;
+  the full listing, or, where a stage-wise layout's reads its pipeline's slowest stage and sum
+  together (solver/bounds/fill_drain.py), at most the least optimum of its configurations;
 - the search lists exactly the partial layouts whose bound can still beat the optimum, and
   returns exhaustive search's optimum (solver/exhaustive.py: no bound, no pruning)."""
 
@@ -56,7 +57,11 @@ def test_partial_bound_is_at_most_each_of_its_configurations_bound_before_pricin
     at = 0
     for part, lb in zip(partials, bounds):
         n = sum(len(b.outers()) for b in part.blocks())
-        if n:
+        if n and lb > floors[at:at + n].min() * (1 + 1e-12):
+            # a stage-wise layout's bound reads its slowest stage and its stages' sum together
+            # (solver/bounds/fill_drain.py): above its configurations' keys, never their optima
+            assert part.dp is not None and lb <= _least_optimum(inst, part) * (1 + 1e-12), (part.family, part.used)
+        elif n:
             assert lb <= floors[at:at + n].min() * (1 + 1e-12), (part.family, part.used, part.dp)
         else:
             assert lb == np.inf

@@ -1,0 +1,173 @@
+"""A lower bound of a lone pipeline's time that reads its slowest stage and its stages' sum
+together (issue 33: 8 GPU types, pipelines of 26 stages through 6-8 groups running 8
+micro-batches each, whose bound read the two apart and lay at 1.5 s against plans at 2.4 s).
+
+One class of x replicas on pp stages runs m micro-batches each; at v = 1 its pipeline takes
+(cost/schedule.pipeline_time_s, batched.py's module docstring)
+    P(n) = (m - 1) max_s T_s + sum_s T_s,   T_s = a_s + n_s t_s + (terms >= 0)
+for its split n (n_s >= 1 layers on stage s, sum_s n_s = L). The bound before pricing
+(unpriced.py) and the partial layouts' (layouts.stage_bound_rows) take the two terms at their
+least apart: (m - 1) min_n max_s T_s + (sum_s a_s + L min_s t_s), the second as if every layer
+sat on the cheapest stage. A deep pipeline of few micro-batches (26 stages, m = 8) pays its
+sum: the split that balances the slowest stage puts most layers on the slower GPUs. Here
+
+    J = min over integer splits n of (m - 1) max_s (a_s + n_s t_s) + sum_s (a_s + n_s t_s)
+
+exactly, with n_s <= cap_s where a stage's memory caps it (`caps`). How: for a level Z, let
+G(Z) be the least sum over the splits whose every stage is at most Z: each stage takes one
+layer, then the L - pp others go to the cheapest stages first, stage s up to its
+c_s(Z) = #{k <= cap_s : a_s + k t_s <= Z} layers (an exchange argument: moving a layer from a
+dearer stage to a cheaper one with room lowers the sum and keeps every stage at most Z). A
+split n with max_s T_s = Z gives P(n) >= (m - 1) Z + G(Z), and G(Z)'s split has max_s T_s
+<= Z, so P of it <= (m - 1) Z + G(Z): J = min over Z of (m - 1) Z + G(Z), and the least is at
+some Z = a_s + k t_s (the slowest stage of the best split). Every such Z is tried.
+
+Why J is at most what pricing gives for every completion: each T_s is at least a_s + n_s t_s
+(the floors are at most the layer's priced time, the stage terms at most the priced stage's),
+P grows with every T_s (m >= 1), the micro-batch count m is the class's (M / x for one class),
+and every split the configuration may choose (memory only removes splits; the recomputed
+layers, hand-offs, syncs and the quantile factor only add or scale by >= 1) is one of those J
+is the least over. With v > 1 the interleaved pipeline takes (m - 1/v) max_s T_s + sum_s T_s / v
+with n_s multiples of v, which is fill_drain_s(.., v m) / v with n_s >= 1 relaxed (callers use
+it only where no embedding / loss slot shifts the split).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# J reads every stage's floor, so it may pass the bound before pricing (unpriced.py) of a
+# configuration it bounds, never its value: where it keys a layout it is lowered by this much
+# (as search.FAMILY_MARGIN, far above the tie tolerance planner.REL_TOL, 1e-9), so a layout
+# holding a plan that ties the incumbent is still listed and the tie rule reads that plan's own
+# key
+TIE_MARGIN = 1e-6
+# (rows x levels x stage kinds) floats per block: ~64 MiB at most
+BLOCK_FLOATS = 8_000_000
+# levels tried per kind of stage (_block): from the least a split can have; past them, one bound
+WINDOW_LEVELS = 24
+
+
+def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
+                 caps: np.ndarray | None = None) -> np.ndarray:
+    """Row by row, J of the module docstring for a pipeline whose stages come in kinds: kind j
+    of a row is count[j] identical stages of stage term a[j] and layer floor t[j] (a, t, count:
+    (N, K), t > 0; a kind of count 0 is absent), m: (N,) micro-batches (>= 1), caps: (N, K)
+    the most layers a stage of the kind holds, or None. Identical stages share one list of
+    levels and take the same room at each, so a row costs K x L levels of K kinds, not pp x L
+    of pp stages (26 stages of 8 groups: 9 kinds). inf where no split fits (a stage's cap below
+    one, or the caps' sum below `layers`) or a present kind's floor is not finite."""
+    a, t = np.asarray(a, float), np.asarray(t, float)
+    count = np.asarray(count, float)
+    N, K = t.shape
+    out = np.full(N, np.inf)
+    pp = count.sum(axis=1)
+    most = int(layers - pp.min()) + 1 if N else 0  # the most layers a stage can take
+    if N == 0 or most < 1:
+        return out
+    cap = np.full((N, K), float(most)) if caps is None else np.minimum(np.asarray(caps, float), most)
+    present = count > 0
+    cap = np.where(present, cap, 0.0)
+    a, t = np.where(present, a, 0.0), np.where(present, t, 1.0)
+    ok = (pp <= layers) & np.isfinite(t).all(1) & np.isfinite(a).all(1) & (np.where(present, cap, 1) >= 1).all(1)
+    ok &= (cap * count).sum(1) >= layers
+    rows = np.flatnonzero(ok)
+    m = np.broadcast_to(np.asarray(m, float), (N,))
+    per = max(1, BLOCK_FLOATS // (K * K * min(most, WINDOW_LEVELS)))
+    for start in range(0, len(rows), per):
+        r = rows[start:start + per]
+        out[r] = _block(a[r], t[r], count[r], cap[r], layers, m[r], most)
+    return out
+
+
+def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
+    """fill_drain_s of rows that fit, over WINDOW_LEVELS levels per kind from the least level
+    a split can have (below it no split fits: each stage holds a layer, and kind j's stages
+    hold at most (Z - a_j) / t_j layers each, so Z >= max_j (a_j + t_j) and
+    Z >= (L + sum_j c_j a_j / t_j) / sum_j c_j / t_j); every level past the window is at least
+    the least first level past it, Z_top, where (m - 1) Z + G(Z) >= (m - 1) Z_top + G(inf)
+    (G falls with Z): that is the rest's bound. Exact where the window's least is below it."""
+    N, K = t.shape
+    live = count > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z_lo = np.maximum(np.where(live, a + t, -np.inf).max(axis=1),
+                          (layers + (count * a / t).sum(axis=1)) / (count / t).sum(axis=1))
+        start = np.maximum(1.0, np.floor((z_lo[:, None] - a) / t) - 1)  # a level below z_lo at most
+    W = min(most, WINDOW_LEVELS)
+    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
+    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
+    vals = np.where((k <= cap[:, :, None]) & live[:, :, None], vals, np.inf)
+    Z = vals.reshape(N, -1)  # (N, levels): the window's levels a split's slowest stage can take
+    past = start + W
+    z_top = np.where(live & (past <= cap), a + past * t, np.inf).min(axis=1)
+    G_inf = _least_sum(a, t, count, cap[:, None, :], layers)[:, 0]
+    with np.errstate(invalid="ignore"):
+        tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
+    # layers a stage of each kind holds at level Z: the quotient's guess, corrected where
+    # rounding put it one off (the same float expression a + k t as the levels, so a stage's
+    # own level counts itself)
+    aa, tt, cc, zz = a[:, None, :], t[:, None, :], cap[:, None, :], Z[:, :, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        held = np.nan_to_num(np.clip(np.floor((zz - aa) / tt), 0, cc), nan=0.0, posinf=0.0)
+        for _ in range(2):
+            held = held + ((held < cc) & (aa + (held + 1) * tt <= zz))
+            held = held - ((held >= 1) & (aa + held * tt > zz))
+    G = _least_sum(a, t, count, held, layers)
+    with np.errstate(invalid="ignore"):  # (m - 1) x inf at a level beyond a cap: not feasible
+        F = np.where(np.isfinite(Z), (m[:, None] - 1) * Z + G, np.inf)
+    return np.minimum(F.min(axis=1), tail)
+
+
+def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
+    """(N, levels): G, the least sum_s T_s with each stage of kind j holding 1 to held[.., j]
+    layers (held: (N, levels, K)): the layers past each stage's first go to the cheapest kinds
+    first; inf where they do not fit."""
+    order = np.argsort(t, axis=1, kind="stable")  # cheapest kind first
+    cnt = np.take_along_axis(count, order, axis=1)[:, None, :]
+    room = cnt * (np.take_along_axis(held, order[:, None, :], axis=2) - 1)  # beyond each stage's first layer
+    ts = np.take_along_axis(t, order, axis=1)[:, None, :]
+    extra = (layers - count.sum(axis=1))[:, None, None]
+    before = np.cumsum(room, axis=2) - room
+    take = np.clip(extra - before, 0, np.maximum(room, 0))
+    feasible = ((room >= 0) | (cnt == 0)).all(axis=2) & (room.sum(axis=2) >= extra[..., 0])
+    G = (count * (a + t)).sum(axis=1)[:, None] + (take * ts).sum(axis=2)
+    return np.where(feasible, G, np.inf)
+
+
+def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray) -> np.ndarray:
+    """Row by row, at most J of the module docstring with every stage term 0 (t, count: (N, K)
+    kinds as fill_drain_s, t > 0; m: (N,)), in K^2 operations a row: the least over real splits
+    (n_s >= 1, T_s = n_s t_s), which include the integer ones. Over a level Z >= Z0 =
+    max(t_max, L / sum_j c_j / t_j) (below it no split holds every layer with each stage at
+    most Z), G(Z) fills the L - pp layers past each stage's first into the kinds in increasing
+    t, kind j taking c_j (Z / t_j - 1); G is convex, piecewise linear, its slope changing only
+    where one more kind is needed, at Z_j = (L - pp + sum_(i<=j) c_i) / sum_(i<=j) c_i / t_i
+    (kinds 1..j just hold every layer), so (m - 1) Z + G(Z) is least at Z0 or at some
+    max(Z_j, Z0), each evaluated. inf where a present kind's floor is not finite."""
+    t, count = np.asarray(t, float), np.asarray(count, float)
+    N, K = t.shape
+    out = np.full(N, np.inf)
+    if N == 0:
+        return out
+    present = count > 0
+    ok = np.isfinite(np.where(present, t, 1.0)).all(1) & (count.sum(1) <= layers)
+    r = np.flatnonzero(ok)
+    t, count, m = t[r], count[r], np.broadcast_to(np.asarray(m, float), (N,))[r]
+    t = np.where(count > 0, t, np.inf)  # an absent kind: no room, no cost
+    order = np.argsort(t, axis=1, kind="stable")
+    t, c = np.take_along_axis(t, order, axis=1), np.take_along_axis(count, order, axis=1)
+    rate = np.where(c > 0, c / t, 0.0)
+    extra = layers - c.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zj = (extra + np.cumsum(c, axis=1)) / np.cumsum(rate, axis=1)
+    tmax = np.where(c > 0, t, -np.inf).max(axis=1, keepdims=True)
+    z0 = np.maximum(tmax, zj[:, -1:])
+    Z = np.concatenate([z0, np.maximum(np.nan_to_num(zj, nan=np.inf), z0)], axis=1)  # (rows, levels)
+    with np.errstate(invalid="ignore"):
+        room = np.where(c[:, None, :] > 0, c[:, None, :] * (Z[:, :, None] / t[:, None, :] - 1), 0.0)
+        before = np.cumsum(room, axis=2) - room
+        take = np.clip(extra[:, :, None] - before, 0, room)
+        G = np.where(c > 0, c * t, 0.0).sum(axis=1)[:, None] + np.where(c[:, None, :] > 0, take * t[:, None, :], 0.0).sum(axis=2)
+        F = (m[:, None] - 1) * Z + G
+    out[r] = np.where(np.isfinite(F), F, np.inf).min(axis=1)
+    return out
