@@ -29,13 +29,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost import recompute_patterns, schedule
+from paraplan.cost import asymmetric, recompute_patterns, schedule
+from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import memory_tiers
+from paraplan.solver.asymmetric_space import asymmetric_outers
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
 from paraplan.solver.space import (count_splits, dualpipe_job, declared_outers, micro_batch_vectors,
@@ -629,3 +631,24 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
 def _time_s(inst: Instance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
+
+
+def exhaustive_asymmetric(inst: Instance) -> tuple[float, asymmetric.AsymmetricPlan | None, int]:
+    """(best time, best plan, rows evaluated) over every asymmetric pipeline of the declared
+    space (solver/asymmetric_space.py), every layer split and every recompute row the job's
+    framework runs (the rows a one-class pipeline of as many stages lists), no pruning: the
+    check of solver/asymmetric_search.py. The first minimum in listing order wins."""
+    L, best_s, best, count = inst.model.layers, math.inf, None, 0
+    for ao in asymmetric_outers(inst):
+        ac = asymmetric.coefficients(inst, ao, reserve_bytes=inst.search.memory_reserve_bytes)
+        pattern = recompute_pattern(inst.job.framework, ao.recompute, inst.search.partial_recompute)
+        rows = _split_rows(L, ao.pp, 1, False, recompute_rows(inst.search.full_recompute, pattern, L, L, 1, ao.pp))
+        n, r = rows.nT.T, rows.rT.T
+        t = np.where(asymmetric.fits(ac, n, r), asymmetric.iteration_time_s(ac, n, r), math.inf)
+        count += len(t)
+        i = int(np.argmin(t)) if len(t) else 0
+        if len(t) and t[i] < best_s:
+            best_s = float(t[i])
+            best = asymmetric.AsymmetricPlan(outer=ao, layers_per_stage=tuple(int(x) for x in n[i]),
+                                             full_recompute_layers=tuple(int(x) for x in r[i]))
+    return best_s, best, count
