@@ -61,7 +61,6 @@ ranks, which the tie term, priced between two ranks, does not model).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -71,80 +70,72 @@ from paraplan.cost.class_coefficients import class_coefficients
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.plan_specs import ClassOuter, ClassShape
+from paraplan.cost.plan_specs import ClassOuter, ClassShape, Plan, ReplicaClass
 from paraplan.cost.specs import Cluster, Instance, Recompute
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AsymmetricOuter:
-    """An asymmetric pipeline before its split: stage s on group `stage_groups[s]` as
-    `stage_dp[s]` data-parallel ranks of that group's tp (`tp_of`), and the modes every stage
-    shares (as cost/plan_specs.ClassOuter's, cp 1 and v 1)."""
-
-    stage_groups: tuple[int, ...]
-    stage_dp: tuple[int, ...]
-    tp: int
-    micro_batch: int
-    group_tp: tuple[tuple[int, int], ...] = ()
-    sequence_parallel: bool = False
-    recompute: Recompute = Recompute.NONE
-    zero: int = 0
-
-    def __post_init__(self) -> None:
-        if len(self.stage_groups) != len(self.stage_dp) or len(self.stage_groups) < 2:
-            raise ConfigError("an asymmetric pipeline needs >= 2 stages, each with a group and a"
-                              " data-parallel degree")
-        if min(self.stage_dp) < 1 or self.micro_batch < 1:
-            raise ConfigError("an asymmetric pipeline's data-parallel degrees and micro-batch"
-                              " must be >= 1")
-
-    @property
-    def pp(self) -> int:
-        return len(self.stage_groups)
-
-    def tp_of(self, group: int) -> int:
-        return dict(self.group_tp).get(group, self.tp)
-
-    def stage_class_outer(self, s: int) -> ClassOuter:
-        """The symmetric pipeline whose stage s prices this pipeline's stage s: the same
-        groups, tp and modes, with stage s's degree as its replicas."""
-        return ClassOuter(tp=self.tp, micro_batch=self.micro_batch, group_tp=self.group_tp,
-                          sequence_parallel=self.sequence_parallel, recompute=self.recompute,
-                          zero=self.zero, family="stage",
-                          classes=(ClassShape(replicas=self.stage_dp[s], stage_groups=self.stage_groups),))
-
-    def gpus_per_group(self, num_groups: int) -> list[int]:
-        used = [0] * num_groups
-        for g, d in zip(self.stage_groups, self.stage_dp):
-            used[g] += d * self.tp_of(g)
-        return used
+def pipeline(*, stage_groups: tuple[int, ...], stage_dp: tuple[int, ...], tp: int, micro_batch: int,
+             group_tp: tuple[tuple[int, int], ...] = (), sequence_parallel: bool = False,
+             recompute: Recompute = Recompute.NONE, zero: int = 0) -> ClassOuter:
+    """The outer configuration of an asymmetric pipeline: one class of one pipeline whose stage
+    s sits on group stage_groups[s] as stage_dp[s] data-parallel ranks of that group's tp
+    (ClassShape.stage_dp), with the modes every stage shares (cp 1, v 1)."""
+    if len(stage_groups) != len(stage_dp) or len(stage_groups) < 2:
+        raise ConfigError("an asymmetric pipeline needs >= 2 stages, each with a group and a"
+                          " data-parallel degree")
+    if min(stage_dp) < 1 or micro_batch < 1:
+        raise ConfigError("an asymmetric pipeline's data-parallel degrees and micro-batch must be >= 1")
+    return ClassOuter(tp=tp, micro_batch=micro_batch, group_tp=group_tp, sequence_parallel=sequence_parallel,
+                      recompute=recompute, zero=zero, family="stage",
+                      classes=(ClassShape(replicas=1, stage_groups=tuple(stage_groups), stage_dp=tuple(stage_dp)),))
 
 
-def refusal(inst: Instance, ao: AsymmetricOuter) -> str | None:
-    """Why `ao` is outside what this module prices (None: it prices it)."""
-    m = inst.model
+def is_asymmetric(ho: ClassOuter) -> bool:
+    return any(c.stage_dp for c in ho.classes)
+
+
+def _shape(ho: ClassOuter) -> ClassShape:
+    if len(ho.classes) != 1 or not ho.classes[0].stage_dp:
+        raise ConfigError("not an asymmetric pipeline: one class with a data-parallel degree per stage")
+    return ho.classes[0]
+
+
+def stage_class_outer(ho: ClassOuter, s: int) -> ClassOuter:
+    """The symmetric pipeline whose stage s prices `ho`'s stage s: the same groups, tp and
+    modes, with stage s's degree as its replicas."""
+    c = _shape(ho)
+    return replace(ho, classes=(ClassShape(replicas=c.stage_dp[s], stage_groups=c.stage_groups),))
+
+
+def refusal(inst: Instance, ho: ClassOuter) -> str | None:
+    """Why `ho` is outside what this module prices (None: it prices it)."""
+    c, m = _shape(ho), inst.model
+    if ho.cp != 1 or ho.virtual_stages != 1 or ho.zero_bubble is not None or ho.ep != 1:
+        return "asymmetric pipelines are priced with cp 1, v 1, 1F1B and ep 1 only"
     if m.moe is not None:
         return "asymmetric pipelines are priced for dense models only (model.moe is set)"
-    if (m.tied_embeddings or m.mtp_layers) and ao.stage_dp[0] != ao.stage_dp[-1]:
+    if (m.tied_embeddings or m.mtp_layers) and c.stage_dp[0] != c.stage_dp[-1]:
         return ("tied embeddings / multi-token prediction with different first and last"
                 " data-parallel degrees: the embedding copies' reduction is not priced")
+    if ho.zero and min(c.stage_dp) == 1:
+        return f"ZeRO-{ho.zero} shards each stage over its ranks, and a stage has one (as one replica)"
     total = inst.job.global_batch
-    if total % ao.micro_batch:
-        return f"job.global_batch {total} is not a multiple of micro_batch {ao.micro_batch}"
-    M = total // ao.micro_batch
-    bad = [d for d in ao.stage_dp if M % d]
+    if total % ho.micro_batch:
+        return f"job.global_batch {total} is not a multiple of micro_batch {ho.micro_batch}"
+    M = total // ho.micro_batch
+    bad = [d for d in c.stage_dp if M % d]
     if bad:
         return f"{M} micro-batches do not divide over data-parallel degree(s) {bad}"
     return None
 
 
-def micro_batches_per_rank(inst: Instance, ao: AsymmetricOuter) -> tuple[int, ...]:
+def micro_batches_per_rank(inst: Instance, ho: ClassOuter) -> tuple[int, ...]:
     """m_s = M / d_s: the micro-batches each rank of stage s runs per step."""
-    why = refusal(inst, ao)
+    why = refusal(inst, ho)
     if why:
         raise ConfigError(why)
-    M = inst.job.global_batch // ao.micro_batch
-    return tuple(M // d for d in ao.stage_dp)
+    M = inst.job.global_batch // ho.micro_batch
+    return tuple(M // d for d in _shape(ho).stage_dp)
 
 
 def in_flight(stage_dp: tuple[int, ...], m: tuple[int, ...]) -> np.ndarray:
@@ -169,21 +160,22 @@ class AsymmetricCoefficients:
     micro_batches: np.ndarray  # m_s, (pp,)
 
 
-def coefficients(inst: Instance, ao: AsymmetricOuter, cluster: Cluster | None = None,
+def coefficients(inst: Instance, ho: ClassOuter, cluster: Cluster | None = None,
                  net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> AsymmetricCoefficients:
-    """The per-stage terms of `ao` on `cluster` (default: the nominal one)."""
+    """The per-stage terms of asymmetric pipeline `ho` on `cluster` (default: the nominal one)."""
     hc = inst.cluster if cluster is None else cluster
-    m = micro_batches_per_rank(inst, ao)
-    held = in_flight(ao.stage_dp, m)
+    m = micro_batches_per_rank(inst, ho)
+    dps = _shape(ho).stage_dp
+    held = in_flight(dps, m)
     per = []
-    for s in range(ao.pp):
-        c = class_coefficients(inst, hc, ao.stage_class_outer(s), net, reserve_bytes, (m[s],))[0]
-        symmetric = c.in_flight.copy()
-        symmetric[s] = held[s]  # only row s is read
-        per.append(schedule.with_in_flight(c, symmetric))
-    rows = replace(per[0], **{f: np.array([getattr(per[s], f)[s] for s in range(ao.pp)], float)
+    for s in range(len(dps)):
+        c = class_coefficients(inst, hc, stage_class_outer(ho, s), net, reserve_bytes, (m[s],))[0]
+        counts = c.in_flight.copy()
+        counts[s] = held[s]  # only row s is read
+        per.append(schedule.with_in_flight(c, counts))
+    rows = replace(per[0], **{f: np.array([getattr(c, f)[s] for s, c in enumerate(per)], float)
                               for f in _ROW_FIELDS},
-                   stage_parts=[per[s].stage_parts[s] for s in range(ao.pp)])
+                   stage_parts=[c.stage_parts[s] for s, c in enumerate(per)])
     return AsymmetricCoefficients(rows=rows, micro_batches=np.asarray(m, float))
 
 
@@ -200,56 +192,29 @@ def iteration_time_s(ac: AsymmetricCoefficients, n: np.ndarray, r: np.ndarray) -
             + schedule.sync_times_s(c, n).max(axis=-1))
 
 
+def mem_bytes(ac: AsymmetricCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Peak memory per stage of splits n with r recomputed layers (..., pp)."""
+    c = ac.rows
+    return (c.stage_mem_bytes + np.asarray(n, float) * (c.layer_state_bytes + c.layer_act_bytes)
+            - np.asarray(r, float) * (c.layer_act_bytes - c.layer_ckpt_bytes))
+
+
 def fits(ac: AsymmetricCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
     """Whether splits n with r recomputed layers fit every stage's memory."""
-    c = ac.rows
-    mem = (c.stage_mem_bytes + np.asarray(n, float) * (c.layer_state_bytes + c.layer_act_bytes)
-           - np.asarray(r, float) * (c.layer_act_bytes - c.layer_ckpt_bytes))
-    return (mem <= c.capacity_bytes).all(axis=-1)
+    return (mem_bytes(ac, n, r) <= ac.rows.capacity_bytes).all(axis=-1)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AsymmetricPlan:
-    """An asymmetric pipeline with its split: `outer` and, per stage, its layers and fully
-    recomputed layers."""
-
-    outer: AsymmetricOuter
-    layers_per_stage: tuple[int, ...]
-    full_recompute_layers: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        pp = self.outer.pp
-        if len(self.layers_per_stage) != pp or len(self.full_recompute_layers) != pp:
-            raise ConfigError(f"an asymmetric plan of {pp} stages needs {pp} layer and recompute counts")
-        if any(n < 1 or not 0 <= r <= n for n, r in zip(self.layers_per_stage, self.full_recompute_layers)):
-            raise ConfigError("each stage needs >= 1 layer and 0 <= recomputed layers <= layers")
-
-
-@dataclass(frozen=True, slots=True)
-class AsymmetricBreakdown:
-    iter_time_s: float
-    stage_time_s: tuple[float, ...]
-    sync_time_s: tuple[float, ...]
-    mem_bytes: tuple[float, ...]
-    fits: bool
-
-
-def simulate(inst: Instance, plan: AsymmetricPlan, cluster: Cluster | None = None,
-             net: NetEfficiency = NetEfficiency(), reserve_bytes: float | None = None) -> AsymmetricBreakdown:
-    """The plan priced from its records alone (the re-simulation the search's answer must
-    match); `reserve_bytes` defaults to the instance's planning reserve."""
-    if sum(plan.layers_per_stage) != inst.model.layers:
-        raise ConfigError(f"the plan's stages hold {sum(plan.layers_per_stage)} layers; the model"
-                          f" has {inst.model.layers}")
-    reserve = inst.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
-    ac = coefficients(inst, plan.outer, cluster, net, reserve)
-    n, r = np.array(plan.layers_per_stage, float), np.array(plan.full_recompute_layers, float)
-    c = ac.rows
-    mem = c.stage_mem_bytes + n * (c.layer_state_bytes + c.layer_act_bytes) - r * (c.layer_act_bytes - c.layer_ckpt_bytes)
-    return AsymmetricBreakdown(iter_time_s=float(iteration_time_s(ac, n, r)),
-                               stage_time_s=tuple(schedule.stage_times_s(c, n, r).tolist()),
-                               sync_time_s=tuple(schedule.sync_times_s(c, n).tolist()),
-                               mem_bytes=tuple(mem.tolist()), fits=bool((mem <= c.capacity_bytes).all()))
+def plan_of(inst: Instance, ho: ClassOuter, n, r) -> Plan:
+    """The plan of asymmetric pipeline `ho` with split n and recompute counts r: one class of
+    replicas 1 running the batch's M micro-batches, its stages' degrees in stage_dp."""
+    c = _shape(ho)
+    return Plan(tp=ho.tp, micro_batch=ho.micro_batch, group_tp=ho.group_tp,
+                sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
+                family="stage",
+                classes=(ReplicaClass(replicas=1, stage_groups=c.stage_groups, stage_dp=c.stage_dp,
+                                      num_micro_batches=inst.job.global_batch // ho.micro_batch,
+                                      layers_per_stage=tuple(int(x) for x in n),
+                                      full_recompute_layers=tuple(int(x) for x in r)),))
 
 
 def lower_bound_s(ac: AsymmetricCoefficients, layers: int) -> float:

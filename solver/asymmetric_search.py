@@ -20,18 +20,21 @@ parameter value. Exact: the same (split, recompute) rows exhaustive search lists
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost.asymmetric import (AsymmetricCoefficients, AsymmetricOuter, AsymmetricPlan, coefficients,
-                                      lower_bound_s, simulate)
-from paraplan.cost.errors import ConfigError
+from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.plan_specs import ClassOuter, Plan
+from paraplan.cost.simulate import simulate
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Instance
 from paraplan.solver.asymmetric_space import asymmetric_outers, recompute_choices
+from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
 
 # re-simulation must reproduce the search's objective to this relative tolerance (float
 # summation order only: the same coefficients, the same formula)
@@ -40,7 +43,7 @@ REL_TOL = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class AsymmetricResult:
-    plan: AsymmetricPlan | None
+    plan: Plan | None
     objective_s: float  # inf: no asymmetric pipeline beats incumbent_s (or none fits)
     listed: int  # pipelines in the declared space
     solved: int  # pipelines whose split was searched (the rest cut by their bound)
@@ -94,7 +97,7 @@ def _best_split(ac: AsymmetricCoefficients, layers: int, r_of, best_s: float):
     return None if found[1] is None else (found[0], *found[1])
 
 
-def solve_split(inst: Instance, ao: AsymmetricOuter, ac: AsymmetricCoefficients, best_s: float = math.inf):
+def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best_s: float = math.inf):
     """(value, n, r) of `ao`'s best split below best_s under the framework's recompute rows,
     or None."""
     pattern, table = recompute_choices(inst, ao)
@@ -130,16 +133,38 @@ def search_asymmetric(inst: Instance, incumbent_s: float = math.inf) -> Asymmetr
         got = solve_split(inst, outers[i], priced[i], best_s)
         if got is not None:
             best_s = got[0]
-            best = AsymmetricPlan(outer=outers[i], layers_per_stage=got[1], full_recompute_layers=got[2])
+            best = plan_of(inst, outers[i], got[1], got[2])
     if best is not None:
         check_resimulation(inst, best, best_s)
     return AsymmetricResult(plan=best, objective_s=best_s if best is not None else math.inf,
                             listed=len(outers), solved=solved, wall_time_s=time.perf_counter() - t0)
 
 
-def check_resimulation(inst: Instance, plan: AsymmetricPlan, objective_s: float) -> None:
+def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
     """The project's rule: the plan re-priced from its records alone gives the objective."""
     bd = simulate(inst, plan)
     if abs(bd.iter_time_s - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
         raise AssertionError(f"asymmetric plan re-simulates to {bd.iter_time_s!r} s (fits: {bd.fits})"
                              f" but the search's objective is {objective_s!r} s")
+
+
+def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveResult:
+    """The planner's result `res` (the symmetric space) joined with the asymmetric pipelines'
+    (search.asymmetric_pipelines): the asymmetric optimum where it is faster, searched with
+    res's plan as incumbent. Both are proved over their spaces, so a proved `res` stays proved
+    over the union, and a lone asymmetric plan (res infeasible) is optimal."""
+    if objective != "nominal":
+        raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
+                            f" network only, not for the {objective} objective",
+                            "plan the nominal objective, or remove asymmetric_pipelines")
+    got = search_asymmetric(inst, res.objective_s if res.plan is not None else math.inf)
+    more = dict(outer_configs=res.outer_configs + got.listed, solve_time_s=res.solve_time_s + got.wall_time_s)
+    if got.plan is None:
+        return dataclasses.replace(res, **more)
+    bd = simulate(inst, got.plan)
+    status = OPTIMAL if res.status in (OPTIMAL, INFEASIBLE) else FEASIBLE
+    bound = got.objective_s if status == OPTIMAL or res.bound_s is None else min(res.bound_s, got.objective_s)
+    return dataclasses.replace(res, status=status, plan=got.plan, objective_s=got.objective_s,
+                               quantile_s=got.objective_s, bound_s=bound, breakdown=bd,
+                               per_scenario_s=(bd.iter_time_s,), reason="",
+                               ranked=(Ranked(got.plan, got.objective_s, bd, got.objective_s),), **more)

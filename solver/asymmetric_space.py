@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import itertools
 
-from paraplan.cost.asymmetric import AsymmetricOuter, refusal
+from paraplan.cost.asymmetric import pipeline, refusal
+from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.recompute_patterns import RecomputePattern, options, parameter_count
 from paraplan.cost.specs import Instance
@@ -72,7 +73,7 @@ def _layouts(inst: Instance, used: tuple[int, ...], tpg: dict[int, int]):
                 yield groups, tuple(d for p in parts for d in p)
 
 
-def asymmetric_outers(inst: Instance) -> list[AsymmetricOuter]:
+def asymmetric_outers(inst: Instance) -> list[ClassOuter]:
     """Every asymmetric pipeline of the declared space (module docstring), in a fixed order
     (groups and tp in declared order, stage counts, group orders, degrees, modes) that also
     breaks ties."""
@@ -83,14 +84,14 @@ def asymmetric_outers(inst: Instance) -> list[AsymmetricOuter]:
         group_tp = gtp if len(set(tpg.values())) > 1 else ()
         for groups, dps in _layouts(inst, used, tpg):
             for mb, sp, rc, z in modes:
-                ao = AsymmetricOuter(stage_groups=groups, stage_dp=dps, tp=tp, group_tp=group_tp,
+                ao = pipeline(stage_groups=groups, stage_dp=dps, tp=tp, group_tp=group_tp,
                                      micro_batch=mb, sequence_parallel=sp, recompute=rc, zero=z)
                 if refusal(inst, ao) is None:
                     out.append(ao)
     return out
 
 
-def recompute_choices(inst: Instance, ao: AsymmetricOuter):
+def recompute_choices(inst: Instance, ao: ClassOuter):
     """(pattern, values): the per-stage recompute counts the job's framework runs on `ao`,
     as the declared space lists them (space.recompute_rows at v 1): None (no full recompute:
     r = 0), PER_STAGE (every count 0..n_s on each stage), or a pattern and its P parameter
@@ -101,7 +102,7 @@ def recompute_choices(inst: Instance, ao: AsymmetricOuter):
     pattern = recompute_pattern(inst.job.framework, ao.recompute, inst.search.partial_recompute)
     if pattern is RecomputePattern.PER_STAGE:
         return pattern, None
-    top = inst.model.layers - ao.pp + 1  # the most layers a stage can hold
+    top = inst.model.layers - ao.classes[0].pp + 1  # the most layers a stage can hold
     ns = np.arange(top + 1, dtype=np.int64).reshape(-1, 1)  # each n as a one-stage split
     table = options(pattern, ns, 1, False, False, top, top)[:, :, 0]  # (P, top + 1)
     assert table.shape[0] == parameter_count(pattern, top, top)

@@ -10,8 +10,9 @@ import pytest
 from randinst import mixed_family_instance
 
 from paraplan.cost import asymmetric, schedule
-from paraplan.cost.asymmetric import AsymmetricOuter, AsymmetricPlan
+from paraplan.cost.asymmetric import pipeline, stage_class_outer
 from paraplan.cost.class_coefficients import class_coefficients, iteration_time_s
+from paraplan.cost.simulate import simulate
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import MoeSpec
 from paraplan.solver.asymmetric_space import _layouts, asymmetric_outers
@@ -59,12 +60,12 @@ def test_equal_degrees_price_as_the_symmetric_pipeline():
     for seed in range(12):
         inst = _inst(seed)
         for ao in asymmetric_outers(inst):
-            if len(set(ao.stage_dp)) != 1:
+            if len(set(ao.classes[0].stage_dp)) != 1:
                 continue
             ac = asymmetric.coefficients(inst, ao)
-            m = inst.job.global_batch // ao.micro_batch // ao.stage_dp[0]
-            c = class_coefficients(inst, inst.cluster, ao.stage_class_outer(0), num_micro_batches=(m,))[0]
-            L, pp = inst.model.layers, ao.pp
+            m = inst.job.global_batch // ao.micro_batch // ao.classes[0].stage_dp[0]
+            c = class_coefficients(inst, inst.cluster, stage_class_outer(ao, 0), num_micro_batches=(m,))[0]
+            L, pp = inst.model.layers, ao.classes[0].pp
             for first in range(1, L - pp + 2):
                 n = np.ones(pp)
                 n[0] = first
@@ -82,13 +83,14 @@ def test_each_stage_is_its_symmetric_pipelines_stage():
     # (its group's layer time, its own ring over d_s ranks, its ZeRO shard), at its own m_s and
     # with h_s micro-batches in flight; seed 6 has a 4-stage win with degrees (1, 1, 2, 2)
     inst = _inst(6)
-    ao = next(a for a in asymmetric_outers(inst) if len(set(a.stage_dp)) > 1)
+    ao = next(a for a in asymmetric_outers(inst) if len(set(a.classes[0].stage_dp)) > 1)
+    dps = ao.classes[0].stage_dp
     ac = asymmetric.coefficients(inst, ao)
     M = inst.job.global_batch // ao.micro_batch
-    assert (ac.micro_batches * np.array(ao.stage_dp) == M).all()  # every stage: the whole batch
-    held = asymmetric.in_flight(ao.stage_dp, tuple(int(x) for x in ac.micro_batches))
-    for s, d in enumerate(ao.stage_dp):
-        c = class_coefficients(inst, inst.cluster, ao.stage_class_outer(s),
+    assert (ac.micro_batches * np.array(dps) == M).all()  # every stage: the whole batch
+    held = asymmetric.in_flight(dps, tuple(int(x) for x in ac.micro_batches))
+    for s, d in enumerate(dps):
+        c = class_coefficients(inst, inst.cluster, stage_class_outer(ao, s),
                                num_micro_batches=(M // d,))[0]
         for f in ("layer_time_s", "stage_time_s", "layer_sync_time_s", "stage_sync_time_s",
                   "layer_state_bytes", "capacity_bytes"):
@@ -101,12 +103,11 @@ def test_simulate_matches_the_formula_on_a_two_stage_pipeline():
     # by hand from the coefficient rows: T_s = a_s + n_s t_s + r_s u_s, D_s = e_s + n_s g_s,
     # time = max(m_0 T_0 + T_1, m_1 T_1 + T_0) + max(D_0, D_1)
     inst = _inst(3)
-    ao = next(a for a in asymmetric_outers(inst) if a.pp == 2 and a.stage_dp[0] != a.stage_dp[1])
+    ao = next(a for a in asymmetric_outers(inst) if len(set(a.classes[0].stage_dp)) == 2)
     L = inst.model.layers
-    plan = AsymmetricPlan(outer=ao, layers_per_stage=(1, L - 1), full_recompute_layers=(0, 0))
-    bd = asymmetric.simulate(inst, plan)
+    bd = simulate(inst, asymmetric.plan_of(inst, ao, (1, L - 1), (0, 0)))
     c = asymmetric.coefficients(inst, ao, reserve_bytes=inst.search.memory_reserve_bytes).rows
-    m0, m1 = (inst.job.global_batch // ao.micro_batch // d for d in ao.stage_dp)
+    m0, m1 = (inst.job.global_batch // ao.micro_batch // d for d in ao.classes[0].stage_dp)
     T0 = c.stage_time_s[0] + 1 * c.layer_time_s[0]
     T1 = c.stage_time_s[1] + (L - 1) * c.layer_time_s[1]
     D = max(c.stage_sync_time_s[0] + c.layer_sync_time_s[0], c.stage_sync_time_s[1] + (L - 1) * c.layer_sync_time_s[1])
@@ -119,11 +120,12 @@ def test_lower_bound_is_below_every_split():
     for ao in asymmetric_outers(inst)[:40]:
         ac = asymmetric.coefficients(inst, ao)
         lb = asymmetric.lower_bound_s(ac, L)
-        for first in range(1, L - ao.pp + 2):
-            n = np.ones(ao.pp)
+        pp = ao.classes[0].pp
+        for first in range(1, L - pp + 2):
+            n = np.ones(pp)
             n[0] = first
             n[-1] += L - n.sum()
-            assert lb <= float(asymmetric.iteration_time_s(ac, n, np.zeros(ao.pp))) * (1 + 1e-12)
+            assert lb <= float(asymmetric.iteration_time_s(ac, n, np.zeros(pp))) * (1 + 1e-12)
 
 
 def test_layouts_count_by_hand():
@@ -137,15 +139,15 @@ def test_layouts_count_by_hand():
 
 def test_refusals_name_the_reason():
     inst = _inst(3)
-    ao = AsymmetricOuter(stage_groups=(1, 0), stage_dp=(1, 2), tp=1, micro_batch=1)
+    ao = pipeline(stage_groups=(1, 0), stage_dp=(1, 2), tp=1, micro_batch=1)
     assert asymmetric.refusal(inst, ao) is None
     odd = dataclasses.replace(inst, job=dataclasses.replace(inst.job, global_batch=9))
     assert "do not divide" in asymmetric.refusal(odd, ao)
     tied = dataclasses.replace(inst, model=dataclasses.replace(inst.model, tied_embeddings=True))
     assert "tied embeddings" in asymmetric.refusal(tied, ao)
-    assert asymmetric.refusal(tied, dataclasses.replace(ao, stage_dp=(2, 2))) is None
+    assert asymmetric.refusal(tied, pipeline(stage_groups=(1, 0), stage_dp=(2, 2), tp=1, micro_batch=1)) is None
     moe = dataclasses.replace(inst, model=dataclasses.replace(
         inst.model, moe=MoeSpec(experts=4, top_k=2, expert_ffn=256)))
     assert "dense models only" in asymmetric.refusal(moe, ao)
     with pytest.raises(ConfigError):
-        AsymmetricOuter(stage_groups=(0,), stage_dp=(1,), tp=1, micro_batch=1)
+        pipeline(stage_groups=(0,), stage_dp=(1,), tp=1, micro_batch=1)

@@ -9,10 +9,15 @@ import dataclasses
 import pytest
 from randinst import mixed_family_instance
 
-from paraplan.cost import asymmetric
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
+from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework
 from paraplan.solver.asymmetric_search import search_asymmetric
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 from paraplan.solver.exhaustive import exhaustive, exhaustive_asymmetric
+from paraplan.solver.solve import solve
 
 
 def _framework(inst, fw):
@@ -25,10 +30,10 @@ def _framework(inst, fw):
 def test_branch_and_bound_matches_exhaustive(seed, fw):
     inst = _framework(mixed_family_instance(seed), fw)
     got = search_asymmetric(inst)
-    best_s, plan, rows = exhaustive_asymmetric(inst)
+    best_s, plan, _, _ = exhaustive_asymmetric(inst)
     assert got.objective_s == pytest.approx(best_s, rel=1e-12)  # inf == inf where nothing fits
     if plan is not None:  # the search's plan re-simulates to its objective, and fits
-        bd = asymmetric.simulate(inst, got.plan)
+        bd = simulate(inst, got.plan)
         assert bd.fits and bd.iter_time_s == pytest.approx(got.objective_s, rel=1e-12)
 
 
@@ -58,7 +63,7 @@ def test_asymmetric_beats_every_symmetric_plan_on_seed_3():
     inst = mixed_family_instance(3)
     sym = exhaustive(inst).objective_s
     got = search_asymmetric(inst)
-    assert got.plan.outer.stage_dp == (1, 2) and got.plan.layers_per_stage == (1, 3)
+    assert got.plan.classes[0].stage_dp == (1, 2) and got.plan.classes[0].layers_per_stage == (1, 3)
     assert sym == pytest.approx(10.270e-3, abs=1e-6) and got.objective_s == pytest.approx(10.013e-3, abs=1e-6)
 
 
@@ -68,5 +73,91 @@ def test_equal_degree_optimum_is_a_symmetric_plan():
     # search of the symmetric space also finds
     inst = mixed_family_instance(8)
     got = search_asymmetric(inst)
-    assert set(got.plan.outer.stage_dp) == {1}
+    assert set(got.plan.classes[0].stage_dp) == {1}
     assert got.objective_s == pytest.approx(exhaustive(inst).objective_s, rel=1e-12)
+
+
+# The 2 + 1 GPUs of seed 3 as an instance file (toy GPUs: 300 TFLOP/s, 3 GiB, 1,000 GB/s; NVLink
+# 100 GB/s per direction, 200 Gbit/s NICs, the group link at the slower NIC)
+INSTANCE = """
+name: asym-2plus1
+model: {name: mix3, layers: 4, hidden: 512, heads: 8, ffn: 2048, vocab: 8000, seq_len: 512, mlp: gelu}
+gpu_types:
+  toy: {peak_tflops_bf16: 300, hbm_gib: 3, hbm_gbytes_per_s: 1000}
+cluster:
+  groups:
+    - {name: pair, gpu: toy, nodes: 1, gpus_per_node: 2, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}
+    - {name: lone, gpu: toy, nodes: 1, gpus_per_node: 1, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}
+job: {global_batch: 24}
+search:
+  micro_batch: [1, 2]
+  zero: [0, 1]
+  virtual_stages: [1]
+  cp: [1]
+  tp: [1]
+  objective: mean
+  memory_reserve_gib: 0
+"""
+
+
+def _write(tmp_path, extra: str = "  asymmetric_pipelines: true\n", name: str = "inst.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(INSTANCE + extra)
+    return str(path)
+
+
+def test_plan_writes_each_stages_degree_and_simulate_reprices_it(tmp_path, capsys):
+    path, out = _write(tmp_path), tmp_path / "plan.yaml"
+    assert main(["plan", path, "-o", str(out)]) == 0
+    assert "data-parallel ranks/stage [1,2]; stages on [lone,pair]" in capsys.readouterr().out
+    inst = load_instance(path)
+    plan = load_plan(str(out), inst)
+    c = plan.classes[0]
+    assert (c.replicas, c.stage_dp, c.num_micro_batches, c.layers_per_stage) == (1, (1, 2), 12, (1, 3))
+    res = solve(inst)  # the objective, proved; the plan re-priced from its file alone
+    assert res.status == "optimal" and res.bound_s == res.objective_s
+    assert simulate(inst, plan).iter_time_s == pytest.approx(res.objective_s, rel=1e-12)
+    assert main(["simulate", path, "--plan", str(out)]) == 0
+    # exhaustive search over the union of both spaces finds the same optimum
+    assert exhaustive(inst).objective_s == pytest.approx(res.objective_s, rel=1e-12)
+
+
+def test_the_option_is_off_by_default_and_the_symmetric_optimum_is_slower(tmp_path):
+    sym = solve(load_instance(_write(tmp_path, extra="")))
+    asym = solve(load_instance(_write(tmp_path, name="asym.yaml")))
+    assert not any(c.stage_dp for c in sym.plan.classes)
+    assert asym.objective_s < sym.objective_s  # 10.01 ms against 10.27 ms (the docs' example)
+
+
+def test_commands_that_do_not_price_it_refuse_it(tmp_path, capsys):
+    path, out = _write(tmp_path), tmp_path / "plan.yaml"
+    assert main(["plan", path, "-o", str(out)]) == 0
+    capsys.readouterr()
+    for args in (["memory", path, "--plan", str(out)], ["plan", path, "--top", "2"],
+                 ["export", str(out), "--instance", path, "--to", "layout"]):
+        assert main(args) == EXIT_BAD_INPUT
+        assert "asymmetric" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ("  asymmetric_pipelines: true\n  objective: p90\n", "predicted time only"),
+])
+def test_the_key_needs_the_mean_objective(tmp_path, extra, problem):
+    text = INSTANCE.replace("  objective: mean\n", "") + extra
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InstanceError, match=problem):
+        load_instance(str(path))
+
+
+def test_plan_file_errors_name_stage_dp(tmp_path):
+    inst = load_instance(_write(tmp_path))
+    plan = {"plan": {"tp": 1, "micro_batch": 2, "zero": 0, "classes": [
+        {"replicas": 1, "stages": ["lone", "pair"], "num_micro_batches": 12,
+         "layers_per_stage": [1, 3], "stage_dp": [1, 2, 2]}]}}
+    with pytest.raises(InstanceError, match="stage_dp"):
+        plan_from_mapping(plan, inst, "p.yaml")
+    plan["plan"]["classes"][0]["stage_dp"] = [1, 2]
+    plan["plan"]["zero"] = 1  # ZeRO shards each stage over its ranks: the lone GPU has one
+    with pytest.raises(InstanceError, match="stage_dp"):
+        plan_from_mapping(plan, inst, "p.yaml")
