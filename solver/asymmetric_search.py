@@ -33,9 +33,15 @@ from paraplan.cost.plan_specs import ClassOuter, Plan
 from paraplan.cost.simulate import simulate
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Instance
-from paraplan.solver.asymmetric_space import asymmetric_outers, recompute_choices
+from paraplan.solver.asymmetric_space import asymmetric_outers, count_outers, recompute_choices
+from paraplan.solver.class_layouts import MAX_LAYOUTS
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
 
+# most layer splits (without recompute counts) the asymmetric pipelines may hold: exhaustive
+# search's default cap (solver/exhaustive.DEFAULT_MAX_CANDIDATES), which its agreement tests
+# stay far below; the search lists and prices every pipeline, and the split search's cuts are
+# not proved to visit fewer than all splits
+MAX_SPLITS = 20_000_000
 # re-simulation must reproduce the search's objective to this relative tolerance (float
 # summation order only: the same coefficients, the same formula)
 REL_TOL = 1e-9
@@ -121,6 +127,7 @@ def search_asymmetric(inst: Instance, incumbent_s: float = math.inf) -> Asymmetr
         raise ConfigError(f"{inst.source}: search.asymmetric_pipelines is priced at the predicted"
                           f" time only: set search.objective: mean (it is {inst.search.objective})")
     t0 = time.perf_counter()
+    size_problem(inst)
     outers = asymmetric_outers(inst)
     reserve = inst.search.memory_reserve_bytes
     priced = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
@@ -168,3 +175,16 @@ def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveRe
                                quantile_s=got.objective_s, bound_s=bound, breakdown=bd,
                                per_scenario_s=(bd.iter_time_s,), reason="",
                                ranked=(Ranked(got.plan, got.objective_s, bd, got.objective_s),), **more)
+
+
+def size_problem(inst: Instance) -> None:
+    """Refuse a space of asymmetric pipelines too large to list (class_layouts.MAX_LAYOUTS
+    pipelines, as the option families' layouts) or to search (MAX_SPLITS layer splits),
+    naming the key and how to narrow it."""
+    outers, splits = count_outers(inst)
+    if outers > MAX_LAYOUTS or splits > MAX_SPLITS:
+        raise InstanceError(inst.source, "search.asymmetric_pipelines",
+                            f"the space holds {outers:,} asymmetric pipelines and {splits:,} layer"
+                            f" splits (at most {MAX_LAYOUTS:,} and {MAX_SPLITS:,}: it is searched"
+                            " on small instances)", "narrow search.tp, max_pp or micro_batch, or"
+                            " remove asymmetric_pipelines")

@@ -18,6 +18,7 @@ those stage-family pipelines, so its optimum is never worse than theirs.
 from __future__ import annotations
 
 import itertools
+import math
 
 from paraplan.cost.asymmetric import pipeline, refusal
 from paraplan.cost.plan_specs import ClassOuter
@@ -62,15 +63,39 @@ def _degree_splits(units: int, k: int):
 
 def _layouts(inst: Instance, used: tuple[int, ...], tpg: dict[int, int]):
     """(stage_groups, stage_dp) of every asymmetric pipeline on the groups `used`, whole."""
-    units = [inst.cluster.groups[g].num_gpus // tpg[g] for g in used]
-    max_k = [min(u, inst.model.layers) for u in units]
-    for counts in itertools.product(*[range(1, k + 1) for k in max_k]):
-        if not _pp_ok(inst, sum(counts)):
-            continue
+    units = _units(inst, used, tpg)
+    for counts in _stage_counts(inst, units):
         for order in itertools.permutations(range(len(used))):
             groups = tuple(g for i in order for g in [used[i]] * counts[i])
             for parts in itertools.product(*[_degree_splits(units[i], counts[i]) for i in order]):
                 yield groups, tuple(d for p in parts for d in p)
+
+
+def _units(inst: Instance, used: tuple[int, ...], tpg: dict[int, int]) -> list[int]:
+    return [inst.cluster.groups[g].num_gpus // tpg[g] for g in used]
+
+
+def _stage_counts(inst: Instance, units: list[int]):
+    """Per group, how many stages it hosts (each >= 1 rank), within the pp rule."""
+    for counts in itertools.product(*[range(1, min(u, inst.model.layers) + 1) for u in units]):
+        if _pp_ok(inst, sum(counts)):
+            yield counts
+
+
+def count_outers(inst: Instance) -> tuple[int, int]:
+    """(pipelines, (split, recompute-free) rows) asymmetric_outers would list, before the
+    batch-divisibility rule, counted without listing: per stage-count vector, every group
+    order times each group's ordered degree splits C(u_g - 1, k_g - 1), times the modes; each
+    pipeline's layer splits C(L - 1, pp - 1)."""
+    L, outers, rows = inst.model.layers, 0, 0
+    for (used, gtp), modes in _modes(inst).items():
+        units = _units(inst, used, dict(gtp))
+        for counts in _stage_counts(inst, units):
+            n = (math.factorial(len(used)) * len(modes)
+                 * math.prod(math.comb(u - 1, k - 1) for u, k in zip(units, counts)))
+            outers += n
+            rows += n * math.comb(L - 1, sum(counts) - 1)
+    return outers, rows
 
 
 def asymmetric_outers(inst: Instance) -> list[ClassOuter]:

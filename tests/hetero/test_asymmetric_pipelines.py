@@ -161,3 +161,22 @@ def test_plan_file_errors_name_stage_dp(tmp_path):
     plan["plan"]["zero"] = 1  # ZeRO shards each stage over its ranks: the lone GPU has one
     with pytest.raises(InstanceError, match="stage_dp"):
         plan_from_mapping(plan, inst, "p.yaml")
+
+
+def test_count_outers_counts_what_is_listed():
+    # before the batch rule (every degree divides M): seeds whose M is divided by every degree
+    from paraplan.solver.asymmetric_space import _layouts, _modes, count_outers
+    for seed in (0, 6, 10, 17):
+        inst = mixed_family_instance(seed)
+        listed = sum(len(modes) * len(list(_layouts(inst, used, dict(gtp))))
+                     for (used, gtp), modes in _modes(inst).items())
+        assert count_outers(inst)[0] == listed
+
+
+def test_a_large_space_is_refused_naming_the_key():
+    # Llama-3 70B on 32 A100 + 32 H100 at tp 1 to 8: billions of degree splits
+    inst = load_instance("instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, asymmetric_pipelines=True,
+                                                                 objective="mean"))
+    with pytest.raises(InstanceError, match="asymmetric_pipelines"):
+        search_asymmetric(inst)
