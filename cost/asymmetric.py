@@ -2,12 +2,15 @@
 
 In the plans of cost/plan_specs.py every stage of a pipeline has the same data-parallel degree:
 a replica class is `replicas` copies of one pipeline. In an asymmetric pipeline stage s runs on
-d_s data-parallel ranks of its node group, each rank tp_s GPUs (the group's tp), as HexiScale's
-asymmetric partitions (Yan et al., arXiv 2409.01143: a data-parallel degree per pipeline stage,
-each stage's group its own size) and Metis's device groups (Um et al., USENIX ATC'24: a stage
-on a device group, its data-parallel degree that group's) allow. E.g. 16 A100 + 8 H100: stage 0
-on the A100 as dp 4 x tp 4, stage 1 on the H100 as dp 2 x tp 4. This first version prices
-1F1B without interleaving (v = 1), cp 1, dense models.
+d_s data-parallel ranks of its node group, each rank tp_s GPUs (the group's tp)
+(ClassShape.stage_dp), e.g. 16 A100 + 8 H100: stage 0 on the A100 as dp 4 x tp 4, stage 1 on
+the H100 as dp 2 x tp 4. HexiScale (Yan et al., arXiv 2409.01143; its abstract: "asymmetric
+partition of training computations in the scope of data-, pipeline-, and tensor model
+parallelism" over heterogeneous GPUs) and Metis (Um et al., USENIX ATC'24: device groups of
+different GPU types per stage) run such plans. The pricing below is not taken from either
+paper's cost model: it is paraplan's own per-layer terms and 1F1B schedule term, extended to a
+degree per stage as derived here. This first version prices 1F1B without interleaving (v = 1),
+cp 1, dense models.
 
 Every stage processes the whole global batch each step: M = global_batch / micro_batch
 micro-batches, of which each of stage s's ranks runs m_s = M / d_s (forward and backward).
@@ -46,17 +49,21 @@ longest of these paths:
     iteration_time = pipeline_time + max_s D_s
 
 With equal d (m_s = m) the maximum is at the slowest stage and this is cost/schedule.py's
-m max_s T_s + sum_s T_s - max_s T_s exactly; with unequal d the pacing stage is the one whose
-ranks carry the most work, m_s T_s = M T_s / d_s, the steady state "the slowest stage's
-per-micro-batch time times the micro-batches each of its ranks processes" plus the bubble. As for
+m max_s T_s + sum_s T_s - max_s T_s exactly; with unequal d the pacing stage is the one with
+the largest (m_s - 1) T_s, whose ranks carry the most work (m_s T_s = M T_s / d_s): the
+steady state is that stage's per-micro-batch time times the micro-batches each of its ranks
+processes, plus the bubble (one pass through every other stage). As for
 the symmetric schedule, a stage that waits mid-run for a slower neighbour's hand-off is not
 priced apart (the path is a lower bound that 1F1B attains when the stages' rates d_s / T_s
 are balanced).
 
 Left out of this version (refused, naming the reason): interleaving, cp > 1, zero-bubble
-schedules, MoE models, and tied embeddings or multi-token prediction where the first and last
-stages' degrees differ (their embedding copies' gradient reduction would span d_0 + d_{P-1}
-ranks, which the tie term, priced between two ranks, does not model).
+schedules, MoE models, ZeRO where a stage has one rank (as one replica is refused), and tied
+embeddings or multi-token prediction where the first and last stages' degrees differ (their
+embedding copies' gradient reduction would span d_0 + d_{P-1} ranks, which the tie term,
+priced between two ranks, does not model). Where two consecutive stages share a group, their
+hand-off link is stage s's symmetric pipeline's (class_placement with d_s replicas per
+stage), which says whether it crosses a node as if the next stage had d_s ranks too.
 """
 
 from __future__ import annotations
