@@ -150,6 +150,15 @@ def test_the_key_needs_the_mean_objective(tmp_path, extra, problem):
         load_instance(str(path))
 
 
+def test_the_key_needs_two_groups(tmp_path):
+    lone = "    - {name: lone, gpu: toy, nodes: 1, gpus_per_node: 1, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}\n"
+    assert lone in INSTANCE
+    path = tmp_path / "one.yaml"
+    path.write_text(INSTANCE.replace(lone, "") + "  asymmetric_pipelines: true\n")
+    with pytest.raises(InstanceError, match="needs two node groups"):
+        load_instance(str(path))
+
+
 def test_plan_file_errors_name_stage_dp(tmp_path):
     inst = load_instance(_write(tmp_path))
     plan = {"plan": {"tp": 1, "micro_batch": 2, "zero": 0, "classes": [
