@@ -38,6 +38,7 @@ import numpy as np
 from paraplan.cost import comm, moe, schedule
 from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build, megatron_layer
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import Cluster
 from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.partition import plan_layer_fn
@@ -234,6 +235,8 @@ def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = N
     """One StageCoefficients per class of `ho` on network `hc` (`inst`: model and job), each
     class running `num_micro_batches[k]` per replica (None: not yet chosen, see class_outer)
     with the layer plans `partitions[k]` (ReplicaClass.partitions; None: Megatron 1-D)."""
+    if any(c.stage_dp for c in ho.classes):
+        raise ConfigError("an asymmetric pipeline (stage_dp) is priced by cost/asymmetric.py")
     K = len(ho.classes)
     counts = (None,) * K if num_micro_batches is None else num_micro_batches
     parts = ((),) * K if partitions is None else partitions

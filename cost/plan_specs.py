@@ -47,10 +47,17 @@ class ClassShape:
 
     replicas: int
     stage_groups: tuple[int, ...]
+    # an asymmetric pipeline (cost/asymmetric.py): stage s on stage_dp[s] data-parallel ranks
+    # of its group, `replicas` 1; empty: `replicas` ranks on every stage
+    stage_dp: tuple[int, ...] = ()
 
     @property
     def pp(self) -> int:
         return len(self.stage_groups)
+
+    def ranks_of(self, s: int) -> int:
+        """The data-parallel ranks of stage s."""
+        return self.stage_dp[s] if self.stage_dp else self.replicas
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,8 +125,8 @@ class ClassOuter(_Modes):
     def gpus_per_group(self, num_groups: int) -> list[int]:
         used = [0] * num_groups
         for c in self.classes:
-            for g in c.stage_groups:
-                used[g] += c.replicas * self.tp_of(g) * self.cp
+            for s, g in enumerate(c.stage_groups):
+                used[g] += c.ranks_of(s) * self.tp_of(g) * self.cp
         return used
 
 
@@ -134,9 +141,16 @@ class ReplicaClass:
     # ((group, ((operator, partition), ...)), ...) by ascending group: the layer plan of this
     # class's stages on that group (cost/partition.py); a group not listed runs Megatron 1-D
     partitions: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
+    # an asymmetric pipeline (cost/asymmetric.py): stage s on stage_dp[s] data-parallel ranks
+    # of its group, each running num_micro_batches / stage_dp[s] of the batch's micro-batches;
+    # `replicas` is then 1 (one pipeline) and num_micro_batches the batch's; empty: symmetric
+    stage_dp: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         pp = len(self.stage_groups)
+        if self.stage_dp and (len(self.stage_dp) != pp or min(self.stage_dp) < 1 or self.replicas != 1):
+            raise ConfigError("an asymmetric pipeline's class has replicas 1 and one data-parallel"
+                              " degree >= 1 per stage (stage_dp)")
         groups = [g for g, _ in self.partitions]
         if groups != sorted(set(groups)) or not set(groups) <= set(self.stage_groups):
             raise ConfigError("a replica class's partitions name each of its groups at most once")
@@ -152,7 +166,7 @@ class ReplicaClass:
 
     @property
     def shape(self) -> ClassShape:
-        return ClassShape(replicas=self.replicas, stage_groups=self.stage_groups)
+        return ClassShape(replicas=self.replicas, stage_groups=self.stage_groups, stage_dp=self.stage_dp)
 
     def partitions_on(self, group: int) -> tuple[tuple[str, str], ...]:
         """The layer plan of this class's stages on `group` (empty: Megatron 1-D)."""
@@ -355,6 +369,25 @@ def _stages_and_layers(plan: Plan, inst: Instance) -> None:
                               f" the model has {inst.model.layers}")
 
 
+def _asymmetric_pipeline(plan: Plan, inst: Instance) -> None:
+    """A class with a data-parallel degree per stage (cost/asymmetric.py): what its pricing
+    covers, and every stage's ranks sharing the batch's micro-batches evenly."""
+    odd = [c for c in plan.classes if c.stage_dp]
+    if not odd:
+        return
+    if len(plan.classes) != 1 or len(inst.cluster.groups) < 2:
+        raise ConfigError("an asymmetric pipeline (stage_dp) is a plan's one class, on two node"
+                          " groups or more")
+    if plan.cp != 1 or plan.virtual_stages != 1 or plan.zero_bubble is not None or plan.ep != 1:
+        raise ConfigError("an asymmetric pipeline (stage_dp) is priced with cp 1, virtual_stages 1,"
+                          " 1F1B and ep 1 only: set them so, or drop stage_dp")
+    c = odd[0]
+    bad = [d for d in c.stage_dp if c.num_micro_batches % d]
+    if bad:
+        raise ConfigError(f"stage_dp {list(c.stage_dp)}: {c.num_micro_batches} micro-batches do not"
+                          f" divide over {bad} ranks")
+
+
 def _of_class(plan: Plan) -> str:
     """The subject of a per-class message: a one-class plan's fields are the plan's own."""
     return "" if len(plan.classes) == 1 else "a class's "
@@ -512,9 +545,13 @@ def _partitions(plan: Plan, inst: Instance) -> None:
 
 
 def _zero_shards(plan: Plan, inst: Instance) -> None:
-    if plan.zero and plan.outer.replicas * plan.cp == 1:
+    if plan.zero and plan.outer.replicas * plan.cp == 1 and not plan.classes[0].stage_dp:
         raise ConfigError(f"ZeRO-{plan.zero} shards over replicas and context-parallel ranks,"
                           " and the plan has one of each")
+    # an asymmetric pipeline shards each stage over its own ranks (cost/asymmetric.py)
+    if plan.zero and plan.classes[0].stage_dp and min(plan.classes[0].stage_dp) * plan.cp == 1:
+        raise ConfigError(f"ZeRO-{plan.zero} shards each stage over its data-parallel ranks, and"
+                          " a stage of the plan has one (stage_dp)")
 
 
 def _framework_runs_it(plan: Plan, inst: Instance) -> None:
@@ -528,7 +565,7 @@ def _framework_runs_it(plan: Plan, inst: Instance) -> None:
                               f" {len(c.stage_groups)} pipeline stages (cost/framework_rules.py)")
 
 
-RULES = (_stages_and_layers, _group_tp, _gpus_per_group, _global_batch, _heads,
+RULES = (_stages_and_layers, _asymmetric_pipeline, _group_tp, _gpus_per_group, _global_batch, _heads,
          _context_and_sequence_parallel, _dense_prefix, _selective_or_full, _recompute_pattern,
          _latent_attention,
          _micro_batches_per_class, _model_chunks, _zero_and_expert_degrees, _expert_fold,

@@ -184,6 +184,7 @@ RANGES: dict[str, Range] = {
     "dp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "cp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "replicas": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
+    "stage_dp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "micro_batch": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
     "num_micro_batches": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
     "virtual_stages": Range(1, 1_000_000, "", "at most the layers' range", integer=True),

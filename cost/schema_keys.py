@@ -352,6 +352,10 @@ SEARCH = SectionDoc("search", "`search:`", "Narrows the declared space the plann
                             " idle", "false"),
                         Key("mixed_families", "boolean", "group format: a pipeline across groups"
                             " beside replica classes on the GPUs it leaves", "false"),
+                        Key("asymmetric_pipelines", "boolean", "group format: a pipeline across"
+                            " groups may give each stage its own data-parallel degree"
+                            " ([mixed-clusters.md](mixed-clusters.md)); needs objective: mean",
+                            "false"),
                         Key("memory_reserve_gib", "number", "kept free on every GPU when planning,"
                             " for the caching allocator's reserved-but-unallocated memory (why 2:"
                             " below); 0 plans to the HBM limit", "2"),
@@ -549,6 +553,9 @@ CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.readers.plan_reade
         "all 0, or layers_per_stage for recompute: full"),
     Key("partitions", "mapping", "one partition per operator, as in the one-type plan",
         "Megatron 1-D"),
+    Key("stage_dp", "list of integers", "an asymmetric pipeline: each stage's data-parallel"
+        " ranks, with replicas 1 and num_micro_batches the batch's"
+        " ([mixed-clusters.md](mixed-clusters.md))", "replicas on every stage"),
 ))
 
 # The page's order: the one-type files, then the group format.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import schedule
+from paraplan.cost import asymmetric, schedule
 from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
@@ -142,6 +142,8 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     reserve = inst.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
         return _dualpipe(inst, plan, hc, net, reserve)
+    if asymmetric.is_asymmetric(plan.outer):
+        return _asymmetric(inst, plan, hc, net, reserve)
     if coeffs is None:
         coeffs = class_coefficients(inst, hc, plan.outer, net, reserve,
                                     tuple(k.num_micro_batches for k in plan.classes),
@@ -189,6 +191,30 @@ def _breakdown(inst: Instance, plan: Plan, hc: Cluster, iter_time_s: float, pipe
                      bottleneck_class=bottleneck_class, bottleneck_stage=bottleneck_stage,
                      idle_gpus=hc.num_gpus - sum(plan.outer.gpus_per_group(len(hc.groups))),
                      unit=unit)
+
+
+def _asymmetric(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,
+                reserve_bytes: float) -> Breakdown:
+    """An asymmetric pipeline (cost/asymmetric.py, a data-parallel degree per stage): each
+    stage's row is one of its ranks (time per micro-batch, memory); the pacing stage is the one
+    whose path m_s T_s + sum_{s' != s} T_{s'} is longest. Its stages' named parts are priced on
+    different sites and degrees, so the critical path is shown as the pipeline, then the sync."""
+    k = plan.classes[0]
+    ac = asymmetric.coefficients(inst, plan.outer, hc, net, reserve_bytes)
+    n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)
+    t, d = schedule.stage_times_s(ac.rows, n, r), schedule.sync_times_s(ac.rows, n)
+    mem = asymmetric.mem_bytes(ac, n, r)
+    pipe, sync = float(asymmetric.pipeline_time_s(t, ac.micro_batches)), float(d.max())
+    pacing = int(np.argmax(ac.micro_batches * t + (t.sum() - t)))
+    report = ClassReport(
+        replicas=1, num_micro_batches=k.num_micro_batches, pipeline_time_s=pipe,
+        stages=tuple(StageReport(stage=s, group=hc.groups[g].name, layers=int(n[s]),
+                                 full_recompute_layers=int(r[s]), time_per_micro_batch_s=float(t[s]),
+                                 sync_time_s=float(d[s]), mem_bytes=float(mem[s]),
+                                 capacity_bytes=float(ac.rows.capacity_bytes[s]))
+                     for s, g in enumerate(k.stage_groups)))
+    return _breakdown(inst, plan, hc, pipe + sync, pipe, sync,
+                      {"pipeline": pipe, "grad_sync_and_optimizer": sync}, {}, (report,), 0, pacing)
 
 
 def _dualpipe(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,

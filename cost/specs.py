@@ -868,6 +868,9 @@ class SearchSpace:
     # a plan may run a stage-wise class (one pipeline across node groups) beside replica-wise
     # classes on the GPUs it leaves (solver/space.py; two node groups or more)
     mixed_families: bool = False
+    # a pipeline across node groups may give each stage its own data-parallel degree
+    # (cost/asymmetric.py, solver/asymmetric_search.py; two node groups or more, objective mean)
+    asymmetric_pipelines: bool = False
     # kept free on every GPU when planning, on top of the runtime allowance cost/memory.py
     # prices (CUDA context, NCCL buffers, 5% allocator fragmentation of the activations): the
     # caching allocator's reserved-but-unallocated memory measured at peak in public runs,

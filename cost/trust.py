@@ -972,8 +972,13 @@ def class_plan_memory_fill(inst, plan) -> float | None:
     where the band does not count it (_fill_counted)."""
     if _fill_counted(inst, 1.0) is None:
         return None
-    from paraplan.cost import schedule
+    from paraplan.cost import asymmetric, schedule
     from paraplan.cost.class_coefficients import class_coefficients
+    if asymmetric.is_asymmetric(plan.outer):  # a data-parallel degree per stage: its own rows
+        k = plan.classes[0]
+        ac = asymmetric.coefficients(inst, plan.outer, reserve_bytes=0.0)
+        return float(np.max(asymmetric.mem_bytes(ac, np.array(k.layers_per_stage, float),
+                                                 np.array(k.full_recompute_layers, float)) / ac.rows.capacity_bytes))
     coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=0.0,
                                 num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
                                 partitions=tuple(k.partitions for k in plan.classes))

@@ -29,13 +29,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost import recompute_patterns, schedule
+from paraplan.cost import asymmetric, recompute_patterns, schedule
+from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.plan_specs import Plan
+from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import memory_tiers
+from paraplan.solver.asymmetric_space import asymmetric_outers
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
 from paraplan.solver.space import (count_splits, dualpipe_job, declared_outers, micro_batch_vectors,
@@ -362,9 +365,24 @@ def exhaustive(inst: Instance, objective: str = "nominal",
         out.append(_exhaustive_tier(t, objective, max_candidates, progress, left))
     found = [r for r in out if r.plan is not None]
     best = min(found, key=lambda r: r.quantile_s) if found else out[-1]
-    return dataclasses.replace(best, candidates=out[-1].candidates, feasible=out[-1].feasible,
-                               outer_configs=out[-1].outer_configs, complete=all(r.complete for r in out),
-                               wall_time_s=time.perf_counter() - t0)
+    res = dataclasses.replace(best, candidates=out[-1].candidates, feasible=out[-1].feasible,
+                              outer_configs=out[-1].outer_configs, complete=all(r.complete for r in out))
+    if inst.search.asymmetric_pipelines:  # search.asymmetric_pipelines: the union of both spaces
+        res = _joined_asymmetric(inst, res, objective)
+    return dataclasses.replace(res, wall_time_s=time.perf_counter() - t0)
+
+
+def _joined_asymmetric(inst: Instance, res: ExhaustiveResult, objective: str) -> ExhaustiveResult:
+    """`res` joined with exhaustive_asymmetric's optimum, the symmetric plan kept on a tie (as
+    solver/asymmetric_search.with_asymmetric keeps the incumbent)."""
+    if objective != "nominal":
+        raise ConfigError(f"search.asymmetric_pipelines is planned on the nominal network only, not"
+                          f" for the {objective} objective")
+    best_s, plan, rows, outers = exhaustive_asymmetric(inst)
+    more = dict(candidates=res.candidates + rows, outer_configs=res.outer_configs + outers)
+    if plan is None or (res.plan is not None and best_s >= res.objective_s):
+        return dataclasses.replace(res, **more)
+    return dataclasses.replace(res, plan=plan, objective_s=best_s, quantile_s=best_s, **more)
 
 
 def _exhaustive_tier(inst: Instance, objective: str = "nominal",
@@ -629,3 +647,25 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
 def _time_s(inst: Instance, plan: Plan, objective: str, value_s: float) -> float:
     """The plan's time behind the minimised value `value_s` (search.plan_time_s)."""
     return value_s if objective_factor_of(inst, plan) == 1.0 else plan_time_s(inst, plan, objective)
+
+
+def exhaustive_asymmetric(inst: Instance) -> tuple[float, Plan | None, int, int]:
+    """(best time, best plan, rows evaluated, pipelines listed) over every asymmetric pipeline of the declared
+    space (solver/asymmetric_space.py), every layer split and every recompute row the job's
+    framework runs (the rows a one-class pipeline of as many stages lists), no pruning: the
+    check of solver/asymmetric_search.py. The first minimum in listing order wins."""
+    L, best_s, best, count = inst.model.layers, math.inf, None, 0
+    outers = asymmetric_outers(inst)
+    for ao in outers:
+        ac = asymmetric.coefficients(inst, ao, reserve_bytes=inst.search.memory_reserve_bytes)
+        pattern = recompute_pattern(inst.job.framework, ao.recompute, inst.search.partial_recompute)
+        pp = ao.classes[0].pp
+        rows = _split_rows(L, pp, 1, False, recompute_rows(inst.search.full_recompute, pattern, L, L, 1, pp))
+        n, r = rows.nT.T, rows.rT.T
+        t = np.where(asymmetric.fits(ac, n, r), asymmetric.iteration_time_s(ac, n, r), math.inf)
+        count += len(t)
+        i = int(np.argmin(t)) if len(t) else 0
+        if len(t) and t[i] < best_s:
+            best_s = float(t[i])
+            best = asymmetric.plan_of(inst, ao, n[i], r[i])
+    return best_s, best, count, len(outers)

@@ -84,7 +84,11 @@ def plan_lines(plan, inst) -> list[str]:
              f" micro_batch={plan.micro_batch} sp={'on' if plan.sequence_parallel else 'off'}"
              f" zero={plan.zero} recompute={plan.recompute.value} family={plan.family}"]
     for i, c in enumerate(plan.classes):
-        lines.append(f"  class {i + 1}: {c.replicas} replica(s) x {c.num_micro_batches} micro-batches;"
+        # an asymmetric pipeline: each stage's data-parallel ranks, each running its share
+        head = (f"one pipeline x {c.num_micro_batches} micro-batches; data-parallel ranks/stage"
+                f" [{','.join(map(str, c.stage_dp))}]" if c.stage_dp else
+                f"{c.replicas} replica(s) x {c.num_micro_batches} micro-batches")
+        lines.append(f"  class {i + 1}: {head};"
                      f" stages on [{','.join(names[g] for g in c.stage_groups)}];"
                      f" layers/stage [{','.join(map(str, c.layers_per_stage))}];"
                      f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")

@@ -25,6 +25,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
+from paraplan.solver.asymmetric_search import with_asymmetric
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
@@ -44,6 +45,9 @@ def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
     if winners is not None:
         _check_top(inst, winners, within_pct)
+        if inst.search.asymmetric_pipelines:
+            raise InstanceError(inst.source, "search.asymmetric_pipelines", "is not offered with --top",
+                                "plan without --top, or remove asymmetric_pipelines")
     if not inst.flat:
         return _solve_groups(inst, backend, time_limit_s, threads, progress, objective, winners, within_pct)
     res = search(inst, backend, time_limit_s, progress=progress, threads=threads, resimulate=False,
@@ -84,6 +88,8 @@ def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: in
     reads."""
     if winners is None:
         res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads)
+        if inst.search.asymmetric_pipelines:  # a data-parallel degree per stage (issue 33)
+            res = with_asymmetric(inst, res, objective)
         if res.plan is not None:
             res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
         return res

@@ -122,6 +122,8 @@ Instance file (units in the key names; "required" unless a default is given)::
       idle_gpus: false               # group format: a used group may leave GPUs idle
       mixed_families: false          # group format: a pipeline across groups beside replica
                                      #   classes on the GPUs it leaves
+      asymmetric_pipelines: false    # group format: a pipeline across groups may give each
+                                     #   stage its own data-parallel degree (objective: mean)
       memory_reserve_gib: 2          # kept free on every GPU when planning; default 2, 0 allowed
       objective: p90                 # what the planner minimises: mean (the predicted time) or
                                      #   pNN, its NN-th percentile under the model's out-of-

@@ -37,6 +37,9 @@ Plan file of replica classes, at top level or under a `plan:` key::
         num_micro_batches: 32        # per replica and iteration
         layers_per_stage: [30, 30, 20]   # default: default_layer_split
         full_recompute_layers: [0, 0, 0] # default all 0, or layers_per_stage for full
+        stage_dp: [4, 4, 2]          # an asymmetric pipeline (cost/asymmetric.py): each
+                                     #   stage's data-parallel ranks, with replicas: 1 and
+                                     #   num_micro_batches the batch's; default: replicas on each
 """
 
 from __future__ import annotations
@@ -266,7 +269,7 @@ FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.Plan.family
 _CLASS_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
               "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
-               "full_recompute_layers", "partitions")
+               "full_recompute_layers", "partitions", "stage_dp")
 
 
 def _class_plan(mapping: Any, inst: Instance, path: str) -> Plan:
@@ -312,7 +315,7 @@ def _class_plan(mapping: Any, inst: Instance, path: str) -> Plan:
             classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
                                         num_micro_batches=c.integer("num_micro_batches"),
                                         layers_per_stage=layers, full_recompute_layers=full,
-                                        partitions=parts))
+                                        partitions=parts, stage_dp=c.int_list("stage_dp", pp) or ()))
 
     m = inst.model
     agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
@@ -375,3 +378,13 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
     shown = _shown(value) if isinstance(value, str) else describe(value)
     raise InstanceError(path, field, f"no group named {shown}",
                         did_you_mean_or_known(value if isinstance(value, str) else "", names, "groups"))
+
+
+def refuse_asymmetric(plan: Plan, path: str, command: str) -> Plan:
+    """`plan`, unless it is an asymmetric pipeline (a class with stage_dp), which only
+    `plan` and `simulate` price yet (cost/asymmetric.py): `command` refuses it, naming the key."""
+    if any(c.stage_dp for c in plan.classes):
+        raise InstanceError(path, "plan.classes[0].stage_dp", f"an asymmetric pipeline is priced by"
+                            f" `plan` and `simulate` only; `{command}` does not read it yet",
+                            "run paraplan simulate INSTANCE --plan PLAN")
+    return plan

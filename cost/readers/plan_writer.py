@@ -65,6 +65,8 @@ def _class_plan_mapping(plan: Plan, inst: Instance) -> dict:
             item["full_recompute_layers"] = list(c.full_recompute_layers)
         if c.partitions:
             item["partitions"] = {names[g]: dict(parts) for g, parts in c.partitions}
+        if c.stage_dp:  # written only where used: symmetric plans read as before
+            item["stage_dp"] = list(c.stage_dp)
         classes.append(item)
     # written only where used: plans without cp or interleaving read as before
     cp = {"cp": plan.cp} if plan.cp > 1 else {}

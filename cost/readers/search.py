@@ -38,7 +38,7 @@ from paraplan.cost.readers.checks import check_job_options, check_moe_overlaps
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
                 "sequence_parallel", "zero", "virtual_stages", "recompute", "full_recompute",
                 "uniform_split", "tp_across_nodes", "tp_per_group", "classes_per_group", "idle_gpus",
-                "mixed_families", "memory_reserve_gib", "tensor_partitions", "ep", "etp", "objective")
+                "mixed_families", "asymmetric_pipelines", "memory_reserve_gib", "tensor_partitions", "ep", "etp", "objective")
 
 
 def search_from_section(sec: Section, framework: Framework | None = None) -> SearchSpace:
@@ -60,7 +60,7 @@ def search_from_section(sec: Section, framework: Framework | None = None) -> Sea
         if sec.has(key):
             kw[key] = sec.integer(key)
     for key in ("full_recompute", "uniform_split", "tp_across_nodes", "tp_per_group", "idle_gpus",
-                "mixed_families"):
+                "mixed_families", "asymmetric_pipelines"):
         if sec.has(key):
             kw[key] = sec.boolean(key, False)
     if sec.has("memory_reserve_gib"):

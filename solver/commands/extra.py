@@ -73,6 +73,7 @@ def cmd_memory(args) -> int:
     per device."""
     from paraplan.cost.class_coefficients import class_coefficients
     from paraplan.cost.memory_breakdown import class_categories_bytes
+    from paraplan.cost.readers.plan_reader import refuse_asymmetric
     from paraplan.cost.simulate import simulate
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.commands.groups import describe_cluster
@@ -81,6 +82,8 @@ def cmd_memory(args) -> int:
     from paraplan.solver.plan_text import plan_line, plan_lines
 
     inst, plan, where = _memory_plan(args)
+    if plan is not None:
+        refuse_asymmetric(plan, where, "memory")
     if plan is None:  # proved: nothing to estimate, and not an input error
         from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
         print(f"paraplan: infeasible: no plan to estimate: {where}", file=sys.stderr)

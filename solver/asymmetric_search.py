@@ -1,0 +1,190 @@
+"""The optimum over asymmetric pipelines (search.asymmetric_pipelines), proved by branch and bound.
+
+Outer level: every asymmetric pipeline of the declared space (solver/asymmetric_space.py) is
+priced (cost/asymmetric.coefficients) and keyed by cost/asymmetric.lower_bound_s, at most the
+step time of each of its splits; they are solved in the order of that bound (ties in listing
+order), and the search stops once the next bound is not below the incumbent: every pipeline
+left is then proved no better. `incumbent_s` (e.g. the symmetric planner's optimum) prunes from
+the start.
+
+Inner level, one pipeline: the step time is S + max_s (m_s - 1) T_s + max_s D_s with S = sum_s
+T_s (cost/asymmetric.py's max_s [m_s T_s + S - T_s] rewritten), every term non-decreasing as
+stages are added. A depth-first search chooses (n_s, r_s) stage by stage; the value of the
+stages chosen so far plus each stage left at its least time (one layer, no recompute: S grows
+by it, (m_s - 1) T_s and the sync can only add) is at most the value of every completion, so a
+branch whose value is not below the best is cut. A stage whose memory does not fit is skipped.
+With a framework's recompute pattern (one parameter for every stage) the search runs once per
+parameter value. Exact: the same (split, recompute) rows exhaustive search lists
+(solver/exhaustive.exhaustive_asymmetric), with cuts that only drop rows that cannot win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of
+from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.plan_specs import ClassOuter, Plan
+from paraplan.cost.simulate import simulate
+from paraplan.cost.recompute_patterns import RecomputePattern
+from paraplan.cost.specs import Instance
+from paraplan.solver.asymmetric_space import asymmetric_outers, count_outers, recompute_choices
+from paraplan.solver.class_layouts import MAX_LAYOUTS
+from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
+
+# most layer splits (without recompute counts) the asymmetric pipelines may hold: exhaustive
+# search's default cap (solver/exhaustive.DEFAULT_MAX_CANDIDATES), which its agreement tests
+# stay far below; the search lists and prices every pipeline, and the split search's cuts are
+# not proved to visit fewer than all splits
+MAX_SPLITS = 20_000_000
+# re-simulation must reproduce the search's objective to this relative tolerance (float
+# summation order only: the same coefficients, the same formula)
+REL_TOL = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class AsymmetricResult:
+    plan: Plan | None
+    objective_s: float  # inf: no asymmetric pipeline beats incumbent_s (or none fits)
+    listed: int  # pipelines in the declared space
+    solved: int  # pipelines whose split was searched (the rest cut by their bound)
+    wall_time_s: float
+
+
+def _stage_options(ac: AsymmetricCoefficients, s: int, top: int, r_of) -> list[tuple]:
+    """(n, r, T, D, m - 1) of stage s for n = 1..top and each recompute count r_of(n) lists,
+    only those that fit the stage's memory."""
+    c = ac.rows
+    out = []
+    for n in range(1, top + 1):
+        for r in r_of(n):
+            mem = (c.stage_mem_bytes[s] + n * (c.layer_state_bytes[s] + c.layer_act_bytes[s])
+                   - r * (c.layer_act_bytes[s] - c.layer_ckpt_bytes[s]))
+            if mem <= c.capacity_bytes[s]:
+                t = c.stage_time_s[s] + n * c.layer_time_s[s] + r * c.recompute_time_s[s]
+                d = c.stage_sync_time_s[s] + n * c.layer_sync_time_s[s]
+                out.append((n, r, float(t), float(d)))
+    return out
+
+
+def _best_split(ac: AsymmetricCoefficients, layers: int, r_of, best_s: float):
+    """(value, n, r) of the best split of `ac` below best_s, or None (module docstring)."""
+    pp = len(ac.micro_batches)
+    top = layers - pp + 1
+    opts = [_stage_options(ac, s, top, r_of) for s in range(pp)]
+    if any(not o for o in opts):
+        return None
+    c = ac.rows
+    least = [float(c.stage_time_s[s] + c.layer_time_s[s]) for s in range(pp)]  # one layer, r 0
+    rest = [sum(least[s:]) for s in range(pp)] + [0.0]
+    mm1 = [float(x) - 1.0 for x in ac.micro_batches]
+    found = [best_s, None]
+    n_of, r_of_stage = [0] * pp, [0] * pp
+
+    def dfs(s: int, left: int, S: float, P: float, D: float) -> None:
+        if S + rest[s] + P + D >= found[0]:
+            return
+        if s == pp:
+            if left == 0:
+                found[0], found[1] = S + P + D, (tuple(n_of), tuple(r_of_stage))
+            return
+        for n, r, t, d in opts[s]:
+            if n > left - (pp - s - 1) or (s == pp - 1 and n != left):
+                continue
+            n_of[s], r_of_stage[s] = n, r
+            dfs(s + 1, left - n, S + t, max(P, mm1[s] * t), max(D, d))
+
+    dfs(0, layers, 0.0, 0.0, 0.0)
+    return None if found[1] is None else (found[0], *found[1])
+
+
+def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best_s: float = math.inf):
+    """(value, n, r) of `ao`'s best split below best_s under the framework's recompute rows,
+    or None."""
+    pattern, table = recompute_choices(inst, ao)
+    L = inst.model.layers
+    if pattern is None:
+        return _best_split(ac, L, lambda n: (0,), best_s)
+    if pattern is RecomputePattern.PER_STAGE:
+        return _best_split(ac, L, lambda n: range(n + 1), best_s)
+    best = None
+    for row in table:  # one parameter value for every stage
+        got = _best_split(ac, L, lambda n, row=row: (int(row[n]),), best_s)
+        if got is not None:
+            best, best_s = got, got[0]
+    return best
+
+
+def search_asymmetric(inst: Instance, incumbent_s: float = math.inf) -> AsymmetricResult:
+    """The optimum over the declared asymmetric pipelines on the nominal network, at the
+    predicted time (search.objective "mean"), proved by the bound order (module docstring)."""
+    if inst.search.objective != "mean":
+        raise ConfigError(f"{inst.source}: search.asymmetric_pipelines is priced at the predicted"
+                          f" time only: set search.objective: mean (it is {inst.search.objective})")
+    t0 = time.perf_counter()
+    size_problem(inst)
+    outers = asymmetric_outers(inst)
+    reserve = inst.search.memory_reserve_bytes
+    priced = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
+    bounds = [lower_bound_s(ac, inst.model.layers) for ac in priced]
+    best_s, best, solved = incumbent_s, None, 0
+    for i in sorted(range(len(outers)), key=lambda i: (bounds[i], i)):
+        if bounds[i] >= best_s:
+            break  # every pipeline left is bounded at least as high: proved
+        solved += 1
+        got = solve_split(inst, outers[i], priced[i], best_s)
+        if got is not None:
+            best_s = got[0]
+            best = plan_of(inst, outers[i], got[1], got[2])
+    if best is not None:
+        check_resimulation(inst, best, best_s)
+    return AsymmetricResult(plan=best, objective_s=best_s if best is not None else math.inf,
+                            listed=len(outers), solved=solved, wall_time_s=time.perf_counter() - t0)
+
+
+def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
+    """The project's rule: the plan re-priced from its records alone gives the objective."""
+    bd = simulate(inst, plan)
+    if abs(bd.iter_time_s - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
+        raise AssertionError(f"asymmetric plan re-simulates to {bd.iter_time_s!r} s (fits: {bd.fits})"
+                             f" but the search's objective is {objective_s!r} s")
+
+
+def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveResult:
+    """The planner's result `res` (the symmetric space) joined with the asymmetric pipelines'
+    (search.asymmetric_pipelines): the asymmetric optimum where it is faster, searched with
+    res's plan as incumbent. Both are proved over their spaces, so a proved `res` stays proved
+    over the union, and a lone asymmetric plan (res infeasible) is optimal."""
+    if objective != "nominal":
+        raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
+                            f" network only, not for the {objective} objective",
+                            "plan the nominal objective, or remove asymmetric_pipelines")
+    got = search_asymmetric(inst, res.objective_s if res.plan is not None else math.inf)
+    more = dict(outer_configs=res.outer_configs + got.listed, solve_time_s=res.solve_time_s + got.wall_time_s)
+    if got.plan is None:
+        return dataclasses.replace(res, **more)
+    bd = simulate(inst, got.plan)
+    status = OPTIMAL if res.status in (OPTIMAL, INFEASIBLE) else FEASIBLE
+    bound = got.objective_s if status == OPTIMAL or res.bound_s is None else min(res.bound_s, got.objective_s)
+    return dataclasses.replace(res, status=status, plan=got.plan, objective_s=got.objective_s,
+                               quantile_s=got.objective_s, bound_s=bound, breakdown=bd,
+                               per_scenario_s=(bd.iter_time_s,), reason="",
+                               ranked=(Ranked(got.plan, got.objective_s, bd, got.objective_s),), **more)
+
+
+def size_problem(inst: Instance) -> None:
+    """Refuse a space of asymmetric pipelines too large to list (class_layouts.MAX_LAYOUTS
+    pipelines, as the option families' layouts) or to search (MAX_SPLITS layer splits),
+    naming the key and how to narrow it."""
+    outers, splits = count_outers(inst)
+    if outers > MAX_LAYOUTS or splits > MAX_SPLITS:
+        raise InstanceError(inst.source, "search.asymmetric_pipelines",
+                            f"the space holds {outers:,} asymmetric pipelines and {splits:,} layer"
+                            f" splits (at most {MAX_LAYOUTS:,} and {MAX_SPLITS:,}: it is searched"
+                            " on small instances)", "narrow search.tp, max_pp or micro_batch, or"
+                            " remove asymmetric_pipelines")

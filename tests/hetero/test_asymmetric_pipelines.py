@@ -1,0 +1,191 @@
+"""Asymmetric pipelines (a data-parallel degree per stage, issue 33): the branch and bound of
+solver/asymmetric_search.py against exhaustive search of the same space
+(solver/exhaustive.exhaustive_asymmetric), and against the symmetric planner's optimum."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from randinst import mixed_family_instance
+
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.readers.instance import load_instance
+from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
+from paraplan.cost.simulate import simulate
+from paraplan.cost.specs import Framework
+from paraplan.solver.asymmetric_search import search_asymmetric
+from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.exhaustive import exhaustive, exhaustive_asymmetric
+from paraplan.solver.solve import solve
+
+
+def _framework(inst, fw):
+    return inst if fw is None else dataclasses.replace(inst, job=dataclasses.replace(inst.job, framework=fw))
+
+
+# megatron (one --recompute-num-layers for every stage) and deepspeed (any count per stage)
+@pytest.mark.parametrize("fw", [None, Framework.DEEPSPEED])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 13, 15, 18, 19, 20, 24])
+def test_branch_and_bound_matches_exhaustive(seed, fw):
+    inst = _framework(mixed_family_instance(seed), fw)
+    got = search_asymmetric(inst)
+    best_s, plan, _, _ = exhaustive_asymmetric(inst)
+    assert got.objective_s == pytest.approx(best_s, rel=1e-12)  # inf == inf where nothing fits
+    if plan is not None:  # the search's plan re-simulates to its objective, and fits
+        bd = simulate(inst, got.plan)
+        assert bd.fits and bd.iter_time_s == pytest.approx(got.objective_s, rel=1e-12)
+
+
+@pytest.mark.slow  # 5-11 s each on two cores: 120-792 pipelines priced
+@pytest.mark.parametrize("seed", [6, 17])
+def test_branch_and_bound_matches_exhaustive_larger(seed):
+    inst = mixed_family_instance(seed)
+    assert search_asymmetric(inst).objective_s == pytest.approx(exhaustive_asymmetric(inst)[0], rel=1e-12)
+
+
+def test_an_incumbent_prunes_without_changing_the_answer():
+    inst = mixed_family_instance(10)
+    free = search_asymmetric(inst)
+    cut = search_asymmetric(inst, incumbent_s=free.objective_s * (1 + 1e-9))
+    assert cut.objective_s == free.objective_s and cut.solved <= free.solved
+    # an incumbent no pipeline beats: nothing returned, proved by the bounds
+    assert search_asymmetric(inst, incumbent_s=free.objective_s * 0.5).plan is None
+
+
+def test_asymmetric_beats_every_symmetric_plan_on_seed_3():
+    # 2 + 1 GPUs of one toy type (300 TFLOP/s, 3 GiB), 4 layers, batch 24: the symmetric
+    # optimum over the whole declared space (mixed families included, by exhaustive search) is
+    # a replica class of 2 on the pair beside 1 on the lone GPU, each holding the whole model,
+    # 10.270 ms; the asymmetric pipeline puts 1 layer (and the embedding) on the lone GPU, d 1,
+    # and 3 (and the output layer) on the pair as dp 2, each of its ranks 6 of the 12
+    # micro-batches of 2: 10.013 ms, 2.5% faster
+    inst = mixed_family_instance(3)
+    sym = exhaustive(inst).objective_s
+    got = search_asymmetric(inst)
+    assert got.plan.classes[0].stage_dp == (1, 2) and got.plan.classes[0].layers_per_stage == (1, 3)
+    assert sym == pytest.approx(10.270e-3, abs=1e-6) and got.objective_s == pytest.approx(10.013e-3, abs=1e-6)
+
+
+def test_equal_degree_optimum_is_a_symmetric_plan():
+    # where no degree split pays (seed 8: 1 + 1 GPUs, a degree of 1 per stage is the only
+    # one), the asymmetric optimum is the symmetric stage-wise pipeline's, which exhaustive
+    # search of the symmetric space also finds
+    inst = mixed_family_instance(8)
+    got = search_asymmetric(inst)
+    assert set(got.plan.classes[0].stage_dp) == {1}
+    assert got.objective_s == pytest.approx(exhaustive(inst).objective_s, rel=1e-12)
+
+
+# The 2 + 1 GPUs of seed 3 as an instance file (toy GPUs: 300 TFLOP/s, 3 GiB, 1,000 GB/s; NVLink
+# 100 GB/s per direction, 200 Gbit/s NICs, the group link at the slower NIC)
+INSTANCE = """
+name: asym-2plus1
+model: {name: mix3, layers: 4, hidden: 512, heads: 8, ffn: 2048, vocab: 8000, seq_len: 512, mlp: gelu}
+gpu_types:
+  toy: {peak_tflops_bf16: 300, hbm_gib: 3, hbm_gbytes_per_s: 1000}
+cluster:
+  groups:
+    - {name: pair, gpu: toy, nodes: 1, gpus_per_node: 2, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}
+    - {name: lone, gpu: toy, nodes: 1, gpus_per_node: 1, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}
+job: {global_batch: 24}
+search:
+  micro_batch: [1, 2]
+  zero: [0, 1]
+  virtual_stages: [1]
+  cp: [1]
+  tp: [1]
+  objective: mean
+  memory_reserve_gib: 0
+"""
+
+
+def _write(tmp_path, extra: str = "  asymmetric_pipelines: true\n", name: str = "inst.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(INSTANCE + extra)
+    return str(path)
+
+
+def test_plan_writes_each_stages_degree_and_simulate_reprices_it(tmp_path, capsys):
+    path, out = _write(tmp_path), tmp_path / "plan.yaml"
+    assert main(["plan", path, "-o", str(out)]) == 0
+    assert "data-parallel ranks/stage [1,2]; stages on [lone,pair]" in capsys.readouterr().out
+    inst = load_instance(path)
+    plan = load_plan(str(out), inst)
+    c = plan.classes[0]
+    assert (c.replicas, c.stage_dp, c.num_micro_batches, c.layers_per_stage) == (1, (1, 2), 12, (1, 3))
+    res = solve(inst)  # the objective, proved; the plan re-priced from its file alone
+    assert res.status == "optimal" and res.bound_s == res.objective_s
+    assert simulate(inst, plan).iter_time_s == pytest.approx(res.objective_s, rel=1e-12)
+    assert main(["simulate", path, "--plan", str(out)]) == 0
+    # exhaustive search over the union of both spaces finds the same optimum
+    assert exhaustive(inst).objective_s == pytest.approx(res.objective_s, rel=1e-12)
+
+
+def test_the_option_is_off_by_default_and_the_symmetric_optimum_is_slower(tmp_path):
+    sym = solve(load_instance(_write(tmp_path, extra="")))
+    asym = solve(load_instance(_write(tmp_path, name="asym.yaml")))
+    assert not any(c.stage_dp for c in sym.plan.classes)
+    assert asym.objective_s < sym.objective_s  # 10.01 ms against 10.27 ms (the docs' example)
+
+
+def test_commands_that_do_not_price_it_refuse_it(tmp_path, capsys):
+    path, out = _write(tmp_path), tmp_path / "plan.yaml"
+    assert main(["plan", path, "-o", str(out)]) == 0
+    capsys.readouterr()
+    for args in (["memory", path, "--plan", str(out)], ["plan", path, "--top", "2"],
+                 ["export", str(out), "--instance", path, "--to", "layout"]):
+        assert main(args) == EXIT_BAD_INPUT
+        assert "asymmetric" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ("  asymmetric_pipelines: true\n  objective: p90\n", "predicted time only"),
+])
+def test_the_key_needs_the_mean_objective(tmp_path, extra, problem):
+    text = INSTANCE.replace("  objective: mean\n", "") + extra
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InstanceError, match=problem):
+        load_instance(str(path))
+
+
+def test_the_key_needs_two_groups(tmp_path):
+    lone = "    - {name: lone, gpu: toy, nodes: 1, gpus_per_node: 1, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}\n"
+    assert lone in INSTANCE
+    path = tmp_path / "one.yaml"
+    path.write_text(INSTANCE.replace(lone, "") + "  asymmetric_pipelines: true\n")
+    with pytest.raises(InstanceError, match="needs two node groups"):
+        load_instance(str(path))
+
+
+def test_plan_file_errors_name_stage_dp(tmp_path):
+    inst = load_instance(_write(tmp_path))
+    plan = {"plan": {"tp": 1, "micro_batch": 2, "zero": 0, "classes": [
+        {"replicas": 1, "stages": ["lone", "pair"], "num_micro_batches": 12,
+         "layers_per_stage": [1, 3], "stage_dp": [1, 2, 2]}]}}
+    with pytest.raises(InstanceError, match="stage_dp"):
+        plan_from_mapping(plan, inst, "p.yaml")
+    plan["plan"]["classes"][0]["stage_dp"] = [1, 2]
+    plan["plan"]["zero"] = 1  # ZeRO shards each stage over its ranks: the lone GPU has one
+    with pytest.raises(InstanceError, match="stage_dp"):
+        plan_from_mapping(plan, inst, "p.yaml")
+
+
+def test_count_outers_counts_what_is_listed():
+    # before the batch rule (every degree divides M): seeds whose M is divided by every degree
+    from paraplan.solver.asymmetric_space import _layouts, _modes, count_outers
+    for seed in (0, 6, 10, 17):
+        inst = mixed_family_instance(seed)
+        listed = sum(len(modes) * len(list(_layouts(inst, used, dict(gtp))))
+                     for (used, gtp), modes in _modes(inst).items())
+        assert count_outers(inst)[0] == listed
+
+
+def test_a_large_space_is_refused_naming_the_key():
+    # Llama-3 70B on 32 A100 + 32 H100 at tp 1 to 8: billions of degree splits
+    inst = load_instance("instances/hetero/llama3-70b-32xA100-32xH100.yaml")
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, asymmetric_pipelines=True,
+                                                                 objective="mean"))
+    with pytest.raises(InstanceError, match="asymmetric_pipelines"):
+        search_asymmetric(inst)
