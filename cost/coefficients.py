@@ -986,7 +986,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     o = outer
     tp, cp, pp = o.tp, o.cp, o.pp
     b, sp, v, mb = o.micro_batch, o.sequence_parallel, o.virtual_stages, o.num_micro_batches
-    pl = placement if placement is not None else homogeneous_placement(inst.cluster, o)
+    pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
     dp_n = pl.dp_ranks
     tokens = b * m.seq_len / cp
     shard = dp_n if o.zero >= 1 else 1

@@ -972,7 +972,8 @@ class Cluster:
         """The one-group cluster of `group` (what a flat instance file writes)."""
         return cls(groups=(group,), between=((group.inter_node,),))
 
-    # --- the one-group case: a one-group cluster reads as its group's hardware -------------
+    # --- the one-group case: a one-group cluster reads as its group's GPU, nodes and NIC (what
+    # code reads of it); the rest through one_group -------------------------------------------
 
     @property
     def one_group(self) -> NodeGroup:
@@ -995,24 +996,8 @@ class Cluster:
         return self.one_group.gpus_per_node
 
     @property
-    def intra_node(self) -> Link:
-        return self.one_group.intra_node
-
-    @property
     def inter_node(self) -> Link:
         return self.one_group.inter_node
-
-    @property
-    def intra_node_kind(self) -> str:
-        return self.one_group.intra_node_kind
-
-    @property
-    def nvlink_domain_gpus(self) -> int | None:
-        return self.one_group.nvlink_domain_gpus
-
-    @property
-    def domain_gpus(self) -> int:
-        return self.one_group.domain_gpus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,4 +24,4 @@ def instance_and_site(tp=4, **kw):
     n = inst.cluster.num_gpus
     o = Outer(tp=tp, pp=1, dp=n // tp, micro_batch=1,
               num_micro_batches=inst.job.global_batch // (n // tp))
-    return inst, o, homogeneous_placement(inst.cluster, o).sites[0]
+    return inst, o, homogeneous_placement(inst.cluster.one_group, o).sites[0]

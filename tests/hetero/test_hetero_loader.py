@@ -290,6 +290,26 @@ def test_plan_defaults_and_full_recompute_round_trip():
 
 # --- homogeneous <-> heterogeneous ---------------------------------------------------------
 
+def test_a_flat_file_reads_as_the_node_group_built_by_hand():
+    # tiny-gpt-8xA100.yaml's cluster: 1 node of 8 A100-SXM4-80GB, NVLink 600 GB/s (both
+    # directions: 300e9 bytes/s one way), NIC 200 Gbit/s (25e9 bytes/s), the reader's default
+    # latencies 5 us and 10 us (in seconds through cost/units.py, the one conversion); no name
+    # or site in a flat file: both are the GPU's name
+    from paraplan.cost.readers.gpus import load_catalogue
+    from paraplan.cost.specs import Cluster, Link, NodeGroup
+    from paraplan.cost.units import us_to_s
+    a100 = load_catalogue()["A100-SXM4-80GB"]
+    by_hand = NodeGroup(gpu=a100, nodes=1, gpus_per_node=8,
+                        intra_node=Link(bw_bytes_per_s=300e9, latency_s=us_to_s(5)),
+                        inter_node=Link(bw_bytes_per_s=25e9, latency_s=us_to_s(10)))
+    assert (by_hand.name, by_hand.site, by_hand.num_gpus, by_hand.domain_gpus) == (
+        "A100-SXM4-80GB", "A100-SXM4-80GB", 8, 8)
+    cluster = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml").cluster
+    assert cluster == Cluster.of(by_hand) and cluster.one_group == by_hand
+    assert NodeGroup(name="east", gpu=a100, nodes=1, gpus_per_node=8, intra_node=by_hand.intra_node,
+                     inter_node=by_hand.inter_node).site == "east"  # a site defaults to its group
+
+
 def test_a_flat_file_is_one_group_and_group_alone_one_group_of_a_cluster():
     # one instance record: the flat file's cluster is its one group, named after its GPU, whose
     # hardware the one-group cluster reads as (Cluster.gpu, .nodes, ...); tiny-gpt: 1 node of 8
