@@ -35,6 +35,7 @@ from paraplan.cost.coefficients import homogeneous_placement  # noqa: E402
 from paraplan.cost.comm import NetEfficiency  # noqa: E402
 from paraplan.cost.readers.instance import load_instance  # noqa: E402
 from paraplan.cost.simulate import simulate  # noqa: E402
+from paraplan.cost.specs import Cluster  # noqa: E402
 from paraplan.formulations.partition import solve_partition_milp  # noqa: E402
 from paraplan.formulations.partition_dp import min_time, pareto_front  # noqa: E402
 from paraplan.solver import partition_plans  # noqa: E402
@@ -111,7 +112,7 @@ def _case(model: str, gpus: int, layers: int, **search):
     base = load_instance(ROOT / "instances" / "primepar" / f"primepar-{model}-32xV100.yaml")
     inst = dataclasses.replace(
         base, name=f"{model}-{gpus}xV100",
-        cluster=dataclasses.replace(base.cluster, nodes=gpus // base.cluster.gpus_per_node),
+        cluster=Cluster.of(dataclasses.replace(base.cluster.one_group, nodes=gpus // base.cluster.gpus_per_node)),
         model=dataclasses.replace(base.model, layers=layers))
     return dataclasses.replace(inst, search=dataclasses.replace(inst.search, **search))
 
@@ -157,7 +158,7 @@ def _cross_check(inst, res) -> tuple[int, int]:
     if res.plan is None or not P.spatial_temporal_allowed(res.plan.outer):
         return 0, 0
     o = res.plan.outer
-    site = homogeneous_placement(inst.cluster, o).sites[0]
+    site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
     pb = partition_plans.problem_from_table(P.table_for(inst, o, site, NET))
     agree = total = 0
     for t, a, w, r, g, _ in pareto_front(pb):

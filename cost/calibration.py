@@ -51,7 +51,7 @@ from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.releases import find_release, known_versions
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import (APEX_OPTIMIZERS, Attention, ClusterSpec, Framework, GpuSpec, GradReduceDtype, Instance, Cluster,
+from paraplan.cost.specs import (APEX_OPTIMIZERS, Attention, NodeGroup, Framework, GpuSpec, GradReduceDtype, Instance, Cluster,
                         JobSpec, Link, Mlp, ModelSpec, Optimizer, Precision, Recompute,
                         grad_reduce_refusal)
 from paraplan.cost.plan_specs import Plan
@@ -292,7 +292,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     nic = cl.get("inter_node_Gbps_per_gpu") or DEFAULT_NIC_GBIT_PER_S.get(gpu_name)
     if nic is None:
         raise ConfigError("inter_node_Gbps_per_gpu is unknown and the GPU has no default NIC")
-    cluster = ClusterSpec(
+    group = NodeGroup(
         gpu=catalogue[gpu_name], nodes=cl["num_gpus"] // gpn, gpus_per_node=gpn,
         intra_node=Link(bw_bytes_per_s=units.gbytes_per_s_to_bytes_per_s(cl["intra_node_GBps_per_gpu"]) / 2,
                         latency_s=units.us_to_s(INTRA_LATENCY_US)),
@@ -304,7 +304,7 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                   recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype,
                   grad_reduce_overlap=_grad_reduce_overlap(ran))
     # the space of the run's own release: what re-planning its workload may choose
-    inst = Instance(name=row["id"], model=model, cluster=Cluster.of(cluster), job=job, source="calibration",
+    inst = Instance(name=row["id"], model=model, cluster=Cluster.of(group), job=job, source="calibration",
                     search=release_space(ran.framework, ran.release_year, ran.release_month))
 
     mb = cf.get("micro_batch") or 1

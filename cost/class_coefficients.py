@@ -109,12 +109,12 @@ def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
             span[g] += c.replicas * ho.cp * tg * c.stage_groups.count(g)
             sharing[g] += 1
     if len(ho.classes) == 1:
-        cl = hc.groups[stage_group].cluster
+        cl = hc.groups[stage_group]
         tg, te = degrees(stage_group)
         return comm.group_link(cl, ho.classes[0].replicas * ho.cp * tg // (ep * te), te * ep)
     used = [g for g in range(G) if members[g]]
-    links = [_spread_link(hc.groups[g].cluster, members[g], span[g], degrees(g)[1] * ep)
-             if sharing[g] > 1 else comm.group_link(hc.groups[g].cluster, members[g], degrees(g)[1] * ep)
+    links = [_spread_link(hc.groups[g], members[g], span[g], degrees(g)[1] * ep)
+             if sharing[g] > 1 else comm.group_link(hc.groups[g], members[g], degrees(g)[1] * ep)
              for g in used]
     links += [(hc.between[a][b], True) for a in used for b in used if a != b]
     bw = min(link.bw_bytes_per_s for link, _ in links)
@@ -153,10 +153,10 @@ def class_placement(hc: Cluster, ho: ClassOuter, k: int) -> Placement:
         (ga, ra), (gz, rz) = local[s], local[z]
         if ga != gz:
             return hc.between[ga][gz], True
-        gpn = hc.groups[ga].cluster.domain_gpus
+        gpn = hc.groups[ga].domain_gpus
         key = (ga, ra % gpn, rz - ra)  # whether a hand-off crosses a domain repeats with it
         if key not in memo:
-            memo[key] = comm.pair_link(hc.groups[ga].cluster, ra, c.replicas * unit[ga], rz - ra)
+            memo[key] = comm.pair_link(hc.groups[ga], ra, c.replicas * unit[ga], rz - ra)
         return memo[key]
 
     site_of = {g: _intern(g, group_site(hc, ho, g)) for g in set(c.stage_groups)}
@@ -173,7 +173,7 @@ def group_site(hc: Cluster, ho: ClassOuter, g: int, rings: bool = True) -> Site:
     links, and (`rings`) the gradient rings across the classes (_ring_link). Without `rings`
     the tp link stands in for the data-parallel one: what is left is all that
     coefficients.layer_time_floor_s reads, from the group alone."""
-    cl, t = hc.groups[g].cluster, ho.tp_of(g)
+    cl, t = hc.groups[g], ho.tp_of(g)
     tp_link = comm.group_link(cl, t, 1)
     site = Site(gpu=cl.gpu, tp_link=tp_link, cp_link=comm.group_link(cl, ho.cp, t),
                 dp_link=_ring_link(hc, ho, g) if rings else tp_link, tp=t if ho.group_tp else None)

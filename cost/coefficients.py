@@ -36,7 +36,7 @@ from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
 from paraplan.cost.stage_memory import stage_memory
-from paraplan.cost.specs import (Attention, ClusterSpec, Framework, GpuSpec, Instance, Link, ModelSpec,
+from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
@@ -317,7 +317,7 @@ def tp_backward_exposed(tp_f: float, qkv_gemm_s: float, mlp_in_gemm_s: float,
     return exposed, 2 * one - exposed
 
 
-def homogeneous_placement(cl: ClusterSpec, o: Outer) -> Placement:
+def homogeneous_placement(cl: NodeGroup, o: Outer) -> Placement:
     block = o.tp * o.cp * o.dp  # consecutive ranks of one pipeline stage
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
                 cp_link=comm.group_link(cl, o.cp, o.tp),
@@ -986,7 +986,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     o = outer
     tp, cp, pp = o.tp, o.cp, o.pp
     b, sp, v, mb = o.micro_batch, o.sequence_parallel, o.virtual_stages, o.num_micro_batches
-    pl = placement if placement is not None else homogeneous_placement(inst.cluster, o)
+    pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
     dp_n = pl.dp_ranks
     tokens = b * m.seq_len / cp
     shard = dp_n if o.zero >= 1 else 1

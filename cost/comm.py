@@ -20,7 +20,7 @@ the faster of the two for each size; `all_reduce_time_s` does the same, min(ring
 Rank layout follows Megatron-LM's default order: tp varies fastest, then cp, then dp, then pp.
 A group whose members lie `stride` ranks apart and span `size * stride` consecutive ranks stays
 inside one node iff `size * stride <= gpus_per_node`; "node" here is the NVLink domain
-(`ClusterSpec.domain_gpus`: the node, or a rack-scale domain such as GB200 NVL72's 72 GPUs).
+(`NodeGroup.domain_gpus`: the node, or a rack-scale domain such as GB200 NVL72's 72 GPUs).
 
 A group that spans nodes with g members in each node runs g rings (NCCL channels) side by side,
 one through each member's NIC, so its per-rank bandwidth is min(NVLink, g * NIC): a tp=8, dp=N
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from paraplan.cost.specs import ClusterSpec, Link
+from paraplan.cost.specs import NodeGroup, Link
 
 # NCCL's fixed latency of one collective call (kernel launch, proxy hand-off), the ring
 # "baseLatencies" entry of NCCL's own performance model (NVIDIA/nccl src/graph/tuning.cc,
@@ -70,14 +70,14 @@ class NetEfficiency:
     rank_jitter_rel: float = 0.012
 
 
-def _tree_depth_latency_s(cluster: ClusterSpec, per_node: int, nodes: int) -> float:
+def _tree_depth_latency_s(cluster: NodeGroup, per_node: int, nodes: int) -> float:
     """One pass (reduce or broadcast) of NCCL's tree: a chain through the node's ranks, then
     ceil(log2(nodes)) network hops."""
     return ((per_node - 1) * cluster.intra_node.latency_s
             + math.ceil(math.log2(nodes)) * cluster.inter_node.latency_s)
 
 
-def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool]:
+def group_link(cluster: NodeGroup, size: int, stride: int) -> tuple[Link, bool]:
     """The effective link of a group of `size` ranks `stride` apart, and whether it is inter-node."""
     if size * stride <= cluster.domain_gpus:
         return cluster.intra_node, False
@@ -90,7 +90,7 @@ def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[Link, bool
                 tree_latency_s=_tree_depth_latency_s(cluster, per_node, nodes)), True
 
 
-def pair_link(cluster: ClusterSpec, first_rank: int, count: int, offset: int) -> tuple[Link, bool]:
+def pair_link(cluster: NodeGroup, first_rank: int, count: int, offset: int) -> tuple[Link, bool]:
     """Link of the point-to-point transfers rank r -> r + offset for the `count` consecutive
     ranks starting at `first_rank` (e.g. one pipeline stage sending to the next). They run in
     parallel, so the slowest pair sets the pace: the NIC if any pair crosses a node boundary."""

@@ -196,7 +196,7 @@ def terms(inst: Instance, o, net: NetEfficiency = NetEfficiency(), reserve_bytes
     """The Terms of outer configuration `o` (its num_micro_batches included)."""
     c = coefficients.build(inst, o, net, reserve_bytes, dualpipe=True)
     pp = o.pp
-    pl = coefficients.homogeneous_placement(inst.cluster, o)
+    pl = coefficients.homogeneous_placement(inst.cluster.one_group, o)
     b_layer, w_layer = _unpaired_layer_s(inst, o, pl.sites[0], net)
     # a backward chunk alone replays its recomputed layers' forwards: U_s = T_s + B_s - 3 W_s
     bw = np.full(pp, b_layer - 3 * w_layer)

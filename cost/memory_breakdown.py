@@ -48,7 +48,7 @@ def stage_categories_bytes(inst: Instance, plan: Plan, c: StageCoefficients) -> 
     """Per stage of a flat instance's plan, bytes per category (CATEGORIES); they sum to
     schedule.stage_mem_bytes."""
     o = plan.flat_outer
-    return _categories(inst, (o,) * o.pp, homogeneous_placement(inst.cluster, o).dp_ranks,
+    return _categories(inst, (o,) * o.pp, homogeneous_placement(inst.cluster.one_group, o).dp_ranks,
                        plan.layers_per_stage, plan.full_recompute_layers, c)
 
 

@@ -86,7 +86,7 @@ from typing import Callable
 from paraplan.cost import comm, memory, moe_params
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
-from paraplan.cost.specs import (ClusterSpec, GpuSpec, Instance, Link, Mlp, MoeDispatcher,
+from paraplan.cost.specs import (NodeGroup, GpuSpec, Instance, Link, Mlp, MoeDispatcher,
                                  OffloadModule, Outer, PipelineSchedule, Precision, RecomputeModule)
 
 # Busiest expert-parallel rank's routed tokens over the mean (1 + MaxVio, Wang et al. 2024,
@@ -325,7 +325,7 @@ class EpLinks:
     per_domain: int
 
 
-def ep_links(cluster: ClusterSpec, ep: int, stride: int) -> EpLinks:
+def ep_links(cluster: NodeGroup, ep: int, stride: int) -> EpLinks:
     """The links of an ep group whose ranks lie `stride` (the plan's etp) apart (module
     docstring)."""
     per_domain = max(1, min(ep, cluster.domain_gpus // stride)) if stride <= cluster.domain_gpus else 1

@@ -226,7 +226,7 @@ def group_links(inst: Instance, o: Outer, site: Site) -> Links:
         if size == o.tp or not site.tp_link[1]:
             out.append(site.tp_link)
         else:
-            out.append(comm.group_link(inst.cluster, size, 1))
+            out.append(comm.group_link(inst.cluster.one_group, size, 1))
         size *= 2
     return Links(tuple(out))
 
@@ -237,7 +237,7 @@ def _strided_link(inst: Instance, o: Outer, site: Site, size: int, stride: int) 
     share per member when the members sit in different nodes)."""
     if (size == o.tp and stride == 1) or not site.tp_link[1]:
         return site.tp_link
-    return comm.group_link(inst.cluster, size, stride)
+    return comm.group_link(inst.cluster.one_group, size, stride)
 
 
 def _reshard(src, dst, cell_bytes, links, net) -> tuple[float, bool]:

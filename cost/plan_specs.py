@@ -1,6 +1,6 @@
 """Frozen records for clusters of node groups, changing networks, and the one plan record.
 
-A cluster is a list of node groups, each a homogeneous `ClusterSpec` (one GPU
+A cluster is a list of node groups, each a homogeneous `NodeGroup` (one GPU
 type, its NVLink and NIC), plus a link between every two groups (per GPU, one direction). A
 network scenario is a whole cluster as it is while the scenario holds: the loader applies a
 scenario's changes once (cost/readers/scenarios.py), so nothing downstream edits links.
@@ -404,7 +404,7 @@ def _gpus_per_group(plan: Plan, inst: Instance) -> None:
         if used[g] > grp.num_gpus:
             raise ConfigError(f"the plan uses {used[g]} GPUs of group {grp.name!r}, which has"
                               f" {grp.num_gpus}")
-        gpn, t = grp.cluster.gpus_per_node, plan.tp_of(g)
+        gpn, t = grp.gpus_per_node, plan.tp_of(g)
         if used[g] and (gpn % t if t <= gpn else t % gpn or grp.num_gpus % t):
             raise ConfigError(f"tp={t} must divide group {grp.name!r}'s {gpn} GPUs per"
                               " node, or take whole nodes of it")

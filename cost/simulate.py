@@ -182,7 +182,7 @@ def _breakdown(inst: Instance, plan: Plan, hc: Cluster, iter_time_s: float, pipe
                bottleneck_class: int, bottleneck_stage: int, unit: str = "stage") -> Breakdown:
     """The throughput figures of an iteration of `iter_time_s`, against every GPU of `hc`."""
     tokens_per_s = inst.job.global_batch * inst.model.seq_len / iter_time_s
-    peak = sum(g.num_gpus * g.cluster.gpu.peak_flops_per_s for g in hc.groups)
+    peak = sum(g.num_gpus * g.gpu.peak_flops_per_s for g in hc.groups)
     return Breakdown(iter_time_s=iter_time_s, pipeline_s=pipeline_s, sync_s=sync_s,
                      tokens_per_s=tokens_per_s,
                      mfu=tokens_per_s * model_flops_per_token(inst.model) / peak,

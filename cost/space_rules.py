@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from paraplan.cost.framework_rules import MEGATRON_FEATURE_YEARS, Refusal
-from paraplan.cost.specs import (Attention, Cluster, ClusterSpec, Framework, JobSpec, ModelSpec,
+from paraplan.cost.specs import (Attention, Cluster, NodeGroup, Framework, JobSpec, ModelSpec,
                                  PipelineSchedule, SearchSpace)
 from paraplan.cost.units import bytes_to_gib
 
@@ -85,13 +85,13 @@ def tp_problem(t: int, model: ModelSpec, gpus: int, gpus_per_node: int,
     return None
 
 
-def group_tp_problem(t: int, model: ModelSpec, cluster: ClusterSpec, across_nodes: bool) -> str | None:
+def group_tp_problem(t: int, model: ModelSpec, group: NodeGroup, across_nodes: bool) -> str | None:
     """Why tensor-parallel degree `t` cannot run on one node group of a mixed cluster, or None:
     the homogeneous rule (tp_problem) on the group's GPUs and NVLink domain, and a tp group
     across domains takes whole domains (the group's classes are laid out in blocks of tp GPUs
     from its first GPU)."""
-    domain = cluster.domain_gpus
-    problem = tp_problem(t, model, cluster.num_gpus, domain, across_nodes)
+    domain = group.domain_gpus
+    problem = tp_problem(t, model, group.num_gpus, domain, across_nodes)
     if problem is None and t > domain and t % domain:
         problem = f"tp={t} spans part of an NVLink domain of {domain} GPUs"
     return problem
@@ -249,8 +249,8 @@ def search_refusal(space: SearchSpace, model: ModelSpec, cluster: Cluster, job: 
     On several groups, until the mixed-cluster space is the one-group one (issue 12), a key it
     cannot honour is refused, never dropped (uniform_split, per-operator partitions), and a tp,
     cp or virtual_stages value is refused only where no group can use it."""
-    ctx = _Admitted(space, model, [g.cluster for g in cluster.groups], job, given)
-    column = 1 if len(ctx.clusters) == 1 else 2
+    ctx = _Admitted(space, model, list(cluster.groups), job, given)
+    column = 1 if len(ctx.groups) == 1 else 2
     for row in SEARCH_RULES:
         refusal = row[column](ctx) if row[column] is not None else None
         if refusal is not None:
@@ -267,7 +267,7 @@ class _Admitted:
 
     space: SearchSpace
     model: ModelSpec
-    clusters: list[ClusterSpec]  # one per node group
+    groups: list[NodeGroup]
     job: JobSpec
     given: frozenset[str]
     tps: list[int] = field(default_factory=list)
@@ -275,8 +275,8 @@ class _Admitted:
     pps: list[int] = field(default_factory=list)
 
     @property
-    def cluster(self) -> ClusterSpec:
-        return self.clusters[0]
+    def group(self) -> NodeGroup:
+        return self.groups[0]
 
     @property
     def flash(self) -> bool:
@@ -314,9 +314,9 @@ def _group_asymmetric_rule(c: _Admitted) -> Refusal | None:
 
 
 def _tp_rule(c: _Admitted) -> Refusal | None:
-    n, space = c.cluster.num_gpus, c.space
+    n, space = c.group.num_gpus, c.space
     for t in (space.tp if space.tp is not None else _powers_of_two(n)):
-        problem = tp_problem(t, c.model, n, c.cluster.domain_gpus, space.tp_across_nodes)
+        problem = tp_problem(t, c.model, n, c.group.domain_gpus, space.tp_across_nodes)
         if problem is None:
             c.tps.append(t)
         elif "tp" in c.given:
@@ -327,7 +327,7 @@ def _tp_rule(c: _Admitted) -> Refusal | None:
 
 
 def _cp_rule(c: _Admitted) -> Refusal | None:
-    n, space = c.cluster.num_gpus, c.space
+    n, space = c.group.num_gpus, c.space
     for cp in (space.cp if space.cp is not None else _powers_of_two(n)):
         problem = cp_problem(cp, c.model, n, space.max_cp, c.job.attention is Attention.FLASH)
         if problem is None:
@@ -344,7 +344,7 @@ def _cp_rule(c: _Admitted) -> Refusal | None:
 
 
 def _pp_rule(c: _Admitted) -> Refusal | None:
-    n, space = c.cluster.num_gpus, c.space
+    n, space = c.group.num_gpus, c.space
     for p in (space.pp if space.pp is not None else _divisors(n)):
         problem = pp_problem(p, c.model, n, space.max_pp)
         if problem is None:
@@ -361,7 +361,7 @@ def _dualpipe_rule(c: _Admitted) -> Refusal | None:
 def _micro_batch_rule(c: _Admitted) -> Refusal | None:
     if "micro_batch" not in c.given or c.space.micro_batch is None:
         return None
-    n, gb = c.cluster.num_gpus, c.job.global_batch
+    n, gb = c.group.num_gpus, c.job.global_batch
     per_replica = sorted({gb // (n // (t * cp * p)) for t in c.tps for cp in c.cps for p in c.pps
                           if n % (t * cp * p) == 0 and gb % (n // (t * cp * p)) == 0}, reverse=True)
     # with no factorisation at all (the planner reports the empty space), at least the
@@ -399,14 +399,14 @@ def _sequence_parallel_rule(c: _Admitted) -> Refusal | None:
 
 
 def _zero_rule(c: _Admitted) -> Refusal | None:
-    if "zero" in c.given and 0 not in c.space.zero and c.cluster.num_gpus == 1:
+    if "zero" in c.given and 0 not in c.space.zero and c.group.num_gpus == 1:
         return Refusal("zero", f"ZeRO-{min(c.space.zero)} shards over data-parallel ranks, and"
                        " the cluster has one GPU", "use zero: [0]")
     return None
 
 
 def _reserve_rule(c: _Admitted) -> Refusal | None:
-    return reserve_refusal(c.space, c.cluster)
+    return reserve_refusal(c.space, c.group)
 
 
 def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) -> Refusal | None:
@@ -437,12 +437,12 @@ def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) ->
     return None
 
 
-def reserve_refusal(space: SearchSpace, cluster: ClusterSpec) -> Refusal | None:
-    hbm = cluster.gpu.hbm_bytes
+def reserve_refusal(space: SearchSpace, group: NodeGroup) -> Refusal | None:
+    hbm = group.gpu.hbm_bytes
     if space.memory_reserve_bytes >= hbm:
         return Refusal("memory_reserve_gib", f"a reserve of"
                        f" {bytes_to_gib(space.memory_reserve_bytes):g} GiB leaves nothing of the"
-                       f" {cluster.gpu.name}'s {bytes_to_gib(hbm):g} GiB",
+                       f" {group.gpu.name}'s {bytes_to_gib(hbm):g} GiB",
                        "give a reserve smaller than the GPU's memory")
     return None
 
@@ -451,7 +451,7 @@ def _group_cp_rule(c: _Admitted) -> Refusal | None:
     if "cp" not in c.given or c.space.cp is None:
         return None
     for cp in c.space.cp:
-        problems = [cp_problem(cp, c.model, cl.num_gpus, c.space.max_cp, c.flash) for cl in c.clusters]
+        problems = [cp_problem(cp, c.model, cl.num_gpus, c.space.max_cp, c.flash) for cl in c.groups]
         if not c.flash and cp > 1:
             return Refusal("cp", problems[0], "set job.attention: flash, or " + _DROP)
         if all(problems):
@@ -482,7 +482,7 @@ def _group_tp_rule(c: _Admitted) -> Refusal | None:
     if "tp" not in c.given or c.space.tp is None:
         return None
     for t in c.space.tp:
-        problems = [group_tp_problem(t, c.model, cl, c.space.tp_across_nodes) for cl in c.clusters]
+        problems = [group_tp_problem(t, c.model, cl, c.space.tp_across_nodes) for cl in c.groups]
         if all(problems):
             fix = ("set search.tp_across_nodes: true, or " + _DROP
                    if "node" in problems[0] and not c.space.tp_across_nodes else _DROP)
@@ -500,7 +500,7 @@ def _group_pp_rule(c: _Admitted) -> Refusal | None:
 
 
 def _group_reserve_rule(c: _Admitted) -> Refusal | None:
-    return next((r for cl in c.clusters if (r := reserve_refusal(c.space, cl)) is not None), None)
+    return next((r for cl in c.groups if (r := reserve_refusal(c.space, cl)) is not None), None)
 
 
 # search_refusal's rules, in the order the values are reported: (name, rule on one node group,

@@ -461,37 +461,6 @@ class Link:
             raise ConfigError("link bandwidth must be > 0 and latency >= 0")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterSpec:
-    """A cluster of one GPU type: its nodes, their GPUs and the links between them."""
-    gpu: GpuSpec
-    nodes: int
-    gpus_per_node: int
-    intra_node: Link  # NVLink/NVSwitch or PCIe, per GPU, one direction
-    inter_node: Link  # NIC share of one GPU, one direction
-    intra_node_kind: str = "nvlink"
-    # GPUs that share one NVLink domain, when it spans several nodes (GB200 NVL72: 72 GPUs on
-    # 18 trays of 4); None: the node. Groups inside it use the intra_node link (cost/comm.py).
-    nvlink_domain_gpus: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.nodes < 1 or self.gpus_per_node < 1:
-            raise ConfigError("cluster.nodes and cluster.gpus_per_node must be >= 1")
-        d = self.nvlink_domain_gpus
-        if d is not None and (d % self.gpus_per_node or self.num_gpus % d):
-            raise ConfigError(f"cluster.nvlink_domain_gpus={d} must be a multiple of gpus_per_node"
-                              f" ({self.gpus_per_node}) that divides the {self.num_gpus} GPUs")
-
-    @property
-    def domain_gpus(self) -> int:
-        """GPUs reachable over NVLink from any GPU: the NVLink domain, by default the node."""
-        return self.gpus_per_node if self.nvlink_domain_gpus is None else self.nvlink_domain_gpus
-
-    @property
-    def num_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-
 # What a job that states no job.grad_reduce_dtype reduces in: fp32, except where the framework
 # (or the optimizer, whose layout is its own) reduces in the training's 16-bit dtype.
 #   megatron    fp32. Megatron-LM's megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a6)
@@ -936,14 +905,42 @@ class SearchSpace:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGroup:
-    """A named group of nodes of one GPU type on one site of a mixed cluster."""
-    name: str
-    site: str  # racks / data centres: groups on one site share its links to other sites
-    cluster: ClusterSpec  # the group alone: GPU type, nodes, NVLink, NIC
+    """A named group of nodes of one GPU type on one site: its nodes, their GPUs and the links
+    between them. A flat cluster is one such group (`Cluster.of`)."""
+    # "" takes the default, as a flat instance file's one group does: the group is named after
+    # its GPU and its site after the group (the reader's default for `site:`)
+    name: str = ""
+    site: str = ""  # racks / data centres: groups on one site share its links to other sites
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    intra_node: Link  # NVLink/NVSwitch or PCIe, per GPU, one direction
+    inter_node: Link  # NIC share of one GPU, one direction
+    intra_node_kind: str = "nvlink"
+    # GPUs that share one NVLink domain, when it spans several nodes (GB200 NVL72: 72 GPUs on
+    # 18 trays of 4); None: the node. Groups inside it use the intra_node link (cost/comm.py).
+    nvlink_domain_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ConfigError("cluster.nodes and cluster.gpus_per_node must be >= 1")
+        d = self.nvlink_domain_gpus
+        if d is not None and (d % self.gpus_per_node or self.num_gpus % d):
+            raise ConfigError(f"cluster.nvlink_domain_gpus={d} must be a multiple of gpus_per_node"
+                              f" ({self.gpus_per_node}) that divides the {self.num_gpus} GPUs")
+        if not self.name:
+            object.__setattr__(self, "name", self.gpu.name)
+        if not self.site:
+            object.__setattr__(self, "site", self.name)
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs reachable over NVLink from any GPU: the NVLink domain, by default the node."""
+        return self.gpus_per_node if self.nvlink_domain_gpus is None else self.nvlink_domain_gpus
 
     @property
     def num_gpus(self) -> int:
-        return self.cluster.num_gpus
+        return self.nodes * self.gpus_per_node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -974,21 +971,20 @@ class Cluster:
         raise ConfigError(f"no node group named {name!r}")
 
     @classmethod
-    def of(cls, spec: ClusterSpec, name: str | None = None) -> "Cluster":
-        """The one-group cluster of `spec` (what a flat instance file writes), its group and
-        site named `name`, by default after its GPU."""
-        name = spec.gpu.name if name is None else name
-        return cls(groups=(NodeGroup(name=name, site=name, cluster=spec),), between=((spec.inter_node,),))
+    def of(cls, group: NodeGroup) -> "Cluster":
+        """The one-group cluster of `group` (what a flat instance file writes)."""
+        return cls(groups=(group,), between=((group.inter_node,),))
 
-    # --- the one-group case: a one-group cluster reads as its group's hardware -------------
+    # --- the one-group case: a one-group cluster reads as its group's GPU, nodes and NIC (what
+    # code reads of it); the rest through one_group -------------------------------------------
 
     @property
-    def one_group(self) -> ClusterSpec:
-        """The hardware of the cluster's only node group (ValueError for a cluster of several)."""
+    def one_group(self) -> NodeGroup:
+        """The cluster's only node group (ValueError for a cluster of several)."""
         if len(self.groups) != 1:
             raise ValueError(f"a cluster of {len(self.groups)} node groups has no single GPU type,"
                              " node count or link: read its groups")
-        return self.groups[0].cluster
+        return self.groups[0]
 
     @property
     def gpu(self) -> GpuSpec:
@@ -1003,24 +999,8 @@ class Cluster:
         return self.one_group.gpus_per_node
 
     @property
-    def intra_node(self) -> Link:
-        return self.one_group.intra_node
-
-    @property
     def inter_node(self) -> Link:
         return self.one_group.inter_node
-
-    @property
-    def intra_node_kind(self) -> str:
-        return self.one_group.intra_node_kind
-
-    @property
-    def nvlink_domain_gpus(self) -> int | None:
-        return self.one_group.nvlink_domain_gpus
-
-    @property
-    def domain_gpus(self) -> int:
-        return self.one_group.domain_gpus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1104,7 +1084,7 @@ class Instance:
         one group's hardware, and cost/partition.py a tp group's links from it)."""
         group = (self.cluster if cluster is None else cluster).groups[g]
         return Instance(name=self.name, model=self.model, job=self.job, search=self.search,
-                        cluster=Cluster(groups=(group,), between=((group.cluster.inter_node,),)),
+                        cluster=Cluster.of(group),
                         source=self.source)
 
     def with_cluster(self, cluster: Cluster) -> "Instance":

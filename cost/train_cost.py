@@ -71,7 +71,7 @@ def gpus_by_type(cluster) -> dict[str, int]:
     """{GPU type: GPUs} of a cluster (cost/specs.Cluster), several groups of one type summed."""
     out: Counter[str] = Counter()
     for g in cluster.groups:
-        out[g.cluster.gpu.name] += g.num_gpus
+        out[g.gpu.name] += g.num_gpus
     return dict(out)
 
 

@@ -652,7 +652,7 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     res = published_residuals()
     flat = inst.flat and plan.is_flat_on(inst.cluster)
     groups = inst.cluster.groups
-    gpus = sorted({groups[g].cluster.gpu.name for c in plan.classes for g in c.stage_groups})
+    gpus = sorted({groups[g].gpu.name for c in plan.classes for g in c.stage_groups})
     full = any(any(c.full_recompute_layers) for c in plan.classes)
     # the memory fill the band counts (a distance feature past every published row of the scale)
     fill = ((None if inst.model.moe is not None else peak_memory_fraction(inst, plan)) if flat
@@ -922,8 +922,8 @@ def objective_factor_of(inst, modes) -> float:
     groups = inst.cluster.groups
     used = {g for c in modes.classes for g in c.stage_groups}
     # cp and pp as objective_factor reads them (min(., 2)), so that they share its cache entry
-    return objective_factor(inst.search.objective, gpus=tuple(sorted({groups[g].cluster.gpu.name for g in used})),
-                            num_gpus=sum(g.cluster.num_gpus for g in groups),
+    return objective_factor(inst.search.objective, gpus=tuple(sorted({groups[g].gpu.name for g in used})),
+                            num_gpus=sum(g.num_gpus for g in groups),
                             framework=inst.job.framework.value, precision=inst.job.precision.value,
                             zero=modes.zero, cp=min(modes.cp, 2),
                             pp=min(max(len(c.stage_groups) for c in modes.classes), 2),
@@ -958,7 +958,7 @@ def memory_fill_caps(inst) -> tuple[float, ...]:
     if parse_objective(inst.search.objective) is None or _fill_counted(inst, 1.0) is None:
         return (1.0,)
     cap = inst.search.memory_fill_cap
-    num_gpus = sum(g.cluster.num_gpus for g in inst.cluster.groups)
+    num_gpus = sum(g.num_gpus for g in inst.cluster.groups)
     rows = published_memory_fractions(scale_band(num_gpus))
     if not rows or rows[0][0] >= cap:
         return (cap,)

@@ -39,7 +39,7 @@ def tp_values(inst: Instance, used: tuple[int, ...]) -> list[int]:
     """One tp for every group used: each group's rule (cost/space_rules.group_tp_problem, the
     homogeneous one plus whole nodes across nodes) on each of them."""
     m, s = inst.model, inst.search
-    clusters = [inst.cluster.groups[g].cluster for g in used]
+    clusters = [inst.cluster.groups[g] for g in used]
     limit = min(c.num_gpus if s.tp_across_nodes else c.domain_gpus for c in clusters)
     vals = s.tp if s.tp is not None else _powers_of_two(limit)
     return [t for t in vals

@@ -294,7 +294,7 @@ class OptionBounds:
         most ranks is at most the plan's own, and a class that fails it fails in every layout
         (a plan of it is refused by memory, which build would find: the layout never wins)."""
         inst, s = self.inst, self.inst.search
-        cap = inst.cluster.groups[g].cluster.gpu.hbm_bytes - s.memory_reserve_bytes
+        cap = inst.cluster.groups[g].gpu.hbm_bytes - s.memory_reserve_bytes
         ranks = max(2, sum(x.num_gpus // (tp * cp) for x in inst.cluster.groups) * cp)
         sps = [sp for sp in s.sequence_parallel if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))]
         mbs = self.fb.mbs.astype(int).tolist()

@@ -319,7 +319,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     for i, o in enumerate(outers):
         if late(i):
             return [], False
-        pl = homogeneous_placement(inst.cluster, o)
+        pl = homogeneous_placement(inst.cluster.one_group, o)
         plans, rows = _candidates(inst, o, pl.sites[0], pl.dp_ranks, net)
         meg = _plan_coefficients(inst, o, pl, dict(P.MEGATRON_DEFAULT), reserve_bytes, net)
         probes = [meg]

@@ -93,7 +93,7 @@ def plan_lines(plan, inst) -> list[str]:
                      f" layers/stage [{','.join(map(str, c.layers_per_stage))}];"
                      f" full-recompute/stage [{','.join(map(str, c.full_recompute_layers))}]")
         for g, parts in c.partitions:  # per-operator tensor partitions of its stages on g
-            gpn = inst.cluster.groups[g].cluster.gpus_per_node
+            gpn = inst.cluster.groups[g].gpus_per_node
             lines += [f"    on {names[g]}: {x}" for x in partition_lines(parts, plan.tp_of(g), gpn)]
     return lines
 

@@ -139,7 +139,7 @@ def _build_table(inst: Instance, deadline: float | None) -> tuple[list[StageCoef
             return table, False
         where = (o.tp, o.pp, o.dp, o.cp, o.virtual_stages > 1, o.ep, o.etp)
         if where not in placements:
-            placements[where] = homogeneous_placement(inst.cluster, o)
+            placements[where] = homogeneous_placement(inst.cluster.one_group, o)
         table.append(build(inst, o, reserve_bytes=reserve, placement=placements[where]))
     return table, True
 

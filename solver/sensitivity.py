@@ -19,7 +19,7 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.specs import Instance
 from paraplan.cost.specs import Cluster
 from paraplan.cost.plan_specs import Plan
-from paraplan.cost.specs import ClusterSpec, Link
+from paraplan.cost.specs import NodeGroup, Link
 
 # relative tolerance under which the plan's time ties the re-planned optimum (solver/planner.REL_TOL)
 TIE_REL = 1e-9
@@ -37,10 +37,10 @@ def _moved_cluster(cluster: Cluster, cat: dict, net: NetEfficiency) -> Cluster:
     base = NetEfficiency()
     intra, inter = net.intra_node / base.intra_node, net.inter_node / base.inter_node
 
-    def spec(c: ClusterSpec) -> ClusterSpec:
-        return replace(c, gpu=cat[c.gpu.name], intra_node=_scaled(c.intra_node, intra),
-                       inter_node=_scaled(c.inter_node, inter))
-    return replace(cluster, groups=tuple(replace(g, cluster=spec(g.cluster)) for g in cluster.groups),
+    def moved(g: NodeGroup) -> NodeGroup:
+        return replace(g, gpu=cat[g.gpu.name], intra_node=_scaled(g.intra_node, intra),
+                       inter_node=_scaled(g.inter_node, inter))
+    return replace(cluster, groups=tuple(moved(g) for g in cluster.groups),
                    between=tuple(tuple(_scaled(x, inter) for x in row) for row in cluster.between))
 
 
@@ -56,7 +56,7 @@ def moved_instances(inst: Instance):
     from paraplan.cost.fit import MIN_ROWS_PER_DIE, parameter_table
 
     net0 = NetEfficiency()
-    cat0 = {g.cluster.gpu.name: g.cluster.gpu for g in inst.cluster.groups}
+    cat0 = {g.gpu.name: g.gpu for g in inst.cluster.groups}
     for p in parameter_table([name for name in cat0 for _ in range(MIN_ROWS_PER_DIE)]):
         if not any(p.affects(name) for name in cat0):
             continue

@@ -763,7 +763,7 @@ def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
     if not cands or not sps or not zeros:
         return cands[:1]
     groups = inst.cluster.groups
-    capacity = [g.cluster.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
+    capacity = [g.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     ranks = sum(c.replicas for c in shapes) * cp
     # per class what its test reads: its last stage's group, the set of its stages' groups, its
     # depth and replicas, read once rather than per micro-batch size, sp flag and ZeRO stage

@@ -12,7 +12,7 @@ import random
 from dataclasses import replace
 from functools import partial
 
-from paraplan.cost.specs import Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
+from paraplan.cost.specs import Cluster, NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, SearchSpace
 
 # The agreement tests check that the formulations, exhaustive search and the simulator agree
 # exactly on each configuration's time: they plan the predicted time (`mean`). The quantile
@@ -40,9 +40,9 @@ def random_instance(seed: int, variant: bool = False) -> Instance:
                   hbm_bw_bytes_per_s=1e12)
     gpn = rng.choice([2, 4])
     nodes = rng.choice([1, 2])
-    cluster = ClusterSpec(gpu=gpu, nodes=nodes, gpus_per_node=gpn,
-                          intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                          inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
+    cluster = NodeGroup(gpu=gpu, nodes=nodes, gpus_per_node=gpn,
+                        intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                        inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
     gb = gpn * nodes * rng.choice([1, 2, 4])
     space = Space(micro_batch=(1, 2), virtual_stages=(1, 2), cp=(1, 2),
                         memory_reserve_bytes=0.0)
@@ -75,16 +75,16 @@ def random_cluster_instance(seed: int):
                       hbm_bytes=rng.choice([0.77, 0.79, 0.83, 1.25]) * 2**30,
                       hbm_bw_bytes_per_s=rng.choice([0.5e12, 1e12]))
         gpn = rng.choice([1, 2])
-        cl = ClusterSpec(gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=gpn,
-                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site=f"s{g}", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site=f"s{g}",
+                                gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=gpn,
+                                intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5)))
     link = Link(bw_bytes_per_s=rng.choice([1e9, 5e9, 12.5e9]), latency_s=rng.choice([1e-5, 1e-3]))
     slow = Link(bw_bytes_per_s=link.bw_bytes_per_s * rng.choice([0.05, 0.25]), latency_s=2 * link.latency_s)
 
     def cluster(between: Link) -> Cluster:
         return Cluster(groups=tuple(groups), between=(
-            (groups[0].cluster.inter_node, between), (between, groups[1].cluster.inter_node)))
+            (groups[0].inter_node, between), (between, groups[1].inter_node)))
 
     p = rng.choice([0.1, 0.3, 0.5])
     nominal = cluster(link)
@@ -114,13 +114,12 @@ def group_tp_instance(seed: int):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
                       hbm_bytes=rng.choice([0.5, 0.7, 1.0, 2.0, 4.0]) * 2**30,
                       hbm_bw_bytes_per_s=rng.choice([0.5e12, 2e12]))
-        cl = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=rng.choice([2, 4]),
-                         intra_node=Link(bw_bytes_per_s=rng.choice([50e9, 300e9]), latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site="s", gpu=gpu, nodes=1, gpus_per_node=rng.choice([2, 4]),
+                                intra_node=Link(bw_bytes_per_s=rng.choice([50e9, 300e9]), latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5)))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
-                                                       (link, groups[1].cluster.inter_node)))
+    hc = Cluster(groups=tuple(groups), between=((groups[0].inter_node, link),
+                                                       (link, groups[1].inter_node)))
     gpus = sum(g.num_gpus for g in groups)
     return Instance(name=f"gtp{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([2, 4, 8]) * gpus),
@@ -143,13 +142,12 @@ def partition_mixed_instance(seed: int):
     groups = []
     for g, gpn in enumerate((4, 2)):
         gpu = catalogue[rng.choice(["A100-SXM4-80GB", "H100-SXM5-80GB", "V100-SXM-32GB", "A100-SXM4-40GB"])]
-        cl = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=gpn,
-                         intra_node=Link(bw_bytes_per_s=rng.choice([50e9, 150e9, 300e9]), latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site="s", gpu=gpu, nodes=1, gpus_per_node=gpn,
+                                intra_node=Link(bw_bytes_per_s=rng.choice([50e9, 150e9, 300e9]), latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5)))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
-                                                       (link, groups[1].cluster.inter_node)))
+    hc = Cluster(groups=tuple(groups), between=((groups[0].inter_node, link),
+                                                       (link, groups[1].inter_node)))
     return Instance(name=f"pm{seed}", model=model, cluster=hc, job=JobSpec(global_batch=rng.choice([12, 24])),
                           search=Space(micro_batch=(2,), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(2, 4),
                                              sequence_parallel=(False,),
@@ -172,13 +170,13 @@ def mixed_family_instance(seed: int):
     for g in range(2):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
                       hbm_bytes=rng.choice([0.7, 0.8, 1.0, 1.5, 3.0]) * 2**30, hbm_bw_bytes_per_s=1e12)
-        cl = ClusterSpec(gpu=gpu, nodes=rng.choice([1, 2, 3]), gpus_per_node=rng.choice([1, 2]),
-                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site="s",
+                                gpu=gpu, nodes=rng.choice([1, 2, 3]), gpus_per_node=rng.choice([1, 2]),
+                                intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5)))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
-                                                       (link, groups[1].cluster.inter_node)))
+    hc = Cluster(groups=tuple(groups), between=((groups[0].inter_node, link),
+                                                       (link, groups[1].inter_node)))
     return Instance(name=f"mix{seed}", model=model, cluster=hc,
                           job=JobSpec(global_batch=rng.choice([6, 8, 12, 16, 24])),
                           search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,),

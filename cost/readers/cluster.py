@@ -1,4 +1,4 @@
-"""The `cluster:` section in either form: one GPU type (a ClusterSpec, the one-group case) or
+"""The `cluster:` section in either form: one GPU type (one NodeGroup, the one-group case) or
 node groups and the links between them (a Cluster).
 
 Links are stored one direction per GPU: the NVLink figure is halved (900 GB/s -> 450e9 bytes/s)
@@ -28,8 +28,7 @@ from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_config import shown as _shown
 from paraplan.cost.ranges import out_of_range
-from paraplan.cost.specs import Cluster, ClusterSpec, GpuSpec, Link
-from paraplan.cost.specs import NodeGroup
+from paraplan.cost.specs import Cluster, GpuSpec, Link, NodeGroup
 from paraplan.cost.readers.fields import (Section, config_errors_as, describe, did_you_mean,
                                           did_you_mean_or_known, list_items, optional_number)
 
@@ -40,7 +39,10 @@ CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_
 _LINK_KINDS = ("nvlink", "pcie")
 
 
-def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
+def group_from_section(sec: Section, gpus: dict[str, GpuSpec], name: str = "",
+                       site: str = "") -> NodeGroup:
+    """The node group `sec` describes (a flat `cluster:` or one of `groups:`), named `name` on
+    `site` ("": NodeGroup's defaults)."""
     gpu_name = sec.string("gpu")
     if gpu_name not in gpus:
         hint = did_you_mean(gpu_name, gpus)
@@ -64,7 +66,9 @@ def cluster_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> ClusterSpec:
                         " (GB200 NVL72: gpus_per_node 4, nvlink_domain_gpus 72), or leave it out"
                         " when NVLink ends at the node")
     with config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
-        return ClusterSpec(
+        return NodeGroup(
+            name=name,
+            site=site,
             gpu=gpus[gpu_name],
             nodes=nodes,
             gpus_per_node=gpus_per_node,
@@ -138,13 +142,13 @@ class Network:
         return pairs, gx + gy
 
     def default_link(self, a: int, b: int, groups: list[NodeGroup]) -> Link:
-        x, y = groups[a].cluster.inter_node, groups[b].cluster.inter_node
+        x, y = groups[a].inter_node, groups[b].inter_node
         return Link(bw_bytes_per_s=min(x.bw_bytes_per_s, y.bw_bytes_per_s),
                     latency_s=max(x.latency_s, y.latency_s))
 
     def matrix(self, groups: list[NodeGroup]) -> list[list[Link]]:
         n = len(groups)
-        return [[groups[a].cluster.inter_node if a == b else
+        return [[groups[a].inter_node if a == b else
                  self.explicit.get((min(a, b), max(a, b))) or self.default_link(a, b, groups)
                  for b in range(n)] for a in range(n)]
 
@@ -166,8 +170,7 @@ def network_from_section(sec: Section, gpus: dict[str, GpuSpec]) -> Network:
         if any(x.name == name for x in groups):
             raise item.error("name", f"a second group named {_shown(name)}",
                              "give every node group its own name")
-        groups.append(NodeGroup(name=name, site=item.string("site", name),
-                                cluster=cluster_from_section(item, gpus)))
+        groups.append(group_from_section(item, gpus, name, item.string("site", name)))
     by_name = {x.name: x for x in groups}
     for i, x in enumerate(groups):
         owner = by_name.get(x.site)

@@ -202,7 +202,7 @@ from paraplan.cost.readers.job import JOB_KEYS, job_from_section
 from paraplan.cost.readers.checks import (check_gpu_features, check_gpu_prices, check_job_options,
                                           check_megatron_only, check_moe_overlaps)
 from paraplan.cost.readers.search import SEARCH_KEYS, release_search_of, search_from_section
-from paraplan.cost.readers.cluster import (CLUSTER_KEYS, GROUPS_CLUSTER_KEYS, cluster_from_section,
+from paraplan.cost.readers.cluster import (CLUSTER_KEYS, GROUPS_CLUSTER_KEYS, group_from_section,
                                            is_groups_mapping, network_from_section)
 from paraplan.cost.readers.scenarios import (NOMINAL, SWITCHING_KEYS, read_scenarios,
                                              read_switching, read_timeline)
@@ -271,7 +271,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     included, and every error names the file it comes from.
     """
     _check_part_arguments(instance, hf_config, cluster, job, seq_len)
-    name = model_spec = cluster_spec = job_spec = None
+    name = model_spec = group = job_spec = None
     search_sec: Section | None = None  # parsed once the job (and its framework) is known
     sources = []
     if instance is not None:
@@ -289,7 +289,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         if top.has("model") or hf_config is None:
             model_spec = model_from_section(top.section("model", MODEL_KEYS), name)
         if top.has("cluster") or cluster is None:
-            cluster_spec = cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus)
+            group = group_from_section(top.section("cluster", CLUSTER_KEYS), gpus)
         if top.has("job") or job is None:
             job_spec = job_from_section(top.section("job", JOB_KEYS))
     if hf_config is not None:
@@ -301,7 +301,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         path = str(cluster)
         sources.append(path)
         top = Section(_no_groups(read_yaml(path), path), path, "", _CLUSTER_FILE_KEYS)
-        cluster_spec = cluster_from_section(top.section("cluster", CLUSTER_KEYS),
+        group = group_from_section(top.section("cluster", CLUSTER_KEYS),
                                 catalogue_with_gpu_types(top))
     if job is not None:
         path = str(job)
@@ -310,15 +310,15 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         job_spec = job_from_section(top.section("job", JOB_KEYS))
         if top.has("search"):
             search_sec = top.section("search", SEARCH_KEYS)
-    assert model_spec and cluster_spec and job_spec  # each comes from a part or the instance
+    assert model_spec and group and job_spec  # each comes from a part or the instance
     source = " + ".join(sources)
     check_megatron_only(source, job_spec, model_spec)  # before the search meets framework rules
     search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
     search = release_search_of(source, search, job_spec,
                                frozenset(search_sec.raw) if search_sec is not None else frozenset())
     if name is None:
-        name = f"{model_spec.name}-{cluster_spec.num_gpus}x{cluster_spec.gpu.name}"
-    return _checked(Instance(name=name, model=model_spec, cluster=Cluster.of(cluster_spec), job=job_spec,
+        name = f"{model_spec.name}-{group.num_gpus}x{group.gpu.name}"
+    return _checked(Instance(name=name, model=model_spec, cluster=Cluster.of(group), job=job_spec,
                              search=search, source=source), search_sec)
 
 
@@ -329,7 +329,7 @@ def _checked(inst: Instance, search_sec: Section | None) -> Instance:
     (cost/space_rules.search_refusal), named in that section's file."""
     source, job, model, search = inst.source, inst.job, inst.model, inst.search
     check_megatron_only(source, job, model)
-    gpus = tuple(g.cluster.gpu for g in inst.cluster.groups)
+    gpus = tuple(g.gpu for g in inst.cluster.groups)
     check_gpu_features(source, job, gpus)
     check_gpu_prices(source, job, gpus)
     check_moe_overlaps(source, job, model, search)
@@ -366,7 +366,7 @@ def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str 
     net = (network_from_section(top.section("cluster", GROUPS_CLUSTER_KEYS), gpus) if groups
            else None)
     nominal = net.cluster() if groups else Cluster.of(
-        cluster_from_section(top.section("cluster", CLUSTER_KEYS), gpus))
+        group_from_section(top.section("cluster", CLUSTER_KEYS), gpus))
     nominal_inst = _checked(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
                                      source=path), search_sec if groups else None)
     scenarios = read_scenarios(top, net, nominal) if top.has("scenarios") else ()

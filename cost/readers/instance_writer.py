@@ -41,7 +41,7 @@ def instance_to_mapping(inst: Instance) -> dict:
             continue
         model[key] = (value.value if isinstance(value, Enum)
                       else list(value) if isinstance(value, tuple) else value)
-    cl = inst.cluster
+    cl = inst.cluster.one_group
     cluster = {
         "gpu": cl.gpu.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
         "intra_node_link": cl.intra_node_kind,

@@ -114,8 +114,7 @@ def _apply_group_change(net: Network, groups: list, ch: Section) -> None:
                        "add nic_gbit_per_s, nic_scale, intra_node_gbytes_per_s or"
                        " intra_scale")
     for g in members:
-        c = groups[g].cluster
-        inter, intra_link = c.inter_node, c.intra_node
+        inter, intra_link = groups[g].inter_node, groups[g].intra_node
         if nic is not None:
             bw = units.gbit_per_s_to_bytes_per_s(nic[1]) if nic[0] == "set" \
                 else inter.bw_bytes_per_s * nic[1]
@@ -129,8 +128,7 @@ def _apply_group_change(net: Network, groups: list, ch: Section) -> None:
             _check_scaled(ch, "intra_scale", "intra_node_gbytes_per_s", groups[g].name,
                           2 * bw / units.gbytes_per_s_to_bytes_per_s(1))
             intra_link = replace(intra_link, bw_bytes_per_s=bw)
-        groups[g] = replace(groups[g], cluster=replace(c, inter_node=inter,
-                                                       intra_node=intra_link))
+        groups[g] = replace(groups[g], inter_node=inter, intra_node=intra_link)
 
 
 def _apply_link_change(net: Network, between: list, ch: Section) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from paraplan.cost import units
 from paraplan.cost.readers.instance import load_instance
-from paraplan.cost.specs import Cluster, ClusterSpec, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
+from paraplan.cost.specs import Cluster, NodeGroup, Instance, JobSpec, Link, ModelSpec, Mlp, SearchSpace
 from paraplan.solver.exhaustive import ESTIMATED_RATE_PER_S, exhaustive
 from paraplan.solver.format import count, table
 from paraplan.solver.solve import solve
@@ -75,13 +75,13 @@ def ladder_instance(gpus: int, layers: int) -> Instance:
     gpu = load_catalogue()["A100-SXM4-80GB"]
     model = ModelSpec(name=f"gpt-{layers}L-2048h", layers=layers, hidden=2048, heads=16, kv_heads=16,
                       ffn=8192, vocab=51200, seq_len=2048, mlp=Mlp.GELU)
-    cluster = ClusterSpec(
+    group = NodeGroup(
         gpu=gpu, nodes=max(1, gpus // 8), gpus_per_node=min(8, gpus),
         intra_node=Link(bw_bytes_per_s=units.gbytes_per_s_to_bytes_per_s(600) / 2, latency_s=units.us_to_s(5)),
         inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(200), latency_s=units.us_to_s(10)))
     # a space small enough to enumerate: the structure of the full one, fewer batch choices
     space = SearchSpace(micro_batch=(1, 2), cp=(1,), virtual_stages=(1, 2), zero=(0, 1, 3))
-    return Instance(name=f"ladder-{gpus}gpu-{layers}L", model=model, cluster=Cluster.of(cluster),
+    return Instance(name=f"ladder-{gpus}gpu-{layers}L", model=model, cluster=Cluster.of(group),
                     job=JobSpec(global_batch=4 * gpus), search=space)
 
 

@@ -129,7 +129,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> MixedBe
     log(f"{name}: full space {full.status} {full.objective_s} s in {full_s:.2f} s")
     row = MixedBenchRow(instance=name, gpus=inst.cluster.num_gpus, optimum_status=opt.status,
                     optimum_tokens_per_s=_tokens_per_s(inst, opt.objective_s), solve_s=solve_s,
-                    largest_group=f"{inst.cluster.groups[g].num_gpus} x {inst.cluster.groups[g].cluster.gpu.name}",
+                    largest_group=f"{inst.cluster.groups[g].num_gpus} x {inst.cluster.groups[g].gpu.name}",
                     largest_status=homo.status, largest_tokens_per_s=_tokens_per_s(inst, homo.iter_time_s),
                     uniform_status=uni.status, uniform_tokens_per_s=_tokens_per_s(inst, uni.objective_s),
                     previous_status=prev.status, previous_tokens_per_s=_tokens_per_s(inst, prev.objective_s),

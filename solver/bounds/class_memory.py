@@ -68,7 +68,7 @@ class ClassMemory:
         self.inst, self.b = inst, least_mb
         self.rules = rules_for(inst.job.framework, inst.job.optimizer)
         self.layout = memory.state_layout(inst.job)
-        self.capacity = [g.cluster.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in inst.cluster.groups]
+        self.capacity = [g.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in inst.cluster.groups]
         self.memo: dict = {}
 
     def _modes(self, tp: int, cp: int, pp: int, dp: int) -> list[tuple[bool, int, int, bool]]:

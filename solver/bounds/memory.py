@@ -76,7 +76,7 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     """Per configuration of `outers` (ClassOuter on the group-format instance `inst`), whether
     the module's bound proves that no plan of it fits memory."""
     groups = inst.cluster.groups
-    capacity = [g.cluster.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in groups]
+    capacity = [g.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in groups]
     L = inst.model.layers
     layout = memory.state_layout(inst.job)
     known = _MOST_LAYERS.get(id(inst))

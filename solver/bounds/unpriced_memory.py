@@ -128,7 +128,7 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
             hit = layer_memo[key] = (megatron_layer(inst, stage_outer(co, site), site, net), site.tp or co.tp)
         return hit
     first = [terms(idx[0], g) for g in groups]
-    hbm = [inst.scenarios[idx[0]].cluster.groups[g].cluster.gpu.hbm_bytes for g in groups]
+    hbm = [inst.scenarios[idx[0]].cluster.groups[g].gpu.hbm_bytes for g in groups]
     inflight = in_flight_micro_batches(co.pp, co.num_micro_batches, co.virtual_stages)
     mem = stage_memory(inst, co, [x for x, _ in first], where, [t for _, t in first], hbm,
                        o.replicas * o.cp, inflight, reserve)

@@ -66,7 +66,7 @@ def load_mixed(args, read):
 
 
 def describe_cluster(inst) -> str:
-    parts = [f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})" for g in inst.cluster.groups]
+    parts = [f"{g.num_gpus} x {g.gpu.name} ({g.name}@{g.site})" for g in inst.cluster.groups]
     return (f"{inst.name}: {inst.model.name} on " + " + ".join(parts)
             + f", global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
 

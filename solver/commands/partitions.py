@@ -56,7 +56,7 @@ def cmd_partition(args) -> int:
     t = args.tp
     o = Outer(tp=t, pp=1, dp=1, cp=args.cp, micro_batch=args.micro_batch, num_micro_batches=1,
               sequence_parallel=args.sequence_parallel)
-    site = homogeneous_placement(inst.cluster, o).sites[0]
+    site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
     table_ = P.table_for(inst, o, site, NetEfficiency())
     pb = problem_from_table(table_)
     rows, agree = [], True

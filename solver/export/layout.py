@@ -41,7 +41,7 @@ def stage_ranks(inst: Instance, plan: Plan) -> dict[tuple[int, int, int], tuple[
     next_rank, first = [], 0
     for g in groups:
         next_rank.append(first)
-        first += g.cluster.num_gpus
+        first += g.num_gpus
     ranks = {}
     for k, c in enumerate(plan.classes):
         for r in range(c.replicas):
@@ -59,9 +59,9 @@ def layout_mapping(inst: Instance, plan: Plan) -> dict:
     used = plan.outer.gpus_per_group(len(names))
     groups, first = [], 0
     for g, group in enumerate(inst.cluster.groups):
-        n = group.cluster.num_gpus
+        n = group.num_gpus
         idle = [first + used[g], first + n - 1] if used[g] < n else None
-        groups.append({"name": group.name, "gpu": group.cluster.gpu.name, "gpus": n,
+        groups.append({"name": group.name, "gpu": group.gpu.name, "gpus": n,
                        "ranks": [first, first + n - 1], "used": used[g], "idle": idle})
         first += n
     classes = []

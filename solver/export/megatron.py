@@ -95,7 +95,7 @@ def _routing_groups(inst: Instance, p: Plan) -> int | None:
     M = moe.max_nodes_per_token
     if M is None or moe.top_k % M:
         return None
-    groups = p.ep // ep_links(inst.cluster, p.ep, p.expert_tp).per_domain
+    groups = p.ep // ep_links(inst.cluster.one_group, p.ep, p.expert_tp).per_domain
     return groups if groups > M else None
 
 

@@ -620,7 +620,7 @@ def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> l
     (on the nominal network), throughput, the plan itself and the time to train."""
     m, cl = inst.model, inst.cluster
     cluster = (f"{cl.num_gpus} x {cl.gpu.name} ({cl.nodes} nodes)" if inst.flat else
-               " + ".join(f"{g.num_gpus} x {g.cluster.gpu.name} ({g.name}@{g.site})" for g in cl.groups))
+               " + ".join(f"{g.num_gpus} x {g.gpu.name} ({g.name}@{g.site})" for g in cl.groups))
     scenarios = len(inst.scenarios) > 1
     facts = [["instance", inst.name],
              ["model", f"{m.name}: {m.layers} layers, hidden {m.hidden}, seq_len {m.seq_len}"],

@@ -77,7 +77,7 @@ def test_deepep_all_to_all_time_of_the_anchor_by_hand():
     # Forward = dispatch + combine; backward the same again (dispatch kernel for the combine's
     # gradient in FP8, combine kernel for the dispatch's gradient in bf16).
     inst = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP), max_nodes_per_token=4)
-    pl = coefficients.homogeneous_placement(inst.cluster, ANCHOR)
+    pl = coefficients.homogeneous_placement(inst.cluster.one_group, ANCHOR)
     site = pl.sites[1]
     x = moe.expert_terms(inst, ANCHOR, site.gpu, site.tp_link, site.ep_links, NetEfficiency(),
                          coefficients.fp8_matmul_time_s, coefficients.memory_time_s)
@@ -102,7 +102,7 @@ def test_fp8_dispatch_only_in_fp8_jobs():
     inst = with_moe(deepseek(moe_dispatcher=MoeDispatcher.DEEPEP, precision=Precision.BF16,
                              attention_output_e5m6=False),  # (E5M6 is an FP8 job's storage)
                     max_nodes_per_token=4)
-    site = coefficients.homogeneous_placement(inst.cluster, ANCHOR).sites[1]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, ANCHOR).sites[1]
     x = moe.expert_terms(inst, ANCHOR, site.gpu, site.tp_link, site.ep_links, NetEfficiency(),
                          coefficients.matmul_time_s, coefficients.memory_time_s)
     assert x.a2a_f_s == pytest.approx(2 * (18.4e-6 + 3.5 * 1.1 * 4096 * 7168 * 2 / 47.5e9), rel=1e-9)
@@ -156,7 +156,7 @@ def test_dualpipe_iteration_of_the_anchor_is_its_formula():
     c = coefficients.build(inst, ANCHOR, dualpipe=True)
     na = np.array(n, float)
     t = c.stage_time_s + na * c.layer_time_s
-    site = coefficients.homogeneous_placement(inst.cluster, ANCHOR).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, ANCHOR).sites[0]
     alone = replace(inst, job=replace(inst.job, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B))
     b = coefficients.megatron_layer(alone, ANCHOR, site, NetEfficiency()).bwd_s
     # the layer's linear GEMMs, forward, in FP8: attention q, k, v, o and the shared expert's

@@ -30,7 +30,7 @@ from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import Cluster, ClusterSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, NodeGroup, Link, Mlp, ModelSpec
 from paraplan.cost.plan_specs import Plan
 
 INSTANCES = Path(instances.__file__).parent
@@ -181,9 +181,9 @@ def test_tree_all_reduce_wins_on_many_nodes_with_small_payloads():
     # plus 2 * 1e6 / 4e11 = 5 us of bandwidth: 0.195 ms (ideal network, no call latency)
     from paraplan.cost.specs import GpuSpec
     gpu = GpuSpec(name="g", peak_flops_per_s=1e15, hbm_bytes=8e10, hbm_bw_bytes_per_s=3e12)
-    cl = ClusterSpec(gpu=gpu, nodes=64, gpus_per_node=8,
-                     intra_node=Link(bw_bytes_per_s=450e9, latency_s=5e-6),
-                     inter_node=Link(bw_bytes_per_s=50e9, latency_s=10e-6))
+    cl = NodeGroup(gpu=gpu, nodes=64, gpus_per_node=8,
+                   intra_node=Link(bw_bytes_per_s=450e9, latency_s=5e-6),
+                   inter_node=Link(bw_bytes_per_s=50e9, latency_s=10e-6))
     link, inter = comm.group_link(cl, 512, 1)
     assert inter and link.bw_bytes_per_s == 400e9
     assert comm.all_reduce_time_s(1e6, 512, link, inter, IDEAL) == pytest.approx(1.95e-4, **EXACT)
@@ -195,9 +195,9 @@ NVLINK = Link(bw_bytes_per_s=300e9, latency_s=5e-6)  # DGX A100: 600 GB/s both d
 NIC = Link(bw_bytes_per_s=25e9, latency_s=10e-6)  # one 200 Gbit/s HDR adapter per GPU
 
 
-def four_dgx_nodes() -> ClusterSpec:
-    return ClusterSpec(gpu=load_catalogue()["A100-SXM4-80GB"], nodes=4, gpus_per_node=8,
-                       intra_node=NVLINK, inter_node=NIC)
+def four_dgx_nodes() -> NodeGroup:
+    return NodeGroup(gpu=load_catalogue()["A100-SXM4-80GB"], nodes=4, gpus_per_node=8,
+                     intra_node=NVLINK, inter_node=NIC)
 
 
 def test_group_link_tp8_stays_in_node():

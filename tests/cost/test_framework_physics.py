@@ -72,7 +72,7 @@ def test_pipeline_sends_a_tp_slice_and_regathers_it_without_sequence_parallelism
     sp = simulate(inst, plan_from_mapping(dict(base, sequence_parallel=True), inst))
     m = inst.model
     emb_io = 1 * m.seq_len * m.hidden * 2
-    link, inter = comm.group_link(inst.cluster, 2, 1)
+    link, inter = comm.group_link(inst.cluster.one_group, 2, 1)
     gather = comm.all_gather_time_s(emb_io, 2, link, inter, NetEfficiency())
     mb = inst.job.global_batch // 2  # micro-batches per replica
     # the breakdown reports the first stage's p2p: one edge (to stage 1), every micro-batch
@@ -94,13 +94,13 @@ def test_context_parallel_step_hides_only_behind_its_own_attention_block():
     from paraplan.cost.coefficients import ATTENTION_HALF_KEYS, BACKWARD_FLASH_FACTOR
     from paraplan.cost.flops import layer_matmuls
     inst = load_instance(INSTANCES / "small-gpt-16xA100.yaml")
-    slow = replace(inst.cluster.intra_node, bw_bytes_per_s=1e9)
+    slow = replace(inst.cluster.one_group.intra_node, bw_bytes_per_s=1e9)
     inst = replace(inst, cluster=Cluster.of(replace(inst.cluster.one_group, intra_node=slow)))
     plan = plan_from_mapping(dict(tp=1, pp=1, dp=4, cp=4, micro_batch=1), inst)
     bd = simulate(inst, plan)
     m, gpu, cp = inst.model, inst.cluster.gpu, 4
     tokens = m.seq_len / cp
-    link, inter = comm.group_link(inst.cluster, cp, 1)
+    link, inter = comm.group_link(inst.cluster.one_group, cp, 1)
     p = comm.p2p_time_s(2 * tokens * m.kv_hidden * 2, link, inter, NetEfficiency())
     keys = m.seq_len / cp
     assert gpu.fa2_benchmark_flops_per_s == 175e12
@@ -152,7 +152,7 @@ def test_standard_attention_score_traffic_is_linear_in_the_micro_batch():
     def fwd_compute(b):
         plan = plan_from_mapping(dict(tp=1, pp=1, dp=16, micro_batch=b), inst)
         o = plan.flat_outer
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         return megatron_layer(inst, o, site, NetEfficiency()).fwd_s
 
     assert STANDARD_ATTENTION_SCORE_PASSES == 6
@@ -268,7 +268,7 @@ def test_fp8_weight_casts_once_per_iteration_where_megatron_caches_them():
     for fw in (Framework.MEGATRON, Framework.COMPOSER):
         inst = replace(base, job=replace(base.job, framework=fw, precision=Precision.FP8))
         o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).flat_outer
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         terms[fw] = megatron_layer(inst, o, site, NetEfficiency())
     meg, com = terms[Framework.MEGATRON], terms[Framework.COMPOSER]
     assert com.fwd_s - meg.fwd_s == pytest.approx(4 * (p + 2 * t * h + t * f) / bw, rel=1e-9)
@@ -295,7 +295,7 @@ def test_non_reentrant_checkpoint_stops_the_recompute_before_the_mlp_out_gemm():
     for fw in (Framework.MEGATRON, Framework.COMPOSER):
         inst = replace(base, job=replace(base.job, framework=fw))
         o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), inst).flat_outer
-        terms[fw] = megatron_layer(inst, o, homogeneous_placement(inst.cluster, o).sites[0], NetEfficiency())
+        terms[fw] = megatron_layer(inst, o, homogeneous_placement(inst.cluster.one_group, o).sites[0], NetEfficiency())
     meg, com = terms[Framework.MEGATRON], terms[Framework.COMPOSER]
     assert meg.rc_fwd_s == meg.fwd_s and com.fwd_s == pytest.approx(meg.fwd_s, rel=1e-12)
     assert com.fwd_s - com.rc_fwd_s == pytest.approx(stopped, rel=1e-9)
@@ -364,7 +364,7 @@ def test_an_unprefetched_backward_gather_queues_behind_the_reduce_scatter():
     for fw, ahead in ((Framework.DEEPSPEED, 5e7 / layer_params(inst.model)), (Framework.TORCHTITAN, 1.0)):
         i = replace(inst, job=replace(inst.job, framework=fw))
         o = plan.flat_outer
-        site = homogeneous_placement(i.cluster, o).sites[0]
+        site = homogeneous_placement(i.cluster.one_group, o).sites[0]
         lc = _layer_costs(i, o, site, o.dp, NetEfficiency(), megatron_layer)
         ag, rs, fwd, bwd = lc.gather_s, lc.scatter_s, lc.terms.fwd_s, lc.terms.bwd_s
         exp_f = max(ag - fwd, (1 - ahead) * ag, 0.0)
@@ -396,7 +396,7 @@ def test_megatron_overlaps_backward_tp_communication_with_the_gradient_gemms():
     for fw in (Framework.MEGATRON, Framework.TORCHTITAN):
         inst = replace(base, job=replace(base.job, framework=fw))
         o = plan_from_mapping(dict(tp=8, pp=8, dp=16, micro_batch=1, sequence_parallel=True), inst).flat_outer
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         terms[fw] = megatron_layer(inst, o, site, NetEfficiency())
     meg, tt = terms[Framework.MEGATRON], terms[Framework.TORCHTITAN]
     tp_f = tt.parts["tp_comm"] / 2  # torchtitan: forward = backward, both exposed
@@ -428,7 +428,7 @@ def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
         i = replace(inst, job=replace(inst.job, framework=framework, cudnn_attention=cudnn),
                     cluster=Cluster.of(replace(inst.cluster.one_group, gpu=replace(gpu, cudnn_attention_speedup=speedup))))
         o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), i).flat_outer
-        return megatron_layer(i, o, homogeneous_placement(i.cluster, o).sites[0], NetEfficiency()).fwd_s
+        return megatron_layer(i, o, homogeneous_placement(i.cluster.one_group, o).sites[0], NetEfficiency()).fwd_s
 
     core_flops = 2 * (2 * 8192 * 8192 * 4096) / 2
     t_fa2 = core_flops / 322e12
@@ -442,7 +442,7 @@ def test_transformer_engine_runs_cudnn_attention_on_hopper_only():
     t_tt = core_flops / (989e12 * gpu.attention_eff * 8192 / (8192 + 300))
     fitted_rate = _fa2_everywhere(inst)  # Megatron at the fitted rate too
     o = plan_from_mapping(dict(tp=1, pp=1, dp=64, micro_batch=1), fitted_rate).flat_outer
-    fitted = megatron_layer(fitted_rate, o, homogeneous_placement(fitted_rate.cluster, o).sites[0],
+    fitted = megatron_layer(fitted_rate, o, homogeneous_placement(fitted_rate.cluster.one_group, o).sites[0],
                             NetEfficiency()).fwd_s
     assert fitted - fwd(Framework.MEGATRON, 1.0) == pytest.approx(t_tt - t_fa2, rel=1e-9)
 

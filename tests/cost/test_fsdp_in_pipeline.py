@@ -80,7 +80,7 @@ def test_the_step_reduce_scatters_each_layer_once_behind_nothing(llama8b):
     # the Adam step over the layer's 1/32 shard
     o = _outer(3, 2, 32, 16)
     c = build(llama8b, o)
-    site = homogeneous_placement(llama8b.cluster, o).sites[0]
+    site = homogeneous_placement(llama8b.cluster.one_group, o).sites[0]
     link, inter = site.dp_link
     rs = comm.all_gather_time_s(LLAMA8B_BLOCK_PARAMS * 4, 32, link, inter, comm.NetEfficiency(), 1)
     step = memory_time_s(LLAMA8B_BLOCK_PARAMS / 32 * ADAM_STEP_BYTES_PER_PARAM, site.gpu)
@@ -94,7 +94,7 @@ def test_the_first_forward_gathers_are_paid_once_in_the_fill(llama8b):
     # term carries the fill, so each is at least that; the same with 64 micro-batches
     o = _outer(3, 2, 32, 16)
     c = build(llama8b, o)
-    link, inter = homogeneous_placement(llama8b.cluster, o).sites[0].dp_link
+    link, inter = homogeneous_placement(llama8b.cluster.one_group, o).sites[0].dp_link
     first_blocks = 2 * comm.all_gather_time_s(LLAMA8B_BLOCK_PARAMS * 2, 32, link, inter, comm.NetEfficiency(), 1)
     assert (c.stage_sync_time_s >= first_blocks).all()
     assert build(llama8b, _outer(3, 2, 32, 64)).stage_sync_time_s == pytest.approx(c.stage_sync_time_s)

@@ -35,7 +35,7 @@ def test_a_dense_layer_reads_only_its_listed_fields(name):
     others = {"pp": 8, "dp": 3, "num_micro_batches": 64, "zero": 3, "virtual_stages": 2}
     assert not set(others) & set(DENSE_LAYER_FIELDS)
     for o in _outers():
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         base = megatron_layer(inst, o, site, NetEfficiency())
         for field, value in others.items():
             changed = megatron_layer(inst, replace(o, **{field: value}), site, NetEfficiency())
@@ -52,7 +52,7 @@ def test_the_floor_is_the_layer_time_without_zero3_and_below_it_with():
     for o in _outers():
         for zero, pp in ((1, 4), (3, 4), (3, 1)):
             oz = replace(o, zero=zero, pp=pp, dp=o.dp * o.pp // pp)
-            pl = homogeneous_placement(inst.cluster, oz)
+            pl = homogeneous_placement(inst.cluster.one_group, oz)
             t = build(inst, oz, placement=pl).layer_time_s[0]
             f = layer_time_floor_s(inst, oz, pl.sites[0])
             if zero < 3 or pp > 1:
@@ -76,7 +76,7 @@ def test_an_moe_layer_reads_only_its_listed_fields():
             if o.tp * o.cp * o.dp % (ep * (etp or o.tp)):
                 continue
             oe = replace(o, ep=ep, etp=etp)
-            site = homogeneous_placement(inst.cluster, oe).sites[0]
+            site = homogeneous_placement(inst.cluster.one_group, oe).sites[0]
             base = megatron_layer(inst, oe, site, NetEfficiency())
             for field, value in others.items():
                 assert megatron_layer(inst, replace(oe, **{field: value}), site, NetEfficiency()) == base, (oe, field)
@@ -97,11 +97,11 @@ def test_an_moe_layers_attention_view_is_kept_by_its_dense_fields():
     coefficients._EXPERT_FREE.clear()
     warm = []
     for o in outers:
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         warm.append(megatron_layer(inst, o, site, NetEfficiency()))
     views = sum(1 for key in coefficients._EXPERT_FREE if key[0] == "view")
     assert views < len(outers)  # shared, so the comparison below is not vacuous
     for o, w in zip(outers, warm):
         coefficients._EXPERT_FREE.clear()
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         assert megatron_layer(inst, o, site, NetEfficiency()) == w, o

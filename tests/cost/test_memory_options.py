@@ -110,7 +110,7 @@ def test_norm_recompute_time_is_one_pass_over_each_norm():
     # writes its output again, 2 x (2 + 2) x 8,192 x 4,096 = 268,435,456 bytes, at the H100's
     # HBM bandwidth x memory efficiency; backward grows by that and nothing else does
     o = Outer(tp=1, pp=4, dp=16, micro_batch=1, num_micro_batches=32)
-    site = coefficients.homogeneous_placement(_inst().cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(_inst().cluster.one_group, o).sites[0]
     base = coefficients.megatron_layer(_inst(), o, site, coefficients.NetEfficiency())
     on = coefficients.megatron_layer(_inst(recompute_modules=(RecomputeModule.LAYERNORM,)), o, site,
                                      coefficients.NetEfficiency())

@@ -149,7 +149,7 @@ def test_replicated_down_projections_cost_state_and_a_tp_gradient_all_reduce():
     net = NetEfficiency()
     for sp in (True, False):
         o = Outer(tp=8, pp=16, dp=16, micro_batch=1, num_micro_batches=960, sequence_parallel=sp, zero=1, ep=8)
-        site = homogeneous_placement(inst.cluster, o).sites[0]
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         lt = megatron_layer(replace(inst, model=moe_attention_view(inst.model)), o, site, net)
         assert lt.replicated_params == pytest.approx(15_138_816 * 7 / 8, **EXACT)
         assert (lt.grad_sync_s > 0) == sp
@@ -185,7 +185,7 @@ def test_an_mla_layer_is_priced_through_the_dense_code_path():
     view = replace(inst, model=moe_attention_view(inst.model))
     mms = layer_matmuls(view.model, 1, 1, 1)
     assert len(mms.linear_calls) == 8
-    lt = megatron_layer(view, o, homogeneous_placement(inst.cluster, o).sites[0], NetEfficiency())
+    lt = megatron_layer(view, o, homogeneous_placement(inst.cluster.one_group, o).sites[0], NetEfficiency())
     assert lt.replicated_params == 0 and lt.grad_sync_s == 0  # tp = 1: nothing replicated
     # the stash less what the bundled instance's DeepSeek-V3 memory options remove
     # (tests/cost/test_memory_options.py derives those by hand)

@@ -304,7 +304,7 @@ def test_dense_prefix_is_priced_as_dense_layers_on_the_first_stage():
     # stage's transient workspace is its largest layer's (the dense one's backward buffers),
     # with the allocator's fragmentation allowance
     from paraplan.cost import memory
-    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, o).sites[0]
     ws = [coefficients.megatron_layer(x, o, site, NetEfficiency()).workspace_bytes
           for x in (inst, replace(inst, model=replace(inst.model, moe=None)))]
     assert ws[1] > ws[0]
@@ -537,7 +537,7 @@ def test_fp8_experts_pay_their_stand_alone_casts():
                    job=replace(inst.job, precision=coefficients.Precision.FP8))
     gpu = inst.cluster.gpu
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=1, ep=8)
-    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, o).sites[0]
 
     def layer():
         return coefficients.moe_layer(inst, o, site, NetEfficiency())

@@ -28,7 +28,7 @@ def qwen3(**job):
 
 
 def _terms(inst, o=OUTER):
-    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, o).sites[0]
     return moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link, site.ep_links,
                             NetEfficiency(), coefficients.matmul_time_s, coefficients.memory_time_s)
 

@@ -39,7 +39,7 @@ FOLDED = replace(BASE, etp=1)
 
 
 def terms(inst, o):
-    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, o).sites[0]
     return moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link, site.ep_links,
                             NetEfficiency(), coefficients.matmul_time_s, coefficients.memory_time_s)
 
@@ -103,9 +103,9 @@ def test_expert_groups_and_their_state_by_hand():
     # 1), against 64 / 32 = 2 ranks, 32 apart (etp 4)
     assert moe.edp_ranks(16, FOLDED) == 8 and moe.edp_ranks(16, BASE) == 2
     inst = mixtral()
-    site = coefficients.homogeneous_placement(inst.cluster, FOLDED).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, FOLDED).sites[0]
     assert site.ep_links.per_domain == 8 and site.etp_link is not None
-    assert site.edp_link == coefficients.comm.group_link(inst.cluster, 8, 8)
+    assert site.edp_link == coefficients.comm.group_link(inst.cluster.one_group, 8, 8)
     # ZeRO-1 state per GPU and layer, experts only (the rest is the same): 2 (bf16 weight) + 4
     # (fp32 grad) + 12 / edp (Adam) bytes per parameter:
     # etp 1: 176,160,768 * (6 + 12/8) = 1,321,205,760; etp 4: 44,040,192 * (6 + 12/2) = 528,482,304

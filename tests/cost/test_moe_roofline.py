@@ -31,7 +31,7 @@ def qwen3():
 
 def wgrad_s(o: Outer) -> float:
     inst = qwen3()
-    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, o).sites[0]
     with moe_params.using(replace(moe_params.FITTED, expert_gemm_issue_s=0.0)):
         return moe.expert_terms(inst, o, site.gpu, site.etp_link or site.tp_link, site.ep_links, NetEfficiency(),
                                 coefficients.matmul_time_s, coefficients.memory_time_s).wgrad_s

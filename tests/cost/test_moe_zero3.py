@@ -36,7 +36,7 @@ def mixtral():
 
 
 def layer_costs(inst, o):
-    site = coefficients.homogeneous_placement(inst.cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(inst.cluster.one_group, o).sites[0]
     return coefficients._layer_costs(inst, o, site, o.dp * o.cp, NetEfficiency(), coefficients.moe_layer)
 
 

@@ -63,7 +63,7 @@ def test_state_memory_follows_the_parameters():
     # the experts: tp 1, ep 8 holds one expert, its 3 x 4,096 x 14,336 = 176,160,768 weights
     # and now its 32,768 biases
     o = Outer(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=16, zero=3, ep=8)
-    site = coefficients.homogeneous_placement(mixtral().cluster, o).sites[0]
+    site = coefficients.homogeneous_placement(mixtral().cluster.one_group, o).sites[0]
 
     def held(inst):
         return coefficients._layer_costs(inst, o, site, o.dp * o.cp, NetEfficiency(),

@@ -19,7 +19,7 @@ import pytest
 from randinst import Space
 
 from paraplan.cost.specs import Cluster, NodeGroup
-from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.stage_families import ReplicaFamily
 from paraplan.solver.class_layouts import replica_options
@@ -46,11 +46,11 @@ def three_types_instance(seed: int) -> Instance:
     groups = []
     G = rng.choice([3, 4])
     for g in range(G):
-        cl = ClusterSpec(gpu=kinds[g] if g < 3 else rng.choice(kinds), nodes=rng.choice([1, 2]), gpus_per_node=2,
-                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
-    between = tuple(tuple(groups[a].cluster.inter_node for b in range(G)) for a in range(G))
+        groups.append(NodeGroup(name=f"g{g}", site="s",
+                                gpu=kinds[g] if g < 3 else rng.choice(kinds), nodes=rng.choice([1, 2]), gpus_per_node=2,
+                                intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5)))
+    between = tuple(tuple(groups[a].inter_node for b in range(G)) for a in range(G))
     return Instance(name=f"mem{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                     job=JobSpec(global_batch=rng.choice([8, 12])),
                     search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(1, 2),

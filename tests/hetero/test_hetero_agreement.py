@@ -141,14 +141,14 @@ def test_the_grown_options_win_on_some_random_mixed_clusters():
         p = _grown_exhaustive(seed).plan
         if p is not None and p.zero >= 2:
             zero.append(seed)
-        if not any(g.cluster.gpus_per_node == 1 and g.cluster.nodes == 2 for g in inst.cluster.groups):
+        if not any(g.gpus_per_node == 1 and g.nodes == 2 for g in inst.cluster.groups):
             continue
         forced = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(2,)))
         ex = exhaustive(forced, "robust")
         if ex.plan is None:
             continue
         used = {g for c in ex.plan.classes for g in c.stage_groups}
-        if not any(forced.cluster.groups[g].cluster.gpus_per_node < 2 for g in used):
+        if not any(forced.cluster.groups[g].gpus_per_node < 2 for g in used):
             continue
         for backend in ("cpsat", "milp"):
             res = search(forced, backend, time_limit_s=30, objective="robust")

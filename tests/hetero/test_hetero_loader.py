@@ -83,7 +83,7 @@ def test_bundled_hetero_instance_loads(path):
     g = len(inst.cluster.groups)
     for s in inst.scenarios:
         for a in range(g):
-            assert s.cluster.between[a][a] == s.cluster.groups[a].cluster.inter_node
+            assert s.cluster.between[a][a] == s.cluster.groups[a].inter_node
             for b in range(g):
                 assert s.cluster.between[a][b] == s.cluster.between[b][a]
 
@@ -106,8 +106,8 @@ def test_three_types_two_sites_is_the_solve_time_target():
     inst = load_instance(THREE_TYPES)
     hc = inst.cluster
     assert [x.name for x in hc.groups] == ["h100", "a100-80g", "a100-40g"]
-    assert sum(x.cluster.nodes for x in hc.groups) == 64
-    assert len({x.cluster.gpu.name for x in hc.groups}) == 3
+    assert sum(x.nodes for x in hc.groups) == 64
+    assert len({x.gpu.name for x in hc.groups}) == 3
     assert {x.site for x in hc.groups} == {"east", "west"}
     assert bw(hc, 0, 1) == bw(hc, 0, 2) == pytest.approx(12.5e9)  # site link, 100 Gbit/s
     assert hc.between[0][2].latency_s == pytest.approx(1e-3)
@@ -117,7 +117,7 @@ def test_three_types_two_sites_is_the_solve_time_target():
 
 def test_unit_conversions_by_hand():
     inst = load_instance(HETERO / "llama3-70b-32xA100-32xH100.yaml")
-    h100, a100 = (x.cluster for x in inst.cluster.groups)
+    h100, a100 = inst.cluster.groups
     assert h100.inter_node.bw_bytes_per_s == pytest.approx(50e9)  # 400 Gbit/s
     assert h100.intra_node.bw_bytes_per_s == pytest.approx(450e9)  # 900 GB/s both ways, halved
     assert a100.inter_node.bw_bytes_per_s == pytest.approx(25e9)  # 200 Gbit/s
@@ -184,7 +184,7 @@ def test_scenarios_probabilities_and_scale():
     assert bw(degraded.cluster, 0, 1) == pytest.approx(12.5e9 * 0.05)  # 100 Gbit/s x 0.05
     assert degraded.cluster.groups == nominal.cluster.groups
     assert degraded.window_h == (18.0, 24.0)
-    west = nic.cluster.groups[1].cluster
+    west = nic.cluster.groups[1]
     assert west.inter_node.bw_bytes_per_s == pytest.approx(50 * GBIT)
     assert bw(nic.cluster, 1, 1) == pytest.approx(50 * GBIT)
     assert bw(nic.cluster, 0, 1) == pytest.approx(50 * GBIT)  # set explicitly by the scenario
@@ -209,11 +209,11 @@ def test_nic_change_rebuilds_default_links_but_not_explicit_ones():
     inst = instance_from_mapping(mapping(THREE_GROUPS, links, scenarios=scenarios))
     slow_a, slow_b = inst.scenarios[1].cluster, inst.scenarios[2].cluster
     assert bw(slow_a, 0, 0) == pytest.approx(12.5e9)  # 400 Gbit/s x 0.25
-    assert slow_a.groups[0].cluster.intra_node.bw_bytes_per_s == pytest.approx(150e9)  # 600/2 x 0.5
+    assert slow_a.groups[0].intra_node.bw_bytes_per_s == pytest.approx(150e9)  # 600/2 x 0.5
     assert bw(slow_a, 0, 1) == pytest.approx(12.5e9)  # default a-b: min(100, 200) Gbit/s
     assert bw(slow_a, 0, 2) == pytest.approx(12.5e9)  # explicit site link: unchanged
     assert bw(slow_b, 0, 1) == pytest.approx(50 * GBIT)
-    assert slow_b.groups[1].cluster.intra_node.bw_bytes_per_s == pytest.approx(150e9)
+    assert slow_b.groups[1].intra_node.bw_bytes_per_s == pytest.approx(150e9)
     assert all(s.probability is None for s in inst.scenarios)
 
 
@@ -290,14 +290,34 @@ def test_plan_defaults_and_full_recompute_round_trip():
 
 # --- homogeneous <-> heterogeneous ---------------------------------------------------------
 
+def test_a_flat_file_reads_as_the_node_group_built_by_hand():
+    # tiny-gpt-8xA100.yaml's cluster: 1 node of 8 A100-SXM4-80GB, NVLink 600 GB/s (both
+    # directions: 300e9 bytes/s one way), NIC 200 Gbit/s (25e9 bytes/s), the reader's default
+    # latencies 5 us and 10 us (in seconds through cost/units.py, the one conversion); no name
+    # or site in a flat file: both are the GPU's name
+    from paraplan.cost.readers.gpus import load_catalogue
+    from paraplan.cost.specs import Cluster, Link, NodeGroup
+    from paraplan.cost.units import us_to_s
+    a100 = load_catalogue()["A100-SXM4-80GB"]
+    by_hand = NodeGroup(gpu=a100, nodes=1, gpus_per_node=8,
+                        intra_node=Link(bw_bytes_per_s=300e9, latency_s=us_to_s(5)),
+                        inter_node=Link(bw_bytes_per_s=25e9, latency_s=us_to_s(10)))
+    assert (by_hand.name, by_hand.site, by_hand.num_gpus, by_hand.domain_gpus) == (
+        "A100-SXM4-80GB", "A100-SXM4-80GB", 8, 8)
+    cluster = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml").cluster
+    assert cluster == Cluster.of(by_hand) and cluster.one_group == by_hand
+    assert NodeGroup(name="east", gpu=a100, nodes=1, gpus_per_node=8, intra_node=by_hand.intra_node,
+                     inter_node=by_hand.inter_node).site == "east"  # a site defaults to its group
+
+
 def test_a_flat_file_is_one_group_and_group_alone_one_group_of_a_cluster():
     # one instance record: the flat file's cluster is its one group, named after its GPU, whose
     # hardware the one-group cluster reads as (Cluster.gpu, .nodes, ...); tiny-gpt: 1 node of 8
     inst = load_instance(INSTANCES / "tiny-gpt-8xA100.yaml")
     assert [x.name for x in inst.cluster.groups] == ["A100-SXM4-80GB"] and inst.flat
-    spec = inst.cluster.groups[0].cluster
-    assert (inst.cluster.gpu, inst.cluster.nodes, inst.cluster.gpus_per_node) == (spec.gpu, 1, 8)
-    assert inst.cluster.between[0][0] == inst.cluster.inter_node == spec.inter_node
+    group = inst.cluster.groups[0]
+    assert (inst.cluster.gpu, inst.cluster.nodes, inst.cluster.gpus_per_node) == (group.gpu, 1, 8)
+    assert inst.cluster.between[0][0] == inst.cluster.inter_node == group.inter_node
     assert inst.group_alone(0) == inst  # a one-group instance alone is itself
     tiny = load_instance(TINY)
     h100 = tiny.group_alone(1)
@@ -307,7 +327,7 @@ def test_a_flat_file_is_one_group_and_group_alone_one_group_of_a_cluster():
         tiny.cluster.gpu  # several groups have no single GPU type
     dynamic = load_instance(DYNAMIC)  # a scenario's group, as its pricing reads it
     for scenario in dynamic.scenarios:
-        assert dynamic.group_alone(0, scenario.cluster).cluster.one_group == scenario.cluster.groups[0].cluster
+        assert dynamic.group_alone(0, scenario.cluster).cluster.one_group == scenario.cluster.groups[0]
 
 
 def test_the_nominal_scenario_follows_a_copied_cluster():

@@ -63,7 +63,7 @@ def test_cross_group_hand_off_uses_the_group_link():
     assert c.stage_parts[0]["pp_p2p"] == pytest.approx(2_097_152 / (25e9 * 0.95) + 1e-5)
     assert c.stage_parts[1]["pp_p2p"] == pytest.approx(2_097_152 / (25e9 * 0.95) + 1e-5)
     # stage 1 runs on the H100 group: its capacity is the H100's 80 GiB, stage 0's the A100's
-    assert c.capacity_bytes.tolist() == [g.cluster.gpu.hbm_bytes for g in inst.cluster.groups]
+    assert c.capacity_bytes.tolist() == [g.gpu.hbm_bytes for g in inst.cluster.groups]
 
 
 def test_one_group_class_prices_like_the_homogeneous_model():

@@ -21,7 +21,7 @@ from randinst import Space
 from paraplan.cost.specs import Instance
 
 from paraplan.cost.specs import Cluster, NodeGroup
-from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import NodeGroup, GpuSpec, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
@@ -44,14 +44,14 @@ def many_types_instance(seed: int) -> Instance:
     for g in range(rng.choice([3, 4])):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
                       hbm_bytes=rng.choice([0.7, 0.8, 1.0, 1.5, 3.0]) * 2**30, hbm_bw_bytes_per_s=1e12)
-        cl = ClusterSpec(gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=rng.choice([1, 2]),
-                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site="s",
+                                gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=rng.choice([1, 2]),
+                                intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5)))
     G = len(groups)
     pair = {(a, b): Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
             for a in range(G) for b in range(a + 1, G)}
-    between = tuple(tuple(groups[a].cluster.inter_node if a == b else pair[min(a, b), max(a, b)]
+    between = tuple(tuple(groups[a].inter_node if a == b else pair[min(a, b), max(a, b)]
                           for b in range(G)) for a in range(G))
     return Instance(name=f"types{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                            job=JobSpec(global_batch=rng.choice([6, 8, 12])),

@@ -102,7 +102,7 @@ def moe_cluster_instance(seed: int):
 
     def grown(hc):
         return replace(hc, groups=tuple(
-            replace(g, cluster=replace(g.cluster, gpu=replace(g.cluster.gpu, hbm_bytes=g.cluster.gpu.hbm_bytes * scale)))
+            replace(g, gpu=replace(g.gpu, hbm_bytes=g.gpu.hbm_bytes * scale))
             for g in hc.groups))
     scenarios = tuple(replace(sc, cluster=grown(sc.cluster)) for sc in base.scenarios)
     return replace(base, name=f"hmoe{seed}", model=replace(m, moe=moe), cluster=scenarios[0].cluster,

@@ -22,7 +22,7 @@ import pytest
 from randinst import Space
 
 from paraplan.cost.specs import Cluster, NodeGroup
-from paraplan.cost.specs import ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.option_families import OptionFamily
@@ -48,12 +48,12 @@ def repeated_types_instance(seed: int, options: bool = False) -> Instance:
                      hbm_bytes=rng.choice([1.0, 1.5, 3.0]) * 2**30, hbm_bw_bytes_per_s=1e12) for k in range(2)]
     groups = []
     for g in range(rng.choice([3, 4])):
-        cl = ClusterSpec(gpu=kinds[g % 2 if g < 2 else rng.randrange(2)], nodes=rng.choice([1, 2]), gpus_per_node=2,
-                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site="s",
+                                gpu=kinds[g % 2 if g < 2 else rng.randrange(2)], nodes=rng.choice([1, 2]), gpus_per_node=2,
+                                intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5)))
     G = len(groups)
-    between = tuple(tuple(groups[a].cluster.inter_node for b in range(G)) for a in range(G))
+    between = tuple(tuple(groups[a].inter_node for b in range(G)) for a in range(G))
     return Instance(name=f"rep{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                     job=JobSpec(global_batch=rng.choice([8, 12])),
                     search=Space(micro_batch=(1, 2), zero=(0,), virtual_stages=(1,), cp=(1,), tp=(1, 2),

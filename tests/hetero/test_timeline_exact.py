@@ -35,11 +35,11 @@ def timeline_instance(seed: int):
     rng = random.Random(77_000 + seed)
     nominal, degraded = inst.scenarios
     g1 = inst.cluster.groups[1]
-    slow = dataclasses.replace(g1.cluster, inter_node=Link(
-        bw_bytes_per_s=g1.cluster.inter_node.bw_bytes_per_s / 10, latency_s=g1.cluster.inter_node.latency_s))
+    slow = dataclasses.replace(g1, inter_node=Link(
+        bw_bytes_per_s=g1.inter_node.bw_bytes_per_s / 10, latency_s=g1.inter_node.latency_s))
     (f0, link), _ = inst.cluster.between
     fast = Link(bw_bytes_per_s=2 * link.bw_bytes_per_s, latency_s=link.latency_s)
-    third = Cluster(groups=inst.cluster.groups[:1] + (dataclasses.replace(g1, cluster=slow),),
+    third = Cluster(groups=inst.cluster.groups[:1] + (slow,),
                           between=((f0, fast), (fast, slow.inter_node)))
     scen = (dataclasses.replace(nominal, probability=None), dataclasses.replace(degraded, probability=None),
             Scenario(name="third", cluster=third))

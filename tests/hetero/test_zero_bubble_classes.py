@@ -14,7 +14,7 @@ from agreement_support import assert_mixed_backends_agree_with_exhaustive, prici
 from paraplan.cost.specs import Cluster, Instance, NodeGroup
 from paraplan.cost.releases import Framework
 from paraplan.cost.simulate import simulate
-from paraplan.cost.specs import ClusterSpec, GpuSpec, JobSpec, Link, Mlp, ModelSpec, ZeroBubble
+from paraplan.cost.specs import NodeGroup, GpuSpec, JobSpec, Link, Mlp, ModelSpec, ZeroBubble
 from paraplan.solver import search
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.space import declared_outers
@@ -36,13 +36,12 @@ def zero_bubble_classes_instance(seed: int) -> Instance:
     for g in range(2):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
                       hbm_bytes=rng.choice([0.6, 1.0, 2.75]) * 2**30, hbm_bw_bytes_per_s=1e12)
-        cl = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=rng.choice([3, 4, 6]),
-                         intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                         inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
-        groups.append(NodeGroup(name=f"g{g}", site="s", cluster=cl))
+        groups.append(NodeGroup(name=f"g{g}", site="s", gpu=gpu, nodes=1, gpus_per_node=rng.choice([3, 4, 6]),
+                                intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                                inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5)))
     link = Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-    hc = Cluster(groups=tuple(groups), between=((groups[0].cluster.inter_node, link),
-                                                (link, groups[1].cluster.inter_node)))
+    hc = Cluster(groups=tuple(groups), between=((groups[0].inter_node, link),
+                                                (link, groups[1].inter_node)))
     return Instance(name=f"zbk{seed}", model=model, cluster=hc,
                            job=JobSpec(global_batch=rng.choice([14, 18, 20, 24, 28]), framework=Framework.TORCHTITAN),
                            search=Space(micro_batch=(1,), zero=(3,), virtual_stages=(2,), cp=(1,), tp=(1,)))

@@ -170,7 +170,7 @@ def test_catalogue_conversions_from_datasheet_units():
 
 def test_instance_unit_conversions():
     inst = load_instance(INSTANCES / "llama3-70b-512xH100.yaml")
-    c = inst.cluster
+    c = inst.cluster.one_group
     assert c.intra_node.bw_bytes_per_s == pytest.approx(450e9)  # 900 GB/s both ways, halved
     assert c.inter_node.bw_bytes_per_s == pytest.approx(50e9)  # 400 Gbit/s / 8
     assert c.intra_node.latency_s == pytest.approx(5e-6)  # default 5 us
@@ -199,7 +199,7 @@ def test_instance_defaults(tmp_path):
     assert inst.model.name == inst.name == "tiny-gpt-8xA100"
     assert inst.model.kv_heads == inst.model.heads  # multi-head attention by default
     assert inst.model.tied_embeddings is False
-    assert inst.cluster.intra_node_kind == "nvlink"
+    assert inst.cluster.one_group.intra_node_kind == "nvlink"
 
 
 def test_user_gpu_type(tmp_path):

@@ -122,7 +122,7 @@ def test_cluster_file_with_its_own_gpu_type(tmp_path):
                     "intra_node_gbytes_per_s": 64, "intra_node_link": "pcie", "nic_gbit_per_s": 100}})
     inst = load_instance_parts(TINY, hf_config=None, cluster=cluster, job=None)
     assert inst.cluster.gpu.name == "MyGPU" and inst.cluster.num_gpus == 8
-    assert inst.cluster.intra_node_kind == "pcie"
+    assert inst.cluster.one_group.intra_node_kind == "pcie"
 
 
 # --- errors name the file they come from ---------------------------------------------------

@@ -40,7 +40,7 @@ def _inter_with_stream(table, op, stream=0):
 
 
 def _site(inst, o):
-    return homogeneous_placement(inst.cluster, o).sites[0]
+    return homogeneous_placement(inst.cluster.one_group, o).sites[0]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

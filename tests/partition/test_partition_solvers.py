@@ -117,7 +117,7 @@ def test_every_plan_is_dominated_by_a_candidate(zero, dp_nodes, sp, seq_len):
     inst = small_instance(nodes=dp_nodes, gpus_per_node=4, seq_len=seq_len)
     n = inst.cluster.num_gpus
     o = dataclasses.replace(instance_and_site(tp=4, nodes=dp_nodes)[1], zero=zero, sequence_parallel=sp)
-    pl = homogeneous_placement(inst.cluster, o)
+    pl = homogeneous_placement(inst.cluster.one_group, o)
     PP._FRONTS.clear()
     cands, cand_rows = PP._candidates(inst, o, pl.sites[0], pl.dp_ranks, NET)
     plan_only = [k[2] is None for k in PP._FRONTS]

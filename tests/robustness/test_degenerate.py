@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from paraplan.cost.specs import Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
@@ -20,9 +20,9 @@ A100 = GpuSpec(name="A100-like", peak_flops_per_s=312e12, hbm_bytes=80 * 2**30,
 def instance(layers=4, gpus_per_node=8, nodes=1, global_batch=8, gpu=A100) -> Instance:
     model = ModelSpec(name="m", layers=layers, hidden=1024, heads=16, kv_heads=16, ffn=4096,
                       vocab=32000, seq_len=1024, mlp=Mlp.GELU)
-    cluster = ClusterSpec(gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node,
-                          intra_node=Link(bw_bytes_per_s=300e9, latency_s=5e-6),
-                          inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
+    cluster = NodeGroup(gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node,
+                        intra_node=Link(bw_bytes_per_s=300e9, latency_s=5e-6),
+                        inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
     return Instance(name="degenerate", model=model, cluster=Cluster.of(cluster), job=JobSpec(global_batch=global_batch))
 
 

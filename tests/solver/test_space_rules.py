@@ -12,7 +12,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import release_space
 from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.readers.instance import load_instance, load_instance_parts
-from paraplan.cost.specs import (Cluster, Attention, ClusterSpec, Framework, GpuSpec, Instance, JobSpec, Link,
+from paraplan.cost.specs import (Cluster, Attention, NodeGroup, Framework, GpuSpec, Instance, JobSpec, Link,
                         ModelSpec, Recompute, SearchSpace)
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.solver.space import micro_batch_values
@@ -69,7 +69,7 @@ def _one_gpu(hbm_mib: float, framework=Framework.MEGATRON, **search) -> Instance
     gpu = GpuSpec(name="toy", peak_flops_per_s=1e14, hbm_bytes=hbm_mib * 2**20,
                   hbm_bw_bytes_per_s=1e12)
     link = Link(bw_bytes_per_s=1e11, latency_s=1e-6)
-    cluster = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=1, intra_node=link, inter_node=link)
+    cluster = NodeGroup(gpu=gpu, nodes=1, gpus_per_node=1, intra_node=link, inter_node=link)
     return Instance(name="one-gpu", model=model, cluster=Cluster.of(cluster),
                     job=JobSpec(global_batch=8, framework=framework),
                     # a GPU of about 1 GiB, derived by hand below: no planning reserve

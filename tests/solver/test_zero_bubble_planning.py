@@ -17,7 +17,7 @@ from agreement_support import assert_backends_agree_with_exhaustive
 from paraplan.cost.readers.plan_reader import load_plan
 from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.releases import Framework
-from paraplan.cost.specs import (Cluster, ClusterSpec, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
+from paraplan.cost.specs import (Cluster, NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec,
                                  ZeroBubble)
 from paraplan.solver.export import to_torchtitan
 from paraplan.solver.solve import solve
@@ -40,9 +40,9 @@ def torchtitan_instance(seed: int) -> Instance:
                       seq_len=rng.choice([128, 512]), mlp=rng.choice([Mlp.GELU, Mlp.SWIGLU]))
     gpu = GpuSpec(name="toy", peak_flops_per_s=rng.choice([50e12, 300e12]),
                   hbm_bytes=rng.choice([0.4, 0.6, 0.9, 2.75]) * 2**30, hbm_bw_bytes_per_s=1e12)
-    cluster = ClusterSpec(gpu=gpu, nodes=1, gpus_per_node=rng.choice([3, 4]),
-                          intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
-                          inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
+    cluster = NodeGroup(gpu=gpu, nodes=1, gpus_per_node=rng.choice([3, 4]),
+                        intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
+                        inter_node=Link(bw_bytes_per_s=25e9, latency_s=1e-5))
     gb = cluster.num_gpus * rng.choice([3, 4, 6])
     space = Space(micro_batch=(1, 2), virtual_stages=(2,), tp=(1,), cp=(1,))
     return Instance(name=f"zb{seed}", model=model, cluster=Cluster.of(cluster),
