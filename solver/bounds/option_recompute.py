@@ -1,0 +1,247 @@
+"""The least full recomputation memory forces on a replica class of an option family (issue 33:
+on 32 A100 + 32 H100 the families' bound, solver/option_families.py, priced each layer at its
+group's floor f_g, stage_families.FamilyBounds.floor, the least over the recompute modes, while a
+Llama-3 70B class at tp 1 or 2 cannot hold its layers' activations without recomputing many).
+
+A replica class of pp stages on group g, in a layout of several classes, holds pp - s
+micro-batches in flight on stage s with 1F1B (class_coefficients.class_outer; interleaved,
+cost/coefficients.in_flight_micro_batches holds at least as many), so stage s holding n_s layers
+of which r_s are fully recomputed needs (cost/stage_memory, cost/schedule.stage_mem_bytes)
+    M_s = stage_mem + n_s (state + f_s a) - r_s f_s (a - c) <= cap,   f_s = pp - s,
+a, c one micro-batch's stash of a layer without full recompute and of a recomputed one (its
+input), allocator fragmentation included. Each term is read at its least over what a layout
+may choose at the micro-batch size b: stage_mem at least the runtime allowance and backward
+workspace (space.micro_batch_lower_bound_terms' `every`, its allowance at the fewest ranks, 2 cp),
+state at the most ranks ZeRO may shard over (every stage slot of the groups used, times cp), a
+at the least of the listing's recompute modes less the job's storage savings (as
+coefficients.megatron_layer), sp and ZeRO at each value allowed, the least kept. With the
+embedding or loss as a layer slot (interleaving) the end stages' short chunks correct their
+stash (cost/schedule.uneven_chunk_mem_bytes), so where the space runs slots the two end stages
+are read with no stash at all (only their state: n_s state <= room_s). So
+    r_s >= rho_s(n_s) = clip((n_s (state + f_s a) - room_s) / (f_s (a - c)), 0, n_s),
+room_s = cap - every, a convex piecewise-linear function of n_s (0 up to room_s / (state + f_s
+a), then slope (state + f_s a) / (f_s (a - c)) until every layer is recomputed, beyond which the
+stage cannot hold n_s). The fewest recomputed layers of the class, R = min sum_s rho_s(n_s) over
+real n_s >= 0 summing to L, is a relaxation of every integer split's; it fills each stage to its
+free room, then spends the rest on the stages of least slope, each up to what it holds with every
+layer recomputed (a greedy that is optimal for a sum of convex functions under one sum).
+
+**The slowest stage.** Memory also keeps a class from balancing its layers: its early stages,
+holding the most micro-batches, hold few layers unless they recompute. At a stage time A,
+stage s holds A / f_g layers up to its free room n0_s, then n0_s + (A - n0_s f_g) / (f_g +
+rho slope_s) (each layer more recomputes slope_s layers at rho each), up to where all are
+recomputed; the least A at which the stages hold L (slowest_stage_s, bisection) is at most the
+slowest stage time of any split that fits, A* >= L f_g / pp.
+
+Each recomputed layer repeats its forward, rc_fwd (coefficients._layer_costs: recompute_time =
+rc_fwd + ZeRO-3's extra exposure, 0 at ZeRO 0-2 and in a pipeline, where ZeRO-3's gathers run once
+per step), at least the least over sp and the recompute modes. So the class's stage times sum to
+at least L f_g + R rho_lo, and its slowest stage to at least that / pp: the class prices like one
+on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py's derivation (which
+reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A* and S_lo = L f_g + R rho_lo
+(class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
+hide ZeRO-3 traffic), nor a class of an MoE model or with per-operator partitions (whose layer
+plans' stash and recompute are not read here).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from paraplan.cost import memory
+from paraplan.cost.class_coefficients import class_outers, group_site
+from paraplan.cost.coefficients import megatron_layer, stage_outer
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.plan_specs import ClassOuter, ClassShape
+from paraplan.cost.specs import Attention, Recompute
+from paraplan.solver.space import micro_batch_lower_bound_terms
+
+
+def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> float:
+    """min sum_s rho_s(n_s) over real n_s >= 0 summing to `layers` (module docstring): stage s
+    holds room[s] / held[s] layers (`held`: a layer's bytes, none recomputed) for free, each one
+    more at `slope[s]` recomputed layers (inf: none more), up to where every layer is
+    recomputed; inf where the stages cannot hold `layers`. Arrays: (stages,)."""
+    free = np.maximum(room, 0.0) / held
+    left = layers - free.sum()
+    if left <= 0:
+        return 0.0
+    # with every layer recomputed: n (held - f (a - c)) <= room, i.e. rho_s(n) = n at the most
+    # n_s = room / (held - slope^-1 held): slope = held / (f (a - c)), so f (a - c) = held / slope
+    per_full = held - held / slope  # held / slope = f (a - c); inf slope: held
+    full = np.where(per_full > 0, np.maximum(room, 0.0) / np.where(per_full > 0, per_full, 1.0), np.inf)
+    total = 0.0
+    for s in np.argsort(slope, kind="stable"):
+        take = min(left, max(full[s] - free[s], 0.0))
+        if take <= 0:
+            continue
+        total += take * slope[s]
+        left -= take
+        if left <= 0:
+            return total
+    return float("inf")
+
+
+class RecomputeFloor:
+    """f'_g(pp) of the module docstring, per micro-batch size and scenario (fb:
+    stage_families.FamilyBounds: its floors, micro-batch sizes, scenarios and recompute modes)."""
+
+    def __init__(self, fb) -> None:
+        self.fb, self.inst = fb, fb.inst
+        self.memo: dict = {}
+
+    def _sps(self, tp: int, cp: int) -> list[bool]:
+        inst = self.inst
+        return [sp for sp in inst.search.sequence_parallel
+                if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))] or [False]
+
+    def _rc_fwd_s(self, g: int, tp: int, cp: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): the least forward a full recompute repeats."""
+        key = ("rc", g, tp, cp)
+        got = self.memo.get(key)
+        if got is None:
+            inst, fb = self.inst, self.fb
+            got = np.full((len(fb.mbs), len(fb.idx)), np.inf)
+            for bi, b in enumerate(fb.mbs.astype(int).tolist()):
+                for sp, rc in itertools.product(self._sps(tp, cp), fb.recompute):
+                    o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
+                                   classes=(ClassShape(replicas=1, stage_groups=(g,)),))
+                    for si, i in enumerate(fb.idx):
+                        site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+                        lo = stage_outer(class_outers(inst.job, o)[0], site)
+                        got[bi, si] = min(got[bi, si], megatron_layer(inst, lo, site, NetEfficiency()).rc_fwd_s)
+            got = self.memo[key] = np.maximum(got, 0.0)
+        return got
+
+    def _stash_bytes(self, b: int, tp: int, cp: int, sp: bool) -> float:
+        """a: one layer's least stash for one micro-batch, fragmentation included."""
+        m, job = self.inst.model, self.inst.job
+        flash = job.attention is Attention.FLASH
+        modes = {Recompute.NONE: memory.layer_activation_bytes(m, b, tp, cp, sp, flash, job.framework, job.precision),
+                 Recompute.SELECTIVE: memory.selective_activation_bytes(m, b, tp, cp, sp, job.framework,
+                                                                        job.precision)}
+        a = min(modes.get(rc, modes[Recompute.NONE]) for rc in self.fb.recompute)
+        return (a - memory.job_activation_savings_bytes(m, b, tp, cp, sp, job)) * (1 + memory.ALLOCATOR_FRAGMENTATION)
+
+    def _rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
+        """Per micro-batch size, per (sp, ZeRO) allowed: (room, held, slope) of the class's
+        stages (module docstring), arrays of pp."""
+        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        inst, fb = self.inst, self.fb
+        cap = inst.cluster.groups[g].cluster.gpu.hbm_bytes - inst.search.memory_reserve_bytes
+        flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
+        got = []
+        for b in fb.mbs.astype(int).tolist():
+            rows = []
+            for sp, z in itertools.product(self._sps(tp, cp), zeros):
+                lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                                   zero_ranks=2 * cp)
+                hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                                   zero_ranks=max(most_ranks, 2 * cp))
+                every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
+                a = max(self._stash_bytes(b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+                held = state + flight * a
+                slope = held / (flight * (a - c))
+                if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
+                    held[[0, -1]], slope[[0, -1]] = state, np.inf
+                rows.append((np.full(pp, cap - every), held, slope))
+            got.append(rows)
+        self.memo[key] = got
+        return got
+
+    def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
+        """(micro-batch sizes,): R, the fewest layers a class of pp stages on group g at tp and
+        cp recomputes in any layout (ZeRO of `zeros` over at most `most_ranks` ranks)."""
+        L = float(self.inst.model.layers)
+        return np.array([min((least_recomputed(*row, L) for row in rows), default=np.inf)
+                         for rows in self._rows(g, tp, cp, pp, zeros, most_ranks)])
+
+    def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
+        """Whether nothing of this module is read for the class (RecomputeFloor.class_terms)."""
+        inst = self.inst
+        return (inst.model.moe is not None or set(inst.search.tensor_partitions) != {"megatron"}
+                or not zeros or pp == 1 and 3 in zeros and len(zeros) == 1)
+
+    def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> tuple:
+        """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
+        adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest stage's
+        least time, slowest_stage_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
+        its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor (A* = L f_g /
+        pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read with rho = 0
+        (its recompute may hide ZeRO-3's traffic)."""
+        key = ("terms", g, tp, cp, pp, zeros, most_ranks)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        f = self.fb.floor(g, tp, cp)
+        L = float(self.inst.model.layers)
+        if self._plain(g, tp, cp, pp, zeros):
+            got = self.memo[key] = (pp / f, np.full(f.shape, pp - 1.0))
+            return got
+        rho = 0.0 * f if pp == 1 and 3 in zeros else self._rc_fwd_s(g, tp, cp)
+        r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
+        least = L * f / pp
+        slowest = np.full(f.shape, np.inf)
+        for bi, rows in enumerate(self._rows(g, tp, cp, pp, zeros, most_ranks)):
+            for si in range(f.shape[1]):
+                for row in rows:
+                    slowest[bi, si] = min(slowest[bi, si], slowest_stage_s(*row, L, f[bi, si], rho[bi, si]))
+        slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
+        total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
+            bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
+        got = self.memo[key] = (rate, np.minimum(bubble, pp - 1.0))
+        return got
+
+    def floor(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): f'_g(pp) = f_g + R rho_lo / L (module docstring);
+        f_g where no recompute is read (one stage at ZeRO-3, MoE, per-operator partitions) or
+        no completion fits (R inf: class_memory.py refuses such a class, not this bound)."""
+        f = self.fb.floor(g, tp, cp)
+        if self._plain(g, tp, cp, pp, zeros) or pp == 1 and 3 in zeros:
+            return f
+        r = self.least_layers(g, tp, cp, pp, tuple(zeros), most_ranks)
+        r = np.where(np.isfinite(r), r, 0.0)[:, None]
+        return f + r * self._rc_fwd_s(g, tp, cp) / self.inst.model.layers
+
+
+def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float, f: float,
+                    rho: float) -> float:
+    """A*: the least slowest-stage time of any real split of `layers` over the stages whose
+    time is at least n_s f + r_s rho with r_s >= rho_s(n_s) (module docstring): at a time A
+    stage s holds h_s(A) = A / f layers up to its free room / held, then n0_s + (A - n0_s f) /
+    (f + rho slope_s) up to where every layer is recomputed; A* is the least A with
+    sum_s h_s(A) >= layers (sum_s h_s grows with A), found by bisection to 1e-9 relative, from
+    above (inf where no A holds them)."""
+    free = np.maximum(room, 0.0) / held
+    per_full = held - held / slope
+    full = np.where(per_full > 0, np.maximum(room, 0.0) / np.where(per_full > 0, per_full, 1.0), np.inf)
+    full = np.maximum(full, free)
+    if full.sum() < layers:
+        return float("inf")
+    with np.errstate(invalid="ignore"):
+        grow = np.where(np.isfinite(slope), f + rho * slope, np.inf)
+
+    def holds(a: float) -> float:
+        over = free + np.where(np.isfinite(grow), (a - free * f) / grow, 0.0)
+        return float(np.where(a <= free * f, a / f, np.minimum(full, over)).sum())
+    lo, hi = layers * f / len(room), layers * f / len(room)
+    while holds(hi) < layers:
+        hi *= 2
+        if hi > 1e9 * (lo + 1e-30):
+            return float("inf")
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if holds(mid) >= layers:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return lo
