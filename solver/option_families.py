@@ -82,7 +82,7 @@ import numpy as np
 
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.plan_specs import ClassShape
-from paraplan.solver.bounds.option_recompute import RecomputeFloor
+from paraplan.solver.bounds.option_recompute import RecomputeFloor, stage_class_slowest_s
 from paraplan.solver.bounds.option_sync import SyncFloor
 from paraplan.solver.class_layouts import MAX_LAYOUTS, _pp_ok, group_shares, too_many_layouts
 from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank
@@ -526,6 +526,23 @@ class OptionBounds:
             fields = (si, dp, *counts, *(0,) * (G - k), *picks, *(0,) * (G - len(picks)), oi)
             yield fields, (ClassShape(replicas=dp, stage_groups=stages),) + replicas
 
+    def _stage_rate(self, fam: OptionFamily, S: tuple, counts: tuple, plain: np.ndarray) -> np.ndarray:
+        """R = L / A_lo of a mixed layout's stage-wise class of counts[i] stages on S[i]: the
+        least of the floors' (plain, sum_g c_g / f_g) and of the memory its groups hold
+        (option_recompute.stage_class_slowest_s: A* >= the slowest stage of any split that
+        fits); 0 where no split fits. The derivation reads A_lo and S_lo = L f_min, so its
+        bubble is f_min R - 1 (_mixed_roots)."""
+        key = ("stage rate", S, counts, fam.tp, fam.cp)
+        got = self.ways.get(key)
+        if got is None:
+            groups = self.inst.cluster.groups
+            most = fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+            slowest = stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp, self.pipe_zeros,
+                                            most)
+            with np.errstate(divide="ignore"):
+                got = self.ways[key] = np.minimum(plain, self.L / slowest)
+        return got
+
     def _mixed_roots(self, fam: OptionFamily):
         """The mixed family's roots, in class_layouts._mixed_shapes' order: per subset S, dp and
         stage counts, the stage-wise class fixed (its _Base) and the replica classes' ways per
@@ -552,7 +569,7 @@ class OptionBounds:
                 for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
                     if not _pp_ok(inst, sum(counts)):
                         continue
-                    rate = sum(c / floors[g] for g, c in zip(S, counts))  # R of the stage-wise class
+                    rate = self._stage_rate(fam, S, counts, sum(c / floors[g] for g, c in zip(S, counts)))
                     base = _Base(d=dp * rate, b1=dp * (fmin * rate - 1), bv=-float(dp), slots=dp * sum(counts),
                                  classes=1, replicas=dp, shallow=float(sum(counts)))
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]

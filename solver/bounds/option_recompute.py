@@ -27,11 +27,12 @@ free room, then spends the rest on the stages of least slope, each up to what it
 layer recomputed (a greedy that is optimal for a sum of convex functions under one sum).
 
 **The slowest stage.** Memory also keeps a class from balancing its layers: its early stages,
-holding the most micro-batches, hold few layers unless they recompute. At a stage time A,
-stage s holds A / f_g layers up to its free room n0_s, then n0_s + (A - n0_s f_g) / (f_g +
-rho slope_s) (each layer more recomputes slope_s layers at rho each), up to where all are
-recomputed; the least A at which the stages hold L (slowest_stage_s, bisection) is at most the
-slowest stage time of any split that fits, A* >= L f_g / pp.
+holding the most micro-batches, hold few layers unless they recompute. A stage of n layers
+(an integer, >= 1) recomputes an integer r >= rho_s(n) of them, so it takes at least t_s(n) =
+n f_g + rho ceil(rho_s(n)); the least A at which the stages hold L, each the most n with
+t_s(n) <= A (slowest_stage_s), is at most the slowest stage time of any split that fits:
+A* >= L f_g / pp (on Llama-3 70B at tp 1, a stage holding 31 micro-batches holds one layer
+where the continuous relaxation gives it 1.6).
 
 Each recomputed layer repeats its forward, rc_fwd (coefficients._layer_costs: recompute_time =
 rc_fwd + ZeRO-3's extra exposure, 0 at ZeRO 0-2 and in a pipeline, where ZeRO-3's gathers run once
@@ -47,6 +48,7 @@ plans' stash and recompute are not read here).
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -190,7 +192,7 @@ class RecomputeFloor:
         for bi, rows in enumerate(self._rows(g, tp, cp, pp, zeros, most_ranks)):
             for si in range(f.shape[1]):
                 for row in rows:
-                    slowest[bi, si] = min(slowest[bi, si], slowest_stage_s(*row, L, f[bi, si], rho[bi, si]))
+                    slowest[bi, si] = min(slowest[bi, si], slowest_stage_s(*row, int(L), f[bi, si], rho[bi, si]))
         slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
         total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -211,37 +213,50 @@ class RecomputeFloor:
         return f + r * self._rc_fwd_s(g, tp, cp) / self.inst.model.layers
 
 
-def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float, f: float,
-                    rho: float) -> float:
-    """A*: the least slowest-stage time of any real split of `layers` over the stages whose
-    time is at least n_s f + r_s rho with r_s >= rho_s(n_s) (module docstring): at a time A
-    stage s holds h_s(A) = A / f layers up to its free room / held, then n0_s + (A - n0_s f) /
-    (f + rho slope_s) up to where every layer is recomputed; A* is the least A with
-    sum_s h_s(A) >= layers (sum_s h_s grows with A), found by bisection to 1e-9 relative, from
-    above (inf where no A holds them)."""
-    free = np.maximum(room, 0.0) / held
-    per_full = held - held / slope
-    full = np.where(per_full > 0, np.maximum(room, 0.0) / np.where(per_full > 0, per_full, 1.0), np.inf)
-    full = np.maximum(full, free)
-    if full.sum() < layers:
-        return float("inf")
-    with np.errstate(invalid="ignore"):
-        grow = np.where(np.isfinite(slope), f + rho * slope, np.inf)
-
-    def holds(a: float) -> float:
-        over = free + np.where(np.isfinite(grow), (a - free * f) / grow, 0.0)
-        return float(np.where(a <= free * f, a / f, np.minimum(full, over)).sum())
-    lo, hi = layers * f / len(room), layers * f / len(room)
-    while holds(hi) < layers:
-        hi *= 2
-        if hi > 1e9 * (lo + 1e-30):
+def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f, rho) -> float:
+    """A*: the least slowest-stage time of any split of `layers` (integers, each stage >= 1)
+    over stages whose time is at least t_s(n) = n f + rho ceil(rho_s(n)) for n layers (r_s
+    >= rho_s(n) recomputed, an integer; module docstring), n up to where every layer is
+    recomputed: stage s holds h_s(A) = #{n >= 1 : t_s(n) <= A} layers at a time A (t_s grows
+    with n), so A* is the layers-th least of every stage's t_s(1..), and at least each
+    stage's t_s(1); inf where the stages cannot hold `layers`. Arrays: (stages,); f and rho
+    (each layer's floor and recompute) a number or one per stage."""
+    times = []
+    fs, rhos = np.broadcast_to(f, room.shape).tolist(), np.broadcast_to(rho, room.shape).tolist()
+    for rm, hd, sl, f, rho in zip(room.tolist(), held.tolist(), slope.tolist(), fs, rhos):
+        top = rm / (hd - hd / sl) if hd - hd / sl > 0 else math.inf  # every layer recomputed
+        n = np.arange(1, int(min(top, layers)) + 1, dtype=float)
+        if not n.size:
             return float("inf")
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if holds(mid) >= layers:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-9 * hi:
-            break
-    return lo
+        need = np.maximum((n * hd - rm) / (hd / sl), 0.0) if math.isfinite(sl) else np.where(n * hd <= rm, 0.0, np.inf)
+        t = n * f + rho * np.ceil(need - 1e-9)
+        times.append(t[np.isfinite(t)])
+    every = np.concatenate(times)
+    if every.size < layers or any(not t.size for t in times):
+        return float("inf")
+    return float(max(np.partition(every, layers - 1)[layers - 1], max(t[0] for t in times)))
+
+
+def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
+                          most_ranks: int) -> np.ndarray:
+    """(micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages on each
+    group g (a mixed layout's, beside replica classes: m >= pp, so stage s holds pp - s
+    micro-batches): its stages on g take some counts[g] of the places, whose in-flight counts
+    are at least 1..counts[g], each group read at those (a relaxation: two groups cannot both
+    take the last places), and the end-stage relief of slots on each group's first and last;
+    each stage at its group's floor and recompute, the least over the (sp, ZeRO) rows."""
+    fb, L = rc.fb, rc.inst.model.layers
+    if not zeros or any(rc._plain(g, tp, cp, c, zeros) for g, c in counts.items()):
+        return np.zeros((len(fb.mbs), len(fb.idx)))
+    rows = {g: rc._rows(g, tp, cp, c, tuple(zeros), most_ranks) for g, c in counts.items()}
+    floors = {g: fb.floor(g, tp, cp) for g in counts}
+    rcs = {g: rc._rc_fwd_s(g, tp, cp) for g in counts}
+    out = np.full((len(fb.mbs), len(fb.idx)), np.inf)
+    for bi in range(len(fb.mbs)):
+        for mode in range(len(next(iter(rows.values()))[bi])):
+            room, held, slope = (np.concatenate([rows[g][bi][mode][x] for g in counts]) for x in range(3))
+            for si in range(len(fb.idx)):
+                f = np.concatenate([np.full(c, floors[g][bi, si]) for g, c in counts.items()])
+                rho = np.concatenate([np.full(c, rcs[g][bi, si]) for g, c in counts.items()])
+                out[bi, si] = min(out[bi, si], slowest_stage_s(room, held, slope, L, f, rho))
+    return out
