@@ -221,20 +221,22 @@ def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layer
     with n), so A* is the layers-th least of every stage's t_s(1..), and at least each
     stage's t_s(1); inf where the stages cannot hold `layers`. Arrays: (stages,); f and rho
     (each layer's floor and recompute) a number or one per stage."""
-    times = []
-    fs, rhos = np.broadcast_to(f, room.shape).tolist(), np.broadcast_to(rho, room.shape).tolist()
-    for rm, hd, sl, f, rho in zip(room.tolist(), held.tolist(), slope.tolist(), fs, rhos):
-        top = rm / (hd - hd / sl) if hd - hd / sl > 0 else math.inf  # every layer recomputed
-        n = np.arange(1, int(min(top, layers)) + 1, dtype=float)
-        if not n.size:
-            return float("inf")
-        need = np.maximum((n * hd - rm) / (hd / sl), 0.0) if math.isfinite(sl) else np.where(n * hd <= rm, 0.0, np.inf)
+    f = np.broadcast_to(np.asarray(f, float), room.shape)[:, None]
+    rho = np.broadcast_to(np.asarray(rho, float), room.shape)[:, None]
+    per_full = held - held / slope  # a layer's bytes with every layer recomputed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
+        n = np.arange(1, layers + 1, dtype=float)[None, :]  # (1, layers)
+        freed = (held / slope)[:, None]  # f_s (a - c): what recomputing one layer frees
+        need = np.where(np.isfinite(slope)[:, None], np.maximum((n * held[:, None] - room[:, None]) / freed, 0.0),
+                        np.where(n * held[:, None] <= room[:, None], 0.0, np.inf))
         t = n * f + rho * np.ceil(need - 1e-9)
-        times.append(t[np.isfinite(t)])
-    every = np.concatenate(times)
-    if every.size < layers or any(not t.size for t in times):
+    t = np.where(n <= np.floor(top + 1e-9)[:, None], t, np.inf)
+    if not np.isfinite(t[:, 0]).all():  # a stage that holds no layer
         return float("inf")
-    return float(max(np.partition(every, layers - 1)[layers - 1], max(t[0] for t in times)))
+    every = t.ravel()
+    kth = np.partition(every, layers - 1)[layers - 1]
+    return float(max(kth, t[:, 0].max())) if math.isfinite(kth) else float("inf")
 
 
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
