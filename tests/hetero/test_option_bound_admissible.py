@@ -30,7 +30,7 @@ CASES = ((1, {}), (2, {}), (13, {}),
          (1, {"virtual_stages": (1, 2), "zero": (0, 1), "full_recompute": True}))
 
 
-def _optimum_s(inst, part) -> float:
+def optimum_s(inst, part) -> float:
     """The layout's priced optimum: the least objective over its outer configurations."""
     outers = [o for blk in part.blocks() for o in blk.outers()]
     best = math.inf
@@ -62,7 +62,7 @@ def test_the_option_bound_is_at_most_every_layouts_priced_optimum(seed, space):
                 got = lazy.set_up([ch])
                 kids += [n for n in got if isinstance(n, search_mod._Choice)]
                 for part in lazy.partials[start:]:
-                    best = _optimum_s(inst, part)
+                    best = optimum_s(inst, part)
                     if not math.isfinite(best):
                         continue
                     checked += 1
