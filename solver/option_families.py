@@ -62,12 +62,12 @@ sum is at most the plan's time; both multiply by the same quantile factor as the
 
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest
-x pp / f_g over its ways, at least its least bubble and its least stage slots; and its classes
+D over its ways, at least its least B (_rates) and its least stage slots; and its classes
 are all deep only if some way of each group left is. Bounding with those is at most every
 completion's bound; the sync's pp_min is at most each chosen class's stages, each group left's
 deepest shallowest class and, with fewer than two classes chosen, some group left's deepest
-class, and its ranks at least the replicas chosen plus each group left's fewest. So a family, or a partial choice, whose bound cannot beat a plan's value
-holds no layout that can, and the search's answer, with its tie rule (each layout keeps the
+class, and its ranks at least the replicas chosen plus each group left's fewest. So a family,
+or a partial choice, whose bound cannot beat a plan's value holds no layout that can, and the search's answer, with its tie rule (each layout keeps the
 rank of its place in the full listing, _rank_fields), is that of the full listing.
 """
 
@@ -319,7 +319,8 @@ class OptionBounds:
                  for fg in f]
         levels = [self._profiles_of(w) for w in ways]
         raised = single and tuple(zeros) == (3,)
-        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None) for g, w, lv, fg in zip(order, ways, levels, f)]
+        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None)
+                 for g, w, lv, fg in zip(order, ways, levels, f)]
         # per level, the relaxation of the levels from it on: (D, B, P, some deep, least
         # replicas, most shallowest stages: the shallowest class of a completion is no deeper
         # than the deepest shallowest class of each group left, D at ZeRO-3, the most stages
@@ -329,7 +330,8 @@ class OptionBounds:
             d, b, p, deep, r, sh, d3, some = rest[0]
             top, least_b, least_p, some_deep, least_r, most_sh = self._summary(ways[j])[1]
             deepest = max((q.shallow for q in levels[j] if math.isfinite(q.shallow)), default=0.0)
-            rest.insert(0, (d + np.maximum.reduce([x[0] for x in rates[j]]), b + np.minimum.reduce([x[1] for x in rates[j]]),
+            top_d, least_bb = np.maximum.reduce([x[0] for x in rates[j]]), np.minimum.reduce([x[1] for x in rates[j]])
+            rest.insert(0, (d + top_d, b + least_bb,
                             p + least_p, deep and some_deep, r + least_r,
                             min(sh, most_sh), d3 + top / f3[j] if f3 is not None else 0.0, max(some, deepest)))
         factor = self.fb.factor(fam.used, fam.cp, (1, 2))
