@@ -38,17 +38,42 @@ scenarios as the objective (max or weights >= 0: monotone), least over every mic
 the space may offer, times the least quantile factor of the layouts (FamilyBounds.factor: the
 groups used, cp, deepest class 1 or 2). A layout of one class is not in these families (inf).
 
+**What the floors leave out** (issue 33: on 32 A100 + 32 H100 with the three options the
+bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, admissibly:
+- the memory a class's group holds (solver/bounds/option_recompute.py): a replica class of pp
+  stages on g cannot balance its layers where its early stages, holding pp - s micro-batches,
+  run out of memory; its slowest stage then takes at least A* >= L f_g / pp (each stage holding
+  what its memory allows for free, then at a recompute per layer it frees), and its stage times
+  sum to at least S_lo = L f_g + R rho (R the fewest layers any split recomputes). The
+  derivation above reads only A_k >= A_lo and S_k >= S_lo, so each such class adds L / A* to D
+  and S_lo / A* - 1 (<= pp - 1) to B, read at most ZeRO ranks on inner nodes and at the
+  layout's own replicas times cp on a node of every group chosen (_at_ranks);
+- the gradient sync after the last backward (solver/bounds/option_sync.py): the plan's time is
+  its slowest pipeline plus its slowest stage's sync (class_coefficients.iteration_time_s), and
+  the stage holding the most layers of the shallowest class holds L / pp_min of them, each
+  reducing its gradients over the ring every replica joins (the group link, on >= 2 groups),
+  at the least exposure any ZeRO stage allows: the bound adds L y / pp_min (y the floor of one
+  layer's sync at the layout's fewest ranks, >= 2 cp). A layout of one-stage classes may run
+  ZeRO-3 instead, which syncs nothing after the backward but gathers and reduce-scatters every
+  layer per micro-batch: its floors are raised to at least 2 ag + rs
+  (SyncFloor.zero3_layer_s) and the bound is the lesser of the two readings (_bound).
+The pipeline part and the sync are bounded apart (each at its least over the modes), so their
+sum is at most the plan's time; both multiply by the same quantile factor as the plan.
+
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest
-x pp / f_g over its ways, at least its least bubble and its least stage slots; and its classes
+D over its ways, at least its least B (_rates) and its least stage slots; and its classes
 are all deep only if some way of each group left is. Bounding with those is at most every
-completion's bound. So a family, or a partial choice, whose bound cannot beat a plan's value
-holds no layout that can, and the search's answer, with its tie rule (each layout keeps the
+completion's bound; the sync's pp_min is at most each chosen class's stages, each group left's
+deepest shallowest class and, with fewer than two classes chosen, some group left's deepest
+class, and its ranks at least the replicas chosen plus each group left's fewest. So a family,
+or a partial choice, whose bound cannot beat a plan's value holds no layout that can, and the search's answer, with its tie rule (each layout keeps the
 rank of its place in the full listing, _rank_fields), is that of the full listing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -57,6 +82,8 @@ import numpy as np
 
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.plan_specs import ClassShape
+from paraplan.solver.bounds.option_recompute import RecomputeFloor, stage_class_slowest_s
+from paraplan.solver.bounds.option_sync import SyncFloor
 from paraplan.solver.class_layouts import MAX_LAYOUTS, _pp_ok, group_shares, too_many_layouts
 from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank
 
@@ -76,12 +103,14 @@ class OptionFamily:
 @dataclass
 class _Profile:
     """The ways of one group (tuples of ClassShape) that the bound reads alike: stage slots
-    used U = sum x pp, bubble B = sum x (pp - 1), classes n (0, 1 or >= 2: 2), all deep."""
+    used U = sum x pp, bubble B = sum x (pp - 1), classes n (0, 1 or >= 2: 2), all deep, and
+    the shallowest class's stages (inf for none; the replicas are U - B)."""
 
     slots: int
     bubble: int
     classes: int
     deep: bool
+    shallow: float
     members: list
 
 
@@ -95,7 +124,7 @@ def _profiles(ways: list[tuple]) -> list[_Profile]:
             u += pp * r
             b += (pp - 1) * r
             deep = deep and pp > 1
-        key = (u, b, min(len(way), 2), deep)
+        key = (u, b, min(len(way), 2), deep, float(min((pp for pp, _ in way), default=math.inf)))
         got = out.get(key)
         if got is None:
             got = out[key] = _Profile(*key, [])
@@ -127,6 +156,8 @@ class _Base:
     bv: float = 0.0
     slots: int = 0
     classes: int = 0
+    replicas: int = 0
+    shallow: float = math.inf  # its stages
 
 
 class OptionBounds:
@@ -149,6 +180,8 @@ class OptionBounds:
         self.set_up = 0  # class layouts set up
         self.profiles: dict[int, tuple] = {}
         self.ways: dict[tuple, list] = {}
+        self.sync = SyncFloor(fb)
+        self.recompute = RecomputeFloor(fb)
 
     def _profiles_of(self, ways: list[tuple]) -> list[_Profile]:
         """_profiles(ways), once per list of ways (the fills of one group and room repeat
@@ -156,12 +189,14 @@ class OptionBounds:
         return self._summary(ways)[0]
 
     def _summary(self, ways: list[tuple]) -> tuple:
-        """(profiles, (largest slots, least bubble, least slots, some deep)) of a group's ways."""
+        """(profiles, (largest slots, least bubble, least slots, some deep, least replicas,
+        most shallowest-class stages)) of a group's ways."""
         got = self.profiles.get(id(ways))
         if got is None or got[0] is not ways:
             lv = _profiles(ways)
-            got = self.profiles[id(ways)] = (ways, (lv, (max(q.slots for q in lv), min(q.bubble for q in lv),
-                                                         min(q.slots for q in lv), any(q.deep for q in lv))))
+            got = self.profiles[id(ways)] = (ways, (lv, (
+                max(q.slots for q in lv), min(q.bubble for q in lv), min(q.slots for q in lv),
+                any(q.deep for q in lv), min(q.slots - q.bubble for q in lv), max(q.shallow for q in lv))))
         return got[1]
 
     def _ways(self, key: tuple, make) -> list[tuple]:
@@ -172,17 +207,17 @@ class OptionBounds:
         return got
 
     # -- the bound ------------------------------------------------------------------------
-    def _z(self, d, b1, bv, slots, deep) -> np.ndarray:
-        """Per micro-batch size (leading axes kept): the module's Z, aggregated over scenarios.
-        d, b1: (..., mbs, scenarios); bv, slots, deep: (...) broadcastable."""
+    def _z(self, d, b1, bv, slots, deep, sync=0.0) -> np.ndarray:
+        """Per micro-batch size (leading axes kept): the module's Z plus `sync`, aggregated over
+        scenarios. d, b1, bv, sync: (..., mbs, scenarios); slots, deep: (...) broadcastable."""
         fb, M, L = self.fb, self.M, self.L
         slots = np.asarray(slots, float)[..., None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(M >= slots, L * (M + b1) / d, np.inf)
             ok = np.asarray(deep)[..., None, None] & (M >= 2 * slots)
             for v in self.vs:
-                z = np.minimum(z, np.where(ok, L * (M + np.asarray(bv, float)[..., None, None] / v) / d, np.inf))
-        z = np.where(np.isnan(z) | (z < 0), np.inf, z)
+                z = np.minimum(z, np.where(ok, L * (M + np.asarray(bv, float) / v) / d, np.inf))
+        z = np.where(np.isnan(z) | (z < 0), np.inf, z) + sync
         per_mb = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)
         return per_mb.min(axis=-1)
 
@@ -192,7 +227,9 @@ class OptionBounds:
         class's c_g dp and the replica classes' slots on g add to at most g's slots), no bubble
         at v = 1 (each class's is >= 0), B >= -dp >= -(the most slots of a group) at v > 1 (the
         stage-wise class's -dp, the replica classes' >= 0) and P >= 2 (its stage-wise class
-        runs >= 2 stages): each relaxes its roots' bounds, so it is at most each."""
+        runs >= 2 stages), and the sync of >= 2 replicas (two classes at least) whose shallowest
+        class runs at most the most slots of a group (a replica class's stages): each relaxes
+        its roots' bounds, so it is at most each."""
         if fam.family == "replica":
             return min((node.bound for node in self._roots(fam)), default=float("inf"))
         groups = self.inst.cluster.groups
@@ -201,21 +238,41 @@ class OptionBounds:
             return float("inf")
         slots = [groups[g].num_gpus // u for g in fam.used]
         d = sum(x / self.fb.floor(g, fam.tp, fam.cp) for g, x in zip(fam.used, slots))
-        return float(self.fb.factor(fam.used, fam.cp, (1, 2)) * self._z(d, 0.0, -float(max(slots)), 2, True))
+        sync = self._sync(fam, self.pipe_zeros, 2, float(max(slots)))
+        return float(self.fb.factor(fam.used, fam.cp, (1, 2)) * self._z(d, 0.0, -float(max(slots)), 2, True, sync))
+
+    def _sync(self, fam: OptionFamily, zeros: tuple, replicas: int, shallow: float) -> np.ndarray:
+        """(micro-batch sizes, scenarios): the least gradient sync after the last backward of a
+        layout of at least `replicas` replicas (>= 2: two classes) whose shallowest class runs at
+        most `shallow` stages, at a ZeRO stage of `zeros`: L / shallow layers on its fullest
+        stage, each at option_sync.SyncFloor's floor (0 where shallow is unknown, inf)."""
+        shape = (len(self.fb.mbs), len(self.fb.idx))
+        if not math.isfinite(shallow):
+            return np.zeros(shape)
+        if shallow <= 0:  # no class can come: no layout completes this
+            return np.full(shape, np.inf)
+        y = self.sync.per_layer_s(fam.used, fam.tp, fam.cp, tuple(zeros), fam.cp * max(replicas, 2))
+        return self.L * y / shallow
 
     def open(self, fam: OptionFamily, can_win) -> list[tuple[int, float]]:
         """(node, bound) of the family's roots whose bound can still win."""
         return [self._keep(n) for n in self._roots(fam) if can_win(n.bound)]
 
     def expand(self, lst, x: int, can_win) -> tuple[list[tuple[int, float]], list[Partial]]:
-        """Node x's children whose bound can win: (node, bound) of partial choices, and the
-        partial layouts of the class layouts it completes."""
+        """Node x's children whose bound can win: (node, bound) of partial choices (the last
+        group's profiles among them, each a node of its own, so that their layouts are set up
+        in the order of their bounds), and the partial layouts of the class layouts a node of
+        every group's profile chosen completes."""
         node = self.nodes[x]
         self.nodes[x] = None  # expanded once
         if node.depth < len(node.levels) - 1:
             return self._children(node, can_win), []
+        if node.depth == len(node.levels) - 1:
+            return self._leaves(node, can_win), []
         out = []
-        for fields, shapes in self._leaves(node, can_win):
+        picked = [node.levels[k][i] for k, i in enumerate(node.picked)]
+        for fields, shapes in (x for picks in itertools.product(*(p.members for p in picked))
+                               for x in self._layouts_of(node, picks)):
             if self.set_up >= MAX_LAYOUTS:
                 raise too_many_layouts(self.inst, "the bound leaves")
             self.set_up += 1
@@ -235,31 +292,89 @@ class OptionBounds:
         stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed."""
         if fam not in self.root_memo:
             if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
-                roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None),
-                         self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None)]
-                if roots[0] is not None:
-                    roots[0].pipelined = True
+                roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None, self.pipe_zeros,
+                                    True),
+                         self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None,
+                                    self.inst.search.zero, single=True)]
             else:
                 roots = list(self._mixed_roots(fam))
             self.root_memo[fam] = [n for n in roots if n is not None]
         return self.root_memo[fam]
 
-    def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage) -> "_Node | None":
+    def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage,
+              zeros: tuple, pipelined: bool = False, single: bool = False) -> "_Node | None":
+        """The root over `ways` (per group of `order`) beside `base`, its layouts at a ZeRO
+        stage of `zeros`, bounded with every group relaxed; `pipelined`: a replica family's
+        layouts with a class of pp > 1 (_replica_ways); `single`: its layouts without, whose
+        ZeRO-3 is bounded apart, on the floors it raises (_bound)."""
         if not all(ways):
             return None
         f = [self.fb.floor(g, fam.tp, fam.cp) for g in order]
+        f3 = None
+        if single and 3 in zeros and len(zeros) > 1:
+            z3 = self.sync.zero3_layer_s(fam.used, fam.tp, fam.cp * max(2, len(fam.used)))
+            f3, zeros = [np.maximum(fg, z3) for fg in f], tuple(z for z in zeros if z != 3)
+        elif single and tuple(zeros) == (3,):
+            f = [np.maximum(fg, self.sync.zero3_layer_s(fam.used, fam.tp, fam.cp * max(2, len(fam.used))))
+                 for fg in f]
         levels = [self._profiles_of(w) for w in ways]
-        # per level, the relaxation of the levels from it on: (D, B, P, some deep)
-        rest = [(0.0, 0, 0, True)]
-        for w, fg in zip(reversed(ways), reversed(f)):
-            d, b, p, deep = rest[0]
-            top, least_b, least_p, some_deep = self._summary(w)[1]
-            rest.insert(0, (d + top / fg, b + least_b, p + least_p, deep and some_deep))
+        raised = single and tuple(zeros) == (3,)
+        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None)
+                 for g, w, lv, fg in zip(order, ways, levels, f)]
+        # per level, the relaxation of the levels from it on: (D, B, P, some deep, least
+        # replicas, most shallowest stages: the shallowest class of a completion is no deeper
+        # than the deepest shallowest class of each group left, D at ZeRO-3, the most stages
+        # of a class of some group left)
+        rest = [(0.0, 0.0, 0, True, 0, math.inf, 0.0, 0.0)]
+        for j in reversed(range(len(ways))):
+            d, b, p, deep, r, sh, d3, some = rest[0]
+            top, least_b, least_p, some_deep, least_r, most_sh = self._summary(ways[j])[1]
+            deepest = max((q.shallow for q in levels[j] if math.isfinite(q.shallow)), default=0.0)
+            top_d, least_bb = np.maximum.reduce([x[0] for x in rates[j]]), np.minimum.reduce([x[1] for x in rates[j]])
+            rest.insert(0, (d + top_d, b + least_bb,
+                            p + least_p, deep and some_deep, r + least_r,
+                            min(sh, most_sh), d3 + top / f3[j] if f3 is not None else 0.0, max(some, deepest)))
         factor = self.fb.factor(fam.used, fam.cp, (1, 2))
-        state = (base.d, base.b1, base.bv, base.slots, base.classes, True)
-        node = _Node(fam, order, stage, ways, levels, f, rest, factor, state, (), 0.0)
+        zero = np.zeros((len(self.fb.mbs), len(self.fb.idx)))
+        state = (base.d, base.b1 + zero, base.bv + zero, base.slots, base.classes, True, base.replicas, base.shallow,
+                 base.d)
+        node = _Node(fam, order, stage, ways, levels, f, rest, factor, state, (), 0.0, pipelined, tuple(zeros), f3,
+                     rates, raised, state[:3])
         node.bound = self._relaxed(node, state, 0)
         return node
+
+    def _rates(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
+               raised=None, ranks: int | None = None) -> list[tuple]:
+        """Per profile of group g's `ways`, (the most D, the least B) its ways add, each class
+        at option_recompute.RecomputeFloor.class_terms (its slowest stage's least time with
+        the memory its group holds, A* >= L f_g / pp, and the least sum of its stage times),
+        which the module docstring's derivation reads in place of L f_g / pp and L f_g; `raised`:
+        the floor ZeRO-3 raises, where every layout runs it (one-stage classes). Z falls with D
+        and grows with B, so a profile read at its ways' most D and least B is read at most at
+        each's bound; `ranks`: the ZeRO ranks of the layouts read (else the most the family's
+        may have: every stage slot of its groups, times cp)."""
+        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, ranks)
+        got = self.ways.get(key)
+        if got is None or got[0] is not ways:
+            groups = self.inst.cluster.groups
+            most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+            terms: dict[int, tuple] = {}
+            out = []
+            for q in levels:
+                top, least = np.zeros((len(self.fb.mbs), len(self.fb.idx))), None
+                for i in q.members:
+                    d, b = 0.0, 0.0
+                    for pp, r in ways[i][1]:
+                        if pp not in terms:
+                            terms[pp] = (self.recompute.class_terms(g, fam.tp, fam.cp, pp, tuple(zeros), most)
+                                         if raised is None else
+                                         (pp / np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised), pp - 1.0))
+                        d, b = d + r * terms[pp][0], b + r * terms[pp][1]
+                    top = np.maximum(top, d)
+                    least = b if least is None else np.minimum(least, b)
+                out.append((top, least + 0.0 * top))
+            got = self.ways[key] = (ways, out)
+        return got[1]
 
     def _replica_ways(self, fam: OptionFamily, pipelined: bool) -> list[list[tuple]]:
         """Per group its ways (class_layouts.replica_options, as (pp, replicas) shares): with
@@ -309,41 +424,88 @@ class OptionBounds:
             return self.ways[key]
         return fits
 
+    def _bound(self, node: "_Node", d, d3, b1, bv, slots, deep, sync) -> np.ndarray:
+        """node.factor times the module's Z plus `sync` on the floors (D = d), or, for a root
+        whose layouts may run ZeRO-3 without a pipeline, the lesser of that and Z on the floors
+        ZeRO-3 raises (D = d3, no sync: option_sync.SyncFloor.zero3_layer_s) at ZeRO-3. Arrays
+        as _z's."""
+        z = self._z(d, b1, bv, slots, deep, sync)
+        if node.f3 is not None:
+            z = np.minimum(z, self._z(d3, b1, bv, slots, deep))
+        return node.factor * z
+
+    @staticmethod
+    def _shallow(state, rest) -> float:
+        """The most stages the shallowest class of a completion of `state` by `rest` runs: no
+        more than any class chosen, than the deepest shallowest class of each group left, and,
+        with fewer than two classes chosen (a layout holds two), than some group's left."""
+        sh = min(state[7], rest[5])
+        return min(sh, rest[7]) if state[4] < 2 else sh
+
     def _relaxed(self, node: "_Node", state, j: int) -> float:
         """The bound of `state` (the first j groups chosen) with the groups from j relaxed."""
-        d, b1, bv, slots, _, deep = state
-        rd, rb, rp, rdeep = node.rest[j]
-        return float(node.factor * self._z(d + rd, b1 + rb, bv + rb, slots + rp, deep and rdeep))
+        d, b1, bv, slots, _, deep, reps, _, d3 = state
+        rest = node.rest[j]
+        rd, rb, rp, rdeep, rr, _, rd3, _ = rest
+        sync = self._sync(node.fam, node.zeros, reps + rr, self._shallow(state, rest))
+        return float(self._bound(node, d + rd, d3 + rd3, b1 + rb, bv + rb, slots + rp, deep and rdeep, sync))
+
+    @staticmethod
+    def _chosen(node: "_Node", j: int, i: int) -> tuple:
+        """node.state with group j's profile i chosen."""
+        q = node.levels[j][i]
+        d, b1, bv, slots, classes, deep, reps, sh, d3 = node.state
+        rate, bubble = node.rates[j][i]
+        return (d + rate, b1 + bubble, bv + bubble, slots + q.slots, classes + q.classes,
+                deep and q.deep, reps + q.slots - q.bubble, min(sh, q.shallow),
+                d3 + q.slots / node.f3[j] if node.f3 is not None else 0.0)
 
     def _children(self, node: "_Node", can_win) -> list[tuple[int, float]]:
         """Node's children (one more group's profile chosen) whose bound can win."""
         j = node.depth
-        d, b1, bv, slots, classes, deep = node.state
         out = []
         for i, q in enumerate(node.levels[j]):
-            state = (d + q.slots / node.f[j], b1 + q.bubble, bv + q.bubble, slots + q.slots,
-                     classes + q.classes, deep and q.deep)
+            state = self._chosen(node, j, i)
             lb = self._relaxed(node, state, j + 1)
             if can_win(lb):
-                out.append(self._keep(_Node(node.fam, node.order, node.stage, node.ways, node.levels, node.f, node.rest,
-                                            node.factor, state, node.picked + (i,), lb, node.pipelined)))
+                out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb)))
         return out
 
-    def _leaves(self, node: "_Node", can_win):
-        """(rank fields, shapes) of the class layouts completing `node` by the last group's
-        profiles whose bound can win, every way at once."""
-        j, qs = node.depth, node.levels[-1]
-        d, b1, bv, slots, classes, deep = node.state
-        bb = np.array([q.bubble for q in qs], float)
-        zz = node.factor * self._z(d + np.array([q.slots for q in qs], float)[:, None, None] / node.f[-1],
-                                   b1 + bb[:, None, None], bv + bb, slots + np.array([q.slots for q in qs]),
-                                   np.array([deep and q.deep for q in qs]))
-        picked = [node.levels[k][i] for k, i in enumerate(node.picked)]
-        for q, lb in zip(qs, zz.tolist()):
-            if classes + q.classes < 2 or not can_win(lb) or node.pipelined and bv + q.bubble == 0:
+    def _leaves(self, node: "_Node", can_win) -> list[tuple[int, float]]:
+        """(node, bound) of `node` completed by each of the last group's profiles whose bound
+        can win, every profile at once."""
+        qs = node.levels[-1]
+        states = [self._chosen(node, len(node.levels) - 1, i) for i in range(len(qs))]
+        col = [np.array(x) for x in zip(*states)]  # per state field, over the profiles
+        d, b1, bv, slots, _, deep, reps, sh, d3 = col
+        sync = np.stack([self._sync(node.fam, node.zeros, int(r), float(x)) for r, x in zip(reps, sh)])
+        zz = self._bound(node, d, d3, b1, bv, slots, deep, sync)
+        classes = node.state[4]
+        pipes = sum(node.levels[k][i].bubble for k, i in enumerate(node.picked))  # > 0: a class of pp > 1
+        out = []
+        for i, (q, lb, state) in enumerate(zip(qs, zz.tolist(), states)):
+            if classes + q.classes < 2 or not can_win(lb) or node.pipelined and pipes + q.bubble == 0:
                 continue  # (a pipelined root's layout without a class of pp > 1 is the other root's)
-            for picks in itertools.product(*(p.members for p in picked), q.members):
-                yield from self._layouts_of(node, picks)
+            lb = max(lb, self._at_ranks(node, i, state, sync[i]))
+            if can_win(lb):
+                out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb)))
+        return out
+
+    def _at_ranks(self, node: "_Node", i: int, state: tuple, sync) -> float:
+        """The bound of `node` completed by the last group's profile i with every class read at
+        the layout's own ZeRO ranks (its replicas times cp) instead of the most its family may
+        have (_rates: a ring of fewer ranks shards the state less, so memory binds more); -inf
+        where the floors ZeRO-3 raises are read (_root)."""
+        if node.raised:
+            return -math.inf
+        fam, picks = node.fam, node.picked + (i,)
+        ranks = fam.cp * state[6]
+        d, b = node.base[0], node.base[1]
+        for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
+            rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
+            d, b = d + rate, b + bubble
+        bv = node.base[2] + (b - node.base[1])
+        return float(self._bound(node, d, state[8], b, bv, state[3], state[5], sync))
 
     def _layouts_of(self, node: "_Node", picks: tuple):
         """(rank fields, shapes) of the layouts of one way per group (`picks`)."""
@@ -365,6 +527,23 @@ class OptionBounds:
             stages = tuple(g for i in perm for g in [S[i]] * counts[i])
             fields = (si, dp, *counts, *(0,) * (G - k), *picks, *(0,) * (G - len(picks)), oi)
             yield fields, (ClassShape(replicas=dp, stage_groups=stages),) + replicas
+
+    def _stage_rate(self, fam: OptionFamily, S: tuple, counts: tuple, plain: np.ndarray) -> np.ndarray:
+        """R = L / A_lo of a mixed layout's stage-wise class of counts[i] stages on S[i]: the
+        least of the floors' (plain, sum_g c_g / f_g) and of the memory its groups hold
+        (option_recompute.stage_class_slowest_s: A* >= the slowest stage of any split that
+        fits); 0 where no split fits. The derivation reads A_lo and S_lo = L f_min, so its
+        bubble is f_min R - 1 (_mixed_roots)."""
+        key = ("stage rate", S, counts, fam.tp, fam.cp)
+        got = self.ways.get(key)
+        if got is None:
+            groups = self.inst.cluster.groups
+            most = fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+            slowest = stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp, self.pipe_zeros,
+                                            most)
+            with np.errstate(divide="ignore"):
+                got = self.ways[key] = np.minimum(plain, self.L / slowest)
+        return got
 
     def _mixed_roots(self, fam: OptionFamily):
         """The mixed family's roots, in class_layouts._mixed_shapes' order: per subset S, dp and
@@ -392,19 +571,20 @@ class OptionBounds:
                 for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
                     if not _pp_ok(inst, sum(counts)):
                         continue
-                    rate = sum(c / floors[g] for g, c in zip(S, counts))  # R of the stage-wise class
+                    rate = self._stage_rate(fam, S, counts, sum(c / floors[g] for g, c in zip(S, counts)))
                     base = _Base(d=dp * rate, b1=dp * (fmin * rate - 1), bv=-float(dp), slots=dp * sum(counts),
-                                 classes=1)
+                                 classes=1, replicas=dp, shallow=float(sum(counts)))
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
                             + [fill(g, slots[g], False) for g in rest])
-                    yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts))
+                    yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros)
 
 
 @dataclass
 class _Node:
     """A partial choice of one family: the first `depth` groups' profiles `picked` (in `order`
     of the root: S's groups first for a mixed layout), `state` what they add to the bound
-    (D, B at v = 1, B at v > 1, P, classes, all deep), `bound` its relaxed bound (_relaxed)."""
+    (D, B at v = 1, B at v > 1, P, classes, all deep, replicas, shallowest class's stages),
+    `bound` its relaxed bound (_relaxed)."""
 
     fam: OptionFamily
     order: tuple  # the groups of `ways`, in their order
@@ -418,6 +598,11 @@ class _Node:
     picked: tuple
     bound: float
     pipelined: bool = False  # a replica family's layouts with a class of pp > 1 (_replica_ways)
+    zeros: tuple = ()  # the ZeRO stages its layouts may run (the sync's floor reads them)
+    f3: list | None = None  # the floors at ZeRO-3 without a pipeline, where bounded apart (_bound)
+    rates: list | None = None  # per level, per profile: (most D, least B) its ways add (OptionBounds._rates)
+    raised: bool = False  # its floors are those ZeRO-3 raises (_root)
+    base: tuple = ()  # (D, B at v = 1, B at v > 1) of its fixed part (_Base)
 
     @property
     def depth(self) -> int:

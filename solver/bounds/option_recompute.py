@@ -1,0 +1,264 @@
+"""The least full recomputation memory forces on a replica class of an option family (issue 33:
+on 32 A100 + 32 H100 the families' bound, solver/option_families.py, priced each layer at its
+group's floor f_g, stage_families.FamilyBounds.floor, the least over the recompute modes, while a
+Llama-3 70B class at tp 1 or 2 cannot hold its layers' activations without recomputing many).
+
+A replica class of pp stages on group g, in a layout of several classes, holds pp - s
+micro-batches in flight on stage s with 1F1B (class_coefficients.class_outer; interleaved,
+cost/coefficients.in_flight_micro_batches holds at least as many), so stage s holding n_s layers
+of which r_s are fully recomputed needs (cost/stage_memory, cost/schedule.stage_mem_bytes)
+    M_s = stage_mem + n_s (state + f_s a) - r_s f_s (a - c) <= cap,   f_s = pp - s,
+a, c one micro-batch's stash of a layer without full recompute and of a recomputed one (its
+input), allocator fragmentation included. Each term is read at its least over what a layout
+may choose at the micro-batch size b: stage_mem at least the runtime allowance and backward
+workspace (space.micro_batch_lower_bound_terms' `every`, its allowance at the fewest ranks, 2 cp),
+state at the most ranks ZeRO may shard over (every stage slot of the groups used, times cp), a
+at the least of the listing's recompute modes less the job's storage savings (as
+coefficients.megatron_layer), sp and ZeRO at each value allowed, the least kept. With the
+embedding or loss as a layer slot (interleaving) the end stages' short chunks correct their
+stash (cost/schedule.uneven_chunk_mem_bytes), so where the space runs slots the two end stages
+are read with no stash at all (only their state: n_s state <= room_s). So
+    r_s >= rho_s(n_s) = clip((n_s (state + f_s a) - room_s) / (f_s (a - c)), 0, n_s),
+room_s = cap - every, a convex piecewise-linear function of n_s (0 up to room_s / (state + f_s
+a), then slope (state + f_s a) / (f_s (a - c)) until every layer is recomputed, beyond which the
+stage cannot hold n_s). The fewest recomputed layers of the class, R = min sum_s rho_s(n_s) over
+real n_s >= 0 summing to L, is a relaxation of every integer split's; it fills each stage to its
+free room, then spends the rest on the stages of least slope, each up to what it holds with every
+layer recomputed (a greedy that is optimal for a sum of convex functions under one sum).
+
+**The slowest stage.** Memory also keeps a class from balancing its layers: its early stages,
+holding the most micro-batches, hold few layers unless they recompute. A stage of n layers
+(an integer, >= 1) recomputes an integer r >= rho_s(n) of them, so it takes at least t_s(n) =
+n f_g + rho ceil(rho_s(n)); the least A at which the stages hold L, each the most n with
+t_s(n) <= A (slowest_stage_s), is at most the slowest stage time of any split that fits:
+A* >= L f_g / pp (on Llama-3 70B at tp 1, a stage holding 31 micro-batches holds one layer
+where the continuous relaxation gives it 1.6).
+
+Each recomputed layer repeats its forward, rc_fwd (coefficients._layer_costs: recompute_time =
+rc_fwd + ZeRO-3's extra exposure, 0 at ZeRO 0-2 and in a pipeline, where ZeRO-3's gathers run once
+per step), at least the least over sp and the recompute modes. So the class's stage times sum to
+at least L f_g + R rho_lo, and its slowest stage to at least that / pp: the class prices like one
+on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py's derivation (which
+reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A* and S_lo = L f_g + R rho_lo
+(class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
+hide ZeRO-3 traffic), nor a class of an MoE model or with per-operator partitions (whose layer
+plans' stash and recompute are not read here).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from paraplan.cost import memory
+from paraplan.cost.class_coefficients import class_outers, group_site
+from paraplan.cost.coefficients import megatron_layer, stage_outer
+from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.plan_specs import ClassOuter, ClassShape
+from paraplan.cost.specs import Attention, Recompute
+from paraplan.solver.space import micro_batch_lower_bound_terms
+
+
+def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> float:
+    """min sum_s rho_s(n_s) over real n_s >= 0 summing to `layers` (module docstring): stage s
+    holds room[s] / held[s] layers (`held`: a layer's bytes, none recomputed) for free, each one
+    more at `slope[s]` recomputed layers (inf: none more), up to where every layer is
+    recomputed; inf where the stages cannot hold `layers`. Arrays: (stages,)."""
+    free = np.maximum(room, 0.0) / held
+    left = layers - free.sum()
+    if left <= 0:
+        return 0.0
+    # with every layer recomputed: n (held - f (a - c)) <= room, i.e. rho_s(n) = n at the most
+    # n_s = room / (held - slope^-1 held): slope = held / (f (a - c)), so f (a - c) = held / slope
+    per_full = held - held / slope  # held / slope = f (a - c); inf slope: held
+    full = np.where(per_full > 0, np.maximum(room, 0.0) / np.where(per_full > 0, per_full, 1.0), np.inf)
+    total = 0.0
+    for s in np.argsort(slope, kind="stable"):
+        take = min(left, max(full[s] - free[s], 0.0))
+        if take <= 0:
+            continue
+        total += take * slope[s]
+        left -= take
+        if left <= 0:
+            return total
+    return float("inf")
+
+
+class RecomputeFloor:
+    """f'_g(pp) of the module docstring, per micro-batch size and scenario (fb:
+    stage_families.FamilyBounds: its floors, micro-batch sizes, scenarios and recompute modes)."""
+
+    def __init__(self, fb) -> None:
+        self.fb, self.inst = fb, fb.inst
+        self.memo: dict = {}
+
+    def _sps(self, tp: int, cp: int) -> list[bool]:
+        inst = self.inst
+        return [sp for sp in inst.search.sequence_parallel
+                if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))] or [False]
+
+    def _rc_fwd_s(self, g: int, tp: int, cp: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): the least forward a full recompute repeats."""
+        key = ("rc", g, tp, cp)
+        got = self.memo.get(key)
+        if got is None:
+            inst, fb = self.inst, self.fb
+            got = np.full((len(fb.mbs), len(fb.idx)), np.inf)
+            for bi, b in enumerate(fb.mbs.astype(int).tolist()):
+                for sp, rc in itertools.product(self._sps(tp, cp), fb.recompute):
+                    o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
+                                   classes=(ClassShape(replicas=1, stage_groups=(g,)),))
+                    for si, i in enumerate(fb.idx):
+                        site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+                        lo = stage_outer(class_outers(inst.job, o)[0], site)
+                        got[bi, si] = min(got[bi, si], megatron_layer(inst, lo, site, NetEfficiency()).rc_fwd_s)
+            got = self.memo[key] = np.maximum(got, 0.0)
+        return got
+
+    def _stash_bytes(self, b: int, tp: int, cp: int, sp: bool) -> float:
+        """a: one layer's least stash for one micro-batch, fragmentation included."""
+        m, job = self.inst.model, self.inst.job
+        flash = job.attention is Attention.FLASH
+        modes = {Recompute.NONE: memory.layer_activation_bytes(m, b, tp, cp, sp, flash, job.framework, job.precision),
+                 Recompute.SELECTIVE: memory.selective_activation_bytes(m, b, tp, cp, sp, job.framework,
+                                                                        job.precision)}
+        a = min(modes.get(rc, modes[Recompute.NONE]) for rc in self.fb.recompute)
+        return (a - memory.job_activation_savings_bytes(m, b, tp, cp, sp, job)) * (1 + memory.ALLOCATOR_FRAGMENTATION)
+
+    def _rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
+        """Per micro-batch size, per (sp, ZeRO) allowed: (room, held, slope) of the class's
+        stages (module docstring), arrays of pp."""
+        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        inst, fb = self.inst, self.fb
+        cap = inst.cluster.groups[g].cluster.gpu.hbm_bytes - inst.search.memory_reserve_bytes
+        flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
+        got = []
+        for b in fb.mbs.astype(int).tolist():
+            rows = []
+            for sp, z in itertools.product(self._sps(tp, cp), zeros):
+                lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                                   zero_ranks=2 * cp)
+                hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                                   zero_ranks=max(most_ranks, 2 * cp))
+                every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
+                a = max(self._stash_bytes(b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+                held = state + flight * a
+                slope = held / (flight * (a - c))
+                if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
+                    held[[0, -1]], slope[[0, -1]] = state, np.inf
+                rows.append((np.full(pp, cap - every), held, slope))
+            got.append(rows)
+        self.memo[key] = got
+        return got
+
+    def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
+        """(micro-batch sizes,): R, the fewest layers a class of pp stages on group g at tp and
+        cp recomputes in any layout (ZeRO of `zeros` over at most `most_ranks` ranks)."""
+        L = float(self.inst.model.layers)
+        return np.array([min((least_recomputed(*row, L) for row in rows), default=np.inf)
+                         for rows in self._rows(g, tp, cp, pp, zeros, most_ranks)])
+
+    def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
+        """Whether nothing of this module is read for the class (RecomputeFloor.class_terms)."""
+        inst = self.inst
+        return (inst.model.moe is not None or set(inst.search.tensor_partitions) != {"megatron"}
+                or not zeros or pp == 1 and 3 in zeros and len(zeros) == 1)
+
+    def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> tuple:
+        """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
+        adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest stage's
+        least time, slowest_stage_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
+        its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor (A* = L f_g /
+        pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read with rho = 0
+        (its recompute may hide ZeRO-3's traffic)."""
+        key = ("terms", g, tp, cp, pp, zeros, most_ranks)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        f = self.fb.floor(g, tp, cp)
+        L = float(self.inst.model.layers)
+        if self._plain(g, tp, cp, pp, zeros):
+            got = self.memo[key] = (pp / f, np.full(f.shape, pp - 1.0))
+            return got
+        rho = 0.0 * f if pp == 1 and 3 in zeros else self._rc_fwd_s(g, tp, cp)
+        r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
+        least = L * f / pp
+        slowest = np.full(f.shape, np.inf)
+        for bi, rows in enumerate(self._rows(g, tp, cp, pp, zeros, most_ranks)):
+            for si in range(f.shape[1]):
+                for row in rows:
+                    slowest[bi, si] = min(slowest[bi, si], slowest_stage_s(*row, int(L), f[bi, si], rho[bi, si]))
+        slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
+        total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
+            bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
+        got = self.memo[key] = (rate, np.minimum(bubble, pp - 1.0))
+        return got
+
+    def floor(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): f'_g(pp) = f_g + R rho_lo / L (module docstring);
+        f_g where no recompute is read (one stage at ZeRO-3, MoE, per-operator partitions) or
+        no completion fits (R inf: class_memory.py refuses such a class, not this bound)."""
+        f = self.fb.floor(g, tp, cp)
+        if self._plain(g, tp, cp, pp, zeros) or pp == 1 and 3 in zeros:
+            return f
+        r = self.least_layers(g, tp, cp, pp, tuple(zeros), most_ranks)
+        r = np.where(np.isfinite(r), r, 0.0)[:, None]
+        return f + r * self._rc_fwd_s(g, tp, cp) / self.inst.model.layers
+
+
+def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f, rho) -> float:
+    """A*: the least slowest-stage time of any split of `layers` (integers, each stage >= 1)
+    over stages whose time is at least t_s(n) = n f + rho ceil(rho_s(n)) for n layers (r_s
+    >= rho_s(n) recomputed, an integer; module docstring), n up to where every layer is
+    recomputed: stage s holds h_s(A) = #{n >= 1 : t_s(n) <= A} layers at a time A (t_s grows
+    with n), so A* is the layers-th least of every stage's t_s(1..), and at least each
+    stage's t_s(1); inf where the stages cannot hold `layers`. Arrays: (stages,); f and rho
+    (each layer's floor and recompute) a number or one per stage."""
+    f = np.broadcast_to(np.asarray(f, float), room.shape)[:, None]
+    rho = np.broadcast_to(np.asarray(rho, float), room.shape)[:, None]
+    per_full = held - held / slope  # a layer's bytes with every layer recomputed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
+        n = np.arange(1, layers + 1, dtype=float)[None, :]  # (1, layers)
+        freed = (held / slope)[:, None]  # f_s (a - c): what recomputing one layer frees
+        need = np.where(np.isfinite(slope)[:, None], np.maximum((n * held[:, None] - room[:, None]) / freed, 0.0),
+                        np.where(n * held[:, None] <= room[:, None], 0.0, np.inf))
+        t = n * f + rho * np.ceil(need - 1e-9)
+    t = np.where(n <= np.floor(top + 1e-9)[:, None], t, np.inf)
+    if not np.isfinite(t[:, 0]).all():  # a stage that holds no layer
+        return float("inf")
+    every = t.ravel()
+    kth = np.partition(every, layers - 1)[layers - 1]
+    return float(max(kth, t[:, 0].max())) if math.isfinite(kth) else float("inf")
+
+
+def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
+                          most_ranks: int) -> np.ndarray:
+    """(micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages on each
+    group g (a mixed layout's, beside replica classes: m >= pp, so stage s holds pp - s
+    micro-batches): its stages on g take some counts[g] of the places, whose in-flight counts
+    are at least 1..counts[g], each group read at those (a relaxation: two groups cannot both
+    take the last places), and the end-stage relief of slots on each group's first and last;
+    each stage at its group's floor and recompute, the least over the (sp, ZeRO) rows."""
+    fb, L = rc.fb, rc.inst.model.layers
+    if not zeros or any(rc._plain(g, tp, cp, c, zeros) for g, c in counts.items()):
+        return np.zeros((len(fb.mbs), len(fb.idx)))
+    rows = {g: rc._rows(g, tp, cp, c, tuple(zeros), most_ranks) for g, c in counts.items()}
+    floors = {g: fb.floor(g, tp, cp) for g in counts}
+    rcs = {g: rc._rc_fwd_s(g, tp, cp) for g in counts}
+    out = np.full((len(fb.mbs), len(fb.idx)), np.inf)
+    for bi in range(len(fb.mbs)):
+        for mode in range(len(next(iter(rows.values()))[bi])):
+            room, held, slope = (np.concatenate([rows[g][bi][mode][x] for g in counts]) for x in range(3))
+            for si in range(len(fb.idx)):
+                f = np.concatenate([np.full(c, floors[g][bi, si]) for g, c in counts.items()])
+                rho = np.concatenate([np.full(c, rcs[g][bi, si]) for g, c in counts.items()])
+                out[bi, si] = min(out[bi, si], slowest_stage_s(room, held, slope, L, f, rho))
+    return out
