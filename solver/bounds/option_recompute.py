@@ -135,7 +135,7 @@ class RecomputeFloor:
         if got is not None:
             return got
         inst, fb = self.inst, self.fb
-        cap = inst.cluster.groups[g].cluster.gpu.hbm_bytes - inst.search.memory_reserve_bytes
+        cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
         flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
         got = []
         for b in fb.mbs.astype(int).tolist():
