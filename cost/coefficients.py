@@ -185,11 +185,20 @@ def in_flight_micro_batches(pp: int, m: int, v: int) -> np.ndarray:
     Interleaved: Megatron-LM warms up 2*(pp-s-1) + (v-1)*pp chunks, then holds one more; each
     chunk is 1/v of the stage's layers.
     """
+    return _in_flight(pp, m, v).copy()  # a copy: callers may scale theirs in place
+
+
+@lru_cache(maxsize=4096)
+def _in_flight(pp: int, m: int, v: int) -> np.ndarray:
+    """in_flight_micro_batches, computed once per (pp, m, v): build and the bounds before
+    pricing ask for a few hundred distinct ones thousands of times (issue 33)."""
     s = np.arange(pp)
     if v == 1:
-        return np.minimum(pp - s, m).astype(float)
-    chunks = np.minimum(2 * (pp - s - 1) + (v - 1) * pp + 1, m * v)
-    return chunks / v
+        out = np.minimum(pp - s, m).astype(float)
+    else:
+        out = np.minimum(2 * (pp - s - 1) + (v - 1) * pp + 1, m * v) / v
+    out.flags.writeable = False
+    return out
 
 
 def a2a_overlap_warmup_chunks(pp: int, m: int, v: int) -> np.ndarray:
