@@ -34,7 +34,7 @@ from typing import NamedTuple
 from paraplan.cost.specs import Mlp, ModelSpec
 
 
-def _by_model(maxsize: int):
+def memoised_by_model(maxsize: int):
     """Memoise a pure function of (model, *shape) by the model's identity and the rest of its
     arguments. Hashing a ModelSpec (some thirty fields, hashed anew on every call) cost more
     than most of these counts (issue 33); an equal model of another identity is computed
@@ -60,8 +60,8 @@ def _by_model(maxsize: int):
 
 # The per-layer counts below are pure in their (frozen) arguments, and the planner asks for
 # them once per outer configuration (tens of thousands per plan): memoised.
-_per_model = _by_model(maxsize=64)
-_per_shape = _by_model(maxsize=4096)
+_per_model = memoised_by_model(maxsize=64)
+_per_shape = memoised_by_model(maxsize=4096)
 
 # FlashAttention-style kernels skip the fully-masked tiles of a causal mask: about half of
 # the s x s score work is done (Dao 2023, FlashAttention-2, Sec. 3.1 "causal masking").

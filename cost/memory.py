@@ -130,7 +130,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, latent_width,
-                        layer_params, linear_weight_params, norm_params,
+                        layer_params, linear_weight_params, memoised_by_model, norm_params,
                         output_params, replicated_layer_params, torchtitan_block_mms)
 from paraplan.cost.specs import Framework, JobSpec, Mlp, ModelSpec, Optimizer, Precision, RecomputeModule
 
@@ -270,6 +270,7 @@ def mtp_stage_params(m: ModelSpec, pp: int) -> float:
     return m.mtp_layers * per_depth + copy
 
 
+@memoised_by_model(maxsize=256)  # build asks per configuration for its first and last stages
 def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
     """Parameters of the input embedding (first stage: the token table, a learned position
     table, an embedding norm) and output layer (last stage); a copy of a tied embedding lives
