@@ -84,11 +84,24 @@ def class_outers(job, ho: ClassOuter) -> list[Outer]:
     several classes, whose counts are decisions, at None, paired where the expert all-to-all
     overlap runs combined 1F1B on their pipeline-free classes
     (moe.pairs_unpipelined_micro_batches)."""
+    hit = _CLASS_OUTERS.get((id(job), id(ho)))
+    if hit is not None and hit[0] is job and hit[1] is ho:
+        return list(hit[2])
     K = len(ho.classes)
     if K == 1:
-        return [class_outer(ho, 0, job.global_batch // ho.micro_batch // ho.classes[0].replicas)]
-    paired = moe.pairs_unpipelined_micro_batches(job, ho.ep)
-    return [class_outer(ho, k, None, paired) for k in range(K)]
+        out = (class_outer(ho, 0, job.global_batch // ho.micro_batch // ho.classes[0].replicas),)
+    else:
+        paired = moe.pairs_unpipelined_micro_batches(job, ho.ep)
+        out = tuple(class_outer(ho, k, None, paired) for k in range(K))
+    if len(_CLASS_OUTERS) >= 4096:
+        _CLASS_OUTERS.clear()
+    _CLASS_OUTERS[id(job), id(ho)] = (job, ho, out)
+    return list(out)
+
+
+# class_outers of recent (job, ClassOuter), by their identity (held in the entry): the search
+# asks for a configuration's Outers from its pricing, its bounds and its exhaustive check
+_CLASS_OUTERS: dict[tuple[int, int], tuple] = {}
 
 
 def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
@@ -224,7 +237,25 @@ def partitions_layer_fn(inst, hc: Cluster, pl: Placement, stage_groups: tuple[in
     if not partitions:
         return megatron_layer
     return class_layer_fn(pl, stage_groups, {
-        g: on_group(plan_layer_fn(parts), inst.group_alone(g, hc)) for g, parts in partitions})
+        g: on_group(plan_layer_fn(parts), _group_alone(inst, g, hc)) for g, parts in partitions})
+
+
+# Instance.group_alone of recent (instance, group, network), one object each: pricing a class's
+# partitions asks for it per configuration, and cost/partition.py keeps a group's layer tables
+# by the instance's identity (table_for). Each entry holds its instance and network.
+_GROUP_ALONE: dict[tuple[int, int, int], tuple[Instance, Cluster, Instance]] = {}
+
+
+def _group_alone(inst: Instance, g: int, hc: Cluster) -> Instance:
+    key = (id(inst), g, id(hc))
+    hit = _GROUP_ALONE.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is hc:
+        return hit[2]
+    out = inst.group_alone(g, hc)
+    if len(_GROUP_ALONE) >= 1024:
+        _GROUP_ALONE.clear()
+    _GROUP_ALONE[key] = (inst, hc, out)
+    return out
 
 
 def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = NetEfficiency(),
