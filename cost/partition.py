@@ -762,7 +762,7 @@ def table_for(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     if hit is not None and hit[0] is inst and hit[1] is site:
         return hit[2]
     out = _cached_table(inst, (_table_key(o),), site, net)
-    if len(_TABLES) >= 4096:
+    if len(_TABLES) >= 1024:  # no more tables alive than _cached_table keeps
         _TABLES.clear()
     _TABLES[key] = (inst, site, out)
     return out
