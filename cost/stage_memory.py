@@ -52,7 +52,9 @@ def stage_values(values: list[float], at: np.ndarray) -> np.ndarray:
     """Each stage's value from its site's: values[at[s]] as floats. A homogeneous cluster has
     one site, whose value every stage takes (one array, not a gather from another)."""
     if len(values) == 1:
-        return np.full(len(at), values[0], float)
+        out = np.empty(len(at))  # (np.full is a Python function around these two C calls)
+        out.fill(values[0])
+        return out
     return np.array(values, float)[at]
 
 
