@@ -1063,6 +1063,29 @@ def _pipeline_p2p_s(pl: Placement, where: list[int], tps: list[int], emb_io: flo
     return p2p
 
 
+def _mtp_s(m: ModelSpec, site: Site, tokens: float, tp_last: int, sp: bool, net: NetEfficiency,
+           layer_time_s: float, head_s: float) -> float:
+    """The last stage's multi-token prediction per micro-batch (build's "mtp" part): per depth,
+    embed the shifted tokens, norm both inputs, project 2h -> h, one more layer as the last
+    stage runs its own (`layer_time_s`), then the shared head and loss again (`head_s`)."""
+    gl, (link, inter) = site.gpu, site.tp_link
+    emb_io = tokens * m.hidden * BF16_BYTES
+    emb_last = _mem_time_s(5 * emb_io, gl) + comm.all_reduce_time_s(emb_io, tp_last, link, inter, net)
+    proj = ((1 + BACKWARD_LINEAR_FACTOR) * _mm_time_s(2 * tokens * 2 * m.hidden * m.hidden / tp_last, gl)
+            + 2 * 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl))
+    return m.mtp_layers * (layer_time_s + emb_last + proj + head_s)
+
+
+def _zero3_unhidden_s(gather_s: float, p: float, site: Site, dp_n: int, grad_bytes: int,
+                      net: NetEfficiency) -> float:
+    """What no ZeRO-3 prefetch hides on a stage, every micro-batch (build's "zero3_unhidden"):
+    its first layer's gather `gather_s` and the gather and reduce-scatter of the `p` embedding /
+    output-layer parameters its GPU holds (FSDP's root unit)."""
+    dp_link, dp_inter = site.dp_link
+    return (gather_s + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+            + comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
+
+
 def _embedding_sync_s(p: float, site: Site, zero: int, per_step: bool, shard: int, dp_n: int,
                       grad_bytes: int, net: NetEfficiency) -> float:
     """Once per step, the gradient sync and optimizer step of the `p` embedding / output-layer
@@ -1163,14 +1186,8 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     head = output_layer_time_s(inst, o, tp_last, gl)
     stage_parts.add("output_layer", {pp - 1: head})
     if m.mtp_layers:
-        # per depth and micro-batch: embed the shifted tokens, norm both inputs, project 2h -> h,
-        # one more layer as the last stage runs its own, then the shared head and loss again
-        tpl = pl.sites[-1].tp_link
-        emb_last = (_mem_time_s(5 * emb_io, gl)
-                    + comm.all_reduce_time_s(emb_io, tp_last, tpl[0], tpl[1], net))
-        proj = ((1 + BACKWARD_LINEAR_FACTOR) * _mm_time_s(2 * tokens * 2 * m.hidden * m.hidden / tp_last, gl)
-                + 2 * 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl))
-        stage_parts.add("mtp", {pp - 1: m.mtp_layers * (per_stage[-1].layer_time + emb_last + proj + head)})
+        stage_parts.add("mtp", {pp - 1: _mtp_s(m, pl.sites[-1], tokens, tp_last, sp, net,
+                                               per_stage[-1].layer_time, head)})
     p2p = _pipeline_p2p_s(pl, where, tps, emb_io, v, sp, net)
     if pl.edges:  # every stage of a pipeline touches an edge
         stage_parts.add("pp_p2p", p2p)
@@ -1187,14 +1204,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
         # before it) and the embedding / output-layer weights, gathered and reduce-scattered
         # by the stages that hold them (FSDP's root unit)
-        z3 = []
-        for s in range(pp):
-            dp_link, dp_inter = pl.sites[s].dp_link
-            p = emb_state_params[s]
-            z3.append(per_stage[s].gather_s
-                      + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-                      + comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
-        stage_parts.add("zero3_unhidden", z3)
+        stage_parts.add("zero3_unhidden", [
+            _zero3_unhidden_s(per_stage[s].gather_s, emb_state_params[s], pl.sites[s], dp_n, grad_bytes, net)
+            for s in range(pp)])
     stage_time = stage_parts.totals()
 
     # the last bucket of layer gradients cannot hide behind any remaining backward; only the
