@@ -84,24 +84,11 @@ def class_outers(job, ho: ClassOuter) -> list[Outer]:
     several classes, whose counts are decisions, at None, paired where the expert all-to-all
     overlap runs combined 1F1B on their pipeline-free classes
     (moe.pairs_unpipelined_micro_batches)."""
-    hit = _CLASS_OUTERS.get((id(job), id(ho)))
-    if hit is not None and hit[0] is job and hit[1] is ho:
-        return list(hit[2])
     K = len(ho.classes)
     if K == 1:
-        out = (class_outer(ho, 0, job.global_batch // ho.micro_batch // ho.classes[0].replicas),)
-    else:
-        paired = moe.pairs_unpipelined_micro_batches(job, ho.ep)
-        out = tuple(class_outer(ho, k, None, paired) for k in range(K))
-    if len(_CLASS_OUTERS) >= 4096:
-        _CLASS_OUTERS.clear()
-    _CLASS_OUTERS[id(job), id(ho)] = (job, ho, out)
-    return list(out)
-
-
-# class_outers of recent (job, ClassOuter), by their identity (held in the entry): the search
-# asks for a configuration's Outers from its pricing, its bounds and its exhaustive check
-_CLASS_OUTERS: dict[tuple[int, int], tuple] = {}
+        return [class_outer(ho, 0, job.global_batch // ho.micro_batch // ho.classes[0].replicas)]
+    paired = moe.pairs_unpipelined_micro_batches(job, ho.ep)
+    return [class_outer(ho, k, None, paired) for k in range(K)]
 
 
 def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
