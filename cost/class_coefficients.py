@@ -225,7 +225,25 @@ def partitions_layer_fn(inst, hc: Cluster, pl: Placement, stage_groups: tuple[in
     if not partitions:
         return megatron_layer
     return class_layer_fn(pl, stage_groups, {
-        g: on_group(plan_layer_fn(parts), inst.group_alone(g, hc)) for g, parts in partitions})
+        g: on_group(plan_layer_fn(parts), _group_alone(inst, g, hc)) for g, parts in partitions})
+
+
+# Instance.group_alone of recent (instance, group, network), one object each: pricing a class's
+# partitions asks for it per configuration, and cost/partition.py keeps a group's layer tables
+# by the instance's identity (table_for). Each entry holds its instance and network.
+_GROUP_ALONE: dict[tuple[int, int, int], tuple[Instance, Cluster, Instance]] = {}
+
+
+def _group_alone(inst: Instance, g: int, hc: Cluster) -> Instance:
+    key = (id(inst), g, id(hc))
+    hit = _GROUP_ALONE.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is hc:
+        return hit[2]
+    out = inst.group_alone(g, hc)
+    if len(_GROUP_ALONE) >= 1024:
+        _GROUP_ALONE.clear()
+    _GROUP_ALONE[key] = (inst, hc, out)
+    return out
 
 
 def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = NetEfficiency(),

@@ -35,7 +35,7 @@ from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtit
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
-from paraplan.cost.stage_memory import stage_memory
+from paraplan.cost.stage_memory import stage_memory, stage_values
 from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
@@ -185,11 +185,20 @@ def in_flight_micro_batches(pp: int, m: int, v: int) -> np.ndarray:
     Interleaved: Megatron-LM warms up 2*(pp-s-1) + (v-1)*pp chunks, then holds one more; each
     chunk is 1/v of the stage's layers.
     """
+    return _in_flight(pp, m, v).copy()  # a copy: callers may scale theirs in place
+
+
+@lru_cache(maxsize=4096)
+def _in_flight(pp: int, m: int, v: int) -> np.ndarray:
+    """in_flight_micro_batches, computed once per (pp, m, v): build and the bounds before
+    pricing ask for a few hundred distinct ones thousands of times (issue 33)."""
     s = np.arange(pp)
     if v == 1:
-        return np.minimum(pp - s, m).astype(float)
-    chunks = np.minimum(2 * (pp - s - 1) + (v - 1) * pp + 1, m * v)
-    return chunks / v
+        out = np.minimum(pp - s, m).astype(float)
+    else:
+        out = np.minimum(2 * (pp - s - 1) + (v - 1) * pp + 1, m * v) / v
+    out.flags.writeable = False
+    return out
 
 
 def a2a_overlap_warmup_chunks(pp: int, m: int, v: int) -> np.ndarray:
@@ -252,7 +261,21 @@ class Site:
 
 def stage_outer(o: Outer, site: Site) -> Outer:
     """The Outer that prices a layer on `site`: `o` with the site's own tp, if it has one."""
-    return o if site.tp is None or site.tp == o.tp else replace(o, tp=site.tp)
+    if site.tp is None or site.tp == o.tp:
+        return o
+    hit = _STAGE_OUTERS.get((id(o), site.tp))
+    if hit is not None and hit[0] is o:
+        return hit[1]
+    out = replace(o, tp=site.tp)
+    if len(_STAGE_OUTERS) >= 4096:
+        _STAGE_OUTERS.clear()
+    _STAGE_OUTERS[id(o), site.tp] = (o, out)
+    return out
+
+
+# stage_outer of recent (Outer, tp), by the Outer's identity (held in the entry): build asks for
+# it per distinct site of every configuration, and a dataclass replace re-runs the validation
+_STAGE_OUTERS: dict[tuple[int, int], tuple[Outer, Outer]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +340,27 @@ def tp_backward_exposed(tp_f: float, qkv_gemm_s: float, mlp_in_gemm_s: float,
     return exposed, 2 * one - exposed
 
 
+# homogeneous_placement of recent (cluster, degrees): build prices a configuration given no
+# placement in the cluster's own rank order, and the configurations of one pipeline shape
+# (micro-batch sizes and counts, modes) share it, and with its Site objects the layer costs
+# build keeps per site. Keyed by the cluster's identity (held in the entry, so that its id is
+# not reused while the entry lives) and what the placement reads of the Outer.
+_PLACEMENTS: dict[tuple, tuple[NodeGroup, Placement]] = {}
+
+
 def homogeneous_placement(cl: NodeGroup, o: Outer) -> Placement:
+    key = (id(cl), o.tp, o.cp, o.dp, o.pp, o.virtual_stages > 1, o.ep, o.etp)
+    hit = _PLACEMENTS.get(key)
+    if hit is not None and hit[0] is cl:
+        return hit[1]
+    out = _homogeneous_placement(cl, o)
+    if len(_PLACEMENTS) >= 4096:
+        _PLACEMENTS.clear()
+    _PLACEMENTS[key] = (cl, out)
+    return out
+
+
+def _homogeneous_placement(cl: NodeGroup, o: Outer) -> Placement:
     block = o.tp * o.cp * o.dp  # consecutive ranks of one pipeline stage
     site = Site(gpu=cl.gpu, tp_link=comm.group_link(cl, o.tp, 1),
                 cp_link=comm.group_link(cl, o.cp, o.tp),
@@ -521,7 +564,11 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
 
     mms = layer_matmuls(m, b, tp, cp, sp)
     fp8 = inst.job.precision is Precision.FP8
-    lin_f = sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) for f in mms.linear_calls if f)
+    mm = fp8_matmul_time_s if fp8 else _mm_time_s
+    fwb = behaviour(inst.job.framework)
+    # each linear call's forward GEMM seconds (0 for an absent call: adding it changes no sum)
+    gemm = [mm(f, gpu) if f else 0.0 for f in mms.linear_calls]
+    lin_f = sum(gemm)
     keys = m.seq_len / cp  # keys per kernel call (one ring step with cp > 1)
     attn_eff = attention_efficiency(inst.job, gpu, keys)
     attn_f = mms.attention_core / (gpu.peak_flops_per_s * attn_eff)
@@ -536,7 +583,6 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
     elem_f = _mem_time_s(layer_elementwise_bytes(m, b, tp, cp, sp), gpu)
     cast_f = cast_b = weight_cast = 0.0
     if fp8:  # stand-alone casts to FP8 (with the transposes the other GEMM of backward reads)
-        fwb = behaviour(inst.job.framework)
         cast_elems_f, cast_elems_b, cast_elems_w = fp8_cast_elements(
             m, b, tp, cp, fwb.fp8_dynamic_scaling, fwb.fp8_fused_input_casts, sp)
         cast_f = _mem_time_s(FP8_CAST_BYTES_PER_ELEMENT * cast_elems_f, gpu)
@@ -561,16 +607,13 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         tp_f = tp_f / 2 + comm.all_reduce_time_s(attn_bytes, tp, tp_link, tp_inter, net, tree=False)
     tp_b = tp_f
     tp_hid_f = tp_hid_b = 0.0
-    fwb = behaviour(inst.job.framework)
     if tp > 1 and fwb.tp_backward_async and not (inst.job.tp_comm_overlap and sp and not tp_inter):
-        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
         col, _, mlp_in, _ = mms.groups(gemm)
         tp_b, tp_hid_b = tp_backward_exposed(tp_f, col, mlp_in, sp)
     if inst.job.tp_comm_overlap and sp and tp > 1 and not tp_inter:
         # with sequence parallelism the 2 all-reduces are 4 collectives of equal time (all-gather
         # before QKV and MLP-in, reduce-scatter after attention-out and MLP-out), each pipelined
         # with the GEMM beside it; backward pairs them with the dgrad + wgrad GEMMs
-        gemm = [(fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu) if f else 0.0 for f in mms.linear_calls]
         beside = mms.groups(gemm)
         one = tp_f / len(beside)
         exp_f = sum(tp_overlap_exposed(one, g, tp) for g in beside)
@@ -606,8 +649,7 @@ def megatron_layer(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> 
         if inst.job.framework is Framework.TORCHTITAN:
             # op-level selective AC: every other mm and every op outside its save list (the
             # norms, rotary, activation, residual adds) run again before backward
-            selective_extra = elem_f + sum((fp8_matmul_time_s if fp8 else _mm_time_s)(f, gpu)
-                                           for f in torchtitan_sac_recomputed_flops(m, b, tp, cp))
+            selective_extra = elem_f + sum(mm(f, gpu) for f in torchtitan_sac_recomputed_flops(m, b, tp, cp))
         elif not flash:  # Megatron: the attention core is recomputed (Korthikanti et al.)
             selective_extra = attn_f
     # job.recompute_modules: what the output-discarding checkpoints rebuild before backward
@@ -810,6 +852,10 @@ def output_layer_time_s(inst: Instance, o: Outer, tp_last: int, gpu: GpuSpec) ->
     norm (build's "output_layer" stage part); it reads no link, so the planner's bound before
     placement reads it too (output_layer_floor_s)."""
     m, b, cp, sp = inst.model, o.micro_batch, o.cp, o.sequence_parallel
+    key = (id(m), id(gpu), inst.job.framework, b, cp, sp, tp_last)
+    hit = _OUTPUT_LAYERS.get(key)
+    if hit is not None and hit[0] is m and hit[1] is gpu:
+        return hit[2]
     tokens = b * m.seq_len / cp
     emb_io = tokens * m.hidden * BF16_BYTES
     logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gpu)
@@ -820,7 +866,16 @@ def output_layer_time_s(inst: Instance, o: Outer, tp_last: int, gpu: GpuSpec) ->
     # flops.gemm_output_elements prices the layers' GEMMs
     head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gpu)
     head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gpu)  # final norm fwd + bwd
+    if len(_OUTPUT_LAYERS) >= 4096:
+        _OUTPUT_LAYERS.clear()
+    _OUTPUT_LAYERS[key] = (m, gpu, head)
     return head
+
+
+# output_layer_time_s of recent (model, GPU, framework, micro-batch, cp, sp, tp), by the model's
+# and the GPU's identity (held in the entry): build and the bounds before pricing ask for it per
+# configuration (issue 32)
+_OUTPUT_LAYERS: dict[tuple, tuple[ModelSpec, GpuSpec, float]] = {}
 
 
 def output_layer_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency()) -> float:
@@ -968,6 +1023,87 @@ def _no_split_fits(o: Outer, inflight, state, act, ckpt, capacity, stage_mem, la
     return no_split_fits(state, act, ckpt, capacity, stage_mem - relief, 1, layers)
 
 
+def _pipeline_p2p_s(pl: Placement, where: list[int], tps: list[int], emb_io: float, v: int, sp: bool,
+                    net: NetEfficiency) -> list[float]:
+    """Each stage's pipeline hand-off seconds per micro-batch (build's "pp_p2p" part): `where[s]`
+    is stage s's distinct site, `tps[s]` its tp, `emb_io` one micro-batch's activation bytes."""
+    pp = len(where)
+    # each stage sends activations forward and receives gradients back over every edge it
+    # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
+    # Without sequence parallelism the activation is replicated on the tp ranks; each sends
+    # only its 1/tp slice and the receivers all-gather it over the tp group (Narayanan et al.
+    # SC'21, Sec. 4.1 "scatter/gather" optimisation; Megatron-LM's
+    # scatter_gather_tensors_in_pipeline, DeepSpeed's partitioned pipe activations). With
+    # sequence parallelism the slice is the whole message.
+    # Between stages of different tp (a tp per node group) the activation is resharded on the
+    # way: each of the tp_a senders holds 1/tp_a of it and each of the tp_b receivers needs
+    # 1/tp_b, so the busier side's GPU moves emb_io / min(tp_a, tp_b) over its link; the
+    # receivers then all-gather over their own tp group (each direction: the larger of the two).
+    regathers: dict[int, float] = {}  # per distinct site (sites repeat)
+
+    def regather_s(s: int) -> float:
+        site = pl.sites[s]
+        if id(site) not in regathers:
+            t = tps[s]
+            regathers[id(site)] = 0.0 if t == 1 or sp else comm.all_gather_time_s(
+                emb_io, t, site.tp_link[0], site.tp_link[1], net)
+        return regathers[id(site)]
+
+    edge_times: dict[tuple, float] = {}  # links and sites repeat along a pipeline
+    p2p = [0.0] * pp
+    for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
+        key = (id(link), inter, where[a], where[z])
+        t_edge = edge_times.get(key)
+        if t_edge is None:
+            p2p_bytes = emb_io / min(tps[a], tps[z])
+            t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + max(regather_s(a), regather_s(z)))
+            edge_times[key] = t_edge
+        p2p[a] += t_edge
+        p2p[z] += t_edge
+    return p2p
+
+
+def _mtp_s(m: ModelSpec, site: Site, tokens: float, tp_last: int, sp: bool, net: NetEfficiency,
+           layer_time_s: float, head_s: float) -> float:
+    """The last stage's multi-token prediction per micro-batch (build's "mtp" part): per depth,
+    embed the shifted tokens, norm both inputs, project 2h -> h, one more layer as the last
+    stage runs its own (`layer_time_s`), then the shared head and loss again (`head_s`)."""
+    gl, (link, inter) = site.gpu, site.tp_link
+    emb_io = tokens * m.hidden * BF16_BYTES
+    emb_last = _mem_time_s(5 * emb_io, gl) + comm.all_reduce_time_s(emb_io, tp_last, link, inter, net)
+    proj = ((1 + BACKWARD_LINEAR_FACTOR) * _mm_time_s(2 * tokens * 2 * m.hidden * m.hidden / tp_last, gl)
+            + 2 * 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl))
+    return m.mtp_layers * (layer_time_s + emb_last + proj + head_s)
+
+
+def _zero3_unhidden_s(gather_s: float, p: float, site: Site, dp_n: int, grad_bytes: int,
+                      net: NetEfficiency) -> float:
+    """What no ZeRO-3 prefetch hides on a stage, every micro-batch (build's "zero3_unhidden"):
+    its first layer's gather `gather_s` and the gather and reduce-scatter of the `p` embedding /
+    output-layer parameters its GPU holds (FSDP's root unit)."""
+    dp_link, dp_inter = site.dp_link
+    return (gather_s + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
+            + comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
+
+
+def _embedding_sync_s(p: float, site: Site, zero: int, per_step: bool, shard: int, dp_n: int,
+                      grad_bytes: int, net: NetEfficiency) -> float:
+    """Once per step, the gradient sync and optimizer step of the `p` embedding / output-layer
+    parameters a first or last stage's GPU holds on `site` (build's stage sync)."""
+    dp_link, dp_inter = site.dp_link
+    step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, site.gpu)
+    if per_step:  # the root unit's reduce-scatter; its gather is in build's fill
+        sync = comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
+    elif zero == 3:
+        sync = 0.0  # reduce-scattered every micro-batch (build's stage time)
+    elif zero == 0:
+        sync = comm.all_reduce_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
+    else:
+        sync = (comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
+                + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
+    return sync + step
+
+
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
           reserve_bytes: float = 0.0, placement: Placement | None = None,
           layer_fn=megatron_layer, dualpipe: bool = False,
@@ -1029,10 +1165,10 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     stage_mem, capacity = mem.stage_mem_bytes, mem.capacity_bytes
 
     def col(attr: str) -> np.ndarray:
-        return np.array([getattr(x, attr) for x in uniq], float)[at]
+        return stage_values([getattr(x, attr) for x in uniq], at)
 
     def col_terms(attr: str) -> np.ndarray:
-        return np.array([getattr(x.terms, attr) for x in uniq], float)[at]
+        return stage_values([getattr(x.terms, attr) for x in uniq], at)
 
     # (ZBVZeroBubble's V moves the output layer's memory after this: not checked on it)
     if (skip_if_memory_infeasible and o.zero_bubble is not ZeroBubble.V
@@ -1050,46 +1186,9 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     head = output_layer_time_s(inst, o, tp_last, gl)
     stage_parts.add("output_layer", {pp - 1: head})
     if m.mtp_layers:
-        # per depth and micro-batch: embed the shifted tokens, norm both inputs, project 2h -> h,
-        # one more layer as the last stage runs its own, then the shared head and loss again
-        tpl = pl.sites[-1].tp_link
-        emb_last = (_mem_time_s(5 * emb_io, gl)
-                    + comm.all_reduce_time_s(emb_io, tp_last, tpl[0], tpl[1], net))
-        proj = ((1 + BACKWARD_LINEAR_FACTOR) * _mm_time_s(2 * tokens * 2 * m.hidden * m.hidden / tp_last, gl)
-                + 2 * 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl))
-        stage_parts.add("mtp", {pp - 1: m.mtp_layers * (per_stage[-1].layer_time + emb_last + proj + head)})
-    # each stage sends activations forward and receives gradients back over every edge it
-    # touches; interleaving (v > 1) adds the wrap-around edge and repeats per chunk
-    # Without sequence parallelism the activation is replicated on the tp ranks; each sends
-    # only its 1/tp slice and the receivers all-gather it over the tp group (Narayanan et al.
-    # SC'21, Sec. 4.1 "scatter/gather" optimisation; Megatron-LM's
-    # scatter_gather_tensors_in_pipeline, DeepSpeed's partitioned pipe activations). With
-    # sequence parallelism the slice is the whole message.
-    # Between stages of different tp (a tp per node group) the activation is resharded on the
-    # way: each of the tp_a senders holds 1/tp_a of it and each of the tp_b receivers needs
-    # 1/tp_b, so the busier side's GPU moves emb_io / min(tp_a, tp_b) over its link; the
-    # receivers then all-gather over their own tp group (each direction: the larger of the two).
-    regathers: dict[int, float] = {}  # per distinct site (sites repeat)
-
-    def regather_s(s: int) -> float:
-        site = pl.sites[s]
-        if id(site) not in regathers:
-            t = tps[s]
-            regathers[id(site)] = 0.0 if t == 1 or sp else comm.all_gather_time_s(
-                emb_io, t, site.tp_link[0], site.tp_link[1], net)
-        return regathers[id(site)]
-
-    edge_times: dict[tuple, float] = {}  # links and sites repeat along a pipeline
-    p2p = [0.0] * pp
-    for (a, z), (link, inter) in zip(pl.edge_pairs, pl.edges):
-        key = (id(link), inter, where[a], where[z])
-        t_edge = edge_times.get(key)
-        if t_edge is None:
-            p2p_bytes = emb_io / min(tps[a], tps[z])
-            t_edge = v * (comm.p2p_time_s(p2p_bytes, link, inter, net) + max(regather_s(a), regather_s(z)))
-            edge_times[key] = t_edge
-        p2p[a] += t_edge
-        p2p[z] += t_edge
+        stage_parts.add("mtp", {pp - 1: _mtp_s(m, pl.sites[-1], tokens, tp_last, sp, net,
+                                               per_stage[-1].layer_time, head)})
+    p2p = _pipeline_p2p_s(pl, where, tps, emb_io, v, sp, net)
     if pl.edges:  # every stage of a pipeline touches an edge
         stage_parts.add("pp_p2p", p2p)
 
@@ -1105,33 +1204,18 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
         # before it) and the embedding / output-layer weights, gathered and reduce-scattered
         # by the stages that hold them (FSDP's root unit)
-        z3 = []
-        for s in range(pp):
-            dp_link, dp_inter = pl.sites[s].dp_link
-            p = emb_state_params[s]
-            z3.append(per_stage[s].gather_s
-                      + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-                      + comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
-        stage_parts.add("zero3_unhidden", z3)
+        stage_parts.add("zero3_unhidden", [
+            _zero3_unhidden_s(per_stage[s].gather_s, emb_state_params[s], pl.sites[s], dp_n, grad_bytes, net)
+            for s in range(pp)])
     stage_time = stage_parts.totals()
 
     # the last bucket of layer gradients cannot hide behind any remaining backward; only the
     # first and last stages hold embedding parameters to sync and step on top of it
-    stage_sync = np.array([x.grad_tail + x.scatter_s for x in uniq], float)[at]
+    stage_sync = stage_values([x.grad_tail + x.scatter_s for x in uniq], at)
     for s in sorted({0, pp - 1}):
-        p, gpu = emb_state_params[s], pl.sites[s].gpu
-        dp_link, dp_inter = pl.sites[s].dp_link
-        step = _mem_time_s(p / shard * ADAM_STEP_BYTES_PER_PARAM, gpu)
-        if per_step:  # the root unit's reduce-scatter; its gather is in the fill below
-            sync = comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
-        elif o.zero == 3:
-            sync = 0.0  # reduce-scattered every micro-batch (stage time above)
-        elif o.zero == 0:
-            sync = comm.all_reduce_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
-        else:
-            sync = (comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net)
-                    + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net))
-        stage_sync[s] = sync + step + per_stage[s].grad_tail + per_stage[s].scatter_s
+        stage_sync[s] = (_embedding_sync_s(emb_state_params[s], pl.sites[s], o.zero, per_step, shard, dp_n,
+                                           grad_bytes, net)
+                         + per_stage[s].grad_tail + per_stage[s].scatter_s)
     if per_step and dp_n > 1:
         # FSDP inside a pipeline gathers on each model chunk's first forward of the step,
         # which waits for the chunks before it (the first micro-batch's path through the v pp

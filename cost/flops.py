@@ -28,15 +28,40 @@ row-parallel. The attention core's QK^T runs over nope + rope per head, PV over 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import wraps
 from typing import NamedTuple
 
 from paraplan.cost.specs import Mlp, ModelSpec
 
-# The per-layer counts below are pure in their (hashable, frozen) arguments, and the planner
-# asks for them once per outer configuration (tens of thousands per plan): memoised.
-_per_model = lru_cache(maxsize=64)
-_per_shape = lru_cache(maxsize=4096)
+
+def memoised_by_model(maxsize: int):
+    """Memoise a pure function of (model, *shape) by the model's identity and the rest of its
+    arguments. Hashing a ModelSpec (some thirty fields, hashed anew on every call) cost more
+    than most of these counts (issue 33); an equal model of another identity is computed
+    again, to the same value. Each entry holds its model, so that no other object takes its
+    id while the entry lives; cleared when full (many models in a test session)."""
+    def wrap(fn):
+        memo: dict[tuple, tuple] = {}
+
+        @wraps(fn)
+        def cached(m, *args, **kwargs):
+            key = (id(m), args, tuple(kwargs.items())) if kwargs else (id(m), args)
+            hit = memo.get(key)
+            if hit is not None and hit[0] is m:
+                return hit[1]
+            out = fn(m, *args, **kwargs)
+            if len(memo) >= maxsize:
+                memo.clear()
+            memo[key] = (m, out)
+            return out
+        return cached
+    return wrap
+
+
+# The per-layer counts below are pure in their (frozen) arguments, and the planner asks for
+# them once per outer configuration (tens of thousands per plan): memoised.
+_per_model = memoised_by_model(maxsize=64)
+_per_shape = memoised_by_model(maxsize=4096)
 
 # FlashAttention-style kernels skip the fully-masked tiles of a causal mask: about half of
 # the s x s score work is done (Dao 2023, FlashAttention-2, Sec. 3.1 "causal masking").

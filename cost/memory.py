@@ -127,9 +127,10 @@ dynamic (activation) memory it recycles (`ALLOCATOR_FRAGMENTATION`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from paraplan.cost.flops import (BF16_BYTES, embedding_params, input_extra_params, latent_width,
-                        layer_params, linear_weight_params, norm_params,
+                        layer_params, linear_weight_params, memoised_by_model, norm_params,
                         output_params, replicated_layer_params, torchtitan_block_mms)
 from paraplan.cost.specs import Framework, JobSpec, Mlp, ModelSpec, Optimizer, Precision, RecomputeModule
 
@@ -179,9 +180,16 @@ def state_layout(job: JobSpec) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer state, before sharding: the
     framework's (or its optimizer's) layout with the gradient in job.grad_reduce's dtype where
     the framework keeps it so."""
-    sb = OPTIMIZER_STATE_BYTES.get(job.optimizer) or STATE_BYTES[job.framework]
-    if job.framework in GRAD_IN_REDUCE_DTYPE:
-        return replace(sb, grad=job.grad_reduce.bytes)
+    return _state_layout(job.optimizer, job.framework, job.grad_reduce.bytes)
+
+
+@lru_cache(maxsize=64)
+def _state_layout(optimizer: Optimizer, framework: Framework, reduce_bytes: float) -> StateBytes:
+    """state_layout of a job by the three fields it reads: pricing asks once per configuration,
+    and a dataclass replace costs more than the rest of a stage's memory (issue 33)."""
+    sb = OPTIMIZER_STATE_BYTES.get(optimizer) or STATE_BYTES[framework]
+    if framework in GRAD_IN_REDUCE_DTYPE:
+        return replace(sb, grad=reduce_bytes)
     return sb
 
 
@@ -198,6 +206,11 @@ def pipeline_state_layout(sb: StateBytes, zero: int, pp: int, reduce_bytes: floa
     (`reduce_bytes`, job.grad_reduce); `sb` itself otherwise."""
     if not gathered_per_step(zero, pp):
         return sb
+    return _held_whole(sb, reduce_bytes)
+
+
+@lru_cache(maxsize=64)
+def _held_whole(sb: StateBytes, reduce_bytes: float) -> StateBytes:
     return replace(sb, weight_whole=BF16_BYTES, grad_whole=reduce_bytes)
 
 
@@ -257,6 +270,7 @@ def mtp_stage_params(m: ModelSpec, pp: int) -> float:
     return m.mtp_layers * per_depth + copy
 
 
+@memoised_by_model(maxsize=256)  # build asks per configuration for its first and last stages
 def embedding_stage_params(m: ModelSpec, first: bool, last: bool) -> float:
     """Parameters of the input embedding (first stage: the token table, a learned position
     table, an embedding norm) and output layer (last stage); a copy of a tied embedding lives

@@ -748,8 +748,24 @@ def _table_key(o: Outer) -> Outer:
                  sequence_parallel=o.sequence_parallel, recompute=o.recompute)
 
 
+# table_for of recent (instance, site, table key, network), kept by the instance's and the
+# site's identity in front of _cached_table, whose key hashes the whole Instance and Site (their
+# nested records) on every call: the planner asks for a group's table once per layer plan and
+# configuration (issue 32: 70,267 asks, 128 tables, over tests/partition). Each entry holds its
+# instance and site, so that their ids are not reused while it lives.
+_TABLES: dict[tuple, tuple[Instance, Site, LayerTable]] = {}
+
+
 def table_for(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTable:
-    return _cached_table(inst, (_table_key(o),), site, net)
+    key = (id(inst), id(site), o.tp, o.cp, o.micro_batch, o.sequence_parallel, o.recompute, net)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is site:
+        return hit[2]
+    out = _cached_table(inst, (_table_key(o),), site, net)
+    if len(_TABLES) >= 1024:  # no more tables alive than _cached_table keeps
+        _TABLES.clear()
+    _TABLES[key] = (inst, site, out)
+    return out
 
 
 def _terms(inst, o, site, net, frozen) -> LayerTerms:

@@ -48,6 +48,16 @@ class StageMemory:
     first_chunk_min_layers: int
 
 
+def stage_values(values: list[float], at: np.ndarray) -> np.ndarray:
+    """Each stage's value from its site's: values[at[s]] as floats. A homogeneous cluster has
+    one site, whose value every stage takes (one array, not a gather from another)."""
+    if len(values) == 1:
+        out = np.empty(len(at))  # (np.full is a Python function around these two C calls)
+        out.fill(values[0])
+        return out
+    return np.array(values, float)[at]
+
+
 def stage_memory(inst: Instance, o: Outer, terms: list, where: list[int], tps: list[int],
                  hbm_bytes: list[float], dp_n: int, inflight: np.ndarray, reserve_bytes: float = 0.0,
                  dense_terms=None) -> StageMemory:
@@ -74,12 +84,12 @@ def stage_memory(inst: Instance, o: Outer, terms: list, where: list[int], tps: l
             st += x.expert_params * memory.state_bytes_per_param(o.zero, moe.edp_ranks(dp_n, o), sb)
             st += memory.fp8_expert_weight_bytes(x.expert_params, inst.job.precision, fw)
         uniq_state.append(st)
-    state = np.array(uniq_state, float)[at]
+    state = stage_values(uniq_state, at)
     stage_mem = np.zeros(pp)
     stage_mem[0] = memory.embedding_state_bytes(m, tp, o.zero, dp_n, True, pp == 1, sb)
     if pp > 1:
         stage_mem[-1] = memory.embedding_state_bytes(m, tp_last, o.zero, dp_n, False, True, sb)
-    transient = np.array([x.workspace_bytes for x in terms], float)[at]
+    transient = stage_values([x.workspace_bytes for x in terms], at)
     if dense_terms is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense_terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
@@ -100,8 +110,8 @@ def stage_memory(inst: Instance, o: Outer, terms: list, where: list[int], tps: l
         stage_mem += np.array([ub if t > 1 else 0.0 for t in stage_tps])
 
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    act = np.array([x.act_bytes for x in terms], float)[at] * inflight * frag
-    ckpt = np.array([x.ckpt_bytes for x in terms], float)[at] * inflight * frag
+    act = stage_values([x.act_bytes for x in terms], at) * inflight * frag
+    ckpt = stage_values([x.ckpt_bytes for x in terms], at) * inflight * frag
     min_chunk = 1
     stage_act = np.zeros(pp)
     stage_state = np.zeros(pp)
@@ -136,7 +146,7 @@ def stage_memory(inst: Instance, o: Outer, terms: list, where: list[int], tps: l
         stage_state[-1] += mtp_state
         stage_act[-1] += mtp_act
         stage_mem[-1] += mtp_state + mtp_act + d_mtp * memory.logits_activation_bytes(m, b, tp_last, cp, fw) * frag
-    capacity = np.array([h - reserve_bytes for h in hbm_bytes], float)[at]
+    capacity = stage_values([h - reserve_bytes for h in hbm_bytes], at)
     return StageMemory(layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
                        stage_mem_bytes=stage_mem, capacity_bytes=capacity, stage_act_bytes=stage_act,
                        stage_state_bytes=stage_state, first_chunk_min_layers=min_chunk)
