@@ -38,34 +38,13 @@ Either cut that leaves a thin pool takes the wider one: fewer than MIN_LEVEL_FAM
 or fewer than MIN_POOL_ROWS rows, from which a 10th or 90th percentile is not bracketed by the
 rows themselves (the constant says why), so the band's end would fall where the pool happens to
 stop. A thin level steps down one level at a time (`_level_pool`): its pool keeps its own rows
-and adds the nearest ones, rather than jumping to the band of all the rows. Bands of the 239
-bundled rows (stored cross-validation, fitted dies; every level's pool holds 73 or more rows,
-so none borrows):
-
-    level  rows  band from (rows, families)  band (measured / predicted)  covered
-    0         0  237, 7                      0.92 .. 1.06                  (none)
-    1        20  237, 7                      0.92 .. 1.06                  95%
-    2       146  217, 7                      0.93 .. 1.06                  81%
-    3        73   73, 5                      0.90 .. 1.12                  89%
-    all     239                                                            84.5%
+and adds the nearest ones, rather than jumping to the band of all the rows. The bands and coverage of the bundled rows,
+and the alternatives measured and not kept: docs/accuracy.md ("The interval a plan carries").
 
 Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
 so are the levels and fitted dies of the rows it is built from (a left-out family validates
-nothing). Counted per row 84.5%, per family (each family's share averaged) 67.8%, on 256+ GPUs
-75.8% (without the memory fill: 84.1%, 66.7%, 75.8%). On one file alone (`paraplan accuracy FILE`,
-its rows' residuals the only pool) the pools are thin: ../shared/calibration/published.yaml
-holds 87.9% (54.2% before the minimum pool, when MosaicML's rows read a level-3 pool of 21 rows
-of 3 families), published-fp8.yaml 68.0% (every band there is the file's other 13-19 rows of
-two families already). A plan in unvalidated territory gets the
-wider band on its slow side: the rows three or more features from the others' runs erred so
-(p90 factor 1.120 against 1.064). Measured the same way and not adopted (docs/accuracy.md, "The
-band by family and by scale"): each level's own rows (72.4%, 60.0%, 72.7%), recomputation
-(none / selective / full) as a distance feature, memory above a fixed 90% of HBM, a memory fill
-that fewer than 3 rows of its scale reach (86.2% per row), weights by effective rows, quantiles
-at the order-statistic positions (the cumulative weight over that of n_eff + 1 rows, n_eff
-Kish's effective rows, rather than the midpoints: the distribution-free widening for a pool of
-n_eff exchangeable draws; 87.9%, 70.4%, 78.8%, per row outside the 75-85% target, and no file
-alone moved).
+nothing). A plan in unvalidated territory gets the wider band on its slow side: the rows three
+or more features from the others' runs erred so.
 
 Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
