@@ -167,10 +167,6 @@ class LayerMatmuls:
     def linear_calls(self) -> tuple[float, ...]:
         return (*self.attn_in, self.attn_out, *self.mlp)
 
-    @property
-    def total(self) -> float:
-        return sum(self.linear_calls) + self.attention_core
-
 
 @_per_shape
 def layer_matmuls(m: ModelSpec, b: int, tp: int, cp: int, sp: bool = False) -> LayerMatmuls:

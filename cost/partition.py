@@ -414,13 +414,9 @@ def _scattered(mask: np.ndarray, dst: np.ndarray, J: int, stride: int) -> np.nda
     return out
 
 
-def _move(ctx: LayerContext, links: Links, src_p: OpPartition | None, src, dst, rows_cols) -> float:
-    """Reduce `src`'s partial sums (if any), then fetch the missing cells of `dst`."""
-    return _move_split(ctx, links, src_p, src, dst, rows_cols)[0]
-
-
 def _move_split(ctx, links, src_p, src, dst, rows_cols) -> tuple[float, float]:
-    """_move's time and the part of it spent on inter-node links.
+    """The time to reduce `src`'s partial sums (if any), then fetch the missing cells of `dst`,
+    and the part of it spent on inter-node links.
 
     Partial sums are all-reduced over the ranks that hold them, then the missing cells are
     fetched; or, when every holder needs a distinct equal share of the block in `dst` (e.g.

@@ -38,34 +38,13 @@ Either cut that leaves a thin pool takes the wider one: fewer than MIN_LEVEL_FAM
 or fewer than MIN_POOL_ROWS rows, from which a 10th or 90th percentile is not bracketed by the
 rows themselves (the constant says why), so the band's end would fall where the pool happens to
 stop. A thin level steps down one level at a time (`_level_pool`): its pool keeps its own rows
-and adds the nearest ones, rather than jumping to the band of all the rows. Bands of the 239
-bundled rows (stored cross-validation, fitted dies; every level's pool holds 73 or more rows,
-so none borrows):
-
-    level  rows  band from (rows, families)  band (measured / predicted)  covered
-    0         0  237, 7                      0.92 .. 1.06                  (none)
-    1        20  237, 7                      0.92 .. 1.06                  95%
-    2       146  217, 7                      0.93 .. 1.06                  81%
-    3        73   73, 5                      0.90 .. 1.12                  89%
-    all     239                                                            84.5%
+and adds the nearest ones, rather than jumping to the band of all the rows. The bands and coverage of the bundled rows,
+and the alternatives measured and not kept: docs/accuracy.md ("The interval a plan carries").
 
 Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
 so are the levels and fitted dies of the rows it is built from (a left-out family validates
-nothing). Counted per row 84.5%, per family (each family's share averaged) 67.8%, on 256+ GPUs
-75.8% (without the memory fill: 84.1%, 66.7%, 75.8%). On one file alone (`paraplan accuracy FILE`,
-its rows' residuals the only pool) the pools are thin: ../shared/calibration/published.yaml
-holds 87.9% (54.2% before the minimum pool, when MosaicML's rows read a level-3 pool of 21 rows
-of 3 families), published-fp8.yaml 68.0% (every band there is the file's other 13-19 rows of
-two families already). A plan in unvalidated territory gets the
-wider band on its slow side: the rows three or more features from the others' runs erred so
-(p90 factor 1.120 against 1.064). Measured the same way and not adopted (docs/accuracy.md, "The
-band by family and by scale"): each level's own rows (72.4%, 60.0%, 72.7%), recomputation
-(none / selective / full) as a distance feature, memory above a fixed 90% of HBM, a memory fill
-that fewer than 3 rows of its scale reach (86.2% per row), weights by effective rows, quantiles
-at the order-statistic positions (the cumulative weight over that of n_eff + 1 rows, n_eff
-Kish's effective rows, rather than the midpoints: the distribution-free widening for a pool of
-n_eff exchangeable draws; 87.9%, 70.4%, 78.8%, per row outside the 75-85% target, and no file
-alone moved).
+nothing). A plan in unvalidated territory gets the wider band on its slow side: the rows three
+or more features from the others' runs erred so.
 
 Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
@@ -112,13 +91,7 @@ MIN_GROUP_ROWS = 5  # MoE anchors: fewer on the plan's die than this take every 
 MIN_VALIDATING_ROWS = 3  # fewer published rows than this for a feature at a scale: warn
 # a memory fill is validated by a published row of its scale band that fills its HBM as far:
 # one row, not MIN_VALIDATING_ROWS, so that the feature marks the fills beyond every run of the
-# scale. Measured (nested coverage, per row / per family / 256+ GPUs): 84.5% / 67.8% / 75.8% with
-# one row, 87.4% / 68.3% / 75.8% with three (per row above the 75-85% target), 84.1% / 66.7% /
-# 75.8% without the feature (82.8 / 67.5 / 75.8, 86.2 / 68.1 / 75.8 and 82.4 / 66.5 / 75.8
-# before Megatron-LM's release-dated gradient reduction and its refit). On
-# ../shared/calibration/published.yaml read alone (per row / per family), with MIN_POOL_ROWS:
-# 87.9% / 61.3% with one row and without the feature, 83.6% / 60.5% with three (54.2% / 54.4%
-# with one row before the minimum pool); published-fp8.yaml 68.0% / 60.3% in every case
+# scale (with three, the nested coverage per row rises above the 75-85% target)
 MIN_MEMORY_ROWS = 1
 # fills that equal to this relative tolerance are equal: a plan searched under a memory cap
 # (solver/memory_tiers.py) and priced again lands on the cap up to rounding
@@ -134,16 +107,10 @@ MIN_LEVEL_FAMILIES = 2
 # pool (`_level_pool`): a 10th percentile read from n residuals is bracketed by them (the
 # lowest lies below the true 10th percentile) with probability 1 - 0.9^n, at least 95% from
 # n = ln 0.05 / ln 0.9 = 28.4, so 29 rows (Wilks' order-statistic bound; the same for the 90th
-# and the highest). Fewer, and the band's end is where the pool happens to stop. Measured
-# (nested coverage): `paraplan accuracy` on ../shared/calibration/published.yaml 54.2% ->
-# 87.9% (MosaicML's rows, whose level-3 pool in that file alone is 21 rows of 3 families, 87
-# -> 159 of 174 held), published-fp8.yaml 68.0% either way (no pool in that file reaches 29
-# rows: each row's band was all the file's other rows already), the stored pool unchanged
-# (per row 84.5%, per family 67.8%, 256+ GPUs 75.8%: its thinnest level pool holds 73 rows).
-# Counted in effective rows (Kish's (sum w)^2 / sum w^2 of the family weights) rather than rows
-# (stored: 82.8% / 67.6% / 75.8%; published.yaml 87.9%): the stored level-3 pool holds 29.3,
-# on the bound's edge, so the next refit could flip the planner's level-3 factor (1.120 <->
-# 1.064) for no physical reason; not adopted
+# and the highest). Fewer, and the band's end is where the pool happens to stop. Counted in
+# rows, not effective rows (Kish's, of the family weights): the stored level-3 pool holds about
+# 29 effective rows, on the bound's edge, so a refit could flip the planner's level-3 factor for
+# no physical reason
 MIN_POOL_ROWS = 29
 # the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
 # against the same records): below it single-node runs set records no cluster plan is held to

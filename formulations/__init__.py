@@ -15,7 +15,7 @@ The per-layer problem of per-operator tensor partitions (one partition per opera
 resharding between neighbours, memory caps) has two exact methods over the same arrays
 (`formulations.partition.PartitionProblem`, built from cost/partition.py's LayerTable):
 
-    partition.py     MILP (SCIP) with linearised resharding products, epsilon-constraint front
+    partition.py     MILP (SCIP) with linearised resharding products, under epsilon-constraint caps
     partition_dp.py  PrimePar's segmented dynamic programme, exact Pareto labels
 
 Formulations never import model or hardware specs: they consume the coefficient arrays only,

@@ -107,8 +107,7 @@ if TYPE_CHECKING:  # imported where a model is solved (deterministic_solver)
     from ortools.sat.python import cp_model
 
 WEIGHT_SCALE = 2**16
-# the wall-clock stop past a deterministic-time limit (docstring, Determinism); was 4 x the limit
-# + 5 s, so that --backend cpsat on a million-layer model ran ~20 s under a 5 s limit
+# the wall-clock stop past a deterministic-time limit (docstring, Determinism)
 WALL_GRACE_S = 0.25
 
 

@@ -60,10 +60,6 @@ from paraplan.formulations.result import SolverError
 # numerics: the backend sees microseconds and MiB, so coefficients are O(1)..O(1e4)
 TIME_UNIT_S = 1e-6
 MEM_UNIT_BYTES = 2**20
-# epsilon-constraint step: the next front point must keep at least this many fewer activation
-# bytes (far above SCIP's 1e-6 MiB feasibility tolerance; distinct plans differ by whole
-# activation blocks, megabytes)
-ACT_STEP_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -165,54 +161,3 @@ def _per_iteration_caps(s, pb: PartitionProblem, x, params_cap: float, sync_cap_
         s.Add(sum(float(pb.grad_sync_s[o][p]) / TIME_UNIT_S * v for o in pb.ops
                   for p, v in enumerate(x[o])) <= sync_cap_s * (1 + CAP_SLACK) / TIME_UNIT_S,
               "C7_sync")
-
-
-def pareto_front_milp(pb: PartitionProblem, rel_tol: float = 1e-9) -> list[tuple[float, float]]:
-    """The (time_s, act_bytes) Pareto front by the epsilon-constraint method: minimise time,
-    then cap the activations ACT_STEP_BYTES below the point found, until infeasible. Each
-    point's activations are the least among the plans of its time (a second, lexicographic
-    solve)."""
-    points: list[tuple[float, float]] = []
-    cap = float("inf")
-    while True:
-        r = solve_partition_milp(pb, act_cap_bytes=cap)
-        if r.status == "infeasible":
-            return points
-        a = _least_act_at_time(pb, r.time_s * (1 + rel_tol), cap)
-        if points and a >= points[-1][1]:
-            raise RuntimeError("epsilon-constraint made no progress (backend tolerance)")
-        points.append((r.time_s, a))
-        cap = a - ACT_STEP_BYTES
-
-
-def _least_act_at_time(pb: PartitionProblem, time_cap_s: float, act_cap: float) -> float:
-    """Least activations among plans of time <= time_cap_s (one MILP, activation objective)."""
-    from ortools.linear_solver import pywraplp
-
-    s = pywraplp.Solver.CreateSolver("SCIP")
-    s.SetNumThreads(1)
-    x = {o: [s.BoolVar(f"x_{o}_{p}") for p in range(len(pb.time_s[o]))] for o in pb.ops}
-    tsum = pb.base_time_s / TIME_UNIT_S
-    terms = []
-    for o in pb.ops:
-        s.Add(sum(x[o]) == 1)
-        terms += [float(pb.time_s[o][p]) / TIME_UNIT_S * v for p, v in enumerate(x[o])]
-    for a, b in pb.edges:
-        e = pb.edge_time_s[(a, b)]
-        y = [[s.NumVar(0, 1, "") for _ in range(e.shape[1])] for _ in range(e.shape[0])]
-        for p in range(e.shape[0]):
-            s.Add(sum(y[p]) == x[a][p])
-        for k in range(e.shape[1]):
-            s.Add(sum(y[p][k] for p in range(e.shape[0])) == x[b][k])
-        terms += [float(e[p, k]) / TIME_UNIT_S * y[p][k] for p in range(e.shape[0]) for k in range(e.shape[1])]
-    s.Add(tsum + sum(terms) <= time_cap_s / TIME_UNIT_S + 1e-6)
-    act = sum(float(pb.act_bytes[o][p]) / MEM_UNIT_BYTES * v for o in pb.ops for p, v in enumerate(x[o]))
-    if np.isfinite(act_cap):
-        s.Add(act <= (act_cap - pb.base_act_bytes) / MEM_UNIT_BYTES)
-    s.Minimize(act)
-    params = pywraplp.MPSolverParameters()
-    params.SetDoubleParam(params.RELATIVE_MIP_GAP, 0.0)
-    if s.Solve(params) != pywraplp.Solver.OPTIMAL:
-        raise RuntimeError("SCIP failed on the lexicographic activation MILP")
-    choice = {o: int(np.argmax([v.solution_value() for v in x[o]])) for o in pb.ops}
-    return pb.evaluate(choice)[1]

@@ -93,8 +93,7 @@ window width; one SumLB: O(pp log N log(range)). Pairs: at most |𝒯| |𝒟| <=
 the interval recursion adds a factor O(log(pp N)), so O(pp^3 N^4 log(pp N)) in the worst case:
 polynomial in pp and L, unlike the integer models. In practice the first pair is within a few
 layer-times of the optimum, the bounds drop all but a few rows, and W is a few chunks
-(measured: 1,000 layers on 16 and 64 stages with recompute forced, 0.4 s and 5 s; 10,000
-layers on 8 and 16 stages, 0.2 s and 2.4 s; tests/formulations/test_split_dp.py).
+(tests/formulations/test_split_dp.py solves 10,000 layers).
 
 Time limit (wall clock). When the limit stops the loops, the answer is "feasible" (a split was
 found) or "timeout", with the valid bound min(F_best, the smallest pair bound not yet evaluated).

@@ -7,12 +7,6 @@ its one-class plan is re-simulated once on that group (search.check_resimulation
 plan is), whose breakdown `paraplan plan` shows. With `winners` K > 1 (`paraplan plan --top K`) the same branch
 and bound keeps the K best plans of distinct outer configurations, each re-simulated once
 (`ranked`).
-
-Timing of the one-group route against the flat planner it replaced (main at f316bf7; `paraplan
-plan`, a fresh process per run, fastest of 3 to 9 runs, solve seconds): the 11 dense instances
-0.94-1.03x, Mixtral 8x7B 2.48 -> 2.66, Qwen3 235B 6.55 -> 6.44, DeepSeek-shaped on 2,048 H800
-5.64 -> 5.79, on 1,152 GB200 2.17 -> 2.50; the same optimum on every one. Nearly all of it is
-pricing (cost/coefficients.build), the same builds on both routes.
 """
 
 from __future__ import annotations

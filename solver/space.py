@@ -31,8 +31,7 @@ non-empty subset U of the node groups, listed and counted in solver/class_layout
 search.idle_gpus (default false) lets a used group leave GPUs idle, in both families: a group
 of 3 nodes may run a pipeline, or a batch split, that only 2 divide. The idle GPUs sit after
 the busy ones in the group (cost/class_coefficients.class_placement); a group with no stage is
-idle as before. It multiplies the layouts by the stage counts each group may take
-(32 A100 + 32 H100: 246 -> 57,678 layouts; three types on 64 nodes: 3,642 -> 9e9, refused).
+idle as before. It multiplies the layouts by the stage counts each group may take.
 
 Rules shared with the homogeneous space (a one-group cluster), one implementation each: tp a power
 of two dividing the heads (or a multiple of the KV heads) and the GPUs per node of every used
@@ -58,8 +57,7 @@ reaches the class planner only from a homogeneous instance, cost/specs.Instance.
 mixed-cluster file listing it is refused) the planner searches even
 layer splits, the homogeneous rule. So a
 one-group cluster's space is the homogeneous space, outer configuration for outer configuration
-and plan for plan (checked against the homogeneous enumeration until it was deleted; the
-goldens keep the space sizes).
+and plan for plan (the goldens keep the space sizes).
 
 Rules that stay specific to plans of several classes, and why: one tp for every class (a
 layer's gradients are reduced in one ring over every replica of every class, and replicas with
@@ -81,7 +79,7 @@ order of S, one tp for every class as in the replica family), followed by replic
 (group_shares, up to classes_per_group per group) on what it leaves of each group of U: every
 GPU, or with idle_gpus at most that, at least one replica class, every group of U hosting a
 class. Classes sit one after another on a group (class_placement), the stage-wise one first.
-mixed_layouts counts the family without listing it (32 A100 + 32 H100: 53,908 layouts).
+mixed_layouts counts the family without listing it.
 
 Embedding / loss layer slots (cost/pipeline_split.py R4; Megatron-core's
 --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split, core 0.11.0):

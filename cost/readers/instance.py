@@ -3,132 +3,8 @@
 Every number is converted to internal units (cost/units.py) here, once; every problem raises
 `InstanceError(path, field, problem, fix)` naming the file and the dotted field.
 
-Instance file (units in the key names; "required" unless a default is given)::
-
-    name: llama3-70b-512xH100        # string
-    model:
-      name: llama3-70b               # default: the instance name
-      layers: 80                     # integer, at most 10**6
-      hidden: 8192                   # divisible by heads
-      heads: 64                      # divisible by kv_heads
-      kv_heads: 8                    # default: heads (multi-head attention)
-      ffn: 28672
-      vocab: 128256
-      seq_len: 8192                  # tokens per sequence
-      mlp: swiglu                    # gelu | swiglu
-      tied_embeddings: false         # default false
-      dropout: 0.0                   # attention/hidden dropout probability, default 0
-      head_dim: 128                  # width of one head, default hidden / heads
-      qkv_bias: false                # biases on Q, K, V; default false (also attn_out_bias,
-      mlp_bias: false                #   mlp_bias: every MLP projection; norm_bias: LayerNorm)
-      norms_per_layer: 2             # default 2 (1: one shared norm, 4: Gemma-2 pre+post)
-      parallel_blocks: false         # attention and MLP side by side (GPT-J, NeoX, Falcon)
-      position_embeddings: 0         # rows of a learned position table, >= seq_len; default 0
-      embedding_norm: false          # a norm after the token embedding (BLOOM)
-      qk_norm: false                 # per-head RMSNorm of Q and K (Qwen3, Gemma-3), default false
-      attention_sinks: false         # a learned sink logit per head (gpt-oss), default false
-      expert_bias: false             # biases on the routed experts and router (gpt-oss; needs
-                                     #   moe), default false
-      sliding_window_tokens: 4096    # causal attention to the last N keys; default: none
-      sliding_window_layers: 32      # how many layers use it; default: all
-      unmodelled: []                 # one line each about what the model's source declares and
-                                     #   paraplan does not price; shown with every plan
-      mla:                           # multi-head latent attention (DeepSeek-V2/V3); default none.
-        q_lora_rank: 1536            #   Needs kv_heads = heads (or left out), no head_dim, no
-        kv_lora_rank: 512            #   qkv_bias, framework megatron; q_lora_rank null: Q is
-        qk_nope_head_dim: 128        #   projected from the layer input directly (V2-Lite).
-        qk_rope_head_dim: 64         #   Unit-free widths (cost/specs.MlaSpec)
-        v_head_dim: 128
-    cluster:
-      gpu: H100-SXM5-80GB            # a cost/gpus.yaml name or one defined under gpu_types
-      nodes: 64
-      gpus_per_node: 8
-      intra_node_link: nvlink        # nvlink | pcie, default nvlink
-      intra_node_gbytes_per_s: 900   # GB/s per GPU, bidirectional aggregate as vendors quote it
-      intra_node_latency_us: 5       # microseconds, default 5
-      nic_gbit_per_s: 400            # Gbit/s per GPU, one direction
-      inter_node_latency_us: 10      # microseconds, default 10
-    job:
-      global_batch: 1024             # sequences per optimizer step
-      precision: bf16                # bf16 | fp16 | fp8 (FP8 linears), default bf16
-      framework: megatron            # megatron | torchtitan | deepspeed | composer, default megatron
-      framework_version: core_v0.19.0  # the framework's release (cost/releases.py: what it
-                                     # could run, which release the plan's time is for); default
-                                     # the current release
-      optimizer: adam                # adam | apex_distributed_adam | apex_distributed_adam_bf16 (NeMo)
-                                     # | adam_bf16_moments (fp32 master, bf16 moments; megatron,
-                                     # ZeRO-1), default adam
-      attention: flash               # flash | standard (stores the s x s scores), default flash
-      tp_comm_overlap: false         # Transformer Engine's tp comm/GEMM overlap (megatron only;
-                                     # used where tp > 1 inside a node with sequence parallel)
-      cudnn_attention: true          # Transformer Engine's cuDNN fused attention (NVTE_FUSED_ATTN,
-                                     # default 1); false: FlashAttention-2 (megatron only)
-      moe_a2a_overlap: false         # MoE: Megatron-core's --overlap-moe-expert-parallel-comm
-                                     # (megatron only; used where ep > 1 and pp = 1 or
-                                     # interleaved; needs search full_recompute: false)
-      moe_shared_expert_overlap: false  # MoE: Megatron-core's --moe-shared-expert-overlap (the
-                                     # shared expert under the all-to-alls; ep > 1)
-      pipeline_schedule: 1f1b        # 1f1b (interleaved with virtual_stages > 1) | dualpipe
-                                     # (DeepSeek-V3's, one GPU type; cost/dualpipe.py)
-      moe_dispatcher: alltoall       # MoE: alltoall (Megatron-core's) | deepep (one copy per
-                                     # destination node, FP8 dispatch in FP8 jobs; cost/moe.py)
-      recompute_early_stop: true     # torchtitan / composer: a full recompute stops before
-                                     # MLP-out (torch.utils.checkpoint non-reentrant, PyTorch >=
-                                     # 2.1); false for older PyTorch; default: the framework's
-      grad_reduce_overlap: false     # megatron (adam): its gradient reduction hides behind the
-                                     # backward (--overlap-grad-reduce); default: as the release
-                                     # ran it (from 2023-08); pp 1 without ZeRO always overlaps
-      recompute_modules: [layernorm, mla_up_proj, moe_act]  # megatron: outputs recomputed in
-                                     # backward (--recompute-modules); needs search
-                                     # full_recompute: false; default none
-      offload_modules: [expert_fc1, moe_act]  # megatron, MoE: the experts' inputs stashed in
-                                     # host memory (--offload-modules); needs the GPU's
-                                     # host_link_gbytes_per_s; default none
-      activation_fp8_input_store: false  # megatron: SwiGLU inputs stashed in fp8
-      attention_output_e5m6: false   # fp8 jobs: DeepSeek-V3's 12-bit attention-output stash
-      grad_reduce_dtype: fp32        # fp32 | bf16 | fp16 (the training's 16-bit dtype): what the
-                                     # gradients are kept and reduced in; never searched (it
-                                     # changes numerics); default the framework's: fp32 for
-                                     # megatron and torchtitan, the training dtype for deepspeed,
-                                     # composer and NeMo's apex optimizers (cost/specs.py)
-      train_tokens: 15.0e+12         # tokens to train on: every plan then gives the time and
-                                     # GPU-hours to train (cost/train_cost.py); default none.
-                                     # Write the exponent's sign: YAML reads 15.0e12 as text
-      usd_per_gpu_hour:              # needs train_tokens: USD per GPU-hour of each GPU type of
-        H100-SXM5-80GB: 2.5          #   the cluster (all of them, none other; mixed clusters
-                                     #   too), for the cost to train; default none
-    gpu_types:                       # optional; same keys as cost/gpus.yaml, efficiencies optional
-      MyGPU: {peak_tflops_bf16: 100, hbm_gib: 48, hbm_gbytes_per_s: 1000}
-    search:                          # optional: narrows the planner's space (solver/space.py)
-      tp: [1, 2, 4, 8]               # default: powers of two dividing heads, within one node
-      pp: [1, 2, 4]                  # default: every divisor of GPUs/(tp*cp) up to the layers
-      cp: [1, 2]                     # default: powers of two dividing seq_len and GPUs/tp
-      micro_batch: [1, 2]            # default: divisors of the per-replica batch whose memory
-                                     #   lower bound fits the GPU (solver/space.py)
-      max_micro_batch: 16            # optional caps on top of the defaults; default: no cap
-      max_pp: 64
-      max_cp: 8
-      sequence_parallel: [false, true]
-      zero: [0, 1, 2, 3]             # which stages combine with pp > 1: the framework's rule
-      virtual_stages: [1, 2, 4]      # default: every v dividing the layers with v*pp <= layers
-      recompute: [none, selective]   # mode of the layers not fully recomputed
-      full_recompute: true           # search per-stage counts of fully recomputed layers
-      uniform_split: false           # true: only the even layer split
-      tp_across_nodes: false
-      tp_per_group: true             # mixed clusters: a pipeline across node groups may run a
-                                     #   tp per group (solver/space.py)
-      classes_per_group: 1           # group format: replica classes one node group may host
-                                     #   (1 to 4; solver/space.py)
-      idle_gpus: false               # group format: a used group may leave GPUs idle
-      mixed_families: false          # group format: a pipeline across groups beside replica
-                                     #   classes on the GPUs it leaves
-      asymmetric_pipelines: false    # group format: a pipeline across groups may give each
-                                     #   stage its own data-parallel degree (objective: mean)
-      memory_reserve_gib: 2          # kept free on every GPU when planning; default 2, 0 allowed
-      objective: p90                 # what the planner minimises: mean (the predicted time) or
-                                     #   pNN, its NN-th percentile under the model's out-of-
-                                     #   sample error (cost/trust.py; README)
-
+The keys, their units, ranges and defaults: docs/schema.md, generated from
+cost/schema_keys.py (python -m paraplan.cost.docs.schema); worked examples: instances/.
 
 Values of `search:` that the instance's shape or framework can never run are refused
 (cost/readers/search.py).
@@ -146,40 +22,6 @@ above, which are its one-group, one-class case. The same rules hold. `load_insta
 costs); `load_plan` and `plan_from_mapping` a plan in either form (a plan listing `classes:`,
 else the flat one); `plan_to_mapping` writes the flat form where the instance is flat and the
 plan its one class on every GPU, else the classes.
-
-Instance file with node groups (required unless a default is given)::
-
-    name: llama3-70b-32xA100-32xH100
-    model: {...}                     # exactly as in the flat form above
-    job: {...}                       # exactly as in the flat form above
-    gpu_types: {...}                 # optional, as in the flat form above
-    search: {...}                    # optional, the keys of the flat form above's `search:`
-    cluster:
-      groups:                        # one or more node groups, each homogeneous
-        - name: h100                 # unique among the groups
-          site: east                 # default: the group's own name
-          gpu: H100-SXM5-80GB        # then exactly the homogeneous cluster keys: gpu, nodes,
-          nodes: 4                   #   gpus_per_node, intra_node_link, intra_node_gbytes_per_s,
-          gpus_per_node: 8           #   intra_node_latency_us, nic_gbit_per_s,
-          intra_node_gbytes_per_s: 900   # inter_node_latency_us (same units and defaults)
-          nic_gbit_per_s: 400
-      links:                         # optional
-        - between: [east, west]      # two group or site names
-          gbit_per_s: 100            # per GPU, one direction
-          latency_us: 2000           # default: the larger inter_node latency of the two groups
-    scenarios:                       # optional; the declared network as it is is "nominal"
-      - name: inter-site-25pct       # unique, not "nominal"
-        probability: 0.2             # optional, in [0, 1]; all scenarios give one or none does
-        window_h: [18, 24]           # optional, hours of the day in [0, 24], informational
-        changes:                     # non-empty list; syntax under "Changes" below
-          - between: [east, west]
-            scale: 0.25
-    timeline:                        # optional; periods in order
-      - scenario: nominal            # "nominal" or a declared scenario's name
-        duration_h: 8                # hours, > 0
-    switching:                       # optional; defaults as in cost/plan_specs.Switching
-      storage_gbytes_per_s: 10       # aggregate checkpoint-storage bandwidth, GB/s
-      restart_s: 120                 # seconds to stop and relaunch the job
 """
 
 from __future__ import annotations
@@ -253,7 +95,7 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
                         seq_len: int | None = None) -> Instance:
     """An instance assembled from an instance file and/or separate part files.
 
-    - `instance`: an instance YAML (module docstring). Its `model:`, `cluster:` and `job:`
+    - `instance`: an instance YAML (docs/schema.md). Its `model:`, `cluster:` and `job:`
       sections may be left out when the matching part below is given.
     - `hf_config`: a Hugging Face config.json (or its directory): replaces `model:`
       (cost/hf_config.py).

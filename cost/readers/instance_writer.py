@@ -1,5 +1,5 @@
-"""An Instance written back as the mapping of an instance file (cost/readers/instance.py's
-schema), such that the instance reader rebuilds an equal Instance.
+"""An Instance written back as the mapping of an instance file (docs/schema.md), such that
+the instance reader rebuilds an equal Instance.
 
 `paraplan plan -o` writes the instance beside the plan, so that a plan made from part files
 (--hf-config --cluster --job) can be exported or simulated without an instance file.

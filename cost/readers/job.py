@@ -3,7 +3,7 @@
 Each key is checked against the others of the section (an option the framework does not run, a
 release the framework never had, a gradient dtype it cannot reduce in); what the job asks of the
 model, the GPUs and the search space is checked once the instance is whole
-(cost/readers/checks.py). Keys: cost/readers/instance.py's docstring.
+(cost/readers/checks.py). Keys: docs/schema.md.
 """
 
 from __future__ import annotations

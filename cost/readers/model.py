@@ -1,6 +1,6 @@
 """The `model:` section (and its `moe:` and `mla:` sections) read into a ModelSpec.
 
-Keys, units and defaults: cost/readers/instance.py's docstring; the shape rules a model must
+Keys, units and defaults: docs/schema.md; the shape rules a model must
 satisfy (heads dividing the hidden size, latent attention's exclusions) are checked here, once,
 in the wording calibration rows share (`check_head_shape`).
 """

@@ -1,45 +1,11 @@
 """The one plan reader: a plan file in either form, flat or of replica classes.
 
-Plan file, at top level or under a `plan:` key (`paraplan plan -o` also writes the instance it
-was made for beside it, under `instance:`, in cost/readers/instance.py's schema; see
-`plan_file_instance`)::
-
-    tp: 8
-    pp: 4
-    dp: 2
-    cp: 1                            # default 1
-    micro_batch: 1                   # sequences per micro-batch
-    num_micro_batches: 64            # default global_batch / (dp * micro_batch), must divide
-    sequence_parallel: true          # default false
-    recompute: selective             # none | selective | full, default none
-    zero: 1                          # 0..3, default 0
-    virtual_stages: 1                # default 1
-    layers_per_stage: [20, 20, 20, 20]   # default: default_layer_split()
-    full_recompute_layers: [0, 0, 0, 0]  # default all 0, or layers_per_stage for recompute: full
-
-`recompute: full` becomes `Recompute.NONE` with every layer in `full_recompute_layers` (unless
-that list is given); `plan_to_mapping` writes it back the same way.
-
-Plan file of replica classes, at top level or under a `plan:` key::
-
-    tp: 8                            # tensor parallelism, all classes: inside a node or whole nodes
-    micro_batch: 1
-    sequence_parallel: false         # default false
-    recompute: selective             # none | selective | full, default none (full as in
-                                     #   the flat form above: every layer fully recomputed)
-    zero: 1                          # 0 | 1 | 2 | 3, default 0 (where the framework runs it)
-    ep: 1                            # expert parallel degree (MoE models), default 1
-    etp: 1                           # expert tensor parallel degree (MoE models), default: tp
-    family: stage                    # stage | replica | mixed, default stage
-    classes:                         # non-empty list of replica classes
-      - replicas: 2
-        stages: [h100, h100, a100]   # the group name hosting each pipeline stage
-        num_micro_batches: 32        # per replica and iteration
-        layers_per_stage: [30, 30, 20]   # default: default_layer_split
-        full_recompute_layers: [0, 0, 0] # default all 0, or layers_per_stage for full
-        stage_dp: [4, 4, 2]          # an asymmetric pipeline (cost/asymmetric.py): each
-                                     #   stage's data-parallel ranks, with replicas: 1 and
-                                     #   num_micro_batches the batch's; default: replicas on each
+A plan file, flat or of replica classes, sits at top level or under a `plan:` key (`paraplan
+plan -o` also writes the instance it was made for beside it, under `instance:`; see
+`plan_file_instance`). Its keys, defaults and ranges: docs/schema.md ("Plan file"), generated
+from cost/schema_keys.py. `recompute: full` becomes `Recompute.NONE` with every layer in
+`full_recompute_layers` (unless that list is given); `plan_to_mapping` writes it back the same
+way.
 """
 
 from __future__ import annotations

@@ -20,15 +20,8 @@ Changes (scenarios and events), applied to the nominal cluster in two steps:
    one of the three.
 Scales are > 0 (above 1 is an upgrade).
 
-Event file (`paraplan replan --event EVENT.yaml`, `load_event`)::
-
-    event:
-      name: inter-site-degraded      # default: the file's stem
-      changes: [...]                 # as above, applied to the instance's nominal cluster
-      remaining_hours: 200           # exactly one of remaining_hours (> 0) and
-      remaining_iterations: 5000     #   remaining_iterations (integer >= 1)
-
-An event sees only the loaded instance, not its file: a link between two groups that differs
+An event file (`paraplan replan --event EVENT.yaml`, `load_event`; its keys: docs/schema.md)
+applies its changes to the instance's nominal cluster. An event sees only the loaded instance, not its file: a link between two groups that differs
 from the default derived from their NICs counts as explicitly given (kept under a NIC change);
 one given explicitly but equal to that default is rebuilt like a default link.
 """

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import gc
 
-# A command allocates many small objects that live on (the imported modules' dataclasses and
-# tables, the search's configurations and memos) and creates few reference cycles: at
-# CPython's default (a young-generation collection every 700 net allocations) `paraplan plan`
-# ran 211 collections, 0.07 s of CPU on GPT-3 175B / 1,024 A100 (issue 33). Collected every
-# 100,000 allocations the cycles freed later hold little: the command's peak resident memory
-# grows by under 1% against every 10,000 (GPT-3 175B: 65.5 -> 65.6 MB; DeepSeek-V3 on 2,048
-# H800, the highest peak among the bundled plans measured: 126.0 -> 126.4 MB), well within the
-# 5% growth we allow it. Set before the imports below, so that they collect at it too.
+# A command allocates many small objects that live on (the imported modules' tables, the
+# search's configurations and memos) and creates few reference cycles, so CPython's default
+# young-generation collection every 700 allocations is mostly wasted work; collected every
+# 100,000, the command's peak memory grows by under 1%. Set before the imports below, so that
+# they collect at it too.
 GC_YOUNG_THRESHOLD = 100_000
 gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 

@@ -23,7 +23,7 @@ from paraplan.cost.plan_specs import Plan
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.format import seconds
 from paraplan.solver.report.svg import Phase
-from paraplan.solver.report.bars import total_labels
+from paraplan.solver.report.bars import memory_bars
 
 MEMORY_COLOURS = {"weights": "#4c72b0", "grads": "#64b5cd", "optimizer": "#8172b3",
                   "activations": "#dd8452", "logits": "#c44e52", "workspace": "#ccb974",
@@ -80,31 +80,12 @@ def timeline_rows(it: dualpipe.DualPipeIteration, m: int) -> list[tuple[str, lis
 def memory_figure(inst: Instance, plan: Plan, reserve_bytes: float):
     """Peak memory per device pair by category (cost/dualpipe.device_categories_bytes) against
     the usable capacity, as a matplotlib Figure."""
-    from matplotlib.figure import Figure
-
     cats = dualpipe.device_categories_bytes(inst, plan, reserve_bytes=reserve_bytes)
     it = dualpipe.iteration(inst, plan, reserve_bytes=reserve_bytes)
     pairs = plan.pp // 2
-    fig = Figure(figsize=(max(7.0, 2.5 + 0.6 * pairs), 4.8), layout="constrained")
-    ax = fig.add_subplot()
-    x = np.arange(pairs)
-    bottom = np.zeros(pairs)
-    for name in CATEGORIES:
-        gib = np.array([bytes_to_gib(cats[d][name]) for d in range(pairs)])
-        if not gib.any():
-            continue
-        ax.bar(x, gib, bottom=bottom, color=MEMORY_COLOURS[name], label=name, width=0.6)
-        bottom += gib
-    cap = bytes_to_gib(float(it.capacity_bytes.min()))
-    total_labels(ax, bottom, cap, max(cap, bottom.max()) * 1.25)
-    ax.axhline(cap, color="crimson", linestyle="--", linewidth=1.4, label=f"usable capacity {cap:.1f} GiB")
-    ax.set_xticks(x, [f"{d} & {plan.pp - 1 - d}" for d in range(pairs)])
-    pad = max(0.0, (3 - pairs) / 2)
-    ax.set_xlim(-0.5 - pad, pairs - 0.5 + pad)
-    ax.set_xlabel("device pair (each device holds stages d and pp - 1 - d)")
-    ax.set_ylabel("memory per GPU (GiB)")
-    ax.set_ylim(0, max(cap, bottom.max()) * 1.25)
-    fig.legend(loc="outside lower center", fontsize=8, ncol=4, frameon=False)
-    ax.set_title("Peak memory of one GPU of each device pair, by category", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    return fig
+    stacks = [(name, MEMORY_COLOURS[name], gib) for name in CATEGORIES
+              if (gib := np.array([bytes_to_gib(cats[d][name]) for d in range(pairs)])).any()]
+    return memory_bars(stacks, bytes_to_gib(float(it.capacity_bytes.min())),
+                       [f"{d} & {plan.pp - 1 - d}" for d in range(pairs)],
+                       "device pair (each device holds stages d and pp - 1 - d)",
+                       "Peak memory of one GPU of each device pair, by category", ncol=4, width_per_bar=0.6)

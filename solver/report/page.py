@@ -122,32 +122,12 @@ def memory_parts_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> di
 
 
 def memory_figure(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> bytes:
-    from matplotlib.figure import Figure
-
     parts = memory_parts_bytes(c, n, r)
-    pp = c.pp
-    fig = Figure(figsize=(max(7.0, 2.5 + 0.5 * pp), 4.8), layout="constrained")
-    ax = fig.add_subplot()
-    x = np.arange(pp)
-    bottom = np.zeros(pp)
-    for (name, val), colour in zip(parts.items(), ("#937860", "#4c72b0", "#dd8452")):
-        gib = np.array([bytes_to_gib(b) for b in val])
-        ax.bar(x, gib, bottom=bottom, color=colour, label=name, width=0.6)
-        bottom += gib
-    cap = bytes_to_gib(float(c.capacity_bytes.min()))
-    report_bars.total_labels(ax, bottom, cap, max(cap, bottom.max()) * 1.25)
-    ax.axhline(cap, color="crimson", linestyle="--", linewidth=1.4,
-               label=f"usable capacity {cap:.1f} GiB")
-    ax.set_xticks(x, [str(s) for s in range(pp)])
-    pad = max(0.0, (3 - pp) / 2)  # keep bars narrow when there are only one or two stages
-    ax.set_xlim(-0.5 - pad, pp - 0.5 + pad)
-    ax.set_xlabel("pipeline stage")
-    ax.set_ylabel("memory per GPU (GiB)")
-    ax.set_ylim(0, max(cap, bottom.max()) * 1.25)
-    fig.legend(loc="outside lower center", fontsize=8, ncol=2, frameon=False)
-    ax.set_title("Peak memory per GPU of each stage", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    stacks = [(name, colour, np.array([bytes_to_gib(b) for b in val]))
+              for (name, val), colour in zip(parts.items(), ("#937860", "#4c72b0", "#dd8452"))]
+    return _png(report_bars.memory_bars(stacks, bytes_to_gib(float(c.capacity_bytes.min())),
+                                        [str(s) for s in range(c.pp)], "pipeline stage",
+                                        "Peak memory per GPU of each stage", ncol=2, width_per_bar=0.5))
 
 
 # --- section 4: frontier ---------------------------------------------------------------------

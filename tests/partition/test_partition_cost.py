@@ -87,7 +87,7 @@ def test_colsplit_to_replicated_is_comm_all_gather():
         links = P.group_links(inst, o, site)
         K = P.OpPartition("K", tp, 1)
         T, h = ctx.tokens, inst.model.hidden
-        got = P._move(ctx, links, K, P.op_layout(K, tp, "out"), P.replicated_layout(tp), (T, h))
+        got, _ = P._move_split(ctx, links, K, P.op_layout(K, tp, "out"), P.replicated_layout(tp), (T, h))
         link, inter = site.tp_link
         assert got == pytest.approx(comm.all_gather_time_s(2 * T * h, tp, link, inter, NET), rel=1e-12)
 

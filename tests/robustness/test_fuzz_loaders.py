@@ -154,7 +154,7 @@ KEYS = st.one_of(st.text(min_size=1, max_size=10),
                                   "a\nb", "plan", "<<"]))
 SIZES = st.one_of(st.integers(1, 64), st.sampled_from([128, 1024, 4096, 32000, 10**6, 10**9]))
 SMALL_LISTS = st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3, unique=True)
-# Every instance key (cost/readers/instance.py's docstring) with values of its own type, mostly valid.
+# Every instance key (docs/schema.md) with values of its own type, mostly valid.
 INSTANCE_VALUES = {
     ("model",): {"layers": st.integers(1, 64), "hidden": st.sampled_from([64, 256, 1024, 4096]),
                  "heads": st.sampled_from([1, 2, 4, 8, 16]), "kv_heads": st.sampled_from([1, 2, 4]),
