@@ -43,6 +43,8 @@ def optimum_s(inst, part) -> float:
     return best
 
 
+# each case expands every option family and prices every layout it sets up: 30-60 s of CPU
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,space", CASES)
 def test_the_option_bound_is_at_most_every_layouts_priced_optimum(seed, space):
     inst = many_types_instance(seed)
