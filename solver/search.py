@@ -862,356 +862,497 @@ def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit
                  threads: int, resimulate: bool, winners: int, within_pct: float | None, t0: float,
                  lazy: _Partials | None, ceiling_s: float | None = None) -> SolveResult:
     """search over `outers` (declared_outers), the space's `summary`; with `lazy`, `outers`
-    grows as the search lists each partial layout, and `rank` gives each its key's index."""
-    idx, agg, weights = scenario_weights(inst, objective)
-    res = SolveResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
-                       per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in idx),
-                       bound_s=None, solve_time_s=0.0, backend=backend,
-                       outer_configs=summary.outer_configs, plans_total=summary.plans_total)
-    won = Winners(winners, within_pct, ceiling_s=float("inf") if ceiling_s is None else ceiling_s)
-    # each outer's index in its keys: its place in declared_outers, or with `lazy` a rank in the
-    # same order (RANK_STRIDE), appended as the partial layouts are listed
-    rank: range | list[int] = range(len(outers)) if lazy is None else []
+    grows as the search lists each partial layout, and `rank` gives each its key's index.
+    The branch and bound itself is _Search: set up its first nodes, run it best first, then
+    read the result off its incumbent and open bounds."""
+    s = _Search(inst, outers, summary, backend, time_limit_s, objective, uniform, progress, threads,
+                winners, within_pct, t0, lazy, ceiling_s)
+    s.set_up(warm_plan)
+    s.run()
+    return s.finish(families, resimulate)
 
-    floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
-    groups_of_plans: list[_Unpriced] = []  # outers whose layer-plan combinations are not yet set up
-    warm_outer = warm_plan.outer if warm_plan is not None and not dualpipe_job(inst) else None
-    placements: dict = {}  # shared by the configurations (problem_for)
-    partitions = class_partitions.enabled(inst)
-    if partitions:  # layer plans per class and group (solver/class_partitions.py), set up
-        # in the order of a bound of all of an outer's combinations read before pricing
-        plan_floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, layer_plans=True,
-                                    deadline=floor_by)
+
+class _Search:
+    """One branch and bound of _search_over: the incumbent (`won`), the heap of open nodes, the
+    bounds left open and the result's counters (`res`), shared by the steps below, one method
+    per kind of node, so that each step reads on its own. The order of the steps, their floats
+    and the tie rule are those of the single function it was split from (issue 32)."""
+
+    def __init__(self, inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
+                 objective: str, uniform: bool, progress, threads: int, winners: int,
+                 within_pct: float | None, t0: float, lazy: _Partials | None, ceiling_s: float | None):
+        self.inst, self.outers, self.summary, self.backend = inst, outers, summary, backend
+        self.time_limit_s, self.objective, self.uniform, self.progress = time_limit_s, objective, uniform, progress
+        self.threads, self.within_pct, self.t0, self.lazy = threads, within_pct, t0, lazy
+        self.idx, self.agg, self.weights = scenario_weights(inst, objective)
+        self.res = SolveResult(status=TIMEOUT, plan=None, objective=objective, objective_s=None,
+                               per_scenario_s=None, scenario_names=tuple(inst.scenarios[i].name for i in self.idx),
+                               bound_s=None, solve_time_s=0.0, backend=backend,
+                               outer_configs=summary.outer_configs, plans_total=summary.plans_total)
+        self.won = Winners(winners, within_pct, ceiling_s=float("inf") if ceiling_s is None else ceiling_s)
+        # each outer's index in its keys: its place in declared_outers, or with `lazy` a rank in the
+        # same order (RANK_STRIDE), appended as the partial layouts are listed
+        self.rank: range | list[int] = range(len(outers)) if lazy is None else []
+        self.floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
+        self.placements: dict = {}  # shared by the configurations (problem_for)
+        self.partitions = class_partitions.enabled(inst)
+        # outers whose layer-plan combinations are not yet set up
+        self.groups_of_plans: list[_Unpriced] = self._plan_groups() if self.partitions else []
+        self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
+        self.listed_partials = 0
+        self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
+        self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
+        self.layer_memo: dict = {}  # the layers' terms (unpriced_memory)
+        self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
+        self.heap: list[tuple] = []
+        self.open_bounds: list[float] = []
+        self.batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
+        self.pool = None
+        self.first_plan_by = 0.0  # set as the search starts (run)
+
+    # -- setting up ---------------------------------------------------------------------------
+
+    def _plan_groups(self) -> list[_Unpriced]:
+        """Layer plans per class and group (solver/class_partitions.py), set up in the order of
+        a bound of all of an outer's combinations read before pricing, in chunks of PLANS_CHUNK."""
+        inst, outers = self.inst, self.outers
+        plan_floor = floor_bounds_s(inst, outers, self.idx, self.agg, self.weights, self.uniform, layer_plans=True,
+                                    deadline=self.floor_by)
         plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
         by_floor = np.argsort(plan_floor, kind="stable")
-        groups_of_plans = [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
-                                     sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js))
-                           for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(outers), PLANS_CHUNK))]
+        return [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
+                          sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js))
+                for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(outers), PLANS_CHUNK))]
 
-    def price(js) -> list[_Candidate]:
-        """Outers `js` priced (problems_for), keyed by their bounds (solver/bounds/batched.py:
-        batched, the numbers of one at a time), in key order; memory-infeasible ones counted."""
-        cands = []
-        for j, p in zip(js, problems_for(inst, [outers[j] for j in js], objective, placements)):
-            if p is None:
-                res.pruned_by_memory += 1
-            else:
-                cands.append(_Candidate(outers[j], p, (0.0, rank[j], 0), uniform))
-        if dualpipe_job(inst):  # formulations/dualpipe.DualPipeProblem.lower_bound_s
-            bounds = [c.problem.lower_bound_s() for c in cands]
-        else:
-            bounds = lower_bounds_s([c.problem for c in cands], lambda j: cands[j].mvecs, uniform)
-        for cand, lb in zip(cands, bounds):
-            cand.key = (lb, cand.key[1], 0)
-        return sorted(cands, key=lambda x: x.key)
+    def set_up(self, warm_plan: Plan | None) -> None:
+        """The running plan as a first incumbent (replanning), then the heap's first nodes."""
+        warm_outer = warm_plan.outer if warm_plan is not None and not dualpipe_job(self.inst) else None
+        if (warm_outer is not None and warm_outer in self.outers
+                and not any(k.partitions for k in warm_plan.classes)):
+            self._warm_start(warm_plan, warm_outer)
+        unpriced = self._first_nodes()
+        self.res.log.append(f"{self.summary.outer_configs} outer configs;"
+                            f" setup {time.perf_counter() - self.t0:.2f} s")
+        # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
+        # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
+        self.heap = [(c.key, next(self.order), c) for c in unpriced + self.groups_of_plans]
+        heapq.heapify(self.heap)
 
-    if warm_outer is not None and warm_outer in outers and not any(k.partitions for k in warm_plan.classes):
-        # replanning: the running plan is a feasible incumbent
-        for cand in price([outers.index(warm_outer)]):
+    def _warm_start(self, warm_plan: Plan, warm_outer) -> None:
+        """Replanning: the running plan is a feasible incumbent, which prunes from the start."""
+        for cand in self.price([self.outers.index(warm_outer)]):
             wm = [k.num_micro_batches for k in warm_plan.classes]
             wn = [k.layers_per_stage for k in warm_plan.classes]
             wr = [k.full_recompute_layers for k in warm_plan.classes]
             if cand.problem.fits(wn, wr):
                 val, _ = cand.problem.evaluate(wm, wn, wr)
-                won.offer(val, cand.key, (warm_outer, wm, wn, wr, ()))
-    # configurations are priced in the order of a bound read before pricing
-    # (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound reaches
-    # the incumbent
-    # (past the limit the rest are bounded by 0: priced in the order listed, only for a first plan)
-    if lazy is None:
-        floor = floor_bounds_s(inst, outers, idx, agg, weights, uniform, deadline=floor_by)
-        by_floor = np.argsort(floor, kind="stable")
-        unpriced = [_Unpriced(js, (float(floor[js[0]]), -1, -1))
-                    for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
-    else:  # partial layouts, listed as the search reaches them (list_partials)
-        floor = []
-        unpriced = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
-                    for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
-        unpriced += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
-    listed_partials = [0]
+                self.won.offer(val, cand.key, (warm_outer, wm, wn, wr, ()))
 
-    def list_partials(first: _Partial | _Family | _Choice) -> None:
+    def _first_nodes(self) -> list:
+        """The heap's first nodes. Configurations are priced in the order of a bound read before
+        pricing (solver/bounds/unpriced.py), in chunks: the search stops pricing where that bound
+        reaches the incumbent (past the limit the rest are bounded by 0: priced in the order
+        listed, only for a first plan). With `lazy`, the partial layouts and stage families
+        instead, listed as the search reaches them (list_partials)."""
+        lazy = self.lazy
+        if lazy is None:
+            self.floor = floor_bounds_s(self.inst, self.outers, self.idx, self.agg, self.weights, self.uniform,
+                                        deadline=self.floor_by)
+            by_floor = np.argsort(self.floor, kind="stable")
+            return [_Unpriced(js, (float(self.floor[js[0]]), -1, -1))
+                    for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
+        self.floor = []
+        nodes = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
+                 for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
+        nodes += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
+        return nodes
+
+    # -- shared steps -------------------------------------------------------------------------
+
+    def can_win(self, key, lb: float | None = None) -> bool:
+        """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
+        return self.won.beats(key[0] if lb is None else lb, key)
+
+    def _push(self, nodes) -> None:
+        """Nodes onto the heap, by key; equal keys pop in the order pushed."""
+        for node in nodes:
+            heapq.heappush(self.heap, (node.key, next(self.order), node))
+
+    def _heap_weight(self) -> int:
+        """The candidates (or combinations, configurations) the heap's nodes stand for."""
+        return sum(x.weight for _, _, x in self.heap)
+
+    def price(self, js) -> list[_Candidate]:
+        """Outers `js` priced (problems_for), keyed by their bounds (solver/bounds/batched.py:
+        batched, the numbers of one at a time), in key order; memory-infeasible ones counted."""
+        cands = []
+        for j, p in zip(js, problems_for(self.inst, [self.outers[j] for j in js], self.objective, self.placements)):
+            if p is None:
+                self.res.pruned_by_memory += 1
+            else:
+                cands.append(_Candidate(self.outers[j], p, (0.0, self.rank[j], 0), self.uniform))
+        if dualpipe_job(self.inst):  # formulations/dualpipe.DualPipeProblem.lower_bound_s
+            bounds = [c.problem.lower_bound_s() for c in cands]
+        else:
+            bounds = lower_bounds_s([c.problem for c in cands], lambda j: cands[j].mvecs, self.uniform)
+        for cand, lb in zip(cands, bounds):
+            cand.key = (lb, cand.key[1], 0)
+        return sorted(cands, key=lambda x: x.key)
+
+    def probe(self, cands) -> None:
+        """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
+        for cand in cands[:INCUMBENT_PROBES]:
+            if cand.key[0] >= self.won.bar()[0] or isinstance(cand.problem, DualPipeProblem):
+                break
+            inc = incumbent(cand.problem, cand.mvecs, self.uniform)
+            if inc is not None:
+                self.won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Pop nodes best first until none is left, none can win, or the time is up; each node
+        is listed, priced, expanded or solved by its own step (_visit)."""
+        if self.threads > 1:  # imported here: concurrent.futures loads logging and threading, 0.01 s of
+            # every plan's start-up (issue 33), for --threads only
+            from concurrent.futures import ThreadPoolExecutor
+            self.pool = ThreadPoolExecutor(max_workers=self.threads)
+        self.first_plan_by = max(self.t0 + self.time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
+        try:
+            while self.heap:
+                key, _, cand = heapq.heappop(self.heap)
+                remaining = self._time_left(key, cand)
+                if remaining is None:
+                    break
+                self._visit(key, cand, remaining)
+            self.flush()
+        finally:
+            if self.pool:
+                self.pool.shutdown()
+
+    def _time_left(self, key, cand) -> float | None:
+        """The time left to visit `cand` (popped with `key`), or None where the search stops
+        here: nothing left can win (the rest pruned by bound), or the limit is reached (the rest
+        left open, their keys the bound)."""
+        if self.progress:
+            self.progress(search_status(self.res, self.won.bar()[0], [key[0], *self.open_bounds]))
+        if not isinstance(cand, _Candidate) or self.uniform or not self.can_win(key):
+            self.flush()  # what follows reads the incumbent: settle the batch first
+        if not self.can_win(key):
+            self.res.pruned_by_bound += self._heap_weight() + cand.weight
+            return None
+        now = time.perf_counter()
+        remaining = self.time_limit_s - (now - self.t0)
+        if remaining <= 0 and not self._first_plan_pending(cand, now):
+            self.flush()
+            self.open_bounds.extend(k[0] for k, _, _ in self.heap)
+            self.open_bounds.append(key[0])
+            self.res.unresolved += self._heap_weight() + cand.weight
+            return None
+        return remaining
+
+    def _first_plan_pending(self, cand, now: float) -> bool:
+        """Without an incumbent, pricing goes on past the limit (or past the setup, where that
+        took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)."""
+        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
+                and now < self.first_plan_by)
+
+    def _visit(self, key, cand, remaining: float) -> None:
+        """One node's step, by its kind."""
+        if isinstance(cand, (_Partial, _Family, _Choice)):
+            self.list_partials(cand)
+        elif isinstance(cand, _Unpriced) and cand.layer_plans is not None:
+            self._push_layer_plans(cand)
+        elif isinstance(cand, _Unpriced):
+            self._price_chunk(cand)
+        elif isinstance(cand, _LayerPlans):
+            new = cand.expand(self.won.bar()[0], self.res)
+            self.probe(new)
+            self._push(new)
+        elif self.uniform:
+            self._settle_uniform(cand)
+        else:
+            self._solve(key, cand, remaining)
+
+    def _push_layer_plans(self, cand: _Unpriced) -> None:
+        """Each outer's layer-plan combinations as one node keyed by their optimistic bound
+        (_layer_plans), so that none is listed before it can win."""
+        for i in cand.outers:
+            lp = _layer_plans(self.inst, self.outers[i], i, self.objective, self.placements, self.uniform, self.res)
+            if lp is not None:
+                heapq.heappush(self.heap, (lp.key, next(self.order), lp))
+
+    # -- listing partial layouts (lazy) ------------------------------------------------------
+
+    def list_partials(self, first: _Partial | _Family | _Choice) -> None:
         """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
         configurations or a little more, while they can still win), bound their outers before
         pricing and push each, keyed by that bound (gather prices them in chunks); a stage or
         replica family is set up instead, its partial layouts that can still win pushed."""
         if isinstance(first, (_Family, _Choice)):
-            if isinstance(first, _Family):
-                nodes = lazy.open_family(first.index, lambda lb: can_win((lb, -1, -1)))
-            else:
-                got = [first]
-                while (heap and len(got) < CHOICES_AT_ONCE and isinstance(heap[0][2], _Choice)
-                       and can_win(heap[0][0])):
-                    got.append(heapq.heappop(heap)[2])
-                nodes = lazy.set_up(got, lambda lb: can_win((lb, -1, -1)))
-            for node in nodes:
-                heapq.heappush(heap, (node.key, next(order), node))
+            self._push(self._open_family(first))
             return
         got, n = [first], first.weight
-        while (heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(heap[0][2], _Partial)
-               and can_win(heap[0][0])):
-            got.append(heapq.heappop(heap)[2])
+        while (self.heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(self.heap[0][2], _Partial)
+               and self.can_win(self.heap[0][0])):
+            got.append(heapq.heappop(self.heap)[2])
             n += got[-1].weight
-        listed_partials[0] += len(got)
+        self._list_layouts(got)
+
+    def _open_family(self, first: _Family | _Choice) -> list:
+        """A stage family opened into its choices, or `first` and the choices next in the heap
+        (CHOICES_AT_ONCE, while they can win) set up into partial layouts: the nodes to push."""
+        lazy, bound_wins = self.lazy, (lambda lb: self.can_win((lb, -1, -1)))
+        if isinstance(first, _Family):
+            return lazy.open_family(first.index, bound_wins)
+        got = [first]
+        while (self.heap and len(got) < CHOICES_AT_ONCE and isinstance(self.heap[0][2], _Choice)
+               and self.can_win(self.heap[0][0])):
+            got.append(heapq.heappop(self.heap)[2])
+        return lazy.set_up(got, bound_wins)
+
+    def _list_layouts(self, got: list[_Partial]) -> None:
+        """The outers of partial layouts `got` appended (with their ranks), bounded before
+        pricing, each pushed as one unpriced node keyed by that bound."""
+        lazy, outers = self.lazy, self.outers
+        self.listed_partials += len(got)
         start = len(outers)
         for part in got:
             listed = [o for blk in lazy.partials[part.index].blocks() for o in blk.outers()]
             outers.extend(listed)
             at = lazy.ranks[part.index] * RANK_STRIDE
-            rank.extend(range(at, at + len(listed)))
+            self.rank.extend(range(at, at + len(listed)))
         js = list(range(start, len(outers)))
-        floor.extend(floor_bounds_s(inst, outers[start:], idx, agg, weights, uniform,
-                                    deadline=floor_by, memo=lazy.memo).tolist())
-        for k in np.argsort(np.asarray(floor[start:]), kind="stable").tolist():
-            node = _Unpriced([js[k]], (float(floor[js[k]]), -1, -1))
-            heapq.heappush(heap, (node.key, next(order), node))
+        self.floor.extend(floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
+                                         deadline=self.floor_by, memo=lazy.memo).tolist())
+        for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
+            node = _Unpriced([js[k]], (float(self.floor[js[k]]), -1, -1))
+            heapq.heappush(self.heap, (node.key, next(self.order), node))
 
-    chunk_size = [FIRST_PRICE_CHUNK]
-    floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
-    layer_memo: dict = {}  # the layers' terms (unpriced_memory)
-
-    def unpriced_memory(js: list[int]) -> list[int]:
-        """Outers `js` less those the bound before pricing that reads memory proves unable to
-        win (solver/bounds/unpriced_memory.py), counted: no split fits (memory), or the bound
-        cannot beat the bar. Tested with the outer's key before pricing, (floor, rank, 0), at
-        most its key once priced (as the floors' own test above)."""
-        lbs = memory_floor_bounds_s(inst, [outers[j] for j in js], idx, agg, weights, floor_memo, layer_memo)
-        kept = []
-        for j, lb in zip(js, lbs.tolist()):
-            if math.isinf(lb):
-                res.pruned_by_memory += 1
-            elif not can_win((float(floor[j]), rank[j], 0), lb):
-                res.pruned_by_bound += 1
-            else:
-                kept.append(j)
-        return kept
-
-    def gather(first: _Unpriced) -> _Unpriced:
+    def gather(self, first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
         their bounds before pricing, up to the chunk size, which grows from FIRST_PRICE_CHUNK
         to PRICE_CHUNK as the full listing's chunks do: the outers of every partial layout
         listed so far are priced in one order, as if listed together."""
         js = list(first.outers)
-        while heap and len(js) < chunk_size[0] and isinstance(heap[0][2], _Unpriced):
-            js += heapq.heappop(heap)[2].outers
-        chunk_size[0] = min(2 * chunk_size[0], PRICE_CHUNK)
+        while self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced):
+            js += heapq.heappop(self.heap)[2].outers
+        self.chunk_size = min(2 * self.chunk_size, PRICE_CHUNK)
         return _Unpriced(js, first.key)
 
-    def probe(cands) -> None:
-        """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
-        for cand in cands[:INCUMBENT_PROBES]:
-            if cand.key[0] >= won.bar()[0] or isinstance(cand.problem, DualPipeProblem):
-                break
-            inc = incumbent(cand.problem, cand.mvecs, uniform)
-            if inc is not None:
-                won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
-    res.log.append(f"{summary.outer_configs} outer configs; setup {time.perf_counter() - t0:.2f} s")
+    # -- pricing a chunk -----------------------------------------------------------------------
 
-    def can_win(key, lb: float | None = None) -> bool:
-        """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
-        return won.beats(key[0] if lb is None else lb, key)
+    def _price_chunk(self, cand: _Unpriced) -> None:
+        """Price the chunk's outers that can still win, probe them for incumbents, and push
+        those a lone class's bound does not settle (_settle_alone)."""
+        if self.lazy is not None:
+            cand = self.gather(cand)
+        # the chunk is keyed by the least of its bounds before pricing; an outer whose
+        # own bound can no longer beat the bar never will (the bar only falls), and is
+        # not priced: its key once priced, (lb, j, 0) with lb >= floor[j], is at least
+        # (floor[j], j, 0), and Winners.beats fails for a larger value and key when it
+        # fails for a smaller (the last chunk priced whole up to 511 such outers)
+        js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+        self.res.pruned_by_bound += len(cand.outers) - len(js)
+        if not self.partitions and not dualpipe_job(self.inst):
+            js = self._may_fit(js)
+        new = self.price(js)
+        self.res.priced += len(js)
+        self.probe(new)
+        if not self.uniform:  # (uniform: each is settled by its incumbent, no bound read)
+            kept = _settle_alone(new, self.won)
+            self.res.pruned_by_bound += len(new) - len(kept)
+            new = kept
+        self._push(new)
 
-    # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
-    # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
-    order = itertools.count()  # equal keys (a node and its first combination) pop node first
-    heap = [(c.key, next(order), c) for c in unpriced + groups_of_plans]
-    heapq.heapify(heap)
-    open_bounds: list[float] = []
-    batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
-    pool = None
-    if threads > 1:  # imported here: concurrent.futures loads logging and threading, 0.01 s of
-        # every plan's start-up (issue 33), for --threads only
-        from concurrent.futures import ThreadPoolExecutor
-        pool = ThreadPoolExecutor(max_workers=threads)
+    def _may_fit(self, js: list[int]) -> list[int]:
+        """Outers `js` less those the space's memory bound proves infeasible, which are not
+        priced (solver/bounds/memory.py: no plan of theirs fits, as build would find), and,
+        but for the uniform baseline, those unpriced_memory drops."""
+        no_fit = memory_bound.proved_infeasible(self.inst, [self.outers[j] for j in js])
+        self.res.pruned_by_memory += int(no_fit.sum())
+        js = [j for j, out in zip(js, no_fit) if not out]
+        if not self.uniform:
+            js = self.unpriced_memory(js)
+        return js
 
-    def flush() -> None:
+    def unpriced_memory(self, js: list[int]) -> list[int]:
+        """Outers `js` less those the bound before pricing that reads memory proves unable to
+        win (solver/bounds/unpriced_memory.py), counted: no split fits (memory), or the bound
+        cannot beat the bar. Tested with the outer's key before pricing, (floor, rank, 0), at
+        most its key once priced (as the floors' own test in _price_chunk)."""
+        lbs = memory_floor_bounds_s(self.inst, [self.outers[j] for j in js], self.idx, self.agg, self.weights,
+                                    self.floor_memo, self.layer_memo)
+        kept = []
+        for j, lb in zip(js, lbs.tolist()):
+            if math.isinf(lb):
+                self.res.pruned_by_memory += 1
+            elif not self.can_win((float(self.floor[j]), self.rank[j], 0), lb):
+                self.res.pruned_by_bound += 1
+            else:
+                kept.append(j)
+        return kept
+
+    # -- solving a candidate -------------------------------------------------------------------
+
+    def _settle_uniform(self, cand: _Candidate) -> None:
+        """Uniform baseline: split and batch fixed, the incumbent is this configuration's optimum."""
+        self.res.solved += 1
+        inc = incumbent(cand.problem, cand.mvecs, self.uniform)
+        if inc is None:
+            self.res.inner_infeasible += 1
+        else:
+            self.won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
+
+    def _solve(self, key, cand: _Candidate, remaining: float) -> None:
+        """A priced candidate: pruned by its tighter bounds, left open where too large for the
+        exact model, else queued for the inner solver with the incumbent as cutoff and hint."""
+        p = cand.problem
+        bar_val, bar_key = self.won.bar()
+        cutoff = bar_val * (1 + REL_TOL) if key < bar_key else bar_val * (1 - REL_TOL)
+        if isinstance(p, DualPipeProblem):  # solved exactly by its own model (_solve_inner)
+            self._queue(cand, None, cutoff)
+            return
+        if _lone_dp(p, self.backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
+            if not self._lone_dp_open(key, cand, (bar_val, bar_key), cutoff):
+                return
+        elif _cannot_win_alone(p, bar_val, key < bar_key, remaining, cand.tight_s,
+                               cand.settled_bar == (bar_val, bar_key)):
+            self.res.pruned_by_bound += 1
+            return
+        elif self.backend in ("cpsat", "dp") and _dp_cells(p) > DP_MAX_CELLS:  # CP-SAT's model: the same
+            self._leave_open_for_cpsat(key, p)
+            return
+        hint = None
+        inc = incumbent(p, cand.mvecs, self.uniform)
+        if inc is not None:
+            hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
+        self._queue(cand, hint, cutoff)
+
+    def _lone_dp_open(self, key, cand: _Candidate, bar: tuple, cutoff: float) -> bool:
+        """Whether a lone class for the exact DP goes on to be solved: not where its tight or
+        coupled bound cannot win (pruned), nor where its DP is too large (left open: the
+        incumbent stands, its bound stays)."""
+        p = cand.problem
+        c0 = p.coeffs[0][0]
+        tight = (cand.tight_s[0] if cand.tight_s is not None
+                 else one_class.tight_lower_bound_s(c0, p.allow_full_recompute))
+        if cand.settled_bar != bar and (  # else both failed already
+                not self.can_win(key, tight)
+                or math.isfinite(cutoff) and one_class.coupled_bound_above(c0, p.allow_full_recompute, cutoff)):
+            self.res.pruned_by_bound += 1
+            return False
+        if _dp_cells(p) > DP_MAX_CELLS:
+            self.res.unresolved += 1
+            self.open_bounds.append(max(key[0], tight))
+            self.res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the exact"
+                               f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
+                               " was bounded, not solved; --backend milp solves it")
+            return False
+        return True
+
+    def _leave_open_for_cpsat(self, key, p: MultiClassProblem) -> None:
+        """A split beyond CP-SAT's exact memory points: bounded (a lone class by its tight
+        bound, as the DP's), left open, and said why."""
+        self.res.unresolved += 1
+        lone = p.classes == 1 and len(p.coeffs) == 1  # its tight bound, as the DP's
+        self.open_bounds.append(max(key[0], one_class.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute))
+                                if lone else key[0])
+        self.res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the"
+                           f" {DP_MAX_CELLS:,} for which CP-SAT lists exact memory points: that"
+                           " configuration was bounded, not solved; --backend milp solves it")
+
+    def _queue(self, cand: _Candidate, hint, cutoff: float) -> None:
+        """Batch a candidate for the inner solver; solve the batch once it has one per thread or
+        the heap is empty."""
+        self.batch.append((cand, hint, cutoff))
+        if len(self.batch) >= self.threads or not self.heap:
+            self.flush()
+
+    def flush(self) -> None:
         """Solve the batch (at once with threads > 1) and take its results in key order."""
-        if not batch:
+        if not self.batch:
             return
-        remaining = time_limit_s - (time.perf_counter() - t0)
+        remaining = self.time_limit_s - (time.perf_counter() - self.t0)
         if remaining <= 0:
-            res.unresolved += len(batch)
-            open_bounds.extend(c.key[0] for c, _, _ in batch)
-            batch.clear()
+            self.res.unresolved += len(self.batch)
+            self.open_bounds.extend(c.key[0] for c, _, _ in self.batch)
+            self.batch.clear()
             return
-        jobs = [(c.problem, backend, remaining, hint, cutoff) for c, hint, cutoff in batch]
-        results = list(pool.map(lambda a: _solve_inner(*a), jobs)) if pool else [_solve_inner(*jobs[0])]
-        for (cand, _, _), sr in zip(batch, results):
-            if sr.status == CUTOFF:  # the exact DP proved that nothing here beats the incumbent
-                res.pruned_by_bound += 1
-                continue
-            res.solved += 1
-            res.tolerance_s = max(res.tolerance_s, sr.tolerance_s if sr.status == OPTIMAL else 0.0)
-            if sr.status == INFEASIBLE:
-                res.inner_infeasible += 1
-                continue
-            if sr.status != OPTIMAL:
-                res.unresolved += 1
-                open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
-            if sr.objective_s is not None and won.offer(
-                    sr.objective_s, cand.key, (cand.outer, sr.micro_batches, sr.layers_per_stage,
-                                               sr.full_recompute_layers, cand.partitions)):
-                if progress:
-                    progress(f"incumbent {won.best_s:.6g} s after {res.solved} inner solves")
-        batch.clear()
+        jobs = [(c.problem, self.backend, remaining, hint, cutoff) for c, hint, cutoff in self.batch]
+        results = (list(self.pool.map(lambda a: _solve_inner(*a), jobs)) if self.pool
+                   else [_solve_inner(*jobs[0])])
+        for (cand, _, _), sr in zip(self.batch, results):
+            self._take(cand, sr)
+        self.batch.clear()
 
-    first_plan_by = max(t0 + time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
-    try:
-        while heap:
-            key, _, cand = heapq.heappop(heap)
-            if progress:
-                progress(search_status(res, won.bar()[0], [key[0], *open_bounds]))
-            if not isinstance(cand, _Candidate) or uniform or not can_win(key):
-                flush()  # what follows reads the incumbent: settle the batch first
-            if not can_win(key):
-                res.pruned_by_bound += sum(x.weight for _, _, x in heap) + cand.weight
-                break
-            now = time.perf_counter()
-            remaining = time_limit_s - (now - t0)
-            # without an incumbent, pricing goes on past the limit (or past the setup, where that
-            # took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)
-            if remaining <= 0 and not (not won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
-                                       and now < first_plan_by):
-                flush()
-                open_bounds.extend(k[0] for k, _, _ in heap)
-                open_bounds.append(key[0])
-                res.unresolved += sum(x.weight for _, _, x in heap) + cand.weight
-                break
-            if isinstance(cand, (_Partial, _Family, _Choice)):
-                list_partials(cand)
-                continue
-            if isinstance(cand, _Unpriced) and cand.layer_plans is not None:
-                for i in cand.outers:
-                    lp = _layer_plans(inst, outers[i], i, objective, placements, uniform, res)
-                    if lp is not None:
-                        heapq.heappush(heap, (lp.key, next(order), lp))
-                continue
-            if isinstance(cand, _Unpriced):
-                if lazy is not None:
-                    cand = gather(cand)
-                # the chunk is keyed by the least of its bounds before pricing; an outer whose
-                # own bound can no longer beat the bar never will (the bar only falls), and is
-                # not priced: its key once priced, (lb, j, 0) with lb >= floor[j], is at least
-                # (floor[j], j, 0), and Winners.beats fails for a larger value and key when it
-                # fails for a smaller (the last chunk priced whole up to 511 such outers)
-                js = [j for j in cand.outers if can_win((float(floor[j]), rank[j], 0))]
-                res.pruned_by_bound += len(cand.outers) - len(js)
-                if not partitions and not dualpipe_job(inst):
-                    # those the space's memory bound proves infeasible are not priced
-                    # (solver/bounds/memory.py: no plan of theirs fits, as build would find)
-                    no_fit = memory_bound.proved_infeasible(inst, [outers[j] for j in js])
-                    res.pruned_by_memory += int(no_fit.sum())
-                    js = [j for j, out in zip(js, no_fit) if not out]
-                    if not uniform:
-                        js = unpriced_memory(js)
-                new = price(js)
-                res.priced += len(js)
-                probe(new)
-                if not uniform:  # (uniform: each is settled by its incumbent, no bound read)
-                    kept = _settle_alone(new, won)
-                    res.pruned_by_bound += len(new) - len(kept)
-                    new = kept
-                for c in new:
-                    heapq.heappush(heap, (c.key, next(order), c))
-                continue
-            if isinstance(cand, _LayerPlans):
-                new = cand.expand(won.bar()[0], res)
-                probe(new)
-                for c in new:
-                    heapq.heappush(heap, (c.key, next(order), c))
-                continue
-            if uniform:  # split and batch fixed: the incumbent is this configuration's optimum
-                res.solved += 1
-                inc = incumbent(cand.problem, cand.mvecs, uniform)
-                if inc is None:
-                    res.inner_infeasible += 1
-                else:
-                    won.offer(inc[0], cand.key, (cand.outer, *inc[1:], cand.partitions))
-                continue
-            p = cand.problem
-            bar_val, bar_key = won.bar()
-            cutoff = bar_val * (1 + REL_TOL) if key < bar_key else bar_val * (1 - REL_TOL)
-            if isinstance(p, DualPipeProblem):  # solved exactly by its own model (_solve_inner)
-                batch.append((cand, None, cutoff))
-                if len(batch) >= threads or not heap:
-                    flush()
-                continue
-            if _lone_dp(p, backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff
-                c0 = p.coeffs[0][0]
-                tight = (cand.tight_s[0] if cand.tight_s is not None
-                         else one_class.tight_lower_bound_s(c0, p.allow_full_recompute))
-                if cand.settled_bar != (bar_val, bar_key) and (  # else both failed already
-                        not can_win(key, tight)
-                        or math.isfinite(cutoff) and one_class.coupled_bound_above(c0, p.allow_full_recompute, cutoff)):
-                    res.pruned_by_bound += 1
-                    continue
-                if _dp_cells(p) > DP_MAX_CELLS:  # left open: the incumbent stands, its bound stays
-                    res.unresolved += 1
-                    open_bounds.append(max(key[0], tight))
-                    res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the exact"
-                                  f" DP's {DP_MAX_CELLS:,} (its tables' memory): that configuration"
-                                  " was bounded, not solved; --backend milp solves it")
-                    continue
-            elif _cannot_win_alone(p, bar_val, key < bar_key, remaining, cand.tight_s,
-                                   cand.settled_bar == (bar_val, bar_key)):
-                res.pruned_by_bound += 1
-                continue
-            elif backend in ("cpsat", "dp") and _dp_cells(p) > DP_MAX_CELLS:  # CP-SAT's model: the same
-                res.unresolved += 1
-                lone = p.classes == 1 and len(p.coeffs) == 1  # its tight bound, as the DP's
-                open_bounds.append(max(key[0], one_class.tight_lower_bound_s(p.coeffs[0][0], p.allow_full_recompute))
-                                   if lone else key[0])
-                res.reason = (f"a split of {_dp_cells(p):,} stage x chunk cells is beyond the"
-                              f" {DP_MAX_CELLS:,} for which CP-SAT lists exact memory points: that"
-                              " configuration was bounded, not solved; --backend milp solves it")
-                continue
-            hint = None
-            inc = incumbent(p, cand.mvecs, uniform)
-            if inc is not None:
-                hint = (inc[1], [x.astype(int).tolist() for x in inc[2]], [x.astype(int).tolist() for x in inc[3]])
-            batch.append((cand, hint, cutoff))
-            if len(batch) >= threads or not heap:
-                flush()
-        flush()
-    finally:
-        if pool:
-            pool.shutdown()
+    def _take(self, cand: _Candidate, sr) -> None:
+        """One inner solve's result counted, its bound kept where not proved, its plan offered."""
+        res = self.res
+        if sr.status == CUTOFF:  # the exact DP proved that nothing here beats the incumbent
+            res.pruned_by_bound += 1
+            return
+        res.solved += 1
+        res.tolerance_s = max(res.tolerance_s, sr.tolerance_s if sr.status == OPTIMAL else 0.0)
+        if sr.status == INFEASIBLE:
+            res.inner_infeasible += 1
+            return
+        if sr.status != OPTIMAL:
+            res.unresolved += 1
+            self.open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
+        if sr.objective_s is not None and self.won.offer(
+                sr.objective_s, cand.key, (cand.outer, sr.micro_batches, sr.layers_per_stage,
+                                           sr.full_recompute_layers, cand.partitions)):
+            if self.progress:
+                self.progress(f"incumbent {self.won.best_s:.6g} s after {res.solved} inner solves")
 
-    res.solve_time_s = time.perf_counter() - t0
-    if lazy is not None:
-        _count_set_up(res, lazy, len(outers), listed_partials[0])
-    if not won.found:
+    # -- the result ----------------------------------------------------------------------------
+
+    def finish(self, families: tuple[str, ...], resimulate: bool) -> SolveResult:
+        """The result: its time and counts, then the winners' plan and bound, or why none."""
+        res, won = self.res, self.won
+        res.solve_time_s = time.perf_counter() - self.t0
+        if self.lazy is not None:
+            _count_set_up(res, self.lazy, len(self.outers), self.listed_partials)
+        if not won.found:
+            self._no_plan()
+            return res
+        inst, objective = self.inst, self.objective
+        res.ranked = tuple(within([(val, _plan_of(*found)) for val, _, found in won.found], self.within_pct))
+        best_val = won.best_s
+        res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
+        res.quantile_s = best_val
+        res.bound_s = min([best_val] + self.open_bounds)
+        res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
+        # the plan's time: the minimised value over its configuration's factor (1 for `mean`);
+        # re-simulated, the time as cost prices it (the check matched it to that ratio)
+        res.objective_s = best_val / objective_factor_of(inst, res.plan)
+        if resimulate:
+            res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
+                                                                   res.tolerance_s)
+            if objective_factor_of(inst, res.plan) != 1.0:
+                res.objective_s = aggregate_s(inst, objective, res.per_scenario_s)
+        return res
+
+    def _no_plan(self) -> None:
+        """Status and reason where no plan was found: out of time, nothing at or below the plan
+        in hand, or nothing fits (an empty space said as such)."""
+        res, won = self.res, self.won
         if res.unresolved:
             res.status, res.reason = TIMEOUT, (f"time limit reached before any plan was found (pricing"
                                                f" went on {FIRST_PLAN_ALLOWANCE_S:g} s past it for one)")
             if won.in_hand:
                 res.reason = "time limit reached before any plan at or below the plan in hand was found"
-            res.bound_s = min(open_bounds) if open_bounds else None
+            res.bound_s = min(self.open_bounds) if self.open_bounds else None
         elif won.in_hand:
             res.status = INFEASIBLE  # settled: nothing here is at or below the plan in hand
             res.reason = f"no plan at or below the plan in hand ({won.ceiling_s:.6g}) in this search"
         else:
             res.status = INFEASIBLE
-            res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(inst)
-                          if not summary.outer_configs else
+            res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(self.inst)
+                          if not self.summary.outer_configs else
                           "no heterogeneous plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
-        return res
-    res.ranked = tuple(within([(val, _plan_of(*found)) for val, _, found in won.found], within_pct))
-    best_val = won.best_s
-    res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
-    res.quantile_s = best_val
-    res.bound_s = min([best_val] + open_bounds)
-    res.status = OPTIMAL if res.unresolved == 0 else FEASIBLE
-    # the plan's time: the minimised value over its configuration's factor (1 for `mean`);
-    # re-simulated, the time as cost prices it (the check matched it to that ratio)
-    res.objective_s = best_val / objective_factor_of(inst, res.plan)
-    if resimulate:
-        res.per_scenario_s, res.breakdown = check_resimulation(inst, res.plan, objective, best_val,
-                                                               res.tolerance_s)
-        if objective_factor_of(inst, res.plan) != 1.0:
-            res.objective_s = aggregate_s(inst, objective, res.per_scenario_s)
-    return res
 
 
 def _growing_chunks(order: list[int], first: int, most: int) -> list[list[int]]:
