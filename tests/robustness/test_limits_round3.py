@@ -71,9 +71,18 @@ def _search_own_s(got: dict) -> float:
 
 def _plan_code(path: str, argv: list[str]) -> str:
     """The CLI's `plan --json` in-process, timed from before its imports, with its CPU time and
-    peak RSS."""
+    peak RSS. The peak is the process's own (VmHWM of /proc/self/status): Linux carries a forked
+    child's ru_maxrss over from its parent's size at the fork (the pre-exec copy of its memory),
+    so under xdist ru_maxrss reported the test worker's size, 724 MiB in one CI run against
+    this command's own 47 MiB."""
     return f"""
 import contextlib, io, json, resource, time
+def peak_mib():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t0 = time.perf_counter()
 from paraplan.solver.commands.cli import main
 out = io.StringIO()
@@ -84,7 +93,7 @@ got = json.loads(out.getvalue()) if code in (0, 3) else {{}}
 own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({{"code": code, "wall_s": wall, "status": got.get("status"), "solve_s": got.get("solve_time_s"),
                   "cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
-                  "rss_mib": own.ru_maxrss / 1024}}))
+                  "rss_mib": peak_mib()}}))
 """
 
 
