@@ -523,16 +523,25 @@ def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
     where = (f"rows at distance level {level} or farther" if taken == level else
              f"rows at distance level {taken} or farther (level {level}: fewer than {MIN_POOL_ROWS} rows"
              f" of {MIN_LEVEL_FAMILIES}+ families)")
-    r_lo, r_hi = weighted_quantiles([r.log_error for r in pool], family_weights(pool), INTERVAL_QUANTILES)
-    scale = scale_slow_log_quantile(f, res, exclude_family, INTERVAL_QUANTILES[0])
-    held = ""
-    if scale is not None and scale < r_lo:
-        r_lo = scale
-        held = f"; its slow end held to the runs on {SCALE_AXIS_MIN_GPUS}+ GPUs (scale axis)"
+    r_lo, r_hi, held_at_scale = _band_ends(f, pool, res, exclude_family, INTERVAL_QUANTILES)
+    held = f"; its slow end held to the runs on {SCALE_AXIS_MIN_GPUS}+ GPUs (scale axis)" if held_at_scale else ""
     return Trust(interval_s=(predicted_s * math.exp(-r_hi), predicted_s * math.exp(-r_lo)),
                  group=f"out of sample: each row predicted by a model fitted without its source;"
                        f" {families} source families weighted equally; {where} ({what}){held}",
                  rows=len(pool), warnings=warnings)
+
+
+def _band_ends(f: Features, pool: Sequence[Residual], res: Sequence[Residual], exclude_family: str | None,
+               quantiles: tuple[float, float]) -> tuple[float, float, bool]:
+    """(r_lo, r_hi, whether the scale axis set r_lo) of the band of a prediction with features
+    `f` from its band pool `pool`: the family-weighted quantiles of the pool's log errors, the
+    slow end (r_lo) reaching the scale axis's where that is farther (scale_slow_log_quantile,
+    from `res` without `exclude_family`)."""
+    lo, hi = weighted_quantiles([r.log_error for r in pool], family_weights(pool), quantiles)
+    scale = scale_slow_log_quantile(f, res, exclude_family, quantiles[0])
+    if scale is not None and scale < lo:
+        return scale, float(hi), True
+    return float(lo), float(hi), False
 
 
 def scale_pool(res: Sequence[Residual], exclude_family: str | None = None) -> list[Residual]:
@@ -619,9 +628,8 @@ def nested_bands(res: Sequence[Residual], quantiles: tuple[float, float] = INTER
     out = []
     for r in res:
         pool, _, _ = band_pool(r.features, res, exclude_family=r.features.family)
-        lo, hi = weighted_quantiles([x.log_error for x in pool], family_weights(pool), quantiles)
-        scale = scale_slow_log_quantile(r.features, res, r.features.family, quantiles[0])
-        out.append((float(lo) if scale is None else min(float(lo), scale), float(hi)))
+        lo, hi, _ = _band_ends(r.features, pool, res, r.features.family, quantiles)
+        out.append((lo, hi))
     return out
 
 
