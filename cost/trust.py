@@ -41,6 +41,15 @@ stop. A thin level steps down one level at a time (`_level_pool`): its pool keep
 and adds the nearest ones, rather than jumping to the band of all the rows. The bands and coverage of the bundled rows,
 and the alternatives measured and not kept: docs/accuracy.md ("The interval a plan carries").
 
+The scale axis (`scale_slow_log_quantile`). A plan on SCALE_AXIS_MIN_GPUS or more GPUs has its
+band's slow end (and its pNN factor) reach at least the 10th percentile of a new source's log
+error at that scale, read from the rows on that many GPUs as a random-effects model reads them
+(`random_effects_log_quantile`: each family's errors an offset of its own, drawn from a normal
+whose spread the family means give). The quantiles above read a new source's offset from the
+offsets seen, never beyond the farthest, and at scale those are six families' (two of one row);
+the published runs held back from the fit missed the band mostly slower than its upper end at
+scale. Only the slow end: the side they missed on and the side a pNN objective reads.
+
 Coverage (`covered`, `coverage_report`) is nested: a row's band is built without its family, and
 so are the levels and fitted dies of the rows it is built from (a left-out family validates
 nothing). A plan in unvalidated territory gets the wider band on its slow side: the rows three
@@ -72,6 +81,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from statistics import NormalDist
 
 import numpy as np
 
@@ -115,6 +125,10 @@ MIN_POOL_ROWS = 29
 # the scale of the MFU records (tests/validation/test_plausibility.py checks re-planned optima
 # against the same records): below it single-node runs set records no cluster plan is held to
 MFU_RECORD_MIN_GPUS = 256
+# The scale axis (`scale_slow_log_quantile`): a plan on this many GPUs or more is also held to
+# how the published runs at that scale err from one source to the next; the same line as the
+# MFU records, where the cluster optima land
+SCALE_AXIS_MIN_GPUS = MFU_RECORD_MIN_GPUS
 
 
 def scale_band(num_gpus: int) -> str:
@@ -509,18 +523,94 @@ def trust_for(f: Features, predicted_s: float, res: Sequence[Residual],
     where = (f"rows at distance level {level} or farther" if taken == level else
              f"rows at distance level {taken} or farther (level {level}: fewer than {MIN_POOL_ROWS} rows"
              f" of {MIN_LEVEL_FAMILIES}+ families)")
-    return Trust(interval_s=log_quantile_interval(predicted_s, [r.log_error for r in pool],
-                                                  weights=family_weights(pool)),
+    r_lo, r_hi, held_at_scale = _band_ends(f, pool, res, exclude_family, INTERVAL_QUANTILES)
+    held = f"; its slow end held to the runs on {SCALE_AXIS_MIN_GPUS}+ GPUs (scale axis)" if held_at_scale else ""
+    return Trust(interval_s=(predicted_s * math.exp(-r_hi), predicted_s * math.exp(-r_lo)),
                  group=f"out of sample: each row predicted by a model fitted without its source;"
-                       f" {families} source families weighted equally; {where} ({what})",
+                       f" {families} source families weighted equally; {where} ({what}){held}",
                  rows=len(pool), warnings=warnings)
+
+
+def _band_ends(f: Features, pool: Sequence[Residual], res: Sequence[Residual], exclude_family: str | None,
+               quantiles: tuple[float, float]) -> tuple[float, float, bool]:
+    """(r_lo, r_hi, whether the scale axis set r_lo) of the band of a prediction with features
+    `f` from its band pool `pool`: the family-weighted quantiles of the pool's log errors, the
+    slow end (r_lo) reaching the scale axis's where that is farther (scale_slow_log_quantile,
+    from `res` without `exclude_family`)."""
+    lo, hi = weighted_quantiles([r.log_error for r in pool], family_weights(pool), quantiles)
+    scale = scale_slow_log_quantile(f, res, exclude_family, quantiles[0])
+    if scale is not None and scale < lo:
+        return scale, float(hi), True
+    return float(lo), float(hi), False
+
+
+def scale_pool(res: Sequence[Residual], exclude_family: str | None = None) -> list[Residual]:
+    """The residuals of the runs on SCALE_AXIS_MIN_GPUS or more GPUs outside `exclude_family`."""
+    return [r for r in res if r.features.num_gpus >= SCALE_AXIS_MIN_GPUS and r.features.family != exclude_family]
+
+
+def random_effects_log_quantile(pool: Sequence[Residual], quantile: float) -> float | None:
+    """The `quantile` of the log error of a new source family's run, where each family's errors
+    share an offset: r = mu + a_family + e_row, a ~ N(0, tau^2), e ~ N(0, sigma^2). With K
+    families of n rows, mu is the mean of the family means m_k, tau^2 their sample variance
+    (K - 1 degrees of freedom), sigma^2 the pooled variance of the rows about their family's
+    mean (n - K degrees of freedom), and a new family's run lies at mu + z_q sqrt(tau^2 (1 + 1/K)
+    + sigma^2) (the 1/K: mu is itself a mean of K offsets). Family-weighted quantiles of the
+    rows (`weighted_quantiles`) read the new family's offset from the K offsets seen, never
+    beyond the farthest; this reads it from their spread. None where K < 2 or n = K (no spread
+    to read)."""
+    by_family: dict[str, list[float]] = {}
+    for r in pool:
+        by_family.setdefault(r.features.family, []).append(r.log_error)
+    k, n = len(by_family), len(pool)
+    if k < 2 or n <= k:
+        return None
+    means = np.array([np.mean(v) for v in by_family.values()])
+    within = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2)) for v in by_family.values())
+    tau2, sigma2 = float(np.var(means, ddof=1)), within / (n - k)
+    return float(np.mean(means)) + NormalDist().inv_cdf(quantile) * math.sqrt(tau2 * (1 + 1 / k) + sigma2)
+
+
+def scale_slow_log_quantile(f: Features, res: Sequence[Residual], exclude_family: str | None,
+                            quantile: float) -> float | None:
+    """The scale axis: for a plan on SCALE_AXIS_MIN_GPUS or more GPUs, the `quantile` (< 0.5:
+    the slow side, predicted faster than measured) of a new source's log error from the runs at
+    that scale (`scale_pool`, `random_effects_log_quantile`); None below that scale or where
+    the runs at scale are too few. The band's slow end and a pNN objective's factor reach at
+    least this far: the published runs held back from the fit missed the band mostly on that
+    side at scale, and within the bundled rows the sources at scale differ by offsets that the
+    few families there (six) bracket only in part."""
+    if f.num_gpus < SCALE_AXIS_MIN_GPUS:
+        return None
+    return random_effects_log_quantile(scale_pool(res, exclude_family), quantile)
 
 
 def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> float:
     """predicted time at `quantile` / predicted time: the measured time stays below
     predicted * this in a `quantile` share of the out-of-sample residuals band_pool gives f
     (family-weighted, as the interval): exp(-r_(1 - quantile))."""
-    return _pool_quantile_factor(band_pool(f, res)[0], quantile)
+    return _with_scale_axis(_pool_quantile_factor(band_pool(f, res)[0], quantile), f, res, quantile)
+
+
+# any plan at the scale axis's scale: scale_slow_log_quantile reads nothing else of it
+_AT_SCALE = Features(family="", framework="", gpu="", num_gpus=SCALE_AXIS_MIN_GPUS, zero=0, cp=1, pp=1,
+                     precision="bf16", activations="stored")
+
+
+def _with_scale_axis(factor: float, f: Features, res: Sequence[Residual], quantile: float) -> float:
+    """`factor`, or the scale axis's where that reaches farther on the slow side."""
+    scale = _scale_factor(f, res, quantile)
+    return factor if scale is None else max(factor, scale)
+
+
+def _scale_factor(f: Features, res: Sequence[Residual], quantile: float) -> float | None:
+    """exp(-r) for r the scale axis's log error at 1 - quantile (scale_slow_log_quantile); None
+    where the axis holds nothing: below its scale, too few runs there, or a quantile of 0.5 or
+    less (the axis holds the slow side only)."""
+    if quantile <= 0.5:
+        return None
+    r = scale_slow_log_quantile(f, res, None, 1.0 - quantile)
+    return None if r is None else math.exp(-r)
 
 
 def _pool_quantile_factor(pool: Sequence[Residual], quantile: float) -> float:
@@ -530,16 +620,28 @@ def _pool_quantile_factor(pool: Sequence[Residual], quantile: float) -> float:
     return math.exp(-float(r))
 
 
-def covered(res: Sequence[Residual], quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> list[bool]:
-    """For each residual, whether it lies inside the interval built, as for a plan, from the
-    residuals of the other source families (band_pool: their levels and fitted dies judged
-    without the row's family too)."""
-    inside = []
+def nested_bands(res: Sequence[Residual], quantiles: tuple[float, float] = INTERVAL_QUANTILES
+                 ) -> list[tuple[float, float]]:
+    """For each residual, the (r_lo, r_hi) log-error quantiles of the band built, as for a plan,
+    from the residuals of the other source families (band_pool: their levels and fitted dies
+    judged without the row's family too)."""
+    out = []
     for r in res:
         pool, _, _ = band_pool(r.features, res, exclude_family=r.features.family)
-        lo, hi = weighted_quantiles([x.log_error for x in pool], family_weights(pool), quantiles)
-        inside.append(bool(lo <= r.log_error <= hi))
-    return inside
+        lo, hi, _ = _band_ends(r.features, pool, res, r.features.family, quantiles)
+        out.append((lo, hi))
+    return out
+
+
+def covered(res: Sequence[Residual], quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> list[bool]:
+    """For each residual, whether it lies inside its nested band (`nested_bands`)."""
+    return [bool(lo <= r.log_error <= hi) for r, (lo, hi) in zip(res, nested_bands(res, quantiles), strict=True)]
+
+
+def relative_width(r_lo: float, r_hi: float) -> float:
+    """A band's width over the predicted time: the interval is [p exp(-r_hi), p exp(-r_lo)]
+    (log_quantile_interval), so its width is p (exp(-r_lo) - exp(-r_hi))."""
+    return math.exp(-r_lo) - math.exp(-r_hi)
 
 
 def coverage(res: Sequence[Residual], quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> float:
@@ -559,11 +661,15 @@ class CoverageReport:
     family_weighted: float  # the mean over source families of each family's share
     by_family: tuple[tuple[str, int, float], ...]  # (family, rows, share), families sorted
     by_band: tuple[tuple[str, int, float], ...]  # (scale band, rows, share), SCALE_BANDS order
+    # the median over rows of their nested band's width over the predicted time
+    # (relative_width): a band can hold every row by being wide, so coverage is read beside it
+    median_width: float
 
 
 def coverage_report(res: Sequence[Residual],
                     quantiles: tuple[float, float] = INTERVAL_QUANTILES) -> CoverageReport:
-    inside = covered(res, quantiles)
+    bands = nested_bands(res, quantiles)
+    inside = [bool(lo <= r.log_error <= hi) for r, (lo, hi) in zip(res, bands, strict=True)]
 
     def shares(key: Callable[[Features], str], order: Sequence[str]) -> tuple[tuple[str, int, float], ...]:
         groups: dict[str, list[bool]] = {}
@@ -575,7 +681,8 @@ def coverage_report(res: Sequence[Residual],
     return CoverageReport(row_weighted=sum(inside) / len(inside),
                           family_weighted=sum(s for _, _, s in by_family) / len(by_family),
                           by_family=by_family,
-                          by_band=shares(lambda f: f.band, [label for _, _, label in SCALE_BANDS]))
+                          by_band=shares(lambda f: f.band, [label for _, _, label in SCALE_BANDS]),
+                          median_width=float(np.median([relative_width(lo, hi) for lo, hi in bands])))
 
 
 @lru_cache(maxsize=1)
@@ -849,7 +956,15 @@ def _published_quantile_factor(f: Features, quantile: float) -> float:
     distance level and whether its die is fitted (band_pool with no family left out), so each
     such pool is read once."""
     res = published_residuals()
-    return _published_level_factor(distance_level(f, res), die_fitted(f, res), quantile)
+    factor = _published_level_factor(distance_level(f, res), die_fitted(f, res), quantile)
+    scale = _published_scale_factor(quantile) if f.num_gpus >= SCALE_AXIS_MIN_GPUS else None
+    return factor if scale is None else max(factor, scale)
+
+
+@lru_cache(maxsize=16)
+def _published_scale_factor(quantile: float) -> float | None:
+    """The scale axis's factor (_scale_factor) from the published residuals, read once."""
+    return _scale_factor(_AT_SCALE, published_residuals(), quantile)
 
 
 @lru_cache(maxsize=64)

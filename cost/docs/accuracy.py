@@ -28,9 +28,10 @@ from paraplan.cost import moe_fit, moe_params
 from paraplan.cost.calibration import RowResult, load_published
 from paraplan.cost.crossval import StoredRow, load_stored
 from paraplan.cost.docs.regions import DOCS_DIR, stale, update
-from paraplan.cost.trust import (DISTANCE_LEVELS, FEATURE_CUTS, INTERVAL_QUANTILES, Residual, coverage_report,
-                                 family_weights, group_stats, level_pool, published_residuals, ranking_pairs,
-                                 row_levels, weighted_quantiles)
+from paraplan.cost.trust import (DISTANCE_LEVELS, FEATURE_CUTS, INTERVAL_QUANTILES, SCALE_AXIS_MIN_GPUS, Residual,
+                                 coverage_report, family_weights, group_stats, level_pool, published_residuals,
+                                 random_effects_log_quantile, ranking_pairs, row_levels, scale_pool,
+                                 weighted_quantiles)
 
 COMMAND = "python -m paraplan.cost.docs.accuracy"
 ACCURACY_PAGE = DOCS_DIR / "accuracy.md"
@@ -81,7 +82,8 @@ def dense_families(stored: Sequence[StoredRow], res: Sequence[Residual]) -> str:
                    "in the 80% band"], rows)
     inside = round(rep.row_weighted * len(res))
     return text + (f"\nThe 80% band holds {inside} of the {len(res)} rows ({_pct(rep.row_weighted)});"
-                   f" counted per family (each family's share averaged) {_pct(rep.family_weighted)}.\n")
+                   f" counted per family (each family's share averaged) {_pct(rep.family_weighted)}."
+                   f" Its median width is {_pct(rep.median_width)} of the predicted time.\n")
 
 
 def dense_cuts(res: Sequence[Residual]) -> str:
@@ -120,8 +122,14 @@ def band_levels(res: Sequence[Residual]) -> str:
         rows.append([name, str(len(at)), _pct(_mean([abs(r.error) for r in at])) if at else "-",
                      f"{len(pool)} rows, {len({r.features.family for r in pool})} families",
                      f"{math.exp(-r_hi):.2f}-{math.exp(-r_lo):.2f}", f"{math.exp(-r_p90):.3f}"])
+    pool = scale_pool(res)
+    r_p90 = random_effects_log_quantile(pool, 1 - P90)  # also the band's slow end: 1 - P90 = 0.10
     return _table(["plan's level", "rows at that level", "their mean \\|error\\|", "band from",
-                   "band (measured / predicted)", "p90 factor"], rows)
+                   "band (measured / predicted)", "p90 factor"], rows) + (
+        f"\nOn {SCALE_AXIS_MIN_GPUS}+ GPUs (the scale axis) the band's slow end and the p90 factor reach"
+        f" at least {math.exp(-r_p90):.3f}: from the"
+        f" {len(pool)} rows of {len({r.features.family for r in pool})} families on"
+        f" {SCALE_AXIS_MIN_GPUS}+ GPUs, each family's errors an offset of its own.\n")
 
 
 def ranking(stored: Sequence[StoredRow]) -> str:

@@ -11,6 +11,7 @@ where it is a bundled row, and the share of rows whose measured time falls insid
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -178,6 +179,7 @@ def _accuracy_json(acc: _Accuracy) -> None:
         "cv_by_feature": {cut: {g: {"rows": st.rows, "mape": st.mape, "bias": st.bias}
                                 for g, st in groups.items()} for cut, groups in acc.cv_tables.items()},
         "cv_interval_coverage": acc.cv["coverage"], "cv_interval_coverage_nested": acc.cv_coverage,
+        "cv_interval_width_median": acc.cv["width_median"],
         "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(acc.by_gpu.items())},
         "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
                              for g, s in groups.items()} for cut, groups in acc.tables.items()},
@@ -264,11 +266,14 @@ def _cv_summary(rows, results, oos, spans) -> dict:
                                                   if oos.get(i) else None, spans[i][2]))
     cv_errs = [e for v in fams.values() for _, e, _ in v if e is not None]
     inside = [c for v in fams.values() for _, _, c in v if c is not None]
+    # each band's width over the out-of-sample prediction it is built around
+    widths = sorted((s[1][1] - s[1][0]) / oos[i] for i, s in enumerate(spans) if s[1] is not None)
     return {
         "rows": len(cv_errs),
         "mape": _finite(_mean(abs(e) for e in cv_errs)),
         "bias": _finite(_mean(cv_errs)),
         "coverage": _finite(_mean(inside)),
+        "width_median": float(statistics.median(widths)) if widths else None,
         "by_family": {f: {"rows": len(v), "in_sample_mape": _mean(abs(a) for a, _, _ in v),
                           "cv_mape": _mean(abs(e) for _, e, _ in v if e is not None),
                           "cv_bias": _mean(e for _, e, _ in v if e is not None),
@@ -291,9 +296,11 @@ def _cv_text(cv, source, nested) -> str:
                     for f, s in cv["by_family"].items()], align="lrrrrr")]
     if cv["mape"] is not None:
         lines.append(f"out of sample: MAPE {_pct(cv['mape'])}, bias {_pct(cv['bias'], True)} over"
-                     f" {cv['rows']} rows; the 80% interval (built without the row's own family)"
-                     f" holds {_pct(cv['coverage'])} of them"
-                     + (f" (residual pool alone: {_pct(nested)})" if nested is not None else ""))
+                     f" {cv['rows']} rows; the 80% interval (built without the row's own family,"
+                     f" median width {_pct(cv['width_median'])} of the prediction) holds"
+                     f" {_pct(cv['coverage'])} of them"
+                     + (f" (built from this file's rows alone, each band still without the row's family:"
+                        f" {_pct(nested)})" if nested is not None else ""))
     return "\n".join(lines)
 
 

@@ -125,7 +125,9 @@ def test_out_of_sample_accuracy_and_coverage():
     # cost/trust.band_pool) holds about 80% of the rows (cost/trust.coverage). How close 239
     # rows can tell: a calibrated band's coverage is binomial, sd sqrt(0.8 x 0.2 / 239) = 2.59
     # points, so 99% of calibrated samples read 80 +- 2.576 x 2.59 = 73.3-86.7%. (The team's
-    # working target is 75-85%; it reads 84.5%, 202 of 239, with a memory fill beyond every row
+    # working target is 75-85%; it reads 84.9%, 203 of 239, with the scale axis's slow end on 256+
+    # GPUs (cost/trust.scale_slow_log_quantile; 84.5% without, 85.4% were its tau read with
+    # Student t), and a memory fill beyond every row
     # of its scale a distance feature (84.1% without; 87.4% were it beyond fewer than 3 rows,
     # outside the target); 82.8%, 198 of 239, before Megatron-LM's release-dated gradient
     # reduction and its refit; 84.1% before Transformer Engine's attention was priced at its
@@ -138,7 +140,8 @@ def test_out_of_sample_accuracy_and_coverage():
     rep = coverage_report(res)
     # At scale, where the optimum of a cluster plan lands: the 33 rows on 256+ GPUs (20 on
     # 256-1023, 13 on 1024+). Binomial again, sd sqrt(0.8 x 0.2 / 33) = 6.96 points, 99% of
-    # calibrated samples in 80 +- 17.9 = 62.1-97.9% (it reads 75.8%, 25 of 33; 78.8% before): a
+    # calibrated samples in 80 +- 17.9 = 62.1-97.9% (it reads 78.8%, 26 of 33; 75.8% without the
+    # scale axis; 78.8% before the memory fill): a
     # band that holds about half the runs at scale, as it held of the held-back runs before the scale
     # terms, fails here.
     at_scale = [(n, share) for band, n, share in rep.by_band if band in ("256-1023", ">= 1024")]
@@ -148,13 +151,15 @@ def test_out_of_sample_accuracy_and_coverage():
     # calibrated band's family mean would have sd (1/8) sqrt(sum 0.8 x 0.2 / n_f) over the
     # families' 10, 2, 181, 16, 6, 12, 6 and 6 rows = (1/8) sqrt(0.16 x 1.267) = 5.63 points,
     # 99% in 80 +- 14.5 = 65.5-94.5%. Rows of one family share an offset, so the true spread is
-    # wider and this range is the strict one; it reads 67.8% (66.7% without the memory fill as
+    # wider and this range is the strict one; it reads 69.9%, the ZeRO-3 baseline's 384-GPU row
+    # held by the scale axis (67.8% without it; 66.7% without the memory fill as
     # a distance feature; 67.5% before Megatron-LM's release-dated gradient reduction and its
     # refit, MosaicML's share 83.4% -> 85.6%; 68.8% before Transformer Engine's attention was priced at its
     # kernel's benchmark; 61.7% with each level's own rows, which this range refuses). Its
-    # ceiling on these rows: the band holds none of the two V100 rows (+16%, +25%) nor of the
-    # DeepSpeed ZeRO-3 baseline (-16% to +13%), and while those two families hold none the mean
-    # of 8 families is at most 6/8 = 75%.
+    # ceiling on these rows: the band holds none of the two V100 rows (+16%, +25%) and one of the
+    # DeepSpeed ZeRO-3 baseline's six (-16% to +13%; its scale axis, read without it, reaches
+    # only 5.0% slow: the other five families at scale differ less), so the mean of 8 families is
+    # at most (6 + 1/6) / 8 = 77%.
     assert [n for _, n, _ in rep.by_family] == [10, 2, 181, 16, 6, 12, 6, 6]
     assert 0.655 <= rep.family_weighted <= 0.945
 

@@ -95,14 +95,18 @@ def test_replanned_optimum_is_plausible(wl):
 # optimum's time at the default objective (p90: the time the plan says it stays under in 9 of
 # 10 out-of-sample runs), re-planned within what the run's framework release ran
 # (cost/framework_rules.release_space). The issue's bar: at most 1.4x on every workload, median
-# at most 1.15x. Measured (the 24 re-planned): median 1.006x, 90th percentile 1.286x, max
-# 1.4004x; one above the bar (docs/accuracy.md, "Where the optimum lands"). Narayanan et al.'s
+# at most 1.15x. Measured (the 24 re-planned): median 0.976x, 90th percentile 1.247x, max
+# 1.358x, none above the bar (docs/accuracy.md, "Where the optimum lands"); with the band's
+# scale axis (cost/trust.scale_slow_log_quantile) every optimum here at distance level 2 or
+# nearer is valued at p90 factor 1.0976 rather than 1.0644 (median 1.006x, 90th percentile
+# 1.286x, max 1.4004x and the 18.4B run above the bar before it). Narayanan et al.'s
 # runs (April 2021) predate Megatron-LM's partial recomputation (v2.5, 2021-08:
 # framework_rules.MEGATRON_FEATURE_MONTHS), so their re-plans recompute every layer or none:
 # the 530B ZeRO-3 baseline on 640 A100 went from 1.461x (12 of 105 layers recomputed) to
 # 1.234x (tp 8 x pp 20 ZeRO-1, none recomputed, 97% of HBM), and with the memory-aware p90
 # (the fill counted past the fullest run of its scale) to 1.228x (tp 4 x pp 10 ZeRO-1, every
-# layer recomputed, 88% of HBM); 1.230x, the same plan, since the refit below.
+# layer recomputed, 88% of HBM); 1.230x, the same plan, since the refit below; 1.193x at the
+# scale axis's p90 factor.
 # - 18.4B on 256 A100, 1.4004x (39.1B: 1.382x): the published run recomputed every layer at tp 8
 #   with torch DDP (examples/sc21/run_table_1.sh); the optimum (tp 2, pp 4 x 5 chunks,
 #   micro-batch 1) recomputes none and fills 95.8% of HBM with the unfused attention's scores
@@ -117,11 +121,11 @@ def test_replanned_optimum_is_plausible(wl):
 #   (--overlap-grad-reduce came in 2023-08; cost/framework.grad_reduce_overlaps), so none of
 #   it hides (the model hid 0.108 s of the optimum's 6.25 s before): 1.413x -> 1.397x with the
 #   term alone; the refit it brought (H100 matmul_eff_max 0.6300, memory_eff 0.7299: A100
-#   rows faster) gives 0.3% back, 6.306 s predicted, 6.712 s at p90, 1.4004x: still above the
-#   bar.
+#   rows faster) gives 0.3% back, 6.306 s predicted, 6.712 s at p90, 1.4004x: above the bar
+#   until the scale axis put its p90 at 6.306 x 1.0976 = 6.921 s, 1.358x.
 PROMISE_MAX = 1.4
 PROMISE_MEDIAN_MAX = 1.15
-OPEN_PROMISE = {"narayanan21-t1-18.4B"}
+OPEN_PROMISE: set[str] = set()
 
 
 FASTEST = fastest_published_runs(MIN_GPUS)

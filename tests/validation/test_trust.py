@@ -195,6 +195,11 @@ def test_coverage_report_weighs_rows_families_and_scale_bands():
     assert rep.family_weighted == pytest.approx(2 / 3)
     assert rep.by_family == (("A", 2, 1.0), ("B", 2, 1.0), ("C", 4, 0.0))
     assert rep.by_band == (("1-8", 4, 1.0), (">= 1024", 4, 0.0))
+    # Widths over the prediction (cost/trust.relative_width): A's and B's band [0.0, 0.5] is
+    # e^0 - e^-0.5 = 0.393469 wide, C's [0.0, 0.0] none (C's rows on 1024 GPUs take no scale
+    # axis: no other family runs on 256+ GPUs). Of the eight, four 0 and four 0.393469: the
+    # median is their midpoint, 0.196735
+    assert rep.median_width == pytest.approx(0.196735, abs=1e-6)
 
 
 def test_warning_when_fewer_than_three_rows_validate_a_feature_at_the_plan_scale():
