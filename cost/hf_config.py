@@ -539,7 +539,7 @@ def _refuse_vision_language(raw: dict, name: str) -> None:
         archs = raw.get("architectures")
         first = archs[0] if isinstance(archs, list) and archs else None
         label = first if isinstance(first, str) else "this"
-        raise InstanceError(name, "text_config", f"{_key_text(label)} is a vision-language config;"
+        raise InstanceError(name, "text_config", f"{key_text(label)} is a vision-language config;"
                             " paraplan reads a text decoder's config (its vision encoder is not"
                             " modelled)", "write text_config's keys, with the sizes"
                             " transformers fills in by default, as a config.json of their own"
@@ -673,16 +673,17 @@ def _no_duplicates(name: str):
         out: dict = {}
         for key, value in pairs:
             if key in out:
-                raise InstanceError(name, _key_text(key), f"duplicate key {shown(key)}",
+                raise InstanceError(name, key_text(key), f"duplicate key {shown(key)}",
                                     "keep only one of the two entries")
             out[key] = value
         return out
     return hook
 
 
-def _key_text(key: str) -> str:
-    """A key as a message's field: itself when printable, else its repr."""
-    return key if key.isprintable() and len(key) <= 60 else shown(key)
+def key_text(key: Any) -> str:
+    """A mapping key as a message's field, or part of a dotted one: itself when a short
+    printable string, else shown (its repr); shared by every reader (cost/readers/fields.py)."""
+    return key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else shown(key)
 
 
 def _family_key(raw: dict, name: str) -> str:
@@ -702,7 +703,7 @@ def _family_key(raw: dict, name: str) -> str:
         raise InstanceError(name, "architectures", "missing 'architectures' and 'model_type'",
                             f"add one naming a supported architecture ({supported})"
                             f" {_DESCRIBE_IN_YAML}")
-    listed = ", ".join(_key_text(a) for a in (archs or [])[:3]) or "none"
+    listed = ", ".join(key_text(a) for a in (archs or [])[:3]) or "none"
     listed += ", ..." if len(archs or ()) > 3 else ""
     raise InstanceError(name, "architectures" if archs else "model_type",
                         f"unsupported architecture {listed} (model_type {shown(model_type)})",
@@ -723,7 +724,7 @@ class _Config:
         self.read.update(keys)
 
     def unread(self) -> list[str]:
-        return [_key_text(k) for k in self.raw if k not in self.read]
+        return [key_text(k) for k in self.raw if k not in self.read]
 
     def used_key(self, keys: tuple[str, ...]) -> str:
         """The first of `keys` present with a value (null counts as absent), else the first."""
