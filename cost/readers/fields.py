@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any, Iterator
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.hf_config import key_text, shown as _shown
+from paraplan.cost.hf_layout import key_text, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 
 

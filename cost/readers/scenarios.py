@@ -34,7 +34,7 @@ from typing import Any
 
 from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.hf_layout import shown as _shown
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.specs import Cluster, Instance, Link
 from paraplan.cost.specs import Period, Scenario, Switching
