@@ -1,5 +1,5 @@
 """Puts tests/ on sys.path (pytest prepend mode) so test files share tests/randinst.py; runs the
-longest modules first."""
+tests that share a solve across files, then the longest modules, first."""
 
 from __future__ import annotations
 
@@ -19,10 +19,27 @@ LONGEST_FIRST = (
 )
 
 
+def _group(item) -> str | None:
+    """The item's xdist_group name (tests/bundled_plans.same_worker), or None."""
+    mark = item.get_closest_marker("xdist_group")
+    return None if mark is None else str(mark.args[0])
+
+
 def pytest_collection_modifyitems(config, items):
+    # Tests in several files that read one solve (tests/bundled_plans.py) carry an xdist_group
+    # mark: collected first, each group's tests side by side, they fall in the first block that
+    # load scheduling hands one worker (a quarter of that worker's share: ~590 tests of the
+    # whole suite on two workers, against 15 so marked), so the solve is made once; with
+    # `--dist loadgroup` xdist itself keeps a group on one worker.
+    groups: dict[str, int] = {}
+    for item in items:
+        if _group(item) is not None:
+            groups.setdefault(_group(item), len(groups))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
 
-    def key(item) -> int:
-        return rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST))
+    def key(item) -> tuple[int, int]:
+        if _group(item) is not None:
+            return 0, groups[_group(item)]
+        return 1, rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST))
 
     items.sort(key=key)  # stable: every other test keeps its collected order
