@@ -9,9 +9,9 @@ process (issue 32). The same call, solve(inst, backend) on one thread, was made 
 about 35 s of CPU solved twice over (Qwen3-235B DualPipe alone about 18 s). A cache in one
 process helps only the tests that run in it, so each test that reads one of SHARED carries
 `same_worker(name)`, an xdist_group mark: tests/conftest.py collects the marked tests first,
-side by side, where pytest-xdist's load scheduling hands them to one worker in its first block
-(and `--dist loadgroup` would keep each group on one worker by itself). Results are shared, so
-read only."""
+side by side, where pytest-xdist's worksteal scheduling (pyproject.toml) starts one worker on
+them (and `--dist loadgroup` would keep each group on one worker by itself). Results are
+shared, so read only."""
 
 from __future__ import annotations
 

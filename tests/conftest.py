@@ -4,11 +4,12 @@ tests that share a solve across files, then the longest modules, first."""
 from __future__ import annotations
 
 # The modules holding the suite's longest tests (--durations on the 2-core test machine, issue 32:
-# 30 s to 2.5 min each), longest first. pytest-xdist's load scheduling hands each worker a block
-# of consecutive tests and then the rest as workers free up, so a long test collected last (the
-# validation/ folder sorts last) runs alone at the end while the other worker idles; collected
+# 30 s to 2.5 min each), longest first. pytest-xdist's worksteal scheduling (pyproject.toml)
+# starts each worker on its half of the collected order and lets a worker that runs dry take the
+# back half of the other's queue: a long test collected last (the validation/ folder sorts last)
+# could still be the one test left running at the end while the other worker idles; collected
 # first, it runs beside the short tests and the run ends on short ones. Each module keeps its
-# own order, so a module-scoped fixture is still built once.
+# own order, so a module-scoped fixture is still built once per worker that runs the module.
 LONGEST_FIRST = (
     "tests/hetero/test_many_types_agreement.py",
     "tests/validation/test_moe_fit.py",
@@ -27,10 +28,9 @@ def _group(item) -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     # Tests in several files that read one solve (tests/bundled_plans.py) carry an xdist_group
-    # mark: collected first, each group's tests side by side, they fall in the first block that
-    # load scheduling hands one worker (a quarter of that worker's share: ~590 tests of the
-    # whole suite on two workers, against 15 so marked), so the solve is made once; with
-    # `--dist loadgroup` xdist itself keeps a group on one worker.
+    # mark: collected first, each group's tests side by side, they open the first worker's half
+    # (worksteal; a steal takes the back of a queue, never its head), so the solve is made
+    # once; with `--dist loadgroup` xdist itself keeps a group on one worker.
     groups: dict[str, int] = {}
     for item in items:
         if _group(item) is not None:
