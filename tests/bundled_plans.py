@@ -6,7 +6,9 @@ process (issue 32). The same call, solve(inst, backend) on one thread, was made 
 - tests/formulations/test_dualpipe.py (the Qwen3-235B DualPipe row's DP reference),
 - tests/robustness/test_determinism.py (Llama-3 70B's first one-thread solve),
 
-about 35 s of CPU solved twice over (Qwen3-235B DualPipe alone about 18 s). A cache in one
+about 35 s of CPU solved twice over (Qwen3-235B DualPipe alone about 18 s); and the same
+`paraplan timeline` of the bundled dynamic instance by tests/cli/test_json_schema.py (its JSON's
+shape) and tests/hetero/test_timeline_exact.py (its gap to the bound). A cache in one
 process helps only the tests that run in it, so each test that reads one of SHARED carries
 `same_worker(name)`, an xdist_group mark: tests/conftest.py collects the marked tests first,
 side by side, where pytest-xdist's worksteal scheduling (pyproject.toml) starts one worker on
@@ -15,7 +17,10 @@ shared, so read only."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # the bundled instances more than one test file solves (file names under instances/, no suffix)
 SHARED = ("qwen3-235b-a22b-256xH100", "deepseek-v3-shaped-2048xH800", "deepseek-v3-shaped-1152xGB200",
           "llama3-70b-512xH100")
+# the bundled instances whose `paraplan timeline --json` more than one test file reads
+TIMELINES = ("hetero/llama3-8b-dynamic",)
 # a guard against a hang, not part of any check: under load a proof's wall time grows with the
 # jobs sharing a core (Qwen3-235B under DualPipe took 77 s of wall for ~35 s of CPU at load 7);
 # every reader asserts the status it needs (optimal)
@@ -59,8 +66,27 @@ def _optimum(name: str, backend: str, dualpipe: bool):
     return solve(_instance(name, dualpipe), backend, time_limit_s=GUARD_LIMIT_S)
 
 
+def timeline_json(name: str) -> dict:
+    """`paraplan timeline instances/<name>.yaml --json --quiet` (backend cpsat, the command's
+    default) under a hang guard, run once per test process; each call parses the printed JSON
+    afresh, so a reader may change what it gets."""
+    return json.loads(_timeline_text(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _timeline_text(name: str) -> str:
+    from paraplan.solver.commands.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["timeline", str(ROOT / "instances" / f"{name}.yaml"), "--json", "--quiet",
+                     "--time-limit-s", str(GUARD_LIMIT_S)])
+    assert code == 0, (name, code)
+    return out.getvalue()
+
+
 def same_worker(name: str):
     """The mark that puts a test reading bundled_optimum(name, ...) beside the other tests
     reading it (xdist_group, read by tests/conftest.py; no-op with -n 0)."""
-    assert name in SHARED, name
+    assert name in SHARED + TIMELINES, name
     return pytest.mark.xdist_group(f"bundled-{name}")
