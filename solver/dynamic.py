@@ -37,6 +37,7 @@ from paraplan.cost.specs import Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
+from paraplan.solver.asymmetric_search import with_asymmetric
 from paraplan.solver.planner import SolveResult
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import search
@@ -107,6 +108,8 @@ def replan(inst: Instance, current: Plan, event: Scenario, remaining_s: float | 
     before = simulate(inst, current).iter_time_s
     t_cur = simulate(changed, current).iter_time_s
     new = search(changed, backend, time_limit_s, warm_plan=current)
+    if changed.search.asymmetric_pipelines:  # the space `plan` searched: both kinds (solver/solve.py)
+        new = with_asymmetric(changed, new, "nominal")
     n = float(remaining_iterations) if remaining_iterations is not None else remaining_s / t_cur
     sw = switch_time_s(inst.model, inst.switching)
     t_new = new.objective_s if new.objective_s is not None else float("inf")

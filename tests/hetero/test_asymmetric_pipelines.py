@@ -129,14 +129,11 @@ def test_the_option_is_off_by_default_and_the_symmetric_optimum_is_slower(tmp_pa
     assert asym.objective_s < sym.objective_s  # 10.01 ms against 10.27 ms (the docs' example)
 
 
-def test_commands_that_do_not_price_it_refuse_it(tmp_path, capsys):
-    path, out = _write(tmp_path), tmp_path / "plan.yaml"
-    assert main(["plan", path, "-o", str(out)]) == 0
-    capsys.readouterr()
-    for args in (["memory", path, "--plan", str(out)], ["plan", path, "--top", "2"],
-                 ["export", str(out), "--instance", path, "--to", "layout"]):
-        assert main(args) == EXIT_BAD_INPUT
-        assert "asymmetric" in capsys.readouterr().err
+def test_top_refuses_it(tmp_path, capsys):
+    # the other commands read it (tests/hetero/test_asymmetric_commands.py)
+    path = _write(tmp_path)
+    assert main(["plan", path, "--top", "2"]) == EXIT_BAD_INPUT
+    assert "asymmetric" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, problem", [
