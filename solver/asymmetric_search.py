@@ -36,6 +36,7 @@ from paraplan.cost.specs import Instance
 from paraplan.solver.asymmetric_space import asymmetric_outers, count_outers, recompute_choices
 from paraplan.solver.class_layouts import MAX_LAYOUTS
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
+from paraplan.solver.search import search
 
 # most layer splits (without recompute counts) the asymmetric pipelines may hold: exhaustive
 # search's default cap (solver/exhaustive.DEFAULT_MAX_CANDIDATES), which its agreement tests
@@ -153,6 +154,16 @@ def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
     if abs(bd.iter_time_s - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
         raise AssertionError(f"asymmetric plan re-simulates to {bd.iter_time_s!r} s (fits: {bd.fits})"
                              f" but the search's objective is {objective_s!r} s")
+
+
+def search_declared(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                    objective: str = "nominal", **options) -> SolveResult:
+    """solver/search.search over the declared space, joined with the asymmetric pipelines'
+    optimum where search.asymmetric_pipelines is set (with_asymmetric): the one way `plan`,
+    `verify`, `replan` and `--sensitivity` re-plan an instance, so each searches the space
+    exhaustive search lists."""
+    res = search(inst, backend, time_limit_s, objective=objective, **options)
+    return with_asymmetric(inst, res, objective) if inst.search.asymmetric_pipelines else res
 
 
 def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveResult:

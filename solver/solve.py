@@ -19,7 +19,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
-from paraplan.solver.asymmetric_search import with_asymmetric
+from paraplan.solver.asymmetric_search import search_declared
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
@@ -81,9 +81,8 @@ def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: in
     `plan` shows them (fewest_classes), each re-simulated once on the scenarios the objective
     reads."""
     if winners is None:
-        res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads)
-        if inst.search.asymmetric_pipelines:  # a data-parallel degree per stage (issue 33)
-            res = with_asymmetric(inst, res, objective)
+        # with search.asymmetric_pipelines, a data-parallel degree per stage too (issue 33)
+        res = search_declared(inst, backend, time_limit_s, objective, progress=progress, threads=threads)
         if res.plan is not None:
             res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
         return res

@@ -197,3 +197,20 @@ def test_report_draws_each_stages_ranks(tmp_path, capsys):
         assert "data-parallel ranks/stage [1,2]" in text
         if len(args) == 1:  # the optimum's own Gantt
             assert "stage 0: 1 rank of 12 micro-batches, stage 1: 2 ranks of 6 micro-batches" in text
+
+
+def test_sensitivity_replans_over_both_kinds(tmp_path):
+    # each moved instance's best is the optimum of both spaces, which exhaustive search of
+    # that instance lists (it joins exhaustive_asymmetric); the asymmetric plan stays optimal
+    # wherever its own time is that best
+    from paraplan.solver.sensitivity import moved_instances, sensitivity
+    path, out = _files(tmp_path)
+    inst = load_instance(path)
+    plan = load_plan(out, inst)
+    cases = sensitivity(inst, plan, "nominal", "cpsat", 60.0, 1, lambda p, i: "")["cases"]
+    moved = {(name, end): m for name, end, _, m in moved_instances(inst)}
+    assert len(cases) == len(moved) > 0
+    for c in cases:
+        best = exhaustive(moved[c["parameter"], c["end"]]).objective_s
+        assert c["best_iter_time_s"] == pytest.approx(best, rel=1e-12)
+        assert c["stays_optimal"] == (c["plan_iter_time_s"] <= best * (1 + 1e-9))
