@@ -207,6 +207,16 @@ def stage_plan(plan: Plan, s: int) -> Plan:
                                           num_micro_batches=k.num_micro_batches // k.stage_dp[s]),))
 
 
+def symmetric_twin(plan: Plan) -> Plan:
+    """`plan` as a symmetric plan where every stage has the same degree d: d replicas of the
+    pipeline, each running M / d micro-batches, priced alike (module docstring: the step time
+    and h_s are 1F1B's with equal d); any other plan unchanged."""
+    k = plan.classes[0]
+    if not k.stage_dp or len(set(k.stage_dp)) != 1:
+        return plan
+    return stage_plan(plan, 0)
+
+
 def pipeline_time_s(t: np.ndarray, m: np.ndarray) -> np.ndarray:
     """max_s [m_s T_s + sum_{s' != s} T_{s'}] for stage times t (..., pp)."""
     return (m * t + (t.sum(axis=-1, keepdims=True) - t)).max(axis=-1)

@@ -1,13 +1,12 @@
 """Commands on an asymmetric pipeline's plan (a data-parallel degree per stage, issue 32 with
-33): `memory`, `verify`, `replan` and `export --to layout` read it as they read a symmetric
-plan, each against a number derived apart from cost/asymmetric.py's own code path."""
+33): `memory`, `report`, `verify`, `replan`, `--top`, `--sensitivity` and `export --to layout`
+read it as they read a symmetric plan, each against a number derived apart from
+cost/asymmetric.py's own code path."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
-import numpy as np
 import pytest
 import yaml
 from test_asymmetric_pipelines import INSTANCE
@@ -153,11 +152,8 @@ def test_layout_gives_each_stage_its_ranks(tmp_path, capsys):
 
 
 def test_what_stays_refused_names_its_reason(tmp_path, capsys):
-    # --top lists the K best outer configurations; the asymmetric search proves one optimum
     path, out = _files(tmp_path)
     capsys.readouterr()
-    assert main(["plan", path, "--top", "2"]) == EXIT_BAD_INPUT
-    assert "asymmetric_pipelines" in capsys.readouterr().err
     # a framework export: none of Megatron-LM, torchtitan, DeepSpeed places stages by GPU type
     assert main(["export", out, "--instance", path, "--to", "megatron"]) == EXIT_BAD_INPUT
     assert "different GPU types" in capsys.readouterr().err
@@ -214,3 +210,27 @@ def test_sensitivity_replans_over_both_kinds(tmp_path):
         best = exhaustive(moved[c["parameter"], c["end"]]).objective_s
         assert c["best_iter_time_s"] == pytest.approx(best, rel=1e-12)
         assert c["stays_optimal"] == (c["plan_iter_time_s"] <= best * (1 + 1e-9))
+
+
+def test_top_ranks_both_spaces(tmp_path):
+    # --top 4 on the 2 + 1 GPUs: first the asymmetric optimum (10.013 ms, the union's optimum
+    # by exhaustive search), then the symmetric space's 3 best in its own order (10.270,
+    # 10.336 and 10.653 ms); the asymmetric pipeline of degrees [1, 1, 1] on [pair, pair, lone]
+    # is the symmetric 1-replica pipeline (its twin, 10.336 ms) and is listed once
+    from paraplan.solver.solve import solve
+    path = tmp_path / "inst.yaml"
+    path.write_text(INSTANCE + ON)
+    sym_path = tmp_path / "sym.yaml"
+    sym_path.write_text(INSTANCE)
+    inst, sym = load_instance(str(path)), load_instance(str(sym_path))
+    got = solve(inst, winners=4).ranked
+    want = solve(sym, winners=3).ranked
+    assert got[0].plan.classes[0].stage_dp == (1, 2)
+    assert got[0].objective_s == pytest.approx(exhaustive(inst).objective_s, rel=1e-12)
+    assert got[0].objective_s == pytest.approx(10.013e-3, abs=1e-6)
+    assert [r.plan for r in got[1:]] == [r.plan for r in want]
+    assert [r.objective_s for r in got[1:]] == pytest.approx([r.objective_s for r in want], rel=1e-12)
+    assert len({r.plan for r in got}) == 4
+    # --within 3: at most 10.013 x 1.03 = 10.313 ms: the asymmetric optimum and the 10.270 ms class
+    close = solve(inst, winners=4, within_pct=3.0).ranked
+    assert [r.plan for r in close] == [got[0].plan, got[1].plan]

@@ -15,7 +15,7 @@ from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework
 from paraplan.solver.asymmetric_search import search_asymmetric
-from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive, exhaustive_asymmetric
 from paraplan.solver.solve import solve
 
@@ -127,13 +127,6 @@ def test_the_option_is_off_by_default_and_the_symmetric_optimum_is_slower(tmp_pa
     asym = solve(load_instance(_write(tmp_path, name="asym.yaml")))
     assert not any(c.stage_dp for c in sym.plan.classes)
     assert asym.objective_s < sym.objective_s  # 10.01 ms against 10.27 ms (the docs' example)
-
-
-def test_top_refuses_it(tmp_path, capsys):
-    # the other commands read it (tests/hetero/test_asymmetric_commands.py)
-    path = _write(tmp_path)
-    assert main(["plan", path, "--top", "2"]) == EXIT_BAD_INPUT
-    assert "asymmetric" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, problem", [
