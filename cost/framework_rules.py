@@ -212,34 +212,23 @@ def _zero_refusal(listed: _Listed) -> Refusal | None:
     return None
 
 
-def _tp_refusal(listed: _Listed) -> Refusal | None:
-    """A listed tp > 1 for a framework without tensor parallelism."""
-    if not listed.rules.tensor_parallel and listed.exceeds_one("tp", listed.space.tp):
-        return Refusal("tp", f"{listed.name} has no tensor parallelism", "use tp: [1]")
-    return None
+# The degrees a framework runs above 1 only with a feature: (search key, FrameworkRules field,
+# what the framework lacks without it). A listed value > 1 of a framework without it is refused.
+_DEGREE_FEATURES = (
+    ("tp", "tensor_parallel", "tensor parallelism"),
+    ("pp", "pipeline", "pipeline parallelism"),
+    ("cp", "context_parallel", "ring context parallelism"),
+    ("virtual_stages", "interleaving", "interleaved pipeline schedule"),
+)
 
 
-def _pp_refusal(listed: _Listed) -> Refusal | None:
-    """A listed pp > 1 for a framework without pipeline parallelism."""
-    if not listed.rules.pipeline and listed.exceeds_one("pp", listed.space.pp):
-        return Refusal("pp", f"{listed.name} has no pipeline parallelism", "use pp: [1]")
-    return None
-
-
-def _cp_refusal(listed: _Listed) -> Refusal | None:
-    """A listed cp > 1 for a framework without ring context parallelism."""
-    if not listed.rules.context_parallel and listed.exceeds_one("cp", listed.space.cp):
-        return Refusal("cp", f"{listed.name} has no ring context parallelism", "use cp: [1]")
-    return None
-
-
-def _virtual_stages_refusal(listed: _Listed) -> Refusal | None:
-    """A listed virtual_stages > 1 for a framework without an interleaved schedule."""
-    stages = listed.space.virtual_stages
-    if not listed.rules.interleaving and listed.exceeds_one("virtual_stages", stages):
-        return Refusal("virtual_stages", f"{listed.name} has no interleaved pipeline schedule",
-                       "use virtual_stages: [1]")
-    return None
+def _degree_refusal(key: str, feature: str, what: str):
+    """The rule refusing a listed `key` > 1 for a framework without `feature` (_DEGREE_FEATURES)."""
+    def refusal(listed: _Listed) -> Refusal | None:
+        if not getattr(listed.rules, feature) and listed.exceeds_one(key, getattr(listed.space, key)):
+            return Refusal(key, f"{listed.name} has no {what}", f"use {key}: [1]")
+        return None
+    return refusal
 
 
 def _sequence_parallel_refusal(listed: _Listed) -> Refusal | None:
@@ -262,10 +251,7 @@ def _sequence_parallel_refusal(listed: _Listed) -> Refusal | None:
 # raises only the first refusal, so this order is the message a file with several faults gets.
 FRAMEWORK_REFUSAL_RULES = (
     ("zero", _zero_refusal),
-    ("tp", _tp_refusal),
-    ("pp", _pp_refusal),
-    ("cp", _cp_refusal),
-    ("virtual_stages", _virtual_stages_refusal),
+    *((key, _degree_refusal(key, feature, what)) for key, feature, what in _DEGREE_FEATURES),
     ("sequence_parallel", _sequence_parallel_refusal),
 )
 

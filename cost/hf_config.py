@@ -104,15 +104,15 @@ MAX_JSON_DEPTH (100) levels deep is refused after parsing.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.hf_layout import read_layout, unread_keys_note
-from paraplan.cost.ranges import RANGES, out_of_range, range_text
+from paraplan.cost.hf_layout import (DESCRIBE_IN_YAML, ConfigReader, key_text, read_layout, shown,
+                                     unread_keys_note)
+from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.specs import MlaSpec, Mlp, ModelSpec, MoeSpec
 
 MAX_HF_CONFIG_BYTES = 16 * 2**20
@@ -120,7 +120,6 @@ MAX_HF_CONFIG_BYTES = 16 * 2**20
 # Hunyuan-style): any other than null, 0 or 1 refuses the config
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MAX_JSON_DEPTH = 100
-_DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 _SEQ_LEN_FIX = "give the training sequence length, e.g. paraplan --seq-len 2048"
 
 
@@ -245,7 +244,7 @@ def model_from_hf_config(path: str | Path, seq_len: int | None = None) -> ModelS
     _check_expert_spellings(raw, name)
     _refuse_experts_of_dense_family(raw, name, family_key, fam.label)
 
-    cfg = _Config(raw, name, fam.label)
+    cfg = ConfigReader(raw, name, fam.label)
     cfg.mark_read(*MOE_KEYS, "num_experts_per_tok")
     layers = cfg.integer(fam.layers, "layers")
     moe = _moe(cfg, family_key, layers) if family_key in MOE_FAMILIES else None
@@ -324,7 +323,7 @@ def _latent_kv_heads(name: str, kv_heads: int | None, heads: int) -> int:
     return heads
 
 
-def _check_heads(cfg: _Config, fam, layout: dict, hidden: int, heads: int, kv_heads: int | None,
+def _check_heads(cfg: ConfigReader, fam, layout: dict, hidden: int, heads: int, kv_heads: int | None,
                  latent: bool) -> int:
     """The key/value head count (the head count when the config gives none), after checking
     that the heads split the width (unless the head width is given, or attention is latent) and
@@ -344,7 +343,7 @@ def _check_heads(cfg: _Config, fam, layout: dict, hidden: int, heads: int, kv_he
     return kv_heads
 
 
-def _refuse_opt_projection(cfg: _Config, hidden: int) -> None:
+def _refuse_opt_projection(cfg: ConfigReader, hidden: int) -> None:
     """OPT-350m's project_in / project_out around a narrower embedding are not modelled."""
     proj = cfg.integer(("word_embed_proj_dim",), "hidden", optional=True)
     if proj is not None and proj != hidden:
@@ -371,7 +370,7 @@ _ROUTER_KEYS = ("router_aux_loss_coef", "output_router_logits", "router_jitter_n
                 "norm_topk_prob", "shared_expert_gate")
 
 
-def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
+def _moe(cfg: ConfigReader, family: str, layers: int) -> MoeSpec:
     """The MoE fields of a Mixtral / Qwen2-MoE / Qwen3-MoE config (module docstring)."""
     cfg.mark_read(*_ROUTER_KEYS)
     # transformers 5 saves Qwen2-MoE's and Qwen3-MoE's expert count as num_local_experts
@@ -422,7 +421,7 @@ def _moe(cfg: _Config, family: str, layers: int) -> MoeSpec:
                    dense_layers=dense)
 
 
-def _same_top_k(cfg: _Config, top_k: int | None) -> None:
+def _same_top_k(cfg: ConfigReader, top_k: int | None) -> None:
     """gpt-oss's config.json gives the experts per token twice (experts_per_token, the original
     code's name, beside num_experts_per_tok): they must agree."""
     cfg.mark_read("experts_per_token")
@@ -432,7 +431,7 @@ def _same_top_k(cfg: _Config, top_k: int | None) -> None:
                             f" num_experts_per_tok gives {shown(top_k)}", "make them equal")
 
 
-def _llama4_dense_layers(cfg: _Config, layers: int) -> int:
+def _llama4_dense_layers(cfg: ConfigReader, layers: int) -> int:
     """Llama-4's dense prefix: the layers before the first MoE layer, MoE layers being
     `moe_layers` or, without it, every interleave_moe_layer_step-th layer (Llama4TextConfig:
     layers step - 1, 2 step - 1, ...). MoE layers that alternate with dense ones (Maverick's
@@ -466,7 +465,7 @@ def _llama4_dense_layers(cfg: _Config, layers: int) -> int:
     return moe[0]
 
 
-def _deepseek_moe(cfg: _Config, layers: int, experts: int, top_k: int, expert_ffn: int) -> MoeSpec:
+def _deepseek_moe(cfg: ConfigReader, layers: int, experts: int, top_k: int, expert_ffn: int) -> MoeSpec:
     """DeepSeek-V2/V3's MoE fields (transformers' DeepseekV3DecoderLayer: layer i is an MoE
     layer when i >= first_k_dense_replace and i % moe_layer_freq == 0)."""
     cfg.mark_read(*_DEEPSEEK_ROUTER_KEYS)
@@ -482,7 +481,7 @@ def _deepseek_moe(cfg: _Config, layers: int, experts: int, top_k: int, expert_ff
                    shared_ffn=shared_experts * expert_ffn, dense_layers=dense)
 
 
-def _check_counts(cfg: _Config, top_k: int, experts: int, dense: int, layers: int,
+def _check_counts(cfg: ConfigReader, top_k: int, experts: int, dense: int, layers: int,
                   dense_key: str) -> None:
     """The checks every MoE config passes once its keys are read: no key missing, top_k within
     the experts, at least one MoE layer (`dense_key` names the config's dense-prefix key)."""
@@ -494,7 +493,7 @@ def _check_counts(cfg: _Config, top_k: int, experts: int, dense: int, layers: in
         raise InstanceError(cfg.name, dense_key, "every layer is dense", "plan it as a dense model")
 
 
-def _mla(cfg: _Config) -> MlaSpec:
+def _mla(cfg: ConfigReader) -> MlaSpec:
     """DeepSeek-V2/V3's multi-head latent attention sizes; q_lora_rank null: the query is
     projected from the layer input (DeepSeek-V2-Lite)."""
     q_lora = cfg.integer(("q_lora_rank",), "q_lora_rank", optional=True)
@@ -504,7 +503,7 @@ def _mla(cfg: _Config) -> MlaSpec:
     return MlaSpec(q_lora_rank=q_lora, **sizes)
 
 
-def _deepseek_notes(cfg: _Config) -> list[str]:
+def _deepseek_notes(cfg: ConfigReader) -> list[str]:
     """What a DeepSeek config declares that is not priced, one line each."""
     notes = []
     groups, top_groups = cfg.raw.get("n_group"), cfg.raw.get("topk_group")
@@ -518,7 +517,7 @@ def _deepseek_notes(cfg: _Config) -> list[str]:
     return notes
 
 
-def _check_chunked_attention(cfg: _Config, seq: int) -> None:
+def _check_chunked_attention(cfg: ConfigReader, seq: int) -> None:
     """Llama-4's chunked attention (attention_chunk_size; in its rotary layers, no_rope_layers):
     each query attends only to the keys of its own chunk. At a sequence no longer than a chunk
     that is plain causal attention; beyond it, neither full nor sliding-window attention prices
@@ -539,7 +538,7 @@ def _refuse_vision_language(raw: dict, name: str) -> None:
         archs = raw.get("architectures")
         first = archs[0] if isinstance(archs, list) and archs else None
         label = first if isinstance(first, str) else "this"
-        raise InstanceError(name, "text_config", f"{_key_text(label)} is a vision-language config;"
+        raise InstanceError(name, "text_config", f"{key_text(label)} is a vision-language config;"
                             " paraplan reads a text decoder's config (its vision encoder is not"
                             " modelled)", "write text_config's keys, with the sizes"
                             " transformers fills in by default, as a config.json of their own"
@@ -615,19 +614,6 @@ def read_text_file(path: str | Path, max_bytes: int) -> str:
                             ) from None
 
 
-def shown(value: Any, max_chars: int = 60) -> str:
-    """`value` for a one-line message: a short repr of a scalar (control and line-break
-    characters escaped), only the kind of a container, whose repr may be huge or nested."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**max_chars:
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
-
-
 def _read_json(name: str) -> dict:
     text = read_text_file(name, MAX_HF_CONFIG_BYTES)
     try:
@@ -673,16 +659,11 @@ def _no_duplicates(name: str):
         out: dict = {}
         for key, value in pairs:
             if key in out:
-                raise InstanceError(name, _key_text(key), f"duplicate key {shown(key)}",
+                raise InstanceError(name, key_text(key), f"duplicate key {shown(key)}",
                                     "keep only one of the two entries")
             out[key] = value
         return out
     return hook
-
-
-def _key_text(key: str) -> str:
-    """A key as a message's field: itself when printable, else its repr."""
-    return key if key.isprintable() and len(key) <= 60 else shown(key)
 
 
 def _family_key(raw: dict, name: str) -> str:
@@ -701,125 +682,15 @@ def _family_key(raw: dict, name: str) -> str:
     if not archs and model_type is None:
         raise InstanceError(name, "architectures", "missing 'architectures' and 'model_type'",
                             f"add one naming a supported architecture ({supported})"
-                            f" {_DESCRIBE_IN_YAML}")
-    listed = ", ".join(_key_text(a) for a in (archs or [])[:3]) or "none"
+                            f" {DESCRIBE_IN_YAML}")
+    listed = ", ".join(key_text(a) for a in (archs or [])[:3]) or "none"
     listed += ", ..." if len(archs or ()) > 3 else ""
     raise InstanceError(name, "architectures" if archs else "model_type",
                         f"unsupported architecture {listed} (model_type {shown(model_type)})",
-                        f"supported: {supported}; {_DESCRIBE_IN_YAML}")
+                        f"supported: {supported}; {DESCRIBE_IN_YAML}")
 
 
-class _Config:
-    """Typed access to the config's keys; missing required keys are collected, then reported
-    together by raise_missing(). Every key looked at is recorded, so that the keys never read
-    can be named (cost/hf_layout.py)."""
-
-    def __init__(self, raw: dict, name: str, label: str):
-        self.raw, self.name, self.label = raw, name, label
-        self.missing: list[str] = []
-        self.read: set[str] = set()
-
-    def mark_read(self, *keys: str) -> None:
-        self.read.update(keys)
-
-    def unread(self) -> list[str]:
-        return [_key_text(k) for k in self.raw if k not in self.read]
-
-    def used_key(self, keys: tuple[str, ...]) -> str:
-        """The first of `keys` present with a value (null counts as absent), else the first."""
-        self.read.update(keys)
-        return next((k for k in keys if self.raw.get(k) is not None), keys[0])
-
-    def integer(self, keys: tuple[str, ...], quantity: str, *,
-                optional: bool = False) -> int | None:
-        """The integer under the first of `keys` present, within the physical range of
-        `quantity` (cost/ranges.py, the table every loader uses)."""
-        key = self.used_key(keys)
-        value = self.raw.get(key)
-        if value is None:
-            if not optional:
-                self.missing.append(key)
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InstanceError(self.name, key, f"expected an integer, got {shown(value)}",
-                                "write a whole number")
-        r = RANGES[quantity]
-        if not r.lo <= value <= r.hi:
-            raise InstanceError(self.name, key,
-                                f"must be between {r.lo:,} and {r.hi:,}, got {shown(value)}"
-                                f" ({range_text(quantity)})", "correct the size")
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        self.read.add(key)
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise InstanceError(self.name, key, f"expected true or false, got {shown(value)}",
-                                "write true or false")
-        return value
-
-    def number(self, key: str, quantity: str) -> float | None:
-        """The number under `key` within the physical range of `quantity` (a dropout
-        probability, a soft-capping value); None when absent or null."""
-        self.read.add(key)
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InstanceError(self.name, key, f"expected a number, got {shown(value)}",
-                                "write a number such as 0.0")
-        problem = out_of_range(quantity, value)
-        if problem is not None:
-            raise InstanceError(self.name, key, problem, "correct the value")
-        return float(value)
-
-    def window(self, key: str, default: int | None) -> int | None:
-        """A sliding-window length in tokens: `default` when absent, None when null."""
-        self.read.add(key)
-        if key not in self.raw:
-            return default
-        value = self.raw[key]
-        if value is None:
-            return None
-        if (isinstance(value, bool) or not isinstance(value, int)
-                or out_of_range("sliding_window_tokens", value) is not None):
-            raise InstanceError(self.name, key, f"expected a window length in tokens or null,"
-                                f" got {shown(value)} ({range_text('sliding_window_tokens')})",
-                                "write a whole number of tokens, or null")
-        return value
-
-    def layer_types(self, layers: int) -> tuple[str, ...] | None:
-        """`layer_types`: each layer's attention, "full_attention" or "sliding_attention"."""
-        self.read.add("layer_types")
-        value = self.raw.get("layer_types")
-        if value is None:
-            return None
-        allowed = ("full_attention", "sliding_attention")
-        if not isinstance(value, list) or len(value) != layers:
-            raise InstanceError(self.name, "layer_types", f"expected a list of {layers} entries"
-                                f" (one per layer), got {shown(value)}"
-                                + (f" with {len(value)}" if isinstance(value, list) else ""),
-                                "list each layer's attention: " + " or ".join(allowed))
-        for entry in value:
-            if entry not in allowed:
-                raise InstanceError(self.name, "layer_types", f"attention kind {shown(entry)} is"
-                                    " not modelled", "use " + " or ".join(allowed)
-                                    + f", {_DESCRIBE_IN_YAML}")
-        return tuple(value)
-
-    def raise_missing(self) -> None:
-        if not self.missing:
-            return
-        quoted = [f"'{k}'" for k in self.missing]
-        listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
-        raise InstanceError(self.name, ", ".join(self.missing),
-                            f"missing {listed}, needed for {self.label}",
-                            f"add {listed} {_DESCRIBE_IN_YAML}")
-
-
-def _kv_heads(cfg: _Config, fam: _Family, raw: dict) -> int | None:
+def _kv_heads(cfg: ConfigReader, fam: _Family, raw: dict) -> int | None:
     """Key/value heads, or None for "as many as query heads" (multi-head attention)."""
     if fam.kv == "none":
         return None
@@ -835,7 +706,7 @@ def _kv_heads(cfg: _Config, fam: _Family, raw: dict) -> int | None:
     return 1
 
 
-def _seq_len(cfg: _Config, fam: _Family, seq_len: int | None) -> int:
+def _seq_len(cfg: ConfigReader, fam: _Family, seq_len: int | None) -> int:
     limit_key = cfg.used_key(fam.positions) if fam.positions else None
     limit = cfg.integer(fam.positions, "seq_len", optional=True) if fam.positions else None
     if seq_len is None:

@@ -59,14 +59,17 @@ attention dropouts, with a line when they differ.
 
 Keys that change nothing the cost model prices are listed in `COST_FREE_KEYS` with the reason;
 a key that is neither read nor listed there gets one line naming it, so an unfamiliar field is
-never dropped silently.
+never dropped silently. Every key is read through `ConfigReader`, which cost/hf_config.py uses
+too (with `shown` and `key_text`, the readers' message helpers).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import math
+from typing import Any
 
 from paraplan.cost.errors import InstanceError
+from paraplan.cost.ranges import RANGES, out_of_range, range_text
 
 # Keys that leave time and memory unchanged, grouped by why.
 COST_FREE_KEYS = frozenset({
@@ -106,28 +109,137 @@ COST_FREE_KEYS = frozenset({
 })
 
 
-class ConfigReader(Protocol):
-    """Typed access to a config's keys (cost/hf_config.py's reader); every access records the
-    key as read."""
+DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 
-    name: str
-    label: str
-    raw: dict
+
+def shown(value: Any, max_chars: int = 60) -> str:
+    """`value` for a one-line message: a short repr of a scalar (control and line-break
+    characters escaped), only the kind of a container, whose repr may be huge or nested."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**max_chars:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+
+
+def key_text(key: Any) -> str:
+    """A mapping key as a message's field, or part of a dotted one: itself when a short
+    printable string, else shown (its repr); shared by every reader (cost/readers/fields.py)."""
+    return key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else shown(key)
+
+
+class ConfigReader:
+    """Typed access to a config's keys (cost/hf_config.py reads the sizes through it, the
+    family readers below the layout); missing required keys are collected, then reported
+    together by raise_missing(). Every key looked at is recorded, so that the keys never read
+    can be named (unread_keys_note)."""
+
+    def __init__(self, raw: dict, name: str, label: str):
+        self.raw, self.name, self.label = raw, name, label
+        self.missing: list[str] = []
+        self.read: set[str] = set()
+
+    def mark_read(self, *keys: str) -> None:
+        self.read.update(keys)
+
+    def unread(self) -> list[str]:
+        return [key_text(k) for k in self.raw if k not in self.read]
+
+    def used_key(self, keys: tuple[str, ...]) -> str:
+        """The first of `keys` present with a value (null counts as absent), else the first."""
+        self.read.update(keys)
+        return next((k for k in keys if self.raw.get(k) is not None), keys[0])
 
     def integer(self, keys: tuple[str, ...], quantity: str, *,
-                optional: bool = False) -> int | None: ...
+                optional: bool = False) -> int | None:
+        """The integer under the first of `keys` present, within the physical range of
+        `quantity` (cost/ranges.py, the table every loader uses)."""
+        key = self.used_key(keys)
+        value = self.raw.get(key)
+        if value is None:
+            if not optional:
+                self.missing.append(key)
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InstanceError(self.name, key, f"expected an integer, got {shown(value)}",
+                                "write a whole number")
+        r = RANGES[quantity]
+        if not r.lo <= value <= r.hi:
+            raise InstanceError(self.name, key,
+                                f"must be between {r.lo:,} and {r.hi:,}, got {shown(value)}"
+                                f" ({range_text(quantity)})", "correct the size")
+        return value
 
-    def boolean(self, key: str, default: bool) -> bool: ...
+    def boolean(self, key: str, default: bool) -> bool:
+        self.read.add(key)
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InstanceError(self.name, key, f"expected true or false, got {shown(value)}",
+                                "write true or false")
+        return value
 
-    def number(self, key: str, quantity: str) -> float | None: ...
+    def number(self, key: str, quantity: str) -> float | None:
+        """The number under `key` within the physical range of `quantity` (a dropout
+        probability, a soft-capping value); None when absent or null."""
+        self.read.add(key)
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InstanceError(self.name, key, f"expected a number, got {shown(value)}",
+                                "write a number such as 0.0")
+        problem = out_of_range(quantity, value)
+        if problem is not None:
+            raise InstanceError(self.name, key, problem, "correct the value")
+        return float(value)
 
-    def window(self, key: str, default: int | None) -> int | None: ...
+    def window(self, key: str, default: int | None) -> int | None:
+        """A sliding-window length in tokens: `default` when absent, None when null."""
+        self.read.add(key)
+        if key not in self.raw:
+            return default
+        value = self.raw[key]
+        if value is None:
+            return None
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or out_of_range("sliding_window_tokens", value) is not None):
+            raise InstanceError(self.name, key, f"expected a window length in tokens or null,"
+                                f" got {shown(value)} ({range_text('sliding_window_tokens')})",
+                                "write a whole number of tokens, or null")
+        return value
 
-    def layer_types(self, layers: int) -> tuple[str, ...] | None: ...
+    def layer_types(self, layers: int) -> tuple[str, ...] | None:
+        """`layer_types`: each layer's attention, "full_attention" or "sliding_attention"."""
+        self.read.add("layer_types")
+        value = self.raw.get("layer_types")
+        if value is None:
+            return None
+        allowed = ("full_attention", "sliding_attention")
+        if not isinstance(value, list) or len(value) != layers:
+            raise InstanceError(self.name, "layer_types", f"expected a list of {layers} entries"
+                                f" (one per layer), got {shown(value)}"
+                                + (f" with {len(value)}" if isinstance(value, list) else ""),
+                                "list each layer's attention: " + " or ".join(allowed))
+        for entry in value:
+            if entry not in allowed:
+                raise InstanceError(self.name, "layer_types", f"attention kind {shown(entry)} is"
+                                    " not modelled", "use " + " or ".join(allowed)
+                                    + f", {DESCRIBE_IN_YAML}")
+        return tuple(value)
 
-    def mark_read(self, *keys: str) -> None: ...
-
-    def unread(self) -> list[str]: ...
+    def raise_missing(self) -> None:
+        if not self.missing:
+            return
+        quoted = [f"'{k}'" for k in self.missing]
+        listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+        raise InstanceError(self.name, ", ".join(self.missing),
+                            f"missing {listed}, needed for {self.label}",
+                            f"add {listed} {DESCRIBE_IN_YAML}")
 
 
 def read_layout(cfg: ConfigReader, family: str, layers: int) -> tuple[dict[str, Any], list[str]]:

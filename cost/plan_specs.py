@@ -314,28 +314,6 @@ class Plan(_Modes):
                      embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split,
                      zero_bubble=self.zero_bubble)
 
-    def _check_group_tp(self, inst: Instance) -> None:
-        """group_tp's own rules (the space's, solver/space.py): one class, every group it
-        uses named once, `tp` the first stage's group's, and not every degree the same."""
-        if not self.group_tp:
-            return
-        names = [x.name for x in inst.cluster.groups]
-        groups = [g for g, _ in self.group_tp]
-        used = sorted({g for c in self.classes for g in c.stage_groups})
-        if len(self.classes) != 1:
-            raise ConfigError("a tp per group needs one replica class (stage-wise): replicas of"
-                              " several classes reduce gradients in one ring, which needs one"
-                              " weight sharding (one tp)")
-        if groups != used:
-            raise ConfigError(f"tp per group must name each group the plan uses once"
-                              f" ({', '.join(names[g] for g in used)})")
-        if self.tp != self.tp_of(self.classes[0].stage_groups[0]):
-            raise ConfigError("plan.tp must be the first stage's group's tp")
-        if len({t for _, t in self.group_tp}) == 1:
-            raise ConfigError(f"every group runs tp={self.tp}: write tp: {self.tp}")
-        if any(t < 1 for _, t in self.group_tp):
-            raise ConfigError("every group's tp must be >= 1")
-
     def check_against(self, inst: Instance) -> None:
         """Raise ConfigError unless this plan is a valid way to run `inst`: the rules in order,
         the first broken one named. A one-class plan of a flat instance (`inst.flat`) runs on
@@ -394,7 +372,26 @@ def _of_class(plan: Plan) -> str:
 
 
 def _group_tp(plan: Plan, inst: Instance) -> None:
-    plan._check_group_tp(inst)
+    """group_tp's own rules (the space's, solver/space.py): one class, every group it
+    uses named once, `tp` the first stage's group's, and not every degree the same."""
+    if not plan.group_tp:
+        return
+    names = [x.name for x in inst.cluster.groups]
+    groups = [g for g, _ in plan.group_tp]
+    used = sorted({g for c in plan.classes for g in c.stage_groups})
+    if len(plan.classes) != 1:
+        raise ConfigError("a tp per group needs one replica class (stage-wise): replicas of"
+                          " several classes reduce gradients in one ring, which needs one"
+                          " weight sharding (one tp)")
+    if groups != used:
+        raise ConfigError(f"tp per group must name each group the plan uses once"
+                          f" ({', '.join(names[g] for g in used)})")
+    if plan.tp != plan.tp_of(plan.classes[0].stage_groups[0]):
+        raise ConfigError("plan.tp must be the first stage's group's tp")
+    if len({t for _, t in plan.group_tp}) == 1:
+        raise ConfigError(f"every group runs tp={plan.tp}: write tp: {plan.tp}")
+    if any(t < 1 for _, t in plan.group_tp):
+        raise ConfigError("every group's tp must be >= 1")
 
 
 def _gpus_per_group(plan: Plan, inst: Instance) -> None:

@@ -95,8 +95,6 @@ RANGES: dict[str, Range] = {
     "max_nodes_per_token": Range(1, 1_000_000, "", "NVLink domains a token's experts may span"
                                  " (node-limited routing; DeepSeek-V3: 4); at most a node count",
                                  integer=True),
-    "ep": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "etp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     # --- multi-head latent attention (instance `model.mla:`, DeepSeek-V2/V3 configs) ---------
     "q_lora_rank": Range(1, 1_048_576, "", "the query latent's width, at most the hidden size's"
                          " range (DeepSeek-V3: 1,536; DeepSeek-V2-Lite: none)", integer=True),
@@ -113,7 +111,6 @@ RANGES: dict[str, Range] = {
                    integer=True),
     "gpus_per_node": Range(1, 1_024, "", "8 in a DGX server; one NVLink domain holds 72 (GB200"
                            " NVL72) to 576 (NVL576) GPUs", integer=True),
-    "num_gpus": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "nvlink_domain_gpus": Range(1, 1_024, "", "as gpus_per_node: GB200 NVL72 joins 72 GPUs of 18"
                                 " trays in one NVLink domain, NVL576 576", integer=True),
     "intra_node_gbytes_per_s": Range(1, 100_000, "GB/s", "PCIe 3.0 x4 moves 8 GB/s, NVLink 5"
@@ -179,18 +176,12 @@ RANGES: dict[str, Range] = {
     "usd_per_gpu_hour": Range(0.001, 10_000, "USD per GPU-hour", "cloud prices run from about"
                               " 0.1 (old GPUs, spot) to about 15 (B200 on demand)"),
     # --- search and plans: degrees and counts (checked against the instance too) ------------
-    "tp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "pp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "dp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "cp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "replicas": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "stage_dp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "micro_batch": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
-    "num_micro_batches": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
+    # parallel degrees and GPU counts (also `model.moe`'s ep, etp and a cluster's num_gpus)
+    **dict.fromkeys(("tp", "pp", "dp", "cp", "ep", "etp", "replicas", "stage_dp", "max_pp",
+                     "max_cp", "num_gpus"), Range(1, _GPUS, "", _COUNT_WHY, integer=True)),
+    **dict.fromkeys(("micro_batch", "num_micro_batches", "max_micro_batch"),
+                    Range(1, _GPUS, "", "at most the global batch's range", integer=True)),
     "virtual_stages": Range(1, 1_000_000, "", "at most the layers' range", integer=True),
-    "max_micro_batch": Range(1, _GPUS, "", "at most the global batch's range", integer=True),
-    "max_pp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
-    "max_cp": Range(1, _GPUS, "", _COUNT_WHY, integer=True),
     "classes_per_group": Range(1, MAX_CLASSES_PER_GROUP, "", "the micro-batch splits between a"
                                " group's classes grow as a power of their number", integer=True),
     "zero": Range(0, 3, "", "ZeRO has stages 0 (none) to 3 (parameters sharded)", integer=True),

@@ -354,10 +354,6 @@ def _pp_rule(c: _Admitted) -> Refusal | None:
     return None
 
 
-def _dualpipe_rule(c: _Admitted) -> Refusal | None:
-    return dualpipe_refusal(c.space, c.job, c.given)
-
-
 def _micro_batch_rule(c: _Admitted) -> Refusal | None:
     if "micro_batch" not in c.given or c.space.micro_batch is None:
         return None
@@ -409,12 +405,13 @@ def _reserve_rule(c: _Admitted) -> Refusal | None:
     return reserve_refusal(c.space, c.group)
 
 
-def dualpipe_refusal(space: SearchSpace, job: JobSpec, given: frozenset[str]) -> Refusal | None:
+def _dualpipe_rule(c: _Admitted) -> Refusal | None:
     """A listed `search:` value that a DualPipe job (job.pipeline_schedule: dualpipe) can never
     run, by DualPipe's own rule (cost/dualpipe.schedule_problem: an even pp >= 2, one chunk per
     stage, an even number of micro-batches >= 2 pp). A pp is judged with the most micro-batches
     any plan has, global_batch (dp = micro_batch = 1); a virtual_stages value with a pipeline
     DualPipe runs (pp 2, 4 micro-batches), so that only the value's own rule can fail."""
+    space, job, given = c.space, c.job, c.given
     if job.pipeline_schedule is not PipelineSchedule.DUALPIPE:
         return None
     from paraplan.cost.dualpipe import schedule_problem  # here: only a DualPipe job reads it

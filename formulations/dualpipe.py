@@ -203,10 +203,7 @@ def balanced(p: DualPipeProblem, n, r) -> tuple[list[int], list[int]]:
 def _result(p: DualPipeProblem, status: str, backend: str, start: float, bound, tol: float,
             n=None, r=None) -> MultiClassResult:
     if n is None:
-        return MultiClassResult(status=status, micro_batches=None, layers_per_stage=None,
-                                full_recompute_layers=None, objective_s=None, per_scenario_s=None,
-                                bound_s=bound, wall_time_s=time.perf_counter() - start, backend=backend,
-                                tolerance_s=tol)
+        return MultiClassResult.unsolved(status, backend, start, bound, tol)
     n, r = [int(x) for x in n], [int(x) for x in r]
     if not p.fits(n, r):
         raise SolverError(f"{backend}: DualPipe split n={n}, r={r} does not fit when re-checked")
@@ -216,6 +213,14 @@ def _result(p: DualPipeProblem, status: str, backend: str, start: float, bound, 
                             full_recompute_layers=(tuple(r),), objective_s=obj, per_scenario_s=(obj,),
                             bound_s=obj if bound is None and status == "optimal" else bound,
                             wall_time_s=time.perf_counter() - start, backend=backend, tolerance_s=tol)
+
+
+def _none_below(p: DualPipeProblem, backend: str, start: float, cutoff_s: float | None,
+                tol: float) -> MultiClassResult:
+    """No split found: under a finite cutoff, none below it (status "cutoff"); else none fits."""
+    if cutoff_s is not None and math.isfinite(cutoff_s):
+        return _result(p, "cutoff", backend, start, cutoff_s, tol)
+    return _result(p, "infeasible", backend, start, math.inf, tol)
 
 
 # --- exact search -------------------------------------------------------------------------
@@ -265,6 +270,30 @@ def _pair_tables(p: DualPipeProblem, h: int):
     return lo_N, best_R, split
 
 
+def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
+    """Pair h's three sums (P, U, D of the module docstring) at N = lo_N, lo_N + 1, ... with
+    R*_h(N) recomputed layers (_pair_tables; where nothing fits, priced at R = 0 and never
+    chosen)."""
+    s0, s1 = h, p.pp - 1 - h
+    N = lo_N + np.arange(len(R), dtype=float)
+    Rz = np.where(np.isfinite(R), R, 0.0)
+    P = p.a[s0] + p.a[s1] + p.t[s0] * N + p.u[s0] * Rz
+    U = P + p.bw[s0] * N + p.ru[s0] * Rz
+    D = p.e[s0] + p.e[s1] + p.g[s0] * N
+    return P, U, D
+
+
+def _split_of(p: DualPipeProblem, tables, steps) -> tuple[list[int], list[int]]:
+    """The split (n, r) with pair h holding lo_N + steps[h] layers, divided between its two
+    stages as its table says; `tables` holds each pair's (lo_N, split) of _pair_tables."""
+    n, r = [0] * p.pp, [0] * p.pp
+    for h, ((lo_N, split), j) in enumerate(zip(tables, steps)):
+        n0, r0, r1 = (int(x) for x in split[j])
+        n[h], n[p.pp - 1 - h] = n0, lo_N + j - n0
+        r[h], r[p.pp - 1 - h] = r0, r1
+    return n, r
+
+
 def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClassResult:
     """The exact threshold search of the module docstring; CP-SAT where it does not apply.
     `cutoff_s`: status "cutoff" when no split is below it (the search stops there)."""
@@ -280,14 +309,8 @@ def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClass
     # per pair h and N = lo_h .. L: its three sums (inf where nothing fits); nondecreasing in N
     Pt, Ut, Dt = [], [], []
     for h, (lo_N, R, _) in enumerate(tables):
-        s0, s1 = h, p.pp - 1 - h
-        N = np.arange(lo_N, L + 1, dtype=float)
-        Rz = np.where(np.isfinite(R), R, 0.0)
         bad = ~np.isfinite(R)
-        A = p.a[s0] + p.a[s1]
-        P = A + p.t[s0] * N + p.u[s0] * Rz
-        U = P + p.bw[s0] * N + p.ru[s0] * Rz
-        D = p.e[s0] + p.e[s1] + p.g[s0] * N
+        P, U, D = _pair_sums(p, h, lo_N, R)
         Pt.append(np.where(bad, np.inf, P))
         Ut.append(np.where(bad, np.inf, U))
         Dt.append(np.where(bad, np.inf, np.maximum.accumulate(D)))
@@ -332,9 +355,7 @@ def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClass
         if vals[j] < best:
             best, arg = float(vals[j]), (X, VU[cols[j]], VD[lo_i[j]])
     if arg is None:
-        if cutoff_s is not None and math.isfinite(cutoff_s):  # nothing below the cutoff
-            return _result(p, "cutoff", "dp", start, cutoff_s, 0.0)
-        return _result(p, "infeasible", "dp", start, math.inf, 0.0)
+        return _none_below(p, "dp", start, cutoff_s, 0.0)
     X, Y, Z = arg
     cap = np.minimum(np.minimum(caps(Pt, np.array([X]))[:, 0], caps(Ut, np.array([Y]))[:, 0]),
                      caps(Dt, np.array([Z]))[:, 0]) - 1  # most layers above lo per pair
@@ -343,13 +364,7 @@ def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClass
     for h in range(k):  # any assignment within the caps has maxima <= (X, Y, Z)
         extra[h] = min(cap[h], span[h], left)
         left -= extra[h]
-    n = np.zeros(p.pp, np.int64)
-    r = np.zeros(p.pp, np.int64)
-    for h, (lo_N, _, split) in enumerate(tables):
-        N = lo_N + extra[h]
-        n0, r0, r1 = split[N - lo_N]
-        n[h], n[p.pp - 1 - h] = n0, N - n0
-        r[h], r[p.pp - 1 - h] = r0, r1
+    n, r = _split_of(p, [(lo_N, split) for lo_N, _, split in tables], extra.tolist())
     return _result(p, "optimal", "dp", start, best, 0.0, n, r)
 
 
@@ -442,9 +457,7 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
         raw = solver.best_objective_bound
         bound = raw * q / 2 - E if math.isfinite(raw) else None
         if status == "infeasible":
-            if cut:
-                return _result(p, "cutoff", "cpsat", start, cutoff_s, 2 * E)
-            return _result(p, status, "cpsat", start, math.inf, 2 * E)
+            return _none_below(p, "cpsat", start, cutoff_s, 2 * E)
         if status == "timeout":
             return _result(p, status, "cpsat", start, bound, 2 * E)
         nv, rv = pick(solver)
@@ -454,19 +467,6 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
         if spent >= time_limit_s:
             return _result(p, "timeout", "cpsat", start, bound, 2 * E)
         cuts += [memory_cut(p, h, nv, rv) for h in over]
-
-
-def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
-    """Pair h's three sums (P, U, D of the module docstring) at N = lo_N, lo_N + 1, ... with
-    R*_h(N) recomputed layers (_pair_tables; where nothing fits, priced at R = 0 and never
-    chosen)."""
-    s0, s1 = h, p.pp - 1 - h
-    N = lo_N + np.arange(len(R), dtype=float)
-    Rz = np.where(np.isfinite(R), R, 0.0)
-    P = p.a[s0] + p.a[s1] + p.t[s0] * N + p.u[s0] * Rz
-    U = P + p.bw[s0] * N + p.ru[s0] * Rz
-    D = p.e[s0] + p.e[s1] + p.g[s0] * N
-    return P, U, D
 
 
 def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
@@ -508,13 +508,7 @@ def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
     model.minimize(objective)
 
     def pick(solver) -> tuple[list[int], list[int]]:
-        n, r = [0] * pp, [0] * pp
-        for h, ((lo_N, split), i) in enumerate(zip(tables, idx)):
-            j = solver.value(i)
-            n0, r0, r1 = (int(x) for x in split[j])
-            n[h], n[pp - 1 - h] = n0, lo_N + j - n0
-            r[h], r[pp - 1 - h] = r0, r1
-        return n, r
+        return _split_of(p, tables, [solver.value(i) for i in idx])
     return model, pick
 
 
@@ -578,7 +572,7 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
     then decides)."""
     from paraplan.formulations.milp import FEASIBILITY_TOL_S, INTEGRALITY_TOL, new_model, run_model
     start = time.perf_counter()
-    L, pp, m = p.layers, p.pp, p.num_micro_batches
+    L, m = p.layers, p.num_micro_batches
     rows = []
     for h in range(p.pairs):
         lo_N, R, split = _pair_tables(p, h)
@@ -616,16 +610,11 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
     status, _, bound, read_error = run_model(api, backend, time_limit_s, 1, "a DualPipe split")
     tol = 2 * eps + read_error
     if status == "infeasible":
-        cut = cutoff_s is not None and math.isfinite(cutoff_s)
-        return _result(p, "cutoff" if cut else "infeasible", backend, start, cutoff_s if cut else math.inf, tol)
+        return _none_below(p, backend, start, cutoff_s, tol)
     if status == "timeout":
         return _result(p, "timeout", backend, start, None, tol)
-    n, r = [0] * pp, [0] * pp
-    for h, ((lo_N, split, _), z) in enumerate(zip(rows, steps)):
-        j = sum(int(round(api.value(x) or 0.0)) for x in z)
-        n0, r0, r1 = (int(x) for x in split[j])
-        n[h], n[pp - 1 - h] = n0, lo_N + j - n0
-        r[h], r[pp - 1 - h] = r0, r1
+    n, r = _split_of(p, [(lo_N, split) for lo_N, split, _ in rows],
+                     [sum(int(round(api.value(x) or 0.0)) for x in z) for z in steps])
     if sum(n) != L:
         raise SolverError(f"{backend}: DualPipe pair counts {n} do not sum to {L} layers")
     bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
@@ -708,9 +697,7 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
             status, _, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1, "a DualPipe split")
         tol = 2 * eps + read_error
         if status == "infeasible":
-            if cut:
-                return _result(p, "cutoff", backend, start, cutoff_s, tol)
-            return _result(p, "infeasible", backend, start, math.inf, tol)
+            return _none_below(p, backend, start, cutoff_s, tol)
         if status == "timeout":
             return _result(p, "timeout", backend, start, None, tol)
 

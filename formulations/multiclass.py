@@ -226,6 +226,14 @@ class MultiClassResult:
     backend: str
     tolerance_s: float  # an "optimal" objective is within this of the true optimum
 
+    @classmethod
+    def unsolved(cls, status: str, backend: str, start: float, bound_s: float | None,
+                 tolerance_s: float) -> MultiClassResult:
+        """A result without a solution (infeasible, cut off or out of time), timed from `start`."""
+        return cls(status=status, micro_batches=None, layers_per_stage=None, full_recompute_layers=None,
+                   objective_s=None, per_scenario_s=None, bound_s=bound_s,
+                   wall_time_s=time.perf_counter() - start, backend=backend, tolerance_s=tolerance_s)
+
 
 def deterministic_solver(time_limit_s: float, seed: int = 0, wall_limit_s: float | None = None) -> cp_model.CpSolver:
     """A CP-SAT solver set as the module docstring says (Determinism, Search): one worker, a
@@ -260,10 +268,7 @@ def _upper_bounds(p: MultiClassProblem, R: int) -> list[float]:
 
 def _done(p: MultiClassProblem, status, backend, start, bound, tol, m=None, n=None, r=None) -> MultiClassResult:
     if m is None:
-        return MultiClassResult(status=status, micro_batches=None, layers_per_stage=None,
-                                full_recompute_layers=None, objective_s=None, per_scenario_s=None,
-                                bound_s=bound, wall_time_s=time.perf_counter() - start, backend=backend,
-                                tolerance_s=tol)
+        return MultiClassResult.unsolved(status, backend, start, bound, tol)
     if not p.fits(n, r):
         raise SolverError(f"{backend}: solution n={n}, r={r} does not fit memory when re-checked")
     if sum(x * mk for x, mk in zip(p.replicas, m)) != p.total_micro_batches:

@@ -80,13 +80,10 @@ def combine(results: list[MultiClassResult | None], start: float) -> MultiClassR
     bound = (None if not complete or any(b is None for b in bounds) else min(bounds, default=math.inf))
     tol = max((x.tolerance_s for x in done), default=0.0)
     backend = done[0].backend if done else "cpsat"
-    wall = time.perf_counter() - start
     if not found:
         status = "infeasible" if complete else "timeout"
-        return MultiClassResult(status=status, micro_batches=None, layers_per_stage=None,
-                                full_recompute_layers=None, objective_s=None, per_scenario_s=None,
-                                bound_s=math.inf if status == "infeasible" else bound, wall_time_s=wall,
-                                backend=backend, tolerance_s=tol)
+        return MultiClassResult.unsolved(status, backend, start, math.inf if status == "infeasible" else bound,
+                                         tol)
     best = min(found, key=lambda x: x.objective_s)
-    return replace(best, status="optimal" if complete else "feasible", bound_s=bound, wall_time_s=wall,
-                   tolerance_s=tol)
+    return replace(best, status="optimal" if complete else "feasible", bound_s=bound,
+                   wall_time_s=time.perf_counter() - start, tolerance_s=tol)

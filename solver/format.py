@@ -17,18 +17,6 @@ def seconds(t_s: float) -> str:
     return f"{t_s:.3f} s"
 
 
-def exhaustive_stop_lines(complete: bool, has_plan: bool, time_limit_s: float | None,
-                          candidates: int, unit: str) -> list[str]:
-    """What an exhaustive search stopped by its time limit says: nothing is proved, and
-    whether it had seen a plan yet (the `exhaustive` commands of one group and of mixed
-    clusters)."""
-    if complete:
-        return []
-    lines = [f"STOPPED by the time limit ({time_limit_s:g} s) after {candidates:,} {unit}:"
-             " nothing is proved; the best seen is shown"]
-    return lines + ([] if has_plan else ["no plan seen yet"])
-
-
 def count(n: int) -> str:
     """An exact integer of any size, short: 12,345 or 1.34e+52 (leading digits truncated).
 

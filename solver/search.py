@@ -9,9 +9,11 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
    partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
    tp per group, cp and replicas, or one other class layout), each bounded before it is
    listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
-   still win (_Partials: the outers' ranks order the keys as the full listing's indices do). In that order, in
-   chunks (PRICE_CHUNK), and only while that bound can still beat the incumbent, build their
-   class coefficients on every network scenario the objective looks at
+   still win (_Partials: the outers' ranks order the keys as the full listing's indices do;
+   a stage-wise layout's outers are keyed by at least their representative's bound, which
+   reads the pipeline's slowest stage and sum together: layouts.partial_bounds_s's
+   per_block). In that order, in chunks (PRICE_CHUNK), and only while that bound can still
+   beat the incumbent, build their class coefficients on every network scenario the objective looks at
    (cost/class_coefficients.py), in passes (problems_for); the rest are pruned unpriced.
    Those the space's memory lower bound proves infeasible as their chunk comes up
    (solver/bounds/memory.py: each configuration's own micro-batch, sp and ZeRO stage) are
@@ -25,8 +27,9 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
    the fewest fully recomputed layers that fit, and the best m for it.
 3. Visit configurations by (bound, index); solve those that can still win with CP-SAT or MILP
    (formulations/multiclass*.py), prune the rest (a lone class first tries the tight bound and
-   the exact DP with a cutoff: _cannot_win_alone). Backend "dp" (the class route of a
-   homogeneous instance, solver/solve.py) solves a lone class on one network by that DP
+   the exact DP with a cutoff: _cannot_win_alone; between them the bound that reads its
+   slowest stage and sum together, solver/bounds/fill_drain.priced_bounds_s). Backend "dp"
+   (the class route of a homogeneous instance, solver/solve.py) solves a lone class on one network by that DP
    with the incumbent as cutoff, as the homogeneous planner does. Tie rule as in the
    homogeneous planner.
 
@@ -74,11 +77,12 @@ from paraplan.formulations.split_dp import solve_split_dp
 from paraplan.solver import class_partitions, memory_tiers, option_families
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
+from paraplan.solver.bounds.fill_drain import priced_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
 from paraplan.solver.bounds import pattern_values
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
-from paraplan.solver.bounds.layouts import partial_bounds_s
+from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
 from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, stage_families
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
                                    partial_rank, replica_partial, stage_partial,
@@ -445,7 +449,8 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
     if p.objective == "weighted":
         return not bounds_tested and float(np.dot(p.weights, tight)) > cutoff
     if not bounds_tested and (max(tight) > cutoff or any(
-            one_class.coupled_bound_above(cs[0], p.allow_full_recompute, cutoff) for cs in p.coeffs)):
+            one_class.coupled_bound_above(cs[0], p.allow_full_recompute, cutoff) for cs in p.coeffs)
+            or float(priced_bounds_s([cs[0] for cs in p.coeffs], p.allow_full_recompute).max()) > cutoff):
         return True
     if not dp_fits:
         return False
@@ -501,6 +506,25 @@ def _settle_alone(cands: list[_Candidate], won: Winners) -> list[_Candidate]:
             if any(above[at:at + len(c.problem.coeffs)]):
                 out.add(id(c))
             at += len(c.problem.coeffs)
+    return _settle_fill_drain([c for c in cands if id(c) not in out], won)
+
+
+def _settle_fill_drain(cands: list[_Candidate], won: Winners) -> list[_Candidate]:
+    """`cands` less the lone classes (of the worst-case objective, as _cannot_win_alone reads
+    them) whose bound that reads their slowest stage and sum together (fill_drain.
+    priced_bounds_s, per network, the worst taken) cannot beat the bar: none of their plans can
+    win (the bar only falls). Those whose priced bound already loses are left to it."""
+    lone = [c for c in cands if not isinstance(c.problem, DualPipeProblem) and c.problem.classes == 1
+            and c.problem.objective != "weighted" and won.beats(c.key[0], c.key)]
+    if not lone:
+        return cands
+    rows = [cs[0] for c in lone for cs in c.problem.coeffs]
+    lbs = priced_bounds_s(rows, lone[0].problem.allow_full_recompute).tolist()
+    out, at = set(), 0
+    for c in lone:
+        if not won.beats(max(lbs[at:at + len(c.problem.coeffs)]), c.key):
+            out.add(id(c))
+        at += len(c.problem.coeffs)
     return [c for c in cands if id(c) not in out]
 
 
@@ -724,6 +748,9 @@ class _Partials:
     sizes: list[int]  # outer configurations per partial layout
     summary: object
     memo: dict  # the stage floors priced so far (unpriced.floor_bounds_s's memo)
+    # each stage-wise representative's own bound (layouts.partial_bounds_s's per_block): the
+    # outers of its blocks are keyed by at least it when listed (_Search._list_layouts)
+    block_bounds: dict = dataclasses.field(default_factory=dict)
     ranks: list[int] = dataclasses.field(default_factory=list)  # Partial.rank of each
     families: list = dataclasses.field(default_factory=list)  # StageFamily, not yet set up
     family_bounds: list[float] = dataclasses.field(default_factory=list)
@@ -741,9 +768,10 @@ class _Partials:
                                                         defer_stage=_defers_stage(inst, families, groups),
                                                         defer_options=lazy_options)
         memo: dict = {}
-        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo)
+        per_block: dict = {}
+        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
-        out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo,
+        out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block,
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
         if deferred:
             out.fb = FamilyBounds(inst, idx, agg, weights, memo, lst.modes)
@@ -790,8 +818,10 @@ class _Partials:
                 new.append(stage_partial(self.lst, fam.used, tpg, fam.cp, fam.dp, rank))
         if not new:
             return kids
-        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo)
         start = len(self.partials)
+        per_block: dict = {}
+        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo, per_block)
+        self.block_bounds.update({(start + k[0], *k[1:]): lb for k, lb in per_block.items()})
         self.partials += new
         self.bounds = np.concatenate([self.bounds, bounds])
         self.sizes += [sum(n * blk.tally.outers for n, blks in p.reps for blk in blks) for p in new]
@@ -1117,14 +1147,24 @@ class _Search:
         lazy, outers = self.lazy, self.outers
         self.listed_partials += len(got)
         start = len(outers)
+        raised: list[float] = []  # per outer, its representative's bound (-inf: none read)
         for part in got:
-            listed = [o for blk in lazy.partials[part.index].blocks() for o in blk.outers()]
-            outers.extend(listed)
+            start_part = len(outers)
+            for blk in lazy.partials[part.index].blocks():
+                listed = blk.outers()
+                outers.extend(listed)
+                lb = (lazy.block_bounds.get(representative_key(part.index, blk), -math.inf)
+                      if lazy.partials[part.index].dp is not None else -math.inf)
+                raised += [lb] * len(listed)
             at = lazy.ranks[part.index] * RANK_STRIDE
-            self.rank.extend(range(at, at + len(listed)))
+            self.rank.extend(range(at, at + len(outers) - start_part))
         js = list(range(start, len(outers)))
-        self.floor.extend(floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
-                                         deadline=self.floor_by, memo=lazy.memo).tolist())
+        # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
+        # its pipeline's slowest stage and sum read together, at most its value lowered by
+        # fill_drain.TIE_MARGIN, so a plan that ties the incumbent is still priced)
+        floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
+                                deadline=self.floor_by, memo=lazy.memo)
+        self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
             node = _Unpriced([js[k]], (float(self.floor[js[k]]), -1, -1))
             heapq.heappush(self.heap, (node.key, next(self.order), node))

@@ -1,14 +1,15 @@
 """Puts tests/ on sys.path (pytest prepend mode) so test files share tests/randinst.py; runs the
-longest modules first."""
+tests that share a solve across files, then the longest modules, first."""
 
 from __future__ import annotations
 
 # The modules holding the suite's longest tests (--durations on the 2-core test machine, issue 32:
-# 30 s to 2.5 min each), longest first. pytest-xdist's load scheduling hands each worker a block
-# of consecutive tests and then the rest as workers free up, so a long test collected last (the
-# validation/ folder sorts last) runs alone at the end while the other worker idles; collected
+# 30 s to 2.5 min each), longest first. pytest-xdist's worksteal scheduling (pyproject.toml)
+# starts each worker on its half of the collected order and lets a worker that runs dry take the
+# back half of the other's queue: a long test collected last (the validation/ folder sorts last)
+# could still be the one test left running at the end while the other worker idles; collected
 # first, it runs beside the short tests and the run ends on short ones. Each module keeps its
-# own order, so a module-scoped fixture is still built once.
+# own order, so a module-scoped fixture is still built once per worker that runs the module.
 LONGEST_FIRST = (
     "tests/hetero/test_many_types_agreement.py",
     "tests/validation/test_moe_fit.py",
@@ -19,10 +20,26 @@ LONGEST_FIRST = (
 )
 
 
+def _group(item) -> str | None:
+    """The item's xdist_group name (tests/bundled_plans.same_worker), or None."""
+    mark = item.get_closest_marker("xdist_group")
+    return None if mark is None else str(mark.args[0])
+
+
 def pytest_collection_modifyitems(config, items):
+    # Tests in several files that read one solve (tests/bundled_plans.py) carry an xdist_group
+    # mark: collected first, each group's tests side by side, they open the first worker's half
+    # (worksteal; a steal takes the back of a queue, never its head), so the solve is made
+    # once; with `--dist loadgroup` xdist itself keeps a group on one worker.
+    groups: dict[str, int] = {}
+    for item in items:
+        if _group(item) is not None:
+            groups.setdefault(_group(item), len(groups))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
 
-    def key(item) -> int:
-        return rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST))
+    def key(item) -> tuple[int, int]:
+        if _group(item) is not None:
+            return 0, groups[_group(item)]
+        return 1, rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST))
 
     items.sort(key=key)  # stable: every other test keeps its collected order

@@ -26,7 +26,7 @@ from typing import Any
 
 from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.hf_layout import shown as _shown
 from paraplan.cost.ranges import out_of_range
 from paraplan.cost.specs import Cluster, GpuSpec, Link, NodeGroup
 from paraplan.cost.readers.fields import (Section, config_errors_as, describe, did_you_mean,

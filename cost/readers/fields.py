@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any, Iterator
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.hf_layout import key_text, shown as _shown
 from paraplan.cost.ranges import RANGES, out_of_range, range_fix, range_text
 
 
@@ -48,11 +48,6 @@ def describe(value: Any) -> str:
 def shown_value(value: Any) -> str:
     """A value for "unknown value ..." messages: a string quoted, anything else described."""
     return _shown(value) if isinstance(value, str) else describe(value)
-
-
-def key_text(key: Any) -> str:
-    """A mapping key as part of a dotted field: itself when a short printable string."""
-    return key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else _shown(key)
 
 
 def _looks_numeric(value: str) -> bool:

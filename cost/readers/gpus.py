@@ -24,6 +24,20 @@ _GPU_KEYS = ("peak_tflops_bf16", "peak_tflops_fp8", "hbm_gib", "hbm_gbytes_per_s
              "matmul_half_gflops", "memory_eff", "attention_eff", "fp8_matmul_eff_max",
              "cudnn_attention_speedup", "fa2_benchmark_tflops", "cudnn_attention_tflops",
              "host_link_gbytes_per_s")
+# The optional keys, in the order they are read: (YAML key, GpuSpec field, its conversion to
+# the field's unit, None where it has the field's unit; cudnn_attention_tflops: _cudnn_curve).
+_OPTIONAL_KEYS = (
+    ("matmul_eff_max", "matmul_eff_max", None),
+    ("matmul_half_gflops", "matmul_half_flops", units.gflop_to_flops),
+    ("memory_eff", "memory_eff", None),
+    ("attention_eff", "attention_eff", None),
+    ("fp8_matmul_eff_max", "fp8_matmul_eff_max", None),
+    ("cudnn_attention_speedup", "cudnn_attention_speedup", None),
+    ("fa2_benchmark_tflops", "fa2_benchmark_flops_per_s", units.tflops_to_flops_per_s),
+    ("host_link_gbytes_per_s", "host_link_bw_bytes_per_s", units.gbytes_per_s_to_bytes_per_s),
+    ("cudnn_attention_tflops", "cudnn_attention_flops_per_s_by_keys", None),
+    ("peak_tflops_fp8", "peak_fp8_flops_per_s", units.tflops_to_flops_per_s),
+)
 
 
 def _cudnn_curve(sec: Section) -> tuple[tuple[int, float], ...]:
@@ -47,28 +61,10 @@ def gpu_from_mapping(name: str, mapping: Any, path: str, field_prefix: str) -> G
     """One GPU type from its YAML mapping (catalogue entry or user `gpu_types` entry)."""
     sec = Section(mapping, str(path), field_prefix, _GPU_KEYS)
     optional = {}  # absent efficiency keys fall back to GpuSpec's defaults
-    if sec.has("matmul_eff_max"):
-        optional["matmul_eff_max"] = sec.number("matmul_eff_max")
-    if sec.has("matmul_half_gflops"):
-        half_gflops = sec.number("matmul_half_gflops")
-        optional["matmul_half_flops"] = units.gflop_to_flops(half_gflops)
-    if sec.has("memory_eff"):
-        optional["memory_eff"] = sec.number("memory_eff")
-    if sec.has("attention_eff"):
-        optional["attention_eff"] = sec.number("attention_eff")
-    if sec.has("fp8_matmul_eff_max"):
-        optional["fp8_matmul_eff_max"] = sec.number("fp8_matmul_eff_max")
-    if sec.has("cudnn_attention_speedup"):
-        optional["cudnn_attention_speedup"] = sec.number("cudnn_attention_speedup")
-    if sec.has("fa2_benchmark_tflops"):
-        optional["fa2_benchmark_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("fa2_benchmark_tflops"))
-    if sec.has("host_link_gbytes_per_s"):
-        optional["host_link_bw_bytes_per_s"] = units.gbytes_per_s_to_bytes_per_s(
-            sec.number("host_link_gbytes_per_s"))
-    if sec.has("cudnn_attention_tflops"):
-        optional["cudnn_attention_flops_per_s_by_keys"] = _cudnn_curve(sec)
-    if sec.has("peak_tflops_fp8"):
-        optional["peak_fp8_flops_per_s"] = units.tflops_to_flops_per_s(sec.number("peak_tflops_fp8"))
+    for key, field, convert in _OPTIONAL_KEYS:
+        if sec.has(key):
+            value = _cudnn_curve(sec) if key == "cudnn_attention_tflops" else sec.number(key)
+            optional[field] = value if convert is None else convert(value)
     with config_errors_as(str(path), field_prefix, "correct the GPU's numbers"):
         return GpuSpec(
             name=name,

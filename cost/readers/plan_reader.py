@@ -17,7 +17,7 @@ from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.framework_rules import unpriced_reason
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
-from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.hf_layout import shown as _shown
 from paraplan.cost.specs import Framework, Instance, Recompute, ZeroBubble
 from paraplan.cost.pipeline_split import megatron_split
 from paraplan.cost.plan_specs import Plan, ReplicaClass

@@ -34,7 +34,7 @@ from typing import Any
 
 from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hf_config import shown as _shown
+from paraplan.cost.hf_layout import shown as _shown
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.specs import Cluster, Instance, Link
 from paraplan.cost.specs import Period, Scenario, Switching
@@ -183,7 +183,7 @@ def read_scenarios(top: Section, net: Network, nominal: Cluster) -> list[Scenari
         probabilities.append((field, probability))
         window = None
         if sec.has("window_h"):
-            window = sec.list_of("window_h", lambda v, f: _hour_of_day(path, v, f),
+            window = sec.list_of("window_h", lambda v, f: check_number(v, path, f, "window_h"),
                                  "hours of the day")
             if len(window) != 2 or window[0] == window[1]:
                 raise sec.error("window_h", f"expected two different hours, got {list(window)}",
@@ -205,10 +205,6 @@ def read_scenarios(top: Section, net: Network, nominal: Cluster) -> list[Scenari
                                 "lower them; the nominal network gets 1 minus their sum")
         nominal_probability = max(0.0, 1.0 - total)
     return [Scenario(name=NOMINAL, cluster=nominal, probability=nominal_probability), *out]
-
-
-def _hour_of_day(path: str, value: Any, field: str) -> float:
-    return check_number(value, path, field, "window_h")
 
 
 def read_timeline(top: Section, scenarios: list[Scenario]) -> tuple[Period, ...]:

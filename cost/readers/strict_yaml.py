@@ -22,7 +22,8 @@ from typing import Any
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hf_config import read_text_file, shown as _shown
+from paraplan.cost.hf_config import read_text_file
+from paraplan.cost.hf_layout import shown as _shown
 
 
 # Input limits (module docstring, "Limits"): far beyond any real file, small enough that a

@@ -171,3 +171,64 @@ def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.nd
         F = (m[:, None] - 1) * Z + G
     out[r] = np.where(np.isfinite(F), F, np.inf).min(axis=1)
     return out
+
+
+# relative margin by which priced_bounds_s is lowered: its levels and sums are other float
+# operations than the plan's own pricing (far below the tie tolerance planner.REL_TOL, 1e-9)
+PRICED_SAFETY = 1e-12
+
+
+def priced_bounds_s(cs: list, allow_full_recompute: bool) -> np.ndarray:
+    """Per lone class's priced coefficients (cost/coefficients.StageCoefficients of one class on
+    one network), a lower bound of its iteration time over every split that fits memory, reading
+    the slowest stage and the stages' sum together (issue 33: on 8 GPU types the priced
+    pipelines whose tight bound, one_class.tight_lower_bound_s, bounds the two apart were each
+    proved unable to win by the exact split DP, 0.14 s apiece).
+
+    Its time is (cost/schedule.iteration_time_s) (m - 1/v) max_s T_s + sum_s T_s / v + max_s D_s
+    with T_s = a_s + n_s t_s + r_s u_s and D_s = d_s + n_s g_s. Recompute only adds time
+    (u_s >= 0, one_class's module docstring; a row with u_s < 0 reads t_s + u_s), so
+    T_s >= a_s + n_s t_s; a split that fits memory has n_s <= ncap_s (one_class.
+    max_layers_per_stage's caps, with every layer fully recomputed where that is allowed) and
+    every stage holds v layers at least, so n_s >= 1. Then
+        (m - 1/v) max T + sum T / v = ((v m - 1) max T + sum T) / v >= J(v m) / v
+    with J fill_drain_s's exact least over those integer splits (J reads its m as v m), and
+    max_s D_s >= max(max_s (d_s + v g_s), (sum_s d_s + L min_s g_s) / pp) (one_class.
+    lower_bound_s's). A configuration that counts the embedding / loss as a layer slot is read
+    through one_class.slot_relaxation (the same times, n'_s >= 1); a zero-bubble schedule's
+    drain credit is taken off as the tight bound's is (one_class.drain_credit_s). The sum of the
+    two least values is at most the least sum, so at most the configuration's optimum; lowered
+    by PRICED_SAFETY. inf where no split fits the caps."""
+    from paraplan.solver.bounds import one_class  # here: one_class's bounds are not read at import
+
+    out = np.full(len(cs), np.inf)
+    shapes: dict[tuple[int, int], list] = {}
+    for i, c in enumerate(cs):
+        r = one_class.slot_relaxation(c)
+        shapes.setdefault((r.pp, r.layers), []).append((i, r, one_class.drain_credit_s(c)))
+    for (pp, L), items in shapes.items():
+        a = np.stack([r.stage_time_s for _, r, _ in items])
+        t = np.stack([r.layer_time_s for _, r, _ in items])
+        u = np.stack([r.recompute_time_s for _, r, _ in items])
+        t = np.where(u < 0, t + u, t)
+        caps = np.stack([_caps(r, allow_full_recompute) for _, r, _ in items])
+        v = np.array([r.outer.virtual_stages for _, r, _ in items], float)
+        m = np.array([r.outer.num_micro_batches for _, r, _ in items], float)
+        d = np.stack([r.stage_sync_time_s for _, r, _ in items])
+        g = np.stack([r.layer_sync_time_s for _, r, _ in items])
+        sync = np.maximum((d + v[:, None] * g).max(axis=1), (d.sum(axis=1) + L * g.min(axis=1)) / pp)
+        j = fill_drain_s(a, t, np.ones_like(t), L, v * m, caps)
+        credit = np.array([x for _, _, x in items])
+        out[[i for i, _, _ in items]] = (j / v + sync - credit) * (1 - PRICED_SAFETY)
+    return out
+
+
+def _caps(c, allow_full_recompute: bool) -> np.ndarray:
+    """Per stage, the most layers that fit memory (coefficients.max_layers_per_stage; without
+    full recompute a layer keeps its activations, as one_class._stage_pieces reads it)."""
+    from paraplan.cost import coefficients
+
+    return coefficients.max_layers_per_stage(c.layer_state_bytes, c.layer_act_bytes,
+                                             c.layer_ckpt_bytes if allow_full_recompute else c.layer_act_bytes,
+                                             c.capacity_bytes, c.stage_mem_bytes, c.outer.virtual_stages,
+                                             c.layers).astype(float)

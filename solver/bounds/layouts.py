@@ -88,12 +88,15 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
 
 
 def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
-                     memo: dict | None = None) -> np.ndarray:
+                     memo: dict | None = None, per_block: dict | None = None) -> np.ndarray:
     """A lower bound of every configuration of each partial layout (solver/space.Partial), on
     scenarios `idx` aggregated as `agg`: of the other families the least block bound
     (block_bounds_s) of its layout; of a stage-wise one, through its groups in every order,
     one bound per representative (last group g, stage counts, micro-batch size), which holds
-    for every order ending on g (stage_bound_rows says why); inf for one of no configuration."""
+    for every order ending on g (stage_bound_rows says why); inf for one of no configuration.
+    `per_block`: where given, each stage-wise representative's own bound is kept in it, under
+    representative_key (partial index, its stage groups sorted, last group, micro-batch size):
+    the bound of every block of the partial layout with that key (stage_bound_rows)."""
     out = np.full(len(partials), np.inf)
     blocks, owner, rows, row_owner = [], [], [], []
     for i, part in enumerate(partials):
@@ -107,8 +110,20 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
     if blocks:
         np.minimum.at(out, np.array(owner, np.int64), block_bounds_s(inst, blocks, idx, agg, weights, memo))
     if rows:
-        np.minimum.at(out, np.array(row_owner, np.int64), stage_bound_rows(inst, rows, idx, agg, weights, memo))
+        rb = stage_bound_rows(inst, rows, idx, agg, weights, memo)
+        np.minimum.at(out, np.array(row_owner, np.int64), rb)
+        if per_block is not None:
+            for i, blk, lb in zip(row_owner, rows, rb.tolist()):
+                per_block[representative_key(i, blk)] = lb
     return out
+
+
+def representative_key(i: int, blk) -> tuple:
+    """The key of a stage-wise block of partial layout i that its representative's bound holds
+    for (partial_bounds_s): its groups' stage counts (the sorted stage groups), its last group
+    and its micro-batch size; the order of the stages before the last is not read."""
+    groups = blk.classes[0].stage_groups
+    return i, tuple(sorted(groups)), groups[-1], blk.micro_batch
 
 
 def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:

@@ -133,7 +133,9 @@ def cmd_accuracy(args) -> int:
         _accuracy_json(acc)
     else:
         _accuracy_text(acc)
-    return _status(rejected)
+    # 1 where some rows were refused as read (each listed with its field and reason, the rest
+    # priced), else 0
+    return EXIT_ROWS_REFUSED if rejected else 0
 
 
 @dataclass(frozen=True)
@@ -242,12 +244,6 @@ def _accuracy_text(acc: _Accuracy) -> None:
         print(moe_anchor_text(acc.moe))
         print()
         print(moe_cv_text(acc.moe_cv))
-
-
-def _status(rejected: list[dict]) -> int:
-    """1 where some rows were refused as read (each listed with its field and reason, the
-    rest priced), else 0."""
-    return EXIT_ROWS_REFUSED if rejected else 0
 
 
 def _cv_residuals(rows, results, oos):

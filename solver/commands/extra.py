@@ -95,35 +95,19 @@ def cmd_memory(args) -> int:
     bd, per_class = plan_memory(inst, plan, inst.search.memory_reserve_bytes)
     rows = bd.stage_rows()  # (class, stage, group, time, memory, capacity), classes in order
     cats = [cs for stages in per_class for cs in stages]
-    if args.json:
-        _dump({"status": "fits" if bd.fits else "out_of_memory", "plan": plan_to_mapping(plan, inst),
-               "capacity_bytes": min(cap for *_, cap in rows), "peak_mem_bytes": bd.peak_mem_bytes,
-               "fits_memory": bd.fits,
-               "stages": [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()),
-                           "capacity_bytes": cap, "categories_bytes": cs}
-                          for (k, s, g, _, _, cap), cs in zip(rows, cats)]})
-        return 0 if bd.fits else 1
-    print(f"{inst.name}: memory per GPU of {where}" if flat else describe_cluster(inst)
-          + f"\nmemory per GPU of {where}")
-    print("plan  " + "\n      ".join([plan_line(plan)] if flat else plan_lines(plan, inst)))
-    print()
-    _show_categories(bd, cats)
-    return 0 if bd.fits else 1
-
-
-def _show_categories(bd, cats: list[dict[str, float]]) -> None:
-    """`memory`'s table, one column per stage of every class (`cats`, in the order of
-    bd.stage_rows), and its peak line: a plan of one class on one group names its stages
-    alone."""
-    rows = bd.stage_rows()
+    # a plan of one class on one group names its stages alone
     one = len(bd.classes) == 1 and len({g for _, _, g, *_ in rows}) == 1
-    print(_category_table([f"stage {s}" if one else f"class {k} stage {s} ({g})" for k, s, g, *_ in rows],
-                          cats, [cap for *_, cap in rows]))
-    print()
     over = [f"{'' if one else f'class {k} '}stage {s}{'' if one else f' on {g}'} needs {gib(mem)}"
             for k, s, g, _, mem, cap in rows if mem > cap]
-    print(f"peak {gib(bd.peak_mem_bytes)} of {gib(min(cap for *_, cap in rows))} usable: "
-          + ("fits" if bd.fits else "DOES NOT FIT: " + "; ".join(over)))
+    head = (f"{inst.name}: memory per GPU of {where}" if flat else describe_cluster(inst)
+            + f"\nmemory per GPU of {where}")
+    return _show_memory(
+        args, plan_to_mapping(plan, inst),
+        [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()), "capacity_bytes": cap,
+          "categories_bytes": cs} for (k, s, g, _, _, cap), cs in zip(rows, cats)],
+        [head, "plan  " + "\n      ".join([plan_line(plan)] if flat else plan_lines(plan, inst))],
+        [f"stage {s}" if one else f"class {k} stage {s} ({g})" for k, s, g, *_ in rows], cats,
+        [cap for *_, cap in rows], bd.peak_mem_bytes, bd.fits, "DOES NOT FIT: " + "; ".join(over))
 
 
 def _memory_dualpipe(args, inst, plan, where: str) -> int:
@@ -136,20 +120,32 @@ def _memory_dualpipe(args, inst, plan, where: str) -> int:
     reserve = inst.search.memory_reserve_bytes
     it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)
     cats = dualpipe.device_categories_bytes(inst, plan, reserve_bytes=reserve)
-    peak, fits = float(it.mem_bytes.max()), bool((it.mem_bytes <= it.capacity_bytes).all())
-    cap = float(it.capacity_bytes.min())
+    return _show_memory(
+        args, plan_to_mapping(plan),
+        [{"stage": d, "total_bytes": sum(cs.values()), "categories_bytes": cs} for d, cs in enumerate(cats)],
+        [f"{inst.name}: memory per GPU of {where} (DualPipe: device d holds stages d and pp - 1 - d)",
+         f"plan  {plan_line(plan)}"],
+        [f"device {d}" for d in range(len(cats))], cats, it.capacity_bytes,
+        float(it.mem_bytes.max()), bool((it.mem_bytes <= it.capacity_bytes).all()), "DOES NOT FIT")
+
+
+def _show_memory(args, plan_mapping: dict, stages: list[dict], head: list[str], columns: list[str],
+                 cats: list[dict[str, float]], capacity_bytes, peak_bytes: float, fits: bool,
+                 does_not_fit: str) -> int:
+    """`memory`'s output and exit status, for a plan's stages and a DualPipe plan's devices
+    alike: the JSON (`stages`, one record per column) or the text (`head`, then one column
+    per stage or device, then the peak line, `does_not_fit` where it does not fit)."""
+    capacity = min(capacity_bytes)
     if args.json:
-        _dump({"status": "fits" if fits else "out_of_memory", "plan": plan_to_mapping(plan),
-               "capacity_bytes": cap, "peak_mem_bytes": peak, "fits_memory": fits,
-               "stages": [{"stage": d, "total_bytes": sum(cs.values()), "categories_bytes": cs}
-                          for d, cs in enumerate(cats)]})
+        _dump({"status": "fits" if fits else "out_of_memory", "plan": plan_mapping,
+               "capacity_bytes": capacity, "peak_mem_bytes": peak_bytes, "fits_memory": fits,
+               "stages": stages})
         return 0 if fits else 1
-    print(f"{inst.name}: memory per GPU of {where} (DualPipe: device d holds stages d and pp - 1 - d)")
-    print(f"plan  {plan_line(plan)}")
+    print("\n".join(head))
     print()
-    print(_category_table([f"device {d}" for d in range(len(cats))], cats, it.capacity_bytes))
+    print(_category_table(columns, cats, capacity_bytes))
     print()
-    print(f"peak {gib(peak)} of {gib(cap)} usable: " + ("fits" if fits else "DOES NOT FIT"))
+    print(f"peak {gib(peak_bytes)} of {gib(capacity)} usable: " + ("fits" if fits else does_not_fit))
     return 0 if fits else 1
 
 

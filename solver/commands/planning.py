@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_lines, exhaustive_stop_lines,
+from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_lines,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
@@ -256,8 +256,11 @@ def cmd_exhaustive(args) -> int:
         return status_code(status)
     print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
           f" {res.wall_time_s:.2f} s")
-    for line in exhaustive_stop_lines(res.complete, res.plan is not None, args.time_limit_s, res.candidates, unit):
-        print(line)
+    if not res.complete:  # stopped by the time limit: nothing is proved
+        print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,} {unit}:"
+              " nothing is proved; the best seen is shown")
+        if res.plan is None:
+            print("no plan seen yet")
     if res.plan is None:
         if res.complete:
             print(reason)

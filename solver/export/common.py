@@ -116,39 +116,33 @@ class Deviations:
         """The job without the options only Megatron-core runs (cost/specs.JobSpec), one
         deviation line each: the other targets cannot express them."""
         name = self.target.value
-        if job.optimizer is not Optimizer.ADAM:
-            self.deviations.append(f"job.optimizer {job.optimizer.value}: {name} has no such optimizer"
-                                   " state layout; emitted Adam with fp32 moments (more memory than planned)")
-            job = replace(job, optimizer=Optimizer.ADAM)
-        if job.recompute_modules:
-            self.deviations.append("job.recompute_modules " + " ".join(x.value for x in job.recompute_modules)
-                                   + f": Megatron-core's --recompute-modules; {name} keeps those"
-                                   " activations (more memory than planned)")
-            job = replace(job, recompute_modules=())
-        if job.activation_fp8_input_store:
-            self.deviations.append("job.activation_fp8_input_store: Megatron-core's"
-                                   f" activation_func_fp8_input_store; {name} stashes the"
-                                   " activation input in bf16 (more memory than planned)")
-            job = replace(job, activation_fp8_input_store=False)
-        if job.attention_output_e5m6:
-            self.deviations.append(f"job.attention_output_e5m6: DeepSeek-V3's E5M6 storage; {name}"
-                                   " stashes the attention output as it does (more memory than planned)")
-            job = replace(job, attention_output_e5m6=False)
-        if job.moe_a2a_overlap:
-            self.deviations.append("job.moe_a2a_overlap: Megatron-core's"
-                                   f" --overlap-moe-expert-parallel-comm; {name} runs the expert"
-                                   " all-to-alls in the compute stream (slower than planned)")
-            job = replace(job, moe_a2a_overlap=False)
-        if job.moe_shared_expert_overlap:
-            self.deviations.append("job.moe_shared_expert_overlap: Megatron-core's"
-                                   f" --moe-shared-expert-overlap; {name} runs the shared expert"
-                                   " after the all-to-alls (slower than planned)")
-            job = replace(job, moe_shared_expert_overlap=False)
-        if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
-            self.deviations.append(f"job.moe_dispatcher {job.moe_dispatcher.value}: Megatron-core's"
-                                   f" flex dispatcher on DeepEP; emitted {name}'s all-to-all"
-                                   " dispatch (one copy per routed token and expert)")
-            job = replace(job, moe_dispatcher=MoeDispatcher.ALLTOALL)
+        # (field, the value every target runs, why the target cannot run the job's value)
+        options = (
+            ("optimizer", Optimizer.ADAM, lambda v: f"job.optimizer {v.value}: {name} has no such"
+             " optimizer state layout; emitted Adam with fp32 moments (more memory than planned)"),
+            ("recompute_modules", (), lambda v: "job.recompute_modules " + " ".join(x.value for x in v)
+             + f": Megatron-core's --recompute-modules; {name} keeps those activations (more memory"
+             " than planned)"),
+            ("activation_fp8_input_store", False, lambda v: "job.activation_fp8_input_store:"
+             f" Megatron-core's activation_func_fp8_input_store; {name} stashes the activation input"
+             " in bf16 (more memory than planned)"),
+            ("attention_output_e5m6", False, lambda v: "job.attention_output_e5m6: DeepSeek-V3's E5M6"
+             f" storage; {name} stashes the attention output as it does (more memory than planned)"),
+            ("moe_a2a_overlap", False, lambda v: "job.moe_a2a_overlap: Megatron-core's"
+             f" --overlap-moe-expert-parallel-comm; {name} runs the expert all-to-alls in the compute"
+             " stream (slower than planned)"),
+            ("moe_shared_expert_overlap", False, lambda v: "job.moe_shared_expert_overlap:"
+             f" Megatron-core's --moe-shared-expert-overlap; {name} runs the shared expert after the"
+             " all-to-alls (slower than planned)"),
+            ("moe_dispatcher", MoeDispatcher.ALLTOALL, lambda v: f"job.moe_dispatcher {v.value}:"
+             f" Megatron-core's flex dispatcher on DeepEP; emitted {name}'s all-to-all dispatch (one"
+             " copy per routed token and expert)"),
+        )
+        for field, plain, why in options:
+            value = getattr(job, field)
+            if value != plain:
+                self.deviations.append(why(value))
+                job = replace(job, **{field: plain})
         return job
 
     def deviate(self, line: str, **plan_changes) -> None:

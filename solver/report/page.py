@@ -60,11 +60,6 @@ class FrontierPoint:
     peak_mem_bytes: float
 
 
-def _time_unit(t_s: float) -> tuple[float, str]:
-    """Divisor and unit name that keep an axis of span t_s readable."""
-    return (MS_S, "ms") if t_s < 1.0 else (1.0, "s")
-
-
 def outer_label(o: Outer) -> str:
     return (f"tp={o.tp} pp={o.pp} dp={o.dp} cp={o.cp} mb={o.micro_batch}x{o.num_micro_batches}"
             f"{' sp' if o.sequence_parallel else ''} zero={o.zero} v={o.virtual_stages}"
@@ -87,7 +82,8 @@ def breakdown_figure(bd) -> bytes:
     items = [(name.replace("_", " "), val, False) for name, val in bd.exposed_s.items() if val > 0]
     items += [(f"{name.replace('_', ' ')} (overlapped)", val, True)
               for name, val in bd.overlapped_s.items() if val > 0]
-    div, unit = _time_unit(max(v for _, v, _ in items))
+    longest_s = max(v for _, v, _ in items)
+    div, unit = (MS_S, "ms") if longest_s < 1.0 else (1.0, "s")  # the axis in readable units
     fig = Figure(figsize=(9, 0.9 + 0.38 * len(items)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(len(items))

@@ -143,20 +143,21 @@ def compact_steady_state(events: list[timeline.Event], pp: int, m: int, v: int) 
 
 
 class _Axis:
-    """Maps iteration time to x pixels, the time not drawn (if any) replaced by a BREAK_PX gap."""
+    """Maps iteration time to x pixels, the time not drawn (if any) replaced by a BREAK_PX gap;
+    the rows' labels take the `left_px` before time 0."""
 
-    def __init__(self, span_s: float, cut: Cut | None, width_px: float = WIDTH_PX):
-        self.cut, self.width_px = cut, width_px
+    def __init__(self, span_s: float, cut: Cut | None, width_px: float = WIDTH_PX, left_px: float = LEFT_PX):
+        self.cut, self.width_px, self.left_px = cut, width_px, left_px
         shown_s = span_s - (cut.omitted_s if cut else 0.0)
-        self.px_per_s = (width_px - LEFT_PX - RIGHT_PX - (BREAK_PX if cut else 0)) / shown_s
+        self.px_per_s = (width_px - left_px - RIGHT_PX - (BREAK_PX if cut else 0)) / shown_s
 
     def x(self, t_s: float) -> float:
         c = self.cut
         if c is None or t_s <= c.hidden_from_s:
-            return LEFT_PX + t_s * self.px_per_s
+            return self.left_px + t_s * self.px_per_s
         if t_s < c.hidden_from_s + c.omitted_s:  # inside the time not drawn: the gap
-            return LEFT_PX + c.hidden_from_s * self.px_per_s + BREAK_PX / 2
-        return LEFT_PX + (t_s - c.omitted_s) * self.px_per_s + BREAK_PX
+            return self.left_px + c.hidden_from_s * self.px_per_s + BREAK_PX / 2
+        return self.left_px + (t_s - c.omitted_s) * self.px_per_s + BREAK_PX
 
     def pieces(self, start_s: float, end_s: float) -> list[tuple[float, float]]:
         """Visible [x0, x1] pieces of an interval (an event crossing the gap is clipped)."""
@@ -254,7 +255,7 @@ def _time_axis(ax: _Axis, cut: Cut | None, span: float, top: float, ybot: float)
                    f' fill="#a00">{t / unit_div:.4g}</text>')
     # the axis title at every screen width's middle: a widened chart scrolls, so once per 1000 px
     for x in range(WIDTH_PX // 2, int(ax.width_px), WIDTH_PX):
-        out.append(f'<text x="{x + LEFT_PX / 2}" y="{ybot + 34}" font-size="11"'
+        out.append(f'<text x="{x + ax.left_px / 2}" y="{ybot + 34}" font-size="11"'
                    f' text-anchor="middle">time since the start of the iteration ({unit})</text>')
     return out
 
@@ -325,29 +326,19 @@ def phases_svg(rows: list[tuple[str, list[Phase]]], total_s: float, title: str) 
     """Rows of phase blocks on one time axis from 0 to total_s (a dashed line there): the
     priced parts of an iteration where the cost model gives totals, not events."""
     left = 150
+    ax = _Axis(total_s, None, WIDTH_PX, left)
     height = TOP_PX + len(rows) * ROW_PX + AXIS_PX
-    px = (WIDTH_PX - left - RIGHT_PX) / total_s
-    unit_div, unit = (1e-3, "ms") if total_s < 1.0 else (1.0, "s")
     out = [f'<svg class="gantt phases" viewBox="0 0 {WIDTH_PX} {height}" width="{WIDTH_PX}"'
            f' height="{height}" role="img"><title>{html.escape(title)}</title>',
            '<rect width="100%" height="100%" fill="white"/>']
     ybot = TOP_PX + len(rows) * ROW_PX
-    step = _nice_step(total_s / unit_div) * unit_div
-    k = 0
-    while k * step <= total_s * (1 + 1e-9):
-        x = left + k * step * px
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP_PX}" y2="{ybot + 4}" stroke="#ddd"/>'
-                   f'<text x="{x:.1f}" y="{ybot + 16}" font-size="10" text-anchor="middle">'
-                   f'{k * step / unit_div:g}</text>')
-        k += 1
-    out.append(f'<text x="{(left + WIDTH_PX) / 2}" y="{ybot + 34}" font-size="11"'
-               f' text-anchor="middle">time since the start of the iteration ({unit})</text>')
+    out += _time_axis(ax, None, total_s, TOP_PX, ybot)
     for i, (label, phases) in enumerate(rows):
         y = TOP_PX + i * ROW_PX
         out.append(f'<text x="{left - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
                    f' font-size="11">{html.escape(label)}</text>')
         for ph in phases:
-            x0, w = left + ph.start_s * px, (ph.end_s - ph.start_s) * px
+            x0, w = ax.x(ph.start_s), (ph.end_s - ph.start_s) * ax.px_per_s
             out.append(f'<rect class="ev k-{ph.kind}" data-kind="{ph.kind}" data-start-s="{ph.start_s!r}"'
                        f' data-end-s="{ph.end_s!r}" x="{x0:.2f}" y="{y + 3}" width="{max(w, 0.4):.2f}"'
                        f' height="{ROW_PX - 6}" fill="{PHASE_COLOURS[ph.kind]}"><title>'
@@ -357,7 +348,7 @@ def phases_svg(rows: list[tuple[str, list[Phase]]], total_s: float, title: str) 
                 out.append(f'<text x="{x0 + w / 2:.1f}" y="{y + ROW_PX / 2 + 4:.1f}" font-size="10"'
                            f' fill="{fill}" text-anchor="middle" pointer-events="none">'
                            f'{html.escape(ph.label)}</text>')
-    xo = left + total_s * px
+    xo = ax.x(total_s)
     out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{TOP_PX - 6}" y2="{ybot + 4}" stroke="black"'
                f' stroke-dasharray="5 3" stroke-width="1.4"><title>priced iteration time'
                f' {seconds(total_s)}</title></line></svg>')

@@ -506,21 +506,13 @@ class _Results:
                                                              for s in bd["stages"]))})
             row.update(_train_cost_columns(result.get("train_cost")))
         line = ["" if row[c] is None else row[c] for c in COLUMNS]
-
-        def csv_row():
-            self._csv.writerow(line)
-            self._csv_file.flush()
-        _guard("-o", self._csv_path, csv_row)
+        _guard("-o", self._csv_path, lambda: self._csv.writerow(line), self._csv_file.flush)
         if self._jsonl:
             record = {"job_id": job.job_id, "instance": job.name, "inputs": job.inputs,
                       "attempts": attempts, "status": row["status"], "error": error or None,
                       "result": result}
             text = json.dumps(json_safe(record), allow_nan=False) + "\n"
-
-            def jsonl_row():
-                self._jsonl.write(text)
-                self._jsonl.flush()
-            _guard("--json", self._jsonl_path, jsonl_row)
+            _guard("--json", self._jsonl_path, lambda: self._jsonl.write(text), self._jsonl.flush)
         return row
 
     def close(self) -> None:
@@ -551,10 +543,13 @@ def _train_cost_columns(tc: dict | None) -> dict:
     return out
 
 
-def _guard(flag: str, path: str, action):
-    """action(), an OSError (full disk, no permission) as one InstanceError line."""
+def _guard(flag: str, path: str, *actions):
+    """Each action() in turn, the last one's value returned, an OSError (full disk, no
+    permission) as one InstanceError line."""
     try:
-        return action()
+        for action in actions:
+            value = action()
+        return value
     except OSError as e:
         raise InstanceError("<arguments>", flag, f"cannot write {path}"
                             f" ({e.strerror or type(e).__name__})", "free some space or fix the"

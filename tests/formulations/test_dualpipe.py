@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bundled_plans import bundled_instance, bundled_optimum, same_worker
 
 from paraplan.cost.specs import Instance
 from paraplan.formulations.dualpipe import DualPipeProblem, balanced, solve_cpsat, solve_exact, solve_milp
@@ -100,6 +101,7 @@ def test_pairs_priced_unlike_reach_the_enumerated_optimum(seed):
 
 
 @pytest.mark.slow  # about 55 s of CPU: three searches of 9,715 configurations, about 18 s each
+@same_worker("qwen3-235b-a22b-256xH100")  # the DP reference is test_moe_plausibility's optimum
 def test_cpsat_and_milp_prove_the_qwen3_dualpipe_bench_row():
     """The bench's Qwen3-235B DualPipe row (solver/bench/ladder.dualpipe_instance): its first
     configuration (pp 16, 64 micro-batches, 94 layers, recomputation needed on most stages) left
@@ -107,12 +109,13 @@ def test_cpsat_and_milp_prove_the_qwen3_dualpipe_bench_row():
     unproved; the MILP's per-stage model was feasible only at 60 s. CP-SAT and the MILP (each
     with its pair model now) must prove it well inside 120 s, at the optimum the exact threshold
     search (backend dp: the same pair tables, a different search over the pairs' layers) proves."""
-    from paraplan.solver.bench.ladder import dualpipe_instance
     from paraplan.solver.solve import solve
 
-    inst = dualpipe_instance("qwen3-235b-a22b-256xH100")
+    inst = bundled_instance("qwen3-235b-a22b-256xH100", dualpipe=True)
     cp = solve(inst, "cpsat", 120)
-    ref = solve(inst, "dp", 120)
+    # its limit a hang guard (bundled_plans.GUARD_LIMIT_S): the DP is the reference here, the
+    # 120 s are CP-SAT's and the MILP's
+    ref = bundled_optimum("qwen3-235b-a22b-256xH100", "dp", dualpipe=True)
     assert ref.status == "optimal"
     assert cp.status == "optimal"
     assert cp.iter_time_s == pytest.approx(ref.iter_time_s, rel=1e-9)

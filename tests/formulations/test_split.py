@@ -343,10 +343,16 @@ def test_big_instance_all_backends_agree(big):
 
 
 @pytest.mark.parametrize("limit_s", [1e-4, 1e-3, 3e-3])
-def test_cpsat_deterministic_time_limit_is_reproducible(big, limit_s):
+def test_cpsat_deterministic_time_limit_is_reproducible(big, limit_s, monkeypatch):
     """Deterministic-time limits below and at what the proof needs (about 1e-2 work units):
     whatever comes back is honest (never 'optimal' without the proof's tolerance), its bound is
-    below the true optimum, and a repeat gives the same answer."""
+    below the true optimum, and a repeat gives the same answer.
+
+    The solver also stops on the wall clock WALL_GRACE_S (0.25 s) past the limit, a guard against
+    a work-unit estimate that runs long; on a machine loaded 10-fold that clock struck first and
+    two runs stopped at different points (bounds 11.58 vs 12.31). That stop is not reproducible by
+    design, so it is widened here: only the deterministic limit, which this test is about, stops."""
+    monkeypatch.setattr("paraplan.formulations.multiclass.WALL_GRACE_S", 60.0)
     c, reference = big
     runs = [solve("cpsat", c, time_limit_s=limit_s, seed=3) for _ in range(2)]
     for result in runs:

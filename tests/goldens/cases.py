@@ -59,13 +59,18 @@ HETERO_SEEDS = range(40)
 
 def _record(inst, objective: str = "nominal", backend: str = "dp") -> dict:
     """A case planned by the one entry (solver/solve.py), its plan as its plan file writes it."""
-    from paraplan.cost.readers.plan_writer import plan_to_mapping
     from paraplan.solver.solve import solve
 
     # objective_s: what was minimised (search.objective). The limit only guards against a hang:
     # every golden is proved (optimal or infeasible), and the 60 s default ran out on the
     # slowest bundled instances when seven other jobs shared the two cores (status feasible)
-    res = solve(inst, backend, time_limit_s=GUARD_LIMIT_S, objective=objective)
+    return record_of(inst, solve(inst, backend, time_limit_s=GUARD_LIMIT_S, objective=objective))
+
+
+def record_of(inst, res) -> dict:
+    """The golden record of `res`, a SolveResult of `inst`."""
+    from paraplan.cost.readers.plan_writer import plan_to_mapping
+
     plan = None if res.plan is None else plan_to_mapping(res.plan, inst)
     return {"status": res.status, "objective_s": res.quantile_s, "tolerance_s": res.tolerance_s,
             "outer_configs": res.outer_configs, "plans": res.plans_total, "plan": plan}

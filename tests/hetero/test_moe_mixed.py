@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 import random
+from itertools import islice
 import tempfile
 from pathlib import Path
 
@@ -110,7 +111,8 @@ def moe_cluster_instance(seed: int):
 
 
 # the first 20 seeds whose space has some ep > 1 (a draw of 2 experts on one replica has none)
-MOE_SEEDS = [s for s in range(40) if any(o.ep > 1 for o in declared_outers(moe_cluster_instance(s)))][:20]
+MOE_SEEDS = list(islice((s for s in range(40) if any(o.ep > 1 for o in declared_outers(moe_cluster_instance(s)))),
+                        20))
 
 
 @pytest.mark.parametrize("seed", MOE_SEEDS)
@@ -197,8 +199,8 @@ def fold_cluster_instance(seed: int):
 
 
 # the first 8 seeds whose space offers etp != tp
-FOLD_SEEDS = [s for s in range(40)
-              if any(o.etp is not None for o in declared_outers(fold_cluster_instance(s)))][:8]
+FOLD_SEEDS = list(islice((s for s in range(40)
+                          if any(o.etp is not None for o in declared_outers(fold_cluster_instance(s)))), 8))
 
 
 @pytest.mark.parametrize("seed", FOLD_SEEDS)

@@ -4,12 +4,11 @@ SolverError while the other backend keeps working."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
+from bundled_plans import bundled_instance, bundled_optimum, same_worker
 
-from paraplan.cost.readers.instance import load_instance
 from paraplan.formulations.result import SolverError
 from paraplan.solver.solve import solve
 from paraplan.solver.commands import cli
@@ -22,18 +21,17 @@ INSTANCES = ["tiny-gpt-8xA100", "small-gpt-16xA100", "llama3-70b-512xH100"]
 GUARD_LIMIT_S = 600.0
 
 
-@functools.lru_cache(maxsize=None)
 def _instance(name: str):
     """The bundled instance, read once per test process (a frozen record, shared)."""
-    return load_instance(ROOT / "instances" / f"{name}.yaml")
+    return bundled_instance(name)
 
 
-@functools.lru_cache(maxsize=None)
 def _first_solve(name: str, backend: str):
     """solve(inst, backend) on one thread, once per test process: the determinism cases' first
     run and the backends' agreement below are the same call (issue 32: the agreement test
-    planned Llama-3 70B with the DP again, ~3.5 s of CPU). Read only."""
-    return solve(_instance(name), backend=backend, threads=1, time_limit_s=GUARD_LIMIT_S)
+    planned Llama-3 70B with the DP again, ~3.5 s of CPU), and Llama-3 70B's DP solve is its
+    golden's too (tests/bundled_plans.py). Read only."""
+    return bundled_optimum(name, backend)
 
 
 def _key(res):
@@ -44,7 +42,8 @@ def _key(res):
 # on the class route, which prices afresh each time, take ~10 s per backend)
 RUNS = [(n, b) for n in INSTANCES for b in ("dp", "cpsat", "milp") if b == "dp" or n != INSTANCES[-1]]
 # the large instance takes over 5 s: slow (CI runs it; -m "not slow" leaves it out)
-RUNS = [pytest.param(n, b, marks=pytest.mark.slow) if n == INSTANCES[-1] else (n, b) for n, b in RUNS]
+RUNS = [pytest.param(n, b, marks=[pytest.mark.slow, same_worker(n)]) if n == INSTANCES[-1] else (n, b)
+        for n, b in RUNS]
 
 
 @pytest.mark.parametrize(("name", "backend"), RUNS)
@@ -62,6 +61,7 @@ def test_same_answer_every_run_and_any_thread_count(name, backend):
 
 
 @pytest.mark.slow
+@same_worker(INSTANCES[-1])
 def test_backends_agree_on_bundled_instances():
     for name in INSTANCES:
         a = _first_solve(name, "cpsat")

@@ -5,6 +5,8 @@ below the memory-free one. Infinite tight bounds only where no split fits."""
 
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 import pytest
 
@@ -29,7 +31,10 @@ def config_optimum(c, allow_rc: bool) -> float | None:
     return best
 
 
-SEEDS = [s for s in range(2000, 2400) if one_group_plans_total(random_instance(s, variant=True)) <= 20_000][:40]
+# the first 40 seeds from 2000 whose space holds at most 20,000 plans, the search stopped at the
+# 40th (2039): collected by every test process, the 360 seeds after it cost ~0.5 s of CPU each time
+SEEDS = list(islice((s for s in range(2000, 2400)
+                     if one_group_plans_total(random_instance(s, variant=True)) <= 20_000), 40))
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -6,6 +6,7 @@ The expected optimum of each instance is derived independently, by the exhaustiv
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ def _small_enough(inst: Instance) -> bool:
     return one_group_plans_total(inst) <= 300_000
 
 
-SEEDS = [s for s in range(200) if _small_enough(random_instance(s))][:N_RANDOM]
+# the first N_RANDOM seeds small enough, the search stopped there (seed 35): collected by every
+# test process, the 164 seeds after it cost ~0.5 s of CPU each time
+SEEDS = list(islice((s for s in range(200) if _small_enough(random_instance(s))), N_RANDOM))
 
 
 def test_enough_random_instances():

@@ -21,12 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from bundled_plans import SHARED, bundled_instance, bundled_optimum, same_worker
 
 from paraplan.cost.fit import die
 from paraplan.cost.flops import megatron_flops_per_token
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.moe_anchors import anchor_instance, anchor_rows
-from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,11 +97,24 @@ def _best_published(inst) -> tuple[float, str] | None:
 OPEN: set[str] = {"deepseek-v3-shaped-2048xH800-dualpipe"}
 
 
+def _bundled(name: str) -> tuple[str, bool]:
+    """(bundled file name, under DualPipe): a -dualpipe case is the bundled instance under
+    DualPipe, as `paraplan bench` runs it."""
+    return name.removesuffix("-dualpipe"), name.endswith("-dualpipe")
+
+
 def _instance(name: str):
-    if name.endswith("-dualpipe"):  # the bundled instance under DualPipe, as `paraplan bench` runs it
-        from paraplan.solver.bench.ladder import dualpipe_instance
-        return dualpipe_instance(name.removesuffix("-dualpipe"))
-    return load_instance(ROOT / "instances" / f"{name}.yaml")
+    base, dualpipe = _bundled(name)
+    return bundled_instance(base, dualpipe=dualpipe)
+
+
+def _marks(name: str) -> list:
+    """slow over 5 s; on the worker of the other tests that solve the same instance where one
+    does (tests/bundled_plans.py: the goldens solve the three under 1F1B, test_dualpipe.py
+    Qwen3-235B under DualPipe)"""
+    marks = [pytest.mark.slow] if name in SLOW else []
+    shared = name in SHARED or name == "qwen3-235b-a22b-256xH100-dualpipe"
+    return marks + ([same_worker(_bundled(name)[0])] if shared else [])
 
 
 # over 5 s each: slow (CI runs them; -m "not slow" leaves them out)
@@ -109,15 +122,16 @@ SLOW = {"deepseek-v3-shaped-1152xGB200-dualpipe", "qwen3-235b-a22b-256xH100",
         "qwen3-235b-a22b-256xH100-dualpipe"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n))
                                   for n in BUNDLED + [f"{n}-dualpipe" for n in BUNDLED]])
 def test_bundled_moe_optimum_is_plausible(name):
     inst = _instance(name)
     ref = _best_published(inst)
     assert ref is not None, f"{name}: no published run of its workload on its die"
-    # a hang guard, not a budget: the Qwen3 DualPipe proof takes about 35 s of CPU (measured at
-    # load 7, 77 s wall), past the default 60 s limit on a loaded machine
-    res = plan(inst, time_limit_s=600)
+    # the default dp backend under a hang guard (bundled_plans.GUARD_LIMIT_S), not a budget:
+    # the Qwen3 DualPipe proof took 77 s of wall at load 7, past the default 60 s limit
+    base, dualpipe = _bundled(name)
+    res = bundled_optimum(base, "dp", dualpipe=dualpipe)
     assert res.status == OPTIMAL
     per_gpu = inst.job.global_batch * inst.model.seq_len / res.iter_time_s / inst.cluster.num_gpus
     if name in OPEN:  # the list stays true: an open case is above the line

@@ -56,6 +56,11 @@ def _workloads():
 
 
 BEST, WORKLOADS = _workloads()
+# the promise test below reads the optima the plausibility cases proved (_planned): an
+# xdist_group puts the module's tests side by side at the front of the run (tests/conftest.py),
+# where a worker starts on them and no steal splits them (about 100 s on two cores: long tests
+# first)
+pytestmark = pytest.mark.xdist_group("test_plausibility")
 
 
 def test_reference_mfu_is_the_published_record():
