@@ -170,6 +170,19 @@ class AsymmetricCoefficients:
 def coefficients(inst: Instance, ho: ClassOuter, cluster: Cluster | None = None,
                  net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> AsymmetricCoefficients:
     """The per-stage terms of asymmetric pipeline `ho` on `cluster` (default: the nominal one)."""
+    m = micro_batches_per_rank(inst, ho)
+    per = stage_coefficients(inst, ho, cluster, net, reserve_bytes)
+    rows = replace(per[0], **{f: np.array([getattr(c, f)[s] for s, c in enumerate(per)], float)
+                              for f in _ROW_FIELDS},
+                   stage_parts=[c.stage_parts[s] for s, c in enumerate(per)])
+    return AsymmetricCoefficients(rows=rows, micro_batches=np.asarray(m, float))
+
+
+def stage_coefficients(inst: Instance, ho: ClassOuter, cluster: Cluster | None = None,
+                       net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> list[StageCoefficients]:
+    """Per stage s, the coefficients of stage_class_outer(ho, s) at m_s micro-batches with row
+    s holding h_s micro-batches' activations: its row s is `ho`'s stage s (the other rows
+    belong to that symmetric pipeline and are not read)."""
     hc = inst.cluster if cluster is None else cluster
     m = micro_batches_per_rank(inst, ho)
     dps = _shape(ho).stage_dp
@@ -180,10 +193,28 @@ def coefficients(inst: Instance, ho: ClassOuter, cluster: Cluster | None = None,
         counts = c.in_flight.copy()
         counts[s] = held[s]  # only row s is read
         per.append(schedule.with_in_flight(c, counts))
-    rows = replace(per[0], **{f: np.array([getattr(c, f)[s] for s, c in enumerate(per)], float)
-                              for f in _ROW_FIELDS},
-                   stage_parts=[c.stage_parts[s] for s, c in enumerate(per)])
-    return AsymmetricCoefficients(rows=rows, micro_batches=np.asarray(m, float))
+    return per
+
+
+def stage_plan(plan: Plan, s: int) -> Plan:
+    """The symmetric plan whose stage s is asymmetric `plan`'s stage s: stage_dp[s] replicas
+    of the same pipeline (groups, split, recompute), each running m_s = M / stage_dp[s]
+    micro-batches (stage_class_outer's plan; its activations held are 1F1B's, not h_s)."""
+    k = plan.classes[0]
+    if len(plan.classes) != 1 or not k.stage_dp:
+        raise ConfigError("not an asymmetric pipeline: one class with a data-parallel degree per stage")
+    return replace(plan, classes=(replace(k, replicas=k.stage_dp[s], stage_dp=(),
+                                          num_micro_batches=k.num_micro_batches // k.stage_dp[s]),))
+
+
+def symmetric_twin(plan: Plan) -> Plan:
+    """`plan` as a symmetric plan where every stage has the same degree d: d replicas of the
+    pipeline, each running M / d micro-batches, priced alike (module docstring: the step time
+    and h_s are 1F1B's with equal d); any other plan unchanged."""
+    k = plan.classes[0]
+    if not k.stage_dp or len(set(k.stage_dp)) != 1:
+        return plan
+    return stage_plan(plan, 0)
 
 
 def pipeline_time_s(t: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from paraplan.cost import flops, memory, moe, schedule
+from paraplan.cost import asymmetric, flops, memory, moe, schedule
 from paraplan.cost.coefficients import StageCoefficients, homogeneous_placement
 from paraplan.cost.flops import expert_params
 from paraplan.cost.class_coefficients import class_placement
@@ -63,6 +63,15 @@ def class_categories_bytes(inst: Instance, plan: Plan,
         shard = class_placement(inst.cluster, plan.outer, k).dp_ranks
         out.append(_categories(inst, stage_outers, shard, rc.layers_per_stage, rc.full_recompute_layers, c))
     return out
+
+
+def asymmetric_categories_bytes(inst: Instance, plan: Plan, reserve_bytes: float) -> list[dict[str, float]]:
+    """Per stage of an asymmetric pipeline, bytes per category: stage s's are those of stage s
+    of the symmetric plan with stage_dp[s] replicas (asymmetric.stage_plan: its state sharded
+    over stage s's own ranks) priced on the coefficients whose row s holds h_s micro-batches'
+    activations (asymmetric.stage_coefficients); they sum to asymmetric.mem_bytes."""
+    per = asymmetric.stage_coefficients(inst, plan.outer, reserve_bytes=reserve_bytes)
+    return [class_categories_bytes(inst, asymmetric.stage_plan(plan, s), [c])[0][s] for s, c in enumerate(per)]
 
 
 def _categories(inst, stage_outers: tuple[Outer, ...], shard: int, layers_per_stage,

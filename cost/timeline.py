@@ -163,5 +163,79 @@ def one_f_one_b_events(c: StageCoefficients, n, r) -> list[Event]:
     return events
 
 
+def asymmetric_events(c: StageCoefficients, stage_dp, held, n, r) -> list[Event]:
+    """Every event of one iteration of an asymmetric pipeline (cost/asymmetric.py), drawn for
+    rank 0 of each stage: `c` holds its per-stage rows (AsymmetricCoefficients.rows), stage s
+    has stage_dp[s] ranks, each running h_s = held[s] forwards before its first backward.
+
+    The batch's M micro-batches go round-robin over a stage's ranks (micro-batch j on rank
+    j mod d_s), each rank running its own m_s = M / d_s in 1F1B order (warm-up h_s - 1
+    forwards, then one forward and one backward, then the drain), each pass timed as in
+    one_f_one_b_events. Micro-batch j's forward on stage s waits for its forward on stage
+    s - 1 (whichever rank ran it), its backward for its backward on stage s + 1; a stage's
+    gradient sync and step follows the last backward of all its ranks."""
+    p, total = c.pp, int(c.outer.num_micro_batches * stage_dp[0])  # rows.outer is stage 0's (m_0)
+    n, r = np.asarray(n, float), np.asarray(r, float)
+    t, d = schedule.stage_times_s(c, n, r), schedule.sync_times_s(c, n)
+    rc = r * c.recompute_time_s
+    p2p = np.array([c.stage_parts[s].get("pp_p2p", 0.0) if c.stage_parts else 0.0 for s in range(p)])
+    work = np.maximum(t - rc - p2p, 0.0)
+    fwd, bwd, half_p2p = work * FORWARD_SHARE, work * (1 - FORWARD_SHARE), p2p / 2
+    ranks = [(s, q) for s in range(p) for q in range(int(stage_dp[s]))]
+    orders = {}
+    for s, q in ranks:
+        mine = list(range(q, total, int(stage_dp[s])))
+        w = int(held[s]) - 1
+        order = [(True, j) for j in mine[:w]]
+        for k in range(len(mine) - w):
+            order += [(True, mine[w + k]), (False, mine[k])]
+        orders[s, q] = order + [(False, j) for j in mine[len(mine) - w:]]
+    nxt, free = dict.fromkeys(ranks, 0), dict.fromkeys(ranks, 0.0)
+    done: dict[tuple[int, bool, int], float] = {}
+    events: list[Event] = []
+    remaining = sum(len(o) for o in orders.values())
+    while remaining:
+        progressed = False
+        for s, q in ranks:
+            while nxt[s, q] < len(orders[s, q]):
+                fw, j = orders[s, q][nxt[s, q]]
+                dep = ((s - 1, True, j) if s > 0 else None) if fw else ((s + 1, False, j) if s < p - 1 else None)
+                if dep is not None and dep not in done:
+                    break
+                now = max(free[s, q], done[dep] if dep is not None else 0.0)
+                parts = ((EventKind.FORWARD, fwd[s]),) if fw else ((EventKind.RECOMPUTE, rc[s]), (EventKind.BACKWARD, bwd[s]))
+                for kind, dur in parts + ((EventKind.SEND_RECV, half_p2p[s]),):
+                    if dur > 0 and q == 0:
+                        events.append(Event(s, kind, now, now + dur, j, 0, not fw))
+                    now += dur
+                done[s, fw, j] = free[s, q] = now
+                nxt[s, q] += 1
+                remaining -= 1
+                progressed = True
+        assert progressed, "the schedule deadlocked: the per-rank orders are inconsistent"
+    for s in range(p):
+        last = max(free[s, q] for q in range(int(stage_dp[s])))
+        if d[s] > 0:
+            events.append(Event(s, EventKind.GRAD_SYNC_OPTIMIZER, last, last + d[s], None, in_backward=True))
+    return events
+
+
+def plan_events(inst, plan, reserve_bytes: float) -> list[list[Event]]:
+    """Per replica class of a plan on node groups, the events of one iteration of one replica
+    (a flat instance: its one group): one_f_one_b_events on the class's coefficients, or an
+    asymmetric pipeline's asymmetric_events (the one place a drawing dispatches on the plan's
+    shape)."""
+    from paraplan.cost import asymmetric
+    from paraplan.cost.class_coefficients import class_coefficients
+    if asymmetric.is_asymmetric(plan.outer):
+        k = plan.classes[0]
+        ac = asymmetric.coefficients(inst, plan.outer, reserve_bytes=reserve_bytes)
+        held = asymmetric.in_flight(k.stage_dp, tuple(int(x) for x in ac.micro_batches))
+        return [asymmetric_events(ac.rows, k.stage_dp, held, k.layers_per_stage, k.full_recompute_layers)]
+    coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=reserve_bytes,
+                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes))
+    return [one_f_one_b_events(c, k.layers_per_stage, k.full_recompute_layers) for c, k in zip(coeffs, plan.classes)]
+
+
 def makespan_s(events: list[Event]) -> float:
     return max((e.end_s for e in events), default=0.0)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of
+from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of, symmetric_twin
 from paraplan.cost.errors import ConfigError, InstanceError
 from paraplan.cost.plan_specs import ClassOuter, Plan
 from paraplan.cost.simulate import simulate
@@ -36,6 +36,7 @@ from paraplan.cost.specs import Instance
 from paraplan.solver.asymmetric_space import asymmetric_outers, count_outers, recompute_choices
 from paraplan.solver.class_layouts import MAX_LAYOUTS
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
+from paraplan.solver.search import search
 
 # most layer splits (without recompute counts) the asymmetric pipelines may hold: exhaustive
 # search's default cap (solver/exhaustive.DEFAULT_MAX_CANDIDATES), which its agreement tests
@@ -54,6 +55,8 @@ class AsymmetricResult:
     listed: int  # pipelines in the declared space
     solved: int  # pipelines whose split was searched (the rest cut by their bound)
     wall_time_s: float
+    # (value, plan) of the `winners` best pipelines below incumbent_s, best first (plan: the first)
+    ranked: tuple = ()
 
 
 def _stage_options(ac: AsymmetricCoefficients, s: int, top: int, r_of) -> list[tuple]:
@@ -120,9 +123,11 @@ def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best
     return best
 
 
-def search_asymmetric(inst: Instance, incumbent_s: float = math.inf) -> AsymmetricResult:
+def search_asymmetric(inst: Instance, incumbent_s: float = math.inf, winners: int = 1) -> AsymmetricResult:
     """The optimum over the declared asymmetric pipelines on the nominal network, at the
-    predicted time (search.objective "mean"), proved by the bound order (module docstring)."""
+    predicted time (search.objective "mean"), proved by the bound order (module docstring);
+    with `winners` K, the K best pipelines (each its own outer configuration, as --top ranks),
+    a pipeline cut once its bound reaches the K-th best found or incumbent_s."""
     if inst.search.objective != "mean":
         raise ConfigError(f"{inst.source}: search.asymmetric_pipelines is priced at the predicted"
                           f" time only: set search.objective: mean (it is {inst.search.objective})")
@@ -132,19 +137,21 @@ def search_asymmetric(inst: Instance, incumbent_s: float = math.inf) -> Asymmetr
     reserve = inst.search.memory_reserve_bytes
     priced = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
     bounds = [lower_bound_s(ac, inst.model.layers) for ac in priced]
-    best_s, best, solved = incumbent_s, None, 0
+    bar_s, kept, solved = incumbent_s, [], 0  # kept: (value, index, plan), best first
     for i in sorted(range(len(outers)), key=lambda i: (bounds[i], i)):
-        if bounds[i] >= best_s:
+        if bounds[i] >= bar_s:
             break  # every pipeline left is bounded at least as high: proved
         solved += 1
-        got = solve_split(inst, outers[i], priced[i], best_s)
+        got = solve_split(inst, outers[i], priced[i], bar_s)
         if got is not None:
-            best_s = got[0]
-            best = plan_of(inst, outers[i], got[1], got[2])
-    if best is not None:
-        check_resimulation(inst, best, best_s)
-    return AsymmetricResult(plan=best, objective_s=best_s if best is not None else math.inf,
-                            listed=len(outers), solved=solved, wall_time_s=time.perf_counter() - t0)
+            kept = sorted(kept + [(got[0], i, plan_of(inst, outers[i], got[1], got[2]))], key=lambda x: x[:2])[:winners]
+            if len(kept) == winners:
+                bar_s = min(incumbent_s, kept[-1][0])
+    for val, _, plan in kept:
+        check_resimulation(inst, plan, val)
+    return AsymmetricResult(plan=kept[0][2] if kept else None, objective_s=kept[0][0] if kept else math.inf,
+                            listed=len(outers), solved=solved, wall_time_s=time.perf_counter() - t0,
+                            ranked=tuple((val, plan) for val, _, plan in kept))
 
 
 def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
@@ -153,6 +160,16 @@ def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
     if abs(bd.iter_time_s - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
         raise AssertionError(f"asymmetric plan re-simulates to {bd.iter_time_s!r} s (fits: {bd.fits})"
                              f" but the search's objective is {objective_s!r} s")
+
+
+def search_declared(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                    objective: str = "nominal", **options) -> SolveResult:
+    """solver/search.search over the declared space, joined with the asymmetric pipelines'
+    optimum where search.asymmetric_pipelines is set (with_asymmetric): the one way `plan`,
+    `verify`, `replan` and `--sensitivity` re-plan an instance, so each searches the space
+    exhaustive search lists."""
+    res = search(inst, backend, time_limit_s, objective=objective, **options)
+    return with_asymmetric(inst, res, objective) if inst.search.asymmetric_pipelines else res
 
 
 def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveResult:
@@ -165,16 +182,52 @@ def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveRe
                             f" network only, not for the {objective} objective",
                             "plan the nominal objective, or remove asymmetric_pipelines")
     got = search_asymmetric(inst, res.objective_s if res.plan is not None else math.inf)
+    res = _adopt(inst, res, got)
+    return res if got.plan is None else dataclasses.replace(
+        res, ranked=(Ranked(got.plan, got.objective_s, res.breakdown, got.objective_s),))
+
+
+def _adopt(inst: Instance, res: SolveResult, got: AsymmetricResult) -> SolveResult:
+    """`res` with the asymmetric search's count and time added, and its optimum `got.plan`
+    (when one beat res's) as the plan, re-simulated."""
     more = dict(outer_configs=res.outer_configs + got.listed, solve_time_s=res.solve_time_s + got.wall_time_s)
-    if got.plan is None:
+    if got.plan is None or (res.plan is not None and got.objective_s >= res.objective_s):
         return dataclasses.replace(res, **more)
     bd = simulate(inst, got.plan)
     status = OPTIMAL if res.status in (OPTIMAL, INFEASIBLE) else FEASIBLE
     bound = got.objective_s if status == OPTIMAL or res.bound_s is None else min(res.bound_s, got.objective_s)
     return dataclasses.replace(res, status=status, plan=got.plan, objective_s=got.objective_s,
                                quantile_s=got.objective_s, bound_s=bound, breakdown=bd,
-                               per_scenario_s=(bd.iter_time_s,), reason="",
-                               ranked=(Ranked(got.plan, got.objective_s, bd, got.objective_s),), **more)
+                               per_scenario_s=(bd.iter_time_s,), reason="", **more)
+
+
+def ranked_with_asymmetric(inst: Instance, res: SolveResult, objective: str, winners: int,
+                           within_pct: float | None) -> SolveResult:
+    """--top K over both spaces: res (the symmetric search's (value, plan) pairs in `ranked`,
+    not yet re-simulated) joined with the K best asymmetric pipelines below its K-th value,
+    the K best of the union (a symmetric plan first on a tie, as with_asymmetric keeps the
+    incumbent), within `within_pct` percent of the union's best (search.within)."""
+    from paraplan.solver.search import within
+    if objective != "nominal":
+        raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
+                            f" network only, not for the {objective} objective",
+                            "plan the nominal objective, or remove asymmetric_pipelines")
+    kth = res.ranked[winners - 1][0] if len(res.ranked) >= winners else math.inf
+    asked = winners
+    while True:
+        got = search_asymmetric(inst, kth, asked)
+        # a pipeline of equal degrees is a symmetric plan (asymmetric.symmetric_twin): listed
+        # once, as the symmetric plan, where the symmetric search found it too
+        union, seen = [], set()
+        for val, plan in sorted(list(res.ranked) + [(v, symmetric_twin(p)) for v, p in got.ranked],
+                                key=lambda vp: vp[0]):
+            if plan not in seen:
+                seen.add(plan)
+                union.append((val, plan))
+        if len(union) >= winners or len(got.ranked) < asked:
+            break
+        asked += winners - len(union)  # twins took places: ask for as many more
+    return dataclasses.replace(_adopt(inst, res, got), ranked=tuple(within(union[:winners], within_pct)))
 
 
 def size_problem(inst: Instance) -> None:

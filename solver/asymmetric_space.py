@@ -25,7 +25,7 @@ from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.recompute_patterns import RecomputePattern, options, parameter_count
 from paraplan.cost.specs import Instance
-from paraplan.solver.class_layouts import _pp_ok
+from paraplan.solver.class_layouts import pp_allowed
 from paraplan.solver.space import declared_outers
 
 import numpy as np
@@ -78,7 +78,7 @@ def _units(inst: Instance, used: tuple[int, ...], tpg: dict[int, int]) -> list[i
 def _stage_counts(inst: Instance, units: list[int]):
     """Per group, how many stages it hosts (each >= 1 rank), within the pp rule."""
     for counts in itertools.product(*[range(1, min(u, inst.model.layers) + 1) for u in units]):
-        if _pp_ok(inst, sum(counts)):
+        if pp_allowed(inst, sum(counts)):
             yield counts
 
 

@@ -67,7 +67,7 @@ def cp_values(inst: Instance, used: tuple[int, ...], tpg: dict[int, int]) -> lis
     return [c for c in vals if all(cp_problem(c, inst.model, n, s.max_cp, flash) is None for n in gpus)]
 
 
-def _pp_ok(inst: Instance, pp: int) -> bool:
+def pp_allowed(inst: Instance, pp: int) -> bool:
     """The homogeneous pp rule (cost/space_rules.pp_problem): at most one stage per layer,
     within search.max_pp and search.pp (no other cap, as on one group)."""
     s = inst.search
@@ -124,7 +124,7 @@ def _stage_count_vectors(inst: Instance, tpg: dict[int, int], used: tuple[int, .
     gpus = [inst.cluster.groups[g].num_gpus for g in used]
     units = [tpg[g] * cp for g in used]
     for counts in itertools.product(*_stage_counts(inst, gpus, units, dp, inst.search.idle_gpus)):
-        if _pp_ok(inst, sum(counts)):
+        if pp_allowed(inst, sum(counts)):
             yield counts
 
 
@@ -173,7 +173,7 @@ def _mixed_shapes(inst: Instance, used: tuple[int, ...], gpus: list[int], units:
             rest = [g for g in used if g not in S]
             for dp in range(1, min(slots[g] for g in S) + 1):
                 for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
-                    if not _pp_ok(inst, sum(counts)):
+                    if not pp_allowed(inst, sum(counts)):
                         continue
                     left = dict(zip(S, (slots[g] - dp * c for g, c in zip(S, counts))))
                     options = [fill(g, left[g], True) for g in S] + [fill(g, slots[g], False) for g in rest]
@@ -227,7 +227,7 @@ def mixed_layouts(inst: Instance, stop: int | None = None) -> int:
                                 every, empty = np.convolve(every, a), np.convolve(empty, e)
                             whole = len(S) == len(used)  # else `rest` holds >= 1 class
                             n = sum(int(every[pp]) * rest - (int(empty[pp]) if whole else 0)
-                                    for pp in range(len(every)) if _pp_ok(inst, pp))
+                                    for pp in range(len(every)) if pp_allowed(inst, pp))
                             total += n * math.factorial(k)
                             if stop is not None and total > stop:
                                 return total
@@ -257,7 +257,7 @@ def _replica_pps(inst: Instance, x: int, u: int, idle: bool) -> list[int]:
     """The pipeline depths of a replica class on a group of x GPUs, u per stage."""
     if x % u and not idle:
         return []
-    return [pp for pp in range(1, x // u + 1) if _pp_ok(inst, pp)]
+    return [pp for pp in range(1, x // u + 1) if pp_allowed(inst, pp)]
 
 
 def space_layouts(inst: Instance, stop: int | None = None) -> int:
@@ -281,7 +281,7 @@ def space_layouts(inst: Instance, stop: int | None = None) -> int:
                         step = np.zeros(r.stop, dtype=np.int64)
                         step[r.start:] = 1
                         ways = np.convolve(ways, step)
-                    ok = sum(int(n) for pp, n in enumerate(ways) if n and _pp_ok(inst, pp))
+                    ok = sum(int(n) for pp, n in enumerate(ways) if n and pp_allowed(inst, pp))
                     total += ok * math.factorial(len(used))
                     if stop is not None and total > stop:
                         return total

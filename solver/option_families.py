@@ -84,7 +84,7 @@ from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.solver.bounds.option_recompute import RecomputeFloor, stage_class_slowest_s
 from paraplan.solver.bounds.option_sync import SyncFloor
-from paraplan.solver.class_layouts import MAX_LAYOUTS, _pp_ok, group_shares, too_many_layouts
+from paraplan.solver.class_layouts import MAX_LAYOUTS, pp_allowed, group_shares, too_many_layouts
 from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank
 
 
@@ -141,7 +141,7 @@ def _shares(inst, room: int, optional: bool, fits) -> list[tuple]:
     s = inst.search
     out = [()] if optional and (room == 0 or s.idle_gpus) else []
     if room:
-        pps = [p for p in range(1, room + 1) if _pp_ok(inst, p)]
+        pps = [p for p in range(1, room + 1) if pp_allowed(inst, p)]
         out += group_shares(room, pps, s.classes_per_group, exact=not s.idle_gpus)
     return [(i, w) for i, w in enumerate(out) if all(fits(pp) for pp, _ in w)]
 
@@ -569,7 +569,7 @@ class OptionBounds:
             fmin = np.minimum.reduce([floors[g] for g in S])
             for dp in range(1, min(slots[g] for g in S) + 1):
                 for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
-                    if not _pp_ok(inst, sum(counts)):
+                    if not pp_allowed(inst, sum(counts)):
                         continue
                     rate = self._stage_rate(fam, S, counts, sum(c / floors[g] for g, c in zip(S, counts)))
                     base = _Base(d=dp * rate, b1=dp * (fmin * rate - 1), bv=-float(dp), slots=dp * sum(counts),

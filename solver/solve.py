@@ -19,7 +19,7 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
-from paraplan.solver.asymmetric_search import with_asymmetric
+from paraplan.solver.asymmetric_search import ranked_with_asymmetric, search_declared
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
@@ -39,9 +39,6 @@ def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
         raise ValueError(f"time_limit_s must be finite and > 0 and threads >= 1, got {time_limit_s}, {threads}")
     if winners is not None:
         _check_top(inst, winners, within_pct)
-        if inst.search.asymmetric_pipelines:
-            raise InstanceError(inst.source, "search.asymmetric_pipelines", "is not offered with --top",
-                                "plan without --top, or remove asymmetric_pipelines")
     if not inst.flat:
         return _solve_groups(inst, backend, time_limit_s, threads, progress, objective, winners, within_pct)
     res = search(inst, backend, time_limit_s, progress=progress, threads=threads, resimulate=False,
@@ -81,18 +78,19 @@ def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: in
     `plan` shows them (fewest_classes), each re-simulated once on the scenarios the objective
     reads."""
     if winners is None:
-        res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads)
-        if inst.search.asymmetric_pipelines:  # a data-parallel degree per stage (issue 33)
-            res = with_asymmetric(inst, res, objective)
+        # with search.asymmetric_pipelines, a data-parallel degree per stage too (issue 33)
+        res = search_declared(inst, backend, time_limit_s, objective, progress=progress, threads=threads)
         if res.plan is not None:
             res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
         return res
     res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads,
                  resimulate=False, winners=winners, within_pct=within_pct)
+    if inst.search.asymmetric_pipelines:  # the K best of both spaces (issue 33)
+        res = ranked_with_asymmetric(inst, res, objective, winners, within_pct)
     ranked = []
     for val, p in res.ranked:
         at = plan_tier(inst, p)  # the memory tier it was valued at (solver/memory_tiers.py)
-        p = fewest_classes(at, p, objective)
+        p = p if any(k.stage_dp for k in p.classes) else fewest_classes(at, p, objective)
         bd = check_resimulation(at, p, objective, val, res.tolerance_s)[1]
         ranked.append(Ranked(p, val / objective_factor_of(at, p), bd, val))
     return dataclasses.replace(res, ranked=tuple(ranked))

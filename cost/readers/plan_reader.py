@@ -344,13 +344,3 @@ def _group_index(path: str, names: tuple[str, ...], value: Any, field: str) -> i
     shown = _shown(value) if isinstance(value, str) else describe(value)
     raise InstanceError(path, field, f"no group named {shown}",
                         did_you_mean_or_known(value if isinstance(value, str) else "", names, "groups"))
-
-
-def refuse_asymmetric(plan: Plan, path: str, command: str) -> Plan:
-    """`plan`, unless it is an asymmetric pipeline (a class with stage_dp), which only
-    `plan` and `simulate` price yet (cost/asymmetric.py): `command` refuses it, naming the key."""
-    if any(c.stage_dp for c in plan.classes):
-        raise InstanceError(path, "plan.classes[0].stage_dp", f"an asymmetric pipeline is priced by"
-                            f" `plan` and `simulate` only; `{command}` does not read it yet",
-                            "run paraplan simulate INSTANCE --plan PLAN")
-    return plan

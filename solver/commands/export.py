@@ -145,7 +145,7 @@ def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
     from paraplan.cost.readers.instance import load_instance
-    from paraplan.cost.readers.plan_reader import plan_from_mapping, refuse_asymmetric
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.cost.readers.strict_yaml import read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
@@ -164,7 +164,6 @@ def cmd_layout(args) -> int:
                             "pass --instance INSTANCE.yaml, the instance the plan was made for")
     inst = load_instance(args.instance)  # a flat file as its one group
     plan = plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
-    refuse_asymmetric(plan, args.plan, "export --to layout")
     text = to_layout(inst, plan)
     _write(args, text)
     if args.json:

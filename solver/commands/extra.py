@@ -71,10 +71,7 @@ def cmd_memory(args) -> int:
     cluster: per stage of every class (a flat instance: its one group), each with its group's
     GPU, tp and the gradient ring of every replica (cost/memory_breakdown.py); a DualPipe plan
     per device."""
-    from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.memory_breakdown import class_categories_bytes
-    from paraplan.cost.readers.plan_reader import refuse_asymmetric
-    from paraplan.cost.simulate import simulate
+    from paraplan.cost.plan_memory import plan_memory
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.commands.groups import describe_cluster
     from paraplan.solver.plan_text import shown_as_groups
@@ -82,8 +79,6 @@ def cmd_memory(args) -> int:
     from paraplan.solver.plan_text import plan_line, plan_lines
 
     inst, plan, where = _memory_plan(args)
-    if plan is not None:
-        refuse_asymmetric(plan, where, "memory")
     if plan is None:  # proved: nothing to estimate, and not an input error
         from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
         print(f"paraplan: infeasible: no plan to estimate: {where}", file=sys.stderr)
@@ -95,13 +90,11 @@ def cmd_memory(args) -> int:
                                 " priced on a flat cluster (cost/dualpipe.py)",
                                 "write the cluster without `groups:`")
         return _memory_dualpipe(args, inst, plan, where)
-    group = inst
-    coeffs = class_coefficients(group, group.cluster, plan.outer, reserve_bytes=inst.search.memory_reserve_bytes,
-                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
-                                partitions=tuple(k.partitions for k in plan.classes))
-    bd = simulate(inst, plan, coeffs=coeffs)  # checks the plan against the instance
+    # simulate checks the plan against the instance; an asymmetric pipeline's stages each on
+    # their own degree (cost/plan_memory.py)
+    bd, per_class = plan_memory(inst, plan, inst.search.memory_reserve_bytes)
     rows = bd.stage_rows()  # (class, stage, group, time, memory, capacity), classes in order
-    cats = [cs for per_class in class_categories_bytes(group, plan, coeffs) for cs in per_class]
+    cats = [cs for stages in per_class for cs in stages]
     # a plan of one class on one group names its stages alone
     one = len(bd.classes) == 1 and len({g for _, _, g, *_ in rows}) == 1
     over = [f"{'' if one else f'class {k} '}stage {s}{'' if one else f' on {g}'} needs {gib(mem)}"

@@ -97,7 +97,7 @@ def plan_sensitivity(args, inst, plan, backend: str, objective: str = "nominal")
 
 def cmd_replan(args) -> int:
     from paraplan.cost.readers.scenarios import load_event
-    from paraplan.cost.readers.plan_reader import load_plan, refuse_asymmetric
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.solver.dynamic import replan
 
     from paraplan.solver.commands.inputs import read_instance
@@ -105,7 +105,7 @@ def cmd_replan(args) -> int:
     check_output_path(args.output, "-o/--output")  # before anything is solved
     read = read_instance(args)
     inst = read  # a homogeneous cluster is the one-group case: its group is named after its GPU
-    current = refuse_asymmetric(load_plan(args.plan, inst), args.plan, "replan")
+    current = load_plan(args.plan, inst)
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:

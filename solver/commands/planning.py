@@ -286,9 +286,9 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP (one group), CP-SAT, MILP and exhaustive search on one instance, sharing one
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
+    from paraplan.solver.asymmetric_search import search_declared
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.commands.limits import Deadline
-    from paraplan.solver.search import search
 
     inst, objective = class_instance(args)
     flat = inst.flat
@@ -299,7 +299,7 @@ def cmd_verify(args) -> int:
         if flat and deadline.expired():
             methods.append((backend, "skipped", None, None, "time limit reached before it started"))
             continue
-        res = search(inst, backend, max(deadline.remaining_s(), 1e-3), objective=objective)
+        res = search_declared(inst, backend, max(deadline.remaining_s(), 1e-3), objective)
         tol = max(tol, res.tolerance_s)
         methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
     methods.append(exhaustive_method(inst, objective, args.max_candidates,

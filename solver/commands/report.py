@@ -14,7 +14,7 @@ def cmd_report(args) -> int:
     from paraplan.cost.specs import PipelineSchedule
     from paraplan.solver.commands.exit_codes import status_code
     from paraplan.solver.commands.inputs import read_instance
-    from paraplan.cost.readers.plan_reader import load_plan, refuse_asymmetric
+    from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.solver.commands.planning import _top_instance, progress_printer
     from paraplan.solver.planner import coefficient_table
     from paraplan.solver.plan_text import shown_as_groups
@@ -24,13 +24,11 @@ def cmd_report(args) -> int:
     check_output_path(args.output, "-o/--output")  # before anything is solved
     progress = progress_printer(args)
     inst, objective, backend = _top_instance(args, read_instance(args))
-    user_plan = refuse_asymmetric(load_plan(args.plan, inst), args.plan, "report") if args.plan else None
+    user_plan = load_plan(args.plan, inst) if args.plan else None
     t0 = time.perf_counter()
     res = solve(inst, backend, args.time_limit_s, progress=progress, objective=objective)
     if progress:
         progress.done()
-    if res.plan is not None:  # search.asymmetric_pipelines' optimum
-        refuse_asymmetric(res.plan, inst.source, "report")
     regs = None
     if res.plan is not None and len(inst.scenarios) > 1:
         from paraplan.solver.dynamic import regrets, scenario_optima

@@ -22,6 +22,11 @@ The file (YAML):
 - `classes`: per replica class `replicas`, `num_micro_batches` (per replica and iteration),
   `stages` (per stage `group`, `tp`, `first_layer`, `layers`, `full_recompute_layers`) and
   `ranks`: per replica, per stage, [first, last].
+
+An asymmetric pipeline (cost/asymmetric.py; one class of one pipeline, stage s on stage_dp[s]
+data-parallel ranks): stage s takes stage_dp[s] * tp * cp consecutive ranks of its group, its
+data-parallel ranks in turn, and its entry in `stages` adds `data_parallel` (stage_dp[s]) and
+`micro_batches_per_rank` (num_micro_batches / stage_dp[s], what each of its ranks runs).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ def stage_ranks(inst: Instance, plan: Plan) -> dict[tuple[int, int, int], tuple[
     for k, c in enumerate(plan.classes):
         for r in range(c.replicas):
             for s, g in enumerate(c.stage_groups):
-                width = plan.tp_of(g) * plan.cp
+                # an asymmetric pipeline's stage: its stage_dp[s] data-parallel ranks in a row
+                width = (c.stage_dp[s] if c.stage_dp else 1) * plan.tp_of(g) * plan.cp
                 ranks[k, r, s] = (next_rank[g], next_rank[g] + width - 1)
                 next_rank[g] += width
     return ranks
@@ -70,6 +76,8 @@ def layout_mapping(inst: Instance, plan: Plan) -> dict:
         stages = [{"group": names[g], "tp": plan.tp_of(g), "first_layer": starts[s],
                    "layers": c.layers_per_stage[s], "full_recompute_layers": c.full_recompute_layers[s]}
                   for s, g in enumerate(c.stage_groups)]
+        for s, st in enumerate(stages if c.stage_dp else ()):  # written only where used
+            st.update(data_parallel=c.stage_dp[s], micro_batches_per_rank=c.num_micro_batches // c.stage_dp[s])
         classes.append({"replicas": c.replicas, "num_micro_batches": c.num_micro_batches,
                         "stages": stages,
                         "ranks": [[list(ranks[k, r, s]) for s in range(len(c.stage_groups))]

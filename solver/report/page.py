@@ -632,17 +632,15 @@ def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> l
 
 def _class_timelines_section(inst: Instance, p: Plan, bd) -> str:
     """One Gantt per replica class, its stages labelled with the node groups they run on."""
-    from paraplan.cost.class_coefficients import class_coefficients
-    coeffs = class_coefficients(inst, inst.cluster, p.outer, reserve_bytes=inst.search.memory_reserve_bytes,
-                                num_micro_batches=tuple(k.num_micro_batches for k in p.classes))
     figs = []
-    for i, (c, k) in enumerate(zip(coeffs, p.classes)):
-        n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)
-        events = timeline.one_f_one_b_events(c, n, r)
+    for i, (events, k) in enumerate(zip(timeline.plan_events(inst, p, inst.search.memory_reserve_bytes), p.classes)):
         names = [inst.cluster.groups[g].name for g in k.stage_groups]
-        fig, cut = gantt_figure(events, len(n), k.num_micro_batches, p.virtual_stages, bd.iter_time_s,
+        fig, cut = gantt_figure(events, len(names), k.num_micro_batches, p.virtual_stages, bd.iter_time_s,
                                 f"class {i + 1}", [f"{s}: {g}" for s, g in enumerate(names)])
         replay_s = timeline.makespan_s(events)
+        if k.stage_dp:  # an asymmetric pipeline: its rows are each stage's rank 0
+            figs.append(_asymmetric_timeline(k, fig, replay_s, bd.iter_time_s, _cut_text(cut, 1, len(names), bd.iter_time_s)))
+            continue
         figs.append(f"<h3>class {i + 1}: {_many(k.replicas, 'replica', 'replicas')},"
                     f" {_many(k.num_micro_batches, 'micro-batch', 'micro-batches')} each</h3>{fig}<figcaption>What each GPU of one replica of class {i + 1} does"
                     " during one iteration: one row per pipeline stage, labelled with the node group"
@@ -651,8 +649,23 @@ def _class_timelines_section(inst: Instance, p: Plan, bd) -> str:
                     f" {html.escape(seconds(replay_s))}; the dashed line is the plan's iteration"
                     " time, set by the slowest replica's pipeline plus the slowest gradient sync and"
                     " optimizer step. (Source: <code>cost/timeline.py</code>.)"
-                    + _cut_text(cut, 1, len(n), bd.iter_time_s) + "</figcaption></figure>")
+                    + _cut_text(cut, 1, len(names), bd.iter_time_s) + "</figcaption></figure>")
     return "".join(figs)
+
+
+def _asymmetric_timeline(k, fig: str, replay_s: float, iter_time_s: float, cut_text: str) -> str:
+    """The Gantt of an asymmetric pipeline (cost/timeline.asymmetric_events) and its caption."""
+    dps = ", ".join(f"stage {s}: {d} rank{'s' if d > 1 else ''} of {k.num_micro_batches // d} micro-batches"
+                    for s, d in enumerate(k.stage_dp))
+    return (f"<h3>one pipeline, a data-parallel degree per stage ({html.escape(dps)})</h3>{fig}<figcaption>What"
+            " the first rank of each stage does during one iteration: one row per pipeline stage,"
+            " labelled with the node group it runs on, forward passes blue, backward green, the gradient"
+            " sync and optimizer step brown, white space waiting. The batch's micro-batches go round-robin"
+            " over a stage's ranks, each rank running its own in 1F1B order. The replay finishes at"
+            f" {html.escape(seconds(replay_s))}; the dashed line is the priced iteration time"
+            f" ({html.escape(seconds(iter_time_s))}, cost/asymmetric.py), which does not price a stage"
+            " waiting mid-run for a slower neighbour. (Source: <code>cost/timeline.py</code>.)" + cut_text
+            + "</figcaption></figure>")
 
 
 def _class_breakdown_section(bd) -> str:

@@ -15,7 +15,7 @@ from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework
 from paraplan.solver.asymmetric_search import search_asymmetric
-from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
+from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive, exhaustive_asymmetric
 from paraplan.solver.solve import solve
 
@@ -127,16 +127,6 @@ def test_the_option_is_off_by_default_and_the_symmetric_optimum_is_slower(tmp_pa
     asym = solve(load_instance(_write(tmp_path, name="asym.yaml")))
     assert not any(c.stage_dp for c in sym.plan.classes)
     assert asym.objective_s < sym.objective_s  # 10.01 ms against 10.27 ms (the docs' example)
-
-
-def test_commands_that_do_not_price_it_refuse_it(tmp_path, capsys):
-    path, out = _write(tmp_path), tmp_path / "plan.yaml"
-    assert main(["plan", path, "-o", str(out)]) == 0
-    capsys.readouterr()
-    for args in (["memory", path, "--plan", str(out)], ["plan", path, "--top", "2"],
-                 ["export", str(out), "--instance", path, "--to", "layout"]):
-        assert main(args) == EXIT_BAD_INPUT
-        assert "asymmetric" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, problem", [
