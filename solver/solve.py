@@ -19,7 +19,6 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
-from paraplan.solver.asymmetric_search import with_asymmetric
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
@@ -83,6 +82,8 @@ def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: in
     if winners is None:
         res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads)
         if inst.search.asymmetric_pipelines:  # a data-parallel degree per stage (issue 33)
+            # imported here: only this option reads it (issue 33, start-up)
+            from paraplan.solver.asymmetric_search import with_asymmetric
             res = with_asymmetric(inst, res, objective)
         if res.plan is not None:
             res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
