@@ -153,3 +153,22 @@ def test_plan_loads_no_other_command_module():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_command_line_freezes_the_collector_for_its_exit_and_a_caller_with_argv_does_not():
+    # cli._freeze_for_exit: after the process's own command (argv from sys.argv, as the console
+    # script and `python -m` call main) the collector's objects are frozen, so that the
+    # interpreter's exit does not search them for cycles; a caller passing its own argv (the
+    # tests' in-process commands) keeps its collector whole
+    tiny = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
+    code = ("import contextlib, gc, io, sys\n"
+            "from paraplan.solver.commands.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    a = main(['plan', {tiny!r}, '--quiet'])\n"
+            "    frozen_with_argv = gc.get_freeze_count()\n"
+            f"    sys.argv = ['paraplan', 'plan', {tiny!r}, '--quiet']\n"
+            "    b = main()\n"
+            "print(a, b, frozen_with_argv, gc.get_freeze_count() > 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 0 0 True"
