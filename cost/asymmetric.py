@@ -77,7 +77,7 @@ from paraplan.cost.class_coefficients import class_coefficients
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.plan_specs import ClassOuter, ClassShape, Plan, ReplicaClass
+from paraplan.cost.plan_specs import ClassOuter, ClassShape, Plan, ReplicaClass, is_asymmetric  # noqa: F401
 from paraplan.cost.specs import Cluster, Instance, Recompute
 
 
@@ -95,10 +95,6 @@ def pipeline(*, stage_groups: tuple[int, ...], stage_dp: tuple[int, ...], tp: in
     return ClassOuter(tp=tp, micro_batch=micro_batch, group_tp=group_tp, sequence_parallel=sequence_parallel,
                       recompute=recompute, zero=zero, family="stage",
                       classes=(ClassShape(replicas=1, stage_groups=tuple(stage_groups), stage_dp=tuple(stage_dp)),))
-
-
-def is_asymmetric(ho: ClassOuter) -> bool:
-    return any(c.stage_dp for c in ho.classes)
 
 
 def _shape(ho: ClassOuter) -> ClassShape:

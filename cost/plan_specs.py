@@ -113,6 +113,12 @@ class _Modes:
         return self.tp if self.etp is None else self.etp
 
 
+def is_asymmetric(ho) -> bool:
+    """Whether a configuration or plan's outer `ho` (ClassOuter) runs an asymmetric pipeline, a
+    data-parallel degree per stage (cost/asymmetric.py prices it)."""
+    return any(c.stage_dp for c in ho.classes)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClassOuter(_Modes):
     """An outer configuration whose replicas form several classes, each of its own shape."""

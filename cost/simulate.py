@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import asymmetric, schedule
+from paraplan.cost import schedule
 from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
 from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
 from paraplan.cost.specs import Cluster
-from paraplan.cost.plan_specs import Plan
+from paraplan.cost.plan_specs import Plan, is_asymmetric
 from paraplan.cost.specs import Instance, PipelineSchedule
 
 
@@ -142,7 +142,7 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     reserve = inst.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
         return _dualpipe(inst, plan, hc, net, reserve)
-    if asymmetric.is_asymmetric(plan.outer):
+    if is_asymmetric(plan.outer):
         return _asymmetric(inst, plan, hc, net, reserve)
     if coeffs is None:
         coeffs = class_coefficients(inst, hc, plan.outer, net, reserve,
@@ -199,6 +199,7 @@ def _asymmetric(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,
     stage's row is one of its ranks (time per micro-batch, memory); the pacing stage is the one
     whose path m_s T_s + sum_{s' != s} T_{s'} is longest. Its stages' named parts are priced on
     different sites and degrees, so the critical path is shown as the pipeline, then the sync."""
+    from paraplan.cost import asymmetric  # here: only an asymmetric plan reads it (issue 33, start-up)
     k = plan.classes[0]
     ac = asymmetric.coefficients(inst, plan.outer, hc, net, reserve_bytes)
     n, r = np.array(k.layers_per_stage, float), np.array(k.full_recompute_layers, float)

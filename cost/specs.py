@@ -902,6 +902,13 @@ class SearchSpace:
         written in the group format (cost/readers/plan_writer.py) even on a one-group cluster."""
         return self.classes_per_group > 1 or self.idle_gpus
 
+    @property
+    def layout_options(self) -> bool:
+        """One of the three layout options is on (classes_per_group > 1, idle_gpus,
+        mixed_families): the search then sets up the replica and mixed families' layouts under a
+        bound (solver/option_families.py)."""
+        return self.classes_per_group > 1 or self.idle_gpus or self.mixed_families
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGroup:

@@ -1054,9 +1054,11 @@ def class_plan_memory_fill(inst, plan) -> float | None:
     where the band does not count it (_fill_counted)."""
     if _fill_counted(inst, 1.0) is None:
         return None
-    from paraplan.cost import asymmetric, schedule
+    from paraplan.cost import schedule
     from paraplan.cost.class_coefficients import class_coefficients
-    if asymmetric.is_asymmetric(plan.outer):  # a data-parallel degree per stage: its own rows
+    from paraplan.cost.plan_specs import is_asymmetric
+    if is_asymmetric(plan.outer):  # a data-parallel degree per stage: its own rows
+        from paraplan.cost import asymmetric
         k = plan.classes[0]
         ac = asymmetric.coefficients(inst, plan.outer, reserve_bytes=0.0)
         return float(np.max(asymmetric.mem_bytes(ac, np.array(k.layers_per_stage, float),

@@ -162,16 +162,6 @@ def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
                              f" but the search's objective is {objective_s!r} s")
 
 
-def search_declared(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                    objective: str = "nominal", **options) -> SolveResult:
-    """solver/search.search over the declared space, joined with the asymmetric pipelines'
-    optimum where search.asymmetric_pipelines is set (with_asymmetric): the one way `plan`,
-    `verify`, `replan` and `--sensitivity` re-plan an instance, so each searches the space
-    exhaustive search lists."""
-    res = search(inst, backend, time_limit_s, objective=objective, **options)
-    return with_asymmetric(inst, res, objective) if inst.search.asymmetric_pipelines else res
-
-
 def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveResult:
     """The planner's result `res` (the symmetric space) joined with the asymmetric pipelines'
     (search.asymmetric_pipelines): the asymmetric optimum where it is faster, searched with

@@ -37,10 +37,10 @@ from paraplan.cost.specs import Scenario
 from paraplan.cost.switching import switch_time_s
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.timeline import TimelineChoice, choose_plans
-from paraplan.solver.asymmetric_search import search_declared
 from paraplan.solver.planner import SolveResult
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import search
+from paraplan.solver.solve import search_declared
 from paraplan.solver.planner import REL_TOL
 from paraplan.solver.weight_space import extreme_points
 

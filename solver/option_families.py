@@ -611,9 +611,8 @@ class _Node:
 
 def options_on(inst) -> bool:
     """Whether one of the three options is on: the search then sets up the replica and mixed
-    families' layouts as this module says."""
-    s = inst.search
-    return s.classes_per_group > 1 or s.idle_gpus or s.mixed_families
+    families' layouts as this module says (SearchSpace.layout_options)."""
+    return inst.search.layout_options
 
 
 def option_families(inst, deferred: list) -> list[OptionFamily]:

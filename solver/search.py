@@ -55,8 +55,10 @@ import dataclasses
 import heapq
 import itertools
 import math
+import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -71,10 +73,8 @@ from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import ClassOuter, Plan, ReplicaClass
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.trust import objective_factor_of
-from paraplan.formulations.dualpipe import DualPipeProblem
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
-from paraplan.formulations.split_dp import solve_split_dp
-from paraplan.solver import class_partitions, memory_tiers, option_families
+from paraplan.solver import class_partitions, memory_tiers
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.fill_drain import priced_bounds_s
@@ -90,6 +90,9 @@ from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_ou
 from paraplan.solver.progress import search_status
 from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT,
                                      ResimulationMismatch, SolveResult)
+
+if TYPE_CHECKING:
+    from paraplan.formulations.dualpipe import DualPipeProblem
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -230,7 +233,7 @@ class _Candidate:
 
     @property
     def mvecs(self) -> np.ndarray:
-        if isinstance(self.problem, DualPipeProblem):  # one class, its count fixed by the batch
+        if _is_dualpipe(self.problem):  # one class, its count fixed by the batch
             return np.array([[self.problem.num_micro_batches]], np.int64)
         return micro_batch_vectors(self.outer.classes, self.problem.total_micro_batches, self.uniform,
                                    self.outer.virtual_stages, self.problem.paired)
@@ -331,12 +334,21 @@ def _placement(inst: Instance, placements: dict, i: int, o: ClassOuter, k: int):
     return placements[key][1]
 
 
+def _is_dualpipe(p) -> bool:
+    """Whether `p` is a DualPipe split problem (formulations/dualpipe.py). That module is
+    imported only where a DualPipe job builds one (dualpipe_problem), so that a plan of any
+    other job does not load it (issue 33, start-up): where it is not loaded, no problem is one."""
+    mod = sys.modules.get("paraplan.formulations.dualpipe")
+    return mod is not None and isinstance(p, mod.DualPipeProblem)
+
+
 def dualpipe_problem(inst: Instance, o: ClassOuter) -> DualPipeProblem:
     """The DualPipe split problem of a configuration of one class on one group
     (formulations/dualpipe.py), on cost/dualpipe.terms: the terms simulate prices its plans
     with (the nominal network; a DualPipe job has no scenarios of its own), on its one group's
     pricing instance."""
     from paraplan.cost import dualpipe  # here: only a DualPipe job reads it (issue 33's start-up)
+    from paraplan.formulations.dualpipe import DualPipeProblem
     co = class_outers(inst.job, o)[0]
     x = dualpipe.terms(inst.group_alone(0, inst.cluster), co,
                        reserve_bytes=inst.search.memory_reserve_bytes)
@@ -454,6 +466,7 @@ def _cannot_win_alone(p: MultiClassProblem, best_s: float, earlier: bool, time_l
         return True
     if not dp_fits:
         return False
+    from paraplan.formulations.split_dp import solve_split_dp  # here: _solve_lone_dp says why
     deadline = time.perf_counter() + time_limit_s
     for i in np.argsort(tight)[::-1]:  # the network closest to the cutoff first
         cs = p.coeffs[i]
@@ -477,7 +490,7 @@ def _settle_alone(cands: list[_Candidate], won: Winners) -> list[_Candidate]:
     if not math.isfinite(bar_val):  # no incumbent yet: nothing to settle against
         return cands
     # those whose priced bound already loses are left to it (the bar only falls): no tight bound read
-    lone = [c for c in cands if not isinstance(c.problem, DualPipeProblem) and c.problem.classes == 1
+    lone = [c for c in cands if not _is_dualpipe(c.problem) and c.problem.classes == 1
             and won.beats(c.key[0], c.key)]
     if not lone:
         return cands
@@ -514,7 +527,7 @@ def _settle_fill_drain(cands: list[_Candidate], won: Winners) -> list[_Candidate
     them) whose bound that reads their slowest stage and sum together (fill_drain.
     priced_bounds_s, per network, the worst taken) cannot beat the bar: none of their plans can
     win (the bar only falls). Those whose priced bound already loses are left to it."""
-    lone = [c for c in cands if not isinstance(c.problem, DualPipeProblem) and c.problem.classes == 1
+    lone = [c for c in cands if not _is_dualpipe(c.problem) and c.problem.classes == 1
             and c.problem.objective != "weighted" and won.beats(c.key[0], c.key)]
     if not lone:
         return cands
@@ -544,6 +557,9 @@ def _lone_dp(p: MultiClassProblem, backend: str) -> bool:
 def _solve_lone_dp(p: MultiClassProblem, time_limit_s: float, hint, cutoff_s: float | None) -> MultiClassResult:
     """formulations/split_dp.py on a lone class (see _lone_dp), as the homogeneous planner
     solves a configuration: status "cutoff" when no split can be at or below `cutoff_s`."""
+    # imported here: a plan whose configurations are all pruned before a solve (GPT-3 175B on
+    # 1,024 A100) never loads the DP (issue 33, start-up)
+    from paraplan.formulations.split_dp import solve_split_dp
     sr = solve_split_dp(p.coeffs[0][0], allow_full_recompute=p.allow_full_recompute,
                         time_limit_s=time_limit_s, pattern=p.recompute_pattern,
                         hint=None if hint is None else (tuple(hint[1][0]), tuple(hint[2][0])),
@@ -561,7 +577,7 @@ def _solve_lone_dp(p: MultiClassProblem, time_limit_s: float, hint, cutoff_s: fl
 
 
 def _solve_inner(p: MultiClassProblem, backend: str, time_limit_s: float, hint, cutoff_s: float | None = None):
-    if isinstance(p, DualPipeProblem):  # the DualPipe split: its own model in every backend
+    if _is_dualpipe(p):  # the DualPipe split: its own model in every backend
         from paraplan.formulations import dualpipe as dp
         cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
         if backend == "dp":
@@ -763,7 +779,7 @@ class _Partials:
     @classmethod
     def of(cls, inst: Instance, objective: str, families, groups) -> "_Partials":
         idx, agg, weights = scenario_weights(inst, objective)
-        lazy_options = option_families.options_on(inst)
+        lazy_options = inst.search.layout_options  # option_families.options_on
         partials, lst, deferred = partials_and_families(inst, families, groups,
                                                         defer_stage=_defers_stage(inst, families, groups),
                                                         defer_options=lazy_options)
@@ -774,6 +790,8 @@ class _Partials:
         out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block,
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
         if deferred:
+            # imported here: only a search that defers families reads them (issue 33, start-up)
+            from paraplan.solver import option_families
             out.fb = FamilyBounds(inst, idx, agg, weights, memo, lst.modes)
             # with the options on, the replica and mixed families are solver/option_families.py's
             mine = [d for d in deferred if lazy_options and d[2] != "stage"]
@@ -787,6 +805,7 @@ class _Partials:
     def open_family(self, f: int, can_win) -> list["_Choice"]:
         """Family f's tp choices or class layouts whose bound can still win (`can_win(bound)`),
         as heap nodes keyed by their bounds (set up by set_up when they come up)."""
+        from paraplan.solver import option_families  # loaded by `of`, which set the families up
         self.opened += 1
         fam, margin = self.families[f], lambda lb: can_win(lb * (1 - FAMILY_MARGIN))
         got = (self.ob.open(fam, margin) if isinstance(fam, option_families.OptionFamily)
@@ -797,6 +816,7 @@ class _Partials:
         """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s) and
         appended: their heap nodes; of an option family's partial choice, its children whose
         bound can still win (`can_win(bound)`, solver/option_families.py)."""
+        from paraplan.solver import option_families  # loaded by `of`, which set the families up
         inst = self.lst.inst
         new, kids = [], []
         for ch in choices:
@@ -1032,7 +1052,7 @@ class _Search:
     def probe(self, cands) -> None:
         """Quick incumbents, in bound order, only where they could still win: they prune the rest."""
         for cand in cands[:INCUMBENT_PROBES]:
-            if cand.key[0] >= self.won.bar()[0] or isinstance(cand.problem, DualPipeProblem):
+            if cand.key[0] >= self.won.bar()[0] or _is_dualpipe(cand.problem):
                 break
             inc = incumbent(cand.problem, cand.mvecs, self.uniform)
             if inc is not None:
@@ -1250,7 +1270,7 @@ class _Search:
         p = cand.problem
         bar_val, bar_key = self.won.bar()
         cutoff = bar_val * (1 + REL_TOL) if key < bar_key else bar_val * (1 - REL_TOL)
-        if isinstance(p, DualPipeProblem):  # solved exactly by its own model (_solve_inner)
+        if _is_dualpipe(p):  # solved exactly by its own model (_solve_inner)
             self._queue(cand, None, cutoff)
             return
         if _lone_dp(p, self.backend):  # as the homogeneous planner: the tight bound, then the DP's cutoff

@@ -76,9 +76,9 @@ def moved_instances(inst: Instance):
 
 def sensitivity(inst: Instance, plan: Plan, objective: str, backend: str,
                 time_limit_s: float, threads: int, describe) -> dict:
-    """{"robust", "cases"}: each case re-plans the moved instance (solver/asymmetric_search.search_declared) and says
+    """{"robust", "cases"}: each case re-plans the moved instance (solver/solve.search_declared) and says
     whether `plan` stays optimal on it; `describe(plan, inst)` writes a winning plan's line."""
-    from paraplan.solver.asymmetric_search import search_declared
+    from paraplan.solver.solve import search_declared
 
     cases = []
     for name, end, value, moved in moved_instances(inst):

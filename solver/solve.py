@@ -19,7 +19,6 @@ from paraplan.cost.errors import InstanceError
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import partition_plans
-from paraplan.solver.asymmetric_search import ranked_with_asymmetric, search_declared
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import check_resimulation, fewest_classes, search
 from paraplan.solver.space import dualpipe_job, one_group_outers
@@ -72,6 +71,20 @@ def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
     return res
 
 
+def search_declared(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
+                    objective: str = "nominal", **options) -> SolveResult:
+    """search over the declared space, joined with the asymmetric pipelines' optimum where
+    search.asymmetric_pipelines is set (solver/asymmetric_search.with_asymmetric): the one way
+    `plan`, `verify`, `replan` and `--sensitivity` re-plan an instance, so each searches the space
+    exhaustive search lists."""
+    res = search(inst, backend, time_limit_s, objective=objective, **options)
+    if not inst.search.asymmetric_pipelines:
+        return res
+    # imported here: only this option reads the asymmetric pipelines' pricing (issue 33, start-up)
+    from paraplan.solver.asymmetric_search import with_asymmetric
+    return with_asymmetric(inst, res, objective)
+
+
 def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: int, progress,
                   objective: str, winners: int | None, within_pct: float | None) -> SolveResult:
     """A cluster of node groups: the search re-simulates its plan; --top's plans are shown as
@@ -86,6 +99,8 @@ def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: in
     res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads,
                  resimulate=False, winners=winners, within_pct=within_pct)
     if inst.search.asymmetric_pipelines:  # the K best of both spaces (issue 33)
+        # imported here: only this option reads it (issue 33, start-up)
+        from paraplan.solver.asymmetric_search import ranked_with_asymmetric
         res = ranked_with_asymmetric(inst, res, objective, winners, within_pct)
     ranked = []
     for val, p in res.ranked:

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hf_config import model_from_hf_config
 from paraplan.cost.ranges import out_of_range, range_text
 from paraplan.cost.space_rules import search_refusal
 from paraplan.cost.specs import Cluster, Instance, PipelineSchedule, SearchSpace
@@ -136,6 +135,9 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
             job_spec = job_from_section(top.section("job", JOB_KEYS))
     if hf_config is not None:
         sources.append(str(hf_config))
+        # imported here: the Hugging Face config reader (cost/hf_config.py) serves
+        # --hf-config only, not a plan of an instance YAML (issue 33, start-up)
+        from paraplan.cost.hf_config import model_from_hf_config
         model_spec = model_from_hf_config(hf_config, seq_len)
     elif seq_len is not None:
         model_spec = replace(model_spec, seq_len=seq_len)

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.hf_config import read_text_file
+from paraplan.cost.user_text import read_text_file
 from paraplan.cost.hf_layout import shown as _shown
 
 

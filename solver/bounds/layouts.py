@@ -160,6 +160,9 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     # per stage-group tuple: its distinct groups and each stage's index among them, read once
     # (the 1,885 blocks of GPT-3 175B / 1,024 A100 repeat a few dozen tuples of up to 96 stages)
     places: dict[tuple, tuple] = {}
+    # _slot_terms per (the block's (v, slots) modes, whether it runs through several groups):
+    # the blocks repeat a few dozen of them
+    slot_terms: dict[tuple, tuple] = {}
     for bi, b in enumerate(blocks):
         ty = b.tally
         if ty.first is None:
@@ -187,14 +190,12 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
                 tg[g] = got
             t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
             h[si] = tg[c.stage_groups[-1]][1]
-        e = max(x[1] for x in ty.vslots)
-        l_ = max(x[2] for x in ty.vslots)
-        vs = tuple(dict.fromkeys(x[0] for x in ty.vslots))
-        # the v whose every configuration runs no embedding / loss slot (fill_drain reads those);
-        # none through one group: there every split's sum is h + L t, so J is A and S's bound
-        plain = frozenset(v for v in vs if len(uniq) > 1 and not any(x[1] or x[2] for x in ty.vslots if x[0] == v))
-        by_pp[c.pp].append((bi, t, h, int(e), int(l_), least_factor(b), vs, c.replicas, gb // b.micro_batch,
-                            plain))
+        slot_key = (ty.vslots, len(uniq) > 1)
+        slots = slot_terms.get(slot_key)
+        if slot_key not in slot_terms:
+            slots = slot_terms[slot_key] = _slot_terms(*slot_key)
+        e, l_, vs, plain = slots
+        by_pp[c.pp].append((bi, t, h, e, l_, least_factor(b), vs, c.replicas, gb // b.micro_batch, plain))
     for pp, items in by_pp.items():
         t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
@@ -219,6 +220,16 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
         out[[x[0] for x in items]] = agg_b * np.array([x[5] for x in items])
     return out
+
+
+def _slot_terms(vslots: tuple, several_groups: bool) -> tuple[int, int, tuple, frozenset]:
+    """(e, l, the v values in order, the v fill_drain reads) of a block's (v, embedding slot,
+    loss slot) modes, as stage_bound_rows reads them: e and l the most the modes flag; the v
+    whose every configuration runs no embedding / loss slot (fill_drain reads those), none
+    through one group (there every split's sum is h + L t, so J is A and S's bound)."""
+    vs = tuple(dict.fromkeys(x[0] for x in vslots))
+    plain = frozenset(v for v in vs if several_groups and not any(x[1] or x[2] for x in vslots if x[0] == v))
+    return int(max(x[1] for x in vslots)), int(max(x[2] for x in vslots)), vs, plain
 
 
 def _fill_drain_rows(items: list, t: np.ndarray, h: np.ndarray, layers: int, v: int, has: np.ndarray) -> np.ndarray:

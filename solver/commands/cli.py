@@ -193,7 +193,8 @@ def _discard_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    own = argv is None  # the process's own command line (the console script, python -m)
+    argv = sys.argv[1:] if own else list(argv)
     args = build_parser(argv).parse_args(argv)
     stdout = sys.stdout
     sys.stdout = _GuardedStdout(stdout)
@@ -201,6 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     finally:
         sys.stdout = stdout
+        if own:
+            _freeze_for_exit()
+
+
+def _freeze_for_exit() -> None:
+    """The process ends after its command: the interpreter's exit runs the cyclic collector over
+    every object still alive, 0.10-0.13 s of CPU from the end of GPT-3 175B's plan on 1,024 A100
+    to the process's end, under 0.01 s frozen (issue 33). Frozen (gc.freeze), those
+    objects are still freed by their reference counts as the modules are cleared, only not
+    searched for cycles: what a cycle holds is left to the process's end, as it would be to a
+    crash. Not for a caller of main() with its own argv (the tests' many commands in one
+    process), whose memory the collector still has to keep."""
+    gc.freeze()
 
 
 def _run(args) -> int:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import sys
 
-from paraplan.solver.commands.schema import SCHEMA_VERSION
 from paraplan.solver.result_json import json_safe
 
 
 def emit_json(obj: dict) -> None:
+    # imported here: the JSON schema's module serves --json only, not a plan's text (issue 33)
+    from paraplan.solver.commands.schema import SCHEMA_VERSION
     text = json.dumps(json_safe({"schema_version": SCHEMA_VERSION, **obj}), indent=2, allow_nan=False)
     sys.stdout.write(text + "\n")

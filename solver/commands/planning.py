@@ -286,7 +286,7 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP (one group), CP-SAT, MILP and exhaustive search on one instance, sharing one
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
-    from paraplan.solver.asymmetric_search import search_declared
+    from paraplan.solver.solve import search_declared
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.commands.limits import Deadline
 

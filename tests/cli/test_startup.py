@@ -11,7 +11,12 @@ fitter (paraplan.cost.fit: a plan reads the stored predictions and each GPU's di
 or difflib, which only a mistyped name or choice reads (the did-you-mean tests in tests/cli and
 tests/instances run it); nor DualPipe's pricing (paraplan.cost.dualpipe) or the per-operator
 partition problem (paraplan.formulations.partition), which only a DualPipe job and the
-partition command read, each checked loaded there."""
+partition command read, each checked loaded there; nor the Hugging Face config reader
+(paraplan.cost.hf_config: --hf-config), DualPipe's split problem (paraplan.formulations.dualpipe),
+the layout options' families (paraplan.solver.option_families), the asymmetric pipelines' pricing
+(paraplan.cost.asymmetric) or the JSON schema (paraplan.solver.commands.schema), each a real
+module (test_the_watched_modules_exist); DualPipe's problem and the schema are checked loaded
+where a DualPipe job and --json use them."""
 
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ print(json.dumps({{"code": code, "loaded": sorted(({{m.split(".")[0] for m in sy
 # what a plan with the default backend never uses (module docstring)
 WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "concurrent.futures",
            "paraplan.solver.dynamic", "paraplan.cost.fit", "difflib", "paraplan.cost.dualpipe",
-           "paraplan.formulations.partition")
+           "paraplan.formulations.partition", "paraplan.cost.hf_config", "paraplan.formulations.dualpipe",
+           "paraplan.solver.option_families", "paraplan.cost.asymmetric", "paraplan.solver.commands.schema")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:
@@ -62,7 +68,8 @@ def test_a_solver_backend_still_imports_its_library(backend, library):
 
 
 @pytest.mark.parametrize("argv,module", [(["--threads", "2"], "concurrent.futures"),
-                                         (["--robust"], "paraplan.solver.dynamic")])
+                                         (["--robust"], "paraplan.solver.dynamic"),
+                                         (["--json"], "paraplan.solver.commands.schema")])
 def test_a_feature_still_imports_its_module(argv, module):
     # the thread pool where --threads asks for it; the regret table's module under a scenario
     # objective (the 8B file's bandwidth scenarios)
@@ -76,7 +83,15 @@ def test_a_dualpipe_job_still_imports_its_pricing(tmp_path):
     path = tmp_path / "tiny-dualpipe.yaml"
     path.write_text(TINY_DUALPIPE)
     got = _loaded(path, [])
-    assert got["code"] == 0 and "paraplan.cost.dualpipe" in got["loaded"], got
+    assert got["code"] == 0 and {"paraplan.cost.dualpipe", "paraplan.formulations.dualpipe"} <= set(got["loaded"]), got
+
+
+def test_the_watched_modules_exist():
+    # a watched paraplan module that was renamed would pass the first test by never loading
+    import importlib.util
+    for name in WATCHED:
+        if name.startswith("paraplan."):
+            assert importlib.util.find_spec(name) is not None, name
 
 
 def test_the_partition_command_still_imports_its_problem():
@@ -138,3 +153,22 @@ def test_plan_loads_no_other_command_module():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_command_line_freezes_the_collector_for_its_exit_and_a_caller_with_argv_does_not():
+    # cli._freeze_for_exit: after the process's own command (argv from sys.argv, as the console
+    # script and `python -m` call main) the collector's objects are frozen, so that the
+    # interpreter's exit does not search them for cycles; a caller passing its own argv (the
+    # tests' in-process commands) keeps its collector whole
+    tiny = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
+    code = ("import contextlib, gc, io, sys\n"
+            "from paraplan.solver.commands.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    a = main(['plan', {tiny!r}, '--quiet'])\n"
+            "    frozen_with_argv = gc.get_freeze_count()\n"
+            f"    sys.argv = ['paraplan', 'plan', {tiny!r}, '--quiet']\n"
+            "    b = main()\n"
+            "print(a, b, frozen_with_argv, gc.get_freeze_count() > 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0 0 0 True"
