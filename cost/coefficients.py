@@ -846,6 +846,32 @@ def layer_time_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency 
     return (lt.fwd_s + lt.bwd_s + _overlap_slowdown_s(lt, net)) * (1 + slow)
 
 
+def sync_floor_s(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency = NetEfficiency(),
+                 layer_fn=megatron_layer) -> tuple[float, float]:
+    """(g, d): lower bounds of build's per-layer sync (StageCoefficients.layer_sync_time_s) and
+    once-per-iteration stage sync (stage_sync_time_s) of a stage of `o` on `site` (its
+    gradient ring's link) with a ring of `dp_n` ranks, priced by `layer_fn`, which the planner
+    reads before pricing the configuration (solver/bounds/unpriced_memory.py). g is build's own
+    term: the layer's gradient reduction (its exposed part and the overlap slowdown of its
+    hidden part), the weight all-gather after a sharded step, the optimizer step and the
+    per-iteration terms. d keeps of the stage's term the last bucket's exposure and the ZeRO-3
+    reduce-scatter (build: grad_tail + scatter_s, on every stage) and leaves out what build adds
+    on some stages, each >= 0: the embedding's sync on the end stages, FSDP's fill in a pipeline,
+    the tied copy's all-reduce, the multi-token prediction layers. build keeps a layer's costs by
+    what they read but the pipeline (_shared_layer_costs drops pp and v), while whether the
+    reduction overlaps reads them (framework.grad_reduce_overlaps: a pipeline-free ZeRO-0 plan
+    overlaps in every Megatron-LM release): for a dense layer where that answer differs with
+    them, each term is the least of both answers, so it bounds whichever build holds."""
+    lc = _layer_costs(inst, o, site, dp_n, net, layer_fn)
+    g, d = lc.layer_sync, lc.grad_tail + lc.scatter_s
+    view = _dense_layer_view(o)
+    if inst.model.moe is None and o.zero < 3 and (grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)
+                       != grad_reduce_overlaps(inst.job, view.pp, view.virtual_stages, o.zero)):
+        alt = _layer_costs(inst, view, site, dp_n, net, layer_fn)
+        g, d = min(g, alt.layer_sync), min(d, alt.grad_tail + alt.scatter_s)
+    return g, d
+
+
 def output_layer_time_s(inst: Instance, o: Outer, tp_last: int, gpu: GpuSpec) -> float:
     """The last stage's output layer per micro-batch on `gpu` at tp `tp_last`: the logits GEMM
     forward and backward, the loss over the logits, the GEMM's output stores and the final

@@ -16,23 +16,42 @@ Per class and scenario, stage s on group g_s gets
     u_s    (1 + slow) rc_fwd, the forward a full recompute replays, as build prices it without
            ZeRO-3 (build: rc_fwd + z3_b_rc - z3_b with both ZeRO-3 windows 0); 0 with ZeRO-3
            (recompute time is >= 0: one_class.py's docstring)
-    d_s = g_s = 0 (syncs and gathers are >= 0)
+    g_s    build's per-layer sync (coefficients.sync_floor_s: the gradient reduction over the
+           stage's ring on its ring's link, the all-gather after a sharded step, the step)
+    d_s    a floor of build's stage sync (sync_floor_s: the last bucket's exposure and ZeRO-3's
+           reduce-scatter; the embedding's sync and the other end-stage terms, >= 0, left out)
 and memory as build gives it (cost/stage_memory.stage_memory, the layer's memory terms from
 the same pricing of the group alone: memory reads no link, so they are build's own numbers, at
-the in-flight count build prices the class with, class_coefficients.class_outers). Every time
-coefficient is at most build's and the memory ones are equal, and one_class.tight_class_terms'
-tau* (slowest stage) and sigma* (sum of stage times) over the splits that fit grow with every
-time coefficient (tau_s(n) = a_s + n t_s + u_s rho_s(n), rho_s reads only memory): they are at
-most the priced class's, which are at most its slowest stage and its sum in any plan that
-fits. They enter the pipeline's relaxation over micro-batch vectors as the memory-free
-A_k, S_k do (batched.relaxed_s, exact for one class: (m - 1/v) tau* + sigma* / v), per
-scenario, aggregated as the objective does (max, or weighted: each scenario's bound is at most
-that scenario's time in the optimum), times the quantile objective's factor. Where a class fits
-no split it is inf: a proof as build's no_split_fits after pricing.
+the in-flight count build prices the class with, class_coefficients.class_outers), each
+stage's capacity capped at the search's memory tier as the inner problem caps it
+(cost/objective.capped_memory, search.problem_of). Every time coefficient is at most build's
+and the memory ones are equal, and one_class.tight_class_terms' tau* (slowest stage), sigma*
+(sum of stage times) and delta* (slowest sync) over the splits that fit grow with every time
+coefficient (tau_s(n) = a_s + n t_s + u_s rho_s(n), rho_s reads only memory; d_s + n g_s):
+they are at most the priced class's, which are at most its slowest stage, its sum and its
+slowest sync in any plan that fits. They enter the pipeline's relaxation over micro-batch
+vectors as the memory-free A_k, S_k, D do (batched.relaxed_s, exact for one class:
+(m - 1/v) tau* + sigma* / v + delta*; with several classes D = max_k delta*_k, as an
+iteration pays its slowest stage's sync over every class, batched.py), per scenario,
+aggregated as the objective does (max, or weighted: each scenario's bound is at most that
+scenario's time in the optimum), times the quantile objective's factor. Where a class fits no
+split it is inf: a proof as build's no_split_fits after pricing.
+
+With the embedding / loss counted as a layer slot, the arrays above are those of a split of
+L + e + l layers by one_class.slot_relaxation (a'_s = a_s - o_s t_s, d'_s = d_s - o_s g_s, memory
+lowered by the slots' own terms and the short chunk's relief): every split of the
+configuration maps to one of the relaxation at the same time and no more memory, and since
+every relaxed stage holds n'_s >= v >= o_s layers, a'_s + n'_s t_s = a_s + (n'_s - o_s) t_s
+still grows with a_s and t_s (and d'_s + n'_s g_s with d_s): the floors' relaxation is at most
+the priced one's, split for split.
+
+On Llama-3 70B over 4 GPU types x 16 nodes (full space) the priced configurations' syncs were
+a median 17% of their priced bound, and 29,227 of the 38,360 lone classes priced ran the slots
+(issue 33): neither was read here before.
 
 Read for dense models (an MoE layer's memory terms come from cost/moe.py's pricing, and its
-dense prefix's from a view of the model: not read here), without the embedding / loss as layer
-slots, zero-bubble schedules or per-operator partitions; elsewhere 0 (no bound).
+dense prefix's from a view of the model: not read here), without zero-bubble schedules or
+per-operator partitions; elsewhere 0 (no bound).
 """
 
 from __future__ import annotations
@@ -43,50 +62,53 @@ import numpy as np
 
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers, group_site
-from paraplan.cost.coefficients import in_flight_micro_batches, megatron_layer, stage_outer
+from paraplan.cost.coefficients import (StageCoefficients, in_flight_micro_batches, megatron_layer, stage_outer,
+                                        sync_floor_s)
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.objective import capped_memory
 from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
-from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, tight_class_terms
+from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxation, tight_class_terms
 from paraplan.solver.bounds.unpriced import floor_layer_terms, stage_floor_terms
 
 
 def applies(inst, o) -> bool:
     """Whether the module's bound reads outer `o` (else it is 0)."""
-    return (inst.model.moe is None and not o.embedding_in_split and not o.loss_in_split
-            and o.zero_bubble is None)
+    return inst.model.moe is None and o.zero_bubble is None
 
 
 def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, memo: dict,
                           layer_memo: dict) -> np.ndarray:
     """The module's bound of each of `outers` (0 where it does not apply), on scenarios `idx`
     aggregated as `agg` with `weights` (solver/search.scenario_weights). `memo`: the stage
-    floors' (unpriced.floor_bounds_s), `layer_memo`: the layers' terms, both kept by the caller
-    for `inst`."""
+    floors' (unpriced.floor_bounds_s), `layer_memo`: the layers' terms and syncs, both kept by
+    the caller for `inst`."""
     out = np.zeros(len(outers))
     net = NetEfficiency()
     slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
     reserve = inst.search.memory_reserve_bytes
-    L = inst.model.layers
-    rows: dict[tuple[int, int], list] = defaultdict(list)  # (pp, v) -> [(j, scenario, class, arrays)]
+    # (pp, v, layers of the slot relaxation) -> [(j, scenario, class, arrays)]
+    rows: dict[tuple[int, int, int], list] = defaultdict(list)
     used = [j for j, o in enumerate(outers) if applies(inst, o)]
     for j in used:
         o = outers[j]
         for k, co in enumerate(class_outers(inst.job, o)):
-            for i, arrays in zip(idx, _class_rows(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve)):
-                rows[co.pp, co.virtual_stages].append((j, i, k, arrays))
+            for i, (layers, arrays) in zip(idx, _class_rows(inst, o, k, co, idx, memo, layer_memo, net, slow,
+                                                            reserve)):
+                rows[co.pp, co.virtual_stages, layers].append((j, i, k, arrays))
     if not used:
         return out
     K = max(len(outers[j].classes) for j in used)
     A = np.zeros((len(outers), len(inst.scenarios), K))
-    S = np.zeros_like(A)
-    for (pp, v), items in rows.items():
+    S, D = np.zeros_like(A), np.zeros_like(A)
+    for (pp, v, layers), items in rows.items():
         stacked = {f: np.stack([x[3][f] for x in items]) for f in TIGHT_ARRAYS}
-        tau, sigma, _, fits = tight_class_terms(stacked, L, v, inst.search.full_recompute)
+        tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
         at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
         A[at] = np.where(fits, tau, np.inf)
         S[at] = np.where(fits, sigma, np.inf)
+        D[at] = np.where(fits, delta, np.inf)
     total = inst.job.global_batch
     for j in used:
         o = outers[j]
@@ -95,21 +117,23 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         if np.isinf(a).any():  # some class fits no split: nor does the configuration
             out[j] = np.inf
             continue
+        d = D[j][idx][:, :len(cs)].max(-1)[None, :, None]  # the slowest sync of every class
         pp = np.array([c.pp for c in cs], float)
         # MultiClassProblem.min_micro_batches, as unpriced.floor_bounds_s (a dense model: unpaired)
         lo = np.where(v > 1, pp, 1.0) if len(cs) == 1 else np.where(v > 1, 2 * pp, pp)
         x = np.array([c.replicas for c in cs], float)
-        b = relaxed_s(a, s, np.zeros((1, len(idx), 1)), x, lo, float(total // o.micro_batch), v, False)[0]
+        b = relaxed_s(a, s, d, x, lo, float(total // o.micro_batch), v, False)[0]
         out[j] = b.max() if agg == "max" else float(b @ np.asarray(weights, float))
     out[used] *= objective_factors(inst, [outers[j] for j in used])
     return out
 
 
 def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
-                reserve: float) -> list[dict]:
-    """Per scenario of `idx`, the tight bound's arrays (one_class.TIGHT_ARRAYS) of class k of
-    `o`, priced as `co` (class_coefficients.class_outers): the module docstring's floors and
-    build's memory."""
+                reserve: float) -> list[tuple[int, dict]]:
+    """Per scenario of `idx`, (layers, the tight bound's arrays, one_class.TIGHT_ARRAYS) of class
+    k of `o`, priced as `co` (class_coefficients.class_outers): the module docstring's floors,
+    syncs and build's memory, capped at the search's memory tier; with the embedding / loss as
+    slots, those of its slot relaxation (one_class.slot_relaxation) and its L + e + l layers."""
     c = o.classes[k]
     groups = sorted(set(c.stage_groups))
     where = [groups.index(g) for g in c.stage_groups]
@@ -141,9 +165,30 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
         a[-1] += floors[where[-1]][2]
         u = (zeros if o.zero == 3 else
              np.array([terms(i, groups[w])[0].rc_fwd_s for w in where]) * (1 + slow))
-        out.append(dict(stage_time_s=a, layer_time_s=np.array([floors[w][0] for w in where]),
-                        recompute_time_s=u, stage_sync_time_s=zeros, layer_sync_time_s=zeros,
-                        layer_state_bytes=mem.layer_state_bytes, layer_act_bytes=mem.layer_act_bytes,
-                        layer_ckpt_bytes=mem.layer_ckpt_bytes, stage_mem_bytes=mem.stage_mem_bytes,
-                        capacity_bytes=mem.capacity_bytes))
+        syncs = [_sync_terms(inst, o, co, i, g, terms(i, g)[0], layer_memo, net) for g in groups]
+        c_floor = StageCoefficients(
+            outer=co, layers=inst.model.layers, layer_time_s=np.array([floors[w][0] for w in where]),
+            recompute_time_s=u, stage_time_s=a, layer_sync_time_s=np.array([syncs[w][0] for w in where]),
+            stage_sync_time_s=np.array([syncs[w][1] for w in where]), layer_state_bytes=mem.layer_state_bytes,
+            layer_act_bytes=mem.layer_act_bytes, layer_ckpt_bytes=mem.layer_ckpt_bytes,
+            stage_mem_bytes=mem.stage_mem_bytes, capacity_bytes=mem.capacity_bytes, in_flight=inflight)
+        c_floor = slot_relaxation(capped_memory(c_floor, inst.search.memory_fill_cap, reserve))
+        out.append((c_floor.layers, {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}))
     return out
+
+
+def _sync_terms(inst, o, co, i: int, g: int, lt, layer_memo: dict, net) -> tuple[float, float]:
+    """(g, d) of coefficients.sync_floor_s for the stages of `o`'s class priced as `co` on
+    group g, scenario i (its ring's link: class_coefficients.group_site), from the layer's
+    terms `lt` (megatron_layer reads no data-parallel link), kept in `layer_memo` by what they
+    read: the layer's fields, ZeRO, the pipeline (whether ZeRO-3 gathers per step and the
+    reduction overlaps) and the ring (a lone class's lies in its group: its size; several
+    classes' joins theirs)."""
+    key = ("sync", i, g, o.tp_of(g), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.group_tp,
+           o.zero, co.pp, co.virtual_stages, o.replicas, None if len(o.classes) == 1 else o.classes)
+    hit = layer_memo.get(key)
+    if hit is None:
+        site = group_site(inst.scenarios[i].cluster, o, g)
+        hit = layer_memo[key] = sync_floor_s(inst, stage_outer(co, site), site, o.replicas * o.cp, net,
+                                             layer_fn=lambda *_: lt)
+    return hit
