@@ -148,6 +148,8 @@ def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch
             mp.setattr(search_module.memory_bound, "proved_infeasible", lambda inst, outers: np.zeros(len(outers), bool))
             # nor by the bound that reads memory (test_unpriced_memory.py)
             mp.setattr(search_module, "memory_floor_bounds_s", lambda inst, outers, *a: np.zeros(len(outers)))
+            # nor keyed by their stage-wise representative's bound when listed (_list_layouts)
+            mp.setattr(search_module, "representative_key", lambda i, blk: None)
             every = search(inst, objective=with_floor.objective)
         assert every.priced == every.outer_configs
         assert (with_floor.status, with_floor.plan, with_floor.objective_s) == (every.status, every.plan, every.objective_s)
