@@ -73,6 +73,11 @@ def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m
     ok &= (cap * count).sum(1) >= layers
     rows = np.flatnonzero(ok)
     m = np.broadcast_to(np.asarray(m, float), (N,))
+    if K * K * min(most, WINDOW_LEVELS) > BLOCK_FLOATS:
+        # one row's levels alone exceed the block: 0, a lower bound of any J (every stage's time
+        # is >= 0), rather than an allocation that grows as K^2 (callers group stages into kinds)
+        out[rows] = 0.0
+        return out
     per = max(1, BLOCK_FLOATS // (K * K * min(most, WINDOW_LEVELS)))
     for start in range(0, len(rows), per):
         r = rows[start:start + per]
@@ -212,15 +217,33 @@ def priced_bounds_s(cs: list, allow_full_recompute: bool) -> np.ndarray:
         u = np.stack([r.recompute_time_s for _, r, _ in items])
         t = np.where(u < 0, t + u, t)
         caps = np.stack([_caps(r, allow_full_recompute) for _, r, _ in items])
+        a, t, count, caps = _as_kinds(a, t, caps)
         v = np.array([r.outer.virtual_stages for _, r, _ in items], float)
         m = np.array([r.outer.num_micro_batches for _, r, _ in items], float)
         d = np.stack([r.stage_sync_time_s for _, r, _ in items])
         g = np.stack([r.layer_sync_time_s for _, r, _ in items])
         sync = np.maximum((d + v[:, None] * g).max(axis=1), (d.sum(axis=1) + L * g.min(axis=1)) / pp)
-        j = fill_drain_s(a, t, np.ones_like(t), L, v * m, caps)
+        j = fill_drain_s(a, t, count, L, v * m, caps)
         credit = np.array([x for _, _, x in items])
         out[[i for i, _, _ in items]] = (j / v + sync - credit) * (1 - PRICED_SAFETY)
     return out
+
+
+def _as_kinds(a: np.ndarray, t: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row of (N, pp) stage terms, floors and caps, its stages grouped into kinds of equal
+    (a, t, cap), padded with absent kinds (count 0) to the most kinds of any row: fill_drain_s
+    then reads K kinds, not pp stages. Exact (identical stages share one list of levels), and
+    what keeps a long pipeline's bound in memory: its work is K^2 x WINDOW_LEVELS floats a row,
+    so 1,024 distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds."""
+    N, pp = t.shape
+    kinds = [np.unique(np.stack([a[i], t[i], caps[i]], axis=1), axis=0, return_counts=True) for i in range(N)]
+    K = max(len(c) for _, c in kinds)
+    out_a, out_t = np.zeros((N, K)), np.ones((N, K))
+    out_count, out_caps = np.zeros((N, K)), np.zeros((N, K))
+    for i, (rows, c) in enumerate(kinds):
+        k = len(c)
+        out_a[i, :k], out_t[i, :k], out_caps[i, :k], out_count[i, :k] = rows[:, 0], rows[:, 1], rows[:, 2], c
+    return out_a, out_t, out_count, out_caps
 
 
 def _caps(c, allow_full_recompute: bool) -> np.ndarray:
