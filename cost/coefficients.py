@@ -857,19 +857,10 @@ def sync_floor_s(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
     per-iteration terms. d keeps of the stage's term the last bucket's exposure and the ZeRO-3
     reduce-scatter (build: grad_tail + scatter_s, on every stage) and leaves out what build adds
     on some stages, each >= 0: the embedding's sync on the end stages, FSDP's fill in a pipeline,
-    the tied copy's all-reduce, the multi-token prediction layers. build keeps a layer's costs by
-    what they read but the pipeline (_shared_layer_costs drops pp and v), while whether the
-    reduction overlaps reads them (framework.grad_reduce_overlaps: a pipeline-free ZeRO-0 plan
-    overlaps in every Megatron-LM release): for a dense layer where that answer differs with
-    them, each term is the least of both answers, so it bounds whichever build holds."""
+    the tied copy's all-reduce, the multi-token prediction layers. build's layer costs are keyed
+    by whether the reduction overlaps (_shared_layer_costs), so they are this configuration's own."""
     lc = _layer_costs(inst, o, site, dp_n, net, layer_fn)
-    g, d = lc.layer_sync, lc.grad_tail + lc.scatter_s
-    view = _dense_layer_view(o)
-    if inst.model.moe is None and o.zero < 3 and (grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)
-                       != grad_reduce_overlaps(inst.job, view.pp, view.virtual_stages, o.zero)):
-        alt = _layer_costs(inst, view, site, dp_n, net, layer_fn)
-        g, d = min(g, alt.layer_sync), min(d, alt.grad_tail + alt.scatter_s)
-    return g, d
+    return lc.layer_sync, lc.grad_tail + lc.scatter_s
 
 
 def output_layer_time_s(inst: Instance, o: Outer, tp_last: int, gpu: GpuSpec) -> float:
@@ -1372,8 +1363,12 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
         return _layer_costs(inst, o, site, dp_n, net, layer_fn)
     # a dense layer's costs read neither the pipeline (pp, v, micro-batch count) nor dp apart
     # from the ring size dp_n (megatron_layer, _layer_costs), so configurations differing only
-    # there share them; an MoE layer's all-to-all overlap reads pp and v (cost/moe.py)
-    key = (id(inst), id(site), o if inst.model.moe is not None else _dense_layer_view(o), dp_n, net)
+    # there share them, except whether the gradient reduction overlaps, which reads pp and v
+    # (framework.grad_reduce_overlaps: a pipeline-free ZeRO-0 plan overlaps in every Megatron-LM
+    # release), so it is part of the key; an MoE layer's all-to-all overlap reads pp and v (cost/moe.py)
+    view = (o if inst.model.moe is not None
+            else (_dense_layer_view(o), grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)))
+    key = (id(inst), id(site), view, dp_n, net)
     hit = _LAYER_COSTS.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site:
         return hit[2]
