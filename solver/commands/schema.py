@@ -74,14 +74,14 @@ SCHEMAS: dict[str, dict] = {
     # of it, iter_time_s its simulated time on the nominal network
     "plan --top": {"status": STR, "objective": STR, "solve_time_s": NUM, "solved": INT,
                    "plans": [{"rank": INT, "objective_s": NUM, "iter_time_s": NUM, "quantile_s": NUM,
-                              "vs_best": NUM, "plan": dict, "breakdown": BREAKDOWN,
+                              "vs_best": NUM, "interval_s": INTERVAL, "plan": dict, "breakdown": BREAKDOWN,
                               "train_cost": (TRAIN_COST, "null")}]},
     # one row per network of the instance (a flat instance: its nominal one)
     "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR],
                  "scenarios": [SCENARIO]},
     # one shape on every cluster: objective (nominal on a flat cluster) and its value objective_s
     "exhaustive": {"status": STR, "complete": BOOL, "objective": STR, "objective_s": NUM_OR_NULL,
-                   "iter_time_s": NUM_OR_NULL, "candidates": INT, "feasible": INT,
+                   "iter_time_s": NUM_OR_NULL, "interval_s": INTERVAL, "candidates": INT, "feasible": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "reason": (STR, "null"), "plan": (dict, "null")},
     "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
