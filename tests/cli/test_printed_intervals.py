@@ -93,3 +93,36 @@ def test_exhaustive_prints_the_band_and_the_value_it_minimised(capsys, tmp_path)
     assert re.search(r"; ([\d.]+) ms at p90, the value minimised", best).group(1) == \
         f"{1e3 * planned['quantile_s']:.1f}"
     assert any(line.startswith("trust       measured time likely in") for line in text.splitlines())
+
+
+def test_replan_prints_the_band_of_the_running_and_the_new_plan(capsys, tmp_path):
+    # An event (tiny-gpt's NVLink at a tenth) changes the network, not what the trust interval
+    # reads (GPU, scale, degrees, memory fill): a plan's band is its predicted time times the
+    # same two factors on either network (docs/commands.md, trust.interval_s). So each band
+    # replan prints is simulate's band of that plan on the nominal network, scaled by the time
+    # replan predicts after the event over simulate's time.
+    import yaml
+
+    current = tmp_path / "current.yaml"
+    code, _, _ = _run(capsys, "plan", TINY, "--quiet", "-o", current)
+    event = tmp_path / "event.yaml"
+    event.write_text(yaml.safe_dump({"event": {"name": "nvlink-slow", "remaining_hours": 100,
+                                               "changes": [{"group": "A100-SXM4-80GB", "intra_scale": 0.1}]}}))
+    new = tmp_path / "new.yaml"
+    code, out, _ = _run(capsys, "replan", TINY, "--plan", current, "--event", event, "--json", "-o", new)
+    assert code == 0
+    doc = json.loads(out)
+
+    def scaled_band(plan_file: Path, time_s: float) -> list[float]:
+        code, out, _ = _run(capsys, "simulate", TINY, "--plan", plan_file, "--json")
+        sim = json.loads(out)
+        return [x * time_s / sim["iter_time_s"] for x in sim["interval_s"]]
+
+    assert doc["current_after_event_interval_s"] == pytest.approx(
+        scaled_band(current, doc["current_after_event_s"]), rel=1e-9)
+    assert doc["new_interval_s"] == pytest.approx(scaled_band(new, doc["new_s"]), rel=1e-9)
+    code, text, _ = _run(capsys, "replan", TINY, "--plan", current, "--event", event)
+    lines = text.splitlines()
+    assert "likely measured" in next(line for line in lines if line.startswith("running"))
+    assert "predicted" in next(line for line in lines if line.startswith("objective"))
+    assert any(line.startswith("trust       measured time likely in") for line in lines)
