@@ -182,9 +182,12 @@ def cmd_timeline(args) -> int:
     except ConfigError as e:
         raise InstanceError(inst.source, "timeline", str(e), "check the timeline's scenarios")
     ch = r.choice
+    runs = _period_runs(inst, r)
     periods = [[str(i + 1), inst.scenarios[p.scenario].name, f"{p.duration_s / 3600:.1f} h",
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
-                seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
+                seconds(r.times_s[ch.plan_per_period[i]][p.scenario]),
+                "-" if band is None else f"{seconds(band[0])} .. {seconds(band[1])}"]
+               for i, (p, (_, band)) in enumerate(zip(inst.timeline, runs))]
     if args.json:
         from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
@@ -192,6 +195,10 @@ def cmd_timeline(args) -> int:
                    "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
+                   "periods": [{"scenario": inst.scenarios[p.scenario].name, "plan": ch.plan_per_period[i],
+                                "objective_s": r.times_s[ch.plan_per_period[i]][p.scenario],
+                                "iter_time_s": t, "interval_s": band}
+                               for i, (p, (t, band)) in enumerate(zip(inst.timeline, runs))],
                    "candidates": [{"label": lab, "plan": plan_to_mapping(c, inst)}
                                   for lab, c in zip(r.candidate_labels, r.candidates)],
                    "solve_time_s": r.solve_time_s})
@@ -211,10 +218,27 @@ def cmd_timeline(args) -> int:
     print(f"baselines   best single plan {r.static_iterations:,.1f}; always switch to the scenario's"
           f" optimum {r.follow_iterations:,.1f}; switching costs {seconds(r.switch_s)}")
     print()
-    print(table(["period", "scenario", "duration", "plan", "switch", f"iteration ({at})"], periods, align="lllrlr"))
+    print(table(["period", "scenario", "duration", "plan", "switch", f"iteration ({at})", "likely measured (80%)"],
+                periods, align="lllrlrr"))
     for i, (lab, c) in enumerate(zip(r.candidate_labels, r.candidates)):
         print(f"\nplan #{i + 1} ({lab}):\n  " + "\n  ".join(plan_lines(c, inst)))
     return 0
+
+
+def _period_runs(inst, r) -> list[tuple[float, list | None]]:
+    """Per period of the timeline, its plan's predicted time on the period's network and that
+    time's 80% interval (cost/trust.plan_trust on the instance with the scenario's cluster), as
+    `simulate` prints them; each (plan, scenario) priced once."""
+    from paraplan.cost.simulate import simulate
+    from paraplan.cost.trust import plan_trust
+    seen = {}
+    for i, p in enumerate(inst.timeline):
+        key = (r.choice.plan_per_period[i], p.scenario)
+        if key not in seen:
+            plan, cluster = r.candidates[key[0]], inst.scenarios[p.scenario].cluster
+            t = simulate(inst, plan, cluster=cluster).iter_time_s
+            seen[key] = (t, _band(plan_trust(inst.with_cluster(cluster), plan, t)))
+    return [seen[(r.choice.plan_per_period[i], p.scenario)] for i, p in enumerate(inst.timeline)]
 
 
 def register(sub) -> None:

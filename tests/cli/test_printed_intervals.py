@@ -126,3 +126,49 @@ def test_replan_prints_the_band_of_the_running_and_the_new_plan(capsys, tmp_path
     assert "likely measured" in next(line for line in lines if line.startswith("running"))
     assert "predicted" in next(line for line in lines if line.startswith("objective"))
     assert any(line.startswith("trust       measured time likely in") for line in lines)
+
+
+# two groups on two sites, the link between them cut to a tenth in the second period
+TIMELINE = """\
+name: two-sites
+model: {layers: 4, hidden: 256, heads: 4, ffn: 1024, vocab: 1000, seq_len: 128, mlp: gelu}
+cluster:
+  groups:
+  - {name: a, site: east, gpu: A100-SXM4-80GB, nodes: 1, gpus_per_node: 4, intra_node_gbytes_per_s: 600, nic_gbit_per_s: 200}
+  - {name: h, site: west, gpu: H100-SXM5-80GB, nodes: 1, gpus_per_node: 4, intra_node_gbytes_per_s: 600, nic_gbit_per_s: 400}
+  links:
+  - {between: [east, west], gbit_per_s: 100, latency_us: 1000}
+job: {global_batch: 16}
+search: {micro_batch: [1], tp: [2, 4]}
+scenarios:
+- {name: slow, probability: 0.2, changes: [{between: [east, west], scale: 0.1}]}
+timeline:
+- {scenario: nominal, duration_h: 2}
+- {scenario: slow, duration_h: 1}
+switching: {storage_gbytes_per_s: 10, restart_s: 60}
+"""
+
+
+def test_timeline_prints_each_periods_band(capsys, tmp_path):
+    # Each period's band is its plan's simulate band (the plan written as a plan file and
+    # simulated on the nominal network) scaled to the period's predicted time; and a plan of
+    # node groups carries the band the planner minimised, so its upper end is the period's p90
+    # time, the value the timeline's iterations count (cost/trust.plan_trust)
+    import yaml
+
+    inst = tmp_path / "timeline.yaml"
+    inst.write_text(TIMELINE)
+    code, out, _ = _run(capsys, "timeline", inst, "--quiet", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["periods"]) == 2
+    for p in doc["periods"]:
+        plan_file = tmp_path / f"plan-{p['plan']}.yaml"
+        plan_file.write_text(yaml.safe_dump({"plan": doc["candidates"][p["plan"]]["plan"]}))
+        code, out, _ = _run(capsys, "simulate", inst, "--plan", plan_file, "--json")
+        sim = json.loads(out)
+        assert p["interval_s"] == pytest.approx(
+            [x * p["iter_time_s"] / sim["iter_time_s"] for x in sim["interval_s"]], rel=1e-9)
+        assert p["interval_s"][1] == pytest.approx(p["objective_s"], rel=1e-9)
+    code, text, _ = _run(capsys, "timeline", inst, "--quiet")
+    assert "likely measured (80%)" in text
