@@ -172,3 +172,14 @@ def test_timeline_prints_each_periods_band(capsys, tmp_path):
         assert p["interval_s"][1] == pytest.approx(p["objective_s"], rel=1e-9)
     code, text, _ = _run(capsys, "timeline", inst, "--quiet")
     assert "likely measured (80%)" in text
+
+
+def test_report_names_the_band_of_the_plan_it_drew(capsys, tmp_path):
+    # report plans as plan does (the same optimum), so its line gives simulate's band of that plan
+    from paraplan.solver.format import seconds
+
+    path, _ = _planned(capsys, tmp_path, TINY, *NARROW)
+    band = _simulated_interval(capsys, TINY, path)
+    code, out, _ = _run(capsys, "report", TINY, *NARROW, "--quiet", "-o", tmp_path / "r.html")
+    assert code == 0
+    assert out.strip().endswith(f"(likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)")
