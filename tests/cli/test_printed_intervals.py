@@ -183,3 +183,24 @@ def test_report_names_the_band_of_the_plan_it_drew(capsys, tmp_path):
     code, out, _ = _run(capsys, "report", TINY, *NARROW, "--quiet", "-o", tmp_path / "r.html")
     assert code == 0
     assert out.strip().endswith(f"(likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)")
+
+
+def test_sweep_writes_the_band_beside_each_time(capsys, tmp_path):
+    # one job, the tiny instance as it is: its CSV row carries simulate's band of that plan
+    import csv
+
+    import yaml
+
+    from paraplan.solver.sweep import run as sweep
+
+    study = tmp_path / "sweep.yaml"
+    study.write_text(yaml.safe_dump({"name": "one", "time_limit_s": 60, "instances": [str(TINY)]}))
+    out = tmp_path / "one.csv"
+    sweep.run_sweep(sweep.load_sweep(study), csv_path=str(out), workers=1)
+    with open(out, newline="", encoding="utf-8") as fh:
+        (row,) = list(csv.DictReader(fh))
+    path, _ = _planned(capsys, tmp_path, TINY)
+    band = _simulated_interval(capsys, TINY, path)
+    assert float(row["iter_time_s"]) == pytest.approx(json.loads(_run(
+        capsys, "simulate", TINY, "--plan", path, "--json")[1])["iter_time_s"], rel=1e-12)
+    assert [float(row["iter_time_low_s"]), float(row["iter_time_high_s"])] == pytest.approx(band, rel=1e-12)
