@@ -60,7 +60,8 @@ TRAIN_COST = {"train_tokens": NUM, "tokens_per_iteration": INT, "iterations": IN
               "iter_time_s": NUM, "time_s": NUM, "time_interval_s": INTERVAL, "gpu_hours": NUM,
               "gpu_hours_interval": INTERVAL, "cost_usd": NUM_OR_NULL, "cost_interval_usd": INTERVAL}
 SCENARIO = {"scenario": STR, "iter_time_s": NUM, "tokens_per_s": NUM, "fits_memory": BOOL}
-METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "solve_time_s": NUM_OR_NULL}
+METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "quantile_s": NUM_OR_NULL,
+          "solve_time_s": NUM_OR_NULL}
 MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
 SCHEMAS: dict[str, dict] = {
@@ -83,7 +84,9 @@ SCHEMAS: dict[str, dict] = {
     "exhaustive": {"status": STR, "complete": BOOL, "objective": STR, "objective_s": NUM_OR_NULL,
                    "iter_time_s": NUM_OR_NULL, "interval_s": INTERVAL, "candidates": INT, "feasible": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "reason": (STR, "null"), "plan": (dict, "null")},
-    "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
+    # the methods are compared on quantile_s, the value each minimised (search.objective `quantile`)
+    "verify": {"status": STR, "agree": BOOL, "quantile": STR, "iter_time_s": NUM_OR_NULL,
+               "quantile_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
                  "rows_refused": [STR],
                  "rows": [{"id": STR, "predicted_iter_time_s": NUM, "measured_iter_time_s": NUM,
