@@ -29,7 +29,8 @@ Bad input raises InstanceError, which the CLI turns into exit 2 with one line.
 JSON fields: `target`, `target_version`, `exact`, `strict`, `force`, `plan_framework`, `config`
 (the file's text), `output` (the path written, or null), `deviations`, `notes` (lists of lines),
 `will_not_run` (why it was written only under --force, or null), `plan` and `emitted`, each
-with `framework`, `iter_time_s`, `peak_mem_bytes`, `capacity_bytes`, `fits`, and
+with `framework`, `iter_time_s`, `interval_s` (the 80% band of the measured time, as
+`simulate` gives it, or null), `peak_mem_bytes`, `capacity_bytes`, `fits`, and
 `emitted.plan` (the emitted plan, in the plan-file schema).
 """
 
@@ -58,7 +59,9 @@ def render(result: ExportResult, to: str, forced: tuple[str, ...] = ()) -> str:
 
 def _prediction_line(label: str, framework: str, pred) -> str:
     fits = "fits" if pred.fits else "DOES NOT FIT"
-    return (f"{label} ({framework}): {pred.iter_time_s:.4g} s per iteration, peak memory"
+    band = ("" if pred.interval_s is None else
+            f" (likely measured {pred.interval_s[0]:.4g}-{pred.interval_s[1]:.4g} s, 80%)")
+    return (f"{label} ({framework}): {pred.iter_time_s:.4g} s per iteration{band}, peak memory"
             f" {gib(pred.peak_mem_bytes)} of {gib(pred.capacity_bytes)} ({fits})")
 
 
@@ -212,6 +215,7 @@ def cmd_export(args) -> int:
 
         def pred(p, framework):
             return {"framework": framework, "iter_time_s": p.iter_time_s,
+                    "interval_s": None if p.interval_s is None else list(p.interval_s),
                     "peak_mem_bytes": p.peak_mem_bytes, "capacity_bytes": p.capacity_bytes,
                     "fits": p.fits}
 

@@ -109,7 +109,7 @@ def cmd_replan(args) -> int:
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
     try:
-        return _show_replan(args, inst, r)
+        return _show_replan(args, inst, r, _replan_trusts(inst.with_cluster(event.cluster), current, r))
     finally:  # after the result is shown: a full disk loses nothing
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
@@ -119,11 +119,27 @@ def cmd_replan(args) -> int:
             write_plan_file(args.output, header, {"plan": plan})
 
 
-def _show_replan(args, inst, r) -> int:
+def _replan_trusts(after, current, r) -> tuple:
+    """How far to trust the running plan's time after the event and the new plan's predicted
+    time (cost/trust.plan_trust on the instance after the event; None without a new plan)."""
+    from paraplan.cost.trust import plan_trust
+    return (plan_trust(after, current, r.current_time_s),
+            None if r.new.plan is None else plan_trust(after, r.new.plan, r.new.objective_s))
+
+
+def _band(trust) -> list | None:
+    return None if trust is None or trust.interval_s is None else list(trust.interval_s)
+
+
+def _show_replan(args, inst, r, trusts) -> int:
+    from paraplan.solver.format import trust_lines
+    running, new = trusts
     if args.json:
         from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.new.status, "event": r.event, "before_s": r.before_time_s, "current_after_event_s": r.current_time_s,
-                   "new_status": r.new.status, "new_s": r.new.objective_s, "new_bound_s": r.new.bound_s,
+                   "current_after_event_interval_s": _band(running),
+                   "new_status": r.new.status, "new_s": r.new.objective_s, "new_interval_s": _band(new),
+                   "new_bound_s": r.new.bound_s,
                    "switch_s": r.switch_s, "remaining_iterations": r.remaining_iterations,
                    "stay_total_s": r.stay_s, "switch_total_s": r.switch_total_s, "pays_off": r.pays_off,
                    "break_even_iterations": r.break_even_iterations, "solve_time_s": r.solve_time_s,
@@ -131,10 +147,13 @@ def _show_replan(args, inst, r) -> int:
         return 0
     print(describe_cluster(inst))
     print(f"event       {r.event}")
-    print(f"running     {seconds(r.before_time_s)} per iteration before, {seconds(r.current_time_s)} after the event")
-    print(evidence_text(r.new, network=f"the network after {r.event}"))
+    band = _band(running)
+    print(f"running     {seconds(r.before_time_s)} per iteration before, {seconds(r.current_time_s)} after the event"
+          + ("" if band is None else f" (likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)"))
+    print(evidence_text(r.new, network=f"the network after {r.event}", inst=inst))
     if r.new.plan is not None:
         print("new plan    " + "\n            ".join(plan_lines(r.new.plan, inst)))
+        print(trust_lines(new)[0])
     print(f"switching   {seconds(r.switch_s)} (restart + checkpoint save and resharded load)")
     print(f"remaining   {r.remaining_iterations:,.0f} iterations: stay {r.stay_s / 3600:.2f} h,"
           f" switch {r.switch_total_s / 3600:.2f} h")
@@ -163,9 +182,12 @@ def cmd_timeline(args) -> int:
     except ConfigError as e:
         raise InstanceError(inst.source, "timeline", str(e), "check the timeline's scenarios")
     ch = r.choice
+    runs = _period_runs(inst, r)
     periods = [[str(i + 1), inst.scenarios[p.scenario].name, f"{p.duration_s / 3600:.1f} h",
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
-                seconds(r.times_s[ch.plan_per_period[i]][p.scenario])] for i, p in enumerate(inst.timeline)]
+                seconds(r.times_s[ch.plan_per_period[i]][p.scenario]),
+                "-" if band is None else f"{seconds(band[0])} .. {seconds(band[1])}"]
+               for i, (p, (_, band)) in enumerate(zip(inst.timeline, runs))]
     if args.json:
         from paraplan.cost.readers.plan_writer import plan_to_mapping
         emit_json({"status": r.status, "iterations": ch.iterations, "upper_bound_iterations":
@@ -173,6 +195,10 @@ def cmd_timeline(args) -> int:
                    "static_iterations": r.static_iterations,
                    "follow_iterations": r.follow_iterations, "switch_s": r.switch_s,
                    "plan_per_period": list(ch.plan_per_period), "switches": list(ch.switches),
+                   "periods": [{"scenario": inst.scenarios[p.scenario].name, "plan": ch.plan_per_period[i],
+                                "objective_s": r.times_s[ch.plan_per_period[i]][p.scenario],
+                                "iter_time_s": t, "interval_s": band}
+                               for i, (p, (t, band)) in enumerate(zip(inst.timeline, runs))],
                    "candidates": [{"label": lab, "plan": plan_to_mapping(c, inst)}
                                   for lab, c in zip(r.candidate_labels, r.candidates)],
                    "solve_time_s": r.solve_time_s})
@@ -192,10 +218,27 @@ def cmd_timeline(args) -> int:
     print(f"baselines   best single plan {r.static_iterations:,.1f}; always switch to the scenario's"
           f" optimum {r.follow_iterations:,.1f}; switching costs {seconds(r.switch_s)}")
     print()
-    print(table(["period", "scenario", "duration", "plan", "switch", f"iteration ({at})"], periods, align="lllrlr"))
+    print(table(["period", "scenario", "duration", "plan", "switch", f"iteration ({at})", "likely measured (80%)"],
+                periods, align="lllrlrr"))
     for i, (lab, c) in enumerate(zip(r.candidate_labels, r.candidates)):
         print(f"\nplan #{i + 1} ({lab}):\n  " + "\n  ".join(plan_lines(c, inst)))
     return 0
+
+
+def _period_runs(inst, r) -> list[tuple[float, list | None]]:
+    """Per period of the timeline, its plan's predicted time on the period's network and that
+    time's 80% interval (cost/trust.plan_trust on the instance with the scenario's cluster), as
+    `simulate` prints them; each (plan, scenario) priced once."""
+    from paraplan.cost.simulate import simulate
+    from paraplan.cost.trust import plan_trust
+    seen = {}
+    for i, p in enumerate(inst.timeline):
+        key = (r.choice.plan_per_period[i], p.scenario)
+        if key not in seen:
+            plan, cluster = r.candidates[key[0]], inst.scenarios[p.scenario].cluster
+            t = simulate(inst, plan, cluster=cluster).iter_time_s
+            seen[key] = (t, _band(plan_trust(inst.with_cluster(cluster), plan, t)))
+    return [seen[(r.choice.plan_per_period[i], p.scenario)] for i, p in enumerate(inst.timeline)]
 
 
 def register(sub) -> None:

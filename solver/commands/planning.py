@@ -136,8 +136,10 @@ def cmd_plan_top(args, read) -> int:
     res = solve(inst, backend, args.time_limit_s, getattr(args, "threads", 1), objective=objective,
                 winners=args.top, within_pct=args.within)
     best = res.ranked[0].quantile_s if res.ranked else None
-    # the time to train at each plan's simulated iteration time, with the plan's trust interval
-    costs = [_top_train_cost(inst, r) for r in res.ranked]
+    # each plan's trust interval (its own distance from the published runs, as `compare` reads
+    # it), printed beside its time and used for the time to train at its simulated time
+    trusts = [_top_trust(inst, r) for r in res.ranked]
+    costs = [_top_train_cost(inst, r, t) for r, t in zip(res.ranked, trusts)]
     if args.json:
         if args.output:  # the files are named in the text output only
             _write_top_plans(args, inst, read, res, objective)
@@ -145,10 +147,11 @@ def cmd_plan_top(args, read) -> int:
                     "solve_time_s": res.solve_time_s, "solved": res.solved,
                     "plans": [{"rank": i + 1, "objective_s": r.objective_s, "quantile_s": r.quantile_s,
                                "iter_time_s": r.breakdown.iter_time_s, "vs_best": r.quantile_s / best - 1,
+                               "interval_s": None if t.interval_s is None else list(t.interval_s),
                                "plan": plan_to_mapping(r.plan, inst),
                                "breakdown": breakdown_json(r.breakdown),
                                "train_cost": train_cost_json(tc)}
-                              for i, (r, tc) in enumerate(zip(res.ranked, costs))]})
+                              for i, (r, tc, t) in enumerate(zip(res.ranked, costs, trusts))]})
         return _top_code(res)
     within = f" within {args.within:g}% of the optimum" if args.within is not None else ""
     network = "" if objective == "nominal" else f", {objective} objective"
@@ -161,11 +164,12 @@ def cmd_plan_top(args, read) -> int:
     train_heads = [name for name, _ in cells[0]] if cells and cells[0] else []
     quantile = inst.search.objective != "mean"  # ranked by the quantile: show it beside the time
     rows = [[str(i + 1), seconds(r.objective_s), *([seconds(r.quantile_s)] if quantile else []),
+             "-" if t.interval_s is None else f"{seconds(t.interval_s[0])} .. {seconds(t.interval_s[1])}",
              f"{100 * (r.quantile_s / best - 1):+.2f}%", f"{r.breakdown.tokens_per_s:,.0f}",
              *(value for _, value in c), describe_plan(r.plan, inst)]
-            for i, (r, c) in enumerate(zip(res.ranked, cells))]
+            for i, (r, c, t) in enumerate(zip(res.ranked, cells, trusts))]
     heads = ["#", "iteration" if objective == "nominal" else objective,
-             *([inst.search.objective] if quantile else []), "vs best", "tokens/s"]
+             *([inst.search.objective] if quantile else []), "likely measured (80%)", "vs best", "tokens/s"]
     print(table([*heads, *train_heads, "plan"], rows, align="l" + "r" * (len(heads) - 1 + len(train_heads)) + "l"))
     if not res.ranked:  # under a limit that stopped it, nothing is proved about memory
         print("no plan fits memory" if proved(res) else "no plan found before the time limit")
@@ -186,14 +190,19 @@ def _top_instance(args, read):
     return inst, objective, "milp" if args.backend == "milp" else "cpsat"
 
 
-def _top_train_cost(inst, ranked):
+def _top_trust(inst, ranked):
+    """How far to trust one of --top's plans: cost/trust.plan_trust at its simulated iteration
+    time, as `plan` and `compare` read it."""
+    from paraplan.cost.trust import plan_trust
+    return plan_trust(inst, ranked.plan, ranked.breakdown.iter_time_s)
+
+
+def _top_train_cost(inst, ranked, trust):
     """The time and cost to train under one of --top's plans at its simulated iteration time,
     with its trust interval; None without job.train_tokens."""
-    from paraplan.cost.trust import plan_trust
     if inst.job.train_tokens is None:
         return None
-    t = ranked.breakdown.iter_time_s
-    return plan_train_cost(inst, t, plan_trust(inst, ranked.plan, t))
+    return plan_train_cost(inst, ranked.breakdown.iter_time_s, trust)
 
 
 def _top_code(res) -> int:
@@ -244,11 +253,16 @@ def cmd_exhaustive(args) -> int:
     flat = inst.flat  # shown and written as the flat instance it was read as
     unit = "candidates" if flat else "plans"
     reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
-    if args.json:
+    iter_time_s = trust = None
+    if res.plan is not None:  # the best plan's predicted time and how far to trust it, as `plan` prints them
         from paraplan.cost.simulate import simulate
+        from paraplan.cost.trust import plan_trust
+        iter_time_s = res.objective_s if flat else simulate(inst, res.plan).iter_time_s
+        trust = plan_trust(inst, res.plan, iter_time_s)
+    if args.json:
         _emit_json({"status": status, "complete": res.complete, "objective": objective,
-                    "objective_s": res.objective_s,
-                    "iter_time_s": res.objective_s if flat or res.plan is None else simulate(inst, res.plan).iter_time_s,
+                    "objective_s": res.objective_s, "iter_time_s": iter_time_s,
+                    "interval_s": None if trust is None or trust.interval_s is None else list(trust.interval_s),
                     "candidates": res.candidates, "feasible": res.feasible,
                     "outer_configs": res.outer_configs, "solve_time_s": res.wall_time_s,
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
@@ -265,8 +279,11 @@ def cmd_exhaustive(args) -> int:
         if res.complete:
             print(reason)
     else:
-        print(f"best        {seconds(res.objective_s)} " + ("per iteration" if flat else f"({objective})"))
+        quantile = (f"; {seconds(res.quantile_s)} at {inst.search.objective}, the value minimised"
+                    if flat and inst.search.objective != "mean" and res.quantile_s is not None else "")
+        print(f"best        {seconds(res.objective_s)} " + ("per iteration" if flat else f"({objective})") + quantile)
         print("plan        " + "\n            ".join([plan_line(res.plan)] if flat else plan_lines(res.plan, inst)))
+        print(trust_lines(trust)[0])
     return status_code(status)
 
 
@@ -293,19 +310,23 @@ def cmd_verify(args) -> int:
     inst, objective = class_instance(args)
     flat = inst.flat
     deadline = Deadline(args.time_limit_s)
-    methods = []  # (method, status, objective or None, solve time or None, note)
+    # (method, status, value minimised or None, solve time or None, note, predicted time or
+    # None): the methods agree on the value each minimised (the quantile of search.objective,
+    # what the proof is for; the predicted time under `mean`), the predicted time shown beside it
+    methods = []
     tol = 0.0
     for backend in ("dp", "cpsat", "milp") if flat else ("cpsat", "milp"):
         if flat and deadline.expired():
-            methods.append((backend, "skipped", None, None, "time limit reached before it started"))
+            methods.append((backend, "skipped", None, None, "time limit reached before it started", None))
             continue
         res = search_declared(inst, backend, max(deadline.remaining_s(), 1e-3), objective)
         tol = max(tol, res.tolerance_s)
-        methods.append((backend, res.status, res.objective_s, res.solve_time_s, ""))
+        value = res.objective_s if res.quantile_s is None else res.quantile_s
+        methods.append((backend, res.status, value, res.solve_time_s, "", res.objective_s))
     methods.append(exhaustive_method(inst, objective, args.max_candidates,
                                      flat and progress_enabled(args), deadline,
                                      "candidates" if flat else "plans"))
-    code = report_verify(args, methods, tol, None if flat else objective)
+    code = report_verify(args, methods, tol, None if flat else objective, inst.search.objective)
     # verified (every method proved its answer, all agree) and no method found a plan
     return EXIT_INFEASIBLE if code == 0 and all(m[2] is None for m in methods) else code
 

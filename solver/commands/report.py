@@ -43,6 +43,10 @@ def cmd_report(args) -> int:
     what = res.reason
     if res.objective_s is not None:  # a robust or expected objective aggregates the scenarios
         what = ("iteration" if res.objective == "nominal" else f"{res.objective} objective") + f" {seconds(res.objective_s)}"
+    if res.plan is not None and res.objective == "nominal":  # the band the page shows, as `plan` prints it
+        from paraplan.cost.trust import plan_trust
+        band = plan_trust(inst, res.plan, res.objective_s).interval_s
+        what += "" if band is None else f" (likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)"
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
     return status_code(res.status)
 

@@ -60,7 +60,8 @@ TRAIN_COST = {"train_tokens": NUM, "tokens_per_iteration": INT, "iterations": IN
               "iter_time_s": NUM, "time_s": NUM, "time_interval_s": INTERVAL, "gpu_hours": NUM,
               "gpu_hours_interval": INTERVAL, "cost_usd": NUM_OR_NULL, "cost_interval_usd": INTERVAL}
 SCENARIO = {"scenario": STR, "iter_time_s": NUM, "tokens_per_s": NUM, "fits_memory": BOOL}
-METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "solve_time_s": NUM_OR_NULL}
+METHOD = {"method": STR, "status": STR, "iter_time_s": NUM_OR_NULL, "quantile_s": NUM_OR_NULL,
+          "solve_time_s": NUM_OR_NULL}
 MEM_CATEGORIES = ("weights", "grads", "optimizer", "activations", "logits", "workspace", "runtime")
 
 SCHEMAS: dict[str, dict] = {
@@ -74,16 +75,18 @@ SCHEMAS: dict[str, dict] = {
     # of it, iter_time_s its simulated time on the nominal network
     "plan --top": {"status": STR, "objective": STR, "solve_time_s": NUM, "solved": INT,
                    "plans": [{"rank": INT, "objective_s": NUM, "iter_time_s": NUM, "quantile_s": NUM,
-                              "vs_best": NUM, "plan": dict, "breakdown": BREAKDOWN,
+                              "vs_best": NUM, "interval_s": INTERVAL, "plan": dict, "breakdown": BREAKDOWN,
                               "train_cost": (TRAIN_COST, "null")}]},
     # one row per network of the instance (a flat instance: its nominal one)
     "simulate": {"status": STR, "iter_time_s": NUM, "breakdown": BREAKDOWN, "model_warnings": [STR],
                  "scenarios": [SCENARIO]},
     # one shape on every cluster: objective (nominal on a flat cluster) and its value objective_s
     "exhaustive": {"status": STR, "complete": BOOL, "objective": STR, "objective_s": NUM_OR_NULL,
-                   "iter_time_s": NUM_OR_NULL, "candidates": INT, "feasible": INT,
+                   "iter_time_s": NUM_OR_NULL, "interval_s": INTERVAL, "candidates": INT, "feasible": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "reason": (STR, "null"), "plan": (dict, "null")},
-    "verify": {"status": STR, "agree": BOOL, "iter_time_s": NUM_OR_NULL, "methods": [METHOD]},
+    # the methods are compared on quantile_s, the value each minimised (search.objective `quantile`)
+    "verify": {"status": STR, "agree": BOOL, "quantile": STR, "iter_time_s": NUM_OR_NULL,
+               "quantile_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
                  "rows_refused": [STR],
                  "rows": [{"id": STR, "predicted_iter_time_s": NUM, "measured_iter_time_s": NUM,
@@ -91,7 +94,8 @@ SCHEMAS: dict[str, dict] = {
     "timeline": {"status": STR, "iterations": NUM, "upper_bound_iterations": NUM, "gap": NUM,
                  "switch_s": NUM, "solve_time_s": NUM, "plan_per_period": [INT]},
     "replan": {"status": STR, "event": STR, "before_s": NUM, "current_after_event_s": NUM,
-               "new_s": NUM_OR_NULL, "switch_s": NUM, "pays_off": BOOL, "solve_time_s": NUM},
+               "current_after_event_interval_s": INTERVAL, "new_s": NUM_OR_NULL, "new_interval_s": INTERVAL,
+               "switch_s": NUM, "pays_off": BOOL, "solve_time_s": NUM},
     "partition": {"status": STR, "agree": BOOL, "tp": INT,
                   "front": [{"time_s": NUM, "act_bytes": NUM, "workspace_bytes": NUM,
                              "grad_sync_s": NUM, "milp_time_s": NUM_OR_NULL, "agree": BOOL}]},

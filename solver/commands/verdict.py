@@ -21,28 +21,35 @@ def exhaustive_method(inst, objective: str, max_candidates: int, progress: bool,
                                time_limit_s=deadline.remaining_s())
         if not ex.complete:
             raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} {unit}")
-        return ("exhaustive", "optimal" if ex.plan else "infeasible", ex.objective_s, ex.wall_time_s, "")
+        value = ex.objective_s if ex.quantile_s is None else ex.quantile_s  # what it minimised
+        return ("exhaustive", "optimal" if ex.plan else "infeasible", value, ex.wall_time_s, "", ex.objective_s)
     except (SpaceTooLarge, TimeoutError) as e:
-        return ("exhaustive", "skipped", None, None, str(e))
+        return ("exhaustive", "skipped", None, None, str(e), None)
 
 
-def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None) -> int:
+def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None,
+                  quantile: str = "mean") -> int:
     """verify's verdict and output, for homogeneous and mixed clusters alike. Only methods that
-    proved their answer ("optimal" or "infeasible") are compared; the verdict names them and
-    every method left out (skipped, or stopped without a proof). Exit 0 only when every method
-    was compared and all agree."""
+    proved their answer ("optimal" or "infeasible") are compared, on the value each minimised
+    (`quantile`, search.objective, of the network `objective`: what the proof is for); the
+    verdict names them and every method left out (skipped, or stopped without a proof). Exit 0
+    only when every method was compared and all agree."""
     proved = [m for m in methods if m[1] in ("optimal", "infeasible")]
     left_out = [m for m in methods if m[1] not in ("optimal", "infeasible")]
     values = [m[2] for m in proved]
     agree = bool(proved) and methods_agree(values, tol_s)
     verified = agree and not left_out
     if args.json:
-        _verify_json(methods, proved, left_out, agree, verified, objective)
+        _verify_json(methods, proved, left_out, agree, verified, objective, quantile)
     else:
-        what = "iteration time (s)" if objective in (None, "nominal") else f"{objective} objective (s)"
-        print(table(["method", "status", what, "time"],
-                    [[m, st, "-" if v is None else f"{v:.9g}", note if t is None else f"{t:.2f} s"]
-                     for m, st, v, t, note in methods], align="llrl"))
+        what = "iteration time" if objective in (None, "nominal") else f"{objective} objective"
+        heads = ["method", "status", f"{what} (s)" if quantile == "mean" else f"{what} at {quantile} (s)"]
+        heads += [] if quantile == "mean" else ["predicted (s)"]
+        print(table([*heads, "time"],
+                    [[m, st, "-" if v is None else f"{v:.9g}",
+                      *([] if quantile == "mean" else ["-" if p is None else f"{p:.9g}"]),
+                      note if t is None else f"{t:.2f} s"]
+                     for m, st, v, t, note, p in methods], align="llr" + "r" * (quantile != "mean") + "l"))
         print(_verdict_line(proved, left_out, agree, verified))
     return 0 if verified else EXIT_DISAGREE
 
@@ -61,13 +68,16 @@ def _verdict_line(proved: list[tuple], left_out: list[tuple], agree: bool, verif
     return f"NOT VERIFIED: {compared}; not compared: {why}"
 
 
-def _verify_json(methods, proved, left_out, agree: bool, verified: bool, objective: str | None) -> None:
+def _verify_json(methods, proved, left_out, agree: bool, verified: bool, objective: str | None,
+                 quantile: str) -> None:
+    # iter_time_s: the predicted time; quantile_s: the value compared (quantile: search.objective)
     out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
            "agree": agree, "verified": verified,
            "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
-           "iter_time_s": proved[0][2] if agree else None,
-           "methods": [{"method": m, "status": st, "iter_time_s": v, "solve_time_s": t, "note": note}
-                       for m, st, v, t, note in methods]}
+           "quantile": quantile, "iter_time_s": proved[0][5] if agree else None,
+           "quantile_s": proved[0][2] if agree else None,
+           "methods": [{"method": m, "status": st, "iter_time_s": p, "quantile_s": v, "solve_time_s": t,
+                        "note": note} for m, st, v, t, note, p in methods]}
     if objective is not None:
         out["objective"] = objective
     emit_json(out)

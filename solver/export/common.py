@@ -295,6 +295,9 @@ class Prediction:
     peak_mem_bytes: float
     capacity_bytes: float
     fits: bool
+    # the 10th-90th percentile band of the measured time (cost/trust.plan_trust), as `plan`,
+    # `simulate` and `compare` print it; None where no published row prices one
+    interval_s: tuple[float, float] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,10 +308,13 @@ class Comparison:
 
 def predict(inst: Instance, plan: Plan) -> Prediction:
     from paraplan.cost.simulate import simulate
+    from paraplan.cost.trust import plan_trust
 
     bd = simulate(inst, plan)
     worst = max(bd.stages, key=lambda s: s.mem_bytes / s.capacity_bytes)
-    return Prediction(bd.iter_time_s, worst.mem_bytes, worst.capacity_bytes, bd.fits)
+    band = plan_trust(inst, plan, bd.iter_time_s).interval_s
+    return Prediction(bd.iter_time_s, worst.mem_bytes, worst.capacity_bytes, bd.fits,
+                      None if band is None else (float(band[0]), float(band[1])))
 
 
 def compare(inst: Instance, plan: Plan, emitted: Emitted) -> Comparison:

@@ -39,7 +39,8 @@ new job; a job's display `name` does not count. paraplan's own catalogue and cos
 hashed: after upgrading paraplan, start a new CSV rather than --resume an old one.
 
 Results: one row per job, appended to the CSV as each job finishes and flushed at once; the
-columns are `COLUMNS`: the solve's status, time, bound and gap, then the plan's degrees (tp, pp,
+columns are `COLUMNS`: the solve's status, time (with the low and high ends of its 80%
+interval, cost/trust.py, as `plan` prints it), bound and gap, then the plan's degrees (tp, pp,
 dp, cp, micro_batch, zero), tokens_per_s, mfu and peak_mem_gib (the most loaded stage's memory
 per GPU), then with job.train_tokens the time to train, GPU-hours and (with job.usd_per_gpu_hour)
 cost, each with the low and high ends of the plan's trust interval (cost/train_cost.py),
@@ -105,7 +106,8 @@ from paraplan.solver.result_json import json_safe, result_json
 BACKENDS = ("cpsat", "milp")
 DONE_STATUSES = ("optimal", "feasible", "infeasible", "timeout")
 FAILED = "failed"
-COLUMNS = ("job_id", "instance", "inputs", "status", "iter_time_s", "bound_s", "gap",
+COLUMNS = ("job_id", "instance", "inputs", "status", "iter_time_s", "iter_time_low_s", "iter_time_high_s",
+           "bound_s", "gap",
            "solve_time_s", "backend", "tp", "pp", "dp", "cp", "micro_batch", "zero",
            "tokens_per_s", "mfu", "peak_mem_gib", "train_time_s", "train_time_low_s",
            "train_time_high_s", "gpu_hours", "gpu_hours_low", "gpu_hours_high", "cost_usd",
@@ -499,6 +501,9 @@ class _Results:
                                                "reason")})
             if result.get("plan"):
                 row.update({k: result["plan"].get(k) for k in _PLAN_COLUMNS})
+            band = (result.get("trust") or {}).get("interval_s")
+            if band:  # the predicted time's 80% interval, as `plan` prints it (cost/trust.py)
+                row.update({"iter_time_low_s": band[0], "iter_time_high_s": band[1]})
             bd = result.get("breakdown")
             if bd:
                 row.update({"tokens_per_s": bd["tokens_per_s"], "mfu": bd["mfu"],
