@@ -30,6 +30,13 @@ layers, hand-offs, syncs and the quantile factor only add or scale by >= 1) is o
 is the least over. With v > 1 the interleaved pipeline takes (m - 1/v) max_s T_s + sum_s T_s / v
 with n_s multiples of v, which is fill_drain_s(.., v m) / v with n_s >= 1 relaxed (callers use
 it only where no embedding / loss slot shifts the split).
+
+After pricing, the gradient sync after the last backward, max_s (d_s + n_s g_s), is read with
+the pipeline too (fill_drain_sync_s): the least over levels W of the slowest sync of W plus J
+with each stage capped at the layers whose sync fits W (8 types: the split that balances the
+pipeline piles layers on the B200 stages, whose sync then leads: 0.217 s against a separate
+bound of 0.131 s, and the priced bound 2.140 s against the DP's optimum 2.228 s, which the
+joint bound now reaches).
 """
 
 from __future__ import annotations
@@ -139,37 +146,135 @@ def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
     return np.where(feasible, G, np.inf)
 
 
-def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray) -> np.ndarray:
+# levels of the slowest sync tried per kind of stage (fill_drain_sync_s): from the least a split
+# can have; past them, one bound
+SYNC_WINDOW_LEVELS = 12
+# sync levels read per row at once, least first (fill_drain_sync_s stops at the least F so far)
+SYNC_LEVELS_AT_ONCE = 4
+# a stage's layers at a sync level are counted with this much room (a count one too high only
+# lowers the bound): the level and the configuration's own sync are the same sum d + n g, but
+# need not round alike
+SYNC_ROOM = 1e-9
+
+
+def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
+                      caps: np.ndarray | None, d: np.ndarray, g: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row by row, the least over integer splits n (1 <= n_s <= cap_s, sum_s n_s = L) of
+        J_v(n) + max_s (d_s + n_s g_s),   J_v(n) = ((m - 1) max_s T_s + sum_s T_s) / v,
+    T_s = a_s + n_s t_s: a lone pipeline and the gradient sync after its last backward, read
+    together (kinds as fill_drain_s; d, g: (N, K) >= 0, each kind's stage and per-layer sync;
+    v: (N,) >= 1, m read as fill_drain_s reads it). The two apart (the least J plus the least
+    slowest sync) leave out that the split balancing the pipeline piles layers on the fastest
+    GPUs, whose syncs then take longest (issue 33, 8 types: 26 stages, the B200 stages' sync
+    0.217 s against a separate bound of 0.131 s).
+
+    How: for a level W, a stage of kind j holds at most w_j(W) = #{k : d_j + k g_j <= W}
+    layers where the slowest sync is at most W (any number where g_j = 0 and d_j <= W, none
+    where d_j > W). A split whose slowest sync is W* (some d_j + k g_j) has
+    J_v(n) >= fill_drain_s(caps min w(W*)) / v, so its value is at least
+    F(W*) = W* + fill_drain_s(.., min(caps, w(W*))) / v; the least F over the levels is at
+    most every split's value. Below W_lo = max_j (d_j + g_j) (every stage holds a layer) and,
+    where every g_j > 0, (L + sum_j c_j d_j / g_j) / sum_j c_j / g_j (the stages must hold L
+    layers), no split fits; SYNC_WINDOW_LEVELS levels per kind are tried from there, and a
+    split whose slowest sync is past them, at least the least level past them W_top, is at
+    least W_top + fill_drain_s(.., caps) / v (fill_drain_s falls as the caps grow). Exact
+    where the window's least is below that; a bound always. inf where no split fits; -inf (no
+    bound) where a present kind's g is negative or a sync is not finite."""
+    a, t, count = np.asarray(a, float), np.asarray(t, float), np.asarray(count, float)
+    d, g = np.asarray(d, float), np.asarray(g, float)
+    N, K = t.shape
+    m = np.broadcast_to(np.asarray(m, float), (N,))
+    v = np.broadcast_to(np.asarray(v, float), (N,))
+    most = float(layers)
+    cap = np.full((N, K), most) if caps is None else np.minimum(np.asarray(caps, float), most)
+    free = fill_drain_s(a, t, count, layers, m, cap) / v  # J_v with no sync level: the tail's
+    # no split fits where free is inf; -inf (no bound) where a sync term is not a number >= 0
+    present = count > 0
+    out = np.where(np.isinf(free), np.inf, -np.inf)
+    ok = (np.isfinite(free) & np.isfinite(np.where(present, d, 0.0)).all(1)
+          & (np.where(present, g, 0.0) >= 0).all(1) & np.isfinite(np.where(present, g, 0.0)).all(1))
+    rows = np.flatnonzero(ok)
+    if not len(rows):
+        return out
+    a, t, count, cap, d, g, m, v = (x[rows] for x in (a, t, count, cap, d, g, m, v))
+    present, free = count > 0, free[rows]
+    R = len(rows)
+    pos = present & (g > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(pos.all(1, where=present) & pos.any(1),
+                          (layers + np.where(pos, count * d / g, 0.0).sum(1)) / np.where(pos, count / g, 0.0).sum(1),
+                          -np.inf)
+        w_lo = np.maximum(np.where(present, d + g, -np.inf).max(1), spread)
+        start = np.where(pos, np.maximum(1.0, np.floor((w_lo[:, None] - d) / g) - 1), 1.0)
+    S = SYNC_WINDOW_LEVELS
+    k = start[:, :, None] + np.arange(S, dtype=float)[None, None, :]  # (R, K, S)
+    levels = d[:, :, None] + k * g[:, :, None]
+    # a kind without a per-layer sync has one level, d_j
+    levels = np.where(present[:, :, None] & (k <= cap[:, :, None]) & (pos[:, :, None] | (k == start[:, :, None])),
+                      levels, np.inf)
+    past = start + S
+    w_top = np.where(pos & (past <= cap), d + past * g, np.inf).min(1)
+    W = np.sort(levels.reshape(R, K * S), axis=1)  # (R, levels), least first
+    with np.errstate(invalid="ignore"):
+        best = np.where(np.isfinite(w_top), w_top + free, np.inf)  # the tail's bound
+    # levels in increasing order, a few at a time: F(W) >= W + free, so a level at or above the
+    # least F so far cannot lower it and is not read (the least of the rest is the same)
+    for c0 in range(0, K * S, SYNC_LEVELS_AT_ONCE):
+        cols = W[:, c0:c0 + SYNC_LEVELS_AT_ONCE]
+        todo = np.isfinite(cols) & (cols + free[:, None] < best[:, None])
+        r, c = np.nonzero(todo)
+        if not len(r):
+            break
+        w = cols[r, c]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            held = np.where(g[r] > 0, np.floor((w[:, None] * (1 + SYNC_ROOM) - d[r]) / g[r] + SYNC_ROOM),
+                            np.where(d[r] <= w[:, None] * (1 + SYNC_ROOM), most, 0.0))
+        held = np.nan_to_num(np.clip(held, 0.0, cap[r]), nan=0.0, posinf=0.0)
+        F = w + fill_drain_s(a[r], t[r], count[r], layers, m[r], held) / v[r]
+        np.minimum.at(best, r, F)
+    out[rows] = best
+    return out
+
+
+def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
+                         rate: np.ndarray | None = None) -> np.ndarray:
     """Row by row, at most J of the module docstring with every stage term 0 (t, count: (N, K)
     kinds as fill_drain_s, t > 0; m: (N,)), in K^2 operations a row: the least over real splits
-    (n_s >= 1, T_s = n_s t_s), which include the integer ones. Over a level Z >= Z0 =
-    max(t_max, L / sum_j c_j / t_j) (below it no split holds every layer with each stage at
-    most Z), G(Z) fills the L - pp layers past each stage's first into the kinds in increasing
-    t, kind j taking c_j (Z / t_j - 1); G is convex, piecewise linear, its slope changing only
-    where one more kind is needed, at Z_j = (L - pp + sum_(i<=j) c_i) / sum_(i<=j) c_i / t_i
-    (kinds 1..j just hold every layer), so (m - 1) Z + G(Z) is least at Z0 or at some
-    max(Z_j, Z0), each evaluated. inf where a present kind's floor is not finite."""
+    (n_s >= 1, T_s = n_s t_s), which include the integer ones. Read by kind: kind j's c_j
+    stages hold n_j >= c_j layers at cost t_j each and, where no stage passes Z, at most
+    r_j Z of them (r_j = c_j / t_j). Over a level Z >= Z0 = max(max_j c_j / r_j, the Z where
+    sum_j r_j Z reaches L) (below it no split holds every layer with each stage at most Z),
+    G(Z) fills the L - sum_j c_j layers past each stage's first into the kinds in increasing
+    t, kind j taking r_j Z - c_j; G is convex, piecewise linear, its slope changing only where
+    one more kind is needed, at Z_j = (L - sum c + sum_(i<=j) c_i) / sum_(i<=j) r_i (kinds
+    1..j just hold every layer), so (m - 1) Z + G(Z) is least at Z0 or at some max(Z_j, Z0),
+    each evaluated. `rate`: r_j where given (else c_j / t_j), a kind that stands for several
+    (FamilyBounds.fill_drain_family: a group at any of its tp values, each term at its
+    least cost and most room): the least of the same problem with c_j / r_j <= Z. inf where a
+    present kind's floor is not finite, or the kinds' c_j sum past L."""
     t, count = np.asarray(t, float), np.asarray(count, float)
     N, K = t.shape
     out = np.full(N, np.inf)
     if N == 0:
         return out
     present = count > 0
-    ok = np.isfinite(np.where(present, t, 1.0)).all(1) & (count.sum(1) <= layers)
+    rate = np.where(present, count / np.where(present, t, 1.0), 0.0) if rate is None else np.asarray(rate, float)
+    ok = (np.isfinite(np.where(present, t, 1.0)).all(1) & np.isfinite(np.where(present, rate, 1.0)).all(1)
+          & (count.sum(1) <= layers))
     r = np.flatnonzero(ok)
     t, count, m = t[r], count[r], np.broadcast_to(np.asarray(m, float), (N,))[r]
     t = np.where(count > 0, t, np.inf)  # an absent kind: no room, no cost
     order = np.argsort(t, axis=1, kind="stable")
     t, c = np.take_along_axis(t, order, axis=1), np.take_along_axis(count, order, axis=1)
-    rate = np.where(c > 0, c / t, 0.0)
+    rate = np.where(c > 0, np.take_along_axis(rate[r], order, axis=1), 0.0)
     extra = layers - c.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         zj = (extra + np.cumsum(c, axis=1)) / np.cumsum(rate, axis=1)
-    tmax = np.where(c > 0, t, -np.inf).max(axis=1, keepdims=True)
+        tmax = np.where(c > 0, c / rate, -np.inf).max(axis=1, keepdims=True)  # t_j where r_j = c_j / t_j
     z0 = np.maximum(tmax, zj[:, -1:])
     Z = np.concatenate([z0, np.maximum(np.nan_to_num(zj, nan=np.inf), z0)], axis=1)  # (rows, levels)
     with np.errstate(invalid="ignore"):
-        room = np.where(c[:, None, :] > 0, c[:, None, :] * (Z[:, :, None] / t[:, None, :] - 1), 0.0)
+        room = np.where(c[:, None, :] > 0, rate[:, None, :] * Z[:, :, None] - c[:, None, :], 0.0)
         before = np.cumsum(room, axis=2) - room
         take = np.clip(extra[:, :, None] - before, 0, room)
         G = np.where(c > 0, c * t, 0.0).sum(axis=1)[:, None] + np.where(c[:, None, :] > 0, take * t[:, None, :], 0.0).sum(axis=2)
@@ -199,11 +304,13 @@ def priced_bounds_s(cs: list, allow_full_recompute: bool) -> np.ndarray:
         (m - 1/v) max T + sum T / v = ((v m - 1) max T + sum T) / v >= J(v m) / v
     with J fill_drain_s's exact least over those integer splits (J reads its m as v m), and
     max_s D_s >= max(max_s (d_s + v g_s), (sum_s d_s + L min_s g_s) / pp) (one_class.
-    lower_bound_s's). A configuration that counts the embedding / loss as a layer slot is read
-    through one_class.slot_relaxation (the same times, n'_s >= 1); a zero-bubble schedule's
-    drain credit is taken off as the tight bound's is (one_class.drain_credit_s). The sum of the
-    two least values is at most the least sum, so at most the configuration's optimum; lowered
-    by PRICED_SAFETY. inf where no split fits the caps."""
+    lower_bound_s's); their sum, and the two read together (fill_drain_sync_s, the least of
+    J_v + max_s D_s over the same splits), are each at most the least of the sum, so their
+    larger is. A configuration that counts the embedding / loss as a layer slot is read
+    through one_class.slot_relaxation (the same times, n'_s >= 1; d'_s + n'_s g_s its sync);
+    a zero-bubble schedule's drain credit is taken off as the tight bound's is (one_class.
+    drain_credit_s). So the bound is at most the configuration's optimum; lowered by
+    PRICED_SAFETY. inf where no split fits the caps."""
     from paraplan.solver.bounds import one_class  # here: one_class's bounds are not read at import
 
     out = np.full(len(cs), np.inf)
@@ -217,33 +324,41 @@ def priced_bounds_s(cs: list, allow_full_recompute: bool) -> np.ndarray:
         u = np.stack([r.recompute_time_s for _, r, _ in items])
         t = np.where(u < 0, t + u, t)
         caps = np.stack([_caps(r, allow_full_recompute) for _, r, _ in items])
-        a, t, count, caps = _as_kinds(a, t, caps)
         v = np.array([r.outer.virtual_stages for _, r, _ in items], float)
         m = np.array([r.outer.num_micro_batches for _, r, _ in items], float)
         d = np.stack([r.stage_sync_time_s for _, r, _ in items])
         g = np.stack([r.layer_sync_time_s for _, r, _ in items])
         sync = np.maximum((d + v[:, None] * g).max(axis=1), (d.sum(axis=1) + L * g.min(axis=1)) / pp)
-        j = fill_drain_s(a, t, count, L, v * m, caps)
+        a, t, count, caps, d, g = _as_kinds(a, t, caps, d, g)
+        # the orders of one pipeline's stages often give the same kinds: each read once
+        _, first, back = np.unique(np.concatenate([a, t, count, caps, d, g, v[:, None], m[:, None]], axis=1),
+                                   axis=0, return_index=True, return_inverse=True)
+        a, t, count, caps, d, g, vu, mu = (x[first] for x in (a, t, count, caps, d, g, v, m))
+        apart = fill_drain_s(a, t, count, L, vu * mu, caps)[back.ravel()] / v + sync
+        together = fill_drain_sync_s(a, t, count, L, vu * mu, caps, d, g, vu)[back.ravel()]
         credit = np.array([x for _, _, x in items])
-        out[[i for i, _, _ in items]] = (j / v + sync - credit) * (1 - PRICED_SAFETY)
+        out[[i for i, _, _ in items]] = (np.maximum(apart, together) - credit) * (1 - PRICED_SAFETY)
     return out
 
 
-def _as_kinds(a: np.ndarray, t: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per row of (N, pp) stage terms, floors and caps, its stages grouped into kinds of equal
-    (a, t, cap), padded with absent kinds (count 0) to the most kinds of any row: fill_drain_s
-    then reads K kinds, not pp stages. Exact (identical stages share one list of levels), and
-    what keeps a long pipeline's bound in memory: its work is K^2 x WINDOW_LEVELS floats a row,
-    so 1,024 distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds."""
+def _as_kinds(a: np.ndarray, t: np.ndarray, caps: np.ndarray, d: np.ndarray,
+              g: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row of (N, pp) stage terms, floors, caps and syncs (stage d, per layer g), its stages
+    grouped into kinds of equal (a, t, cap, d, g), padded with absent kinds (count 0) to the
+    most kinds of any row: (a, t, count, caps, d, g), (N, K) each. fill_drain_s then reads K
+    kinds, not pp stages. Exact (identical stages share one list of levels), and what keeps a
+    long pipeline's bound in memory: its work is K^2 x WINDOW_LEVELS floats a row, so 1,024
+    distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds."""
     N, pp = t.shape
-    kinds = [np.unique(np.stack([a[i], t[i], caps[i]], axis=1), axis=0, return_counts=True) for i in range(N)]
+    kinds = [np.unique(np.stack([a[i], t[i], caps[i], d[i], g[i]], axis=1), axis=0, return_counts=True)
+             for i in range(N)]
     K = max(len(c) for _, c in kinds)
-    out_a, out_t = np.zeros((N, K)), np.ones((N, K))
-    out_count, out_caps = np.zeros((N, K)), np.zeros((N, K))
+    out = [np.zeros((N, K)), np.ones((N, K)), np.zeros((N, K)), np.zeros((N, K)), np.zeros((N, K)), np.zeros((N, K))]
     for i, (rows, c) in enumerate(kinds):
         k = len(c)
-        out_a[i, :k], out_t[i, :k], out_caps[i, :k], out_count[i, :k] = rows[:, 0], rows[:, 1], rows[:, 2], c
-    return out_a, out_t, out_count, out_caps
+        for x, col in zip(out, (rows[:, 0], rows[:, 1], c, rows[:, 2], rows[:, 3], rows[:, 4])):
+            x[i, :k] = col
+    return tuple(out)
 
 
 def _caps(c, allow_full_recompute: bool) -> np.ndarray:

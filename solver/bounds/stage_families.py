@@ -50,6 +50,13 @@ configuration's bound before pricing: a family or a tp choice whose bound cannot
 value holds no configuration that can, and the search's answer, with its tie rule, is that of
 the full listing.
 
+Where the space runs v = 1 only and no idle GPUs (8 types: 2,717 families keyed before the
+search, up to 4^8 tp choices each), a family is keyed instead by FamilyBounds.fill_drain_family:
+the same fill-and-drain relaxation with each group at any of its tp values (its least floor,
+least stage count and largest count / floor), at most every tp choice's fill_drain_choices
+bound without listing the choices, under the same margin; the choices are computed only for a
+family the search opens.
+
 A tp choice or class-layout option that solver/bounds/class_memory.py proves unable to fit
 memory in any order, micro-batch size, mode or ZeRO stage is bounded inf: its configurations
 are all refused by memory (before or after pricing), so none is a candidate and the tie rule
@@ -214,9 +221,42 @@ class FamilyBounds:
         return self.replica_bound(fam) if isinstance(fam, ReplicaFamily) else self.bound(fam)
 
     def replica_bound(self, fam: ReplicaFamily) -> float:
-        """The least bound of the family's class layouts (replica_combos)."""
-        _, bounds = self.replica_combos(fam)
-        return float(bounds.min()) if bounds.size else float("inf")
+        """At most the least bound of the family's class layouts (replica_combos), without
+        listing them: replica_combos' z grows with each class layout's bubble sum_k x_k (pp_k -
+        1) and falls with its rate sum_g U_g / f_g, and its least term is the largest over the
+        groups of each group's own; so each group's least bubble, largest rate and least such
+        term over its options (those class_memory.py leaves; none: inf) give at most every
+        layout's z, and where M is below the least stage slots sum_g min U_g (or twice that at
+        v > 1) no layout has a pipeline (inf). Per b, aggregated, the least over b, times the
+        factor, as replica_combos (8 types: 988 families keyed, 2.6 s of CPU for their class
+        layouts' grids)."""
+        inst = self.inst
+        L, gb = inst.model.layers, inst.job.global_batch
+        every = replica_options(inst, dict.fromkeys(fam.used, fam.tp), fam.used, fam.cp)
+        groups = inst.cluster.groups
+        ranks = (fam.cp * len(fam.used), fam.cp * sum(groups[g].num_gpus // (fam.tp * fam.cp) for g in fam.used))
+        bubble = slots = 0.0
+        den, least = 0.0, np.zeros((len(self.mbs), len(self.idx)))
+        for g, opts in zip(fam.used, every):
+            kept = [o for o in opts if self.memory is None or not any(
+                self.memory.replica_class_refused(g, fam.tp, fam.cp, c.pp, ranks) for c in o)]
+            if not kept:
+                return float("inf")
+            f = self.floor(g, fam.tp, fam.cp)
+            bubble += min(sum(c.replicas * (c.pp - 1) for c in o) for o in kept)
+            u = [sum(c.replicas * c.pp for c in o) for o in kept]
+            slots += min(u)
+            den = den + max(u) / f
+            least = np.maximum(least, L * min(max(2 - 1 / c.pp for c in o) for o in kept) * f)
+        M = np.floor(gb / self.mbs)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(M >= slots, L * (M + bubble) / den, np.inf)
+            if self.v_max >= 2:
+                z = np.minimum(z, np.where(M >= 2 * slots, L * (M + bubble / self.v_max) / den, np.inf))
+            z = np.maximum(z, least)
+        z = np.where(np.isnan(z), np.inf, z)
+        per_mb = z.max(axis=1) if self.agg == "max" else z @ np.asarray(self.weights, float)
+        return float(per_mb.min() * self.factor(fam.used, fam.cp, (1, 2)))
 
     def replica_combos(self, fam: ReplicaFamily) -> tuple[np.ndarray, np.ndarray]:
         """(index in the product of class_layouts.replica_options, bound) of each of the
@@ -291,9 +331,46 @@ class FamilyBounds:
         return tuple(c for group in reversed(picks) for c in group)
 
     def bound(self, fam: StageFamily) -> float:
-        """The least bound of the family's tp choices (combos)."""
+        """A bound of every tp choice of the family: at v = 1 only and without idle GPUs,
+        fill_drain_family (each group at any of its tp values, read without listing the
+        choices); else the least bound of its tp choices (combos)."""
+        if not self.inst.search.idle_gpus and self.v_max < 2:
+            return self.fill_drain_family(fam)
         _, bounds = self.combos(fam)
         return float(bounds.min()) if bounds.size else float("inf")
+
+    def fill_drain_family(self, fam: StageFamily) -> float:
+        """At most every tp choice's fill_drain_choices bound at v = 1, without computing each
+        (8 types: families of up to 4^8 tp choices, 2,717 families keyed before the search).
+        A choice's pipeline at v = 1 is at least fill_drain_relaxed_s of its stages (group g's
+        c_g(t_g) stages at the floor f_g(t_g): fill_drain_choices), the least over real Z and
+        n (layers per group) of (m - 1) Z + sum_g f_g n_g with c_g <= n_g <= c_g Z / f_g and
+        sum_g n_g = L. Each constraint and cost only loosens with f_g, c_g and c_g / f_g
+        replaced by their least, least and largest over the group's tp values left in the
+        family, so the same problem on those (fill_drain_relaxed_s with `rate`) is at most the
+        choice's, at every Z; where the least c_g over all groups exceeds L, no choice has a
+        pipeline (inf). Per micro-batch size b, at the lone class's m = (global batch / b) / dp
+        >= 1, aggregated over scenarios, the least over b, times the family's least quantile
+        factor, as combos. Memory is not read (class_memory's refusals only raise a choice)."""
+        inst, L, gb = self.inst, self.inst.model.layers, self.inst.job.global_batch
+        nb, ns = len(self.mbs), len(self.idx)
+        G = len(fam.used)
+        lo, count, rate = np.empty((nb, ns, G)), np.empty(G), np.empty((nb, ns, G))
+        for k, g in enumerate(fam.used):
+            tps = [t for _, t in fam.tps[k]]
+            n = inst.cluster.groups[g].num_gpus
+            c = np.array([n // (t * fam.cp * fam.dp) for t in tps], float)
+            fs = np.stack([self.floor(g, t, fam.cp) for t in tps])  # (tps, mbs, scenarios)
+            with np.errstate(divide="ignore"):
+                lo[:, :, k], rate[:, :, k] = fs.min(axis=0), (c[:, None, None] / fs).max(axis=0)
+            count[k] = c.min()
+        m = np.floor(gb / self.mbs) / fam.dp  # (mbs,)
+        rows = np.repeat(m, ns)
+        j = fill_drain_relaxed_s(lo.reshape(-1, G), np.broadcast_to(count, (nb * ns, G)), L,
+                                 np.maximum(rows, 1.0), rate.reshape(-1, G)).reshape(nb, ns)
+        z = np.where((m >= 1)[:, None] & ~np.isnan(j), j, np.inf)
+        per_mb = z.max(axis=1) if self.agg == "max" else z @ np.asarray(self.weights, float)
+        return float(per_mb.min() * self.factor(fam.used, fam.cp, (G,)))
 
     def combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray]:
         """(index in tp_choices, bound) of each of the family's tp choices, in declared order
@@ -402,17 +479,18 @@ class FamilyBounds:
 
     def choices(self, fam, can_win) -> list[tuple[int, float]]:
         """(index, bound) of the family's tp choices (a StageFamily) or class layouts (a
-        ReplicaFamily) whose bound can still win (`can_win(bound)`), in declared order."""
+        ReplicaFamily) whose bound can still win (`can_win(bound)`, true below some bound and
+        false above it, as the search's test against its bar is), in declared order."""
         if isinstance(fam, ReplicaFamily):
             index, bounds = self.replica_combos(fam)
-            keep = [k for k, lb in enumerate(bounds.tolist()) if can_win(lb)]
+            keep = _winning(bounds, can_win)
             return list(zip(index[keep].tolist(), bounds[keep].tolist()))
         index, bounds, terms = self._combos(fam)
-        keep = [k for k, lb in enumerate(bounds.tolist()) if can_win(lb)]
-        if keep and not self.inst.search.idle_gpus:
+        keep = _winning(bounds, can_win)
+        if len(keep) and not self.inst.search.idle_gpus:
             bounds = bounds.copy()
-            bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep, terms))
-            keep = [k for k in keep if can_win(float(bounds[k]))]
+            bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep.tolist(), terms))
+            keep = keep[_winning(bounds[keep], can_win)]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
@@ -423,3 +501,20 @@ class FamilyBounds:
             rest, i = divmod(rest, len(values[k]))
             tpg[fam.used[k]] = values[k][i]
         return dict(sorted(tpg.items()))
+
+
+def _winning(bounds: np.ndarray, can_win) -> np.ndarray:
+    """The positions, in order, of `bounds` that can still win: `can_win` read on the distinct
+    values by bisection (it holds below some bound and fails above it), not once per choice
+    (8 types: 651,456 tests of the search's bar in one run)."""
+    values = np.unique(bounds)  # sorted; inf and nan last
+    lo, hi = 0, len(values)  # can_win holds on values[:lo] and fails on values[hi:]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if can_win(float(values[mid])):
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(bounds <= values[lo - 1])

@@ -106,6 +106,97 @@ def test_the_relaxed_bound_lies_between_the_separate_terms_and_the_exact_one():
         assert sep * (1 - 1e-12) <= relaxed <= exact * (1 + 1e-12)
 
 
+def test_a_kind_read_at_any_of_its_choices_bounds_each_choice():
+    # FamilyBounds.fill_drain_family: each group at any of its tp values, read as its least
+    # floor, least stage count and largest count / floor (fill_drain_relaxed_s with `rate`), is
+    # at most the relaxed bound of every combination of the groups' values, and equals it where
+    # each group has one value
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        G = int(rng.integers(1, 4))
+        opts = [[(float(rng.uniform(0.1, 2.0)), int(rng.integers(1, 5))) for _ in range(int(rng.integers(1, 4)))]
+                for _ in range(G)]
+        layers, m = int(rng.integers(G, 30)), float(rng.integers(1, 12))
+        lo = np.array([[min(f for f, _ in o) for o in opts]])
+        least = np.array([[min(c for _, c in o) for o in opts]], float)
+        most = np.array([[max(c / f for f, c in o) for o in opts]])
+        family = fill_drain_relaxed_s(lo, least, layers, np.array([m]), most)[0]
+        each = [fill_drain_relaxed_s(np.array([[f for f, _ in pick]]), np.array([[c for _, c in pick]], float),
+                                     layers, np.array([m]))[0] for pick in itertools.product(*opts)]
+        assert family <= min(each) * (1 + 1e-12)
+        if all(len(o) == 1 for o in opts):
+            assert family == pytest.approx(each[0], rel=1e-12) or family == each[0] == np.inf
+
+
+def _enumerated_with_sync(a, t, count, layers, m, cap, d, g, v) -> float:
+    """min over every split n (1 <= n_s <= cap_s, sum n = layers) of the pipeline and its
+    slowest gradient sync, ((m - 1) max_s T_s + sum_s T_s) / v + max_s (d_s + n_s g_s) with
+    T_s = a_s + n_s t_s: cost/schedule.iteration_time_s's v = 1 form (m read as v m
+    otherwise, as priced_bounds_s reads it), written out. Kinds expanded into their stages."""
+    a, t, cap, d, g = (np.repeat(x, count) for x in (a, t, cap, d, g))
+    best = np.inf
+    for n in itertools.product(range(1, layers + 1), repeat=len(t)):
+        if sum(n) != layers or any(x > c for x, c in zip(n, cap)):
+            continue
+        n = np.array(n)
+        T = a + n * t
+        best = min(best, ((m - 1) * T.max() + T.sum()) / v + (d + n * g).max())
+    return best
+
+
+def _sync_case(rng, layers_most: int = 8):
+    """One random pipeline of 1-3 kinds with stage terms, caps and syncs (g = 0 among them)."""
+    K = rng.randint(1, 3)
+    count = np.array([rng.randint(0 if K > 1 else 1, 2) for _ in range(K)])
+    if not count.sum():
+        count[0] = 1
+    layers = rng.randint(int(count.sum()), layers_most)
+    t = np.array([rng.choice([0.5, 0.7, 1.0, 1.5, 3.0]) for _ in range(K)])
+    a = np.array([rng.choice([0.0, 0.0, 0.4, 1.2]) for _ in range(K)])
+    d = np.array([rng.choice([0.0, 0.3, 1.0]) for _ in range(K)])
+    g = np.array([rng.choice([0.0, 0.2, 0.5, 1.1]) for _ in range(K)])
+    m, v = float(rng.randint(1, 9)), float(rng.choice([1, 1, 2]))
+    cap = np.array([rng.randint(1, layers) for _ in range(K)]) if rng.random() < 0.3 else np.full(K, layers)
+    return a, t, count, layers, m, cap, d, g, v
+
+
+def _with_sync(a, t, count, layers, m, cap, d, g, v) -> float:
+    return fill_drain.fill_drain_sync_s(a[None], t[None], count[None], layers, np.array([m]), cap[None],
+                                        d[None], g[None], np.array([v]))[0]
+
+
+def test_the_pipeline_and_its_slowest_sync_read_together_are_the_least_over_every_split():
+    rng = random.Random(5)
+    lifted = 0
+    for _ in range(300):
+        case = _sync_case(rng)
+        got, want = _with_sync(*case), _enumerated_with_sync(*case)
+        assert got == pytest.approx(want, rel=1e-12) if np.isfinite(want) else got == np.inf
+        a, t, count, layers, m, cap, d, g, v = case
+        if np.isfinite(want):  # priced_bounds_s before: the two least values apart
+            apart = (fill_drain_s(a[None], t[None], count[None], layers, np.array([m]), cap[None])[0] / v
+                     + max((d + g)[count > 0].max(), ((count * d).sum() + layers * g[count > 0].min()) / count.sum()))
+            assert apart <= want * (1 + 1e-12)
+            lifted += want > apart * (1 + 1e-9)
+    assert lifted  # some splits where the two terms read together bind
+
+
+def test_a_narrow_window_of_sync_levels_still_bounds_every_split(monkeypatch):
+    # past its window of sync levels per kind, fill_drain_sync_s bounds the rest by
+    # W_top + J(caps) / v: with one or two levels it is below the least over every split
+    rng = random.Random(6)
+    below = 0
+    for window in (1, 2):
+        monkeypatch.setattr(fill_drain, "SYNC_WINDOW_LEVELS", window)
+        monkeypatch.setattr(fill_drain, "SYNC_LEVELS_AT_ONCE", 1)
+        for _ in range(150):
+            case = _sync_case(rng)
+            got, want = _with_sync(*case), _enumerated_with_sync(*case)
+            assert got <= want * (1 + 1e-12) if np.isfinite(want) else got == np.inf
+            below += np.isfinite(want) and got < want * (1 - 1e-9)
+    assert below  # the tail bound is what some rows read
+
+
 # many_types_instance seeds (three or four toy GPU types) whose stage-wise partial layouts the
 # new bound lifts above their configurations' bound before pricing (checked below: not vacuous)
 SEEDS = (1, 2, 11)
