@@ -190,24 +190,30 @@ def expert_host_s(local_experts: int, per_expert_call_s: float) -> float:
 # 1 x 128 activation tiles; DeepEP tests/test_internode.py: fp8_factor = (1 + 4 / 128) / 2 of bf16)
 FP8_DISPATCH_BYTES_PER_ELEMENT = 1 + 4 / 128
 
-# What DeepEP's normal (training) kernels move to ONE remote NVLink domain per second, per GPU:
-# 21.5 GB/s. Its sender streams a token into a ring of receive slots per channel and remote
-# rank (num_max_rdma_chunked_recv_tokens, csrc/kernels/internode.cu) and may refill a slot only
-# after the remote forwarder has drained it and written the head back over RDMA, so the bytes
-# in flight to one peer are capped and a single peer is served at that window over its round
-# trip, whatever the wire: rate = min(NIC, remote domains x this). Measured: DeepEP's README
-# table (docs/legacy.md; H800, one CX7 400 Gbit/s NIC a GPU, 4,096 tokens, hidden 7,168, top-8)
+# What DeepEP's normal (training) kernels of its V1 (and NVIDIA's HybridEP, which paraplan prices
+# as DeepEP) move to ONE remote NVLink domain per second, per GPU: 21.5 GB/s. The sender streams
+# a token into a ring of receive slots per channel and remote rank
+# (num_max_rdma_chunked_recv_tokens, csrc/kernels/internode.cu) and may refill a slot only after
+# the remote forwarder has drained it and written the head back over RDMA, so the bytes in
+# flight to one peer are capped and a single peer is served at that window over its round
+# trip, whatever the wire: rate = min(NIC, remote domains x this). Measured: DeepEP's V1 table
+# (docs/legacy.md; H800, one CX7 400 Gbit/s NIC a GPU, 4,096 tokens, hidden 7,168, top-8)
 # gives EP16 over 2 nodes 43 GB/s of "RDMA" traffic, a logical rate that counts a token once
-# per node it reaches, its own node included (tests/test_internode.py num_rdma_token_sent), so
-# half of it, 21.5 GB/s, crossed the wire to the one remote node: 0.43 of the NIC. The same
-# counting on EP32 and EP64 (3 and 7 remote nodes) gives 58 x 3/4 = 43.5 and 51 x 7/8 = 44.6
-# GB/s on the wire, NIC-bound (0.87-0.89), as 3 x 21.5 exceeds the NIC. Two nodes elsewhere
-# reproduce the single-peer rate: DeepEP on 2 x 8 H200 with CX7 (deepseek-ai/DeepEP issue 493:
-# 38.2-44.4 GB/s logical, 19.1-22.2 on the wire) and NVIDIA's HybridEP on 2 x 8 B300
-# (DeepEP issue 590: kernel-only 40.4-44.4 GB/s logical of 2 x 4,096 x 7,168 x 2 B, 20.2-22.2
-# on the wire). Not the wire itself: NVSHMEM's put benchmark reaches ~47 GB/s between two
-# H100 nodes (DeepEP issue 155), and NCCL's all-to-all reaches the NIC on two nodes (nccl-tests
-# issue 130), so Megatron's all-to-all dispatcher is priced at the NIC (all_to_all_time_s).
+# per node it reaches, its own node included (tests/test_internode.py num_rdma_token_sent; the
+# V2 README: "logical bandwidth ... contains local rank traffic"), so half of it, 21.5 GB/s,
+# crossed the wire to the one remote node: 0.43 of the NIC. The same counting on EP32 and
+# EP64 (3 and 7 remote nodes) gives 58 x 3/4 = 43.5 and 51 x 7/8 = 44.6 GB/s on the wire,
+# NIC-bound (0.87-0.89), as 3 x 21.5 exceeds the NIC. Other two-node V1 measurements put the
+# single peer at 19-31 GB/s: 2 x 8 H200 with CX7, 38.2-44.4 GB/s logical (deepseek-ai/DeepEP
+# issue 493), and Tencent's IBGDA multi-QP rework on H800, 47 (dispatch) and 62 (combine)
+# (DeepEP e0eaaf9's README; DeepSeek kept 43 for EP16: "almost the same on our H800 server",
+# PR 130); HybridEP on 2 x 8 B300, 40.4-44.4 GB/s logical, kernel only (DeepEP issue 590), and
+# NVIDIA's own tracking issue limits HybridEP to EP 8 on 8-GPU NVLink nodes until EP > 8 is
+# tuned (NVIDIA-NeMo/Megatron-Bridge issue 2883). Not the wire: NVSHMEM's put benchmark
+# reaches ~47 GB/s between two H100 nodes (DeepEP issue 155), NCCL's all-to-all reaches the
+# NIC on two nodes (nccl-tests issue 130; Megatron's all-to-all dispatcher is priced at the
+# NIC, all_to_all_time_s), and DeepEP's V2 (April 2026, not what the priced runs used) reaches
+# 90 and 81 GB/s logical on 2 H100-class nodes, 45 and 40.5 on the wire.
 DEEPEP_PEER_BYTES_PER_S = 21.5e9
 
 

@@ -1,6 +1,6 @@
 """DeepEP's network rate over few NVLink domains (cost/moe.DEEPEP_PEER_BYTES_PER_S, issue 31):
 a rank's network copies flow at min(NIC, remote domains x the single-peer rate). Each number is
-derived by hand in the comments from DeepEP's published benchmark (deepseek-ai/DeepEP
+derived by hand in the comments from DeepEP's published V1 benchmark (deepseek-ai/DeepEP
 docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding": H800, one CX7 400 Gbit/s NIC a
 GPU, 4,096 tokens, hidden 7,168, top-8 experts, FP8 dispatch and BF16 combine)."""
 
