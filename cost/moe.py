@@ -76,10 +76,13 @@ FP8 job the dispatch-direction all-to-alls (forward dispatch, and in backward th
 the combine, which DeepEP runs with its dispatch kernel) carry FP8 with one fp32 scale per 128
 elements, the combine-direction ones bf16 (DeepEP's README: DeepSeek-V3's pretraining setting,
 "FP8 dispatching and BF16 combining"; tests/test_internode.py's fp8_factor (1 + 4/128) / 2).
+The network copies flow at the NIC's rate, or, over one or two remote domains, at DeepEP's
+measured single-peer rate times their count (DEEPEP_PEER_BYTES_PER_S, deepep_network_bytes_per_s).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -187,6 +190,32 @@ def expert_host_s(local_experts: int, per_expert_call_s: float) -> float:
 # 1 x 128 activation tiles; DeepEP tests/test_internode.py: fp8_factor = (1 + 4 / 128) / 2 of bf16)
 FP8_DISPATCH_BYTES_PER_ELEMENT = 1 + 4 / 128
 
+# What DeepEP's normal (training) kernels of its V1 (and NVIDIA's HybridEP, which paraplan prices
+# as DeepEP) move to ONE remote NVLink domain per second, per GPU: 21.5 GB/s. The sender streams
+# a token into a ring of receive slots per channel and remote rank
+# (num_max_rdma_chunked_recv_tokens, csrc/kernels/internode.cu) and may refill a slot only after
+# the remote forwarder has drained it and written the head back over RDMA, so the bytes in
+# flight to one peer are capped and a single peer is served at that window over its round
+# trip, whatever the wire: rate = min(NIC, remote domains x this). Measured: DeepEP's V1 table
+# (docs/legacy.md; H800, one CX7 400 Gbit/s NIC a GPU, 4,096 tokens, hidden 7,168, top-8)
+# gives EP16 over 2 nodes 43 GB/s of "RDMA" traffic, a logical rate that counts a token once
+# per node it reaches, its own node included (tests/test_internode.py num_rdma_token_sent; the
+# V2 README: "logical bandwidth ... contains local rank traffic"), so half of it, 21.5 GB/s,
+# crossed the wire to the one remote node: 0.43 of the NIC. The same counting on EP32 and
+# EP64 (3 and 7 remote nodes) gives 58 x 3/4 = 43.5 and 51 x 7/8 = 44.6 GB/s on the wire,
+# NIC-bound (0.87-0.89), as 3 x 21.5 exceeds the NIC. Other two-node V1 measurements put the
+# single peer at 19-31 GB/s: 2 x 8 H200 with CX7, 38.2-44.4 GB/s logical (deepseek-ai/DeepEP
+# issue 493), and Tencent's IBGDA multi-QP rework on H800, 47 (dispatch) and 62 (combine)
+# (DeepEP e0eaaf9's README; DeepSeek kept 43 for EP16: "almost the same on our H800 server",
+# PR 130); HybridEP on 2 x 8 B300, 40.4-44.4 GB/s logical, kernel only (DeepEP issue 590), and
+# NVIDIA's own tracking issue limits HybridEP to EP 8 on 8-GPU NVLink nodes until EP > 8 is
+# tuned (NVIDIA-NeMo/Megatron-Bridge issue 2883). Not the wire: NVSHMEM's put benchmark
+# reaches ~47 GB/s between two H100 nodes (DeepEP issue 155), NCCL's all-to-all reaches the
+# NIC on two nodes (nccl-tests issue 130; Megatron's all-to-all dispatcher is priced at the
+# NIC, all_to_all_time_s), and DeepEP's V2 (April 2026, not what the priced runs used) reaches
+# 90 and 81 GB/s logical on 2 H100-class nodes, 45 and 40.5 on the wire.
+DEEPEP_PEER_BYTES_PER_S = 21.5e9
+
 
 def deepep_copies(m, ep: int, per_domain: int) -> tuple[float, float]:
     """(network, NVLink) copies of one token's hidden vector that one rank sends per DeepEP
@@ -210,14 +239,24 @@ def deepep_copies(m, ep: int, per_domain: int) -> tuple[float, float]:
     return network, nvlink
 
 
+def deepep_network_bytes_per_s(ep: int, links: EpLinks, net: NetEfficiency) -> float:
+    """The rate one rank's DeepEP network copies flow at: the NIC's, or, with few remote NVLink
+    domains, the per-peer window's (DEEPEP_PEER_BYTES_PER_S) times their count; a rank reaches
+    one peer in each remote domain (the rank of its own in-domain index)."""
+    g = max(1, min(links.per_domain, ep))
+    remote_domains = max(1, math.ceil(ep / g) - 1)
+    return min(links.inter.bw_bytes_per_s * net.inter_node, remote_domains * DEEPEP_PEER_BYTES_PER_S)
+
+
 def deepep_time_s(token_bytes: float, m, ep: int, links: EpLinks, net: NetEfficiency) -> float:
     """One DeepEP dispatch or combine in which one rank's tokens hold `token_bytes` (every token
     once, its imbalance included): the network and NVLink copies (deepep_copies) flow at once,
-    the slower sets the time; one call latency plus one hop's."""
+    the slower sets the time, the network's at deepep_network_bytes_per_s; one call latency
+    plus one hop's."""
     if ep <= 1 or token_bytes <= 0:
         return 0.0
     network, nvlink = deepep_copies(m, ep, links.per_domain)
-    t_inter = network * token_bytes / (links.inter.bw_bytes_per_s * net.inter_node)
+    t_inter = network * token_bytes / deepep_network_bytes_per_s(ep, links, net) if network > 0 else 0.0
     t_intra = nvlink * token_bytes / (links.intra.bw_bytes_per_s * net.intra_node)
     hop = links.inter.latency_s if network > 0 else links.intra.latency_s
     return net.call_latency_s + hop + max(t_inter, t_intra)

@@ -44,7 +44,11 @@ def schedule_prices(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficien
                     reserve_bytes: float = 0.0) -> list[SchedulePrice]:
     """Every TorchSchedule torch runs for the plan (none without a pipeline), in enum order."""
     m, v, pp = plan.num_micro_batches, plan.virtual_stages, plan.pp
-    kinds = [k for k in TorchSchedule if schedule.schedule_problem(k, pp, v, m) is None]
+    # a V places decoder layers only (solver/export/common.model_chunks: torch's schedules count
+    # no embedding or loss slot), so a split holding Megatron's slots is not run as one
+    slots = plan.embedding_in_split or plan.loss_in_split
+    kinds = [k for k in TorchSchedule if schedule.schedule_problem(k, pp, v, m) is None
+             and not (slots and k is TorchSchedule.ZBV_ZERO_BUBBLE)]
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
     out = []
