@@ -21,7 +21,11 @@ crossing flow thus runs at
 
     NIC * min(1, (m / g) / R)          (m / g: the group's NVLink domains inside one block)
 
-and a ring or tree runs at its slowest link. A rank-ordered ring is therefore slowed only
+and a ring or tree runs at its slowest link. Where the groups' spans do not tile a tier's
+blocks (3-node stages under 4-node leaves), some group straddles each of a block's two edges,
+different groups at each: the block carries twice the flows, so twice R, and m counts the
+block's GPUs over the stride (the groups whose members it holds); the slowest group prices
+every group of the kind, as the one link of a stage's groups. A rank-ordered ring is therefore slowed only
 when the oversubscription exceeds the group's nodes per block: at 2:1 a gradient ring over
 whole 16-node leaves loses nothing (Alibaba HPN puts 15:1 between its pods for this reason:
 only the data-parallel rings cross them; Qian et al., SIGCOMM'24, Sec. 4), while a ring
@@ -79,16 +83,20 @@ def group_crossing(tiers: tuple[FabricTier, ...], gpus_per_node: int, size: int,
     """The crossing of a group of `size` ranks `stride` apart, `per_domain` of them in each of
     its `nodes` NVLink domains (module docstring)."""
     factor, ring_s, tree_s, ratio = 1.0, 0.0, 0.0, 1.0
+    span = size * stride
     for tier in tiers:
         ratio *= tier.oversubscription
         block_gpus = tier.nodes * gpus_per_node
-        if size * stride <= block_gpus:
-            break  # inside one block of this tier, so of every tier above
-        m = max(1, min(size, block_gpus // stride))
-        domains = max(1, m // per_domain)
-        factor = min(factor, domains / ratio)
+        if span <= block_gpus and block_gpus % span == 0:
+            break  # every group inside one block of this tier, so of every tier above
+        # the block's GPUs are in block_gpus / m groups' worth of rings (m = block_gpus //
+        # stride, or 1); where the groups' spans do not tile the blocks, the groups that
+        # straddle the block's two edges are different ones: twice the flows
+        domains = max(1, block_gpus // stride) / per_domain
+        edges = 1 if span % block_gpus == 0 else 2
+        factor = min(factor, max(1.0, domains) / (edges * ratio))
         ring_s += tier.latency_s
-        levels = max(0, math.ceil(math.log2(max(nodes, 2))) - int(math.log2(domains)))
+        levels = max(0, math.ceil(math.log2(max(nodes, 2))) - int(math.log2(max(1.0, domains))))
         tree_s += levels * tier.latency_s
     if ring_s == 0.0:
         return NO_CROSSING
@@ -102,13 +110,15 @@ def all_to_all_crossing(tiers: tuple[FabricTier, ...], gpus_per_node: int, size:
     outside a block crosses uplinks of 1 / R a NIC per GPU, so the NIC traffic lasts
     max(1, c * R) times as long; its peers beyond the block are a tier's hops further."""
     worst, ratio, hop_s = 1.0, 1.0, 0.0
-    beyond_domain = size - per_domain
+    span, beyond_domain = size * stride, size - per_domain
     for tier in tiers:
         ratio *= tier.oversubscription
         block_gpus = tier.nodes * gpus_per_node
-        if size * stride <= block_gpus or beyond_domain <= 0:
+        if span <= block_gpus and block_gpus % span == 0 or beyond_domain <= 0:
             break
-        m = max(1, min(size, block_gpus // stride))
+        # the group's members in one block; where the spans do not tile the blocks, a group
+        # may keep as little as one NVLink domain's members on one side of a block's edge
+        m = max(1, min(size, block_gpus // stride)) if span % block_gpus == 0 else per_domain
         worst = max(worst, (size - m) / beyond_domain * ratio)
         hop_s += tier.latency_s
     if hop_s == 0.0:

@@ -167,3 +167,17 @@ def test_written_instance_keeps_its_tiers(tmp_path):
     assert load_instance(str(path)).cluster == inst.cluster
     assert inst.cluster.one_group.tiers == (FabricTier(nodes=2, oversubscription=8.0),
                                             FabricTier(nodes=4, oversubscription=2.0))
+
+
+def test_groups_straddling_a_leaf_edge():
+    # tp=8, dp=3 on 6 nodes: each stage's gradient rings span 3 nodes, and 4-node leaves hold
+    # 1 1/3 of them, so stage 1 (nodes 3-5) straddles the edge at node 4. A leaf holds
+    # 32 / 8 = 4 members' worth of rings, but different groups leave by its two edges: flows
+    # 2 * 8 against 32 / R NICs. At 2:1: 25e9 * min(1, 4 / (2 * 2)) = 25e9, no loss; at 4:1:
+    # 25e9 * 4 / 8 = 12.5e9. Without straddling (3-node leaves tile the spans): inside.
+    assert comm.group_link(dgx_nodes(6, FabricTier(nodes=4, oversubscription=2.0)), 3, 8)[0] \
+        .bw_bytes_per_s == 25e9
+    assert comm.group_link(dgx_nodes(6, FabricTier(nodes=4, oversubscription=4.0)), 3, 8)[0] \
+        .bw_bytes_per_s == 12.5e9
+    flat = comm.group_link(dgx_nodes(6), 3, 8)
+    assert comm.group_link(dgx_nodes(6, FabricTier(nodes=3, oversubscription=4.0)), 3, 8) == flat
