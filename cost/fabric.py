@@ -28,7 +28,7 @@ block's GPUs over the stride (the groups whose members it holds); the slowest gr
 every group of the kind, as the one link of a stage's groups. A rank-ordered ring is therefore slowed only
 when the oversubscription exceeds the group's nodes per block: at 2:1 a gradient ring over
 whole 16-node leaves loses nothing (Alibaba HPN puts 15:1 between its pods for this reason:
-only the data-parallel rings cross them; Qian et al., SIGCOMM'24, Sec. 4), while a ring
+only data-parallel rings cross them; Qian et al., SIGCOMM'24), while a ring
 whose members sit one per leaf gets half its NIC. An all-to-all sends a fixed share of its
 network traffic to peers outside the block, slowed by that share times R (cost/moe.ep_links).
 
