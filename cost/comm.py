@@ -26,6 +26,9 @@ A group that spans nodes with g members in each node runs g rings (NCCL channels
 one through each member's NIC, so its per-rank bandwidth is min(NVLink, g * NIC): a tp=8, dp=N
 gradient all-reduce (g = 1) is NIC-bound, an FSDP group over whole 8-GPU nodes (g = 8) gets the
 node's aggregate NIC bandwidth (as nccl-tests' bus bandwidth on multi-node DGX systems shows).
+A cluster that states switch tiers (leaf, pod) with oversubscribed uplinks slows a group that
+leaves a tier's block to its share of the uplinks, and adds the tier's hops to its latency
+(cost/fabric.py); every collective's group link is decided here, so every kind pays it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from paraplan.cost import fabric
 from paraplan.cost.specs import NodeGroup, Link
 
 # NCCL's fixed latency of one collective call (kernel launch, proxy hand-off), the ring
@@ -83,11 +87,18 @@ def group_link(cluster: NodeGroup, size: int, stride: int) -> tuple[Link, bool]:
         return cluster.intra_node, False
     per_node = max(1, min(size, cluster.domain_gpus // stride))
     nodes = max(2, -(-size // per_node))
-    bw = min(cluster.intra_node.bw_bytes_per_s, per_node * cluster.inter_node.bw_bytes_per_s)
+    nic_bw = per_node * cluster.inter_node.bw_bytes_per_s
+    hop_s, tree_s = cluster.inter_node.latency_s, _tree_depth_latency_s(cluster, per_node, nodes)
+    if cluster.tiers:  # leaving a leaf or pod: its uplinks' share and hops (cost/fabric.py)
+        cross = fabric.group_crossing(cluster.tiers, cluster.gpus_per_node, size, stride,
+                                      per_node, nodes)
+        nic_bw *= cross.bw_factor
+        hop_s += cross.ring_latency_s
+        tree_s += cross.tree_latency_s
+    bw = min(cluster.intra_node.bw_bytes_per_s, nic_bw)
     # every rank sends at once in a ring step, so a step lasts as long as its slowest hop: the
-    # network hop of the ranks that cross nodes
-    return Link(bw_bytes_per_s=bw, latency_s=cluster.inter_node.latency_s,
-                tree_latency_s=_tree_depth_latency_s(cluster, per_node, nodes)), True
+    # network hop of the ranks that cross nodes (or switch tiers)
+    return Link(bw_bytes_per_s=bw, latency_s=hop_s, tree_latency_s=tree_s), True
 
 
 def pair_link(cluster: NodeGroup, first_rank: int, count: int, offset: int) -> tuple[Link, bool]:

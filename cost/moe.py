@@ -86,7 +86,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from paraplan.cost import comm, memory, moe_params
+from paraplan.cost import comm, fabric, memory, moe_params
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES
 from paraplan.cost.specs import (NodeGroup, GpuSpec, Instance, Link, Mlp, MoeDispatcher,
@@ -368,7 +368,13 @@ def ep_links(cluster: NodeGroup, ep: int, stride: int) -> EpLinks:
     """The links of an ep group whose ranks lie `stride` (the plan's etp) apart (module
     docstring)."""
     per_domain = max(1, min(ep, cluster.domain_gpus // stride)) if stride <= cluster.domain_gpus else 1
-    return EpLinks(intra=cluster.intra_node, inter=cluster.inter_node, per_domain=per_domain)
+    inter = cluster.inter_node
+    if cluster.tiers:  # peers beyond a leaf or pod: its uplinks' share and hops (cost/fabric.py)
+        cross = fabric.all_to_all_crossing(cluster.tiers, cluster.gpus_per_node, ep, stride,
+                                           per_domain)
+        inter = Link(bw_bytes_per_s=inter.bw_bytes_per_s * cross.bw_factor,
+                     latency_s=inter.latency_s + cross.ring_latency_s)
+    return EpLinks(intra=cluster.intra_node, inter=inter, per_domain=per_domain)
 
 
 def all_to_all_time_s(n_bytes: float, ep: int, links: EpLinks | tuple[Link, bool],

@@ -113,6 +113,17 @@ RANGES: dict[str, Range] = {
                            " NVL72) to 576 (NVL576) GPUs", integer=True),
     "nvlink_domain_gpus": Range(1, 1_024, "", "as gpus_per_node: GB200 NVL72 joins 72 GPUs of 18"
                                 " trays in one NVLink domain, NVL576 576", integer=True),
+    "leaf_nodes": Range(1, 1_000_000, "", "as nodes: nodes under one set of leaf switches"
+                        " (DGX SuperPOD: a 32-node scalable unit)", integer=True),
+    "pod_nodes": Range(1, 1_000_000, "", "as nodes: nodes under one pod's spine (Llama 3's"
+                       " RoCE fabric: 384 nodes, 3,072 GPUs)", integer=True),
+    "leaf_oversubscription": Range(1, 100, "", "1 (non-blocking) to 100:1; published fabrics"
+                                   " run 1:1 (DGX SuperPOD, MegaScale) to 15:1 (Alibaba HPN's"
+                                   " core)"),
+    "pod_oversubscription": Range(1, 100, "", "as leaf_oversubscription: Llama 3's RoCE fabric"
+                                  " runs 7:1 between pods"),
+    "tier_latency_us": Range(0, 100, "us", "two switch traversals take 0.3-2 us; 100 us is a"
+                             " network of its own, not a switch tier"),
     "intra_node_gbytes_per_s": Range(1, 100_000, "GB/s", "PCIe 3.0 x4 moves 8 GB/s, NVLink 5"
                                      " 1,800 GB/s per GPU"),
     "intra_node_GBps_per_gpu": Range(1, 100_000, "GB/s", "as intra_node_gbytes_per_s"),

@@ -204,6 +204,18 @@ CLUSTER = SectionDoc("cluster", "`cluster:` (one GPU type)", "Bandwidths are per
                          Key("nvlink_domain_gpus", "integer", "an NVLink domain spanning nodes"
                              " (GB200 NVL72 with gpus_per_node 4): a multiple of gpus_per_node"
                              " dividing the GPUs", "gpus_per_node"),
+                         Key("leaf_nodes", "integer", "nodes under one set of leaf switches, in"
+                             " rank order (cost/fabric.py): a group spanning more leaves shares"
+                             " their uplinks; a multiple of the NVLink domain's nodes",
+                             "none: one non-blocking fabric"),
+                         Key("leaf_oversubscription", "number", "what a leaf's nodes can send"
+                             " over what its uplinks carry (2.0: 2:1); needs leaf_nodes", "1"),
+                         Key("pod_nodes", "integer", "nodes under one pod's spine, a multiple of"
+                             " leaf_nodes (Llama 3's RoCE fabric: 384)", "none"),
+                         Key("pod_oversubscription", "number", "the same for a pod's uplinks"
+                             " (Llama 3: 7.0); needs pod_nodes", "1"),
+                         Key("tier_latency_us", "number", "extra latency of a hop per switch"
+                             " tier it climbs above the leaf (two traversals)", "1"),
                      ))
 
 JOB = SectionDoc("job", "`job:`", "What one optimizer step is and how the framework runs it."

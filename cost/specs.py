@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from paraplan.cost.errors import ConfigError
+from paraplan.cost.fabric import FabricTier
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.releases import Framework, Release, current_release, find_release, known_versions
 from paraplan.cost.units import GIB_BYTES
@@ -927,6 +928,9 @@ class NodeGroup:
     # GPUs that share one NVLink domain, when it spans several nodes (GB200 NVL72: 72 GPUs on
     # 18 trays of 4); None: the node. Groups inside it use the intra_node link (cost/comm.py).
     nvlink_domain_gpus: int | None = None
+    # switch tiers above the NIC, innermost (leaf) first, each block a whole number of the one
+    # below (cost/fabric.py); (): one non-blocking fabric
+    tiers: tuple[FabricTier, ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
@@ -935,6 +939,12 @@ class NodeGroup:
         if d is not None and (d % self.gpus_per_node or self.num_gpus % d):
             raise ConfigError(f"cluster.nvlink_domain_gpus={d} must be a multiple of gpus_per_node"
                               f" ({self.gpus_per_node}) that divides the {self.num_gpus} GPUs")
+        below = max(1, self.domain_gpus // self.gpus_per_node)
+        for tier in self.tiers:
+            if tier.nodes % below:
+                raise ConfigError(f"a switch tier of {tier.nodes} nodes must hold a whole number"
+                                  f" of the {below}-node blocks below it")
+            below = tier.nodes
         if not self.name:
             object.__setattr__(self, "name", self.gpu.name)
         if not self.site:

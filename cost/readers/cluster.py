@@ -28,6 +28,7 @@ from paraplan.cost import units
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.hf_layout import shown as _shown
 from paraplan.cost.ranges import out_of_range
+from paraplan.cost.fabric import TIER_LATENCY_S, FabricTier
 from paraplan.cost.specs import Cluster, GpuSpec, Link, NodeGroup
 from paraplan.cost.readers.fields import (Section, config_errors_as, describe, did_you_mean,
                                           did_you_mean_or_known, list_items, optional_number)
@@ -35,7 +36,8 @@ from paraplan.cost.readers.fields import (Section, config_errors_as, describe, d
 
 CLUSTER_KEYS = ("gpu", "nodes", "gpus_per_node", "intra_node_link", "intra_node_gbytes_per_s",
                  "intra_node_latency_us", "nic_gbit_per_s", "inter_node_latency_us",
-                 "nvlink_domain_gpus")
+                 "nvlink_domain_gpus", "leaf_nodes", "leaf_oversubscription", "pod_nodes",
+                 "pod_oversubscription", "tier_latency_us")
 _LINK_KINDS = ("nvlink", "pcie")
 
 
@@ -65,6 +67,7 @@ def group_from_section(sec: Section, gpus: dict[str, GpuSpec], name: str = "",
                         "give a multiple of gpus_per_node that divides nodes x gpus_per_node"
                         " (GB200 NVL72: gpus_per_node 4, nvlink_domain_gpus 72), or leave it out"
                         " when NVLink ends at the node")
+    tiers = _tiers(sec, domain // gpus_per_node if domain else 1)
     with config_errors_as(sec.path, sec.prefix, "correct the cluster description"):
         return NodeGroup(
             name=name,
@@ -82,7 +85,36 @@ def group_from_section(sec: Section, gpus: dict[str, GpuSpec], name: str = "",
             ),
             intra_node_kind=sec.choice("intra_node_link", _LINK_KINDS, "nvlink"),
             nvlink_domain_gpus=domain,
+            tiers=tiers,
         )
+
+
+def _tiers(sec: Section, domain_nodes: int) -> tuple[FabricTier, ...]:
+    """The switch tiers `leaf_*` and `pod_*` state (cost/fabric.py), leaf first; none: one
+    non-blocking fabric."""
+    latency_s = units.us_to_s(sec.number("tier_latency_us", TIER_LATENCY_S / units.US_S))
+    tiers: list[FabricTier] = []
+    below, below_key = domain_nodes, "the NVLink domain"
+    for tier in ("leaf", "pod"):
+        nodes_key, ratio_key = f"{tier}_nodes", f"{tier}_oversubscription"
+        if not sec.has(nodes_key):
+            if sec.has(ratio_key):
+                raise sec.error(ratio_key, f"{ratio_key} without {nodes_key}",
+                                f"add {nodes_key}: how many nodes share one {tier}'s switches"
+                                f" (e.g. {nodes_key}: 16), or leave {ratio_key} out")
+            continue
+        nodes = sec.integer(nodes_key)
+        if nodes % below or nodes <= (below if tiers else 0):
+            raise sec.error(nodes_key, f"{nodes} nodes is not a whole number (more than one) of"
+                            f" {below_key}'s {below} nodes",
+                            f"give a multiple of {below} for {nodes_key}")
+        tiers.append(FabricTier(nodes=nodes, oversubscription=sec.number(ratio_key, 1.0),
+                                latency_s=latency_s))
+        below, below_key = nodes, nodes_key
+    if not tiers and sec.has("tier_latency_us"):
+        raise sec.error("tier_latency_us", "tier_latency_us without switch tiers",
+                        "add leaf_nodes (and leaf_oversubscription), or leave tier_latency_us out")
+    return tuple(tiers)
 GROUPS_CLUSTER_KEYS = ("groups", "links")
 _GROUP_KEYS = ("name", "site", *CLUSTER_KEYS)
 _LINK_KEYS = ("between", "gbit_per_s", "latency_us")

@@ -53,6 +53,10 @@ def instance_to_mapping(inst: Instance) -> dict:
     }
     if cl.nvlink_domain_gpus is not None:
         cluster["nvlink_domain_gpus"] = cl.nvlink_domain_gpus
+    for key, tier in zip(("leaf", "pod"), cl.tiers):
+        cluster[f"{key}_nodes"] = tier.nodes
+        cluster[f"{key}_oversubscription"] = tier.oversubscription
+        cluster["tier_latency_us"] = tier.latency_s / units.US_S
     job = _job_to_mapping(inst.job)
     out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
     if load_catalogue().get(cl.gpu.name) != cl.gpu:
