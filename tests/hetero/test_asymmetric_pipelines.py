@@ -197,6 +197,24 @@ def test_under_p90_the_plan_is_valued_at_its_band(tmp_path, capsys):
     assert "[1,2]" in first and f"{p90_ms} " in first
 
 
+def test_p90_can_reverse_the_mean_choice(tmp_path):
+    # The 2 + 1 GPUs of INSTANCE at p90: the asymmetric pipeline (pp 2: level 3, as above) is
+    # valued 10.013 ms x its factor; the replica classes (pp 1 on every GPU: pp > 1 is not used,
+    # one feature fewer, level 2) 10.270 ms x theirs, the smaller factor, and they win
+    path = tmp_path / "p90.yaml"
+    path.write_text(INSTANCE.replace("  objective: mean\n", "") + "  asymmetric_pipelines: true\n")
+    inst = load_instance(str(path))
+    res, published = solve(inst), published_residuals()
+    f = Features(family="", framework="megatron", framework_version="core_v0.19.0", gpu="toy", num_gpus=3,
+                 zero=1, cp=1, pp=1, precision="bf16", activations="stored")
+    assert distance_level(f, published) == 2 and distance_level(dataclasses.replace(f, pp=2), published) == 3
+    pipeline_s = 10.013e-3 * quantile_factor(dataclasses.replace(f, pp=2), 0.90, published)
+    assert not any(c.stage_dp for c in res.plan.classes) and res.plan.zero == 1
+    assert res.objective_s == pytest.approx(10.270e-3, abs=1e-6)
+    assert res.quantile_s == pytest.approx(res.objective_s * quantile_factor(f, 0.90, published), rel=1e-12)
+    assert res.quantile_s < pipeline_s
+
+
 def test_the_key_needs_two_groups(tmp_path):
     lone = "    - {name: lone, gpu: toy, nodes: 1, gpus_per_node: 1, intra_node_gbytes_per_s: 200, nic_gbit_per_s: 200}\n"
     assert lone in INSTANCE
