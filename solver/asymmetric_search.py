@@ -142,7 +142,8 @@ def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best
     return best
 
 
-def tiered(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients) -> tuple[tuple[float, AsymmetricCoefficients], ...]:
+def tiered(inst: Instance, ao: ClassOuter,
+           ac: AsymmetricCoefficients) -> tuple[tuple[float, AsymmetricCoefficients], ...]:
     """(factor, coefficients) of pipeline `ao` per memory tier of `inst`, the emptier first
     (module docstring): its times scaled by the objective's factor of `ao` at that tier and its
     capacities capped at the tier's fill, as solver/search.problem_of scales a symmetric

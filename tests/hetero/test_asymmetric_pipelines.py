@@ -195,6 +195,9 @@ def test_under_p90_the_plan_is_valued_at_its_band(tmp_path, capsys):
     top = capsys.readouterr().out.splitlines()
     first = next(line for line in top if line.startswith("1 "))
     assert "[1,2]" in first and f"{p90_ms} " in first
+    # CP-SAT and the MILP (each joined with the branch and bound) and exhaustive search agree at p90
+    assert main(["verify", str(path)]) == 0
+    assert "AGREE" in capsys.readouterr().out
 
 
 def test_p90_can_reverse_the_mean_choice(tmp_path):
