@@ -142,18 +142,18 @@ def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best
     return best
 
 
-def tiered(inst: Instance, ao: ClassOuter,
+def tiered(by_tier: list[Instance], ao: ClassOuter,
            ac: AsymmetricCoefficients) -> tuple[tuple[float, AsymmetricCoefficients], ...]:
-    """(factor, coefficients) of pipeline `ao` per memory tier of `inst`, the emptier first
-    (module docstring): its times scaled by the objective's factor of `ao` at that tier and its
-    capacities capped at the tier's fill, as solver/search.problem_of scales a symmetric
-    configuration's. One tier at factor 1 under `mean`."""
-    reserve = inst.search.memory_reserve_bytes
+    """(factor, coefficients) of pipeline `ao` per memory tier (`by_tier`: memory_tiers.tiers
+    of the instance, the emptier first; module docstring): its times scaled by the objective's
+    factor of `ao` at that tier and its capacities capped at the tier's fill, as
+    solver/search.problem_of scales a symmetric configuration's. One tier at factor 1 under
+    `mean`."""
     out = []
-    for t in tiers(inst):
+    for t in by_tier:
         f = objective_factor_of(t, ao)
-        out.append((f, dataclasses.replace(ac, rows=capped_memory(scaled_times(ac.rows, f), t.search.memory_fill_cap,
-                                                                  reserve))))
+        rows = capped_memory(scaled_times(ac.rows, f), t.search.memory_fill_cap, t.search.memory_reserve_bytes)
+        out.append((f, dataclasses.replace(ac, rows=rows)))
     return tuple(out)
 
 
@@ -179,7 +179,8 @@ def search_asymmetric(inst: Instance, incumbent_s: float = math.inf, winners: in
     outers = asymmetric_outers(inst)
     reserve = inst.search.memory_reserve_bytes
     raw = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
-    priced = [tiered(inst, ao, ac) for ao, ac in zip(outers, raw)]
+    by_tier = tiers(inst)
+    priced = [tiered(by_tier, ao, ac) for ao, ac in zip(outers, raw)]
     # each tier's bound is its factor times the unscaled one (lower_bound_s is linear in the
     # times): the least factor bounds every tier's splits
     bounds = [min(f for f, _ in by) * lower_bound_s(ac, inst.model.layers) for ac, by in zip(raw, priced)]
