@@ -366,7 +366,7 @@ SEARCH = SectionDoc("search", "`search:`", "Narrows the declared space the plann
                             " beside replica classes on the GPUs it leaves", "false"),
                         Key("asymmetric_pipelines", "boolean", "group format: a pipeline across"
                             " groups may give each stage its own data-parallel degree"
-                            " ([mixed-clusters.md](mixed-clusters.md)); needs objective: mean",
+                            " ([mixed-clusters.md](mixed-clusters.md))",
                             "false"),
                         Key("memory_reserve_gib", "number", "kept free on every GPU when planning,"
                             " for the caching allocator's reserved-but-unallocated memory (why 2:"

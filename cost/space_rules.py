@@ -298,19 +298,11 @@ def _mixed_families_rule(c: _Admitted) -> Refusal | None:
 ASYMMETRIC_ONE_GROUP = Refusal(
     "asymmetric_pipelines", "a pipeline across groups with a data-parallel degree per stage needs"
     " two node groups; this cluster has one", "remove asymmetric_pipelines")
-ASYMMETRIC_OBJECTIVE = Refusal(
-    "asymmetric_pipelines", "asymmetric pipelines are planned at the predicted time only",
-    "set objective: mean, or remove asymmetric_pipelines")
 
 
 def _asymmetric_rule(c: _Admitted) -> Refusal | None:
     """asymmetric_pipelines on one node group (its space lists pipelines across groups)."""
     return ASYMMETRIC_ONE_GROUP if c.space.asymmetric_pipelines else None
-
-
-def _group_asymmetric_rule(c: _Admitted) -> Refusal | None:
-    """asymmetric_pipelines with a quantile objective (cost/asymmetric.py prices the mean)."""
-    return ASYMMETRIC_OBJECTIVE if c.space.asymmetric_pipelines and c.space.objective != "mean" else None
 
 
 def _tp_rule(c: _Admitted) -> Refusal | None:
@@ -506,7 +498,7 @@ def _group_reserve_rule(c: _Admitted) -> Refusal | None:
 SEARCH_RULES = (
     ("moe", _moe_rule, _moe_rule),
     ("mixed_families", _mixed_families_rule, None),
-    ("asymmetric_pipelines", _asymmetric_rule, _group_asymmetric_rule),
+    ("asymmetric_pipelines", _asymmetric_rule, None),
     ("uniform_split", None, _group_uniform_split_rule),
     ("tp", _tp_rule, _group_tp_rule),
     ("cp", _cp_rule, _group_cp_rule),

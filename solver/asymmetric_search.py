@@ -16,6 +16,20 @@ branch whose value is not below the best is cut. A stage whose memory does not f
 With a framework's recompute pattern (one parameter for every stage) the search runs once per
 parameter value. Exact: the same (split, recompute) rows exhaustive search lists
 (solver/exhaustive.exhaustive_asymmetric), with cuts that only drop rows that cannot win.
+
+Under a quantile objective (search.objective pNN) a plan's value is its step time times its
+objective factor, read as every plan's is (cost/trust.objective_factor_of: the GPU types of its
+stages, its ZeRO stage, cp, pp and the cluster's GPU count) at the memory tier its fill falls in
+(solver/memory_tiers.py: f_in within the fullest published row's fill F, f_out >= f_in beyond).
+Each pipeline's split is searched once per tier, as the symmetric planner's tiers are: within F
+(each stage's capacity capped at F of HBM) with every time scaled by f_in, then every split with
+every time scaled by f_out (cost/objective.scaled_times, capped_memory: problem_of's scaling).
+The first tier's value is each of its splits' own; the second's is at least each split's own,
+and strictly below the first tier's only for a split beyond F (one within F is valued f_in T
+there): so the lower of the two is the pipeline's optimum at each split's own factor, the first
+tier's on a tie. The step time is a sum of the scaled times with integer multiples, so a tier's
+value is f times the unscaled one and the pipeline's bound (lower_bound_s) times its least
+factor bounds both tiers: the outer order and its cut stay exact.
 """
 
 from __future__ import annotations
@@ -28,13 +42,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of, symmetric_twin
-from paraplan.cost.errors import ConfigError, InstanceError
+from paraplan.cost.errors import InstanceError
+from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.plan_specs import ClassOuter, Plan
 from paraplan.cost.simulate import simulate
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Instance
+from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.asymmetric_space import asymmetric_outers, count_outers, recompute_choices
 from paraplan.solver.class_layouts import MAX_LAYOUTS
+from paraplan.solver.memory_tiers import plan_tier, tiers
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
 from paraplan.solver.search import search
 
@@ -51,7 +68,9 @@ REL_TOL = 1e-9
 @dataclass(frozen=True, slots=True)
 class AsymmetricResult:
     plan: Plan | None
-    objective_s: float  # inf: no asymmetric pipeline beats incumbent_s (or none fits)
+    # the minimised value: the plan's step time times its objective factor (the time itself
+    # under `mean`); inf: no asymmetric pipeline beats incumbent_s (or none fits)
+    objective_s: float
     listed: int  # pipelines in the declared space
     solved: int  # pipelines whose split was searched (the rest cut by their bound)
     wall_time_s: float
@@ -123,26 +142,54 @@ def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best
     return best
 
 
+def tiered(by_tier: list[Instance], ao: ClassOuter,
+           ac: AsymmetricCoefficients) -> tuple[tuple[float, AsymmetricCoefficients], ...]:
+    """(factor, coefficients) of pipeline `ao` per memory tier (`by_tier`: memory_tiers.tiers
+    of the instance, the emptier first; module docstring): its times scaled by the objective's
+    factor of `ao` at that tier and its capacities capped at the tier's fill, as
+    solver/search.problem_of scales a symmetric configuration's. One tier at factor 1 under
+    `mean`."""
+    out = []
+    for t in by_tier:
+        f = objective_factor_of(t, ao)
+        rows = capped_memory(scaled_times(ac.rows, f), t.search.memory_fill_cap, t.search.memory_reserve_bytes)
+        out.append((f, dataclasses.replace(ac, rows=rows)))
+    return tuple(out)
+
+
+def _solve_tiers(inst: Instance, ao: ClassOuter, by_tier, bar_s: float):
+    """(value, n, r) of `ao`'s best split below bar_s over its tiers (`tiered`), the earlier
+    tier's on a tie (a later one must be strictly lower), or None."""
+    best = None
+    for _, ac in by_tier:
+        got = solve_split(inst, ao, ac, bar_s if best is None else min(bar_s, best[0]))
+        if got is not None:
+            best = got
+    return best
+
+
 def search_asymmetric(inst: Instance, incumbent_s: float = math.inf, winners: int = 1) -> AsymmetricResult:
-    """The optimum over the declared asymmetric pipelines on the nominal network, at the
-    predicted time (search.objective "mean"), proved by the bound order (module docstring);
-    with `winners` K, the K best pipelines (each its own outer configuration, as --top ranks),
-    a pipeline cut once its bound reaches the K-th best found or incumbent_s."""
-    if inst.search.objective != "mean":
-        raise ConfigError(f"{inst.source}: search.asymmetric_pipelines is priced at the predicted"
-                          f" time only: set search.objective: mean (it is {inst.search.objective})")
+    """The optimum over the declared asymmetric pipelines on the nominal network, at
+    search.objective (the predicted time, or the pNN time at each plan's own factor), proved
+    by the bound order (module docstring); with `winners` K, the K best pipelines (each its own
+    outer configuration, as --top ranks), a pipeline cut once its bound reaches the K-th best
+    found or incumbent_s (a value at the same objective)."""
     t0 = time.perf_counter()
     size_problem(inst)
     outers = asymmetric_outers(inst)
     reserve = inst.search.memory_reserve_bytes
-    priced = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
-    bounds = [lower_bound_s(ac, inst.model.layers) for ac in priced]
+    raw = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
+    by_tier = tiers(inst)
+    priced = [tiered(by_tier, ao, ac) for ao, ac in zip(outers, raw)]
+    # each tier's bound is its factor times the unscaled one (lower_bound_s is linear in the
+    # times): the least factor bounds every tier's splits
+    bounds = [min(f for f, _ in by) * lower_bound_s(ac, inst.model.layers) for ac, by in zip(raw, priced)]
     bar_s, kept, solved = incumbent_s, [], 0  # kept: (value, index, plan), best first
     for i in sorted(range(len(outers)), key=lambda i: (bounds[i], i)):
         if bounds[i] >= bar_s:
             break  # every pipeline left is bounded at least as high: proved
         solved += 1
-        got = solve_split(inst, outers[i], priced[i], bar_s)
+        got = _solve_tiers(inst, outers[i], priced[i], bar_s)
         if got is not None:
             kept = sorted(kept + [(got[0], i, plan_of(inst, outers[i], got[1], got[2]))], key=lambda x: x[:2])[:winners]
             if len(kept) == winners:
@@ -155,10 +202,12 @@ def search_asymmetric(inst: Instance, incumbent_s: float = math.inf, winners: in
 
 
 def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
-    """The project's rule: the plan re-priced from its records alone gives the objective."""
+    """The project's rule: the plan re-priced from its records alone gives the objective (its
+    simulated time times its objective factor at its own memory tier, as every plan's)."""
     bd = simulate(inst, plan)
-    if abs(bd.iter_time_s - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
-        raise AssertionError(f"asymmetric plan re-simulates to {bd.iter_time_s!r} s (fits: {bd.fits})"
+    value = bd.iter_time_s * objective_factor_of(plan_tier(inst, plan), plan)
+    if abs(value - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
+        raise AssertionError(f"asymmetric plan re-simulates to {value!r} s (fits: {bd.fits})"
                              f" but the search's objective is {objective_s!r} s")
 
 
@@ -171,22 +220,31 @@ def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveRe
         raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
                             f" network only, not for the {objective} objective",
                             "plan the nominal objective, or remove asymmetric_pipelines")
-    got = search_asymmetric(inst, res.objective_s if res.plan is not None else math.inf)
+    got = search_asymmetric(inst, _value_s(res) if res.plan is not None else math.inf)
     res = _adopt(inst, res, got)
     return res if got.plan is None else dataclasses.replace(
-        res, ranked=(Ranked(got.plan, got.objective_s, res.breakdown, got.objective_s),))
+        res, ranked=(Ranked(got.plan, res.objective_s, res.breakdown, got.objective_s),))
+
+
+def _value_s(res: SolveResult) -> float:
+    """What `res`'s plan minimised (SolveResult.quantile_s; its time where that is not set)."""
+    return res.objective_s if res.quantile_s is None else res.quantile_s
 
 
 def _adopt(inst: Instance, res: SolveResult, got: AsymmetricResult) -> SolveResult:
     """`res` with the asymmetric search's count and time added, and its optimum `got.plan`
     (when one beat res's) as the plan, re-simulated."""
     more = dict(outer_configs=res.outer_configs + got.listed, solve_time_s=res.solve_time_s + got.wall_time_s)
-    if got.plan is None or (res.plan is not None and got.objective_s >= res.objective_s):
+    if got.plan is None or (res.plan is not None and got.objective_s >= _value_s(res)):
         return dataclasses.replace(res, **more)
     bd = simulate(inst, got.plan)
     status = OPTIMAL if res.status in (OPTIMAL, INFEASIBLE) else FEASIBLE
     bound = got.objective_s if status == OPTIMAL or res.bound_s is None else min(res.bound_s, got.objective_s)
-    return dataclasses.replace(res, status=status, plan=got.plan, objective_s=got.objective_s,
+    # objective_s: the plan's predicted time (the search's value where the factor is 1, the
+    # simulator's where it divided it); quantile_s: what was minimised (check_resimulation)
+    factor = objective_factor_of(plan_tier(inst, got.plan), got.plan)
+    return dataclasses.replace(res, status=status, plan=got.plan,
+                               objective_s=got.objective_s if factor == 1.0 else bd.iter_time_s,
                                quantile_s=got.objective_s, bound_s=bound, breakdown=bd,
                                per_scenario_s=(bd.iter_time_s,), reason="", **more)
 

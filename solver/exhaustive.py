@@ -36,7 +36,7 @@ from paraplan.cost.plan_specs import Plan
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import Instance
 from paraplan.cost.pipeline_split import slot_offsets
-from paraplan.cost.trust import objective_factor_of
+from paraplan.cost.trust import FILL_REL_TOL, memory_fill_caps, objective_factor_of
 from paraplan.solver import memory_tiers
 from paraplan.solver.asymmetric_space import asymmetric_outers
 from paraplan.solver.class_partitions import all_partitions
@@ -380,9 +380,12 @@ def _joined_asymmetric(inst: Instance, res: ExhaustiveResult, objective: str) ->
                           f" for the {objective} objective")
     best_s, plan, rows, outers = exhaustive_asymmetric(inst)
     more = dict(candidates=res.candidates + rows, outer_configs=res.outer_configs + outers)
-    if plan is None or (res.plan is not None and best_s >= res.objective_s):
+    value_s = res.objective_s if res.quantile_s is None else res.quantile_s  # both at search.objective
+    if plan is None or (res.plan is not None and best_s >= value_s):
         return dataclasses.replace(res, **more)
-    return dataclasses.replace(res, plan=plan, objective_s=best_s, quantile_s=best_s, **more)
+    at = memory_tiers.plan_tier(inst, plan)  # the plan's time behind its value
+    return dataclasses.replace(res, plan=plan, objective_s=_time_s(at, plan, objective, best_s), quantile_s=best_s,
+                               **more)
 
 
 def _exhaustive_tier(inst: Instance, objective: str = "nominal",
@@ -650,19 +653,30 @@ def _time_s(inst: Instance, plan: Plan, objective: str, value_s: float) -> float
 
 
 def exhaustive_asymmetric(inst: Instance) -> tuple[float, Plan | None, int, int]:
-    """(best time, best plan, rows evaluated, pipelines listed) over every asymmetric pipeline of the declared
+    """(best value, best plan, rows evaluated, pipelines listed) over every asymmetric pipeline of the declared
     space (solver/asymmetric_space.py), every layer split and every recompute row the job's
     framework runs (the rows a one-class pipeline of as many stages lists), no pruning: the
-    check of solver/asymmetric_search.py. The first minimum in listing order wins."""
+    check of solver/asymmetric_search.py. A row's value is its step time times its own
+    objective factor: the pipeline's factor (cost/trust.objective_factor_of) at the memory tier
+    its own fill falls in (memory_tiers.plan_tier's rule: its fullest stage's memory over HBM
+    within the emptier tier's cap, else the last tier's), read per row rather than per tier
+    searched. The first minimum in listing order wins."""
     L, best_s, best, count = inst.model.layers, math.inf, None, 0
+    reserve = inst.search.memory_reserve_bytes
+    caps = memory_fill_caps(inst)
     outers = asymmetric_outers(inst)
     for ao in outers:
-        ac = asymmetric.coefficients(inst, ao, reserve_bytes=inst.search.memory_reserve_bytes)
+        ac = asymmetric.coefficients(inst, ao, reserve_bytes=reserve)
         pattern = recompute_pattern(inst.job.framework, ao.recompute, inst.search.partial_recompute)
         pp = ao.classes[0].pp
         rows = _split_rows(L, pp, 1, False, recompute_rows(inst.search.full_recompute, pattern, L, L, 1, pp))
         n, r = rows.nT.T, rows.rT.T
-        t = np.where(asymmetric.fits(ac, n, r), asymmetric.iteration_time_s(ac, n, r), math.inf)
+        mem, hbm = asymmetric.mem_bytes(ac, n, r), ac.rows.capacity_bytes + reserve
+        fill = (mem / hbm).max(axis=-1)
+        f_in, f_out = (objective_factor_of(memory_tiers.tier(inst, cap), ao) for cap in (caps[0], caps[-1]))
+        factor = np.where(fill <= caps[0] * (1 + FILL_REL_TOL), f_in, f_out)
+        ok = (mem <= np.minimum(ac.rows.capacity_bytes, caps[-1] * hbm)).all(axis=-1)
+        t = np.where(ok, asymmetric.iteration_time_s(ac, n, r) * factor, math.inf)
         count += len(t)
         i = int(np.argmin(t)) if len(t) else 0
         if len(t) and t[i] < best_s:
