@@ -64,7 +64,8 @@ def test_partial_bound_is_at_most_each_of_its_configurations_bound_before_pricin
         if n and lb > floors[at:at + n].min() * (1 + 1e-12):
             # a stage-wise layout's bound reads its slowest stage and its stages' sum together
             # (solver/bounds/fill_drain.py): above its configurations' keys, never their optima
-            assert part.dp is not None and lb <= _least_optimum(inst, part) * (1 + 1e-12), (part.family, part.used)
+            assert part.dp is not None and lb <= _least_optimum(inst, part, lb / (1 + 1e-12)) * (1 + 1e-12), (
+                part.family, part.used)
         elif n:
             assert lb <= floors[at:at + n].min() * (1 + 1e-12), (part.family, part.used, part.dp)
         else:
@@ -126,7 +127,7 @@ def test_search_lists_the_partial_layouts_that_can_win_and_returns_the_exhaustiv
                 # groups hold, which layouts.py's does not read) left it: priced whole, none beats it
                 assert optimum_s(inst, p) >= opt * (1 - 2 * REL_TOL), _layout_key(p)
                 continue
-            assert _least_optimum(inst, p) >= opt * (1 - 2 * REL_TOL), _layout_key(p)
+            assert _least_optimum(inst, p, opt * (1 - 2 * REL_TOL)) >= opt * (1 - 2 * REL_TOL), _layout_key(p)
     expected = sum(n for p, n in below if _layout_key(p) in set_up)
     listed = int(re.search(r"(\d+) of \d+ outer configs listed", " ".join(res.log)).group(1))
     assert listed == expected
