@@ -127,13 +127,13 @@ def _least_optimum(inst, part, cutoff_s: float | None = None) -> float:
     one network): each priced and solved by the exact split DP. With `cutoff_s`, a
     configuration the DP proves has no split at or below cutoff_s counts as inf (its status
     "cutoff", formulations/split_dp.py): a caller that only asserts that the least optimum is
-    at least a bound passes cutoff_s = bound / (1 + tolerance), and the check is the same one. The DP with a cutoff is exact below it: an optimum at or below the cutoff (the bound
-    above an optimum, the bug these tests guard against) is still found and returned, so the
+    at least a bound passes cutoff_s = bound / (1 + tolerance), and the check is the same one.
+    The DP with a cutoff is exact below it: an optimum at or below the cutoff (the bound above
+    an optimum, the bug these tests guard against) is still found and returned, so the
     assertion still fails on it (tests/formulations/test_split_dp.py checks the cutoff both
     ways); above it, the DP stops once its bounds pass the cutoff instead of solving on to the
-    optimum (issue 32: the bundled 32 + 32's 62 stage-wise layouts in
-    test_partial_layouts.py, about 9.4 s of CPU for the first six solved to their optima, 0.03 s
-    with the cutoff, every one answered "cutoff")."""
+    optimum (issue 32: the bundled 32 + 32's 462 configurations in test_partial_layouts.py,
+    109 s of CPU solved to their optima, 1.2 s with the cutoff, every one answered "cutoff")."""
     outers = [o for blk in part.blocks() for o in blk.outers()]
     best = float("inf")
     for p in search_mod.problems_for(inst, outers, "nominal"):
