@@ -79,9 +79,11 @@ def deferred(monkeypatch):
     monkeypatch.setattr(search_mod, "DEFER_TP_CHOICES", 0)
 
 
-# (0, True): 13.9 s in a `-m "not slow"` run on two cores, marked slow; (1, True) 5.0 s
+# the cases with the layout options on, over 5 s of CPU, marked slow: (0, True) 19.4 s and
+# (1, True) 7.7 s, -n 0 after the families' keys stopped listing their choices (issue 32; (1,
+# True): 6.1 s of it opening every family, _every_family_opened); the others 0.3-0.4 s
 @pytest.mark.parametrize("seed, options", [(s, False) for s in SEEDS]
-                         + [pytest.param(0, True, marks=pytest.mark.slow), (1, True)])
+                         + [pytest.param(s, True, marks=pytest.mark.slow) for s in (0, 1)])
 def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, options, deferred):
     inst = repeated_types_instance(seed, options)
     lazy, _, spans = _every_family_opened(inst)
@@ -118,7 +120,8 @@ def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, opti
                 # pipelines' slowest stage and sum together (FamilyBounds.fill_drain_family):
                 # it may pass its layouts' bounds, not their optima
                 assert part.dp is not None, fam
-                lb = min(_least_optimum(inst, part) for part in lazy.partials[a:b])
+                lb = min(_least_optimum(inst, part, lazy.family_bounds[f] / (1 + 1e-12))
+                         for part in lazy.partials[a:b])
             assert lazy.family_bounds[f] <= lb * (1 + 1e-12), fam
 
 
