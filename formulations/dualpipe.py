@@ -225,13 +225,24 @@ def _none_below(p: DualPipeProblem, backend: str, start: float, cutoff_s: float 
 
 # --- exact search -------------------------------------------------------------------------
 
+# splits of a pair bisected together (_pair_tables): rows of N times their columns
+PAIR_TABLE_BLOCK = 1 << 18
+
+
 def _pair_tables(p: DualPipeProblem, h: int):
     """(lo_N, R, split) of pair h: for each total N = lo_N .. L (index N - lo_N), the fewest
     recomputed layers that fit its memory, R (inf where nothing fits), and the split reaching
     it, (layers of stage h, recomputed layers of stage h, of stage pp - 1 - h). For each split
     of N, R recomputed layers go first to the stage whose layer frees more, and whether they fit
     is DualPipeProblem.pair_fits itself, which is monotone in R (IEEE rounding is), so the least
-    R is found by bisection on the predicate: no float estimate decides it."""
+    R is found by bisection on the predicate: no float estimate decides it.
+
+    Many N at once (blocks of about PAIR_TABLE_BLOCK splits): row N - lo_N holds N's splits
+    (stage h's layers lo_h, lo_h + 1, ..., N - lo_(pp-1-h); the columns past them unused), and
+    each row bisects until all its splits have converged, as a loop over N does (a converged
+    split whose top does not fit keeps stepping while its row does): the same float operations
+    on the same numbers, so the same tables (issue 32: the loop over N, one N at a time, was a
+    third of a DualPipe search of Qwen3-235B's 94 layers)."""
     s0, s1 = h, p.pp - 1 - h
     lo = p.lows()
     lo_N = int(lo[s0] + lo[s1])
@@ -239,35 +250,52 @@ def _pair_tables(p: DualPipeProblem, h: int):
     best_R = np.full(size, np.inf)
     split = np.zeros((size, 3), np.int64)
     big, small = (s0, s1) if p.kr[s0] >= p.kr[s1] else (s1, s0)
-    for N in range(lo_N, p.layers + 1):
-        n0 = np.arange(lo[s0], N - lo[s1] + 1)
-        n1 = N - n0
-        nb, ns = (n0, n1) if big == s0 else (n1, n0)
-        # the most recomputed layers worth trying: none where recomputing frees nothing, and
-        # none on the smaller stage where its recomputation costs memory
-        top = np.zeros_like(n0) if not p.allow_full_recompute or p.kr[big] <= 0 else (
-            nb + ns if p.kr[small] > 0 else nb)
-
-        def fit(R: np.ndarray) -> np.ndarray:
-            rb = np.minimum(R, nb)
-            r0, r1 = (rb, R - rb) if big == s0 else (R - rb, rb)
-            return p.pair_fits(h, n0, n1, r0, r1)
-
-        least, most = np.zeros_like(n0), top.copy()
-        while (least < most).any():  # the least R in [0, top] that fits (top where none does)
-            mid = (least + most) // 2
-            ok = fit(mid)
-            least, most = np.where(ok, least, mid + 1), np.where(ok, mid, most)
-        tot = np.where(fit(least), least, np.inf)
-        if not np.isfinite(tot).any():
-            continue
-        i = int(np.argmin(tot))
-        R = int(tot[i])
-        r_b = min(R, int(nb[i]))
-        best_R[N - lo_N] = R
-        r0, r1 = (r_b, R - r_b) if big == s0 else (R - r_b, r_b)
-        split[N - lo_N] = (n0[i], r0, r1)
+    j0 = 0
+    while j0 < size:
+        j1 = min(size, j0 + max(1, PAIR_TABLE_BLOCK // size))  # at most size columns a row
+        _pair_rows(p, h, (s0, s1, big, small), lo, lo_N + j0, lo_N + j1, best_R[j0:j1], split[j0:j1])
+        j0 = j1
     return lo_N, best_R, split
+
+
+def _pair_rows(p: DualPipeProblem, h: int, stages, lo, N_from: int, N_to: int,
+               best_R: np.ndarray, split: np.ndarray) -> None:
+    """_pair_tables' rows N = N_from .. N_to - 1, written into best_R and split (views)."""
+    s0, s1, big, small = stages
+    N = np.arange(N_from, N_to)[:, None]
+    n0 = np.broadcast_to(np.arange(lo[s0], N_to - lo[s1]), (len(N), N_to - lo[s1] - lo[s0])).copy()
+    valid = n0 <= N - lo[s1]
+    n1 = N - n0
+    nb, ns = (n0, n1) if big == s0 else (n1, n0)
+    # the most recomputed layers worth trying: none where recomputing frees nothing, and
+    # none on the smaller stage where its recomputation costs memory
+    top = np.zeros_like(n0) if not p.allow_full_recompute or p.kr[big] <= 0 else (
+        nb + ns if p.kr[small] > 0 else nb)
+    top = np.where(valid, top, 0)
+
+    def fit(R: np.ndarray) -> np.ndarray:
+        rb = np.minimum(R, nb)
+        r0, r1 = (rb, R - rb) if big == s0 else (R - rb, rb)
+        return p.pair_fits(h, n0, n1, r0, r1)
+
+    least, most = np.zeros_like(n0), top.copy()
+    while True:  # per row, the least R in [0, top] that fits (top where none does)
+        live = (least < most).any(axis=1)
+        if not live.any():
+            break
+        mid = (least + most) // 2
+        ok = fit(mid)
+        step = live[:, None] & valid
+        least = np.where(step & ~ok, mid + 1, least)
+        most = np.where(step & ok, mid, most)
+    tot = np.where(valid & fit(least), least, np.inf)
+    for j in np.flatnonzero(np.isfinite(tot).any(axis=1)):
+        i = int(np.argmin(tot[j]))
+        R = int(tot[j, i])
+        r_b = min(R, int(nb[j, i]))
+        best_R[j] = R
+        r0, r1 = (r_b, R - r_b) if big == s0 else (R - r_b, r_b)
+        split[j] = (n0[j, i], r0, r1)
 
 
 def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):

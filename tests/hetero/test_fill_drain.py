@@ -214,7 +214,7 @@ def test_a_stage_layouts_bound_is_at_most_its_least_optimum(seed):
             continue
         if lb > floor_bounds_s(inst, outers, [0], "max", ()).min() * (1 + 1e-12):
             lifted += 1
-            assert lb <= _least_optimum(inst, part) * (1 + 1e-12), (part.used, part.tpg, part.dp)
+            assert lb <= _least_optimum(inst, part, lb / (1 + 1e-12)) * (1 + 1e-12), (part.used, part.tpg, part.dp)
     assert lifted
 
 
@@ -231,4 +231,4 @@ def test_a_tp_choices_bound_is_at_most_its_least_optimum(seed, monkeypatch):
         for part in lazy.partials[a:b]:
             x = (part.rank >> 128) & ((1 << 64) - 1)
             if np.isfinite(choices[x]):
-                assert choices[x] <= _least_optimum(inst, part) * (1 + 1e-12), (fam, x)
+                assert choices[x] <= _least_optimum(inst, part, choices[x] / (1 + 1e-12)) * (1 + 1e-12), (fam, x)

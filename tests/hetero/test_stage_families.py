@@ -79,9 +79,11 @@ def deferred(monkeypatch):
     monkeypatch.setattr(search_mod, "DEFER_TP_CHOICES", 0)
 
 
-# (0, True): 13.9 s in a `-m "not slow"` run on two cores, marked slow; (1, True) 5.0 s
+# the cases with the layout options on, over 5 s of CPU, marked slow: (0, True) 19.4 s and
+# (1, True) 7.7 s, -n 0 after the families' keys stopped listing their choices (issue 32; (1,
+# True): 6.1 s of it opening every family, _every_family_opened); the others 0.3-0.4 s
 @pytest.mark.parametrize("seed, options", [(s, False) for s in SEEDS]
-                         + [pytest.param(0, True, marks=pytest.mark.slow), (1, True)])
+                         + [pytest.param(s, True, marks=pytest.mark.slow) for s in (0, 1)])
 def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, options, deferred):
     inst = repeated_types_instance(seed, options)
     lazy, _, spans = _every_family_opened(inst)
@@ -118,18 +120,28 @@ def test_a_familys_bound_is_at_most_each_of_its_partial_layouts_bound(seed, opti
                 # pipelines' slowest stage and sum together (FamilyBounds.fill_drain_family):
                 # it may pass its layouts' bounds, not their optima
                 assert part.dp is not None, fam
-                lb = min(_least_optimum(inst, part) for part in lazy.partials[a:b])
+                lb = min(_least_optimum(inst, part, lazy.family_bounds[f] / (1 + 1e-12))
+                         for part in lazy.partials[a:b])
             assert lazy.family_bounds[f] <= lb * (1 + 1e-12), fam
 
 
-def _least_optimum(inst, part) -> float:
+def _least_optimum(inst, part, cutoff_s: float | None = None) -> float:
     """The least optimum of the configurations of a stage-wise partial layout (a lone class on
-    one network): each priced and solved by the exact split DP."""
+    one network): each priced and solved by the exact split DP. With `cutoff_s`, a
+    configuration the DP proves has no split at or below cutoff_s counts as inf (its status
+    "cutoff", formulations/split_dp.py): a caller that only asserts that the least optimum is
+    at least a bound passes cutoff_s = bound / (1 + tolerance), and the check is the same one.
+    The DP with a cutoff is exact below it: an optimum at or below the cutoff (the bound above
+    an optimum, the bug these tests guard against) is still found and returned, so the
+    assertion still fails on it (tests/formulations/test_split_dp.py checks the cutoff both
+    ways); above it, the DP stops once its bounds pass the cutoff instead of solving on to the
+    optimum (issue 32: the bundled 32 + 32's 462 configurations in test_partial_layouts.py,
+    109 s of CPU solved to their optima, 1.2 s with the cutoff, every one answered "cutoff")."""
     outers = [o for blk in part.blocks() for o in blk.outers()]
     best = float("inf")
     for p in search_mod.problems_for(inst, outers, "nominal"):
         if p is not None:
-            sr = search_mod._solve_lone_dp(p, 60.0, None, None)
+            sr = search_mod._solve_lone_dp(p, 60.0, None, cutoff_s)
             if sr.objective_s is not None:
                 best = min(best, sr.objective_s)
     return best
