@@ -138,7 +138,18 @@ def partition_count(inst, o) -> int:
     per-operator partitions): every (class, group) takes any plan of its tp group."""
     if not enabled(inst):
         return 1
-    return math.prod(plans_per_outer(inst, _on_group(o, o, g)) for _, g in _choices(o))
+    # a choice's plans read only its tp group, ZeRO stage (token splits) and sp flag
+    # (partition_plans.plans_per_outer): counted once per such key, not per outer (the
+    # three-type, two-site Llama-3 70B counts 92,866 outers, each several times)
+    tps = tuple(o.tp_of(g) for _, g in _choices(o))
+    key = (tps, o.zero, o.sequence_parallel)
+    got = _COUNTS.get(key)
+    if got is None:
+        got = _COUNTS[key] = math.prod(plans_per_outer(inst, _on_group(o, o, g)) for _, g in _choices(o))
+    return got
+
+
+_COUNTS: dict[tuple, int] = {}  # partition_count's, by (tp per choice, ZeRO stage, sp)
 
 
 class OuterChoices:
