@@ -22,6 +22,7 @@ from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import scaled_times
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
+from paraplan.solver import class_partitions
 from paraplan.solver.class_partitions import OuterChoices, partition_count
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import placer, search, problem_of
@@ -179,7 +180,7 @@ def test_some_random_mixed_partition_optimum_uses_a_partition():
                for s in SEEDS)
 
 
-def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win():
+def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win(monkeypatch):
     """An outer's layer-plan combinations are listed lazily (OuterChoices.expand: a node per
     surviving bucket combination, split level by level): against a cut U they must give exactly
     the candidates that listing everything gives with lb <= U (a bucket's bound is at most each
@@ -192,7 +193,7 @@ def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win():
     outers = sorted((o for o in declared_outers(inst) if len({g for c in o.classes for g in c.stage_groups}) == 2
                      and partition_count(inst, o) > 1), key=lambda o: partition_count(inst, o))
     two = [o for o in outers if len(o.classes) > 1]
-    checked = 0
+    checked, first = 0, None
     for o in two[:3] + [o for o in outers if len(o.classes) == 1][:1]:
         def choices(o=o):
             ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
@@ -216,4 +217,13 @@ def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win():
         assert (len(lazy.candidates) + lazy.pruned_by_bound + lazy.pruned_by_memory
                 + lazy.pruned_by_dominance) == ch.total - 1
         checked += len(o.classes) > 1
+        first = first or (choices, cut, sorted(got), ch.total)
     assert checked >= 3
+    # a node whose bucket combinations pass GRID_CAP is split on its choice of the most buckets,
+    # unbounded: the same candidates and the same count (the smallest outer of two classes)
+    choices, cut, got, total = first
+    monkeypatch.setattr(class_partitions, "GRID_CAP", 3)
+    small = choices().expand_all(cut)
+    assert sorted(j for _, j, _, _ in small.candidates) == got
+    assert (len(small.candidates) + small.pruned_by_bound + small.pruned_by_memory
+            + small.pruned_by_dominance) == total - 1
