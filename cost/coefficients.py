@@ -989,7 +989,9 @@ def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: 
         return got
     n = _max_layers_per_stage(*arrays, v, layers)
     rows = [np.broadcast_to(a, n.shape) for a in arrays]
-    if n.ndim == 2 and all(a.dtype == np.float64 for a in rows):
+    # a batch larger than the cache is not kept: it would only evict itself (a layer-plan grid
+    # of solver/class_partitions.py: 10^6 rows took minutes and 6 GB to store, none reread)
+    if n.ndim == 2 and len(n) <= _CAPS_MAX_ROWS and all(a.dtype == np.float64 for a in rows):
         if len(_CAPS) + len(n) > _CAPS_MAX_ROWS:
             _CAPS.clear()
         for r in range(len(n)):

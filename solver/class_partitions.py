@@ -23,11 +23,15 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
 2. per (k, g): its kept plans sorted by layer time and bounded in buckets of LEVELS[0]
    plans (a bucket's optimistic terms, every other choice optimistic); then the surviving
    buckets of every choice together, as step 3 bounds plans (a combination of buckets bounds
-   every combination of their plans); the buckets some surviving combination takes are split
-   into buckets of the next level and bounded again; each plan of the last survivors is
-   priced once (cost/coefficients.build) and bounded alone; above U or memory-infeasible:
-   dropped;
-3. every combination of the remaining plans bounded at once (numpy): the per-stage arrays of
+   every combination of their plans). Each surviving combination of buckets is a node of the
+   planner's branch and bound keyed by its bound (a Subset), expanded only when it comes up
+   and can still win: its buckets split into those of the next level and bounded again, and
+   at the last level each plan priced once (cost/coefficients.build, kept for every node)
+   and bounded alone; above U or memory-infeasible: dropped. (Bounding every combination of
+   every surviving plan at once held 323 x 939 x 67 = 2e7 rows on the three-type, two-site
+   Llama-3 70B with partitions, 6-7 GB, against an early incumbent of 18.0 s that the
+   lowest-bound buckets, listed first, soon lowered);
+3. every combination of a last-level node's remaining plans bounded at once (numpy): the per-stage arrays of
    a class come row by row from its groups' plan builds (stage s's rows from its own group's
    plan); only those that can still win get assembled coefficients (nothing is priced again)
    and become candidates, keyed by that bound. A lone class (its micro-batch count fixed)
@@ -78,6 +82,23 @@ class Listing:
     pruned_by_bound: int = 0
     pruned_by_memory: int = 0
     pruned_by_dominance: int = 0
+    nodes: list = field(default_factory=list)  # (bound, Subset) still to expand
+
+
+@dataclass(frozen=True)
+class Subset:
+    """Some combinations of an outer's layer plans: per (k, g) choice the plan positions it may
+    take (0 first where Megatron's is one), cut into buckets of LEVELS[level] when expanded
+    (single plans past the last level); `bound` at most each combination's (-inf: unbounded)."""
+
+    sets: tuple
+    level: int
+    bound: float
+
+    @property
+    def weight(self) -> int:
+        """Its combinations, all-Megatron left out (the outer's own candidate)."""
+        return math.prod(len(x) for x in self.sets) - all(x[0] == 0 for x in self.sets)
 
 
 def _recorded(plan: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -117,7 +138,18 @@ def partition_count(inst, o) -> int:
     per-operator partitions): every (class, group) takes any plan of its tp group."""
     if not enabled(inst):
         return 1
-    return math.prod(plans_per_outer(inst, _on_group(o, o, g)) for _, g in _choices(o))
+    # a choice's plans read only its tp group, ZeRO stage (token splits) and sp flag
+    # (partition_plans.plans_per_outer): counted once per such key, not per outer (the
+    # three-type, two-site Llama-3 70B counts 92,866 outers, each several times)
+    tps = tuple(o.tp_of(g) for _, g in _choices(o))
+    key = (tps, o.zero, o.sequence_parallel)
+    got = _COUNTS.get(key)
+    if got is None:
+        got = _COUNTS[key] = math.prod(plans_per_outer(inst, _on_group(o, o, g)) for _, g in _choices(o))
+    return got
+
+
+_COUNTS: dict[tuple, int] = {}  # partition_count's, by (tp per choice, ZeRO stage, sp)
 
 
 class OuterChoices:
@@ -198,87 +230,135 @@ class OuterChoices:
         K, S = len(self.o.classes), len(self.scenarios)
         return [[cls[k][si] if k in cls else self.opt[si, k] for k in range(K)] for si in range(S)]
 
-    def expand(self, upper_s: float) -> Listing:
-        """Steps 2 and 3 (module docstring) against the incumbent `upper_s`; optimistic() first.
-        Candidates are keyed by step 3's vectorised bound (a valid lower bound of each)."""
+    def expand(self, upper_s: float, node: "Subset | None" = None) -> Listing:
+        """One step of steps 2 and 3 (module docstring) against the incumbent `upper_s`, on
+        `node` (None: every combination; optimistic() first): its children that can still win
+        (Listing.nodes) or, at the last level, its candidates, keyed by step 3's vectorised
+        bound (a valid lower bound of each)."""
         out = Listing()
-        net = self.net
-        keys, masks, S, K = self.keys, self.masks, len(self.scenarios), len(self.o.classes)
         cut = upper_s * (1 + REL_TOL)
-        plans = {x: [MEGATRON] for x in keys}
-        rows = {}  # per open choice and scenario: the vectors of plans[k, g][1:]
+        if node is None:
+            node = self._root(out)
+        self._step(node, cut, out)
+        return out
+
+    def expand_all(self, upper_s: float) -> Listing:
+        """expand, then every child it leaves, until none is left: every candidate at once."""
+        out, todo = Listing(), [None]
+        while todo:
+            got = self.expand(upper_s, todo.pop())
+            out.candidates += got.candidates
+            out.pruned_by_bound += got.pruned_by_bound
+            out.pruned_by_memory += got.pruned_by_memory
+            out.pruned_by_dominance += got.pruned_by_dominance
+            todo += [sub for _, sub in got.nodes]
+        out.candidates.sort(key=lambda c: (c[0], c[1]))
+        return out
+
+    def _root(self, out: Listing) -> "Subset":
+        """Every combination beyond all-Megatron as one Subset (each open choice's kept plans
+        sorted by layer time: buckets of neighbours bound tightly); dominated ones counted."""
+        self.plans = plans = {x: [MEGATRON] for x in self.keys}
+        self.rows = rows = {}  # per open choice and scenario: the vectors of plans[k, g][1:]
         for k, g in self.open:
-            front, front_rows = joint_candidates(self.cg[k, g], self._where(k, g), net)
+            front, front_rows = joint_candidates(self.cg[k, g], self._where(k, g), self.net)
             mine = [i for i, p in enumerate(front) if not P.is_megatron(p)]
             plans[k, g] += [_recorded(front[i]) for i in mine]
             rows[k, g] = [r[mine] for r in front_rows]
-        listed = math.prod(len(plans[x]) for x in keys)
+        listed = math.prod(len(plans[x]) for x in self.keys)
         out.pruned_by_dominance = self.total - listed
+        self.priced: dict = {}  # (k, g, bucket of plan positions) -> its coefficients per scenario
+        radix = [len(plans[x]) for x in self.keys]
+        self.strides = [math.prod(radix[i + 1:]) for i in range(len(self.keys))]
+        sets = []
+        for x in self.keys:
+            order = sorted(range(1, len(plans[x])), key=lambda j: rows[x][0][j - 1, 0] + rows[x][0][j - 1, 1])
+            sets.append((0, *order))
+        return Subset(tuple(sets), 0, -math.inf)
 
-        # step 2: each choice's plans sorted by layer time and bounded by buckets (a bucket's
-        # optimistic terms bound each of its plans), one choice at a time with the others
-        # optimistic, then the buckets of every choice together (step 3 on buckets); each
-        # surviving bucket is split into smaller ones and bounded again (LEVELS), and the plans
-        # of the last survivors are built one by one; builds are kept for step 3
-        priced: dict = {}
-        groups = {}
-        for k, g in self.open:
-            order = sorted(range(1, len(plans[k, g])),
-                           key=lambda j: rows[k, g][0][j - 1, 0] + rows[k, g][0][j - 1, 1])
-            groups[k, g] = [order]
-        for size in LEVELS:
-            probes, buckets = {}, {}
-            for x in self.open:
-                cands = [grp[b:b + size] for grp in groups[x] for b in range(0, len(grp), size)]
-                mine = [self._probe(x, bk, plans, rows, priced) for bk in cands]
-                ok = self._bounded(*x, mine, cut) if mine else np.zeros(0, bool)
-                buckets[x] = [bk for bk, y in zip(cands, ok) if y]
-                for b, c in enumerate(c for c, y in zip(mine, ok) if y):
-                    probes[x[0], x[1], b + 1] = c
-            by_bucket = {x: list(range(len(buckets.get(x, [])) + 1)) for x in keys}
-            if math.prod(len(v) for v in by_bucket.values()) <= GRID_CAP:
-                won = self._winners(by_bucket, probes, cut)
-            else:  # too many bucket combinations to bound at once: every surviving bucket
-                won = by_bucket
-            groups = {x: [buckets[x][b - 1] for b in won[x] if b] for x in self.open}
-        kept = {x: [0] for x in keys}
-        for k, g in self.open:
-            js = sorted(j for grp in groups[k, g] for j in grp)
-            for j in js:
-                if (k, g, j) not in priced:
-                    priced[k, g, j] = self._price(k, g, plans[k, g][j])
-            if js:
-                ok = self._bounded(k, g, [priced[k, g, j] for j in js], cut)
-                kept[k, g] += [j for j, y in zip(js, ok) if y]
-        radix = [len(plans[x]) for x in keys]
-        strides = [math.prod(radix[i + 1:]) for i in range(len(keys))]
-        survivors = math.prod(len(kept[x]) for x in keys) - 1
-        out.pruned_by_bound += (listed - 1) - survivors
+    def _coeffs(self, x, bucket: tuple) -> list[StageCoefficients]:
+        """Coefficients per scenario below those of every plan of `bucket` (_probe), once each."""
+        key = (x[0], x[1], bucket)
+        if key not in self.priced:
+            self.priced[key] = self._probe(x, list(bucket), self.plans, self.rows, {})
+        return self.priced[key]
 
-        # step 3: every remaining combination bounded at once; those that can still win are
-        # assembled (class choices once each) and listed
-        grid, picks, fits, quick, megatron = self._grid(kept, priced, cut)
+    def _step(self, node: "Subset", cut: float, out: Listing) -> None:
+        """Node's plans per choice cut into buckets of its level's size (LEVELS; single plans at
+        the last level), each bucket bounded with every other choice optimistic, then every
+        combination of the surviving buckets bounded at once (GRID_CAP rows at most: else the
+        node is split on its choice of the most buckets, unbounded); each combination that can
+        still win becomes a child node or, at the last level, a candidate. A bucket's
+        coefficients are below each of its plans', so a combination of buckets bounds every
+        combination of their plans, and what is dropped cannot win."""
+        keys, K, S = self.keys, len(self.o.classes), len(self.scenarios)
+        leaf = node.level >= len(LEVELS)
+        size = 1 if leaf else LEVELS[node.level]
+        tokens, store, mega = {}, {}, {}
+        for x, plans in zip(keys, node.sets):
+            mega[x] = plans[0] == 0
+            mine = plans[1:] if mega[x] else plans
+            buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]
+            coeffs = [self._coeffs(x, bk) for bk in buckets]
+            ok = self._bounded(*x, coeffs, cut) if coeffs else []
+            tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
+            store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
+        entries = {x: ([(0,)] if mega[x] else []) + tokens[x] for x in keys}
+        if math.prod(len(v) for v in entries.values()) > GRID_CAP:
+            x = max(keys, key=lambda y: len(entries[y]))
+            kids = [Subset(tuple(e if y == x else sum(entries[y], ()) for y in keys), node.level, node.bound)
+                    for e in entries[x]]
+            kids = [c for c in kids if c.weight]
+            out.pruned_by_bound += node.weight - sum(c.weight for c in kids)
+            out.nodes += [(node.bound, c) for c in kids]
+            return
+        kept = {x: [0] + tokens[x] for x in keys}
+        grid, picks, fits, quick, megatron = self._grid(kept, store, cut)
         members = [[x for x in keys if x[0] == k] for k in range(K)]
-        out.pruned_by_memory += int((~fits & ~megatron).sum())
-        out.pruned_by_bound += int((fits & ~megatron & (quick > cut)).sum())
-        chosen = fits & ~megatron & (quick <= cut)
+        # rows that take Megatron's plan where the node does not hold it are not its own
+        own = np.ones(len(grid), bool)
+        for k in range(K):
+            bad = np.zeros(len(picks[k]), bool)
+            for col, x in enumerate(members[k]):
+                if not mega[x]:
+                    bad |= picks[k][:, col] == 0
+            own &= ~bad[grid[:, k]]
+        own &= ~megatron
+        width = {x: np.array([1] + [len(t) for t in tokens[x]]) for x in keys}
+        weight = np.ones(len(grid), np.int64)
+        for k in range(K):
+            w = np.ones(len(picks[k]), np.int64)
+            for col, x in enumerate(members[k]):
+                w *= width[x][picks[k][:, col]]
+            weight *= w[grid[:, k]]
+        chosen = own & fits & (quick <= cut)
+        out.pruned_by_memory += int(weight[own & ~fits].sum())
+        out.pruned_by_bound += node.weight - int(weight[own & ~fits].sum()) - int(weight[chosen].sum())
+        if not leaf:
+            for row, lb in zip(grid[chosen], quick[chosen]):
+                sets = [None] * len(keys)
+                for k in range(K):
+                    for x, c in zip(members[k], picks[k][row[k]]):
+                        sets[keys.index(x)] = kept[x][c] if c else (0,)
+                out.nodes.append((float(lb), Subset(tuple(sets), node.level + 1, float(lb))))
+            return
         class_cache: dict[tuple[int, int], list[StageCoefficients]] = {}
+        masks, plans = self.masks, self.plans
         for row, lb in zip(grid[chosen], quick[chosen]):
             combo, cls = [0] * len(keys), {}
             for k in range(K):
-                js = [kept[x][c] for x, c in zip(members[k], picks[k][row[k]])]
-                for x, j in zip(members[k], js):
-                    combo[keys.index(x)] = j
+                toks = [kept[x][c] if c else () for x, c in zip(members[k], picks[k][row[k]])]
+                for x, t in zip(members[k], toks):
+                    combo[keys.index(x)] = t[0] if t else 0
                 if (k, row[k]) not in class_cache:
-                    parts = [(masks[x], priced[x[0], x[1], j]) for x, j in zip(members[k], js) if j]
+                    parts = [(masks[x], store[x[0], x[1], t]) for x, t in zip(members[k], toks) if t]
                     class_cache[k, row[k]] = [_assemble(self.meg[si, k], [(mk, c[si]) for mk, c in parts])
                                               for si in range(S)]
                 cls[k] = class_cache[k, row[k]]
-            index = sum(j * st for j, st in zip(combo, strides))
+            index = sum(j * st for j, st in zip(combo, self.strides))
             parts = tuple(tuple((g, plans[k, g][combo[i]]) for i, (kk, g) in enumerate(keys)
                                 if kk == k and combo[i]) for k in range(K))
             out.candidates.append((float(lb), index, self._with(cls), parts))
-        return out
 
     def _probe(self, x, bucket: list[int], plans: dict, rows: dict, priced: dict) -> list[StageCoefficients]:
         """Coefficients per scenario below those of every plan of `bucket` (positions in
@@ -338,19 +418,6 @@ class OuterChoices:
                 quick = quick.copy()
                 quick[rows[out]] = np.inf
         return grid, picks, fits, quick, megatron
-
-    def _winners(self, kept: dict, store: dict, cut: float) -> dict:
-        """Per choice x, the positions in kept[x] that some combination of `_grid` (other than
-        all-Megatron) that may fit memory and bounds at most `cut` takes."""
-        grid, picks, fits, quick, megatron = self._grid(kept, store, cut)
-        win = grid[fits & ~megatron & (quick <= cut)]
-        out = {}
-        for k in range(len(self.o.classes)):
-            members = [x for x in self.keys if x[0] == k]
-            rows = picks[k][np.unique(win[:, k])] if len(win) else np.zeros((0, len(members)), int)
-            for col, x in enumerate(members):
-                out[x] = sorted(set(kept[x][c] for c in rows[:, col]))
-        return out
 
     def _bounded(self, k: int, g: int, coeffs: list, cut: float) -> np.ndarray:
         """Which of `coeffs` (each per scenario, class k with group g's stages priced by one

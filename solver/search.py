@@ -1116,9 +1116,10 @@ class _Search:
         elif isinstance(cand, _Unpriced):
             self._price_chunk(cand)
         elif isinstance(cand, _LayerPlans):
-            new = cand.expand(self.won.bar()[0], self.res)
+            new, kids = cand.expand(self.won.bar()[0], self.res)
             self.probe(new)
             self._push(new)
+            self._push(kids)
         elif self.uniform:
             self._settle_uniform(cand)
         else:
@@ -1454,20 +1455,25 @@ class _LayerPlans:
     inst: Instance
     objective: str
     uniform: bool
+    node: class_partitions.Subset | None = None  # None: every combination, not yet listed
 
     @property
     def weight(self) -> int:  # combinations it stands for
-        return self.choices.total - 1
+        return self.choices.total - 1 if self.node is None else self.node.weight
 
-    def expand(self, upper_s: float, res: SolveResult) -> list[_Candidate]:
-        lst = self.choices.expand(upper_s)
+    def expand(self, upper_s: float, res: SolveResult) -> tuple[list[_Candidate], list[_LayerPlans]]:
+        """Its candidates that can still win, in key order, and its children (Subsets of its
+        combinations, each keyed by a bound at most theirs, the key's combination index 1 at
+        most theirs: listed only when they come up and can still win)."""
+        lst = self.choices.expand(upper_s, self.node)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
         res.pruned_by_dominance += lst.pruned_by_dominance
         o, i = self.choices.o, self.key[1]
+        kids = [dataclasses.replace(self, key=(max(lb, self.key[0]), i, 1), node=sub) for lb, sub in lst.nodes]
         return sorted((_Candidate(o, problem_of(self.inst, o, self.objective, coeffs, prescaled=True), (lb, i, j),
                                   self.uniform, parts)
-                       for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key)
+                       for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key), kids
 
 
 def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placements: dict,

@@ -22,7 +22,8 @@ from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import scaled_times
 from paraplan.formulations.multiclass import solve_multiclass_cpsat
-from paraplan.solver.class_partitions import OuterChoices
+from paraplan.solver import class_partitions
+from paraplan.solver.class_partitions import OuterChoices, partition_count
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import placer, search, problem_of
 from paraplan.solver.space import declared_outers
@@ -82,7 +83,7 @@ def test_assembled_class_coefficients_equal_a_direct_build():
         ch = OuterChoices(inst, o, [0], placed, class_outers(inst.job, o),
                           lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs, prescaled=True))
         ch.optimistic()
-        lst = ch.expand(float("inf"))
+        lst = ch.expand_all(float("inf"))
         for lb, _, coeffs, parts in lst.candidates[:: max(1, len(lst.candidates) // 5)]:
             for k, c in enumerate(coeffs[0]):
                 pl = placed(0, k)
@@ -109,7 +110,7 @@ def test_vectorised_class_bound_is_below_the_optimum():
         if ch.total == 1:
             continue
         ch.optimistic()
-        for lb, _, coeffs, _ in ch.expand(float("inf")).candidates[:4]:
+        for lb, _, coeffs, _ in ch.expand_all(float("inf")).candidates[:4]:
             p = problem_of(inst, o, "nominal", coeffs)
             sr = solve_multiclass_cpsat(p, time_limit_s=20)
             if sr.objective_s is not None:
@@ -177,3 +178,52 @@ def test_some_random_mixed_partition_optimum_uses_a_partition():
     from randinst import partition_mixed_instance
     assert any(any(c.partitions for c in search(partition_mixed_instance(s)).plan.classes)
                for s in SEEDS)
+
+
+def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win(monkeypatch):
+    """An outer's layer-plan combinations are listed lazily (OuterChoices.expand: a node per
+    surviving bucket combination, split level by level): against a cut U they must give exactly
+    the candidates that listing everything gives with lb <= U (a bucket's bound is at most each
+    of its combinations', and a plan bounded alone with the other choices optimistic at most
+    every combination holding it), and every combination must be counted once: candidates +
+    pruned by bound, memory and dominance = every combination but all-Megatron."""
+    inst = _with_partitions(load_instance(TINY2))
+    # the outers of two groups with the fewest combinations (> 1): three of two classes (the
+    # cut decides alone) and one lone class
+    outers = sorted((o for o in declared_outers(inst) if len({g for c in o.classes for g in c.stage_groups}) == 2
+                     and partition_count(inst, o) > 1), key=lambda o: partition_count(inst, o))
+    two = [o for o in outers if len(o.classes) > 1]
+    checked, first = 0, None
+    for o in two[:3] + [o for o in outers if len(o.classes) == 1][:1]:
+        def choices(o=o):
+            ch = OuterChoices(inst, o, [0], placer(inst, o), class_outers(inst.job, o),
+                              lambda coeffs: problem_of(inst, o, "nominal", coeffs, prescaled=True))
+            ch.optimistic()
+            return ch
+        every = choices().expand_all(float("inf"))
+        if not every.candidates:
+            continue
+        ch = choices()
+        assert (len(every.candidates) + every.pruned_by_bound + every.pruned_by_memory
+                + every.pruned_by_dominance) == ch.total - 1
+        lbs = sorted(lb for lb, _, _, _ in every.candidates)
+        cut = lbs[len(lbs) // 2]  # half of them can win
+        lazy = ch.expand_all(cut)
+        want = {j for lb, j, _, _ in every.candidates if lb <= cut * (1 + 1e-9)}
+        got = {j for _, j, _, _ in lazy.candidates}
+        # a lone class's combinations may also be proved above the cut by coupling its slowest
+        # stage and sync (one_class.coupled_above, which reads the cut): fewer, never others
+        assert got == want if len(o.classes) > 1 else got <= want
+        assert (len(lazy.candidates) + lazy.pruned_by_bound + lazy.pruned_by_memory
+                + lazy.pruned_by_dominance) == ch.total - 1
+        checked += len(o.classes) > 1
+        first = first or (choices, cut, sorted(got), ch.total)
+    assert checked >= 3
+    # a node whose bucket combinations pass GRID_CAP is split on its choice of the most buckets,
+    # unbounded: the same candidates and the same count (the smallest outer of two classes)
+    choices, cut, got, total = first
+    monkeypatch.setattr(class_partitions, "GRID_CAP", 3)
+    small = choices().expand_all(cut)
+    assert sorted(j for _, j, _, _ in small.candidates) == got
+    assert (len(small.candidates) + small.pruned_by_bound + small.pruned_by_memory
+            + small.pruned_by_dominance) == total - 1

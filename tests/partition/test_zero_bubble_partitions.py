@@ -73,5 +73,5 @@ def test_every_layer_plan_bound_is_below_its_optimum(seed):
     res = SolveResult(status="", plan=None, objective="nominal", objective_s=None, bound_s=None,
                       solve_time_s=0.0, backend="dp", outer_configs=0, plans_total=0)
     node = _layer_plans(ci, o, i, "nominal", {}, False, res)
-    bounds = [lb for lb, _, _, _ in node.choices.expand(float("inf")).candidates]
+    bounds = [lb for lb, _, _, _ in node.choices.expand_all(float("inf")).candidates]
     assert node.key[0] <= best.iter_time_s and min(bounds) <= best.iter_time_s
