@@ -397,18 +397,25 @@ def _memory_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]
              lambda g: g.memory_fill is not None and g.memory_fill * (1 + FILL_REL_TOL) >= fill)]
 
 
-def _validating(f: Features, has: Callable[[Features], bool], res: Sequence[Residual]) -> int:
-    band = f.band  # read once, not per row (the planner's quantile factor and the trust band
-    # judge 83 features against the 239 published rows each, a scale band per comparison)
-    return sum(1 for r in res if r.features.band == band and has(r.features))
+def _in_band(f: Features, res: Sequence[Residual]) -> list[Features]:
+    """The features of the residuals in f's scale band: what every feature of f is validated
+    by, read once per judgement rather than once per feature (the planner's quantile factor
+    and the trust band judge 83 features against the 239 published rows each)."""
+    band = f.band
+    return [r.features for r in res if r.features.band == band]
+
+
+def _validating(has: Callable[[Features], bool], in_band: Sequence[Features]) -> int:
+    return sum(1 for g in in_band if has(g))
 
 
 def validation_warnings(f: Features, res: Sequence[Residual],
                         min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """One line per feature of `f` that fewer than min_rows residuals exercise in f's band."""
     lines = []
+    in_band = _in_band(f, res)
     for used, name, has in _feature_uses(f):
-        n = _validating(f, has, res)
+        n = _validating(has, in_band)
         if n < min_rows:
             lines.append(f"{used} on {f.num_gpus} GPUs: {n} published row{'' if n == 1 else 's'}"
                          f" validate{'s' if n == 1 else ''} {name} at {f.band} GPUs")
@@ -419,8 +426,9 @@ def unvalidated(f: Features, res: Sequence[Residual], min_rows: int = MIN_VALIDA
     """What `f` uses that fewer than min_rows residuals exercise in f's scale band: its ZeRO
     stage, cp > 1, pp > 1, FP8, GPU die, framework and release (as `_feature_uses` and
     `_context_uses` name them)."""
-    return ([used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(f, has, res) < min_rows]
-            + [used for used, _, has in _memory_uses(f) if _validating(f, has, res) < MIN_MEMORY_ROWS])
+    in_band = _in_band(f, res)
+    return ([used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(has, in_band) < min_rows]
+            + [used for used, _, has in _memory_uses(f) if _validating(has, in_band) < MIN_MEMORY_ROWS])
 
 
 def distance_level(f: Features, res: Sequence[Residual]) -> int:
@@ -457,8 +465,22 @@ def die_fitted(f: Features, res: Sequence[Residual]) -> bool:
     """Whether a prediction with features `f` ran on efficiencies fitted to its die: the
     residuals of other source families than f's hold MIN_ROWS_PER_DIE or more rows on it (the
     fit leaves a die with fewer at its catalogue defaults, cost/fit.py)."""
+    return _fitted(f, _die_counts(res))
+
+
+def _die_counts(res: Sequence[Residual]) -> dict[tuple[str, str], int]:
+    """(GPU die, source family) -> the residuals of `res` on that die from that family."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in res:
+        key = (die(r.features.gpu), r.features.family)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _fitted(f: Features, counts: dict[tuple[str, str], int]) -> bool:
+    """die_fitted from the residuals' _die_counts: those on f's die of other families than f's."""
     d = die(f.gpu)
-    return sum(1 for r in res if die(r.features.gpu) == d and r.features.family != f.family) >= MIN_ROWS_PER_DIE
+    return sum(n for (g, fam), n in counts.items() if g == d and fam != f.family) >= MIN_ROWS_PER_DIE
 
 
 @lru_cache(maxsize=16)
@@ -474,10 +496,11 @@ def _pool_facts(pool: tuple[Residual, ...]) -> tuple[dict[str, int], dict[str, b
     # have 83 distinct ones, each judged once
     level: dict[Features, int] = {}
     fitted: dict[Features, bool] = {}
+    counts = _die_counts(pool)  # die_fitted's, read once for every row
     for r in pool:
         if r.features not in level:
             level[r.features] = distance_level(r.features, others[r.features.family])
-            fitted[r.features] = die_fitted(r.features, pool)
+            fitted[r.features] = _fitted(r.features, counts)
     return {r.id: level[r.features] for r in pool}, {r.id: fitted[r.features] for r in pool}
 
 
