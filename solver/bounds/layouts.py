@@ -296,8 +296,12 @@ def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: d
     unpriced_memory.sync_terms), the layers' terms and syncs in `layer_memo` as
     unpriced_memory keeps them."""
     c = b.classes[0]
-    key = (i, g, b.tp_of(g), bool(b.group_tp), b.cp, b.micro_batch, c.pp > 1, c.replicas,
-           tuple((sp, zero, tuple(sorted(admitted))) for sp, zero, admitted in b.modes_left), b.vs, b.recompute)
+    # the blocks share their modes_left objects (one per layout's invariants): its key once each
+    modes = syncs.get(("modes", id(b.modes_left)))
+    if modes is None or modes[0] is not b.modes_left:
+        modes = syncs["modes", id(b.modes_left)] = (
+            b.modes_left, tuple((sp, zero, tuple(sorted(admitted))) for sp, zero, admitted in b.modes_left))
+    key = (i, g, b.tp_of(g), bool(b.group_tp), b.cp, b.micro_batch, c.pp > 1, c.replicas, modes[1], b.vs, b.recompute)
     got = syncs.get(key)
     if got is not None:
         return got
