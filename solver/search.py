@@ -767,9 +767,6 @@ class _Partials:
     # each stage-wise representative's own bound (layouts.partial_bounds_s's per_block): the
     # outers of its blocks are keyed by at least it when listed (_Search._list_layouts)
     block_bounds: dict = dataclasses.field(default_factory=dict)
-    # the layers' terms and syncs (unpriced_memory.layer_terms, sync_terms): the stage-wise
-    # representatives' syncs read them, and so does the search's bound that reads memory
-    layer_memo: dict = dataclasses.field(default_factory=dict)
     ranks: list[int] = dataclasses.field(default_factory=list)  # Partial.rank of each
     families: list = dataclasses.field(default_factory=list)  # StageFamily, not yet set up
     family_bounds: list[float] = dataclasses.field(default_factory=list)
@@ -788,10 +785,9 @@ class _Partials:
                                                         defer_options=lazy_options)
         memo: dict = {}
         per_block: dict = {}
-        layer_memo: dict = {}
-        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block, layer_memo)
+        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
-        out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block, layer_memo,
+        out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block,
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
         if deferred:
             # imported here: only a search that defers families reads them (issue 33, start-up)
@@ -844,7 +840,7 @@ class _Partials:
             return kids
         start = len(self.partials)
         per_block: dict = {}
-        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo, per_block, self.layer_memo)
+        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo, per_block)
         self.block_bounds.update({(start + k[0], *k[1:]): lb for k, lb in per_block.items()})
         self.partials += new
         self.bounds = np.concatenate([self.bounds, bounds])
@@ -956,7 +952,7 @@ class _Search:
         self.listed_partials = 0
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
-        self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
+        self.layer_memo: dict = {}  # the layers' terms (unpriced_memory)
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
         self.open_bounds: list[float] = []
@@ -1178,19 +1174,14 @@ class _Search:
             for blk in lazy.partials[part.index].blocks():
                 listed = blk.outers()
                 outers.extend(listed)
-                if lazy.partials[part.index].dp is None:
-                    raised += [-math.inf] * len(listed)
-                    continue
-                key = representative_key(part.index, blk)  # and per (ZeRO, v): its syncs
-                lb = lazy.block_bounds.get(key, -math.inf)
-                raised += ([lb] * len(listed) if key is None else
-                           [lazy.block_bounds.get((*key, o.zero, o.virtual_stages), lb) for o in listed])
+                lb = (lazy.block_bounds.get(representative_key(part.index, blk), -math.inf)
+                      if lazy.partials[part.index].dp is not None else -math.inf)
+                raised += [lb] * len(listed)
             at = lazy.ranks[part.index] * RANK_STRIDE
             self.rank.extend(range(at, at + len(outers) - start_part))
         js = list(range(start, len(outers)))
         # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
-        # its pipeline's slowest stage and sum read together, and per ZeRO stage and v its
-        # slowest sync, at most its value lowered by
+        # its pipeline's slowest stage and sum read together, at most its value lowered by
         # fill_drain.TIE_MARGIN, so a plan that ties the incumbent is still priced)
         floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
                                 deadline=self.floor_by, memo=lazy.memo)
