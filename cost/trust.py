@@ -157,6 +157,9 @@ class Features:
     # the fullest stage's priced peak memory over its GPU's HBM (peak_memory_fraction); None
     # where it is not priced (a DualPipe plan): such a prediction counts no memory feature
     memory_fill: float | None = None
+    # whether the run (or plan) crosses an oversubscribed switch tier (cost/fabric.py): no
+    # published row states one, so a plan on such a fabric is one feature farther from them
+    oversubscribed: bool = False
     # the scale band of num_gpus, kept rather than derived per read: the planner's quantile
     # factor and the band compare each feature against every published row's band (about
     # 120,000 reads for one GPT-3 plan)
@@ -377,11 +380,14 @@ def _context_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool
     (measured: in its place, the 80% band held 89.1% of the bundled rows instead of 84.9%)."""
     release = f"{f.framework} {f.framework_version or '(release unknown)'}"
     own = die(f.gpu)  # read once, not per row compared
-    return [(f"gpu={own}", own, lambda g: die(g.gpu) == own),
+    uses = [(f"gpu={own}", own, lambda g: die(g.gpu) == own),
             (f"framework={f.framework}", f.framework, lambda g: g.framework == f.framework),
             (f"release={release}", release,
              lambda g: bool(f.framework_version) and (g.framework, g.framework_version)
              == (f.framework, f.framework_version))]
+    if f.oversubscribed:  # the fabric's price (cost/fabric.py) is derived, never measured
+        uses.append(("fabric=oversubscribed", "an oversubscribed fabric", lambda g: g.oversubscribed))
+    return uses
 
 
 def _memory_uses(f: Features) -> list[tuple[str, str, Callable[[Features], bool]]]:
@@ -759,7 +765,10 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
                                  num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp,
                                  pp=max(len(c.stage_groups) for c in plan.classes),
                                  precision=inst.job.precision.value, activations=activations(full),
-                                 memory_fill=fill), predicted_s, res) for g in gpus]
+                                 memory_fill=fill,
+                                 oversubscribed=oversubscribed(groups, {g for c in plan.classes
+                                                                        for g in c.stage_groups})),
+                       predicted_s, res) for g in gpus]
     trust = max(trusts, key=_upper_end)
     if inst.model.moe is not None:
         trust = max((moe_trust(g, predicted_s, trust.warnings if flat else ()) for g in gpus), key=_upper_end)
@@ -953,7 +962,7 @@ def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
 @lru_cache(maxsize=4096)
 def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, framework: str,
                      precision: str, zero: int, cp: int, pp: int, moe: bool,
-                     memory_fill: float | None = None) -> float:
+                     memory_fill: float | None = None, oversubscribed: bool = False) -> float:
     """The objective's time / the predicted time of a configuration (module docstring): 1 for
     `mean`; for pNN the largest quantile_factor over the plan's GPU types (a mixed cluster is as
     far from the measured runs as its least validated type), its plans filling at most
@@ -970,7 +979,8 @@ def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, fr
     # pp are read as min(., 2), and the planner's thousands of (cp, pp) share a few entries
     return max(_published_quantile_factor(
         Features(family="", framework=framework, gpu=g, num_gpus=num_gpus, zero=zero, cp=min(cp, 2),
-                 pp=min(pp, 2), precision=precision, activations="stored", memory_fill=memory_fill), q)
+                 pp=min(pp, 2), precision=precision, activations="stored", memory_fill=memory_fill,
+                 oversubscribed=oversubscribed), q)
         for g in gpus)
 
 
@@ -1017,8 +1027,9 @@ def objective_factors(inst, configs) -> np.ndarray:
 def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
     group-format instance (ClassOuter or Plan on a Instance; objective_factor):
-    1 for `mean`. It depends only on the GPU types used, the ZeRO stage, cp, the deepest
-    class and the memory fill the search admits (search.memory_fill_cap, or the fill its
+    1 for `mean`. It depends only on the GPU types used, whether they sit under an
+    oversubscribed switch tier, the ZeRO stage, cp, the deepest class and the memory fill the
+    search admits (search.memory_fill_cap, or the fill its
     relaxation reads, search.factor_memory_fill: solver/memory_tiers.py), so the planner scales its time
     coefficients by it (solver/search.problem_of, the floors read before pricing) and every
     bound and proof holds for the quantile."""
@@ -1033,7 +1044,14 @@ def objective_factor_of(inst, modes) -> float:
                             zero=modes.zero, cp=min(modes.cp, 2),
                             pp=min(max(len(c.stage_groups) for c in modes.classes), 2),
                             moe=inst.model.moe is not None,
-                            memory_fill=_fill_counted(inst, factor_fill(inst.search)))
+                            memory_fill=_fill_counted(inst, factor_fill(inst.search)),
+                            oversubscribed=oversubscribed(groups, used))
+
+
+def oversubscribed(groups, used) -> bool:
+    """Whether any of the groups `used` sits under a switch tier oversubscribed above 1:1
+    (cost/fabric.py): the plan's fabric then differs from every published run's."""
+    return any(t.oversubscription > 1 for g in used for t in groups[g].tiers)
 
 
 def factor_fill(search) -> float:

@@ -4,6 +4,7 @@ the comment above it from the module docstring's share `NIC x min(1, d / R)` (d:
 nodes inside one leaf, R: the ratio of the tiers it leaves) and never by calling the function
 under test twice."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,38 @@ def test_groups_straddling_a_leaf_edge():
         .bw_bytes_per_s == 12.5e9
     flat = comm.group_link(dgx_nodes(6), 3, 8)
     assert comm.group_link(dgx_nodes(6, FabricTier(nodes=3, oversubscription=4.0)), 3, 8) == flat
+
+
+def test_an_oversubscribed_fabric_is_one_feature_farther_from_the_published_runs(tmp_path):
+    # No published row states an oversubscribed fabric (every bundled row: Features.oversubscribed
+    # False), so a plan under one is one distance level farther from them than the same plan on a
+    # non-blocking fabric (cost/trust._context_uses), up to the last level. Its p90 factor is
+    # therefore the published quantile factor of that level (read here from the Features alone,
+    # not through the planner), and the objective the planner minimises, the band `plan` prints
+    # and that level agree.
+    from paraplan.cost import trust
+    from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
+    from paraplan.solver.exhaustive import exhaustive
+    flat = load_instance(str(_small_gpt(tmp_path)))
+    over = load_instance(str(_small_gpt(tmp_path, leaf_nodes=2, leaf_oversubscription=8.0)))
+    plan = exhaustive(over).plan
+    res = trust.published_residuals()
+    assert not any(r.features.oversubscribed for r in res)
+    fill = trust._fill_counted(over, trust.factor_fill(over.search))
+    f_over = trust.Features(family="", framework=over.job.framework.value, gpu=over.cluster.groups[0].gpu.name,
+                            num_gpus=over.cluster.num_gpus, zero=plan.zero, cp=min(plan.cp, 2),
+                            pp=min(max(len(c.stage_groups) for c in plan.classes), 2), precision=over.job.precision.value, activations="stored",
+                            memory_fill=fill, oversubscribed=True)
+    f_flat = replace(f_over, oversubscribed=False)
+    lo = trust.distance_level(f_flat, res)
+    assert trust.distance_level(f_over, res) == min(lo + 1, trust.DISTANCE_LEVELS - 1)
+    assert "fabric=oversubscribed" in trust.unvalidated(f_over, res)
+    q = parse_objective(DEFAULT_OBJECTIVE)
+    assert trust.objective_factor_of(over, plan) == pytest.approx(trust.quantile_factor(f_over, q, res))
+    assert trust.objective_factor_of(flat, plan) == pytest.approx(trust.quantile_factor(f_flat, q, res))
+    if lo + 1 < trust.DISTANCE_LEVELS:  # the farther level's band is the wider one
+        assert trust.objective_factor_of(over, plan) > trust.objective_factor_of(flat, plan)
+    # the printed band names the fabric among what is unvalidated (small-gpt: level 1 -> 2 here)
+    t = trust.plan_trust(over, plan, simulate(over, plan).iter_time_s)
+    assert "fabric=oversubscribed" in t.group
+    assert "fabric" not in trust.plan_trust(flat, plan, simulate(flat, plan).iter_time_s).group
