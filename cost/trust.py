@@ -430,8 +430,8 @@ def validation_warnings(f: Features, res: Sequence[Residual],
 
 def unvalidated(f: Features, res: Sequence[Residual], min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """What `f` uses that fewer than min_rows residuals exercise in f's scale band: its ZeRO
-    stage, cp > 1, pp > 1, FP8, GPU die, framework and release (as `_feature_uses` and
-    `_context_uses` name them)."""
+    stage, cp > 1, pp > 1, FP8, GPU die, framework, release and an oversubscribed fabric (as
+    `_feature_uses` and `_context_uses` name them)."""
     in_band = _in_band(f, res)
     return ([used for used, _, has in _feature_uses(f) + _context_uses(f) if _validating(has, in_band) < min_rows]
             + [used for used, _, has in _memory_uses(f) if _validating(has, in_band) < MIN_MEMORY_ROWS])
