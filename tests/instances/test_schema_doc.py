@@ -1,15 +1,21 @@
-"""docs/schema.md's key reference is generated from cost/schema_keys.py (one description per
-key), and that table describes exactly the keys the readers accept, section by section."""
+"""docs/schema.md's key reference is generated from one description per key, the docstring of
+the record field that holds it (cost/schema_keys.py says which field holds which key), and that
+table describes exactly the keys the readers accept, section by section."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import sys
+from dataclasses import fields
 from pathlib import Path
 
 from paraplan.cost.docs import schema as schema_doc
+from paraplan.cost.docs.field_docs import field_docs, summary
 from paraplan.cost.docs.regions import region, replace_region
-from paraplan.cost.schema_keys import SECTIONS
+from paraplan.cost.plan_specs import Plan
+from paraplan.cost.schema_keys import SECTIONS, source
+from paraplan.cost.specs import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 # every module of the readers' room (cost/readers/), found on disk so a reader added later is read
@@ -22,6 +28,37 @@ def test_the_page_is_what_the_generator_writes():
     # `python -m paraplan.cost.docs.schema` leaves the page stale: this fails until it is rerun.
     assert region(schema_doc.PAGE.read_text(), schema_doc.REGION) == schema_doc.render()
     assert schema_doc.main(["--check"]) == 0
+
+
+def test_every_key_is_described_once_by_a_field_docstring_or_by_the_table():
+    for sec in SECTIONS:
+        for key in sec.keys:
+            where = source(key, sec)
+            if where is None:  # no one field holds it: the table says what it means
+                assert key.meaning and not key.field and key.record is None, (sec.title, key.name)
+                continue
+            record, name = where
+            assert record is not None, (sec.title, key.name)
+            assert name in {f.name for f in fields(record)}, (sec.title, key.name, record.__name__)
+            assert summary(field_docs(record).get(name, "")), \
+                f"{record.__name__}.{name} (key {sec.path}.{key.name}) has no docstring"
+
+
+def test_a_field_docstring_is_read_through_the_base_classes_and_cut_at_its_first_paragraph():
+    # Plan's degrees are declared on its base class _Modes, its classes on Plan itself
+    docs = field_docs(Plan)
+    assert {"tp", "zero", "classes"} <= set(docs)
+    assert summary("one\n  line\n\nmore for code readers") == "one line"
+
+
+def test_field_docstrings_compile_to_nothing():
+    # The docstrings cost the plan path nothing: the compiled class body holds no constant for
+    # them (CPython drops a bare string statement), so importing cost/specs.py keeps none.
+    path = sys.modules[ModelSpec.__module__].__file__
+    module = compile(Path(path).read_text(), path, "exec")
+    body = next(c for c in module.co_consts if getattr(c, "co_name", "") == "ModelSpec")
+    doc = field_docs(ModelSpec)["layers"]
+    assert doc and doc not in body.co_consts
 
 
 def _accepted(section) -> tuple[str, ...]:
