@@ -5,21 +5,23 @@ A key's meaning is written once, as the docstring of the record field that holds
 cost/fabric.py; read by cost/docs/field_docs.py). This table holds only what a field cannot
 know: which section of which file the key sits in, the field it fills where that is named
 otherwise (`hbm_gib` -> `GpuSpec.hbm_bytes`), its YAML type, its default as the reader fills
-it in ("required" where it has none), and its allowed values where no enum lists them. A
-number's unit and physical range come from cost/ranges.RANGES (the table every reader checks
-numbers against), the values of a closed set from the enum the reader parses it into (e.g.
-cost/specs.Precision). Keys that fill no one field (a link's `between`, a change's `nic_scale`,
-the fabric's `leaf_nodes`) carry their meaning here, as `meaning`.
+it in ("required" where it has none; FIELD_DEFAULT where it is the field's own default, in the
+same unit, which the page then writes as YAML would), and its allowed values where no enum
+lists them. A number's unit and physical range come from cost/ranges.RANGES (the table every
+reader checks numbers against), the values of a closed set from the enum the reader parses it
+into (e.g. cost/specs.Precision). Keys that fill no one field (a link's `between`, a change's
+`nic_scale`, the fabric's `leaf_nodes`) carry their meaning here, as `meaning`.
 
 docs/schema.md's key reference is generated from this table (`python -m
 paraplan.cost.docs.schema`), and tests/instances/test_schema_doc.py fails when the page differs
-from what the generator writes, when a key's field has no docstring, or when a reader accepts a
-key this table does not describe (each section names the reader's key tuple, `accepted`).
+from what the generator writes, when a key's field has no docstring, when a reader fills in
+another default than a FIELD_DEFAULT key's field has, or when a reader accepts a key this table
+does not describe (each section names the reader's key tuple, `accepted`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 
 from paraplan.cost.fabric import FabricTier
@@ -33,17 +35,20 @@ from paraplan.cost.specs import (Attention, Cluster, GpuSpec, GradReduceDtype, I
 from paraplan.cost.units import GBYTE_BYTES, GFLOP_FLOPS
 
 REQUIRED = "required"
-# the records' own defaults (internal units), where a reader leaves a key to them
+# a key's default is its field's own, in the same unit: the page writes it as YAML would
+FIELD_DEFAULT = "<the field's default>"
+# the records' own defaults (internal units), where a reader leaves a key to them in another unit
 _SWITCHING = {f.name: f.default for f in fields(Switching)}
 _GPU = {f.name: f.default for f in fields(GpuSpec)}
 
 
 @dataclass(frozen=True, slots=True)
 class Key:
-    """One YAML key. `allowed`: an Enum class whose values the key takes (every one listed), or
-    text; `quantity`: its row of cost/ranges.RANGES where that differs from the key's name
-    ("" for none). Its meaning: the docstring of `field` ("": the key's own name) of `record`
-    (None: the section's record), or `meaning` for a key no one field holds."""
+    """One YAML key. `default`: REQUIRED, FIELD_DEFAULT or text; `allowed`: an Enum class whose
+    values the key takes (every one listed), or text; `quantity`: its row of cost/ranges.RANGES
+    where that differs from the key's name ("" for none). Its meaning: the docstring of `field`
+    ("": the key's own name) of `record` (None: the section's record), or `meaning` for a key
+    no one field holds."""
 
     name: str
     kind: str  # integer | number | boolean | string | mapping | list of ... | ...
@@ -76,6 +81,13 @@ def source(key: Key, sec: SectionDoc) -> tuple[type, str] | None:
     if key.meaning:
         return None
     return (key.record or sec.record), (key.field or key.name)
+
+
+def field_default(key: Key, sec: SectionDoc) -> object:
+    """The default of the field that holds `key` (a key whose default is FIELD_DEFAULT)."""
+    record, name = source(key, sec)
+    f = next(f for f in fields(record) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default
 
 
 # --- one GPU type (cost/readers/) -------------------------------------------------------------
@@ -120,27 +132,27 @@ MODEL = SectionDoc("model", "`model:`", "Widths are unit-free counts. A Hugging 
                        Key("vocab", "integer"),
                        Key("seq_len", "integer"),
                        Key("mlp", "string", REQUIRED, Mlp),
-                       Key("tied_embeddings", "boolean", "false"),
-                       Key("dropout", "number", "0"),
+                       Key("tied_embeddings", "boolean", FIELD_DEFAULT),
+                       Key("dropout", "number", FIELD_DEFAULT),
                        Key("head_dim", "integer", "hidden / heads", field="attention_head_dim"),
-                       Key("qkv_bias", "boolean", "false"),
-                       Key("attn_out_bias", "boolean", "false"),
-                       Key("mlp_bias", "boolean", "false"),
-                       Key("norm_bias", "boolean", "false"),
-                       Key("norms_per_layer", "integer", "2"),
-                       Key("parallel_blocks", "boolean", "false"),
-                       Key("position_embeddings", "integer", "0"),
-                       Key("embedding_norm", "boolean", "false"),
+                       Key("qkv_bias", "boolean", FIELD_DEFAULT),
+                       Key("attn_out_bias", "boolean", FIELD_DEFAULT),
+                       Key("mlp_bias", "boolean", FIELD_DEFAULT),
+                       Key("norm_bias", "boolean", FIELD_DEFAULT),
+                       Key("norms_per_layer", "integer", FIELD_DEFAULT),
+                       Key("parallel_blocks", "boolean", FIELD_DEFAULT),
+                       Key("position_embeddings", "integer", FIELD_DEFAULT),
+                       Key("embedding_norm", "boolean", FIELD_DEFAULT),
                        Key("sliding_window_tokens", "integer", "none (full causal attention)"),
                        Key("sliding_window_layers", "integer",
                            "all layers, where sliding_window_tokens is given"),
-                       Key("unmodelled", "list of strings", "[]"),
+                       Key("unmodelled", "list of strings", FIELD_DEFAULT),
                        Key("moe", "mapping", "none (dense)"),
                        Key("mla", "mapping", "none"),
-                       Key("mtp_layers", "integer", "0"),
-                       Key("qk_norm", "boolean", "false"),
-                       Key("attention_sinks", "boolean", "false"),
-                       Key("expert_bias", "boolean", "false"),
+                       Key("mtp_layers", "integer", FIELD_DEFAULT),
+                       Key("qk_norm", "boolean", FIELD_DEFAULT),
+                       Key("attention_sinks", "boolean", FIELD_DEFAULT),
+                       Key("expert_bias", "boolean", FIELD_DEFAULT),
                    ))
 
 MOE = SectionDoc("model.moe", "`model.moe:`", "Mixture-of-experts layers, priced by cost/moe.py"
@@ -149,8 +161,8 @@ MOE = SectionDoc("model.moe", "`model.moe:`", "Mixture-of-experts layers, priced
                      Key("experts", "integer"),
                      Key("top_k", "integer"),
                      Key("expert_ffn", "integer"),
-                     Key("shared_ffn", "integer", "0"),
-                     Key("dense_layers", "integer", "0"),
+                     Key("shared_ffn", "integer", FIELD_DEFAULT),
+                     Key("dense_layers", "integer", FIELD_DEFAULT),
                      Key("capacity_factor", "number", "none (dropless routing)"),
                      Key("imbalance", "number", "cost/moe.DEFAULT_IMBALANCE, fitted to the"
                          " published MoE runs (cost/moe_params.py)"),
@@ -176,7 +188,7 @@ CLUSTER = SectionDoc("cluster", "`cluster:` (one GPU type)", "Bandwidths are per
                          Key("gpu", "string"),
                          Key("nodes", "integer"),
                          Key("gpus_per_node", "integer"),
-                         Key("intra_node_link", "string", "nvlink", "nvlink, pcie",
+                         Key("intra_node_link", "string", FIELD_DEFAULT, "nvlink, pcie",
                              field="intra_node_kind"),
                          # the four link keys fill two Links (intra_node, inter_node)
                          Key("intra_node_gbytes_per_s", "number", meaning="bandwidth per GPU"
@@ -207,23 +219,23 @@ JOB = SectionDoc("job", "`job:`", "What one optimizer step is and how the framew
                  " Options a framework does not run are refused naming the framework.",
                  "cost.readers.job:JOB_KEYS", JobSpec, (
                      Key("global_batch", "integer"),
-                     Key("precision", "string", "bf16", Precision),
-                     Key("optimizer", "string", "adam", Optimizer),
-                     Key("attention", "string", "flash", Attention),
-                     Key("framework", "string", "megatron", Framework),
+                     Key("precision", "string", FIELD_DEFAULT, Precision),
+                     Key("optimizer", "string", FIELD_DEFAULT, Optimizer),
+                     Key("attention", "string", FIELD_DEFAULT, Attention),
+                     Key("framework", "string", FIELD_DEFAULT, Framework),
                      Key("framework_version", "string", "the framework's current release"),
-                     Key("tp_comm_overlap", "boolean", "false"),
-                     Key("cudnn_attention", "boolean", "true"),
-                     Key("moe_a2a_overlap", "boolean", "false"),
-                     Key("moe_shared_expert_overlap", "boolean", "false"),
-                     Key("pipeline_schedule", "string", "1f1b", PipelineSchedule),
-                     Key("moe_dispatcher", "string", "alltoall", MoeDispatcher),
+                     Key("tp_comm_overlap", "boolean", FIELD_DEFAULT),
+                     Key("cudnn_attention", "boolean", FIELD_DEFAULT),
+                     Key("moe_a2a_overlap", "boolean", FIELD_DEFAULT),
+                     Key("moe_shared_expert_overlap", "boolean", FIELD_DEFAULT),
+                     Key("pipeline_schedule", "string", FIELD_DEFAULT, PipelineSchedule),
+                     Key("moe_dispatcher", "string", FIELD_DEFAULT, MoeDispatcher),
                      Key("recompute_early_stop", "boolean", "the framework's"),
                      Key("grad_reduce_overlap", "boolean", "the release's: true from 2023-08"),
-                     Key("recompute_modules", "list of strings", "[]", RecomputeModule),
-                     Key("offload_modules", "list of strings", "[]", OffloadModule),
-                     Key("activation_fp8_input_store", "boolean", "false"),
-                     Key("attention_output_e5m6", "boolean", "false"),
+                     Key("recompute_modules", "list of strings", FIELD_DEFAULT, RecomputeModule),
+                     Key("offload_modules", "list of strings", FIELD_DEFAULT, OffloadModule),
+                     Key("activation_fp8_input_store", "boolean", FIELD_DEFAULT),
+                     Key("attention_output_e5m6", "boolean", FIELD_DEFAULT),
                      Key("grad_reduce_dtype", "string", "the framework's: fp32 for megatron and"
                          " torchtitan, the training dtype for deepspeed, composer and NeMo's"
                          " apex optimizers", GradReduceDtype),
@@ -241,14 +253,13 @@ GPU = SectionDoc("gpu_types.NAME", "`gpu_types.NAME:` (and cost/gpus.yaml)", "On
                      Key("peak_tflops_fp8", "number", "none", field="peak_fp8_flops_per_s"),
                      Key("hbm_gib", "number", field="hbm_bytes"),
                      Key("hbm_gbytes_per_s", "number", field="hbm_bw_bytes_per_s"),
-                     Key("matmul_eff_max", "number", f"{_GPU['matmul_eff_max']:g}"),
+                     Key("matmul_eff_max", "number", FIELD_DEFAULT),
                      Key("matmul_half_gflops", "number",
                          f"{_GPU['matmul_half_flops'] / GFLOP_FLOPS:g}", field="matmul_half_flops"),
-                     Key("memory_eff", "number", f"{_GPU['memory_eff']:g}"),
-                     Key("attention_eff", "number", f"{_GPU['attention_eff']:g}"),
-                     Key("fp8_matmul_eff_max", "number", f"{_GPU['fp8_matmul_eff_max']:g}"),
-                     Key("cudnn_attention_speedup", "number",
-                         f"{_GPU['cudnn_attention_speedup']:g}"),
+                     Key("memory_eff", "number", FIELD_DEFAULT),
+                     Key("attention_eff", "number", FIELD_DEFAULT),
+                     Key("fp8_matmul_eff_max", "number", FIELD_DEFAULT),
+                     Key("cudnn_attention_speedup", "number", FIELD_DEFAULT),
                      Key("fa2_benchmark_tflops", "number", "none",
                          field="fa2_benchmark_flops_per_s"),
                      Key("cudnn_attention_tflops", "mapping", "none",
@@ -274,26 +285,26 @@ SEARCH = SectionDoc("search", "`search:`", "Narrows the declared space the plann
                         Key("max_micro_batch", "integer", "no cap"),
                         Key("max_pp", "integer", "no cap"),
                         Key("max_cp", "integer", "no cap"),
-                        Key("sequence_parallel", "list of booleans", "[false, true]"),
-                        Key("zero", "list of integers", "[0, 1, 2, 3]", quantity="zero"),
+                        Key("sequence_parallel", "list of booleans", FIELD_DEFAULT),
+                        Key("zero", "list of integers", FIELD_DEFAULT, quantity="zero"),
                         Key("virtual_stages", "list of integers", "every v dividing the layers"
                             " with v x pp <= layers"),
-                        Key("recompute", "list of strings", "[none, selective]", Recompute),
-                        Key("full_recompute", "boolean", "true"),
-                        Key("uniform_split", "boolean", "false"),
-                        Key("tp_across_nodes", "boolean", "false"),
-                        Key("tp_per_group", "boolean", "true"),
-                        Key("classes_per_group", "integer", "1"),
-                        Key("idle_gpus", "boolean", "false"),
-                        Key("mixed_families", "boolean", "false"),
-                        Key("asymmetric_pipelines", "boolean", "false"),
+                        Key("recompute", "list of strings", FIELD_DEFAULT, Recompute),
+                        Key("full_recompute", "boolean", FIELD_DEFAULT),
+                        Key("uniform_split", "boolean", FIELD_DEFAULT),
+                        Key("tp_across_nodes", "boolean", FIELD_DEFAULT),
+                        Key("tp_per_group", "boolean", FIELD_DEFAULT),
+                        Key("classes_per_group", "integer", FIELD_DEFAULT),
+                        Key("idle_gpus", "boolean", FIELD_DEFAULT),
+                        Key("mixed_families", "boolean", FIELD_DEFAULT),
+                        Key("asymmetric_pipelines", "boolean", FIELD_DEFAULT),
                         Key("memory_reserve_gib", "number", "2", field="memory_reserve_bytes"),
-                        Key("tensor_partitions", "list of strings", "[megatron]",
+                        Key("tensor_partitions", "list of strings", FIELD_DEFAULT,
                             "megatron, spatial_temporal"),
                         Key("ep", "list of integers", "divisors of the experts dividing"
                             " tp x dp x cp / etp"),
                         Key("etp", "list of integers", "each configuration's tp and 1"),
-                        Key("objective", "string", "p90", "mean, p1 to p99"),
+                        Key("objective", "string", FIELD_DEFAULT, "mean, p1 to p99"),
                     ))
 
 PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `plan:`. `paraplan"
@@ -302,14 +313,14 @@ PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `pl
                       Key("tp", "integer"),
                       Key("pp", "integer", record=Outer),
                       Key("dp", "integer", record=Outer),
-                      Key("cp", "integer", "1"),
+                      Key("cp", "integer", FIELD_DEFAULT),
                       Key("micro_batch", "integer"),
                       Key("num_micro_batches", "integer", "global_batch / (dp x micro_batch)",
                           record=ReplicaClass),
-                      Key("sequence_parallel", "boolean", "false"),
-                      Key("recompute", "string", "none", "none, selective, full"),
-                      Key("zero", "integer", "0"),
-                      Key("virtual_stages", "integer", "1"),
+                      Key("sequence_parallel", "boolean", FIELD_DEFAULT),
+                      Key("recompute", "string", FIELD_DEFAULT, "none, selective, full"),
+                      Key("zero", "integer", FIELD_DEFAULT),
+                      Key("virtual_stages", "integer", FIELD_DEFAULT),
                       Key("layers_per_stage", "list of integers",
                           "the default split (cost/readers/plan_reader.default_layer_split)",
                           record=ReplicaClass),
@@ -317,15 +328,15 @@ PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `pl
                           "all 0, or layers_per_stage for recompute: full", record=ReplicaClass),
                       Key("partitions", "mapping of operator to partition", "Megatron 1-D",
                           record=ReplicaClass),
-                      Key("ep", "integer", "1"),
+                      Key("ep", "integer", FIELD_DEFAULT),
                       Key("etp", "integer", "tp"),
                       # the two read into layers_per_stage (cost/pipeline_split.megatron_split)
                       Key("first_stage_layers", "integer", "none", meaning="Megatron-core's"
                           " --decoder-first-pipeline-num-layers; the middle stages even"),
                       Key("last_stage_layers", "integer", "none", meaning="Megatron-core's"
                           " --decoder-last-pipeline-num-layers"),
-                      Key("embedding_in_split", "boolean", "false"),
-                      Key("loss_in_split", "boolean", "false"),
+                      Key("embedding_in_split", "boolean", FIELD_DEFAULT),
+                      Key("loss_in_split", "boolean", FIELD_DEFAULT),
                       Key("zero_bubble", "string", "none (1F1B)", ZeroBubble),
                   ))
 
@@ -423,7 +434,7 @@ SWITCHING = SectionDoc("switching", "`switching:`", "The cost of changing plans"
                            Key("storage_gbytes_per_s", "number",
                                f"{_SWITCHING['storage_bw_bytes_per_s'] / GBYTE_BYTES:g}",
                                field="storage_bw_bytes_per_s"),
-                           Key("restart_s", "number", f"{_SWITCHING['restart_s']:g}"),
+                           Key("restart_s", "number", FIELD_DEFAULT),
                        ))
 
 # An event is read into a Scenario and the time or iterations left (load_event's tuple).
@@ -445,17 +456,17 @@ GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "At top level or un
                          " The plan's classes share its degrees and modes.",
                          "cost.readers.plan_reader:_CLASS_PLAN_KEYS", Plan, (
                              Key("tp", "integer"),
-                             Key("cp", "integer", "1"),
-                             Key("virtual_stages", "integer", "1"),
+                             Key("cp", "integer", FIELD_DEFAULT),
+                             Key("virtual_stages", "integer", FIELD_DEFAULT),
                              Key("micro_batch", "integer"),
-                             Key("sequence_parallel", "boolean", "false"),
-                             Key("recompute", "string", "none", "none, selective, full"),
-                             Key("zero", "integer", "0"),
-                             Key("family", "string", "stage", "stage, replica, mixed"),
-                             Key("ep", "integer", "1"),
+                             Key("sequence_parallel", "boolean", FIELD_DEFAULT),
+                             Key("recompute", "string", FIELD_DEFAULT, "none, selective, full"),
+                             Key("zero", "integer", FIELD_DEFAULT),
+                             Key("family", "string", FIELD_DEFAULT, "stage, replica, mixed"),
+                             Key("ep", "integer", FIELD_DEFAULT),
                              Key("etp", "integer", "tp"),
-                             Key("embedding_in_split", "boolean", "false"),
-                             Key("loss_in_split", "boolean", "false"),
+                             Key("embedding_in_split", "boolean", FIELD_DEFAULT),
+                             Key("loss_in_split", "boolean", FIELD_DEFAULT),
                              Key("zero_bubble", "string", "none (1F1B)", ZeroBubble),
                              Key("classes", "list"),
                          ))

@@ -19,7 +19,8 @@ from enum import Enum
 from paraplan.cost.docs.field_docs import field_docs, summary
 from paraplan.cost.docs.regions import DOCS_DIR, stale, update
 from paraplan.cost.ranges import RANGES, fmt
-from paraplan.cost.schema_keys import GROUP_FORMAT, ONE_TYPE, Key, SectionDoc, source
+from paraplan.cost.schema_keys import (FIELD_DEFAULT, GROUP_FORMAT, ONE_TYPE, Key, SectionDoc,
+                                       field_default, source)
 
 PAGE = DOCS_DIR / "schema.md"
 REGION = "keys"
@@ -59,6 +60,23 @@ def meaning(key: Key, sec: SectionDoc) -> str:
     return summary(field_docs(record)[name])
 
 
+def _yaml(value: object) -> str:
+    """A default as a YAML file writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (int, float)):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    return str(value)
+
+
+def _default(key: Key, sec: SectionDoc) -> str:
+    return _yaml(field_default(key, sec)) if key.default == FIELD_DEFAULT else key.default
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -69,8 +87,8 @@ def section_table(sec: SectionDoc) -> str:
         lines += [sec.intro, ""]
     lines += ["| key | type | default | values | meaning |", "|---|---|---|---|---|"]
     for k in sec.keys:
-        lines.append("| " + " | ".join(_cell(c) for c in (f"`{k.name}`", _kind(k), k.default, _values(k),
-                                                             meaning(k, sec))) + " |")
+        cells = (f"`{k.name}`", _kind(k), _default(k, sec), _values(k), meaning(k, sec))
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if sec.includes:
         where = sec.includes.path
         lines.append(f"| every key of `{where}:` | | | | as in a one-type `{where}:` |")

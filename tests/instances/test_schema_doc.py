@@ -1,6 +1,7 @@
 """docs/schema.md's key reference is generated from one description per key, the docstring of
 the record field that holds it (cost/schema_keys.py says which field holds which key), and that
-table describes exactly the keys the readers accept, section by section."""
+table describes exactly the keys the readers accept, section by section, with the defaults
+they fill in."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from pathlib import Path
 from paraplan.cost.docs import schema as schema_doc
 from paraplan.cost.docs.field_docs import field_docs, summary
 from paraplan.cost.docs.regions import region, replace_region
+from paraplan.cost import schema_keys as keys
 from paraplan.cost.plan_specs import Plan
-from paraplan.cost.schema_keys import SECTIONS, source
+from paraplan.cost.readers.gpus import gpu_from_mapping
+from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.schema_keys import FIELD_DEFAULT, SECTIONS, field_default, source
 from paraplan.cost.specs import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +64,44 @@ def test_field_docstrings_compile_to_nothing():
     body = next(c for c in module.co_consts if getattr(c, "co_name", "") == "ModelSpec")
     doc = field_docs(ModelSpec)["layers"]
     assert doc and doc not in body.co_consts
+
+
+# the smallest files the readers take: every key left out that may be
+_MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000, "seq_len": 1024,
+          "mlp": "gelu"}
+_GROUP = {"gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 8, "intra_node_gbytes_per_s": 600,
+          "nic_gbit_per_s": 200}
+_JOB = {"global_batch": 32}
+
+
+def test_a_key_left_out_is_read_as_the_default_the_page_gives():
+    # The page gives a FIELD_DEFAULT key's default as its field's own; the readers pass their
+    # own defaults, so this reads files that leave every such key out and compares.
+    flat = instance_from_mapping({"name": "t", "model": _MODEL, "cluster": _GROUP, "job": _JOB})
+    moe = instance_from_mapping({"name": "m", "cluster": _GROUP, "job": _JOB, "model": {
+        **_MODEL, "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024}}})
+    groups = instance_from_mapping({"name": "g", "model": _MODEL, "job": _JOB,
+                                    "cluster": {"groups": [{"name": "a", **_GROUP}]}})
+    read = {
+        keys.MODEL: flat.model, keys.MOE: moe.model.moe, keys.CLUSTER: flat.cluster.groups[0],
+        keys.JOB: flat.job, keys.SEARCH: flat.search, keys.SWITCHING: groups.switching,
+        keys.GPU: gpu_from_mapping("X", {"peak_tflops_bf16": 312, "hbm_gib": 80,
+                                         "hbm_gbytes_per_s": 2039}, "<memory>", "gpu_types.X"),
+        # 8 replicas x micro-batch 4 x 1 micro-batch = the job's 32 sequences
+        keys.PLAN: plan_from_mapping({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4}, flat),
+        keys.GROUPS_PLAN: plan_from_mapping({"tp": 1, "micro_batch": 4, "classes": [
+            {"replicas": 8, "stages": ["a"], "num_micro_batches": 1}]}, groups),
+    }
+    checked = 0
+    for sec in SECTIONS:
+        for key in sec.keys:
+            if key.default != FIELD_DEFAULT:
+                continue
+            assert sec in read, sec.title
+            _, name = source(key, sec)
+            assert getattr(read[sec], name) == field_default(key, sec), (sec.title, key.name)
+            checked += 1
+    assert checked >= 60  # the 68 keys whose default was written "false", "0", ... at the time
 
 
 def _accepted(section) -> tuple[str, ...]:
