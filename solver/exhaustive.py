@@ -83,12 +83,9 @@ class ExhaustiveResult:
 def compositions(layers: int, pp: int, v: int, slots: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """All splits of `layers` into pp positive multiples of v, shape (K, pp), lexicographic;
     with `slots` (the embedding / loss counted as a layer slot), of layers + slots into
-    multiples of v, less the first / last stage's slot (cost/pipeline_split.slot_offsets)."""
-    off = slot_offsets(pp, *slots)
-    chunks = (layers + sum(slots)) // v
-    rows = [tuple(v * (b - a) - o for a, b, o in zip((0,) + cut, cut + (chunks,), off))
-            for cut in itertools.combinations(range(1, chunks), pp - 1)]
-    return np.array(rows, float).reshape(-1, pp)
+    multiples of v, less the first / last stage's slot (cost/pipeline_split.slot_offsets):
+    _composition_blocks's splits in one array."""
+    return np.vstack([np.zeros((0, pp)), *_composition_blocks(layers, pp, v, sys.maxsize, slots)])
 
 
 def _composition_blocks(layers: int, pp: int, v: int, block: int, slots: tuple[bool, bool] = (False, False)):
