@@ -205,12 +205,6 @@ def row_ran(row: dict) -> Ran:
                release_year=year, release_month=month, unknown=unknown + (() if version is not None else ("framework_version",)))
 
 
-def row_recompute_early_stop(row: dict) -> bool | None:
-    """job.recompute_early_stop of a row's run (ran.yaml: false where it ran PyTorch before
-    2.1); None: the framework's default."""
-    return row_ran(row).recompute_early_stop
-
-
 # The published rows, shipped with the package (cost/published/README.md names the sources):
 # verbatim copies of shared/calibration/published.yaml and published-fp8.yaml.
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"

@@ -124,7 +124,6 @@ class TimelineResult:
     times_s: list[list[float]]  # [candidate][scenario]
     upper_bound_iterations: float
     static_iterations: float  # the best single candidate kept through the whole timeline
-    static_candidate: int
     follow_iterations: float  # switch to each period's scenario optimum, paying every change
     switch_s: float
     solve_time_s: float
@@ -242,6 +241,5 @@ def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 
                    else min(range(len(cands)), key=lambda j: times[j][s]) for s, _ in periods]
     return TimelineResult(choice=choice, candidates=cands, candidate_labels=labels, times_s=times,
                           upper_bound_iterations=upper, static_iterations=max(static),
-                          static_candidate=max(range(len(cands)), key=lambda j: static[j]),
                           follow_iterations=timeline_iterations(times, periods, sw, follow_plan),
                           switch_s=sw, solve_time_s=time.perf_counter() - t0, complete=complete)

@@ -171,7 +171,7 @@ def cmd_timeline(args) -> int:
 
     inst = read_instance(args)
     if not inst.written_as_groups:
-        raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
+        raise InstanceError(args.instance, "timeline", "a timeline needs an instance in the group format",
                             "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
     if not inst.timeline:
         raise InstanceError(inst.source, "timeline", "the instance has no timeline",

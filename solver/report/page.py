@@ -484,7 +484,7 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
 
 
 def evidence_rows(result, trust, quantile: str = "mean") -> list[list[str]]:
-    """Optimality evidence of a (homogeneous or heterogeneous) planner result, and how far to
+    """Optimality evidence of a planner result (any plan the search returns), and how far to
     trust its time (cost/trust.py). The objective row is what was minimised (the predicted time
     at search.objective `quantile`, as `plan` prints it), the value the bound bounds: shown as
     the predicted time, the bound sat above the objective on every p90 report."""
