@@ -114,6 +114,20 @@ def test_equal_degree_optimum_is_a_symmetric_plan():
     assert value_s == pytest.approx(exhaustive(inst).objective_s, rel=1e-12)
 
 
+def test_one_search_keeps_the_symmetric_plan_on_a_tie():
+    # seed 8 with the option on: the pipelines are nodes of the one search, counted among its
+    # outer configurations beside the symmetric space's; its best pipeline (degrees 1, 1) is
+    # the symmetric stage-wise plan, of the same value, and the tie rule keeps the symmetric
+    # plan (as the symmetric space was kept when the pipelines were searched after it)
+    from paraplan.solver.asymmetric_space import asymmetric_outers
+    inst = mixed_family_instance(8)
+    on = dataclasses.replace(inst, search=dataclasses.replace(inst.search, asymmetric_pipelines=True))
+    sym, res = solve(inst), solve(on)
+    assert res.outer_configs == sym.outer_configs + len(asymmetric_outers(on)) > sym.outer_configs
+    assert not res.plan.classes[0].stage_dp and res.plan == sym.plan
+    assert res.quantile_s == pytest.approx(_pipelines(inst)[1], rel=1e-12)
+
+
 # The 2 + 1 GPUs of seed 3 as an instance file (toy GPUs: 300 TFLOP/s, 3 GiB, 1,000 GB/s; NVLink
 # 100 GB/s per direction, 200 Gbit/s NICs, the group link at the slower NIC)
 INSTANCE = """
