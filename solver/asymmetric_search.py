@@ -32,6 +32,7 @@ relaxation and the tiers of memory_tiers.search_tiers read a pipeline as any con
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of, symmetric_twin
@@ -64,15 +65,24 @@ def priced(inst: Instance) -> list[Pipeline]:
     """Every asymmetric pipeline of the declared space, in its listing order (which breaks
     ties), priced and bounded at `inst`'s memory tier (module docstring); refused where the
     space is too large (size_problem)."""
-    size_problem(inst)
     cap, reserve = inst.search.memory_fill_cap, inst.search.memory_reserve_bytes
     out = []
-    for ao in asymmetric_outers(inst):
-        ac = coefficients(inst, ao, reserve_bytes=reserve)
+    for ao, ac in _listed(dataclasses.replace(inst, search=dataclasses.replace(
+            inst.search, memory_fill_cap=1.0, factor_memory_fill=None))):
         f = objective_factor_of(inst, ao)
         rows = capped_memory(scaled_times(ac.rows, f), cap, reserve)
         out.append(Pipeline(ao, dataclasses.replace(ac, rows=rows), f * lower_bound_s(ac, inst.model.layers)))
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _listed(inst: Instance) -> tuple[tuple[ClassOuter, AsymmetricCoefficients], ...]:
+    """Every pipeline of `inst` (at no memory tier) with its unscaled coefficients: the same at
+    every tier (a tier scales the times and caps the capacities, `priced`), so kept for the
+    next tier's search of the same instance (solver/memory_tiers.search_tiers runs up to three)."""
+    size_problem(inst)
+    reserve = inst.search.memory_reserve_bytes
+    return tuple((ao, coefficients(inst, ao, reserve_bytes=reserve)) for ao in asymmetric_outers(inst))
 
 
 def best_plan(inst: Instance, p: Pipeline, below_s: float) -> tuple[float, Plan] | None:

@@ -712,7 +712,9 @@ def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 6
                  resimulate: bool = True, winners: int = 1, within_pct: float | None = None,
                  ceiling_s: float | None = None) -> SolveResult:
     """The optimal plan over the declared space within `inst`'s memory tier
-    (search.memory_fill_cap; module docstring). `threads` > 1 solves that many configurations
+    (search.memory_fill_cap; module docstring). `families`: the class families listed
+    (class_layouts.FAMILIES); the asymmetric pipelines are nodes wherever
+    search.asymmetric_pipelines is set (with no family: the pipelines alone). `threads` > 1 solves that many configurations
     at once (the planner's best-first order, in batches of configurations that can each still
     win when the batch starts), which changes the time to the answer but not the answer: every
     configuration that could win under the tie rule is still solved.
