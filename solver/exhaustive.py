@@ -367,7 +367,7 @@ def exhaustive(inst: Instance, objective: str = "nominal",
 
 def _joined_asymmetric(inst: Instance, res: ExhaustiveResult, objective: str) -> ExhaustiveResult:
     """`res` joined with exhaustive_asymmetric's optimum, the symmetric plan kept on a tie (as
-    solver/asymmetric_search.with_asymmetric keeps the incumbent)."""
+    the one search keeps a symmetric plan on a tie, solver/search._Pipeline)."""
     if objective != "nominal":
         raise ConfigError(f"search.asymmetric_pipelines is planned on the nominal network only, not"
                           f" for the {objective} objective")
@@ -649,7 +649,7 @@ def exhaustive_asymmetric(inst: Instance) -> tuple[float, Plan | None, int, int]
     """(best value, best plan, rows evaluated, pipelines listed) over every asymmetric pipeline of the declared
     space (solver/asymmetric_space.py), every layer split and every recompute row the job's
     framework runs (the rows a one-class pipeline of as many stages lists), no pruning: the
-    check of solver/asymmetric_search.py. A row's value is its step time times its own
+    check of solver/search.py's pipelines. A row's value is its step time times its own
     objective factor: the pipeline's factor (cost/trust.objective_factor_of) at the memory tier
     its own fill falls in (memory_tiers.plan_tier's rule: its fullest stage's memory over HBM
     within the emptier tier's cap, else the last tier's), read per row rather than per tier

@@ -37,6 +37,11 @@ With search.tensor_partitions, each outer configuration's layer-plan combination
 replica class and group, solver/class_partitions.py) are one more node of the same search,
 keyed by an optimistic bound and expanded into candidates only when it can still win.
 
+With search.asymmetric_pipelines, each asymmetric pipeline of the declared space (a
+data-parallel degree per stage, solver/asymmetric_space.py) is one more node of the same
+search: priced and keyed by its bound (solver/asymmetric_search.py), its split searched depth
+first below the bar only when it comes up and can still win; a symmetric plan keeps a tie.
+
 A DualPipe job (job.pipeline_schedule: dualpipe, one class on one GPU type) goes the same way
 with its own inner problem (formulations/dualpipe.py, priced by cost/dualpipe.terms): its bound
 before pricing is the steady term alone (solver/bounds/unpriced.py), after pricing the pairs'
@@ -66,6 +71,7 @@ from paraplan.cost import recompute_patterns, schedule
 from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.coefficients import build
+from paraplan.cost.errors import InstanceError
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.objective import capped_memory, scaled_times
@@ -173,6 +179,10 @@ class Winners:
     # plan at its own factor): no plan above it can be the answer, so the bar is at most
     # (ceiling_s, ANY_KEY): a plan of that value (a tie within REL_TOL) still enters
     ceiling_s: float = float("inf")
+    # where the search lists a configuration twice (an asymmetric pipeline of equal degrees is
+    # its symmetric twin, solver/asymmetric_search.twin_outer), a candidate's own entry is also
+    # one of the same outer configuration: each is listed once, with its best plan
+    by_outer: bool = False
 
     @property
     def in_hand(self) -> bool:
@@ -199,7 +209,8 @@ class Winners:
     def offer(self, val: float, key, plan) -> bool:
         """Take a candidate's plan of value `val` where it beats the bar, or its own earlier
         entry (each candidate is listed once, with its best plan)."""
-        own = next((i for i, f in enumerate(self.found) if f[1] == key), None)
+        own = next((i for i, f in enumerate(self.found)
+                    if f[1] == key or self.by_outer and _outer_of(f[2]) == _outer_of(plan)), None)
         if own is not None:
             if not self.beats(val, key, self.found[own][:2]):
                 return False
@@ -214,6 +225,43 @@ class Winners:
     @property
     def best_s(self) -> float:
         return self.found[0][0] if self.found else float("inf")
+
+
+@dataclass(frozen=True)
+class _PipelinePlan:
+    """What Winners holds for an asymmetric pipeline's plan (a configuration's holds
+    (outer, m, n, r, partitions), _plan_of's arguments)."""
+
+    outer: ClassOuter  # the configuration it is: its symmetric twin's where its degrees are equal
+    plan: Plan
+
+
+def _outer_of(found) -> ClassOuter:
+    """The outer configuration of a plan Winners holds."""
+    return found.outer if isinstance(found, _PipelinePlan) else found[0]
+
+
+def _found_plan(found) -> Plan:
+    """The plan Winners holds, as a Plan."""
+    return found.plan if isinstance(found, _PipelinePlan) else _plan_of(*found)
+
+
+@dataclass
+class _Pipeline:
+    """An asymmetric pipeline (search.asymmetric_pipelines), priced and bounded
+    (solver/asymmetric_search.priced), its split searched when it comes up and can still win.
+    Its heap key (bound, inf, listing index) pops it after the configurations of an equal bound;
+    its key in the tie rule (`rank`) follows every configuration's: a symmetric plan of an equal
+    value is kept (the pipelines were once searched after the symmetric space, against its
+    optimum)."""
+
+    pipeline: object  # asymmetric_search.Pipeline
+    key: tuple[float, float, int]
+    weight = 1
+
+    @property
+    def rank(self) -> tuple[float, int, int]:
+        return (math.inf, self.key[2], 0)
 
 
 @dataclass
@@ -664,7 +712,9 @@ def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 6
                  resimulate: bool = True, winners: int = 1, within_pct: float | None = None,
                  ceiling_s: float | None = None) -> SolveResult:
     """The optimal plan over the declared space within `inst`'s memory tier
-    (search.memory_fill_cap; module docstring). `threads` > 1 solves that many configurations
+    (search.memory_fill_cap; module docstring). `families`: the class families listed
+    (class_layouts.FAMILIES); the asymmetric pipelines are nodes wherever
+    search.asymmetric_pipelines is set (with no family: the pipelines alone). `threads` > 1 solves that many configurations
     at once (the planner's best-first order, in batches of configurations that can each still
     win when the batch starts), which changes the time to the answer but not the answer: every
     configuration that could win under the tie rule is still solved.
@@ -896,15 +946,17 @@ class _Family:
     weight: int = 0
 
 
-def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int) -> None:
-    """The result's space as far as the search set it up (_Partials.counted), logged."""
+def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int, pipelines: int) -> None:
+    """The result's space as far as the search set it up (_Partials.counted; and the
+    asymmetric pipelines listed), logged."""
     if lazy.families:
         counted = lazy.counted()
-        res.outer_configs, res.plans_total = counted.outer_configs, counted.plans_total
+        res.outer_configs, res.plans_total = counted.outer_configs + pipelines, counted.plans_total
         res.log.append(f"{lazy.opened} of {len(lazy.families)} stage families (groups, cp, dp) across"
                        " groups set up: the space's count is of the partial layouts set up")
-    res.log.append(f"{listed} of {res.outer_configs} outer configs listed,"
-                   f" {partials_listed} of {len(lazy.partials)} partial layouts")
+    res.log.append(f"{listed} of {res.outer_configs - pipelines} outer configs listed,"
+                   f" {partials_listed} of {len(lazy.partials)} partial layouts"
+                   + (f"; {pipelines} asymmetric pipelines" if pipelines else ""))
 
 
 def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
@@ -959,6 +1011,7 @@ class _Search:
         self.batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
         self.pool = None
         self.first_plan_by = 0.0  # set as the search starts (run)
+        self.pipelines = 0  # asymmetric pipelines listed (_pipelines)
 
     # -- setting up ---------------------------------------------------------------------------
 
@@ -980,7 +1033,7 @@ class _Search:
         if (warm_outer is not None and warm_outer in self.outers
                 and not any(k.partitions for k in warm_plan.classes)):
             self._warm_start(warm_plan, warm_outer)
-        unpriced = self._first_nodes()
+        unpriced = self._pipelines() + self._first_nodes()  # a refused pipeline space before the floors
         self.res.log.append(f"{self.summary.outer_configs} outer configs;"
                             f" setup {time.perf_counter() - self.t0:.2f} s")
         # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
@@ -1016,6 +1069,25 @@ class _Search:
                  for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
         nodes += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
         return nodes
+
+    def _pipelines(self) -> list[_Pipeline]:
+        """With search.asymmetric_pipelines (the nominal network only), every asymmetric
+        pipeline of the declared space as a node, priced and keyed by its bound
+        (solver/asymmetric_search.py); counted among the outer configurations."""
+        inst = self.inst
+        if not inst.search.asymmetric_pipelines:
+            return []
+        if self.objective != "nominal":
+            raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
+                                f" network only, not for the {self.objective} objective",
+                                "plan the nominal objective, or remove asymmetric_pipelines")
+        # imported here: only this option reads the asymmetric pipelines' pricing (issue 33, start-up)
+        from paraplan.solver import asymmetric_search
+        got = asymmetric_search.priced(inst)
+        self.pipelines = len(got)
+        self.res.outer_configs += len(got)
+        self.won.by_outer = True
+        return [_Pipeline(p, (p.bound_s, math.inf, i)) for i, p in enumerate(got)]
 
     # -- shared steps -------------------------------------------------------------------------
 
@@ -1104,12 +1176,14 @@ class _Search:
     def _first_plan_pending(self, cand, now: float) -> bool:
         """Without an incumbent, pricing goes on past the limit (or past the setup, where that
         took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)."""
-        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
+        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice, _Pipeline))
                 and now < self.first_plan_by)
 
     def _visit(self, key, cand, remaining: float) -> None:
         """One node's step, by its kind."""
-        if isinstance(cand, (_Partial, _Family, _Choice)):
+        if isinstance(cand, _Pipeline):
+            self._solve_pipeline(cand)
+        elif isinstance(cand, (_Partial, _Family, _Choice)):
             self.list_partials(cand)
         elif isinstance(cand, _Unpriced) and cand.layer_plans is not None:
             self._push_layer_plans(cand)
@@ -1256,6 +1330,25 @@ class _Search:
 
     # -- solving a candidate -------------------------------------------------------------------
 
+    def _solve_pipeline(self, node: _Pipeline) -> None:
+        """An asymmetric pipeline's split searched below the bar, under the tie rule (its
+        pricing step, solver/asymmetric_search.best_plan, as the split DP is a configuration's),
+        and its plan offered."""
+        from paraplan.solver import asymmetric_search  # loaded by _pipelines
+        bar_val, bar_key = self.won.bar()
+        cutoff = bar_val * (1 + REL_TOL) if node.rank < bar_key else bar_val * (1 - REL_TOL)
+        self.res.priced += 1
+        self.res.solved += 1
+        got = asymmetric_search.best_plan(self.inst, node.pipeline, cutoff)
+        if got is None:
+            if math.isinf(cutoff):  # no bar to be below: no split fits memory
+                self.res.inner_infeasible += 1
+            return
+        val, plan = got
+        found = _PipelinePlan(asymmetric_search.twin_outer(plan) or plan.outer, plan)
+        if self.won.offer(val, node.rank, found) and self.progress:
+            self.progress(f"incumbent {self.won.best_s:.6g} s after {self.res.solved} inner solves")
+
     def _settle_uniform(self, cand: _Candidate) -> None:
         """Uniform baseline: split and batch fixed, the incumbent is this configuration's optimum."""
         self.res.solved += 1
@@ -1374,12 +1467,12 @@ class _Search:
         res, won = self.res, self.won
         res.solve_time_s = time.perf_counter() - self.t0
         if self.lazy is not None:
-            _count_set_up(res, self.lazy, len(self.outers), self.listed_partials)
+            _count_set_up(res, self.lazy, len(self.outers), self.listed_partials, self.pipelines)
         if not won.found:
             self._no_plan()
             return res
         inst, objective = self.inst, self.objective
-        res.ranked = tuple(within([(val, _plan_of(*found)) for val, _, found in won.found], self.within_pct))
+        res.ranked = tuple(within([(val, _found_plan(found)) for val, _, found in won.found], self.within_pct))
         best_val = won.best_s
         res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
         res.quantile_s = best_val

@@ -303,7 +303,7 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP (one group), CP-SAT, MILP and exhaustive search on one instance, sharing one
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
-    from paraplan.solver.solve import search_declared
+    from paraplan.solver.search import search
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.commands.limits import Deadline
 
@@ -319,7 +319,7 @@ def cmd_verify(args) -> int:
         if flat and deadline.expired():
             methods.append((backend, "skipped", None, None, "time limit reached before it started", None))
             continue
-        res = search_declared(inst, backend, max(deadline.remaining_s(), 1e-3), objective)
+        res = search(inst, backend, max(deadline.remaining_s(), 1e-3), objective)
         tol = max(tol, res.tolerance_s)
         value = res.objective_s if res.quantile_s is None else res.quantile_s
         methods.append((backend, res.status, value, res.solve_time_s, "", res.objective_s))
