@@ -136,10 +136,8 @@ def evidence(res, inst, network: str | None = None) -> str:
 
 
 def describe_plan(plan, inst) -> str:
-    """One line for a plan: one class on every GPU of a flat instance or of one node group as
-    `plan` prints a flat plan, else its classes."""
-    if plan.is_flat_on(inst.cluster):
-        return plan_line(plan)
+    """A plan in one line (`compare`, `plan --top`, --sensitivity, the report's comparison): its
+    plan_lines joined."""
     return "; ".join(x.strip() for x in plan_lines(plan, inst))
 
 

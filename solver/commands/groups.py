@@ -1,10 +1,9 @@
-"""Sub-commands for clusters of several node groups and changing networks.
+"""Sub-commands for changing networks, and the objectives and scenarios they read.
 
-`paraplan plan` (solver/commands/planning.py) shows an instance planned as a
-cluster of node groups (a `cluster:` with `groups:`, cost/readers/cluster.py, or a homogeneous file
-whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
-`exhaustive` and `verify`
-read every instance through `class_instance`; `replan` and `timeline` are their own commands.
+`plan`, `exhaustive` and `verify` (solver/commands/planning.py) read the objective asked for
+with the helpers here (`class_instance`, `load_mixed`), and every command shows its instance,
+evidence and plan with the one renderer of each (solver/plan_text.py); `replan` and
+`timeline` are their own commands.
 Every command reads its instance file once (commands/inputs.read_instance) and hands on what
 it read.
 """

@@ -36,7 +36,7 @@ from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
 from paraplan.solver.format import count, quantile_phrase, release_text, seconds, train_cost_lines
-from paraplan.solver.plan_text import plan_lines, shown_as_groups
+from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
 
 DPI = 110
 # The replay "ends at the objective" when the two agree to this relative precision.
@@ -549,7 +549,7 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
-    side = ([["plan", _plan_text(user_plan, inst), _plan_text(result.plan, inst)]] + side_rows(ours, best)
+    side = ([["plan", describe_plan(user_plan, inst), describe_plan(result.plan, inst)]] + side_rows(ours, best)
             + train_rows(*(fitting_train_cost(inst, bd, plan_trust(inst, p, bd.iter_time_s))
                            for p, bd in ((user_plan, ours), (result.plan, best)))))
     if cmp.faster is None:
@@ -567,11 +567,6 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
             + _table(["", "your plan", "optimum"], side)
             + _table(["part of the critical path", "your plan", "optimum", "optimum - yours"],
                      part_rows(cmp)))
-
-
-def _plan_text(p, inst) -> str:
-    """A plan in one cell: its lines as `plan` prints them (solver/plan_text.plan_lines)."""
-    return "; ".join(line.strip() for line in plan_lines(p, inst))
 
 
 def _page(title: str, body: str) -> str:
