@@ -1503,9 +1503,9 @@ class _Search:
             res.reason = f"no plan at or below the plan in hand ({won.ceiling_s:.6g}) in this search"
         else:
             res.status = INFEASIBLE
-            res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(self.inst)
+            res.reason = ("the declared space is empty: " + empty_space_reason(self.inst)
                           if not self.summary.outer_configs else
-                          "no heterogeneous plan fits memory (every configuration is infeasible"
+                          "no plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
 
 
