@@ -1120,7 +1120,7 @@ class _Search:
         elif isinstance(cand, _Unpriced):
             self._price_chunk(cand)
         elif isinstance(cand, _LayerPlans):
-            new, kids = cand.expand(self.won.bar()[0], self.res)
+            new, kids = cand.expand(self.won.bar()[0], self.res, self.t0 + self.time_limit_s)
             self.probe(new)
             self._push(new)
             self._push(kids)
@@ -1480,11 +1480,13 @@ class _LayerPlans:
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1 if self.node is None else self.node.weight
 
-    def expand(self, upper_s: float, res: SolveResult) -> tuple[list[_Candidate], list[_LayerPlans]]:
+    def expand(self, upper_s: float, res: SolveResult,
+               deadline: float | None = None) -> tuple[list[_Candidate], list[_LayerPlans]]:
         """Its candidates that can still win, in key order, and its children (Subsets of its
         combinations, each keyed by a bound at most theirs, the key's combination index 1 at
-        most theirs: listed only when they come up and can still win)."""
-        lst = self.choices.expand(upper_s, self.node)
+        most theirs: listed only when they come up and can still win); past `deadline`, itself
+        as its child (class_partitions.OuterChoices.expand), which the search leaves open."""
+        lst = self.choices.expand(upper_s, self.node, deadline)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
         res.pruned_by_dominance += lst.pruned_by_dominance
@@ -1506,8 +1508,7 @@ def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placemen
                                        uniform)
     if ch.total == 1:
         return None
-    opt = ch.optimistic()
-    if any(one_class.memory_infeasible(c) for c in opt[0]):
+    if ch.optimistic(stop_unfit=True) is None:  # a class fits no split: no combination does
         res.pruned_by_memory += ch.total - 1
         return None
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
