@@ -153,6 +153,18 @@ def partition_count(inst, o) -> int:
 _COUNTS: dict[tuple, int] = {}  # partition_count's, by (tp per choice, ZeRO stage, sp)
 
 
+class _Builds(dict):
+    """A dict whose missing entries are built by `make(*key)` when first read, then kept."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        got = self[key] = self.make(*key)
+        return got
+
+
 class OuterChoices:
     """The layer-plan choices of one outer configuration: its optimistic coefficients (step 1
     of the module docstring) and, on demand, the combinations that can still win (`expand`).
@@ -177,7 +189,11 @@ class OuterChoices:
         self.open = [(k, g) for k, g in keys if P.spatial_temporal_allowed(self.cg[k, g])]
         self.total = partition_count(inst, o)  # combinations, dominated ones included
         self.opt: dict = {}
-        self.meg: dict = {}
+        # (scenario position, class) -> the class's all-Megatron build, built when first read: a
+        # class with open choices reads it only once its combinations are expanded (_step), which
+        # most outers' never are (their optimistic bound cannot win)
+        self.meg = _Builds(lambda si, k: self._build(inst, self.co[k], self.net, inst.search.memory_reserve_bytes,
+                                                     placement=self.placed(self.scenarios[si], k)))
         self.problem = None  # the MultiClassProblem of the optimistic coefficients
         self._opt_cache: dict = {}
         # the quantile objective's factor and the memory tier's cap (search.problem_of): every
@@ -206,11 +222,9 @@ class OuterChoices:
         coefficients (one_class.memory_infeasible: then no combination fits, and the caller
         drops them all), the classes after it not built (issue 33: these builds were 42% of
         the three-type, two-site row's samples)."""
-        inst, net, reserve = self.inst, self.net, self.inst.search.memory_reserve_bytes
+        net = self.net
         for si, i in enumerate(self.scenarios):
             for k in range(len(self.o.classes)):
-                pl = self.placed(i, k)
-                self.meg[si, k] = self._build(inst, self.co[k], net, reserve, placement=pl)
                 lo_fns, hi_fns = {}, {}
                 for kk, g in self.open:
                     if kk != k:
