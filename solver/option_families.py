@@ -59,6 +59,10 @@ bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, 
   (SyncFloor.zero3_layer_s) and the bound is the lesser of the two readings (_bound).
 The pipeline part and the sync are bounded apart (each at its least over the modes), so their
 sum is at most the plan's time; both multiply by the same quantile factor as the plan.
+With per-operator partitions (search.tensor_partitions) f_g is the layer plans' floor
+(FamilyBounds.layer_plans) and neither term is read, nor memory in _fits: a layer plan may
+hold fewer activation bytes and sync otherwise than Megatron's layer (option_recompute._plain,
+option_sync), so the bound holds for every layer-plan combination of every layout.
 
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest
@@ -407,8 +411,12 @@ class OptionBounds:
         each) times cp; the bound's state falls with those ranks and its other terms do not
         read them beyond the ring's existence (>= 2 classes: >= 2 ranks), so the bound at the
         most ranks is at most the plan's own, and a class that fails it fails in every layout
-        (a plan of it is refused by memory, which build would find: the layout never wins)."""
+        (a plan of it is refused by memory, which build would find: the layout never wins).
+        With per-operator partitions every class fits here: a layer plan may hold fewer
+        activation bytes than Megatron's layer, which the listing's bound reads."""
         inst, s = self.inst, self.inst.search
+        if self.fb.layer_plans:
+            return lambda pp: True
         cap = inst.cluster.groups[g].gpu.hbm_bytes - s.memory_reserve_bytes
         ranks = max(2, sum(x.num_gpus // (tp * cp) for x in inst.cluster.groups) * cp)
         sps = [sp for sp in s.sequence_parallel if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))]

@@ -5,7 +5,7 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
    (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
-   (no partitions, DualPipe, uniform split, --top or running plan) the space is enumerated a
+   (no DualPipe, uniform split, --top or running plan) the space is enumerated a
    partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
    tp per group, cp and replicas, or one other class layout), each bounded before it is
    listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
@@ -35,7 +35,9 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 With search.tensor_partitions, each outer configuration's layer-plan combinations (a plan per
 replica class and group, solver/class_partitions.py) are one more node of the same search,
-keyed by an optimistic bound and expanded into candidates only when it can still win.
+keyed by an optimistic bound and expanded into candidates only when it can still win; the
+partial layouts and families are then bounded on the layer plans' floors, without memory, so
+that each bound holds for every combination (solver/bounds/layouts.py).
 
 With search.asymmetric_pipelines, each asymmetric pipeline of the declared space (a
 data-parallel degree per stage, solver/asymmetric_space.py) is one more node of the same
@@ -764,12 +766,14 @@ RANK_STRIDE = 1 << 40
 def _lists_partials(inst: Instance, uniform: bool, winners: int, within_pct: float | None,
                     warm_plan: Plan | None) -> bool:
     """Whether search lists the space a partial layout at a time, as the search reaches each
-    (_Partials): one winner (a ranking reads the K-th plan), a dense model, no per-operator
-    partitions, not DualPipe, torch's zero-bubble schedules nor the uniform baseline
-    (solver/bounds/layouts.py says why), no running plan to keep (replanning looks it up among
-    the outers first)."""
+    (_Partials): one winner (a ranking reads the K-th plan), a dense model, not DualPipe,
+    torch's zero-bubble schedules nor the uniform baseline (solver/bounds/layouts.py says why),
+    no running plan to keep (replanning looks it up among the outers first). Per-operator
+    partitions are listed so too: every bound before listing then reads the layer plans' floors
+    (unpriced.stage_floor_terms' layer_plans) and no memory, and each listed outer's layer-plan
+    combinations are one node more (_Search._list_layouts)."""
     return (winners == 1 and within_pct is None and warm_plan is None and not uniform
-            and inst.model.moe is None and not class_partitions.enabled(inst) and not dualpipe_job(inst)
+            and inst.model.moe is None and not dualpipe_job(inst)
             # torch's zero-bubble variants (space.with_zero_bubble) lower the bound before
             # pricing by a weight-gradient share that solver/bounds/layouts.py does not read
             and not rules_for(inst.job.framework, inst.job.optimizer).zero_bubble)
@@ -1190,7 +1194,7 @@ class _Search:
         elif isinstance(cand, _Unpriced):
             self._price_chunk(cand)
         elif isinstance(cand, _LayerPlans):
-            new, kids = cand.expand(self.won.bar()[0], self.res)
+            new, kids = cand.expand(self.won.bar()[0], self.res, self.t0 + self.time_limit_s)
             self.probe(new)
             self._push(new)
             self._push(kids)
@@ -1203,7 +1207,8 @@ class _Search:
         """Each outer's layer-plan combinations as one node keyed by their optimistic bound
         (_layer_plans), so that none is listed before it can win."""
         for i in cand.outers:
-            lp = _layer_plans(self.inst, self.outers[i], i, self.objective, self.placements, self.uniform, self.res)
+            lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
+                              self.res)
             if lp is not None:
                 heapq.heappush(self.heap, (lp.key, next(self.order), lp))
 
@@ -1263,6 +1268,19 @@ class _Search:
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
             node = _Unpriced([js[k]], (float(self.floor[js[k]]), -1, -1))
             heapq.heappush(self.heap, (node.key, next(self.order), node))
+        if self.partitions:
+            self._push(self._plan_nodes(js))
+
+    def _plan_nodes(self, js: list[int]) -> list[_Unpriced]:
+        """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
+        them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), expanded
+        (_push_layer_plans) only when it comes up and can still win."""
+        outers = [self.outers[j] for j in js]
+        plan_floor = floor_bounds_s(self.inst, outers, self.idx, self.agg, self.weights, self.uniform,
+                                    layer_plans=True, deadline=self.floor_by, memo=self.floor_memo)
+        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
+        return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
 
     def gather(self, first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
@@ -1270,7 +1288,8 @@ class _Search:
         to PRICE_CHUNK as the full listing's chunks do: the outers of every partial layout
         listed so far are priced in one order, as if listed together."""
         js = list(first.outers)
-        while self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced):
+        while (self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced)
+               and self.heap[0][2].layer_plans is None):
             js += heapq.heappop(self.heap)[2].outers
         self.chunk_size = min(2 * self.chunk_size, PRICE_CHUNK)
         return _Unpriced(js, first.key)
@@ -1554,11 +1573,13 @@ class _LayerPlans:
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1 if self.node is None else self.node.weight
 
-    def expand(self, upper_s: float, res: SolveResult) -> tuple[list[_Candidate], list[_LayerPlans]]:
+    def expand(self, upper_s: float, res: SolveResult,
+               deadline: float | None = None) -> tuple[list[_Candidate], list[_LayerPlans]]:
         """Its candidates that can still win, in key order, and its children (Subsets of its
         combinations, each keyed by a bound at most theirs, the key's combination index 1 at
-        most theirs: listed only when they come up and can still win)."""
-        lst = self.choices.expand(upper_s, self.node)
+        most theirs: listed only when they come up and can still win); past `deadline`, itself
+        as its child (class_partitions.OuterChoices.expand), which the search leaves open."""
+        lst = self.choices.expand(upper_s, self.node, deadline)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
         res.pruned_by_dominance += lst.pruned_by_dominance
@@ -1580,8 +1601,7 @@ def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placemen
                                        uniform)
     if ch.total == 1:
         return None
-    opt = ch.optimistic()
-    if any(one_class.memory_infeasible(c) for c in opt[0]):
+    if ch.optimistic(stop_unfit=True) is None:  # a class fits no split: no combination does
         res.pruned_by_memory += ch.total - 1
         return None
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
