@@ -507,7 +507,8 @@ class OptionBounds:
         if node.raised:
             return -math.inf
         fam, picks = node.fam, node.picked + (i,)
-        ranks = fam.cp * state[6]
+        ranks = _ranks_read(fam.cp * state[6], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
+                                                            for g in fam.used))
         d, b = node.base[0], node.base[1]
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
             rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
@@ -585,6 +586,18 @@ class OptionBounds:
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
                             + [fill(g, slots[g], False) for g in rest])
                     yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros)
+
+
+def _ranks_read(ranks: int, most: int) -> int:
+    """The ZeRO ranks at which _at_ranks reads a layout of `ranks`: the next power of two, at
+    most the family's `most` (issue 33: read at each layout's own, one group of 256 H100 with
+    two classes per group priced the classes' terms at 600 rank counts, 30 s before a plan).
+    A class's terms are read at no fewer ranks than its layout's, so at no more state per GPU
+    (ZeRO shards it over them: memory.layer_state_bytes falls with the ranks; the runtime
+    allowance is read at the fewest, option_recompute.RecomputeFloor._rows): it holds at least
+    the layers it holds at its own ranks before recomputing, so A* and S_lo are at most its
+    own, which the derivation's A_lo and S_lo may be (module docstring)."""
+    return min(most, 1 << max(ranks - 1, 0).bit_length())
 
 
 @dataclass

@@ -1011,6 +1011,7 @@ class _Search:
         self.layer_memo: dict = {}  # the layers' terms (unpriced_memory)
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
+        self.held: list[tuple] = []  # heap entries held until a plan is in hand (_hold_options)
         self.open_bounds: list[float] = []
         self.batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
         self.pool = None
@@ -1043,7 +1044,32 @@ class _Search:
         # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
         # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
         self.heap = [(c.key, next(self.order), c) for c in unpriced + self.groups_of_plans]
+        self._hold_options()
         heapq.heapify(self.heap)
+
+    def _hold_options(self) -> None:
+        """Without a plan in hand, the option families (solver/option_families.py) wait until
+        the rest of the heap yields one (issue 33). Their bounds relax every class to its
+        group's floors, so on one GPU type they sit below every one-class layout's, and best
+        first would open them with nothing to prune against: Llama 3 8B on 256 H100 with
+        classes_per_group 2 set up every leaf and priced no plan in 30 s. Held, they are pushed
+        back (_release_options) once a bar exists, the heap holds nothing else, or the time is
+        up; the order of the search changes, not its answer: each node is still pruned only by
+        its own bound against the bar, and ties go by key (Winners.beats)."""
+        if self.lazy is None or self.lazy.ob is None or self.won.in_hand:
+            return
+        from paraplan.solver.option_families import OptionFamily  # loaded by _Partials.of
+        fams = self.lazy.families
+        held = [x for x in self.heap if isinstance(x[2], _Family) and isinstance(fams[x[2].index], OptionFamily)]
+        if held and len(held) < len(self.heap):
+            ids = {x[1] for x in held}
+            self.held, self.heap = held, [x for x in self.heap if x[1] not in ids]
+
+    def _release_options(self) -> None:
+        """The held option families back onto the heap (_hold_options)."""
+        for x in self.held:
+            heapq.heappush(self.heap, x)
+        self.held = []
 
     def _warm_start(self, warm_plan: Plan, warm_outer) -> None:
         """Replanning: the running plan is a feasible incumbent, which prunes from the start."""
@@ -1145,7 +1171,9 @@ class _Search:
             self.pool = ThreadPoolExecutor(max_workers=self.threads)
         self.first_plan_by = max(self.t0 + self.time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
         try:
-            while self.heap:
+            while self.heap or self.held:
+                if self.held and (not self.heap or math.isfinite(self.won.bar()[0])):
+                    self._release_options()
                 key, _, cand = heapq.heappop(self.heap)
                 remaining = self._time_left(key, cand)
                 if remaining is None:
@@ -1171,6 +1199,7 @@ class _Search:
         remaining = self.time_limit_s - (now - self.t0)
         if remaining <= 0 and not self._first_plan_pending(cand, now):
             self.flush()
+            self._release_options()  # left open as the rest
             self.open_bounds.extend(k[0] for k, _, _ in self.heap)
             self.open_bounds.append(key[0])
             self.res.unresolved += self._heap_weight() + cand.weight
