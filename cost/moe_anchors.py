@@ -10,6 +10,7 @@ recorded `paraplan_prediction` to what this module computes now.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -86,14 +87,30 @@ class AnchorPrice:
 
 
 def price(row: dict) -> AnchorPrice:
+    return pricer(row)()
+
+
+def pricer(row: dict) -> Callable[[], AnchorPrice]:
+    """price(row) as a function to call once per MoeParams (cost/moe_fit.grid_log_errors prices
+    each row at up to 18,432 grid points): the row's instance and plan read once, each call
+    priced on a new Instance object equal to it (`replace` with no change: the same model,
+    cluster and job records), since pricing keeps its memos of the MoE layers per instance
+    object (cost/coefficients) and one point's prices must not carry into the next. The memos
+    keyed by the model or GPU alone (cost/flops views, the output layer) read no MoeParams.
+    Reading the file's mapping into an Instance and the plan against it was over half of each
+    price (1.2-2.0 ms a price -> 0.6-0.7 ms on three rows; issue 32)."""
     inst = anchor_instance(row)
-    # the row ran: priced against the whole HBM, no planning reserve
-    bd = simulate(inst, plan_from_mapping(row["paraplan_plan"], inst, row["id"]), reserve_bytes=0.0)
+    plan = plan_from_mapping(row["paraplan_plan"], inst, row["id"])
     published = float(row["measured"]["value"])
-    return AnchorPrice(id=row["id"], gpu=row["cluster"]["gpu"], published_tflops_per_gpu=published,
-                       iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
-                       error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,
-                       host_bound=bool(row.get("host_bound", False)))
+
+    def priced() -> AnchorPrice:
+        # the row ran: priced against the whole HBM, no planning reserve
+        bd = simulate(replace(inst), plan, reserve_bytes=0.0)
+        return AnchorPrice(id=row["id"], gpu=row["cluster"]["gpu"], published_tflops_per_gpu=published,
+                           iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
+                           error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,
+                           host_bound=bool(row.get("host_bound", False)))
+    return priced
 
 
 def _simulated(row: dict, **gpu):
