@@ -778,6 +778,10 @@ class _Partials:
     ob: object = None  # option_families.OptionBounds, where the options' families are deferred
     scenarios: tuple = ()  # scenario_weights' (idx, agg, weights)
     opened: int = 0  # stage families set up
+    # of the stage-wise layouts that read their syncs (read_syncs), each representative's bound
+    # per ZeRO stage and v, under representative_key with (ZeRO stage, v) appended
+    sync_bounds: dict = dataclasses.field(default_factory=dict)
+    synced: set = dataclasses.field(default_factory=set)  # the partial layouts that read them
 
     @classmethod
     def of(cls, inst: Instance, objective: str, families, groups) -> "_Partials":
@@ -854,12 +858,13 @@ class _Partials:
 
     def read_syncs(self, inst: Instance, indices: list[int]) -> list[float]:
         """The bounds of stage-wise partial layouts `indices` raised by their syncs
-        (layouts.partial_bounds_s with the layer memo), read once each as the search pops them;
-        each representative's bound per ZeRO stage and v kept in block_bounds."""
+        (layouts.partial_bounds_s with the layer memo), read as the search pops them; each
+        representative's bound per ZeRO stage and v kept in sync_bounds."""
         per_block: dict = {}
         bounds = partial_bounds_s(inst, [self.partials[i] for i in indices], *self.scenarios, self.memo, per_block,
                                   self.layer_memo)
-        self.block_bounds.update({(indices[k[0]], *k[1:]): lb for k, lb in per_block.items()})
+        self.sync_bounds.update({(indices[k[0]], *k[1:]): lb for k, lb in per_block.items() if len(k) > 4})
+        self.synced.update(indices)
         return bounds.tolist()
 
     def counted(self):
@@ -875,13 +880,11 @@ class _Partial:
     layout's bound reads its pipeline's slowest stage and sum together (solver/bounds/
     fill_drain.py), at most their values, lowered by fill_drain.TIE_MARGIN (1e-6): a layout
     holding a plan that ties the incumbent is still listed, and each plan keeps its own key.
-    A stage-wise layout's first key reads no sync; popped, it reads them (_Partials.read_syncs)
-    and goes back keyed by that bound where it is the larger, `synced` set."""
+    A stage-wise layout's key reads no sync; popped, it may read them (_Search._read_syncs)."""
 
     index: int
     key: tuple[float, int, int]
     weight: int  # outer configurations it stands for
-    synced: bool = False
 
 
 @dataclass
@@ -965,6 +968,10 @@ class _Search:
         # outers whose layer-plan combinations are not yet set up
         self.groups_of_plans: list[_Unpriced] = self._plan_groups() if self.partitions else []
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
+        # of the outers listed from layouts that read their syncs (_read_syncs), the bound of
+        # their block's configurations of their ZeRO stage and v: at most the outer's value
+        # lowered by fill_drain.TIE_MARGIN, read only to prune (_price_chunk), not as a key
+        self.sync_bound: dict[int, float] = {}
         self.listed_partials = 0
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
@@ -1169,33 +1176,29 @@ class _Search:
             self._list_layouts(got)
 
     def _read_syncs(self, got: list[_Partial]) -> list[_Partial]:
-        """Of partial layouts `got`, those to list now: each stage-wise one through several
-        groups not yet `synced` reads its syncs (_Partials.read_syncs, a bound of every
-        configuration's value lowered by fill_drain.TIE_MARGIN); it is pruned where that bound
-        cannot win, pushed back keyed by it where it is above its key, and listed otherwise.
+        """Partial layouts `got` less those their syncs prove unable to win: each stage-wise
+        one through several groups reads them as it is popped (_Partials.read_syncs, per ZeRO
+        stage and v: a bound of every configuration's value lowered by fill_drain.TIE_MARGIN),
+        and is pruned, never listed, where that bound cannot beat the bar (the bar only falls);
+        listed, each of its configurations is left unpriced where its block's bound for its
+        ZeRO stage and v cannot (sync_bound, _price_chunk). The keys stay those read without
+        syncs, so the search's order is unchanged: keyed by them, the layout holding the
+        optimum of 2 GPU types x 4 nodes was priced after 4 others that were then solved
+        exactly, for want of that incumbent (0.24 -> 0.5 s of CPU).
         Through one group that bound reads no fill-drain term (layouts._slot_terms) and is at
         most the bound that reads memory (unpriced_memory: tau*, sigma*, delta* of the same
         floors and syncs, with memory), which each of its configurations gets before it is
-        priced: read at the pop it only moved work earlier (GPT-3 175B on 1,024 A100: 42
-        layouts read, 0.3 s of the plan's 0.9 s of search CPU, 2 fewer priced; issue 33)."""
+        priced: not read there (GPT-3 175B on 1,024 A100 would read 42 layouts, 0.3 s of the
+        search's 0.9 s of CPU; issue 33)."""
         lazy = self.lazy
-        fresh = [p for p in got if not p.synced and lazy.partials[p.index].dp is not None
-                 and len(lazy.partials[p.index].used) > 1]
+        fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if not fresh:
             return got
-        raised = dict(zip((p.index for p in fresh), lazy.read_syncs(self.inst, [p.index for p in fresh])))
+        raised = dict(zip(fresh, lazy.read_syncs(self.inst, fresh)))
         now = []
         for p in got:
-            if p.index not in raised:
-                now.append(p)
-                continue
-            p.synced = True
-            key = (raised[p.index] * (1 - PARTIAL_MARGIN), -1, -1)
-            if not self.can_win(key):
+            if p.index in raised and not self.can_win((raised[p.index] * (1 - PARTIAL_MARGIN), -1, -1)):
                 self.res.pruned_by_bound += p.weight
-            elif key > p.key:
-                p.key = key
-                heapq.heappush(self.heap, (key, next(self.order), p))
             else:
                 now.append(p)
         return now
@@ -1223,20 +1226,23 @@ class _Search:
             start_part = len(outers)
             for blk in lazy.partials[part.index].blocks():
                 listed = blk.outers()
-                outers.extend(listed)
                 if lazy.partials[part.index].dp is None:
+                    outers.extend(listed)
                     raised += [-math.inf] * len(listed)
                     continue
-                key = representative_key(part.index, blk)  # and per (ZeRO, v) where it read its syncs
-                lb = lazy.block_bounds.get(key, -math.inf)
-                raised += ([lazy.block_bounds.get((*key, o.zero, o.virtual_stages), lb) for o in listed]
-                           if part.synced else [lb] * len(listed))
+                key = representative_key(part.index, blk)
+                raised += [lazy.block_bounds.get(key, -math.inf)] * len(listed)
+                if part.index in lazy.synced:
+                    for k, o in enumerate(listed):
+                        lb = lazy.sync_bounds.get((*key, o.zero, o.virtual_stages))
+                        if lb is not None:
+                            self.sync_bound[len(outers) + k] = lb
+                outers.extend(listed)
             at = lazy.ranks[part.index] * RANK_STRIDE
             self.rank.extend(range(at, at + len(outers) - start_part))
         js = list(range(start, len(outers)))
         # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
-        # its pipeline's slowest stage and sum read together, and per ZeRO stage and v its
-        # slowest sync where the layout read them, at most its value lowered by
+        # its pipeline's slowest stage and sum read together, at most its value lowered by
         # fill_drain.TIE_MARGIN, so a plan that ties the incumbent is still priced)
         floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
                                 deadline=self.floor_by, memo=lazy.memo)
@@ -1267,8 +1273,10 @@ class _Search:
         # own bound can no longer beat the bar never will (the bar only falls), and is
         # not priced: its key once priced, (lb, j, 0) with lb >= floor[j], is at least
         # (floor[j], j, 0), and Winners.beats fails for a larger value and key when it
-        # fails for a smaller (the last chunk priced whole up to 511 such outers)
-        js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+        # fails for a smaller (the last chunk priced whole up to 511 such outers); nor is
+        # one whose layout's syncs (sync_bound) prove it cannot win
+        js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0),
+                                                     max(self.floor[j], self.sync_bound.get(j, -math.inf)))]
         self.res.pruned_by_bound += len(cand.outers) - len(js)
         if not self.partitions and not dualpipe_job(self.inst):
             js = self._may_fit(js)

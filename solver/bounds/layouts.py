@@ -322,20 +322,26 @@ def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: d
     _, _, _, _, ep, etp, _, _ = first = b.tally.first
     o0 = b.outer(*first)  # what sync_key reads beside the modes: the block's own fields
     got = {}
+    # of v the sync reads only whether it is 1 (unpriced_memory.sync_key: the reduction's
+    # overlap), so each mode is read at the first v of its kind and kept for the others
     for sp, zero, admitted in b.modes_left:
+        at: dict[bool, tuple] = {}
         for v in b.vs:
             if v not in admitted:
                 continue
-            for rc in b.recompute:
-                hit = layer_memo.get(sync_key(inst, o0, i, g, sp, rc, zero, c.pp, v))
-                if hit is None:
-                    o = b.outer(sp, zero, v, rc, ep, etp, False, False)
-                    co = class_outers(inst.job, o)[0]
-                    hit = sync_terms(inst, o, co, i, g, layer_terms(inst, o, co, i, g, memo, layer_memo, net)[0],
-                                     layer_memo, net)
-                lg, ld = hit
-                was = got.get((zero, v), (np.inf, np.inf))
-                got[zero, v] = (min(was[0], lg), min(was[1], ld))
+            least = at.get(v == 1)
+            if least is None:
+                least = (np.inf, np.inf)
+                for rc in b.recompute:
+                    hit = layer_memo.get(sync_key(inst, o0, i, g, sp, rc, zero, c.pp, v))
+                    if hit is None:
+                        o = b.outer(sp, zero, v, rc, ep, etp, False, False)
+                        co = class_outers(inst.job, o)[0]
+                        hit = sync_terms(inst, o, co, i, g, layer_terms(inst, o, co, i, g, memo, layer_memo, net)[0],
+                                         layer_memo, net)
+                    least = at[v == 1] = (min(least[0], hit[0]), min(least[1], hit[1]))
+            was = got.get((zero, v), (np.inf, np.inf))
+            got[zero, v] = (min(was[0], least[0]), min(was[1], least[1]))
     syncs[key] = got
     return got
 
