@@ -25,10 +25,11 @@ a factor > 0 keep the order. So a block whose bound cannot beat a plan's value h
 configuration that can, and search's answer, with its tie rule, is that of the full listing.
 
 A stage-wise block's bound (stage_bound_rows) reads more: its pipeline's slowest stage and sum
-together (fill_drain.py) and, per ZeRO stage and v of the block, the slowest stage's gradient
-sync, which the bound before pricing leaves out. Those are at most each configuration's value,
-not its bound before pricing, and are lowered by fill_drain.TIE_MARGIN: the search keys each
-listed configuration by at least its block's bound for its ZeRO stage and v.
+together (fill_drain.py) and, where asked (partial_bounds_s' layer_memo), per ZeRO stage and v
+of the block, the slowest stage's gradient sync, which the bound before pricing leaves out.
+Those are at most each configuration's value, not its bound before pricing, and are lowered by
+fill_drain.TIE_MARGIN: the search keys each listed configuration by at least its block's bound,
+and prunes (never keys) by its block's bound for its ZeRO stage and v.
 
 Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) without per-operator
 partitions and not under DualPipe, torch's zero-bubble schedules (whose bound before pricing

@@ -1,7 +1,8 @@
-"""The stage-wise partial layouts' keys read the slowest stage's gradient sync, per ZeRO stage and v
+"""The stage-wise partial layouts' bounds read the slowest stage's gradient sync, per ZeRO stage and v
 (solver/bounds/layouts.stage_bound_rows' per_mode, kept by partial_bounds_s's per_block under the
 representative's key with (ZeRO stage, v) appended where it is given a layer memo, as the search
-does for each layout it pops; the search keys each listed configuration by it, issue 33). Such a bound is above the configurations' bound before pricing, so it is checked
+does for each layout through several groups it pops; the search prunes each listed configuration
+by it, issue 33). Such a bound is above the configurations' bound before pricing, so it is checked
 against what it claims to bound: the exact optimum (the split DP) of every configuration of that
 ZeRO stage and v in every block the representative stands for (every order of the stages before
 the last). And it is not vacuous: on some configurations it is above their bound before pricing
@@ -53,3 +54,17 @@ def test_each_zero_and_v_bound_is_at_most_its_configurations_optimum(inst):
                 raised += lb > fl * (1 + 1e-9)
     assert checked
     assert raised  # the syncs lift some above the bound before pricing
+
+
+def test_the_search_reads_syncs_only_for_layouts_through_several_groups(monkeypatch):
+    # through one group the syncs' bound is at most the bound that reads memory, which every
+    # listed configuration gets before pricing (search._Search._read_syncs): a one-type plan
+    # reads none; the bundled two-type file reads some, each through both groups
+    read: list = []
+    real = search_mod._Partials.read_syncs
+    monkeypatch.setattr(search_mod._Partials, "read_syncs",
+                        lambda self, inst, idx: read.append([self.partials[i].used for i in idx]) or real(self, inst, idx))
+    search_mod.search(load_instance("instances/llama3-8b-64xH100.yaml"), time_limit_s=60)
+    assert not read
+    search_mod.search(load_instance("instances/hetero/tiny-2types.yaml"), time_limit_s=60)
+    assert read and all(len(used) > 1 for batch in read for used in batch)
