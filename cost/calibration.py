@@ -205,12 +205,6 @@ def row_ran(row: dict) -> Ran:
                release_year=year, release_month=month, unknown=unknown + (() if version is not None else ("framework_version",)))
 
 
-def row_recompute_early_stop(row: dict) -> bool | None:
-    """job.recompute_early_stop of a row's run (ran.yaml: false where it ran PyTorch before
-    2.1); None: the framework's default."""
-    return row_ran(row).recompute_early_stop
-
-
 # The published rows, shipped with the package (cost/published/README.md names the sources):
 # verbatim copies of shared/calibration/published.yaml and published-fp8.yaml.
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
@@ -276,12 +270,18 @@ class RowResult:
         return (self.predicted_iter_time_s - self.measured_iter_time_s) / self.measured_iter_time_s
 
 
+def row_model(row: dict, ran: Ran | None = None) -> ModelSpec:
+    """The model a published row trained (`ran`: row_ran(row), where the caller has it)."""
+    md = row["model"]
+    return ModelSpec(name=row["id"], layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
+                     kv_heads=md.get("kv_heads") or md["heads"], ffn=md["ffn"], vocab=md["vocab"],
+                     seq_len=md["seq_len"], mlp=Mlp(md["mlp"]), dropout=(ran or row_ran(row)).dropout)
+
+
 def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Instance, Plan]:
-    md, cl, cf = row["model"], row["cluster"], row_config(row)
+    cl, cf = row["cluster"], row_config(row)
     ran = row_ran(row)
-    model = ModelSpec(name=row["id"], layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
-                      kv_heads=md.get("kv_heads") or md["heads"], ffn=md["ffn"], vocab=md["vocab"],
-                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]), dropout=ran.dropout)
+    model = row_model(row, ran)
     gpu_name = cl["gpu"]
     if gpu_name not in catalogue:
         raise ConfigError(f"GPU type {gpu_name!r} is not in the catalogue")

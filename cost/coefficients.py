@@ -153,7 +153,6 @@ class StageCoefficients:
     capacity_bytes: np.ndarray
     # named parts, per micro-batch (layer_parts sum to layer_time_s, etc.), for breakdowns
     layer_parts: dict[str, float] = field(default_factory=dict)
-    recompute_parts: dict[str, float] = field(default_factory=dict)
     stage_parts: list[dict[str, float]] = field(default_factory=list)
     overlapped_per_layer_s: dict[str, float] = field(default_factory=dict)
     in_flight: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -1289,8 +1288,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
         capacity_bytes=capacity,
-        layer_parts=layer_parts, recompute_parts={"recompute": first.recompute_time * (1 + slow)},
-        stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
+        layer_parts=layer_parts, stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
         first_chunk_min_layers=mem.first_chunk_min_layers, stage_act_bytes=mem.stage_act_bytes,
         stage_state_bytes=mem.stage_state_bytes,
     )

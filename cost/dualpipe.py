@@ -131,11 +131,6 @@ def in_flight_pairs(pp: int) -> tuple[np.ndarray, np.ndarray]:
     return np.where(own_is_shallow, shallow, deep).astype(float), np.where(own_is_shallow, deep, shallow).astype(float)
 
 
-def device_mem_bytes(stage_bytes: np.ndarray, runtime_bytes: float) -> np.ndarray:
-    """Per device, its two stages' bytes (each with the runtime allowance) less one runtime."""
-    return stage_bytes + stage_bytes[mirror(stage_bytes.shape[-1])] - runtime_bytes
-
-
 def _unpaired_layer_s(inst: Instance, o, site, net: NetEfficiency) -> tuple[float, float]:
     """(B, W) of one MoE layer: its backward alone (the all-to-alls exposed) and the
     weight-gradient GEMMs in it (each linear's forward GEMM again: BACKWARD_LINEAR_FACTOR
@@ -185,8 +180,8 @@ class Terms:
         return t, t + n * self.bw_s + r * self.ru_s, schedule.sync_times_s(self.coeffs, n)
 
     def mem_bytes(self, n: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Per device d, the bytes it holds (its two stages'), shape (pp,): device_mem_bytes's
-        sum, with the float operations in the order formulations/dualpipe.DualPipeProblem.sums
+        """Per device d, the bytes it holds (its two stages' and one runtime allowance), shape
+        (pp,), with the float operations in the order formulations/dualpipe.DualPipeProblem.sums
         takes, so that a peak equal to the capacity fits (or not) alike in both."""
         per_stage = self.k0_bytes + n * self.kn_bytes - r * self.kr_bytes
         return per_stage + per_stage[mirror(per_stage.shape[-1])] + self.runtime_bytes

@@ -58,6 +58,7 @@ class FabricTier:
     nodes: int
     oversubscription: float = 1.0
     latency_s: float = TIER_LATENCY_S
+    """extra latency of a hop per switch tier it climbs above the leaf (two traversals)"""
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.oversubscription < 1 or self.latency_s < 0:

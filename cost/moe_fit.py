@@ -226,6 +226,14 @@ class StoredRow:
     out_of_sample_error_pct: float
 
 
+def by_table(rows: Sequence[StoredRow]) -> dict[str, list[StoredRow]]:
+    """The stored rows grouped by their anchor table, in the order the tables first appear."""
+    out: dict[str, list[StoredRow]] = {}
+    for r in rows:
+        out.setdefault(r.table, []).append(r)
+    return out
+
+
 def load_stored(path: Path = CROSSVAL_FILE) -> tuple[StoredRow, ...]:
     from paraplan.cost.readers.strict_yaml import read_yaml
     return tuple(StoredRow(**r) for r in read_yaml(path)["rows"])

@@ -65,31 +65,60 @@ class _Modes:
     """What every replica class of a plan shares."""
 
     tp: int
+    """tensor-parallel degree of every class: inside a node or whole nodes"""
     micro_batch: int
+    """sequences per micro-batch"""
     cp: int = 1
-    virtual_stages: int = 1  # interleaved 1F1B model chunks per stage, the same for every class
+    """context-parallel degree"""
+    virtual_stages: int = 1
+    """interleaved model chunks per stage
+
+    Of 1F1B, the same for every class."""
     sequence_parallel: bool = False
+    """Megatron's sequence parallelism"""
     recompute: Recompute = Recompute.NONE
+    """recomputation of the layers not fully recomputed; full: every layer fully recomputed
+
+    A plan file's `full` is read as none with every layer in full_recompute_layers
+    (cost/readers/plan_reader.py)."""
     zero: int = 0
-    # "stage": one class across groups; "replica": classes each on one group; "mixed": a
-    # class across groups beside replica classes (solver/space.py); a label only
+    """ZeRO stage (where the framework runs it)
+
+    0 none, 1 optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also
+    parameters."""
     family: str = "stage"
-    # expert parallel degree of an MoE model (1: dense, or every replica holds every expert):
-    # each ep group lies inside one replica class's tp x dp x cp ranks of one stage (cost/moe.py)
+    """stage: one pipeline across groups; replica: replicas per group; mixed: both
+
+    "mixed": a class across groups beside replica classes (solver/space.py); a label only."""
     ep: int = 1
-    # expert tensor parallel degree (cost/specs.Outer.etp): None = each stage's tp; an etp equal
-    # to tp is stored as None (with one tp for every group)
+    """expert-parallel degree (MoE)
+
+    1: dense, or every replica holds every expert. Each ep group lies inside one replica
+    class's tp x dp x cp ranks of one stage (cost/moe.py)."""
     etp: int | None = None
+    """expert tensor-parallel degree (MoE)
+
+    cost/specs.Outer.etp. None: each stage's tp; an etp equal to tp is stored as None (with one
+    tp for every group)."""
     # a tensor-parallel degree per node group: ((group, tp), ...) by ascending group, naming
     # every group the plan uses, with `tp` the first stage's group's; empty: `tp` on every group
     # (solver/space.py says where the space has several)
     group_tp: tuple[tuple[int, int], ...] = ()
-    # the embedding / loss counted as a layer slot of the first stage's first / the last
-    # stage's last model chunk (cost/specs.Outer, cost/pipeline_split.py), in every class
     embedding_in_split: bool = False
+    """the embedding counts as a layer slot of the first stage
+    (--account-for-embedding-in-pipeline-split)
+
+    Of the first stage's first model chunk (cost/specs.Outer, cost/pipeline_split.py), in every
+    class."""
     loss_in_split: bool = False
-    # torch's zero-bubble schedule every class runs (cost/specs.Outer.zero_bubble; torchtitan)
+    """the loss counts as a layer slot of the last stage (--account-for-loss-in-pipeline-split)
+
+    Of the last stage's last model chunk, in every class."""
     zero_bubble: ZeroBubble | None = None
+    """torchtitan only: torch's zero-bubble schedule
+    ([concepts.md](concepts.md#pipeline-schedules))
+
+    Every class runs it (cost/specs.Outer.zero_bubble)."""
 
     def tp_of(self, group: int) -> int:
         """The tensor-parallel degree of the stages on `group`."""
@@ -140,17 +169,30 @@ class ClassOuter(_Modes):
 class ReplicaClass:
     """A plan's class of identical pipeline replicas: micro-batches, layer split, recompute."""
     replicas: int
+    """replicas of this class"""
     stage_groups: tuple[int, ...]
+    """the group hosting each pipeline stage
+
+    Stored as indices into Cluster.groups."""
     num_micro_batches: int
+    """micro-batches per replica and step"""
     layers_per_stage: tuple[int, ...]
+    """layers of each stage"""
     full_recompute_layers: tuple[int, ...]
-    # ((group, ((operator, partition), ...)), ...) by ascending group: the layer plan of this
-    # class's stages on that group (cost/partition.py); a group not listed runs Megatron 1-D
+    """fully recomputed layers of each stage"""
     partitions: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
-    # an asymmetric pipeline (cost/asymmetric.py): stage s on stage_dp[s] data-parallel ranks
-    # of its group, each running num_micro_batches / stage_dp[s] of the batch's micro-batches;
-    # `replicas` is then 1 (one pipeline) and num_micro_batches the batch's; empty: symmetric
+    """one partition per operator, e.g. `{qkv: K2*P2x2, attn_core: heads@P2, ...}`
+    ([partitions.md](partitions.md))
+
+    Stored as ((group, ((operator, partition), ...)), ...) by ascending group: the layer plan of
+    this class's stages on that group (cost/partition.py); a group not listed runs Megatron
+    1-D."""
     stage_dp: tuple[int, ...] = ()
+    """an asymmetric pipeline: each stage's data-parallel ranks, with replicas 1 and
+    num_micro_batches the batch's ([mixed-clusters.md](mixed-clusters.md))
+
+    cost/asymmetric.py: stage s on stage_dp[s] data-parallel ranks of its group, each running
+    num_micro_batches / stage_dp[s] of the batch's micro-batches; empty: symmetric."""
 
     def __post_init__(self) -> None:
         pp = len(self.stage_groups)
@@ -197,6 +239,7 @@ class Plan(_Modes):
     `num_micro_batches`, `layers_per_stage`, ...), which a plan of several classes has not."""
 
     classes: tuple[ReplicaClass, ...]
+    """a non-empty list of replica classes"""
 
     @classmethod
     def flat(cls, *, layers_per_stage, full_recompute_layers, partitions=(), **outer) -> "Plan":

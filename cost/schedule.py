@@ -18,12 +18,11 @@ from enum import Enum
 
 import numpy as np
 
-from paraplan.cost.coefficients import StageCoefficients, in_flight_micro_batches
+from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.pipeline_split import short_chunk_factors
 from paraplan.cost.pipeline_split import slot_relief_bytes as _slot_relief_bytes
 from paraplan.cost.specs import ZeroBubble
-# v_shaped and weight_grad_share re-exported: cost/torch_schedules.py and the tests read them here
-from paraplan.cost.zero_bubble import W_PASSES_SAVED, v_in_flight, v_shaped, weight_grad_share  # noqa: F401
+from paraplan.cost.zero_bubble import W_PASSES_SAVED
 
 
 def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -218,15 +217,6 @@ def schedule_problem(kind: TorchSchedule, pp: int, v: int, m: int) -> str | None
     if m % rounds:
         return f"{kind.value} needs the {m} micro-batches a multiple of its {rounds} rounds (m // pp)"
     return None
-
-
-def schedule_in_flight(kind: TorchSchedule, pp: int, m: int, v: int) -> np.ndarray:
-    """Micro-batches whose activations stage s holds at its peak, in whole-stage units:
-    in_flight_micro_batches (Megatron-LM's counts, which torch's warm-ups match), but for
-    ZBVZeroBubble (cost/zero_bubble.py, Memory)."""
-    if kind is TorchSchedule.ZBV_ZERO_BUBBLE:
-        return v_in_flight(pp, m)
-    return in_flight_micro_batches(pp, m, v)
 
 
 def with_in_flight(c: StageCoefficients, held: np.ndarray) -> StageCoefficients:

@@ -175,16 +175,30 @@ class MoeSpec:
     """
 
     experts: int
+    """routed experts per MoE layer"""
     top_k: int
+    """experts each token is routed to; at most `experts`"""
     expert_ffn: int
+    """one expert's MLP width (the model's `mlp` kind)"""
     shared_ffn: int = 0
+    """width of the always-on shared expert MLP; 0: none"""
     dense_layers: int = 0
+    """dense layers (width `ffn`) before the first MoE layer"""
     capacity_factor: float | None = None
-    imbalance: float | None = None  # None: cost/moe.DEFAULT_IMBALANCE
-    # node-limited routing (DeepSeek-V3, arXiv 2412.19437 Sec. 3.2.2: "each token will be sent
-    # to at most M nodes", M = 4): the router picks each token's experts on at most this many
-    # of the expert-parallel group's NVLink domains; None: unrestricted (cost/moe.py)
+    """tokens an expert takes over its mean share; the rest are dropped
+
+    None: dropless routing."""
+    imbalance: float | None = None
+    """the busiest expert-parallel rank's routed tokens over the mean (cost/moe.py)
+
+    None: cost/moe.DEFAULT_IMBALANCE."""
     max_nodes_per_token: int | None = None
+    """node-limited routing (DeepSeek-V3's M): nodes one token's experts may span; counts with
+    the deepep dispatcher
+
+    DeepSeek-V3, arXiv 2412.19437 Sec. 3.2.2: "each token will be sent to at most M nodes",
+    M = 4. The router picks each token's experts on at most this many of the expert-parallel
+    group's NVLink domains; None: unrestricted (cost/moe.py)."""
 
     def __post_init__(self) -> None:
         if self.experts < 2:
@@ -214,10 +228,16 @@ class MlaSpec:
     unit-free element counts. Every head has its own key and value (kv_heads = heads)."""
 
     q_lora_rank: int | None
+    """width of the query latent; null: Q is projected from the layer input directly
+    (DeepSeek-V2-Lite)"""
     kv_lora_rank: int
+    """width of the key/value latent"""
     qk_nope_head_dim: int
+    """a head's non-rotary query/key width"""
     qk_rope_head_dim: int
+    """the rotary query/key width, one rotary key shared by every head"""
     v_head_dim: int
+    """a head's value width"""
 
     def __post_init__(self) -> None:
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -244,57 +264,103 @@ class ModelSpec:
     """
 
     name: str
+    """the model's name"""
     layers: int
+    """transformer layers (MoE and dense together)"""
     hidden: int
+    """model width; divisible by `heads` unless `head_dim` is given"""
     heads: int
+    """attention (query) heads; divisible by `kv_heads`"""
     kv_heads: int
+    """key/value heads (grouped-query attention)"""
     ffn: int
+    """MLP width of a dense layer"""
     vocab: int
+    """vocabulary size"""
     seq_len: int
+    """tokens per training sequence"""
     mlp: Mlp = Mlp.GELU
+    """MLP kind: gelu has two matmuls, swiglu three"""
     tied_embeddings: bool = False
-    # dropout probability of the attention and hidden dropouts; modern LLMs train with 0, which
-    # stores no dropout masks (GPT-3-era models used 0.1)
+    """the output layer shares the embedding's weights"""
     dropout: float = 0.0
-    # width of one attention head as the model declares it; None: hidden // heads (read it as
-    # the `head_dim` property). Mistral-NeMo (5,120 wide, 32 heads of 128) and Gemma-2 (3,584
-    # wide, 16 heads of 256) project to heads * head_dim != hidden.
+    """attention and hidden dropout probability; its masks are stored for backward
+
+    Modern LLMs train with 0, which stores no dropout masks (GPT-3-era models used 0.1)."""
     attention_head_dim: int | None = None
-    qkv_bias: bool = False  # biases on the Q, K and V projections (Qwen2, GPT-2, OPT, BLOOM)
-    attn_out_bias: bool = False  # bias on the attention output projection
-    mlp_bias: bool = False  # biases on every MLP projection
-    norm_bias: bool = False  # LayerNorm with a bias: 2 parameters per channel, not 1 (RMSNorm)
-    norms_per_layer: int = 2  # 1: GPT-J/Falcon-7B's shared norm; 4: Gemma-2's pre and post norms
-    # attention and MLP read the same input and their outputs are added (GPT-J, GPT-NeoX
-    # use_parallel_residual, Falcon parallel_attn), instead of the MLP reading attention's output
+    """width of one attention head
+
+    As the model declares it; None: hidden // heads (read it as the `head_dim` property).
+    Mistral-NeMo (5,120 wide, 32 heads of 128) and Gemma-2 (3,584 wide, 16 heads of 256)
+    project to heads * head_dim != hidden."""
+    qkv_bias: bool = False
+    """biases on the Q, K and V projections
+
+    Qwen2, GPT-2, OPT, BLOOM."""
+    attn_out_bias: bool = False
+    """a bias on the attention output projection"""
+    mlp_bias: bool = False
+    """biases on every MLP projection"""
+    norm_bias: bool = False
+    """LayerNorm with a bias (2 parameters per channel) rather than RMSNorm"""
+    norms_per_layer: int = 2
+    """norms per layer: 1 shared (GPT-J, Falcon), 2, or 4 (Gemma-2's pre and post norms)"""
     parallel_blocks: bool = False
-    position_embeddings: int = 0  # rows of a learned absolute position table (GPT-2, OPT); 0: none
-    embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
-    # a per-head RMSNorm of the queries and of the keys (Qwen3, Qwen3-MoE, Gemma-3: q_norm and
-    # k_norm, one head_dim scale each, shared by the heads): 2 x head_dim parameters per layer
+    """attention and MLP side by side on one norm (GPT-J, NeoX, Falcon)
+
+    Attention and MLP read the same input and their outputs are added (GPT-NeoX
+    use_parallel_residual, Falcon parallel_attn), instead of the MLP reading attention's
+    output."""
+    position_embeddings: int = 0
+    """rows of a learned position table, at least seq_len; 0 for rotary or ALiBi
+
+    A learned absolute position table: GPT-2, OPT."""
+    embedding_norm: bool = False
+    """a norm after the token embedding (BLOOM)"""
     qk_norm: bool = False
-    # one learned attention-sink logit per query head (gpt-oss's GptOssAttention.sinks): heads
-    # parameters per layer
+    """per-head RMSNorm of Q and K (Qwen3, Gemma-3): 2 x head_dim parameters per layer, priced
+    as one more read and write of Q and K
+
+    Qwen3, Qwen3-MoE and Gemma-3 call them q_norm and k_norm: one head_dim scale each, shared
+    by the heads."""
     attention_sinks: bool = False
-    # causal attention limited to the last `sliding_window_tokens` keys (Mistral, Gemma-2, Qwen2
-    # use_sliding_window) in `sliding_window_layers` of the layers (None: in every layer)
+    """a learned sink logit per query head (gpt-oss): heads parameters per layer; its extra
+    score per row is not priced
+
+    gpt-oss's GptOssAttention.sinks."""
     sliding_window_tokens: int | None = None
+    """causal attention to the last N keys only (Mistral, Gemma-2)
+
+    Qwen2's use_sliding_window too. None: full causal attention."""
     sliding_window_layers: int | None = None
-    # what the model's source declares that the cost model does not price, one line each; shown
-    # with every plan (cost/model_notes.py), never dropped
+    """how many layers use the sliding window
+
+    None: every layer, where sliding_window_tokens is given."""
     unmodelled: tuple[str, ...] = ()
-    # mixture-of-experts layers (None: a dense model); `ffn` is then the dense layers' width
+    """one line each about what the model's source declares and paraplan does not price; shown
+    with every plan
+
+    Shown by cost/model_notes.py, never dropped."""
     moe: MoeSpec | None = None
-    # biases on every routed expert's projections and on the router (gpt-oss's GptOssExperts
-    # gate_up_proj_bias and down_proj_bias, GptOssTopKRouter.bias): per MoE layer experts x
-    # (n_in x expert_ffn + hidden) + experts parameters; needs `moe`
+    """mixture-of-experts layers (`model.moe`, below; [moe.md](moe.md))
+
+    None: a dense model; `ffn` is then the dense layers' width."""
     expert_bias: bool = False
-    # multi-head latent attention (None: multi-head or grouped-query attention of head_dim)
+    """biases on the routed experts' MLPs and the router (gpt-oss); needs `moe`; counted as
+    parameters, their element-wise FLOPs not priced
+
+    gpt-oss's GptOssExperts gate_up_proj_bias and down_proj_bias, GptOssTopKRouter.bias: per
+    MoE layer experts x (n_in x expert_ffn + hidden) + experts parameters."""
     mla: MlaSpec | None = None
-    # multi-token prediction depth (DeepSeek-V3: 1; Megatron-core's --mtp-num-layers): per
-    # micro-batch the last stage runs that many more layers, each with its input projection
-    # and the shared output head and loss (cost/coefficients.build)
+    """multi-head latent attention (`model.mla`, below)
+
+    None: multi-head or grouped-query attention of head_dim."""
     mtp_layers: int = 0
+    """DeepSeek-V3's multi-token-prediction depth: extra layers on the last stage
+
+    DeepSeek-V3: 1; Megatron-core's --mtp-num-layers. Per micro-batch the last stage runs that
+    many more layers, each with its input projection and the shared output head and loss
+    (cost/coefficients.build)."""
 
     def __post_init__(self) -> None:
         for broken, message in MODEL_RULES:  # in order: the first broken rule is named
@@ -393,37 +459,59 @@ class GpuSpec:
     """
 
     name: str
-    peak_flops_per_s: float  # dense bf16/fp16 tensor-core peak
+    peak_flops_per_s: float
+    """dense bf16 tensor-core peak
+
+    fp16 runs at the same peak."""
     hbm_bytes: float
+    """device memory"""
     hbm_bw_bytes_per_s: float
+    """device-memory bandwidth"""
     matmul_eff_max: float = 0.75
+    """largest achieved fraction of the peak, reached by large matmuls (fitted per die:
+    cost/fit.py)"""
     matmul_half_flops: float = 2e9
-    memory_eff: float = 0.7  # achieved fraction of HBM bandwidth in elementwise kernels
-    attention_eff: float = 0.4  # achieved fraction of peak in the fused attention core
-    # dense FP8 tensor-core peak; None: the GPU has no FP8 tensor cores (V100, A100)
+    """matmul size at which half of matmul_eff_max is reached"""
+    memory_eff: float = 0.7
+    """achieved fraction of memory bandwidth in element-wise kernels"""
+    attention_eff: float = 0.4
+    """achieved fraction of the peak in the fused attention core (causal FLOPs)"""
     peak_fp8_flops_per_s: float | None = None
-    fp8_matmul_eff_max: float = 0.6  # as matmul_eff_max, for FP8 GEMMs against the FP8 peak
-    # throughput of cuDNN's fused attention over FlashAttention-2 on this GPU, where the
-    # framework runs attention through Transformer Engine (Behaviour.te_fused_attention) and
-    # that runs cuDNN (JobSpec.cudnn_attention); 1: not measured, or no faster cuDNN path
+    """dense FP8 tensor-core peak; left out, the GPU refuses precision: fp8
+
+    None: the GPU has no FP8 tensor cores (V100, A100)."""
+    fp8_matmul_eff_max: float = 0.6
+    """as matmul_eff_max, for FP8 GEMMs against the FP8 peak"""
     cudnn_attention_speedup: float = 1.0
-    # FlashAttention-2's own benchmark throughput on this GPU (forward + backward, causal, head
-    # dim 128, 8k tokens; cost/gpus.yaml cites it), FLOP/s: the speed of the benchmarked kernel
-    # when a framework calls it directly (Behaviour.te_fused_attention; times
-    # cudnn_attention_speedup where it runs cuDNN's). None: no published benchmark, and such a
-    # framework's attention runs at attention_eff like the others'
+    """cuDNN's fused attention over FlashAttention-2 on this GPU, where Transformer Engine runs
+    cuDNN (job.cudnn_attention); measured, not fitted
+
+    The throughput ratio applies where the framework runs attention through Transformer Engine
+    (Behaviour.te_fused_attention) and that runs cuDNN (JobSpec.cudnn_attention); 1: not
+    measured, or no faster cuDNN path."""
     fa2_benchmark_flops_per_s: float | None = None
-    # cuDNN's fused attention measured per call length on this GPU: (keys, forward + backward
-    # FLOP/s of a causal call of that many keys) in increasing keys (cost/gpus.yaml cites the
-    # rows). Where given, Transformer Engine's cuDNN path runs at it, interpolated in log keys
-    # (cost/coefficients.attention_efficiency), not at cudnn_attention_speedup x
-    # FlashAttention-2's curve: on Blackwell cuDNN's lead over FlashAttention-2 grows with length
-    # (B200 1.9x at 2k, 3.0x at 8k), which one factor cannot follow. Empty: not measured
+    """FlashAttention-2's own benchmark (forward + backward, causal, head dim 128, 8k tokens): the
+    speed of attention where Transformer Engine calls the kernel
+
+    In FLOP/s; cost/gpus.yaml cites it. The speed of the benchmarked kernel when a framework
+    calls it directly (Behaviour.te_fused_attention; times cudnn_attention_speedup where it runs
+    cuDNN's). None: no published benchmark, and such a framework's attention runs at
+    attention_eff like the others'."""
     cudnn_attention_flops_per_s_by_keys: tuple[tuple[int, float], ...] = ()
-    # one direction of the GPU's link to its host CPU's memory (PCIe, or NVLink-C2C on Grace
-    # superchips): what activation offloading (job.offload_modules) copies over; None: not in
-    # the catalogue, and offloading is refused on this GPU
+    """cuDNN's fused attention measured per call length (keys: forward + backward TFLOP/s,
+    causal); where given, Transformer Engine's cuDNN path runs at it, interpolated in log keys,
+    instead of cudnn_attention_speedup
+
+    Stored as (keys, forward + backward FLOP/s of a causal call of that many keys) in increasing
+    keys (cost/gpus.yaml cites the rows), interpolated by cost/coefficients.attention_efficiency.
+    One factor cannot follow it: on Blackwell cuDNN's lead over FlashAttention-2 grows with
+    length (B200 1.9x at 2k, 3.0x at 8k). Empty: not measured."""
     host_link_bw_bytes_per_s: float | None = None
+    """one direction of the link to host memory (PCIe or NVLink-C2C): what activation offloading
+    copies over; left out, offloading is refused
+
+    PCIe, or NVLink-C2C on Grace superchips; what job.offload_modules copies over. None: not in
+    the catalogue, and offloading is refused on this GPU."""
 
     def __post_init__(self) -> None:
         if min(self.peak_flops_per_s, self.hbm_bytes, self.hbm_bw_bytes_per_s) <= 0:
@@ -454,7 +542,11 @@ class Link:
     no tree, the group sits in one node)."""
 
     bw_bytes_per_s: float
+    """bandwidth per GPU, one direction"""
     latency_s: float
+    """latency of one message
+
+    Of a group's effective link: the mean latency of one ring hop."""
     tree_latency_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -562,84 +654,128 @@ def grad_reduce_refusal(framework: Framework, optimizer: Optimizer, precision: P
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """The training job: batch, precision, optimizer, framework, and what the search may choose."""
-    global_batch: int  # sequences per optimizer step
+    global_batch: int
+    """sequences per optimizer step"""
     precision: Precision = Precision.BF16
+    """training precision; fp8: FP8 linears (attention, norms and the optimizer stay in
+    bf16/fp32)"""
     optimizer: Optimizer = Optimizer.ADAM
+    """the optimizer and its state's layout (cost/memory.state_layout): the apex ones are NeMo's
+    distributed Adam, adam_bf16_moments keeps fp32 master weights and bf16 moments (megatron,
+    ZeRO-1)"""
     attention: Attention = Attention.FLASH
+    """flash: a fused kernel, no s x s scores stored; standard: the scores stored for backward"""
     framework: Framework = Framework.MEGATRON
-    # The release of the framework the job runs, as its project tags it (cost/releases.py: e.g.
-    # core_v0.19.0 for megatron). None: the framework's current release (`release`). Which
-    # release a plan's time is for: plan, --json, report and export name it, and cost/trust.py
-    # widens the band of a release fewer than three published rows validate
+    """the training framework: what can run (cost/framework_rules.py) and how ZeRO, overlap and
+    context parallelism behave (cost/framework.py)"""
     framework_version: str | None = None
-    # Transformer Engine userbuffers: tensor-parallel all-gathers / reduce-scatters pipelined
-    # with the GEMMs beside them (Megatron-LM --tp-comm-overlap, NeMo ub_tp_comm_overlap).
-    # Applies where the plan has tp > 1 inside one node with sequence parallelism, the only case
-    # Transformer Engine runs it (cost/coefficients.tp_overlap_exposed).
+    """the framework's release (cost/releases.py lists them): what it could run, and which release
+    the plan's time is for
+
+    As its project tags it (e.g. core_v0.19.0 for megatron). None: the framework's current
+    release (`release`). Plan, --json, report and export name it, and cost/trust.py widens the
+    band of a release fewer than three published rows validate."""
     tp_comm_overlap: bool = False
-    # Whether Transformer Engine runs cuDNN's fused attention, its default where the GPU has it
-    # (NVTE_FUSED_ATTN=1; TE prefers it to FlashAttention on Hopper and newer), or Dao's
-    # FlashAttention-2 (NVTE_FUSED_ATTN=0, as NeMo's 24.07 launcher set it). Megatron only
-    # (Behaviour.te_fused_attention); priced by cost/coefficients.attention_efficiency
+    """Transformer Engine's tensor-parallel communication/GEMM overlap (megatron; used where
+    tp > 1 inside a node with sequence parallelism)
+
+    Transformer Engine userbuffers: tensor-parallel all-gathers / reduce-scatters pipelined with
+    the GEMMs beside them (Megatron-LM --tp-comm-overlap, NeMo ub_tp_comm_overlap), the only case
+    Transformer Engine runs it (cost/coefficients.tp_overlap_exposed)."""
     cudnn_attention: bool = True
-    # Megatron-core's --overlap-moe-expert-parallel-comm: an MoE model's expert-parallel
-    # all-to-alls of one micro-batch's forward run under another's backward compute (combined
-    # 1F1B). Applies where Megatron-core runs it: ep > 1, and pp = 1 or interleaving
-    # (cost/moe.a2a_overlap_applies); needs search.full_recompute false (the loader says so).
+    """Transformer Engine runs cuDNN's fused attention (NVTE_FUSED_ATTN=1); false:
+    FlashAttention-2 (megatron)
+
+    cuDNN's fused attention is TE's default where the GPU has it (TE prefers it to
+    FlashAttention on Hopper and newer); false is Dao's FlashAttention-2 (NVTE_FUSED_ATTN=0, as
+    NeMo's 24.07 launcher set it). Megatron only (Behaviour.te_fused_attention); priced by
+    cost/coefficients.attention_efficiency."""
     moe_a2a_overlap: bool = False
-    # Megatron-core's --moe-shared-expert-overlap: the shared expert's MLP runs on its own stream
-    # while the dispatch and combine all-to-alls are in flight (ep > 1, a shared expert; not
-    # with moe_a2a_overlap, which Megatron-core refuses beside it)
+    """Megatron-core's --overlap-moe-expert-parallel-comm (megatron; used where ep > 1 and pp = 1
+    or interleaved; needs `search.full_recompute: false`)
+
+    An MoE model's expert-parallel all-to-alls of one micro-batch's forward run under another's
+    backward compute (combined 1F1B), where Megatron-core runs it
+    (cost/moe.a2a_overlap_applies)."""
     moe_shared_expert_overlap: bool = False
-    # pipeline schedule: 1F1B / interleaved (default) or DeepSeek's DualPipe (cost/dualpipe.py;
-    # planned over the configurations it runs, on one GPU type)
+    """Megatron-core's --moe-shared-expert-overlap: the shared expert under the all-to-alls
+    (ep > 1)
+
+    The shared expert's MLP runs on its own stream while the dispatch and combine all-to-alls
+    are in flight (a shared expert; not with moe_a2a_overlap, which Megatron-core refuses beside
+    it)."""
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
-    # MoE token dispatcher: Megatron-core's all-to-all (default) or DeepEP (cost/moe.py)
+    """1f1b (interleaved where virtual_stages > 1) or DeepSeek-V3's dualpipe (one GPU type;
+    cost/dualpipe.py)
+
+    DualPipe is planned over the configurations it runs."""
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
-    # Whether a full recompute stops once every tensor saved for backward is rebuilt, as
-    # torch.utils.checkpoint's non-reentrant implementation does by default from PyTorch 2.1
-    # (cost/framework.recompute_stops_early). None: the framework's own behaviour; false for a
-    # torchtitan or Composer run on older PyTorch; megatron and deepspeed replay whole layers.
+    """alltoall: Megatron-core's NCCL all-to-all; deepep: one copy per destination node, FP8
+    dispatch in FP8 jobs (cost/moe.py)"""
     recompute_early_stop: bool | None = None
-    # Whether Megatron-LM's own data-parallel gradient reduction (optimizer adam or
-    # adam_bf16_moments: its DDP and distributed optimizer) overlaps the backward
-    # (--overlap-grad-reduce). None: as the job's release ran it (cost/framework.
-    # grad_reduce_overlaps: from 2023-08 on); false: reduced after the backward, as every release
-    # before it did; framework megatron only
+    """torchtitan and composer: a full recompute stops before MLP-out (torch.utils.checkpoint
+    non-reentrant, PyTorch >= 2.1); false for older PyTorch
+
+    It stops once every tensor saved for backward is rebuilt, as torch.utils.checkpoint's
+    non-reentrant implementation does by default from PyTorch 2.1
+    (cost/framework.recompute_stops_early). None: the framework's own behaviour; megatron and
+    deepspeed replay whole layers."""
     grad_reduce_overlap: bool | None = None
-    # Megatron-core's --recompute-modules beyond the plan's recompute (RecomputeModule): priced
-    # in memory (cost/memory.job_activation_savings_bytes, cost/moe.expert_act_bytes) and time
-    # (the recomputed work in backward, cost/coefficients.module_recompute_s); framework
-    # megatron, no full recomputation
+    """megatron with optimizer adam or adam_bf16_moments: the data-parallel gradient reduction
+    hides behind the backward (--overlap-grad-reduce); plans with pp 1, no interleaving and
+    ZeRO-0 always overlap (torch DDP)
+
+    Megatron-LM's own DDP and distributed optimizer. None: as the job's release ran it
+    (cost/framework.grad_reduce_overlaps: from 2023-08 on); false: reduced after the backward,
+    as every release before it did."""
     recompute_modules: tuple[RecomputeModule, ...] = ()
-    # Megatron-core's fine-grained activation offloading (OffloadModule): the listed inputs
-    # live in host memory between forward and backward, priced in memory
-    # (cost/moe.expert_act_bytes) and in the copies over the GPU's host link that the layer's
-    # expert compute does not hide (cost/moe.offload_exposed_s); framework megatron, MoE models
+    """megatron: module outputs recomputed in backward (--recompute-modules); needs
+    `search.full_recompute: false`
+
+    Beyond the plan's recompute; priced in memory (cost/memory.job_activation_savings_bytes,
+    cost/moe.expert_act_bytes) and time (the recomputed work in backward,
+    cost/coefficients.module_recompute_s)."""
     offload_modules: tuple[OffloadModule, ...] = ()
-    # The SwiGLU input stashed in fp8 (1 byte) and cast back before backward (Megatron-core's
-    # TransformerConfig activation_func_fp8_input_store; DeepSeek-V3 Sec. 3.3.3 (2) stores the
-    # MoE SwiGLU inputs in FP8); every SwiGLU MLP, framework megatron
+    """megatron, MoE: the experts' inputs stashed in host memory (--offload-modules); needs the
+    GPU's host_link_gbytes_per_s
+
+    Megatron-core's fine-grained activation offloading: the listed inputs live in host memory
+    between forward and backward, priced in memory (cost/moe.expert_act_bytes) and in the copies
+    over the GPU's host link that the layer's expert compute does not hide
+    (cost/moe.offload_exposed_s)."""
     activation_fp8_input_store: bool = False
-    # DeepSeek-V3's customised E5M6 format for the input of the linear after attention (arXiv
-    # 2412.19437 Sec. 3.3.3 (1)): the attention output stashed once, 12 bits with a
-    # power-of-two scale per 128 elements, for both the attention's backward and the output
-    # projection's weight gradient, instead of a bf16 copy and an fp8 copy. FP8 jobs only; no
-    # framework paraplan exports to has it (the exports list it)
+    """megatron: SwiGLU inputs stashed in fp8
+
+    Stored in 1 byte and cast back before backward (Megatron-core's TransformerConfig
+    activation_func_fp8_input_store; DeepSeek-V3 Sec. 3.3.3 (2) stores the MoE SwiGLU inputs in
+    FP8); every SwiGLU MLP."""
     attention_output_e5m6: bool = False
-    # The dtype data-parallel gradients are kept and reduced in (GradReduceDtype): Megatron-core's
-    # grad_reduce_in_fp32 / --grad-reduce-in-bf16, FSDP's reduce_dtype. None: the framework's
-    # default (`grad_reduce`). Never searched: it changes the numerics, so it is the user's
-    # statement
+    """fp8 jobs: DeepSeek-V3's 12-bit stash of the attention output
+
+    DeepSeek-V3's customised E5M6 format for the input of the linear after attention (arXiv
+    2412.19437 Sec. 3.3.3 (1)): the attention output stashed once, 12 bits with a power-of-two
+    scale per 128 elements, for both the attention's backward and the output projection's weight
+    gradient, instead of a bf16 copy and an fp8 copy. No framework paraplan exports to has it
+    (the exports list it)."""
     grad_reduce_dtype: GradReduceDtype | None = None
-    # Tokens the run trains on, its whole budget (job.train_tokens): with it every plan gives
-    # the wall-clock time and GPU-hours to train (cost/train_cost.py). None: not given. A
-    # float, as budgets are written (15.0e+12); it prices nothing else
+    """what gradients are kept and reduced in; never searched, since it changes numerics; fp16
+    only in fp16 training
+
+    Megatron-core's grad_reduce_in_fp32 / --grad-reduce-in-bf16, FSDP's reduce_dtype. None: the
+    framework's default (`grad_reduce`)."""
     train_tokens: float | None = None
-    # The price of one GPU for one second by GPU type, ((gpu type, USD per GPU-second), ...)
-    # sorted by type (job.usd_per_gpu_hour / 3600): with train_tokens, the cost to train.
-    # Empty: no price. The loaders check that it names exactly the cluster's GPU types
+    """tokens to train on: every plan then gives the time, GPU-hours and cost to train
+    (cost/train_cost.py); changes no plan. Write the exponent's sign (15.0e+12): YAML reads
+    15.0e12 as text
+
+    The run's whole budget. None: not given. A float, as budgets are written."""
     usd_per_gpu_s: tuple[tuple[str, float], ...] = ()
+    """needs train_tokens: the price of a GPU of every GPU type of the cluster (each one, no
+    other), for the cost to train
+
+    Stored per GPU-second, ((gpu type, USD per GPU-second), ...) sorted by type
+    (job.usd_per_gpu_hour / 3600). Empty: no price. The loaders check that it names exactly the
+    cluster's GPU types."""
 
     def __post_init__(self) -> None:
         """Check the job's fields, in the order that fixes which error a bad file sees first."""
@@ -807,60 +943,94 @@ class SearchSpace:
     """
 
     tp: tuple[int, ...] | None = None
+    """tensor-parallel degrees"""
     pp: tuple[int, ...] | None = None
+    """pipeline-parallel degrees"""
     cp: tuple[int, ...] | None = None
+    """context-parallel degrees"""
     micro_batch: tuple[int, ...] | None = None
+    """sequences per micro-batch"""
     max_micro_batch: int | None = None
+    """a cap on the micro-batch"""
     max_pp: int | None = None
+    """a cap on pp"""
     max_cp: int | None = None
+    """a cap on cp"""
     sequence_parallel: tuple[bool, ...] = (False, True)
+    """Megatron's sequence parallelism"""
     zero: tuple[int, ...] = (0, 1, 2, 3)
+    """ZeRO stages; which combine with pp > 1 is the framework's rule (Megatron-LM and DeepSpeed
+    0-1, torchtitan 0 and 3)"""
     virtual_stages: tuple[int, ...] | None = None
+    """interleaved model chunks per stage"""
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE)
-    full_recompute: bool = True  # per-stage counts of fully recomputed layers are searched
+    """recomputation of the layers not fully recomputed"""
+    full_recompute: bool = True
+    """search per-stage counts of fully recomputed layers"""
     # False: every layer of every stage fully recomputed, or none (RecomputePattern.ALL_OR_NONE),
     # as a framework release without partial recomputation ran it (not a YAML key: the job's
     # release sets it, cost/framework_rules.release_space)
     partial_recompute: bool = True
-    uniform_split: bool = False  # True: only the even layer split (for comparisons)
+    uniform_split: bool = False
+    """only the even layer split
+
+    For comparisons."""
     tp_across_nodes: bool = False
-    # a mixed cluster's stage-wise class (one pipeline across node groups) may run a tp per
-    # group, e.g. tp 4 on A100 stages and tp 2 on H100 stages (solver/space.py)
+    """tensor parallelism may span nodes"""
     tp_per_group: bool = True
-    # how many replica classes one node group may host (solver/space.py): 1, a class
-    # per group; more lets replicas of different pipeline depths, or of different micro-batch
-    # counts, share a group (a homogeneous file is planned as its one group then: plans of
-    # several classes are written in the group format, several_classes)
+    """mixed clusters: a pipeline across node groups may run a tp per group
+
+    E.g. tp 4 on A100 stages and tp 2 on H100 stages (solver/space.py)."""
     classes_per_group: int = 1
-    # a used node group may leave some of its GPUs idle (solver/space.py): e.g. 2 of a
-    # group's 3 nodes, where a pipeline or the batch does not divide all 3 (as classes_per_group)
+    """group format: replica classes one node group may host
+
+    1: a class per group; more lets replicas of different pipeline depths, or of different
+    micro-batch counts, share a group (solver/space.py; a homogeneous file is planned as its one
+    group then: plans of several classes are written in the group format, several_classes)."""
     idle_gpus: bool = False
-    # a plan may run a stage-wise class (one pipeline across node groups) beside replica-wise
-    # classes on the GPUs it leaves (solver/space.py; two node groups or more)
+    """group format: a used group may leave GPUs idle
+
+    E.g. 2 of a group's 3 nodes, where a pipeline or the batch does not divide all 3
+    (solver/space.py; written in the group format as classes_per_group)."""
     mixed_families: bool = False
-    # a pipeline across node groups may give each stage its own data-parallel degree
-    # (cost/asymmetric.py, solver/asymmetric_search.py; two node groups or more, objective mean)
+    """group format: a pipeline across groups beside replica classes on the GPUs it leaves
+
+    solver/space.py; two node groups or more."""
     asymmetric_pipelines: bool = False
-    # kept free on every GPU when planning, on top of the runtime allowance cost/memory.py
-    # prices (CUDA context, NCCL buffers, 5% allocator fragmentation of the activations): the
-    # caching allocator's reserved-but-unallocated memory measured at peak in public runs,
-    # which that allowance does not fully cover (docs/schema.md cites the figures). 0 plans
-    # to the HBM limit. The published rows of `paraplan accuracy` ran, so they are simulated
-    # without it (cost/calibration.py)
+    """group format: a pipeline across groups may give each stage its own data-parallel degree
+    ([mixed-clusters.md](mixed-clusters.md))
+
+    cost/asymmetric.py, solver/asymmetric_search.py; two node groups or more, objective mean."""
     memory_reserve_bytes: float = DEFAULT_MEMORY_RESERVE_GIB * GIB_BYTES
-    # "megatron": Megatron 1-D tensor parallelism only; with "spatial_temporal" every layer's
-    # operators each choose a partition, PrimePar's P(q x q) included (cost/partition.py)
+    """kept free on every GPU when planning, for the caching allocator's reserved-but-unallocated
+    memory (why 2: below); 0 plans to the HBM limit
+
+    On top of the runtime allowance cost/memory.py prices (CUDA context, NCCL buffers, 5%
+    allocator fragmentation of the activations): the caching allocator's
+    reserved-but-unallocated memory measured at peak in public runs, which that allowance does
+    not fully cover (docs/schema.md cites the figures). The published rows of `paraplan
+    accuracy` ran, so they are simulated without it (cost/calibration.py)."""
     tensor_partitions: tuple[str, ...] = ("megatron",)
-    # expert parallel degrees (MoE models; cost/space_rules.ep_values): None, every divisor of
-    # the experts that divides tp x dp x cp / etp; dense models run ep = 1 only
+    """megatron: 1-D tensor parallelism; spatial_temporal adds per-operator partitions
+    ([partitions.md](partitions.md))
+
+    With "spatial_temporal" every layer's operators each choose a partition, PrimePar's
+    P(q x q) included (cost/partition.py)."""
     ep: tuple[int, ...] | None = None
-    # expert tensor parallel degrees (MoE models; cost/space_rules.etp_values): None, each
-    # configuration's tp and 1 (Megatron-core's parallel folding, cost/moe.py); dense models:
-    # tp only
+    """expert-parallel degrees (MoE only)
+
+    None: every divisor of the experts that divides tp x dp x cp / etp
+    (cost/space_rules.ep_values); dense models run ep = 1 only."""
     etp: tuple[int, ...] | None = None
-    # what the planner minimises (cost/objective.py): "mean", the predicted iteration time, or
-    # "pNN", its NN-th percentile under the cost model's out-of-sample error (cost/trust.py)
+    """expert tensor-parallel degrees (MoE only)
+
+    None: each configuration's tp and 1 (Megatron-core's parallel folding, cost/moe.py;
+    cost/space_rules.etp_values); dense models: tp only."""
     objective: str = DEFAULT_OBJECTIVE
+    """what the planner minimises: mean (the predicted time) or pNN, its NN-th percentile under
+    the cost model's out-of-sample error (cost/trust.py); `--objective`
+
+    cost/objective.py parses it."""
     # the largest fraction of each GPU's HBM a plan may fill (its priced peak memory, besides
     # memory_reserve_bytes' cap). Not an instance key: the planner's memory tiers set it
     # (solver/memory_tiers.py) to search the plans within the memory fill the published runs of
@@ -915,19 +1085,32 @@ class SearchSpace:
 class NodeGroup:
     """A named group of nodes of one GPU type on one site: its nodes, their GPUs and the links
     between them. A flat cluster is one such group (`Cluster.of`)."""
-    # "" takes the default, as a flat instance file's one group does: the group is named after
-    # its GPU and its site after the group (the reader's default for `site:`)
     name: str = ""
-    site: str = ""  # racks / data centres: groups on one site share its links to other sites
+    """unique among the groups
+
+    "" takes the default, as a flat instance file's one group does: the group is named after
+    its GPU."""
+    site: str = ""
+    """the site the group is at; links may name it
+
+    Racks or data centres: groups on one site share its links to other sites. "" takes the
+    default, the group's own name."""
     gpu: GpuSpec
+    """a GPU type of cost/gpus.yaml or of `gpu_types`"""
     nodes: int
+    """nodes of the cluster, or of the node group"""
     gpus_per_node: int
+    """GPUs per node"""
     intra_node: Link  # NVLink/NVSwitch or PCIe, per GPU, one direction
     inter_node: Link  # NIC share of one GPU, one direction
     intra_node_kind: str = "nvlink"
-    # GPUs that share one NVLink domain, when it spans several nodes (GB200 NVL72: 72 GPUs on
-    # 18 trays of 4); None: the node. Groups inside it use the intra_node link (cost/comm.py).
+    """the link inside a node"""
     nvlink_domain_gpus: int | None = None
+    """an NVLink domain spanning nodes (GB200 NVL72 with gpus_per_node 4): a multiple of
+    gpus_per_node dividing the GPUs
+
+    GB200 NVL72: 72 GPUs on 18 trays of 4. None: the node. Groups inside it use the intra_node
+    link (cost/comm.py)."""
     # switch tiers above the NIC, innermost (leaf) first, each block a whole number of the one
     # below (cost/fabric.py); (): one non-blocking fabric
     tiers: tuple[FabricTier, ...] = ()
@@ -966,6 +1149,7 @@ class Cluster:
     and one direction; the diagonal repeats the group's own NIC and is not used."""
 
     groups: tuple[NodeGroup, ...]
+    """one or more node groups, each homogeneous"""
     between: tuple[tuple[Link, ...], ...]
 
     def __post_init__(self) -> None:
@@ -1025,16 +1209,26 @@ class Scenario:
     """A network state: its cluster (links changed), and how likely or when it holds."""
 
     name: str
+    """unique, not "nominal"
+
+    "nominal" names the declared network, Instance.scenarios[0]."""
     cluster: Cluster
     probability: float | None = None
-    window_h: tuple[float, float] | None = None  # hours of the day, informational
+    """for `--expected`: either every scenario gives one or none does; the nominal one gets 1
+    minus their sum"""
+    window_h: tuple[float, float] | None = None
+    """hours of the day it holds, informational"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Period:
     """One period of a timeline: which scenario holds, and for how long."""
-    scenario: int  # index into Instance.scenarios
+    scenario: int
+    """"nominal" or a declared scenario's name
+
+    Stored as its index into Instance.scenarios."""
     duration_s: float
+    """how long the period lasts"""
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0:
@@ -1050,7 +1244,9 @@ class Switching:
     stopping and relaunching the job."""
 
     storage_bw_bytes_per_s: float = 10e9
+    """aggregate checkpoint-storage bandwidth"""
     restart_s: float = 120.0
+    """time to stop and relaunch the job"""
 
     def __post_init__(self) -> None:
         if self.storage_bw_bytes_per_s <= 0 or self.restart_s < 0:
@@ -1064,13 +1260,25 @@ class Instance:
     network (`cluster`); the rest are the declared changes."""
 
     name: str
+    """the instance's name, shown with every plan"""
     model: ModelSpec
+    """the transformer to train"""
     cluster: Cluster
+    """the GPUs: one GPU type, or node groups and the links between them (`cluster.groups`, the
+    group format)"""
     job: JobSpec
+    """what one training step is and how the framework runs it"""
     search: SearchSpace = field(default_factory=SearchSpace)
+    """narrows the planner's declared space (solver/space.py); left out, every value the
+    instance and its framework admit"""
     scenarios: tuple[Scenario, ...] = ()
+    """network scenarios besides the declared one, "nominal" (`--robust`, `--expected`)
+
+    Stored after the nominal one, scenarios[0], which is `cluster`."""
     timeline: tuple[Period, ...] = ()
+    """periods in order, each a scenario for some hours (`paraplan timeline`)"""
     switching: Switching = field(default_factory=Switching)
+    """what switching plans costs"""
     source: str = "<memory>"  # file the instance came from, for messages
 
     def __post_init__(self) -> None:
@@ -1148,7 +1356,9 @@ class Outer:
 
     tp: int
     pp: int
+    """pipeline stages"""
     dp: int
+    """data-parallel replicas"""
     cp: int = 1
     micro_batch: int
     num_micro_batches: int

@@ -34,12 +34,6 @@ class SchedulePrice:
     fits: bool
 
 
-def planned_schedule(plan: Plan) -> TorchSchedule:
-    """The schedule the planner priced the plan with (its zero_bubble mode, else 1F1B,
-    interleaved with v > 1)."""
-    return TorchSchedule.of(plan)
-
-
 def schedule_prices(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
                     reserve_bytes: float = 0.0) -> list[SchedulePrice]:
     """Every TorchSchedule torch runs for the plan (none without a pipeline), in enum order."""

@@ -826,30 +826,33 @@ def with_release(trust: Trust, job, res: Sequence[Residual]) -> Trust:
     return replace(trust, release=describe(job.framework, job.framework_version), release_rows=rows)
 
 
-def measured_mfu(row: dict, inst: Instance) -> float:
+def measured_mfu(row: dict, catalogue: dict) -> float:
     """A published row's model FLOPs utilisation: its measured tokens per second times the
     model FLOPs per token (cost/flops.model_flops_per_token, the definition every plan's MFU
-    uses) over its GPUs' bf16 peak (FP8 runs too, as their sources count them)."""
+    uses) over its GPUs' bf16 peak (FP8 runs too, as their sources count them). Read from the
+    row's model, batch and GPUs alone (calibration.row_model, row_config): building the whole
+    instance of each row on 256+ GPUs took 1.2% of GPT-3 175B's plan (issue 33)."""
+    from paraplan.cost.calibration import row_config, row_model
     from paraplan.cost.flops import model_flops_per_token
-    tokens_per_s = inst.job.global_batch * inst.model.seq_len / float(row["measured"]["iter_time_s"])
-    return tokens_per_s * model_flops_per_token(inst.model) / (
-        inst.cluster.num_gpus * inst.cluster.gpu.peak_flops_per_s)
+    model = row_model(row)
+    tokens_per_s = row_config(row)["global_batch"] * model.seq_len / float(row["measured"]["iter_time_s"])
+    return tokens_per_s * model_flops_per_token(model) / (
+        row["cluster"]["num_gpus"] * catalogue[row["cluster"]["gpu"]].peak_flops_per_s)
 
 
 @lru_cache(maxsize=1)
 def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
     """(GPU die, precision) -> (the best measured MFU among the published rows on
     MFU_RECORD_MIN_GPUS or more GPUs, that row's id)."""
-    from paraplan.cost.calibration import load_published, row_to_instance_plan
+    from paraplan.cost.calibration import load_published
     from paraplan.cost.readers.gpus import load_catalogue
     cat = load_catalogue()
     best: dict[tuple[str, str], tuple[float, str]] = {}
     for row in load_published():
         if row["cluster"]["num_gpus"] < MFU_RECORD_MIN_GPUS:
             continue
-        inst, _ = row_to_instance_plan(row, cat)
         key = (die(row["cluster"]["gpu"]), row.get("precision", "bf16"))
-        mfu = measured_mfu(row, inst)
+        mfu = measured_mfu(row, cat)
         if mfu > best.get(key, (0.0, ""))[0]:
             best[key] = (mfu, row["id"])
     return best

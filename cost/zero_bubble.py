@@ -21,7 +21,7 @@ carry k w t_s as `layer_drain_saving_s`, the time one layer of stage s takes out
 stage's pass through the fill/drain. k w <= 3 * 1/3 = 1, so with non-negative stage and
 recompute terms a pass T_s - k W_s never goes below zero.
 
-Memory (schedule_in_flight): InterleavedZeroBubble holds what Interleaved1F1B holds (Sec. 2.1:
+Memory (v_in_flight; coefficients.build): InterleavedZeroBubble holds what Interleaved1F1B holds (Sec. 2.1:
 ZB-H1 holds no more than 1F1B; torch's ZB1P warms up with fewer chunks, and a W's inputs live
 only until the W right after its B); ZBVZeroBubble holds 2 pp half-stage chunks on every rank
 (Sec. 6: "the same peak memory as 1F1B", balanced over the ranks; torch's order warms rank s up

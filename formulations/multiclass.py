@@ -449,7 +449,7 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
     statuses = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
                 cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}
     if code not in statuses:
-        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a heterogeneous split: "
+        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a multi-class split: "
                           f"{model.validate() or 'no validation message'}")
     status = statuses[code]
     raw = solver.best_objective_bound

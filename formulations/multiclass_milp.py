@@ -70,7 +70,7 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
     while True:  # lazily exclude the candidates the relaxed memory rows let through (docstring)
         left = max(deadline - time.perf_counter(), 1e-3)
         api, bits, n, r, eps = _formulate(p, backend, cuts)
-        status, objective, bound, read_error = run_model(api, backend, left, 1, "a heterogeneous split")
+        status, objective, bound, read_error = run_model(api, backend, left, 1, "a multi-class split")
         tol = 2 * eps + read_error
         if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
             # a CBC "infeasible" under a limit this short can be wrong (formulations/milp.py); the

@@ -39,7 +39,6 @@ class TimelineChoice:
     plan_per_period: tuple[int, ...]
     switches: tuple[int, ...]  # periods at whose start the plan changes
     iterations: float
-    bound_iterations: float
 
 
 def choose_plans(times_s: list[list[float]], periods: list[tuple[int, float]], switch_s: float,
@@ -77,8 +76,7 @@ def choose_plans(times_s: list[list[float]], periods: list[tuple[int, float]], s
     switches = tuple(p for p in range(1, P) if chosen[p] != chosen[p - 1])
     return TimelineChoice(status="optimal" if code == pywraplp.Solver.OPTIMAL else "feasible",
                           plan_per_period=chosen, switches=switches,
-                          iterations=timeline_iterations(times_s, periods, switch_s, chosen),
-                          bound_iterations=solver.Objective().BestBound())
+                          iterations=timeline_iterations(times_s, periods, switch_s, chosen))
 
 
 def timeline_iterations(times_s, periods, switch_s: float, chosen) -> float:

@@ -1,13 +1,15 @@
-"""The optimum over asymmetric pipelines (search.asymmetric_pipelines), proved by branch and bound.
+"""An asymmetric pipeline (search.asymmetric_pipelines) as a node of the one search
+(solver/search.py): its pricing, its bound and the search of its layer split.
 
-Outer level: every asymmetric pipeline of the declared space (solver/asymmetric_space.py) is
-priced (cost/asymmetric.coefficients) and keyed by cost/asymmetric.lower_bound_s, at most the
-step time of each of its splits; they are solved in the order of that bound (ties in listing
-order), and the search stops once the next bound is not below the incumbent: every pipeline
-left is then proved no better. `incumbent_s` (e.g. the symmetric planner's optimum) prunes from
-the start.
+Every asymmetric pipeline of the declared space (solver/asymmetric_space.py) is a node of the
+planner's one branch and bound, beside the symmetric configurations, sharing their heap, their
+incumbent (the K best plans in hand, search.Winners) and their tie rule: it is priced here
+(`priced`: cost/asymmetric.coefficients) and keyed by cost/asymmetric.lower_bound_s, at most
+the step time of each of its splits, and its split is searched (`best_plan`) only when the
+search reaches that bound and it can still beat the K-th plan in hand, as a symmetric
+configuration's split is solved (the split DP, CP-SAT or the MILP) only then.
 
-Inner level, one pipeline: the step time is S + max_s (m_s - 1) T_s + max_s D_s with S = sum_s
+The split of one pipeline: the step time is S + max_s (m_s - 1) T_s + max_s D_s with S = sum_s
 T_s (cost/asymmetric.py's max_s [m_s T_s + S - T_s] rewritten), every term non-decreasing as
 stages are added. A depth-first search chooses (n_s, r_s) stage by stage; the value of the
 stages chosen so far plus each stage left at its least time (one layer, no recompute: S grows
@@ -17,65 +19,83 @@ With a framework's recompute pattern (one parameter for every stage) the search 
 parameter value. Exact: the same (split, recompute) rows exhaustive search lists
 (solver/exhaustive.exhaustive_asymmetric), with cuts that only drop rows that cannot win.
 
-Under a quantile objective (search.objective pNN) a plan's value is its step time times its
-objective factor, read as every plan's is (cost/trust.objective_factor_of: the GPU types of its
-stages, its ZeRO stage, cp, pp and the cluster's GPU count) at the memory tier its fill falls in
-(solver/memory_tiers.py: f_in within the fullest published row's fill F, f_out >= f_in beyond).
-Each pipeline's split is searched once per tier, as the symmetric planner's tiers are: within F
-(each stage's capacity capped at F of HBM) with every time scaled by f_in, then every split with
-every time scaled by f_out (cost/objective.scaled_times, capped_memory: problem_of's scaling).
-The first tier's value is each of its splits' own; the second's is at least each split's own,
-and strictly below the first tier's only for a split beyond F (one within F is valued f_in T
-there): so the lower of the two is the pipeline's optimum at each split's own factor, the first
-tier's on a tie. The step time is a sum of the scaled times with integer multiples, so a tier's
-value is f times the unscaled one and the pipeline's bound (lower_bound_s) times its least
-factor bounds both tiers: the outer order and its cut stay exact.
+Under a quantile objective (search.objective pNN) a pipeline is priced as search.problem_of
+prices a configuration at the search's memory tier (solver/memory_tiers.py): every time scaled
+by the objective's factor of the pipeline there (cost/trust.objective_factor_of: the GPU types
+of its stages, its ZeRO stage, cp, pp and the cluster's GPU count, at the tier's fill) and each
+stage's capacity capped at the tier's fill (cost/objective.scaled_times, capped_memory). The
+step time is a sum of the scaled times with integer multiples, so the scaled step time is the
+factor times the unscaled one, and the factor times lower_bound_s bounds every split's: the
+relaxation and the tiers of memory_tiers.search_tiers read a pipeline as any configuration.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
+import functools
 from dataclasses import dataclass
-
-import numpy as np
 
 from paraplan.cost.asymmetric import AsymmetricCoefficients, coefficients, lower_bound_s, plan_of, symmetric_twin
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.plan_specs import ClassOuter, Plan
-from paraplan.cost.simulate import simulate
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Instance
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.asymmetric_space import asymmetric_outers, count_outers, recompute_choices
 from paraplan.solver.class_layouts import MAX_LAYOUTS
-from paraplan.solver.memory_tiers import plan_tier, tiers
-from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, Ranked, SolveResult
-from paraplan.solver.search import search
 
 # most layer splits (without recompute counts) the asymmetric pipelines may hold: exhaustive
 # search's default cap (solver/exhaustive.DEFAULT_MAX_CANDIDATES), which its agreement tests
 # stay far below; the search lists and prices every pipeline, and the split search's cuts are
 # not proved to visit fewer than all splits
 MAX_SPLITS = 20_000_000
-# re-simulation must reproduce the search's objective to this relative tolerance (float
-# summation order only: the same coefficients, the same formula)
-REL_TOL = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
-class AsymmetricResult:
-    plan: Plan | None
-    # the minimised value: the plan's step time times its objective factor (the time itself
-    # under `mean`); inf: no asymmetric pipeline beats incumbent_s (or none fits)
-    objective_s: float
-    listed: int  # pipelines in the declared space
-    solved: int  # pipelines whose split was searched (the rest cut by their bound)
-    wall_time_s: float
-    # (value, plan) of the `winners` best pipelines below incumbent_s, best first (plan: the first)
-    ranked: tuple = ()
+class Pipeline:
+    """One asymmetric pipeline priced at the search's memory tier (module docstring)."""
+
+    outer: ClassOuter
+    coeffs: AsymmetricCoefficients  # its times scaled, its capacities capped
+    bound_s: float  # at most the (scaled) step time of every split
+
+
+def priced(inst: Instance) -> list[Pipeline]:
+    """Every asymmetric pipeline of the declared space, in its listing order (which breaks
+    ties), priced and bounded at `inst`'s memory tier (module docstring); refused where the
+    space is too large (size_problem)."""
+    cap, reserve = inst.search.memory_fill_cap, inst.search.memory_reserve_bytes
+    out = []
+    for ao, ac in _listed(dataclasses.replace(inst, search=dataclasses.replace(
+            inst.search, memory_fill_cap=1.0, factor_memory_fill=None))):
+        f = objective_factor_of(inst, ao)
+        rows = capped_memory(scaled_times(ac.rows, f), cap, reserve)
+        out.append(Pipeline(ao, dataclasses.replace(ac, rows=rows), f * lower_bound_s(ac, inst.model.layers)))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _listed(inst: Instance) -> tuple[tuple[ClassOuter, AsymmetricCoefficients], ...]:
+    """Every pipeline of `inst` (at no memory tier) with its unscaled coefficients: the same at
+    every tier (a tier scales the times and caps the capacities, `priced`), so kept for the
+    next tier's search of the same instance (solver/memory_tiers.search_tiers runs up to three)."""
+    size_problem(inst)
+    reserve = inst.search.memory_reserve_bytes
+    return tuple((ao, coefficients(inst, ao, reserve_bytes=reserve)) for ao in asymmetric_outers(inst))
+
+
+def best_plan(inst: Instance, p: Pipeline, below_s: float) -> tuple[float, Plan] | None:
+    """(value, plan) of pipeline `p`'s best split below `below_s`, or None."""
+    got = solve_split(inst, p.outer, p.coeffs, below_s)
+    return None if got is None else (got[0], plan_of(inst, p.outer, got[1], got[2]))
+
+
+def twin_outer(plan: Plan) -> ClassOuter | None:
+    """The symmetric configuration a plan of equal degrees is (asymmetric.symmetric_twin: the
+    same plan, listed once by the search), else None."""
+    twin = symmetric_twin(plan)
+    return None if twin is plan else twin.outer
 
 
 def _stage_options(ac: AsymmetricCoefficients, s: int, top: int, r_of) -> list[tuple]:
@@ -125,7 +145,7 @@ def _best_split(ac: AsymmetricCoefficients, layers: int, r_of, best_s: float):
     return None if found[1] is None else (found[0], *found[1])
 
 
-def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best_s: float = math.inf):
+def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best_s: float):
     """(value, n, r) of `ao`'s best split below best_s under the framework's recompute rows,
     or None."""
     pattern, table = recompute_choices(inst, ao)
@@ -140,142 +160,6 @@ def solve_split(inst: Instance, ao: ClassOuter, ac: AsymmetricCoefficients, best
         if got is not None:
             best, best_s = got, got[0]
     return best
-
-
-def tiered(by_tier: list[Instance], ao: ClassOuter,
-           ac: AsymmetricCoefficients) -> tuple[tuple[float, AsymmetricCoefficients], ...]:
-    """(factor, coefficients) of pipeline `ao` per memory tier (`by_tier`: memory_tiers.tiers
-    of the instance, the emptier first; module docstring): its times scaled by the objective's
-    factor of `ao` at that tier and its capacities capped at the tier's fill, as
-    solver/search.problem_of scales a symmetric configuration's. One tier at factor 1 under
-    `mean`."""
-    out = []
-    for t in by_tier:
-        f = objective_factor_of(t, ao)
-        rows = capped_memory(scaled_times(ac.rows, f), t.search.memory_fill_cap, t.search.memory_reserve_bytes)
-        out.append((f, dataclasses.replace(ac, rows=rows)))
-    return tuple(out)
-
-
-def _solve_tiers(inst: Instance, ao: ClassOuter, by_tier, bar_s: float):
-    """(value, n, r) of `ao`'s best split below bar_s over its tiers (`tiered`), the earlier
-    tier's on a tie (a later one must be strictly lower), or None."""
-    best = None
-    for _, ac in by_tier:
-        got = solve_split(inst, ao, ac, bar_s if best is None else min(bar_s, best[0]))
-        if got is not None:
-            best = got
-    return best
-
-
-def search_asymmetric(inst: Instance, incumbent_s: float = math.inf, winners: int = 1) -> AsymmetricResult:
-    """The optimum over the declared asymmetric pipelines on the nominal network, at
-    search.objective (the predicted time, or the pNN time at each plan's own factor), proved
-    by the bound order (module docstring); with `winners` K, the K best pipelines (each its own
-    outer configuration, as --top ranks), a pipeline cut once its bound reaches the K-th best
-    found or incumbent_s (a value at the same objective)."""
-    t0 = time.perf_counter()
-    size_problem(inst)
-    outers = asymmetric_outers(inst)
-    reserve = inst.search.memory_reserve_bytes
-    raw = [coefficients(inst, ao, reserve_bytes=reserve) for ao in outers]
-    by_tier = tiers(inst)
-    priced = [tiered(by_tier, ao, ac) for ao, ac in zip(outers, raw)]
-    # each tier's bound is its factor times the unscaled one (lower_bound_s is linear in the
-    # times): the least factor bounds every tier's splits
-    bounds = [min(f for f, _ in by) * lower_bound_s(ac, inst.model.layers) for ac, by in zip(raw, priced)]
-    bar_s, kept, solved = incumbent_s, [], 0  # kept: (value, index, plan), best first
-    for i in sorted(range(len(outers)), key=lambda i: (bounds[i], i)):
-        if bounds[i] >= bar_s:
-            break  # every pipeline left is bounded at least as high: proved
-        solved += 1
-        got = _solve_tiers(inst, outers[i], priced[i], bar_s)
-        if got is not None:
-            kept = sorted(kept + [(got[0], i, plan_of(inst, outers[i], got[1], got[2]))], key=lambda x: x[:2])[:winners]
-            if len(kept) == winners:
-                bar_s = min(incumbent_s, kept[-1][0])
-    for val, _, plan in kept:
-        check_resimulation(inst, plan, val)
-    return AsymmetricResult(plan=kept[0][2] if kept else None, objective_s=kept[0][0] if kept else math.inf,
-                            listed=len(outers), solved=solved, wall_time_s=time.perf_counter() - t0,
-                            ranked=tuple((val, plan) for val, _, plan in kept))
-
-
-def check_resimulation(inst: Instance, plan: Plan, objective_s: float) -> None:
-    """The project's rule: the plan re-priced from its records alone gives the objective (its
-    simulated time times its objective factor at its own memory tier, as every plan's)."""
-    bd = simulate(inst, plan)
-    value = bd.iter_time_s * objective_factor_of(plan_tier(inst, plan), plan)
-    if abs(value - objective_s) > REL_TOL * max(1.0, objective_s) or not bd.fits:
-        raise AssertionError(f"asymmetric plan re-simulates to {value!r} s (fits: {bd.fits})"
-                             f" but the search's objective is {objective_s!r} s")
-
-
-def with_asymmetric(inst: Instance, res: SolveResult, objective: str) -> SolveResult:
-    """The planner's result `res` (the symmetric space) joined with the asymmetric pipelines'
-    (search.asymmetric_pipelines): the asymmetric optimum where it is faster, searched with
-    res's plan as incumbent. Both are proved over their spaces, so a proved `res` stays proved
-    over the union, and a lone asymmetric plan (res infeasible) is optimal."""
-    if objective != "nominal":
-        raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
-                            f" network only, not for the {objective} objective",
-                            "plan the nominal objective, or remove asymmetric_pipelines")
-    got = search_asymmetric(inst, _value_s(res) if res.plan is not None else math.inf)
-    res = _adopt(inst, res, got)
-    return res if got.plan is None else dataclasses.replace(
-        res, ranked=(Ranked(got.plan, res.objective_s, res.breakdown, got.objective_s),))
-
-
-def _value_s(res: SolveResult) -> float:
-    """What `res`'s plan minimised (SolveResult.quantile_s; its time where that is not set)."""
-    return res.objective_s if res.quantile_s is None else res.quantile_s
-
-
-def _adopt(inst: Instance, res: SolveResult, got: AsymmetricResult) -> SolveResult:
-    """`res` with the asymmetric search's count and time added, and its optimum `got.plan`
-    (when one beat res's) as the plan, re-simulated."""
-    more = dict(outer_configs=res.outer_configs + got.listed, solve_time_s=res.solve_time_s + got.wall_time_s)
-    if got.plan is None or (res.plan is not None and got.objective_s >= _value_s(res)):
-        return dataclasses.replace(res, **more)
-    bd = simulate(inst, got.plan)
-    status = OPTIMAL if res.status in (OPTIMAL, INFEASIBLE) else FEASIBLE
-    bound = got.objective_s if status == OPTIMAL or res.bound_s is None else min(res.bound_s, got.objective_s)
-    # objective_s: the plan's predicted time (the search's value where the factor is 1, the
-    # simulator's where it divided it); quantile_s: what was minimised (check_resimulation)
-    factor = objective_factor_of(plan_tier(inst, got.plan), got.plan)
-    return dataclasses.replace(res, status=status, plan=got.plan,
-                               objective_s=got.objective_s if factor == 1.0 else bd.iter_time_s,
-                               quantile_s=got.objective_s, bound_s=bound, breakdown=bd,
-                               per_scenario_s=(bd.iter_time_s,), reason="", **more)
-
-
-def ranked_with_asymmetric(inst: Instance, res: SolveResult, objective: str, winners: int,
-                           within_pct: float | None) -> SolveResult:
-    """--top K over both spaces: res (the symmetric search's (value, plan) pairs in `ranked`,
-    not yet re-simulated) joined with the K best asymmetric pipelines below its K-th value,
-    the K best of the union (a symmetric plan first on a tie, as with_asymmetric keeps the
-    incumbent), within `within_pct` percent of the union's best (search.within)."""
-    from paraplan.solver.search import within
-    if objective != "nominal":
-        raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
-                            f" network only, not for the {objective} objective",
-                            "plan the nominal objective, or remove asymmetric_pipelines")
-    kth = res.ranked[winners - 1][0] if len(res.ranked) >= winners else math.inf
-    asked = winners
-    while True:
-        got = search_asymmetric(inst, kth, asked)
-        # a pipeline of equal degrees is a symmetric plan (asymmetric.symmetric_twin): listed
-        # once, as the symmetric plan, where the symmetric search found it too
-        union, seen = [], set()
-        for val, plan in sorted(list(res.ranked) + [(v, symmetric_twin(p)) for v, p in got.ranked],
-                                key=lambda vp: vp[0]):
-            if plan not in seen:
-                seen.add(plan)
-                union.append((val, plan))
-        if len(union) >= winners or len(got.ranked) < asked:
-            break
-        asked += winners - len(union)  # twins took places: ask for as many more
-    return dataclasses.replace(_adopt(inst, res, got), ranked=tuple(within(union[:winners], within_pct)))
 
 
 def size_problem(inst: Instance) -> None:

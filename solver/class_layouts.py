@@ -356,11 +356,14 @@ def too_many_layouts(inst: Instance, what: str) -> InstanceError:
 
 
 def check_layouts(inst: Instance) -> None:
-    """Refuse, before listing it, a space listed whole (space.declared_outers: per-operator
-    partitions, MoE, --top, ...) that search.classes_per_group, search.idle_gpus or
-    search.mixed_families makes too large to plan. A search that lists the space a partial
-    layout at a time sets the options' layouts up under a bound instead
-    (solver/option_families.py), which refuses only past MAX_LAYOUTS set up."""
+    """Refuse, before listing it, a space listed whole (space.declared_outers) that
+    search.classes_per_group, search.idle_gpus or search.mixed_families makes too large to
+    plan. A search that lists the space a partial layout at a time (per-operator partitions
+    included, issue 33) sets the options' layouts up under a bound instead
+    (solver/option_families.py), which refuses only past MAX_LAYOUTS set up; the refusal here
+    stays for the spaces no bound before listing reads (search._lists_partials: MoE, DualPipe,
+    torch's zero-bubble schedules, the uniform split, --top and a running plan), which would
+    otherwise list every layout."""
     if grown_by(inst) and space_layouts(inst, stop=MAX_LAYOUTS) > MAX_LAYOUTS:
         raise too_many_layouts(inst, "the space grows to")
 

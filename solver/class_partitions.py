@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +62,7 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, tight_class_terms
+from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, memory_infeasible, tight_class_terms
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
@@ -152,6 +153,18 @@ def partition_count(inst, o) -> int:
 _COUNTS: dict[tuple, int] = {}  # partition_count's, by (tp per choice, ZeRO stage, sp)
 
 
+class _Builds(dict):
+    """A dict whose missing entries are built by `make(*key)` when first read, then kept."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        got = self[key] = self.make(*key)
+        return got
+
+
 class OuterChoices:
     """The layer-plan choices of one outer configuration: its optimistic coefficients (step 1
     of the module docstring) and, on demand, the combinations that can still win (`expand`).
@@ -176,7 +189,11 @@ class OuterChoices:
         self.open = [(k, g) for k, g in keys if P.spatial_temporal_allowed(self.cg[k, g])]
         self.total = partition_count(inst, o)  # combinations, dominated ones included
         self.opt: dict = {}
-        self.meg: dict = {}
+        # (scenario position, class) -> the class's all-Megatron build, built when first read: a
+        # class with open choices reads it only once its combinations are expanded (_step), which
+        # most outers' never are (their optimistic bound cannot win)
+        self.meg = _Builds(lambda si, k: self._build(inst, self.co[k], self.net, inst.search.memory_reserve_bytes,
+                                                     placement=self.placed(self.scenarios[si], k)))
         self.problem = None  # the MultiClassProblem of the optimistic coefficients
         self._opt_cache: dict = {}
         # the quantile objective's factor and the memory tier's cap (search.problem_of): every
@@ -197,15 +214,17 @@ class OuterChoices:
     def _layer_fn(self, i: int, k: int, by_group: dict):
         return class_layer_fn(self.placed(i, k), self.o.classes[k].stage_groups, by_group)
 
-    def optimistic(self) -> list[list[StageCoefficients]]:
+    def optimistic(self, stop_unfit: bool = False) -> list[list[StageCoefficients]] | None:
         """Step 1: every open choice at the optimistic terms of all its plans (the minimum over
         all plans is the minimum over the non-dominated ones; the largest backward time can only
-        be larger, which lowers the bound), coefficients [scenario position][class]."""
-        inst, net, reserve = self.inst, self.net, self.inst.search.memory_reserve_bytes
+        be larger, which lowers the bound), coefficients [scenario position][class].
+        `stop_unfit`: None as soon as a class on the first scenario fits no split at these
+        coefficients (one_class.memory_infeasible: then no combination fits, and the caller
+        drops them all), the classes after it not built (issue 33: these builds were 42% of
+        the three-type, two-site row's samples)."""
+        net = self.net
         for si, i in enumerate(self.scenarios):
             for k in range(len(self.o.classes)):
-                pl = self.placed(i, k)
-                self.meg[si, k] = self._build(inst, self.co[k], net, reserve, placement=pl)
                 lo_fns, hi_fns = {}, {}
                 for kk, g in self.open:
                     if kk != k:
@@ -214,10 +233,9 @@ class OuterChoices:
                     table = P.table_for(ginst, self.cg[k, g], site, net)
                     lo_t, hi_t = optimistic_terms(table, plan_rows(table, P.token_split_allowed(self.cg[k, g])))
                     lo_fns[g], hi_fns[g] = _const(lo_t), _const(hi_t)
-                if not lo_fns:
-                    self.opt[si, k] = self.meg[si, k]
-                    continue
-                self.opt[si, k] = self._below(i, k, lo_fns, hi_fns)
+                self.opt[si, k] = self._below(i, k, lo_fns, hi_fns) if lo_fns else self.meg[si, k]
+                if stop_unfit and si == 0 and memory_infeasible(self.opt[si, k]):
+                    return None
         self.problem = self.problem_of(self._with({}))
         return self._with({})
 
@@ -230,16 +248,19 @@ class OuterChoices:
         K, S = len(self.o.classes), len(self.scenarios)
         return [[cls[k][si] if k in cls else self.opt[si, k] for k in range(K)] for si in range(S)]
 
-    def expand(self, upper_s: float, node: "Subset | None" = None) -> Listing:
+    def expand(self, upper_s: float, node: "Subset | None" = None, deadline: float | None = None) -> Listing:
         """One step of steps 2 and 3 (module docstring) against the incumbent `upper_s`, on
         `node` (None: every combination; optimistic() first): its children that can still win
         (Listing.nodes) or, at the last level, its candidates, keyed by step 3's vectorised
-        bound (a valid lower bound of each)."""
+        bound (a valid lower bound of each). `deadline` (a time.perf_counter() value): read
+        between the step's builds; past it the node comes back whole as its one child, with its
+        bound, for the search to leave open (one outer's step builds a coefficient set per
+        bucket of every choice: the three-type, two-site row overran its limit inside one)."""
         out = Listing()
         cut = upper_s * (1 + REL_TOL)
         if node is None:
             node = self._root(out)
-        self._step(node, cut, out)
+        self._step(node, cut, out, deadline)
         return out
 
     def expand_all(self, upper_s: float) -> Listing:
@@ -283,7 +304,7 @@ class OuterChoices:
             self.priced[key] = self._probe(x, list(bucket), self.plans, self.rows, {})
         return self.priced[key]
 
-    def _step(self, node: "Subset", cut: float, out: Listing) -> None:
+    def _step(self, node: "Subset", cut: float, out: Listing, deadline: float | None = None) -> None:
         """Node's plans per choice cut into buckets of its level's size (LEVELS; single plans at
         the last level), each bucket bounded with every other choice optimistic, then every
         combination of the surviving buckets bounded at once (GRID_CAP rows at most: else the
@@ -296,6 +317,9 @@ class OuterChoices:
         size = 1 if leaf else LEVELS[node.level]
         tokens, store, mega = {}, {}, {}
         for x, plans in zip(keys, node.sets):
+            if deadline is not None and time.perf_counter() > deadline:
+                out.nodes.append((node.bound, node))  # left whole (expand)
+                return
             mega[x] = plans[0] == 0
             mine = plans[1:] if mega[x] else plans
             buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]

@@ -40,7 +40,6 @@ from paraplan.formulations.timeline import TimelineChoice, choose_plans
 from paraplan.solver.planner import SolveResult
 from paraplan.solver.memory_tiers import plan_tier
 from paraplan.solver.search import search
-from paraplan.solver.solve import search_declared
 from paraplan.solver.planner import REL_TOL
 from paraplan.solver.weight_space import extreme_points
 
@@ -58,7 +57,7 @@ class Regret:
 
 
 def scenario_optima(inst: Instance, backend: str, time_limit_s: float) -> list[SolveResult]:
-    return [search_declared(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
+    return [search(inst.with_cluster(sc.cluster), backend, time_limit_s) for sc in inst.scenarios]
 
 
 def regrets(inst: Instance, plan: Plan, optima: list[SolveResult],
@@ -107,7 +106,7 @@ def replan(inst: Instance, current: Plan, event: Scenario, remaining_s: float | 
     changed = inst.with_cluster(event.cluster)
     before = simulate(inst, current).iter_time_s
     t_cur = simulate(changed, current).iter_time_s
-    new = search_declared(changed, backend, time_limit_s, warm_plan=current)
+    new = search(changed, backend, time_limit_s, warm_plan=current)
     n = float(remaining_iterations) if remaining_iterations is not None else remaining_s / t_cur
     sw = switch_time_s(inst.model, inst.switching)
     t_new = new.objective_s if new.objective_s is not None else float("inf")
@@ -124,7 +123,6 @@ class TimelineResult:
     times_s: list[list[float]]  # [candidate][scenario]
     upper_bound_iterations: float
     static_iterations: float  # the best single candidate kept through the whole timeline
-    static_candidate: int
     follow_iterations: float  # switch to each period's scenario optimum, paying every change
     switch_s: float
     solve_time_s: float
@@ -197,7 +195,7 @@ def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 
     for s in used:
         # every scenario needs its optimum (or a bound): each keeps at least a slice of the limit
         left = max(deadline - time.perf_counter(), 1e-3) / (len(used) - used.index(s))
-        optimum[s] = search_declared(inst.with_cluster(inst.scenarios[s].cluster), backend, left)
+        optimum[s] = search(inst.with_cluster(inst.scenarios[s].cluster), backend, left)
         complete = complete and optimum[s].status == "optimal"
         add(optimum[s].plan, f"optimum of {inst.scenarios[s].name}")
         if progress:
@@ -242,6 +240,5 @@ def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 
                    else min(range(len(cands)), key=lambda j: times[j][s]) for s, _ in periods]
     return TimelineResult(choice=choice, candidates=cands, candidate_labels=labels, times_s=times,
                           upper_bound_iterations=upper, static_iterations=max(static),
-                          static_candidate=max(range(len(cands)), key=lambda j: static[j]),
                           follow_iterations=timeline_iterations(times, periods, sw, follow_plan),
                           switch_s=sw, solve_time_s=time.perf_counter() - t0, complete=complete)

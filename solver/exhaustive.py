@@ -39,6 +39,7 @@ from paraplan.cost.pipeline_split import slot_offsets
 from paraplan.cost.trust import FILL_REL_TOL, memory_fill_caps, objective_factor_of
 from paraplan.solver import memory_tiers
 from paraplan.solver.asymmetric_space import asymmetric_outers
+from paraplan.solver.bounds.one_class import slots_of
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
 from paraplan.solver.space import (count_splits, dualpipe_job, declared_outers, micro_batch_vectors,
@@ -83,12 +84,9 @@ class ExhaustiveResult:
 def compositions(layers: int, pp: int, v: int, slots: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """All splits of `layers` into pp positive multiples of v, shape (K, pp), lexicographic;
     with `slots` (the embedding / loss counted as a layer slot), of layers + slots into
-    multiples of v, less the first / last stage's slot (cost/pipeline_split.slot_offsets)."""
-    off = slot_offsets(pp, *slots)
-    chunks = (layers + sum(slots)) // v
-    rows = [tuple(v * (b - a) - o for a, b, o in zip((0,) + cut, cut + (chunks,), off))
-            for cut in itertools.combinations(range(1, chunks), pp - 1)]
-    return np.array(rows, float).reshape(-1, pp)
+    multiples of v, less the first / last stage's slot (cost/pipeline_split.slot_offsets):
+    _composition_blocks's splits in one array."""
+    return np.vstack([np.zeros((0, pp)), *_composition_blocks(layers, pp, v, sys.maxsize, slots)])
 
 
 def _composition_blocks(layers: int, pp: int, v: int, block: int, slots: tuple[bool, bool] = (False, False)):
@@ -102,11 +100,6 @@ def _composition_blocks(layers: int, pp: int, v: int, block: int, slots: tuple[b
         c = np.array(part, float).reshape(len(part), pp - 1)
         edges = np.hstack([np.zeros((len(part), 1)), c, np.full((len(part), 1), float(chunks))])
         yield v * np.diff(edges, axis=1) - off if any(slots) else v * np.diff(edges, axis=1)
-
-
-def _slots(c) -> tuple[bool, bool]:
-    """The embedding / loss slots a class's coefficients are priced with (cost/specs.Outer)."""
-    return (c.outer.embedding_in_split, c.outer.loss_in_split)
 
 
 def _recompute_grid(n: np.ndarray) -> np.ndarray:
@@ -243,11 +236,11 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     cost/schedule.py (stage_mem_bytes, fits, stage_times_s, sync_times_s), element by element,
     on stage-major arrays."""
     c0, v = p.coeffs[0][k], p.virtual_stages
-    rows = (_split_rows(p.layers, c0.pp, v, uniform, _recompute_rows(p), _slots(c0))
+    rows = (_split_rows(p.layers, c0.pp, v, uniform, _recompute_rows(p), slots_of(c0))
             if rows is None else rows)
     col = (slice(None), None)  # a per-stage coefficient against stage-major rows
     nT, rT = rows.nT, rows.rT
-    if scratch is not None and not any(_slots(c0)):  # the same operations, into `scratch`
+    if scratch is not None and not any(slots_of(c0)):  # the same operations, into `scratch`
         mem, tmp, below = scratch
         np.add(c0.stage_mem_bytes[col], np.multiply(nT, (c0.layer_state_bytes + c0.layer_act_bytes)[col], out=mem),
                out=mem)
@@ -256,7 +249,7 @@ def _class_rows(p, k: int, uniform: bool, rows: _Rows | None = None, keep_all: b
     else:
         mem = (c0.stage_mem_bytes[col] + nT * (c0.layer_state_bytes + c0.layer_act_bytes)[col]
                - rT * (c0.layer_act_bytes - c0.layer_ckpt_bytes)[col])
-        if any(_slots(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
+        if any(slots_of(c0)):  # the short chunks' correction (schedule.stage_mem_bytes adds it)
             mem = mem + schedule.uneven_chunk_mem_bytes(c0, nT.T, rT.T).T
         fits = (mem <= c0.capacity_bytes[col]).all(axis=0)
     ok = fits & schedule.holds_dense_prefix(c0, rows.splits)[rows.of]
@@ -374,7 +367,7 @@ def exhaustive(inst: Instance, objective: str = "nominal",
 
 def _joined_asymmetric(inst: Instance, res: ExhaustiveResult, objective: str) -> ExhaustiveResult:
     """`res` joined with exhaustive_asymmetric's optimum, the symmetric plan kept on a tie (as
-    solver/asymmetric_search.with_asymmetric keeps the incumbent)."""
+    the one search keeps a symmetric plan on a tie, solver/search._Pipeline)."""
     if objective != "nominal":
         raise ConfigError(f"search.asymmetric_pipelines is planned on the nominal network only, not"
                           f" for the {objective} objective")
@@ -465,7 +458,7 @@ def _exhaustive_tier(inst: Instance, objective: str = "nominal",
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages, p.paired)
         v = o.virtual_stages
         if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
-            shape = (p.layers, p.coeffs[0][0].pp, v, _recompute_rows(p), _slots(p.coeffs[0][0]))
+            shape = (p.layers, p.coeffs[0][0].pp, v, _recompute_rows(p), slots_of(p.coeffs[0][0]))
             pending.setdefault(shape, []).append((i, p, mvecs, o, parts))
             if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
                 return result(False)
@@ -495,7 +488,7 @@ def _several_classes(p, mvecs, v: int, uniform: bool, agg: str, weights, deadlin
     time limit passed while its rows were listed."""
     rc = _recompute_rows(p)
     listed = [_rows_until(p.layers, p.coeffs[0][k].pp, v, uniform, rc, deadline,
-                          _slots(p.coeffs[0][k])) for k in range(p.classes)]
+                          slots_of(p.coeffs[0][k])) for k in range(p.classes)]
     if any(x is None for x in listed):
         return None
     rows = [_class_rows(p, k, uniform, x) for k, x in enumerate(listed)]
@@ -617,7 +610,7 @@ def _lone_classes(problems: list, uniform: bool, agg: str, weights, deadline: fl
     # which problems are evaluated does not change them
     keys = [_time_key(p, 0) for p, _ in problems]
     order = sorted(range(len(problems)), key=keys.__getitem__)
-    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, _recompute_rows(p0), _slots(c0)):
+    for block in _split_row_blocks(p0.layers, c0.pp, v, uniform, _recompute_rows(p0), slots_of(c0)):
         held, times = None, None
         scratch = np.empty_like(block.nT), np.empty_like(block.nT), np.empty(block.nT.shape, bool)
         for q in order:
@@ -656,7 +649,7 @@ def exhaustive_asymmetric(inst: Instance) -> tuple[float, Plan | None, int, int]
     """(best value, best plan, rows evaluated, pipelines listed) over every asymmetric pipeline of the declared
     space (solver/asymmetric_space.py), every layer split and every recompute row the job's
     framework runs (the rows a one-class pipeline of as many stages lists), no pruning: the
-    check of solver/asymmetric_search.py. A row's value is its step time times its own
+    check of solver/search.py's pipelines. A row's value is its step time times its own
     objective factor: the pipeline's factor (cost/trust.objective_factor_of) at the memory tier
     its own fill falls in (memory_tiers.plan_tier's rule: its fullest stage's memory over HBM
     within the emptier tier's cap, else the last tier's), read per row rather than per tier

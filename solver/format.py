@@ -136,14 +136,13 @@ def quantile_phrase(objective: str, predicted_s: float | None = None) -> str:
     return f" at {objective} (under it in {objective[1:]}% of the model's out-of-sample errors){pred}"
 
 
-def evidence_text(res, what: str, space: str = "declared space", bound_note: str = "",
-                  not_covered: list[str] = ()) -> str:
+def evidence_text(res, what: str, not_covered: list[str] = ()) -> str:
     """The optimality evidence `plan` prints of a SolveResult, on every cluster: its objective
-    (what was minimised), `what` it measures, `not_covered` the kinds of plan outside the
-    space (solver/space.not_covered)."""
+    (what was minimised), `what` it measures, the quantisation tolerance of a proof that has one,
+    `not_covered` the kinds of plan outside the space (solver/space.not_covered)."""
     value_s, dominated = res.quantile_s if res.quantile_s is not None else res.objective_s, res.pruned_by_dominance
     plans = res.plans_total
-    claim = {"optimal": f"OPTIMAL (proved over the {space})",
+    claim = {"optimal": "OPTIMAL (proved over the declared space)",
              "feasible": "FEASIBLE (not proved optimal: time limit)",
              "infeasible": "INFEASIBLE (proved: no plan in the space fits)",
              "timeout": "TIMEOUT (no plan found within the time limit)"}[res.status]
@@ -151,7 +150,8 @@ def evidence_text(res, what: str, space: str = "declared space", bound_note: str
     if value_s is not None:
         lines.append(f"objective   {seconds(value_s)} {what}")
     if res.bound_s is not None:
-        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%{bound_note}")
+        lines.append(f"best bound  {seconds(res.bound_s)}   gap {100 * (res.gap or 0):.4f}%"
+                     + (f"   (tolerance {res.tolerance_s:.2g} s)" if res.tolerance_s > 0 else ""))
     lines.append(f"backend     {res.backend}, {res.solve_time_s:.2f} s wall")
     lines.append(f"space       {res.outer_configs:,} outer configs, {count(plans)} plans in all;"
                  f" {res.priced:,} configs priced, {res.pruned_by_memory:,} proved infeasible by"

@@ -59,6 +59,10 @@ bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, 
   (SyncFloor.zero3_layer_s) and the bound is the lesser of the two readings (_bound).
 The pipeline part and the sync are bounded apart (each at its least over the modes), so their
 sum is at most the plan's time; both multiply by the same quantile factor as the plan.
+With per-operator partitions (search.tensor_partitions) f_g is the layer plans' floor
+(FamilyBounds.layer_plans) and neither term is read, nor memory in _fits: a layer plan may
+hold fewer activation bytes and sync otherwise than Megatron's layer (option_recompute._plain,
+option_sync), so the bound holds for every layer-plan combination of every layout.
 
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest
@@ -407,8 +411,12 @@ class OptionBounds:
         each) times cp; the bound's state falls with those ranks and its other terms do not
         read them beyond the ring's existence (>= 2 classes: >= 2 ranks), so the bound at the
         most ranks is at most the plan's own, and a class that fails it fails in every layout
-        (a plan of it is refused by memory, which build would find: the layout never wins)."""
+        (a plan of it is refused by memory, which build would find: the layout never wins).
+        With per-operator partitions every class fits here: a layer plan may hold fewer
+        activation bytes than Megatron's layer, which the listing's bound reads."""
         inst, s = self.inst, self.inst.search
+        if self.fb.layer_plans:
+            return lambda pp: True
         cap = inst.cluster.groups[g].gpu.hbm_bytes - s.memory_reserve_bytes
         ranks = max(2, sum(x.num_gpus // (tp * cp) for x in inst.cluster.groups) * cp)
         sps = [sp for sp in s.sequence_parallel if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))]
@@ -499,7 +507,8 @@ class OptionBounds:
         if node.raised:
             return -math.inf
         fam, picks = node.fam, node.picked + (i,)
-        ranks = fam.cp * state[6]
+        ranks = _ranks_read(fam.cp * state[6], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
+                                                            for g in fam.used))
         d, b = node.base[0], node.base[1]
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
             rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
@@ -577,6 +586,18 @@ class OptionBounds:
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
                             + [fill(g, slots[g], False) for g in rest])
                     yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros)
+
+
+def _ranks_read(ranks: int, most: int) -> int:
+    """The ZeRO ranks at which _at_ranks reads a layout of `ranks`: the next power of two, at
+    most the family's `most` (issue 33: read at each layout's own, one group of 256 H100 with
+    two classes per group priced the classes' terms at 600 rank counts, 30 s before a plan).
+    A class's terms are read at no fewer ranks than its layout's, so at no more state per GPU
+    (ZeRO shards it over them: memory.layer_state_bytes falls with the ranks; the runtime
+    allowance is read at the fewest, option_recompute.RecomputeFloor._rows): it holds at least
+    the layers it holds at its own ranks before recomputing, so A* and S_lo are at most its
+    own, which the derivation's A_lo and S_lo may be (module docstring)."""
+    return min(most, 1 << max(ranks - 1, 0).bit_length())
 
 
 @dataclass

@@ -75,6 +75,11 @@ def plan_line(p) -> str:
 
 
 def plan_lines(plan, inst) -> list[str]:
+    """A plan as `plan`, `simulate`, `memory`, `exhaustive`, `replan` and `timeline` print it:
+    one class on every GPU of one node group in one line (plan_line) and its per-operator
+    partitions, else its degrees and modes, then a line per replica class."""
+    if plan.is_flat_on(inst.cluster):
+        return [plan_line(plan), *describe_partitions(plan, inst)]
     names = [g.name for g in inst.cluster.groups]
     tp = (",".join(f"{names[g]}:{t}" for g, t in plan.group_tp) if plan.group_tp else plan.tp)
     lines = [f"tp={tp}{f' cp={plan.cp}' if plan.cp > 1 else ''}"
@@ -98,11 +103,41 @@ def plan_lines(plan, inst) -> list[str]:
     return lines
 
 
+def describe_cluster(inst) -> str:
+    """The instance line every command that plans or prices it starts with: its model on its
+    GPUs (each node group named with its site where there are several) and its global batch."""
+    groups = inst.cluster.groups
+    gpus = (f"{groups[0].num_gpus} x {groups[0].gpu.name}" if len(groups) == 1 else
+            " + ".join(f"{g.num_gpus} x {g.gpu.name} ({g.name}@{g.site})" for g in groups))
+    return (f"{inst.name}: {inst.model.name} on {gpus},"
+            f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
+
+
+def objective_text(objective: str, scenarios: int, network: str | None = None) -> str:
+    """What a plan's objective value measures: its iteration time (on `network`, named where the
+    instance has several networks or an event changed it), or its worst case or expected value
+    over the `scenarios` networks."""
+    return {"nominal": "per iteration" + ("" if network is None else f" on {network}"),
+            "robust": f"worst case over {scenarios} scenarios",
+            "expected": f"expected over {scenarios} scenarios"}[objective]
+
+
+def evidence(res, inst, network: str | None = None) -> str:
+    """The optimality evidence of a SolveResult of `inst` (solver/format.evidence_text), as
+    `plan` and `replan` print it; `network`: the one the plan was solved on, when not the
+    instance's only one."""
+    from paraplan.solver.format import evidence_text, quantile_phrase
+    from paraplan.solver.result_json import not_covered
+    if network is None and len(inst.scenarios) > 1:
+        network = "the nominal network"
+    what = objective_text(res.objective, len(res.scenario_names), network)
+    return evidence_text(res, what + quantile_phrase(inst.search.objective, res.objective_s),
+                         not_covered=not_covered(inst, res.plan))
+
+
 def describe_plan(plan, inst) -> str:
-    """One line for a plan: one class on every GPU of a flat instance or of one node group as
-    `plan` prints a flat plan, else its classes."""
-    if plan.is_flat_on(inst.cluster):
-        return plan_line(plan)
+    """A plan in one line (`compare`, `plan --top`, --sensitivity, the report's comparison): its
+    plan_lines joined."""
     return "; ".join(x.strip() for x in plan_lines(plan, inst))
 
 

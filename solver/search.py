@@ -5,7 +5,7 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
    (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
-   (no partitions, DualPipe, uniform split, --top or running plan) the space is enumerated a
+   (no DualPipe, uniform split, --top or running plan) the space is enumerated a
    partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
    tp per group, cp and replicas, or one other class layout), each bounded before it is
    listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
@@ -35,7 +35,14 @@ with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 With search.tensor_partitions, each outer configuration's layer-plan combinations (a plan per
 replica class and group, solver/class_partitions.py) are one more node of the same search,
-keyed by an optimistic bound and expanded into candidates only when it can still win.
+keyed by an optimistic bound and expanded into candidates only when it can still win; the
+partial layouts and families are then bounded on the layer plans' floors, without memory, so
+that each bound holds for every combination (solver/bounds/layouts.py).
+
+With search.asymmetric_pipelines, each asymmetric pipeline of the declared space (a
+data-parallel degree per stage, solver/asymmetric_space.py) is one more node of the same
+search: priced and keyed by its bound (solver/asymmetric_search.py), its split searched depth
+first below the bar only when it comes up and can still win; a symmetric plan keeps a tie.
 
 A DualPipe job (job.pipeline_schedule: dualpipe, one class on one GPU type) goes the same way
 with its own inner problem (formulations/dualpipe.py, priced by cost/dualpipe.terms): its bound
@@ -66,6 +73,7 @@ from paraplan.cost import recompute_patterns, schedule
 from paraplan.cost.framework_rules import recompute_pattern
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.coefficients import build
+from paraplan.cost.errors import InstanceError
 from paraplan.cost.class_coefficients import (class_outers, class_placement, partitions_layer_fn)
 from paraplan.cost.simulate import Breakdown, simulate
 from paraplan.cost.objective import capped_memory, scaled_times
@@ -173,6 +181,10 @@ class Winners:
     # plan at its own factor): no plan above it can be the answer, so the bar is at most
     # (ceiling_s, ANY_KEY): a plan of that value (a tie within REL_TOL) still enters
     ceiling_s: float = float("inf")
+    # where the search lists a configuration twice (an asymmetric pipeline of equal degrees is
+    # its symmetric twin, solver/asymmetric_search.twin_outer), a candidate's own entry is also
+    # one of the same outer configuration: each is listed once, with its best plan
+    by_outer: bool = False
 
     @property
     def in_hand(self) -> bool:
@@ -199,7 +211,8 @@ class Winners:
     def offer(self, val: float, key, plan) -> bool:
         """Take a candidate's plan of value `val` where it beats the bar, or its own earlier
         entry (each candidate is listed once, with its best plan)."""
-        own = next((i for i, f in enumerate(self.found) if f[1] == key), None)
+        own = next((i for i, f in enumerate(self.found)
+                    if f[1] == key or self.by_outer and _outer_of(f[2]) == _outer_of(plan)), None)
         if own is not None:
             if not self.beats(val, key, self.found[own][:2]):
                 return False
@@ -214,6 +227,43 @@ class Winners:
     @property
     def best_s(self) -> float:
         return self.found[0][0] if self.found else float("inf")
+
+
+@dataclass(frozen=True)
+class _PipelinePlan:
+    """What Winners holds for an asymmetric pipeline's plan (a configuration's holds
+    (outer, m, n, r, partitions), _plan_of's arguments)."""
+
+    outer: ClassOuter  # the configuration it is: its symmetric twin's where its degrees are equal
+    plan: Plan
+
+
+def _outer_of(found) -> ClassOuter:
+    """The outer configuration of a plan Winners holds."""
+    return found.outer if isinstance(found, _PipelinePlan) else found[0]
+
+
+def _found_plan(found) -> Plan:
+    """The plan Winners holds, as a Plan."""
+    return found.plan if isinstance(found, _PipelinePlan) else _plan_of(*found)
+
+
+@dataclass
+class _Pipeline:
+    """An asymmetric pipeline (search.asymmetric_pipelines), priced and bounded
+    (solver/asymmetric_search.priced), its split searched when it comes up and can still win.
+    Its heap key (bound, inf, listing index) pops it after the configurations of an equal bound;
+    its key in the tie rule (`rank`) follows every configuration's: a symmetric plan of an equal
+    value is kept (the pipelines were once searched after the symmetric space, against its
+    optimum)."""
+
+    pipeline: object  # asymmetric_search.Pipeline
+    key: tuple[float, float, int]
+    weight = 1
+
+    @property
+    def rank(self) -> tuple[float, int, int]:
+        return (math.inf, self.key[2], 0)
 
 
 @dataclass
@@ -664,7 +714,9 @@ def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 6
                  resimulate: bool = True, winners: int = 1, within_pct: float | None = None,
                  ceiling_s: float | None = None) -> SolveResult:
     """The optimal plan over the declared space within `inst`'s memory tier
-    (search.memory_fill_cap; module docstring). `threads` > 1 solves that many configurations
+    (search.memory_fill_cap; module docstring). `families`: the class families listed
+    (class_layouts.FAMILIES); the asymmetric pipelines are nodes wherever
+    search.asymmetric_pipelines is set (with no family: the pipelines alone). `threads` > 1 solves that many configurations
     at once (the planner's best-first order, in batches of configurations that can each still
     win when the batch starts), which changes the time to the answer but not the answer: every
     configuration that could win under the tie rule is still solved.
@@ -714,12 +766,14 @@ RANK_STRIDE = 1 << 40
 def _lists_partials(inst: Instance, uniform: bool, winners: int, within_pct: float | None,
                     warm_plan: Plan | None) -> bool:
     """Whether search lists the space a partial layout at a time, as the search reaches each
-    (_Partials): one winner (a ranking reads the K-th plan), a dense model, no per-operator
-    partitions, not DualPipe, torch's zero-bubble schedules nor the uniform baseline
-    (solver/bounds/layouts.py says why), no running plan to keep (replanning looks it up among
-    the outers first)."""
+    (_Partials): one winner (a ranking reads the K-th plan), a dense model, not DualPipe,
+    torch's zero-bubble schedules nor the uniform baseline (solver/bounds/layouts.py says why),
+    no running plan to keep (replanning looks it up among the outers first). Per-operator
+    partitions are listed so too: every bound before listing then reads the layer plans' floors
+    (unpriced.stage_floor_terms' layer_plans) and no memory, and each listed outer's layer-plan
+    combinations are one node more (_Search._list_layouts)."""
     return (winners == 1 and within_pct is None and warm_plan is None and not uniform
-            and inst.model.moe is None and not class_partitions.enabled(inst) and not dualpipe_job(inst)
+            and inst.model.moe is None and not dualpipe_job(inst)
             # torch's zero-bubble variants (space.with_zero_bubble) lower the bound before
             # pricing by a weight-gradient share that solver/bounds/layouts.py does not read
             and not rules_for(inst.job.framework, inst.job.optimizer).zero_bubble)
@@ -915,15 +969,17 @@ class _Family:
     weight: int = 0
 
 
-def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int) -> None:
-    """The result's space as far as the search set it up (_Partials.counted), logged."""
+def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int, pipelines: int) -> None:
+    """The result's space as far as the search set it up (_Partials.counted; and the
+    asymmetric pipelines listed), logged."""
     if lazy.families:
         counted = lazy.counted()
-        res.outer_configs, res.plans_total = counted.outer_configs, counted.plans_total
+        res.outer_configs, res.plans_total = counted.outer_configs + pipelines, counted.plans_total
         res.log.append(f"{lazy.opened} of {len(lazy.families)} stage families (groups, cp, dp) across"
                        " groups set up: the space's count is of the partial layouts set up")
-    res.log.append(f"{listed} of {res.outer_configs} outer configs listed,"
-                   f" {partials_listed} of {len(lazy.partials)} partial layouts")
+    res.log.append(f"{listed} of {res.outer_configs - pipelines} outer configs listed,"
+                   f" {partials_listed} of {len(lazy.partials)} partial layouts"
+                   + (f"; {pipelines} asymmetric pipelines" if pipelines else ""))
 
 
 def _search_over(inst: Instance, outers: list, summary, backend: str, time_limit_s: float,
@@ -978,10 +1034,12 @@ class _Search:
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
+        self.held: list[tuple] = []  # heap entries held until a plan is in hand (_hold_options)
         self.open_bounds: list[float] = []
         self.batch: list[tuple] = []  # (candidate, hint, cutoff) to solve at once (threads > 1)
         self.pool = None
         self.first_plan_by = 0.0  # set as the search starts (run)
+        self.pipelines = 0  # asymmetric pipelines listed (_pipelines)
 
     # -- setting up ---------------------------------------------------------------------------
 
@@ -1003,13 +1061,38 @@ class _Search:
         if (warm_outer is not None and warm_outer in self.outers
                 and not any(k.partitions for k in warm_plan.classes)):
             self._warm_start(warm_plan, warm_outer)
-        unpriced = self._first_nodes()
+        unpriced = self._pipelines() + self._first_nodes()  # a refused pipeline space before the floors
         self.res.log.append(f"{self.summary.outer_configs} outer configs;"
                             f" setup {time.perf_counter() - self.t0:.2f} s")
         # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
         # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
         self.heap = [(c.key, next(self.order), c) for c in unpriced + self.groups_of_plans]
+        self._hold_options()
         heapq.heapify(self.heap)
+
+    def _hold_options(self) -> None:
+        """Without a plan in hand, the option families (solver/option_families.py) wait until
+        the rest of the heap yields one (issue 33). Their bounds relax every class to its
+        group's floors, so on one GPU type they sit below every one-class layout's, and best
+        first would open them with nothing to prune against: Llama 3 8B on 256 H100 with
+        classes_per_group 2 set up every leaf and priced no plan in 30 s. Held, they are pushed
+        back (_release_options) once a bar exists, the heap holds nothing else, or the time is
+        up; the order of the search changes, not its answer: each node is still pruned only by
+        its own bound against the bar, and ties go by key (Winners.beats)."""
+        if self.lazy is None or self.lazy.ob is None or self.won.in_hand:
+            return
+        from paraplan.solver.option_families import OptionFamily  # loaded by _Partials.of
+        fams = self.lazy.families
+        held = [x for x in self.heap if isinstance(x[2], _Family) and isinstance(fams[x[2].index], OptionFamily)]
+        if held and len(held) < len(self.heap):
+            ids = {x[1] for x in held}
+            self.held, self.heap = held, [x for x in self.heap if x[1] not in ids]
+
+    def _release_options(self) -> None:
+        """The held option families back onto the heap (_hold_options)."""
+        for x in self.held:
+            heapq.heappush(self.heap, x)
+        self.held = []
 
     def _warm_start(self, warm_plan: Plan, warm_outer) -> None:
         """Replanning: the running plan is a feasible incumbent, which prunes from the start."""
@@ -1039,6 +1122,25 @@ class _Search:
                  for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
         nodes += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
         return nodes
+
+    def _pipelines(self) -> list[_Pipeline]:
+        """With search.asymmetric_pipelines (the nominal network only), every asymmetric
+        pipeline of the declared space as a node, priced and keyed by its bound
+        (solver/asymmetric_search.py); counted among the outer configurations."""
+        inst = self.inst
+        if not inst.search.asymmetric_pipelines:
+            return []
+        if self.objective != "nominal":
+            raise InstanceError(inst.source, "search.asymmetric_pipelines", f"is planned on the nominal"
+                                f" network only, not for the {self.objective} objective",
+                                "plan the nominal objective, or remove asymmetric_pipelines")
+        # imported here: only this option reads the asymmetric pipelines' pricing (issue 33, start-up)
+        from paraplan.solver import asymmetric_search
+        got = asymmetric_search.priced(inst)
+        self.pipelines = len(got)
+        self.res.outer_configs += len(got)
+        self.won.by_outer = True
+        return [_Pipeline(p, (p.bound_s, math.inf, i)) for i, p in enumerate(got)]
 
     # -- shared steps -------------------------------------------------------------------------
 
@@ -1092,7 +1194,9 @@ class _Search:
             self.pool = ThreadPoolExecutor(max_workers=self.threads)
         self.first_plan_by = max(self.t0 + self.time_limit_s, time.perf_counter()) + FIRST_PLAN_ALLOWANCE_S
         try:
-            while self.heap:
+            while self.heap or self.held:
+                if self.held and (not self.heap or math.isfinite(self.won.bar()[0])):
+                    self._release_options()
                 key, _, cand = heapq.heappop(self.heap)
                 remaining = self._time_left(key, cand)
                 if remaining is None:
@@ -1118,6 +1222,7 @@ class _Search:
         remaining = self.time_limit_s - (now - self.t0)
         if remaining <= 0 and not self._first_plan_pending(cand, now):
             self.flush()
+            self._release_options()  # left open as the rest
             self.open_bounds.extend(k[0] for k, _, _ in self.heap)
             self.open_bounds.append(key[0])
             self.res.unresolved += self._heap_weight() + cand.weight
@@ -1127,19 +1232,21 @@ class _Search:
     def _first_plan_pending(self, cand, now: float) -> bool:
         """Without an incumbent, pricing goes on past the limit (or past the setup, where that
         took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)."""
-        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice))
+        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice, _Pipeline))
                 and now < self.first_plan_by)
 
     def _visit(self, key, cand, remaining: float) -> None:
         """One node's step, by its kind."""
-        if isinstance(cand, (_Partial, _Family, _Choice)):
+        if isinstance(cand, _Pipeline):
+            self._solve_pipeline(cand)
+        elif isinstance(cand, (_Partial, _Family, _Choice)):
             self.list_partials(cand)
         elif isinstance(cand, _Unpriced) and cand.layer_plans is not None:
             self._push_layer_plans(cand)
         elif isinstance(cand, _Unpriced):
             self._price_chunk(cand)
         elif isinstance(cand, _LayerPlans):
-            new, kids = cand.expand(self.won.bar()[0], self.res)
+            new, kids = cand.expand(self.won.bar()[0], self.res, self.t0 + self.time_limit_s)
             self.probe(new)
             self._push(new)
             self._push(kids)
@@ -1152,7 +1259,8 @@ class _Search:
         """Each outer's layer-plan combinations as one node keyed by their optimistic bound
         (_layer_plans), so that none is listed before it can win."""
         for i in cand.outers:
-            lp = _layer_plans(self.inst, self.outers[i], i, self.objective, self.placements, self.uniform, self.res)
+            lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
+                              self.res)
             if lp is not None:
                 heapq.heappush(self.heap, (lp.key, next(self.order), lp))
 
@@ -1191,6 +1299,8 @@ class _Search:
         priced: not read there (GPT-3 175B on 1,024 A100 would read 42 layouts, 0.3 s of the
         search's 0.9 s of CPU; issue 33)."""
         lazy = self.lazy
+        if self.partitions:  # a layer plan syncs otherwise than Megatron's layer: no sync read
+            return got
         fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if not fresh:
             return got
@@ -1250,6 +1360,19 @@ class _Search:
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
             node = _Unpriced([js[k]], (float(self.floor[js[k]]), -1, -1))
             heapq.heappush(self.heap, (node.key, next(self.order), node))
+        if self.partitions:
+            self._push(self._plan_nodes(js))
+
+    def _plan_nodes(self, js: list[int]) -> list[_Unpriced]:
+        """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
+        them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), expanded
+        (_push_layer_plans) only when it comes up and can still win."""
+        outers = [self.outers[j] for j in js]
+        plan_floor = floor_bounds_s(self.inst, outers, self.idx, self.agg, self.weights, self.uniform,
+                                    layer_plans=True, deadline=self.floor_by, memo=self.floor_memo)
+        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
+        return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
 
     def gather(self, first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
@@ -1257,7 +1380,8 @@ class _Search:
         to PRICE_CHUNK as the full listing's chunks do: the outers of every partial layout
         listed so far are priced in one order, as if listed together."""
         js = list(first.outers)
-        while self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced):
+        while (self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced)
+               and self.heap[0][2].layer_plans is None):
             js += heapq.heappop(self.heap)[2].outers
         self.chunk_size = min(2 * self.chunk_size, PRICE_CHUNK)
         return _Unpriced(js, first.key)
@@ -1318,6 +1442,25 @@ class _Search:
         return kept
 
     # -- solving a candidate -------------------------------------------------------------------
+
+    def _solve_pipeline(self, node: _Pipeline) -> None:
+        """An asymmetric pipeline's split searched below the bar, under the tie rule (its
+        pricing step, solver/asymmetric_search.best_plan, as the split DP is a configuration's),
+        and its plan offered."""
+        from paraplan.solver import asymmetric_search  # loaded by _pipelines
+        bar_val, bar_key = self.won.bar()
+        cutoff = bar_val * (1 + REL_TOL) if node.rank < bar_key else bar_val * (1 - REL_TOL)
+        self.res.priced += 1
+        self.res.solved += 1
+        got = asymmetric_search.best_plan(self.inst, node.pipeline, cutoff)
+        if got is None:
+            if math.isinf(cutoff):  # no bar to be below: no split fits memory
+                self.res.inner_infeasible += 1
+            return
+        val, plan = got
+        found = _PipelinePlan(asymmetric_search.twin_outer(plan) or plan.outer, plan)
+        if self.won.offer(val, node.rank, found) and self.progress:
+            self.progress(f"incumbent {self.won.best_s:.6g} s after {self.res.solved} inner solves")
 
     def _settle_uniform(self, cand: _Candidate) -> None:
         """Uniform baseline: split and batch fixed, the incumbent is this configuration's optimum."""
@@ -1437,12 +1580,12 @@ class _Search:
         res, won = self.res, self.won
         res.solve_time_s = time.perf_counter() - self.t0
         if self.lazy is not None:
-            _count_set_up(res, self.lazy, len(self.outers), self.listed_partials)
+            _count_set_up(res, self.lazy, len(self.outers), self.listed_partials, self.pipelines)
         if not won.found:
             self._no_plan()
             return res
         inst, objective = self.inst, self.objective
-        res.ranked = tuple(within([(val, _plan_of(*found)) for val, _, found in won.found], self.within_pct))
+        res.ranked = tuple(within([(val, _found_plan(found)) for val, _, found in won.found], self.within_pct))
         best_val = won.best_s
         res.plan = fewest_classes(inst, res.ranked[0][1], objective, families)
         res.quantile_s = best_val
@@ -1473,9 +1616,9 @@ class _Search:
             res.reason = f"no plan at or below the plan in hand ({won.ceiling_s:.6g}) in this search"
         else:
             res.status = INFEASIBLE
-            res.reason = ("the declared heterogeneous space is empty: " + empty_space_reason(self.inst)
+            res.reason = ("the declared space is empty: " + empty_space_reason(self.inst)
                           if not self.summary.outer_configs else
-                          "no heterogeneous plan fits memory (every configuration is infeasible"
+                          "no plan fits memory (every configuration is infeasible"
                           " even with every layer fully recomputed, or its split problem is)")
 
 
@@ -1524,11 +1667,13 @@ class _LayerPlans:
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1 if self.node is None else self.node.weight
 
-    def expand(self, upper_s: float, res: SolveResult) -> tuple[list[_Candidate], list[_LayerPlans]]:
+    def expand(self, upper_s: float, res: SolveResult,
+               deadline: float | None = None) -> tuple[list[_Candidate], list[_LayerPlans]]:
         """Its candidates that can still win, in key order, and its children (Subsets of its
         combinations, each keyed by a bound at most theirs, the key's combination index 1 at
-        most theirs: listed only when they come up and can still win)."""
-        lst = self.choices.expand(upper_s, self.node)
+        most theirs: listed only when they come up and can still win); past `deadline`, itself
+        as its child (class_partitions.OuterChoices.expand), which the search leaves open."""
+        lst = self.choices.expand(upper_s, self.node, deadline)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
         res.pruned_by_dominance += lst.pruned_by_dominance
@@ -1550,8 +1695,7 @@ def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placemen
                                        uniform)
     if ch.total == 1:
         return None
-    opt = ch.optimistic()
-    if any(one_class.memory_infeasible(c) for c in opt[0]):
+    if ch.optimistic(stop_unfit=True) is None:  # a class fits no split: no combination does
         res.pruned_by_memory += ch.total - 1
         return None
     return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)

@@ -76,13 +76,13 @@ def moved_instances(inst: Instance):
 
 def sensitivity(inst: Instance, plan: Plan, objective: str, backend: str,
                 time_limit_s: float, threads: int, describe) -> dict:
-    """{"robust", "cases"}: each case re-plans the moved instance (solver/solve.search_declared) and says
+    """{"robust", "cases"}: each case re-plans the moved instance (solver/search.search) and says
     whether `plan` stays optimal on it; `describe(plan, inst)` writes a winning plan's line."""
-    from paraplan.solver.solve import search_declared
+    from paraplan.solver.search import search
 
     cases = []
     for name, end, value, moved in moved_instances(inst):
-        alt = search_declared(moved, backend, time_limit_s, objective, threads=threads)
+        alt = search(moved, backend, time_limit_s, objective, threads=threads)
         ours = _time_if_fits(moved, plan, objective)
         stays = (alt.plan == plan or (ours is not None and alt.objective_s is not None
                                       and ours <= alt.objective_s * (1 + TIE_REL) + alt.tolerance_s))

@@ -71,37 +71,18 @@ def solve(inst: Instance, backend: str = "dp", time_limit_s: float = 60.0,
     return res
 
 
-def search_declared(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
-                    objective: str = "nominal", **options) -> SolveResult:
-    """search over the declared space, joined with the asymmetric pipelines' optimum where
-    search.asymmetric_pipelines is set (solver/asymmetric_search.with_asymmetric): the one way
-    `plan`, `verify`, `replan` and `--sensitivity` re-plan an instance, so each searches the space
-    exhaustive search lists."""
-    res = search(inst, backend, time_limit_s, objective=objective, **options)
-    if not inst.search.asymmetric_pipelines:
-        return res
-    # imported here: only this option reads the asymmetric pipelines' pricing (issue 33, start-up)
-    from paraplan.solver.asymmetric_search import with_asymmetric
-    return with_asymmetric(inst, res, objective)
-
-
 def _solve_groups(inst: Instance, backend: str, time_limit_s: float, threads: int, progress,
                   objective: str, winners: int | None, within_pct: float | None) -> SolveResult:
     """A cluster of node groups: the search re-simulates its plan; --top's plans are shown as
     `plan` shows them (fewest_classes), each re-simulated once on the scenarios the objective
     reads."""
     if winners is None:
-        # with search.asymmetric_pipelines, a data-parallel degree per stage too (issue 33)
-        res = search_declared(inst, backend, time_limit_s, objective, progress=progress, threads=threads)
+        res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads)
         if res.plan is not None:
             res.ranked = (Ranked(res.plan, res.objective_s, res.breakdown, res.quantile_s),)
         return res
     res = search(inst, backend, time_limit_s, objective=objective, progress=progress, threads=threads,
                  resimulate=False, winners=winners, within_pct=within_pct)
-    if inst.search.asymmetric_pipelines:  # the K best of both spaces (issue 33)
-        # imported here: only this option reads it (issue 33, start-up)
-        from paraplan.solver.asymmetric_search import ranked_with_asymmetric
-        res = ranked_with_asymmetric(inst, res, objective, winners, within_pct)
     ranked = []
     for val, p in res.ranked:
         at = plan_tier(inst, p)  # the memory tier it was valued at (solver/memory_tiers.py)

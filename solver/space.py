@@ -1233,10 +1233,11 @@ def summarize_partials(inst: Instance, partials: list[Partial]) -> SpaceSummary:
 
 def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> SpaceSummary:
     """summarize(inst, [the outers of `blocks`, each block `n` times]) read from the blocks'
-    tallies (OuterBlock.tally), without listing the outers. Per-operator partitions are not
-    counted (partition_count reads each outer): searches with them list every block."""
-    if partitions_enabled(inst):
-        raise ValueError("summarize_blocks does not count layer-plan combinations: use summarize")
+    tallies (OuterBlock.tally), without listing the outers. With per-operator partitions each
+    outer also counts its layer-plan combinations (partition_count, which reads its ZeRO stage
+    and sp flag beside the block's tp per group: _partition_tally)."""
+    parts = partitions_enabled(inst)
+    tallied: dict = {}  # _partition_tally's
     dual = dualpipe_job(inst)
     outers = total = 0
     # the counts read each class's replicas and depth, the micro-batch count, v, whether the
@@ -1246,6 +1247,7 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
     paired_of: dict[int, bool] = {}
     for n, b in weighted:
         degrees = tuple((c.replicas, c.pp) for c in b.classes)
+        combos = _partition_tally(inst, b, tallied) if parts else b.tally.counts  # (outer, layer plans) pairs
         for (v, ep, emb, loss, mode), count in b.tally.counts.items():
             outers += n * count
             if ep not in paired_of:
@@ -1256,8 +1258,34 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
             if per is None:
                 per = per_shape[key] = _plans_per_shape(inst, b.classes, b.micro_batch, v, paired, (emb, loss),
                                                         mode, False, dual, splits)
-            total += n * count * per
+            total += n * combos[v, ep, emb, loss, mode] * per
     return SpaceSummary(outer_configs=outers, plans_total=total)
+
+
+def _partition_tally(inst: Instance, b: OuterBlock, memo: dict) -> dict:
+    """Tally.counts of block b with each outer counted as its layer-plan combinations
+    (partition_count): the block fixes the tp of each (class, group) choice, and the count reads
+    beside it only the outer's ZeRO stage and sp flag, so one outer is built per (tp per
+    choice, ZeRO, sp) of the blocks (`memo`); the loops are specs()'."""
+    tps = tuple(b.tp_of(g) for c in b.classes for g in sorted(set(c.stage_groups)))
+    out: dict[tuple, int] = {}
+    for sp, zero, admitted in b.modes_left:
+        pc = memo.get((tps, zero, sp))
+        if pc is None:
+            spec = next((x for x in b.specs() if x[:2] == (sp, zero)), None)
+            if spec is None:
+                continue
+            pc = memo[tps, zero, sp] = partition_count(inst, b.outer(*spec))
+        for v in b.vs:
+            if v not in admitted:
+                continue
+            for ep, _ in b.layouts[sp]:
+                if v == 1 and b.unpaired and b.paired[ep]:
+                    continue
+                for emb, loss in b.slots_of_v[v]:
+                    for rc in b.recompute:
+                        out[v, ep, emb, loss, rc] = out.get((v, ep, emb, loss, rc), 0) + pc
+    return out
 
 
 def one_group_outers(inst: Instance) -> list[Outer]:

@@ -169,19 +169,12 @@ def dense_in_sample(stored: Sequence[StoredRow], res: Sequence[Residual]) -> str
 
 # --- mixture-of-experts anchors -----------------------------------------------------------------
 
-def _by_table(rows: Sequence[moe_fit.StoredRow]) -> dict[str, list[moe_fit.StoredRow]]:
-    out: dict[str, list[moe_fit.StoredRow]] = {}
-    for r in rows:
-        out.setdefault(r.table, []).append(r)
-    return out
-
-
 def moe_summary(rows: Sequence[moe_fit.StoredRow]) -> str:
     """One line: the anchors' mean |error| with each table left out and in sample."""
     oos = moe_fit.mean_abs([r.out_of_sample_error_pct for r in rows])
     ins = moe_fit.mean_abs([r.in_sample_error_pct for r in rows])
     bias = _mean([r.out_of_sample_error_pct for r in rows])
-    return (f"Over {len(rows)} anchors of {len(_by_table(rows))} published tables: mean |error|"
+    return (f"Over {len(rows)} anchors of {len(moe_fit.by_table(rows))} published tables: mean |error|"
             f" {oos:.1f}% with each table left out of the fit (mean {bias:+.1f}%), {ins:.1f}% in"
             " sample (error > 0: paraplan faster than measured).\n")
 

@@ -3,8 +3,9 @@
 Every number is converted to internal units (cost/units.py) here, once; every problem raises
 `InstanceError(path, field, problem, fix)` naming the file and the dotted field.
 
-The keys, their units, ranges and defaults: docs/schema.md, generated from
-cost/schema_keys.py (python -m paraplan.cost.docs.schema); worked examples: instances/.
+The keys, their units, ranges and defaults: docs/schema.md, generated from the records' field
+docstrings and cost/schema_keys.py (python -m paraplan.cost.docs.schema); worked examples:
+instances/.
 
 Values of `search:` that the instance's shape or framework can never run are refused
 (cost/readers/search.py).

@@ -3,9 +3,9 @@
 A plan file, flat or of replica classes, sits at top level or under a `plan:` key (`paraplan
 plan -o` also writes the instance it was made for beside it, under `instance:`; see
 `plan_file_instance`). Its keys, defaults and ranges: docs/schema.md ("Plan file"), generated
-from cost/schema_keys.py. `recompute: full` becomes `Recompute.NONE` with every layer in
-`full_recompute_layers` (unless that list is given); `plan_to_mapping` writes it back the same
-way.
+from the plan records' field docstrings and cost/schema_keys.py. `recompute: full` becomes
+`Recompute.NONE` with every layer in `full_recompute_layers` (unless that list is given);
+`plan_to_mapping` writes it back the same way.
 """
 
 from __future__ import annotations

@@ -24,17 +24,24 @@ S_k; so a larger A or S cannot give a smaller result); max or a weighted sum ove
 a factor > 0 keep the order. So a block whose bound cannot beat a plan's value holds no
 configuration that can, and search's answer, with its tie rule, is that of the full listing.
 
-A stage-wise block's bound (stage_bound_rows) reads more: its pipeline's slowest stage and sum
-together (fill_drain.py) and, where asked (partial_bounds_s' layer_memo), per ZeRO stage and v
-of the block, the slowest stage's gradient sync, which the bound before pricing leaves out.
-Those are at most each configuration's value, not its bound before pricing, and are lowered by
-fill_drain.TIE_MARGIN: the search keys each listed configuration by at least its block's bound,
-and prunes (never keys) by its block's bound for its ZeRO stage and v.
+With per-operator partitions (search.tensor_partitions) every layer floor here is the layer
+plans' (unpriced.stage_floor_terms with layer_plans: the least of Megatron's and the plans'
+optimistic terms), at most every layer-plan combination's, all-Megatron included: the bound
+is then at most each combination's bound before pricing (unpriced.floor_bounds_s with
+layer_plans, which keys those combinations in search.py) by the same argument.
 
-Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) without per-operator
-partitions and not under DualPipe, torch's zero-bubble schedules (whose bound before pricing
-takes a weight-gradient share off the layers' sum, unpriced._zero_bubble_row) or the uniform
-split: search.py lists every block there.
+A stage-wise block's bound (stage_bound_rows) reads more: its pipeline's slowest stage and sum
+together (fill_drain.py) and, where asked (partial_bounds_s' layer_memo; never with
+per-operator partitions, whose layer plans sync otherwise than Megatron's layer), per ZeRO
+stage and v of the block, the slowest stage's gradient sync, which the bound before pricing
+leaves out. Those are at most each configuration's value, not its bound before pricing, and
+are lowered by fill_drain.TIE_MARGIN: the search keys each listed configuration by at least
+its block's bound, and prunes (never keys) by its block's bound for its ZeRO stage and v.
+
+Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) and not under
+DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a weight-gradient
+share off the layers' sum, unpriced._zero_bubble_row) or the uniform split: search.py lists
+every block there.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from paraplan.solver.bounds.fill_drain import TIE_MARGIN, fill_drain_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
 from paraplan.solver.bounds.unpriced_memory import layer_terms, sync_key, sync_terms
 from paraplan.solver.bounds.stage_families import group_factor
+from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 
 def _factor_memo(inst):
@@ -80,6 +88,7 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
     `memo`: unpriced.floor_bounds_s's."""
     out = np.full(len(blocks), np.inf)
     least_factor = _factor_memo(inst)
+    layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
     # representatives by the flags their floors take the least over (a call of floor_bounds_s each)
     reps: dict[tuple, list] = defaultdict(list)  # (sp flags, recompute modes) -> [(block, outer, factor)]
     for bi, b in enumerate(blocks):
@@ -91,8 +100,8 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
         for v, emb, loss in ty.vslots:
             reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
     for (sps, rcs), items in reps.items():
-        lbs = floor_bounds_s(inst, [o for _, o, _ in items], idx, agg, weights, sp_values=sps,
-                             recompute_values=rcs, factors=np.array([f for _, _, f in items]), memo=memo)
+        lbs = floor_bounds_s(inst, [o for _, o, _ in items], idx, agg, weights, layer_plans=layer_plans,
+                             sp_values=sps, recompute_values=rcs, factors=np.array([f for _, _, f in items]), memo=memo)
         np.minimum.at(out, np.array([bi for bi, _, _ in items], np.int64), lbs)
     return out
 
@@ -198,6 +207,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     syncs: dict[tuple, dict] = {}  # _least_syncs'
     out = np.full(len(blocks), np.inf)
     least_factor = _factor_memo(inst)
+    layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
     # (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) -> (t_g, h_g)
     per_group: dict[tuple, tuple[float, float]] = {}
     by_pp: dict[int, list] = defaultdict(list)
@@ -229,7 +239,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
                     if alts is None:
                         _, zero, _, _, ep, etp, _, _ = ty.first
                         alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False) for sp in ty.sps for rc in b.recompute]
-                    terms = [stage_floor_terms(inst, i, o, 0, g, False, memo) for o in alts]
+                    terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
                     got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
                 tg[g] = got
             t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]

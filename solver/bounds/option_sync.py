@@ -141,8 +141,10 @@ class SyncFloor:
         gather and reduce-scatter rs (>= ag + rs - bwd; with a full recompute, of a gather at
         least ag beside bwd + the recompute's forward), so a layer takes at least
         max(fwd, ag) + max(bwd, ag + rs) >= 2 ag + rs, with ag >= q W / bw and rs >= q G / bw
-        (the module docstring's q, W, G, bw)."""
-        if len(used) < 2 or ranks < 2 or self.inst.model.moe is not None:
+        (the module docstring's q, W, G, bw). 0 with per-operator partitions, as per_layer_s: a
+        layer plan's ZeRO-3 traffic is not derived here."""
+        if (len(used) < 2 or ranks < 2 or self.inst.model.moe is not None
+                or set(self.inst.search.tensor_partitions) != {"megatron"}):
             return np.zeros(len(self.fb.idx))
         inst = self.inst
         params = layer_params(inst.model) / tp

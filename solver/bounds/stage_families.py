@@ -60,7 +60,10 @@ family the search opens.
 A tp choice or class-layout option that solver/bounds/class_memory.py proves unable to fit
 memory in any order, micro-batch size, mode or ZeRO stage is bounded inf: its configurations
 are all refused by memory (before or after pricing), so none is a candidate and the tie rule
-reads none of them.
+reads none of them. With per-operator partitions every floor is the layer plans'
+(unpriced.stage_floor_terms' layer_plans) and class_memory.py is not read (a layer plan may
+hold fewer activation bytes than Megatron's layer): each bound then holds for every
+layer-plan combination too.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
+from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 
 def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> float:
@@ -187,7 +191,11 @@ class FamilyBounds:
         slots = split_slots_run(inst.job, s)
         self.v_max = max(s.virtual_stages) if s.virtual_stages is not None else L + 2 * slots
         self.slot_c = 2.0 if slots else 0.0
-        self.memory = ClassMemory(inst, int(self.mbs.min())) if len(self.mbs) else None
+        # with per-operator partitions, the layer plans' floors and no memory: a plan's layer may
+        # hold fewer activation bytes than Megatron's, which class_memory.py reads
+        self.layer_plans = partitions_enabled(inst)
+        self.memory = (ClassMemory(inst, int(self.mbs.min())) if len(self.mbs) and not self.layer_plans
+                       else None)
 
     def floor(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f_g(tp) of the module docstring."""
@@ -203,7 +211,8 @@ class FamilyBounds:
                     o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
                                    classes=(ClassShape(replicas=1, stage_groups=(g,)),))
                     for si, i in enumerate(self.idx):
-                        got[bi, si] = min(got[bi, si], stage_floor_terms(inst, i, o, 0, g, False, self.memo)[0])
+                        floor = stage_floor_terms(inst, i, o, 0, g, self.layer_plans, self.memo)[0]
+                        got[bi, si] = min(got[bi, si], floor)
             self.floors[key] = got
         return got
 

@@ -361,24 +361,17 @@ def moe_cross_validation(moe, refit: bool, write: bool, log):
     return list(stored), read_yaml(moe_fit.CROSSVAL_FILE), f"stored in {moe_fit.CROSSVAL_FILE.name}"
 
 
-def _moe_cv_groups(rows) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for r in rows:
-        out.setdefault(r.table, []).append(r)
-    return out
-
-
 def moe_cv_json(cv) -> dict:
-    from paraplan.cost.moe_fit import mean_abs
+    from paraplan.cost.moe_fit import by_table, mean_abs
     rows, mapping, source = cv
     return {"source": source,
             "out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rows]),
             "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rows]),
-            "rows": len(rows), "tables": len(_moe_cv_groups(rows)),
+            "rows": len(rows), "tables": len(by_table(rows)),
             "by_table": {t: {"rows": len(rs),
                              "out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rs]),
                              "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rs])}
-                         for t, rs in _moe_cv_groups(rows).items()},
+                         for t, rs in by_table(rows).items()},
             "by_row": {r.id: {"table": r.table, "in_sample_error_pct": r.in_sample_error_pct,
                               "out_of_sample_error_pct": r.out_of_sample_error_pct} for r in rows},
             "fitted": mapping["fitted"], "fitted_on_bound": mapping["fitted_on_bound"],
@@ -386,10 +379,10 @@ def moe_cv_json(cv) -> dict:
 
 
 def moe_cv_text(cv) -> str:
-    from paraplan.cost.moe_fit import mean_abs
+    from paraplan.cost.moe_fit import by_table, mean_abs
     from paraplan.solver.format import table
     rows, mapping, source = cv
-    groups = _moe_cv_groups(rows)
+    groups = by_table(rows)
     bound = mapping["fitted_on_bound"]
     lines = [f"mixture-of-experts anchors, leave one table out ({source}): each table's rows predicted"
              " with the MoE parameters fitted on the other tables (cost/moe_fit.py):",

@@ -33,10 +33,9 @@ def cmd_simulate(args) -> int:
     on every network of the instance (a flat instance has one), each simulated once."""
     from paraplan.cost.simulate import simulate
     from paraplan.cost.model_notes import model_warnings
-    from paraplan.solver.commands import groups as group_commands
     from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.plan_text import plan_line, plan_lines, shown_as_groups
+    from paraplan.solver.plan_text import describe_cluster, plan_lines, shown_as_groups
     from paraplan.solver.format import (breakdown_json, breakdown_text, gib, grad_reduce_line, seconds,
                                         table, trust_json, trust_lines)
 
@@ -59,10 +58,8 @@ def cmd_simulate(args) -> int:
                     "scenarios": [{"scenario": name, "iter_time_s": b.iter_time_s,
                                    "tokens_per_s": b.tokens_per_s, "fits_memory": b.fits} for name, b in bds]})
     else:
-        print(group_commands.describe_cluster(inst) if grouped else
-              f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name}")
-        print("plan        " + "\n            ".join(plan_lines(plan, inst) if grouped
-                                                   else [plan_line(plan)]))
+        print(describe_cluster(inst))
+        print("plan        " + "\n            ".join(plan_lines(plan, inst)))
         for line in notes:
             print(f"warning     model: {line}")
         print(breakdown_text(bd))

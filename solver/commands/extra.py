@@ -73,19 +73,16 @@ def cmd_memory(args) -> int:
     per device."""
     from paraplan.cost.plan_memory import plan_memory
     from paraplan.cost.specs import PipelineSchedule
-    from paraplan.solver.commands.groups import describe_cluster
-    from paraplan.solver.plan_text import shown_as_groups
     from paraplan.cost.readers.plan_writer import plan_to_mapping
-    from paraplan.solver.plan_text import plan_line, plan_lines
+    from paraplan.solver.plan_text import describe_cluster, plan_lines, shown_as_groups
 
     inst, plan, where = _memory_plan(args)
     if plan is None:  # proved: nothing to estimate, and not an input error
         from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE
         print(f"paraplan: infeasible: no plan to estimate: {where}", file=sys.stderr)
         return EXIT_INFEASIBLE
-    flat = not shown_as_groups(inst, plan)
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
-        if not flat:
+        if shown_as_groups(inst, plan):
             raise InstanceError(inst.source, "job.pipeline_schedule", "memory of a DualPipe plan is"
                                 " priced on a flat cluster (cost/dualpipe.py)",
                                 "write the cluster without `groups:`")
@@ -99,13 +96,11 @@ def cmd_memory(args) -> int:
     one = len(bd.classes) == 1 and len({g for _, _, g, *_ in rows}) == 1
     over = [f"{'' if one else f'class {k} '}stage {s}{'' if one else f' on {g}'} needs {gib(mem)}"
             for k, s, g, _, mem, cap in rows if mem > cap]
-    head = (f"{inst.name}: memory per GPU of {where}" if flat else describe_cluster(inst)
-            + f"\nmemory per GPU of {where}")
     return _show_memory(
         args, plan_to_mapping(plan, inst),
         [{"class": k, "stage": s, "group": g, "total_bytes": sum(cs.values()), "capacity_bytes": cap,
           "categories_bytes": cs} for (k, s, g, _, _, cap), cs in zip(rows, cats)],
-        [head, "plan  " + "\n      ".join([plan_line(plan)] if flat else plan_lines(plan, inst))],
+        [describe_cluster(inst), f"memory per GPU of {where}", "plan  " + "\n      ".join(plan_lines(plan, inst))],
         [f"stage {s}" if one else f"class {k} stage {s} ({g})" for k, s, g, *_ in rows], cats,
         [cap for *_, cap in rows], bd.peak_mem_bytes, bd.fits, "DOES NOT FIT: " + "; ".join(over))
 
@@ -115,7 +110,7 @@ def _memory_dualpipe(args, inst, plan, where: str) -> int:
     pp - 1 - d (cost/dualpipe.device_categories_bytes)."""
     from paraplan.cost import dualpipe
     from paraplan.cost.readers.plan_writer import plan_to_mapping
-    from paraplan.solver.plan_text import plan_line
+    from paraplan.solver.plan_text import describe_cluster, plan_lines
 
     reserve = inst.search.memory_reserve_bytes
     it = dualpipe.iteration(inst, plan, reserve_bytes=reserve)
@@ -123,8 +118,8 @@ def _memory_dualpipe(args, inst, plan, where: str) -> int:
     return _show_memory(
         args, plan_to_mapping(plan),
         [{"stage": d, "total_bytes": sum(cs.values()), "categories_bytes": cs} for d, cs in enumerate(cats)],
-        [f"{inst.name}: memory per GPU of {where} (DualPipe: device d holds stages d and pp - 1 - d)",
-         f"plan  {plan_line(plan)}"],
+        [describe_cluster(inst), f"memory per GPU of {where} (DualPipe: device d holds stages d and pp - 1 - d)",
+         "plan  " + "\n      ".join(plan_lines(plan, inst))],
         [f"device {d}" for d in range(len(cats))], cats, it.capacity_bytes,
         float(it.mem_bytes.max()), bool((it.mem_bytes <= it.capacity_bytes).all()), "DOES NOT FIT")
 

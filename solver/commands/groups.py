@@ -1,10 +1,9 @@
-"""Sub-commands for clusters of several node groups and changing networks.
+"""Sub-commands for changing networks, and the objectives and scenarios they read.
 
-`paraplan plan` (solver/commands/planning.py) shows an instance planned as a
-cluster of node groups (a `cluster:` with `groups:`, cost/readers/cluster.py, or a homogeneous file
-whose search asks for several replica classes: `shown_as_groups`) with the helpers here, and
-`exhaustive` and `verify`
-read every instance through `class_instance`; `replan` and `timeline` are their own commands.
+`plan`, `exhaustive` and `verify` (solver/commands/planning.py) read the objective asked for
+with the helpers here (`class_instance`, `load_mixed`), and every command shows its instance,
+evidence and plan with the one renderer of each (solver/plan_text.py); `replan` and
+`timeline` are their own commands.
 Every command reads its instance file once (commands/inputs.read_instance) and hands on what
 it read.
 """
@@ -14,13 +13,12 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import evidence_text as common_evidence_text, quantile_phrase, seconds, table
+from paraplan.solver.format import seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
 from paraplan.solver.commands.parser import HELP_BACKEND_MIXED, HELP_JSON, HELP_TIME_LIMIT_S
-from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
-from paraplan.solver.result_json import not_covered
+from paraplan.solver.plan_text import describe_cluster, describe_plan, evidence, plan_lines, shown_as_groups
 
 
 def no_scenarios(args) -> None:
@@ -63,22 +61,6 @@ def load_mixed(args, read):
         raise InstanceError(inst.source, "scenarios", "--expected needs a probability on every scenario",
                             "give each scenario a `probability:` (nominal gets the rest)")
     return inst, objective
-
-
-def describe_cluster(inst) -> str:
-    parts = [f"{g.num_gpus} x {g.gpu.name} ({g.name}@{g.site})" for g in inst.cluster.groups]
-    return (f"{inst.name}: {inst.model.name} on " + " + ".join(parts)
-            + f", global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-
-
-def evidence_text(res, network: str = "the nominal network", inst=None) -> str:
-    what = {"nominal": f"per iteration on {network}",
-            "robust": f"worst case over {len(res.scenario_names)} scenarios",
-            "expected": f"expected over {len(res.scenario_names)} scenarios"}[res.objective]
-    if inst is not None:
-        what += quantile_phrase(inst.search.objective, res.objective_s)
-    return common_evidence_text(res, what, "declared heterogeneous space", f"   (tolerance {res.tolerance_s:.2g} s)",
-                                not_covered=not_covered(inst, res.plan) if inst is not None else ())
 
 
 def regret_rows(regs) -> list[list[str]]:
@@ -150,7 +132,7 @@ def _show_replan(args, inst, r, trusts) -> int:
     band = _band(running)
     print(f"running     {seconds(r.before_time_s)} per iteration before, {seconds(r.current_time_s)} after the event"
           + ("" if band is None else f" (likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)"))
-    print(evidence_text(r.new, network=f"the network after {r.event}", inst=inst))
+    print(evidence(r.new, inst, network=f"the network after {r.event}"))
     if r.new.plan is not None:
         print("new plan    " + "\n            ".join(plan_lines(r.new.plan, inst)))
         print(trust_lines(new)[0])
@@ -171,7 +153,7 @@ def cmd_timeline(args) -> int:
 
     inst = read_instance(args)
     if not inst.written_as_groups:
-        raise InstanceError(args.instance, "timeline", "a timeline needs a heterogeneous-format instance",
+        raise InstanceError(args.instance, "timeline", "a timeline needs an instance in the group format",
                             "write the cluster as `groups:` and add `scenarios:` and `timeline:`")
     if not inst.timeline:
         raise InstanceError(inst.source, "timeline", "the instance has no timeline",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import (breakdown_json, breakdown_text, evidence_text, grad_reduce_line, quantile_phrase, trust_lines,
+from paraplan.solver.format import (breakdown_json, breakdown_text, grad_reduce_line, trust_lines,
                                     seconds, table, train_cost_cells, train_cost_json, train_lines)
 from paraplan.solver.commands.jsonout import emit_json as _emit_json
 from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
@@ -14,8 +14,9 @@ from paraplan.solver.commands.inputs import (add_instance_args, progress_enabled
 from paraplan.solver.commands.exit_codes import EXIT_INFEASIBLE, status_code
 from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_CANDIDATES,
                                           HELP_THREADS, HELP_TIME_LIMIT_S)
-from paraplan.solver.plan_text import describe_plan, plan_line, plan_lines, sensitivity_text, shown_as_groups
-from paraplan.solver.result_json import not_covered, plan_train_cost, result_json
+from paraplan.solver.plan_text import (describe_cluster, describe_plan, evidence, objective_text, plan_lines,
+                                       sensitivity_text, shown_as_groups)
+from paraplan.solver.result_json import plan_train_cost, result_json
 from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
@@ -35,8 +36,7 @@ def add_progress_arg(parser) -> None:
 def cmd_plan(args) -> int:
     """`paraplan plan` on every cluster: the instance read once, planned by the one entry
     (solver/solve.py) for the objective asked for, its plan re-simulated once on each network the
-    objective reads, shown with the one breakdown renderer (a flat instance: its own header,
-    evidence wording and plan line)."""
+    objective reads, shown by the one renderer of each part (solver/plan_text.py)."""
     from paraplan.solver.commands import groups
     from paraplan.solver.solve import solve
 
@@ -57,7 +57,6 @@ def cmd_plan(args) -> int:
     finally:
         if log:
             log.done()
-    flat = not shown_as_groups(inst)
     regs = None
     if objective != "nominal" and res.plan is not None:
         # imported here: the network timeline's module (solver/dynamic.py) and its choice
@@ -74,7 +73,7 @@ def cmd_plan(args) -> int:
             out["sensitivity"] = sens
         _emit_json(out)
     else:
-        _show_plan(inst, res, flat)
+        _show_plan(inst, res)
         if regs:
             print("\n" + table(["scenario", "this plan", "scenario's optimum", "status", "regret"],
                                groups.regret_rows(regs), align="lrrlr"))
@@ -82,40 +81,30 @@ def cmd_plan(args) -> int:
             print("\n" + sensitivity_text(sens))
     if args.output and res.plan is not None:  # after the result is shown: a full disk loses nothing
         bound = "none" if res.bound_s is None else f"{res.bound_s:.6g} s"
-        value = (f"iteration {res.iter_time_s:.6g} s" if flat else
-                 f"{objective} objective {res.objective_s:.6g} s")
+        value = ("iteration" if objective == "nominal" else f"{objective} objective") + f" {res.objective_s:.6g} s"
         # a flat plan carries its instance, so that export and simulate need no instance file
         write_plan_file(args.output, f"# paraplan plan for {inst.name}: {res.status}, {value},"
                         f" bound {bound}, backend {res.backend}\n", plan_file(inst, res.plan, read))
     return status_code(res.status)
 
 
-def _show_plan(inst, res, flat: bool) -> None:
+def _show_plan(inst, res) -> None:
     """`plan`'s text of a SolveResult: the instance, the evidence, the model's warnings, the
     plan, its trust, dtype and cost to train, then its breakdown."""
     from paraplan.cost.model_notes import model_warnings
     from paraplan.cost.trust import plan_trust
-    from paraplan.solver.commands import groups
-    from paraplan.solver.plan_text import describe_partitions
 
     # the time the trust band and the cost to train are read at: a flat plan's predicted time, a
     # cluster's plan's on the nominal network (objective_s is a robust or expected aggregate)
-    t = res.iter_time_s if flat or res.breakdown is None else res.breakdown.iter_time_s
+    t = res.iter_time_s if inst.flat or res.breakdown is None else res.breakdown.iter_time_s
     trust = None if res.plan is None else plan_trust(inst, res.plan, t)
-    if flat:
-        print(f"{inst.name}: {inst.model.name} on {inst.cluster.num_gpus} x {inst.cluster.gpu.name},"
-              f" global batch {inst.job.global_batch} x {inst.model.seq_len} tokens")
-        print(evidence_text(res, "per iteration" + quantile_phrase(inst.search.objective, res.iter_time_s),
-                            not_covered=not_covered(inst, res.plan)))
-        for line in model_warnings(inst, res.plan):
-            print(f"warning     model: {line}")
-    else:
-        print(groups.describe_cluster(inst))
-        print(groups.evidence_text(res, inst=inst))
+    print(describe_cluster(inst))
+    print(evidence(res, inst))
+    for line in model_warnings(inst, res.plan):
+        print(f"warning     model: {line}")
     if res.plan is None:
         return
-    lines = [plan_line(res.plan), *describe_partitions(res.plan, inst)] if flat else plan_lines(res.plan, inst)
-    print("plan        " + "\n            ".join(lines))
+    print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
     for line in trust_lines(trust):
         print(line)
     print(grad_reduce_line(inst.job))
@@ -250,14 +239,13 @@ def cmd_exhaustive(args) -> int:
         raise InstanceError(inst.source, "search", str(e),
                             "narrow the space under 'search:' or raise --max-candidates")
     status = ("optimal" if res.plan else "infeasible") if res.complete else "timeout"
-    flat = inst.flat  # shown and written as the flat instance it was read as
-    unit = "candidates" if flat else "plans"
     reason = None if res.plan is not None else exhaustive_reason(inst, res.outer_configs)
     iter_time_s = trust = None
     if res.plan is not None:  # the best plan's predicted time and how far to trust it, as `plan` prints them
         from paraplan.cost.simulate import simulate
         from paraplan.cost.trust import plan_trust
-        iter_time_s = res.objective_s if flat else simulate(inst, res.plan).iter_time_s
+        # a cluster's objective_s may aggregate its networks: its time on the nominal one
+        iter_time_s = res.objective_s if inst.flat else simulate(inst, res.plan).iter_time_s
         trust = plan_trust(inst, res.plan, iter_time_s)
     if args.json:
         _emit_json({"status": status, "complete": res.complete, "objective": objective,
@@ -268,10 +256,10 @@ def cmd_exhaustive(args) -> int:
                     "reason": reason if res.complete else "stopped by the time limit: nothing is proved",
                     "plan": plan_to_mapping(res.plan, inst) if res.plan else None})
         return status_code(status)
-    print(f"{res.candidates:,} {unit} ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
+    print(f"{res.candidates:,} candidates ({res.outer_configs:,} outer configs), {res.feasible:,} fit memory,"
           f" {res.wall_time_s:.2f} s")
     if not res.complete:  # stopped by the time limit: nothing is proved
-        print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,} {unit}:"
+        print(f"STOPPED by the time limit ({args.time_limit_s:g} s) after {res.candidates:,} candidates:"
               " nothing is proved; the best seen is shown")
         if res.plan is None:
             print("no plan seen yet")
@@ -280,9 +268,11 @@ def cmd_exhaustive(args) -> int:
             print(reason)
     else:
         quantile = (f"; {seconds(res.quantile_s)} at {inst.search.objective}, the value minimised"
-                    if flat and inst.search.objective != "mean" and res.quantile_s is not None else "")
-        print(f"best        {seconds(res.objective_s)} " + ("per iteration" if flat else f"({objective})") + quantile)
-        print("plan        " + "\n            ".join([plan_line(res.plan)] if flat else plan_lines(res.plan, inst)))
+                    if inst.search.objective != "mean" and res.quantile_s is not None else "")
+        network = "the nominal network" if len(inst.scenarios) > 1 else None
+        print(f"best        {seconds(res.objective_s)} {objective_text(objective, len(inst.scenarios), network)}"
+              + quantile)
+        print("plan        " + "\n            ".join(plan_lines(res.plan, inst)))
         print(trust_lines(trust)[0])
     return status_code(status)
 
@@ -295,7 +285,7 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
     from paraplan.solver.plan_text import shown_as_groups
     if shown_as_groups(inst):
         from paraplan.solver.space import empty_space_reason
-        return "the declared heterogeneous space is empty: " + empty_space_reason(inst)
+        return "the declared space is empty: " + empty_space_reason(inst)
     from paraplan.solver.planner import infeasible_reason
     return infeasible_reason(inst, [])
 
@@ -303,12 +293,12 @@ def exhaustive_reason(inst, outer_configs: int) -> str:
 def cmd_verify(args) -> int:
     """The exact DP (one group), CP-SAT, MILP and exhaustive search on one instance, sharing one
     time limit; prints what was compared. Exit 0 only when all of them ran to a proof and agree."""
-    from paraplan.solver.solve import search_declared
+    from paraplan.solver.search import search
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.commands.limits import Deadline
 
     inst, objective = class_instance(args)
-    flat = inst.flat
+    flat = inst.flat  # the exact DP solves one class on one network
     deadline = Deadline(args.time_limit_s)
     # (method, status, value minimised or None, solve time or None, note, predicted time or
     # None): the methods agree on the value each minimised (the quantile of search.objective,
@@ -319,14 +309,13 @@ def cmd_verify(args) -> int:
         if flat and deadline.expired():
             methods.append((backend, "skipped", None, None, "time limit reached before it started", None))
             continue
-        res = search_declared(inst, backend, max(deadline.remaining_s(), 1e-3), objective)
+        res = search(inst, backend, max(deadline.remaining_s(), 1e-3), objective)
         tol = max(tol, res.tolerance_s)
         value = res.objective_s if res.quantile_s is None else res.quantile_s
         methods.append((backend, res.status, value, res.solve_time_s, "", res.objective_s))
     methods.append(exhaustive_method(inst, objective, args.max_candidates,
-                                     flat and progress_enabled(args), deadline,
-                                     "candidates" if flat else "plans"))
-    code = report_verify(args, methods, tol, None if flat else objective, inst.search.objective)
+                                     progress_enabled(args), deadline))
+    code = report_verify(args, methods, tol, objective, inst.search.objective)
     # verified (every method proved its answer, all agree) and no method found a plan
     return EXIT_INFEASIBLE if code == 0 and all(m[2] is None for m in methods) else code
 

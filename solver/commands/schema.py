@@ -85,7 +85,8 @@ SCHEMAS: dict[str, dict] = {
                    "iter_time_s": NUM_OR_NULL, "interval_s": INTERVAL, "candidates": INT, "feasible": INT,
                    "outer_configs": INT, "solve_time_s": NUM, "reason": (STR, "null"), "plan": (dict, "null")},
     # the methods are compared on quantile_s, the value each minimised (search.objective `quantile`)
-    "verify": {"status": STR, "agree": BOOL, "quantile": STR, "iter_time_s": NUM_OR_NULL,
+    # objective: the network objective (nominal on a flat cluster)
+    "verify": {"status": STR, "agree": BOOL, "objective": STR, "quantile": STR, "iter_time_s": NUM_OR_NULL,
                "quantile_s": NUM_OR_NULL, "methods": [METHOD]},
     "accuracy": {"status": STR, "files": [STR], "mape": NUM_OR_NULL, "bias": NUM_OR_NULL,
                  "rows_refused": [STR],
@@ -116,7 +117,6 @@ SCHEMAS: dict[str, dict] = {
                 "parts": [{"part": STR, "a_s": NUM, "b_s": NUM, "diff_s": NUM}], "reasons": [STR]},
 }
 # mixed clusters: the same core plus their own fields
-SCHEMAS["verify (mixed cluster)"] = {**SCHEMAS["verify"], "objective": STR}
 SCHEMAS["memory (mixed cluster)"] = {**SCHEMAS["memory"], "stages": [
     {"class": INT, "stage": INT, "group": STR, "total_bytes": NUM, "capacity_bytes": NUM,
      "categories_bytes": {k: NUM for k in MEM_CATEGORIES}}]}

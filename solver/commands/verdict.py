@@ -9,8 +9,7 @@ from paraplan.solver.commands.jsonout import emit_json
 EXIT_DISAGREE = 1
 
 
-def exhaustive_method(inst, objective: str, max_candidates: int, progress: bool, deadline,
-                      unit: str) -> tuple:
+def exhaustive_method(inst, objective: str, max_candidates: int, progress: bool, deadline) -> tuple:
     """verify's exhaustive row, within the planners' shared time limit: a space too large or a
     search the limit stops is reported as skipped, with why."""
     from paraplan.solver.exhaustive import SpaceTooLarge, exhaustive
@@ -20,14 +19,14 @@ def exhaustive_method(inst, objective: str, max_candidates: int, progress: bool,
         ex = exhaustive(inst, objective, max_candidates=max_candidates, progress=progress,
                                time_limit_s=deadline.remaining_s())
         if not ex.complete:
-            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} {unit}")
+            raise TimeoutError(f"stopped by the time limit after {ex.candidates:,} candidates")
         value = ex.objective_s if ex.quantile_s is None else ex.quantile_s  # what it minimised
         return ("exhaustive", "optimal" if ex.plan else "infeasible", value, ex.wall_time_s, "", ex.objective_s)
     except (SpaceTooLarge, TimeoutError) as e:
         return ("exhaustive", "skipped", None, None, str(e), None)
 
 
-def report_verify(args, methods: list[tuple], tol_s: float, objective: str | None = None,
+def report_verify(args, methods: list[tuple], tol_s: float, objective: str = "nominal",
                   quantile: str = "mean") -> int:
     """verify's verdict and output, for homogeneous and mixed clusters alike. Only methods that
     proved their answer ("optimal" or "infeasible") are compared, on the value each minimised
@@ -42,7 +41,7 @@ def report_verify(args, methods: list[tuple], tol_s: float, objective: str | Non
     if args.json:
         _verify_json(methods, proved, left_out, agree, verified, objective, quantile)
     else:
-        what = "iteration time" if objective in (None, "nominal") else f"{objective} objective"
+        what = "iteration time" if objective == "nominal" else f"{objective} objective"
         heads = ["method", "status", f"{what} (s)" if quantile == "mean" else f"{what} at {quantile} (s)"]
         heads += [] if quantile == "mean" else ["predicted (s)"]
         print(table([*heads, "time"],
@@ -68,18 +67,16 @@ def _verdict_line(proved: list[tuple], left_out: list[tuple], agree: bool, verif
     return f"NOT VERIFIED: {compared}; not compared: {why}"
 
 
-def _verify_json(methods, proved, left_out, agree: bool, verified: bool, objective: str | None,
+def _verify_json(methods, proved, left_out, agree: bool, verified: bool, objective: str,
                  quantile: str) -> None:
     # iter_time_s: the predicted time; quantile_s: the value compared (quantile: search.objective)
     out = {"status": "agree" if verified else ("disagree" if not agree and len(proved) > 1 else "not_verified"),
            "agree": agree, "verified": verified,
            "compared": [m[0] for m in proved], "not_compared": {m[0]: m[4] or m[1] for m in left_out},
-           "quantile": quantile, "iter_time_s": proved[0][5] if agree else None,
+           "objective": objective, "quantile": quantile, "iter_time_s": proved[0][5] if agree else None,
            "quantile_s": proved[0][2] if agree else None,
            "methods": [{"method": m, "status": st, "iter_time_s": p, "quantile_s": v, "solve_time_s": t,
                         "note": note} for m, st, v, t, note, p in methods]}
-    if objective is not None:
-        out["objective"] = objective
     emit_json(out)
 
 

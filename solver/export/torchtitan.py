@@ -59,7 +59,7 @@ from dataclasses import replace
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Precision, Recompute
 from paraplan.cost.plan_specs import Plan
-from paraplan.cost.torch_schedules import fastest_fitting, planned_schedule, schedule_prices
+from paraplan.cost.torch_schedules import fastest_fitting, schedule_prices
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
@@ -285,7 +285,7 @@ def _choose_schedule(d: Deviations) -> None:
     if p.pp == 1 or d.source_framework is Framework.TORCHTITAN:
         return
     prices = {x.kind: x for x in schedule_prices(d.inst, p, reserve_bytes=d.inst.search.memory_reserve_bytes)}
-    best, planned = fastest_fitting(list(prices.values())), planned_schedule(p)
+    best, planned = fastest_fitting(list(prices.values())), TorchSchedule.of(p)
     if best is None or best.kind is planned or planned not in prices:
         return
     new, old = best, prices[planned]
@@ -452,7 +452,7 @@ def render(inst: Instance, e: Emitted) -> str:
                         ("expert_tensor_parallel_degree", p.expert_tp)]
     parallelism.append(("pipeline_parallel_degree", p.pp))
     if p.pp > 1:
-        kind = planned_schedule(p)
+        kind = TorchSchedule.of(p)
         v_shape = kind is TorchSchedule.ZBV_ZERO_BUBBLE
         parts = []
         for k, (_, first, count) in enumerate(model_chunks(p, v_shape=v_shape)):

@@ -36,7 +36,7 @@ from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
 from paraplan.solver.format import count, quantile_phrase, release_text, seconds, train_cost_lines
-from paraplan.solver.plan_text import describe_partitions, plan_lines, shown_as_groups
+from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
 
 DPI = 110
 # The replay "ends at the objective" when the two agree to this relative precision.
@@ -484,7 +484,7 @@ def _frontier_section(inst: Instance, coeffs: list[StageCoefficients], result) -
 
 
 def evidence_rows(result, trust, quantile: str = "mean") -> list[list[str]]:
-    """Optimality evidence of a (homogeneous or heterogeneous) planner result, and how far to
+    """Optimality evidence of a planner result (any plan the search returns), and how far to
     trust its time (cost/trust.py). The objective row is what was minimised (the predicted time
     at search.objective `quantile`, as `plan` prints it), the value the bound bounds: shown as
     the predicted time, the bound sat above the objective on every p90 report."""
@@ -549,7 +549,7 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
     if best is None:
         return f"<p>No optimum to compare {html.escape(label)} with ({html.escape(result.status)}).</p>"
     cmp = compare(ours, best, ("your plan", "the optimum"))
-    side = ([["plan", _any_plan_text(user_plan, inst), _any_plan_text(result.plan, inst)]] + side_rows(ours, best)
+    side = ([["plan", describe_plan(user_plan, inst), describe_plan(result.plan, inst)]] + side_rows(ours, best)
             + train_rows(*(fitting_train_cost(inst, bd, plan_trust(inst, p, bd.iter_time_s))
                            for p, bd in ((user_plan, ours), (result.plan, best)))))
     if cmp.faster is None:
@@ -569,21 +569,6 @@ def _comparison_section(inst, result, user_plan, label: str) -> str:
                      part_rows(cmp)))
 
 
-def _any_plan_text(p, inst) -> str:
-    """plan_text of a plan of a flat instance; one on node groups as `plan` prints it."""
-    if not shown_as_groups(inst, p):
-        return plan_text(p)
-    return "; ".join(line.strip() for line in plan_lines(p, inst))
-
-
-def plan_text(p: Plan) -> str:
-    out = (outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
-           f" full recompute/stage {list(p.full_recompute_layers)}")
-    if p.partitions:
-        out += ", partitions " + ", ".join(f"{op}={spec}" for op, spec in p.partitions)
-    return out
-
-
 def _page(title: str, body: str) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title><style>{CSS}{report_svg.CSS}</style></head>\n"
@@ -591,12 +576,13 @@ def _page(title: str, body: str) -> str:
 
 
 
-def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> list[list[str]]:
+def _facts(inst: Instance, result, trust, t: float | None) -> list[list[str]]:
     """The fact sheet at the top: the instance, the status and, with a plan, its time `t`
     (on the nominal network), throughput, the plan itself and the time to train."""
     m, cl = inst.model, inst.cluster
-    cluster = (f"{cl.num_gpus} x {cl.gpu.name} ({cl.nodes} nodes)" if inst.flat else
-               " + ".join(f"{g.num_gpus} x {g.gpu.name} ({g.name}@{g.site})" for g in cl.groups))
+    several = len(cl.groups) > 1  # then each group is named with its site
+    cluster = " + ".join(f"{g.num_gpus} x {g.gpu.name} ({f'{g.name}@{g.site}' if several else f'{g.nodes} node' + 's' * (g.nodes > 1)})"
+                         for g in cl.groups)
     scenarios = len(inst.scenarios) > 1
     facts = [["instance", inst.name],
              ["model", f"{m.name}: {m.layers} layers, hidden {m.hidden}, seq_len {m.seq_len}"],
@@ -612,21 +598,16 @@ def _facts(inst: Instance, result, trust, t: float | None, one_class: bool) -> l
                                                      " out-of-sample errors"]]
           if inst.search.objective != "mean" and result.quantile_s is not None else [])
     idle = f", {bd.idle_gpus} idle GPUs" if bd.idle_gpus else ""
-    peak = "" if inst.flat else " of all GPUs' peak"  # of GPU types that differ
+    peak = " of all GPUs' peak" if several else ""  # of GPU types that may differ
     facts += [["iteration time", seconds(t) + (" on the nominal network" if scenarios else "")], *at,
               ["throughput", f"{bd.tokens_per_s:,.0f} tokens/s, MFU {100 * bd.mfu:.1f}%{peak},"
                              f" {bd.megatron_tflops_per_gpu:,.1f} model TFLOP/s per GPU as"
                              f" Megatron-LM logs it{idle}"]]
-    if one_class:
-        facts.append(["plan", outer_label(p) + f", layers/stage {list(p.layers_per_stage)},"
-                                               f" full recompute/stage {list(p.full_recompute_layers)}"])
-    else:
-        facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
+    # as `plan` prints it: one class on every GPU of one group in one line, then its partitions
+    facts += [["plan" if i == 0 else "", line.strip()] for i, line in enumerate(plan_lines(p, inst))]
     # the time, GPU-hours and cost to train (none without job.train_tokens): plan's two lines
     tc = instance_train_cost(inst, t, None if trust is None else trust.interval_s)
     facts += [["time to train" if i == 0 else "", line] for i, line in enumerate(train_cost_lines(tc))]
-    if one_class:  # a plan of classes lists its partitions per group in its plan lines
-        facts += [["partition" if i == 0 else "", line] for i, line in enumerate(describe_partitions(p, inst))]
     return facts
 
 
@@ -722,7 +703,7 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
         t = result.iter_time_s if one_class else bd.iter_time_s  # a cluster's: the nominal network's
         trust = plan_trust(inst, p, t)
     title = f"paraplan report: {inst.name}"
-    body = (f"<h1>{html.escape(title)}</h1>" + _table(None, _facts(inst, result, trust, t, one_class))
+    body = (f"<h1>{html.escape(title)}</h1>" + _table(None, _facts(inst, result, trust, t))
             + _section(1, "evidence", _evidence_section(result, trust, inst.search.objective)))
     if p is None or bd is None:
         none = f"<p>No plan to show ({html.escape(result.status)}).</p>"

@@ -459,20 +459,14 @@ class _Results:
                 records = _done_jsonl_records(jsonl_path)
                 done &= set(records)  # a record one file lost (a full disk) runs again
             self.done_ids = done
-            self._rewrite(csv_path, "-o", lambda fh: _write_rows(
-                fh, [r for i, r in csv_rows.items() if i in done]), newline="",
-                exists=os.path.exists(csv_path))
+            if os.path.exists(csv_path):
+                _guard("-o", csv_path, lambda: _replace_file(csv_path, lambda fh: _write_rows(
+                    fh, [r for i, r in csv_rows.items() if i in done]), newline=""))
             if records is not None:
-                self._rewrite(jsonl_path, "--json", lambda fh: fh.writelines(
-                    line for i, line in records.items() if i in done), exists=True)
+                _guard("--json", jsonl_path, lambda: _replace_file(jsonl_path, lambda fh: fh.writelines(
+                    line for i, line in records.items() if i in done)))
         self._csv_path, self._jsonl_path = csv_path, jsonl_path
         self._csv_file = self._jsonl = None
-
-    @staticmethod
-    def _rewrite(path: str, flag: str, write, newline: str | None = None, *,
-                 exists: bool) -> None:
-        if exists:
-            _guard(flag, path, lambda: _replace_file(path, write, newline))
 
     def open(self) -> None:
         """Open the files for appending; the CSV gets its header if it is new."""

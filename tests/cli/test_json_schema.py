@@ -92,7 +92,7 @@ def test_verify(capsys):
 
 
 def test_verify_mixed_cluster(capsys):
-    check(run_json(capsys, ["verify", MIXED, "--json", "--quiet"]), "verify (mixed cluster)")
+    check(run_json(capsys, ["verify", MIXED, "--json", "--quiet"]), "verify")
 
 
 def test_accuracy(capsys):

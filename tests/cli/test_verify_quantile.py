@@ -41,8 +41,8 @@ def test_the_verdict_reads_the_minimised_value_not_the_prediction(capsys):
     args = types.SimpleNamespace(json=False)
     # (method, status, value minimised, solve time, note, predicted time)
     same_prediction = [("dp", "optimal", 1.00, 0.1, "", 0.9), ("cpsat", "optimal", 1.10, 0.1, "", 0.9)]
-    assert report_verify(args, same_prediction, 0.0, None, "p90") == EXIT_DISAGREE
+    assert report_verify(args, same_prediction, 0.0, "nominal", "p90") == EXIT_DISAGREE
     same_quantile = [("dp", "optimal", 1.00, 0.1, "", 0.90), ("cpsat", "optimal", 1.00, 0.1, "", 0.95)]
-    assert report_verify(args, same_quantile, 0.0, None, "p90") == 0
+    assert report_verify(args, same_quantile, 0.0, "nominal", "p90") == 0
     out = capsys.readouterr().out
     assert "iteration time at p90 (s)" in out and "predicted (s)" in out

@@ -130,9 +130,12 @@ def test_dualpipe_schedule_by_hand():
 
 
 def test_dualpipe_device_memory_counts_both_stages_and_one_runtime():
-    # stages [10, 20, 30, 40] bytes, each with a runtime of 5: devices (10 + 40 - 5, 20 + 30 - 5, ...)
-    mem = dualpipe.device_mem_bytes(np.array([10.0, 20, 30, 40]), 5.0)
-    assert mem.tolist() == [45, 45, 45, 45]
+    # stages [10, 20, 30, 40] bytes, each with a runtime of 5 (k0 leaves it out: 5, 15, 25,
+    # 35): devices (10 + 40 - 5, 20 + 30 - 5, ...), the runtime counted once
+    zero = np.zeros(4)
+    terms = dualpipe.Terms(coeffs=None, num_micro_batches=8, bw_s=zero, ru_s=zero,
+                           k0_bytes=np.array([5.0, 15, 25, 35]), kn_bytes=zero, kr_bytes=zero, runtime_bytes=5.0)
+    assert terms.mem_bytes(zero, zero).tolist() == [45, 45, 45, 45]
 
 
 def _plan(inst, n, r=None, m=120, pp=16):

@@ -308,7 +308,7 @@ def test_recompute_early_stop_follows_the_job_the_framework_and_the_pytorch_vers
     # 2.1, whose non-reentrant checkpoint replays whole blocks); else the framework's, except
     # Composer in FP8, whose te.Linear layers llm-foundry ran with the reentrant checkpoint.
     # A megatron or deepspeed job that asks for it is refused: they replay whole layers.
-    from paraplan.cost.calibration import load_published, row_recompute_early_stop
+    from paraplan.cost.calibration import load_published, row_ran
     from paraplan.cost.errors import ConfigError
     from paraplan.cost.framework import recompute_stops_early
     from paraplan.cost.specs import JobSpec, Precision
@@ -321,11 +321,12 @@ def test_recompute_early_stop_follows_the_job_the_framework_and_the_pytorch_vers
     with pytest.raises(ConfigError, match="recompute_early_stop"):
         JobSpec(global_batch=8, framework=Framework.DEEPSPEED, recompute_early_stop=True)
     # calibration: llm-foundry's June 2023 sweep ran PyTorch 1.13 (the A100 40GB table and the
-    # A100 80GB table's 70B rows); its October 2023 rows ran PyTorch 2.1
-    rows = {r["id"]: r for r in load_published()}
-    assert row_recompute_early_stop(rows["mpt-a100-40-13b-s2048-g8"]) is False
-    assert row_recompute_early_stop(rows["mpt-a100-80-70b-s2048-g64"]) is False
-    assert row_recompute_early_stop(rows["mpt-a100-80-13b-s1024-g8"]) is None
+    # A100 80GB table's 70B rows); its October 2023 rows ran PyTorch 2.1 (ran.yaml's
+    # recompute_early_stop: false before 2.1; None, the framework's default, after)
+    rows = {r["id"]: row_ran(r) for r in load_published()}
+    assert rows["mpt-a100-40-13b-s2048-g8"].recompute_early_stop is False
+    assert rows["mpt-a100-80-70b-s2048-g64"].recompute_early_stop is False
+    assert rows["mpt-a100-80-13b-s1024-g8"].recompute_early_stop is None
 
 
 def test_recompute_early_stop_loads_and_round_trips(tmp_path):

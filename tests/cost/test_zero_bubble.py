@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paraplan.cost import schedule
+from paraplan.cost import schedule, zero_bubble
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.schedule import TorchSchedule as S
 from paraplan.cost.simulate import simulate
@@ -114,7 +114,7 @@ def test_weight_gradient_share_of_llama3_8b_from_its_flops():
     # 8192 x 8192 scores A = (2*8192*4096 + 2*8192*4096) / 2 = 67,108,864. W = G, F = G + A,
     # B = G + 2A: W / (F + B + W) = G / (3 (G + A)) = (6.5/7.5) / 3 = 13/45
     inst = load_instance(ROOT / "instances" / "llama3-8b-64xH100.yaml")
-    assert schedule.weight_grad_share(inst.model, 1, 1, 1) == pytest.approx(13 / 45)
+    assert zero_bubble.weight_grad_share(inst.model, 1, 1, 1) == pytest.approx(13 / 45)
 
 
 @pytest.mark.parametrize("kind, pp, v, m, ok", [
@@ -132,9 +132,11 @@ def test_which_schedules_torch_runs(kind, pp, v, m, ok):
 
 def test_zbv_holds_pp_micro_batches_on_every_stage():
     # 2 pp half-stage chunks on every rank (Sec. 6), at most m; 1F1B's stage s holds pp - s
-    assert list(schedule.schedule_in_flight(S.ZBV_ZERO_BUBBLE, 4, 8, 2)) == [4, 4, 4, 4]
-    assert list(schedule.schedule_in_flight(S.ZBV_ZERO_BUBBLE, 4, 3, 2)) == [3, 3, 3, 3]
-    assert list(schedule.schedule_in_flight(S.ONE_F_ONE_B, 4, 8, 1)) == [4, 3, 2, 1]
+    # (what coefficients.build holds per stage under each)
+    from paraplan.cost.coefficients import in_flight_micro_batches
+    assert list(zero_bubble.v_in_flight(4, 8)) == [4, 4, 4, 4]
+    assert list(zero_bubble.v_in_flight(4, 3)) == [3, 3, 3, 3]
+    assert list(in_flight_micro_batches(4, 8, 1)) == [4, 3, 2, 1]
 
 
 def test_the_planned_schedule_prices_as_the_simulator_and_zero_bubble_is_faster():
@@ -167,8 +169,8 @@ def test_zbv_moves_the_output_layer_to_rank_0():
     from paraplan.cost.coefficients import build
     inst, plan = llama405_v2()
     c = build(inst, plan.flat_outer)
-    c = schedule.with_in_flight(c, schedule.schedule_in_flight(S.ZBV_ZERO_BUBBLE, plan.pp, 128, 2))
-    v = schedule.v_shaped(c)
+    c = schedule.with_in_flight(c, zero_bubble.v_in_flight(plan.pp, 128))
+    v = zero_bubble.v_shaped(c)
     for name in ("stage_time_s", "stage_mem_bytes", "stage_sync_time_s"):
         before, after = getattr(c, name), getattr(v, name)
         assert after[0] == pytest.approx(before[0] + before[-1] - before[-2])

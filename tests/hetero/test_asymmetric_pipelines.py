@@ -1,10 +1,12 @@
-"""Asymmetric pipelines (a data-parallel degree per stage, issue 33): the branch and bound of
-solver/asymmetric_search.py against exhaustive search of the same space
+"""Asymmetric pipelines (a data-parallel degree per stage, issue 33): the one search
+(solver/search.py, each pipeline a node priced by solver/asymmetric_search.py) over the
+pipelines alone against exhaustive search of the same space
 (solver/exhaustive.exhaustive_asymmetric), and against the symmetric planner's optimum."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from randinst import mixed_family_instance
@@ -15,11 +17,21 @@ from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework
 from paraplan.cost.trust import Features, distance_level, objective_factor_of, published_residuals, quantile_factor
-from paraplan.solver.asymmetric_search import search_asymmetric
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive, exhaustive_asymmetric
 from paraplan.solver.memory_tiers import plan_tier
+from paraplan.solver.search import _search_tier, search
 from paraplan.solver.solve import solve
+
+
+def _pipelines(inst, ceiling_s: float | None = None):
+    """The one search over the asymmetric pipelines alone (no symmetric family listed): its
+    result and the value it minimised (inf where no plan); `ceiling_s`, a plan in hand
+    outside the search (one memory tier: `mean`), which prunes from the start."""
+    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, asymmetric_pipelines=True))
+    res = (search(inst, "dp", families=()) if ceiling_s is None
+           else _search_tier(inst, "dp", families=(), ceiling_s=ceiling_s))
+    return res, (res.quantile_s if res.plan is not None else math.inf)
 
 
 def _framework(inst, fw):
@@ -52,30 +64,30 @@ def test_branch_and_bound_matches_exhaustive(seed, fw, objective):
     # exhaustive_asymmetric values each (split, recompute) row at its own factor, read from its
     # own memory fill; the search scales whole tiers and cuts by bounds
     inst = _quantile(_framework(mixed_family_instance(seed), fw), objective)
-    got = search_asymmetric(inst)
+    got, value_s = _pipelines(inst)
     best_s, plan, _, _ = exhaustive_asymmetric(inst)
-    assert got.objective_s == pytest.approx(best_s, rel=1e-12)  # inf == inf where nothing fits
+    assert value_s == pytest.approx(best_s, rel=1e-12)  # inf == inf where nothing fits
     if plan is not None:  # the search's plan re-simulates to its objective, and fits
         bd = simulate(inst, got.plan)
         factor = objective_factor_of(plan_tier(inst, got.plan), got.plan)
         assert (factor == 1.0) == (objective == "mean")
-        assert bd.fits and bd.iter_time_s * factor == pytest.approx(got.objective_s, rel=1e-12)
+        assert bd.fits and bd.iter_time_s * factor == pytest.approx(value_s, rel=1e-12)
 
 
 @pytest.mark.slow  # 5-11 s each on two cores: 120-792 pipelines priced
 @pytest.mark.parametrize("seed", [6, 17])
 def test_branch_and_bound_matches_exhaustive_larger(seed):
     inst = mixed_family_instance(seed)
-    assert search_asymmetric(inst).objective_s == pytest.approx(exhaustive_asymmetric(inst)[0], rel=1e-12)
+    assert _pipelines(inst)[1] == pytest.approx(exhaustive_asymmetric(inst)[0], rel=1e-12)
 
 
 def test_an_incumbent_prunes_without_changing_the_answer():
     inst = mixed_family_instance(10)
-    free = search_asymmetric(inst)
-    cut = search_asymmetric(inst, incumbent_s=free.objective_s * (1 + 1e-9))
-    assert cut.objective_s == free.objective_s and cut.solved <= free.solved
-    # an incumbent no pipeline beats: nothing returned, proved by the bounds
-    assert search_asymmetric(inst, incumbent_s=free.objective_s * 0.5).plan is None
+    free, free_s = _pipelines(inst)
+    cut, cut_s = _pipelines(inst, ceiling_s=free_s * (1 + 1e-9))
+    assert cut_s == free_s and cut.solved <= free.solved
+    # a plan in hand no pipeline beats: nothing returned, proved by the bounds
+    assert _pipelines(inst, ceiling_s=free_s * 0.5)[0].plan is None
 
 
 def test_asymmetric_beats_every_symmetric_plan_on_seed_3():
@@ -87,9 +99,9 @@ def test_asymmetric_beats_every_symmetric_plan_on_seed_3():
     # micro-batches of 2: 10.013 ms, 2.5% faster
     inst = mixed_family_instance(3)
     sym = exhaustive(inst).objective_s
-    got = search_asymmetric(inst)
+    got, value_s = _pipelines(inst)
     assert got.plan.classes[0].stage_dp == (1, 2) and got.plan.classes[0].layers_per_stage == (1, 3)
-    assert sym == pytest.approx(10.270e-3, abs=1e-6) and got.objective_s == pytest.approx(10.013e-3, abs=1e-6)
+    assert sym == pytest.approx(10.270e-3, abs=1e-6) and value_s == pytest.approx(10.013e-3, abs=1e-6)
 
 
 def test_equal_degree_optimum_is_a_symmetric_plan():
@@ -97,9 +109,23 @@ def test_equal_degree_optimum_is_a_symmetric_plan():
     # one), the asymmetric optimum is the symmetric stage-wise pipeline's, which exhaustive
     # search of the symmetric space also finds
     inst = mixed_family_instance(8)
-    got = search_asymmetric(inst)
+    got, value_s = _pipelines(inst)
     assert set(got.plan.classes[0].stage_dp) == {1}
-    assert got.objective_s == pytest.approx(exhaustive(inst).objective_s, rel=1e-12)
+    assert value_s == pytest.approx(exhaustive(inst).objective_s, rel=1e-12)
+
+
+def test_one_search_keeps_the_symmetric_plan_on_a_tie():
+    # seed 8 with the option on: the pipelines are nodes of the one search, counted among its
+    # outer configurations beside the symmetric space's; its best pipeline (degrees 1, 1) is
+    # the symmetric stage-wise plan, of the same value, and the tie rule keeps the symmetric
+    # plan (as the symmetric space was kept when the pipelines were searched after it)
+    from paraplan.solver.asymmetric_space import asymmetric_outers
+    inst = mixed_family_instance(8)
+    on = dataclasses.replace(inst, search=dataclasses.replace(inst.search, asymmetric_pipelines=True))
+    sym, res = solve(inst), solve(on)
+    assert res.outer_configs == sym.outer_configs + len(asymmetric_outers(on)) > sym.outer_configs
+    assert not res.plan.classes[0].stage_dp and res.plan == sym.plan
+    assert res.quantile_s == pytest.approx(_pipelines(inst)[1], rel=1e-12)
 
 
 # The 2 + 1 GPUs of seed 3 as an instance file (toy GPUs: 300 TFLOP/s, 3 GiB, 1,000 GB/s; NVLink
@@ -185,7 +211,7 @@ def test_under_p90_the_plan_is_valued_at_its_band(tmp_path, capsys):
     assert main(["plan", str(path), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "data-parallel ranks/stage [1,2]" in text
-    assert f"objective   {p90_ms} per iteration on the nominal network at p90" in text
+    assert f"objective   {p90_ms} per iteration at p90" in text  # one network: none named
     assert f".. {p90_ms} (10th-90th percentile" in text
     assert main(["simulate", str(path), "--plan", str(out)]) == 0
     assert f".. {p90_ms} (10th-90th percentile" in capsys.readouterr().out
@@ -256,4 +282,4 @@ def test_a_large_space_is_refused_naming_the_key():
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, asymmetric_pipelines=True,
                                                                  objective="mean"))
     with pytest.raises(InstanceError, match="asymmetric_pipelines"):
-        search_asymmetric(inst)
+        search(inst, families=())

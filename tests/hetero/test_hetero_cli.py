@@ -24,7 +24,7 @@ def test_plan_writes_a_plan_that_loads_back(tmp_path, capsys):
     out = tmp_path / "plan.yaml"
     assert main(["plan", DYNAMIC, "-o", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "OPTIMAL (proved over the declared heterogeneous space)" in text
+    assert "OPTIMAL (proved over the declared space)" in text
     inst = load_instance(DYNAMIC)
     plan = load_plan(out, inst)
     assert sum(c.replicas * c.num_micro_batches for c in plan.classes) * plan.micro_batch == 256

@@ -185,7 +185,7 @@ def test_an_empty_mixed_cluster_space_says_why(space, words):
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, **space))
     res = search(inst)
     assert res.status == "infeasible" and res.outer_configs == 0
-    assert res.reason.startswith("the declared heterogeneous space is empty: ") and words in res.reason, res.reason
+    assert res.reason.startswith("the declared space is empty: ") and words in res.reason, res.reason
 
 
 def test_interleaving_micro_batch_vectors_and_an_empty_space_say_why():

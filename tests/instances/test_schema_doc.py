@@ -1,15 +1,26 @@
-"""docs/schema.md's key reference is generated from cost/schema_keys.py (one description per
-key), and that table describes exactly the keys the readers accept, section by section."""
+"""docs/schema.md's key reference is generated from one description per key, the docstring of
+the record field that holds it (cost/schema_keys.py says which field holds which key), and that
+table describes exactly the keys the readers accept, section by section, with the defaults
+they fill in."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import sys
+from dataclasses import fields
 from pathlib import Path
 
 from paraplan.cost.docs import schema as schema_doc
+from paraplan.cost.docs.field_docs import field_docs, summary
 from paraplan.cost.docs.regions import region, replace_region
-from paraplan.cost.schema_keys import SECTIONS
+from paraplan.cost import schema_keys as keys
+from paraplan.cost.plan_specs import Plan
+from paraplan.cost.readers.gpus import gpu_from_mapping
+from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.readers.plan_reader import plan_from_mapping
+from paraplan.cost.schema_keys import FIELD_DEFAULT, SECTIONS, field_default, source
+from paraplan.cost.specs import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 # every module of the readers' room (cost/readers/), found on disk so a reader added later is read
@@ -22,6 +33,75 @@ def test_the_page_is_what_the_generator_writes():
     # `python -m paraplan.cost.docs.schema` leaves the page stale: this fails until it is rerun.
     assert region(schema_doc.PAGE.read_text(), schema_doc.REGION) == schema_doc.render()
     assert schema_doc.main(["--check"]) == 0
+
+
+def test_every_key_is_described_once_by_a_field_docstring_or_by_the_table():
+    for sec in SECTIONS:
+        for key in sec.keys:
+            where = source(key, sec)
+            if where is None:  # no one field holds it: the table says what it means
+                assert key.meaning and not key.field and key.record is None, (sec.title, key.name)
+                continue
+            record, name = where
+            assert record is not None, (sec.title, key.name)
+            assert name in {f.name for f in fields(record)}, (sec.title, key.name, record.__name__)
+            assert summary(field_docs(record).get(name, "")), \
+                f"{record.__name__}.{name} (key {sec.path}.{key.name}) has no docstring"
+
+
+def test_a_field_docstring_is_read_through_the_base_classes_and_cut_at_its_first_paragraph():
+    # Plan's degrees are declared on its base class _Modes, its classes on Plan itself
+    docs = field_docs(Plan)
+    assert {"tp", "zero", "classes"} <= set(docs)
+    assert summary("one\n  line\n\nmore for code readers") == "one line"
+
+
+def test_field_docstrings_compile_to_nothing():
+    # The docstrings cost the plan path nothing: the compiled class body holds no constant for
+    # them (CPython drops a bare string statement), so importing cost/specs.py keeps none.
+    path = sys.modules[ModelSpec.__module__].__file__
+    module = compile(Path(path).read_text(), path, "exec")
+    body = next(c for c in module.co_consts if getattr(c, "co_name", "") == "ModelSpec")
+    doc = field_docs(ModelSpec)["layers"]
+    assert doc and doc not in body.co_consts
+
+
+# the smallest files the readers take: every key left out that may be
+_MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000, "seq_len": 1024,
+          "mlp": "gelu"}
+_GROUP = {"gpu": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 8, "intra_node_gbytes_per_s": 600,
+          "nic_gbit_per_s": 200}
+_JOB = {"global_batch": 32}
+
+
+def test_a_key_left_out_is_read_as_the_default_the_page_gives():
+    # The page gives a FIELD_DEFAULT key's default as its field's own; the readers pass their
+    # own defaults, so this reads files that leave every such key out and compares.
+    flat = instance_from_mapping({"name": "t", "model": _MODEL, "cluster": _GROUP, "job": _JOB})
+    moe = instance_from_mapping({"name": "m", "cluster": _GROUP, "job": _JOB, "model": {
+        **_MODEL, "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024}}})
+    groups = instance_from_mapping({"name": "g", "model": _MODEL, "job": _JOB,
+                                    "cluster": {"groups": [{"name": "a", **_GROUP}]}})
+    read = {
+        keys.MODEL: flat.model, keys.MOE: moe.model.moe, keys.CLUSTER: flat.cluster.groups[0],
+        keys.JOB: flat.job, keys.SEARCH: flat.search, keys.SWITCHING: groups.switching,
+        keys.GPU: gpu_from_mapping("X", {"peak_tflops_bf16": 312, "hbm_gib": 80,
+                                         "hbm_gbytes_per_s": 2039}, "<memory>", "gpu_types.X"),
+        # 8 replicas x micro-batch 4 x 1 micro-batch = the job's 32 sequences
+        keys.PLAN: plan_from_mapping({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4}, flat),
+        keys.GROUPS_PLAN: plan_from_mapping({"tp": 1, "micro_batch": 4, "classes": [
+            {"replicas": 8, "stages": ["a"], "num_micro_batches": 1}]}, groups),
+    }
+    checked = 0
+    for sec in SECTIONS:
+        for key in sec.keys:
+            if key.default != FIELD_DEFAULT:
+                continue
+            assert sec in read, sec.title
+            _, name = source(key, sec)
+            assert getattr(read[sec], name) == field_default(key, sec), (sec.title, key.name)
+            checked += 1
+    assert checked >= 60  # the 68 keys whose default was written "false", "0", ... at the time
 
 
 def _accepted(section) -> tuple[str, ...]:

@@ -171,17 +171,17 @@ def test_a_timeline_whose_limit_leaves_a_scenario_without_a_plan_still_answers(m
     from paraplan.solver import dynamic
     inst = load_instance(str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"))
     second = inst.scenarios[1].cluster
-    # each scenario's own search goes through search_declared (solver/solve.py); the weighted
-    # ones, through search with objective "expected"
-    real = dynamic.search_declared
+    # each scenario's own search, and the weighted ones (objective "expected", on the first
+    # scenario's cluster), go through search (solver/search.py)
+    real = dynamic.search
 
-    def search_declared(i, *args, **kw):
+    def search(i, *args, **kw):
         res = real(i, *args, **kw)
         if i.cluster == second:
             return dataclasses.replace(res, plan=None, status="timeout", bound_s=None)
         return res
 
-    monkeypatch.setattr(dynamic, "search_declared", search_declared)
+    monkeypatch.setattr(dynamic, "search", search)
     r = dynamic.plan_timeline(inst, "cpsat", 60.0)
     assert not r.complete
     from paraplan.formulations.timeline import timeline_iterations

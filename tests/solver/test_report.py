@@ -399,7 +399,8 @@ def test_partitioned_plan_is_drawn_with_its_own_coefficients():
     megatron = build(inst, res.plan.flat_outer)
     assert abs(makespan_s(one_f_one_b_events(megatron, n, r)) - res.iter_time_s) > 1e-6 * res.iter_time_s
     page = report.build_report(inst, res)
-    assert "<th>partition</th>" in page
+    from paraplan.solver.plan_text import describe_partitions
+    assert all(f"<td>{line}</td>" in page for line in describe_partitions(res.plan, inst))  # the plan's rows
 
 
 def test_report_compares_a_users_plan(tiny_report):
