@@ -30,6 +30,14 @@ optimistic terms), at most every layer-plan combination's, all-Megatron included
 is then at most each combination's bound before pricing (unpriced.floor_bounds_s with
 layer_plans, which keys those combinations in search.py) by the same argument.
 
+A stage-wise block's bound (stage_bound_rows) reads more: its pipeline's slowest stage and sum
+together (fill_drain.py) and, where asked (partial_bounds_s' layer_memo; never with
+per-operator partitions, whose layer plans sync otherwise than Megatron's layer), per ZeRO
+stage and v of the block, the slowest stage's gradient sync, which the bound before pricing
+leaves out. Those are at most each configuration's value, not its bound before pricing, and
+are lowered by fill_drain.TIE_MARGIN: the search keys each listed configuration by at least
+its block's bound, and prunes (never keys) by its block's bound for its ZeRO stage and v.
+
 Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) and not under
 DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a weight-gradient
 share off the layers' sum, unpriced._zero_bubble_row) or the uniform split: search.py lists
@@ -42,9 +50,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from paraplan.cost.class_coefficients import class_outers
+from paraplan.cost.comm import NetEfficiency
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.bounds.fill_drain import TIE_MARGIN, fill_drain_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
+from paraplan.solver.bounds.unpriced_memory import layer_terms, sync_key, sync_terms
 from paraplan.solver.bounds.stage_families import group_factor
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 
@@ -96,7 +107,8 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
 
 
 def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
-                     memo: dict | None = None, per_block: dict | None = None) -> np.ndarray:
+                     memo: dict | None = None, per_block: dict | None = None,
+                     layer_memo: dict | None = None) -> np.ndarray:
     """A lower bound of every configuration of each partial layout (solver/space.Partial), on
     scenarios `idx` aggregated as `agg`: of the other families the least block bound
     (block_bounds_s) of its layout; of a stage-wise one, through its groups in every order,
@@ -104,7 +116,13 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
     for every order ending on g (stage_bound_rows says why); inf for one of no configuration.
     `per_block`: where given, each stage-wise representative's own bound is kept in it, under
     representative_key (partial index, its stage groups sorted, last group, micro-batch size):
-    the bound of every block of the partial layout with that key (stage_bound_rows)."""
+    the bound of every block of the partial layout with that key (stage_bound_rows).
+    `layer_memo`: where given, the stage-wise representatives read their syncs too (the layers'
+    terms and syncs kept in it, unpriced_memory.layer_terms, sync_terms): each bound is then the
+    least over its (ZeRO stage, v) of stage_bound_rows' per_mode, and `per_block` keeps each of
+    those under the representative's key with (ZeRO stage, v) appended. The search reads them
+    only for the layouts it pops (issue 33: read up front for every block, they were half the
+    CPU of a one-type plan whose search lists few)."""
     out = np.full(len(partials), np.inf)
     blocks, owner, rows, row_owner = [], [], [], []
     for i, part in enumerate(partials):
@@ -118,11 +136,14 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
     if blocks:
         np.minimum.at(out, np.array(owner, np.int64), block_bounds_s(inst, blocks, idx, agg, weights, memo))
     if rows:
-        rb = stage_bound_rows(inst, rows, idx, agg, weights, memo)
+        per_mode: dict | None = None if layer_memo is None else {}
+        rb = stage_bound_rows(inst, rows, idx, agg, weights, memo, layer_memo, per_mode)
         np.minimum.at(out, np.array(row_owner, np.int64), rb)
         if per_block is not None:
             for i, blk, lb in zip(row_owner, rows, rb.tolist()):
                 per_block[representative_key(i, blk)] = lb
+            for (bi, zero, v), lb in (per_mode or {}).items():
+                per_block[(*representative_key(row_owner[bi], rows[bi]), zero, v)] = lb
     return out
 
 
@@ -134,7 +155,8 @@ def representative_key(i: int, blk) -> tuple:
     return i, tuple(sorted(groups)), groups[-1], blk.micro_batch
 
 
-def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
+def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None,
+                     layer_memo: dict | None = None, per_mode: dict | None = None) -> np.ndarray:
     """Per block of a lone stage-wise class ending on group g, a lower bound of the bound before
     pricing (unpriced.floor_bounds_s) of every configuration of that block and of every block
     that differs from it only in the order of the stages before the last: the class's stages
@@ -157,9 +179,32 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     raised to fill_drain.fill_drain_s / v of the same floors and output layer (_fill_drain_rows):
     the slowest stage and the stages' sum read together, at most each configuration's value
     (fill_drain's module docstring), not at most its bound before pricing: lowered by
-    fill_drain.TIE_MARGIN, so a layout holding a plan that ties the incumbent is still listed."""
+    fill_drain.TIE_MARGIN, so a layout holding a plan that ties the incumbent is still listed.
+
+    Where `per_mode` is given (a dict), per (ZeRO stage, v) of the block, both are raised by
+    the slowest stage's gradient sync
+    (_least_syncs: per group, the least over the block's sequence-parallel flags and recompute
+    modes of unpriced_memory's g and d, build's per-layer sync and a floor of its stage sync:
+    coefficients.sync_floor_s),
+        D = min over integer splits n_s >= 1 of max_s (d_s + n_s g_s)
+    (n_s >= 0 where that v runs an embedding / loss slot, whose stages may hold no layer of
+    their own; chunks of 1 layer in either case, a relaxation of the chunks of v), symmetric
+    in the stages as A is. D is at most the slowest sync of each configuration of that ZeRO
+    stage and v, a term of its value that the bound before pricing leaves out: it enters
+    batched.relaxed_s as its D and adds to J, both lowered by TIE_MARGIN as J is. The block's
+    bound is the least over its (ZeRO stage, v); `per_mode` keeps each one under
+    (block index, ZeRO stage, v): the bound of that block's configurations of that ZeRO stage
+    and v (ZeRO-1's reduce-scatter and all-gather take less than ZeRO-0's all-reduce, so a
+    block's ZeRO-0 configurations have the larger bound). On Llama-3 70B over 4 GPU types x 16
+    nodes (full space) the syncs lift most of the configurations listed below the optimum
+    above it (issue 33)."""
     L, gb = inst.model.layers, inst.job.global_batch
     n = len(idx)
+    memo = {} if memo is None else memo
+    layer_memo = {} if layer_memo is None else layer_memo
+    net = NetEfficiency()
+    read_syncs = per_mode is not None
+    syncs: dict[tuple, dict] = {}  # _least_syncs'
     out = np.full(len(blocks), np.inf)
     least_factor = _factor_memo(inst)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
@@ -199,12 +244,15 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
                 tg[g] = got
             t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
             h[si] = tg[c.stage_groups[-1]][1]
+        # (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each
+        gd = _block_syncs(inst, b, idx, uniq, where, syncs, memo, layer_memo, net) if read_syncs else {}
         slot_key = (ty.vslots, len(uniq) > 1)
         slots = slot_terms.get(slot_key)
         if slot_key not in slot_terms:
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
-        e, l_, vs, plain = slots
-        by_pp[c.pp].append((bi, t, h, e, l_, least_factor(b), vs, c.replicas, gb // b.micro_batch, plain))
+        e, l_, vs, plain, slotted = slots
+        by_pp[c.pp].append((bi, t, h, e, l_, least_factor(b), vs, c.replicas, gb // b.micro_batch, plain,
+                            gd, slotted))
     for pp, items in by_pp.items():
         t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
@@ -219,26 +267,121 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
         x = np.array([x[7] for x in items], float)[:, None, None]
         M = np.array([x[8] for x in items], float)[:, None, None]
+        factor = np.array([x[5] for x in items])
         best = np.full((N, n), np.inf)
         for v in sorted({v for it in items for v in it[6]}):
             has = np.array([v in it[6] for it in items])
             lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
             b = relaxed_s(A[:, :, None], S[:, :, None], np.zeros((N, n, 1)), x, lo, M, float(v), False)
-            b = np.maximum(b, _fill_drain_rows(items, t, h, L, v, has))
-            best = np.where(has[:, None], np.minimum(best, b), best)
+            fd = _fill_drain_rows(items, t, h, L, v, has)  # (J / v) (1 - TIE_MARGIN), 0 where not read
+            b = np.maximum(b, fd)
+            covered = np.zeros(N, bool)
+            for z in sorted({z for it in items for z, w in it[10] if w == v}):
+                rows = np.array([k for k, it in enumerate(items) if (z, v) in it[10]], np.int64)
+                D = _least_sync_split(np.stack([items[k][10][z, v][0] for k in rows]),
+                                      np.stack([items[k][10][z, v][1] for k in rows]),
+                                      np.array([v in items[k][11] for k in rows], bool), L)
+                bz = relaxed_s(A[rows, :, None], S[rows, :, None], D[:, :, None], x[rows], lo[rows], M[rows],
+                               float(v), False) * (1 - TIE_MARGIN)
+                bz = np.maximum(b[rows], np.maximum(bz, np.where(fd[rows] > 0, fd[rows] + D * (1 - TIE_MARGIN), 0.0)))
+                best[rows] = np.minimum(best[rows], bz)
+                covered[rows] = True
+                if per_mode is not None:
+                    lbz = (bz.max(-1) if agg == "max" else bz @ np.asarray(weights, float)) * factor[rows]
+                    for k, lb in zip(rows.tolist(), lbz.tolist()):
+                        per_mode[items[k][0], z, v] = lb
+            best = np.where((has & ~covered)[:, None], np.minimum(best, b), best)  # (none: every v has a ZeRO stage)
         agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
-        out[[x[0] for x in items]] = agg_b * np.array([x[5] for x in items])
+        out[[x[0] for x in items]] = agg_b * factor
     return out
 
 
-def _slot_terms(vslots: tuple, several_groups: bool) -> tuple[int, int, tuple, frozenset]:
-    """(e, l, the v values in order, the v fill_drain reads) of a block's (v, embedding slot,
-    loss slot) modes, as stage_bound_rows reads them: e and l the most the modes flag; the v
-    whose every configuration runs no embedding / loss slot (fill_drain reads those), none
-    through one group (there every split's sum is h + L t, so J is A and S's bound)."""
+def _block_syncs(inst, b, idx: list[int], uniq: tuple, where: np.ndarray, syncs: dict, memo: dict,
+                 layer_memo: dict, net) -> dict:
+    """(ZeRO stage, v) -> (g, d) per scenario of `idx` and stage of block b (each (scenarios,
+    pp)), its stages on groups uniq[where]: _least_syncs of each group."""
+    gd: dict[tuple, tuple] = {}
+    for si, i in enumerate(idx):
+        least = [_least_syncs(inst, b, i, g, syncs, memo, layer_memo, net) for g in uniq]
+        for mode in least[0]:
+            if mode not in gd:
+                gd[mode] = (np.empty((len(idx), len(where))), np.empty((len(idx), len(where))))
+            gd[mode][0][si] = np.array([x[mode][0] for x in least])[where]
+            gd[mode][1][si] = np.array([x[mode][1] for x in least])[where]
+    return gd
+
+
+def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: dict, net) -> dict:
+    """(ZeRO stage, v) -> (g, d) of unpriced_memory (sync_terms: build's per-layer sync and a
+    floor of its stage sync) of the stages on group g of block b's lone class, scenario i, each
+    the least over the block's sequence-parallel flags and recompute modes that run with that
+    ZeRO stage and v (OuterBlock.specs; the embedding / loss slots do not enter them), kept in
+    `syncs` by what they read of the block (its ring: its group's tp, cp and the class's
+    replicas; the layer's fields; ZeRO, v and of the depth only whether there is a pipeline:
+    unpriced_memory.sync_terms), the layers' terms and syncs in `layer_memo` as
+    unpriced_memory keeps them."""
+    c = b.classes[0]
+    # the blocks share their modes_left objects (one per layout's invariants): its key once each
+    modes = syncs.get(("modes", id(b.modes_left)))
+    if modes is None or modes[0] is not b.modes_left:
+        modes = syncs["modes", id(b.modes_left)] = (
+            b.modes_left, tuple((sp, zero, tuple(sorted(admitted))) for sp, zero, admitted in b.modes_left))
+    key = (i, g, b.tp_of(g), bool(b.group_tp), b.cp, b.micro_batch, c.pp > 1, c.replicas, modes[1], b.vs, b.recompute)
+    got = syncs.get(key)
+    if got is not None:
+        return got
+    _, _, _, _, ep, etp, _, _ = first = b.tally.first
+    o0 = b.outer(*first)  # what sync_key reads beside the modes: the block's own fields
+    got = {}
+    # of v the sync reads only whether it is 1 (unpriced_memory.sync_key: the reduction's
+    # overlap), so each mode is read at the first v of its kind and kept for the others
+    for sp, zero, admitted in b.modes_left:
+        at: dict[bool, tuple] = {}
+        for v in b.vs:
+            if v not in admitted:
+                continue
+            least = at.get(v == 1)
+            if least is None:
+                least = (np.inf, np.inf)
+                for rc in b.recompute:
+                    hit = layer_memo.get(sync_key(inst, o0, i, g, sp, rc, zero, c.pp, v))
+                    if hit is None:
+                        o = b.outer(sp, zero, v, rc, ep, etp, False, False)
+                        co = class_outers(inst.job, o)[0]
+                        hit = sync_terms(inst, o, co, i, g, layer_terms(inst, o, co, i, g, memo, layer_memo, net)[0],
+                                         layer_memo, net)
+                    least = at[v == 1] = (min(least[0], hit[0]), min(least[1], hit[1]))
+            was = got.get((zero, v), (np.inf, np.inf))
+            got[zero, v] = (min(was[0], least[0]), min(was[1], least[1]))
+    syncs[key] = got
+    return got
+
+
+def _least_sync_split(g: np.ndarray, d: np.ndarray, slots: np.ndarray, layers: int) -> np.ndarray:
+    """(rows, scenarios): min over integer splits of max_s (d_s + n_s g_s), g and d (rows,
+    scenarios, pp), the n_s >= 1 summing to `layers`, or >= 0 on the rows flagged in `slots`
+    (as n''_s = n_s + 1 >= 1 summing to layers + pp with d''_s = d_s - g_s):
+    batched.balanced_splits, exact for this min-max."""
+    N, n, pp = g.shape
+    gf, df = g.reshape(N * n, pp), d.reshape(N * n, pp)
+    out = (df + balanced_splits(df, gf, layers) * gf).max(axis=1).reshape(N, n)
+    if slots.any():
+        rows = np.repeat(slots, n)
+        a = df[rows] - gf[rows]
+        out[slots] = (a + balanced_splits(a, gf[rows], layers + pp) * gf[rows]).max(axis=1).reshape(-1, n)
+    return out
+
+
+def _slot_terms(vslots: tuple, several_groups: bool) -> tuple[int, int, tuple, frozenset, frozenset]:
+    """(e, l, the v values in order, the v fill_drain reads, the v that run a slot) of a
+    block's (v, embedding slot, loss slot) modes, as stage_bound_rows reads them: e and l the
+    most the modes flag; the v whose every configuration runs no embedding / loss slot
+    (fill_drain reads those), none through one group (there every split's sum is h + L t, so J
+    is A and S's bound); the v of some configuration with a slot (_least_sync_split's)."""
     vs = tuple(dict.fromkeys(x[0] for x in vslots))
     plain = frozenset(v for v in vs if several_groups and not any(x[1] or x[2] for x in vslots if x[0] == v))
-    return int(max(x[1] for x in vslots)), int(max(x[2] for x in vslots)), vs, plain
+    slotted = frozenset(v for v, emb, loss in vslots if emb or loss)
+    return int(max(x[1] for x in vslots)), int(max(x[2] for x in vslots)), vs, plain, slotted
 
 
 def _fill_drain_rows(items: list, t: np.ndarray, h: np.ndarray, layers: int, v: int, has: np.ndarray) -> np.ndarray:

@@ -65,6 +65,8 @@ from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.coefficients import (StageCoefficients, in_flight_micro_batches, megatron_layer, stage_outer,
                                         sync_floor_s)
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.framework import grad_reduce_overlaps
+from paraplan.cost.memory import gathered_per_step
 from paraplan.cost.objective import capped_memory
 from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
@@ -139,18 +141,7 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     where = [groups.index(g) for g in c.stage_groups]
 
     def terms(i: int, g: int):
-        """(the layer's LayerTerms on group g, scenario i, its tp): megatron_layer on the
-        group's site as the floors price it (group_site without rings)."""
-        key = (i, g, o.tp_of(g), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.group_tp)
-        hit = layer_memo.get(key)
-        if hit is None:  # the floors' own pricing of it, where they priced it (most do)
-            hit = floor_layer_terms(memo, i, o, g)
-            if hit is not None:
-                layer_memo[key] = hit
-        if hit is None:
-            site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
-            hit = layer_memo[key] = (megatron_layer(inst, stage_outer(co, site), site, net), site.tp or co.tp)
-        return hit
+        return layer_terms(inst, o, co, i, g, memo, layer_memo, net)
     first = [terms(idx[0], g) for g in groups]
     hbm = [inst.scenarios[idx[0]].cluster.groups[g].gpu.hbm_bytes for g in groups]
     inflight = in_flight_micro_batches(co.pp, co.num_micro_batches, co.virtual_stages)
@@ -165,7 +156,7 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
         a[-1] += floors[where[-1]][2]
         u = (zeros if o.zero == 3 else
              np.array([terms(i, groups[w])[0].rc_fwd_s for w in where]) * (1 + slow))
-        syncs = [_sync_terms(inst, o, co, i, g, terms(i, g)[0], layer_memo, net) for g in groups]
+        syncs = [sync_terms(inst, o, co, i, g, terms(i, g)[0], layer_memo, net) for g in groups]
         c_floor = StageCoefficients(
             outer=co, layers=inst.model.layers, layer_time_s=np.array([floors[w][0] for w in where]),
             recompute_time_s=u, stage_time_s=a, layer_sync_time_s=np.array([syncs[w][0] for w in where]),
@@ -177,15 +168,58 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     return out
 
 
-def _sync_terms(inst, o, co, i: int, g: int, lt, layer_memo: dict, net) -> tuple[float, float]:
+def layer_terms(inst, o, co, i: int, g: int, memo: dict, layer_memo: dict, net) -> tuple:
+    """(the layer's LayerTerms on group g, scenario i, its tp) for outer `o` priced as `co`:
+    megatron_layer on the group's site as the floors price it (group_site without rings),
+    kept in `layer_memo` by what it reads (the site without rings reads of o the group's tp,
+    cp and whether tp is per group); `memo`: the floors' (unpriced.floor_layer_terms)."""
+    key = (i, g, o.tp_of(g), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, bool(o.group_tp))
+    hit = layer_memo.get(key)
+    if hit is None:  # the floors' own pricing of it, where they priced it (most do)
+        hit = floor_layer_terms(memo, i, o, g)
+        if hit is not None:
+            layer_memo[key] = hit
+    if hit is None:
+        site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
+        hit = layer_memo[key] = (megatron_layer(inst, stage_outer(co, site), site, net), site.tp or co.tp)
+    return hit
+
+
+def sync_key(inst, o, i: int, g: int, sp: bool, rc, zero: int, pp: int, v: int) -> tuple:
+    """sync_terms' key of the stages on group g, scenario i, of outer `o` (or of a block of
+    outers that differ from it only in their sequence-parallel flag, recompute mode, ZeRO stage
+    and v) with these `sp`, `rc`, `zero` and `v`, its class at `pp` stages. Of the pipeline,
+    coefficients._layer_costs reads only whether ZeRO-3 gathers per step and whether the
+    reduction overlaps (keyed by pp and v, the 4 x 16 row's layouts priced 60,000 syncs)."""
+    lone = len(o.classes) == 1
+    return ("sync", i, g, o.tp_of(g), o.cp, o.micro_batch, sp, rc, bool(o.group_tp) if lone else o.group_tp,
+            zero, gathered_per_step(zero, pp), _overlaps(inst.job, pp, v, zero), o.replicas,
+            None if lone else o.classes)
+
+
+def _overlaps(job, pp: int, v: int, zero: int) -> bool:
+    """framework.grad_reduce_overlaps, which reads of pp and v only whether each is 1 (kept by
+    those: 212,000 calls took 9 s of the 4 x 16 row's profile)."""
+    key = (id(job), pp == 1, v == 1, zero)
+    hit = _OVERLAPS.get(key)
+    if hit is None or hit[0] is not job:
+        if len(_OVERLAPS) >= 4096:  # many instances in a test session
+            _OVERLAPS.clear()
+        hit = _OVERLAPS[key] = (job, grad_reduce_overlaps(job, pp, v, zero))
+    return hit[1]
+
+
+_OVERLAPS: dict[tuple, tuple] = {}
+
+
+def sync_terms(inst, o, co, i: int, g: int, lt, layer_memo: dict, net) -> tuple[float, float]:
     """(g, d) of coefficients.sync_floor_s for the stages of `o`'s class priced as `co` on
     group g, scenario i (its ring's link: class_coefficients.group_site), from the layer's
     terms `lt` (megatron_layer reads no data-parallel link), kept in `layer_memo` by what they
     read: the layer's fields, ZeRO, the pipeline (whether ZeRO-3 gathers per step and the
-    reduction overlaps) and the ring (a lone class's lies in its group: its size; several
-    classes' joins theirs)."""
-    key = ("sync", i, g, o.tp_of(g), o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.group_tp,
-           o.zero, co.pp, co.virtual_stages, o.replicas, None if len(o.classes) == 1 else o.classes)
+    reduction overlaps) and the ring (a lone class's lies in its group: its size, so of the
+    tp per group only the group's own; several classes' joins theirs, at each group's tp)."""
+    key = sync_key(inst, o, i, g, o.sequence_parallel, o.recompute, o.zero, co.pp, co.virtual_stages)
     hit = layer_memo.get(key)
     if hit is None:
         site = group_site(inst.scenarios[i].cluster, o, g)

@@ -126,7 +126,7 @@ def test_each_bound_is_at_most_its_configurations_optimum(monkeypatch):
             idx, outers, problems = _rows_and_problems(inst, objective)
             _, agg, weights = scenario_weights(inst, objective)
             with monkeypatch.context() as m:
-                m.setattr(unpriced_memory, "_sync_terms", lambda *a: (0.0, 0.0))
+                m.setattr(unpriced_memory, "sync_terms", lambda *a: (0.0, 0.0))
                 no_syncs[name, objective] = unpriced_memory.memory_floor_bounds_s(inst, outers, idx, agg, weights,
                                                                                   {}, {})
             bounds = unpriced_memory.memory_floor_bounds_s(inst, outers, idx, agg, weights, {}, {})
