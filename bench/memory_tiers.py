@@ -29,7 +29,7 @@ HERE = ROOT / ".venv" / "bin" / "paraplan"
 
 
 def bundled() -> list[Path]:
-    return sorted(ROOT.glob("instances/*.yaml")) + sorted(ROOT.glob("instances/hetero/*.yaml"))
+    return sorted(ROOT.glob("instances/*.yaml")) + sorted(ROOT.glob("instances/mixed/*.yaml"))
 
 
 def searches(path: Path) -> dict:

@@ -41,12 +41,12 @@ run 0 paraplan accuracy
 run 0 paraplan sweep "$I/sweeps/example.yaml" --workers 2 -o results.csv
 run 0 paraplan calibrate --sweeps 1
 run 0 paraplan partition "$I/small-gpt-16xA100.yaml" --tp 4
-run 0 paraplan plan "$I/hetero/tiny-2types.yaml" -o hplan.yaml
-run 0 paraplan simulate "$I/hetero/tiny-2types.yaml" --plan hplan.yaml
-run 0 paraplan plan "$I/hetero/llama3-8b-dynamic.yaml" --robust
-run 0 paraplan plan "$I/hetero/llama3-8b-dynamic.yaml" --expected
-paraplan plan "$I/hetero/llama3-70b-3types-2sites.yaml" -o cur.yaml > /dev/null 2>&1
-run 0 paraplan replan "$I/hetero/llama3-70b-3types-2sites.yaml" --plan cur.yaml --event "$I/hetero/events/inter-site-degraded.yaml"
-run 0 paraplan timeline "$I/hetero/llama3-8b-dynamic.yaml"
-run 0 paraplan bench --hetero
+run 0 paraplan plan "$I/mixed/tiny-2types.yaml" -o hplan.yaml
+run 0 paraplan simulate "$I/mixed/tiny-2types.yaml" --plan hplan.yaml
+run 0 paraplan plan "$I/mixed/llama3-8b-dynamic.yaml" --robust
+run 0 paraplan plan "$I/mixed/llama3-8b-dynamic.yaml" --expected
+paraplan plan "$I/mixed/llama3-70b-3types-2sites.yaml" -o cur.yaml > /dev/null 2>&1
+run 0 paraplan replan "$I/mixed/llama3-70b-3types-2sites.yaml" --plan cur.yaml --event "$I/mixed/events/inter-site-degraded.yaml"
+run 0 paraplan timeline "$I/mixed/llama3-8b-dynamic.yaml"
+run 0 paraplan bench --mixed
 echo "walk-through: $FAIL unexpected exit codes"

@@ -462,7 +462,7 @@ def _group_virtual_stages_rule(c: _Admitted) -> Refusal | None:
 def _group_uniform_split_rule(c: _Admitted) -> Refusal | None:
     if "uniform_split" in c.given and c.space.uniform_split:
         return Refusal("uniform_split", "the mixed-cluster planner does not restrict itself to"
-                       " even layer splits", "remove uniform_split (`paraplan bench --hetero`"
+                       " even layer splits", "remove uniform_split (`paraplan bench --mixed`"
                        " reports the uniform-split baseline)")
     return None
 

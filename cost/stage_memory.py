@@ -10,7 +10,7 @@ terms (coefficients.LayerTerms' act_bytes, ckpt_bytes, workspace_bytes, replicat
 expert_params) read its tp, cp, micro-batch size, modes and the model; the rest here reads
 each stage's tp and GPU, the ring size dp_n over which ZeRO shards, and the in-flight
 micro-batches. So both callers get the same numbers, float for float
-(tests/hetero/test_unpriced_memory.py checks them against build's).
+(tests/mixed/test_unpriced_memory.py checks them against build's).
 
 In the module's names (per stage s, bytes, in-flight micro-batches f_s included):
     layer_state_bytes   a layer's weights, gradients and optimizer state (cost/memory.py)

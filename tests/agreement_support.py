@@ -70,7 +70,7 @@ def random_cluster_case(seed: int):
 @functools.lru_cache(maxsize=None)
 def random_cluster_optimum(seed: int, objective: str = "nominal"):
     """exhaustive(random_cluster_case(seed), objective), listed once per test process:
-    test_hetero_agreement, test_idle_gpus, test_classes_per_group and test_pattern_values each
+    test_mixed_agreement, test_idle_gpus, test_classes_per_group and test_pattern_values each
     compare against the same random mixed clusters' optima (issue 32). Read only: the result
     is shared."""
     return exhaustive(random_cluster_case(seed), objective)

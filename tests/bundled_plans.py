@@ -8,7 +8,7 @@ process (issue 32). The same call, solve(inst, backend) on one thread, was made 
 
 about 35 s of CPU solved twice over (Qwen3-235B DualPipe alone about 18 s); and the same
 `paraplan timeline` of the bundled dynamic instance by tests/cli/test_json_schema.py (its JSON's
-shape) and tests/hetero/test_timeline_exact.py (its gap to the bound). A cache in one
+shape) and tests/mixed/test_timeline_exact.py (its gap to the bound). A cache in one
 process helps only the tests that run in it, so each test that reads one of SHARED carries
 `same_worker(name)`, an xdist_group mark: tests/conftest.py collects the marked tests first,
 side by side, where pytest-xdist's worksteal scheduling (pyproject.toml) starts one worker on
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("qwen3-235b-a22b-256xH100", "deepseek-v3-shaped-2048xH800", "deepseek-v3-shaped-1152xGB200",
           "llama3-70b-512xH100")
 # the bundled instances whose `paraplan timeline --json` more than one test file reads
-TIMELINES = ("hetero/llama3-8b-dynamic",)
+TIMELINES = ("mixed/llama3-8b-dynamic",)
 # a guard against a hang, not part of any check: under load a proof's wall time grows with the
 # jobs sharing a core (Qwen3-235B under DualPipe took 77 s of wall for ~35 s of CPU at load 7);
 # every reader asserts the status it needs (optimal)

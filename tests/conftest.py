@@ -11,12 +11,12 @@ from __future__ import annotations
 # first, it runs beside the short tests and the run ends on short ones. Each module keeps its
 # own order, so a module-scoped fixture is still built once per worker that runs the module.
 LONGEST_FIRST = (
-    "tests/hetero/test_many_types_agreement.py",
+    "tests/mixed/test_many_types_agreement.py",
     "tests/validation/test_moe_fit.py",
     "tests/validation/test_crossval.py",
     "tests/partition/test_partition_solvers.py",
     "tests/formulations/test_dualpipe.py",
-    "tests/hetero/test_all_options_agreement.py",
+    "tests/mixed/test_all_options_agreement.py",
 )
 
 

@@ -1,5 +1,5 @@
-"""`paraplan bench --hetero`'s growth rows: how the mixed-cluster planner's work grows with the
-number of GPU types (issue 33). Llama-3 70B (instances/hetero/llama3-70b-32xA100-32xH100.yaml's
+"""`paraplan bench --mixed`'s growth rows: how the mixed-cluster planner's work grows with the
+number of GPU types (issue 33). Llama-3 70B (instances/mixed/llama3-70b-32xA100-32xH100.yaml's
 model, job and narrowed space: micro-batch 1 or 2, cp 1, no interleaving) on 1 to 4 groups of
 4 DGX-class nodes, one GPU type each, added in the order H100, A100-80GB, H200, A100-40GB
 (node links as the bundled files give them: NVLink 900 GB/s and a 400 Gbit/s NIC per GPU on
@@ -22,9 +22,9 @@ from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 from paraplan.solver.search import search
 
-BASE = Path(__file__).resolve().parents[2] / "instances" / "hetero" / "llama3-70b-32xA100-32xH100.yaml"
+BASE = Path(__file__).resolve().parents[2] / "instances" / "mixed" / "llama3-70b-32xA100-32xH100.yaml"
 # (group name, GPU type, NVLink GB/s per GPU, NIC Gbit/s per GPU): NVIDIA DGX H100 / H200 and
-# DGX A100 user guides, as instances/hetero/*.yaml cite them
+# DGX A100 user guides, as instances/mixed/*.yaml cite them
 GPU_TYPES = (("h100", "H100-SXM5-80GB", 900, 400), ("a100-80g", "A100-SXM4-80GB", 600, 200),
              ("h200", "H200-SXM-141GB", 900, 400), ("a100-40g", "A100-SXM4-40GB", 600, 200))
 NODES_PER_GROUP = 4
@@ -74,7 +74,7 @@ def growth_instance(types: int, nodes: int = NODES_PER_GROUP, gpu_types=None, fu
 
 
 def bundled_full(name: str, partitions: bool, options: bool):
-    """instances/hetero/NAME.yaml with cp and interleaving open (mixed.full_space), with
+    """instances/mixed/NAME.yaml with cp and interleaving open (mixed.full_space), with
     per-operator (spatial-temporal) partitions beside Megatron's and with the three layout
     options (classes_per_group 2, idle_gpus, mixed_families) where asked."""
     inst = load_instance(BASE.parent / f"{name}.yaml")

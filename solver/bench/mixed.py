@@ -1,4 +1,4 @@
-"""`paraplan bench --hetero`: the optimal plan of each bundled mixed-cluster
+"""`paraplan bench --mixed`: the optimal plan of each bundled mixed-cluster
 instance against the two plans a user would otherwise pick, measured in one run:
 
 (a) the best plan on the largest homogeneous group alone (the homogeneous planner, full space:
@@ -36,7 +36,7 @@ from paraplan.solver.search import search
 from paraplan.solver.solve import solve
 from paraplan.solver.partition_plans import SPATIAL_TEMPORAL
 
-MIXED_DIR = Path(__file__).resolve().parents[2] / "instances" / "hetero"
+MIXED_DIR = Path(__file__).resolve().parents[2] / "instances" / "mixed"
 INSTANCES = ["llama3-70b-32xA100-32xH100", "llama3-70b-3types-2sites", "llama3-8b-dynamic"]
 EVENT = MIXED_DIR / "events" / "inter-site-degraded.yaml"
 # instances also solved with per-operator partitions (the larger ones' partition spaces are
@@ -115,7 +115,7 @@ def bench_instance(name: str, time_limit_s: float = 120.0, log=print) -> MixedBe
     g = max(range(len(inst.cluster.groups)), key=lambda i: (inst.cluster.groups[i].num_gpus, -i))
     alone = inst.group_alone(g)
     # the full homogeneous space: the files narrow cp and interleaving for the mixed-cluster
-    # planner's time only (instances/hetero/*.yaml), not for this baseline
+    # planner's time only (instances/mixed/*.yaml), not for this baseline
     alone = replace(alone, search=replace(alone.search, cp=None, virtual_stages=None))
     homo = solve(alone, time_limit_s=time_limit_s)
     log(f"{name}: largest group {inst.cluster.groups[g].name} {homo.status} {homo.iter_time_s} s")

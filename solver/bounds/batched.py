@@ -19,7 +19,7 @@ configurations on a large homogeneous instance planned as one group). Stacking e
 numbers with the same floating-point operations, row by row, so the bounds (and with them
 the search order and its tie rule) are those of the one-at-a-time computation it replaced
 (compared bit for bit on every bundled instance, homogeneous ones as one group, when it did);
-tests/hetero/test_batched_bounds.py checks each batched bound against the problem bounded
+tests/mixed/test_batched_bounds.py checks each batched bound against the problem bounded
 alone, and every bound against its configuration's optimum found by enumeration.
 """
 

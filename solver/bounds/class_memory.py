@@ -40,7 +40,7 @@ taken at its least over what the rest of the plan may choose:
   the last stage's one layer and the fullest stage's ceil(L / pp)).
 Every term of LB_s is then at most its value in any configuration holding the class, so a
 class refused here is refused by memory.py for every such configuration, and by build's
-no_split_fits after pricing (tests/hetero/test_class_memory.py checks that on random clusters
+no_split_fits after pricing (tests/mixed/test_class_memory.py checks that on random clusters
 by building every configuration the refused options hold). Only where search lists partial
 layouts (a dense model, no partitions, DualPipe or torch zero-bubble schedules: search.
 _lists_partials) are families set up at all.

@@ -296,7 +296,7 @@ def _pipelined(pp: int) -> bool:
     all-to-all overlaps apply, cost/moe.a2a_overlap_applies (pp == 1, or interleaved) and
     moe.dualpipe_applies (pp > 1). Keyed by pp itself, DeepSeek-V3 on 2,048 H800 priced a
     floor for each of its 17,019 configurations, every lookup a miss (issue 33);
-    tests/hetero/test_unpriced_bounds.py checks the floors against pricing each pp alone."""
+    tests/mixed/test_unpriced_bounds.py checks the floors against pricing each pp alone."""
     return pp > 1
 
 

@@ -27,7 +27,7 @@ def no_scenarios(args) -> None:
     if objective != "nominal":
         raise InstanceError(args.instance or "<arguments>", "scenarios",
                             f"--{objective} needs network scenarios, which only the group format has",
-                            "write the cluster as `groups:` with `scenarios:` (see instances/hetero/)")
+                            "write the cluster as `groups:` with `scenarios:` (see instances/mixed/)")
 
 
 def class_instance(args):
@@ -56,7 +56,7 @@ def load_mixed(args, read):
         return inst, objective
     if len(inst.scenarios) < 2:
         raise InstanceError(inst.source, "scenarios", f"--{objective} needs network scenarios",
-                            "add a `scenarios:` section (see instances/hetero/llama3-8b-dynamic.yaml)")
+                            "add a `scenarios:` section (see instances/mixed/llama3-8b-dynamic.yaml)")
     if objective == "expected" and any(s.probability is None for s in inst.scenarios):
         raise InstanceError(inst.source, "scenarios", "--expected needs a probability on every scenario",
                             "give each scenario a `probability:` (nominal gets the rest)")
@@ -227,7 +227,7 @@ def register(sub) -> None:
     r = sub.add_parser("replan", help="re-plan after a network event; say whether switching pays off")
     r.add_argument("instance", metavar="INSTANCE")
     r.add_argument("--plan", required=True, help="the running plan (YAML, as written by plan -o)")
-    r.add_argument("--event", required=True, help="event YAML (see instances/hetero/events/)")
+    r.add_argument("--event", required=True, help="event YAML (see instances/mixed/events/)")
     r.add_argument("--backend", choices=("cpsat", "milp"), default="cpsat", help=HELP_BACKEND_MIXED)
     r.add_argument("--time-limit-s", type=float, default=60.0, help=HELP_TIME_LIMIT_S)
     r.add_argument("--json", action="store_true", help=HELP_JSON)

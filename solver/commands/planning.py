@@ -323,7 +323,7 @@ def cmd_verify(args) -> int:
 def cmd_bench(args) -> int:
     check_output_path(getattr(args, "csv", None), "--csv")
     check_output_path(getattr(args, "json", None), "--json")
-    if args.hetero:
+    if args.mixed:
         from paraplan.solver.bench.mixed import run_mixed_bench
         return run_mixed_bench(args)
     from paraplan.solver.bench.ladder import run_bench
@@ -411,7 +411,7 @@ def register(sub) -> None:
     b.add_argument("--csv", help="also write the results as CSV")
     b.add_argument("--json", help="also write the results as JSON")
     b.add_argument("--quick", action="store_true", help="small ladder only (CI smoke run)")
-    b.add_argument("--hetero", action="store_true",
+    b.add_argument("--mixed", "--hetero", dest="mixed", action="store_true",  # --hetero: its old name
                    help="mixed-cluster instances: optimum vs largest group alone vs uniform split")
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=cmd_bench)

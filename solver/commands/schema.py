@@ -102,7 +102,7 @@ SCHEMAS: dict[str, dict] = {
                              "grad_sync_s": NUM, "milp_time_s": NUM_OR_NULL, "agree": BOOL}]},
     "bench": {"status": STR, "rungs": [{"name": STR, "cpsat_s": NUM, "exhaustive_s": NUM_OR_NULL,
                                         "ratio": NUM_OR_NULL}]},
-    "bench --hetero": {"status": STR, "rows": [dict],
+    "bench --mixed": {"status": STR, "rows": [dict],
                        "growth": [{"types": INT, "gpus": INT, "status": STR, "objective_s": NUM_OR_NULL,
                                    "outer_configs": INT, "priced": INT, "pruned_by_memory": INT,
                                    "pruned_by_bound": INT, "cpu_s": NUM, "peak_rss_gib": NUM_OR_NULL}],

@@ -23,7 +23,7 @@ from export_support import GOLDENS, ROOT, export, golden_plan_file, mean_plan_fi
 from paraplan.solver.commands.cli import main
 from paraplan.solver.export import MAX_SLOWDOWN
 # the one-group instances: a mixed cluster's plan is refused before any exporter (below)
-BUNDLED = sorted(k.split(":")[0] for k in GOLDENS if "/hetero/" not in k)
+BUNDLED = sorted(k.split(":")[0] for k in GOLDENS if "/mixed/" not in k)
 TARGETS = ("megatron", "torchtitan", "deepspeed")
 
 
@@ -174,7 +174,7 @@ def test_a_dualpipe_plan_is_refused_by_every_exporter_even_with_force(tmp_path, 
 
 # --- mixed clusters -------------------------------------------------------------------------
 
-HETERO = ROOT / "instances" / "hetero" / "tiny-2types.yaml"  # 8 A100 + 8 H100, two node groups
+HETERO = ROOT / "instances" / "mixed" / "tiny-2types.yaml"  # 8 A100 + 8 H100, two node groups
 
 
 def test_a_mixed_cluster_plan_gets_the_true_reason(tmp_path, capsys):
@@ -230,7 +230,7 @@ def check_layout(layout: dict, plan: dict, inst: dict) -> None:
     assert batch == inst["job"]["global_batch"] == layout["global_batch"]
 
 
-HETERO_GOLDENS = sorted(k for k in GOLDENS if "/hetero/" in k)
+HETERO_GOLDENS = sorted(k for k in GOLDENS if "/mixed/" in k)
 
 
 @pytest.mark.parametrize("key", HETERO_GOLDENS)
@@ -250,7 +250,7 @@ def test_the_tiny_mixed_layout_by_hand(tmp_path, capsys):
     # micro-batches of 2 each. a100 holds ranks 0-7, h100 8-15; replica 0 takes the first 4 of
     # each group (tp 4), replica 1 the next 4
     plan = tmp_path / "plan.yaml"
-    plan.write_text(yaml.safe_dump({"plan": GOLDENS["instances/hetero/tiny-2types.yaml:nominal"]["plan"]}))
+    plan.write_text(yaml.safe_dump({"plan": GOLDENS["instances/mixed/tiny-2types.yaml:nominal"]["plan"]}))
     code, out, _ = export(capsys, plan, "--to", "layout", "--instance", HETERO, "--json")
     layout = json.loads(out)["layout"]
     assert code == 0 and layout["classes"][0]["ranks"] == [[[0, 3], [8, 11]], [[4, 7], [12, 15]]]
@@ -278,7 +278,7 @@ def test_a_two_class_layout_lists_the_idle_gpus(tmp_path, capsys):
 
 def test_layout_refuses_what_it_cannot_mean(tmp_path, capsys):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(yaml.safe_dump({"plan": GOLDENS["instances/hetero/tiny-2types.yaml:nominal"]["plan"]}))
+    plan.write_text(yaml.safe_dump({"plan": GOLDENS["instances/mixed/tiny-2types.yaml:nominal"]["plan"]}))
     one = golden_plan_file(tmp_path, "instances/tiny-gpt-8xA100.yaml")
     for argv, says in [([plan], "--instance"),  # a group-format plan file carries no instance
                        ([one], "one replica class"),  # a one-class plan: export it to a framework

@@ -17,8 +17,8 @@ from paraplan.solver.solve import solve
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDENS = json.loads((ROOT / "tests" / "goldens" / "bundled.json").read_text())
-TWO = "instances/hetero/llama3-70b-32xA100-32xH100.yaml"
-THREE = "instances/hetero/llama3-70b-3types-2sites.yaml"
+TWO = "instances/mixed/llama3-70b-32xA100-32xH100.yaml"
+THREE = "instances/mixed/llama3-70b-3types-2sites.yaml"
 
 
 def _paragraph() -> str:

@@ -15,9 +15,9 @@ from paraplan.solver.commands.schema import SCHEMAS, validate
 
 INSTANCES = Path(instances.__file__).parent
 TINY = str(INSTANCES / "tiny-gpt-8xA100.yaml")
-MIXED = str(INSTANCES / "hetero" / "tiny-2types.yaml")
-DYNAMIC = str(INSTANCES / "hetero" / "llama3-8b-dynamic.yaml")
-EVENT = str(INSTANCES / "hetero" / "events" / "inter-site-degraded.yaml")
+MIXED = str(INSTANCES / "mixed" / "tiny-2types.yaml")
+DYNAMIC = str(INSTANCES / "mixed" / "llama3-8b-dynamic.yaml")
+EVENT = str(INSTANCES / "mixed" / "events" / "inter-site-degraded.yaml")
 NARROW = ["--search", "tp=1,2", "--search", "pp=1,2", "--search", "zero=0,1",
           "--search", "recompute=selective", "--search", "micro_batch=2"]
 
@@ -100,11 +100,11 @@ def test_accuracy(capsys):
 
 
 @pytest.mark.slow  # over 5 s on the 2-core test machine (--durations, issue 32)
-@same_worker("hetero/llama3-8b-dynamic")
+@same_worker("mixed/llama3-8b-dynamic")
 def test_timeline():
     # the command run once per test process with test_timeline_exact's bound check, which
     # reads the same JSON (tests/bundled_plans.py); its limit a hang guard
-    check(timeline_json("hetero/llama3-8b-dynamic"), "timeline")
+    check(timeline_json("mixed/llama3-8b-dynamic"), "timeline")
 
 
 def test_replan(capsys, tmp_path):
@@ -144,8 +144,8 @@ def test_bench_hetero(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(mixed_bench, "GROWTH_TYPES", 1)  # one growth row (a second each)
     monkeypatch.setattr(mixed_bench, "ISSUE", ())  # issue 33's rows take a minute each
     out = tmp_path / "hb.json"
-    assert main(["bench", "--hetero", "--quiet", "--json", str(out)]) == 0
-    check(json.loads(out.read_text()), "bench --hetero")
+    assert main(["bench", "--mixed", "--quiet", "--json", str(out)]) == 0
+    check(json.loads(out.read_text()), "bench --mixed")
 
 
 def test_validator_catches_what_the_issue_reported():

@@ -57,13 +57,13 @@ def _count_reads_and_simulations(monkeypatch, path: Path, extra: list[str]) -> t
 @pytest.mark.parametrize("rel, extra, simulations", [
     ("instances/tiny-gpt-8xA100.yaml", [], 1),  # homogeneous: its one group, one class
     ("instances/tiny-gpt-8xA100.yaml", ["--json", "-o", "{tmp}/plan.yaml"], 1),
-    ("instances/hetero/tiny-2types.yaml", [], 1),  # two GPU types
+    ("instances/mixed/tiny-2types.yaml", [], 1),  # two GPU types
     ("instances/tiny-gpt-8xA100.yaml", ["--top", "3"], 3),  # three plans, each once
     # its 3 scenarios: the plan once on each, and each scenario's own optimum (the regret
     # table's reference, searched on that network alone) once there; the regret table reads
     # the plan's times from its re-simulation (9 calls when it priced them again)
     # (10.4 s of CPU: slow, issue 32)
-    pytest.param("instances/hetero/llama3-8b-dynamic.yaml", ["--robust"], 3 + 3, marks=pytest.mark.slow),
+    pytest.param("instances/mixed/llama3-8b-dynamic.yaml", ["--robust"], 3 + 3, marks=pytest.mark.slow),
 ])
 def test_plan_reads_its_instance_once_and_simulates_its_plan_once(monkeypatch, capsys, tmp_path, rel,
                                                                    extra, simulations):

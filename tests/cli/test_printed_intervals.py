@@ -18,7 +18,7 @@ from paraplan.solver.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "instances" / "tiny-gpt-8xA100.yaml"
-TINY_MIXED = ROOT / "instances" / "hetero" / "tiny-2types.yaml"
+TINY_MIXED = ROOT / "instances" / "mixed" / "tiny-2types.yaml"
 NARROW = ("--search", "tp=1", "--search", "pp=1")
 
 

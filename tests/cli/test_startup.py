@@ -67,7 +67,7 @@ def test_a_solver_backend_still_imports_its_library(backend, library):
     # bounded with its gradient sync (solver/bounds/fill_drain.fill_drain_sync_s) so are the
     # smaller mixed files' (tiny-2types: 34 priced, 0 solved), so this runs the three-type,
     # two-site file, whose replica classes still reach a solver
-    got = _loaded(ROOT / "instances" / "hetero" / "llama3-70b-3types-2sites.yaml", ["--backend", backend])
+    got = _loaded(ROOT / "instances" / "mixed" / "llama3-70b-3types-2sites.yaml", ["--backend", backend])
     assert got["code"] == 0 and library in got["loaded"], got
 
 
@@ -77,7 +77,7 @@ def test_a_solver_backend_still_imports_its_library(backend, library):
 def test_a_feature_still_imports_its_module(argv, module):
     # the thread pool where --threads asks for it; the regret table's module under a scenario
     # objective (the 8B file's bandwidth scenarios)
-    got = _loaded(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml", argv)
+    got = _loaded(ROOT / "instances" / "mixed" / "llama3-8b-dynamic.yaml", argv)
     assert got["code"] == 0 and module in got["loaded"], got
 
 

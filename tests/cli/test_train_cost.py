@@ -23,7 +23,7 @@ from paraplan.solver.commands.schema import validate
 
 INSTANCES = Path(instances.__file__).parent
 TINY_RAW = yaml.safe_load((INSTANCES / "tiny-gpt-8xA100.yaml").read_text())
-MIXED_RAW = yaml.safe_load((INSTANCES / "hetero" / "tiny-2types.yaml").read_text())
+MIXED_RAW = yaml.safe_load((INSTANCES / "mixed" / "tiny-2types.yaml").read_text())
 A100, H100 = "A100-SXM4-80GB", "H100-SXM5-80GB"
 TOKENS_PER_ITERATION = 32 * 1024  # global_batch x seq_len of both instances
 HOUR_S, DAY_S = 3600.0, 86400.0
@@ -123,7 +123,7 @@ def test_mixed_cluster_prices_each_gpu_type(capsys, tmp_path):
 
 def test_without_the_keys_nothing_is_shown(capsys):
     tiny = str(INSTANCES / "tiny-gpt-8xA100.yaml")
-    mixed = str(INSTANCES / "hetero" / "tiny-2types.yaml")
+    mixed = str(INSTANCES / "mixed" / "tiny-2types.yaml")
     for path in (tiny, mixed):
         assert plan_json(capsys, path)["train_cost"] is None
         out, _ = run(capsys, ["plan", path, "--quiet"])
@@ -214,7 +214,7 @@ def test_report_shows_the_time_and_cost_to_train(capsys, tmp_path, raw):
     assert "time to train" in text and f"{doc['train_cost']['cost_usd']:,.0f}" in text
     plain = tmp_path / "plain.html"
     run(capsys, ["report", str(INSTANCES / ("tiny-gpt-8xA100.yaml" if raw is TINY_RAW
-                                            else "hetero/tiny-2types.yaml")), "-o", plain, "--quiet"])
+                                            else "mixed/tiny-2types.yaml")), "-o", plain, "--quiet"])
     assert "time to train" not in plain.read_text()
 
 

@@ -87,7 +87,7 @@ def test_where_no_schedule_fits_the_planned_one_is_written():
 # --- the framework's own parser (skipped where torchtitan is not importable) -------------------
 
 # every bundled one-group instance's golden plan (a mixed cluster's is refused before export)
-BUNDLED = sorted(k.split(":")[0] for k in GOLDENS if "/hetero/" not in k)
+BUNDLED = sorted(k.split(":")[0] for k in GOLDENS if "/mixed/" not in k)
 
 
 @pytest.mark.framework

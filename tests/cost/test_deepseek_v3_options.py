@@ -348,10 +348,10 @@ def test_search_ep_on_the_command_line_is_a_list():
 def test_mixed_clusters_refuse_dualpipe_and_take_deepep(tmp_path):
     # DualPipe is priced by `simulate` of one GPU type only (cost/dualpipe.py): refused on a
     # mixed cluster rather than ignored. DeepEP's dispatch is priced there (an expert group lies
-    # inside one class's stage on one group: tests/hetero/test_moe_mixed.py)
+    # inside one class's stage on one group: tests/mixed/test_moe_mixed.py)
     from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.specs import MoeDispatcher
-    raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "instances" / "mixed" / "tiny-2types.yaml").read_text())
     raw["job"]["pipeline_schedule"] = "dualpipe"
     with pytest.raises(InstanceError) as info:
         load_instance(_write(tmp_path, raw, "h.yaml"))
@@ -386,7 +386,7 @@ def test_a_search_override_on_a_group_file_is_checked_against_its_recompute_modu
     # Megatron-LM; `--search full_recompute=true` must be refused there as in a homogeneous file
     from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.readers.search import override_search
-    raw = yaml.safe_load((ROOT / "instances" / "hetero" / "tiny-2types.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "instances" / "mixed" / "tiny-2types.yaml").read_text())
     raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 2048}
     raw["job"]["recompute_modules"] = ["moe_act"]
     raw["search"] = {**raw.get("search", {}), "full_recompute": False}

@@ -148,7 +148,7 @@ def test_planner_keeps_the_gradient_ring_inside_a_leaf_when_cheaper(tmp_path):
 def test_a_mixed_clusters_group_states_its_own_tiers(tmp_path):
     # the keys belong to a node group, so a mixed cluster's group reads them as a flat cluster
     # does; its rings are priced by the same cost/comm.group_link (class_coefficients._ring_link)
-    d = yaml.safe_load((SMALL_GPT.parent / "hetero" / "tiny-2types.yaml").read_text())
+    d = yaml.safe_load((SMALL_GPT.parent / "mixed" / "tiny-2types.yaml").read_text())
     d["cluster"]["groups"][0].update(nodes=4, leaf_nodes=2, leaf_oversubscription=8.0)
     path = tmp_path / "mixed.yaml"
     path.write_text(yaml.safe_dump(d))

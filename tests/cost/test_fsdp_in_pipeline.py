@@ -163,14 +163,14 @@ def test_one_group_prices_it_like_one_homogeneous_cluster(tmp_path):
 
 
 def test_a_mixed_cluster_plans_it_as_exhaustive_search_does(tmp_path):
-    # one model of the problem on two GPU types (instances/hetero/tiny-2types.yaml: 8 A100 + 8
+    # one model of the problem on two GPU types (instances/mixed/tiny-2types.yaml: 8 A100 + 8
     # H100), torchtitan with ZeRO-3 only: the class planner's optimum equals brute force over
     # the same declared space (solver/exhaustive.exhaustive); the optimum pipelines
     # (a stage on each group) with FSDP inside it
     from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.exhaustive import exhaustive
     from paraplan.solver.search import search
-    raw = yaml.safe_load((ROOT / "instances/hetero/tiny-2types.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "instances/mixed/tiny-2types.yaml").read_text())
     raw["job"]["framework"] = "torchtitan"
     raw["search"]["zero"] = [3]
     path = tmp_path / "tiny-2types-torchtitan.yaml"

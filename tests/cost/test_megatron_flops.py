@@ -37,7 +37,7 @@ def test_breakdowns_carry_it_on_both_cluster_kinds():
     bd = simulate(inst, plan)
     want = bd.tokens_per_s * megatron_flops_per_token(inst.model) / 1024 / 1e12
     assert bd.megatron_tflops_per_gpu == approx(want, rel=1e-12)
-    het = load_instance("instances/hetero/tiny-2types.yaml")
+    het = load_instance("instances/mixed/tiny-2types.yaml")
     hbd = simulate(het, search(het).plan)
     want = hbd.tokens_per_s * megatron_flops_per_token(het.model) / het.cluster.num_gpus / 1e12
     assert hbd.megatron_tflops_per_gpu == approx(want, rel=1e-12)

@@ -37,10 +37,10 @@ BUNDLED = {
     "instances/primepar/primepar-bloom-176b-32xV100.yaml": 1.3,
     "instances/primepar/primepar-opt-175b-32xV100.yaml": 1.2,
     "instances/primepar/primepar-llama2-70b-32xV100.yaml": 1.9,
-    "instances/hetero/tiny-2types.yaml": 0.22,
-    "instances/hetero/llama3-8b-dynamic.yaml": 8.8,  # robust; nominal 0.9
-    "instances/hetero/llama3-70b-32xA100-32xH100.yaml": 13.0,
-    "instances/hetero/llama3-70b-3types-2sites.yaml": 15.9,
+    "instances/mixed/tiny-2types.yaml": 0.22,
+    "instances/mixed/llama3-8b-dynamic.yaml": 8.8,  # robust; nominal 0.9
+    "instances/mixed/llama3-70b-32xA100-32xH100.yaml": 13.0,
+    "instances/mixed/llama3-70b-3types-2sites.yaml": 15.9,
     # mixture-of-experts instances (issue 15)
     "instances/mixtral-8x7b-64xH100.yaml": 2.9,
     "instances/qwen3-235b-a22b-256xH100.yaml": 10.5,
@@ -52,7 +52,7 @@ BUNDLED = {
 # time-limited answer
 GUARD_LIMIT_S = 600.0
 # Random agreement instances: tests/robustness/test_agreement.py's seeds (homogeneous) and
-# tests/hetero/test_hetero_agreement.py's (mixed clusters, every objective).
+# tests/mixed/test_mixed_agreement.py's (mixed clusters, every objective).
 HETERO_OBJECTIVES = ("nominal", "robust", "expected")
 HETERO_SEEDS = range(40)
 
@@ -129,7 +129,7 @@ def compute_all() -> dict[str, dict[str, dict]]:
     return {
         "bundled": {f"{rel}:{obj}": plan_bundled(rel, obj) for rel, obj in bundled_cases()},
         "random_homogeneous": {str(s): plan_random_homogeneous(s) for s in homogeneous_seeds()},
-        "random_hetero": {f"{s}:{obj}": plan_random_cluster(s, obj)
+        "random_mixed": {f"{s}:{obj}": plan_random_cluster(s, obj)
                           for s in HETERO_SEEDS for obj in HETERO_OBJECTIVES},
     }
 

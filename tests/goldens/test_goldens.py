@@ -20,7 +20,7 @@ import pytest
 from bundled_plans import SHARED, bundled_instance, bundled_optimum, same_worker
 from goldens import cases
 
-GOLDEN_NAMES = ("bundled", "random_homogeneous", "random_hetero")
+GOLDEN_NAMES = ("bundled", "random_homogeneous", "random_mixed")
 SLOW_S = 2.0  # bundled instances planning longer than this (cases.BUNDLED) are marked slow
 
 
@@ -77,21 +77,21 @@ def test_random_homogeneous_instance_keeps_its_optimum(seed):
     _compare(cases.load_golden("random_homogeneous")[seed], cases.plan_random_homogeneous(int(seed)))
 
 
-@pytest.mark.parametrize("key", list(cases.load_golden("random_hetero")))
-def test_random_hetero_instance_keeps_its_optimum(key):
+@pytest.mark.parametrize("key", list(cases.load_golden("random_mixed")))
+def test_random_mixed_instance_keeps_its_optimum(key):
     seed, objective = key.split(":")
-    _compare(cases.load_golden("random_hetero")[key], cases.plan_random_cluster(int(seed), objective))
+    _compare(cases.load_golden("random_mixed")[key], cases.plan_random_cluster(int(seed), objective))
 
 
 def test_goldens_cover_every_bundled_instance_and_the_hard_cases():
     """The goldens are not vacuous: every bundled instance file is frozen, and the random ones
     include infeasible instances, pipelines and multi-class mixed-cluster plans."""
     frozen_files = {key.rsplit(":", 1)[0] for key in cases.load_golden("bundled")}
-    on_disk = {str(p.relative_to(cases.ROOT)) for d in ("instances", "instances/hetero", "instances/primepar")
+    on_disk = {str(p.relative_to(cases.ROOT)) for d in ("instances", "instances/mixed", "instances/primepar")
                for p in (cases.ROOT / d).glob("*.yaml")}
     assert frozen_files == on_disk
     homo = cases.load_golden("random_homogeneous").values()
     assert any(r["plan"] is None for r in homo) and any(r["plan"] and r["plan"]["pp"] > 1 for r in homo)
-    het = cases.load_golden("random_hetero").values()
+    het = cases.load_golden("random_mixed").values()
     assert any(r["plan"] and len(r["plan"]["classes"]) > 1 for r in het)
     assert any(r["plan"] is None for r in het)

@@ -19,7 +19,7 @@ from paraplan.cost.specs import PipelineSchedule, Recompute
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAT = ROOT / "instances" / "tiny-gpt-8xA100.yaml"  # 8 layers, 16 heads, one node of 8 A100
-TWO = ROOT / "instances" / "hetero" / "tiny-2types.yaml"  # the same model on an A100 and an H100 node
+TWO = ROOT / "instances" / "mixed" / "tiny-2types.yaml"  # the same model on an A100 and an H100 node
 
 
 def test_load_instance_reads_either_form_and_a_flat_file_is_one_group():

@@ -57,7 +57,7 @@ from test_fuzz_loaders import CALIBRATION_ROW, LLAMA3_8B, run_cli, write_yaml
 INSTANCES = Path(instances.__file__).parent
 TINY = INSTANCES / "tiny-gpt-8xA100.yaml"  # 8 layers, 16 heads, seq 1024, 8 A100 in one node
 TINY_TREE = yaml.safe_load(TINY.read_text(encoding="utf-8"))
-HETERO_TREE = yaml.safe_load((INSTANCES / "hetero" / "tiny-2types.yaml").read_text(encoding="utf-8"))
+HETERO_TREE = yaml.safe_load((INSTANCES / "mixed" / "tiny-2types.yaml").read_text(encoding="utf-8"))
 LLAMA_TREE = json.loads(LLAMA3_8B.read_text(encoding="utf-8"))
 CLUSTER = INSTANCES / "clusters" / "dgx-a100-16nodes.yaml"
 JOB = INSTANCES / "jobs" / "pretrain-4m-tokens.yaml"
@@ -437,12 +437,12 @@ def test_bad_output_path_fails_before_solving(capsys, monkeypatch, tmp_path, whe
     (tmp_path / "a-file").write_text("x", encoding="utf-8")
     (tmp_path / "a-dir").mkdir(exist_ok=True)
     out = str(tmp_path / where)
-    hetero = INSTANCES / "hetero" / "llama3-8b-dynamic.yaml"
+    hetero = INSTANCES / "mixed" / "llama3-8b-dynamic.yaml"
     plan = write_yaml(tmp_path / "p.yaml", {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 1})
     argv = {"plan": ["plan", TINY, "-o", out], "plan-hetero": ["plan", hetero, "-o", out],
             "report": ["report", TINY, "-o", out],
             "replan": ["replan", hetero, "--plan", plan, "--event",
-                       INSTANCES / "hetero" / "events" / "inter-site-degraded.yaml", "-o", out],
+                       INSTANCES / "mixed" / "events" / "inter-site-degraded.yaml", "-o", out],
             "sweep": ["sweep", INSTANCES / "sweeps" / "example.yaml", "-o", out],
             "sweep-json": ["sweep", INSTANCES / "sweeps" / "example.yaml", "-o",
                            tmp_path / "ok.csv", "--json", out]}[command]

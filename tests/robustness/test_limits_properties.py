@@ -34,7 +34,7 @@ from paraplan.solver.space import declared_outers, one_group_plans_total
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")
-HETERO = str(ROOT / "instances" / "hetero" / "tiny-2types.yaml")
+HETERO = str(ROOT / "instances" / "mixed" / "tiny-2types.yaml")
 
 
 def _bad_limits(seed: int) -> list[str]:
@@ -131,7 +131,7 @@ def test_verify_says_what_it_compared(capsys):
 
 def test_timeline_under_a_tiny_limit_is_not_optimal(capsys):
     import json
-    code = cli.main(["timeline", str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"),
+    code = cli.main(["timeline", str(ROOT / "instances" / "mixed" / "llama3-8b-dynamic.yaml"),
                      "--time-limit-s", "0.01", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -169,7 +169,7 @@ def test_a_timeline_whose_limit_leaves_a_scenario_without_a_plan_still_answers(m
     # and whatever else was found, each timed on the second scenario.
     from paraplan.cost.readers.instance import load_instance
     from paraplan.solver import dynamic
-    inst = load_instance(str(ROOT / "instances" / "hetero" / "llama3-8b-dynamic.yaml"))
+    inst = load_instance(str(ROOT / "instances" / "mixed" / "llama3-8b-dynamic.yaml"))
     second = inst.scenarios[1].cluster
     # each scenario's own search, and the weighted ones (objective "expected", on the first
     # scenario's cluster), go through search (solver/search.py)

@@ -173,7 +173,7 @@ def test_exhaustive_search_streams():
 import dataclasses, json, resource
 from paraplan.cost.readers.instance import load_instance
 from paraplan.solver.exhaustive import exhaustive
-inst = load_instance("instances/hetero/tiny-2types.yaml")
+inst = load_instance("instances/mixed/tiny-2types.yaml")
 inst = dataclasses.replace(inst, search=dataclasses.replace(
     inst.search, tensor_partitions=("megatron", "spatial_temporal"), micro_batch=None))
 out = {}
@@ -226,7 +226,7 @@ HUGE = str(10**130)  # --max-candidates past every bundled space
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["instances/deepseek-v3-shaped-2048xH800.yaml",
-                                  "instances/hetero/llama3-70b-3types-2sites.yaml"], ids=lambda x: x.split("/")[-1])
+                                  "instances/mixed/llama3-70b-3types-2sites.yaml"], ids=lambda x: x.split("/")[-1])
 def test_exhaustive_stops_at_its_limit_and_says_so(path):
     # a deep class shape (61 layers on 16 stages: ~5e13 splits) was listed whole before the
     # clock was read: > 120 s under a 2 s limit; measured 2.5 s after
@@ -238,7 +238,7 @@ def test_exhaustive_stops_at_its_limit_and_says_so(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [LARGEST[0], LARGEST[2], "instances/hetero/llama3-70b-3types-2sites.yaml"],
+@pytest.mark.parametrize("path", [LARGEST[0], LARGEST[2], "instances/mixed/llama3-70b-3types-2sites.yaml"],
                          ids=lambda x: x.split("/")[-1])
 def test_verify_under_a_small_limit_ends_near_it(path):
     # every method shares the limit; measured 0.9-1.1 s whole command at 0.01 s
@@ -273,7 +273,7 @@ def test_verify_of_a_proved_infeasible_instance_says_infeasible(capsys):
     assert "optimum" not in out.splitlines()[-1]
 
 
-@pytest.mark.parametrize("name", ["tiny-gpt-8xA100.yaml", "hetero/tiny-2types.yaml"])
+@pytest.mark.parametrize("name", ["tiny-gpt-8xA100.yaml", "mixed/tiny-2types.yaml"])
 def test_exhaustive_in_streamed_blocks_gives_the_same_answer(monkeypatch, name):
     # every class shape past ROW_BLOCK rows is listed block by block (_composition_blocks,
     # _rows_until): with blocks of a few rows the same plans are counted and the same first

@@ -22,9 +22,9 @@ from paraplan.cost.specs import Cluster
 from paraplan.solver.commands.cli import EXIT_BAD_INPUT, main
 
 TINY_RAW = yaml.safe_load(TINY.read_text())  # 8 A100, 8 layers, 16 heads, global batch 32
-MIXED = INSTANCES / "hetero" / "tiny-2types.yaml"  # one A100 node beside one H100 node
+MIXED = INSTANCES / "mixed" / "tiny-2types.yaml"  # one A100 node beside one H100 node
 MIXED_RAW = yaml.safe_load(MIXED.read_text())
-EVENT = INSTANCES / "hetero" / "events"
+EVENT = INSTANCES / "mixed" / "events"
 
 
 def edited(raw: dict, **sections) -> dict:

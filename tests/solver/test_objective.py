@@ -455,7 +455,7 @@ def test_a_mixed_cluster_plan_prints_the_band_its_objective_took(capsys):
     # a group-format plan's interval is its least validated GPU type's band (cost/trust
     # plan_trust), the band objective_factor takes: the upper end of the 80% band is the
     # p90 time the planner minimised (quantile_s), the lower end below the predicted time
-    path = ROOT / "instances" / "hetero" / "tiny-2types.yaml"
+    path = ROOT / "instances" / "mixed" / "tiny-2types.yaml"
     assert main(["plan", str(path), "--json", "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
     lo, hi = out["trust"]["interval_s"]

@@ -417,7 +417,7 @@ def test_report_compares_a_users_plan(tiny_report):
 def test_mixed_cluster_report():
     from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.search import search
-    inst = load_instance(Path(instances.__file__).parent / "hetero" / "tiny-2types.yaml")
+    inst = load_instance(Path(instances.__file__).parent / "mixed" / "tiny-2types.yaml")
     res = search(inst, "cpsat", 30)
     assert res.status == OPTIMAL
     page = report.build_report(inst, res)  # the one builder, as for a flat plan
@@ -453,11 +453,11 @@ def test_a_plan_of_two_classes_on_one_group_is_drawn_class_by_class(tmp_path):
     # tiny-gpt on its one 8-GPU node, batch 15 at 2,048 tokens, with two replica classes
     # allowed: the proved optimum is two classes (1 replica of 1 micro-batch beside 7 of 2,
     # 33.76 ms against the one-class plan's 61.21, exhaustive search in
-    # tests/hetero/test_one_group_options.py), which a one-class page cannot draw; the one
+    # tests/mixed/test_one_group_options.py), which a one-class page cannot draw; the one
     # builder gives it a Gantt per class and its stages' table, and no frontier (whose points
     # are one-class plans)
     import dataclasses
-    from tests.hetero.test_one_group_options import TWO_CLASSES, _file
+    from tests.mixed.test_one_group_options import TWO_CLASSES, _file
     inst = load_instance(_file(tmp_path, *TWO_CLASSES))
     inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, classes_per_group=2))
     res = plan(inst, "cpsat", 30)

@@ -98,7 +98,7 @@ def test_not_covered_names_only_what_is_left_out():
     inst = torchtitan_instance(1)
     line = " ".join(not_covered(inst))
     assert "ZB-H2" in line
-    # searched: tests/hetero/test_zero_bubble_classes.py, tests/partition/test_zero_bubble_partitions.py
+    # searched: tests/mixed/test_zero_bubble_classes.py, tests/partition/test_zero_bubble_partitions.py
     assert "several replica classes" not in line and "per-operator" not in line
     assert "the proof covers 1F1B and Interleaved1F1B" not in line
 
@@ -122,7 +122,7 @@ def test_a_stage_wise_class_across_two_gpu_types_agrees_with_exhaustive(tmp_path
     from agreement_support import assert_mixed_backends_agree_with_exhaustive
     from paraplan.cost.readers.instance import load_instance
     from paraplan.solver.exhaustive import exhaustive
-    inst = load_instance(_torchtitan("instances/hetero/tiny-2types.yaml", tmp_path,
+    inst = load_instance(_torchtitan("instances/mixed/tiny-2types.yaml", tmp_path,
                                              {"virtual_stages": [2], "tp": [2, 4], "objective": "mean"}))
     ex = exhaustive(inst)
     assert ex.plan.zero_bubble is ZeroBubble.INTERLEAVED
