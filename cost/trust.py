@@ -784,8 +784,9 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     return with_release(trust, inst.job, res)
 
 
-def plan_gpu_types(inst: Instance, plan: Plan) -> list[str]:
-    """The GPU types (names) of the node groups `plan`'s stages sit on, sorted."""
+def plan_gpu_types(inst: Instance, plan) -> list[str]:
+    """The GPU types (names) of the node groups the stages of `plan` (a Plan, or a
+    configuration's ClassOuter) sit on, sorted."""
     groups = inst.cluster.groups
     return sorted({groups[g].gpu.name for c in plan.classes for g in c.stage_groups})
 
@@ -1066,7 +1067,8 @@ def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
     group-format instance (ClassOuter or Plan on a Instance; objective_factor):
     1 for `mean`. It depends only on the GPU types used, whether they sit under an
-    oversubscribed switch tier, the ZeRO stage, cp, the deepest class and the memory fill the
+    oversubscribed switch tier, the job's framework release, the ZeRO stage, cp, the deepest
+    class and the memory fill the
     search admits (search.memory_fill_cap, or the fill its
     relaxation reads, search.factor_memory_fill: solver/memory_tiers.py), so the planner scales its time
     coefficients by it (solver/search.problem_of, the floors read before pricing) and every
@@ -1076,7 +1078,7 @@ def objective_factor_of(inst, modes) -> float:
     groups = inst.cluster.groups
     used = {g for c in modes.classes for g in c.stage_groups}
     # cp and pp as objective_factor reads them (min(., 2)), so that they share its cache entry
-    return objective_factor(inst.search.objective, gpus=tuple(sorted({groups[g].gpu.name for g in used})),
+    return objective_factor(inst.search.objective, gpus=tuple(plan_gpu_types(inst, modes)),
                             num_gpus=sum(g.num_gpus for g in groups),
                             framework=inst.job.framework.value, framework_version=inst.job.release.version,
                             precision=inst.job.precision.value, zero=modes.zero, cp=min(modes.cp, 2),
