@@ -15,7 +15,7 @@ import numpy as np
 
 from paraplan.cost.calibration import row_to_instance_plan
 from paraplan.cost.readers.gpus import load_catalogue
-from paraplan.cost.trust import class_plan_memory_fill, fastest_published_runs
+from paraplan.cost.trust import fastest_published_runs, plan_memory_fill
 from paraplan.solver.solve import solve
 
 
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     for row in fastest_published_runs():
         inst, _ = row_to_instance_plan(row, load_catalogue())
         res = solve(inst, time_limit_s=600)
-        fill = class_plan_memory_fill(inst, res.plan)
+        fill = plan_memory_fill(inst, res.plan)
         promise = float(row["measured"]["iter_time_s"]) / res.quantile_s
         out[row["id"]] = {"status": res.status, "promise": promise, "fill": fill,
                           "factor": res.quantile_s / res.objective_s, "p90_s": res.quantile_s}

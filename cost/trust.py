@@ -71,8 +71,16 @@ dense row exercises experts, all-to-alls or routing imbalance.
 Validation warnings: each feature the plan uses (ZeRO stage > 0, cp > 1, pp > 1, FP8) that fewer
 than MIN_VALIDATING_ROWS published rows exercise in the plan's scale band gets one line. A plan
 on MFU_RECORD_MIN_GPUS or more GPUs whose predicted MFU is above every MFU measured on its GPU
-die in its precision at that scale (`mfu_records`) gets one line too: there the cost model is
-extrapolating, and a planner exploits optimistic errors first.
+die in its precision at that scale (`mfu_records`; on several dies, their records weighted by
+each die's peak FLOP/s in the plan) gets one line too: there the cost model is extrapolating,
+and a planner exploits optimistic errors first.
+
+One reading for every plan shape (`plan_trust`): a flat plan file's plan is the one-class case
+of a plan of replica classes on node groups, and is read with the same features (its framework
+release among them), the same memory fill (its fullest stage of any class,
+cost/memory_fill.peak_memory_fraction) and the same warnings, generalised to classes; the
+objective's factor (`objective_factor`) reads those features too, so a p90 plan's band ends at
+the time the planner minimised, whatever its shape.
 """
 
 from __future__ import annotations
@@ -742,40 +750,45 @@ def _stored_crossval() -> tuple:
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
-    """How far to trust a plan's predicted time, for a plan of any shape: the band of its least
-    validated GPU type at its distance level (trust_for; a plan is as far from the measured runs
-    as its least validated part), a mixture-of-experts model's from the MoE anchors
-    (moe_trust); named with the framework release the time is for (with_release).
-
-    The flat case (a flat instance, the plan its one class on every GPU) is read with its
-    release and carries the checks made of one class on one GPU type: uncalibrated GPU or
-    experts, a predicted MFU above the published ones, memory fuller than any published run.
-    A plan of several classes or groups is read as objective_factor reads it, the quantile the
-    planner minimised (no release), so a p90 plan's upper end is its p90 time."""
+    """How far to trust a plan's predicted time, read one way for a plan of any shape (the flat
+    plan file's plan is its one-class case): the band of its least validated GPU type at its
+    distance level (trust_for; a plan is as far from the measured runs as its least validated
+    part), a mixture-of-experts model's from the MoE anchors (moe_trust), named with the
+    framework release the time is for (with_release). Its features are those objective_factor
+    reads of its configuration (the job's release among them) at the plan's own memory fill
+    (plan_memory_fill), the fill whose memory tier the planner valued it at
+    (solver/memory_tiers.py), so a p90 plan's upper end is its p90 time. Its warnings: the
+    band's (validation_warnings), then what no published row calibrates on the GPU types it
+    uses (unvalidated_warnings), a predicted MFU above the published ones
+    (mfu_record_warning) and a stage fuller than they fill their memory
+    (memory_headroom_warning)."""
     res = published_residuals()
-    flat = inst.flat and plan.is_flat_on(inst.cluster)
     groups = inst.cluster.groups
-    gpus = sorted({groups[g].gpu.name for c in plan.classes for g in c.stage_groups})
+    used = {g for c in plan.classes for g in c.stage_groups}
+    gpus = plan_gpu_types(inst, plan)
     full = any(any(c.full_recompute_layers) for c in plan.classes)
-    # the memory fill the band counts (a distance feature past every published row of the scale)
-    fill = ((None if inst.model.moe is not None else peak_memory_fraction(inst, plan)) if flat
-            else class_plan_memory_fill(inst, plan))
+    fill = plan_memory_fill(inst, plan)
     trusts = [trust_for(Features(family="", framework=inst.job.framework.value,
-                                 framework_version=inst.job.release.version if flat else "", gpu=g,
+                                 framework_version=inst.job.release.version, gpu=g,
                                  num_gpus=inst.cluster.num_gpus, zero=plan.zero, cp=plan.cp,
                                  pp=max(len(c.stage_groups) for c in plan.classes),
                                  precision=inst.job.precision.value, activations=activations(full),
-                                 memory_fill=fill,
-                                 oversubscribed=oversubscribed(groups, {g for c in plan.classes
-                                                                        for g in c.stage_groups})),
+                                 memory_fill=fill, oversubscribed=oversubscribed(groups, used)),
                        predicted_s, res) for g in gpus]
     trust = max(trusts, key=_upper_end)
     if inst.model.moe is not None:
-        trust = max((moe_trust(g, predicted_s, trust.warnings if flat else ()) for g in gpus), key=_upper_end)
-    extra = tuple(unvalidated_warnings(inst, plan, res) + mfu_record_warning(inst, predicted_s, mfu_records())
-                  + memory_headroom_warning(inst, plan)) if flat else ()
+        trust = max((moe_trust(g, predicted_s, trust.warnings) for g in gpus), key=_upper_end)
+    extra = tuple(unvalidated_warnings(inst, plan, res) + mfu_record_warning(inst, plan, predicted_s, mfu_records())
+                  + _memory_headroom_lines(inst, fill, MIN_VALIDATING_ROWS))
     trust = replace(trust, warnings=trust.warnings + extra) if extra else trust
     return with_release(trust, inst.job, res)
+
+
+def plan_gpu_types(inst: Instance, plan) -> list[str]:
+    """The GPU types (names) of the node groups the stages of `plan` (a Plan, or a
+    configuration's ClassOuter) sit on, sorted."""
+    groups = inst.cluster.groups
+    return sorted({groups[g].gpu.name for c in plan.classes for g in c.stage_groups})
 
 
 def _upper_end(trust: Trust) -> tuple[bool, float]:
@@ -799,21 +812,27 @@ def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
 
 def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """One line when fewer than min_rows published rows of the plan's scale band fill their
-    memory as far as the plan's fullest stage does. A plan that stores activations up to the
-    edge of HBM is priced by the same memory model, but no run checks that it fits or runs at
-    that speed there (allocator fragmentation, the runtime's own buffers); the band counts it
-    one distance level only beyond the fullest of them (_memory_uses), where the rows give
-    their errors no wider spread (docs/accuracy.md, "Memory fill")."""
-    mine = None if inst.model.moe is not None else peak_memory_fraction(inst, plan)
-    if mine is None:
+    memory as far as the plan's fullest stage of any class does (plan_memory_fill). A plan
+    that stores activations up to the edge of HBM is priced by the same memory model, but no
+    run checks that it fits or runs at that speed there (allocator fragmentation, the
+    runtime's own buffers); the band counts it one distance level only beyond the fullest of
+    them (_memory_uses), where the rows give their errors no wider spread (docs/accuracy.md,
+    "Memory fill")."""
+    return _memory_headroom_lines(inst, plan_memory_fill(inst, plan), min_rows)
+
+
+def _memory_headroom_lines(inst: Instance, fill: float | None, min_rows: int) -> list[str]:
+    """memory_headroom_warning of a plan whose band counts memory fill `fill` (None: none)."""
+    if fill is None:
         return []
-    rows = published_memory_fractions(scale_band(inst.cluster.num_gpus))
-    reach = [f for f, _ in rows if f >= mine]
+    num_gpus = inst.cluster.num_gpus
+    rows = published_memory_fractions(scale_band(num_gpus))
+    reach = [f for f, _ in rows if f >= fill]
     if len(reach) >= min_rows:
         return []
     best = (f"; the fullest {100 * rows[0][0]:.1f}% ({rows[0][1]})" if rows else "")
-    return [f"peak memory {100 * mine:.1f}% of HBM on {inst.cluster.num_gpus} GPUs: {len(reach)} published"
-            f" row{'' if len(reach) == 1 else 's'} at {scale_band(inst.cluster.num_gpus)} GPUs fill"
+    return [f"peak memory {100 * fill:.1f}% of HBM on {num_gpus} GPUs: {len(reach)} published"
+            f" row{'' if len(reach) == 1 else 's'} at {scale_band(num_gpus)} GPUs fill"
             f"{'s' if len(reach) == 1 else ''} memory as far{best}; the band widens only past the fullest row"]
 
 
@@ -858,49 +877,63 @@ def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
     return best
 
 
-def mfu_record_warning(inst: Instance, predicted_s: float,
+def mfu_record_warning(inst: Instance, plan: Plan, predicted_s: float,
                        records: dict[tuple[str, str], tuple[float, str]]) -> list[str]:
-    """One line when the plan's predicted MFU beats every published MFU of its die and
-    precision at MFU_RECORD_MIN_GPUS+ GPUs (module docstring); none below that scale or
-    where no record exists."""
+    """One line when the plan's predicted MFU (over the GPUs it runs on) beats the best
+    published MFU of its GPUs at MFU_RECORD_MIN_GPUS+ GPUs in its precision (module
+    docstring): on GPUs of several dies, their records weighted by each die's share of the
+    plan's peak FLOP/s, the MFU the plan would have were each die at its record, so a plan
+    above it runs some die above its record. None below that scale (the cluster's GPUs, as the
+    band's scale) or where a die the plan runs on has no record."""
     from paraplan.cost.flops import model_flops_per_token
-    cl = inst.cluster
-    if cl.num_gpus < MFU_RECORD_MIN_GPUS:
+    if inst.cluster.num_gpus < MFU_RECORD_MIN_GPUS:
         return []
     precision = inst.job.precision.value
-    record = records.get((die(cl.gpu.name), precision))
-    if record is None:
+    groups = inst.cluster.groups
+    peak: dict[str, float] = {}  # die -> peak FLOP/s of the plan's GPUs on it
+    for g, n in enumerate(plan.outer.gpus_per_group(len(groups))):
+        if n:
+            d = die(groups[g].gpu.name)
+            peak[d] = peak.get(d, 0.0) + n * groups[g].gpu.peak_flops_per_s
+    if any((d, precision) not in records for d in peak):
         return []
-    tokens_per_s = inst.job.global_batch * inst.model.seq_len / predicted_s
-    mfu = tokens_per_s * model_flops_per_token(inst.model) / (cl.num_gpus * cl.gpu.peak_flops_per_s)
-    best, row_id = record
+    total = sum(peak.values())
+    # weights p / total: one die's is exactly 1, so its record is read unchanged
+    best = sum(p / total * records[(d, precision)][0] for d, p in peak.items())
+    mfu = inst.job.global_batch * inst.model.seq_len / predicted_s * model_flops_per_token(inst.model) / total
     if mfu <= best:
         return []
+    dies = sorted(peak)
+    held = (f"{100 * best:.1f}%, {records[(dies[0], precision)][1]}" if len(dies) == 1 else
+            f"{100 * best:.1f}%, each die's record weighted by its share of the plan's peak FLOP/s: "
+            + "; ".join(f"{d} {100 * records[(d, precision)][0]:.1f}%, {records[(d, precision)][1]}" for d in dies))
     return [f"MFU {100 * mfu:.1f}% is {100 * (mfu - best):.1f} points above the best MFU published"
-            f" on {die(cl.gpu.name)} ({precision}) at {MFU_RECORD_MIN_GPUS}+ GPUs"
-            f" ({100 * best:.1f}%, {row_id}): the cost model is unchecked at this efficiency"]
+            f" on {' and '.join(dies)} ({precision}) at {MFU_RECORD_MIN_GPUS}+ GPUs"
+            f" ({held}): the cost model is unchecked at this efficiency"]
 
 
 def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) -> list[str]:
-    """Lines for what no published row calibrates at all: a GPU type without rows (its
-    efficiencies are the catalogue defaults, cost/gpus.yaml: e.g. B200 and GB200) and a
-    mixture-of-experts model (cost/published/moe.yaml's anchors, to which four MoE parameters
-    are fitted, err far more than the dense rows: cost/moe_fit.py)."""
-    lines = []
-    gpu = inst.cluster.gpu.name
-    if not any(r.features.gpu == gpu for r in res):
-        lines.append(f"{gpu}: no published row calibrates this GPU; its efficiencies are the"
-                     " catalogue defaults (cost/gpus.yaml), not fitted")
+    """Lines for what no published row calibrates at all: each GPU type the plan runs on
+    without rows (its efficiencies are the catalogue defaults, cost/gpus.yaml: e.g. B200 and
+    GB200) and a mixture-of-experts model (cost/published/moe.yaml's anchors, to which four MoE
+    parameters are fitted, err far more than the dense rows: cost/moe_fit.py), with the
+    anchors on each die the plan runs on."""
+    gpus = plan_gpu_types(inst, plan)
+    calibrated = {r.features.gpu for r in res}
+    lines = [f"{gpu}: no published row calibrates this GPU; its efficiencies are the"
+             " catalogue defaults (cost/gpus.yaml), not fitted" for gpu in gpus if gpu not in calibrated]
     if inst.model.moe is not None:
         etp = f", etp={plan.etp}" if plan.etp is not None else ""
         errs = moe_anchor_errors()
-        here = [e for g, e in errs if die(g) == die(gpu)]
-        on_gpu = (f"; on {die(gpu)} {len(here)} runs, {min(here):+.0f}% to {max(here):+.0f}%" if here
-                  else f"; none on {die(gpu)}")
+        on_dies = ""
+        for d in dict.fromkeys(die(g) for g in gpus):  # each die once, in the GPU types' order
+            here = [e for g, e in errs if die(g) == d]
+            on_dies += (f"; on {d} {len(here)} runs, {min(here):+.0f}% to {max(here):+.0f}%" if here
+                        else f"; none on {d}")
         lines.append(f"mixture of experts (ep={plan.ep}{etp}): four MoE parameters are fitted to"
                      f" {len(errs)} published Megatron-core MoE runs (cost/moe_fit.py), which come out {min(e for _, e in errs):+.0f}%"
                      f" to {max(e for _, e in errs):+.0f}% (+: paraplan faster than measured; mean"
-                     f" |error| {np.mean([abs(e) for _, e in errs]):.0f}%){on_gpu} (cost/published/moe.yaml)")
+                     f" |error| {np.mean([abs(e) for _, e in errs]):.0f}%){on_dies} (cost/published/moe.yaml)")
     return lines
 
 
@@ -964,13 +997,15 @@ def moe_trust(gpu: str, predicted_s: float, warnings: tuple[str, ...] = (),
 
 @lru_cache(maxsize=4096)
 def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, framework: str,
-                     precision: str, zero: int, cp: int, pp: int, moe: bool,
+                     framework_version: str, precision: str, zero: int, cp: int, pp: int, moe: bool,
                      memory_fill: float | None = None, oversubscribed: bool = False) -> float:
     """The objective's time / the predicted time of a configuration (module docstring): 1 for
     `mean`; for pNN the largest quantile_factor over the plan's GPU types (a mixed cluster is as
     far from the measured runs as its least validated type), its plans filling at most
     `memory_fill` of HBM (None: the memory fill not counted); a mixture-of-experts model takes
-    the MoE anchors' quantile, the same for every configuration."""
+    the MoE anchors' quantile, the same for every configuration. Its features are the ones
+    plan_trust reads of a plan (the job's release among them), so the band a p90 plan prints
+    ends at its p90 time."""
     q = parse_objective(objective)
     if q is None:
         return 1.0
@@ -981,7 +1016,8 @@ def objective_factor(objective: str, *, gpus: tuple[str, ...], num_gpus: int, fr
     # and pp > 1 of the two (_feature_uses: the counts compare g.cp > 1, g.pp > 1): so cp and
     # pp are read as min(., 2), and the planner's thousands of (cp, pp) share a few entries
     return max(_published_quantile_factor(
-        Features(family="", framework=framework, gpu=g, num_gpus=num_gpus, zero=zero, cp=min(cp, 2),
+        Features(family="", framework=framework, framework_version=framework_version, gpu=g,
+                 num_gpus=num_gpus, zero=zero, cp=min(cp, 2),
                  pp=min(pp, 2), precision=precision, activations="stored", memory_fill=memory_fill,
                  oversubscribed=oversubscribed), q)
         for g in gpus)
@@ -1031,7 +1067,8 @@ def objective_factor_of(inst, modes) -> float:
     """search.objective's time / the predicted time of a configuration or plan `modes` on a
     group-format instance (ClassOuter or Plan on a Instance; objective_factor):
     1 for `mean`. It depends only on the GPU types used, whether they sit under an
-    oversubscribed switch tier, the ZeRO stage, cp, the deepest class and the memory fill the
+    oversubscribed switch tier, the job's framework release, the ZeRO stage, cp, the deepest
+    class and the memory fill the
     search admits (search.memory_fill_cap, or the fill its
     relaxation reads, search.factor_memory_fill: solver/memory_tiers.py), so the planner scales its time
     coefficients by it (solver/search.problem_of, the floors read before pricing) and every
@@ -1041,10 +1078,10 @@ def objective_factor_of(inst, modes) -> float:
     groups = inst.cluster.groups
     used = {g for c in modes.classes for g in c.stage_groups}
     # cp and pp as objective_factor reads them (min(., 2)), so that they share its cache entry
-    return objective_factor(inst.search.objective, gpus=tuple(sorted({groups[g].gpu.name for g in used})),
+    return objective_factor(inst.search.objective, gpus=tuple(plan_gpu_types(inst, modes)),
                             num_gpus=sum(g.num_gpus for g in groups),
-                            framework=inst.job.framework.value, precision=inst.job.precision.value,
-                            zero=modes.zero, cp=min(modes.cp, 2),
+                            framework=inst.job.framework.value, framework_version=inst.job.release.version,
+                            precision=inst.job.precision.value, zero=modes.zero, cp=min(modes.cp, 2),
                             pp=min(max(len(c.stage_groups) for c in modes.classes), 2),
                             moe=inst.model.moe is not None,
                             memory_fill=_fill_counted(inst, factor_fill(inst.search)),
@@ -1091,28 +1128,11 @@ def memory_fill_caps(inst) -> tuple[float, ...]:
     return (rows[0][0], cap)
 
 
-def class_plan_memory_fill(inst, plan) -> float | None:
-    """A group-format plan's fullest stage: its priced peak memory over its GPU's HBM, from the
-    memory terms alone, as peak_memory_fraction prices a flat plan (cost/simulate.simulate
-    prices the same stage memory with the times: a plan's command simulates it once); None
-    where the band does not count it (_fill_counted)."""
-    if _fill_counted(inst, 1.0) is None:
-        return None
-    from paraplan.cost import schedule
-    from paraplan.cost.class_coefficients import class_coefficients
-    from paraplan.cost.plan_specs import is_asymmetric
-    if is_asymmetric(plan.outer):  # a data-parallel degree per stage: its own rows
-        from paraplan.cost import asymmetric
-        k = plan.classes[0]
-        ac = asymmetric.coefficients(inst, plan.outer, reserve_bytes=0.0)
-        return float(np.max(asymmetric.mem_bytes(ac, np.array(k.layers_per_stage, float),
-                                                 np.array(k.full_recompute_layers, float)) / ac.rows.capacity_bytes))
-    coeffs = class_coefficients(inst, inst.cluster, plan.outer, reserve_bytes=0.0,
-                                num_micro_batches=tuple(k.num_micro_batches for k in plan.classes),
-                                partitions=tuple(k.partitions for k in plan.classes))
-    return max(float(np.max(schedule.stage_mem_bytes(c, np.array(k.layers_per_stage, float),
-                                                     np.array(k.full_recompute_layers, float)) / c.capacity_bytes))
-               for c, k in zip(coeffs, plan.classes))
+def plan_memory_fill(inst, plan) -> float | None:
+    """The memory fill the band counts of a plan of any shape: its fullest stage of any class
+    over its GPU's HBM (peak_memory_fraction); None where the band does not count it
+    (_fill_counted: a mixture-of-experts model, a DualPipe job)."""
+    return None if _fill_counted(inst, 1.0) is None else peak_memory_fraction(inst, plan)
 
 
 # --- the band by level, for the accuracy page (cost/docs/accuracy.py) ---------------------------

@@ -51,7 +51,7 @@ from collections.abc import Callable
 
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
-from paraplan.cost.trust import FILL_REL_TOL, class_plan_memory_fill, memory_fill_caps, objective_factor_of
+from paraplan.cost.trust import FILL_REL_TOL, memory_fill_caps, objective_factor_of, plan_memory_fill
 from paraplan.solver.planner import FEASIBLE, INFEASIBLE, OPTIMAL, REL_TOL, TIMEOUT, SolveResult
 
 
@@ -80,7 +80,7 @@ def plan_tier(inst: Instance, plan: Plan) -> Instance:
     caps = memory_fill_caps(inst)
     if len(caps) == 1:
         return inst
-    fill = class_plan_memory_fill(inst, plan)
+    fill = plan_memory_fill(inst, plan)
     return tier(inst, caps[0] if fill <= caps[0] * (1 + FILL_REL_TOL) else caps[-1])
 
 

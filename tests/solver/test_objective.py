@@ -352,7 +352,7 @@ def test_where_the_relaxation_s_plan_fills_beyond_the_tier_the_tiers_find_a_bett
     # (every plan at 1.0644, no cap) picks the fastest, at 3.325 x 1.0644 = 3.539 s, below the
     # optimum as a relaxation must be; its plan is not valued at its own factor, so the tiers
     # are searched (three searches) and their answer replaces it.
-    from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
+    from paraplan.cost.trust import plan_memory_fill, memory_fill_caps
     from paraplan.solver.memory_tiers import relaxation
     inst = _relaxation_misleads()
     values = _every_plan_value(inst)
@@ -363,7 +363,7 @@ def test_where_the_relaxation_s_plan_fills_beyond_the_tier_the_tiers_find_a_bett
     cap = memory_fill_caps(inst)[0]
     relaxed = plan(relaxation(inst), backend="dp")
     assert relaxed.plan.classes[0].full_recompute_layers == (5, 5)
-    assert class_plan_memory_fill(inst, relaxed.plan) > cap
+    assert plan_memory_fill(inst, relaxed.plan) > cap
     assert relaxed.quantile_s == pytest.approx(fastest_time * _factor(inst, best), rel=1e-9)
     assert relaxed.quantile_s < best_value
     searches = _Searches(monkeypatch)
@@ -382,12 +382,12 @@ def test_where_the_relaxation_s_plan_fills_within_the_tier_one_search_is_the_ans
     # optimum fills far less than the fullest published row of 1-8 GPUs, so the relaxation's
     # plan is valued at its own factor and ends the search: one search per plan, the answer
     # exhaustive search finds over both tiers apart
-    from paraplan.cost.trust import class_plan_memory_fill, memory_fill_caps
+    from paraplan.cost.trust import plan_memory_fill, memory_fill_caps
     inst = load_instance(TINY)
     searches = _Searches(monkeypatch)
     res = plan(inst, backend="dp")
     assert res.status == "optimal" and len(searches.calls) == 1
-    assert class_plan_memory_fill(inst, res.plan) <= memory_fill_caps(inst)[0]
+    assert plan_memory_fill(inst, res.plan) <= memory_fill_caps(inst)[0]
     assert res.quantile_s == pytest.approx(exhaustive(inst).quantile_s, rel=1e-6, abs=res.tolerance_s)
 
 
@@ -433,8 +433,9 @@ def _factor(inst, p) -> float:
     fullest stage's simulated memory over HBM), which the planner's tiers never read."""
     fill = max(s.mem_bytes / s.capacity_bytes for s in simulate(inst, p, reserve_bytes=0.0).stages)
     return objective_factor(inst.search.objective, gpus=(inst.cluster.gpu.name,), num_gpus=inst.cluster.num_gpus,
-                            framework=inst.job.framework.value, precision=inst.job.precision.value,
-                            zero=p.zero, cp=p.cp, pp=p.pp, moe=inst.model.moe is not None,
+                            framework=inst.job.framework.value, framework_version=inst.job.release.version,
+                            precision=inst.job.precision.value, zero=p.zero, cp=p.cp, pp=p.pp,
+                            moe=inst.model.moe is not None,
                             memory_fill=None if inst.model.moe is not None else fill)
 
 

@@ -229,27 +229,33 @@ def test_mfu_record_warning_above_the_published_record_only():
     # T = global batch x seq x FLOPs per token / (m x GPUs x peak). A made-up record of 50% on
     # A100 bf16: a time for 51% warns "1.0 points above ... (50.0%, row-x)", one for 49.9%
     # does not, and the same instance cut to 128 GPUs (below the 256-GPU records) never does.
+    # The plan: its frozen optimum (tests/goldens/bundled.json), one class on every GPU.
     from dataclasses import replace
 
     from paraplan.cost.flops import model_flops_per_token
     from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.cost.trust import mfu_record_warning
 
-    inst = load_instance(REPO_ROOT / "instances" / "gpt3-175b-1024xA100.yaml")
+    rel = "instances/gpt3-175b-1024xA100.yaml"
+    inst = load_instance(REPO_ROOT / rel)
+    golden = json.loads((REPO_ROOT / "tests" / "goldens" / "bundled.json").read_text())
+    plan = plan_from_mapping(golden[f"{rel}:nominal"]["plan"], inst)
+    assert plan.num_gpus == inst.cluster.num_gpus
     cl = inst.cluster.one_group
     work = inst.job.global_batch * inst.model.seq_len * model_flops_per_token(inst.model)
 
     def time_for(mfu, gpus=cl.num_gpus):
         return work / (mfu * gpus * cl.gpu.peak_flops_per_s)
     records = {("A100", "bf16"): (0.50, "row-x")}
-    (line,) = mfu_record_warning(inst, time_for(0.51), records)
+    (line,) = mfu_record_warning(inst, plan, time_for(0.51), records)
     assert line.startswith("MFU 51.0% is 1.0 points above the best MFU published on A100 (bf16)")
     assert "(50.0%, row-x)" in line
-    assert mfu_record_warning(inst, time_for(0.499), records) == []
-    assert mfu_record_warning(inst, time_for(0.51), {}) == []  # no record for the die
+    assert mfu_record_warning(inst, plan, time_for(0.499), records) == []
+    assert mfu_record_warning(inst, plan, time_for(0.51), {}) == []  # no record for the die
     small = replace(inst, cluster=Cluster.of(replace(cl, nodes=16)))
     assert small.cluster.num_gpus == 128
-    assert mfu_record_warning(small, time_for(0.9, 128), records) == []
+    assert mfu_record_warning(small, plan, time_for(0.9, 128), records) == []
 
 
 def test_mfu_records_are_the_published_bests():
