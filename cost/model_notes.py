@@ -11,6 +11,8 @@ model's source declares is dropped silently. The lines come from two places:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from paraplan.cost.flops import CAUSAL_ATTENTION_FRACTION, causal_score_fraction
 
 from paraplan.cost.moe import a2a_overlap_applies, shared_overlap_applies
@@ -19,14 +21,19 @@ from paraplan.cost.specs import Instance, MoeDispatcher, PipelineSchedule, Recom
 
 
 def model_warnings(inst: Instance, plan: Plan | None = None) -> list[str]:
-    """Lines for `inst`'s model, and for `plan` where it is one class on every GPU of a flat
-    instance (None, or a plan of several classes or groups, which differ class by class: every
-    plan of the space): the model's own `unmodelled` lines, then one line per rule of NOTES
-    that applies."""
-    if plan is not None and not (inst.flat and plan.is_flat_on(inst.cluster)):
-        plan = None
-    return list(inst.model.unmodelled) + [line for rule in NOTES
-                                          if (line := rule(inst.model, inst, plan)) is not None]
+    """Lines for `inst`'s model, and for `plan` of any shape (None: every plan of the space):
+    the model's own `unmodelled` lines, then one line per rule of NOTES that applies to any of
+    the plan's replica classes. A rule reads one class at a time (the plan with that class
+    alone: its pp, its layer plans, its Outer), since classes differ in exactly what the rules
+    read; a line two classes give alike is said once."""
+    views = [None] if plan is None else [replace(plan, classes=(c,)) for c in plan.classes]
+    lines = list(inst.model.unmodelled)
+    for rule in NOTES:
+        for view in views:
+            line = rule(inst.model, inst, view)
+            if line is not None and line not in lines:
+                lines.append(line)
+    return lines
 
 
 # Each rule: (model, instance, plan or None) -> its line, or None where it does not apply.
@@ -51,7 +58,7 @@ def _window_ring(m, inst, plan) -> str | None:
 
 
 def _parallel_block_reduces(m, inst, plan) -> str | None:
-    if not (m.parallel_blocks and (plan is None or plan.tp > 1)):
+    if not (m.parallel_blocks and (plan is None or max(plan.tp_degrees) > 1)):
         return None
     return ("parallel attention/MLP blocks: tensor-parallel all-reduces are priced as"
             " two per direction, as Megatron-LM issues them (GPT-NeoX sums the two"
@@ -60,7 +67,7 @@ def _parallel_block_reduces(m, inst, plan) -> str | None:
 
 def _parallel_block_partitions(m, inst, plan) -> str | None:
     partitioned = ("spatial_temporal" in inst.search.tensor_partitions if plan is None
-                   else bool(plan.partitions))
+                   else any(layer_plan for _, layer_plan in plan.one_class.partitions))
     if not (m.parallel_blocks and partitioned):
         return None
     return ("per-operator partitions price a parallel block's MLP as reading the"

@@ -159,3 +159,33 @@ def test_each_gpu_type_the_plan_runs_on_is_checked_for_rows():
     on_h100 = dataclasses.replace(plan, classes=tuple(dataclasses.replace(c, stage_groups=(1, 1))
                                                       for c in plan.classes))
     assert unvalidated_warnings(inst, on_h100, res) == []
+
+
+@pytest.mark.parametrize("rel", FLAT)
+def test_a_flat_plan_and_its_group_form_give_the_same_model_lines(rel):
+    # cost/model_notes reads one class at a time for every plan shape, so the plan lines of a
+    # flat plan and of its one-class group form come from the same rules on the same class
+    from paraplan.cost.model_notes import model_warnings
+    inst, plan = _golden(rel)
+    g, gplan = _group_form(inst, plan)
+    assert model_warnings(g, gplan) == model_warnings(inst, plan)
+
+
+def test_model_lines_read_every_class():
+    # The tiny GPT (8 layers, one A100 group) with 4 of its 8 layers on a 256-token window: the
+    # window line applies to a plan where some class runs more than one pipeline stage (a stage
+    # may then hold more or fewer windowed layers than its share: the rule's condition). Two
+    # classes of one stage each have no such line; the same plan whose second class runs two
+    # stages has it, whichever class it is.
+    from paraplan.cost.model_notes import model_warnings
+    inst, plan = _golden("instances/tiny-gpt-8xA100.yaml")
+    model = dataclasses.replace(inst.model, sliding_window_tokens=256, sliding_window_layers=4)
+    g, gplan = _group_form(dataclasses.replace(inst, model=model), plan)
+    one_stage = dataclasses.replace(gplan.classes[0], replicas=4)
+    two_stages = dataclasses.replace(one_stage, replicas=2, stage_groups=(0, 0), layers_per_stage=(4, 4),
+                                     full_recompute_layers=(0, 0))
+    line = "4 of 8 layers attend to a 256-token window"
+    for classes, expected in (((one_stage, one_stage), False), ((one_stage, two_stages), True),
+                              ((two_stages, one_stage), True)):
+        lines = model_warnings(g, dataclasses.replace(gplan, classes=classes))
+        assert any(w.startswith(line) for w in lines) is expected
