@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from option_layouts import option_family_layouts
 from randinst import mixed_family_instance
 
 from paraplan.cost.class_coefficients import class_outers
@@ -40,7 +41,6 @@ from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_partitions import OuterChoices
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.option_families import OptionFamily
 from paraplan.solver.search import search
 from paraplan.solver.space import declared_outers, declared_partials, summarize, summarize_partials
 
@@ -199,25 +199,13 @@ def test_option_family_bounds_are_at_most_their_layouts_layer_plans_bounds():
     inst = tiny2(*TP4[0], **OPTIONS)
     lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
     checked = 0
-    for f, fam in enumerate(lazy.families):
-        if not isinstance(fam, OptionFamily):
+    for f, node, part in option_family_layouts(lazy):
+        outers = [o for blk in part.blocks() for o in blk.outers()]
+        if not outers:
             continue
-        nodes = lazy.open_family(f, lambda lb: True)
-        while nodes:
-            kids = []
-            for ch in nodes:
-                start = len(lazy.partials)
-                node = lazy.ob.nodes[ch.index]
-                got = lazy.set_up([ch])
-                kids += [n for n in got if isinstance(n, search_mod._Choice)]
-                for part in lazy.partials[start:]:
-                    outers = [o for blk in part.blocks() for o in blk.outers()]
-                    if not outers:
-                        continue
-                    least = float(np.min(floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True)))
-                    assert node.bound <= least * (1 + 1e-9) and lazy.family_bounds[f] <= least * (1 + 1e-9)
-                    checked += 1
-            nodes = kids
+        least = float(np.min(floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True)))
+        assert node.bound <= least * (1 + 1e-9) and lazy.family_bounds[f] <= least * (1 + 1e-9)
+        checked += 1
     assert checked >= 10
 
 
