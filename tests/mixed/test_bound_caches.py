@@ -53,7 +53,7 @@ def test_stage_rows_kept_from_set_up_give_the_fresh_bounds(inst):
 def test_memory_bound_kept_per_class_gives_each_configurations_own(inst):
     # (the bundled two-type toy file counts the embedding / loss as layer slots in some
     # configurations: there the slot variants share one class's kept coefficients)
-    outers = list(declared_outers(inst))[:1500]
+    outers = list(declared_outers(inst))[:400]
     objective = "expected" if len(inst.scenarios) > 1 else "nominal"
     idx, agg, weights = scenario_weights(inst, objective)
     memo, layer_memo = {}, {}
