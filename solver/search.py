@@ -1030,6 +1030,9 @@ class _Search:
         # lowered by fill_drain.TIE_MARGIN, read only to prune (_price_chunk), not as a key
         self.sync_bound: dict[int, float] = {}
         self.listed_partials = 0
+        # outers of the partial layouts listed that _list_layouts proved unable to win before
+        # listing them: counted pruned by bound, and listed with their layouts (_count_set_up)
+        self.unlisted = 0
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
@@ -1329,29 +1332,50 @@ class _Search:
 
     def _list_layouts(self, got: list[_Partial]) -> None:
         """The outers of partial layouts `got` appended (with their ranks), bounded before
-        pricing, each pushed as one unpriced node keyed by that bound."""
+        pricing, each pushed as one unpriced node keyed by that bound. Those that cannot beat
+        the bar with any key now never will (the bar only falls) and are counted pruned, not
+        pushed: a stage-wise block whose representative's bound (or, read with its syncs, whose
+        bound for an outer's ZeRO stage and v) lies past the bar's tie band is not listed at all,
+        an outer whose own key cannot win not pushed (as _price_chunk would prune it when
+        popped); each listed outer keeps the rank of its place in its layout."""
         lazy, outers = self.lazy, self.outers
         self.listed_partials += len(got)
         start = len(outers)
         raised: list[float] = []  # per outer, its representative's bound (-inf: none read)
+        # past this a bound cannot win by any key (Winners.beats); with layer plans every outer
+        # is pushed (its combinations are nodes of their own, _plan_nodes)
+        never = math.inf if self.partitions else self.won.bar()[0] * (1 + REL_TOL)
         for part in got:
-            start_part = len(outers)
-            for blk in lazy.partials[part.index].blocks():
-                listed = blk.outers()
-                if lazy.partials[part.index].dp is None:
+            partial = lazy.partials[part.index]
+            at = lazy.ranks[part.index] * RANK_STRIDE  # the rank of the layout's next outer
+            for blk in partial.blocks():
+                if partial.dp is None:
+                    listed = blk.outers()
                     outers.extend(listed)
                     raised += [-math.inf] * len(listed)
+                    self.rank.extend(range(at, at + len(listed)))
+                    at += len(listed)
                     continue
                 key = representative_key(part.index, blk)
-                raised += [lazy.block_bounds.get(key, -math.inf)] * len(listed)
-                if part.index in lazy.synced:
-                    for k, o in enumerate(listed):
-                        lb = lazy.sync_bounds.get((*key, o.zero, o.virtual_stages))
-                        if lb is not None:
-                            self.sync_bound[len(outers) + k] = lb
-                outers.extend(listed)
-            at = lazy.ranks[part.index] * RANK_STRIDE
-            self.rank.extend(range(at, at + len(outers) - start_part))
+                lb = lazy.block_bounds.get(key, -math.inf)
+                if lb > never:
+                    self.unlisted += blk.tally.outers
+                    self.res.pruned_by_bound += blk.tally.outers
+                    at += blk.tally.outers
+                    continue
+                synced = part.index in lazy.synced
+                for spec in blk.specs():
+                    sb = lazy.sync_bounds.get((*key, spec[1], spec[2])) if synced else None
+                    if sb is not None and sb > never:
+                        self.unlisted += 1
+                        self.res.pruned_by_bound += 1
+                    else:
+                        if sb is not None:
+                            self.sync_bound[len(outers)] = sb
+                        outers.append(blk.outer(*spec))
+                        raised.append(lb)
+                        self.rank.append(at)
+                    at += 1
         js = list(range(start, len(outers)))
         # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
         # its pipeline's slowest stage and sum read together, at most its value lowered by
@@ -1360,7 +1384,12 @@ class _Search:
                                 deadline=self.floor_by, memo=lazy.memo)
         self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
-            node = _Unpriced([js[k]], (float(self.floor[js[k]]), -1, -1))
+            j = js[k]
+            lb = self.floor[j]
+            if lb > never or self.sync_bound.get(j, -math.inf) > never:
+                self.res.pruned_by_bound += 1
+                continue
+            node = _Unpriced([j], (float(lb), -1, -1))
             heapq.heappush(self.heap, (node.key, next(self.order), node))
         if self.partitions:
             self._push(self._plan_nodes(js))
@@ -1608,7 +1637,7 @@ class _Search:
         res, won = self.res, self.won
         res.solve_time_s = time.perf_counter() - self.t0
         if self.lazy is not None:
-            _count_set_up(res, self.lazy, len(self.outers), self.listed_partials, self.pipelines)
+            _count_set_up(res, self.lazy, len(self.outers) + self.unlisted, self.listed_partials, self.pipelines)
         if not won.found:
             self._no_plan()
             return res

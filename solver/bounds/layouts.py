@@ -210,6 +210,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
     # (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) -> (t_g, h_g)
     per_group: dict[tuple, tuple[float, float]] = {}
+    fresh: dict[int, list] = defaultdict(list)  # pp -> the blocks whose sync-free terms are not kept yet
     by_pp: dict[int, list] = defaultdict(list)
     # per stage-group tuple: its distinct groups and each stage's index among them, read once
     # (the 1,885 blocks of GPT-3 175B / 1,024 A100 repeat a few dozen tuples of up to 96 stages)
@@ -227,60 +228,57 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             uniq = tuple(dict.fromkeys(c.stage_groups))
             place = places[c.stage_groups] = (uniq, np.array([uniq.index(g) for g in c.stage_groups]))
         uniq, where = place
-        t = np.empty((n, c.pp))
-        h = np.empty(n)
-        alts = None
-        for si, i in enumerate(idx):
-            tg = {}
-            for g in uniq:
-                key = (i, g, b.tp_of(g), b.cp, b.micro_batch, ty.sps, b.recompute)
-                got = per_group.get(key)
-                if got is None:
-                    if alts is None:
-                        _, zero, _, _, ep, etp, _, _ = ty.first
-                        alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False) for sp in ty.sps for rc in b.recompute]
-                    terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
-                    got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
-                tg[g] = got
-            t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
-            h[si] = tg[c.stage_groups[-1]][1]
-        # (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each
-        gd = _block_syncs(inst, b, idx, uniq, where, syncs, memo, layer_memo, net) if read_syncs else {}
         slot_key = (ty.vslots, len(uniq) > 1)
         slots = slot_terms.get(slot_key)
         if slot_key not in slot_terms:
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
         e, l_, vs, plain, slotted = slots
-        by_pp[c.pp].append((bi, t, h, e, l_, least_factor(b), vs, c.replicas, gb // b.micro_batch, plain,
-                            gd, slotted))
+        if _kept_terms(memo, b, idx) is None:
+            t = np.empty((n, c.pp))
+            h = np.empty(n)
+            alts = None
+            for si, i in enumerate(idx):
+                tg = {}
+                for g in uniq:
+                    key = (i, g, b.tp_of(g), b.cp, b.micro_batch, ty.sps, b.recompute)
+                    got = per_group.get(key)
+                    if got is None:
+                        if alts is None:
+                            _, zero, _, _, ep, etp, _, _ = ty.first
+                            alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False)
+                                    for sp in ty.sps for rc in b.recompute]
+                        terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
+                        got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
+                    tg[g] = got
+                t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
+                h[si] = tg[c.stage_groups[-1]][1]
+            fresh[c.pp].append((b, t, h, e, l_, least_factor(b), vs, c.replicas, gb // b.micro_batch, plain))
+        # (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each
+        gd = _block_syncs(inst, b, idx, uniq, where, syncs, memo, layer_memo, net) if read_syncs else {}
+        by_pp[c.pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, gd, slotted))
+    for items in fresh.values():
+        _keep_terms(memo, idx, items, L)
     for pp, items in by_pp.items():
-        t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
-        h = np.stack([x[2] for x in items])  # (rows, scenarios)
-        a = np.zeros_like(t)
-        a[:, :, -1] += h
+        kept = [_kept_terms(memo, it[1], idx) for it in items]
+        A = np.stack([k[0] for k in kept])  # (rows, scenarios)
+        S = np.stack([k[1] for k in kept])
         N = len(items)
-        flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
-        A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
-        tmin, tmax = t.min(axis=2), t.max(axis=2)
-        e = np.array([x[3] for x in items], float)[:, None]
-        l_ = np.array([x[4] for x in items], float)[:, None]
-        S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
-        x = np.array([x[7] for x in items], float)[:, None, None]
-        M = np.array([x[8] for x in items], float)[:, None, None]
-        factor = np.array([x[5] for x in items])
+        x = np.array([it[3] for it in items], float)[:, None, None]
+        M = np.array([it[4] for it in items], float)[:, None, None]
+        factor = np.array([k[2] for k in kept])
         best = np.full((N, n), np.inf)
-        for v in sorted({v for it in items for v in it[6]}):
-            has = np.array([v in it[6] for it in items])
+        for v in sorted({v for it in items for v in it[2]}):
+            has = np.array([v in it[2] for it in items])
             lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
-            b = relaxed_s(A[:, :, None], S[:, :, None], np.zeros((N, n, 1)), x, lo, M, float(v), False)
-            fd = _fill_drain_rows(items, t, h, L, v, has)  # (J / v) (1 - TIE_MARGIN), 0 where not read
-            b = np.maximum(b, fd)
+            # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
+            b = np.stack([k[3][v][0] if v in k[3] else np.zeros(n) for k in kept])
+            fd = np.stack([k[3][v][1] if v in k[3] else np.zeros(n) for k in kept])
             covered = np.zeros(N, bool)
-            for z in sorted({z for it in items for z, w in it[10] if w == v}):
-                rows = np.array([k for k, it in enumerate(items) if (z, v) in it[10]], np.int64)
-                D = _least_sync_split(np.stack([items[k][10][z, v][0] for k in rows]),
-                                      np.stack([items[k][10][z, v][1] for k in rows]),
-                                      np.array([v in items[k][11] for k in rows], bool), L)
+            for z in sorted({z for it in items for z, w in it[5] if w == v}):
+                rows = np.array([k for k, it in enumerate(items) if (z, v) in it[5]], np.int64)
+                D = _least_sync_split(np.stack([items[k][5][z, v][0] for k in rows]),
+                                      np.stack([items[k][5][z, v][1] for k in rows]),
+                                      np.array([v in items[k][6] for k in rows], bool), L)
                 bz = relaxed_s(A[rows, :, None], S[rows, :, None], D[:, :, None], x[rows], lo[rows], M[rows],
                                float(v), False) * (1 - TIE_MARGIN)
                 bz = np.maximum(b[rows], np.maximum(bz, np.where(fd[rows] > 0, fd[rows] + D * (1 - TIE_MARGIN), 0.0)))
@@ -294,6 +292,50 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
         out[[x[0] for x in items]] = agg_b * factor
     return out
+
+
+def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
+    """Block b's sync-free terms on scenarios `idx` as _keep_terms kept them in `memo`, or None:
+    (A, S, least quantile factor, {v: (relaxed_s of A and S, fill_drain's J / v or 0)}), each
+    per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
+    reads them again when the search pops it to read its syncs (search._Search._read_syncs),
+    which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33)."""
+    got = memo.get(("stage rows", id(b), tuple(idx)))
+    return got[1] if got is not None and got[0] is b else None  # the partial layouts hold their blocks
+
+
+def _keep_terms(memo: dict, idx: list[int], items: list, L: int) -> None:
+    """stage_bound_rows' sync-free terms of blocks `items` of one pp, (block, floors t
+    (scenarios, pp), output layer h (scenarios), e, l, least factor, v values, replicas,
+    micro-batches, the v fill_drain reads) each, kept in `memo` (_kept_terms)."""
+    n = len(idx)
+    t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
+    h = np.stack([x[2] for x in items])  # (rows, scenarios)
+    pp = t.shape[2]
+    a = np.zeros_like(t)
+    a[:, :, -1] += h
+    N = len(items)
+    flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
+    A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
+    tmin, tmax = t.min(axis=2), t.max(axis=2)
+    e = np.array([x[3] for x in items], float)[:, None]
+    l_ = np.array([x[4] for x in items], float)[:, None]
+    S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
+    x = np.array([x[7] for x in items], float)[:, None, None]
+    M = np.array([x[8] for x in items], float)[:, None, None]
+    per_v: list[dict] = [{} for _ in items]
+    for v in sorted({v for it in items for v in it[6]}):
+        has = np.array([v in it[6] for it in items])
+        rows = np.flatnonzero(has)
+        lo = np.full((len(rows), 1, 1), float(pp) if v > 1 else 1.0)
+        b = relaxed_s(A[rows, :, None], S[rows, :, None], np.zeros((len(rows), n, 1)), x[rows], lo, M[rows],
+                      float(v), False)
+        fd = _fill_drain_rows([items[k] for k in rows], t[rows], h[rows], L, v, np.ones(len(rows), bool))
+        b = np.maximum(b, fd)
+        for r, k in enumerate(rows.tolist()):
+            per_v[k][v] = (b[r], fd[r])
+    for k, it in enumerate(items):
+        memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], per_v[k]))
 
 
 def _block_syncs(inst, b, idx: list[int], uniq: tuple, where: np.ndarray, syncs: dict, memo: dict,

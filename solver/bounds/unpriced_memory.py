@@ -57,6 +57,7 @@ per-operator partitions; elsewhere 0 (no bound).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -112,20 +113,30 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         S[at] = np.where(fits, sigma, np.inf)
         D[at] = np.where(fits, delta, np.inf)
     total = inst.job.global_batch
+    by_count: dict[int, list[int]] = defaultdict(list)  # outers by their class count, bounded at once
     for j in used:
-        o = outers[j]
-        cs, v = o.classes, o.virtual_stages
-        a, s = A[j][idx][:, :len(cs)][None], S[j][idx][:, :len(cs)][None]
-        if np.isinf(a).any():  # some class fits no split: nor does the configuration
-            out[j] = np.inf
+        by_count[len(outers[j].classes)].append(j)
+    for k, js in by_count.items():
+        a, s = A[js][:, idx, :k], S[js][:, idx, :k]  # (outers, scenarios, classes)
+        no_fit = np.isinf(a).any((1, 2))  # some class fits no split: nor does the configuration
+        out[np.array(js)[no_fit]] = np.inf
+        js = [j for j, out_j in zip(js, no_fit.tolist()) if not out_j]
+        if not js:
             continue
-        d = D[j][idx][:, :len(cs)].max(-1)[None, :, None]  # the slowest sync of every class
-        pp = np.array([c.pp for c in cs], float)
+        a, s = a[~no_fit], s[~no_fit]
+        d = D[js][:, idx, :k].max(-1)[:, :, None]  # the slowest sync of every class
+        pp = np.array([[c.pp for c in outers[j].classes] for j in js], float)[:, None, :]
+        v = np.array([outers[j].virtual_stages for j in js], float)[:, None, None]
         # MultiClassProblem.min_micro_batches, as unpriced.floor_bounds_s (a dense model: unpaired)
-        lo = np.where(v > 1, pp, 1.0) if len(cs) == 1 else np.where(v > 1, 2 * pp, pp)
-        x = np.array([c.replicas for c in cs], float)
-        b = relaxed_s(a, s, d, x, lo, float(total // o.micro_batch), v, False)[0]
-        out[j] = b.max() if agg == "max" else float(b @ np.asarray(weights, float))
+        lo = np.where(v > 1, pp, 1.0) if k == 1 else np.where(v > 1, 2 * pp, pp)
+        x = np.array([[c.replicas for c in outers[j].classes] for j in js], float)[:, None, :]
+        m = np.array([float(total // outers[j].micro_batch) for j in js])[:, None, None]
+        b = relaxed_s(a, s, d, x, lo, m, v, False)  # (outers, scenarios): row by row, as one at a time
+        if agg == "max":
+            out[js] = b.max(-1)
+        else:
+            w = np.asarray(weights, float)
+            out[js] = [float(row @ w) for row in b]
     out[used] *= objective_factors(inst, [outers[j] for j in used])
     return out
 
@@ -135,18 +146,42 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     """Per scenario of `idx`, (layers, the tight bound's arrays, one_class.TIGHT_ARRAYS) of class
     k of `o`, priced as `co` (class_coefficients.class_outers): the module docstring's floors,
     syncs and build's memory, capped at the search's memory tier; with the embedding / loss as
-    slots, those of its slot relaxation (one_class.slot_relaxation) and its L + e + l layers."""
+    slots, those of its slot relaxation (one_class.slot_relaxation) and its L + e + l layers.
+    The coefficients before the slot relaxation read no slot (_floor_coefficients): the
+    configurations of a block that differ only in their slots share them."""
+    out = []
+    slotted = co.embedding_in_split or co.loss_in_split
+    for c_floor in _floor_coefficients(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve):
+        # (slot_relaxation reads the slots off the outer; unflagged, it is the coefficients themselves)
+        c_floor = slot_relaxation(replace(c_floor, outer=co)) if slotted else c_floor
+        out.append((c_floor.layers, {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}))
+    return out
+
+
+def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
+                        reserve: float) -> list[StageCoefficients]:
+    """Per scenario of `idx`, _class_rows' coefficients of class k of `o` before the slot
+    relaxation, capped at the memory tier, kept in `layer_memo` by what they read: the stage
+    memory's key (_stage_memory), the floors' (the layer's fields and each group's tp), the
+    syncs' (sync_key: the replicas and, with several classes, the classes and every group's tp)
+    and the memory tier;
+    not the embedding / loss slots, which only the relaxation reads (their `outer` is the first
+    configuration's met: read its slots from `co`)."""
     c = o.classes[k]
     groups = sorted(set(c.stage_groups))
+    key = ("floor coefficients", tuple(idx), k, *_memory_key(o, co, c.stage_groups, groups), o.replicas,
+           # several classes' rings join theirs, at each group's tp (sync_terms)
+           None if len(o.classes) == 1 else (o.classes, o.tp, o.group_tp), inst.search.memory_fill_cap, reserve, slow)
+    hit = layer_memo.get(key)
+    if hit is not None:
+        return hit
     where = [groups.index(g) for g in c.stage_groups]
 
     def terms(i: int, g: int):
         return layer_terms(inst, o, co, i, g, memo, layer_memo, net)
-    first = [terms(idx[0], g) for g in groups]
-    hbm = [inst.scenarios[idx[0]].cluster.groups[g].gpu.hbm_bytes for g in groups]
+    at = np.array(where, np.int64)
     inflight = in_flight_micro_batches(co.pp, co.num_micro_batches, co.virtual_stages)
-    mem = stage_memory(inst, co, [x for x, _ in first], where, [t for _, t in first], hbm,
-                       o.replicas * o.cp, inflight, reserve)
+    mem = _stage_memory(inst, o, co, c.stage_groups, groups, where, inflight, idx[0], terms, reserve, layer_memo)
     zeros = np.zeros(co.pp)
     out = []
     for i in idx:
@@ -155,17 +190,42 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
         a[0] = floors[where[0]][1]
         a[-1] += floors[where[-1]][2]
         u = (zeros if o.zero == 3 else
-             np.array([terms(i, groups[w])[0].rc_fwd_s for w in where]) * (1 + slow))
-        syncs = [sync_terms(inst, o, co, i, g, terms(i, g)[0], layer_memo, net) for g in groups]
+             np.array([terms(i, g)[0].rc_fwd_s for g in groups])[at] * (1 + slow))
+        syncs = np.array([sync_terms(inst, o, co, i, g, terms(i, g)[0], layer_memo, net) for g in groups])[at]
         c_floor = StageCoefficients(
-            outer=co, layers=inst.model.layers, layer_time_s=np.array([floors[w][0] for w in where]),
-            recompute_time_s=u, stage_time_s=a, layer_sync_time_s=np.array([syncs[w][0] for w in where]),
-            stage_sync_time_s=np.array([syncs[w][1] for w in where]), layer_state_bytes=mem.layer_state_bytes,
+            outer=co, layers=inst.model.layers, layer_time_s=np.array([f[0] for f in floors])[at],
+            recompute_time_s=u, stage_time_s=a, layer_sync_time_s=syncs[:, 0],
+            stage_sync_time_s=syncs[:, 1], layer_state_bytes=mem.layer_state_bytes,
             layer_act_bytes=mem.layer_act_bytes, layer_ckpt_bytes=mem.layer_ckpt_bytes,
             stage_mem_bytes=mem.stage_mem_bytes, capacity_bytes=mem.capacity_bytes, in_flight=inflight)
-        c_floor = slot_relaxation(capped_memory(c_floor, inst.search.memory_fill_cap, reserve))
-        out.append((c_floor.layers, {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}))
+        out.append(capped_memory(c_floor, inst.search.memory_fill_cap, reserve))
+    layer_memo[key] = out
     return out
+
+
+def _memory_key(o, co, stage_groups: tuple, groups: list[int]) -> tuple:
+    """What cost/stage_memory.stage_memory reads of class `co` of outer `o` (its stages on
+    `stage_groups`, the distinct ones `groups`): the stages' groups and each one's tp, the
+    layer's key (layer_terms: cp, micro-batch, sp, recompute, whether tp is per group), ZeRO, the
+    pipeline (pp and the in-flight counts, which read m and v) and the ring's size."""
+    return (stage_groups, tuple(o.tp_of(g) for g in groups), o.cp, o.micro_batch, o.sequence_parallel,
+            o.recompute, bool(o.group_tp), co.zero, co.pp, co.num_micro_batches, co.virtual_stages, o.replicas * o.cp)
+
+
+def _stage_memory(inst, o, co, stage_groups: tuple, groups: list[int], where: list[int], inflight: np.ndarray,
+                  i: int, terms, reserve: float, layer_memo: dict):
+    """cost/stage_memory.stage_memory of class `co` of outer `o` on scenario i (stage s on
+    groups[where[s]]; `terms(i, g)`: layer_terms), kept in `layer_memo` by what it reads
+    (_memory_key): the configurations that differ only in their embedding / loss slots, or in
+    what the floors and syncs read beside it, share one (issue 33)."""
+    key = ("memory", i, *_memory_key(o, co, stage_groups, groups))
+    hit = layer_memo.get(key)
+    if hit is None:
+        first = [terms(i, g) for g in groups]
+        hbm = [inst.scenarios[i].cluster.groups[g].gpu.hbm_bytes for g in groups]
+        hit = layer_memo[key] = stage_memory(inst, co, [x for x, _ in first], where, [t for _, t in first], hbm,
+                                             o.replicas * o.cp, inflight, reserve)
+    return hit
 
 
 def layer_terms(inst, o, co, i: int, g: int, memo: dict, layer_memo: dict, net) -> tuple:
