@@ -12,8 +12,8 @@ from enum import Enum
 from typing import Any
 
 from paraplan.cost import units
-from paraplan.cost.specs import (GpuSpec, Instance, JobSpec, MoeDispatcher, PipelineSchedule,
-                                 SearchSpace)
+from paraplan.cost.specs import (GpuSpec, Instance, JobSpec, ModelSpec, MoeDispatcher,
+                                 PipelineSchedule, SearchSpace)
 from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.readers.cluster_writer import group_to_mapping, groups_to_mapping, writes_flat
 
@@ -28,23 +28,7 @@ def instance_to_mapping(inst: Instance) -> dict:
     (writing them out would make the framework refusal check see them as user choices); the
     cluster flat where a flat file writes it, else as node groups with the instance's
     scenarios, timeline and switching costs (cost/readers/cluster_writer.py)."""
-    from dataclasses import fields
-
-    model = {}
-    for f in fields(inst.model):
-        value = getattr(inst.model, f.name)
-        if value is None or value == ():  # an optional key left out: its default
-            continue
-        key = _MODEL_FIELD_KEYS.get(f.name, f.name)
-        if f.name == "moe":
-            model[key] = {g.name: getattr(value, g.name) for g in fields(value)
-                          if getattr(value, g.name) is not None}
-            continue
-        if f.name == "mla":  # every width, q_lora_rank null included (the section requires it)
-            model[key] = {g.name: getattr(value, g.name) for g in fields(value)}
-            continue
-        model[key] = (value.value if isinstance(value, Enum)
-                      else list(value) if isinstance(value, tuple) else value)
+    model = _model_to_mapping(inst.model)
     job = _job_to_mapping(inst.job)
     flat = writes_flat(inst)
     network = {} if flat else groups_to_mapping(inst)
@@ -59,6 +43,29 @@ def instance_to_mapping(inst: Instance) -> dict:
     if search:
         out["search"] = search
     return {**out, **network}  # scenarios, timeline, switching: after the search, as files order them
+
+
+def _model_to_mapping(model_spec: ModelSpec) -> dict:
+    """The model section of instance_to_mapping: every field set, optional ones left out at
+    their default."""
+    from dataclasses import fields
+
+    model = {}
+    for f in fields(model_spec):
+        value = getattr(model_spec, f.name)
+        if value is None or value == ():  # an optional key left out: its default
+            continue
+        key = _MODEL_FIELD_KEYS.get(f.name, f.name)
+        if f.name == "moe":
+            model[key] = {g.name: getattr(value, g.name) for g in fields(value)
+                          if getattr(value, g.name) is not None}
+            continue
+        if f.name == "mla":  # every width, q_lora_rank null included (the section requires it)
+            model[key] = {g.name: getattr(value, g.name) for g in fields(value)}
+            continue
+        model[key] = (value.value if isinstance(value, Enum)
+                      else list(value) if isinstance(value, tuple) else value)
+    return model
 
 
 def _job_to_mapping(job: JobSpec) -> dict:
