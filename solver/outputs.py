@@ -72,9 +72,12 @@ def write_plan_file(path: str, header: str, mapping: dict) -> None:
 def plan_file(inst, plan, read) -> dict:
     """The plan file's mapping, as `plan -o` writes it (`read`: the instance as read_instance
     read it; `inst`: as planned): a flat file's plan of one class on every GPU in the flat
-    format with its instance (export, memory and compare read it), any other (or any plan of
-    a node-group file) in the group format."""
+    format, any other (or any plan of a node-group file) in the group format, each with the
+    instance as read (cost/readers/instance_writer.py writes every cluster), so that the plan
+    file reads back alone."""
+    from paraplan.cost.readers.instance_writer import instance_to_mapping
+    from paraplan.cost.readers.plan_reader import PLAN_FILE_INSTANCE_KEY
     from paraplan.cost.readers.plan_writer import plan_file_mapping, plan_to_mapping
     if inst.written_as_groups or not inst.flat and not plan.is_flat_on(inst.cluster):
-        return {"plan": plan_to_mapping(plan, inst)}
+        return {"plan": plan_to_mapping(plan, inst), PLAN_FILE_INSTANCE_KEY: instance_to_mapping(read)}
     return plan_file_mapping(read, plan)

@@ -141,6 +141,19 @@ class Network:
         for i, x in enumerate(groups):
             self.sites.setdefault(x.site, []).append(i)
 
+    @classmethod
+    def of(cls, cluster: Cluster, path: str) -> "Network":
+        """`cluster` as a Network: every link between two groups that differs from the default
+        derived from their NICs counts as explicitly given (an event or a writer sees only the
+        loaded records, not the file: a link given equal to its default reads as a default)."""
+        groups = list(cluster.groups)
+        net = cls(path, groups, {})
+        for a in range(len(groups)):
+            for b in range(a + 1, len(groups)):
+                if cluster.between[a][b] != net.default_link(a, b, groups):
+                    net.explicit[(a, b)] = cluster.between[a][b]
+        return net
+
     def resolve(self, sec: Section, key: str, value: Any) -> tuple[set[int], bool]:
         """The groups a group or site name stands for, and whether it named a group."""
         field = sec.field(key)

@@ -57,8 +57,31 @@ _JOB_FILE_KEYS = ("job", "search")
 
 def load_instance(path: str | Path) -> Instance:
     """The instance file at `path`, read once, in either form: a flat `cluster:` as its one
-    node group (cost/specs.Cluster.of), a `cluster:` with `groups:` as the groups it lists."""
+    node group (cost/specs.Cluster.of), a `cluster:` with `groups:` as the groups it lists; or
+    the instance a plan file at `path` carries (carries_instance)."""
     return load_instance_parts(path, hf_config=None, cluster=None, job=None)
+
+
+# `paraplan plan -o` writes the instance beside the plan (cost/readers/plan_writer.py,
+# solver/outputs.plan_file), so that a plan file reads back alone: export reads it, and the
+# INSTANCE argument of simulate, memory and compare may name the plan file itself.
+PLAN_FILE_INSTANCE_KEY = "instance"
+
+
+def carries_instance(data: Any) -> bool:
+    """Whether `data` (a file as read) is a plan file carrying its instance: `plan:` and
+    `instance:`, nothing else."""
+    return isinstance(data, dict) and set(data) == {"plan", PLAN_FILE_INSTANCE_KEY}
+
+
+def _read_alone(data: Any, path: str) -> Instance | None:
+    """The instance a file given alone holds in a form no part file takes: the one a plan file
+    carries, or node groups; None for a flat instance file."""
+    if carries_instance(data):
+        return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], path, PLAN_FILE_INSTANCE_KEY)
+    if is_groups_mapping(data):
+        return instance_from_mapping(data, path, prefix="")
+    return None
 
 
 def _no_groups(data: Any, path: str) -> Any:
@@ -106,7 +129,8 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     - `seq_len`: replaces the model's sequence length, wherever the model comes from.
 
     An instance file of node groups (`cluster:` with `groups:`) is read alone, as the groups it
-    lists; beside part files it is refused, naming what to do instead.
+    lists; beside part files it is refused, naming what to do instead. A plan file carrying its
+    instance (`plan -o`'s) given as `instance` alone reads as that instance.
 
     Without `instance`, all three parts are required and the instance is named
     `<model>-<GPUs>x<GPU type>`. Every file is checked in full, sections that a part replaces
@@ -120,8 +144,9 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
         path = str(instance)
         sources.append(path)
         data = read_yaml(path)
-        if is_groups_mapping(data) and hf_config is cluster is job is seq_len is None:
-            return instance_from_mapping(data, path, prefix="")
+        alone = _read_alone(data, path) if hf_config is cluster is job is seq_len is None else None
+        if alone is not None:
+            return alone
         top = Section(_no_groups(data, path), path, "", _TOP_KEYS)
         name = top.string("name")
         gpus = catalogue_with_gpu_types(top)

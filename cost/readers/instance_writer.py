@@ -1,8 +1,9 @@
 """An Instance written back as the mapping of an instance file (docs/schema.md), such that
 the instance reader rebuilds an equal Instance.
 
-`paraplan plan -o` writes the instance beside the plan, so that a plan made from part files
-(--hf-config --cluster --job) can be exported or simulated without an instance file.
+`paraplan plan -o` writes the instance beside every plan, flat or of replica classes, so that a
+plan made from part files (--hf-config --cluster --job) can be exported or simulated without an
+instance file, and a plan on node groups carries its cluster too.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from enum import Enum
 from typing import Any
 
 from paraplan.cost import units
-from paraplan.cost.specs import (GpuSpec, Instance, JobSpec, MoeDispatcher, PipelineSchedule,
-                                 SearchSpace)
+from paraplan.cost.specs import (GpuSpec, Instance, JobSpec, ModelSpec, MoeDispatcher,
+                                 PipelineSchedule, SearchSpace)
 from paraplan.cost.readers.gpus import load_catalogue
+from paraplan.cost.readers.cluster_writer import group_to_mapping, groups_to_mapping, writes_flat
 
 
 # ModelSpec fields whose YAML key differs from the field's name
@@ -23,12 +25,34 @@ _MODEL_FIELD_KEYS = {"attention_head_dim": "head_dim"}
 def instance_to_mapping(inst: Instance) -> dict:
     """`inst` in the instance-file schema (cost/readers/instance.py), such that `instance_from_mapping`
     rebuilds an equal Instance: units converted back, defaults of the search space left out
-    (writing them out would make the framework refusal check see them as user choices)."""
+    (writing them out would make the framework refusal check see them as user choices); the
+    cluster flat where a flat file writes it, else as node groups with the instance's
+    scenarios, timeline and switching costs (cost/readers/cluster_writer.py)."""
+    model = _model_to_mapping(inst.model)
+    job = _job_to_mapping(inst.job)
+    flat = writes_flat(inst)
+    network = {} if flat else groups_to_mapping(inst)
+    cluster = group_to_mapping(inst.cluster.one_group) if flat else network.pop("cluster")
+    out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
+    catalogue = load_catalogue()
+    custom = {g.gpu.name: _gpu_to_mapping(g.gpu) for g in inst.cluster.groups
+              if catalogue.get(g.gpu.name) != g.gpu}
+    if custom:
+        out["gpu_types"] = custom
+    search = _search_to_mapping(inst.search)
+    if search:
+        out["search"] = search
+    return {**out, **network}  # scenarios, timeline, switching: after the search, as files order them
+
+
+def _model_to_mapping(model_spec: ModelSpec) -> dict:
+    """The model section of instance_to_mapping: every field set, optional ones left out at
+    their default."""
     from dataclasses import fields
 
     model = {}
-    for f in fields(inst.model):
-        value = getattr(inst.model, f.name)
+    for f in fields(model_spec):
+        value = getattr(model_spec, f.name)
         if value is None or value == ():  # an optional key left out: its default
             continue
         key = _MODEL_FIELD_KEYS.get(f.name, f.name)
@@ -41,30 +65,7 @@ def instance_to_mapping(inst: Instance) -> dict:
             continue
         model[key] = (value.value if isinstance(value, Enum)
                       else list(value) if isinstance(value, tuple) else value)
-    cl = inst.cluster.one_group
-    cluster = {
-        "gpu": cl.gpu.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
-        "intra_node_link": cl.intra_node_kind,
-        # the reader halves the vendors' bidirectional NVLink figure
-        "intra_node_gbytes_per_s": 2 * cl.intra_node.bw_bytes_per_s / units.GBYTE_BYTES,
-        "intra_node_latency_us": cl.intra_node.latency_s / units.US_S,
-        "nic_gbit_per_s": cl.inter_node.bw_bytes_per_s / units.GBIT_BYTES,
-        "inter_node_latency_us": cl.inter_node.latency_s / units.US_S,
-    }
-    if cl.nvlink_domain_gpus is not None:
-        cluster["nvlink_domain_gpus"] = cl.nvlink_domain_gpus
-    for key, tier in zip(("leaf", "pod"), cl.tiers):
-        cluster[f"{key}_nodes"] = tier.nodes
-        cluster[f"{key}_oversubscription"] = tier.oversubscription
-        cluster["tier_latency_us"] = tier.latency_s / units.US_S
-    job = _job_to_mapping(inst.job)
-    out: dict[str, Any] = {"name": inst.name, "model": model, "cluster": cluster, "job": job}
-    if load_catalogue().get(cl.gpu.name) != cl.gpu:
-        out["gpu_types"] = {cl.gpu.name: _gpu_to_mapping(cl.gpu)}
-    search = _search_to_mapping(inst.search)
-    if search:
-        out["search"] = search
-    return out
+    return model
 
 
 def _job_to_mapping(job: JobSpec) -> dict:

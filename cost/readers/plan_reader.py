@@ -24,7 +24,7 @@ from paraplan.cost.plan_specs import Plan, ReplicaClass
 from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.readers.fields import (Section, check_int, config_errors_as, describe,
                                           did_you_mean_or_known, enum_values, list_items)
-from paraplan.cost.readers.instance import instance_from_mapping
+from paraplan.cost.readers.instance import PLAN_FILE_INSTANCE_KEY, instance_from_mapping
 
 
 _PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
@@ -217,12 +217,6 @@ def plan_partitions(sec: Section, key: str = "partitions") -> tuple[tuple[str, s
 def load_plan(path: str | Path, inst: Instance) -> Plan:
     """The plan file at `path` for `inst`, in either form (plan_from_mapping)."""
     return plan_from_mapping(read_yaml(path), inst, path)
-
-
-# `paraplan plan -o` writes the instance beside the plan, so that a plan made from part files
-# (--hf-config --cluster --job) can be exported or simulated without an instance file.
-
-PLAN_FILE_INSTANCE_KEY = "instance"
 
 
 def plan_file_instance(data: Any, path: str | Path) -> Instance | None:

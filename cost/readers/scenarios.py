@@ -252,20 +252,6 @@ def event_from_mapping(data: Any, inst: Instance,
                         "give exactly one: how long the changed network lasts")
     remaining_s = sec.number("remaining_hours") * units.HOUR_S if has_hours else None
     remaining_iterations = sec.integer("remaining_iterations") if has_iterations else None
-    net = _network_of(inst, path)
+    net = Network.of(inst.cluster, path)
     return (Scenario(name=name, cluster=_apply_changes(net, sec, "changes")), remaining_s,
             remaining_iterations)
-
-
-def _network_of(inst: Instance, path: str) -> Network:
-    """The instance's nominal cluster as a Network: every link that differs from the default
-    derived from the groups' NICs counts as explicitly given."""
-    groups = list(inst.cluster.groups)
-    net = Network(path, groups, {})
-    n = len(groups)
-    for a in range(n):
-        for b in range(a + 1, n):
-            link = inst.cluster.between[a][b]
-            if link != net.default_link(a, b, groups):
-                net.explicit[(a, b)] = link
-    return net

@@ -18,8 +18,8 @@ framework's settings, to stdout or FILE.
 - Refused in one line (exit 2) whatever the flags: a plan the target cannot run at all (a
   DualPipe plan, common.refuse_dualpipe; a model it has no layers for) and a mixed-cluster plan
   (no framework runs the stages of one job on different GPU types with different layouts).
-  `--to layout --instance INSTANCE` writes what can be written of such a plan instead: its
-  per-group launch layout (solver/export/layout.py).
+  `--to layout` writes what can be written of such a plan instead, its per-group launch layout
+  (solver/export/layout.py), on the instance its plan file carries or --instance INSTANCE.
 - Whenever the emitted configuration is not the plan as planned (a deviation, or another
   framework than the plan was made for), the predicted time and memory of both are printed on
   stderr (and given in --json).
@@ -72,8 +72,9 @@ MIXED_REASON = ("no framework we export to (Megatron-LM, torchtitan, DeepSpeed) 
                 " of one job on different GPU types with different layouts: each gives every"
                 " rank one layout (degrees, layer split, micro-batch count) and none places"
                 " pipeline stages by GPU type")
-MIXED_FIX = ("write its per-group launch layout with --to layout --instance INSTANCE.yaml, or plan"
-             " for one GPU type (an instance without cluster.groups) to export it")
+MIXED_FIX = ("write its per-group launch layout with --to layout (with --instance INSTANCE.yaml"
+             " for a plan file written without its instance), or plan for one GPU type (an"
+             " instance without cluster.groups) to export it")
 
 
 def _classes(data) -> str | None:
@@ -146,9 +147,10 @@ def _write(args, text: str) -> None:
 
 def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
-    (solver/export/layout.py). Its plan file carries no instance, so --instance is needed."""
+    (solver/export/layout.py), on the instance --instance names, else the one the plan file
+    carries."""
     from paraplan.cost.readers.instance import load_instance
-    from paraplan.cost.readers.plan_reader import plan_from_mapping
+    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
     from paraplan.cost.readers.strict_yaml import read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
@@ -162,10 +164,12 @@ def cmd_layout(args) -> int:
         raise InstanceError(args.plan, "--to layout", "a plan of one replica class on one GPU type"
                             " runs as one framework configuration", "export it --to megatron,"
                             " torchtitan or deepspeed")
-    if not args.instance:
-        raise InstanceError(args.plan, "instance", "a plan in the group format carries no instance",
+    # a flat file as its one group; else the instance `plan -o` wrote beside the plan
+    inst = load_instance(args.instance) if args.instance else plan_file_instance(data, args.plan)
+    if inst is None:
+        raise InstanceError(args.plan, "instance", "the plan file carries no instance (written by"
+                            " hand, or by a paraplan before group-format plan files carried one)",
                             "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    inst = load_instance(args.instance)  # a flat file as its one group
     plan = plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
     text = to_layout(inst, plan)
     _write(args, text)
