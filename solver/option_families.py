@@ -60,9 +60,11 @@ bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, 
 The pipeline part and the sync are bounded apart (each at its least over the modes), so their
 sum is at most the plan's time; both multiply by the same quantile factor as the plan.
 With per-operator partitions (search.tensor_partitions) f_g is the layer plans' floor
-(FamilyBounds.layer_plans) and neither term is read, nor memory in _fits: a layer plan may
-hold fewer activation bytes and sync otherwise than Megatron's layer (option_recompute._plain,
-option_sync), so the bound holds for every layer-plan combination of every layout.
+(FamilyBounds.layer_plans) and both terms are read at what holds for every layer plan of the
+class's tp group (solver/bounds/plan_range.py: the least stash and recomputed forward, the
+largest backward; every other term a plan holds is at least Megatron's), so the bound holds for
+every layer-plan combination of every layout; memory in _fits is not read (it reads Megatron's
+stash).
 
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest

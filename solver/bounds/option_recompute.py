@@ -41,8 +41,15 @@ at least L f_g + R rho_lo, and its slowest stage to at least that / pp: the clas
 on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py's derivation (which
 reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A* and S_lo = L f_g + R rho_lo
 (class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
-hide ZeRO-3 traffic), nor a class of an MoE model or with per-operator partitions (whose layer
-plans' stash and recompute are not read here).
+hide ZeRO-3 traffic), nor a class of an MoE model.
+
+With per-operator partitions (search.tensor_partitions) the class's stages may run any layer
+plan of their tp group: f_g is the plans' floor (stage_families.FamilyBounds.floor), and of the
+memory terms above only the stash a may be less than Megatron's layer's (the state, workspace
+and checkpoint of every plan are at least Megatron's: solver/bounds/plan_range.py), so a is read
+at the least of Megatron's and every plan's stash, and rho_lo at the least of every plan's
+recomputed forward. Every term is then at most its value under any layer plan, and the
+derivation above holds for every layer-plan combination of the class.
 """
 
 from __future__ import annotations
@@ -53,11 +60,9 @@ import math
 import numpy as np
 
 from paraplan.cost import memory
-from paraplan.cost.class_coefficients import class_outers, group_site
-from paraplan.cost.coefficients import megatron_layer, stage_outer
-from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.cost.specs import Attention, Recompute
+from paraplan.solver.bounds.plan_range import plan_range
+from paraplan.solver.partition_plans import enabled as partitions_enabled
 from paraplan.solver.space import micro_batch_lower_bound_terms
 
 
@@ -100,32 +105,36 @@ class RecomputeFloor:
                 if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))] or [False]
 
     def _rc_fwd_s(self, g: int, tp: int, cp: int) -> np.ndarray:
-        """(micro-batch sizes, scenarios): the least forward a full recompute repeats."""
+        """(micro-batch sizes, scenarios): the least forward a full recompute repeats, of
+        Megatron's layer and every layer plan (plan_range.py)."""
         key = ("rc", g, tp, cp)
         got = self.memo.get(key)
         if got is None:
-            inst, fb = self.inst, self.fb
+            fb = self.fb
             got = np.full((len(fb.mbs), len(fb.idx)), np.inf)
             for bi, b in enumerate(fb.mbs.astype(int).tolist()):
                 for sp, rc in itertools.product(self._sps(tp, cp), fb.recompute):
-                    o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
-                                   classes=(ClassShape(replicas=1, stage_groups=(g,)),))
                     for si, i in enumerate(fb.idx):
-                        site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
-                        lo = stage_outer(class_outers(inst.job, o)[0], site)
-                        got[bi, si] = min(got[bi, si], megatron_layer(inst, lo, site, NetEfficiency()).rc_fwd_s)
+                        got[bi, si] = min(got[bi, si], plan_range(self.inst, i, g, tp, cp, b, sp, rc,
+                                                                  self.memo).least_rc_fwd_s)
             got = self.memo[key] = np.maximum(got, 0.0)
         return got
 
-    def _stash_bytes(self, b: int, tp: int, cp: int, sp: bool) -> float:
-        """a: one layer's least stash for one micro-batch, fragmentation included."""
+    def _stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
+        """a: one layer's least stash for one micro-batch on group g, fragmentation included:
+        Megatron's, or with per-operator partitions the least of it and every layer plan's
+        (plan_range.py; the stash is the one memory term a plan may hold less of)."""
         m, job = self.inst.model, self.inst.job
         flash = job.attention is Attention.FLASH
         modes = {Recompute.NONE: memory.layer_activation_bytes(m, b, tp, cp, sp, flash, job.framework, job.precision),
                  Recompute.SELECTIVE: memory.selective_activation_bytes(m, b, tp, cp, sp, job.framework,
                                                                         job.precision)}
         a = min(modes.get(rc, modes[Recompute.NONE]) for rc in self.fb.recompute)
-        return (a - memory.job_activation_savings_bytes(m, b, tp, cp, sp, job)) * (1 + memory.ALLOCATOR_FRAGMENTATION)
+        a -= memory.job_activation_savings_bytes(m, b, tp, cp, sp, job)
+        if partitions_enabled(self.inst):
+            a = min([a] + [plan_range(self.inst, self.fb.idx[0], g, tp, cp, b, sp, rc, self.memo).least_act_bytes
+                           for rc in self.fb.recompute])
+        return a * (1 + memory.ALLOCATOR_FRAGMENTATION)
 
     def _rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
         """Per micro-batch size, per (sp, ZeRO) allowed: (room, held, slope) of the class's
@@ -146,7 +155,7 @@ class RecomputeFloor:
                 hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
                                                    zero_ranks=max(most_ranks, 2 * cp))
                 every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
-                a = max(self._stash_bytes(b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+                a = max(self._stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
                 held = state + flight * a
                 slope = held / (flight * (a - c))
                 if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
@@ -166,8 +175,7 @@ class RecomputeFloor:
     def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
         """Whether nothing of this module is read for the class (RecomputeFloor.class_terms)."""
         inst = self.inst
-        return (inst.model.moe is not None or set(inst.search.tensor_partitions) != {"megatron"}
-                or not zeros or pp == 1 and 3 in zeros and len(zeros) == 1)
+        return inst.model.moe is not None or not zeros or pp == 1 and 3 in zeros and len(zeros) == 1
 
     def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> tuple:
         """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
@@ -203,7 +211,7 @@ class RecomputeFloor:
 
     def floor(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f'_g(pp) = f_g + R rho_lo / L (module docstring);
-        f_g where no recompute is read (one stage at ZeRO-3, MoE, per-operator partitions) or
+        f_g where no recompute is read (one stage at ZeRO-3, MoE) or
         no completion fits (R inf: class_memory.py refuses such a class, not this bound)."""
         f = self.fb.floor(g, tp, cp)
         if self._plain(g, tp, cp, pp, zeros) or pp == 1 and 3 in zeros:

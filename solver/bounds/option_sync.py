@@ -36,8 +36,14 @@ may run is a floor of every layout's.
 **The link.** With several classes a layer's ring joins a copy from every class
 (class_coefficients._ring_link), so on a layout using groups U (>= 2) its bandwidth is at most
 the least group link between them, on the network (eff = inter_node). A layout on one group is
-given no sync floor (0): its ring may stay inside NVLink; nor is a layout of an MoE model or
-one with per-operator partitions (whose layer plans' backward is not read here).
+given no sync floor (0): its ring may stay inside NVLink; nor is a layout of an MoE model.
+
+**Per-operator partitions** (search.tensor_partitions). A layer plan's GPU holds lp =
+layer_params / tp + replicated_params >= layer_params / tp parameters, and its token splits'
+group all-reduce (grad_sync_s >= 0) adds to g (coefficients._layer_costs), so g is at least the
+floor above under every plan; the exposed part falls with the backward, so it is read at the
+largest backward of Megatron's layer and every plan (solver/bounds/plan_range.py). The floor
+then holds for every layer-plan combination.
 
 **The ranks.** q grows with n, so the floor is read at the fewest ranks the layout can have:
 cp times its replicas (solver/option_families.py counts them, at least one per class).
@@ -49,12 +55,10 @@ import itertools
 
 import numpy as np
 
-from paraplan.cost.class_coefficients import class_outers, group_site
-from paraplan.cost.coefficients import megatron_layer, stage_outer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import BF16_BYTES, layer_params
 from paraplan.cost.framework import grad_reduce_overlaps
-from paraplan.cost.plan_specs import ClassOuter, ClassShape
+from paraplan.solver.bounds.plan_range import plan_range
 
 
 def _may_overlap(job, zero: int) -> bool:
@@ -74,7 +78,8 @@ class SyncFloor:
 
     def _backward_s(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): the largest backward of one layer on group g at a
-        micro-batch size, of every sp flag and recompute mode."""
+        micro-batch size, of every sp flag and recompute mode, of Megatron's layer and every
+        layer plan (plan_range.py)."""
         key = ("bwd", g, tp, cp)
         got = self.memo.get(key)
         if got is None:
@@ -84,12 +89,9 @@ class SyncFloor:
             got = np.zeros((len(fb.mbs), len(fb.idx)))
             for bi, b in enumerate(fb.mbs.astype(int).tolist()):
                 for sp, rc in itertools.product(sps, fb.recompute):
-                    o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
-                                   classes=(ClassShape(replicas=1, stage_groups=(g,)),))
                     for si, i in enumerate(fb.idx):
-                        site = group_site(inst.scenarios[i].cluster, o, g, rings=False)
-                        lo = stage_outer(class_outers(inst.job, o)[0], site)
-                        got[bi, si] = max(got[bi, si], megatron_layer(inst, lo, site, self.net).bwd_s)
+                        got[bi, si] = max(got[bi, si], plan_range(inst, i, g, tp, cp, b, sp, rc,
+                                                                  self.memo).most_bwd_s)
             self.memo[key] = got
         return got
 
@@ -110,8 +112,7 @@ class SyncFloor:
         if got is not None:
             return got
         inst = self.inst
-        if (len(used) < 2 or ranks < 2 or not zeros or inst.model.moe is not None
-                or set(inst.search.tensor_partitions) != {"megatron"}):  # (other plans' backward)
+        if len(used) < 2 or ranks < 2 or not zeros or inst.model.moe is not None:
             got = self.memo[key] = np.zeros((len(self.fb.mbs), len(self.fb.idx)))
             return got
         q = (ranks - 1) / ranks
@@ -141,10 +142,10 @@ class SyncFloor:
         gather and reduce-scatter rs (>= ag + rs - bwd; with a full recompute, of a gather at
         least ag beside bwd + the recompute's forward), so a layer takes at least
         max(fwd, ag) + max(bwd, ag + rs) >= 2 ag + rs, with ag >= q W / bw and rs >= q G / bw
-        (the module docstring's q, W, G, bw). 0 with per-operator partitions, as per_layer_s: a
-        layer plan's ZeRO-3 traffic is not derived here."""
-        if (len(used) < 2 or ranks < 2 or self.inst.model.moe is not None
-                or set(self.inst.search.tensor_partitions) != {"megatron"}):
+        (the module docstring's q, W, G, bw). Every layer plan holds at least the 1/tp share of
+        the parameters, which its gathers and reduce-scatter move (token splits, which add
+        replicated ones, are not offered with ZeRO-3), so this holds for every plan."""
+        if len(used) < 2 or ranks < 2 or self.inst.model.moe is not None:
             return np.zeros(len(self.fb.idx))
         inst = self.inst
         params = layer_params(inst.model) / tp
