@@ -176,14 +176,30 @@ def test_plan_layer_fn_and_validation():
                                                           for op in P.OPS))
 
 
-def test_all_plans_vectors_match_layer_terms():
+def test_all_plans_vectors_match_the_table_sums():
+    """Each all_plans row, and its plan's layer_terms, is the table's entries for that plan
+    summed here one by one (LayerTable's docstring: time and activations = base + the ops'
+    entries + the edges'; workspace = base + the largest buffer; replicated parameters and
+    group sync: sums over the ops), in another order than the vectorised pass."""
     inst, o, site = instance_and_site(tp=8)
     table = P.layer_table(inst, o, site, NET)
     idx, vec = P.all_plans(table)
     rng = np.random.default_rng(1)
     for k in rng.choice(len(idx), 20, replace=False):
+        i = dict(zip(P.PLAN_OPS, idx[k]))
+        unary = [table.unary[op][i[op]] for op in P.PLAN_OPS]
+        pair = [table.pair[e][i[e[0]], i[e[1]]] for e in P.EDGES]
+        want = [sum(p[0] for p in pair) + sum(u[0] for u in unary) + table.base.fwd_s,
+                sum(p[1] for p in pair) + sum(u[1] for u in unary) + table.base.bwd_s,
+                sum(u[2] for u in unary) + table.base.act_bytes,
+                max(u[3] for u in unary) + table.base.workspace_bytes,
+                sum(table.replicated_params[op][i[op]] for op in P.PLAN_OPS),
+                sum(table.grad_sync_s[op][i[op]] for op in P.PLAN_OPS)]
         lt = P.layer_terms(table, P.plan_from_indices(table, idx[k]))
-        assert np.allclose(vec[k], [getattr(lt, f) for f in P.VECTOR], rtol=1e-12)
+        assert np.allclose(vec[k], want, rtol=1e-12)
+        assert np.allclose([getattr(lt, f) for f in P.VECTOR], want, rtol=1e-12)
+        compute = table.base.parts["compute"] + sum(table.compute[op][i[op]] for op in P.LINEAR_OPS)
+        assert lt.parts["compute"] == pytest.approx(compute, rel=1e-12)
 
 
 def test_grid_spanning_nodes_shifts_over_one_nic_share():
