@@ -644,9 +644,29 @@ def _index(cands: tuple, spec: str) -> int:
 def plan_indices(table: LayerTable, plan: dict[str, str]) -> dict[str, int]:
     """Candidate index per PLAN_OPS entry; a plan without a stream uses the table's first
     (Megatron's layout for its sequence_parallel flag)."""
-    idx = {op: _index(table.candidates[op], plan[op]) for op in OPS}
-    idx[STREAM] = _index(table.candidates[STREAM], plan.get(STREAM, spec_of(table.candidates[STREAM][0])))
+    specs = _spec_indices(table)
+    try:
+        idx = {op: specs[op][plan[op]] for op in OPS}
+        idx[STREAM] = specs[STREAM][plan.get(STREAM, spec_of(table.candidates[STREAM][0]))]
+    except KeyError:  # not a candidate: _index names it
+        idx = {op: _index(table.candidates[op], plan[op]) for op in OPS}
+        idx[STREAM] = _index(table.candidates[STREAM], plan.get(STREAM, spec_of(table.candidates[STREAM][0])))
     return idx
+
+
+# per table (by identity, held in the entry): each op's candidate index by spec, for plan_indices
+_SPECS: dict[int, tuple[LayerTable, dict[str, dict[str, int]]]] = {}
+
+
+def _spec_indices(table: LayerTable) -> dict[str, dict[str, int]]:
+    hit = _SPECS.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    out = {op: {spec_of(c): i for i, c in reversed(list(enumerate(table.candidates[op])))} for op in PLAN_OPS}
+    if len(_SPECS) >= 1024:
+        _SPECS.clear()
+    _SPECS[id(table)] = (table, out)
+    return out
 
 
 # columns of a layer plan's vector (all_plans)
