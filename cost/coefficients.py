@@ -1364,7 +1364,8 @@ def _stage_time(m: ModelSpec, o: Outer, x: _StageExtras, per_stage: list) -> tup
     if x.p2p_s is not None:
         stage_parts.add("pp_p2p", x.p2p_s)
     if x.zero3_root_s is not None:
-        stage_parts.add("zero3_unhidden", [per_stage[s].gather_s + ag + rs for s, (ag, rs) in enumerate(x.zero3_root_s)])
+        stage_parts.add("zero3_unhidden", [per_stage[s].gather_s + ag + rs
+                                           for s, (ag, rs) in enumerate(x.zero3_root_s)])
     return stage_parts, stage_parts.totals()
 
 

@@ -258,7 +258,8 @@ def _plans_coefficients(inst, o, pl, plans, reserve_bytes, net) -> list[StageCoe
     """The coefficients of `o` under each layer plan of `plans`, in one pass (build_plans)."""
     fns = [megatron_layer if P.is_megatron(p) else P.partition_layer_fn(p) for p in plans]
     out = build_plans(inst, o, fns, net, reserve_bytes, placement=pl)
-    return [c if P.is_megatron(p) else dataclasses.replace(c, partitions=tuple((op, p[op]) for op in P.PLAN_OPS if op in p))
+    return [c if P.is_megatron(p) else
+            dataclasses.replace(c, partitions=tuple((op, p[op]) for op in P.PLAN_OPS if op in p))
             for p, c in zip(plans, out)]
 
 
