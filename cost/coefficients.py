@@ -35,7 +35,7 @@ from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtit
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
-from paraplan.cost.stage_memory import stage_memory, stage_values
+from paraplan.cost.stage_memory import memory_base, plan_memory, stage_values
 from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
@@ -1081,27 +1081,29 @@ def _pipeline_p2p_s(pl: Placement, where: list[int], tps: list[int], emb_io: flo
     return p2p
 
 
-def _mtp_s(m: ModelSpec, site: Site, tokens: float, tp_last: int, sp: bool, net: NetEfficiency,
-           layer_time_s: float, head_s: float) -> float:
-    """The last stage's multi-token prediction per micro-batch (build's "mtp" part): per depth,
-    embed the shifted tokens, norm both inputs, project 2h -> h, one more layer as the last
-    stage runs its own (`layer_time_s`), then the shared head and loss again (`head_s`)."""
+def _mtp_fixed_s(m: ModelSpec, site: Site, tokens: float, tp_last: int, sp: bool,
+                 net: NetEfficiency) -> tuple[float, float]:
+    """The layer-free parts of the last stage's multi-token prediction per micro-batch (build's
+    "mtp" part, m.mtp_layers x (layer + embedding + projection + head)): per depth, embed the
+    shifted tokens and norm both inputs, then project 2h -> h; (embedding, projection) seconds.
+    Each depth also runs one more layer as the last stage runs its own, then the shared head
+    and loss again."""
     gl, (link, inter) = site.gpu, site.tp_link
     emb_io = tokens * m.hidden * BF16_BYTES
     emb_last = _mem_time_s(5 * emb_io, gl) + comm.all_reduce_time_s(emb_io, tp_last, link, inter, net)
     proj = ((1 + BACKWARD_LINEAR_FACTOR) * _mm_time_s(2 * tokens * 2 * m.hidden * m.hidden / tp_last, gl)
             + 2 * 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gl))
-    return m.mtp_layers * (layer_time_s + emb_last + proj + head_s)
+    return emb_last, proj
 
 
-def _zero3_unhidden_s(gather_s: float, p: float, site: Site, dp_n: int, grad_bytes: int,
-                      net: NetEfficiency) -> float:
-    """What no ZeRO-3 prefetch hides on a stage, every micro-batch (build's "zero3_unhidden"):
-    its first layer's gather `gather_s` and the gather and reduce-scatter of the `p` embedding /
-    output-layer parameters its GPU holds (FSDP's root unit)."""
+def _zero3_root_s(p: float, site: Site, dp_n: int, grad_bytes: int, net: NetEfficiency) -> tuple[float, float]:
+    """The layer-free part of what no ZeRO-3 prefetch hides on a stage, every micro-batch
+    (build's "zero3_unhidden", the stage's first layer's gather + these two): the gather and
+    reduce-scatter of the `p` embedding / output-layer parameters its GPU holds (FSDP's root
+    unit)."""
     dp_link, dp_inter = site.dp_link
-    return (gather_s + comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-            + comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
+    return (comm.all_gather_time_s(p * BF16_BYTES, dp_n, dp_link, dp_inter, net),
+            comm.all_gather_time_s(p * grad_bytes, dp_n, dp_link, dp_inter, net))
 
 
 def _embedding_sync_s(p: float, site: Site, zero: int, per_step: bool, shard: int, dp_n: int,
@@ -1122,6 +1124,132 @@ def _embedding_sync_s(p: float, site: Site, zero: int, per_step: bool, shard: in
     return sync + step
 
 
+@dataclass(frozen=True, slots=True)
+class _StageExtras:
+    """The stage terms of one configuration that no layer plan changes (build's stage time and
+    once-per-step sync, less each plan's layer costs), per micro-batch unless said."""
+
+    embedding_s: float  # the first stage's
+    head_s: float  # the last stage's output layer
+    mtp_fixed_s: tuple[float, float] | None  # _mtp_fixed_s; None without multi-token prediction
+    p2p_s: list[float] | None  # each stage's pipeline hand-offs; None without a pipeline
+    emb_state_params: list[float]  # embedding / output-layer parameters a stage's GPU holds
+    zero3_root_s: list[tuple[float, float]] | None  # per stage, _zero3_root_s; None: no such part
+    end_sync_s: dict[int, float]  # the end stages' embedding sync and step, once per step
+    fill_root_s: list[float] | None  # FSDP in a pipeline: each stage's root-unit gather in the fill
+    tie_s: float | None  # the tied embedding copy's gradient all-reduce, once per step
+    slow: float  # the slowest rank's extra fraction (cost/scale.py)
+
+
+class _OuterParts:
+    """What build reads of one configuration alone (`o` on placement `pl`, ring, network,
+    reserve): the distinct sites, the in-flight micro-batches, the memory besides each layer
+    plan's (stage_memory.memory_base) and the stage extras, shared by every layer plan priced
+    on it (build_plans; build keeps recent ones, _OUTER_PARTS: the exhaustive search and the
+    class planner price thousands of plans per configuration, issue 33). `extras` is filled
+    when a first plan's memory fits (skip_if_memory_infeasible stops before the time terms)."""
+
+    __slots__ = ("pl", "dp_n", "uniq_sites", "where", "at", "uniq_tp", "tps", "inflight", "warm", "overlap_a2a",
+                 "mem", "extras")
+
+    def __init__(self, inst: Instance, o: Outer, pl: Placement, reserve_bytes: float):
+        # sites repeat (one object per group): price each distinct one once; keyed by identity,
+        # since hashing the nested frozen records per stage costs more than the pricing
+        # `uniq_sites`: the distinct sites, `where[s]` / `at[s]`: stage s's among them, so that
+        # per-stage arrays are gathers (a pipeline has tens of stages on two or three sites)
+        self.pl, self.dp_n = pl, pl.dp_ranks
+        index: dict[int, int] = {}
+        self.uniq_sites: list[Site] = []
+        for site in pl.sites:
+            if id(site) not in index:
+                index[id(site)] = len(self.uniq_sites)
+                self.uniq_sites.append(site)
+        self.where = [index[id(site)] for site in pl.sites]
+        self.at = np.array(self.where, np.int64)
+        # each stage's tp (Site.tp: a mixed cluster may run a tp per node group)
+        self.uniq_tp = [site.tp or o.tp for site in self.uniq_sites]
+        self.tps = [self.uniq_tp[i] for i in self.where]
+        pp, mb, v = o.pp, o.num_micro_batches, o.virtual_stages
+        inflight = in_flight_micro_batches(pp, mb, v)
+        if o.zero_bubble is ZeroBubble.V:
+            inflight = zero_bubble.v_in_flight(pp, mb)
+        self.overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
+        self.warm = None
+        if self.overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
+            self.warm = a2a_overlap_warmup_chunks(pp, mb, v)
+            inflight = np.minimum(self.warm + 1, mb * v) / v
+        self.inflight = inflight
+        self.mem = memory_base(inst, o, self.where, self.uniq_tp, [st.gpu.hbm_bytes for st in self.uniq_sites],
+                               self.dp_n, inflight, reserve_bytes)
+        self.extras: _StageExtras | None = None
+
+
+def _stage_extras(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency) -> _StageExtras:
+    """_StageExtras of `o` on the parts' placement: the embedding (first stage), output layer
+    and multi-token prediction (last), pipeline hand-offs (every stage), ZeRO-3's root unit and
+    the embedding's sync and step (end stages), the tied copy's all-reduce."""
+    m, pl, pp, dp_n = inst.model, parts.pl, o.pp, parts.dp_n
+    tps = parts.tps
+    tp, tp_last = tps[0], tps[-1]
+    tokens = o.micro_batch * m.seq_len / o.cp
+    emb_io = tokens * m.hidden * BF16_BYTES
+    g0, tp0 = pl.sites[0].gpu, pl.sites[0].tp_link
+    emb_f = _mem_time_s(2 * emb_io, g0) + comm.all_reduce_time_s(emb_io, tp, tp0[0], tp0[1], net)
+    head = output_layer_time_s(inst, o, tp_last, pl.sites[-1].gpu)
+    # only the first and last stages hold embedding parameters (middle stages: 0)
+    emb_state_params = [0.0] * pp
+    for s in sorted({0, pp - 1}):
+        emb_state_params[s] = memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s]
+    # multi-token prediction's projections and embedding copy sync and step with them
+    emb_state_params[-1] += memory.mtp_stage_params(m, pp) / tp_last
+    grad_bytes = inst.job.grad_reduce.bytes
+    per_step = memory.gathered_per_step(o.zero, pp)
+    shard = dp_n if o.zero >= 1 else 1
+    # what no prefetch can hide, every micro-batch (ZeRO-3 outside a pipeline): the
+    # first layer's gather (nothing runs before it) and the embedding / output-layer weights,
+    # gathered and reduce-scattered by the stages that hold them (FSDP's root unit)
+    root = ([_zero3_root_s(emb_state_params[s], pl.sites[s], dp_n, grad_bytes, net) for s in range(pp)]
+            if o.zero == 3 and dp_n > 1 and not per_step else None)
+    fill = None
+    if per_step and dp_n > 1:  # the root units' gathers in the fill (_stage_sync)
+        fill = [comm.all_gather_time_s(emb_state_params[s] * BF16_BYTES, dp_n, *pl.sites[s].dp_link, net)
+                for s in range(pp)]
+    tie = None
+    if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients
+        link, inter = pl.tie
+        tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * grad_bytes, 2, link, inter, net)
+    return _StageExtras(
+        embedding_s=emb_f + _mem_time_s(3 * emb_io, g0), head_s=head,
+        mtp_fixed_s=(_mtp_fixed_s(m, pl.sites[-1], tokens, tp_last, o.sequence_parallel, net)
+                     if m.mtp_layers else None),
+        p2p_s=(_pipeline_p2p_s(pl, parts.where, tps, emb_io, o.virtual_stages, o.sequence_parallel, net)
+               if pl.edges else None),  # every stage of a pipeline touches an edge
+        emb_state_params=emb_state_params, zero3_root_s=root,
+        end_sync_s={s: _embedding_sync_s(emb_state_params[s], pl.sites[s], o.zero, per_step, shard, dp_n,
+                                         grad_bytes, net) for s in sorted({0, pp - 1})},
+        fill_root_s=fill, tie_s=tie, slow=scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel))
+
+
+# _OuterParts of recent (instance, configuration, placement, network, reserve), by the
+# instance's and the placement's identity (held in the entry, so that their ids are not reused
+# while it lives) and the configuration's value (a class planner makes a new Outer per ask)
+_OUTER_PARTS: dict[tuple, tuple[Instance, Placement, _OuterParts]] = {}
+
+
+def _outer_parts(inst: Instance, o: Outer, net: NetEfficiency, reserve_bytes: float,
+                 placement: Placement | None) -> _OuterParts:
+    pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
+    key = (id(inst), o, id(pl), net, reserve_bytes)
+    hit = _OUTER_PARTS.get(key)
+    if hit is not None and hit[0] is inst and hit[1] is pl:
+        return hit[2]
+    out = _OuterParts(inst, o, pl, reserve_bytes)
+    if len(_OUTER_PARTS) >= 4096:
+        _OUTER_PARTS.clear()
+    _OUTER_PARTS[key] = (inst, pl, out)
+    return out
+
+
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
           reserve_bytes: float = 0.0, placement: Placement | None = None,
           layer_fn=megatron_layer, dualpipe: bool = False,
@@ -1131,137 +1259,63 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     layer on one site (default: Megatron 1-D tensor parallelism). A DualPipe job is priced by
     cost/dualpipe.py only (`dualpipe=True`): its schedule is not the one these coefficients
     feed the planner's formulations. `skip_if_memory_infeasible`: None instead of coefficients
-    whose memory fits no split (no_split_fits), before their time terms are priced."""
+    whose memory fits no split (no_split_fits), before their time terms are priced.
+    build_plans of the one layer plan: what reads no plan is kept per configuration."""
+    return build_plans(inst, outer, (layer_fn,), net, reserve_bytes, placement, dualpipe,
+                       skip_if_memory_infeasible)[0]
+
+
+def build_plans(inst: Instance, outer: Outer, layer_fns, net: NetEfficiency = NetEfficiency(),
+                reserve_bytes: float = 0.0, placement: Placement | None = None, dualpipe: bool = False,
+                skip_if_memory_infeasible: bool = False) -> list[StageCoefficients | None]:
+    """build of `outer` with each of `layer_fns` (one per layer plan), in order: the
+    configuration's own terms (_OuterParts) computed once, then each plan's layer costs,
+    memory and stage terms; the same numbers, float for float, as one build per plan."""
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE and not dualpipe:
         raise ConfigError("job.pipeline_schedule dualpipe is priced by cost/dualpipe.py (its own"
                           " terms, and its own split problem in the planner: formulations/dualpipe.py),"
                           " not by these 1F1B coefficients")
-    m = inst.model
-    o = outer
-    tp, cp, pp = o.tp, o.cp, o.pp
-    b, sp, v, mb = o.micro_batch, o.sequence_parallel, o.virtual_stages, o.num_micro_batches
-    pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
-    dp_n = pl.dp_ranks
-    tokens = b * m.seq_len / cp
-    shard = dp_n if o.zero >= 1 else 1
+    parts = _outer_parts(inst, outer, net, reserve_bytes, placement)
+    return [_plan_build(inst, outer, parts, net, fn, skip_if_memory_infeasible) for fn in layer_fns]
 
-    # sites repeat (one object per group): price each distinct one once; keyed by identity,
-    # since hashing the nested frozen records per stage costs more than the pricing
-    # `uniq`: the distinct sites' layer costs, `at[s]`: stage s's among them, so that per-stage
-    # arrays are gathers (a pipeline has tens of stages on two or three sites)
-    index: dict[int, int] = {}
-    uniq: list[_LayerCosts] = []
-    uniq_sites: list[Site] = []
+
+def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency, layer_fn,
+                skip_if_memory_infeasible: bool) -> StageCoefficients | None:
+    """build of one layer plan (`layer_fn`) on the configuration's `parts`."""
+    m = inst.model
+    dp_n = parts.dp_n
     by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (class_coefficients.class_layer_fn)
-    for site in pl.sites:
-        if id(site) not in index:
-            index[id(site)] = len(uniq)
-            fn = by_site[id(site)] if by_site is not None else layer_fn
-            uniq.append(_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net, fn))
-            uniq_sites.append(site)
-    where = [index[id(site)] for site in pl.sites]
-    at = np.array(where, np.int64)
-    per_stage = [uniq[i] for i in where]
-    # each stage's tp (Site.tp: a mixed cluster may run a tp per node group); `tp` below is
-    # the first stage's, as every stage's on one group
-    uniq_tp = [site.tp or tp for site in uniq_sites]
-    tps = [uniq_tp[i] for i in where]
-    tp, tp_last = tps[0], tps[-1]
+    uniq = [_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net,
+                                by_site[id(site)] if by_site is not None else layer_fn)
+            for site in parts.uniq_sites]
+    per_stage = [uniq[i] for i in parts.where]
 
     # --- memory (cost/stage_memory.py: what each framework allocates)
-    inflight = in_flight_micro_batches(pp, mb, v)
-    if o.zero_bubble is ZeroBubble.V:
-        inflight = zero_bubble.v_in_flight(pp, mb)
-    overlap_a2a = moe.a2a_overlap_applies(inst.job, o)
-    if overlap_a2a:  # one more forward before the first backward (a2a_overlap_warmup_chunks)
-        warm = a2a_overlap_warmup_chunks(pp, mb, v)
-        inflight = np.minimum(warm + 1, mb * v) / v
-    dense = _dense_prefix_costs(inst, o, pl, dp_n, net, layer_fn)
-    mem = stage_memory(inst, o, [x.terms for x in uniq], where, uniq_tp, [st.gpu.hbm_bytes for st in uniq_sites],
-                       dp_n, inflight, reserve_bytes, None if dense is None else dense.terms)
+    dense = _dense_prefix_costs(inst, o, parts.pl, dp_n, net, layer_fn)
+    mem = plan_memory(inst, o, parts.mem, [x.terms for x in uniq], dp_n, None if dense is None else dense.terms)
     state, act, ckpt = mem.layer_state_bytes, mem.layer_act_bytes, mem.layer_ckpt_bytes
     stage_mem, capacity = mem.stage_mem_bytes, mem.capacity_bytes
 
-    def col(attr: str) -> np.ndarray:
-        return stage_values([getattr(x, attr) for x in uniq], at)
-
-    def col_terms(attr: str) -> np.ndarray:
-        return stage_values([getattr(x.terms, attr) for x in uniq], at)
-
     # (ZBVZeroBubble's V moves the output layer's memory after this: not checked on it)
     if (skip_if_memory_infeasible and o.zero_bubble is not ZeroBubble.V
-            and _no_split_fits(o, inflight, state, act, ckpt, capacity, stage_mem, m.layers)):
+            and _no_split_fits(o, parts.inflight, state, act, ckpt, capacity, stage_mem, m.layers)):
         return None  # the time terms below would only be dropped (solver/search.problems_for)
 
-    # --- stage extras: embedding (first), final norm + logits + loss (last), p2p (all, pp>1)
-    stage_parts = StageParts(pp)
-    emb_io = tokens * m.hidden * BF16_BYTES
-    g0, tp0 = pl.sites[0].gpu, pl.sites[0].tp_link
-    emb_f = _mem_time_s(2 * emb_io, g0) + comm.all_reduce_time_s(emb_io, tp, tp0[0], tp0[1], net)
-    embedding_s = emb_f + _mem_time_s(3 * emb_io, g0)
-    stage_parts.add("embedding", {0: embedding_s})
-    gl = pl.sites[-1].gpu
-    head = output_layer_time_s(inst, o, tp_last, gl)
-    stage_parts.add("output_layer", {pp - 1: head})
-    if m.mtp_layers:
-        stage_parts.add("mtp", {pp - 1: _mtp_s(m, pl.sites[-1], tokens, tp_last, sp, net,
-                                               per_stage[-1].layer_time, head)})
-    p2p = _pipeline_p2p_s(pl, where, tps, emb_io, v, sp, net)
-    if pl.edges:  # every stage of a pipeline touches an edge
-        stage_parts.add("pp_p2p", p2p)
+    if parts.extras is None:
+        parts.extras = _stage_extras(inst, o, parts, net)
+    x = parts.extras
 
-    # only the first and last stages hold embedding parameters (middle stages: 0)
-    emb_state_params = [0.0] * pp
-    for s in sorted({0, pp - 1}):
-        emb_state_params[s] = memory.embedding_stage_params(m, s == 0, s == pp - 1) / tps[s]
-    # multi-token prediction's projections and embedding copy sync and step with them
-    emb_state_params[-1] += memory.mtp_stage_params(m, pp) / tp_last
-    grad_bytes = inst.job.grad_reduce.bytes
-    per_step = memory.gathered_per_step(o.zero, pp)
-    if o.zero == 3 and dp_n > 1 and not per_step:
-        # what no prefetch can hide, every micro-batch: the first layer's gather (nothing runs
-        # before it) and the embedding / output-layer weights, gathered and reduce-scattered
-        # by the stages that hold them (FSDP's root unit)
-        stage_parts.add("zero3_unhidden", [
-            _zero3_unhidden_s(per_stage[s].gather_s, emb_state_params[s], pl.sites[s], dp_n, grad_bytes, net)
-            for s in range(pp)])
-    stage_time = stage_parts.totals()
+    def col(attr: str) -> np.ndarray:
+        return stage_values([getattr(u, attr) for u in uniq], parts.at)
 
-    # the last bucket of layer gradients cannot hide behind any remaining backward; only the
-    # first and last stages hold embedding parameters to sync and step on top of it
-    stage_sync = stage_values([x.grad_tail + x.scatter_s for x in uniq], at)
-    for s in sorted({0, pp - 1}):
-        stage_sync[s] = (_embedding_sync_s(emb_state_params[s], pl.sites[s], o.zero, per_step, shard, dp_n,
-                                           grad_bytes, net)
-                         + per_stage[s].grad_tail + per_stage[s].scatter_s)
-    if per_step and dp_n > 1:
-        # FSDP inside a pipeline gathers on each model chunk's first forward of the step,
-        # which waits for the chunks before it (the first micro-batch's path through the v pp
-        # chunks): the fill carries every chunk's first block's gather (nothing runs before
-        # it: each chunk is an FSDP root of its own, torchtitan's pipeline model parts), the
-        # root units' (embedding, output layer) and each layer's exposed gather
-        # (fill_gather_s), once. On one group that sum is the same for every split (L layers
-        # in all), so every stage's once-per-step term carries it whole and the iteration pays
-        # it once; on a mixed cluster each stage counts the L layers at its own site's
-        # exposure (the fill's, within the dearest and cheapest sites')
-        fill = 0.0
-        for s in range(pp):
-            dp_link, dp_inter = pl.sites[s].dp_link
-            fill += v * per_stage[s].gather_s + comm.all_gather_time_s(
-                emb_state_params[s] * BF16_BYTES, dp_n, dp_link, dp_inter, net)
-        stage_sync += fill + m.layers * col("fill_gather_s")
-    if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients
-        link, inter = pl.tie
-        tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * grad_bytes, 2,
-                                     link, inter, net)
-        stage_sync[0] += tie
-        stage_sync[-1] += tie
-
+    stage_parts, stage_time = _stage_time(m, o, x, per_stage)
+    stage_sync = _stage_sync(m, o, parts, x, uniq, per_stage, col)
     layer_sync = col("layer_sync")
-    if overlap_a2a:
+    if parts.overlap_a2a:
         # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
         # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
-        layer_sync = layer_sync + warm / v * col_terms("a2a_hidden_s")
+        layer_sync = layer_sync + parts.warm / o.virtual_stages * stage_values([u.terms.a2a_hidden_s for u in uniq],
+                                                                               parts.at)
     if m.mtp_layers:  # the multi-token prediction layers' gradient sync and step
         stage_sync[-1] += m.mtp_layers * layer_sync[-1]
     if dense is not None:  # the dense prefix's time and sync on the first stage (above)
@@ -1273,7 +1327,7 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
     # Every barrier (tp collectives, pipeline hand-offs, the gradient reduction) waits for the
     # slowest of the job's ranks, which chain the whole job: each micro-batch's work lasts
     # (1 + slow) times the mean rank's (cost/scale.py prices slow from the per-rank jitter)
-    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
+    slow = x.slow
     if slow:
         stage_parts.add("slowest_rank", slow * stage_time)
         stage_time = stage_time * (1 + slow)
@@ -1288,11 +1342,61 @@ def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
         layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
         stage_mem_bytes=stage_mem,
         capacity_bytes=capacity,
-        layer_parts=layer_parts, stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped, in_flight=inflight,
+        layer_parts=layer_parts, stage_parts=stage_parts, overlapped_per_layer_s=first.overlapped,
+        in_flight=parts.inflight.copy(),
         first_chunk_min_layers=mem.first_chunk_min_layers, stage_act_bytes=mem.stage_act_bytes,
         stage_state_bytes=mem.stage_state_bytes,
     )
     return c if o.zero_bubble is None else zero_bubble.shaped(c, m)
+
+
+def _stage_time(m: ModelSpec, o: Outer, x: _StageExtras, per_stage: list) -> tuple[StageParts, np.ndarray]:
+    """The stage extras of one layer plan (its per-stage layer costs `per_stage`), by name, and
+    their sums per stage: embedding (first), final norm + logits + loss (last), p2p (all,
+    pp > 1), ZeRO-3's unhidden gathers."""
+    pp = o.pp
+    stage_parts = StageParts(pp)
+    stage_parts.add("embedding", {0: x.embedding_s})
+    stage_parts.add("output_layer", {pp - 1: x.head_s})
+    if x.mtp_fixed_s is not None:
+        emb_last, proj = x.mtp_fixed_s
+        stage_parts.add("mtp", {pp - 1: m.mtp_layers * (per_stage[-1].layer_time + emb_last + proj + x.head_s)})
+    if x.p2p_s is not None:
+        stage_parts.add("pp_p2p", x.p2p_s)
+    if x.zero3_root_s is not None:
+        stage_parts.add("zero3_unhidden", [per_stage[s].gather_s + ag + rs
+                                           for s, (ag, rs) in enumerate(x.zero3_root_s)])
+    return stage_parts, stage_parts.totals()
+
+
+def _stage_sync(m: ModelSpec, o: Outer, parts: _OuterParts, x: _StageExtras, uniq: list, per_stage: list,
+                col) -> np.ndarray:
+    """Each stage's once-per-step sync of one layer plan, before its MoE and multi-token
+    prediction terms: the last bucket of layer gradients, which cannot hide behind any
+    remaining backward; the embedding's sync and step on the first and last stages; FSDP's
+    fill in a pipeline; the tied copy's all-reduce."""
+    stage_sync = stage_values([u.grad_tail + u.scatter_s for u in uniq], parts.at)
+    for s, e in x.end_sync_s.items():
+        stage_sync[s] = e + per_stage[s].grad_tail + per_stage[s].scatter_s
+    if x.fill_root_s is not None:
+        # FSDP inside a pipeline gathers on each model chunk's first forward of the step,
+        # which waits for the chunks before it (the first micro-batch's path through the v pp
+        # chunks): the fill carries every chunk's first block's gather (nothing runs before
+        # it: each chunk is an FSDP root of its own, torchtitan's pipeline model parts), the
+        # root units' (embedding, output layer) and each layer's exposed gather
+        # (fill_gather_s), once. On one group that sum is the same for every split (L layers
+        # in all), so every stage's once-per-step term carries it whole and the iteration pays
+        # it once; on a mixed cluster each stage counts the L layers at its own site's
+        # exposure (the fill's, within the dearest and cheapest sites')
+        fill = 0.0
+        v = o.virtual_stages
+        for s in range(o.pp):
+            fill += v * per_stage[s].gather_s + x.fill_root_s[s]
+        stage_sync += fill + m.layers * col("fill_gather_s")
+    if x.tie_s is not None:
+        stage_sync[0] += x.tie_s
+        stage_sync[-1] += x.tie_s
+    return stage_sync
 
 
 def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net: NetEfficiency,

@@ -93,6 +93,7 @@ Costs of one layer, one micro-batch, one GPU (all exact functions of the instanc
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -643,44 +644,120 @@ def _index(cands: tuple, spec: str) -> int:
 def plan_indices(table: LayerTable, plan: dict[str, str]) -> dict[str, int]:
     """Candidate index per PLAN_OPS entry; a plan without a stream uses the table's first
     (Megatron's layout for its sequence_parallel flag)."""
-    idx = {op: _index(table.candidates[op], plan[op]) for op in OPS}
-    idx[STREAM] = _index(table.candidates[STREAM], plan.get(STREAM, spec_of(table.candidates[STREAM][0])))
+    specs = _spec_indices(table)
+    try:
+        idx = {op: specs[op][plan[op]] for op in OPS}
+        idx[STREAM] = specs[STREAM][plan.get(STREAM, spec_of(table.candidates[STREAM][0]))]
+    except KeyError:  # not a candidate: _index names it
+        idx = {op: _index(table.candidates[op], plan[op]) for op in OPS}
+        idx[STREAM] = _index(table.candidates[STREAM], plan.get(STREAM, spec_of(table.candidates[STREAM][0])))
     return idx
 
 
-# columns of a layer plan's vector (layer_vector, all_plans)
+# per table (by identity, held in the entry): each op's candidate index by spec, for plan_indices
+_SPECS: dict[int, tuple[LayerTable, dict[str, dict[str, int]]]] = {}
+
+
+def _spec_indices(table: LayerTable) -> dict[str, dict[str, int]]:
+    hit = _SPECS.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    out = {op: {spec_of(c): i for i, c in reversed(list(enumerate(table.candidates[op])))} for op in PLAN_OPS}
+    if len(_SPECS) >= 1024:
+        _SPECS.clear()
+    _SPECS[id(table)] = (table, out)
+    return out
+
+
+# columns of a layer plan's vector (all_plans)
 VECTOR = ("fwd_s", "bwd_s", "act_bytes", "workspace_bytes", "replicated_params", "grad_sync_s")
 
 
-def layer_vector(table: LayerTable, idx: dict[str, int]) -> tuple[float, ...]:
-    """One layer under the chosen candidates, in VECTOR's order: (fwd_s, bwd_s, act_bytes,
-    workspace_bytes) per micro-batch, (replicated_params, grad_sync_s) per iteration."""
-    fwd, bwd, act = table.base.fwd_s, table.base.bwd_s, table.base.act_bytes
-    buf = rep = sync = 0.0
+@dataclass(frozen=True)
+class PlanColumns:
+    """Every per-operator plan of one table at once: row r is the plan of indices idx[r] (the
+    product of the candidates in PLAN_OPS order, so row = sum of index x stride), each column
+    an array over the rows of what layer_terms reads (issue 33: priced once per table, not once
+    per plan and configuration)."""
+
+    idx: np.ndarray  # [n, len(PLAN_OPS)]
+    strides: tuple[int, ...]
+    vec: np.ndarray  # [n, len(VECTOR)]
+    compute: np.ndarray  # GEMM time, forward + backward, the base's included
+    ring: np.ndarray  # neighbour shifts hidden behind GEMMs
+    tp_inter: np.ndarray  # exposed tensor-parallel time on inter-node links
+    stream_hidden: np.ndarray  # backward collectives hidden behind the stream ops' gradient GEMMs
+
+
+def _plan_columns(table: LayerTable) -> PlanColumns:
+    """PlanColumns of `table`, each term summed in the order one plan's sum would take (ops in
+    PLAN_OPS, LINEAR_OPS or STREAM_EDGES order, then edges in EDGES order)."""
+    sizes = [len(table.candidates[op]) for op in PLAN_OPS]
+    idx = np.array(list(itertools.product(*[range(s) for s in sizes])), dtype=np.int64).reshape(-1, len(PLAN_OPS))
+    at = {op: idx[:, k] for k, op in enumerate(PLAN_OPS)}
+    n = len(idx)
+    fwd = np.full(n, table.base.fwd_s)
+    bwd = np.full(n, table.base.bwd_s)
+    act = np.full(n, table.base.act_bytes)
+    buf, rep, sync, inter = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     for op in PLAN_OPS:
-        u = table.unary[op][idx[op]]
-        fwd, bwd, act, buf = fwd + u[0], bwd + u[1], act + u[2], max(buf, u[3])
-        rep += table.replicated_params[op][idx[op]]
-        sync += table.grad_sync_s[op][idx[op]]
+        u = table.unary[op][at[op]]
+        fwd += u[:, 0]
+        bwd += u[:, 1]
+        act += u[:, 2]
+        buf = np.maximum(buf, u[:, 3])
+        rep += table.replicated_params[op][at[op]]
+        sync += table.grad_sync_s[op][at[op]]
+        inter += table.inter_node[op][at[op]]
+    edge_inter = np.zeros(n)
     for a, b in EDGES:
-        e = table.pair[(a, b)][idx[a], idx[b]]
-        fwd, bwd = fwd + e[0], bwd + e[1]
-    return fwd, bwd, act, table.base.workspace_bytes + buf, rep, sync
+        e = table.pair[(a, b)][at[a], at[b]]
+        fwd += e[:, 0]
+        bwd += e[:, 1]
+        edge_inter += table.pair_inter_node[(a, b)][at[a], at[b]]
+    compute, ring, hidden = np.zeros(n), np.zeros(n), np.zeros(n)
+    for op in LINEAR_OPS:
+        compute += table.compute[op][at[op]]
+        ring += table.ring_overlapped[op][at[op]]
+    for a, b in STREAM_EDGES:
+        hidden += table.pair_hidden[(a, b)][at[a], at[b]]
+    return PlanColumns(idx=idx, strides=tuple(math.prod(sizes[k + 1:]) for k in range(len(sizes))),
+                       vec=np.stack([fwd, bwd, act, table.base.workspace_bytes + buf, rep, sync], axis=1),
+                       compute=table.base.parts["compute"] + compute, ring=ring, tp_inter=inter + edge_inter,
+                       stream_hidden=hidden)
+
+
+# _plan_columns of recent tables, by the table's identity (held in the entry, so that its id is
+# not reused while it lives); each holds up to 36,015 rows of 11 floats
+_COLUMNS: dict[int, tuple[LayerTable, PlanColumns]] = {}
+_COLUMNS_MAX = 256
+
+
+def plan_columns(table: LayerTable) -> PlanColumns:
+    hit = _COLUMNS.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    out = _plan_columns(table)
+    if len(_COLUMNS) >= _COLUMNS_MAX:
+        _COLUMNS.clear()
+    _COLUMNS[id(table)] = (table, out)
+    return out
 
 
 def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
-    """LayerTerms of one per-operator plan (exposed tensor-parallel time in `tp_comm`)."""
+    """LayerTerms of one per-operator plan (exposed tensor-parallel time in `tp_comm`): its row
+    of the table's plan_columns."""
+    cols = plan_columns(table)
     idx = plan_indices(table, plan)
-    fwd, bwd, act, ws, rep, sync = layer_vector(table, idx)
+    r = sum(idx[op] * st for op, st in zip(PLAN_OPS, cols.strides))
+    fwd, bwd, act, ws, rep, sync = cols.vec[r]
     b = table.base
-    compute = b.parts["compute"] + sum(table.compute[op][idx[op]] for op in LINEAR_OPS)
-    ring = sum(table.ring_overlapped[op][idx[op]] for op in LINEAR_OPS)
+    compute = cols.compute[r]
     tp_exposed = fwd + bwd - compute - b.parts["cp_comm_exposed"]
-    tp_inter = (sum(table.inter_node[op][idx[op]] for op in PLAN_OPS)
-                + sum(table.pair_inter_node[e][idx[e[0]], idx[e[1]]] for e in EDGES))
+    tp_inter = cols.tp_inter[r]
     overlapped = dict(b.overlapped)
-    overlapped["tp_ring"] = ring
-    overlapped["tp_comm"] = sum(table.pair_hidden[e][idx[e[0]], idx[e[1]]] for e in STREAM_EDGES)
+    overlapped["tp_ring"] = cols.ring[r]
+    overlapped["tp_comm"] = cols.stream_hidden[r]
     # exposed tensor-parallel time by link type: intra-node (NVLink/PCIe) and inter-node (NIC)
     return LayerTerms(fwd_s=fwd, bwd_s=bwd, rc_fwd_s=fwd - (b.fwd_s - b.rc_fwd_s),
                       parts={"compute": compute, "tp_comm_intra_node": tp_exposed - tp_inter,
@@ -692,27 +769,9 @@ def layer_terms(table: LayerTable, plan: dict[str, str]) -> LayerTerms:
 
 def all_plans(table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
     """Every per-operator plan of the table: (indices [n, 6] in PLAN_OPS order, vectors [n, 6]
-    in VECTOR's order), vectorised over the product of candidates."""
-    sizes = [len(table.candidates[op]) for op in PLAN_OPS]
-    idx = np.array(list(itertools.product(*[range(s) for s in sizes])), dtype=np.int64).reshape(-1, len(PLAN_OPS))
-    pos = {op: k for k, op in enumerate(PLAN_OPS)}
-    fwd = np.full(len(idx), table.base.fwd_s)
-    bwd = np.full(len(idx), table.base.bwd_s)
-    act = np.full(len(idx), table.base.act_bytes)
-    buf, rep, sync = np.zeros(len(idx)), np.zeros(len(idx)), np.zeros(len(idx))
-    for op in PLAN_OPS:
-        u = table.unary[op][idx[:, pos[op]]]
-        fwd += u[:, 0]
-        bwd += u[:, 1]
-        act += u[:, 2]
-        buf = np.maximum(buf, u[:, 3])
-        rep += table.replicated_params[op][idx[:, pos[op]]]
-        sync += table.grad_sync_s[op][idx[:, pos[op]]]
-    for a, b in EDGES:
-        e = table.pair[(a, b)][idx[:, pos[a]], idx[:, pos[b]]]
-        fwd += e[:, 0]
-        bwd += e[:, 1]
-    return idx, np.stack([fwd, bwd, act, table.base.workspace_bytes + buf, rep, sync], axis=1)
+    in VECTOR's order), vectorised over the product of candidates (plan_columns)."""
+    cols = plan_columns(table)
+    return cols.idx, cols.vec
 
 
 def plan_from_indices(table: LayerTable, row) -> dict[str, str]:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paraplan.cost import partition as P
-from paraplan.cost.coefficients import StageCoefficients, build
+from paraplan.cost.coefficients import StageCoefficients, build, build_plans
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
@@ -205,6 +205,13 @@ class OuterChoices:
         s = self.inst.search
         return capped_memory(scaled_times(build(*args, **kwargs), self.factor), s.memory_fill_cap,
                              s.memory_reserve_bytes)
+
+    def _build_plans(self, i: int, k: int, layer_fns) -> list[StageCoefficients]:
+        """_build of class k on scenario i under each of `layer_fns`, in one pass (build_plans)."""
+        s = self.inst.search
+        return [capped_memory(scaled_times(c, self.factor), s.memory_fill_cap, s.memory_reserve_bytes)
+                for c in build_plans(self.inst, self.co[k], layer_fns, self.net, s.memory_reserve_bytes,
+                                     placement=self.placed(i, k))]
 
     def _where(self, k: int, g: int) -> list:
         """(instance priced with, site, ring ranks) of choice (k, g) per scenario."""
@@ -405,9 +412,7 @@ class OuterChoices:
         elementwise minimum of a build at lo_fns[g] (every term least) and one at hi_fns[g]
         (the backward at its largest), below every plan those terms bound
         (partition_plans.optimistic_coefficients, per group)."""
-        lo, hi = (self._build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
-                        placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, fns))
-                  for fns in (lo_fns, hi_fns))
+        lo, hi = self._build_plans(i, k, [self._layer_fn(i, k, fns) for fns in (lo_fns, hi_fns)])
         return elementwise_min(lo, hi)
 
     def _price(self, k: int, g: int, plan) -> list[StageCoefficients]:

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraplan.cost import partition as P
-from paraplan.cost.coefficients import StageCoefficients, build, homogeneous_placement
+from paraplan.cost.coefficients import StageCoefficients, build_plans, homogeneous_placement, megatron_layer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.specs import Instance, Outer
 
@@ -254,11 +254,13 @@ def stage_arrays(c: StageCoefficients) -> tuple[str, ...]:
     return STAGE_ARRAYS + (("layer_drain_saving_s",) if c.layer_drain_saving_s.size else ())
 
 
-def _plan_coefficients(inst, o, pl, plan, reserve_bytes, net) -> StageCoefficients:
-    if P.is_megatron(plan):
-        return build(inst, o, net, reserve_bytes, placement=pl)
-    c = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=P.partition_layer_fn(plan))
-    return dataclasses.replace(c, partitions=tuple((op, plan[op]) for op in P.PLAN_OPS if op in plan))
+def _plans_coefficients(inst, o, pl, plans, reserve_bytes, net) -> list[StageCoefficients]:
+    """The coefficients of `o` under each layer plan of `plans`, in one pass (build_plans)."""
+    fns = [megatron_layer if P.is_megatron(p) else P.partition_layer_fn(p) for p in plans]
+    out = build_plans(inst, o, fns, net, reserve_bytes, placement=pl)
+    return [c if P.is_megatron(p) else
+            dataclasses.replace(c, partitions=tuple((op, p[op]) for op in P.PLAN_OPS if op in p))
+            for p, c in zip(plans, out)]
 
 
 def optimistic_terms(table: P.LayerTable, rows: np.ndarray) -> tuple[P.LayerTerms, P.LayerTerms]:
@@ -288,8 +290,7 @@ def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -
     builds, one with every term at its minimum over the plans and one with bwd_s at its
     maximum, bounds every plan's from below (optimistic_terms)."""
     lo_t, hi_t = optimistic_terms(P.table_for(inst, o, pl.sites[0], net), rows)
-    lo = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: lo_t)
-    hi = build(inst, o, net, reserve_bytes, placement=pl, layer_fn=lambda *_: hi_t)
+    lo, hi = build_plans(inst, o, (lambda *_: lo_t, lambda *_: hi_t), net, reserve_bytes, placement=pl)
     return elementwise_min(lo, hi)
 
 
@@ -321,11 +322,11 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
             return [], False
         pl = homogeneous_placement(inst.cluster.one_group, o)
         plans, rows = _candidates(inst, o, pl.sites[0], pl.dp_ranks, net)
-        meg = _plan_coefficients(inst, o, pl, dict(P.MEGATRON_DEFAULT), reserve_bytes, net)
-        probes = [meg]
+        probe_plans = [dict(P.MEGATRON_DEFAULT)]
         if len(plans) > 1:
-            fastest = plans[int(np.argmin(rows[:, 0] + rows[:, 1]))]
-            probes.append(_plan_coefficients(inst, o, pl, fastest, reserve_bytes, net))
+            probe_plans.append(plans[int(np.argmin(rows[:, 0] + rows[:, 1]))])
+        probes = _plans_coefficients(inst, o, pl, probe_plans, reserve_bytes, net)
+        meg = probes[0]
         for c in probes:
             inc = (None if one_class.memory_infeasible(c) else
                    one_class.incumbent(c, allow_rc, recompute_pattern(inst.job.framework, o.recompute,
@@ -344,7 +345,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
             continue
         opt = optimistic_coefficients(inst, o, pl, rows, reserve_bytes, net)
         if not one_class.memory_infeasible(opt) and one_class.lower_bound_s(opt) <= best_u * (1 + rel_tol):
-            out.extend(_plan_coefficients(inst, o, pl, p, reserve_bytes, net) for p in others)
+            out.extend(_plans_coefficients(inst, o, pl, others, reserve_bytes, net))
     return out, True
 
 

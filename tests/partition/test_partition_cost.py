@@ -176,14 +176,30 @@ def test_plan_layer_fn_and_validation():
                                                           for op in P.OPS))
 
 
-def test_all_plans_vectors_match_layer_terms():
+def test_all_plans_vectors_match_the_table_sums():
+    """Each all_plans row, and its plan's layer_terms, is the table's entries for that plan
+    summed here one by one (LayerTable's docstring: time and activations = base + the ops'
+    entries + the edges'; workspace = base + the largest buffer; replicated parameters and
+    group sync: sums over the ops), in another order than the vectorised pass."""
     inst, o, site = instance_and_site(tp=8)
     table = P.layer_table(inst, o, site, NET)
     idx, vec = P.all_plans(table)
     rng = np.random.default_rng(1)
     for k in rng.choice(len(idx), 20, replace=False):
+        i = dict(zip(P.PLAN_OPS, idx[k]))
+        unary = [table.unary[op][i[op]] for op in P.PLAN_OPS]
+        pair = [table.pair[e][i[e[0]], i[e[1]]] for e in P.EDGES]
+        want = [sum(p[0] for p in pair) + sum(u[0] for u in unary) + table.base.fwd_s,
+                sum(p[1] for p in pair) + sum(u[1] for u in unary) + table.base.bwd_s,
+                sum(u[2] for u in unary) + table.base.act_bytes,
+                max(u[3] for u in unary) + table.base.workspace_bytes,
+                sum(table.replicated_params[op][i[op]] for op in P.PLAN_OPS),
+                sum(table.grad_sync_s[op][i[op]] for op in P.PLAN_OPS)]
         lt = P.layer_terms(table, P.plan_from_indices(table, idx[k]))
-        assert np.allclose(vec[k], [getattr(lt, f) for f in P.VECTOR], rtol=1e-12)
+        assert np.allclose(vec[k], want, rtol=1e-12)
+        assert np.allclose([getattr(lt, f) for f in P.VECTOR], want, rtol=1e-12)
+        compute = table.base.parts["compute"] + sum(table.compute[op][i[op]] for op in P.LINEAR_OPS)
+        assert lt.parts["compute"] == pytest.approx(compute, rel=1e-12)
 
 
 def test_grid_spanning_nodes_shifts_over_one_nic_share():
@@ -313,3 +329,37 @@ def test_sequence_parallel_stream_by_hand():
     seq = table.candidates[P.STREAM].index("seq")
     assert table.pair_hidden[(P.STREAM, "mlp_in")][seq, kk] == pytest.approx(2 * ag - exposed, rel=1e-12)
     assert _with_stream(table, "mlp_in")[kk, 2] == 2 * T * h / 4
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_plans_priced_together_equal_plans_priced_alone(zero):
+    """build_plans shares one configuration's own terms among its layer plans: each plan's
+    coefficients must not depend on which plans were priced before it on that configuration
+    (nothing of one plan's build may leak into the shared part or another plan's arrays): every
+    plan priced alone on a fresh configuration part agrees bit for bit with the same plan
+    priced among all of them, in either order."""
+    from paraplan.cost import coefficients as C
+    inst, _, _ = instance_and_site(tp=4)
+    o = Outer(tp=4, pp=2, dp=1, micro_batch=1, num_micro_batches=8, zero=zero)
+    site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
+    table = P.table_for(inst, o, site, NET)
+    idx, _ = P.all_plans(table)
+    plans = [P.plan_from_indices(table, idx[k]) for k in (0, len(idx) // 3, len(idx) - 1)]
+    plans = [p for p in plans if P.plan_allowed(p, o)]
+    fns = [megatron_layer] + [P.partition_layer_fn(p) for p in plans]
+
+    def priced(order):
+        C._OUTER_PARTS.clear()
+        return dict(zip(order, C.build_plans(inst, o, [fns[j] for j in order], NET, 1e9)))
+    alone = {j: priced([j])[j] for j in range(len(fns))}
+    for together in (priced(list(range(len(fns)))), priced(list(range(len(fns)))[::-1])):
+        for j, c in together.items():
+            for f in dataclasses.fields(c):
+                a, b = getattr(alone[j], f.name), getattr(c, f.name)
+                if isinstance(a, np.ndarray):
+                    assert a.tobytes() == b.tobytes(), f.name
+                elif f.name == "stage_parts":
+                    assert list(a) == list(b)
+                else:
+                    assert a == b, f.name
+    assert len({c.layer_time_s.tobytes() for c in alone.values()}) > 1  # the plans differ
