@@ -601,7 +601,8 @@ def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
                           groups: tuple[int, ...] | None = None, uniform: bool = False,
                           defer_stage: bool = False, defer_options: bool = False) -> tuple[list[Partial], _Listing, list]:
     """declared_partials, and with `defer_stage` the layouts across two groups or more of the
-    stage family (with a tp per group) and of the replica family left out of the list, as
+    stage family (with a tp per group; with search.idle_gpus on one group too) and of the
+    replica family left out of the list, as
     (family index, subset index, family, groups) (solver/bounds/stage_families.py sets them up
     as the search reaches them); with `defer_options` every layout of the replica and mixed
     families left out so (solver/option_families.py sets them up under its bound: no count of
@@ -623,8 +624,12 @@ def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
     deferred: list = []
     for fi, family in enumerate(families):
         for si, used in enumerate(subsets):
-            if defer_options and family != "stage" or (
-                    defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica")):
+            # with idle GPUs a stage family on one group is deferred too: it lists every replica
+            # count, each with every depth it fits (GPT-3 175B on 1,024 A100: 3,836 partial
+            # layouts, 18,608 class layouts), which its families' bounds mostly leave unlisted
+            if defer_options and family != "stage" or defer_stage and (
+                    family == "stage" and s.tp_per_group and (len(used) > 1 or s.idle_gpus)
+                    or family == "replica" and len(used) > 1):
                 deferred.append((fi, si, family, used))
                 continue
             for ti, tpg in enumerate(tp_choices(inst, used, family)):
