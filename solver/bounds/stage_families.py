@@ -14,8 +14,8 @@ tp t, cp and b over the sequence-parallel flags that tp admits and the recompute
 superset of the flags), and r_g(t) = dp c*_g / f_g(t), c*_g = min(floor(N_g / (t cp dp)), pp's
 cap) the most stages group g holds (N_g / (t cp dp), N_g the group's GPUs, without
 search.idle_gpus, where it divides), so that a layout that idles GPUs is bounded by those it
-can use (GPT-3 175B on 1,024 A100 with idle GPUs: 3,798 of its 3,836 one-group families need
-not be set up). A block of the
+can use (GPT-3 175B on 1,024 A100 with idle GPUs: 111 of the 3,836 partial layouts on its one
+group are set up). A block of the
 family (dp replicas, c_g stages on g, c_g <= c*_g; fewer with search.idle_gpus) is
 bounded in stage_bound_rows by, per v,
     Z_v = (m - 1/v) A + S / v,   m = (global batch / b) / dp >= 1
