@@ -601,7 +601,8 @@ def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
                           groups: tuple[int, ...] | None = None, uniform: bool = False,
                           defer_stage: bool = False, defer_options: bool = False) -> tuple[list[Partial], _Listing, list]:
     """declared_partials, and with `defer_stage` the layouts across two groups or more of the
-    stage family (with a tp per group) and of the replica family left out of the list, as
+    stage family (with a tp per group; with search.idle_gpus on one group too) and of the
+    replica family left out of the list, as
     (family index, subset index, family, groups) (solver/bounds/stage_families.py sets them up
     as the search reaches them); with `defer_options` every layout of the replica and mixed
     families left out so (solver/option_families.py sets them up under its bound: no count of
@@ -623,8 +624,12 @@ def partials_and_families(inst: Instance, families: tuple[str, ...] = FAMILIES,
     deferred: list = []
     for fi, family in enumerate(families):
         for si, used in enumerate(subsets):
-            if defer_options and family != "stage" or (
-                    defer_stage and len(used) > 1 and (family == "stage" and s.tp_per_group or family == "replica")):
+            # with idle GPUs a stage family on one group is deferred too: it lists every replica
+            # count, each with every depth it fits (GPT-3 175B on 1,024 A100: 3,836 partial
+            # layouts, 18,608 class layouts), which its families' bounds mostly leave unlisted
+            if defer_options and family != "stage" or defer_stage and (
+                    family == "stage" and s.tp_per_group and (len(used) > 1 or s.idle_gpus)
+                    or family == "replica" and len(used) > 1):
                 deferred.append((fi, si, family, used))
                 continue
             for ti, tpg in enumerate(tp_choices(inst, used, family)):
@@ -756,15 +761,25 @@ def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
     memo = {} if bound_memo is None else bound_memo
     # what reads the classes' degrees only (the split of the batch, the sp flags and ZeRO
     # stages admitted): once per degrees, not per layout
-    degrees = ("degrees", tuple((c.replicas, c.pp) for c in shapes), tuple(sorted(set(tpg.values()))), cp, uniform)
+    tps = tuple(sorted(set(tpg.values())))
+    degrees = ("degrees", tuple((c.replicas, c.pp) for c in shapes), tps, cp, uniform)
     if degrees not in memo:
-        if s.micro_batch is not None:
-            memo[degrees] = ([b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)],
-                             None)
-        else:
-            memo[degrees] = ([d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
-                              and has_micro_batch_split(shapes, gb // d, uniform)],
-                             _sp_zero_values(inst, tpg, cp, shapes))
+        # each part kept by what it reads, so that degrees that share it read it once (with
+        # search.idle_gpus a lone class of dp replicas takes every depth it fits, each degrees
+        # of their own: GPT-3 175B on 1,024 A100 lists 18,608): the split of the batch reads
+        # the count form (has_micro_batch_split; the replicas, for the uniform count), the
+        # modes the replicas and the depths (_sp_zero_values)
+        replicas = sum(c.replicas for c in shapes)
+        split = ("splits", _count_form(shapes, 1), replicas, uniform)
+        if split not in memo:
+            memo[split] = ([b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
+                           if s.micro_batch is not None else
+                           [d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
+                            and has_micro_batch_split(shapes, gb // d, uniform)])
+        modes = ("sp zero", tps, cp, replicas, _depths(shapes))
+        if s.micro_batch is None and modes not in memo:
+            memo[modes] = _sp_zero_values(inst, tpg, cp, shapes)
+        memo[degrees] = (memo[split], None if s.micro_batch is not None else memo[modes])
     cands, sp_zero = memo[degrees]
     if sp_zero is None:
         return cands

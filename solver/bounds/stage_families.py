@@ -11,8 +11,12 @@ with their own tp fixed, can still beat the incumbent, each then bounded as any 
 Per scenario and micro-batch size b, let f_g(t) be the least layer floor of a stage on group g at
 tp t, cp and b over the sequence-parallel flags that tp admits and the recompute modes
 (unpriced.stage_floor_terms, the floor layouts.stage_bound_rows takes the least of, over a
-superset of the flags), and r_g(t) = N_g / (t cp f_g(t)), N_g the group's GPUs. A block of the
-family (dp replicas, c_g stages on g, c_g <= N_g / (t_g cp dp); fewer with search.idle_gpus) is
+superset of the flags), and r_g(t) = dp c*_g / f_g(t), c*_g = min(floor(N_g / (t cp dp)), pp's
+cap) the most stages group g holds (N_g / (t cp dp), N_g the group's GPUs, without
+search.idle_gpus, where it divides), so that a layout that idles GPUs is bounded by those it
+can use (GPT-3 175B on 1,024 A100 with idle GPUs: 111 of the 3,836 partial layouts on its one
+group are set up). A block of the
+family (dp replicas, c_g stages on g, c_g <= c*_g; fewer with search.idle_gpus) is
 bounded in stage_bound_rows by, per v,
     Z_v = (m - 1/v) A + S / v,   m = (global batch / b) / dp >= 1
 (batched.relaxed_s of one class, its second bound). There A = min over integer splits of
@@ -396,6 +400,7 @@ class FamilyBounds:
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
         grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)  # (groups, choices)
         rate, lo, hi, held = 0.0, np.inf, -np.inf, 0.0
+        most = min(L, s.max_pp if s.max_pp is not None else L)
         stages = np.zeros(grid.shape[1], np.int64)
         index = np.zeros(grid.shape[1], np.int64)
         per_group, floors = [], []
@@ -406,7 +411,10 @@ class FamilyBounds:
             n = inst.cluster.groups[g].num_gpus
             per_group.append(n // (tps[grid[k]] * fam.cp * fam.dp))
             floors.append(fs)
-            rate = rate + (n / (tps[grid[k]] * fam.cp))[:, None, None] / fs
+            # r_g: the most stages g holds at dp replicas (whole ones, within the depth's cap;
+            # n / (t cp) without idle GPUs), so a layout that idles GPUs is bounded by those it uses
+            held_most = np.minimum(n // (tps[grid[k]] * fam.cp * fam.dp), most) * fam.dp
+            rate = rate + held_most[:, None, None] / fs
             lo, hi = np.minimum(lo, fs), np.maximum(hi, fs)
             stages += n // (tps[grid[k]] * fam.cp * fam.dp)
             # its stages each hold a layer (one stage at least with idle GPUs)
@@ -415,7 +423,6 @@ class FamilyBounds:
             index = index * sizes[k] + at[grid[k]]
         # a pipeline's depth: its stages exactly, or with idle GPUs at least one per group
         pp = np.full_like(stages, len(fam.used)) if s.idle_gpus else stages
-        most = min(L, s.max_pp if s.max_pp is not None else L)
         # (with idle GPUs pp is only a least depth: search.pp is read on the exact one only)
         ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
         m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
@@ -431,9 +438,11 @@ class FamilyBounds:
                 for v in (2.0, float(self.v_max)):
                     zv = np.where(deep, np.minimum(zv, (m - 1 / v) * a0 + s0 / v), zv)
             z = np.minimum(z1, zv)
-        # no replica without a micro-batch; 0 x inf (floors of no plan) is no bound either
+        # no replica without a micro-batch, nor a split of the batch that leaves some over (the
+        # lone class runs M / dp: space.has_micro_batch_split); 0 x inf (floors of no plan) is
+        # no bound either
         ok &= ~self._stage_refused(fam, grid, stages)
-        valid = (m >= 1) & ~np.isnan(z) & ok[:, None, None]
+        valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[:, None, None]
         z = np.where(valid, z, np.inf)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         factor = self.factor(fam.used, fam.cp, (len(fam.used),))
