@@ -741,7 +741,7 @@ def coverage_report(res: Sequence[Residual],
 
 # The bundled published rows' facts that every plan reads (its band, its quantile objective, its
 # warnings), derived once by cost/trust_table.py and stored beside the rows: deriving them on
-# each run joined three data files and priced every row, a sixth of `paraplan plan`'s start-up
+# each run joined three data files and priced every row, 6% of `paraplan plan` on GPT-3 175B
 # (issue 33). tests/cost/test_trust_table.py derives them again and compares.
 TRUST_TABLE = Path(__file__).resolve().parent / "published" / "trust_table.json"
 

@@ -11,8 +11,9 @@ the best measured MFU per GPU die and precision at scale. Deriving them joins th
 reads each row's framework release, judges 83 distinct rows' features against the others' and
 prices each row's MFU: 0.11e9 instructions of every plan, and 0.04e9 more to import the
 readers, 6% of `paraplan plan` on GPT-3 175B (issue 33), for numbers that change only when a
-data file or the cost model does. The table holds exactly the numbers the derivation gives (JSON writes each float
-as its shortest repr, which reads back equal), so a plan is byte for byte what it was.
+data file or the cost model does. The table holds exactly the numbers the derivation gives
+(JSON writes each float as its shortest repr, which reads back equal), so a plan is byte for
+byte what it was.
 
 When to run it: after any change to cost/published/*.yaml, to how a row's features, release,
 memory fill or MFU are read (cost/calibration.py, cost/trust.py, cost/releases.py,
