@@ -85,21 +85,27 @@ the time the planner minimised, whatever its shape.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.cost.calibration import RowResult, row_ran, source_family
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
 from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
 from paraplan.cost.memory_fill import peak_memory_fraction, row_memory_fill  # noqa: F401 (read here)
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
+
+if TYPE_CHECKING:  # a plan reads the published rows' facts from the trust table, never the rows
+    # (published_residuals): cost/calibration.py is imported where rows are read
+    from paraplan.cost.calibration import RowResult
 
 # (lowest, highest or None, label): the scale bands of the accuracy tables, in GPUs
 SCALE_BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 255, "65-255"), (256, 1023, "256-1023"),
@@ -185,6 +191,7 @@ def row_features(row: dict, full_recompute: bool, memory_fill: float | None = No
     """`full_recompute`: whether the row's modelled plan recomputes whole layers
     (RowResult.full_recompute: a row's `recompute: unknown` resolves as its family's default);
     `memory_fill`: its priced fill of HBM (row_memory_fill; None: not counted)."""
+    from paraplan.cost.calibration import row_ran, source_family
     cf, ran = row["config"], row_ran(row)
     return Features(family=source_family(row).name, framework=ran.framework.value,
                     framework_version=ran.framework_version or "", gpu=row["cluster"]["gpu"],
@@ -499,6 +506,16 @@ def _fitted(f: Features, counts: dict[tuple[str, str], int]) -> bool:
 
 @lru_cache(maxsize=16)
 def _pool_facts(pool: tuple[Residual, ...]) -> tuple[dict[str, int], dict[str, bool]]:
+    """pool_facts(pool); for the bundled published rows' pool (every plan's), as the trust
+    table stores it (cost/trust_table.py derives it by pool_facts)."""
+    if pool == published_residuals():
+        table = _trust_table()
+        return ({row_id: level for row_id, level, _ in table["pool_facts"]},
+                {row_id: fitted for row_id, _, fitted in table["pool_facts"]})
+    return pool_facts(pool)
+
+
+def pool_facts(pool: tuple[Residual, ...]) -> tuple[dict[str, int], dict[str, bool]]:
     """Each residual's distance level and whether its die was fitted, judged as its row was
     predicted: against the pool's residuals of the other source families (the fit it was
     predicted by saw only those)."""
@@ -722,31 +739,27 @@ def coverage_report(res: Sequence[Residual],
                           median_width=float(np.median([relative_width(lo, hi) for lo, hi in bands])))
 
 
+# The bundled published rows' facts that every plan reads (its band, its quantile objective, its
+# warnings), derived once by cost/trust_table.py and stored beside the rows: deriving them on
+# each run joined three data files and priced every row, 6% of `paraplan plan` on GPT-3 175B
+# (issue 33). tests/cost/test_trust_table.py derives them again and compares.
+TRUST_TABLE = Path(__file__).resolve().parent / "published" / "trust_table.json"
+
+
+@lru_cache(maxsize=1)
+def _trust_table() -> dict:
+    return json.loads(TRUST_TABLE.read_text(encoding="utf-8"))
+
+
 @lru_cache(maxsize=1)
 def published_residuals() -> tuple[Residual, ...]:
     """The out-of-sample residuals of both bundled published files (cost/crossval.py's stored
-    leave-one-family-out predictions, read once per process; nothing is simulated)."""
-    from paraplan.cost.calibration import load_published
-    rows = {r["id"]: r for r in load_published()}
-    fills = published_memory_fills()
-    return tuple(Residual(id=s.id, features=row_features(rows[s.id], s.full_recompute, fills.get(s.id)),
-                          error=s.error)
-                 for s in _stored_crossval() if s.error is not None and s.id in rows)
-
-
-def published_memory_fills() -> dict[str, float]:
-    """id -> peak_memory_fraction of every bundled published row priced as it ran
-    (row_memory_fill), as the stored cross-validation holds it (cost/crossval.StoredRow:
-    tests/validation/test_crossval.py checks it against the pricing)."""
-    return {s.id: s.memory_fill for s in _stored_crossval() if s.memory_fill is not None}
-
-
-@lru_cache(maxsize=1)
-def _stored_crossval() -> tuple:
-    """cost/crossval.load_stored(), read once per process as published_residuals is: a plan read
-    it three times (the residuals, their memory fills, the plan's memory-fill warning), 2 ms each."""
-    from paraplan.cost.crossval import load_stored
-    return load_stored()
+    leave-one-family-out predictions, nothing simulated), as the trust table stores them
+    (cost/trust_table.derive_residuals), read once per process."""
+    table = _trust_table()
+    names = table["feature_fields"]
+    return tuple(Residual(id=row_id, features=Features(**dict(zip(names, values, strict=True))), error=error)
+                 for row_id, error, values in table["residuals"])
 
 
 def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
@@ -796,18 +809,11 @@ def _upper_end(trust: Trust) -> tuple[bool, float]:
     return trust.interval_s is not None, trust.interval_s[1] if trust.interval_s else 0.0
 
 
-@lru_cache(maxsize=len(SCALE_BANDS))
 def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
     """(peak_memory_fraction, id) of every bundled published row in scale band `band`, priced
-    as it ran (published_memory_fills), fullest first: how full a run's memory the cost model
-    has been checked at."""
-    from paraplan.cost.calibration import load_published
-    fills = published_memory_fills()
-    out = []
-    for row in load_published():
-        if scale_band(row["cluster"]["num_gpus"]) == band and row["id"] in fills:
-            out.append((fills[row["id"]], row["id"]))
-    return tuple(sorted(out, reverse=True))
+    as it ran (crossval.yaml's memory fills), fullest first: how full a run's memory the cost
+    model has been checked at. Read from the trust table (cost/trust_table.derive_memory_fractions)."""
+    return tuple((fill, row_id) for b, fill, row_id in _trust_table()["memory_fractions"] if b == band)
 
 
 def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
@@ -862,19 +868,9 @@ def measured_mfu(row: dict, catalogue: dict) -> float:
 @lru_cache(maxsize=1)
 def mfu_records() -> dict[tuple[str, str], tuple[float, str]]:
     """(GPU die, precision) -> (the best measured MFU among the published rows on
-    MFU_RECORD_MIN_GPUS or more GPUs, that row's id)."""
-    from paraplan.cost.calibration import load_published
-    from paraplan.cost.readers.gpus import load_catalogue
-    cat = load_catalogue()
-    best: dict[tuple[str, str], tuple[float, str]] = {}
-    for row in load_published():
-        if row["cluster"]["num_gpus"] < MFU_RECORD_MIN_GPUS:
-            continue
-        key = (die(row["cluster"]["gpu"]), row.get("precision", "bf16"))
-        mfu = measured_mfu(row, cat)
-        if mfu > best.get(key, (0.0, ""))[0]:
-            best[key] = (mfu, row["id"])
-    return best
+    MFU_RECORD_MIN_GPUS or more GPUs, that row's id), as the trust table stores them
+    (cost/trust_table.derive_mfu_records: measured_mfu of each row)."""
+    return {(d, precision): (mfu, row_id) for d, precision, mfu, row_id in _trust_table()["mfu_records"]}
 
 
 def mfu_record_warning(inst: Instance, plan: Plan, predicted_s: float,
@@ -941,9 +937,8 @@ def unvalidated_warnings(inst: Instance, plan: Plan, res: Sequence[Residual]) ->
 def _moe_anchor_rows() -> tuple[tuple[str, float, bool], ...]:
     """(GPU, error %, host_bound) of every MoE anchor priced as it ran (cost/published/moe.yaml,
     paraplan_prediction.error_pct; > 0: paraplan's time below the measured one)."""
-    from paraplan.cost.calibration import PUBLISHED_DIR
     from paraplan.cost.read_cache import bundled_yaml
-    rows = bundled_yaml(PUBLISHED_DIR / "moe.yaml")["rows"]
+    rows = bundled_yaml(TRUST_TABLE.parent / "moe.yaml")["rows"]  # beside the table: cost/published/
     return tuple((r["cluster"]["gpu"], float(r["paraplan_prediction"]["error_pct"]), bool(r.get("host_bound")))
                  for r in rows if (r.get("paraplan_prediction") or {}).get("error_pct") is not None)
 
@@ -957,10 +952,9 @@ def moe_anchor_errors() -> tuple[tuple[str, float], ...]:
 def _moe_out_of_sample_rows() -> tuple[tuple[str, float, bool], ...]:
     """(GPU, out-of-sample error %, False) of every anchor in cost/published/moe_crossval.yaml,
     read here: cost/moe_fit, which writes it, imports this module."""
-    from paraplan.cost.calibration import PUBLISHED_DIR
     from paraplan.cost.read_cache import bundled_yaml
     return tuple((r["gpu"], float(r["out_of_sample_error_pct"]), False)
-                 for r in bundled_yaml(PUBLISHED_DIR / "moe_crossval.yaml")["rows"])
+                 for r in bundled_yaml(TRUST_TABLE.parent / "moe_crossval.yaml")["rows"])
 
 
 def _moe_anchor_logs(gpu: str, min_group_rows: int = MIN_GROUP_ROWS,

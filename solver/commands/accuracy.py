@@ -312,6 +312,10 @@ def _write(rows, results, oos, folds) -> None:
                              predicted_iter_time_s=oos.get(i)) for i, r in enumerate(results)]
     write(CROSSVAL_FILE, to_mapping(rows, results, oos_results, folds))
     print(f"wrote {CROSSVAL_FILE}", file=sys.stderr)
+    # the residuals every plan's band reads are stored again from it (cost/trust_table.py)
+    from paraplan.cost import trust_table
+    trust_table.write()
+    print(f"wrote {trust_table.TRUST_TABLE}", file=sys.stderr)
 
 
 def moe_anchor_prices():

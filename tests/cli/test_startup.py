@@ -16,7 +16,9 @@ partition command read, each checked loaded there; nor the Hugging Face config r
 the layout options' families (paraplan.solver.option_families), the asymmetric pipelines' pricing
 (paraplan.cost.asymmetric) or the JSON schema (paraplan.solver.commands.schema), each a real
 module (test_the_watched_modules_exist); DualPipe's problem and the schema are checked loaded
-where a DualPipe job and --json use them."""
+where a DualPipe job and --json use them. Nor the published rows' reader and the stored
+cross-validation's (paraplan.cost.calibration, paraplan.cost.crossval): a plan's band reads
+what they give from cost/published/trust_table.json (cost/trust_table.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ print(json.dumps({{"code": code, "loaded": sorted(({{m.split(".")[0] for m in sy
 WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "concurrent.futures",
            "paraplan.solver.dynamic", "paraplan.cost.fit", "difflib", "paraplan.cost.dualpipe",
            "paraplan.formulations.partition", "paraplan.cost.hf_config", "paraplan.formulations.dualpipe",
-           "paraplan.solver.option_families", "paraplan.cost.asymmetric", "paraplan.solver.commands.schema")
+           "paraplan.solver.option_families", "paraplan.cost.asymmetric", "paraplan.solver.commands.schema",
+           "paraplan.cost.calibration", "paraplan.cost.crossval")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:
