@@ -53,7 +53,6 @@ cross-check both against the enumeration here.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -132,6 +131,7 @@ _MASKS_MAX = 1024
 
 def _front(dims: np.ndarray) -> np.ndarray:
     """pareto_mask(dims), cached by the bytes of `dims`."""
+    import hashlib  # here: only per-operator partitions read it (a plain plan's start-up, issue 33)
     key = (dims.shape, hashlib.blake2b(np.ascontiguousarray(dims).tobytes(), digest_size=16).digest())
     if key not in _MASKS:
         if len(_MASKS) >= _MASKS_MAX:
