@@ -28,6 +28,17 @@ EXIT_SOLVER = 3  # a solver backend is missing or crashed
 EXIT_DOES_NOT_FIT = 1  # simulate: the plan is valid but does not fit memory
 
 
+def _plan_given_as_instance(args) -> str:
+    """The plan file given as INSTANCE (`plan -o` writes the plan with its instance, so it
+    stands alone): `simulate p.yaml` is `simulate p.yaml --plan p.yaml`."""
+    from paraplan.cost.readers.instance import carries_instance
+    from paraplan.cost.readers.strict_yaml import read_yaml
+    if args.instance and not (args.hf_config or args.cluster or args.job) and carries_instance(read_yaml(args.instance)):
+        return args.instance
+    raise InstanceError(args.instance or "simulate", "--plan", "no plan given",
+                        "give --plan PLAN.yaml, or as INSTANCE a plan file written by `paraplan plan -o`")
+
+
 def cmd_simulate(args) -> int:
     """`paraplan simulate INSTANCE --plan PLAN.yaml`, a plan file of either format: the plan
     on every network of the instance (a flat instance has one), each simulated once."""
@@ -40,13 +51,14 @@ def cmd_simulate(args) -> int:
                                         table, trust_json, trust_lines)
 
     inst = read_instance(args, simulate_only=True)
-    plan = load_plan(args.plan, inst)  # the plan file is read once, either format
+    plan_path = args.plan or _plan_given_as_instance(args)
+    plan = load_plan(plan_path, inst)  # the plan file is read once, either format
     grouped = shown_as_groups(inst, plan)
     networks = [(sc.name, sc.cluster) for sc in inst.scenarios] if grouped else [("nominal", None)]
     try:
         bds = [(name, simulate(inst, plan, cluster=net)) for name, net in networks]
     except ConfigError as e:
-        raise InstanceError(args.plan, "plan", str(e), "make the plan consistent with the instance")
+        raise InstanceError(plan_path, "plan", str(e), "make the plan consistent with the instance")
     bd = bds[0][1]
     notes = model_warnings(inst, plan)
     trust = plan_trust(inst, plan, bd.iter_time_s)  # a simulated time is a prediction like a plan's
@@ -129,7 +141,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     s = sub.add_parser("simulate", help="predict one iteration of a given plan")
     add_instance_args(s)
-    s.add_argument("--plan", required=True, help="plan YAML (as written by `paraplan plan -o`)")
+    s.add_argument("--plan", help="plan YAML (as written by `paraplan plan -o`); default: INSTANCE"
+                                  " itself when it is such a plan file")
     s.add_argument("--json", action="store_true", help=HELP_JSON)
     s.set_defaults(func=cmd_simulate)
 

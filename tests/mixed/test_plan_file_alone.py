@@ -74,3 +74,12 @@ def test_a_plan_file_carries_the_scenarios_simulate_prices(tmp_path, capsys):
     assert alone[0] == 0 and alone == given
     assert [s["scenario"] for s in json.loads(alone[1])["scenarios"]] == [
         "nominal", "inter-site-5pct", "west-nic-50g"]
+
+
+def test_simulate_reads_a_plan_file_given_alone_as_its_plan(tiny_plan_file, capsys):
+    # `simulate p.yaml` is `simulate p.yaml --plan p.yaml` (the same output, by the test above
+    # equal to the bundled instance's); an instance file that holds no plan still needs --plan
+    alone = _run(capsys, "simulate", tiny_plan_file, "--json")
+    assert alone[0] == 0 and alone == _run(capsys, "simulate", tiny_plan_file, "--plan", tiny_plan_file, "--json")
+    code = main(["simulate", TINY2])
+    assert code == 2 and "--plan: no plan given" in capsys.readouterr().err
