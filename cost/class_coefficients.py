@@ -249,10 +249,12 @@ def _group_alone(inst: Instance, g: int, hc: Cluster) -> Instance:
 def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = NetEfficiency(),
                        reserve_bytes: float = 0.0,
                        num_micro_batches: tuple[int, ...] | None = None,
-                       partitions: tuple | None = None) -> list[StageCoefficients]:
+                       partitions: tuple | None = None,
+                       placements: tuple[Placement, ...] | None = None) -> list[StageCoefficients]:
     """One StageCoefficients per class of `ho` on network `hc` (`inst`: model and job), each
     class running `num_micro_batches[k]` per replica (None: not yet chosen, see class_outer)
-    with the layer plans `partitions[k]` (ReplicaClass.partitions; None: Megatron 1-D)."""
+    with the layer plans `partitions[k]` (ReplicaClass.partitions; None: Megatron 1-D), placed
+    as `placements[k]` where the caller has class_placement(hc, ho, k) already (None: placed here)."""
     if any(c.stage_dp for c in ho.classes):
         raise ConfigError("an asymmetric pipeline (stage_dp) is priced by cost/asymmetric.py")
     K = len(ho.classes)
@@ -260,7 +262,7 @@ def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = N
     parts = ((),) * K if partitions is None else partitions
     out = []
     for k in range(K):
-        pl = class_placement(hc, ho, k)
+        pl = class_placement(hc, ho, k) if placements is None else placements[k]
         out.append(build(inst, class_outer(ho, k, counts[k]), net, reserve_bytes, placement=pl,
                          layer_fn=partitions_layer_fn(inst, hc, pl, ho.classes[k].stage_groups, parts[k])))
     return out

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from paraplan.cost.calibration import PUBLISHED_DIR
+from paraplan.cost.class_coefficients import class_placement
 from paraplan.cost.readers.instance import instance_from_mapping
 from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.readers.strict_yaml import read_yaml
@@ -98,14 +99,20 @@ def pricer(row: dict) -> Callable[[], AnchorPrice]:
     object (cost/coefficients) and one point's prices must not carry into the next. The memos
     keyed by the model or GPU alone (cost/flops views, the output layer) read no MoeParams.
     Reading the file's mapping into an Instance and the plan against it was over half of each
-    price (1.2-2.0 ms a price -> 0.6-0.7 ms on three rows; issue 32)."""
+    price (1.2-2.0 ms a price -> 0.6-0.7 ms on three rows; issue 32). The plan is checked
+    against the instance, and its classes placed on the cluster, once here too (simulate's
+    `checked` and `placements`): every call's instance has this one's values and the same
+    cluster object, and neither reads MoeParams, so each call would repeat the same check and
+    placement (29% of a price under a profiler)."""
     inst = anchor_instance(row)
     plan = plan_from_mapping(row["paraplan_plan"], inst, row["id"])
+    plan.check_against(inst)  # as simulate checks it (the reader checks a flat plan on group_alone)
+    placements = tuple(class_placement(inst.cluster, plan.outer, k) for k in range(len(plan.classes)))
     published = float(row["measured"]["value"])
 
     def priced() -> AnchorPrice:
         # the row ran: priced against the whole HBM, no planning reserve
-        bd = simulate(replace(inst), plan, reserve_bytes=0.0)
+        bd = simulate(replace(inst), plan, reserve_bytes=0.0, checked=True, placements=placements)
         return AnchorPrice(id=row["id"], gpu=row["cluster"]["gpu"], published_tflops_per_gpu=published,
                            iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
                            error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,

@@ -21,7 +21,7 @@ import numpy as np
 
 from paraplan.cost import schedule
 from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
-from paraplan.cost.coefficients import StageCoefficients
+from paraplan.cost.coefficients import Placement, StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
 from paraplan.cost.specs import Cluster
@@ -132,12 +132,20 @@ def critical_path(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v:
 
 def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
              reserve_bytes: float | None = None, coeffs: list[StageCoefficients] | None = None,
-             cluster: Cluster | None = None) -> Breakdown:
+             cluster: Cluster | None = None, *, checked: bool = False,
+             placements: tuple[Placement, ...] | None = None) -> Breakdown:
     """The breakdown of `plan` on `inst` (a flat instance: its one group), on network `cluster`
     (default: the nominal one), with `reserve_bytes` of every GPU kept back (default: the
     instance's search.memory_reserve_bytes) and `coeffs`, one per class, where the caller has
-    them priced."""
-    plan.check_against(inst)  # a flat instance's plan: one class on every GPU
+    them priced.
+
+    For a caller that prices one plan on one instance's values many times (cost/moe_anchors.pricer,
+    thousands of prices a row, each under other MoeParams, which neither reads): `checked`, the
+    plan already passed check_against on an instance equal to `inst`, and `placements`, its
+    classes' class_placement on this network, which read only the cluster and the plan. The
+    check and the placement were a third of such a price (issue 32)."""
+    if not checked:
+        plan.check_against(inst)  # a flat instance's plan: one class on every GPU
     hc = inst.cluster if cluster is None else cluster
     reserve = inst.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE:
@@ -147,7 +155,7 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     if coeffs is None:
         coeffs = class_coefficients(inst, hc, plan.outer, net, reserve,
                                     tuple(k.num_micro_batches for k in plan.classes),
-                                    tuple(k.partitions for k in plan.classes))
+                                    tuple(k.partitions for k in plan.classes), placements)
     reports, splits, syncs = [], [], []
     for c, k in zip(coeffs, plan.classes):
         n = np.array(k.layers_per_stage, float)

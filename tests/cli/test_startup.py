@@ -60,17 +60,30 @@ def test_the_default_backend_imports_no_solver_library(name):
     assert got == {"code": 0, "loaded": []}, got
 
 
-@pytest.mark.slow  # about 5 s of CPU a backend: the smallest bundled file that still needs a solver
+@pytest.mark.slow  # a subprocess a backend, about 2 s of CPU each (most of it the start-up)
 @pytest.mark.parametrize("backend,library", [("dp", "ortools"), ("cpsat", "ortools"), ("milp", "pulp")])
-def test_a_solver_backend_still_imports_its_library(backend, library):
+def test_a_solver_backend_still_imports_its_library(backend, library, tmp_path):
     # a mixed cluster: its configurations of several replica classes are solved by CP-SAT (the
     # split DP takes a lone class only, so "dp" hands them to CP-SAT) or by the MILP. On the
     # bundled one-GPU-type instances the tight bound and the DP's cutoff prune every
-    # configuration before a solver runs, whatever the backend; since the priced pipeline is
-    # bounded with its gradient sync (solver/bounds/fill_drain.fill_drain_sync_s) so are the
-    # smaller mixed files' (tiny-2types: 34 priced, 0 solved), so this runs the three-type,
-    # two-site file, whose replica classes still reach a solver
-    got = _loaded(ROOT / "instances" / "mixed" / "llama3-70b-3types-2sites.yaml", ["--backend", backend])
+    # configuration before a solver runs, whatever the backend, and so they do on the bundled
+    # tiny-2types (34 priced, 0 solved; its plan one pipeline over both nodes). With tp 8 alone
+    # each node holds one stage, so a plan is one replica piped across the two nodes or a
+    # replica on each (two classes, the batch split between them by a solver): 6 of its 40
+    # configurations are solved in each backend and the plan chosen is two classes of 6 and 10
+    # micro-batches, so each backend loads its library to solve (this test ran the three-type,
+    # two-site llama3-70b file before: 26-29 s of CPU for the three)
+    from dataclasses import replace
+
+    import yaml
+
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.instance_writer import instance_to_mapping
+    inst = load_instance(ROOT / "instances" / "mixed" / "tiny-2types.yaml")
+    path = tmp_path / "tiny-2types-tp8.yaml"
+    path.write_text(yaml.safe_dump(instance_to_mapping(replace(inst, search=replace(inst.search, tp=(8,)))),
+                                   sort_keys=False))
+    got = _loaded(path, ["--backend", backend])
     assert got["code"] == 0 and library in got["loaded"], got
 
 

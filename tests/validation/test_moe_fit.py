@@ -113,8 +113,9 @@ def test_leave_one_table_out_mean_abs_error_at_most_12_pct():
 
 @pytest.mark.slow
 def test_cross_validation_reproduces_the_stored_file():
-    # the whole fit and its folds, recomputed: 72,192 prices, 70.4 s of CPU at load 12 (issue 32;
-    # cost/moe_fit.grid_log_errors, each row read once)
+    # the whole fit and its folds, recomputed: 72,192 prices, 69-76 s of CPU at load 5-8, 81-109 s
+    # before each row's plan was checked and placed once (issue 32; cost/moe_fit.grid_log_errors,
+    # each row read once, cost/moe_anchors.pricer)
     from paraplan.cost.readers.strict_yaml import read_yaml
     cv = moe_fit.cross_validate()
     assert cv.fitted == FITTED
