@@ -125,7 +125,8 @@ def with_layer_plans(inst: Instance) -> Instance:
     layer plans beyond Megatron's come only at tp 4 (partition_names.spatial_temporal_allowed),
     on one group, so every combination of a class's plans is few enough to build each."""
     groups = (dataclasses.replace(inst.cluster.groups[0], gpus_per_node=4, nodes=1),) + inst.cluster.groups[1:]
-    return dataclasses.replace(inst, name=f"{inst.name}-plans", cluster=dataclasses.replace(inst.cluster, groups=groups),
+    return dataclasses.replace(inst, name=f"{inst.name}-plans",
+                               cluster=dataclasses.replace(inst.cluster, groups=groups),
                                search=dataclasses.replace(inst.search, tp=(1, 4),
                                                           tensor_partitions=("megatron", "spatial_temporal")))
 
