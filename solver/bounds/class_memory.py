@@ -42,8 +42,22 @@ Every term of LB_s is then at most its value in any configuration holding the cl
 class refused here is refused by memory.py for every such configuration, and by build's
 no_split_fits after pricing (tests/mixed/test_class_memory.py checks that on random clusters
 by building every configuration the refused options hold). Only where search lists partial
-layouts (a dense model, no partitions, DualPipe or torch zero-bubble schedules: search.
-_lists_partials) are families set up at all.
+layouts (a dense model, not DualPipe nor torch's zero-bubble schedules: search._lists_partials)
+are families set up at all.
+
+**Per-operator partitions** (search.tensor_partitions; `layer_plans`). A stage may then run any
+layer plan of its tp group (cost/partition.layer_terms), priced by cost/stage_memory with the
+plan's terms. LB_s reads none of the stash (act_bytes, the one memory term a plan may hold less
+of than Megatron's layer): of a layer it reads the state, the backward workspace and the input
+checkpoint, and a plan's are at least Megatron's (solver/bounds/plan_range.py's docstring: the
+state adds replicated_params x bytes per parameter >= 0 to the 1/tp share and the fp8 copies,
+the workspace adds the largest double buffer >= 0 to Megatron's, the checkpoint is Megatron's);
+the runtime allowance, the logits and the embedding state are no layer's. So LB_s is at most
+its value under every layer-plan combination, and a class refused without the slots is refused
+for every one. The slots' test (one micro-batch in flight) rests on a layer's stash as it
+relieves an end stage's short chunk (cost/pipeline_split.slot_relief_bytes reads max(act, ckpt)
+per layer), which a plan may hold more of than Megatron's layer: with layer plans a slot mode
+is taken to fit (never refused), which only keeps more.
 """
 
 from __future__ import annotations
@@ -62,10 +76,11 @@ from paraplan.solver.space import micro_batch_lower_bound_terms, slot_modes_of, 
 
 class ClassMemory:
     """The module's proofs on `inst`, the least micro-batch size `least_mb` (what the space
-    offers), each kept by what it reads."""
+    offers), each kept by what it reads; `layer_plans`: with per-operator partitions, whose
+    slot modes are never refused (module docstring)."""
 
-    def __init__(self, inst, least_mb: int) -> None:
-        self.inst, self.b = inst, least_mb
+    def __init__(self, inst, least_mb: int, layer_plans: bool = False) -> None:
+        self.inst, self.b, self.layer_plans = inst, least_mb, layer_plans
         self.rules = rules_for(inst.job.framework, inst.job.optimizer)
         self.layout = memory.state_layout(inst.job)
         self.capacity = [g.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in inst.cluster.groups]
@@ -134,6 +149,8 @@ class ClassMemory:
     def _replica_fits(self, g: int, tp: int, cp: int, pp: int, ranks, sp: bool, zero: int, v: int,
                       slots: bool) -> bool:
         L, cap = self.inst.model.layers, self.capacity[g]
+        if slots and self.layer_plans:  # (module docstring: a plan's stash may relieve more)
+            return True
         every, logits, state, ckpt, emb = self._terms(tp, cp, pp, sp, zero, ranks)
         if slots:  # memory.py's test with the slots: no embedding state, one micro-batch in flight
             return (layers_within(every + logits, state + ckpt, cap, L) >= 1
@@ -199,6 +216,8 @@ class ClassMemory:
         if mode not in self._admitted(tp, cp, pp, dp):
             return -1, False, -1, -1
         L, cap = self.inst.model.layers, self.capacity[g]
+        if slots and self.layer_plans:  # never refused (module docstring): as many as there are
+            return 0, True, L, L
         every, logits, state, ckpt, _ = self._terms(tp, cp, pp, sp, zero, (dp * cp, dp * cp))
         last1 = layers_within(every + logits, state + ckpt, cap, L)
         one = layers_within(every, state + ckpt, cap, L)

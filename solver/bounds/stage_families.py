@@ -65,9 +65,9 @@ A tp choice or class-layout option that solver/bounds/class_memory.py proves una
 memory in any order, micro-batch size, mode or ZeRO stage is bounded inf: its configurations
 are all refused by memory (before or after pricing), so none is a candidate and the tie rule
 reads none of them. With per-operator partitions every floor is the layer plans'
-(unpriced.stage_floor_terms' layer_plans) and class_memory.py is not read (a layer plan may
-hold fewer activation bytes than Megatron's layer): each bound then holds for every
-layer-plan combination too.
+(unpriced.stage_floor_terms' layer_plans), and class_memory.py's proof holds for every layer
+plan (its module docstring: it reads no stash, and every term it reads is at most each plan's,
+solver/bounds/plan_range.py): each bound then holds for every layer-plan combination too.
 """
 
 from __future__ import annotations
@@ -195,11 +195,10 @@ class FamilyBounds:
         slots = split_slots_run(inst.job, s)
         self.v_max = max(s.virtual_stages) if s.virtual_stages is not None else L + 2 * slots
         self.slot_c = 2.0 if slots else 0.0
-        # with per-operator partitions, the layer plans' floors and no memory: a plan's layer may
-        # hold fewer activation bytes than Megatron's, which class_memory.py reads
+        # with per-operator partitions, the layer plans' floors; class_memory.py's proof holds
+        # for every layer plan (its module docstring)
         self.layer_plans = partitions_enabled(inst)
-        self.memory = (ClassMemory(inst, int(self.mbs.min())) if len(self.mbs) and not self.layer_plans
-                       else None)
+        self.memory = ClassMemory(inst, int(self.mbs.min()), self.layer_plans) if len(self.mbs) else None
 
     def floor(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f_g(tp) of the module docstring."""
