@@ -115,19 +115,47 @@ def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
     G_inf = _least_sum(a, t, count, cap[:, None, :], layers)[:, 0]
     with np.errstate(invalid="ignore"):
         tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
-    # layers a stage of each kind holds at level Z: the quotient's guess, corrected where
-    # rounding put it one off (the same float expression a + k t as the levels, so a stage's
-    # own level counts itself)
-    aa, tt, cc, zz = a[:, None, :], t[:, None, :], cap[:, None, :], Z[:, :, None]
+    # the levels least first, a few at a time, each read only while it can still lower the least
+    # F so far: F(Z) = (m - 1) Z + G(Z) >= (m - 1) Z + G(inf) (G falls with Z), so a level whose
+    # (m - 1) Z + G(inf) passes that least by LEVEL_SKIP_REL cannot (its G is the same sum of at
+    # most 2 K terms >= 0 as G(inf), with more on the dearer kinds: float rounding moves either
+    # by ~1e-15 relative) and is not read; the least of the rest, and so the result, is the same
+    # float (most levels of a window are past a cap, or far above the least: issue 33, 8 types)
+    Z = np.sort(Z, axis=1)
+    with np.errstate(invalid="ignore"):
+        low = (m[:, None] - 1) * Z + G_inf[:, None]
+    best = tail.copy()
+    for c0 in range(0, Z.shape[1], LEVELS_AT_ONCE):
+        cols = slice(c0, c0 + LEVELS_AT_ONCE)
+        with np.errstate(invalid="ignore"):  # inf - inf where no bound yet: read
+            todo = np.isfinite(Z[:, cols]) & ~(low[:, cols] - best[:, None] > LEVEL_SKIP_REL * np.abs(best[:, None]))
+        r, c = np.nonzero(todo)
+        if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
+            break
+        z = Z[r, c0 + c]
+        F = (m[r] - 1) * z + _least_sum(a[r], t[r], count[r], _held(a[r], t[r], cap[r], z)[:, None, :], layers)[:, 0]
+        np.minimum.at(best, r, F)
+    return best
+
+
+# _block's levels read per row at once, least first
+LEVELS_AT_ONCE = 8
+# _block skips a level whose lower bound passes the least so far by this much, relative: far
+# above the float rounding of the sums it compares (~1e-15), so the skipped F is above it too
+LEVEL_SKIP_REL = 1e-9
+
+
+def _held(a, t, cap, z) -> np.ndarray:
+    """(P, K): the layers a stage of each kind holds at level z (P,): the quotient's guess,
+    corrected where rounding put it one off (the same float expression a + k t as the levels,
+    so a stage's own level counts itself)."""
+    zz = z[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
-        held = np.nan_to_num(np.clip(np.floor((zz - aa) / tt), 0, cc), nan=0.0, posinf=0.0)
+        held = np.nan_to_num(np.clip(np.floor((zz - a) / t), 0, cap), nan=0.0, posinf=0.0)
         for _ in range(2):
-            held = held + ((held < cc) & (aa + (held + 1) * tt <= zz))
-            held = held - ((held >= 1) & (aa + held * tt > zz))
-    G = _least_sum(a, t, count, held, layers)
-    with np.errstate(invalid="ignore"):  # (m - 1) x inf at a level beyond a cap: not feasible
-        F = np.where(np.isfinite(Z), (m[:, None] - 1) * Z + G, np.inf)
-    return np.minimum(F.min(axis=1), tail)
+            held = held + ((held < cap) & (a + (held + 1) * t <= zz))
+            held = held - ((held >= 1) & (a + held * t > zz))
+    return held
 
 
 def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
@@ -158,7 +186,8 @@ SYNC_ROOM = 1e-9
 
 
 def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
-                      caps: np.ndarray | None, d: np.ndarray, g: np.ndarray, v: np.ndarray) -> np.ndarray:
+                      caps: np.ndarray | None, d: np.ndarray, g: np.ndarray, v: np.ndarray,
+                      pipeline_s: np.ndarray | None = None) -> np.ndarray:
     """Row by row, the least over integer splits n (1 <= n_s <= cap_s, sum_s n_s = L) of
         J_v(n) + max_s (d_s + n_s g_s),   J_v(n) = ((m - 1) max_s T_s + sum_s T_s) / v,
     T_s = a_s + n_s t_s: a lone pipeline and the gradient sync after its last backward, read
@@ -179,7 +208,10 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
     split whose slowest sync is past them, at least the least level past them W_top, is at
     least W_top + fill_drain_s(.., caps) / v (fill_drain_s falls as the caps grow). Exact
     where the window's least is below that; a bound always. inf where no split fits; -inf (no
-    bound) where a present kind's g is negative or a sync is not finite."""
+    bound) where a present kind's g is negative or a sync is not finite. `pipeline_s`:
+    fill_drain_s(a, t, count, layers, m, caps) where the caller has it (priced_bounds_s reads
+    it apart too), else computed here (the same float: fill_drain_s caps a stage at most
+    layers - pp + 1 <= layers layers itself)."""
     a, t, count = np.asarray(a, float), np.asarray(t, float), np.asarray(count, float)
     d, g = np.asarray(d, float), np.asarray(g, float)
     N, K = t.shape
@@ -187,7 +219,7 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
     v = np.broadcast_to(np.asarray(v, float), (N,))
     most = float(layers)
     cap = np.full((N, K), most) if caps is None else np.minimum(np.asarray(caps, float), most)
-    free = fill_drain_s(a, t, count, layers, m, cap) / v  # J_v with no sync level: the tail's
+    free = (fill_drain_s(a, t, count, layers, m, cap) if pipeline_s is None else pipeline_s) / v  # J_v, no sync level
     # no split fits where free is inf; -inf (no bound) where a sync term is not a number >= 0
     present = count > 0
     out = np.where(np.isinf(free), np.inf, -np.inf)
@@ -334,8 +366,9 @@ def priced_bounds_s(cs: list, allow_full_recompute: bool) -> np.ndarray:
         _, first, back = np.unique(np.concatenate([a, t, count, caps, d, g, v[:, None], m[:, None]], axis=1),
                                    axis=0, return_index=True, return_inverse=True)
         a, t, count, caps, d, g, vu, mu = (x[first] for x in (a, t, count, caps, d, g, v, m))
-        apart = fill_drain_s(a, t, count, L, vu * mu, caps)[back.ravel()] / v + sync
-        together = fill_drain_sync_s(a, t, count, L, vu * mu, caps, d, g, vu)[back.ravel()]
+        pipeline = fill_drain_s(a, t, count, L, vu * mu, caps)
+        apart = pipeline[back.ravel()] / v + sync
+        together = fill_drain_sync_s(a, t, count, L, vu * mu, caps, d, g, vu, pipeline)[back.ravel()]
         credit = np.array([x for _, _, x in items])
         out[[i for i, _, _ in items]] = (np.maximum(apart, together) - credit) * (1 - PRICED_SAFETY)
     return out
