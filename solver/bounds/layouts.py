@@ -259,39 +259,55 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     for items in fresh.values():
         _keep_terms(memo, idx, items, L)
     for pp, items in by_pp.items():
-        kept = [_kept_terms(memo, it[1], idx) for it in items]
-        A = np.stack([k[0] for k in kept])  # (rows, scenarios)
-        S = np.stack([k[1] for k in kept])
-        N = len(items)
-        x = np.array([it[3] for it in items], float)[:, None, None]
-        M = np.array([it[4] for it in items], float)[:, None, None]
-        factor = np.array([k[2] for k in kept])
-        best = np.full((N, n), np.inf)
-        for v in sorted({v for it in items for v in it[2]}):
-            has = np.array([v in it[2] for it in items])
-            lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
-            # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
-            b = np.stack([k[3][v][0] if v in k[3] else np.zeros(n) for k in kept])
-            fd = np.stack([k[3][v][1] if v in k[3] else np.zeros(n) for k in kept])
-            covered = np.zeros(N, bool)
-            for z in sorted({z for it in items for z, w in it[5] if w == v}):
-                rows = np.array([k for k, it in enumerate(items) if (z, v) in it[5]], np.int64)
-                D = _least_sync_split(np.stack([items[k][5][z, v][0] for k in rows]),
-                                      np.stack([items[k][5][z, v][1] for k in rows]),
-                                      np.array([v in items[k][6] for k in rows], bool), L)
-                bz = relaxed_s(A[rows, :, None], S[rows, :, None], D[:, :, None], x[rows], lo[rows], M[rows],
-                               float(v), False) * (1 - TIE_MARGIN)
-                bz = np.maximum(b[rows], np.maximum(bz, np.where(fd[rows] > 0, fd[rows] + D * (1 - TIE_MARGIN), 0.0)))
-                best[rows] = np.minimum(best[rows], bz)
-                covered[rows] = True
-                if per_mode is not None:
-                    lbz = (bz.max(-1) if agg == "max" else bz @ np.asarray(weights, float)) * factor[rows]
-                    for k, lb in zip(rows.tolist(), lbz.tolist()):
-                        per_mode[items[k][0], z, v] = lb
-            best = np.where((has & ~covered)[:, None], np.minimum(best, b), best)  # (none: every v has a ZeRO stage)
-        agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
-        out[[x[0] for x in items]] = agg_b * factor
+        out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode)
     return out
+
+
+def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: str, weights,
+               per_mode: dict | None) -> np.ndarray:
+    """stage_bound_rows' bounds of its blocks of `pp` stages (`items`, as it lists them), per
+    block: the least over each v and ZeRO stage of relaxed_s of the kept A and S with the
+    slowest sync D, aggregated over scenarios, times the least quantile factor; each (ZeRO
+    stage, v)'s own bound kept in `per_mode` where given."""
+    n = len(idx)
+    kept = [_kept_terms(memo, it[1], idx) for it in items]
+    A = np.stack([k[0] for k in kept])  # (rows, scenarios)
+    S = np.stack([k[1] for k in kept])
+    N = len(items)
+    x = np.array([it[3] for it in items], float)[:, None, None]
+    M = np.array([it[4] for it in items], float)[:, None, None]
+    factor = np.array([k[2] for k in kept])
+    best = np.full((N, n), np.inf)
+    for v in sorted({v for it in items for v in it[2]}):
+        has = np.array([v in it[2] for it in items])
+        lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
+        # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
+        b = np.stack([k[3][v][0] if v in k[3] else np.zeros(n) for k in kept])
+        fd = np.stack([k[3][v][1] if v in k[3] else np.zeros(n) for k in kept])
+        covered = np.zeros(N, bool)
+        for z in sorted({z for it in items for z, w in it[5] if w == v}):
+            rows, D = _mode_syncs(items, z, v, L)
+            bz = relaxed_s(A[rows, :, None], S[rows, :, None], D[:, :, None], x[rows], lo[rows], M[rows],
+                           float(v), False) * (1 - TIE_MARGIN)
+            bz = np.maximum(b[rows], np.maximum(bz, np.where(fd[rows] > 0, fd[rows] + D * (1 - TIE_MARGIN), 0.0)))
+            best[rows] = np.minimum(best[rows], bz)
+            covered[rows] = True
+            if per_mode is not None:
+                lbz = (bz.max(-1) if agg == "max" else bz @ np.asarray(weights, float)) * factor[rows]
+                for k, lb in zip(rows.tolist(), lbz.tolist()):
+                    per_mode[items[k][0], z, v] = lb
+        best = np.where((has & ~covered)[:, None], np.minimum(best, b), best)  # (none: every v has a ZeRO stage)
+    agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
+    return agg_b * factor
+
+
+def _mode_syncs(items: list, z: int, v: int, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `items` (_pp_bounds') that run ZeRO stage z with v, and their least
+    slowest sync D over the integer splits (_least_sync_split), per scenario."""
+    rows = np.array([k for k, it in enumerate(items) if (z, v) in it[5]], np.int64)
+    return rows, _least_sync_split(np.stack([items[k][5][z, v][0] for k in rows]),
+                                   np.stack([items[k][5][z, v][1] for k in rows]),
+                                   np.array([v in items[k][6] for k in rows], bool), L)
 
 
 def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
