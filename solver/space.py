@@ -744,24 +744,12 @@ def _sp_zero_values(inst: Instance, tpg: dict[int, int], cp: int, shapes) -> tup
     return sps, zeros
 
 
-def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
-                       uniform: bool = False, bound_memo: dict | None = None) -> list[int]:
-    """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
-    the global batch (within max_micro_batch) that split it between the replicas
-    (has_micro_batch_split), capped from memory by the homogeneous rule
-    (capped_micro_batches): b is kept iff, for some admitted sp flag and ZeRO
-    stage, every class's lower bound (micro_batch_lower_bound_parts, with ZeRO
-    sharding over every replica of the plan) fits: its last stage's on the GPU of its last
-    stage's group, at that group's tp, and its fullest stage's on some group of the class, at
-    that group's tp (the stage holding the most layers may sit on any of them). With one class
-    on one group this is the homogeneous space's list. `tpg`: group -> tp. `bound_memo`: the
-    lower bounds already read for `inst` (declared_outers shares one between the shapes: they
-    depend on a class's degrees and modes, which many shapes repeat)."""
+def _degree_values(inst: Instance, tpg: dict[int, int], cp: int, shapes, tps: tuple, uniform: bool,
+                   memo: dict) -> tuple[list[int], tuple | None]:
+    """micro_batch_values' reading of the classes' degrees only: the candidate sizes that split
+    the batch between the replicas, and the (sp flags, ZeRO stages) admitted (None with the
+    user's own list), once per degrees, not per layout."""
     s, gb = inst.search, inst.job.global_batch
-    memo = {} if bound_memo is None else bound_memo
-    # what reads the classes' degrees only (the split of the batch, the sp flags and ZeRO
-    # stages admitted): once per degrees, not per layout
-    tps = tuple(sorted(set(tpg.values())))
     degrees = ("degrees", tuple((c.replicas, c.pp) for c in shapes), tps, cp, uniform)
     if degrees not in memo:
         # each part kept by what it reads, so that degrees that share it read it once (with
@@ -780,7 +768,28 @@ def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
         if s.micro_batch is None and modes not in memo:
             memo[modes] = _sp_zero_values(inst, tpg, cp, shapes)
         memo[degrees] = (memo[split], None if s.micro_batch is not None else memo[modes])
-    cands, sp_zero = memo[degrees]
+    return memo[degrees]
+
+
+def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
+                       uniform: bool = False, bound_memo: dict | None = None) -> list[int]:
+    """Micro-batch sizes of the space for these classes: the user's list, or the divisors of
+    the global batch (within max_micro_batch) that split it between the replicas
+    (has_micro_batch_split), capped from memory by the homogeneous rule
+    (capped_micro_batches): b is kept iff, for some admitted sp flag and ZeRO
+    stage, every class's lower bound (micro_batch_lower_bound_parts, with ZeRO
+    sharding over every replica of the plan) fits: its last stage's on the GPU of its last
+    stage's group, at that group's tp, and its fullest stage's on some group of the class, at
+    that group's tp (the stage holding the most layers may sit on any of them). With one class
+    on one group this is the homogeneous space's list. `tpg`: group -> tp. `bound_memo`: the
+    lower bounds already read for `inst` (declared_outers shares one between the shapes: they
+    depend on a class's degrees and modes, which many shapes repeat)."""
+    s = inst.search
+    memo = {} if bound_memo is None else bound_memo
+    # what reads the classes' degrees only (the split of the batch, the sp flags and ZeRO
+    # stages admitted): once per degrees, not per layout
+    tps = tuple(sorted(set(tpg.values())))
+    cands, sp_zero = _degree_values(inst, tpg, cp, shapes, tps, uniform, memo)
     if sp_zero is None:
         return cands
     sps, zeros = sp_zero

@@ -33,7 +33,8 @@ def _plan_given_as_instance(args) -> str:
     stands alone): `simulate p.yaml` is `simulate p.yaml --plan p.yaml`."""
     from paraplan.cost.readers.instance import carries_instance
     from paraplan.cost.readers.strict_yaml import read_yaml
-    if args.instance and not (args.hf_config or args.cluster or args.job) and carries_instance(read_yaml(args.instance)):
+    parts = args.hf_config or args.cluster or args.job
+    if args.instance and not parts and carries_instance(read_yaml(args.instance)):
         return args.instance
     raise InstanceError(args.instance or "simulate", "--plan", "no plan given",
                         "give --plan PLAN.yaml, or as INSTANCE a plan file written by `paraplan plan -o`")
