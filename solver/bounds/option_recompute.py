@@ -55,7 +55,6 @@ derivation above holds for every layer-plan combination of the class.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -123,7 +122,12 @@ class RecomputeFloor:
     def _stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
         """a: one layer's least stash for one micro-batch on group g, fragmentation included:
         Megatron's, or with per-operator partitions the least of it and every layer plan's
-        (plan_range.py; the stash is the one memory term a plan may hold less of)."""
+        (plan_range.py; the stash is the one memory term a plan may hold less of). Kept by what it
+        reads (not pp, ZeRO or the ranks, which _rows asks it at)."""
+        key = ("stash", g, b, tp, cp, sp)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
         m, job = self.inst.model, self.inst.job
         flash = job.attention is Attention.FLASH
         modes = {Recompute.NONE: memory.layer_activation_bytes(m, b, tp, cp, sp, flash, job.framework, job.precision),
@@ -134,43 +138,90 @@ class RecomputeFloor:
         if partitions_enabled(self.inst):
             a = min([a] + [plan_range(self.inst, self.fb.idx[0], g, tp, cp, b, sp, rc, self.memo).least_act_bytes
                            for rc in self.fb.recompute])
-        return a * (1 + memory.ALLOCATOR_FRAGMENTATION)
+        got = self.memo[key] = a * (1 + memory.ALLOCATOR_FRAGMENTATION)
+        return got
+
+    def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int) -> tuple:
+        """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _rows, arrays of pp;
+        `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms every, state and c, so
+        that rows alike at other ranks or ZeRO stages (the ranks enter only through ZeRO's
+        sharding of the state and the ring's existence, both ranks >= 2 cp) are built, and
+        read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with classes_per_group 2
+        read them at each family's and layout's ranks)."""
+        inst = self.inst
+        lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                           zero_ranks=2 * cp)
+        hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                           zero_ranks=max(most_ranks, 2 * cp))
+        every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
+        key = ("row", g, tp, cp, pp, b, sp, every, state, c)
+        got = self.memo.get(key)
+        if got is None:
+            cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
+            flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
+            a = max(self._stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+            held = state + flight * a
+            slope = held / (flight * (a - c))
+            if self.fb.slot_c > 0:  # the end stages: their state alone (module docstring)
+                held[[0, -1]], slope[[0, -1]] = state, np.inf
+            got = self.memo[key] = (np.full(pp, cap - every), held, slope)
+        return key, got
+
+    def _keyed_rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
+        """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row)."""
+        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks)
+                                     for sp, z in itertools.product(self._sps(tp, cp), zeros)]
+                                    for b in self.fb.mbs.astype(int).tolist()]
+        return got
 
     def _rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
         """Per micro-batch size, per (sp, ZeRO) allowed: (room, held, slope) of the class's
         stages (module docstring), arrays of pp."""
-        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
-        got = self.memo.get(key)
-        if got is not None:
-            return got
-        inst, fb = self.inst, self.fb
-        cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
-        flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
-        got = []
-        for b in fb.mbs.astype(int).tolist():
-            rows = []
-            for sp, z in itertools.product(self._sps(tp, cp), zeros):
-                lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                                   zero_ranks=2 * cp)
-                hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                                   zero_ranks=max(most_ranks, 2 * cp))
-                every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
-                a = max(self._stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
-                held = state + flight * a
-                slope = held / (flight * (a - c))
-                if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
-                    held[[0, -1]], slope[[0, -1]] = state, np.inf
-                rows.append((np.full(pp, cap - every), held, slope))
-            got.append(rows)
-        self.memo[key] = got
+        return [[row for _, row in rows] for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)]
+
+    def _least_row(self, key: tuple, row: tuple) -> float:
+        """least_recomputed of one row of the model's layers, once per row (_row's key)."""
+        got = self.memo.get(("least", key))
+        if got is None:
+            got = self.memo["least", key] = least_recomputed(*row, float(self.inst.model.layers))
         return got
+
+    def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
+        """Memoise, per row (_row's (key, row), all of one pp) not read yet, slowest_stage_s at
+        its group's floor and recompute (none with `no_rc`) per scenario, as a list: every such
+        row in one pass (slowest_stage_each_s)."""
+        todo = {k: row for k, row in keyed if ("slowest", k, no_rc) not in self.memo}
+        if not todo:
+            return
+        fs, rhos = [], []
+        for k in todo:
+            g, tp, cp, bi = k[1], k[2], k[3], self._mb_index(k[5])
+            f = self.fb.floor(g, tp, cp)[bi]
+            fs.append(f)
+            rhos.append(0.0 * f if no_rc else self._rc_fwd_s(g, tp, cp)[bi])
+        keys, rows = list(todo), list(todo.values())
+        for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
+            part = slice(lo, lo + 32)
+            room, held, slope = (np.stack([row[x] for row in rows[part]]) for x in range(3))
+            got = slowest_stage_each_s(room, held, slope, int(self.inst.model.layers), np.stack(fs[part])[..., None],
+                                       np.stack(rhos[part])[..., None])
+            for k, each in zip(keys[part], got.tolist()):
+                self.memo["slowest", k, no_rc] = each
+
+    def _mb_index(self, b: int) -> int:
+        got = self.memo.get(("mb index",))
+        if got is None:
+            got = self.memo["mb index",] = {x: i for i, x in enumerate(self.fb.mbs.astype(int).tolist())}
+        return got[b]
 
     def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
         """(micro-batch sizes,): R, the fewest layers a class of pp stages on group g at tp and
         cp recomputes in any layout (ZeRO of `zeros` over at most `most_ranks` ranks)."""
-        L = float(self.inst.model.layers)
-        return np.array([min((least_recomputed(*row, L) for row in rows), default=np.inf)
-                         for rows in self._rows(g, tp, cp, pp, zeros, most_ranks)])
+        return np.array([min((self._least_row(*x) for x in rows), default=np.inf)
+                         for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)])
 
     def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
         """Whether nothing of this module is read for the class (RecomputeFloor.class_terms)."""
@@ -193,20 +244,31 @@ class RecomputeFloor:
         if self._plain(g, tp, cp, pp, zeros):
             got = self.memo[key] = (pp / f, np.full(f.shape, pp - 1.0))
             return got
-        rho = 0.0 * f if pp == 1 and 3 in zeros else self._rc_fwd_s(g, tp, cp)
-        r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
-        least = L * f / pp
-        slowest = np.full(f.shape, np.inf)
-        for bi, rows in enumerate(self._rows(g, tp, cp, pp, zeros, most_ranks)):
-            for si in range(f.shape[1]):
-                for row in rows:
-                    slowest[bi, si] = min(slowest[bi, si], slowest_stage_s(*row, int(L), f[bi, si], rho[bi, si]))
-        slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
-        total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
-            bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
-        got = self.memo[key] = (rate, np.minimum(bubble, pp - 1.0))
+        no_rc = pp == 1 and 3 in zeros
+        rows = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)
+        # what the terms read beyond the class's group, tp, cp and pp: its rows (the ranks and
+        # ZeRO stages only through them) and whether recompute is read, so layouts and families
+        # whose rows are alike share one reading
+        read = ("terms read", g, tp, cp, pp, no_rc, tuple(tuple(k for k, _ in per_mb) for per_mb in rows))
+        got = self.memo.get(read)
+        if got is None:
+            rho = 0.0 * f if no_rc else self._rc_fwd_s(g, tp, cp)
+            r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
+            least = L * f / pp
+            slowest = np.full(f.shape, np.inf)
+            self._slowest_rows([x for per_mb in rows for x in per_mb], no_rc)
+            for bi, per_mb in enumerate(rows):
+                each = [self.memo["slowest", k, no_rc] for k, _ in per_mb]
+                for si in range(f.shape[1]):
+                    for x in each:
+                        slowest[bi, si] = min(slowest[bi, si], x[si])
+            slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
+            total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
+                bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
+            got = self.memo[read] = (rate, np.minimum(bubble, pp - 1.0))
+        self.memo[key] = got
         return got
 
     def floor(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
@@ -229,22 +291,31 @@ def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layer
     with n), so A* is the layers-th least of every stage's t_s(1..), and at least each
     stage's t_s(1); inf where the stages cannot hold `layers`. Arrays: (stages,); f and rho
     (each layer's floor and recompute) a number or one per stage."""
-    f = np.broadcast_to(np.asarray(f, float), room.shape)[:, None]
-    rho = np.broadcast_to(np.asarray(rho, float), room.shape)[:, None]
+    return float(slowest_stage_each_s(room[None], held[None], slope[None], layers,
+                                      np.asarray(f, float).reshape(1, 1, -1), np.asarray(rho, float).reshape(1, 1, -1))[0, 0])
+
+
+def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
+                         rho: np.ndarray) -> np.ndarray:
+    """slowest_stage_s of several sets of stages, each at several (f, rho): room, held and slope
+    (rows, stages), f and rho (rows, k, stages) or (rows, k, 1); (rows, k), each row's memory
+    read once and every row in one pass (issue 33: one call per row and scenario, 86,180 on
+    GPT-3 175B / 1,024 A100 with classes_per_group 2, took most of its set-up). Every entry is
+    the same arithmetic as one row's at one (f, rho)."""
     per_full = held - held / slope  # a layer's bytes with every layer recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
         top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
-        n = np.arange(1, layers + 1, dtype=float)[None, :]  # (1, layers)
-        freed = (held / slope)[:, None]  # f_s (a - c): what recomputing one layer frees
-        need = np.where(np.isfinite(slope)[:, None], np.maximum((n * held[:, None] - room[:, None]) / freed, 0.0),
-                        np.where(n * held[:, None] <= room[:, None], 0.0, np.inf))
-        t = n * f + rho * np.ceil(need - 1e-9)
-    t = np.where(n <= np.floor(top + 1e-9)[:, None], t, np.inf)
-    if not np.isfinite(t[:, 0]).all():  # a stage that holds no layer
-        return float("inf")
-    every = t.ravel()
-    kth = np.partition(every, layers - 1)[layers - 1]
-    return float(max(kth, t[:, 0].max())) if math.isfinite(kth) else float("inf")
+        n = np.arange(1, layers + 1, dtype=float)  # (layers,)
+        freed = (held / slope)[..., None]  # f_s (a - c): what recomputing one layer frees
+        need = np.where(np.isfinite(slope)[..., None], np.maximum((n * held[..., None] - room[..., None]) / freed, 0.0),
+                        np.where(n * held[..., None] <= room[..., None], 0.0, np.inf))
+        t = n * f[..., None] + rho[..., None] * np.ceil(need - 1e-9)[:, None]  # (rows, k, stages, layers)
+    t = np.where((n <= np.floor(top + 1e-9)[..., None])[:, None], t, np.inf)
+    first = t[..., 0]
+    held_one = np.isfinite(first).all(axis=-1)  # else a stage that holds no layer
+    kth = np.partition(t.reshape(*t.shape[:2], -1), layers - 1, axis=-1)[..., layers - 1]
+    with np.errstate(invalid="ignore"):
+        return np.where(held_one & np.isfinite(kth), np.maximum(kth, first.max(axis=-1)), np.inf)
 
 
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
@@ -265,8 +336,9 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
     for bi in range(len(fb.mbs)):
         for mode in range(len(next(iter(rows.values()))[bi])):
             room, held, slope = (np.concatenate([rows[g][bi][mode][x] for g in counts]) for x in range(3))
+            f = np.concatenate([np.repeat(floors[g][bi][:, None], c, axis=1) for g, c in counts.items()], axis=1)
+            rho = np.concatenate([np.repeat(rcs[g][bi][:, None], c, axis=1) for g, c in counts.items()], axis=1)
+            each = slowest_stage_each_s(room[None], held[None], slope[None], L, f[None], rho[None])[0].tolist()
             for si in range(len(fb.idx)):
-                f = np.concatenate([np.full(c, floors[g][bi, si]) for g, c in counts.items()])
-                rho = np.concatenate([np.full(c, rcs[g][bi, si]) for g, c in counts.items()])
-                out[bi, si] = min(out[bi, si], slowest_stage_s(room, held, slope, L, f, rho))
+                out[bi, si] = min(out[bi, si], each[si])
     return out
