@@ -182,13 +182,6 @@ class RecomputeFloor:
         stages (module docstring), arrays of pp."""
         return [[row for _, row in rows] for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)]
 
-    def _least_row(self, key: tuple, row: tuple) -> float:
-        """least_recomputed of one row of the model's layers, once per row (_row's key)."""
-        got = self.memo.get(("least", key))
-        if got is None:
-            got = self.memo["least", key] = least_recomputed(*row, float(self.inst.model.layers))
-        return got
-
     def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
         """Memoise, per row (_row's (key, row), all of one pp) not read yet, slowest_stage_s at
         its group's floor and recompute (none with `no_rc`) per scenario, as a list: every such
@@ -220,8 +213,17 @@ class RecomputeFloor:
     def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
         """(micro-batch sizes,): R, the fewest layers a class of pp stages on group g at tp and
         cp recomputes in any layout (ZeRO of `zeros` over at most `most_ranks` ranks)."""
-        return np.array([min((self._least_row(*x) for x in rows), default=np.inf)
-                         for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)])
+        keyed = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)
+        todo = {k: row for per_mb in keyed for k, row in per_mb if ("least", k) not in self.memo}
+        if todo:
+            # every row's free room at once; least_recomputed's greedy only where it is short
+            # of the layers (the same arithmetic per row: issue 33, 86,180 rows on GPT-3 175B)
+            room, held = (np.stack([row[x] for row in todo.values()]) for x in range(2))
+            free = np.maximum(room, 0.0) / held
+            L = float(self.inst.model.layers)
+            for i, (k, row) in enumerate(todo.items()):
+                self.memo["least", k] = 0.0 if L - free[i].sum() <= 0 else least_recomputed(*row, L)
+        return np.array([min((self.memo["least", k] for k, _ in per_mb), default=np.inf) for per_mb in keyed])
 
     def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
         """Whether nothing of this module is read for the class (RecomputeFloor.class_terms)."""
@@ -301,21 +303,42 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
     (rows, stages), f and rho (rows, k, stages) or (rows, k, 1); (rows, k), each row's memory
     read once and every row in one pass (issue 33: one call per row and scenario, 86,180 on
     GPT-3 175B / 1,024 A100 with classes_per_group 2, took most of its set-up). Every entry is
-    the same arithmetic as one row's at one (f, rho)."""
-    per_full = held - held / slope  # a layer's bytes with every layer recomputed
+    the same arithmetic as one row's at one (f, rho).
+
+    Only the first n layers of each stage are read where more cannot be among the layers
+    least: the stages' times at their first c = ceil(layers / stages) are at most some v (each
+    stage's t_s(n) >= n f_s, as its recompute term is >= 0), so at least layers times are <= v
+    and the layers-th least is <= v; a time t_s(n) of n f_min > v is above it, so dropping
+    every n >= v / f_min + 2 leaves the layers-th least as it was (a deep pipeline of 96
+    layers reads a few of them, not 96)."""
+    stages = room.shape[-1]
+    c = -(-layers // stages)
     with np.errstate(divide="ignore", invalid="ignore"):
-        top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
-        n = np.arange(1, layers + 1, dtype=float)  # (layers,)
-        freed = (held / slope)[..., None]  # f_s (a - c): what recomputing one layer frees
-        need = np.where(np.isfinite(slope)[..., None], np.maximum((n * held[..., None] - room[..., None]) / freed, 0.0),
-                        np.where(n * held[..., None] <= room[..., None], 0.0, np.inf))
-        t = n * f[..., None] + rho[..., None] * np.ceil(need - 1e-9)[:, None]  # (rows, k, stages, layers)
-    t = np.where((n <= np.floor(top + 1e-9)[..., None])[:, None], t, np.inf)
+        v = _stage_times(room, held, slope, c, f, rho).max(axis=(-2, -1))  # (rows, k); nan, inf: no cut
+        fmin = np.broadcast_to(f, (*f.shape[:2], stages)).min(axis=-1)
+        cut = np.where(np.isfinite(v) & np.isfinite(fmin) & (fmin > 0), np.floor(v / fmin) + 2, layers)
+    cols = int(min(layers, max(c, cut.max(initial=c))))
+    t = _stage_times(room, held, slope, cols, f, rho)  # (rows, k, stages, cols)
     first = t[..., 0]
     held_one = np.isfinite(first).all(axis=-1)  # else a stage that holds no layer
     kth = np.partition(t.reshape(*t.shape[:2], -1), layers - 1, axis=-1)[..., layers - 1]
     with np.errstate(invalid="ignore"):
         return np.where(held_one & np.isfinite(kth), np.maximum(kth, first.max(axis=-1)), np.inf)
+
+
+def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: int, f: np.ndarray,
+                 rho: np.ndarray) -> np.ndarray:
+    """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_s), inf past where
+    every layer is recomputed."""
+    per_full = held - held / slope  # a layer's bytes with every layer recomputed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
+        n = np.arange(1, cols + 1, dtype=float)  # (cols,)
+        freed = (held / slope)[..., None]  # f_s (a - c): what recomputing one layer frees
+        need = np.where(np.isfinite(slope)[..., None], np.maximum((n * held[..., None] - room[..., None]) / freed, 0.0),
+                        np.where(n * held[..., None] <= room[..., None], 0.0, np.inf))
+        t = n * f[..., None] + rho[..., None] * np.ceil(need - 1e-9)[:, None]
+    return np.where((n <= np.floor(top + 1e-9)[..., None])[:, None], t, np.inf)
 
 
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
