@@ -30,7 +30,7 @@ layer recomputed (a greedy that is optimal for a sum of convex functions under o
 holding the most micro-batches, hold few layers unless they recompute. A stage of n layers
 (an integer, >= 1) recomputes an integer r >= rho_s(n) of them, so it takes at least t_s(n) =
 n f_g + rho ceil(rho_s(n)); the least A at which the stages hold L, each the most n with
-t_s(n) <= A (slowest_stage_s), is at most the slowest stage time of any split that fits:
+t_s(n) <= A (slowest_stage_each_s), is at most the slowest stage time of any split that fits:
 A* >= L f_g / pp (on Llama-3 70B at tp 1, a stage holding 31 micro-batches holds one layer
 where the continuous relaxation gives it 1.6).
 
@@ -183,7 +183,7 @@ class RecomputeFloor:
         return [[row for _, row in rows] for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)]
 
     def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
-        """Memoise, per row (_row's (key, row), all of one pp) not read yet, slowest_stage_s at
+        """Memoise, per row (_row's (key, row), all of one pp) not read yet, its A* at
         its group's floor and recompute (none with `no_rc`) per scenario, as a list: every such
         row in one pass (slowest_stage_each_s)."""
         todo = {k: row for k, row in keyed if ("slowest", k, no_rc) not in self.memo}
@@ -233,7 +233,7 @@ class RecomputeFloor:
     def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> tuple:
         """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
         adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest stage's
-        least time, slowest_stage_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
+        least time, slowest_stage_each_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
         its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor (A* = L f_g /
         pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read with rho = 0
         (its recompute may hide ZeRO-3's traffic)."""
@@ -285,25 +285,20 @@ class RecomputeFloor:
         return f + r * self._rc_fwd_s(g, tp, cp) / self.inst.model.layers
 
 
-def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f, rho) -> float:
+def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
+                         rho: np.ndarray) -> np.ndarray:
     """A*: the least slowest-stage time of any split of `layers` (integers, each stage >= 1)
     over stages whose time is at least t_s(n) = n f + rho ceil(rho_s(n)) for n layers (r_s
     >= rho_s(n) recomputed, an integer; module docstring), n up to where every layer is
     recomputed: stage s holds h_s(A) = #{n >= 1 : t_s(n) <= A} layers at a time A (t_s grows
     with n), so A* is the layers-th least of every stage's t_s(1..), and at least each
-    stage's t_s(1); inf where the stages cannot hold `layers`. Arrays: (stages,); f and rho
-    (each layer's floor and recompute) a number or one per stage."""
-    return float(slowest_stage_each_s(room[None], held[None], slope[None], layers,
-                                      np.asarray(f, float).reshape(1, 1, -1), np.asarray(rho, float).reshape(1, 1, -1))[0, 0])
+    stage's t_s(1); inf where the stages cannot hold `layers`.
 
-
-def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
-                         rho: np.ndarray) -> np.ndarray:
-    """slowest_stage_s of several sets of stages, each at several (f, rho): room, held and slope
-    (rows, stages), f and rho (rows, k, stages) or (rows, k, 1); (rows, k), each row's memory
-    read once and every row in one pass (issue 33: one call per row and scenario, 86,180 on
-    GPT-3 175B / 1,024 A100 with classes_per_group 2, took most of its set-up). Every entry is
-    the same arithmetic as one row's at one (f, rho).
+    Of several sets of stages at once, each at several (f, rho) (each layer's floor and
+    recompute, one per stage or one for all): room, held and slope (rows, stages), f and rho
+    (rows, k, stages) or (rows, k, 1); (rows, k), each row's memory read once and every row in
+    one pass (issue 33: one call per row and scenario, 86,180 on GPT-3 175B / 1,024 A100 with
+    classes_per_group 2, took most of its set-up).
 
     Only the first n layers of each stage are read where more cannot be among the layers
     least: the stages' times at their first c = ceil(layers / stages) are at most some v (each
@@ -328,7 +323,7 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
 
 def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: int, f: np.ndarray,
                  rho: np.ndarray) -> np.ndarray:
-    """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_s), inf past where
+    """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_each_s), inf past where
     every layer is recomputed."""
     per_full = held - held / slope  # a layer's bytes with every layer recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
