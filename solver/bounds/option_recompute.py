@@ -308,6 +308,19 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
     layers reads a few of them, not 96)."""
     stages = room.shape[-1]
     c = -(-layers // stages)
+    # rows whose stages hold fewer than `layers` layers in all (each up to where every layer is
+    # recomputed) or one stage none have fewer finite times than that: A* is inf, no time read
+    per_full = held - held / slope
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.floor(np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf) + 1e-9)
+    holds = (np.minimum(top, layers).sum(axis=-1) >= layers) & (top >= 1).all(axis=-1)
+    if not holds.all():
+        out = np.full((len(room), max(f.shape[1], rho.shape[1])), np.inf)
+        if holds.any():
+            out[holds] = slowest_stage_each_s(room[holds], held[holds], slope[holds], layers,
+                                              np.broadcast_to(f, (len(room), *f.shape[1:]))[holds],
+                                              np.broadcast_to(rho, (len(room), *rho.shape[1:]))[holds])
+        return out
     with np.errstate(divide="ignore", invalid="ignore"):
         v = _stage_times(room, held, slope, c, f, rho).max(axis=(-2, -1))  # (rows, k); nan, inf: no cut
         fmin = np.broadcast_to(f, (*f.shape[:2], stages)).min(axis=-1)
