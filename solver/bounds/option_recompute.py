@@ -30,7 +30,7 @@ layer recomputed (a greedy that is optimal for a sum of convex functions under o
 holding the most micro-batches, hold few layers unless they recompute. A stage of n layers
 (an integer, >= 1) recomputes an integer r >= rho_s(n) of them, so it takes at least t_s(n) =
 n f_g + rho ceil(rho_s(n)); the least A at which the stages hold L, each the most n with
-t_s(n) <= A (slowest_stage_s), is at most the slowest stage time of any split that fits:
+t_s(n) <= A (slowest_stage_each_s), is at most the slowest stage time of any split that fits:
 A* >= L f_g / pp (on Llama-3 70B at tp 1, a stage holding 31 micro-batches holds one layer
 where the continuous relaxation gives it 1.6).
 
@@ -55,7 +55,6 @@ derivation above holds for every layer-plan combination of the class.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -123,7 +122,12 @@ class RecomputeFloor:
     def _stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
         """a: one layer's least stash for one micro-batch on group g, fragmentation included:
         Megatron's, or with per-operator partitions the least of it and every layer plan's
-        (plan_range.py; the stash is the one memory term a plan may hold less of)."""
+        (plan_range.py; the stash is the one memory term a plan may hold less of). Kept by what it
+        reads (not pp, ZeRO or the ranks, which _rows asks it at)."""
+        key = ("stash", g, b, tp, cp, sp)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
         m, job = self.inst.model, self.inst.job
         flash = job.attention is Attention.FLASH
         modes = {Recompute.NONE: memory.layer_activation_bytes(m, b, tp, cp, sp, flash, job.framework, job.precision),
@@ -134,43 +138,92 @@ class RecomputeFloor:
         if partitions_enabled(self.inst):
             a = min([a] + [plan_range(self.inst, self.fb.idx[0], g, tp, cp, b, sp, rc, self.memo).least_act_bytes
                            for rc in self.fb.recompute])
-        return a * (1 + memory.ALLOCATOR_FRAGMENTATION)
+        got = self.memo[key] = a * (1 + memory.ALLOCATOR_FRAGMENTATION)
+        return got
+
+    def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int) -> tuple:
+        """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _rows, arrays of pp;
+        `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms every, state and c, so
+        that rows alike at other ranks or ZeRO stages (the ranks enter only through ZeRO's
+        sharding of the state and the ring's existence, both ranks >= 2 cp) are built, and
+        read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with classes_per_group 2
+        read them at each family's and layout's ranks)."""
+        inst = self.inst
+        lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                           zero_ranks=2 * cp)
+        hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                           zero_ranks=max(most_ranks, 2 * cp))
+        every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
+        key = ("row", g, tp, cp, pp, b, sp, every, state, c)
+        got = self.memo.get(key)
+        if got is None:
+            cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
+            flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
+            a = max(self._stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+            held = state + flight * a
+            slope = held / (flight * (a - c))
+            if self.fb.slot_c > 0:  # the end stages: their state alone (module docstring)
+                held[[0, -1]], slope[[0, -1]] = state, np.inf
+            got = self.memo[key] = (np.full(pp, cap - every), held, slope)
+        return key, got
+
+    def _keyed_rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
+        """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row)."""
+        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks)
+                                     for sp, z in itertools.product(self._sps(tp, cp), zeros)]
+                                    for b in self.fb.mbs.astype(int).tolist()]
+        return got
 
     def _rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
         """Per micro-batch size, per (sp, ZeRO) allowed: (room, held, slope) of the class's
         stages (module docstring), arrays of pp."""
-        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
-        got = self.memo.get(key)
-        if got is not None:
-            return got
-        inst, fb = self.inst, self.fb
-        cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
-        flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
-        got = []
-        for b in fb.mbs.astype(int).tolist():
-            rows = []
-            for sp, z in itertools.product(self._sps(tp, cp), zeros):
-                lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                                   zero_ranks=2 * cp)
-                hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                                   zero_ranks=max(most_ranks, 2 * cp))
-                every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
-                a = max(self._stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
-                held = state + flight * a
-                slope = held / (flight * (a - c))
-                if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
-                    held[[0, -1]], slope[[0, -1]] = state, np.inf
-                rows.append((np.full(pp, cap - every), held, slope))
-            got.append(rows)
-        self.memo[key] = got
-        return got
+        return [[row for _, row in rows] for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)]
+
+    def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
+        """Memoise, per row (_row's (key, row), all of one pp) not read yet, its A* at
+        its group's floor and recompute (none with `no_rc`) per scenario, as a list: every such
+        row in one pass (slowest_stage_each_s)."""
+        todo = {k: row for k, row in keyed if ("slowest", k, no_rc) not in self.memo}
+        if not todo:
+            return
+        fs, rhos = [], []
+        for k in todo:
+            g, tp, cp, bi = k[1], k[2], k[3], self._mb_index(k[5])
+            f = self.fb.floor(g, tp, cp)[bi]
+            fs.append(f)
+            rhos.append(0.0 * f if no_rc else self._rc_fwd_s(g, tp, cp)[bi])
+        keys, rows = list(todo), list(todo.values())
+        for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
+            part = slice(lo, lo + 32)
+            room, held, slope = (np.stack([row[x] for row in rows[part]]) for x in range(3))
+            got = slowest_stage_each_s(room, held, slope, int(self.inst.model.layers), np.stack(fs[part])[..., None],
+                                       np.stack(rhos[part])[..., None])
+            for k, each in zip(keys[part], got.tolist()):
+                self.memo["slowest", k, no_rc] = each
+
+    def _mb_index(self, b: int) -> int:
+        got = self.memo.get(("mb index",))
+        if got is None:
+            got = self.memo["mb index",] = {x: i for i, x in enumerate(self.fb.mbs.astype(int).tolist())}
+        return got[b]
 
     def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
         """(micro-batch sizes,): R, the fewest layers a class of pp stages on group g at tp and
         cp recomputes in any layout (ZeRO of `zeros` over at most `most_ranks` ranks)."""
-        L = float(self.inst.model.layers)
-        return np.array([min((least_recomputed(*row, L) for row in rows), default=np.inf)
-                         for rows in self._rows(g, tp, cp, pp, zeros, most_ranks)])
+        keyed = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)
+        todo = {k: row for per_mb in keyed for k, row in per_mb if ("least", k) not in self.memo}
+        if todo:
+            # every row's free room at once; least_recomputed's greedy only where it is short
+            # of the layers (the same arithmetic per row: issue 33, 86,180 rows on GPT-3 175B)
+            room, held = (np.stack([row[x] for row in todo.values()]) for x in range(2))
+            free = np.maximum(room, 0.0) / held
+            L = float(self.inst.model.layers)
+            for i, (k, row) in enumerate(todo.items()):
+                self.memo["least", k] = 0.0 if L - free[i].sum() <= 0 else least_recomputed(*row, L)
+        return np.array([min((self.memo["least", k] for k, _ in per_mb), default=np.inf) for per_mb in keyed])
 
     def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
         """Whether nothing of this module is read for the class (RecomputeFloor.class_terms)."""
@@ -180,7 +233,7 @@ class RecomputeFloor:
     def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> tuple:
         """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
         adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest stage's
-        least time, slowest_stage_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
+        least time, slowest_stage_each_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
         its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor (A* = L f_g /
         pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read with rho = 0
         (its recompute may hide ZeRO-3's traffic)."""
@@ -193,20 +246,31 @@ class RecomputeFloor:
         if self._plain(g, tp, cp, pp, zeros):
             got = self.memo[key] = (pp / f, np.full(f.shape, pp - 1.0))
             return got
-        rho = 0.0 * f if pp == 1 and 3 in zeros else self._rc_fwd_s(g, tp, cp)
-        r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
-        least = L * f / pp
-        slowest = np.full(f.shape, np.inf)
-        for bi, rows in enumerate(self._rows(g, tp, cp, pp, zeros, most_ranks)):
-            for si in range(f.shape[1]):
-                for row in rows:
-                    slowest[bi, si] = min(slowest[bi, si], slowest_stage_s(*row, int(L), f[bi, si], rho[bi, si]))
-        slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
-        total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
-            bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
-        got = self.memo[key] = (rate, np.minimum(bubble, pp - 1.0))
+        no_rc = pp == 1 and 3 in zeros
+        rows = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)
+        # what the terms read beyond the class's group, tp, cp and pp: its rows (the ranks and
+        # ZeRO stages only through them) and whether recompute is read, so layouts and families
+        # whose rows are alike share one reading
+        read = ("terms read", g, tp, cp, pp, no_rc, tuple(tuple(k for k, _ in per_mb) for per_mb in rows))
+        got = self.memo.get(read)
+        if got is None:
+            rho = 0.0 * f if no_rc else self._rc_fwd_s(g, tp, cp)
+            r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
+            least = L * f / pp
+            slowest = np.full(f.shape, np.inf)
+            self._slowest_rows([x for per_mb in rows for x in per_mb], no_rc)
+            for bi, per_mb in enumerate(rows):
+                each = [self.memo["slowest", k, no_rc] for k, _ in per_mb]
+                for si in range(f.shape[1]):
+                    for x in each:
+                        slowest[bi, si] = min(slowest[bi, si], x[si])
+            slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
+            total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
+                bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
+            got = self.memo[read] = (rate, np.minimum(bubble, pp - 1.0))
+        self.memo[key] = got
         return got
 
     def floor(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
@@ -221,30 +285,68 @@ class RecomputeFloor:
         return f + r * self._rc_fwd_s(g, tp, cp) / self.inst.model.layers
 
 
-def slowest_stage_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f, rho) -> float:
+def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
+                         rho: np.ndarray) -> np.ndarray:
     """A*: the least slowest-stage time of any split of `layers` (integers, each stage >= 1)
     over stages whose time is at least t_s(n) = n f + rho ceil(rho_s(n)) for n layers (r_s
     >= rho_s(n) recomputed, an integer; module docstring), n up to where every layer is
     recomputed: stage s holds h_s(A) = #{n >= 1 : t_s(n) <= A} layers at a time A (t_s grows
     with n), so A* is the layers-th least of every stage's t_s(1..), and at least each
-    stage's t_s(1); inf where the stages cannot hold `layers`. Arrays: (stages,); f and rho
-    (each layer's floor and recompute) a number or one per stage."""
-    f = np.broadcast_to(np.asarray(f, float), room.shape)[:, None]
-    rho = np.broadcast_to(np.asarray(rho, float), room.shape)[:, None]
+    stage's t_s(1); inf where the stages cannot hold `layers`.
+
+    Of several sets of stages at once, each at several (f, rho) (each layer's floor and
+    recompute, one per stage or one for all): room, held and slope (rows, stages), f and rho
+    (rows, k, stages) or (rows, k, 1); (rows, k), each row's memory read once and every row in
+    one pass (issue 33: one call per row and scenario, 86,180 on GPT-3 175B / 1,024 A100 with
+    classes_per_group 2, took most of its set-up).
+
+    Only the first n layers of each stage are read where more cannot be among the layers
+    least: the stages' times at their first c = ceil(layers / stages) are at most some v (each
+    stage's t_s(n) >= n f_s, as its recompute term is >= 0), so at least layers times are <= v
+    and the layers-th least is <= v; a time t_s(n) of n f_min > v is above it, so dropping
+    every n >= v / f_min + 2 leaves the layers-th least as it was (a deep pipeline of 96
+    layers reads a few of them, not 96)."""
+    stages = room.shape[-1]
+    c = -(-layers // stages)
+    # rows whose stages hold fewer than `layers` layers in all (each up to where every layer is
+    # recomputed) or one stage none have fewer finite times than that: A* is inf, no time read
+    per_full = held - held / slope
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.floor(np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf) + 1e-9)
+    holds = (np.minimum(top, layers).sum(axis=-1) >= layers) & (top >= 1).all(axis=-1)
+    if not holds.all():
+        out = np.full((len(room), max(f.shape[1], rho.shape[1])), np.inf)
+        if holds.any():
+            out[holds] = slowest_stage_each_s(room[holds], held[holds], slope[holds], layers,
+                                              np.broadcast_to(f, (len(room), *f.shape[1:]))[holds],
+                                              np.broadcast_to(rho, (len(room), *rho.shape[1:]))[holds])
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = _stage_times(room, held, slope, c, f, rho).max(axis=(-2, -1))  # (rows, k); nan, inf: no cut
+        fmin = np.broadcast_to(f, (*f.shape[:2], stages)).min(axis=-1)
+        cut = np.where(np.isfinite(v) & np.isfinite(fmin) & (fmin > 0), np.floor(v / fmin) + 2, layers)
+    cols = int(min(layers, max(c, cut.max(initial=c))))
+    t = _stage_times(room, held, slope, cols, f, rho)  # (rows, k, stages, cols)
+    first = t[..., 0]
+    held_one = np.isfinite(first).all(axis=-1)  # else a stage that holds no layer
+    kth = np.partition(t.reshape(*t.shape[:2], -1), layers - 1, axis=-1)[..., layers - 1]
+    with np.errstate(invalid="ignore"):
+        return np.where(held_one & np.isfinite(kth), np.maximum(kth, first.max(axis=-1)), np.inf)
+
+
+def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: int, f: np.ndarray,
+                 rho: np.ndarray) -> np.ndarray:
+    """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_each_s), inf past where
+    every layer is recomputed."""
     per_full = held - held / slope  # a layer's bytes with every layer recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
         top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
-        n = np.arange(1, layers + 1, dtype=float)[None, :]  # (1, layers)
-        freed = (held / slope)[:, None]  # f_s (a - c): what recomputing one layer frees
-        need = np.where(np.isfinite(slope)[:, None], np.maximum((n * held[:, None] - room[:, None]) / freed, 0.0),
-                        np.where(n * held[:, None] <= room[:, None], 0.0, np.inf))
-        t = n * f + rho * np.ceil(need - 1e-9)
-    t = np.where(n <= np.floor(top + 1e-9)[:, None], t, np.inf)
-    if not np.isfinite(t[:, 0]).all():  # a stage that holds no layer
-        return float("inf")
-    every = t.ravel()
-    kth = np.partition(every, layers - 1)[layers - 1]
-    return float(max(kth, t[:, 0].max())) if math.isfinite(kth) else float("inf")
+        n = np.arange(1, cols + 1, dtype=float)  # (cols,)
+        freed = (held / slope)[..., None]  # f_s (a - c): what recomputing one layer frees
+        need = np.where(np.isfinite(slope)[..., None], np.maximum((n * held[..., None] - room[..., None]) / freed, 0.0),
+                        np.where(n * held[..., None] <= room[..., None], 0.0, np.inf))
+        t = n * f[..., None] + rho[..., None] * np.ceil(need - 1e-9)[:, None]
+    return np.where((n <= np.floor(top + 1e-9)[..., None])[:, None], t, np.inf)
 
 
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
@@ -265,8 +367,9 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
     for bi in range(len(fb.mbs)):
         for mode in range(len(next(iter(rows.values()))[bi])):
             room, held, slope = (np.concatenate([rows[g][bi][mode][x] for g in counts]) for x in range(3))
+            f = np.concatenate([np.repeat(floors[g][bi][:, None], c, axis=1) for g, c in counts.items()], axis=1)
+            rho = np.concatenate([np.repeat(rcs[g][bi][:, None], c, axis=1) for g, c in counts.items()], axis=1)
+            each = slowest_stage_each_s(room[None], held[None], slope[None], L, f[None], rho[None])[0].tolist()
             for si in range(len(fb.idx)):
-                f = np.concatenate([np.full(c, floors[g][bi, si]) for g, c in counts.items()])
-                rho = np.concatenate([np.full(c, rcs[g][bi, si]) for g, c in counts.items()])
-                out[bi, si] = min(out[bi, si], slowest_stage_s(room, held, slope, L, f, rho))
+                out[bi, si] = min(out[bi, si], each[si])
     return out
