@@ -1,9 +1,13 @@
 """Every option family of a search expanded with no cutoff, as test_option_bound_admissible.py
-and test_partitions_lazy.py check their bounds against what the families set up."""
+and test_partitions_lazy.py check their bounds against what the families set up; and the
+problems of one configuration with each of its layer-plan combinations, as those tests and
+test_plan_bound_admissible.py price them."""
 
 from __future__ import annotations
 
+from paraplan.cost.class_coefficients import class_outers
 from paraplan.solver import search as search_mod
+from paraplan.solver.class_partitions import OuterChoices
 from paraplan.solver.option_families import OptionFamily
 
 
@@ -24,3 +28,17 @@ def option_family_layouts(lazy):
                 for part in lazy.partials[start:]:
                     yield f, node, part
             nodes = kids
+
+
+def layer_plan_problems(inst, o, upper_s: float) -> list:
+    """The split problems of configuration `o` on the nominal network: its all-Megatron one and,
+    where its classes have layer plans, one per layer-plan combination whose priced bound is at
+    most `upper_s` (class_partitions.OuterChoices, every one listed)."""
+    problems = [p for p in search_mod.problems_for(inst, [o], "nominal") if p is not None]
+    ch = OuterChoices(inst, o, [0], search_mod.placer(inst, o), class_outers(inst.job, o),
+                      lambda coeffs: search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True))
+    if ch.total > 1:
+        ch.optimistic()
+        problems += [search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True)
+                     for _, _, coeffs, _ in ch.expand_all(upper_s).candidates]
+    return problems

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from option_layouts import option_family_layouts
+from option_layouts import layer_plan_problems, option_family_layouts
 from randinst import mixed_family_instance
 
 from paraplan.cost.class_coefficients import class_outers
@@ -132,14 +132,7 @@ def _least_optimum(inst, part, cutoff_s: float) -> float:
     `cutoff_s` (test_stage_families._least_optimum says why the cutoff keeps the check)."""
     best = float("inf")
     for o in [o for blk in part.blocks() for o in blk.outers()]:
-        problems = [p for p in search_mod.problems_for(inst, [o], "nominal") if p is not None]
-        ch = OuterChoices(inst, o, [0], search_mod.placer(inst, o), class_outers(inst.job, o),
-                          lambda coeffs, o=o: search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True))
-        if ch.total > 1:
-            ch.optimistic()
-            problems += [search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True)
-                         for _, _, coeffs, _ in ch.expand_all(float("inf")).candidates]
-        for p in problems:
+        for p in layer_plan_problems(inst, o, float("inf")):
             sr = search_mod._solve_lone_dp(p, 60.0, None, cutoff_s)
             if sr.objective_s is not None:
                 best = min(best, sr.objective_s)

@@ -24,13 +24,11 @@ import math
 
 import numpy as np
 import pytest
-from option_layouts import option_family_layouts
+from option_layouts import layer_plan_problems, option_family_layouts
 from test_partitions_lazy import OPTIONS, tiny2
 
-from paraplan.cost.class_coefficients import class_outers
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.unpriced import floor_bounds_s
-from paraplan.solver.class_partitions import OuterChoices
 
 
 def layout_optimum_s(inst, outers, upper_s: float) -> float:
@@ -38,14 +36,7 @@ def layout_optimum_s(inst, outers, upper_s: float) -> float:
     combinations whose priced bound is at most `upper_s` (module docstring; inf: none)."""
     best = math.inf
     for o in outers:
-        problems = [p for p in search_mod.problems_for(inst, [o], "nominal") if p is not None]
-        ch = OuterChoices(inst, o, [0], search_mod.placer(inst, o), class_outers(inst.job, o),
-                          lambda coeffs, o=o: search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True))
-        if ch.total > 1:
-            ch.optimistic()
-            problems += [search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True)
-                         for _, _, coeffs, _ in ch.expand_all(upper_s).candidates]
-        for p in problems:
+        for p in layer_plan_problems(inst, o, upper_s):
             r = search_mod._solve_inner(p, "cpsat", 30.0, None)
             if r.objective_s is not None:
                 best = min(best, r.objective_s)
