@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.solver import search as search_mod
+from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_partitions import OuterChoices
 from paraplan.solver.option_families import OptionFamily
 
@@ -42,3 +43,15 @@ def layer_plan_problems(inst, o, upper_s: float) -> list:
         problems += [search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True)
                      for _, _, coeffs, _ in ch.expand_all(upper_s).candidates]
     return problems
+
+
+def option_layout_bounds(inst, lazy):
+    """(family index, node, configurations, their least bound before pricing on the layer plans' floors, the bound
+    the option family keyed them by) of every non-empty partial layout option_family_layouts
+    sets up."""
+    import numpy as np
+    for f, node, part in option_family_layouts(lazy):
+        outers = [o for blk in part.blocks() for o in blk.outers()]
+        if outers:
+            least = float(np.min(floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True)))
+            yield f, node, outers, least, max(node.bound, lazy.family_bounds[f])

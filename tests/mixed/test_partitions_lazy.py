@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from option_layouts import layer_plan_problems, option_family_layouts
+from option_layouts import layer_plan_problems, option_layout_bounds
 from randinst import mixed_family_instance
 
 from paraplan.cost.class_coefficients import class_outers
@@ -195,12 +195,7 @@ def test_option_family_bounds_are_at_most_their_layouts_layer_plans_bounds():
     inst = tiny2(*TP4[0], **OPTIONS)
     lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
     checked = 0
-    for f, node, part in option_family_layouts(lazy):
-        outers = [o for blk in part.blocks() for o in blk.outers()]
-        if not outers:
-            continue
-        least = float(np.min(floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True)))
-        top = max(node.bound, lazy.family_bounds[f])
+    for f, node, outers, least, top in option_layout_bounds(inst, lazy):
         if top > least * (1 + 1e-9):
             # the memory and sync terms read at every layer plan's (plan_range.py) raise it:
             # against the layout's priced optimum instead

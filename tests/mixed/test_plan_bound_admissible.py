@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-from option_layouts import layer_plan_problems, option_family_layouts
+from option_layouts import layer_plan_problems, option_layout_bounds
 from test_partitions_lazy import OPTIONS, tiny2
 
 from paraplan.solver import search as search_mod
-from paraplan.solver.bounds.unpriced import floor_bounds_s
 
 
 def layout_optimum_s(inst, outers, upper_s: float) -> float:
@@ -54,12 +52,7 @@ def test_the_option_bound_with_layer_plans_is_at_most_every_layouts_priced_optim
     inst = tiny2((8, 8), (4,), 16, 16, model=WIDE, **OPTIONS)
     lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
     checked = raised = 0
-    for f, node, part in option_family_layouts(lazy):
-        outers = [o for blk in part.blocks() for o in blk.outers()]
-        if not outers:
-            continue
-        least = float(np.min(floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True)))
-        top = max(node.bound, lazy.family_bounds[f])
+    for f, node, outers, least, top in option_layout_bounds(inst, lazy):
         if top <= least * (1 + 1e-9):
             continue
         raised += 1
