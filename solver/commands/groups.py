@@ -96,9 +96,10 @@ def cmd_replan(args) -> int:
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
-            # the format the instance reads (plan_file), without the instance: the event changed it
-            plan = plan_file(inst.with_cluster(event.cluster), r.new.plan, read)["plan"]
-            write_plan_file(args.output, header, {"plan": plan})
+            # with the instance after the event (the cluster the new plan runs on), so that the
+            # file reads back alone: `simulate NEW.yaml` prices the new plan on the changed network
+            after = inst.with_cluster(event.cluster)
+            write_plan_file(args.output, header, plan_file(after, r.new.plan, after))
 
 
 def _replan_trusts(after, current, r) -> tuple:

@@ -64,9 +64,15 @@ def test_replan_and_timeline(tmp_path, capsys):
     # re-plan's objective, so it is no faster than the new optimum
     assert main(["plan", DYNAMIC, "-o", str(current), "--objective", "mean"]) == 0
     capsys.readouterr()
-    assert main(["replan", DYNAMIC, "--plan", str(current), "--event", EVENT, "--json", "--objective", "mean"]) == 0
+    new = tmp_path / "new.yaml"
+    assert main(["replan", DYNAMIC, "--plan", str(current), "--event", EVENT, "--json", "--objective", "mean",
+                 "-o", str(new)]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["new_status"] == "optimal"
+    # -o carries the instance after the event (the degraded inter-site link): the new plan file
+    # alone re-simulates to the new optimum's time, which the running plan cannot reach there
+    assert main(["simulate", str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iter_time_s"] == pytest.approx(r["new_s"], rel=1e-9)
     assert r["current_after_event_s"] >= r["new_s"] * (1 - 1e-9)
     assert r["pays_off"] == (r["switch_total_s"] < r["stay_total_s"])
     assert main(["timeline", DYNAMIC, "--json", "--objective", "mean"]) == 0
@@ -161,6 +167,11 @@ def test_replan_on_a_homogeneous_instance(tmp_path, capsys):
     assert r["current_after_event_s"] > r["before_s"] * 1.01  # the event matters
     # -o writes a homogeneous plan file, which the homogeneous instance reads back
     assert simulate(slow, load_plan(new, inst)).iter_time_s == pytest.approx(r["new_s"], rel=1e-9)
+    # and it carries the instance after the event, so it stands alone: `simulate NEW.yaml` prices
+    # the new plan on the slowed network (the reference `slow` above), not on the original one
+    capsys.readouterr()
+    assert main(["simulate", str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iter_time_s"] == pytest.approx(ref.iter_time_s, rel=1e-9, abs=ref.tolerance_s + 1e-12)
 
 
 def test_exhaustive_on_a_mixed_cluster_honours_its_time_limit(capsys):
