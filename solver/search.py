@@ -1,7 +1,7 @@
-"""Exact planner for heterogeneous clusters and network scenarios.
+"""The one exact planner: every cluster (one GPU type is its one-group case), every plan shape and
+network scenario (solver/solve.py plans a flat instance through it).
 
-The same decomposition as solver/planner.py, over the heterogeneous space (solver/space.py;
-with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
+The decomposition, over the space of solver/space.py (with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
    (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
@@ -1829,8 +1829,8 @@ def check_resimulation(inst: Instance, plan: Plan, objective: str, objective_s: 
     per = [bd.iter_time_s for bd in bds]
     tol = tolerance_s + REL_TOL * max(1.0, objective_s)
     if abs(value - objective_s) > tol:
-        raise ResimulationMismatch(f"heterogeneous plan re-simulates to {value!r} s but the solver's"
+        raise ResimulationMismatch(f"the plan re-simulates to {value!r} s but the solver's"
                                    f" objective is {objective_s!r} s (tolerance {tol:.3g} s)")
     if not all(bd.fits for bd in bds):
-        raise ResimulationMismatch("the solver's heterogeneous plan does not fit memory when re-simulated")
+        raise ResimulationMismatch("the solver's plan does not fit memory when re-simulated")
     return tuple(per), bds[0]
