@@ -1,7 +1,8 @@
 """The one exact planner: every cluster (one GPU type is its one-group case), every plan shape and
 network scenario (solver/solve.py plans a flat instance through it).
 
-The decomposition, over the space of solver/space.py (with interleaving, every pipeline term below reads (m_k - 1/v) A_k + S_k / v):
+The decomposition, over the space of solver/space.py (with interleaving, every pipeline term
+below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
    (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
