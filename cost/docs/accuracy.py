@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 from paraplan.cost import moe_fit, moe_params
 from paraplan.cost.calibration import RowResult, load_published
 from paraplan.cost.crossval import StoredRow, load_stored
-from paraplan.cost.docs.regions import DOCS_DIR, stale, update
+from paraplan.cost.docs import regions
+from paraplan.cost.docs.regions import DOCS_DIR
 from paraplan.cost.trust import (DISTANCE_LEVELS, FEATURE_CUTS, INTERVAL_QUANTILES, SCALE_AXIS_MIN_GPUS, Residual,
                                  coverage_report, family_weights, group_stats, level_pool, published_residuals,
                                  random_effects_log_quantile, ranking_pairs, row_levels, scale_pool,
@@ -244,20 +245,7 @@ def bodies(simulate: bool = True) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv not in ([], ["--check"]):
-        print(f"usage: {COMMAND} [--check]", file=sys.stderr)
-        return 2
-    status = 0
-    for page, regions in bodies().items():
-        if argv:
-            out = stale(page, regions)
-            if out:
-                print(f"{page}: stale regions {', '.join(out)}; run `{COMMAND}`", file=sys.stderr)
-                status = 1
-        else:
-            print(f"{page}: {'written' if update(page, regions) else 'unchanged'}", file=sys.stderr)
-    return status
+    return regions.main(argv, COMMAND, bodies)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ cross-validation) shows up as a doc diff, never as a page that silently drifts.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
@@ -59,3 +60,23 @@ def stale(page: Path, bodies: dict[str, str]) -> list[str]:
     """The regions of `page` whose body differs from `bodies`."""
     text = page.read_text()
     return [name for name, body in bodies.items() if region(text, name) != body]
+
+
+def main(argv: list[str] | None, command: str, pages) -> int:
+    """A generator's command line: write each page's regions (`pages()`: page -> {region name ->
+    body}), or with `--check` write nothing and exit 1 where a page is stale; 2 on other
+    arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in ([], ["--check"]):
+        print(f"usage: {command} [--check]", file=sys.stderr)
+        return 2
+    status = 0
+    for page, bodies in pages().items():
+        if argv:
+            out = stale(page, bodies)
+            if out:
+                print(f"{page}: stale regions {', '.join(out)}; run `{command}`", file=sys.stderr)
+                status = 1
+        else:
+            print(f"{page}: {'written' if update(page, bodies) else 'unchanged'}", file=sys.stderr)
+    return status

@@ -17,7 +17,8 @@ import sys
 from enum import Enum
 
 from paraplan.cost.docs.field_docs import field_docs, summary
-from paraplan.cost.docs.regions import DOCS_DIR, stale, update
+from paraplan.cost.docs import regions
+from paraplan.cost.docs.regions import DOCS_DIR
 from paraplan.cost.ranges import RANGES, fmt
 from paraplan.cost.schema_keys import (FIELD_DEFAULT, GROUP_FORMAT, ONE_TYPE, Key, SectionDoc,
                                        field_default, source)
@@ -111,18 +112,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    bodies = {REGION: render()}
-    if argv == ["--check"]:
-        out = stale(PAGE, bodies)
-        if out:
-            print(f"{PAGE}: stale; run `{COMMAND}`", file=sys.stderr)
-        return 1 if out else 0
-    if argv:
-        print(f"usage: {COMMAND} [--check]", file=sys.stderr)
-        return 2
-    print(f"{PAGE}: {'written' if update(PAGE, bodies) else 'unchanged'}", file=sys.stderr)
-    return 0
+    return regions.main(argv, COMMAND, lambda: {PAGE: {REGION: render()}})
 
 
 if __name__ == "__main__":

@@ -91,11 +91,8 @@ def _classes(data) -> str | None:
 
 
 def _load(args):
-    """(instance, plan) of the export, each file read once: the instance --instance names, else
-    the one the plan file carries; a plan of replica classes, or a cluster of several node
-    groups, is refused with MIXED_REASON."""
-    from paraplan.cost.readers.instance import load_instance
-    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
+    """(instance, plan) of the export, each file read once; a plan of replica classes, or a
+    cluster of several node groups, is refused with MIXED_REASON."""
     from paraplan.cost.readers.strict_yaml import read_yaml
 
     data = read_yaml(args.plan)
@@ -103,9 +100,19 @@ def _load(args):
     if classes is not None:
         raise InstanceError(args.plan, "plan.classes", f"a plan in the group format, {classes}:"
                             f" {MIXED_REASON}", MIXED_FIX)
+    return _instance_and_plan(args, data, one_group=True)
+
+
+def _instance_and_plan(args, data, one_group: bool = False):
+    """(instance, plan) of the plan file read as `data`: the instance --instance names, else the
+    one the plan file carries (`plan -o` writes it beside the plan); with `one_group`, an
+    --instance cluster of several node groups is refused with MIXED_REASON."""
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
+
     if args.instance:
         inst = load_instance(args.instance)
-        if len(inst.cluster.groups) > 1:
+        if one_group and len(inst.cluster.groups) > 1:
             raise InstanceError(args.instance, "cluster.groups", "a cluster of several node groups:"
                                 f" {MIXED_REASON}", MIXED_FIX)
     else:
@@ -149,8 +156,6 @@ def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py), on the instance --instance names, else the one the plan file
     carries."""
-    from paraplan.cost.readers.instance import load_instance
-    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
     from paraplan.cost.readers.strict_yaml import read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
@@ -164,13 +169,7 @@ def cmd_layout(args) -> int:
         raise InstanceError(args.plan, "--to layout", "a plan of one replica class on one GPU type"
                             " runs as one framework configuration", "export it --to megatron,"
                             " torchtitan or deepspeed")
-    # a flat file as its one group; else the instance `plan -o` wrote beside the plan
-    inst = load_instance(args.instance) if args.instance else plan_file_instance(data, args.plan)
-    if inst is None:
-        raise InstanceError(args.plan, "instance", "the plan file carries no instance (written by"
-                            " hand, or by a paraplan before group-format plan files carried one)",
-                            "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    plan = plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
+    inst, plan = _instance_and_plan(args, data)  # a flat instance file as its one group
     text = to_layout(inst, plan)
     _write(args, text)
     if args.json:

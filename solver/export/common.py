@@ -235,6 +235,16 @@ def dropless_moe(d: Deviations, why: str) -> None:
         d.set_model(moe=replace(moe, capacity_factor=None))
 
 
+def unrestricted_routing(d: Deviations, why: str) -> None:
+    """A target without node-limited routing: a planned model.moe.max_nodes_per_token is
+    dropped, one deviation line."""
+    moe = d.inst.model.moe
+    if moe is not None and moe.max_nodes_per_token is not None:
+        d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: {why}; emitted"
+                  " unrestricted routing")
+        d.set_model(moe=replace(moe, max_nodes_per_token=None))
+
+
 def refuse_dualpipe(inst: Instance, target: Framework) -> None:
     """DeepSeek's DualPipe (job.pipeline_schedule dualpipe, cost/dualpipe.py) is run by no
     framework we export to, so its plan is refused rather than emitted as 1F1B: 1F1B on DualPipe's

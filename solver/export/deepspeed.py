@@ -25,7 +25,6 @@ export names their arguments in a note (_experts).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Precision, Recompute
@@ -33,7 +32,7 @@ from paraplan.cost.plan_specs import Plan
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions,
                                           fold_cp_into_dp, moe_note, refuse_dualpipe,
-                                          refuse_latent_attention)
+                                          refuse_latent_attention, unrestricted_routing)
 
 DEEPSPEED_VERSION = "0.19"
 _B = behaviour(Framework.DEEPSPEED)
@@ -105,10 +104,7 @@ def _experts(d: Deviations) -> None:
         d.deviate("ZeRO-3 with MoE layers: DeepSpeed's engine refuses MoE under stage 3 (\"MoE"
                   " not supported with Stage 3\"); emitted ZeRO-2 (more memory than planned)",
                   zero=2)
-    if moe.max_nodes_per_token is not None:
-        d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: DeepSpeed's gating"
-                  " has no node-limited routing; emitted unrestricted routing")
-        d.set_model(moe=replace(moe, max_nodes_per_token=None))
+    unrestricted_routing(d, "DeepSpeed's gating has no node-limited routing")
     moe = d.inst.model.moe
     p = d.plan
     cf = "drop_tokens=False" if moe.capacity_factor is None else f"capacity_factor={moe.capacity_factor}"

@@ -54,7 +54,6 @@ behaviour cited from the same release:
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Precision, Recompute
@@ -63,7 +62,7 @@ from paraplan.cost.torch_schedules import fastest_fitting, schedule_prices
 from paraplan.cost.units import bytes_to_gib
 from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
                                           cross_framework_note, drop_partitions, dropless_moe,
-                                          model_chunks, moe_note, refuse_dualpipe)
+                                          model_chunks, moe_note, refuse_dualpipe, unrestricted_routing)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
 
@@ -374,12 +373,9 @@ def _experts(d: Deviations) -> None:
                                 f" so ep must be a multiple of {borrowed} dividing {ranks}"
                                 " (ParallelDims._validate)")
     dropless_moe(d, "torchtitan's MoE layer routes every token (it has no capacity factor)")
-    if moe.max_nodes_per_token is not None:
-        d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: node-limited routing"
-                  " is not in torchtitan's MoE layer (llama4, qwen3; deepseek_v3 takes"
-                  " n_expert_groups and n_limited_groups but does not route by them); emitted"
-                  " unrestricted routing")
-        d.set_model(moe=replace(d.inst.model.moe, max_nodes_per_token=None))
+    unrestricted_routing(d, "node-limited routing is not in torchtitan's MoE layer (llama4, qwen3;"
+                            " deepseek_v3 takes n_expert_groups and n_limited_groups but does not"
+                            " route by them)")
     moe_note(d, "torchtitan's MoE layer also dispatches tokens by all-to-all over the ep ranks"
                 " and runs its experts as grouped GEMMs")
 
