@@ -478,14 +478,11 @@ def expert_fp8_cast_elements(m, o: Outer) -> tuple[float, float, float]:
     return forward, backward, weights
 
 
-def a2a_bytes(m, b: int, tp: int, cp: int, sp: bool, ep: int, etp: int | None = None) -> float:
-    """Bytes one rank puts into one dispatch (or combine) all-to-all: its routed copies, bf16,
-    of its 1/tp sequence-parallel share of the tokens (tp = 1: all of them); the etp group's
-    routed copies (routed_tokens x etp / tp) over etp, the same count whatever etp
-    (`etp`: None = tp)."""
-    if etp is None or etp == tp:
-        return routed_tokens(m, b, cp, ep) * m.hidden * BF16_BYTES / (tp if sp else 1)
-    return routed_tokens(m, b, cp, ep, etp / tp) * m.hidden * BF16_BYTES / etp
+def a2a_bytes(m, o: Outer) -> float:
+    """Bytes one rank puts into one dispatch (or combine) all-to-all: its own tokens' routed
+    copies, bf16 (the etp group's routed copies over own_share: with sequence parallelism a
+    rank's 1/tp share of the tokens, tp = etp; without it, every tp rank sends the replica's)."""
+    return routed_tokens(m, o.micro_batch, o.cp, o.ep, fold(o)) * m.hidden * BF16_BYTES / own_share(o)
 
 
 def expert_act_bytes(inst: Instance, o: Outer) -> float:
@@ -631,7 +628,7 @@ def expert_terms(inst: Instance, o: Outer, gpu: GpuSpec, tp_link: tuple[Link, bo
                                  m, o.ep, links, net)
         a2a = dispatch + deepep_time_s(token_bytes, m, o.ep, links, net)
     else:
-        a2a = 2 * all_to_all_time_s(routed * h * BF16_BYTES / own, o.ep, links, net)  # dispatch + combine
+        a2a = 2 * all_to_all_time_s(a2a_bytes(m, o), o.ep, links, net)  # dispatch + combine
     link, inter = tp_link
     # the etp group's all-gather of the routed copies and the reduce-scatter of their outputs
     # (the same ring volume, comm.all_gather_time_s)

@@ -62,7 +62,7 @@ def test_all_to_all_bytes_and_time_by_hand():
     inst = mixtral()
     m = replace(inst.model, hidden=1024, heads=8, kv_heads=8, seq_len=1024,
                 moe=MoeSpec(experts=8, top_k=2, expert_ffn=2048, imbalance=1.0))
-    v = moe.a2a_bytes(m, b=1, tp=2, cp=1, sp=True, ep=4)
+    v = moe.a2a_bytes(m, Outer(tp=2, pp=1, dp=4, micro_batch=1, num_micro_batches=1, sequence_parallel=True, ep=4))
     assert v == 2_097_152
     net = NetEfficiency()
     cl = inst.cluster.one_group  # 8 GPUs per node: NVLink 450 GB/s per direction (900 both), NIC 400 Gbit/s

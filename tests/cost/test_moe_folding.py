@@ -59,7 +59,7 @@ def test_routed_tokens_all_to_all_bytes_and_weights_by_hand():
     m = mixtral().model
     assert moe.routed_tokens(m, 1, 1, 8, moe.fold(BASE)) == 8192
     assert moe.routed_tokens(m, 1, 1, 8, moe.fold(FOLDED)) == 2048
-    assert moe.a2a_bytes(m, 1, 4, 1, True, 8) == moe.a2a_bytes(m, 1, 4, 1, True, 8, etp=1) == 16_777_216
+    assert moe.a2a_bytes(m, BASE) == moe.a2a_bytes(m, FOLDED) == 16_777_216
     # weights per GPU: 8 / 8 = 1 expert of 3 * 4096 * 14336 = 176,160,768 parameters, over etp
     inst = mixtral()
     assert terms(inst, FOLDED).params == 176_160_768
