@@ -632,12 +632,6 @@ class _Node:
         return len(self.picked)
 
 
-def options_on(inst) -> bool:
-    """Whether one of the three options is on: the search then sets up the replica and mixed
-    families' layouts as this module says (SearchSpace.layout_options)."""
-    return inst.search.layout_options
-
-
 def option_families(inst, deferred: list) -> list[OptionFamily]:
     """The OptionFamily of each (family index, subset index, family, groups) that
     space.partials_and_families deferred for the options, one per tp and cp."""

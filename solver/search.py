@@ -846,7 +846,7 @@ class _Partials:
         left open when the search stops at its limit (the set-up keeps to the limit: GPT-3 175B
         on 1,024 A100 with classes_per_group 2 bounded its option families for 25 s of CPU)."""
         idx, agg, weights = scenario_weights(inst, objective)
-        lazy_options = inst.search.layout_options  # option_families.options_on
+        lazy_options = inst.search.layout_options  # one of the three options on (solver/option_families.py)
         partials, lst, deferred = partials_and_families(inst, families, groups,
                                                         defer_stage=_defers_stage(inst, families, groups),
                                                         defer_options=lazy_options)
