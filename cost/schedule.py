@@ -22,7 +22,6 @@ from paraplan.cost.coefficients import StageCoefficients
 from paraplan.cost.pipeline_split import short_chunk_factors
 from paraplan.cost.pipeline_split import slot_relief_bytes as _slot_relief_bytes
 from paraplan.cost.specs import ZeroBubble
-from paraplan.cost.zero_bubble import W_PASSES_SAVED
 
 
 def stage_times_s(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -177,16 +176,6 @@ class TorchSchedule(str, Enum):
         if outer.zero_bubble is not None:
             return cls(outer.zero_bubble.value)
         return cls.INTERLEAVED_1F1B if outer.virtual_stages > 1 else cls.ONE_F_ONE_B
-
-
-def schedule_pipeline_time_s(t: np.ndarray, w: np.ndarray, m: int, v: int,
-                             kind: TorchSchedule) -> np.ndarray:
-    """pipeline_time of `kind` for stage times t (..., pp) whose weight-gradient part is w
-    (..., pp): pipeline_time_s with the drain saving k w (cost/zero_bubble.py)."""
-    t, w = np.asarray(t, float), np.asarray(w, float)
-    if kind.mode is None:
-        return pipeline_time_s(t, m, v)
-    return pipeline_time_s(t, m, v, W_PASSES_SAVED[kind.mode] * w)
 
 
 def schedule_problem(kind: TorchSchedule, pp: int, v: int, m: int) -> str | None:

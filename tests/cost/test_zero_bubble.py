@@ -27,6 +27,16 @@ def golden(name: str) -> tuple:
     return inst, plan
 
 
+def schedule_pipeline_time_s(t, w, m: int, v: int, kind: S):
+    """The planner's pipeline time (cost/schedule.pipeline_time_s) of stage times t whose
+    weight-gradient part is w under `kind`: its drain saves W_PASSES_SAVED[mode] x w per pass, as
+    cost/zero_bubble.shaped prices a plan (k w per layer)."""
+    t, w = np.asarray(t, float), np.asarray(w, float)
+    if kind.mode is None:
+        return schedule.pipeline_time_s(t, m, v)
+    return schedule.pipeline_time_s(t, m, v, zero_bubble.W_PASSES_SAVED[kind.mode] * w)
+
+
 def uniform(p: int, f: float, b: float, w: float):
     """p uniform stages, per micro-batch forward f, input gradient b, weight gradient w."""
     return np.full(p, f + b + w), np.full(p, w)
@@ -44,7 +54,7 @@ def uniform(p: int, f: float, b: float, w: float):
                                                (S.ZBV_ZERO_BUBBLE, 2, 24.0)])
 def test_equal_passes_give_the_papers_bubbles(kind, v, expected):
     t, w = uniform(4, 1.0, 1.0, 1.0)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, v, kind) == pytest.approx(expected)
+    assert schedule_pipeline_time_s(t, w, 8, v, kind) == pytest.approx(expected)
 
 
 def test_zero_bubble_with_a_lighter_weight_gradient():
@@ -52,25 +62,25 @@ def test_zero_bubble_with_a_lighter_weight_gradient():
     #   ZB-H1: 8 * 2.5 + (p - 1)(F + B - W) = 20 + 3 * 1.5 = 24.5 (1F1B: 20 + 7.5 = 27.5)
     #   ZBV:   chunk times F/2, B/2, W/2 = 0.5, 0.5, 0.25: (p - 1)(0.5 + 0.5 - 0.5) = 1.5 -> 21.5
     t, w = uniform(4, 1.0, 1.0, 0.5)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 1, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(24.5)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 1, S.ONE_F_ONE_B) == pytest.approx(27.5)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 2, S.ZBV_ZERO_BUBBLE) == pytest.approx(21.5)
+    assert schedule_pipeline_time_s(t, w, 8, 1, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(24.5)
+    assert schedule_pipeline_time_s(t, w, 8, 1, S.ONE_F_ONE_B) == pytest.approx(27.5)
+    assert schedule_pipeline_time_s(t, w, 8, 2, S.ZBV_ZERO_BUBBLE) == pytest.approx(21.5)
 
 
 def test_zbv_bubble_is_never_negative():
     # F = B = 1, W = 2: F + B - 2W = -2 per chunk; the fill/drain cannot give time back: 8 * 4
     t, w = uniform(4, 1.0, 1.0, 2.0)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 2, S.ZBV_ZERO_BUBBLE) == pytest.approx(32.0)
+    assert schedule_pipeline_time_s(t, w, 8, 2, S.ZBV_ZERO_BUBBLE) == pytest.approx(32.0)
 
 
 def test_uneven_stages_pass_every_other_stage_once():
     # T = [3, 4, 3, 3], W = 1 each, m = 8, v = 1: the slowest (4) paces 8 micro-batches; the
     # other three stages pass once at F + B - W = T - 2W = 1 each (ZB-H1) or T = 3 each (1F1B)
     t, w = np.array([3.0, 4.0, 3.0, 3.0]), np.ones(4)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 1, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(32 + 3)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 1, S.ONE_F_ONE_B) == pytest.approx(32 + 9)
+    assert schedule_pipeline_time_s(t, w, 8, 1, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(32 + 3)
+    assert schedule_pipeline_time_s(t, w, 8, 1, S.ONE_F_ONE_B) == pytest.approx(32 + 9)
     # 1F1B is the planner's own formula (cost/schedule.pipeline_time_s)
-    assert schedule.schedule_pipeline_time_s(t, w, 8, 1, S.ONE_F_ONE_B) == pytest.approx(
+    assert schedule_pipeline_time_s(t, w, 8, 1, S.ONE_F_ONE_B) == pytest.approx(
         schedule.pipeline_time_s(t, 8, 1))
 
 
@@ -80,9 +90,9 @@ def test_the_pacing_stage_is_the_one_whose_path_is_longest():
     # m T_1 + B_0 / v = 8 + 1.55 = 9.55. The time is 9.55: stage 1 paces although stage 0 is
     # slower (taking the slowest stage's path alone would jump from 9.55 to 9.2 as T_0 crosses 4)
     t, w = np.array([4.1, 4.0]), np.array([0.5, 1.0])
-    assert schedule.schedule_pipeline_time_s(t, w, 2, 2, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(9.55)
+    assert schedule_pipeline_time_s(t, w, 2, 2, S.INTERLEAVED_ZERO_BUBBLE) == pytest.approx(9.55)
     # and it is continuous there: at T_0 = 4 + 1e-9 and 4 - 1e-9 the same to 1e-8
-    lo, hi = (schedule.schedule_pipeline_time_s(np.array([4.0 + d, 4.0]), w, 2, 2, S.INTERLEAVED_ZERO_BUBBLE)
+    lo, hi = (schedule_pipeline_time_s(np.array([4.0 + d, 4.0]), w, 2, 2, S.INTERLEAVED_ZERO_BUBBLE)
               for d in (-1e-9, 1e-9))
     assert abs(hi - lo) < 1e-8
 
@@ -96,8 +106,8 @@ def test_interleaved_zero_bubble_is_never_slower_than_interleaved_1f1b():
         pp, m, v = int(rng.integers(2, 9)), int(rng.integers(1, 17)), int(rng.integers(2, 5))
         t = rng.uniform(0.1, 2.0, pp)
         w = t * rng.uniform(0, 1 / 3, pp)
-        zb = schedule.schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_ZERO_BUBBLE)
-        assert zb <= schedule.schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_1F1B)
+        zb = schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_ZERO_BUBBLE)
+        assert zb <= schedule_pipeline_time_s(t, w, m, v, S.INTERLEAVED_1F1B)
         assert zb >= m * t.max()  # the slowest stage still runs m micro-batches
 
 
