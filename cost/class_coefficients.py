@@ -41,7 +41,6 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.specs import Cluster
 from paraplan.cost.plan_specs import ClassOuter
-from paraplan.cost.partition import plan_layer_fn
 from paraplan.cost.specs import Instance, Link, Outer
 
 
@@ -224,6 +223,9 @@ def partitions_layer_fn(inst, hc: Cluster, pl: Placement, stage_groups: tuple[in
     """class_layer_fn of a class's recorded partitions ((group, layer plan), ...) on network hc."""
     if not partitions:
         return megatron_layer
+    # imported here: the per-operator partition tables serve only a class with partitions, and a
+    # plan without them (every plan by default) need not create their records (issue 33, start-up)
+    from paraplan.cost.partition import plan_layer_fn
     return class_layer_fn(pl, stage_groups, {
         g: on_group(plan_layer_fn(parts), _group_alone(inst, g, hc)) for g, parts in partitions})
 

@@ -158,6 +158,17 @@ def stream_allowed(plan: dict[str, str], o) -> bool:
         o.sequence_parallel and s not in MEGATRON_STREAMS)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerPlan:
+    """What check_partitions reads of a plan, for one class and group (cost/plan_specs.py
+    builds one per class and group it validates)."""
+
+    partitions: tuple[tuple[str, str], ...]
+    tp: int
+    zero: int
+    sequence_parallel: bool
+
+
 def check_partitions(plan) -> None:
     """ConfigError unless `plan.partitions` names every operator once with a candidate of its
     tensor-parallel group (called by Plan's own validation)."""

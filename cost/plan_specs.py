@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from paraplan.cost.errors import ConfigError
 from paraplan.cost import recompute_patterns
 from paraplan.cost.framework_rules import recompute_pattern, rules_for
-from paraplan.cost.partition_names import check_partitions
 from paraplan.cost.pipeline_split import chunk_problem
 from paraplan.cost.pipeline_split import chunk_layers
 from paraplan.cost.specs import (Cluster, Instance, Outer, PipelineSchedule, Recompute, ZeroBubble,
@@ -222,16 +221,6 @@ class ReplicaClass:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _LayerPlan:
-    """What cost/partition_names.check_partitions reads of a plan, for one class and group."""
-
-    partitions: tuple[tuple[str, str], ...]
-    tp: int
-    zero: int
-    sequence_parallel: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan(_Modes):
     """A plan: the modes every replica shares and its replica classes. A homogeneous plan (the
     flat plan file, `Plan.flat`) is the one-class case: dp replicas whose pp stages all sit on
@@ -278,8 +267,11 @@ class Plan(_Modes):
                                          layers_per_stage=n, full_recompute_layers=r,
                                          partitions=((0, partitions),) if partitions else ()),))
         if partitions:
-            check_partitions(_LayerPlan(partitions=partitions, tp=o.tp, zero=o.zero,
-                                        sequence_parallel=o.sequence_parallel))
+            # imported here: a plan without partitions (every plan by default) need not load
+            # their rules (issue 33, start-up)
+            from paraplan.cost.partition_names import LayerPlan, check_partitions
+            check_partitions(LayerPlan(partitions=partitions, tp=o.tp, zero=o.zero,
+                                       sequence_parallel=o.sequence_parallel))
         return plan
 
     @property
@@ -584,10 +576,13 @@ def _expert_fold(plan: Plan, inst: Instance) -> None:
 
 
 def _partitions(plan: Plan, inst: Instance) -> None:
+    if not any(c.partitions for c in plan.classes):
+        return
+    from paraplan.cost.partition_names import LayerPlan, check_partitions  # as in Plan.flat
     for c in plan.classes:
         for g, parts in c.partitions:
-            check_partitions(_LayerPlan(partitions=parts, tp=plan.tp_of(g), zero=plan.zero,
-                                        sequence_parallel=plan.sequence_parallel))
+            check_partitions(LayerPlan(partitions=parts, tp=plan.tp_of(g), zero=plan.zero,
+                                       sequence_parallel=plan.sequence_parallel))
 
 
 def _zero_shards(plan: Plan, inst: Instance) -> None:

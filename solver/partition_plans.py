@@ -57,12 +57,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.cost import partition as P
 from paraplan.cost.coefficients import StageCoefficients, build_plans, homogeneous_placement, megatron_layer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.specs import Instance, Outer
 
-if TYPE_CHECKING:  # imported where a partition problem is set up (problem_from_table)
+# The per-operator partition tables (cost/partition.py) and the partition problem are imported
+# in the functions that read them: a search without per-operator partitions (every search by
+# default) reads only `enabled` of this module and need not create their records (issue 33,
+# start-up).
+if TYPE_CHECKING:
+    from paraplan.cost import partition as P
     from paraplan.formulations.partition import PartitionProblem
 
 SPATIAL_TEMPORAL = "spatial_temporal"  # the search.tensor_partitions value that opts in
@@ -75,6 +79,7 @@ def enabled(inst: Instance) -> bool:
 def problem_from_table(table: P.LayerTable) -> PartitionProblem:
     """The formulations' arrays of one LayerTable (time = forward + backward)."""
     # here: only a search over tensor partitions reads it (issue 33's start-up)
+    from paraplan.cost import partition as P
     from paraplan.formulations.partition import PartitionProblem
     return PartitionProblem(
         ops=P.PLAN_OPS, edges=P.EDGES,
@@ -146,6 +151,7 @@ _PLANS_MAX = 256
 
 def _plans_of(table: P.LayerTable, allowed: bool) -> tuple[np.ndarray, np.ndarray]:
     """P.all_plans of a table (cached), without the token-split plans unless `allowed`."""
+    from paraplan.cost import partition as P
     key = (id(table), allowed)
     if key not in _PLANS or _PLANS[key][0] is not table:
         if len(_PLANS) >= _PLANS_MAX:  # each holds up to 36,015 x 6 floats
@@ -172,6 +178,7 @@ def _dims(inst, o, site, dp_ranks, net):
     """(table, plan indices, plan vectors, dominance dims, cache key) of one site: the vectors
     (cost/partition.VECTOR) of every allowed plan and the columns dominance compares them on
     (module docstring)."""
+    from paraplan.cost import partition as P
     table = P.table_for(inst, o, site, net)
     allowed = P.token_split_allowed(o)
     idx, vec = _plans_of(table, allowed)
@@ -195,6 +202,7 @@ def _dims(inst, o, site, dp_ranks, net):
 
 
 def _megatron_first(table, idx, keep) -> tuple[list[dict[str, str]], list[int]]:
+    from paraplan.cost import partition as P
     plans = [P.plan_from_indices(table, row) for row in idx[keep]]
     first = sorted(range(len(plans)), key=lambda k: not P.is_megatron(plans[k]))
     return [plans[k] for k in first], first
@@ -204,6 +212,7 @@ def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.
     """The non-dominated per-operator plans of one outer configuration (module docstring),
     Megatron's plan first when it is among them, then enumeration order; and their rows
     (cost/partition.VECTOR)."""
+    from paraplan.cost import partition as P
     if not P.spatial_temporal_allowed(o):
         return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, len(P.VECTOR)))
     table, idx, vec, dims, key = _dims(inst, o, site, dp_ranks, net)
@@ -225,6 +234,7 @@ def joint_candidates(o, where, net) -> tuple[list[dict[str, str]], list[np.ndarr
     so the argument of the module docstring holds scenario by scenario. Returns the plans
     (Megatron's first when among them) and, per triple of `where`, their rows
     (cost/partition.VECTOR)."""
+    from paraplan.cost import partition as P
     uniq = list(dict.fromkeys(where))
     if len(uniq) == 1 or not P.spatial_temporal_allowed(o):
         inst, site, dp = uniq[0]
@@ -256,6 +266,7 @@ def stage_arrays(c: StageCoefficients) -> tuple[str, ...]:
 
 def _plans_coefficients(inst, o, pl, plans, reserve_bytes, net) -> list[StageCoefficients]:
     """The coefficients of `o` under each layer plan of `plans`, in one pass (build_plans)."""
+    from paraplan.cost import partition as P
     fns = [megatron_layer if P.is_megatron(p) else P.partition_layer_fn(p) for p in plans]
     out = build_plans(inst, o, fns, net, reserve_bytes, placement=pl)
     return [c if P.is_megatron(p) else
@@ -268,6 +279,7 @@ def optimistic_terms(table: P.LayerTable, rows: np.ndarray) -> tuple[P.LayerTerm
     every term at its minimum over the rows, and the same with bwd_s at its maximum (the layer's
     exposed gradient sync falls with bwd_s, optimistic_coefficients). rc_fwd_s = fwd_s minus the
     plan-independent selective-recompute term (cost/partition.layer_terms)."""
+    from paraplan.cost import partition as P
     lo_v = rows.min(axis=0)
     rc_gap = table.base.fwd_s - table.base.rc_fwd_s
 
@@ -289,6 +301,7 @@ def optimistic_coefficients(inst, o, pl, rows: np.ndarray, reserve_bytes, net) -
     non-decreasing except layer_sync, which falls with bwd_s; so the elementwise minimum of two
     builds, one with every term at its minimum over the plans and one with bwd_s at its
     maximum, bounds every plan's from below (optimistic_terms)."""
+    from paraplan.cost import partition as P
     lo_t, hi_t = optimistic_terms(P.table_for(inst, o, pl.sites[0], net), rows)
     lo, hi = build_plans(inst, o, (lambda *_: lo_t, lambda *_: hi_t), net, reserve_bytes, placement=pl)
     return elementwise_min(lo, hi)
@@ -309,6 +322,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
     deadline (a time.perf_counter() value): past it the list stops growing, and is not whole."""
     import time
 
+    from paraplan.cost import partition as P
     from paraplan.cost.framework_rules import recompute_pattern
     from paraplan.solver.bounds import one_class
 
@@ -351,6 +365,7 @@ def partition_coefficients(inst: Instance, outers: list[Outer], reserve_bytes: f
 
 def plans_per_outer(inst: Instance, o: Outer) -> int:
     """Number of per-operator plans of the declared space for one outer configuration."""
+    from paraplan.cost import partition as P
     if not enabled(inst) or not P.spatial_temporal_allowed(o):
         return 1
     n_lin = len(P.op_candidates(o.tp, True)) - (0 if P.token_split_allowed(o) else 1)

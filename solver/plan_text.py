@@ -4,7 +4,6 @@ export render with it, so it sits below all three."""
 
 from __future__ import annotations
 
-from paraplan.cost import partition as P
 from paraplan.cost.specs import Instance
 from paraplan.cost.plan_specs import Plan
 from paraplan.solver.format import seconds
@@ -31,7 +30,10 @@ def describe_partitions(plan: Plan, inst: Instance) -> list[str]:
 
 def partition_lines(partitions, tp: int, gpn: int) -> list[str]:
     """describe_partitions of a layer plan over a tp group on nodes of `gpn` GPUs."""
-    if not partitions or P.is_megatron(dict(partitions)):
+    if not partitions:
+        return []
+    from paraplan.cost import partition as P  # a plan with partitions only (issue 33, start-up)
+    if P.is_megatron(dict(partitions)):
         return []
     out = []
     for op, spec in partitions:

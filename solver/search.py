@@ -83,7 +83,8 @@ from paraplan.cost.plan_specs import ClassOuter, Plan, ReplicaClass
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
-from paraplan.solver import class_partitions, memory_tiers
+from paraplan.solver import memory_tiers
+from paraplan.solver.partition_plans import enabled as partitions_enabled
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
 from paraplan.solver.bounds.fill_drain import priced_bounds_s
@@ -103,6 +104,7 @@ from paraplan.solver.planner import (CUTOFF, FEASIBLE, INFEASIBLE, OPTIMAL, REL_
 
 if TYPE_CHECKING:
     from paraplan.formulations.dualpipe import DualPipeProblem
+    from paraplan.solver import class_partitions  # imported where layer plans are searched
 
 OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
@@ -1027,7 +1029,7 @@ class _Search:
         self.rank: range | list[int] = range(len(outers)) if lazy is None else []
         self.floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
         self.placements: dict = {}  # shared by the configurations (problem_for)
-        self.partitions = class_partitions.enabled(inst)
+        self.partitions = partitions_enabled(inst)
         # outers whose layer-plan combinations are not yet set up
         self.groups_of_plans: list[_Unpriced] = self._plan_groups() if self.partitions else []
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
@@ -1058,6 +1060,7 @@ class _Search:
     def _plan_groups(self) -> list[_Unpriced]:
         """Layer plans per class and group (solver/class_partitions.py), set up in the order of
         a bound of all of an outer's combinations read before pricing, in chunks of PLANS_CHUNK."""
+        from paraplan.solver import class_partitions  # a search over layer plans only (issue 33, start-up)
         inst, outers = self.inst, self.outers
         plan_floor = floor_bounds_s(inst, outers, self.idx, self.agg, self.weights, self.uniform, layer_plans=True,
                                     deadline=self.floor_by)
@@ -1408,6 +1411,7 @@ class _Search:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
         them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), expanded
         (_push_layer_plans) only when it comes up and can still win."""
+        from paraplan.solver import class_partitions  # a search over layer plans only
         outers = [self.outers[j] for j in js]
         plan_floor = floor_bounds_s(self.inst, outers, self.idx, self.agg, self.weights, self.uniform,
                                     layer_plans=True, deadline=self.floor_by, memo=self.floor_memo)
@@ -1757,6 +1761,7 @@ def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placemen
                  uniform: bool, res: SolveResult) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
     when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
+    from paraplan.solver import class_partitions  # a search over layer plans only
     idx, _, _ = scenario_weights(inst, objective)
     ch = class_partitions.OuterChoices(inst, o, idx, placer(inst, o, placements),
                                        class_outers(inst.job, o),

@@ -155,7 +155,6 @@ from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineS
 from paraplan.solver.class_layouts import (FAMILIES, divisors, check_layouts, class_shapes, cp_values,
                                            replica_shapes, stage_replicas, stage_representatives,
                                            stage_shapes, tp_choices)
-from paraplan.solver.class_partitions import partition_count
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 # Micro-batch vectors are enumerated with numpy; a space needing more is refused up front.
@@ -1234,6 +1233,8 @@ def summarize(inst: Instance, outers: list[ClassOuter], uniform: bool = False) -
     dual = dualpipe_job(inst)
     # read once per instance and per ep, not per outer (a Qwen3-235B space lists 167,326)
     parts = partitions_enabled(inst)
+    if parts:  # imported here: the layer plans serve only a search over them (issue 33, start-up)
+        from paraplan.solver.class_partitions import partition_count
     paired_of: dict[int, bool] = {}
     for o in outers:
         v = o.virtual_stages
@@ -1291,6 +1292,7 @@ def _partition_tally(inst: Instance, b: OuterBlock, memo: dict) -> dict:
     (partition_count): the block fixes the tp of each (class, group) choice, and the count reads
     beside it only the outer's ZeRO stage and sp flag, so one outer is built per (tp per
     choice, ZeRO, sp) of the blocks (`memo`); the loops are specs()'."""
+    from paraplan.solver.class_partitions import partition_count  # layer plans only (issue 33)
     tps = tuple(b.tp_of(g) for c in b.classes for g in sorted(set(c.stage_groups)))
     out: dict[tuple, int] = {}
     for sp, zero, admitted in b.modes_left:

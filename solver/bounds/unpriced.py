@@ -40,7 +40,6 @@ from collections import defaultdict
 
 import numpy as np
 
-from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_layer_floor_s,
                                         dense_prefix_floor_s, layer_time_floor_s, megatron_layer,
                                         output_layer_floor_s, stage_outer)
@@ -254,10 +253,12 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
                                    else output_layer_floor_s(inst, lo, site))
     a0 = dense_prefix_floor_s(inst, lo, site, moe_floor_s=f, dense_floor_s=dense[0])
     alast = dense[1]
-    if layer_plans and P.spatial_temporal_allowed(lo):
-        table = P.table_for(inst.group_alone(g, inst.scenarios[i].cluster), lo, site, NetEfficiency())
-        opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
-        f = min(f, opt.fwd_s + opt.bwd_s)
+    if layer_plans:
+        from paraplan.cost import partition as P  # layer plans only (issue 33, start-up)
+        if P.spatial_temporal_allowed(lo):
+            table = P.table_for(inst.group_alone(g, inst.scenarios[i].cluster), lo, site, NetEfficiency())
+            opt, _ = optimistic_terms(table, plan_rows(table, P.token_split_allowed(lo)))
+            f = min(f, opt.fwd_s + opt.bwd_s)
     memo[key] = (f, a0, alast)
     return f, a0, alast
 

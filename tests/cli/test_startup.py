@@ -18,7 +18,11 @@ the layout options' families (paraplan.solver.option_families), the asymmetric p
 module (test_the_watched_modules_exist); DualPipe's problem and the schema are checked loaded
 where a DualPipe job and --json use them. Nor the published rows' reader and the stored
 cross-validation's (paraplan.cost.calibration, paraplan.cost.crossval): a plan's band reads
-what they give from cost/published/trust_table.json (cost/trust_table.py)."""
+what they give from cost/published/trust_table.json (cost/trust_table.py). Nor the per-operator
+partitions' tables and rules (paraplan.cost.partition, paraplan.cost.partition_names) or the
+layer plans' search (paraplan.solver.class_partitions), which only a search over partitions
+(search.tensor_partitions) reads, checked loaded there: their records cost GPT-3 175B's plan on
+1,024 A100 (the README's first command, planned here too) about 7 ms of CPU at every start."""
 
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "co
            "paraplan.solver.dynamic", "paraplan.cost.fit", "difflib", "paraplan.cost.dualpipe",
            "paraplan.formulations.partition", "paraplan.cost.hf_config", "paraplan.formulations.dualpipe",
            "paraplan.solver.option_families", "paraplan.cost.asymmetric", "paraplan.solver.commands.schema",
-           "paraplan.cost.calibration", "paraplan.cost.crossval")
+           "paraplan.cost.calibration", "paraplan.cost.crossval", "paraplan.cost.partition",
+           "paraplan.cost.partition_names", "paraplan.solver.class_partitions")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:
@@ -54,7 +59,7 @@ def _loaded(path: Path, argv: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", ["tiny-gpt-8xA100.yaml", "mixtral-8x7b-64xH100.yaml"])
+@pytest.mark.parametrize("name", ["tiny-gpt-8xA100.yaml", "mixtral-8x7b-64xH100.yaml", "gpt3-175b-1024xA100.yaml"])
 def test_the_default_backend_imports_no_solver_library(name):
     got = _loaded(ROOT / "instances" / name, [])
     assert got == {"code": 0, "loaded": []}, got
@@ -95,6 +100,17 @@ def test_a_feature_still_imports_its_module(argv, module):
     # objective (the 8B file's bandwidth scenarios)
     got = _loaded(ROOT / "instances" / "mixed" / "llama3-8b-dynamic.yaml", argv)
     assert got["code"] == 0 and module in got["loaded"], got
+
+
+def test_a_search_over_partitions_still_imports_them():
+    # the tiny GPT at tp 4 with per-operator partitions: its plan splits attn.qkv K@node, so the
+    # tables priced it (a watched name that the search never loaded would pass the first test
+    # whatever it imports)
+    got = _loaded(ROOT / "instances" / "tiny-gpt-8xA100.yaml",
+                  ["--search", "tensor_partitions=megatron,spatial_temporal", "--search", "tp=4"])
+    assert got["code"] == 0, got
+    assert {"paraplan.cost.partition", "paraplan.cost.partition_names",
+            "paraplan.solver.class_partitions"} <= set(got["loaded"]), got
 
 
 def test_a_dualpipe_job_still_imports_its_pricing(tmp_path):
