@@ -21,6 +21,11 @@ LONGEST_FIRST = (
     # could be the last test left running
     "tests/mixed/test_option_bound_admissible.py",
     "tests/mixed/test_stage_families.py",
+    # the longest test of each, 5-7 s of CPU (-n 0, load 12-15, issue 32): the full-disk sweep,
+    # the grown options on random mixed clusters, the bisection's partition split
+    "tests/robustness/test_fuzz_hostile.py",
+    "tests/mixed/test_mixed_agreement.py",
+    "tests/mixed/test_batched_bounds.py",
 )
 
 
