@@ -1,5 +1,5 @@
 """The quantile objective's factor in the keys of the families a search sets up as it reaches
-them (solver/bounds/stage_families.py, solver/option_families.py): each key is at most the best
+them (solver/bounds/stage_families.py): each key is at most the best
 p90 of the plans its family holds, its factor the least that any of those plans gets.
 
 Under a pNN objective every configuration's times are scaled by its factor
@@ -7,22 +7,24 @@ Under a pNN objective every configuration's times are scaled by its factor
 so a family's key must carry a factor no larger than the least over the plans it holds, or the
 search would prune a family holding the optimum. The agreement tests run objective `mean`
 (factor 1), where no factor is read; here the clusters mix GPU types of the catalogue whose
-factors differ (an unvalidated die's factor grows with the pipeline, a fitted one's does not;
-ZeRO and the GPU types used move it too), on small random instances (tests/mixed/
+factors differ (dies the published rows fit, A100 and H100, beside two they do not, V100 and
+L40S; the memory tiers differ too), on small random instances (tests/mixed/
 test_stage_families.repeated_types_instance's shape, each group one of the catalogue's types).
+At this scale the factor does not move with ZeRO or the depth; the test below this one reads
+a ZeRO stage's own factor at a scale where it does.
 
 Per memory tier the search runs (solver/memory_tiers.py: each tier is a search of its own,
-its factor read at its cap), every family is opened and every tp choice, class layout or
-option choice set up; the reference is exhaustive search (solver/exhaustive.py: every micro-
-batch vector, split and recompute count, no bound) over the family's own configurations, at
-their own factors. Asserted per key: it is at most that best p90; and the factor it
-carries (the key over the same search's key under objective `mean`, whose floors are the same
-floats) is at most the least factor of the configurations it stands for. The second is the
-check of the factor itself: the keys are bounds before pricing, well below the plans' values on
-these small models (their hand-offs and syncs weigh as much as their layers), so a key at too
-large a factor would still pass the first. So that it can fail, the test asserts that some key
-stands only for plans whose factor is below the space's largest (a key at that one factor
-would fail there), and that the factors the keys carry differ."""
+its factor read at its cap), every family is opened and every tp choice or class layout set up
+(with no layout option on: the stage and replica families); the reference is exhaustive search
+(solver/exhaustive.py: every micro-batch vector, split and recompute count, no bound) over the
+configurations each key stands for, at their own factors. Asserted per key: it is at most that
+best p90; and the factor it carries (the key over the same search's key under objective
+`mean`, whose floors are the same floats) is at most the least factor of the configurations it
+stands for. The second is the check of the factor itself: the keys are bounds before pricing,
+well below the plans' values on these small models (their hand-offs and syncs weigh as much as
+their layers), so a key at too large a factor would still pass the first. So that it can fail,
+the test asserts that some key stands only for plans whose factor is below the space's largest
+(a key at that one factor would fail there), and that the factors the keys carry differ."""
 
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ import math
 import random
 
 import pytest
-from option_layouts import option_family_layouts
 from randinst import Space
 
 from paraplan.cost.readers.gpus import load_catalogue
@@ -40,18 +41,16 @@ from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import exhaustive as exhaustive_mod
 from paraplan.solver import memory_tiers
 from paraplan.solver import search as search_mod
-from paraplan.solver.option_families import OptionFamily
 
-# an unvalidated die (its factor grows with the pipeline) beside fitted ones
+# two dies the published rows fit beside two they do not (their factors differ)
 TYPES = ("V100-SXM-32GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "L40S")
 REL = 1e-9  # float headroom of a key against a value (the search's keys are lowered by FAMILY_MARGIN)
 
 
-def p90_instance(seed: int, options: bool = False) -> Instance:
+def p90_instance(seed: int) -> Instance:
     """Three or four groups of one or two nodes of 2 GPUs of the catalogue's TYPES (HBM cut to
     1-3 GiB, so memory binds; the factor reads the type's name, not its HBM), tp 1 or 2 per
-    group, ZeRO 0 or 1, objective p90; `options`: search.idle_gpus (a stage family on one group
-    then holds pipelines of one stage and of several: stage_families._depths)."""
+    group, ZeRO 0 or 1, objective p90."""
     rng = random.Random(seed)
     heads = 8
     hidden = heads * 64
@@ -70,21 +69,16 @@ def p90_instance(seed: int, options: bool = False) -> Instance:
     return Instance(name=f"p90-{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                     job=JobSpec(global_batch=rng.choice([8, 12])),
                     search=Space(objective="p90", micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,),
-                                 tp=(1, 2), full_recompute=False, idle_gpus=options))
+                                 tp=(1, 2), full_recompute=False))
 
 
 def family_layouts(lazy) -> dict[int, list[tuple[float, list]]]:
-    """Per family of `lazy` (search._Partials), every key it is set up under with the
-    configurations that key stands for: (the family's key, all its layouts' configurations),
-    and per tp choice, class layout or option node (its key, its layouts' configurations);
+    """Per stage or replica family of `lazy` (search._Partials), every key it is set up under
+    with the configurations that key stands for: (the family's key, all its layouts'
+    configurations), and per tp choice or class layout (its key, its layouts' configurations);
     every family opened and every choice set up, with no cutoff."""
     out: dict[int, list[tuple[float, list]]] = {}
-    margin = 1 - search_mod.FAMILY_MARGIN
-    for f, node, part in option_family_layouts(lazy):
-        out.setdefault(f, []).append((node.bound * margin, _outers(part)))
-    for f, fam in enumerate(lazy.families):
-        if isinstance(fam, OptionFamily):
-            continue
+    for f in range(len(lazy.families)):
         for ch in lazy.open_family(f, lambda lb: True):
             start = len(lazy.partials)
             lazy.set_up([ch])
@@ -113,10 +107,11 @@ def deferred(monkeypatch):
     monkeypatch.setattr(search_mod, "DEFER_TP_CHOICES", 0)
 
 
-@pytest.mark.parametrize("seed, options", [(0, False), (1, False), (2, False),
-                                           pytest.param(0, True, marks=pytest.mark.slow)])
-def test_a_familys_key_carries_at_most_the_least_factor_of_its_plans(seed, options, deferred, monkeypatch):
-    inst = p90_instance(seed, options)
+# CPU, measured -n 0: seed 0 6 s (marked slow), 1 2.2 s, 2 1.3 s; with search.idle_gpus seed 0
+# took 62 s, where the factors of one stage and of several are the same at this scale: left out
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.slow), 1, 2])
+def test_a_familys_key_carries_at_most_the_least_factor_of_its_plans(seed, deferred, monkeypatch):
+    inst = p90_instance(seed)
     checked = 0
     factors_read, below_largest = set(), 0
     for t in memory_tiers.tiers(inst):
