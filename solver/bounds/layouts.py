@@ -61,25 +61,26 @@ from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 
 def _factor_memo(inst):
-    """The least quantile factor of a block's ZeRO stages (trust.objective_factor_of reads the
-    GPU types used, ZeRO, cp and the deepest class: kept by those)."""
+    """The quantile factor of a block's configurations per ZeRO stage of the block, {ZeRO
+    stage: factor} (trust.objective_factor_of reads the GPU types used, ZeRO, cp and the deepest
+    class: kept by those; a block fixes all of them but ZeRO)."""
     factors: dict[tuple, float] = {}
     reads: dict[int, tuple] = {}  # id(classes) -> (groups used, deepest class up to 2)
 
-    def least(b) -> float:
+    def per_zero(b) -> dict[int, float]:
         got = reads.get(id(b.classes))
         if got is None or got[0] is not b.classes:  # the blocks hold their classes alive
             got = reads[id(b.classes)] = (b.classes, tuple(sorted({g for c in b.classes for g in c.stage_groups})),
                                           min(max(c.pp for c in b.classes), 2))
         _, used, deep = got
-        out = float("inf")
+        out = {}
         for z in b.tally.zeros:
             key = (used, z, min(b.cp, 2), deep)
             if key not in factors:
                 factors[key] = group_factor(inst, used, z, b.cp, deep, factors)
-            out = min(out, factors[key])
+            out[z] = factors[key]
         return out
-    return least
+    return per_zero
 
 
 def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
@@ -87,7 +88,7 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
     aggregated as `agg` (solver/search.scenario_weights); inf for a block of no configuration.
     `memo`: unpriced.floor_bounds_s's."""
     out = np.full(len(blocks), np.inf)
-    least_factor = _factor_memo(inst)
+    factors_of = _factor_memo(inst)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
     # representatives by the flags their floors take the least over (a call of floor_bounds_s each)
     reps: dict[tuple, list] = defaultdict(list)  # (sp flags, recompute modes) -> [(block, outer, factor)]
@@ -95,7 +96,7 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
         ty = b.tally
         if ty.first is None:
             continue
-        factor = least_factor(b)
+        factor = min(factors_of(b).values())
         _, zero, _, rc, ep, etp, _, _ = ty.first
         for v, emb, loss in ty.vslots:
             reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
@@ -191,7 +192,8 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     their own; chunks of 1 layer in either case, a relaxation of the chunks of v), symmetric
     in the stages as A is. D is at most the slowest sync of each configuration of that ZeRO
     stage and v, a term of its value that the bound before pricing leaves out: it enters
-    batched.relaxed_s as its D and adds to J, both lowered by TIE_MARGIN as J is. The block's
+    batched.relaxed_s as its D and adds to J, both lowered by TIE_MARGIN as J is, and the
+    bound of that ZeRO stage takes its own quantile factor, not the least of the block's. The block's
     bound is the least over its (ZeRO stage, v); `per_mode` keeps each one under
     (block index, ZeRO stage, v): the bound of that block's configurations of that ZeRO stage
     and v (ZeRO-1's reduce-scatter and all-gather take less than ZeRO-0's all-reduce, so a
@@ -206,7 +208,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     read_syncs = per_mode is not None
     syncs: dict[tuple, dict] = {}  # _least_syncs'
     out = np.full(len(blocks), np.inf)
-    least_factor = _factor_memo(inst)
+    factors_of = _factor_memo(inst)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
     # (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) -> (t_g, h_g)
     per_group: dict[tuple, tuple[float, float]] = {}
@@ -252,7 +254,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
                     tg[g] = got
                 t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
                 h[si] = tg[c.stage_groups[-1]][1]
-            fresh[c.pp].append((b, t, h, e, l_, least_factor(b), vs, c.replicas, gb // b.micro_batch, plain))
+            fresh[c.pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
         # (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each
         gd = _block_syncs(inst, b, idx, uniq, where, syncs, memo, layer_memo, net) if read_syncs else {}
         by_pp[c.pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, gd, slotted))
@@ -267,8 +269,10 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
                per_mode: dict | None) -> np.ndarray:
     """stage_bound_rows' bounds of its blocks of `pp` stages (`items`, as it lists them), per
     block: the least over each v and ZeRO stage of relaxed_s of the kept A and S with the
-    slowest sync D, aggregated over scenarios, times the least quantile factor; each (ZeRO
-    stage, v)'s own bound kept in `per_mode` where given."""
+    slowest sync D, aggregated over scenarios, times that ZeRO stage's quantile factor (the
+    block fixes every other feature the factor reads; a v read without syncs, times the least
+    over the block's ZeRO stages); each (ZeRO stage, v)'s own bound kept in `per_mode` where
+    given."""
     n = len(idx)
     kept = [_kept_terms(memo, it[1], idx) for it in items]
     A = np.stack([k[0] for k in kept])  # (rows, scenarios)
@@ -276,8 +280,8 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
     N = len(items)
     x = np.array([it[3] for it in items], float)[:, None, None]
     M = np.array([it[4] for it in items], float)[:, None, None]
-    factor = np.array([k[2] for k in kept])
-    best = np.full((N, n), np.inf)
+    factor = np.array([min(k[2].values()) for k in kept])
+    best = np.full((N, n), np.inf)  # in units of each block's least factor
     for v in sorted({v for it in items for v in it[2]}):
         has = np.array([v in it[2] for it in items])
         lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
@@ -290,10 +294,12 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
             bz = relaxed_s(A[rows, :, None], S[rows, :, None], D[:, :, None], x[rows], lo[rows], M[rows],
                            float(v), False) * (1 - TIE_MARGIN)
             bz = np.maximum(b[rows], np.maximum(bz, np.where(fd[rows] > 0, fd[rows] + D * (1 - TIE_MARGIN), 0.0)))
-            best[rows] = np.minimum(best[rows], bz)
+            # the configurations of ZeRO stage z take its factor, at least the block's least
+            fz = np.array([kept[k][2][z] for k in rows.tolist()])
+            best[rows] = np.minimum(best[rows], bz * (fz / factor[rows])[:, None])
             covered[rows] = True
             if per_mode is not None:
-                lbz = (bz.max(-1) if agg == "max" else bz @ np.asarray(weights, float)) * factor[rows]
+                lbz = (bz.max(-1) if agg == "max" else bz @ np.asarray(weights, float)) * fz
                 for k, lb in zip(rows.tolist(), lbz.tolist()):
                     per_mode[items[k][0], z, v] = lb
         best = np.where((has & ~covered)[:, None], np.minimum(best, b), best)  # (none: every v has a ZeRO stage)
@@ -312,8 +318,8 @@ def _mode_syncs(items: list, z: int, v: int, L: int) -> tuple[np.ndarray, np.nda
 
 def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
     """Block b's sync-free terms on scenarios `idx` as _keep_terms kept them in `memo`, or None:
-    (A, S, least quantile factor, {v: (relaxed_s of A and S, fill_drain's J / v or 0)}), each
-    per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
+    (A, S, {ZeRO stage: quantile factor}, {v: (relaxed_s of A and S, fill_drain's J / v or 0)}),
+    each per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
     reads them again when the search pops it to read its syncs (search._Search._read_syncs),
     which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33)."""
     got = memo.get(("stage rows", id(b), tuple(idx)))
@@ -322,7 +328,7 @@ def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
 
 def _keep_terms(memo: dict, idx: list[int], items: list, L: int) -> None:
     """stage_bound_rows' sync-free terms of blocks `items` of one pp, (block, floors t
-    (scenarios, pp), output layer h (scenarios), e, l, least factor, v values, replicas,
+    (scenarios, pp), output layer h (scenarios), e, l, factor per ZeRO stage, v values, replicas,
     micro-batches, the v fill_drain reads) each, kept in `memo` (_kept_terms)."""
     n = len(idx)
     t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)

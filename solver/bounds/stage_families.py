@@ -46,9 +46,10 @@ else the layers plus two). Where a group's tp is not yet chosen, r_g is its larg
 least / largest over the tp values left (every term above moves the bound down with r_g up and
 t_min down, t_max up). Over scenarios the bound is aggregated as the search's objective does
 (max, or a weighted sum with weights >= 0: both monotone), times the least quantile factor of
-the family's ZeRO stages (the factor reads the GPU types used, ZeRO, cp and the deepest class:
-min(pp, 2) = 2 for a class through two groups or more), and the least over b (every micro-batch
-size the space may offer, a superset of each block's). So the bound is at most each block's
+the family's ZeRO stages and depths (the factor reads the GPU types used, ZeRO, cp and the
+deepest class: min(pp, 2) = 2 for a class through two groups or more, 1 or 2 on one group:
+_depths), and the least over b (every micro-batch size the space may offer, a superset of each
+block's). So the bound is at most each block's
 bound, so at most each partial layout's (the least of its blocks'), so at most every
 configuration's bound before pricing: a family or a tp choice whose bound cannot beat a plan's
 value holds no configuration that can, and the search's answer, with its tie rule, is that of
@@ -104,6 +105,15 @@ def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> floa
                 classes=(ClassShape(replicas=1, stage_groups=(g,) * min(depth, 2)),), zero=zero, cp=cp))
         out = max(out, memo[key])
     return out
+
+
+def _depths(fam) -> tuple[int, ...]:
+    """The deepest class's min(pp, 2) over the pipelines of StageFamily `fam`, as the quantile
+    factor reads it (group_factor): 2 through two groups or more (a stage per group at least);
+    on one group (a family only with search.idle_gpus) one stage or several, so both: which
+    factor is the lesser is the published rows' to say (cost/trust.objective_factor reads pp > 1
+    as a distance feature), and the key takes the least of the two."""
+    return (2,) if len(fam.used) > 1 else (1, 2)
 
 
 @dataclass(frozen=True)
@@ -382,7 +392,7 @@ class FamilyBounds:
                                  np.maximum(rows, 1.0), rate.reshape(-1, G)).reshape(nb, ns)
         z = np.where((m >= 1)[:, None] & ~np.isnan(j), j, np.inf)
         per_mb = z.max(axis=1) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        return float(per_mb.min() * self.factor(fam.used, fam.cp, (G,)))
+        return float(per_mb.min() * self.factor(fam.used, fam.cp, _depths(fam)))
 
     def combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray]:
         """(index in tp_choices, bound) of each of the family's tp choices, in declared order
@@ -444,7 +454,7 @@ class FamilyBounds:
         valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[:, None, None]
         z = np.where(valid, z, np.inf)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        factor = self.factor(fam.used, fam.cp, (len(fam.used),))
+        factor = self.factor(fam.used, fam.cp, _depths(fam))
         terms = (z1, zv, np.stack(per_group, axis=1), np.stack(floors, axis=1), valid, factor)
         return index, per_mb.min(axis=1) * factor, terms
 
