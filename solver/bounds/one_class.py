@@ -69,12 +69,20 @@ def slot_relaxation(c: StageCoefficients) -> StageCoefficients:
     e, l = c.outer.embedding_in_split, c.outer.loss_in_split
     if not (e or l):
         return c
-    off = np.asarray(slot_offsets(c.pp, e, l), float)
     return replace(c, layers=c.layers + e + l, outer=replace(c.outer, embedding_in_split=False, loss_in_split=False),
-                   stage_time_s=c.stage_time_s - off * c.layer_time_s,
-                   stage_sync_time_s=c.stage_sync_time_s - off * c.layer_sync_time_s,
-                   stage_mem_bytes=(c.stage_mem_bytes - off * (c.layer_state_bytes + c.layer_act_bytes)
-                                    - schedule.slot_relief_bytes(c)))
+                   **slot_relaxed_terms(c, e, l))
+
+
+def slot_relaxed_terms(c: StageCoefficients, embedding: bool, loss: bool) -> dict:
+    """The stage terms slot_relaxation changes (stage_time_s, stage_sync_time_s,
+    stage_mem_bytes), for `c` read with these slot flags in place of its outer's: the bound
+    before pricing (unpriced_memory.py) keeps one set of coefficients for the configurations
+    that differ only in their slots, and relaxes each without building it."""
+    off = np.asarray(slot_offsets(c.pp, embedding, loss), float)
+    return dict(stage_time_s=c.stage_time_s - off * c.layer_time_s,
+                stage_sync_time_s=c.stage_sync_time_s - off * c.layer_sync_time_s,
+                stage_mem_bytes=(c.stage_mem_bytes - off * (c.layer_state_bytes + c.layer_act_bytes)
+                                 - schedule.slot_relief_bytes(c, embedding, loss)))
 
 
 def drain_credit_s(c: StageCoefficients) -> float:

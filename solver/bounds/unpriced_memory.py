@@ -57,7 +57,6 @@ per-operator partitions; elsewhere 0 (no bound).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 
@@ -72,7 +71,7 @@ from paraplan.cost.objective import capped_memory
 from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
-from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxation, tight_class_terms
+from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxed_terms, tight_class_terms
 from paraplan.solver.bounds.unpriced import floor_layer_terms, stage_floor_terms
 
 
@@ -150,11 +149,12 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     The coefficients before the slot relaxation read no slot (_floor_coefficients): the
     configurations of a block that differ only in their slots share them."""
     out = []
-    slotted = co.embedding_in_split or co.loss_in_split
+    e, l = co.embedding_in_split, co.loss_in_split
     for c_floor in _floor_coefficients(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve):
-        # (slot_relaxation reads the slots off the outer; unflagged, it is the coefficients themselves)
-        c_floor = slot_relaxation(replace(c_floor, outer=co)) if slotted else c_floor
-        out.append((c_floor.layers, {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}))
+        arrays = {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}
+        if e or l:  # slot_relaxation's terms, with co's slots (c_floor's outer may have others)
+            arrays.update(slot_relaxed_terms(c_floor, e, l))
+        out.append((c_floor.layers + e + l, arrays))
     return out
 
 
