@@ -245,7 +245,8 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     slopes = np.concatenate([slope1, slope2], 1)
     lengths = np.concatenate([seg1, seg2], 1)
     order = np.argsort(slopes, axis=1, kind="stable")
-    slopes, lengths = np.take_along_axis(slopes, order, 1), np.take_along_axis(lengths, order, 1)
+    rows = np.arange(len(order))[:, None]  # (take_along_axis's gather, without its checks)
+    slopes, lengths = slopes[rows, order], lengths[rows, order]
     before = np.cumsum(lengths, 1) - lengths
     take = np.clip(float(L - pp * v) - before, 0, lengths)
     sigma = (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
