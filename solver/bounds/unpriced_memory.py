@@ -105,7 +105,7 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
     A = np.zeros((len(outers), len(inst.scenarios), K))
     S, D = np.zeros_like(A), np.zeros_like(A)
     for (pp, v, layers), items in rows.items():
-        stacked = {f: np.stack([x[3][f] for x in items]) for f in TIGHT_ARRAYS}
+        stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
         tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
         at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
         A[at] = np.where(fits, tau, np.inf)
