@@ -987,16 +987,18 @@ def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: 
             got.flags.writeable = False
         return got
     n = _max_layers_per_stage(*arrays, v, layers)
-    rows = [np.broadcast_to(a, n.shape) for a in arrays]
     # a batch larger than the cache is not kept: it would only evict itself (a layer-plan grid
     # of solver/class_partitions.py: 10^6 rows took minutes and 6 GB to store, none reread)
-    if n.ndim == 2 and len(n) <= _CAPS_MAX_ROWS and all(a.dtype == np.float64 for a in rows):
+    if n.ndim == 2 and len(n) <= _CAPS_MAX_ROWS and all(np.asarray(a).dtype == np.float64 for a in arrays):
+        # each row's bytes as one row alone would give them (C order: a row of a C-contiguous
+        # array is contiguous); broadcast where a row is shared
+        rows = [np.ascontiguousarray(a if np.shape(a) == n.shape else np.broadcast_to(a, n.shape)) for a in arrays]
         if len(_CAPS) + len(n) > _CAPS_MAX_ROWS:
             _CAPS.clear()
         for r in range(len(n)):
             row = n[r].copy()
             row.flags.writeable = False
-            _CAPS.setdefault(_caps_key(*(np.ascontiguousarray(a[r]) for a in rows), v, layers), row)
+            _CAPS.setdefault(_caps_key(*(a[r] for a in rows), v, layers), row)
     return n
 
 
@@ -1011,7 +1013,8 @@ def _max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers:
     least = state + np.where(frees, ckpt, act)
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.floor(np.maximum(capacity - stage_mem, 0) / least)
-    n = np.clip(np.nan_to_num(n, nan=layers, posinf=layers), 0, layers)
+    # (nan_to_num's nan and +inf to `layers`; -inf, as its most negative float, clips to 0)
+    n = np.clip(np.where(np.isnan(n) | (n == np.inf), layers, n), 0, layers)
     n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))  # memory does not grow with n
     for _ in range(64):  # the guess is off by a float step or two: move it onto the predicate
         up = (n < layers) & fit(n + 1)
@@ -1019,7 +1022,8 @@ def _max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers:
         if not (up.any() or down.any()):
             break
         n = n + up - down
-    assert not ((n < layers) & fit(n + 1) | (n > 0) & ~fit(n)).any(), "max_layers_per_stage off the predicate"
+    else:  # (a break leaves it on the predicate: checked only where the steps ran out)
+        assert not ((n < layers) & fit(n + 1) | (n > 0) & ~fit(n)).any(), "max_layers_per_stage off the predicate"
     return (n // v) * v
 
 

@@ -73,13 +73,15 @@ def uneven_chunk_mem_bytes(c: StageCoefficients, n: np.ndarray, r: np.ndarray) -
     return np.where(f != 0, f * np.nan_to_num(per_layer), 0.0)
 
 
-def slot_relief_bytes(c: StageCoefficients) -> np.ndarray:
+def slot_relief_bytes(c: StageCoefficients, embedding: bool | None = None, loss: bool | None = None) -> np.ndarray:
     """Per stage, the most uneven_chunk_mem_bytes can take off the linear terms
-    (pipeline_split.slot_relief_bytes): a linear memory row lowered by it is a relaxation."""
+    (pipeline_split.slot_relief_bytes): a linear memory row lowered by it is a relaxation.
+    `embedding`, `loss`: the slot flags to read (default c.outer's)."""
     if not c.in_flight.size:
         return np.zeros(c.pp)
-    return _slot_relief_bytes(c.in_flight, c.outer.virtual_stages, c.outer.embedding_in_split,
-                              c.outer.loss_in_split, c.layer_act_bytes, c.layer_ckpt_bytes)
+    o = c.outer
+    return _slot_relief_bytes(c.in_flight, o.virtual_stages, o.embedding_in_split if embedding is None else embedding,
+                              o.loss_in_split if loss is None else loss, c.layer_act_bytes, c.layer_ckpt_bytes)
 
 
 def pipeline_time_s(t: np.ndarray, m: int, v: int, drain_saving: np.ndarray | None = None) -> np.ndarray:

@@ -151,7 +151,8 @@ def _held(a, t, cap, z) -> np.ndarray:
     so a stage's own level counts itself)."""
     zz = z[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
-        held = np.nan_to_num(np.clip(np.floor((zz - a) / t), 0, cap), nan=0.0, posinf=0.0)
+        held = np.clip(np.floor((zz - a) / t), 0, cap)
+        held = np.where(np.isnan(held) | (held == np.inf), 0.0, held)  # (nan_to_num's, without its wrapper)
         for _ in range(2):
             held = held + ((held < cap) & (a + (held + 1) * t <= zz))
             held = held - ((held >= 1) & (a + held * t > zz))
@@ -163,9 +164,10 @@ def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
     layers (held: (N, levels, K)): the layers past each stage's first go to the cheapest kinds
     first; inf where they do not fit."""
     order = np.argsort(t, axis=1, kind="stable")  # cheapest kind first
-    cnt = np.take_along_axis(count, order, axis=1)[:, None, :]
-    room = cnt * (np.take_along_axis(held, order[:, None, :], axis=2) - 1)  # beyond each stage's first layer
-    ts = np.take_along_axis(t, order, axis=1)[:, None, :]
+    rows = np.arange(len(order))[:, None]  # (take_along_axis's gathers, without its checks)
+    cnt = count[rows, order][:, None, :]
+    room = cnt * (held[rows[:, :, None], np.arange(held.shape[1])[None, :, None], order[:, None, :]] - 1)  # beyond each stage's first layer
+    ts = t[rows, order][:, None, :]
     extra = (layers - count.sum(axis=1))[:, None, None]
     before = np.cumsum(room, axis=2) - room
     take = np.clip(extra - before, 0, np.maximum(room, 0))

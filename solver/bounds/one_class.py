@@ -69,12 +69,20 @@ def slot_relaxation(c: StageCoefficients) -> StageCoefficients:
     e, l = c.outer.embedding_in_split, c.outer.loss_in_split
     if not (e or l):
         return c
-    off = np.asarray(slot_offsets(c.pp, e, l), float)
     return replace(c, layers=c.layers + e + l, outer=replace(c.outer, embedding_in_split=False, loss_in_split=False),
-                   stage_time_s=c.stage_time_s - off * c.layer_time_s,
-                   stage_sync_time_s=c.stage_sync_time_s - off * c.layer_sync_time_s,
-                   stage_mem_bytes=(c.stage_mem_bytes - off * (c.layer_state_bytes + c.layer_act_bytes)
-                                    - schedule.slot_relief_bytes(c)))
+                   **slot_relaxed_terms(c, e, l))
+
+
+def slot_relaxed_terms(c: StageCoefficients, embedding: bool, loss: bool) -> dict:
+    """The stage terms slot_relaxation changes (stage_time_s, stage_sync_time_s,
+    stage_mem_bytes), for `c` read with these slot flags in place of its outer's: the bound
+    before pricing (unpriced_memory.py) keeps one set of coefficients for the configurations
+    that differ only in their slots, and relaxes each without building it."""
+    off = np.asarray(slot_offsets(c.pp, embedding, loss), float)
+    return dict(stage_time_s=c.stage_time_s - off * c.layer_time_s,
+                stage_sync_time_s=c.stage_sync_time_s - off * c.layer_sync_time_s,
+                stage_mem_bytes=(c.stage_mem_bytes - off * (c.layer_state_bytes + c.layer_act_bytes)
+                                 - schedule.slot_relief_bytes(c, embedding, loss)))
 
 
 def drain_credit_s(c: StageCoefficients) -> float:
@@ -237,7 +245,8 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     slopes = np.concatenate([slope1, slope2], 1)
     lengths = np.concatenate([seg1, seg2], 1)
     order = np.argsort(slopes, axis=1, kind="stable")
-    slopes, lengths = np.take_along_axis(slopes, order, 1), np.take_along_axis(lengths, order, 1)
+    rows = np.arange(len(order))[:, None]  # (take_along_axis's gather, without its checks)
+    slopes, lengths = slopes[rows, order], lengths[rows, order]
     before = np.cumsum(lengths, 1) - lengths
     take = np.clip(float(L - pp * v) - before, 0, lengths)
     sigma = (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)

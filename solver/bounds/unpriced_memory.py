@@ -57,7 +57,6 @@ per-operator partitions; elsewhere 0 (no bound).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 
@@ -72,7 +71,7 @@ from paraplan.cost.objective import capped_memory
 from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
-from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxation, tight_class_terms
+from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxed_terms, tight_class_terms
 from paraplan.solver.bounds.unpriced import floor_layer_terms, stage_floor_terms
 
 
@@ -106,7 +105,7 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
     A = np.zeros((len(outers), len(inst.scenarios), K))
     S, D = np.zeros_like(A), np.zeros_like(A)
     for (pp, v, layers), items in rows.items():
-        stacked = {f: np.stack([x[3][f] for x in items]) for f in TIGHT_ARRAYS}
+        stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
         tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
         at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
         A[at] = np.where(fits, tau, np.inf)
@@ -150,11 +149,12 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     The coefficients before the slot relaxation read no slot (_floor_coefficients): the
     configurations of a block that differ only in their slots share them."""
     out = []
-    slotted = co.embedding_in_split or co.loss_in_split
+    e, l = co.embedding_in_split, co.loss_in_split
     for c_floor in _floor_coefficients(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve):
-        # (slot_relaxation reads the slots off the outer; unflagged, it is the coefficients themselves)
-        c_floor = slot_relaxation(replace(c_floor, outer=co)) if slotted else c_floor
-        out.append((c_floor.layers, {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}))
+        arrays = {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}
+        if e or l:  # slot_relaxation's terms, with co's slots (c_floor's outer may have others)
+            arrays.update(slot_relaxed_terms(c_floor, e, l))
+        out.append((c_floor.layers + e + l, arrays))
     return out
 
 
@@ -169,7 +169,8 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
     configuration's met: read its slots from `co`)."""
     c = o.classes[k]
     groups = sorted(set(c.stage_groups))
-    key = ("floor coefficients", tuple(idx), k, *_memory_key(o, co, c.stage_groups, groups), o.replicas,
+    mkey = _memory_key(o, co, c.stage_groups, groups)
+    key = ("floor coefficients", tuple(idx), k, *mkey, o.replicas,
            # several classes' rings join theirs, at each group's tp (sync_terms)
            None if len(o.classes) == 1 else (o.classes, o.tp, o.group_tp), inst.search.memory_fill_cap, reserve, slow)
     hit = layer_memo.get(key)
@@ -181,17 +182,18 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
         return layer_terms(inst, o, co, i, g, memo, layer_memo, net)
     at = np.array(where, np.int64)
     inflight = in_flight_micro_batches(co.pp, co.num_micro_batches, co.virtual_stages)
-    mem = _stage_memory(inst, o, co, c.stage_groups, groups, where, inflight, idx[0], terms, reserve, layer_memo)
+    mem = _stage_memory(inst, o, co, mkey, groups, where, inflight, idx[0], terms, reserve, layer_memo)
     zeros = np.zeros(co.pp)
     out = []
     for i in idx:
         floors = [stage_floor_terms(inst, i, o, k, g, False, memo) for g in groups]
+        lts = [terms(i, g)[0] for g in groups]
         a = np.zeros(co.pp)
         a[0] = floors[where[0]][1]
         a[-1] += floors[where[-1]][2]
         u = (zeros if o.zero == 3 else
-             np.array([terms(i, g)[0].rc_fwd_s for g in groups])[at] * (1 + slow))
-        syncs = np.array([sync_terms(inst, o, co, i, g, terms(i, g)[0], layer_memo, net) for g in groups])[at]
+             np.array([lt.rc_fwd_s for lt in lts])[at] * (1 + slow))
+        syncs = np.array([sync_terms(inst, o, co, i, g, lt, layer_memo, net) for g, lt in zip(groups, lts)])[at]
         c_floor = StageCoefficients(
             outer=co, layers=inst.model.layers, layer_time_s=np.array([f[0] for f in floors])[at],
             recompute_time_s=u, stage_time_s=a, layer_sync_time_s=syncs[:, 0],
@@ -212,13 +214,13 @@ def _memory_key(o, co, stage_groups: tuple, groups: list[int]) -> tuple:
             o.recompute, bool(o.group_tp), co.zero, co.pp, co.num_micro_batches, co.virtual_stages, o.replicas * o.cp)
 
 
-def _stage_memory(inst, o, co, stage_groups: tuple, groups: list[int], where: list[int], inflight: np.ndarray,
+def _stage_memory(inst, o, co, mkey: tuple, groups: list[int], where: list[int], inflight: np.ndarray,
                   i: int, terms, reserve: float, layer_memo: dict):
     """cost/stage_memory.stage_memory of class `co` of outer `o` on scenario i (stage s on
     groups[where[s]]; `terms(i, g)`: layer_terms), kept in `layer_memo` by what it reads
-    (_memory_key): the configurations that differ only in their embedding / loss slots, or in
-    what the floors and syncs read beside it, share one (issue 33)."""
-    key = ("memory", i, *_memory_key(o, co, stage_groups, groups))
+    (`mkey`: _memory_key): the configurations that differ only in their embedding / loss slots,
+    or in what the floors and syncs read beside it, share one (issue 33)."""
+    key = ("memory", i, *mkey)
     hit = layer_memo.get(key)
     if hit is None:
         first = [terms(i, g) for g in groups]
