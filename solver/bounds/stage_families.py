@@ -103,8 +103,10 @@ from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 # the most tp choices of a stage family whose slowest stage with forced recompute is read
 # (stage_recompute.py: one pass per choice and micro-batch size, about 0.3 ms each); a family of
-# more (8 types: up to 4^8 choices, opened whole) is bounded without it, a lower bound still
-RECOMPUTE_CHOICES = 64
+# more is bounded without it, a lower bound still (8 types: up to 4^8 choices, opened whole;
+# at 64, 4 types' growth row took 1.93-2.02 s of CPU against 1.36-1.48 s without the term, and
+# 1.34-1.39 s at 16, which holds two groups at four tp values each: the 32 + 32 rows' families)
+RECOMPUTE_CHOICES = 16
 
 
 def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> float:
