@@ -1678,7 +1678,8 @@ class _Search:
             return
         if sr.status != OPTIMAL:
             res.unresolved += 1
-            self.open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
+            # its own key bounds it too: a solve the limit cut short may report a bound of 0
+            self.open_bounds.append(max(sr.bound_s, cand.key[0]) if sr.bound_s is not None else cand.key[0])
         if sr.objective_s is not None and self.won.offer(
                 sr.objective_s, cand.key, (cand.outer, sr.micro_batches, sr.layers_per_stage,
                                            sr.full_recompute_layers, cand.partitions)):
