@@ -110,6 +110,9 @@ OBJECTIVES = ("nominal", "robust", "expected")
 # Configurations (lowest bounds first) given a quick even/balanced-split incumbent before the
 # exact solves start; beyond these, each exact solve is its own incumbent.
 INCUMBENT_PROBES = 64
+# with layer plans, the all-Megatron configurations of least bound priced at once as their
+# layouts are listed, for an incumbent (_Search._dive)
+DIVE_OUTERS = 8
 # configurations priced at a time (in the order of their bound before pricing): large enough
 # that the pricing loop runs alone, small enough not to price many that cannot win. The chunks
 # start at FIRST_PRICE_CHUNK and double up to PRICE_CHUNK, so that a first plan (the quick
@@ -840,6 +843,11 @@ class _Partials:
     # per ZeRO stage and v, under representative_key with (ZeRO stage, v) appended
     sync_bounds: dict = dataclasses.field(default_factory=dict)
     synced: set = dataclasses.field(default_factory=set)  # the partial layouts that read them
+    # per stage-wise partial layout set up from a stage family's tp choice, that choice's key: at
+    # most the value of each of its configurations under every layer-plan combination, lowered
+    # by FAMILY_MARGIN (stage_families.py: it reads what memory forces), so its outers' keys
+    # are raised to it (_Search._list_layouts, _plan_nodes)
+    carried: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, inst: Instance, objective: str, families, groups, deadline: float = math.inf) -> "_Partials":
@@ -888,7 +896,7 @@ class _Partials:
         bound can still win (`can_win(bound)`, solver/option_families.py)."""
         from paraplan.solver import option_families  # loaded by `of`, which set the families up
         inst = self.lst.inst
-        new, kids = [], []
+        new, kids, keys = [], [], []
         for ch in choices:
             fam = self.families[ch.family]
             if isinstance(fam, option_families.OptionFamily):
@@ -906,11 +914,15 @@ class _Partials:
             if fam.dp in dps:
                 rank = partial_rank(*fam.at, ch.index, cps.index(fam.cp), dps.index(fam.dp))
                 new.append(stage_partial(self.lst, fam.used, tpg, fam.cp, fam.dp, rank))
+                keys.append((len(new) - 1, ch.key[0]))
         if not new:
             return kids
         start = len(self.partials)
         per_block: dict = {}
         bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo, per_block)
+        for k, lb in keys:  # each at least its choice's key (`carried`)
+            self.carried[start + k] = lb
+            bounds[k] = max(bounds[k], lb)
         self.block_bounds.update({(start + k[0], *k[1:]): lb for k, lb in per_block.items()})
         self.partials += new
         self.bounds = np.concatenate([self.bounds, bounds])
@@ -1054,6 +1066,7 @@ class _Search:
         self.first_plan_by = 0.0  # set as the search starts (run)
         self.pipelines = 0  # asymmetric pipelines listed (_pipelines)
         self.lone_before: dict = {}  # per twins.twin_key, its one-class configuration's bound (_twins_may_win)
+        self.early: set[int] = set()  # outers priced by _dive ahead of their chunks
 
     # -- setting up ---------------------------------------------------------------------------
 
@@ -1355,6 +1368,7 @@ class _Search:
         self.listed_partials += len(got)
         start = len(outers)
         raised: list[float] = []  # per outer, its representative's bound (-inf: none read)
+        carried: list[float] = []  # per outer, its tp choice's key (_Partials.carried; -inf: none)
         # past this a bound cannot win by any key (Winners.beats); with layer plans every outer
         # is pushed (its combinations are nodes of their own, _plan_nodes)
         never = math.inf if self.partitions else self.won.bar()[0] * (1 + REL_TOL)
@@ -1366,11 +1380,12 @@ class _Search:
                     listed = blk.outers()
                     outers.extend(listed)
                     raised += [-math.inf] * len(listed)
+                    carried += [-math.inf] * len(listed)
                     self.rank.extend(range(at, at + len(listed)))
                     at += len(listed)
                     continue
                 key = representative_key(part.index, blk)
-                lb = lazy.block_bounds.get(key, -math.inf)
+                lb = max(lazy.block_bounds.get(key, -math.inf), lazy.carried.get(part.index, -math.inf))
                 if lb > never:
                     self.unlisted += blk.tally.outers
                     self.res.pruned_by_bound += blk.tally.outers
@@ -1387,6 +1402,7 @@ class _Search:
                             self.sync_bound[len(outers)] = sb
                         outers.append(blk.outer(*spec))
                         raised.append(lb)
+                        carried.append(lazy.carried.get(part.index, -math.inf))
                         self.rank.append(at)
                     at += 1
         js = list(range(start, len(outers)))
@@ -1396,6 +1412,7 @@ class _Search:
         floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
                                 deadline=self.floor_by, memo=lazy.memo)
         self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
+        pushed = []
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
             j = js[k]
             lb = self.floor[j]
@@ -1404,18 +1421,46 @@ class _Search:
                 continue
             node = _Unpriced([j], (float(lb), -1, -1))
             heapq.heappush(self.heap, (node.key, next(self.order), node))
+            pushed.append(j)
         if self.partitions:
-            self._push(self._plan_nodes(js))
+            self._push(self._plan_nodes(js, carried))
+            self._dive(pushed)
 
-    def _plan_nodes(self, js: list[int]) -> list[_Unpriced]:
+    def _dive(self, order: list[int]) -> None:
+        """With layer plans, the DIVE_OUTERS all-Megatron configurations of least bound of the
+        layouts just listed (`order`: their outers in bound order) priced and probed at once, for
+        an incumbent (issue 33): each outer's layer-plan node (_plan_nodes) is keyed at or below
+        its own, and thousands of them (32 A100 + 32 H100: some 6,500 in 60 s of CPU) come
+        before the configurations' own plans, so the incumbent stayed at a quick one of 16.19 s
+        (17.23 s at p90) while the layout that holds the no-partition optimum (11.84 s at p90,
+        its quick incumbent its optimum) sat listed, unpriced. Each outer is priced as its own
+        chunk would price it (_price_chunk, which then skips it: `early`); the order of the
+        search changes, not its answer: every node is still pruned only by its own bound."""
+        early = [j for j in order[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+        if not early:
+            return
+        self.early.update(early)
+        new = self.price(early)
+        self.res.priced += len(early)
+        self.probe(new)
+        if not self.uniform:
+            kept = _settle_alone(new, self.won)
+            self.res.pruned_by_bound += len(new) - len(kept)
+            new = kept
+        self._push(new)
+
+    def _plan_nodes(self, js: list[int], carried: list[float] | None = None) -> list[_Unpriced]:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
-        them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), expanded
+        them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), raised to
+        `carried` (per outer, its tp choice's key, _Partials.carried), expanded
         (_push_layer_plans) only when it comes up and can still win."""
         from paraplan.solver import class_partitions  # a search over layer plans only
         outers = [self.outers[j] for j in js]
         plan_floor = floor_bounds_s(self.inst, outers, self.idx, self.agg, self.weights, self.uniform,
                                     layer_plans=True, deadline=self.floor_by, memo=self.floor_memo)
         plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        if carried is not None:
+            plan_floor = np.maximum(plan_floor, carried)
         counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
         return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
 
@@ -1445,10 +1490,11 @@ class _Search:
         # fails for a smaller (the last chunk priced whole up to 511 such outers); nor is
         # one whose layout's syncs (sync_bound) prove it cannot win, nor a twin its one-class
         # configuration settles (_twins_may_win)
-        js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0),
-                                                     max(self.floor[j], self.sync_bound.get(j, -math.inf)))
+        todo = [j for j in cand.outers if j not in self.early]  # (_dive priced the others)
+        js = [j for j in todo if self.can_win((float(self.floor[j]), self.rank[j], 0),
+                                              max(self.floor[j], self.sync_bound.get(j, -math.inf)))
               and self._twins_may_win(j)]
-        self.res.pruned_by_bound += len(cand.outers) - len(js)
+        self.res.pruned_by_bound += len(todo) - len(js)
         if not self.partitions and not dualpipe_job(self.inst):
             js = self._may_fit(js)
         new = self.price(js)
@@ -1637,7 +1683,8 @@ class _Search:
             return
         if sr.status != OPTIMAL:
             res.unresolved += 1
-            self.open_bounds.append(sr.bound_s if sr.bound_s is not None else cand.key[0])
+            # its own key bounds it too: a solve the limit cut short may report a bound of 0
+            self.open_bounds.append(max(sr.bound_s, cand.key[0]) if sr.bound_s is not None else cand.key[0])
         if sr.objective_s is not None and self.won.offer(
                 sr.objective_s, cand.key, (cand.outer, sr.micro_batches, sr.layers_per_stage,
                                            sr.full_recompute_layers, cand.partitions)):

@@ -98,12 +98,12 @@ class RecomputeFloor:
         self.fb, self.inst = fb, fb.inst
         self.memo: dict = {}
 
-    def _sps(self, tp: int, cp: int) -> list[bool]:
+    def sps(self, tp: int, cp: int) -> list[bool]:
         inst = self.inst
         return [sp for sp in inst.search.sequence_parallel
                 if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))] or [False]
 
-    def _rc_fwd_s(self, g: int, tp: int, cp: int) -> np.ndarray:
+    def rc_fwd_s(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): the least forward a full recompute repeats, of
         Megatron's layer and every layer plan (plan_range.py)."""
         key = ("rc", g, tp, cp)
@@ -112,14 +112,14 @@ class RecomputeFloor:
             fb = self.fb
             got = np.full((len(fb.mbs), len(fb.idx)), np.inf)
             for bi, b in enumerate(fb.mbs.astype(int).tolist()):
-                for sp, rc in itertools.product(self._sps(tp, cp), fb.recompute):
+                for sp, rc in itertools.product(self.sps(tp, cp), fb.recompute):
                     for si, i in enumerate(fb.idx):
                         got[bi, si] = min(got[bi, si], plan_range(self.inst, i, g, tp, cp, b, sp, rc,
                                                                   self.memo).least_rc_fwd_s)
             got = self.memo[key] = np.maximum(got, 0.0)
         return got
 
-    def _stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
+    def stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
         """a: one layer's least stash for one micro-batch on group g, fragmentation included:
         Megatron's, or with per-operator partitions the least of it and every layer plan's
         (plan_range.py; the stash is the one memory term a plan may hold less of). Kept by what it
@@ -159,7 +159,7 @@ class RecomputeFloor:
         if got is None:
             cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
             flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
-            a = max(self._stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+            a = max(self.stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
             held = state + flight * a
             slope = held / (flight * (a - c))
             if self.fb.slot_c > 0:  # the end stages: their state alone (module docstring)
@@ -173,7 +173,7 @@ class RecomputeFloor:
         got = self.memo.get(key)
         if got is None:
             got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks)
-                                     for sp, z in itertools.product(self._sps(tp, cp), zeros)]
+                                     for sp, z in itertools.product(self.sps(tp, cp), zeros)]
                                     for b in self.fb.mbs.astype(int).tolist()]
         return got
 
@@ -194,7 +194,7 @@ class RecomputeFloor:
             g, tp, cp, bi = k[1], k[2], k[3], self._mb_index(k[5])
             f = self.fb.floor(g, tp, cp)[bi]
             fs.append(f)
-            rhos.append(0.0 * f if no_rc else self._rc_fwd_s(g, tp, cp)[bi])
+            rhos.append(0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi])
         keys, rows = list(todo), list(todo.values())
         for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
             part = slice(lo, lo + 32)
@@ -254,7 +254,7 @@ class RecomputeFloor:
         read = ("terms read", g, tp, cp, pp, no_rc, tuple(tuple(k for k, _ in per_mb) for per_mb in rows))
         got = self.memo.get(read)
         if got is None:
-            rho = 0.0 * f if no_rc else self._rc_fwd_s(g, tp, cp)
+            rho = 0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)
             r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
             least = L * f / pp
             slowest = np.full(f.shape, np.inf)
@@ -282,11 +282,11 @@ class RecomputeFloor:
             return f
         r = self.least_layers(g, tp, cp, pp, tuple(zeros), most_ranks)
         r = np.where(np.isfinite(r), r, 0.0)[:, None]
-        return f + r * self._rc_fwd_s(g, tp, cp) / self.inst.model.layers
+        return f + r * self.rc_fwd_s(g, tp, cp) / self.inst.model.layers
 
 
 def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
-                         rho: np.ndarray) -> np.ndarray:
+                         rho: np.ndarray, every_stage: bool = True) -> np.ndarray:
     """A*: the least slowest-stage time of any split of `layers` (integers, each stage >= 1)
     over stages whose time is at least t_s(n) = n f + rho ceil(rho_s(n)) for n layers (r_s
     >= rho_s(n) recomputed, an integer; module docstring), n up to where every layer is
@@ -305,7 +305,12 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
     stage's t_s(n) >= n f_s, as its recompute term is >= 0), so at least layers times are <= v
     and the layers-th least is <= v; a time t_s(n) of n f_min > v is above it, so dropping
     every n >= v / f_min + 2 leaves the layers-th least as it was (a deep pipeline of 96
-    layers reads a few of them, not 96)."""
+    layers reads a few of them, not 96).
+
+    `every_stage` False: the stages are places a pipeline may leave empty (search.idle_gpus,
+    solver/bounds/stage_recompute.py): no stage need hold a layer, so a stage that holds none is
+    no refusal and its t_s(1) no bound; A* is then the layers-th least alone, at most that of any
+    subset of the places."""
     stages = room.shape[-1]
     c = -(-layers // stages)
     # rows whose stages hold fewer than `layers` layers in all (each up to where every layer is
@@ -313,13 +318,13 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
     per_full = held - held / slope
     with np.errstate(divide="ignore", invalid="ignore"):
         top = np.floor(np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf) + 1e-9)
-    holds = (np.minimum(top, layers).sum(axis=-1) >= layers) & (top >= 1).all(axis=-1)
+    holds = (np.minimum(top, layers).sum(axis=-1) >= layers) & ((top >= 1).all(axis=-1) | (not every_stage))
     if not holds.all():
         out = np.full((len(room), max(f.shape[1], rho.shape[1])), np.inf)
         if holds.any():
             out[holds] = slowest_stage_each_s(room[holds], held[holds], slope[holds], layers,
                                               np.broadcast_to(f, (len(room), *f.shape[1:]))[holds],
-                                              np.broadcast_to(rho, (len(room), *rho.shape[1:]))[holds])
+                                              np.broadcast_to(rho, (len(room), *rho.shape[1:]))[holds], every_stage)
         return out
     with np.errstate(divide="ignore", invalid="ignore"):
         v = _stage_times(room, held, slope, c, f, rho).max(axis=(-2, -1))  # (rows, k); nan, inf: no cut
@@ -327,9 +332,11 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
         cut = np.where(np.isfinite(v) & np.isfinite(fmin) & (fmin > 0), np.floor(v / fmin) + 2, layers)
     cols = int(min(layers, max(c, cut.max(initial=c))))
     t = _stage_times(room, held, slope, cols, f, rho)  # (rows, k, stages, cols)
+    kth = np.partition(t.reshape(*t.shape[:2], -1), layers - 1, axis=-1)[..., layers - 1]
+    if not every_stage:
+        return np.where(np.isfinite(kth), kth, np.inf)
     first = t[..., 0]
     held_one = np.isfinite(first).all(axis=-1)  # else a stage that holds no layer
-    kth = np.partition(t.reshape(*t.shape[:2], -1), layers - 1, axis=-1)[..., layers - 1]
     with np.errstate(invalid="ignore"):
         return np.where(held_one & np.isfinite(kth), np.maximum(kth, first.max(axis=-1)), np.inf)
 
@@ -362,7 +369,7 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
         return np.zeros((len(fb.mbs), len(fb.idx)))
     rows = {g: rc._rows(g, tp, cp, c, tuple(zeros), most_ranks) for g, c in counts.items()}
     floors = {g: fb.floor(g, tp, cp) for g in counts}
-    rcs = {g: rc._rc_fwd_s(g, tp, cp) for g in counts}
+    rcs = {g: rc.rc_fwd_s(g, tp, cp) for g in counts}
     out = np.full((len(fb.mbs), len(fb.idx)), np.inf)
     for bi in range(len(fb.mbs)):
         for mode in range(len(next(iter(rows.values()))[bi])):

@@ -62,6 +62,16 @@ least stage count and largest count / floor), at most every tp choice's fill_dra
 bound without listing the choices, under the same margin; the choices are computed only for a
 family the search opens.
 
+Memory raises A further: a stage holding many micro-batches in flight holds few layers unless it
+recomputes, and each recomputed layer repeats its forward. stage_recompute.py reads, per tp
+choice and b, the least slowest stage A* of any split that fits with the recompute it forces
+(each group's stages at their least in-flight counts, every memory term at its least over the
+modes and layer plans), once at v = 1 and once with the slots' end-stage relief for v > 1; A
+is at least A* too, so A0 is read as max(A0, A*) in each term, in a family of at most
+RECOMPUTE_CHOICES tp choices (32 A100 + 32 H100 with
+partitions and the three options: 18 of the 63 stage families keyed below the optimum's 11.84 s
+at p90, 6 now).
+
 A tp choice or class-layout option that solver/bounds/class_memory.py proves unable to fit
 memory in any order, micro-batch size, mode or ZeRO stage is bounded inf: its configurations
 are all refused by memory (before or after pricing), so none is a candidate and the tie rule
@@ -85,10 +95,19 @@ from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.class_memory import ClassMemory
 from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s
+from paraplan.solver.bounds.stage_recompute import StageRecompute
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
 from paraplan.solver.partition_plans import enabled as partitions_enabled
+
+
+# the most tp choices of a stage family whose slowest stage with forced recompute is read
+# (stage_recompute.py: one pass per choice and micro-batch size, about 0.3 ms each); a family of
+# more is bounded without it, a lower bound still (8 types: up to 4^8 choices, opened whole;
+# at 64, 4 types' growth row took 1.93-2.02 s of CPU against 1.36-1.48 s without the term, and
+# 1.34-1.39 s at 16, which holds two groups at four tp values each: the 32 + 32 rows' families)
+RECOMPUTE_CHOICES = 16
 
 
 def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> float:
@@ -209,6 +228,7 @@ class FamilyBounds:
         # for every layer plan (its module docstring)
         self.layer_plans = partitions_enabled(inst)
         self.memory = ClassMemory(inst, int(self.mbs.min()), self.layer_plans) if len(self.mbs) else None
+        self.stage_recompute = StageRecompute(self)
 
     def floor(self, g: int, tp: int, cp: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f_g(tp) of the module docstring."""
@@ -412,9 +432,10 @@ class FamilyBounds:
         most = min(L, s.max_pp if s.max_pp is not None else L)
         stages = np.zeros(grid.shape[1], np.int64)
         index = np.zeros(grid.shape[1], np.int64)
-        per_group, floors = [], []
+        per_group, floors, tp_of = [], [], []
         for k, g in enumerate(fam.used):
             tps = np.array([t for _, t in fam.tps[k]])
+            tp_of.append(tps[grid[k]])
             at = np.array([i for i, _ in fam.tps[k]])
             fs = np.stack([self.floor(g, int(t), fam.cp) for t in tps])[grid[k]]  # (choices, mbs, scenarios)
             n = inst.cluster.groups[g].num_gpus
@@ -435,17 +456,25 @@ class FamilyBounds:
         # (with idle GPUs pp is only a least depth: search.pp is read on the exact one only)
         ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
         m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
+        # the slowest stage that memory and the recompute it forces allow (stage_recompute.py),
+        # at v = 1 and, with the slots' end-stage relief, at v > 1
+        tp_of, places = np.stack(tp_of, axis=1), np.stack(per_group, axis=1)
+        slow1 = slow_v = 0.0  # (past RECOMPUTE_CHOICES: not read, the bound without it)
+        if grid.shape[1] <= RECOMPUTE_CHOICES:
+            slow1 = self.stage_recompute.slowest_s(fam.used, tp_of, places, fam.cp, fam.dp, s.idle_gpus, False)
+            slow_v = (self.stage_recompute.slowest_s(fam.used, tp_of, places, fam.cp, fam.dp, s.idle_gpus, True)
+                      if self.slot_c else slow1)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
             # v = 1: no slots, any m >= 1 (a lone class); S >= sum_s t_s + (L - pp) t_min
-            z1 = (m - 1) * a0 + held + (L - pp)[:, None, None] * lo
+            z1 = (m - 1) * np.maximum(a0, slow1) + held + (L - pp)[:, None, None] * lo
             # v > 1: m a multiple of pp (space._count_form_of)
             zv = np.full_like(z1, np.inf)
             deep = m >= pp[:, None, None]
             if self.v_max >= 2:
                 for v in (2.0, float(self.v_max)):
-                    zv = np.where(deep, np.minimum(zv, (m - 1 / v) * a0 + s0 / v), zv)
+                    zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0, slow_v) + s0 / v), zv)
             z = np.minimum(z1, zv)
         # no replica without a micro-batch, nor a split of the batch that leaves some over (the
         # lone class runs M / dp: space.has_micro_batch_split); 0 x inf (floors of no plan) is
