@@ -88,7 +88,7 @@ from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, ov
 from paraplan.solver.bounds.fill_drain import priced_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
-from paraplan.solver.bounds import pattern_values
+from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
 from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
@@ -1041,6 +1041,7 @@ class _Search:
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
+        self.sync_memo: dict = {}  # the layer plans' least syncs (bounds/plan_sync.py)
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
         self.held: list[tuple] = []  # heap entries held until a plan is in hand (_hold_options)
@@ -1271,7 +1272,10 @@ class _Search:
 
     def _push_layer_plans(self, cand: _Unpriced) -> None:
         """Each outer's layer-plan combinations as one node keyed by their optimistic bound
-        (_layer_plans), so that none is listed before it can win."""
+        (_layer_plans), so that none is listed before it can win; first (_sync_keyed) each
+        outer's node keyed again by its least sync, where that raises it."""
+        if not cand.synced and self._sync_keyed(cand):
+            return
         for i in cand.outers:
             lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
                               self.res)
@@ -1311,10 +1315,9 @@ class _Search:
         most the bound that reads memory (unpriced_memory: tau*, sigma*, delta* of the same
         floors and syncs, with memory), which each of its configurations gets before it is
         priced: not read there (GPT-3 175B on 1,024 A100 would read 42 layouts, 0.3 s of the
-        search's 0.9 s of CPU; issue 33)."""
+        search's 0.9 s of CPU; issue 33). With per-operator partitions the syncs are the least
+        over Megatron's layer and every layer plan (solver/bounds/plan_sync.py)."""
         lazy = self.lazy
-        if self.partitions:  # a layer plan syncs otherwise than Megatron's layer: no sync read
-            return got
         fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if not fresh:
             return got
@@ -1414,6 +1417,25 @@ class _Search:
         counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
         return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
 
+    def _sync_keyed(self, cand: _Unpriced) -> bool:
+        """Whether the least sync of the layer plans (solver/bounds/plan_sync.py) raises the key
+        of a layer-plan node `cand`: then each of its outers is pushed again as a node of its
+        own keyed by that raised bound (a bound of every one of its combinations), or counted
+        pruned where it cannot win. Read as the node comes up, not when it is listed: most
+        listed nodes never come up (the sync of one outer reads a few of cost/'s pricings)."""
+        outers = [self.outers[i] for i in cand.outers]
+        keys = plan_sync.raised_keys(self.inst, outers, [cand.key[0]] * len(outers), self.idx, self.agg,
+                                     self.weights, self.sync_memo)
+        if not (keys > cand.key[0]).any():
+            return False
+        for i, o, lb in zip(cand.outers, outers, keys.tolist()):
+            node = _Unpriced([i], (lb, -1, -1), class_partitions.partition_count(self.inst, o) - 1, synced=True)
+            if self.can_win(node.key):
+                self._push([node])
+            else:
+                self.res.pruned_by_bound += node.weight
+        return True
+
     def gather(self, first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
         their bounds before pricing, up to the chunk size, which grows from FIRST_PRICE_CHUNK
@@ -1443,6 +1465,10 @@ class _Search:
         js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0),
                                                      max(self.floor[j], self.sync_bound.get(j, -math.inf)))
               and self._twins_may_win(j)]
+        if self.partitions:  # all-Megatron's least sync (bounds/plan_sync.py: at most its own)
+            raised = plan_sync.raised_keys(self.inst, [self.outers[j] for j in js], [self.floor[j] for j in js],
+                                           self.idx, self.agg, self.weights, self.sync_memo)
+            js = [j for j, lb in zip(js, raised.tolist()) if self.can_win((float(self.floor[j]), self.rank[j], 0), lb)]
         self.res.pruned_by_bound += len(cand.outers) - len(js)
         if not self.partitions and not dualpipe_job(self.inst):
             js = self._may_fit(js)
@@ -1712,6 +1738,7 @@ class _Unpriced:
     # None: the outers themselves (all-Megatron); else the number of their layer-plan
     # combinations beyond all-Megatron, which the chunk stands for (_LayerPlans)
     layer_plans: int | None = None
+    synced: bool = False  # its key raised by its layer plans' least sync (_sync_keyed)
 
     @property
     def weight(self) -> int:  # candidates it stands for
