@@ -88,7 +88,8 @@ def test_raised_keys_are_at_most_every_combinations_priced_bound(case):
     assert raised_any > 0
 
 
-@pytest.mark.parametrize("options", (False, True), ids=("plain", "options"))
+# with the options exhaustive search takes ~30 s (measured): marked slow
+@pytest.mark.parametrize("options", (False, pytest.param(True, marks=pytest.mark.slow)), ids=("plain", "options"))
 def test_search_with_the_sync_keys_proves_the_exhaustive_optimum(options):
     inst = two_sites(*CASES[0][:5], **(OPTIONS if options else {}))
     res = search(inst)
