@@ -1318,6 +1318,8 @@ class _Search:
         search's 0.9 s of CPU; issue 33). With per-operator partitions the syncs are the least
         over Megatron's layer and every layer plan (solver/bounds/plan_sync.py)."""
         lazy = self.lazy
+        if self.partitions:
+            got = self._other_syncs(got)
         fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if not fresh:
             return got
@@ -1329,6 +1331,22 @@ class _Search:
             else:
                 now.append(p)
         return now
+
+    def _other_syncs(self, got: list[_Partial]) -> list[_Partial]:
+        """Partial layouts `got` less those of the other families (one class layout each) that
+        their configurations' least sync with layer plans proves unable to win
+        (plan_sync.raised_partial_bounds: a bound of every combination's value), counted pruned;
+        the keys stay."""
+        lazy = self.lazy
+        others = [p for p in got if lazy.partials[p.index].dp is None]
+        if not others:
+            return got
+        raised = plan_sync.raised_partial_bounds(self.inst, [lazy.partials[p.index] for p in others],
+                                                 [lazy.bounds[p.index] for p in others], self.idx, self.agg,
+                                                 self.weights, self.sync_memo)
+        out = {p.index for p, lb in zip(others, raised.tolist()) if not self.can_win((lb * (1 - PARTIAL_MARGIN), -1, -1))}
+        self.res.pruned_by_bound += sum(p.weight for p in others if p.index in out)
+        return [p for p in got if p.index not in out]
 
     def _open_family(self, first: _Family | _Choice) -> list:
         """A stage family opened into its choices, or `first` and the choices next in the heap

@@ -83,6 +83,37 @@ def raised_keys(inst, outers: list, keys, idx: list[int], agg: str, weights, mem
     return out
 
 
+def raised_partial_bounds(inst, partials: list, bounds, idx: list[int], agg: str, weights, memo: dict) -> np.ndarray:
+    """The bounds before listing (layouts.partial_bounds_s) of partial layouts of another family
+    than the stage-wise one (their classes' rings join across the groups, over the link between
+    the sites where they span both), each raised by the least D of its configurations (the least
+    over its blocks' specs) times their least quantile factor: each configuration's bound before
+    pricing with layer plans is at least the layout's bound, and every layer-plan combination's
+    value at least that bound plus its own factor times its D (module docstring), so the raised
+    bound is at most every combination's value. 0 is added where some configuration is not read
+    (applies)."""
+    out = np.asarray(bounds, float).copy()
+    w = np.asarray(weights, float)
+    for n, part in enumerate(partials):
+        if not np.isfinite(out[n]):
+            continue
+        least_d, least_f = np.inf, np.inf
+        for blk in part.blocks():
+            for spec in blk.specs():
+                o = blk.outer(*spec)
+                if not applies(inst, o):
+                    least_d = 0.0
+                    break
+                d = np.array([least_sync_s(inst, o, i, memo) for i in idx])
+                least_d = min(least_d, d.min() if agg == "max" else float(d @ w))
+                least_f = min(least_f, objective_factor_of(inst, o))
+            if least_d == 0.0:
+                break
+        if 0 < least_d < np.inf:
+            out[n] = (out[n] + least_f * least_d) * (1 - MARGIN)
+    return out
+
+
 def least_sync_s(inst, o, i: int, memo: dict) -> float:
     """D of outer `o` on scenario i at the floors of g and d over Megatron's layer and every
     layer plan of each stage's tp group: max over classes of max((sum_s d_s + L min_s g_s) / pp,

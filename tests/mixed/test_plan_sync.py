@@ -13,6 +13,9 @@ Checked against what is computed without it:
   layer-plan combinations, all-Megatron's included, each priced by cost/ (class_partitions.
   all_partitions: every plan of every class and group, no dominance, no pruning);
 - the raise is read: on a slow link some outer's key rises above its floor bound;
+- each partial layout of another family than the stage-wise one (one class layout), its bound
+  before listing raised by its configurations' least sync, is at most the priced bound of every
+  layer-plan combination of every one of its configurations, and some is raised;
 - the search's optimum is exhaustive search's (solver/exhaustive.py), with and without the
   layout options.
 """
@@ -35,7 +38,8 @@ from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
-from paraplan.solver.space import declared_outers
+from paraplan.solver.bounds.layouts import partial_bounds_s
+from paraplan.solver.space import declared_outers, declared_partials
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -89,6 +93,29 @@ def test_raised_keys_are_at_most_every_combinations_priced_bound(case):
 
 
 # with the options exhaustive search takes ~30 s (measured): marked slow
+def _least_priced_bound(inst, o) -> float:
+    """The least priced bound (batched.lower_bounds_s) over every layer-plan combination of `o`."""
+    placements: dict = {}
+    return min(lower_bounds_s([search_mod.problem_for(inst, o, "nominal", placements, parts if any(parts) else None)],
+                              None)[0]
+               for parts in all_partitions(inst, o, search_mod.placer(inst, o, placements), class_outers(inst.job, o)))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[3]}-{c[4]}gbit-{'wide' if c[5] else 'tiny'}")
+def test_raised_partial_bounds_are_at_most_every_combinations_priced_bound(case):
+    inst = two_sites(*case)
+    partials = [p for p in declared_partials(inst) if p.dp is None]
+    bounds = partial_bounds_s(inst, partials, [0], "max", ())
+    raised = plan_sync.raised_partial_bounds(inst, partials, bounds, [0], "max", (), {})
+    checked = 0
+    for part, lb, up in zip(partials, bounds.tolist(), raised.tolist()):
+        outers = [o for blk in part.blocks() for o in blk.outers()]
+        if outers:
+            assert up <= min(_least_priced_bound(inst, o) for o in outers) * (1 + 1e-12)
+            checked += up > lb
+    assert checked > 0
+
+
 @pytest.mark.parametrize("options", (False, pytest.param(True, marks=pytest.mark.slow)), ids=("plain", "options"))
 def test_search_with_the_sync_keys_proves_the_exhaustive_optimum(options):
     inst = two_sites(*CASES[0][:5], **(OPTIONS if options else {}))
