@@ -1041,7 +1041,9 @@ class _Search:
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
-        self.sync_memo: dict = {}  # the layer plans' least syncs (bounds/plan_sync.py)
+        # the layer plans' least syncs (bounds/plan_sync.py, under keys of its own), shared with the
+        # stage-wise layouts' syncs (layouts._least_syncs), which read the same
+        self.sync_memo = self.layer_memo
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
         self.held: list[tuple] = []  # heap entries held until a plan is in hand (_hold_options)
