@@ -91,7 +91,10 @@ def raised_partial_bounds(inst, partials: list, bounds, idx: list[int], agg: str
     pricing with layer plans is at least the layout's bound, and every layer-plan combination's
     value at least that bound plus its own factor times its D (module docstring), so the raised
     bound is at most every combination's value. 0 is added where some configuration is not read
-    (applies)."""
+    (applies: a block with an embedding / loss slot mode). Of v, D reads only whether it is 1
+    (the reduction's overlap, unpriced_memory.sync_key) and the factor none (trust.
+    objective_factor_of: the GPU types, ZeRO, cp and the deepest class), so each block's modes are
+    read at the first v of each kind, as layouts._least_syncs reads them."""
     out = np.asarray(bounds, float).copy()
     w = np.asarray(weights, float)
     for n, part in enumerate(partials):
@@ -99,14 +102,23 @@ def raised_partial_bounds(inst, partials: list, bounds, idx: list[int], agg: str
             continue
         least_d, least_f = np.inf, np.inf
         for blk in part.blocks():
-            for spec in blk.specs():
-                o = blk.outer(*spec)
-                if not applies(inst, o):
-                    least_d = 0.0
-                    break
-                d = np.array([least_sync_s(inst, o, i, memo) for i in idx])
-                least_d = min(least_d, d.min() if agg == "max" else float(d @ w))
-                least_f = min(least_f, objective_factor_of(inst, o))
+            if blk.tally.first is None:
+                continue
+            if any(emb or loss for _, emb, loss in blk.tally.vslots):
+                least_d = 0.0
+                break
+            _, _, _, _, ep, etp, _, _ = blk.tally.first
+            for sp, zero, admitted in blk.modes_left:
+                kinds = {v == 1: v for v in reversed(blk.vs) if v in admitted}  # the first v of each kind
+                for v in kinds.values():
+                    for rc in blk.recompute:
+                        o = blk.outer(sp, zero, v, rc, ep, etp, False, False)
+                        if not applies(inst, o):
+                            least_d = 0.0
+                            break
+                        d = np.array([least_sync_s(inst, o, i, memo) for i in idx])
+                        least_d = min(least_d, d.min() if agg == "max" else float(d @ w))
+                        least_f = min(least_f, objective_factor_of(inst, o))
             if least_d == 0.0:
                 break
         if 0 < least_d < np.inf:
