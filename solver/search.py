@@ -90,7 +90,7 @@ from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, ov
 from paraplan.solver.bounds.fill_drain import priced_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
-from paraplan.solver.bounds import pattern_values
+from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
 from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
@@ -1056,6 +1056,9 @@ class _Search:
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
+        # the layer plans' least syncs (bounds/plan_sync.py, under keys of its own), shared with the
+        # stage-wise layouts' syncs (layouts._least_syncs), which read the same
+        self.sync_memo = self.layer_memo
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
         self.held: list[tuple] = []  # heap entries held until a plan is in hand (_hold_options)
@@ -1288,7 +1291,10 @@ class _Search:
 
     def _push_layer_plans(self, cand: _Unpriced) -> None:
         """Each outer's layer-plan combinations as one node keyed by their optimistic bound
-        (_layer_plans), so that none is listed before it can win."""
+        (_layer_plans), so that none is listed before it can win; first (_sync_keyed) each
+        outer's node keyed again by its least sync, where that raises it."""
+        if not cand.synced and self._sync_keyed(cand):
+            return
         for i in cand.outers:
             lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
                               self.res)
@@ -1328,10 +1334,11 @@ class _Search:
         most the bound that reads memory (unpriced_memory: tau*, sigma*, delta* of the same
         floors and syncs, with memory), which each of its configurations gets before it is
         priced: not read there (GPT-3 175B on 1,024 A100 would read 42 layouts, 0.3 s of the
-        search's 0.9 s of CPU; issue 33)."""
+        search's 0.9 s of CPU; issue 33). With per-operator partitions the syncs are the least
+        over Megatron's layer and every layer plan (solver/bounds/plan_sync.py)."""
         lazy = self.lazy
-        if self.partitions:  # a layer plan syncs otherwise than Megatron's layer: no sync read
-            return got
+        if self.partitions:
+            got = self._other_syncs(got)
         fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if not fresh:
             return got
@@ -1343,6 +1350,22 @@ class _Search:
             else:
                 now.append(p)
         return now
+
+    def _other_syncs(self, got: list[_Partial]) -> list[_Partial]:
+        """Partial layouts `got` less those of the other families (one class layout each) that
+        their configurations' least sync with layer plans proves unable to win
+        (plan_sync.raised_partial_bounds: a bound of every combination's value), counted pruned;
+        the keys stay."""
+        lazy = self.lazy
+        others = [p for p in got if lazy.partials[p.index].dp is None]
+        if not others:
+            return got
+        raised = plan_sync.raised_partial_bounds(self.inst, [lazy.partials[p.index] for p in others],
+                                                 [lazy.bounds[p.index] for p in others], self.idx, self.agg,
+                                                 self.weights, self.sync_memo)
+        out = {p.index for p, lb in zip(others, raised.tolist()) if not self.can_win((lb * (1 - PARTIAL_MARGIN), -1, -1))}
+        self.res.pruned_by_bound += sum(p.weight for p in others if p.index in out)
+        return [p for p in got if p.index not in out]
 
     def _open_family(self, first: _Family | _Choice) -> list:
         """A stage family opened into its choices, or `first` and the choices next in the heap
@@ -1464,6 +1487,25 @@ class _Search:
         counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
         return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
 
+    def _sync_keyed(self, cand: _Unpriced) -> bool:
+        """Whether the least sync of the layer plans (solver/bounds/plan_sync.py) raises the key
+        of a layer-plan node `cand`: then each of its outers is pushed again as a node of its
+        own keyed by that raised bound (a bound of every one of its combinations), or counted
+        pruned where it cannot win. Read as the node comes up, not when it is listed: most
+        listed nodes never come up (the sync of one outer reads a few of cost/'s pricings)."""
+        outers = [self.outers[i] for i in cand.outers]
+        keys = plan_sync.raised_keys(self.inst, outers, [cand.key[0]] * len(outers), self.idx, self.agg,
+                                     self.weights, self.sync_memo)
+        if not (keys > cand.key[0]).any():
+            return False
+        for i, o, lb in zip(cand.outers, outers, keys.tolist()):
+            node = _Unpriced([i], (lb, -1, -1), class_partitions.partition_count(self.inst, o) - 1, synced=True)
+            if self.can_win(node.key):
+                self._push([node])
+            else:
+                self.res.pruned_by_bound += node.weight
+        return True
+
     def gather(self, first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
         their bounds before pricing, up to the chunk size, which grows from FIRST_PRICE_CHUNK
@@ -1494,6 +1536,10 @@ class _Search:
         js = [j for j in todo if self.can_win((float(self.floor[j]), self.rank[j], 0),
                                               max(self.floor[j], self.sync_bound.get(j, -math.inf)))
               and self._twins_may_win(j)]
+        if self.partitions:  # all-Megatron's least sync (bounds/plan_sync.py: at most its own)
+            raised = plan_sync.raised_keys(self.inst, [self.outers[j] for j in js], [self.floor[j] for j in js],
+                                           self.idx, self.agg, self.weights, self.sync_memo)
+            js = [j for j, lb in zip(js, raised.tolist()) if self.can_win((float(self.floor[j]), self.rank[j], 0), lb)]
         self.res.pruned_by_bound += len(todo) - len(js)
         if not self.partitions and not dualpipe_job(self.inst):
             js = self._may_fit(js)
@@ -1764,6 +1810,7 @@ class _Unpriced:
     # None: the outers themselves (all-Megatron); else the number of their layer-plan
     # combinations beyond all-Megatron, which the chunk stands for (_LayerPlans)
     layer_plans: int | None = None
+    synced: bool = False  # its key raised by its layer plans' least sync (_sync_keyed)
 
     @property
     def weight(self) -> int:  # candidates it stands for

@@ -31,10 +31,10 @@ is then at most each combination's bound before pricing (unpriced.floor_bounds_s
 layer_plans, which keys those combinations in search.py) by the same argument.
 
 A stage-wise block's bound (stage_bound_rows) reads more: its pipeline's slowest stage and sum
-together (fill_drain.py) and, where asked (partial_bounds_s' layer_memo; never with
-per-operator partitions, whose layer plans sync otherwise than Megatron's layer), per ZeRO
+together (fill_drain.py) and, where asked (partial_bounds_s' layer_memo), per ZeRO
 stage and v of the block, the slowest stage's gradient sync, which the bound before pricing
-leaves out. Those are at most each configuration's value, not its bound before pricing, and
+leaves out (with per-operator partitions, whose layer plans sync otherwise than Megatron's
+layer, its floors over Megatron's layer and every layer plan: plan_sync.py). Those are at most each configuration's value, not its bound before pricing, and
 are lowered by fill_drain.TIE_MARGIN: the search keys each listed configuration by at least
 its block's bound, and prunes (never keys) by its block's bound for its ZeRO stage and v.
 
@@ -54,6 +54,7 @@ from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.bounds.fill_drain import TIE_MARGIN, fill_drain_s
+from paraplan.solver.bounds.plan_sync import layer_sync_floors
 from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
 from paraplan.solver.bounds.unpriced_memory import layer_terms, sync_key, sync_terms
 from paraplan.solver.bounds.stage_families import group_factor
@@ -383,7 +384,9 @@ def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: d
     `syncs` by what they read of the block (its ring: its group's tp, cp and the class's
     replicas; the layer's fields; ZeRO, v and of the depth only whether there is a pipeline:
     unpriced_memory.sync_terms), the layers' terms and syncs in `layer_memo` as
-    unpriced_memory keeps them."""
+    unpriced_memory keeps them. With per-operator partitions g and d are plan_sync.
+    layer_sync_floors': the least over Megatron's layer and every layer plan of the group's tp
+    (a floor of every layer-plan combination's, as the layer floors here are)."""
     c = b.classes[0]
     # the blocks share their modes_left objects (one per layout's invariants): its key once each
     modes = syncs.get(("modes", id(b.modes_left)))
@@ -396,6 +399,9 @@ def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: d
         return got
     _, _, _, _, ep, etp, _, _ = first = b.tally.first
     o0 = b.outer(*first)  # what sync_key reads beside the modes: the block's own fields
+    # with per-operator partitions, the least over Megatron's layer and every layer plan
+    # (plan_sync.py), kept in `layer_memo` under its own keys
+    layer_plans = partitions_enabled(inst)
     got = {}
     # of v the sync reads only whether it is 1 (unpriced_memory.sync_key: the reduction's
     # overlap), so each mode is read at the first v of its kind and kept for the others
@@ -408,12 +414,13 @@ def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: d
             if least is None:
                 least = (np.inf, np.inf)
                 for rc in b.recompute:
-                    hit = layer_memo.get(sync_key(inst, o0, i, g, sp, rc, zero, c.pp, v))
+                    hit = None if layer_plans else layer_memo.get(sync_key(inst, o0, i, g, sp, rc, zero, c.pp, v))
                     if hit is None:
                         o = b.outer(sp, zero, v, rc, ep, etp, False, False)
                         co = class_outers(inst.job, o)[0]
-                        hit = sync_terms(inst, o, co, i, g, layer_terms(inst, o, co, i, g, memo, layer_memo, net)[0],
-                                         layer_memo, net)
+                        hit = (layer_sync_floors(inst, o, co, i, g, layer_memo, net) if layer_plans else
+                               sync_terms(inst, o, co, i, g, layer_terms(inst, o, co, i, g, memo, layer_memo, net)[0],
+                                          layer_memo, net))
                     least = at[v == 1] = (min(least[0], hit[0]), min(least[1], hit[1]))
             was = got.get((zero, v), (np.inf, np.inf))
             got[zero, v] = (min(was[0], least[0]), min(was[1], least[1]))
