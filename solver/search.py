@@ -1493,6 +1493,7 @@ class _Search:
         own keyed by that raised bound (a bound of every one of its combinations), or counted
         pruned where it cannot win. Read as the node comes up, not when it is listed: most
         listed nodes never come up (the sync of one outer reads a few of cost/'s pricings)."""
+        from paraplan.solver import class_partitions  # a search over layer plans only
         outers = [self.outers[i] for i in cand.outers]
         keys = plan_sync.raised_keys(self.inst, outers, [cand.key[0]] * len(outers), self.idx, self.agg,
                                      self.weights, self.sync_memo)

@@ -30,14 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost import partition as P
 from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.coefficients import megatron_layer, stage_outer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.solver.partition_plans import enabled, plan_rows
-
-_ACT = P.VECTOR.index("act_bytes")
 
 
 @dataclass(frozen=True)
@@ -67,12 +64,14 @@ def plan_range(inst, i: int, g: int, tp: int, cp: int, micro_batch: int, sp: boo
     net = NetEfficiency()
     mt = megatron_layer(inst, lo, site, net)
     act, rc, bwd = mt.act_bytes, mt.rc_fwd_s, mt.bwd_s
-    if enabled(inst) and P.spatial_temporal_allowed(lo):
-        table = P.table_for(inst.group_alone(g, cluster), lo, site, net)
-        rows = plan_rows(table, True)
-        gap = table.base.fwd_s - table.base.rc_fwd_s
-        act = min(act, float(rows[:, _ACT].min()))
-        rc = min(rc, float(rows[:, 0].min()) - gap)
-        bwd = max(bwd, float(rows[:, 1].max()))
+    if enabled(inst):
+        from paraplan.cost import partition as P  # read with partitions on only (start-up, issue 33)
+        if P.spatial_temporal_allowed(lo):
+            table = P.table_for(inst.group_alone(g, cluster), lo, site, net)
+            rows = plan_rows(table, True)
+            gap = table.base.fwd_s - table.base.rc_fwd_s
+            act = min(act, float(rows[:, P.VECTOR.index("act_bytes")].min()))
+            rc = min(rc, float(rows[:, 0].min()) - gap)
+            bwd = max(bwd, float(rows[:, 1].max()))
     got = memo[key] = PlanRange(least_act_bytes=act, least_rc_fwd_s=rc, most_bwd_s=bwd)
     return got

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost import partition as P
 from paraplan.cost.class_coefficients import class_outers, group_site
 from paraplan.cost.coefficients import stage_outer, sync_floor_s
 from paraplan.cost.comm import NetEfficiency
@@ -161,6 +160,7 @@ def layer_sync_floors(inst, o, co, i: int, g: int, memo: dict, net) -> tuple[flo
     so = stage_outer(co, site)
     dp_n = o.replicas * o.cp
     g_s, d_s = sync_floor_s(inst, so, site, dp_n, net)
+    from paraplan.cost import partition as P  # read with partitions on only (start-up, issue 33)
     if P.spatial_temporal_allowed(so):
         for lt in _optimistic(inst, o, co, i, g, memo, net):
             gx, dx = sync_floor_s(inst, so, site, dp_n, net, layer_fn=lambda *_, lt=lt: lt)
@@ -179,6 +179,7 @@ def _optimistic(inst, o, co, i: int, g: int, memo: dict, net) -> tuple:
     key = ("plan sync terms", i, g, lo.tp, lo.cp, lo.micro_batch, lo.sequence_parallel, lo.recompute)
     got = memo.get(key)
     if got is None:
+        from paraplan.cost import partition as P  # read with partitions on only (start-up, issue 33)
         table = P.table_for(inst.group_alone(g, cluster), lo, bare, net)
         got = memo[key] = optimistic_terms(table, plan_rows(table, True))
     return got
