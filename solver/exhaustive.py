@@ -41,7 +41,8 @@ from paraplan.solver import memory_tiers
 from paraplan.solver.asymmetric_space import asymmetric_outers
 from paraplan.solver.bounds.one_class import slots_of
 from paraplan.solver.class_partitions import all_partitions
-from paraplan.solver.search import _plan_of, dualpipe_problem, placer, plan_time_s, problem_for, scenario_weights
+from paraplan.solver.search import (_plan_of, dualpipe_problem, placer, plan_time_s, priced_for, problem_of,
+                                    scenario_weights)
 from paraplan.solver.space import (count_splits, dualpipe_job, declared_outers, micro_batch_vectors,
                                    pattern_values, recompute_rows, summarize)
 
@@ -348,14 +349,10 @@ def exhaustive(inst: Instance, objective: str = "nominal",
                time_limit_s: float | None = None) -> ExhaustiveResult:
     """Brute force over the declared space of `inst` (module docstring), each memory tier
     apart as the search does (solver/memory_tiers.py): the lower minimised value, the emptier
-    tier's on a tie; the candidates counted once (the last tier's: every plan)."""
-    ts = memory_tiers.tiers(inst)
+    tier's on a tie; the candidates counted once (the last tier's: every plan). The tiers are
+    searched side by side, each configuration and layer plan priced once for all of them."""
     t0 = time.perf_counter()
-    out = []
-    for n, t in enumerate(ts):
-        left = None if time_limit_s is None else max(
-            (time_limit_s - (time.perf_counter() - t0)) / (len(ts) - n), 1e-3)
-        out.append(_exhaustive_tier(t, objective, max_candidates, progress, left))
+    out = _exhaustive_tiers(memory_tiers.tiers(inst), objective, max_candidates, progress, time_limit_s)
     found = [r for r in out if r.plan is not None]
     best = min(found, key=lambda r: r.quantile_s) if found else out[-1]
     res = dataclasses.replace(best, candidates=out[-1].candidates, feasible=out[-1].feasible,
@@ -381,14 +378,58 @@ def _joined_asymmetric(inst: Instance, res: ExhaustiveResult, objective: str) ->
                                **more)
 
 
-def _exhaustive_tier(inst: Instance, objective: str = "nominal",
-                     max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
-                     time_limit_s: float | None = None) -> ExhaustiveResult:
-    """Brute force over the declared space of `inst` within its memory tier. With time_limit_s
-    (wall clock) it stops when the limit passes (checked per outer configuration and micro-batch
-    vector) and returns complete=False: then nothing is proved."""
+class _Tier:
+    """One memory tier's brute force (_exhaustive_tiers): per (outer, layer plans) in
+    enumeration order, each micro-batch vector's first minimum (value, plan parts), folded into
+    the best in that order as soon as every earlier one is in (fold), so the first of equal
+    optima wins as if they were evaluated one after the other, and memory stays constant in the
+    plans enumerated."""
+
+    def __init__(self, inst: Instance):
+        self.inst, self.found, self.done, self.feasible = inst, {}, 0, 0
+        self.best_val, self.best, self.next_i = math.inf, None, 0
+
+    def add(self, i: int, counted: int, fit: int, minima: list) -> None:
+        """Configuration i's candidates counted, those that fit, and its (value, plan parts)."""
+        self.done += counted
+        self.feasible += fit
+        self.found[i] = minima
+        self.fold()
+
+    def fold(self) -> None:
+        while self.next_i in self.found:
+            for val, b in self.found.pop(self.next_i):
+                if val < self.best_val * (1 - 1e-9):
+                    self.best_val, self.best = float(val), b
+            self.next_i += 1
+
+    def result(self, objective: str, outers: int, t0: float, complete: bool) -> ExhaustiveResult:
+        self.fold()
+        val_s, chosen = self.best_val, self.best
+        for i in sorted(self.found):  # stopped by the limit: those past a gap, in order
+            for val, b in self.found[i]:
+                if val < val_s * (1 - 1e-9):
+                    val_s, chosen = float(val), b
+        plan = None if chosen is None else _plan_of(*chosen)
+        return ExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
+                                objective_s=None if chosen is None else _time_s(self.inst, plan, objective, val_s),
+                                candidates=self.done, outer_configs=outers,
+                                wall_time_s=time.perf_counter() - t0, feasible=self.feasible, complete=complete)
+
+
+def _exhaustive_tiers(ts: list[Instance], objective: str = "nominal",
+                      max_candidates: int = DEFAULT_MAX_CANDIDATES, progress: bool = False,
+                      time_limit_s: float | None = None) -> list[ExhaustiveResult]:
+    """Brute force over the declared space of each memory tier of `ts` (memory_tiers.tiers: one
+    instance apart from search.memory_fill_cap), the tiers side by side: each (outer, layer
+    plans) is priced once (search.priced_for: the coefficients do not read the tier) and each
+    tier's problem made of the same coefficients (search.problem_of: its factor and its cap), so
+    every tier lists, counts and keeps what it would alone. With time_limit_s (wall clock) it
+    stops when the limit passes (checked per outer configuration and micro-batch vector) and
+    every tier returns complete=False: then nothing is proved."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
+    inst = ts[-1]  # every plan's tier: the space, the scenarios and their weights are every tier's
     uniform = inst.search.uniform_split  # as search
     outers = declared_outers(inst, uniform=uniform)
     total = summarize(inst, outers, uniform).plans_total
@@ -398,88 +439,71 @@ def _exhaustive_tier(inst: Instance, objective: str = "nominal",
             f"the declared space has {count(total)} candidates (limit {max_candidates:,});"
             f" at about {ESTIMATED_RATE_PER_S:,} per second that is ~{count(total // ESTIMATED_RATE_PER_S)} s")
     _, agg, weights = scenario_weights(inst, objective)
-    if dualpipe_job(inst):
-        return _dualpipe_exhaustive(inst, outers, t0, deadline)
+    if dualpipe_job(inst):  # one tier (cost/trust.memory_fill_caps: its band does not count memory)
+        return [_dualpipe_exhaustive(t, outers, t0, deadline) for t in ts]
     bar = _Progress(total, progress)
-    done = feasible = 0
+    tiers = [_Tier(t) for t in ts]
     placements: dict = {}
-
-    # per (outer, layer plans) in enumeration order: each micro-batch vector's first minimum
-    # (value, plan parts); folded into the best in that order as soon as every earlier one is
-    # in (fold), so the first of equal optima wins as if they were evaluated one after the
-    # other, and memory stays constant in the plans enumerated (only lone classes still
-    # pending hold theirs)
-    found: dict[int, list] = {}
-    pending: dict[tuple, list] = {}  # lone classes by class shape, evaluated LONE_CHUNK at once
-    best_val, best, next_i = math.inf, None, 0
-
-    def fold() -> None:
-        nonlocal best_val, best, next_i
-        while next_i in found:
-            for val, b in found.pop(next_i):
-                if val < best_val * (1 - 1e-9):
-                    best_val, best = float(val), b
-            next_i += 1
+    # lone classes by class shape, every tier's problems of a configuration together, evaluated
+    # LONE_CHUNK configurations at once: each block of rows is built once for all of them
+    pending: dict[tuple, list] = {}
 
     def flush(shape) -> bool:
         """Evaluate the pending lone classes of one shape; False when the limit passed."""
-        nonlocal done, feasible
         items = pending.pop(shape)
-        out = _lone_classes([(p, mvecs) for _, p, mvecs, _, _ in items], uniform, agg, weights, deadline)
+        out = _lone_classes([(p, mvecs) for _, ps, mvecs, _, _ in items for p in ps], uniform, agg, weights,
+                            deadline)
         if out is None:
             return False
-        for (i, _, mvecs, o, parts), (counted, fit, best_rows) in zip(items, out):
-            done += counted
-            feasible += fit
-            found[i] = [(val, (o, mv, [n], [r], parts)) for mv, (val, n, r) in zip(mvecs, best_rows)
-                        if n is not None]
-        fold()
-        bar.update(done)
+        for j, (i, _, mvecs, o, parts) in enumerate(items):
+            for n, tier in enumerate(tiers):
+                counted, fit, best_rows = out[j * len(tiers) + n]
+                tier.add(i, counted, fit, [(val, (o, mv, [n_], [r], parts))
+                                           for mv, (val, n_, r) in zip(mvecs, best_rows) if n_ is not None])
+        bar.update(tiers[-1].done)
         return True
 
-    def result(complete: bool) -> ExhaustiveResult:
-        fold()
-        val_s, chosen = best_val, best
-        for i in sorted(found):  # stopped by the limit: those past a gap, in order
-            for val, b in found[i]:
-                if val < val_s * (1 - 1e-9):
-                    val_s, chosen = float(val), b
-        plan = None if chosen is None else _plan_of(*chosen)
-        return ExhaustiveResult(plan=plan, quantile_s=None if chosen is None else val_s,
-                                      objective_s=None if chosen is None else _time_s(inst, plan, objective, val_s),
-                                      candidates=done, outer_configs=len(outers),
-                                      wall_time_s=time.perf_counter() - t0, feasible=feasible, complete=complete)
+    def results(complete: bool) -> list[ExhaustiveResult]:
+        return [tier.result(objective, len(outers), t0, complete) for tier in tiers]
 
-    for i, (o, parts) in enumerate((o, parts) for o in outers
-                                   for parts in all_partitions(inst, o, placer(inst, o, placements), class_outers(inst.job, o))):
+    def listed():
+        """(outer, each tier's objective factor of it, read once for all its layer plans, layer plans)."""
+        for o in outers:
+            factors = [objective_factor_of(t, o) for t in ts]
+            for parts in all_partitions(inst, o, placer(inst, o, placements), class_outers(inst.job, o)):
+                yield o, factors, parts
+
+    for i, (o, factors, parts) in enumerate(listed()):
         if deadline is not None and time.perf_counter() > deadline:
-            return result(False)
-        p = problem_for(inst, o, objective, placements=placements, partitions=parts)
+            return results(False)
+        priced = priced_for(inst, o, objective, placements, parts)
+        ps = [problem_of(t, o, objective, priced, factor=f) for t, f in zip(ts, factors)]
+        p = ps[-1]
         mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, uniform, o.virtual_stages, p.paired)
         v = o.virtual_stages
         if p.classes == 1:  # in blocks of rows, the same candidates and first minimum
             shape = (p.layers, p.coeffs[0][0].pp, v, _recompute_rows(p), slots_of(p.coeffs[0][0]))
-            pending.setdefault(shape, []).append((i, p, mvecs, o, parts))
+            pending.setdefault(shape, []).append((i, ps, mvecs, o, parts))
             if len(pending[shape]) >= LONE_CHUNK and not flush(shape):
-                return result(False)
+                return results(False)
             continue
-        got = _several_classes(p, mvecs, v, uniform, agg, weights, deadline)
-        if got is None:
-            return result(False)
-        counted, fit, minima, whole = got
-        done += counted
-        feasible += fit
-        bar.update(done)
-        found[i] = [(val, (o, mv, n, r, parts)) for mv, (val, n, r) in zip(mvecs, minima) if n is not None]
-        if not whole:
-            return result(False)
-        fold()
+        for p, tier in zip(ps, tiers):
+            got = _several_classes(p, mvecs, v, uniform, agg, weights, deadline)
+            if got is None:
+                return results(False)
+            counted, fit, minima, whole = got
+            tier.add(i, counted, fit, [(val, (o, mv, n, r, parts)) for mv, (val, n, r) in zip(mvecs, minima)
+                                       if n is not None])
+            if not whole:
+                return results(False)
+        bar.update(tiers[-1].done)
     for shape in list(pending):
         if not flush(shape):
-            return result(False)
+            return results(False)
     bar.update(total)
-    assert done == total, f"enumerated {done} plans but the space has {total}"
-    return result(True)
+    for tier in tiers:
+        assert tier.done == total, f"enumerated {tier.done} plans but the space has {total}"
+    return results(True)
 
 
 def _several_classes(p, mvecs, v: int, uniform: bool, agg: str, weights, deadline: float | None):

@@ -419,14 +419,16 @@ def dualpipe_problem(inst: Instance, o: ClassOuter) -> DualPipeProblem:
 
 
 def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
-               prescaled: bool = False) -> MultiClassProblem:
+               prescaled: bool = False, factor: float | None = None) -> MultiClassProblem:
     """The inner problem of `o` on coefficients [scenario][class], its times scaled by the
-    quantile objective's factor (cost/trust.objective_factor_of) and its memory capped at the
-    search's memory tier (search.memory_fill_cap, solver/memory_tiers.py) unless `prescaled`
-    (the layer-plan combinations of solver/class_partitions.py are built so)."""
+    quantile objective's factor (cost/trust.objective_factor_of; `factor`: that factor, where
+    the caller has read it) and its memory capped at the search's memory tier
+    (search.memory_fill_cap, solver/memory_tiers.py) unless `prescaled` (the layer-plan
+    combinations of solver/class_partitions.py are built so)."""
     _, agg, weights = scenario_weights(inst, objective)
     if not prescaled:
-        factor, cap = objective_factor_of(inst, o), inst.search.memory_fill_cap
+        factor = objective_factor_of(inst, o) if factor is None else factor
+        cap = inst.search.memory_fill_cap
         reserve = inst.search.memory_reserve_bytes
         coeffs = [[capped_memory(scaled_times(c, factor), cap, reserve) for c in cs] for cs in coeffs]
     return MultiClassProblem(coeffs=tuple(tuple(cs) for cs in coeffs),
@@ -445,6 +447,15 @@ def problem_for(inst: Instance, o: ClassOuter, objective: str, placements: dict 
     plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
     if dualpipe_job(inst):
         return dualpipe_problem(inst, o)
+    return problem_of(inst, o, objective, priced_for(inst, o, objective, placements, partitions))
+
+
+def priced_for(inst: Instance, o: ClassOuter, objective: str, placements: dict | None = None,
+               partitions: tuple | None = None) -> tuple:
+    """problem_for's coefficients [scenario][class] as build prices them, before problem_of
+    scales their times and caps their memory: they do not read the memory tier
+    (search.memory_fill_cap), so the brute force prices them once for every tier
+    (solver/exhaustive.py)."""
     idx, _, _ = scenario_weights(inst, objective)
     reserve = inst.search.memory_reserve_bytes
     placed = placer(inst, o, placements)
@@ -459,7 +470,7 @@ def problem_for(inst: Instance, o: ClassOuter, objective: str, placements: dict 
                      layer_fn=partitions_layer_fn(inst, inst.scenarios[i].cluster, pl,
                                                   o.classes[k].stage_groups, partitions[k]))
 
-    return problem_of(inst, o, objective, tuple(tuple(priced(i, k) for k in range(K)) for i in idx))
+    return tuple(tuple(priced(i, k) for k in range(K)) for i in idx)
 
 
 def problems_for(inst: Instance, outers: list[ClassOuter], objective: str,
