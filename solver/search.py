@@ -1446,23 +1446,33 @@ class _Search:
         floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
                                 deadline=self.floor_by, memo=lazy.memo)
         self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
-        pushed = []
+        order = []
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
             j = js[k]
-            lb = self.floor[j]
-            if lb > never or self.sync_bound.get(j, -math.inf) > never:
+            if self.floor[j] > never or self.sync_bound.get(j, -math.inf) > never:
                 self.res.pruned_by_bound += 1
-                continue
-            node = _Unpriced([j], (float(lb), -1, -1))
-            heapq.heappush(self.heap, (node.key, next(self.order), node))
-            pushed.append(j)
+            else:
+                order.append(j)
+        # the outers _dive prices now are not pushed: their nodes would count them again
+        early = self._early(order) if self.partitions else []
+        for j in order:
+            if j not in self.early:
+                node = _Unpriced([j], (float(self.floor[j]), -1, -1))
+                heapq.heappush(self.heap, (node.key, next(self.order), node))
         if self.partitions:
             self._push(self._plan_nodes(js, carried))
-            self._dive(pushed)
+            self._dive(early)
 
-    def _dive(self, order: list[int]) -> None:
+    def _early(self, order: list[int]) -> list[int]:
+        """The outers _dive prices: the first DIVE_OUTERS of `order` (the layouts just listed, in
+        bound order) that can still win, marked so that no chunk prices or counts them again."""
+        early = [j for j in order[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+        self.early.update(early)
+        return early
+
+    def _dive(self, early: list[int]) -> None:
         """With layer plans, the DIVE_OUTERS all-Megatron configurations of least bound of the
-        layouts just listed (`order`: their outers in bound order) priced and probed at once, for
+        layouts just listed (`early`, _early) priced and probed at once, for
         an incumbent (issue 33): each outer's layer-plan node (_plan_nodes) is keyed at or below
         its own, and thousands of them (32 A100 + 32 H100: some 6,500 in 60 s of CPU) come
         before the configurations' own plans, so the incumbent stayed at a quick one of 16.19 s
@@ -1470,10 +1480,8 @@ class _Search:
         its quick incumbent its optimum) sat listed, unpriced. Each outer is priced as its own
         chunk would price it (_price_chunk, which then skips it: `early`); the order of the
         search changes, not its answer: every node is still pruned only by its own bound."""
-        early = [j for j in order[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
         if not early:
             return
-        self.early.update(early)
         new = self.price(early)
         self.res.priced += len(early)
         self.probe(new)
