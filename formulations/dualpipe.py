@@ -609,8 +609,7 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
         eps = iota (m/2 + c + 1) V_max + phi (m/2 + c + 1).
     None where a pair's feasible counts are not one run from its fewest (the per-stage model
     then decides)."""
-    from paraplan.formulations.milp import (FEASIBILITY_TOL_S, INTEGRALITY_TOL, int_value, new_model,
-                                            solve_with_cuts)
+    from paraplan.formulations.milp import FEASIBILITY_TOL_S, INTEGRALITY_TOL, int_value, new_model
     L, m = p.layers, p.num_micro_batches
     pairs = _pair_table_sums(p)
     if pairs is None:
@@ -648,17 +647,16 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
         if cutoff_s is not None and math.isfinite(cutoff_s):
             api.add(objective <= cutoff_s + eps, "C8_cutoff")
         api.minimise(objective)
-        return api, steps
+        return api, eps, steps
 
-    def check(model):
-        api, steps = model
+    def check(built):
+        api, _, steps = built
         n, r = _split_of(p, [(lo_N, split) for lo_N, split, _ in rows],
                          [sum(int_value(api, x, backend, what) for x in z) for z in steps])
         if sum(n) != L:
             raise SolverError(f"{backend}: DualPipe pair counts {n} do not sum to {L} layers")
         return (n, r), []
-    return _milp_result(p, solve_with_cuts(formulate, check, backend, start + time_limit_s, what),
-                        backend, start, cutoff_s, eps)
+    return _milp_solve(p, formulate, check, backend, start, time_limit_s, cutoff_s)
 
 
 def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc",
@@ -674,7 +672,7 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
     (w_max the largest per-layer coefficient), plus CBC's print error; tolerance 2 eps.
     `cutoff_s`: the objective is held to cutoff + eps, so "infeasible" is status "cutoff"."""
     from paraplan.formulations.milp import (BACKENDS, FEASIBILITY_TOL_S, INTEGRALITY_TOL, MEM_MARGIN_MIB,
-                                            MEM_UNIT_BYTES, int_value, new_model, solve_with_cuts)
+                                            MEM_UNIT_BYTES, int_value, new_model)
     start = time.perf_counter()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -719,28 +717,25 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
         if cut:
             api.add(objective <= cutoff_s + eps, "C8_cutoff")
         api.minimise(objective)
-        return api, n, r
+        return api, eps, n, r
 
     cut = cutoff_s is not None and math.isfinite(cutoff_s)
     w_max = float(max(np.abs(x).max() for x in (p.t, p.u, p.t + p.bw, p.u + p.ru, p.g)))
     weight = m / 2 + p.bubble_weight + 1
     eps = INTEGRALITY_TOL * pp * weight * w_max + FEASIBILITY_TOL_S * weight
 
-    def check(model):
-        api, n, r = model
+    def check(built):
+        api, _, n, r = built
         nv, rv = [int_value(api, x, backend, what) for x in n], [int_value(api, x, backend, what) for x in r]
         return (nv, rv), [memory_cut(p, h, nv, rv) for h in p.overfull_pairs(nv, rv)]
-    return _milp_result(p, solve_with_cuts(formulate, check, backend, start + time_limit_s, what),
-                        backend, start, cutoff_s, eps)
+    return _milp_solve(p, formulate, check, backend, start, time_limit_s, cutoff_s)
 
 
-def _milp_result(p: DualPipeProblem, got, backend: str, start: float, cutoff_s: float | None,
-                 eps: float) -> MultiClassResult:
-    """The result of a MILP's solve_with_cuts (formulations/milp.py), `eps` its error bound."""
-    tol = 2 * eps + got.read_error
+def _milp_solve(p: DualPipeProblem, formulate, check, backend: str, start: float, time_limit_s: float,
+                cutoff_s: float | None) -> MultiClassResult:
+    """A DualPipe MILP solved by formulations/milp.solve_with_cuts, as a result."""
+    from paraplan.formulations.milp import solve_with_cuts
+    got = solve_with_cuts(formulate, check, backend, start + time_limit_s, "a DualPipe split")
     if got.status == "infeasible":
-        return _none_below(p, backend, start, cutoff_s, tol)
-    if got.status == "timeout":
-        return _result(p, "timeout", backend, start, None, tol)
-    bound = got.bound - eps - got.read_error if got.bound is not None and math.isfinite(got.bound) else None
-    return _result(p, got.status, backend, start, bound, tol, *got.values)
+        return _none_below(p, backend, start, cutoff_s, got.tolerance_s)
+    return _result(p, got.status, backend, start, got.bound_s, got.tolerance_s, *got.values)

@@ -117,37 +117,42 @@ def new_model(backend: str):
 @dataclass(frozen=True)
 class CutSolve:
     """What `solve_with_cuts` ends with: the status ("optimal", "feasible", "infeasible",
-    "timeout"), the backend's bound where "optimal" (else None), the error of the bound as read,
-    the last model `formulate` built and, where a solution fits, what `check` read of it."""
+    "timeout"); the bound, less eps and the error of the bound as read, where "optimal" (inf
+    where "infeasible", else None); the tolerance 2 eps + that error; and, where a solution
+    fits, what `check` read of it."""
 
     status: str
-    bound: float | None
-    read_error: float
-    model: object
-    values: object = None
+    bound_s: float | None
+    tolerance_s: float
+    values: tuple = ()
 
 
 def solve_with_cuts(formulate, check, backend: str, deadline: float, what: str) -> CutSolve:
     """Solve formulate(cuts) on `backend` until its solution fits, within `deadline`
-    (time.perf_counter()): check(model) reads the solution (values, new cuts), the new cuts
-    excluding what does not fit ([]: it fits); each round solves again with every cut so far.
-    The relaxed rows hold every solution that fits, so the first one that fits is optimal when
-    its solve proved its optimum. A CBC "infeasible" under less than CBC_INFEASIBLE_RECHECK_S
-    left is unproved (module docstring): "timeout". `what` names the model in errors."""
+    (time.perf_counter()). formulate(cuts) -> (model, eps, ...): a new_model model holding the
+    cuts, and the error its tolerances can put in the objective (seconds; each formulation's
+    docstring derives it); check(that tuple) reads the solution: (values, new cuts), the new
+    cuts excluding what does not fit ([]: it fits). Each round solves again with every cut so
+    far; the relaxed rows hold every solution that fits, so the first one that fits is optimal
+    when its solve proved its optimum. A CBC "infeasible" under less than
+    CBC_INFEASIBLE_RECHECK_S left is unproved (module docstring): "timeout". `what` names the
+    model in errors."""
     cuts: list = []
     while True:
         left = max(deadline - time.perf_counter(), 1e-3)
-        model = formulate(cuts)
-        status, _, bound, read_error = run_model(model[0], backend, left, 1, what)
+        built = formulate(cuts)
+        status, _, bound, read_error = run_model(built[0], backend, left, 1, what)
+        tol = 2 * built[1] + read_error
         if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
             status = "timeout"
         if status in ("infeasible", "timeout"):
-            return CutSolve(status, None, read_error, model)
-        values, over = check(model)
+            return CutSolve(status, math.inf if status == "infeasible" else None, tol)
+        values, over = check(built)
         if not over:
-            return CutSolve(status, bound if status == "optimal" else None, read_error, model, values)
+            proved = status == "optimal" and bound is not None and math.isfinite(bound)
+            return CutSolve(status, bound - built[1] - read_error if proved else None, tol, values)
         if time.perf_counter() >= deadline:
-            return CutSolve("timeout", None, read_error, model)
+            return CutSolve("timeout", None, tol)
         cuts += over
 
 

@@ -68,27 +68,18 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
             return _done(p, "infeasible", backend, start, math.inf, 0.0)
     what = "a multi-class split"
 
-    def check(model):
-        api, _, n, r, _ = model
+    def check(built):
+        api, _, bits, n, r = built
+        mv = [p.min_micro_batches(k) + p.micro_batch_step(k)
+              * sum(2**j * int_value(api, b, backend, what) for j, b in enumerate(bits[k]))
+              if Kc > 1 else fixed for k in range(Kc)]
         nv = [[int_value(api, x, backend, what) for x in row] for row in n]
         rv = [[int_value(api, x, backend, what) for x in row] for row in r]
-        return (nv, rv), _overfull(p, nv, rv)
+        return (mv, nv, rv), _overfull(p, nv, rv)
 
     got = solve_with_cuts(lambda cuts: _formulate(p, backend, cuts), check, backend,
                           start + time_limit_s, what)
-    api, bits, _, _, eps = got.model
-    tol = 2 * eps + got.read_error
-    if got.status == "infeasible":
-        return _done(p, "infeasible", backend, start, math.inf, tol)
-    if got.status == "timeout":
-        return _done(p, "timeout", backend, start, None, tol)
-    bound = got.bound
-    if bound is not None and math.isfinite(bound):
-        bound -= eps + got.read_error
-    mv = [p.min_micro_batches(k) + p.micro_batch_step(k)
-          * sum(2**j * int_value(api, b, backend, what) for j, b in enumerate(bits[k]))
-          if Kc > 1 else fixed for k in range(Kc)]
-    return _done(p, got.status, backend, start, bound, tol, mv, *got.values)
+    return _done(p, got.status, backend, start, got.bound_s, got.tolerance_s, *got.values)
 
 
 def _overfull(p: MultiClassProblem, n, r) -> list[tuple[int, int, int, int]]:
@@ -102,7 +93,7 @@ def _overfull(p: MultiClassProblem, n, r) -> list[tuple[int, int, int, int]]:
 
 
 def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, int, int]] = ()):
-    """The model of the module docstring on a new `backend` model: (model, bits, n, r, eps);
+    """The model of the module docstring on a new `backend` model: (model, eps, bits, n, r);
     `cuts` (class, stage, n0, r0): splits found not to fit, excluded with what they imply."""
     api = new_model(backend)
     Kc = p.classes
@@ -133,7 +124,7 @@ def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, in
     bits_term = m_max * U_max * (2 + pp_max) if Kc > 1 else 0.0
     eps = w_sum * (INTEGRALITY_TOL * (bits_term + (m_max + pp_max) * tu_max + g_max)
                    + FEASIBILITY_TOL_S * (m_max + 3))
-    return api, bits, n, r, eps
+    return api, eps, bits, n, r
 
 
 def _class_rows(api, p: MultiClassProblem, k: int, cuts):
