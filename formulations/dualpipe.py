@@ -520,12 +520,10 @@ def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
     has pp/2 variables. (model, pick): pick(solver) is the split (n, r) of the solution."""
     from ortools.sat.python import cp_model
 
-    L, pp, m = p.layers, p.pp, p.num_micro_batches
+    L = p.layers
     model = cp_model.CpModel()
     big = 4 * OBJECTIVE_LIMIT_QUANTA
-    X = model.new_int_var(-big, big, "X")
-    Y = model.new_int_var(-big, big, "Y")
-    Z = model.new_int_var(-big, big, "Z")
+    X, Y, Z = (model.new_int_var(-big, big, name) for name in "XYZ")
     pairs = _pair_table_sums(p)
     if pairs is None:  # a pair fits no count of layers: no split fits
         model.add_bool_or([])
@@ -541,14 +539,20 @@ def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
         tables.append((lo_N, split))
         idx.append(i)
     model.add(sum(lo_N + i for (lo_N, _), i in zip(tables, idx)) == L)
-    objective = m * X + (pp // 2 - 1) * Y + 2 * Z
-    if cutoff_q is not None:
-        model.add(objective <= cutoff_q)
-    model.minimize(objective)
+    _minimise_cpsat(model, p, X, Y, Z, cutoff_q)
 
     def pick(solver) -> tuple[list[int], list[int]]:
         return _split_of(p, tables, [solver.value(i) for i in idx])
     return model, pick
+
+
+def _minimise_cpsat(model, p: DualPipeProblem, X, Y, Z, cutoff_q: int | None) -> None:
+    """CP-SAT's objective over the maxima X, Y, Z (2 Z in quanta, solve_cpsat), held to
+    `cutoff_q` quanta where given."""
+    objective = p.num_micro_batches * X + (p.pp // 2 - 1) * Y + 2 * Z
+    if cutoff_q is not None:
+        model.add(objective <= cutoff_q)
+    model.minimize(objective)
 
 
 def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | None):
@@ -556,7 +560,7 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
     to `cutoff_q` quanta: (model, n, r)."""
     from ortools.sat.python import cp_model
 
-    L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
+    L, pp, k = p.layers, p.pp, p.pairs
     qi = lambda x: [int(round(v / q)) for v in x]  # noqa: E731
     a, t, u = qi(p.a), qi(p.t), qi(p.u)
     tb, ur = qi(p.t + p.bw), qi(p.u + p.ru)
@@ -571,9 +575,7 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
     for s in range(pp):
         model.add(r[s] <= n[s])
     big = 4 * OBJECTIVE_LIMIT_QUANTA
-    X = model.new_int_var(-big, big, "X")
-    Y = model.new_int_var(-big, big, "Y")
-    Z = model.new_int_var(-big, big, "Z")
+    X, Y, Z = (model.new_int_var(-big, big, name) for name in "XYZ")
     for h in range(k):
         st = (h, pp - 1 - h)
         model.add(X >= sum(a[s] + t[s] * n[s] + u[s] * r[s] for s in st))
@@ -589,10 +591,7 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
             model.add(x >= bound if sense > 0 else x <= bound).only_enforce_if(b)
             lits.append(b)
         model.add_bool_or(lits)
-    objective = m * X + (pp // 2 - 1) * Y + 2 * Z
-    if cutoff_q is not None:
-        model.add(objective <= cutoff_q)
-    model.minimize(objective)
+    _minimise_cpsat(model, p, X, Y, Z, cutoff_q)
     return model, n, r
 
 
@@ -643,10 +642,7 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
             steps.append(z)
             layers.append(lo_N + sum(z))
         api.add(sum(layers) == L, "C1_layers")
-        objective = m / 2 * X + p.bubble_weight * Y + Z
-        if cutoff_s is not None and math.isfinite(cutoff_s):
-            api.add(objective <= cutoff_s + eps, "C8_cutoff")
-        api.minimise(objective)
+        _minimise_milp(api, p, X, Y, Z, cutoff_s, eps)
         return api, eps, steps
 
     def check(built):
@@ -713,13 +709,9 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
                         f"C7x_mem_{i}_{j}")
                 ys.append(y)
             api.add(sum(ys) >= 1, f"C7x_mem_{i}")
-        objective = m / 2 * X + p.bubble_weight * Y + Z
-        if cut:
-            api.add(objective <= cutoff_s + eps, "C8_cutoff")
-        api.minimise(objective)
+        _minimise_milp(api, p, X, Y, Z, cutoff_s, eps)
         return api, eps, n, r
 
-    cut = cutoff_s is not None and math.isfinite(cutoff_s)
     w_max = float(max(np.abs(x).max() for x in (p.t, p.u, p.t + p.bw, p.u + p.ru, p.g)))
     weight = m / 2 + p.bubble_weight + 1
     eps = INTEGRALITY_TOL * pp * weight * w_max + FEASIBILITY_TOL_S * weight
@@ -729,6 +721,14 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
         nv, rv = [int_value(api, x, backend, what) for x in n], [int_value(api, x, backend, what) for x in r]
         return (nv, rv), [memory_cut(p, h, nv, rv) for h in p.overfull_pairs(nv, rv)]
     return _milp_solve(p, formulate, check, backend, start, time_limit_s, cutoff_s)
+
+
+def _minimise_milp(api, p: DualPipeProblem, X, Y, Z, cutoff_s: float | None, eps: float) -> None:
+    """The MILP's objective over the maxima X, Y, Z (seconds), held to cutoff + eps (C8)."""
+    objective = p.num_micro_batches / 2 * X + p.bubble_weight * Y + Z
+    if cutoff_s is not None and math.isfinite(cutoff_s):
+        api.add(objective <= cutoff_s + eps, "C8_cutoff")
+    api.minimise(objective)
 
 
 def _milp_solve(p: DualPipeProblem, formulate, check, backend: str, start: float, time_limit_s: float,
